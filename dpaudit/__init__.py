@@ -1,0 +1,11 @@
+"""dpaudit: measure memorization in language models and train them with differential privacy.
+
+The core package holds everything that is framework-neutral: the command line, the run-directory
+formats shared by every stage, privacy accounting, scoring, attacks and the audit report. Trainers
+live in the separate ``trainers`` package and are reached only through the ``dpaudit.trainers``
+entry-point group, so that importing :mod:`dpaudit` never imports torch or jax.
+"""
+
+__version__ = "0.1.0"
+
+__all__ = ["__version__"]

@@ -1,0 +1,169 @@
+"""``dpaudit train``: run a registered trainer on an inject directory.
+
+The command knows nothing about any trainer. It reads ``--trainer NAME`` first, loads that
+trainer through the entry-point registry, and turns the fields of its ``Config`` dataclass into
+options, so ``dpaudit train --trainer jax-bert --help`` lists exactly that trainer's settings.
+Values come from, in rising priority: the Config defaults, ``--config FILE.toml``, the command line.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import tomllib
+import types
+import typing
+from pathlib import Path
+from typing import Any, Literal
+
+import click
+from click.core import ParameterSource
+
+from dpaudit.errors import UserInputError
+from dpaudit.trainer_api import Trainer, available_trainers, load_trainer
+
+_COMMON = {"trainer", "data", "out", "seed", "config_file", "as_json"}
+
+_EPILOG = (
+    "Example: dpaudit train --trainer jax-bert --data runs/data --out runs/model "
+    "--preset tiny --steps 200 --batch-size 64 --target-epsilon 8"
+)
+
+
+def _click_type(annotation: Any) -> tuple[Any, bool]:
+    """The click type for a Config field annotation, and whether it is a boolean flag."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(members) == 1:
+            return _click_type(members[0])
+        return str, False
+    if origin is Literal:
+        return click.Choice([str(v) for v in typing.get_args(annotation)]), False
+    if annotation is bool:
+        return bool, True
+    if annotation in (int, float, str):
+        return annotation, False
+    return str, False
+
+
+def config_options(config_cls: type) -> list[click.Option]:
+    """One click option per field of a trainer's Config dataclass (help from field metadata)."""
+    hints = typing.get_type_hints(config_cls)
+    options = []
+    for f in dataclasses.fields(config_cls):
+        if f.name in _COMMON:
+            raise TypeError(f"{config_cls.__qualname__}.{f.name} clashes with a common `dpaudit train` option.")
+        click_type, is_flag = _click_type(hints[f.name])
+        default = f.default if f.default is not dataclasses.MISSING else None
+        help_text = f.metadata.get("help", "")
+        flag = "--" + f.name.replace("_", "-")
+        if is_flag:
+            options.append(click.Option([f"{flag}/--no-{flag[2:]}", f.name], default=default, help=help_text, show_default=True))
+        else:
+            options.append(click.Option([flag, f.name], type=click_type, default=default, help=help_text, show_default=True))
+    return options
+
+
+def _load_toml(path: Path, config_cls: type) -> dict[str, Any]:
+    """Read a trainer config file; keys are Config field names (dashes or underscores)."""
+    try:
+        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+    except tomllib.TOMLDecodeError as err:
+        raise UserInputError(f"--config {path}: not valid TOML ({err}).") from None
+    raw = raw.get("trainer", raw) if isinstance(raw.get("trainer"), dict) else raw
+    names = {f.name for f in dataclasses.fields(config_cls)}
+    values = {}
+    for key, value in raw.items():
+        name = key.replace("-", "_")
+        if name not in names:
+            raise UserInputError(f"--config {path}: unknown key {key!r}; valid keys are {', '.join(sorted(names))}.")
+        values[name] = value
+    return values
+
+
+def build_config(trainer: Trainer, params: dict[str, Any], ctx: click.Context | None, config_file: Path | None) -> Any:
+    """Merge defaults, the TOML file and explicit command-line values into the trainer's Config."""
+    values: dict[str, Any] = _load_toml(config_file, trainer.Config) if config_file else {}
+    for f in dataclasses.fields(trainer.Config):
+        given = ctx is None or ctx.get_parameter_source(f.name) == ParameterSource.COMMANDLINE
+        if given and params.get(f.name) is not None:
+            values[f.name] = params[f.name]
+    try:
+        return trainer.Config(**values)
+    except (TypeError, ValueError) as err:
+        raise UserInputError(f"trainer {trainer.name} config: {err}") from None
+
+
+def _peek_trainer(args: list[str]) -> str | None:
+    for i, arg in enumerate(args):
+        if arg == "--trainer" and i + 1 < len(args):
+            return args[i + 1]
+        if arg.startswith("--trainer="):
+            return arg.split("=", 1)[1]
+    return None
+
+
+class TrainCommand(click.Command):
+    """Adds the chosen trainer's Config options before parsing."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        name = _peek_trainer(args)
+        if name is not None:
+            try:
+                trainer = load_trainer(name)
+            except UserInputError as err:
+                raise click.UsageError(str(err), ctx) from None
+            ctx.meta["dpaudit.trainer"] = trainer
+            self.params = [p for p in self.params if p.name in _COMMON] + config_options(trainer.Config)
+        return super().parse_args(ctx, args)
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        if "dpaudit.trainer" not in ctx.meta:
+            names = ", ".join(sorted(available_trainers())) or "none registered"
+            formatter.write_paragraph()
+            formatter.write_text(f"Registered trainers: {names}. Add --trainer NAME --help for its options.")
+        super().format_epilog(ctx, formatter)
+
+
+@click.command(cls=TrainCommand, epilog=_EPILOG)
+@click.option("--trainer", required=True, help="Registered trainer name (entry point group dpaudit.trainers).")
+@click.option(
+    "--data", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
+    help="Inject run directory (train.jsonl, heldout.jsonl, public.jsonl, manifest.json).",
+)
+@click.option(
+    "--out", type=click.Path(path_type=Path), required=True,
+    help="Train run directory to write; rerunning the same command on it resumes from its last checkpoint.",
+)
+@click.option("--seed", type=int, default=0, show_default=True, help="Seed for initialization, sampling and noise.")
+@click.option(
+    "--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+    help="TOML file of trainer options (field names as keys); command-line options override it.",
+)
+@click.option("--json", "as_json", is_flag=True, help="Print the result summary as JSON on stdout.")
+@click.pass_context
+def train(ctx: click.Context, trainer: str, data: Path, out: Path, seed: int, config_file: Path | None, as_json: bool, **params: Any) -> None:
+    """Train a model on DATA with a pluggable trainer and write a train run directory.
+
+    The run directory holds model/ (Hugging Face layout), privacy.json (the DpEvent that actually
+    ran and its epsilon), metrics.jsonl and checkpoints/. Telemetry in metrics.jsonl (loss,
+    gradient-SNR, clip fraction) is computed on private data and is not covered by epsilon.
+    """
+    plugin: Trainer = ctx.meta.get("dpaudit.trainer") or load_trainer(trainer)
+    config = build_config(plugin, params, ctx, config_file)
+    result = plugin.train(data, out, config, seed=seed)
+    summary = {
+        "trainer": plugin.name,
+        "out_dir": str(result.out_dir),
+        "steps": result.steps,
+        "epsilon": result.epsilon,
+        "delta": result.delta,
+        "final_loss": result.final_loss,
+        **result.summary,
+    }
+    if as_json:
+        click.echo(json.dumps(summary, indent=2, sort_keys=True))
+    else:
+        eps = "non-private (epsilon = inf)" if result.epsilon is None else f"epsilon = {result.epsilon:.4g} at delta = {result.delta:.3g}"
+        click.echo(f"trained {plugin.name} for {result.steps} steps -> {result.out_dir} ({eps})")

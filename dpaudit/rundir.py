@@ -1,0 +1,233 @@
+"""Run directories: the files every stage hands to the next, written atomically and hash-checked.
+
+Each stage (inject, train, attack) writes one directory with a ``manifest.json`` that records the
+schema, the dpaudit version, the command line, the full config, the seed and the sha256 of every
+input and output file. The next stage calls :func:`verify_run_dir` before it reads anything, so an
+edited or truncated file is refused instead of silently audited.
+
+Writes are atomic: :func:`staged_directory` builds the whole directory under a temporary name beside
+the destination and renames it into place only when the stage succeeded, so a failed or killed
+stage leaves nothing half-written. Single files use :func:`atomic_write_bytes` /
+:func:`atomic_write_text` (temp file in the same directory, fsync, ``os.replace``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import shutil
+import sys
+import tempfile
+from collections.abc import Iterable, Iterator, Mapping
+from pathlib import Path
+from typing import Any
+
+from dpaudit import __version__
+from dpaudit.errors import UserInputError
+
+MANIFEST_NAME = "manifest.json"
+_HASH_CHUNK = 1 << 20
+
+
+def sha256_file(path: str | os.PathLike[str]) -> str:
+    """Hex sha256 of a file, read in 1 MiB chunks (never the whole file in memory)."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as handle:
+        for chunk in iter(lambda: handle.read(_HASH_CHUNK), b""):
+            digest.update(chunk)
+    return digest.hexdigest()
+
+
+def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
+    """Write ``data`` to ``path`` so that readers see either the old file or the whole new one."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return path
+
+
+def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
+    """UTF-8 text version of :func:`atomic_write_bytes`."""
+    return atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: str | os.PathLike[str], obj: Any) -> Path:
+    """Write ``obj`` as indented, key-sorted JSON (stable bytes for stable inputs)."""
+    return atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=True, ensure_ascii=False) + "\n")
+
+
+def dumps_jsonl_line(record: Mapping[str, Any]) -> str:
+    """One JSON Lines record: compact, non-ASCII kept, newline-terminated."""
+    return json.dumps(record, ensure_ascii=False, separators=(", ", ": ")) + "\n"
+
+
+def write_jsonl(path: str | os.PathLike[str], records: Iterable[Mapping[str, Any]]) -> int:
+    """Stream ``records`` into ``path`` (not atomic by itself: use inside a staged directory).
+
+    Returns the number of records written.
+    """
+    count = 0
+    with open(path, "w", encoding="utf-8", newline="\n") as handle:
+        for record in records:
+            handle.write(dumps_jsonl_line(record))
+            count += 1
+    return count
+
+
+def read_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
+    """Yield the records of a JSON Lines file, naming the file and line of any bad record."""
+    path = Path(path)
+    with open(path, encoding="utf-8") as handle:
+        for lineno, line in enumerate(handle, start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as err:
+                raise UserInputError(f"{path}:{lineno}: not valid JSON ({err.msg}); fix or remove that line.") from None
+            if not isinstance(record, dict):
+                raise UserInputError(f"{path}:{lineno}: expected a JSON object per line, got {type(record).__name__}.")
+            yield record
+
+
+def prepare_output_dir(out: str | os.PathLike[str], *, overwrite: bool, option: str = "--out") -> Path:
+    """Check that ``out`` may be written: not a file, and empty unless ``overwrite``.
+
+    Raises:
+        UserInputError: naming ``option`` and the fix.
+    """
+    out = Path(out)
+    if out.exists() and not out.is_dir():
+        raise UserInputError(f"{option} {out} is a file, not a directory; choose a directory path.")
+    if out.is_dir() and any(out.iterdir()) and not overwrite:
+        raise UserInputError(f"{option} {out} exists and is not empty; pass --overwrite to replace it or choose another path.")
+    parent = out.resolve().parent
+    if parent.exists() and not parent.is_dir():
+        raise UserInputError(f"{option} {out}: parent {parent} is not a directory.")
+    return out
+
+
+@contextlib.contextmanager
+def staged_directory(out: str | os.PathLike[str], *, overwrite: bool, option: str = "--out") -> Iterator[Path]:
+    """Build a run directory under a temporary name and move it into place only on success.
+
+    Yields the temporary directory to write into. On any exception it is deleted and ``out`` is left
+    as it was; on success an existing ``out`` (allowed only with ``overwrite``) is replaced.
+    """
+    out = prepare_output_dir(out, overwrite=overwrite, option=option)
+    out.resolve().parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.resolve().parent))
+    try:
+        yield staging
+        if out.exists():
+            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.resolve().parent))
+            os.replace(out, trash / "old")
+            os.replace(staging, out)
+            shutil.rmtree(trash, ignore_errors=True)
+        else:
+            os.replace(staging, out)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+
+
+def file_hashes(directory: str | os.PathLike[str], names: Iterable[str]) -> dict[str, str]:
+    """sha256 of each named file in ``directory`` (relative names, posix separators)."""
+    directory = Path(directory)
+    return {name: sha256_file(directory / name) for name in sorted(names)}
+
+
+def build_manifest(
+    *,
+    schema: str,
+    config: Mapping[str, Any],
+    seed: int | None,
+    inputs: Mapping[str, str],
+    outputs: Mapping[str, str],
+    command: list[str] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """The manifest every stage writes (DESIGN section 3).
+
+    Args:
+        schema: e.g. ``"dpaudit.inject/1"``.
+        config: the full, JSON-serializable configuration of the stage.
+        seed: the seed that makes the stage reproducible.
+        inputs: input path (as given) -> sha256.
+        outputs: output file name relative to the run directory -> sha256.
+        command: the command line; defaults to ``sys.argv``.
+        extra: stage-specific fields (counts, word lists, ...).
+    """
+    manifest: dict[str, Any] = {
+        "schema": schema,
+        "dpaudit_version": __version__,
+        "command": list(sys.argv if command is None else command),
+        "config": dict(config),
+        "seed": seed,
+        "inputs": dict(inputs),
+        "outputs": dict(outputs),
+    }
+    if extra:
+        manifest.update(extra)
+    return manifest
+
+
+def write_manifest(directory: str | os.PathLike[str], manifest: Mapping[str, Any]) -> Path:
+    """Write ``manifest.json`` atomically into ``directory``."""
+    return atomic_write_json(Path(directory) / MANIFEST_NAME, manifest)
+
+
+def load_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
+    """Read a run directory's manifest, with a one-line error if it is missing or unreadable."""
+    path = Path(directory) / MANIFEST_NAME
+    if not Path(directory).is_dir():
+        raise UserInputError(f"{directory} is not a directory; pass a run directory written by dpaudit.")
+    if not path.is_file():
+        raise UserInputError(f"{path} is missing; {directory} is not a dpaudit run directory (or it was not finished).")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserInputError(f"{path}: not valid JSON ({err}); the run directory is damaged, rerun the stage.") from None
+    if not isinstance(manifest, dict) or "schema" not in manifest:
+        raise UserInputError(f"{path}: no 'schema' field; not a dpaudit manifest.")
+    return manifest
+
+
+def verify_run_dir(directory: str | os.PathLike[str], *, schema_prefix: str | None = None) -> dict[str, Any]:
+    """Check a run directory against its manifest and return the manifest.
+
+    Every output listed in the manifest must exist with the recorded sha256. ``schema_prefix``
+    (e.g. ``"dpaudit.inject/"``) checks that the directory was written by the expected stage.
+
+    Raises:
+        UserInputError: naming the file that is missing or changed.
+    """
+    directory = Path(directory)
+    manifest = load_manifest(directory)
+    schema = str(manifest["schema"])
+    if schema_prefix is not None and not schema.startswith(schema_prefix):
+        raise UserInputError(
+            f"{directory}: manifest schema is {schema!r}, expected {schema_prefix}*; pass the output directory of the right stage."
+        )
+    for name, expected in sorted(manifest.get("outputs", {}).items()):
+        path = directory / name
+        if not path.is_file():
+            raise UserInputError(f"{path} is listed in the manifest but missing; rerun the stage that wrote {directory}.")
+        actual = sha256_file(path)
+        if actual != expected:
+            raise UserInputError(
+                f"{path} was changed after it was written (sha256 {actual[:12]} != manifest {expected[:12]}); rerun the stage."
+            )
+    return manifest

@@ -1,0 +1,84 @@
+"""The trainer plug-in contract and the entry-point registry that finds trainers.
+
+A trainer is any object with a ``name``, a frozen keyword-only ``Config`` dataclass (validated in
+``__post_init__``) and ``train(data_dir, out_dir, config, *, seed) -> TrainResult``. Trainers are
+registered under the ``dpaudit.trainers`` entry-point group (pyproject ``[project.entry-points]``),
+so third parties plug in without touching dpaudit, and ``dpaudit`` itself never imports a trainer
+module (and its framework) until that trainer is asked for.
+
+Config fields become command-line options of ``dpaudit train`` automatically: a field's
+``metadata={"help": ...}`` is its help text and its type annotation (int, float, str, bool, or an
+``Optional`` of those) its click type.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass, field
+from importlib.metadata import EntryPoint, entry_points
+from pathlib import Path
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+from dpaudit.errors import UserInputError
+
+ENTRY_POINT_GROUP = "dpaudit.trainers"
+
+
+@dataclass(frozen=True, kw_only=True)
+class TrainResult:
+    """What a finished training run reports back (the run directory holds everything else).
+
+    Attributes:
+        out_dir: the train run directory.
+        steps: optimizer steps taken in total (across resumes).
+        epsilon: the accountant's epsilon for what actually ran, or ``None`` when non-private.
+        delta: the delta that epsilon is stated at, or ``None`` when non-private.
+        final_loss: training loss at the last step.
+        summary: small, JSON-serializable extra facts (examples/s, resumed-from step, ...).
+    """
+
+    out_dir: Path
+    steps: int
+    epsilon: float | None
+    delta: float | None
+    final_loss: float | None = None
+    summary: dict[str, Any] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Trainer(Protocol):
+    """What ``dpaudit train`` needs from a trainer plug-in."""
+
+    name: ClassVar[str]
+    Config: ClassVar[type]
+
+    def train(self, data_dir: Path, out_dir: Path, config: Any, *, seed: int) -> TrainResult:
+        """Train on an inject run directory and write a train run directory (DESIGN section 3)."""
+        ...
+
+
+def available_trainers() -> dict[str, EntryPoint]:
+    """Registered trainers by name, without importing any of them."""
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def load_trainer(name: str) -> Trainer:
+    """Import and instantiate the trainer registered as ``name``.
+
+    Raises:
+        UserInputError: if no trainer of that name is registered, listing the ones that are.
+    """
+    registry = available_trainers()
+    if name not in registry:
+        known = ", ".join(sorted(registry)) or "none (is dpaudit installed with `pip install -e .`?)"
+        raise UserInputError(f"--trainer {name!r} is not a registered trainer; choose one of: {known}.")
+    try:
+        factory = registry[name].load()
+    except ImportError as err:
+        raise UserInputError(
+            f"--trainer {name}: cannot import its framework ({err}); install it with `pip install -e '.[jax,torch]'`."
+        ) from None
+    trainer = factory() if isinstance(factory, type) else factory
+    if not isinstance(trainer, Trainer) or not dataclasses.is_dataclass(trainer.Config):
+        raise UserInputError(f"--trainer {name}: entry point {registry[name].value} does not follow the Trainer protocol.")
+    return trainer

@@ -1,0 +1,67 @@
+"""Run directories: atomic staging, manifests and hash verification."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from dpaudit.errors import UserInputError
+from dpaudit.rundir import (
+    build_manifest,
+    file_hashes,
+    read_jsonl,
+    staged_directory,
+    verify_run_dir,
+    write_jsonl,
+    write_manifest,
+)
+
+
+def _make_run(out, *, overwrite=False):
+    with staged_directory(out, overwrite=overwrite) as stage:
+        write_jsonl(stage / "a.jsonl", [{"text": "hello"}, {"text": "wörld"}])
+        write_manifest(stage, build_manifest(schema="dpaudit.test/1", config={"k": 1}, seed=3, inputs={},
+                                             outputs=file_hashes(stage, ["a.jsonl"]), command=["x"]))
+    return out
+
+
+def test_staged_directory_appears_only_when_complete(tmp_path):
+    out = tmp_path / "run"
+    with pytest.raises(RuntimeError):
+        with staged_directory(out, overwrite=False) as stage:
+            (stage / "partial.txt").write_text("half")
+            raise RuntimeError("boom")
+    assert not out.exists()
+    assert list(tmp_path.iterdir()) == []  # no staging leftovers either
+
+
+def test_manifest_round_trip_and_tamper_detection(tmp_path):
+    out = _make_run(tmp_path / "run")
+    manifest = verify_run_dir(out, schema_prefix="dpaudit.test/")
+    assert manifest["seed"] == 3 and manifest["config"] == {"k": 1}
+    assert [r["text"] for r in read_jsonl(out / "a.jsonl")] == ["hello", "wörld"]
+    with pytest.raises(UserInputError, match="expected dpaudit.inject/"):
+        verify_run_dir(out, schema_prefix="dpaudit.inject/")
+    (out / "a.jsonl").write_text('{"text": "edited"}\n')
+    with pytest.raises(UserInputError, match="changed after it was written"):
+        verify_run_dir(out)
+
+
+def test_refuses_nonempty_or_file_outputs(tmp_path):
+    out = _make_run(tmp_path / "run")
+    with pytest.raises(UserInputError, match="--overwrite"):
+        _make_run(out)
+    _make_run(out, overwrite=True)
+    assert json.loads((out / "manifest.json").read_text())["schema"] == "dpaudit.test/1"
+    afile = tmp_path / "f"
+    afile.write_text("x")
+    with pytest.raises(UserInputError, match="is a file"):
+        _make_run(afile)
+
+
+def test_bad_jsonl_names_file_and_line(tmp_path):
+    path = tmp_path / "x.jsonl"
+    path.write_text('{"text": "ok"}\n{not json}\n')
+    with pytest.raises(UserInputError, match=r"x.jsonl:2"):
+        list(read_jsonl(path))
