@@ -31,6 +31,17 @@ MANIFEST_NAME = "manifest.json"
 _HASH_CHUNK = 1 << 20
 
 
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask
+
+
+# tempfile creates private (0600/0700) entries; finished outputs get the usual umask-based modes.
+_FILE_MODE = 0o666 & ~_umask()
+_DIR_MODE = 0o777 & ~_umask()
+
+
 def sha256_file(path: str | os.PathLike[str]) -> str:
     """Hex sha256 of a file, read in 1 MiB chunks (never the whole file in memory)."""
     digest = hashlib.sha256()
@@ -50,6 +61,7 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             handle.write(data)
             handle.flush()
             os.fsync(handle.fileno())
+        os.chmod(tmp, _FILE_MODE)
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):
@@ -129,6 +141,7 @@ def staged_directory(out: str | os.PathLike[str], *, overwrite: bool, option: st
     out = prepare_output_dir(out, overwrite=overwrite, option=option)
     out.resolve().parent.mkdir(parents=True, exist_ok=True)
     staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.resolve().parent))
+    os.chmod(staging, _DIR_MODE)
     try:
         yield staging
         if out.exists():

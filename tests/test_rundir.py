@@ -65,3 +65,14 @@ def test_bad_jsonl_names_file_and_line(tmp_path):
     path.write_text('{"text": "ok"}\n{not json}\n')
     with pytest.raises(UserInputError, match=r"x.jsonl:2"):
         list(read_jsonl(path))
+
+
+def test_outputs_get_umask_modes_not_private_temp_modes(tmp_path):
+    import os
+    import stat
+
+    mask = os.umask(0o022)
+    os.umask(mask)
+    out = _make_run(tmp_path / "run")
+    assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~mask
+    assert stat.S_IMODE((out / "manifest.json").stat().st_mode) == 0o666 & ~mask

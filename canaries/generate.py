@@ -1,0 +1,264 @@
+"""Canary generation: template, secrets that never occur in the corpus, labels and membership.
+
+A canary is ``prefix + secret + suffix``. The template (``"my account number is {secret}"``)
+gives the prefix and suffix; a phrase space adds the rest of the secret's sentence around it.
+
+Secrets are taken from the space's uniformly random, collision-free stream, dropping any whose
+token sequence already occurs in the corpus (or in the template itself): a secret the model saw
+elsewhere would be "memorized" for reasons that have nothing to do with the canary. Filtering a
+uniform stream and keeping the first n survivors is a uniform sample of the survivors.
+"""
+
+from __future__ import annotations
+
+import string
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from itertools import islice
+from typing import Any
+
+import numpy as np
+
+from canaries.spaces import Draw, SecretSpace
+from dpaudit.errors import UserInputError
+
+DEFAULT_TEMPLATE = "my account number is {secret}"
+PHRASE_TEMPLATE = "{secret}"
+PLACEHOLDER = "{secret}"
+
+Label = str | int
+
+# Occurrence checks compare lowercase tokens with punctuation treated as a separator, so
+# "call 4 5 6, 7" contains the secret "4 5 6" but "0123" does not contain "0".
+_PUNCT_TO_SPACE = str.maketrans({c: " " for c in string.punctuation})
+
+
+def normalize_tokens(text: str) -> list[str]:
+    """Lowercase tokens of ``text``, punctuation as whitespace: the unit of "occurs in the corpus"."""
+    return text.lower().translate(_PUNCT_TO_SPACE).split()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Canary:
+    """One canary as written to ``canaries.jsonl`` (frequency 0 = control, never inserted)."""
+
+    id: str
+    prefix: str
+    secret: str
+    suffix: str
+    format: str
+    frequency: int
+    member: bool
+    label: Label | None = None
+
+    def __post_init__(self) -> None:
+        if self.frequency < 0:
+            raise ValueError(f"frequency must be >= 0, got {self.frequency}.")
+        if self.member != (self.frequency > 0):
+            raise ValueError(f"member must be True exactly when frequency > 0, got member={self.member}, frequency={self.frequency}.")
+
+    @property
+    def text(self) -> str:
+        return self.prefix + self.secret + self.suffix
+
+    def to_record(self) -> dict[str, Any]:
+        """The ``canaries.jsonl`` row (fixed key order)."""
+        record: dict[str, Any] = {
+            "id": self.id,
+            "prefix": self.prefix,
+            "secret": self.secret,
+            "suffix": self.suffix,
+            "text": self.text,
+            "format": self.format,
+            "frequency": self.frequency,
+            "member": self.member,
+        }
+        if self.label is not None:
+            record["label"] = self.label
+        return record
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Canary:
+        """Inverse of :meth:`to_record`; checks that ``text`` is prefix + secret + suffix."""
+        canary = cls(
+            id=record["id"], prefix=record["prefix"], secret=record["secret"], suffix=record["suffix"],
+            format=record["format"], frequency=int(record["frequency"]), member=bool(record["member"]),
+            label=record.get("label"),
+        )
+        if record.get("text") != canary.text:
+            raise ValueError(f"canary {canary.id}: text is not prefix + secret + suffix.")
+        return canary
+
+
+def parse_template(template: str, *, option: str = "--template") -> tuple[str, str]:
+    """Split a template at its single ``{secret}`` into (prefix, suffix).
+
+    Other braces are kept literally (the template is not a format string).
+    """
+    count = template.count(PLACEHOLDER)
+    if count != 1:
+        raise UserInputError(
+            f"{option} {template!r} needs exactly one {PLACEHOLDER} placeholder (found {count}), "
+            f"e.g. {option} \"{DEFAULT_TEMPLATE}\"."
+        )
+    prefix, _, suffix = template.partition(PLACEHOLDER)
+    return prefix, suffix
+
+
+def canary_ids(n: int) -> list[str]:
+    """``c0000``, ``c0001``, ...: zero-padded so they sort in order (wider past 10,000)."""
+    width = max(4, len(str(max(n - 1, 0))))
+    return [f"c{i:0{width}d}" for i in range(n)]
+
+
+class OccurrenceIndex:
+    """Which of a set of secrets occur, as contiguous token sequences, in a stream of texts.
+
+    Built once per batch of candidates; :meth:`scan` touches each text once, and skips a text at
+    C speed (``set.isdisjoint``) unless it contains a candidate's first token.
+    """
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        self.by_length: dict[int, set[tuple[str, ...]]] = defaultdict(set)
+        self.firsts: set[str] = set()
+        for secret in secrets:
+            tokens = tuple(normalize_tokens(secret))
+            if not tokens:
+                raise ValueError(f"secret {secret!r} has no tokens.")
+            self.by_length[len(tokens)].add(tokens)
+            self.firsts.add(tokens[0])
+
+    def scan(self, texts: Iterable[str]) -> set[tuple[str, ...]]:
+        """The normalized token tuples of the secrets that occur in ``texts``."""
+        found: set[tuple[str, ...]] = set()
+        firsts, groups = self.firsts, list(self.by_length.items())
+        for text in texts:
+            tokens = normalize_tokens(text)
+            if firsts.isdisjoint(tokens):
+                continue
+            for i, token in enumerate(tokens):
+                if token in firsts:
+                    for length, group in groups:
+                        window = tuple(tokens[i : i + length])
+                        if window in group:
+                            found.add(window)
+        return found
+
+
+def draw_secrets(
+    space: SecretSpace,
+    n: int,
+    *,
+    rng: np.random.Generator,
+    corpus_texts: Sequence[str],
+    context_texts: Sequence[str] = (),
+) -> tuple[list[Draw], int]:
+    """The first ``n`` secrets of the space's random stream that occur in no corpus or context text.
+
+    Candidates are checked in batches of twice the number still needed, so the corpus is
+    scanned once in the usual case and a few times when many candidates occur.
+
+    Returns:
+        The draws, and how many candidates were rejected because they occur in the texts.
+
+    Raises:
+        UserInputError: if the space has fewer than ``n`` secrets, or too few that are absent
+            from the corpus.
+    """
+    if n > space.size:
+        raise UserInputError(
+            f"--format {space.format} has only {space.size} possible secrets but {n} canaries are requested; "
+            "use a larger space (e.g. more digits or words) or fewer canaries."
+        )
+    stream = space.draws(rng)
+    chosen: list[Draw] = []
+    crossing = _CrossCheck()
+    rejected = 0
+    while len(chosen) < n:
+        batch = list(islice(stream, max(2 * (n - len(chosen)), 64)))
+        if not batch:
+            raise UserInputError(
+                f"--format {space.format}: only {len(chosen)} of its {space.size} secrets are usable (absent from the "
+                f"corpus and from the other canaries' text), but {n} canaries are requested; use a larger space or fewer canaries."
+            )
+        index = OccurrenceIndex(d.secret for d in batch)
+        occurring = index.scan(corpus_texts)
+        occurring |= index.scan(context_texts)
+        for draw in batch:
+            if tuple(normalize_tokens(draw.secret)) in occurring or not crossing.accept(draw):
+                rejected += 1
+                continue
+            chosen.append(draw)
+            if len(chosen) == n:
+                break
+    return chosen, rejected
+
+
+class _CrossCheck:
+    """Keeps canaries with their own context (phrases) from leaking each other's secrets.
+
+    A phrase canary's sentence is trained on, so if it contained another canary's secret, that
+    secret would be seen even when its own canary is a control. A draw is accepted only if its
+    secret is in no accepted draw's context and no accepted secret is in its context.
+    """
+
+    def __init__(self) -> None:
+        self.secrets: list[str] = []
+        self.contexts: list[str] = []
+
+    @staticmethod
+    def _padded(text: str) -> str:
+        return " " + " ".join(normalize_tokens(text)) + " "
+
+    def accept(self, draw: Draw) -> bool:
+        if not draw.left and not draw.right:
+            return True  # no context of its own: the template was already checked
+        secret = self._padded(draw.secret)
+        contexts = [self._padded(c) for c in (draw.left, draw.right) if c.strip()]
+        if any(secret in c for c in self.contexts) or any(s in c for s in self.secrets for c in contexts):
+            return False
+        self.secrets.append(secret)
+        self.contexts.extend(contexts)
+        return True
+
+
+def draw_labels(label_counts: Sequence[int], n: int, *, rng: np.random.Generator) -> np.ndarray:
+    """Label indices for ``n`` canaries, in proportion to each label's count in the corpus.
+
+    Proportional (not uniform) so that canaries do not over-represent rare labels, which would
+    make the label itself a hint that a training row is a canary.
+    """
+    counts = np.asarray(label_counts, dtype=np.float64)
+    if counts.ndim != 1 or counts.size == 0 or counts.min() < 0 or counts.sum() <= 0:
+        raise ValueError(f"label_counts must be non-negative with a positive sum, got {label_counts!r}.")
+    return rng.choice(counts.size, size=n, p=counts / counts.sum())
+
+
+def build_canaries(
+    draws: Sequence[Draw],
+    frequencies: Sequence[int],
+    *,
+    template_prefix: str,
+    template_suffix: str,
+    format: str,
+    labels: Sequence[Label | None] | None = None,
+) -> list[Canary]:
+    """Canaries from draws, one frequency each (0 = control); ids follow the order given."""
+    if len(draws) != len(frequencies):
+        raise ValueError(f"draws and frequencies must have the same length, got {len(draws)} and {len(frequencies)}.")
+    if labels is not None and len(labels) != len(draws):
+        raise ValueError(f"labels must have one entry per draw, got {len(labels)} for {len(draws)}.")
+    out = []
+    for i, (cid, draw, freq) in enumerate(zip(canary_ids(len(draws)), draws, frequencies)):
+        out.append(Canary(
+            id=cid,
+            prefix=template_prefix + draw.left,
+            secret=draw.secret,
+            suffix=draw.right + template_suffix,
+            format=format,
+            frequency=int(freq),
+            member=int(freq) > 0,
+            label=None if labels is None else labels[i],
+        ))
+    return out

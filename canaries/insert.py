@@ -1,0 +1,236 @@
+"""Insertion: the schedule arithmetic, the member/heldout/public split, and streaming the splits to disk.
+
+The corpus is held in memory once, as a list of texts plus one small label index per row; the
+splits and the shuffled training order are integer arrays over that list, and rows are encoded
+to JSON Lines in blocks as they are written. A 1,000,000-row corpus therefore costs its texts
+plus a few bytes per row, never a second copy.
+
+Schedule (DESIGN section 4): each frequency f gets ``per_frequency`` canaries inserted f times,
+and ``holdout`` control canaries (frequency 0) are generated the same way but never inserted.
+In coin-flip mode (Steinke et al. 2023, one-run auditing) there is one frequency and each canary
+is a member with probability 1/2, independently.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
+from typing import Any, TextIO
+
+import numpy as np
+from tqdm import tqdm
+
+from dpaudit.errors import UserInputError
+
+DEFAULT_FREQUENCIES: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 50, 100)
+MEMBER, HELDOUT, PUBLIC = 0, 1, 2
+_WRITE_BLOCK = 8192
+
+
+@dataclass(frozen=True, kw_only=True)
+class Schedule:
+    """How many canaries, at which frequencies, and how membership is decided.
+
+    Attributes:
+        frequencies: insertion counts, each a distinct positive integer.
+        per_frequency: canaries per frequency (coin-flip: the number of canaries).
+        holdout: control canaries, never inserted (must be 0 in coin-flip mode).
+        coin_flip: decide each canary's membership by an independent fair coin.
+    """
+
+    frequencies: tuple[int, ...] = DEFAULT_FREQUENCIES
+    per_frequency: int = 20
+    holdout: int = 20
+    coin_flip: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.frequencies:
+            raise ValueError("frequencies must be non-empty, got ().")
+        for f in self.frequencies:
+            if isinstance(f, bool) or not isinstance(f, int) or f <= 0:
+                raise ValueError(f"frequencies must be positive integers, got {f!r}.")
+        if len(set(self.frequencies)) != len(self.frequencies):
+            raise ValueError(f"frequencies must be distinct, got {self.frequencies}.")
+        if self.per_frequency < 1:
+            raise ValueError(f"per_frequency must be >= 1, got {self.per_frequency}.")
+        if self.holdout < 0:
+            raise ValueError(f"holdout must be >= 0, got {self.holdout}.")
+        if self.coin_flip and len(self.frequencies) != 1:
+            raise ValueError(f"coin_flip needs exactly one frequency, got {self.frequencies}.")
+        if self.coin_flip and self.holdout:
+            raise ValueError(f"holdout must be 0 in coin-flip mode (the coin picks the non-members), got {self.holdout}.")
+
+    @property
+    def mode(self) -> str:
+        return "coin-flip" if self.coin_flip else "schedule"
+
+    @property
+    def n_canaries(self) -> int:
+        """Canaries generated: inserted ones and controls."""
+        return self.per_frequency * len(self.frequencies) + self.holdout
+
+    def canary_frequencies(self, rng: np.random.Generator | None = None) -> np.ndarray:
+        """Frequency of each canary in id order (0 = not inserted).
+
+        Schedule mode: frequencies in the order given, ``per_frequency`` each, then the controls.
+        Coin-flip mode: one fair coin per canary from ``rng`` (required).
+        """
+        if self.coin_flip:
+            if rng is None:
+                raise ValueError("rng is required in coin-flip mode.")
+            coins = rng.integers(0, 2, size=self.per_frequency)
+            return (coins * self.frequencies[0]).astype(np.int64)
+        inserted = np.repeat(np.asarray(self.frequencies, dtype=np.int64), self.per_frequency)
+        return np.concatenate([inserted, np.zeros(self.holdout, dtype=np.int64)])
+
+
+def parse_frequencies(text: str, *, option: str = "--frequencies") -> tuple[int, ...]:
+    """``"1,2,5"`` -> ``(1, 2, 5)``, with a one-line error naming the bad entry.
+
+    Raises:
+        dpaudit.errors.UserInputError
+    """
+    entries = [e.strip() for e in text.split(",")]
+    out: list[int] = []
+    for entry in entries:
+        if not entry.isdigit() or int(entry) <= 0:
+            raise UserInputError(
+                f"{option} {text!r}: {entry!r} is not a positive integer; give a comma-separated list such as 1,2,5,10."
+            )
+        if int(entry) in out:
+            raise UserInputError(f"{option} {text!r}: {entry} is listed twice; give each frequency once.")
+        out.append(int(entry))
+    return tuple(out)
+
+
+# -- splits ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitSpec:
+    """How the corpus is divided: fractions, or absolute sizes that override them."""
+
+    heldout_fraction: float = 0.1
+    public_fraction: float = 0.2
+    heldout_size: int | None = None
+    public_size: int | None = None
+
+    def __post_init__(self) -> None:
+        for name in ("heldout_fraction", "public_fraction"):
+            value = getattr(self, name)
+            if not 0.0 <= value < 1.0:
+                raise ValueError(f"{name} must be in [0, 1), got {value}.")
+        for name in ("heldout_size", "public_size"):
+            value = getattr(self, name)
+            if value is not None and value < 0:
+                raise ValueError(f"{name} must be >= 0, got {value}.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class SplitCounts:
+    """Rows per split; members + heldout + public = the corpus."""
+
+    members: int
+    heldout: int
+    public: int
+
+    @property
+    def total(self) -> int:
+        return self.members + self.heldout + self.public
+
+
+def split_counts(n_rows: int, spec: SplitSpec) -> SplitCounts:
+    """Exact split sizes for ``n_rows`` (fractions rounded half up; at least one member).
+
+    Raises:
+        dpaudit.errors.UserInputError: when the held-out and public rows leave no members.
+    """
+
+    def size(fraction: float, absolute: int | None) -> int:
+        return absolute if absolute is not None else math.floor(fraction * n_rows + 0.5)
+
+    heldout = size(spec.heldout_fraction, spec.heldout_size)
+    public = size(spec.public_fraction, spec.public_size)
+    if heldout + public >= n_rows:
+        raise UserInputError(
+            f"the corpus has {n_rows} examples but {heldout} held-out and {public} public ones are requested, "
+            "leaving no training members; lower --heldout-size/--public-size (or the fractions) or use a larger corpus."
+        )
+    return SplitCounts(members=n_rows - heldout - public, heldout=heldout, public=public)
+
+
+def assign_splits(counts: SplitCounts, rng: np.random.Generator) -> np.ndarray:
+    """A split code per row (MEMBER, HELDOUT or PUBLIC), uniformly at random with exact counts."""
+    codes = np.empty(counts.total, dtype=np.int8)
+    order = rng.permutation(counts.total)
+    codes[order[: counts.public]] = PUBLIC
+    codes[order[counts.public : counts.public + counts.heldout]] = HELDOUT
+    codes[order[counts.public + counts.heldout :]] = MEMBER
+    return codes
+
+
+def train_order(member_rows: np.ndarray, frequencies: np.ndarray, rng: np.random.Generator) -> np.ndarray:
+    """The shuffled training stream: row index ``i >= 0`` is corpus row i, ``-(c + 1)`` is canary c.
+
+    Canary c appears exactly ``frequencies[c]`` times; every member row exactly once.
+    """
+    frequencies = np.asarray(frequencies, dtype=np.int64)
+    if frequencies.size and frequencies.min() < 0:
+        raise ValueError("frequencies must be >= 0.")
+    repeats = np.repeat(np.arange(frequencies.size, dtype=np.int64), frequencies)
+    order = np.concatenate([np.asarray(member_rows, dtype=np.int64), -(repeats + 1)])
+    rng.shuffle(order)
+    return order
+
+
+# -- writing -----------------------------------------------------------------------------------
+
+
+@dataclass
+class RowEncoder:
+    """Encodes corpus rows and canaries as JSON Lines identical to :func:`dpaudit.rundir.dumps_jsonl_line`.
+
+    Labels are encoded once each (rows carry a label index), and the text with the C string
+    encoder json.dumps itself uses, so a million rows encode in about a second.
+    """
+
+    labels: Sequence[Any] | None = None
+    _label_json: list[str] = field(init=False, default_factory=list)
+
+    def __post_init__(self) -> None:
+        if self.labels is not None:
+            self._label_json = [json.dumps(label, ensure_ascii=False) for label in self.labels]
+
+    def line(self, text: str, label_index: int | None = None) -> str:
+        if self.labels is None:
+            return '{"text": ' + encode_basestring(text) + "}\n"
+        return '{"text": ' + encode_basestring(text) + ', "label": ' + self._label_json[label_index] + "}\n"  # type: ignore[index]
+
+
+def write_rows(
+    handle: TextIO,
+    rows: np.ndarray,
+    *,
+    texts: Sequence[str],
+    label_ids: Sequence[int] | None,
+    encoder: RowEncoder,
+    canary_lines: Sequence[str] = (),
+    desc: str = "",
+) -> int:
+    """Write the rows named by ``rows`` (see :func:`train_order`) in blocks; returns the count."""
+    written = 0
+    with tqdm(total=len(rows), desc=desc, unit="rows", file=sys.stderr, disable=None, leave=False) as bar:
+        for start in range(0, len(rows), _WRITE_BLOCK):
+            block = rows[start : start + _WRITE_BLOCK].tolist()
+            if label_ids is None:
+                lines = [encoder.line(texts[i]) if i >= 0 else canary_lines[-i - 1] for i in block]
+            else:
+                lines = [encoder.line(texts[i], label_ids[i]) if i >= 0 else canary_lines[-i - 1] for i in block]
+            handle.write("".join(lines))
+            written += len(lines)
+            bar.update(len(lines))
+    return written

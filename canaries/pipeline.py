@@ -1,0 +1,375 @@
+"""The inject stage, composed: read the corpus, split it, draw canaries, write the run directory.
+
+This is the one place that composes the pieces (readers, secret spaces, generation, insertion,
+manifest); each piece knows nothing of the others. Every fallible step (bad corpus, too small a
+space, impossible split) runs before anything is written, and the writing happens in a staged
+directory that is renamed into place only when complete.
+
+Randomness: one seed, split into independent numpy streams (``SeedSequence(seed,
+spawn_key=(k,))``) for the split, the secrets, the coin flips, the canary labels and the training
+shuffle, so changing, say, the number of canaries does not reshuffle the splits.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from canaries import manifest as mf
+from canaries.generate import (
+    DEFAULT_TEMPLATE,
+    PHRASE_TEMPLATE,
+    Canary,
+    build_canaries,
+    draw_labels,
+    draw_secrets,
+    normalize_tokens,
+    parse_template,
+)
+from canaries.insert import (
+    HELDOUT,
+    MEMBER,
+    PUBLIC,
+    RowEncoder,
+    Schedule,
+    SplitCounts,
+    SplitSpec,
+    assign_splits,
+    split_counts,
+    train_order,
+    write_rows,
+)
+from canaries.spaces import (
+    SHIPPED_WORDS,
+    PhraseSpace,
+    SecretSpace,
+    digit_space,
+    parse_format,
+    read_word_list,
+    shipped_words,
+    word_space,
+    words_from_texts,
+)
+from dpaudit.corpus import BUILTIN_ASSISTANT, CorpusReader, assistant
+from dpaudit.corpus.readers import Label
+from dpaudit.errors import UserInputError
+from dpaudit.rundir import (
+    build_manifest,
+    dumps_jsonl_line,
+    file_hashes,
+    prepare_output_dir,
+    sha256_file,
+    staged_directory,
+    write_manifest,
+)
+
+# Independent random streams derived from the one seed.
+_SPLIT, _SECRETS, _COIN, _LABELS, _SHUFFLE = 1, 2, 3, 4, 5
+DEFAULT_CORPUS_SIZE = 20_000
+WORD_LIST_PUBLIC = "public"
+
+
+@dataclass(frozen=True, kw_only=True)
+class InjectConfig:
+    """Everything that determines an inject run's outputs (recorded in the manifest).
+
+    Attributes:
+        corpus: a corpus file, or ``"builtin:assistant"``.
+        corpus_format: ``auto`` (from the suffix), ``text``, ``jsonl``, ``csv`` or ``tsv``.
+        corpus_size: utterances to generate for ``builtin:assistant`` (None for files).
+        seed: the one seed for every random choice.
+        format: secret format, e.g. ``digits:10``, ``words:4``, ``phrases:3``.
+        template: canary template with one ``{secret}``; None picks the format's default.
+        word_list: for ``words:N``: None (shipped list), a file, or ``"public"``.
+        phrase_corpus: for ``phrases``: the disjoint corpus file phrases are taken from.
+        schedule: canary counts, frequencies and membership mode.
+        splits: held-out and public shares of the corpus.
+        encoding_errors: ``strict`` or ``replace`` for undecodable bytes.
+    """
+
+    corpus: str
+    corpus_format: str = "auto"
+    corpus_size: int | None = None
+    seed: int = 0
+    format: str = "digits:10"
+    template: str | None = None
+    word_list: str | None = None
+    phrase_corpus: str | None = None
+    schedule: Schedule = field(default_factory=Schedule)
+    splits: SplitSpec = field(default_factory=SplitSpec)
+    encoding_errors: str = "strict"
+
+    def __post_init__(self) -> None:
+        if self.seed < 0:
+            raise ValueError(f"seed must be >= 0, got {self.seed}.")
+        if self.encoding_errors not in ("strict", "replace"):
+            raise ValueError(f"encoding_errors must be 'strict' or 'replace', got {self.encoding_errors!r}.")
+        if self.corpus_size is not None and self.corpus_size < 1:
+            raise ValueError(f"corpus_size must be >= 1, got {self.corpus_size}.")
+
+    @property
+    def builtin(self) -> bool:
+        return self.corpus == BUILTIN_ASSISTANT
+
+    def to_json(self) -> dict[str, Any]:
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class LoadedCorpus:
+    """The corpus held once in memory: texts, a label index per row, and where it came from."""
+
+    texts: list[str]
+    label_ids: list[int] | None
+    labels: list[Label] | None
+    label_counts: list[int] | None
+    input_key: str
+    input_value: str
+    info: dict[str, Any]
+
+
+def _rng(seed: int, stream: int) -> np.random.Generator:
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(stream,)))
+
+
+def _load_phrase_sentences(config: InjectConfig) -> list[str]:
+    reader = CorpusReader(config.phrase_corpus, errors=config.encoding_errors, option="--phrase-corpus")  # type: ignore[arg-type]
+    sentences = [row.text.strip() for row in reader]
+    if not sentences:
+        raise UserInputError(f"--phrase-corpus {config.phrase_corpus} has no sentences; pass a file with one sentence per line.")
+    return sentences
+
+
+def load_corpus(config: InjectConfig, *, forbidden: dict[str, int] | None = None) -> LoadedCorpus:
+    """Read (or generate) the corpus into memory once.
+
+    Args:
+        forbidden: normalized sentence -> line of the phrase corpus; any corpus row equal to one
+            of them is an error (the phrase corpus must be disjoint from the training corpus).
+    """
+    texts: list[str] = []
+    label_ids: list[int] = []
+    label_index: dict[Label, int] = {}
+    labelled: bool | None = None
+    if config.builtin:
+        size = config.corpus_size or DEFAULT_CORPUS_SIZE
+        if size > assistant.max_size():
+            raise UserInputError(
+                f"--corpus-size {size}: builtin:assistant can make at most {assistant.max_size()} distinct utterances."
+            )
+        rows = ((i + 1, r["text"], r["label"]) for i, r in enumerate(assistant.generate(size, config.seed)))
+        total, stats = size, None
+        input_value = assistant.describe(size, config.seed)
+    else:
+        if config.corpus_size is not None:
+            raise UserInputError(
+                f"--corpus-size applies only to --corpus {BUILTIN_ASSISTANT}; remove it or use the built-in corpus."
+            )
+        reader = CorpusReader(config.corpus, format=config.corpus_format, errors=config.encoding_errors)  # type: ignore[arg-type]
+        rows, total, stats = iter(reader), None, reader
+        input_value = sha256_file(config.corpus)
+    with tqdm(total=total, desc="reading corpus", unit="rows", file=sys.stderr, disable=None, leave=False) as bar:
+        for n, (line, text, label) in enumerate(rows, start=1):
+            if forbidden is not None:
+                key = " ".join(normalize_tokens(text))
+                if key in forbidden:
+                    raise UserInputError(
+                        f"--phrase-corpus line {forbidden[key]} also occurs in --corpus {config.corpus} (line {line}); "
+                        "the phrase corpus must be disjoint from the training corpus."
+                    )
+            texts.append(text)
+            if labelled is None:
+                labelled = label is not None
+            if labelled:
+                label_ids.append(label_index.setdefault(label, len(label_index)))  # type: ignore[arg-type]
+            if n % 65536 == 0:
+                bar.update(65536)
+    if not texts:
+        what = "generated nothing" if config.builtin else "has no examples (empty or only blank lines)"
+        raise UserInputError(f"--corpus {config.corpus} {what}; pass a corpus with at least one non-blank example.")
+    info: dict[str, Any] = {"source": config.corpus, "rows": len(texts), "labelled": bool(labelled)}
+    if stats is not None:
+        info.update(format=stats.format, blank_skipped=stats.stats.blank_skipped, replaced_lines=stats.stats.replaced_lines)
+    labels = label_counts = None
+    if labelled:
+        # Canonical label order (integers, then strings) so label ids do not depend on which label came first.
+        labels = sorted(label_index, key=lambda lab: (isinstance(lab, str), lab))
+        remap = np.empty(len(labels), dtype=np.int64)
+        for new, lab in enumerate(labels):
+            remap[label_index[lab]] = new
+        ids = remap[np.asarray(label_ids, dtype=np.int64)]
+        label_counts = np.bincount(ids, minlength=len(labels)).tolist()
+        label_ids = ids.tolist()
+        info["labels"] = dict(zip(map(str, labels), label_counts))
+    return LoadedCorpus(
+        texts=texts, label_ids=label_ids if labelled else None, labels=labels, label_counts=label_counts,
+        input_key=config.corpus, input_value=input_value, info=info,
+    )
+
+
+def check_format_options(config: InjectConfig) -> tuple[str, int]:
+    """Parse ``--format`` and check the options that belong to it, before any corpus is read."""
+    kind, count = parse_format(config.format)
+    if config.word_list is not None and kind != "words":
+        raise UserInputError(f"--word-list applies only to --format words:N, not {config.format}; remove it.")
+    if config.phrase_corpus is not None and kind != "phrases":
+        raise UserInputError(f"--phrase-corpus applies only to --format phrases, not {config.format}; remove it.")
+    if config.phrase_corpus is None and kind == "phrases":
+        raise UserInputError("--format phrases needs --phrase-corpus FILE: a corpus disjoint from --corpus to take phrases from.")
+    return kind, count
+
+
+def build_space(
+    config: InjectConfig, *, public_texts: Sequence[str], phrase_sentences: Sequence[str] | None
+) -> tuple[SecretSpace, dict[str, str]]:
+    """The secret space the format names, and any extra input files (path -> sha256)."""
+    kind, count = check_format_options(config)
+    if kind == "digits":
+        return digit_space(count), {}
+    if kind == "words":
+        if config.word_list is None:
+            return word_space(count, shipped_words(), source=SHIPPED_WORDS), {}
+        if config.word_list == WORD_LIST_PUBLIC:
+            words = words_from_texts(public_texts)
+            if len(words) < 2:
+                raise UserInputError(
+                    "--word-list public: the public split has fewer than 2 distinct words; use the shipped list or a file."
+                )
+            return word_space(count, words, source="public.jsonl (most frequent words)"), {}
+        words = read_word_list(config.word_list)
+        return word_space(count, words, source=config.word_list), {config.word_list: sha256_file(config.word_list)}
+    if phrase_sentences is None:
+        raise ValueError("phrase_sentences are required for a phrases format.")
+    space = PhraseSpace(sentences=phrase_sentences, words=count, source=str(config.phrase_corpus))
+    return space, {str(config.phrase_corpus): sha256_file(config.phrase_corpus)}  # type: ignore[arg-type]
+
+
+def inject(config: InjectConfig, out: str | Path, *, overwrite: bool = False, command: list[str] | None = None) -> dict[str, Any]:
+    """Run the inject stage into ``out`` and return the summary (also stored in the manifest).
+
+    Raises:
+        UserInputError: for any problem with the inputs; nothing is written in that case.
+    """
+    out = prepare_output_dir(out, overwrite=overwrite)
+    kind, _ = check_format_options(config)
+    template = config.template if config.template is not None else (PHRASE_TEMPLATE if kind == "phrases" else DEFAULT_TEMPLATE)
+    prefix, suffix = parse_template(template)
+    # Record resolved defaults, so the manifest's config alone reproduces the run.
+    config = dataclasses.replace(
+        config, template=template, corpus_size=(config.corpus_size or DEFAULT_CORPUS_SIZE) if config.builtin else config.corpus_size,
+    )
+    phrase_sentences = _load_phrase_sentences(config) if kind == "phrases" else None
+    forbidden = None
+    if phrase_sentences is not None:
+        forbidden = {}
+        for lineno, sentence in enumerate(phrase_sentences, start=1):
+            forbidden.setdefault(" ".join(normalize_tokens(sentence)), lineno)
+
+    corpus = load_corpus(config, forbidden=forbidden)
+    counts = split_counts(len(corpus.texts), config.splits)
+    codes = assign_splits(counts, _rng(config.seed, _SPLIT))
+    public_rows = np.flatnonzero(codes == PUBLIC)
+    space, extra_inputs = build_space(
+        config, public_texts=[corpus.texts[i] for i in public_rows.tolist()] if config.word_list == WORD_LIST_PUBLIC else (),
+        phrase_sentences=phrase_sentences,
+    )
+
+    schedule = config.schedule
+    draws, rejected = draw_secrets(
+        space, schedule.n_canaries, rng=_rng(config.seed, _SECRETS), corpus_texts=corpus.texts, context_texts=[prefix, suffix],
+    )
+    frequencies = schedule.canary_frequencies(_rng(config.seed, _COIN))
+    labels = None
+    if corpus.labels is not None:
+        picks = draw_labels(corpus.label_counts, len(draws), rng=_rng(config.seed, _LABELS))  # type: ignore[arg-type]
+        labels = [corpus.labels[i] for i in picks.tolist()]
+    canaries = build_canaries(draws, frequencies, template_prefix=prefix, template_suffix=suffix, format=space.format, labels=labels)
+    order = train_order(np.flatnonzero(codes == MEMBER), frequencies, _rng(config.seed, _SHUFFLE))
+
+    summary = _summary(config, counts, canaries, len(order), space, rejected)
+    _write(out, overwrite=overwrite, config=config, corpus=corpus, codes=codes, order=order, canaries=canaries,
+           space=space, template=(template, prefix, suffix), extra_inputs=extra_inputs, summary=summary, command=command)
+    return summary
+
+
+def _summary(config: InjectConfig, counts: SplitCounts, canaries: list[Canary], train_rows: int,
+             space: SecretSpace, rejected: int) -> dict[str, Any]:
+    inserted = [c for c in canaries if c.member]
+    by_frequency: dict[str, int] = {}
+    for c in canaries:
+        by_frequency[str(c.frequency)] = by_frequency.get(str(c.frequency), 0) + 1
+    return {
+        "mode": config.schedule.mode,
+        "format": space.format,
+        "log2_size": space.log2_size,
+        "counts": {
+            "corpus": counts.total,
+            "members": counts.members,
+            "heldout": counts.heldout,
+            "public": counts.public,
+            "train_rows": train_rows,
+            "canaries": len(canaries),
+            "canaries_inserted": len(inserted),
+            "canaries_control": len(canaries) - len(inserted),
+            "canary_insertions": sum(c.frequency for c in canaries),
+            "canaries_by_frequency": by_frequency,
+            "secrets_rejected_in_corpus": rejected,
+        },
+    }
+
+
+def _write(out: Path, *, overwrite: bool, config: InjectConfig, corpus: LoadedCorpus, codes: np.ndarray,
+           order: np.ndarray, canaries: list[Canary], space: SecretSpace, template: tuple[str, str, str],
+           extra_inputs: dict[str, str], summary: dict[str, Any], command: list[str] | None) -> None:
+    encoder = RowEncoder(labels=corpus.labels)
+    canary_lines = [encoder.line(c.text, None if corpus.labels is None else corpus.labels.index(c.label)) for c in canaries]
+    write = dict(texts=corpus.texts, label_ids=corpus.label_ids, encoder=encoder)
+    created = [p for p in Path(out).resolve().parents if not p.exists()]
+    try:
+        with staged_directory(out, overwrite=overwrite) as stage:
+            with open(stage / mf.TRAIN, "w", encoding="utf-8", newline="\n") as handle:
+                write_rows(handle, order, canary_lines=canary_lines, desc="train.jsonl", **write)
+            for name, code in ((mf.HELDOUT, HELDOUT), (mf.PUBLIC, PUBLIC)):
+                with open(stage / name, "w", encoding="utf-8", newline="\n") as handle:
+                    write_rows(handle, np.flatnonzero(codes == code), desc=name, **write)
+            with open(stage / mf.CANARIES, "w", encoding="utf-8", newline="\n") as handle:
+                handle.write("".join(dumps_jsonl_line(c.to_record()) for c in canaries))
+            text, prefix, suffix = template
+            manifest = build_manifest(
+                schema=mf.SCHEMA,
+                config=config.to_json(),
+                seed=config.seed,
+                inputs={corpus.input_key: corpus.input_value, **extra_inputs},
+                outputs=file_hashes(stage, mf.OUTPUT_FILES),
+                command=command,
+                extra={
+                    **summary,
+                    "secret_space": space.describe(),
+                    "template": {"template": text, "prefix": prefix, "suffix": suffix},
+                    "splits": {
+                        "heldout_fraction": config.splits.heldout_fraction,
+                        "public_fraction": config.splits.public_fraction,
+                        "heldout_size": config.splits.heldout_size,
+                        "public_size": config.splits.public_size,
+                    },
+                    "corpus": corpus.info,
+                    "canary_labels": "drawn in proportion to the corpus label counts" if corpus.labels else None,
+                    "tokenizer": mf.TOKENIZER_NOTE,
+                    "random_streams": "numpy SeedSequence(seed, spawn_key=(k,)): 1 split, 2 secrets, 3 coin, 4 labels, 5 shuffle",
+                },
+            )
+            write_manifest(stage, manifest)
+    except BaseException:
+        for parent in created:  # deepest first: remove folders this run created, if still empty
+            try:
+                parent.rmdir()
+            except OSError:
+                break
+        raise
