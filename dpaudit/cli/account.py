@@ -1,0 +1,432 @@
+"""``dpaudit account``: epsilon of a DP-SGD run, calibration of sigma, reverse searches and TAN figures.
+
+Leave exactly one of noise multiplier, steps or batch size out and give ``--target-epsilon``: that
+one is solved for (smallest sigma, most steps, largest batch within the budget). Give them all and
+the command prints epsilon (and, with a target, whether the run fits). Everything printed is
+recomputed from the run's DpEvent by :mod:`dpaudit.accounting`.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import sys
+import tomllib
+import warnings
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import click
+
+from dpaudit.errors import UserInputError
+
+EPILOG = """\b
+Worked examples (the settings of the papers dpaudit reproduces):
+\b
+  Anil et al. 2021, BERT-Large, constant batch 65,536 for 20K steps: calibrate sigma for eps 5.36
+    dpaudit account -N 346000000 --batch-size 65536 --steps 20000 --delta 2.89e-9 --target-epsilon 5.36
+\b
+  Anil et al. 2021, batches 262K -> 1M in four stages over 7.5K steps, then 1M up to 20K steps
+    dpaudit account -N 346000000 --delta 2.89e-9 --target-epsilon 5.36 \\
+      --batch-schedule 1875:262144,1875:458752,1875:655360,1875:851968,12500:1048576
+\b
+  Dupuy et al. 2021 style eDP-SGD: batch 256 split into micro-batches of 32 (sensitivity 2C),
+  sigma 1.2 decaying linearly per epoch with a floor, 5 epochs over 450K utterances
+    dpaudit account -N 450000 --batch-size 256 --microbatch-size 32 --epochs 5 \\
+      --noise-multiplier 1.2 --noise-decay linear:0.1:0.6 --accountant both
+\b
+  Reverse searches: most steps, or largest batch, that fit epsilon 8
+    dpaudit account -N 1000000 --batch-size 4096 --noise-multiplier 1.0 --target-epsilon 8
+    dpaudit account -N 1000000 --steps 5000 --noise-multiplier 1.0 --target-epsilon 8
+\b
+  TAN (Sander et al. 2023) and a cheap NON-PRIVATE simulation of the same run at batch 4096
+    dpaudit account -N 346000000 --batch-size 65536 --steps 20000 --noise-multiplier 4 --tan --simulate 4096
+\b
+Schedule files (--schedule) are JSON or TOML: a list of segments, each with `steps`, one of
+`batch_size` or `sampling_probability`, and optionally its own `noise_multiplier`
+(JSON: [{"steps": 1000, "batch_size": 4096}, ...]; TOML: [[segments]] tables).
+\b
+Example: dpaudit account -N 60000 --batch-size 256 --epochs 15 --noise-multiplier 1.1 --accountant both"""
+
+
+class _AccountError(click.ClickException):
+    """One-line error, exit code 2 (as the command group does for UserInputError)."""
+
+    exit_code = 2
+
+
+@dataclass(frozen=True)
+class _Plan:
+    """What the options describe: segments as a function of the (global) noise multiplier."""
+
+    build: Callable[[float], list]   # sigma -> list[Segment]
+    uses_sigma: bool                 # False when every segment names its own sigma
+    description: str
+
+
+def _fail(message: str) -> None:
+    raise UserInputError(message)
+
+
+def _parse_batch_schedule(text: str) -> list[tuple[int, int]]:
+    pairs = []
+    for index, part in enumerate(p.strip() for p in text.split(",")):
+        try:
+            steps, batch = (int(v) for v in part.split(":"))
+        except ValueError:
+            _fail(f"--batch-schedule item {index + 1} {part!r}: expected STEPS:BATCH, e.g. 1875:262144,12500:1048576.")
+        if steps < 1 or batch < 1:
+            _fail(f"--batch-schedule item {index + 1} {part!r}: steps and batch must be >= 1.")
+        pairs.append((steps, batch))
+    return pairs
+
+
+def _load_schedule(path: Path) -> list[dict[str, Any]]:
+    text = path.read_text(encoding="utf-8")
+    try:
+        data = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
+    except (json.JSONDecodeError, tomllib.TOMLDecodeError) as err:
+        _fail(f"--schedule {path}: not valid {'TOML' if path.suffix.lower() == '.toml' else 'JSON'} ({err}).")
+    if isinstance(data, dict):
+        data = data.get("segments")
+    if not isinstance(data, list) or not data:
+        _fail(f"--schedule {path}: expected a non-empty list of segments (or a 'segments' list).")
+    allowed = {"steps", "batch_size", "sampling_probability", "noise_multiplier"}
+    for index, item in enumerate(data):
+        where = f"--schedule {path}: segment {index + 1}"
+        if not isinstance(item, dict):
+            _fail(f"{where}: expected an object with steps and batch_size or sampling_probability.")
+        unknown = sorted(set(item) - allowed)
+        if unknown:
+            _fail(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}.")
+        if "steps" not in item or (("batch_size" in item) == ("sampling_probability" in item)):
+            _fail(f"{where}: needs steps and exactly one of batch_size or sampling_probability.")
+    return data
+
+
+def _decay(spec: str, epochs: int) -> Callable[[float], list[float]]:
+    from dpaudit import accounting as A
+
+    kind, *args = spec.split(":")
+    try:
+        values = [float(a) for a in args]
+    except ValueError:
+        values = []
+    if kind == "linear" and len(values) == 2:
+        return lambda s: A.linear_decay_sigmas(s, values[0], epochs, values[1])
+    if kind == "exp" and len(values) == 1:
+        return lambda s: A.exponential_decay_sigmas(s, values[0], epochs)
+    _fail(f"--noise-decay {spec!r}: expected linear:K:SIGMA_MIN or exp:K, e.g. linear:0.1:0.6.")
+    raise AssertionError  # unreachable
+
+
+def _fmt_int(n: int | float) -> str:
+    return f"{int(n):,}"
+
+
+@click.command(epilog=EPILOG, context_settings={"max_content_width": 110})
+@click.option("--dataset-size", "-N", type=click.IntRange(min=1), help="Number of examples (privacy units) N.")
+@click.option("--batch-size", "-B", type=click.IntRange(min=1), help="Expected batch size; q = B / N.")
+@click.option("--sampling-probability", "-q", type=click.FloatRange(0, 1, min_open=True),
+              help="Poisson sampling probability q (instead of --batch-size).")
+@click.option("--steps", "-S", type=click.IntRange(min=1), help="Number of DP-SGD steps.")
+@click.option("--epochs", type=click.IntRange(min=1), help="Epochs instead of --steps (ceil(N / B) steps each).")
+@click.option("--noise-multiplier", "--sigma", "noise_multiplier", type=click.FloatRange(min=0),
+              help="Noise std on the summed clipped gradients / clip norm C.")
+@click.option("--delta", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              help="delta of the guarantee  [default: 1/N]")
+@click.option("--target-epsilon", type=click.FloatRange(min=0, min_open=True),
+              help="Budget: solve for the one missing quantity (sigma, steps or batch), or check the run against it.")
+@click.option("--schedule", "schedule_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="JSON or TOML list of segments (steps + batch_size or sampling_probability [+ noise_multiplier]).")
+@click.option("--batch-schedule", help='Inline batch-size schedule "STEPS:BATCH,STEPS:BATCH,...".')
+@click.option("--noise-decay", help="Per-epoch sigma decay fixed in advance: linear:K:SIGMA_MIN or exp:K (needs --epochs).")
+@click.option("--microbatch-size", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Micro-batch clipping: any size > 1 doubles the sensitivity (the accountant sees sigma / 2).")
+@click.option("--fixed-size", is_flag=True,
+              help="Fixed-size batches sampled without replacement: replace-one adjacency, RDP only (labelled).")
+@click.option("--accountant", type=click.Choice(["pld", "rdp", "both"]), default=None,
+              help="Accountant of record  [default: pld; rdp with --fixed-size]")
+@click.option("--tan", is_flag=True, help="Also print eta and eps_TAN (Sander et al.; valid only for sigma > 2).")
+@click.option("--simulate", type=click.IntRange(min=1), metavar="B",
+              help="TAN simulation at batch B: same eta_step and steps, labelled NON-PRIVATE.")
+@click.option("--tolerance", type=click.FloatRange(0, 0.1, min_open=True), default=1e-3, show_default=True,
+              help="Relative tolerance of calibrations and reverse searches.")
+@click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
+def account(**options: Any) -> None:
+    """Compute epsilon for a DP-SGD run, calibrate sigma for a target epsilon, or find the most steps / largest
+    batch within a budget. Poisson sampling and add/remove-one adjacency unless --fixed-size."""
+    from dpaudit.cli import UserError
+
+    try:
+        result = _run(**options)
+    except UserInputError as err:
+        raise UserError(str(err)) from None
+    if options["as_json"]:
+        click.echo(json.dumps(result, indent=2, sort_keys=True))
+    else:
+        click.echo(_render(result))
+
+
+def _run(*, dataset_size, batch_size, sampling_probability, steps, epochs, noise_multiplier, delta, target_epsilon,
+         schedule_file, batch_schedule, noise_decay, microbatch_size, fixed_size, accountant, tan, simulate,
+         tolerance, as_json) -> dict[str, Any]:
+    from dpaudit import accounting as A
+
+    n = dataset_size
+    if batch_size is not None and sampling_probability is not None:
+        _fail("--batch-size and --sampling-probability both given; pass one (q = B / N).")
+    if batch_size is not None and n is None:
+        _fail("--batch-size needs --dataset-size/-N (q = B / N); or pass --sampling-probability/-q.")
+    if batch_size is not None and batch_size > n:
+        _fail(f"--batch-size {batch_size} is larger than --dataset-size {n}.")
+    if steps is not None and epochs is not None:
+        _fail("--steps and --epochs both given; pass one.")
+    if delta is None:
+        if n is None:
+            _fail("--delta is required without --dataset-size (its default is 1/N).")
+        delta = 1.0 / n
+    if sum(x is not None for x in (schedule_file, batch_schedule)) > 1:
+        _fail("--schedule and --batch-schedule both given; pass one.")
+    accountants = {"pld": ["pld"], "rdp": ["rdp"], "both": ["pld", "rdp"], None: ["rdp" if fixed_size else "pld"]}[accountant]
+    if fixed_size and "pld" in accountants:
+        _fail("--fixed-size is accounted by RDP only (replace-one adjacency); use --accountant rdp or drop --accountant.")
+    factor = A.microbatch_sensitivity_factor(microbatch_size)
+    q = sampling_probability if sampling_probability is not None else (batch_size / n if batch_size else None)
+    notes: list[str] = []
+    if factor != 1.0:
+        notes.append(f"micro-batch clipping (micro-batch size {microbatch_size}): one example moves one clipped "
+                     f"micro-batch sum by up to 2C, so the accountant sees sigma / 2")
+    if fixed_size:
+        notes.append(A.FIXED_SIZE_LABEL)
+
+    solved: dict[str, Any] = {}
+    primary = accountants[0]
+    schedule_mode = schedule_file is not None or batch_schedule is not None or noise_decay is not None
+
+    if fixed_size:
+        if schedule_mode or n is None or batch_size is None:
+            _fail("--fixed-size needs --dataset-size and --batch-size (no schedules).")
+        if epochs is not None:
+            steps = epochs * math.ceil(n / batch_size)
+        if steps is None or noise_multiplier is None:
+            _fail("--fixed-size needs --steps (or --epochs) and --noise-multiplier (no calibration).")
+
+        def event_of(sigma: float):
+            return A.fixed_size_event(dataset_size=n, batch_size=batch_size, steps=steps, noise_multiplier=sigma)
+
+        segments = [A.Segment(steps=steps, sampling_probability=batch_size / n, noise_multiplier=noise_multiplier)]
+        sigma = noise_multiplier
+    else:
+        plan = _plan(n=n, q=q, steps=steps, epochs=epochs, schedule_file=schedule_file, batch_schedule=batch_schedule,
+                     noise_decay=noise_decay, factor=factor)
+        missing = _missing(plan=plan, q=q, steps=steps, epochs=epochs, sigma=noise_multiplier, n=n)
+        sigma = noise_multiplier
+        if missing and target_epsilon is None:
+            _fail(f"missing {missing}: pass it, or pass --target-epsilon to solve for it.")
+        if missing == "--noise-multiplier":
+            click.echo("calibrating the noise multiplier ...", err=True)
+            sigma = A.calibrate_noise(lambda s: A.schedule_event(plan.build(s)), target_epsilon, delta,
+                                      accountant=primary, tolerance=tolerance)
+            solved["noise_multiplier"] = sigma
+        elif missing == "--steps":
+            steps = A.max_steps(sampling_probability=q, noise_multiplier=sigma, sensitivity_factor=factor,
+                                target_epsilon=target_epsilon, delta=delta, accountant=primary, tolerance=tolerance)
+            if steps == 0:
+                _fail(f"not even one step fits epsilon {target_epsilon:g}; add noise or sample less.")
+            solved["steps"] = steps
+            plan = _plan(n=n, q=q, steps=steps, epochs=None, schedule_file=None, batch_schedule=None,
+                         noise_decay=None, factor=factor)
+        elif missing == "--batch-size":
+            batch_size = A.max_batch_size(dataset_size=n, steps=steps, noise_multiplier=sigma,
+                                          sensitivity_factor=factor, target_epsilon=target_epsilon, delta=delta,
+                                          accountant=primary, tolerance=tolerance)
+            if batch_size == 0:
+                _fail(f"not even a batch of 1 fits epsilon {target_epsilon:g} in {steps} steps; add noise.")
+            solved["batch_size"] = batch_size
+            q = batch_size / n
+            plan = _plan(n=n, q=q, steps=steps, epochs=None, schedule_file=None, batch_schedule=None,
+                         noise_decay=None, factor=factor)
+        if plan.uses_sigma and sigma is None:
+            _fail("--noise-multiplier is required.")
+        segments = plan.build(sigma if sigma is not None else 1.0)
+
+        def event_of(s: float):
+            return A.schedule_event(plan.build(s))
+
+    event = event_of(sigma if sigma is not None else 1.0)
+    epsilons = {name: A.epsilon(event, delta, name) for name in accountants}
+    result: dict[str, Any] = {
+        "schema": "dpaudit.account/1",
+        "sampling": "fixed_size" if fixed_size else "poisson",
+        "adjacency": "replace one example" if fixed_size else "add/remove one example",
+        "dataset_size": n,
+        "delta": delta,
+        "noise_multiplier": sigma,
+        "microbatch_size": microbatch_size,
+        "sensitivity_factor": factor,
+        "steps": sum(s.steps for s in segments),
+        "segments": [s.to_json() for s in segments],
+        "epsilon": {k: (v if math.isfinite(v) else None) for k, v in epsilons.items()},
+        "target_epsilon": target_epsilon,
+        "within_target": None if target_epsilon is None else epsilons[primary] <= target_epsilon,
+        "solved": solved or None,
+        "event": A.event_to_json(event),
+        "notes": notes,
+        "tan": None,
+        "simulation": None,
+    }
+    if tan:
+        result["tan"] = _tan(segments, delta)
+    if simulate is not None:
+        if schedule_mode or n is None or batch_size is None or len(segments) != 1:
+            _fail("--simulate needs one constant segment with --dataset-size and --batch-size (or a solved batch).")
+        if simulate > n:
+            _fail(f"--simulate {simulate} is larger than --dataset-size {n}.")
+        sim = A.tan_simulate(dataset_size=n, batch_size=batch_size, noise_multiplier=segments[0].effective_noise_multiplier,
+                             steps=segments[0].steps, simulated_batch_size=simulate)
+        result["simulation"] = sim.to_json()
+    return result
+
+
+def _plan(*, n, q, steps, epochs, schedule_file, batch_schedule, noise_decay, factor) -> _Plan:
+    from dpaudit import accounting as A
+
+    def checked(build: Callable[[float], list], where: str) -> Callable[[float], list]:
+        def wrapped(sigma: float) -> list:
+            try:
+                return build(sigma)
+            except ValueError as err:
+                if isinstance(err, UserInputError):
+                    raise
+                raise UserInputError(f"{where}: {err}") from None
+        return wrapped
+
+    if schedule_file is not None:
+        items = _load_schedule(schedule_file)
+        if any("batch_size" in item for item in items) and n is None:
+            _fail(f"--schedule {schedule_file}: batch_size needs --dataset-size/-N.")
+        uses_sigma = any("noise_multiplier" not in item for item in items)
+
+        def build(sigma: float) -> list:
+            out = []
+            for item in items:
+                q_i = item["sampling_probability"] if "sampling_probability" in item else item["batch_size"] / n
+                out.append(A.Segment(steps=item["steps"], sampling_probability=q_i,
+                                     noise_multiplier=item.get("noise_multiplier", sigma), sensitivity_factor=factor))
+            return out
+
+        return _Plan(checked(build, f"--schedule {schedule_file}"), uses_sigma, f"schedule file {schedule_file}")
+    if batch_schedule is not None:
+        if n is None:
+            _fail("--batch-schedule needs --dataset-size/-N (q = batch / N).")
+        pairs = _parse_batch_schedule(batch_schedule)
+        return _Plan(checked(lambda s: A.batch_schedule_segments(dataset_size=n, schedule=pairs, noise_multiplier=s,
+                                                                 sensitivity_factor=factor), "--batch-schedule"),
+                     True, "batch-size schedule")
+    if noise_decay is not None:
+        if epochs is None or q is None:
+            _fail("--noise-decay needs --epochs and --batch-size or --sampling-probability.")
+        sigmas = _decay(noise_decay, epochs)
+        per_epoch = math.ceil(1.0 / q - 1e-9)
+        return _Plan(checked(lambda s: A.noise_schedule_segments(sampling_probability=q, steps_per_epoch=per_epoch,
+                                                                 sigmas=sigmas(s), sensitivity_factor=factor),
+                             "--noise-decay"), True, f"noise decay {noise_decay}")
+    if epochs is not None and q is not None:
+        steps = epochs * math.ceil(1.0 / q - 1e-9)
+    if q is None or steps is None:
+        return _Plan(lambda s: [], True, "incomplete")
+    return _Plan(checked(lambda s: [A.Segment(steps=steps, sampling_probability=q, noise_multiplier=s,
+                                              sensitivity_factor=factor)], "options"), True, "constant")
+
+
+def _missing(*, plan: _Plan, q, steps, epochs, sigma, n) -> str | None:
+    if plan.description != "incomplete":
+        return "--noise-multiplier" if plan.uses_sigma and sigma is None else None
+    gaps = []
+    if q is None:
+        gaps.append("--batch-size")
+    if steps is None and epochs is None:
+        gaps.append("--steps")
+    if sigma is None:
+        gaps.append("--noise-multiplier")
+    if len(gaps) > 1:
+        _fail(f"missing {' and '.join(gaps)}: at most one can be solved for (with --target-epsilon).")
+    if gaps == ["--batch-size"] and n is None:
+        _fail("solving for the batch size needs --dataset-size/-N.")
+    if gaps == ["--batch-size"] and steps is None:
+        _fail("solving for the batch size needs --steps (epochs depend on the batch size).")
+    if gaps == ["--steps"] and sigma is None:
+        _fail("missing --noise-multiplier.")
+    return gaps[0] if gaps else None
+
+
+def _tan(segments: list, delta: float) -> dict[str, Any]:
+    from dpaudit import accounting as A
+
+    eta = A.tan_eta_segments(segments)
+    sigma_min = min(s.effective_noise_multiplier for s in segments)
+    valid = sigma_min > A.TAN_VALID_ABOVE
+    eps = eta * eta + 2.0 * eta * math.sqrt(math.log(1.0 / delta)) if math.isfinite(eta) else math.inf
+    if len(segments) == 1:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore", A.TanValidityWarning)
+            s = segments[0]
+            eps = A.tan_epsilon(sampling_probability=s.sampling_probability, steps=s.steps,
+                                noise_multiplier=s.effective_noise_multiplier, delta=delta)
+    return {"eta": eta, "epsilon_tan": eps if math.isfinite(eps) else None, "valid": valid,
+            "warning": None if valid else (f"eps_TAN is only valid for sigma > 2 (Sander et al.'s privacy wall); "
+                                           f"here sigma = {sigma_min:.4g}, so the true epsilon can be far larger")}
+
+
+def _render(r: dict[str, Any]) -> str:
+    lines = []
+    head = ("Privacy accounting: Poisson sampling, add/remove-one adjacency" if r["sampling"] == "poisson"
+            else "Privacy accounting: FIXED-SIZE sampling without replacement, replace-one adjacency")
+    lines.append(head)
+    if r["dataset_size"] is not None:
+        lines.append(f"  dataset size N       {_fmt_int(r['dataset_size'])}")
+    lines.append(f"  delta                {r['delta']:.3g}")
+    for i, s in enumerate(r["segments"]):
+        label = "schedule" if i == 0 else ""
+        batch = (f" (batch {_fmt_int(round(s['sampling_probability'] * r['dataset_size']))})"
+                 if r["dataset_size"] else "")
+        lines.append(f"  {label:20s} {_fmt_int(s['steps'])} steps at q = {s['sampling_probability']:.4g}{batch}, "
+                     f"sigma = {s['noise_multiplier']:.5g}")
+    if len(r["segments"]) > 1:
+        lines.append(f"  {'total steps':20s} {_fmt_int(r['steps'])}")
+    solved = r["solved"] or {}
+    if "noise_multiplier" in solved:
+        lines.append(f"  calibrated sigma     {solved['noise_multiplier']:.6g}  (smallest within epsilon "
+                     f"{r['target_epsilon']:g}, to a relative tolerance)")
+    if "steps" in solved:
+        lines.append(f"  most steps           {_fmt_int(solved['steps'])}  (within epsilon {r['target_epsilon']:g})")
+    if "batch_size" in solved:
+        lines.append(f"  largest batch        {_fmt_int(solved['batch_size'])}  (within epsilon {r['target_epsilon']:g})")
+    for name, value in r["epsilon"].items():
+        text = "inf (no noise: not differentially private)" if value is None else f"{value:.4f}"
+        lines.append(f"  {'epsilon (' + name.upper() + ')':20s} {text}")
+    if r["within_target"] is not None:
+        lines.append(f"  target epsilon       {r['target_epsilon']:g}: "
+                     f"{'within budget' if r['within_target'] else 'EXCEEDED'}")
+    if r["tan"] is not None:
+        t = r["tan"]
+        eps = "inf" if t["epsilon_tan"] is None else f"{t['epsilon_tan']:.4f}"
+        lines.append(f"  TAN                  eta = {t['eta']:.5g}, eps_TAN = {eps} (an approximation; PLD is the claim)")
+        if t["warning"]:
+            lines.append(f"  warning: {t['warning']}")
+    if r["simulation"] is not None:
+        s = r["simulation"]
+        lines.append(f"  TAN simulation       batch {_fmt_int(s['simulated_batch_size'])}, sigma = "
+                     f"{s['simulated_noise_multiplier']:.5g}, {_fmt_int(s['steps'])} steps, eta_step = "
+                     f"{s['eta_step']:.4g}, {s['compute_saving']:.4g}x cheaper")
+        lines.append(f"  {s['label']}")
+    for note in r["notes"]:
+        lines.append(f"  note: {note}")
+    return "\n".join(lines)
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(account())
