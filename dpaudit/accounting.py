@@ -35,6 +35,7 @@ References:
 from __future__ import annotations
 
 import collections
+import contextlib
 import dataclasses
 import json
 import math
@@ -45,6 +46,7 @@ from dataclasses import dataclass
 from typing import Any, Literal
 
 import attr
+from absl import logging as absl_logging
 from dp_accounting import dp_event
 from dp_accounting.dp_event import (
     ComposedDpEvent,
@@ -576,8 +578,25 @@ def _rdp_value(event: DpEvent, kind: str, value: float, orders: Sequence[float] 
     if not accountant.supports(event):
         raise UserInputError("the RDP accountant cannot account for this event (sampling without replacement "
                              "cannot be mixed with Poisson sampling in one run).")
-    accountant.compose(event)
-    return float(accountant.get_epsilon(value) if kind == "epsilon" else accountant.get_delta(value))
+    with _quiet_absl():
+        accountant.compose(event)
+        return float(accountant.get_epsilon(value) if kind == "epsilon" else accountant.get_delta(value))
+
+
+@contextlib.contextmanager
+def _quiet_absl():
+    """Silence dp_accounting's absl warnings while RDP is evaluated.
+
+    At small sigma the fractional-order series can fail to converge; RdpAccountant then drops that
+    order (the minimum over the remaining orders is still a valid bound) and logs a warning per
+    order, which floods the terminal during calibration without telling the user anything.
+    """
+    level = absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.ERROR)
+    try:
+        yield
+    finally:
+        absl_logging.set_verbosity(level)
 
 
 def _check_accountant(accountant: str) -> None:

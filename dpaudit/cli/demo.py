@@ -8,6 +8,7 @@ this installation can do.
 from __future__ import annotations
 
 import importlib.util
+import json
 from pathlib import Path
 
 import click
@@ -20,6 +21,21 @@ def _has_module(name: str) -> bool:
         return importlib.util.find_spec(name) is not None
     except ModuleNotFoundError:
         return False
+
+
+def _model_summary(model: Path) -> str:
+    """Epsilon (recomputed from the stored DpEvent) and the last heldout MLM accuracy of a train run."""
+    from dpaudit import accounting
+    from dpaudit.rundir import read_jsonl
+
+    privacy = json.loads((model / "privacy.json").read_text(encoding="utf-8"))
+    if privacy.get("private"):
+        eps = accounting.epsilon(accounting.event_from_json(privacy["event"]), privacy["delta"])
+        claim = f"epsilon = {eps:.3g} at delta = {privacy['delta']:.2g}"
+    else:
+        claim = "non-private (epsilon = inf)"
+    accuracy = [row["mlm_accuracy"] for row in read_jsonl(model / "metrics.jsonl") if row.get("mlm_accuracy") is not None]
+    return claim + (f", heldout MLM accuracy {accuracy[-1]:.1%}" if accuracy else "")
 
 
 @click.command(epilog="Example: dpaudit demo --out runs/demo")
@@ -49,7 +65,7 @@ def demo(out: Path, seed: int, steps: int) -> None:
             model = out / f"model-{label}"
             run(["train", "--trainer", "jax-bert", "--data", str(data), "--out", str(model), "--seed", str(seed),
                  "--preset", "tiny", "--steps", str(steps), "--batch-size", "64", *extra])
-            done.append(f"train jax-bert ({label}) -> {model}")
+            done.append(f"train jax-bert ({label}) -> {model}: {_model_summary(model)}")
     else:
         missing.append("train: the jax-bert trainer needs `pip install -e '.[jax]'`")
 

@@ -58,7 +58,9 @@ def config_options(config_cls: type) -> list[click.Option]:
         default = f.default if f.default is not dataclasses.MISSING else None
         help_text = f.metadata.get("help", "")
         flag = "--" + f.name.replace("_", "-")
-        if is_flag:
+        if is_flag and not default:
+            options.append(click.Option([flag, f.name], is_flag=True, default=False, help=help_text))
+        elif is_flag:
             options.append(click.Option([f"{flag}/--no-{flag[2:]}", f.name], default=default, help=help_text, show_default=True))
         else:
             options.append(click.Option([flag, f.name], type=click_type, default=default, help=help_text, show_default=True))

@@ -1,0 +1,304 @@
+"""DP-SGD step vs non-private step of the jax-bert trainer, and vs Opacus on the torch twin.
+
+Prints one table: examples/s of the JAX DP-SGD step (per-example vmap(grad), clip, noise) and of the
+non-private step of the same model at the same logical batch, measured in one run with the two
+steps interleaved (run-to-run spread on a shared CPU is 10-25%, so only same-run ratios mean much),
+their ratio, the process's peak RSS after each phase, and Opacus 1.6 DP-SGD (hooks) on the
+``transformers.BertForMaskedLM`` twin of the same config.
+
+Model: the Dupuy et al. BERT (``--preset mini``: 4 layers, hidden 312, 12 heads, intermediate 1200),
+sequence length 64, vocabulary 30,522; masked-LM logits only at the masked positions in both
+frameworks (the HF head over all 64 positions is most of a step). Synthetic token ids; one full
+chunk of ``batch / micro_batch`` micro-steps per logical batch (no Poisson padding: timing only).
+
+Opacus note: Opacus 1.6 crashes on transformers 5's BertForMaskedLM because ``cls.predictions.bias``
+is the same tensor as ``cls.predictions.decoder.bias``; this benchmark deletes
+``cls.predictions._parameters["bias"]`` before ``make_private`` (DESIGN section 9) and says so.
+
+Example:
+    python benchmarks/bench_jax_bert_step.py                       # defaults, a few minutes on 2 cores
+    python benchmarks/bench_jax_bert_step.py --batch-sizes 32,256,1024 --repeats 5 --json
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import json
+import os
+import resource
+import statistics
+import sys
+import time
+from dataclasses import asdict, dataclass
+
+import numpy as np
+
+DEFAULT_PRESET = "mini"
+
+
+@dataclass(frozen=True, kw_only=True)
+class Row:
+    """One measured configuration (examples/s are medians over the timed repeats)."""
+
+    batch: int
+    micro_batch: int
+    dp_examples_per_s: float
+    nonprivate_examples_per_s: float
+    dp_over_nonprivate_time: float
+    peak_rss_mib_after_nonprivate: float
+    peak_rss_mib_after_dp: float
+    dp_minor_faults_per_step: float
+    nonprivate_minor_faults_per_step: float
+
+
+def _peak_rss_mib() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024.0
+
+
+def _minor_faults() -> int:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_minflt
+
+
+def synthetic_examples(n: int, *, seq_len: int, n_pred: int, vocab: int, seed: int = 0) -> dict[str, np.ndarray]:
+    """Random full-length token sequences with ``n_pred`` distinct masked positions each."""
+    rng = np.random.default_rng(seed)
+    pos = np.sort(np.argsort(rng.random((n, seq_len - 2)), axis=1)[:, :n_pred] + 1, axis=1)
+    return {
+        "input_ids": rng.integers(5, vocab, size=(n, seq_len)).astype(np.int32),
+        "attention_mask": np.ones((n, seq_len), np.int32),
+        "masked_positions": pos.astype(np.int32),
+        "masked_labels": rng.integers(5, vocab, size=(n, n_pred)).astype(np.int32),
+        "masked_weights": np.ones((n, n_pred), np.float32),
+    }
+
+
+def bench_jax(args: argparse.Namespace) -> list[Row]:
+    import jax
+
+    from trainers.jax_bert import dp_step, model, optimizer, sampling
+
+    cfg = model.preset_config(
+        args.preset,
+        vocab_size=args.vocab,
+        max_position_embeddings=max(128, args.seq_len),
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+    )
+    net = model.FlaxBertForMaskedLM(cfg)
+    loss_fn = functools.partial(model.example_mlm_loss, model=net)
+    params = model.init_params(cfg, jax.random.key(0), seq_len=args.seq_len)
+    n_params = sum(x.size for x in jax.tree.leaves(params))
+    print(f"jax {jax.__version__} on {jax.devices()[0].platform} x{jax.device_count()}; "
+          f"{args.preset} BERT, {n_params / 1e6:.1f}M parameters, seq {args.seq_len}, "
+          f"{args.n_pred} masked positions", file=sys.stderr)
+    opt = optimizer.make_optimizer(learning_rate=1e-4, warmup_steps=10, total_steps=10_000, weight_decay=0.01)
+    data = synthetic_examples(max(args.batch_sizes), seq_len=args.seq_len, n_pred=args.n_pred, vocab=args.vocab)
+    rows = []
+    for batch in args.batch_sizes:
+        m = min(args.micro_batch, batch)
+        if batch % m:
+            raise SystemExit(f"--batch-sizes {batch} must be a multiple of --micro-batch {m}.")
+        (idx, mask), = sampling.pack_microsteps(np.arange(batch), m, batch // m)
+        chunks = [({k: v[idx] for k, v in data.items()}, mask)]
+        steps = {
+            "nonprivate": dp_step.make_nonprivate_train_step(loss_fn, opt, donate_state=True),
+            "dp": dp_step.make_dp_train_step(
+                loss_fn, opt, clip_norm=1.0, donate_state=True, vmap_size=args.vmap_size
+            ),
+        }
+        state = {}
+        peak = {}
+        for name, step in steps.items():  # compile + one warm step each, non-private first
+            p = jax.tree.map(lambda x: x.copy(), params)
+            s = opt.init(p)
+            p, s, metrics = step(p, s, chunks, jax.random.key(0), 1.0, float(batch))
+            p, s, metrics = step(p, s, chunks, jax.random.key(1), 1.0, float(batch))
+            jax.block_until_ready((p, s, metrics))
+            state[name] = (p, s)
+            peak[name] = _peak_rss_mib()
+        times = {name: [] for name in steps}
+        faults = {name: [] for name in steps}
+        for r in range(args.repeats):  # interleaved, so load drift hits both alike
+            for name, step in steps.items():
+                p, s = state[name]
+                f0, t0 = _minor_faults(), time.perf_counter()
+                p, s, metrics = step(p, s, chunks, jax.random.key(2 + r), 1.0, float(batch))
+                jax.block_until_ready((p, s, metrics))
+                times[name].append(time.perf_counter() - t0)
+                faults[name].append(_minor_faults() - f0)
+                state[name] = (p, s)
+        dp_t = statistics.median(times["dp"])
+        np_t = statistics.median(times["nonprivate"])
+        row = Row(
+            batch=batch,
+            micro_batch=m,
+            dp_examples_per_s=batch / dp_t,
+            nonprivate_examples_per_s=batch / np_t,
+            dp_over_nonprivate_time=dp_t / np_t,
+            peak_rss_mib_after_nonprivate=peak["nonprivate"],
+            peak_rss_mib_after_dp=peak["dp"],
+            dp_minor_faults_per_step=statistics.median(faults["dp"]),
+            nonprivate_minor_faults_per_step=statistics.median(faults["nonprivate"]),
+        )
+        print(f"  batch {batch}: DP {row.dp_examples_per_s:.1f} ex/s, non-private "
+              f"{row.nonprivate_examples_per_s:.1f} ex/s, ratio {row.dp_over_nonprivate_time:.2f}x "
+              f"(times dp {[round(t, 2) for t in times['dp']]}, np {[round(t, 2) for t in times['nonprivate']]})",
+              file=sys.stderr)
+        rows.append(row)
+    return rows
+
+
+def bench_opacus(args: argparse.Namespace) -> dict[str, float | str]:
+    """Opacus DP-SGD (hooks) and plain torch on ``BertForMaskedLM`` of the same config."""
+    import opacus
+    import torch
+    import transformers
+    from opacus import PrivacyEngine
+
+    torch.manual_seed(0)
+    from trainers.jax_bert import model as jax_model
+
+    preset = jax_model.PRESETS[args.preset]
+    config = transformers.BertConfig(
+        vocab_size=args.vocab,
+        hidden_size=preset["hidden_size"],
+        num_hidden_layers=preset["num_hidden_layers"],
+        num_attention_heads=preset["num_attention_heads"],
+        intermediate_size=preset["intermediate_size"],
+        max_position_embeddings=max(128, args.seq_len),
+        hidden_dropout_prob=0.0,
+        attention_probs_dropout_prob=0.0,
+        attn_implementation="eager",
+    )
+    batch = args.opacus_batch
+    data = {k: torch.from_numpy(v) for k, v in synthetic_examples(
+        batch, seq_len=args.seq_len, n_pred=args.n_pred, vocab=args.vocab).items()}
+
+    def mlm_loss(net: torch.nn.Module) -> torch.Tensor:
+        # Logits only at the masked positions, as in the JAX model (HF's forward does all positions).
+        # Explicit [B, L] position and token-type ids: HF's default [1, L] buffers would give Opacus's
+        # per-sample embedding hooks a batch of 1.
+        ids = data["input_ids"].long()
+        positions = torch.arange(ids.shape[1]).expand_as(ids).contiguous()
+        hidden = net.bert(
+            input_ids=ids,
+            attention_mask=data["attention_mask"].long(),
+            token_type_ids=torch.zeros_like(ids),
+            position_ids=positions,
+        )[0]
+        index = data["masked_positions"].long()[..., None].expand(-1, -1, hidden.shape[-1])
+        logits = net.cls(torch.gather(hidden, 1, index))
+        nll = torch.nn.functional.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]), data["masked_labels"].long().reshape(-1), reduction="none"
+        ).reshape(batch, -1)
+        return (nll.mean(dim=1)).mean()
+
+    def timed(step) -> float:
+        step()  # warm-up
+        times = []
+        for _ in range(args.opacus_repeats):
+            t0 = time.perf_counter()
+            step()
+            times.append(time.perf_counter() - t0)
+        return batch / statistics.median(times)
+
+    plain = transformers.BertForMaskedLM(config).train()
+    plain_opt = torch.optim.SGD(plain.parameters(), lr=1e-4)
+
+    def plain_step() -> None:
+        plain_opt.zero_grad()
+        mlm_loss(plain).backward()
+        plain_opt.step()
+
+    torch_eps = timed(plain_step)
+
+    dp_model = transformers.BertForMaskedLM(config).train()
+    # The DESIGN section 9 fix: the head's `bias` is shared with `decoder.bias`; Opacus 1.6 crashes on it.
+    del dp_model.cls.predictions._parameters["bias"]
+    dp_opt = torch.optim.SGD(dp_model.parameters(), lr=1e-4)
+    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data["input_ids"]), batch_size=batch)
+    gsm, dp_opt, _ = PrivacyEngine().make_private(
+        module=dp_model, optimizer=dp_opt, data_loader=loader, noise_multiplier=1.0, max_grad_norm=1.0,
+        poisson_sampling=False,
+    )
+
+    def opacus_step() -> None:
+        dp_opt.zero_grad()
+        mlm_loss(gsm._module).backward()
+        dp_opt.step()
+
+    opacus_eps = timed(opacus_step)
+    return {
+        "opacus_version": opacus.__version__,
+        "torch_version": torch.__version__,
+        "transformers_version": transformers.__version__,
+        "batch": batch,
+        "opacus_examples_per_s": opacus_eps,
+        "torch_nonprivate_examples_per_s": torch_eps,
+        "fix_applied": 'deleted cls.predictions._parameters["bias"] before make_private (shared with decoder.bias)',
+    }
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="Example: python benchmarks/bench_jax_bert_step.py --batch-sizes 32,256")
+    parser.add_argument("--preset", default=DEFAULT_PRESET)
+    parser.add_argument("--vocab", type=int, default=30522)
+    parser.add_argument("--seq-len", type=int, default=64)
+    parser.add_argument("--n-pred", type=int, default=10, help="masked positions per example (15%% of 64)")
+    parser.add_argument("--batch-sizes", default="32,256", help="comma-separated logical batch sizes")
+    parser.add_argument("--micro-batch", type=int, default=32)
+    parser.add_argument("--repeats", type=int, default=3, help="timed steps per configuration")
+    parser.add_argument("--opacus-batch", type=int, default=32)
+    parser.add_argument("--opacus-repeats", type=int, default=2)
+    parser.add_argument("--no-opacus", action="store_true")
+    parser.add_argument("--no-jax", action="store_true", help="only the torch/Opacus part")
+    parser.add_argument("--vmap-size", type=int, default=None, help="examples per vmap(grad) (default: auto)")
+    parser.add_argument("--no-tune-allocator", action="store_true",
+                        help="keep glibc's default malloc (the trainer tunes it; see parallel.tune_host_allocator)")
+    parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
+    args = parser.parse_args(argv)
+    args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
+    tuned = False
+    if not args.no_tune_allocator:
+        from trainers.jax_bert import parallel
+
+        tuned = parallel.tune_host_allocator()
+
+    rows = [] if args.no_jax else bench_jax(args)
+    opacus_res = None if args.no_opacus else bench_opacus(args)
+    result = {
+        "env": {
+            "GLIBC_TUNABLES": os.environ.get("GLIBC_TUNABLES", ""),
+            "cpus": os.cpu_count(),
+            "allocator_tuned": tuned,
+            "vmap_size": args.vmap_size,
+        },
+        "jax": [asdict(r) for r in rows],
+        "opacus": opacus_res,
+    }
+    if opacus_res is not None:
+        same = [r for r in rows if r.batch == opacus_res["batch"]] or rows[:1]
+        if same:
+            result["dp_over_opacus_examples_per_s"] = same[0].dp_examples_per_s / opacus_res["opacus_examples_per_s"]
+    if args.json:
+        print(json.dumps(result, indent=2))
+        return 0
+    print(f"{'batch':>6} {'micro':>5} {'DP ex/s':>8} {'non-priv ex/s':>13} {'DP/non-priv':>11} "
+          f"{'peak RSS MiB (np / dp)':>22} {'minor faults/step (dp / np)':>28}")
+    for r in rows:
+        print(f"{r.batch:>6} {r.micro_batch:>5} {r.dp_examples_per_s:>8.1f} {r.nonprivate_examples_per_s:>13.1f} "
+              f"{r.dp_over_nonprivate_time:>10.2f}x {r.peak_rss_mib_after_nonprivate:>10.0f} / {r.peak_rss_mib_after_dp:<9.0f} "
+              f"{r.dp_minor_faults_per_step:>13.0f} / {r.nonprivate_minor_faults_per_step:<12.0f}")
+    if opacus_res is not None:
+        print(f"Opacus {opacus_res['opacus_version']} DP-SGD (hooks), torch twin, batch {opacus_res['batch']}: "
+              f"{opacus_res['opacus_examples_per_s']:.1f} ex/s; torch non-private {opacus_res['torch_nonprivate_examples_per_s']:.1f} ex/s; "
+              + (f"JAX DP / Opacus = {result['dp_over_opacus_examples_per_s']:.1f}x" if rows else ""))
+        print(f"Opacus fix applied: {opacus_res['fix_applied']}.")
+    print(f"Host allocator tuned (parallel.tune_host_allocator): {tuned}; vmap size: {args.vmap_size or 'auto'}.")
+    print("Note: the 2 cores are shared; absolute figures are noisy, compare same-run ratios.")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,27 @@
+"""`dpaudit demo`: the README's main job runs end to end and tells the truth about what is missing."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from dpaudit import accounting
+from dpaudit.cli import cli
+from dpaudit.rundir import verify_run_dir
+
+
+@pytest.mark.slow
+def test_demo_runs_inject_and_both_trainings(tmp_path):
+    out = tmp_path / "demo"
+    result = CliRunner().invoke(cli, ["demo", "--out", str(out), "--steps", "4"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    verify_run_dir(out / "data", schema_prefix="dpaudit.inject/")
+    nonprivate = json.loads((out / "model-nonprivate" / "privacy.json").read_text())
+    private = json.loads((out / "model-dp-eps8" / "privacy.json").read_text())
+    assert not nonprivate["private"]
+    eps = accounting.epsilon(accounting.event_from_json(private["event"]), private["delta"])
+    assert eps <= 8.0 + 1e-9
+    assert f"epsilon = {eps:.3g}" in result.output
+    assert "Not yet available" in result.output  # attacks land in a later issue; the demo says so

@@ -1,0 +1,166 @@
+"""``dpaudit train --trainer jax-bert`` end to end through the command line (CliRunner, tiny model)."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from dpaudit import accounting
+from dpaudit.cli import cli
+from dpaudit.rundir import read_jsonl, verify_run_dir
+
+TINY = ["--preset", "tiny", "--max-length", "16", "--vocab-size", "128", "--micro-batch", "8",
+        "--eval-examples", "16", "--log-every", "2", "--eval-every", "3", "--checkpoint-every", "3"]
+
+
+def _inject_dir(path):
+    """A small inject directory written by `dpaudit inject` itself: 96 train rows (3 canaries inserted
+    1, 2 and 3 times), 24 heldout, 96 public (the tokenizer's only input)."""
+    result = CliRunner().invoke(cli, ["inject", "--corpus", "builtin:assistant", "--corpus-size", "210", "--heldout-size",
+                                      "24", "--public-size", "96", "--frequencies", "1,2,3", "--per-frequency", "1",
+                                      "--out", str(path), "--seed", "0"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return path
+
+
+@pytest.fixture(scope="module")
+def data_dir(tmp_path_factory):
+    return _inject_dir(tmp_path_factory.mktemp("cli") / "data")
+
+
+@pytest.fixture(scope="module")
+def dp_run(data_dir, tmp_path_factory):
+    out = tmp_path_factory.mktemp("cli-run") / "model"
+    result = CliRunner().invoke(
+        cli,
+        ["train", "--trainer", "jax-bert", "--data", str(data_dir), "--out", str(out), "--seed", "3",
+         "--steps", "6", "--batch-size", "16", "--target-epsilon", "4", "--json", *TINY],
+        catch_exceptions=False,
+    )
+    assert result.exit_code == 0, result.output
+    return out, json.loads(result.stdout)
+
+
+def test_run_directory_is_complete_and_verifies(dp_run):
+    out, summary = dp_run
+    assert summary["trainer"] == "jax-bert" and summary["steps"] == 6
+    for name in ("model/config.json", "model/model.safetensors", "model/tokenizer.json", "privacy.json",
+                 "metrics.jsonl", "manifest.json"):
+        assert (out / name).is_file(), name
+    assert (out / "checkpoints").is_dir()
+    manifest = verify_run_dir(out, schema_prefix="dpaudit.train/")
+    assert manifest["schema"] == "dpaudit.train/1" and manifest["seed"] == 3
+    assert {p.split("/")[-1] for p in manifest["inputs"]} >= {"train.jsonl", "heldout.jsonl", "public.jsonl"}
+    assert "privacy.json" in manifest["outputs"] and "model/model.safetensors" in manifest["outputs"]
+
+
+def test_exported_model_loads_in_transformers(dp_run):
+    import torch
+    from transformers import AutoModelForMaskedLM, AutoTokenizer
+
+    out, _ = dp_run
+    model = AutoModelForMaskedLM.from_pretrained(out / "model")
+    tok = AutoTokenizer.from_pretrained(out / "model")
+    enc = tok(["call mom at noon"], return_tensors="pt")
+    with torch.no_grad():
+        logits = model(**enc).logits
+    assert logits.shape == (1, enc["input_ids"].shape[1], model.config.vocab_size)
+    assert torch.isfinite(logits).all()
+
+
+def test_tokenizer_saw_public_jsonl_only(dp_run, data_dir):
+    import tokenizers
+
+    from trainers.jax_bert.tokenizer import train_wordpiece
+
+    out, _ = dp_run
+    stored = tokenizers.Tokenizer.from_file(str(out / "model" / "tokenizer.json"))
+    public = [row["text"] for row in read_jsonl(data_dir / "public.jsonl")]
+    train = [row["text"] for row in read_jsonl(data_dir / "train.jsonl")]
+    assert stored.get_vocab() == train_wordpiece(public, vocab_size=128).get_vocab()
+    assert stored.get_vocab() != train_wordpiece(public + train, vocab_size=128).get_vocab()
+
+
+def test_epsilon_recomputes_from_the_stored_event(dp_run):
+    out, summary = dp_run
+    privacy = json.loads((out / "privacy.json").read_text())
+    assert privacy["accountant"] == "pld" and privacy["private"] is True
+    assert privacy["privacy_unit"] == "example (add/remove)" and privacy["sampling"] == "poisson"
+    assert privacy["delta"] == pytest.approx(1 / 96) and privacy["steps"] == 6
+    assert "NOT covered by the epsilon" in privacy["telemetry"]
+    event = accounting.event_from_json(privacy["event"])
+    eps = accounting.epsilon(event, privacy["delta"])
+    assert eps == pytest.approx(privacy["epsilon"], rel=1e-9) == pytest.approx(summary["epsilon"], rel=1e-9)
+    # calibrated to spend the target, not more
+    assert privacy["epsilon"] <= 4.0 and privacy["epsilon"] > 3.5
+    # the stored event is the schedule the trainer reports: 6 steps at q = 16/96 with its sigma
+    expected = accounting.schedule_event(accounting.batch_schedule_segments(
+        dataset_size=96, schedule=[(6, 16)], noise_multiplier=privacy["noise_multiplier"]))
+    assert accounting.epsilon(expected, privacy["delta"]) == pytest.approx(eps, rel=1e-9)
+
+
+def test_metrics_rows(dp_run):
+    out, _ = dp_run
+    rows = list(read_jsonl(out / "metrics.jsonl"))
+    assert [r["step"] for r in rows] == [1, 2, 3, 4, 5, 6]
+    assert all(r["telemetry_private"] is True for r in rows)
+    assert all(np.isfinite(r["loss"]) and 0 <= r["clip_fraction"] <= 1 and r["grad_snr"] > 0 for r in rows)
+    logged = [r for r in rows if "examples_per_s" in r]
+    assert [r["step"] for r in logged] == [2, 3, 4, 6]  # host syncs: every --log-every 2 and at evaluations
+    assert all(r["examples_per_s"] > 0 for r in logged)
+    spent = [r for r in rows if "epsilon" in r]  # PLD epsilon at evaluations / checkpoints / the end
+    assert [r["step"] for r in spent] == [3, 6]
+    assert 0 < spent[0]["epsilon"] < spent[1]["epsilon"] <= 4.0
+    evals = [r for r in rows if "mlm_accuracy" in r]
+    assert [r["step"] for r in evals] == [3, 6] and all(0 <= r["mlm_accuracy"] <= 1 for r in evals)
+
+
+def test_help_lists_the_trainer_options_and_ends_with_an_example():
+    result = CliRunner().invoke(cli, ["train", "--trainer", "jax-bert", "--help"], catch_exceptions=False)
+    assert result.exit_code == 0
+    for option in ("--preset", "--steps", "--batch-size", "--batch-schedule", "--micro-batch", "--target-epsilon",
+                   "--delta", "--noise-multiplier", "--clip-norm", "--non-private", "--sampling", "--config", "--json"):
+        assert option in result.output, option
+    last_paragraph = " ".join(result.output.strip().split("\n\n")[-1].split())  # click wraps the epilog
+    assert last_paragraph.startswith("Example: dpaudit train --trainer jax-bert"), last_paragraph
+
+
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        ([], "pass exactly one of --target-epsilon"),
+        (["--non-private", "--target-epsilon", "3"], "--non-private takes no --target-epsilon"),
+        (["--noise-multiplier", "1", "--clip-norm", "-1"], "--clip-norm must be a finite number > 0, got -1.0."),
+        (["--noise-multiplier", "1", "--batch-schedule", "10:abc"], "--batch-schedule must look like"),
+        (["--noise-multiplier", "1", "--batch-size", "500"], "expected batch 500 exceeds the 96 training examples"),
+        (["--noise-multiplier", "0.3", "--target-epsilon", "0.01"], "spends more than --target-epsilon 0.01 on the first step"),
+        (["--noise-multiplier", "1", "--micro-batch", "3"], "--micro-batch 3 must be a multiple of the number of devices"),
+    ],
+)
+def test_bad_config_is_one_line_exit_2_and_writes_nothing(data_dir, tmp_path, args, message):
+    out = tmp_path / "model"
+    result = CliRunner().invoke(cli, ["train", "--trainer", "jax-bert", "--data", str(data_dir), "--out", str(out),
+                                      "--preset", "tiny", "--steps", "3", "--batch-size", "16", "--max-length", "16",
+                                      "--vocab-size", "128", *args])
+    assert result.exit_code == 2, result.output
+    assert message in result.output
+    assert len(result.output.strip().splitlines()) == 1, result.output
+    assert not out.exists()
+
+
+def test_config_file_supplies_options_and_the_command_line_overrides_it(data_dir, tmp_path):
+    toml = tmp_path / "trainer.toml"
+    toml.write_text('preset = "tiny"\nsteps = 50\nbatch-size = 16\nnon_private = true\nmax_length = 16\n'
+                    'vocab_size = 128\nmicro_batch = 8\neval_examples = 0\n')
+    out = tmp_path / "model"
+    result = CliRunner().invoke(cli, ["train", "--trainer", "jax-bert", "--data", str(data_dir), "--out", str(out),
+                                      "--config", str(toml), "--steps", "2", "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    summary = json.loads(result.stdout)
+    assert summary["steps"] == 2 and summary["epsilon"] is None
+    privacy = json.loads((out / "privacy.json").read_text())
+    assert privacy["private"] is False and privacy["epsilon"] is None and privacy["epsilon_text"] == "inf"
+    assert privacy["event"] is None

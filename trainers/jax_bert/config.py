@@ -1,0 +1,162 @@
+"""The jax-bert trainer's settings: one frozen, keyword-only dataclass, validated on construction.
+
+Every field becomes an option of ``dpaudit train --trainer jax-bert`` (``dpaudit.cli.train`` reads the
+annotations and the ``help`` metadata), and the whole Config is stored in each checkpoint so that a
+rerun with different settings on the same ``--out`` is refused instead of silently mixing two runs.
+
+Settings that change the privacy guarantee (``noise_multiplier``, ``target_epsilon``, ``delta``,
+``clip_norm``, ``steps``/``batch_size``/``batch_schedule``, ``sampling``) are kept apart in meaning
+from performance knobs (``micro_batch``, ``data_parallel``): the latter never change what is sampled,
+clipped or noised, only how the arithmetic is laid out.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+Preset = Literal["tiny", "mini", "small", "base", "large"]
+Sampling = Literal["poisson", "shuffle"]
+
+#: Tokenizer vocabulary used when ``--vocab-size`` is not given (tiny models learn fast on small vocabularies).
+DEFAULT_VOCAB_SIZE: dict[str, int] = {"tiny": 2000, "mini": 8000, "small": 8000, "base": 30522, "large": 30522}
+
+
+def parse_batch_schedule(text: str) -> list[tuple[int, int]]:
+    """Parse ``"steps:batch,steps:batch"`` into ``[(steps, expected_batch), ...]``.
+
+    Raises:
+        ValueError: one line naming ``--batch-schedule`` and the expected form.
+    """
+    segments: list[tuple[int, int]] = []
+    for part in text.split(","):
+        pieces = part.strip().split(":")
+        try:
+            if len(pieces) != 2:
+                raise ValueError
+            steps, batch = int(pieces[0]), int(pieces[1])
+        except ValueError:
+            raise ValueError(
+                f"--batch-schedule must look like 'steps:batch,steps:batch' (e.g. '100:64,100:128'), got {text!r}."
+            ) from None
+        if steps <= 0 or batch <= 0:
+            raise ValueError(f"--batch-schedule steps and batch sizes must be > 0, got {part.strip()!r}.")
+        segments.append((steps, batch))
+    return segments
+
+
+def _help(text: str) -> dict[str, str]:
+    return {"help": text}
+
+
+@dataclass(frozen=True, kw_only=True)
+class JaxBertConfig:
+    """Settings of one DP-SGD (or non-private) BERT masked-LM pretraining run (Anil et al. 2021)."""
+
+    preset: Preset = field(default="tiny", metadata=_help(
+        "Model size: tiny (2 layers, hidden 64; tests), mini (Dupuy et al. 4x312), small (4x512), base, large."))
+    steps: int = field(default=100, metadata=_help("Optimizer steps (ignored when --batch-schedule is given)."))
+    batch_size: int = field(default=64, metadata=_help(
+        "Expected logical batch size; Poisson sampling rate q = batch-size / number of training examples."))
+    batch_schedule: str | None = field(default=None, metadata=_help(
+        "Increasing batch-size schedule 'steps:batch,steps:batch' (e.g. '100:64,200:256'); overrides --steps/--batch-size."))
+    micro_batch: int = field(default=32, metadata=_help(
+        "Examples per micro-step (memory knob only: the logical batch is accumulated over micro-steps)."))
+    max_length: int = field(default=64, metadata=_help("Tokens per example (longer texts are truncated)."))
+    max_predictions: int | None = field(default=None, metadata=_help(
+        "Masked positions per example (static shape); default ceil(max-length * mask-prob) + 1."))
+    vocab_size: int | None = field(default=None, metadata=_help(
+        "WordPiece vocabulary trained on public.jsonl; default 2000 for tiny, 8000 mini/small, 30522 base/large."))
+    learning_rate: float = field(default=1e-3, metadata=_help("Peak AdamW learning rate."))
+    warmup_steps: int = field(default=0, metadata=_help("Linear warmup steps before the quadratic decay to 0."))
+    weight_decay: float = field(default=0.01, metadata=_help("Decoupled AdamW weight decay (Anil et al. use up to 1.0)."))
+    clip_norm: float = field(default=1.0, metadata=_help("Per-example gradient L2 clip norm C."))
+    noise_multiplier: float | None = field(default=None, metadata=_help(
+        "Noise std on the summed gradient / C. With --target-epsilon too, that epsilon is a cap: training stops at it."))
+    target_epsilon: float | None = field(default=None, metadata=_help(
+        "Privacy budget; alone, the noise multiplier is calibrated so the whole run spends exactly this (PLD)."))
+    delta: float | None = field(default=None, metadata=_help("Delta of the (epsilon, delta) guarantee; default 1/N."))
+    non_private: bool = field(default=False, metadata=_help("Train without clipping or noise (the baseline; epsilon = inf)."))
+    sampling: Sampling = field(default="poisson", metadata=_help(
+        "poisson (what the accountant assumes) or shuffle (fixed-size batches; epsilon then ASSUMES Poisson sampling)."))
+    mask_prob: float = field(default=0.15, metadata=_help("Fraction of tokens masked for the MLM objective (80/10/10)."))
+    eval_every: int = field(default=50, metadata=_help("Steps between MLM accuracy evaluations on heldout.jsonl."))
+    eval_examples: int = field(default=256, metadata=_help("Heldout examples used per evaluation (0 = skip evaluation)."))
+    checkpoint_every: int = field(default=50, metadata=_help("Steps between checkpoints (one is always written at the end)."))
+    log_every: int = field(default=10, metadata=_help("Steps between host syncs for the progress bar and metrics.jsonl."))
+    data_parallel: bool = field(default=True, metadata=_help("Shard each micro-step over all local devices."))
+
+    def __post_init__(self) -> None:
+        positive_ints = ("steps", "batch_size", "micro_batch", "max_length", "eval_every", "checkpoint_every", "log_every")
+        for name in positive_ints:
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be an integer > 0, got {value!r}.")
+        for name in ("warmup_steps", "eval_examples"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"--{name.replace('_', '-')} must be an integer >= 0, got {value!r}.")
+        if self.max_length < 8:
+            raise ValueError(f"--max-length must be >= 8, got {self.max_length}.")
+        if self.max_predictions is not None and not 0 < self.max_predictions <= self.max_length:
+            raise ValueError(f"--max-predictions must be in (0, max-length={self.max_length}], got {self.max_predictions}.")
+        if self.vocab_size is not None and self.vocab_size < 128:
+            raise ValueError(f"--vocab-size must be >= 128 (special tokens and the base alphabet), got {self.vocab_size}.")
+        if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
+            raise ValueError(f"--learning-rate must be > 0, got {self.learning_rate}.")
+        if not (math.isfinite(self.weight_decay) and self.weight_decay >= 0):
+            raise ValueError(f"--weight-decay must be >= 0, got {self.weight_decay}.")
+        if not (math.isfinite(self.clip_norm) and self.clip_norm > 0):
+            raise ValueError(f"--clip-norm must be a finite number > 0, got {self.clip_norm}.")
+        if not 0 < self.mask_prob < 1:
+            raise ValueError(f"--mask-prob must be in (0, 1), got {self.mask_prob}.")
+        if self.batch_schedule is not None:
+            parse_batch_schedule(self.batch_schedule)
+        if self.warmup_steps >= self.total_steps:
+            raise ValueError(f"--warmup-steps must be < the {self.total_steps} training steps, got {self.warmup_steps}.")
+        if self.noise_multiplier is not None and not (math.isfinite(self.noise_multiplier) and self.noise_multiplier > 0):
+            raise ValueError(f"--noise-multiplier must be > 0 (use --non-private for no noise), got {self.noise_multiplier}.")
+        if self.target_epsilon is not None and not (math.isfinite(self.target_epsilon) and self.target_epsilon > 0):
+            raise ValueError(f"--target-epsilon must be > 0, got {self.target_epsilon}.")
+        if self.delta is not None and not 0 < self.delta < 1:
+            raise ValueError(f"--delta must be in (0, 1), got {self.delta}.")
+        if self.non_private:
+            given = [name for name in ("noise_multiplier", "target_epsilon", "delta") if getattr(self, name) is not None]
+            if given:
+                flags = ", ".join("--" + n.replace("_", "-") for n in given)
+                raise ValueError(f"--non-private takes no {flags}: a non-private run has no (epsilon, delta) guarantee.")
+        elif self.noise_multiplier is None and self.target_epsilon is None:
+            raise ValueError("pass exactly one of --target-epsilon (calibrate the noise), --noise-multiplier or --non-private.")
+
+    @property
+    def schedule(self) -> list[tuple[int, int]]:
+        """The run as ``[(steps, expected_batch), ...]`` segments (one segment without a schedule)."""
+        if self.batch_schedule is not None:
+            return parse_batch_schedule(self.batch_schedule)
+        return [(self.steps, self.batch_size)]
+
+    @property
+    def total_steps(self) -> int:
+        """Optimizer steps of the whole planned run."""
+        return sum(steps for steps, _ in self.schedule)
+
+    @property
+    def resolved_vocab_size(self) -> int:
+        return self.vocab_size if self.vocab_size is not None else DEFAULT_VOCAB_SIZE[self.preset]
+
+    @property
+    def resolved_max_predictions(self) -> int:
+        if self.max_predictions is not None:
+            return self.max_predictions
+        return min(self.max_length, math.ceil(self.max_length * self.mask_prob) + 1)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-serializable field values (stored in checkpoints and the manifest)."""
+        return dataclasses.asdict(self)
+
+    def mismatches(self, other: dict[str, Any]) -> list[str]:
+        """Names of fields whose value differs from ``other`` (a stored :meth:`to_dict`)."""
+        mine = self.to_dict()
+        return [name for name in sorted(set(mine) | set(other)) if mine.get(name) != other.get(name)]

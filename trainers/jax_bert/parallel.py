@@ -1,0 +1,188 @@
+"""Data parallelism for the DP step: a 1-D device mesh, chunk placement, and psum of clipped sums.
+
+The DP step is data parallel over the micro-batch axis ``m``: every device computes per-example
+clipped gradients for its ``m / D`` slots and the partial sums are ``psum``-ed, so the result is the
+same clipped sum a single device would compute. The noise is added *after* the psum by replicated
+code from one key, so it enters exactly once per logical batch (not once per device), which is what
+the accountant assumes.
+
+Multi-host runs use :func:`maybe_initialize_distributed` before any other JAX call; the mesh then
+spans every process's devices and the same code runs unchanged (every process samples the same
+global indices from the shared seed and materializes only the slots its devices own).
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding
+from jax.sharding import PartitionSpec as P
+
+from dpaudit.errors import UserInputError
+
+#: Name of the mesh axis the micro-batch is sharded over.
+DATA_AXIS = "data"
+
+_ENV_COORDINATOR = "JAX_COORDINATOR_ADDRESS"
+_ENV_NUM_PROCESSES = "JAX_NUM_PROCESSES"
+_ENV_PROCESS_ID = "JAX_PROCESS_ID"
+_ENV_LOCAL_DEVICES = "JAX_LOCAL_DEVICE_IDS"
+
+
+def _env_int(env: Mapping[str, str], name: str) -> int:
+    raw = env.get(name)
+    if raw is None:
+        raise UserInputError(
+            f"environment variable {name} is not set; multi-host training needs "
+            f"{_ENV_COORDINATOR}, {_ENV_NUM_PROCESSES} and {_ENV_PROCESS_ID}."
+        )
+    try:
+        return int(raw)
+    except ValueError:
+        raise UserInputError(f"environment variable {name} must be an integer, got {raw!r}.") from None
+
+
+def maybe_initialize_distributed(env: Mapping[str, str] | None = None) -> bool:
+    """Calls ``jax.distributed.initialize`` when the multi-host environment variables are set.
+
+    Reads ``JAX_COORDINATOR_ADDRESS`` (host:port of process 0), ``JAX_NUM_PROCESSES``,
+    ``JAX_PROCESS_ID`` and optionally ``JAX_LOCAL_DEVICE_IDS`` (comma-separated). Without a
+    coordinator address, or with a single process, this is a single-host run and nothing happens.
+    Must run before any other JAX computation. Returns whether the distributed runtime is in use.
+    """
+    env = os.environ if env is None else env
+    coordinator = env.get(_ENV_COORDINATOR, "").strip()
+    if not coordinator:
+        return False
+    num_processes = _env_int(env, _ENV_NUM_PROCESSES)
+    if num_processes < 1:
+        raise UserInputError(f"{_ENV_NUM_PROCESSES} must be >= 1, got {num_processes}.")
+    if num_processes == 1:
+        return False
+    process_id = _env_int(env, _ENV_PROCESS_ID)
+    if not 0 <= process_id < num_processes:
+        raise UserInputError(
+            f"{_ENV_PROCESS_ID} must be in [0, {num_processes}), got {process_id}."
+        )
+    local = env.get(_ENV_LOCAL_DEVICES, "").strip()
+    local_ids = [int(x) for x in local.split(",")] if local else None
+    if jax.distributed.is_initialized():
+        return True
+    jax.distributed.initialize(
+        coordinator_address=coordinator,
+        num_processes=num_processes,
+        process_id=process_id,
+        local_device_ids=local_ids,
+    )
+    return True
+
+
+def make_data_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
+    """A 1-D mesh with axis ``"data"`` over ``devices`` (default: every device of every process)."""
+    devices = list(jax.devices() if devices is None else devices)
+    if not devices:
+        raise ValueError("devices must not be empty.")
+    return Mesh(np.asarray(devices), (DATA_AXIS,))
+
+
+def replicated(mesh: Mesh) -> NamedSharding:
+    """The sharding of parameters, optimizer state and gradient sums: a full copy on each device."""
+    return NamedSharding(mesh, P())
+
+
+def chunk_sharding(mesh: Mesh) -> NamedSharding:
+    """The sharding of a chunk's ``[S, m, ...]`` arrays: the micro-batch axis ``m`` split over devices."""
+    return NamedSharding(mesh, P(None, DATA_AXIS))
+
+
+def check_micro_batch(mesh: Mesh, micro_batch: int) -> None:
+    """Raises if the micro-batch cannot be split evenly over the mesh's devices."""
+    n = mesh.shape[DATA_AXIS]
+    if micro_batch % n:
+        raise UserInputError(
+            f"--micro-batch {micro_batch} must be a multiple of the number of devices ({n})."
+        )
+
+
+def place_chunk(mesh: Mesh, batch: Any, mask: Any) -> tuple[Any, jax.Array]:
+    """Builds global arrays for one chunk, each device (of each process) getting its ``m / D`` slots.
+
+    Inputs already placed as JAX arrays are passed through ``device_put`` (a no-op when already
+    sharded this way). Host arrays are assembled with ``make_array_from_callback``, which only reads
+    the slices the local devices own, so the same call works on one host and on many.
+    """
+    check_micro_batch(mesh, int(np.shape(mask)[1]))
+    sharding = chunk_sharding(mesh)
+
+    def put(x: Any) -> jax.Array:
+        if isinstance(x, jax.Array):
+            return jax.device_put(x, sharding)
+        x = np.asarray(x)
+        return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
+
+    return jax.tree.map(put, batch), put(mask)
+
+
+def shard_over_data(fn: Callable[..., Any], mesh: Mesh) -> Callable[..., Any]:
+    """Wraps ``fn(params, batch [S, m, ...], mask [S, m]) -> pytree of sums`` to run data parallel.
+
+    Each device applies ``fn`` to its slots of the micro-batch axis; the outputs (sums over
+    examples) are ``psum``-ed over the mesh, so the wrapped function returns exactly the single-device
+    sums, replicated. Only sums may be returned by ``fn``; means would be averaged wrongly.
+    """
+
+    def local(params: Any, batch: Any, mask: jax.Array) -> Any:
+        return jax.lax.psum(fn(params, batch, mask), DATA_AXIS)
+
+    return jax.shard_map(
+        local,
+        mesh=mesh,
+        in_specs=(P(), P(None, DATA_AXIS), P(None, DATA_AXIS)),
+        out_specs=P(),
+        # The scan carries of ``fn`` start as (unvarying) zeros and become device-varying; the psum
+        # makes the output replicated, which is all the type check would verify.
+        check_vma=False,
+    )
+
+
+_M_TRIM_THRESHOLD = -1
+_M_TOP_PAD = -2
+_M_MMAP_MAX = -4
+_M_ARENA_MAX = -8
+
+
+def tune_host_allocator() -> bool:
+    """Makes glibc keep freed memory mapped, so per-step buffers are reused instead of re-faulted.
+
+    XLA's CPU runtime allocates each step's temporary buffers (the per-example gradients of a DP
+    step are hundreds of MB) with ``malloc``; glibc serves blocks this large with fresh ``mmap``s and
+    returns them with ``munmap``, so every step touches new pages and pays one page fault per 4 KiB
+    (DESIGN section 9: 1.5M+ faults per step, more time than the arithmetic). With ``mmap`` disabled
+    for ``malloc`` and trimming off, the heap keeps its pages and later steps reuse them. Same
+    effect as ``GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=...``, but
+    applied by the trainer so users need not set anything. Process-wide and irreversible; call it
+    once at start-up (it is not called on import). Returns False where glibc is not available.
+    """
+    import ctypes
+    import ctypes.util
+
+    name = ctypes.util.find_library("c")
+    if name is None:
+        return False
+    try:
+        libc = ctypes.CDLL(name)
+        mallopt = libc.mallopt
+    except (OSError, AttributeError):
+        return False
+    mallopt.argtypes = [ctypes.c_int, ctypes.c_int]
+    ok = mallopt(_M_MMAP_MAX, 0) == 1
+    ok &= mallopt(_M_TRIM_THRESHOLD, 2**31 - 1) == 1
+    ok &= mallopt(_M_TOP_PAD, 64 << 20) == 1
+    # Worker threads' arenas are limited to 64 MB heaps and fall back to mmap for anything larger
+    # whatever M_MMAP_MAX says; one (main, brk-grown) arena serves XLA's few large blocks.
+    ok &= mallopt(_M_ARENA_MAX, 1) == 1
+    return bool(ok)

@@ -1,0 +1,726 @@
+"""``dpaudit train --trainer jax-bert``: DP-SGD masked-LM pretraining of BERT (Anil et al. 2021).
+
+This is the one place that composes the pieces, each of which lives in its own module and knows
+nothing of the others: the tokenizer and masking (:mod:`.tokenizer`, :mod:`.data`), the Flax model
+(:mod:`.model`), Poisson sampling and micro-step packing (:mod:`.sampling`), the clipped-and-noised
+step (:mod:`.dp_step`), the optimizer (:mod:`.optimizer`), data parallelism (:mod:`.parallel`), the
+accountant and its ledger (:mod:`dpaudit.accounting`, :mod:`dpaudit.privacy_ledger`), checkpoints
+(:mod:`.checkpoint`) and the Hugging Face export (:mod:`.hf_io`).
+
+A run, in order (DESIGN sections 3 and 5):
+
+1. verify the inject directory against its manifest; read ``train.jsonl`` (the private data),
+   ``heldout.jsonl`` (evaluation) and ``public.jsonl`` (the tokenizer's ONLY input);
+2. plan the privacy of the whole run before anything is written: segments of (steps, expected batch),
+   sigma given or calibrated for ``--target-epsilon``, the ledger certifies the plan; a plan that
+   cannot take a single step within the budget is refused up front;
+3. loop: Poisson-sample indices with a seeded numpy Generator, pack them into fixed-shape micro-step
+   chunks, mask on device, run the DP (or non-private) step. Each step is recorded in the ledger
+   *before* it runs, so the ledger refuses a step that would overspend and the run stops there,
+   cleanly. Host syncs happen only every ``--log-every`` steps;
+4. checkpoint atomically every ``--checkpoint-every`` steps; a rerun of the same command resumes from
+   the newest checkpoint with the same ledger and RNG streams (so interrupted + resumed == straight);
+5. at the end write ``model/``, ``metrics.jsonl``, ``privacy.json`` and ``manifest.json``, each atomically
+   (the manifest last: a train directory with a manifest is complete).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import hashlib
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from tqdm.auto import tqdm
+
+from dpaudit import accounting
+from dpaudit.errors import UserInputError
+from dpaudit.privacy_ledger import BudgetExceededError, PrivacyLedger
+from dpaudit.rundir import (
+    atomic_write_json,
+    atomic_write_text,
+    build_manifest,
+    dumps_jsonl_line,
+    file_hashes,
+    read_jsonl,
+    sha256_file,
+    verify_run_dir,
+    write_manifest,
+)
+from dpaudit.trainer_api import TrainResult
+from trainers.jax_bert import checkpoint as ckpt
+from trainers.jax_bert import dp_step, hf_io, parallel, sampling
+from trainers.jax_bert.config import JaxBertConfig
+from trainers.jax_bert.data import encode_texts, mask_tokens
+from trainers.jax_bert.model import FlaxBertForMaskedLM, example_mlm_loss, init_params, preset_config
+from trainers.jax_bert.optimizer import make_optimizer
+from trainers.jax_bert.tokenizer import special_token_ids, train_wordpiece
+
+TRAIN_SCHEMA = "dpaudit.train/1"
+PRIVACY_SCHEMA = "dpaudit.privacy/1"
+INJECT_FILES = ("train.jsonl", "heldout.jsonl", "public.jsonl")
+CHECKPOINT_DIR = "checkpoints"
+PARTIAL_METRICS = "metrics.partial.jsonl"  # inside checkpoints/: kept on failure like the checkpoints
+TELEMETRY_NOTE = (
+    "loss, accuracy, gradient-SNR, clip fraction and gradient norms in metrics.jsonl are computed on "
+    "private training data and are NOT covered by the epsilon; they are for the user's eyes only."
+)
+SHUFFLE_NOTE = (
+    "fixed-size shuffled batches were used (--sampling shuffle); the epsilon is computed as if batches "
+    "were Poisson-sampled with q = batch/N and ASSUMES Poisson sampling, which this run did not use."
+)
+
+# Independent PRNG streams derived from the seed (jax.random.fold_in(PRNGKey(seed), stream)).
+_INIT_STREAM, _TRAIN_STREAM, _EVAL_STREAM = 0, 1, 2
+
+
+@dataclass(frozen=True, kw_only=True)
+class InjectData:
+    train_texts: list[str]
+    heldout_texts: list[str]
+    public_texts: list[str]
+    inputs: dict[str, str]  # inject file path -> sha256 (for the train manifest)
+    identity: str  # one hash over the inject manifest: the data a checkpoint belongs to
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrivacyPlan:
+    """What the run will spend, fixed before the first step (and re-derived identically on resume)."""
+
+    dataset_size: int
+    schedule: list[tuple[int, int]]  # (steps, expected batch)
+    noise_multiplier: float | None  # None = non-private
+    delta: float | None
+    target_epsilon: float | None
+    planned_epsilon: float | None  # epsilon of the steps that fit in the budget
+    affordable_steps: int  # steps the ledger certified (== total unless the budget caps the run)
+
+    @property
+    def private(self) -> bool:
+        return self.noise_multiplier is not None
+
+    @property
+    def total_steps(self) -> int:
+        return sum(steps for steps, _ in self.schedule)
+
+    def batch_at(self, step: int) -> int:
+        """Expected batch size of (0-based) optimizer step ``step``."""
+        start = 0
+        for steps, batch in self.schedule:
+            if step < start + steps:
+                return batch
+            start += steps
+        raise IndexError(step)
+
+    def segment_at(self, step: int) -> tuple[int, int]:
+        """(segment index, steps into that segment) of ``step``."""
+        start = 0
+        for index, (steps, _) in enumerate(self.schedule):
+            if step < start + steps:
+                return index, step - start
+            start += steps
+        raise IndexError(step)
+
+    def segments(self, steps: int | None = None) -> list[accounting.Segment]:
+        """Accounting segments of the first ``steps`` steps (default: the whole schedule)."""
+        assert self.noise_multiplier is not None
+        return accounting.batch_schedule_segments(
+            dataset_size=self.dataset_size,
+            schedule=truncate_schedule(self.schedule, self.total_steps if steps is None else steps),
+            noise_multiplier=self.noise_multiplier,
+        )
+
+
+def truncate_schedule(schedule: Sequence[tuple[int, int]], steps: int) -> list[tuple[int, int]]:
+    """The first ``steps`` steps of a (steps, batch) schedule."""
+    out, left = [], steps
+    for seg_steps, batch in schedule:
+        if left <= 0:
+            break
+        out.append((min(seg_steps, left), batch))
+        left -= seg_steps
+    return out
+
+
+class JaxBertTrainer:
+    """DP-SGD BERT masked-LM pretraining in JAX/Flax; registered as ``jax-bert``."""
+
+    name: ClassVar[str] = "jax-bert"
+    Config: ClassVar[type] = JaxBertConfig
+
+    def train(self, data_dir: Path, out_dir: Path, config: JaxBertConfig, *, seed: int) -> TrainResult:
+        """Train on an inject run directory and write (or resume) the train run directory ``out_dir``.
+
+        Raises:
+            UserInputError: bad data, a plan that cannot fit the budget, or an ``out_dir`` holding a
+                different run; raised before anything is written.
+        """
+        return _Run(Path(data_dir), Path(out_dir), config, seed=seed).execute()
+
+
+# ----------------------------------------------------------------------------------------------
+# Inputs and planning (nothing is written until these pass).
+
+
+def _read_texts(path: Path) -> list[str]:
+    texts = []
+    for lineno, row in enumerate(read_jsonl(path), start=1):
+        text = row.get("text")
+        if not isinstance(text, str):
+            raise UserInputError(f"{path}:{lineno}: expected a string 'text' field; rerun dpaudit inject.")
+        texts.append(text)
+    return texts
+
+
+def load_inject_dir(data_dir: Path) -> InjectData:
+    """Verify an inject directory against its manifest and read its three text splits."""
+    manifest = verify_run_dir(data_dir, schema_prefix="dpaudit.inject/")
+    missing = [name for name in INJECT_FILES if not (data_dir / name).is_file()]
+    if missing:
+        raise UserInputError(f"--data {data_dir} has no {', '.join(missing)}; pass a directory written by dpaudit inject.")
+    train, heldout, public = (_read_texts(data_dir / name) for name in INJECT_FILES)
+    if not train:
+        raise UserInputError(f"{data_dir / 'train.jsonl'} is empty; there is nothing to train on.")
+    if not public:
+        raise UserInputError(f"{data_dir / 'public.jsonl'} is empty; the tokenizer is trained on it only (rerun inject with a public split).")
+    recorded = manifest.get("outputs", {})
+    inputs = {str(data_dir / name): recorded.get(name) or sha256_file(data_dir / name) for name in INJECT_FILES}
+    inputs[str(data_dir / "manifest.json")] = sha256_file(data_dir / "manifest.json")
+    identity = hashlib.sha256(json.dumps(sorted((Path(k).name, v) for k, v in inputs.items())).encode()).hexdigest()
+    return InjectData(train_texts=train, heldout_texts=heldout, public_texts=public, inputs=inputs, identity=identity)
+
+
+def plan_privacy(config: JaxBertConfig, dataset_size: int) -> PrivacyPlan:
+    """Fix sigma, delta and the number of affordable steps for the whole run, before it starts.
+
+    ``--target-epsilon`` alone: sigma is calibrated so the whole schedule spends exactly the target.
+    ``--noise-multiplier`` alone: no cap; the epsilon is reported. Both: the target is a cap, and the
+    run stops after the last step that fits (refused up front if not even one step fits).
+
+    Raises:
+        UserInputError: a batch larger than the data, or a budget too small for one step.
+    """
+    schedule = config.schedule
+    for _, batch in schedule:
+        if batch > dataset_size:
+            option = "--batch-schedule" if config.batch_schedule else "--batch-size"
+            raise UserInputError(
+                f"{option}: expected batch {batch} exceeds the {dataset_size} training examples; use a batch <= {dataset_size}."
+            )
+    if config.non_private:
+        return PrivacyPlan(dataset_size=dataset_size, schedule=schedule, noise_multiplier=None, delta=None,
+                            target_epsilon=None, planned_epsilon=None, affordable_steps=sum(s for s, _ in schedule))
+    delta = config.delta if config.delta is not None else 1.0 / dataset_size
+    total = sum(s for s, _ in schedule)
+
+    def event_for(sigma: float, steps: int = total) -> Any:
+        segments = accounting.batch_schedule_segments(
+            dataset_size=dataset_size, schedule=truncate_schedule(schedule, steps), noise_multiplier=sigma
+        )
+        return accounting.schedule_event(segments)
+
+    if config.noise_multiplier is None:
+        sigma = float(accounting.calibrate_noise(event_for, config.target_epsilon, delta))
+    else:
+        sigma = float(config.noise_multiplier)
+    affordable = total
+    if config.target_epsilon is not None and accounting.epsilon(event_for(sigma), delta) > config.target_epsilon:
+        # The budget caps the run: find the last step that fits (bisection over prefixes).
+        lo, hi = 0, total  # epsilon(lo steps) <= target < epsilon(hi steps)
+        if accounting.epsilon(event_for(sigma, 1), delta) > config.target_epsilon:
+            hi = 1
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if accounting.epsilon(event_for(sigma, mid), delta) <= config.target_epsilon:
+                lo = mid
+            else:
+                hi = mid
+        affordable = lo
+        if affordable == 0:
+            raise UserInputError(
+                f"--noise-multiplier {sigma:g} spends more than --target-epsilon {config.target_epsilon:g} "
+                f"on the first step (delta {delta:.3g}); raise the noise, lower the batch size or raise the target."
+            )
+    plan = PrivacyPlan(dataset_size=dataset_size, schedule=schedule, noise_multiplier=sigma, delta=delta,
+                        target_epsilon=config.target_epsilon, planned_epsilon=None, affordable_steps=affordable)
+    planned = accounting.epsilon(accounting.schedule_event(plan.segments(affordable)), delta)
+    return dataclasses.replace(plan, planned_epsilon=float(planned))
+
+
+def new_ledger(config: JaxBertConfig, plan: PrivacyPlan) -> PrivacyLedger:
+    """A ledger that certifies the affordable part of the plan (so recording it costs no accountant call)."""
+    sampling_label = "poisson" if config.sampling == "poisson" else "fixed_size"  # the ledger's name for shuffle
+    ledger = PrivacyLedger(delta=plan.delta, target_epsilon=plan.target_epsilon, privacy_unit="example",
+                           sampling=sampling_label)
+    ledger.plan(plan.segments(plan.affordable_steps))
+    return ledger
+
+
+# ----------------------------------------------------------------------------------------------
+# Compiled functions, shared by every run of the same shapes in a process.
+
+
+@dataclass(frozen=True)
+class _Compiled:
+    model: FlaxBertForMaskedLM
+    optimizer: Any
+    step: Any  # dp_step.StepFn
+    mask_batch: Any  # jit: (key, input_ids [..., L], attention_mask [..., L]) -> masked example dict [..., ...]
+    eval_sums: Any  # jit: (params, batch [B, ...], weights [B]) -> [loss_sum, n_correct, n_predictions]
+
+
+@functools.lru_cache(maxsize=8)
+def compiled_functions(
+    bert_config: Any, *, private: bool, clip_norm: float, learning_rate: float, warmup_steps: int, total_steps: int,
+    weight_decay: float, mesh: Any, mask_token_id: int, special_ids: tuple[int, ...], mask_prob: float,
+    max_predictions: int,
+) -> _Compiled:
+    """The model, optimizer, step, masking and evaluation functions of one configuration.
+
+    Cached per process on everything that shapes the compiled code, so a second run with the same
+    settings (a resume, shadow models, tests) reuses the compiled XLA programs instead of recompiling.
+    """
+    model = FlaxBertForMaskedLM(bert_config)
+    optimizer = make_optimizer(learning_rate=learning_rate, warmup_steps=warmup_steps, total_steps=total_steps,
+                               weight_decay=weight_decay)
+    loss_fn = functools.partial(example_mlm_loss, model=model)
+    if private:
+        step = dp_step.make_dp_train_step(loss_fn, optimizer, clip_norm=clip_norm, mesh=mesh)
+    else:
+        step = dp_step.make_nonprivate_train_step(loss_fn, optimizer, mesh=mesh)
+    mask_one = functools.partial(mask_tokens, mask_token_id=mask_token_id, vocab_size=bert_config.vocab_size,
+                                 special_ids=jnp.asarray(special_ids, jnp.int32), mask_prob=mask_prob,
+                                 max_predictions=max_predictions)
+
+    def mask_batch(key: jax.Array, input_ids: jax.Array, attention_mask: jax.Array) -> dict[str, jax.Array]:
+        lead = input_ids.shape[:-1]
+        flat_ids = input_ids.reshape(-1, input_ids.shape[-1])
+        keys = jax.random.split(key, flat_ids.shape[0])
+        out = jax.vmap(mask_one)(keys, flat_ids, attention_mask.reshape(flat_ids.shape))
+        return {k: v.reshape(lead + v.shape[1:]) for k, v in out.items()}
+
+    def eval_sums(params: Any, batch: dict[str, jax.Array], weights: jax.Array) -> jax.Array:
+        losses, aux = jax.vmap(loss_fn, in_axes=(None, 0))(params, batch)
+        w_pred = weights * aux["n_predictions"]
+        return jnp.stack([jnp.sum(w_pred * losses), jnp.sum(weights * aux["n_correct"]), jnp.sum(w_pred)])
+
+    return _Compiled(model=model, optimizer=optimizer, step=step, mask_batch=jax.jit(mask_batch),
+                     eval_sums=jax.jit(eval_sums))
+
+
+# ----------------------------------------------------------------------------------------------
+# The run.
+
+
+class _Run:
+    """One invocation of the trainer: set up (or resume), loop, finish. Not reusable."""
+
+    def __init__(self, data_dir: Path, out_dir: Path, config: JaxBertConfig, *, seed: int) -> None:
+        if not isinstance(config, JaxBertConfig):
+            raise TypeError(f"config must be a JaxBertConfig, got {type(config).__name__}.")
+        self.data_dir, self.out_dir, self.config, self.seed = data_dir, out_dir, config, int(seed)
+        self.ckpt_dir = out_dir / CHECKPOINT_DIR
+
+    # -- setup ---------------------------------------------------------------------------------
+
+    def _check_out_dir(self) -> None:
+        out = self.out_dir
+        if out.exists() and not out.is_dir():
+            raise UserInputError(f"--out {out} is a file, not a directory; choose a directory path.")
+        # A run killed before its first checkpoint leaves only checkpoints/ (partial metrics): start over.
+        entries = {p.name for p in out.iterdir()} if out.is_dir() else set()
+        if not entries <= {CHECKPOINT_DIR} and not ckpt.list_checkpoints(self.ckpt_dir):
+            raise UserInputError(
+                f"--out {out} exists, is not empty and holds no jax-bert checkpoint to resume; choose a new or empty directory."
+            )
+
+    def _identity(self) -> dict[str, Any]:
+        return {"trainer": JaxBertTrainer.name, "config": self.config.to_dict(), "seed": self.seed, "data": self.data.identity}
+
+    def _check_resume(self, state: dict[str, Any], path: Path) -> None:
+        stored = state.get("identity", {})
+        if stored.get("trainer") != JaxBertTrainer.name:
+            raise UserInputError(f"--out {self.out_dir}: {path} was not written by the jax-bert trainer; choose a new --out.")
+        differing = self.config.mismatches(stored.get("config", {}))
+        if differing:
+            detail = ", ".join(f"--{n.replace('_', '-')} {stored.get('config', {}).get(n)!r} -> {getattr(self.config, n, None)!r}" for n in differing[:4])
+            raise UserInputError(
+                f"--out {self.out_dir} holds a run with different settings ({detail}); rerun with the same options or use a new --out."
+            )
+        if stored.get("seed") != self.seed:
+            raise UserInputError(f"--out {self.out_dir} holds a run with --seed {stored.get('seed')}, not {self.seed}; use the same seed or a new --out.")
+        if stored.get("data") != self.data.identity:
+            raise UserInputError(f"--out {self.out_dir} was trained on different --data (inject manifest changed); use a new --out.")
+
+    def _setup(self) -> None:
+        config = self.config
+        self._check_out_dir()
+        self.data = load_inject_dir(self.data_dir)
+        n = len(self.data.train_texts)
+        self.plan = plan_privacy(config, n)
+        parallel.maybe_initialize_distributed()  # multi-host: before any other JAX call
+        self.mesh = None
+        if config.data_parallel and jax.device_count() > 1:
+            self.mesh = parallel.make_data_mesh()
+            parallel.check_micro_batch(self.mesh, config.micro_batch)
+        latest = ckpt.list_checkpoints(self.ckpt_dir)[-1:] if self.ckpt_dir.is_dir() else []
+        self.resume_state = ckpt.read_state(latest[0][1]) if latest else None
+        if self.resume_state is not None:
+            self._check_resume(self.resume_state, latest[0][1])
+
+        try:
+            self.tokenizer = train_wordpiece(self.data.public_texts, vocab_size=config.resolved_vocab_size)
+        except ValueError as err:
+            raise UserInputError(f"--vocab-size {config.resolved_vocab_size}: {err}") from None
+        self.tokenizer_sha = hashlib.sha256(self.tokenizer.to_str().encode("utf-8")).hexdigest()
+        if self.resume_state is not None and self.resume_state.get("tokenizer_sha256") != self.tokenizer_sha:
+            raise UserInputError(f"--out {self.out_dir}: the tokenizer retrained on public.jsonl differs from the checkpoint's; use a new --out.")
+        specials = special_token_ids(self.tokenizer)
+        vocab = self.tokenizer.get_vocab_size()
+        self.train_enc = encode_texts(self.tokenizer, self.data.train_texts, max_length=config.max_length)
+        self.bert_config = preset_config(config.preset, vocab_size=vocab, max_position_embeddings=max(128, config.max_length))
+        base_key = jax.random.PRNGKey(self.seed)
+        self.train_key = jax.random.fold_in(base_key, _TRAIN_STREAM)
+        params = init_params(self.bert_config, jax.random.fold_in(base_key, _INIT_STREAM), seq_len=config.max_length)
+        self.fns = compiled_functions(
+            self.bert_config, private=self.plan.private, clip_norm=config.clip_norm, learning_rate=config.learning_rate,
+            warmup_steps=config.warmup_steps, total_steps=self.plan.total_steps, weight_decay=config.weight_decay,
+            mesh=self.mesh, mask_token_id=specials["mask"], special_ids=tuple(sorted(set(specials.values()))),
+            mask_prob=config.mask_prob, max_predictions=config.resolved_max_predictions)
+        opt_state = self.fns.optimizer.init(params)
+        self._setup_eval()
+
+        self.rng = np.random.default_rng([self.seed, _TRAIN_STREAM])
+        self.start_step = 0
+        self.ledger: PrivacyLedger | None = None
+        if self.resume_state is None:
+            self.ledger = new_ledger(config, self.plan) if self.plan.private else None
+        else:
+            restored = ckpt.restore_checkpoint(latest[0][1], params_template=params, opt_state_template=opt_state)
+            params, opt_state = restored.params, restored.opt_state
+            self.start_step = restored.step
+            self.rng.bit_generator.state = restored.state["numpy_rng"]
+            if self.plan.private:  # the ledger keeps its plan certificate: recording the rest costs no accountant call
+                self.ledger = PrivacyLedger.from_json(restored.state["ledger"])
+                if self.ledger.steps != restored.step:
+                    raise UserInputError(f"{restored.path}: its privacy ledger holds {self.ledger.steps} steps, not "
+                                         f"{restored.step}; the checkpoint is damaged, delete it to resume from an older one.")
+        self.params, self.opt_state = params, opt_state
+
+    def _setup_eval(self) -> None:
+        """Heldout evaluation: a fixed subset, masked once with a fixed key, in padded batches."""
+        texts = self.data.heldout_texts[: self.config.eval_examples]
+        self.eval_batches: list[tuple[dict[str, jax.Array], jax.Array]] = []
+        if not texts:
+            return
+        enc = encode_texts(self.tokenizer, texts, max_length=self.config.max_length)
+        size = min(len(texts), max(self.config.micro_batch, 8))
+        n_pad = -len(texts) % size
+        ids = np.concatenate([enc["input_ids"], np.repeat(enc["input_ids"][:1], n_pad, 0)])
+        att = np.concatenate([enc["attention_mask"], np.repeat(enc["attention_mask"][:1], n_pad, 0)])
+        weights = np.concatenate([np.ones(len(texts), np.float32), np.zeros(n_pad, np.float32)])
+        key = jax.random.fold_in(jax.random.PRNGKey(self.seed), _EVAL_STREAM)
+        masked = self.fns.mask_batch(key, jnp.asarray(ids), jnp.asarray(att))
+        for start in range(0, len(weights), size):
+            batch = {k: v[start : start + size] for k, v in masked.items()}
+            self.eval_batches.append((batch, jnp.asarray(weights[start : start + size])))
+
+    # -- the loop ------------------------------------------------------------------------------
+
+    def _batches(self) -> Iterator[tuple[int, np.ndarray]]:
+        """(step, sampled indices) from ``start_step`` on; Poisson from the saved Generator state,
+        shuffle by replaying the segment's permutation stream (it has no resumable state)."""
+        n = self.plan.dataset_size
+        step = self.start_step
+        while step < self.plan.total_steps:
+            batch = self.plan.batch_at(step)
+            if self.config.sampling == "poisson":
+                yield step, sampling.poisson_sample(self.rng, n, batch / n)
+                step += 1
+                continue
+            segment, offset = self.plan.segment_at(step)
+            seg_steps = self.plan.schedule[segment][0]
+            stream = sampling.shuffle_batches(np.random.default_rng([self.seed, _TRAIN_STREAM, segment]), n, batch)
+            for _ in range(offset):
+                next(stream)
+            for _ in range(seg_steps - offset):
+                yield step, next(stream)
+                step += 1
+
+    def _chunks(self, step: int, indices: np.ndarray) -> list[tuple[dict[str, jax.Array], np.ndarray]]:
+        n, m = self.plan.dataset_size, self.config.micro_batch
+        batch = self.plan.batch_at(step)
+        capacity = self._capacity.get(batch)
+        if capacity is None:
+            if self.config.sampling == "poisson":
+                capacity = sampling.microstep_capacity(batch, m, dataset_size=n, sampling_probability=batch / n)
+            else:
+                capacity = -(-batch // m)
+            self._capacity[batch] = capacity
+        mask_key = jax.random.fold_in(jax.random.fold_in(self.train_key, step), 0)
+        chunks = []
+        for c, (idx, mask) in enumerate(sampling.pack_microsteps(indices, m, capacity)):
+            masked = self.fns.mask_batch(jax.random.fold_in(mask_key, c),
+                                     self.train_enc["input_ids"][idx], self.train_enc["attention_mask"][idx])
+            chunks.append((masked, mask))
+        return chunks
+
+    def _evaluate(self) -> dict[str, float]:
+        if not self.eval_batches:
+            return {}
+        total = sum(self.fns.eval_sums(self.params, batch, w) for batch, w in self.eval_batches)
+        loss_sum, correct, preds = (float(x) for x in jax.device_get(total))
+        return {"eval_loss": loss_sum / max(preds, 1.0), "mlm_accuracy": correct / max(preds, 1.0)}
+
+    def _state(self, step: int) -> dict[str, Any]:
+        return {
+            "identity": self._identity(),
+            "numpy_rng": _jsonable(self.rng.bit_generator.state),
+            "jax_key": np.asarray(jax.random.key_data(self.train_key)).tolist(),
+            "ledger": self.ledger.to_json() if self.ledger is not None else None,
+            "tokenizer_sha256": self.tokenizer_sha,
+            "noise_multiplier": self.plan.noise_multiplier,
+            "stopped_at_budget": self.stopped_at_budget,
+        }
+
+    def _save(self, step: int) -> None:
+        self._flush_metrics()
+        ckpt.save_checkpoint(self.ckpt_dir, step=step, params=self.params, opt_state=self.opt_state, state=self._state(step))
+
+    def _flush_metrics(self) -> None:
+        if self.pending_rows:
+            with open(self.ckpt_dir / PARTIAL_METRICS, "a", encoding="utf-8") as handle:
+                handle.writelines(dumps_jsonl_line(row) for row in self.pending_rows)
+                handle.flush()
+                os.fsync(handle.fileno())
+            self.pending_rows = []
+
+    def _restore_metrics(self) -> None:
+        """Keep the metric rows of steps the checkpoint covers (later ones are recomputed)."""
+        path = self.ckpt_dir / PARTIAL_METRICS
+        if not path.is_file():
+            return
+        rows = [row for row in read_jsonl(path) if row.get("step", 0) <= self.start_step]
+        atomic_write_text(path, "".join(dumps_jsonl_line(row) for row in rows))
+
+    def _sync(self, pending: list[tuple[int, Any]], window_start: float, bar: tqdm, *, final: bool = False,
+              untimed: int = 0) -> None:
+        """The only host sync of the loop: fetch ``pending`` step metrics, write rows, update the bar.
+
+        The last row of the window gets ``examples_per_s`` (over the window's steps but the first
+        ``untimed``, which ran before ``window_start``: the compiling first step); at evaluations,
+        checkpoints and the end (``final``) also the epsilon spent so far (a PLD call costs about a
+        second: not every log).
+        """
+        if not pending:
+            return
+        fetched = jax.device_get([m for _, m in pending])
+        elapsed = max(time.perf_counter() - window_start, 1e-9)
+        timed = fetched[untimed:]
+        examples_per_s = float(sum(m.batch_size for m in timed)) / elapsed if timed else None
+        last = pending[-1][0] + 1
+        wants_epsilon = final or last in self.eval_steps or last in self.checkpoint_steps
+        epsilon = self._epsilon_spent() if self.ledger is not None and wants_epsilon else None
+        for i, ((step, _), metrics) in enumerate(zip(pending, fetched)):
+            row = {
+                "step": step + 1,
+                "loss": _num(metrics.loss),
+                "train_mlm_accuracy": _num(metrics.n_correct / max(float(metrics.n_predictions), 1.0)),
+                "batch_size": int(metrics.batch_size),
+                "expected_batch_size": self.plan.batch_at(step),
+                "grad_snr": _num(metrics.grad_snr) if self.plan.private else None,
+                "clip_fraction": _num(metrics.clip_fraction) if self.plan.private else None,
+                "clipped_sum_norm": _num(metrics.clipped_sum_norm),
+                "noise_norm": _num(metrics.noise_norm) if self.plan.private else None,
+                "telemetry_private": True,
+            }
+            if i == len(pending) - 1:
+                if examples_per_s is not None:
+                    row["examples_per_s"] = examples_per_s
+                if wants_epsilon:
+                    row["epsilon"] = epsilon  # spent so far (None when non-private)
+                if wants_epsilon and (final or last in self.eval_steps):
+                    row.update(self._evaluate())
+            self.pending_rows.append(row)
+        if wants_epsilon:
+            self.last_epsilon_text = "inf" if epsilon is None else f"{epsilon:.3g}"
+        bar.set_postfix(loss=f"{float(fetched[-1].loss):.4g}", eps=self.last_epsilon_text, refresh=False)
+
+    def _epsilon_spent(self) -> float:
+        """Epsilon of the recorded steps; cached per step count (the PLD call is the slow part)."""
+        steps = self.ledger.steps
+        if steps not in self._eps_cache:
+            self._eps_cache[steps] = float(self.ledger.epsilon()) if steps else 0.0
+        return self._eps_cache[steps]
+
+    def execute(self) -> TrainResult:
+        self._setup()
+        config, plan = self.config, self.plan
+        self.ckpt_dir.mkdir(parents=True, exist_ok=True)
+        for leftover in self.ckpt_dir.glob(".*"):  # staging folders of a checkpoint write that was killed
+            shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
+        self._capacity: dict[int, int] = {}
+        self._eps_cache: dict[int, float] = {}
+        self.pending_rows: list[dict[str, Any]] = []
+        self.stopped_at_budget = bool(self.resume_state and self.resume_state.get("stopped_at_budget"))
+        self._restore_metrics()
+        total = plan.total_steps
+        sync_every = config.log_every
+        self.eval_steps = set(range(config.eval_every, total + 1, config.eval_every)) | {total}
+        self.checkpoint_steps = checkpoint_steps = set(range(config.checkpoint_every, total + 1, config.checkpoint_every))
+        # Until the first exact PLD evaluation, show the certified plan's epsilon: every prefix of the
+        # plan spends at most that much.
+        planned = plan.planned_epsilon
+        self.last_epsilon_text = "inf" if self.ledger is None else ("?" if planned is None else f"<={planned:.3g}")
+        step = self.start_step
+        bar = tqdm(total=total, initial=step, desc="jax-bert", unit="step", file=sys.stderr, dynamic_ncols=True, leave=False)
+        pending: list[tuple[int, Any]] = []
+        window, untimed = time.perf_counter(), 0
+        try:
+            batches = self._batches() if not self.stopped_at_budget else iter(())
+            for step_index, indices in batches:
+                if self.ledger is not None:
+                    try:  # record BEFORE the step: the ledger refuses a step that would overspend
+                        self.ledger.record(sampling_probability=plan.batch_at(step_index) / plan.dataset_size,
+                                           noise_multiplier=plan.noise_multiplier)
+                    except BudgetExceededError:
+                        self.stopped_at_budget = True
+                        break
+                chunks = self._chunks(step_index, indices)
+                noise_key = jax.random.fold_in(jax.random.fold_in(self.train_key, step_index), 1)
+                noise_std = (plan.noise_multiplier or 0.0) * config.clip_norm
+                self.params, self.opt_state, metrics = self.fns.step(
+                    self.params, self.opt_state, chunks, noise_key, noise_std, float(plan.batch_at(step_index)))
+                pending.append((step_index, metrics))
+                step = step_index + 1
+                bar.update(1)
+                if step == self.start_step + 1:  # the first step compiles: keep it out of examples/s
+                    jax.block_until_ready(metrics)
+                    window, untimed = time.perf_counter(), 1
+                if step % sync_every == 0 or step in checkpoint_steps or step in self.eval_steps:
+                    self._sync(pending, window, bar, untimed=untimed)
+                    pending, window, untimed = [], time.perf_counter(), 0
+                if step in checkpoint_steps and step != total:
+                    self._save(step)
+            self._sync(pending, window, bar, final=True, untimed=untimed)
+        finally:
+            bar.close()
+        if step != self.start_step or not ckpt.list_checkpoints(self.ckpt_dir) or self.stopped_at_budget:
+            self._save(step)
+        return self._finish(step)
+
+    # -- outputs -------------------------------------------------------------------------------
+
+    def _privacy_json(self, steps: int) -> dict[str, Any]:
+        plan, config = self.plan, self.config
+        common = {
+            "schema": PRIVACY_SCHEMA,
+            "trainer": JaxBertTrainer.name,
+            "privacy_unit": "example (add/remove)",
+            "adjacency": "add/remove one training example (one row of train.jsonl)",
+            "sampling": config.sampling,
+            "clip_norm": config.clip_norm if plan.private else None,
+            "steps": steps,
+            "planned_steps": plan.total_steps,
+            "dataset_size": plan.dataset_size,
+            "telemetry": TELEMETRY_NOTE,
+            "tokenizer": "WordPiece trained on public.jsonl only (never on train.jsonl or the canaries).",
+        }
+        if not plan.private:
+            return {**common, "private": False, "accountant": None, "epsilon": None, "epsilon_text": "inf", "delta": None,
+                    "noise_multiplier": None, "event": None, "segments": [],
+                    "guarantee": "none: non-private training (no clipping, no noise); epsilon = inf."}
+        assert self.ledger is not None
+        epsilon = self._epsilon_spent()  # = ledger.epsilon(), cached (a PLD call costs about a second)
+        segments = [dict(seg.to_json(), expected_batch_size=seg.sampling_probability * plan.dataset_size)
+                    for seg in self.ledger.segments]
+        guarantee = (f"({epsilon:.4g}, {plan.delta:.3g})-DP for one training example (add/remove), Poisson-subsampled "
+                     f"Gaussian mechanism with per-example clipping to C = {config.clip_norm:g}, composed over {steps} "
+                     f"steps ({self.ledger.accountant.upper()} accountant).")
+        out = {
+            **common,
+            "private": True,
+            "accountant": self.ledger.accountant,
+            "event": accounting.event_to_json(self.ledger.event()),
+            "epsilon": epsilon,
+            "delta": self.ledger.delta,
+            "target_epsilon": self.ledger.target_epsilon,
+            "epsilon_text": f"{epsilon:.6g}",
+            "noise_multiplier": plan.noise_multiplier,
+            "noise_calibrated": config.noise_multiplier is None,
+            "stopped_at_budget": self.stopped_at_budget,
+            "segments": segments,
+            "guarantee": guarantee,
+        }
+        if config.sampling == "shuffle":
+            out["sampling_note"] = SHUFFLE_NOTE
+            out["guarantee"] += " Note: " + SHUFFLE_NOTE
+        return out
+
+    def _finish(self, steps: int) -> TrainResult:
+        out = self.out_dir
+        hf_io.save_pretrained(out / "model", jax.device_get(self.params), self.bert_config, self.tokenizer)  # atomic
+        metrics_path = self.ckpt_dir / PARTIAL_METRICS
+        metrics_text = metrics_path.read_text(encoding="utf-8") if metrics_path.is_file() else ""
+        atomic_write_text(out / "metrics.jsonl", metrics_text)
+        privacy = self._privacy_json(steps)
+        atomic_write_json(out / "privacy.json", privacy)
+        outputs = [str(p.relative_to(out).as_posix()) for p in sorted((out / "model").rglob("*")) if p.is_file()]
+        outputs += ["metrics.jsonl", "privacy.json"]
+        rows = [json.loads(line) for line in metrics_text.splitlines() if line.strip()]
+        final_loss = next((r["loss"] for r in reversed(rows) if r.get("loss") is not None), None)
+        eps_rate = next((r["examples_per_s"] for r in reversed(rows) if r.get("examples_per_s") is not None), None)
+        summary = {
+            "noise_multiplier": self.plan.noise_multiplier,
+            "planned_epsilon": self.plan.planned_epsilon,
+            "stopped_at_budget": self.stopped_at_budget,
+            "resumed_from_step": self.start_step or None,
+            "examples_per_s": eps_rate,
+            "sampling": self.config.sampling,
+            "devices": 1 if self.mesh is None else int(self.mesh.devices.size),
+        }
+        manifest = build_manifest(
+            schema=TRAIN_SCHEMA,
+            config={"trainer": JaxBertTrainer.name, **self.config.to_dict()},
+            seed=self.seed,
+            inputs=self.data.inputs,
+            outputs=file_hashes(out, outputs),
+            extra={"model": self.bert_config.to_hf_dict(), "steps": steps, "summary": summary,
+                   "tokenizer_trained_on": "public.jsonl"},
+        )
+        write_manifest(out, manifest)
+        return TrainResult(out_dir=out, steps=steps, epsilon=privacy["epsilon"], delta=privacy["delta"],
+                           final_loss=final_loss, summary=summary)
+
+
+# ----------------------------------------------------------------------------------------------
+# Small helpers.
+
+
+def _num(x: Any) -> float | None:
+    """A finite float for JSON, or None (inf/nan are not JSON)."""
+    value = float(x)
+    return value if math.isfinite(value) else None
+
+
+def _jsonable(obj: Any) -> Any:
+    """numpy scalars inside a bit-generator state -> plain JSON types."""
+    if isinstance(obj, dict):
+        return {k: _jsonable(v) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return [_jsonable(v) for v in obj]
+    if isinstance(obj, np.integer):
+        return int(obj)
+    return obj
