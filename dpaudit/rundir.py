@@ -144,16 +144,25 @@ def staged_directory(out: str | os.PathLike[str], *, overwrite: bool, option: st
     os.chmod(staging, _DIR_MODE)
     try:
         yield staging
-        if out.exists():
-            trash = Path(tempfile.mkdtemp(prefix=f".{out.name}.old-", dir=out.resolve().parent))
-            os.replace(out, trash / "old")
-            os.replace(staging, out)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.replace(staging, out)
+        replace_directory(staging, out)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise
+
+
+def replace_directory(staging: Path, final: Path) -> None:
+    """Move a finished ``staging`` directory to ``final``, replacing an existing one.
+
+    The old directory is first renamed aside (one rename each way), so at every instant ``final``
+    is either the complete old directory or the complete new one.
+    """
+    if final.exists():
+        trash = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.resolve().parent))
+        os.replace(final, trash / "old")
+        os.replace(staging, final)
+        shutil.rmtree(trash, ignore_errors=True)
+    else:
+        os.replace(staging, final)
 
 
 def file_hashes(directory: str | os.PathLike[str], names: Iterable[str]) -> dict[str, str]:

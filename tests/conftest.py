@@ -7,3 +7,34 @@ import os
 # Two CPU devices for the data-parallel tests; must be set before jax is first imported.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import pytest  # noqa: E402
+
+#: Trainer options shared by the jax-bert test files: the same shapes and optimizer settings
+#: everywhere, so each XLA program is compiled once per process.
+TINY_JAX_BERT = dict(preset="tiny", steps=6, batch_size=16, micro_batch=8, max_length=16, vocab_size=128,
+                     noise_multiplier=1.0, checkpoint_every=3, log_every=2, eval_every=3, eval_examples=16)
+
+
+@pytest.fixture(scope="session")
+def tiny_inject_dir(tmp_path_factory):
+    """A small inject directory written by `dpaudit inject` itself (read-only for tests): 96 train
+    rows (3 canaries inserted 1, 2 and 3 times), 24 heldout, 96 public (the tokenizer's only input)."""
+    from click.testing import CliRunner
+
+    from dpaudit.cli import cli
+
+    path = tmp_path_factory.mktemp("inject") / "data"
+    result = CliRunner().invoke(cli, ["inject", "--corpus", "builtin:assistant", "--corpus-size", "210", "--heldout-size",
+                                      "24", "--public-size", "96", "--frequencies", "1,2,3", "--per-frequency", "1",
+                                      "--out", str(path), "--seed", "0"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return path
+
+
+@pytest.fixture(scope="session")
+def tiny_jax_bert_config():
+    """Factory: the tiny jax-bert Config with overrides."""
+    from trainers.jax_bert.config import JaxBertConfig
+
+    return lambda **overrides: JaxBertConfig(**{**TINY_JAX_BERT, **overrides})

@@ -12,32 +12,15 @@ import json
 
 import numpy as np
 import pytest
-from click.testing import CliRunner
 from safetensors.numpy import load_file
 
-from dpaudit.cli import cli
 from dpaudit.errors import UserInputError
 from trainers.jax_bert import checkpoint as ckpt
-from trainers.jax_bert.config import JaxBertConfig
 from trainers.jax_bert.trainer import JaxBertTrainer
 
 
-def _inject_dir(path):
-    """A small inject directory written by `dpaudit inject` itself: 96 train rows (3 canaries inserted
-    1, 2 and 3 times), 24 heldout, 96 public (the tokenizer's only input)."""
-    result = CliRunner().invoke(cli, ["inject", "--corpus", "builtin:assistant", "--corpus-size", "210", "--heldout-size",
-                                      "24", "--public-size", "96", "--frequencies", "1,2,3", "--per-frequency", "1",
-                                      "--out", str(path), "--seed", "0"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return path
 
 
-def _config(**overrides):
-    # The same shapes and optimizer settings as the other jax-bert test files: compiled once per process.
-    base = dict(preset="tiny", steps=6, batch_size=16, micro_batch=8, max_length=16, vocab_size=128,
-                noise_multiplier=1.0, checkpoint_every=3, log_every=2, eval_every=3, eval_examples=16)
-    base.update(overrides)
-    return JaxBertConfig(**base)
 
 
 class _Killed(BaseException):
@@ -56,11 +39,16 @@ def _rows(out):
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return _inject_dir(tmp_path_factory.mktemp("resume") / "data")
+def data_dir(tiny_inject_dir):
+    return tiny_inject_dir
 
 
-def test_interrupted_then_resumed_equals_straight(data_dir, tmp_path, monkeypatch):
+@pytest.fixture(scope="module")
+def _config(tiny_jax_bert_config):
+    return tiny_jax_bert_config
+
+
+def test_interrupted_then_resumed_equals_straight(data_dir, tmp_path, monkeypatch, _config):
     config = _config()
     straight = JaxBertTrainer().train(data_dir, tmp_path / "straight", config, seed=7)
     assert straight.steps == 6
@@ -95,7 +83,7 @@ def test_interrupted_then_resumed_equals_straight(data_dir, tmp_path, monkeypatc
     assert _rows(tmp_path / "straight") == _rows(resumed_out)
 
 
-def test_resume_with_different_settings_is_a_one_line_error(data_dir, tmp_path):
+def test_resume_with_different_settings_is_a_one_line_error(data_dir, tmp_path, _config):
     out = tmp_path / "run"
     JaxBertTrainer().train(data_dir, out, _config(), seed=1)
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
@@ -107,7 +95,7 @@ def test_resume_with_different_settings_is_a_one_line_error(data_dir, tmp_path):
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before  # nothing touched
 
 
-def test_rerun_of_a_finished_run_trains_nothing_more(data_dir, tmp_path):
+def test_rerun_of_a_finished_run_trains_nothing_more(data_dir, tmp_path, _config):
     out = tmp_path / "run"
     first = JaxBertTrainer().train(data_dir, out, _config(), seed=1)
     weights = _params(out)
@@ -117,7 +105,7 @@ def test_rerun_of_a_finished_run_trains_nothing_more(data_dir, tmp_path):
         np.testing.assert_array_equal(value, weights[name])
 
 
-def test_out_dir_with_foreign_files_is_refused(data_dir, tmp_path):
+def test_out_dir_with_foreign_files_is_refused(data_dir, tmp_path, _config):
     out = tmp_path / "busy"
     out.mkdir()
     (out / "notes.txt").write_text("mine")

@@ -10,11 +10,9 @@ import jax.numpy as jnp
 import numpy as np
 import optax
 import pytest
-from click.testing import CliRunner
 from safetensors.numpy import load_file
 
 from dpaudit import accounting
-from dpaudit.cli import cli
 from dpaudit.errors import UserInputError
 from dpaudit.rundir import read_jsonl
 from dpaudit.trainer_api import Trainer, load_trainer
@@ -23,27 +21,18 @@ from trainers.jax_bert.config import JaxBertConfig, parse_batch_schedule
 from trainers.jax_bert.trainer import JaxBertTrainer, plan_privacy
 
 
-def _inject_dir(path):
-    """A small inject directory written by `dpaudit inject` itself: 96 train rows (3 canaries inserted
-    1, 2 and 3 times), 24 heldout, 96 public (the tokenizer's only input)."""
-    result = CliRunner().invoke(cli, ["inject", "--corpus", "builtin:assistant", "--corpus-size", "210", "--heldout-size",
-                                      "24", "--public-size", "96", "--frequencies", "1,2,3", "--per-frequency", "1",
-                                      "--out", str(path), "--seed", "0"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return path
 
 
-def _config(**overrides):
-    # The same shapes and optimizer settings as the other jax-bert test files: compiled once per process.
-    base = dict(preset="tiny", steps=6, batch_size=16, micro_batch=8, max_length=16, vocab_size=128,
-                noise_multiplier=1.0, checkpoint_every=3, log_every=2, eval_every=3, eval_examples=16)
-    base.update(overrides)
-    return JaxBertConfig(**base)
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return _inject_dir(tmp_path_factory.mktemp("trainer") / "data")
+def data_dir(tiny_inject_dir):
+    return tiny_inject_dir
+
+
+@pytest.fixture(scope="module")
+def _config(tiny_jax_bert_config):
+    return tiny_jax_bert_config
 
 
 # -- plug-in and config --------------------------------------------------------------------------
@@ -94,7 +83,7 @@ def test_schedule_plan_accounts_each_segment():
     assert plan.planned_epsilon == pytest.approx(accounting.epsilon(event, 1 / 320), rel=1e-9)
 
 
-def test_batch_schedule_run_records_one_segment_per_stage(data_dir, tmp_path):
+def test_batch_schedule_run_records_one_segment_per_stage(data_dir, tmp_path, _config):
     result = JaxBertTrainer().train(data_dir, tmp_path / "run", _config(batch_schedule="3:16,3:32"), seed=0)
     privacy = json.loads((tmp_path / "run" / "privacy.json").read_text())
     assert [(s["steps"], s["expected_batch_size"]) for s in privacy["segments"]] == [(3, 16), (3, 32)]
@@ -135,7 +124,7 @@ def test_checkpoint_round_trip_is_exact_and_keeps_the_newest(tmp_path):
 # -- the budget guard ----------------------------------------------------------------------------
 
 
-def test_run_stops_at_the_budget_and_never_steps_past_it(data_dir, tmp_path):
+def test_run_stops_at_the_budget_and_never_steps_past_it(data_dir, tmp_path, _config):
     sigma, q, delta = 1.0, 16 / 96, 1 / 96
     eps_of = [accounting.epsilon(accounting.dpsgd_event(noise_multiplier=sigma, sampling_probability=q, steps=k), delta)
               for k in range(1, 7)]
@@ -155,7 +144,7 @@ def test_run_stops_at_the_budget_and_never_steps_past_it(data_dir, tmp_path):
     assert again.steps == 3 and again.epsilon == result.epsilon
 
 
-def test_a_budget_too_small_for_one_step_is_refused_up_front(data_dir, tmp_path):
+def test_a_budget_too_small_for_one_step_is_refused_up_front(data_dir, tmp_path, _config):
     with pytest.raises(UserInputError, match="on the first step"):
         JaxBertTrainer().train(data_dir, tmp_path / "run", _config(noise_multiplier=0.5, target_epsilon=0.05), seed=0)
     assert not (tmp_path / "run").exists()
@@ -164,7 +153,7 @@ def test_a_budget_too_small_for_one_step_is_refused_up_front(data_dir, tmp_path)
 # -- sampling labels and data parallelism --------------------------------------------------------
 
 
-def test_shuffle_sampling_is_labelled_as_assuming_poisson(data_dir, tmp_path):
+def test_shuffle_sampling_is_labelled_as_assuming_poisson(data_dir, tmp_path, _config):
     result = JaxBertTrainer().train(data_dir, tmp_path / "run", _config(sampling="shuffle"), seed=0)
     privacy = json.loads((tmp_path / "run" / "privacy.json").read_text())
     assert privacy["sampling"] == "shuffle" and "ASSUMES Poisson sampling" in privacy["sampling_note"]
@@ -174,7 +163,7 @@ def test_shuffle_sampling_is_labelled_as_assuming_poisson(data_dir, tmp_path):
     assert math.isfinite(result.epsilon)
 
 
-def test_data_parallel_run_matches_single_device_run(data_dir, tmp_path):
+def test_data_parallel_run_matches_single_device_run(data_dir, tmp_path, _config):
     assert jax.device_count() == 2  # tests/conftest.py forces two CPU devices
     two = JaxBertTrainer().train(data_dir, tmp_path / "two", _config(), seed=5)
     one = JaxBertTrainer().train(data_dir, tmp_path / "one", _config(data_parallel=False), seed=5)

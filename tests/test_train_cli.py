@@ -16,19 +16,11 @@ TINY = ["--preset", "tiny", "--max-length", "16", "--vocab-size", "128", "--micr
         "--eval-examples", "16", "--log-every", "2", "--eval-every", "3", "--checkpoint-every", "3"]
 
 
-def _inject_dir(path):
-    """A small inject directory written by `dpaudit inject` itself: 96 train rows (3 canaries inserted
-    1, 2 and 3 times), 24 heldout, 96 public (the tokenizer's only input)."""
-    result = CliRunner().invoke(cli, ["inject", "--corpus", "builtin:assistant", "--corpus-size", "210", "--heldout-size",
-                                      "24", "--public-size", "96", "--frequencies", "1,2,3", "--per-frequency", "1",
-                                      "--out", str(path), "--seed", "0"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return path
 
 
 @pytest.fixture(scope="module")
-def data_dir(tmp_path_factory):
-    return _inject_dir(tmp_path_factory.mktemp("cli") / "data")
+def data_dir(tiny_inject_dir):
+    return tiny_inject_dir
 
 
 @pytest.fixture(scope="module")

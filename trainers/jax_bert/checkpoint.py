@@ -31,7 +31,7 @@ import numpy as np
 from safetensors.numpy import load_file, save_file
 
 from dpaudit.errors import UserInputError
-from dpaudit.rundir import sha256_file
+from dpaudit.rundir import replace_directory, sha256_file
 
 ARRAYS_NAME = "arrays.safetensors"
 STATE_NAME = "state.json"
@@ -124,13 +124,7 @@ def save_checkpoint(
         full_state = {**state, "step": step, "arrays_sha256": sha256_file(staging / ARRAYS_NAME)}
         (staging / STATE_NAME).write_text(json.dumps(full_state, indent=2, sort_keys=True) + "\n", encoding="utf-8")
         _fsync(staging / STATE_NAME)
-        if final.exists():  # rewriting the same step (e.g. the final checkpoint on a rerun)
-            trash = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=directory))
-            os.replace(final, trash / "old")
-            os.replace(staging, final)
-            shutil.rmtree(trash, ignore_errors=True)
-        else:
-            os.replace(staging, final)
+        replace_directory(staging, final)  # may rewrite the same step (the final checkpoint on a rerun)
     except BaseException:
         shutil.rmtree(staging, ignore_errors=True)
         raise

@@ -406,6 +406,7 @@ def make_dp_train_step(
     mesh: Mesh | None = None,
     donate_state: bool = False,
     vmap_size: int | None = DEFAULT_VMAP_SIZE,
+    clipped_sum_fn: Callable[[PyTree, PyTree, jax.Array], tuple[PyTree, ChunkStats]] | None = None,
 ) -> StepFn:
     """Returns ``step(params, opt_state, chunks, key, noise_std, expected_batch_size)``.
 
@@ -417,9 +418,16 @@ def make_dp_train_step(
     With ``donate_state=True`` the ``params`` and ``opt_state`` buffers passed in are donated to
     the update (saves memory; the caller must not use them after the call). ``vmap_size`` is the
     performance knob of :func:`make_clipped_sum_fn` (examples per vmap(grad) call).
+    ``clipped_sum_fn`` replaces the generic vmap clipped sum by an equivalent one (e.g. ghost norms,
+    :mod:`trainers.jax_bert.ghost_clipping`); its ``sensitivity`` must equal ``clip_norm``.
     """
     clip_norm = _check_clip_norm(clip_norm)
-    clipped_sum = make_clipped_sum_fn(loss_fn, clip_norm=clip_norm, vmap_size=vmap_size)
+    if clipped_sum_fn is None:
+        clipped_sum = make_clipped_sum_fn(loss_fn, clip_norm=clip_norm, vmap_size=vmap_size)
+    else:
+        clipped_sum = clipped_sum_fn
+        if getattr(clipped_sum, "sensitivity", None) != clip_norm:
+            raise ValueError(f"clipped_sum_fn.sensitivity must equal clip_norm={clip_norm}, got {getattr(clipped_sum, 'sensitivity', None)}.")
 
     def finish(params, opt_state, acc, stats, key, noise_std, expected_batch_size):
         z = _gaussian_like(key, acc)

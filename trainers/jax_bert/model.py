@@ -190,22 +190,55 @@ def _activation(name: str, x: jnp.ndarray) -> jnp.ndarray:
     return jax.nn.relu(x)
 
 
-def _dense(features: int, config: BertConfig, name: str) -> nn.Dense:
-    return nn.Dense(
-        features,
-        kernel_init=nn.initializers.normal(stddev=config.initializer_range),
-        bias_init=nn.initializers.zeros,
-        dtype=jnp.float32,
-        param_dtype=jnp.float32,
-        name=name,
-    )
+class TapedDense(nn.Module):
+    """``nn.Dense`` (same parameters, same numerics) that can record what ghost clipping needs.
+
+    With a mutable ``"tape"`` collection it sows its input; with a ``"perturbations"`` collection it
+    adds a zero perturbation to its output, whose gradient is dL/d(output) at every position. Both
+    are no-ops in an ordinary ``apply``. Per-example weight-gradient norms then follow from
+    input/output-gradient Gram matrices (Li et al. 2022; Bu et al. 2023).
+    """
+
+    features: int
+    initializer_range: float
+
+    @nn.compact
+    def __call__(self, inputs: jnp.ndarray) -> jnp.ndarray:
+        kernel = self.param(
+            "kernel", nn.initializers.normal(stddev=self.initializer_range), (inputs.shape[-1], self.features), jnp.float32
+        )
+        bias = self.param("bias", nn.initializers.zeros, (self.features,), jnp.float32)
+        self.sow("tape", "inputs", inputs)
+        outputs = jax.lax.dot_general(inputs, kernel, (((inputs.ndim - 1,), (0,)), ((), ()))) + bias
+        return self.perturb("outputs", outputs)
 
 
-def _layer_norm(config: BertConfig, name: str) -> nn.LayerNorm:
-    # use_fast_variance=False: the two-pass variance of torch.nn.LayerNorm (parity to 1e-4).
-    return nn.LayerNorm(
-        epsilon=config.layer_norm_eps, use_fast_variance=False, dtype=jnp.float32, param_dtype=jnp.float32, name=name
-    )
+class TapedLayerNorm(nn.Module):
+    """LayerNorm with torch's two-pass variance, ``scale``/``bias`` parameters, and the same tape
+    hooks as :class:`TapedDense` (it sows the normalized input ``x_hat``)."""
+
+    epsilon: float
+
+    @nn.compact
+    def __call__(self, x: jnp.ndarray) -> jnp.ndarray:
+        features = x.shape[-1]
+        scale = self.param("scale", nn.initializers.ones, (features,), jnp.float32)
+        bias = self.param("bias", nn.initializers.zeros, (features,), jnp.float32)
+        mean = jnp.mean(x, axis=-1, keepdims=True)
+        centered = x - mean
+        var = jnp.mean(jnp.square(centered), axis=-1, keepdims=True)
+        normalized = centered * jax.lax.rsqrt(var + self.epsilon)
+        self.sow("tape", "normalized", normalized)
+        return self.perturb("outputs", normalized * scale + bias)
+
+
+def _dense(features: int, config: BertConfig, name: str) -> TapedDense:
+    return TapedDense(features, config.initializer_range, name=name)
+
+
+def _layer_norm(config: BertConfig, name: str) -> TapedLayerNorm:
+    # Two-pass variance as torch.nn.LayerNorm (parity to 1e-4).
+    return TapedLayerNorm(config.layer_norm_eps, name=name)
 
 
 def _embed(num: int, config: BertConfig, name: str) -> nn.Embed:
@@ -231,7 +264,8 @@ class BertEmbeddings(nn.Module):
         words = _embed(cfg.vocab_size, cfg, "word_embeddings")(input_ids)
         types = _embed(cfg.type_vocab_size, cfg, "token_type_embeddings")(token_type_ids)
         positions = _embed(cfg.max_position_embeddings, cfg, "position_embeddings")(jnp.arange(seq_len, dtype=jnp.int32))
-        hidden = _layer_norm(cfg, "LayerNorm")(words + types + positions)
+        # The perturbation's gradient, dL/d(sum of embeddings), is what all three tables receive.
+        hidden = _layer_norm(cfg, "LayerNorm")(self.perturb("embedding_sum", words + types + positions))
         return nn.Dropout(cfg.hidden_dropout_prob)(hidden, deterministic=deterministic)
 
 
@@ -333,7 +367,12 @@ class BertModule(nn.Module):
 
     @nn.compact
     def __call__(
-        self, input_ids: jnp.ndarray, attention_mask: jnp.ndarray, token_type_ids: jnp.ndarray, *, deterministic: bool
+        self,
+        input_ids: jnp.ndarray,
+        attention_mask: jnp.ndarray,
+        token_type_ids: jnp.ndarray,
+        *,
+        deterministic: bool,
     ) -> jnp.ndarray:
         hidden = BertEmbeddings(self.config, name="embeddings")(input_ids, token_type_ids, deterministic=deterministic)
         # [B, 1, 1, L]: padded keys get the most negative float, as in HF's eager attention.
@@ -360,7 +399,8 @@ class BertLMPredictionHead(nn.Module):
     def __call__(self, hidden: jnp.ndarray, word_embeddings: jnp.ndarray) -> jnp.ndarray:
         hidden = BertPredictionHeadTransform(self.config, name="transform")(hidden)
         bias = self.param("bias", nn.initializers.zeros, (self.config.vocab_size,), jnp.float32)
-        return jnp.einsum("...h,vh->...v", hidden, word_embeddings) + bias
+        self.sow("tape", "decoder_inputs", hidden)
+        return self.perturb("logits", jnp.einsum("...h,vh->...v", hidden, word_embeddings) + bias)
 
 
 class BertOnlyMLMHead(nn.Module):
@@ -380,6 +420,10 @@ class FlaxBertForMaskedLM(nn.Module):
     positions when they are given (the MLM head runs only there), else [B, L, V].
 
     Dropout is off unless ``deterministic=False``, which needs ``rngs={"dropout": key}``.
+
+    For ghost clipping (:mod:`trainers.jax_bert.ghost_clipping`) every parametrized layer can
+    record its input (mutable ``"tape"`` collection) and expose dL/d(output) through a zero
+    ``"perturbations"`` variable; both are inactive in an ordinary ``apply``.
     """
 
     config: BertConfig
@@ -425,7 +469,7 @@ def init_params(config: BertConfig, key: jax.Array, seq_len: int = 16) -> dict[s
 # Losses. The masked-LM loss of one example is what DP-SGD clips (one example = one privacy unit).
 
 
-def _masked_lm_terms(
+def masked_lm_terms(
     logits: jnp.ndarray, labels: jnp.ndarray, weights: jnp.ndarray
 ) -> tuple[jnp.ndarray, jnp.ndarray, jnp.ndarray]:
     """Per-example weighted mean cross-entropy, number correct and number of predictions over the last
@@ -478,7 +522,7 @@ def example_mlm_loss(
     """
     batched = {k: example[k][None] for k in _MODEL_INPUTS if example.get(k) is not None}
     logits = _apply(model, params, batched, dropout_rng)[0]
-    loss, n_correct, n_predictions = _masked_lm_terms(logits, example["masked_labels"], example["masked_weights"])
+    loss, n_correct, n_predictions = masked_lm_terms(logits, example["masked_labels"], example["masked_weights"])
     return loss, {"n_correct": n_correct, "n_predictions": n_predictions}
 
 
@@ -491,5 +535,5 @@ def batch_mlm_loss(
     DP-SGD) and ``aux`` with ``n_correct`` and ``n_predictions`` summed over the batch.
     """
     logits = _apply(model, params, batch, dropout_rng)
-    loss, n_correct, n_predictions = _masked_lm_terms(logits, batch["masked_labels"], batch["masked_weights"])
+    loss, n_correct, n_predictions = masked_lm_terms(logits, batch["masked_labels"], batch["masked_weights"])
     return jnp.mean(loss), {"n_correct": jnp.sum(n_correct), "n_predictions": jnp.sum(n_predictions)}

@@ -64,6 +64,7 @@ from trainers.jax_bert import checkpoint as ckpt
 from trainers.jax_bert import dp_step, hf_io, parallel, sampling
 from trainers.jax_bert.config import JaxBertConfig
 from trainers.jax_bert.data import encode_texts, mask_tokens
+from trainers.jax_bert.ghost_clipping import make_ghost_clipped_sum_fn
 from trainers.jax_bert.model import FlaxBertForMaskedLM, example_mlm_loss, init_params, preset_config
 from trainers.jax_bert.optimizer import make_optimizer
 from trainers.jax_bert.tokenizer import special_token_ids, train_wordpiece
@@ -283,7 +284,7 @@ class _Compiled:
 
 @functools.lru_cache(maxsize=8)
 def compiled_functions(
-    bert_config: Any, *, private: bool, clip_norm: float, learning_rate: float, warmup_steps: int, total_steps: int,
+    bert_config: Any, *, private: bool, clip_norm: float, clipping: str, learning_rate: float, warmup_steps: int, total_steps: int,
     weight_decay: float, mesh: Any, mask_token_id: int, special_ids: tuple[int, ...], mask_prob: float,
     max_predictions: int,
 ) -> _Compiled:
@@ -297,7 +298,8 @@ def compiled_functions(
                                weight_decay=weight_decay)
     loss_fn = functools.partial(example_mlm_loss, model=model)
     if private:
-        step = dp_step.make_dp_train_step(loss_fn, optimizer, clip_norm=clip_norm, mesh=mesh)
+        clipped_sum = make_ghost_clipped_sum_fn(model, clip_norm=clip_norm) if clipping == "ghost" else None
+        step = dp_step.make_dp_train_step(loss_fn, optimizer, clip_norm=clip_norm, mesh=mesh, clipped_sum_fn=clipped_sum)
     else:
         step = dp_step.make_nonprivate_train_step(loss_fn, optimizer, mesh=mesh)
     mask_one = functools.partial(mask_tokens, mask_token_id=mask_token_id, vocab_size=bert_config.vocab_size,
@@ -395,7 +397,8 @@ class _Run:
         self.train_key = jax.random.fold_in(base_key, _TRAIN_STREAM)
         params = init_params(self.bert_config, jax.random.fold_in(base_key, _INIT_STREAM), seq_len=config.max_length)
         self.fns = compiled_functions(
-            self.bert_config, private=self.plan.private, clip_norm=config.clip_norm, learning_rate=config.learning_rate,
+            self.bert_config, private=self.plan.private, clip_norm=config.clip_norm, clipping=config.clipping,
+            learning_rate=config.learning_rate,
             warmup_steps=config.warmup_steps, total_steps=self.plan.total_steps, weight_decay=config.weight_decay,
             mesh=self.mesh, mask_token_id=specials["mask"], special_ids=tuple(sorted(set(specials.values()))),
             mask_prob=config.mask_prob, max_predictions=config.resolved_max_predictions)
