@@ -118,13 +118,49 @@ def place_chunk(mesh: Mesh, batch: Any, mask: Any) -> tuple[Any, jax.Array]:
     check_micro_batch(mesh, int(np.shape(mask)[1]))
     sharding = chunk_sharding(mesh)
 
+    multi_process = jax.process_count() > 1
+
     def put(x: Any) -> jax.Array:
-        if isinstance(x, jax.Array):
+        if isinstance(x, jax.Array) and (not multi_process or x.sharding == sharding):
             return jax.device_put(x, sharding)
-        x = np.asarray(x)
+        # Multi-process: a process-local array (e.g. masked on this process's device) cannot be
+        # device_put onto a mesh spanning other processes without a cross-process equality check;
+        # every process holds the same values, so each contributes its own slices from host memory.
+        x = np.asarray(jax.device_get(x))
         return jax.make_array_from_callback(x.shape, sharding, lambda index: x[index])
 
     return jax.tree.map(put, batch), put(mask)
+
+
+def replicate(mesh: Mesh, tree: Any) -> Any:
+    """``tree``'s leaves as global arrays with a full copy on every device of ``mesh``.
+
+    Unlike ``jax.device_put``, this also works for process-local arrays when the mesh spans several
+    processes (every process must pass the same values, which is how the trainer computes them):
+    each process fills its own devices from host memory, with no cross-process transfer or check.
+    """
+    sharding = replicated(mesh)
+
+    def put(x: Any) -> jax.Array:
+        if isinstance(x, jax.Array) and x.sharding == sharding:
+            return x
+        host = np.asarray(jax.device_get(x))
+        return jax.make_array_from_callback(host.shape, sharding, lambda index: host[index])
+
+    return jax.tree.map(put, tree)
+
+
+def is_primary() -> bool:
+    """Whether this process writes files: process 0 (the only process of a single-host run)."""
+    return jax.process_index() == 0
+
+
+def sync_processes(name: str) -> None:
+    """A barrier across all processes of a multi-host run (a no-op with one process)."""
+    if jax.process_count() > 1:
+        from jax.experimental import multihost_utils
+
+        multihost_utils.sync_global_devices(name)
 
 
 def shard_over_data(fn: Callable[..., Any], mesh: Mesh) -> Callable[..., Any]:

@@ -368,17 +368,21 @@ class _Run:
 
     def _setup(self) -> None:
         config = self.config
+        parallel.maybe_initialize_distributed()  # multi-host: before any other JAX call
+        # Multi-host: every process computes the same run (same data, seed and RNG streams); only
+        # process 0 writes files, the others keep their rows in memory and meet it at barriers.
+        self.primary = parallel.is_primary()
         self._check_out_dir()
         self.data = load_inject_dir(self.data_dir)
         n = len(self.data.train_texts)
         self.plan = plan_privacy(config, n)
-        parallel.maybe_initialize_distributed()  # multi-host: before any other JAX call
         self.mesh = None
         if config.data_parallel and jax.device_count() > 1:
             self.mesh = parallel.make_data_mesh()
             parallel.check_micro_batch(self.mesh, config.micro_batch)
         latest = ckpt.list_checkpoints(self.ckpt_dir)[-1:] if self.ckpt_dir.is_dir() else []
         self.resume_state = ckpt.read_state(latest[0][1]) if latest else None
+        self.has_checkpoint = bool(latest)  # tracked in memory: other processes must not race the listing
         if self.resume_state is not None:
             self._check_resume(self.resume_state, latest[0][1])
 
@@ -420,7 +424,11 @@ class _Run:
                 if self.ledger.steps != restored.step:
                     raise UserInputError(f"{restored.path}: its privacy ledger holds {self.ledger.steps} steps, not "
                                          f"{restored.step}; the checkpoint is damaged, delete it to resume from an older one.")
+        if self.mesh is not None:  # global replicated arrays (device_put cannot span processes)
+            params, opt_state = parallel.replicate(self.mesh, params), parallel.replicate(self.mesh, opt_state)
         self.params, self.opt_state = params, opt_state
+        # Every process has read the out dir (and any checkpoint) before process 0 writes to it.
+        parallel.sync_processes("jax_bert_setup")
 
     def _setup_eval(self) -> None:
         """Heldout evaluation: a fixed subset, masked once with a fixed key, in padded batches."""
@@ -438,7 +446,10 @@ class _Run:
         masked = self.fns.mask_batch(key, jnp.asarray(ids), jnp.asarray(att))
         for start in range(0, len(weights), size):
             batch = {k: v[start : start + size] for k, v in masked.items()}
-            self.eval_batches.append((batch, jnp.asarray(weights[start : start + size])))
+            w = jnp.asarray(weights[start : start + size])
+            if self.mesh is not None:  # global arrays, so evaluation also runs multi-process
+                batch, w = parallel.replicate(self.mesh, (batch, w))
+            self.eval_batches.append((batch, w))
 
     # -- the loop ------------------------------------------------------------------------------
 
@@ -500,9 +511,16 @@ class _Run:
 
     def _save(self, step: int) -> None:
         self._flush_metrics()
-        ckpt.save_checkpoint(self.ckpt_dir, step=step, params=self.params, opt_state=self.opt_state, state=self._state(step))
+        if self.primary:
+            ckpt.save_checkpoint(self.ckpt_dir, step=step, params=self.params, opt_state=self.opt_state,
+                                 state=self._state(step))
+        self.has_checkpoint = True
+        parallel.sync_processes(f"jax_bert_checkpoint_{step}")  # no process runs ahead of a half-written one
 
     def _flush_metrics(self) -> None:
+        if self.pending_rows and not self.primary:  # only process 0 writes; keep the rows for the result
+            self.memory_rows.extend(self.pending_rows)
+            self.pending_rows = []
         if self.pending_rows:
             with open(self.ckpt_dir / PARTIAL_METRICS, "a", encoding="utf-8") as handle:
                 handle.writelines(dumps_jsonl_line(row) for row in self.pending_rows)
@@ -513,7 +531,7 @@ class _Run:
     def _restore_metrics(self) -> None:
         """Keep the metric rows of steps the checkpoint covers (later ones are recomputed)."""
         path = self.ckpt_dir / PARTIAL_METRICS
-        if not path.is_file():
+        if not self.primary or not path.is_file():
             return
         rows = [row for row in read_jsonl(path) if row.get("step", 0) <= self.start_step]
         atomic_write_text(path, "".join(dumps_jsonl_line(row) for row in rows))
@@ -571,12 +589,14 @@ class _Run:
     def execute(self) -> TrainResult:
         self._setup()
         config, plan = self.config, self.plan
-        self.ckpt_dir.mkdir(parents=True, exist_ok=True)
-        for leftover in self.ckpt_dir.glob(".*"):  # staging folders of a checkpoint write that was killed
-            shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
+        if self.primary:
+            self.ckpt_dir.mkdir(parents=True, exist_ok=True)
+            for leftover in self.ckpt_dir.glob(".*"):  # staging folders of a checkpoint write that was killed
+                shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
         self._capacity: dict[int, int] = {}
         self._eps_cache: dict[int, float] = {}
         self.pending_rows: list[dict[str, Any]] = []
+        self.memory_rows: list[dict[str, Any]] = []  # rows of a non-writing process (multi-host)
         self.stopped_at_budget = bool(self.resume_state and self.resume_state.get("stopped_at_budget"))
         self._restore_metrics()
         total = plan.total_steps
@@ -603,6 +623,8 @@ class _Run:
                         break
                 chunks = self._chunks(step_index, indices)
                 noise_key = jax.random.fold_in(jax.random.fold_in(self.train_key, step_index), 1)
+                if self.mesh is not None:
+                    noise_key = parallel.replicate(self.mesh, noise_key)
                 noise_std = (plan.noise_multiplier or 0.0) * config.clip_norm
                 self.params, self.opt_state, metrics = self.fns.step(
                     self.params, self.opt_state, chunks, noise_key, noise_std, float(plan.batch_at(step_index)))
@@ -620,9 +642,11 @@ class _Run:
             self._sync(pending, window, bar, final=True, untimed=untimed)
         finally:
             bar.close()
-        if step != self.start_step or not ckpt.list_checkpoints(self.ckpt_dir) or self.stopped_at_budget:
+        if step != self.start_step or not self.has_checkpoint or self.stopped_at_budget:
             self._save(step)
-        return self._finish(step)
+        result = self._finish(step)
+        parallel.sync_processes("jax_bert_finish")  # every process returns after the outputs are complete
+        return result
 
     # -- outputs -------------------------------------------------------------------------------
 
@@ -674,15 +698,18 @@ class _Run:
 
     def _finish(self, steps: int) -> TrainResult:
         out = self.out_dir
-        hf_io.save_pretrained(out / "model", jax.device_get(self.params), self.bert_config, self.tokenizer)  # atomic
-        metrics_path = self.ckpt_dir / PARTIAL_METRICS
-        metrics_text = metrics_path.read_text(encoding="utf-8") if metrics_path.is_file() else ""
-        atomic_write_text(out / "metrics.jsonl", metrics_text)
         privacy = self._privacy_json(steps)
-        atomic_write_json(out / "privacy.json", privacy)
-        outputs = [str(p.relative_to(out).as_posix()) for p in sorted((out / "model").rglob("*")) if p.is_file()]
-        outputs += ["metrics.jsonl", "privacy.json"]
-        rows = [json.loads(line) for line in metrics_text.splitlines() if line.strip()]
+        if self.primary:
+            hf_io.save_pretrained(out / "model", jax.device_get(self.params), self.bert_config, self.tokenizer)  # atomic
+            metrics_path = self.ckpt_dir / PARTIAL_METRICS
+            metrics_text = metrics_path.read_text(encoding="utf-8") if metrics_path.is_file() else ""
+            atomic_write_text(out / "metrics.jsonl", metrics_text)
+            atomic_write_json(out / "privacy.json", privacy)
+            outputs = [str(p.relative_to(out).as_posix()) for p in sorted((out / "model").rglob("*")) if p.is_file()]
+            outputs += ["metrics.jsonl", "privacy.json"]
+            rows = [json.loads(line) for line in metrics_text.splitlines() if line.strip()]
+        else:  # this run's rows as computed here (rows before a resume are only in process 0's file)
+            rows = list(self.memory_rows)
         final_loss = next((r["loss"] for r in reversed(rows) if r.get("loss") is not None), None)
         eps_rate = next((r["examples_per_s"] for r in reversed(rows) if r.get("examples_per_s") is not None), None)
         summary = {
@@ -694,6 +721,9 @@ class _Run:
             "sampling": self.config.sampling,
             "devices": 1 if self.mesh is None else int(self.mesh.devices.size),
         }
+        if not self.primary:
+            return TrainResult(out_dir=out, steps=steps, epsilon=privacy["epsilon"], delta=privacy["delta"],
+                               final_loss=final_loss, summary=summary)
         manifest = build_manifest(
             schema=TRAIN_SCHEMA,
             config={"trainer": JaxBertTrainer.name, **self.config.to_dict()},
