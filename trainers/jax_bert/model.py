@@ -288,8 +288,12 @@ class BertSelfAttention(nn.Module):
         return context.reshape(hidden.shape)
 
 
-class BertSelfOutput(nn.Module):
-    """Projection of the attention output, dropout, then post-LN residual."""
+class BertResidualOutput(nn.Module):
+    """Projection back to the hidden size, dropout, then the post-LN residual.
+
+    HF has two identical classes for this (``BertSelfOutput`` after attention, ``BertOutput`` after
+    the feed-forward block); parameter paths come from the ``name`` each use is given.
+    """
 
     config: BertConfig
 
@@ -306,7 +310,7 @@ class BertAttention(nn.Module):
     @nn.compact
     def __call__(self, hidden: jnp.ndarray, bias: jnp.ndarray, *, deterministic: bool) -> jnp.ndarray:
         attended = BertSelfAttention(self.config, name="self")(hidden, bias, deterministic=deterministic)
-        return BertSelfOutput(self.config, name="output")(attended, hidden, deterministic=deterministic)
+        return BertResidualOutput(self.config, name="output")(attended, hidden, deterministic=deterministic)
 
 
 class BertIntermediate(nn.Module):
@@ -318,16 +322,6 @@ class BertIntermediate(nn.Module):
         return _activation(self.config.hidden_act, hidden)
 
 
-class BertOutput(nn.Module):
-    config: BertConfig
-
-    @nn.compact
-    def __call__(self, hidden: jnp.ndarray, residual: jnp.ndarray, *, deterministic: bool) -> jnp.ndarray:
-        hidden = _dense(self.config.hidden_size, self.config, "dense")(hidden)
-        hidden = nn.Dropout(self.config.hidden_dropout_prob)(hidden, deterministic=deterministic)
-        return _layer_norm(self.config, "LayerNorm")(hidden + residual)
-
-
 class BertLayer(nn.Module):
     """One post-LN transformer encoder layer."""
 
@@ -337,7 +331,7 @@ class BertLayer(nn.Module):
     def __call__(self, hidden: jnp.ndarray, bias: jnp.ndarray, *, deterministic: bool) -> jnp.ndarray:
         attended = BertAttention(self.config, name="attention")(hidden, bias, deterministic=deterministic)
         inner = BertIntermediate(self.config, name="intermediate")(attended)
-        return BertOutput(self.config, name="output")(inner, attended, deterministic=deterministic)
+        return BertResidualOutput(self.config, name="output")(inner, attended, deterministic=deterministic)
 
 
 class BertLayerCollection(nn.Module):
