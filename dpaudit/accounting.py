@@ -280,19 +280,25 @@ def noise_schedule_segments(*, sampling_probability: float, steps_per_epoch: int
                     sensitivity_factor=sensitivity_factor) for sigma in sigmas]
 
 
-def linear_decay_sigmas(sigma0: float, k: float, epochs: int, sigma_min: float) -> list[float]:
-    """eDP-SGD linear decay fixed in advance: sigma_e = max(sigma0 * (1 - k * e), sigma_min), e = 0..epochs-1.
-
-    The floor must be positive: zero noise is not differentially private.
-    """
+def _check_decay(sigma0: float, k: float, epochs: int) -> tuple[float, float, int]:
+    """Validated (sigma0 > 0, k >= 0, epochs >= 1) of a noise-decay schedule."""
     sigma0 = _require_real("sigma0", sigma0)
     k = _require_real("k", k)
-    sigma_min = _require_real("sigma_min", sigma_min)
     epochs = _require_int("epochs", epochs, 1)
     if sigma0 <= 0.0:
         raise ValueError(f"sigma0 must be > 0, got {sigma0}.")
     if k < 0.0:
         raise ValueError(f"k must be >= 0, got {k}.")
+    return sigma0, k, epochs
+
+
+def linear_decay_sigmas(sigma0: float, k: float, epochs: int, sigma_min: float) -> list[float]:
+    """eDP-SGD linear decay fixed in advance: sigma_e = max(sigma0 * (1 - k * e), sigma_min), e = 0..epochs-1.
+
+    The floor must be positive: zero noise is not differentially private.
+    """
+    sigma0, k, epochs = _check_decay(sigma0, k, epochs)
+    sigma_min = _require_real("sigma_min", sigma_min)
     if sigma_min <= 0.0:
         raise ValueError(f"sigma_min must be > 0 (zero noise is not DP), got {sigma_min}.")
     return [max(sigma0 * (1.0 - k * e), sigma_min) for e in range(epochs)]
@@ -300,13 +306,7 @@ def linear_decay_sigmas(sigma0: float, k: float, epochs: int, sigma_min: float) 
 
 def exponential_decay_sigmas(sigma0: float, k: float, epochs: int) -> list[float]:
     """eDP-SGD exponential decay fixed in advance: sigma_e = sigma0 * exp(-k * e), e = 0..epochs-1."""
-    sigma0 = _require_real("sigma0", sigma0)
-    k = _require_real("k", k)
-    epochs = _require_int("epochs", epochs, 1)
-    if sigma0 <= 0.0:
-        raise ValueError(f"sigma0 must be > 0, got {sigma0}.")
-    if k < 0.0:
-        raise ValueError(f"k must be >= 0, got {k}.")
+    sigma0, k, epochs = _check_decay(sigma0, k, epochs)
     return [sigma0 * math.exp(-k * e) for e in range(epochs)]
 
 

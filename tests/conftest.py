@@ -17,7 +17,7 @@ TINY_JAX_BERT = dict(preset="tiny", steps=6, batch_size=16, micro_batch=8, max_l
 
 
 @pytest.fixture(scope="session")
-def tiny_inject_dir(tmp_path_factory):
+def data_dir(tmp_path_factory):
     """A small inject directory written by `dpaudit inject` itself (read-only for tests): 96 train
     rows (3 canaries inserted 1, 2 and 3 times), 24 heldout, 96 public (the tokenizer's only input)."""
     from click.testing import CliRunner
@@ -33,7 +33,7 @@ def tiny_inject_dir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def tiny_jax_bert_config():
+def tiny_config():
     """Factory: the tiny jax-bert Config with overrides."""
     from trainers.jax_bert.config import JaxBertConfig
 

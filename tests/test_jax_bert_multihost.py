@@ -67,15 +67,15 @@ def _launch(script: Path, data_dir: Path, out: Path, *, port: int, process_id: i
     return proc
 
 
-def test_two_process_run_matches_two_device_run_and_only_process_0_writes(tiny_inject_dir, tmp_path,
-                                                                          tiny_jax_bert_config):
+def test_two_process_run_matches_two_device_run_and_only_process_0_writes(data_dir, tmp_path,
+                                                                          tiny_config):
     assert jax.device_count() == 2  # tests/conftest.py: the in-process reference uses two local devices
     script = tmp_path / "train_one_process.py"
     script.write_text(_SCRIPT, encoding="utf-8")
     shared_out = tmp_path / "multi"  # the SAME --out for both processes: process 1 must not write it
     port = _free_port()
     logs = [tmp_path / f"process{i}.log" for i in range(2)]
-    procs = [_launch(script, tiny_inject_dir, shared_out, port=port, process_id=i, log=logs[i]) for i in range(2)]
+    procs = [_launch(script, data_dir, shared_out, port=port, process_id=i, log=logs[i]) for i in range(2)]
     try:
         deadline = time.monotonic() + TIMEOUT_S
         for proc in procs:
@@ -88,7 +88,7 @@ def test_two_process_run_matches_two_device_run_and_only_process_0_writes(tiny_i
             proc.log_handle.close()
     # The in-process reference runs afterwards: overlapping three compiling processes on two cores
     # is slower than running them in turn.
-    reference = JaxBertTrainer().train(tiny_inject_dir, tmp_path / "reference", tiny_jax_bert_config(), seed=5)
+    reference = JaxBertTrainer().train(data_dir, tmp_path / "reference", tiny_config(), seed=5)
     outputs = [log.read_text(encoding="utf-8") for log in logs]
     for i, (proc, text) in enumerate(zip(procs, outputs)):
         assert proc.returncode == 0, f"process {i} exited {proc.returncode}:\n{text[-4000:]}"
@@ -120,12 +120,12 @@ def test_two_process_run_matches_two_device_run_and_only_process_0_writes(tiny_i
     np.testing.assert_allclose(rows[-1]["eval_loss"], ref_rows[-1]["eval_loss"], rtol=1e-5)
 
 
-def test_a_non_zero_process_writes_nothing(tiny_inject_dir, tmp_path, tiny_jax_bert_config, monkeypatch):
+def test_a_non_zero_process_writes_nothing(data_dir, tmp_path, tiny_config, monkeypatch):
     """The write guard on its own, in-process: as process 1 the trainer computes the run and writes no file."""
-    reference = JaxBertTrainer().train(tiny_inject_dir, tmp_path / "reference", tiny_jax_bert_config(), seed=5)
+    reference = JaxBertTrainer().train(data_dir, tmp_path / "reference", tiny_config(), seed=5)
     monkeypatch.setattr(jax, "process_index", lambda *args, **kwargs: 1)
     out = tmp_path / "as_process_1"
-    result = JaxBertTrainer().train(tiny_inject_dir, out, tiny_jax_bert_config(), seed=5)
+    result = JaxBertTrainer().train(data_dir, out, tiny_config(), seed=5)
     assert not out.exists()
     assert result.steps == reference.steps == 6 and result.final_loss == reference.final_loss
     untimed = lambda summary: {k: v for k, v in summary.items() if k != "examples_per_s"}

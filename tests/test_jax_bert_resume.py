@@ -38,18 +38,10 @@ def _rows(out):
     return rows
 
 
-@pytest.fixture(scope="module")
-def data_dir(tiny_inject_dir):
-    return tiny_inject_dir
 
 
-@pytest.fixture(scope="module")
-def _config(tiny_jax_bert_config):
-    return tiny_jax_bert_config
-
-
-def test_interrupted_then_resumed_equals_straight(data_dir, tmp_path, monkeypatch, _config):
-    config = _config()
+def test_interrupted_then_resumed_equals_straight(data_dir, tmp_path, monkeypatch, tiny_config):
+    config = tiny_config()
     straight = JaxBertTrainer().train(data_dir, tmp_path / "straight", config, seed=7)
     assert straight.steps == 6
 
@@ -83,32 +75,32 @@ def test_interrupted_then_resumed_equals_straight(data_dir, tmp_path, monkeypatc
     assert _rows(tmp_path / "straight") == _rows(resumed_out)
 
 
-def test_resume_with_different_settings_is_a_one_line_error(data_dir, tmp_path, _config):
+def test_resume_with_different_settings_is_a_one_line_error(data_dir, tmp_path, tiny_config):
     out = tmp_path / "run"
-    JaxBertTrainer().train(data_dir, out, _config(), seed=1)
+    JaxBertTrainer().train(data_dir, out, tiny_config(), seed=1)
     before = {p: p.stat().st_mtime_ns for p in out.rglob("*")}
     with pytest.raises(UserInputError, match=r"--noise-multiplier 1\.0 -> 2\.0") as err:
-        JaxBertTrainer().train(data_dir, out, _config(noise_multiplier=2.0), seed=1)
+        JaxBertTrainer().train(data_dir, out, tiny_config(noise_multiplier=2.0), seed=1)
     assert "\n" not in str(err.value)
     with pytest.raises(UserInputError, match="--seed 1"):
-        JaxBertTrainer().train(data_dir, out, _config(), seed=2)
+        JaxBertTrainer().train(data_dir, out, tiny_config(), seed=2)
     assert {p: p.stat().st_mtime_ns for p in out.rglob("*")} == before  # nothing touched
 
 
-def test_rerun_of_a_finished_run_trains_nothing_more(data_dir, tmp_path, _config):
+def test_rerun_of_a_finished_run_trains_nothing_more(data_dir, tmp_path, tiny_config):
     out = tmp_path / "run"
-    first = JaxBertTrainer().train(data_dir, out, _config(), seed=1)
+    first = JaxBertTrainer().train(data_dir, out, tiny_config(), seed=1)
     weights = _params(out)
-    again = JaxBertTrainer().train(data_dir, out, _config(), seed=1)
+    again = JaxBertTrainer().train(data_dir, out, tiny_config(), seed=1)
     assert again.steps == first.steps == 6 and again.epsilon == first.epsilon
     for name, value in _params(out).items():
         np.testing.assert_array_equal(value, weights[name])
 
 
-def test_out_dir_with_foreign_files_is_refused(data_dir, tmp_path, _config):
+def test_out_dir_with_foreign_files_is_refused(data_dir, tmp_path, tiny_config):
     out = tmp_path / "busy"
     out.mkdir()
     (out / "notes.txt").write_text("mine")
     with pytest.raises(UserInputError, match="holds no jax-bert checkpoint"):
-        JaxBertTrainer().train(data_dir, out, _config(), seed=1)
+        JaxBertTrainer().train(data_dir, out, tiny_config(), seed=1)
     assert sorted(p.name for p in out.iterdir()) == ["notes.txt"]

@@ -25,14 +25,6 @@ from trainers.jax_bert.trainer import JaxBertTrainer, plan_privacy
 
 
 
-@pytest.fixture(scope="module")
-def data_dir(tiny_inject_dir):
-    return tiny_inject_dir
-
-
-@pytest.fixture(scope="module")
-def _config(tiny_jax_bert_config):
-    return tiny_jax_bert_config
 
 
 # -- plug-in and config --------------------------------------------------------------------------
@@ -83,8 +75,8 @@ def test_schedule_plan_accounts_each_segment():
     assert plan.planned_epsilon == pytest.approx(accounting.epsilon(event, 1 / 320), rel=1e-9)
 
 
-def test_batch_schedule_run_records_one_segment_per_stage(data_dir, tmp_path, _config):
-    result = JaxBertTrainer().train(data_dir, tmp_path / "run", _config(batch_schedule="3:16,3:32"), seed=0)
+def test_batch_schedule_run_records_one_segment_per_stage(data_dir, tmp_path, tiny_config):
+    result = JaxBertTrainer().train(data_dir, tmp_path / "run", tiny_config(batch_schedule="3:16,3:32"), seed=0)
     privacy = json.loads((tmp_path / "run" / "privacy.json").read_text())
     assert [(s["steps"], s["expected_batch_size"]) for s in privacy["segments"]] == [(3, 16), (3, 32)]
     expected = accounting.schedule_event(accounting.batch_schedule_segments(
@@ -124,12 +116,12 @@ def test_checkpoint_round_trip_is_exact_and_keeps_the_newest(tmp_path):
 # -- the budget guard ----------------------------------------------------------------------------
 
 
-def test_run_stops_at_the_budget_and_never_steps_past_it(data_dir, tmp_path, _config):
+def test_run_stops_at_the_budget_and_never_steps_past_it(data_dir, tmp_path, tiny_config):
     sigma, q, delta = 1.0, 16 / 96, 1 / 96
     eps_of = [accounting.epsilon(accounting.dpsgd_event(noise_multiplier=sigma, sampling_probability=q, steps=k), delta)
               for k in range(1, 7)]
     target = (eps_of[2] + eps_of[3]) / 2  # affords 3 of the 6 planned steps
-    config = _config(noise_multiplier=sigma, target_epsilon=target)
+    config = tiny_config(noise_multiplier=sigma, target_epsilon=target)
     result = JaxBertTrainer().train(data_dir, tmp_path / "run", config, seed=0)
     assert result.steps == 3 and result.summary["stopped_at_budget"] is True
     privacy = json.loads((tmp_path / "run" / "privacy.json").read_text())
@@ -144,17 +136,17 @@ def test_run_stops_at_the_budget_and_never_steps_past_it(data_dir, tmp_path, _co
     assert again.steps == 3 and again.epsilon == result.epsilon
 
 
-def test_a_budget_too_small_for_one_step_is_refused_up_front(data_dir, tmp_path, _config):
+def test_a_budget_too_small_for_one_step_is_refused_up_front(data_dir, tmp_path, tiny_config):
     with pytest.raises(UserInputError, match="on the first step"):
-        JaxBertTrainer().train(data_dir, tmp_path / "run", _config(noise_multiplier=0.5, target_epsilon=0.05), seed=0)
+        JaxBertTrainer().train(data_dir, tmp_path / "run", tiny_config(noise_multiplier=0.5, target_epsilon=0.05), seed=0)
     assert not (tmp_path / "run").exists()
 
 
 # -- sampling labels and data parallelism --------------------------------------------------------
 
 
-def test_shuffle_sampling_is_labelled_as_assuming_poisson(data_dir, tmp_path, _config):
-    result = JaxBertTrainer().train(data_dir, tmp_path / "run", _config(sampling="shuffle"), seed=0)
+def test_shuffle_sampling_is_labelled_as_assuming_poisson(data_dir, tmp_path, tiny_config):
+    result = JaxBertTrainer().train(data_dir, tmp_path / "run", tiny_config(sampling="shuffle"), seed=0)
     privacy = json.loads((tmp_path / "run" / "privacy.json").read_text())
     assert privacy["sampling"] == "shuffle" and "ASSUMES Poisson sampling" in privacy["sampling_note"]
     assert "ASSUMES Poisson" in privacy["guarantee"]
@@ -163,10 +155,10 @@ def test_shuffle_sampling_is_labelled_as_assuming_poisson(data_dir, tmp_path, _c
     assert math.isfinite(result.epsilon)
 
 
-def test_data_parallel_run_matches_single_device_run(data_dir, tmp_path, _config):
+def test_data_parallel_run_matches_single_device_run(data_dir, tmp_path, tiny_config):
     assert jax.device_count() == 2  # tests/conftest.py forces two CPU devices
-    two = JaxBertTrainer().train(data_dir, tmp_path / "two", _config(), seed=5)
-    one = JaxBertTrainer().train(data_dir, tmp_path / "one", _config(data_parallel=False), seed=5)
+    two = JaxBertTrainer().train(data_dir, tmp_path / "two", tiny_config(), seed=5)
+    one = JaxBertTrainer().train(data_dir, tmp_path / "one", tiny_config(data_parallel=False), seed=5)
     assert two.summary["devices"] == 2 and one.summary["devices"] == 1
     a = load_file(str(tmp_path / "two" / "model" / "model.safetensors"))
     b = load_file(str(tmp_path / "one" / "model" / "model.safetensors"))

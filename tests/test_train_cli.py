@@ -18,9 +18,6 @@ TINY = ["--preset", "tiny", "--max-length", "16", "--vocab-size", "128", "--micr
 
 
 
-@pytest.fixture(scope="module")
-def data_dir(tiny_inject_dir):
-    return tiny_inject_dir
 
 
 @pytest.fixture(scope="module")

@@ -69,10 +69,7 @@ def demo(out: Path, seed: int, steps: int) -> None:
     else:
         missing.append("train: the jax-bert trainer needs `pip install -e '.[jax]'`")
 
-    if _has_module("dpaudit.attacks"):
-        missing.append("attack: wired in by the attack issue")
-    else:
-        missing.append("attack + HTML report: not implemented yet (upcoming issues)")
+    missing.append("attack + HTML report: not implemented yet (upcoming issues)")
 
     click.echo("\nDone:")
     for line in done:
