@@ -47,6 +47,24 @@ def test_epsilon_equals_dp_accounting_exactly(q, sigma, steps):
     assert A.epsilon(event, DELTA) == pld_direct(event)  # memoized second call: same value
 
 
+def _dense_parts(pld_pmf):
+    dense = pld_pmf.to_dense_pmf()
+    return dense._lower_loss, dense._infinity_mass, dense._probs
+
+
+@pytest.mark.parametrize("sigma,q", [(0.76, 3.03e-3), (0.5, 0.3), (1.0, 0.01), (5.0, 1e-6), (2.0, 0.999),
+                                     (0.3, 0.05), (20.0, 0.5)])
+@pytest.mark.parametrize("discretization", [1e-4, 1e-3])
+def test_vectorized_single_step_pld_is_bit_identical_to_dp_accounting(sigma, q, discretization):
+    ours = A.subsampled_gaussian_pld(sigma, q, discretization)
+    theirs = pld.privacy_loss_distribution.from_gaussian_mechanism(sigma, sampling_prob=q, value_discretization_interval=discretization)
+    for side in ("_pmf_remove", "_pmf_add"):
+        lower, infinity, probs = _dense_parts(getattr(ours, side))
+        lower_ref, infinity_ref, probs_ref = _dense_parts(getattr(theirs, side))
+        assert (lower, infinity) == (lower_ref, infinity_ref)
+        assert probs.tobytes() == probs_ref.tobytes()
+
+
 def test_known_configuration_golden_value():
     # q = 0.01, sigma = 1.0, 100 steps, delta = 1e-5: the textbook DP-SGD setting.
     event = A.dpsgd_event(noise_multiplier=1.0, sampling_probability=0.01, steps=100)
