@@ -96,9 +96,9 @@ def main() -> None:
         print(f"{'':14s} {'dpaudit, certify_minimal':28s} {r['ours_cert']:10.6f} {'':12s} {r['t_cert']:8.2f} {speed:>9s}")
         print(f"{'':14s} {'(one PLDAccountant call)':28s} {'':10s} {'':12s} {r['t_one']:8.2f}")
         print(f"{'':14s} {'(one dpaudit epsilon, cold)':28s} {'':10s} {'':12s} {r['t_one_ours']:8.2f}")
-    print(f"\nTarget: under 5 s for both. Every dpaudit sigma is re-checked above with a fresh PLDAccountant"
-          f" (default discretization 1e-4): its epsilon is <= the target, and dpaudit's own epsilon of the same"
-          f" event is bit-identical to it.")
+    print("\nTarget: under 5 s for both. Every dpaudit sigma is re-checked above with a fresh PLDAccountant"
+          " (default discretization 1e-4): its epsilon is <= the target, and dpaudit's own epsilon of the same"
+          " event is bit-identical to it.")
 
 
 if __name__ == "__main__":

@@ -99,6 +99,7 @@ __all__ = [
     "noise_schedule_segments",
     "schedule_event",
     "sliced_microbatch_sensitivity_factor",
+    "subsampled_gaussian_pld",
     "tan_epsilon",
     "tan_eta",
     "tan_eta_segments",
@@ -538,7 +539,7 @@ class _VectorizedGaussianPrivacyLoss(plm.GaussianPrivacyLoss):
     sooner. Anything other than a subsampled add/remove grid goes to the library's own code.
     """
 
-    def get_delta_for_epsilon(self, epsilon):  # noqa: D102 - same contract as the parent
+    def get_delta_for_epsilon(self, epsilon):  # same contract as the parent
         q = self.sampling_prob
         add = self.adjacency_type == plm.AdjacencyType.ADD
         if q == 1.0 or not (add or self.adjacency_type == plm.AdjacencyType.REMOVE) or np.ndim(epsilon) != 1:
