@@ -1,15 +1,21 @@
 """DP-SGD step vs non-private step of the jax-bert trainer, and vs Opacus on the torch twin.
 
-Prints one table: examples/s of the JAX DP-SGD step (per-example vmap(grad), clip, noise) and of the
-non-private step of the same model at the same logical batch, measured in one run with the two
-steps interleaved (run-to-run spread on a shared CPU is 10-25%, so only same-run ratios mean much),
-their ratio, the process's peak RSS after each phase, and Opacus 1.6 DP-SGD (hooks) on the
-``transformers.BertForMaskedLM`` twin of the same config.
+Prints one table: examples/s of the trainer's JAX DP-SGD step (ghost norms + book-keeping), of the
+non-private step of the same model at the same logical batch, and of the plain vmap(grad) DP step,
+measured in one run with the steps interleaved (run-to-run spread on a shared CPU is 10-25%, so
+only same-run ratios mean much), their ratios and the process's peak RSS; then Opacus 1.6 DP-SGD
+(hooks) and plain torch on the ``transformers.BertForMaskedLM`` of the same config.
 
 Model: the Dupuy et al. BERT (``--preset mini``: 4 layers, hidden 312, 12 heads, intermediate 1200),
-sequence length 64, vocabulary 30,522; masked-LM logits only at the masked positions in both
-frameworks (the HF head over all 64 positions is most of a step). Synthetic token ids; one full
-chunk of ``batch / micro_batch`` micro-steps per logical batch (no Poisson padding: timing only).
+sequence length 64, vocabulary 30,522. Synthetic token ids, 10 masked positions per example; one
+full chunk of ``batch / micro_batch`` micro-steps per logical batch (no Poisson padding: timing only).
+The JAX process applies what the trainer applies at start-up (``cpu_runtime.tune_cpu_runtime``).
+
+Two torch references, both timed in a separate process with default settings (what an Opacus
+user runs; ``--opacus-in-process`` times them here instead, with the JAX process's tuning):
+  - "twin": the masked-LM logits only at the masked positions, as the JAX model computes them;
+  - "stock": HF's own forward with ``labels`` (-100 off the masked positions), which runs the
+    [hidden x vocabulary] decoder at every position: what a user of BertForMaskedLM + Opacus runs.
 
 Opacus note: Opacus 1.6 crashes on transformers 5's BertForMaskedLM because ``cls.predictions.bias``
 is the same tensor as ``cls.predictions.decoder.bias``; this benchmark deletes
@@ -31,6 +37,7 @@ import statistics
 import sys
 import time
 from dataclasses import asdict, dataclass
+from typing import Any
 
 import numpy as np
 
@@ -160,7 +167,7 @@ def bench_jax(args: argparse.Namespace) -> list[Row]:
     return rows
 
 
-def bench_opacus(args: argparse.Namespace) -> dict[str, float | str]:
+def bench_opacus(args: argparse.Namespace) -> dict[str, Any]:
     """Opacus DP-SGD (hooks) and plain torch on ``BertForMaskedLM`` of the same config."""
     import opacus
     import torch
@@ -186,6 +193,17 @@ def bench_opacus(args: argparse.Namespace) -> dict[str, float | str]:
     data = {k: torch.from_numpy(v) for k, v in synthetic_examples(
         batch, seq_len=args.seq_len, n_pred=args.n_pred, vocab=args.vocab).items()}
 
+    ids_long = data["input_ids"].long()
+    stock_labels = torch.full_like(ids_long, -100)
+    stock_labels.scatter_(1, data["masked_positions"].long(), data["masked_labels"].long())
+
+    def stock_mlm_loss(net: torch.nn.Module) -> torch.Tensor:
+        # What a user writes: HF's own forward with labels (-100 off the masked positions), which
+        # runs the [hidden x vocabulary] decoder at every position.
+        positions = torch.arange(ids_long.shape[1]).expand_as(ids_long).contiguous()
+        return net(input_ids=ids_long, attention_mask=data["attention_mask"].long(), token_type_ids=torch.zeros_like(ids_long),
+                   position_ids=positions, labels=stock_labels).loss
+
     def mlm_loss(net: torch.nn.Module) -> torch.Tensor:
         # Logits only at the masked positions, as in the JAX model (HF's forward does all positions).
         # Explicit [B, L] position and token-type ids: HF's default [1, L] buffers would give Opacus's
@@ -205,50 +223,84 @@ def bench_opacus(args: argparse.Namespace) -> dict[str, float | str]:
         ).reshape(batch, -1)
         return (nll.mean(dim=1)).mean()
 
-    def timed(step) -> float:
+    def timed(step, examples: int) -> float:
         step()  # warm-up
         times = []
         for _ in range(args.opacus_repeats):
             t0 = time.perf_counter()
             step()
             times.append(time.perf_counter() - t0)
-        return batch / statistics.median(times)
+        return examples / statistics.median(times)
 
-    plain = transformers.BertForMaskedLM(config).train()
-    plain_opt = torch.optim.SGD(plain.parameters(), lr=1e-4)
+    def plain_rate(loss) -> float:
+        plain = transformers.BertForMaskedLM(config).train()
+        plain_opt = torch.optim.SGD(plain.parameters(), lr=1e-4)
 
-    def plain_step() -> None:
-        plain_opt.zero_grad()
-        mlm_loss(plain).backward()
-        plain_opt.step()
+        def plain_step() -> None:
+            plain_opt.zero_grad()
+            loss(plain).backward()
+            plain_opt.step()
 
-    torch_eps = timed(plain_step)
+        return timed(plain_step, batch)
 
-    dp_model = transformers.BertForMaskedLM(config).train()
-    # The DESIGN section 9 fix: the head's `bias` is shared with `decoder.bias`; Opacus 1.6 crashes on it.
-    del dp_model.cls.predictions._parameters["bias"]
-    dp_opt = torch.optim.SGD(dp_model.parameters(), lr=1e-4)
-    loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data["input_ids"]), batch_size=batch)
-    gsm, dp_opt, _ = PrivacyEngine().make_private(
-        module=dp_model, optimizer=dp_opt, data_loader=loader, noise_multiplier=1.0, max_grad_norm=1.0,
-        poisson_sampling=False,
-    )
+    def opacus_rates(loss) -> dict[str, float]:
+        """ex/s at each logical batch: physical batches of ``batch`` with Opacus's virtual steps
+        (``signal_skip_step``, as its BatchMemoryManager does), one noisy update per logical batch."""
+        dp_model = transformers.BertForMaskedLM(config).train()
+        # The DESIGN section 9 fix: the head's `bias` is shared with `decoder.bias`; Opacus 1.6 crashes on it.
+        del dp_model.cls.predictions._parameters["bias"]
+        dp_opt = torch.optim.SGD(dp_model.parameters(), lr=1e-4)
+        loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data["input_ids"]), batch_size=batch)
+        gsm, dp_opt, _ = PrivacyEngine().make_private(
+            module=dp_model, optimizer=dp_opt, data_loader=loader, noise_multiplier=1.0, max_grad_norm=1.0,
+            poisson_sampling=False,
+        )
+        rates = {}
+        for logical in args.batch_sizes:
+            if logical % batch:
+                continue
+            physical_steps = logical // batch
 
-    def opacus_step() -> None:
-        dp_opt.zero_grad()
-        mlm_loss(gsm._module).backward()
-        dp_opt.step()
+            def opacus_step() -> None:
+                for j in range(physical_steps):
+                    dp_opt.signal_skip_step(do_skip=j < physical_steps - 1)
+                    dp_opt.zero_grad()
+                    loss(gsm._module).backward()
+                    dp_opt.step()
 
-    opacus_eps = timed(opacus_step)
-    return {
+            rates[str(logical)] = timed(opacus_step, logical)
+        return rates
+
+    result: dict[str, Any] = {
         "opacus_version": opacus.__version__,
         "torch_version": torch.__version__,
         "transformers_version": transformers.__version__,
-        "batch": batch,
-        "opacus_examples_per_s": opacus_eps,
-        "torch_nonprivate_examples_per_s": torch_eps,
+        "physical_batch": batch,
+        "opacus_examples_per_s": opacus_rates(mlm_loss),
+        "torch_nonprivate_examples_per_s": plain_rate(mlm_loss),
         "fix_applied": 'deleted cls.predictions._parameters["bias"] before make_private (shared with decoder.bias)',
     }
+    if args.opacus_stock:
+        result["opacus_stock_examples_per_s"] = opacus_rates(stock_mlm_loss)
+        result["torch_stock_nonprivate_examples_per_s"] = plain_rate(stock_mlm_loss)
+    return result
+
+
+def opacus_in_default_process(args: argparse.Namespace) -> dict[str, Any]:
+    """Runs the Opacus part in a fresh interpreter with glibc's default malloc: the environment an
+    Opacus user gets (the JAX trainer tunes its own process; see ``cpu_runtime``)."""
+    import subprocess
+
+    command = [sys.executable, os.path.abspath(__file__), "--no-jax", "--json", "--no-tune-runtime",
+               "--preset", args.preset, "--vocab", str(args.vocab), "--seq-len", str(args.seq_len),
+               "--n-pred", str(args.n_pred), "--opacus-batch", str(args.opacus_batch),
+               "--batch-sizes", ",".join(str(b) for b in args.batch_sizes),
+               "--opacus-repeats", str(args.opacus_repeats),
+               "--opacus-stock" if args.opacus_stock else "--no-opacus-stock"]
+    out = subprocess.run(command, capture_output=True, text=True, check=False)
+    if out.returncode != 0:
+        raise SystemExit(f"the Opacus benchmark process failed:\n{out.stderr[-2000:]}")
+    return json.loads(out.stdout)["opacus"]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -263,35 +315,47 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--opacus-batch", type=int, default=32)
     parser.add_argument("--opacus-repeats", type=int, default=2)
     parser.add_argument("--no-opacus", action="store_true")
+    parser.add_argument("--opacus-in-process", action="store_true",
+                        help="time Opacus in this process, after the JAX part and with its runtime tuning "
+                             "(default: a fresh process with default malloc, as an Opacus user runs it)")
+    parser.add_argument("--opacus-stock", action=argparse.BooleanOptionalAction, default=True,
+                        help="also time Opacus on HF's stock forward with labels (decoder at every position)")
     parser.add_argument("--no-jax", action="store_true", help="only the torch/Opacus part")
     parser.add_argument("--vmap-size", type=int, default=None, help="examples per vmap(grad), plain vmap DP (default: auto)")
-    parser.add_argument("--no-tune-allocator", action="store_true",
-                        help="keep glibc's default malloc (the trainer tunes it; see parallel.tune_host_allocator)")
+    parser.add_argument("--no-tune-runtime", action="store_true",
+                        help="keep glibc's default malloc and JAX's rolled CPU Threefry (the trainer tunes both; "
+                             "see trainers/jax_bert/cpu_runtime.py)")
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     args = parser.parse_args(argv)
     args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
-    tuned = False
-    if not args.no_tune_allocator:
-        from trainers.jax_bert import parallel
+    tuned = {"host_allocator": False, "unrolled_threefry": False}
+    if not args.no_tune_runtime:
+        from trainers.jax_bert import cpu_runtime
 
-        tuned = parallel.tune_host_allocator()
+        tuned = cpu_runtime.tune_cpu_runtime()  # what the trainer applies at start-up
 
     rows = [] if args.no_jax else bench_jax(args)
-    opacus_res = None if args.no_opacus else bench_opacus(args)
+    if args.no_opacus:
+        opacus_res = None
+    elif args.no_jax or args.opacus_in_process:
+        opacus_res = bench_opacus(args)
+    else:
+        opacus_res = opacus_in_default_process(args)
     result = {
         "env": {
             "GLIBC_TUNABLES": os.environ.get("GLIBC_TUNABLES", ""),
             "cpus": os.cpu_count(),
-            "allocator_tuned": tuned,
+            "cpu_runtime_tuning": tuned,
             "vmap_size": args.vmap_size,
         },
         "jax": [asdict(r) for r in rows],
         "opacus": opacus_res,
     }
     if opacus_res is not None:
-        same = [r for r in rows if r.batch == opacus_res["batch"]] or rows[:1]
-        if same:
-            result["dp_over_opacus_examples_per_s"] = same[0].dp_examples_per_s / opacus_res["opacus_examples_per_s"]
+        for variant in ("opacus", "opacus_stock"):
+            rates = opacus_res.get(f"{variant}_examples_per_s", {})
+            result[f"dp_over_{variant}_examples_per_s"] = {
+                str(r.batch): r.dp_examples_per_s / rates[str(r.batch)] for r in rows if str(r.batch) in rates}
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
@@ -305,11 +369,30 @@ def main(argv: list[str] | None = None) -> int:
               f"{r.peak_rss_mib_after_nonprivate:>10.0f} / {r.peak_rss_mib_after_dp:<9.0f} "
               f"{r.dp_minor_faults_per_step:>13.0f} / {r.nonprivate_minor_faults_per_step:<12.0f}")
     if opacus_res is not None:
-        print(f"Opacus {opacus_res['opacus_version']} DP-SGD (hooks), torch twin, batch {opacus_res['batch']}: "
-              f"{opacus_res['opacus_examples_per_s']:.1f} ex/s; torch non-private {opacus_res['torch_nonprivate_examples_per_s']:.1f} ex/s; "
-              + (f"JAX DP / Opacus = {result['dp_over_opacus_examples_per_s']:.1f}x" if rows else ""))
+        print(f"\nOpacus {opacus_res['opacus_version']} DP-SGD (hooks) on torch {opacus_res['torch_version']} BertForMaskedLM, "
+              f"physical batch {opacus_res['physical_batch']} (virtual steps up to the logical batch), separate process "
+              "with default settings" + (" (here: in-process)" if args.opacus_in_process or args.no_jax else "") + ":")
+        stock = "opacus_stock_examples_per_s" in opacus_res
+        print(f"{'batch':>6} {'JAX DP ex/s':>11} {'Opacus twin ex/s':>16} {'JAX/Opacus twin':>15}"
+              + (f" {'Opacus stock ex/s':>17} {'JAX/Opacus stock':>16}" if stock else ""))
+        for batch in args.batch_sizes:
+            key = str(batch)
+            jax_rate = next((r.dp_examples_per_s for r in rows if r.batch == batch), None)
+            twin = opacus_res["opacus_examples_per_s"].get(key)
+            if twin is None:
+                continue
+            line = f"{batch:>6} {jax_rate if jax_rate is not None else float('nan'):>11.1f} {twin:>16.1f} "
+            line += f"{result.get('dp_over_opacus_examples_per_s', {}).get(key, float('nan')):>14.1f}x"
+            if stock:
+                stock_rate = opacus_res["opacus_stock_examples_per_s"][key]
+                line += f" {stock_rate:>17.1f} {result.get('dp_over_opacus_stock_examples_per_s', {}).get(key, float('nan')):>15.1f}x"
+            print(line)
+        print(f"torch non-private, batch {opacus_res['physical_batch']}: twin {opacus_res['torch_nonprivate_examples_per_s']:.1f} ex/s"
+              + (f", stock {opacus_res['torch_stock_nonprivate_examples_per_s']:.1f} ex/s" if stock else "")
+              + ". twin = MLM logits only at the masked positions (as the JAX model); stock = HF forward with labels.")
         print(f"Opacus fix applied: {opacus_res['fix_applied']}.")
-    print(f"Host allocator tuned (parallel.tune_host_allocator): {tuned}; vmap size: {args.vmap_size or 'auto'}.")
+    print(f"CPU runtime tuning (cpu_runtime.tune_cpu_runtime, as in the trainer): {tuned}; "
+          f"vmap size: {args.vmap_size or 'auto'}.")
     print("Note: the 2 cores are shared; absolute figures are noisy, compare same-run ratios.")
     return 0
 

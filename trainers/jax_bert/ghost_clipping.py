@@ -51,14 +51,14 @@ def _einsum(spec: str, *operands: jax.Array) -> jax.Array:
     return jnp.einsum(spec, *operands, precision=_HIGHEST)
 
 
-def _dense_sq_norms(x: jax.Array, g: jax.Array) -> jax.Array:
-    """||x_i^T g_i||_F^2 + ||sum_t g_i||^2 (kernel + bias) per example; x [m, T, d_in], g [m, T, d_out]."""
+def _kernel_sq_norms(x: jax.Array, g: jax.Array, x_gram: jax.Array | None) -> jax.Array:
+    """||x_i^T g_i||_F^2 per example; x [m, T, d_in], g [m, T, d_out], x_gram [m, T, T] or None."""
     t, d_in, d_out = x.shape[1], x.shape[2], g.shape[2]
     if t * t <= d_in * d_out:  # ghost norm: two [T, T] Grams
-        kernel = jnp.sum(_einsum("mtd,msd->mts", x, x) * _einsum("mte,mse->mts", g, g), axis=(1, 2))
-    else:  # the per-example gradient is the smaller object
-        kernel = jnp.sum(jnp.square(_einsum("mtd,mte->mde", x, g)), axis=(1, 2))
-    return kernel + jnp.sum(jnp.square(jnp.sum(g, axis=1)), axis=-1)
+        x_gram = _einsum("mtd,msd->mts", x, x) if x_gram is None else x_gram
+        return jnp.sum(x_gram * _einsum("mte,mse->mts", g, g), axis=(1, 2))
+    # the per-example gradient is the smaller object
+    return jnp.sum(jnp.square(_einsum("mtd,mte->mde", x, g)), axis=(1, 2))
 
 
 def _same_id_gram_sq_norms(ids: jax.Array, e: jax.Array) -> jax.Array:
@@ -71,65 +71,87 @@ def _flat3(a: jax.Array, m: int) -> jax.Array:
     return a.reshape(m, -1, a.shape[-1])
 
 
+def _sq(a: jax.Array) -> jax.Array:
+    """Squared norm per example of [m, ...]."""
+    return jnp.sum(jnp.square(a), axis=tuple(range(1, a.ndim)))
+
+
 class _Tape:
-    """One micro-step's recorded inputs and output gradients, keyed by module path."""
+    """One micro-step's recorded inputs and output gradients, keyed by module path.
+
+    ``layers`` lists the TapedDense modules (with their input) and the TapedLayerNorm modules;
+    ``input_id`` identifies inputs that several layers share (query, key and value all read the
+    same hidden states), so that their [T, T] Gram is computed once.
+    """
 
     def __init__(self, tape: PyTree, grads: PyTree, batch: PyTree, m: int) -> None:
         self.inputs = traverse_util.flatten_dict(tape)
         self.grads = traverse_util.flatten_dict(grads)
         self.batch = batch
         self.m = m
+        self.dense: list[Key] = []
+        self.layer_norms: list[Key] = []
+        for key in self.grads:
+            module, kind = key[:-1], key[-1]
+            if kind == "outputs":
+                (self.dense if module + ("inputs",) in self.inputs else self.layer_norms).append(module)
 
     def taped(self, module: Key, name: str) -> jax.Array:
         (value,) = self.inputs[module + (name,)]
         return _flat3(value, self.m)
 
+    def input_id(self, module: Key) -> int:
+        (value,) = self.inputs[module + ("inputs",)]
+        return id(value)
+
     def grad(self, module: Key, name: str) -> jax.Array:
         return _flat3(self.grads[module + (name,)], self.m)
 
 
-def _per_example_sq_norms(tape: _Tape, params_flat: dict[Key, jax.Array]) -> jax.Array:
-    """Squared norm of each example's whole gradient, and a check that every parameter is covered."""
+def _ghost_terms(tape: _Tape, params_flat: dict[Key, jax.Array]) -> tuple[jax.Array, dict[Key, jax.Array]]:
+    """Squared norm of each example's whole gradient, and the per-example gradients of every small
+    parameter (biases, LayerNorm scales: [m, size] each), which the weighted sums reuse.
+
+    Raises if some parameter is not covered (a module added to the model without ghost support).
+    """
     m = tape.m
-    covered: set[Key] = set()
+    small: dict[Key, jax.Array] = {}
     sq = jnp.zeros((m,), jnp.float32)
-    for key in tape.grads:
-        module, kind = key[:-1], key[-1]
-        if kind != "outputs":
-            continue
+    grams: dict[int, jax.Array] = {}
+    for module in tape.dense:
+        x, g = tape.taped(module, "inputs"), tape.grad(module, "outputs")
+        shared = tape.input_id(module)
+        if x.shape[1] ** 2 <= x.shape[2] * g.shape[2] and shared not in grams:
+            grams[shared] = _einsum("mtd,msd->mts", x, x)
+        sq = sq + _kernel_sq_norms(x, g, grams.get(shared))
+        small[module + ("bias",)] = jnp.sum(g, axis=1)
+    for module in tape.layer_norms:  # d scale = sum_t g * x_hat, d bias = sum_t g
         g = tape.grad(module, "outputs")
-        if module + ("inputs",) in tape.inputs:  # TapedDense
-            sq = sq + _dense_sq_norms(tape.taped(module, "inputs"), g)
-            covered |= {module + ("kernel",), module + ("bias",)}
-        else:  # TapedLayerNorm: d scale = sum_t g * x_hat, d bias = sum_t g
-            x_hat = tape.taped(module, "normalized")
-            sq = sq + jnp.sum(jnp.square(jnp.sum(g * x_hat, axis=1)), axis=-1)
-            sq = sq + jnp.sum(jnp.square(jnp.sum(g, axis=1)), axis=-1)
-            covered |= {module + ("scale",), module + ("bias",)}
-    e = tape.grad(_EMBEDDINGS, "embedding_sum")  # [m, L, H]
+        small[module + ("scale",)] = jnp.sum(g * tape.taped(module, "normalized"), axis=1)
+        small[module + ("bias",)] = jnp.sum(g, axis=1)
     logits_grad = tape.grad(_HEAD, "logits")  # [m, P, V]
+    small[_HEAD + ("bias",)] = jnp.sum(logits_grad, axis=1)
+    for value in small.values():
+        sq = sq + _sq(value)
+    e = tape.grad(_EMBEDDINGS, "embedding_sum")  # [m, L, H]
     decoder_in = tape.taped(_HEAD, "decoder_inputs")  # [m, P, H]
     ids = tape.batch["input_ids"]
-    types = _token_types(tape.batch)
     # Position table: example i writes e_i[t] to row t (distinct rows). Token types: scatter by id.
-    sq = sq + jnp.sum(jnp.square(e), axis=(1, 2)) + _same_id_gram_sq_norms(types, e)
-    # Output bias: sum over masked predictions of dL/dlogits.
-    sq = sq + jnp.sum(jnp.square(jnp.sum(logits_grad, axis=1)), axis=-1)
+    sq = sq + _sq(e) + _same_id_gram_sq_norms(_token_types(tape.batch), e)
     # Tied word table: input rows (scatter of e by token id) plus the decoder's G^T Hd, and their cross term.
     g_at_ids = jnp.take_along_axis(logits_grad, ids[:, None, :].astype(jnp.int32), axis=2)  # [m, P, L]
     sq = sq + _same_id_gram_sq_norms(ids, e)
     sq = sq + jnp.sum(_einsum("mpv,mqv->mpq", logits_grad, logits_grad) * _einsum("mpd,mqd->mpq", decoder_in, decoder_in), axis=(1, 2))
     sq = sq + 2.0 * jnp.sum(_einsum("mld,mpd->mpl", e, decoder_in) * g_at_ids, axis=(1, 2))
-    covered |= {
+    covered = set(small) | {module + ("kernel",) for module in tape.dense} | {
         _EMBEDDINGS + ("word_embeddings", "embedding"),
         _EMBEDDINGS + ("position_embeddings", "embedding"),
         _EMBEDDINGS + ("token_type_embeddings", "embedding"),
-        _HEAD + ("bias",),
     }
     missing = set(params_flat) - covered
     if missing:
         raise ValueError(f"ghost clipping does not cover parameters {sorted('/'.join(k) for k in missing)}.")
-    return jnp.maximum(sq, 0.0)
+    return jnp.maximum(sq, 0.0), small
 
 
 def _token_types(batch: PyTree) -> jax.Array:
@@ -137,33 +159,34 @@ def _token_types(batch: PyTree) -> jax.Array:
     return jnp.zeros_like(batch["input_ids"]) if types is None else types
 
 
-def _weighted_sums(tape: _Tape, weights: jax.Array, params_flat: dict[Key, jax.Array]) -> dict[Key, jax.Array]:
-    """sum_i weights_i * grad_i for every parameter, without forming any per-example gradient."""
-    out: dict[Key, jax.Array] = {}
+def _weighted_sums(tape: _Tape, weights: jax.Array, small: dict[Key, jax.Array],
+                   params_flat: dict[Key, jax.Array]) -> dict[Key, jax.Array]:
+    """sum_i weights_i * grad_i for every parameter, without forming any per-example gradient.
+
+    The weight of example i is applied to whichever factor of its gradient is smallest (the
+    narrower of a dense layer's input and output gradient; the decoder's inputs rather than its
+    [P, vocabulary] logit gradients; the small per-example gradients directly).
+    """
+    out = {key: _einsum("m,mk->k", weights, value) for key, value in small.items()}
     w = weights[:, None, None]
-    for key in tape.grads:
-        module, kind = key[:-1], key[-1]
-        if kind != "outputs":
-            continue
-        g = tape.grad(module, "outputs") * w
-        if module + ("inputs",) in tape.inputs:
-            out[module + ("kernel",)] = _einsum("mtd,mte->de", tape.taped(module, "inputs"), g)
+    for module in tape.dense:
+        x, g = tape.taped(module, "inputs"), tape.grad(module, "outputs")
+        if x.shape[2] <= g.shape[2]:
+            x = x * w
         else:
-            out[module + ("scale",)] = jnp.sum(g * tape.taped(module, "normalized"), axis=(0, 1))
-        out[module + ("bias",)] = jnp.sum(g, axis=(0, 1))
+            g = g * w
+        out[module + ("kernel",)] = _einsum("mtd,mte->de", x, g)
     e = tape.grad(_EMBEDDINGS, "embedding_sum") * w
     hidden = e.shape[-1]
     ids, types = tape.batch["input_ids"], _token_types(tape.batch)
-    logits_grad = tape.grad(_HEAD, "logits") * w
     word_key = _EMBEDDINGS + ("word_embeddings", "embedding")
     pos_key = _EMBEDDINGS + ("position_embeddings", "embedding")
     type_key = _EMBEDDINGS + ("token_type_embeddings", "embedding")
     word = jnp.zeros(params_flat[word_key].shape, jnp.float32).at[ids.reshape(-1)].add(e.reshape(-1, hidden))
-    out[word_key] = word + _einsum("mpv,mpd->vd", logits_grad, tape.taped(_HEAD, "decoder_inputs"))
+    out[word_key] = word + _einsum("mpv,mpd->vd", tape.grad(_HEAD, "logits"), tape.taped(_HEAD, "decoder_inputs") * w)
     seq_len = e.shape[1]
     out[pos_key] = jnp.zeros(params_flat[pos_key].shape, jnp.float32).at[:seq_len].add(jnp.sum(e, axis=0))
     out[type_key] = jnp.zeros(params_flat[type_key].shape, jnp.float32).at[types.reshape(-1)].add(e.reshape(-1, hidden))
-    out[_HEAD + ("bias",)] = jnp.sum(logits_grad, axis=(0, 1))
     return out
 
 
@@ -211,9 +234,10 @@ def make_ghost_clipped_sum_fn(
 
             grads, (loss, aux, tape) = jax.grad(summed_loss, has_aux=True)(zeros)
             recorded = _Tape(tape, grads, micro_batch, m)
-            norms = jnp.sqrt(_per_example_sq_norms(recorded, params_flat))
+            sq_norms, small = _ghost_terms(recorded, params_flat)
+            norms = jnp.sqrt(sq_norms)
             weights = micro_mask * dp_step._clip_factors(norms, clip_norm)
-            sums = traverse_util.unflatten_dict(_weighted_sums(recorded, weights, params_flat))
+            sums = traverse_util.unflatten_dict(_weighted_sums(recorded, weights, small, params_flat))
             acc = dp_step._add(acc, sums)
             n_clipped = jnp.sum(micro_mask * (norms > clip_norm))
             stats = dp_step._add(stats, dp_step._micro_stats(loss, aux, micro_mask, n_clipped))

@@ -61,7 +61,7 @@ from dpaudit.rundir import (
 )
 from dpaudit.trainer_api import TrainResult
 from trainers.jax_bert import checkpoint as ckpt
-from trainers.jax_bert import dp_step, hf_io, parallel, sampling
+from trainers.jax_bert import cpu_runtime, dp_step, hf_io, parallel, sampling
 from trainers.jax_bert.config import JaxBertConfig
 from trainers.jax_bert.data import encode_texts, mask_tokens
 from trainers.jax_bert.ghost_clipping import make_ghost_clipped_sum_fn
@@ -369,6 +369,7 @@ class _Run:
     def _setup(self) -> None:
         config = self.config
         parallel.maybe_initialize_distributed()  # multi-host: before any other JAX call
+        self.runtime_tuning = cpu_runtime.tune_cpu_runtime()  # before anything is compiled
         # Multi-host: every process computes the same run (same data, seed and RNG streams); only
         # process 0 writes files, the others keep their rows in memory and meet it at barriers.
         self.primary = parallel.is_primary()
@@ -720,6 +721,7 @@ class _Run:
             "examples_per_s": eps_rate,
             "sampling": self.config.sampling,
             "devices": 1 if self.mesh is None else int(self.mesh.devices.size),
+            "cpu_runtime_tuning": self.runtime_tuning,
         }
         if not self.primary:
             return TrainResult(out_dir=out, steps=steps, epsilon=privacy["epsilon"], delta=privacy["delta"],
