@@ -16,6 +16,9 @@ should not have to know environment tunables to get the speed the benchmarks rep
 
 from __future__ import annotations
 
+import importlib.metadata
+import importlib.util
+
 import jax
 
 _M_TRIM_THRESHOLD = -1
@@ -77,9 +80,26 @@ def unroll_threefry_on_cpu() -> bool:
     return True
 
 
+def _cpu_backend_expected() -> bool:
+    """Whether JAX will run on the CPU, decided without initializing a backend (initializing one
+    starts XLA's worker threads, and glibc settings made after that miss their arenas)."""
+    platforms = jax.config.jax_platforms
+    if platforms:
+        return platforms.split(",")[0].strip() == "cpu"
+    # Unrequested, JAX picks an accelerator whose PJRT plugin (or libtpu) is installed.
+    if importlib.util.find_spec("jax_plugins") is not None or importlib.util.find_spec("libtpu") is not None:
+        return False
+    return not list(importlib.metadata.entry_points(group="jax_plugins"))
+
+
 def tune_cpu_runtime() -> dict[str, bool]:
-    """Applies :func:`tune_host_allocator` and :func:`unroll_threefry_on_cpu` when the JAX backend is
-    the CPU; returns what was applied (the trainer records it in the run summary of ``manifest.json``)."""
+    """Applies :func:`tune_host_allocator` and :func:`unroll_threefry_on_cpu` when JAX runs on the
+    CPU; returns what was applied (the trainer records it in the run summary of ``manifest.json``).
+
+    Call it before anything has run on a JAX device: the allocator setting reaches only threads
+    that have not allocated yet, so it is applied before the backend (and its thread pool) starts.
+    """
+    allocator = _cpu_backend_expected() and tune_host_allocator()
     if jax.default_backend() != "cpu":
-        return {"host_allocator": False, "unrolled_threefry": False}
-    return {"host_allocator": tune_host_allocator(), "unrolled_threefry": unroll_threefry_on_cpu()}
+        return {"host_allocator": allocator, "unrolled_threefry": False}
+    return {"host_allocator": allocator, "unrolled_threefry": unroll_threefry_on_cpu()}

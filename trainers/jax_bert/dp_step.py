@@ -73,7 +73,8 @@ StepFn = Callable[
 ]
 
 
-def _check_clip_norm(clip_norm: float) -> float:
+def check_clip_norm(clip_norm: float) -> float:
+    """C as a float; a ValueError unless C > 0 (inf allowed: no clipping)."""
     clip_norm = float(clip_norm)
     if not clip_norm > 0:  # also rejects NaN
         raise ValueError(f"clip_norm must be > 0 (inf disables clipping), got {clip_norm}.")
@@ -111,7 +112,7 @@ def per_example_global_norms(grads: PyTree) -> jax.Array:
     return jnp.sqrt(sq)
 
 
-def _clip_factors(norms: jax.Array, clip_norm: float) -> jax.Array:
+def clip_factors(norms: jax.Array, clip_norm: float) -> jax.Array:
     """min(1, C / norm) per example; exactly 1 when C = inf or norm = 0 (no 0/0, no inf/inf)."""
     if math.isinf(clip_norm):
         return jnp.ones_like(norms)
@@ -125,9 +126,9 @@ def clip_by_global_norm_per_example(grads: PyTree, clip_norm: float) -> tuple[Py
     Returns ``(clipped, norms)`` with ``norms`` the pre-clipping norms. ``clip_norm = inf`` leaves
     the gradients unchanged.
     """
-    clip_norm = _check_clip_norm(clip_norm)
+    clip_norm = check_clip_norm(clip_norm)
     norms = per_example_global_norms(grads)
-    factors = _clip_factors(norms, clip_norm)
+    factors = clip_factors(norms, clip_norm)
     clipped = jax.tree.map(
         lambda g: (g * factors.reshape((-1,) + (1,) * (g.ndim - 1))).astype(g.dtype), grads
     )
@@ -144,22 +145,26 @@ def _weighted_sum(weights: jax.Array, grads: PyTree) -> PyTree:
     )
 
 
-def _zeros_f32(params: PyTree) -> PyTree:
+def zeros_f32(params: PyTree) -> PyTree:
+    """A float32 zero accumulator shaped like `params`."""
     return jax.tree.map(lambda p: jnp.zeros(p.shape, jnp.float32), params)
 
 
-def _zero_stats() -> ChunkStats:
+def zero_stats() -> ChunkStats:
+    """Empty :class:`ChunkStats` to accumulate micro-steps into."""
     z = jnp.zeros((), jnp.float32)
     return ChunkStats(z, z, z, z, z)
 
 
-def _add(a: PyTree, b: PyTree) -> PyTree:
+def tree_add(a: PyTree, b: PyTree) -> PyTree:
+    """Leafwise a + b."""
     return jax.tree.map(jnp.add, a, b)
 
 
-def _micro_stats(
+def micro_stats(
     loss: jax.Array, aux: dict[str, jax.Array], mask: jax.Array, n_clipped: jax.Array
 ) -> ChunkStats:
+    """One micro-step's masked loss sum, MLM counts, batch size and clipped count."""
     return ChunkStats(
         loss_sum=jnp.sum(mask * loss.astype(jnp.float32)),
         n_correct=jnp.sum(mask * aux["n_correct"].astype(jnp.float32)),
@@ -169,7 +174,7 @@ def _micro_stats(
     )
 
 
-def _skip_if_empty(micro_step: Callable[..., tuple[PyTree, ChunkStats]]) -> Callable[..., Any]:
+def skip_if_empty(micro_step: Callable[..., tuple[PyTree, ChunkStats]]) -> Callable[..., Any]:
     """Wraps a scan body so that a micro-step whose slots are all padding costs nothing.
 
     ``microstep_capacity`` sizes chunks for a 1e-6 overflow probability, so the last micro-steps of
@@ -192,7 +197,8 @@ def _skip_if_empty(micro_step: Callable[..., tuple[PyTree, ChunkStats]]) -> Call
     return body
 
 
-def _check_chunk(batch: PyTree, mask: Any) -> None:
+def check_chunk(batch: PyTree, mask: Any) -> None:
+    """Raises unless `mask` is [micro-steps, micro-batch] and every leaf of `batch` starts with those axes."""
     shape = tuple(mask.shape)
     if len(shape) != 2:
         raise ValueError(f"mask must have shape [S, m], got {shape}.")
@@ -248,11 +254,11 @@ def make_clipped_sum_fn(
     for BERT-mini) must be materialized; on CPU small groups keep that buffer small and hot in
     cache (``None``: 1 on CPU, 32 on GPU/TPU).
     """
-    clip_norm = _check_clip_norm(clip_norm)
+    clip_norm = check_clip_norm(clip_norm)
     vmap_size = _resolve_vmap_size(vmap_size)
 
     def clipped_sum(params: PyTree, batch: PyTree, mask: jax.Array) -> tuple[PyTree, ChunkStats]:
-        _check_chunk(batch, mask)
+        check_chunk(batch, mask)
         mask = jnp.asarray(mask, jnp.float32)
 
         def micro_step(carry: tuple[PyTree, ChunkStats], xs: tuple[PyTree, jax.Array]):
@@ -260,15 +266,15 @@ def make_clipped_sum_fn(
             micro_batch, micro_mask = xs
             grads, loss, aux = _value_and_grad_per_example(loss_fn, params, micro_batch)
             norms = per_example_global_norms(grads)
-            weights = micro_mask * _clip_factors(norms, clip_norm)
-            acc = _add(acc, _weighted_sum(weights, grads))
+            weights = micro_mask * clip_factors(norms, clip_norm)
+            acc = tree_add(acc, _weighted_sum(weights, grads))
             n_clipped = jnp.sum(micro_mask * (norms > clip_norm))
-            stats = _add(stats, _micro_stats(loss, aux, micro_mask, n_clipped))
+            stats = tree_add(stats, micro_stats(loss, aux, micro_mask, n_clipped))
             return acc, stats
 
         (acc, stats), _ = jax.lax.scan(
-            _skip_if_empty(micro_step),
-            (_zeros_f32(params), _zero_stats()),
+            skip_if_empty(micro_step),
+            (zeros_f32(params), zero_stats()),
             _regroup(batch, mask, vmap_size),
         )
         return acc, stats
@@ -283,7 +289,7 @@ def _make_mean_grad_sum_fn(
     """Non-private counterpart: the gradient of the mask-weighted *sum* of losses (one backward pass)."""
 
     def grad_sum(params: PyTree, batch: PyTree, mask: jax.Array) -> tuple[PyTree, ChunkStats]:
-        _check_chunk(batch, mask)
+        check_chunk(batch, mask)
         mask = jnp.asarray(mask, jnp.float32)
 
         def summed_loss(p: PyTree, micro_batch: PyTree, micro_mask: jax.Array):
@@ -294,12 +300,12 @@ def _make_mean_grad_sum_fn(
             acc, stats = carry
             micro_batch, micro_mask = xs
             grads, (loss, aux) = jax.grad(summed_loss, has_aux=True)(params, micro_batch, micro_mask)
-            acc = _add(acc, jax.tree.map(lambda g: g.astype(jnp.float32), grads))
-            stats = _add(stats, _micro_stats(loss, aux, micro_mask, jnp.zeros((), jnp.float32)))
+            acc = tree_add(acc, jax.tree.map(lambda g: g.astype(jnp.float32), grads))
+            stats = tree_add(stats, micro_stats(loss, aux, micro_mask, jnp.zeros((), jnp.float32)))
             return acc, stats
 
         (acc, stats), _ = jax.lax.scan(
-            _skip_if_empty(micro_step), (_zeros_f32(params), _zero_stats()), (batch, mask)
+            skip_if_empty(micro_step), (zeros_f32(params), zero_stats()), (batch, mask)
         )
         return acc, stats
 
@@ -352,15 +358,15 @@ class _Engine:
         if mesh is not None:
             sum_fn = parallel.shard_over_data(sum_fn, mesh)
             rep = parallel.replicated(mesh)
-            self._zeros = jax.jit(_zeros_f32, out_shardings=rep)
-            self._zero_stats = jax.jit(_zero_stats, out_shardings=rep)
+            self._zeros = jax.jit(zeros_f32, out_shardings=rep)
+            self.zero_stats = jax.jit(zero_stats, out_shardings=rep)
         else:
-            self._zeros = jax.jit(_zeros_f32)
-            self._zero_stats = jax.jit(_zero_stats)
+            self._zeros = jax.jit(zeros_f32)
+            self.zero_stats = jax.jit(zero_stats)
 
         def accumulate(params, acc, stats, batch, mask):
             s, st = sum_fn(params, batch, mask)
-            return _add(acc, s), _add(stats, st)
+            return tree_add(acc, s), tree_add(stats, st)
 
         self._accumulate = jax.jit(accumulate, donate_argnums=(1, 2))
         # The new params / optimizer state can reuse the old ones' buffers (not the gradient sum's).
@@ -382,7 +388,7 @@ class _Engine:
             params = jax.device_put(params, rep)
             opt_state = jax.device_put(opt_state, rep)
             key = jax.device_put(key, rep)
-        acc, stats = self._zeros(params), self._zero_stats()
+        acc, stats = self._zeros(params), self.zero_stats()
         for batch, mask in chunks:
             if self._mesh is not None:
                 batch, mask = parallel.place_chunk(self._mesh, batch, mask)
@@ -421,7 +427,7 @@ def make_dp_train_step(
     ``clipped_sum_fn`` replaces the generic vmap clipped sum by an equivalent one (e.g. ghost norms,
     :mod:`trainers.jax_bert.ghost_clipping`); its ``sensitivity`` must equal ``clip_norm``.
     """
-    clip_norm = _check_clip_norm(clip_norm)
+    clip_norm = check_clip_norm(clip_norm)
     if clipped_sum_fn is None:
         clipped_sum = make_clipped_sum_fn(loss_fn, clip_norm=clip_norm, vmap_size=vmap_size)
     else:

@@ -199,10 +199,10 @@ def make_ghost_clipped_sum_fn(
     Each micro-step runs one batched forward and one backward pass to the layer outputs, computes
     per-example norms from Gram matrices, and adds the clipped sum with one matmul per layer.
     """
-    clip_norm = dp_step._check_clip_norm(clip_norm)
+    clip_norm = dp_step.check_clip_norm(clip_norm)
 
     def clipped_sum(params: PyTree, batch: PyTree, mask: jax.Array) -> tuple[PyTree, dp_step.ChunkStats]:
-        dp_step._check_chunk(batch, mask)
+        dp_step.check_chunk(batch, mask)
         mask = jnp.asarray(mask, jnp.float32)
         params_flat = traverse_util.flatten_dict(params)
 
@@ -236,15 +236,15 @@ def make_ghost_clipped_sum_fn(
             recorded = _Tape(tape, grads, micro_batch, m)
             sq_norms, small = _ghost_terms(recorded, params_flat)
             norms = jnp.sqrt(sq_norms)
-            weights = micro_mask * dp_step._clip_factors(norms, clip_norm)
+            weights = micro_mask * dp_step.clip_factors(norms, clip_norm)
             sums = traverse_util.unflatten_dict(_weighted_sums(recorded, weights, small, params_flat))
-            acc = dp_step._add(acc, sums)
+            acc = dp_step.tree_add(acc, sums)
             n_clipped = jnp.sum(micro_mask * (norms > clip_norm))
-            stats = dp_step._add(stats, dp_step._micro_stats(loss, aux, micro_mask, n_clipped))
+            stats = dp_step.tree_add(stats, dp_step.micro_stats(loss, aux, micro_mask, n_clipped))
             return acc, stats
 
         (acc, stats), _ = jax.lax.scan(
-            dp_step._skip_if_empty(micro_step), (dp_step._zeros_f32(params), dp_step._zero_stats()), (batch, mask)
+            dp_step.skip_if_empty(micro_step), (dp_step.zeros_f32(params), dp_step.zero_stats()), (batch, mask)
         )
         return acc, stats
 
