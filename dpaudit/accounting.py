@@ -585,7 +585,7 @@ def subsampled_gaussian_pld(noise_multiplier: float, sampling_probability: float
     sigma, q = float(noise_multiplier), float(sampling_probability)
     if q == 1.0 or _CREATE_PMF is None:
         return pld_lib.from_gaussian_mechanism(standard_deviation=sigma, value_discretization_interval=discretization,
-                                               neighboring_relation=_ADD_OR_REMOVE)
+                                               sampling_prob=q, neighboring_relation=_ADD_OR_REMOVE)
 
     def pmf(adjacency: plm.AdjacencyType):
         loss = _VectorizedGaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency)

@@ -65,6 +65,19 @@ def test_vectorized_single_step_pld_is_bit_identical_to_dp_accounting(sigma, q, 
         assert probs.tobytes() == probs_ref.tobytes()
 
 
+def test_single_step_pld_falls_back_to_the_library_build(monkeypatch):
+    """Without dp_accounting's private PMF hook (a future version), the library builds the same PLD."""
+    monkeypatch.setattr(A, "_CREATE_PMF", None)
+    ours = A.subsampled_gaussian_pld(1.0, 0.01, 1e-3)
+    theirs = pld.privacy_loss_distribution.from_gaussian_mechanism(1.0, sampling_prob=0.01,
+                                                                   value_discretization_interval=1e-3)
+    for side in ("_pmf_remove", "_pmf_add"):
+        lower, infinity, probs = _dense_parts(getattr(ours, side))
+        lower_ref, infinity_ref, probs_ref = _dense_parts(getattr(theirs, side))
+        assert (lower, infinity) == (lower_ref, infinity_ref)
+        assert probs.tobytes() == probs_ref.tobytes()
+
+
 def test_known_configuration_golden_value():
     # q = 0.01, sigma = 1.0, 100 steps, delta = 1e-5: the textbook DP-SGD setting.
     event = A.dpsgd_event(noise_multiplier=1.0, sampling_probability=0.01, steps=100)

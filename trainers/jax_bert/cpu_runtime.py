@@ -36,8 +36,9 @@ def tune_host_allocator() -> bool:
     (DESIGN section 9: 1.5M+ faults per step, more time than the arithmetic). With ``mmap`` disabled
     for ``malloc`` and trimming off, the heap keeps its pages and later steps reuse them. Same
     effect as ``GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=...``, but
-    applied by the trainer so users need not set anything. Process-wide and irreversible; call it
-    once at start-up (it is not called on import). Returns False where glibc is not available.
+    applied by the trainer so users need not set anything. Process-wide and irreversible; it reaches
+    only threads that have not allocated yet, so call it before the JAX backend starts
+    (:func:`tune_cpu_runtime` does). Returns False where glibc is not available.
     """
     import ctypes
     import ctypes.util

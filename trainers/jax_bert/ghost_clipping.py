@@ -51,12 +51,17 @@ def _einsum(spec: str, *operands: jax.Array) -> jax.Array:
     return jnp.einsum(spec, *operands, precision=_HIGHEST)
 
 
-def _kernel_sq_norms(x: jax.Array, g: jax.Array, x_gram: jax.Array | None) -> jax.Array:
-    """||x_i^T g_i||_F^2 per example; x [m, T, d_in], g [m, T, d_out], x_gram [m, T, T] or None."""
+def _kernel_sq_norms(x: jax.Array, g: jax.Array, x_grams: dict[int, jax.Array], x_id: int) -> jax.Array:
+    """||x_i^T g_i||_F^2 per example; x [m, T, d_in], g [m, T, d_out].
+
+    ``x_grams`` caches each input's [m, T, T] Gram under ``x_id``, so layers that read the same
+    input (query, key and value) compute it once.
+    """
     t, d_in, d_out = x.shape[1], x.shape[2], g.shape[2]
     if t * t <= d_in * d_out:  # ghost norm: two [T, T] Grams
-        x_gram = _einsum("mtd,msd->mts", x, x) if x_gram is None else x_gram
-        return jnp.sum(x_gram * _einsum("mte,mse->mts", g, g), axis=(1, 2))
+        if x_id not in x_grams:
+            x_grams[x_id] = _einsum("mtd,msd->mts", x, x)
+        return jnp.sum(x_grams[x_id] * _einsum("mte,mse->mts", g, g), axis=(1, 2))
     # the per-example gradient is the smaller object
     return jnp.sum(jnp.square(_einsum("mtd,mte->mde", x, g)), axis=(1, 2))
 
@@ -79,9 +84,9 @@ def _sq(a: jax.Array) -> jax.Array:
 class _Tape:
     """One micro-step's recorded inputs and output gradients, keyed by module path.
 
-    ``layers`` lists the TapedDense modules (with their input) and the TapedLayerNorm modules;
-    ``input_id`` identifies inputs that several layers share (query, key and value all read the
-    same hidden states), so that their [T, T] Gram is computed once.
+    ``dense`` lists the TapedDense modules (those that sowed an input), ``layer_norms`` the
+    TapedLayerNorm modules; ``input_id`` identifies inputs that several layers share (query, key
+    and value all read the same hidden states), so that their [T, T] Gram is computed once.
     """
 
     def __init__(self, tape: PyTree, grads: PyTree, batch: PyTree, m: int) -> None:
@@ -120,10 +125,7 @@ def _ghost_terms(tape: _Tape, params_flat: dict[Key, jax.Array]) -> tuple[jax.Ar
     grams: dict[int, jax.Array] = {}
     for module in tape.dense:
         x, g = tape.taped(module, "inputs"), tape.grad(module, "outputs")
-        shared = tape.input_id(module)
-        if x.shape[1] ** 2 <= x.shape[2] * g.shape[2] and shared not in grams:
-            grams[shared] = _einsum("mtd,msd->mts", x, x)
-        sq = sq + _kernel_sq_norms(x, g, grams.get(shared))
+        sq = sq + _kernel_sq_norms(x, g, grams, tape.input_id(module))
         small[module + ("bias",)] = jnp.sum(g, axis=1)
     for module in tape.layer_norms:  # d scale = sum_t g * x_hat, d bias = sum_t g
         g = tape.grad(module, "outputs")
