@@ -1,0 +1,73 @@
+"""The secret randomness a DP guarantee rests on: Poisson sampling and the Gaussian noise.
+
+A DP guarantee holds against an adversary who knows every training row but one, and everything the
+tool releases (the manifest with its ``--seed``, the config, the model). If the sampling or the noise
+were a function of the public ``--seed``, that adversary could regenerate them, subtract the noise and
+read the target's gradient: epsilon would be infinite. So the generators of the mechanism are seeded
+from OS entropy (:func:`secrets.randbits`), kept only in checkpoints (which are private to the data
+owner, like the training data), and never in a released file. ``--noise-seed N`` makes a run
+reproducible for tests and research; the guarantee then holds only while ``N`` stays secret, and
+``privacy.json`` and the command line say so.
+
+Everything else (initialization, masking, the order of public data, the tokenizer) may follow the
+public ``--seed``: it is not part of the mechanism the accountant analyses.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import dataclass
+
+#: Bits of OS entropy in a drawn noise seed.
+SEED_BITS = 128
+
+NOISE_SEED_CONDITION = (
+    "the sampling and noise were seeded with an explicit --noise-seed: the guarantee holds only while "
+    "that seed is secret (anyone who knows it can regenerate the noise)."
+)
+OS_ENTROPY_NOTE = (
+    "the sampling and noise were drawn from OS entropy (never from --seed); their state lives only in "
+    "checkpoints/, which is private to the data owner."
+)
+
+
+@dataclass(frozen=True)
+class NoiseSource:
+    """Where a run's mechanism randomness comes from.
+
+    Attributes:
+        seed: the integer that seeds the sampling and noise generators. Secret: written only to
+            checkpoints, never to a released file.
+        explicit: True when the user passed ``--noise-seed`` (reproducible; the guarantee is then
+            conditional on that seed staying secret).
+    """
+
+    seed: int
+    explicit: bool
+
+    @classmethod
+    def resolve(cls, noise_seed: int | None) -> NoiseSource:
+        """The user's ``--noise-seed`` if given, else a fresh :data:`SEED_BITS`-bit seed from OS entropy."""
+        if noise_seed is not None:
+            if isinstance(noise_seed, bool) or not isinstance(noise_seed, int) or noise_seed < 0:
+                raise ValueError(f"--noise-seed must be an integer >= 0, got {noise_seed!r}.")
+            return cls(seed=noise_seed, explicit=True)
+        return cls(seed=secrets.randbits(SEED_BITS), explicit=False)
+
+    @property
+    def note(self) -> str:
+        """The sentence ``privacy.json`` and the command line state about this randomness."""
+        return NOISE_SEED_CONDITION if self.explicit else OS_ENTROPY_NOTE
+
+    def words(self, n: int = 2) -> list[int]:
+        """The seed as ``n`` 32-bit words (for frameworks whose keys are uint32 arrays, e.g. JAX).
+
+        Different seeds below ``2**(32 n)`` give different words; larger seeds are folded by XOR.
+        """
+        value, out = self.seed, [0] * n
+        i = 0
+        while value:
+            out[i % n] ^= value & 0xFFFFFFFF
+            value >>= 32
+            i += 1
+        return out
