@@ -56,6 +56,14 @@ class Trainer(Protocol):
         """Train on an inject run directory and write a train run directory (DESIGN section 3)."""
         ...
 
+    def tiny_config(self, **overrides: Any) -> Any:
+        """The smallest private Config that trains in seconds on a tiny inject directory.
+
+        The contract suite (``tests/test_trainer_contract.py``) trains every registered trainer
+        with it; ``overrides`` replace fields (e.g. ``non_private=True``, ``noise_seed=1``).
+        """
+        ...
+
 
 def available_trainers() -> dict[str, EntryPoint]:
     """Registered trainers by name, without importing any of them."""

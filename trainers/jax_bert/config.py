@@ -25,6 +25,13 @@ Clipping = Literal["ghost", "vmap"]
 DEFAULT_VOCAB_SIZE: dict[str, int] = {"tiny": 2000, "mini": 8000, "small": 8000, "base": 30522, "large": 30522}
 
 
+#: The smallest useful run (tests and the trainer contract suite): seconds on a 2-core CPU.
+TINY_SETTINGS: dict[str, Any] = dict(
+    preset="tiny", steps=6, batch_size=16, micro_batch=8, max_length=16, vocab_size=128, noise_multiplier=1.0,
+    checkpoint_every=3, log_every=2, eval_every=3, eval_examples=16,
+)
+
+
 def parse_batch_schedule(text: str) -> list[tuple[int, int]]:
     """Parse ``"steps:batch,steps:batch"`` into ``[(steps, expected_batch), ...]``.
 

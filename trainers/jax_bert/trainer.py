@@ -62,7 +62,7 @@ from dpaudit.rundir import (
 from dpaudit.trainer_api import TrainResult
 from trainers.jax_bert import checkpoint as ckpt
 from trainers.jax_bert import cpu_runtime, dp_step, hf_io, parallel, sampling
-from trainers.jax_bert.config import JaxBertConfig
+from trainers.jax_bert.config import TINY_SETTINGS, JaxBertConfig
 from trainers.jax_bert.data import encode_texts, mask_tokens
 from trainers.jax_bert.ghost_clipping import make_ghost_clipped_sum_fn
 from trainers.jax_bert.model import FlaxBertForMaskedLM, example_mlm_loss, init_params, preset_config
@@ -169,6 +169,10 @@ class JaxBertTrainer:
                 different run; raised before anything is written.
         """
         return _Run(Path(data_dir), Path(out_dir), config, seed=seed).execute()
+
+    def tiny_config(self, **overrides: Any) -> JaxBertConfig:
+        """A 2-layer, hidden-64 model on 16-token texts, 6 steps of 16 (the contract suite's run)."""
+        return JaxBertConfig(**{**TINY_SETTINGS, **overrides})
 
 
 # ----------------------------------------------------------------------------------------------

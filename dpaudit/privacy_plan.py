@@ -1,0 +1,215 @@
+"""The privacy plan of a training run: what it will spend, fixed before the first step.
+
+Every trainer calls :func:`plan_privacy` before it writes anything, with what its mechanism is —
+the stages of the run (steps, expected batch), how the noise multiplier of each stage follows from
+one base sigma (constant, or eDP-SGD's per-epoch decay), and the mechanism's *sensitivity factor*
+(how many clip norms one example can move the noised sum: 1 for per-example clipping, 2 for
+micro-batch clipping, see :func:`dpaudit.accounting.microbatch_sensitivity_factor`). The plan then
+
+- calibrates the base sigma for ``--target-epsilon`` over the whole schedule, or takes the user's;
+- with both a target and a sigma, finds the last step that fits the budget (and refuses a plan that
+  cannot take one step);
+- gives the ledger (:func:`new_ledger`) the accounting segments of the affordable part, so that
+  recording each realized step costs no accountant call.
+
+A trainer never builds accounting segments itself: the factor multiplies here, on every path, so a
+micro-batch trainer cannot forget it (DESIGN section 5, "Honest accounting rules").
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+
+from dpaudit import accounting
+from dpaudit.errors import UserInputError
+from dpaudit.privacy_ledger import PrivacyLedger
+
+__all__ = ["PrivacyPlan", "Stage", "constant_noise", "new_ledger", "plan_privacy", "truncate_stages"]
+
+#: (steps, expected batch size) of one stage of the run.
+Stage = tuple[int, int]
+#: Base sigma -> the noise multiplier of every stage (one entry per stage).
+NoiseSchedule = Callable[[float], Sequence[float]]
+
+
+def constant_noise(n_stages: int) -> NoiseSchedule:
+    """The same sigma in every stage (DP-SGD with or without a batch-size schedule)."""
+    return lambda sigma: [sigma] * n_stages
+
+
+def truncate_stages(stages: Sequence[Stage], steps: int) -> list[Stage]:
+    """The first ``steps`` steps of a (steps, batch) schedule."""
+    out, left = [], steps
+    for stage_steps, batch in stages:
+        if left <= 0:
+            break
+        out.append((min(stage_steps, left), batch))
+        left -= stage_steps
+    return out
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrivacyPlan:
+    """What a run will spend, derived identically on every (re)start from the config and N.
+
+    Attributes:
+        dataset_size: N, the number of training rows (the privacy unit is one row).
+        stages: ``(steps, expected_batch)`` per stage; Poisson rate q = batch / N.
+        sigmas: noise multiplier (noise std on the clipped sum / clip norm C) per stage, or None
+            for a non-private run.
+        sensitivity_factor: clip norms one example can move the sum by (1 per-example, 2 micro-batch);
+            the accountant sees sigma / factor.
+        delta: the delta the epsilon is stated at (None when non-private).
+        target_epsilon: the budget the ledger enforces (None: no cap).
+        planned_epsilon: epsilon of the affordable steps (None when non-private).
+        affordable_steps: steps that fit the budget (all of them unless the target caps the run).
+        noise_calibrated: True when sigma was calibrated for the target, False when given.
+    """
+
+    dataset_size: int
+    stages: tuple[Stage, ...]
+    sigmas: tuple[float, ...] | None
+    sensitivity_factor: float = 1.0
+    delta: float | None = None
+    target_epsilon: float | None = None
+    planned_epsilon: float | None = None
+    affordable_steps: int = 0
+    noise_calibrated: bool = False
+
+    @property
+    def private(self) -> bool:
+        return self.sigmas is not None
+
+    @property
+    def total_steps(self) -> int:
+        return sum(steps for steps, _ in self.stages)
+
+    @property
+    def noise_multiplier(self) -> float | None:
+        """The base (first-stage) sigma; the whole schedule is :attr:`sigmas`."""
+        return None if self.sigmas is None else self.sigmas[0]
+
+    def stage_at(self, step: int) -> tuple[int, int]:
+        """(stage index, steps into that stage) of 0-based optimizer step ``step``."""
+        start = 0
+        for index, (steps, _) in enumerate(self.stages):
+            if step < start + steps:
+                return index, step - start
+            start += steps
+        raise IndexError(f"step {step} is past the {self.total_steps}-step plan")
+
+    def batch_at(self, step: int) -> int:
+        """Expected batch size of step ``step``."""
+        return self.stages[self.stage_at(step)[0]][1]
+
+    def sigma_at(self, step: int) -> float:
+        """Noise multiplier of step ``step`` (the step adds std sigma * its own sensitivity)."""
+        if self.sigmas is None:
+            raise ValueError("a non-private plan has no noise multiplier")
+        return self.sigmas[self.stage_at(step)[0]]
+
+    def segments(self, steps: int | None = None) -> list[accounting.Segment]:
+        """Accounting segments of the first ``steps`` steps (default: the whole plan)."""
+        if self.sigmas is None:
+            raise ValueError("a non-private plan has no accounting segments")
+        kept = truncate_stages(self.stages, self.total_steps if steps is None else steps)
+        return [accounting.Segment(steps=s, sampling_probability=b / self.dataset_size, noise_multiplier=sigma,
+                                   sensitivity_factor=self.sensitivity_factor)
+                for (s, b), sigma in zip(kept, self.sigmas)]
+
+    def record_step(self, ledger: PrivacyLedger, step: int) -> None:
+        """Record step ``step`` in ``ledger`` (raises BudgetExceededError, recording nothing, if it overspends)."""
+        ledger.record(sampling_probability=self.batch_at(step) / self.dataset_size, noise_multiplier=self.sigma_at(step),
+                      sensitivity_factor=self.sensitivity_factor)
+
+    def event(self, steps: int | None = None) -> accounting.DpEvent:
+        """The DpEvent of the first ``steps`` steps."""
+        return accounting.schedule_event(self.segments(steps))
+
+
+def plan_privacy(
+    *,
+    dataset_size: int,
+    stages: Sequence[Stage],
+    non_private: bool,
+    noise_multiplier: float | None,
+    target_epsilon: float | None,
+    delta: float,
+    sensitivity_factor: float = 1.0,
+    noise_schedule: NoiseSchedule | None = None,
+    batch_option: str = "--batch-size",
+) -> PrivacyPlan:
+    """Fix sigma, delta and the affordable steps of a whole run before it starts.
+
+    ``target_epsilon`` alone: the base sigma is calibrated so the whole schedule spends exactly the
+    target (PLD). ``noise_multiplier`` alone: no cap; the epsilon is reported. Both: the target is a
+    cap, and the run stops after the last step that fits (refused up front if not even one fits).
+
+    Args:
+        noise_schedule: base sigma -> per-stage sigmas (default: constant). It must be increasing in
+            the base sigma, so calibration can search it.
+        batch_option: the option named when a batch exceeds the data.
+
+    Raises:
+        UserInputError: a batch larger than the data, or a budget too small for one step.
+    """
+    stages = tuple((int(s), int(b)) for s, b in stages)
+    for _, batch in stages:
+        if batch > dataset_size:
+            raise UserInputError(f"{batch_option}: expected batch {batch} exceeds the {dataset_size} training examples; "
+                                 f"use a batch <= {dataset_size}.")
+    total = sum(s for s, _ in stages)
+    if non_private:
+        return PrivacyPlan(dataset_size=dataset_size, stages=stages, sigmas=None, affordable_steps=total)
+    schedule = noise_schedule or constant_noise(len(stages))
+
+    def sigmas_for(sigma: float) -> tuple[float, ...]:
+        values = tuple(float(x) for x in schedule(sigma))
+        if len(values) != len(stages):
+            raise ValueError(f"the noise schedule gave {len(values)} sigmas for {len(stages)} stages")
+        return values
+
+    def plan_for(sigma: float) -> PrivacyPlan:
+        return PrivacyPlan(dataset_size=dataset_size, stages=stages, sigmas=sigmas_for(sigma),
+                           sensitivity_factor=sensitivity_factor, delta=delta, target_epsilon=target_epsilon,
+                           noise_calibrated=noise_multiplier is None)
+
+    if noise_multiplier is None:
+        if target_epsilon is None:
+            raise ValueError("a private plan needs a noise multiplier or a target epsilon")
+        sigma = float(accounting.calibrate_noise(lambda s: plan_for(s).event(), target_epsilon, delta))
+    else:
+        sigma = float(noise_multiplier)
+    plan = plan_for(sigma)
+    affordable = total
+    if target_epsilon is not None and accounting.epsilon(plan.event(), delta) > target_epsilon:
+        # The budget caps the run: the last prefix that fits (bisection; epsilon grows with steps).
+        lo, hi = 0, total
+        if accounting.epsilon(plan.event(1), delta) > target_epsilon:
+            hi = 1
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            if accounting.epsilon(plan.event(mid), delta) <= target_epsilon:
+                lo = mid
+            else:
+                hi = mid
+        affordable = lo
+        if affordable == 0:
+            raise UserInputError(
+                f"--noise-multiplier {sigma:g} spends more than --target-epsilon {target_epsilon:g} on the first step "
+                f"(delta {delta:.3g}); raise the noise, lower the batch size or raise the target."
+            )
+    planned = accounting.epsilon(plan.event(affordable), delta)
+    return dataclasses.replace(plan, affordable_steps=affordable, planned_epsilon=float(planned))
+
+
+def new_ledger(plan: PrivacyPlan, *, sampling: str = "poisson", privacy_unit: str = "example") -> PrivacyLedger:
+    """A ledger that certifies the affordable part of ``plan`` (so recording it costs no accountant call)."""
+    if not plan.private or plan.delta is None:
+        raise ValueError("a non-private plan has no ledger")
+    ledger = PrivacyLedger(delta=plan.delta, target_epsilon=plan.target_epsilon, privacy_unit=privacy_unit,
+                           sampling=sampling)
+    ledger.plan(plan.segments(plan.affordable_steps))
+    return ledger

@@ -1,0 +1,171 @@
+"""``privacy.json``: the one typed, versioned record of what a training run's guarantee is.
+
+Every trainer writes it through :class:`PrivacyRecord` (never a hand-built dict), and the attack
+stage and the report read it back with :meth:`PrivacyRecord.from_json`, so the file has one shape
+whichever trainer wrote it. The record stores the ``dp_accounting`` DpEvent of what actually ran;
+every epsilon shown anywhere is recomputed from it (:meth:`PrivacyRecord.recompute_epsilon`).
+
+Names say exactly one thing each:
+
+- ``sampling``: ``"poisson"`` (what the accountant assumes), ``"shuffle"`` (fixed-size shuffled
+  batches: NOTHING is proven; :attr:`epsilon` is None and :attr:`epsilon_if_poisson` is the figure a
+  Poisson run would have), or ``"without_replacement"`` (fixed-size batches sampled without
+  replacement, accounted under replace-one adjacency).
+- ``adjacency``: ``"add_remove"`` or ``"replace_one"``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
+
+from dpaudit.errors import UserInputError
+
+__all__ = ["PRIVATE_FILES", "PrivacyRecord", "RELEASED_FILES", "SCHEMA"]
+
+SCHEMA = "dpaudit.privacy/2"
+Sampling = Literal["poisson", "shuffle", "without_replacement"]
+Adjacency = Literal["add_remove", "replace_one"]
+
+#: What the (epsilon, delta) guarantee covers: functions of the noised mechanism's output and of
+#: public facts (config, N) only.
+RELEASED_FILES = ("model/", "privacy.json")
+#: Computed from the private data without noise: for the data owner only, never to be published.
+PRIVATE_FILES = ("manifest.json", "metrics.jsonl", "checkpoints/")
+COVERAGE_NOTE = (
+    "The guarantee covers model/ and privacy.json (a function of the public config and N only). "
+    "manifest.json (sha256 of the training data: a hash confirms a guessed canary), metrics.jsonl "
+    "(loss and realized batch sizes on private data) and checkpoints/ (the secret noise state) are for "
+    "the data owner only and are NOT covered."
+)
+TELEMETRY_NOTE = (
+    "loss, accuracy, gradient-SNR, clip fraction, gradient norms and examples/s in metrics.jsonl are "
+    "computed on private training data and are NOT covered by the epsilon; they are for the data "
+    "owner's eyes only."
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrivacyRecord:
+    """The content of ``privacy.json``.
+
+    Attributes:
+        trainer: the registered trainer name that ran.
+        private: False for a non-private run (no clipping or no noise).
+        mechanism: the mechanism in words (sampling, clipping unit, noise).
+        privacy_unit: what one neighbouring dataset adds, removes or replaces ("example").
+        adjacency: ``"add_remove"`` or ``"replace_one"``.
+        sampling: ``"poisson"``, ``"shuffle"`` or ``"without_replacement"``.
+        accountant: ``"pld"`` or ``"rdp"`` (None when non-private).
+        event: the serialized DpEvent of what ran (None when non-private).
+        epsilon: the proven epsilon at ``delta``; None when nothing is proven (non-private, shuffle).
+        epsilon_if_poisson: with ``sampling="shuffle"``: the epsilon a Poisson-sampled run would have.
+        delta: the delta of the guarantee.
+        target_epsilon: the budget the run was not allowed to exceed.
+        clip_norm: the clip norm C (combined sqrt(sum C_l^2) for per-layer clipping).
+        sensitivity_factor: clip norms one example can move the noised sum by (1 per-example,
+            2 micro-batch); the accountant saw sigma / factor.
+        noise_multipliers: sigma of each stage (noise std on the sum / C).
+        noise_calibrated: True when sigma was calibrated for ``target_epsilon``.
+        steps, planned_steps, dataset_size: what ran, what was planned, N.
+        stopped_at_budget: the ledger refused a step: the run stopped at the target.
+        segments: the ledger's accounting segments (steps, q, sigma, factor) of what ran.
+        randomness: where the sampling and noise randomness came from, and the condition it puts on
+            the guarantee (see :mod:`dpaudit.secret_rng`).
+        noise_seed_explicit: True when ``--noise-seed`` was given.
+        group_privacy: per canary repetition count f of the inject manifest, the group bound for f
+            rows: ``{"frequency", "epsilon", "delta", "bound"}``.
+        paper_claim: what the method's paper would have claimed for this run, when it differs (e.g.
+            eDP-SGD's sensitivity C instead of 2C): ``{"epsilon", "assumption"}``.
+        unaccounted_releases: releases of private information that the epsilon does not cover.
+        guarantee: one sentence stating the guarantee actually proven.
+        notes: further caveats, each one sentence.
+    """
+
+    SCHEMA: ClassVar[str] = SCHEMA
+
+    trainer: str
+    private: bool
+    mechanism: str
+    privacy_unit: str = "example"
+    adjacency: Adjacency = "add_remove"
+    sampling: Sampling = "poisson"
+    accountant: str | None = None
+    event: dict[str, Any] | None = None
+    epsilon: float | None = None
+    epsilon_if_poisson: float | None = None
+    delta: float | None = None
+    target_epsilon: float | None = None
+    clip_norm: float | None = None
+    sensitivity_factor: float | None = None
+    noise_multipliers: list[float] | None = None
+    noise_calibrated: bool | None = None
+    steps: int = 0
+    planned_steps: int = 0
+    dataset_size: int = 0
+    stopped_at_budget: bool = False
+    segments: list[dict[str, Any]] = field(default_factory=list)
+    randomness: str = ""
+    noise_seed_explicit: bool = False
+    group_privacy: list[dict[str, Any]] = field(default_factory=list)
+    paper_claim: dict[str, Any] | None = None
+    unaccounted_releases: list[str] = field(default_factory=list)
+    guarantee: str = ""
+    notes: list[str] = field(default_factory=list)
+    covers: str = COVERAGE_NOTE
+    released_files: list[str] = field(default_factory=lambda: list(RELEASED_FILES))
+    private_files: list[str] = field(default_factory=lambda: list(PRIVATE_FILES))
+    telemetry: str = TELEMETRY_NOTE
+
+    def __post_init__(self) -> None:
+        if self.adjacency not in ("add_remove", "replace_one"):
+            raise ValueError(f"adjacency must be add_remove or replace_one, got {self.adjacency!r}.")
+        if self.sampling not in ("poisson", "shuffle", "without_replacement"):
+            raise ValueError(f"sampling must be poisson, shuffle or without_replacement, got {self.sampling!r}.")
+        if self.private and self.event is None:
+            raise ValueError("a private record needs the DpEvent of what ran.")
+        if self.sampling == "shuffle" and self.epsilon is not None:
+            raise ValueError("shuffled fixed-size batches prove no epsilon: store it as epsilon_if_poisson.")
+        for name in ("epsilon", "epsilon_if_poisson"):
+            value = getattr(self, name)
+            if value is not None and not math.isfinite(value):
+                raise ValueError(f"{name} must be finite or None, got {value}.")
+
+    @property
+    def claimed_epsilon(self) -> float | None:
+        """The epsilon a reader may quote: the proven one (None when nothing is proven)."""
+        return self.epsilon
+
+    def recompute_epsilon(self) -> float | None:
+        """Epsilon recomputed from the stored event by the stored accountant (None when non-private).
+
+        For ``sampling="shuffle"`` this is the as-if-Poisson figure, not a proven one.
+        """
+        if self.event is None or self.delta is None:
+            return None
+        from dpaudit import accounting  # dp_accounting is heavy: only when asked
+
+        return float(accounting.epsilon(accounting.event_from_json(self.event), self.delta, self.accountant or "pld"))
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-serializable dict with ``schema`` first."""
+        return {"schema": SCHEMA, **dataclasses.asdict(self)}
+
+    @classmethod
+    def from_json(cls, obj: Any, *, where: str = "privacy.json") -> PrivacyRecord:
+        """Inverse of :meth:`to_json`; a wrong schema or a bad field is a one-line UserInputError."""
+        if not isinstance(obj, dict):
+            raise UserInputError(f"{where}: expected a JSON object, got {type(obj).__name__}.")
+        if obj.get("schema") != SCHEMA:
+            raise UserInputError(f"{where}: schema {obj.get('schema')!r} is not {SCHEMA!r}; retrain with this dpaudit version.")
+        names = {f.name for f in dataclasses.fields(cls)}
+        values = {k: v for k, v in obj.items() if k != "schema"}
+        unknown = sorted(set(values) - names)
+        if unknown:
+            raise UserInputError(f"{where}: unknown field(s) {', '.join(unknown)}; the file was edited or is from another version.")
+        try:
+            return cls(**values)
+        except (TypeError, ValueError) as err:
+            raise UserInputError(f"{where}: {err}") from None

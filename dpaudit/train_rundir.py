@@ -1,0 +1,190 @@
+"""The train run directory (DESIGN section 3), as helpers every trainer calls.
+
+A trainer owns its model, its step and its checkpoint format; everything else about the directory
+is the same for every trainer and lives here, so the attack stage and the report can rely on it:
+
+- :func:`check_out_dir` / :func:`check_resume`: an ``--out`` is new, empty, or holds a resumable run
+  of the same trainer, settings, seed and data — anything else is refused before a byte is written;
+- :class:`MetricsLog`: ``metrics.jsonl`` rows, kept in ``checkpoints/`` while the run goes (so a
+  resumed run keeps the rows its checkpoint covers) and published at the end;
+- :func:`finish_run`: ``privacy.json`` (a :class:`~dpaudit.privacy_record.PrivacyRecord`),
+  ``metrics.jsonl`` and, last, ``manifest.json`` (a train directory with a manifest is complete);
+- :func:`remove_checkpoints`: checkpoints hold the secret noise state, so a finished run deletes
+  them unless asked to keep them.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import sys
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+from dpaudit.errors import UserInputError
+from dpaudit.privacy_record import PrivacyRecord
+from dpaudit.rundir import (
+    atomic_write_json,
+    atomic_write_text,
+    build_manifest,
+    dumps_jsonl_line,
+    file_hashes,
+    read_jsonl,
+    write_manifest,
+)
+
+__all__ = [
+    "CHECKPOINT_DIR",
+    "KEEP_CHECKPOINTS_WARNING",
+    "MetricsLog",
+    "TRAIN_SCHEMA",
+    "check_out_dir",
+    "check_resume",
+    "finish_run",
+    "remove_checkpoints",
+]
+
+TRAIN_SCHEMA = "dpaudit.train/1"
+CHECKPOINT_DIR = "checkpoints"
+PARTIAL_METRICS = "metrics.partial.jsonl"  # inside checkpoints/: kept on failure like the checkpoints
+KEEP_CHECKPOINTS_WARNING = (
+    "warning: --keep-checkpoints: {path} holds the secret sampling and noise state of this run; anyone "
+    "who reads it can undo the noise. Keep it with the training data, never publish it."
+)
+
+
+def check_out_dir(out: Path, *, trainer: str, resumable: bool) -> None:
+    """Refuse an ``--out`` that is a file, or non-empty without a checkpoint of this trainer to resume.
+
+    A run killed before its first checkpoint leaves only ``checkpoints/`` (partial metrics): that
+    directory starts over.
+    """
+    if out.exists() and not out.is_dir():
+        raise UserInputError(f"--out {out} is a file, not a directory; choose a directory path.")
+    entries = {p.name for p in out.iterdir()} if out.is_dir() else set()
+    if not entries <= {CHECKPOINT_DIR} and not resumable:
+        raise UserInputError(
+            f"--out {out} exists, is not empty and holds no {trainer} checkpoint to resume; choose a new or empty directory."
+        )
+
+
+def check_resume(*, out: Path, checkpoint: Path, trainer: str, stored: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+    """Refuse to resume a checkpoint whose identity (trainer, config, seed, data) differs from this run's.
+
+    ``stored``/``current`` are ``{"trainer", "config", "seed", "data"}`` dicts; ``config`` maps
+    field names to values.
+    """
+    if stored.get("trainer") != trainer:
+        raise UserInputError(f"--out {out}: {checkpoint} was not written by the {trainer} trainer; choose a new --out.")
+    mine, theirs = dict(current.get("config", {})), dict(stored.get("config", {}))
+    differing = [name for name in sorted(set(mine) | set(theirs)) if mine.get(name) != theirs.get(name)]
+    if differing:
+        detail = ", ".join(f"--{n.replace('_', '-')} {theirs.get(n)!r} -> {mine.get(n)!r}" for n in differing[:4])
+        raise UserInputError(
+            f"--out {out} holds a run with different settings ({detail}); rerun with the same options or use a new --out."
+        )
+    if stored.get("seed") != current.get("seed"):
+        raise UserInputError(
+            f"--out {out} holds a run with --seed {stored.get('seed')}, not {current.get('seed')}; use the same seed or a new --out."
+        )
+    if stored.get("data") != current.get("data"):
+        raise UserInputError(f"--out {out} was trained on different --data (inject manifest changed); use a new --out.")
+
+
+class MetricsLog:
+    """``metrics.jsonl`` rows of a run, durable across kills.
+
+    Rows are appended (and fsynced) to ``checkpoints/metrics.partial.jsonl`` at each flush; on resume
+    :meth:`restore` drops the rows past the checkpoint's step (they are recomputed), and
+    :meth:`publish` writes the final ``metrics.jsonl`` atomically.
+    """
+
+    def __init__(self, checkpoint_dir: Path, *, writer: bool = True) -> None:
+        self.path = checkpoint_dir / PARTIAL_METRICS
+        self.writer = writer
+        self.pending: list[dict[str, Any]] = []
+        self.unwritten: list[dict[str, Any]] = []  # rows of a process that does not write (multi-host)
+
+    def append(self, row: dict[str, Any]) -> None:
+        self.pending.append(row)
+
+    def flush(self) -> None:
+        if not self.pending:
+            return
+        if not self.writer:
+            self.unwritten.extend(self.pending)
+        else:
+            self.path.parent.mkdir(parents=True, exist_ok=True)
+            with open(self.path, "a", encoding="utf-8") as handle:
+                handle.writelines(dumps_jsonl_line(row) for row in self.pending)
+                handle.flush()
+                os.fsync(handle.fileno())
+        self.pending = []
+
+    def restore(self, step: int) -> None:
+        """Keep only the rows of steps ``<= step`` (those the resumed checkpoint covers)."""
+        if not self.writer or not self.path.is_file():
+            return
+        rows = [row for row in read_jsonl(self.path) if row.get("step", 0) <= step]
+        atomic_write_text(self.path, "".join(dumps_jsonl_line(row) for row in rows))
+
+    def rows(self) -> list[dict[str, Any]]:
+        """Every row written so far (this process's rows when it is not the writer)."""
+        self.flush()
+        if not self.writer:
+            return list(self.unwritten)
+        return list(read_jsonl(self.path)) if self.path.is_file() else []
+
+    def publish(self, out: Path) -> list[dict[str, Any]]:
+        """Write ``out/metrics.jsonl`` atomically and return its rows."""
+        rows = self.rows()
+        atomic_write_text(out / "metrics.jsonl", "".join(dumps_jsonl_line(row) for row in rows))
+        return rows
+
+
+def last_value(rows: Iterable[Mapping[str, Any]], key: str) -> Any:
+    """The last non-null ``key`` in metric rows (e.g. the final loss), or None."""
+    return next((row[key] for row in reversed(list(rows)) if row.get(key) is not None), None)
+
+
+def finish_run(
+    out: Path,
+    *,
+    trainer: str,
+    config: Mapping[str, Any],
+    seed: int,
+    inputs: Mapping[str, str],
+    record: PrivacyRecord,
+    model_dir: str = "model",
+    extra: Mapping[str, Any] | None = None,
+) -> dict[str, Any]:
+    """Write ``privacy.json`` then ``manifest.json`` (last) for a run whose model and metrics are written.
+
+    ``config`` is what the manifest records: the caller redacts secrets (``noise_seed``) first.
+    Returns the manifest.
+    """
+    atomic_write_json(out / "privacy.json", record.to_json())
+    outputs = [p.relative_to(out).as_posix() for p in sorted((out / model_dir).rglob("*")) if p.is_file()]
+    outputs += ["metrics.jsonl", "privacy.json"]
+    manifest = build_manifest(
+        schema=TRAIN_SCHEMA,
+        config={"trainer": trainer, **config},
+        seed=seed,
+        inputs=inputs,
+        outputs=file_hashes(out, outputs),
+        extra=dict(extra or {}),
+    )
+    write_manifest(out, manifest)
+    return manifest
+
+
+def remove_checkpoints(out: Path, *, keep: bool) -> None:
+    """Delete ``out/checkpoints`` (secret noise state) unless ``keep``, which warns on stderr."""
+    path = out / CHECKPOINT_DIR
+    if not path.exists():
+        return
+    if keep:
+        print(KEEP_CHECKPOINTS_WARNING.format(path=path), file=sys.stderr)
+        return
+    shutil.rmtree(path)
