@@ -98,3 +98,33 @@ def test_tune_cpu_runtime_reaches_xla_worker_buffers_and_reports_what_it_applied
     assert default > 30_000, default  # glibc default: one fault per 4 KiB page of 256 MB
     assert late > 30_000, late
     assert tuned < 3_000, tuned
+
+
+def test_tune_cpu_runtime_applies_once_per_process() -> None:
+    """The second call (a second model trained in the same process) changes nothing and reports the first."""
+    out = _run("""
+from trainers.jax_bert import cpu_runtime
+calls = []
+real = cpu_runtime.unroll_threefry_on_cpu
+cpu_runtime.unroll_threefry_on_cpu = lambda: calls.append(1) or real()
+first, second = cpu_runtime.tune_cpu_runtime(), cpu_runtime.tune_cpu_runtime()
+print(first == second, len(calls))
+""")
+    assert out.split() == ["True", "1"]
+
+
+def test_a_changed_private_jax_hook_only_costs_speed() -> None:
+    """If JAX's private lowering hook misbehaves after an upgrade, tuning reports False and random
+    draws still work, with the same bits as JAX's own lowering."""
+    out = _run("""
+import jax, numpy as np
+from jax._src.interpreters import mlir
+def broken(*args, **kwargs):
+    raise TypeError("register_lowering() changed its signature")
+mlir.register_lowering = broken
+from trainers.jax_bert import cpu_runtime
+report = cpu_runtime.tune_cpu_runtime()
+draw = np.asarray(jax.jit(lambda k: jax.random.normal(k, (5,)))(jax.random.key(0)))
+print(report["unrolled_threefry"], np.isfinite(draw).all())
+""")
+    assert out.split() == ["False", "True"]

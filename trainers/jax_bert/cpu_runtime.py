@@ -11,7 +11,11 @@ should not have to know environment tunables to get the speed the benchmarks rep
   that draw ~20% of a batch-32 DP step. JAX's own unrolled lowering (the one it uses on GPU/TPU)
   computes the same bits ~3x sooner.
 
-:func:`tune_cpu_runtime` applies both when JAX's backend is the CPU.
+:func:`tune_cpu_runtime` is the one entry point: it applies both when JAX's backend is the CPU,
+once per process (later calls return what the first applied), and every failure of the private
+hooks leaves JAX as it was: training still works, only slower. The trainer calls it at the start
+of every run, so a process that trains several models in a row (shadow models, tests) compiles
+every one of them under the same settings as a fresh process would.
 """
 
 from __future__ import annotations
@@ -71,13 +75,14 @@ def unroll_threefry_on_cpu() -> bool:
     try:
         from jax._src.interpreters import mlir
         from jax._src.random import threefry2x32 as threefry
-    except ImportError:
+
+        primitive = getattr(threefry, "threefry2x32_p", None)
+        unrolled = getattr(threefry, "_threefry2x32_lowering_rule", None)
+        if primitive is None or unrolled is None:
+            return False
+        mlir.register_lowering(primitive, unrolled, platform="cpu")
+    except Exception:  # a private JAX module moved or changed: keep JAX's own (slower) lowering
         return False
-    primitive = getattr(threefry, "threefry2x32_p", None)
-    unrolled = getattr(threefry, "_threefry2x32_lowering_rule", None)
-    if primitive is None or unrolled is None:
-        return False
-    mlir.register_lowering(primitive, unrolled, platform="cpu")
     return True
 
 
@@ -93,6 +98,9 @@ def _cpu_backend_expected() -> bool:
     return not list(importlib.metadata.entry_points(group="jax_plugins"))
 
 
+_APPLIED: dict[str, bool] | None = None
+
+
 def tune_cpu_runtime() -> dict[str, bool]:
     """Applies :func:`tune_host_allocator` and :func:`unroll_threefry_on_cpu` when JAX runs on the
     CPU; returns what was applied (the trainer records it in the run summary of ``manifest.json``).
@@ -100,7 +108,9 @@ def tune_cpu_runtime() -> dict[str, bool]:
     Call it before anything has run on a JAX device: the allocator setting reaches only threads
     that have not allocated yet, so it is applied before the backend (and its thread pool) starts.
     """
-    allocator = _cpu_backend_expected() and tune_host_allocator()
-    if jax.default_backend() != "cpu":
-        return {"host_allocator": allocator, "unrolled_threefry": False}
-    return {"host_allocator": allocator, "unrolled_threefry": unroll_threefry_on_cpu()}
+    global _APPLIED
+    if _APPLIED is None:
+        allocator = _cpu_backend_expected() and tune_host_allocator()
+        threefry = jax.default_backend() == "cpu" and unroll_threefry_on_cpu()
+        _APPLIED = {"host_allocator": bool(allocator), "unrolled_threefry": bool(threefry)}
+    return dict(_APPLIED)
