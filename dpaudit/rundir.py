@@ -206,12 +206,12 @@ _HELD: dict[Path, int] = {}
 
 def _read_holder(fd: int) -> str:
     try:
-        text = os.pread(fd, 200, 0).decode("utf-8", "replace").split()
+        text = os.pread(fd, 400, 0).decode("utf-8", "replace").split(maxsplit=2)
     except OSError:
         text = []
     if not text:
         return "pid unknown (it is starting up)"
-    return f"pid {text[0]}" + (f" on {text[1]}" if len(text) > 1 else "") + (f", dpaudit {text[2]}" if len(text) > 2 else "")
+    return f"pid {text[0]}" + (f" on {text[1]}" if len(text) > 1 else "") + (f", dpaudit {text[2].strip()}" if len(text) > 2 else "")
 
 
 def remove_stale_staging(out: str | os.PathLike[str]) -> list[Path]:
