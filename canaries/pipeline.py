@@ -262,6 +262,14 @@ def canary_share(canary_insertions: int, members: int) -> float:
     return canary_insertions / total if total else 0.0
 
 
+def format_share(share: float) -> str:
+    """A share as a percentage with two decimals, more where rounding would show 100% for less than all."""
+    digits = 2
+    while share < 1.0 and round(share * 100, digits) >= 100.0 and digits < 12:
+        digits += 1
+    return f"{share * 100:.{digits}f}%"
+
+
 def check_canary_share(canary_insertions: int, members: int, *, force: bool) -> float:
     """Refuse a schedule whose canaries would swamp the training set (more than :data:`MAX_CANARY_SHARE`).
 
@@ -275,7 +283,7 @@ def check_canary_share(canary_insertions: int, members: int, *, force: bool) -> 
     share = canary_share(canary_insertions, members)
     if share > MAX_CANARY_SHARE and not force:
         raise UserInputError(
-            f"--frequencies/--per-frequency: canary rows would be {share:.2%} of train.jsonl ({canary_insertions:,} "
+            f"--frequencies/--per-frequency: canary rows would be {format_share(share)} of train.jsonl ({canary_insertions:,} "
             f"insertions among {members:,} corpus rows), above the {MAX_CANARY_SHARE:.0%} limit; lower the frequencies, "
             "use a larger corpus, or pass --force."
         )

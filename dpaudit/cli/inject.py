@@ -77,7 +77,7 @@ def inject(corpus: str, corpus_format: str, corpus_size: int | None, out: Path, 
     the share is printed either way.
     """
     from canaries.insert import Schedule, SplitSpec, parse_frequencies
-    from canaries.pipeline import InjectConfig
+    from canaries.pipeline import InjectConfig, format_share
     from canaries.pipeline import inject as run_inject
 
     if coin_flip:
@@ -118,7 +118,7 @@ def inject(corpus: str, corpus_format: str, corpus_size: int | None, out: Path, 
         return
     c = summary["counts"]
     click.echo(f"Wrote {out}: train.jsonl {c['train_rows']} rows ({c['members']} members + {c['canary_insertions']} "
-               f"canary insertions = {c['canary_share']:.2%} canary rows), heldout.jsonl {c['heldout']}, "
+               f"canary insertions = {format_share(c['canary_share'])} canary rows), heldout.jsonl {c['heldout']}, "
                f"public.jsonl {c['public']}.")
     click.echo(f"Canaries: {c['canaries']} ({c['canaries_inserted']} inserted, {c['canaries_control']} never inserted), "
                f"format {summary['format']}, log2|R| = {summary['log2_size']:.2f}, mode {summary['mode']}.")
