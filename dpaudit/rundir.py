@@ -226,14 +226,14 @@ def remove_stale_staging(out: str | os.PathLike[str]) -> list[Path]:
         return []
     removed = []
     for prefix in (_staging_prefix(resolved), _trash_prefix(resolved)):
-        for leftover in parent.glob(glob_escape(prefix) + "*"):
+        for leftover in parent.glob(_glob_escape(prefix) + "*"):
             if leftover.is_dir() and not leftover.is_symlink():
                 shutil.rmtree(leftover, ignore_errors=True)
                 removed.append(leftover)
     return removed
 
 
-def glob_escape(text: str) -> str:
+def _glob_escape(text: str) -> str:
     """``text`` with glob metacharacters escaped (a run directory may be called ``a[1]``)."""
     return "".join(f"[{c}]" if c in "*?[" else c for c in text)
 
