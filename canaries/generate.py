@@ -14,20 +14,18 @@ from __future__ import annotations
 import string
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
 from itertools import islice
-from typing import Any
 
 import numpy as np
 
 from canaries.spaces import Draw, SecretSpace
 from dpaudit.errors import UserInputError
+from dpaudit.inject_run import Canary, Label  # noqa: F401 (the record lives in the core; re-exported here)
 
 DEFAULT_TEMPLATE = "my account number is {secret}"
 PHRASE_TEMPLATE = "{secret}"
 PLACEHOLDER = "{secret}"
 
-Label = str | int
 
 # Occurrence checks compare lowercase tokens with punctuation treated as a separator, so
 # "call 4 5 6, 7" contains the secret "4 5 6" but "0123" does not contain "0".
@@ -37,58 +35,6 @@ _PUNCT_TO_SPACE = str.maketrans({c: " " for c in string.punctuation})
 def normalize_tokens(text: str) -> list[str]:
     """Lowercase tokens of ``text``, punctuation as whitespace: the unit of "occurs in the corpus"."""
     return text.lower().translate(_PUNCT_TO_SPACE).split()
-
-
-@dataclass(frozen=True, kw_only=True)
-class Canary:
-    """One canary as written to ``canaries.jsonl`` (frequency 0 = control, never inserted)."""
-
-    id: str
-    prefix: str
-    secret: str
-    suffix: str
-    format: str
-    frequency: int
-    member: bool
-    label: Label | None = None
-
-    def __post_init__(self) -> None:
-        if self.frequency < 0:
-            raise ValueError(f"frequency must be >= 0, got {self.frequency}.")
-        if self.member != (self.frequency > 0):
-            raise ValueError(f"member must be True exactly when frequency > 0, got member={self.member}, frequency={self.frequency}.")
-
-    @property
-    def text(self) -> str:
-        return self.prefix + self.secret + self.suffix
-
-    def to_record(self) -> dict[str, Any]:
-        """The ``canaries.jsonl`` row (fixed key order)."""
-        record: dict[str, Any] = {
-            "id": self.id,
-            "prefix": self.prefix,
-            "secret": self.secret,
-            "suffix": self.suffix,
-            "text": self.text,
-            "format": self.format,
-            "frequency": self.frequency,
-            "member": self.member,
-        }
-        if self.label is not None:
-            record["label"] = self.label
-        return record
-
-    @classmethod
-    def from_record(cls, record: dict[str, Any]) -> Canary:
-        """Inverse of :meth:`to_record`; checks that ``text`` is prefix + secret + suffix."""
-        canary = cls(
-            id=record["id"], prefix=record["prefix"], secret=record["secret"], suffix=record["suffix"],
-            format=record["format"], frequency=int(record["frequency"]), member=bool(record["member"]),
-            label=record.get("label"),
-        )
-        if record.get("text") != canary.text:
-            raise ValueError(f"canary {canary.id}: text is not prefix + secret + suffix.")
-        return canary
 
 
 def parse_template(template: str, *, option: str = "--template") -> tuple[str, str]:

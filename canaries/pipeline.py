@@ -60,11 +60,13 @@ from canaries.spaces import (
 from dpaudit.corpus import BUILTIN_ASSISTANT, CorpusReader, assistant
 from dpaudit.corpus.readers import Label
 from dpaudit.errors import UserInputError
+from dpaudit.inject_run import label_order
 from dpaudit.rundir import (
     build_manifest,
     dumps_jsonl_line,
     file_hashes,
     prepare_output_dir,
+    run_dir_lock,
     sha256_file,
     staged_directory,
     write_manifest,
@@ -73,6 +75,9 @@ from dpaudit.rundir import (
 # Independent random streams derived from the one seed.
 _SPLIT, _SECRETS, _COIN, _LABELS, _SHUFFLE = 1, 2, 3, 4, 5
 DEFAULT_CORPUS_SIZE = 20_000
+#: Canary insertions may be at most this share of train.jsonl unless forced (``dpaudit inject --force``):
+#: beyond it the training set is mostly canaries (issue: --frequencies 1000000 wrote a 1 GB file of one line).
+MAX_CANARY_SHARE = 0.5
 WORD_LIST_PUBLIC = "public"
 
 
@@ -200,7 +205,7 @@ def load_corpus(config: InjectConfig, *, forbidden: dict[str, int] | None = None
     labels = label_counts = None
     if labelled:
         # Canonical label order (integers, then strings) so label ids do not depend on which label came first.
-        labels = sorted(label_index, key=lambda lab: (isinstance(lab, str), lab))
+        labels = label_order(label_index)
         remap = np.empty(len(labels), dtype=np.int64)
         for new, lab in enumerate(labels):
             remap[label_index[lab]] = new
@@ -251,13 +256,62 @@ def build_space(
     return space, {str(config.phrase_corpus): sha256_file(config.phrase_corpus)}  # type: ignore[arg-type]
 
 
-def inject(config: InjectConfig, out: str | Path, *, overwrite: bool = False, command: list[str] | None = None) -> dict[str, Any]:
+def canary_share(canary_insertions: int, members: int) -> float:
+    """The share of ``train.jsonl`` rows that are canary insertions (0 for an empty training set)."""
+    total = canary_insertions + members
+    return canary_insertions / total if total else 0.0
+
+
+def format_share(share: float) -> str:
+    """A share as a percentage with two decimals, more where rounding would show 100% for less than all."""
+    digits = 2
+    while share < 1.0 and round(share * 100, digits) >= 100.0 and digits < 12:
+        digits += 1
+    return f"{share * 100:.{digits}f}%"
+
+
+def check_canary_share(canary_insertions: int, members: int, *, force: bool) -> float:
+    """Refuse a schedule whose canaries would swamp the training set (more than :data:`MAX_CANARY_SHARE`).
+
+    A training set that is mostly canaries no longer resembles the corpus the audit is about, and a
+    huge frequency can write gigabytes of one sentence; ``force`` accepts it anyway. Runs before
+    anything is written.
+
+    Returns:
+        The share (printed by ``dpaudit inject`` either way).
+    """
+    share = canary_share(canary_insertions, members)
+    if share > MAX_CANARY_SHARE and not force:
+        raise UserInputError(
+            f"--frequencies/--per-frequency: canary rows would be {format_share(share)} of train.jsonl ({canary_insertions:,} "
+            f"insertions among {members:,} corpus rows), above the {MAX_CANARY_SHARE:.0%} limit; lower the frequencies, "
+            "use a larger corpus, or pass --force."
+        )
+    return share
+
+
+def inject(config: InjectConfig, out: str | Path, *, overwrite: bool = False, force: bool = False,
+           command: list[str] | None = None) -> dict[str, Any]:
     """Run the inject stage into ``out`` and return the summary (also stored in the manifest).
 
+    The whole stage holds :func:`dpaudit.rundir.run_dir_lock` on ``out`` (a second inject into the same
+    directory is refused, naming this process), which also removes staging folders a killed inject of
+    the same ``out`` left behind.
+
+    Args:
+        force: accept canary rows above :data:`MAX_CANARY_SHARE` of the training set.
+
     Raises:
-        UserInputError: for any problem with the inputs; nothing is written in that case.
+        UserInputError: for any problem with the inputs, or a write that fails (disk full, file-size
+            limit); nothing is left behind in that case.
     """
-    out = prepare_output_dir(out, overwrite=overwrite)
+    prepare_output_dir(out, overwrite=overwrite)  # the cheap refusals first
+    with run_dir_lock(out, stage="inject"):
+        return _inject(config, Path(out), overwrite=overwrite, force=force, command=command)
+
+
+def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, command: list[str] | None) -> dict[str, Any]:
+    out = prepare_output_dir(out, overwrite=overwrite)  # again, under the lock: another run may have just finished
     kind, _ = check_format_options(config)
     template = config.template if config.template is not None else (PHRASE_TEMPLATE if kind == "phrases" else DEFAULT_TEMPLATE)
     prefix, suffix = parse_template(template)
@@ -274,6 +328,8 @@ def inject(config: InjectConfig, out: str | Path, *, overwrite: bool = False, co
 
     corpus = load_corpus(config, forbidden=forbidden)
     counts = split_counts(len(corpus.texts), config.splits)
+    schedule = config.schedule
+    frequencies = schedule.canary_frequencies(_rng(config.seed, _COIN))
     codes = assign_splits(counts, _rng(config.seed, _SPLIT))
     public_rows = np.flatnonzero(codes == PUBLIC)
     space, extra_inputs = build_space(
@@ -281,19 +337,19 @@ def inject(config: InjectConfig, out: str | Path, *, overwrite: bool = False, co
         phrase_sentences=phrase_sentences,
     )
 
-    schedule = config.schedule
     draws, rejected = draw_secrets(
         space, schedule.n_canaries, rng=_rng(config.seed, _SECRETS), corpus_texts=corpus.texts, context_texts=[prefix, suffix],
     )
-    frequencies = schedule.canary_frequencies(_rng(config.seed, _COIN))
     labels = None
     if corpus.labels is not None:
         picks = draw_labels(corpus.label_counts, len(draws), rng=_rng(config.seed, _LABELS))  # type: ignore[arg-type]
         labels = [corpus.labels[i] for i in picks.tolist()]
     canaries = build_canaries(draws, frequencies, template_prefix=prefix, template_suffix=suffix, format=space.format, labels=labels)
+    share = check_canary_share(int(frequencies.sum()), counts.members, force=force)  # before building or writing rows
     order = train_order(np.flatnonzero(codes == MEMBER), frequencies, _rng(config.seed, _SHUFFLE))
 
     summary = _summary(config, counts, canaries, len(order), space, rejected)
+    summary["counts"]["canary_share"] = share
     _write(out, overwrite=overwrite, config=config, corpus=corpus, codes=codes, order=order, canaries=canaries,
            space=space, template=(template, prefix, suffix), extra_inputs=extra_inputs, summary=summary, command=command)
     return summary
@@ -331,14 +387,16 @@ def _write(out: Path, *, overwrite: bool, config: InjectConfig, corpus: LoadedCo
     encoder = RowEncoder(labels=corpus.labels)
     canary_lines = [encoder.line(c.text, None if corpus.labels is None else corpus.labels.index(c.label)) for c in canaries]
     write = dict(texts=corpus.texts, label_ids=corpus.label_ids, encoder=encoder)
-    created = [p for p in Path(out).resolve().parents if not p.exists()]
+    current = mf.TRAIN
     try:
         with staged_directory(out, overwrite=overwrite) as stage:
             with open(stage / mf.TRAIN, "w", encoding="utf-8", newline="\n") as handle:
                 write_rows(handle, order, canary_lines=canary_lines, desc="train.jsonl", **write)
             for name, code in ((mf.HELDOUT, HELDOUT), (mf.PUBLIC, PUBLIC)):
+                current = name
                 with open(stage / name, "w", encoding="utf-8", newline="\n") as handle:
                     write_rows(handle, np.flatnonzero(codes == code), desc=name, **write)
+            current = mf.CANARIES
             with open(stage / mf.CANARIES, "w", encoding="utf-8", newline="\n") as handle:
                 handle.write("".join(dumps_jsonl_line(c.to_record()) for c in canaries))
             text, prefix, suffix = template
@@ -365,11 +423,10 @@ def _write(out: Path, *, overwrite: bool, config: InjectConfig, corpus: LoadedCo
                     "random_streams": "numpy SeedSequence(seed, spawn_key=(k,)): 1 split, 2 secrets, 3 coin, 4 labels, 5 shuffle",
                 },
             )
+            current = "manifest.json"
             write_manifest(stage, manifest)
-    except BaseException:
-        for parent in created:  # deepest first: remove folders this run created, if still empty
-            try:
-                parent.rmdir()
-            except OSError:
-                break
-        raise
+    except OSError as err:  # disk full, file-size limit, ...: the staging folder is already gone
+        raise UserInputError(
+            f"--out {out}: writing {current} failed ({err.strerror or err}); nothing was written. Free disk space or "
+            "raise the file-size limit (ulimit -f), then rerun."
+        ) from None

@@ -9,11 +9,20 @@ Writes are atomic: :func:`staged_directory` builds the whole directory under a t
 the destination and renames it into place only when the stage succeeded, so a failed or killed
 stage leaves nothing half-written. Single files use :func:`atomic_write_bytes` /
 :func:`atomic_write_text` (temp file in the same directory, fsync, ``os.replace``).
+
+Each stage holds :func:`run_dir_lock` on its output directory for its whole run: an exclusive
+``fcntl.flock`` on a lock file beside the directory (``PARENT/.NAME.lock``). A second process aiming at
+the same directory gets a one-line error naming the holder's pid instead of silently interleaving its
+writes. The kernel drops the lock when the holder exits, however it exits (SIGKILL included), so a
+crash never leaves a directory locked; and because no other live process can be working on the target
+while the lock is held, the holder removes staging folders that a killed run of the same target left.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import fcntl
 import hashlib
 import json
 import os
@@ -38,8 +47,11 @@ def _umask() -> int:
 
 
 # tempfile creates private (0600/0700) entries; finished outputs get the usual umask-based modes.
-_FILE_MODE = 0o666 & ~_umask()
-_DIR_MODE = 0o777 & ~_umask()
+#: Mode of every finished output file (0644 under the usual umask 022), whoever wrote it.
+FILE_MODE = 0o666 & ~_umask()
+#: Mode of every finished output directory (0755 under the usual umask 022).
+DIR_MODE = 0o777 & ~_umask()
+_FILE_MODE, _DIR_MODE = FILE_MODE, DIR_MODE
 
 
 def sha256_file(path: str | os.PathLike[str]) -> str:
@@ -123,6 +135,12 @@ def prepare_output_dir(out: str | os.PathLike[str], *, overwrite: bool, option: 
     out = Path(out)
     if out.exists() and not out.is_dir():
         raise UserInputError(f"{option} {out} is a file, not a directory; choose a directory path.")
+    resolved, cwd = out.resolve(), Path.cwd().resolve()
+    if resolved == cwd or resolved in cwd.parents:
+        raise UserInputError(
+            f"{option} {out} is the current directory (or contains it); a run directory is replaced as a whole, "
+            f"so name a new subdirectory instead, e.g. {option} runs/NAME."
+        )
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise UserInputError(f"{option} {out} exists and is not empty; pass --overwrite to replace it or choose another path.")
     parent = out.resolve().parent
@@ -140,7 +158,7 @@ def staged_directory(out: str | os.PathLike[str], *, overwrite: bool, option: st
     """
     out = prepare_output_dir(out, overwrite=overwrite, option=option)
     out.resolve().parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=f".{out.name}.staging-", dir=out.resolve().parent))
+    staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(out), dir=out.resolve().parent))
     os.chmod(staging, _DIR_MODE)
     try:
         yield staging
@@ -157,12 +175,149 @@ def replace_directory(staging: Path, final: Path) -> None:
     is either the complete old directory or the complete new one.
     """
     if final.exists():
-        trash = Path(tempfile.mkdtemp(prefix=f".{final.name}.old-", dir=final.resolve().parent))
+        trash = Path(tempfile.mkdtemp(prefix=_trash_prefix(final), dir=final.resolve().parent))
         os.replace(final, trash / "old")
         os.replace(staging, final)
         shutil.rmtree(trash, ignore_errors=True)
     else:
         os.replace(staging, final)
+
+
+def _staging_prefix(out: Path) -> str:
+    return f".{out.resolve().name}.staging-"
+
+
+def _trash_prefix(out: Path) -> str:
+    return f".{out.resolve().name}.old-"
+
+
+def lock_path(out: str | os.PathLike[str]) -> Path:
+    """The lock file of run directory ``out``: ``PARENT/.NAME.lock``, beside it (never inside it, so
+    replacing the directory as a whole cannot drop the lock)."""
+    resolved = Path(out).resolve()
+    if resolved == resolved.parent:
+        raise UserInputError(f"{out} is a filesystem root; name a run directory below it.")
+    return resolved.parent / f".{resolved.name}.lock"
+
+
+#: Lock files this process holds -> nesting depth (a stage may call another function that locks the same target).
+_HELD: dict[Path, int] = {}
+
+
+def _read_holder(fd: int) -> str:
+    try:
+        text = os.pread(fd, 400, 0).decode("utf-8", "replace").split(maxsplit=2)
+    except OSError:
+        text = []
+    if not text:
+        return "pid unknown (it is starting up)"
+    return f"pid {text[0]}" + (f" on {text[1]}" if len(text) > 1 else "") + (f", dpaudit {text[2].strip()}" if len(text) > 2 else "")
+
+
+def remove_stale_staging(out: str | os.PathLike[str]) -> list[Path]:
+    """Delete ``.NAME.staging-*`` and ``.NAME.old-*`` folders that a killed stage left beside ``out``.
+
+    Only safe while holding :func:`run_dir_lock` on ``out`` (no other live process is writing them);
+    :func:`run_dir_lock` calls it. Returns what it removed.
+    """
+    resolved = Path(out).resolve()
+    parent = resolved.parent
+    if not parent.is_dir():
+        return []
+    removed = []
+    for prefix in (_staging_prefix(resolved), _trash_prefix(resolved)):
+        for leftover in parent.glob(_glob_escape(prefix) + "*"):
+            if leftover.is_dir() and not leftover.is_symlink():
+                shutil.rmtree(leftover, ignore_errors=True)
+                removed.append(leftover)
+    return removed
+
+
+def _glob_escape(text: str) -> str:
+    """``text`` with glob metacharacters escaped (a run directory may be called ``a[1]``)."""
+    return "".join(f"[{c}]" if c in "*?[" else c for c in text)
+
+
+@contextlib.contextmanager
+def run_dir_lock(out: str | os.PathLike[str], *, stage: str, option: str = "--out") -> Iterator[Path]:
+    """Hold an exclusive lock on run directory ``out`` for the whole ``stage`` (inject, train, attack...).
+
+    The lock is ``fcntl.flock`` on ``PARENT/.NAME.lock`` (created, with any missing parents, and removed
+    again on exit together with the parents this call created if they are still empty). The file holds
+    the holder's pid, host and stage, for the error message. On entry, stale staging folders of ``out``
+    (a killed earlier run) are removed. Re-entering the lock of the same target in the same process nests.
+
+    Args:
+        out: the run directory the stage will write (it need not exist).
+        stage: the stage's name, shown to a second process (e.g. ``"inject"``).
+        option: the option that named ``out``, for error messages.
+
+    Yields:
+        The lock file's path.
+
+    Raises:
+        UserInputError: another live process holds the lock (naming its pid), or the parent directory
+            cannot be written (read-only, permission denied, ...).
+    """
+    path = lock_path(out)
+    if path in _HELD:
+        _HELD[path] += 1
+        try:
+            yield path
+        finally:
+            _HELD[path] -= 1
+        return
+    created = [p for p in reversed(path.parents) if not p.exists()][::-1]  # deepest first
+    fd = -1
+    try:
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            while True:
+                fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, FILE_MODE)
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except OSError as err:
+                    if err.errno not in (errno.EWOULDBLOCK, errno.EAGAIN, errno.EACCES):
+                        raise
+                    holder = _read_holder(fd)
+                    os.close(fd)
+                    fd = -1
+                    raise UserInputError(
+                        f"{option} {out} is in use by another process ({holder}, lock file {path}); "
+                        "wait for it to finish or choose another path."
+                    ) from None
+                # A holder that just finished unlinks the file before unlocking: make sure we locked the
+                # file that is at the path now, not an unlinked one (else two processes could both hold it).
+                try:
+                    same = os.stat(path).st_ino == os.fstat(fd).st_ino
+                except FileNotFoundError:
+                    same = False
+                if same:
+                    break
+                os.close(fd)
+                fd = -1
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()} {os.uname().nodename} {stage}\n".encode(), 0)
+        except OSError as err:
+            raise UserInputError(
+                f"{option} {out}: cannot write in {path.parent} ({err.strerror or err}); choose a writable location."
+            ) from None
+        _HELD[path] = 1
+        try:
+            remove_stale_staging(out)
+            yield path
+        finally:
+            del _HELD[path]
+            with contextlib.suppress(OSError):
+                os.unlink(path)  # while still locked: a waiting process re-checks the inode (above)
+    finally:
+        if fd >= 0:
+            os.close(fd)
+        for parent in created:  # folders this call created, if nothing else was put in them
+            try:
+                parent.rmdir()
+            except OSError:
+                break
 
 
 def file_hashes(directory: str | os.PathLike[str], names: Iterable[str]) -> dict[str, str]:
@@ -243,7 +398,13 @@ def verify_run_dir(directory: str | os.PathLike[str], *, schema_prefix: str | No
         raise UserInputError(
             f"{directory}: manifest schema is {schema!r}, expected {schema_prefix}*; pass the output directory of the right stage."
         )
-    for name, expected in sorted(manifest.get("outputs", {}).items()):
+    outputs = manifest.get("outputs", {})
+    if not isinstance(outputs, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in outputs.items()):
+        raise UserInputError(
+            f"{directory / MANIFEST_NAME}: 'outputs' must map each file name to its sha256, got "
+            f"{type(outputs).__name__}; the run directory is damaged, rerun the stage that wrote it."
+        )
+    for name, expected in sorted(outputs.items()):
         path = directory / name
         if not path.is_file():
             raise UserInputError(f"{path} is listed in the manifest but missing; rerun the stage that wrote {directory}.")

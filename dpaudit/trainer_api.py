@@ -6,6 +6,10 @@ registered under the ``dpaudit.trainers`` entry-point group (pyproject ``[projec
 so third parties plug in without touching dpaudit, and ``dpaudit`` itself never imports a trainer
 module (and its framework) until that trainer is asked for.
 
+Optionally, a trainer whose run spans several processes defines ``writes_run_dir() -> bool``: True only
+in the process that writes the run directory (see :func:`writes_run_dir`); that process alone takes the
+run-directory lock (:func:`dpaudit.rundir.run_dir_lock`) around ``train``.
+
 Config fields become command-line options of ``dpaudit train`` automatically: a field's
 ``metadata={"help": ...}`` is its help text and its type annotation (int, float, str, bool, or an
 ``Optional`` of those) its click type.
@@ -63,6 +67,15 @@ class Trainer(Protocol):
         with it; ``overrides`` replace fields (e.g. ``non_private=True``, ``noise_seed=1``).
         """
         ...
+
+
+def writes_run_dir(trainer: Any) -> bool:
+    """Whether this process writes ``trainer``'s run directory (and so holds its lock).
+
+    A trainer without a ``writes_run_dir`` method runs in one process, which writes: True.
+    """
+    method = getattr(trainer, "writes_run_dir", None)
+    return True if method is None else bool(method())
 
 
 def available_trainers() -> dict[str, EntryPoint]:

@@ -111,6 +111,7 @@ def test_user_text_corpus_json_summary_and_tamper_detection(tmp_path):
         "corpus": 300, "members": 200, "heldout": 40, "public": 60, "train_rows": 200 + 3 * 7, "canaries": 9,
         "canaries_inserted": 6, "canaries_control": 3, "canary_insertions": 21,
         "canaries_by_frequency": {"2": 3, "5": 3, "0": 3}, "secrets_rejected_in_corpus": 0,
+        "canary_share": 21 / 221,
     }
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["inputs"] == {str(corpus): hashlib.sha256(corpus.read_bytes()).hexdigest()}
@@ -230,9 +231,9 @@ def test_bad_input_is_a_one_line_error_and_writes_nothing(tmp_path, case):
 
 
 def test_encoding_errors_replace_accepts_the_file(tmp_path):
-    corpus = _write(tmp_path / "bad.txt", b"".join(b"line %d \xff ok\n" % i for i in range(50)))
+    corpus = _write(tmp_path / "bad.txt", b"".join(b"line %d \xff ok\n" % i for i in range(100)))  # canaries < 50% of train
     out = tmp_path / "run"
     assert invoke("--corpus", corpus, "--out", str(out), "--encoding-errors", "replace", *SMALL).exit_code == 0
     manifest = verify_run_dir(out)
-    assert manifest["corpus"]["replaced_lines"] == 50
+    assert manifest["corpus"]["replaced_lines"] == 100
     assert any("\ufffd" in t for t in texts(out / "public.jsonl"))

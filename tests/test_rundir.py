@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
 
@@ -76,3 +77,37 @@ def test_outputs_get_umask_modes_not_private_temp_modes(tmp_path):
     out = _make_run(tmp_path / "run")
     assert stat.S_IMODE(out.stat().st_mode) == 0o777 & ~mask
     assert stat.S_IMODE((out / "manifest.json").stat().st_mode) == 0o666 & ~mask
+
+
+def test_run_dir_lock_nests_cleans_up_and_removes_stale_staging(tmp_path):
+    from dpaudit.rundir import lock_path, run_dir_lock
+
+    out = tmp_path / "new" / "deeper" / "run"
+    with run_dir_lock(out, stage="test") as path:
+        assert path == lock_path(out) == tmp_path / "new" / "deeper" / ".run.lock"
+        pid, host, stage = path.read_text().split()
+        assert int(pid) == os.getpid() and stage == "test"
+        with run_dir_lock(out, stage="test"):  # the same process may re-enter (nested stages)
+            assert path.exists()
+        assert path.exists()
+    assert not (tmp_path / "new").exists()  # lock file and the folders the lock created are gone
+
+    stale = [tmp_path / ".run.staging-abc123", tmp_path / ".run.old-xyz"]
+    other = tmp_path / ".runner.staging-abc123"  # another target's staging: not ours to remove
+    for folder in (*stale, other):
+        folder.mkdir()
+        (folder / "train.jsonl").write_text("{}\n")
+    _make_run(tmp_path / "run")  # unlocked helper: the leftovers stay
+    assert all(folder.exists() for folder in stale)
+    with run_dir_lock(tmp_path / "run", stage="test"):
+        assert not any(folder.exists() for folder in stale) and other.exists()
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".runner.staging-abc123", "run"]
+
+
+def test_current_directory_is_refused_as_an_output(tmp_path, monkeypatch):
+    (tmp_path / "keep.txt").write_text("mine")
+    monkeypatch.chdir(tmp_path)
+    for out in (".", tmp_path, tmp_path.parent):
+        with pytest.raises(UserInputError, match="is the current directory"):
+            _make_run(out, overwrite=True)
+    assert (tmp_path / "keep.txt").read_text() == "mine"

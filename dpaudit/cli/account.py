@@ -84,7 +84,11 @@ def _parse_batch_schedule(text: str) -> list[tuple[int, int]]:
 
 
 def _load_schedule(path: Path) -> list[dict[str, Any]]:
-    text = path.read_text(encoding="utf-8")
+    try:
+        text = path.read_text(encoding="utf-8")
+    except UnicodeDecodeError as err:
+        _fail(f"--schedule {path}: not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start}); "
+              "save it as UTF-8 JSON or TOML.")
     try:
         data = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as err:
@@ -103,6 +107,14 @@ def _load_schedule(path: Path) -> list[dict[str, Any]]:
             _fail(f"{where}: unknown key(s) {', '.join(unknown)}; allowed: {', '.join(sorted(allowed))}.")
         if "steps" not in item or (("batch_size" in item) == ("sampling_probability" in item)):
             _fail(f"{where}: needs steps and exactly one of batch_size or sampling_probability.")
+        for key, value in item.items():
+            integer = key in ("steps", "batch_size")
+            kinds = (int,) if integer else (int, float)
+            if isinstance(value, bool) or not isinstance(value, kinds):
+                kind = "an integer" if integer else "a number"
+                _fail(f"{where}: {key} must be {kind}, got {value!r}.")
+            if integer and value < 1:
+                _fail(f"{where}: {key} must be >= 1, got {value}.")
     return data
 
 
@@ -141,7 +153,8 @@ def _fmt_int(n: int | float) -> str:
               help="Budget: solve for the one missing quantity (sigma, steps or batch), or check the run against it.")
 @click.option("--schedule", "schedule_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="JSON or TOML list of segments (steps + batch_size or sampling_probability [+ noise_multiplier]).")
-@click.option("--batch-schedule", help='Inline batch-size schedule "STEPS:BATCH,STEPS:BATCH,...".')
+@click.option("--batch-schedule", help='Inline batch-size schedule "STEPS:BATCH,STEPS:BATCH,...", segments in the order '
+                                       'run (any order: increasing as in Anil et al. 2021, or not; each is accounted as given).')
 @click.option("--noise-decay", help="Per-epoch sigma decay fixed in advance: linear:K:SIGMA_MIN or exp:K (needs --epochs).")
 @click.option("--microbatch-size", type=click.IntRange(min=1), default=1, show_default=True,
               help="Micro-batch clipping: any size > 1 doubles the sensitivity (the accountant sees sigma / 2).")
@@ -190,6 +203,12 @@ def _run(*, dataset_size, batch_size, sampling_probability, steps, epochs, noise
         delta = 1.0 / n
     if sum(x is not None for x in (schedule_file, batch_schedule)) > 1:
         _fail("--schedule and --batch-schedule both given; pass one.")
+    if schedule_file is not None or batch_schedule is not None:
+        clashing = [name for name, value in (("--batch-size/-B", batch_size), ("--sampling-probability/-q", sampling_probability),
+                                             ("--steps/-S", steps), ("--epochs", epochs)) if value is not None]
+        if clashing:
+            which = "--schedule" if schedule_file is not None else "--batch-schedule"
+            _fail(f"{which} sets every segment's steps and batch; remove {' and '.join(clashing)} (or drop {which}).")
     accountants = {"pld": ["pld"], "rdp": ["rdp"], "both": ["pld", "rdp"], None: ["rdp" if fixed_size else "pld"]}[accountant]
     if fixed_size and "pld" in accountants:
         _fail("--fixed-size is accounted by RDP only (replace-one adjacency); use --accountant rdp or drop --accountant.")

@@ -60,21 +60,24 @@ _EPILOG = "Example: dpaudit inject --corpus builtin:assistant --out runs/data --
 @click.option("--encoding-errors", type=click.Choice(["strict", "replace"]), default="strict", show_default=True,
               help="Undecodable UTF-8: strict stops with the line number; replace substitutes U+FFFD.")
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists and is not empty.")
+@click.option("--force", is_flag=True,
+              help="Accept canary rows above 50% of train.jsonl (refused by default: such a training set is mostly canaries).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
 def inject(corpus: str, corpus_format: str, corpus_size: int | None, out: Path, seed: int,
            secret_format: str, template: str | None, word_list: str | None, phrase_corpus: Path | None,
            frequencies: str | None, per_frequency: int, holdout: int | None, coin_flip: bool,
            heldout_fraction: float, public_fraction: float, heldout_size: int | None, public_size: int | None,
-           encoding_errors: str, overwrite: bool, as_json: bool) -> None:
+           encoding_errors: str, overwrite: bool, force: bool, as_json: bool) -> None:
     """Plant secret canaries in a corpus and write train/heldout/public splits with a manifest.
 
     Each frequency f gets --per-frequency canaries ("my account number is 2 8 1 ...") inserted f
     times into train.jsonl, shuffled among the members; --holdout control canaries are never
     inserted. canaries.jsonl says which is which; nothing in train.jsonl marks a canary. Train
-    tokenizers on public.jsonl only.
+    tokenizers on public.jsonl only. Canary rows may be at most 50% of train.jsonl unless --force;
+    the share is printed either way.
     """
     from canaries.insert import Schedule, SplitSpec, parse_frequencies
-    from canaries.pipeline import InjectConfig
+    from canaries.pipeline import InjectConfig, format_share
     from canaries.pipeline import inject as run_inject
 
     if coin_flip:
@@ -108,14 +111,15 @@ def inject(corpus: str, corpus_format: str, corpus_size: int | None, out: Path, 
         )
     except ValueError as err:
         raise UserInputError(f"dpaudit inject: {err}") from None
-    summary = run_inject(config, out, overwrite=overwrite)
+    summary = run_inject(config, out, overwrite=overwrite, force=force)
     summary = {"out": str(out), **summary}
     if as_json:
         click.echo(json.dumps(summary, indent=2, sort_keys=True))
         return
     c = summary["counts"]
     click.echo(f"Wrote {out}: train.jsonl {c['train_rows']} rows ({c['members']} members + {c['canary_insertions']} "
-               f"canary insertions), heldout.jsonl {c['heldout']}, public.jsonl {c['public']}.")
+               f"canary insertions = {format_share(c['canary_share'])} canary rows), heldout.jsonl {c['heldout']}, "
+               f"public.jsonl {c['public']}.")
     click.echo(f"Canaries: {c['canaries']} ({c['canaries_inserted']} inserted, {c['canaries_control']} never inserted), "
                f"format {summary['format']}, log2|R| = {summary['log2_size']:.2f}, mode {summary['mode']}.")
     click.echo("Train tokenizers on public.jsonl only.")

@@ -8,7 +8,9 @@ Values come from, in rising priority: the Config defaults, ``--config FILE.toml`
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import errno
 import json
 import tomllib
 import types
@@ -20,7 +22,11 @@ import click
 from click.core import ParameterSource
 
 from dpaudit.errors import UserInputError
-from dpaudit.trainer_api import Trainer, available_trainers, load_trainer
+from dpaudit.rundir import run_dir_lock
+from dpaudit.trainer_api import Trainer, available_trainers, load_trainer, writes_run_dir
+
+#: errno values of a write that failed for lack of room: reported in one line, not as a traceback.
+_NO_ROOM = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS}
 
 _COMMON = {"trainer", "data", "out", "seed", "config_file", "as_json"}
 
@@ -154,7 +160,20 @@ def train(ctx: click.Context, trainer: str, data: Path, out: Path, seed: int, co
     """
     plugin: Trainer = ctx.meta.get("dpaudit.trainer") or load_trainer(trainer)
     config = build_config(plugin, params, ctx, config_file)
-    result = plugin.train(data, out, config, seed=seed)
+    # The whole run holds the lock of --out (a second train on it is refused, naming this process); only
+    # the process that writes the directory takes it (the others of a multi-process run do not).
+    lock = run_dir_lock(out, stage=f"train --trainer {plugin.name}") if writes_run_dir(plugin) else contextlib.nullcontext()
+    with lock:
+        try:
+            result = plugin.train(data, out, config, seed=seed)
+        except OSError as err:
+            if err.errno not in _NO_ROOM:
+                raise
+            where = f" ({err.filename})" if err.filename else ""
+            raise UserInputError(
+                f"--out {out}: a write failed{where}: {err.strerror}; free disk space or raise the file-size limit "
+                "(ulimit -f), then rerun the same command to resume from the last checkpoint."
+            ) from None
     summary = {
         "trainer": plugin.name,
         "out_dir": str(result.out_dir),

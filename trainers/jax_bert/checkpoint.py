@@ -28,10 +28,11 @@ from typing import Any
 
 import jax
 import numpy as np
+from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from dpaudit.errors import UserInputError
-from dpaudit.rundir import replace_directory, sha256_file
+from dpaudit.rundir import DIR_MODE, FILE_MODE, replace_directory, sha256_file
 
 ARRAYS_NAME = "arrays.safetensors"
 STATE_NAME = "state.json"
@@ -118,8 +119,16 @@ def save_checkpoint(
     final = directory / step_dir_name(step)
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=directory))
     try:
+        os.chmod(staging, DIR_MODE)  # the modes of every other output (mkdtemp and safetensors make them private)
         arrays = {**flatten_with_names(params, "params"), **flatten_with_names(opt_state, "opt_state")}
-        save_file(arrays, str(staging / ARRAYS_NAME))
+        try:
+            save_file(arrays, str(staging / ARRAYS_NAME))
+        except SafetensorError as err:  # the Rust writer's disk-full / file-size-limit error
+            raise UserInputError(
+                f"{final / ARRAYS_NAME}: could not write the checkpoint ({err}); free disk space or raise the file-size "
+                "limit (ulimit -f), then rerun the same command to resume."
+            ) from None
+        os.chmod(staging / ARRAYS_NAME, FILE_MODE)
         _fsync(staging / ARRAYS_NAME)
         full_state = {**state, "step": step, "arrays_sha256": sha256_file(staging / ARRAYS_NAME)}
         (staging / STATE_NAME).write_text(json.dumps(full_state, indent=2, sort_keys=True) + "\n", encoding="utf-8")
@@ -153,7 +162,10 @@ def restore_checkpoint(path: str | os.PathLike[str], *, params_template: Any, op
     arrays_path = path / ARRAYS_NAME
     if sha256_file(arrays_path) != state.get("arrays_sha256"):
         raise UserInputError(f"{arrays_path} does not match its state.json hash; delete {path} to resume from an older one.")
-    arrays = load_file(str(arrays_path))
+    try:
+        arrays = load_file(str(arrays_path))
+    except (SafetensorError, OSError) as err:  # truncated or garbled, though its recorded hash was rewritten to match
+        raise UserInputError(f"{arrays_path}: unreadable checkpoint arrays ({err}); delete {path} to resume from an older one.") from None
     params = unflatten_like(params_template, arrays, "params", source=arrays_path)
     opt_state = unflatten_like(opt_state_template, arrays, "opt_state", source=arrays_path)
     return Checkpoint(step=int(state["step"]), params=params, opt_state=opt_state, state=state, path=path)

@@ -69,7 +69,8 @@ class JaxBertConfig:
     batch_size: int = field(default=64, metadata=_help(
         "Expected logical batch size; Poisson sampling rate q = batch-size / number of training examples."))
     batch_schedule: str | None = field(default=None, metadata=_help(
-        "Increasing batch-size schedule 'steps:batch,steps:batch' (e.g. '100:64,200:256'); overrides --steps/--batch-size."))
+        "Batch-size schedule 'steps:batch,steps:batch' (e.g. '100:64,200:256'), segments in the order run (any order: "
+        "increasing as in Anil et al. 2021, or not; each is accounted as given); overrides --steps/--batch-size."))
     micro_batch: int = field(default=32, metadata=_help(
         "Examples per micro-step (memory knob only: the logical batch is accumulated over micro-steps)."))
     max_length: int = field(default=64, metadata=_help("Tokens per example (longer texts are truncated)."))

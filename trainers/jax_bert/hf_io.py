@@ -28,10 +28,11 @@ import jax.numpy as jnp
 import numpy as np
 import tokenizers
 from flax import traverse_util
+from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from dpaudit.errors import UserInputError
-from dpaudit.rundir import staged_directory
+from dpaudit.rundir import FILE_MODE, staged_directory
 from trainers.jax_bert.model import BertConfig, FlaxBertForMaskedLM
 from trainers.jax_bert.tokenizer import SPECIAL_TOKENS
 
@@ -153,7 +154,14 @@ def save_pretrained(out_dir: str | os.PathLike[str], params: Mapping[str, Any], 
         raise ValueError(f"params must match config's parameter tree, got differences in {sorted(set(state) ^ expected)[:3]}.")
     special_map = {key: value for key, value in _tokenizer_config(config).items() if key.endswith("_token")}
     with staged_directory(out_dir, overwrite=True, option="model directory") as staging:
-        save_file(state, str(staging / WEIGHTS_NAME), metadata={"format": "pt"})
+        try:
+            save_file(state, str(staging / WEIGHTS_NAME), metadata={"format": "pt"})
+        except SafetensorError as err:  # the Rust writer's disk-full / file-size-limit error
+            raise UserInputError(
+                f"{Path(out_dir) / WEIGHTS_NAME}: could not write the model ({err}); free disk space or raise the "
+                "file-size limit (ulimit -f), then rerun the same command."
+            ) from None
+        os.chmod(staging / WEIGHTS_NAME, FILE_MODE)  # safetensors creates it 0600; every output gets the same rule
         _write_json(staging / CONFIG_NAME, config.to_hf_dict())
         (staging / TOKENIZER_NAME).write_text(tokenizer.to_str(pretty=True), encoding="utf-8")
         _write_json(staging / "tokenizer_config.json", _tokenizer_config(config))

@@ -81,6 +81,18 @@ def maybe_initialize_distributed(env: Mapping[str, str] | None = None) -> bool:
     return True
 
 
+def env_process_index(env: Mapping[str, str] | None = None) -> int:
+    """This process's index in a multi-host run, from the environment alone (no JAX call).
+
+    The same rule as :func:`maybe_initialize_distributed`: 0 unless a coordinator address and more than
+    one process are set. Lets the command line decide who takes the run-directory lock before JAX starts.
+    """
+    env = os.environ if env is None else env
+    if not env.get(_ENV_COORDINATOR, "").strip() or _env_int(env, _ENV_NUM_PROCESSES) <= 1:
+        return 0
+    return _env_int(env, _ENV_PROCESS_ID)
+
+
 def make_data_mesh(devices: Sequence[jax.Device] | None = None) -> Mesh:
     """A 1-D mesh with axis ``"data"`` over ``devices`` (default: every device of every process)."""
     devices = list(jax.devices() if devices is None else devices)

@@ -47,6 +47,7 @@ from tqdm.auto import tqdm
 
 from dpaudit import accounting
 from dpaudit.errors import UserInputError
+from dpaudit.inject_run import PUBLIC, TRAIN, InjectRun, load_inject_run
 from dpaudit.privacy_ledger import BudgetExceededError, PrivacyLedger
 from dpaudit.rundir import (
     atomic_write_json,
@@ -55,8 +56,6 @@ from dpaudit.rundir import (
     dumps_jsonl_line,
     file_hashes,
     read_jsonl,
-    sha256_file,
-    verify_run_dir,
     write_manifest,
 )
 from dpaudit.trainer_api import TrainResult
@@ -71,7 +70,6 @@ from trainers.jax_bert.tokenizer import special_token_ids, train_wordpiece
 
 TRAIN_SCHEMA = "dpaudit.train/1"
 PRIVACY_SCHEMA = "dpaudit.privacy/1"
-INJECT_FILES = ("train.jsonl", "heldout.jsonl", "public.jsonl")
 CHECKPOINT_DIR = "checkpoints"
 PARTIAL_METRICS = "metrics.partial.jsonl"  # inside checkpoints/: kept on failure like the checkpoints
 TELEMETRY_NOTE = (
@@ -85,15 +83,6 @@ SHUFFLE_NOTE = (
 
 # Independent PRNG streams derived from the seed (jax.random.fold_in(PRNGKey(seed), stream)).
 _INIT_STREAM, _TRAIN_STREAM, _EVAL_STREAM = 0, 1, 2
-
-
-@dataclass(frozen=True, kw_only=True)
-class InjectData:
-    train_texts: list[str]
-    heldout_texts: list[str]
-    public_texts: list[str]
-    inputs: dict[str, str]  # inject file path -> sha256 (for the train manifest)
-    identity: str  # one hash over the inject manifest: the data a checkpoint belongs to
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,6 +150,10 @@ class JaxBertTrainer:
     name: ClassVar[str] = "jax-bert"
     Config: ClassVar[type] = JaxBertConfig
 
+    def writes_run_dir(self) -> bool:
+        """Only process 0 of a multi-host run writes the run directory, so only it takes the lock."""
+        return parallel.env_process_index() == 0
+
     def train(self, data_dir: Path, out_dir: Path, config: JaxBertConfig, *, seed: int) -> TrainResult:
         """Train on an inject run directory and write (or resume) the train run directory ``out_dir``.
 
@@ -179,32 +172,15 @@ class JaxBertTrainer:
 # Inputs and planning (nothing is written until these pass).
 
 
-def _read_texts(path: Path) -> list[str]:
-    texts = []
-    for lineno, row in enumerate(read_jsonl(path), start=1):
-        text = row.get("text")
-        if not isinstance(text, str):
-            raise UserInputError(f"{path}:{lineno}: expected a string 'text' field; rerun dpaudit inject.")
-        texts.append(text)
-    return texts
-
-
-def load_inject_dir(data_dir: Path) -> InjectData:
-    """Verify an inject directory against its manifest and read its three text splits."""
-    manifest = verify_run_dir(data_dir, schema_prefix="dpaudit.inject/")
-    missing = [name for name in INJECT_FILES if not (data_dir / name).is_file()]
-    if missing:
-        raise UserInputError(f"--data {data_dir} has no {', '.join(missing)}; pass a directory written by dpaudit inject.")
-    train, heldout, public = (_read_texts(data_dir / name) for name in INJECT_FILES)
-    if not train:
-        raise UserInputError(f"{data_dir / 'train.jsonl'} is empty; there is nothing to train on.")
-    if not public:
-        raise UserInputError(f"{data_dir / 'public.jsonl'} is empty; the tokenizer is trained on it only (rerun inject with a public split).")
-    recorded = manifest.get("outputs", {})
-    inputs = {str(data_dir / name): recorded.get(name) or sha256_file(data_dir / name) for name in INJECT_FILES}
-    inputs[str(data_dir / "manifest.json")] = sha256_file(data_dir / "manifest.json")
-    identity = hashlib.sha256(json.dumps(sorted((Path(k).name, v) for k, v in inputs.items())).encode()).hexdigest()
-    return InjectData(train_texts=train, heldout_texts=heldout, public_texts=public, inputs=inputs, identity=identity)
+def load_inject_dir(data_dir: Path) -> InjectRun:
+    """The verified inject directory (:func:`dpaudit.inject_run.load_inject_run`), whose train and public
+    splits must not be empty."""
+    data = load_inject_run(data_dir)
+    if not data.train_texts:
+        raise UserInputError(f"{data_dir / TRAIN} is empty; there is nothing to train on.")
+    if not data.public_texts:
+        raise UserInputError(f"{data_dir / PUBLIC} is empty; the tokenizer is trained on it only (rerun inject with a public split).")
+    return data
 
 
 def plan_privacy(config: JaxBertConfig, dataset_size: int) -> PrivacyPlan:
@@ -425,7 +401,11 @@ class _Run:
             self.start_step = restored.step
             self.rng.bit_generator.state = restored.state["numpy_rng"]
             if self.plan.private:  # the ledger keeps its plan certificate: recording the rest costs no accountant call
-                self.ledger = PrivacyLedger.from_json(restored.state["ledger"])
+                try:
+                    self.ledger = PrivacyLedger.from_json(restored.state.get("ledger"))
+                except (UserInputError, KeyError, TypeError, ValueError, AttributeError) as err:
+                    raise UserInputError(f"{restored.path / ckpt.STATE_NAME}: damaged privacy ledger ({err}); delete "
+                                         f"{restored.path} to resume from an older checkpoint.") from None
                 if self.ledger.steps != restored.step:
                     raise UserInputError(f"{restored.path}: its privacy ledger holds {self.ledger.steps} steps, not "
                                          f"{restored.step}; the checkpoint is damaged, delete it to resume from an older one.")

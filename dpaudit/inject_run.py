@@ -1,0 +1,254 @@
+"""The inject run directory, read side: file names, schema, the canary record, and the one verified reader.
+
+``dpaudit inject`` (the :mod:`canaries` package, the writing side) produces a directory of
+
+- ``train.jsonl``: the members and the inserted canary rows, shuffled (the private training data);
+- ``heldout.jsonl``: non-member corpus rows (evaluation and membership baselines);
+- ``public.jsonl``: rows for tokenizers and shadow models (the only input a tokenizer may see);
+- ``canaries.jsonl``: every canary, inserted or control, with its frequency (never shown to a trainer);
+- ``manifest.json``: schema ``dpaudit.inject/1``, the config, the seed and the sha256 of each file above.
+
+Rows are ``{"text": ...}``, or ``{"text": ..., "label": ...}`` for a classification corpus (a label is a
+string or an integer; the manifest's ``corpus.labelled`` says which kind of corpus it is).
+
+Every later stage (each trainer, the attacks, the report) reads the directory through
+:func:`load_inject_run`, which refuses a directory whose manifest does not list all of
+:data:`REQUIRED_FILES` or whose files no longer match their recorded sha256: an edited ``train.jsonl``
+is refused, not silently trained on or audited. This module is framework-free (no jax, no torch).
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+import json
+import os
+from collections.abc import Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dpaudit.errors import UserInputError
+from dpaudit.rundir import MANIFEST_NAME, read_jsonl, sha256_file, verify_run_dir
+
+SCHEMA = "dpaudit.inject/1"
+SCHEMA_PREFIX = "dpaudit.inject/"
+TRAIN, HELDOUT, PUBLIC, CANARIES = "train.jsonl", "heldout.jsonl", "public.jsonl", "canaries.jsonl"
+#: The three text splits, in the order trainers read them.
+SPLITS = (TRAIN, HELDOUT, PUBLIC)
+#: Files every inject manifest must list among its (hash-checked) outputs.
+REQUIRED_FILES = (TRAIN, HELDOUT, PUBLIC, CANARIES)
+OUTPUT_FILES = REQUIRED_FILES
+TOKENIZER_NOTE = (
+    "Train tokenizers on public.jsonl only: a tokenizer trained on train.jsonl would learn the canaries' "
+    "secrets as vocabulary and leak them regardless of how the model is trained."
+)
+
+#: A class label of a classification corpus.
+Label = str | int
+
+
+def label_order(labels: Iterable[Label]) -> list[Label]:
+    """The canonical order of a label set: integers (ascending), then strings (ascending).
+
+    Label ids (0, 1, ...) index this list, so they never depend on which label came first in the corpus.
+    """
+    return sorted(set(labels), key=lambda lab: (isinstance(lab, str), lab))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Canary:
+    """One canary as written to ``canaries.jsonl``.
+
+    ``text`` is ``prefix + secret + suffix``. ``frequency`` is how many times it was inserted into
+    ``train.jsonl`` (0 = control, never inserted); ``member`` is True exactly when it was inserted (in
+    coin-flip mode a fair coin decided it, Steinke et al. 2023). ``label`` is set for a labelled corpus.
+    """
+
+    id: str
+    prefix: str
+    secret: str
+    suffix: str
+    format: str
+    frequency: int
+    member: bool
+    label: Label | None = None
+
+    def __post_init__(self) -> None:
+        if self.frequency < 0:
+            raise ValueError(f"frequency must be >= 0, got {self.frequency}.")
+        if self.member != (self.frequency > 0):
+            raise ValueError(f"member must be True exactly when frequency > 0, got member={self.member}, frequency={self.frequency}.")
+
+    @property
+    def text(self) -> str:
+        return self.prefix + self.secret + self.suffix
+
+    def to_record(self) -> dict[str, Any]:
+        """The ``canaries.jsonl`` row (fixed key order)."""
+        record: dict[str, Any] = {
+            "id": self.id,
+            "prefix": self.prefix,
+            "secret": self.secret,
+            "suffix": self.suffix,
+            "text": self.text,
+            "format": self.format,
+            "frequency": self.frequency,
+            "member": self.member,
+        }
+        if self.label is not None:
+            record["label"] = self.label
+        return record
+
+    @classmethod
+    def from_record(cls, record: dict[str, Any]) -> Canary:
+        """Inverse of :meth:`to_record`; checks that ``text`` is prefix + secret + suffix."""
+        canary = cls(
+            id=record["id"], prefix=record["prefix"], secret=record["secret"], suffix=record["suffix"],
+            format=record["format"], frequency=int(record["frequency"]), member=bool(record["member"]),
+            label=record.get("label"),
+        )
+        if record.get("text") != canary.text:
+            raise ValueError(f"canary {canary.id}: text is not prefix + secret + suffix.")
+        return canary
+
+
+def read_canaries(path: str | os.PathLike[str]) -> list[Canary]:
+    """The rows of a ``canaries.jsonl`` as :class:`Canary` objects."""
+    out = []
+    for i, record in enumerate(read_jsonl(path), start=1):
+        try:
+            out.append(Canary.from_record(record))
+        except (KeyError, TypeError, ValueError) as err:
+            raise UserInputError(f"{path}:{i}: not a canary record ({err}); rerun dpaudit inject.") from None
+    return out
+
+
+@dataclass(frozen=True)
+class SplitRows:
+    """The rows of one split: texts, and labels (one per text) for a labelled corpus, else None."""
+
+    texts: list[str]
+    labels: list[Label] | None
+
+
+def read_split(path: str | os.PathLike[str], *, labelled: bool) -> SplitRows:
+    """Read a split file, checking each row's ``text`` (a string) and, if ``labelled``, its ``label``."""
+    path = Path(path)
+    texts: list[str] = []
+    labels: list[Label] = []
+    for lineno, row in enumerate(read_jsonl(path), start=1):
+        text = row.get("text")
+        if not isinstance(text, str):
+            raise UserInputError(f"{path}:{lineno}: expected a string 'text' field; rerun dpaudit inject.")
+        texts.append(text)
+        if labelled:
+            label = row.get("label")
+            if isinstance(label, bool) or not isinstance(label, (str, int)):
+                raise UserInputError(f"{path}:{lineno}: expected a string or integer 'label' field; rerun dpaudit inject.")
+            labels.append(label)
+    return SplitRows(texts=texts, labels=labels if labelled else None)
+
+
+@dataclass(frozen=True, kw_only=True, eq=False)
+class InjectRun:
+    """A verified inject run directory. Files are read on first use and kept (``functools.cached_property``).
+
+    Attributes:
+        path: the directory, as given.
+        manifest: its ``manifest.json`` (already checked against every listed file).
+    """
+
+    path: Path
+    manifest: dict[str, Any]
+    _splits: dict[str, SplitRows] = field(default_factory=dict, init=False, repr=False)
+
+    def file(self, name: str) -> Path:
+        return self.path / name
+
+    @property
+    def labelled(self) -> bool:
+        """Whether rows carry a ``label`` (a classification corpus)."""
+        corpus = self.manifest.get("corpus")
+        return bool(corpus.get("labelled")) if isinstance(corpus, dict) else False
+
+    def split(self, name: str) -> SplitRows:
+        """Texts (and labels) of ``train.jsonl``, ``heldout.jsonl`` or ``public.jsonl``, read once."""
+        if name not in SPLITS:
+            raise ValueError(f"name must be one of {SPLITS}, got {name!r}.")
+        if name not in self._splits:
+            self._splits[name] = read_split(self.path / name, labelled=self.labelled)
+        return self._splits[name]
+
+    @property
+    def train_texts(self) -> list[str]:
+        return self.split(TRAIN).texts
+
+    @property
+    def heldout_texts(self) -> list[str]:
+        return self.split(HELDOUT).texts
+
+    @property
+    def public_texts(self) -> list[str]:
+        return self.split(PUBLIC).texts
+
+    @functools.cached_property
+    def labels(self) -> list[Label] | None:
+        """The label set of a classification corpus in :func:`label_order` (ids index it); None if unlabelled."""
+        if not self.labelled:
+            return None
+        found: set[Label] = set()
+        for name in SPLITS:
+            found.update(self.split(name).labels or ())
+        found.update(c.label for c in self.canaries if c.label is not None)
+        return label_order(found)
+
+    @functools.cached_property
+    def canaries(self) -> list[Canary]:
+        """Every canary (inserted and control). Trainers must not read these: only attacks and reports."""
+        return read_canaries(self.path / CANARIES)
+
+    @functools.cached_property
+    def space(self) -> Any:
+        """The secret space rebuilt from the manifest (a :class:`canaries.spaces.SecretSpace`), or None for
+        phrase spaces, which need their phrase corpus. Imported lazily: spaces belong to the writing side."""
+        from canaries.spaces import space_from_manifest
+
+        entry = self.manifest.get("secret_space")
+        if not isinstance(entry, dict) or "kind" not in entry:
+            raise UserInputError(f"{self.path / MANIFEST_NAME}: no 'secret_space' entry; rerun dpaudit inject.")
+        return space_from_manifest(entry) if entry["kind"] in ("digits", "words") else None
+
+    @functools.cached_property
+    def inputs(self) -> dict[str, str]:
+        """Input hashes a later stage records in its own manifest: each split and ``manifest.json`` (path -> sha256)."""
+        recorded = self.manifest["outputs"]
+        inputs = {str(self.path / name): recorded[name] for name in SPLITS}
+        inputs[str(self.path / MANIFEST_NAME)] = sha256_file(self.path / MANIFEST_NAME)
+        return inputs
+
+    @functools.cached_property
+    def identity(self) -> str:
+        """One hash naming the data (the splits and the manifest, by file name): what a checkpoint belongs to."""
+        return hashlib.sha256(json.dumps(sorted((Path(k).name, v) for k, v in self.inputs.items())).encode()).hexdigest()
+
+
+def load_inject_run(path: str | os.PathLike[str]) -> InjectRun:
+    """Verify an inject directory against its manifest and return a reader for it.
+
+    Checks, before anything is read: the manifest's schema is ``dpaudit.inject/*``; it lists every one of
+    :data:`REQUIRED_FILES` among its outputs (an unlisted file could be edited unnoticed); every listed
+    file exists with its recorded sha256.
+
+    Raises:
+        UserInputError: naming the directory or file at fault, if any check fails.
+    """
+    path = Path(path)
+    manifest = verify_run_dir(path, schema_prefix=SCHEMA_PREFIX)
+    missing = [name for name in REQUIRED_FILES if name not in manifest.get("outputs", {})]
+    if missing:
+        raise UserInputError(
+            f"{path / MANIFEST_NAME} does not list {', '.join(missing)} among its outputs, so it cannot be hash-checked; "
+            "rerun dpaudit inject."
+        )
+    return InjectRun(path=path, manifest=manifest)
