@@ -73,6 +73,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -115,6 +116,7 @@ SCHEMA = "dpaudit.audit/1"
 GUARANTEE_DP = "(epsilon, delta)-DP"
 #: Gaussian DP: the bound refutes mu-GDP for the mu whose epsilon at delta is below it.
 GUARANTEE_GDP = "mu-GDP"
+_STANDARD_NORMAL = statistics.NormalDist()
 #: Bootstrap rows evaluated per block (bounds the memory of the vectorized bootstrap).
 _BOOTSTRAP_CELLS = 4_000_000
 
@@ -674,8 +676,9 @@ class GuessGrid:
     """Bonferroni over a grid of one-run guess counts fixed before looking at the scores.
 
     Attributes:
-        pairs: (k_plus, k_minus) pairs; None: :data:`DEFAULT_GUESS_FRACTIONS` of the number of
-            canaries m, one-sided and split evenly between top and bottom (m is public).
+        pairs: (k_plus, k_minus) pairs, each counted in the correction (a (0, 0) pair never rejects
+            but still counts); None: :data:`DEFAULT_GUESS_FRACTIONS` of the number of canaries m,
+            one-sided and split evenly between top and bottom (m is public).
     """
 
     pairs: tuple[tuple[int, int], ...] | None = None
@@ -683,14 +686,12 @@ class GuessGrid:
     def __post_init__(self) -> None:
         if self.pairs is not None:
             pairs = tuple((int(a), int(b)) for a, b in self.pairs)
-            for a, b in pairs:
-                FixedGuesses(k_plus=a, k_minus=b)
-            if not pairs:
-                raise ValueError("pairs must not be empty.")
+            if not pairs or any(a < 0 or b < 0 for a, b in pairs):
+                raise ValueError(f"pairs must be a non-empty tuple of (k_plus, k_minus) >= 0, got {self.pairs}.")
             object.__setattr__(self, "pairs", pairs)
 
     def resolve(self, m: int) -> tuple[tuple[int, int], ...]:
-        """The (k_plus, k_minus) pairs for m canaries, de-duplicated, each with 1..m guesses."""
+        """The distinct (k_plus, k_minus) pairs for m canaries (counts clipped to m guesses in all)."""
         if self.pairs is not None:
             pairs = [(min(a, m), min(b, m - min(a, m))) for a, b in self.pairs]
         else:
@@ -700,7 +701,7 @@ class GuessGrid:
                 pairs.append((k, 0))
                 if k >= 2:
                     pairs.append((k - k // 2, k // 2))
-        return tuple(dict.fromkeys(p for p in pairs if p[0] + p[1] >= 1))
+        return tuple(dict.fromkeys(pairs))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -924,81 +925,80 @@ def _thresholds_for(pooled_desc: np.ndarray, k_plus: int, k_minus: int) -> tuple
     return t_plus, t_minus
 
 
-def _steinke_pvalue(eps: np.ndarray, m: np.ndarray, r: np.ndarray, v: np.ndarray, delta: float) -> np.ndarray:
+def _steinke_pvalue(eps: float, m: int, r: int, v: int, delta: float) -> float:
     """P-value of v correct out of r guesses on m coin-flip canaries under (eps, delta)-DP.
 
     Steinke, Nasr & Jagielski (2023): with f(v) = P[Binomial(r, e^eps / (1 + e^eps)) >= v],
-    P[W >= v] <= f(v) + 2 m delta max_{1<=i<=v} (f(v - i) - f(v)) / i. Vectorized over candidates.
+    P[W >= v] <= f(v) + 2 m delta max_{1<=i<=v} (f(v - i) - f(v)) / i. Continuous and increasing in
+    eps, so the largest rejected epsilon is a root.
     """
-    q = scipy.special.expit(eps)
-    beta = scipy.stats.binom.sf(v - 1, r, q)
-    vmax = int(np.max(v)) if v.size else 0
-    if delta == 0 or vmax == 0:
-        return np.minimum(beta, 1.0)
-    i = np.arange(1, vmax + 1)[None, :]
-    tail = scipy.stats.binom.sf(v[:, None] - i - 1, r[:, None], q[:, None]) - beta[:, None]
-    ratio = np.where(i <= v[:, None], tail / i, 0.0)
-    return np.minimum(beta + 2 * m * delta * np.max(ratio, axis=1, initial=0.0), 1.0)
+    q = float(scipy.special.expit(eps))
+    beta = float(scipy.stats.binom.sf(v - 1, r, q))
+    if v == 0:
+        return 1.0
+    i = np.arange(1, v + 1)
+    tail = (scipy.stats.binom.sf(v - i - 1, r, q) - beta) / i
+    return min(beta + 2 * m * delta * float(np.max(tail, initial=0.0)), 1.0)
 
 
-def _fdp_rejects(mu: np.ndarray, m: np.ndarray, r: np.ndarray, v: np.ndarray, alpha: float) -> np.ndarray:
-    """Whether v correct of r guesses on m canaries rejects mu-GDP at significance alpha.
+def _steinke_epsilon(m: int, r: int, v: int, delta: float, alpha: float) -> float:
+    """The largest epsilon whose (epsilon, delta) claim the guesses reject at significance alpha (0 if
+    none)."""
+    def margin(eps: float) -> float:
+        return alpha - _steinke_pvalue(eps, m, r, v, delta)
 
-    Mahloujifar, Melis & Chaudhuri (2024), the recursion of their audit with abstentions (binary
-    secrets): start from r_v = alpha v / m and h_v = alpha (r - v) / m, then for i = v-1, ..., 0,
-    h_i = max(h_{i+1}, f^{-1}(r_{i+1})) with f the mu-GDP blow-up (f^{-1}(x) = Phi(Phi^{-1}(x) - mu))
-    and r_i = r_{i+1} + i / (r - i) (h_i - h_{i+1}), capped at 1. The claim is rejected when
-    r_0 + h_0 > r / m. Vectorized over candidates; stops once no candidate moves.
+    if v == 0 or margin(0.0) <= 0:
+        return 0.0
+    lo, hi = 0.0, 1.0
+    while margin(hi) > 0:
+        lo, hi = hi, 2 * hi
+    return float(scipy.optimize.brentq(margin, lo, hi, xtol=1e-12, rtol=1e-13))
+
+
+def _phi(x: float) -> float:
+    return 0.5 * math.erfc(-x / math.sqrt(2.0))
+
+
+def _phi_inv(p: float) -> float:
+    if p <= 0.0:
+        return -math.inf
+    if p >= 1.0:
+        return math.inf
+    return _STANDARD_NORMAL.inv_cdf(p)
+
+
+def _fdp_margin(mu: float, m: int, r: int, v: int, alpha: float) -> float:
+    """Positive when v correct of r guesses on m canaries rejects mu-GDP at significance alpha.
+
+    Mahloujifar, Melis & Chaudhuri (2024), the recursion of their audit with abstentions for binary
+    secrets: start from r_v = alpha v / m and h_v = alpha (r - v) / m; for i = v-1, ..., 0,
+    h_i = max(h_{i+1}, f^{-1}(r_{i+1})) with the mu-GDP blow-up inverse
+    f^{-1}(x) = Phi(Phi^{-1}(x) - mu), and r_i = r_{i+1} + i / (r - i) (h_i - h_{i+1}) (capped at 1,
+    as jax-privacy does; a smaller r only makes rejection harder). The claim is rejected when
+    r_0 + h_0 > r / m. Once h stops growing it never grows again, so the loop stops there.
+    Continuous and decreasing in mu, so the largest rejected mu is a root of this margin.
     """
     rr = alpha * v / m
     h = alpha * (r - v) / m
-    vmax = int(np.max(v)) if v.size else 0
-    active = v > 0
-    for step in range(vmax):
-        i = v - 1 - step
-        live = active & (i >= 0)
-        if not np.any(live):
+    for i in range(v - 1, -1, -1):  # a scalar recurrence over guesses, not over examples
+        inv = _phi(_phi_inv(rr) - mu)
+        if inv <= h:
             break
-        with np.errstate(divide="ignore", invalid="ignore"):
-            inv = scipy.special.ndtr(scipy.special.ndtri(np.clip(rr, 0.0, 1.0)) - mu)
-        h_new = np.maximum(h, inv)
-        moved = live & (h_new > h)
-        active &= moved | ~live  # a candidate whose h stops moving never moves again
-        ii = np.maximum(i, 0)
-        rr = np.where(moved, np.minimum(rr + ii / (r - ii) * (h_new - h), 1.0), rr)
-        h = np.where(moved, h_new, h)
-    return rr + h > r / m
+        rr = min(rr + i / (r - i) * (inv - h), 1.0)
+        h = inv
+    return rr + h - r / m
 
 
-def _largest_rejected(rejects, lo: float, n: int, iterations: int = 44) -> np.ndarray:
-    """sup{x >= lo : rejects(x)} for n candidates at once, by doubling then bisection.
-
-    ``rejects`` maps an (n,) array of parameters to an (n,) bool array and is monotone (rejecting x
-    implies rejecting every smaller x). Candidates that do not reject ``lo`` get ``lo``.
-    """
-    base = rejects(np.full(n, float(lo)))
-    low = np.full(n, float(lo))
-    high = np.full(n, max(1.0, 2.0 * lo))
-    for _ in range(64):
-        grow = base & rejects(high)
-        if not np.any(grow):
-            break
-        low, high = np.where(grow, high, low), np.where(grow, 2 * high, high)
-    for _ in range(iterations):  # invariant: rejects(low) where base, not rejects(high)
-        mid = (low + high) / 2
-        ok = rejects(mid)
-        low, high = np.where(ok, mid, low), np.where(ok, high, mid)
-    return np.where(base, low, float(lo))
-
-
-def _steinke_epsilons(m, r, v, delta, alpha) -> np.ndarray:
-    m, r, v = (np.asarray(x, dtype=np.int64) for x in (m, r, v))
-    return _largest_rejected(lambda e: _steinke_pvalue(e, m, r, v, delta) <= alpha, 0.0, r.size)
-
-
-def _fdp_mus(m, r, v, delta, alpha) -> np.ndarray:
-    m, r, v = (np.asarray(x, dtype=np.float64) for x in (m, r, v))
-    return _largest_rejected(lambda mu: _fdp_rejects(mu, m, r, v, alpha), gdp_mu(0.0, delta), r.size)
+def _fdp_mu(m: int, r: int, v: int, delta: float, alpha: float) -> float:
+    """The largest mu whose mu-GDP claim the guesses reject; gdp_mu(0, delta) (epsilon 0) if none."""
+    lo = gdp_mu(0.0, delta)
+    if v == 0 or _fdp_margin(lo, m, r, v, alpha) <= 0:
+        return lo
+    hi = max(1.0, 2 * lo)
+    while _fdp_margin(hi, m, r, v, alpha) > 0:
+        lo, hi = hi, 2 * hi
+    return float(scipy.optimize.brentq(_fdp_margin, lo, hi, args=(m, r, v, alpha), xtol=1e-12,
+                                       rtol=1e-13))
 
 
 def _one_run(member_scores, nonmember_scores, *, delta, confidence, guesses, fdp: bool) -> EpsilonBound:
@@ -1014,11 +1014,13 @@ def _one_run(member_scores, nonmember_scores, *, delta, confidence, guesses, fdp
         total = m_s.size + n_s.size
         ms = np.full(len(cands), total)
         if fdp:
-            mus = _fdp_mus(ms, counts[:, 0], counts[:, 1], delta, a)
+            mus = np.array([_fdp_mu(int(m_), int(r_), int(v_), delta, a)
+                            for m_, r_, v_ in zip(ms, counts[:, 0], counts[:, 1])])
             eps = np.array([gdp_epsilon(mu, delta) for mu in mus])
         else:
             mus = np.full(len(cands), np.nan)
-            eps = _steinke_epsilons(ms, counts[:, 0], counts[:, 1], delta, a)
+            eps = np.array([_steinke_epsilon(int(m_), int(r_), int(v_), delta, a)
+                            for m_, r_, v_ in zip(ms, counts[:, 0], counts[:, 1])])
         return eps, mus, counts
 
     def candidates(m_s, n_s, pairs):
