@@ -98,8 +98,8 @@ __all__ = [
     "SplitThreshold",
     "TprAtFpr",
     "attacker_advantage",
-    "audit_scores",
     "auc",
+    "audit_scores",
     "epsilon_lower_bound_clopper_pearson",
     "epsilon_lower_bound_one_run",
     "epsilon_lower_bound_one_run_fdp",
@@ -494,7 +494,7 @@ def min_nonmembers_for(fpr: float, *, false_positives: int = 1) -> int:
     fpr = _check_unit(fpr, "fpr", high_open=False)
     if false_positives < 1:
         raise ValueError(f"false_positives must be >= 1, got {false_positives}.")
-    return int(math.ceil(false_positives / fpr - 1e-9))
+    return math.ceil(false_positives / fpr - 1e-9)
 
 
 def tpr_at_fpr(member_scores: ArrayLike, nonmember_scores: ArrayLike, fpr: float, *, seed: int,
@@ -697,7 +697,7 @@ class GuessGrid:
         else:
             pairs = []
             for f in DEFAULT_GUESS_FRACTIONS:
-                k = max(1, int(round(f * m)))
+                k = max(1, round(f * m))
                 pairs.append((k, 0))
                 if k >= 2:
                     pairs.append((k - k // 2, k // 2))
@@ -853,8 +853,8 @@ def epsilon_lower_bound_clopper_pearson(
     alpha = 1 - confidence
     if alpha >= 0.5:
         raise ValueError(f"confidence must be > 0.5, got {confidence}.")
-    common = dict(method="clopper_pearson", guarantee=GUARANTEE_DP, delta=delta, confidence=confidence,
-                  one_sided=one_sided)
+    common = {"method": "clopper_pearson", "guarantee": GUARANTEE_DP, "delta": delta, "confidence": confidence,
+                  "one_sided": one_sided}
 
     def at_threshold(m, n, t, a_tpr, a_fpr, **extra) -> EpsilonBound:
         tp, fp = _count_at(m, n, t)

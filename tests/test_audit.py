@@ -447,7 +447,8 @@ def test_split_bound_is_evaluated_on_the_held_apart_part():
     assert (b.n_members, b.n_nonmembers) == (m2.size, n2.size) == (301 - 150, 401 - 200)
     assert (b.true_positives, b.false_positives) == (np.sum(m2 >= b.threshold), np.sum(n2 >= b.threshold))
     # The threshold is the best one of the choosing part, not of the evaluation part.
-    on_choice = [A.epsilon_lower_bound_clopper_pearson(m1, n1, delta=DELTA, selection=A.FixedThreshold(threshold=t)).epsilon
+    on_choice = [A.epsilon_lower_bound_clopper_pearson(m1, n1, delta=DELTA,
+                                                       selection=A.FixedThreshold(threshold=t)).epsilon
                  for t in np.unique(np.r_[m1, n1])]
     at_b = A.epsilon_lower_bound_clopper_pearson(m1, n1, delta=DELTA, selection=A.FixedThreshold(threshold=b.threshold))
     assert at_b.epsilon == pytest.approx(max(on_choice))
