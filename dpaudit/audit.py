@@ -367,19 +367,19 @@ def _pool(member: np.ndarray, nonmember: np.ndarray) -> _Pool:
                  n_members=member.size, n_nonmembers=nonmember.size)
 
 
-def _counts(pool: _Pool, weights: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+def _counts(pool: _Pool, member_w: np.ndarray | None = None,
+            nonmember_w: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """(TP, FP) at every ROC vertex, with a leading (0, 0) vertex for threshold +inf.
 
-    ``weights`` (B, n_members + n_nonmembers), in pooled order (members first), gives B weighted
-    ROCs at once (bootstrap multiplicities); without it, one ROC with unit weights.
+    ``member_w`` / ``nonmember_w`` (B, n_members + n_nonmembers) are multiplicities at the SORTED
+    positions (bootstrap resamples; zero off their own class); without them, one ROC with unit weights.
     """
-    if weights is None:
-        w = np.ones((1, pool.order.size))
-    else:
-        w = weights[:, pool.order]
-    tp = np.cumsum(w * pool.is_member, axis=1)[:, pool.ends]
-    fp = np.cumsum(w * ~pool.is_member, axis=1)[:, pool.ends]
-    zero = np.zeros((w.shape[0], 1))
+    if member_w is None:
+        member_w = pool.is_member[None, :].astype(np.int64)
+        nonmember_w = (~pool.is_member)[None, :].astype(np.int64)
+    tp = np.cumsum(member_w, axis=1)[:, pool.ends]
+    fp = np.cumsum(nonmember_w, axis=1)[:, pool.ends]
+    zero = np.zeros((tp.shape[0], 1), dtype=tp.dtype)
     return np.hstack([zero, tp]), np.hstack([zero, fp])
 
 
@@ -417,14 +417,18 @@ def _bootstrap(member: np.ndarray, nonmember: np.ndarray, statistics: dict, *, s
     rng = np.random.default_rng(seed)
     n_m, n_n = member.size, nonmember.size
     n = n_m + n_n
+    member_pos = np.flatnonzero(pool.is_member)  # sorted positions of the members
+    nonmember_pos = np.flatnonzero(~pool.is_member)
     block = max(1, _BOOTSTRAP_CELLS // n)
     values: dict[str, list[np.ndarray]] = {name: [] for name in statistics}
     for start in range(0, num_samples, block):
         b = min(block, num_samples - start)
         offsets = (np.arange(b) * n)[:, None]
-        draws = np.hstack([rng.integers(0, n_m, size=(b, n_m)), n_m + rng.integers(0, n_n, size=(b, n_n))])
-        w = np.bincount((draws + offsets).ravel(), minlength=b * n).reshape(b, n).astype(np.float64)
-        tp, fp = _counts(pool, w)
+        draws_m = member_pos[rng.integers(0, n_m, size=(b, n_m))] + offsets
+        draws_n = nonmember_pos[rng.integers(0, n_n, size=(b, n_n))] + offsets
+        w_m = np.bincount(draws_m.ravel(), minlength=b * n).reshape(b, n)
+        w_n = np.bincount(draws_n.ravel(), minlength=b * n).reshape(b, n)
+        tp, fp = _counts(pool, w_m, w_n)
         for name, fn in statistics.items():
             values[name].append(fn(tp, fp, n_m, n_n))
     out = {}
