@@ -56,7 +56,11 @@ identical results. (2) :func:`auc` is the empirical AUC; jax-privacy's ``attack_
 of the ROC convex hull (here ``roc_curve(...).convex_hull().auc()``). (3) ``tpr_at_fpr`` uses
 deterministic thresholds; jax-privacy's ``tpr_at_given_fpr`` interpolates on the convex hull (here
 :meth:`Roc.tpr_at_randomized`). (4) the bootstrap is the percentile bootstrap (jax-privacy applies a
-bias correction). (5) the one-run bounds also take k- guesses (jax-privacy: k- = 0 only).
+bias correction). (5) the one-run bounds also take k- guesses (jax-privacy: k- = 0 only), and the
+Bonferroni grid of guess counts is fixed in advance (:class:`GuessGrid`) rather than the data's hull.
+(6) choosing the one-run guesses on a split, jax-privacy skips thresholds whose precision is below
+logistic(best epsilon so far): exact for Steinke et al., a heuristic for the f-DP bound that can miss
+the best threshold; here every candidate is evaluated.
 
 References:
   Carlini et al. 2022, "Membership Inference Attacks From First Principles" (TPR at low FPR).
@@ -629,6 +633,13 @@ class BonferroniThresholds:
             significance / T. None: every threshold, corrected over every possible count (n_members
             TPR bounds and n_nonmembers FPR bounds, each at significance / 2 / n), which holds
             uniformly over all real thresholds, so picking the best one afterwards is valid.
+
+    Why every threshold needs only n events per side: FPR(t) falls as t rises, and the empirical
+    count FP(t) is Binomial(n, FPR(t)). For a count k let s_k be the highest threshold with
+    FPR(s_k) >= U(k), the Clopper-Pearson upper bound for k. Some threshold with FP(t) <= k and
+    FPR(t) > U(k) exists only if FP(s_k) <= k, which has probability <= alpha_k; k = n needs no event
+    (U(n) = 1). The same holds for the TPR lower bounds, so the union is n_nonmembers + n_members
+    events whatever thresholds the data offer.
     """
 
     thresholds: tuple[float, ...] | None = None
