@@ -634,12 +634,13 @@ class BonferroniThresholds:
             TPR bounds and n_nonmembers FPR bounds, each at significance / 2 / n), which holds
             uniformly over all real thresholds, so picking the best one afterwards is valid.
 
-    Why every threshold needs only n events per side: FPR(t) falls as t rises, and the empirical
-    count FP(t) is Binomial(n, FPR(t)). For a count k let s_k be the highest threshold with
-    FPR(s_k) >= U(k), the Clopper-Pearson upper bound for k. Some threshold with FP(t) <= k and
-    FPR(t) > U(k) exists only if FP(s_k) <= k, which has probability <= alpha_k; k = n needs no event
-    (U(n) = 1). The same holds for the TPR lower bounds, so the union is n_nonmembers + n_members
-    events whatever thresholds the data offer.
+    Why every threshold needs only n events per side: FPR(t) = P[score >= t] falls as t rises and
+    the count FP(t) of non-members scoring >= t does too. For a count k with Clopper-Pearson upper
+    bound U(k), let s_k = sup{t : FPR(t) > U(k)}; then P[score >= s_k] >= U(k) (left limit), and a
+    threshold t <= s_k with FP(t) <= k forces #{score >= s_k} <= k, an event of probability
+    <= alpha_k for a Binomial(n, >= U(k)) count. k = n needs no event (U(n) = 1). The same argument
+    covers the TPR lower bounds, so n_nonmembers + n_members events cover every threshold the data
+    could offer.
     """
 
     thresholds: tuple[float, ...] | None = None
