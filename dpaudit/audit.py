@@ -76,6 +76,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 import statistics
 from collections.abc import Sequence
@@ -752,7 +753,8 @@ class EpsilonBound:
         guarantee: what the bound refutes: :data:`GUARANTEE_DP` or :data:`GUARANTEE_GDP`.
         epsilon: the lower bound (>= 0).
         delta, confidence: the delta of the refuted claims and the confidence of the bound.
-        num_hypotheses: the Bonferroni factor (1 when none).
+        num_hypotheses: the hypotheses in the Bonferroni union (1 when none; n_members + n_nonmembers
+            for :class:`BonferroniThresholds` over every threshold).
         threshold: the threshold of the "member" rule (score >= threshold); +inf: no member guesses.
         threshold_minus: one-run only: "non-member" guesses for scores <= it (-inf: none).
         n_members, n_nonmembers: the scores the bound was evaluated on (the evaluation part of a split).
@@ -1210,8 +1212,8 @@ def audit_scores(
 ) -> AuditResult:
     """ROC, AUC, TPR at low FPR, advantage and every epsilon lower bound for one set of scores.
 
-    Bounds computed: Clopper-Pearson at a split threshold (split seed = ``seed``) and with the
-    all-threshold Bonferroni correction; with ``coin_flip=True`` (canaries included by independent
+    Bounds computed: Clopper-Pearson at a split threshold (split seed = ``seed``; skipped with fewer
+    than 2 members or non-members) and with the all-threshold Bonferroni correction; with ``coin_flip=True`` (canaries included by independent
     fair coins) also the one-run bounds of Steinke et al. (2023) and Mahloujifar et al. (2024) over
     the default guess grid. All bounds share the error budget 1 - confidence (Bonferroni), so the
     reported maximum is itself a valid lower bound at ``confidence``.
@@ -1235,17 +1237,16 @@ def audit_scores(
     confidence = _check_unit(confidence, "confidence")
     if claimed_epsilon is not None and not (claimed_epsilon >= 0):
         raise ValueError(f"claimed_epsilon must be >= 0 or None, got {claimed_epsilon}.")
-    n_bounds = 4 if coin_flip else 2
-    each = 1 - (1 - confidence) / n_bounds
-    bounds = [
-        epsilon_lower_bound_clopper_pearson(member, nonmember, delta=delta, confidence=each,
-                                            selection=SplitThreshold(seed=seed)),
-        epsilon_lower_bound_clopper_pearson(member, nonmember, delta=delta, confidence=each,
-                                            selection=BonferroniThresholds()),
-    ]
+    cp = functools.partial(epsilon_lower_bound_clopper_pearson, member, nonmember, delta=delta)
+    makers = [functools.partial(cp, selection=BonferroniThresholds())]
+    split = SplitThreshold(seed=seed)
+    if int(member.size * split.fraction) >= 1 and int(nonmember.size * split.fraction) >= 1:
+        makers.insert(0, functools.partial(cp, selection=split))  # a split needs >= 2 of each
     if coin_flip:
-        bounds.append(epsilon_lower_bound_one_run(member, nonmember, delta=delta, confidence=each))
-        bounds.append(epsilon_lower_bound_one_run_fdp(member, nonmember, delta=delta, confidence=each))
+        makers.append(functools.partial(epsilon_lower_bound_one_run, member, nonmember, delta=delta))
+        makers.append(functools.partial(epsilon_lower_bound_one_run_fdp, member, nonmember, delta=delta))
+    each = 1 - (1 - confidence) / len(makers)
+    bounds = [make(confidence=each) for make in makers]
     lower = max(b.epsilon for b in bounds if b.guarantee == GUARANTEE_DP)
     exceeds = claimed_epsilon is not None and lower > claimed_epsilon
     fprs = tuple(_check_unit(f, "fpr", high_open=False) for f in fprs)

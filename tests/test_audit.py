@@ -385,6 +385,14 @@ def test_all_scores_tied():
     assert result.epsilon_lower_bound == 0.0 and not result.exceeds_claim
 
 
+def test_one_score_each_still_audits():
+    result = A.audit_scores([2.0], [1.0], delta=DELTA, seed=0, coin_flip=True, num_bootstrap=50)
+    assert result.auc.value == 1.0
+    assert [b.selection for b in result.bounds] == ["bonferroni"] * 3  # no split of one score
+    assert result.bounds[0].confidence == pytest.approx(1 - 0.05 / 3)
+    assert result.epsilon_lower_bound == 0.0  # one trial proves nothing at 95%
+
+
 @pytest.mark.parametrize("fn", [
     lambda m, n: A.roc_curve(m, n),
     lambda m, n: A.auc(m, n, seed=0),
