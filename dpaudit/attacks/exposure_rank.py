@@ -258,20 +258,16 @@ def _count_le(sorted_y: np.ndarray, sorted_z: np.ndarray) -> np.ndarray:
 def _count_between(sorted_y: np.ndarray, n_le_hi: np.ndarray, z_lo: np.ndarray) -> int:
     """sum over queries of #{y: z_lo <= y <= z_hi}, given n_le_hi = #{y <= z_hi} per query.
 
-    Walks down from each query's position in sorted_y; ties are rare, so after the first vectorized
-    step only the queries that still have one continue.
+    Ties are rare: one vectorized step down from each query's position in sorted_y settles almost
+    every query; the few that still sit on a tie get a binary search (z_lo ascending, so cheap).
     """
-    total = 0
-    idx = n_le_hi - 1
-    while idx.size:
-        hit = idx >= 0
-        hit[hit] = sorted_y[idx[hit]] >= z_lo[hit]
-        n = int(np.count_nonzero(hit))
-        if n == 0:
-            break
-        total += n
-        idx, z_lo = idx[hit] - 1, z_lo[hit]
-    return total
+    below = n_le_hi - 1
+    hit = below >= 0
+    hit[hit] = sorted_y[below[hit]] >= z_lo[hit]
+    if not hit.any():
+        return 0
+    n_le_hi, z_lo = n_le_hi[hit], z_lo[hit]
+    return int((n_le_hi - np.searchsorted(sorted_y, z_lo, side="left")).sum(dtype=np.int64))
 
 
 def _exact(tables: list[np.ndarray], secret: tuple[int, ...], tol: float) -> RankInterval:
