@@ -280,23 +280,38 @@ def _exact(tables: list[np.ndarray], secret: tuple[int, ...], tol: float) -> Ran
     t_hi, t_lo = score + tol, score - tol
     # Sort the smaller half (y); the larger (x) is processed in chunks as thresholds t - x.
     ys, xs = (sums_a, sums_b) if sums_a.size <= sums_b.size else (sums_b, sums_a)
-    ys = np.sort(ys, kind="stable")
-    n_y, y_min, y_max = ys.size, ys[0], ys[-1]
+    own_y, own_x = (own_a, own_b) if sums_a.size <= sums_b.size else (own_b, own_a)
+    n_y, y_min, y_max = ys.size, ys.min(), ys.max()
+    # y below every threshold t_lo - x never counts; y above every t_hi - x always counts as
+    # better (fl(t - x) is monotone in x, so these are the comparisons the merge would make).
+    # Only the rest is sorted: for a memorized secret that is a sliver.
+    never = ys < t_lo - xs.max()
+    always = ys > t_hi - xs.min()
+    n_always = int(np.count_nonzero(always))
+    ys = np.sort(ys[~(never | always)], kind="stable")
+    n_mid = ys.size
     better = between = 0  # pairs with y > t_hi - x; pairs with t_lo - x <= y <= t_hi - x
     for start in range(0, xs.size, _CHUNK):
         x = xs[start:start + _CHUNK]
-        # Thresholds outside ys' range need no search (the same comparisons the merge makes).
+        # Thresholds outside the range of y need no search (the comparisons the merge would make).
         everything = (t_hi - x) < y_min  # then also t_lo - x <= t_hi - x < y_min
         nothing = (t_lo - x) > y_max  # then also t_hi - x >= t_lo - x > y_max
         better += int(np.count_nonzero(everything)) * n_y
         x = np.sort(x[~(everything | nothing)], kind="stable")[::-1]  # descending x: ascending thresholds
         if x.size == 0:
             continue
+        better += x.size * n_always
+        if n_mid == 0:
+            continue
         n_le = _count_le(ys, t_hi - x)
-        better += x.size * n_y - int(n_le.sum(dtype=np.int64))
+        better += x.size * n_mid - int(n_le.sum(dtype=np.int64))
         between += _count_between(ys, n_le, t_lo - x)
-    # `between` counts the secret itself (its own pair sums to exactly `score`).
-    return RankInterval(better=better, tied=between - 1, space_size=total, method="exact")
+    # The secret's own pair was counted like any other: as a tie, unless rounding of the threshold
+    # t - x pushed it across (possible only with a tolerance below an ulp of the score).
+    own_better = bool(own_y > t_hi - own_x)
+    own_between = (not own_better) and bool(own_y >= t_lo - own_x)
+    return RankInterval(better=better - own_better, tied=between - own_between, space_size=total,
+                        method="exact")
 
 
 def _round_count(estimate: float, rel_err: float) -> tuple[int, int]:
