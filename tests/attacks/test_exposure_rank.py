@@ -196,7 +196,7 @@ def test_sampled_estimates_track_exact(quantile):
     exact = exposure_rank(table, secret, method="exact")
     score = float(table[np.arange(positions), secret].sum())
     interp = sampled_exposure(score, refs, 10**positions)
-    skew = sampled_exposure(score, refs[:2000], 10**positions, method="skewnorm")  # the fit is slow at large m
+    skew = sampled_exposure(score, refs[:5000], 10**positions, method="skewnorm")  # the fit is slow at large m
     assert interp.method == "sampled-interpolation" and skew.method == "sampled-skewnorm"
     # b ~ m * 10^-exposure references beat the secret: the log2 error is ~ 1/(ln2 sqrt(b)) bits
     b = max(1.0, m * 2.0 ** -exact.exposure_high)
