@@ -222,23 +222,22 @@ def _split(sizes: Sequence[int]) -> tuple[list[int], list[int]]:
     return sorted(groups[0]), sorted(groups[1])
 
 
-def _half_sums(tables: Sequence[np.ndarray], secret: Sequence[int]) -> tuple[np.ndarray, float]:
-    """All partial sums of a group of positions, laid out as sorted runs, and the secret's own.
+def _sorted_sums(tables: Sequence[np.ndarray], secret: Sequence[int]) -> tuple[np.ndarray, float]:
+    """All partial sums of a group of positions, ascending, and the secret's own partial sum.
 
-    The group is split once more and each part's sums sorted (cheap: ~sqrt of the group's size), so
-    the outer sum is a sequence of sorted runs that a stable (run-detecting) sort merges faster than
-    it sorts random data. The secret's partial sum is computed with the same two additions as every
-    candidate's, so it is exactly one of the returned values.
+    Built one position at a time: if s is sorted, the outer sum row + s is |row| sorted runs, which
+    a stable (run-detecting, timsort) sort merges in ~log2|row| passes instead of sorting from
+    scratch (2-3x faster than sorting the finished array here). The secret's partial sum is formed
+    with the same additions as every candidate's, so it is exactly one of the returned values.
     """
-    sizes = [t.size for t in tables]
-    part_a, part_b = _split(sizes) if len(tables) > 1 else (list(range(len(tables))), [])
-    sums_a = _all_sums([tables[i] for i in part_a])
-    sums_b = _all_sums([tables[i] for i in part_b])
-    own = (sums_a[_flat_index([secret[i] for i in part_a], [sizes[i] for i in part_a])]
-           + sums_b[_flat_index([secret[i] for i in part_b], [sizes[i] for i in part_b])])
-    if sums_a.size < sums_b.size:
-        sums_a, sums_b = sums_b, sums_a
-    return np.add.outer(np.sort(sums_a), np.sort(sums_b)).ravel(), float(own)
+    if not tables:  # an empty group (a one-position space): the single empty sum
+        return np.zeros(1), 0.0
+    sums = np.sort(tables[0])
+    own = float(tables[0][secret[0]])
+    for row, k in zip(tables[1:], secret[1:]):
+        sums = np.sort(np.add.outer(row, sums).ravel(), kind="stable")
+        own = float(row[k] + own)
+    return sums, own
 
 
 def _count_le(sorted_y: np.ndarray, sorted_z: np.ndarray) -> np.ndarray:
@@ -274,21 +273,21 @@ def _exact(tables: list[np.ndarray], secret: tuple[int, ...], tol: float) -> Ran
     sizes = [t.size for t in tables]
     total = math.prod(sizes)
     part_a, part_b = _split(sizes)
-    sums_a, own_a = _half_sums([tables[i] for i in part_a], [secret[i] for i in part_a])
-    sums_b, own_b = _half_sums([tables[i] for i in part_b], [secret[i] for i in part_b])
+    sums_a, own_a = _sorted_sums([tables[i] for i in part_a], [secret[i] for i in part_a])
+    sums_b, own_b = _sorted_sums([tables[i] for i in part_b], [secret[i] for i in part_b])
     score = own_a + own_b
     t_hi, t_lo = score + tol, score - tol
-    # Sort the smaller half (y); the larger (x) is processed in chunks as thresholds t - x.
+    # Both halves come sorted; the larger (x) is processed in chunks as thresholds t - x.
     ys, xs = (sums_a, sums_b) if sums_a.size <= sums_b.size else (sums_b, sums_a)
     own_y, own_x = (own_a, own_b) if sums_a.size <= sums_b.size else (own_b, own_a)
-    n_y, y_min, y_max = ys.size, ys.min(), ys.max()
+    n_y, y_min, y_max = ys.size, ys[0], ys[-1]
     # y below every threshold t_lo - x never counts; y above every t_hi - x always counts as
     # better (fl(t - x) is monotone in x, so these are the comparisons the merge would make).
-    # Only the rest is sorted: for a memorized secret that is a sliver.
-    never = ys < t_lo - xs.max()
-    always = ys > t_hi - xs.min()
-    n_always = int(np.count_nonzero(always))
-    ys = np.sort(ys[~(never | always)], kind="stable")
+    # Only the rest is searched: for a memorized secret that is a sliver.
+    lo = int(np.searchsorted(ys, t_lo - xs[-1], side="left"))  # ys[:lo] < t_lo - max(x)
+    hi = int(np.searchsorted(ys, t_hi - xs[0], side="right"))  # ys[hi:] > t_hi - min(x)
+    n_always = n_y - max(hi, lo)
+    ys = ys[lo:max(hi, lo)]
     n_mid = ys.size
     better = between = 0  # pairs with y > t_hi - x; pairs with t_lo - x <= y <= t_hi - x
     for start in range(0, xs.size, _CHUNK):
@@ -297,7 +296,7 @@ def _exact(tables: list[np.ndarray], secret: tuple[int, ...], tol: float) -> Ran
         everything = (t_hi - x) < y_min  # then also t_lo - x <= t_hi - x < y_min
         nothing = (t_lo - x) > y_max  # then also t_hi - x >= t_lo - x > y_max
         better += int(np.count_nonzero(everything)) * n_y
-        x = np.sort(x[~(everything | nothing)], kind="stable")[::-1]  # descending x: ascending thresholds
+        x = x[~(everything | nothing)][::-1]  # descending x: ascending thresholds
         if x.size == 0:
             continue
         better += x.size * n_always
