@@ -241,17 +241,9 @@ def _sorted_sums(tables: Sequence[np.ndarray], secret: Sequence[int]) -> tuple[n
 
 
 def _count_le(sorted_y: np.ndarray, sorted_z: np.ndarray) -> np.ndarray:
-    """#{y <= z} for each z; both arrays ascending.
-
-    A stable merge of the two runs (timsort finds them; y first, so a y equal to z counts) beats a
-    binary search per z when the arrays are of similar size.
-    """
-    n_y = sorted_y.size
-    if sorted_z.size * 16 < n_y:  # few thresholds: a binary search each
-        return np.searchsorted(sorted_y, sorted_z, side="right")
-    order = np.argsort(np.concatenate([sorted_y, sorted_z]), kind="stable")
-    is_y = order < n_y
-    return np.cumsum(is_y, dtype=np.int64)[~is_y]
+    """#{y <= z} for each z. With z ascending numpy's binary search starts from the previous answer,
+    so this is a merge in effect (as fast here as an explicit stable merge of the two runs)."""
+    return np.searchsorted(sorted_y, sorted_z, side="right")
 
 
 def _count_between(sorted_y: np.ndarray, n_le_hi: np.ndarray, z_lo: np.ndarray) -> int:
