@@ -241,8 +241,8 @@ def _sorted_sums(tables: Sequence[np.ndarray], secret: Sequence[int]) -> tuple[n
 
 
 def _count_le(sorted_y: np.ndarray, sorted_z: np.ndarray) -> np.ndarray:
-    """#{y <= z} for each z. With z ascending numpy's binary search starts from the previous answer,
-    so this is a merge in effect (as fast here as an explicit stable merge of the two runs)."""
+    """#{y <= z} for each z. With z ascending, numpy's binary search keeps the previous answer as its
+    lower bound and memory access stays local (measured as fast here as a stable merge of the runs)."""
     return np.searchsorted(sorted_y, sorted_z, side="right")
 
 
@@ -361,8 +361,13 @@ def _bounds(tables: list[np.ndarray], secret: tuple[int, ...], tol: float,
     h = 2.0 ** math.floor(math.log2(spread / grid_cells))
     scale = math.fsum(float(np.abs(t).max()) for t in tables) + abs(score) + tol
     delta = 8 * (len(tables) + 4) * _U * scale
-    lo_counts, lo_offset, lo_terms = _grid_distribution([np.floor(t / h) for t in tables])
-    hi_counts, hi_offset, hi_terms = _grid_distribution([np.ceil(t / h) for t in tables])
+    floors = [np.floor(t / h) for t in tables]
+    ceils = [np.ceil(t / h) for t in tables]
+    lo_counts, lo_offset, lo_terms = _grid_distribution(floors)
+    if all(np.array_equal(c, f + 1) for f, c in zip(floors, ceils)):  # no score on the grid: ceil = floor + 1
+        hi_counts, hi_offset, hi_terms = lo_counts, lo_offset + len(tables), lo_terms
+    else:
+        hi_counts, hi_offset, hi_terms = _grid_distribution(ceils)
     # Surely better: lo >= m_better (lo h > s + tol + delta). Possibly as good: hi >= m_atleast.
     m_better = math.floor((score + tol + delta) / h) + 1
     m_atleast = math.ceil((score - tol - delta) / h)
