@@ -252,9 +252,8 @@ def _count_between(sorted_y: np.ndarray, n_le_hi: np.ndarray, z_lo: np.ndarray) 
     Ties are rare: one vectorized step down from each query's position in sorted_y settles almost
     every query; the few that still sit on a tie get a binary search (z_lo ascending, so cheap).
     """
-    below = n_le_hi - 1
-    hit = below >= 0
-    hit[hit] = sorted_y[below[hit]] >= z_lo[hit]
+    below = n_le_hi - 1  # ascending, so this gather walks sorted_y in order
+    hit = (sorted_y[np.maximum(below, 0)] >= z_lo) & (below >= 0)
     if not hit.any():
         return 0
     n_le_hi, z_lo = n_le_hi[hit], z_lo[hit]
