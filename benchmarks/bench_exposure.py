@@ -78,7 +78,8 @@ def main() -> None:
         secret = rng.integers(0, alphabet, positions)
         got, t_min, t_med = timed(lambda: X.exposure_rank(table, secret, method="bounds"), args.repeats)
         row(f"{name} bounds, random secret", t_min * 1e3, t_med * 1e3,
-            f"exposure [{got.exposure_low:.3f}, {got.exposure_high:.3f}] (width {got.exposure_high - got.exposure_low:.4f} bits)")
+            f"exposure [{got.exposure_low:.3f}, {got.exposure_high:.3f}] "
+            f"(width {got.exposure_high - got.exposure_low:.4f} bits)")
 
     table = np.log(rng.dirichlet(np.ones(10), size=12))
     pool = rng.integers(0, 10, (1000, 12))  # a secret in the top 0.1% of 1,000 random candidates

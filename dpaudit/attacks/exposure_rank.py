@@ -10,10 +10,12 @@ per-position log-probabilities, so the score factorizes over positions and the r
 exactly over spaces far too large to enumerate (10^12 digit strings):
 
 - ``enumerate``: every candidate scored, |R| <= 1e6; the oracle the other methods are tested against.
-- ``exact``: meet in the middle. The positions are split in two halves; each half's partial sums are
-  enumerated, and the candidates better than the secret are the pairs (x, y) with x + y above the
-  threshold, counted by sorting one half and merging it with the sorted thresholds of the other.
-  O(sqrt|R| log|R|) time and O(sqrt|R|) memory, float64 throughout.
+- ``exact``: meet in the middle. The positions are split in two halves of balanced size; each
+  half's partial sums are enumerated in sorted order (built position by position, merging sorted
+  runs), and the candidates better than the secret are the pairs (x, y) with y > t - x, counted
+  by one ascending binary search of the thresholds t - x in the other half. Half-sums that never
+  or always count are pruned first (most of them for a memorized secret). O(sqrt|R| log|R|) time,
+  O(sqrt|R|) memory, float64 throughout; 10^12 digit strings in ~0.1-0.2 s on a 2-core VM.
 - ``bounds``: for spaces beyond ~1e14 (digits:20, words:6 over 1.7K words). Every per-position score is
   rounded down and up onto a power-of-two grid, the integer grid scores are convolved over positions
   (a histogram of the grid score of every candidate), and the candidates whose rounded-down score
