@@ -3,7 +3,8 @@
 Times ``dpaudit.attacks.exposure_rank`` on random per-position log-probability tables (Dirichlet(1)
 per position) for two kinds of secret: a random one (a control canary: its score sits in the bulk,
 the worst case, nothing pruned) and the top-ranked one (a memorized canary: most half-sums pruned).
-Times are per canary, after the forward pass (the scores are given), min and median over repeats.
+Times are per canary, after the forward pass (the scores are given), min and median over repeats
+of wall time (on a shared machine also compare CPU time: the batch rows print it).
 
 "naive" is the first numpy prototype's algorithm: the same two half-sum arrays, one sorted and
 every sum of the other binary-searched in it (np.searchsorted with unsorted queries); for digits:6
@@ -72,6 +73,15 @@ def main() -> None:
                 assert (enum.better, enum.tied) == (got.better, got.tied)
                 extra += f"  enumerate {e_min * 1e3:.1f} ms"
             row(f"digits:{digits} exact, {kind} secret", t_min * 1e3, t_med * 1e3, extra)
+
+    batch = np.log(rng.dirichlet(np.ones(10), size=(8, 12)))  # 8 canaries, random secrets
+    secrets = rng.integers(0, 10, (8, 12))
+    for workers in (1, 2):
+        start_cpu = time.process_time()
+        _, t_min, t_med = timed(lambda: X.exposure_ranks(batch, secrets, method="exact", workers=workers), 1)
+        cpu = time.process_time() - start_cpu
+        row(f"digits:12 exact, batch of 8, workers={workers}", t_min * 1e3 / 8, t_med * 1e3 / 8,
+            f"per canary (CPU time {cpu * 1e3 / 8:.1f} ms per canary)")
 
     for name, positions, alphabet in (("digits:20", 20, 10), ("words:6 (1,695 words)", 6, 1695)):
         table = np.log(rng.dirichlet(np.ones(alphabet), size=positions))

@@ -430,14 +430,29 @@ def exposure_rank(log_probs: np.ndarray | Sequence[np.ndarray], secret: Sequence
 
 def exposure_ranks(log_probs: np.ndarray | Sequence[Any], secrets: np.ndarray | Sequence[Sequence[int]], *,
                    tolerance: float = DEFAULT_TOLERANCE, method: str = "auto",
-                   grid_cells: int = DEFAULT_GRID_CELLS) -> list[RankInterval]:
-    """:func:`exposure_rank` for n canaries: log_probs [n, positions, alphabet], secrets [n, positions]."""
+                   grid_cells: int = DEFAULT_GRID_CELLS, workers: int = 1) -> list[RankInterval]:
+    """:func:`exposure_rank` for n canaries: log_probs [n, positions, alphabet], secrets [n, positions].
+
+    ``workers`` > 1 ranks canaries in that many threads: numpy releases the GIL in the sorts, binary
+    searches and additions that dominate, so canaries overlap on idle cores (results are identical).
+    """
     if isinstance(log_probs, np.ndarray) and log_probs.ndim != 3:
         raise ValueError(f"log_probs must be [canaries, positions, alphabet], got shape {log_probs.shape}.")
     if len(log_probs) != len(secrets):
         raise ValueError(f"{len(log_probs)} log-prob tables but {len(secrets)} secrets.")
-    return [exposure_rank(lp, s, tolerance=tolerance, method=method, grid_cells=grid_cells)
-            for lp, s in zip(log_probs, secrets)]
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive int, got {workers!r}.")
+
+    def one(pair: tuple[Any, Any]) -> RankInterval:
+        return exposure_rank(pair[0], pair[1], tolerance=tolerance, method=method, grid_cells=grid_cells)
+
+    pairs = list(zip(log_probs, secrets))
+    if workers == 1 or len(pairs) < 2:
+        return [one(p) for p in pairs]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(workers, len(pairs))) as pool:
+        return list(pool.map(one, pairs))
 
 
 # ----------------------------------------------------------------------------------------------

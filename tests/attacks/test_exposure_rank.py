@@ -223,7 +223,11 @@ def test_batched_api_matches_single_calls():
     rng = np.random.default_rng(3)
     tables = np.stack([random_table(rng, 7, 10) for _ in range(4)])
     secrets = rng.integers(0, 10, (4, 7))
-    assert exposure_ranks(tables, secrets) == [exposure_rank(t, s) for t, s in zip(tables, secrets)]
+    single = [exposure_rank(t, s) for t, s in zip(tables, secrets)]
+    assert exposure_ranks(tables, secrets) == single
+    assert exposure_ranks(tables, secrets, workers=2) == single
+    ragged = [[np.zeros(3), np.log([0.5, 0.25, 0.25])], [np.zeros(2), np.zeros(4)]]  # alphabets differ
+    assert [r.space_size for r in exposure_ranks(ragged, [[0, 1], [1, 3]])] == [9, 8]
 
 
 def test_rank_interval_json_round_trip_keeps_big_ints():
@@ -266,6 +270,8 @@ def test_invalid_options_are_value_errors():
         exposure_rank(np.zeros((9, 10)), [0] * 9, method="enumerate")
     with pytest.raises(ValueError, match="canaries, positions, alphabet"):
         exposure_ranks(table, [[0, 0]])
+    with pytest.raises(ValueError, match="workers"):
+        exposure_ranks(table[None], [[0, 0]], workers=0)
     with pytest.raises(ValueError, match="space_size"):
         sampled_exposure(0.0, np.zeros(5), 0)
     with pytest.raises(ValueError, match="finite"):
