@@ -48,6 +48,7 @@ ENUMERATE_MAX = 10**6
 EXACT_MAX = 10**14
 DEFAULT_TOLERANCE = 1e-9
 DEFAULT_GRID_CELLS = 1 << 14
+_EXACT_HALF_MAX = 2 * 10**8  # 1.6 GB of float64 half-sums: beyond this, use the bounds
 _CHUNK = 1 << 20  # query half-sums handled at once by the exact method (bounds its memory)
 _U = 2.0**-53  # unit roundoff of float64
 
@@ -266,6 +267,10 @@ def _exact(tables: list[np.ndarray], secret: tuple[int, ...], tol: float) -> Ran
     sizes = [t.size for t in tables]
     total = math.prod(sizes)
     part_a, part_b = _split(sizes)
+    half = max(math.prod(sizes[i] for i in part_a), math.prod(sizes[i] for i in part_b))
+    if half > _EXACT_HALF_MAX:
+        raise ValueError(f"method 'exact' would enumerate {half} half-sums (|R| = {total}); use "
+                         f"'bounds' (or 'auto') for spaces this large.")
     sums_a, own_a = _sorted_sums([tables[i] for i in part_a], [secret[i] for i in part_a])
     sums_b, own_b = _sorted_sums([tables[i] for i in part_b], [secret[i] for i in part_b])
     score = own_a + own_b

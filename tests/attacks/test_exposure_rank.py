@@ -268,6 +268,8 @@ def test_invalid_options_are_value_errors():
         exposure_rank(table, [0, 0], method="sampled")
     with pytest.raises(ValueError, match="too many"):
         exposure_rank(np.zeros((9, 10)), [0] * 9, method="enumerate")
+    with pytest.raises(ValueError, match="use 'bounds'"):
+        exposure_rank(np.zeros((20, 10)), [0] * 20, method="exact")
     with pytest.raises(ValueError, match="canaries, positions, alphabet"):
         exposure_ranks(table, [[0, 0]])
     with pytest.raises(ValueError, match="workers"):
