@@ -86,7 +86,7 @@ def auto_method(rows):
 
 
 def test_ties_reported_as_an_interval():
-    # Two symbols per position with equal scores: every candidate scores the same.
+    # Uniform digits:12: every candidate scores the same, so all 10^12 - 1 others tie.
     rows = np.log(np.full((12, 10), 0.1))  # digits:12, uniform
     got = exposure_rank(rows, [3] * 12, method="exact")
     assert (got.better, got.tied) == (0, 10**12 - 1)
