@@ -1,0 +1,1 @@
+"""Attacks on trained models: canary exposure, reconstruction and membership inference."""

@@ -1,0 +1,540 @@
+"""Exposure of a canary's secret: its rank among every candidate of the secret space, without sampling.
+
+Carlini et al. 2019 ("The Secret Sharer: Evaluating and Testing Unintended Memorization in Neural
+Networks", USENIX Security) define the exposure of a secret s in a space R as
+
+    exposure(s) = log2 |R| - log2 rank(s),   rank(s) = 1 + #{r in R scored strictly better than s}.
+
+A masked LM that sees every secret position masked at once scores a candidate by the sum of its
+per-position log-probabilities, so the score factorizes over positions and the rank can be counted
+exactly over spaces far too large to enumerate (10^12 digit strings):
+
+- ``enumerate``: every candidate scored, |R| <= 1e6; the oracle the other methods are tested against.
+- ``exact``: meet in the middle. The positions are split in two halves of balanced size; one
+  half's partial sums y are enumerated in sorted order (built position by position, merging sorted
+  runs), the other's x as a few already-sorted runs, and the candidates better than the secret are
+  the pairs with y > t - x, counted by ascending binary searches of the thresholds t - x. Half-sums
+  that never or always count are pruned first (most of them for a memorized secret).
+  O(sqrt|R| log|R|) time, O(sqrt|R|) memory, float64 throughout; 10^12 digit strings in ~70 ms of
+  CPU time on a 2-core VM.
+- ``bounds``: for spaces beyond ~1e14 (digits:20, words:6 over 1.7K words). Every per-position score is
+  rounded down and up onto a power-of-two grid, the integer grid scores are convolved over positions
+  (a histogram of the grid score of every candidate), and the candidates whose rounded-down score
+  already beats the secret (resp. whose rounded-up score reaches it) give a guaranteed lower (resp.
+  upper) bound on the rank.
+- ``sampled-interpolation`` / ``sampled-skewnorm``: Carlini et al.'s estimates from m sampled
+  reference candidates (sec. 4.2: the secret's rank among the references; and the skew-normal fit of
+  the reference scores extrapolated to the secret's score, as TF Privacy's
+  ``compute_exposure_extrapolation``), for scorers whose score does not factorize.
+
+Ties. Summation order alone moves a float64 score by a few ulps, enough to swap a candidate to either
+side of the secret at a tie. Candidates within ``tolerance`` of the secret's score are therefore
+reported as ties and the rank as an interval ``[better + 1, better + tied + 1]`` (the secret itself is
+never counted); exposure likewise. Ranks are Python ints and exposure uses :func:`math.log2` on them,
+so spaces of 10^20 lose nothing; a secret ranked first has exposure exactly ``log2 |R|``.
+
+This module is pure numpy/scipy: no model, no torch, no jax.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any, Sequence
+
+import numpy as np
+
+METHODS = ("enumerate", "exact", "bounds", "sampled-interpolation", "sampled-skewnorm")
+ENUMERATE_MAX = 10**6
+EXACT_MAX = 10**14
+DEFAULT_TOLERANCE = 1e-9
+DEFAULT_GRID_CELLS = 1 << 14
+_EXACT_HALF_MAX = 2 * 10**8  # 1.6 GB of float64 half-sums: beyond this, use the bounds
+_MAX_RUNS = 64  # the exact method's larger half is swept as this many sorted runs at most
+_CHUNK = 1 << 20  # query half-sums handled at once by the exact method (bounds its memory)
+_U = 2.0**-53  # unit roundoff of float64
+
+
+@dataclass(frozen=True)
+class RankInterval:
+    """The rank of a secret among the |R| candidates of its space, as an interval.
+
+    Attributes:
+      better: candidates scored strictly better than the secret beyond the tolerance. For
+        ``bounds`` a guaranteed lower bound on that count; for the sampled methods an estimate.
+      tied: other candidates within the tolerance of the secret's score (``bounds``: the width of
+        the bracket, so that ``better + tied`` is a guaranteed upper bound on the candidates scored
+        at least as well as the secret; sampled methods: tied references and rounding of the scaled
+        estimate).
+      space_size: |R|, a Python int (may exceed 2**63).
+      method: how it was computed, one of :data:`METHODS`.
+    """
+
+    better: int
+    tied: int
+    space_size: int
+    method: str
+
+    def __post_init__(self) -> None:
+        for name in ("better", "tied", "space_size"):
+            value = getattr(self, name)
+            if isinstance(value, bool) or not isinstance(value, (int, np.integer)):
+                raise ValueError(f"RankInterval.{name} must be an int, got {value!r}.")
+            object.__setattr__(self, name, int(value))
+        if self.space_size < 1:
+            raise ValueError(f"space_size must be >= 1, got {self.space_size}.")
+        if self.better < 0 or self.tied < 0:
+            raise ValueError(f"better and tied must be >= 0, got {self.better} and {self.tied}.")
+        if self.better + self.tied + 1 > self.space_size:
+            raise ValueError(f"better + tied + 1 = {self.better + self.tied + 1} exceeds space_size "
+                             f"{self.space_size}.")
+        if self.method not in METHODS:
+            raise ValueError(f"method must be one of {METHODS}, got {self.method!r}.")
+
+    @property
+    def rank_low(self) -> int:
+        """Best possible rank: 1 + candidates strictly better."""
+        return self.better + 1
+
+    @property
+    def rank_high(self) -> int:
+        """Worst possible rank: 1 + candidates better or tied."""
+        return self.better + self.tied + 1
+
+    @property
+    def exposure_low(self) -> float:
+        """log2 |R| - log2 rank_high (Carlini et al. 2019, Definition 3)."""
+        return math.log2(self.space_size) - math.log2(self.rank_high)
+
+    @property
+    def exposure_high(self) -> float:
+        """log2 |R| - log2 rank_low; exactly log2 |R| for a secret ranked first."""
+        return math.log2(self.space_size) - math.log2(self.rank_low)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready dict; ints stay exact Python ints (json writes them digit for digit)."""
+        return {"method": self.method, "space_size": self.space_size, "better": self.better,
+                "tied": self.tied, "rank_low": self.rank_low, "rank_high": self.rank_high,
+                "exposure_low": self.exposure_low, "exposure_high": self.exposure_high}
+
+    @classmethod
+    def from_json(cls, data: dict[str, Any]) -> "RankInterval":
+        """Inverse of :meth:`to_json` (the derived fields are recomputed, and checked if present)."""
+        try:
+            out = cls(better=int(data["better"]), tied=int(data["tied"]),
+                      space_size=int(data["space_size"]), method=str(data["method"]))
+        except KeyError as err:
+            raise ValueError(f"rank interval JSON lacks the field {err.args[0]!r}.") from None
+        for name in ("rank_low", "rank_high"):
+            if name in data and int(data[name]) != getattr(out, name):
+                raise ValueError(f"rank interval JSON has {name}={data[name]}, inconsistent with "
+                                 f"better={out.better}, tied={out.tied}.")
+        return out
+
+
+# ----------------------------------------------------------------------------------------------
+# Input checking
+
+
+def _tables(log_probs: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarray]:
+    """Per-position score rows as contiguous float64 1-D arrays, checked."""
+    if isinstance(log_probs, np.ndarray):
+        if log_probs.ndim != 2:
+            raise ValueError(f"log_probs must be [positions, alphabet] (or a list of 1-D arrays), "
+                             f"got shape {log_probs.shape}.")
+        rows = list(log_probs)
+    else:
+        rows = list(log_probs)
+    if not rows:
+        raise ValueError("log_probs has no positions.")
+    tables = []
+    for i, row in enumerate(rows):
+        arr = np.asarray(row)
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.floating)
+                                       or np.issubdtype(arr.dtype, np.integer)):
+            raise ValueError(f"log_probs position {i} must be numeric, got dtype {arr.dtype}.")
+        arr = np.ascontiguousarray(arr, dtype=np.float64)
+        if arr.ndim != 1 or arr.size == 0:
+            raise ValueError(f"log_probs position {i} must be a non-empty 1-D array, got shape {arr.shape}.")
+        bad = ~np.isfinite(arr)
+        if bad.any():
+            j = int(np.argmax(bad))
+            raise ValueError(f"log_probs position {i}, symbol {j} is {arr[j]}: scores must be finite "
+                             f"(a NaN or inf log-probability has no rank).")
+        tables.append(arr)
+    return tables
+
+
+def _secret(secret: Sequence[int], tables: list[np.ndarray]) -> tuple[int, ...]:
+    idx = np.asarray(secret)
+    if idx.ndim != 1 or (idx.size and not np.issubdtype(idx.dtype, np.integer)) or idx.dtype == bool:
+        raise ValueError(f"secret must be a 1-D sequence of symbol indices (ints), got {secret!r}.")
+    if idx.size != len(tables):
+        raise ValueError(f"secret has {idx.size} positions but log_probs has {len(tables)}.")
+    for i, (k, t) in enumerate(zip(idx.tolist(), tables)):
+        if not 0 <= k < t.size:
+            raise ValueError(f"secret position {i} is symbol {k}, outside the alphabet [0, {t.size}).")
+    return tuple(int(k) for k in idx.tolist())
+
+
+def _check_tolerance(tolerance: float) -> float:
+    tol = float(tolerance)
+    if not (math.isfinite(tol) and tol >= 0):
+        raise ValueError(f"tolerance must be finite and >= 0, got {tolerance!r}.")
+    return tol
+
+
+def space_size(log_probs: np.ndarray | Sequence[np.ndarray]) -> int:
+    """|R| = the product of the alphabet sizes, as a Python int."""
+    return math.prod(t.size for t in _tables(log_probs))
+
+
+# ----------------------------------------------------------------------------------------------
+# Methods
+
+
+def _all_sums(tables: Sequence[np.ndarray]) -> np.ndarray:
+    """Score of every combination, row-major over the positions (position 0 slowest)."""
+    sums = np.zeros(1)
+    for row in tables:
+        sums = np.add.outer(sums, row).ravel()
+    return sums
+
+
+def _flat_index(secret: Sequence[int], sizes: Sequence[int]) -> int:
+    index = 0
+    for k, n in zip(secret, sizes):
+        index = index * n + k
+    return index
+
+
+def _enumerate(tables: list[np.ndarray], secret: tuple[int, ...], tol: float) -> RankInterval:
+    sums = _all_sums(tables)
+    score = sums[_flat_index(secret, [t.size for t in tables])]
+    better = int(np.count_nonzero(sums > score + tol))
+    at_least = int(np.count_nonzero(sums >= score - tol))
+    return RankInterval(better=better, tied=at_least - better - 1, space_size=sums.size, method="enumerate")
+
+
+def _split(sizes: Sequence[int]) -> tuple[list[int], list[int]]:
+    """Two groups of positions with products as equal as possible (greedy on log sizes)."""
+    groups: tuple[list[int], list[int]] = ([], [])
+    logs = [0.0, 0.0]
+    for i in sorted(range(len(sizes)), key=lambda i: -sizes[i]):
+        g = 0 if logs[0] <= logs[1] else 1
+        groups[g].append(i)
+        logs[g] += math.log(sizes[i])
+    return sorted(groups[0]), sorted(groups[1])
+
+
+def _sorted_sums(tables: Sequence[np.ndarray], secret: Sequence[int]) -> tuple[np.ndarray, float]:
+    """All partial sums of a group of positions, ascending, and the secret's own partial sum.
+
+    Built one position at a time: if s is sorted, the outer sum row + s is |row| sorted runs, which
+    a stable (run-detecting, timsort) sort merges in ~log2|row| passes instead of sorting from
+    scratch (2-3x faster than sorting the finished array here). The secret's partial sum is formed
+    with the same additions as every candidate's, so it is exactly one of the returned values.
+    """
+    if not tables:  # an empty group (a one-position space): the single empty sum
+        return np.zeros(1), 0.0
+    sums = np.sort(tables[0])
+    own = float(tables[0][secret[0]])
+    for row, k in zip(tables[1:], secret[1:]):
+        sums = np.sort(np.add.outer(row, sums).ravel(), kind="stable")
+        own = float(row[k] + own)
+    return sums, own
+
+
+def _count_le(sorted_y: np.ndarray, sorted_z: np.ndarray) -> np.ndarray:
+    """#{y <= z} for each z. With z ascending, numpy's binary search keeps the previous answer as its
+    lower bound and memory access stays local (measured as fast here as a stable merge of the runs)."""
+    return np.searchsorted(sorted_y, sorted_z, side="right")
+
+
+def _count_between(sorted_y: np.ndarray, n_le_hi: np.ndarray, z_lo: np.ndarray) -> int:
+    """sum over queries of #{y: z_lo <= y <= z_hi}, given n_le_hi = #{y <= z_hi} per query.
+
+    Ties are rare: one vectorized step down from each query's position in sorted_y settles almost
+    every query; the few that still sit on a tie get a binary search (z_lo ascending, so cheap).
+    """
+    below = n_le_hi - 1  # ascending, so this gather walks sorted_y in order
+    hit = (sorted_y[np.maximum(below, 0)] >= z_lo) & (below >= 0)
+    if not hit.any():
+        return 0
+    n_le_hi, z_lo = n_le_hi[hit], z_lo[hit]
+    return int((n_le_hi - np.searchsorted(sorted_y, z_lo, side="left")).sum(dtype=np.int64))
+
+
+def _exact(tables: list[np.ndarray], secret: tuple[int, ...], tol: float) -> RankInterval:
+    sizes = [t.size for t in tables]
+    total = math.prod(sizes)
+    part_a, part_b = _split(sizes)
+    half = max(math.prod(sizes[i] for i in part_a), math.prod(sizes[i] for i in part_b))
+    if half > _EXACT_HALF_MAX:
+        raise ValueError(f"method 'exact' would enumerate {half} half-sums (|R| = {total}); use "
+                         f"'bounds' (or 'auto') for spaces this large.")
+    if math.prod(sizes[i] for i in part_a) > math.prod(sizes[i] for i in part_b):
+        part_a, part_b = part_b, part_a
+    # y: the smaller half, all its sums sorted. x: the larger half, as runs x = r + base for each
+    # symbol score r of its last position (base: the sorted sums of its other positions), so the
+    # largest array is never sorted: each run is already ascending.
+    ys, own_y = _sorted_sums([tables[i] for i in part_a], [secret[i] for i in part_a])
+    part_b = sorted(part_b, key=lambda i: -sizes[i])  # smallest alphabet last: fewest runs
+    if len(part_b) >= 2 and sizes[part_b[-1]] <= _MAX_RUNS:
+        base, own_base = _sorted_sums([tables[i] for i in part_b[:-1]], [secret[i] for i in part_b[:-1]])
+        last = tables[part_b[-1]]
+        own_x = float(last[secret[part_b[-1]]] + own_base)
+        runs = [(float(r), base) for r in last]
+        x_min, x_max = float(last.min() + base[0]), float(last.max() + base[-1])
+    else:
+        xs, own_x = _sorted_sums([tables[i] for i in part_b], [secret[i] for i in part_b])
+        runs = [(0.0, xs[start:start + _CHUNK]) for start in range(0, xs.size, _CHUNK)]  # x = 0 + xs
+        x_min, x_max = float(xs[0]), float(xs[-1])
+    score = own_y + own_x
+    t_hi, t_lo = score + tol, score - tol
+    n_y, y_min, y_max = ys.size, ys[0], ys[-1]
+    # y below every threshold t_lo - x never counts; y above every t_hi - x always counts as
+    # better (fl(t - x) is monotone in x, so these are the comparisons the search would make).
+    # Only the rest is searched: for a memorized secret that is a sliver.
+    lo = int(np.searchsorted(ys, t_lo - x_max, side="left"))  # ys[:lo] < t_lo - max(x)
+    hi = int(np.searchsorted(ys, t_hi - x_min, side="right"))  # ys[hi:] > t_hi - min(x)
+    n_always = n_y - max(hi, lo)
+    ys = ys[lo:max(hi, lo)]
+    n_mid = ys.size
+    better = between = 0  # pairs with y > t_hi - x; pairs with t_lo - x <= y <= t_hi - x
+    for shift, rest in runs:
+        x = rest + shift  # exact for the chunks of xs (shift 0.0)
+        # Thresholds outside the range of y need no search (the comparisons the search would make).
+        everything = (t_hi - x) < y_min  # then also t_lo - x <= t_hi - x < y_min
+        nothing = (t_lo - x) > y_max  # then also t_hi - x >= t_lo - x > y_max
+        better += int(np.count_nonzero(everything)) * n_y
+        x = x[~(everything | nothing)][::-1]  # descending x: ascending thresholds
+        if x.size == 0:
+            continue
+        better += x.size * n_always
+        if n_mid == 0:
+            continue
+        n_le = _count_le(ys, t_hi - x)
+        better += x.size * n_mid - int(n_le.sum(dtype=np.int64))
+        between += _count_between(ys, n_le, t_lo - x)
+    # The secret's own pair was counted like any other: as a tie, unless rounding of the threshold
+    # t - x pushed it across (possible only with a tolerance below an ulp of the score).
+    own_better = bool(own_y > t_hi - own_x)
+    own_between = (not own_better) and bool(own_y >= t_lo - own_x)
+    return RankInterval(better=better - own_better, tied=between - own_between, space_size=total,
+                        method="exact")
+
+
+def _round_count(estimate: float, rel_err: float) -> tuple[int, int]:
+    """Integer interval holding a non-negative count computed with relative error <= rel_err."""
+    if estimate < 2.0**52 and 2 * estimate * rel_err < 0.5:
+        exact = int(round(estimate))
+        return exact, exact
+    return (max(0, math.floor(estimate * (1 - 2 * rel_err))), math.ceil(estimate * (1 + 2 * rel_err)))
+
+
+def _grid_distribution(rows: list[np.ndarray]) -> tuple[np.ndarray, int, int]:
+    """Histogram (float64 counts) of the sum of integer grid scores over every candidate.
+
+    Returns (counts, offset, terms): counts[k] = #candidates whose summed grid score is offset + k;
+    terms bounds the rounding steps any count went through (for the relative error bound).
+    """
+    counts = np.ones(1)
+    offset = 0
+    terms = 0
+    for row in rows:
+        low = int(row.min())
+        hist = np.bincount((row - low).astype(np.int64)).astype(np.float64)
+        offset += low
+        nonzero = np.flatnonzero(hist)
+        terms += nonzero.size + 1
+        if nonzero.size <= 32:  # a few shifted copies beat a dense convolution
+            out = np.zeros(counts.size + hist.size - 1)
+            for k in nonzero:
+                out[k:k + counts.size] += hist[k] * counts
+            counts = out
+        else:
+            counts = np.convolve(counts, hist)
+    return counts, offset, terms
+
+
+def _bounds(tables: list[np.ndarray], secret: tuple[int, ...], tol: float,
+            grid_cells: int) -> RankInterval:
+    """Guaranteed rank bracket from the floor/ceil grid convolution.
+
+    Why it is guaranteed: with h a power of two, v / h is exact, so floor(v/h) h <= v <= ceil(v/h) h
+    holds for every per-position score v, hence lo(c) h <= score(c) <= hi(c) h for every candidate c
+    (lo, hi: its summed floor/ceil grid scores; score: the exact real sum). A candidate with
+    lo(c) h > s + tol + delta is better than the secret whichever order its float64 sum is taken
+    in (delta covers float64 summation error of any candidate and of the secret), and one with
+    hi(c) h < s - tol - delta is worse. The counts of these come from convolving per-position
+    histograms in float64: all terms are non-negative, so every computed count carries a relative
+    error <= (1 + u)^n - 1 for n the rounding steps it went through (Higham, Accuracy and Stability
+    of Numerical Algorithms, 2002, sec. 3.1 and 4.2), and the counts are widened by that.
+    """
+    sizes = [t.size for t in tables]
+    total = math.prod(sizes)
+    score = math.fsum(t[k] for t, k in zip(tables, secret))
+    spread = math.fsum(float(t.max() - t.min()) for t in tables)
+    if spread == 0.0:  # every candidate scores the same: all tie
+        return RankInterval(better=0, tied=total - 1, space_size=total, method="bounds")
+    h = 2.0 ** math.floor(math.log2(spread / grid_cells))
+    scale = math.fsum(float(np.abs(t).max()) for t in tables) + abs(score) + tol
+    delta = 8 * (len(tables) + 4) * _U * scale
+    floors = [np.floor(t / h) for t in tables]
+    ceils = [np.ceil(t / h) for t in tables]
+    lo_counts, lo_offset, lo_terms = _grid_distribution(floors)
+    if all(np.array_equal(c, f + 1) for f, c in zip(floors, ceils)):  # no score on the grid: ceil = floor + 1
+        hi_counts, hi_offset, hi_terms = lo_counts, lo_offset + len(tables), lo_terms
+    else:
+        hi_counts, hi_offset, hi_terms = _grid_distribution(ceils)
+    # Surely better: lo >= m_better (lo h > s + tol + delta). Possibly as good: hi >= m_atleast.
+    m_better = math.floor((score + tol + delta) / h) + 1
+    m_atleast = math.ceil((score - tol - delta) / h)
+    tail_lo = lo_counts[max(0, m_better - lo_offset):]
+    tail_hi = hi_counts[max(0, m_atleast - hi_offset):]
+    est_better = math.fsum(tail_lo.tolist()) if m_better - lo_offset < lo_counts.size else 0.0
+    est_atleast = math.fsum(tail_hi.tolist()) if m_atleast - hi_offset < hi_counts.size else 0.0
+    rel_lo = 1.01 * math.expm1((lo_terms + 2) * math.log1p(_U)) + 2 * _U
+    rel_hi = 1.01 * math.expm1((hi_terms + 2) * math.log1p(_U)) + 2 * _U
+    better_low, _ = _round_count(est_better, rel_lo)
+    _, atleast_high = _round_count(est_atleast, rel_hi)
+    atleast_high = min(max(atleast_high, better_low + 1), total)  # the secret itself is at least as good
+    return RankInterval(better=better_low, tied=atleast_high - better_low - 1, space_size=total,
+                        method="bounds")
+
+
+def exposure_rank(log_probs: np.ndarray | Sequence[np.ndarray], secret: Sequence[int], *,
+                  tolerance: float = DEFAULT_TOLERANCE, method: str = "auto",
+                  grid_cells: int = DEFAULT_GRID_CELLS) -> RankInterval:
+    """Rank interval of ``secret`` among all candidates of a factorizing secret space.
+
+    Args:
+      log_probs: [positions, alphabet] scores (per-position log-probabilities over the space's
+        alphabet), or a list of 1-D arrays when alphabet sizes differ. A candidate's score is the sum
+        of its per-position entries; higher is better.
+      secret: index of the true symbol at each position.
+      tolerance: candidates within this distance of the secret's score are ties (float64 summation
+        order alone moves a score by a few ulps).
+      method: "auto" (enumerate for |R| <= 1e6, exact up to 1e14, bounds above), "enumerate",
+        "exact" or "bounds".
+      grid_cells: grid resolution of the bounds method (total cells over all positions): finer is
+        tighter and slower.
+
+    Returns:
+      A :class:`RankInterval`; its ``exposure_low``/``exposure_high`` are Carlini et al.'s exposure.
+
+    Raises:
+      ValueError: on shape mismatch, a secret index outside its alphabet, or a non-finite score.
+    """
+    tables = _tables(log_probs)
+    idx = _secret(secret, tables)
+    tol = _check_tolerance(tolerance)
+    total = math.prod(t.size for t in tables)
+    if method == "auto":
+        method = "enumerate" if total <= ENUMERATE_MAX else "exact" if total <= EXACT_MAX else "bounds"
+    if method == "enumerate":
+        if total > 10 * ENUMERATE_MAX:
+            raise ValueError(f"method 'enumerate' scores every candidate; |R| = {total} is too many "
+                             f"(use 'exact' or 'auto').")
+        return _enumerate(tables, idx, tol)
+    if method == "exact":
+        return _exact(tables, idx, tol)
+    if method == "bounds":
+        if isinstance(grid_cells, bool) or not isinstance(grid_cells, int) or grid_cells < 1:
+            raise ValueError(f"grid_cells must be a positive int, got {grid_cells!r}.")
+        return _bounds(tables, idx, tol, grid_cells)
+    raise ValueError(f"method must be 'auto', 'enumerate', 'exact' or 'bounds', got {method!r}.")
+
+
+def exposure_ranks(log_probs: np.ndarray | Sequence[Any], secrets: np.ndarray | Sequence[Sequence[int]], *,
+                   tolerance: float = DEFAULT_TOLERANCE, method: str = "auto",
+                   grid_cells: int = DEFAULT_GRID_CELLS, workers: int = 1) -> list[RankInterval]:
+    """:func:`exposure_rank` for n canaries: log_probs [n, positions, alphabet], secrets [n, positions].
+
+    ``workers`` > 1 ranks canaries in that many threads: numpy releases the GIL in the sorts, binary
+    searches and additions that dominate, so canaries overlap on idle cores (results are identical).
+    """
+    if isinstance(log_probs, np.ndarray) and log_probs.ndim != 3:
+        raise ValueError(f"log_probs must be [canaries, positions, alphabet], got shape {log_probs.shape}.")
+    if len(log_probs) != len(secrets):
+        raise ValueError(f"{len(log_probs)} log-prob tables but {len(secrets)} secrets.")
+    if isinstance(workers, bool) or not isinstance(workers, int) or workers < 1:
+        raise ValueError(f"workers must be a positive int, got {workers!r}.")
+
+    def one(pair: tuple[Any, Any]) -> RankInterval:
+        return exposure_rank(pair[0], pair[1], tolerance=tolerance, method=method, grid_cells=grid_cells)
+
+    pairs = list(zip(log_probs, secrets))
+    if workers == 1 or len(pairs) < 2:
+        return [one(p) for p in pairs]
+    from concurrent.futures import ThreadPoolExecutor
+
+    with ThreadPoolExecutor(max_workers=min(workers, len(pairs))) as pool:
+        return list(pool.map(one, pairs))
+
+
+# ----------------------------------------------------------------------------------------------
+# Sampled estimates (scores that do not factorize)
+
+
+def _scaled_rank_interval(log2_fraction_low: float, log2_fraction_high: float, total: int,
+                          method: str) -> RankInterval:
+    """Integer ranks bracketing |R| * fraction (fractions given as log2), clamped to [1, |R|]."""
+    def scaled(log2_fraction: float, rounding) -> int:
+        log2_rank = math.log2(total) + log2_fraction
+        if log2_rank <= 0:
+            return 1
+        if log2_rank >= math.log2(total):
+            return total
+        return min(total, max(1, int(rounding(2.0**log2_rank))))
+
+    low = scaled(log2_fraction_low, math.floor)
+    high = max(low, scaled(log2_fraction_high, math.ceil))
+    return RankInterval(better=low - 1, tied=high - low, space_size=total, method=method)
+
+
+def sampled_exposure(secret_score: float, reference_scores: np.ndarray, space_size: int, *,
+                     method: str = "interpolation", tolerance: float = DEFAULT_TOLERANCE) -> RankInterval:
+    """Estimated rank of a secret from the scores of m candidates sampled uniformly from R.
+
+    Carlini et al. 2019, sec. 4.2, for scorers that do not factorize over positions:
+
+    - ``interpolation``: the secret's rank among the m references, (b + 1) with b references scored
+      better, scaled to R: rank ~ |R| (b + 1) / m, i.e. exposure ~ log2 m - log2 (b + 1) (as TF
+      Privacy's ``compute_exposure_interpolation``). It cannot resolve exposure beyond log2 m.
+      References within ``tolerance`` of the secret widen the interval.
+    - ``skewnorm``: fit a skew-normal to the reference scores (``scipy.stats.skewnorm.fit``) and read
+      the fraction of R scored above the secret off its survival function: rank ~ |R| sf(s), as TF
+      Privacy's ``compute_exposure_extrapolation`` (which uses the CDF of perplexities, lower better).
+
+    The interval returned brackets the scaled estimate (integer rounding and ties); it is not a
+    confidence interval.
+    """
+    score = float(secret_score)
+    if not math.isfinite(score):
+        raise ValueError(f"secret_score must be finite, got {secret_score!r}.")
+    refs = np.asarray(reference_scores, dtype=np.float64)
+    if refs.ndim != 1 or refs.size == 0:
+        raise ValueError(f"reference_scores must be a non-empty 1-D array, got shape {refs.shape}.")
+    if not np.isfinite(refs).all():
+        raise ValueError("reference_scores must be finite (found NaN or inf).")
+    if isinstance(space_size, bool) or not isinstance(space_size, (int, np.integer)) or space_size < 1:
+        raise ValueError(f"space_size must be a positive int, got {space_size!r}.")
+    total = int(space_size)
+    tol = _check_tolerance(tolerance)
+    m = refs.size
+    if method == "interpolation":
+        better = int(np.count_nonzero(refs > score + tol))
+        tied = int(np.count_nonzero(refs >= score - tol)) - better
+        return _scaled_rank_interval(math.log2((better + 1) / m), math.log2((better + tied + 1) / m), total,
+                                     "sampled-interpolation")
+    if method == "skewnorm":
+        from scipy import stats
+
+        if m < 3 or float(refs.max() - refs.min()) == 0.0:
+            raise ValueError(f"a skew-normal fit needs >= 3 reference scores that are not all equal, got {m}.")
+        params = stats.skewnorm.fit(refs)
+        log2_sf = float(stats.skewnorm.logsf(score, *params)) / math.log(2)
+        return _scaled_rank_interval(log2_sf, log2_sf, total, "sampled-skewnorm")
+    raise ValueError(f"method must be 'interpolation' or 'skewnorm', got {method!r}.")
