@@ -33,6 +33,7 @@ from canaries.generate import (
     normalize_tokens,
     parse_template,
 )
+from canaries.keys import KEY_STREAM, fill_keys
 from canaries.insert import (
     HELDOUT,
     MEMBER,
@@ -291,6 +292,7 @@ def inject(config: InjectConfig, out: str | Path, *, overwrite: bool = False, co
         picks = draw_labels(corpus.label_counts, len(draws), rng=_rng(config.seed, _LABELS))  # type: ignore[arg-type]
         labels = [corpus.labels[i] for i in picks.tolist()]
     canaries = build_canaries(draws, frequencies, template_prefix=prefix, template_suffix=suffix, format=space.format, labels=labels)
+    canaries = fill_keys(canaries, _rng(config.seed, KEY_STREAM))  # a unique {name} per canary
     order = train_order(np.flatnonzero(codes == MEMBER), frequencies, _rng(config.seed, _SHUFFLE))
 
     summary = _summary(config, counts, canaries, len(order), space, rejected)
@@ -362,7 +364,7 @@ def _write(out: Path, *, overwrite: bool, config: InjectConfig, corpus: LoadedCo
                     "corpus": corpus.info,
                     "canary_labels": "drawn in proportion to the corpus label counts" if corpus.labels else None,
                     "tokenizer": mf.TOKENIZER_NOTE,
-                    "random_streams": "numpy SeedSequence(seed, spawn_key=(k,)): 1 split, 2 secrets, 3 coin, 4 labels, 5 shuffle",
+                    "random_streams": "numpy SeedSequence(seed, spawn_key=(k,)): 1 split, 2 secrets, 3 coin, 4 labels, 5 shuffle, 6 keys",
                 },
             )
             write_manifest(stage, manifest)
