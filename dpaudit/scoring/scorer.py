@@ -27,7 +27,14 @@ from tqdm import tqdm
 
 from dpaudit.errors import UserInputError
 from dpaudit.scoring.source import CLASSIFIER, MASKED_LM, ModelSource
-from dpaudit.scoring.targets import CanaryLike, CanaryTokens, SpaceLike, alphabet_token_ids, locate_secrets, locate_spans
+from dpaudit.scoring.targets import (
+    CanaryLike,
+    SpaceLike,
+    alphabet_token_ids,
+    check_secret_tokens,
+    locate_secrets,
+    locate_spans,
+)
 
 #: Masking rate of the fixed, seeded masking used for per-example MLM losses (BERT's rate).
 EXAMPLE_MASK_PROB = 0.15
@@ -168,8 +175,9 @@ class Scorer:
         self._require(MASKED_LM, "masked-secret scoring")
         if not 0 <= reveal < space.length:
             raise UserInputError(f"--reveal {reveal}: must be from 0 to {space.length - 1} for {space.format} secrets.")
+        located = locate_secrets(self.tokenizer, canaries, space, max_length=self.max_length)
         alphabet = alphabet_token_ids(self.tokenizer, space)
-        located = locate_secrets(self.tokenizer, canaries, space, alphabet, max_length=self.max_length)
+        check_secret_tokens(self.tokenizer, canaries, located, space, alphabet)
         torch = self._torch
         cols = torch.as_tensor(alphabet, device=self.device)
         m = space.length - reveal

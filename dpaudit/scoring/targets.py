@@ -80,24 +80,21 @@ def alphabet_token_ids(tokenizer: Any, space: SpaceLike) -> np.ndarray:
     return np.asarray(out, dtype=np.int64)
 
 
-def locate_secrets(tokenizer: Any, canaries: Sequence[CanaryLike], space: SpaceLike, alphabet_ids: np.ndarray,
-                   *, max_length: int) -> list[CanaryTokens]:
-    """Tokenize canaries (one batched call) and find each secret's tokens.
+def locate_secrets(tokenizer: Any, canaries: Sequence[CanaryLike], space: SpaceLike, *, max_length: int) -> list[CanaryTokens]:
+    """Tokenize canaries (one batched call) and find each secret's tokens, one per position.
 
     Raises:
-        UserInputError: naming the canary whose secret is not one alphabet token per position, or
-            whose text is longer than the model accepts.
+        UserInputError: naming the canary whose secret is not one token per position, or whose
+            text is longer than the model accepts.
     """
     enc = tokenizer([c.prefix + c.secret + c.suffix for c in canaries], return_offsets_mapping=True, truncation=False)
-    id_of = dict(zip(space.alphabet, alphabet_ids.tolist()))
     out = []
     for c, ids, offsets in zip(canaries, enc["input_ids"], enc["offset_mapping"]):
         parts = space.split(c.secret)
         start = len(c.prefix)
         positions = _overlapping(offsets, start, start + len(c.secret))
-        tokens = [tokenizer.convert_ids_to_tokens(ids[p]) for p in positions]
-        expected = [id_of.get(p) for p in parts]
-        if len(positions) != len(parts) or [ids[p] for p in positions] != expected:
+        if len(positions) != len(parts):
+            tokens = [tokenizer.convert_ids_to_tokens(ids[p]) for p in positions]
             raise UserInputError(
                 f"canary {c.id}: its secret {c.secret!r} tokenizes as {tokens} ({len(positions)} tokens), but the "
                 f"{space.format} space assumes one token per position ({len(parts)}); audit with a tokenizer that "
@@ -108,6 +105,23 @@ def locate_secrets(tokenizer: Any, canaries: Sequence[CanaryLike], space: SpaceL
                                  "use a shorter --template.")
         out.append(CanaryTokens(input_ids=list(ids), secret_positions=positions))
     return out
+
+
+def check_secret_tokens(tokenizer: Any, canaries: Sequence[CanaryLike], located: Sequence[CanaryTokens], space: SpaceLike,
+                        alphabet_ids: np.ndarray) -> None:
+    """Each secret position's token, in context, must be the alphabet token of that symbol.
+
+    Raises:
+        UserInputError: naming the first canary whose secret tokens differ (e.g. a word that is one
+            token alone but merges with its neighbours in the sentence).
+    """
+    id_of = dict(zip(space.alphabet, alphabet_ids.tolist()))
+    for c, t in zip(canaries, located):
+        actual = [t.input_ids[p] for p in t.secret_positions]
+        if actual != [id_of.get(part) for part in space.split(c.secret)]:
+            tokens = [tokenizer.convert_ids_to_tokens(i) for i in actual]
+            raise UserInputError(f"canary {c.id}: its secret {c.secret!r} tokenizes in its sentence as {tokens}, not as "
+                                 f"the {space.format} alphabet's tokens; audit with a tokenizer that keeps each symbol whole.")
 
 
 def locate_spans(tokenizer: Any, canaries: Sequence[CanaryLike], *, max_length: int) -> list[CanaryTokens]:
