@@ -69,6 +69,24 @@ def shared_context_warning(canaries: Sequence[Any], space: Any, reveal: int) -> 
             "(the default template \"{name}'s account number is {secret}\") or add --reveal K as a second view.")
 
 
+def truncation_warning(tokenizer: Any, canaries: Sequence[Any], train_manifest: dict[str, Any] | None) -> str | None:
+    """A warning when canaries are longer than the sequence length the model was trained with.
+
+    The trainer cuts each row to ``max_length`` tokens, so the end of a longer canary (usually its
+    secret) was never seen in training: low exposure would then say nothing about privacy.
+    """
+    max_length = ((train_manifest or {}).get("config") or {}).get("max_length")
+    if not isinstance(max_length, int) or not canaries:
+        return None
+    lengths = [len(ids) for ids in tokenizer([c.prefix + c.secret + c.suffix for c in canaries])["input_ids"]]
+    cut = sum(n > max_length for n in lengths)
+    if not cut:
+        return None
+    return (f"{cut} of {len(canaries)} canaries are longer ({max(lengths)} tokens at most) than the max_length {max_length} "
+            f"the model was trained with, so their end (usually the secret) was cut off in training; retrain with "
+            f"--max-length {max(lengths)} or more for a meaningful audit.")
+
+
 def attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks: Iterable[str] = DEFAULT_ATTACKS, *,
            out: str | os.PathLike[str] | None = None, overwrite: bool = False, batch_size: int = 32, reveal: int = 0,
            top_k: int = 10, seed: int = 0, device: str | None = None, progress: bool = True,
@@ -120,6 +138,10 @@ def attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks:
         warnings.warn(note, AttackWarning, stacklevel=2)
 
     scorer = load(source, batch_size=batch_size, device=device, progress=progress)
+    cut = truncation_warning(scorer.tokenizer, canaries, source.manifest)
+    if cut:
+        notes.append(cut)
+        warnings.warn(cut, AttackWarning, stacklevel=2)
     context = AttackContext(scorer=scorer, canaries=canaries, space=space, options=options, data=run)
     results, fields = [], {c.id: {} for c in canaries}
     for cls in classes:
