@@ -313,12 +313,18 @@ def build_scorer(source: ModelSource, *, batch_size: int = 32, device: str | Non
 
     auto = transformers.AutoModelForMaskedLM if source.kind == MASKED_LM else transformers.AutoModelForSequenceClassification
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    hf_logging = transformers.utils.logging
+    bar_was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a "Loading weights" bar per load would drown the attack's own output
     try:
         tokenizer = transformers.AutoTokenizer.from_pretrained(source.model_dir, local_files_only=True)
         model = auto.from_pretrained(source.model_dir, local_files_only=True, use_safetensors=True)
     except (OSError, ValueError) as err:
         first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
         raise UserInputError(f"--model {source.model_dir}: transformers cannot load it ({first}).") from None
+    finally:
+        if bar_was_on:
+            hf_logging.enable_progress_bar()
     if source.kind == MASKED_LM and tokenizer.mask_token_id is None:
         raise UserInputError(f"--model {source.model_dir}: the tokenizer has no mask token; a masked LM needs one.")
     model.to(device).eval()
