@@ -59,7 +59,7 @@ class ExposureAttack:
         options, space = context.options, context.space
         if space is None:
             params = ExposureParameters(secret_format=context.canaries[0].format if context.canaries else "phrases",
-                                        log2_space_size=float("nan"), reveal=options.reveal, tolerance=options.tolerance,
+                                        log2_space_size=None, reveal=options.reveal, tolerance=options.tolerance,
                                         bootstrap_seed=options.seed)
             return AttackOutcome(ExposureResult(parameters=params, warnings=(PHRASES_WARNING,)))
         log_probs = context.masked_log_probs

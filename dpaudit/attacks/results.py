@@ -166,7 +166,7 @@ class ExposureRow(JsonRecord):
 @dataclass(frozen=True, kw_only=True)
 class ExposureParameters(JsonRecord):
     secret_format: str
-    log2_space_size: float
+    log2_space_size: float | None
     reveal: int
     tolerance: float
     statistic: str = "exposure_low: the lower end of each canary's exposure interval (ties counted against it)"

@@ -209,7 +209,9 @@ class Scorer:
             for t in batch:
                 n = len(t.secret_positions)
                 ids = best[k : k + n].tolist()
-                fills.append(VocabFill(text=self.tokenizer.decode(ids).strip(), token_ids=ids,
+                text = self.tokenizer.decode(ids).strip()
+                text = text[2:] if text.startswith("##") else text  # a fill may start with a WordPiece continuation
+                fills.append(VocabFill(text=text, token_ids=ids,
                                        true_log_prob=float(true_lp[k : k + n].sum())))
                 k += n
         return fills

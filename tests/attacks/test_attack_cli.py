@@ -187,3 +187,27 @@ def test_attack_command_never_imports_jax(canary_model, canary_data, tmp_path):
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
+
+
+def test_phrase_canaries_are_reconstructed_over_the_vocabulary(canary_model, tmp_path):
+    phrases = tmp_path / "phrases.txt"
+    phrases.write_text("the quick brown fox jumps over the lazy dog\nshe sells sea shells by the sea shore today\n"
+                       "an apple a day keeps the doctor away now\nall that glitters is not gold my friend\n")
+    data, out = tmp_path / "data", tmp_path / "out"
+    inject = CliRunner().invoke(cli, ["inject", "--corpus", "builtin:assistant", "--corpus-size", "60", "--format", "phrases",
+                                      "--phrase-corpus", str(phrases), "--frequencies", "1", "--per-frequency", "2",
+                                      "--out", str(data)], catch_exceptions=False)
+    assert inject.exit_code == 0, inject.output
+    result = _attack("--model", str(canary_model), "--data", str(data), "--out", str(out))
+    assert result.exit_code == 0, result.output
+    assert "exposure was not computed" in result.stderr
+
+    def strict(name):  # NaN or Infinity would make results.json unreadable elsewhere
+        raise ValueError(name)
+
+    results = json.loads((out / "results.json").read_text(), parse_constant=strict)
+    assert results["attacks"][0]["rows"] == [] and results["attacks"][1]["parameters"]["top_k"] is None
+    rows = list(read_jsonl(out / "scores" / "canaries.jsonl"))
+    assert len(rows) == 4 and all(r["fill"] and not r["fill"].startswith("##") for r in rows)
+    for r in rows:
+        assert r["normalized_edit_distance"] == pytest.approx(r["edit_distance"] / len(r["secret"]))
