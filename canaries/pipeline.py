@@ -33,7 +33,6 @@ from canaries.generate import (
     normalize_tokens,
     parse_template,
 )
-from canaries.keys import KEY_STREAM, fill_keys
 from canaries.insert import (
     HELDOUT,
     MEMBER,
@@ -47,6 +46,7 @@ from canaries.insert import (
     train_order,
     write_rows,
 )
+from canaries.keys import KEY_STREAM, fill_keys
 from canaries.spaces import (
     SHIPPED_WORDS,
     PhraseSpace,

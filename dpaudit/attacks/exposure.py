@@ -25,7 +25,11 @@ from tqdm import tqdm
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome, by_frequency
 from dpaudit.attacks.results import ExposureParameters, ExposureResult, ExposureRow
-from dpaudit.attacks.stats import bootstrap_interval, log_frequency_slope, mann_whitney_greater
+from dpaudit.attacks.stats import (
+    bootstrap_interval,
+    log_frequency_slope,
+    mann_whitney_greater,
+)
 from dpaudit.scoring.source import MASKED_LM
 
 PHRASES_WARNING = ("exposure needs a secret space with a finite per-position alphabet (digits:N, words:N); phrase "

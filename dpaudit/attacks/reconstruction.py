@@ -21,8 +21,16 @@ import Levenshtein
 import numpy as np
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome, by_frequency
-from dpaudit.attacks.results import ReconstructionParameters, ReconstructionResult, ReconstructionRow
-from dpaudit.attacks.stats import bootstrap_interval, clopper_pearson, mann_whitney_greater
+from dpaudit.attacks.results import (
+    ReconstructionParameters,
+    ReconstructionResult,
+    ReconstructionRow,
+)
+from dpaudit.attacks.stats import (
+    bootstrap_interval,
+    clopper_pearson,
+    mann_whitney_greater,
+)
 from dpaudit.scoring.source import MASKED_LM
 
 

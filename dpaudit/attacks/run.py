@@ -19,9 +19,23 @@ from typing import Any
 
 from dpaudit.attacks.base import AttackContext, AttackOptions
 from dpaudit.attacks.registry import DEFAULT_ATTACKS, resolve_attacks
-from dpaudit.attacks.results import SCHEMA, AttackResults, CanaryScore, ClaimedPrivacy, DataInfo, ModelInfo
+from dpaudit.attacks.results import (
+    SCHEMA,
+    AttackResults,
+    CanaryScore,
+    ClaimedPrivacy,
+    DataInfo,
+    ModelInfo,
+)
 from dpaudit.errors import UserInputError
-from dpaudit.rundir import atomic_write_json, build_manifest, file_hashes, prepare_output_dir, staged_directory, write_jsonl
+from dpaudit.rundir import (
+    atomic_write_json,
+    build_manifest,
+    file_hashes,
+    prepare_output_dir,
+    staged_directory,
+    write_jsonl,
+)
 
 RESULTS, CANARY_SCORES = "results.json", "scores/canaries.jsonl"
 
@@ -110,8 +124,9 @@ def attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks:
     Raises:
         UserInputError: bad input, before anything is loaded or written.
     """
-    from canaries.manifest import load_inject_run  # the lead switches this to dpaudit.inject_run
-
+    from canaries.manifest import (
+        load_inject_run,  # the lead switches this to dpaudit.inject_run
+    )
     from dpaudit.scoring import load, resolve_model
 
     try:

@@ -11,7 +11,13 @@ from __future__ import annotations
 import os
 from typing import TYPE_CHECKING
 
-from dpaudit.scoring.source import CLASSIFIER, MASKED_LM, ModelKind, ModelSource, resolve_model
+from dpaudit.scoring.source import (
+    CLASSIFIER,
+    MASKED_LM,
+    ModelKind,
+    ModelSource,
+    resolve_model,
+)
 
 if TYPE_CHECKING:
     from dpaudit.scoring.scorer import ExampleFeatures, Scorer, VocabFill

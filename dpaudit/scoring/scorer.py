@@ -71,6 +71,15 @@ class VocabFill:
     true_log_prob: float
 
 
+def _segment_mean(values: Any, owner: Any, n: int) -> np.ndarray:
+    """Mean of ``values`` rows per owner index (the masked positions of each example), as numpy."""
+    import torch
+
+    sums = torch.zeros((n,) + tuple(values.shape[1:]), dtype=values.dtype, device=values.device).index_add_(0, owner, values)
+    counts = torch.bincount(owner, minlength=n).to(values.dtype).reshape((-1,) + (1,) * (values.dim() - 1))
+    return (sums / counts).cpu().numpy()
+
+
 def _text_seed(seed: int, text: str) -> np.random.Generator:
     """A generator that depends on the text and the seed only: a text is masked the same way
     whichever batch, order or data set it is scored in, so member and non-member scores compare."""
@@ -253,13 +262,10 @@ class Scorer:
             ent = -(log_probs.exp() * log_probs).sum(-1)
             probs = log_probs.exp().topk(min(top_k, log_probs.shape[-1]), dim=-1).values
             owner = torch.tensor([j for j, i in enumerate(keep) for _ in masks[i]], device=self.device)
-            counts = torch.bincount(owner, minlength=len(keep)).double()
-            mean = lambda x: torch.zeros((len(keep),) + x.shape[1:], dtype=x.dtype, device=x.device).index_add_(  # noqa: E731
-                0, owner, x) / counts.reshape((-1,) + (1,) * (x.dim() - 1))
             idx = np.asarray(keep) + sl.start
-            loss[idx] = mean(nll).cpu().numpy()
-            entropy[idx] = mean(ent).cpu().numpy()
-            top[idx, : probs.shape[-1]] = mean(probs).cpu().numpy()
+            loss[idx] = _segment_mean(nll, owner, len(keep))
+            entropy[idx] = _segment_mean(ent, owner, len(keep))
+            top[idx, : probs.shape[-1]] = _segment_mean(probs, owner, len(keep))
         return ExampleFeatures(loss=loss, entropy=entropy, top_probs=top)
 
     def _classifier_stats(self, texts: Sequence[str], labels: Sequence[int] | None) -> tuple[np.ndarray, np.ndarray]:

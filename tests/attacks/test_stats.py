@@ -5,7 +5,12 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpaudit.attacks.stats import bootstrap_interval, clopper_pearson, log_frequency_slope, mann_whitney_greater
+from dpaudit.attacks.stats import (
+    bootstrap_interval,
+    clopper_pearson,
+    log_frequency_slope,
+    mann_whitney_greater,
+)
 
 
 def test_clopper_pearson_closed_forms():
