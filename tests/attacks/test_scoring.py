@@ -120,3 +120,20 @@ def test_secret_split_into_several_tokens_names_the_canary(bare_model, canary_da
     scorer = scoring.load(bare_model, progress=False)
     with pytest.raises(UserInputError, match=f"canary {canary.id}: its secret"):
         scorer.masked_log_probs(run.canaries, run.space)
+
+
+def test_bert_head_runs_only_at_masked_positions(scorer):
+    # BertForMaskedLM splits into the encoder and one head module: the fast path is taken.
+    assert scorer._encoder is scorer.model.bert and scorer._head is scorer.model.cls
+
+
+def test_importing_the_core_stays_light():
+    import subprocess
+    import sys
+
+    code = ("import sys, dpaudit, dpaudit.attacks, dpaudit.scoring, dpaudit.attacks.registry\n"
+            "assert callable(dpaudit.attack)\n"
+            "print(sorted(m for m in ('torch', 'transformers', 'jax', 'scipy') if m in sys.modules))")
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "[]"
