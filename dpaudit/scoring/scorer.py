@@ -107,9 +107,10 @@ class Scorer:
         self.device = device
         self.progress = progress
         self._torch = torch
-        limits = [getattr(model.config, "max_position_embeddings", None), getattr(tokenizer, "model_max_length", None)]
-        self.max_length = int(min(x for x in limits if isinstance(x, int) and 0 < x < 1_000_000) if any(
-            isinstance(x, int) and 0 < x < 1_000_000 for x in limits) else 512)
+        # transformers uses a huge sentinel for "no limit" in model_max_length: keep only real limits.
+        limits = [x for x in (getattr(model.config, "max_position_embeddings", None),
+                              getattr(tokenizer, "model_max_length", None)) if isinstance(x, int) and 0 < x < 1_000_000]
+        self.max_length = min(limits, default=512)
         self._encoder, self._head = self._split_head()
 
     # -- model plumbing ------------------------------------------------------------------------
