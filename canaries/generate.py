@@ -1,7 +1,7 @@
 """Canary generation: template, secrets that never occur in the corpus, labels and membership.
 
-A canary is ``prefix + secret + suffix``. The template (``"my account number is {secret}"``)
-gives the prefix and suffix; a phrase space adds the rest of the secret's sentence around it.
+A canary is ``prefix + secret + suffix``. The template (``"{name}'s account number is {secret}"``)
+gives the prefix and suffix, with ``{name}`` filled by a unique key per canary (:mod:`canaries.keys`); a phrase space adds the rest of the secret's sentence around it.
 
 Secrets are taken from the space's uniformly random, collision-free stream, dropping any whose
 token sequence already occurs in the corpus (or in the template itself): a secret the model saw
@@ -22,7 +22,7 @@ from canaries.spaces import Draw, SecretSpace
 from dpaudit.errors import UserInputError
 from dpaudit.inject_run import Canary, Label  # noqa: F401 (the record lives in the core; re-exported here)
 
-DEFAULT_TEMPLATE = "my account number is {secret}"
+DEFAULT_TEMPLATE = "{name}'s account number is {secret}"  # {name}: a per-canary key (canaries.keys)
 PHRASE_TEMPLATE = "{secret}"
 PLACEHOLDER = "{secret}"
 

@@ -46,6 +46,7 @@ from canaries.insert import (
     train_order,
     write_rows,
 )
+from canaries.keys import KEY_STREAM, fill_keys
 from canaries.spaces import (
     SHIPPED_WORDS,
     PhraseSpace,
@@ -345,6 +346,7 @@ def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, co
         picks = draw_labels(corpus.label_counts, len(draws), rng=_rng(config.seed, _LABELS))  # type: ignore[arg-type]
         labels = [corpus.labels[i] for i in picks.tolist()]
     canaries = build_canaries(draws, frequencies, template_prefix=prefix, template_suffix=suffix, format=space.format, labels=labels)
+    canaries = fill_keys(canaries, _rng(config.seed, KEY_STREAM))  # a unique {name} per canary
     share = check_canary_share(int(frequencies.sum()), counts.members, force=force)  # before building or writing rows
     order = train_order(np.flatnonzero(codes == MEMBER), frequencies, _rng(config.seed, _SHUFFLE))
 
@@ -420,7 +422,7 @@ def _write(out: Path, *, overwrite: bool, config: InjectConfig, corpus: LoadedCo
                     "corpus": corpus.info,
                     "canary_labels": "drawn in proportion to the corpus label counts" if corpus.labels else None,
                     "tokenizer": mf.TOKENIZER_NOTE,
-                    "random_streams": "numpy SeedSequence(seed, spawn_key=(k,)): 1 split, 2 secrets, 3 coin, 4 labels, 5 shuffle",
+                    "random_streams": "numpy SeedSequence(seed, spawn_key=(k,)): 1 split, 2 secrets, 3 coin, 4 labels, 5 shuffle, 6 keys",
                 },
             )
             current = "manifest.json"

@@ -8,4 +8,14 @@ entry-point group, so that importing :mod:`dpaudit` never imports torch or jax.
 
 __version__ = "0.1.0"
 
-__all__ = ["__version__"]
+__all__ = ["__version__", "attack"]
+
+
+def __getattr__(name: str):
+    # ``dpaudit.attack(model, data, attacks=[...])`` for notebooks, imported on first use so that
+    # ``import dpaudit`` stays light (no torch, no scipy).
+    if name == "attack":
+        from dpaudit.attacks.run import attack
+
+        return attack
+    raise AttributeError(f"module 'dpaudit' has no attribute {name!r}")

@@ -38,3 +38,54 @@ def tiny_config():
     from trainers.jax_bert.config import JaxBertConfig
 
     return lambda **overrides: JaxBertConfig(**{**TINY_JAX_BERT, **overrides})
+
+
+#: The one inject + train run shared by every attack test: 4 digits:4 canaries inserted 100 times
+#: and 8 never-inserted controls, each with its own {name} key, in a 400-row corpus; a tiny BERT
+#: trained non-privately for 250 steps memorizes the 100x canaries (max-length 32 keeps every
+#: canary whole: the keyed canaries are 24-30 tokens with this small vocabulary).
+CANARY_INJECT = ["--corpus", "builtin:assistant", "--corpus-size", "400", "--seed", "1", "--format", "digits:4",
+                 "--frequencies", "100", "--per-frequency", "4", "--holdout", "8"]
+CANARY_TRAIN = ["--trainer", "jax-bert", "--seed", "0", "--preset", "tiny", "--batch-size", "64", "--micro-batch", "32",
+                "--max-length", "32", "--learning-rate", "3e-3", "--warmup-steps", "10", "--weight-decay", "0",
+                "--mask-prob", "0.3", "--log-every", "50", "--eval-every", "1000", "--checkpoint-every", "1000"]
+
+
+def _cli(*args: str) -> str:
+    from click.testing import CliRunner
+
+    from dpaudit.cli import cli
+
+    result = CliRunner().invoke(cli, list(args), catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return result.output
+
+
+@pytest.fixture(scope="session")
+def canary_data(tmp_path_factory):
+    """The inject directory of :data:`CANARY_INJECT` (read-only)."""
+    path = tmp_path_factory.mktemp("canary") / "data"
+    _cli("inject", *CANARY_INJECT, "--out", str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def canary_model(canary_data, tmp_path_factory):
+    """A train run directory: the tiny non-private model trained on :func:`canary_data` (read-only)."""
+    path = tmp_path_factory.mktemp("canary") / "model"
+    _cli("train", *CANARY_TRAIN, "--steps", "250", "--non-private", "--data", str(canary_data), "--out", str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def noisy_canary_model(canary_data, tmp_path_factory):
+    """The same model trained with DP-SGD at noise multiplier 50 for 40 steps (noise fixed by seed)."""
+    import dataclasses
+
+    from trainers.jax_bert.config import JaxBertConfig
+
+    path = tmp_path_factory.mktemp("canary") / "noisy"
+    noise_seed = ["--noise-seed", "0"] if "noise_seed" in {f.name for f in dataclasses.fields(JaxBertConfig)} else []
+    _cli("train", *CANARY_TRAIN, "--steps", "40", "--noise-multiplier", "50", *noise_seed, "--data", str(canary_data),
+         "--out", str(path))
+    return path

@@ -20,6 +20,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "inject": ("dpaudit.cli.inject:inject", "Plant secret canaries in a corpus and write the train/heldout/public splits."),
     "account": ("dpaudit.cli.account:account", "Compute, calibrate and explain the privacy budget (epsilon) of a DP-SGD run."),
     "train": ("dpaudit.cli.train:train", "Train a model on an inject directory with a pluggable (DP) trainer."),
+    "attack": ("dpaudit.cli.attack:attack", "Attack a model's canaries: exact exposure and masked-secret reconstruction."),
     "demo": ("dpaudit.cli.demo:demo", "Run the whole pipeline end to end on the built-in corpus."),
 }
 

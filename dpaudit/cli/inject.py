@@ -33,7 +33,8 @@ _EPILOG = "Example: dpaudit inject --corpus builtin:assistant --out runs/data --
               help="Secret space: digits:N (|R|=10^N), words:N (|R|=V^N) or phrases[:K] (K words of a sentence "
                    "from --phrase-corpus).")
 @click.option("--template", default=None,
-              help="Canary template with one {secret}  [default: 'my account number is {secret}'; "
+              help="Canary template with one {secret}; {name} is filled with a distinct first + last name per canary, "
+                   "so that each canary's context is its own  [default: \"{name}'s account number is {secret}\"; "
                    "'{secret}' for phrases].")
 @click.option("--word-list", default=None, metavar="FILE|public",
               help="Word list for words:N: a file (one word per line) or 'public' (most frequent words of the "
@@ -70,7 +71,7 @@ def inject(corpus: str, corpus_format: str, corpus_size: int | None, out: Path, 
            encoding_errors: str, overwrite: bool, force: bool, as_json: bool) -> None:
     """Plant secret canaries in a corpus and write train/heldout/public splits with a manifest.
 
-    Each frequency f gets --per-frequency canaries ("my account number is 2 8 1 ...") inserted f
+    Each frequency f gets --per-frequency canaries ("Dana Whitfield's account number is 2 8 1 ...") inserted f
     times into train.jsonl, shuffled among the members; --holdout control canaries are never
     inserted. canaries.jsonl says which is which; nothing in train.jsonl marks a canary. Train
     tokenizers on public.jsonl only. Canary rows may be at most 50% of train.jsonl unless --force;

@@ -1,0 +1,112 @@
+"""What every attack receives and returns: options, a shared context, and the Attack protocol.
+
+Attacks are small classes registered by name (:mod:`dpaudit.attacks.registry`). Each declares the
+model kinds it supports, and ``run(context)`` returns an :class:`AttackOutcome`: its typed summary
+plus per-canary fields. The context computes each expensive model query once (the masked
+log-probabilities are shared by exposure and reconstruction) and caches it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from functools import cached_property
+from typing import Any, ClassVar, Protocol, runtime_checkable
+
+import numpy as np
+
+from dpaudit.attacks.results import AttackResult
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttackOptions:
+    """Knobs shared by the attacks of one run (all serializable; recorded in the manifest).
+
+    Attributes:
+        batch_size: examples per forward pass.
+        reveal: partial reveal: the first ``reveal`` secret tokens are shown, the rest masked.
+        top_k: beam width for the rank of the true secret among the top-k fills (0 = off).
+        seed: seeds the bootstrap (and any other randomness of the statistics).
+        tolerance: score difference below which a candidate ties the secret (exposure ranks).
+        level: confidence level of every interval.
+    """
+
+    batch_size: int = 32
+    reveal: int = 0
+    top_k: int = 10
+    seed: int = 0
+    tolerance: float = 1e-9
+    level: float = 0.95
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}.")
+        if self.reveal < 0:
+            raise ValueError(f"reveal must be >= 0, got {self.reveal}.")
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}.")
+        if not 0 <= self.tolerance < 1:
+            raise ValueError(f"tolerance must be in [0, 1), got {self.tolerance}.")
+        if not 0 < self.level < 1:
+            raise ValueError(f"level must be in (0, 1), got {self.level}.")
+
+
+@dataclass
+class AttackContext:
+    """The target model, the inject run and the options, with shared model queries cached.
+
+    Attributes:
+        scorer: the model (:class:`dpaudit.scoring.Scorer`).
+        canaries: the inject run's canaries (frequency 0 = controls).
+        space: the finite product secret space, or None for phrases.
+        options: see :class:`AttackOptions`.
+        data: the verified inject run (for attacks that read its files).
+    """
+
+    scorer: Any
+    canaries: Sequence[Any]
+    space: Any
+    options: AttackOptions
+    data: Any = None
+
+    @cached_property
+    def frequencies(self) -> np.ndarray:
+        return np.asarray([c.frequency for c in self.canaries], dtype=np.int64)
+
+    @cached_property
+    def masked_log_probs(self) -> np.ndarray:
+        """[n, positions - reveal, |alphabet|] log-probabilities (one scoring pass per run)."""
+        return self.scorer.masked_log_probs(self.canaries, self.space, reveal=self.options.reveal)
+
+    @cached_property
+    def secret_indices(self) -> np.ndarray:
+        """[n, positions] alphabet index of each canary's secret symbol at each position."""
+        return np.asarray([self.space.index_of(c.secret) for c in self.canaries], dtype=np.int64)
+
+    @cached_property
+    def vocab_fills(self) -> list[Any]:
+        """Top-1 fills over the vocabulary (phrases)."""
+        return self.scorer.vocab_fills(self.canaries)
+
+
+@dataclass(frozen=True)
+class AttackOutcome:
+    """An attack's summary and, per canary id, the :class:`~dpaudit.attacks.results.CanaryScore` fields it set."""
+
+    result: AttackResult
+    canary_fields: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+
+
+@runtime_checkable
+class Attack(Protocol):
+    """An attack: a name, the model kinds it supports, and ``run``."""
+
+    name: ClassVar[str]
+    model_kinds: ClassVar[frozenset[str]]
+
+    def run(self, context: AttackContext) -> AttackOutcome: ...
+
+
+def by_frequency(frequencies: np.ndarray) -> list[tuple[int, np.ndarray]]:
+    """(frequency, row indices) groups in increasing frequency, controls (0) first."""
+    return [(int(f), np.flatnonzero(frequencies == f)) for f in np.unique(frequencies)]

@@ -1,0 +1,54 @@
+"""Attack registry: name -> attack class, imported only when that attack runs.
+
+Adding an attack is one module under :mod:`dpaudit.attacks` and one line here. ``"all"`` expands to
+every registered attack that supports the model's kind.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Iterable
+
+from dpaudit.attacks.base import Attack
+from dpaudit.errors import UserInputError
+
+#: name -> "module:Class".
+ATTACKS: dict[str, str] = {
+    "exposure": "dpaudit.attacks.exposure:ExposureAttack",
+    "reconstruction": "dpaudit.attacks.reconstruction:ReconstructionAttack",
+}
+DEFAULT_ATTACKS: tuple[str, ...] = ("exposure", "reconstruction")
+
+
+def attack_class(name: str) -> type[Attack]:
+    """Import the attack registered as ``name``."""
+    if name not in ATTACKS:
+        raise UserInputError(f"--attacks {name!r} is not an attack; choose from: {', '.join(sorted(ATTACKS))}, all.")
+    module, attribute = ATTACKS[name].split(":")
+    return getattr(importlib.import_module(module), attribute)
+
+
+def resolve_attacks(names: Iterable[str], model_kind: str, *, model: str = "the model") -> list[type[Attack]]:
+    """Attack classes for ``names`` (``"all"`` = every attack supporting ``model_kind``), in order.
+
+    Raises:
+        UserInputError: an unknown name, or an attack that does not support the model's kind.
+    """
+    names = [n.strip() for n in names if n.strip()]
+    if not names:
+        raise UserInputError("--attacks is empty; name at least one attack, e.g. --attacks exposure,reconstruction.")
+    out: list[type[Attack]] = []
+    for name in names:
+        if name == "all":
+            classes = [attack_class(n) for n in ATTACKS]
+            out.extend(c for c in classes if model_kind in c.model_kinds and c not in out)
+            continue
+        cls = attack_class(name)
+        if model_kind not in cls.model_kinds:
+            raise UserInputError(f"--attacks {name} needs a {' or '.join(sorted(cls.model_kinds))} model, but {model} is a "
+                                 f"{model_kind}; pass a masked LM or choose an attack for {model_kind}s.")
+        if cls not in out:
+            out.append(cls)
+    if not out:
+        raise UserInputError(f"--attacks all: no registered attack supports a {model_kind} model.")
+    return out

@@ -1,0 +1,301 @@
+"""The typed, versioned results of ``dpaudit attack`` (``results.json``, schema ``dpaudit.attack/1``).
+
+Frozen dataclasses with ``to_json``/``from_json``; nothing is an ad-hoc dictionary. Each attack has
+its own result class, registered by attack name with :func:`register_result`, so a later attack
+(the membership-inference ones) adds its class without touching this module's readers.
+
+``results.json`` holds the summaries (parameters, statistics by frequency, warnings, the claimed
+epsilon); the per-canary rows go to ``scores/canaries.jsonl`` as :class:`CanaryScore` records.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import types
+import typing
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+from dpaudit.attacks.stats import Interval, OneSidedTest
+
+SCHEMA = "dpaudit.attack/1"
+
+GROUP_PRIVACY_NOTE = (
+    "A canary inserted f times is f rows of train.jsonl. The model's (epsilon, delta) guarantee is per row, so it "
+    "covers a canary of frequency f only through group privacy: roughly (f*epsilon, f*exp((f-1)*epsilon)*delta). "
+    "High exposure of frequent canaries under DP is therefore not by itself a violation."
+)
+
+
+# -- generic (de)serialization of nested frozen dataclasses ---------------------------------------
+
+
+def _to_json(value: Any) -> Any:
+    if dataclasses.is_dataclass(value) and not isinstance(value, type):
+        return {f.name: _to_json(getattr(value, f.name)) for f in dataclasses.fields(value) if f.metadata.get("json", True)}
+    if isinstance(value, (list, tuple)):
+        return [_to_json(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _to_json(v) for k, v in value.items()}
+    return value
+
+
+def _from_json(tp: Any, value: Any) -> Any:
+    origin = typing.get_origin(tp)
+    if origin in (typing.Union, types.UnionType):
+        if value is None:
+            return None
+        options = [a for a in typing.get_args(tp) if a is not type(None)]
+        return _from_json(options[0], value) if len(options) == 1 else value
+    if origin is tuple:
+        (inner, *_rest) = typing.get_args(tp)
+        return tuple(_from_json(inner, v) for v in value)
+    if origin is dict:
+        _key, inner = typing.get_args(tp)
+        return {k: _from_json(inner, v) for k, v in value.items()}
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        if hasattr(tp, "from_json") and tp.from_json.__func__ is not JsonRecord.from_json.__func__:  # type: ignore[attr-defined]
+            return tp.from_json(value)
+        hints = typing.get_type_hints(tp)
+        kwargs = {f.name: _from_json(hints[f.name], value[f.name]) for f in dataclasses.fields(tp)
+                  if f.init and f.metadata.get("json", True) and f.name in value}
+        return tp(**kwargs)
+    if tp is float and value is not None:
+        return float(value)
+    return value
+
+
+class JsonRecord:
+    """Mixin: ``to_json`` / ``from_json`` for a frozen dataclass of JSON types and nested records."""
+
+    def to_json(self) -> dict[str, Any]:
+        return _to_json(self)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]):  # noqa: ANN206
+        return _from_json(cls, obj)
+
+
+# -- shared pieces ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelInfo(JsonRecord):
+    """The audited model: where it is and what kind."""
+
+    path: str
+    kind: str
+    architecture: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class DataInfo(JsonRecord):
+    """The inject run the canaries come from."""
+
+    path: str
+    secret_format: str
+    log2_space_size: float | None
+    canaries: int
+    controls: int
+    template: str | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ClaimedPrivacy(JsonRecord):
+    """The model's privacy claim, recomputed from the DpEvent in its ``privacy.json``.
+
+    Attributes:
+        known: False for a bare model directory (no ``privacy.json``: the claim is unknown).
+        private: whether the run was trained with DP.
+        epsilon: recomputed from the event (None when non-private: epsilon = infinity).
+        recorded_epsilon: the value ``privacy.json`` states, for comparison.
+        delta, accountant: as recorded; the accountant is the one used to recompute.
+        guarantee: the run's one-sentence statement.
+    """
+
+    known: bool
+    private: bool | None = None
+    epsilon: float | None = None
+    recorded_epsilon: float | None = None
+    delta: float | None = None
+    accountant: str | None = None
+    guarantee: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CanaryScore(JsonRecord):
+    """One line of ``scores/canaries.jsonl``; fields of an attack that did not run stay None.
+
+    The rank interval is [better + 1, better + tied + 1] (ties within the tolerance counted both
+    ways); ``exposure_low``/``exposure_high`` are log2|R| - log2 of its high/low end.
+    """
+
+    id: str
+    frequency: int
+    secret: str
+    reveal: int = 0
+    fill: str | None = None
+    exact: bool | None = None
+    edit_distance: int | None = None
+    normalized_edit_distance: float | None = None
+    top_k_rank: int | None = None
+    rank_low: int | None = None
+    rank_high: int | None = None
+    rank_method: str | None = None
+    exposure_low: float | None = None
+    exposure_high: float | None = None
+
+
+# -- per-attack results ----------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExposureRow(JsonRecord):
+    """Exposure of the canaries inserted ``frequency`` times (0 = controls, the baseline)."""
+
+    frequency: int
+    n: int
+    mean: float
+    mean_ci: Interval | None
+    median: float
+    median_ci: Interval | None
+    max: float
+    vs_controls: OneSidedTest | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExposureParameters(JsonRecord):
+    secret_format: str
+    log2_space_size: float | None
+    reveal: int
+    tolerance: float
+    statistic: str = "exposure_low: the lower end of each canary's exposure interval (ties counted against it)"
+    bootstrap_seed: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttackResult(JsonRecord):
+    """Base of every attack's summary; ``attack`` names it (and picks the class when reading)."""
+
+    attack: ClassVar[str] = ""
+    warnings: tuple[str, ...] = ()
+
+    def to_json(self) -> dict[str, Any]:
+        return {"attack": self.attack, **_to_json(self)}
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExposureResult(AttackResult):
+    """Exposure (Carlini et al. 2019) by frequency, with the control canaries as the baseline row."""
+
+    attack: ClassVar[str] = "exposure"
+    parameters: ExposureParameters
+    rows: tuple[ExposureRow, ...] = ()
+    slope_per_doubling: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReconstructionRow(JsonRecord):
+    """Masked-secret reconstruction of the canaries inserted ``frequency`` times (Anil et al., Figure 7)."""
+
+    frequency: int
+    n: int
+    exact_matches: int
+    exact_match_rate: float
+    exact_match_ci: Interval | None
+    edit_distance_mean: float
+    normalized_edit_distance_mean: float
+    normalized_edit_distance_ci: Interval | None
+    top_k_hits: int | None
+    vs_controls: OneSidedTest | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReconstructionParameters(JsonRecord):
+    secret_format: str
+    reveal: int
+    top_k: int | None
+    fill: str
+    edit_distance: str = "Levenshtein on the secret text, normalized by the true secret's length"
+    bootstrap_seed: int = 0
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReconstructionResult(AttackResult):
+    """Top-1 fills of the masked secret: exact-match rate and edit distance by frequency."""
+
+    attack: ClassVar[str] = "reconstruction"
+    parameters: ReconstructionParameters
+    rows: tuple[ReconstructionRow, ...] = ()
+
+
+_RESULT_TYPES: dict[str, type[AttackResult]] = {}
+
+
+def register_result(cls: type[AttackResult]) -> type[AttackResult]:
+    """Make ``cls`` readable from ``results.json`` under its ``attack`` name (usable as a decorator)."""
+    if not cls.attack:
+        raise ValueError(f"{cls.__name__}.attack must name the attack.")
+    _RESULT_TYPES[cls.attack] = cls
+    return cls
+
+
+register_result(ExposureResult)
+register_result(ReconstructionResult)
+
+
+def result_from_json(obj: dict[str, Any]) -> AttackResult:
+    """Read one attack's summary, dispatching on its ``attack`` field."""
+    name = obj.get("attack")
+    if name not in _RESULT_TYPES:
+        raise ValueError(f"unknown attack result {name!r}; known: {', '.join(sorted(_RESULT_TYPES))}.")
+    body = {k: v for k, v in obj.items() if k != "attack"}
+    return _from_json(_RESULT_TYPES[name], body)
+
+
+@dataclass(frozen=True, kw_only=True)
+class AttackResults:
+    """Everything one ``dpaudit attack`` run found (``results.json`` + ``scores/canaries.jsonl``)."""
+
+    model: ModelInfo
+    data: DataInfo
+    claimed: ClaimedPrivacy
+    attacks: tuple[AttackResult, ...]
+    warnings: tuple[str, ...] = ()
+    group_privacy: str = GROUP_PRIVACY_NOTE
+    canaries: tuple[CanaryScore, ...] = field(default=(), metadata={"json": False})
+    schema: str = SCHEMA
+
+    def __getitem__(self, name: str) -> AttackResult:
+        for result in self.attacks:
+            if result.attack == name:
+                return result
+        raise KeyError(f"no {name!r} attack in these results (ran: {', '.join(r.attack for r in self.attacks)}).")
+
+    def to_json(self) -> dict[str, Any]:
+        """The ``results.json`` object (per-canary rows are written separately)."""
+        return {
+            "schema": self.schema,
+            "model": self.model.to_json(),
+            "data": self.data.to_json(),
+            "claimed_privacy": self.claimed.to_json(),
+            "group_privacy": self.group_privacy,
+            "warnings": list(self.warnings),
+            "attacks": [a.to_json() for a in self.attacks],
+        }
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any], canaries: tuple[CanaryScore, ...] = ()) -> AttackResults:
+        schema = obj.get("schema")
+        if schema != SCHEMA:
+            raise ValueError(f"results schema is {schema!r}, this dpaudit reads {SCHEMA!r}.")
+        return cls(
+            schema=schema,
+            model=ModelInfo.from_json(obj["model"]),
+            data=DataInfo.from_json(obj["data"]),
+            claimed=ClaimedPrivacy.from_json(obj["claimed_privacy"]),
+            group_privacy=obj["group_privacy"],
+            warnings=tuple(obj.get("warnings", ())),
+            attacks=tuple(result_from_json(a) for a in obj["attacks"]),
+            canaries=tuple(canaries),
+        )

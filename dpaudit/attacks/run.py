@@ -1,0 +1,220 @@
+"""``dpaudit.attack(model, data, attacks=[...])``: the one composition of a whole attack run.
+
+The command line is a thin layer over :func:`attack`. Every check that can fail on bad input runs
+before the model is loaded and before anything is written: the inject directory's hashes, the
+model directory (weights, tokenizer, no pickle), the attacks' model kinds, ``--out`` and
+``--reveal``. The attack directory (DESIGN section 3) is written in a staged directory and renamed
+into place only when complete: ``results.json``, ``scores/canaries.jsonl``, ``manifest.json``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import warnings
+from collections import defaultdict
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Any
+
+from dpaudit.attacks.base import AttackContext, AttackOptions
+from dpaudit.attacks.registry import DEFAULT_ATTACKS, resolve_attacks
+from dpaudit.attacks.results import (
+    SCHEMA,
+    AttackResults,
+    CanaryScore,
+    ClaimedPrivacy,
+    DataInfo,
+    ModelInfo,
+)
+from dpaudit.errors import UserInputError
+from dpaudit.rundir import (
+    atomic_write_json,
+    build_manifest,
+    file_hashes,
+    prepare_output_dir,
+    run_dir_lock,
+    staged_directory,
+    write_jsonl,
+)
+
+RESULTS, CANARY_SCORES = "results.json", "scores/canaries.jsonl"
+
+
+class AttackWarning(UserWarning):
+    """A caveat about what the attack measured (also recorded in ``results.json``)."""
+
+
+def claimed_privacy(privacy: dict[str, Any] | None) -> ClaimedPrivacy:
+    """The model's claim, with epsilon recomputed from the DpEvent in ``privacy.json`` (never copied)."""
+    if privacy is None:
+        return ClaimedPrivacy(known=False, guarantee="unknown: a bare model directory has no privacy.json.")
+    if not privacy.get("private"):
+        return ClaimedPrivacy(known=True, private=False, guarantee=privacy.get("guarantee", "non-private: epsilon = inf."))
+    from dpaudit import accounting
+
+    try:
+        event = accounting.event_from_json(privacy["event"])
+        delta, accountant = float(privacy["delta"]), str(privacy.get("accountant") or "pld")
+    except (KeyError, TypeError, ValueError) as err:
+        raise UserInputError(f"privacy.json: cannot read the DpEvent ({err}); rerun dpaudit train.") from None
+    return ClaimedPrivacy(known=True, private=True, epsilon=float(accounting.epsilon(event, delta, accountant)),  # type: ignore[arg-type]
+                          recorded_epsilon=privacy.get("epsilon"), delta=delta, accountant=accountant,
+                          guarantee=privacy.get("guarantee"))
+
+
+def shared_context_warning(canaries: Sequence[Any], space: Any, reveal: int) -> str | None:
+    """A warning when two or more canaries present the same unmasked context to the model.
+
+    Once the secret is masked, such canaries are the same input, so a masked LM can only learn the
+    mixture of their secrets: exposure then measures that mixture, not memorization of one canary.
+    """
+    groups: dict[tuple[str, str], list[str]] = defaultdict(list)
+    for c in canaries:
+        shown = " ".join(space.split(c.secret)[:reveal]) if space is not None and reveal else ""
+        groups[(c.prefix + shown, c.suffix)].append(c.id)
+    shared = [ids for ids in groups.values() if len(ids) > 1]
+    if not shared:
+        return None
+    n = sum(len(ids) for ids in shared)
+    (prefix, suffix), _ = max(groups.items(), key=lambda kv: len(kv[1]))
+    return (f"{n} of {len(canaries)} canaries share their unmasked context with another canary (e.g. {prefix!r}...{suffix!r}, "
+            f"{max(len(ids) for ids in shared)} canaries): with the secret masked the model sees identical inputs, so exposure "
+            "measures the mixture of their secrets, not memorization of one canary. Re-inject with a per-canary key "
+            "(the default template \"{name}'s account number is {secret}\") or add --reveal K as a second view.")
+
+
+def truncation_warning(tokenizer: Any, canaries: Sequence[Any], train_manifest: dict[str, Any] | None) -> str | None:
+    """A warning when canaries are longer than the sequence length the model was trained with.
+
+    The trainer cuts each row to ``max_length`` tokens, so the end of a longer canary (usually its
+    secret) was never seen in training: low exposure would then say nothing about privacy.
+    """
+    max_length = ((train_manifest or {}).get("config") or {}).get("max_length")
+    if not isinstance(max_length, int) or not canaries:
+        return None
+    lengths = [len(ids) for ids in tokenizer([c.prefix + c.secret + c.suffix for c in canaries])["input_ids"]]
+    cut = sum(n > max_length for n in lengths)
+    if not cut:
+        return None
+    return (f"{cut} of {len(canaries)} canaries are longer ({max(lengths)} tokens at most) than the max_length {max_length} "
+            f"the model was trained with, so their end (usually the secret) was cut off in training; retrain with "
+            f"--max-length {max(lengths)} or more for a meaningful audit.")
+
+
+def attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks: Iterable[str] = DEFAULT_ATTACKS, *,
+           out: str | os.PathLike[str] | None = None, overwrite: bool = False, batch_size: int = 32, reveal: int = 0,
+           top_k: int = 10, seed: int = 0, device: str | None = None, progress: bool = True,
+           command: list[str] | None = None) -> AttackResults:
+    """Run canary attacks on a model and (with ``out``) write the attack directory.
+
+    Args:
+        model: a train run directory or a Hugging Face model directory (masked LM or classifier).
+        data: the inject run directory whose canaries the model was (or was not) trained on.
+        attacks: registered attack names, or ``"all"``.
+        out: attack directory to write (nothing is written when None).
+        overwrite: replace a non-empty ``out``.
+        batch_size, reveal, top_k, seed: see :class:`dpaudit.attacks.base.AttackOptions`.
+        device: ``"cuda"``/``"cpu"``; default: the GPU when present.
+        progress: progress bars on stderr.
+        command: the command line recorded in the manifest.
+
+    Returns:
+        The typed results (``results["exposure"]``, ``results.canaries``, ...).
+
+    Raises:
+        UserInputError: bad input, before anything is loaded or written.
+    """
+    if out is None:
+        return _attack(model, data, attacks, out=None, overwrite=overwrite, batch_size=batch_size, reveal=reveal,
+                       top_k=top_k, seed=seed, device=device, progress=progress, command=command)
+    with run_dir_lock(out, stage="attack"):  # one stage per output directory at a time
+        return _attack(model, data, attacks, out=out, overwrite=overwrite, batch_size=batch_size, reveal=reveal,
+                       top_k=top_k, seed=seed, device=device, progress=progress, command=command)
+
+
+def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks: Iterable[str], *,
+            out: str | os.PathLike[str] | None, overwrite: bool, batch_size: int, reveal: int, top_k: int, seed: int,
+            device: str | None, progress: bool, command: list[str] | None) -> AttackResults:
+    from dpaudit.inject_run import load_inject_run
+    from dpaudit.scoring import load, resolve_model
+
+    try:
+        options = AttackOptions(batch_size=batch_size, reveal=reveal, top_k=top_k, seed=seed)
+    except ValueError as err:
+        raise UserInputError(str(err)) from None
+    names = [attacks] if isinstance(attacks, str) else list(attacks)
+    names = [n for name in names for n in name.split(",")]
+    run = load_inject_run(data)
+    source = resolve_model(model)
+    classes = resolve_attacks(names, source.kind, model=str(model))
+    if out is not None:
+        prepare_output_dir(out, overwrite=overwrite)
+    space = run.space
+    if space is not None and reveal >= space.length:
+        raise UserInputError(f"--reveal {reveal}: {space.format} secrets have {space.length} positions; reveal at most "
+                             f"{space.length - 1}.")
+    if space is None and reveal:
+        raise UserInputError("--reveal applies to digits:N and words:N secrets, not phrases; remove it.")
+    claimed = claimed_privacy(source.privacy)
+    canaries = list(run.canaries)
+    notes = [w for w in (shared_context_warning(canaries, space, reveal),) if w]
+    for note in notes:
+        warnings.warn(note, AttackWarning, stacklevel=2)
+
+    scorer = load(source, batch_size=batch_size, device=device, progress=progress)
+    cut = truncation_warning(scorer.tokenizer, canaries, source.manifest)
+    if cut:
+        notes.append(cut)
+        warnings.warn(cut, AttackWarning, stacklevel=2)
+    context = AttackContext(scorer=scorer, canaries=canaries, space=space, options=options, data=run)
+    results, fields = [], {c.id: {} for c in canaries}
+    for cls in classes:
+        outcome = cls().run(context)
+        results.append(outcome.result)
+        for cid, values in outcome.canary_fields.items():
+            fields[cid].update(values)
+        for note in outcome.result.warnings:
+            warnings.warn(f"{cls.name}: {note}", AttackWarning, stacklevel=2)
+    scores = tuple(CanaryScore(id=c.id, frequency=c.frequency, secret=c.secret, reveal=reveal, **fields[c.id]) for c in canaries)
+    template = run.manifest.get("template", {}).get("template")
+    n_controls = sum(c.frequency == 0 for c in canaries)
+    results_obj = AttackResults(
+        model=ModelInfo(path=str(model), kind=source.kind, architecture=source.architecture),
+        data=DataInfo(path=str(data), secret_format=run.manifest.get("secret_space", {}).get("format", ""),
+                      log2_space_size=None if space is None else float(space.log2_size), canaries=len(canaries),
+                      controls=n_controls, template=template),
+        claimed=claimed, attacks=tuple(results), warnings=tuple(notes), canaries=scores,
+    )
+    if out is not None:
+        config = {"attacks": [c.name for c in classes], "model": str(model), "data": str(data), **dataclasses.asdict(options)}
+        inputs = {**{str(Path(model) / k): v for k, v in source.files.items()},
+                  **{str(Path(data) / k): v for k, v in run.manifest.get("outputs", {}).items()}}
+        write_attack_dir(out, results_obj, config=config, inputs=inputs, seed=seed, overwrite=overwrite, command=command)
+    return results_obj
+
+
+def write_attack_dir(out: str | os.PathLike[str], results: AttackResults, *, config: dict[str, Any],
+                     inputs: dict[str, str], seed: int, overwrite: bool, command: list[str] | None) -> Path:
+    """Write ``results.json``, ``scores/canaries.jsonl`` and ``manifest.json`` into ``out`` atomically."""
+    with staged_directory(out, overwrite=overwrite) as stage:
+        atomic_write_json(stage / RESULTS, results.to_json())
+        (stage / "scores").mkdir()
+        write_jsonl(stage / CANARY_SCORES, (c.to_json() for c in results.canaries))
+        manifest = build_manifest(schema=SCHEMA, config=config, seed=seed, inputs=inputs,
+                                  outputs=file_hashes(stage, [RESULTS, CANARY_SCORES]), command=command)
+        atomic_write_json(stage / "manifest.json", manifest)
+    return Path(out)
+
+
+def read_attack_dir(path: str | os.PathLike[str]) -> AttackResults:
+    """Read an attack directory back (verified against its manifest)."""
+    import json
+
+    from dpaudit.rundir import read_jsonl, verify_run_dir
+
+    path = Path(path)
+    verify_run_dir(path, schema_prefix="dpaudit.attack/")
+    obj = json.loads((path / RESULTS).read_text(encoding="utf-8"))
+    canaries = tuple(CanaryScore.from_json(r) for r in read_jsonl(path / CANARY_SCORES))
+    return AttackResults.from_json(obj, canaries)

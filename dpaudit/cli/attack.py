@@ -1,0 +1,88 @@
+"""``dpaudit attack``: run the canary attacks on a model and write the attack directory.
+
+A thin shell over :func:`dpaudit.attacks.run.attack`: options in, a summary table (or JSON with
+``--json``) out, warnings on stderr. Never imports jax (models load through transformers/torch).
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import warnings
+from pathlib import Path
+
+import click
+
+_EPILOG = ("Example: dpaudit attack --model runs/np --data runs/data --out runs/np-attack "
+           "--attacks exposure,reconstruction")
+
+
+def _fmt(x: float | None, spec: str = ".2f") -> str:
+    return "-" if x is None else format(x, spec)
+
+
+def _summary(results) -> str:  # noqa: ANN001
+    from dpaudit.attacks.results import ExposureResult, ReconstructionResult
+
+    claimed = results.claimed
+    eps = ("unknown (no privacy.json)" if not claimed.known else "inf (non-private)" if not claimed.private
+           else f"{claimed.epsilon:.4g} at delta {claimed.delta:.3g}")
+    lines = [f"model {results.model.path} ({results.model.architecture}); claimed epsilon: {eps}"]
+    for result in results.attacks:
+        if isinstance(result, ExposureResult) and result.rows:
+            lines.append(f"exposure (log2|R| = {result.parameters.log2_space_size:.2f}, reveal {result.parameters.reveal}):")
+            lines.append(f"  {'freq':>5} {'n':>4} {'mean':>7} {'95% CI':>17} {'median':>7} {'p vs controls':>13}")
+            for r in result.rows:
+                ci = f"[{_fmt(r.mean_ci and r.mean_ci.low)}, {_fmt(r.mean_ci and r.mean_ci.high)}]"
+                p = "baseline" if r.vs_controls is None else f"{r.vs_controls.p_value:.2g}"
+                lines.append(f"  {r.frequency:>5} {r.n:>4} {r.mean:>7.2f} {ci:>17} {r.median:>7.2f} {p:>13}")
+        elif isinstance(result, ReconstructionResult) and result.rows:
+            lines.append("reconstruction (top-1 fill):")
+            lines.append(f"  {'freq':>5} {'n':>4} {'exact':>7} {'95% CI':>15} {'norm. edit':>10} {'top-k hits':>10}")
+            for r in result.rows:
+                ci = f"[{_fmt(r.exact_match_ci and r.exact_match_ci.low)}, {_fmt(r.exact_match_ci and r.exact_match_ci.high)}]"
+                hits = "-" if r.top_k_hits is None else str(r.top_k_hits)
+                lines.append(f"  {r.frequency:>5} {r.n:>4} {r.exact_match_rate:>7.2f} {ci:>15} "
+                             f"{r.normalized_edit_distance_mean:>10.3f} {hits:>10}")
+    return "\n".join(lines)
+
+
+@click.command(epilog=_EPILOG, context_settings={"max_content_width": 100})
+@click.option("--model", required=True, type=click.Path(path_type=Path),
+              help="Train run directory (dpaudit train) or a Hugging Face model directory (safetensors + tokenizer).")
+@click.option("--data", required=True, type=click.Path(path_type=Path), help="Inject run directory (dpaudit inject).")
+@click.option("--out", required=True, type=click.Path(path_type=Path), help="Attack directory to write.")
+@click.option("--attacks", "attack_names", default="exposure,reconstruction", show_default=True,
+              help="Comma-separated attacks, or 'all' (every attack the model type supports).")
+@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True, help="Canaries per forward pass.")
+@click.option("--reveal", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Partial reveal: show the first K secret tokens, mask and rank the rest.")
+@click.option("--top-k", type=click.IntRange(min=0), default=10, show_default=True,
+              help="Beam width for the true secret's rank among the best fills (0: off).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the bootstrap intervals.")
+@click.option("--overwrite", is_flag=True, help="Replace --out if it exists and is not empty.")
+@click.option("--json", "as_json", is_flag=True, help="Print results.json on stdout instead of the summary.")
+def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: int, reveal: int, top_k: int, seed: int,
+           overwrite: bool, as_json: bool) -> None:
+    """Attack a model's canaries and write results.json, scores/canaries.jsonl and manifest.json.
+
+    Exposure (Carlini et al. 2019) is exact: all secret tokens are masked at once and the secret's
+    rank among all |R| candidates is counted, not sampled. Reconstruction reports the model's top-1
+    fill of the masked secret, its edit distance to the truth and the exact-match rate, by how
+    often each canary was inserted (controls = 0, the baseline).
+    """
+    from dpaudit.attacks.run import AttackWarning
+    from dpaudit.attacks.run import attack as run_attack
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always", AttackWarning)
+        results = run_attack(model, data, attack_names.split(","), out=out, overwrite=overwrite, batch_size=batch_size,
+                             reveal=reveal, top_k=top_k, seed=seed, command=["dpaudit", *sys.argv[1:]])
+    for w in caught:
+        if issubclass(w.category, AttackWarning):
+            click.echo(f"warning: {w.message}", err=True)
+    if as_json:
+        click.echo(json.dumps(results.to_json(), indent=2, sort_keys=True))
+    else:
+        click.echo(_summary(results))
+        click.echo(f"wrote {out}")

@@ -1,0 +1,340 @@
+"""The Scorer: batched forward passes of a Hugging Face masked LM or classifier, numpy out.
+
+The only module of the core that imports torch and transformers (when a model is loaded, never at
+``import dpaudit``). Attacks see numpy arrays only.
+
+Speed: HF's ``BertForMaskedLM`` applies the output layer (hidden -> vocabulary) at every position,
+which dominates a CPU forward pass. Attacks need logits at the masked positions only, so the
+encoder (``model.<base_model_prefix>``) runs on the batch and the head (the model's one other
+child, ``cls`` for BERT, ``lm_head`` for RoBERTa) runs on the gathered hidden states. A model whose
+head is split over several modules falls back to the full forward pass (same numbers, slower).
+
+References:
+  Carlini et al. 2019, "The Secret Sharer" (exposure: all secret positions masked at once here).
+  Anil et al. 2021, "Large-Scale Differentially Private BERT", Figure 7 (masked-secret reconstruction).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import sys
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+from tqdm import tqdm
+
+from dpaudit.errors import UserInputError
+from dpaudit.scoring.source import CLASSIFIER, MASKED_LM, ModelSource
+from dpaudit.scoring.targets import (
+    CanaryLike,
+    SpaceLike,
+    alphabet_token_ids,
+    check_secret_tokens,
+    locate_secrets,
+    locate_spans,
+)
+
+#: Masking rate of the fixed, seeded masking used for per-example MLM losses (BERT's rate).
+EXAMPLE_MASK_PROB = 0.15
+#: Most examples' texts are short; longer ones are truncated to this many tokens for MIA scores.
+EXAMPLE_MAX_LENGTH = 128
+
+
+@dataclass(frozen=True)
+class ExampleFeatures:
+    """Per-example attack features (higher-level MIAs fit a classifier on :meth:`matrix`).
+
+    Attributes:
+        loss: [n] mean negative log-likelihood (masked tokens for an MLM, the label for a classifier).
+        entropy: [n] mean entropy of the predicted distribution (nats).
+        top_probs: [n, k] sorted (descending) probabilities: for an MLM the top-k vocabulary
+            probabilities averaged over masked positions; for a classifier all class probabilities.
+    """
+
+    loss: np.ndarray
+    entropy: np.ndarray
+    top_probs: np.ndarray
+
+    def matrix(self) -> np.ndarray:
+        """[n, k + 2] feature matrix: sorted probabilities, loss, entropy."""
+        return np.column_stack([self.top_probs, self.loss, self.entropy])
+
+
+@dataclass(frozen=True)
+class VocabFill:
+    """Top-1 fill of a masked span over the whole vocabulary (phrase canaries)."""
+
+    text: str
+    token_ids: list[int]
+    true_log_prob: float
+
+
+def _segment_mean(values: Any, owner: Any, n: int) -> np.ndarray:
+    """Mean of ``values`` rows per owner index (the masked positions of each example), as numpy."""
+    import torch
+
+    sums = torch.zeros((n,) + tuple(values.shape[1:]), dtype=values.dtype, device=values.device).index_add_(0, owner, values)
+    counts = torch.bincount(owner, minlength=n).to(values.dtype).reshape((-1,) + (1,) * (values.dim() - 1))
+    return (sums / counts).cpu().numpy()
+
+
+def _text_seed(seed: int, text: str) -> np.random.Generator:
+    """A generator that depends on the text and the seed only: a text is masked the same way
+    whichever batch, order or data set it is scored in, so member and non-member scores compare."""
+    digest = int.from_bytes(hashlib.sha256(text.encode("utf-8")).digest()[:8], "little")
+    return np.random.default_rng([seed, digest])
+
+
+class Scorer:
+    """A loaded model and tokenizer. Build with :func:`dpaudit.scoring.load`.
+
+    Attributes:
+        source: where the model came from and what kind it is.
+        batch_size: examples per forward pass.
+        device: ``"cuda"`` when a GPU is present, else ``"cpu"``.
+    """
+
+    def __init__(self, source: ModelSource, model: Any, tokenizer: Any, *, batch_size: int, device: str,
+                 progress: bool = True) -> None:
+        import torch
+
+        self.source = source
+        self.model = model
+        self.tokenizer = tokenizer
+        self.batch_size = batch_size
+        self.device = device
+        self.progress = progress
+        self._torch = torch
+        # transformers uses a huge sentinel for "no limit" in model_max_length: keep only real limits.
+        limits = [x for x in (getattr(model.config, "max_position_embeddings", None),
+                              getattr(tokenizer, "model_max_length", None)) if isinstance(x, int) and 0 < x < 1_000_000]
+        self.max_length = min(limits, default=512)
+        self._encoder, self._head = self._split_head()
+
+    # -- model plumbing ------------------------------------------------------------------------
+
+    @property
+    def kind(self) -> str:
+        return self.source.kind
+
+    def _split_head(self) -> tuple[Any, Any]:
+        if self.kind != MASKED_LM:
+            return None, None
+        prefix = getattr(self.model, "base_model_prefix", "")
+        encoder = getattr(self.model, prefix, None) if prefix else None
+        others = [m for name, m in self.model.named_children() if name != prefix and any(True for _ in m.parameters())]
+        if encoder is None or len(others) != 1:
+            return None, None
+        return encoder, others[0]
+
+    def _require(self, kind: str, what: str) -> None:
+        if self.kind != kind:
+            raise UserInputError(f"{what} needs a {kind} model, but {self.source.path} is a {self.kind} "
+                                 f"({self.source.architecture}); pass a {kind} model directory.")
+
+    def _batches(self, n: int, desc: str) -> Iterator[slice]:
+        starts = range(0, n, self.batch_size)
+        bar = tqdm(starts, desc=desc, unit="batch", file=sys.stderr, disable=None if self.progress else True, leave=False)
+        for start in bar:
+            yield slice(start, min(start + self.batch_size, n))
+
+    def _pad(self, rows: Sequence[Sequence[int]]) -> tuple[Any, Any]:
+        torch = self._torch
+        width = max(len(r) for r in rows)
+        pad = self.tokenizer.pad_token_id if self.tokenizer.pad_token_id is not None else 0
+        ids = torch.full((len(rows), width), pad, dtype=torch.long)
+        mask = torch.zeros((len(rows), width), dtype=torch.long)
+        for i, r in enumerate(rows):
+            ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+            mask[i, : len(r)] = 1
+        return ids.to(self.device), mask.to(self.device)
+
+    def _masked_logits(self, rows: Sequence[Sequence[int]], positions: Sequence[Sequence[int]]) -> Any:
+        """float64 logits [total masked positions, vocab], rows' positions masked and flattened in order."""
+        torch = self._torch
+        ids, mask = self._pad(rows)
+        r = torch.tensor([i for i, ps in enumerate(positions) for _ in ps], dtype=torch.long, device=self.device)
+        c = torch.tensor([p for ps in positions for p in ps], dtype=torch.long, device=self.device)
+        ids[r, c] = self.tokenizer.mask_token_id
+        with torch.inference_mode():
+            if self._encoder is not None:
+                hidden = self._encoder(input_ids=ids, attention_mask=mask).last_hidden_state[r, c]
+                logits = self._head(hidden)
+            else:
+                logits = self.model(input_ids=ids, attention_mask=mask).logits[r, c]
+        return logits.double()
+
+    # -- canaries ------------------------------------------------------------------------------
+
+    def masked_log_probs(self, canaries: Sequence[CanaryLike], space: SpaceLike, *, reveal: int = 0) -> np.ndarray:
+        """Log-probabilities over the space's alphabet at each masked secret position.
+
+        All secret tokens after the first ``reveal`` are masked at once (``reveal`` > 0 is the
+        partial-reveal view: the first tokens are shown). The log-softmax is taken over the
+        alphabet's tokens (the distribution over the space, not over the vocabulary), in float64.
+
+        Returns:
+            [n canaries, positions - reveal, len(alphabet)] float64.
+
+        Raises:
+            UserInputError: naming a canary whose secret does not tokenize as the space assumes,
+                or if the model is not a masked LM.
+        """
+        self._require(MASKED_LM, "masked-secret scoring")
+        if not 0 <= reveal < space.length:
+            raise UserInputError(f"--reveal {reveal}: must be from 0 to {space.length - 1} for {space.format} secrets.")
+        located = locate_secrets(self.tokenizer, canaries, space, max_length=self.max_length)
+        alphabet = alphabet_token_ids(self.tokenizer, space)
+        check_secret_tokens(self.tokenizer, canaries, located, space, alphabet)
+        torch = self._torch
+        cols = torch.as_tensor(alphabet, device=self.device)
+        m = space.length - reveal
+        out = np.empty((len(located), m, len(alphabet)), dtype=np.float64)
+        for sl in self._batches(len(located), "scoring canaries"):
+            batch = located[sl]
+            logits = self._masked_logits([t.input_ids for t in batch], [t.secret_positions[reveal:] for t in batch])
+            out[sl] = torch.log_softmax(logits[:, cols], dim=-1).reshape(len(batch), m, -1).cpu().numpy()
+        return out
+
+    def vocab_fills(self, canaries: Sequence[CanaryLike]) -> list[VocabFill]:
+        """Top-1 fill of each canary's masked secret over the whole vocabulary (phrase secrets).
+
+        Every secret token is masked at once; the fill is the argmax at each masked position,
+        decoded; ``true_log_prob`` is the summed log-probability of the true secret tokens.
+        """
+        self._require(MASKED_LM, "masked-secret scoring")
+        located = locate_spans(self.tokenizer, canaries, max_length=self.max_length)
+        torch = self._torch
+        fills: list[VocabFill] = []
+        for sl in self._batches(len(located), "scoring canaries"):
+            batch = located[sl]
+            logits = self._masked_logits([t.input_ids for t in batch], [t.secret_positions for t in batch])
+            log_probs = torch.log_softmax(logits, dim=-1)
+            true = torch.tensor([t.input_ids[p] for t in batch for p in t.secret_positions], device=self.device)
+            true_lp = log_probs.gather(1, true[:, None])[:, 0].cpu().numpy()
+            best = log_probs.argmax(dim=-1).cpu().numpy()
+            k = 0
+            for t in batch:
+                n = len(t.secret_positions)
+                ids = best[k : k + n].tolist()
+                text = self.tokenizer.decode(ids).strip()
+                text = text[2:] if text.startswith("##") else text  # a fill may start with a WordPiece continuation
+                fills.append(VocabFill(text=text, token_ids=ids,
+                                       true_log_prob=float(true_lp[k : k + n].sum())))
+                k += n
+        return fills
+
+    # -- examples (membership inference) -------------------------------------------------------
+
+    def _example_masks(self, rows: Sequence[Sequence[int]], texts: Sequence[str], seed: int) -> list[list[int]]:
+        special = set(self.tokenizer.all_special_ids)
+        out = []
+        for ids, text in zip(rows, texts):
+            candidates = np.asarray([i for i, t in enumerate(ids) if t not in special], dtype=np.int64)
+            if candidates.size == 0:
+                out.append([])
+                continue
+            rng = _text_seed(seed, text)
+            chosen = candidates[rng.random(candidates.size) < EXAMPLE_MASK_PROB]
+            if chosen.size == 0:
+                chosen = candidates[[int(rng.integers(candidates.size))]]
+            out.append(chosen.tolist())
+        return out
+
+    def _mlm_stats(self, texts: Sequence[str], seed: int, top_k: int) -> ExampleFeatures:
+        torch = self._torch
+        n = len(texts)
+        loss, entropy = np.full(n, np.nan), np.full(n, np.nan)
+        top = np.zeros((n, top_k))
+        limit = min(self.max_length, EXAMPLE_MAX_LENGTH)
+        for sl in self._batches(n, "scoring examples"):
+            chunk = list(texts[sl])
+            rows = self.tokenizer(chunk, truncation=True, max_length=limit)["input_ids"]
+            masks = self._example_masks(rows, chunk, seed)
+            keep = [i for i, m in enumerate(masks) if m]
+            if not keep:
+                continue
+            logits = self._masked_logits([rows[i] for i in keep], [masks[i] for i in keep])
+            log_probs = torch.log_softmax(logits, dim=-1)
+            true = torch.tensor([rows[i][p] for i in keep for p in masks[i]], device=self.device)
+            nll = -log_probs.gather(1, true[:, None])[:, 0]
+            ent = -(log_probs.exp() * log_probs).sum(-1)
+            probs = log_probs.exp().topk(min(top_k, log_probs.shape[-1]), dim=-1).values
+            owner = torch.tensor([j for j, i in enumerate(keep) for _ in masks[i]], device=self.device)
+            idx = np.asarray(keep) + sl.start
+            loss[idx] = _segment_mean(nll, owner, len(keep))
+            entropy[idx] = _segment_mean(ent, owner, len(keep))
+            top[idx, : probs.shape[-1]] = _segment_mean(probs, owner, len(keep))
+        return ExampleFeatures(loss=loss, entropy=entropy, top_probs=top)
+
+    def _classifier_stats(self, texts: Sequence[str], labels: Sequence[int] | None) -> tuple[np.ndarray, np.ndarray]:
+        torch = self._torch
+        probs = []
+        limit = min(self.max_length, EXAMPLE_MAX_LENGTH)
+        for sl in self._batches(len(texts), "scoring examples"):
+            rows = self.tokenizer(list(texts[sl]), truncation=True, max_length=limit)["input_ids"]
+            ids, mask = self._pad(rows)
+            with torch.inference_mode():
+                logits = self.model(input_ids=ids, attention_mask=mask).logits.double()
+            probs.append(torch.log_softmax(logits, dim=-1).cpu().numpy())
+        log_probs = np.concatenate(probs) if probs else np.zeros((0, 0))
+        if labels is None:
+            return log_probs, np.full(len(texts), np.nan)
+        y = np.asarray(labels, dtype=np.int64)
+        if y.shape != (len(texts),) or (y.size and (y.min() < 0 or y.max() >= log_probs.shape[1])):
+            raise UserInputError(f"labels must be {len(texts)} class indices in [0, {log_probs.shape[1]}).")
+        return log_probs, -log_probs[np.arange(len(texts)), y]
+
+    def class_probs(self, texts: Sequence[str]) -> np.ndarray:
+        """[n, classes] softmax probabilities of a sequence classifier."""
+        self._require(CLASSIFIER, "class probabilities")
+        return np.exp(self._classifier_stats(texts, None)[0])
+
+    def example_losses(self, texts: Sequence[str], labels: Sequence[int] | None = None, *, seed: int = 0) -> np.ndarray:
+        """[n] per-example loss: MLM loss under a fixed seeded masking, or classifier cross-entropy.
+
+        The MLM masking of a text depends only on (seed, text), so member and non-member losses
+        are computed under comparable masks. Classifiers need ``labels`` (class indices).
+        """
+        if self.kind == CLASSIFIER:
+            if labels is None:
+                raise UserInputError("example losses of a classifier need the examples' labels.")
+            return self._classifier_stats(texts, labels)[1]
+        return self._mlm_stats(texts, seed, 1).loss
+
+    def example_features(self, texts: Sequence[str], labels: Sequence[int] | None = None, *, seed: int = 0,
+                         top_k: int = 10) -> ExampleFeatures:
+        """Per-example MIA features (see :class:`ExampleFeatures`)."""
+        if self.kind == CLASSIFIER:
+            log_probs, loss = self._classifier_stats(texts, labels)
+            probs = np.exp(log_probs)
+            entropy = -(probs * log_probs).sum(-1)
+            return ExampleFeatures(loss=loss, entropy=entropy, top_probs=-np.sort(-probs, axis=-1))
+        return self._mlm_stats(texts, seed, top_k)
+
+
+def build_scorer(source: ModelSource, *, batch_size: int = 32, device: str | None = None, progress: bool = True) -> Scorer:
+    """Load the model and tokenizer of a checked :class:`ModelSource` (local files, safetensors only)."""
+    import torch
+    import transformers
+
+    auto = transformers.AutoModelForMaskedLM if source.kind == MASKED_LM else transformers.AutoModelForSequenceClassification
+    device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    hf_logging = transformers.utils.logging
+    bar_was_on = hf_logging.is_progress_bar_enabled()
+    hf_logging.disable_progress_bar()  # a "Loading weights" bar per load would drown the attack's own output
+    try:
+        tokenizer = transformers.AutoTokenizer.from_pretrained(source.model_dir, local_files_only=True)
+        model = auto.from_pretrained(source.model_dir, local_files_only=True, use_safetensors=True)
+    except (OSError, ValueError) as err:
+        first = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+        raise UserInputError(f"--model {source.model_dir}: transformers cannot load it ({first}).") from None
+    finally:
+        if bar_was_on:
+            hf_logging.enable_progress_bar()
+    if source.kind == MASKED_LM and tokenizer.mask_token_id is None:
+        raise UserInputError(f"--model {source.model_dir}: the tokenizer has no mask token; a masked LM needs one.")
+    model.to(device).eval()
+    return Scorer(source, model, tokenizer, batch_size=batch_size, device=device, progress=progress)

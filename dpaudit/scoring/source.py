@@ -1,0 +1,120 @@
+"""Where a model comes from: a train run directory or a bare Hugging Face directory, checked.
+
+Everything here is torch-free, so bad input (no weights, a pickle-only checkpoint, no tokenizer, a
+damaged run directory) is refused with a one-line :class:`~dpaudit.errors.UserInputError` before
+torch or transformers is imported. A train run directory (``manifest.json`` with schema
+``dpaudit.train/*``) is verified against its manifest; its ``privacy.json`` is read for the audit.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from dpaudit.errors import UserInputError
+from dpaudit.rundir import MANIFEST_NAME, verify_run_dir
+
+ModelKind = Literal["masked-lm", "classifier"]
+MASKED_LM: ModelKind = "masked-lm"
+CLASSIFIER: ModelKind = "classifier"
+TRAIN_SCHEMA_PREFIX = "dpaudit.train/"
+WEIGHTS = "model.safetensors"
+WEIGHTS_INDEX = "model.safetensors.index.json"
+PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack")
+TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ModelSource:
+    """A model directory that passed the checks, and what the audit needs to know about it.
+
+    Attributes:
+        path: what the user passed (run directory or model directory).
+        model_dir: the Hugging Face directory holding config, weights and tokenizer.
+        kind: ``"masked-lm"`` or ``"classifier"``, from ``config.json``'s ``architectures``.
+        architecture: e.g. ``"BertForMaskedLM"``.
+        privacy: the run's ``privacy.json`` (None for a bare model directory).
+        manifest: the train run's verified manifest (None for a bare model directory).
+        files: model file name (relative to ``path``) -> sha256, for the attack manifest.
+    """
+
+    path: Path
+    model_dir: Path
+    kind: ModelKind
+    architecture: str
+    privacy: dict[str, Any] | None
+    manifest: dict[str, Any] | None
+    files: dict[str, str]
+
+
+def _kind_of(architecture: str) -> ModelKind | None:
+    if architecture.endswith("ForMaskedLM"):
+        return MASKED_LM
+    if architecture.endswith("ForSequenceClassification"):
+        return CLASSIFIER
+    return None
+
+
+def resolve_model(path: str | os.PathLike[str], *, option: str = "--model") -> ModelSource:
+    """Check a model path and say what it is, without importing torch.
+
+    Raises:
+        UserInputError: naming the path and what is missing (weights, tokenizer, config), or a
+            pickle-only checkpoint (never loaded: unpickling runs arbitrary code).
+    """
+    path = Path(path)
+    if not path.is_dir():
+        raise UserInputError(f"{option} {path} is not a directory; pass a train run directory or a Hugging Face model directory.")
+    manifest = privacy = None
+    model_dir = path
+    files: dict[str, str] = {}
+    if (path / MANIFEST_NAME).is_file():
+        manifest = verify_run_dir(path, schema_prefix=TRAIN_SCHEMA_PREFIX)
+        model_dir = path / "model"
+        files = {name: digest for name, digest in manifest.get("outputs", {}).items()}
+        privacy_path = path / "privacy.json"
+        if privacy_path.is_file():
+            try:
+                privacy = json.loads(privacy_path.read_text(encoding="utf-8"))
+            except json.JSONDecodeError as err:
+                raise UserInputError(f"{privacy_path}: not valid JSON ({err.msg}); rerun dpaudit train.") from None
+    if not model_dir.is_dir():
+        raise UserInputError(f"{option} {path}: no model/ directory; the train run did not finish, rerun dpaudit train.")
+    config_path = model_dir / "config.json"
+    if not config_path.is_file():
+        raise UserInputError(f"{option} {model_dir} has no config.json; pass a Hugging Face model directory (save_pretrained).")
+    has_safetensors = (model_dir / WEIGHTS).is_file() or (model_dir / WEIGHTS_INDEX).is_file()
+    if not has_safetensors:
+        pickled = [name for name in PICKLE_WEIGHTS if (model_dir / name).is_file()]
+        if pickled:
+            raise UserInputError(
+                f"{option} {model_dir} holds only {pickled[0]} (a pickle checkpoint, which can run arbitrary code when "
+                f"loaded); re-save it as safetensors: model.save_pretrained(dir, safe_serialization=True)."
+            )
+        raise UserInputError(f"{option} {model_dir} has no {WEIGHTS}; pass a directory with safetensors weights.")
+    if not any((model_dir / name).is_file() for name in TOKENIZER_FILES):
+        raise UserInputError(
+            f"{option} {model_dir} has no tokenizer (tokenizer.json or vocab.txt); save the tokenizer into the model "
+            "directory (tokenizer.save_pretrained(dir))."
+        )
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise UserInputError(f"{config_path}: not valid JSON ({err.msg}); re-save the model.") from None
+    architectures = config.get("architectures") or []
+    kinds = [(a, _kind_of(a)) for a in architectures if _kind_of(a) is not None]
+    if not kinds:
+        raise UserInputError(
+            f"{config_path}: architectures {architectures!r} names no masked LM (*ForMaskedLM) or sequence classifier "
+            "(*ForSequenceClassification); dpaudit audits those two model types."
+        )
+    architecture, kind = kinds[0]
+    if manifest is None:
+        from dpaudit.rundir import sha256_file
+
+        files = {p.relative_to(path).as_posix(): sha256_file(p) for p in sorted(model_dir.rglob("*")) if p.is_file()}
+    return ModelSource(path=path, model_dir=model_dir, kind=kind, architecture=architecture, privacy=privacy,  # type: ignore[arg-type]
+                       manifest=manifest, files=files)

@@ -1,0 +1,39 @@
+"""Contract over every registered attack, and how attack names are resolved."""
+
+from __future__ import annotations
+
+import pytest
+
+from dpaudit.attacks import results
+from dpaudit.attacks.base import Attack, AttackOptions
+from dpaudit.attacks.registry import ATTACKS, attack_class, resolve_attacks
+from dpaudit.errors import UserInputError
+
+
+@pytest.mark.parametrize("name", sorted(ATTACKS))
+def test_every_registered_attack_follows_the_contract(name):
+    cls = attack_class(name)
+    assert isinstance(cls(), Attack)
+    assert cls.name == name
+    assert cls.model_kinds and cls.model_kinds <= {"masked-lm", "classifier"}
+    assert name in results._RESULT_TYPES, f"{name}: register its result class with results.register_result"
+    assert cls.__doc__ and cls.__module__.startswith("dpaudit.attacks.")
+
+
+def test_names_are_resolved_in_order_and_all_expands_by_model_kind():
+    assert [c.name for c in resolve_attacks(["reconstruction", "exposure", "exposure"], "masked-lm")] == [
+        "reconstruction", "exposure"]
+    assert [c.name for c in resolve_attacks(["all"], "masked-lm")] == list(ATTACKS)
+    with pytest.raises(UserInputError, match="not an attack"):
+        resolve_attacks(["nope"], "masked-lm")
+    with pytest.raises(UserInputError, match="needs a masked-lm model"):
+        resolve_attacks(["exposure"], "classifier")
+    with pytest.raises(UserInputError, match="empty"):
+        resolve_attacks([" "], "masked-lm")
+
+
+def test_options_are_validated():
+    with pytest.raises(ValueError, match="batch_size"):
+        AttackOptions(batch_size=0)
+    with pytest.raises(ValueError, match="level"):
+        AttackOptions(level=1.0)
