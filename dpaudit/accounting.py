@@ -63,6 +63,7 @@ from dp_accounting.dp_event import (
     SampledWithoutReplacementDpEvent,
     SelfComposedDpEvent,
 )
+from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld import privacy_loss_mechanism as plm
 from dp_accounting.privacy_accountant import NeighboringRelation
@@ -75,6 +76,8 @@ __all__ = [
     "Accountant",
     "FIXED_SIZE_LABEL",
     "PLD_DISCRETIZATION",
+    "PLD_MAX_GRID_POINTS",
+    "PldGridTooLargeError",
     "SIMULATION_LABEL",
     "Segment",
     "TAN_VALID_ABOVE",
@@ -116,6 +119,21 @@ _PLD_MEDIUM_DISCRETIZATION = 1e-3
 #: A few RDP orders: a valid (looser) upper bound on epsilon, ~20x cheaper than the default 156.
 _BRACKET_RDP_ORDERS = (1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 20.0, 24.0,
                        32.0, 48.0, 64.0, 128.0, 256.0)
+#: Most points any one PLD array may hold while an event is accounted (single step, self-composed
+#: segment, or the composition of segments). Composing costs ~85 bytes per point at its peak, so this
+#: bounds one PLD evaluation at ~0.7 GB and a few seconds. Realistic runs stay far below it (Anil et
+#: al.'s 20K steps at sigma 0.49: 0.27M points); it is reached only at tiny noise multipliers, where the
+#: privacy loss spans ~1 / (sigma^2 discretization) grid points and epsilon is in the hundreds.
+PLD_MAX_GRID_POINTS = 2**23
+#: dp_accounting's defaults: ln of the Gaussian tail mass dropped per step (sent to infinite loss by the
+#: pessimistic estimate) and the tail mass truncated at each (self-)composition (also sent to infinity).
+_DEFAULT_TRUNCATION = (-50.0, 1e-15)
+#: Below this delta the default truncations' infinite-loss mass (>= 1e-15 per composition) takes a
+#: visible share of delta, and at delta <= ~1e-15 all of it (epsilon = inf); there the truncations are
+#: scaled to delta instead (:func:`_truncation`).
+_SMALL_DELTA = 1e-10
+#: Share of delta that the scaled truncations may send to infinite loss, at most.
+_TRUNCATION_SHARE_OF_DELTA = 1e-3
 #: The TAN approximation of Sander et al. holds only above this noise multiplier ("privacy wall").
 TAN_VALID_ABOVE = 2.0
 
@@ -126,6 +144,21 @@ SIMULATION_LABEL = ("NON-PRIVATE TAN simulation: same per-step signal-to-noise r
 
 _ADD_OR_REMOVE = NeighboringRelation.ADD_OR_REMOVE_ONE
 _REPLACE_ONE = NeighboringRelation.REPLACE_ONE
+
+
+class PldGridTooLargeError(UserInputError):
+    """The PLD of an event would exceed :data:`PLD_MAX_GRID_POINTS` (a noise multiplier far too small).
+
+    A :class:`UserInputError`: the command line shows it as a one-line error instead of letting the
+    accountant exhaust memory.
+    """
+
+    def __init__(self, points: int, discretization: float, sigma: float) -> None:
+        super().__init__(
+            f"PLD accounting of this run would need ~{points:,} grid points (limit {PLD_MAX_GRID_POINTS:,}) at "
+            f"discretization {discretization:g}: noise multiplier {sigma:.4g} is too small for it (its epsilon is "
+            f"enormous anyway); add noise, or use the RDP accountant.")
+        self.points = points
 
 
 class TanValidityWarning(UserWarning):
@@ -483,14 +516,15 @@ class _Lru:
 
 
 _RESULTS = _Lru(512)          # (event key, kind, value, accountant/level) -> float
-_SINGLE_STEP_PLDS = _Lru(32)  # (q, sigma, discretization) -> PLD of one step
-_SEGMENT_PLDS = _Lru(16)      # (q, sigma, count, discretization) -> PLD of `count` steps
-_PREFIX_PLDS = _Lru(8)        # (tuple of items, discretization) -> composed PLD
+_SINGLE_STEP_PLDS = _Lru(32)  # (q, sigma, discretization, truncation) -> PLD of one step
+_SEGMENT_PLDS = _Lru(16)      # (q, sigma, count, discretization, truncation) -> PLD of `count` steps
+_PREFIX_PLDS = _Lru(8)        # (tuple of items, discretization, truncation) -> composed PLD
+_GRID_POINTS = _Lru(256)      # (item, discretization, truncation) -> estimated PLD points of the item
 
 
 def clear_caches() -> None:
     """Forget every cached PLD and result (benchmarks use this to time cold calls)."""
-    for cache in (_RESULTS, _SINGLE_STEP_PLDS, _SEGMENT_PLDS, _PREFIX_PLDS):
+    for cache in (_RESULTS, _SINGLE_STEP_PLDS, _SEGMENT_PLDS, _PREFIX_PLDS, _GRID_POINTS):
         cache.clear()
 
 
@@ -579,54 +613,147 @@ _CREATE_PMF = getattr(pld_lib, "_create_pld_pmf_from_monotone_privacy_loss", Non
 
 
 def subsampled_gaussian_pld(noise_multiplier: float, sampling_probability: float,
-                            discretization: float = PLD_DISCRETIZATION) -> pld_lib.PrivacyLossDistribution:
+                            discretization: float = PLD_DISCRETIZATION, *,
+                            log_mass_truncation_bound: float = _DEFAULT_TRUNCATION[0]) -> pld_lib.PrivacyLossDistribution:
     """``pld_lib.from_gaussian_mechanism(sigma, sampling_prob=q)`` (add/remove, connect-the-dots,
     pessimistic), bit for bit, built with :class:`_VectorizedGaussianPrivacyLoss`."""
     sigma, q = float(noise_multiplier), float(sampling_probability)
     if q == 1.0 or _CREATE_PMF is None:
         return pld_lib.from_gaussian_mechanism(standard_deviation=sigma, value_discretization_interval=discretization,
+                                               log_mass_truncation_bound=log_mass_truncation_bound,
                                                sampling_prob=q, neighboring_relation=_ADD_OR_REMOVE)
 
     def pmf(adjacency: plm.AdjacencyType):
-        loss = _VectorizedGaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency)
+        loss = _VectorizedGaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency,
+                                              log_mass_truncation_bound=log_mass_truncation_bound)
         return _CREATE_PMF(loss, pessimistic_estimate=True, value_discretization_interval=discretization, use_connect_dots=True)
 
     return pld_lib.PrivacyLossDistribution(pmf(plm.AdjacencyType.REMOVE), pmf(plm.AdjacencyType.ADD))
 
 
-def _item_pld(item: tuple, discretization: float):
+def _truncation(items: Sequence[tuple], kind: str, value: float) -> tuple[float, float]:
+    """(ln of the per-step Gaussian tail bound, tail mass truncated per composition) for one query.
+
+    dp_accounting's defaults (-50 and 1e-15), hence ``PLDAccountant``'s exact result, unless epsilon is
+    asked at a delta below :data:`_SMALL_DELTA`. The pessimistic PLD sends every truncated tail to
+    infinite privacy loss, and epsilon(delta) is infinite once that mass reaches delta: with the
+    defaults, at delta <= ~1e-15 a run with plenty of noise read as "epsilon = inf". There both bounds
+    are scaled so that all truncations together send at most ``_TRUNCATION_SHARE_OF_DELTA * delta`` to
+    infinity: half over the steps' Gaussian tails (each step's dropped tail mass is at most
+    exp(bound)), half over the (self-)compositions of both PMFs. The result is still dp_accounting's
+    pessimistic (upper-bound) PLD epsilon, with finer tails.
+    """
+    if kind != "epsilon" or value >= _SMALL_DELTA:
+        return _DEFAULT_TRUNCATION
+    budget = _TRUNCATION_SHARE_OF_DELTA * value
+    steps = sum(item[-1] for item in items if item[0] in ("poisson", "gaussian"))
+    compositions = 2 * len(items) + 1
+    return (min(_DEFAULT_TRUNCATION[0], math.log(budget / 2.0 / max(steps, 1))),
+            min(_DEFAULT_TRUNCATION[1], budget / 2.0 / compositions))
+
+
+def _single_step_points(item: tuple, discretization: float, log_bound: float) -> int:
+    """Exact number of grid points of the item's single-step PLD (connect-the-dots bounds; no PMF built)."""
+    if item[0] == "gaussian":
+        _, sigma, count = item
+        losses = [plm.GaussianPrivacyLoss(sigma / math.sqrt(count), log_mass_truncation_bound=log_bound)]
+    else:
+        _, q, sigma, _count = item
+        losses = [_VectorizedGaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency,
+                                                 log_mass_truncation_bound=log_bound)
+                  for adjacency in (plm.AdjacencyType.REMOVE, plm.AdjacencyType.ADD)]
+    points = 0
+    for loss in losses:
+        bounds = loss.connect_dots_bounds()
+        points = max(points, math.ceil(bounds.epsilon_upper / discretization)
+                     - math.floor(bounds.epsilon_lower / discretization) + 1)
+    return points
+
+
+def _item_grid_points(item: tuple, discretization: float, truncation: tuple[float, float]) -> int:
+    """Points of the item's PLD once self-composed, without building it at `discretization`.
+
+    The single step's size is exact. A segment of `count` steps is self-composed by FFT over the range
+    that dp_accounting's Chernoff bound keeps (``pld_common.compute_self_convolve_bounds``); that range
+    is estimated here from the same PLD built on a grid of ~1K points and scaled back, so that the
+    estimate costs milliseconds even when the real PLD would not fit in memory.
+    """
+    key = (item, discretization, truncation)
+    cached = _GRID_POINTS.get(key)
+    if cached is not None:
+        return cached
+    single = _single_step_points(item, discretization, truncation[0])
+    count = item[-1] if item[0] == "poisson" else 1
+    points = single
+    if count > 1 and (single - 1) * count + 1 > PLD_MAX_GRID_POINTS and single <= 64 * PLD_MAX_GRID_POINTS:
+        coarse = discretization * max(1, math.ceil(single / 1024))
+        pld = subsampled_gaussian_pld(item[2], item[1], coarse, log_mass_truncation_bound=truncation[0])
+        points = 0
+        for pmf in (pld._pmf_remove, pld._pmf_add):  # pylint: disable=protected-access
+            probs = getattr(pmf, "_probs", None)
+            if probs is None:
+                probs = pmf.to_dense_pmf()._probs
+            lower, upper = pld_common.compute_self_convolve_bounds(probs, count, truncation[1])
+            points = max(points, math.ceil((upper - lower + 1) * coarse / discretization))
+        points = min(points, (single - 1) * count + 1)
+    elif count > 1:
+        points = (single - 1) * count + 1 if single <= PLD_MAX_GRID_POINTS else single
+    _GRID_POINTS.put(key, points)
+    return points
+
+
+def _check_grid(items: Sequence[tuple], discretization: float, truncation: tuple[float, float]) -> None:
+    """Raise :class:`PldGridTooLargeError` if some PLD array of this composition would be too large.
+
+    Composing two PMFs convolves them (the lengths add before the tails are truncated), so the running
+    sum of the items' sizes bounds every array along the way.
+    """
+    total = 1
+    for item in items:
+        if item[0] == "nonprivate":
+            continue
+        total += _item_grid_points(item, discretization, truncation) - 1
+        if total > PLD_MAX_GRID_POINTS:
+            sigma = min(it[-2] for it in items if it[0] != "nonprivate")
+            raise PldGridTooLargeError(total, discretization, sigma)
+
+
+def _item_pld(item: tuple, discretization: float, truncation: tuple[float, float] = _DEFAULT_TRUNCATION):
+    log_bound, tail_mass = truncation
     if item[0] == "gaussian":
         _, sigma, count = item
         return pld_lib.from_gaussian_mechanism(standard_deviation=sigma / math.sqrt(count),
                                                value_discretization_interval=discretization,
+                                               log_mass_truncation_bound=log_bound,
                                                neighboring_relation=_ADD_OR_REMOVE)
     _, q, sigma, count = item
-    key = (q, sigma, count, discretization)
+    key = (q, sigma, count, discretization, truncation)
     composed = _SEGMENT_PLDS.get(key)
     if composed is None:
-        single = _SINGLE_STEP_PLDS.get((q, sigma, discretization))
+        single = _SINGLE_STEP_PLDS.get((q, sigma, discretization, log_bound))
         if single is None:
-            single = subsampled_gaussian_pld(sigma, q, discretization)
-            _SINGLE_STEP_PLDS.put((q, sigma, discretization), single)
-        composed = single.self_compose(count)
+            single = subsampled_gaussian_pld(sigma, q, discretization, log_mass_truncation_bound=log_bound)
+            _SINGLE_STEP_PLDS.put((q, sigma, discretization, log_bound), single)
+        composed = single.self_compose(count, tail_mass_truncation=tail_mass)
         _SEGMENT_PLDS.put(key, composed)
     return composed
 
 
-def _composed_pld(items: tuple[tuple, ...], discretization: float):
+def _composed_pld(items: tuple[tuple, ...], discretization: float,
+                  truncation: tuple[float, float] = _DEFAULT_TRUNCATION):
     """identity.compose(item_1).compose(item_2)... exactly as PLDAccountant does, reusing prefixes."""
     start, pld = 0, None
     for end in range(len(items), 0, -1):
-        pld = _PREFIX_PLDS.get((items[:end], discretization))
+        pld = _PREFIX_PLDS.get((items[:end], discretization, truncation))
         if pld is not None:
             start = end
             break
     if pld is None:
         pld = pld_lib.identity(value_discretization_interval=discretization)
     for end in range(start + 1, len(items) + 1):
-        pld = pld.compose(_item_pld(items[end - 1], discretization))
+        pld = pld.compose(_item_pld(items[end - 1], discretization, truncation), tail_mass_truncation=truncation[1])
         if end >= len(items) - 1:  # keep the full run and the run minus its last segment (ledger growth)
-            _PREFIX_PLDS.put((items[:end], discretization), pld)
+            _PREFIX_PLDS.put((items[:end], discretization, truncation), pld)
     return pld
 
 
@@ -642,7 +769,10 @@ def _pld_value(event: DpEvent, kind: str, value: float, discretization: float) -
         return float(accountant.get_epsilon(value) if kind == "epsilon" else accountant.get_delta(value))
     if any(item[0] == "nonprivate" for item in items):
         return math.inf if kind == "epsilon" else 1.0
-    pld = _composed_pld(tuple(items), discretization)
+    truncation = _truncation(items, kind, value)
+    if _PREFIX_PLDS.get((tuple(items), discretization, truncation)) is None:
+        _check_grid(items, discretization, truncation)
+    pld = _composed_pld(tuple(items), discretization, truncation)
     return float(pld.get_epsilon_for_delta(value) if kind == "epsilon" else pld.get_delta_for_epsilon(value))
 
 
@@ -1005,7 +1135,11 @@ def _run_ladder(ladder: _Ladder, levels: list[tuple], p0: float, *, certify: boo
 
 
 def _check_target(target_epsilon: float, delta: float, tolerance: float) -> tuple[float, float, float]:
-    target = _require_real("target_epsilon", target_epsilon)
+    if isinstance(target_epsilon, bool) or not isinstance(target_epsilon, numbers.Real) \
+            or not math.isfinite(target_epsilon):
+        raise UserInputError(f"target epsilon must be a finite number > 0, got {target_epsilon!r} (an infinite "
+                             f"budget is no privacy guarantee: train without privacy instead).")
+    target = float(target_epsilon)
     if target <= 0.0:
         raise UserInputError(f"target epsilon must be > 0, got {target}.")
     delta = _require_real("delta", delta)
@@ -1026,6 +1160,27 @@ def _poisson_items(event: DpEvent) -> list[tuple] | None:
     return items
 
 
+def _grid_floor(build_event: Callable[[float], DpEvent], delta: float, low: float, high: float) -> float | None:
+    """Smallest sigma in (low, high] (to 0.1%) whose PLD at the accountant of record's discretization
+    fits in :data:`PLD_MAX_GRID_POINTS`; None if not even `high` fits. Size estimates only, no PLD built."""
+
+    def fits(sigma: float) -> bool:
+        items = _poisson_items(build_event(sigma)) or []
+        try:
+            _check_grid(items, PLD_DISCRETIZATION, _truncation(items, "epsilon", delta))
+        except PldGridTooLargeError:
+            return False
+        return True
+
+    if not fits(high):
+        return None
+    lo, hi = math.log(low), math.log(high)
+    while hi - lo > 1e-3:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if fits(math.exp(mid)) else (mid, hi)
+    return math.exp(hi)
+
+
 def calibrate_noise(build_event: Callable[[float], DpEvent], target_epsilon: float, delta: float, *,
                     accountant: Accountant = "pld", tolerance: float = 1e-3, certify_minimal: bool = False,
                     sigma_bounds: tuple[float, float] = (1e-2, 1e6)) -> float:
@@ -1039,12 +1194,26 @@ def calibrate_noise(build_event: Callable[[float], DpEvent], target_epsilon: flo
 
     The search climbs a ladder: RDP on 20 orders (a cheap upper bound) locates the root, PLD at a
     10x coarser discretization refines it, and the accountant of record is then called about once.
+
+    Bounded in memory and time for any input: the PLD of a sigma whose grid would exceed
+    :data:`PLD_MAX_GRID_POINTS` is never built (its size is estimated first). If the answer lies
+    below that floor (huge targets: the privacy loss of a tiny sigma spans ~1 / (sigma^2 x
+    discretization) grid points), or below ``sigma_bounds[0]``, the target is refused with a
+    :class:`UserInputError` that says which sigma already meets it, rather than returning a sigma
+    whose minimality is unknown.
     """
     _check_accountant(accountant)
     target, delta, tolerance = _check_target(target_epsilon, delta, tolerance)
+    final_level = _level(accountant)
 
     def evaluate(sigma: float, level: tuple) -> float:
-        return _value(build_event(sigma), "epsilon", delta, level)
+        event = build_event(sigma)
+        if level[0] == "pld" and final_level[0] == "pld":
+            # Refuse before any rung builds a PLD for a sigma the accountant of record cannot evaluate.
+            items = _poisson_items(event)
+            if items is not None:
+                _check_grid(items, final_level[1], _truncation(items, "epsilon", delta))
+        return _value(event, "epsilon", delta, level)
 
     probe = build_event(1.0)
     if accountant == "pld" and is_fixed_size(probe):
@@ -1055,12 +1224,48 @@ def calibrate_noise(build_event: Callable[[float], DpEvent], target_epsilon: flo
         eta_at_one = math.sqrt(sum(c * q * q / (2.0 * s * s) for _, q, s, c in items))
         if eta_at_one > 0:
             sigma0 = eta_at_one / _tan_eta_for_epsilon(target, delta)
-    sigma0 = min(max(sigma0, sigma_bounds[0]), sigma_bounds[1])
-    ladder = _Ladder(evaluate, target, increasing=False, rtol=tolerance, integer=False, bounds=sigma_bounds)
-    best = _run_ladder(ladder, _ladder_levels(accountant, medium=True), sigma0, certify=certify_minimal)
+    low, high = sigma_bounds
+    levels = _ladder_levels(accountant, medium=True)
+
+    def too_large_target(sigma: float, eps: float, how: str, why: str) -> UserInputError:
+        return UserInputError(
+            f"target epsilon {target:g} at delta {delta:g} is met by noise multipliers below {sigma:.4g} ({how} "
+            f"gives epsilon {eps:.4g} there), {why}; a guarantee this weak protects no one: lower the target, "
+            f"or set the noise multiplier yourself.")
+
+    try:
+        ladder = _Ladder(evaluate, target, increasing=False, rtol=tolerance, integer=False, bounds=(low, high))
+        best = _run_ladder(ladder, levels, min(max(sigma0, low), high), certify=certify_minimal)
+    except PldGridTooLargeError:
+        # The root lies at a sigma so small that the PLD of record would not fit: find where it stops
+        # fitting, and decide on which side of that floor the root is with the 10x coarser PLD.
+        floor = _grid_floor(build_event, delta, low, high)
+        if floor is None:
+            raise
+        floor = floor * (1.0 + 1e-9)
+        coarse = ("pld", _PLD_MEDIUM_DISCRETIZATION)
+        eps_floor = _value(build_event(floor), "epsilon", delta, coarse)
+        why = (f"where PLD accounting would need more than {PLD_MAX_GRID_POINTS:,} grid points at discretization "
+               f"{PLD_DISCRETIZATION:g}")
+        if eps_floor <= target:
+            raise too_large_target(floor, eps_floor, f"PLD at discretization {_PLD_MEDIUM_DISCRETIZATION:g}",
+                                   why) from None
+        low = floor
+        try:
+            ladder = _Ladder(evaluate, target, increasing=False, rtol=tolerance, integer=False, bounds=(low, high))
+            best = _run_ladder(ladder, levels, min(max(sigma0, low), high), certify=certify_minimal)
+        except PldGridTooLargeError:
+            best = None
+        if best is None or best.param <= low * (1.0 + tolerance):
+            raise UserInputError(f"target epsilon {target:g} at delta {delta:g} needs a noise multiplier close to "
+                                 f"{floor:.4g} or below, {why}; lower the target, or set the noise multiplier "
+                                 f"yourself.") from None
     if best is None:
-        raise UserInputError(f"no noise multiplier up to {sigma_bounds[1]:g} reaches epsilon {target:g} at "
+        raise UserInputError(f"no noise multiplier up to {high:g} reaches epsilon {target:g} at "
                              f"delta {delta:g}; raise the target or lower the sampling rate or steps.")
+    if best.param <= low * (1.0 + tolerance):
+        raise too_large_target(best.param, _value(build_event(best.param), "epsilon", delta, final_level),
+                               accountant.upper(), f"the lower end of the search ({low:g})")
     return best.param
 
 
