@@ -77,6 +77,7 @@ __all__ = [
     "FIXED_SIZE_LABEL",
     "PLD_DISCRETIZATION",
     "PLD_MAX_GRID_POINTS",
+    "PLD_MIN_DELTA",
     "PldGridTooLargeError",
     "SIMULATION_LABEL",
     "Segment",
@@ -125,15 +126,16 @@ _BRACKET_RDP_ORDERS = (1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0,
 #: al.'s 20K steps at sigma 0.49: 0.27M points); it is reached only at tiny noise multipliers, where the
 #: privacy loss spans ~1 / (sigma^2 discretization) grid points and epsilon is in the hundreds.
 PLD_MAX_GRID_POINTS = 2**23
-#: dp_accounting's defaults: ln of the Gaussian tail mass dropped per step (sent to infinite loss by the
-#: pessimistic estimate) and the tail mass truncated at each (self-)composition (also sent to infinity).
-_DEFAULT_TRUNCATION = (-50.0, 1e-15)
-#: Below this delta the default truncations' infinite-loss mass (>= 1e-15 per composition) takes a
-#: visible share of delta, and at delta <= ~1e-15 all of it (epsilon = inf); there the truncations are
-#: scaled to delta instead (:func:`_truncation`).
-_SMALL_DELTA = 1e-10
-#: Share of delta that the scaled truncations may send to infinite loss, at most.
-_TRUNCATION_SHARE_OF_DELTA = 1e-3
+#: dp_accounting's tail mass truncated at each (self-)composition (its default).
+_TAIL_MASS_TRUNCATION = 1e-15
+#: Smallest delta at which PLD epsilons are computed. dp_accounting composes PLDs by FFT in double
+#: precision: each grid point carries round-off of ~1e-16, summed over up to millions of points, and
+#: every truncated tail (1e-15 per composition) is sent to infinite loss. Below ~1e-10 these errors
+#: reach a visible share of delta. Checked against the closed form of a composed Gaussian (q = 1):
+#: at delta 1e-12 and 1e-15 PLD gave epsilons BELOW the exact value (unsound), and at delta <= 1e-15
+#: "inf" for runs with plenty of noise (issue 16 item 5). There RDP (exact arithmetic of a valid bound,
+#: at any delta) is the accountant of record; PLD refuses with this reason.
+PLD_MIN_DELTA = 1e-10
 #: The TAN approximation of Sander et al. holds only above this noise multiplier ("privacy wall").
 TAN_VALID_ABOVE = 2.0
 
@@ -516,10 +518,10 @@ class _Lru:
 
 
 _RESULTS = _Lru(512)          # (event key, kind, value, accountant/level) -> float
-_SINGLE_STEP_PLDS = _Lru(32)  # (q, sigma, discretization, truncation) -> PLD of one step
-_SEGMENT_PLDS = _Lru(16)      # (q, sigma, count, discretization, truncation) -> PLD of `count` steps
-_PREFIX_PLDS = _Lru(8)        # (tuple of items, discretization, truncation) -> composed PLD
-_GRID_POINTS = _Lru(256)      # (item, discretization, truncation) -> estimated PLD points of the item
+_SINGLE_STEP_PLDS = _Lru(32)  # (q, sigma, discretization) -> PLD of one step
+_SEGMENT_PLDS = _Lru(16)      # (q, sigma, count, discretization) -> PLD of `count` steps
+_PREFIX_PLDS = _Lru(8)        # (tuple of items, discretization) -> composed PLD
+_GRID_POINTS = _Lru(256)      # (item, discretization) -> estimated PLD points of the item
 
 
 def clear_caches() -> None:
@@ -613,54 +615,29 @@ _CREATE_PMF = getattr(pld_lib, "_create_pld_pmf_from_monotone_privacy_loss", Non
 
 
 def subsampled_gaussian_pld(noise_multiplier: float, sampling_probability: float,
-                            discretization: float = PLD_DISCRETIZATION, *,
-                            log_mass_truncation_bound: float = _DEFAULT_TRUNCATION[0]) -> pld_lib.PrivacyLossDistribution:
+                            discretization: float = PLD_DISCRETIZATION) -> pld_lib.PrivacyLossDistribution:
     """``pld_lib.from_gaussian_mechanism(sigma, sampling_prob=q)`` (add/remove, connect-the-dots,
     pessimistic), bit for bit, built with :class:`_VectorizedGaussianPrivacyLoss`."""
     sigma, q = float(noise_multiplier), float(sampling_probability)
     if q == 1.0 or _CREATE_PMF is None:
         return pld_lib.from_gaussian_mechanism(standard_deviation=sigma, value_discretization_interval=discretization,
-                                               log_mass_truncation_bound=log_mass_truncation_bound,
                                                sampling_prob=q, neighboring_relation=_ADD_OR_REMOVE)
 
     def pmf(adjacency: plm.AdjacencyType):
-        loss = _VectorizedGaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency,
-                                              log_mass_truncation_bound=log_mass_truncation_bound)
+        loss = _VectorizedGaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency)
         return _CREATE_PMF(loss, pessimistic_estimate=True, value_discretization_interval=discretization, use_connect_dots=True)
 
     return pld_lib.PrivacyLossDistribution(pmf(plm.AdjacencyType.REMOVE), pmf(plm.AdjacencyType.ADD))
 
 
-def _truncation(items: Sequence[tuple], kind: str, value: float) -> tuple[float, float]:
-    """(ln of the per-step Gaussian tail bound, tail mass truncated per composition) for one query.
-
-    dp_accounting's defaults (-50 and 1e-15), hence ``PLDAccountant``'s exact result, unless epsilon is
-    asked at a delta below :data:`_SMALL_DELTA`. The pessimistic PLD sends every truncated tail to
-    infinite privacy loss, and epsilon(delta) is infinite once that mass reaches delta: with the
-    defaults, at delta <= ~1e-15 a run with plenty of noise read as "epsilon = inf". There both bounds
-    are scaled so that all truncations together send at most ``_TRUNCATION_SHARE_OF_DELTA * delta`` to
-    infinity: half over the steps' Gaussian tails (each step's dropped tail mass is at most
-    exp(bound)), half over the (self-)compositions of both PMFs. The result is still dp_accounting's
-    pessimistic (upper-bound) PLD epsilon, with finer tails.
-    """
-    if kind != "epsilon" or value >= _SMALL_DELTA:
-        return _DEFAULT_TRUNCATION
-    budget = _TRUNCATION_SHARE_OF_DELTA * value
-    steps = sum(item[-1] for item in items if item[0] in ("poisson", "gaussian"))
-    compositions = 2 * len(items) + 1
-    return (min(_DEFAULT_TRUNCATION[0], math.log(budget / 2.0 / max(steps, 1))),
-            min(_DEFAULT_TRUNCATION[1], budget / 2.0 / compositions))
-
-
-def _single_step_points(item: tuple, discretization: float, log_bound: float) -> int:
+def _single_step_points(item: tuple, discretization: float) -> int:
     """Exact number of grid points of the item's single-step PLD (connect-the-dots bounds; no PMF built)."""
     if item[0] == "gaussian":
         _, sigma, count = item
-        losses = [plm.GaussianPrivacyLoss(sigma / math.sqrt(count), log_mass_truncation_bound=log_bound)]
+        losses = [plm.GaussianPrivacyLoss(sigma / math.sqrt(count))]
     else:
         _, q, sigma, _count = item
-        losses = [_VectorizedGaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency,
-                                                 log_mass_truncation_bound=log_bound)
+        losses = [_VectorizedGaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency)
                   for adjacency in (plm.AdjacencyType.REMOVE, plm.AdjacencyType.ADD)]
     points = 0
     for loss in losses:
@@ -670,7 +647,7 @@ def _single_step_points(item: tuple, discretization: float, log_bound: float) ->
     return points
 
 
-def _item_grid_points(item: tuple, discretization: float, truncation: tuple[float, float]) -> int:
+def _item_grid_points(item: tuple, discretization: float) -> int:
     """Points of the item's PLD once self-composed, without building it at `discretization`.
 
     The single step's size is exact. A segment of `count` steps is self-composed by FFT over the range
@@ -678,31 +655,29 @@ def _item_grid_points(item: tuple, discretization: float, truncation: tuple[floa
     is estimated here from the same PLD built on a grid of ~1K points and scaled back, so that the
     estimate costs milliseconds even when the real PLD would not fit in memory.
     """
-    key = (item, discretization, truncation)
+    key = (item, discretization)
     cached = _GRID_POINTS.get(key)
     if cached is not None:
         return cached
-    single = _single_step_points(item, discretization, truncation[0])
+    single = _single_step_points(item, discretization)
     count = item[-1] if item[0] == "poisson" else 1
     points = single
-    if count > 1 and (single - 1) * count + 1 > PLD_MAX_GRID_POINTS and single <= 64 * PLD_MAX_GRID_POINTS:
+    if count > 1 and single <= PLD_MAX_GRID_POINTS < (single - 1) * count + 1:
         coarse = discretization * max(1, math.ceil(single / 1024))
-        pld = subsampled_gaussian_pld(item[2], item[1], coarse, log_mass_truncation_bound=truncation[0])
+        pld = subsampled_gaussian_pld(item[2], item[1], coarse)
         points = 0
         for pmf in (pld._pmf_remove, pld._pmf_add):  # pylint: disable=protected-access
-            probs = getattr(pmf, "_probs", None)
-            if probs is None:
-                probs = pmf.to_dense_pmf()._probs
-            lower, upper = pld_common.compute_self_convolve_bounds(probs, count, truncation[1])
+            probs = pmf._probs if hasattr(pmf, "_probs") else pmf.to_dense_pmf()._probs  # pylint: disable=protected-access
+            lower, upper = pld_common.compute_self_convolve_bounds(probs, count, _TAIL_MASS_TRUNCATION)
             points = max(points, math.ceil((upper - lower + 1) * coarse / discretization))
         points = min(points, (single - 1) * count + 1)
-    elif count > 1:
-        points = (single - 1) * count + 1 if single <= PLD_MAX_GRID_POINTS else single
+    elif count > 1 and single <= PLD_MAX_GRID_POINTS:
+        points = (single - 1) * count + 1
     _GRID_POINTS.put(key, points)
     return points
 
 
-def _check_grid(items: Sequence[tuple], discretization: float, truncation: tuple[float, float]) -> None:
+def _check_grid(items: Sequence[tuple], discretization: float) -> None:
     """Raise :class:`PldGridTooLargeError` if some PLD array of this composition would be too large.
 
     Composing two PMFs convolves them (the lengths add before the tails are truncated), so the running
@@ -712,52 +687,59 @@ def _check_grid(items: Sequence[tuple], discretization: float, truncation: tuple
     for item in items:
         if item[0] == "nonprivate":
             continue
-        total += _item_grid_points(item, discretization, truncation) - 1
+        total += _item_grid_points(item, discretization) - 1
         if total > PLD_MAX_GRID_POINTS:
             sigma = min(it[-2] for it in items if it[0] != "nonprivate")
             raise PldGridTooLargeError(total, discretization, sigma)
 
 
-def _item_pld(item: tuple, discretization: float, truncation: tuple[float, float] = _DEFAULT_TRUNCATION):
-    log_bound, tail_mass = truncation
+def _item_pld(item: tuple, discretization: float):
     if item[0] == "gaussian":
         _, sigma, count = item
         return pld_lib.from_gaussian_mechanism(standard_deviation=sigma / math.sqrt(count),
                                                value_discretization_interval=discretization,
-                                               log_mass_truncation_bound=log_bound,
                                                neighboring_relation=_ADD_OR_REMOVE)
     _, q, sigma, count = item
-    key = (q, sigma, count, discretization, truncation)
+    key = (q, sigma, count, discretization)
     composed = _SEGMENT_PLDS.get(key)
     if composed is None:
-        single = _SINGLE_STEP_PLDS.get((q, sigma, discretization, log_bound))
+        single = _SINGLE_STEP_PLDS.get((q, sigma, discretization))
         if single is None:
-            single = subsampled_gaussian_pld(sigma, q, discretization, log_mass_truncation_bound=log_bound)
-            _SINGLE_STEP_PLDS.put((q, sigma, discretization, log_bound), single)
-        composed = single.self_compose(count, tail_mass_truncation=tail_mass)
+            single = subsampled_gaussian_pld(sigma, q, discretization)
+            _SINGLE_STEP_PLDS.put((q, sigma, discretization), single)
+        composed = single.self_compose(count)
         _SEGMENT_PLDS.put(key, composed)
     return composed
 
 
-def _composed_pld(items: tuple[tuple, ...], discretization: float,
-                  truncation: tuple[float, float] = _DEFAULT_TRUNCATION):
+def _composed_pld(items: tuple[tuple, ...], discretization: float):
     """identity.compose(item_1).compose(item_2)... exactly as PLDAccountant does, reusing prefixes."""
     start, pld = 0, None
     for end in range(len(items), 0, -1):
-        pld = _PREFIX_PLDS.get((items[:end], discretization, truncation))
+        pld = _PREFIX_PLDS.get((items[:end], discretization))
         if pld is not None:
             start = end
             break
     if pld is None:
         pld = pld_lib.identity(value_discretization_interval=discretization)
     for end in range(start + 1, len(items) + 1):
-        pld = pld.compose(_item_pld(items[end - 1], discretization, truncation), tail_mass_truncation=truncation[1])
+        pld = pld.compose(_item_pld(items[end - 1], discretization))
         if end >= len(items) - 1:  # keep the full run and the run minus its last segment (ledger growth)
-            _PREFIX_PLDS.put((items[:end], discretization, truncation), pld)
+            _PREFIX_PLDS.put((items[:end], discretization), pld)
     return pld
 
 
+def _check_pld_delta(delta: float) -> None:
+    if delta < PLD_MIN_DELTA:
+        raise UserInputError(
+            f"delta {delta:g} is below {PLD_MIN_DELTA:g}, where the PLD accountant is not reliable (its FFT "
+            f"round-off, ~1e-16 per grid point, can exceed delta and even make epsilon too small); use the RDP "
+            f"accountant, a valid bound at any delta, or a larger delta.")
+
+
 def _pld_value(event: DpEvent, kind: str, value: float, discretization: float) -> float:
+    if kind == "epsilon":
+        _check_pld_delta(value)
     items: list[tuple] = []
     try:
         _flatten_for_pld(event, 1, items)
@@ -769,10 +751,9 @@ def _pld_value(event: DpEvent, kind: str, value: float, discretization: float) -
         return float(accountant.get_epsilon(value) if kind == "epsilon" else accountant.get_delta(value))
     if any(item[0] == "nonprivate" for item in items):
         return math.inf if kind == "epsilon" else 1.0
-    truncation = _truncation(items, kind, value)
-    if _PREFIX_PLDS.get((tuple(items), discretization, truncation)) is None:
-        _check_grid(items, discretization, truncation)
-    pld = _composed_pld(tuple(items), discretization, truncation)
+    if _PREFIX_PLDS.get((tuple(items), discretization)) is None:
+        _check_grid(items, discretization)
+    pld = _composed_pld(tuple(items), discretization)
     return float(pld.get_epsilon_for_delta(value) if kind == "epsilon" else pld.get_delta_for_epsilon(value))
 
 
@@ -837,6 +818,10 @@ def epsilon(event: DpEvent, delta: float, accountant: Accountant = "pld") -> flo
     what it returns; RDP uses ``RdpAccountant``'s default orders. Events with sampling without
     replacement are accounted by RDP under replace-one adjacency (PLD refuses them). A run with a
     non-private step has epsilon ``inf``. Results are memoized: recomputing is free.
+
+    PLD refuses (:class:`UserInputError`) a delta below :data:`PLD_MIN_DELTA`, where its FFT round-off
+    makes the result unreliable, and an event whose PLD would exceed :data:`PLD_MAX_GRID_POINTS`
+    (:class:`PldGridTooLargeError`: a tiny noise multiplier); RDP handles both.
     """
     _check_accountant(accountant)
     delta = _require_real("delta", delta)
@@ -1160,14 +1145,13 @@ def _poisson_items(event: DpEvent) -> list[tuple] | None:
     return items
 
 
-def _grid_floor(build_event: Callable[[float], DpEvent], delta: float, low: float, high: float) -> float | None:
+def _grid_floor(build_event: Callable[[float], DpEvent], low: float, high: float) -> float | None:
     """Smallest sigma in (low, high] (to 0.1%) whose PLD at the accountant of record's discretization
     fits in :data:`PLD_MAX_GRID_POINTS`; None if not even `high` fits. Size estimates only, no PLD built."""
 
     def fits(sigma: float) -> bool:
-        items = _poisson_items(build_event(sigma)) or []
         try:
-            _check_grid(items, PLD_DISCRETIZATION, _truncation(items, "epsilon", delta))
+            _check_grid(_poisson_items(build_event(sigma)) or [], PLD_DISCRETIZATION)
         except PldGridTooLargeError:
             return False
         return True
@@ -1205,6 +1189,8 @@ def calibrate_noise(build_event: Callable[[float], DpEvent], target_epsilon: flo
     _check_accountant(accountant)
     target, delta, tolerance = _check_target(target_epsilon, delta, tolerance)
     final_level = _level(accountant)
+    if accountant == "pld":
+        _check_pld_delta(delta)
 
     def evaluate(sigma: float, level: tuple) -> float:
         event = build_event(sigma)
@@ -1212,7 +1198,7 @@ def calibrate_noise(build_event: Callable[[float], DpEvent], target_epsilon: flo
             # Refuse before any rung builds a PLD for a sigma the accountant of record cannot evaluate.
             items = _poisson_items(event)
             if items is not None:
-                _check_grid(items, final_level[1], _truncation(items, "epsilon", delta))
+                _check_grid(items, final_level[1])
         return _value(event, "epsilon", delta, level)
 
     probe = build_event(1.0)
@@ -1239,7 +1225,7 @@ def calibrate_noise(build_event: Callable[[float], DpEvent], target_epsilon: flo
     except PldGridTooLargeError:
         # The root lies at a sigma so small that the PLD of record would not fit: find where it stops
         # fitting, and decide on which side of that floor the root is with the 10x coarser PLD.
-        floor = _grid_floor(build_event, delta, low, high)
+        floor = _grid_floor(build_event, low, high)
         if floor is None:
             raise
         floor = floor * (1.0 + 1e-9)
