@@ -521,7 +521,7 @@ _RESULTS = _Lru(512)          # (event key, kind, value, accountant/level) -> fl
 _SINGLE_STEP_PLDS = _Lru(32)  # (q, sigma, discretization) -> PLD of one step
 _SEGMENT_PLDS = _Lru(16)      # (q, sigma, count, discretization) -> PLD of `count` steps
 _PREFIX_PLDS = _Lru(8)        # (tuple of items, discretization) -> composed PLD
-_GRID_POINTS = _Lru(256)      # (item, discretization) -> estimated PLD points of the item
+_GRID_POINTS = _Lru(256)      # item -> its privacy-loss span (no PLD built; see _item_loss_span)
 
 
 def clear_caches() -> None:
@@ -630,51 +630,72 @@ def subsampled_gaussian_pld(noise_multiplier: float, sampling_probability: float
     return pld_lib.PrivacyLossDistribution(pmf(plm.AdjacencyType.REMOVE), pmf(plm.AdjacencyType.ADD))
 
 
-def _single_step_points(item: tuple, discretization: float) -> int:
-    """Exact number of grid points of the item's single-step PLD (connect-the-dots bounds; no PMF built)."""
+def _chernoff_range(probs: np.ndarray, count: int, tail_mass: float) -> int:
+    """Length of the range ``pld_common.compute_self_convolve_bounds`` keeps when self-composing `probs`
+    `count` times (same orders and bound, all orders in one array operation)."""
+    n = len(probs)
+    orders = np.concatenate((np.arange(-20, 0), np.arange(1, 21))) / n
+    with np.errstate(divide="ignore"):
+        log_probs = np.log(np.asarray(probs, dtype=float))
+    exponents = orders[:, None] * np.arange(n)[None, :] + log_probs[None, :]
+    peak = exponents.max(axis=1, keepdims=True)
+    log_mgf = (peak + np.log(np.exp(exponents - peak).sum(axis=1, keepdims=True)))[:, 0]
+    with np.errstate(over="ignore", invalid="ignore"):
+        bounds = (count * log_mgf + math.log(2.0 / tail_mass)) / orders
+    upper = min([(n - 1) * count, *(math.ceil(b) for b, o in zip(bounds, orders) if o > 0 and math.isfinite(b))])
+    lower = max([0, *(math.floor(b) for b, o in zip(bounds, orders) if o < 0 and math.isfinite(b))])
+    return upper - lower + 1
+
+
+#: Relative grid of the sigmas at which :func:`_item_loss_span` is measured.
+_SPAN_SIGMA_STEP = math.log1p(0.04)
+
+
+def _item_loss_span(item: tuple) -> tuple[float, float, float]:
+    """(lowest, highest single-step privacy loss on the PLD grid, width in loss units of the self-composed
+    PLD's kept range). No PLD is built at the accountant's discretization: the single step's bounds are
+    dp_accounting's connect-the-dots bounds, and the composed width is dp_accounting's Chernoff range
+    (:func:`_chernoff_range`) measured on the same PLD built on a grid of ~1K points and scaled back."""
+    cached = _GRID_POINTS.get(item)
+    if cached is not None:
+        return cached
     if item[0] == "gaussian":
-        _, sigma, count = item
-        losses = [plm.GaussianPrivacyLoss(sigma / math.sqrt(count))]
+        losses = [plm.GaussianPrivacyLoss(item[1] / math.sqrt(item[2]))]
+        count, q = 1, 1.0
     else:
-        _, q, sigma, _count = item
+        _, q, sigma, count = item
         losses = [_VectorizedGaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency)
                   for adjacency in (plm.AdjacencyType.REMOVE, plm.AdjacencyType.ADD)]
-    points = 0
-    for loss in losses:
-        bounds = loss.connect_dots_bounds()
-        points = max(points, math.ceil(bounds.epsilon_upper / discretization)
-                     - math.floor(bounds.epsilon_lower / discretization) + 1)
-    return points
+    bounds = [loss.connect_dots_bounds() for loss in losses]
+    low = min(b.epsilon_lower for b in bounds)
+    high = max(b.epsilon_upper for b in bounds)
+    width = (high - low) * count
+    if count > 1 and _CREATE_PMF is not None and q < 1.0:
+        coarse = (high - low) / 1024
+        width = 0.0
+        for loss in losses:
+            pmf = _CREATE_PMF(loss, pessimistic_estimate=True, value_discretization_interval=coarse,
+                              use_connect_dots=True)
+            probs = pmf._probs if hasattr(pmf, "_probs") else pmf.to_dense_pmf()._probs  # pylint: disable=protected-access
+            width = max(width, _chernoff_range(probs, count, _TAIL_MASS_TRUNCATION) * coarse)
+    span = (low, high, width)
+    _GRID_POINTS.put(item, span)
+    return span
 
 
 def _item_grid_points(item: tuple, discretization: float) -> int:
-    """Points of the item's PLD once self-composed, without building it at `discretization`.
+    """Points of the item's PLD at `discretization` once self-composed, estimated without building it.
 
-    The single step's size is exact. A segment of `count` steps is self-composed by FFT over the range
-    that dp_accounting's Chernoff bound keeps (``pld_common.compute_self_convolve_bounds``); that range
-    is estimated here from the same PLD built on a grid of ~1K points and scaled back, so that the
-    estimate costs milliseconds even when the real PLD would not fit in memory.
+    The span is measured at sigma rounded down to a 4% grid: a slight over-estimate (the grid grows as
+    sigma falls), shared by the nearby sigmas a calibration evaluates, so that it is measured about
+    once per calibration.
     """
-    key = (item, discretization)
-    cached = _GRID_POINTS.get(key)
-    if cached is not None:
-        return cached
-    single = _single_step_points(item, discretization)
+    sigma = item[-2]
+    rounded = math.exp(math.floor(math.log(sigma) / _SPAN_SIGMA_STEP) * _SPAN_SIGMA_STEP)
+    low, high, width = _item_loss_span((*item[:-2], rounded, item[-1]))
+    single = math.ceil(high / discretization) - math.floor(low / discretization) + 1
     count = item[-1] if item[0] == "poisson" else 1
-    points = single
-    if count > 1 and single <= PLD_MAX_GRID_POINTS < (single - 1) * count + 1:
-        coarse = discretization * max(1, math.ceil(single / 1024))
-        pld = subsampled_gaussian_pld(item[2], item[1], coarse)
-        points = 0
-        for pmf in (pld._pmf_remove, pld._pmf_add):  # pylint: disable=protected-access
-            probs = pmf._probs if hasattr(pmf, "_probs") else pmf.to_dense_pmf()._probs  # pylint: disable=protected-access
-            lower, upper = pld_common.compute_self_convolve_bounds(probs, count, _TAIL_MASS_TRUNCATION)
-            points = max(points, math.ceil((upper - lower + 1) * coarse / discretization))
-        points = min(points, (single - 1) * count + 1)
-    elif count > 1 and single <= PLD_MAX_GRID_POINTS:
-        points = (single - 1) * count + 1
-    _GRID_POINTS.put(key, points)
-    return points
+    return min(max(single, math.ceil(width / discretization) + 1), (single - 1) * count + 1)
 
 
 def _check_grid(items: Sequence[tuple], discretization: float) -> None:
