@@ -122,10 +122,11 @@ _BRACKET_RDP_ORDERS = (1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0,
                        32.0, 48.0, 64.0, 128.0, 256.0)
 #: Most points any one PLD array may hold while an event is accounted (single step, self-composed
 #: segment, or the composition of segments). Composing costs ~85 bytes per point at its peak, so this
-#: bounds one PLD evaluation at ~0.7 GB and a few seconds. Realistic runs stay far below it (Anil et
-#: al.'s 20K steps at sigma 0.49: 0.27M points); it is reached only at tiny noise multipliers, where the
-#: privacy loss spans ~1 / (sigma^2 discretization) grid points and epsilon is in the hundreds.
-PLD_MAX_GRID_POINTS = 2**23
+#: bounds one PLD evaluation at ~0.4 GB and a few seconds. Realistic runs stay far below it (Anil et
+#: al.'s 20K steps at sigma 0.49: ~0.5M points; q = 0.01, sigma 0.5, 10K steps, epsilon 43: 1.2M);
+#: it is passed only at small noise multipliers, where the privacy loss spans ~1 / (sigma^2 x
+#: discretization) points and epsilon is in the hundreds (q = 0.3, sigma 0.6, 1K steps: RDP 665).
+PLD_MAX_GRID_POINTS = 2**22
 #: dp_accounting's tail mass truncated at each (self-)composition (its default).
 _TAIL_MASS_TRUNCATION = 1e-15
 #: Smallest delta at which PLD epsilons are computed. dp_accounting composes PLDs by FFT in double
