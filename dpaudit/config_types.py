@@ -83,7 +83,7 @@ def _coerce(value: Any, annotation: Any, *, lenient: bool = True) -> Any:
         for choice in args:
             if value == choice and type(value) is type(choice):
                 return value
-        raise _Mismatch("one of " + ", ".join(str(c) for c in args))
+        raise _Mismatch(_expected(annotation))
     if origin in (typing.Union, types.UnionType):
         if value is None and type(None) in args:
             return None
@@ -95,22 +95,23 @@ def _coerce(value: Any, annotation: Any, *, lenient: bool = True) -> Any:
                     return _coerce(value, member, lenient=not strict)
                 except _Mismatch:
                     pass
-        expected = " or ".join(_expected(m) for m in members)
-        raise _Mismatch(expected + (" (or left unset)" if type(None) in args else ""))
+        raise _Mismatch(_expected(annotation))
     if origin in (list, tuple):
         if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
             raise _Mismatch(_expected(annotation))
-        if origin is tuple and args and args[-1] is not Ellipsis:
-            if len(value) != len(args):
-                raise _Mismatch(_expected(annotation))
-            return tuple(_coerce(v, a, lenient=lenient) for v, a in zip(value, args))
-        item = args[0] if args else Any
-        items = [_coerce(v, item, lenient=lenient) for v in value]
+        try:
+            if origin is tuple and args and args[-1] is not Ellipsis:
+                if len(value) != len(args):
+                    raise _Mismatch(_expected(annotation))
+                return tuple(_coerce(v, a, lenient=lenient) for v, a in zip(value, args))
+            items = [_coerce(v, args[0] if args else Any, lenient=lenient) for v in value]
+        except _Mismatch:
+            raise _Mismatch(_expected(annotation)) from None
         return tuple(items) if origin is tuple else items
     if annotation is bool:
         if isinstance(value, bool):
             return value
-        raise _Mismatch("true or false (a boolean, not a string or number)")
+        raise _Mismatch(_expected(bool))
     if annotation is int:
         if isinstance(value, numbers.Integral) and not isinstance(value, bool):
             return int(value)
@@ -134,11 +135,22 @@ def _coerce(value: Any, annotation: Any, *, lenient: bool = True) -> Any:
 
 
 def _expected(annotation: Any) -> str:
-    try:
-        _coerce(object(), annotation)
-    except _Mismatch as err:
-        return err.expected
-    return repr(annotation)
+    """What a field of this annotation takes, in words (``"an integer"``, ``"one of poisson, shuffle"``)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Literal:
+        return "one of " + ", ".join(str(c) for c in args)
+    if origin in (typing.Union, types.UnionType):
+        members = " or ".join(_expected(a) for a in args if a is not type(None))
+        return members + (" (or left unset)" if type(None) in args else "")
+    if origin is tuple and args and args[-1] is not Ellipsis:
+        return f"a list of {len(args)} items: " + "; ".join(_expected(a) for a in args)
+    if origin in (list, tuple):
+        return f"a list whose items are each {_expected(args[0])}" if args else "a list"
+    words = {bool: "true or false (a boolean, not a string or number)", int: "an integer", float: "a number",
+             str: "a string", type(None): "None"}
+    if annotation in words:
+        return words[annotation]
+    return f"a {getattr(annotation, '__name__', annotation)}"
 
 
 def check_types(config: Any) -> None:
