@@ -677,7 +677,8 @@ def _item_loss_span(item: tuple) -> tuple[float, float, float]:
         for loss in losses:
             pmf = _CREATE_PMF(loss, pessimistic_estimate=True, value_discretization_interval=coarse,
                               use_connect_dots=True)
-            probs = pmf._probs if hasattr(pmf, "_probs") else pmf.to_dense_pmf()._probs  # pylint: disable=protected-access
+            dense = pmf if hasattr(pmf, "_probs") else pmf.to_dense_pmf()
+            probs = dense._probs  # pylint: disable=protected-access
             width = max(width, _chernoff_range(probs, count, _TAIL_MASS_TRUNCATION) * coarse)
     span = (low, high, width)
     _GRID_POINTS.put(item, span)
