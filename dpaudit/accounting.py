@@ -63,6 +63,7 @@ from dp_accounting.dp_event import (
     SampledWithoutReplacementDpEvent,
     SelfComposedDpEvent,
 )
+from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld import privacy_loss_mechanism as plm
 from dp_accounting.privacy_accountant import NeighboringRelation
@@ -75,6 +76,9 @@ __all__ = [
     "Accountant",
     "FIXED_SIZE_LABEL",
     "PLD_DISCRETIZATION",
+    "PLD_MAX_GRID_POINTS",
+    "PLD_MIN_DELTA",
+    "PldGridTooLargeError",
     "SIMULATION_LABEL",
     "Segment",
     "TAN_VALID_ABOVE",
@@ -116,6 +120,23 @@ _PLD_MEDIUM_DISCRETIZATION = 1e-3
 #: A few RDP orders: a valid (looser) upper bound on epsilon, ~20x cheaper than the default 156.
 _BRACKET_RDP_ORDERS = (1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 20.0, 24.0,
                        32.0, 48.0, 64.0, 128.0, 256.0)
+#: Most points any one PLD array may hold while an event is accounted (single step, self-composed
+#: segment, or the composition of segments). Composing costs ~85 bytes per point at its peak, so this
+#: bounds one PLD evaluation at ~0.4 GB and a few seconds. Realistic runs stay far below it (Anil et
+#: al.'s 20K steps at sigma 0.49: ~0.5M points; q = 0.01, sigma 0.5, 10K steps, epsilon 43: 1.2M);
+#: it is passed only at small noise multipliers, where the privacy loss spans ~1 / (sigma^2 x
+#: discretization) points and epsilon is in the hundreds (q = 0.3, sigma 0.6, 1K steps: RDP 665).
+PLD_MAX_GRID_POINTS = 2**22
+#: dp_accounting's tail mass truncated at each (self-)composition (its default).
+_TAIL_MASS_TRUNCATION = 1e-15
+#: Smallest delta at which PLD epsilons are computed. dp_accounting composes PLDs by FFT in double
+#: precision: each grid point carries round-off of ~1e-16, summed over up to millions of points, and
+#: every truncated tail (1e-15 per composition) is sent to infinite loss. Below ~1e-10 these errors
+#: reach a visible share of delta. Checked against the closed form of a composed Gaussian (q = 1):
+#: at delta 1e-12 and 1e-15 PLD gave epsilons BELOW the exact value (unsound), and at delta <= 1e-15
+#: "inf" for runs with plenty of noise (issue 16 item 5). There RDP (exact arithmetic of a valid bound,
+#: at any delta) is the accountant of record; PLD refuses with this reason.
+PLD_MIN_DELTA = 1e-10
 #: The TAN approximation of Sander et al. holds only above this noise multiplier ("privacy wall").
 TAN_VALID_ABOVE = 2.0
 
@@ -126,6 +147,21 @@ SIMULATION_LABEL = ("NON-PRIVATE TAN simulation: same per-step signal-to-noise r
 
 _ADD_OR_REMOVE = NeighboringRelation.ADD_OR_REMOVE_ONE
 _REPLACE_ONE = NeighboringRelation.REPLACE_ONE
+
+
+class PldGridTooLargeError(UserInputError):
+    """The PLD of an event would exceed :data:`PLD_MAX_GRID_POINTS` (a noise multiplier far too small).
+
+    A :class:`UserInputError`: the command line shows it as a one-line error instead of letting the
+    accountant exhaust memory.
+    """
+
+    def __init__(self, points: int, discretization: float, sigma: float) -> None:
+        super().__init__(
+            f"PLD accounting of this run would need ~{points:,} grid points (limit {PLD_MAX_GRID_POINTS:,}) at "
+            f"discretization {discretization:g}: noise multiplier {sigma:.4g} is too small for it (its epsilon is "
+            f"enormous anyway); add noise, or use the RDP accountant.")
+        self.points = points
 
 
 class TanValidityWarning(UserWarning):
@@ -486,11 +522,12 @@ _RESULTS = _Lru(512)          # (event key, kind, value, accountant/level) -> fl
 _SINGLE_STEP_PLDS = _Lru(32)  # (q, sigma, discretization) -> PLD of one step
 _SEGMENT_PLDS = _Lru(16)      # (q, sigma, count, discretization) -> PLD of `count` steps
 _PREFIX_PLDS = _Lru(8)        # (tuple of items, discretization) -> composed PLD
+_GRID_POINTS = _Lru(256)      # item -> its privacy-loss span (no PLD built; see _item_loss_span)
 
 
 def clear_caches() -> None:
     """Forget every cached PLD and result (benchmarks use this to time cold calls)."""
-    for cache in (_RESULTS, _SINGLE_STEP_PLDS, _SEGMENT_PLDS, _PREFIX_PLDS):
+    for cache in (_RESULTS, _SINGLE_STEP_PLDS, _SEGMENT_PLDS, _PREFIX_PLDS, _GRID_POINTS):
         cache.clear()
 
 
@@ -594,6 +631,91 @@ def subsampled_gaussian_pld(noise_multiplier: float, sampling_probability: float
     return pld_lib.PrivacyLossDistribution(pmf(plm.AdjacencyType.REMOVE), pmf(plm.AdjacencyType.ADD))
 
 
+def _chernoff_range(probs: np.ndarray, count: int, tail_mass: float) -> int:
+    """Length of the range ``pld_common.compute_self_convolve_bounds`` keeps when self-composing `probs`
+    `count` times (same orders and bound, all orders in one array operation)."""
+    n = len(probs)
+    orders = np.concatenate((np.arange(-20, 0), np.arange(1, 21))) / n
+    with np.errstate(divide="ignore"):
+        log_probs = np.log(np.asarray(probs, dtype=float))
+    exponents = orders[:, None] * np.arange(n)[None, :] + log_probs[None, :]
+    peak = exponents.max(axis=1, keepdims=True)
+    log_mgf = (peak + np.log(np.exp(exponents - peak).sum(axis=1, keepdims=True)))[:, 0]
+    with np.errstate(over="ignore", invalid="ignore"):
+        bounds = (count * log_mgf + math.log(2.0 / tail_mass)) / orders
+    upper = min([(n - 1) * count, *(math.ceil(b) for b, o in zip(bounds, orders) if o > 0 and math.isfinite(b))])
+    lower = max([0, *(math.floor(b) for b, o in zip(bounds, orders) if o < 0 and math.isfinite(b))])
+    return upper - lower + 1
+
+
+#: Relative grid of the sigmas at which :func:`_item_loss_span` is measured.
+_SPAN_SIGMA_STEP = math.log1p(0.04)
+
+
+def _item_loss_span(item: tuple) -> tuple[float, float, float]:
+    """(lowest, highest single-step privacy loss on the PLD grid, width in loss units of the self-composed
+    PLD's kept range). No PLD is built at the accountant's discretization: the single step's bounds are
+    dp_accounting's connect-the-dots bounds, and the composed width is dp_accounting's Chernoff range
+    (:func:`_chernoff_range`) measured on the same PLD built on a grid of ~1K points and scaled back."""
+    cached = _GRID_POINTS.get(item)
+    if cached is not None:
+        return cached
+    if item[0] == "gaussian":
+        losses = [plm.GaussianPrivacyLoss(item[1] / math.sqrt(item[2]))]
+        count, q = 1, 1.0
+    else:
+        _, q, sigma, count = item
+        losses = [_VectorizedGaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency)
+                  for adjacency in (plm.AdjacencyType.REMOVE, plm.AdjacencyType.ADD)]
+    bounds = [loss.connect_dots_bounds() for loss in losses]
+    low = min(b.epsilon_lower for b in bounds)
+    high = max(b.epsilon_upper for b in bounds)
+    width = (high - low) * count
+    if count > 1 and _CREATE_PMF is not None and q < 1.0:
+        coarse = (high - low) / 1024
+        width = 0.0
+        for loss in losses:
+            pmf = _CREATE_PMF(loss, pessimistic_estimate=True, value_discretization_interval=coarse,
+                              use_connect_dots=True)
+            dense = pmf if hasattr(pmf, "_probs") else pmf.to_dense_pmf()
+            probs = dense._probs  # pylint: disable=protected-access
+            width = max(width, _chernoff_range(probs, count, _TAIL_MASS_TRUNCATION) * coarse)
+    span = (low, high, width)
+    _GRID_POINTS.put(item, span)
+    return span
+
+
+def _item_grid_points(item: tuple, discretization: float) -> int:
+    """Points of the item's PLD at `discretization` once self-composed, estimated without building it.
+
+    The span is measured at sigma rounded down to a 4% grid: a slight over-estimate (the grid grows as
+    sigma falls), shared by the nearby sigmas a calibration evaluates, so that it is measured about
+    once per calibration.
+    """
+    sigma = item[-2]
+    rounded = math.exp(math.floor(math.log(sigma) / _SPAN_SIGMA_STEP) * _SPAN_SIGMA_STEP)
+    low, high, width = _item_loss_span((*item[:-2], rounded, item[-1]))
+    single = math.ceil(high / discretization) - math.floor(low / discretization) + 1
+    count = item[-1] if item[0] == "poisson" else 1
+    return min(max(single, math.ceil(width / discretization) + 1), (single - 1) * count + 1)
+
+
+def _check_grid(items: Sequence[tuple], discretization: float) -> None:
+    """Raise :class:`PldGridTooLargeError` if some PLD array of this composition would be too large.
+
+    Composing two PMFs convolves them (the lengths add before the tails are truncated), so the running
+    sum of the items' sizes bounds every array along the way.
+    """
+    total = 1
+    for item in items:
+        if item[0] == "nonprivate":
+            continue
+        total += _item_grid_points(item, discretization) - 1
+        if total > PLD_MAX_GRID_POINTS:
+            sigma = min(it[-2] for it in items if it[0] != "nonprivate")
+            raise PldGridTooLargeError(total, discretization, sigma)
+
+
 def _item_pld(item: tuple, discretization: float):
     if item[0] == "gaussian":
         _, sigma, count = item
@@ -630,7 +752,17 @@ def _composed_pld(items: tuple[tuple, ...], discretization: float):
     return pld
 
 
+def _check_pld_delta(delta: float) -> None:
+    if delta < PLD_MIN_DELTA:
+        raise UserInputError(
+            f"delta {delta:g} is below {PLD_MIN_DELTA:g}, where the PLD accountant is not reliable (its FFT "
+            f"round-off, ~1e-16 per grid point, can exceed delta and even make epsilon too small); use the RDP "
+            f"accountant, a valid bound at any delta, or a larger delta.")
+
+
 def _pld_value(event: DpEvent, kind: str, value: float, discretization: float) -> float:
+    if kind == "epsilon":
+        _check_pld_delta(value)
     items: list[tuple] = []
     try:
         _flatten_for_pld(event, 1, items)
@@ -642,6 +774,8 @@ def _pld_value(event: DpEvent, kind: str, value: float, discretization: float) -
         return float(accountant.get_epsilon(value) if kind == "epsilon" else accountant.get_delta(value))
     if any(item[0] == "nonprivate" for item in items):
         return math.inf if kind == "epsilon" else 1.0
+    if _PREFIX_PLDS.get((tuple(items), discretization)) is None:
+        _check_grid(items, discretization)
     pld = _composed_pld(tuple(items), discretization)
     return float(pld.get_epsilon_for_delta(value) if kind == "epsilon" else pld.get_delta_for_epsilon(value))
 
@@ -707,6 +841,10 @@ def epsilon(event: DpEvent, delta: float, accountant: Accountant = "pld") -> flo
     what it returns; RDP uses ``RdpAccountant``'s default orders. Events with sampling without
     replacement are accounted by RDP under replace-one adjacency (PLD refuses them). A run with a
     non-private step has epsilon ``inf``. Results are memoized: recomputing is free.
+
+    PLD refuses (:class:`UserInputError`) a delta below :data:`PLD_MIN_DELTA`, where its FFT round-off
+    makes the result unreliable, and an event whose PLD would exceed :data:`PLD_MAX_GRID_POINTS`
+    (:class:`PldGridTooLargeError`: a tiny noise multiplier); RDP handles both.
     """
     _check_accountant(accountant)
     delta = _require_real("delta", delta)
@@ -1005,7 +1143,11 @@ def _run_ladder(ladder: _Ladder, levels: list[tuple], p0: float, *, certify: boo
 
 
 def _check_target(target_epsilon: float, delta: float, tolerance: float) -> tuple[float, float, float]:
-    target = _require_real("target_epsilon", target_epsilon)
+    if isinstance(target_epsilon, bool) or not isinstance(target_epsilon, numbers.Real) \
+            or not math.isfinite(target_epsilon):
+        raise UserInputError(f"target epsilon must be a finite number > 0, got {target_epsilon!r} (an infinite "
+                             f"budget is no privacy guarantee: train without privacy instead).")
+    target = float(target_epsilon)
     if target <= 0.0:
         raise UserInputError(f"target epsilon must be > 0, got {target}.")
     delta = _require_real("delta", delta)
@@ -1026,6 +1168,26 @@ def _poisson_items(event: DpEvent) -> list[tuple] | None:
     return items
 
 
+def _grid_floor(build_event: Callable[[float], DpEvent], low: float, high: float) -> float | None:
+    """Smallest sigma in (low, high] (to 0.1%) whose PLD at the accountant of record's discretization
+    fits in :data:`PLD_MAX_GRID_POINTS`; None if not even `high` fits. Size estimates only, no PLD built."""
+
+    def fits(sigma: float) -> bool:
+        try:
+            _check_grid(_poisson_items(build_event(sigma)) or [], PLD_DISCRETIZATION)
+        except PldGridTooLargeError:
+            return False
+        return True
+
+    if not fits(high):
+        return None
+    lo, hi = math.log(low), math.log(high)
+    while hi - lo > 1e-3:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if fits(math.exp(mid)) else (mid, hi)
+    return math.exp(hi)
+
+
 def calibrate_noise(build_event: Callable[[float], DpEvent], target_epsilon: float, delta: float, *,
                     accountant: Accountant = "pld", tolerance: float = 1e-3, certify_minimal: bool = False,
                     sigma_bounds: tuple[float, float] = (1e-2, 1e6)) -> float:
@@ -1039,12 +1201,28 @@ def calibrate_noise(build_event: Callable[[float], DpEvent], target_epsilon: flo
 
     The search climbs a ladder: RDP on 20 orders (a cheap upper bound) locates the root, PLD at a
     10x coarser discretization refines it, and the accountant of record is then called about once.
+
+    Bounded in memory and time for any input: the PLD of a sigma whose grid would exceed
+    :data:`PLD_MAX_GRID_POINTS` is never built (its size is estimated first). If the answer lies
+    below that floor (huge targets: the privacy loss of a tiny sigma spans ~1 / (sigma^2 x
+    discretization) grid points), or below ``sigma_bounds[0]``, the target is refused with a
+    :class:`UserInputError` that says which sigma already meets it, rather than returning a sigma
+    whose minimality is unknown.
     """
     _check_accountant(accountant)
     target, delta, tolerance = _check_target(target_epsilon, delta, tolerance)
+    final_level = _level(accountant)
+    if accountant == "pld":
+        _check_pld_delta(delta)
 
     def evaluate(sigma: float, level: tuple) -> float:
-        return _value(build_event(sigma), "epsilon", delta, level)
+        event = build_event(sigma)
+        if level[0] == "pld" and final_level[0] == "pld":
+            # Refuse before any rung builds a PLD for a sigma the accountant of record cannot evaluate.
+            items = _poisson_items(event)
+            if items is not None:
+                _check_grid(items, final_level[1])
+        return _value(event, "epsilon", delta, level)
 
     probe = build_event(1.0)
     if accountant == "pld" and is_fixed_size(probe):
@@ -1055,12 +1233,48 @@ def calibrate_noise(build_event: Callable[[float], DpEvent], target_epsilon: flo
         eta_at_one = math.sqrt(sum(c * q * q / (2.0 * s * s) for _, q, s, c in items))
         if eta_at_one > 0:
             sigma0 = eta_at_one / _tan_eta_for_epsilon(target, delta)
-    sigma0 = min(max(sigma0, sigma_bounds[0]), sigma_bounds[1])
-    ladder = _Ladder(evaluate, target, increasing=False, rtol=tolerance, integer=False, bounds=sigma_bounds)
-    best = _run_ladder(ladder, _ladder_levels(accountant, medium=True), sigma0, certify=certify_minimal)
+    low, high = sigma_bounds
+    levels = _ladder_levels(accountant, medium=True)
+
+    def too_large_target(sigma: float, eps: float, how: str, why: str) -> UserInputError:
+        return UserInputError(
+            f"target epsilon {target:g} at delta {delta:g} is met by noise multipliers below {sigma:.4g} ({how} "
+            f"gives epsilon {eps:.4g} there), {why}; a guarantee this weak protects no one: lower the target, "
+            f"or set the noise multiplier yourself.")
+
+    try:
+        ladder = _Ladder(evaluate, target, increasing=False, rtol=tolerance, integer=False, bounds=(low, high))
+        best = _run_ladder(ladder, levels, min(max(sigma0, low), high), certify=certify_minimal)
+    except PldGridTooLargeError:
+        # The root lies at a sigma so small that the PLD of record would not fit: find where it stops
+        # fitting, and decide on which side of that floor the root is with the 10x coarser PLD.
+        floor = _grid_floor(build_event, low, high)
+        if floor is None:
+            raise
+        floor = floor * (1.0 + 1e-9)
+        coarse = ("pld", _PLD_MEDIUM_DISCRETIZATION)
+        eps_floor = _value(build_event(floor), "epsilon", delta, coarse)
+        why = (f"where PLD accounting would need more than {PLD_MAX_GRID_POINTS:,} grid points at discretization "
+               f"{PLD_DISCRETIZATION:g}")
+        if eps_floor <= target:
+            raise too_large_target(floor, eps_floor, f"PLD at discretization {_PLD_MEDIUM_DISCRETIZATION:g}",
+                                   why) from None
+        low = floor
+        try:
+            ladder = _Ladder(evaluate, target, increasing=False, rtol=tolerance, integer=False, bounds=(low, high))
+            best = _run_ladder(ladder, levels, min(max(sigma0, low), high), certify=certify_minimal)
+        except PldGridTooLargeError:
+            best = None
+        if best is None or best.param <= low * (1.0 + tolerance):
+            raise UserInputError(f"target epsilon {target:g} at delta {delta:g} needs a noise multiplier close to "
+                                 f"{floor:.4g} or below, {why}; lower the target, or set the noise multiplier "
+                                 f"yourself.") from None
     if best is None:
-        raise UserInputError(f"no noise multiplier up to {sigma_bounds[1]:g} reaches epsilon {target:g} at "
+        raise UserInputError(f"no noise multiplier up to {high:g} reaches epsilon {target:g} at "
                              f"delta {delta:g}; raise the target or lower the sampling rate or steps.")
+    if best.param <= low * (1.0 + tolerance):
+        raise too_large_target(best.param, _value(build_event(best.param), "epsilon", delta, final_level),
+                               accountant.upper(), f"the lower end of the search ({low:g})")
     return best.param
 
 

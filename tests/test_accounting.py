@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import re
 import warnings
 
 import dp_accounting
@@ -420,3 +421,67 @@ def test_max_batch_size_is_the_boundary():
     assert 1 < batch < n_data
     assert pld_direct(raw_dpsgd(batch / n_data, sigma, steps)) <= target
     assert pld_direct(raw_dpsgd((batch + 1) / n_data, sigma, steps)) > target
+
+
+# ------------------------------------------------------------------ issue 16: bounded calibration, tiny delta
+
+
+def test_calibrate_noise_refuses_targets_below_the_grid_floor_with_a_true_claim():
+    # Issue 16 item 2: this target needs sigma ~0.005, where PLD's grid would take tens of GB.
+    build = lambda s: A.dpsgd_event(noise_multiplier=s, sampling_probability=0.01, steps=100)  # noqa: E731
+    with pytest.raises(UserInputError, match="lower the target") as err:
+        A.calibrate_noise(build, 1000.0, 1e-3)
+    message = str(err.value)
+    sigma, eps = (float(v) for v in re.search(r"below ([\d.e+-]+) \(PLD at discretization 0.001 gives epsilon "
+                                                 r"([\d.e+-]+) there\)", message).groups())
+    assert f"more than {A.PLD_MAX_GRID_POINTS:,} grid points" in message
+    # The claim, checked with a fresh dp_accounting PLDAccountant at that discretization.
+    accountant = pld.PLDAccountant(value_discretization_interval=1e-3)
+    accountant.compose(raw_dpsgd(0.01, sigma, 100))
+    assert accountant.get_epsilon(1e-3) == pytest.approx(eps, rel=1e-3) and eps <= 1000.0
+    # ... and that sigma really is where the accountant of record's PLD stops fitting.
+    assert A._item_grid_points(("poisson", 0.01, sigma, 100), A.PLD_DISCRETIZATION) <= A.PLD_MAX_GRID_POINTS
+    assert A._item_grid_points(("poisson", 0.01, sigma * 0.9, 100), A.PLD_DISCRETIZATION) > A.PLD_MAX_GRID_POINTS
+
+
+@pytest.mark.parametrize("target", [math.inf, math.nan, True])
+def test_calibrate_noise_target_must_be_a_finite_number(target):
+    with pytest.raises(UserInputError, match="finite number > 0"):
+        A.calibrate_noise(lambda s: A.dpsgd_event(noise_multiplier=s, sampling_probability=0.01, steps=10), target, DELTA)
+
+
+def test_pld_refuses_a_tiny_sigma_instead_of_exhausting_memory():
+    event = A.dpsgd_event(noise_multiplier=0.003, sampling_probability=0.01, steps=100)
+    with pytest.raises(A.PldGridTooLargeError, match="noise multiplier 0.003 is too small"):
+        A.epsilon(event, 1e-3)
+    assert A.epsilon(event, 1e-3, "rdp") == rdp_direct(raw_dpsgd(0.01, 0.003, 100), 1e-3)
+
+
+@pytest.mark.parametrize(("sigma", "q", "steps"), [(1.0, 0.01, 100), (0.7, 0.1, 1000), (0.6, 0.0005, 5000)])
+def test_grid_estimate_is_close_to_what_dp_accounting_allocates(sigma, q, steps):
+    from dp_accounting.pld import common
+
+    single = A.subsampled_gaussian_pld(sigma, q)
+    real = 0
+    for pmf in (single._pmf_remove, single._pmf_add):
+        lower, upper = common.compute_self_convolve_bounds(pmf._probs, steps, 1e-15)  # self_compose's own range
+        real = max(real, upper - lower + 1)
+    estimate = A._item_grid_points(("poisson", q, sigma, steps), A.PLD_DISCRETIZATION)
+    assert 0.75 * real <= estimate <= 1.5 * real, (estimate, real)
+
+
+def test_pld_refuses_delta_below_its_reliable_range_and_rdp_answers():
+    # Issue 16 item 5: at delta <= 1e-16 PLD said "inf" at sigma 1 (RDP: ~4.4); between ~1e-15 and 1e-12
+    # its FFT round-off gave epsilons below the exact value of a composed Gaussian.
+    event, raw = A.dpsgd_event(noise_multiplier=1.0, sampling_probability=0.01, steps=100), raw_dpsgd(0.01, 1.0, 100)
+    for delta in (1e-17, A.PLD_MIN_DELTA / 2):
+        with pytest.raises(UserInputError, match="below 1e-10, where the PLD accountant is not reliable"):
+            A.epsilon(event, delta)
+        assert A.epsilon(event, delta, "rdp") == rdp_direct(raw, delta)
+    assert A.epsilon(event, A.PLD_MIN_DELTA) == pld_direct(raw, A.PLD_MIN_DELTA)  # exact down to the floor
+    assert 4.0 < A.epsilon(event, 1e-16, "rdp") < 5.0
+    with pytest.raises(UserInputError, match="below 1e-10"):
+        A.calibrate_noise(lambda s: A.dpsgd_event(noise_multiplier=s, sampling_probability=0.01, steps=100), 3.0, 1e-17)
+    sigma = A.calibrate_noise(lambda s: A.dpsgd_event(noise_multiplier=s, sampling_probability=0.01, steps=100),
+                              3.0, 1e-17, accountant="rdp")
+    assert rdp_direct(raw_dpsgd(0.01, sigma, 100), 1e-17) <= 3.0 < rdp_direct(raw_dpsgd(0.01, sigma / 1.01, 100), 1e-17)

@@ -189,6 +189,10 @@ def _run(*, dataset_size, batch_size, sampling_probability, steps, epochs, noise
     from dpaudit import accounting as A
 
     n = dataset_size
+    for flag, value in (("--target-epsilon", target_epsilon), ("--noise-multiplier", noise_multiplier),
+                        ("--delta", delta), ("--sampling-probability", sampling_probability), ("--tolerance", tolerance)):
+        if value is not None and not math.isfinite(value):  # click's FloatRange lets inf and nan through
+            _fail(f"{flag} must be a finite number, got {value}.")
     if batch_size is not None and sampling_probability is not None:
         _fail("--batch-size and --sampling-probability both given; pass one (q = B / N).")
     if batch_size is not None and n is None:
@@ -209,7 +213,12 @@ def _run(*, dataset_size, batch_size, sampling_probability, steps, epochs, noise
         if clashing:
             which = "--schedule" if schedule_file is not None else "--batch-schedule"
             _fail(f"{which} sets every segment's steps and batch; remove {' and '.join(clashing)} (or drop {which}).")
-    accountants = {"pld": ["pld"], "rdp": ["rdp"], "both": ["pld", "rdp"], None: ["rdp" if fixed_size else "pld"]}[accountant]
+    tiny_delta = delta < A.PLD_MIN_DELTA  # PLD's FFT round-off exceeds such a delta: RDP is the accountant of record
+    accountants = {"pld": ["pld"], "rdp": ["rdp"], "both": ["pld", "rdp"],
+                   None: ["rdp" if fixed_size or tiny_delta else "pld"]}[accountant]
+    if tiny_delta and "pld" in accountants:
+        _fail(f"--delta {delta:g} is below {A.PLD_MIN_DELTA:g}, where the PLD accountant is not reliable (FFT "
+              f"round-off can exceed delta); use --accountant rdp (the default there).")
     if fixed_size and "pld" in accountants:
         _fail("--fixed-size is accounted by RDP only (replace-one adjacency); use --accountant rdp or drop --accountant.")
     factor = A.microbatch_sensitivity_factor(microbatch_size)
@@ -220,6 +229,9 @@ def _run(*, dataset_size, batch_size, sampling_probability, steps, epochs, noise
                      f"micro-batch sum by up to 2C, so the accountant sees sigma / 2")
     if fixed_size:
         notes.append(A.FIXED_SIZE_LABEL)
+    if tiny_delta and accountant is None:
+        notes.append(f"delta below {A.PLD_MIN_DELTA:g}: epsilon by RDP, a valid bound at any delta (the PLD "
+                     f"accountant's FFT round-off can exceed such a delta)")
 
     solved: dict[str, Any] = {}
     primary = accountants[0]

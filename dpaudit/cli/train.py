@@ -12,6 +12,7 @@ import contextlib
 import dataclasses
 import errno
 import json
+import re
 import tomllib
 import types
 import typing
@@ -21,6 +22,7 @@ from typing import Any, Literal
 import click
 from click.core import ParameterSource
 
+from dpaudit.config_types import ConfigTypeError, option_name
 from dpaudit.errors import UserInputError
 from dpaudit.rundir import run_dir_lock
 from dpaudit.trainer_api import Trainer, available_trainers, load_trainer, writes_run_dir
@@ -73,34 +75,67 @@ def config_options(config_cls: type) -> list[click.Option]:
     return options
 
 
-def _load_toml(path: Path, config_cls: type) -> dict[str, Any]:
-    """Read a trainer config file; keys are Config field names (dashes or underscores)."""
+def _load_toml(path: Path, config_cls: type) -> dict[str, tuple[str, Any]]:
+    """Read a trainer config file: ``{field name: (key as written, value)}``.
+
+    Keys are Config field names (dashes or underscores). The values are returned as TOML typed
+    them; :func:`build_config` lets the Config check them (:mod:`dpaudit.config_types`).
+    """
     try:
-        raw = tomllib.loads(path.read_text(encoding="utf-8"))
+        raw = tomllib.loads(path.read_bytes().decode("utf-8"))
+    except UnicodeDecodeError as err:
+        raise UserInputError(f"--config {path}: not UTF-8 text (byte {err.object[err.start]:#04x} at offset "
+                             f"{err.start}); save it as UTF-8.") from None
+    except OSError as err:
+        raise UserInputError(f"--config {path}: cannot read it ({err.strerror or err}).") from None
     except tomllib.TOMLDecodeError as err:
         raise UserInputError(f"--config {path}: not valid TOML ({err}).") from None
     raw = raw.get("trainer", raw) if isinstance(raw.get("trainer"), dict) else raw
     names = {f.name for f in dataclasses.fields(config_cls)}
-    values = {}
+    values: dict[str, tuple[str, Any]] = {}
     for key, value in raw.items():
         name = key.replace("-", "_")
         if name not in names:
             raise UserInputError(f"--config {path}: unknown key {key!r}; valid keys are {', '.join(sorted(names))}.")
-        values[name] = value
+        if name in values:
+            raise UserInputError(f"--config {path}: keys {values[name][0]!r} and {key!r} both set {name}; keep one.")
+        values[name] = (key, value)
     return values
 
 
+def _culprits(err: ValueError, fields: list[str]) -> list[str]:
+    """Config fields an error from ``Config.__post_init__`` is about.
+
+    A :class:`ConfigTypeError` names its field; other messages name options as ``--batch-size``.
+    """
+    if isinstance(err, ConfigTypeError):
+        return [err.field]
+    text = str(err)
+    return [name for name in fields if re.search(re.escape(option_name(name)) + r"(?![\w-])", text)]
+
+
 def build_config(trainer: Trainer, params: dict[str, Any], ctx: click.Context | None, config_file: Path | None) -> Any:
-    """Merge defaults, the TOML file and explicit command-line values into the trainer's Config."""
-    values: dict[str, Any] = _load_toml(config_file, trainer.Config) if config_file else {}
+    """Merge defaults, the TOML file and explicit command-line values into the trainer's Config.
+
+    The Config validates every value whatever its source; an error about a value that came from
+    the file names the file and the key as written there (the command line names its option).
+    """
+    from_file = _load_toml(config_file, trainer.Config) if config_file else {}
+    values = {name: value for name, (_key, value) in from_file.items()}
     for f in dataclasses.fields(trainer.Config):
         given = ctx is None or ctx.get_parameter_source(f.name) == ParameterSource.COMMANDLINE
         if given and params.get(f.name) is not None:
             values[f.name] = params[f.name]
+            from_file.pop(f.name, None)
     try:
         return trainer.Config(**values)
     except (TypeError, ValueError) as err:
-        raise UserInputError(f"trainer {trainer.name} config: {err}") from None
+        if isinstance(err, TypeError) or not (culprits := [n for n in _culprits(err, list(values)) if n in from_file]):
+            raise UserInputError(f"trainer {trainer.name} config: {err}") from None
+        keys = ", ".join(repr(from_file[name][0]) for name in culprits)
+        if isinstance(err, ConfigTypeError):
+            raise UserInputError(f"--config {config_file}: key {keys} {err.reason}") from None
+        raise UserInputError(f"--config {config_file}: key {keys}: {err}") from None
 
 
 def _peek_trainer(args: list[str]) -> str | None:

@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from dpaudit.config_types import check_types
+
 Preset = Literal["tiny", "mini", "small", "base", "large"]
 Sampling = Literal["poisson", "shuffle"]
 Clipping = Literal["ghost", "vmap"]
@@ -102,6 +104,7 @@ class JaxBertConfig:
     data_parallel: bool = field(default=True, metadata=_help("Shard each micro-step over all local devices."))
 
     def __post_init__(self) -> None:
+        check_types(self)  # types and Literal choices first, whatever the source (TOML, checkpoint, caller)
         positive_ints = ("steps", "batch_size", "micro_batch", "max_length", "eval_every", "checkpoint_every", "log_every")
         for name in positive_ints:
             value = getattr(self, name)

@@ -1,0 +1,176 @@
+"""Typed validation of a trainer's Config, whatever the source of its values.
+
+Command-line options arrive already typed by click (``click.Choice`` for ``Literal`` fields, ``int``,
+``float``, boolean flags); values from a ``--config`` TOML file, a stored checkpoint or a Python caller
+do not. ``dpaudit train --config`` used to hand TOML values to the Config unchecked: ``sampling =
+"bogus"`` trained with shuffled batches while ``privacy.json`` claimed Poisson sampling, and
+``non_private = "false"`` (a non-empty string, so truthy) trained without privacy. :func:`check_types`
+closes that gap in one place for every trainer: call it first in the Config's ``__post_init__``.
+
+Rules, from the field annotations (``typing.get_type_hints``, so ``from __future__ import annotations``
+works):
+
+- ``bool``: only ``True``/``False``; the TOML string ``"false"`` and the number ``0`` are refused.
+- ``int``: an integer that is not a ``bool``; ``5.0`` is refused (a step count is not a float).
+- ``float``: any real number that is not a ``bool``; integers are normalized to ``float`` on the
+  frozen instance (``learning_rate = 1`` in TOML is ``1.0``).
+- ``str``: only strings (``batch_schedule = 5`` is refused).
+- ``Literal[...]``: one of the listed values, of the same type.
+- ``X | None`` / ``Optional[X]``, other unions: ``None`` when allowed, else the first member that fits.
+- ``list[X]``, ``tuple[X, ...]``, ``tuple[X, Y]``: element-wise (normalized to the annotated container).
+- any other class: ``isinstance``.
+
+Errors are :class:`ConfigTypeError` (a ``ValueError``) whose message names the option the way the
+command line spells it: ``--sampling must be one of poisson, shuffle, got 'bogus'.``; ``field`` and
+``reason`` let a caller re-word it for the value's source (``dpaudit.cli.train`` names the ``--config``
+file and key).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import numbers
+import types
+import typing
+from typing import Any, Literal
+
+__all__ = ["ConfigTypeError", "check_types", "option_name"]
+
+
+class ConfigTypeError(ValueError):
+    """A Config field holds a value of the wrong type or outside its ``Literal`` choices.
+
+    Attributes:
+      field: the dataclass field name (``"batch_schedule"``).
+      reason: what is wrong, without the option name (``"must be a string, got 5 (int)."``).
+    """
+
+    def __init__(self, field: str, reason: str) -> None:
+        super().__init__(f"{option_name(field)} {reason}")
+        self.field = field
+        self.reason = reason
+
+
+def option_name(field: str) -> str:
+    """The command-line spelling of a Config field: ``batch_size`` -> ``--batch-size``."""
+    return "--" + field.replace("_", "-")
+
+
+class _Mismatch(Exception):
+    """Internal: the value does not fit; ``expected`` says what would."""
+
+    def __init__(self, expected: str) -> None:
+        super().__init__(expected)
+        self.expected = expected
+
+
+def _describe(value: Any) -> str:
+    """``'bogus'`` for a string (quoted already), ``5 (int)`` for anything else."""
+    return repr(value) if isinstance(value, str) else f"{value!r} ({type(value).__name__})"
+
+
+def _coerce(value: Any, annotation: Any, *, lenient: bool = True) -> Any:
+    """The value, normalized to `annotation` (int -> float for float fields), or raise :class:`_Mismatch`."""
+    if annotation is Any:
+        return value
+    if annotation is None or annotation is type(None):
+        if value is None:
+            return None
+        raise _Mismatch("None")
+    origin = typing.get_origin(annotation)
+    args = typing.get_args(annotation)
+    if origin is Literal:
+        for choice in args:
+            if value == choice and type(value) is type(choice):
+                return value
+        raise _Mismatch(_expected(annotation))
+    if origin in (typing.Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        members = [a for a in args if a is not type(None)]
+        # Exact fits first, so that `int | float` keeps an int and `float | int` does not turn 3 into 3.0.
+        for strict in (True, False) if lenient else (True,):
+            for member in members:
+                try:
+                    return _coerce(value, member, lenient=not strict)
+                except _Mismatch:
+                    pass
+        raise _Mismatch(_expected(annotation))
+    if origin in (list, tuple):
+        if isinstance(value, (str, bytes)) or not isinstance(value, (list, tuple)):
+            raise _Mismatch(_expected(annotation))
+        try:
+            if origin is tuple and args and args[-1] is not Ellipsis:
+                if len(value) != len(args):
+                    raise _Mismatch(_expected(annotation))
+                return tuple(_coerce(v, a, lenient=lenient) for v, a in zip(value, args))
+            items = [_coerce(v, args[0] if args else Any, lenient=lenient) for v in value]
+        except _Mismatch:
+            raise _Mismatch(_expected(annotation)) from None
+        return tuple(items) if origin is tuple else items
+    if annotation is bool:
+        if isinstance(value, bool):
+            return value
+        raise _Mismatch(_expected(bool))
+    if annotation is int:
+        if isinstance(value, numbers.Integral) and not isinstance(value, bool):
+            return int(value)
+        raise _Mismatch("an integer")
+    if annotation is float:
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            raise _Mismatch("a number")
+        if isinstance(value, float) or lenient:
+            return float(value)
+        raise _Mismatch("a number")
+    if annotation is str:
+        if isinstance(value, str):
+            return value
+        raise _Mismatch("a string")
+    if isinstance(annotation, type):
+        if isinstance(value, annotation):
+            return value
+        raise _Mismatch(f"a {annotation.__name__}")
+    raise TypeError(f"check_types cannot check the annotation {annotation!r}; use a simple type, Literal, "
+                    f"Optional, list or tuple.")
+
+
+def _expected(annotation: Any) -> str:
+    """What a field of this annotation takes, in words (``"an integer"``, ``"one of poisson, shuffle"``)."""
+    origin, args = typing.get_origin(annotation), typing.get_args(annotation)
+    if origin is Literal:
+        return "one of " + ", ".join(str(c) for c in args)
+    if origin in (typing.Union, types.UnionType):
+        members = " or ".join(_expected(a) for a in args if a is not type(None))
+        return members + (" (or left unset)" if type(None) in args else "")
+    if origin is tuple and args and args[-1] is not Ellipsis:
+        return f"a list of {len(args)} items: " + "; ".join(_expected(a) for a in args)
+    if origin in (list, tuple):
+        return f"a list whose items are each {_expected(args[0])}" if args else "a list"
+    words = {bool: "true or false (a boolean, not a string or number)", int: "an integer", float: "a number",
+             str: "a string", type(None): "None"}
+    if annotation in words:
+        return words[annotation]
+    return f"a {getattr(annotation, '__name__', annotation)}"
+
+
+def check_types(config: Any) -> None:
+    """Check every field of the dataclass instance `config` against its annotation; normalize ints to floats.
+
+    Call it first in a frozen Config's ``__post_init__`` (it writes normalized values with
+    ``object.__setattr__``). Raises :class:`ConfigTypeError` naming the first bad field.
+
+    Raises:
+      ConfigTypeError: e.g. ``--sampling must be one of poisson, shuffle, got 'bogus'.``
+      TypeError: `config` is not a dataclass instance, or a field's annotation is not supported.
+    """
+    if not dataclasses.is_dataclass(config) or isinstance(config, type):
+        raise TypeError(f"check_types needs a dataclass instance, got {type(config).__name__}.")
+    hints = typing.get_type_hints(type(config))
+    for f in dataclasses.fields(config):
+        value = getattr(config, f.name)
+        try:
+            normalized = _coerce(value, hints[f.name])
+        except _Mismatch as err:
+            raise ConfigTypeError(f.name, f"must be {err.expected}, got {_describe(value)}.") from None
+        if normalized is not value:
+            object.__setattr__(config, f.name, normalized)
