@@ -257,6 +257,23 @@ class _Run:
 
     def step(self, step: int, indices: np.ndarray) -> dict[str, Any]:
         """Compute the (noised) aggregate of this step's batch and apply Adam; returns telemetry."""
+        acc, stats = self.aggregate(step, indices)
+        scale = 1.0 / self.plan.batch_size  # the expected batch size: public, unlike the realized one
+        for p, a in zip(self.params, acc):
+            p.grad = a.mul_(scale)
+        self.optimizer.step()
+        for p in self.params:
+            p.grad = None
+        loss_sum, correct_sum, units, clipped = stats.tolist()
+        n = max(len(indices), 1)
+        return {"loss": loss_sum / n if len(indices) else None, "train_accuracy": correct_sum / n if len(indices) else None,
+                "batch_size": int(len(indices)),
+                "clip_fraction": clipped / units if (self.clipper is not None and units) else None,
+                "sigma": self.plan.sigma_at(step) if self.plan.private else None}
+
+    def aggregate(self, step: int, indices: np.ndarray) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The summed, clipped and noised gradient of the batch ``indices`` over all processes, and
+        [loss sum, correct sum, clipped units, units clipped] telemetry."""
         config, world = self.config, self.world
         sigma = self.plan.sigma_at(step) if self.plan.private else 0.0
         # Mask the whole batch identically on every process (keyed by the public seed and the step).
@@ -303,18 +320,7 @@ class _Run:
         stats = torch.tensor([loss_sum, correct_sum, float(units), float(clipped)], dtype=torch.float64)
         distributed.all_reduce_sum_(acc, world)
         distributed.all_reduce_sum_([stats], world)
-        scale = 1.0 / self.plan.batch_size  # the expected batch size: public, unlike the realized one
-        for p, a in zip(self.params, acc):
-            p.grad = a.mul_(scale)
-        self.optimizer.step()
-        for p in self.params:
-            p.grad = None
-        loss_sum, correct_sum, units, clipped = stats.tolist()
-        n = max(len(indices), 1)
-        return {"loss": loss_sum / n if len(indices) else None, "train_accuracy": correct_sum / n if len(indices) else None,
-                "batch_size": int(len(indices)),
-                "clip_fraction": clipped / units if (self.clipper is not None and units) else None,
-                "sigma": sigma if self.plan.private else None}
+        return acc, stats
 
     # -- evaluation --------------------------------------------------------------------------
 
