@@ -292,12 +292,11 @@ class _Run:
             groups = sampling.split_microbatches(np.arange(len(indices)), self.slots[indices], k)
             mine = [j for j in range(k) if j % world.size == world.rank]
             std_each = sigma * self.clipper.sensitivity / math.sqrt(k)
+            if full is not None:
+                result = self.clipper.clipped_sum(full, [groups[j] for j in mine], chunk_examples=config.physical_batch)
+                acc = result.grads
+                loss_sum, correct_sum, units, clipped = result.loss_sum, result.correct_sum, result.units, result.clipped
             for j in mine:
-                if len(groups[j]):
-                    sub = {key: v[torch.as_tensor(groups[j])] for key, v in full.items()}
-                    ls, cs, was_clipped = self.clipper.add_clipped_(acc, sub)
-                    loss_sum, correct_sum = loss_sum + ls, correct_sum + cs
-                    units, clipped = units + 1, clipped + int(was_clipped)
                 if config.noise_draw == "micro-batch" and std_each > 0:
                     noise.add_noise_(acc, std_each, noise.keyed_generator(self.noise_source.seed, step, j))
             if config.noise_draw == "process" and std_each > 0 and mine:

@@ -160,3 +160,24 @@ def test_zero_noise_and_infinite_clip_equal_sgd_step_for_step(tiny_batches):
         for mode in ("dp-sgd", "edp-sgd"):
             for name, p in models[mode].named_parameters():
                 torch.testing.assert_close(p, reference[name], atol=2e-5, rtol=1e-4, msg=f"{mode} {name} step {step}")
+
+
+@pytest.mark.parametrize("task", ["classify", "mlm"])
+def test_vectorized_micro_batches_equal_sequential_backward_passes(tiny_batches, task):
+    clf, clf_batch, mlm, mlm_batch = tiny_batches
+    model, batch = (clf, clf_batch) if task == "classify" else (mlm, mlm_batch)
+    names, params = trainable(model)
+    group_names, groups = layer_groups(names)
+    norms = layer_clip_norms(model, per_example_losses, batch, clip_norm=0.3, param_groups=groups,
+                             num_groups=len(group_names))
+    clipper = MicrobatchClipper(model, per_example_losses, layer_clip_norms=norms, param_groups=groups,
+                                max_microbatch_size=3)
+    microbatches = [np.array([0, 3, 5]), np.array([], dtype=np.int64), np.array([1]), np.array([2, 4])]
+    sequential = [torch.zeros_like(p) for p in params]
+    for members in microbatches:
+        if len(members):
+            clipper.add_clipped_(sequential, _sub(batch, members))
+    vectorized = clipper.clipped_sum(batch, microbatches, chunk_examples=4)  # one padded micro-batch per chunk
+    assert vectorized.units == 3
+    for name, a, b in zip(names, vectorized.grads, sequential):
+        torch.testing.assert_close(a, b, atol=2e-5, rtol=1e-4, msg=name)
