@@ -133,50 +133,47 @@ class MicrobatchClipper:
         self._bounds = torch.tensor(self.layer_clip_norms, dtype=torch.float32)
         wrapper = _LossModule(model, loss_fn)
 
-        def microbatch_loss(params: dict[str, torch.Tensor], micro: dict[str, torch.Tensor], weight: torch.Tensor):
-            losses, correct = functional_call(wrapper, params, (micro,), tie_weights=True, strict=False)
-            return (losses * weight).sum(), ((losses * weight).sum().detach(), (correct * weight).sum())
+        def loss_one(params: dict[str, torch.Tensor], example: dict[str, torch.Tensor]):
+            one = {k: v.unsqueeze(0) for k, v in example.items()}
+            loss, correct = functional_call(wrapper, params, (one,), tie_weights=True, strict=False)
+            return loss[0], (loss[0].detach(), correct[0])
 
-        self._per_microbatch = vmap(grad(microbatch_loss, has_aux=True), in_dims=(None, 0, 0))
+        self._per_example = vmap(grad(loss_one, has_aux=True), in_dims=(None, 0))
 
     def clipped_sum(self, batch: dict[str, torch.Tensor], microbatches: list[np.ndarray], *,
                     chunk_examples: int = 32) -> Clipped:
         """Sum over ``microbatches`` (index arrays into ``batch``) of their per-layer-clipped gradients.
 
-        Vectorized: the micro-batches are padded to one size with zero-weight rows and their
-        gradients computed by one ``torch.func.vmap(grad(...))`` per chunk of about
-        ``chunk_examples`` examples (a memory knob), then normed per layer and summed with their
-        clip factors. Same result as :meth:`add_clipped_` on each micro-batch in turn, without
-        k sequential backward passes.
+        Vectorized, with the result of :meth:`add_clipped_` on each micro-batch in turn: per-example
+        gradients by ``torch.func.vmap(grad(...))`` in chunks of ``chunk_examples`` (a memory knob),
+        summed into their micro-batch (``index_add_``), then normed per layer and summed with the
+        micro-batches' clip factors. k sequential backward passes of a few examples each cost more
+        than this on CPU (per-pass overhead), and padding micro-batches to one size wastes compute.
         """
         acc = [torch.zeros_like(p) for p in self.params]
         groups = [m for m in microbatches if len(m)]
         if not groups:
             return Clipped(grads=acc, loss_sum=0.0, correct_sum=0.0, units=0, clipped=0)
-        size = max(len(m) for m in groups)
-        index = torch.zeros(len(groups), size, dtype=torch.long)
-        weight = torch.zeros(len(groups), size)
-        for row, members in enumerate(groups):
-            index[row, : len(members)] = torch.as_tensor(members, dtype=torch.long)
-            weight[row, : len(members)] = 1.0
-        per_chunk = max(1, chunk_examples // size)
-        loss_sum = correct_sum = 0.0
-        clipped = 0
+        examples = torch.as_tensor(np.concatenate(groups), dtype=torch.long)
+        owner = torch.cat([torch.full((len(m),), row, dtype=torch.long) for row, m in enumerate(groups)])
+        sums = [torch.zeros((len(groups), *p.shape), dtype=p.dtype) for p in self.params]
         params = {"model." + n: p.detach() for n, p in zip(self.names, self.params)}
-        for start in range(0, len(groups), per_chunk):
-            rows = slice(start, start + per_chunk)
-            stacked = {key: value[index[rows]] for key, value in batch.items()}
-            grads, (losses, correct) = self._per_microbatch(params, stacked, weight[rows])
-            flat = [grads["model." + n] for n in self.names]
-            norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in flat])  # [P, k]
-            group_norms = torch.zeros(len(self.layer_clip_norms), norms.shape[1]).index_add_(
-                0, self.param_groups, norms.pow(2)).sqrt()  # [L, k]
-            factors = (self._bounds[:, None] / group_norms.clamp(min=_TINY)).clamp(max=1.0)
-            for a, g, group in zip(acc, flat, self.param_groups.tolist()):
-                a.add_(torch.tensordot(factors[group], g, dims=1))
+        loss_sum = correct_sum = 0.0
+        for start in range(0, len(examples), chunk_examples):
+            chunk = examples[start:start + chunk_examples]
+            grads, (losses, correct) = self._per_example(params, {key: value[chunk] for key, value in batch.items()})
+            rows = owner[start:start + chunk_examples]
+            for total, name in zip(sums, self.names):
+                total.index_add_(0, rows, grads["model." + name])
             loss_sum += float(losses.sum())
             correct_sum += float(correct.sum())
-            clipped += int((factors < 1.0).any(0).sum())
+        norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in sums])  # [P, k]
+        group_norms = torch.zeros(len(self.layer_clip_norms), norms.shape[1]).index_add_(
+            0, self.param_groups, norms.pow(2)).sqrt()  # [L, k]
+        factors = (self._bounds[:, None] / group_norms.clamp(min=_TINY)).clamp(max=1.0)
+        for a, g, group in zip(acc, sums, self.param_groups.tolist()):
+            a.add_(torch.tensordot(factors[group], g, dims=1))
+        clipped = int((factors < 1.0).any(0).sum())
         return Clipped(grads=acc, loss_sum=loss_sum, correct_sum=correct_sum, units=len(groups), clipped=clipped)
 
     def add_clipped_(self, acc: list[torch.Tensor], batch: dict[str, torch.Tensor]) -> tuple[float, float, bool]:
