@@ -29,6 +29,3 @@ def add_noise_(tensors: list[torch.Tensor], std: float, generator: torch.Generat
         noise = torch.empty(t.shape, dtype=t.dtype, device="cpu").normal_(0.0, std, generator=generator)
         t.add_(noise.to(t.device, non_blocking=True))
 
-
-def noise_norm_sq(tensors: list[torch.Tensor]) -> float:
-    return float(sum(float(t.pow(2).sum()) for t in tensors))

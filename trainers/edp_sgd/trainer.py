@@ -26,7 +26,6 @@ A run (DESIGN sections 3 and 5):
 
 from __future__ import annotations
 
-import hashlib
 import json
 import math
 import os
