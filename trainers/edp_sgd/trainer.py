@@ -285,7 +285,6 @@ class _Run:
         acc = [torch.zeros_like(p) for p in self.params]
         loss_sum = correct_sum = 0.0
         units = clipped = 0
-        noise_sq = 0.0
         if config.mode == "edp-sgd":
             k = config.micro_batches
             groups = sampling.split_microbatches(np.arange(len(indices)), self.slots[indices], k)
@@ -295,10 +294,11 @@ class _Run:
                 result = self.clipper.clipped_sum(full, [groups[j] for j in mine], chunk_examples=config.physical_batch)
                 acc = result.grads
                 loss_sum, correct_sum, units, clipped = result.loss_sum, result.correct_sum, result.units, result.clipped
-            for j in mine:
-                if config.noise_draw == "micro-batch" and std_each > 0:
+            if config.noise_draw == "micro-batch" and std_each > 0:  # Algorithm 1: one draw per micro-batch
+                for j in mine:
                     noise.add_noise_(acc, std_each, noise.keyed_generator(self.noise_source.seed, step, j))
-            if config.noise_draw == "process" and std_each > 0 and mine:
+            elif std_each > 0 and mine:  # the same distribution: one draw carrying this process's micro-batches'
+                # noise; the sum of len(mine) independent N(0, std_each^2) is N(0, len(mine) std_each^2)
                 noise.add_noise_(acc, std_each * math.sqrt(len(mine)),
                                  noise.keyed_generator(self.noise_source.seed, step, _PROCESS_NOISE_KEY + world.rank,
                                                        world.size))
