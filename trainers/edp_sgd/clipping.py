@@ -7,8 +7,10 @@ example can move it — and the step multiplies its noise by exactly that (jax_p
 - :class:`PerExampleClipper`: per-example gradients by ``torch.func.vmap(grad(...))`` over chunks of
   ``physical_batch`` examples (no Python loop over examples), each clipped to C, summed:
   sensitivity C.
-- :class:`MicrobatchClipper`: Algorithm 1 of Dupuy et al. 2021: one ordinary backward pass per
-  micro-batch (of the SUM of its examples' losses), then per-layer clipping: layer l's gradient is
+- :class:`MicrobatchClipper`: Algorithm 1 of Dupuy et al. 2021: the gradient of each micro-batch
+  (of the SUM of its examples' losses; :meth:`~MicrobatchClipper.clipped_sum` forms it from
+  vectorized per-example gradients, :meth:`~MicrobatchClipper.add_clipped_` by one backward pass,
+  the reference), then per-layer clipping: layer l's gradient is
   scaled by 1/C_l, clipped to 1, and rescaled by C_l, i.e. clipped to C_l, so the whole micro-batch
   gradient has norm <= sqrt(sum C_l^2) = C. One example moves one clipped micro-batch gradient by up
   to 2C (both with and without it have norm <= C), so the sensitivity is 2C, or C when no micro-batch
