@@ -63,7 +63,7 @@ def test_exported_model_loads_in_transformers(dp_run):
 def test_tokenizer_saw_public_jsonl_only(dp_run, data_dir):
     import tokenizers
 
-    from trainers.jax_bert.tokenizer import train_wordpiece
+    from dpaudit.tokenizer import train_wordpiece
 
     out, _ = dp_run
     stored = tokenizers.Tokenizer.from_file(str(out / "model" / "tokenizer.json"))

@@ -28,6 +28,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from dpaudit.presets import PRESETS  # noqa: F401  (re-exported: the table lives in the core)
+
 _HF_FIELDS = (
     "vocab_size",
     "hidden_size",
@@ -153,17 +155,6 @@ class BertConfig:
         if kwargs.get("pad_token_id", 0) is None:
             kwargs["pad_token_id"] = 0
         return cls(**kwargs)
-
-
-#: Architecture presets (vocab_size comes from the tokenizer). ``mini`` is the 4-layer BERT of Dupuy
-#: et al. 2021; ``base`` and ``large`` are Devlin et al.; ``tiny`` is for tests.
-PRESETS: dict[str, dict[str, int]] = {
-    "tiny": {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 128},
-    "mini": {"num_hidden_layers": 4, "hidden_size": 312, "num_attention_heads": 12, "intermediate_size": 1200},
-    "small": {"num_hidden_layers": 4, "hidden_size": 512, "num_attention_heads": 8, "intermediate_size": 2048},
-    "base": {"num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 3072},
-    "large": {"num_hidden_layers": 24, "hidden_size": 1024, "num_attention_heads": 16, "intermediate_size": 4096},
-}
 
 
 def preset_config(name: str, *, vocab_size: int, max_position_embeddings: int = 128, **overrides: Any) -> BertConfig:

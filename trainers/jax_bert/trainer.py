@@ -66,7 +66,7 @@ from trainers.jax_bert.data import encode_texts, mask_tokens
 from trainers.jax_bert.ghost_clipping import make_ghost_clipped_sum_fn
 from trainers.jax_bert.model import FlaxBertForMaskedLM, example_mlm_loss, init_params, preset_config
 from trainers.jax_bert.optimizer import make_optimizer
-from trainers.jax_bert.tokenizer import special_token_ids, train_wordpiece
+from dpaudit.tokenizer import special_token_ids, train_wordpiece
 
 TRAIN_SCHEMA = "dpaudit.train/1"
 PRIVACY_SCHEMA = "dpaudit.privacy/1"

@@ -1,0 +1,104 @@
+"""Honest accounting: the noise that runs, and the epsilon privacy.json claims for it.
+
+The epsilon oracle is plain ``dp_accounting`` with the mechanism worked out here: each step adds
+Gaussian noise of std sigma_e x 2C (edp-sgd's sensitivity, measured below on the real step) to a
+sum that one example moves by at most 2C, so the accountant's noise multiplier is sigma_e.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+
+import numpy as np
+import pytest
+import torch
+from dp_accounting import dp_event
+from dp_accounting.pld import pld_privacy_accountant
+
+from dpaudit import accounting
+from trainers.edp_sgd import noise
+from trainers.edp_sgd.trainer import EdpSgdTrainer, _Run
+
+
+def test_add_noise_has_the_requested_std():
+    tensors = [torch.zeros(300, 400), torch.zeros(50_000)]
+    noise.add_noise_(tensors, 0.7, noise.keyed_generator(99, 3, 1))
+    flat = torch.cat([t.flatten() for t in tensors]).double()
+    # std of the sample std is ~ 0.7 / sqrt(2 n) = 0.0028% ... 0.1%: a 1% band is > 8 standard errors.
+    assert float(flat.mean()).__abs__() < 0.01
+    assert float(flat.std()) == pytest.approx(0.7, rel=0.01)
+    again = [torch.zeros(300, 400), torch.zeros(50_000)]
+    noise.add_noise_(again, 0.7, noise.keyed_generator(99, 3, 1))
+    assert torch.equal(again[0], tensors[0])  # keyed: the same key gives the same draw
+
+
+@pytest.mark.parametrize(("mode", "draw"), [("edp-sgd", "process"), ("edp-sgd", "micro-batch"), ("dp-sgd", "process")])
+def test_the_step_noise_std_is_sigma_times_the_clippers_sensitivity(data_dir, tmp_path, edp_config, mode, draw):
+    config = edp_config(mode=mode, noise_draw=draw, noise_multiplier=0.8, clip_norm=0.5)
+    run = _Run(data_dir, tmp_path / "out", config, seed=0)
+    run._setup()
+    expected_factor = 2.0 if mode == "edp-sgd" else 1.0  # worked out: micro-batches hold several examples
+    assert run.clipper.sensitivity == pytest.approx(expected_factor * 0.5)
+    acc, _ = run.aggregate(0, np.arange(0))  # an empty batch: the aggregate is the noise alone
+    flat = torch.cat([a.flatten() for a in acc]).double()
+    assert float(flat.std()) == pytest.approx(0.8 * expected_factor * 0.5, rel=0.02)
+
+
+def _independent_epsilon(q, steps_per_epoch, sigmas, delta):
+    accountant = pld_privacy_accountant.PLDAccountant()
+    for sigma in sigmas:
+        accountant.compose(dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(sigma)), steps_per_epoch)
+    return accountant.get_epsilon(delta)
+
+
+def test_privacy_json_epsilon_equals_an_independent_computation(data_dir, tmp_path_factory, edp_config):
+    out = tmp_path_factory.mktemp("edp") / "run"
+    config = edp_config(mode="edp-sgd", noise_multiplier=1.5, noise_decay="linear", decay_rate=0.2, epochs=3)
+    result = EdpSgdTrainer().train(data_dir, out, config, seed=0)
+    record = json.loads((out / "privacy.json").read_text())
+    n, batch = 96, 16
+    q, per_epoch = batch / n, math.ceil(n / batch)
+    sigmas = [max(1.5 * (1 - 0.2 * e), 0.15) for e in range(3)]  # linear decay, floor sigma_0 / 10
+    assert record["sigmas_per_epoch"] == pytest.approx(sigmas)
+    # Noise std on the sum = sigma_e * 2C and one example moves the sum by <= 2C: multiplier sigma_e.
+    expected = _independent_epsilon(q, per_epoch, sigmas, 1 / n)
+    assert record["epsilon"] == pytest.approx(expected, rel=1e-9)
+    assert result.epsilon == pytest.approx(expected, rel=1e-9)
+    assert accounting.epsilon(accounting.event_from_json(record["event"]), record["delta"]) == pytest.approx(expected, rel=1e-9)
+    assert record["sensitivity_factor"] == 2.0 and record["privacy_unit"].startswith("example")
+    # The paper's accounting takes std / C = 2 sigma_e as the multiplier: a smaller, unproven epsilon.
+    paper = _independent_epsilon(q, per_epoch, [2 * s for s in sigmas], 1 / n)
+    assert record["paper_accounting"]["epsilon"] == pytest.approx(paper, rel=1e-9)
+    assert paper < expected
+    assert len(record["event"]["events"]) == 3  # one segment per epoch
+
+
+def test_target_epsilon_calibrates_the_whole_schedule(data_dir, tmp_path, edp_config):
+    config = edp_config(mode="dp-sgd", noise_multiplier=None, target_epsilon=2.0, noise_decay="exp", decay_rate=0.5,
+                        epochs=2)
+    result = EdpSgdTrainer().train(data_dir, tmp_path / "run", config, seed=0)
+    record = json.loads((tmp_path / "run" / "privacy.json").read_text())
+    assert record["noise_calibrated"] and result.epsilon <= 2.0 and result.epsilon == pytest.approx(2.0, rel=0.01)
+    sigma0 = record["noise_multiplier"]
+    sigmas = [sigma0, sigma0 * math.exp(-0.5)]
+    assert _independent_epsilon(16 / 96, 6, sigmas, 1 / 96) == pytest.approx(result.epsilon, rel=1e-9)
+
+
+def test_target_epsilon_caps_a_run_with_a_given_noise(data_dir, tmp_path, edp_config):
+    config = edp_config(mode="edp-sgd", noise_multiplier=1.0, target_epsilon=1.5)
+    result = EdpSgdTrainer().train(data_dir, tmp_path / "run", config, seed=0)
+    assert result.summary["stopped_at_budget"] and 0 < result.steps < 12
+    assert result.epsilon <= 1.5
+    more = _independent_epsilon(16 / 96, result.steps + 1, [1.0], 1 / 96)
+    assert more > 1.5  # one more step would have overspent
+
+
+def test_scale_from_private_is_reported_as_an_unaccounted_release(data_dir, tmp_path, edp_config):
+    config = edp_config(mode="edp-sgd", scale_from="private", epochs=1)
+    EdpSgdTrainer().train(data_dir, tmp_path / "run", config, seed=0)
+    record = json.loads((tmp_path / "run" / "privacy.json").read_text())
+    assert record["layer_clip_norms_from"].startswith("train.jsonl")
+    assert any("NOT covered" in text for text in record["unaccounted_releases"])
+    norms = record["layer_clip_norms"]
+    assert math.fsum(c * c for c in norms.values()) == pytest.approx(1.0)

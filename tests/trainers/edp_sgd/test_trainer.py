@@ -1,0 +1,175 @@
+"""The edp-sgd trainer end to end: run directory, secrets kept out of released files, HF reload,
+framework isolation, resume after a kill, and bad options."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+import torch
+from click.testing import CliRunner
+from safetensors.torch import load_file
+
+from dpaudit.cli import cli
+from dpaudit.errors import UserInputError
+from dpaudit.rundir import verify_run_dir
+from trainers.edp_sgd import checkpoint as ckpt
+from trainers.edp_sgd.trainer import EdpSgdTrainer
+
+SECRET_SEED = 987654321123
+
+
+@pytest.fixture(scope="module")
+def classify_run(data_dir, tmp_path_factory, edp_config):
+    out = tmp_path_factory.mktemp("edp_run") / "run"
+    config = edp_config(mode="edp-sgd", noise_seed=SECRET_SEED, learning_rate=3e-3)
+    return out, EdpSgdTrainer().train(data_dir, out, config, seed=3)
+
+
+def test_run_directory_is_complete_and_releases_no_secret(classify_run):
+    out, result = classify_run
+    manifest = verify_run_dir(out, schema_prefix="dpaudit.train/")
+    assert {"model/config.json", "model/model.safetensors", "model/tokenizer.json", "metrics.jsonl",
+            "privacy.json"} <= set(manifest["outputs"])
+    assert not (out / "checkpoints").exists()  # it held the secret seed; deleted without --keep-checkpoints
+    assert manifest["config"]["noise_seed"] == "<redacted>"
+    for path in out.rglob("*"):
+        if path.is_file() and path.suffix in (".json", ".jsonl"):
+            assert str(SECRET_SEED) not in path.read_text(), path
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    epochs = [r for r in rows if "epoch_time_s" in r]
+    assert [r["epoch"] for r in epochs] == [0, 1] and all(r["epoch_time_s"] > 0 for r in epochs)
+    assert all(0.0 <= r["eval_accuracy"] <= 1.0 and r["epsilon"] > 0 for r in epochs)
+    assert epochs[-1]["epsilon"] == pytest.approx(result.epsilon)
+    assert sum(1 for r in rows if "loss" in r) == result.steps == 12
+    privacy = json.loads((out / "privacy.json").read_text())
+    assert "explicit --noise-seed" in privacy["guarantee"]
+
+
+def test_hf_reload_reproduces_the_recorded_accuracy(classify_run, data_dir):
+    from transformers import AutoModelForSequenceClassification, AutoTokenizer
+
+    out, result = classify_run
+    model, info = AutoModelForSequenceClassification.from_pretrained(out / "model", output_loading_info=True)
+    assert not info["missing_keys"] and not info["unexpected_keys"]
+    tokenizer = AutoTokenizer.from_pretrained(out / "model")
+    rows = [json.loads(line) for line in (data_dir / "heldout.jsonl").read_text().splitlines()]
+    enc = tokenizer([r["text"] for r in rows], padding=True, truncation=True, max_length=16, return_tensors="pt")
+    with torch.no_grad():
+        predicted = model.eval()(**enc).logits.argmax(-1)
+    labels = torch.tensor([model.config.label2id[r["label"]] for r in rows])
+    accuracy = float((predicted == labels).float().mean())
+    assert accuracy == pytest.approx(result.summary["eval_accuracy"], abs=1e-9)
+
+
+def test_mlm_model_reloads_as_masked_lm(data_dir, tmp_path, edp_config):
+    from transformers import AutoModelForMaskedLM
+
+    result = EdpSgdTrainer().train(data_dir, tmp_path / "mlm", edp_config(mode="sgd", task="mlm", epochs=1), seed=0)
+    assert result.epsilon is None and 0.0 <= result.summary["mlm_accuracy"] <= 1.0
+    model, info = AutoModelForMaskedLM.from_pretrained(tmp_path / "mlm" / "model", output_loading_info=True)
+    assert not info["missing_keys"]
+    assert json.loads((tmp_path / "mlm" / "privacy.json").read_text())["private"] is False
+
+
+def _subprocess(code: str) -> str:
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    return done.stdout.strip().splitlines()[-1]
+
+
+def test_jax_bert_never_imports_torch():
+    code = (
+        "import sys\nfrom click.testing import CliRunner\nfrom dpaudit.cli import cli\n"
+        "r = CliRunner().invoke(cli, ['train', '--trainer', 'jax-bert', '--help'])\nassert r.exit_code == 0, r.output\n"
+        "import trainers.jax_bert.trainer\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')))\n"
+    )
+    assert _subprocess(code) == "[]"
+
+
+def _rows(out):
+    """metrics.jsonl without its wall-clock fields."""
+    rows = [json.loads(line) for line in (out / "metrics.jsonl").read_text().splitlines()]
+    return [{k: v for k, v in r.items() if k not in ("epoch_time_s", "epoch_steps_timed")} for r in rows]
+
+
+class _Killed(BaseException):
+    """Stands in for SIGKILL: not an Exception, so nothing catches it on the way out."""
+
+
+def test_killed_then_resumed_equals_straight(data_dir, tmp_path, monkeypatch, edp_config):
+    config = edp_config(mode="dp-sgd", epochs=1, checkpoint_every=2)
+    straight = EdpSgdTrainer().train(data_dir, tmp_path / "straight", config, seed=5)
+    real_save = ckpt.save_checkpoint
+
+    def save_then_die(directory, *, step, **kwargs):
+        path = real_save(directory, step=step, **kwargs)
+        if step == 4:
+            raise _Killed()
+        return path
+
+    monkeypatch.setattr(ckpt, "save_checkpoint", save_then_die)
+    with pytest.raises(_Killed):
+        EdpSgdTrainer().train(data_dir, tmp_path / "resumed", config, seed=5)
+    monkeypatch.undo()
+    assert [s for s, _ in ckpt.list_checkpoints(tmp_path / "resumed" / "checkpoints")] == [2, 4]
+    resumed = EdpSgdTrainer().train(data_dir, tmp_path / "resumed", config, seed=5)
+    assert resumed.summary["resumed_from_step"] == 4 and resumed.steps == straight.steps == 6
+    a = load_file(str(tmp_path / "straight" / "model" / "model.safetensors"))
+    b = load_file(str(tmp_path / "resumed" / "model" / "model.safetensors"))
+    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert _rows(tmp_path / "straight") == _rows(tmp_path / "resumed")
+    assert resumed.epsilon == straight.epsilon
+    # A finished run is not silently retrained.
+    with pytest.raises(UserInputError, match="holds no edp-sgd checkpoint"):
+        EdpSgdTrainer().train(data_dir, tmp_path / "resumed", config, seed=5)
+
+
+def test_resume_refuses_different_settings(data_dir, tmp_path, monkeypatch, edp_config):
+    config = edp_config(mode="sgd", epochs=1, checkpoint_every=2)
+
+    def die(*args, **kwargs):
+        raise _Killed()
+
+    real_save = ckpt.save_checkpoint
+
+    def save_then_die(directory, *, step, **kwargs):
+        real_save(directory, step=step, **kwargs)
+        die()
+
+    monkeypatch.setattr(ckpt, "save_checkpoint", save_then_die)
+    with pytest.raises(_Killed):
+        EdpSgdTrainer().train(data_dir, tmp_path / "run", config, seed=5)
+    monkeypatch.undo()
+    with pytest.raises(UserInputError, match="different settings"):
+        EdpSgdTrainer().train(data_dir, tmp_path / "run", edp_config(mode="sgd", epochs=2), seed=5)
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--mode", "sgd", "--noise-multiplier", "1"], "--mode sgd takes no --noise-multiplier"),
+    (["--mode", "dp-sgd"], "needs --target-epsilon"),
+    (["--mode", "edp-sgd", "--noise-multiplier", "1", "--micro-batches", "0"], "--micro-batches must be an integer >= 1"),
+    (["--mode", "edp-sgd", "--noise-multiplier", "1", "--decay-rate", "0.5"], "needs --noise-decay"),
+])
+def test_bad_options_exit_2_with_one_line(data_dir, tmp_path, args, message):
+    result = CliRunner().invoke(cli, ["train", "--trainer", "edp-sgd", "--data", str(data_dir), "--out",
+                                      str(tmp_path / "x"), *args])
+    assert result.exit_code == 2
+    assert message in result.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_classify_needs_labels(tmp_path, edp_config):
+    runner = CliRunner()
+    corpus = tmp_path / "c.txt"
+    corpus.write_text("\n".join(f"line number {i} of plain text" for i in range(120)) + "\n")
+    done = runner.invoke(cli, ["inject", "--corpus", str(corpus), "--out", str(tmp_path / "d"), "--frequencies", "1",
+                               "--per-frequency", "1", "--heldout-size", "10", "--public-size", "20"])
+    assert done.exit_code == 0, done.output
+    with pytest.raises(UserInputError, match="no labels"):
+        EdpSgdTrainer().train(tmp_path / "d", tmp_path / "out", edp_config(mode="sgd"), seed=0)

@@ -1,0 +1,103 @@
+"""Atomic training checkpoints: tensors in safetensors, everything else in JSON, never pickle.
+
+``checkpoints/step_00000100/`` holds ``arrays.safetensors`` (the trainable parameters by name and the
+optimizer's per-parameter state) and ``state.json`` (step, optimizer hyperparameters, the privacy
+ledger, the secret noise seed, per-layer clip norms, the run's identity, and the sha256 of the
+arrays). It is built under a temporary name and renamed into place, so a kill leaves the previous
+checkpoint or the new one, whole. checkpoints/ is private to the data owner (it holds the noise seed)
+and is deleted when the run finishes unless ``--keep-checkpoints``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Any
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from dpaudit.errors import UserInputError
+from dpaudit.rundir import replace_directory, sha256_file
+
+ARRAYS_NAME = "arrays.safetensors"
+STATE_NAME = "state.json"
+_STEP_DIR = re.compile(r"^step_(\d{8})$")
+
+
+def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
+    """Complete checkpoints as (step, path), oldest first."""
+    if not directory.is_dir():
+        return []
+    found = []
+    for child in directory.iterdir():
+        match = _STEP_DIR.match(child.name)
+        if match and (child / STATE_NAME).is_file() and (child / ARRAYS_NAME).is_file():
+            found.append((int(match.group(1)), child))
+    return sorted(found)
+
+
+def save_checkpoint(directory: Path, *, step: int, names: list[str], params: list[torch.Tensor],
+                    optimizer: torch.optim.Optimizer, state: dict[str, Any], keep: int = 2) -> Path:
+    """Write checkpoint ``step`` atomically and keep only the newest ``keep``."""
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / f"step_{step:08d}"
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=directory))
+    try:
+        arrays = {f"params/{n}": p.detach().cpu().contiguous() for n, p in zip(names, params)}
+        opt = optimizer.state_dict()
+        for index, slots in opt["state"].items():
+            for key, value in slots.items():
+                arrays[f"opt/{index}/{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
+        save_file(arrays, str(staging / ARRAYS_NAME))
+        full = {**state, "step": step, "param_groups": opt["param_groups"],
+                "arrays_sha256": sha256_file(staging / ARRAYS_NAME)}
+        (staging / STATE_NAME).write_text(json.dumps(full, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        for name in (ARRAYS_NAME, STATE_NAME):
+            with open(staging / name, "rb") as handle:
+                os.fsync(handle.fileno())
+        replace_directory(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    for _, old in list_checkpoints(directory)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
+
+
+def read_state(path: Path) -> dict[str, Any]:
+    try:
+        return json.loads((path / STATE_NAME).read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError) as err:
+        raise UserInputError(f"{path / STATE_NAME}: unreadable checkpoint state ({err}); delete that folder.") from None
+
+
+def restore_checkpoint(path: Path, *, names: list[str], params: list[torch.Tensor],
+                       optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+    """Load parameters and optimizer state in place; returns the JSON state."""
+    state = read_state(path)
+    arrays_path = path / ARRAYS_NAME
+    if sha256_file(arrays_path) != state.get("arrays_sha256"):
+        raise UserInputError(f"{arrays_path} does not match its state.json hash; delete {path} to resume from an older one.")
+    arrays = load_file(str(arrays_path))
+    expected = {f"params/{n}" for n in names}
+    stored = {k for k in arrays if k.startswith("params/")}
+    if expected != stored:
+        raise UserInputError(f"{path}: checkpoint does not match this model "
+                             f"(differences {sorted(expected ^ stored)[:3]}); use a new --out.")
+    with torch.no_grad():
+        for n, p in zip(names, params):
+            if arrays[f"params/{n}"].shape != p.shape:
+                raise UserInputError(f"{path}: {n} has shape {list(arrays[f'params/{n}'].shape)}, expected {list(p.shape)}.")
+            p.copy_(arrays[f"params/{n}"])
+    opt_state: dict[int, dict[str, torch.Tensor]] = {}
+    for key, value in arrays.items():
+        if key.startswith("opt/"):
+            _, index, slot = key.split("/", 2)
+            opt_state.setdefault(int(index), {})[slot] = value
+    optimizer.load_state_dict({"state": opt_state, "param_groups": state["param_groups"]})
+    return state

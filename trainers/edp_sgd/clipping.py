@@ -1,0 +1,215 @@
+"""Clipping: per-example (dp-sgd) and per-micro-batch with per-layer clip norms (edp-sgd).
+
+Each clipper reports the L2 sensitivity of the sum it returns — how far adding or removing one
+example can move it — and the step multiplies its noise by exactly that (jax_privacy's
+``clipped_grad(...).sensitivity``; DESIGN section 5). Callers never recompute it.
+
+- :class:`PerExampleClipper`: per-example gradients by ``torch.func.vmap(grad(...))`` over chunks of
+  ``physical_batch`` examples (no Python loop over examples), each clipped to C, summed:
+  sensitivity C.
+- :class:`MicrobatchClipper`: Algorithm 1 of Dupuy et al. 2021: the gradient of each micro-batch
+  (of the SUM of its examples' losses; :meth:`~MicrobatchClipper.clipped_sum` forms it from
+  vectorized per-example gradients, :meth:`~MicrobatchClipper.add_clipped_` by one backward pass,
+  the reference), then per-layer clipping: layer l's gradient is
+  scaled by 1/C_l, clipped to 1, and rescaled by C_l, i.e. clipped to C_l, so the whole micro-batch
+  gradient has norm <= sqrt(sum C_l^2) = C. One example moves one clipped micro-batch gradient by up
+  to 2C (both with and without it have norm <= C), so the sensitivity is 2C, or C when no micro-batch
+  can hold more than one example (TF Privacy ``used_microbatching``; McMahan et al. 2018).
+
+Per-layer clip norms (:func:`layer_clip_norms`): C_l proportional to layer l's gradient norm at the
+first iteration, sum C_l^2 = C^2 (Dupuy et al., "Scaling").
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+from torch.func import functional_call, grad, vmap
+
+from dpaudit import accounting
+
+LossFn = Callable[[torch.nn.Module, dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]
+_TINY = 1e-12
+
+
+@dataclass
+class Clipped:
+    """A clipped sum (aligned with the trainable parameters) and telemetry about it."""
+
+    grads: list[torch.Tensor]
+    loss_sum: float
+    correct_sum: float
+    units: int  # clipped units (examples or non-empty micro-batches)
+    clipped: int  # units whose norm exceeded the bound
+
+
+def trainable(model: torch.nn.Module) -> tuple[list[str], list[torch.nn.Parameter]]:
+    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
+    return [n for n, _ in named], [p for _, p in named]
+
+
+def _norm_or_inf(norms: list[float]) -> float:
+    if all(math.isfinite(c) for c in norms):
+        return accounting.combined_clip_norm(norms)
+    return math.inf
+
+
+class PerExampleClipper:
+    """Sum of per-example gradients, each clipped to L2 norm ``clip_norm``. Sensitivity: C."""
+
+    def __init__(self, model: torch.nn.Module, loss_fn: LossFn, *, clip_norm: float, physical_batch: int) -> None:
+        self.model, self.loss_fn = model, loss_fn
+        self.clip_norm = float(clip_norm)
+        self.physical_batch = physical_batch
+        self.names, self.params = trainable(model)
+        self.sensitivity_factor = 1.0
+        self.sensitivity = self.clip_norm
+
+        wrapper = _LossModule(model, loss_fn)
+
+        def loss_one(params: dict[str, torch.Tensor], example: dict[str, torch.Tensor]):
+            batch = {k: v.unsqueeze(0) for k, v in example.items()}
+            loss, correct = functional_call(wrapper, params, (batch,), tie_weights=True, strict=False)
+            return loss[0], (loss[0].detach(), correct[0])
+
+        self._per_example = vmap(grad(loss_one, has_aux=True), in_dims=(None, 0))
+
+    def per_example_grads(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+        params = {"model." + n: p.detach() for n, p in zip(self.names, self.params)}
+        grads, (losses, correct) = self._per_example(params, batch)
+        return {n[len("model."):]: g for n, g in grads.items()}, losses, correct
+
+    def clipped_sum(self, batch: dict[str, torch.Tensor]) -> Clipped:
+        acc = [torch.zeros_like(p) for p in self.params]
+        size = batch["input_ids"].shape[0]
+        loss_sum = correct_sum = 0.0
+        clipped = 0
+        for start in range(0, size, self.physical_batch):
+            chunk = {k: v[start:start + self.physical_batch] for k, v in batch.items()}
+            grads, losses, correct = self.per_example_grads(chunk)
+            flat = [grads[n] for n in self.names]
+            # A reduction kernel per tensor: g.pow(2) would allocate a copy of every per-example
+            # gradient (page faults on hundreds of MB: 40% of the step in a profile).
+            norms = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in flat]),
+                                             dim=0)
+            factor = (self.clip_norm / norms.clamp(min=_TINY)).clamp(max=1.0)
+            for a, g in zip(acc, flat):
+                a.add_(torch.tensordot(factor, g, dims=1))
+            loss_sum += float(losses.sum())
+            correct_sum += float(correct.sum())
+            clipped += int((norms > self.clip_norm).sum())
+        return Clipped(grads=acc, loss_sum=loss_sum, correct_sum=correct_sum, units=size, clipped=clipped)
+
+
+class _LossModule(torch.nn.Module):
+    """The loss as a module, so ``torch.func.functional_call`` can swap the model's parameters."""
+
+    def __init__(self, model: torch.nn.Module, loss_fn: LossFn) -> None:
+        super().__init__()
+        self.model, self.loss_fn = model, loss_fn
+
+    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+        return self.loss_fn(self.model, batch)
+
+
+class MicrobatchClipper:
+    """Sum over micro-batches of per-layer-clipped micro-batch gradients. Sensitivity: 2C (C if size <= 1)."""
+
+    def __init__(self, model: torch.nn.Module, loss_fn: LossFn, *, layer_clip_norms: list[float],
+                 param_groups: list[int], max_microbatch_size: int) -> None:
+        self.model, self.loss_fn = model, loss_fn
+        self.names, self.params = trainable(model)
+        if len(param_groups) != len(self.params):
+            raise ValueError(f"param_groups must have one entry per trainable parameter ({len(self.params)}), "
+                             f"got {len(param_groups)}.")
+        self.layer_clip_norms = [float(c) for c in layer_clip_norms]
+        self.param_groups = torch.as_tensor(param_groups, dtype=torch.long)
+        self._members = [[i for i, g in enumerate(param_groups) if g == group] for group in range(len(self.layer_clip_norms))]
+        self.clip_norm = _norm_or_inf(self.layer_clip_norms)
+        self.sensitivity_factor = accounting.microbatch_sensitivity_factor(max(1, max_microbatch_size))
+        self.sensitivity = self.sensitivity_factor * self.clip_norm
+        self._bounds = torch.tensor(self.layer_clip_norms, dtype=torch.float32)
+        wrapper = _LossModule(model, loss_fn)
+
+        def loss_one(params: dict[str, torch.Tensor], example: dict[str, torch.Tensor]):
+            one = {k: v.unsqueeze(0) for k, v in example.items()}
+            loss, correct = functional_call(wrapper, params, (one,), tie_weights=True, strict=False)
+            return loss[0], (loss[0].detach(), correct[0])
+
+        self._per_example = vmap(grad(loss_one, has_aux=True), in_dims=(None, 0))
+
+    def clipped_sum(self, batch: dict[str, torch.Tensor], microbatches: list[np.ndarray], *,
+                    chunk_examples: int = 32) -> Clipped:
+        """Sum over ``microbatches`` (index arrays into ``batch``) of their per-layer-clipped gradients.
+
+        Vectorized, with the result of :meth:`add_clipped_` on each micro-batch in turn: per-example
+        gradients by ``torch.func.vmap(grad(...))`` in chunks of ``chunk_examples`` (a memory knob),
+        summed into their micro-batch (``index_add_``), then normed per layer and summed with the
+        micro-batches' clip factors. k sequential backward passes of a few examples each cost more
+        than this on CPU (per-pass overhead), and padding micro-batches to one size wastes compute.
+        """
+        acc = [torch.zeros_like(p) for p in self.params]
+        groups = [m for m in microbatches if len(m)]
+        if not groups:
+            return Clipped(grads=acc, loss_sum=0.0, correct_sum=0.0, units=0, clipped=0)
+        examples = torch.as_tensor(np.concatenate(groups), dtype=torch.long)
+        owner = torch.cat([torch.full((len(m),), row, dtype=torch.long) for row, m in enumerate(groups)])
+        sums = [torch.zeros((len(groups), *p.shape), dtype=p.dtype) for p in self.params]
+        params = {"model." + n: p.detach() for n, p in zip(self.names, self.params)}
+        loss_sum = correct_sum = 0.0
+        for start in range(0, len(examples), chunk_examples):
+            chunk = examples[start:start + chunk_examples]
+            grads, (losses, correct) = self._per_example(params, {key: value[chunk] for key, value in batch.items()})
+            rows = owner[start:start + chunk_examples]
+            for total, name in zip(sums, self.names):
+                total.index_add_(0, rows, grads["model." + name])
+            loss_sum += float(losses.sum())
+            correct_sum += float(correct.sum())
+        norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in sums])  # [P, k]
+        group_norms = torch.zeros(len(self.layer_clip_norms), norms.shape[1]).index_add_(
+            0, self.param_groups, norms.pow(2)).sqrt()  # [L, k]
+        factors = (self._bounds[:, None] / group_norms.clamp(min=_TINY)).clamp(max=1.0)
+        for a, g, group in zip(acc, sums, self.param_groups.tolist()):
+            a.add_(torch.tensordot(factors[group], g, dims=1))
+        clipped = int((factors < 1.0).any(0).sum())
+        return Clipped(grads=acc, loss_sum=loss_sum, correct_sum=correct_sum, units=len(groups), clipped=clipped)
+
+    def add_clipped_(self, acc: list[torch.Tensor], batch: dict[str, torch.Tensor]) -> tuple[float, float, bool]:
+        """acc += clip(gradient of the micro-batch's summed loss); returns (loss sum, correct sum, was clipped)."""
+        losses, correct = self.loss_fn(self.model, batch)
+        grads = torch.autograd.grad(losses.sum(), self.params, allow_unused=True, materialize_grads=True)
+        sq = torch.stack(torch._foreach_norm(grads)).pow(2)  # fused norms, no copies of the gradients
+        group_norms = torch.zeros(len(self.layer_clip_norms)).index_add_(0, self.param_groups, sq).sqrt()
+        factors = (self._bounds / group_norms.clamp(min=_TINY)).clamp(max=1.0).tolist()
+        for group, members in enumerate(self._members):  # acc += factor_l * grad, in place, per layer
+            torch._foreach_add_([acc[i] for i in members], [grads[i] for i in members], alpha=factors[group])
+        return float(losses.detach().sum()), float(correct.sum()), any(f < 1.0 for f in factors)
+
+
+def layer_clip_norms(model: torch.nn.Module, loss_fn: LossFn, batch: dict[str, torch.Tensor], *, clip_norm: float,
+                     param_groups: list[int], num_groups: int) -> list[float]:
+    """C_l = C * n_l / ||n|| with n_l layer l's gradient norm on ``batch`` at the current (initial) weights.
+
+    A layer with no gradient on this batch gets a small positive floor (1e-3 of the largest), so it is
+    still trained (and clipped) if the data reaches it later.
+    """
+    _, params = trainable(model)
+    for p in params:
+        p.grad = None
+    losses, _ = loss_fn(model, batch)
+    losses.sum().backward()
+    sq = torch.zeros(num_groups, dtype=torch.float64)
+    for p, g in zip(params, param_groups):
+        if p.grad is not None:
+            sq[g] += float(p.grad.double().pow(2).sum())
+        p.grad = None
+    norms = sq.sqrt()
+    norms = torch.maximum(norms, norms.max() * 1e-3)
+    if float(norms.max()) <= 0.0:
+        norms = torch.ones(num_groups, dtype=torch.float64)
+    scaled = norms * (clip_norm / float(norms.pow(2).sum().sqrt()))
+    return [float(c) for c in scaled]

@@ -1,0 +1,171 @@
+"""The two tasks' data: inject-directory rows -> token tensors, labels, and MLM masking.
+
+- ``classify``: ``{"text", "label"}`` rows (``dpaudit inject`` keeps the corpus labels). The label set
+  is the corpus's, read from the inject manifest (``corpus.labels``), so it does not depend on which
+  labels happen to occur in the private training rows.
+- ``mlm``: the texts, with BERT's 80/10/10 masking redrawn every step from a generator keyed by the
+  public ``--seed`` and the step (masking is not part of the DP mechanism). Only masked positions are
+  gathered for the output layer (DESIGN section 9: the full-vocabulary layer over every position
+  dominated the step).
+
+Tensors are padded per batch to the batch's longest row, not to ``--max-length``.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import torch
+from tokenizers import Tokenizer
+
+from dpaudit.errors import UserInputError
+from dpaudit.rundir import read_jsonl, sha256_file, verify_run_dir
+
+INJECT_FILES = ("train.jsonl", "heldout.jsonl", "public.jsonl")
+
+
+@dataclass(frozen=True, kw_only=True)
+class Split:
+    texts: list[str]
+    labels: list[Any] | None  # raw labels (None for unlabelled data)
+
+
+@dataclass(frozen=True, kw_only=True)
+class InjectData:
+    train: Split
+    heldout: Split
+    public: Split
+    label_names: list[str] | None  # sorted corpus labels (str), or None when unlabelled
+    inputs: dict[str, str]  # inject file path -> sha256 (for the train manifest)
+    identity: str  # one hash over the inject manifest: the data a checkpoint belongs to
+
+
+def _read_split(path: Path, *, labelled: bool) -> Split:
+    texts, labels = [], []
+    for lineno, row in enumerate(read_jsonl(path), start=1):
+        if not isinstance(row.get("text"), str):
+            raise UserInputError(f"{path}:{lineno}: expected a string 'text' field; rerun dpaudit inject.")
+        texts.append(row["text"])
+        if labelled:
+            if "label" not in row:
+                raise UserInputError(f"{path}:{lineno}: no 'label' field; --task classify needs a labelled corpus "
+                                     "(dpaudit inject --corpus x.tsv with a label column).")
+            labels.append(row["label"])
+    return Split(texts=texts, labels=labels if labelled else None)
+
+
+def load_inject_dir(data_dir: Path, *, task: str) -> InjectData:
+    """Verify an inject directory against its manifest and read its three splits for ``task``."""
+    manifest = verify_run_dir(data_dir, schema_prefix="dpaudit.inject/")
+    missing = [name for name in INJECT_FILES if not (data_dir / name).is_file()]
+    if missing:
+        raise UserInputError(f"--data {data_dir} has no {', '.join(missing)}; pass a directory written by dpaudit inject.")
+    labelled = task == "classify"
+    corpus = manifest.get("corpus", {}) if isinstance(manifest.get("corpus"), dict) else {}
+    if labelled and not corpus.get("labelled", False):
+        raise UserInputError(f"--data {data_dir}: the corpus has no labels; use --task mlm or inject a labelled corpus "
+                             "(dpaudit inject --corpus x.tsv).")
+    train, heldout, public = (_read_split(data_dir / name, labelled=labelled) for name in INJECT_FILES)
+    if not train.texts:
+        raise UserInputError(f"{data_dir / 'train.jsonl'} is empty; there is nothing to train on.")
+    if not public.texts:
+        raise UserInputError(f"{data_dir / 'public.jsonl'} is empty; the tokenizer and clip scaling use it.")
+    label_names = None
+    if labelled:
+        names = corpus.get("labels")
+        label_names = sorted(str(k) for k in names) if isinstance(names, dict) and names else sorted(
+            {str(x) for split in (train, heldout, public) for x in split.labels or []})
+    recorded = manifest.get("outputs", {})
+    inputs = {str(data_dir / name): recorded.get(name) or sha256_file(data_dir / name) for name in INJECT_FILES}
+    inputs[str(data_dir / "manifest.json")] = sha256_file(data_dir / "manifest.json")
+    identity = hashlib.sha256(json.dumps(sorted((Path(k).name, v) for k, v in inputs.items())).encode()).hexdigest()
+    return InjectData(train=train, heldout=heldout, public=public, label_names=label_names, inputs=inputs,
+                      identity=identity)
+
+
+def label_ids(split: Split, label_names: list[str], *, where: str) -> np.ndarray:
+    """Integer class ids of a split's labels (index in ``label_names``)."""
+    index = {name: i for i, name in enumerate(label_names)}
+    out = np.empty(len(split.texts), dtype=np.int64)
+    for i, label in enumerate(split.labels or []):
+        if str(label) not in index:
+            raise UserInputError(f"{where}:{i + 1}: label {label!r} is not among the model's labels "
+                                 f"({', '.join(label_names[:5])}...); use a model trained on the same label set.")
+        out[i] = index[str(label)]
+    return out
+
+
+@dataclass(frozen=True)
+class Encoded:
+    """Token ids [N, max_length] (padded with 0) and lengths [N]."""
+
+    input_ids: torch.Tensor
+    lengths: torch.Tensor
+
+    def batch(self, indices: np.ndarray | torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        """(input_ids [B, T], attention_mask [B, T]) trimmed to the batch's longest row."""
+        idx = torch.as_tensor(indices, dtype=torch.long)
+        lengths = self.lengths[idx]
+        width = max(int(lengths.max()) if len(idx) else 1, 1)
+        ids = self.input_ids[idx, :width]
+        mask = (torch.arange(width)[None, :] < lengths[:, None]).long()
+        return ids, mask
+
+
+def encode(tokenizer: Tokenizer, texts: list[str], *, max_length: int) -> Encoded:
+    """Tokenize (``[CLS] ... [SEP]``, truncated to ``max_length``) into padded tensors."""
+    tokenizer = Tokenizer.from_str(tokenizer.to_str())  # a private copy: truncation is tokenizer state
+    tokenizer.enable_truncation(max_length)
+    tokenizer.no_padding()
+    encodings = tokenizer.encode_batch(texts)
+    ids = np.zeros((len(texts), max_length), dtype=np.int64)
+    lengths = np.zeros(len(texts), dtype=np.int64)
+    for i, enc in enumerate(encodings):
+        n = len(enc.ids)
+        ids[i, :n] = enc.ids
+        lengths[i] = n
+    return Encoded(torch.from_numpy(ids), torch.from_numpy(lengths))
+
+
+def additive_mask(attention_mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The 4D additive mask [B, 1, 1, T] (0 keep, finfo.min pad). transformers 5.23 BERT under torch.func
+    vmap needs it pre-built: the 2D path calls ``.all()``, which vmap rejects (DESIGN section 9)."""
+    return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
+
+
+def max_predictions(max_length: int, mask_prob: float) -> int:
+    return min(max_length, math.ceil(max_length * mask_prob) + 1)
+
+
+def mask_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor, *, generator: torch.Generator, mask_id: int,
+                vocab_size: int, special_ids: list[int], mask_prob: float, n_predictions: int) -> dict[str, torch.Tensor]:
+    """BERT masking (80% [MASK], 10% random token, 10% kept), vectorized over the batch.
+
+    Returns ``input_ids`` (masked), ``positions`` [B, P], ``targets`` [B, P] and ``weights`` [B, P]
+    (1 at a real prediction, 0 at padding of the fixed P slots).
+    """
+    b, t = input_ids.shape
+    candidate = attention_mask.bool() & ~torch.isin(input_ids, torch.tensor(special_ids))
+    u = torch.rand((b, t), generator=generator)
+    chosen = candidate & (u < mask_prob)
+    # Rows with no chosen token get their best candidate, so every row predicts something.
+    none = ~chosen.any(1, keepdim=True)
+    best = torch.where(candidate, u, torch.full_like(u, 2.0)).argmin(1, keepdim=True)
+    chosen |= none & candidate & (torch.arange(t)[None, :] == best)
+    p = min(n_predictions, t)
+    key = torch.where(chosen, u, torch.full_like(u, 2.0))
+    positions = key.argsort(dim=1)[:, :p]
+    weights = chosen.gather(1, positions).float()
+    targets = input_ids.gather(1, positions)
+    r = torch.rand((b, p), generator=generator)
+    random_tokens = torch.randint(len(special_ids), vocab_size, (b, p), generator=generator)
+    replacement = torch.where(r < 0.8, torch.full_like(targets, mask_id), torch.where(r < 0.9, random_tokens, targets))
+    replacement = torch.where(weights.bool(), replacement, targets)
+    masked = input_ids.scatter(1, positions, replacement)
+    return {"input_ids": masked, "positions": positions, "targets": targets, "weights": weights}

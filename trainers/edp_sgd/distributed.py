@@ -1,0 +1,65 @@
+"""torch.distributed glue: one process per device (torchrun + NCCL on GPUs, gloo on CPU).
+
+A run with ``WORLD_SIZE`` > 1 in its environment (torchrun sets it, with ``RANK`` and
+``MASTER_ADDR``/``MASTER_PORT``) joins a process group; ``DPAUDIT_DIST_INIT_METHOD`` (e.g.
+``file:///tmp/x``) overrides the rendezvous. Single-process runs need no launcher and touch none of it.
+Every process samples the same batch (the sampling generator is keyed by the shared secret seed),
+computes its share, and one all-reduce of a single flat buffer sums the shares.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass(frozen=True)
+class World:
+    rank: int
+    size: int
+
+    @property
+    def primary(self) -> bool:
+        return self.rank == 0
+
+
+def init_world() -> World:
+    """Join the process group named by the environment, or a world of one."""
+    size = int(os.environ.get("WORLD_SIZE", "1"))
+    if size <= 1:
+        return World(0, 1)
+    if not dist.is_initialized():
+        backend = "nccl" if torch.cuda.is_available() else "gloo"
+        method = os.environ.get("DPAUDIT_DIST_INIT_METHOD", "env://")
+        dist.init_process_group(backend=backend, init_method=method, rank=int(os.environ["RANK"]), world_size=size)
+    return World(dist.get_rank(), dist.get_world_size())
+
+
+def all_reduce_sum_(tensors: list[torch.Tensor], world: World) -> None:
+    """In place: every tensor becomes its sum over processes (one flat all-reduce)."""
+    if world.size == 1 or not tensors:
+        return
+    flat = torch.cat([t.reshape(-1) for t in tensors])
+    dist.all_reduce(flat)
+    offset = 0
+    for t in tensors:
+        n = t.numel()
+        t.copy_(flat[offset:offset + n].view_as(t))
+        offset += n
+
+
+def broadcast_seed(seed: int, world: World) -> int:
+    """Process 0's secret seed on every process (as four 32-bit words; no pickling)."""
+    if world.size == 1:
+        return seed
+    words = torch.tensor([(seed >> (32 * i)) & 0xFFFFFFFF for i in range(4)], dtype=torch.int64)
+    dist.broadcast(words, src=0)
+    return sum(int(w) << (32 * i) for i, w in enumerate(words.tolist()))
+
+
+def barrier(world: World) -> None:
+    if world.size > 1:
+        dist.barrier()

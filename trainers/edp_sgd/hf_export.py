@@ -1,0 +1,48 @@
+"""Write the trained model in Hugging Face layout, atomically (``AutoModelFor...`` reloads it).
+
+``model/`` holds ``config.json`` and ``model.safetensors`` (``save_pretrained``), and the tokenizer as
+``tokenizer.json`` + ``tokenizer_config.json`` + ``special_tokens_map.json``. The directory is built
+under a temporary name and renamed into place (:func:`dpaudit.rundir.staged_directory`).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+from tokenizers import Tokenizer
+
+from dpaudit.rundir import staged_directory
+
+_SPECIAL_KEYS = ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token")
+_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+
+
+def save_hf(out_dir: Path, model: Any, tokenizer: Tokenizer) -> None:
+    """Replace ``out_dir`` with the model, its config and its tokenizer."""
+    names = dict(zip(_SPECIAL_KEYS, _SPECIALS, strict=True))
+    tok_config = {
+        # PreTrainedTokenizerFast loads tokenizer.json exactly as written (BertTokenizer would rebuild
+        # a stock pipeline from the vocabulary and drop the one-token-per-digit splitter).
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "model_max_length": int(model.config.max_position_embeddings),
+        "do_lower_case": True,
+        "clean_up_tokenization_spaces": False,
+        **names,
+    }
+    with staged_directory(out_dir, overwrite=True, option="model directory") as staging:
+        model.save_pretrained(str(staging), safe_serialization=True)
+        (staging / "tokenizer.json").write_text(tokenizer.to_str(pretty=True), encoding="utf-8")
+        for name, obj in (("tokenizer_config.json", tok_config), ("special_tokens_map.json", names)):
+            (staging / name).write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        mode = 0o666 & ~_umask()
+        for path in staging.iterdir():  # save_pretrained may create private (0600) files
+            os.chmod(path, mode)
+
+
+def _umask() -> int:
+    mask = os.umask(0)
+    os.umask(mask)
+    return mask

@@ -1,0 +1,127 @@
+"""The model side: build or load a BERT-family Hugging Face model, and its per-example losses.
+
+Any BERT-family model in Hugging Face layout works (``--model DIR``: ``AutoModelForMaskedLM`` or
+``AutoModelForSequenceClassification``, its ``tokenizer.json``); without one, a random init of a
+``--preset`` architecture (:mod:`dpaudit.presets`) with a WordPiece tokenizer trained on
+``public.jsonl`` only (:mod:`dpaudit.tokenizer`).
+
+Training runs with dropout off (``model.eval()``): per-example gradients under ``torch.func.vmap``
+need a deterministic function of (params, example), and every mode is trained the same way so that
+their times and utilities compare. Attention is the "eager" implementation: SDPA has no vmap batching
+rule on CPU in torch 2.13 (it falls back to a Python loop over examples).
+
+:func:`per_example_losses` is the one loss of both tasks: a vector of per-example losses, so the
+micro-batch path sums it and the per-example path vmaps it over single examples.
+"""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from tokenizers import Tokenizer
+
+from dpaudit.errors import UserInputError
+from dpaudit.presets import PRESETS
+
+SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
+_LAYER = re.compile(r"^(.*?\.layers?\.\d+)\.")
+
+
+def special_ids(tokenizer: Tokenizer, *, where: str) -> dict[str, int]:
+    """Ids of [PAD] [UNK] [CLS] [SEP] [MASK] (a BERT tokenizer must have them)."""
+    out = {}
+    for token in SPECIALS:
+        token_id = tokenizer.token_to_id(token)
+        if token_id is None:
+            raise UserInputError(f"{where}: the tokenizer has no {token} token; use a BERT WordPiece tokenizer.")
+        out[token.strip("[]").lower()] = token_id
+    return out
+
+
+def build_model(task: str, *, preset: str, vocab_size: int, max_length: int, label_names: list[str] | None,
+                seed: int) -> Any:
+    """A randomly initialized BERT of ``preset`` (init seeded by the public ``--seed``)."""
+    from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassification
+
+    kwargs: dict[str, Any] = dict(PRESETS[preset], vocab_size=vocab_size, max_position_embeddings=max(128, max_length),
+                                  pad_token_id=0)
+    if task == "classify":
+        kwargs.update(num_labels=len(label_names), id2label=dict(enumerate(label_names)),
+                      label2id={n: i for i, n in enumerate(label_names)})
+    config = BertConfig(**kwargs)
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    model = (BertForSequenceClassification if task == "classify" else BertForMaskedLM)(config)
+    return model.eval()
+
+
+def load_model(path: Path, task: str, *, label_names: list[str] | None, seed: int) -> tuple[Any, Tokenizer]:
+    """A user's Hugging Face model directory (a new classification head is initialized from ``--seed``)."""
+    from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification
+
+    if not (path / "config.json").is_file():
+        raise UserInputError(f"--model {path}: no config.json; pass a Hugging Face model directory.")
+    if not (path / "tokenizer.json").is_file():
+        raise UserInputError(f"--model {path}: no tokenizer.json; the trainer needs the model's fast tokenizer file.")
+    tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+    torch.manual_seed(seed)
+    try:
+        if task == "classify":
+            model = AutoModelForSequenceClassification.from_pretrained(
+                str(path), num_labels=len(label_names), id2label=dict(enumerate(label_names)),
+                label2id={n: i for i, n in enumerate(label_names)}, attn_implementation="eager",
+                ignore_mismatched_sizes=True)
+        else:
+            model = AutoModelForMaskedLM.from_pretrained(str(path), attn_implementation="eager")
+    except (OSError, ValueError) as err:
+        raise UserInputError(f"--model {path}: cannot load it with transformers ({err}).") from None
+    return model.eval(), tokenizer
+
+
+def layer_groups(names: list[str]) -> tuple[list[str], list[int]]:
+    """Group parameters by layer for per-layer clipping: ``encoder.layer.i``, else the first two module names
+    (``bert.embeddings``, ``bert.pooler``, ``classifier``, ``cls.predictions``).
+
+    Returns (group names, group index of each parameter).
+    """
+    group_names: list[str] = []
+    index: dict[str, int] = {}
+    of_param = []
+    for name in names:
+        match = _LAYER.match(name)
+        module = name.rsplit(".", 1)[0] if "." in name else name  # drop "weight" / "bias"
+        group = match.group(1) if match else ".".join(module.split(".")[:2])
+        if group not in index:
+            index[group] = len(group_names)
+            group_names.append(group)
+        of_param.append(index[group])
+    return group_names, of_param
+
+
+def _encoder(model: Any) -> Any:
+    return getattr(model, model.base_model_prefix)
+
+
+def per_example_losses(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(loss [B], correct predictions [B]) of a classification or MLM batch.
+
+    Classification: cross-entropy of the label. MLM: mean cross-entropy over the example's masked
+    positions, with the output layer applied to the gathered hidden states of those positions only.
+    """
+    if "labels" in batch:
+        logits = model(input_ids=batch["input_ids"], attention_mask=batch["mask4"]).logits
+        loss = F.cross_entropy(logits, batch["labels"], reduction="none")
+        return loss, (logits.argmax(-1) == batch["labels"]).float()
+    hidden = _encoder(model)(input_ids=batch["input_ids"], attention_mask=batch["mask4"]).last_hidden_state
+    positions = batch["positions"]
+    gathered = hidden.gather(1, positions[..., None].expand(-1, -1, hidden.shape[-1]))
+    scores = model.cls(gathered)
+    ce = F.cross_entropy(scores.flatten(0, 1), batch["targets"].flatten(), reduction="none").view(positions.shape)
+    weights = batch["weights"]
+    count = weights.sum(1).clamp(min=1.0)
+    correct = ((scores.argmax(-1) == batch["targets"]).float() * weights).sum(1)
+    return (ce * weights).sum(1) / count, correct / count

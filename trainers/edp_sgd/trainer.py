@@ -1,0 +1,555 @@
+"""``dpaudit train --trainer edp-sgd``: sgd, dp-sgd and eDP-SGD fine-tuning of BERT (Dupuy et al. 2021).
+
+The one place that composes the pieces, each in its own module: data and masking (:mod:`.data`),
+the model and its per-example losses (:mod:`.model`), Poisson sampling and micro-batch assignment
+(:mod:`.sampling`), clipping with its own sensitivity (:mod:`.clipping`), noise (:mod:`.noise`), the
+privacy plan and ledger (:mod:`.privacy`), processes (:mod:`.distributed`), checkpoints
+(:mod:`.checkpoint`) and the Hugging Face export (:mod:`.hf_export`).
+
+A run (DESIGN sections 3 and 5):
+
+1. verify the inject directory; read train (private), heldout (evaluation) and public (tokenizer,
+   per-layer clip scaling) splits; resolve the secret noise seed (OS entropy unless --noise-seed;
+   process 0's is broadcast);
+2. build the clipper (it owns the sensitivity), then plan the privacy of the whole run before
+   anything is written: per-epoch sigma schedule x sensitivity factor, sigma_0 given or calibrated,
+   the ledger certifies the plan;
+3. each step: Poisson-sample (secret generator keyed by the step), record the step in the ledger
+   BEFORE it runs (the ledger refuses a step past the budget and the run stops there), compute this
+   process's share (whole batch / per-example clipped sum / its micro-batches, per-layer clipped),
+   add noise of std sigma_e x sensitivity, all-reduce, divide by the expected batch size, Adam;
+4. checkpoint atomically every --checkpoint-every steps and at each epoch end; a rerun of the same
+   command resumes from the newest checkpoint (RNG streams are keyed by step: nothing else to save);
+5. finish: ``model/``, ``metrics.jsonl``, ``privacy.json``, ``manifest.json`` (last), each atomic;
+   checkpoints/ (it holds the secret seed) is deleted unless --keep-checkpoints.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import shutil
+import sys
+import time
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+from tqdm.auto import tqdm
+
+from dpaudit import accounting
+from dpaudit.errors import UserInputError
+from dpaudit.host_allocator import tune_host_allocator
+from dpaudit.privacy_ledger import BudgetExceededError, PrivacyLedger
+from dpaudit.rundir import (
+    atomic_write_json,
+    atomic_write_text,
+    build_manifest,
+    dumps_jsonl_line,
+    file_hashes,
+    read_jsonl,
+    write_manifest,
+)
+from dpaudit.secret_rng import NoiseSource
+from dpaudit.tokenizer import train_wordpiece
+from dpaudit.trainer_api import TrainResult
+from trainers.edp_sgd import checkpoint as ckpt
+from trainers.edp_sgd import data as data_mod
+from trainers.edp_sgd import distributed, noise, privacy, sampling
+from trainers.edp_sgd.clipping import MicrobatchClipper, PerExampleClipper, layer_clip_norms, trainable
+from trainers.edp_sgd.config import EdpSgdConfig
+from trainers.edp_sgd.model import build_model, layer_groups, load_model, per_example_losses, special_ids
+
+TRAIN_SCHEMA = "dpaudit.train/1"
+PRIVACY_SCHEMA = "dpaudit.privacy/1"
+CHECKPOINT_DIR = "checkpoints"
+PARTIAL_METRICS = "metrics.partial.jsonl"
+TELEMETRY_NOTE = (
+    "loss, accuracy, clip fraction and gradient-SNR in metrics.jsonl are computed on private training data "
+    "and are NOT covered by the epsilon; they are for the user's eyes only."
+)
+_MASK_STREAM, _EVAL_STREAM = 11, 12  # public --seed streams (masking is not part of the mechanism)
+_PROCESS_NOISE_KEY = 1 << 20  # keys of per-process noise draws, apart from micro-batch indices
+
+
+class EdpSgdTrainer:
+    """sgd / dp-sgd / eDP-SGD fine-tuning of a BERT-family model in PyTorch; registered as ``edp-sgd``."""
+
+    name: ClassVar[str] = "edp-sgd"
+    Config: ClassVar[type] = EdpSgdConfig
+
+    def train(self, data_dir: Path, out_dir: Path, config: EdpSgdConfig, *, seed: int) -> TrainResult:
+        """Train on an inject run directory and write (or resume) the train run directory ``out_dir``.
+
+        Raises:
+            UserInputError: bad data or options, a plan that cannot fit the budget, or an ``out_dir``
+                holding a different run; raised before anything is written.
+        """
+        if not isinstance(config, EdpSgdConfig):
+            raise TypeError(f"config must be an EdpSgdConfig, got {type(config).__name__}.")
+        return _Run(Path(data_dir), Path(out_dir), config, seed=int(seed)).execute()
+
+
+def _seeded(seed: int, stream: int, step: int) -> torch.Generator:
+    return torch.Generator().manual_seed(sampling.derived_seed(seed, stream, step))
+
+
+class _Run:
+    """One invocation: set up (or resume), loop, finish. Not reusable."""
+
+    def __init__(self, data_dir: Path, out_dir: Path, config: EdpSgdConfig, *, seed: int) -> None:
+        self.data_dir, self.out_dir, self.config, self.seed = data_dir, out_dir, config, seed
+        self.ckpt_dir = out_dir / CHECKPOINT_DIR
+
+    # -- setup -------------------------------------------------------------------------------
+
+    def _check_out_dir(self) -> list[tuple[int, Path]]:
+        out = self.out_dir
+        if out.exists() and not out.is_dir():
+            raise UserInputError(f"--out {out} is a file, not a directory; choose a directory path.")
+        found = ckpt.list_checkpoints(self.ckpt_dir)
+        entries = {p.name for p in out.iterdir()} if out.is_dir() else set()
+        if not entries <= {CHECKPOINT_DIR} and not found:
+            raise UserInputError(f"--out {out} exists, is not empty and holds no edp-sgd checkpoint to resume; "
+                                 "choose a new or empty directory.")
+        return found
+
+    def _identity(self) -> dict[str, Any]:
+        return {"trainer": EdpSgdTrainer.name, "config": self.config.to_dict(), "seed": self.seed,
+                "data": self.data.identity, "world_size": self.world.size}
+
+    def _check_resume(self, state: dict[str, Any], path: Path) -> None:
+        stored = state.get("identity", {})
+        if stored.get("trainer") != EdpSgdTrainer.name:
+            raise UserInputError(f"--out {self.out_dir}: {path} was not written by the edp-sgd trainer; choose a new --out.")
+        differing = self.config.mismatches(stored.get("config", {}))
+        if differing:
+            detail = ", ".join(f"--{n.replace('_', '-')} {stored.get('config', {}).get(n)!r} -> "
+                               f"{self.config.to_dict().get(n)!r}" for n in differing[:4])
+            raise UserInputError(f"--out {self.out_dir} holds a run with different settings ({detail}); "
+                                 "rerun with the same options or use a new --out.")
+        if stored.get("seed") != self.seed:
+            raise UserInputError(f"--out {self.out_dir} holds a run with --seed {stored.get('seed')}, not {self.seed}.")
+        if stored.get("data") != self.data.identity:
+            raise UserInputError(f"--out {self.out_dir} was trained on different --data; use a new --out.")
+        if stored.get("world_size") != self.world.size:
+            raise UserInputError(f"--out {self.out_dir} was trained by {stored.get('world_size')} processes, not "
+                                 f"{self.world.size}; resume with the same number.")
+        if self.config.noise_seed is not None and int(state["noise_seed"]) != self.config.noise_seed:
+            raise UserInputError(f"--out {self.out_dir} holds a run with a different --noise-seed; use a new --out.")
+
+    def _setup(self) -> None:
+        config = self.config
+        # CPU: keep freed memory mapped so per-step gradient buffers (hundreds of MB of per-example
+        # gradients in dp-sgd) are reused instead of page-faulted in afresh every step (DESIGN section 9).
+        self.allocator_tuned = tune_host_allocator() if not torch.cuda.is_available() else False
+        self.world = distributed.init_world()
+        found = self._check_out_dir()
+        self.data = data_mod.load_inject_dir(self.data_dir, task=config.task)
+        self.resume_state = ckpt.read_state(found[-1][1]) if found else None
+        self.resume_path = found[-1][1] if found else None
+        if self.resume_state is not None:
+            self._check_resume(self.resume_state, self.resume_path)
+
+        # Secret randomness: OS entropy unless --noise-seed; one seed shared by every process.
+        source = NoiseSource.resolve(config.noise_seed)
+        if self.resume_state is not None:
+            source = NoiseSource(seed=int(self.resume_state["noise_seed"]), explicit=bool(self.resume_state["noise_explicit"]))
+        self.noise_source = NoiseSource(seed=distributed.broadcast_seed(source.seed, self.world), explicit=source.explicit)
+
+        # Model and tokenizer.
+        if config.model is not None:
+            self.model, self.tokenizer = load_model(Path(config.model), config.task, label_names=self.data.label_names,
+                                                    seed=self.seed)
+            self.tokenizer_source = f"the tokenizer of --model {config.model}"
+        else:
+            try:
+                self.tokenizer = train_wordpiece(self.data.public.texts, vocab_size=config.resolved_vocab_size)
+            except ValueError as err:
+                raise UserInputError(f"--vocab-size {config.resolved_vocab_size}: {err}") from None
+            self.model = build_model(config.task, preset=config.preset, vocab_size=self.tokenizer.get_vocab_size(),
+                                     max_length=config.max_length, label_names=self.data.label_names, seed=self.seed)
+            self.tokenizer_source = "WordPiece trained on public.jsonl only (never on train.jsonl or the canaries)."
+        self.specials = special_ids(self.tokenizer, where=config.model or "tokenizer")
+        self.vocab_size = int(self.model.config.vocab_size)
+        self.encoded = {name: data_mod.encode(self.tokenizer, split.texts, max_length=config.max_length)
+                        for name, split in (("train", self.data.train), ("heldout", self.data.heldout),
+                                            ("public", self.data.public))}
+        self.labels = {}
+        if config.task == "classify":
+            for name, split in (("train", self.data.train), ("heldout", self.data.heldout), ("public", self.data.public)):
+                ids = data_mod.label_ids(split, self.data.label_names, where=str(self.data_dir / f"{name}.jsonl"))
+                self.labels[name] = torch.from_numpy(ids)
+        self.n_predictions = data_mod.max_predictions(config.max_length, config.mask_prob)
+
+        self.names, self.params = trainable(self.model)
+        self.optimizer = torch.optim.AdamW(self.params, lr=config.learning_rate, weight_decay=config.weight_decay,
+                                           foreach=True)
+        n = len(self.data.train.texts)
+        self._setup_mechanism(n)
+        self.plan = privacy.plan_privacy(
+            dataset_size=n, batch_size=config.batch_size, epochs=config.epochs,
+            sensitivity_factor=self.clipper.sensitivity_factor if self.clipper is not None else 1.0,
+            schedule=privacy.decay_schedule(config.noise_decay, epochs=config.epochs, rate=config.decay_rate,
+                                            sigma_min=config.sigma_min) if config.private else None,
+            noise_multiplier=config.noise_multiplier, target_epsilon=config.target_epsilon, delta=config.delta)
+
+        self.start_step = 0
+        self.ledger: PrivacyLedger | None = None
+        self.rows: list[dict[str, Any]] = []
+        self.stopped_at_budget = False
+        if self.resume_state is None:
+            self.ledger = privacy.new_ledger(self.plan) if self.plan.private else None
+        else:
+            state = ckpt.restore_checkpoint(self.resume_path, names=self.names, params=self.params, optimizer=self.optimizer)
+            self.start_step = int(state["step"])
+            self.stopped_at_budget = bool(state.get("stopped_at_budget"))
+            if self.plan.private:
+                self.ledger = PrivacyLedger.from_json(state["ledger"])
+                if self.ledger.steps != self.start_step:
+                    raise UserInputError(f"{self.resume_path}: its ledger holds {self.ledger.steps} steps, not "
+                                         f"{self.start_step}; delete it to resume from an older checkpoint.")
+        distributed.barrier(self.world)
+
+    def _setup_mechanism(self, n: int) -> None:
+        """The clipper (it owns the sensitivity) and, for edp-sgd, the fixed micro-batch slots."""
+        config = self.config
+        self.clipper: PerExampleClipper | MicrobatchClipper | None = None
+        self.layer_norms: list[float] | None = None
+        self.group_names: list[str] | None = None
+        self.slots: np.ndarray | None = None
+        if config.mode == "dp-sgd":
+            self.clipper = PerExampleClipper(self.model, per_example_losses, clip_norm=config.clip_norm,
+                                             physical_batch=config.physical_batch)
+        elif config.mode == "edp-sgd":
+            k = config.micro_batches
+            self.slots = sampling.example_slots(self.data.train.texts, self.data.train.labels, k, salt=self.seed)
+            self.group_names, groups = layer_groups(self.names)
+            if self.resume_state is not None:
+                norms = [float(c) for c in self.resume_state["layer_clip_norms"]]
+            else:
+                split = "public" if config.scale_from == "public" else "train"
+                size = min(len(self.encoded[split].lengths), max(1, round(config.batch_size / k)))
+                idx = np.arange(size)
+                batch = self._batch(split, idx, generator=_seeded(self.seed, _EVAL_STREAM, 1))
+                norms = layer_clip_norms(self.model, per_example_losses, batch, clip_norm=config.clip_norm,
+                                         param_groups=groups, num_groups=len(self.group_names))
+            self.layer_norms = norms
+            self.clipper = MicrobatchClipper(self.model, per_example_losses, layer_clip_norms=norms, param_groups=groups,
+                                             max_microbatch_size=sampling.max_microbatch_size(self.slots, k))
+
+    def _batch(self, split: str, indices: np.ndarray, *, generator: torch.Generator | None) -> dict[str, torch.Tensor]:
+        """Tensors of the examples ``indices`` of ``split`` (masked for MLM with ``generator``)."""
+        ids, mask = self.encoded[split].batch(indices)
+        if self.config.task == "classify":
+            batch = {"input_ids": ids, "labels": self.labels[split][torch.as_tensor(indices, dtype=torch.long)]}
+        else:
+            batch = data_mod.mask_tokens(ids, mask, generator=generator, mask_id=self.specials["mask"],
+                                         vocab_size=self.vocab_size, special_ids=sorted(set(self.specials.values())),
+                                         mask_prob=self.config.mask_prob, n_predictions=self.n_predictions)
+        batch["mask4"] = data_mod.additive_mask(mask)
+        return batch
+
+    # -- one step ----------------------------------------------------------------------------
+
+    def _sample(self, step: int) -> np.ndarray:
+        rng = sampling.step_rng(self.noise_source.seed, sampling.SAMPLING_STREAM, step)
+        return sampling.poisson_sample(rng, self.plan.dataset_size, self.plan.sampling_probability)
+
+    def step(self, step: int, indices: np.ndarray) -> dict[str, Any]:
+        """Compute the (noised) aggregate of this step's batch and apply Adam; returns telemetry."""
+        acc, stats = self.aggregate(step, indices)
+        scale = 1.0 / self.plan.batch_size  # the expected batch size: public, unlike the realized one
+        for p, a in zip(self.params, acc):
+            p.grad = a.mul_(scale)
+        self.optimizer.step()
+        for p in self.params:
+            p.grad = None
+        loss_sum, correct_sum, units, clipped = stats.tolist()
+        n = max(len(indices), 1)
+        return {"loss": loss_sum / n if len(indices) else None, "train_accuracy": correct_sum / n if len(indices) else None,
+                "batch_size": int(len(indices)),
+                "clip_fraction": clipped / units if (self.clipper is not None and units) else None,
+                "sigma": self.plan.sigma_at(step) if self.plan.private else None}
+
+    def aggregate(self, step: int, indices: np.ndarray) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The summed, clipped and noised gradient of the batch ``indices`` over all processes, and
+        [loss sum, correct sum, clipped units, units clipped] telemetry."""
+        config, world = self.config, self.world
+        sigma = self.plan.sigma_at(step) if self.plan.private else 0.0
+        # Mask the whole batch identically on every process (keyed by the public seed and the step).
+        gen = _seeded(self.seed, _MASK_STREAM, step)
+        full = self._batch("train", indices, generator=gen) if len(indices) else None
+        acc = [torch.zeros_like(p) for p in self.params]
+        loss_sum = correct_sum = 0.0
+        units = clipped = 0
+        if config.mode == "edp-sgd":
+            k = config.micro_batches
+            groups = sampling.split_microbatches(np.arange(len(indices)), self.slots[indices], k)
+            mine = [j for j in range(k) if j % world.size == world.rank]
+            std_each = sigma * self.clipper.sensitivity / math.sqrt(k)
+            if full is not None:
+                result = self.clipper.clipped_sum(full, [groups[j] for j in mine], chunk_examples=config.physical_batch)
+                acc = result.grads
+                loss_sum, correct_sum, units, clipped = result.loss_sum, result.correct_sum, result.units, result.clipped
+            if config.noise_draw == "micro-batch" and std_each > 0:  # Algorithm 1: one draw per micro-batch
+                for j in mine:
+                    noise.add_noise_(acc, std_each, noise.keyed_generator(self.noise_source.seed, step, j))
+            elif std_each > 0 and mine:  # the same distribution: one draw carrying this process's micro-batches'
+                # noise; the sum of len(mine) independent N(0, std_each^2) is N(0, len(mine) std_each^2)
+                noise.add_noise_(acc, std_each * math.sqrt(len(mine)),
+                                 noise.keyed_generator(self.noise_source.seed, step, _PROCESS_NOISE_KEY + world.rank,
+                                                       world.size))
+        else:
+            share = np.array_split(np.arange(len(indices)), world.size)[world.rank] if len(indices) else np.arange(0)
+            if len(share):
+                sub = {key: v[torch.as_tensor(share)] for key, v in full.items()}
+                if config.mode == "dp-sgd":
+                    result = self.clipper.clipped_sum(sub)
+                    acc = result.grads
+                    loss_sum, correct_sum, units, clipped = result.loss_sum, result.correct_sum, result.units, result.clipped
+                else:
+                    for p in self.params:
+                        p.grad = None
+                    losses, correct = per_example_losses(self.model, sub)
+                    losses.sum().backward()
+                    acc = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+                    loss_sum, correct_sum, units = float(losses.detach().sum()), float(correct.sum()), len(share)
+            if config.mode == "dp-sgd" and world.primary and sigma > 0:
+                noise.add_noise_(acc, sigma * self.clipper.sensitivity, noise.keyed_generator(self.noise_source.seed, step))
+        stats = torch.tensor([loss_sum, correct_sum, float(units), float(clipped)], dtype=torch.float64)
+        distributed.all_reduce_sum_(acc, world)
+        distributed.all_reduce_sum_([stats], world)
+        return acc, stats
+
+    # -- evaluation --------------------------------------------------------------------------
+
+    @torch.no_grad()
+    def _evaluate(self) -> dict[str, float]:
+        n = min(self.config.eval_examples, len(self.data.heldout.texts))
+        if n == 0:
+            return {}
+        gen = _seeded(self.seed, _EVAL_STREAM, 0)
+        loss_sum = correct = 0.0
+        for start in range(0, n, 64):
+            batch = self._batch("heldout", np.arange(start, min(n, start + 64)), generator=gen)
+            losses, right = per_example_losses(self.model, batch)
+            loss_sum += float(losses.sum())
+            correct += float(right.sum())
+        key = "eval_accuracy" if self.config.task == "classify" else "mlm_accuracy"
+        return {"eval_loss": loss_sum / n, key: correct / n}
+
+    # -- the loop ----------------------------------------------------------------------------
+
+    def _state(self) -> dict[str, Any]:
+        return {
+            "identity": self._identity(),
+            "noise_seed": str(self.noise_source.seed),  # secret: checkpoints only
+            "noise_explicit": self.noise_source.explicit,
+            "ledger": self.ledger.to_json() if self.ledger is not None else None,
+            "layer_clip_norms": self.layer_norms,
+            "stopped_at_budget": self.stopped_at_budget,
+        }
+
+    def _save(self, step: int) -> None:
+        if self.world.primary:
+            self._flush_rows()
+            ckpt.save_checkpoint(self.ckpt_dir, step=step, names=self.names, params=self.params,
+                                 optimizer=self.optimizer, state=self._state())
+        distributed.barrier(self.world)
+
+    def _flush_rows(self) -> None:
+        if self.rows:
+            with open(self.ckpt_dir / PARTIAL_METRICS, "a", encoding="utf-8") as handle:
+                handle.writelines(dumps_jsonl_line(row) for row in self.rows)
+                handle.flush()
+                os.fsync(handle.fileno())
+            self.rows = []
+
+    def _restore_rows(self) -> None:
+        path = self.ckpt_dir / PARTIAL_METRICS
+        if self.world.primary and path.is_file():
+            rows = [row for row in read_jsonl(path) if row.get("step", 0) <= self.start_step]
+            atomic_write_text(path, "".join(dumps_jsonl_line(row) for row in rows))
+
+    def _epsilon(self) -> float | None:
+        if self.ledger is None:
+            return None
+        return float(self.ledger.epsilon()) if self.ledger.steps else 0.0
+
+    def execute(self) -> TrainResult:
+        self._setup()
+        plan, config = self.plan, self.config
+        if self.world.primary:
+            self.ckpt_dir.mkdir(parents=True, exist_ok=True)
+            for leftover in self.ckpt_dir.glob(".*"):  # staging folders of a killed checkpoint write
+                shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
+        self._restore_rows()
+        total = plan.total_steps
+        step = self.start_step
+        eps_text = "inf" if self.ledger is None else f"<={plan.planned_epsilon:.3g}"
+        acc_text = "?"
+        bar = tqdm(total=total, initial=step, desc=f"edp-sgd {config.mode}", unit="step", file=sys.stderr,
+                   dynamic_ncols=True, leave=False, disable=not self.world.primary)
+        epoch_start = time.perf_counter()
+        epoch_steps_timed = 0
+        try:
+            while step < total and not self.stopped_at_budget:
+                if self.ledger is not None:
+                    try:  # record BEFORE the step: the ledger refuses a step that would overspend
+                        privacy.record_step(self.ledger, plan, step)
+                    except BudgetExceededError:
+                        self.stopped_at_budget = True
+                        break
+                indices = self._sample(step)
+                metrics = self.step(step, indices)
+                step += 1
+                epoch_steps_timed += 1
+                self.rows.append({"step": step, "epoch": plan.epoch_of(step - 1), **metrics, "telemetry_private": True})
+                bar.update(1)
+                if metrics["loss"] is not None:
+                    bar.set_postfix(loss=f"{metrics['loss']:.4g}", acc=acc_text, eps=eps_text, refresh=False)
+                epoch_end = step % plan.steps_per_epoch == 0 or step == total
+                if epoch_end:
+                    elapsed = time.perf_counter() - epoch_start
+                    row = {"step": step, "epoch": plan.epoch_of(step - 1), "epoch_time_s": elapsed,
+                           "epoch_steps_timed": epoch_steps_timed, **self._evaluate()}
+                    eps = self._epsilon()
+                    row["epsilon"] = eps
+                    eps_text = "inf" if eps is None else f"{eps:.3g}"
+                    acc_text = f"{row.get('eval_accuracy', row.get('mlm_accuracy', float('nan'))):.3f}"
+                    self.rows.append(row)
+                    bar.set_postfix(loss=f"{metrics['loss'] or 0:.4g}", acc=acc_text, eps=eps_text, refresh=True)
+                if (epoch_end or step % config.checkpoint_every == 0) and step != total:
+                    self._save(step)
+                if epoch_end:
+                    epoch_start, epoch_steps_timed = time.perf_counter(), 0
+        finally:
+            bar.close()
+        if step != self.start_step or self.stopped_at_budget:
+            self._save(step)
+        return self._finish(step)
+
+    # -- outputs -----------------------------------------------------------------------------
+
+    def _privacy_json(self, steps: int) -> dict[str, Any]:
+        plan, config = self.plan, self.config
+        common = {
+            "schema": PRIVACY_SCHEMA,
+            "trainer": EdpSgdTrainer.name,
+            "mode": config.mode,
+            "task": config.task,
+            "privacy_unit": "example (add/remove)",
+            "adjacency": "add/remove one training example (one row of train.jsonl)",
+            "sampling": "poisson",
+            "steps": steps,
+            "planned_steps": plan.total_steps,
+            "epochs": config.epochs,
+            "steps_per_epoch": plan.steps_per_epoch,
+            "dataset_size": plan.dataset_size,
+            "expected_batch_size": plan.batch_size,
+            "telemetry": TELEMETRY_NOTE,
+            "tokenizer": self.tokenizer_source,
+        }
+        if not plan.private:
+            return {**common, "private": False, "accountant": None, "epsilon": None, "epsilon_text": "inf",
+                    "delta": None, "noise_multiplier": None, "event": None, "segments": [],
+                    "guarantee": "none: non-private training (no clipping, no noise); epsilon = inf."}
+        assert self.ledger is not None and self.clipper is not None
+        eps = self._epsilon() or 0.0
+        clip = self.clipper
+        if config.mode == "dp-sgd":
+            mechanism = (f"per-example clipping to C = {clip.clip_norm:g} (sensitivity C = {clip.sensitivity:g})")
+        else:
+            mechanism = (f"micro-batch clipping with per-layer clip norms C_l (C = sqrt(sum C_l^2) = {clip.clip_norm:.6g}), "
+                         f"{config.micro_batches} micro-batches per step assigned by sha256(--seed, text, label) mod "
+                         f"{config.micro_batches} (independent of other examples); sensitivity "
+                         f"{clip.sensitivity_factor:g}C = {clip.sensitivity:.6g}")
+        guarantee = (f"({eps:.4g}, {self.ledger.delta:.3g})-DP for one training example (add/remove): "
+                     f"Poisson-subsampled Gaussian (q = {plan.sampling_probability:.4g}), {mechanism}, noise std "
+                     f"sigma_e x sensitivity per epoch, composed over {steps} steps ({self.ledger.accountant.upper()} "
+                     f"accountant). {self.noise_source.note}")
+        out = {
+            **common,
+            "private": True,
+            "accountant": self.ledger.accountant,
+            "event": accounting.event_to_json(self.ledger.event()),
+            "epsilon": eps,
+            "epsilon_text": f"{eps:.6g}",
+            "delta": self.ledger.delta,
+            "target_epsilon": self.ledger.target_epsilon,
+            "noise_multiplier": plan.sigmas[0],
+            "noise_multiplier_meaning": "noise std on the aggregated gradient = sigma_e x the step's sensitivity",
+            "sigmas_per_epoch": list(plan.sigmas),
+            "noise_decay": {"kind": config.noise_decay, "rate": config.decay_rate, "sigma_min": config.sigma_min,
+                            "fixed_in_advance": True},
+            "noise_calibrated": plan.noise_calibrated,
+            "noise_randomness": self.noise_source.note,
+            "clip_norm": clip.clip_norm,
+            "sensitivity_factor": clip.sensitivity_factor,
+            "sensitivity": clip.sensitivity,
+            "stopped_at_budget": self.stopped_at_budget,
+            "segments": [s.to_json() for s in self.ledger.segments],
+            "guarantee": guarantee,
+            "paper_accounting": privacy.paper_claim(plan, steps),
+            "unaccounted_releases": [],
+        }
+        if config.mode == "edp-sgd":
+            out["micro_batches"] = config.micro_batches
+            out["microbatch_assignment"] = "sha256(--seed, text, label) mod k: fixed per example, independent of other examples"
+            out["layer_clip_norms"] = dict(zip(self.group_names, self.layer_norms))
+            out["layer_clip_norms_from"] = "public.jsonl" if config.scale_from == "public" else "train.jsonl (private)"
+            if config.scale_from == "private":
+                out["unaccounted_releases"].append(
+                    "per-layer clip norms were computed from the first-iteration gradient on private train.jsonl "
+                    "(--scale-from private): an extra release of private data NOT covered by the epsilon.")
+        return out
+
+    def _finish(self, steps: int) -> TrainResult:
+        out = self.out_dir
+        privacy_json = self._privacy_json(steps)
+        summary = {
+            "mode": self.config.mode,
+            "task": self.config.task,
+            "noise_multiplier": privacy_json.get("noise_multiplier"),
+            "planned_epsilon": self.plan.planned_epsilon,
+            "stopped_at_budget": self.stopped_at_budget,
+            "resumed_from_step": self.start_step or None,
+            "processes": self.world.size,
+            "host_allocator_tuned": self.allocator_tuned,
+        }
+        result_rows: list[dict[str, Any]] = []
+        if self.world.primary:
+            from trainers.edp_sgd.hf_export import save_hf
+
+            save_hf(out / "model", self.model, self.tokenizer)
+            self._flush_rows()
+            path = self.ckpt_dir / PARTIAL_METRICS
+            text = path.read_text(encoding="utf-8") if path.is_file() else ""
+            atomic_write_text(out / "metrics.jsonl", text)
+            atomic_write_json(out / "privacy.json", privacy_json)
+            result_rows = [json.loads(line) for line in text.splitlines() if line.strip()]
+            outputs = [p.relative_to(out).as_posix() for p in sorted((out / "model").rglob("*")) if p.is_file()]
+            outputs += ["metrics.jsonl", "privacy.json"]
+            epoch_rows = [r for r in result_rows if "epoch_time_s" in r]
+            summary["epoch_time_s"] = [r["epoch_time_s"] for r in epoch_rows]
+            final_eval = next((r for r in reversed(epoch_rows)), {})
+            summary.update({k: final_eval[k] for k in ("eval_accuracy", "mlm_accuracy") if k in final_eval})
+            manifest = build_manifest(
+                schema=TRAIN_SCHEMA,
+                config={"trainer": EdpSgdTrainer.name, **self.config.to_dict()},
+                seed=self.seed,
+                inputs=self.data.inputs,
+                outputs=file_hashes(out, outputs),
+                extra={"model": self.model.config.to_dict(), "steps": steps, "summary": summary,
+                       "tokenizer": self.tokenizer_source},
+            )
+            write_manifest(out, manifest)
+            if not self.config.keep_checkpoints:
+                shutil.rmtree(self.ckpt_dir, ignore_errors=True)
+        distributed.barrier(self.world)
+        final_loss = next((r["loss"] for r in reversed(result_rows) if r.get("loss") is not None), None)
+        return TrainResult(out_dir=out, steps=steps, epsilon=privacy_json["epsilon"], delta=privacy_json["delta"],
+                           final_loss=final_loss, summary=summary)
