@@ -32,7 +32,8 @@ from trainers.jax_bert.config import JaxBertConfig
 from trainers.jax_bert.trainer import JaxBertTrainer
 
 TINY_JAX_BERT = dict(preset="tiny", steps=6, batch_size=16, micro_batch=8, max_length=16, vocab_size=128,
-                     noise_multiplier=1.0, checkpoint_every=3, log_every=2, eval_every=3, eval_examples=16)
+                     noise_multiplier=1.0, checkpoint_every=3, log_every=2, eval_every=3, eval_examples=16,
+                     noise_seed=11)
 
 result = JaxBertTrainer().train(Path(sys.argv[1]), Path(sys.argv[2]), JaxBertConfig(**TINY_JAX_BERT), seed=5)
 print("RESULT " + json.dumps({"process_index": jax.process_index(), "process_count": jax.process_count(),
