@@ -432,8 +432,10 @@ def group_privacy(epsilon: float, delta: float, group_size: int) -> tuple[float,
     f = _require_int("group_size", group_size, 1)
     if eps < 0 or not 0 <= d <= 1:
         raise ValueError(f"need epsilon >= 0 and delta in [0, 1], got ({epsilon}, {delta}).")
-    geometric = float(f) if eps == 0 else math.expm1(f * eps) / math.expm1(eps)  # sum_{i<f} e^(i eps)
-    return f * eps, d * geometric
+    if eps == 0:
+        return 0.0, d * f
+    log_geometric = f * eps + math.log(-math.expm1(-f * eps)) - math.log(math.expm1(eps))  # log sum_{i<f} e^(i eps)
+    return f * eps, (math.inf if log_geometric + math.log(d or 1e-300) > 700 else d * math.exp(log_geometric))
 
 
 def _walk(event: DpEvent):
