@@ -62,7 +62,7 @@ def test_non_private_model_ranks_100x_canaries_far_above_controls(tmp_path):
                                  "--per-frequency", "4", "--holdout", "4"], catch_exceptions=False)
     assert inject.exit_code == 0, inject.output
     train = runner.invoke(cli, ["train", "--trainer", "jax-bert", "--data", str(data), "--out", str(out), "--seed", "0",
-                                "--non-private", "--preset", "tiny", "--steps", "250", "--batch-size", "64",
+                                "--noise-seed", "0", "--non-private", "--preset", "tiny", "--steps", "250", "--batch-size", "64",
                                 "--micro-batch", "32", "--max-length", "24", "--learning-rate", "3e-3",
                                 "--warmup-steps", "10", "--weight-decay", "0", "--mask-prob", "0.3",
                                 "--log-every", "50", "--eval-every", "250", "--checkpoint-every", "250",
