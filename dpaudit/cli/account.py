@@ -445,7 +445,7 @@ def _render(r: dict[str, Any]) -> str:
         lines.append(f"  {s['label']}")
     for note in r["notes"]:
         lines.append(f"  {note}" if note.startswith("warning:") else f"  note: {note}")
-    lines.append("  (epsilon and delta are rounded up; the figure covers only what the mechanism releases)")
+    lines.append("  (printed epsilon and delta are rounded up)")
     return "\n".join(lines)
 
 

@@ -50,7 +50,6 @@ import os
 import shutil
 import sys
 import time
-import warnings
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
