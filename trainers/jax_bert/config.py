@@ -87,7 +87,8 @@ class JaxBertConfig:
         "(well below 1/N: releasing one random row verbatim already satisfies delta = 1/N). A delta >= 1/N is warned about."))
     non_private: bool = field(default=False, metadata=_help("Train without clipping or noise (the baseline; epsilon = inf)."))
     sampling: Sampling = field(default="poisson", metadata=_help(
-        "poisson (what the accountant assumes) or shuffle (fixed-size batches; epsilon then ASSUMES Poisson sampling)."))
+        "poisson (what the accountant assumes) or shuffle (fixed-size batches: NO proven epsilon; privacy.json gives "
+        "epsilon_if_poisson, what Poisson sampling would have cost)."))
     mask_prob: float = field(default=0.15, metadata=_help("Fraction of tokens masked for the MLM objective (80/10/10)."))
     eval_every: int = field(default=50, metadata=_help("Steps between MLM accuracy evaluations on heldout.jsonl."))
     eval_examples: int = field(default=256, metadata=_help("Heldout examples used per evaluation (0 = skip evaluation)."))

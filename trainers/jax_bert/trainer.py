@@ -865,7 +865,7 @@ class _Run:
         eps_rate = next((r["examples_per_s"] for r in reversed(rows) if r.get("examples_per_s") is not None), None)
         summary = {
             "noise_multiplier": self.plan.noise_multiplier,
-            "planned_epsilon": self.plan.planned_epsilon,
+            "planned_epsilon": None if self.config.sampling == "shuffle" else self.plan.planned_epsilon,
             "epsilon_if_poisson": privacy.get("epsilon_if_poisson"),
             "stopped_at_budget": self.stopped_at_budget,
             "resumed_from_step": self.start_step or None,
