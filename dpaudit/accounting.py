@@ -16,8 +16,11 @@ Mechanisms (DESIGN.md section 5, "Honest accounting rules"):
   effective noise multiplier is sigma / 2 unless the micro-batch size is 1
   (:func:`microbatch_sensitivity_factor`); per-layer clip norms combine as sqrt(sum C_l^2)
   (:func:`combined_clip_norm`);
-- fixed-size batches sampled without replacement, for users who insist: replace-one adjacency,
-  RDP only, and labelled as such (:func:`fixed_size_event`, :data:`FIXED_SIZE_LABEL`).
+- fixed-size batches sampled without replacement, for users who insist: replace-one adjacency
+  (sensitivity 2C, so the event carries sigma / 2), RDP only, and labelled as such
+  (:func:`fixed_size_event`, :data:`FIXED_SIZE_LABEL`);
+- delta defaults well below 1/N (:func:`default_delta`) and a canary repeated f times is covered
+  only by group privacy (:func:`group_privacy`).
 
 Speed: one PLD evaluation of a 20K-step run at the default discretization costs seconds, most of it
 building the single-step privacy loss distribution in a Python loop over ~160K grid points. That
@@ -74,7 +77,10 @@ from dpaudit.errors import UserInputError
 __all__ = [
     "ACCOUNTANTS",
     "Accountant",
+    "DEFAULT_DELTA_RULE",
     "FIXED_SIZE_LABEL",
+    "GROUP_PRIVACY_BOUND",
+    "REPLACE_ONE_FACTOR",
     "PLD_DISCRETIZATION",
     "PLD_MAX_GRID_POINTS",
     "PLD_MIN_DELTA",
@@ -88,13 +94,16 @@ __all__ = [
     "calibrate_noise",
     "clear_caches",
     "combined_clip_norm",
+    "default_delta",
     "delta_for_epsilon",
+    "delta_warning",
     "dpsgd_event",
     "epsilon",
     "event_from_json",
     "event_to_json",
     "exponential_decay_sigmas",
     "fixed_size_event",
+    "group_privacy",
     "is_fixed_size",
     "linear_decay_sigmas",
     "max_batch_size",
@@ -140,10 +149,14 @@ PLD_MIN_DELTA = 1e-10
 #: The TAN approximation of Sander et al. holds only above this noise multiplier ("privacy wall").
 TAN_VALID_ABOVE = 2.0
 
-FIXED_SIZE_LABEL = ("fixed-size batches sampled without replacement: replace-one adjacency, RDP "
-                    "accountant only; NOT the add/remove Poisson guarantee the rest of dpaudit reports")
+FIXED_SIZE_LABEL = ("fixed-size batches sampled without replacement: replace-one adjacency (sensitivity 2C: "
+                    "the accountant sees sigma / 2), RDP accountant only; NOT the add/remove Poisson guarantee "
+                    "the rest of dpaudit reports")
 SIMULATION_LABEL = ("NON-PRIVATE TAN simulation: same per-step signal-to-noise ratio and steps as the "
                     "reference run, but its own epsilon is far larger; never report it as private")
+
+#: Replace-one adjacency: one example swapped for another moves the clipped sum by up to 2C.
+REPLACE_ONE_FACTOR = 2.0
 
 _ADD_OR_REMOVE = NeighboringRelation.ADD_OR_REMOVE_ONE
 _REPLACE_ONE = NeighboringRelation.REPLACE_ONE
@@ -380,11 +393,17 @@ def combined_clip_norm(layer_clip_norms: Sequence[float]) -> float:
     return math.sqrt(math.fsum(c * c for c in norms))
 
 
-def fixed_size_event(*, dataset_size: int, batch_size: int, steps: int, noise_multiplier: float) -> DpEvent:
+def fixed_size_event(*, dataset_size: int, batch_size: int, steps: int, noise_multiplier: float,
+                     sensitivity_factor: float = 1.0) -> DpEvent:
     """Fixed-size batches sampled WITHOUT replacement. Labelled: see :data:`FIXED_SIZE_LABEL`.
 
     ``dp_accounting`` accounts for this only with RDP under replace-one adjacency, a different
     neighbouring relation from the add/remove Poisson guarantee; :func:`epsilon` refuses it with PLD.
+    Under replace-one, swapping one example moves the clipped sum from one clipped vector to another:
+    L2 sensitivity 2C (:data:`REPLACE_ONE_FACTOR`), while ``dp_accounting``'s Gaussian takes std /
+    sensitivity. So the event carries ``noise_multiplier / (2 * sensitivity_factor)``: the clipping's
+    own factor (2 for micro-batches, 2k for sliced ones) multiplies the replace-one 2, a conservative
+    bound (a replaced example may land in another micro-batch and move two micro-batch sums).
     """
     n = _require_int("dataset_size", dataset_size, 1)
     b = _require_int("batch_size", batch_size, 1)
@@ -394,7 +413,65 @@ def fixed_size_event(*, dataset_size: int, batch_size: int, steps: int, noise_mu
     sigma = _require_real("noise_multiplier", noise_multiplier)
     if sigma < 0.0:
         raise ValueError(f"noise_multiplier must be >= 0, got {noise_multiplier}.")
-    return SelfComposedDpEvent(SampledWithoutReplacementDpEvent(n, b, GaussianDpEvent(sigma)), s)
+    factor = _require_real("sensitivity_factor", sensitivity_factor)
+    if factor < 1.0:
+        raise ValueError(f"sensitivity_factor must be >= 1, got {sensitivity_factor}.")
+    effective = sigma / (REPLACE_ONE_FACTOR * factor)
+    return SelfComposedDpEvent(SampledWithoutReplacementDpEvent(n, b, GaussianDpEvent(effective)), s)
+
+
+# --------------------------------------------------------------------------------------------------
+# Delta and group privacy
+# --------------------------------------------------------------------------------------------------
+
+#: The default-delta rule, as stated in every ``--help``.
+DEFAULT_DELTA_RULE = ("default min(1e-5, 1/(10 N)): well below 1/N, since a mechanism that publishes one "
+                      "random row verbatim already satisfies delta = 1/N")
+
+
+def default_delta(dataset_size: int) -> float:
+    """min(1e-5, 1 / (10 N)): delta well below 1/N (see :data:`DEFAULT_DELTA_RULE`).
+
+    A delta of 1/N admits "publish a random row verbatim" as (0, 1/N)-DP, so delta must be much
+    smaller than 1/N (Dwork & Roth 2014, section 2.3; Ponomareva et al. 2023, "How to DP-fy ML",
+    section 5.2); 1e-5 caps it for small N.
+    """
+    n = _require_int("dataset_size", dataset_size, 1)
+    return min(1e-5, 1.0 / (10.0 * n))
+
+
+def delta_warning(delta: float, dataset_size: int | None) -> str | None:
+    """A one-line warning when ``delta >= 1/N`` (None when delta is small enough or N is unknown)."""
+    if dataset_size is None or delta < 1.0 / dataset_size:
+        return None
+    return (f"delta {delta:.3g} >= 1/N = {1.0 / dataset_size:.3g}: a mechanism that publishes one random training row "
+            f"verbatim satisfies this delta; use a delta well below 1/N ({DEFAULT_DELTA_RULE}).")
+
+
+#: Which group-privacy bound :func:`group_privacy` gives (stated next to every figure it produces).
+GROUP_PRIVACY_BOUND = ("group privacy of (epsilon, delta)-DP for a group of f rows, by chaining the definition f "
+                       "times: (f * epsilon, delta * sum_{i<f} e^(i * epsilon)), which is at most "
+                       "(f * epsilon, f * e^((f-1) * epsilon) * delta) (Dwork & Roth 2014, Thm 2.2; Vadhan 2017, "
+                       "Lemma 2.2); a delta >= 1 means no guarantee")
+
+
+def group_privacy(epsilon: float, delta: float, group_size: int) -> tuple[float, float]:
+    """(epsilon, delta) for ``group_size`` rows changed together: see :data:`GROUP_PRIVACY_BOUND`.
+
+    A canary inserted f times is f rows of the training data: the per-row guarantee protects it only
+    through this bound. Composing the per-row event f times in an accountant would NOT be group
+    privacy (it models f independent releases, not f rows inside one release). The returned delta
+    may exceed 1, meaning no guarantee (callers print it as such).
+    """
+    eps = _require_real("epsilon", epsilon)
+    d = _require_real("delta", delta)
+    f = _require_int("group_size", group_size, 1)
+    if eps < 0 or not 0 <= d <= 1:
+        raise ValueError(f"need epsilon >= 0 and delta in [0, 1], got ({epsilon}, {delta}).")
+    if eps == 0:
+        return 0.0, d * f
+    log_geometric = f * eps + math.log(-math.expm1(-f * eps)) - math.log(math.expm1(eps))  # log sum_{i<f} e^(i eps)
+    return f * eps, (math.inf if log_geometric + math.log(d or 1e-300) > 700 else d * math.exp(log_geometric))
 
 
 def _walk(event: DpEvent):

@@ -18,6 +18,8 @@ from __future__ import annotations
 import secrets
 from dataclasses import dataclass
 
+import numpy as np
+
 #: Bits of OS entropy in a drawn noise seed.
 SEED_BITS = 128
 
@@ -25,6 +27,8 @@ NOISE_SEED_CONDITION = (
     "the sampling and noise were seeded with an explicit --noise-seed: the guarantee holds only while "
     "that seed is secret (anyone who knows it can regenerate the noise)."
 )
+#: What a released manifest records instead of an explicit ``--noise-seed``.
+REDACTED = "<given: secret>"
 OS_ENTROPY_NOTE = (
     "the sampling and noise were drawn from OS entropy (never from --seed); their state lives only in "
     "checkpoints/, which is private to the data owner."
@@ -58,6 +62,32 @@ class NoiseSource:
     def note(self) -> str:
         """The sentence ``privacy.json`` and the command line state about this randomness."""
         return NOISE_SEED_CONDITION if self.explicit else OS_ENTROPY_NOTE
+
+    @staticmethod
+    def redact(noise_seed: int | None) -> str | None:
+        """What a released file (the manifest's config) may say about ``--noise-seed``: never the number."""
+        return None if noise_seed is None else REDACTED
+
+    def to_state(self) -> dict[str, object]:
+        """JSON for a checkpoint (private to the data owner): the seed as a hex string (it exceeds 2**53)."""
+        return {"seed_hex": format(self.seed, "x"), "explicit": self.explicit}
+
+    @classmethod
+    def from_state(cls, state: object) -> NoiseSource:
+        """Inverse of :meth:`to_state` (a resumed run keeps the secret randomness of its checkpoint).
+
+        Raises:
+            ValueError: ``state`` is not what :meth:`to_state` wrote.
+        """
+        try:
+            assert isinstance(state, dict) and isinstance(state["explicit"], bool)
+            return cls(seed=int(state["seed_hex"], 16), explicit=state["explicit"])
+        except (AssertionError, KeyError, TypeError, ValueError):
+            raise ValueError(f"not a NoiseSource state: {state!r}") from None
+
+    def numpy_generator(self, *stream: int) -> np.random.Generator:
+        """A numpy Generator for the mechanism's sampling: ``default_rng([seed, *stream])`` (all 128 bits used)."""
+        return np.random.default_rng([self.seed, *stream])
 
     def words(self, n: int = 2) -> list[int]:
         """The seed as ``n`` 32-bit words (for frameworks whose keys are uint32 arrays, e.g. JAX).

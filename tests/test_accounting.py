@@ -194,7 +194,10 @@ def test_fixed_size_is_rdp_replace_one_only_and_labelled():
     event = A.fixed_size_event(dataset_size=10_000, batch_size=100, steps=300, noise_multiplier=1.1)
     assert A.is_fixed_size(event)
     assert "replace-one" in A.FIXED_SIZE_LABEL and "RDP" in A.FIXED_SIZE_LABEL
-    expected = rdp_direct(event, relation=NeighboringRelation.REPLACE_ONE)
+    # Replace-one: sensitivity 2C, so plain dp_accounting must be handed sigma / 2.
+    plain = dp_accounting.SelfComposedDpEvent(dp_accounting.SampledWithoutReplacementDpEvent(
+        10_000, 100, dp_accounting.GaussianDpEvent(1.1 / 2)), 300)
+    expected = rdp_direct(plain, relation=NeighboringRelation.REPLACE_ONE)
     assert A.epsilon(event, DELTA, "rdp") == expected
     with pytest.raises(UserInputError, match="PLD cannot account"):
         A.epsilon(event, DELTA, "pld")

@@ -9,6 +9,7 @@ from click.testing import CliRunner
 
 from dpaudit import accounting
 from dpaudit.cli import cli
+from dpaudit.figures import format_up
 from dpaudit.rundir import verify_run_dir
 
 
@@ -23,5 +24,9 @@ def test_demo_runs_inject_and_both_trainings(tmp_path):
     assert not nonprivate["private"]
     eps = accounting.epsilon(accounting.event_from_json(private["event"]), private["delta"])
     assert eps <= 8.0 + 1e-9
-    assert f"epsilon = {eps:.3g}" in result.output
+    assert f"epsilon = {format_up(eps, 3)} at delta = {format_up(private['delta'], 2)} for model/ only" in result.output
+    assert float(format_up(eps, 3)) >= eps  # printed figures round up
+    assert private["delta"] < 1 / 3000 / 5  # the default delta is well below 1/N
+    assert "only group privacy (1x: (" in result.output and "100x: no guarantee" in result.output
+    assert "OS entropy" in result.output and "private to the data owner" in result.output
     assert "Not yet available" in result.output  # attacks land in a later issue; the demo says so

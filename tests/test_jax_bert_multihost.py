@@ -32,7 +32,8 @@ from trainers.jax_bert.config import JaxBertConfig
 from trainers.jax_bert.trainer import JaxBertTrainer
 
 TINY_JAX_BERT = dict(preset="tiny", steps=6, batch_size=16, micro_batch=8, max_length=16, vocab_size=128,
-                     noise_multiplier=1.0, checkpoint_every=3, log_every=2, eval_every=3, eval_examples=16)
+                     noise_multiplier=1.0, checkpoint_every=3, log_every=2, eval_every=3, eval_examples=16,
+                     noise_seed=11)
 
 result = JaxBertTrainer().train(Path(sys.argv[1]), Path(sys.argv[2]), JaxBertConfig(**TINY_JAX_BERT), seed=5)
 print("RESULT " + json.dumps({"process_index": jax.process_index(), "process_count": jax.process_count(),
@@ -128,5 +129,40 @@ def test_a_non_zero_process_writes_nothing(data_dir, tmp_path, tiny_config, monk
     result = JaxBertTrainer().train(data_dir, out, tiny_config(), seed=5)
     assert not out.exists()
     assert result.steps == reference.steps == 6 and result.final_loss == reference.final_loss
-    untimed = lambda summary: {k: v for k, v in summary.items() if k != "examples_per_s"}
+    untimed = lambda summary: {k: v for k, v in summary.items() if k != "telemetry"}  # wall-clock throughput
     assert result.epsilon == reference.epsilon and untimed(result.summary) == untimed(reference.summary)
+
+
+_BROADCAST_SCRIPT = '''
+import secrets
+
+import jax
+
+from trainers.jax_bert import parallel
+
+parallel.maybe_initialize_distributed()
+mine = secrets.randbits(128)  # what each process's NoiseSource draws from OS entropy
+print(f"SEED {jax.process_index()} {mine} {parallel.broadcast_from_primary(mine)}", flush=True)
+'''
+
+
+def test_the_os_entropy_noise_seed_is_process_0s_on_every_process(tmp_path):
+    """Without --noise-seed each process draws its own seed; the run must use process 0's everywhere."""
+    script = tmp_path / "broadcast.py"
+    script.write_text(_BROADCAST_SCRIPT, encoding="utf-8")
+    port = _free_port()
+    logs = [tmp_path / f"process{i}.log" for i in range(2)]
+    procs = [_launch(script, tmp_path, tmp_path, port=port, process_id=i, log=logs[i]) for i in range(2)]
+    try:
+        for proc in procs:
+            proc.wait(timeout=TIMEOUT_S)
+    finally:
+        for proc in procs:
+            if proc.poll() is None:
+                proc.kill()
+                proc.wait()
+            proc.log_handle.close()
+    lines = [next(line for line in log.read_text().splitlines() if line.startswith("SEED ")).split() for log in logs]
+    (_, _, own0, shared0), (_, _, own1, shared1) = lines
+    assert own0 != own1  # independent draws (128 bits: never equal by chance)
+    assert shared0 == shared1 == own0  # every process uses process 0's

@@ -71,8 +71,9 @@ def test_schedule_plan_accounts_each_segment():
         accounting.Segment(steps=30, sampling_probability=16 / 320, noise_multiplier=1.1),
         accounting.Segment(steps=20, sampling_probability=32 / 320, noise_multiplier=1.1),
     ])
-    assert plan.affordable_steps == 50 and plan.delta == pytest.approx(1 / 320)
-    assert plan.planned_epsilon == pytest.approx(accounting.epsilon(event, 1 / 320), rel=1e-9)
+    assert plan.affordable_steps == 50 and plan.delta == 1e-5  # default min(1e-5, 1/(10 N))
+    assert plan.planned_epsilon == pytest.approx(accounting.epsilon(event, 1e-5), rel=1e-9)
+    assert plan_privacy(config, 10**6).delta == pytest.approx(1e-7)
 
 
 def test_batch_schedule_run_records_one_segment_per_stage(data_dir, tmp_path, tiny_config):
@@ -81,7 +82,7 @@ def test_batch_schedule_run_records_one_segment_per_stage(data_dir, tmp_path, ti
     assert [(s["steps"], s["expected_batch_size"]) for s in privacy["segments"]] == [(3, 16), (3, 32)]
     expected = accounting.schedule_event(accounting.batch_schedule_segments(
         dataset_size=96, schedule=[(3, 16), (3, 32)], noise_multiplier=1.0))
-    assert accounting.epsilon(expected, 1 / 96) == pytest.approx(result.epsilon, rel=1e-9)
+    assert accounting.epsilon(expected, 1e-5) == pytest.approx(result.epsilon, rel=1e-9)
     rows = list(read_jsonl(tmp_path / "run" / "metrics.jsonl"))
     assert [r["expected_batch_size"] for r in rows] == [16, 16, 16, 32, 32, 32]
 
@@ -117,7 +118,7 @@ def test_checkpoint_round_trip_is_exact_and_keeps_the_newest(tmp_path):
 
 
 def test_run_stops_at_the_budget_and_never_steps_past_it(data_dir, tmp_path, tiny_config):
-    sigma, q, delta = 1.0, 16 / 96, 1 / 96
+    sigma, q, delta = 1.0, 16 / 96, 1e-5
     eps_of = [accounting.epsilon(accounting.dpsgd_event(noise_multiplier=sigma, sampling_probability=q, steps=k), delta)
               for k in range(1, 7)]
     target = (eps_of[2] + eps_of[3]) / 2  # affords 3 of the 6 planned steps
@@ -145,14 +146,43 @@ def test_a_budget_too_small_for_one_step_is_refused_up_front(data_dir, tmp_path,
 # -- sampling labels and data parallelism --------------------------------------------------------
 
 
-def test_shuffle_sampling_is_labelled_as_assuming_poisson(data_dir, tmp_path, tiny_config):
+def test_shuffle_sampling_has_no_proven_epsilon(data_dir, tmp_path, tiny_config):
     result = JaxBertTrainer().train(data_dir, tmp_path / "run", tiny_config(sampling="shuffle"), seed=0)
     privacy = json.loads((tmp_path / "run" / "privacy.json").read_text())
-    assert privacy["sampling"] == "shuffle" and "ASSUMES Poisson sampling" in privacy["sampling_note"]
-    assert "ASSUMES Poisson" in privacy["guarantee"]
+    assert privacy["sampling"] == "shuffle" and "did NOT use" in privacy["sampling_note"]
+    assert privacy["epsilon"] is None and result.epsilon is None  # no proven figure
+    poisson = accounting.epsilon(accounting.dpsgd_event(noise_multiplier=1.0, sampling_probability=16 / 96, steps=6),
+                                 privacy["delta"])
+    assert privacy["epsilon_if_poisson"] == pytest.approx(poisson, rel=1e-9)
+    assert result.summary["epsilon_if_poisson"] == privacy["epsilon_if_poisson"]
+    assert privacy["guarantee"].startswith("no proven epsilon") and privacy["notes"][0].startswith("caveat:")
+    assert all(row["epsilon"] is None for row in privacy["group_privacy"]["by_frequency"])
     rows = list(read_jsonl(tmp_path / "run" / "metrics.jsonl"))
     assert all(r["batch_size"] == 16 for r in rows)  # fixed-size batches
-    assert math.isfinite(result.epsilon)
+
+
+def test_privacy_json_labels_files_group_privacy_and_delta(data_dir, tmp_path, tiny_config):
+    result = JaxBertTrainer().train(data_dir, tmp_path / "run", tiny_config(), seed=0)
+    privacy = json.loads((tmp_path / "run" / "privacy.json").read_text())
+    assert set(privacy["released_files"]) == {"model/", "privacy.json"}
+    assert set(privacy["private_files"]) == {"manifest.json", "metrics.jsonl", "checkpoints/"}
+    assert "sha256 of train.jsonl" in privacy["private_files"]["manifest.json"]
+    assert privacy["delta"] == 1e-5 and privacy["delta_warning"] is None and "1/(10 N)" in privacy["delta_rule"]
+    # The inject fixture inserts canaries 1, 2 and 3 times: one group bound each, chained from (eps, delta).
+    groups = privacy["group_privacy"]
+    assert [g["frequency"] for g in groups["by_frequency"]] == [1, 2, 3] and "Dwork & Roth" in groups["bound"]
+    eps = result.epsilon
+    for g in groups["by_frequency"]:
+        f = g["frequency"]
+        assert g["epsilon"] == pytest.approx(f * eps)
+        assert g["delta"] == pytest.approx(1e-5 * sum(math.exp(i * eps) for i in range(f)), rel=1e-9)
+    assert float(privacy["epsilon_text"]) >= eps  # rounded up
+    manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
+    assert manifest["summary"]["telemetry"]["examples_per_s"] > 0 and "telemetry" in manifest["summary"]["telemetry"]["note"]
+    # delta >= 1/N is warned about in privacy.json (the CLI prints the warning on stderr).
+    JaxBertTrainer().train(data_dir, tmp_path / "big-delta", tiny_config(delta=1 / 96), seed=0)
+    warned = json.loads((tmp_path / "big-delta" / "privacy.json").read_text())
+    assert "1/N" in warned["delta_warning"] and warned["notes"][0].startswith("warning:")
 
 
 def test_data_parallel_run_matches_single_device_run(data_dir, tmp_path, tiny_config):

@@ -39,7 +39,7 @@ def test_run_directory_is_complete_and_verifies(dp_run):
     for name in ("model/config.json", "model/model.safetensors", "model/tokenizer.json", "privacy.json",
                  "metrics.jsonl", "manifest.json"):
         assert (out / name).is_file(), name
-    assert (out / "checkpoints").is_dir()
+    assert not (out / "checkpoints").exists()  # deleted at the end: they hold the secret noise state
     manifest = verify_run_dir(out, schema_prefix="dpaudit.train/")
     assert manifest["schema"] == "dpaudit.train/1" and manifest["seed"] == 3
     assert {p.split("/")[-1] for p in manifest["inputs"]} >= {"train.jsonl", "heldout.jsonl", "public.jsonl"}
@@ -78,7 +78,7 @@ def test_epsilon_recomputes_from_the_stored_event(dp_run):
     privacy = json.loads((out / "privacy.json").read_text())
     assert privacy["accountant"] == "pld" and privacy["private"] is True
     assert privacy["privacy_unit"] == "example (add/remove)" and privacy["sampling"] == "poisson"
-    assert privacy["delta"] == pytest.approx(1 / 96) and privacy["steps"] == 6
+    assert privacy["delta"] == 1e-5 and privacy["steps"] == 6  # default min(1e-5, 1/(10 N))
     assert "NOT covered by the epsilon" in privacy["telemetry"]
     event = accounting.event_from_json(privacy["event"])
     eps = accounting.epsilon(event, privacy["delta"])
@@ -153,3 +153,31 @@ def test_config_file_supplies_options_and_the_command_line_overrides_it(data_dir
     privacy = json.loads((out / "privacy.json").read_text())
     assert privacy["private"] is False and privacy["epsilon"] is None and privacy["epsilon_text"] == "inf"
     assert privacy["event"] is None
+
+
+def test_text_output_states_the_guarantee_rounded_up_with_its_labels(data_dir, tmp_path):
+    out = tmp_path / "model"
+    result = CliRunner().invoke(
+        cli, ["train", "--trainer", "jax-bert", "--data", str(data_dir), "--out", str(out), "--seed", "3",
+              "--steps", "6", "--batch-size", "16", "--noise-multiplier", "1", "--delta", "0.05", "--noise-seed", "5",
+              *TINY], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    privacy = json.loads((out / "privacy.json").read_text())
+    eps = privacy["epsilon"]
+    head = result.stdout.splitlines()[0]
+    printed = float(head.split("epsilon = ")[1].split()[0])
+    assert printed >= eps and printed - eps < 1e-3 * eps  # four significant digits, rounded up
+    assert "at delta = 0.0500, for model/ only" in head
+    assert "delta 0.05 >= 1/N" in result.stderr  # warned: a delta >= 1/N
+    assert "only while that seed is secret" in result.stdout  # --noise-seed: a conditional guarantee
+    assert "released (covered): model/" in result.stdout and "private to the data owner (NOT covered)" in result.stdout
+    assert "group privacy, canary inserted 3x: (" in result.stdout and "Dwork & Roth" in result.stdout
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert manifest["config"]["noise_seed"] == "<given: secret>"
+
+
+def test_help_states_the_delta_rule_and_the_secret_noise_options():
+    result = CliRunner().invoke(cli, ["train", "--trainer", "jax-bert", "--help"], catch_exceptions=False)
+    text = " ".join(result.output.split())
+    assert "min(1e-5, 1/(10 N))" in text and "--noise-seed" in text and "--keep-checkpoints" in text
+    assert "never the DP noise or sampling" in text

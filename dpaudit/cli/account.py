@@ -3,7 +3,9 @@
 Leave exactly one of noise multiplier, steps or batch size out and give ``--target-epsilon``: that
 one is solved for (smallest sigma, most steps, largest batch within the budget). Give them all and
 the command prints epsilon (and, with a target, whether the run fits). Everything printed is
-recomputed from the run's DpEvent by :mod:`dpaudit.accounting`.
+recomputed from the run's DpEvent by :mod:`dpaudit.accounting`, and printed epsilons and deltas are
+rounded UP (:func:`dpaudit.figures.format_up`). Every sensitivity factor reaches the event on every
+path: micro-batch clipping (2C) and replace-one adjacency of ``--fixed-size`` (2C) multiply.
 """
 
 from __future__ import annotations
@@ -21,6 +23,11 @@ from typing import Any
 import click
 
 from dpaudit.errors import UserInputError
+from dpaudit.figures import format_up
+
+#: Stated in --help (kept in sync with dpaudit.accounting.DEFAULT_DELTA_RULE, which a test checks).
+_DELTA_HELP = ("delta of the guarantee  [default: min(1e-5, 1/(10 N)): well below 1/N, since a mechanism that "
+               "publishes one random row verbatim already satisfies delta = 1/N; a delta >= 1/N is warned about]")
 
 EPILOG = """\b
 Worked examples (the settings of the papers dpaudit reproduces):
@@ -147,8 +154,7 @@ def _fmt_int(n: int | float) -> str:
 @click.option("--epochs", type=click.IntRange(min=1), help="Epochs instead of --steps (ceil(N / B) steps each).")
 @click.option("--noise-multiplier", "--sigma", "noise_multiplier", type=click.FloatRange(min=0),
               help="Noise std on the summed clipped gradients / clip norm C.")
-@click.option("--delta", type=click.FloatRange(0, 1, min_open=True, max_open=True),
-              help="delta of the guarantee  [default: 1/N]")
+@click.option("--delta", type=click.FloatRange(0, 1, min_open=True, max_open=True), help=_DELTA_HELP)
 @click.option("--target-epsilon", type=click.FloatRange(min=0, min_open=True),
               help="Budget: solve for the one missing quantity (sigma, steps or batch), or check the run against it.")
 @click.option("--schedule", "schedule_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
@@ -159,7 +165,8 @@ def _fmt_int(n: int | float) -> str:
 @click.option("--microbatch-size", type=click.IntRange(min=1), default=1, show_default=True,
               help="Micro-batch clipping: any size > 1 doubles the sensitivity (the accountant sees sigma / 2).")
 @click.option("--fixed-size", is_flag=True,
-              help="Fixed-size batches sampled without replacement: replace-one adjacency, RDP only (labelled).")
+              help="Fixed-size batches sampled without replacement: replace-one adjacency (sensitivity 2C: the "
+                   "accountant sees sigma / 2, times the micro-batch factor), RDP only (labelled).")
 @click.option("--accountant", type=click.Choice(["pld", "rdp", "both"]), default=None,
               help="Accountant of record  [default: pld; rdp with --fixed-size]")
 @click.option("--tan", is_flag=True, help="Also print eta and eps_TAN (Sander et al.; valid only for sigma > 2).")
@@ -203,8 +210,8 @@ def _run(*, dataset_size, batch_size, sampling_probability, steps, epochs, noise
         _fail("--steps and --epochs both given; pass one.")
     if delta is None:
         if n is None:
-            _fail("--delta is required without --dataset-size (its default is 1/N).")
-        delta = 1.0 / n
+            _fail("--delta is required without --dataset-size (its default is min(1e-5, 1/(10 N))).")
+        delta = A.default_delta(n)
     if sum(x is not None for x in (schedule_file, batch_schedule)) > 1:
         _fail("--schedule and --batch-schedule both given; pass one.")
     if schedule_file is not None or batch_schedule is not None:
@@ -224,6 +231,10 @@ def _run(*, dataset_size, batch_size, sampling_probability, steps, epochs, noise
     factor = A.microbatch_sensitivity_factor(microbatch_size)
     q = sampling_probability if sampling_probability is not None else (batch_size / n if batch_size else None)
     notes: list[str] = []
+    delta_warning = A.delta_warning(delta, n)
+    if delta_warning:
+        click.echo(f"warning: {delta_warning}", err=True)
+        notes.append(f"warning: {delta_warning}")
     if factor != 1.0:
         notes.append(f"micro-batch clipping (micro-batch size {microbatch_size}): one example moves one clipped "
                      f"micro-batch sum by up to 2C, so the accountant sees sigma / 2")
@@ -245,10 +256,15 @@ def _run(*, dataset_size, batch_size, sampling_probability, steps, epochs, noise
         if steps is None or noise_multiplier is None:
             _fail("--fixed-size needs --steps (or --epochs) and --noise-multiplier (no calibration).")
 
-        def event_of(sigma: float):
-            return A.fixed_size_event(dataset_size=n, batch_size=batch_size, steps=steps, noise_multiplier=sigma)
+        clipping_factor = factor
 
-        segments = [A.Segment(steps=steps, sampling_probability=batch_size / n, noise_multiplier=noise_multiplier)]
+        def event_of(sigma: float):
+            return A.fixed_size_event(dataset_size=n, batch_size=batch_size, steps=steps, noise_multiplier=sigma,
+                                      sensitivity_factor=clipping_factor)
+
+        factor = clipping_factor * A.REPLACE_ONE_FACTOR  # what the segments (and --tan/--simulate) must see
+        segments = [A.Segment(steps=steps, sampling_probability=batch_size / n, noise_multiplier=noise_multiplier,
+                              sensitivity_factor=factor)]
         sigma = noise_multiplier
     else:
         plan = _plan(n=n, q=q, steps=steps, epochs=epochs, schedule_file=schedule_file, batch_schedule=batch_schedule,
@@ -297,7 +313,8 @@ def _run(*, dataset_size, batch_size, sampling_probability, steps, epochs, noise
         "delta": delta,
         "noise_multiplier": sigma,
         "microbatch_size": microbatch_size,
-        "sensitivity_factor": factor,
+        "sensitivity_factor": factor,  # L2 sensitivity of the noised sum / C: the event carries sigma / factor
+        "default_delta": A.DEFAULT_DELTA_RULE,
         "steps": sum(s.steps for s in segments),
         "segments": [s.to_json() for s in segments],
         "epsilon": {k: (v if math.isfinite(v) else None) for k, v in epsilons.items()},
@@ -419,7 +436,10 @@ def _render(r: dict[str, Any]) -> str:
     lines.append(head)
     if r["dataset_size"] is not None:
         lines.append(f"  dataset size N       {_fmt_int(r['dataset_size'])}")
-    lines.append(f"  delta                {r['delta']:.3g}")
+    lines.append(f"  delta                {format_up(r['delta'], 3)}")
+    if r["sensitivity_factor"] != 1.0:
+        lines.append(f"  sensitivity          {r['sensitivity_factor']:g}C (the accountant sees sigma / "
+                     f"{r['sensitivity_factor']:g})")
     for i, s in enumerate(r["segments"]):
         label = "schedule" if i == 0 else ""
         batch = (f" (batch {_fmt_int(round(s['sampling_probability'] * r['dataset_size']))})"
@@ -437,14 +457,14 @@ def _render(r: dict[str, Any]) -> str:
     if "batch_size" in solved:
         lines.append(f"  largest batch        {_fmt_int(solved['batch_size'])}  (within epsilon {r['target_epsilon']:g})")
     for name, value in r["epsilon"].items():
-        text = "inf (no noise: not differentially private)" if value is None else f"{value:.4f}"
+        text = "inf (no noise: not differentially private)" if value is None else format_up(value, 5)
         lines.append(f"  {'epsilon (' + name.upper() + ')':20s} {text}")
     if r["within_target"] is not None:
         lines.append(f"  target epsilon       {r['target_epsilon']:g}: "
                      f"{'within budget' if r['within_target'] else 'EXCEEDED'}")
     if r["tan"] is not None:
         t = r["tan"]
-        eps = "inf" if t["epsilon_tan"] is None else f"{t['epsilon_tan']:.4f}"
+        eps = "inf" if t["epsilon_tan"] is None else format_up(t["epsilon_tan"], 5)
         lines.append(f"  TAN                  eta = {t['eta']:.5g}, eps_TAN = {eps} (an approximation; PLD is the claim)")
         if t["warning"]:
             lines.append(f"  warning: {t['warning']}")
@@ -455,7 +475,8 @@ def _render(r: dict[str, Any]) -> str:
                      f"{s['eta_step']:.4g}, {s['compute_saving']:.4g}x cheaper")
         lines.append(f"  {s['label']}")
     for note in r["notes"]:
-        lines.append(f"  note: {note}")
+        lines.append(f"  {note}" if note.startswith("warning:") else f"  note: {note}")
+    lines.append("  (printed epsilon and delta are rounded up)")
     return "\n".join(lines)
 
 

@@ -24,18 +24,28 @@ def _has_module(name: str) -> bool:
 
 
 def _model_summary(model: Path) -> str:
-    """Epsilon (recomputed from the stored DpEvent) and the last heldout MLM accuracy of a train run."""
+    """Epsilon (recomputed from the stored DpEvent, rounded up) with its caveats, and the last heldout
+    MLM accuracy (telemetry on private data) of a train run."""
     from dpaudit import accounting
+    from dpaudit.figures import format_up
     from dpaudit.rundir import read_jsonl
 
     privacy = json.loads((model / "privacy.json").read_text(encoding="utf-8"))
     if privacy.get("private"):
         eps = accounting.epsilon(accounting.event_from_json(privacy["event"]), privacy["delta"])
-        claim = f"epsilon = {eps:.3g} at delta = {privacy['delta']:.2g}"
+        delta = format_up(privacy["delta"], 2)
+        if privacy.get("epsilon") is None:  # e.g. --sampling shuffle: no proven figure
+            claim = f"NO proven epsilon (epsilon_if_poisson = {format_up(eps, 3)} at delta = {delta})"
+        else:
+            claim = f"epsilon = {format_up(eps, 3)} at delta = {delta} for model/ only"
+        groups = [f"{row['frequency']}x: {row['text']}" for row in (privacy.get("group_privacy") or {}).get("by_frequency", [])]
+        if groups:
+            claim += "; canaries repeated f times get only group privacy (" + ", ".join(groups) + ")"
+        claim += "; " + privacy.get("noise_source", {}).get("note", "")
     else:
         claim = "non-private (epsilon = inf)"
     accuracy = [row["mlm_accuracy"] for row in read_jsonl(model / "metrics.jsonl") if row.get("mlm_accuracy") is not None]
-    return claim + (f", heldout MLM accuracy {accuracy[-1]:.1%}" if accuracy else "")
+    return claim + (f"; heldout MLM accuracy {accuracy[-1]:.1%} (telemetry, not covered)" if accuracy else "")
 
 
 @click.command(epilog="Example: dpaudit demo --out runs/demo")
@@ -70,6 +80,8 @@ def demo(out: Path, seed: int, steps: int) -> None:
         missing.append("train: the jax-bert trainer needs `pip install -e '.[jax]'`")
 
     missing.append("attack + HTML report: not implemented yet (upcoming issues)")
+    done.append("privacy: epsilons and deltas are rounded up; they cover each model/ only. manifest.json, "
+                "metrics.jsonl and checkpoints/ are private to the data owner (not covered).")
 
     click.echo("\nDone:")
     for line in done:

@@ -24,6 +24,7 @@ from click.core import ParameterSource
 
 from dpaudit.config_types import ConfigTypeError, option_name
 from dpaudit.errors import UserInputError
+from dpaudit.figures import format_up
 from dpaudit.rundir import run_dir_lock
 from dpaudit.trainer_api import Trainer, available_trainers, load_trainer, writes_run_dir
 
@@ -179,7 +180,9 @@ class TrainCommand(click.Command):
     "--out", type=click.Path(path_type=Path), required=True,
     help="Train run directory to write; rerunning the same command on it resumes from its last checkpoint.",
 )
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for initialization, sampling and noise.")
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Public seed (written to the manifest) for initialization, masking and the tokenizer; never the "
+                   "DP noise or sampling, which come from OS entropy (or the trainer's --noise-seed).")
 @click.option(
     "--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
     help="TOML file of trainer options (field names as keys); command-line options override it.",
@@ -189,9 +192,11 @@ class TrainCommand(click.Command):
 def train(ctx: click.Context, trainer: str, data: Path, out: Path, seed: int, config_file: Path | None, as_json: bool, **params: Any) -> None:
     """Train a model on DATA with a pluggable trainer and write a train run directory.
 
-    The run directory holds model/ (Hugging Face layout), privacy.json (the DpEvent that actually
-    ran and its epsilon), metrics.jsonl and checkpoints/. Telemetry in metrics.jsonl (loss,
-    gradient-SNR, clip fraction) is computed on private data and is not covered by epsilon.
+    The run directory holds model/ (Hugging Face layout) and privacy.json (the DpEvent that actually
+    ran and its epsilon): what the guarantee covers. manifest.json (hashes of the training data),
+    metrics.jsonl (loss, gradient-SNR, realized batch sizes, computed on private data) and
+    checkpoints/ (the secret noise state; deleted at the end unless kept) are for the data owner
+    only and NOT covered by the epsilon. Printed epsilons and deltas are rounded up.
     """
     plugin: Trainer = ctx.meta.get("dpaudit.trainer") or load_trainer(trainer)
     config = build_config(plugin, params, ctx, config_file)
@@ -209,17 +214,49 @@ def train(ctx: click.Context, trainer: str, data: Path, out: Path, seed: int, co
                 f"--out {out}: a write failed{where}: {err.strerror}; free disk space or raise the file-size limit "
                 "(ulimit -f), then rerun the same command to resume from the last checkpoint."
             ) from None
+    privacy = _read_privacy(result.out_dir)
+    telemetry = dict(result.summary.get("telemetry") or {})
+    telemetry.setdefault("note", "telemetry: not privacy figures and not covered by the epsilon.")
     summary = {
         "trainer": plugin.name,
         "out_dir": str(result.out_dir),
         "steps": result.steps,
         "epsilon": result.epsilon,
         "delta": result.delta,
-        "final_loss": result.final_loss,
         **result.summary,
+        "telemetry": {**telemetry, "final_loss": result.final_loss},
+        "guarantee": privacy.get("guarantee"),
+        "released_files": privacy.get("released_files"),
+        "private_files": privacy.get("private_files"),
+        "notes": privacy.get("notes", []),
     }
+    for note in summary["notes"]:
+        if note.startswith("warning:"):
+            click.echo(note, err=True)
     if as_json:
         click.echo(json.dumps(summary, indent=2, sort_keys=True))
-    else:
-        eps = "non-private (epsilon = inf)" if result.epsilon is None else f"epsilon = {result.epsilon:.4g} at delta = {result.delta:.3g}"
-        click.echo(f"trained {plugin.name} for {result.steps} steps -> {result.out_dir} ({eps})")
+        return
+    click.echo(f"trained {plugin.name} for {result.steps} steps -> {result.out_dir} ({_claim(result, privacy)})")
+    for note in summary["notes"]:
+        click.echo(f"  {note}")
+    for row in (privacy.get("group_privacy") or {}).get("by_frequency", []):
+        click.echo(f"  group privacy, canary inserted {row['frequency']}x: {row['text']}")
+    if (privacy.get("group_privacy") or {}).get("by_frequency"):
+        click.echo(f"  (group bound: {privacy['group_privacy']['bound']})")
+
+
+def _read_privacy(out_dir: Path) -> dict[str, Any]:
+    """The run's privacy.json (every trainer writes one; an empty dict if it is missing)."""
+    path = Path(out_dir) / "privacy.json"
+    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+
+
+def _claim(result: Any, privacy: dict[str, Any]) -> str:
+    """The one-line guarantee, rounded up, with its caveat when no epsilon is proven."""
+    if result.epsilon is not None:
+        return f"epsilon = {format_up(result.epsilon, 4)} at delta = {format_up(result.delta, 3)}, for model/ only"
+    if privacy.get("epsilon_if_poisson") is not None:
+        return (f"NO proven epsilon: {privacy.get('sampling')} sampling; epsilon_if_poisson = "
+                f"{format_up(privacy['epsilon_if_poisson'], 4)} at delta = {format_up(result.delta, 3)} only if batches "
+                f"had been Poisson-sampled")
+    return "non-private (epsilon = inf)"

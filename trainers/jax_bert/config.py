@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from dpaudit.config_types import check_types
 
@@ -92,16 +92,28 @@ class JaxBertConfig:
         "Noise std on the summed gradient / C. With --target-epsilon too, that epsilon is a cap: training stops at it."))
     target_epsilon: float | None = field(default=None, metadata=_help(
         "Privacy budget; alone, the noise multiplier is calibrated so the whole run spends exactly this (PLD)."))
-    delta: float | None = field(default=None, metadata=_help("Delta of the (epsilon, delta) guarantee; default 1/N."))
+    delta: float | None = field(default=None, metadata=_help(
+        "Delta of the (epsilon, delta) guarantee; default min(1e-5, 1/(10 N)) for N training examples "
+        "(well below 1/N: releasing one random row verbatim already satisfies delta = 1/N). A delta >= 1/N is warned about."))
     non_private: bool = field(default=False, metadata=_help("Train without clipping or noise (the baseline; epsilon = inf)."))
     sampling: Sampling = field(default="poisson", metadata=_help(
-        "poisson (what the accountant assumes) or shuffle (fixed-size batches; epsilon then ASSUMES Poisson sampling)."))
+        "poisson (what the accountant assumes) or shuffle (fixed-size batches: NO proven epsilon; privacy.json gives "
+        "epsilon_if_poisson, what Poisson sampling would have cost)."))
     mask_prob: float = field(default=0.15, metadata=_help("Fraction of tokens masked for the MLM objective (80/10/10)."))
     eval_every: int = field(default=50, metadata=_help("Steps between MLM accuracy evaluations on heldout.jsonl."))
     eval_examples: int = field(default=256, metadata=_help("Heldout examples used per evaluation (0 = skip evaluation)."))
     checkpoint_every: int = field(default=50, metadata=_help("Steps between checkpoints (one is always written at the end)."))
     log_every: int = field(default=10, metadata=_help("Steps between host syncs for the progress bar and metrics.jsonl."))
     data_parallel: bool = field(default=True, metadata=_help("Shard each micro-step over all local devices."))
+    noise_seed: int | None = field(default=None, metadata=_help(
+        "Seed of the DP noise and the Poisson sampling, for tests and reproducible research only. Default: OS "
+        "entropy (never --seed). With it, the guarantee holds only while this number stays secret; it is never "
+        "written to a released file."))
+    keep_checkpoints: bool = field(default=False, metadata=_help(
+        "Keep checkpoints/ after a successful run (default: deleted; they hold the secret noise and sampling state)."))
+
+    #: Fields that do not change what is trained (a rerun may differ in them).
+    RUN_ONLY_FIELDS: ClassVar[tuple[str, ...]] = ("keep_checkpoints",)
 
     def __post_init__(self) -> None:
         check_types(self)  # types and Literal choices first, whatever the source (TOML, checkpoint, caller)
@@ -114,6 +126,9 @@ class JaxBertConfig:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be an integer >= 0, got {value!r}.")
+        if self.noise_seed is not None and (isinstance(self.noise_seed, bool) or not isinstance(self.noise_seed, int)
+                                            or self.noise_seed < 0):
+            raise ValueError(f"--noise-seed must be an integer >= 0, got {self.noise_seed!r}.")
         if self.max_length < 8:
             raise ValueError(f"--max-length must be >= 8, got {self.max_length}.")
         if self.max_predictions is not None and not 0 < self.max_predictions <= self.max_length:
@@ -169,10 +184,18 @@ class JaxBertConfig:
         return min(self.max_length, math.ceil(self.max_length * self.mask_prob) + 1)
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-serializable field values (stored in checkpoints and the manifest)."""
+        """JSON-serializable field values, ``noise_seed`` included: for checkpoints only (private)."""
         return dataclasses.asdict(self)
 
+    def to_public_dict(self) -> dict[str, Any]:
+        """:meth:`to_dict` for released files (the manifest): ``noise_seed`` redacted, never the number."""
+        from dpaudit.secret_rng import NoiseSource
+
+        return {**self.to_dict(), "noise_seed": NoiseSource.redact(self.noise_seed)}
+
     def mismatches(self, other: dict[str, Any]) -> list[str]:
-        """Names of fields whose value differs from ``other`` (a stored :meth:`to_dict`)."""
+        """Names of fields whose value differs from ``other`` (a stored :meth:`to_dict`), except
+        :attr:`RUN_ONLY_FIELDS` (a resume may change what happens after training)."""
         mine = self.to_dict()
-        return [name for name in sorted(set(mine) | set(other)) if mine.get(name) != other.get(name)]
+        names = sorted((set(mine) | set(other)) - set(self.RUN_ONLY_FIELDS))
+        return [name for name in names if mine.get(name) != other.get(name)]

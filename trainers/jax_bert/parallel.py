@@ -167,6 +167,22 @@ def is_primary() -> bool:
     return jax.process_index() == 0
 
 
+def broadcast_from_primary(value: int, *, bits: int = 128) -> int:
+    """Process 0's non-negative integer ``value`` (< 2**bits) on every process (itself with one process).
+
+    Multi-host runs draw the secret noise seed from OS entropy on each process; they must all use
+    process 0's, or their Poisson samples and noise would differ.
+    """
+    if jax.process_count() == 1:
+        return value
+    from jax.experimental import multihost_utils
+
+    n = -(-bits // 32)
+    words = np.array([(value >> (32 * i)) & 0xFFFFFFFF for i in range(n)], dtype=np.uint32)
+    shared = np.asarray(multihost_utils.broadcast_one_to_all(words), dtype=np.uint64)
+    return sum(int(w) << (32 * i) for i, w in enumerate(shared))
+
+
 def sync_processes(name: str) -> None:
     """A barrier across all processes of a multi-host run (a no-op with one process)."""
     if jax.process_count() > 1:

@@ -14,14 +14,29 @@ A run, in order (DESIGN sections 3 and 5):
 2. plan the privacy of the whole run before anything is written: segments of (steps, expected batch),
    sigma given or calibrated for ``--target-epsilon``, the ledger certifies the plan; a plan that
    cannot take a single step within the budget is refused up front;
-3. loop: Poisson-sample indices with a seeded numpy Generator, pack them into fixed-shape micro-step
+3. loop: Poisson-sample indices with the secret numpy Generator, pack them into fixed-shape micro-step
    chunks, mask on device, run the DP (or non-private) step. Each step is recorded in the ledger
    *before* it runs, so the ledger refuses a step that would overspend and the run stops there,
    cleanly. Host syncs happen only every ``--log-every`` steps;
 4. checkpoint atomically every ``--checkpoint-every`` steps; a rerun of the same command resumes from
    the newest checkpoint with the same ledger and RNG streams (so interrupted + resumed == straight);
 5. at the end write ``model/``, ``metrics.jsonl``, ``privacy.json`` and ``manifest.json``, each atomically
-   (the manifest last: a train directory with a manifest is complete).
+   (the manifest last: a train directory with a manifest is complete), then delete ``checkpoints/``
+   unless ``--keep-checkpoints`` (they hold the secret noise state). Rerunning a finished run returns
+   its result without training.
+
+Randomness (DESIGN "Honest accounting rules"). The mechanism's randomness is secret and comes from
+:class:`dpaudit.secret_rng.NoiseSource` (OS entropy, or ``--noise-seed``), never from ``--seed``:
+
+- Poisson sampling: ``numpy.random.default_rng([noise_seed, 0])``; shuffled batches of schedule
+  segment ``s``: ``default_rng([noise_seed, 1, s])``;
+- DP noise of (0-based) step ``t``: ``fold_in(noise_key, t)`` with
+  ``noise_key = fold_in(PRNGKey(w0), w1)`` and ``(w0, w1) = NoiseSource.words(2)``.
+
+So a run is bit-identical at a fixed ``--noise-seed`` (and ``--seed``). The public ``--seed`` drives
+what needs no secrecy: initialization, the heldout evaluation masks and the training masks, which
+are a function of (seed, step, example index) only, so one example's presence never changes another
+example's mask (its gradient, hence the sensitivity, stays that of per-example clipping).
 """
 
 from __future__ import annotations
@@ -48,6 +63,7 @@ from tqdm.auto import tqdm
 from dpaudit import accounting
 from dpaudit.errors import UserInputError
 from dpaudit.inject_run import PUBLIC, TRAIN, InjectRun, load_inject_run
+from dpaudit.figures import format_up
 from dpaudit.privacy_ledger import BudgetExceededError, PrivacyLedger
 from dpaudit.rundir import (
     atomic_write_json,
@@ -56,8 +72,10 @@ from dpaudit.rundir import (
     dumps_jsonl_line,
     file_hashes,
     read_jsonl,
+    verify_run_dir,
     write_manifest,
 )
+from dpaudit.secret_rng import NoiseSource
 from dpaudit.trainer_api import TrainResult
 from trainers.jax_bert import checkpoint as ckpt
 from trainers.jax_bert import cpu_runtime, dp_step, hf_io, parallel, sampling
@@ -77,12 +95,40 @@ TELEMETRY_NOTE = (
     "private training data and are NOT covered by the epsilon; they are for the user's eyes only."
 )
 SHUFFLE_NOTE = (
-    "fixed-size shuffled batches were used (--sampling shuffle); the epsilon is computed as if batches "
-    "were Poisson-sampled with q = batch/N and ASSUMES Poisson sampling, which this run did not use."
+    "fixed-size shuffled batches were used (--sampling shuffle): no epsilon is proven for them, so 'epsilon' "
+    "is null; 'epsilon_if_poisson' is what the run would spend if its batches had been Poisson-sampled with "
+    "q = batch/N, which this run did NOT use."
+)
+#: Which files of a train run directory the guarantee covers, and which are the data owner's only.
+RELEASED_FILES = {
+    "model/": "the trained model: what the (epsilon, delta) guarantee covers.",
+    "privacy.json": "depends only on the config and N (treated as public), never on the data or the noise.",
+}
+PRIVATE_FILES = {
+    "manifest.json": "holds the sha256 of train.jsonl (a hash of the data confirms a guessed canary); not covered.",
+    "metrics.jsonl": "loss, accuracy, realized batch sizes and noise norms computed on private data; not covered.",
+    "checkpoints/": "hold the secret sampling and noise state (anyone with it can regenerate the noise); "
+                    "deleted at the end of a successful run unless --keep-checkpoints.",
+}
+TELEMETRY_SUMMARY_NOTE = "wall-clock throughput and loss: telemetry, not privacy figures and not covered by the epsilon."
+KEPT_CHECKPOINTS_WARNING = (
+    "warning: --keep-checkpoints: {path} holds the secret noise and sampling state; anyone who reads it can "
+    "regenerate the noise and the guarantee no longer holds against them. Keep it private or delete it."
 )
 
-# Independent PRNG streams derived from the seed (jax.random.fold_in(PRNGKey(seed), stream)).
+# Independent PRNG streams of the PUBLIC seed (jax.random.fold_in(PRNGKey(seed), stream)).
 _INIT_STREAM, _TRAIN_STREAM, _EVAL_STREAM = 0, 1, 2
+# Streams of the SECRET noise seed (numpy SeedSequence entropy [noise_seed, stream, ...]).
+_POISSON_STREAM, _SHUFFLE_STREAM = 0, 1
+
+
+def noise_key_of(source: NoiseSource) -> jax.Array:
+    """The JAX key of the DP noise: ``fold_in(PRNGKey(w0), w1)``, ``(w0, w1) = source.words(2)``.
+
+    Step ``t`` draws its noise from ``fold_in(noise_key_of(source), t)``.
+    """
+    w0, w1 = source.words(2)
+    return jax.random.fold_in(jax.random.PRNGKey(w0), w1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -183,6 +229,21 @@ def load_inject_dir(data_dir: Path) -> InjectRun:
     return data
 
 
+def _canary_frequencies(manifest: dict[str, Any]) -> tuple[int, ...]:
+    """The insertion counts (> 0) of the inject manifest's canaries, sorted; () if it names none."""
+    by_frequency = (manifest.get("counts") or {}).get("canaries_by_frequency") or {}
+    found = set()
+    for key in by_frequency:
+        try:
+            found.add(int(key))
+        except (TypeError, ValueError):
+            continue
+    if not found:
+        schedule = (manifest.get("config") or {}).get("schedule") or {}
+        found = {f for f in schedule.get("frequencies") or [] if isinstance(f, int)}
+    return tuple(sorted(f for f in found if f > 0))
+
+
 def plan_privacy(config: JaxBertConfig, dataset_size: int) -> PrivacyPlan:
     """Fix sigma, delta and the number of affordable steps for the whole run, before it starts.
 
@@ -203,7 +264,7 @@ def plan_privacy(config: JaxBertConfig, dataset_size: int) -> PrivacyPlan:
     if config.non_private:
         return PrivacyPlan(dataset_size=dataset_size, schedule=schedule, noise_multiplier=None, delta=None,
                             target_epsilon=None, planned_epsilon=None, affordable_steps=sum(s for s, _ in schedule))
-    delta = config.delta if config.delta is not None else 1.0 / dataset_size
+    delta = config.delta if config.delta is not None else accounting.default_delta(dataset_size)
     total = sum(s for s, _ in schedule)
 
     def event_for(sigma: float, steps: int = total) -> Any:
@@ -258,7 +319,7 @@ class _Compiled:
     model: FlaxBertForMaskedLM
     optimizer: Any
     step: Any  # dp_step.StepFn
-    mask_batch: Any  # jit: (key, input_ids [..., L], attention_mask [..., L]) -> masked example dict [..., ...]
+    mask_batch: Any  # jit: (key, example_ids [...], input_ids [..., L], attention_mask [..., L]) -> masked dict [..., ...]
     eval_sums: Any  # jit: (params, batch [B, ...], weights [B]) -> [loss_sum, n_correct, n_predictions]
 
 
@@ -286,10 +347,13 @@ def compiled_functions(
                                  special_ids=jnp.asarray(special_ids, jnp.int32), mask_prob=mask_prob,
                                  max_predictions=max_predictions)
 
-    def mask_batch(key: jax.Array, input_ids: jax.Array, attention_mask: jax.Array) -> dict[str, jax.Array]:
+    def mask_batch(key: jax.Array, example_ids: jax.Array, input_ids: jax.Array,
+                   attention_mask: jax.Array) -> dict[str, jax.Array]:
+        # Each example's mask key is fold_in(key, its example index): never its slot, so one example
+        # joining or leaving the batch cannot change another example's mask.
         lead = input_ids.shape[:-1]
         flat_ids = input_ids.reshape(-1, input_ids.shape[-1])
-        keys = jax.random.split(key, flat_ids.shape[0])
+        keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, example_ids.reshape(-1).astype(jnp.uint32))
         out = jax.vmap(mask_one)(keys, flat_ids, attention_mask.reshape(flat_ids.shape))
         return {k: v.reshape(lead + v.shape[1:]) for k, v in out.items()}
 
@@ -322,8 +386,10 @@ class _Run:
         if out.exists() and not out.is_dir():
             raise UserInputError(f"--out {out} is a file, not a directory; choose a directory path.")
         # A run killed before its first checkpoint leaves only checkpoints/ (partial metrics): start over.
+        # A finished run (manifest.json, checkpoints deleted) is returned as it is by _finished_run.
         entries = {p.name for p in out.iterdir()} if out.is_dir() else set()
-        if not entries <= {CHECKPOINT_DIR} and not ckpt.list_checkpoints(self.ckpt_dir):
+        if (not entries <= {CHECKPOINT_DIR} and not ckpt.list_checkpoints(self.ckpt_dir)
+                and "manifest.json" not in entries):
             raise UserInputError(
                 f"--out {out} exists, is not empty and holds no jax-bert checkpoint to resume; choose a new or empty directory."
             )
@@ -346,6 +412,33 @@ class _Run:
         if stored.get("data") != self.data.identity:
             raise UserInputError(f"--out {self.out_dir} was trained on different --data (inject manifest changed); use a new --out.")
 
+    def _finished_run(self) -> dict[str, Any] | None:
+        """The manifest of a finished run of this very command in ``--out`` (None when there is none).
+
+        Its checkpoints are gone (they held the secret noise state), so a rerun cannot continue it:
+        the same settings get the stored result back, different ones a one-line error.
+        """
+        if ckpt.list_checkpoints(self.ckpt_dir) or not (self.out_dir / "manifest.json").is_file():
+            return None
+        manifest = verify_run_dir(self.out_dir, schema_prefix="dpaudit.train/")
+        stored = dict(manifest.get("config") or {})
+        if stored.pop("trainer", None) != JaxBertTrainer.name:
+            raise UserInputError(f"--out {self.out_dir} holds a run of another trainer; choose a new --out.")
+        mine = {k: v for k, v in self.config.to_public_dict().items() if k not in JaxBertConfig.RUN_ONLY_FIELDS}
+        stored = {k: v for k, v in stored.items() if k not in JaxBertConfig.RUN_ONLY_FIELDS}
+        differing = sorted(n for n in set(mine) | set(stored) if mine.get(n) != stored.get(n))
+        if differing:
+            detail = ", ".join(f"--{n.replace('_', '-')} {stored.get(n)!r} -> {mine.get(n)!r}" for n in differing[:4])
+            raise UserInputError(f"--out {self.out_dir} holds a finished run with different settings ({detail}); "
+                                 f"rerun with the same options or use a new --out.")
+        if manifest.get("seed") != self.seed:
+            raise UserInputError(f"--out {self.out_dir} holds a finished run with --seed {manifest.get('seed')}, not "
+                                 f"{self.seed}; use the same seed or a new --out.")
+        if manifest.get("inputs") != self.data.inputs:
+            raise UserInputError(f"--out {self.out_dir} was trained on different --data (inject files changed); "
+                                 f"use a new --out.")
+        return manifest
+
     def _setup(self) -> None:
         config = self.config
         parallel.maybe_initialize_distributed()  # multi-host: before any other JAX call
@@ -355,6 +448,9 @@ class _Run:
         self.primary = parallel.is_primary()
         self._check_out_dir()
         self.data = load_inject_dir(self.data_dir)
+        self.finished = self._finished_run()
+        if self.finished is not None:
+            return
         n = len(self.data.train_texts)
         self.plan = plan_privacy(config, n)
         self.mesh = None
@@ -390,15 +486,22 @@ class _Run:
         opt_state = self.fns.optimizer.init(params)
         self._setup_eval()
 
-        self.rng = np.random.default_rng([self.seed, _TRAIN_STREAM])
         self.start_step = 0
         self.ledger: PrivacyLedger | None = None
         if self.resume_state is None:
+            self.noise = _shared_noise_source(config.noise_seed)
+            self.rng = self.noise.numpy_generator(_POISSON_STREAM)
             self.ledger = new_ledger(config, self.plan) if self.plan.private else None
         else:
             restored = ckpt.restore_checkpoint(latest[0][1], params_template=params, opt_state_template=opt_state)
             params, opt_state = restored.params, restored.opt_state
             self.start_step = restored.step
+            try:
+                self.noise = NoiseSource.from_state(restored.state.get("noise_source"))
+            except ValueError:
+                raise UserInputError(f"{restored.path}: the checkpoint holds no secret noise state (written by an older "
+                                     f"dpaudit); use a new --out.") from None
+            self.rng = self.noise.numpy_generator(_POISSON_STREAM)
             self.rng.bit_generator.state = restored.state["numpy_rng"]
             if self.plan.private:  # the ledger keeps its plan certificate: recording the rest costs no accountant call
                 try:
@@ -412,6 +515,7 @@ class _Run:
         if self.mesh is not None:  # global replicated arrays (device_put cannot span processes)
             params, opt_state = parallel.replicate(self.mesh, params), parallel.replicate(self.mesh, opt_state)
         self.params, self.opt_state = params, opt_state
+        self.noise_key = noise_key_of(self.noise)
         # Every process has read the out dir (and any checkpoint) before process 0 writes to it.
         parallel.sync_processes("jax_bert_setup")
 
@@ -428,7 +532,7 @@ class _Run:
         att = np.concatenate([enc["attention_mask"], np.repeat(enc["attention_mask"][:1], n_pad, 0)])
         weights = np.concatenate([np.ones(len(texts), np.float32), np.zeros(n_pad, np.float32)])
         key = jax.random.fold_in(jax.random.PRNGKey(self.seed), _EVAL_STREAM)
-        masked = self.fns.mask_batch(key, jnp.asarray(ids), jnp.asarray(att))
+        masked = self.fns.mask_batch(key, jnp.arange(len(weights)), jnp.asarray(ids), jnp.asarray(att))
         for start in range(0, len(weights), size):
             batch = {k: v[start : start + size] for k, v in masked.items()}
             w = jnp.asarray(weights[start : start + size])
@@ -451,7 +555,7 @@ class _Run:
                 continue
             segment, offset = self.plan.segment_at(step)
             seg_steps = self.plan.schedule[segment][0]
-            stream = sampling.shuffle_batches(np.random.default_rng([self.seed, _TRAIN_STREAM, segment]), n, batch)
+            stream = sampling.shuffle_batches(self.noise.numpy_generator(_SHUFFLE_STREAM, segment), n, batch)
             for _ in range(offset):
                 next(stream)
             for _ in range(seg_steps - offset):
@@ -470,9 +574,9 @@ class _Run:
             self._capacity[batch] = capacity
         mask_key = jax.random.fold_in(jax.random.fold_in(self.train_key, step), 0)
         chunks = []
-        for c, (idx, mask) in enumerate(sampling.pack_microsteps(indices, m, capacity)):
-            masked = self.fns.mask_batch(jax.random.fold_in(mask_key, c),
-                                     self.train_enc["input_ids"][idx], self.train_enc["attention_mask"][idx])
+        for idx, mask in sampling.pack_microsteps(indices, m, capacity):
+            masked = self.fns.mask_batch(mask_key, idx, self.train_enc["input_ids"][idx],
+                                         self.train_enc["attention_mask"][idx])
             chunks.append((masked, mask))
         return chunks
 
@@ -487,7 +591,8 @@ class _Run:
         return {
             "identity": self._identity(),
             "numpy_rng": _jsonable(self.rng.bit_generator.state),
-            "jax_key": np.asarray(jax.random.key_data(self.train_key)).tolist(),
+            "jax_key": np.asarray(jax.random.key_data(self.train_key)).tolist(),  # public (--seed)
+            "noise_source": self.noise.to_state(),  # SECRET: checkpoints are private to the data owner
             "ledger": self.ledger.to_json() if self.ledger is not None else None,
             "tokenizer_sha256": self.tokenizer_sha,
             "noise_multiplier": self.plan.noise_multiplier,
@@ -573,6 +678,8 @@ class _Run:
 
     def execute(self) -> TrainResult:
         self._setup()
+        if self.finished is not None:
+            return self._finished_result(self.finished)
         config, plan = self.config, self.plan
         if self.primary:
             self.ckpt_dir.mkdir(parents=True, exist_ok=True)
@@ -607,7 +714,7 @@ class _Run:
                         self.stopped_at_budget = True
                         break
                 chunks = self._chunks(step_index, indices)
-                noise_key = jax.random.fold_in(jax.random.fold_in(self.train_key, step_index), 1)
+                noise_key = jax.random.fold_in(self.noise_key, step_index)
                 if self.mesh is not None:
                     noise_key = parallel.replicate(self.mesh, noise_key)
                 noise_std = (plan.noise_multiplier or 0.0) * config.clip_norm
@@ -647,39 +754,81 @@ class _Run:
             "steps": steps,
             "planned_steps": plan.total_steps,
             "dataset_size": plan.dataset_size,
+            "released_files": RELEASED_FILES,
+            "private_files": PRIVATE_FILES,
+            "checkpoints_kept": bool(config.keep_checkpoints),
             "telemetry": TELEMETRY_NOTE,
             "tokenizer": "WordPiece trained on public.jsonl only (never on train.jsonl or the canaries).",
         }
         if not plan.private:
             return {**common, "private": False, "accountant": None, "epsilon": None, "epsilon_text": "inf", "delta": None,
-                    "noise_multiplier": None, "event": None, "segments": [],
-                    "guarantee": "none: non-private training (no clipping, no noise); epsilon = inf."}
+                    "noise_multiplier": None, "event": None, "segments": [], "group_privacy": None,
+                    "guarantee": "none: non-private training (no clipping, no noise); epsilon = inf.",
+                    "notes": ["non-private run: no guarantee for any file."]}
         assert self.ledger is not None
-        epsilon = self._epsilon_spent()  # = ledger.epsilon(), cached (a PLD call costs about a second)
+        computed = self._epsilon_spent()  # = ledger.epsilon(), cached (a PLD call costs about a second)
+        delta = self.ledger.delta
+        shuffle = config.sampling == "shuffle"
         segments = [dict(seg.to_json(), expected_batch_size=seg.sampling_probability * plan.dataset_size)
                     for seg in self.ledger.segments]
-        guarantee = (f"({epsilon:.4g}, {plan.delta:.3g})-DP for one training example (add/remove), Poisson-subsampled "
-                     f"Gaussian mechanism with per-example clipping to C = {config.clip_norm:g}, composed over {steps} "
-                     f"steps ({self.ledger.accountant.upper()} accountant).")
+        eps_text = format_up(computed, 4)
+        delta_text = format_up(delta, 3)
+        if shuffle:
+            guarantee = ("no proven epsilon: fixed-size shuffled batches (--sampling shuffle). If the batches had been "
+                         f"Poisson-sampled, the run would be ({eps_text}, {delta_text})-DP (epsilon_if_poisson).")
+        else:
+            guarantee = (f"({eps_text}, {delta_text})-DP for one training example (add/remove), Poisson-subsampled "
+                         f"Gaussian mechanism with per-example clipping to C = {config.clip_norm:g}, composed over "
+                         f"{steps} steps ({self.ledger.accountant.upper()} accountant), for the released model/.")
+        guarantee += " Condition: " + self.noise.note
+        delta_rule = ("given by --delta" if config.delta is not None
+                      else accounting.DEFAULT_DELTA_RULE.replace("default ", "default: ", 1))
+        warning = accounting.delta_warning(delta, plan.dataset_size)
+        notes = [f"randomness: {self.noise.note}",
+                 "released (covered): " + "; ".join(f"{k} {v}" for k, v in RELEASED_FILES.items()),
+                 "private to the data owner (NOT covered): " + "; ".join(f"{k} {v}" for k, v in PRIVATE_FILES.items())]
+        if shuffle:
+            notes.insert(0, "caveat: " + SHUFFLE_NOTE)
+        if warning:
+            notes.insert(0, "warning: " + warning)
         out = {
             **common,
             "private": True,
             "accountant": self.ledger.accountant,
             "event": accounting.event_to_json(self.ledger.event()),
-            "epsilon": epsilon,
-            "delta": self.ledger.delta,
+            "epsilon": None if shuffle else computed,
+            "delta": delta,
+            "delta_rule": delta_rule,
+            "delta_warning": warning,
             "target_epsilon": self.ledger.target_epsilon,
-            "epsilon_text": f"{epsilon:.6g}",
+            "epsilon_text": ("none proven (--sampling shuffle)" if shuffle else eps_text),
             "noise_multiplier": plan.noise_multiplier,
             "noise_calibrated": config.noise_multiplier is None,
+            "noise_source": {"explicit_noise_seed": self.noise.explicit, "note": self.noise.note},
             "stopped_at_budget": self.stopped_at_budget,
             "segments": segments,
+            "group_privacy": self._group_privacy(None if shuffle else computed, delta),
             "guarantee": guarantee,
+            "notes": notes,
         }
-        if config.sampling == "shuffle":
+        if shuffle:
+            out["epsilon_if_poisson"] = computed
             out["sampling_note"] = SHUFFLE_NOTE
-            out["guarantee"] += " Note: " + SHUFFLE_NOTE
         return out
+
+    def _group_privacy(self, epsilon: float | None, delta: float) -> dict[str, Any]:
+        """The group bound for each canary frequency of the inject manifest (a canary inserted f times is f rows)."""
+        rows = []
+        for f in _canary_frequencies(self.data.manifest):
+            if epsilon is None:
+                rows.append({"frequency": f, "epsilon": None, "delta": None, "text": "none proven"})
+                continue
+            eps_f, delta_f = accounting.group_privacy(epsilon, delta, f)
+            vacuous = delta_f >= 1.0
+            rows.append({"frequency": f, "epsilon": eps_f, "delta": None if vacuous else delta_f,
+                         "text": "no guarantee (group delta >= 1)" if vacuous
+                         else f"({format_up(eps_f, 4)}, {format_up(delta_f, 3)})"})
+        return {"bound": accounting.GROUP_PRIVACY_BOUND, "by_frequency": rows}
 
     def _finish(self, steps: int) -> TrainResult:
         out = self.out_dir
@@ -699,29 +848,52 @@ class _Run:
         eps_rate = next((r["examples_per_s"] for r in reversed(rows) if r.get("examples_per_s") is not None), None)
         summary = {
             "noise_multiplier": self.plan.noise_multiplier,
-            "planned_epsilon": self.plan.planned_epsilon,
+            "planned_epsilon": None if self.config.sampling == "shuffle" else self.plan.planned_epsilon,
+            "epsilon_if_poisson": privacy.get("epsilon_if_poisson"),
             "stopped_at_budget": self.stopped_at_budget,
             "resumed_from_step": self.start_step or None,
-            "examples_per_s": eps_rate,
+            "telemetry": {"examples_per_s": eps_rate, "note": TELEMETRY_SUMMARY_NOTE},
             "sampling": self.config.sampling,
             "devices": 1 if self.mesh is None else int(self.mesh.devices.size),
             "cpu_runtime_tuning": self.runtime_tuning,
+            "checkpoints_kept": bool(self.config.keep_checkpoints),
         }
+        result = TrainResult(out_dir=out, steps=steps, epsilon=privacy["epsilon"], delta=privacy["delta"],
+                             final_loss=final_loss, summary=summary)
         if not self.primary:
-            return TrainResult(out_dir=out, steps=steps, epsilon=privacy["epsilon"], delta=privacy["delta"],
-                               final_loss=final_loss, summary=summary)
+            return result
         manifest = build_manifest(
             schema=TRAIN_SCHEMA,
-            config={"trainer": JaxBertTrainer.name, **self.config.to_dict()},
+            config={"trainer": JaxBertTrainer.name, **self.config.to_public_dict()},
             seed=self.seed,
             inputs=self.data.inputs,
             outputs=file_hashes(out, outputs),
             extra={"model": self.bert_config.to_hf_dict(), "steps": steps, "summary": summary,
-                   "tokenizer_trained_on": "public.jsonl"},
+                   "tokenizer_trained_on": "public.jsonl", "private_to_data_owner": True,
+                   "noise_seed_note": self.noise.note},
         )
         write_manifest(out, manifest)
-        return TrainResult(out_dir=out, steps=steps, epsilon=privacy["epsilon"], delta=privacy["delta"],
-                           final_loss=final_loss, summary=summary)
+        if self.config.keep_checkpoints:
+            print(KEPT_CHECKPOINTS_WARNING.format(path=self.ckpt_dir), file=sys.stderr)
+        else:  # the run is complete: the secret noise state has no further use
+            shutil.rmtree(self.ckpt_dir, ignore_errors=True)
+        return result
+
+    def _finished_result(self, manifest: dict[str, Any]) -> TrainResult:
+        """The result of a finished run, read back from its run directory (nothing is trained or written)."""
+        privacy = json.loads((self.out_dir / "privacy.json").read_text(encoding="utf-8"))
+        rows = list(read_jsonl(self.out_dir / "metrics.jsonl"))
+        final_loss = next((r["loss"] for r in reversed(rows) if r.get("loss") is not None), None)
+        return TrainResult(out_dir=self.out_dir, steps=int(manifest["steps"]), epsilon=privacy.get("epsilon"),
+                           delta=privacy.get("delta"), final_loss=final_loss, summary=dict(manifest.get("summary") or {}))
+
+
+def _shared_noise_source(noise_seed: int | None) -> NoiseSource:
+    """:meth:`NoiseSource.resolve`, with process 0's OS-entropy seed shared by every process of a multi-host run."""
+    source = NoiseSource.resolve(noise_seed)
+    if source.explicit:
+        return source
+    return NoiseSource(seed=parallel.broadcast_from_primary(source.seed), explicit=False)
 
 
 # ----------------------------------------------------------------------------------------------
