@@ -66,7 +66,6 @@ from dp_accounting.dp_event import (
     SampledWithoutReplacementDpEvent,
     SelfComposedDpEvent,
 )
-from dp_accounting.pld import common as pld_common
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld import privacy_loss_mechanism as plm
 from dp_accounting.privacy_accountant import NeighboringRelation

@@ -50,7 +50,8 @@ CANARY_INJECT = ["--corpus", "builtin:assistant", "--corpus-size", "400", "--see
                  "--frequencies", "100", "--per-frequency", "4", "--holdout", "8"]
 CANARY_TRAIN = ["--trainer", "jax-bert", "--seed", "0", "--preset", "tiny", "--batch-size", "64", "--micro-batch", "32",
                 "--max-length", "32", "--learning-rate", "3e-3", "--warmup-steps", "10", "--weight-decay", "0",
-                "--mask-prob", "0.3", "--log-every", "50", "--eval-every", "1000", "--checkpoint-every", "1000"]
+                "--mask-prob", "0.3", "--log-every", "50", "--eval-every", "1000", "--checkpoint-every", "1000",
+                "--noise-seed", "0"]
 
 
 def _cli(*args: str) -> str:
@@ -81,13 +82,8 @@ def canary_model(canary_data, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def noisy_canary_model(canary_data, tmp_path_factory):
-    """The same model trained with DP-SGD at noise multiplier 50 for 40 steps (noise fixed by seed)."""
-    import dataclasses
-
-    from trainers.jax_bert.config import JaxBertConfig
-
+    """The same model trained with DP-SGD at noise multiplier 50 for 40 steps (noise fixed by --noise-seed)."""
     path = tmp_path_factory.mktemp("canary") / "noisy"
-    noise_seed = ["--noise-seed", "0"] if "noise_seed" in {f.name for f in dataclasses.fields(JaxBertConfig)} else []
-    _cli("train", *CANARY_TRAIN, "--steps", "40", "--noise-multiplier", "50", *noise_seed, "--data", str(canary_data),
+    _cli("train", *CANARY_TRAIN, "--steps", "40", "--noise-multiplier", "50", "--data", str(canary_data),
          "--out", str(path))
     return path
