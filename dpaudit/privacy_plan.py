@@ -13,7 +13,19 @@ micro-batch clipping, see :func:`dpaudit.accounting.microbatch_sensitivity_facto
   recording each realized step costs no accountant call.
 
 A trainer never builds accounting segments itself: the factor multiplies here, on every path, so a
-micro-batch trainer cannot forget it (DESIGN section 5, "Honest accounting rules").
+micro-batch trainer cannot forget it.
+
+Convention (as jax_privacy's ``clipped_grad(...).sensitivity``): a stage's sigma is the noise
+multiplier *of the step's sensitivity*. The step adds noise of std ``sigma * sensitivity`` with
+``sensitivity = sensitivity_factor * C`` (the clipping function reports it; nobody recomputes it), so
+the accountant sees ``sigma`` itself whatever the clipping unit, and the same ``--noise-multiplier``
+gives the same epsilon in every mode. A ledger segment stores the noise std over C,
+``sigma * factor``, with ``sensitivity_factor = factor``.
+
+References:
+  Dupuy et al. 2021, "An Efficient DP-Federated Learning Mechanism" (eDP-SGD), Algorithm 1: per-epoch
+  noise decay fixed in advance, composed one segment per epoch.
+  McMahan et al. 2018 / TF Privacy ``used_microbatching``: micro-batch sensitivity 2C.
 """
 
 from __future__ import annotations
@@ -26,7 +38,7 @@ from dpaudit import accounting
 from dpaudit.errors import UserInputError
 from dpaudit.privacy_ledger import PrivacyLedger
 
-__all__ = ["PrivacyPlan", "Stage", "constant_noise", "new_ledger", "plan_privacy", "truncate_stages"]
+__all__ = ["PrivacyPlan", "Stage", "constant_noise", "decay_schedule", "new_ledger", "plan_privacy", "truncate_stages"]
 
 #: (steps, expected batch size) of one stage of the run.
 Stage = tuple[int, int]
@@ -37,6 +49,22 @@ NoiseSchedule = Callable[[float], Sequence[float]]
 def constant_noise(n_stages: int) -> NoiseSchedule:
     """The same sigma in every stage (DP-SGD with or without a batch-size schedule)."""
     return lambda sigma: [sigma] * n_stages
+
+
+def decay_schedule(decay: str, *, epochs: int, rate: float = 0.0, sigma_min: float | None = None) -> NoiseSchedule:
+    """sigma_0 -> one sigma per epoch for ``none``, ``linear`` (floored) or ``exp`` decay (Dupuy et al. 2021).
+
+    Linear decay is floored at ``sigma_min`` (default sigma_0 / 10): zero noise is not DP. Decay is
+    fixed in advance: decay triggered by metrics on private data would not be accountable.
+    """
+    if decay == "none":
+        return lambda sigma0: [float(sigma0)] * epochs
+    if decay == "linear":
+        return lambda sigma0: accounting.linear_decay_sigmas(sigma0, rate, epochs,
+                                                             sigma_min if sigma_min is not None else sigma0 / 10.0)
+    if decay == "exp":
+        return lambda sigma0: accounting.exponential_decay_sigmas(sigma0, rate, epochs)
+    raise ValueError(f"noise decay must be none, linear or exp, got {decay!r}.")
 
 
 def truncate_stages(stages: Sequence[Stage], steps: int) -> list[Stage]:
@@ -57,10 +85,9 @@ class PrivacyPlan:
     Attributes:
         dataset_size: N, the number of training rows (the privacy unit is one row).
         stages: ``(steps, expected_batch)`` per stage; Poisson rate q = batch / N.
-        sigmas: noise multiplier (noise std on the clipped sum / clip norm C) per stage, or None
-            for a non-private run.
-        sensitivity_factor: clip norms one example can move the sum by (1 per-example, 2 micro-batch);
-            the accountant sees sigma / factor.
+        sigmas: noise multiplier of the step's sensitivity per stage (noise std on the clipped sum
+            = sigma * sensitivity_factor * C), or None for a non-private run.
+        sensitivity_factor: clip norms one example can move the sum by (1 per-example, 2 micro-batch).
         delta: the delta the epsilon is stated at (None when non-private).
         target_epsilon: the budget the ledger enforces (None: no cap).
         planned_epsilon: epsilon of the affordable steps (None when non-private).
@@ -110,23 +137,34 @@ class PrivacyPlan:
             raise ValueError("a non-private plan has no noise multiplier")
         return self.sigmas[self.stage_at(step)[0]]
 
-    def segments(self, steps: int | None = None) -> list[accounting.Segment]:
-        """Accounting segments of the first ``steps`` steps (default: the whole plan)."""
+    def segments(self, steps: int | None = None, *, accounted_factor: float | None = None) -> list[accounting.Segment]:
+        """Accounting segments of the first ``steps`` steps (default: the whole plan).
+
+        ``accounted_factor`` overrides the sensitivity factor the accountant is told (the noise that
+        ran is unchanged): 1.0 gives what an accounting that ignores micro-batch clipping would claim.
+        """
         if self.sigmas is None:
             raise ValueError("a non-private plan has no accounting segments")
+        factor = self.sensitivity_factor if accounted_factor is None else accounted_factor
         kept = truncate_stages(self.stages, self.total_steps if steps is None else steps)
-        return [accounting.Segment(steps=s, sampling_probability=b / self.dataset_size, noise_multiplier=sigma,
-                                   sensitivity_factor=self.sensitivity_factor)
+        return [accounting.Segment(steps=s, sampling_probability=b / self.dataset_size,
+                                   noise_multiplier=sigma * self.sensitivity_factor, sensitivity_factor=factor)
                 for (s, b), sigma in zip(kept, self.sigmas)]
 
     def record_step(self, ledger: PrivacyLedger, step: int) -> None:
-        """Record step ``step`` in ``ledger`` (raises BudgetExceededError, recording nothing, if it overspends)."""
-        ledger.record(sampling_probability=self.batch_at(step) / self.dataset_size, noise_multiplier=self.sigma_at(step),
+        """Record step ``step`` in ``ledger`` BEFORE it runs (raises BudgetExceededError, recording nothing,
+        if it would overspend)."""
+        ledger.record(sampling_probability=self.batch_at(step) / self.dataset_size,
+                      noise_multiplier=self.sigma_at(step) * self.sensitivity_factor,
                       sensitivity_factor=self.sensitivity_factor)
 
-    def event(self, steps: int | None = None) -> accounting.DpEvent:
+    def noise_std(self, step: int, clip_norm: float) -> float:
+        """The std of the noise step ``step`` adds to the clipped sum: sigma * factor * C."""
+        return self.sigma_at(step) * self.sensitivity_factor * clip_norm
+
+    def event(self, steps: int | None = None, *, accounted_factor: float | None = None) -> accounting.DpEvent:
         """The DpEvent of the first ``steps`` steps."""
-        return accounting.schedule_event(self.segments(steps))
+        return accounting.schedule_event(self.segments(steps, accounted_factor=accounted_factor))
 
 
 def plan_privacy(
@@ -136,13 +174,14 @@ def plan_privacy(
     non_private: bool,
     noise_multiplier: float | None,
     target_epsilon: float | None,
-    delta: float,
+    delta: float | None,
     sensitivity_factor: float = 1.0,
     noise_schedule: NoiseSchedule | None = None,
     batch_option: str = "--batch-size",
 ) -> PrivacyPlan:
     """Fix sigma, delta and the affordable steps of a whole run before it starts.
 
+    ``delta`` None: :func:`dpaudit.accounting.default_delta` of N (well below 1/N).
     ``target_epsilon`` alone: the base sigma is calibrated so the whole schedule spends exactly the
     target (PLD). ``noise_multiplier`` alone: no cap; the epsilon is reported. Both: the target is a
     cap, and the run stops after the last step that fits (refused up front if not even one fits).
@@ -164,6 +203,7 @@ def plan_privacy(
     if non_private:
         return PrivacyPlan(dataset_size=dataset_size, stages=stages, sigmas=None, affordable_steps=total)
     schedule = noise_schedule or constant_noise(len(stages))
+    delta = accounting.default_delta(dataset_size) if delta is None else float(delta)
 
     def sigmas_for(sigma: float) -> tuple[float, ...]:
         values = tuple(float(x) for x in schedule(sigma))

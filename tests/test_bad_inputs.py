@@ -89,7 +89,7 @@ ACCOUNT_CASES = [
     ("delta-nan", ["--noise-multiplier", "1", "--delta", "nan"], ["--delta must be a finite number, got nan."]),
     # Item 2's repro (climbed past 3 GB and died): refused, saying which sigma already meets the target.
     ("target-1000", ["--target-epsilon", "1000"],
-     ["target epsilon 1000 at delta 0.001", "noise multipliers below", "grid points", "lower the target"]),
+     ["target epsilon 1000 at delta 1e-05", "noise multipliers below", "grid points", "lower the target"]),
     ("target-1e6", ["--target-epsilon", "1e6"], ["target epsilon 1e+06", "lower the target"]),
     # RDP needs no grid, but a root below the search's lower end has no proven minimality either.
     ("target-1e6-rdp", ["--target-epsilon", "1e6", "--accountant", "rdp"],
