@@ -15,6 +15,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from dpaudit import accounting as A
+from dpaudit.accounting import pld as pld_module
 from dpaudit.errors import UserInputError
 
 DELTA = 1e-5
@@ -68,7 +69,7 @@ def test_vectorized_single_step_pld_is_bit_identical_to_dp_accounting(sigma, q, 
 
 def test_single_step_pld_falls_back_to_the_library_build(monkeypatch):
     """Without dp_accounting's private PMF hook (a future version), the library builds the same PLD."""
-    monkeypatch.setattr(A, "_CREATE_PMF", None)
+    monkeypatch.setattr(pld_module, "_CREATE_PMF", None)
     ours = A.subsampled_gaussian_pld(1.0, 0.01, 1e-3)
     theirs = pld.privacy_loss_distribution.from_gaussian_mechanism(1.0, sampling_prob=0.01,
                                                                    value_discretization_interval=1e-3)
@@ -443,8 +444,8 @@ def test_calibrate_noise_refuses_targets_below_the_grid_floor_with_a_true_claim(
     accountant.compose(raw_dpsgd(0.01, sigma, 100))
     assert accountant.get_epsilon(1e-3) == pytest.approx(eps, rel=1e-3) and eps <= 1000.0
     # ... and that sigma really is where the accountant of record's PLD stops fitting.
-    assert A._item_grid_points(("poisson", 0.01, sigma, 100), A.PLD_DISCRETIZATION) <= A.PLD_MAX_GRID_POINTS
-    assert A._item_grid_points(("poisson", 0.01, sigma * 0.9, 100), A.PLD_DISCRETIZATION) > A.PLD_MAX_GRID_POINTS
+    assert pld_module._item_grid_points(("poisson", 0.01, sigma, 100), A.PLD_DISCRETIZATION) <= A.PLD_MAX_GRID_POINTS
+    assert pld_module._item_grid_points(("poisson", 0.01, sigma * 0.9, 100), A.PLD_DISCRETIZATION) > A.PLD_MAX_GRID_POINTS
 
 
 @pytest.mark.parametrize("target", [math.inf, math.nan, True])
@@ -469,7 +470,7 @@ def test_grid_estimate_is_close_to_what_dp_accounting_allocates(sigma, q, steps)
     for pmf in (single._pmf_remove, single._pmf_add):
         lower, upper = common.compute_self_convolve_bounds(pmf._probs, steps, 1e-15)  # self_compose's own range
         real = max(real, upper - lower + 1)
-    estimate = A._item_grid_points(("poisson", q, sigma, steps), A.PLD_DISCRETIZATION)
+    estimate = pld_module._item_grid_points(("poisson", q, sigma, steps), A.PLD_DISCRETIZATION)
     assert 0.75 * real <= estimate <= 1.5 * real, (estimate, real)
 
 

@@ -48,8 +48,8 @@ def test_registered_plugin_follows_the_protocol():
         ({"non_private": True, "steps": 0}, "--steps must be an integer > 0, got 0."),
         ({"non_private": True, "warmup_steps": 100}, "--warmup-steps must be < the 100 training steps, got 100."),
         ({"non_private": True, "mask_prob": 1.5}, "--mask-prob must be in (0, 1), got 1.5."),
-        ({"non_private": True, "batch_schedule": "5:8,x"}, "--batch-schedule must look like"),
-        ({"non_private": True, "batch_schedule": "5:0"}, "--batch-schedule steps and batch sizes must be > 0"),
+        ({"non_private": True, "batch_schedule": "5:8,x"}, "--batch-schedule item 2"),
+        ({"non_private": True, "batch_schedule": "5:0"}, "steps and batch sizes must be > 0"),
     ],
 )
 def test_config_errors_are_one_line_and_name_the_option(kwargs, message):

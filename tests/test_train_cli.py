@@ -123,7 +123,7 @@ def test_help_lists_the_trainer_options_and_ends_with_an_example():
         ([], "pass exactly one of --target-epsilon"),
         (["--non-private", "--target-epsilon", "3"], "--non-private takes no --target-epsilon"),
         (["--noise-multiplier", "1", "--clip-norm", "-1"], "--clip-norm must be a finite number > 0, got -1.0."),
-        (["--noise-multiplier", "1", "--batch-schedule", "10:abc"], "--batch-schedule must look like"),
+        (["--noise-multiplier", "1", "--batch-schedule", "10:abc"], "--batch-schedule item 1"),
         (["--noise-multiplier", "1", "--batch-size", "500"], "expected batch 500 exceeds the 96 training examples"),
         (["--noise-multiplier", "0.3", "--target-epsilon", "0.01"], "spends more than --target-epsilon 0.01 on the first step"),
         (["--noise-multiplier", "1", "--micro-batch", "3"], "--micro-batch 3 must be a multiple of the number of devices"),

@@ -10,11 +10,11 @@ path: micro-batch clipping (2C) and replace-one adjacency of ``--fixed-size`` (2
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
 import tomllib
-import warnings
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,12 +58,6 @@ Schedule files (--schedule) are JSON or TOML: a list of segments, each with `ste
 Example: dpaudit account -N 60000 --batch-size 256 --epochs 15 --noise-multiplier 1.1 --accountant both"""
 
 
-class _AccountError(click.ClickException):
-    """One-line error, exit code 2 (as the command group does for UserInputError)."""
-
-    exit_code = 2
-
-
 @dataclass(frozen=True)
 class _Plan:
     """What the options describe: segments as a function of the (global) noise multiplier."""
@@ -75,19 +69,6 @@ class _Plan:
 
 def _fail(message: str) -> None:
     raise UserInputError(message)
-
-
-def _parse_batch_schedule(text: str) -> list[tuple[int, int]]:
-    pairs = []
-    for index, part in enumerate(p.strip() for p in text.split(",")):
-        try:
-            steps, batch = (int(v) for v in part.split(":"))
-        except ValueError:
-            _fail(f"--batch-schedule item {index + 1} {part!r}: expected STEPS:BATCH, e.g. 1875:262144,12500:1048576.")
-        if steps < 1 or batch < 1:
-            _fail(f"--batch-schedule item {index + 1} {part!r}: steps and batch must be >= 1.")
-        pairs.append((steps, batch))
-    return pairs
 
 
 def _load_schedule(path: Path) -> list[dict[str, Any]]:
@@ -370,7 +351,10 @@ def _plan(*, n, q, steps, epochs, schedule_file, batch_schedule, noise_decay, fa
     if batch_schedule is not None:
         if n is None:
             _fail("--batch-schedule needs --dataset-size/-N (q = batch / N).")
-        pairs = _parse_batch_schedule(batch_schedule)
+        try:
+            pairs = A.parse_batch_schedule(batch_schedule)
+        except ValueError as err:
+            _fail(str(err))
         return _Plan(checked(lambda s: A.batch_schedule_segments(dataset_size=n, schedule=pairs, noise_multiplier=s,
                                                                  sensitivity_factor=factor), "--batch-schedule"),
                      True, "batch-size schedule")
@@ -414,19 +398,7 @@ def _missing(*, plan: _Plan, q, steps, epochs, sigma, n) -> str | None:
 def _tan(segments: list, delta: float) -> dict[str, Any]:
     from dpaudit import accounting as A
 
-    eta = A.tan_eta_segments(segments)
-    sigma_min = min(s.effective_noise_multiplier for s in segments)
-    valid = sigma_min > A.TAN_VALID_ABOVE
-    eps = eta * eta + 2.0 * eta * math.sqrt(math.log(1.0 / delta)) if math.isfinite(eta) else math.inf
-    if len(segments) == 1:
-        with warnings.catch_warnings():
-            warnings.simplefilter("ignore", A.TanValidityWarning)
-            s = segments[0]
-            eps = A.tan_epsilon(sampling_probability=s.sampling_probability, steps=s.steps,
-                                noise_multiplier=s.effective_noise_multiplier, delta=delta)
-    return {"eta": eta, "epsilon_tan": eps if math.isfinite(eps) else None, "valid": valid,
-            "warning": None if valid else (f"eps_TAN is only valid for sigma > 2 (Sander et al.'s privacy wall); "
-                                           f"here sigma = {sigma_min:.4g}, so the true epsilon can be far larger")}
+    return dataclasses.asdict(A.tan_report(segments, delta))
 
 
 def _render(r: dict[str, Any]) -> str:

@@ -17,6 +17,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
+from dpaudit.accounting import parse_batch_schedule
+
 from dpaudit.config_types import check_types
 
 Preset = Literal["tiny", "mini", "small", "base", "large"]
@@ -32,29 +34,6 @@ TINY_SETTINGS: dict[str, Any] = dict(
     preset="tiny", steps=6, batch_size=16, micro_batch=8, max_length=16, vocab_size=128, noise_multiplier=1.0,
     checkpoint_every=3, log_every=2, eval_every=3, eval_examples=16,
 )
-
-
-def parse_batch_schedule(text: str) -> list[tuple[int, int]]:
-    """Parse ``"steps:batch,steps:batch"`` into ``[(steps, expected_batch), ...]``.
-
-    Raises:
-        ValueError: one line naming ``--batch-schedule`` and the expected form.
-    """
-    segments: list[tuple[int, int]] = []
-    for part in text.split(","):
-        pieces = part.strip().split(":")
-        try:
-            if len(pieces) != 2:
-                raise ValueError
-            steps, batch = int(pieces[0]), int(pieces[1])
-        except ValueError:
-            raise ValueError(
-                f"--batch-schedule must look like 'steps:batch,steps:batch' (e.g. '100:64,100:128'), got {text!r}."
-            ) from None
-        if steps <= 0 or batch <= 0:
-            raise ValueError(f"--batch-schedule steps and batch sizes must be > 0, got {part.strip()!r}.")
-        segments.append((steps, batch))
-    return segments
 
 
 def _help(text: str) -> dict[str, str]:

@@ -1,0 +1,157 @@
+"""Privacy accounting for every mechanism dpaudit trains with, built on ``dp_accounting``.
+
+A package shaped like dp_accounting and jax_privacy, one job per module, its public API re-exported
+here: :mod:`.events` (mechanisms as DpEvents, segments, schedules, sensitivity factors),
+:mod:`.guarantees` (the default delta and group privacy), :mod:`.serialization` (DpEvents to and
+from JSON), :mod:`.pld` (the fast whole-grid PLD and its caches), :mod:`.epsilon` (epsilon and delta
+by PLD or RDP), :mod:`.tan` (Sander et al.'s eps_TAN) and :mod:`.calibration` (noise, steps and
+batch size for a target). The step-by-step ledger is :mod:`dpaudit.privacy_ledger`.
+
+A privacy claim is a ``DpEvent`` (never a bare float): the trainers build one per run, ``privacy.json``
+stores it (:func:`event_to_json`), and every epsilon printed anywhere is recomputed from it by
+:func:`epsilon`. The privacy-loss mathematics is ``dp_accounting``'s (see "Speed" for the one
+vectorized restatement, checked bit for bit against the library).
+
+Mechanisms (DESIGN.md section 5, "Honest accounting rules"):
+
+- per-example DP-SGD: ``steps`` Poisson-subsampled Gaussian steps, add/remove-one adjacency
+  (:func:`dpsgd_event`);
+- batch-size schedules (Anil et al. 2021) and per-epoch noise schedules (eDP-SGD's linear and
+  exponential decay): a ``ComposedDpEvent`` of one ``SelfComposedDpEvent`` per segment
+  (:func:`schedule_event`, :func:`batch_schedule_segments`, :func:`noise_schedule_segments`);
+- micro-batch clipping: one example moves one clipped micro-batch gradient by up to 2C, so the
+  effective noise multiplier is sigma / 2 unless the micro-batch size is 1
+  (:func:`microbatch_sensitivity_factor`); per-layer clip norms combine as sqrt(sum C_l^2)
+  (:func:`combined_clip_norm`);
+- fixed-size batches sampled without replacement, for users who insist: replace-one adjacency
+  (sensitivity 2C, so the event carries sigma / 2), RDP only, and labelled as such
+  (:func:`fixed_size_event`, :data:`FIXED_SIZE_LABEL`);
+- delta defaults well below 1/N (:func:`default_delta`) and a canary repeated f times is covered
+  only by group privacy (:func:`group_privacy`).
+
+Speed: one PLD evaluation of a 20K-step run at the default discretization costs seconds, most of it
+building the single-step privacy loss distribution in a Python loop over ~160K grid points. That
+loop is the one place where dp_accounting's formulas are restated here, as numpy array operations
+(:class:`_VectorizedGaussianPrivacyLoss`), and tests check that the distribution it yields is
+bit-identical to the library's. :func:`epsilon` composes the same ``dp_accounting`` objects as
+``PLDAccountant`` (bit-identical results) and caches single steps,
+self-composed segments and composed prefixes, and memoizes results. :func:`calibrate_noise` and
+the reverse searches walk a ladder of accountants, cheap to exact (RDP on a few orders, PLD at a
+coarse discretization, then the accountant of record), so that the accountant of record is called
+about once.
+
+References:
+  Anil et al. 2021, "Large-Scale Differentially Private BERT", section 3.
+  Sander et al. 2023, "TAN Without a Burn: Scaling Laws of DP-SGD", section 3.
+  McMahan et al. 2018 / TF Privacy ``used_microbatching``: sensitivity 2C for micro-batches.
+"""
+
+from __future__ import annotations
+
+from dpaudit.accounting.calibration import (
+    calibrate_noise,
+    max_batch_size,
+    max_steps,
+)
+from dpaudit.accounting.epsilon import (
+    ACCOUNTANTS,
+    Accountant,
+    delta_for_epsilon,
+    epsilon,
+)
+from dpaudit.accounting.events import (
+    FIXED_SIZE_LABEL,
+    REPLACE_ONE_FACTOR,
+    Segment,
+    batch_schedule_segments,
+    combined_clip_norm,
+    dpsgd_event,
+    exponential_decay_sigmas,
+    fixed_size_event,
+    is_fixed_size,
+    linear_decay_sigmas,
+    microbatch_sensitivity_factor,
+    noise_schedule_segments,
+    parse_batch_schedule,
+    schedule_event,
+    sliced_microbatch_sensitivity_factor,
+)
+from dpaudit.accounting.guarantees import (
+    DEFAULT_DELTA_RULE,
+    GROUP_PRIVACY_BOUND,
+    default_delta,
+    delta_warning,
+    group_privacy,
+)
+from dpaudit.accounting.pld import (
+    PLD_DISCRETIZATION,
+    PLD_MAX_GRID_POINTS,
+    PLD_MIN_DELTA,
+    PldGridTooLargeError,
+    clear_caches,
+    subsampled_gaussian_pld,
+)
+from dpaudit.accounting.serialization import (
+    event_from_json,
+    event_to_json,
+)
+from dpaudit.accounting.tan import (
+    SIMULATION_LABEL,
+    TAN_VALID_ABOVE,
+    TanReport,
+    TanSimulation,
+    TanValidityWarning,
+    tan_epsilon,
+    tan_eta,
+    tan_eta_segments,
+    tan_report,
+    tan_simulate,
+)
+
+__all__ = [
+    "ACCOUNTANTS",
+    "Accountant",
+    "DEFAULT_DELTA_RULE",
+    "FIXED_SIZE_LABEL",
+    "GROUP_PRIVACY_BOUND",
+    "REPLACE_ONE_FACTOR",
+    "PLD_DISCRETIZATION",
+    "PLD_MAX_GRID_POINTS",
+    "PLD_MIN_DELTA",
+    "PldGridTooLargeError",
+    "SIMULATION_LABEL",
+    "Segment",
+    "TAN_VALID_ABOVE",
+    "TanReport",
+    "TanSimulation",
+    "TanValidityWarning",
+    "batch_schedule_segments",
+    "calibrate_noise",
+    "clear_caches",
+    "combined_clip_norm",
+    "default_delta",
+    "delta_for_epsilon",
+    "delta_warning",
+    "dpsgd_event",
+    "epsilon",
+    "event_from_json",
+    "event_to_json",
+    "exponential_decay_sigmas",
+    "fixed_size_event",
+    "group_privacy",
+    "is_fixed_size",
+    "linear_decay_sigmas",
+    "max_batch_size",
+    "max_steps",
+    "microbatch_sensitivity_factor",
+    "noise_schedule_segments",
+    "parse_batch_schedule",
+    "schedule_event",
+    "sliced_microbatch_sensitivity_factor",
+    "subsampled_gaussian_pld",
+    "tan_epsilon",
+    "tan_eta",
+    "tan_eta_segments",
+    "tan_report",
+    "tan_simulate",
+]

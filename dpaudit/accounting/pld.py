@@ -1,0 +1,368 @@
+"""The fast privacy-loss-distribution builders and their caches (bit-identical to dp_accounting's)."""
+
+from __future__ import annotations
+
+import collections
+import math
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+from dp_accounting.dp_event import (
+    ComposedDpEvent,
+    DpEvent,
+    GaussianDpEvent,
+    NonPrivateDpEvent,
+    NoOpDpEvent,
+    PoissonSampledDpEvent,
+    SelfComposedDpEvent,
+)
+from dp_accounting.pld import privacy_loss_distribution as pld_lib
+from dp_accounting.pld import privacy_loss_mechanism as plm
+from dp_accounting.privacy_accountant import NeighboringRelation
+
+from dpaudit.errors import UserInputError
+
+#: ``PLDAccountant``'s default value discretization: the final epsilon is always computed at it.
+PLD_DISCRETIZATION = 1e-4
+
+
+#: Coarser PLD used only to locate roots before the accountant of record is called.
+_PLD_MEDIUM_DISCRETIZATION = 1e-3
+
+
+#: Most points any one PLD array may hold while an event is accounted (single step, self-composed
+#: segment, or the composition of segments). Composing costs ~85 bytes per point at its peak, so this
+#: bounds one PLD evaluation at ~0.4 GB and a few seconds. Realistic runs stay far below it (Anil et
+#: al.'s 20K steps at sigma 0.49: ~0.5M points; q = 0.01, sigma 0.5, 10K steps, epsilon 43: 1.2M);
+#: it is passed only at small noise multipliers, where the privacy loss spans ~1 / (sigma^2 x
+#: discretization) points and epsilon is in the hundreds (q = 0.3, sigma 0.6, 1K steps: RDP 665).
+PLD_MAX_GRID_POINTS = 2**22
+
+
+#: dp_accounting's tail mass truncated at each (self-)composition (its default).
+_TAIL_MASS_TRUNCATION = 1e-15
+
+
+#: Smallest delta at which PLD epsilons are computed. dp_accounting composes PLDs by FFT in double
+#: precision: each grid point carries round-off of ~1e-16, summed over up to millions of points, and
+#: every truncated tail (1e-15 per composition) is sent to infinite loss. Below ~1e-10 these errors
+#: reach a visible share of delta. Checked against the closed form of a composed Gaussian (q = 1):
+#: at delta 1e-12 and 1e-15 PLD gave epsilons BELOW the exact value (unsound), and at delta <= 1e-15
+#: "inf" for runs with plenty of noise (issue 16 item 5). There RDP (exact arithmetic of a valid bound,
+#: at any delta) is the accountant of record; PLD refuses with this reason.
+PLD_MIN_DELTA = 1e-10
+
+
+_ADD_OR_REMOVE = NeighboringRelation.ADD_OR_REMOVE_ONE
+
+
+_REPLACE_ONE = NeighboringRelation.REPLACE_ONE
+
+
+class PldGridTooLargeError(UserInputError):
+    """The PLD of an event would exceed :data:`PLD_MAX_GRID_POINTS` (a noise multiplier far too small).
+
+    A :class:`UserInputError`: the command line shows it as a one-line error instead of letting the
+    accountant exhaust memory.
+    """
+
+    def __init__(self, points: int, discretization: float, sigma: float) -> None:
+        super().__init__(
+            f"PLD accounting of this run would need ~{points:,} grid points (limit {PLD_MAX_GRID_POINTS:,}) at "
+            f"discretization {discretization:g}: noise multiplier {sigma:.4g} is too small for it (its epsilon is "
+            f"enormous anyway); add noise, or use the RDP accountant.")
+        self.points = points
+
+
+class _Lru:
+    """A tiny least-recently-used map (functools.lru_cache cannot key on unhashable DpEvents)."""
+
+    def __init__(self, maxsize: int) -> None:
+        self.maxsize = maxsize
+        self.data: collections.OrderedDict[Any, Any] = collections.OrderedDict()
+
+    def get(self, key: Any) -> Any:
+        if key in self.data:
+            self.data.move_to_end(key)
+            return self.data[key]
+        return None
+
+    def put(self, key: Any, value: Any) -> None:
+        self.data[key] = value
+        self.data.move_to_end(key)
+        while len(self.data) > self.maxsize:
+            self.data.popitem(last=False)
+
+    def clear(self) -> None:
+        self.data.clear()
+
+
+_RESULTS = _Lru(512)          # (event key, kind, value, accountant/level) -> float
+
+
+_SINGLE_STEP_PLDS = _Lru(32)  # (q, sigma, discretization) -> PLD of one step
+
+
+_SEGMENT_PLDS = _Lru(16)      # (q, sigma, count, discretization) -> PLD of `count` steps
+
+
+_PREFIX_PLDS = _Lru(8)        # (tuple of items, discretization) -> composed PLD
+
+
+_GRID_POINTS = _Lru(256)      # item -> its privacy-loss span (no PLD built; see _item_loss_span)
+
+
+def clear_caches() -> None:
+    """Forget every cached PLD and result (benchmarks use this to time cold calls)."""
+    for cache in (_RESULTS, _SINGLE_STEP_PLDS, _SEGMENT_PLDS, _PREFIX_PLDS, _GRID_POINTS):
+        cache.clear()
+
+
+class _NotFlat(Exception):
+    pass
+
+
+def _flatten_for_pld(event: DpEvent, count: int, out: list[tuple]) -> None:
+    """Mirror ``PLDAccountant._maybe_compose``: the composition items it would build, in order.
+
+    Items: ("poisson", q, sigma, count), ("gaussian", sigma, count) or ("nonprivate",).
+    """
+    if isinstance(event, NoOpDpEvent):
+        return
+    if isinstance(event, NonPrivateDpEvent):
+        out.append(("nonprivate",))
+    elif isinstance(event, SelfComposedDpEvent):
+        _flatten_for_pld(event.event, event.count * count, out)
+    elif isinstance(event, ComposedDpEvent):
+        for sub in event.events:
+            _flatten_for_pld(sub, count, out)
+    elif isinstance(event, GaussianDpEvent):
+        out.append(("nonprivate",) if event.noise_multiplier == 0 else ("gaussian", float(event.noise_multiplier), count))
+    elif isinstance(event, PoissonSampledDpEvent) and type(event.event) is GaussianDpEvent:
+        if event.sampling_probability == 0:
+            return
+        if event.event.noise_multiplier == 0:
+            out.append(("nonprivate",))
+        else:
+            out.append(("poisson", float(event.sampling_probability), float(event.event.noise_multiplier), count))
+    else:
+        raise _NotFlat
+
+
+class _VectorizedGaussianPrivacyLoss(plm.GaussianPrivacyLoss):
+    """``GaussianPrivacyLoss`` whose hockey-stick divergence is evaluated on a whole grid at once.
+
+    Building the single-step PLD of a Poisson-subsampled Gaussian is ~90% one Python-level list
+    comprehension in ``AdditiveNoisePrivacyLoss.get_delta_for_epsilon``: a scalar
+    ``inverse_privacy_loss`` call per grid point (~160K of them at discretization 1e-4). This class
+    performs the same floating-point operations as that scalar path (dp_accounting 0.6's
+    ``_inverse_privacy_loss_add/remove`` and ``common.log_a_times_exp_b_plus_c``, transcribed
+    operation for operation) over numpy arrays, then hands the cutoffs to dp_accounting's own
+    ``mu_upper_cdf``/``mu_lower_log_cdf``. The resulting PLD is bit-identical to
+    ``from_gaussian_mechanism``'s (``tests/test_accounting.py`` compares every probability), 7-15x
+    sooner. Anything other than a subsampled add/remove grid goes to the library's own code.
+    """
+
+    def get_delta_for_epsilon(self, epsilon):  # same contract as the parent
+        q = self.sampling_prob
+        add = self.adjacency_type == plm.AdjacencyType.ADD
+        if q == 1.0 or not (add or self.adjacency_type == plm.AdjacencyType.REMOVE) or np.ndim(epsilon) != 1:
+            return super().get_delta_for_epsilon(epsilon)
+        epsilons = np.asarray(epsilon, dtype=float)
+        deltas = np.zeros_like(epsilons)
+        if add:
+            inverse = epsilons < -math.log1p(-q)
+        else:
+            inverse = epsilons > math.log1p(-q)
+            deltas[~inverse] = -np.expm1(epsilons[~inverse])
+        eps = epsilons[inverse]
+        cutoffs = self._inverse_privacy_losses(eps, add)
+        deltas[inverse] = self.mu_upper_cdf(cutoffs) - np.exp(eps + self.mu_lower_log_cdf(cutoffs))
+        return np.clip(deltas, 0, 1)
+
+    def _inverse_privacy_losses(self, losses: np.ndarray, add: bool) -> np.ndarray:
+        q = self.sampling_prob
+        edge = -math.log(1 - q) if add else math.log(1 - q)
+        # loss without subsampling = +-log(a exp(b) + c) with a = 1/q, b = -+loss, c = 1 - 1/q < 0.
+        b = -losses if add else losses
+        a, c = 1 / q, 1 - 1 / q
+        d = b + np.log(a)
+        log_minus_c = np.log(-c)
+        if np.any(log_minus_c >= d[b != 0]):
+            raise ValueError("privacy loss outside the subsampled Gaussian's range")
+        with np.errstate(divide="ignore"):
+            unsampled = np.where(b == 0, np.log(a + c), d + np.log1p(-np.exp(log_minus_c - d)))
+        close = np.abs(losses - edge) <= 1e-9 * np.maximum(np.abs(losses), abs(edge))  # math.isclose
+        if add:
+            return self._inverse_privacy_loss_without_subsampling_add(np.where(close, math.inf, -unsampled))
+        return self._inverse_privacy_loss_without_subsampling_remove(np.where(close, -math.inf, unsampled))
+
+
+#: dp_accounting's own PMF construction from a monotone privacy loss (private; absent -> slow path).
+_CREATE_PMF = getattr(pld_lib, "_create_pld_pmf_from_monotone_privacy_loss", None)
+
+
+def subsampled_gaussian_pld(noise_multiplier: float, sampling_probability: float,
+                            discretization: float = PLD_DISCRETIZATION) -> pld_lib.PrivacyLossDistribution:
+    """``pld_lib.from_gaussian_mechanism(sigma, sampling_prob=q)`` (add/remove, connect-the-dots,
+    pessimistic), bit for bit, built with :class:`_VectorizedGaussianPrivacyLoss`."""
+    sigma, q = float(noise_multiplier), float(sampling_probability)
+    if q == 1.0 or _CREATE_PMF is None:
+        return pld_lib.from_gaussian_mechanism(standard_deviation=sigma, value_discretization_interval=discretization,
+                                               sampling_prob=q, neighboring_relation=_ADD_OR_REMOVE)
+
+    def pmf(adjacency: plm.AdjacencyType):
+        loss = _VectorizedGaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency)
+        return _CREATE_PMF(loss, pessimistic_estimate=True, value_discretization_interval=discretization, use_connect_dots=True)
+
+    return pld_lib.PrivacyLossDistribution(pmf(plm.AdjacencyType.REMOVE), pmf(plm.AdjacencyType.ADD))
+
+
+def _chernoff_range(probs: np.ndarray, count: int, tail_mass: float) -> int:
+    """Length of the range ``pld_common.compute_self_convolve_bounds`` keeps when self-composing `probs`
+    `count` times (same orders and bound, all orders in one array operation)."""
+    n = len(probs)
+    orders = np.concatenate((np.arange(-20, 0), np.arange(1, 21))) / n
+    with np.errstate(divide="ignore"):
+        log_probs = np.log(np.asarray(probs, dtype=float))
+    exponents = orders[:, None] * np.arange(n)[None, :] + log_probs[None, :]
+    peak = exponents.max(axis=1, keepdims=True)
+    log_mgf = (peak + np.log(np.exp(exponents - peak).sum(axis=1, keepdims=True)))[:, 0]
+    with np.errstate(over="ignore", invalid="ignore"):
+        bounds = (count * log_mgf + math.log(2.0 / tail_mass)) / orders
+    upper = min([(n - 1) * count, *(math.ceil(b) for b, o in zip(bounds, orders) if o > 0 and math.isfinite(b))])
+    lower = max([0, *(math.floor(b) for b, o in zip(bounds, orders) if o < 0 and math.isfinite(b))])
+    return upper - lower + 1
+
+
+#: Relative grid of the sigmas at which :func:`_item_loss_span` is measured.
+_SPAN_SIGMA_STEP = math.log1p(0.04)
+
+
+def _item_loss_span(item: tuple) -> tuple[float, float, float]:
+    """(lowest, highest single-step privacy loss on the PLD grid, width in loss units of the self-composed
+    PLD's kept range). No PLD is built at the accountant's discretization: the single step's bounds are
+    dp_accounting's connect-the-dots bounds, and the composed width is dp_accounting's Chernoff range
+    (:func:`_chernoff_range`) measured on the same PLD built on a grid of ~1K points and scaled back."""
+    cached = _GRID_POINTS.get(item)
+    if cached is not None:
+        return cached
+    if item[0] == "gaussian":
+        losses = [plm.GaussianPrivacyLoss(item[1] / math.sqrt(item[2]))]
+        count, q = 1, 1.0
+    else:
+        _, q, sigma, count = item
+        losses = [_VectorizedGaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency)
+                  for adjacency in (plm.AdjacencyType.REMOVE, plm.AdjacencyType.ADD)]
+    bounds = [loss.connect_dots_bounds() for loss in losses]
+    low = min(b.epsilon_lower for b in bounds)
+    high = max(b.epsilon_upper for b in bounds)
+    width = (high - low) * count
+    if count > 1 and _CREATE_PMF is not None and q < 1.0:
+        coarse = (high - low) / 1024
+        width = 0.0
+        for loss in losses:
+            pmf = _CREATE_PMF(loss, pessimistic_estimate=True, value_discretization_interval=coarse,
+                              use_connect_dots=True)
+            dense = pmf if hasattr(pmf, "_probs") else pmf.to_dense_pmf()
+            probs = dense._probs  # pylint: disable=protected-access
+            width = max(width, _chernoff_range(probs, count, _TAIL_MASS_TRUNCATION) * coarse)
+    span = (low, high, width)
+    _GRID_POINTS.put(item, span)
+    return span
+
+
+def _item_grid_points(item: tuple, discretization: float) -> int:
+    """Points of the item's PLD at `discretization` once self-composed, estimated without building it.
+
+    The span is measured at sigma rounded down to a 4% grid: a slight over-estimate (the grid grows as
+    sigma falls), shared by the nearby sigmas a calibration evaluates, so that it is measured about
+    once per calibration.
+    """
+    sigma = item[-2]
+    rounded = math.exp(math.floor(math.log(sigma) / _SPAN_SIGMA_STEP) * _SPAN_SIGMA_STEP)
+    low, high, width = _item_loss_span((*item[:-2], rounded, item[-1]))
+    single = math.ceil(high / discretization) - math.floor(low / discretization) + 1
+    count = item[-1] if item[0] == "poisson" else 1
+    return min(max(single, math.ceil(width / discretization) + 1), (single - 1) * count + 1)
+
+
+def _check_grid(items: Sequence[tuple], discretization: float) -> None:
+    """Raise :class:`PldGridTooLargeError` if some PLD array of this composition would be too large.
+
+    Composing two PMFs convolves them (the lengths add before the tails are truncated), so the running
+    sum of the items' sizes bounds every array along the way.
+    """
+    total = 1
+    for item in items:
+        if item[0] == "nonprivate":
+            continue
+        total += _item_grid_points(item, discretization) - 1
+        if total > PLD_MAX_GRID_POINTS:
+            sigma = min(it[-2] for it in items if it[0] != "nonprivate")
+            raise PldGridTooLargeError(total, discretization, sigma)
+
+
+def _item_pld(item: tuple, discretization: float):
+    if item[0] == "gaussian":
+        _, sigma, count = item
+        return pld_lib.from_gaussian_mechanism(standard_deviation=sigma / math.sqrt(count),
+                                               value_discretization_interval=discretization,
+                                               neighboring_relation=_ADD_OR_REMOVE)
+    _, q, sigma, count = item
+    key = (q, sigma, count, discretization)
+    composed = _SEGMENT_PLDS.get(key)
+    if composed is None:
+        single = _SINGLE_STEP_PLDS.get((q, sigma, discretization))
+        if single is None:
+            single = subsampled_gaussian_pld(sigma, q, discretization)
+            _SINGLE_STEP_PLDS.put((q, sigma, discretization), single)
+        composed = single.self_compose(count)
+        _SEGMENT_PLDS.put(key, composed)
+    return composed
+
+
+def _composed_pld(items: tuple[tuple, ...], discretization: float):
+    """identity.compose(item_1).compose(item_2)... exactly as PLDAccountant does, reusing prefixes."""
+    start, pld = 0, None
+    for end in range(len(items), 0, -1):
+        pld = _PREFIX_PLDS.get((items[:end], discretization))
+        if pld is not None:
+            start = end
+            break
+    if pld is None:
+        pld = pld_lib.identity(value_discretization_interval=discretization)
+    for end in range(start + 1, len(items) + 1):
+        pld = pld.compose(_item_pld(items[end - 1], discretization))
+        if end >= len(items) - 1:  # keep the full run and the run minus its last segment (ledger growth)
+            _PREFIX_PLDS.put((items[:end], discretization), pld)
+    return pld
+
+
+def _check_pld_delta(delta: float) -> None:
+    if delta < PLD_MIN_DELTA:
+        raise UserInputError(
+            f"delta {delta:g} is below {PLD_MIN_DELTA:g}, where the PLD accountant is not reliable (its FFT "
+            f"round-off, ~1e-16 per grid point, can exceed delta and even make epsilon too small); use the RDP "
+            f"accountant, a valid bound at any delta, or a larger delta.")
+
+
+def _pld_value(event: DpEvent, kind: str, value: float, discretization: float) -> float:
+    if kind == "epsilon":
+        _check_pld_delta(value)
+    items: list[tuple] = []
+    try:
+        _flatten_for_pld(event, 1, items)
+    except _NotFlat:
+        from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
+
+        accountant = PLDAccountant(_ADD_OR_REMOVE, value_discretization_interval=discretization)
+        accountant.compose(event)
+        return float(accountant.get_epsilon(value) if kind == "epsilon" else accountant.get_delta(value))
+    if any(item[0] == "nonprivate" for item in items):
+        return math.inf if kind == "epsilon" else 1.0
+    if _PREFIX_PLDS.get((tuple(items), discretization)) is None:
+        _check_grid(items, discretization)
+    pld = _composed_pld(tuple(items), discretization)
+    return float(pld.get_epsilon_for_delta(value) if kind == "epsilon" else pld.get_delta_for_epsilon(value))
