@@ -165,11 +165,14 @@ def load_run(path: str | os.PathLike[str], *, label: str | None = None) -> Repor
     """
     from dpaudit.attacks.run import read_attack_dir
 
+    from dpaudit.rundir import verify_run_dir
+
     directory = Path(path)
     manifest = load_manifest(directory)
     if not str(manifest["schema"]).startswith("dpaudit.attack/"):
         raise UserInputError(f"{directory} is a {manifest['schema']!r} directory, not an attack directory; pass the --out "
                              "of dpaudit attack.")
+    verify_run_dir(directory, schema_prefix="dpaudit.attack/")  # hashes first: a changed file is named as such
     try:
         results_schema = json.loads((directory / "results.json").read_text(encoding="utf-8")).get("schema")
     except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError):
