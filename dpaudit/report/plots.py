@@ -94,11 +94,17 @@ def _to_svg(fig, name: str) -> Markup:
     return Markup(svg)
 
 
-def _figure(width: float, height: float, ncols: int = 1):
+def _figure(width: float, height: float, ncols: int = 1, **margins: float):
+    """A figure with fixed margins in inches (``left``, ``right``, ``top``, ``bottom``, ``wspace``).
+
+    Fixed margins rather than a layout engine: constrained layout costs more than drawing here."""
     matplotlib, Figure = _pyplot()
     ctx = matplotlib.rc_context(_style(matplotlib))
     ctx.__enter__()
-    fig = Figure(figsize=(width, height), layout="constrained")
+    fig = Figure(figsize=(width, height))
+    inches = {"left": 0.55, "right": 0.15, "top": 0.25, "bottom": 0.5, **margins}
+    fig.subplots_adjust(left=inches["left"] / width, right=1 - inches["right"] / width, top=1 - inches["top"] / height,
+                        bottom=inches["bottom"] / height, wspace=margins.get("wspace", 0.2))
     axes = fig.subplots(1, ncols, squeeze=False)[0]
     return ctx, fig, axes
 
@@ -118,7 +124,9 @@ def _errorbars(ax, s: Series, i: int) -> None:
 def by_frequency(name: str, series: Sequence[Series], *, ylabel: str, bands: Sequence[Band] = (),
                  ceiling: float | None = None, ylim: tuple[float, float] | None = None) -> str:
     """A metric vs repetition count (log2 x axis), one series per run, control bands and a ceiling."""
-    ctx, fig, (ax,) = _figure(5.6, 3.3)
+    entries = len(series) + len(bands) + (ceiling is not None and math.isfinite(ceiling))
+    legend_in = 0.16 * math.ceil(entries / 2)
+    ctx, fig, (ax,) = _figure(5.6, 3.0 + legend_in, bottom=0.55 + legend_in)
     try:
         for i, band in enumerate(bands):
             color = PALETTE[i % len(PALETTE)]
@@ -138,7 +146,7 @@ def by_frequency(name: str, series: Sequence[Series], *, ylabel: str, bands: Seq
         if ylim is not None:
             ax.set_ylim(*ylim)
         if series or bands:
-            fig.legend(fontsize=7, loc="outside lower center", ncols=2, frameon=False)
+            fig.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncols=2, frameon=False)
         return _to_svg(fig, name)
     finally:
         ctx.__exit__(None, None, None)
@@ -162,7 +170,7 @@ def thin_roc(fpr: np.ndarray, tpr: np.ndarray, floor: float,
 
 def roc(name: str, curves: Sequence[tuple[str, np.ndarray, np.ndarray, int]]) -> str:
     """ROC curves on log-log axes, one per (label, fpr, tpr, n_nonmembers), with the chance diagonal."""
-    ctx, fig, (ax,) = _figure(4.6, 4.2)
+    ctx, fig, (ax,) = _figure(4.6, 4.2, left=0.65)
     try:
         n_max = max((n for *_, n in curves), default=100)
         floor = 10 ** math.floor(math.log10(0.5 / max(n_max, 1)))
@@ -188,7 +196,9 @@ def roc(name: str, curves: Sequence[tuple[str, np.ndarray, np.ndarray, int]]) ->
 def training(name: str, panels: Sequence[tuple[str, Sequence[Series], bool]]) -> str:
     """Small multiples vs step: per panel (title, one series per run, log y axis?)."""
     ncols = max(len(panels), 1)
-    ctx, fig, axes = _figure(min(2.6 * ncols, 10.4), 2.6, ncols=ncols)
+    runs = len({s.label for _, ss, _ in panels for s in ss})
+    legend_in = 0.18 * math.ceil(runs / 4) if runs > 1 else 0.0
+    ctx, fig, axes = _figure(min(2.6 * ncols, 10.4), 2.6 + legend_in, ncols=ncols, bottom=0.5 + legend_in, wspace=0.4)
     try:
         for ax, (title, series, log_y) in zip(axes, panels):
             drawn = False
@@ -202,12 +212,15 @@ def training(name: str, panels: Sequence[tuple[str, Sequence[Series], bool]]) ->
             if log_y and drawn:
                 ax.set_yscale("log")
             if not drawn:
-                ax.text(0.5, 0.5, "not logged", ha="center", va="center", transform=ax.transAxes, color="#666666")
+                ax.text(0.5, 0.5, "not logged\n(none for a non-private run)" if "epsilon" in title or "SNR" in title
+                        else "not logged", ha="center", va="center", transform=ax.transAxes, color="#666666")
+                ax.set_xticks([])
+                ax.set_yticks([])
             ax.set_title(title, fontsize=9)
             ax.set_xlabel("step")
-        if len({s.label for _, ss, _ in panels for s in ss}) > 1:
+        if runs > 1:
             handles, labels = axes[0].get_legend_handles_labels()
-            fig.legend(handles, labels, fontsize=7, loc="outside lower center", ncols=4, frameon=False)
+            fig.legend(handles, labels, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncols=4, frameon=False)
         return _to_svg(fig, name)
     finally:
         ctx.__exit__(None, None, None)
