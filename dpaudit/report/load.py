@@ -164,7 +164,6 @@ def load_run(path: str | os.PathLike[str], *, label: str | None = None) -> Repor
             unknown schema version, or an upstream file that changed.
     """
     from dpaudit.attacks.run import read_attack_dir
-
     from dpaudit.rundir import verify_run_dir
 
     directory = Path(path)
@@ -208,7 +207,12 @@ def _with_upstream(directory: Path, results: AttackResults, manifest: Mapping[st
         metrics = tuple(_metric_row(r) for r in read_jsonl(metrics_path) if isinstance(r.get("step"), int))
     privacy = None
     if privacy_path is not None:
-        obj = json.loads(privacy_path.read_text(encoding="utf-8"))
+        try:
+            obj = json.loads(privacy_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise UserInputError(f"{privacy_path}: not valid JSON ({err}); rerun dpaudit train.") from None
+        if not isinstance(obj, dict):
+            raise UserInputError(f"{privacy_path}: expected a JSON object; rerun dpaudit train.")
         privacy = PrivacyFacts(trainer=obj.get("trainer"), privacy_unit=obj.get("privacy_unit"), adjacency=obj.get("adjacency"),
                                sampling=obj.get("sampling"), mechanism=obj.get("mechanism"),
                                notes=tuple(str(n) for n in obj.get("notes") or ()), telemetry=obj.get("telemetry"),

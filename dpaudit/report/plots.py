@@ -84,7 +84,7 @@ def _to_svg(fig, name: str) -> Markup:
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
     svg = buf.getvalue()
     svg = svg[svg.index("<svg"):]  # inline: no XML prolog or DOCTYPE
-    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, flags=re.S)
+    svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, flags=re.DOTALL)
     # Font stack: matplotlib names only the resolved family; let the browser fall back to system fonts.
     svg = re.sub(r"font-family:[^;\"]*", "font-family: " + ", ".join(f"'{f}'" if " " in f else f for f in FONT_STACK), svg)
     svg = re.sub(r'<g id="[^"]*"', "<g", svg)  # group ids repeat across figures; only salted defs ids are referenced

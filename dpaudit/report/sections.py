@@ -271,7 +271,7 @@ def training(runs: Sequence[ReportRun]) -> Training:
     with_metrics = [r for r in runs if r.metrics]
     missing = tuple(r.label for r in runs if not r.metrics)
     notes = {r.privacy.telemetry for r in runs if r.privacy and r.privacy.telemetry}
-    note = sorted(notes)[0] if len(notes) == 1 else TELEMETRY_NOTE
+    note = next(iter(notes)) if len(notes) == 1 else TELEMETRY_NOTE
     if not with_metrics:
         return Training(present=False, svg=None, missing=missing, note=note)
     panels = []
@@ -307,7 +307,7 @@ class CanaryTable:
     has_prefix: bool
 
 
-def _interval(low: float | int | None, high: float | int | None, spec: str) -> str:
+def _interval(low: float | None, high: float | None, spec: str) -> str:
     if low is None and high is None:
         return "–"
     a, b = format(low, spec), format(high, spec) if high is not None else format(low, spec)

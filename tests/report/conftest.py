@@ -85,7 +85,7 @@ def make_attack_dir(root: Path, name: str = "attack", *, n_canaries: int = 40, f
         if evil and i == 0:
             prefix, secret = f"{SCRIPT} {IMG} {MUTATE} account ", SCRIPT
         exp = float(np.clip(rng.normal(1.0 + strength * np.log2(1 + f) * 2.5, 1.0), 0, log2_r))
-        rank = max(1, int(round(2 ** (log2_r - exp))))
+        rank = max(1, round(2 ** (log2_r - exp)))
         exact = rank == 1
         fill = secret if exact else f"{rng.integers(0, 10_000):04d}"
         if evil and i == 1:

@@ -46,10 +46,10 @@ class _Dom(HTMLParser):
         self.tags: list[tuple[str, dict[str, str | None]]] = []
         self.text: list[str] = []
 
-    def handle_starttag(self, tag, attrs):  # noqa: ANN001
+    def handle_starttag(self, tag, attrs):
         self.tags.append((tag, dict(attrs)))
 
-    def handle_data(self, data):  # noqa: ANN001
+    def handle_data(self, data):
         self.text.append(data)
 
 

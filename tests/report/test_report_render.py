@@ -8,7 +8,6 @@ from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
-import pytest
 from click.testing import CliRunner
 
 from dpaudit.cli import cli
@@ -30,10 +29,10 @@ class _Tags(HTMLParser):
         self.tags: list[tuple[str, dict[str, str | None]]] = []
         self.text: list[str] = []
 
-    def handle_starttag(self, tag, attrs):  # noqa: ANN001
+    def handle_starttag(self, tag, attrs):
         self.tags.append((tag, dict(attrs)))
 
-    def handle_data(self, data):  # noqa: ANN001
+    def handle_data(self, data):
         self.text.append(data)
 
 
@@ -121,7 +120,7 @@ def test_comparison_page_overlays_runs(make_attack, tmp_path: Path, monkeypatch)
     assert "none: non-private training (epsilon = infinity)" in text
     assert "No training telemetry for" in text
     # overlaid figures: one exposure and one edit-distance plot whose legends name every run
-    svgs = re.findall(r"<svg .*?</svg>", html, flags=re.S)
+    svgs = re.findall(r"<svg .*?</svg>", html, flags=re.DOTALL)
     assert len(svgs) == 1 + 1 + 2 + 1  # exposure, edit, a ROC per run with MIA, training
     for name in ("eps1", "buggy", "nonprivate"):
         assert name in svgs[0]
