@@ -12,7 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 import pytest
@@ -57,10 +57,6 @@ class FixtureMembershipResult(AttackResult):
 
     attack: ClassVar[str] = "fixture-loss"
     tasks: tuple[FixtureTask, ...] = ()
-
-    def to_json(self) -> dict[str, Any]:
-        return {"attack": self.attack, "warnings": list(self.warnings),
-                "tasks": [{"task": t.task, "audit": t.audit.to_json()} for t in self.tasks]}
 
 
 def _write_jsonl(path: Path, rows: list[dict]) -> None:

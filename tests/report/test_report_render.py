@@ -166,3 +166,13 @@ def test_membership_audits_found_in_nested_results(attack_dir: Path) -> None:
     assert [a.task for a in audits] == ["examples", f"canaries {IMG}"]
     assert {a.attack for a in audits} == {"fixture-loss"}
     assert audits[0].audit.n_members == 2000 and audits[1].tpr(0.01) is not None
+
+
+def test_nested_audit_results_round_trip_through_results_json(attack_dir: Path) -> None:
+    """A result class holding AuditResult fields needs no custom to_json: the generic writer uses theirs."""
+    from dpaudit.attacks.results import result_from_json
+
+    result = next(a for a in load_run(attack_dir).results.attacks if a.attack == "fixture-loss")
+    obj = json.loads(json.dumps(result.to_json()))
+    assert obj["tasks"][0]["audit"]["schema"] == "dpaudit.audit/1"
+    assert result_from_json(obj).to_json() == obj
