@@ -209,7 +209,7 @@ def memorization(runs: Sequence[ReportRun]) -> Memorization:
     exp_svg = plots.by_frequency("exposure by repetition count", exp_series, ylabel="exposure (bits)", bands=exp_bands,
                                  ceiling=ceiling) if exp_series else None
     edit_svg = plots.by_frequency("normalized edit distance by repetition count", edit_series,
-                                  ylabel="normalized edit distance of the top-1 fill", bands=edit_bands,
+                                  ylabel="norm. edit distance (top-1 fill)", bands=edit_bands,
                                   ylim=(-0.02, 1.02)) if edit_series else None
     note = runs[0].results.group_privacy if runs else GROUP_PRIVACY_NOTE
     return Memorization(present=bool(rows), exposure_svg=exp_svg, edit_svg=edit_svg, rows=tuple(rows),
