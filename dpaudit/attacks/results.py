@@ -31,6 +31,8 @@ GROUP_PRIVACY_NOTE = (
 
 
 def _to_json(value: Any) -> Any:
+    if not isinstance(value, (type, JsonRecord)) and callable(getattr(value, "to_json", None)):
+        return value.to_json()  # a record with its own format (e.g. dpaudit.audit.AuditResult), as _from_json reads it
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
         return {f.name: _to_json(getattr(value, f.name)) for f in dataclasses.fields(value) if f.metadata.get("json", True)}
     if isinstance(value, (list, tuple)):

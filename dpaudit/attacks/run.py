@@ -10,6 +10,7 @@ into place only when complete: ``results.json``, ``scores/canaries.jsonl``, ``ma
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import warnings
 from collections import defaultdict
@@ -30,6 +31,7 @@ from dpaudit.attacks.results import (
 from dpaudit.errors import UserInputError
 from dpaudit.rundir import (
     atomic_write_json,
+    atomic_write_text,
     build_manifest,
     file_hashes,
     prepare_output_dir,
@@ -38,7 +40,7 @@ from dpaudit.rundir import (
     write_jsonl,
 )
 
-RESULTS, CANARY_SCORES = "results.json", "scores/canaries.jsonl"
+RESULTS, CANARY_SCORES = "results.json", "scores/canaries.jsonl"  # and index.html (dpaudit.report)
 
 
 class AttackWarning(UserWarning):
@@ -196,13 +198,25 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
 
 def write_attack_dir(out: str | os.PathLike[str], results: AttackResults, *, config: dict[str, Any],
                      inputs: dict[str, str], seed: int, overwrite: bool, command: list[str] | None) -> Path:
-    """Write ``results.json``, ``scores/canaries.jsonl`` and ``manifest.json`` into ``out`` atomically."""
+    """Write ``results.json``, ``scores/canaries.jsonl``, ``index.html`` and ``manifest.json`` into ``out`` atomically.
+
+    ``index.html`` (DESIGN section 8) is rendered from exactly what the directory holds, under the name
+    ``out``: it is the page ``dpaudit report out`` renders (the page omits its own hash, the one output
+    that cannot list itself).
+    """
+    from dpaudit.report.load import REPORT_FILE, run_from_results
+    from dpaudit.report.render import render_runs
+
     with staged_directory(out, overwrite=overwrite) as stage:
         atomic_write_json(stage / RESULTS, results.to_json())
         (stage / "scores").mkdir()
         write_jsonl(stage / CANARY_SCORES, (c.to_json() for c in results.canaries))
-        manifest = build_manifest(schema=SCHEMA, config=config, seed=seed, inputs=inputs,
-                                  outputs=file_hashes(stage, [RESULTS, CANARY_SCORES]), command=command)
+        outputs = file_hashes(stage, [RESULTS, CANARY_SCORES])
+        manifest = build_manifest(schema=SCHEMA, config=config, seed=seed, inputs=inputs, outputs=outputs, command=command)
+        manifest = json.loads(json.dumps(manifest))  # exactly what a reader of manifest.json will see
+        html = render_runs([run_from_results(stage, results, manifest, label=str(out))])
+        atomic_write_text(stage / REPORT_FILE, html)
+        manifest["outputs"] = file_hashes(stage, [*outputs, REPORT_FILE])
         atomic_write_json(stage / "manifest.json", manifest)
     return Path(out)
 

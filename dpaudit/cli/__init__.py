@@ -21,6 +21,7 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "account": ("dpaudit.cli.account:account", "Compute, calibrate and explain the privacy budget (epsilon) of a DP-SGD run."),
     "train": ("dpaudit.cli.train:train", "Train a model on an inject directory with a pluggable (DP) trainer."),
     "attack": ("dpaudit.cli.attack:attack", "Attack a model's canaries: exact exposure and masked-secret reconstruction."),
+    "report": ("dpaudit.cli.report:report", "Render the HTML audit report of one or several attack directories (comparison page)."),
     "demo": ("dpaudit.cli.demo:demo", "Run the whole pipeline end to end on the built-in corpus."),
 }
 

@@ -85,4 +85,4 @@ def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: in
         click.echo(json.dumps(results.to_json(), indent=2, sort_keys=True))
     else:
         click.echo(_summary(results))
-        click.echo(f"wrote {out}")
+        click.echo(f"wrote {out} (report: {out / 'index.html'})")

@@ -85,11 +85,25 @@ def test_attack_directory_is_verified_and_reads_back(attacked, canary_model):
     out, _ = attacked
     manifest = verify_run_dir(out, schema_prefix="dpaudit.attack/")
     assert manifest["schema"] == "dpaudit.attack/1"
-    assert set(manifest["outputs"]) == {"results.json", "scores/canaries.jsonl"}
+    assert set(manifest["outputs"]) == {"results.json", "scores/canaries.jsonl", "index.html"}
     assert any(k.endswith("model.safetensors") for k in manifest["inputs"])
     assert any(k.endswith("canaries.jsonl") for k in manifest["inputs"])
     results = read_attack_dir(out)
     assert len(results.canaries) == 12 and results["exposure"].parameters.log2_space_size == pytest.approx(LOG2_R)
+
+
+def test_attack_writes_the_report(attacked, tmp_path):
+    """index.html is the page `dpaudit report` renders from the directory, with the real run's telemetry."""
+    out, _ = attacked
+    page = (out / "index.html").read_text(encoding="utf-8")
+    for section in ("verdict", "memorization", "mia", "training", "canaries", "provenance"):
+        assert f'<section id="{section}">' in page
+    assert "training telemetry" in page and "No training telemetry" not in page  # metrics.jsonl found via the inputs
+    assert "No membership-inference attack was run" in page
+    again = tmp_path / "again.html"
+    result = CliRunner().invoke(cli, ["report", str(out), "--out", str(again)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert again.read_bytes() == (out / "index.html").read_bytes()
 
 
 def test_python_api_matches_the_command(attacked, canary_model, canary_data):

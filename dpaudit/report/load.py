@@ -1,0 +1,230 @@
+"""Read what a report shows: one attack directory and the upstream files its manifest names.
+
+The report is a pure function of attack directories (no model is loaded). It reads the attack
+directory itself (verified against its manifest: a changed file is refused) and, through the
+manifest's ``inputs`` (path -> sha256), the few upstream files it shows: the train run's
+``metrics.jsonl`` and ``privacy.json`` and the inject run's ``canaries.jsonl``. An upstream file that is
+gone (a report rendered on another machine) is shown as unavailable; one whose hash no longer
+matches is refused, since the page would otherwise describe a different run.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from dpaudit.attacks.results import SCHEMA as ATTACK_SCHEMA
+from dpaudit.attacks.results import AttackResults
+from dpaudit.errors import UserInputError
+from dpaudit.rundir import MANIFEST_NAME, load_manifest, sha256_file
+
+#: Files of the attack directory that the report does not show the hash of (it is the report itself).
+REPORT_FILE = "index.html"
+
+
+@dataclass(frozen=True, kw_only=True)
+class MetricRow:
+    """One ``metrics.jsonl`` row as the report plots it (None: not logged at that step)."""
+
+    step: int
+    loss: float | None = None
+    accuracy: float | None = None
+    grad_snr: float | None = None
+    epsilon: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class CanaryText:
+    """The inject run's text of one canary (``canaries.jsonl``), for the per-canary table."""
+
+    prefix: str
+    suffix: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class PrivacyFacts:
+    """What ``privacy.json`` says beyond the (recomputed) epsilon: the unit and mechanism of the claim."""
+
+    trainer: str | None = None
+    privacy_unit: str | None = None
+    adjacency: str | None = None
+    sampling: str | None = None
+    mechanism: str | None = None
+    notes: tuple[str, ...] = ()
+    telemetry: str | None = None
+    tokenizer: str | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Upstream:
+    """An upstream file the report reads: where it was, whether it could be read, and its hash."""
+
+    role: str
+    path: str
+    sha256: str
+    status: str  # "read", "missing" or "not recorded"
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReportRun:
+    """Everything the report shows about one attack directory.
+
+    Attributes:
+        label: how the page names the run (the directory as given by the user).
+        results: the typed attack results.
+        manifest: the attack directory's verified manifest.
+        metrics: the training telemetry, or None when unavailable.
+        canary_text: canary id -> prefix/suffix from the inject run (empty when unavailable).
+        privacy: facts from ``privacy.json`` (None for a bare model or when unavailable).
+        upstream_manifests: role ("train", "inject") -> that run's manifest, when readable.
+        upstream: the upstream files looked for, with their status.
+    """
+
+    label: str
+    results: AttackResults
+    manifest: Mapping[str, Any]
+    metrics: tuple[MetricRow, ...] | None = None
+    canary_text: Mapping[str, CanaryText] = field(default_factory=dict)
+    privacy: PrivacyFacts | None = None
+    upstream_manifests: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    upstream: tuple[Upstream, ...] = ()
+
+
+def _finite(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return None
+    return float(value) if math.isfinite(value) else None
+
+
+def _metric_row(row: Mapping[str, Any]) -> MetricRow:
+    accuracy = row.get("accuracy", row.get("train_mlm_accuracy", row.get("train_accuracy")))
+    return MetricRow(step=int(row["step"]), loss=_finite(row.get("loss")), accuracy=_finite(accuracy),
+                     grad_snr=_finite(row.get("grad_snr")), epsilon=_finite(row.get("epsilon")))
+
+
+def _find_input(manifest: Mapping[str, Any], suffix: str) -> tuple[str, str] | None:
+    """The (path, sha256) of the manifest input whose path ends with ``suffix`` (first in sorted order)."""
+    inputs = manifest.get("inputs") or {}
+    for path in sorted(inputs):
+        if Path(path).as_posix().endswith(suffix):
+            return path, str(inputs[path])
+    return None
+
+
+def _locate(recorded: str, attack_dir: Path) -> Path | None:
+    """The recorded input path as given, else relative to the attack directory's parent."""
+    for candidate in (Path(recorded), attack_dir.parent / recorded):
+        if candidate.is_file():
+            return candidate
+    return None
+
+
+def _read_upstream(role: str, suffix: str, manifest: Mapping[str, Any], attack_dir: Path) -> tuple[Upstream, Path | None]:
+    found = _find_input(manifest, suffix)
+    if found is None:
+        return Upstream(role=role, path="", sha256="", status="not recorded"), None
+    recorded, digest = found
+    path = _locate(recorded, attack_dir)
+    if path is None:
+        return Upstream(role=role, path=recorded, sha256=digest, status="missing"), None
+    actual = sha256_file(path)
+    if actual != digest:
+        raise UserInputError(f"{path} changed after {attack_dir} was computed (sha256 {actual[:12]} != attack manifest "
+                             f"{digest[:12]}); rerun dpaudit attack on the current run.")
+    return Upstream(role=role, path=recorded, sha256=digest, status="read"), path
+
+
+def _read_manifest_near(path: Path | None) -> dict[str, Any] | None:
+    """The manifest of the run directory holding ``path`` (best effort: provenance only)."""
+    if path is None:
+        return None
+    for directory in (path.parent, path.parent.parent):
+        if (directory / MANIFEST_NAME).is_file():
+            try:
+                return json.loads((directory / MANIFEST_NAME).read_text(encoding="utf-8"))
+            except (json.JSONDecodeError, UnicodeDecodeError):
+                return None
+    return None
+
+
+def load_run(path: str | os.PathLike[str], *, label: str | None = None) -> ReportRun:
+    """Read and verify one attack directory for the report.
+
+    Args:
+        path: the attack directory (``dpaudit attack --out``).
+        label: the name shown on the page (default: ``path`` as given).
+
+    Raises:
+        UserInputError: not an attack directory, a file changed since it was written, results of an
+            unknown schema version, or an upstream file that changed.
+    """
+    from dpaudit.attacks.run import read_attack_dir
+    from dpaudit.rundir import verify_run_dir
+
+    directory = Path(path)
+    manifest = load_manifest(directory)
+    if not str(manifest["schema"]).startswith("dpaudit.attack/"):
+        raise UserInputError(f"{directory} is a {manifest['schema']!r} directory, not an attack directory; pass the --out "
+                             "of dpaudit attack.")
+    verify_run_dir(directory, schema_prefix="dpaudit.attack/")  # hashes first: a changed file is named as such
+    try:
+        results_schema = json.loads((directory / "results.json").read_text(encoding="utf-8")).get("schema")
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError):
+        results_schema = None
+    if results_schema is not None and results_schema != ATTACK_SCHEMA:
+        raise UserInputError(f"{directory / 'results.json'}: results schema {results_schema!r} is not {ATTACK_SCHEMA!r}, "
+                             "the version this dpaudit reads; render it with the dpaudit that wrote it or rerun dpaudit attack.")
+    try:
+        results = read_attack_dir(directory)
+    except UserInputError:
+        raise
+    except (ValueError, KeyError, TypeError) as err:
+        raise UserInputError(f"{directory / 'results.json'}: cannot read the results ({err}); rerun dpaudit attack with "
+                             "this dpaudit version.") from None
+    return _with_upstream(directory, results, manifest, label=str(path) if label is None else label)
+
+
+def run_from_results(directory: str | os.PathLike[str], results: AttackResults, manifest: Mapping[str, Any], *,
+                     label: str) -> ReportRun:
+    """A :class:`ReportRun` of results still in memory (``dpaudit attack`` renders its ``index.html``
+    in the staged directory, before the manifest is final)."""
+    return _with_upstream(Path(directory), results, manifest, label=label)
+
+
+def _with_upstream(directory: Path, results: AttackResults, manifest: Mapping[str, Any], *, label: str) -> ReportRun:
+    metrics_up, metrics_path = _read_upstream("training telemetry", "metrics.jsonl", manifest, directory)
+    privacy_up, privacy_path = _read_upstream("privacy record", "privacy.json", manifest, directory)
+    canary_up, canary_path = _read_upstream("canaries", "canaries.jsonl", manifest, directory)
+    metrics = None
+    if metrics_path is not None:
+        from dpaudit.rundir import read_jsonl
+
+        metrics = tuple(_metric_row(r) for r in read_jsonl(metrics_path) if isinstance(r.get("step"), int))
+    privacy = None
+    if privacy_path is not None:
+        try:
+            obj = json.loads(privacy_path.read_text(encoding="utf-8"))
+        except (json.JSONDecodeError, UnicodeDecodeError) as err:
+            raise UserInputError(f"{privacy_path}: not valid JSON ({err}); rerun dpaudit train.") from None
+        if not isinstance(obj, dict):
+            raise UserInputError(f"{privacy_path}: expected a JSON object; rerun dpaudit train.")
+        privacy = PrivacyFacts(trainer=obj.get("trainer"), privacy_unit=obj.get("privacy_unit"), adjacency=obj.get("adjacency"),
+                               sampling=obj.get("sampling"), mechanism=obj.get("mechanism"),
+                               notes=tuple(str(n) for n in obj.get("notes") or ()), telemetry=obj.get("telemetry"),
+                               tokenizer=obj.get("tokenizer"))
+    canary_text: dict[str, CanaryText] = {}
+    if canary_path is not None:
+        from dpaudit.rundir import read_jsonl
+
+        canary_text = {str(r["id"]): CanaryText(prefix=str(r.get("prefix", "")), suffix=str(r.get("suffix", "")))
+                       for r in read_jsonl(canary_path)}
+    upstream_manifests = {role: m for role, m in (("train", _read_manifest_near(privacy_path or metrics_path)),
+                                                   ("inject", _read_manifest_near(canary_path))) if m is not None}
+    return ReportRun(label=label, results=results, manifest=manifest, metrics=metrics, canary_text=canary_text,
+                     privacy=privacy, upstream_manifests=upstream_manifests,
+                     upstream=(metrics_up, privacy_up, canary_up))

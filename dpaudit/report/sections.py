@@ -1,0 +1,412 @@
+"""The report's sections as typed view objects built from :class:`ReportRun` (no dict keys in templates).
+
+Each builder reads the typed results (:class:`ExposureResult`, :class:`ReconstructionResult`, the
+:class:`dpaudit.audit.AuditResult` of each membership attack) and returns a frozen dataclass the
+template only formats. Plots are made here (inline SVG strings from :mod:`dpaudit.report.plots`).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import shlex
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dpaudit.attacks.results import GROUP_PRIVACY_NOTE, ExposureResult, ExposureRow, ReconstructionResult
+from dpaudit.privacy_record import TELEMETRY_NOTE
+from dpaudit.report import plots
+from dpaudit.report.load import REPORT_FILE, ReportRun
+from dpaudit.report.membership import MembershipAudit, membership_audits, strongest
+
+#: p-value below which the most-repeated canaries count as memorized (one-sided test vs controls).
+ALPHA = 0.05
+
+
+def _result(run: ReportRun, cls: type) -> Any:
+    return next((r for r in run.results.attacks if isinstance(r, cls)), None)
+
+
+def _label(text: str) -> str:
+    """A data string made safe for a matplotlib label ('$' would start mathtext)."""
+    return text.replace("$", r"\$")
+
+
+def short_names(runs: Sequence[ReportRun]) -> dict[str, str]:
+    """Run label -> the name used in plots and tables: the directory's last component when those are unique."""
+    from pathlib import PurePath
+
+    names = [PurePath(r.label).name or r.label for r in runs]
+    if len(set(names)) == len(names):
+        return {r.label: n for r, n in zip(runs, names)}
+    return {r.label: r.label for r in runs}
+
+
+# -- 1. verdict ------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Verdict:
+    label: str
+    claim: str
+    claimed_epsilon: float | None
+    private: bool | None
+    delta: float | None
+    accountant: str | None
+    privacy_unit: str | None
+    sampling: str | None
+    guarantee: str | None
+    lower_bound: float | None
+    lower_bound_from: str | None
+    exceeds: bool
+    alarms: tuple[str, ...]
+    top_frequency: int | None
+    top_exposure: ExposureRow | None
+    control_exposure: ExposureRow | None
+    log2_space: float | None
+    mia: MembershipAudit | None
+    sentence: str
+
+
+def _claim_text(run: ReportRun) -> str:
+    c = run.results.claimed
+    if not c.known:
+        return "unknown (a bare model directory: no privacy.json)"
+    if not c.private:
+        return "none: non-private training (epsilon = infinity)"
+    return f"epsilon = {c.epsilon:.3g} at delta = {c.delta:.2g}"
+
+
+def _sentence(claimed_eps: float | None, private: bool | None, exceeds: bool, top: ExposureRow | None,
+              controls: ExposureRow | None, mia: MembershipAudit | None, log2_space: float | None) -> str:
+    if exceeds:
+        return ("The attacks proved more leakage than the claimed epsilon allows, so the claim is wrong: the trainer or "
+                "the accountant has a bug, or the model audited is not the one the claim is about.")
+    parts = []
+    memorized = top is not None and top.vs_controls is not None and top.vs_controls.p_value < ALPHA
+    if memorized:
+        ceiling = f" of at most {log2_space:.1f}" if log2_space is not None else ""
+        parts.append(f"The model memorized canaries inserted {top.frequency} times: their secrets score a mean exposure of "
+                     f"{top.mean:.1f} bits{ceiling}, against {controls.mean:.1f} for never-seen controls" if controls else
+                     f"The model memorized canaries inserted {top.frequency} times (mean exposure {top.mean:.1f} bits{ceiling})")
+        parts[-1] += (" — DP covers a canary repeated f times only as a group of f rows." if private else
+                      " — and nothing bounds this: the model has no privacy guarantee.")
+    elif top is not None:
+        parts.append(f"Canaries inserted up to {top.frequency} times are not distinguishable from never-seen controls "
+                     "(no measurable memorization).")
+    if mia is not None:
+        auc = mia.audit.auc
+        strength = ("no better than guessing" if auc.ci.low <= 0.5 <= auc.ci.high else
+                    "weakly better than guessing" if auc.value < 0.6 else "clearly better than guessing")
+        parts.append(f"The strongest membership attack ({mia.name}) has AUC {auc.value:.2f}: {strength}.")
+    if private and claimed_eps is not None and not memorized:
+        parts.append(f"Nothing found contradicts the claimed epsilon {claimed_eps:.3g}; a lower bound is not a proof of privacy.")
+    return " ".join(parts) or "No attack result to summarize."
+
+
+def verdict(run: ReportRun, audits: Sequence[MembershipAudit]) -> Verdict:
+    c = run.results.claimed
+    exposure: ExposureResult | None = _result(run, ExposureResult)
+    rows = exposure.rows if exposure else ()
+    controls = next((r for r in rows if r.frequency == 0), None)
+    top = max((r for r in rows if r.frequency > 0), key=lambda r: r.frequency, default=None)
+    from dpaudit.audit import GUARANTEE_DP
+
+    bounds = [(b.epsilon, f"{a.name}: {b.method}/{b.selection}") for a in audits for b in a.audit.bounds
+              if b.guarantee == GUARANTEE_DP]
+    lower, lower_from = max(bounds, default=(None, None))
+    exceeds = any(a.audit.exceeds_claim for a in audits) or (
+        lower is not None and c.epsilon is not None and bool(c.private) and lower > c.epsilon)
+    alarms = tuple(dict.fromkeys(f"{a.name}: {w}" for a in audits for w in a.audit.warnings if "EXCEEDS" in w or "exceeds" in w))
+    mia = strongest(tuple(audits))
+    log2_space = run.results.data.log2_space_size
+    return Verdict(label=run.label, claim=_claim_text(run), claimed_epsilon=c.epsilon, private=c.private, delta=c.delta,
+                   accountant=c.accountant, privacy_unit=run.privacy.privacy_unit if run.privacy else None,
+                   sampling=run.privacy.sampling if run.privacy else None, guarantee=c.guarantee, lower_bound=lower,
+                   lower_bound_from=lower_from, exceeds=exceeds, alarms=alarms, top_frequency=top.frequency if top else None,
+                   top_exposure=top, control_exposure=controls, log2_space=log2_space, mia=mia,
+                   sentence=_sentence(c.epsilon, c.private, exceeds, top, controls, mia, log2_space))
+
+
+# -- 2. memorization -------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class FrequencyRow:
+    run: str
+    frequency: int
+    n: int
+    exposure: ExposureRow | None
+    exact: str
+    exact_ci: tuple[float, float] | None
+    edit: float | None
+    edit_ci: tuple[float, float] | None
+    p_value: float | None
+
+
+@dataclass(frozen=True, kw_only=True)
+class Memorization:
+    present: bool
+    exposure_svg: str | None
+    edit_svg: str | None
+    rows: tuple[FrequencyRow, ...]
+    log2_space: float | None
+    group_note: str
+
+
+def _nan(x: float | None) -> float:
+    return float("nan") if x is None else float(x)
+
+
+def memorization(runs: Sequence[ReportRun]) -> Memorization:
+    short = short_names(runs)
+    exp_series, exp_bands, edit_series, edit_bands, rows = [], [], [], [], []
+    ceilings = set()
+    for run in runs:
+        exposure: ExposureResult | None = _result(run, ExposureResult)
+        recon: ReconstructionResult | None = _result(run, ReconstructionResult)
+        name = _label(short[run.label])
+        by_f: dict[int, dict[str, Any]] = {}
+        if exposure:
+            if exposure.parameters.log2_space_size is not None:
+                ceilings.add(round(exposure.parameters.log2_space_size, 6))
+            pos = [r for r in exposure.rows if r.frequency > 0]
+            exp_series.append(plots.Series(label=name, x=[r.frequency for r in pos], y=[r.mean for r in pos],
+                                           low=[_nan(r.mean_ci and r.mean_ci.low) for r in pos],
+                                           high=[_nan(r.mean_ci and r.mean_ci.high) for r in pos]))
+            for r in exposure.rows:
+                by_f.setdefault(r.frequency, {})["exposure"] = r
+                if r.frequency == 0:
+                    lo, hi = (r.mean_ci.low, r.mean_ci.high) if r.mean_ci else (r.mean, r.mean)
+                    exp_bands.append(plots.Band(label=f"controls: {name}" if len(runs) > 1 else "controls (never inserted)",
+                                                center=r.mean, low=lo, high=hi))
+        if recon:
+            pos = [r for r in recon.rows if r.frequency > 0]
+            edit_series.append(plots.Series(
+                label=name, x=[r.frequency for r in pos], y=[r.normalized_edit_distance_mean for r in pos],
+                low=[_nan(r.normalized_edit_distance_ci and r.normalized_edit_distance_ci.low) for r in pos],
+                high=[_nan(r.normalized_edit_distance_ci and r.normalized_edit_distance_ci.high) for r in pos]))
+            for r in recon.rows:
+                by_f.setdefault(r.frequency, {})["recon"] = r
+                if r.frequency == 0:
+                    ci = r.normalized_edit_distance_ci
+                    edit_bands.append(plots.Band(label=f"controls: {name}" if len(runs) > 1 else "controls (never inserted)",
+                                                 center=r.normalized_edit_distance_mean, low=ci.low if ci else r.normalized_edit_distance_mean,
+                                                 high=ci.high if ci else r.normalized_edit_distance_mean))
+        for f in sorted(by_f):
+            e, rc = by_f[f].get("exposure"), by_f[f].get("recon")
+            test = (e.vs_controls if e else None) or (rc.vs_controls if rc else None)
+            rows.append(FrequencyRow(
+                run=short[run.label], frequency=f, n=(e or rc).n, exposure=e,
+                exact=f"{rc.exact_matches}/{rc.n}" if rc else "–",
+                exact_ci=(rc.exact_match_ci.low, rc.exact_match_ci.high) if rc and rc.exact_match_ci else None,
+                edit=rc.normalized_edit_distance_mean if rc else None,
+                edit_ci=(rc.normalized_edit_distance_ci.low, rc.normalized_edit_distance_ci.high)
+                if rc and rc.normalized_edit_distance_ci else None,
+                p_value=test.p_value if test else None))
+    ceiling = max(ceilings) if ceilings else None
+    exp_svg = plots.by_frequency("exposure by repetition count", exp_series, ylabel="exposure (bits)", bands=exp_bands,
+                                 ceiling=ceiling) if exp_series else None
+    edit_svg = plots.by_frequency("normalized edit distance by repetition count", edit_series,
+                                  ylabel="norm. edit distance (top-1 fill)", bands=edit_bands,
+                                  ylim=(-0.02, 1.02)) if edit_series else None
+    note = runs[0].results.group_privacy if runs else GROUP_PRIVACY_NOTE
+    return Memorization(present=bool(rows), exposure_svg=exp_svg, edit_svg=edit_svg, rows=tuple(rows),
+                        log2_space=ceiling, group_note=note)
+
+
+# -- 3. membership inference -----------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class MiaRow:
+    run: str
+    audit: MembershipAudit
+    tpr_low: Any
+    tpr_one: Any
+
+
+@dataclass(frozen=True, kw_only=True)
+class MiaRunPlot:
+    run: str
+    svg: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Mia:
+    present: bool
+    plots: tuple[MiaRunPlot, ...]
+    rows: tuple[MiaRow, ...]
+    warnings: tuple[str, ...]
+
+
+def mia(runs: Sequence[ReportRun], audits: Mapping[str, Sequence[MembershipAudit]]) -> Mia:
+    figures, rows, warns = [], [], []
+    short = short_names(runs)
+    for i, run in enumerate(runs):
+        found = audits[run.label]
+        if not found:
+            continue
+        curves = [(_label(a.name), a.audit.roc.fpr, a.audit.roc.tpr, a.audit.n_nonmembers) for a in found]
+        figures.append(MiaRunPlot(run=run.label, svg=plots.roc(f"ROC {i + 1}", curves)))
+        for a in found:
+            rows.append(MiaRow(run=short[run.label], audit=a, tpr_low=a.tpr(0.001), tpr_one=a.tpr(0.01)))
+            warns.extend(f"{a.name}: {w}" for w in a.audit.warnings)
+    return Mia(present=bool(rows), plots=tuple(figures), rows=tuple(rows), warnings=tuple(dict.fromkeys(warns)))
+
+
+# -- 4. training -----------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Training:
+    present: bool
+    svg: str | None
+    missing: tuple[str, ...]
+    note: str
+
+
+def training(runs: Sequence[ReportRun]) -> Training:
+    with_metrics = [r for r in runs if r.metrics]
+    missing = tuple(r.label for r in runs if not r.metrics)
+    notes = {r.privacy.telemetry for r in runs if r.privacy and r.privacy.telemetry}
+    note = next(iter(notes)) if len(notes) == 1 else TELEMETRY_NOTE
+    if not with_metrics:
+        return Training(present=False, svg=None, missing=missing, note=note)
+    panels = []
+    for title, attr, log_y in (("training loss", "loss", False), ("accuracy", "accuracy", False),
+                               ("gradient SNR", "grad_snr", True), ("epsilon spent", "epsilon", False)):
+        short = short_names(runs)
+        series = [plots.Series(label=_label(short[r.label]), x=[m.step for m in r.metrics],
+                               y=[_nan(getattr(m, attr)) for m in r.metrics]) for r in with_metrics]
+        panels.append((title, series, log_y))
+    return Training(present=True, svg=plots.training("training telemetry", panels), missing=missing, note=note)
+
+
+# -- 5. per-canary table ---------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class CanaryRow:
+    id: str
+    frequency: int
+    prefix: str
+    secret: str
+    fill: str
+    edit: str
+    exposure: str
+    rank: str
+    exact: bool
+
+
+@dataclass(frozen=True, kw_only=True)
+class CanaryTable:
+    run: str
+    rows: tuple[CanaryRow, ...]
+    has_prefix: bool
+
+
+def _interval(low: float | None, high: float | None, spec: str) -> str:
+    if low is None and high is None:
+        return "–"
+    a, b = format(low, spec), format(high, spec) if high is not None else format(low, spec)
+    return a if a == b else f"[{a}, {b}]"
+
+
+def canary_tables(runs: Sequence[ReportRun]) -> tuple[CanaryTable, ...]:
+    tables = []
+    for run in runs:
+        ordered = sorted(run.results.canaries, key=lambda c: (-c.frequency, -(c.exposure_low if c.exposure_low is not None
+                                                                              else -math.inf), c.id))
+        rows = []
+        for c in ordered:
+            text = run.canary_text.get(c.id)
+            edit = "–" if c.edit_distance is None else (
+                f"{c.edit_distance} ({c.normalized_edit_distance:.2f})" if c.normalized_edit_distance is not None
+                else str(c.edit_distance))
+            rows.append(CanaryRow(id=c.id, frequency=c.frequency, prefix=text.prefix if text else "", secret=c.secret,
+                                  fill="–" if c.fill is None else c.fill, edit=edit,
+                                  exposure=_interval(c.exposure_low, c.exposure_high, ".2f"),
+                                  rank=_interval(c.rank_low, c.rank_high, "d"), exact=bool(c.exact)))
+        tables.append(CanaryTable(run=run.label, rows=tuple(rows), has_prefix=bool(run.canary_text)))
+    return tuple(tables)
+
+
+# -- 6. provenance ---------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stage:
+    name: str
+    schema: str
+    version: str
+    command: str
+    seed: str
+    config: str
+
+
+@dataclass(frozen=True, kw_only=True)
+class Provenance:
+    run: str
+    stages: tuple[Stage, ...]
+    inputs: tuple[tuple[str, str], ...]
+    outputs: tuple[tuple[str, str], ...]
+    upstream: tuple[Any, ...]
+    tokenizer: str
+    model: str
+    warnings: tuple[str, ...]
+
+
+def _stage(name: str, manifest: Mapping[str, Any]) -> Stage:
+    command = manifest.get("command")
+    return Stage(name=name, schema=str(manifest.get("schema", "")), version=str(manifest.get("dpaudit_version", "?")),
+                 command=shlex.join(str(c) for c in command) if isinstance(command, list) else str(command or "–"),
+                 seed=str(manifest.get("seed")),
+                 config=json.dumps(manifest.get("config", {}), indent=2, sort_keys=True, default=str))
+
+
+def provenance(run: ReportRun) -> Provenance:
+    stages = [_stage("attack", run.manifest)]
+    for role in ("train", "inject"):
+        if role in run.upstream_manifests:
+            stages.append(_stage(role, run.upstream_manifests[role]))
+    train = run.upstream_manifests.get("train", {})
+    tokenizer = (run.privacy.tokenizer if run.privacy and run.privacy.tokenizer else None) or (
+        f"trained on {train['tokenizer_trained_on']} only" if "tokenizer_trained_on" in train else
+        "unknown: the train run's manifest is not available (for a bare Hugging Face model: whatever its authors used)")
+    m = run.results.model
+    return Provenance(
+        run=run.label, stages=tuple(stages),
+        inputs=tuple(sorted((str(k), str(v)) for k, v in (run.manifest.get("inputs") or {}).items())),
+        outputs=tuple(sorted((str(k), str(v)) for k, v in (run.manifest.get("outputs") or {}).items() if k != REPORT_FILE)),
+        upstream=run.upstream, tokenizer=tokenizer, model=f"{m.path} ({m.architecture}, {m.kind})",
+        warnings=tuple(run.results.warnings) + tuple(w for a in run.results.attacks for w in a.warnings))
+
+
+# -- the page --------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class Page:
+    title: str
+    comparison: bool
+    version: str
+    verdicts: tuple[Verdict, ...]
+    memorization: Memorization
+    mia: Mia
+    training: Training
+    canaries: tuple[CanaryTable, ...]
+    provenance: tuple[Provenance, ...]
+
+
+def build_page(runs: Sequence[ReportRun]) -> Page:
+    from dpaudit import __version__
+
+    audits = {run.label: membership_audits(run.results) for run in runs}
+    labels = ", ".join(r.label for r in runs)
+    return Page(title=f"dpaudit report: {labels}", comparison=len(runs) > 1, version=__version__,
+                verdicts=tuple(verdict(r, audits[r.label]) for r in runs), memorization=memorization(runs),
+                mia=mia(runs, audits), training=training(runs), canaries=canary_tables(runs),
+                provenance=tuple(provenance(r) for r in runs))
+

@@ -1,0 +1,178 @@
+"""The HTML report: sections in order, escaping, self-containment, determinism, size, the attack's index.html."""
+
+from __future__ import annotations
+
+import json
+import re
+from html.parser import HTMLParser
+from pathlib import Path
+
+import numpy as np
+from click.testing import CliRunner
+
+from dpaudit.cli import cli
+from dpaudit.report import render_report
+from dpaudit.report.load import load_run
+from dpaudit.report.membership import membership_audits, strongest
+from dpaudit.rundir import sha256_file
+
+SCRIPT = "<script>alert(1)</script>"
+IMG = '"><img src=x onerror=alert(1)>'
+SECTIONS = ["verdict", "memorization", "mia", "training", "canaries", "provenance"]
+
+
+class _Tags(HTMLParser):
+    """Every start tag with its attributes, and the page's text."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+def _parse(html: str) -> _Tags:
+    parser = _Tags()
+    parser.feed(html)
+    return parser
+
+
+def test_sections_in_order_and_content(attack_dir: Path) -> None:
+    html = (attack_dir / "index.html").read_text(encoding="utf-8")
+    positions = [html.index(f'<section id="{s}">') for s in SECTIONS]
+    assert positions == sorted(positions)
+    text = " ".join(_parse(html).text)
+    run = load_run(attack_dir)
+    best = strongest(membership_audits(run.results))
+    assert best is not None and best.task.startswith("canaries")  # the 1.5-sigma task beats the 0.4-sigma one
+    assert f"AUC {best.audit.auc.value:.3f}" in text
+    assert "epsilon = 2 at delta = 1e-05" in text and "poisson" in text and "example (add/remove)" in text
+    assert "Group privacy." in text and "Not covered by epsilon." in text
+    assert "WordPiece trained on public.jsonl only" in text
+    assert html.count('<svg ') == 4  # exposure, edit distance, ROC, training
+    assert "EXCEEDS" not in html  # the lower bound is far below epsilon 2
+    # every canary is a row of the per-canary table
+    assert len(re.findall(r'<td class="mono">c\d{4}</td>', html)) == len(run.results.canaries) == 40
+    # every input's hash is listed
+    for digest in run.manifest["inputs"].values():
+        assert digest in html
+
+
+def test_strings_from_data_are_escaped(attack_dir: Path) -> None:
+    html = (attack_dir / "index.html").read_text(encoding="utf-8")
+    assert SCRIPT not in html and "<img" not in html
+    tags = _parse(html)
+    assert not [t for t, _ in tags.tags if t in ("script", "img", "iframe", "object", "embed", "link")]
+    assert not [a for _, attrs in tags.tags for a in attrs if a.startswith("on")]
+    text = " ".join(tags.text)
+    assert SCRIPT in text and IMG in text  # shown as text
+    assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
+
+
+def test_self_contained_no_network(attack_dir: Path) -> None:
+    html = (attack_dir / "index.html").read_text(encoding="utf-8")
+    csp = [a for t, a in _parse(html).tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
+    assert csp and csp[0]["content"] == "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
+    urls = set(re.findall(r"https?://[^\s\"'<>)]+", html))
+    assert urls <= {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}, urls
+    assert not re.findall(r"url\((?!#)", html), "only same-document url(#id) references (SVG clip paths)"
+    assert "@import" not in html and "<script" not in html and "xlink:href=\"http" not in html
+    # no dates: nothing that looks like a timestamp of rendering
+    assert not re.search(r"20\d\d-\d\d-\d\d[T ]\d\d:\d\d", html)
+    assert "@media print" in html and "prefers-color-scheme: dark" in html
+
+
+def test_attack_writes_index_listed_in_manifest(attack_dir: Path) -> None:
+    manifest = json.loads((attack_dir / "manifest.json").read_text())
+    assert manifest["outputs"]["index.html"] == sha256_file(attack_dir / "index.html")
+    assert set(manifest["outputs"]) == {"results.json", "scores/canaries.jsonl", "index.html"}
+
+
+def test_rendering_is_deterministic_and_equals_index(attack_dir: Path, tmp_path: Path) -> None:
+    first = render_report([str(attack_dir)])
+    assert render_report([str(attack_dir)]) == first
+    # `dpaudit report DIR` gives the very page `dpaudit attack` wrote
+    out = tmp_path / "page.html"
+    result = CliRunner().invoke(cli, ["report", str(attack_dir), "--out", str(out)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes() == (attack_dir / "index.html").read_bytes() == first.encode("utf-8")
+
+
+def test_comparison_page_overlays_runs(make_attack, tmp_path: Path, monkeypatch) -> None:
+    runs = [make_attack(tmp_path, "eps1", epsilon=1.0, strength=0.3, seed=1),
+            make_attack(tmp_path, "buggy", epsilon=0.05, strength=1.5, seed=2),
+            make_attack(tmp_path, "nonprivate", epsilon=None, strength=2.0, seed=3, mia=False, metrics=False)]
+    monkeypatch.chdir(tmp_path)
+    result = CliRunner().invoke(cli, ["report", *map(str, runs)], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    pages = list((tmp_path / "reports").glob("*.html"))
+    assert len(pages) == 1 and pages[0].name.startswith("eps1-vs-buggy-vs-nonprivate-")
+    html = pages[0].read_text(encoding="utf-8")
+    text = " ".join(_parse(html).text)
+    # one verdict per run, the buggy run flagged loudly, the non-private one without a bound
+    assert html.count('<div class="verdict">') == 3
+    assert html.count('class="alarm"') == 1 and "EXCEEDS THE CLAIMED EPSILON 0.050" in text
+    assert "none: non-private training (epsilon = infinity)" in text
+    assert "No training telemetry for" in text
+    # overlaid figures: one exposure and one edit-distance plot whose legends name every run
+    svgs = re.findall(r"<svg .*?</svg>", html, flags=re.DOTALL)
+    assert len(svgs) == 1 + 1 + 2 + 1  # exposure, edit, a ROC per run with MIA, training
+    for name in ("eps1", "buggy", "nonprivate"):
+        assert name in svgs[0]
+    # clip-path ids are unique across the page (each figure has its own salt)
+    ids = re.findall(r'id="([^"]+)"', html)
+    assert len(ids) == len(set(ids))
+
+
+def test_no_membership_attack(make_attack, tmp_path: Path) -> None:
+    run = make_attack(tmp_path, "canaries-only", mia=False)
+    text = " ".join(_parse((run / "index.html").read_text(encoding="utf-8")).text)
+    assert "No membership-inference attack was run" in text
+    assert "none: no membership-inference attack was run" in text
+
+
+def test_thousand_canaries_under_two_megabytes(make_attack, tmp_path: Path) -> None:
+    run = make_attack(tmp_path, "big", n_canaries=1000, frequencies=(1, 2, 4, 8, 16, 32, 64))
+    size = (run / "index.html").stat().st_size
+    print(f"index.html for 1,000 canaries: {size / 1e6:.3f} MB")
+    assert 200_000 < size < 2_000_000
+    html = (run / "index.html").read_text(encoding="utf-8")
+    assert len(re.findall(r'<td class="mono">c\d{4}</td>', html)) == 1000
+
+
+def test_roc_thinning_keeps_the_low_fpr_operating_points() -> None:
+    from dpaudit.audit import roc_curve
+    from dpaudit.report.plots import ROC_POINTS, thin_roc
+
+    rng = np.random.default_rng(0)
+    roc = roc_curve(rng.normal(1, 1, 20_000), rng.normal(0, 1, 20_000))
+    x, y = thin_roc(roc.fpr, roc.tpr, 1e-5)
+    assert len(x) <= ROC_POINTS < len(roc.fpr)
+    for fpr in (1e-3, 1e-2, 1e-1):  # the drawn step curve at the reported FPRs is the exact ROC's TPR
+        drawn = y[np.searchsorted(x, fpr + 1e-12, side="right") - 1]
+        assert drawn == roc.tpr_at(fpr)
+    # elsewhere it never lies above the ROC (a step curve through ROC vertices only)
+    for fpr in np.geomspace(1e-4, 1, 50):
+        assert y[np.searchsorted(x, fpr + 1e-12, side="right") - 1] <= max(roc.tpr_at(fpr), 1e-5)
+
+
+def test_membership_audits_found_in_nested_results(attack_dir: Path) -> None:
+    audits = membership_audits(load_run(attack_dir).results)
+    assert [a.task for a in audits] == ["examples", f"canaries {IMG}"]
+    assert {a.attack for a in audits} == {"fixture-loss"}
+    assert audits[0].audit.n_members == 2000 and audits[1].tpr(0.01) is not None
+
+
+def test_nested_audit_results_round_trip_through_results_json(attack_dir: Path) -> None:
+    """A result class holding AuditResult fields needs no custom to_json: the generic writer uses theirs."""
+    from dpaudit.attacks.results import result_from_json
+
+    result = next(a for a in load_run(attack_dir).results.attacks if a.attack == "fixture-loss")
+    obj = json.loads(json.dumps(result.to_json()))
+    assert obj["tasks"][0]["audit"]["schema"] == "dpaudit.audit/1"
+    assert result_from_json(obj).to_json() == obj
