@@ -119,9 +119,8 @@ def _batch_sizes(generator: np.random.Generator, n: int, q: float, steps: int) -
     return [int(sampling.poisson_sample(generator, n, q).size) for _ in range(steps)]
 
 
-def _noise_norms(step_key, params, noise_std: float, steps: int) -> list[float]:
+def _noise_norms(norm, step_key, noise_std: float, steps: int) -> list[float]:
     """The noise norms the trainer's step would log: noise_std * ||N(0, I)|| drawn as dp_step draws it."""
-    norm = jax.jit(lambda key: dp_step._global_norm(dp_step._gaussian_like(key, params)))
     return [float(noise_std * norm(step_key(t))) for t in range(steps)]
 
 
@@ -135,15 +134,16 @@ def _attack(out, noise_seed_guesses):
     bert = BertConfig.from_hf_dict(json.loads((out / "model" / "config.json").read_text()))
     params = jax.eval_shape(lambda: init_params(bert, jax.random.PRNGKey(0), seq_len=manifest["config"]["max_length"]))
     params = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), params)
+    norm = jax.jit(lambda key: dp_step._global_norm(dp_step._gaussian_like(key, params)))  # compiled once
     train_key = jax.random.fold_in(jax.random.PRNGKey(seed), 1)
     old = (_batch_sizes(np.random.default_rng([seed, 1]), n, q, steps),
-           _noise_norms(lambda t: jax.random.fold_in(jax.random.fold_in(train_key, t), 1), params, noise_std, steps))
+           _noise_norms(norm, lambda t: jax.random.fold_in(jax.random.fold_in(train_key, t), 1), noise_std, steps))
     guesses = {}
     for guess in noise_seed_guesses:
         source = NoiseSource(seed=guess, explicit=True)
         key = noise_key_of(source)
         guesses[guess] = (_batch_sizes(source.numpy_generator(0), n, q, steps),
-                          _noise_norms(lambda t, key=key: jax.random.fold_in(key, t), params, noise_std, steps))
+                          _noise_norms(norm, lambda t, key=key: jax.random.fold_in(key, t), noise_std, steps))
     return old, guesses
 
 
