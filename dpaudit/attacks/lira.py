@@ -12,8 +12,8 @@ f the confidence is logit-scaled, phi = log(p / (1 - p)), where p is:
 Per candidate, Gaussians are fitted to phi over the shadows that had it IN and those that had it OUT.
 Online score: log N(phi_target; mu_in, s_in) - log N(phi_target; mu_out, s_out). Offline score (OUT
 models only): log Phi((phi_target - mu_out) / s_out). With few shadows (or ``--lira-global-variance``,
-automatic when a candidate has fewer than 2 IN or OUT models), one variance is fitted over all
-candidates (the paper's "fixed variance" variant). Higher = member, as every dpaudit score.
+automatic when a candidate has fewer than 2 IN or OUT models), one standard deviation of all IN and one of
+all OUT confidences is used for every candidate (the paper's "fixed variance" variant). Higher = member, as every dpaudit score.
 
 References:
   Carlini, Chien, Nasr, Song, Terzis & Tramer 2022, "Membership Inference Attacks From First
@@ -28,8 +28,15 @@ from typing import Any, ClassVar
 import numpy as np
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome
-from dpaudit.attacks.mia import audit_tasks, membership_tasks
-from dpaudit.attacks.shadows import ShadowPool, ShadowSpec, cache_root, load_scorers, train_shadows
+from dpaudit.attacks.mia import audit_tasks, membership_tasks, precheck
+from dpaudit.attacks.shadows import (
+    ShadowPool,
+    ShadowSpec,
+    cache_root,
+    load_scorers,
+    target_recipe,
+    train_shadows,
+)
 from dpaudit.errors import UserInputError
 from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
 
@@ -62,11 +69,9 @@ def fit_and_score(phi_shadow: np.ndarray, member: np.ndarray, phi_target: np.nda
     mu_in = np.where(member, phi_shadow, 0).sum(0) / n_in
     mu_out = np.where(~member, phi_shadow, 0).sum(0) / n_out
     use_global = global_variance or (n_in < 2).any() or (n_out < 2).any()
-    if use_global:
-        r_in = (phi_shadow - mu_in)[member]
-        r_out = (phi_shadow - mu_out)[~member]
-        s_in = np.full(phi_target.shape, np.sqrt(np.mean(r_in ** 2)) if r_in.size else 1.0)
-        s_out = np.full(phi_target.shape, np.sqrt(np.mean(r_out ** 2)) if r_out.size else 1.0)
+    if use_global:  # Carlini et al.'s fixed variance: the spread of all IN (all OUT) confidences together
+        s_in = np.full(phi_target.shape, np.std(phi_shadow[member]))
+        s_out = np.full(phi_target.shape, np.std(phi_shadow[~member]))
     else:
         s_in = np.sqrt(np.where(member, (phi_shadow - mu_in) ** 2, 0).sum(0) / (n_in - 1))
         s_out = np.sqrt(np.where(~member, (phi_shadow - mu_out) ** 2, 0).sum(0) / (n_out - 1))
@@ -111,14 +116,15 @@ class LiraAttack:
     model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER})
 
     @classmethod
-    def check(cls, options: Any, source: Any) -> None:
+    def check(cls, options: Any, source: Any, run: Any) -> None:
+        precheck(options, run)
         if options.shadow_models < 2:
             raise UserInputError(f"--attacks lira needs --shadow-models >= 2 (each example must be IN some shadows and OUT "
                                  f"of others), got {options.shadow_models}.")
+        target_recipe(source, cls.name)
 
     def run(self, context: AttackContext) -> AttackOutcome:
         options = context.options
-        self.check(options, context.scorer.source)
         tasks = membership_tasks(context)
         pool, positions = audit_universe(context, tasks)
         k = options.shadow_models

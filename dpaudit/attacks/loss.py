@@ -14,16 +14,16 @@ References:
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome
-from dpaudit.attacks.mia import audit_tasks, membership_tasks
+from dpaudit.attacks.mia import audit_tasks, membership_tasks, precheck
 from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
 
 
-def task_losses(scorer, task, *, seed: int) -> np.ndarray:  # noqa: ANN001
+def task_losses(scorer, task, *, seed: int) -> np.ndarray:
     """[n] per-candidate loss of ``scorer`` on a task (MLM: seeded masking; classifier: true label)."""
     return np.asarray(scorer.example_losses(task.texts, task.labels, seed=seed), dtype=np.float64)
 
@@ -33,6 +33,10 @@ class LossAttack:
 
     name: ClassVar[str] = "loss"
     model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER})
+
+    @classmethod
+    def check(cls, options: Any, source: Any, run: Any) -> None:
+        precheck(options, run)
 
     def run(self, context: AttackContext) -> AttackOutcome:
         tasks = membership_tasks(context)

@@ -148,6 +148,12 @@ def membership_tasks(context: Any) -> list[MembershipTask]:
     return tasks
 
 
+def precheck(options: Any, run: Any) -> None:
+    """Checks that need only the data, run before any model is loaded: an explicit ``--fpr`` must be measurable."""
+    if options.fprs is not None:
+        check_fprs(options, [example_task(run, seed=options.seed, max_per_side=options.mia_examples)])
+
+
 # -- the claim ------------------------------------------------------------------------------------
 
 
@@ -291,7 +297,7 @@ class MiaResult(AttackResult):
                 "tasks": [t.to_json() for t in self.tasks]}
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]):  # noqa: ANN206
+    def from_json(cls, obj: dict[str, Any]):
         return cls(parameters=obj["parameters"], tasks=tuple(MiaTaskResult.from_json(t) for t in obj["tasks"]),
                    claimed_epsilon=obj.get("claimed_epsilon"), exceeds_claim=bool(obj.get("exceeds_claim")),
                    warnings=tuple(obj.get("warnings", ())))

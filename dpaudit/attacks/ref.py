@@ -19,8 +19,14 @@ import numpy as np
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome
 from dpaudit.attacks.loss import task_losses
-from dpaudit.attacks.mia import audit_tasks, membership_tasks
-from dpaudit.attacks.shadows import ShadowSpec, cache_root, check_same_tokenizer, load_scorers, train_shadows
+from dpaudit.attacks.mia import audit_tasks, membership_tasks, precheck
+from dpaudit.attacks.shadows import (
+    ShadowSpec,
+    cache_root,
+    check_same_tokenizer,
+    load_scorers,
+    train_shadows,
+)
 from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
 
 
@@ -56,10 +62,11 @@ class RefAttack:
     model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER})
 
     @classmethod
-    def check(cls, options: Any, source: Any) -> None:
+    def check(cls, options: Any, source: Any, run: Any) -> None:
         """Shadow models are trained like the target: its manifest must name the trainer and Config."""
         from dpaudit.attacks.shadows import target_recipe
 
+        precheck(options, run)
         if not options.reference_model:
             target_recipe(source, cls.name)
 

@@ -24,7 +24,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome
-from dpaudit.attacks.mia import audit_tasks, membership_tasks
+from dpaudit.attacks.mia import audit_tasks, membership_tasks, precheck
 from dpaudit.attacks.shadow import pool_label_ids, public_shadows
 from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
 
@@ -51,10 +51,11 @@ class RmiaAttack:
     model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER})
 
     @classmethod
-    def check(cls, options: Any, source: Any) -> None:
+    def check(cls, options: Any, source: Any, run: Any) -> None:
         """Shadow models are trained like the target: its manifest must name the trainer and Config."""
         from dpaudit.attacks.shadows import target_recipe
 
+        precheck(options, run)
         target_recipe(source, cls.name)
 
     def run(self, context: AttackContext) -> AttackOutcome:
@@ -63,7 +64,7 @@ class RmiaAttack:
         models, refs, pool, notes = public_shadows(context, self.name, what="rmia reference")
         z_labels = pool_label_ids(context.data, pool)
 
-        def prob(scorer, texts, labels):  # noqa: ANN001, ANN202
+        def prob(scorer, texts, labels):
             return np.exp(-np.nan_to_num(scorer.example_losses(texts, labels, seed=seed), nan=np.inf))
 
         p_tz = prob(context.scorer, pool.texts, z_labels)

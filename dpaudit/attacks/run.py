@@ -154,7 +154,7 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
     for cls in classes:  # attack-specific option checks (e.g. LiRA's shadow count), before anything is loaded
         check = getattr(cls, "check", None)
         if check is not None:
-            check(options, source)
+            check(options, source, run)
     if out is not None:
         prepare_output_dir(out, overwrite=overwrite)
     space = run.space

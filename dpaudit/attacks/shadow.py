@@ -21,8 +21,14 @@ from typing import Any, ClassVar
 import numpy as np
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome
-from dpaudit.attacks.mia import audit_tasks, membership_tasks
-from dpaudit.attacks.shadows import ShadowPool, ShadowSpec, cache_root, load_scorers, train_shadows
+from dpaudit.attacks.mia import audit_tasks, membership_tasks, precheck
+from dpaudit.attacks.shadows import (
+    ShadowPool,
+    ShadowSpec,
+    cache_root,
+    load_scorers,
+    train_shadows,
+)
 from dpaudit.errors import UserInputError
 from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
 
@@ -101,10 +107,11 @@ class ShadowAttack:
     model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER})
 
     @classmethod
-    def check(cls, options: Any, source: Any) -> None:
+    def check(cls, options: Any, source: Any, run: Any) -> None:
         """Shadow models are trained like the target: its manifest must name the trainer and Config."""
         from dpaudit.attacks.shadows import target_recipe
 
+        precheck(options, run)
         target_recipe(source, cls.name)
 
     def run(self, context: AttackContext) -> AttackOutcome:

@@ -87,8 +87,6 @@ def build_config(trainer: Any, recipe: TargetRecipe, *, train_size: int, overrid
         new = max(1, train_size // 2)
         notes.append(f"the target's batch size {kw['batch_size']} exceeds a shadow's {train_size} rows; shadows use {new}.")
         kw["batch_size"] = new
-        if isinstance(kw.get("micro_batch"), int) and kw["micro_batch"] > new:
-            kw["micro_batch"] = max(2, new - new % 2)
     try:
         return trainer.Config(**kw), notes
     except (TypeError, ValueError) as err:
@@ -113,8 +111,21 @@ def _rows(texts: Sequence[str], labels: Sequence[Any] | None, idx: np.ndarray) -
 def write_shadow_data(path: Path, *, train: list[dict[str, Any]], heldout: list[dict[str, Any]],
                       public: list[dict[str, Any]], labelled: bool, target_manifest: dict[str, Any]) -> Path:
     """An inject-format directory (verifiable by :func:`dpaudit.inject_run.load_inject_run`), no canaries."""
-    from dpaudit.inject_run import CANARIES, HELDOUT, OUTPUT_FILES, PUBLIC, SCHEMA, TRAIN
-    from dpaudit.rundir import build_manifest, file_hashes, staged_directory, write_jsonl, write_manifest
+    from dpaudit.inject_run import (
+        CANARIES,
+        HELDOUT,
+        OUTPUT_FILES,
+        PUBLIC,
+        SCHEMA,
+        TRAIN,
+    )
+    from dpaudit.rundir import (
+        build_manifest,
+        file_hashes,
+        staged_directory,
+        write_jsonl,
+        write_manifest,
+    )
 
     with staged_directory(path, overwrite=True) as stage:
         for name, rows in ((TRAIN, train), (HELDOUT, heldout), (PUBLIC, public), (CANARIES, [])):
