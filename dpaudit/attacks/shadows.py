@@ -174,8 +174,8 @@ def train_shadows(*, source: Any, run: Any, pool: ShadowPool, specs: Sequence[Sh
                   what: str = "shadow") -> tuple[list[TrainedShadow], list[str]]:
     """Train (or reuse from the cache) one model per spec; one progress line per model on stderr.
 
-    With ``max_minutes``, no new model is started once that much time has passed (cached models are
-    always used). Returns the models that exist and warnings.
+    With ``max_minutes``, no new model is started once that much time has passed and at least one
+    model exists (cached models are always used). Returns the models that exist and warnings.
     """
     from dpaudit.inject_run import PUBLIC
     from dpaudit.trainer_api import load_trainer
@@ -206,7 +206,7 @@ def train_shadows(*, source: Any, run: Any, pool: ShadowPool, specs: Sequence[Sh
             out.append(TrainedShadow(spec, model_dir, True))
             continue
         elapsed = (time.monotonic() - start) / 60
-        if max_minutes is not None and elapsed >= max_minutes:
+        if max_minutes is not None and out and elapsed >= max_minutes:  # at least one model is always trained
             notes.append(f"--max-shadow-minutes {max_minutes:g}: stopped after {len(out)} of {len(specs)} {what} models "
                          f"({elapsed:.1f} min); {len(out)} used.")
             print(f"{what} {n}/{len(specs)}: not started (--max-shadow-minutes {max_minutes:g} reached)", file=sys.stderr)

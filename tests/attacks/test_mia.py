@@ -146,3 +146,28 @@ def test_reference_with_another_tokenizer_is_refused(mia_model, mia_data, tmp_pa
     run = _attack_cli(mia_model, mia_data, tmp_path / "out", "--attacks", "ref", "--reference-model", str(other))
     assert run.exit_code == 2, run.output
     assert "tokenizer differs from the target's" in run.output and len(run.output.strip().splitlines()) == 1
+
+
+def test_max_shadow_minutes_stops_starting_new_shadows(mia_run, mia_model, mia_data):
+    _, _, cache = mia_run
+    before = sorted(p.name for p in cache.iterdir())
+    results = dpaudit.attack(mia_model, mia_data, ["shadow"], shadow_models=3, shadow_cache=str(cache),
+                             max_shadow_minutes=1e-9, progress=False)
+    shadow = results["shadow"]
+    assert shadow.parameters["shadow_models"] == 2 and shadow.parameters["shadow_models_asked"] == 3
+    assert any("stopped after 2 of 3" in w for w in shadow.warnings)
+    assert sorted(p.name for p in cache.iterdir()) == before  # the third was never started
+
+
+def test_a_finished_shadow_is_a_verified_run_dir(mia_run):
+    from dpaudit.attacks.shadows import _finished
+
+    _, _, cache = mia_run
+    model = next(cache.iterdir()) / "model"
+    assert _finished(model)
+    (model / "privacy.json").write_text((model / "privacy.json").read_text() + " ")  # a damaged file: not finished
+    try:
+        assert not _finished(model)
+    finally:
+        (model / "privacy.json").write_text((model / "privacy.json").read_text()[:-1])
+    assert _finished(model)
