@@ -120,13 +120,13 @@ def mia_model(mia_data, tmp_path_factory):
 
 @pytest.fixture(scope="session")
 def mia_noisy_model(mia_data, tmp_path_factory):
-    """:func:`mia_model`'s recipe trained with DP-SGD at noise multiplier 20 for 10 steps (noise fixed by seed)."""
+    """:func:`mia_model`'s recipe trained with DP-SGD at noise multiplier 20 for 12 steps (noise fixed by seed)."""
     import dataclasses
 
     from trainers.jax_bert.config import JaxBertConfig
 
     path = tmp_path_factory.mktemp("mia") / "noisy"
     noise_seed = ["--noise-seed", "0"] if "noise_seed" in {f.name for f in dataclasses.fields(JaxBertConfig)} else []
-    _cli("train", *MIA_TRAIN, "--steps", "10", "--noise-multiplier", "20", *noise_seed, "--data", str(mia_data),
+    _cli("train", *MIA_TRAIN, "--steps", "12", "--noise-multiplier", "20", *noise_seed, "--data", str(mia_data),
          "--out", str(path))
     return path
