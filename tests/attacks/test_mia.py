@@ -108,7 +108,7 @@ def test_large_noise_keeps_every_bound_below_the_claim(mia_noisy_model, mia_data
         assert all(b["epsilon"] < claimed for b in task.audit["bounds"]), task.bound_methods
 
 
-def _attack_cli(model, data, out, *extra):  # noqa: ANN001, ANN202
+def _attack_cli(model, data, out, *extra):
     return CliRunner().invoke(cli, ["attack", "--model", str(model), "--data", str(data), "--out", str(out), *extra])
 
 

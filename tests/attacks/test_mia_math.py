@@ -67,7 +67,7 @@ def test_rmia_score_is_the_fraction_of_population_dominated():
     p_t_z, p_r_z = np.array([0.2, 0.4, 0.6]), np.array([[0.2, 0.2, 0.2]])
     a = 0.3
 
-    def lr(pt, pr):  # noqa: ANN001, ANN202
+    def lr(pt, pr):
         return pt / (0.5 * ((1 + a) * pr + (1 - a)))
 
     lx, lz = lr(p_t_x, p_r_x[0]), lr(p_t_z, p_r_z[0])
