@@ -151,10 +151,19 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
     run = load_inject_run(data)
     source = resolve_model(model)
     classes = resolve_attacks(names, source.kind, model=str(model))
+    kept, skipped = [], []
     for cls in classes:  # attack-specific option checks (e.g. LiRA's shadow count), before anything is loaded
         check = getattr(cls, "check", None)
-        if check is not None:
-            check(options, source, run)
+        try:
+            if check is not None:
+                check(options, source, run)
+        except UserInputError as err:
+            if cls.name in {n.strip() for n in names}:  # named explicitly: refuse; from "all": skip it and say why
+                raise
+            skipped.append(f"--attacks all: skipped {cls.name} ({err})")
+            continue
+        kept.append(cls)
+    classes = kept
     if out is not None:
         prepare_output_dir(out, overwrite=overwrite)
     space = run.space
@@ -165,7 +174,7 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
         raise UserInputError("--reveal applies to digits:N and words:N secrets, not phrases; remove it.")
     claimed = claimed_privacy(source.privacy)
     canaries = list(run.canaries)
-    notes = [w for w in (shared_context_warning(canaries, space, reveal),) if w]
+    notes = [w for w in (shared_context_warning(canaries, space, reveal),) if w] + skipped
     for note in notes:
         warnings.warn(note, AttackWarning, stacklevel=2)
 

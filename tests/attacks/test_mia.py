@@ -171,3 +171,15 @@ def test_a_finished_shadow_is_a_verified_run_dir(mia_run):
     finally:
         (model / "privacy.json").write_text((model / "privacy.json").read_text()[:-1])
     assert _finished(model)
+
+
+def test_all_skips_shadow_attacks_on_a_bare_model(mia_model, mia_data, tmp_path):
+    import shutil
+
+    bare = tmp_path / "bare"
+    shutil.copytree(mia_model / "model", bare)
+    results = dpaudit.attack(bare, mia_data, ["all"], progress=False, fprs=None)
+    ran = [a.attack for a in results.attacks]
+    assert "loss" in ran and not {"shadow", "lira", "rmia", "ref"} & set(ran)
+    assert any("skipped shadow" in w for w in results.warnings)
+    assert results["loss"]["examples"].claimed_epsilon is None  # a bare model claims nothing
