@@ -183,3 +183,20 @@ def test_all_skips_shadow_attacks_on_a_bare_model(mia_model, mia_data, tmp_path)
     assert "loss" in ran and not {"shadow", "lira", "rmia", "ref"} & set(ran)
     assert any("skipped shadow" in w for w in results.warnings)
     assert results["loss"]["examples"].claimed_epsilon is None  # a bare model claims nothing
+
+
+def test_an_unfinished_shadow_is_resumed_from_its_checkpoint(mia_run, mia_model, mia_data, capfd):
+    """A kill after the last checkpoint but before the run directory was complete: the rerun resumes it
+    (the trainer restores the checkpoint; no step is retrained) and the attack gives the same scores."""
+    results, _, cache = mia_run
+    homes = sorted(p for p in cache.iterdir() if (p / "identity.json").is_file() and
+                   json.loads((p / "identity.json").read_text())["seed"] in (0, 1))  # the public-half shadows
+    assert len(homes) == 2
+    (homes[0] / "model" / "manifest.json").unlink()  # what a kill before the manifest was written leaves
+    capfd.readouterr()
+    again = dpaudit.attack(mia_model, mia_data, ["shadow"], shadow_models=2, shadow_cache=str(cache),
+                           shadow_overrides=SHADOW_OVERRIDES, progress=False)
+    err = capfd.readouterr().err
+    assert err.count("trained on") == 1 and err.count(": cached (") == 1
+    assert (homes[0] / "model" / "manifest.json").is_file()
+    assert again["shadow"]["examples"].auc == pytest.approx(results["shadow"]["examples"].auc)
