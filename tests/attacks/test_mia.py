@@ -200,3 +200,22 @@ def test_an_unfinished_shadow_is_resumed_from_its_checkpoint(mia_run, mia_model,
     assert err.count("trained on") == 1 and err.count(": cached (") == 1
     assert (homes[0] / "model" / "manifest.json").is_file()
     assert again["shadow"]["examples"].auc == pytest.approx(results["shadow"]["examples"].auc)
+
+
+def test_rmia_works_with_one_reference_model(mia_run, mia_model, mia_data):
+    _, _, cache = mia_run  # shadow 0 of the run is the one reference (same seed and split): nothing is trained
+    results = dpaudit.attack(mia_model, mia_data, ["rmia"], shadow_models=1, shadow_cache=str(cache),
+                             shadow_overrides=SHADOW_OVERRIDES, progress=False)
+    rmia = results["rmia"]
+    assert rmia.parameters["reference_models"] == 1 and rmia.parameters["shadow_overrides"] == SHADOW_OVERRIDES
+    assert 0 <= rmia["examples"].auc <= 1 and rmia["examples"].n_members == 64
+
+
+def test_cli_summary_lists_each_attack_and_task(mia_model, mia_data, tmp_path):
+    run = _attack_cli(mia_model, mia_data, tmp_path / "out", "--attacks", "loss", "--mia-examples", "40")
+    assert run.exit_code == 0, run.output
+    assert "membership inference" in run.output
+    lines = [line.split() for line in run.output.splitlines() if line.strip().startswith("loss ")]
+    assert [line[1] for line in lines] == ["examples", "canaries"]
+    obj = json.loads((tmp_path / "out" / "results.json").read_text())
+    assert obj["attacks"][0]["tasks"][0]["n_members"] == 40

@@ -99,3 +99,23 @@ def test_examples_task_removes_duplicates_and_balances(tmp_path):
     assert example_task(run, seed=5).texts == task.texts  # seeded
     assert example_task(run, seed=6).texts[:6] != task.texts[:6]
     assert example_task(run, seed=5, max_per_side=3).n_members == 3
+
+
+def test_a_bound_above_the_claim_is_flagged_loudly():
+    """Perfectly separated scores of 2000 + 2000 candidates refute a claim of epsilon 0.5."""
+    from types import SimpleNamespace
+
+    from dpaudit.attacks.base import AttackOptions
+    from dpaudit.attacks.mia import MembershipTask, audit_tasks
+
+    n = 2000
+    task = MembershipTask("examples", [""] * 2 * n, None, np.r_[np.ones(n, bool), np.zeros(n, bool)],
+                          [str(i) for i in range(2 * n)])
+    context = SimpleNamespace(options=AttackOptions(), _mia_claim=(0.5, 1e-5))  # the claim as claim_of caches it
+    scores = np.r_[np.linspace(10, 11, n), np.linspace(0, 1, n)]
+    outcome = audit_tasks(context, "loss", [(task, scores)], parameters={})
+    result = outcome.result
+    assert result.exceeds_claim and result["examples"].exceeds_claim
+    assert result["examples"].epsilon_lower_bound > 0.5
+    assert result.warnings[0].startswith("loss: EMPIRICAL EPSILON LOWER BOUND") and "EXCEEDS THE CLAIMED EPSILON 0.500" in result.warnings[0]
+    assert len(outcome.score_files["scores/mia_loss.jsonl"]) == 2 * n
