@@ -75,7 +75,9 @@ def build_config(trainer: Any, recipe: TargetRecipe, *, train_size: int, overrid
     """The target's Config for a shadow of ``train_size`` rows, and what had to change (warnings).
 
     Fields the Config does not have are dropped; a redacted ``noise_seed`` (a string) is dropped; a
-    batch larger than the shadow's data is reduced to half of it (said in a warning).
+    batch larger than the shadow's data is reduced to half of it (said in a warning). A target trained
+    to a ``target_epsilon`` gives shadows calibrated to the same epsilon on their own data size (the
+    same privacy level, as Shokri et al.'s shadows mimic the target's training).
     """
     fields = {f.name: f for f in dataclasses.fields(trainer.Config)}
     kw = {k: v for k, v in recipe.config.items() if k in fields}
