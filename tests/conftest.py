@@ -87,3 +87,44 @@ def noisy_canary_model(canary_data, tmp_path_factory):
     _cli("train", *CANARY_TRAIN, "--steps", "40", "--noise-multiplier", "50", "--data", str(canary_data),
          "--out", str(path))
     return path
+
+
+#: The membership-inference run shared by the MIA tests: a small corpus (124 training rows, 64 heldout,
+#: 64 public) and 8 coin-flip canaries (each inserted once iff its fair coin says so), on which a tiny
+#: BERT trained non-privately for 200 steps (~50 epochs) overfits: its loss separates members from
+#: heldout rows (AUC ~0.67 with seed 3).
+MIA_INJECT = ["--corpus", "builtin:assistant", "--corpus-size", "250", "--heldout-size", "64", "--public-size", "64",
+              "--frequencies", "1", "--per-frequency", "8", "--holdout", "0", "--coin-flip", "--seed", "3"]
+MIA_TRAIN = ["--trainer", "jax-bert", "--seed", "0", "--preset", "tiny", "--batch-size", "32", "--micro-batch", "32",
+             "--max-length", "16", "--learning-rate", "3e-3", "--warmup-steps", "10", "--weight-decay", "0",
+             "--mask-prob", "0.3", "--log-every", "50", "--eval-every", "1000", "--checkpoint-every", "1000"]
+
+
+@pytest.fixture(scope="session")
+def mia_data(tmp_path_factory):
+    """The inject directory of :data:`MIA_INJECT` (read-only)."""
+    path = tmp_path_factory.mktemp("mia") / "data"
+    _cli("inject", *MIA_INJECT, "--out", str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def mia_model(mia_data, tmp_path_factory):
+    """The overfit tiny model: non-private, 200 steps on :func:`mia_data` (read-only)."""
+    path = tmp_path_factory.mktemp("mia") / "model"
+    _cli("train", *MIA_TRAIN, "--steps", "200", "--non-private", "--data", str(mia_data), "--out", str(path))
+    return path
+
+
+@pytest.fixture(scope="session")
+def mia_noisy_model(mia_data, tmp_path_factory):
+    """:func:`mia_model`'s recipe trained with DP-SGD at noise multiplier 20 for 12 steps (noise fixed by seed)."""
+    import dataclasses
+
+    from trainers.jax_bert.config import JaxBertConfig
+
+    path = tmp_path_factory.mktemp("mia") / "noisy"
+    noise_seed = ["--noise-seed", "0"] if "noise_seed" in {f.name for f in dataclasses.fields(JaxBertConfig)} else []
+    _cli("train", *MIA_TRAIN, "--steps", "12", "--noise-multiplier", "20", *noise_seed, "--data", str(mia_data),
+         "--out", str(path))
+    return path

@@ -29,6 +29,16 @@ class AttackOptions:
         seed: seeds the bootstrap (and any other randomness of the statistics).
         tolerance: score difference below which a candidate ties the secret (exposure ranks).
         level: confidence level of every interval.
+        shadow_models: shadow / reference models for the shadow, LiRA and RMIA attacks.
+        attack_model: the shadow attack's classifier: ``"logreg"`` or ``"gbdt"``.
+        reference_model: a reference model directory for the ``ref`` attack (None: train one on public.jsonl).
+        max_shadow_minutes: stop starting new shadow models after this many minutes (None: no limit).
+        shadow_cache: the shadow-model cache directory (None: ``$DPAUDIT_CACHE/shadows`` or ``~/.cache/dpaudit/shadows``).
+        fprs: FPRs asked for explicitly (refused when the non-members cannot measure them); None: 0.1% and 1%, warned.
+        mia_examples: at most this many members (and as many non-members) in the examples task (None: all).
+        lira_global_variance: LiRA fits one variance over all examples (for few shadow models).
+        shadow_overrides: Config fields replaced in every shadow/reference model (Python API only: e.g. fewer steps
+            in tests; the result records them, since shadows then differ from the target's recipe).
     """
 
     batch_size: int = 32
@@ -37,8 +47,27 @@ class AttackOptions:
     seed: int = 0
     tolerance: float = 1e-9
     level: float = 0.95
+    shadow_models: int = 4
+    attack_model: str = "logreg"
+    reference_model: str | None = None
+    max_shadow_minutes: float | None = None
+    shadow_cache: str | None = None
+    fprs: tuple[float, ...] | None = None
+    mia_examples: int | None = None
+    lira_global_variance: bool = False
+    shadow_overrides: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        if self.shadow_models < 1:
+            raise ValueError(f"--shadow-models must be >= 1, got {self.shadow_models}.")
+        if self.attack_model not in ("logreg", "gbdt"):
+            raise ValueError(f"--attack-model must be logreg or gbdt, got {self.attack_model!r}.")
+        if self.max_shadow_minutes is not None and not self.max_shadow_minutes > 0:
+            raise ValueError(f"--max-shadow-minutes must be > 0, got {self.max_shadow_minutes}.")
+        if self.fprs is not None and not all(0 < f < 1 for f in self.fprs):
+            raise ValueError(f"--fpr values must be in (0, 1), got {self.fprs}.")
+        if self.mia_examples is not None and self.mia_examples < 2:
+            raise ValueError(f"--mia-examples must be >= 2, got {self.mia_examples}.")
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}.")
         if self.reveal < 0:
@@ -91,10 +120,12 @@ class AttackContext:
 
 @dataclass(frozen=True)
 class AttackOutcome:
-    """An attack's summary and, per canary id, the :class:`~dpaudit.attacks.results.CanaryScore` fields it set."""
+    """An attack's summary, per canary id the :class:`~dpaudit.attacks.results.CanaryScore` fields it set, and
+    extra score files (``scores/mia_<attack>.jsonl`` -> rows) for the attack directory."""
 
     result: AttackResult
     canary_fields: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
+    score_files: Mapping[str, Sequence[Mapping[str, Any]]] = field(default_factory=dict)
 
 
 @runtime_checkable

@@ -16,6 +16,11 @@ from dpaudit.errors import UserInputError
 ATTACKS: dict[str, str] = {
     "exposure": "dpaudit.attacks.exposure:ExposureAttack",
     "reconstruction": "dpaudit.attacks.reconstruction:ReconstructionAttack",
+    "loss": "dpaudit.attacks.loss:LossAttack",
+    "shadow": "dpaudit.attacks.shadow:ShadowAttack",
+    "ref": "dpaudit.attacks.ref:RefAttack",
+    "lira": "dpaudit.attacks.lira:LiraAttack",
+    "rmia": "dpaudit.attacks.rmia:RmiaAttack",
 }
 DEFAULT_ATTACKS: tuple[str, ...] = ("exposure", "reconstruction")
 

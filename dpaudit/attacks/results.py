@@ -250,6 +250,8 @@ def result_from_json(obj: dict[str, Any]) -> AttackResult:
     """Read one attack's summary, dispatching on its ``attack`` field."""
     name = obj.get("attack")
     if name not in _RESULT_TYPES:
+        import dpaudit.attacks.mia  # noqa: F401  (registers the membership-inference result classes)
+    if name not in _RESULT_TYPES:
         raise ValueError(f"unknown attack result {name!r}; known: {', '.join(sorted(_RESULT_TYPES))}.")
     body = {k: v for k, v in obj.items() if k != "attack"}
     return _from_json(_RESULT_TYPES[name], body)
@@ -266,6 +268,7 @@ class AttackResults:
     warnings: tuple[str, ...] = ()
     group_privacy: str = GROUP_PRIVACY_NOTE
     canaries: tuple[CanaryScore, ...] = field(default=(), metadata={"json": False})
+    score_files: dict[str, Any] = field(default_factory=dict, metadata={"json": False})
     schema: str = SCHEMA
 
     def __getitem__(self, name: str) -> AttackResult:

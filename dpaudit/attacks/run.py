@@ -107,7 +107,7 @@ def truncation_warning(tokenizer: Any, canaries: Sequence[Any], train_manifest: 
 def attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks: Iterable[str] = DEFAULT_ATTACKS, *,
            out: str | os.PathLike[str] | None = None, overwrite: bool = False, batch_size: int = 32, reveal: int = 0,
            top_k: int = 10, seed: int = 0, device: str | None = None, progress: bool = True,
-           command: list[str] | None = None) -> AttackResults:
+           command: list[str] | None = None, **mia_options: Any) -> AttackResults:
     """Run canary attacks on a model and (with ``out``) write the attack directory.
 
     Args:
@@ -120,6 +120,9 @@ def attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks:
         device: ``"cuda"``/``"cpu"``; default: the GPU when present.
         progress: progress bars on stderr.
         command: the command line recorded in the manifest.
+        mia_options: membership-inference options, fields of :class:`dpaudit.attacks.base.AttackOptions`
+            (``shadow_models``, ``attack_model``, ``reference_model``, ``max_shadow_minutes``, ``shadow_cache``,
+            ``fprs``, ``mia_examples``, ``lira_global_variance``, ``shadow_overrides``).
 
     Returns:
         The typed results (``results["exposure"]``, ``results.canaries``, ...).
@@ -129,27 +132,40 @@ def attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks:
     """
     if out is None:
         return _attack(model, data, attacks, out=None, overwrite=overwrite, batch_size=batch_size, reveal=reveal,
-                       top_k=top_k, seed=seed, device=device, progress=progress, command=command)
+                       top_k=top_k, seed=seed, device=device, progress=progress, command=command, **mia_options)
     with run_dir_lock(out, stage="attack"):  # one stage per output directory at a time
         return _attack(model, data, attacks, out=out, overwrite=overwrite, batch_size=batch_size, reveal=reveal,
-                       top_k=top_k, seed=seed, device=device, progress=progress, command=command)
+                       top_k=top_k, seed=seed, device=device, progress=progress, command=command, **mia_options)
 
 
 def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks: Iterable[str], *,
             out: str | os.PathLike[str] | None, overwrite: bool, batch_size: int, reveal: int, top_k: int, seed: int,
-            device: str | None, progress: bool, command: list[str] | None) -> AttackResults:
+            device: str | None, progress: bool, command: list[str] | None, **mia_options: Any) -> AttackResults:
     from dpaudit.inject_run import load_inject_run
     from dpaudit.scoring import load, resolve_model
 
     try:
-        options = AttackOptions(batch_size=batch_size, reveal=reveal, top_k=top_k, seed=seed)
-    except ValueError as err:
+        options = AttackOptions(batch_size=batch_size, reveal=reveal, top_k=top_k, seed=seed, **mia_options)
+    except (TypeError, ValueError) as err:
         raise UserInputError(str(err)) from None
     names = [attacks] if isinstance(attacks, str) else list(attacks)
     names = [n for name in names for n in name.split(",")]
     run = load_inject_run(data)
     source = resolve_model(model)
     classes = resolve_attacks(names, source.kind, model=str(model))
+    kept, skipped = [], []
+    for cls in classes:  # attack-specific option checks (e.g. LiRA's shadow count), before anything is loaded
+        check = getattr(cls, "check", None)
+        try:
+            if check is not None:
+                check(options, source, run)
+        except UserInputError as err:
+            if cls.name in {n.strip() for n in names}:  # named explicitly: refuse; from "all": skip it and say why
+                raise
+            skipped.append(f"--attacks all: skipped {cls.name} ({err})")
+            continue
+        kept.append(cls)
+    classes = kept
     if out is not None:
         prepare_output_dir(out, overwrite=overwrite)
     space = run.space
@@ -160,7 +176,7 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
         raise UserInputError("--reveal applies to digits:N and words:N secrets, not phrases; remove it.")
     claimed = claimed_privacy(source.privacy)
     canaries = list(run.canaries)
-    notes = [w for w in (shared_context_warning(canaries, space, reveal),) if w]
+    notes = [w for w in (shared_context_warning(canaries, space, reveal),) if w] + skipped
     for note in notes:
         warnings.warn(note, AttackWarning, stacklevel=2)
 
@@ -170,12 +186,13 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
         notes.append(cut)
         warnings.warn(cut, AttackWarning, stacklevel=2)
     context = AttackContext(scorer=scorer, canaries=canaries, space=space, options=options, data=run)
-    results, fields = [], {c.id: {} for c in canaries}
+    results, fields, score_files = [], {c.id: {} for c in canaries}, {}
     for cls in classes:
         outcome = cls().run(context)
         results.append(outcome.result)
         for cid, values in outcome.canary_fields.items():
             fields[cid].update(values)
+        score_files.update(outcome.score_files)
         for note in outcome.result.warnings:
             warnings.warn(f"{cls.name}: {note}", AttackWarning, stacklevel=2)
     scores = tuple(CanaryScore(id=c.id, frequency=c.frequency, secret=c.secret, reveal=reveal, **fields[c.id]) for c in canaries)
@@ -186,7 +203,7 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
         data=DataInfo(path=str(data), secret_format=run.manifest.get("secret_space", {}).get("format", ""),
                       log2_space_size=None if space is None else float(space.log2_size), canaries=len(canaries),
                       controls=n_controls, template=template),
-        claimed=claimed, attacks=tuple(results), warnings=tuple(notes), canaries=scores,
+        claimed=claimed, attacks=tuple(results), warnings=tuple(notes), canaries=scores, score_files=score_files,
     )
     if out is not None:
         config = {"attacks": [c.name for c in classes], "model": str(model), "data": str(data), **dataclasses.asdict(options)}
@@ -211,7 +228,9 @@ def write_attack_dir(out: str | os.PathLike[str], results: AttackResults, *, con
         atomic_write_json(stage / RESULTS, results.to_json())
         (stage / "scores").mkdir()
         write_jsonl(stage / CANARY_SCORES, (c.to_json() for c in results.canaries))
-        outputs = file_hashes(stage, [RESULTS, CANARY_SCORES])
+        for name, rows in results.score_files.items():  # scores/mia_<attack>.jsonl
+            write_jsonl(stage / name, rows)
+        outputs = file_hashes(stage, [RESULTS, CANARY_SCORES, *results.score_files])
         manifest = build_manifest(schema=SCHEMA, config=config, seed=seed, inputs=inputs, outputs=outputs, command=command)
         manifest = json.loads(json.dumps(manifest))  # exactly what a reader of manifest.json will see
         html = render_runs([run_from_results(stage, results, manifest, label=str(out))])
@@ -228,7 +247,9 @@ def read_attack_dir(path: str | os.PathLike[str]) -> AttackResults:
     from dpaudit.rundir import read_jsonl, verify_run_dir
 
     path = Path(path)
-    verify_run_dir(path, schema_prefix="dpaudit.attack/")
+    manifest = verify_run_dir(path, schema_prefix="dpaudit.attack/")
     obj = json.loads((path / RESULTS).read_text(encoding="utf-8"))
     canaries = tuple(CanaryScore.from_json(r) for r in read_jsonl(path / CANARY_SCORES))
-    return AttackResults.from_json(obj, canaries)
+    results = AttackResults.from_json(obj, canaries)
+    extra = {name: list(read_jsonl(path / name)) for name in manifest.get("outputs", {}) if name.startswith("scores/mia_")}
+    return dataclasses.replace(results, score_files=extra) if extra else results

@@ -22,6 +22,7 @@ def _fmt(x: float | None, spec: str = ".2f") -> str:
 
 
 def _summary(results) -> str:  # noqa: ANN001
+    from dpaudit.attacks.mia import MiaResult
     from dpaudit.attacks.results import ExposureResult, ReconstructionResult
 
     claimed = results.claimed
@@ -44,6 +45,17 @@ def _summary(results) -> str:  # noqa: ANN001
                 hits = "-" if r.top_k_hits is None else str(r.top_k_hits)
                 lines.append(f"  {r.frequency:>5} {r.n:>4} {r.exact_match_rate:>7.2f} {ci:>15} "
                              f"{r.normalized_edit_distance_mean:>10.3f} {hits:>10}")
+    mia = [r for r in results.attacks if isinstance(r, MiaResult)]
+    if mia:
+        lines.append("membership inference (AUC [95% CI], TPR at FPR, epsilon lower bound vs claim):")
+        lines.append(f"  {'attack':>7} {'task':>17} {'AUC':>6} {'CI':>15} {'TPR@0.1%':>9} {'TPR@1%':>8} {'eps LB':>7} {'claim':>7}")
+        for r in mia:
+            for t in r.tasks:
+                tpr = {round(x["fpr"], 6): x["tpr"] for x in t.tpr_at}
+                flag = "  <-- EXCEEDS CLAIM" if t.exceeds_claim else ""
+                lines.append(f"  {r.attack:>7} {t.task:>17} {t.auc:>6.3f} {'[' + _fmt(t.auc_ci[0], '.3f') + ', ' + _fmt(t.auc_ci[1], '.3f') + ']':>15} "
+                             f"{_fmt(tpr.get(0.001), '.3f'):>9} {_fmt(tpr.get(0.01), '.3f'):>8} {t.epsilon_lower_bound:>7.3f} "
+                             f"{_fmt(t.claimed_epsilon, '.3f'):>7}{flag}")
     return "\n".join(lines)
 
 
@@ -60,9 +72,28 @@ def _summary(results) -> str:  # noqa: ANN001
 @click.option("--top-k", type=click.IntRange(min=0), default=10, show_default=True,
               help="Beam width for the true secret's rank among the best fills (0: off).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the bootstrap intervals.")
+@click.option("--shadow-models", type=click.IntRange(min=1), default=4, show_default=True,
+              help="Shadow/reference models for the shadow, lira (>= 2) and rmia attacks.")
+@click.option("--attack-model", type=click.Choice(["logreg", "gbdt"]), default="logreg", show_default=True,
+              help="The shadow attack's classifier: logistic regression or gradient boosting.")
+@click.option("--reference-model", type=click.Path(path_type=Path), default=None,
+              help="Reference model for --attacks ref (same tokenizer as the target); default: one trained like the "
+                   "target on public.jsonl.")
+@click.option("--max-shadow-minutes", type=click.FloatRange(min=0, min_open=True), default=None,
+              help="Stop starting new shadow models after this many minutes (the ones trained are used).")
+@click.option("--shadow-cache", type=click.Path(path_type=Path), default=None,
+              help="Shadow-model cache [default: $DPAUDIT_CACHE/shadows or ~/.cache/dpaudit/shadows].")
+@click.option("--fpr", "fprs", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), multiple=True,
+              help="Report TPR at this FPR (repeatable); refused if heldout.jsonl has too few non-members to measure it. "
+                   "Default: 0.1% and 1%, with a warning when unmeasurable.")
+@click.option("--mia-examples", type=click.IntRange(min=2), default=None,
+              help="At most this many members (and as many non-members) in the examples membership task.")
+@click.option("--lira-global-variance", is_flag=True, help="LiRA: one variance over all examples (few shadow models).")
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists and is not empty.")
 @click.option("--json", "as_json", is_flag=True, help="Print results.json on stdout instead of the summary.")
 def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: int, reveal: int, top_k: int, seed: int,
+           shadow_models: int, attack_model: str, reference_model: Path | None, max_shadow_minutes: float | None,
+           shadow_cache: Path | None, fprs: tuple[float, ...], mia_examples: int | None, lira_global_variance: bool,
            overwrite: bool, as_json: bool) -> None:
     """Attack a model's canaries and write results.json, scores/canaries.jsonl and manifest.json.
 
@@ -70,6 +101,10 @@ def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: in
     rank among all |R| candidates is counted, not sampled. Reconstruction reports the model's top-1
     fill of the masked secret, its edit distance to the truth and the exact-match rate, by how
     often each canary was inserted (controls = 0, the baseline).
+
+    Membership inference (loss, shadow, ref, lira, rmia) scores train.jsonl members vs heldout.jsonl
+    non-members and inserted vs control canaries, and sets an empirical epsilon lower bound beside the
+    accountant's claim (flagged loudly when above it). Shadow models are cached and resumable.
     """
     from dpaudit.attacks.run import AttackWarning
     from dpaudit.attacks.run import attack as run_attack
@@ -77,7 +112,13 @@ def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: in
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", AttackWarning)
         results = run_attack(model, data, attack_names.split(","), out=out, overwrite=overwrite, batch_size=batch_size,
-                             reveal=reveal, top_k=top_k, seed=seed, command=["dpaudit", *sys.argv[1:]])
+                             reveal=reveal, top_k=top_k, seed=seed, command=["dpaudit", *sys.argv[1:]],
+                             shadow_models=shadow_models, attack_model=attack_model,
+                             reference_model=None if reference_model is None else str(reference_model),
+                             max_shadow_minutes=max_shadow_minutes,
+                             shadow_cache=None if shadow_cache is None else str(shadow_cache),
+                             fprs=tuple(fprs) or None, mia_examples=mia_examples,
+                             lira_global_variance=lira_global_variance)
     for w in caught:
         if issubclass(w.category, AttackWarning):
             click.echo(f"warning: {w.message}", err=True)

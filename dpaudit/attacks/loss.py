@@ -1,0 +1,48 @@
+"""Loss-threshold membership inference (Yeom et al. 2018; Sablayrolles et al. 2019).
+
+score = -loss: a training example tends to have a lower loss than an unseen one. The loss is the
+MLM loss under a fixed seeded masking (the same masks whichever model scores the text) or, for a
+classifier, the cross-entropy of the true label. The threshold is never picked on the evaluation
+scores: :func:`dpaudit.audit.audit_scores` chooses it on one half of the scores (a seeded split) and
+bounds epsilon on the other half (and also reports a Bonferroni bound over every threshold).
+
+References:
+  Yeom, Giacomelli, Fredrikson & Jha 2018, "Privacy Risk in Machine Learning: Analyzing the
+    Connection to Overfitting".
+  Sablayrolles et al. 2019, "White-box vs Black-box: Bayes Optimal Strategies for Membership Inference".
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from dpaudit.attacks.base import AttackContext, AttackOutcome
+from dpaudit.attacks.mia import audit_tasks, membership_tasks, precheck
+from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
+
+
+def task_losses(scorer, task, *, seed: int) -> np.ndarray:
+    """[n] per-candidate loss of ``scorer`` on a task (MLM: seeded masking; classifier: true label)."""
+    return np.asarray(scorer.example_losses(task.texts, task.labels, seed=seed), dtype=np.float64)
+
+
+class LossAttack:
+    """score = -loss; threshold chosen on a held-apart half by the audit."""
+
+    name: ClassVar[str] = "loss"
+    model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER})
+
+    @classmethod
+    def check(cls, options: Any, source: Any, run: Any) -> None:
+        precheck(options, run)
+
+    def run(self, context: AttackContext) -> AttackOutcome:
+        tasks = membership_tasks(context)
+        scored = [(t, -task_losses(context.scorer, t, seed=context.options.seed)) for t in tasks]
+        what = ("mean MLM loss over a seeded 15% masking of each text" if context.scorer.kind == MASKED_LM
+                else "cross-entropy of the true label")
+        return audit_tasks(context, self.name, scored, parameters={
+            "score": f"-loss ({what}); higher = member",
+            "threshold": "chosen on a seeded half of the scores (audit split), evaluated on the other half"})

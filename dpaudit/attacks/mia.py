@@ -1,0 +1,371 @@
+"""What every membership-inference attack shares: the membership tasks, the audit call, the result type.
+
+Membership tasks (issue "attack part 2"):
+
+1. **examples**: members = the non-canary rows of ``train.jsonl``, non-members = ``heldout.jsonl``.
+   Exact duplicates across the two are removed first (a text that is in both is neither a member nor a
+   non-member) and counted; then equal numbers of each are sampled with a recorded seed.
+2. **canaries**: inserted canaries (members) vs control canaries (never inserted). In coin-flip mode a
+   fair coin decided each canary's membership, and the one-run bounds of Steinke et al. (2023) and
+   Mahloujifar et al. (2024) are computed: only those are proofs about this one training run.
+
+Every attack turns a task into scores (higher = member) and hands them to
+:func:`dpaudit.audit.audit_scores`; attacks compute no metric themselves. A Clopper-Pearson bound on
+the examples of one model is a heuristic audit (the examples are not independent training runs), and
+the result says so.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, ClassVar
+
+import numpy as np
+
+from dpaudit.attacks.results import AttackResult, JsonRecord, register_result
+from dpaudit.errors import UserInputError
+
+#: ROC points kept in the summary (the full ROC stays in ``audit``).
+ROC_POINTS = 200
+EXAMPLES, CANARIES = "examples", "canaries"
+DEFAULT_FPRS = (0.001, 0.01)
+
+HEURISTIC_NOTE = ("Clopper-Pearson bounds on the examples or canaries of ONE model are a heuristic audit: members and "
+                  "non-members of one training run are not independent trials. Only the one-run bounds on coin-flip "
+                  "canaries (Steinke et al. 2023; Mahloujifar et al. 2024) are proofs for a single training run.")
+PROOF_NOTE = ("Coin-flip canaries: the one-run bounds (Steinke et al. 2023; Mahloujifar et al. 2024, the latter "
+              "for Gaussian-like mechanisms) are lower bounds for this single training run at the stated confidence.")
+
+
+@dataclass(frozen=True)
+class MembershipTask:
+    """Candidates of one membership task: texts, labels (classifiers), and who is a member.
+
+    Attributes:
+        name: ``"examples"`` or ``"canaries"``.
+        texts: members first, then non-members.
+        labels: class ids aligned with ``texts`` (None for a masked LM).
+        member: bool mask aligned with ``texts``.
+        ids: a stable identifier per candidate (row index in its file, or canary id).
+        coin_flip: membership decided by independent fair coins.
+        info: what was done to build it (seed, duplicates removed, counts), for the result.
+    """
+
+    name: str
+    texts: list[str]
+    labels: list[int] | None
+    member: np.ndarray
+    ids: list[str]
+    coin_flip: bool = False
+    info: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def n_members(self) -> int:
+        return int(self.member.sum())
+
+    @property
+    def n_nonmembers(self) -> int:
+        return int((~self.member).sum())
+
+
+def _label_ids(run: Any, labels: Sequence[Any] | None) -> list[int] | None:
+    if labels is None or run.labels is None:
+        return None
+    index = {lab: i for i, lab in enumerate(run.labels)}
+    return [index[lab] for lab in labels]
+
+
+def example_task(run: Any, *, seed: int, max_per_side: int | None = None) -> MembershipTask:
+    """Task 1: non-canary train rows vs heldout rows, de-duplicated, equal counts, seeded sample."""
+    from dpaudit.inject_run import HELDOUT, TRAIN
+
+    canary_texts = {c.text for c in run.canaries}
+    train, held = run.split(TRAIN), run.split(HELDOUT)
+    m_idx = [i for i, t in enumerate(train.texts) if t not in canary_texts]
+    m_set = {train.texts[i] for i in m_idx}
+    h_set = set(held.texts)
+    both = m_set & h_set
+    m_idx = [i for i in m_idx if train.texts[i] not in both]
+    h_idx = [i for i, t in enumerate(held.texts) if t not in both]
+    dropped_m = sum(train.texts[i] in both for i in range(len(train.texts)) if train.texts[i] not in canary_texts)
+    n = min(len(m_idx), len(h_idx))
+    if max_per_side is not None:
+        n = min(n, max_per_side)
+    if n < 2:
+        raise UserInputError(f"--data {run.path}: only {n} usable member/non-member example pairs (train.jsonl non-canary "
+                             "rows vs heldout.jsonl after removing duplicates); re-inject with a larger --heldout-size.")
+    rng = np.random.default_rng([seed, 0x4D4941])  # "MIA"
+    pick_m = np.sort(rng.choice(len(m_idx), size=n, replace=False))
+    pick_h = np.sort(rng.choice(len(h_idx), size=n, replace=False))
+    m_rows = [m_idx[i] for i in pick_m]
+    h_rows = [h_idx[i] for i in pick_h]
+    texts = [train.texts[i] for i in m_rows] + [held.texts[i] for i in h_rows]
+    labels = None
+    if train.labels is not None and held.labels is not None:
+        labels = _label_ids(run, [train.labels[i] for i in m_rows] + [held.labels[i] for i in h_rows])
+    member = np.r_[np.ones(n, bool), np.zeros(n, bool)]
+    ids = [f"train:{i}" for i in m_rows] + [f"heldout:{i}" for i in h_rows]
+    info = {"sample_seed": int(seed), "members_available": len(m_idx), "nonmembers_available": len(h_idx),
+            "duplicates_removed": {"texts": len(both), "train_rows": int(dropped_m),
+                                   "heldout_rows": int(sum(t in both for t in held.texts))},
+            "per_side": n}
+    return MembershipTask(EXAMPLES, texts, labels, member, ids, info=info)
+
+
+def coin_flip_mode(run: Any) -> bool:
+    """Whether the inject run decided canary membership by fair coins (``dpaudit inject --coin-flip``)."""
+    manifest = run.manifest
+    return bool((manifest.get("config") or {}).get("coin_flip")) or manifest.get("mode") in ("coin-flip", "coin_flip")
+
+
+def canary_task(run: Any) -> MembershipTask | None:
+    """Task 2: inserted canaries vs controls; None when either side is empty."""
+    canaries = list(run.canaries)
+    member = np.asarray([c.member for c in canaries], dtype=bool)
+    if not member.any() or member.all():
+        return None
+    labels = _label_ids(run, [c.label for c in canaries]) if run.labels is not None and all(
+        c.label is not None for c in canaries) else None
+    return MembershipTask(CANARIES, [c.text for c in canaries], labels, member, [c.id for c in canaries],
+                          coin_flip=coin_flip_mode(run),
+                          info={"inserted": int(member.sum()), "controls": int((~member).sum()),
+                                "frequencies": sorted({int(c.frequency) for c in canaries if c.member})})
+
+
+def membership_tasks(context: Any) -> list[MembershipTask]:
+    """The tasks of this run (built once per run and cached on the context)."""
+    cached = getattr(context, "_mia_tasks", None)
+    if cached is not None:
+        return cached
+    options = context.options
+    tasks = [example_task(context.data, seed=options.seed, max_per_side=options.mia_examples)]
+    canaries = canary_task(context.data)
+    if canaries is not None:
+        tasks.append(canaries)
+    context._mia_tasks = tasks
+    return tasks
+
+
+def precheck(options: Any, run: Any) -> None:
+    """Checks that need only the data, run before any model is loaded: an explicit ``--fpr`` must be measurable."""
+    if options.fprs is not None:
+        check_fprs(options, [example_task(run, seed=options.seed, max_per_side=options.mia_examples)])
+
+
+# -- the claim ------------------------------------------------------------------------------------
+
+
+def claim_of(context: Any) -> tuple[float | None, float]:
+    """(claimed epsilon recomputed from privacy.json or None, delta to audit at)."""
+    cached = getattr(context, "_mia_claim", None)
+    if cached is not None:
+        return cached
+    from dpaudit.attacks.run import claimed_privacy
+
+    source = context.scorer.source
+    claim = claimed_privacy(source.privacy)
+    delta = claim.delta
+    if delta is None:  # non-private or unknown: audit at 1/N (the usual default), recorded in the result
+        n = len(context.data.train_texts) if context.data is not None else 0
+        delta = 1.0 / max(n, 2)
+    context._mia_claim = (claim.epsilon if claim.private else None, float(delta))
+    return context._mia_claim
+
+
+def check_fprs(options: Any, tasks: Sequence[MembershipTask]) -> tuple[float, ...]:
+    """FPRs to report. Defaults warn (in the audit) when too few non-members; explicit ``--fpr`` refuses.
+
+    Decision: TPR at an FPR below 1/n_nonmembers silently becomes TPR at zero false positives. The
+    default FPRs (0.1%, 1%) are always reported, with ``enough_nonmembers`` and a warning; an FPR the
+    user asked for explicitly must be measurable on the examples task, or the run is refused.
+    """
+    from dpaudit.audit import min_nonmembers_for
+
+    if options.fprs is None:
+        return DEFAULT_FPRS
+    for task in tasks:
+        if task.name != EXAMPLES:
+            continue
+        for fpr in options.fprs:
+            need = min_nonmembers_for(fpr)
+            if task.n_nonmembers < need:
+                raise UserInputError(f"--fpr {fpr:g} needs >= {need} non-members but the examples task has "
+                                     f"{task.n_nonmembers} (heldout.jsonl after de-duplication); ask for --fpr "
+                                     f">= {1 / task.n_nonmembers:.2g} or re-inject with a larger --heldout-size.")
+    return tuple(options.fprs)
+
+
+# -- results --------------------------------------------------------------------------------------
+
+
+def _downsample_roc(fpr: np.ndarray, tpr: np.ndarray, points: int = ROC_POINTS) -> tuple[list[float], list[float]]:
+    """At most ``points`` ROC vertices, always including both ends; spaced evenly in log-FPR and index so
+    the low-FPR region a log-axis plot shows keeps its detail."""
+    n = fpr.size
+    if n <= points:
+        return fpr.tolist(), tpr.tolist()
+    half = points // 2
+    by_index = np.linspace(0, n - 1, half).round().astype(int)
+    positive = np.flatnonzero(fpr > 0)
+    by_log = np.array([], dtype=int)
+    if positive.size:
+        targets = np.geomspace(fpr[positive[0]], 1.0, points - half)
+        by_log = np.clip(np.searchsorted(fpr, targets, side="right") - 1, 0, n - 1)
+    keep = np.unique(np.r_[0, by_index, by_log, n - 1])
+    while keep.size > points:  # rare: drop interior points evenly
+        keep = np.unique(np.r_[keep[0], keep[1:-1][:: 2], keep[-1]])
+    return fpr[keep].tolist(), tpr[keep].tolist()
+
+
+@dataclass(frozen=True, kw_only=True)
+class MiaTaskResult(JsonRecord):
+    """One attack on one membership task: the headline numbers and the full :class:`dpaudit.audit.AuditResult`.
+
+    The flat fields are what a report shows; ``audit`` is everything (``AuditResult.to_json()``).
+    """
+
+    task: str
+    n_members: int
+    n_nonmembers: int
+    auc: float
+    auc_ci: tuple[float, float]
+    tpr_at: tuple[dict[str, Any], ...]
+    advantage: float
+    roc: dict[str, Any]
+    epsilon_lower_bound: float
+    bound_methods: tuple[str, ...]
+    bound_is_proof: bool
+    bound_note: str
+    claimed_epsilon: float | None
+    delta: float
+    exceeds_claim: bool
+    coin_flip: bool
+    scores_file: str
+    info: dict[str, Any]
+    warnings: tuple[str, ...] = ()
+    audit: dict[str, Any]
+
+    @classmethod
+    def from_audit(cls, task: MembershipTask, audit: Any, *, scores_file: str,
+                   extra_warnings: Sequence[str] = ()) -> MiaTaskResult:
+        fpr, tpr = _downsample_roc(audit.roc.fpr, audit.roc.tpr)
+        tprs = tuple({"fpr": t.fpr, "tpr": t.tpr, "ci": [t.ci.low, t.ci.high], "achieved_fpr": t.achieved_fpr,
+                      "min_nonmembers": t.min_nonmembers, "enough_nonmembers": t.enough_nonmembers}
+                     for t in audit.tpr_at_fpr)
+        return cls(task=task.name, n_members=audit.n_members, n_nonmembers=audit.n_nonmembers, auc=audit.auc.value,
+                   auc_ci=(audit.auc.ci.low, audit.auc.ci.high), tpr_at=tprs, advantage=audit.advantage.value,
+                   roc={"fpr": fpr, "tpr": tpr, "points": len(fpr), "full_points": int(audit.roc.fpr.size)},
+                   epsilon_lower_bound=audit.epsilon_lower_bound,
+                   bound_methods=tuple(f"{b.method}/{b.selection}: {b.epsilon:.4g} ({b.guarantee})" for b in audit.bounds),
+                   bound_is_proof=bool(task.coin_flip), bound_note=PROOF_NOTE if task.coin_flip else HEURISTIC_NOTE,
+                   claimed_epsilon=audit.claimed_epsilon, delta=audit.delta, exceeds_claim=audit.exceeds_claim,
+                   coin_flip=audit.coin_flip, scores_file=scores_file, info=dict(task.info),
+                   warnings=tuple(audit.warnings) + tuple(extra_warnings), audit=audit.to_json())
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> MiaTaskResult:
+        kw = dict(obj)
+        kw["auc_ci"] = tuple(kw["auc_ci"])
+        for name in ("tpr_at", "bound_methods", "warnings"):
+            kw[name] = tuple(kw.get(name, ()))
+        return cls(**kw)
+
+    def audit_result(self) -> Any:
+        """The full :class:`dpaudit.audit.AuditResult`."""
+        from dpaudit.audit import AuditResult
+
+        return AuditResult.from_json(self.audit)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MiaResult(AttackResult):
+    """A membership-inference attack's result: one :class:`MiaTaskResult` per task, and its parameters."""
+
+    attack: ClassVar[str] = ""
+    reference: ClassVar[str] = ""
+    parameters: dict[str, Any]
+    tasks: tuple[MiaTaskResult, ...] = ()
+    claimed_epsilon: float | None = None
+    exceeds_claim: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"attack": self.attack, "kind": "membership-inference", "reference": self.reference,
+                "parameters": self.parameters, "claimed_epsilon": self.claimed_epsilon,
+                "exceeds_claim": self.exceeds_claim, "warnings": list(self.warnings),
+                "tasks": [t.to_json() for t in self.tasks]}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]):
+        return cls(parameters=obj["parameters"], tasks=tuple(MiaTaskResult.from_json(t) for t in obj["tasks"]),
+                   claimed_epsilon=obj.get("claimed_epsilon"), exceeds_claim=bool(obj.get("exceeds_claim")),
+                   warnings=tuple(obj.get("warnings", ())))
+
+    def __getitem__(self, task: str) -> MiaTaskResult:
+        for t in self.tasks:
+            if t.task == task:
+                return t
+        raise KeyError(f"no {task!r} task in the {self.attack} result.")
+
+
+def _result_class(name: str, reference: str) -> type[MiaResult]:
+    cls = type(f"{name.capitalize()}MiaResult", (MiaResult,), {"attack": name, "reference": reference,
+                                                                "__module__": __name__})
+    cls = dataclass(frozen=True, kw_only=True)(cls)
+    register_result(cls)
+    return cls
+
+
+LossResult = _result_class("loss", "Yeom et al. 2018, 'Privacy Risk in Machine Learning'")
+ShadowResult = _result_class("shadow", "Shokri et al. 2017, as in Dupuy et al. 2021 (eDP-SGD), section 5")
+RefResult = _result_class("ref", "Mireshghallah et al. 2022, 'Quantifying Privacy Risks of Masked Language Models'")
+LiraResult = _result_class("lira", "Carlini et al. 2022, 'Membership Inference Attacks From First Principles'")
+RmiaResult = _result_class("rmia", "Zarifzadeh et al. 2024, 'Low-Cost High-Power Membership Inference Attacks'")
+RESULT_CLASSES: dict[str, type[MiaResult]] = {c.attack: c for c in (LossResult, ShadowResult, RefResult, LiraResult,
+                                                                      RmiaResult)}
+
+
+def scores_file(attack: str) -> str:
+    return f"scores/mia_{attack}.jsonl"
+
+
+def audit_tasks(context: Any, attack: str, scored: Sequence[tuple[MembershipTask, np.ndarray]], *,
+                parameters: dict[str, Any], warnings: Sequence[str] = ()) -> Any:
+    """Audit each task's scores and build the attack's outcome (result + ``scores/mia_<attack>.jsonl`` rows)."""
+    from dpaudit.attacks.base import AttackOutcome
+    from dpaudit.audit import audit_scores
+
+    claimed, delta = claim_of(context)
+    fprs = check_fprs(context.options, [t for t, _ in scored])
+    rows: list[dict[str, Any]] = []
+    results = []
+    for task, scores in scored:
+        scores = np.asarray(scores, dtype=np.float64)
+        bad = ~np.isfinite(scores)
+        extra = []
+        if bad.any():  # an example the scorer could not mask (no token left): least member-like, said so
+            extra.append(f"{int(bad.sum())} {task.name} scores were not finite (e.g. no maskable token) and were "
+                         "set to the lowest score.")
+            scores = np.where(bad, np.nanmin(np.where(bad, np.nan, scores)) if (~bad).any() else 0.0, scores)
+        audit = audit_scores(scores[task.member], scores[~task.member], delta=delta, claimed_epsilon=claimed,
+                             seed=context.options.seed, coin_flip=task.coin_flip, fprs=fprs,
+                             confidence=context.options.level)
+        results.append(MiaTaskResult.from_audit(task, audit, scores_file=scores_file(attack), extra_warnings=extra))
+        rows.extend({"task": task.name, "id": i, "member": bool(m), "score": float(s)}
+                    for i, m, s in zip(task.ids, task.member.tolist(), scores.tolist()))
+    exceeds = any(r.exceeds_claim for r in results)
+    notes = list(warnings)
+    if exceeds:
+        worst = max(results, key=lambda r: r.epsilon_lower_bound)
+        notes.insert(0, f"{attack}: EMPIRICAL EPSILON LOWER BOUND {worst.epsilon_lower_bound:.3f} ({worst.task}) "
+                        f"EXCEEDS THE CLAIMED EPSILON {claimed:.3f}: a bug in the trainer or the accountant.")
+    params = {**parameters, "fprs": list(fprs), "delta": delta, "bootstrap_seed": context.options.seed,
+              "score": parameters.get("score", "higher = member")}
+    result = RESULT_CLASSES[attack](parameters=params, tasks=tuple(results), claimed_epsilon=claimed,
+                                    exceeds_claim=exceeds, warnings=tuple(notes))
+    return AttackOutcome(result, score_files={scores_file(attack): rows})
+
+
+def finite_or(x: float | None) -> float | None:
+    return None if x is None or not math.isfinite(x) else float(x)

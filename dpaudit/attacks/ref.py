@@ -1,0 +1,80 @@
+"""Reference-model likelihood ratio for masked LMs (Mireshghallah et al. 2022).
+
+score = loss_reference(x) - loss_target(x): the target's loss on x calibrated by a reference model's
+loss on the same text under the same seeded masking, so that texts that are simply easy (low loss
+for any model) stop looking like members. The reference is ``--reference-model DIR`` (it must use
+the target's tokenizer: refused otherwise), or a model trained like the target (same trainer and
+Config) on all of ``public.jsonl`` only, cached like the shadow models.
+
+References:
+  Mireshghallah, Goyal, Uniyal, Berg-Kirkpatrick & Shokri 2022, "Quantifying Privacy Risks of Masked
+    Language Models Using Membership Inference Attacks" (the likelihood ratio test, section 3).
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from dpaudit.attacks.base import AttackContext, AttackOutcome
+from dpaudit.attacks.loss import task_losses
+from dpaudit.attacks.mia import audit_tasks, membership_tasks, precheck
+from dpaudit.attacks.shadows import (
+    ShadowSpec,
+    cache_root,
+    check_same_tokenizer,
+    load_scorers,
+    train_shadows,
+)
+from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
+
+
+def reference_scorer(context: AttackContext, attack: str) -> tuple[object, str, list[str]]:
+    """The reference model's scorer, a description of it, and warnings."""
+    from dpaudit.scoring import load, resolve_model
+
+    options = context.options
+    if options.reference_model:
+        source = resolve_model(options.reference_model, option="--reference-model")
+        if source.kind != context.scorer.kind:
+            from dpaudit.errors import UserInputError
+
+            raise UserInputError(f"--reference-model {options.reference_model} is a {source.kind}, the target a "
+                                 f"{context.scorer.kind}; pass a reference of the same kind.")
+        scorer = load(source, batch_size=context.scorer.batch_size, device=context.scorer.device, progress=False)
+        check_same_tokenizer(context.scorer, scorer, option="--reference-model")
+        return scorer, f"--reference-model {options.reference_model}", []
+    from dpaudit.attacks.shadow import public_pool
+
+    pool = public_pool(context.data)
+    spec = ShadowSpec(index=0, member=np.ones(len(pool.texts), bool), seed=options.seed * 1000 + 999)
+    models, notes = train_shadows(source=context.scorer.source, run=context.data, pool=pool, specs=[spec], attack=attack,
+                                  cache=cache_root(options.shadow_cache), overrides=options.shadow_overrides,
+                                  what="reference")
+    return load_scorers(context, models)[0], "trained like the target on all of public.jsonl", notes
+
+
+class RefAttack:
+    """score = reference loss - target loss (higher = member)."""
+
+    name: ClassVar[str] = "ref"
+    model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER})
+
+    @classmethod
+    def check(cls, options: Any, source: Any, run: Any) -> None:
+        """Shadow models are trained like the target: its manifest must name the trainer and Config."""
+        from dpaudit.attacks.shadows import target_recipe
+
+        precheck(options, run)
+        if not options.reference_model:
+            target_recipe(source, cls.name)
+
+    def run(self, context: AttackContext) -> AttackOutcome:
+        tasks = membership_tasks(context)
+        reference, described, notes = reference_scorer(context, self.name)
+        seed = context.options.seed
+        scored = [(t, task_losses(reference, t, seed=seed) - task_losses(context.scorer, t, seed=seed)) for t in tasks]
+        return audit_tasks(context, self.name, scored, warnings=notes, parameters={
+            "score": "loss under the reference model - loss under the target (same seeded masking); higher = member",
+            "reference_model": described, "shadow_overrides": context.options.shadow_overrides or {}})

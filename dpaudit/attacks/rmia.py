@@ -1,0 +1,81 @@
+"""RMIA (Zarifzadeh et al. 2024, "Low-Cost High-Power Membership Inference Attacks"), offline.
+
+A likelihood ratio of the candidate x against population samples z, with reference models:
+
+    LR(x) = Pr(x | target) / Pr(x),   Pr(x) = 1/2 [(1 + a) mean_r Pr(x | ref_r) + (1 - a)]
+    score(x) = fraction of population samples z with LR(x) / LR(z) > gamma
+
+Pr(x | model) is the probability of the true label (classifier) or exp(-MLM loss), the geometric mean
+probability of the masked tokens under a seeded masking (masked LM). Reference models are the
+shadow attack's: trained like the target on random halves of ``public.jsonl`` (shared and cached),
+so the attack works with 1 to 4 of them, the budget of a CPU user. The population z is
+``public.jsonl``. ``a`` approximates the IN models missing in the offline setting (section 4 of the
+paper); gamma = 1. Higher = member.
+
+References:
+  Zarifzadeh, Liu, Shokri et al. 2024, "Low-Cost High-Power Membership Inference Attacks" (ICML 2024),
+    equations (3)-(5) and the offline approximation.
+"""
+
+from __future__ import annotations
+
+from typing import Any, ClassVar
+
+import numpy as np
+
+from dpaudit.attacks.base import AttackContext, AttackOutcome
+from dpaudit.attacks.mia import audit_tasks, membership_tasks, precheck
+from dpaudit.attacks.shadow import pool_label_ids, public_shadows
+from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
+
+#: Offline scaling of the reference average (Zarifzadeh et al. section 4).
+OFFLINE_A = 0.3
+GAMMA = 1.0
+
+
+def rmia_scores(p_target_x: np.ndarray, p_refs_x: np.ndarray, p_target_z: np.ndarray, p_refs_z: np.ndarray, *,
+                a: float = OFFLINE_A, gamma: float = GAMMA) -> np.ndarray:
+    """score(x) = Pr_z[LR(x) / LR(z) > gamma] from target and [refs, n] reference probabilities."""
+    def lr(p_t: np.ndarray, p_r: np.ndarray) -> np.ndarray:
+        marginal = 0.5 * ((1 + a) * p_r.mean(0) + (1 - a))
+        return p_t / marginal
+
+    lr_x, lr_z = lr(p_target_x, p_refs_x), np.sort(gamma * lr(p_target_z, p_refs_z))
+    return np.searchsorted(lr_z, lr_x, side="left") / lr_z.size
+
+
+class RmiaAttack:
+    """Zarifzadeh et al. 2024, offline, with the public-half shadows as reference models."""
+
+    name: ClassVar[str] = "rmia"
+    model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER})
+
+    @classmethod
+    def check(cls, options: Any, source: Any, run: Any) -> None:
+        """Shadow models are trained like the target: its manifest must name the trainer and Config."""
+        from dpaudit.attacks.shadows import target_recipe
+
+        precheck(options, run)
+        target_recipe(source, cls.name)
+
+    def run(self, context: AttackContext) -> AttackOutcome:
+        seed = context.options.seed
+        tasks = membership_tasks(context)
+        models, refs, pool, notes = public_shadows(context, self.name, what="rmia reference")
+        z_labels = pool_label_ids(context.data, pool)
+
+        def prob(scorer, texts, labels):
+            return np.exp(-np.nan_to_num(scorer.example_losses(texts, labels, seed=seed), nan=np.inf))
+
+        p_tz = prob(context.scorer, pool.texts, z_labels)
+        p_rz = np.stack([prob(r, pool.texts, z_labels) for r in refs])
+        scored = [(t, rmia_scores(prob(context.scorer, t.texts, t.labels),
+                                  np.stack([prob(r, t.texts, t.labels) for r in refs]), p_tz, p_rz)) for t in tasks]
+        what = ("probability of the true label" if context.scorer.kind == CLASSIFIER else
+                "exp(-MLM loss): geometric-mean masked-token probability (seeded masking)")
+        params = {"score": "fraction of population samples z with LR(x)/LR(z) > gamma; higher = member",
+                  "probability": what, "reference_models": len(models), "offline_a": OFFLINE_A, "gamma": GAMMA,
+                  "population": f"public.jsonl ({len(pool.texts)} rows)",
+                  "reference_data": "random halves of public.jsonl (the shadow attack's models)",
+                  "shadow_overrides": context.options.shadow_overrides or {}}
+        return audit_tasks(context, self.name, scored, parameters=params, warnings=notes)

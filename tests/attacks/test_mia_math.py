@@ -1,0 +1,121 @@
+"""The membership-inference mathematics without models: LiRA's Gaussian fits, RMIA's ratio, the
+examples task (duplicates, equal counts, seed), ROC downsampling. Oracles worked out here."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+from scipy.stats import norm
+
+from dpaudit.attacks.lira import balanced_membership, fit_and_score, logit_confidence
+from dpaudit.attacks.mia import ROC_POINTS, _downsample_roc, example_task
+from dpaudit.attacks.rmia import rmia_scores
+
+
+def test_logit_confidence_is_log_odds_of_exp_minus_loss():
+    loss = np.array([0.01, 0.5, 2.0, 30.0])
+    p = np.exp(-loss)
+    np.testing.assert_allclose(logit_confidence(loss), np.log(p / (1 - p)), rtol=1e-9)
+
+
+def test_balanced_membership_puts_each_row_in_half_the_models():
+    keep = balanced_membership(4, 1000, seed=0)
+    assert (keep.sum(0) == 2).all()
+    assert abs(keep.mean() - 0.5) < 1e-12 and not (balanced_membership(4, 1000, seed=1) == keep).all()
+
+
+def test_lira_matches_the_gaussian_likelihood_ratio():
+    rng = np.random.default_rng(0)
+    k, n = 8, 5
+    member = balanced_membership(k, n, seed=0)
+    phi = rng.normal(size=(k, n)) + 2 * member
+    target = rng.normal(size=n)
+    online, offline, global_used = fit_and_score(phi, member, target, global_variance=False)
+    assert not global_used
+    for j in range(n):  # the oracle: a loop over candidates with numpy's sample statistics
+        a, b = phi[member[:, j], j], phi[~member[:, j], j]
+        want = norm.logpdf(target[j], a.mean(), a.std(ddof=1)) - norm.logpdf(target[j], b.mean(), b.std(ddof=1))
+        assert online[j] == pytest.approx(want)
+        assert offline[j] == pytest.approx(norm.logcdf((target[j] - b.mean()) / b.std(ddof=1)))
+    online_g, _, used = fit_and_score(phi, member, target, global_variance=True)
+    assert used
+    s_in, s_out = phi[member].std(), phi[~member].std()
+    j = 0
+    a, b = phi[member[:, j], j], phi[~member[:, j], j]
+    assert online_g[j] == pytest.approx(norm.logpdf(target[j], a.mean(), s_in) - norm.logpdf(target[j], b.mean(), s_out))
+
+
+def test_lira_separates_simulated_members():
+    rng = np.random.default_rng(1)
+    k, n = 16, 400
+    member = balanced_membership(k, n, seed=2)
+    difficulty = rng.normal(size=n)  # per-example offsets: what LiRA's per-example fit removes
+    phi = difficulty + 1.5 * member + 0.3 * rng.normal(size=(k, n))
+    truth = rng.random(n) < 0.5
+    target = difficulty + 1.5 * truth + 0.3 * rng.normal(size=n)
+    online, offline, _ = fit_and_score(phi, member, target, global_variance=False)
+    from dpaudit.audit import roc_curve
+
+    assert roc_curve(online[truth], online[~truth]).auc() > 0.95
+    assert roc_curve(offline[truth], offline[~truth]).auc() > 0.9
+    # the raw confidence (a loss attack) is blurred by the per-example difficulty
+    assert roc_curve(target[truth], target[~truth]).auc() < 0.9
+
+
+def test_rmia_score_is_the_fraction_of_population_dominated():
+    p_t_x, p_r_x = np.array([0.5, 0.1]), np.array([[0.25, 0.1]])
+    p_t_z, p_r_z = np.array([0.2, 0.4, 0.6]), np.array([[0.2, 0.2, 0.2]])
+    a = 0.3
+
+    def lr(pt, pr):
+        return pt / (0.5 * ((1 + a) * pr + (1 - a)))
+
+    lx, lz = lr(p_t_x, p_r_x[0]), lr(p_t_z, p_r_z[0])
+    want = [(lx[i] / lz > 1).mean() for i in range(2)]
+    np.testing.assert_allclose(rmia_scores(p_t_x, p_r_x, p_t_z, p_r_z, a=a), want)
+
+
+def test_downsampled_roc_keeps_ends_and_low_fpr_detail():
+    fpr = np.r_[0, np.sort(np.random.default_rng(0).random(5000)), 1]
+    tpr = np.sqrt(fpr)
+    x, y = _downsample_roc(fpr, tpr)
+    assert len(x) <= ROC_POINTS and x[0] == 0 and x[-1] == 1 and y[-1] == 1
+    assert sum(v < 0.01 for v in x) >= 10  # log-spaced points keep the region a log-axis plot shows
+    assert np.all(np.diff(x) >= 0)
+
+
+def test_examples_task_removes_duplicates_and_balances(tmp_path):
+    from dpaudit.attacks.shadows import write_shadow_data
+    from dpaudit.inject_run import load_inject_run
+
+    train = [{"text": f"member {i}"} for i in range(10)] + [{"text": "shared row"}, {"text": "shared row"}]
+    heldout = [{"text": f"other {i}"} for i in range(6)] + [{"text": "shared row"}]
+    write_shadow_data(tmp_path / "d", train=train, heldout=heldout, public=[{"text": "p"}], labelled=False,
+                      target_manifest={})
+    run = load_inject_run(tmp_path / "d")
+    task = example_task(run, seed=5)
+    assert task.info["duplicates_removed"] == {"texts": 1, "train_rows": 2, "heldout_rows": 1}
+    assert task.n_members == task.n_nonmembers == 6 and "shared row" not in task.texts
+    assert example_task(run, seed=5).texts == task.texts  # seeded
+    assert example_task(run, seed=6).texts[:6] != task.texts[:6]
+    assert example_task(run, seed=5, max_per_side=3).n_members == 3
+
+
+def test_a_bound_above_the_claim_is_flagged_loudly():
+    """Perfectly separated scores of 2000 + 2000 candidates refute a claim of epsilon 0.5."""
+    from types import SimpleNamespace
+
+    from dpaudit.attacks.base import AttackOptions
+    from dpaudit.attacks.mia import MembershipTask, audit_tasks
+
+    n = 2000
+    task = MembershipTask("examples", [""] * 2 * n, None, np.r_[np.ones(n, bool), np.zeros(n, bool)],
+                          [str(i) for i in range(2 * n)])
+    context = SimpleNamespace(options=AttackOptions(), _mia_claim=(0.5, 1e-5))  # the claim as claim_of caches it
+    scores = np.r_[np.linspace(10, 11, n), np.linspace(0, 1, n)]
+    outcome = audit_tasks(context, "loss", [(task, scores)], parameters={})
+    result = outcome.result
+    assert result.exceeds_claim and result["examples"].exceeds_claim
+    assert result["examples"].epsilon_lower_bound > 0.5
+    assert result.warnings[0].startswith("loss: EMPIRICAL EPSILON LOWER BOUND") and "EXCEEDS THE CLAIMED EPSILON 0.500" in result.warnings[0]
+    assert len(outcome.score_files["scores/mia_loss.jsonl"]) == 2 * n
