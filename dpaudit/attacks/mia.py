@@ -302,6 +302,10 @@ class MiaResult(AttackResult):
                    claimed_epsilon=obj.get("claimed_epsilon"), exceeds_claim=bool(obj.get("exceeds_claim")),
                    warnings=tuple(obj.get("warnings", ())))
 
+    def membership_audits(self) -> dict[str, Any]:
+        """task -> :class:`dpaudit.audit.AuditResult` (what the report's membership section renders)."""
+        return {t.task: t.audit_result() for t in self.tasks}
+
     def __getitem__(self, task: str) -> MiaTaskResult:
         for t in self.tasks:
             if t.task == task:

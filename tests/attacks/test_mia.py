@@ -219,3 +219,13 @@ def test_cli_summary_lists_each_attack_and_task(mia_model, mia_data, tmp_path):
     assert [line[1] for line in lines] == ["examples", "canaries"]
     obj = json.loads((tmp_path / "out" / "results.json").read_text())
     assert obj["attacks"][0]["tasks"][0]["n_members"] == 40
+
+
+def test_report_renders_every_membership_attack(mia_run):
+    """The attack directory's index.html shows each MIA attack's ROC and AUC row (the report reads
+    the typed results through ``membership_audits``)."""
+    results, out, _ = mia_run
+    html = (out / "index.html").read_text(encoding="utf-8")
+    assert "No membership-inference attack was run" not in html
+    for name in ATTACKS:
+        assert f"{name} (examples)" in html, name
