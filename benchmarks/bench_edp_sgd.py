@@ -19,7 +19,7 @@ model, twice: ``opacus`` in a process with glibc's defaults (what an Opacus user
 It runs
 model with the same batches and the same per-example loss (for MLM: the head applied at the masked
 positions only, as the trainer does). Fixes it needs on transformers 5.23: the MLM head's
-``cls.predictions.bias`` duplicate of ``decoder.bias`` is removed (DESIGN section 9); the model is put
+``cls.predictions.bias`` duplicate of ``decoder.bias`` is removed (measured on a 2-core CPU); the model is put
 in train() mode with dropout p = 0 (Opacus captures activations only in training mode; the trainer
 trains without dropout); position and token-type ids are passed as [B, L] tensors (HF's [1, L]
 default buffers give the per-sample embedding hooks a batch of 1).
@@ -28,7 +28,7 @@ SNIPS is read from ``--snips DIR`` (train.tsv, ``text<TAB>label``), never copied
 an inject directory is written under a temporary folder.
 
 Example:
-    python benchmarks/bench_edp_sgd.py --snips ../shared/data/snips --steps 8 --tasks classify,mlm
+    python benchmarks/bench_edp_sgd.py --snips PATH/TO/snips --steps 8 --tasks classify,mlm
 """
 
 from __future__ import annotations
@@ -84,7 +84,7 @@ class OpacusStep:
             if isinstance(module, torch.nn.Dropout):
                 module.p = 0.0
         cls = getattr(model, "cls", None)
-        if cls is not None and "bias" in cls.predictions._parameters:  # DESIGN section 9 fix
+        if cls is not None and "bias" in cls.predictions._parameters:  # the Opacus shared-bias fix
             del cls.predictions._parameters["bias"]
         self.run, self.loss_fn = run, per_example_losses
         self.module = GradSampleModule(model, loss_reduction="sum")

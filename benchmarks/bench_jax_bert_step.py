@@ -19,7 +19,7 @@ user runs; ``--opacus-in-process`` times them here instead, with the JAX process
 
 Opacus note: Opacus 1.6 crashes on transformers 5's BertForMaskedLM because ``cls.predictions.bias``
 is the same tensor as ``cls.predictions.decoder.bias``; this benchmark deletes
-``cls.predictions._parameters["bias"]`` before ``make_private`` (DESIGN section 9) and says so.
+``cls.predictions._parameters["bias"]`` before ``make_private`` (measured on a 2-core CPU) and says so.
 
 Example:
     python benchmarks/bench_jax_bert_step.py                       # defaults, a few minutes on 2 cores
@@ -247,7 +247,7 @@ def bench_opacus(args: argparse.Namespace) -> dict[str, Any]:
         """ex/s at each logical batch: physical batches of ``batch`` with Opacus's virtual steps
         (``signal_skip_step``, as its BatchMemoryManager does), one noisy update per logical batch."""
         dp_model = transformers.BertForMaskedLM(config).train()
-        # The DESIGN section 9 fix: the head's `bias` is shared with `decoder.bias`; Opacus 1.6 crashes on it.
+        # The the Opacus shared-bias fix: the head's `bias` is shared with `decoder.bias`; Opacus 1.6 crashes on it.
         del dp_model.cls.predictions._parameters["bias"]
         dp_opt = torch.optim.SGD(dp_model.parameters(), lr=1e-4)
         loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data["input_ids"]), batch_size=batch)

@@ -11,7 +11,7 @@ empirical epsilon lower bound. The paper's finding to reproduce: MIA AUC falls t
 
 If the ``edp-sgd`` trainer is not registered in this install, the script says so and exits 0.
 
-Run: python benchmarks/bench_mia.py --snips /work/shared/data/snips [--heldout 1000] [--public 2000] [--epsilon 8]
+Run: python benchmarks/bench_mia.py --snips PATH/TO/snips [--heldout 1000] [--public 2000] [--epsilon 8]
      [--shadow-models 2] [--out /tmp/bench_mia] [--train-arg --epochs=3 ...]
 """
 

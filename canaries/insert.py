@@ -5,7 +5,7 @@ splits and the shuffled training order are integer arrays over that list, and ro
 to JSON Lines in blocks as they are written. A 1,000,000-row corpus therefore costs its texts
 plus a few bytes per row, never a second copy.
 
-Schedule (DESIGN section 4): each frequency f gets ``per_frequency`` canaries inserted f times,
+Schedule (the canary design): each frequency f gets ``per_frequency`` canaries inserted f times,
 and ``holdout`` control canaries (frequency 0) are generated the same way but never inserted.
 In coin-flip mode (Steinke et al. 2023, one-run auditing) there is one frequency and each canary
 is a member with probability 1/2, independently.

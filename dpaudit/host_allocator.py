@@ -2,7 +2,7 @@
 
 Framework-free (ctypes only), shared by the JAX and torch trainers: per-example DP steps allocate
 hundreds of MB of gradients each step, glibc serves them with fresh ``mmap``s and returns them with
-``munmap``, and every step then pays one page fault per 4 KiB (DESIGN section 9). Moved here from
+``munmap``, and every step then pays one page fault per 4 KiB (measured on a 2-core CPU). Moved here from
 ``trainers/jax_bert/cpu_runtime.py`` unchanged.
 """
 
@@ -20,7 +20,7 @@ def tune_host_allocator() -> bool:
     XLA's CPU runtime allocates each step's temporary buffers (the per-example gradients of a DP
     step are hundreds of MB) with ``malloc``; glibc serves blocks this large with fresh ``mmap``s and
     returns them with ``munmap``, so every step touches new pages and pays one page fault per 4 KiB
-    (DESIGN section 9: 1.5M+ faults per step, more time than the arithmetic). With ``mmap`` disabled
+    (measured on a 2-core CPU: 1.5M+ faults per step, more time than the arithmetic). With ``mmap`` disabled
     for ``malloc`` and trimming off, the heap keeps its pages and later steps reuse them. Same
     effect as ``GLIBC_TUNABLES=glibc.malloc.mmap_max=0:glibc.malloc.trim_threshold=...``, but
     applied by the trainer so users need not set anything. Process-wide and irreversible; it reaches

@@ -42,7 +42,7 @@ __all__ = ["BudgetExceededError", "PrivacyLedger", "SAMPLING_METHODS", "SCHEMA"]
 
 SCHEMA = "dpaudit.privacy_ledger/1"
 #: "poisson": what the accountant assumes. "fixed_size": shuffled fixed-size batches, accounted AS IF
-#: Poisson (q = batch / N) and labelled so in every report (DESIGN.md section 5).
+#: Poisson (q = batch / N) and labelled so in every report (the honest-accounting rules).
 SAMPLING_METHODS = ("poisson", "fixed_size")
 _FIXED_SIZE_NOTE = ("batches were fixed-size and shuffled; the epsilon assumes Poisson sampling with q = batch / N, "
                     "which these batches do not satisfy")

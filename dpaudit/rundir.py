@@ -336,7 +336,7 @@ def build_manifest(
     command: list[str] | None = None,
     extra: Mapping[str, Any] | None = None,
 ) -> dict[str, Any]:
-    """The manifest every stage writes (DESIGN section 3).
+    """The manifest every stage writes (the run-directory contract).
 
     Args:
         schema: e.g. ``"dpaudit.inject/1"``.

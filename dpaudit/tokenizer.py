@@ -17,7 +17,7 @@ tokenizers 0.23: "quick" in one run, "quic" + "##k" in the next). Resumable, rep
 the same vocabulary every time, so :func:`train_wordpiece` runs the same algorithm (BPE merges over
 ``##``-prefixed continuation symbols, weighted by word counts, stopping at ``vocab_size`` or
 ``min_frequency``; ties go to the pair of older symbols) with every order fixed by the corpus alone.
-On the papers in ``shared/papers`` it encodes held-out text into as many tokens as the Rust trainer. Normalization, pre-tokenization, the
+On the text of the papers this toolkit implements it encodes held-out text into as many tokens as the Rust trainer. Normalization, pre-tokenization, the
 WordPiece model, the post-processor and serialization are all the ``tokenizers`` library's.
 """
 

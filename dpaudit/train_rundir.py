@@ -1,4 +1,4 @@
-"""The train run directory (DESIGN section 3), as helpers every trainer calls.
+"""The train run directory (the run-directory contract), as helpers every trainer calls.
 
 A trainer owns its model, its step and its checkpoint format; everything else about the directory
 is the same for every trainer and lives here, so the attack stage and the report can rely on it:

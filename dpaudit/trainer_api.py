@@ -57,7 +57,7 @@ class Trainer(Protocol):
     Config: ClassVar[type]
 
     def train(self, data_dir: Path, out_dir: Path, config: Any, *, seed: int) -> TrainResult:
-        """Train on an inject run directory and write a train run directory (DESIGN section 3)."""
+        """Train on an inject run directory and write a train run directory (the run-directory contract)."""
         ...
 
     def tiny_config(self, **overrides: Any) -> Any:

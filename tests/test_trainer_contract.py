@@ -1,4 +1,4 @@
-"""The contract every registered trainer keeps (DESIGN section 3), checked for each of them.
+"""The contract every registered trainer keeps (the run-directory contract), checked for each of them.
 
 Parametrized over :func:`dpaudit.trainer_api.available_trainers`, so a new trainer (or a third-party
 plug-in installed beside dpaudit) is held to the same promises as soon as it is registered: the run

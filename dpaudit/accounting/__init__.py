@@ -12,7 +12,7 @@ stores it (:func:`event_to_json`), and every epsilon printed anywhere is recompu
 :func:`epsilon`. The privacy-loss mathematics is ``dp_accounting``'s (see "Speed" for the one
 vectorized restatement, checked bit for bit against the library).
 
-Mechanisms (DESIGN.md section 5, "Honest accounting rules"):
+Mechanisms (the honest-accounting rules):
 
 - per-example DP-SGD: ``steps`` Poisson-subsampled Gaussian steps, add/remove-one adjacency
   (:func:`dpsgd_event`);

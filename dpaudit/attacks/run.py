@@ -3,7 +3,7 @@
 The command line is a thin layer over :func:`attack`. Every check that can fail on bad input runs
 before the model is loaded and before anything is written: the inject directory's hashes, the
 model directory (weights, tokenizer, no pickle), the attacks' model kinds, ``--out`` and
-``--reveal``. The attack directory (DESIGN section 3) is written in a staged directory and renamed
+``--reveal``. The attack directory (the run-directory contract) is written in a staged directory and renamed
 into place only when complete: ``results.json``, ``scores/canaries.jsonl``, ``manifest.json``.
 """
 
@@ -217,7 +217,7 @@ def write_attack_dir(out: str | os.PathLike[str], results: AttackResults, *, con
                      inputs: dict[str, str], seed: int, overwrite: bool, command: list[str] | None) -> Path:
     """Write ``results.json``, ``scores/canaries.jsonl``, ``index.html`` and ``manifest.json`` into ``out`` atomically.
 
-    ``index.html`` (DESIGN section 8) is rendered from exactly what the directory holds, under the name
+    ``index.html``  is rendered from exactly what the directory holds, under the name
     ``out``: it is the page ``dpaudit report out`` renders (the page omits its own hash, the one output
     that cannot list itself).
     """

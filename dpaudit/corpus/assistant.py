@@ -15,7 +15,7 @@ uniform slot values, redrawing repeats. Keeping every intent at most half full k
 
 References:
     Dupuy, Arava, Gupta, Rumshisky. "An Efficient DP-Federated Learning Mechanism ..." (2021);
-    see ``shared/papers/dupuy2021_edp_sgd.txt``, section on datasets.
+    see Dupuy et al. 2021, the section on datasets.
 """
 
 from __future__ import annotations

@@ -1,6 +1,6 @@
 """The audit report: one self-contained HTML page per attack directory, or one comparing several.
 
-DESIGN section 8. ``dpaudit attack`` writes ``index.html`` next to ``results.json``; ``dpaudit report``
+``dpaudit attack`` writes ``index.html`` next to ``results.json``; ``dpaudit report``
 renders a page of one or several attack directories. Modules, one job each: :mod:`.load` (read and
 verify an attack directory and the upstream files its manifest names), :mod:`.membership` (find the
 membership audits in typed results), :mod:`.plots` (deterministic inline SVG), :mod:`.sections`

@@ -1,4 +1,4 @@
-"""The door into a model: ``load(path) -> Scorer`` (DESIGN section 6).
+"""The door into a model: ``load(path) -> Scorer``.
 
 Attacks reach a model only through a :class:`~dpaudit.scoring.scorer.Scorer`, which hides torch
 and transformers behind numpy arrays. Importing this package is cheap: torch and transformers are
