@@ -89,6 +89,10 @@ class EdpSgdTrainer:
     name: ClassVar[str] = "edp-sgd"
     Config: ClassVar[type] = EdpSgdConfig
 
+    def writes_run_dir(self) -> bool:
+        """Only process 0 of a torch.distributed run writes the run directory, so only it takes the lock."""
+        return distributed.env_rank() == 0
+
     def train(self, data_dir: Path, out_dir: Path, config: EdpSgdConfig, *, seed: int) -> TrainResult:
         """Train on an inject run directory and write (or resume) the train run directory ``out_dir``.
 

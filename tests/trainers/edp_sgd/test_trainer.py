@@ -35,7 +35,7 @@ def test_run_directory_is_complete_and_releases_no_secret(classify_run):
     assert {"model/config.json", "model/model.safetensors", "model/tokenizer.json", "metrics.jsonl",
             "privacy.json"} <= set(manifest["outputs"])
     assert not (out / "checkpoints").exists()  # it held the secret seed; deleted without --keep-checkpoints
-    assert manifest["config"]["noise_seed"] == "<redacted>"
+    assert manifest["config"]["noise_seed"] == "<given: secret>"
     for path in out.rglob("*"):
         if path.is_file() and path.suffix in (".json", ".jsonl"):
             assert str(SECRET_SEED) not in path.read_text(), path
@@ -162,6 +162,30 @@ def test_bad_options_exit_2_with_one_line(data_dir, tmp_path, args, message):
     assert result.exit_code == 2
     assert message in result.output
     assert not (tmp_path / "x").exists()
+
+
+def test_config_types_are_checked_from_every_source(edp_config):
+    from dpaudit.config_types import ConfigTypeError
+    from trainers.edp_sgd.config import EdpSgdConfig
+
+    # A TOML string is not a boolean, nor a choice of another type; an integer number is a float.
+    with pytest.raises(ConfigTypeError, match="--keep-checkpoints must be true or false"):
+        edp_config(keep_checkpoints="false")
+    with pytest.raises(ConfigTypeError, match="--mode must be one of sgd, dp-sgd, edp-sgd"):
+        edp_config(mode="dpsgd")
+    with pytest.raises(ConfigTypeError, match="--epochs must be an integer"):
+        edp_config(epochs=2.0)
+    config = EdpSgdConfig(mode="dp-sgd", noise_multiplier=1, learning_rate=1)
+    assert isinstance(config.noise_multiplier, float) and isinstance(config.learning_rate, float)
+
+
+def test_tiny_config_is_private_and_keeps_the_protocol():
+    from dpaudit.trainer_api import Trainer, load_trainer
+
+    trainer = load_trainer("edp-sgd")
+    assert isinstance(trainer, Trainer) and isinstance(trainer, EdpSgdTrainer)
+    config = trainer.tiny_config(noise_seed=3)
+    assert config.private and config.noise_seed == 3 and config.mode == "edp-sgd"
 
 
 def test_classify_needs_labels(tmp_path, edp_config):
