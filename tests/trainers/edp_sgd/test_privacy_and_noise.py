@@ -101,12 +101,14 @@ def test_target_epsilon_calibrates_the_whole_schedule(data_dir, tmp_path, edp_co
 
 
 def test_target_epsilon_caps_a_run_with_a_given_noise(data_dir, tmp_path, edp_config):
-    config = edp_config(mode="edp-sgd", noise_multiplier=1.0, target_epsilon=1.5)
+    # sigma 2 at q = 1/6, delta 1e-5: 6 steps spend about 1.09, 12 steps about 1.46 (dp_accounting).
+    config = edp_config(mode="edp-sgd", noise_multiplier=2.0, target_epsilon=1.2)
     result = EdpSgdTrainer().train(data_dir, tmp_path / "run", config, seed=0)
-    assert result.summary["stopped_at_budget"] and 0 < result.steps < 12
-    assert result.epsilon <= 1.5
-    more = _independent_epsilon(16 / 96, result.steps + 1, [1.0], 1e-5)
-    assert more > 1.5  # one more step would have overspent
+    assert result.summary["stopped_at_budget"] and 6 < result.steps < 12
+    assert result.epsilon <= 1.2
+    assert result.epsilon == pytest.approx(_independent_epsilon(16 / 96, result.steps, [2.0], 1e-5), rel=1e-9)
+    more = _independent_epsilon(16 / 96, result.steps + 1, [2.0], 1e-5)
+    assert more > 1.2  # one more step would have overspent
 
 
 def test_scale_from_private_is_reported_as_an_unaccounted_release(data_dir, tmp_path, edp_config):
