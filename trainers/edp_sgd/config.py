@@ -97,7 +97,7 @@ class EdpSgdConfig:
         "micro-batches' noise (fast); micro-batch = one per micro-batch as in Algorithm 1 (values independent of "
         "the number of processes)."))
     physical_batch: int = field(default=16, metadata=_help(
-        "dp-sgd: examples per vectorized per-example-gradient chunk (memory knob only)."))
+        "dp-sgd and edp-sgd: examples per vectorized per-example-gradient chunk (memory knob only)."))
     mask_prob: float = field(default=0.15, metadata=_help("mlm: fraction of tokens masked (80/10/10)."))
     eval_examples: int = field(default=512, metadata=_help("heldout.jsonl examples evaluated after each epoch (0 = skip)."))
     checkpoint_every: int = field(default=50, metadata=_help("Steps between checkpoints (one is always written at each epoch end)."))

@@ -40,6 +40,7 @@ import torch
 from tqdm.auto import tqdm
 
 from dpaudit.errors import UserInputError
+from dpaudit.figures import format_up
 from dpaudit.host_allocator import tune_host_allocator
 from dpaudit.privacy_ledger import BudgetExceededError, PrivacyLedger
 from dpaudit.privacy_plan import decay_schedule, new_ledger, plan_privacy
@@ -261,9 +262,9 @@ class _Run:
 
     def step(self, step: int, indices: np.ndarray) -> dict[str, Any]:
         """Compute the (noised) aggregate of this step's batch and apply Adam; returns telemetry."""
-        acc, stats = self.aggregate(step, indices)
+        grad_sum, stats = self.aggregate(step, indices)
         scale = 1.0 / self.plan.batch_at(step)  # the expected batch size: public, unlike the realized one
-        for p, a in zip(self.params, acc):
+        for p, a in zip(self.params, grad_sum):
             p.grad = a.mul_(scale)
         self.optimizer.step()
         for p in self.params:
@@ -271,7 +272,7 @@ class _Run:
         loss_sum, correct_sum, units, clipped = stats.tolist()
         n = max(len(indices), 1)
         return {"loss": loss_sum / n if len(indices) else None, "train_accuracy": correct_sum / n if len(indices) else None,
-                "batch_size": int(len(indices)),
+                "batch_size": len(indices),
                 "clip_fraction": clipped / units if (self.clipper is not None and units) else None,
                 "sigma": self.plan.sigma_at(step) if self.plan.private else None}
 
@@ -283,7 +284,7 @@ class _Run:
         # Mask the whole batch identically on every process (keyed by the public seed and the step).
         gen = _seeded(self.seed, _MASK_STREAM, step)
         full = self._batch("train", indices, generator=gen) if len(indices) else None
-        acc = [torch.zeros_like(p) for p in self.params]
+        grad_sum = [torch.zeros_like(p) for p in self.params]
         loss_sum = correct_sum = 0.0
         units = clipped = 0
         if config.mode == "edp-sgd":
@@ -293,14 +294,14 @@ class _Run:
             std_each = sigma * self.clipper.sensitivity / math.sqrt(k)
             if full is not None:
                 result = self.clipper.clipped_sum(full, [groups[j] for j in mine], chunk_examples=config.physical_batch)
-                acc = result.grads
+                grad_sum = result.grads
                 loss_sum, correct_sum, units, clipped = result.loss_sum, result.correct_sum, result.units, result.clipped
             if config.noise_draw == "micro-batch" and std_each > 0:  # Algorithm 1: one draw per micro-batch
                 for j in mine:
-                    noise.add_noise_(acc, std_each, noise.keyed_generator(self.noise_source.seed, step, j))
+                    noise.add_noise_(grad_sum, std_each, noise.keyed_generator(self.noise_source.seed, step, j))
             elif std_each > 0 and mine:  # the same distribution: one draw carrying this process's micro-batches'
                 # noise; the sum of len(mine) independent N(0, std_each^2) is N(0, len(mine) std_each^2)
-                noise.add_noise_(acc, std_each * math.sqrt(len(mine)),
+                noise.add_noise_(grad_sum, std_each * math.sqrt(len(mine)),
                                  noise.keyed_generator(self.noise_source.seed, step, _PROCESS_NOISE_KEY + world.rank,
                                                        world.size))
         else:
@@ -309,21 +310,21 @@ class _Run:
                 sub = {key: v[torch.as_tensor(share)] for key, v in full.items()}
                 if config.mode == "dp-sgd":
                     result = self.clipper.clipped_sum(sub)
-                    acc = result.grads
+                    grad_sum = result.grads
                     loss_sum, correct_sum, units, clipped = result.loss_sum, result.correct_sum, result.units, result.clipped
                 else:
                     for p in self.params:
                         p.grad = None
                     losses, correct = per_example_losses(self.model, sub)
                     losses.sum().backward()
-                    acc = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+                    grad_sum = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
                     loss_sum, correct_sum, units = float(losses.detach().sum()), float(correct.sum()), len(share)
             if config.mode == "dp-sgd" and world.primary and sigma > 0:
-                noise.add_noise_(acc, sigma * self.clipper.sensitivity, noise.keyed_generator(self.noise_source.seed, step))
+                noise.add_noise_(grad_sum, sigma * self.clipper.sensitivity, noise.keyed_generator(self.noise_source.seed, step))
         stats = torch.tensor([loss_sum, correct_sum, float(units), float(clipped)], dtype=torch.float64)
-        distributed.all_reduce_sum_(acc, world)
+        distributed.all_reduce_sum_(grad_sum, world)
         distributed.all_reduce_sum_([stats], world)
-        return acc, stats
+        return grad_sum, stats
 
     # -- evaluation --------------------------------------------------------------------------
 
@@ -376,7 +377,7 @@ class _Run:
         self.metrics.restore(self.start_step)
         total = plan.total_steps
         step = self.start_step
-        eps_text = "inf" if self.ledger is None else f"<={plan.planned_epsilon:.3g}"
+        eps_text = "inf" if self.ledger is None else f"<={format_up(plan.planned_epsilon)}"  # rounded up, never down
         acc_text = "?"
         bar = tqdm(total=total, initial=step, desc=f"edp-sgd {config.mode}", unit="step", file=sys.stderr,
                    dynamic_ncols=True, leave=False, disable=not self.world.primary)
@@ -406,7 +407,7 @@ class _Run:
                            "epoch_steps_timed": epoch_steps_timed, **self._evaluate()}
                     eps = self._epsilon()
                     row["epsilon"] = eps
-                    eps_text = "inf" if eps is None else f"{eps:.3g}"
+                    eps_text = format_up(eps)
                     acc_text = f"{row.get('eval_accuracy', row.get('mlm_accuracy', float('nan'))):.3f}"
                     self.metrics.append(row)
                     bar.set_postfix(loss=f"{metrics['loss'] or 0:.4g}", acc=acc_text, eps=eps_text, refresh=True)
