@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 
 from dpaudit.cli import cli
 from dpaudit.errors import UserInputError
+from dpaudit.figures import format_up
 from dpaudit.rundir import verify_run_dir
 from trainers.edp_sgd import checkpoint as ckpt
 from trainers.edp_sgd.trainer import EdpSgdTrainer
@@ -177,6 +178,29 @@ def test_config_types_are_checked_from_every_source(edp_config):
         edp_config(epochs=2.0)
     config = EdpSgdConfig(mode="dp-sgd", noise_multiplier=1, learning_rate=1)
     assert isinstance(config.noise_multiplier, float) and isinstance(config.learning_rate, float)
+
+
+def test_toml_string_is_not_a_boolean(data_dir, tmp_path):
+    toml = tmp_path / "edp.toml"
+    toml.write_text('mode = "dp-sgd"\nnoise_multiplier = 1.0\nkeep_checkpoints = "false"\n')
+    result = CliRunner().invoke(cli, ["train", "--trainer", "edp-sgd", "--data", str(data_dir), "--out",
+                                      str(tmp_path / "x"), "--config", str(toml)])
+    assert result.exit_code == 2 and "keep_checkpoints" in result.output and "true or false" in result.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_cli_prints_the_guarantee_and_group_privacy(data_dir, tmp_path):
+    result = CliRunner().invoke(cli, ["train", "--trainer", "edp-sgd", "--data", str(data_dir), "--out",
+                                      str(tmp_path / "run"), "--mode", "edp-sgd", "--noise-multiplier", "2",
+                                      "--epochs", "1", "--batch-size", "16", "--micro-batches", "4", "--vocab-size",
+                                      "300", "--max-length", "16", "--eval-examples", "8", "--noise-seed", "5"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    record = json.loads((tmp_path / "run" / "privacy.json").read_text())
+    assert f"epsilon = {format_up(record['epsilon'], 4)}" in result.output
+    for row in record["group_privacy"]:  # the data_dir canaries are inserted 1, 2 and 3 times
+        assert f"canary inserted {row['frequency']}x: ({format_up(row['epsilon'], 4)}, " in result.output
+    assert "group bound:" in result.output
 
 
 def test_tiny_config_is_private_and_keeps_the_protocol():
