@@ -179,7 +179,7 @@ def worker(args: argparse.Namespace) -> int:
             step(i, indices)
             if i >= args.warmup:
                 times.append(time.perf_counter() - start)
-        print(f"{len(run.data.train.texts)} {run.plan.steps_per_epoch}")
+        print(f"{len(run.data.train.texts)} {run.steps_per_epoch}")
     print(statistics.median(times))
     return 0
 

@@ -66,8 +66,9 @@ class PrivacyRecord:
         target_epsilon: the budget the run was not allowed to exceed.
         clip_norm: the clip norm C (combined sqrt(sum C_l^2) for per-layer clipping).
         sensitivity_factor: clip norms one example can move the noised sum by (1 per-example,
-            2 micro-batch); the accountant saw sigma / factor.
-        noise_multipliers: sigma of each stage (noise std on the sum / C).
+            2 micro-batch); the accountant saw sigma (the segments store sigma * factor with this factor).
+        noise_multipliers: sigma of each stage, the multiplier of the step's sensitivity (noise std on
+            the sum = sigma * sensitivity_factor * C; the convention of :mod:`dpaudit.privacy_plan`).
         noise_calibrated: True when sigma was calibrated for ``target_epsilon``.
         steps, planned_steps, dataset_size: what ran, what was planned, N.
         stopped_at_budget: the ledger refused a step: the run stopped at the target.
@@ -82,6 +83,8 @@ class PrivacyRecord:
         unaccounted_releases: releases of private information that the epsilon does not cover.
         guarantee: one sentence stating the guarantee actually proven.
         notes: further caveats, each one sentence.
+        details: trainer-specific facts of the mechanism that have no field of their own (e.g.
+            edp-sgd's mode, micro-batches and per-layer clip norms); JSON values, read by people.
     """
 
     SCHEMA: ClassVar[str] = SCHEMA
@@ -118,6 +121,7 @@ class PrivacyRecord:
     released_files: list[str] = field(default_factory=lambda: list(RELEASED_FILES))
     private_files: list[str] = field(default_factory=lambda: list(PRIVATE_FILES))
     telemetry: str = TELEMETRY_NOTE
+    details: dict[str, Any] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.adjacency not in ("add_remove", "replace_one"):

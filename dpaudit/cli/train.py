@@ -239,10 +239,34 @@ def train(ctx: click.Context, trainer: str, data: Path, out: Path, seed: int, co
     click.echo(f"trained {plugin.name} for {result.steps} steps -> {result.out_dir} ({_claim(result, privacy)})")
     for note in summary["notes"]:
         click.echo(f"  {note}")
-    for row in (privacy.get("group_privacy") or {}).get("by_frequency", []):
-        click.echo(f"  group privacy, canary inserted {row['frequency']}x: {row['text']}")
-    if (privacy.get("group_privacy") or {}).get("by_frequency"):
-        click.echo(f"  (group bound: {privacy['group_privacy']['bound']})")
+    rows, bound = _group_privacy_rows(privacy)
+    for row in rows:
+        click.echo(f"  group privacy, canary inserted {row['frequency']}x: {_group_text(row)}")
+    if rows and bound:
+        click.echo(f"  (group bound: {bound})")
+
+
+def _group_privacy_rows(privacy: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
+    """(rows, bound) of ``group_privacy``: the PrivacyRecord's list of rows (each naming its bound), or the
+    older ``{"bound", "by_frequency"}`` object."""
+    group = privacy.get("group_privacy")
+    if isinstance(group, list):
+        rows = [row for row in group if isinstance(row, dict)]
+        return rows, next((row.get("bound") for row in rows if row.get("bound")), None)
+    if isinstance(group, dict):
+        return list(group.get("by_frequency") or []), group.get("bound")
+    return [], None
+
+
+def _group_text(row: dict[str, Any]) -> str:
+    """A group-privacy row in words, rounded up."""
+    if row.get("text"):
+        return str(row["text"])
+    if row.get("epsilon") is None:
+        return "none proven"
+    if row.get("delta") is None:
+        return "no guarantee (group delta >= 1)"
+    return f"({format_up(row['epsilon'], 4)}, {format_up(row['delta'], 3)})"
 
 
 def _read_privacy(out_dir: Path) -> dict[str, Any]:

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import numbers
 from dataclasses import dataclass, field
-from typing import Any, Literal, get_args
+from typing import Any, Literal
+
+from dpaudit.config_types import check_types, option_name
+from dpaudit.secret_rng import NoiseSource
 
 Mode = Literal["sgd", "dp-sgd", "edp-sgd"]
 Task = Literal["mlm", "classify"]
@@ -33,28 +35,18 @@ def _help(text: str) -> dict[str, str]:
     return {"help": text}
 
 
-def _flag(name: str) -> str:
-    return "--" + name.replace("_", "-")
+def _check_int(name: str, value: int, minimum: int) -> None:
+    """A range check; the type was checked by :func:`check_types`."""
+    if value < minimum:
+        raise ValueError(f"{option_name(name)} must be an integer >= {minimum}, got {value!r}.")
 
 
-def _check_int(name: str, value: Any, minimum: int) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or value < minimum:
-        raise ValueError(f"{_flag(name)} must be an integer >= {minimum}, got {value!r}.")
-
-
-def _check_real(name: str, value: Any, *, low: float, low_open: bool, high: float = math.inf) -> None:
-    if isinstance(value, bool) or not isinstance(value, numbers.Real) or math.isnan(value):
-        raise ValueError(f"{_flag(name)} must be a number, got {value!r}.")
-    if (value <= low if low_open else value < low) or value >= high or not math.isfinite(value):
+def _check_real(name: str, value: float, *, low: float, low_open: bool, high: float = math.inf) -> None:
+    """A range check of a number (finite, above ``low``, below ``high``); the type was checked already."""
+    if math.isnan(value) or (value <= low if low_open else value < low) or value >= high or not math.isfinite(value):
         bound = f"> {low:g}" if low_open else f">= {low:g}"
         upper = "" if high == math.inf else f" and < {high:g}"
-        raise ValueError(f"{_flag(name)} must be a finite number {bound}{upper}, got {value!r}.")
-
-
-def _check_choice(name: str, value: Any, literal: Any) -> None:
-    choices = get_args(literal)
-    if value not in choices:
-        raise ValueError(f"{_flag(name)} must be one of {', '.join(map(str, choices))}, got {value!r}.")
+        raise ValueError(f"{option_name(name)} must be a finite number {bound}{upper}, got {value!r}.")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -90,7 +82,8 @@ class EdpSgdConfig:
         "With --target-epsilon too, the target is a cap: training stops at it."))
     target_epsilon: float | None = field(default=None, metadata=_help(
         "Privacy budget; alone, sigma_0 is calibrated so the whole run (with its decay schedule) spends exactly this (PLD)."))
-    delta: float | None = field(default=None, metadata=_help("Delta of the (epsilon, delta) guarantee; default 1/N."))
+    delta: float | None = field(default=None, metadata=_help(
+        "Delta of the (epsilon, delta) guarantee; default min(1e-5, 1/(10 N)), well below 1/N."))
     noise_decay: Decay = field(default="none", metadata=_help(
         "Per-epoch noise decay fixed in advance: none, linear sigma_e = max(sigma_0 (1 - k e), sigma_min), exp sigma_0 exp(-k e)."))
     decay_rate: float = field(default=0.0, metadata=_help("k of --noise-decay (>= 0)."))
@@ -104,7 +97,7 @@ class EdpSgdConfig:
         "micro-batches' noise (fast); micro-batch = one per micro-batch as in Algorithm 1 (values independent of "
         "the number of processes)."))
     physical_batch: int = field(default=16, metadata=_help(
-        "dp-sgd: examples per vectorized per-example-gradient chunk (memory knob only)."))
+        "dp-sgd and edp-sgd: examples per vectorized per-example-gradient chunk (memory knob only)."))
     mask_prob: float = field(default=0.15, metadata=_help("mlm: fraction of tokens masked (80/10/10)."))
     eval_examples: int = field(default=512, metadata=_help("heldout.jsonl examples evaluated after each epoch (0 = skip)."))
     checkpoint_every: int = field(default=50, metadata=_help("Steps between checkpoints (one is always written at each epoch end)."))
@@ -112,13 +105,8 @@ class EdpSgdConfig:
         "Keep checkpoints/ after a finished run (it holds the secret noise seed: private to the data owner)."))
 
     def __post_init__(self) -> None:
-        _check_choice("mode", self.mode, Mode)
-        _check_choice("task", self.task, Task)
-        _check_choice("preset", self.preset, Preset)
-        _check_choice("noise_decay", self.noise_decay, Decay)
-        _check_choice("scale_from", self.scale_from, ScaleFrom)
-        _check_choice("noise_draw", self.noise_draw, NoiseDraw)
-        if self.model is not None and (not isinstance(self.model, str) or not self.model.strip()):
+        check_types(self)  # types and Literal choices from every source (CLI, --config TOML, checkpoints)
+        if self.model is not None and not self.model.strip():
             raise ValueError(f"--model must be a directory path, got {self.model!r}.")
         for name, minimum in (("max_length", 8), ("epochs", 1), ("batch_size", 1), ("micro_batches", 1),
                               ("physical_batch", 1), ("eval_examples", 0), ("checkpoint_every", 1)):
@@ -132,8 +120,6 @@ class EdpSgdConfig:
         _check_real("clip_norm", self.clip_norm, low=0.0, low_open=True)
         _check_real("decay_rate", self.decay_rate, low=0.0, low_open=False)
         _check_real("mask_prob", self.mask_prob, low=0.0, low_open=True, high=1.0)
-        if not isinstance(self.keep_checkpoints, bool):
-            raise ValueError(f"--keep-checkpoints must be a boolean, got {self.keep_checkpoints!r}.")
         for name in ("noise_multiplier", "target_epsilon", "sigma_min"):
             if getattr(self, name) is not None:
                 _check_real(name, getattr(self, name), low=0.0, low_open=True)
@@ -142,7 +128,7 @@ class EdpSgdConfig:
         if self.mode == "sgd":
             given = [n for n in ("noise_multiplier", "target_epsilon", "delta", "sigma_min") if getattr(self, n) is not None]
             if given or self.noise_decay != "none":
-                flags = ", ".join(_flag(n) for n in given + (["noise_decay"] if self.noise_decay != "none" else []))
+                flags = ", ".join(option_name(n) for n in given + (["noise_decay"] if self.noise_decay != "none" else []))
                 raise ValueError(f"--mode sgd takes no {flags}: a non-private run has no (epsilon, delta) guarantee.")
         elif self.noise_multiplier is None and self.target_epsilon is None:
             raise ValueError(f"--mode {self.mode} needs --target-epsilon (calibrate the noise) or --noise-multiplier.")
@@ -164,10 +150,5 @@ class EdpSgdConfig:
     def to_dict(self) -> dict[str, Any]:
         """JSON-serializable field values with the secret ``noise_seed`` redacted (manifests, resume checks)."""
         out = dataclasses.asdict(self)
-        out["noise_seed"] = None if self.noise_seed is None else "<redacted>"
+        out["noise_seed"] = NoiseSource.redact(self.noise_seed)
         return out
-
-    def mismatches(self, other: dict[str, Any]) -> list[str]:
-        """Names of fields whose value differs from ``other`` (a stored :meth:`to_dict`)."""
-        mine = self.to_dict()
-        return [name for name in sorted(set(mine) | set(other)) if mine.get(name) != other.get(name)]

@@ -1,8 +1,7 @@
 """The two tasks' data: inject-directory rows -> token tensors, labels, and MLM masking.
 
-- ``classify``: ``{"text", "label"}`` rows (``dpaudit inject`` keeps the corpus labels). The label set
-  is the corpus's, read from the inject manifest (``corpus.labels``), so it does not depend on which
-  labels happen to occur in the private training rows.
+- ``classify``: ``{"text", "label"}`` rows (``dpaudit inject`` keeps the corpus labels), read by the
+  core inject reader (:mod:`dpaudit.inject_run`), whose label set and order every stage shares.
 - ``mlm``: the texts, with BERT's 80/10/10 masking redrawn every step from a generator keyed by the
   public ``--seed`` and the step (masking is not part of the DP mechanism). Only masked positions are
   gathered for the output layer (DESIGN section 9: the full-vocabulary layer over every position
@@ -13,8 +12,6 @@ Tensors are padded per batch to the batch's longest row, not to ``--max-length``
 
 from __future__ import annotations
 
-import hashlib
-import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,71 +22,62 @@ import torch
 from tokenizers import Tokenizer
 
 from dpaudit.errors import UserInputError
-from dpaudit.rundir import read_jsonl, sha256_file, verify_run_dir
-
-INJECT_FILES = ("train.jsonl", "heldout.jsonl", "public.jsonl")
-
-
-@dataclass(frozen=True, kw_only=True)
-class Split:
-    texts: list[str]
-    labels: list[Any] | None  # raw labels (None for unlabelled data)
+from dpaudit.inject_run import (
+    HELDOUT,
+    PUBLIC,
+    TRAIN,
+    InjectRun,
+    SplitRows,
+    load_inject_run,
+)
 
 
 @dataclass(frozen=True, kw_only=True)
 class InjectData:
-    train: Split
-    heldout: Split
-    public: Split
-    label_names: list[str] | None  # sorted corpus labels (str), or None when unlabelled
-    inputs: dict[str, str]  # inject file path -> sha256 (for the train manifest)
-    identity: str  # one hash over the inject manifest: the data a checkpoint belongs to
+    """The verified inject directory (:class:`dpaudit.inject_run.InjectRun`) as this trainer reads it."""
 
+    run: InjectRun
+    train: SplitRows
+    heldout: SplitRows
+    public: SplitRows
+    label_names: list[str] | None  # the corpus labels in the core's order, as strings (None: mlm)
 
-def _read_split(path: Path, *, labelled: bool) -> Split:
-    texts, labels = [], []
-    for lineno, row in enumerate(read_jsonl(path), start=1):
-        if not isinstance(row.get("text"), str):
-            raise UserInputError(f"{path}:{lineno}: expected a string 'text' field; rerun dpaudit inject.")
-        texts.append(row["text"])
-        if labelled:
-            if "label" not in row:
-                raise UserInputError(f"{path}:{lineno}: no 'label' field; --task classify needs a labelled corpus "
-                                     "(dpaudit inject --corpus x.tsv with a label column).")
-            labels.append(row["label"])
-    return Split(texts=texts, labels=labels if labelled else None)
+    @property
+    def inputs(self) -> dict[str, str]:
+        """Inject file path -> sha256, for the train manifest."""
+        return self.run.inputs
+
+    @property
+    def identity(self) -> str:
+        """One hash naming the data: what a checkpoint belongs to."""
+        return self.run.identity
+
+    @property
+    def manifest(self) -> dict[str, Any]:
+        return self.run.manifest
 
 
 def load_inject_dir(data_dir: Path, *, task: str) -> InjectData:
-    """Verify an inject directory against its manifest and read its three splits for ``task``."""
-    manifest = verify_run_dir(data_dir, schema_prefix="dpaudit.inject/")
-    missing = [name for name in INJECT_FILES if not (data_dir / name).is_file()]
-    if missing:
-        raise UserInputError(f"--data {data_dir} has no {', '.join(missing)}; pass a directory written by dpaudit inject.")
+    """Verify an inject directory (the core reader) and read its three splits for ``task``.
+
+    ``classify`` needs a labelled corpus; its label set is the core's (:attr:`InjectRun.labels`, in
+    :func:`dpaudit.inject_run.label_order`), so label ids never depend on row order.
+    """
+    run = load_inject_run(data_dir)
     labelled = task == "classify"
-    corpus = manifest.get("corpus", {}) if isinstance(manifest.get("corpus"), dict) else {}
-    if labelled and not corpus.get("labelled", False):
+    if labelled and not run.labelled:
         raise UserInputError(f"--data {data_dir}: the corpus has no labels; use --task mlm or inject a labelled corpus "
                              "(dpaudit inject --corpus x.tsv).")
-    train, heldout, public = (_read_split(data_dir / name, labelled=labelled) for name in INJECT_FILES)
+    train, heldout, public = (run.split(name) for name in (TRAIN, HELDOUT, PUBLIC))
     if not train.texts:
-        raise UserInputError(f"{data_dir / 'train.jsonl'} is empty; there is nothing to train on.")
+        raise UserInputError(f"{data_dir / TRAIN} is empty; there is nothing to train on.")
     if not public.texts:
-        raise UserInputError(f"{data_dir / 'public.jsonl'} is empty; the tokenizer and clip scaling use it.")
-    label_names = None
-    if labelled:
-        names = corpus.get("labels")
-        label_names = sorted(str(k) for k in names) if isinstance(names, dict) and names else sorted(
-            {str(x) for split in (train, heldout, public) for x in split.labels or []})
-    recorded = manifest.get("outputs", {})
-    inputs = {str(data_dir / name): recorded.get(name) or sha256_file(data_dir / name) for name in INJECT_FILES}
-    inputs[str(data_dir / "manifest.json")] = sha256_file(data_dir / "manifest.json")
-    identity = hashlib.sha256(json.dumps(sorted((Path(k).name, v) for k, v in inputs.items())).encode()).hexdigest()
-    return InjectData(train=train, heldout=heldout, public=public, label_names=label_names, inputs=inputs,
-                      identity=identity)
+        raise UserInputError(f"{data_dir / PUBLIC} is empty; the tokenizer and clip scaling use it.")
+    label_names = [str(label) for label in run.labels or []] if labelled else None
+    return InjectData(run=run, train=train, heldout=heldout, public=public, label_names=label_names)
 
 
-def label_ids(split: Split, label_names: list[str], *, where: str) -> np.ndarray:
+def label_ids(split: SplitRows, label_names: list[str], *, where: str) -> np.ndarray:
     """Integer class ids of a split's labels (index in ``label_names``)."""
     index = {name: i for i, name in enumerate(label_names)}
     out = np.empty(len(split.texts), dtype=np.int64)

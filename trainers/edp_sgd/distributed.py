@@ -26,6 +26,11 @@ class World:
         return self.rank == 0
 
 
+def env_rank() -> int:
+    """This process's rank as the launcher's environment names it (0 without a launcher); needs no process group."""
+    return int(os.environ.get("RANK", "0")) if int(os.environ.get("WORLD_SIZE", "1")) > 1 else 0
+
+
 def init_world() -> World:
     """Join the process group named by the environment, or a world of one."""
     size = int(os.environ.get("WORLD_SIZE", "1"))

@@ -1,213 +1,137 @@
-"""The privacy plan of a run: per-epoch sigma schedule x sensitivity factor -> segments, ledger, record.
+"""edp-sgd's ``privacy.json``: the core record filled in for sgd / dp-sgd / eDP-SGD, and the paper's claim.
 
-Framework-free (no torch), written so that it can be lifted into the core unchanged: it knows a run
-only as (N, expected batch, epochs, sensitivity factor, a per-epoch sigma schedule).
+The plan, the ledger and the record are the core's (:mod:`dpaudit.privacy_plan`,
+:mod:`dpaudit.privacy_record`); this module only says, in the record's fields, what this trainer's
+mechanism is, and adds what is specific to eDP-SGD:
 
-Conventions (DESIGN section 5, "Honest accounting rules"; jax_privacy's ``clipped_grad(...)
-.sensitivity``):
-
-- ``sigma_e`` is the noise multiplier *of the step's sensitivity*: the noise on the aggregated
-  gradient has std ``sigma_e * sensitivity`` where ``sensitivity = sensitivity_factor * C``
-  (factor 1 for per-example clipping, 2 for micro-batch clipping: adding or removing one example
-  moves one clipped micro-batch gradient by up to 2C). The clipping function reports its
-  sensitivity and the step multiplies; nobody else recomputes it.
-- Each step is a Poisson-subsampled Gaussian, add/remove-one adjacency. A ledger
-  :class:`~dpaudit.accounting.Segment` stores ``noise_multiplier = noise std / C = sigma_e * factor``
-  with ``sensitivity_factor = factor``, so the accountant sees ``sigma_e`` (every factor multiplies on
-  every path).
-- Noise decay is fixed in advance and composed segment by segment (one ``SelfComposedDpEvent`` per
-  epoch inside a ``ComposedDpEvent``): decay triggered by private metrics would not be accountable.
-- The paper's own accounting (Dupuy et al. 2021, section 3) treats the noise std divided by C as the
-  noise multiplier, i.e. sensitivity C. :func:`paper_claim` computes what that would have claimed for
-  the noise that actually ran, so the user sees the difference.
+- :func:`paper_claim`: Dupuy et al. 2021 (section 3) account the noise std divided by C as the noise
+  multiplier, i.e. sensitivity C. With micro-batch clipping one example moves a clipped micro-batch
+  gradient by up to 2C (McMahan et al. 2018; TF Privacy ``used_microbatching``), so that figure is
+  NOT proven; it is stated next to the proven one so the user sees the difference.
+- :func:`group_privacy`: a canary inserted f times is f rows; the per-row guarantee covers it only
+  through the group bound (Dwork & Roth 2014, Thm 2.2), stated for each frequency of the inject
+  manifest.
 
 References:
   Dupuy et al. 2021, "An Efficient DP-Federated Learning Mechanism" (eDP-SGD), Algorithm 1.
-  McMahan et al. 2018 / TF Privacy ``used_microbatching``: micro-batch sensitivity 2C.
-  Yu et al. 2019: per-epoch noise decay, composed per segment.
+  McMahan et al. 2018, "A General Approach to Adding Differential Privacy to Iterative Training Procedures".
 """
 
 from __future__ import annotations
 
-import dataclasses
-import math
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dpaudit import accounting
-from dpaudit.errors import UserInputError
-from dpaudit.privacy_ledger import PrivacyLedger
+from dpaudit.figures import format_up
+from dpaudit.privacy_plan import PrivacyPlan
+from dpaudit.privacy_record import PrivacyRecord
+from dpaudit.secret_rng import NoiseSource
 
-#: A per-epoch sigma schedule as a function of sigma_0 (monotone: more sigma_0, more noise every epoch).
-SigmaSchedule = Callable[[float], Sequence[float]]
+__all__ = ["build_record", "canary_frequencies", "group_privacy", "paper_claim"]
 
-
-def decay_schedule(decay: str, *, epochs: int, rate: float = 0.0, sigma_min: float | None = None) -> SigmaSchedule:
-    """sigma_0 -> [sigma_0, ..., sigma_{E-1}] for ``none``, ``linear`` (floored) or ``exp`` decay.
-
-    Linear decay is floored at ``sigma_min`` (default sigma_0 / 10): zero noise is not DP.
-    """
-    if decay == "none":
-        return lambda sigma0: [float(sigma0)] * epochs
-    if decay == "linear":
-        return lambda sigma0: accounting.linear_decay_sigmas(sigma0, rate, epochs,
-                                                             sigma_min if sigma_min is not None else sigma0 / 10.0)
-    if decay == "exp":
-        return lambda sigma0: accounting.exponential_decay_sigmas(sigma0, rate, epochs)
-    raise ValueError(f"noise decay must be none, linear or exp, got {decay!r}.")
-
-
-@dataclass(frozen=True, kw_only=True)
-class PrivacyPlan:
-    """What the run will spend, fixed before the first step (and re-derived identically on resume).
-
-    Attributes:
-        dataset_size: N, rows of train.jsonl.
-        batch_size: expected logical batch; q = batch_size / N.
-        steps_per_epoch: ceil(N / batch_size).
-        epochs: planned epochs.
-        sensitivity_factor: how many C one example moves the aggregate (1 per-example, 2 micro-batch).
-        sigmas: per-epoch sigma_e (multiplier of the sensitivity), or None when non-private.
-        delta, target_epsilon: the guarantee's delta and the budget (None: no cap).
-        affordable_steps: steps certified within the budget (== total unless the budget caps the run).
-        planned_epsilon: epsilon of the affordable steps (None when non-private).
-        noise_calibrated: sigma_0 was calibrated to --target-epsilon (not given).
-    """
-
-    dataset_size: int
-    batch_size: int
-    steps_per_epoch: int
-    epochs: int
-    sensitivity_factor: float
-    sigmas: tuple[float, ...] | None
-    delta: float | None
-    target_epsilon: float | None
-    affordable_steps: int
-    planned_epsilon: float | None = None
-    noise_calibrated: bool = False
-
-    @property
-    def private(self) -> bool:
-        return self.sigmas is not None
-
-    @property
-    def sampling_probability(self) -> float:
-        return self.batch_size / self.dataset_size
-
-    @property
-    def total_steps(self) -> int:
-        return self.steps_per_epoch * self.epochs
-
-    def epoch_of(self, step: int) -> int:
-        """0-based epoch of 0-based step ``step``."""
-        return step // self.steps_per_epoch
-
-    def sigma_at(self, step: int) -> float:
-        """sigma_e of step ``step``: noise std on the aggregate = sigma_e * sensitivity."""
-        assert self.sigmas is not None
-        return self.sigmas[self.epoch_of(step)]
-
-    def segments(self, steps: int | None = None, *, sensitivity_factor: float | None = None) -> list[accounting.Segment]:
-        """Accounting segments of the first ``steps`` steps, one per (partial) epoch."""
-        assert self.sigmas is not None
-        return _segments(self.sigmas, self.steps_per_epoch, self.sampling_probability,
-                         self.total_steps if steps is None else steps,
-                         self.sensitivity_factor if sensitivity_factor is None else sensitivity_factor,
-                         noise_factor=self.sensitivity_factor)
-
-
-def _segments(sigmas: Sequence[float], steps_per_epoch: int, q: float, steps: int, accounted_factor: float, *,
-              noise_factor: float) -> list[accounting.Segment]:
-    """Segments whose noise std / C is sigma_e * noise_factor, accounted with ``accounted_factor``."""
-    out, left = [], steps
-    for sigma in sigmas:
-        if left <= 0:
-            break
-        n = min(steps_per_epoch, left)
-        out.append(accounting.Segment(steps=n, sampling_probability=q, noise_multiplier=sigma * noise_factor,
-                                      sensitivity_factor=accounted_factor))
-        left -= n
-    return out
-
-
-def plan_privacy(*, dataset_size: int, batch_size: int, epochs: int, sensitivity_factor: float,
-                 schedule: SigmaSchedule | None, noise_multiplier: float | None, target_epsilon: float | None,
-                 delta: float | None) -> PrivacyPlan:
-    """Fix sigma_0 (given or calibrated), delta and the affordable steps of the whole run up front.
-
-    ``schedule`` None is a non-private run. ``target_epsilon`` alone: sigma_0 is calibrated so the
-    whole decayed schedule spends exactly the target. ``noise_multiplier`` alone: no cap. Both: the
-    target is a cap, and the run stops after the last step that fits (refused if not even one fits).
-
-    Raises:
-        UserInputError: a batch larger than the data, or a budget too small for one step.
-    """
-    if batch_size > dataset_size:
-        raise UserInputError(f"--batch-size {batch_size} exceeds the {dataset_size} training examples; "
-                             f"use a batch <= {dataset_size}.")
-    steps_per_epoch = math.ceil(dataset_size / batch_size)
-    total = steps_per_epoch * epochs
-    base = dict(dataset_size=dataset_size, batch_size=batch_size, steps_per_epoch=steps_per_epoch, epochs=epochs,
-                sensitivity_factor=float(sensitivity_factor))
-    if schedule is None:
-        return PrivacyPlan(**base, sigmas=None, delta=None, target_epsilon=None, affordable_steps=total)
-    delta = float(delta) if delta is not None else 1.0 / dataset_size
-    q = batch_size / dataset_size
-
-    def event_for(sigma0: float, steps: int = total) -> Any:
-        return accounting.schedule_event(_segments(schedule(sigma0), steps_per_epoch, q, steps, sensitivity_factor,
-                                                   noise_factor=sensitivity_factor))
-
-    calibrated = noise_multiplier is None
-    sigma0 = float(accounting.calibrate_noise(event_for, target_epsilon, delta)) if calibrated else float(noise_multiplier)
-    affordable = total
-    if target_epsilon is not None and accounting.epsilon(event_for(sigma0), delta) > target_epsilon:
-        lo, hi = 0, total  # epsilon(lo steps) <= target < epsilon(hi steps)
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if accounting.epsilon(event_for(sigma0, mid), delta) <= target_epsilon:
-                lo = mid
-            else:
-                hi = mid
-        affordable = lo
-        if affordable == 0:
-            raise UserInputError(
-                f"--noise-multiplier {sigma0:g} spends more than --target-epsilon {target_epsilon:g} on the first "
-                f"step (delta {delta:.3g}); raise the noise, lower the batch size or raise the target.")
-    plan = PrivacyPlan(**base, sigmas=tuple(float(s) for s in schedule(sigma0)), delta=delta,
-                       target_epsilon=target_epsilon, affordable_steps=affordable, noise_calibrated=calibrated)
-    planned = accounting.epsilon(accounting.schedule_event(plan.segments(affordable)), delta)
-    return dataclasses.replace(plan, planned_epsilon=float(planned))
-
-
-def new_ledger(plan: PrivacyPlan) -> PrivacyLedger:
-    """A ledger that certifies the affordable part of the plan (recording it costs no accountant call)."""
-    ledger = PrivacyLedger(delta=plan.delta, target_epsilon=plan.target_epsilon, privacy_unit="example",
-                           sampling="poisson")
-    ledger.plan(plan.segments(plan.affordable_steps))
-    return ledger
-
-
-def record_step(ledger: PrivacyLedger, plan: PrivacyPlan, step: int) -> None:
-    """Record step ``step`` BEFORE it runs (raises BudgetExceededError and records nothing past the cap)."""
-    ledger.record(sampling_probability=plan.sampling_probability,
-                  noise_multiplier=plan.sigma_at(step) * plan.sensitivity_factor,
-                  sensitivity_factor=plan.sensitivity_factor)
+TRAINER = "edp-sgd"
+PAPER_ASSUMPTION = (
+    "what the paper's accounting would claim for the noise that ran: it takes noise std / C as the noise "
+    "multiplier (sensitivity C), which is NOT proven for micro-batch clipping, where one example moves a "
+    "clipped micro-batch gradient by up to 2C."
+)
+PAPER_EQUAL = "equal to the proven guarantee: each clipped unit holds one example (sensitivity C)."
 
 
 def paper_claim(plan: PrivacyPlan, steps: int) -> dict[str, Any]:
     """What Dupuy et al.'s accounting (sensitivity C, noise multiplier = std / C) claims for this run's noise."""
-    segments = plan.segments(steps, sensitivity_factor=1.0)
-    event = accounting.schedule_event(segments)
-    eps = accounting.epsilon(event, plan.delta) if steps else 0.0
+    event = plan.event(steps, accounted_factor=1.0)
     return {
-        "epsilon": eps,
+        "epsilon": float(accounting.epsilon(event, plan.delta)) if steps else 0.0,
         "delta": plan.delta,
-        "event": accounting.event_to_json(event),
         "assumed_sensitivity_factor": 1.0,
-        "note": ("what the paper's accounting would claim for the noise that ran: it takes noise std / C as the "
-                 "noise multiplier (sensitivity C), which is NOT proven for micro-batch clipping, where one example "
-                 "moves a clipped micro-batch gradient by up to 2C." if plan.sensitivity_factor > 1 else
-                 "equal to the proven guarantee: each clipped unit holds one example (sensitivity C)."),
+        "assumption": PAPER_ASSUMPTION if plan.sensitivity_factor > 1 else PAPER_EQUAL,
+        "event": accounting.event_to_json(event),
     }
+
+
+def canary_frequencies(manifest: Mapping[str, Any]) -> tuple[int, ...]:
+    """The insertion counts (> 0) of the inject manifest's canaries, sorted; () if it names none."""
+    by_frequency = (manifest.get("counts") or {}).get("canaries_by_frequency") or {}
+    found = set()
+    for key in by_frequency:
+        try:
+            found.add(int(key))
+        except (TypeError, ValueError):
+            continue
+    if not found:
+        schedule = (manifest.get("config") or {}).get("schedule") or {}
+        found = {f for f in schedule.get("frequencies") or [] if isinstance(f, int)}
+    return tuple(sorted(f for f in found if f > 0))
+
+
+def group_privacy(epsilon: float | None, delta: float | None, frequencies: Sequence[int]) -> list[dict[str, Any]]:
+    """The group bound for each canary frequency f (``delta`` None when the bound is vacuous, delta >= 1)."""
+    rows = []
+    for f in frequencies:
+        if epsilon is None or delta is None:
+            rows.append({"frequency": f, "epsilon": None, "delta": None, "bound": accounting.GROUP_PRIVACY_BOUND})
+            continue
+        eps_f, delta_f = accounting.group_privacy(epsilon, delta, f)
+        rows.append({"frequency": f, "epsilon": eps_f, "delta": None if delta_f >= 1.0 else delta_f,
+                     "bound": accounting.GROUP_PRIVACY_BOUND})
+    return rows
+
+
+def build_record(
+    *,
+    plan: PrivacyPlan,
+    steps: int,
+    mode: str,
+    ledger: Any,
+    clipper: Any,
+    noise_source: NoiseSource,
+    stopped_at_budget: bool,
+    micro_batches: int,
+    frequencies: Sequence[int],
+    unaccounted_releases: Sequence[str] = (),
+    details: Mapping[str, Any] | None = None,
+) -> PrivacyRecord:
+    """The :class:`PrivacyRecord` of a finished (or budget-stopped) run of ``steps`` steps."""
+    details = dict(details or {})
+    if not plan.private:
+        return PrivacyRecord(
+            trainer=TRAINER, private=False, steps=steps, planned_steps=plan.total_steps, dataset_size=plan.dataset_size,
+            mechanism="non-private training (--mode sgd): no clipping, no noise.",
+            guarantee="none: non-private training (no clipping, no noise); epsilon = inf.",
+            randomness=noise_source.note, noise_seed_explicit=noise_source.explicit,
+            group_privacy=group_privacy(None, None, frequencies), details=details,
+            notes=["non-private run: no guarantee for any file."])
+    epsilon = float(ledger.epsilon()) if ledger.steps else 0.0
+    delta = float(ledger.delta)
+    q = plan.batch_at(0) / plan.dataset_size
+    if mode == "dp-sgd":
+        clipping = (f"per-example clipping to C = {clipper.clip_norm:g} (torch.func per-example gradients), "
+                    f"sensitivity C = {clipper.sensitivity:g}")
+    else:
+        clipping = (f"micro-batch clipping (k = {micro_batches} micro-batches per step, each example in micro-batch "
+                    f"sha256(--seed, text, label) mod k, independent of the other examples) with per-layer clip norms "
+                    f"C_l, C = sqrt(sum C_l^2) = {clipper.clip_norm:.6g}; sensitivity {clipper.sensitivity_factor:g}C = "
+                    f"{clipper.sensitivity:.6g}")
+    schedule = "constant" if len(set(plan.sigmas or ())) <= 1 else "decayed per epoch, fixed in advance"
+    mechanism = (f"Poisson-subsampled Gaussian (q = {q:.4g}), {clipping}; Gaussian noise of std sigma_e x sensitivity "
+                 f"on the summed gradient (sigma_e {schedule}), add/remove one example")
+    guarantee = (f"({format_up(epsilon, 4)}, {format_up(delta, 3)})-DP for one training example "
+                 f"(add/remove): {mechanism}, composed over {steps} steps ({ledger.accountant.upper()} accountant), for "
+                 f"the released model/. Condition: {noise_source.note}")
+    notes = [f"randomness: {noise_source.note}"]
+    warning = accounting.delta_warning(delta, plan.dataset_size)
+    if warning:
+        notes.insert(0, "warning: " + warning)
+    return PrivacyRecord(
+        trainer=TRAINER, private=True, mechanism=mechanism, accountant=ledger.accountant,
+        event=accounting.event_to_json(ledger.event()), epsilon=epsilon, delta=delta,
+        target_epsilon=ledger.target_epsilon, clip_norm=float(clipper.clip_norm),
+        sensitivity_factor=float(clipper.sensitivity_factor), noise_multipliers=[float(s) for s in plan.sigmas],
+        noise_calibrated=plan.noise_calibrated, steps=steps, planned_steps=plan.total_steps,
+        dataset_size=plan.dataset_size, stopped_at_budget=stopped_at_budget,
+        segments=[s.to_json() for s in ledger.segments], randomness=noise_source.note,
+        noise_seed_explicit=noise_source.explicit, group_privacy=group_privacy(epsilon, delta, frequencies),
+        paper_claim=paper_claim(plan, steps), unaccounted_releases=list(unaccounted_releases), guarantee=guarantee,
+        notes=notes, details=details)

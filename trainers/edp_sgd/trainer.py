@@ -1,9 +1,11 @@
 """``dpaudit train --trainer edp-sgd``: sgd, dp-sgd and eDP-SGD fine-tuning of BERT (Dupuy et al. 2021).
 
-The one place that composes the pieces, each in its own module: data and masking (:mod:`.data`),
-the model and its per-example losses (:mod:`.model`), Poisson sampling and micro-batch assignment
-(:mod:`.sampling`), clipping with its own sensitivity (:mod:`.clipping`), noise (:mod:`.noise`), the
-privacy plan and ledger (:mod:`.privacy`), processes (:mod:`.distributed`), checkpoints
+The one place that composes the pieces, each in its own module: data and masking (:mod:`.data`, on
+the core inject reader), the model and its per-example losses (:mod:`.model`), Poisson sampling and
+micro-batch assignment (:mod:`.sampling`), clipping with its own sensitivity (:mod:`.clipping`), noise
+(:mod:`.noise`), the privacy plan and ledger (the core's :mod:`dpaudit.privacy_plan`), privacy.json
+(:mod:`.privacy`, filling the core's :class:`~dpaudit.privacy_record.PrivacyRecord`), the run
+directory (the core's :mod:`dpaudit.train_rundir`), processes (:mod:`.distributed`), checkpoints
 (:mod:`.checkpoint`) and the Hugging Face export (:mod:`.hf_export`).
 
 A run (DESIGN sections 3 and 5):
@@ -26,9 +28,7 @@ A run (DESIGN sections 3 and 5):
 
 from __future__ import annotations
 
-import json
 import math
-import os
 import shutil
 import sys
 import time
@@ -39,37 +39,47 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
-from dpaudit import accounting
 from dpaudit.errors import UserInputError
+from dpaudit.figures import format_up
 from dpaudit.host_allocator import tune_host_allocator
 from dpaudit.privacy_ledger import BudgetExceededError, PrivacyLedger
-from dpaudit.rundir import (
-    atomic_write_json,
-    atomic_write_text,
-    build_manifest,
-    dumps_jsonl_line,
-    file_hashes,
-    read_jsonl,
-    write_manifest,
-)
+from dpaudit.privacy_plan import decay_schedule, new_ledger, plan_privacy
+from dpaudit.privacy_record import PrivacyRecord
 from dpaudit.secret_rng import NoiseSource
 from dpaudit.tokenizer import train_wordpiece
+from dpaudit.train_rundir import (
+    CHECKPOINT_DIR,
+    MetricsLog,
+    check_out_dir,
+    check_resume,
+    finish_run,
+    last_value,
+    remove_checkpoints,
+)
 from dpaudit.trainer_api import TrainResult
 from trainers.edp_sgd import checkpoint as ckpt
 from trainers.edp_sgd import data as data_mod
 from trainers.edp_sgd import distributed, noise, privacy, sampling
-from trainers.edp_sgd.clipping import MicrobatchClipper, PerExampleClipper, layer_clip_norms, trainable
-from trainers.edp_sgd.config import EdpSgdConfig
-from trainers.edp_sgd.model import build_model, layer_groups, load_model, per_example_losses, special_ids
-
-TRAIN_SCHEMA = "dpaudit.train/1"
-PRIVACY_SCHEMA = "dpaudit.privacy/1"
-CHECKPOINT_DIR = "checkpoints"
-PARTIAL_METRICS = "metrics.partial.jsonl"
-TELEMETRY_NOTE = (
-    "loss, accuracy, clip fraction and gradient-SNR in metrics.jsonl are computed on private training data "
-    "and are NOT covered by the epsilon; they are for the user's eyes only."
+from trainers.edp_sgd.clipping import (
+    MicrobatchClipper,
+    PerExampleClipper,
+    layer_clip_norms,
+    trainable,
 )
+from trainers.edp_sgd.config import EdpSgdConfig
+from trainers.edp_sgd.model import (
+    build_model,
+    layer_groups,
+    load_model,
+    per_example_losses,
+    special_ids,
+)
+
+#: The contract suite's run (:meth:`EdpSgdTrainer.tiny_config`): eDP-SGD classification of a 2-layer
+#: BERT on 16-token texts, one epoch of 16-example batches in 4 micro-batches (6 steps).
+TINY_SETTINGS: dict[str, Any] = {"mode": "edp-sgd", "task": "classify", "preset": "tiny", "vocab_size": 300,
+                                  "max_length": 16, "epochs": 1, "batch_size": 16, "micro_batches": 4,
+                                  "noise_multiplier": 1.0, "eval_examples": 8, "checkpoint_every": 1000}
 _MASK_STREAM, _EVAL_STREAM = 11, 12  # public --seed streams (masking is not part of the mechanism)
 _PROCESS_NOISE_KEY = 1 << 20  # keys of per-process noise draws, apart from micro-batch indices
 
@@ -79,6 +89,10 @@ class EdpSgdTrainer:
 
     name: ClassVar[str] = "edp-sgd"
     Config: ClassVar[type] = EdpSgdConfig
+
+    def writes_run_dir(self) -> bool:
+        """Only process 0 of a torch.distributed run writes the run directory, so only it takes the lock."""
+        return distributed.env_rank() == 0
 
     def train(self, data_dir: Path, out_dir: Path, config: EdpSgdConfig, *, seed: int) -> TrainResult:
         """Train on an inject run directory and write (or resume) the train run directory ``out_dir``.
@@ -90,6 +104,10 @@ class EdpSgdTrainer:
         if not isinstance(config, EdpSgdConfig):
             raise TypeError(f"config must be an EdpSgdConfig, got {type(config).__name__}.")
         return _Run(Path(data_dir), Path(out_dir), config, seed=int(seed)).execute()
+
+    def tiny_config(self, **overrides: Any) -> EdpSgdConfig:
+        """The smallest private run: :data:`TINY_SETTINGS` (eDP-SGD, the paper's task) with ``overrides``."""
+        return EdpSgdConfig(**{**TINY_SETTINGS, **overrides})
 
 
 def _seeded(seed: int, stream: int, step: int) -> torch.Generator:
@@ -105,35 +123,15 @@ class _Run:
 
     # -- setup -------------------------------------------------------------------------------
 
-    def _check_out_dir(self) -> list[tuple[int, Path]]:
-        out = self.out_dir
-        if out.exists() and not out.is_dir():
-            raise UserInputError(f"--out {out} is a file, not a directory; choose a directory path.")
-        found = ckpt.list_checkpoints(self.ckpt_dir)
-        entries = {p.name for p in out.iterdir()} if out.is_dir() else set()
-        if not entries <= {CHECKPOINT_DIR} and not found:
-            raise UserInputError(f"--out {out} exists, is not empty and holds no edp-sgd checkpoint to resume; "
-                                 "choose a new or empty directory.")
-        return found
-
     def _identity(self) -> dict[str, Any]:
         return {"trainer": EdpSgdTrainer.name, "config": self.config.to_dict(), "seed": self.seed,
                 "data": self.data.identity, "world_size": self.world.size}
 
     def _check_resume(self, state: dict[str, Any], path: Path) -> None:
+        """The core checks (trainer, settings, seed, data), then this trainer's: processes and --noise-seed."""
         stored = state.get("identity", {})
-        if stored.get("trainer") != EdpSgdTrainer.name:
-            raise UserInputError(f"--out {self.out_dir}: {path} was not written by the edp-sgd trainer; choose a new --out.")
-        differing = self.config.mismatches(stored.get("config", {}))
-        if differing:
-            detail = ", ".join(f"--{n.replace('_', '-')} {stored.get('config', {}).get(n)!r} -> "
-                               f"{self.config.to_dict().get(n)!r}" for n in differing[:4])
-            raise UserInputError(f"--out {self.out_dir} holds a run with different settings ({detail}); "
-                                 "rerun with the same options or use a new --out.")
-        if stored.get("seed") != self.seed:
-            raise UserInputError(f"--out {self.out_dir} holds a run with --seed {stored.get('seed')}, not {self.seed}.")
-        if stored.get("data") != self.data.identity:
-            raise UserInputError(f"--out {self.out_dir} was trained on different --data; use a new --out.")
+        check_resume(out=self.out_dir, checkpoint=path, trainer=EdpSgdTrainer.name, stored=stored,
+                     current=self._identity())
         if stored.get("world_size") != self.world.size:
             raise UserInputError(f"--out {self.out_dir} was trained by {stored.get('world_size')} processes, not "
                                  f"{self.world.size}; resume with the same number.")
@@ -146,7 +144,8 @@ class _Run:
         # gradients in dp-sgd) are reused instead of page-faulted in afresh every step (DESIGN section 9).
         self.allocator_tuned = tune_host_allocator() if not torch.cuda.is_available() else False
         self.world = distributed.init_world()
-        found = self._check_out_dir()
+        found = ckpt.list_checkpoints(self.ckpt_dir)
+        check_out_dir(self.out_dir, trainer=EdpSgdTrainer.name, resumable=bool(found))
         self.data = data_mod.load_inject_dir(self.data_dir, task=config.task)
         self.resume_state = ckpt.read_state(found[-1][1]) if found else None
         self.resume_path = found[-1][1] if found else None
@@ -189,19 +188,22 @@ class _Run:
                                            foreach=True)
         n = len(self.data.train.texts)
         self._setup_mechanism(n)
-        self.plan = privacy.plan_privacy(
-            dataset_size=n, batch_size=config.batch_size, epochs=config.epochs,
+        # One epoch is ceil(N / batch) Poisson-sampled steps; the plan refuses a batch larger than N.
+        self.steps_per_epoch = math.ceil(n / config.batch_size)
+        self.plan = plan_privacy(
+            dataset_size=n, stages=[(self.steps_per_epoch, config.batch_size)] * config.epochs,
+            non_private=not config.private, noise_multiplier=config.noise_multiplier,
+            target_epsilon=config.target_epsilon, delta=config.delta,
             sensitivity_factor=self.clipper.sensitivity_factor if self.clipper is not None else 1.0,
-            schedule=privacy.decay_schedule(config.noise_decay, epochs=config.epochs, rate=config.decay_rate,
-                                            sigma_min=config.sigma_min) if config.private else None,
-            noise_multiplier=config.noise_multiplier, target_epsilon=config.target_epsilon, delta=config.delta)
+            noise_schedule=decay_schedule(config.noise_decay, epochs=config.epochs, rate=config.decay_rate,
+                                          sigma_min=config.sigma_min))
 
         self.start_step = 0
         self.ledger: PrivacyLedger | None = None
-        self.rows: list[dict[str, Any]] = []
+        self.metrics = MetricsLog(self.ckpt_dir, writer=self.world.primary)
         self.stopped_at_budget = False
         if self.resume_state is None:
-            self.ledger = privacy.new_ledger(self.plan) if self.plan.private else None
+            self.ledger = new_ledger(self.plan) if self.plan.private else None
         else:
             state = ckpt.restore_checkpoint(self.resume_path, names=self.names, params=self.params, optimizer=self.optimizer)
             self.start_step = int(state["step"])
@@ -256,13 +258,13 @@ class _Run:
 
     def _sample(self, step: int) -> np.ndarray:
         rng = sampling.step_rng(self.noise_source.seed, sampling.SAMPLING_STREAM, step)
-        return sampling.poisson_sample(rng, self.plan.dataset_size, self.plan.sampling_probability)
+        return sampling.poisson_sample(rng, self.plan.dataset_size, self.plan.batch_at(step) / self.plan.dataset_size)
 
     def step(self, step: int, indices: np.ndarray) -> dict[str, Any]:
         """Compute the (noised) aggregate of this step's batch and apply Adam; returns telemetry."""
-        acc, stats = self.aggregate(step, indices)
-        scale = 1.0 / self.plan.batch_size  # the expected batch size: public, unlike the realized one
-        for p, a in zip(self.params, acc):
+        grad_sum, stats = self.aggregate(step, indices)
+        scale = 1.0 / self.plan.batch_at(step)  # the expected batch size: public, unlike the realized one
+        for p, a in zip(self.params, grad_sum):
             p.grad = a.mul_(scale)
         self.optimizer.step()
         for p in self.params:
@@ -270,7 +272,7 @@ class _Run:
         loss_sum, correct_sum, units, clipped = stats.tolist()
         n = max(len(indices), 1)
         return {"loss": loss_sum / n if len(indices) else None, "train_accuracy": correct_sum / n if len(indices) else None,
-                "batch_size": int(len(indices)),
+                "batch_size": len(indices),
                 "clip_fraction": clipped / units if (self.clipper is not None and units) else None,
                 "sigma": self.plan.sigma_at(step) if self.plan.private else None}
 
@@ -282,7 +284,7 @@ class _Run:
         # Mask the whole batch identically on every process (keyed by the public seed and the step).
         gen = _seeded(self.seed, _MASK_STREAM, step)
         full = self._batch("train", indices, generator=gen) if len(indices) else None
-        acc = [torch.zeros_like(p) for p in self.params]
+        grad_sum = [torch.zeros_like(p) for p in self.params]
         loss_sum = correct_sum = 0.0
         units = clipped = 0
         if config.mode == "edp-sgd":
@@ -292,14 +294,14 @@ class _Run:
             std_each = sigma * self.clipper.sensitivity / math.sqrt(k)
             if full is not None:
                 result = self.clipper.clipped_sum(full, [groups[j] for j in mine], chunk_examples=config.physical_batch)
-                acc = result.grads
+                grad_sum = result.grads
                 loss_sum, correct_sum, units, clipped = result.loss_sum, result.correct_sum, result.units, result.clipped
             if config.noise_draw == "micro-batch" and std_each > 0:  # Algorithm 1: one draw per micro-batch
                 for j in mine:
-                    noise.add_noise_(acc, std_each, noise.keyed_generator(self.noise_source.seed, step, j))
+                    noise.add_noise_(grad_sum, std_each, noise.keyed_generator(self.noise_source.seed, step, j))
             elif std_each > 0 and mine:  # the same distribution: one draw carrying this process's micro-batches'
                 # noise; the sum of len(mine) independent N(0, std_each^2) is N(0, len(mine) std_each^2)
-                noise.add_noise_(acc, std_each * math.sqrt(len(mine)),
+                noise.add_noise_(grad_sum, std_each * math.sqrt(len(mine)),
                                  noise.keyed_generator(self.noise_source.seed, step, _PROCESS_NOISE_KEY + world.rank,
                                                        world.size))
         else:
@@ -308,21 +310,21 @@ class _Run:
                 sub = {key: v[torch.as_tensor(share)] for key, v in full.items()}
                 if config.mode == "dp-sgd":
                     result = self.clipper.clipped_sum(sub)
-                    acc = result.grads
+                    grad_sum = result.grads
                     loss_sum, correct_sum, units, clipped = result.loss_sum, result.correct_sum, result.units, result.clipped
                 else:
                     for p in self.params:
                         p.grad = None
                     losses, correct = per_example_losses(self.model, sub)
                     losses.sum().backward()
-                    acc = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+                    grad_sum = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
                     loss_sum, correct_sum, units = float(losses.detach().sum()), float(correct.sum()), len(share)
             if config.mode == "dp-sgd" and world.primary and sigma > 0:
-                noise.add_noise_(acc, sigma * self.clipper.sensitivity, noise.keyed_generator(self.noise_source.seed, step))
+                noise.add_noise_(grad_sum, sigma * self.clipper.sensitivity, noise.keyed_generator(self.noise_source.seed, step))
         stats = torch.tensor([loss_sum, correct_sum, float(units), float(clipped)], dtype=torch.float64)
-        distributed.all_reduce_sum_(acc, world)
+        distributed.all_reduce_sum_(grad_sum, world)
         distributed.all_reduce_sum_([stats], world)
-        return acc, stats
+        return grad_sum, stats
 
     # -- evaluation --------------------------------------------------------------------------
 
@@ -355,24 +357,10 @@ class _Run:
 
     def _save(self, step: int) -> None:
         if self.world.primary:
-            self._flush_rows()
+            self.metrics.flush()
             ckpt.save_checkpoint(self.ckpt_dir, step=step, names=self.names, params=self.params,
                                  optimizer=self.optimizer, state=self._state())
         distributed.barrier(self.world)
-
-    def _flush_rows(self) -> None:
-        if self.rows:
-            with open(self.ckpt_dir / PARTIAL_METRICS, "a", encoding="utf-8") as handle:
-                handle.writelines(dumps_jsonl_line(row) for row in self.rows)
-                handle.flush()
-                os.fsync(handle.fileno())
-            self.rows = []
-
-    def _restore_rows(self) -> None:
-        path = self.ckpt_dir / PARTIAL_METRICS
-        if self.world.primary and path.is_file():
-            rows = [row for row in read_jsonl(path) if row.get("step", 0) <= self.start_step]
-            atomic_write_text(path, "".join(dumps_jsonl_line(row) for row in rows))
 
     def _epsilon(self) -> float | None:
         if self.ledger is None:
@@ -386,10 +374,10 @@ class _Run:
             self.ckpt_dir.mkdir(parents=True, exist_ok=True)
             for leftover in self.ckpt_dir.glob(".*"):  # staging folders of a killed checkpoint write
                 shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
-        self._restore_rows()
+        self.metrics.restore(self.start_step)
         total = plan.total_steps
         step = self.start_step
-        eps_text = "inf" if self.ledger is None else f"<={plan.planned_epsilon:.3g}"
+        eps_text = "inf" if self.ledger is None else f"<={format_up(plan.planned_epsilon)}"  # rounded up, never down
         acc_text = "?"
         bar = tqdm(total=total, initial=step, desc=f"edp-sgd {config.mode}", unit="step", file=sys.stderr,
                    dynamic_ncols=True, leave=False, disable=not self.world.primary)
@@ -399,28 +387,29 @@ class _Run:
             while step < total and not self.stopped_at_budget:
                 if self.ledger is not None:
                     try:  # record BEFORE the step: the ledger refuses a step that would overspend
-                        privacy.record_step(self.ledger, plan, step)
+                        plan.record_step(self.ledger, step)
                     except BudgetExceededError:
                         self.stopped_at_budget = True
                         break
+                epoch = plan.stage_at(step)[0]
                 indices = self._sample(step)
                 metrics = self.step(step, indices)
                 step += 1
                 epoch_steps_timed += 1
-                self.rows.append({"step": step, "epoch": plan.epoch_of(step - 1), **metrics, "telemetry_private": True})
+                self.metrics.append({"step": step, "epoch": epoch, **metrics, "telemetry_private": True})
                 bar.update(1)
                 if metrics["loss"] is not None:
                     bar.set_postfix(loss=f"{metrics['loss']:.4g}", acc=acc_text, eps=eps_text, refresh=False)
-                epoch_end = step % plan.steps_per_epoch == 0 or step == total
+                epoch_end = step % self.steps_per_epoch == 0 or step == total
                 if epoch_end:
                     elapsed = time.perf_counter() - epoch_start
-                    row = {"step": step, "epoch": plan.epoch_of(step - 1), "epoch_time_s": elapsed,
+                    row = {"step": step, "epoch": epoch, "epoch_time_s": elapsed,
                            "epoch_steps_timed": epoch_steps_timed, **self._evaluate()}
                     eps = self._epsilon()
                     row["epsilon"] = eps
-                    eps_text = "inf" if eps is None else f"{eps:.3g}"
+                    eps_text = format_up(eps)
                     acc_text = f"{row.get('eval_accuracy', row.get('mlm_accuracy', float('nan'))):.3f}"
-                    self.rows.append(row)
+                    self.metrics.append(row)
                     bar.set_postfix(loss=f"{metrics['loss'] or 0:.4g}", acc=acc_text, eps=eps_text, refresh=True)
                 if (epoch_end or step % config.checkpoint_every == 0) and step != total:
                     self._save(step)
@@ -434,122 +423,63 @@ class _Run:
 
     # -- outputs -----------------------------------------------------------------------------
 
-    def _privacy_json(self, steps: int) -> dict[str, Any]:
-        plan, config = self.plan, self.config
-        common = {
-            "schema": PRIVACY_SCHEMA,
-            "trainer": EdpSgdTrainer.name,
-            "mode": config.mode,
-            "task": config.task,
-            "privacy_unit": "example (add/remove)",
-            "adjacency": "add/remove one training example (one row of train.jsonl)",
-            "sampling": "poisson",
-            "steps": steps,
-            "planned_steps": plan.total_steps,
-            "epochs": config.epochs,
-            "steps_per_epoch": plan.steps_per_epoch,
-            "dataset_size": plan.dataset_size,
-            "expected_batch_size": plan.batch_size,
-            "telemetry": TELEMETRY_NOTE,
-            "tokenizer": self.tokenizer_source,
-        }
-        if not plan.private:
-            return {**common, "private": False, "accountant": None, "epsilon": None, "epsilon_text": "inf",
-                    "delta": None, "noise_multiplier": None, "event": None, "segments": [],
-                    "guarantee": "none: non-private training (no clipping, no noise); epsilon = inf."}
-        assert self.ledger is not None and self.clipper is not None
-        eps = self._epsilon() or 0.0
-        clip = self.clipper
-        if config.mode == "dp-sgd":
-            mechanism = (f"per-example clipping to C = {clip.clip_norm:g} (sensitivity C = {clip.sensitivity:g})")
-        else:
-            mechanism = (f"micro-batch clipping with per-layer clip norms C_l (C = sqrt(sum C_l^2) = {clip.clip_norm:.6g}), "
-                         f"{config.micro_batches} micro-batches per step assigned by sha256(--seed, text, label) mod "
-                         f"{config.micro_batches} (independent of other examples); sensitivity "
-                         f"{clip.sensitivity_factor:g}C = {clip.sensitivity:.6g}")
-        guarantee = (f"({eps:.4g}, {self.ledger.delta:.3g})-DP for one training example (add/remove): "
-                     f"Poisson-subsampled Gaussian (q = {plan.sampling_probability:.4g}), {mechanism}, noise std "
-                     f"sigma_e x sensitivity per epoch, composed over {steps} steps ({self.ledger.accountant.upper()} "
-                     f"accountant). {self.noise_source.note}")
-        out = {
-            **common,
-            "private": True,
-            "accountant": self.ledger.accountant,
-            "event": accounting.event_to_json(self.ledger.event()),
-            "epsilon": eps,
-            "epsilon_text": f"{eps:.6g}",
-            "delta": self.ledger.delta,
-            "target_epsilon": self.ledger.target_epsilon,
-            "noise_multiplier": plan.sigmas[0],
-            "noise_multiplier_meaning": "noise std on the aggregated gradient = sigma_e x the step's sensitivity",
-            "sigmas_per_epoch": list(plan.sigmas),
-            "noise_decay": {"kind": config.noise_decay, "rate": config.decay_rate, "sigma_min": config.sigma_min,
-                            "fixed_in_advance": True},
-            "noise_calibrated": plan.noise_calibrated,
-            "noise_randomness": self.noise_source.note,
-            "clip_norm": clip.clip_norm,
-            "sensitivity_factor": clip.sensitivity_factor,
-            "sensitivity": clip.sensitivity,
-            "stopped_at_budget": self.stopped_at_budget,
-            "segments": [s.to_json() for s in self.ledger.segments],
-            "guarantee": guarantee,
-            "paper_accounting": privacy.paper_claim(plan, steps),
-            "unaccounted_releases": [],
-        }
+    def _privacy_record(self, steps: int) -> PrivacyRecord:
+        config = self.config
+        details: dict[str, Any] = {"mode": config.mode, "task": config.task, "epochs": config.epochs,
+                                   "steps_per_epoch": self.steps_per_epoch, "expected_batch_size": config.batch_size,
+                                   "tokenizer": self.tokenizer_source}
+        unaccounted: list[str] = []
+        if self.plan.private:
+            details["noise_decay"] = {"kind": config.noise_decay, "rate": config.decay_rate,
+                                      "sigma_min": config.sigma_min, "fixed_in_advance": True}
         if config.mode == "edp-sgd":
-            out["micro_batches"] = config.micro_batches
-            out["microbatch_assignment"] = "sha256(--seed, text, label) mod k: fixed per example, independent of other examples"
-            out["layer_clip_norms"] = dict(zip(self.group_names, self.layer_norms))
-            out["layer_clip_norms_from"] = "public.jsonl" if config.scale_from == "public" else "train.jsonl (private)"
-            if config.scale_from == "private":
-                out["unaccounted_releases"].append(
+            details["micro_batches"] = config.micro_batches
+            details["microbatch_assignment"] = ("sha256(--seed, text, label) mod k: fixed per example, independent of "
+                                                "other examples")
+            if config.scale_from == "public":
+                details["layer_clip_norms_from"] = "public.jsonl"
+                details["layer_clip_norms"] = dict(zip(self.group_names, self.layer_norms))
+            else:  # the values are a function of private data: in the private manifest only
+                details["layer_clip_norms_from"] = "train.jsonl (private; the values are in manifest.json only)"
+                unaccounted.append(
                     "per-layer clip norms were computed from the first-iteration gradient on private train.jsonl "
                     "(--scale-from private): an extra release of private data NOT covered by the epsilon.")
-        return out
+        return privacy.build_record(
+            plan=self.plan, steps=steps, mode=config.mode, ledger=self.ledger, clipper=self.clipper,
+            noise_source=self.noise_source, stopped_at_budget=self.stopped_at_budget,
+            micro_batches=config.micro_batches, frequencies=privacy.canary_frequencies(self.data.manifest),
+            unaccounted_releases=unaccounted, details=details)
 
     def _finish(self, steps: int) -> TrainResult:
         out = self.out_dir
-        privacy_json = self._privacy_json(steps)
-        summary = {
+        record = self._privacy_record(steps)
+        summary: dict[str, Any] = {
             "mode": self.config.mode,
             "task": self.config.task,
-            "noise_multiplier": privacy_json.get("noise_multiplier"),
+            "noise_multiplier": self.plan.noise_multiplier,
             "planned_epsilon": self.plan.planned_epsilon,
             "stopped_at_budget": self.stopped_at_budget,
             "resumed_from_step": self.start_step or None,
             "processes": self.world.size,
             "host_allocator_tuned": self.allocator_tuned,
         }
-        result_rows: list[dict[str, Any]] = []
+        rows: list[dict[str, Any]] = []
         if self.world.primary:
             from trainers.edp_sgd.hf_export import save_hf
 
             save_hf(out / "model", self.model, self.tokenizer)
-            self._flush_rows()
-            path = self.ckpt_dir / PARTIAL_METRICS
-            text = path.read_text(encoding="utf-8") if path.is_file() else ""
-            atomic_write_text(out / "metrics.jsonl", text)
-            atomic_write_json(out / "privacy.json", privacy_json)
-            result_rows = [json.loads(line) for line in text.splitlines() if line.strip()]
-            outputs = [p.relative_to(out).as_posix() for p in sorted((out / "model").rglob("*")) if p.is_file()]
-            outputs += ["metrics.jsonl", "privacy.json"]
-            epoch_rows = [r for r in result_rows if "epoch_time_s" in r]
+            rows = self.metrics.publish(out)
+            epoch_rows = [r for r in rows if "epoch_time_s" in r]
             summary["epoch_time_s"] = [r["epoch_time_s"] for r in epoch_rows]
-            final_eval = next((r for r in reversed(epoch_rows)), {})
+            final_eval = epoch_rows[-1] if epoch_rows else {}
             summary.update({k: final_eval[k] for k in ("eval_accuracy", "mlm_accuracy") if k in final_eval})
-            manifest = build_manifest(
-                schema=TRAIN_SCHEMA,
-                config={"trainer": EdpSgdTrainer.name, **self.config.to_dict()},
-                seed=self.seed,
-                inputs=self.data.inputs,
-                outputs=file_hashes(out, outputs),
-                extra={"model": self.model.config.to_dict(), "steps": steps, "summary": summary,
-                       "tokenizer": self.tokenizer_source},
-            )
-            write_manifest(out, manifest)
-            if not self.config.keep_checkpoints:
-                shutil.rmtree(self.ckpt_dir, ignore_errors=True)
+            extra = {"model": self.model.config.to_dict(), "steps": steps, "summary": summary,
+                     "tokenizer": self.tokenizer_source}
+            if self.layer_norms is not None:  # private to the data owner when computed on train.jsonl
+                extra["layer_clip_norms"] = dict(zip(self.group_names, self.layer_norms))
+            finish_run(out, trainer=EdpSgdTrainer.name, config=self.config.to_dict(), seed=self.seed,
+                       inputs=self.data.inputs, record=record, extra=extra)
+            remove_checkpoints(out, keep=self.config.keep_checkpoints)
         distributed.barrier(self.world)
-        final_loss = next((r["loss"] for r in reversed(result_rows) if r.get("loss") is not None), None)
-        return TrainResult(out_dir=out, steps=steps, epsilon=privacy_json["epsilon"], delta=privacy_json["delta"],
-                           final_loss=final_loss, summary=summary)
+        return TrainResult(out_dir=out, steps=steps, epsilon=record.epsilon, delta=record.delta,
+                           final_loss=last_value(rows, "loss"), summary=summary)

@@ -15,6 +15,7 @@ from safetensors.torch import load_file
 
 from dpaudit.cli import cli
 from dpaudit.errors import UserInputError
+from dpaudit.figures import format_up
 from dpaudit.rundir import verify_run_dir
 from trainers.edp_sgd import checkpoint as ckpt
 from trainers.edp_sgd.trainer import EdpSgdTrainer
@@ -35,7 +36,7 @@ def test_run_directory_is_complete_and_releases_no_secret(classify_run):
     assert {"model/config.json", "model/model.safetensors", "model/tokenizer.json", "metrics.jsonl",
             "privacy.json"} <= set(manifest["outputs"])
     assert not (out / "checkpoints").exists()  # it held the secret seed; deleted without --keep-checkpoints
-    assert manifest["config"]["noise_seed"] == "<redacted>"
+    assert manifest["config"]["noise_seed"] == "<given: secret>"
     for path in out.rglob("*"):
         if path.is_file() and path.suffix in (".json", ".jsonl"):
             assert str(SECRET_SEED) not in path.read_text(), path
@@ -61,7 +62,7 @@ def test_hf_reload_reproduces_the_recorded_accuracy(classify_run, data_dir):
     with torch.no_grad():
         predicted = model.eval()(**enc).logits.argmax(-1)
     labels = torch.tensor([model.config.label2id[r["label"]] for r in rows])
-    accuracy = float((predicted == labels).float().mean())
+    accuracy = int((predicted == labels).sum()) / len(labels)  # counted, as the trainer does (no float32 mean)
     assert accuracy == pytest.approx(result.summary["eval_accuracy"], abs=1e-9)
 
 
@@ -162,6 +163,53 @@ def test_bad_options_exit_2_with_one_line(data_dir, tmp_path, args, message):
     assert result.exit_code == 2
     assert message in result.output
     assert not (tmp_path / "x").exists()
+
+
+def test_config_types_are_checked_from_every_source(edp_config):
+    from dpaudit.config_types import ConfigTypeError
+    from trainers.edp_sgd.config import EdpSgdConfig
+
+    # A TOML string is not a boolean, nor a choice of another type; an integer number is a float.
+    with pytest.raises(ConfigTypeError, match="--keep-checkpoints must be true or false"):
+        edp_config(keep_checkpoints="false")
+    with pytest.raises(ConfigTypeError, match="--mode must be one of sgd, dp-sgd, edp-sgd"):
+        edp_config(mode="dpsgd")
+    with pytest.raises(ConfigTypeError, match="--epochs must be an integer"):
+        edp_config(epochs=2.0)
+    config = EdpSgdConfig(mode="dp-sgd", noise_multiplier=1, learning_rate=1)
+    assert isinstance(config.noise_multiplier, float) and isinstance(config.learning_rate, float)
+
+
+def test_toml_string_is_not_a_boolean(data_dir, tmp_path):
+    toml = tmp_path / "edp.toml"
+    toml.write_text('mode = "dp-sgd"\nnoise_multiplier = 1.0\nkeep_checkpoints = "false"\n')
+    result = CliRunner().invoke(cli, ["train", "--trainer", "edp-sgd", "--data", str(data_dir), "--out",
+                                      str(tmp_path / "x"), "--config", str(toml)])
+    assert result.exit_code == 2 and "keep_checkpoints" in result.output and "true or false" in result.output
+    assert not (tmp_path / "x").exists()
+
+
+def test_cli_prints_the_guarantee_and_group_privacy(data_dir, tmp_path):
+    result = CliRunner().invoke(cli, ["train", "--trainer", "edp-sgd", "--data", str(data_dir), "--out",
+                                      str(tmp_path / "run"), "--mode", "edp-sgd", "--noise-multiplier", "2",
+                                      "--epochs", "1", "--batch-size", "16", "--micro-batches", "4", "--vocab-size",
+                                      "300", "--max-length", "16", "--eval-examples", "8", "--noise-seed", "5"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    record = json.loads((tmp_path / "run" / "privacy.json").read_text())
+    assert f"epsilon = {format_up(record['epsilon'], 4)}" in result.output
+    for row in record["group_privacy"]:  # the data_dir canaries are inserted 1, 2 and 3 times
+        assert f"canary inserted {row['frequency']}x: ({format_up(row['epsilon'], 4)}, " in result.output
+    assert "group bound:" in result.output
+
+
+def test_tiny_config_is_private_and_keeps_the_protocol():
+    from dpaudit.trainer_api import Trainer, load_trainer
+
+    trainer = load_trainer("edp-sgd")
+    assert isinstance(trainer, Trainer) and isinstance(trainer, EdpSgdTrainer)
+    config = trainer.tiny_config(noise_seed=3)
+    assert config.private and config.noise_seed == 3 and config.mode == "edp-sgd"
 
 
 def test_classify_needs_labels(tmp_path, edp_config):
