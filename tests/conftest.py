@@ -47,7 +47,7 @@ def tiny_config():
 #: trained non-privately for 250 steps memorizes the 100x canaries (max-length 32 keeps every
 #: canary whole: the keyed canaries are 24-30 tokens with this small vocabulary).
 CANARY_INJECT = ["--corpus", "builtin:assistant", "--corpus-size", "400", "--seed", "1", "--format", "digits:4",
-                 "--frequencies", "100", "--per-frequency", "4", "--holdout", "8"]
+                 "--frequencies", "100", "--per-frequency", "4", "--holdout", "8", "--force"]
 CANARY_TRAIN = ["--trainer", "jax-bert", "--seed", "0", "--preset", "tiny", "--batch-size", "64", "--micro-batch", "32",
                 "--max-length", "32", "--learning-rate", "3e-3", "--warmup-steps", "10", "--weight-decay", "0",
                 "--mask-prob", "0.3", "--log-every", "50", "--eval-every", "1000", "--checkpoint-every", "1000",
