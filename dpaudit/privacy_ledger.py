@@ -260,28 +260,3 @@ class PrivacyLedger:
                                  "the file was edited or corrupted.")
         return ledger
 
-    def privacy_record(self) -> dict[str, Any]:
-        """The content of a run's ``privacy.json``: the event and everything needed to read it.
-
-        The report recomputes epsilon from ``event`` with :func:`dpaudit.accounting.epsilon`.
-        """
-        eps = self.epsilon()
-        return {
-            "schema": "dpaudit.privacy/1",
-            "private": self.is_private,
-            "event": event_to_json(self.event()),
-            "accountant": self.accountant,
-            "epsilon": eps if math.isfinite(eps) else None,
-            "delta": self.delta,
-            "target_epsilon": self.target_epsilon,
-            "privacy_unit": self.privacy_unit,
-            "adjacency": "add/remove one " + self.privacy_unit,
-            "sampling": self.sampling,
-            "sampling_note": self.sampling_note,
-            "steps": self.steps,
-            "segments": [s.to_json() for s in self._segments],
-            "guarantee": (f"({eps:.4g}, {self.delta:.3g})-DP for one {self.privacy_unit} (add/remove), "
-                          f"{self.accountant.upper()} accountant" if math.isfinite(eps)
-                          else "no differential-privacy guarantee (non-private training)"),
-        }
-

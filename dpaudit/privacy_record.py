@@ -23,7 +23,7 @@ from typing import Any, ClassVar, Literal
 
 from dpaudit.errors import UserInputError
 
-__all__ = ["PRIVATE_FILES", "PrivacyRecord", "RELEASED_FILES", "SCHEMA"]
+__all__ = ["PRIVATE_FILES", "PrivacyRecord", "RELEASED_FILES", "SCHEMA", "group_privacy_text"]
 
 SCHEMA = "dpaudit.privacy/2"
 Sampling = Literal["poisson", "shuffle", "without_replacement"]
@@ -173,3 +173,16 @@ class PrivacyRecord:
             return cls(**values)
         except (TypeError, ValueError) as err:
             raise UserInputError(f"{where}: {err}") from None
+
+
+def group_privacy_text(row: dict[str, Any]) -> str:
+    """One ``group_privacy`` row in words, rounded up: ``(eps_f, delta_f)``, ``no guarantee`` when the
+    group delta reaches 1 (stored as ``delta=None`` with an epsilon), ``none proven`` when the run
+    proves no epsilon (``epsilon=None``)."""
+    from dpaudit.figures import format_up
+
+    if row.get("epsilon") is None:
+        return "none proven"
+    if row.get("delta") is None:
+        return "no guarantee (group delta >= 1)"
+    return f"({format_up(row['epsilon'], 4)}, {format_up(row['delta'], 3)})"

@@ -111,3 +111,23 @@ def test_make_optimizer_validates(kwargs: dict, match: str) -> None:
     full.update(kwargs)
     with pytest.raises(ValueError, match=match):
         optimizer.make_optimizer(**full)
+
+
+def test_runtime_schedule_length_is_bit_identical_to_the_fixed_schedule_and_compiles_once() -> None:
+    # total_steps lives in the optimizer state: one compiled update serves every run length, with the
+    # same float32 updates as the schedule that had total_steps as a compile-time constant.
+    params = {"w": jnp.linspace(-1.0, 1.0, 7, dtype=jnp.float32)}
+    grads = {"w": jnp.linspace(0.3, -0.2, 7, dtype=jnp.float32)}
+    runtime = optimizer.make_optimizer(learning_rate=3e-3, warmup_steps=2, weight_decay=0.1)
+    update = jax.jit(runtime.update)
+    for total in (6, 9, 250):
+        fixed = optimizer.make_optimizer(learning_rate=3e-3, warmup_steps=2, total_steps=total, weight_decay=0.1)
+        fixed_update = jax.jit(fixed.update)
+        s_fixed, s_run = fixed.init(params), optimizer.init_optimizer(runtime, params, total_steps=total)
+        for _ in range(total):
+            u_fixed, s_fixed = fixed_update(grads, s_fixed, params)
+            u_run, s_run = update(grads, s_run, params)
+            np.testing.assert_array_equal(np.asarray(u_run["w"]), np.asarray(u_fixed["w"]))
+    assert update._cache_size() == 1
+    with pytest.raises(ValueError, match="total_steps"):
+        optimizer.init_optimizer(runtime, params, total_steps=0)

@@ -218,9 +218,11 @@ def test_noise_std_matches_sigma_times_c() -> None:
 
     sigma, clip, ebs = 1.3, 0.7, 2.0
     step = dp_step.make_dp_train_step(zero_loss, optax.sgd(1.0), clip_norm=clip)
+    assert step.sensitivity == clip  # the step owns its sensitivity: the caller passes sigma only
+    assert step.noise_std(sigma) == sigma * clip
     chunk = ({"x": np.zeros((1, 4), np.float32)}, np.ones((1, 4), np.float32))
     state = optax.sgd(1.0).init(params)
-    new, _, metrics = step(params, state, [chunk], jax.random.key(7), sigma * clip, ebs)
+    new, _, metrics = step(params, state, [chunk], jax.random.key(7), sigma, ebs)
     noise = -np.concatenate([np.asarray(x).ravel() for x in jax.tree.leaves(new)]) * ebs
     n = noise.size
     assert abs(noise.std() / (sigma * clip) - 1) < 4 / np.sqrt(2 * n)
@@ -233,9 +235,9 @@ def test_noise_std_matches_sigma_times_c() -> None:
     assert float(metrics.clipped_sum_norm) == 0.0
     assert float(metrics.grad_snr) == 0.0
     # Same key, same noise; another key, other noise.
-    again, _, _ = step(params, state, [chunk], jax.random.key(7), sigma * clip, ebs)
+    again, _, _ = step(params, state, [chunk], jax.random.key(7), sigma, ebs)
     assert_trees_close(again, new, rtol=0, atol=0)
-    other, _, _ = step(params, state, [chunk], jax.random.key(8), sigma * clip, ebs)
+    other, _, _ = step(params, state, [chunk], jax.random.key(8), sigma, ebs)
     assert not np.allclose(np.asarray(other["a"]), np.asarray(new["a"]))
 
 

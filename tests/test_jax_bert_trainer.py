@@ -14,18 +14,12 @@ from safetensors.numpy import load_file
 
 from dpaudit import accounting
 from dpaudit.errors import UserInputError
+from dpaudit.figures import format_up
 from dpaudit.rundir import read_jsonl
 from dpaudit.trainer_api import Trainer, load_trainer
 from trainers.jax_bert import checkpoint as ckpt
 from trainers.jax_bert.config import JaxBertConfig, parse_batch_schedule
-from trainers.jax_bert.trainer import JaxBertTrainer, plan_privacy
-
-
-
-
-
-
-
+from trainers.jax_bert.trainer import JaxBertTrainer, plan_run_privacy
 
 # -- plug-in and config --------------------------------------------------------------------------
 
@@ -66,14 +60,14 @@ def test_batch_schedule_overrides_steps_and_batch_size():
 
 def test_schedule_plan_accounts_each_segment():
     config = JaxBertConfig(noise_multiplier=1.1, batch_schedule="30:16,20:32")
-    plan = plan_privacy(config, 320)
+    plan = plan_run_privacy(config, 320)
     event = accounting.schedule_event([
         accounting.Segment(steps=30, sampling_probability=16 / 320, noise_multiplier=1.1),
         accounting.Segment(steps=20, sampling_probability=32 / 320, noise_multiplier=1.1),
     ])
     assert plan.affordable_steps == 50 and plan.delta == 1e-5  # default min(1e-5, 1/(10 N))
     assert plan.planned_epsilon == pytest.approx(accounting.epsilon(event, 1e-5), rel=1e-9)
-    assert plan_privacy(config, 10**6).delta == pytest.approx(1e-7)
+    assert plan_run_privacy(config, 10**6).delta == pytest.approx(1e-7)
 
 
 def test_batch_schedule_run_records_one_segment_per_stage(data_dir, tmp_path, tiny_config):
@@ -149,14 +143,14 @@ def test_a_budget_too_small_for_one_step_is_refused_up_front(data_dir, tmp_path,
 def test_shuffle_sampling_has_no_proven_epsilon(data_dir, tmp_path, tiny_config):
     result = JaxBertTrainer().train(data_dir, tmp_path / "run", tiny_config(sampling="shuffle"), seed=0)
     privacy = json.loads((tmp_path / "run" / "privacy.json").read_text())
-    assert privacy["sampling"] == "shuffle" and "did NOT use" in privacy["sampling_note"]
+    assert privacy["sampling"] == "shuffle" and "did NOT use" in privacy["notes"][0]
     assert privacy["epsilon"] is None and result.epsilon is None  # no proven figure
     poisson = accounting.epsilon(accounting.dpsgd_event(noise_multiplier=1.0, sampling_probability=16 / 96, steps=6),
                                  privacy["delta"])
     assert privacy["epsilon_if_poisson"] == pytest.approx(poisson, rel=1e-9)
     assert result.summary["epsilon_if_poisson"] == privacy["epsilon_if_poisson"]
     assert privacy["guarantee"].startswith("no proven epsilon") and privacy["notes"][0].startswith("caveat:")
-    assert all(row["epsilon"] is None for row in privacy["group_privacy"]["by_frequency"])
+    assert privacy["group_privacy"] and all(row["epsilon"] is None for row in privacy["group_privacy"])
     rows = list(read_jsonl(tmp_path / "run" / "metrics.jsonl"))
     assert all(r["batch_size"] == 16 for r in rows)  # fixed-size batches
 
@@ -166,23 +160,25 @@ def test_privacy_json_labels_files_group_privacy_and_delta(data_dir, tmp_path, t
     privacy = json.loads((tmp_path / "run" / "privacy.json").read_text())
     assert set(privacy["released_files"]) == {"model/", "privacy.json"}
     assert set(privacy["private_files"]) == {"manifest.json", "metrics.jsonl", "checkpoints/"}
-    assert "sha256 of train.jsonl" in privacy["private_files"]["manifest.json"]
-    assert privacy["delta"] == 1e-5 and privacy["delta_warning"] is None and "1/(10 N)" in privacy["delta_rule"]
+    assert "sha256 of the training data" in privacy["covers"]
+    assert privacy["delta"] == 1e-5 and not any(n.startswith("warning:") for n in privacy["notes"])
+    assert any(n.startswith("delta: ") and "1/(10 N)" in n for n in privacy["notes"])
     # The inject fixture inserts canaries 1, 2 and 3 times: one group bound each, chained from (eps, delta).
     groups = privacy["group_privacy"]
-    assert [g["frequency"] for g in groups["by_frequency"]] == [1, 2, 3] and "Dwork & Roth" in groups["bound"]
+    assert [g["frequency"] for g in groups] == [1, 2, 3] and all("Dwork & Roth" in g["bound"] for g in groups)
     eps = result.epsilon
-    for g in groups["by_frequency"]:
+    for g in groups:
         f = g["frequency"]
         assert g["epsilon"] == pytest.approx(f * eps)
         assert g["delta"] == pytest.approx(1e-5 * sum(math.exp(i * eps) for i in range(f)), rel=1e-9)
-    assert float(privacy["epsilon_text"]) >= eps  # rounded up
+    assert privacy["epsilon"] == eps and "(" + format_up(eps, 4) + ", " in privacy["guarantee"]
+    assert float(format_up(eps, 4)) >= eps  # rounded up
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["summary"]["telemetry"]["examples_per_s"] > 0 and "telemetry" in manifest["summary"]["telemetry"]["note"]
     # delta >= 1/N is warned about in privacy.json (the CLI prints the warning on stderr).
     JaxBertTrainer().train(data_dir, tmp_path / "big-delta", tiny_config(delta=1 / 96), seed=0)
     warned = json.loads((tmp_path / "big-delta" / "privacy.json").read_text())
-    assert "1/N" in warned["delta_warning"] and warned["notes"][0].startswith("warning:")
+    assert warned["notes"][0].startswith("warning:") and "1/N" in warned["notes"][0]
 
 
 def test_data_parallel_run_matches_single_device_run(data_dir, tmp_path, tiny_config):

@@ -86,7 +86,8 @@ def test_checkpoints_are_deleted_unless_kept_and_the_noise_seed_is_never_release
         out = runs[name][1]
         assert not (out / "checkpoints").exists(), name
         privacy = json.loads((out / "privacy.json").read_text())
-        assert privacy["checkpoints_kept"] is False and "checkpoints/" in privacy["private_files"]
+        manifest = json.loads((out / "manifest.json").read_text())
+        assert manifest["summary"]["checkpoints_kept"] is False and "checkpoints/" in privacy["private_files"]
     kept = runs["explicit_a"][1]
     state = json.loads(sorted((kept / "checkpoints").glob("step_*/state.json"))[-1].read_text())
     assert NoiseSource.from_state(state["noise_source"]) == NoiseSource(seed=SECRET, explicit=True)
@@ -97,12 +98,12 @@ def test_checkpoints_are_deleted_unless_kept_and_the_noise_seed_is_never_release
         manifest = json.loads((out / "manifest.json").read_text())
         assert manifest["config"]["noise_seed"] == REDACTED and manifest["seed"] == SEED
         privacy = json.loads((out / "privacy.json").read_text())
-        assert privacy["noise_source"]["explicit_noise_seed"] is True
+        assert privacy["noise_seed_explicit"] is True
         assert "holds only while that seed is secret" in privacy["guarantee"]
     manifest = json.loads((runs["entropy_a"][1] / "manifest.json").read_text())
     assert manifest["config"]["noise_seed"] is None
     privacy = json.loads((runs["entropy_a"][1] / "privacy.json").read_text())
-    assert privacy["noise_source"]["explicit_noise_seed"] is False and "OS entropy" in privacy["guarantee"]
+    assert privacy["noise_seed_explicit"] is False and "OS entropy" in privacy["guarantee"]
 
 
 def test_kept_checkpoints_are_warned_about(data_dir, tmp_path, tiny_config, capsys):
@@ -130,7 +131,7 @@ def _attack(out, noise_seed_guesses):
     privacy = json.loads((out / "privacy.json").read_text())
     seed, n, steps = manifest["seed"], privacy["dataset_size"], privacy["steps"]
     q = privacy["segments"][0]["sampling_probability"]
-    noise_std = privacy["noise_multiplier"] * privacy["clip_norm"]
+    noise_std = privacy["noise_multipliers"][0] * privacy["clip_norm"]
     bert = BertConfig.from_hf_dict(json.loads((out / "model" / "config.json").read_text()))
     params = jax.eval_shape(lambda: init_params(bert, jax.random.PRNGKey(0), seq_len=manifest["config"]["max_length"]))
     params = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), params)

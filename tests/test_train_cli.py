@@ -10,6 +10,7 @@ from click.testing import CliRunner
 
 from dpaudit import accounting
 from dpaudit.cli import cli
+from dpaudit.privacy_record import PrivacyRecord
 from dpaudit.rundir import read_jsonl, verify_run_dir
 
 TINY = ["--preset", "tiny", "--max-length", "16", "--vocab-size", "128", "--micro-batch", "8",
@@ -77,7 +78,9 @@ def test_epsilon_recomputes_from_the_stored_event(dp_run):
     out, summary = dp_run
     privacy = json.loads((out / "privacy.json").read_text())
     assert privacy["accountant"] == "pld" and privacy["private"] is True
-    assert privacy["privacy_unit"] == "example (add/remove)" and privacy["sampling"] == "poisson"
+    assert privacy["schema"] == "dpaudit.privacy/2" and PrivacyRecord.from_json(privacy).to_json() == privacy
+    assert privacy["privacy_unit"] == "example" and privacy["adjacency"] == "add_remove"
+    assert privacy["sampling"] == "poisson" and privacy["sensitivity_factor"] == 1.0
     assert privacy["delta"] == 1e-5 and privacy["steps"] == 6  # default min(1e-5, 1/(10 N))
     assert "NOT covered by the epsilon" in privacy["telemetry"]
     event = accounting.event_from_json(privacy["event"])
@@ -87,7 +90,7 @@ def test_epsilon_recomputes_from_the_stored_event(dp_run):
     assert privacy["epsilon"] <= 4.0 and privacy["epsilon"] > 3.5
     # the stored event is the schedule the trainer reports: 6 steps at q = 16/96 with its sigma
     expected = accounting.schedule_event(accounting.batch_schedule_segments(
-        dataset_size=96, schedule=[(6, 16)], noise_multiplier=privacy["noise_multiplier"]))
+        dataset_size=96, schedule=[(6, 16)], noise_multiplier=privacy["noise_multipliers"][0]))
     assert accounting.epsilon(expected, privacy["delta"]) == pytest.approx(eps, rel=1e-9)
 
 
@@ -151,7 +154,7 @@ def test_config_file_supplies_options_and_the_command_line_overrides_it(data_dir
     summary = json.loads(result.stdout)
     assert summary["steps"] == 2 and summary["epsilon"] is None
     privacy = json.loads((out / "privacy.json").read_text())
-    assert privacy["private"] is False and privacy["epsilon"] is None and privacy["epsilon_text"] == "inf"
+    assert privacy["private"] is False and privacy["epsilon"] is None and privacy["noise_multipliers"] is None
     assert privacy["event"] is None
 
 
@@ -170,7 +173,7 @@ def test_text_output_states_the_guarantee_rounded_up_with_its_labels(data_dir, t
     assert "at delta = 0.0500, for model/ only" in head
     assert "delta 0.05 >= 1/N" in result.stderr  # warned: a delta >= 1/N
     assert "only while that seed is secret" in result.stdout  # --noise-seed: a conditional guarantee
-    assert "released (covered): model/" in result.stdout and "private to the data owner (NOT covered)" in result.stdout
+    assert "The guarantee covers model/ and privacy.json" in result.stdout and "NOT covered" in result.stdout
     assert "group privacy, canary inserted 3x: (" in result.stdout and "Dwork & Roth" in result.stdout
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["noise_seed"] == "<given: secret>"

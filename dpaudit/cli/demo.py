@@ -26,22 +26,23 @@ def _has_module(name: str) -> bool:
 def _model_summary(model: Path) -> str:
     """Epsilon (recomputed from the stored DpEvent, rounded up) with its caveats, and the last heldout
     MLM accuracy (telemetry on private data) of a train run."""
-    from dpaudit import accounting
     from dpaudit.figures import format_up
+    from dpaudit.privacy_record import PrivacyRecord, group_privacy_text
     from dpaudit.rundir import read_jsonl
 
-    privacy = json.loads((model / "privacy.json").read_text(encoding="utf-8"))
-    if privacy.get("private"):
-        eps = accounting.epsilon(accounting.event_from_json(privacy["event"]), privacy["delta"])
-        delta = format_up(privacy["delta"], 2)
-        if privacy.get("epsilon") is None:  # e.g. --sampling shuffle: no proven figure
+    path = model / "privacy.json"
+    record = PrivacyRecord.from_json(json.loads(path.read_text(encoding="utf-8")), where=str(path))
+    if record.private:
+        eps = record.recompute_epsilon()
+        delta = format_up(record.delta, 2)
+        if record.epsilon is None:  # e.g. --sampling shuffle: no proven figure
             claim = f"NO proven epsilon (epsilon_if_poisson = {format_up(eps, 3)} at delta = {delta})"
         else:
             claim = f"epsilon = {format_up(eps, 3)} at delta = {delta} for model/ only"
-        groups = [f"{row['frequency']}x: {row['text']}" for row in (privacy.get("group_privacy") or {}).get("by_frequency", [])]
+        groups = [f"{row['frequency']}x: {group_privacy_text(row)}" for row in record.group_privacy]
         if groups:
             claim += "; canaries repeated f times get only group privacy (" + ", ".join(groups) + ")"
-        claim += "; " + privacy.get("noise_source", {}).get("note", "")
+        claim += "; " + record.randomness
     else:
         claim = "non-private (epsilon = inf)"
     accuracy = [row["mlm_accuracy"] for row in read_jsonl(model / "metrics.jsonl") if row.get("mlm_accuracy") is not None]

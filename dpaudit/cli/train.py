@@ -25,8 +25,14 @@ from click.core import ParameterSource
 from dpaudit.config_types import ConfigTypeError, option_name
 from dpaudit.errors import UserInputError
 from dpaudit.figures import format_up
+from dpaudit.privacy_record import PrivacyRecord, group_privacy_text
 from dpaudit.rundir import run_dir_lock
-from dpaudit.trainer_api import Trainer, available_trainers, load_trainer, writes_run_dir
+from dpaudit.trainer_api import (
+    Trainer,
+    available_trainers,
+    load_trainer,
+    writes_run_dir,
+)
 
 #: errno values of a write that failed for lack of room: reported in one line, not as a traceback.
 _NO_ROOM = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS}
@@ -214,7 +220,7 @@ def train(ctx: click.Context, trainer: str, data: Path, out: Path, seed: int, co
                 f"--out {out}: a write failed{where}: {err.strerror}; free disk space or raise the file-size limit "
                 "(ulimit -f), then rerun the same command to resume from the last checkpoint."
             ) from None
-    privacy = _read_privacy(result.out_dir)
+    record = _read_privacy(result.out_dir)
     telemetry = dict(result.summary.get("telemetry") or {})
     telemetry.setdefault("note", "telemetry: not privacy figures and not covered by the epsilon.")
     summary = {
@@ -225,10 +231,10 @@ def train(ctx: click.Context, trainer: str, data: Path, out: Path, seed: int, co
         "delta": result.delta,
         **result.summary,
         "telemetry": {**telemetry, "final_loss": result.final_loss},
-        "guarantee": privacy.get("guarantee"),
-        "released_files": privacy.get("released_files"),
-        "private_files": privacy.get("private_files"),
-        "notes": privacy.get("notes", []),
+        "guarantee": record.guarantee if record else None,
+        "released_files": record.released_files if record else None,
+        "private_files": record.private_files if record else None,
+        "notes": list(record.notes) if record else [],
     }
     for note in summary["notes"]:
         if note.startswith("warning:"):
@@ -236,51 +242,38 @@ def train(ctx: click.Context, trainer: str, data: Path, out: Path, seed: int, co
     if as_json:
         click.echo(json.dumps(summary, indent=2, sort_keys=True))
         return
-    click.echo(f"trained {plugin.name} for {result.steps} steps -> {result.out_dir} ({_claim(result, privacy)})")
+    click.echo(f"trained {plugin.name} for {result.steps} steps -> {result.out_dir} ({_claim(result, record)})")
     for note in summary["notes"]:
         click.echo(f"  {note}")
-    rows, bound = _group_privacy_rows(privacy)
-    for row in rows:
-        click.echo(f"  group privacy, canary inserted {row['frequency']}x: {_group_text(row)}")
-    if rows and bound:
-        click.echo(f"  (group bound: {bound})")
+    if record is not None:
+        if record.randomness:
+            click.echo(f"  randomness: {record.randomness}")
+        click.echo(f"  {record.covers}")
+    groups = record.group_privacy if record else []
+    for row in groups:
+        click.echo(f"  group privacy, canary inserted {row['frequency']}x: {group_privacy_text(row)}")
+    if groups:
+        click.echo(f"  (group bound: {groups[0]['bound']})")
 
 
-def _group_privacy_rows(privacy: dict[str, Any]) -> tuple[list[dict[str, Any]], str | None]:
-    """(rows, bound) of ``group_privacy``: the PrivacyRecord's list of rows (each naming its bound), or the
-    older ``{"bound", "by_frequency"}`` object."""
-    group = privacy.get("group_privacy")
-    if isinstance(group, list):
-        rows = [row for row in group if isinstance(row, dict)]
-        return rows, next((row.get("bound") for row in rows if row.get("bound")), None)
-    if isinstance(group, dict):
-        return list(group.get("by_frequency") or []), group.get("bound")
-    return [], None
-
-
-def _group_text(row: dict[str, Any]) -> str:
-    """A group-privacy row in words, rounded up."""
-    if row.get("text"):
-        return str(row["text"])
-    if row.get("epsilon") is None:
-        return "none proven"
-    if row.get("delta") is None:
-        return "no guarantee (group delta >= 1)"
-    return f"({format_up(row['epsilon'], 4)}, {format_up(row['delta'], 3)})"
-
-
-def _read_privacy(out_dir: Path) -> dict[str, Any]:
-    """The run's privacy.json (every trainer writes one; an empty dict if it is missing)."""
+def _read_privacy(out_dir: Path) -> PrivacyRecord | None:
+    """The run's privacy.json as a :class:`PrivacyRecord` (every trainer writes one; None if it is missing)."""
     path = Path(out_dir) / "privacy.json"
-    return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {}
+    if not path.is_file():
+        return None
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except json.JSONDecodeError as err:
+        raise UserInputError(f"{path}: not valid JSON ({err.msg}); rerun dpaudit train.") from None
+    return PrivacyRecord.from_json(raw, where=str(path))
 
 
-def _claim(result: Any, privacy: dict[str, Any]) -> str:
+def _claim(result: Any, record: PrivacyRecord | None) -> str:
     """The one-line guarantee, rounded up, with its caveat when no epsilon is proven."""
     if result.epsilon is not None:
         return f"epsilon = {format_up(result.epsilon, 4)} at delta = {format_up(result.delta, 3)}, for model/ only"
-    if privacy.get("epsilon_if_poisson") is not None:
-        return (f"NO proven epsilon: {privacy.get('sampling')} sampling; epsilon_if_poisson = "
-                f"{format_up(privacy['epsilon_if_poisson'], 4)} at delta = {format_up(result.delta, 3)} only if batches "
+    if record is not None and record.epsilon_if_poisson is not None:
+        return (f"NO proven epsilon: {record.sampling} sampling; epsilon_if_poisson = "
+                f"{format_up(record.epsilon_if_poisson, 4)} at delta = {format_up(result.delta, 3)} only if batches "
                 f"had been Poisson-sampled")
     return "non-private (epsilon = inf)"

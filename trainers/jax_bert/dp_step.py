@@ -6,7 +6,8 @@ examples (see :mod:`trainers.jax_bert.sampling`). For each chunk one jitted call
 ``vmap(grad)``, clips each to L2 norm ``C``, zeroes padding slots and adds the result to a running sum.
 The scan reuses the same per-example gradient buffers for every micro-step (on CPU, fresh multi-GB
 buffers per micro-step cost more in page faults than the arithmetic), and the running sum is donated
-from call to call. After the last chunk, one jitted *finish* adds ``N(0, noise_std^2 I)`` once,
+from call to call. After the last chunk, one jitted *finish* adds ``N(0, noise_std^2 I)`` once
+(``noise_std = noise_multiplier * step.sensitivity``),
 divides by the expected batch size (not the realized one: the realized size is private) and applies
 the optimizer. Nothing here syncs to the host: metrics come back as device scalars.
 
@@ -15,7 +16,9 @@ noise level never recompiles. The per-example loss is ``loss_fn(params, example)
 with ``aux = dict(n_correct=..., n_predictions=...)``.
 
 Sensitivity: with add/remove adjacency, one example changes the clipped sum by at most ``C``; the
-clipped-sum function carries this as its ``sensitivity`` attribute, so callers never recompute it.
+clipped-sum function carries this as its ``sensitivity`` attribute, and the step owns it (as
+jax_privacy's ``clipped_grad(...).sensitivity``): the caller passes the noise *multiplier* and the
+step multiplies by its own ``step.sensitivity``, so no caller recomputes ``sigma * C``.
 
 References:
   Abadi et al. 2016, "Deep Learning with Differential Privacy", Algorithm 1.
@@ -283,10 +286,11 @@ def make_clipped_sum_fn(
     return clipped_sum
 
 
-def _make_mean_grad_sum_fn(
+def _make_grad_sum_fn(
     loss_fn: LossFn,
 ) -> Callable[[PyTree, PyTree, jax.Array], tuple[PyTree, ChunkStats]]:
-    """Non-private counterpart: the gradient of the mask-weighted *sum* of losses (one backward pass)."""
+    """Non-private counterpart: the gradient of the mask-weighted *sum* of losses (one backward pass);
+    the finish divides it by the realized batch size."""
 
     def grad_sum(params: PyTree, batch: PyTree, mask: jax.Array) -> tuple[PyTree, ChunkStats]:
         check_chunk(batch, mask)
@@ -353,8 +357,11 @@ class _Engine:
         finish: Callable[..., tuple[PyTree, optax.OptState, StepMetrics]],
         mesh: Mesh | None,
         donate_state: bool,
+        sensitivity: float | None,
     ) -> None:
         self._mesh = mesh
+        #: L2 sensitivity of the summed gradient under add/remove of one example (None: not private).
+        self.sensitivity = sensitivity
         if mesh is not None:
             sum_fn = parallel.shard_over_data(sum_fn, mesh)
             rep = parallel.replicated(mesh)
@@ -372,13 +379,17 @@ class _Engine:
         # The new params / optimizer state can reuse the old ones' buffers (not the gradient sum's).
         self._finish = jax.jit(finish, donate_argnums=(0, 1) if donate_state else ())
 
+    def noise_std(self, noise_multiplier: Any) -> float:
+        """The std of the noise this step adds for ``noise_multiplier``: multiplier * sensitivity."""
+        return _noise_std(noise_multiplier, self.sensitivity)
+
     def __call__(
         self,
         params: PyTree,
         opt_state: optax.OptState,
         chunks: Sequence[Chunk],
         key: jax.Array,
-        noise_std: Any,
+        noise_multiplier: Any,
         expected_batch_size: Any,
     ) -> tuple[PyTree, optax.OptState, StepMetrics]:
         if not chunks:
@@ -399,9 +410,18 @@ class _Engine:
             acc,
             stats,
             key,
-            jnp.asarray(noise_std, jnp.float32),
+            jnp.asarray(self.noise_std(noise_multiplier), jnp.float32),
             jnp.asarray(expected_batch_size, jnp.float32),
         )
+
+
+def _noise_std(noise_multiplier: Any, sensitivity: float | None) -> float:
+    """``noise_multiplier * sensitivity`` as a host float64 product (cast to float32 once, on the way
+    to the device); 0 when the multiplier is 0 (also for ``C = inf``, where the product is NaN)."""
+    multiplier = float(noise_multiplier)
+    if multiplier == 0.0 or sensitivity is None:
+        return 0.0
+    return multiplier * float(sensitivity)
 
 
 def make_dp_train_step(
@@ -414,11 +434,12 @@ def make_dp_train_step(
     vmap_size: int | None = DEFAULT_VMAP_SIZE,
     clipped_sum_fn: Callable[[PyTree, PyTree, jax.Array], tuple[PyTree, ChunkStats]] | None = None,
 ) -> StepFn:
-    """Returns ``step(params, opt_state, chunks, key, noise_std, expected_batch_size)``.
+    """Returns ``step(params, opt_state, chunks, key, noise_multiplier, expected_batch_size)``.
 
     ``chunks`` is a list of ``(batch [S, m, ...], mask [S, m])`` (from ``pack_microsteps``); their
-    clipped sums are added on device, then one jitted finish adds ``N(0, noise_std^2 I)`` (pass
-    ``noise_std = sigma * C``) once, divides by ``expected_batch_size`` and applies ``optimizer``.
+    clipped sums are added on device, then one jitted finish adds ``N(0, noise_std^2 I)`` with
+    ``noise_std = noise_multiplier * step.sensitivity`` (``step.sensitivity = C``: the step owns it)
+    once, divides by ``expected_batch_size`` and applies ``optimizer``.
     Returns ``(params, opt_state, StepMetrics)``. With ``mesh`` (axis ``"data"``) the ``m`` axis is
     sharded over its devices and the clipped sums are psum-ed before the noise is added (once).
     With ``donate_state=True`` the ``params`` and ``opt_state`` buffers passed in are donated to
@@ -450,9 +471,7 @@ def make_dp_train_step(
         )
         return new_params, new_opt_state, metrics
 
-    step = _Engine(clipped_sum, finish, mesh, donate_state)
-    step.sensitivity = clipped_sum.sensitivity  # type: ignore[attr-defined]
-    return step
+    return _Engine(clipped_sum, finish, mesh, donate_state, float(clipped_sum.sensitivity))
 
 
 def make_nonprivate_train_step(
@@ -464,10 +483,11 @@ def make_nonprivate_train_step(
 ) -> StepFn:
     """Non-private baseline with the same signature: mean gradient over the real examples.
 
-    ``key``, ``noise_std`` and ``expected_batch_size`` are accepted and ignored; the gradient sum is
+    ``key``, ``noise_multiplier`` and ``expected_batch_size`` are accepted and ignored (its
+    ``sensitivity`` is None: nothing bounds it); the gradient sum is
     divided by the realized batch size. ``clipped_sum_norm`` reports the (unclipped) sum's norm.
     """
-    grad_sum = _make_mean_grad_sum_fn(loss_fn)
+    grad_sum = _make_grad_sum_fn(loss_fn)
 
     def finish(params, opt_state, acc, stats, key, noise_std, expected_batch_size):
         del key, noise_std, expected_batch_size
@@ -483,4 +503,4 @@ def make_nonprivate_train_step(
         )
         return new_params, new_opt_state, metrics
 
-    return _Engine(grad_sum, finish, mesh, donate_state)
+    return _Engine(grad_sum, finish, mesh, donate_state, None)

@@ -4,8 +4,11 @@ This is the one place that composes the pieces, each of which lives in its own m
 nothing of the others: the tokenizer and masking (:mod:`.tokenizer`, :mod:`.data`), the Flax model
 (:mod:`.model`), Poisson sampling and micro-step packing (:mod:`.sampling`), the clipped-and-noised
 step (:mod:`.dp_step`), the optimizer (:mod:`.optimizer`), data parallelism (:mod:`.parallel`), the
-accountant and its ledger (:mod:`dpaudit.accounting`, :mod:`dpaudit.privacy_ledger`), checkpoints
-(:mod:`.checkpoint`) and the Hugging Face export (:mod:`.hf_io`).
+privacy plan and its ledger (:mod:`dpaudit.privacy_plan`, :mod:`dpaudit.privacy_ledger`), checkpoints
+(:mod:`.checkpoint`) and the Hugging Face export (:mod:`.hf_io`). What every trainer shares lives in the
+core: the plan (:func:`dpaudit.privacy_plan.plan_privacy`, sensitivity factor 1: per-example
+clipping), the ``privacy.json`` record (:class:`dpaudit.privacy_record.PrivacyRecord`) and the run
+directory helpers (:mod:`dpaudit.train_rundir`).
 
 A run, in order (DESIGN sections 3 and 5):
 
@@ -41,16 +44,14 @@ example's mask (its gradient, hence the sensitivity, stays that of per-example c
 
 from __future__ import annotations
 
-import dataclasses
 import functools
 import hashlib
 import json
 import math
-import os
 import shutil
 import sys
 import time
-from collections.abc import Iterator, Sequence
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -62,59 +63,44 @@ from tqdm.auto import tqdm
 
 from dpaudit import accounting
 from dpaudit.errors import UserInputError
-from dpaudit.inject_run import PUBLIC, TRAIN, InjectRun, load_inject_run
 from dpaudit.figures import format_up
+from dpaudit.inject_run import PUBLIC, TRAIN, InjectRun, load_inject_run
 from dpaudit.privacy_ledger import BudgetExceededError, PrivacyLedger
-from dpaudit.rundir import (
-    atomic_write_json,
-    atomic_write_text,
-    build_manifest,
-    dumps_jsonl_line,
-    file_hashes,
-    read_jsonl,
-    verify_run_dir,
-    write_manifest,
-)
+from dpaudit.privacy_plan import PrivacyPlan, new_ledger, plan_privacy
+from dpaudit.privacy_record import PrivacyRecord
+from dpaudit.rundir import read_jsonl, verify_run_dir
 from dpaudit.secret_rng import NoiseSource
+from dpaudit.tokenizer import special_token_ids, train_wordpiece
+from dpaudit.train_rundir import (
+    CHECKPOINT_DIR,
+    MetricsLog,
+    check_out_dir,
+    check_resume,
+    finish_run,
+    last_value,
+    remove_checkpoints,
+)
 from dpaudit.trainer_api import TrainResult
 from trainers.jax_bert import checkpoint as ckpt
 from trainers.jax_bert import cpu_runtime, dp_step, hf_io, parallel, sampling
 from trainers.jax_bert.config import TINY_SETTINGS, JaxBertConfig
 from trainers.jax_bert.data import encode_texts, mask_tokens
 from trainers.jax_bert.ghost_clipping import make_ghost_clipped_sum_fn
-from trainers.jax_bert.model import FlaxBertForMaskedLM, example_mlm_loss, init_params, preset_config
-from trainers.jax_bert.optimizer import make_optimizer
-from dpaudit.tokenizer import special_token_ids, train_wordpiece
-
-TRAIN_SCHEMA = "dpaudit.train/1"
-PRIVACY_SCHEMA = "dpaudit.privacy/1"
-CHECKPOINT_DIR = "checkpoints"
-PARTIAL_METRICS = "metrics.partial.jsonl"  # inside checkpoints/: kept on failure like the checkpoints
-TELEMETRY_NOTE = (
-    "loss, accuracy, gradient-SNR, clip fraction and gradient norms in metrics.jsonl are computed on "
-    "private training data and are NOT covered by the epsilon; they are for the user's eyes only."
+from trainers.jax_bert.model import (
+    FlaxBertForMaskedLM,
+    example_mlm_loss,
+    init_params,
+    preset_config,
 )
+from trainers.jax_bert.optimizer import init_optimizer, make_optimizer
+
 SHUFFLE_NOTE = (
     "fixed-size shuffled batches were used (--sampling shuffle): no epsilon is proven for them, so 'epsilon' "
     "is null; 'epsilon_if_poisson' is what the run would spend if its batches had been Poisson-sampled with "
     "q = batch/N, which this run did NOT use."
 )
-#: Which files of a train run directory the guarantee covers, and which are the data owner's only.
-RELEASED_FILES = {
-    "model/": "the trained model: what the (epsilon, delta) guarantee covers.",
-    "privacy.json": "depends only on the config and N (treated as public), never on the data or the noise.",
-}
-PRIVATE_FILES = {
-    "manifest.json": "holds the sha256 of train.jsonl (a hash of the data confirms a guessed canary); not covered.",
-    "metrics.jsonl": "loss, accuracy, realized batch sizes and noise norms computed on private data; not covered.",
-    "checkpoints/": "hold the secret sampling and noise state (anyone with it can regenerate the noise); "
-                    "deleted at the end of a successful run unless --keep-checkpoints.",
-}
 TELEMETRY_SUMMARY_NOTE = "wall-clock throughput and loss: telemetry, not privacy figures and not covered by the epsilon."
-KEPT_CHECKPOINTS_WARNING = (
-    "warning: --keep-checkpoints: {path} holds the secret noise and sampling state; anyone who reads it can "
-    "regenerate the noise and the guarantee no longer holds against them. Keep it private or delete it."
-)
+TOKENIZER_NOTE = "tokenizer: WordPiece trained on public.jsonl only (never on train.jsonl or the canaries)."
 
 # Independent PRNG streams of the PUBLIC seed (jax.random.fold_in(PRNGKey(seed), stream)).
 _INIT_STREAM, _TRAIN_STREAM, _EVAL_STREAM = 0, 1, 2
@@ -129,65 +115,6 @@ def noise_key_of(source: NoiseSource) -> jax.Array:
     """
     w0, w1 = source.words(2)
     return jax.random.fold_in(jax.random.PRNGKey(w0), w1)
-
-
-@dataclass(frozen=True, kw_only=True)
-class PrivacyPlan:
-    """What the run will spend, fixed before the first step (and re-derived identically on resume)."""
-
-    dataset_size: int
-    schedule: list[tuple[int, int]]  # (steps, expected batch)
-    noise_multiplier: float | None  # None = non-private
-    delta: float | None
-    target_epsilon: float | None
-    planned_epsilon: float | None  # epsilon of the steps that fit in the budget
-    affordable_steps: int  # steps the ledger certified (== total unless the budget caps the run)
-
-    @property
-    def private(self) -> bool:
-        return self.noise_multiplier is not None
-
-    @property
-    def total_steps(self) -> int:
-        return sum(steps for steps, _ in self.schedule)
-
-    def batch_at(self, step: int) -> int:
-        """Expected batch size of (0-based) optimizer step ``step``."""
-        start = 0
-        for steps, batch in self.schedule:
-            if step < start + steps:
-                return batch
-            start += steps
-        raise IndexError(step)
-
-    def segment_at(self, step: int) -> tuple[int, int]:
-        """(segment index, steps into that segment) of ``step``."""
-        start = 0
-        for index, (steps, _) in enumerate(self.schedule):
-            if step < start + steps:
-                return index, step - start
-            start += steps
-        raise IndexError(step)
-
-    def segments(self, steps: int | None = None) -> list[accounting.Segment]:
-        """Accounting segments of the first ``steps`` steps (default: the whole schedule)."""
-        assert self.noise_multiplier is not None
-        return accounting.batch_schedule_segments(
-            dataset_size=self.dataset_size,
-            schedule=truncate_schedule(self.schedule, self.total_steps if steps is None else steps),
-            noise_multiplier=self.noise_multiplier,
-        )
-
-
-def truncate_schedule(schedule: Sequence[tuple[int, int]], steps: int) -> list[tuple[int, int]]:
-    """The first ``steps`` steps of a (steps, batch) schedule."""
-    out, left = [], steps
-    for seg_steps, batch in schedule:
-        if left <= 0:
-            break
-        out.append((min(seg_steps, left), batch))
-        left -= seg_steps
-    return out
 
 
 class JaxBertTrainer:
@@ -244,70 +171,23 @@ def _canary_frequencies(manifest: dict[str, Any]) -> tuple[int, ...]:
     return tuple(sorted(f for f in found if f > 0))
 
 
-def plan_privacy(config: JaxBertConfig, dataset_size: int) -> PrivacyPlan:
-    """Fix sigma, delta and the number of affordable steps for the whole run, before it starts.
-
-    ``--target-epsilon`` alone: sigma is calibrated so the whole schedule spends exactly the target.
-    ``--noise-multiplier`` alone: no cap; the epsilon is reported. Both: the target is a cap, and the
-    run stops after the last step that fits (refused up front if not even one step fits).
+def plan_run_privacy(config: JaxBertConfig, dataset_size: int) -> PrivacyPlan:
+    """The run's :class:`~dpaudit.privacy_plan.PrivacyPlan`: the config's (steps, batch) schedule,
+    per-example clipping (sensitivity factor 1), sigma given or calibrated for ``--target-epsilon``.
 
     Raises:
         UserInputError: a batch larger than the data, or a budget too small for one step.
     """
-    schedule = config.schedule
-    for _, batch in schedule:
-        if batch > dataset_size:
-            option = "--batch-schedule" if config.batch_schedule else "--batch-size"
-            raise UserInputError(
-                f"{option}: expected batch {batch} exceeds the {dataset_size} training examples; use a batch <= {dataset_size}."
-            )
-    if config.non_private:
-        return PrivacyPlan(dataset_size=dataset_size, schedule=schedule, noise_multiplier=None, delta=None,
-                            target_epsilon=None, planned_epsilon=None, affordable_steps=sum(s for s, _ in schedule))
-    delta = config.delta if config.delta is not None else accounting.default_delta(dataset_size)
-    total = sum(s for s, _ in schedule)
-
-    def event_for(sigma: float, steps: int = total) -> Any:
-        segments = accounting.batch_schedule_segments(
-            dataset_size=dataset_size, schedule=truncate_schedule(schedule, steps), noise_multiplier=sigma
-        )
-        return accounting.schedule_event(segments)
-
-    if config.noise_multiplier is None:
-        sigma = float(accounting.calibrate_noise(event_for, config.target_epsilon, delta))
-    else:
-        sigma = float(config.noise_multiplier)
-    affordable = total
-    if config.target_epsilon is not None and accounting.epsilon(event_for(sigma), delta) > config.target_epsilon:
-        # The budget caps the run: find the last step that fits (bisection over prefixes).
-        lo, hi = 0, total  # epsilon(lo steps) <= target < epsilon(hi steps)
-        if accounting.epsilon(event_for(sigma, 1), delta) > config.target_epsilon:
-            hi = 1
-        while hi - lo > 1:
-            mid = (lo + hi) // 2
-            if accounting.epsilon(event_for(sigma, mid), delta) <= config.target_epsilon:
-                lo = mid
-            else:
-                hi = mid
-        affordable = lo
-        if affordable == 0:
-            raise UserInputError(
-                f"--noise-multiplier {sigma:g} spends more than --target-epsilon {config.target_epsilon:g} "
-                f"on the first step (delta {delta:.3g}); raise the noise, lower the batch size or raise the target."
-            )
-    plan = PrivacyPlan(dataset_size=dataset_size, schedule=schedule, noise_multiplier=sigma, delta=delta,
-                        target_epsilon=config.target_epsilon, planned_epsilon=None, affordable_steps=affordable)
-    planned = accounting.epsilon(accounting.schedule_event(plan.segments(affordable)), delta)
-    return dataclasses.replace(plan, planned_epsilon=float(planned))
+    return plan_privacy(
+        dataset_size=dataset_size, stages=config.schedule, non_private=config.non_private,
+        noise_multiplier=config.noise_multiplier, target_epsilon=config.target_epsilon, delta=config.delta,
+        sensitivity_factor=1.0, batch_option="--batch-schedule" if config.batch_schedule else "--batch-size",
+    )
 
 
-def new_ledger(config: JaxBertConfig, plan: PrivacyPlan) -> PrivacyLedger:
-    """A ledger that certifies the affordable part of the plan (so recording it costs no accountant call)."""
-    sampling_label = "poisson" if config.sampling == "poisson" else "fixed_size"  # the ledger's name for shuffle
-    ledger = PrivacyLedger(delta=plan.delta, target_epsilon=plan.target_epsilon, privacy_unit="example",
-                           sampling=sampling_label)
-    ledger.plan(plan.segments(plan.affordable_steps))
-    return ledger
+def ledger_sampling(config: JaxBertConfig) -> str:
+    """The ledger's sampling label: ``poisson``, or ``fixed_size`` for ``--sampling shuffle``."""
+    return "poisson" if config.sampling == "poisson" else "fixed_size"
 
 
 # ----------------------------------------------------------------------------------------------
@@ -325,7 +205,7 @@ class _Compiled:
 
 @functools.lru_cache(maxsize=8)
 def compiled_functions(
-    bert_config: Any, *, private: bool, clip_norm: float, clipping: str, learning_rate: float, warmup_steps: int, total_steps: int,
+    bert_config: Any, *, private: bool, clip_norm: float, clipping: str, learning_rate: float, warmup_steps: int,
     weight_decay: float, mesh: Any, mask_token_id: int, special_ids: tuple[int, ...], mask_prob: float,
     max_predictions: int,
 ) -> _Compiled:
@@ -333,10 +213,12 @@ def compiled_functions(
 
     Cached per process on everything that shapes the compiled code, so a second run with the same
     settings (a resume, shadow models, tests) reuses the compiled XLA programs instead of recompiling.
+    The run's length is not a key: the learning-rate schedule reads ``total_steps`` from the
+    optimizer state (:func:`~trainers.jax_bert.optimizer.init_optimizer`), so a 250-step run reuses
+    what a 6-step run compiled.
     """
     model = FlaxBertForMaskedLM(bert_config)
-    optimizer = make_optimizer(learning_rate=learning_rate, warmup_steps=warmup_steps, total_steps=total_steps,
-                               weight_decay=weight_decay)
+    optimizer = make_optimizer(learning_rate=learning_rate, warmup_steps=warmup_steps, weight_decay=weight_decay)
     loss_fn = functools.partial(example_mlm_loss, model=model)
     if private:
         clipped_sum = make_ghost_clipped_sum_fn(model, clip_norm=clip_norm) if clipping == "ghost" else None
@@ -382,35 +264,21 @@ class _Run:
     # -- setup ---------------------------------------------------------------------------------
 
     def _check_out_dir(self) -> None:
-        out = self.out_dir
-        if out.exists() and not out.is_dir():
-            raise UserInputError(f"--out {out} is a file, not a directory; choose a directory path.")
-        # A run killed before its first checkpoint leaves only checkpoints/ (partial metrics): start over.
         # A finished run (manifest.json, checkpoints deleted) is returned as it is by _finished_run.
-        entries = {p.name for p in out.iterdir()} if out.is_dir() else set()
-        if (not entries <= {CHECKPOINT_DIR} and not ckpt.list_checkpoints(self.ckpt_dir)
-                and "manifest.json" not in entries):
-            raise UserInputError(
-                f"--out {out} exists, is not empty and holds no jax-bert checkpoint to resume; choose a new or empty directory."
-            )
+        resumable = bool(ckpt.list_checkpoints(self.ckpt_dir)) or (self.out_dir / "manifest.json").is_file()
+        check_out_dir(self.out_dir, trainer=JaxBertTrainer.name, resumable=resumable)
 
     def _identity(self) -> dict[str, Any]:
         return {"trainer": JaxBertTrainer.name, "config": self.config.to_dict(), "seed": self.seed, "data": self.data.identity}
 
     def _check_resume(self, state: dict[str, Any], path: Path) -> None:
-        stored = state.get("identity", {})
-        if stored.get("trainer") != JaxBertTrainer.name:
-            raise UserInputError(f"--out {self.out_dir}: {path} was not written by the jax-bert trainer; choose a new --out.")
-        differing = self.config.mismatches(stored.get("config", {}))
-        if differing:
-            detail = ", ".join(f"--{n.replace('_', '-')} {stored.get('config', {}).get(n)!r} -> {getattr(self.config, n, None)!r}" for n in differing[:4])
-            raise UserInputError(
-                f"--out {self.out_dir} holds a run with different settings ({detail}); rerun with the same options or use a new --out."
-            )
-        if stored.get("seed") != self.seed:
-            raise UserInputError(f"--out {self.out_dir} holds a run with --seed {stored.get('seed')}, not {self.seed}; use the same seed or a new --out.")
-        if stored.get("data") != self.data.identity:
-            raise UserInputError(f"--out {self.out_dir} was trained on different --data (inject manifest changed); use a new --out.")
+        def comparable(identity: dict[str, Any]) -> dict[str, Any]:
+            # A resume may change what happens after training (JaxBertConfig.RUN_ONLY_FIELDS).
+            config = {k: v for k, v in dict(identity.get("config") or {}).items() if k not in JaxBertConfig.RUN_ONLY_FIELDS}
+            return {**identity, "config": config}
+
+        check_resume(out=self.out_dir, checkpoint=path, trainer=JaxBertTrainer.name,
+                     stored=comparable(dict(state.get("identity") or {})), current=comparable(self._identity()))
 
     def _finished_run(self) -> dict[str, Any] | None:
         """The manifest of a finished run of this very command in ``--out`` (None when there is none).
@@ -452,7 +320,7 @@ class _Run:
         if self.finished is not None:
             return
         n = len(self.data.train_texts)
-        self.plan = plan_privacy(config, n)
+        self.plan = plan_run_privacy(config, n)
         self.mesh = None
         if config.data_parallel and jax.device_count() > 1:
             self.mesh = parallel.make_data_mesh()
@@ -479,11 +347,10 @@ class _Run:
         params = init_params(self.bert_config, jax.random.fold_in(base_key, _INIT_STREAM), seq_len=config.max_length)
         self.fns = compiled_functions(
             self.bert_config, private=self.plan.private, clip_norm=config.clip_norm, clipping=config.clipping,
-            learning_rate=config.learning_rate,
-            warmup_steps=config.warmup_steps, total_steps=self.plan.total_steps, weight_decay=config.weight_decay,
+            learning_rate=config.learning_rate, warmup_steps=config.warmup_steps, weight_decay=config.weight_decay,
             mesh=self.mesh, mask_token_id=specials["mask"], special_ids=tuple(sorted(set(specials.values()))),
             mask_prob=config.mask_prob, max_predictions=config.resolved_max_predictions)
-        opt_state = self.fns.optimizer.init(params)
+        opt_state = init_optimizer(self.fns.optimizer, params, total_steps=self.plan.total_steps)
         self._setup_eval()
 
         self.start_step = 0
@@ -491,7 +358,8 @@ class _Run:
         if self.resume_state is None:
             self.noise = _shared_noise_source(config.noise_seed)
             self.rng = self.noise.numpy_generator(_POISSON_STREAM)
-            self.ledger = new_ledger(config, self.plan) if self.plan.private else None
+            self.ledger = (new_ledger(self.plan, sampling=ledger_sampling(config), privacy_unit="example")
+                           if self.plan.private else None)
         else:
             restored = ckpt.restore_checkpoint(latest[0][1], params_template=params, opt_state_template=opt_state)
             params, opt_state = restored.params, restored.opt_state
@@ -553,8 +421,8 @@ class _Run:
                 yield step, sampling.poisson_sample(self.rng, n, batch / n)
                 step += 1
                 continue
-            segment, offset = self.plan.segment_at(step)
-            seg_steps = self.plan.schedule[segment][0]
+            segment, offset = self.plan.stage_at(step)
+            seg_steps = self.plan.stages[segment][0]
             stream = sampling.shuffle_batches(self.noise.numpy_generator(_SHUFFLE_STREAM, segment), n, batch)
             for _ in range(offset):
                 next(stream)
@@ -587,7 +455,8 @@ class _Run:
         loss_sum, correct, preds = (float(x) for x in jax.device_get(total))
         return {"eval_loss": loss_sum / max(preds, 1.0), "mlm_accuracy": correct / max(preds, 1.0)}
 
-    def _state(self, step: int) -> dict[str, Any]:
+    def _checkpoint_state(self) -> dict[str, Any]:
+        """What a checkpoint stores beside params and optimizer state (the step is the checkpoint's own)."""
         return {
             "identity": self._identity(),
             "numpy_rng": _jsonable(self.rng.bit_generator.state),
@@ -600,31 +469,12 @@ class _Run:
         }
 
     def _save(self, step: int) -> None:
-        self._flush_metrics()
+        self.metrics.flush()
         if self.primary:
             ckpt.save_checkpoint(self.ckpt_dir, step=step, params=self.params, opt_state=self.opt_state,
-                                 state=self._state(step))
+                                 state=self._checkpoint_state())
         self.has_checkpoint = True
         parallel.sync_processes(f"jax_bert_checkpoint_{step}")  # no process runs ahead of a half-written one
-
-    def _flush_metrics(self) -> None:
-        if self.pending_rows and not self.primary:  # only process 0 writes; keep the rows for the result
-            self.memory_rows.extend(self.pending_rows)
-            self.pending_rows = []
-        if self.pending_rows:
-            with open(self.ckpt_dir / PARTIAL_METRICS, "a", encoding="utf-8") as handle:
-                handle.writelines(dumps_jsonl_line(row) for row in self.pending_rows)
-                handle.flush()
-                os.fsync(handle.fileno())
-            self.pending_rows = []
-
-    def _restore_metrics(self) -> None:
-        """Keep the metric rows of steps the checkpoint covers (later ones are recomputed)."""
-        path = self.ckpt_dir / PARTIAL_METRICS
-        if not self.primary or not path.is_file():
-            return
-        rows = [row for row in read_jsonl(path) if row.get("step", 0) <= self.start_step]
-        atomic_write_text(path, "".join(dumps_jsonl_line(row) for row in rows))
 
     def _sync(self, pending: list[tuple[int, Any]], window_start: float, bar: tqdm, *, final: bool = False,
               untimed: int = 0) -> None:
@@ -664,7 +514,7 @@ class _Run:
                     row["epsilon"] = epsilon  # spent so far (None when non-private)
                 if wants_epsilon and (final or last in self.eval_steps):
                     row.update(self._evaluate())
-            self.pending_rows.append(row)
+            self.metrics.append(row)
         if wants_epsilon:
             self.last_epsilon_text = "inf" if epsilon is None else f"{epsilon:.3g}"
         bar.set_postfix(loss=f"{float(fetched[-1].loss):.4g}", eps=self.last_epsilon_text, refresh=False)
@@ -687,10 +537,10 @@ class _Run:
                 shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
         self._capacity: dict[int, int] = {}
         self._eps_cache: dict[int, float] = {}
-        self.pending_rows: list[dict[str, Any]] = []
-        self.memory_rows: list[dict[str, Any]] = []  # rows of a non-writing process (multi-host)
+        # Only process 0 writes; the others keep their rows in memory (multi-host).
+        self.metrics = MetricsLog(self.ckpt_dir, writer=self.primary)
         self.stopped_at_budget = bool(self.resume_state and self.resume_state.get("stopped_at_budget"))
-        self._restore_metrics()
+        self.metrics.restore(self.start_step)
         total = plan.total_steps
         sync_every = config.log_every
         self.eval_steps = set(range(config.eval_every, total + 1, config.eval_every)) | {total}
@@ -708,8 +558,7 @@ class _Run:
             for step_index, indices in batches:
                 if self.ledger is not None:
                     try:  # record BEFORE the step: the ledger refuses a step that would overspend
-                        self.ledger.record(sampling_probability=plan.batch_at(step_index) / plan.dataset_size,
-                                           noise_multiplier=plan.noise_multiplier)
+                        plan.record_step(self.ledger, step_index)
                     except BudgetExceededError:
                         self.stopped_at_budget = True
                         break
@@ -717,9 +566,10 @@ class _Run:
                 noise_key = jax.random.fold_in(self.noise_key, step_index)
                 if self.mesh is not None:
                     noise_key = parallel.replicate(self.mesh, noise_key)
-                noise_std = (plan.noise_multiplier or 0.0) * config.clip_norm
+                # The step owns its sensitivity (C): it adds noise of std sigma * step.sensitivity.
+                sigma = plan.sigma_at(step_index) if plan.private else 0.0
                 self.params, self.opt_state, metrics = self.fns.step(
-                    self.params, self.opt_state, chunks, noise_key, noise_std, float(plan.batch_at(step_index)))
+                    self.params, self.opt_state, chunks, noise_key, sigma, float(plan.batch_at(step_index)))
                 pending.append((step_index, metrics))
                 step = step_index + 1
                 bar.update(1)
@@ -742,29 +592,21 @@ class _Run:
 
     # -- outputs -------------------------------------------------------------------------------
 
-    def _privacy_json(self, steps: int) -> dict[str, Any]:
+    def _privacy_record(self, steps: int) -> PrivacyRecord:
+        """The run's ``privacy.json``: what ran (the ledger's event and segments) and what it proves."""
         plan, config = self.plan, self.config
-        common = {
-            "schema": PRIVACY_SCHEMA,
-            "trainer": JaxBertTrainer.name,
-            "privacy_unit": "example (add/remove)",
-            "adjacency": "add/remove one training example (one row of train.jsonl)",
-            "sampling": config.sampling,
-            "clip_norm": config.clip_norm if plan.private else None,
-            "steps": steps,
-            "planned_steps": plan.total_steps,
-            "dataset_size": plan.dataset_size,
-            "released_files": RELEASED_FILES,
-            "private_files": PRIVATE_FILES,
-            "checkpoints_kept": bool(config.keep_checkpoints),
-            "telemetry": TELEMETRY_NOTE,
-            "tokenizer": "WordPiece trained on public.jsonl only (never on train.jsonl or the canaries).",
-        }
+        common: dict[str, Any] = dict(
+            trainer=JaxBertTrainer.name, privacy_unit="example", adjacency="add_remove", sampling=config.sampling,
+            steps=steps, planned_steps=plan.total_steps, dataset_size=plan.dataset_size,
+            randomness=self.noise.note, noise_seed_explicit=self.noise.explicit,
+        )
         if not plan.private:
-            return {**common, "private": False, "accountant": None, "epsilon": None, "epsilon_text": "inf", "delta": None,
-                    "noise_multiplier": None, "event": None, "segments": [], "group_privacy": None,
-                    "guarantee": "none: non-private training (no clipping, no noise); epsilon = inf.",
-                    "notes": ["non-private run: no guarantee for any file."]}
+            return PrivacyRecord(
+                **common, private=False,
+                mechanism="non-private training: no clipping, no noise.",
+                guarantee="none: non-private training (no clipping, no noise); epsilon = inf.",
+                notes=["non-private run: no guarantee for any file.", TOKENIZER_NOTE],
+            )
         assert self.ledger is not None
         computed = self._epsilon_spent()  # = ledger.epsilon(), cached (a PLD call costs about a second)
         delta = self.ledger.delta
@@ -773,6 +615,11 @@ class _Run:
                     for seg in self.ledger.segments]
         eps_text = format_up(computed, 4)
         delta_text = format_up(delta, 3)
+        sampled = ("fixed-size shuffled batches (--sampling shuffle)" if shuffle
+                   else "Poisson-subsampled with rate q = expected batch / N")
+        mechanism = (f"DP-SGD (Abadi et al. 2016): {sampled}; each example's gradient clipped to L2 norm "
+                     f"C = {config.clip_norm:g} (sensitivity C under add/remove of one example); Gaussian noise of std "
+                     f"sigma * C added once to the clipped sum per step; {steps} steps.")
         if shuffle:
             guarantee = ("no proven epsilon: fixed-size shuffled batches (--sampling shuffle). If the batches had been "
                          f"Poisson-sampled, the run would be ({eps_text}, {delta_text})-DP (epsilon_if_poisson).")
@@ -784,108 +631,91 @@ class _Run:
         delta_rule = ("given by --delta" if config.delta is not None
                       else accounting.DEFAULT_DELTA_RULE.replace("default ", "default: ", 1))
         warning = accounting.delta_warning(delta, plan.dataset_size)
-        notes = [f"randomness: {self.noise.note}",
-                 "released (covered): " + "; ".join(f"{k} {v}" for k, v in RELEASED_FILES.items()),
-                 "private to the data owner (NOT covered): " + "; ".join(f"{k} {v}" for k, v in PRIVATE_FILES.items())]
+        notes = [f"delta: {delta_rule}", TOKENIZER_NOTE]
         if shuffle:
             notes.insert(0, "caveat: " + SHUFFLE_NOTE)
         if warning:
             notes.insert(0, "warning: " + warning)
-        out = {
-            **common,
-            "private": True,
-            "accountant": self.ledger.accountant,
-            "event": accounting.event_to_json(self.ledger.event()),
-            "epsilon": None if shuffle else computed,
-            "delta": delta,
-            "delta_rule": delta_rule,
-            "delta_warning": warning,
-            "target_epsilon": self.ledger.target_epsilon,
-            "epsilon_text": ("none proven (--sampling shuffle)" if shuffle else eps_text),
-            "noise_multiplier": plan.noise_multiplier,
-            "noise_calibrated": config.noise_multiplier is None,
-            "noise_source": {"explicit_noise_seed": self.noise.explicit, "note": self.noise.note},
-            "stopped_at_budget": self.stopped_at_budget,
-            "segments": segments,
-            "group_privacy": self._group_privacy(None if shuffle else computed, delta),
-            "guarantee": guarantee,
-            "notes": notes,
-        }
-        if shuffle:
-            out["epsilon_if_poisson"] = computed
-            out["sampling_note"] = SHUFFLE_NOTE
-        return out
+        return PrivacyRecord(
+            **common, private=True, mechanism=mechanism,
+            accountant=self.ledger.accountant,
+            event=accounting.event_to_json(self.ledger.event()),
+            epsilon=None if shuffle else computed,
+            epsilon_if_poisson=computed if shuffle else None,
+            delta=delta, target_epsilon=self.ledger.target_epsilon,
+            clip_norm=config.clip_norm, sensitivity_factor=plan.sensitivity_factor,
+            noise_multipliers=list(plan.sigmas or ()), noise_calibrated=plan.noise_calibrated,
+            stopped_at_budget=self.stopped_at_budget, segments=segments,
+            group_privacy=self._group_privacy(None if shuffle else computed, delta),
+            guarantee=guarantee, notes=notes,
+        )
 
-    def _group_privacy(self, epsilon: float | None, delta: float) -> dict[str, Any]:
-        """The group bound for each canary frequency of the inject manifest (a canary inserted f times is f rows)."""
+    def _group_privacy(self, epsilon: float | None, delta: float) -> list[dict[str, Any]]:
+        """The group bound for each canary frequency of the inject manifest (a canary inserted f times is f rows).
+
+        ``delta`` None with an epsilon: the group delta reaches 1 (no guarantee); epsilon None: nothing proven.
+        """
         rows = []
         for f in _canary_frequencies(self.data.manifest):
             if epsilon is None:
-                rows.append({"frequency": f, "epsilon": None, "delta": None, "text": "none proven"})
+                rows.append({"frequency": f, "epsilon": None, "delta": None, "bound": accounting.GROUP_PRIVACY_BOUND})
                 continue
             eps_f, delta_f = accounting.group_privacy(epsilon, delta, f)
-            vacuous = delta_f >= 1.0
-            rows.append({"frequency": f, "epsilon": eps_f, "delta": None if vacuous else delta_f,
-                         "text": "no guarantee (group delta >= 1)" if vacuous
-                         else f"({format_up(eps_f, 4)}, {format_up(delta_f, 3)})"})
-        return {"bound": accounting.GROUP_PRIVACY_BOUND, "by_frequency": rows}
+            rows.append({"frequency": f, "epsilon": eps_f, "delta": None if delta_f >= 1.0 else delta_f,
+                         "bound": accounting.GROUP_PRIVACY_BOUND})
+        return rows
 
-    def _finish(self, steps: int) -> TrainResult:
-        out = self.out_dir
-        privacy = self._privacy_json(steps)
-        if self.primary:
-            hf_io.save_pretrained(out / "model", jax.device_get(self.params), self.bert_config, self.tokenizer)  # atomic
-            metrics_path = self.ckpt_dir / PARTIAL_METRICS
-            metrics_text = metrics_path.read_text(encoding="utf-8") if metrics_path.is_file() else ""
-            atomic_write_text(out / "metrics.jsonl", metrics_text)
-            atomic_write_json(out / "privacy.json", privacy)
-            outputs = [str(p.relative_to(out).as_posix()) for p in sorted((out / "model").rglob("*")) if p.is_file()]
-            outputs += ["metrics.jsonl", "privacy.json"]
-            rows = [json.loads(line) for line in metrics_text.splitlines() if line.strip()]
-        else:  # this run's rows as computed here (rows before a resume are only in process 0's file)
-            rows = list(self.memory_rows)
-        final_loss = next((r["loss"] for r in reversed(rows) if r.get("loss") is not None), None)
-        eps_rate = next((r["examples_per_s"] for r in reversed(rows) if r.get("examples_per_s") is not None), None)
-        summary = {
+    def _summary(self, steps: int, record: PrivacyRecord, rows: list[dict[str, Any]]) -> dict[str, Any]:
+        del steps
+        return {
             "noise_multiplier": self.plan.noise_multiplier,
             "planned_epsilon": None if self.config.sampling == "shuffle" else self.plan.planned_epsilon,
-            "epsilon_if_poisson": privacy.get("epsilon_if_poisson"),
+            "epsilon_if_poisson": record.epsilon_if_poisson,
             "stopped_at_budget": self.stopped_at_budget,
             "resumed_from_step": self.start_step or None,
-            "telemetry": {"examples_per_s": eps_rate, "note": TELEMETRY_SUMMARY_NOTE},
+            "telemetry": {"examples_per_s": last_value(rows, "examples_per_s"), "note": TELEMETRY_SUMMARY_NOTE},
             "sampling": self.config.sampling,
             "devices": 1 if self.mesh is None else int(self.mesh.devices.size),
             "cpu_runtime_tuning": self.runtime_tuning,
             "checkpoints_kept": bool(self.config.keep_checkpoints),
         }
-        result = TrainResult(out_dir=out, steps=steps, epsilon=privacy["epsilon"], delta=privacy["delta"],
-                             final_loss=final_loss, summary=summary)
+
+    def _finish(self, steps: int) -> TrainResult:
+        out = self.out_dir
+        record = self._privacy_record(steps)
+        if self.primary:
+            hf_io.save_pretrained(out / "model", jax.device_get(self.params), self.bert_config, self.tokenizer)  # atomic
+            rows = self.metrics.publish(out)
+        else:  # this run's rows as computed here (rows before a resume are only in process 0's file)
+            rows = self.metrics.rows()
+        summary = self._summary(steps, record, rows)
+        result = TrainResult(out_dir=out, steps=steps, epsilon=record.epsilon, delta=record.delta,
+                             final_loss=last_value(rows, "loss"), summary=summary)
         if not self.primary:
             return result
-        manifest = build_manifest(
-            schema=TRAIN_SCHEMA,
-            config={"trainer": JaxBertTrainer.name, **self.config.to_public_dict()},
-            seed=self.seed,
-            inputs=self.data.inputs,
-            outputs=file_hashes(out, outputs),
+        finish_run(
+            out, trainer=JaxBertTrainer.name, config=self.config.to_public_dict(), seed=self.seed,
+            inputs=self.data.inputs, record=record,
             extra={"model": self.bert_config.to_hf_dict(), "steps": steps, "summary": summary,
                    "tokenizer_trained_on": "public.jsonl", "private_to_data_owner": True,
                    "noise_seed_note": self.noise.note},
         )
-        write_manifest(out, manifest)
-        if self.config.keep_checkpoints:
-            print(KEPT_CHECKPOINTS_WARNING.format(path=self.ckpt_dir), file=sys.stderr)
-        else:  # the run is complete: the secret noise state has no further use
-            shutil.rmtree(self.ckpt_dir, ignore_errors=True)
+        # The run is complete: the secret noise state has no further use (kept, with a warning, if asked).
+        remove_checkpoints(out, keep=self.config.keep_checkpoints)
         return result
 
     def _finished_result(self, manifest: dict[str, Any]) -> TrainResult:
         """The result of a finished run, read back from its run directory (nothing is trained or written)."""
-        privacy = json.loads((self.out_dir / "privacy.json").read_text(encoding="utf-8"))
+        path = self.out_dir / "privacy.json"
+        try:
+            raw = json.loads(path.read_text(encoding="utf-8"))
+        except (OSError, json.JSONDecodeError) as err:
+            raise UserInputError(f"{path}: unreadable ({err}); use a new --out.") from None
+        record = PrivacyRecord.from_json(raw, where=str(path))
         rows = list(read_jsonl(self.out_dir / "metrics.jsonl"))
-        final_loss = next((r["loss"] for r in reversed(rows) if r.get("loss") is not None), None)
-        return TrainResult(out_dir=self.out_dir, steps=int(manifest["steps"]), epsilon=privacy.get("epsilon"),
-                           delta=privacy.get("delta"), final_loss=final_loss, summary=dict(manifest.get("summary") or {}))
+        return TrainResult(out_dir=self.out_dir, steps=int(manifest["steps"]), epsilon=record.epsilon,
+                           delta=record.delta, final_loss=last_value(rows, "loss"),
+                           summary=dict(manifest.get("summary") or {}))
 
 
 def _shared_noise_source(noise_seed: int | None) -> NoiseSource:
