@@ -35,8 +35,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from dpaudit import accounting
+from dpaudit.accounting.ledger import PrivacyLedger
 from dpaudit.errors import UserInputError
-from dpaudit.privacy_ledger import PrivacyLedger
 
 __all__ = ["PrivacyPlan", "Stage", "constant_noise", "decay_schedule", "new_ledger", "plan_privacy", "truncate_stages"]
 

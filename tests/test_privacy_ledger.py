@@ -10,8 +10,8 @@ import pytest
 from dp_accounting import pld
 
 from dpaudit import accounting as A
+from dpaudit.accounting.ledger import BudgetExceededError, PrivacyLedger
 from dpaudit.errors import UserInputError
-from dpaudit.privacy_ledger import BudgetExceededError, PrivacyLedger
 
 DELTA = 1e-5
 Q, SIGMA = 0.05, 2.0

@@ -5,7 +5,8 @@ here: :mod:`.events` (mechanisms as DpEvents, segments, schedules, sensitivity f
 :mod:`.guarantees` (the default delta and group privacy), :mod:`.serialization` (DpEvents to and
 from JSON), :mod:`.pld` (the fast whole-grid PLD and its caches), :mod:`.epsilon` (epsilon and delta
 by PLD or RDP), :mod:`.tan` (Sander et al.'s eps_TAN) and :mod:`.calibration` (noise, steps and
-batch size for a target). The step-by-step ledger is :mod:`dpaudit.privacy_ledger`.
+batch size for a target), and :mod:`.ledger` (what a run actually spent, step by step, against its
+budget).
 
 A privacy claim is a ``DpEvent`` (never a bare float): the trainers build one per run, ``privacy.json``
 stores it (:func:`event_to_json`), and every epsilon printed anywhere is recomputed from it by
@@ -83,6 +84,7 @@ from dpaudit.accounting.guarantees import (
     delta_warning,
     group_privacy,
 )
+from dpaudit.accounting.ledger import BudgetExceededError, PrivacyLedger  # noqa: E402  (last: it uses the rest)
 from dpaudit.accounting.pld import (
     PLD_DISCRETIZATION,
     PLD_MAX_GRID_POINTS,
@@ -109,6 +111,8 @@ from dpaudit.accounting.tan import (
 )
 
 __all__ = [
+    "BudgetExceededError",
+    "PrivacyLedger",
     "ACCOUNTANTS",
     "Accountant",
     "DEFAULT_DELTA_RULE",

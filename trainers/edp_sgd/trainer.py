@@ -39,10 +39,10 @@ import numpy as np
 import torch
 from tqdm.auto import tqdm
 
+from dpaudit.accounting.ledger import BudgetExceededError, PrivacyLedger
 from dpaudit.errors import UserInputError
 from dpaudit.figures import format_up
 from dpaudit.host_allocator import tune_host_allocator
-from dpaudit.privacy_ledger import BudgetExceededError, PrivacyLedger
 from dpaudit.privacy_plan import decay_schedule, new_ledger, plan_privacy
 from dpaudit.privacy_record import PrivacyRecord
 from dpaudit.secret_rng import NoiseSource

@@ -5,7 +5,7 @@ A checkpoint is a directory ``checkpoints/step_00000100/`` holding
 - ``arrays.safetensors``: every leaf of the ``params`` and optimizer-state pytrees, named by its
   ``jax.tree_util`` key path (``params/['bert']['encoder']...``, ``opt_state/[0].mu[...]``), and
 - ``state.json``: the step, the JAX PRNG key data, the numpy sampling Generator's state, the
-  serialized :class:`~dpaudit.privacy_ledger.PrivacyLedger`, the run's config and identity, and the
+  serialized :class:`~dpaudit.accounting.ledger.PrivacyLedger`, the run's config and identity, and the
   sha256 of ``arrays.safetensors``.
 
 The directory is built under a temporary name and renamed into place, so a kill at any moment

@@ -18,7 +18,6 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from dpaudit.accounting import parse_batch_schedule
-
 from dpaudit.config_types import check_types
 
 Preset = Literal["tiny", "mini", "small", "base", "large"]

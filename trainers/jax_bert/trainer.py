@@ -4,7 +4,7 @@ This is the one place that composes the pieces, each of which lives in its own m
 nothing of the others: the tokenizer and masking (:mod:`.tokenizer`, :mod:`.data`), the Flax model
 (:mod:`.model`), Poisson sampling and micro-step packing (:mod:`.sampling`), the clipped-and-noised
 step (:mod:`.dp_step`), the optimizer (:mod:`.optimizer`), data parallelism (:mod:`.parallel`), the
-privacy plan and its ledger (:mod:`dpaudit.privacy_plan`, :mod:`dpaudit.privacy_ledger`), checkpoints
+privacy plan and its ledger (:mod:`dpaudit.privacy_plan`, :mod:`dpaudit.accounting.ledger`), checkpoints
 (:mod:`.checkpoint`) and the Hugging Face export (:mod:`.hf_io`). What every trainer shares lives in the
 core: the plan (:func:`dpaudit.privacy_plan.plan_privacy`, sensitivity factor 1: per-example
 clipping), the ``privacy.json`` record (:class:`dpaudit.privacy_record.PrivacyRecord`) and the run
@@ -62,10 +62,10 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from dpaudit import accounting
+from dpaudit.accounting.ledger import BudgetExceededError, PrivacyLedger
 from dpaudit.errors import UserInputError
 from dpaudit.figures import format_up
 from dpaudit.inject_run import PUBLIC, TRAIN, InjectRun, load_inject_run
-from dpaudit.privacy_ledger import BudgetExceededError, PrivacyLedger
 from dpaudit.privacy_plan import PrivacyPlan, new_ledger, plan_privacy
 from dpaudit.privacy_record import PrivacyRecord
 from dpaudit.rundir import read_jsonl, verify_run_dir

@@ -26,16 +26,10 @@ from typing import Any
 
 from dp_accounting.dp_event import DpEvent, NonPrivateDpEvent
 
-from dpaudit.accounting import (
-    ACCOUNTANTS,
-    Accountant,
-    Segment,
-    epsilon,
-    event_from_json,
-    event_to_json,
-    max_steps,
-    schedule_event,
-)
+from dpaudit.accounting.calibration import max_steps
+from dpaudit.accounting.epsilon import ACCOUNTANTS, Accountant, epsilon
+from dpaudit.accounting.events import Segment, schedule_event
+from dpaudit.accounting.serialization import event_from_json, event_to_json
 from dpaudit.errors import UserInputError
 
 __all__ = ["BudgetExceededError", "PrivacyLedger", "SAMPLING_METHODS", "SCHEMA"]
