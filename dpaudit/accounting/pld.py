@@ -160,7 +160,7 @@ class _VectorizedGaussianPrivacyLoss(plm.GaussianPrivacyLoss):
     ``_inverse_privacy_loss_add/remove`` and ``common.log_a_times_exp_b_plus_c``, transcribed
     operation for operation) over numpy arrays, then hands the cutoffs to dp_accounting's own
     ``mu_upper_cdf``/``mu_lower_log_cdf``. The resulting PLD is bit-identical to
-    ``from_gaussian_mechanism``'s (``tests/test_accounting.py`` compares every probability), 7-15x
+    ``from_gaussian_mechanism``'s (``tests/accounting/test_accounting.py`` compares every probability), 7-15x
     sooner. Anything other than a subsampled add/remove grid goes to the library's own code.
     """
 

@@ -31,7 +31,7 @@ from dpaudit.host_allocator import tune_host_allocator  # noqa: F401  (moved to 
 def unroll_threefry_on_cpu() -> bool:
     """Lowers ``jax.random``'s Threefry-2x32 hash on CPU with JAX's unrolled rule.
 
-    The bits are identical (same hash, same counters; ``tests/test_cpu_runtime.py`` compares them),
+    The bits are identical (same hash, same counters; ``tests/trainers/jax_bert/test_cpu_runtime.py`` compares them),
     so every key, noise draw and resumed run is unchanged; only functions compiled afterwards are
     faster. Returns False, changing nothing, where this JAX version lacks the private hooks.
     """

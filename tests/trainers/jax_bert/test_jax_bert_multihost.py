@@ -17,7 +17,7 @@ from safetensors.numpy import load_file
 
 from trainers.jax_bert.trainer import JaxBertTrainer
 
-REPO_ROOT = Path(__file__).resolve().parents[1]
+REPO_ROOT = Path(__file__).resolve().parents[3]
 TIMEOUT_S = 240
 
 # Each process runs this with the tiny settings of tests/conftest.py (copied literally: the child
