@@ -7,9 +7,8 @@ examples (see :mod:`trainers.jax_bert.sampling`). For each chunk one jitted call
 The scan reuses the same per-example gradient buffers for every micro-step (on CPU, fresh multi-GB
 buffers per micro-step cost more in page faults than the arithmetic), and the running sum is donated
 from call to call. After the last chunk, one jitted *finish* adds ``N(0, noise_std^2 I)`` once
-(``noise_std = noise_multiplier * step.sensitivity``),
-divides by the expected batch size (not the realized one: the realized size is private) and applies
-the optimizer. Nothing here syncs to the host: metrics come back as device scalars.
+(``noise_std = noise_multiplier * step.sensitivity``), divides by the expected batch size (not the
+realized one: the realized size is private) and applies the optimizer. Nothing here syncs to the host: metrics come back as device scalars.
 
 ``noise_std`` and ``expected_batch_size`` are traced, so an increasing batch-size schedule or a new
 noise level never recompiles. The per-example loss is ``loss_fn(params, example) -> (loss, aux)``

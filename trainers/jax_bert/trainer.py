@@ -595,11 +595,12 @@ class _Run:
     def _privacy_record(self, steps: int) -> PrivacyRecord:
         """The run's ``privacy.json``: what ran (the ledger's event and segments) and what it proves."""
         plan, config = self.plan, self.config
-        common: dict[str, Any] = dict(
-            trainer=JaxBertTrainer.name, privacy_unit="example", adjacency="add_remove", sampling=config.sampling,
-            steps=steps, planned_steps=plan.total_steps, dataset_size=plan.dataset_size,
-            randomness=self.noise.note, noise_seed_explicit=self.noise.explicit,
-        )
+        common: dict[str, Any] = {
+            "trainer": JaxBertTrainer.name, "privacy_unit": "example", "adjacency": "add_remove",
+            "sampling": config.sampling, "steps": steps, "planned_steps": plan.total_steps,
+            "dataset_size": plan.dataset_size, "randomness": self.noise.note,
+            "noise_seed_explicit": self.noise.explicit,
+        }
         if not plan.private:
             return PrivacyRecord(
                 **common, private=False,

@@ -109,7 +109,7 @@ def test_checkpoints_are_deleted_unless_kept_and_the_noise_seed_is_never_release
 def test_kept_checkpoints_are_warned_about(data_dir, tmp_path, tiny_config, capsys):
     JaxBertTrainer().train(data_dir, tmp_path / "run", tiny_config(keep_checkpoints=True), seed=SEED)
     err = capsys.readouterr().err
-    assert "--keep-checkpoints" in err and "secret noise" in err
+    assert "--keep-checkpoints" in err and "secret sampling and noise state" in err
     assert (tmp_path / "run" / "checkpoints").is_dir()
 
 
