@@ -23,7 +23,7 @@ import functools
 import hashlib
 import json
 import os
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -252,3 +252,21 @@ def load_inject_run(path: str | os.PathLike[str]) -> InjectRun:
             "rerun dpaudit inject."
         )
     return InjectRun(path=path, manifest=manifest)
+
+
+def canary_frequencies(manifest: Mapping[str, Any]) -> tuple[int, ...]:
+    """The insertion counts (> 0) of an inject manifest's canaries, sorted; () if it names none.
+
+    A canary inserted f times is f rows: trainers state the group-privacy bound for each of these.
+    """
+    by_frequency = (manifest.get("counts") or {}).get("canaries_by_frequency") or {}
+    found = set()
+    for key in by_frequency:
+        try:
+            found.add(int(key))
+        except (TypeError, ValueError):
+            continue
+    if not found:
+        schedule = (manifest.get("config") or {}).get("schedule") or {}
+        found = {f for f in schedule.get("frequencies") or [] if isinstance(f, int)}
+    return tuple(sorted(f for f in found if f > 0))

@@ -18,12 +18,13 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from dpaudit.errors import UserInputError
 
-__all__ = ["PRIVATE_FILES", "PrivacyRecord", "RELEASED_FILES", "SCHEMA", "group_privacy_text"]
+__all__ = ["PRIVATE_FILES", "PrivacyRecord", "RELEASED_FILES", "SCHEMA", "group_privacy_rows", "group_privacy_text"]
 
 SCHEMA = "dpaudit.privacy/2"
 Sampling = Literal["poisson", "shuffle", "without_replacement"]
@@ -186,3 +187,22 @@ def group_privacy_text(row: dict[str, Any]) -> str:
     if row.get("delta") is None:
         return "no guarantee (group delta >= 1)"
     return f"({format_up(row['epsilon'], 4)}, {format_up(row['delta'], 3)})"
+
+
+def group_privacy_rows(epsilon: float | None, delta: float | None, frequencies: Sequence[int]) -> list[dict[str, Any]]:
+    """The group bound for each canary frequency f: ``{"frequency", "epsilon", "delta", "bound"}``.
+
+    A canary inserted f times is f rows, covered only by group privacy. ``delta`` is None with an
+    epsilon when the group delta reaches 1 (no guarantee); epsilon None when nothing is proven.
+    """
+    from dpaudit import accounting  # dp_accounting is heavy: only when asked
+
+    rows = []
+    for f in frequencies:
+        if epsilon is None or delta is None:
+            rows.append({"frequency": f, "epsilon": None, "delta": None, "bound": accounting.GROUP_PRIVACY_BOUND})
+            continue
+        eps_f, delta_f = accounting.group_privacy(epsilon, delta, f)
+        rows.append({"frequency": f, "epsilon": eps_f, "delta": None if delta_f >= 1.0 else delta_f,
+                     "bound": accounting.GROUP_PRIVACY_BOUND})
+    return rows

@@ -8,7 +8,7 @@ mechanism is, and adds what is specific to eDP-SGD:
   multiplier, i.e. sensitivity C. With micro-batch clipping one example moves a clipped micro-batch
   gradient by up to 2C (McMahan et al. 2018; TF Privacy ``used_microbatching``), so that figure is
   NOT proven; it is stated next to the proven one so the user sees the difference.
-- :func:`group_privacy`: a canary inserted f times is f rows; the per-row guarantee covers it only
+- group privacy (:func:`dpaudit.privacy_record.group_privacy_rows`): a canary inserted f times is f rows; the per-row guarantee covers it only
   through the group bound (Dwork & Roth 2014, Thm 2.2), stated for each frequency of the inject
   manifest.
 
@@ -25,10 +25,10 @@ from typing import Any
 from dpaudit import accounting
 from dpaudit.figures import format_up
 from dpaudit.privacy_plan import PrivacyPlan
-from dpaudit.privacy_record import PrivacyRecord
+from dpaudit.privacy_record import PrivacyRecord, group_privacy_rows
 from dpaudit.secret_rng import NoiseSource
 
-__all__ = ["build_record", "canary_frequencies", "group_privacy", "paper_claim"]
+__all__ = ["build_record", "paper_claim"]
 
 TRAINER = "edp-sgd"
 PAPER_ASSUMPTION = (
@@ -49,34 +49,6 @@ def paper_claim(plan: PrivacyPlan, steps: int) -> dict[str, Any]:
         "assumption": PAPER_ASSUMPTION if plan.sensitivity_factor > 1 else PAPER_EQUAL,
         "event": accounting.event_to_json(event),
     }
-
-
-def canary_frequencies(manifest: Mapping[str, Any]) -> tuple[int, ...]:
-    """The insertion counts (> 0) of the inject manifest's canaries, sorted; () if it names none."""
-    by_frequency = (manifest.get("counts") or {}).get("canaries_by_frequency") or {}
-    found = set()
-    for key in by_frequency:
-        try:
-            found.add(int(key))
-        except (TypeError, ValueError):
-            continue
-    if not found:
-        schedule = (manifest.get("config") or {}).get("schedule") or {}
-        found = {f for f in schedule.get("frequencies") or [] if isinstance(f, int)}
-    return tuple(sorted(f for f in found if f > 0))
-
-
-def group_privacy(epsilon: float | None, delta: float | None, frequencies: Sequence[int]) -> list[dict[str, Any]]:
-    """The group bound for each canary frequency f (``delta`` None when the bound is vacuous, delta >= 1)."""
-    rows = []
-    for f in frequencies:
-        if epsilon is None or delta is None:
-            rows.append({"frequency": f, "epsilon": None, "delta": None, "bound": accounting.GROUP_PRIVACY_BOUND})
-            continue
-        eps_f, delta_f = accounting.group_privacy(epsilon, delta, f)
-        rows.append({"frequency": f, "epsilon": eps_f, "delta": None if delta_f >= 1.0 else delta_f,
-                     "bound": accounting.GROUP_PRIVACY_BOUND})
-    return rows
 
 
 def build_record(
@@ -101,7 +73,7 @@ def build_record(
             mechanism="non-private training (--mode sgd): no clipping, no noise.",
             guarantee="none: non-private training (no clipping, no noise); epsilon = inf.",
             randomness=noise_source.note, noise_seed_explicit=noise_source.explicit,
-            group_privacy=group_privacy(None, None, frequencies), details=details,
+            group_privacy=group_privacy_rows(None, None, frequencies), details=details,
             notes=["non-private run: no guarantee for any file."])
     epsilon = float(ledger.epsilon()) if ledger.steps else 0.0
     delta = float(ledger.delta)
@@ -132,6 +104,6 @@ def build_record(
         noise_calibrated=plan.noise_calibrated, steps=steps, planned_steps=plan.total_steps,
         dataset_size=plan.dataset_size, stopped_at_budget=stopped_at_budget,
         segments=[s.to_json() for s in ledger.segments], randomness=noise_source.note,
-        noise_seed_explicit=noise_source.explicit, group_privacy=group_privacy(epsilon, delta, frequencies),
+        noise_seed_explicit=noise_source.explicit, group_privacy=group_privacy_rows(epsilon, delta, frequencies),
         paper_claim=paper_claim(plan, steps), unaccounted_releases=list(unaccounted_releases), guarantee=guarantee,
         notes=notes, details=details)

@@ -43,6 +43,7 @@ from dpaudit.accounting.ledger import BudgetExceededError, PrivacyLedger
 from dpaudit.errors import UserInputError
 from dpaudit.figures import format_up
 from dpaudit.host_allocator import tune_host_allocator
+from dpaudit.inject_run import canary_frequencies
 from dpaudit.privacy_plan import decay_schedule, new_ledger, plan_privacy
 from dpaudit.privacy_record import PrivacyRecord
 from dpaudit.secret_rng import NoiseSource
@@ -447,7 +448,7 @@ class _Run:
         return privacy.build_record(
             plan=self.plan, steps=steps, mode=config.mode, ledger=self.ledger, clipper=self.clipper,
             noise_source=self.noise_source, stopped_at_budget=self.stopped_at_budget,
-            micro_batches=config.micro_batches, frequencies=privacy.canary_frequencies(self.data.manifest),
+            micro_batches=config.micro_batches, frequencies=canary_frequencies(self.data.manifest),
             unaccounted_releases=unaccounted, details=details)
 
     def _finish(self, steps: int) -> TrainResult:

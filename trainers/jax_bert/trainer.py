@@ -65,9 +65,15 @@ from dpaudit import accounting
 from dpaudit.accounting.ledger import BudgetExceededError, PrivacyLedger
 from dpaudit.errors import UserInputError
 from dpaudit.figures import format_up
-from dpaudit.inject_run import PUBLIC, TRAIN, InjectRun, load_inject_run
+from dpaudit.inject_run import (
+    PUBLIC,
+    TRAIN,
+    InjectRun,
+    canary_frequencies,
+    load_inject_run,
+)
 from dpaudit.privacy_plan import PrivacyPlan, new_ledger, plan_privacy
-from dpaudit.privacy_record import PrivacyRecord
+from dpaudit.privacy_record import PrivacyRecord, group_privacy_rows
 from dpaudit.rundir import read_jsonl, verify_run_dir
 from dpaudit.secret_rng import NoiseSource
 from dpaudit.tokenizer import special_token_ids, train_wordpiece
@@ -154,21 +160,6 @@ def load_inject_dir(data_dir: Path) -> InjectRun:
     if not data.public_texts:
         raise UserInputError(f"{data_dir / PUBLIC} is empty; the tokenizer is trained on it only (rerun inject with a public split).")
     return data
-
-
-def _canary_frequencies(manifest: dict[str, Any]) -> tuple[int, ...]:
-    """The insertion counts (> 0) of the inject manifest's canaries, sorted; () if it names none."""
-    by_frequency = (manifest.get("counts") or {}).get("canaries_by_frequency") or {}
-    found = set()
-    for key in by_frequency:
-        try:
-            found.add(int(key))
-        except (TypeError, ValueError):
-            continue
-    if not found:
-        schedule = (manifest.get("config") or {}).get("schedule") or {}
-        found = {f for f in schedule.get("frequencies") or [] if isinstance(f, int)}
-    return tuple(sorted(f for f in found if f > 0))
 
 
 def plan_run_privacy(config: JaxBertConfig, dataset_size: int) -> PrivacyPlan:
@@ -647,24 +638,9 @@ class _Run:
             clip_norm=config.clip_norm, sensitivity_factor=plan.sensitivity_factor,
             noise_multipliers=list(plan.sigmas or ()), noise_calibrated=plan.noise_calibrated,
             stopped_at_budget=self.stopped_at_budget, segments=segments,
-            group_privacy=self._group_privacy(None if shuffle else computed, delta),
+            group_privacy=group_privacy_rows(None if shuffle else computed, delta, canary_frequencies(self.data.manifest)),
             guarantee=guarantee, notes=notes,
         )
-
-    def _group_privacy(self, epsilon: float | None, delta: float) -> list[dict[str, Any]]:
-        """The group bound for each canary frequency of the inject manifest (a canary inserted f times is f rows).
-
-        ``delta`` None with an epsilon: the group delta reaches 1 (no guarantee); epsilon None: nothing proven.
-        """
-        rows = []
-        for f in _canary_frequencies(self.data.manifest):
-            if epsilon is None:
-                rows.append({"frequency": f, "epsilon": None, "delta": None, "bound": accounting.GROUP_PRIVACY_BOUND})
-                continue
-            eps_f, delta_f = accounting.group_privacy(epsilon, delta, f)
-            rows.append({"frequency": f, "epsilon": eps_f, "delta": None if delta_f >= 1.0 else delta_f,
-                         "bound": accounting.GROUP_PRIVACY_BOUND})
-        return rows
 
     def _summary(self, steps: int, record: PrivacyRecord, rows: list[dict[str, Any]]) -> dict[str, Any]:
         del steps
