@@ -35,10 +35,10 @@ from dpaudit.errors import UserInputError
 __all__ = ["BudgetExceededError", "PrivacyLedger", "SAMPLING_METHODS", "SCHEMA"]
 
 SCHEMA = "dpaudit.privacy_ledger/1"
-#: "poisson": what the accountant assumes. "fixed_size": shuffled fixed-size batches, accounted AS IF
+#: "poisson": what the accountant assumes. "shuffle": shuffled fixed-size batches, accounted AS IF
 #: Poisson (q = batch / N) and labelled so in every report (the honest-accounting rules).
-SAMPLING_METHODS = ("poisson", "fixed_size")
-_FIXED_SIZE_NOTE = ("batches were fixed-size and shuffled; the epsilon assumes Poisson sampling with q = batch / N, "
+SAMPLING_METHODS = ("poisson", "shuffle")
+_SHUFFLE_NOTE = ("batches were fixed-size and shuffled; the epsilon assumes Poisson sampling with q = batch / N, "
                     "which these batches do not satisfy")
 
 Mechanism = tuple[float, float]
@@ -72,7 +72,8 @@ class PrivacyLedger:
         module docstring).
       accountant: "pld" (default) or "rdp": the accountant of record.
       privacy_unit: what one neighbouring dataset adds or removes ("example", "user", ...).
-      sampling: "poisson" or "fixed_size" (accounted as Poisson, and labelled so).
+      sampling: "poisson" or "shuffle" (accounted as Poisson, and labelled so). (Sampling without
+        replacement is a different mechanism, accounted by :func:`dpaudit.accounting.fixed_size_event`.)
     """
 
     def __init__(self, *, delta: float, target_epsilon: float | None, accountant: Accountant = "pld",
@@ -117,7 +118,7 @@ class PrivacyLedger:
     @property
     def sampling_note(self) -> str | None:
         """The caveat every report must print with the epsilon, or None."""
-        return _FIXED_SIZE_NOTE if self.sampling == "fixed_size" else None
+        return _SHUFFLE_NOTE if self.sampling == "shuffle" else None
 
     def event(self) -> DpEvent:
         """The DpEvent of what was recorded (``NonPrivateDpEvent`` for a non-private run)."""

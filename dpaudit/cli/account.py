@@ -159,12 +159,7 @@ def _fmt_int(n: int | float) -> str:
 def account(**options: Any) -> None:
     """Compute epsilon for a DP-SGD run, calibrate sigma for a target epsilon, or find the most steps / largest
     batch within a budget. Poisson sampling and add/remove-one adjacency unless --fixed-size."""
-    from dpaudit.cli import UserError
-
-    try:
-        result = _run(**options)
-    except UserInputError as err:
-        raise UserError(str(err)) from None
+    result = _run(**options)  # a UserInputError becomes one line and exit 2 in the command group
     if options["as_json"]:
         click.echo(json.dumps(result, indent=2, sort_keys=True))
     else:
@@ -288,7 +283,7 @@ def _run(*, dataset_size, batch_size, sampling_probability, steps, epochs, noise
     epsilons = {name: A.epsilon(event, delta, name) for name in accountants}
     result: dict[str, Any] = {
         "schema": "dpaudit.account/1",
-        "sampling": "fixed_size" if fixed_size else "poisson",
+        "sampling": "without_replacement" if fixed_size else "poisson",
         "adjacency": "replace one example" if fixed_size else "add/remove one example",
         "dataset_size": n,
         "delta": delta,

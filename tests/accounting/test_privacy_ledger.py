@@ -90,14 +90,14 @@ def test_off_plan_step_is_checked_exactly():
 
 
 def test_json_round_trip_resumes_the_run():
-    ledger = PrivacyLedger(delta=DELTA, target_epsilon=1.5, privacy_unit="utterance", sampling="fixed_size")
+    ledger = PrivacyLedger(delta=DELTA, target_epsilon=1.5, privacy_unit="utterance", sampling="shuffle")
     ledger.plan([A.Segment(steps=40, sampling_probability=Q, noise_multiplier=SIGMA)])
     ledger.record(sampling_probability=Q, noise_multiplier=SIGMA, steps=25)
     saved = json.loads(json.dumps(ledger.to_json()))
     resumed = PrivacyLedger.from_json(saved)
     assert resumed.segments == ledger.segments and resumed.steps == 25
     assert resumed.epsilon() == ledger.epsilon()
-    assert resumed.privacy_unit == "utterance" and resumed.sampling == "fixed_size"
+    assert resumed.privacy_unit == "utterance" and resumed.sampling == "shuffle"
     calls = resumed.accountant_calls
     resumed.record(sampling_probability=Q, noise_multiplier=SIGMA, steps=15)  # still inside the saved plan
     assert resumed.accountant_calls == calls
@@ -138,7 +138,7 @@ def test_rdp_ledger_and_remaining_steps():
     (dict(delta=0.0, target_epsilon=1.0), "delta must be in"),
     (dict(delta=1e-5, target_epsilon=-1.0), "target_epsilon must be"),
     (dict(delta=1e-5, target_epsilon=1.0, accountant="gdp"), "accountant must be one of"),
-    (dict(delta=1e-5, target_epsilon=1.0, sampling="shuffle"), "sampling must be one of"),
+    (dict(delta=1e-5, target_epsilon=1.0, sampling="fixed_size"), "sampling must be one of"),
 ])
 def test_ledger_validation(kwargs, message):
     with pytest.raises(ValueError, match=message):

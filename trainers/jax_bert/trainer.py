@@ -177,8 +177,8 @@ def plan_run_privacy(config: JaxBertConfig, dataset_size: int) -> PrivacyPlan:
 
 
 def ledger_sampling(config: JaxBertConfig) -> str:
-    """The ledger's sampling label: ``poisson``, or ``fixed_size`` for ``--sampling shuffle``."""
-    return "poisson" if config.sampling == "poisson" else "fixed_size"
+    """The ledger's sampling label: ``poisson`` or ``shuffle``."""
+    return "poisson" if config.sampling == "poisson" else "shuffle"
 
 
 # ----------------------------------------------------------------------------------------------
