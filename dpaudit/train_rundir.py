@@ -16,6 +16,7 @@ is the same for every trainer and lives here, so the attack stage and the report
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import sys
 from collections.abc import Iterable, Mapping
@@ -40,6 +41,8 @@ __all__ = [
     "MetricsLog",
     "TRAIN_SCHEMA",
     "check_out_dir",
+    "list_checkpoints",
+    "step_dir_name",
     "check_resume",
     "finish_run",
     "remove_checkpoints",
@@ -47,11 +50,36 @@ __all__ = [
 
 TRAIN_SCHEMA = "dpaudit.train/1"
 CHECKPOINT_DIR = "checkpoints"
+CHECKPOINT_ARRAYS = "arrays.safetensors"  # a checkpoint's tensors (safetensors: never pickle)
+CHECKPOINT_STATE = "state.json"  # a checkpoint's JSON state (ledger, secret noise state, config)
+_STEP_DIR = re.compile(r"^step_(\d{8})$")
 PARTIAL_METRICS = "metrics.partial.jsonl"  # inside checkpoints/: kept on failure like the checkpoints
 KEEP_CHECKPOINTS_WARNING = (
     "warning: --keep-checkpoints: {path} holds the secret sampling and noise state of this run; anyone "
     "who reads it can undo the noise. Keep it with the training data, never publish it."
 )
+
+
+def step_dir_name(step: int) -> str:
+    """The folder of checkpoint ``step`` inside ``checkpoints/`` (zero-padded so names sort by step)."""
+    return f"step_{step:08d}"
+
+
+def list_checkpoints(directory: str | os.PathLike[str]) -> list[tuple[int, Path]]:
+    """Complete checkpoints in ``directory`` as ``(step, path)``, oldest first.
+
+    A checkpoint is complete when both its arrays and its state file exist; every trainer writes it
+    under a temporary name and renames it into place, so a killed write is never listed.
+    """
+    directory = Path(directory)
+    if not directory.is_dir():
+        return []
+    found = []
+    for child in directory.iterdir():
+        match = _STEP_DIR.match(child.name)
+        if match and (child / CHECKPOINT_STATE).is_file() and (child / CHECKPOINT_ARRAYS).is_file():
+            found.append((int(match.group(1)), child))
+    return sorted(found)
 
 
 def check_out_dir(out: Path, *, trainer: str, resumable: bool) -> None:

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tempfile
 from pathlib import Path
@@ -23,29 +22,23 @@ from safetensors.torch import load_file, save_file
 
 from dpaudit.errors import UserInputError
 from dpaudit.rundir import replace_directory, sha256_file
+from dpaudit.train_rundir import (
+    CHECKPOINT_ARRAYS,
+    CHECKPOINT_STATE,
+    list_checkpoints,
+    step_dir_name,
+)
 
-ARRAYS_NAME = "arrays.safetensors"
-STATE_NAME = "state.json"
-_STEP_DIR = re.compile(r"^step_(\d{8})$")
+ARRAYS_NAME = CHECKPOINT_ARRAYS
+STATE_NAME = CHECKPOINT_STATE
 
-
-def list_checkpoints(directory: Path) -> list[tuple[int, Path]]:
-    """Complete checkpoints as (step, path), oldest first."""
-    if not directory.is_dir():
-        return []
-    found = []
-    for child in directory.iterdir():
-        match = _STEP_DIR.match(child.name)
-        if match and (child / STATE_NAME).is_file() and (child / ARRAYS_NAME).is_file():
-            found.append((int(match.group(1)), child))
-    return sorted(found)
 
 
 def save_checkpoint(directory: Path, *, step: int, names: list[str], params: list[torch.Tensor],
                     optimizer: torch.optim.Optimizer, state: dict[str, Any], keep: int = 2) -> Path:
     """Write checkpoint ``step`` atomically and keep only the newest ``keep``."""
     directory.mkdir(parents=True, exist_ok=True)
-    final = directory / f"step_{step:08d}"
+    final = directory / step_dir_name(step)
     staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=directory))
     try:
         arrays = {f"params/{n}": p.detach().cpu().contiguous() for n, p in zip(names, params)}

@@ -19,7 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import re
 import shutil
 import tempfile
 from dataclasses import dataclass
@@ -33,10 +32,15 @@ from safetensors.numpy import load_file, save_file
 
 from dpaudit.errors import UserInputError
 from dpaudit.rundir import DIR_MODE, FILE_MODE, replace_directory, sha256_file
+from dpaudit.train_rundir import (
+    CHECKPOINT_ARRAYS,
+    CHECKPOINT_STATE,
+    list_checkpoints,
+    step_dir_name,
+)
 
-ARRAYS_NAME = "arrays.safetensors"
-STATE_NAME = "state.json"
-_STEP_DIR = re.compile(r"^step_(\d{8})$")
+ARRAYS_NAME = CHECKPOINT_ARRAYS
+STATE_NAME = CHECKPOINT_STATE
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -79,21 +83,6 @@ def unflatten_like(template: Any, arrays: dict[str, np.ndarray], prefix: str, *,
     return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
-def step_dir_name(step: int) -> str:
-    return f"step_{step:08d}"
-
-
-def list_checkpoints(directory: str | os.PathLike[str]) -> list[tuple[int, Path]]:
-    """Complete checkpoints in ``directory`` as ``(step, path)``, oldest first."""
-    directory = Path(directory)
-    if not directory.is_dir():
-        return []
-    found = []
-    for child in directory.iterdir():
-        match = _STEP_DIR.match(child.name)
-        if match and (child / STATE_NAME).is_file() and (child / ARRAYS_NAME).is_file():
-            found.append((int(match.group(1)), child))
-    return sorted(found)
 
 
 def save_checkpoint(
