@@ -29,6 +29,7 @@ import os
 import shutil
 import sys
 import tempfile
+import time
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
@@ -204,11 +205,18 @@ def lock_path(out: str | os.PathLike[str]) -> Path:
 _HELD: dict[Path, int] = {}
 
 
-def _read_holder(fd: int) -> str:
-    try:
-        text = os.pread(fd, 400, 0).decode("utf-8", "replace").split(maxsplit=2)
-    except OSError:
-        text = []
+def _read_holder(fd: int, *, wait_s: float = 1.0) -> str:
+    """Who holds the lock, from the file's text. A holder writes it just after ``flock``: an empty file
+    means it is in between, so read again for up to ``wait_s`` before calling it unknown."""
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            text = os.pread(fd, 400, 0).decode("utf-8", "replace").split(maxsplit=2)
+        except OSError:
+            text = []
+        if text or time.monotonic() >= deadline:
+            break
+        time.sleep(0.02)
     if not text:
         return "pid unknown (it is starting up)"
     return f"pid {text[0]}" + (f" on {text[1]}" if len(text) > 1 else "") + (f", dpaudit {text[2].strip()}" if len(text) > 2 else "")
