@@ -77,7 +77,7 @@ class OpacusStep:
         from opacus import GradSampleModule
         from opacus.optimizers import DPOptimizer
 
-        from trainers.edp_sgd.model import per_example_losses
+        from trainers.torch_common.model import per_example_losses
 
         model = copy.deepcopy(run.model).train()  # Opacus captures activations only in training mode ...
         for module in model.modules():  # ... and the trainer trains without dropout: make train() the same

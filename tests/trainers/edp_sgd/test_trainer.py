@@ -17,7 +17,7 @@ from dpaudit.cli import cli
 from dpaudit.errors import UserInputError
 from dpaudit.figures import format_up
 from dpaudit.rundir import verify_run_dir
-from trainers.edp_sgd import checkpoint as ckpt
+from trainers.torch_common import checkpoint as ckpt
 from trainers.edp_sgd.trainer import EdpSgdTrainer
 
 SECRET_SEED = 987654321123
