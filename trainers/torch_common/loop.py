@@ -72,23 +72,54 @@ def _seeded(seed: int, stream: int, step: int) -> torch.Generator:
     return torch.Generator().manual_seed(sampling.derived_seed(seed, stream, step))
 
 
-class _Run:
-    """One invocation: set up (or resume), loop, finish. Not reusable."""
+class TorchRun:
+    """One invocation: set up (or resume), loop, finish. Not reusable; a trainer subclasses it with its mechanism."""
 
-    def __init__(self, data_dir: Path, out_dir: Path, config: EdpSgdConfig, *, seed: int) -> None:
+    #: The registered trainer name (run directories, checkpoints, progress bar).
+    trainer_name: ClassVar[str] = ""
+    #: Set by :meth:`_setup_mechanism`: the clipper (``clip_norm``, ``sensitivity``, ``sensitivity_factor``) or None.
+    clipper: Any = None
+
+    def __init__(self, data_dir: Path, out_dir: Path, config: Any, *, seed: int) -> None:
         self.data_dir, self.out_dir, self.config, self.seed = data_dir, out_dir, config, seed
         self.ckpt_dir = out_dir / CHECKPOINT_DIR
+
+    # -- the trainer's mechanism (a subclass supplies these) --------------------------------------
+
+    def _trainable(self) -> tuple[list[str], list[torch.nn.Parameter]]:
+        """Names and tensors the optimizer updates and checkpoints hold (called once the model is built)."""
+        raise NotImplementedError
+
+    def _setup_mechanism(self, n: int) -> None:
+        """Set ``self.clipper`` (it owns the sensitivity) and whatever else the mechanism needs."""
+        raise NotImplementedError
+
+    def aggregate(self, step: int, indices: np.ndarray) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The summed, clipped and noised gradient (aligned with ``self.params``) of the batch ``indices``
+        over all processes, and [loss sum, correct sum, clipped units, units clipped] telemetry."""
+        raise NotImplementedError
+
+    def _privacy_record(self, steps: int) -> PrivacyRecord:
+        raise NotImplementedError
+
+    def _extra_state(self) -> dict[str, Any]:
+        """JSON fields of the mechanism saved in each checkpoint (read back through ``self.resume_state``)."""
+        return {}
+
+    def _manifest_extra(self) -> dict[str, Any]:
+        """Fields of the mechanism added to the (private) manifest.json."""
+        return {}
 
     # -- setup -------------------------------------------------------------------------------
 
     def _identity(self) -> dict[str, Any]:
-        return {"trainer": EdpSgdTrainer.name, "config": self.config.to_dict(), "seed": self.seed,
+        return {"trainer": self.trainer_name, "config": self.config.to_dict(), "seed": self.seed,
                 "data": self.data.identity, "world_size": self.world.size}
 
     def _check_resume(self, state: dict[str, Any], path: Path) -> None:
         """The core checks (trainer, settings, seed, data), then this trainer's: processes and --noise-seed."""
         stored = state.get("identity", {})
-        check_resume(out=self.out_dir, checkpoint=path, trainer=EdpSgdTrainer.name, stored=stored,
+        check_resume(out=self.out_dir, checkpoint=path, trainer=self.trainer_name, stored=stored,
                      current=self._identity())
         if stored.get("world_size") != self.world.size:
             raise UserInputError(f"--out {self.out_dir} was trained by {stored.get('world_size')} processes, not "
@@ -103,7 +134,7 @@ class _Run:
         self.allocator_tuned = tune_host_allocator() if not torch.cuda.is_available() else False
         self.world = distributed.init_world()
         found = ckpt.list_checkpoints(self.ckpt_dir)
-        check_out_dir(self.out_dir, trainer=EdpSgdTrainer.name, resumable=bool(found))
+        check_out_dir(self.out_dir, trainer=self.trainer_name, resumable=bool(found))
         self.data = data_mod.load_inject_dir(self.data_dir, task=config.task)
         self.resume_state = ckpt.read_state(found[-1][1]) if found else None
         self.resume_path = found[-1][1] if found else None
@@ -141,7 +172,7 @@ class _Run:
                 self.labels[name] = torch.from_numpy(ids)
         self.n_predictions = data_mod.max_predictions(config.max_length, config.mask_prob)
 
-        self.names, self.params = trainable(self.model)
+        self.names, self.params = self._trainable()
         self.optimizer = torch.optim.AdamW(self.params, lr=config.learning_rate, weight_decay=config.weight_decay,
                                            foreach=True)
         n = len(self.data.train.texts)
@@ -233,7 +264,7 @@ class _Run:
             "noise_seed": str(self.noise_source.seed),  # secret: checkpoints only
             "noise_explicit": self.noise_source.explicit,
             "ledger": self.ledger.to_json() if self.ledger is not None else None,
-            "layer_clip_norms": self.layer_norms,
+            **self._extra_state(),
             "stopped_at_budget": self.stopped_at_budget,
         }
 
@@ -261,7 +292,7 @@ class _Run:
         step = self.start_step
         eps_text = "inf" if self.ledger is None else f"<={format_up(plan.planned_epsilon)}"  # rounded up, never down
         acc_text = "?"
-        bar = tqdm(total=total, initial=step, desc=f"edp-sgd {config.mode}", unit="step", file=sys.stderr,
+        bar = tqdm(total=total, initial=step, desc=f"{self.trainer_name} {config.mode}", unit="step", file=sys.stderr,
                    dynamic_ncols=True, leave=False, disable=not self.world.primary)
         epoch_start = time.perf_counter()
         epoch_steps_timed = 0
@@ -318,7 +349,7 @@ class _Run:
         }
         rows: list[dict[str, Any]] = []
         if self.world.primary:
-            from trainers.edp_sgd.hf_export import save_hf
+            from trainers.torch_common.hf_export import save_hf
 
             save_hf(out / "model", self.model, self.tokenizer)
             rows = self.metrics.publish(out)
@@ -328,9 +359,8 @@ class _Run:
             summary.update({k: final_eval[k] for k in ("eval_accuracy", "mlm_accuracy") if k in final_eval})
             extra = {"model": self.model.config.to_dict(), "steps": steps, "summary": summary,
                      "tokenizer": self.tokenizer_source}
-            if self.layer_norms is not None:  # private to the data owner when computed on train.jsonl
-                extra["layer_clip_norms"] = dict(zip(self.group_names, self.layer_norms))
-            finish_run(out, trainer=EdpSgdTrainer.name, config=self.config.to_dict(), seed=self.seed,
+            extra.update(self._manifest_extra())
+            finish_run(out, trainer=self.trainer_name, config=self.config.to_dict(), seed=self.seed,
                        inputs=self.data.inputs, record=record, extra=extra)
             remove_checkpoints(out, keep=self.config.keep_checkpoints)
         distributed.barrier(self.world)
