@@ -52,9 +52,9 @@ def random_carriers(shape: tuple[int, int], rank: int, generator: torch.Generato
     """RGP-random: orthonormal L (p x r) and R (r x d) of Gaussian matrices, independent of any data."""
     p, d = shape
     r = min(rank, p, d)
-    left = orthonormal_columns(torch.randn((p, r), generator=generator))
-    right = orthonormal_columns(torch.randn((d, r), generator=generator)).T
-    return left.to(dtype), right.to(dtype).contiguous()
+    left = orthonormal_columns(torch.randn((p, r), generator=generator, dtype=dtype))
+    right = orthonormal_columns(torch.randn((d, r), generator=generator, dtype=dtype)).T
+    return left, right.contiguous()
 
 
 def reconstruct(grad_left: torch.Tensor, grad_right: torch.Tensor, left: torch.Tensor,
