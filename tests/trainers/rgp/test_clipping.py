@@ -134,9 +134,9 @@ def test_per_example_memory_grows_with_rank_not_with_the_weight_size(make_model,
     # classifier is capped at rank 3 (its full rank).
     assert carrier[1] == 4 * sum(w.shape[0] + w.shape[1] for w in Reparametrization(make_model("classify")).matrices)
     assert carrier[2] == 2 * carrier[1] and carrier[4] == 4 * carrier[1] - 4 * (3 + 64)
-    # tiny (width 64) -> mini (width 312): the dense per-example gradient grows ~ width^2 (x 20+),
-    # the carrier gradients ~ width (x ~5).
+    # tiny (2 layers, width 64, ffn 128) -> mini (4 layers, width 312, ffn 1200): the dense per-example
+    # gradient grows like sum p d (x 67), the carrier gradients like sum (p + d) (x 12).
     dense_growth = mini[1][1] / sizes[1][1]
     carrier_growth = mini[1][0] / carrier[1]
-    assert dense_growth > 20 and carrier_growth < 6.5
+    assert dense_growth > 5 * carrier_growth
     assert mini[2][0] * 10 < mini[2][1]  # rank 2 on mini: < 1/10 of a dp-sgd per-example gradient
