@@ -93,7 +93,8 @@ class _Run(TorchRun):
                 if config.random_carriers:
                     left, right = random_carriers(tuple(w.shape), config.rank, gen, dtype=w.dtype)
                 else:
-                    history = w if step < config.warmup_steps else w - w0
+                    # Step 0 always uses W itself: W_0 - W_0 = 0 has no principal subspace.
+                    history = w if step < max(config.warmup_steps, 1) else w - w0
                     left, right = power_method(history, config.rank, config.power_iters, gen)
                 lefts.append(left)
                 rights.append(right)
