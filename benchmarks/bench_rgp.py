@@ -8,8 +8,9 @@ process: set up, ``--warmup`` untimed steps, then ``--steps`` timed steps. Repor
 
 - examples/s: realized examples of the timed steps / their wall time (and / their CPU time of the
   process, which the load of other users inflates less on a shared machine);
-- peak MB: the process's peak resident memory during the timed steps above its resident memory
-  before them (Linux ``/proc/self/status`` VmHWM, reset through ``/proc/self/clear_refs``);
+- peak MB: the process's peak resident memory during the steps (warm-up and timed) above its
+  resident memory once set up (Linux ``/proc/self/status`` VmHWM, reset through
+  ``/proc/self/clear_refs``): per-example gradients, activations, optimizer state;
 - per-example floats: the size of one example's gradient that the method materializes (all trainable
   parameters for DP-SGD; sum over matrices of r (p + d) plus the non-matrix parameters for RGP);
 
@@ -76,13 +77,15 @@ def worker(args: argparse.Namespace) -> int:
             k = len(run.reparam.matrices)
             per_example = sum(min(rank, *w.shape) * sum(w.shape) for w in run.reparam.matrices)
             per_example += sum(p.numel() for p in run.reparam.params[k:])
-        for i in range(args.warmup):
-            run.step(i, run._sample(i))
+        # Measured from the set-up model on: the first step's buffers stay mapped afterwards (the
+        # trainer's allocator tuning), so a later baseline would hide them.
         before = _status("VmRSS")
         try:
             Path("/proc/self/clear_refs").write_text("5")  # reset the peak (VmHWM) to the current RSS
         except OSError:
             pass
+        for i in range(args.warmup):
+            run.step(i, run._sample(i))
         examples, wall, cpu = 0, 0.0, 0.0
         for i in range(args.warmup, args.warmup + args.steps):
             indices = run._sample(i)
