@@ -77,7 +77,7 @@ class OpacusStep:
         from opacus import GradSampleModule
         from opacus.optimizers import DPOptimizer
 
-        from trainers.edp_sgd.model import per_example_losses
+        from trainers.torch_common.model import per_example_losses
 
         model = copy.deepcopy(run.model).train()  # Opacus captures activations only in training mode ...
         for module in model.modules():  # ... and the trainer trains without dropout: make train() the same
@@ -151,7 +151,7 @@ def time_in_fresh_process(args: argparse.Namespace, data: Path, task: str, mode:
 
 def worker(args: argparse.Namespace) -> int:
     """Times one mode on the trainer's batches (keyed by the same noise seed in every worker)."""
-    import trainers.edp_sgd.trainer as trainer_module
+    import trainers.torch_common.loop as trainer_module  # the loop that calls tune_host_allocator
 
     mode = args.worker
     if mode == "opacus":  # the environment an Opacus user gets: glibc defaults

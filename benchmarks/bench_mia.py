@@ -1,18 +1,22 @@
-"""Dupuy et al. 2021, Table 1 in miniature: MIA AUC and accuracy of sgd vs dp-sgd vs edp-sgd on SNIPS.
+"""Dupuy et al. 2021 Table 1 / Yu et al. 2021 Tables 4-5 in miniature: MIA AUC and accuracy of sgd vs dp-sgd vs edp-sgd vs rgp on SNIPS.
 
 Intent classification on SNIPS (read in place from ``--snips DIR``'s ``train.tsv``, never copied):
 ``dpaudit inject`` draws train/heldout/public splits from it (no canaries are needed beyond a few
-controls), the ``edp-sgd`` trainer trains one classifier per mode (``--task classify --mode
-sgd|dp-sgd|edp-sgd``, the private modes at one ``--epsilon``), and ``dpaudit attack`` runs the loss
-and shadow-model membership attacks on each (members = train rows, non-members = heldout rows). The
-table prints, per mode: the accountant's epsilon, heldout accuracy, and MIA AUC [95% CI] with the
-empirical epsilon lower bound. The paper's finding to reproduce: MIA AUC falls toward 0.5 under
-(e)DP-SGD at a small cost in accuracy.
+controls), one classifier is trained per mode — ``sgd``, ``dp-sgd`` and ``edp-sgd`` by the
+``edp-sgd`` trainer (``--task classify --mode ...``), ``rgp`` by the ``rgp`` trainer (Yu et al. 2021),
+the private modes at one ``--epsilon`` — and ``dpaudit attack`` runs the loss and shadow-model
+membership attacks on each (members = train rows, non-members = heldout rows; shadow models are
+trained by the target's trainer). The table prints, per mode: the accountant's epsilon, heldout
+accuracy, and MIA AUC [95% CI] with the empirical epsilon lower bound. The papers' finding to
+reproduce: MIA AUC falls toward 0.5 under (e)DP-SGD and RGP at a small cost in accuracy, and RGP is
+more accurate than DP-SGD at the same epsilon.
 
-If the ``edp-sgd`` trainer is not registered in this install, the script says so and exits 0.
+``--modes`` picks the modes (default: every mode whose trainer is registered in this install; if
+none is, the script says so and exits 0).
 
-Run: python benchmarks/bench_mia.py --snips PATH/TO/snips [--heldout 1000] [--public 2000] [--epsilon 8]
-     [--shadow-models 2] [--out /tmp/bench_mia] [--train-arg --epochs=3 ...]
+Run: python benchmarks/bench_mia.py --snips PATH/TO/snips [--modes sgd,dp-sgd,edp-sgd,rgp] [--heldout 1000]
+     [--public 2000] [--epsilon 8] [--shadow-models 2] [--out /tmp/bench_mia] [--train-arg --epochs=3 ...]
+     [--edp-arg --micro-batches=8 ...] [--rgp-arg --rank=8 ...]
 """
 
 from __future__ import annotations
@@ -23,7 +27,8 @@ import sys
 import time
 from pathlib import Path
 
-MODES = ("sgd", "dp-sgd", "edp-sgd")
+MODES = ("sgd", "dp-sgd", "edp-sgd", "rgp")
+TRAINER_OF = {"sgd": "edp-sgd", "dp-sgd": "edp-sgd", "edp-sgd": "edp-sgd", "rgp": "rgp"}
 
 
 def cli(*args: str) -> str:
@@ -58,14 +63,30 @@ def main() -> int:
     parser.add_argument("--epsilon", type=float, default=8.0, help="Target epsilon of the private modes.")
     parser.add_argument("--shadow-models", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("/tmp/dpaudit_bench_mia"))
-    parser.add_argument("--train-arg", action="append", default=[], help="Extra 'dpaudit train' option (repeatable).")
+    parser.add_argument("--modes", default=None,
+                        help=f"Comma-separated subset of {','.join(MODES)} (default: all whose trainer is registered).")
+    parser.add_argument("--train-arg", action="append", default=[],
+                        help="Extra 'dpaudit train' option of every mode (repeatable), e.g. --train-arg=--epochs=3.")
+    parser.add_argument("--edp-arg", action="append", default=[], help="Extra option of the edp-sgd trainer's modes only.")
+    parser.add_argument("--rgp-arg", action="append", default=[], help="Extra option of the rgp mode only, e.g. --rank=8.")
     args = parser.parse_args()
 
     from dpaudit.trainer_api import available_trainers
 
-    if "edp-sgd" not in available_trainers():
-        print("bench_mia: the edp-sgd trainer is not registered in this install (it lands with issue #7); skipping. "
-              f"Registered trainers: {', '.join(sorted(available_trainers())) or 'none'}.")
+    registered = set(available_trainers())
+    if args.modes is None:
+        modes = [m for m in MODES if TRAINER_OF[m] in registered]
+    else:
+        modes = [m.strip() for m in args.modes.split(",") if m.strip()]
+        unknown = [m for m in modes if m not in MODES]
+        if unknown:
+            raise SystemExit(f"--modes: unknown mode(s) {', '.join(unknown)}; choose from {', '.join(MODES)}.")
+        missing = [m for m in modes if TRAINER_OF[m] not in registered]
+        if missing:
+            raise SystemExit(f"--modes {','.join(missing)}: trainer {TRAINER_OF[missing[0]]} is not registered here.")
+    if not modes:
+        print("bench_mia: neither the edp-sgd nor the rgp trainer is registered in this install; skipping. "
+              f"Registered trainers: {', '.join(sorted(registered)) or 'none'}.")
         return 0
     corpus = args.snips / "train.tsv"
     if not corpus.is_file():
@@ -76,12 +97,14 @@ def main() -> int:
         cli("inject", "--corpus", str(corpus), "--heldout-size", str(args.heldout), "--public-size", str(args.public),
             "--frequencies", "1", "--per-frequency", "4", "--seed", "0", "--out", str(data))
     rows = []
-    for mode in MODES:
+    for mode in modes:
         model = args.out / f"model-{mode}"
         privacy = [] if mode == "sgd" else ["--target-epsilon", str(args.epsilon)]
+        trainer = TRAINER_OF[mode]
+        specific = ["--mode", mode, *args.edp_arg] if trainer == "edp-sgd" else list(args.rgp_arg)
         start = time.perf_counter()
         if not (model / "manifest.json").is_file():
-            cli("train", "--trainer", "edp-sgd", "--task", "classify", "--mode", mode, *privacy, *args.train_arg,
+            cli("train", "--trainer", trainer, "--task", "classify", *specific, *privacy, *args.train_arg,
                 "--seed", "0", "--data", str(data), "--out", str(model))
         train_s = time.perf_counter() - start
         attack = args.out / f"attack-{mode}"

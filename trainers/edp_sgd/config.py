@@ -13,40 +13,21 @@ Settings that change the guarantee (``mode``, ``noise_multiplier``, ``target_eps
 from __future__ import annotations
 
 import dataclasses
-import math
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
 from dpaudit.config_types import check_types, option_name
 from dpaudit.secret_rng import NoiseSource
+from trainers.torch_common.options import DEFAULT_VOCAB_SIZE, Decay, Preset, Task
+from trainers.torch_common.options import check_int as _check_int
+from trainers.torch_common.options import check_real as _check_real
+from trainers.torch_common.options import help_text as _help
 
 Mode = Literal["sgd", "dp-sgd", "edp-sgd"]
-Task = Literal["mlm", "classify"]
-Preset = Literal["tiny", "mini", "small", "base", "large"]
-Decay = Literal["none", "linear", "exp"]
 ScaleFrom = Literal["public", "private"]
 NoiseDraw = Literal["process", "micro-batch"]
 
-#: Tokenizer vocabulary used when ``--vocab-size`` is not given (as jax-bert).
-DEFAULT_VOCAB_SIZE: dict[str, int] = {"tiny": 2000, "mini": 8000, "small": 8000, "base": 30522, "large": 30522}
-
-
-def _help(text: str) -> dict[str, str]:
-    return {"help": text}
-
-
-def _check_int(name: str, value: int, minimum: int) -> None:
-    """A range check; the type was checked by :func:`check_types`."""
-    if value < minimum:
-        raise ValueError(f"{option_name(name)} must be an integer >= {minimum}, got {value!r}.")
-
-
-def _check_real(name: str, value: float, *, low: float, low_open: bool, high: float = math.inf) -> None:
-    """A range check of a number (finite, above ``low``, below ``high``); the type was checked already."""
-    if math.isnan(value) or (value <= low if low_open else value < low) or value >= high or not math.isfinite(value):
-        bound = f"> {low:g}" if low_open else f">= {low:g}"
-        upper = "" if high == math.inf else f" and < {high:g}"
-        raise ValueError(f"{option_name(name)} must be a finite number {bound}{upper}, got {value!r}.")
+__all__ = ["DEFAULT_VOCAB_SIZE", "EdpSgdConfig"]
 
 
 @dataclass(frozen=True, kw_only=True)

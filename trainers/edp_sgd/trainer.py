@@ -1,12 +1,12 @@
 """``dpaudit train --trainer edp-sgd``: sgd, dp-sgd and eDP-SGD fine-tuning of BERT (Dupuy et al. 2021).
 
-The one place that composes the pieces, each in its own module: data and masking (:mod:`.data`, on
-the core inject reader), the model and its per-example losses (:mod:`.model`), Poisson sampling and
-micro-batch assignment (:mod:`.sampling`), clipping with its own sensitivity (:mod:`.clipping`), noise
-(:mod:`.noise`), the privacy plan and ledger (the core's :mod:`dpaudit.privacy_plan`), privacy.json
-(:mod:`.privacy`, filling the core's :class:`~dpaudit.privacy_record.PrivacyRecord`), the run
-directory (the core's :mod:`dpaudit.train_rundir`), processes (:mod:`.distributed`), checkpoints
-(:mod:`.checkpoint`) and the Hugging Face export (:mod:`.hf_export`).
+The one place that composes the pieces: the torch loop shared with the ``rgp`` trainer
+(:mod:`trainers.torch_common.loop`: data and masking, model and per-example losses, Poisson sampling
+and micro-batch assignment, noise, processes, checkpoints and the Hugging Face export are in
+:mod:`trainers.torch_common`), clipping with its own sensitivity (:mod:`.clipping`), the privacy plan
+and ledger (the core's :mod:`dpaudit.privacy_plan`), privacy.json (:mod:`.privacy`, filling the
+core's :class:`~dpaudit.privacy_record.PrivacyRecord`) and the run directory (the core's
+:mod:`dpaudit.train_rundir`).
 
 A run (DESIGN sections 3 and 5):
 
@@ -29,38 +29,16 @@ A run (DESIGN sections 3 and 5):
 from __future__ import annotations
 
 import math
-import shutil
-import sys
-import time
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from dpaudit.accounting.ledger import BudgetExceededError, PrivacyLedger
-from dpaudit.errors import UserInputError
-from dpaudit.figures import format_up
-from dpaudit.host_allocator import tune_host_allocator
 from dpaudit.inject_run import canary_frequencies
-from dpaudit.privacy_plan import decay_schedule, new_ledger, plan_privacy
 from dpaudit.privacy_record import PrivacyRecord
-from dpaudit.secret_rng import NoiseSource
-from dpaudit.tokenizer import train_wordpiece
-from dpaudit.train_rundir import (
-    CHECKPOINT_DIR,
-    MetricsLog,
-    check_out_dir,
-    check_resume,
-    finish_run,
-    last_value,
-    remove_checkpoints,
-)
 from dpaudit.trainer_api import TrainResult
-from trainers.edp_sgd import checkpoint as ckpt
-from trainers.edp_sgd import data as data_mod
-from trainers.edp_sgd import distributed, noise, privacy, sampling
+from trainers.edp_sgd import privacy
 from trainers.edp_sgd.clipping import (
     MicrobatchClipper,
     PerExampleClipper,
@@ -68,20 +46,15 @@ from trainers.edp_sgd.clipping import (
     trainable,
 )
 from trainers.edp_sgd.config import EdpSgdConfig
-from trainers.edp_sgd.model import (
-    build_model,
-    layer_groups,
-    load_model,
-    per_example_losses,
-    special_ids,
-)
+from trainers.torch_common import distributed, noise, sampling
+from trainers.torch_common.loop import _EVAL_STREAM, _MASK_STREAM, TorchRun, _seeded
+from trainers.torch_common.model import layer_groups, per_example_losses
 
 #: The contract suite's run (:meth:`EdpSgdTrainer.tiny_config`): eDP-SGD classification of a 2-layer
 #: BERT on 16-token texts, one epoch of 16-example batches in 4 micro-batches (6 steps).
 TINY_SETTINGS: dict[str, Any] = {"mode": "edp-sgd", "task": "classify", "preset": "tiny", "vocab_size": 300,
                                   "max_length": 16, "epochs": 1, "batch_size": 16, "micro_batches": 4,
                                   "noise_multiplier": 1.0, "eval_examples": 8, "checkpoint_every": 1000}
-_MASK_STREAM, _EVAL_STREAM = 11, 12  # public --seed streams (masking is not part of the mechanism)
 _PROCESS_NOISE_KEY = 1 << 20  # keys of per-process noise draws, apart from micro-batch indices
 
 
@@ -111,110 +84,22 @@ class EdpSgdTrainer:
         return EdpSgdConfig(**{**TINY_SETTINGS, **overrides})
 
 
-def _seeded(seed: int, stream: int, step: int) -> torch.Generator:
-    return torch.Generator().manual_seed(sampling.derived_seed(seed, stream, step))
+class _Run(TorchRun):
+    """One invocation: the shared torch loop (:class:`~trainers.torch_common.loop.TorchRun`) with sgd /
+    dp-sgd / eDP-SGD aggregation."""
 
+    trainer_name: ClassVar[str] = "edp-sgd"
 
-class _Run:
-    """One invocation: set up (or resume), loop, finish. Not reusable."""
+    def _trainable(self) -> tuple[list[str], list[torch.nn.Parameter]]:
+        return trainable(self.model)
 
-    def __init__(self, data_dir: Path, out_dir: Path, config: EdpSgdConfig, *, seed: int) -> None:
-        self.data_dir, self.out_dir, self.config, self.seed = data_dir, out_dir, config, seed
-        self.ckpt_dir = out_dir / CHECKPOINT_DIR
+    def _extra_state(self) -> dict[str, Any]:
+        return {"layer_clip_norms": self.layer_norms}
 
-    # -- setup -------------------------------------------------------------------------------
-
-    def _identity(self) -> dict[str, Any]:
-        return {"trainer": EdpSgdTrainer.name, "config": self.config.to_dict(), "seed": self.seed,
-                "data": self.data.identity, "world_size": self.world.size}
-
-    def _check_resume(self, state: dict[str, Any], path: Path) -> None:
-        """The core checks (trainer, settings, seed, data), then this trainer's: processes and --noise-seed."""
-        stored = state.get("identity", {})
-        check_resume(out=self.out_dir, checkpoint=path, trainer=EdpSgdTrainer.name, stored=stored,
-                     current=self._identity())
-        if stored.get("world_size") != self.world.size:
-            raise UserInputError(f"--out {self.out_dir} was trained by {stored.get('world_size')} processes, not "
-                                 f"{self.world.size}; resume with the same number.")
-        if self.config.noise_seed is not None and int(state["noise_seed"]) != self.config.noise_seed:
-            raise UserInputError(f"--out {self.out_dir} holds a run with a different --noise-seed; use a new --out.")
-
-    def _setup(self) -> None:
-        config = self.config
-        # CPU: keep freed memory mapped so per-step gradient buffers (hundreds of MB of per-example
-        # gradients in dp-sgd) are reused instead of page-faulted in afresh every step (DESIGN section 9).
-        self.allocator_tuned = tune_host_allocator() if not torch.cuda.is_available() else False
-        self.world = distributed.init_world()
-        found = ckpt.list_checkpoints(self.ckpt_dir)
-        check_out_dir(self.out_dir, trainer=EdpSgdTrainer.name, resumable=bool(found))
-        self.data = data_mod.load_inject_dir(self.data_dir, task=config.task)
-        self.resume_state = ckpt.read_state(found[-1][1]) if found else None
-        self.resume_path = found[-1][1] if found else None
-        if self.resume_state is not None:
-            self._check_resume(self.resume_state, self.resume_path)
-
-        # Secret randomness: OS entropy unless --noise-seed; one seed shared by every process.
-        source = NoiseSource.resolve(config.noise_seed)
-        if self.resume_state is not None:
-            source = NoiseSource(seed=int(self.resume_state["noise_seed"]), explicit=bool(self.resume_state["noise_explicit"]))
-        self.noise_source = NoiseSource(seed=distributed.broadcast_seed(source.seed, self.world), explicit=source.explicit)
-
-        # Model and tokenizer.
-        if config.model is not None:
-            self.model, self.tokenizer = load_model(Path(config.model), config.task, label_names=self.data.label_names,
-                                                    seed=self.seed)
-            self.tokenizer_source = f"the tokenizer of --model {config.model}"
-        else:
-            try:
-                self.tokenizer = train_wordpiece(self.data.public.texts, vocab_size=config.resolved_vocab_size)
-            except ValueError as err:
-                raise UserInputError(f"--vocab-size {config.resolved_vocab_size}: {err}") from None
-            self.model = build_model(config.task, preset=config.preset, vocab_size=self.tokenizer.get_vocab_size(),
-                                     max_length=config.max_length, label_names=self.data.label_names, seed=self.seed)
-            self.tokenizer_source = "WordPiece trained on public.jsonl only (never on train.jsonl or the canaries)."
-        self.specials = special_ids(self.tokenizer, where=config.model or "tokenizer")
-        self.vocab_size = int(self.model.config.vocab_size)
-        self.encoded = {name: data_mod.encode(self.tokenizer, split.texts, max_length=config.max_length)
-                        for name, split in (("train", self.data.train), ("heldout", self.data.heldout),
-                                            ("public", self.data.public))}
-        self.labels = {}
-        if config.task == "classify":
-            for name, split in (("train", self.data.train), ("heldout", self.data.heldout), ("public", self.data.public)):
-                ids = data_mod.label_ids(split, self.data.label_names, where=str(self.data_dir / f"{name}.jsonl"))
-                self.labels[name] = torch.from_numpy(ids)
-        self.n_predictions = data_mod.max_predictions(config.max_length, config.mask_prob)
-
-        self.names, self.params = trainable(self.model)
-        self.optimizer = torch.optim.AdamW(self.params, lr=config.learning_rate, weight_decay=config.weight_decay,
-                                           foreach=True)
-        n = len(self.data.train.texts)
-        self._setup_mechanism(n)
-        # One epoch is ceil(N / batch) Poisson-sampled steps; the plan refuses a batch larger than N.
-        self.steps_per_epoch = math.ceil(n / config.batch_size)
-        self.plan = plan_privacy(
-            dataset_size=n, stages=[(self.steps_per_epoch, config.batch_size)] * config.epochs,
-            non_private=not config.private, noise_multiplier=config.noise_multiplier,
-            target_epsilon=config.target_epsilon, delta=config.delta,
-            sensitivity_factor=self.clipper.sensitivity_factor if self.clipper is not None else 1.0,
-            noise_schedule=decay_schedule(config.noise_decay, epochs=config.epochs, rate=config.decay_rate,
-                                          sigma_min=config.sigma_min))
-
-        self.start_step = 0
-        self.ledger: PrivacyLedger | None = None
-        self.metrics = MetricsLog(self.ckpt_dir, writer=self.world.primary)
-        self.stopped_at_budget = False
-        if self.resume_state is None:
-            self.ledger = new_ledger(self.plan) if self.plan.private else None
-        else:
-            state = ckpt.restore_checkpoint(self.resume_path, names=self.names, params=self.params, optimizer=self.optimizer)
-            self.start_step = int(state["step"])
-            self.stopped_at_budget = bool(state.get("stopped_at_budget"))
-            if self.plan.private:
-                self.ledger = PrivacyLedger.from_json(state["ledger"])
-                if self.ledger.steps != self.start_step:
-                    raise UserInputError(f"{self.resume_path}: its ledger holds {self.ledger.steps} steps, not "
-                                         f"{self.start_step}; delete it to resume from an older checkpoint.")
-        distributed.barrier(self.world)
+    def _manifest_extra(self) -> dict[str, Any]:
+        if self.layer_norms is None:
+            return {}
+        return {"layer_clip_norms": dict(zip(self.group_names, self.layer_norms))}  # private when from train.jsonl
 
     def _setup_mechanism(self, n: int) -> None:
         """The clipper (it owns the sensitivity) and, for edp-sgd, the fixed micro-batch slots."""
@@ -242,40 +127,6 @@ class _Run:
             self.layer_norms = norms
             self.clipper = MicrobatchClipper(self.model, per_example_losses, layer_clip_norms=norms, param_groups=groups,
                                              max_microbatch_size=sampling.max_microbatch_size(self.slots, k))
-
-    def _batch(self, split: str, indices: np.ndarray, *, generator: torch.Generator | None) -> dict[str, torch.Tensor]:
-        """Tensors of the examples ``indices`` of ``split`` (masked for MLM with ``generator``)."""
-        ids, mask = self.encoded[split].batch(indices)
-        if self.config.task == "classify":
-            batch = {"input_ids": ids, "labels": self.labels[split][torch.as_tensor(indices, dtype=torch.long)]}
-        else:
-            batch = data_mod.mask_tokens(ids, mask, generator=generator, mask_id=self.specials["mask"],
-                                         vocab_size=self.vocab_size, special_ids=sorted(set(self.specials.values())),
-                                         mask_prob=self.config.mask_prob, n_predictions=self.n_predictions)
-        batch["mask4"] = data_mod.additive_mask(mask)
-        return batch
-
-    # -- one step ----------------------------------------------------------------------------
-
-    def _sample(self, step: int) -> np.ndarray:
-        rng = sampling.step_rng(self.noise_source.seed, sampling.SAMPLING_STREAM, step)
-        return sampling.poisson_sample(rng, self.plan.dataset_size, self.plan.batch_at(step) / self.plan.dataset_size)
-
-    def step(self, step: int, indices: np.ndarray) -> dict[str, Any]:
-        """Compute the (noised) aggregate of this step's batch and apply Adam; returns telemetry."""
-        grad_sum, stats = self.aggregate(step, indices)
-        scale = 1.0 / self.plan.batch_at(step)  # the expected batch size: public, unlike the realized one
-        for p, a in zip(self.params, grad_sum):
-            p.grad = a.mul_(scale)
-        self.optimizer.step()
-        for p in self.params:
-            p.grad = None
-        loss_sum, correct_sum, units, clipped = stats.tolist()
-        n = max(len(indices), 1)
-        return {"loss": loss_sum / n if len(indices) else None, "train_accuracy": correct_sum / n if len(indices) else None,
-                "batch_size": len(indices),
-                "clip_fraction": clipped / units if (self.clipper is not None and units) else None,
-                "sigma": self.plan.sigma_at(step) if self.plan.private else None}
 
     def aggregate(self, step: int, indices: np.ndarray) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The summed, clipped and noised gradient of the batch ``indices`` over all processes, and
@@ -327,101 +178,6 @@ class _Run:
         distributed.all_reduce_sum_([stats], world)
         return grad_sum, stats
 
-    # -- evaluation --------------------------------------------------------------------------
-
-    @torch.no_grad()
-    def _evaluate(self) -> dict[str, float]:
-        n = min(self.config.eval_examples, len(self.data.heldout.texts))
-        if n == 0:
-            return {}
-        gen = _seeded(self.seed, _EVAL_STREAM, 0)
-        loss_sum = correct = 0.0
-        for start in range(0, n, 64):
-            batch = self._batch("heldout", np.arange(start, min(n, start + 64)), generator=gen)
-            losses, right = per_example_losses(self.model, batch)
-            loss_sum += float(losses.sum())
-            correct += float(right.sum())
-        key = "eval_accuracy" if self.config.task == "classify" else "mlm_accuracy"
-        return {"eval_loss": loss_sum / n, key: correct / n}
-
-    # -- the loop ----------------------------------------------------------------------------
-
-    def _state(self) -> dict[str, Any]:
-        return {
-            "identity": self._identity(),
-            "noise_seed": str(self.noise_source.seed),  # secret: checkpoints only
-            "noise_explicit": self.noise_source.explicit,
-            "ledger": self.ledger.to_json() if self.ledger is not None else None,
-            "layer_clip_norms": self.layer_norms,
-            "stopped_at_budget": self.stopped_at_budget,
-        }
-
-    def _save(self, step: int) -> None:
-        if self.world.primary:
-            self.metrics.flush()
-            ckpt.save_checkpoint(self.ckpt_dir, step=step, names=self.names, params=self.params,
-                                 optimizer=self.optimizer, state=self._state())
-        distributed.barrier(self.world)
-
-    def _epsilon(self) -> float | None:
-        if self.ledger is None:
-            return None
-        return float(self.ledger.epsilon()) if self.ledger.steps else 0.0
-
-    def execute(self) -> TrainResult:
-        self._setup()
-        plan, config = self.plan, self.config
-        if self.world.primary:
-            self.ckpt_dir.mkdir(parents=True, exist_ok=True)
-            for leftover in self.ckpt_dir.glob(".*"):  # staging folders of a killed checkpoint write
-                shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
-        self.metrics.restore(self.start_step)
-        total = plan.total_steps
-        step = self.start_step
-        eps_text = "inf" if self.ledger is None else f"<={format_up(plan.planned_epsilon)}"  # rounded up, never down
-        acc_text = "?"
-        bar = tqdm(total=total, initial=step, desc=f"edp-sgd {config.mode}", unit="step", file=sys.stderr,
-                   dynamic_ncols=True, leave=False, disable=not self.world.primary)
-        epoch_start = time.perf_counter()
-        epoch_steps_timed = 0
-        try:
-            while step < total and not self.stopped_at_budget:
-                if self.ledger is not None:
-                    try:  # record BEFORE the step: the ledger refuses a step that would overspend
-                        plan.record_step(self.ledger, step)
-                    except BudgetExceededError:
-                        self.stopped_at_budget = True
-                        break
-                epoch = plan.stage_at(step)[0]
-                indices = self._sample(step)
-                metrics = self.step(step, indices)
-                step += 1
-                epoch_steps_timed += 1
-                self.metrics.append({"step": step, "epoch": epoch, **metrics, "telemetry_private": True})
-                bar.update(1)
-                if metrics["loss"] is not None:
-                    bar.set_postfix(loss=f"{metrics['loss']:.4g}", acc=acc_text, eps=eps_text, refresh=False)
-                epoch_end = step % self.steps_per_epoch == 0 or step == total
-                if epoch_end:
-                    elapsed = time.perf_counter() - epoch_start
-                    row = {"step": step, "epoch": epoch, "epoch_time_s": elapsed,
-                           "epoch_steps_timed": epoch_steps_timed, **self._evaluate()}
-                    eps = self._epsilon()
-                    row["epsilon"] = eps
-                    eps_text = format_up(eps)
-                    acc_text = f"{row.get('eval_accuracy', row.get('mlm_accuracy', float('nan'))):.3f}"
-                    self.metrics.append(row)
-                    bar.set_postfix(loss=f"{metrics['loss'] or 0:.4g}", acc=acc_text, eps=eps_text, refresh=True)
-                if (epoch_end or step % config.checkpoint_every == 0) and step != total:
-                    self._save(step)
-                if epoch_end:
-                    epoch_start, epoch_steps_timed = time.perf_counter(), 0
-        finally:
-            bar.close()
-        if step != self.start_step or self.stopped_at_budget:
-            self._save(step)
-        return self._finish(step)
-
     # -- outputs -----------------------------------------------------------------------------
 
     def _privacy_record(self, steps: int) -> PrivacyRecord:
@@ -451,36 +207,3 @@ class _Run:
             micro_batches=config.micro_batches, frequencies=canary_frequencies(self.data.manifest),
             unaccounted_releases=unaccounted, details=details)
 
-    def _finish(self, steps: int) -> TrainResult:
-        out = self.out_dir
-        record = self._privacy_record(steps)
-        summary: dict[str, Any] = {
-            "mode": self.config.mode,
-            "task": self.config.task,
-            "noise_multiplier": self.plan.noise_multiplier,
-            "planned_epsilon": self.plan.planned_epsilon,
-            "stopped_at_budget": self.stopped_at_budget,
-            "resumed_from_step": self.start_step or None,
-            "processes": self.world.size,
-            "host_allocator_tuned": self.allocator_tuned,
-        }
-        rows: list[dict[str, Any]] = []
-        if self.world.primary:
-            from trainers.edp_sgd.hf_export import save_hf
-
-            save_hf(out / "model", self.model, self.tokenizer)
-            rows = self.metrics.publish(out)
-            epoch_rows = [r for r in rows if "epoch_time_s" in r]
-            summary["epoch_time_s"] = [r["epoch_time_s"] for r in epoch_rows]
-            final_eval = epoch_rows[-1] if epoch_rows else {}
-            summary.update({k: final_eval[k] for k in ("eval_accuracy", "mlm_accuracy") if k in final_eval})
-            extra = {"model": self.model.config.to_dict(), "steps": steps, "summary": summary,
-                     "tokenizer": self.tokenizer_source}
-            if self.layer_norms is not None:  # private to the data owner when computed on train.jsonl
-                extra["layer_clip_norms"] = dict(zip(self.group_names, self.layer_norms))
-            finish_run(out, trainer=EdpSgdTrainer.name, config=self.config.to_dict(), seed=self.seed,
-                       inputs=self.data.inputs, record=record, extra=extra)
-            remove_checkpoints(out, keep=self.config.keep_checkpoints)
-        distributed.barrier(self.world)
-        return TrainResult(out_dir=out, steps=steps, epsilon=record.epsilon, delta=record.delta,
-                           final_loss=last_value(rows, "loss"), summary=summary)

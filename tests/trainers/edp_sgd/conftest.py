@@ -42,8 +42,8 @@ def tiny_batches():
     """(classify model, classify batch, mlm model, mlm batch): tiny BERTs and 6-example batches."""
     import torch
 
-    from trainers.edp_sgd.data import additive_mask, mask_tokens
-    from trainers.edp_sgd.model import build_model
+    from trainers.torch_common.data import additive_mask, mask_tokens
+    from trainers.torch_common.model import build_model
 
     gen = torch.Generator().manual_seed(0)
     lengths = torch.tensor([12, 7, 9, 12, 5, 10])

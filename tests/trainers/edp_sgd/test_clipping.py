@@ -10,8 +10,8 @@ import pytest
 import torch
 
 from trainers.edp_sgd.clipping import MicrobatchClipper, PerExampleClipper, layer_clip_norms, trainable
-from trainers.edp_sgd.model import layer_groups, per_example_losses
-from trainers.edp_sgd.sampling import example_slots, split_microbatches
+from trainers.torch_common.model import layer_groups, per_example_losses
+from trainers.torch_common.sampling import example_slots, split_microbatches
 
 
 def _sub(batch, idx):

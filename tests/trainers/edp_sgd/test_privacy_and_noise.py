@@ -17,8 +17,8 @@ from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
 
 from dpaudit.privacy_record import PrivacyRecord
-from trainers.edp_sgd import noise
 from trainers.edp_sgd.trainer import EdpSgdTrainer, _Run
+from trainers.torch_common import noise
 
 
 def test_add_noise_has_the_requested_std():

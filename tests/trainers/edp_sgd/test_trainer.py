@@ -17,8 +17,8 @@ from dpaudit.cli import cli
 from dpaudit.errors import UserInputError
 from dpaudit.figures import format_up
 from dpaudit.rundir import verify_run_dir
-from trainers.edp_sgd import checkpoint as ckpt
 from trainers.edp_sgd.trainer import EdpSgdTrainer
+from trainers.torch_common import checkpoint as ckpt
 
 SECRET_SEED = 987654321123
 

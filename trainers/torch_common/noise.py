@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import torch
 
-from trainers.edp_sgd.sampling import NOISE_STREAM, derived_seed
+from trainers.torch_common.sampling import NOISE_STREAM, derived_seed
 
 
 def keyed_generator(seed: int, *key: int) -> torch.Generator:

@@ -34,7 +34,7 @@ from dpaudit.inject_run import (
 
 @dataclass(frozen=True, kw_only=True)
 class InjectData:
-    """The verified inject directory (:class:`dpaudit.inject_run.InjectRun`) as this trainer reads it."""
+    """The verified inject directory (:class:`dpaudit.inject_run.InjectRun`) as the torch trainers read it."""
 
     run: InjectRun
     train: SplitRows

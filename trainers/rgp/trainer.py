@@ -1,0 +1,144 @@
+"""``dpaudit train --trainer rgp``: reparametrized gradient perturbation (Yu et al. 2021, Algorithm 1).
+
+The shared torch loop (:class:`~trainers.torch_common.loop.TorchRun`: data, masking, Poisson
+sampling, the privacy plan and ledger, checkpoints, resume, HF export, the run directory) with RGP's
+step:
+
+1. carriers for every weight matrix W: K power iterations (Algorithm 2, :mod:`.carriers`) on the
+   historical update W_t - W_0, or on W_t during the first ``--warmup-steps`` steps; RGP-random
+   (``--random-carriers``) draws random orthonormal ones. Their Gaussian draws come from the public
+   ``--seed`` keyed by the step: the carriers depend on no private data beyond released updates;
+2. one forward/backward per chunk gives each example's carrier and non-matrix gradients, clipped
+   jointly to C and summed (:mod:`.clipping`);
+3. process 0 adds N(0, (sigma_e C)^2) to every summed coordinate (secret noise seed), the sums are
+   all-reduced, Eq. 3 rebuilds the update of each W, and AdamW applies it with the non-matrix
+   parameters' noisy gradients (all divided by the expected batch size).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+import torch
+
+from dpaudit.inject_run import canary_frequencies
+from dpaudit.privacy_record import PrivacyRecord
+from dpaudit.trainer_api import TrainResult
+from trainers.rgp import privacy
+from trainers.rgp.carriers import power_method, random_carriers, reconstruct
+from trainers.rgp.clipping import CarrierClipper, Reparametrization
+from trainers.rgp.config import RgpConfig
+from trainers.torch_common import distributed, noise
+from trainers.torch_common.loop import _MASK_STREAM, TorchRun, _seeded
+from trainers.torch_common.model import per_example_losses
+
+#: The contract suite's run (:meth:`RgpTrainer.tiny_config`): rank-4 RGP classification of a 2-layer
+#: BERT on 16-token texts, one epoch of 16-example batches (6 steps, 2 of them warm-up).
+TINY_SETTINGS: dict[str, Any] = {"task": "classify", "preset": "tiny", "vocab_size": 300, "max_length": 16,
+                                  "epochs": 1, "batch_size": 16, "rank": 4, "warmup_steps": 2,
+                                  "noise_multiplier": 1.0, "eval_examples": 8, "checkpoint_every": 1000}
+_CARRIER_STREAM = 13  # public --seed stream of the carriers' Gaussian draws
+
+
+class RgpTrainer:
+    """RGP fine-tuning of a BERT-family model in PyTorch (Yu et al. 2021); registered as ``rgp``."""
+
+    name: ClassVar[str] = "rgp"
+    Config: ClassVar[type] = RgpConfig
+
+    def writes_run_dir(self) -> bool:
+        """Only process 0 of a torch.distributed run writes the run directory, so only it takes the lock."""
+        return distributed.env_rank() == 0
+
+    def train(self, data_dir: Path, out_dir: Path, config: RgpConfig, *, seed: int) -> TrainResult:
+        """Train on an inject run directory and write (or resume) the train run directory ``out_dir``.
+
+        Raises:
+            UserInputError: bad data or options, a plan that cannot fit the budget, or an ``out_dir``
+                holding a different run; raised before anything is written.
+        """
+        if not isinstance(config, RgpConfig):
+            raise TypeError(f"config must be an RgpConfig, got {type(config).__name__}.")
+        return _Run(Path(data_dir), Path(out_dir), config, seed=int(seed)).execute()
+
+    def tiny_config(self, **overrides: Any) -> RgpConfig:
+        """The smallest private run: :data:`TINY_SETTINGS` with ``overrides``."""
+        return RgpConfig(**{**TINY_SETTINGS, **overrides})
+
+
+class _Run(TorchRun):
+    """One invocation: the shared torch loop with RGP's step."""
+
+    trainer_name: ClassVar[str] = "rgp"
+
+    def _trainable(self) -> tuple[list[str], list[torch.nn.Parameter]]:
+        self.reparam = Reparametrization(self.model)
+        # W_0 of the historical update: the weights as built from --seed / --model, before any resume.
+        self.initial = [w.detach().clone() for w in self.reparam.matrices]
+        return self.reparam.names, self.reparam.params
+
+    def _setup_mechanism(self, n: int) -> None:
+        self.clipper = CarrierClipper(self.model, per_example_losses, self.reparam, clip_norm=self.config.clip_norm,
+                                      physical_batch=self.config.physical_batch)
+
+    def carriers(self, step: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
+        """L and R of every weight matrix at ``step`` (a function of the current weights and the public seed)."""
+        config = self.config
+        gen = _seeded(self.seed, _CARRIER_STREAM, step)
+        lefts, rights = [], []
+        with torch.no_grad():
+            for w, w0 in zip(self.reparam.matrices, self.initial):
+                if config.random_carriers:
+                    left, right = random_carriers(tuple(w.shape), config.rank, gen, dtype=w.dtype)
+                else:
+                    # Step 0 always uses W itself: W_0 - W_0 = 0 has no principal subspace.
+                    history = w if step < max(config.warmup_steps, 1) else w - w0
+                    left, right = power_method(history, config.rank, config.power_iters, gen)
+                lefts.append(left)
+                rights.append(right)
+        return lefts, rights
+
+    def aggregate(self, step: int, indices: np.ndarray) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The noised update of every trained tensor (aligned with ``self.params``) and telemetry."""
+        world = self.world
+        sigma = self.plan.sigma_at(step)
+        gen = _seeded(self.seed, _MASK_STREAM, step)  # the same masking on every process
+        full = self._batch("train", indices, generator=gen) if len(indices) else None
+        lefts, rights = self.carriers(step)
+        share = np.array_split(np.arange(len(indices)), world.size)[world.rank] if len(indices) else np.arange(0)
+        sums = [torch.zeros(s) for s in self.reparam.shapes([left.shape[1] for left in lefts])]
+        loss_sum = correct_sum = 0.0
+        units = clipped = 0
+        if len(share):
+            sub = {key: v[torch.as_tensor(share)] for key, v in full.items()}
+            result = self.clipper.clipped_sum(sub, lefts, rights)
+            sums = result.grads
+            loss_sum, correct_sum, units, clipped = result.loss_sum, result.correct_sum, result.units, result.clipped
+        if world.primary and sigma > 0:  # Algorithm 1, line 13: N(0, sigma^2 C^2) on every summed coordinate
+            noise.add_noise_(sums, sigma * self.clipper.sensitivity, noise.keyed_generator(self.noise_source.seed, step))
+        stats = torch.tensor([loss_sum, correct_sum, float(units), float(clipped)], dtype=torch.float64)
+        distributed.all_reduce_sum_(sums, world)
+        distributed.all_reduce_sum_([stats], world)
+        k = len(lefts)
+        updates = [reconstruct(sums[2 * i], sums[2 * i + 1], lefts[i], rights[i]) for i in range(k)]  # Eq. 3
+        return updates + sums[2 * k:], stats
+
+    def _privacy_record(self, steps: int) -> PrivacyRecord:
+        config = self.config
+        details: dict[str, Any] = {
+            "mode": config.mode, "task": config.task, "epochs": config.epochs, "steps_per_epoch": self.steps_per_epoch,
+            "expected_batch_size": config.batch_size, "tokenizer": self.tokenizer_source, "rank": config.rank,
+            "power_iters": config.power_iters, "warmup_steps": config.warmup_steps,
+            "carriers": "random (public --seed)" if config.random_carriers else "historical update (power method)",
+            "reparametrized_weights": self.reparam.names[:len(self.reparam.matrices)],
+            "clipped_with_the_carriers": self.reparam.names[len(self.reparam.matrices):],
+            "frozen": self.reparam.frozen,
+            "noise_decay": {"kind": config.noise_decay, "rate": config.decay_rate, "sigma_min": config.sigma_min,
+                            "fixed_in_advance": True},
+        }
+        return privacy.build_record(
+            plan=self.plan, steps=steps, ledger=self.ledger, clipper=self.clipper, noise_source=self.noise_source,
+            stopped_at_budget=self.stopped_at_budget, rank=config.rank, random_carriers=config.random_carriers,
+            frequencies=canary_frequencies(self.data.manifest), details=details)
