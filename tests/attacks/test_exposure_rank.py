@@ -93,6 +93,7 @@ def _halves(rows, secret, tol):
     y_last, y_base, own_y = module._half(rows, secret, part_a)
     x_last, x_base, own_x = module._half(rows, secret, part_b)
     score = own_y + own_x
+    _halves.parts = (y_last, y_base)
     return np.add.outer(y_last, y_base), x_last, x_base, score + tol, score - tol
 
 
@@ -100,7 +101,8 @@ def _merged_and_searched(rows, secret, tol):
     from dpaudit.attacks import exposure_rank as module
 
     y, x_last, x_base, t_hi, t_lo = _halves(rows, secret, tol)
-    merged = module._merged_counts(y, x_last, x_base, t_hi, t_lo)
+    y_last, y_base = _halves.parts
+    merged = module._merged_counts(y_last, y_base, x_last, x_base, t_hi, t_lo)
     searched = module._searched_counts(np.sort(y.ravel(), kind="stable"), x_last, x_base, t_hi, t_lo)
     return merged, searched
 
