@@ -57,7 +57,7 @@ def naive_exact(table, secret, tol=1e-9):
 
 
 def row(name, ms_min, ms_med, extra=""):
-    print(f"{name:<44} {ms_min:>10.2f} {ms_med:>10.2f}  {extra}")
+    print(f"{name:<66} {ms_min:>10.2f} {ms_med:>10.2f}  {extra}")
 
 
 def main() -> None:
@@ -66,7 +66,7 @@ def main() -> None:
     parser.add_argument("--skip-16", action="store_true", help="skip digits:16 exact (halves of 1e8, ~3 GB)")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    print(f"{'case':<44} {'min ms':>10} {'median ms':>10}")
+    print(f"{'case':<66} {'min ms':>10} {'median ms':>10}")
 
     for digits in (6, 12, 16):
         if digits == 16 and args.skip_16:
@@ -89,8 +89,9 @@ def main() -> None:
     batch = np.log(rng.dirichlet(np.ones(10), size=(8, 12)))  # 8 canaries, random secrets
     secrets = rng.integers(0, 10, (8, 12))
     reference = None
-    for label, merged, workers in (("merge, 1 thread", True, 1), ("binary searches (before), 1 thread", False, 1),
-                                   ("merge, workers=2", True, 2)):
+    cases = (("merge, 1 thread", True, 1), ("binary searches (before), 1 thread", False, 1),
+             ("merge, workers=2", True, 2))
+    for label, merged, workers in cases:
         walls, cpus = [], []
         saved = X._MERGED_MAX
         X._MERGED_MAX = saved if merged else 0

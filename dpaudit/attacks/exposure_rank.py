@@ -247,7 +247,8 @@ def _sorted_sums(tables: Sequence[np.ndarray], secret: Sequence[int]) -> tuple[n
     sums = np.sort(tables[0])
     own = float(tables[0][secret[0]])
     for row, k in zip(tables[1:], secret[1:]):
-        sums = np.sort(np.add.outer(row, sums).ravel(), kind="stable")
+        sums = np.add.outer(row, sums).ravel()  # a fresh array: sorted in place, no copy
+        sums.sort(kind="stable")
         own = float(row[k] + own)
     return sums, own
 

@@ -111,7 +111,8 @@ def _merged_and_searched(rows, secret, tol):
 def merge_spaces(draw):
     """Log-prob tables as a model gives them: float64, float32-rounded (exact sums, repeated
     values) or dyadic (ties forced); secrets anywhere from the top to the bottom."""
-    sizes = draw(st.lists(st.integers(1, 10), min_size=2, max_size=8).filter(lambda s: math.prod(s) <= 200_000))
+    sizes = draw(st.lists(st.integers(1, 10), min_size=2, max_size=8)
+                 .filter(lambda s: math.prod(s) <= 200_000))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     rows = [np.log(rng.dirichlet(np.full(n, draw(st.sampled_from([0.3, 1.0, 5.0]))))) for n in sizes]
     kind = draw(st.sampled_from(["float64", "float32", "dyadic"]))
