@@ -20,7 +20,8 @@ exactly over spaces far too large to enumerate (10^12 digit strings):
   sums, very many near-ties) the thresholds are binary-searched in the sorted y instead, with the
   same counts. Half-sums that never or always count are pruned first (most of them for a
   memorized secret). O(sqrt|R| log|R|) time, O(sqrt|R|) memory, float64 throughout; 10^12 digit
-  strings in ~45 ms of CPU time on a loaded 2-core VM (benchmarks/bench_exposure.py).
+  strings in ~43 ms of CPU time on one thread of a loaded 2-core VM, half the binary searches'
+  (benchmarks/bench_exposure.py).
 - ``bounds``: for spaces beyond ~1e14 (digits:20, words:6 over 1.7K words). Every per-position score is
   rounded down and up onto a power-of-two grid, the integer grid scores are convolved over positions
   (a histogram of the grid score of every candidate), and the candidates whose rounded-down score
