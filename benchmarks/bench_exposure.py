@@ -12,16 +12,28 @@ also brute-force enumeration of all 10^6 candidates. Ratios are measured side by
 The sampled estimates are timed on m reference scores already computed (scoring the m references
 is a forward pass per reference, which dominates in practice and is not counted here).
 
+The batch rows are the speed goal (digits:12, |R| = 10^12, per canary after the forward pass): 8
+canaries with random secrets, median over --repeats of wall and CPU time per canary, single thread
+(BLAS/OpenMP pools pinned to 1 by environment and threadpoolctl, one Python thread) for the merge
+(the default), for the binary searches it replaced (``_MERGED_MAX = 0`` forces them: the previous
+algorithm, same counts), and with workers=2 threads.
+
 Run: python benchmarks/bench_exposure.py [--repeats 5] [--skip-16]
 """
 
 from __future__ import annotations
 
-import argparse
-import statistics
-import time
+import os
 
-import numpy as np
+for _var in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS"):
+    os.environ.setdefault(_var, "1")  # before numpy loads: single-thread figures are single-thread
+
+import argparse  # noqa: E402
+import statistics  # noqa: E402
+import time  # noqa: E402
+
+import numpy as np  # noqa: E402
+from threadpoolctl import threadpool_limits  # noqa: E402
 
 from dpaudit.attacks import exposure_rank as X
 
@@ -45,7 +57,7 @@ def naive_exact(table, secret, tol=1e-9):
 
 
 def row(name, ms_min, ms_med, extra=""):
-    print(f"{name:<44} {ms_min:>10.2f} {ms_med:>10.2f}  {extra}")
+    print(f"{name:<66} {ms_min:>10.2f} {ms_med:>10.2f}  {extra}")
 
 
 def main() -> None:
@@ -54,7 +66,7 @@ def main() -> None:
     parser.add_argument("--skip-16", action="store_true", help="skip digits:16 exact (halves of 1e8, ~3 GB)")
     args = parser.parse_args()
     rng = np.random.default_rng(0)
-    print(f"{'case':<44} {'min ms':>10} {'median ms':>10}")
+    print(f"{'case':<66} {'min ms':>10} {'median ms':>10}")
 
     for digits in (6, 12, 16):
         if digits == 16 and args.skip_16:
@@ -76,12 +88,26 @@ def main() -> None:
 
     batch = np.log(rng.dirichlet(np.ones(10), size=(8, 12)))  # 8 canaries, random secrets
     secrets = rng.integers(0, 10, (8, 12))
-    for workers in (1, 2):
-        start_cpu = time.process_time()
-        _, t_min, t_med = timed(lambda: X.exposure_ranks(batch, secrets, method="exact", workers=workers), 1)
-        cpu = time.process_time() - start_cpu
-        row(f"digits:12 exact, batch of 8, workers={workers}", t_min * 1e3 / 8, t_med * 1e3 / 8,
-            f"per canary (CPU time {cpu * 1e3 / 8:.1f} ms per canary)")
+    reference = None
+    cases = (("merge, 1 thread", True, 1), ("binary searches (before), 1 thread", False, 1),
+             ("merge, workers=2", True, 2))
+    for label, merged, workers in cases:
+        walls, cpus = [], []
+        saved = X._MERGED_MAX
+        X._MERGED_MAX = saved if merged else 0
+        try:
+            with threadpool_limits(limits=1):
+                for _ in range(args.repeats):
+                    start_wall, start_cpu = time.perf_counter(), time.process_time()
+                    got = X.exposure_ranks(batch, secrets, method="exact", workers=workers)
+                    walls.append((time.perf_counter() - start_wall) / 8)
+                    cpus.append((time.process_time() - start_cpu) / 8)
+        finally:
+            X._MERGED_MAX = saved
+        reference = reference or got
+        assert got == reference, "the merge and the binary searches must give identical intervals"
+        row(f"digits:12 exact, batch of 8, {label}", min(walls) * 1e3, statistics.median(walls) * 1e3,
+            f"per canary; CPU time median {statistics.median(cpus) * 1e3:.1f} ms per canary")
 
     for name, positions, alphabet in (("digits:20", 20, 10), ("words:6 (1,695 words)", 6, 1695)):
         table = np.log(rng.dirichlet(np.ones(alphabet), size=positions))

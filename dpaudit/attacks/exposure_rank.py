@@ -10,13 +10,18 @@ per-position log-probabilities, so the score factorizes over positions and the r
 exactly over spaces far too large to enumerate (10^12 digit strings):
 
 - ``enumerate``: every candidate scored, |R| <= 1e6; the oracle the other methods are tested against.
-- ``exact``: meet in the middle. The positions are split in two halves of balanced size; one
-  half's partial sums y are enumerated in sorted order (built position by position, merging sorted
-  runs), the other's x as a few already-sorted runs, and the candidates better than the secret are
-  the pairs with y > t - x, counted by ascending binary searches of the thresholds t - x. Half-sums
-  that never or always count are pruned first (most of them for a memorized secret).
-  O(sqrt|R| log|R|) time, O(sqrt|R|) memory, float64 throughout; 10^12 digit strings in ~70 ms of
-  CPU time on a 2-core VM.
+- ``exact``: meet in the middle. The positions are split in two halves of balanced size, each
+  half's partial sums formed as a few already-sorted runs (the sorted sums of all its positions
+  but the last, shifted by each score of the last). The candidates better than the secret are the
+  pairs with y > t - x: the thresholds t - x and the y are merged by one stable sort of 64-bit
+  integer keys that order float64 values exactly (timsort only merges the runs), and each y
+  sorting before a threshold is one better pair; ties are settled for the few thresholds with a
+  y within the tolerance. Where the keys do not apply (a threshold above 0, halves beyond 2^24
+  sums, very many near-ties) the thresholds are binary-searched in the sorted y instead, with the
+  same counts. Half-sums that never or always count are pruned first (most of them for a
+  memorized secret). O(sqrt|R| log|R|) time, O(sqrt|R|) memory, float64 throughout; 10^12 digit
+  strings in ~43 ms of CPU time on one thread of a loaded 2-core VM, half the binary searches'
+  (benchmarks/bench_exposure.py).
 - ``bounds``: for spaces beyond ~1e14 (digits:20, words:6 over 1.7K words). Every per-position score is
   rounded down and up onto a power-of-two grid, the integer grid scores are convolved over positions
   (a histogram of the grid score of every candidate), and the candidates whose rounded-down score
@@ -38,6 +43,7 @@ This module is pure numpy/scipy: no model, no torch, no jax.
 
 from __future__ import annotations
 
+import bisect
 import math
 from dataclasses import dataclass
 from typing import Any, Sequence
@@ -52,6 +58,8 @@ DEFAULT_GRID_CELLS = 1 << 14
 _EXACT_HALF_MAX = 2 * 10**8  # 1.6 GB of float64 half-sums: beyond this, use the bounds
 _MAX_RUNS = 64  # the exact method's larger half is swept as this many sorted runs at most
 _CHUNK = 1 << 20  # query half-sums handled at once by the exact method (bounds its memory)
+_MERGED_MAX = 1 << 24  # half-sums (both halves) up to which the exact method merges instead of searching
+_TIE_CANDIDATES_MAX = 1 << 16  # near-tie thresholds the merge resolves before deferring to the searches
 _U = 2.0**-53  # unit roundoff of float64
 
 
@@ -240,7 +248,8 @@ def _sorted_sums(tables: Sequence[np.ndarray], secret: Sequence[int]) -> tuple[n
     sums = np.sort(tables[0])
     own = float(tables[0][secret[0]])
     for row, k in zip(tables[1:], secret[1:]):
-        sums = np.sort(np.add.outer(row, sums).ravel(), kind="stable")
+        sums = np.add.outer(row, sums).ravel()  # a fresh array: sorted in place, no copy
+        sums.sort(kind="stable")
         own = float(row[k] + own)
     return sums, own
 
@@ -265,6 +274,158 @@ def _count_between(sorted_y: np.ndarray, n_le_hi: np.ndarray, z_lo: np.ndarray) 
     return int((n_le_hi - np.searchsorted(sorted_y, z_lo, side="left")).sum(dtype=np.int64))
 
 
+def _half(tables: Sequence[np.ndarray], secret: Sequence[int],
+          part: Sequence[int]) -> tuple[np.ndarray, np.ndarray, float]:
+    """A half's partial sums as runs ``last[:, None] + base[None, :]`` and the secret's partial sum.
+
+    ``base`` holds the sorted sums of the half's positions but its last one, ``last`` the scores of
+    that last position, so every row is ascending and the half's sums are formed with exactly the
+    additions :func:`_sorted_sums` makes. A one-position half or one whose last alphabet exceeds
+    ``_MAX_RUNS`` is one run: ``last = [0.0]`` and ``base`` all its sums (adding 0.0 changes no
+    comparison).
+    """
+    rows = [tables[i] for i in part]
+    keys = [secret[i] for i in part]
+    if len(rows) >= 2 and rows[-1].size <= _MAX_RUNS:
+        base, own_base = _sorted_sums(rows[:-1], keys[:-1])
+        return rows[-1], base, float(rows[-1][keys[-1]] + own_base)
+    base, own = _sorted_sums(rows, keys)
+    return np.zeros(1), base, own
+
+
+def _window_items(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(window number, index) of every index in the windows [lo[i], hi[i]), without a Python loop."""
+    lengths = np.maximum(hi - lo, 0)
+    window = np.repeat(np.arange(lengths.size), lengths)
+    offsets = np.cumsum(lengths) - lengths  # where each window starts in the concatenation
+    return window, np.arange(int(lengths.sum())) - offsets[window] + lo[window]
+
+
+def _merged_counts(y_last: np.ndarray, y_base: np.ndarray, x_last: np.ndarray, x_base: np.ndarray,
+                   t_hi: float, t_lo: float) -> tuple[int, int] | None:
+    """(#pairs y > fl(t_hi - x), #pairs fl(t_lo - x) <= y <= fl(t_hi - x)) by one merge, or None.
+
+    y = fl(y_last[l] + y_base) and x = fl(x_last[k] + x_base): the halves as ascending runs.
+    Instead of a binary search per threshold (a mispredicted branch per level, ~20 levels), the
+    thresholds z = fl(t_hi - x) and the y are merged by one stable sort of 64-bit integer keys: for
+    values <= 0 the float64 bit pattern without its sign bit orders by magnitude, i.e. by value
+    reversed, and shifting it left frees the low bit to mark y (1) from z (0), so that at equal
+    values a z sorts first. Then y > z exactly when y sorts before z. The runs are already sorted,
+    so the sort only merges them (timsort): ~0.6x the time of the searches. Ties need each
+    threshold's own lower end fl(t_lo - x): a tied pair lies within W >= max(z_hi - z_lo) of each
+    other, so only z next to a key gap that small can have ties; their x are found again by value
+    and their tied y counted between the keys of their two thresholds.
+
+    Returns None where the keys do not apply (a threshold above 0, spaces beyond ``_MERGED_MAX``,
+    too many near-ties): the caller then uses the binary searches.
+    """
+    n_y = y_last.size * y_base.size
+    y_min, y_max = float((y_last + y_base[0]).min()), float((y_last + y_base[-1]).max())
+    m = x_base.size
+    # Per run, thresholds below every y (all y better) are a suffix and thresholds whose lower end
+    # is above every y (nothing better or tied) a prefix: found by bisection with the very
+    # comparisons the search path makes (fl(t - x) is monotone in x), so no full pass is needed.
+    starts, stops = [], []
+    for r in x_last:
+        stops.append(bisect.bisect_right(x_base, -y_min, key=lambda b, r=r: -(t_hi - (r + b))))
+        starts.append(min(bisect.bisect_left(x_base, -y_max, key=lambda b, r=r: -(t_lo - (r + b))),
+                          stops[-1]))
+    better = sum(m - stop for stop in stops) * n_y
+    rows = [k for k in range(x_last.size) if starts[k] < stops[k]]
+    if not rows:
+        return better, 0
+    z_max = max(float(t_hi - (x_last[k] + x_base[starts[k]])) for k in rows)
+    z_min = min(float(t_hi - (x_last[k] + x_base[stops[k] - 1])) for k in rows)
+    if not z_max <= 0.0:  # the keys order values <= 0 only
+        return None
+    x_abs = max(abs(float(x_last.min() + x_base[0])), abs(float(x_last.max() + x_base[-1])))
+    width = ((t_hi - t_lo) + 4 * math.ulp(abs(t_hi) + abs(t_lo) + x_abs)) * (1 + 2.0**-40)
+    # y above every included threshold is better than all of them; y below every lower end is
+    # neither: neither needs merging.
+    y_lo = [bisect.bisect_left(y_base, z_min - 2 * width, key=lambda b, r=r: r + b) for r in y_last]
+    y_hi = [bisect.bisect_right(y_base, z_max, key=lambda b, r=r: r + b) for r in y_last]
+    n_z = sum(stops[k] - starts[k] for k in rows)
+    better += sum(y_base.size - hi for hi in y_hi) * n_z
+    n_ym = sum(hi - lo for lo, hi in zip(y_lo, y_hi))
+    # Keys are written in place, run by run (fresh large temporaries cost page faults here).
+    keys = np.empty(n_ym + n_z, dtype=np.uint64)
+    at = 0
+    for k in rows:  # z = fl(t_hi - fl(base + r)), descending values: ascending magnitudes
+        seg = keys[at:at + stops[k] - starts[k]]
+        as_float = seg.view(np.float64)
+        np.add(x_base[starts[k]:stops[k]], x_last[k], out=as_float)
+        np.subtract(t_hi, as_float, out=as_float)
+        np.left_shift(seg, 1, out=seg)
+        at += seg.size
+    for r, lo, hi in zip(y_last, y_lo, y_hi):  # y = fl(base + r), reversed: ascending magnitudes
+        seg = keys[at:at + hi - lo]
+        as_float = seg.view(np.float64)
+        np.add(y_base[lo:hi][::-1], r, out=as_float)
+        np.left_shift(seg, 1, out=seg)
+        np.bitwise_or(seg, 1, out=seg)
+        at += seg.size
+    keys.sort(kind="stable")
+    # y > z exactly when y sorts before z: sum over the y of the z after them. Ties: keys of values
+    # within `width` differ by at most 2 (width / ulp + 1) + 1, ulp taken at the smallest
+    # magnitude present (the first key); the value gaps of those pairs then settle it. Both in
+    # cache-sized chunks.
+    smallest = float(np.array([keys[0] >> np.uint64(1)], dtype=np.uint64).view(np.float64)[0])
+    ulps = width / math.ulp(smallest) if smallest > 0.0 else math.inf
+    if not ulps < 2.0**60:  # a magnitude near 0: the key gap would cover everything
+        return None
+    gap = np.uint64(2 * math.ceil(ulps) + 4)
+    y_pos_sum = 0
+    close_parts = []
+    n_close = 0
+    step = 1 << 16
+    scratch = np.empty(step, dtype=np.uint64)
+    for c0 in range(0, keys.size, step):
+        chunk = keys[c0:c0 + step]
+        bits = np.bitwise_and(chunk, 1, out=scratch[:chunk.size]).astype(bool)
+        pos = np.flatnonzero(bits)
+        y_pos_sum += int(pos.sum(dtype=np.int64)) + c0 * pos.size
+        nxt = keys[c0 + 1:c0 + step + 1]
+        diff = np.subtract(nxt, chunk[:nxt.size], out=scratch[:nxt.size])
+        hits = np.flatnonzero(diff <= gap)
+        if hits.size:
+            hits = hits[~bits[hits] | ((nxt[hits] & np.uint64(1)) == 0)]  # pairs with a threshold
+            n_close += hits.size
+            if n_close > _TIE_CANDIDATES_MAX:  # ties everywhere (e.g. a flat table): searches
+                return None
+            close_parts.append(hits + c0)
+    better += n_ym * (keys.size - 1) - y_pos_sum - n_ym * (n_ym - 1) // 2
+    if not close_parts:
+        return better, 0
+    close = np.concatenate(close_parts)
+    magnitude = (keys[np.concatenate([close, close + 1])] >> np.uint64(1)).view(np.float64)
+    close = close[magnitude[close.size:] - magnitude[:close.size] <= width]
+    if close.size == 0:
+        return better, 0
+    near = np.union1d(close, close + 1)
+    near = near[(keys[near] & np.uint64(1)) == 0]
+    if near.size > _TIE_CANDIDATES_MAX:
+        return None
+    values = -np.unique(keys[near] >> np.uint64(1)).view(np.float64)
+    # Every x whose threshold may be one of `values` (bracketed by value, so each x once): its
+    # ties are the y keys between its two thresholds' keys (a tied y is never pruned above).
+    centre = (t_hi - values)[None, :] - x_last[:, None]
+    slack = 4 * np.spacing(np.abs(values)[None, :] + abs(t_hi) + np.abs(x_last)[:, None])
+    lo = np.searchsorted(x_base, (centre - slack).ravel(), side="left")
+    hi = np.searchsorted(x_base, (centre + slack).ravel(), side="right")
+    row = np.repeat(np.arange(x_last.size), values.size)
+    which = _window_items(lo, hi)
+    flat = np.unique(row[which[0]] * m + which[1])
+    xs = x_last[flat // m] + x_base[flat % m]
+    z_hi, z_lo = t_hi - xs, t_lo - xs
+    if not (z_hi <= 0.0).all():
+        return None
+    first = np.searchsorted(keys, (z_hi.view(np.uint64) << np.uint64(1)) | np.uint64(1), side="left")
+    last = np.searchsorted(keys, (z_lo.view(np.uint64) << np.uint64(1)) | np.uint64(1), side="right")
+    _, at_key = _window_items(first, last)
+    between = int(np.count_nonzero(keys[at_key] & np.uint64(1)))
+    return better, between
+
+
 def _exact(tables: list[np.ndarray], secret: tuple[int, ...], tol: float) -> RankInterval:
     sizes = [t.size for t in tables]
     total = math.prod(sizes)
@@ -275,23 +436,37 @@ def _exact(tables: list[np.ndarray], secret: tuple[int, ...], tol: float) -> Ran
                          f"'bounds' (or 'auto') for spaces this large.")
     if math.prod(sizes[i] for i in part_a) > math.prod(sizes[i] for i in part_b):
         part_a, part_b = part_b, part_a
-    # y: the smaller half, all its sums sorted. x: the larger half, as runs x = r + base for each
-    # symbol score r of its last position (base: the sorted sums of its other positions), so the
-    # largest array is never sorted: each run is already ascending.
-    ys, own_y = _sorted_sums([tables[i] for i in part_a], [secret[i] for i in part_a])
+    # y: the smaller half; x: the larger half, as runs x = r + base for each symbol score r of its
+    # last position (base: the sorted sums of its other positions), so the largest array is never
+    # sorted: each run is already ascending. The y half likewise as runs for the merge.
     part_b = sorted(part_b, key=lambda i: -sizes[i])  # smallest alphabet last: fewest runs
-    if len(part_b) >= 2 and sizes[part_b[-1]] <= _MAX_RUNS:
-        base, own_base = _sorted_sums([tables[i] for i in part_b[:-1]], [secret[i] for i in part_b[:-1]])
-        last = tables[part_b[-1]]
-        own_x = float(last[secret[part_b[-1]]] + own_base)
-        runs = [(float(r), base) for r in last]
-        x_min, x_max = float(last.min() + base[0]), float(last.max() + base[-1])
-    else:
-        xs, own_x = _sorted_sums([tables[i] for i in part_b], [secret[i] for i in part_b])
-        runs = [(0.0, xs[start:start + _CHUNK]) for start in range(0, xs.size, _CHUNK)]  # x = 0 + xs
-        x_min, x_max = float(xs[0]), float(xs[-1])
+    y_last, y_base, own_y = _half(tables, secret, part_a)
+    x_last, x_base, own_x = _half(tables, secret, part_b)
     score = own_y + own_x
     t_hi, t_lo = score + tol, score - tol
+    counts = None
+    if y_last.size * y_base.size + x_last.size * x_base.size <= _MERGED_MAX:
+        counts = _merged_counts(y_last, y_base, x_last, x_base, t_hi, t_lo)
+    if counts is None:
+        ys = np.sort(np.add.outer(y_last, y_base).ravel(), kind="stable")
+        counts = _searched_counts(ys, x_last, x_base, t_hi, t_lo)
+    better, between = counts
+    # The secret's own pair was counted like any other: as a tie, unless rounding of the threshold
+    # t - x pushed it across (possible only with a tolerance below an ulp of the score).
+    own_better = bool(own_y > t_hi - own_x)
+    own_between = (not own_better) and bool(own_y >= t_lo - own_x)
+    return RankInterval(better=better - own_better, tied=between - own_between, space_size=total,
+                        method="exact")
+
+
+def _searched_counts(ys: np.ndarray, x_last: np.ndarray, x_base: np.ndarray, t_hi: float,
+                     t_lo: float) -> tuple[int, int]:
+    """The counts of :func:`_merged_counts` by ascending binary searches of the thresholds in ys."""
+    if x_last.size == 1 and x_last[0] == 0.0:  # one run: chunks of it bound the memory
+        runs = [(0.0, x_base[start:start + _CHUNK]) for start in range(0, x_base.size, _CHUNK)]
+    else:
+        runs = [(float(r), x_base) for r in x_last]
+    x_min, x_max = float(x_last.min() + x_base[0]), float(x_last.max() + x_base[-1])
     n_y, y_min, y_max = ys.size, ys[0], ys[-1]
     # y below every threshold t_lo - x never counts; y above every t_hi - x always counts as
     # better (fl(t - x) is monotone in x, so these are the comparisons the search would make).
@@ -317,12 +492,7 @@ def _exact(tables: list[np.ndarray], secret: tuple[int, ...], tol: float) -> Ran
         n_le = _count_le(ys, t_hi - x)
         better += x.size * n_mid - int(n_le.sum(dtype=np.int64))
         between += _count_between(ys, n_le, t_lo - x)
-    # The secret's own pair was counted like any other: as a tie, unless rounding of the threshold
-    # t - x pushed it across (possible only with a tolerance below an ulp of the score).
-    own_better = bool(own_y > t_hi - own_x)
-    own_between = (not own_better) and bool(own_y >= t_lo - own_x)
-    return RankInterval(better=better - own_better, tied=between - own_between, space_size=total,
-                        method="exact")
+    return better, between
 
 
 def _round_count(estimate: float, rel_err: float) -> tuple[int, int]:

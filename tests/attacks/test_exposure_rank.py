@@ -81,6 +81,80 @@ def test_property_all_methods_agree_with_the_oracle(space, tol):
     assert exposure_rank(rows, secret, tolerance=tol) == enum
 
 
+def _halves(rows, secret, tol):
+    """The exact method's two halves and thresholds, as `_exact` forms them."""
+    from dpaudit.attacks import exposure_rank as module
+
+    sizes = [r.size for r in rows]
+    part_a, part_b = module._split(sizes)
+    if math.prod(sizes[i] for i in part_a) > math.prod(sizes[i] for i in part_b):
+        part_a, part_b = part_b, part_a
+    part_b = sorted(part_b, key=lambda i: -sizes[i])
+    y_last, y_base, own_y = module._half(rows, secret, part_a)
+    x_last, x_base, own_x = module._half(rows, secret, part_b)
+    score = own_y + own_x
+    _halves.parts = (y_last, y_base)
+    return np.add.outer(y_last, y_base), x_last, x_base, score + tol, score - tol
+
+
+def _merged_and_searched(rows, secret, tol):
+    from dpaudit.attacks import exposure_rank as module
+
+    y, x_last, x_base, t_hi, t_lo = _halves(rows, secret, tol)
+    y_last, y_base = _halves.parts
+    merged = module._merged_counts(y_last, y_base, x_last, x_base, t_hi, t_lo)
+    searched = module._searched_counts(np.sort(y.ravel(), kind="stable"), x_last, x_base, t_hi, t_lo)
+    return merged, searched
+
+
+@st.composite
+def merge_spaces(draw):
+    """Log-prob tables as a model gives them: float64, float32-rounded (exact sums, repeated
+    values) or dyadic (ties forced); secrets anywhere from the top to the bottom."""
+    sizes = draw(st.lists(st.integers(1, 10), min_size=2, max_size=8)
+                 .filter(lambda s: math.prod(s) <= 200_000))
+    rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
+    rows = [np.log(rng.dirichlet(np.full(n, draw(st.sampled_from([0.3, 1.0, 5.0]))))) for n in sizes]
+    kind = draw(st.sampled_from(["float64", "float32", "dyadic"]))
+    if kind == "float32":
+        rows = [r.astype(np.float32).astype(np.float64) for r in rows]
+    elif kind == "dyadic":
+        rows = [np.minimum(np.round(r * 8) / 8, -0.125) for r in rows]
+    which = draw(st.sampled_from(["random", "top", "bottom"]))
+    secret = [int(rng.integers(0, r.size)) if which == "random" else int(r.argmax() if which == "top"
+              else r.argmin()) for r in rows]
+    return rows, secret, kind
+
+
+@settings(max_examples=80, deadline=None)
+@given(merge_spaces(), st.sampled_from([1e-9, 1e-6, 0.0, 0.05]))
+def test_property_merged_counts_equal_the_binary_searches(space, tol):
+    # The exact method's merge of integer keys must count exactly what the binary searches count
+    # (better pairs, tied pairs), for every kind of table; it may only decline (None).
+    rows, secret, kind = space
+    merged, searched = _merged_and_searched(rows, secret, tol)
+    y_max = _halves(rows, secret, tol)[0].max()
+    if kind != "dyadic" and y_max < -2 * tol - 1e-9:  # thresholds below 0, few near-ties: merged
+        assert merged is not None
+    if merged is not None:
+        assert merged == searched
+
+
+def test_merged_counts_at_a_trillion_equal_the_binary_searches():
+    # digits:12 as a model gives it (float32 softmax): the secret in the bulk (hundreds of ties
+    # within 1e-9 among 10^12) and near the top; both paths give the same better and tied counts.
+    rng = np.random.default_rng(0)
+    rows = list(np.log(rng.dirichlet(np.ones(10), size=12)).astype(np.float32).astype(np.float64))
+    bulk = [int(k) for k in rng.integers(0, 10, 12)]
+    near_top = [int(r.argmax()) for r in rows]
+    near_top[0] = int(np.argsort(rows[0])[-2])
+    for secret in (bulk, near_top):
+        for tol in (1e-9, 1e-7):
+            merged, searched = _merged_and_searched(rows, secret, tol)
+            assert merged is not None and merged == searched, (secret, tol)
+    assert searched[1] > 0  # ties did occur
+
+
 def auto_method(rows):
     return exposure_rank(rows, [0] * len(rows)).method
 
