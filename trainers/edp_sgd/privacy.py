@@ -92,7 +92,7 @@ def build_record(
     guarantee = (f"({format_up(epsilon, 4)}, {format_up(delta, 3)})-DP for one training example "
                  f"(add/remove): {mechanism}, composed over {steps} steps ({ledger.accountant.upper()} accountant), for "
                  f"the released model/. Condition: {noise_source.note}")
-    notes = [f"randomness: {noise_source.note}"]
+    notes: list[str] = []  # the randomness note is the record's own field (printed once by the CLI)
     warning = accounting.delta_warning(delta, plan.dataset_size)
     if warning:
         notes.insert(0, "warning: " + warning)

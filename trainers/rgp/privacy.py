@@ -44,8 +44,7 @@ def build_record(*, plan: PrivacyPlan, steps: int, ledger: Any, clipper: Any, no
     guarantee = (f"({format_up(epsilon, 4)}, {format_up(delta, 3)})-DP for one training example "
                  f"(add/remove): {mechanism}, composed over {steps} steps ({ledger.accountant.upper()} accountant), for "
                  f"the released model/. Condition: {noise_source.note}")
-    notes = [f"randomness: {noise_source.note}",
-             ("carriers: computed from already released weights (or the public seed), never from this step's batch: "
+    notes = [("carriers: computed from already released weights (or the public seed), never from this step's batch: "
               "post-processing, no privacy cost.")]
     warning = accounting.delta_warning(delta, plan.dataset_size)
     if warning:
