@@ -62,12 +62,14 @@ from trainers.edp_sgd import checkpoint as ckpt
 from trainers.edp_sgd import data as data_mod
 from trainers.edp_sgd import distributed, noise, privacy, sampling
 from trainers.edp_sgd.clipping import (
+    Clipped,
     MicrobatchClipper,
     PerExampleClipper,
     layer_clip_norms,
     trainable,
 )
 from trainers.edp_sgd.config import EdpSgdConfig
+from trainers.edp_sgd.ghost import GhostClipper, UnsupportedModel
 from trainers.edp_sgd.model import (
     build_model,
     layer_groups,
@@ -115,6 +117,11 @@ def _seeded(seed: int, stream: int, step: int) -> torch.Generator:
     return torch.Generator().manual_seed(sampling.derived_seed(seed, stream, step))
 
 
+def _norm(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The global L2 norm of ``tensors`` as a 0-d float64 tensor on their device (no host sync)."""
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(tensors)).double())
+
+
 class _Run:
     """One invocation: set up (or resume), loop, finish. Not reusable."""
 
@@ -143,8 +150,9 @@ class _Run:
         config = self.config
         # CPU: keep freed memory mapped so per-step gradient buffers (hundreds of MB of per-example
         # gradients in dp-sgd) are reused instead of page-faulted in afresh every step (DESIGN section 9).
-        self.allocator_tuned = tune_host_allocator() if not torch.cuda.is_available() else False
-        self.world = distributed.init_world()
+        self.device = distributed.resolve_device(config.device)
+        self.allocator_tuned = tune_host_allocator() if self.device.type == "cpu" else False
+        self.world = distributed.init_world(self.device)
         found = ckpt.list_checkpoints(self.ckpt_dir)
         check_out_dir(self.out_dir, trainer=EdpSgdTrainer.name, resumable=bool(found))
         self.data = data_mod.load_inject_dir(self.data_dir, task=config.task)
@@ -172,6 +180,7 @@ class _Run:
             self.model = build_model(config.task, preset=config.preset, vocab_size=self.tokenizer.get_vocab_size(),
                                      max_length=config.max_length, label_names=self.data.label_names, seed=self.seed)
             self.tokenizer_source = "WordPiece trained on public.jsonl only (never on train.jsonl or the canaries)."
+        self.model.to(self.device)
         self.specials = special_ids(self.tokenizer, where=config.model or "tokenizer")
         self.vocab_size = int(self.model.config.vocab_size)
         self.encoded = {name: data_mod.encode(self.tokenizer, split.texts, max_length=config.max_length)
@@ -236,12 +245,21 @@ class _Run:
                 split = "public" if config.scale_from == "public" else "train"
                 size = min(len(self.encoded[split].lengths), max(1, round(config.batch_size / k)))
                 idx = np.arange(size)
-                batch = self._batch(split, idx, generator=_seeded(self.seed, _EVAL_STREAM, 1))
+                batch = self._on_device(self._batch(split, idx, generator=_seeded(self.seed, _EVAL_STREAM, 1)))
                 norms = layer_clip_norms(self.model, per_example_losses, batch, clip_norm=config.clip_norm,
                                          param_groups=groups, num_groups=len(self.group_names))
             self.layer_norms = norms
             self.clipper = MicrobatchClipper(self.model, per_example_losses, layer_clip_norms=norms, param_groups=groups,
                                              max_microbatch_size=sampling.max_microbatch_size(self.slots, k))
+        self.ghost: GhostClipper | None = None
+        self.ghost_refused: str | None = None
+        if self.clipper is not None and config.clip_engine == "ghost":  # the same clipped sums, one backward pass
+            bounds = self.layer_norms if config.mode == "edp-sgd" else [config.clip_norm]
+            groups = self.clipper.param_groups.tolist() if config.mode == "edp-sgd" else [0] * len(self.params)
+            try:
+                self.ghost = GhostClipper(self.model, per_example_losses, bounds=bounds, param_groups=groups)
+            except UnsupportedModel as err:  # fall back to the vmap clippers
+                self.ghost_refused = str(err)
 
     def _batch(self, split: str, indices: np.ndarray, *, generator: torch.Generator | None) -> dict[str, torch.Tensor]:
         """Tensors of the examples ``indices`` of ``split`` (masked for MLM with ``generator``)."""
@@ -255,6 +273,12 @@ class _Run:
         batch["mask4"] = data_mod.additive_mask(mask)
         return batch
 
+    def _on_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``batch`` on the run's device (pinned and copied asynchronously to a GPU: no host sync)."""
+        if self.device.type == "cpu":
+            return batch
+        return {k: v.pin_memory().to(self.device, non_blocking=True) for k, v in batch.items()}
+
     # -- one step ----------------------------------------------------------------------------
 
     def _sample(self, step: int) -> np.ndarray:
@@ -262,7 +286,8 @@ class _Run:
         return sampling.poisson_sample(rng, self.plan.dataset_size, self.plan.batch_at(step) / self.plan.dataset_size)
 
     def step(self, step: int, indices: np.ndarray) -> dict[str, Any]:
-        """Compute the (noised) aggregate of this step's batch and apply Adam; returns telemetry."""
+        """Compute the (noised) aggregate of this step's batch and apply Adam; returns telemetry with a
+        device tensor of statistics (:meth:`_telemetry` turns it into numbers at log intervals)."""
         grad_sum, stats = self.aggregate(step, indices)
         scale = 1.0 / self.plan.batch_at(step)  # the expected batch size: public, unlike the realized one
         for p, a in zip(self.params, grad_sum):
@@ -270,47 +295,69 @@ class _Run:
         self.optimizer.step()
         for p in self.params:
             p.grad = None
-        loss_sum, correct_sum, units, clipped = stats.tolist()
-        n = max(len(indices), 1)
-        return {"loss": loss_sum / n if len(indices) else None, "train_accuracy": correct_sum / n if len(indices) else None,
-                "batch_size": len(indices),
-                "clip_fraction": clipped / units if (self.clipper is not None and units) else None,
-                "sigma": self.plan.sigma_at(step) if self.plan.private else None}
+        return {"stats": stats, "batch_size": len(indices), "sigma": self.plan.sigma_at(step) if self.plan.private else None}
+
+    def _telemetry(self, metrics: dict[str, Any], stats: list[float]) -> dict[str, Any]:
+        """A metrics row from :meth:`step`'s output and its fetched statistics.
+
+        ``grad_snr`` as jax-bert defines it: the norm of the clipped sum over the norm of the noise
+        actually added to it, both summed over processes (inf without noise).
+        """
+        loss_sum, correct_sum, units, clipped, sum_norm, noise_norm = stats
+        n = metrics["batch_size"]
+        private = self.plan.private
+        return {"loss": loss_sum / n if n else None, "train_accuracy": correct_sum / n if n else None,
+                "batch_size": n, "clip_fraction": clipped / units if (self.clipper is not None and units) else None,
+                "sigma": metrics["sigma"], "clipped_sum_norm": sum_norm, "noise_norm": noise_norm if private else None,
+                "grad_snr": (sum_norm / noise_norm if noise_norm > 0 else None) if private else None}  # inf: not JSON
 
     def aggregate(self, step: int, indices: np.ndarray) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The summed, clipped and noised gradient of the batch ``indices`` over all processes, and
-        [loss sum, correct sum, clipped units, units clipped] telemetry."""
+        [loss sum, correct sum, clipped units, units clipped, clipped-sum norm, noise norm] telemetry
+        (a float64 tensor on the run's device: no host sync)."""
         config, world = self.config, self.world
         sigma = self.plan.sigma_at(step) if self.plan.private else 0.0
         # Mask the whole batch identically on every process (keyed by the public seed and the step).
         gen = _seeded(self.seed, _MASK_STREAM, step)
-        full = self._batch("train", indices, generator=gen) if len(indices) else None
+        cpu = self._batch("train", indices, generator=gen) if len(indices) else None
+        full = self._on_device(cpu) if cpu is not None else None
+        device = self.device
         grad_sum = [torch.zeros_like(p) for p in self.params]
-        loss_sum = correct_sum = 0.0
-        units = clipped = 0
+        noise_sum = [torch.zeros_like(p) for p in self.params] if self.plan.private else []
+        zero = torch.zeros((), dtype=torch.float64, device=device)
+        loss_sum = correct_sum = clipped = zero
+        units = 0
         if config.mode == "edp-sgd":
             k = config.micro_batches
             groups = sampling.split_microbatches(np.arange(len(indices)), self.slots[indices], k)
             mine = [j for j in range(k) if j % world.size == world.rank]
             std_each = sigma * self.clipper.sensitivity / math.sqrt(k)
             if full is not None:
-                result = self.clipper.clipped_sum(full, [groups[j] for j in mine], chunk_examples=config.physical_batch)
+                if self.ghost is not None:
+                    result = self._ghost_sum(cpu, full, [groups[j] for j in mine])
+                else:
+                    result = self.clipper.clipped_sum(full, [groups[j] for j in mine], chunk_examples=config.physical_batch)
                 grad_sum = result.grads
                 loss_sum, correct_sum, units, clipped = result.loss_sum, result.correct_sum, result.units, result.clipped
             if config.noise_draw == "micro-batch" and std_each > 0:  # Algorithm 1: one draw per micro-batch
                 for j in mine:
-                    noise.add_noise_(grad_sum, std_each, noise.keyed_generator(self.noise_source.seed, step, j))
+                    noise.add_noise_(noise_sum, std_each, noise.keyed_generator(self.noise_source.seed, step, j, device=device))
             elif std_each > 0 and mine:  # the same distribution: one draw carrying this process's micro-batches'
                 # noise; the sum of len(mine) independent N(0, std_each^2) is N(0, len(mine) std_each^2)
-                noise.add_noise_(grad_sum, std_each * math.sqrt(len(mine)),
+                noise.add_noise_(noise_sum, std_each * math.sqrt(len(mine)),
                                  noise.keyed_generator(self.noise_source.seed, step, _PROCESS_NOISE_KEY + world.rank,
-                                                       world.size))
+                                                       world.size, device=device))
         else:
             share = np.array_split(np.arange(len(indices)), world.size)[world.rank] if len(indices) else np.arange(0)
             if len(share):
-                sub = {key: v[torch.as_tensor(share)] for key, v in full.items()}
+                rows = torch.as_tensor(share)
+                sub = {key: v[rows.to(v.device)] for key, v in full.items()}
                 if config.mode == "dp-sgd":
-                    result = self.clipper.clipped_sum(sub)
+                    if self.ghost is not None:
+                        result = self.ghost.clipped_sum(sub, np.arange(len(share)), len(share),
+                                                        valid=cpu["mask4"][rows, 0, 0, :] == 0)
+                    else:
+                        result = self.clipper.clipped_sum(sub)
                     grad_sum = result.grads
                     loss_sum, correct_sum, units, clipped = result.loss_sum, result.correct_sum, result.units, result.clipped
                 else:
@@ -319,13 +366,30 @@ class _Run:
                     losses, correct = per_example_losses(self.model, sub)
                     losses.sum().backward()
                     grad_sum = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-                    loss_sum, correct_sum, units = float(losses.detach().sum()), float(correct.sum()), len(share)
+                    loss_sum, correct_sum, units = losses.detach().sum().double(), correct.sum().double(), len(share)
             if config.mode == "dp-sgd" and world.primary and sigma > 0:
-                noise.add_noise_(grad_sum, sigma * self.clipper.sensitivity, noise.keyed_generator(self.noise_source.seed, step))
-        stats = torch.tensor([loss_sum, correct_sum, float(units), float(clipped)], dtype=torch.float64)
-        distributed.all_reduce_sum_(grad_sum, world)
+                noise.add_noise_(noise_sum, sigma * self.clipper.sensitivity,
+                                 noise.keyed_generator(self.noise_source.seed, step, device=device))
+        stats = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=device).reshape(())
+                             for v in (loss_sum, correct_sum, units, clipped)])
+        distributed.all_reduce_sum_(grad_sum + noise_sum, world)  # one flat all-reduce of both
         distributed.all_reduce_sum_([stats], world)
-        return grad_sum, stats
+        norms = torch.stack([_norm(grad_sum), _norm(noise_sum) if noise_sum else zero])
+        if noise_sum:
+            torch._foreach_add_(grad_sum, noise_sum)
+        return grad_sum, torch.cat([stats, norms])
+
+    def _ghost_sum(self, cpu: dict[str, torch.Tensor], full: dict[str, torch.Tensor], groups: list[np.ndarray]):
+        """The ghost clipper's sum over the micro-batches ``groups`` (index arrays into the batch)."""
+        groups = [g for g in groups if len(g)]
+        if not groups:
+            zero = torch.zeros((), dtype=torch.float64, device=self.device)
+            return Clipped(grads=[torch.zeros_like(p) for p in self.params], loss_sum=zero, correct_sum=zero,
+                           units=0, clipped=zero)
+        rows = torch.as_tensor(np.concatenate(groups), dtype=torch.long)
+        owner = np.concatenate([np.full(len(g), u) for u, g in enumerate(groups)])
+        sub = {key: v[rows.to(v.device)] for key, v in full.items()}
+        return self.ghost.clipped_sum(sub, owner, len(groups), valid=cpu["mask4"][rows, 0, 0, :] == 0)
 
     # -- evaluation --------------------------------------------------------------------------
 
@@ -337,7 +401,7 @@ class _Run:
         gen = _seeded(self.seed, _EVAL_STREAM, 0)
         loss_sum = correct = 0.0
         for start in range(0, n, 64):
-            batch = self._batch("heldout", np.arange(start, min(n, start + 64)), generator=gen)
+            batch = self._on_device(self._batch("heldout", np.arange(start, min(n, start + 64)), generator=gen))
             losses, right = per_example_losses(self.model, batch)
             loss_sum += float(losses.sum())
             correct += float(right.sum())
@@ -384,6 +448,22 @@ class _Run:
                    dynamic_ncols=True, leave=False, disable=not self.world.primary)
         epoch_start = time.perf_counter()
         epoch_steps_timed = 0
+        pending: list[tuple[int, int, dict[str, Any]]] = []  # (step, epoch, step output) not yet fetched
+
+        def sync() -> dict[str, Any] | None:
+            """The loop's only host sync: fetch the pending steps' statistics (one copy) and write their rows."""
+            if not pending:
+                return None
+            fetched = torch.stack([m["stats"] for _, _, m in pending]).cpu().tolist()
+            row = None
+            for (done, epoch_of, out), stats in zip(pending, fetched):
+                row = self._telemetry(out, stats)
+                self.metrics.append({"step": done, "epoch": epoch_of, **row, "telemetry_private": True})
+            pending.clear()
+            if row["loss"] is not None:
+                bar.set_postfix(loss=f"{row['loss']:.4g}", acc=acc_text, eps=eps_text, refresh=False)
+            return row
+
         try:
             while step < total and not self.stopped_at_budget:
                 if self.ledger is not None:
@@ -394,14 +474,13 @@ class _Run:
                         break
                 epoch = plan.stage_at(step)[0]
                 indices = self._sample(step)
-                metrics = self.step(step, indices)
+                pending.append((step + 1, epoch, self.step(step, indices)))
                 step += 1
                 epoch_steps_timed += 1
-                self.metrics.append({"step": step, "epoch": epoch, **metrics, "telemetry_private": True})
                 bar.update(1)
-                if metrics["loss"] is not None:
-                    bar.set_postfix(loss=f"{metrics['loss']:.4g}", acc=acc_text, eps=eps_text, refresh=False)
                 epoch_end = step % self.steps_per_epoch == 0 or step == total
+                if epoch_end or step % config.log_every == 0 or step % config.checkpoint_every == 0:
+                    last = sync()
                 if epoch_end:
                     elapsed = time.perf_counter() - epoch_start
                     row = {"step": step, "epoch": epoch, "epoch_time_s": elapsed,
@@ -411,12 +490,13 @@ class _Run:
                     eps_text = format_up(eps)
                     acc_text = f"{row.get('eval_accuracy', row.get('mlm_accuracy', float('nan'))):.3f}"
                     self.metrics.append(row)
-                    bar.set_postfix(loss=f"{metrics['loss'] or 0:.4g}", acc=acc_text, eps=eps_text, refresh=True)
+                    bar.set_postfix(loss=f"{(last or {}).get('loss') or 0:.4g}", acc=acc_text, eps=eps_text, refresh=True)
                 if (epoch_end or step % config.checkpoint_every == 0) and step != total:
                     self._save(step)
                 if epoch_end:
                     epoch_start, epoch_steps_timed = time.perf_counter(), 0
         finally:
+            sync()
             bar.close()
         if step != self.start_step or self.stopped_at_budget:
             self._save(step)
