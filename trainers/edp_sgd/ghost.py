@@ -43,6 +43,14 @@ from trainers.edp_sgd.clipping import Clipped, LossFn, trainable
 _TINY = 1e-12
 
 
+def to_device(t: torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A CPU tensor on ``device``; to a GPU through pinned memory, asynchronously (a plain copy of pageable
+    memory would wait for the GPU: a host sync in the hot loop)."""
+    if device.type == "cpu":
+        return t
+    return t.pin_memory().to(device, non_blocking=True)
+
+
 class UnsupportedModel(ValueError):
     """The model has a parameter the ghost clipper cannot attribute to rows (use the vmap clippers)."""
 
@@ -103,6 +111,7 @@ class GhostClipper:
         self.bounds = [float(b) for b in bounds]
         self.param_groups = list(param_groups)
         self._captures: list[_Capture] | None = None
+        self._bounds: torch.Tensor | None = None
         self._batch_size = 0
         for name, module in self.modules.items():
             module.register_forward_pre_hook(self._pre_hook)
@@ -160,7 +169,6 @@ class GhostClipper:
             self._captures = None
         outs = [c.y for c in captures]
         grads_out = torch.autograd.grad(losses.sum(), outs, allow_unused=True)
-        groups = torch.as_tensor(self.param_groups, dtype=torch.long, device=device)
         sq = torch.zeros((len(self.bounds), num_units), dtype=torch.float32, device=device)  # [L, U]
 
         rows: list[tuple[_Capture, torch.Tensor, torch.Tensor, int, bool]] = []  # capture, x rows, g rows, R, seq
@@ -192,7 +200,7 @@ class GhostClipper:
                     term = g * xhat[j] if p is m.weight else g
                     total = total + units.segment_sq(term, r)
                 elif p is m.weight:
-                    total = total + units.pair(r, seq, _lin_sq, x, g)
+                    total = total + units.linear_sq(r, seq, x, g)
                 else:
                     total = total + units.segment_sq(g, r)
             if len(js) == 2:  # a tied Embedding + Linear weight: the cross term 2 <E_u, D_u>
@@ -200,7 +208,9 @@ class GhostClipper:
                                 for kind in (torch.nn.Embedding, torch.nn.Linear))
                 total = total + 2.0 * units.cross(rows[je], rows[jd])
             sq[self.param_groups[i]] += total
-        bounds = torch.tensor(self.bounds, dtype=torch.float32, device=device)
+        if self._bounds is None or self._bounds.device != device:
+            self._bounds = to_device(torch.tensor(self.bounds, dtype=torch.float32), device)
+        bounds = self._bounds
         factors = (bounds[:, None] / sq.sqrt().clamp(min=_TINY)).clamp(max=1.0)  # [L, U]
 
         for i, js in by_param.items():
@@ -213,8 +223,11 @@ class GhostClipper:
                     acc[i].index_add_(0, x, g * w[:, None])
                 elif isinstance(m, torch.nn.LayerNorm):
                     acc[i].add_(w @ (g * xhat[j]) if p is m.weight else w @ g)
-                elif p is m.weight:
-                    acc[i].add_((g * w[:, None]).T @ x)
+                elif p is m.weight:  # A^T diag(w) G, the weights on the narrower side
+                    if x.shape[1] <= g.shape[1]:
+                        acc[i].addmm_(g.T, x * w[:, None])
+                    else:
+                        acc[i].addmm_((g * w[:, None]).T, x)
                 else:
                     acc[i].add_(w @ g)
         clipped = (factors < 1.0).any(0).sum().double()
@@ -249,9 +262,11 @@ class _Units:
                  device: torch.device) -> None:
         self.owner_cpu, self.num_units, self.valid = owner, num_units, valid.bool()
         self.per_example, self.device = per_example, device
-        self.owner = owner.to(device)
+        self.owner = to_device(owner, device)
         self._row_owner: dict[int, torch.Tensor] = {}
         self._unit_rows: dict[tuple[int, bool], tuple[torch.Tensor, list[int]]] = {}
+        self._split: dict[tuple, tuple[torch.Tensor, ...]] = {}
+        self._gram: dict[tuple, torch.Tensor] = {}
 
     def row_owner(self, r: int) -> torch.Tensor:
         if r not in self._row_owner:
@@ -269,7 +284,7 @@ class _Units:
             order = torch.argsort(row_owner[idx], stable=True)
             idx = idx[order]
             counts = torch.bincount(row_owner[idx], minlength=self.num_units).tolist()
-            self._unit_rows[key] = (idx.to(self.device, non_blocking=True), counts)
+            self._unit_rows[key] = (to_device(idx, self.device), counts)
         return self._unit_rows[key]
 
     def pair(self, r: int, seq: bool, fn: Callable, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
@@ -278,8 +293,37 @@ class _Units:
             b = len(self.owner_cpu)
             return fn(x.reshape(b, r, *x.shape[1:]), g.reshape(b, r, -1))
         idx, counts = self._rows(r, seq)
-        xs, gs = x[idx].split(counts), g[idx].split(counts)
+        xs, gs = x.index_select(0, idx).split(counts), g.index_select(0, idx).split(counts)
         out = [fn(xu[None], gu[None]) if n else torch.zeros(1, device=self.device) for xu, gu, n in zip(xs, gs, counts)]
+        return torch.cat(out)
+
+    def linear_sq(self, r: int, seq: bool, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """[U] squared norms of each unit's Linear weight gradient ``x_u^T g_u``, ghost or direct per unit
+        (the cheaper); the input's rows and Gram matrices are cached, as q, k and v share one input."""
+        d, p = x.shape[1], g.shape[1]
+        key = (x.data_ptr(), tuple(x.shape), r, seq)
+        if self.per_example:
+            b = len(self.owner_cpu)
+            xb, gb = x.reshape(b, r, d), g.reshape(b, r, p)
+            if r * (d + p) >= d * p:
+                return (xb.transpose(1, 2) @ gb).pow(2).sum((1, 2))
+            if key not in self._gram:
+                self._gram[key] = xb @ xb.transpose(1, 2)
+            return (self._gram[key] * (gb @ gb.transpose(1, 2))).sum((1, 2))
+        idx, counts = self._rows(r, seq)
+        if key not in self._split:
+            self._split[key] = x.index_select(0, idx).split(counts)
+        xs, gs = self._split[key], g.index_select(0, idx).split(counts)
+        out = []
+        for u, (xu, gu, n) in enumerate(zip(xs, gs, counts)):
+            if n == 0:
+                out.append(torch.zeros(1, device=self.device))
+            elif n * (d + p) < d * p:
+                if (key, u) not in self._gram:
+                    self._gram[(key, u)] = xu @ xu.T
+                out.append((self._gram[(key, u)] * (gu @ gu.T)).sum().reshape(1))
+            else:
+                out.append((xu.T @ gu).pow(2).sum().reshape(1))
         return torch.cat(out)
 
     def segment_sq(self, term: torch.Tensor, r: int) -> torch.Tensor:

@@ -69,7 +69,7 @@ from trainers.edp_sgd.clipping import (
     trainable,
 )
 from trainers.edp_sgd.config import EdpSgdConfig
-from trainers.edp_sgd.ghost import GhostClipper, UnsupportedModel
+from trainers.edp_sgd.ghost import GhostClipper, UnsupportedModel, to_device
 from trainers.edp_sgd.model import (
     build_model,
     layer_groups,
@@ -115,6 +115,12 @@ class EdpSgdTrainer:
 
 def _seeded(seed: int, stream: int, step: int) -> torch.Generator:
     return torch.Generator().manual_seed(sampling.derived_seed(seed, stream, step))
+
+
+def _scalar(value: float | torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A 0-d float64 tensor on ``device`` (host numbers copied asynchronously: no host sync)."""
+    t = (value if isinstance(value, torch.Tensor) else torch.tensor(float(value))).to(torch.float64).reshape(())
+    return t if t.device == device else to_device(t, device)
 
 
 def _norm(tensors: list[torch.Tensor]) -> torch.Tensor:
@@ -351,7 +357,8 @@ class _Run:
             share = np.array_split(np.arange(len(indices)), world.size)[world.rank] if len(indices) else np.arange(0)
             if len(share):
                 rows = torch.as_tensor(share)
-                sub = {key: v[rows.to(v.device)] for key, v in full.items()}
+                on_device = to_device(rows, self.device)
+                sub = {key: v[on_device] for key, v in full.items()}
                 if config.mode == "dp-sgd":
                     if self.ghost is not None:
                         result = self.ghost.clipped_sum(sub, np.arange(len(share)), len(share),
@@ -370,8 +377,7 @@ class _Run:
             if config.mode == "dp-sgd" and world.primary and sigma > 0:
                 noise.add_noise_(noise_sum, sigma * self.clipper.sensitivity,
                                  noise.keyed_generator(self.noise_source.seed, step, device=device))
-        stats = torch.stack([torch.as_tensor(v, dtype=torch.float64, device=device).reshape(())
-                             for v in (loss_sum, correct_sum, units, clipped)])
+        stats = torch.stack([_scalar(v, device) for v in (loss_sum, correct_sum, units, clipped)])
         distributed.all_reduce_sum_(grad_sum + noise_sum, world)  # one flat all-reduce of both
         distributed.all_reduce_sum_([stats], world)
         norms = torch.stack([_norm(grad_sum), _norm(noise_sum) if noise_sum else zero])
@@ -388,7 +394,8 @@ class _Run:
                            units=0, clipped=zero)
         rows = torch.as_tensor(np.concatenate(groups), dtype=torch.long)
         owner = np.concatenate([np.full(len(g), u) for u, g in enumerate(groups)])
-        sub = {key: v[rows.to(v.device)] for key, v in full.items()}
+        on_device = to_device(rows, self.device)
+        sub = {key: v[on_device] for key, v in full.items()}
         return self.ghost.clipped_sum(sub, owner, len(groups), valid=cpu["mask4"][rows, 0, 0, :] == 0)
 
     # -- evaluation --------------------------------------------------------------------------
