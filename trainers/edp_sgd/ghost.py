@@ -223,7 +223,9 @@ class GhostClipper:
                     acc[i].index_add_(0, x, g * w[:, None])
                 elif isinstance(m, torch.nn.LayerNorm):
                     acc[i].add_(w @ (g * xhat[j]) if p is m.weight else w @ g)
-                elif p is m.weight:  # A^T diag(w) G, the weights on the narrower side
+                elif p is m.weight:  # A^T diag(w) G over the real rows, the weights on the narrower side
+                    x, g, rows_owner = units.real_rows(r, _seq, x, g)
+                    w = factors[self.param_groups[i]][rows_owner]
                     if x.shape[1] <= g.shape[1]:
                         acc[i].addmm_(g.T, x * w[:, None])
                     else:
@@ -311,9 +313,7 @@ class _Units:
                 self._gram[key] = xb @ xb.transpose(1, 2)
             return (self._gram[key] * (gb @ gb.transpose(1, 2))).sum((1, 2))
         idx, counts = self._rows(r, seq)
-        if key not in self._split:
-            self._split[key] = x.index_select(0, idx).split(counts)
-        xs, gs = self._split[key], g.index_select(0, idx).split(counts)
+        xs, gs = self._select(x, r, seq).split(counts), self._select(g, r, seq).split(counts)
         out = []
         for u, (xu, gu, n) in enumerate(zip(xs, gs, counts)):
             if n == 0:
@@ -325,6 +325,25 @@ class _Units:
             else:
                 out.append((xu.T @ gu).pow(2).sum().reshape(1))
         return torch.cat(out)
+
+    def _select(self, t: torch.Tensor, r: int, seq: bool) -> torch.Tensor:
+        """The rows of ``t`` grouped by unit (real tokens only for token rows), cached per tensor."""
+        key = (t.data_ptr(), tuple(t.shape), r, seq)
+        if key not in self._split:
+            self._split[key] = t.index_select(0, self._rows(r, seq)[0])
+        return self._split[key]
+
+    def real_rows(self, r: int, seq: bool, x: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(x rows, g rows, their units) without the padding tokens of token rows (their g is zero)."""
+        if not seq:
+            return x, g, self.row_owner(r)
+        idx, counts = self._rows(r, seq)
+        key = ("owner", r, seq)
+        if key not in self._split:
+            self._split[key] = torch.repeat_interleave(
+                to_device(torch.arange(self.num_units), self.device),
+                to_device(torch.tensor(counts), self.device), output_size=int(sum(counts)))
+        return self._select(x, r, seq), self._select(g, r, seq), self._split[key]
 
     def segment_sq(self, term: torch.Tensor, r: int) -> torch.Tensor:
         """[U] squared norms of the per-unit sums of the rows of ``term`` [N, d]."""

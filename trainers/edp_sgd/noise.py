@@ -34,3 +34,13 @@ def add_noise_(tensors: list[torch.Tensor], std: float, generator: torch.Generat
         noise = torch.empty(t.shape, dtype=t.dtype, device=generator.device).normal_(0.0, std, generator=generator)
         t.add_(noise if noise.device == t.device else noise.to(t.device, non_blocking=True))
 
+
+
+def gaussian_like(tensors: list[torch.Tensor], std: float, generator: torch.Generator) -> list[torch.Tensor]:
+    """New tensors N(0, std^2 I) shaped like ``tensors``, drawn in place from ``generator`` in list order:
+    the same values as :func:`add_noise_` into zeros, without the zeros and the temporary copies."""
+    out = []
+    for t in tensors:
+        noise = torch.empty(t.shape, dtype=t.dtype, device=generator.device).normal_(0.0, std, generator=generator)
+        out.append(noise if noise.device == t.device else noise.to(t.device, non_blocking=True))
+    return out

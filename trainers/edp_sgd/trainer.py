@@ -329,7 +329,7 @@ class _Run:
         full = self._on_device(cpu) if cpu is not None else None
         device = self.device
         grad_sum = [torch.zeros_like(p) for p in self.params]
-        noise_sum = [torch.zeros_like(p) for p in self.params] if self.plan.private else []
+        draws: list[tuple[float, torch.Generator]] = []  # this process's noise draws (std, generator)
         zero = torch.zeros((), dtype=torch.float64, device=device)
         loss_sum = correct_sum = clipped = zero
         units = 0
@@ -346,13 +346,12 @@ class _Run:
                 grad_sum = result.grads
                 loss_sum, correct_sum, units, clipped = result.loss_sum, result.correct_sum, result.units, result.clipped
             if config.noise_draw == "micro-batch" and std_each > 0:  # Algorithm 1: one draw per micro-batch
-                for j in mine:
-                    noise.add_noise_(noise_sum, std_each, noise.keyed_generator(self.noise_source.seed, step, j, device=device))
+                draws = [(std_each, noise.keyed_generator(self.noise_source.seed, step, j, device=device)) for j in mine]
             elif std_each > 0 and mine:  # the same distribution: one draw carrying this process's micro-batches'
                 # noise; the sum of len(mine) independent N(0, std_each^2) is N(0, len(mine) std_each^2)
-                noise.add_noise_(noise_sum, std_each * math.sqrt(len(mine)),
-                                 noise.keyed_generator(self.noise_source.seed, step, _PROCESS_NOISE_KEY + world.rank,
-                                                       world.size, device=device))
+                draws = [(std_each * math.sqrt(len(mine)),
+                          noise.keyed_generator(self.noise_source.seed, step, _PROCESS_NOISE_KEY + world.rank,
+                                                world.size, device=device))]
         else:
             share = np.array_split(np.arange(len(indices)), world.size)[world.rank] if len(indices) else np.arange(0)
             if len(share):
@@ -375,8 +374,12 @@ class _Run:
                     grad_sum = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
                     loss_sum, correct_sum, units = losses.detach().sum().double(), correct.sum().double(), len(share)
             if config.mode == "dp-sgd" and world.primary and sigma > 0:
-                noise.add_noise_(noise_sum, sigma * self.clipper.sensitivity,
-                                 noise.keyed_generator(self.noise_source.seed, step, device=device))
+                draws = [(sigma * self.clipper.sensitivity, noise.keyed_generator(self.noise_source.seed, step, device=device))]
+        noise_sum: list[torch.Tensor] = []
+        if self.plan.private:  # the first draw in place, the others added (zeros where this process adds none)
+            noise_sum = (noise.gaussian_like(self.params, *draws[0]) if draws else [torch.zeros_like(p) for p in self.params])
+            for std, generator in draws[1:]:
+                noise.add_noise_(noise_sum, std, generator)
         stats = torch.stack([_scalar(v, device) for v in (loss_sum, correct_sum, units, clipped)])
         distributed.all_reduce_sum_(grad_sum + noise_sum, world)  # one flat all-reduce of both
         distributed.all_reduce_sum_([stats], world)
