@@ -27,8 +27,13 @@ default buffers give the per-sample embedding hooks a batch of 1).
 SNIPS is read from ``--snips DIR`` (train.tsv, ``text<TAB>label``), never copied into the project;
 an inject directory is written under a temporary folder.
 
+Each worker also reports the median process CPU time per step (on a shared machine wall time
+includes other users' load; CPU time mostly does not). ``--device cuda`` times the trainer (and Opacus)
+on a GPU, synchronizing after each step; ``--clip-engine vmap`` times the materialized per-example
+clippers instead of the ghost/book-keeping one.
+
 Example:
-    python benchmarks/bench_edp_sgd.py --snips PATH/TO/snips --steps 8 --tasks classify,mlm
+    python benchmarks/bench_edp_sgd.py --snips PATH/TO/snips --steps 8 --tasks classify,mlm [--device cuda]
 """
 
 from __future__ import annotations

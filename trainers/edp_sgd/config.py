@@ -57,7 +57,7 @@ class EdpSgdConfig:
     """Settings of one sgd / dp-sgd / eDP-SGD fine-tuning run (Dupuy et al. 2021)."""
 
     mode: Mode = field(default="edp-sgd", metadata=_help(
-        "sgd: non-private baseline (Adam). dp-sgd: per-example clipping (torch.func vmap), sensitivity C. "
+        "sgd: non-private baseline (Adam). dp-sgd: per-example clipping (see --clip-engine), sensitivity C. "
         "edp-sgd: micro-batch clipping with per-layer clip norms (Algorithm 1 of Dupuy et al.), sensitivity 2C."))
     task: Task = field(default="classify", metadata=_help(
         "classify: sequence classification of {'text','label'} rows (intent). mlm: masked-LM fine-tuning on the texts."))
