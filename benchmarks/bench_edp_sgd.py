@@ -194,6 +194,33 @@ def worker(args: argparse.Namespace) -> int:
     return 0
 
 
+def interleaved(args: argparse.Namespace, data: Path, task: str) -> dict[str, tuple[float, float]]:
+    """sgd, dp-sgd and edp-sgd in ONE process, step by step in rotating order on the same batches:
+    median wall and CPU seconds per step. Load spikes on a shared machine then hit every mode alike
+    (the ghost clippers allocate no large per-example buffers, so the modes do not fragment each
+    other's heap the way the vmap clippers did)."""
+    with tempfile.TemporaryDirectory(prefix="bench_edp_sgd_inter.") as tmp:
+        options = _common(args, task)
+        runs = {"sgd": build_run(data, Path(tmp), mode="sgd", **options)}
+        for mode in ("dp-sgd", "edp-sgd"):
+            runs[mode] = build_run(data, Path(tmp), mode=mode, noise_multiplier=1.0, clip_norm=1.0, **options)
+        cuda = runs["sgd"].device.type == "cuda"
+        times: dict[str, list[tuple[float, float]]] = {mode: [] for mode in runs}
+        modes = list(runs)
+        for i in range(args.warmup + args.steps):
+            order = modes[i % 3:] + modes[:i % 3]
+            for mode in order:
+                run = runs[mode]
+                indices = run._sample(i)
+                start, cpu_start = time.perf_counter(), time.process_time()
+                run.step(i, indices)
+                if cuda:
+                    torch.cuda.synchronize()
+                if i >= args.warmup:
+                    times[mode].append((time.perf_counter() - start, time.process_time() - cpu_start))
+    return {mode: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for mode, v in times.items()}
+
+
 def _common(args: argparse.Namespace, task: str) -> dict:
     return dict(task=task, preset=args.preset, batch_size=args.batch_size, micro_batches=args.micro_batches,
                 max_length=args.max_length, epochs=1, eval_examples=0, noise_seed=1, physical_batch=args.batch_size,
@@ -214,6 +241,8 @@ def main(argv: list[str] | None = None) -> int:
                         help="Fresh-process measurements per mode, in alternating order; the fastest is kept.")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's default).")
     parser.add_argument("--no-opacus", action="store_true")
+    parser.add_argument("--interleaved", action="store_true",
+                        help="Also time sgd, dp-sgd and edp-sgd interleaved step by step in one process (ratios under equal load).")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="The trainer's --device (Opacus runs on the same device).")
     parser.add_argument("--clip-engine", choices=("ghost", "vmap"), default="ghost",
@@ -246,6 +275,13 @@ def main(argv: list[str] | None = None) -> int:
                                 "ratio_to_sgd": med / times["sgd"], "cpu_step_s": cpu,
                                 "cpu_ratio_to_sgd": cpu / best["sgd"][1], "timed_steps": args.steps,
                                 "steps_per_epoch": per_epoch, "dataset_size": n})
+            if args.interleaved:
+                inter = interleaved(args, data, task)
+                for mode, (wall, cpu) in inter.items():
+                    results.append({"task": task, "mode": f"{mode} (interleaved)", "median_step_s": wall,
+                                    "epoch_s_estimate": wall * per_epoch, "ratio_to_sgd": wall / inter["sgd"][0],
+                                    "cpu_step_s": cpu, "cpu_ratio_to_sgd": cpu / inter["sgd"][1],
+                                    "timed_steps": args.steps, "steps_per_epoch": per_epoch, "dataset_size": n})
             for ref in ("opacus", "opacus-tuned"):
                 if ref in times:
                     results.append({"task": task, "mode": f"dp-sgd speed-up over {ref}", "ratio": times[ref] / times["dp-sgd"]})
