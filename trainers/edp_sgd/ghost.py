@@ -312,7 +312,7 @@ class _Units:
             if key not in self._gram:
                 self._gram[key] = xb @ xb.transpose(1, 2)
             return (self._gram[key] * (gb @ gb.transpose(1, 2))).sum((1, 2))
-        idx, counts = self._rows(r, seq)
+        _, counts = self._rows(r, seq)
         xs, gs = self._select(x, r, seq).split(counts), self._select(g, r, seq).split(counts)
         out = []
         for u, (xu, gu, n) in enumerate(zip(xs, gs, counts)):
@@ -337,7 +337,7 @@ class _Units:
         """(x rows, g rows, their units) without the padding tokens of token rows (their g is zero)."""
         if not seq:
             return x, g, self.row_owner(r)
-        idx, counts = self._rows(r, seq)
+        _, counts = self._rows(r, seq)
         key = ("owner", r, seq)
         if key not in self._split:
             self._split[key] = torch.repeat_interleave(
