@@ -18,11 +18,13 @@ optimization on large model at small cost", book-keeping):
 - then the clipped sum itself, ``sum_u f_u grad_u``, as weighted row sums: ``A^T diag(w) G`` with
   ``w`` each row's unit factor: one matrix product per Linear, as in a non-private backward pass.
 
-Unit rows: in per-example mode every example is a unit and the rows are reshaped ``[B, rows, .]``
-(padding rows have a zero output gradient: nothing attends to them and no loss reads them, so they add
-nothing). Micro-batches have unequal sizes: each unit's norms are computed on its own rows, and for
-modules over the token sequence only the real (unpadded) tokens, which is the whole saving over
-padding every micro-batch to the largest.
+Unit rows: in per-example mode every example is a unit and the rows are reshaped ``[B, rows, .]``.
+Micro-batches have unequal sizes: each unit's norms are computed on its own rows (a loop over the k
+micro-batches, never over examples). For modules over the token sequence (``<prefix>.embeddings`` and
+``<prefix>.encoder``) only the real tokens enter the Gram matrices and the weighted products: padding
+tokens have an exactly zero output gradient in a BERT with the additive -inf-like key mask (nothing
+attends to them, no loss reads them), so leaving them out changes nothing and saves ~40% of the
+weight-gradient products on short utterances. Other modules use all their rows.
 
 Exactness against the vmap clippers is tested (tests/trainers/edp_sgd/test_ghost.py). A model with a
 trainable parameter outside these three module types, or a module called twice in one forward, is
