@@ -27,8 +27,13 @@ default buffers give the per-sample embedding hooks a batch of 1).
 SNIPS is read from ``--snips DIR`` (train.tsv, ``text<TAB>label``), never copied into the project;
 an inject directory is written under a temporary folder.
 
+Each worker also reports the median process CPU time per step (on a shared machine wall time
+includes other users' load; CPU time mostly does not). ``--device cuda`` times the trainer (and Opacus)
+on a GPU, synchronizing after each step; ``--clip-engine vmap`` times the materialized per-example
+clippers instead of the ghost/book-keeping one.
+
 Example:
-    python benchmarks/bench_edp_sgd.py --snips PATH/TO/snips --steps 8 --tasks classify,mlm
+    python benchmarks/bench_edp_sgd.py --snips PATH/TO/snips --steps 8 --tasks classify,mlm [--device cuda]
 """
 
 from __future__ import annotations
@@ -93,7 +98,7 @@ class OpacusStep:
 
     def step(self, step: int, indices: np.ndarray) -> None:
         gen = torch.Generator().manual_seed(step)
-        batch = self.run._batch("train", indices, generator=gen)
+        batch = self.run._on_device(self.run._batch("train", indices, generator=gen))
         self.optimizer.zero_grad(set_to_none=True)
         losses, _ = self.loss_fn(_Forward(self.module), batch)
         losses.sum().backward()
@@ -117,7 +122,7 @@ def _explicit_ids(kwargs):
     """Explicit [B, L] position and token-type ids: HF's default [1, L] buffers would give Opacus's
     per-sample embedding hooks a batch of 1."""
     ids = kwargs["input_ids"]
-    return {**kwargs, "position_ids": torch.arange(ids.shape[1]).expand_as(ids).contiguous(),
+    return {**kwargs, "position_ids": torch.arange(ids.shape[1], device=ids.device).expand_as(ids).contiguous(),
             "token_type_ids": torch.zeros_like(ids)}
 
 
@@ -132,7 +137,7 @@ class _Encoder:
 MODES = ("sgd", "dp-sgd", "edp-sgd", "opacus", "opacus-tuned")
 
 
-def time_in_fresh_process(args: argparse.Namespace, data: Path, task: str, mode: str) -> float:
+def time_in_fresh_process(args: argparse.Namespace, data: Path, task: str, mode: str) -> tuple[float, float]:
     """Median step time of ``mode`` measured in a fresh interpreter (one mode per process: modes
     interleaved in one process fragmented each other's heap and tripled the per-example step)."""
     import subprocess
@@ -140,13 +145,14 @@ def time_in_fresh_process(args: argparse.Namespace, data: Path, task: str, mode:
     cmd = [sys.executable, __file__, "--snips", str(args.snips), "--worker", mode, "--worker-data", str(data),
            "--tasks", task, "--preset", args.preset, "--batch-size", str(args.batch_size), "--micro-batches",
            str(args.micro_batches), "--max-length", str(args.max_length), "--steps", str(args.steps), "--warmup",
-           str(args.warmup)]
+           str(args.warmup), "--device", args.device, "--clip-engine", args.clip_engine]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
     done = subprocess.run(cmd, capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"the {mode} worker failed:\n{done.stderr[-3000:]}")
-    return float(done.stdout.strip().splitlines()[-1])
+    wall, cpu = done.stdout.strip().splitlines()[-1].split()
+    return float(wall), float(cpu)  # median wall and process-CPU seconds per step
 
 
 def worker(args: argparse.Namespace) -> int:
@@ -172,21 +178,53 @@ def worker(args: argparse.Namespace) -> int:
             step = run.step
             if mode.startswith("opacus"):
                 step = OpacusStep(run, noise_multiplier=1.0, clip_norm=1.0, batch_size=args.batch_size).step
-        times = []
+        times, cpu_times = [], []
+        cuda = run.device.type == "cuda"
         for i in range(args.warmup + args.steps):
             indices = run._sample(i)
-            start = time.perf_counter()
+            start, cpu_start = time.perf_counter(), time.process_time()
             step(i, indices)
+            if cuda:
+                torch.cuda.synchronize()
             if i >= args.warmup:
                 times.append(time.perf_counter() - start)
+                cpu_times.append(time.process_time() - cpu_start)
         print(f"{len(run.data.train.texts)} {run.steps_per_epoch}")
-    print(statistics.median(times))
+    print(statistics.median(times), statistics.median(cpu_times))
     return 0
+
+
+def interleaved(args: argparse.Namespace, data: Path, task: str) -> dict[str, tuple[float, float]]:
+    """sgd, dp-sgd and edp-sgd in ONE process, step by step in rotating order on the same batches:
+    median wall and CPU seconds per step. Load spikes on a shared machine then hit every mode alike
+    (the ghost clippers allocate no large per-example buffers, so the modes do not fragment each
+    other's heap the way the vmap clippers did)."""
+    with tempfile.TemporaryDirectory(prefix="bench_edp_sgd_inter.") as tmp:
+        options = _common(args, task)
+        runs = {"sgd": build_run(data, Path(tmp), mode="sgd", **options)}
+        for mode in ("dp-sgd", "edp-sgd"):
+            runs[mode] = build_run(data, Path(tmp), mode=mode, noise_multiplier=1.0, clip_norm=1.0, **options)
+        cuda = runs["sgd"].device.type == "cuda"
+        times: dict[str, list[tuple[float, float]]] = {mode: [] for mode in runs}
+        modes = list(runs)
+        for i in range(args.warmup + args.steps):
+            order = modes[i % 3:] + modes[:i % 3]
+            for mode in order:
+                run = runs[mode]
+                indices = run._sample(i)
+                start, cpu_start = time.perf_counter(), time.process_time()
+                run.step(i, indices)
+                if cuda:
+                    torch.cuda.synchronize()
+                if i >= args.warmup:
+                    times[mode].append((time.perf_counter() - start, time.process_time() - cpu_start))
+    return {mode: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for mode, v in times.items()}
 
 
 def _common(args: argparse.Namespace, task: str) -> dict:
     return dict(task=task, preset=args.preset, batch_size=args.batch_size, micro_batches=args.micro_batches,
-                max_length=args.max_length, epochs=1, eval_examples=0, noise_seed=1, physical_batch=args.batch_size)
+                max_length=args.max_length, epochs=1, eval_examples=0, noise_seed=1, physical_batch=args.batch_size,
+                device=args.device, clip_engine=args.clip_engine)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -203,6 +241,12 @@ def main(argv: list[str] | None = None) -> int:
                         help="Fresh-process measurements per mode, in alternating order; the fastest is kept.")
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's default).")
     parser.add_argument("--no-opacus", action="store_true")
+    parser.add_argument("--interleaved", action="store_true",
+                        help="Also time sgd, dp-sgd and edp-sgd interleaved step by step in one process (ratios under equal load).")
+    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
+                        help="The trainer's --device (Opacus runs on the same device).")
+    parser.add_argument("--clip-engine", choices=("ghost", "vmap"), default="ghost",
+                        help="The trainer's --clip-engine for dp-sgd and edp-sgd.")
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--worker", choices=MODES, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--worker-data", default=None, help=argparse.SUPPRESS)
@@ -218,16 +262,26 @@ def main(argv: list[str] | None = None) -> int:
         n = sum(1 for _ in open(data / "train.jsonl", encoding="utf-8"))
         per_epoch = math.ceil(n / args.batch_size)
         for task in args.tasks.split(","):
-            rounds: dict[str, list[float]] = {mode: [] for mode in modes}
+            rounds: dict[str, list[tuple[float, float]]] = {mode: [] for mode in modes}
             for r in range(args.rounds):  # alternate the order so load drift does not favour one mode
                 for mode in (modes if r % 2 == 0 else modes[::-1]):
                     rounds[mode].append(time_in_fresh_process(args, data, task, mode))
-                    print(f"[{task}] round {r + 1} {mode}: {rounds[mode][-1]:.3f} s/step", file=sys.stderr)
-            times = {mode: min(values) for mode, values in rounds.items()}  # least-disturbed round
-            for mode, med in times.items():
+                    print(f"[{task}] round {r + 1} {mode}: {rounds[mode][-1][0]:.3f} s/step "
+                          f"(cpu {rounds[mode][-1][1]:.3f} s)", file=sys.stderr)
+            best = {mode: min(values) for mode, values in rounds.items()}  # least-disturbed round (by wall time)
+            times = {mode: wall for mode, (wall, _) in best.items()}
+            for mode, (med, cpu) in best.items():
                 results.append({"task": task, "mode": mode, "median_step_s": med, "epoch_s_estimate": med * per_epoch,
-                                "ratio_to_sgd": med / times["sgd"], "timed_steps": args.steps,
+                                "ratio_to_sgd": med / times["sgd"], "cpu_step_s": cpu,
+                                "cpu_ratio_to_sgd": cpu / best["sgd"][1], "timed_steps": args.steps,
                                 "steps_per_epoch": per_epoch, "dataset_size": n})
+            if args.interleaved:
+                inter = interleaved(args, data, task)
+                for mode, (wall, cpu) in inter.items():
+                    results.append({"task": task, "mode": f"{mode} (interleaved)", "median_step_s": wall,
+                                    "epoch_s_estimate": wall * per_epoch, "ratio_to_sgd": wall / inter["sgd"][0],
+                                    "cpu_step_s": cpu, "cpu_ratio_to_sgd": cpu / inter["sgd"][1],
+                                    "timed_steps": args.steps, "steps_per_epoch": per_epoch, "dataset_size": n})
             for ref in ("opacus", "opacus-tuned"):
                 if ref in times:
                     results.append({"task": task, "mode": f"dp-sgd speed-up over {ref}", "ratio": times[ref] / times["dp-sgd"]})
@@ -235,13 +289,14 @@ def main(argv: list[str] | None = None) -> int:
         print(json.dumps(results, indent=2))
         return 0
     print(f"edp-sgd trainer, preset {args.preset}, batch {args.batch_size}, k = {args.micro_batches} micro-batches, "
+          f"device {args.device}, clip engine {args.clip_engine}, "
           f"max length {args.max_length}, threads {torch.get_num_threads()}; epoch time = median of {args.steps} timed "
           f"steps (best of {args.rounds} fresh-process rounds) x steps per epoch (not whole epochs)")
-    print(f"{'task':9} {'mode':26} {'step s':>8} {'epoch s (est.)':>15} {'x sgd':>7}")
+    print(f"{'task':9} {'mode':26} {'step s':>8} {'epoch s (est.)':>15} {'x sgd':>7} {'cpu s':>7} {'cpu x sgd':>9}")
     for r in results:
         if "ratio_to_sgd" in r:
             print(f"{r['task']:9} {r['mode']:26} {r['median_step_s']:8.3f} {r['epoch_s_estimate']:15.1f} "
-                  f"{r['ratio_to_sgd']:7.2f}")
+                  f"{r['ratio_to_sgd']:7.2f} {r['cpu_step_s']:7.3f} {r['cpu_ratio_to_sgd']:9.2f}")
         else:
             print(f"{r['task']:9} {r['mode']:48} {r['ratio']:5.2f}x")
     return 0

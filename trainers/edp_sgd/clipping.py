@@ -41,10 +41,10 @@ class Clipped:
     """A clipped sum (aligned with the trainable parameters) and telemetry about it."""
 
     grads: list[torch.Tensor]
-    loss_sum: float
-    correct_sum: float
+    loss_sum: float | torch.Tensor  # 0-d tensors on the model's device where a host sync would be needed
+    correct_sum: float | torch.Tensor
     units: int  # clipped units (examples or non-empty micro-batches)
-    clipped: int  # units whose norm exceeded the bound
+    clipped: int | torch.Tensor  # units whose norm exceeded the bound
 
 
 def trainable(model: torch.nn.Module) -> tuple[list[str], list[torch.nn.Parameter]]:
@@ -86,8 +86,7 @@ class PerExampleClipper:
     def clipped_sum(self, batch: dict[str, torch.Tensor]) -> Clipped:
         acc = [torch.zeros_like(p) for p in self.params]
         size = batch["input_ids"].shape[0]
-        loss_sum = correct_sum = 0.0
-        clipped = 0
+        loss_sum = correct_sum = clipped = torch.zeros((), dtype=torch.float64, device=acc[0].device)
         for start in range(0, size, self.physical_batch):
             chunk = {k: v[start:start + self.physical_batch] for k, v in batch.items()}
             grads, losses, correct = self.per_example_grads(chunk)
@@ -99,9 +98,9 @@ class PerExampleClipper:
             factor = (self.clip_norm / norms.clamp(min=_TINY)).clamp(max=1.0)
             for a, g in zip(acc, flat):
                 a.add_(torch.tensordot(factor, g, dims=1))
-            loss_sum += float(losses.sum())
-            correct_sum += float(correct.sum())
-            clipped += int((norms > self.clip_norm).sum())
+            loss_sum = loss_sum + losses.sum()
+            correct_sum = correct_sum + correct.sum()
+            clipped = clipped + (norms > self.clip_norm).sum()
         return Clipped(grads=acc, loss_sum=loss_sum, correct_sum=correct_sum, units=size, clipped=clipped)
 
 
@@ -156,26 +155,27 @@ class MicrobatchClipper:
         groups = [m for m in microbatches if len(m)]
         if not groups:
             return Clipped(grads=acc, loss_sum=0.0, correct_sum=0.0, units=0, clipped=0)
-        examples = torch.as_tensor(np.concatenate(groups), dtype=torch.long)
-        owner = torch.cat([torch.full((len(m),), row, dtype=torch.long) for row, m in enumerate(groups)])
-        sums = [torch.zeros((len(groups), *p.shape), dtype=p.dtype) for p in self.params]
+        device = acc[0].device
+        examples = torch.as_tensor(np.concatenate(groups), dtype=torch.long).to(device)
+        owner = torch.cat([torch.full((len(m),), row, dtype=torch.long) for row, m in enumerate(groups)]).to(device)
+        sums = [torch.zeros((len(groups), *p.shape), dtype=p.dtype, device=device) for p in self.params]
         params = {"model." + n: p.detach() for n, p in zip(self.names, self.params)}
-        loss_sum = correct_sum = 0.0
+        loss_sum = correct_sum = torch.zeros((), dtype=torch.float64, device=device)
         for start in range(0, len(examples), chunk_examples):
             chunk = examples[start:start + chunk_examples]
             grads, (losses, correct) = self._per_example(params, {key: value[chunk] for key, value in batch.items()})
             rows = owner[start:start + chunk_examples]
             for total, name in zip(sums, self.names):
                 total.index_add_(0, rows, grads["model." + name])
-            loss_sum += float(losses.sum())
-            correct_sum += float(correct.sum())
+            loss_sum = loss_sum + losses.sum()
+            correct_sum = correct_sum + correct.sum()
         norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in sums])  # [P, k]
-        group_norms = torch.zeros(len(self.layer_clip_norms), norms.shape[1]).index_add_(
-            0, self.param_groups, norms.pow(2)).sqrt()  # [L, k]
-        factors = (self._bounds[:, None] / group_norms.clamp(min=_TINY)).clamp(max=1.0)
+        group_norms = torch.zeros(len(self.layer_clip_norms), norms.shape[1], device=device).index_add_(
+            0, self.param_groups.to(device), norms.pow(2)).sqrt()  # [L, k]
+        factors = (self._bounds.to(device)[:, None] / group_norms.clamp(min=_TINY)).clamp(max=1.0)
         for a, g, group in zip(acc, sums, self.param_groups.tolist()):
             a.add_(torch.tensordot(factors[group], g, dims=1))
-        clipped = int((factors < 1.0).any(0).sum())
+        clipped = (factors < 1.0).any(0).sum()
         return Clipped(grads=acc, loss_sum=loss_sum, correct_sum=correct_sum, units=len(groups), clipped=clipped)
 
     def add_clipped_(self, acc: list[torch.Tensor], batch: dict[str, torch.Tensor]) -> tuple[float, float, bool]:

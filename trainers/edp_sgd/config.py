@@ -7,7 +7,8 @@ with different settings on the same ``--out`` is refused instead of silently mix
 Settings that change the guarantee (``mode``, ``noise_multiplier``, ``target_epsilon``, ``delta``,
 ``clip_norm``, ``epochs``, ``batch_size``, ``micro_batches``, ``noise_decay``, ``decay_rate``,
 ``sigma_min``, ``scale_from``) are kept apart in meaning from performance knobs (``physical_batch``,
-``noise_draw``): the latter never change what is sampled, clipped or noised, nor its distribution.
+``noise_draw``, ``clip_engine``, ``device``, ``log_every``): the latter never change what is sampled,
+clipped or noised, nor its distribution.
 """
 
 from __future__ import annotations
@@ -26,6 +27,8 @@ from trainers.torch_common.options import help_text as _help
 Mode = Literal["sgd", "dp-sgd", "edp-sgd"]
 ScaleFrom = Literal["public", "private"]
 NoiseDraw = Literal["process", "micro-batch"]
+Device = Literal["auto", "cpu", "cuda"]
+ClipEngine = Literal["ghost", "vmap"]
 
 __all__ = ["DEFAULT_VOCAB_SIZE", "EdpSgdConfig"]
 
@@ -35,7 +38,7 @@ class EdpSgdConfig:
     """Settings of one sgd / dp-sgd / eDP-SGD fine-tuning run (Dupuy et al. 2021)."""
 
     mode: Mode = field(default="edp-sgd", metadata=_help(
-        "sgd: non-private baseline (Adam). dp-sgd: per-example clipping (torch.func vmap), sensitivity C. "
+        "sgd: non-private baseline (Adam). dp-sgd: per-example clipping (see --clip-engine), sensitivity C. "
         "edp-sgd: micro-batch clipping with per-layer clip norms (Algorithm 1 of Dupuy et al.), sensitivity 2C."))
     task: Task = field(default="classify", metadata=_help(
         "classify: sequence classification of {'text','label'} rows (intent). mlm: masked-LM fine-tuning on the texts."))
@@ -77,6 +80,14 @@ class EdpSgdConfig:
         "edp-sgd performance knob, same distribution either way: process = one Gaussian per process carrying its "
         "micro-batches' noise (fast); micro-batch = one per micro-batch as in Algorithm 1 (values independent of "
         "the number of processes)."))
+    clip_engine: ClipEngine = field(default="ghost", metadata=_help(
+        "dp-sgd and edp-sgd performance knob, same clipped sum either way: ghost = per-example / per-micro-batch norms "
+        "from activations and output gradients in one backward pass (Li et al. 2022; Bu et al. 2023); vmap = "
+        "materialized per-example gradients (torch.func). ghost falls back to vmap for unsupported layers."))
+    device: Device = field(default="auto", metadata=_help(
+        "Where the model, batches, noise and accumulators live: auto = cuda when available, else cpu."))
+    log_every: int = field(default=10, metadata=_help(
+        "Steps between host syncs for the progress bar and metrics.jsonl (rows are still written per step)."))
     physical_batch: int = field(default=16, metadata=_help(
         "dp-sgd and edp-sgd: examples per vectorized per-example-gradient chunk (memory knob only)."))
     mask_prob: float = field(default=0.15, metadata=_help("mlm: fraction of tokens masked (80/10/10)."))
@@ -90,7 +101,7 @@ class EdpSgdConfig:
         if self.model is not None and not self.model.strip():
             raise ValueError(f"--model must be a directory path, got {self.model!r}.")
         for name, minimum in (("max_length", 8), ("epochs", 1), ("batch_size", 1), ("micro_batches", 1),
-                              ("physical_batch", 1), ("eval_examples", 0), ("checkpoint_every", 1)):
+                              ("physical_batch", 1), ("eval_examples", 0), ("checkpoint_every", 1), ("log_every", 1)):
             _check_int(name, getattr(self, name), minimum)
         if self.vocab_size is not None:
             _check_int("vocab_size", self.vocab_size, 128)

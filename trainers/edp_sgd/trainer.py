@@ -40,14 +40,23 @@ from dpaudit.privacy_record import PrivacyRecord
 from dpaudit.trainer_api import TrainResult
 from trainers.edp_sgd import privacy
 from trainers.edp_sgd.clipping import (
+    Clipped,
     MicrobatchClipper,
     PerExampleClipper,
     layer_clip_norms,
     trainable,
 )
 from trainers.edp_sgd.config import EdpSgdConfig
+from trainers.edp_sgd.ghost import GhostClipper, UnsupportedModel
 from trainers.torch_common import distributed, noise, sampling
-from trainers.torch_common.loop import _EVAL_STREAM, _MASK_STREAM, TorchRun, _seeded
+from trainers.torch_common.distributed import to_device
+from trainers.torch_common.loop import (
+    _EVAL_STREAM,
+    _MASK_STREAM,
+    TorchRun,
+    _seeded,
+    noised_total,
+)
 from trainers.torch_common.model import layer_groups, per_example_losses
 
 #: The contract suite's run (:meth:`EdpSgdTrainer.tiny_config`): eDP-SGD classification of a 2-layer
@@ -121,47 +130,69 @@ class _Run(TorchRun):
                 split = "public" if config.scale_from == "public" else "train"
                 size = min(len(self.encoded[split].lengths), max(1, round(config.batch_size / k)))
                 idx = np.arange(size)
-                batch = self._batch(split, idx, generator=_seeded(self.seed, _EVAL_STREAM, 1))
+                batch = self._on_device(self._batch(split, idx, generator=_seeded(self.seed, _EVAL_STREAM, 1)))
                 norms = layer_clip_norms(self.model, per_example_losses, batch, clip_norm=config.clip_norm,
                                          param_groups=groups, num_groups=len(self.group_names))
             self.layer_norms = norms
             self.clipper = MicrobatchClipper(self.model, per_example_losses, layer_clip_norms=norms, param_groups=groups,
                                              max_microbatch_size=sampling.max_microbatch_size(self.slots, k))
+        self.ghost: GhostClipper | None = None
+        self.ghost_refused: str | None = None
+        if self.clipper is not None and config.clip_engine == "ghost":  # the same clipped sums, one backward pass
+            bounds = self.layer_norms if config.mode == "edp-sgd" else [config.clip_norm]
+            groups = self.clipper.param_groups.tolist() if config.mode == "edp-sgd" else [0] * len(self.params)
+            try:
+                self.ghost = GhostClipper(self.model, per_example_losses, bounds=bounds, param_groups=groups)
+            except UnsupportedModel as err:  # fall back to the vmap clippers
+                self.ghost_refused = str(err)
 
     def aggregate(self, step: int, indices: np.ndarray) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The summed, clipped and noised gradient of the batch ``indices`` over all processes, and
-        [loss sum, correct sum, clipped units, units clipped] telemetry."""
+        [loss sum, correct sum, clipped units, units clipped, clipped-sum norm, noise norm] telemetry
+        (a float64 tensor on the run's device: no host sync)."""
         config, world = self.config, self.world
         sigma = self.plan.sigma_at(step) if self.plan.private else 0.0
         # Mask the whole batch identically on every process (keyed by the public seed and the step).
         gen = _seeded(self.seed, _MASK_STREAM, step)
-        full = self._batch("train", indices, generator=gen) if len(indices) else None
+        cpu = self._batch("train", indices, generator=gen) if len(indices) else None
+        full = self._on_device(cpu) if cpu is not None else None
+        device = self.device
         grad_sum = [torch.zeros_like(p) for p in self.params]
-        loss_sum = correct_sum = 0.0
-        units = clipped = 0
+        draws: list[tuple[float, torch.Generator]] = []  # this process's noise draws (std, generator)
+        zero = torch.zeros((), dtype=torch.float64, device=device)
+        loss_sum = correct_sum = clipped = zero
+        units = 0
         if config.mode == "edp-sgd":
             k = config.micro_batches
             groups = sampling.split_microbatches(np.arange(len(indices)), self.slots[indices], k)
             mine = [j for j in range(k) if j % world.size == world.rank]
             std_each = sigma * self.clipper.sensitivity / math.sqrt(k)
             if full is not None:
-                result = self.clipper.clipped_sum(full, [groups[j] for j in mine], chunk_examples=config.physical_batch)
+                if self.ghost is not None:
+                    result = self._ghost_sum(cpu, full, [groups[j] for j in mine])
+                else:
+                    result = self.clipper.clipped_sum(full, [groups[j] for j in mine], chunk_examples=config.physical_batch)
                 grad_sum = result.grads
                 loss_sum, correct_sum, units, clipped = result.loss_sum, result.correct_sum, result.units, result.clipped
             if config.noise_draw == "micro-batch" and std_each > 0:  # Algorithm 1: one draw per micro-batch
-                for j in mine:
-                    noise.add_noise_(grad_sum, std_each, noise.keyed_generator(self.noise_source.seed, step, j))
+                draws = [(std_each, noise.keyed_generator(self.noise_source.seed, step, j, device=device)) for j in mine]
             elif std_each > 0 and mine:  # the same distribution: one draw carrying this process's micro-batches'
                 # noise; the sum of len(mine) independent N(0, std_each^2) is N(0, len(mine) std_each^2)
-                noise.add_noise_(grad_sum, std_each * math.sqrt(len(mine)),
-                                 noise.keyed_generator(self.noise_source.seed, step, _PROCESS_NOISE_KEY + world.rank,
-                                                       world.size))
+                draws = [(std_each * math.sqrt(len(mine)),
+                          noise.keyed_generator(self.noise_source.seed, step, _PROCESS_NOISE_KEY + world.rank,
+                                                world.size, device=device))]
         else:
             share = np.array_split(np.arange(len(indices)), world.size)[world.rank] if len(indices) else np.arange(0)
             if len(share):
-                sub = {key: v[torch.as_tensor(share)] for key, v in full.items()}
+                rows = torch.as_tensor(share)
+                on_device = to_device(rows, self.device)
+                sub = {key: v[on_device] for key, v in full.items()}
                 if config.mode == "dp-sgd":
-                    result = self.clipper.clipped_sum(sub)
+                    if self.ghost is not None:
+                        result = self.ghost.clipped_sum(sub, np.arange(len(share)), len(share),
+                                                        valid=cpu["mask4"][rows, 0, 0, :] == 0)
+                    else:
+                        result = self.clipper.clipped_sum(sub)
                     grad_sum = result.grads
                     loss_sum, correct_sum, units, clipped = result.loss_sum, result.correct_sum, result.units, result.clipped
                 else:
@@ -170,13 +201,24 @@ class _Run(TorchRun):
                     losses, correct = per_example_losses(self.model, sub)
                     losses.sum().backward()
                     grad_sum = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-                    loss_sum, correct_sum, units = float(losses.detach().sum()), float(correct.sum()), len(share)
+                    loss_sum, correct_sum, units = losses.detach().sum().double(), correct.sum().double(), len(share)
             if config.mode == "dp-sgd" and world.primary and sigma > 0:
-                noise.add_noise_(grad_sum, sigma * self.clipper.sensitivity, noise.keyed_generator(self.noise_source.seed, step))
-        stats = torch.tensor([loss_sum, correct_sum, float(units), float(clipped)], dtype=torch.float64)
-        distributed.all_reduce_sum_(grad_sum, world)
-        distributed.all_reduce_sum_([stats], world)
-        return grad_sum, stats
+                draws = [(sigma * self.clipper.sensitivity, noise.keyed_generator(self.noise_source.seed, step, device=device))]
+        return noised_total(grad_sum, draws, (loss_sum, correct_sum, units, clipped), private=self.plan.private,
+                            world=world, device=device)
+
+    def _ghost_sum(self, cpu: dict[str, torch.Tensor], full: dict[str, torch.Tensor], groups: list[np.ndarray]):
+        """The ghost clipper's sum over the micro-batches ``groups`` (index arrays into the batch)."""
+        groups = [g for g in groups if len(g)]
+        if not groups:
+            zero = torch.zeros((), dtype=torch.float64, device=self.device)
+            return Clipped(grads=[torch.zeros_like(p) for p in self.params], loss_sum=zero, correct_sum=zero,
+                           units=0, clipped=zero)
+        rows = torch.as_tensor(np.concatenate(groups), dtype=torch.long)
+        owner = np.concatenate([np.full(len(g), u) for u, g in enumerate(groups)])
+        on_device = to_device(rows, self.device)
+        sub = {key: v[on_device] for key, v in full.items()}
+        return self.ghost.clipped_sum(sub, owner, len(groups), valid=cpu["mask4"][rows, 0, 0, :] == 0)
 
     # -- outputs -----------------------------------------------------------------------------
 

@@ -39,7 +39,8 @@ def power_method(delta: torch.Tensor, rank: int, iters: int, generator: torch.Ge
     p, d = delta.shape
     r = min(rank, p, d)
     delta = delta.detach()
-    right = torch.randn((r, d), generator=generator, dtype=torch.float32).to(delta.dtype)
+    # Drawn on the generator's device (the CPU: the same start everywhere), then moved to W's.
+    right = torch.randn((r, d), generator=generator, dtype=torch.float32).to(delta.device, delta.dtype)
     left = delta.new_zeros((p, r))
     for _ in range(iters):
         left = orthonormal_columns(delta @ right.T)

@@ -43,10 +43,10 @@ class Clipped:
     """Sums of clipped per-example gradients (one tensor per unit, :attr:`Reparametrization.unit_names`)."""
 
     grads: list[torch.Tensor]
-    loss_sum: float
-    correct_sum: float
+    loss_sum: torch.Tensor  # float64 0-d tensors on the run's device (no host sync)
+    correct_sum: torch.Tensor
     units: int  # examples
-    clipped: int  # examples whose joint norm exceeded C
+    clipped: torch.Tensor  # examples whose joint norm exceeded C
 
 
 class Reparametrization:
@@ -203,10 +203,11 @@ class CarrierClipper:
     def clipped_sum(self, batch: dict[str, torch.Tensor], lefts: list[torch.Tensor],
                     rights: list[torch.Tensor]) -> Clipped:
         """Sum of the per-example vectors, each scaled to norm <= C, in chunks of ``physical_batch`` examples."""
-        acc = [torch.zeros(s) for s in self.reparam.shapes([left.shape[1] for left in lefts])]
+        device = lefts[0].device
+        acc = [torch.zeros(s, device=device) for s in self.reparam.shapes([left.shape[1] for left in lefts])]
         size = batch["input_ids"].shape[0]
-        loss_sum = correct_sum = 0.0
-        clipped = 0
+        # Telemetry stays on the device (no host sync per chunk): float64 0-d tensors.
+        loss_sum = correct_sum = clipped = torch.zeros((), dtype=torch.float64, device=device)
         for start in range(0, size, self.physical_batch):
             chunk = {k: v[start:start + self.physical_batch] for k, v in batch.items()}
             units, losses, correct = self.per_example_grads(chunk, lefts, rights)
@@ -215,7 +216,7 @@ class CarrierClipper:
             factor = (self.clip_norm / norms.clamp(min=_TINY)).clamp(max=1.0)
             for a, u in zip(acc, units):
                 a.add_(torch.tensordot(factor, u, dims=1))
-            loss_sum += float(losses.sum())
-            correct_sum += float(correct.sum())
-            clipped += int((norms > self.clip_norm).sum())
+            loss_sum = loss_sum + losses.sum().double()
+            correct_sum = correct_sum + correct.sum().double()
+            clipped = clipped + (norms > self.clip_norm).sum().double()
         return Clipped(grads=acc, loss_sum=loss_sum, correct_sum=correct_sum, units=size, clipped=clipped)

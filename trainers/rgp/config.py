@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from dpaudit.config_types import check_types, option_name
 from dpaudit.secret_rng import NoiseSource
@@ -72,6 +72,10 @@ class RgpConfig:
     noise_seed: int | None = field(default=None, metadata=help_text(
         "Seed of the Poisson sampling and DP noise (default: OS entropy). Makes a run reproducible; the guarantee "
         "then holds only while this seed is secret. Never written to a released file."))
+    device: Literal["auto", "cpu", "cuda"] = field(default="auto", metadata=help_text(
+        "Where the model, batches, carriers, noise and accumulators live: auto = cuda when available, else cpu."))
+    log_every: int = field(default=10, metadata=help_text(
+        "Steps between host syncs for the progress bar and metrics.jsonl (rows are still written per step)."))
     physical_batch: int = field(default=64, metadata=help_text(
         "Examples per forward/backward chunk of the per-example carrier gradients (memory knob only)."))
     mask_prob: float = field(default=0.15, metadata=help_text("mlm: fraction of tokens masked (80/10/10)."))
@@ -87,7 +91,7 @@ class RgpConfig:
             raise ValueError(f"--model must be a directory path, got {self.model!r}.")
         for name, minimum in (("max_length", 8), ("epochs", 1), ("batch_size", 1), ("rank", 1), ("power_iters", 1),
                               ("warmup_steps", 0), ("physical_batch", 1), ("eval_examples", 0),
-                              ("checkpoint_every", 1)):
+                              ("checkpoint_every", 1), ("log_every", 1)):
             check_int(name, getattr(self, name), minimum)
         if self.vocab_size is not None:
             check_int("vocab_size", self.vocab_size, 128)

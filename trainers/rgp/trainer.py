@@ -31,7 +31,8 @@ from trainers.rgp.carriers import power_method, random_carriers, reconstruct
 from trainers.rgp.clipping import CarrierClipper, Reparametrization
 from trainers.rgp.config import RgpConfig
 from trainers.torch_common import distributed, noise
-from trainers.torch_common.loop import _MASK_STREAM, TorchRun, _seeded
+from trainers.torch_common.distributed import to_device
+from trainers.torch_common.loop import _MASK_STREAM, TorchRun, _seeded, noised_total
 from trainers.torch_common.model import per_example_losses
 
 #: The contract suite's run (:meth:`RgpTrainer.tiny_config`): rank-4 RGP classification of a 2-layer
@@ -92,6 +93,7 @@ class _Run(TorchRun):
             for w, w0 in zip(self.reparam.matrices, self.initial):
                 if config.random_carriers:
                     left, right = random_carriers(tuple(w.shape), config.rank, gen, dtype=w.dtype)
+                    left, right = left.to(w.device), right.to(w.device)
                 else:
                     # Step 0 always uses W itself: W_0 - W_0 = 0 has no principal subspace.
                     history = w if step < max(config.warmup_steps, 1) else w - w0
@@ -108,19 +110,19 @@ class _Run(TorchRun):
         full = self._batch("train", indices, generator=gen) if len(indices) else None
         lefts, rights = self.carriers(step)
         share = np.array_split(np.arange(len(indices)), world.size)[world.rank] if len(indices) else np.arange(0)
-        sums = [torch.zeros(s) for s in self.reparam.shapes([left.shape[1] for left in lefts])]
-        loss_sum = correct_sum = 0.0
-        units = clipped = 0
+        device = self.device
+        sums = [torch.zeros(s, device=device) for s in self.reparam.shapes([left.shape[1] for left in lefts])]
+        loss_sum = correct_sum = clipped = 0.0
+        units = 0
         if len(share):
-            sub = {key: v[torch.as_tensor(share)] for key, v in full.items()}
+            sub = {key: v[to_device(torch.as_tensor(share), device)] for key, v in self._on_device(full).items()}
             result = self.clipper.clipped_sum(sub, lefts, rights)
             sums = result.grads
             loss_sum, correct_sum, units, clipped = result.loss_sum, result.correct_sum, result.units, result.clipped
-        if world.primary and sigma > 0:  # Algorithm 1, line 13: N(0, sigma^2 C^2) on every summed coordinate
-            noise.add_noise_(sums, sigma * self.clipper.sensitivity, noise.keyed_generator(self.noise_source.seed, step))
-        stats = torch.tensor([loss_sum, correct_sum, float(units), float(clipped)], dtype=torch.float64)
-        distributed.all_reduce_sum_(sums, world)
-        distributed.all_reduce_sum_([stats], world)
+        # Algorithm 1, line 13: N(0, sigma^2 C^2) on every summed coordinate, drawn once (by process 0).
+        draws = [(sigma * self.clipper.sensitivity, noise.keyed_generator(self.noise_source.seed, step, device=device))]
+        sums, stats = noised_total(sums, draws if (world.primary and sigma > 0) else [], (loss_sum, correct_sum, units, clipped),
+                                   private=True, world=world, device=device)
         k = len(lefts)
         updates = [reconstruct(sums[2 * i], sums[2 * i + 1], lefts[i], rights[i]) for i in range(k)]  # Eq. 3
         return updates + sums[2 * k:], stats

@@ -57,7 +57,8 @@ from dpaudit.train_rundir import (
 from dpaudit.trainer_api import TrainResult
 from trainers.torch_common import checkpoint as ckpt
 from trainers.torch_common import data as data_mod
-from trainers.torch_common import distributed, sampling
+from trainers.torch_common import distributed, noise, sampling
+from trainers.torch_common.distributed import to_device
 from trainers.torch_common.model import (
     build_model,
     load_model,
@@ -70,6 +71,42 @@ _MASK_STREAM, _EVAL_STREAM = 11, 12  # public --seed streams (masking is not par
 
 def _seeded(seed: int, stream: int, step: int) -> torch.Generator:
     return torch.Generator().manual_seed(sampling.derived_seed(seed, stream, step))
+
+
+def _scalar(value: float | torch.Tensor, device: torch.device) -> torch.Tensor:
+    """A 0-d float64 tensor on ``device`` (host numbers copied asynchronously: no host sync)."""
+    t = (value if isinstance(value, torch.Tensor) else torch.tensor(float(value))).to(torch.float64).reshape(())
+    return t if t.device == device else to_device(t, device)
+
+
+def _norm(tensors: list[torch.Tensor]) -> torch.Tensor:
+    """The global L2 norm of ``tensors`` as a 0-d float64 tensor on their device (no host sync)."""
+    return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(tensors)).double())
+
+
+def noised_total(grad_sum: list[torch.Tensor], draws: list[tuple[float, torch.Generator]], stats: tuple, *,
+                 private: bool, world: distributed.World, device: torch.device) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """This process's clipped sum plus its noise draws, summed over all processes, and the step's telemetry.
+
+    ``draws`` are this process's (std, generator) Gaussian draws (the first made in place, the others
+    added; zeros where this process adds none). The clipped sum and the noise are all-reduced
+    separately in one flat call, so the telemetry can report both norms: [loss sum, correct sum,
+    units, units clipped, ||clipped sum||, ||noise||] as a float64 tensor on ``device`` (no host
+    sync). ``||clipped sum|| / ||noise||`` is the gradient SNR as jax-bert defines it.
+    """
+    zero = torch.zeros((), dtype=torch.float64, device=device)
+    noise_sum: list[torch.Tensor] = []
+    if private:
+        noise_sum = noise.gaussian_like(grad_sum, *draws[0]) if draws else [torch.zeros_like(g) for g in grad_sum]
+        for std, generator in draws[1:]:
+            noise.add_noise_(noise_sum, std, generator)
+    totals = torch.stack([_scalar(v, device) for v in stats])
+    distributed.all_reduce_sum_(grad_sum + noise_sum, world)  # one flat all-reduce of both
+    distributed.all_reduce_sum_([totals], world)
+    norms = torch.stack([_norm(grad_sum), _norm(noise_sum) if noise_sum else zero])
+    if noise_sum:
+        torch._foreach_add_(grad_sum, noise_sum)
+    return grad_sum, torch.cat([totals, norms])
 
 
 class TorchRun:
@@ -96,7 +133,7 @@ class TorchRun:
 
     def aggregate(self, step: int, indices: np.ndarray) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The summed, clipped and noised gradient (aligned with ``self.params``) of the batch ``indices``
-        over all processes, and [loss sum, correct sum, clipped units, units clipped] telemetry."""
+        over all processes, and its telemetry tensor (:func:`noised_total`)."""
         raise NotImplementedError
 
     def _privacy_record(self, steps: int) -> PrivacyRecord:
@@ -131,8 +168,9 @@ class TorchRun:
         config = self.config
         # CPU: keep freed memory mapped so per-step gradient buffers (hundreds of MB of per-example
         # gradients in dp-sgd) are reused instead of page-faulted in afresh every step (DESIGN section 9).
-        self.allocator_tuned = tune_host_allocator() if not torch.cuda.is_available() else False
-        self.world = distributed.init_world()
+        self.device = distributed.resolve_device(config.device)
+        self.allocator_tuned = tune_host_allocator() if self.device.type == "cpu" else False
+        self.world = distributed.init_world(self.device)
         found = ckpt.list_checkpoints(self.ckpt_dir)
         check_out_dir(self.out_dir, trainer=self.trainer_name, resumable=bool(found))
         self.data = data_mod.load_inject_dir(self.data_dir, task=config.task)
@@ -160,6 +198,7 @@ class TorchRun:
             self.model = build_model(config.task, preset=config.preset, vocab_size=self.tokenizer.get_vocab_size(),
                                      max_length=config.max_length, label_names=self.data.label_names, seed=self.seed)
             self.tokenizer_source = "WordPiece trained on public.jsonl only (never on train.jsonl or the canaries)."
+        self.model.to(self.device)
         self.specials = special_ids(self.tokenizer, where=config.model or "tokenizer")
         self.vocab_size = int(self.model.config.vocab_size)
         self.encoded = {name: data_mod.encode(self.tokenizer, split.texts, max_length=config.max_length)
@@ -217,6 +256,10 @@ class TorchRun:
         batch["mask4"] = data_mod.additive_mask(mask)
         return batch
 
+    def _on_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
+        """``batch`` on the run's device (pinned and copied asynchronously to a GPU: no host sync)."""
+        return {k: to_device(v, self.device) for k, v in batch.items()}
+
     # -- one step ----------------------------------------------------------------------------
 
     def _sample(self, step: int) -> np.ndarray:
@@ -224,7 +267,8 @@ class TorchRun:
         return sampling.poisson_sample(rng, self.plan.dataset_size, self.plan.batch_at(step) / self.plan.dataset_size)
 
     def step(self, step: int, indices: np.ndarray) -> dict[str, Any]:
-        """Compute the (noised) aggregate of this step's batch and apply Adam; returns telemetry."""
+        """Compute the (noised) aggregate of this step's batch and apply Adam; returns telemetry with a
+        device tensor of statistics (:meth:`_telemetry` turns it into numbers at log intervals)."""
         grad_sum, stats = self.aggregate(step, indices)
         scale = 1.0 / self.plan.batch_at(step)  # the expected batch size: public, unlike the realized one
         for p, a in zip(self.params, grad_sum):
@@ -232,12 +276,21 @@ class TorchRun:
         self.optimizer.step()
         for p in self.params:
             p.grad = None
-        loss_sum, correct_sum, units, clipped = stats.tolist()
-        n = max(len(indices), 1)
-        return {"loss": loss_sum / n if len(indices) else None, "train_accuracy": correct_sum / n if len(indices) else None,
-                "batch_size": len(indices),
-                "clip_fraction": clipped / units if (self.clipper is not None and units) else None,
-                "sigma": self.plan.sigma_at(step) if self.plan.private else None}
+        return {"stats": stats, "batch_size": len(indices), "sigma": self.plan.sigma_at(step) if self.plan.private else None}
+
+    def _telemetry(self, metrics: dict[str, Any], stats: list[float]) -> dict[str, Any]:
+        """A metrics row from :meth:`step`'s output and its fetched statistics.
+
+        ``grad_snr`` as jax-bert defines it: the norm of the clipped sum over the norm of the noise
+        actually added to it, both summed over processes (inf without noise).
+        """
+        loss_sum, correct_sum, units, clipped, sum_norm, noise_norm = stats
+        n = metrics["batch_size"]
+        private = self.plan.private
+        return {"loss": loss_sum / n if n else None, "train_accuracy": correct_sum / n if n else None,
+                "batch_size": n, "clip_fraction": clipped / units if (self.clipper is not None and units) else None,
+                "sigma": metrics["sigma"], "clipped_sum_norm": sum_norm, "noise_norm": noise_norm if private else None,
+                "grad_snr": (sum_norm / noise_norm if noise_norm > 0 else None) if private else None}  # inf: not JSON
 
     # -- evaluation --------------------------------------------------------------------------
 
@@ -249,7 +302,7 @@ class TorchRun:
         gen = _seeded(self.seed, _EVAL_STREAM, 0)
         loss_sum = correct = 0.0
         for start in range(0, n, 64):
-            batch = self._batch("heldout", np.arange(start, min(n, start + 64)), generator=gen)
+            batch = self._on_device(self._batch("heldout", np.arange(start, min(n, start + 64)), generator=gen))
             losses, right = per_example_losses(self.model, batch)
             loss_sum += float(losses.sum())
             correct += float(right.sum())
@@ -296,6 +349,22 @@ class TorchRun:
                    dynamic_ncols=True, leave=False, disable=not self.world.primary)
         epoch_start = time.perf_counter()
         epoch_steps_timed = 0
+        pending: list[tuple[int, int, dict[str, Any]]] = []  # (step, epoch, step output) not yet fetched
+
+        def sync() -> dict[str, Any] | None:
+            """The loop's only host sync: fetch the pending steps' statistics (one copy) and write their rows."""
+            if not pending:
+                return None
+            fetched = torch.stack([m["stats"] for _, _, m in pending]).cpu().tolist()
+            row = None
+            for (done, epoch_of, out), stats in zip(pending, fetched):
+                row = self._telemetry(out, stats)
+                self.metrics.append({"step": done, "epoch": epoch_of, **row, "telemetry_private": True})
+            pending.clear()
+            if row["loss"] is not None:
+                bar.set_postfix(loss=f"{row['loss']:.4g}", acc=acc_text, eps=eps_text, refresh=False)
+            return row
+
         try:
             while step < total and not self.stopped_at_budget:
                 if self.ledger is not None:
@@ -306,14 +375,13 @@ class TorchRun:
                         break
                 epoch = plan.stage_at(step)[0]
                 indices = self._sample(step)
-                metrics = self.step(step, indices)
+                pending.append((step + 1, epoch, self.step(step, indices)))
                 step += 1
                 epoch_steps_timed += 1
-                self.metrics.append({"step": step, "epoch": epoch, **metrics, "telemetry_private": True})
                 bar.update(1)
-                if metrics["loss"] is not None:
-                    bar.set_postfix(loss=f"{metrics['loss']:.4g}", acc=acc_text, eps=eps_text, refresh=False)
                 epoch_end = step % self.steps_per_epoch == 0 or step == total
+                if epoch_end or step % config.log_every == 0 or step % config.checkpoint_every == 0:
+                    last = sync()
                 if epoch_end:
                     elapsed = time.perf_counter() - epoch_start
                     row = {"step": step, "epoch": epoch, "epoch_time_s": elapsed,
@@ -323,16 +391,19 @@ class TorchRun:
                     eps_text = format_up(eps)
                     acc_text = f"{row.get('eval_accuracy', row.get('mlm_accuracy', float('nan'))):.3f}"
                     self.metrics.append(row)
-                    bar.set_postfix(loss=f"{metrics['loss'] or 0:.4g}", acc=acc_text, eps=eps_text, refresh=True)
+                    bar.set_postfix(loss=f"{(last or {}).get('loss') or 0:.4g}", acc=acc_text, eps=eps_text, refresh=True)
                 if (epoch_end or step % config.checkpoint_every == 0) and step != total:
                     self._save(step)
                 if epoch_end:
                     epoch_start, epoch_steps_timed = time.perf_counter(), 0
         finally:
+            sync()
             bar.close()
         if step != self.start_step or self.stopped_at_budget:
             self._save(step)
         return self._finish(step)
+
+    # -- outputs -----------------------------------------------------------------------------
 
     def _finish(self, steps: int) -> TrainResult:
         out = self.out_dir

@@ -16,16 +16,31 @@ import torch
 from trainers.torch_common.sampling import NOISE_STREAM, derived_seed
 
 
-def keyed_generator(seed: int, *key: int) -> torch.Generator:
-    """A CPU torch Generator keyed by (secret seed, noise stream, *key)."""
-    return torch.Generator(device="cpu").manual_seed(derived_seed(seed, NOISE_STREAM, *key))
+def keyed_generator(seed: int, *key: int, device: torch.device | str = "cpu") -> torch.Generator:
+    """A torch Generator on ``device`` keyed by (secret seed, noise stream, *key).
+
+    On a GPU the noise is drawn there (the CUDA Philox generator seeded with the same secret key):
+    no host round trip; the values differ from the CPU stream's, the distribution does not.
+    """
+    return torch.Generator(device=device).manual_seed(derived_seed(seed, NOISE_STREAM, *key))
 
 
 def add_noise_(tensors: list[torch.Tensor], std: float, generator: torch.Generator) -> None:
-    """In place: t += N(0, std^2 I) for every tensor, drawn from ``generator`` in list order."""
+    """In place: t += N(0, std^2 I) for every tensor, drawn from ``generator`` in list order (on the
+    generator's device, then moved to the tensor's if they differ)."""
     if std <= 0.0:
         return
     for t in tensors:
-        noise = torch.empty(t.shape, dtype=t.dtype, device="cpu").normal_(0.0, std, generator=generator)
-        t.add_(noise.to(t.device, non_blocking=True))
+        noise = torch.empty(t.shape, dtype=t.dtype, device=generator.device).normal_(0.0, std, generator=generator)
+        t.add_(noise if noise.device == t.device else noise.to(t.device, non_blocking=True))
 
+
+
+def gaussian_like(tensors: list[torch.Tensor], std: float, generator: torch.Generator) -> list[torch.Tensor]:
+    """New tensors N(0, std^2 I) shaped like ``tensors``, drawn in place from ``generator`` in list order:
+    the same values as :func:`add_noise_` into zeros, without the zeros and the temporary copies."""
+    out = []
+    for t in tensors:
+        noise = torch.empty(t.shape, dtype=t.dtype, device=generator.device).normal_(0.0, std, generator=generator)
+        out.append(noise if noise.device == t.device else noise.to(t.device, non_blocking=True))
+    return out

@@ -1,0 +1,360 @@
+"""Clipped sums in ONE backward pass: ghost norms and book-keeping for BERT (per example or per micro-batch).
+
+The clippers of :mod:`.clipping` materialize a gradient per example (``torch.func.vmap``) or per
+micro-batch before clipping; on a 2-core CPU that costs 1.5-1.9x a non-private step, mostly memory
+traffic. A BERT is made of ``nn.Linear``, ``nn.LayerNorm`` and ``nn.Embedding`` only, and the gradient
+of each is a sum over rows (tokens) of a per-row term built from the module's input ``a`` and output
+gradient ``g``. So one ordinary backward pass, asked only for the modules' output gradients (autograd
+then skips every weight gradient), gives everything needed (Li et al. 2022, "Large language models can
+be strong differentially private learners", ghost clipping; Bu et al. 2023, "Differentially private
+optimization on large model at small cost", book-keeping):
+
+- the squared norm of each unit's gradient (a unit is an example in dp-sgd, a micro-batch in
+  eDP-SGD), per clipping group: for a Linear weight ``||A_u^T G_u||_F^2``, computed either as
+  ``sum((A_u A_u^T) * (G_u G_u^T))`` (ghost norm, T_u^2 (d + p) flops) or by forming the T_u d p
+  product (whichever is cheaper); for an Embedding ``sum([id_s = id_t] g_s . g_t)`` (the sparse token
+  trick); for biases and LayerNorm weights the norm of a segment sum; and, for the MLM decoder whose
+  weight IS the word embedding (tied), the cross term ``2 <E_u, D_u>`` between the two uses;
+- then the clipped sum itself, ``sum_u f_u grad_u``, as weighted row sums: ``A^T diag(w) G`` with
+  ``w`` each row's unit factor: one matrix product per Linear, as in a non-private backward pass.
+
+Unit rows: in per-example mode every example is a unit and the rows are reshaped ``[B, rows, .]``.
+Micro-batches have unequal sizes: each unit's norms are computed on its own rows (a loop over the k
+micro-batches, never over examples). For modules over the token sequence (``<prefix>.embeddings`` and
+``<prefix>.encoder``) only the real tokens enter the Gram matrices and the weighted products: padding
+tokens have an exactly zero output gradient in a BERT with the additive -inf-like key mask (nothing
+attends to them, no loss reads them), so leaving them out changes nothing and saves ~40% of the
+weight-gradient products on short utterances. Other modules use all their rows.
+
+Exactness against the vmap clippers is tested (tests/trainers/edp_sgd/test_ghost.py). A model with a
+trainable parameter outside these three module types, or a module called twice in one forward, is
+refused (:class:`UnsupportedModel`): the trainer then uses the vmap clippers.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from trainers.edp_sgd.clipping import Clipped, LossFn, trainable
+from trainers.torch_common.distributed import to_device
+
+_TINY = 1e-12
+
+
+class UnsupportedModel(ValueError):
+    """The model has a parameter the ghost clipper cannot attribute to rows (use the vmap clippers)."""
+
+
+@dataclass
+class _Capture:
+    name: str
+    module: torch.nn.Module
+    x: torch.Tensor  # input (ids for an Embedding)
+    y: torch.Tensor  # output (its gradient is asked for)
+
+
+_KINDS = (torch.nn.Linear, torch.nn.LayerNorm, torch.nn.Embedding)
+
+
+def _supported_uses(model: torch.nn.Module) -> dict[int, list[tuple[str, torch.nn.Module, str]]]:
+    """Each trainable parameter's uses as (module name, module, role) by Linear, LayerNorm and Embedding
+    modules; refuses a parameter held only by another kind of module (HF's MLM head also registers the
+    decoder's bias on itself: that alias is fine)."""
+    uses: dict[int, list[tuple[str, torch.nn.Module, str]]] = {}
+    other: dict[int, str] = {}
+    for name, module in model.named_modules():
+        for role, p in module.named_parameters(recurse=False):
+            if not p.requires_grad:
+                continue
+            if isinstance(module, _KINDS):
+                uses.setdefault(id(p), []).append((name, module, role))
+            else:
+                other[id(p)] = f"parameter {name}.{role} belongs to a {type(module).__name__}"
+    for key, why in other.items():
+        if key not in uses:
+            raise UnsupportedModel(why)
+    return uses
+
+
+class GhostClipper:
+    """Sum over units (examples or micro-batches) of their per-group clipped gradients, in one backward.
+
+    ``bounds[l]`` is the clip norm of group l, ``param_groups[i]`` the group of trainable parameter i
+    (one group of bound C for per-example clipping). The sensitivity is stated by the caller's
+    clipper (:class:`~.clipping.PerExampleClipper` / :class:`~.clipping.MicrobatchClipper`): this
+    class computes the same sum, faster.
+    """
+
+    def __init__(self, model: torch.nn.Module, loss_fn: LossFn, *, bounds: list[float], param_groups: list[int]) -> None:
+        self.model, self.loss_fn = model, loss_fn
+        self.names, self.params = trainable(model)
+        uses = _supported_uses(model)
+        self.param_index = {id(p): i for i, p in enumerate(self.params)}
+        for n, p in zip(self.names, self.params):
+            kinds = sorted(type(m).__name__ for _, m, _ in uses.get(id(p), []))
+            if kinds not in (["Linear"], ["LayerNorm"], ["Embedding"], ["Embedding", "Linear"]):
+                raise UnsupportedModel(f"parameter {n} is used by {kinds or 'no module'}")
+        self.modules = {name: module for name, module in model.named_modules()
+                        if isinstance(module, _KINDS) and any(p.requires_grad for p in module.parameters(recurse=False))}
+        prefix = getattr(model, "base_model_prefix", "")
+        self._seq_prefixes = tuple(f"{prefix}.{part}." for part in ("embeddings", "encoder")) if prefix else ("",)
+        self.bounds = [float(b) for b in bounds]
+        self.param_groups = list(param_groups)
+        self._captures: list[_Capture] | None = None
+        self._bounds: torch.Tensor | None = None
+        self._batch_size = 0
+        for name, module in self.modules.items():
+            module.register_forward_pre_hook(self._pre_hook)
+            module.register_forward_hook(self._make_hook(name))
+
+    # -- hooks ---------------------------------------------------------------------------------
+
+    def _pre_hook(self, module: torch.nn.Module, args: tuple) -> tuple | None:
+        """Embedding ids shared by the batch ([1, T] position ids) are expanded to [B, T], so that
+        the embedding's output gradient stays per example (the sum is the same)."""
+        if self._captures is None or not isinstance(module, torch.nn.Embedding):
+            return None
+        ids = args[0]
+        if ids.dim() >= 1 and ids.shape[0] == 1 and self._batch_size > 1:
+            return (ids.expand(self._batch_size, *ids.shape[1:]),)
+        return None
+
+    def _make_hook(self, name: str) -> Callable:
+        def hook(module: torch.nn.Module, args: tuple, output: torch.Tensor) -> None:
+            if self._captures is None:
+                return
+            if any(c.module is module for c in self._captures):
+                raise UnsupportedModel(f"module {name} ran twice in one forward pass")
+            self._captures.append(_Capture(name, module, args[0].detach() if args[0].is_floating_point() else args[0],
+                                           output))
+        return hook
+
+    # -- the clipped sum ---------------------------------------------------------------------
+
+    def clipped_sum(self, batch: dict[str, torch.Tensor], owner: np.ndarray, num_units: int, *,
+                    valid: torch.Tensor | None = None) -> Clipped:
+        """Clipped sum over ``num_units`` units; ``owner[i]`` is the unit of example i of ``batch``.
+
+        ``valid`` [B, T] (CPU, bool) marks real tokens (default: the batch's additive mask);
+        ``owner == arange(B)`` selects the batched per-example path.
+        """
+        device = self.params[0].device
+        size = len(owner)
+        acc = [torch.zeros_like(p) for p in self.params]
+        zero = torch.zeros((), dtype=torch.float64, device=device)
+        if size == 0 or num_units == 0:
+            return Clipped(grads=acc, loss_sum=zero, correct_sum=zero.clone(), units=0, clipped=zero.clone())
+        per_example = num_units == size and bool(np.all(owner == np.arange(size)))
+        if valid is None:
+            valid = (batch["mask4"][:, 0, 0, :] == 0).cpu()
+        seq_len = int(valid.shape[1])
+        owner_t = torch.as_tensor(owner, dtype=torch.long)
+        units = _Units(owner_t, num_units, valid, per_example=per_example, device=device)
+
+        self._captures, self._batch_size = [], size
+        try:
+            losses, correct = self.loss_fn(self.model, batch)
+            captures = self._captures
+        finally:
+            self._captures = None
+        outs = [c.y for c in captures]
+        grads_out = torch.autograd.grad(losses.sum(), outs, allow_unused=True)
+        sq = torch.zeros((len(self.bounds), num_units), dtype=torch.float32, device=device)  # [L, U]
+
+        rows: list[tuple[_Capture, torch.Tensor, torch.Tensor, int, bool]] = []  # capture, x rows, g rows, R, seq
+        for cap, g in zip(captures, grads_out):
+            if g is None:
+                continue
+            r = g.numel() // (size * g.shape[-1])
+            seq = r == seq_len and cap.name.startswith(self._seq_prefixes)
+            x = cap.x.reshape(size * r, -1) if cap.x.is_floating_point() else cap.x.reshape(size * r)
+            rows.append((cap, x, g.reshape(size * r, g.shape[-1]), r, seq))
+
+        by_param: dict[int, list[int]] = {}
+        for j, (cap, *_rest) in enumerate(rows):
+            for role, p in cap.module.named_parameters(recurse=False):
+                if p.requires_grad:
+                    by_param.setdefault(self.param_index[id(p)], []).append(j)
+        xhat: dict[int, torch.Tensor] = {}
+        for i, js in by_param.items():
+            total = torch.zeros(num_units, dtype=torch.float32, device=device)
+            p = self.params[i]
+            for j in js:
+                cap, x, g, r, seq = rows[j]
+                m = cap.module
+                if isinstance(m, torch.nn.Embedding):
+                    total = total + units.pair(r, seq, _emb_sq, x, g)
+                elif isinstance(m, torch.nn.LayerNorm):
+                    if j not in xhat:
+                        xhat[j] = F.layer_norm(x, m.normalized_shape, None, None, m.eps)
+                    term = g * xhat[j] if p is m.weight else g
+                    total = total + units.segment_sq(term, r)
+                elif p is m.weight:
+                    total = total + units.linear_sq(r, seq, x, g)
+                else:
+                    total = total + units.segment_sq(g, r)
+            if len(js) == 2:  # a tied Embedding + Linear weight: the cross term 2 <E_u, D_u>
+                (je,), (jd,) = ([j for j in js if isinstance(rows[j][0].module, kind)]
+                                for kind in (torch.nn.Embedding, torch.nn.Linear))
+                total = total + 2.0 * units.cross(rows[je], rows[jd])
+            sq[self.param_groups[i]] += total
+        if self._bounds is None or self._bounds.device != device:
+            self._bounds = to_device(torch.tensor(self.bounds, dtype=torch.float32), device)
+        bounds = self._bounds
+        factors = (bounds[:, None] / sq.sqrt().clamp(min=_TINY)).clamp(max=1.0)  # [L, U]
+
+        for i, js in by_param.items():
+            p = self.params[i]
+            for j in js:
+                cap, x, g, r, _seq = rows[j]
+                w = factors[self.param_groups[i]][units.row_owner(r)]  # [N]
+                m = cap.module
+                if isinstance(m, torch.nn.Embedding):
+                    acc[i].index_add_(0, x, g * w[:, None])
+                elif isinstance(m, torch.nn.LayerNorm):
+                    acc[i].add_(w @ (g * xhat[j]) if p is m.weight else w @ g)
+                elif p is m.weight:  # A^T diag(w) G over the real rows, the weights on the narrower side
+                    x, g, rows_owner = units.real_rows(r, _seq, x, g)
+                    w = factors[self.param_groups[i]][rows_owner]
+                    if x.shape[1] <= g.shape[1]:
+                        acc[i].addmm_(g.T, x * w[:, None])
+                    else:
+                        acc[i].addmm_((g * w[:, None]).T, x)
+                else:
+                    acc[i].add_(w @ g)
+        clipped = (factors < 1.0).any(0).sum().double()
+        return Clipped(grads=acc, loss_sum=losses.detach().sum().double(), correct_sum=correct.detach().sum().double(),
+                       units=num_units, clipped=clipped)
+
+
+def _lin_sq(x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """[U] squared Frobenius norms of x_u^T g_u for x [U, T, d], g [U, T, p]: ghost or direct, the cheaper."""
+    t, d, p = x.shape[1], x.shape[2], g.shape[2]
+    if t * (d + p) < d * p:
+        return ((x @ x.transpose(1, 2)) * (g @ g.transpose(1, 2))).sum((1, 2))
+    return (x.transpose(1, 2) @ g).pow(2).sum((1, 2))
+
+
+def _emb_sq(ids: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+    """[U] squared norms of the embedding gradient sum_t onehot(id_t) g_t^T for ids [U, T], g [U, T, d]."""
+    same = ids[:, :, None] == ids[:, None, :]
+    return ((g @ g.transpose(1, 2)) * same).sum((1, 2))
+
+
+def _cross(ids: torch.Tensor, ge: torch.Tensor, a: torch.Tensor, gd: torch.Tensor) -> torch.Tensor:
+    """[U] <E_u, D_u> of a tied weight: E_u = sum_t onehot(id_t) ge_t^T (lookup), D_u = sum_s gd_s a_s^T (decoder)."""
+    picked = torch.gather(gd, 2, ids[:, None, :].expand(-1, gd.shape[1], -1))  # [U, S, T]: gd_s[id_t]
+    return ((ge @ a.transpose(1, 2)) * picked.transpose(1, 2)).sum((1, 2))
+
+
+class _Units:
+    """Which rows belong to which unit, for each row layout (rows per example ``r``; ``seq`` = token rows)."""
+
+    def __init__(self, owner: torch.Tensor, num_units: int, valid: torch.Tensor, *, per_example: bool,
+                 device: torch.device) -> None:
+        self.owner_cpu, self.num_units, self.valid = owner, num_units, valid.bool()
+        self.per_example, self.device = per_example, device
+        self.owner = to_device(owner, device)
+        self._row_owner: dict[int, torch.Tensor] = {}
+        self._unit_rows: dict[tuple[int, bool], tuple[torch.Tensor, list[int]]] = {}
+        self._split: dict[tuple, tuple[torch.Tensor, ...]] = {}
+        self._gram: dict[tuple, torch.Tensor] = {}
+
+    def row_owner(self, r: int) -> torch.Tensor:
+        if r not in self._row_owner:
+            self._row_owner[r] = self.owner.repeat_interleave(r)
+        return self._row_owner[r]
+
+    def _rows(self, r: int, seq: bool) -> tuple[torch.Tensor, list[int]]:
+        """Row indices grouped by unit (real tokens only for token rows) and each unit's count; built on the CPU."""
+        key = (r, seq)
+        if key not in self._unit_rows:
+            b = len(self.owner_cpu)
+            row_owner = self.owner_cpu.repeat_interleave(r)
+            keep = self.valid.reshape(-1) if seq else torch.ones(b * r, dtype=torch.bool)
+            idx = torch.nonzero(keep).squeeze(1)
+            order = torch.argsort(row_owner[idx], stable=True)
+            idx = idx[order]
+            counts = torch.bincount(row_owner[idx], minlength=self.num_units).tolist()
+            self._unit_rows[key] = (to_device(idx, self.device), counts)
+        return self._unit_rows[key]
+
+    def pair(self, r: int, seq: bool, fn: Callable, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """[U] fn over each unit's rows of (x, g) (fn takes batched [U', T, .] tensors)."""
+        if self.per_example:
+            b = len(self.owner_cpu)
+            return fn(x.reshape(b, r, *x.shape[1:]), g.reshape(b, r, -1))
+        idx, counts = self._rows(r, seq)
+        xs, gs = x.index_select(0, idx).split(counts), g.index_select(0, idx).split(counts)
+        out = [fn(xu[None], gu[None]) if n else torch.zeros(1, device=self.device) for xu, gu, n in zip(xs, gs, counts)]
+        return torch.cat(out)
+
+    def linear_sq(self, r: int, seq: bool, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
+        """[U] squared norms of each unit's Linear weight gradient ``x_u^T g_u``, ghost or direct per unit
+        (the cheaper); the input's rows and Gram matrices are cached, as q, k and v share one input."""
+        d, p = x.shape[1], g.shape[1]
+        key = (x.data_ptr(), tuple(x.shape), r, seq)
+        if self.per_example:
+            b = len(self.owner_cpu)
+            xb, gb = x.reshape(b, r, d), g.reshape(b, r, p)
+            if r * (d + p) >= d * p:
+                return (xb.transpose(1, 2) @ gb).pow(2).sum((1, 2))
+            if key not in self._gram:
+                self._gram[key] = xb @ xb.transpose(1, 2)
+            return (self._gram[key] * (gb @ gb.transpose(1, 2))).sum((1, 2))
+        _, counts = self._rows(r, seq)
+        xs, gs = self._select(x, r, seq).split(counts), self._select(g, r, seq).split(counts)
+        out = []
+        for u, (xu, gu, n) in enumerate(zip(xs, gs, counts)):
+            if n == 0:
+                out.append(torch.zeros(1, device=self.device))
+            elif n * (d + p) < d * p:
+                if (key, u) not in self._gram:
+                    self._gram[(key, u)] = xu @ xu.T
+                out.append((self._gram[(key, u)] * (gu @ gu.T)).sum().reshape(1))
+            else:
+                out.append((xu.T @ gu).pow(2).sum().reshape(1))
+        return torch.cat(out)
+
+    def _select(self, t: torch.Tensor, r: int, seq: bool) -> torch.Tensor:
+        """The rows of ``t`` grouped by unit (real tokens only for token rows), cached per tensor."""
+        key = (t.data_ptr(), tuple(t.shape), r, seq)
+        if key not in self._split:
+            self._split[key] = t.index_select(0, self._rows(r, seq)[0])
+        return self._split[key]
+
+    def real_rows(self, r: int, seq: bool, x: torch.Tensor, g: torch.Tensor) -> tuple[torch.Tensor, ...]:
+        """(x rows, g rows, their units) without the padding tokens of token rows (their g is zero)."""
+        if not seq:
+            return x, g, self.row_owner(r)
+        _, counts = self._rows(r, seq)
+        key = ("owner", r, seq)
+        if key not in self._split:
+            self._split[key] = torch.repeat_interleave(
+                to_device(torch.arange(self.num_units), self.device),
+                to_device(torch.tensor(counts), self.device), output_size=int(sum(counts)))
+        return self._select(x, r, seq), self._select(g, r, seq), self._split[key]
+
+    def segment_sq(self, term: torch.Tensor, r: int) -> torch.Tensor:
+        """[U] squared norms of the per-unit sums of the rows of ``term`` [N, d]."""
+        sums = torch.zeros((self.num_units, term.shape[1]), dtype=term.dtype, device=term.device)
+        return sums.index_add_(0, self.row_owner(r), term).pow(2).sum(1)
+
+    def cross(self, emb: tuple, dec: tuple) -> torch.Tensor:
+        _, ids, ge, re, seq_e = emb
+        _, a, gd, rd, seq_d = dec
+        if self.per_example:
+            b = len(self.owner_cpu)
+            return _cross(ids.reshape(b, re), ge.reshape(b, re, -1), a.reshape(b, rd, -1), gd.reshape(b, rd, -1))
+        (ie, ce), (id_, cd) = self._rows(re, seq_e), self._rows(rd, seq_d)
+        out = []
+        for i_u, ge_u, a_u, gd_u, ne, nd in zip(ids[ie].split(ce), ge[ie].split(ce), a[id_].split(cd), gd[id_].split(cd),
+                                                ce, cd):
+            out.append(_cross(i_u[None], ge_u[None], a_u[None], gd_u[None]) if ne and nd
+                       else torch.zeros(1, device=self.device))
+        return torch.cat(out)
