@@ -23,28 +23,15 @@ first iteration, sum C_l^2 = C^2 (Dupuy et al., "Scaling").
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
-from dataclasses import dataclass
 
 import numpy as np
 import torch
 from torch.func import functional_call, grad, vmap
 
 from dpaudit import accounting
+from trainers.torch_common.clipped import Clipped, LossFn
 
-LossFn = Callable[[torch.nn.Module, dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]
 _TINY = 1e-12
-
-
-@dataclass
-class Clipped:
-    """A clipped sum (aligned with the trainable parameters) and telemetry about it."""
-
-    grads: list[torch.Tensor]
-    loss_sum: float | torch.Tensor  # 0-d tensors on the model's device where a host sync would be needed
-    correct_sum: float | torch.Tensor
-    units: int  # clipped units (examples or non-empty micro-batches)
-    clipped: int | torch.Tensor  # units whose norm exceeded the bound
 
 
 def trainable(model: torch.nn.Module) -> tuple[list[str], list[torch.nn.Parameter]]:

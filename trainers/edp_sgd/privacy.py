@@ -23,10 +23,10 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dpaudit import accounting
-from dpaudit.figures import format_up
 from dpaudit.privacy_plan import PrivacyPlan
 from dpaudit.privacy_record import PrivacyRecord, group_privacy_rows
 from dpaudit.secret_rng import NoiseSource
+from trainers.torch_common.privacy import private_record, sampling_rate, schedule_text
 
 __all__ = ["build_record", "paper_claim"]
 
@@ -75,9 +75,7 @@ def build_record(
             randomness=noise_source.note, noise_seed_explicit=noise_source.explicit,
             group_privacy=group_privacy_rows(None, None, frequencies), details=details,
             notes=["non-private run: no guarantee for any file."])
-    epsilon = float(ledger.epsilon()) if ledger.steps else 0.0
-    delta = float(ledger.delta)
-    q = plan.batch_at(0) / plan.dataset_size
+    q = sampling_rate(plan)
     if mode == "dp-sgd":
         clipping = (f"per-example clipping to C = {clipper.clip_norm:g} (torch.func per-example gradients), "
                     f"sensitivity C = {clipper.sensitivity:g}")
@@ -86,24 +84,9 @@ def build_record(
                     f"sha256(--seed, text, label) mod k, independent of the other examples) with per-layer clip norms "
                     f"C_l, C = sqrt(sum C_l^2) = {clipper.clip_norm:.6g}; sensitivity {clipper.sensitivity_factor:g}C = "
                     f"{clipper.sensitivity:.6g}")
-    schedule = "constant" if len(set(plan.sigmas or ())) <= 1 else "decayed per epoch, fixed in advance"
     mechanism = (f"Poisson-subsampled Gaussian (q = {q:.4g}), {clipping}; Gaussian noise of std sigma_e x sensitivity "
-                 f"on the summed gradient (sigma_e {schedule}), add/remove one example")
-    guarantee = (f"({format_up(epsilon, 4)}, {format_up(delta, 3)})-DP for one training example "
-                 f"(add/remove): {mechanism}, composed over {steps} steps ({ledger.accountant.upper()} accountant), for "
-                 f"the released model/. Condition: {noise_source.note}")
-    notes: list[str] = []  # the randomness note is the record's own field (printed once by the CLI)
-    warning = accounting.delta_warning(delta, plan.dataset_size)
-    if warning:
-        notes.insert(0, "warning: " + warning)
-    return PrivacyRecord(
-        trainer=TRAINER, private=True, mechanism=mechanism, accountant=ledger.accountant,
-        event=accounting.event_to_json(ledger.event()), epsilon=epsilon, delta=delta,
-        target_epsilon=ledger.target_epsilon, clip_norm=float(clipper.clip_norm),
-        sensitivity_factor=float(clipper.sensitivity_factor), noise_multipliers=[float(s) for s in plan.sigmas],
-        noise_calibrated=plan.noise_calibrated, steps=steps, planned_steps=plan.total_steps,
-        dataset_size=plan.dataset_size, stopped_at_budget=stopped_at_budget,
-        segments=[s.to_json() for s in ledger.segments], randomness=noise_source.note,
-        noise_seed_explicit=noise_source.explicit, group_privacy=group_privacy_rows(epsilon, delta, frequencies),
-        paper_claim=paper_claim(plan, steps), unaccounted_releases=list(unaccounted_releases), guarantee=guarantee,
-        notes=notes, details=details)
+                 f"on the summed gradient (sigma_e {schedule_text(plan)}), add/remove one example")
+    return private_record(
+        trainer=TRAINER, mechanism=mechanism, plan=plan, steps=steps, ledger=ledger, clipper=clipper,
+        noise_source=noise_source, stopped_at_budget=stopped_at_budget, frequencies=frequencies, details=details,
+        paper_claim=paper_claim(plan, steps), unaccounted_releases=list(unaccounted_releases))

@@ -29,7 +29,6 @@ A run (DESIGN sections 3 and 5):
 from __future__ import annotations
 
 import math
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -37,7 +36,6 @@ import torch
 
 from dpaudit.inject_run import canary_frequencies
 from dpaudit.privacy_record import PrivacyRecord
-from dpaudit.trainer_api import TrainResult
 from trainers.edp_sgd import privacy
 from trainers.edp_sgd.clipping import (
     Clipped,
@@ -48,7 +46,7 @@ from trainers.edp_sgd.clipping import (
 )
 from trainers.edp_sgd.config import EdpSgdConfig
 from trainers.edp_sgd.ghost import GhostClipper, UnsupportedModel
-from trainers.torch_common import distributed, noise, sampling
+from trainers.torch_common import noise, sampling
 from trainers.torch_common.distributed import to_device
 from trainers.torch_common.loop import (
     _EVAL_STREAM,
@@ -58,39 +56,15 @@ from trainers.torch_common.loop import (
     noised_total,
 )
 from trainers.torch_common.model import layer_groups, per_example_losses
+from trainers.torch_common.plugin import TorchTrainer
 
 #: The contract suite's run (:meth:`EdpSgdTrainer.tiny_config`): eDP-SGD classification of a 2-layer
 #: BERT on 16-token texts, one epoch of 16-example batches in 4 micro-batches (6 steps).
 TINY_SETTINGS: dict[str, Any] = {"mode": "edp-sgd", "task": "classify", "preset": "tiny", "vocab_size": 300,
                                   "max_length": 16, "epochs": 1, "batch_size": 16, "micro_batches": 4,
-                                  "noise_multiplier": 1.0, "eval_examples": 8, "checkpoint_every": 1000}
+                                  "learning_rate": 1e-3, "noise_multiplier": 1.0, "eval_examples": 8,
+                                  "checkpoint_every": 1000}
 _PROCESS_NOISE_KEY = 1 << 20  # keys of per-process noise draws, apart from micro-batch indices
-
-
-class EdpSgdTrainer:
-    """sgd / dp-sgd / eDP-SGD fine-tuning of a BERT-family model in PyTorch; registered as ``edp-sgd``."""
-
-    name: ClassVar[str] = "edp-sgd"
-    Config: ClassVar[type] = EdpSgdConfig
-
-    def writes_run_dir(self) -> bool:
-        """Only process 0 of a torch.distributed run writes the run directory, so only it takes the lock."""
-        return distributed.env_rank() == 0
-
-    def train(self, data_dir: Path, out_dir: Path, config: EdpSgdConfig, *, seed: int) -> TrainResult:
-        """Train on an inject run directory and write (or resume) the train run directory ``out_dir``.
-
-        Raises:
-            UserInputError: bad data or options, a plan that cannot fit the budget, or an ``out_dir``
-                holding a different run; raised before anything is written.
-        """
-        if not isinstance(config, EdpSgdConfig):
-            raise TypeError(f"config must be an EdpSgdConfig, got {type(config).__name__}.")
-        return _Run(Path(data_dir), Path(out_dir), config, seed=int(seed)).execute()
-
-    def tiny_config(self, **overrides: Any) -> EdpSgdConfig:
-        """The smallest private run: :data:`TINY_SETTINGS` (eDP-SGD, the paper's task) with ``overrides``."""
-        return EdpSgdConfig(**{**TINY_SETTINGS, **overrides})
 
 
 class _Run(TorchRun):
@@ -249,3 +223,11 @@ class _Run(TorchRun):
             micro_batches=config.micro_batches, frequencies=canary_frequencies(self.data.manifest),
             unaccounted_releases=unaccounted, details=details)
 
+
+class EdpSgdTrainer(TorchTrainer):
+    """sgd / dp-sgd / eDP-SGD fine-tuning of a BERT-family model in PyTorch; registered as ``edp-sgd``."""
+
+    name: ClassVar[str] = "edp-sgd"
+    Config: ClassVar[type] = EdpSgdConfig
+    Run: ClassVar[type] = _Run
+    TINY_SETTINGS: ClassVar[dict[str, Any]] = TINY_SETTINGS

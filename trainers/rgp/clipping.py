@@ -29,24 +29,13 @@ example's gradient is a deterministic function of that example.
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
 
 import torch
 import torch.nn.functional as F
 
-LossFn = Callable[[torch.nn.Module, dict[str, torch.Tensor]], tuple[torch.Tensor, torch.Tensor]]
+from trainers.torch_common.clipped import Clipped, LossFn
+
 _TINY = 1e-12
-
-
-@dataclass
-class Clipped:
-    """Sums of clipped per-example gradients (one tensor per unit, :attr:`Reparametrization.unit_names`)."""
-
-    grads: list[torch.Tensor]
-    loss_sum: torch.Tensor  # float64 0-d tensors on the run's device (no host sync)
-    correct_sum: torch.Tensor
-    units: int  # examples
-    clipped: torch.Tensor  # examples whose joint norm exceeded C
 
 
 class Reparametrization:

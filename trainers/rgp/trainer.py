@@ -17,7 +17,6 @@ step:
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -25,48 +24,23 @@ import torch
 
 from dpaudit.inject_run import canary_frequencies
 from dpaudit.privacy_record import PrivacyRecord
-from dpaudit.trainer_api import TrainResult
 from trainers.rgp import privacy
 from trainers.rgp.carriers import power_method, random_carriers, reconstruct
 from trainers.rgp.clipping import CarrierClipper, Reparametrization
 from trainers.rgp.config import RgpConfig
-from trainers.torch_common import distributed, noise
+from trainers.torch_common import noise
 from trainers.torch_common.distributed import to_device
 from trainers.torch_common.loop import _MASK_STREAM, TorchRun, _seeded, noised_total
 from trainers.torch_common.model import per_example_losses
+from trainers.torch_common.plugin import TorchTrainer
 
 #: The contract suite's run (:meth:`RgpTrainer.tiny_config`): rank-4 RGP classification of a 2-layer
 #: BERT on 16-token texts, one epoch of 16-example batches (6 steps, 2 of them warm-up).
 TINY_SETTINGS: dict[str, Any] = {"task": "classify", "preset": "tiny", "vocab_size": 300, "max_length": 16,
                                   "epochs": 1, "batch_size": 16, "rank": 4, "warmup_steps": 2,
-                                  "noise_multiplier": 1.0, "eval_examples": 8, "checkpoint_every": 1000}
+                                  "learning_rate": 1e-3, "noise_multiplier": 1.0, "eval_examples": 8,
+                                  "checkpoint_every": 1000}
 _CARRIER_STREAM = 13  # public --seed stream of the carriers' Gaussian draws
-
-
-class RgpTrainer:
-    """RGP fine-tuning of a BERT-family model in PyTorch (Yu et al. 2021); registered as ``rgp``."""
-
-    name: ClassVar[str] = "rgp"
-    Config: ClassVar[type] = RgpConfig
-
-    def writes_run_dir(self) -> bool:
-        """Only process 0 of a torch.distributed run writes the run directory, so only it takes the lock."""
-        return distributed.env_rank() == 0
-
-    def train(self, data_dir: Path, out_dir: Path, config: RgpConfig, *, seed: int) -> TrainResult:
-        """Train on an inject run directory and write (or resume) the train run directory ``out_dir``.
-
-        Raises:
-            UserInputError: bad data or options, a plan that cannot fit the budget, or an ``out_dir``
-                holding a different run; raised before anything is written.
-        """
-        if not isinstance(config, RgpConfig):
-            raise TypeError(f"config must be an RgpConfig, got {type(config).__name__}.")
-        return _Run(Path(data_dir), Path(out_dir), config, seed=int(seed)).execute()
-
-    def tiny_config(self, **overrides: Any) -> RgpConfig:
-        """The smallest private run: :data:`TINY_SETTINGS` with ``overrides``."""
-        return RgpConfig(**{**TINY_SETTINGS, **overrides})
 
 
 class _Run(TorchRun):
@@ -144,3 +118,12 @@ class _Run(TorchRun):
             plan=self.plan, steps=steps, ledger=self.ledger, clipper=self.clipper, noise_source=self.noise_source,
             stopped_at_budget=self.stopped_at_budget, rank=config.rank, random_carriers=config.random_carriers,
             frequencies=canary_frequencies(self.data.manifest), details=details)
+
+
+class RgpTrainer(TorchTrainer):
+    """RGP fine-tuning of a BERT-family model in PyTorch (Yu et al. 2021); registered as ``rgp``."""
+
+    name: ClassVar[str] = "rgp"
+    Config: ClassVar[type] = RgpConfig
+    Run: ClassVar[type] = _Run
+    TINY_SETTINGS: ClassVar[dict[str, Any]] = TINY_SETTINGS

@@ -18,7 +18,8 @@ def _one_torch_thread():
 
 #: Trainer options shared by the rgp test files (tiny model, short runs).
 TINY_RGP = {"preset": "tiny", "vocab_size": 300, "max_length": 16, "epochs": 1, "batch_size": 16, "rank": 4,
-            "warmup_steps": 2, "eval_examples": 24, "checkpoint_every": 3, "noise_seed": 1234, "noise_multiplier": 1.0}
+            "warmup_steps": 2, "eval_examples": 24, "checkpoint_every": 3, "noise_seed": 1234, "noise_multiplier": 1.0,
+            "learning_rate": 1e-3}
 
 
 @pytest.fixture(scope="session")
