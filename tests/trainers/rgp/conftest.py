@@ -6,14 +6,8 @@ import pytest
 
 
 @pytest.fixture(scope="session", autouse=True)
-def _one_torch_thread():
-    """Tiny models run fastest on one thread (and the machine is shared)."""
-    import torch
-
-    previous = torch.get_num_threads()
-    torch.set_num_threads(1)
-    yield
-    torch.set_num_threads(previous)
+def _one_torch_thread(one_torch_thread):
+    """Every rgp test runs on one torch thread (tests/trainers/conftest.py says why)."""
 
 
 #: Trainer options shared by the rgp test files (tiny model, short runs).
@@ -33,28 +27,10 @@ def rgp_config():
     return make
 
 
-def _batches():
-    import torch
-
-    from trainers.torch_common.data import additive_mask, mask_tokens
-
-    gen = torch.Generator().manual_seed(0)
-    lengths = torch.tensor([12, 7, 9, 12, 5, 10])
-    ids = torch.randint(5, 100, (6, 12), generator=gen)
-    mask = (torch.arange(12)[None, :] < lengths[:, None]).long()
-    ids = ids * mask
-    ids[:, 0] = 2
-    clf_batch = {"input_ids": ids, "labels": torch.tensor([0, 1, 2, 1, 0, 2]), "mask4": additive_mask(mask)}
-    mlm_batch = mask_tokens(ids, mask, generator=gen, mask_id=4, vocab_size=100, special_ids=[0, 1, 2, 3, 4],
-                            mask_prob=0.3, n_predictions=5)
-    mlm_batch["mask4"] = additive_mask(mask)
-    return {"classify": clf_batch, "mlm": mlm_batch}
-
-
 @pytest.fixture(scope="session")
-def tiny_batches():
+def tiny_batches(token_batches):
     """task -> a 6-example batch of a 100-token vocabulary."""
-    return _batches()
+    return token_batches
 
 
 @pytest.fixture(scope="session")
