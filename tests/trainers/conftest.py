@@ -88,3 +88,31 @@ def assert_same_model():
             torch.testing.assert_close(b[key], a[key], atol=atol, rtol=rtol, msg=key)
 
     return check
+
+
+class Killed(BaseException):
+    """Stands in for SIGKILL: not an Exception, so nothing catches it on the way out."""
+
+
+@pytest.fixture
+def killed_after_checkpoint(monkeypatch):
+    """Runner: ``train()`` "killed" right after checkpoint ``step`` was written (any step when None),
+    as SIGKILL would leave it: the checkpoint complete on disk, nothing after it."""
+    from trainers.torch_common import checkpoint as ckpt
+
+    def run(train, step=None):
+        real_save = ckpt.save_checkpoint
+
+        def save_then_die(directory, *, step: int, **kwargs):
+            path = real_save(directory, step=step, **kwargs)
+            if at is None or step == at:
+                raise Killed()
+            return path
+
+        at = step
+        with monkeypatch.context() as patch:
+            patch.setattr(ckpt, "save_checkpoint", save_then_die)
+            with pytest.raises(Killed):
+                train()
+
+    return run

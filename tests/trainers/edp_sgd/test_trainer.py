@@ -11,7 +11,6 @@ import sys
 import pytest
 import torch
 from click.testing import CliRunner
-from safetensors.torch import load_file
 
 from dpaudit.cli import cli
 from dpaudit.errors import UserInputError
@@ -99,31 +98,15 @@ def _rows(out):
     return [{k: v for k, v in r.items() if k not in ("epoch_time_s", "epoch_steps_timed")} for r in rows]
 
 
-class _Killed(BaseException):
-    """Stands in for SIGKILL: not an Exception, so nothing catches it on the way out."""
-
-
-def test_killed_then_resumed_equals_straight(data_dir, tmp_path, monkeypatch, edp_config):
+def test_killed_then_resumed_equals_straight(data_dir, tmp_path, edp_config, killed_after_checkpoint,
+                                            assert_same_model):
     config = edp_config(mode="dp-sgd", epochs=1, checkpoint_every=2)
     straight = EdpSgdTrainer().train(data_dir, tmp_path / "straight", config, seed=5)
-    real_save = ckpt.save_checkpoint
-
-    def save_then_die(directory, *, step, **kwargs):
-        path = real_save(directory, step=step, **kwargs)
-        if step == 4:
-            raise _Killed()
-        return path
-
-    monkeypatch.setattr(ckpt, "save_checkpoint", save_then_die)
-    with pytest.raises(_Killed):
-        EdpSgdTrainer().train(data_dir, tmp_path / "resumed", config, seed=5)
-    monkeypatch.undo()
+    killed_after_checkpoint(lambda: EdpSgdTrainer().train(data_dir, tmp_path / "resumed", config, seed=5), step=4)
     assert [s for s, _ in ckpt.list_checkpoints(tmp_path / "resumed" / "checkpoints")] == [2, 4]
     resumed = EdpSgdTrainer().train(data_dir, tmp_path / "resumed", config, seed=5)
     assert resumed.summary["resumed_from_step"] == 4 and resumed.steps == straight.steps == 6
-    a = load_file(str(tmp_path / "straight" / "model" / "model.safetensors"))
-    b = load_file(str(tmp_path / "resumed" / "model" / "model.safetensors"))
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert_same_model(tmp_path / "straight", tmp_path / "resumed", atol=0, rtol=0)  # bit for bit
     assert _rows(tmp_path / "straight") == _rows(tmp_path / "resumed")
     assert resumed.epsilon == straight.epsilon
     # A finished run is not silently retrained.
@@ -131,22 +114,9 @@ def test_killed_then_resumed_equals_straight(data_dir, tmp_path, monkeypatch, ed
         EdpSgdTrainer().train(data_dir, tmp_path / "resumed", config, seed=5)
 
 
-def test_resume_refuses_different_settings(data_dir, tmp_path, monkeypatch, edp_config):
+def test_resume_refuses_different_settings(data_dir, tmp_path, edp_config, killed_after_checkpoint):
     config = edp_config(mode="sgd", epochs=1, checkpoint_every=2)
-
-    def die(*args, **kwargs):
-        raise _Killed()
-
-    real_save = ckpt.save_checkpoint
-
-    def save_then_die(directory, *, step, **kwargs):
-        real_save(directory, step=step, **kwargs)
-        die()
-
-    monkeypatch.setattr(ckpt, "save_checkpoint", save_then_die)
-    with pytest.raises(_Killed):
-        EdpSgdTrainer().train(data_dir, tmp_path / "run", config, seed=5)
-    monkeypatch.undo()
+    killed_after_checkpoint(lambda: EdpSgdTrainer().train(data_dir, tmp_path / "run", config, seed=5))
     with pytest.raises(UserInputError, match="different settings"):
         EdpSgdTrainer().train(data_dir, tmp_path / "run", edp_config(mode="sgd", epochs=2), seed=5)
 

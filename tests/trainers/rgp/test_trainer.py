@@ -19,7 +19,6 @@ from dpaudit.errors import UserInputError
 from dpaudit.privacy_record import PrivacyRecord
 from dpaudit.rundir import verify_run_dir
 from trainers.rgp.trainer import RgpTrainer, _Run
-from trainers.torch_common import checkpoint as ckpt
 from trainers.torch_common.model import build_model
 
 SECRET_SEED = 987654321123
@@ -130,31 +129,15 @@ def test_mlm_updates_the_tied_word_embeddings_through_the_decoder(data_dir, tmp_
                        initial["bert.embeddings.position_embeddings.weight"])
 
 
-class _Killed(BaseException):
-    """Stands in for SIGKILL: not an Exception, so nothing catches it on the way out."""
-
-
-def test_killed_then_resumed_equals_straight(data_dir, tmp_path, monkeypatch, rgp_config):
+def test_killed_then_resumed_equals_straight(data_dir, tmp_path, rgp_config, killed_after_checkpoint,
+                                            assert_same_model):
     """W_0 of the historical update is rebuilt from --seed on resume: the carriers, hence the run, are the same."""
     config = rgp_config(checkpoint_every=2, warmup_steps=1)
     straight = RgpTrainer().train(data_dir, tmp_path / "straight", config, seed=5)
-    real_save = ckpt.save_checkpoint
-
-    def save_then_die(directory, *, step, **kwargs):
-        path = real_save(directory, step=step, **kwargs)
-        if step == 4:
-            raise _Killed()
-        return path
-
-    monkeypatch.setattr(ckpt, "save_checkpoint", save_then_die)
-    with pytest.raises(_Killed):
-        RgpTrainer().train(data_dir, tmp_path / "resumed", config, seed=5)
-    monkeypatch.undo()
+    killed_after_checkpoint(lambda: RgpTrainer().train(data_dir, tmp_path / "resumed", config, seed=5), step=4)
     resumed = RgpTrainer().train(data_dir, tmp_path / "resumed", config, seed=5)
     assert resumed.summary["resumed_from_step"] == 4 and resumed.steps == straight.steps == 6
-    a = load_file(str(tmp_path / "straight" / "model" / "model.safetensors"))
-    b = load_file(str(tmp_path / "resumed" / "model" / "model.safetensors"))
-    assert a.keys() == b.keys() and all(torch.equal(a[k], b[k]) for k in a)
+    assert_same_model(tmp_path / "straight", tmp_path / "resumed", atol=0, rtol=0)  # bit for bit
     assert resumed.epsilon == straight.epsilon
     with pytest.raises(UserInputError, match="holds no rgp checkpoint"):
         RgpTrainer().train(data_dir, tmp_path / "resumed", config, seed=5)
