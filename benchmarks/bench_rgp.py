@@ -1,8 +1,11 @@
 """Peak memory and examples/s of RGP (a few ranks) vs DP-SGD at the same batch (Yu et al. 2021, Table 1 in miniature).
 
 Both run the trainers' own steps on the same Poisson-sampled batches of an inject run of SNIPS
-(``--snips DIR`` holding ``train.tsv``): DP-SGD is the ``edp-sgd`` trainer in ``--mode dp-sgd``
-(per-example gradients of every parameter by ``torch.func.vmap``, one chunk of the whole batch), RGP
+(``--snips DIR`` holding ``train.tsv``): DP-SGD is the ``edp-sgd`` trainer in ``--mode dp-sgd``, twice:
+``dp-sgd-vmap`` materializes the per-example gradients of every parameter by ``torch.func.vmap`` (one
+chunk of the whole batch: the textbook DP-SGD that Yu et al. compare with, and the baseline of the
+ratios), ``dp-sgd-ghost`` is the trainer's default engine (per-example norms from activations and
+output gradients, no per-example gradient is formed: Li et al. 2022, Bu et al. 2023). RGP
 is the ``rgp`` trainer (per-example carrier gradients, memory O(m r d)). Each mode runs in a fresh
 process: set up, ``--warmup`` untimed steps, then ``--steps`` timed steps. Reported per mode:
 
@@ -58,14 +61,16 @@ def worker(args: argparse.Namespace) -> int:
     common = {"task": args.task, "preset": args.preset, "batch_size": args.batch_size, "max_length": args.max_length,
               "epochs": 1, "eval_examples": 0, "noise_seed": 1, "noise_multiplier": 1.0, "clip_norm": 1.0}
     with tempfile.TemporaryDirectory(prefix="bench_rgp_worker.") as tmp:
-        if args.worker == "dp-sgd":
+        if args.worker.startswith("dp-sgd"):
             from trainers.edp_sgd.config import EdpSgdConfig
             from trainers.edp_sgd.trainer import _Run as EdpRun
 
+            engine = args.worker.split("-")[-1]
             run = EdpRun(Path(args.worker_data), Path(tmp) / "out",
-                         EdpSgdConfig(mode="dp-sgd", physical_batch=args.batch_size, **common), seed=0)
+                         EdpSgdConfig(mode="dp-sgd", physical_batch=args.batch_size, clip_engine=engine, **common), seed=0)
             run._setup()
-            per_example = sum(p.numel() for p in run.params)
+            # The ghost engine forms no per-example gradient (norms only): 0 materialized floats.
+            per_example = sum(p.numel() for p in run.params) if engine == "vmap" else 0
         else:
             from trainers.rgp.config import RgpConfig
             from trainers.rgp.trainer import _Run as RgpRun
@@ -119,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
         return worker(args)
     if not (args.snips / "train.tsv").is_file():
         raise SystemExit(f"--snips {args.snips}: no train.tsv there.")
-    modes = ["dp-sgd"] + [f"rgp-r{int(r)}" for r in args.ranks.split(",")]
+    modes = ["dp-sgd-vmap", "dp-sgd-ghost"] + [f"rgp-r{int(r)}" for r in args.ranks.split(",")]
     results = []
     with tempfile.TemporaryDirectory(prefix="bench_rgp.") as tmp:
         data = _inject(args.snips, Path(tmp))
