@@ -1,0 +1,192 @@
+"""The demo's sizes and its stages, as the ``dpaudit`` commands a user would type.
+
+Why these sizes (measured on the built-in corpus with the ``tiny`` preset, 2 layers x 64 hidden, on a
+2-core CPU; the table is in ``benchmarks/bench_demo.py``'s docstring): a large corpus drowns the
+canaries (at 20K rows and 6-digit secrets, 1,500 steps gave 100x canaries 7.9 bits of exposure and no
+exact reconstruction). A 3,000-utterance corpus, where 100 insertions make a canary ~3% of the
+training rows, with 4-digit secrets (|R| = 10^4, so exposure tops out at 13.3 bits), short sequences
+(32 tokens keeps every keyed canary whole) and a higher learning rate without weight decay, lets the
+non-private model memorize the 100x canaries (near-maximal exposure, most reconstructed exactly) while
+it still learns the language (held-out MLM accuracy ~40-55%, against a few percent for always
+predicting the most frequent token). The epsilon-8 model, trained identically with DP-SGD, keeps its
+canaries in the controls' band.
+
+The same recipe is used for the classifiers (``edp-sgd --task classify``, sgd vs edp-sgd mode) when
+torch is installed: intent labels come with the built-in corpus, and each canary carries a random intent.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The epsilon of every private model in the demo.
+TARGET_EPSILON = 8.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class DemoSizes:
+    """Every size the demo chooses (the full demo and ``--quick`` differ only here).
+
+    Attributes:
+        corpus_size: utterances generated from ``builtin:assistant``.
+        secret_format: canary secret space (``digits:N``).
+        frequencies: insertion counts, one group of ``per_frequency`` canaries each.
+        per_frequency: canaries per insertion count (and as many never-inserted controls).
+        steps: jax-bert optimizer steps per model.
+        batch_size: expected logical batch size (Poisson rate = batch_size / N).
+        max_length: tokens per example (keyed canaries need ~30 with the tiny vocabulary).
+        learning_rate: AdamW peak learning rate (weight decay 0: forgetting is not what we show).
+        eval_every: steps between held-out MLM accuracy evaluations.
+        classifier_epochs: edp-sgd fine-tuning epochs (0: no classifier stage).
+        shadow_models: shadow models per classifier attack.
+        classifier_attacks: attacks run on each classifier.
+    """
+
+    corpus_size: int
+    secret_format: str
+    frequencies: tuple[int, ...]
+    per_frequency: int
+    steps: int
+    batch_size: int
+    max_length: int
+    learning_rate: float
+    eval_every: int
+    classifier_epochs: int
+    shadow_models: int
+    classifier_attacks: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if self.corpus_size < 100:
+            raise ValueError(f"corpus_size must be >= 100, got {self.corpus_size}.")
+        if not self.frequencies or min(self.frequencies) < 1:
+            raise ValueError(f"frequencies must be positive counts, got {self.frequencies}.")
+        for name in ("per_frequency", "steps", "batch_size", "max_length", "eval_every", "shadow_models"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        if self.classifier_epochs < 0:
+            raise ValueError(f"classifier_epochs must be >= 0, got {self.classifier_epochs}.")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")
+
+
+FULL = DemoSizes(corpus_size=3000, secret_format="digits:4", frequencies=(1, 10, 100), per_frequency=10, steps=2000,
+                 batch_size=64, max_length=32, learning_rate=3e-3, eval_every=250, classifier_epochs=3, shadow_models=4,
+                 classifier_attacks=("loss", "shadow", "lira", "rmia"))
+QUICK = DemoSizes(corpus_size=1500, secret_format="digits:4", frequencies=(1, 10, 100), per_frequency=8, steps=400,
+                  batch_size=64, max_length=32, learning_rate=3e-3, eval_every=200, classifier_epochs=2, shadow_models=2,
+                  classifier_attacks=("loss", "shadow"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stage:
+    """One step of the demo: a ``dpaudit`` command and the run directory (or file) it writes.
+
+    Attributes:
+        name: short identifier (also the name of its record in the state folder).
+        title: what the stage line says.
+        output: the run directory (or, for the report, the HTML file) it writes.
+        schema_prefix: the manifest schema of a complete output (None: a file, always rewritten).
+        args: the command line after ``dpaudit``.
+        inputs: upstream run directories; a change to their manifests makes this stage stale.
+    """
+
+    name: str
+    title: str
+    output: Path
+    schema_prefix: str | None
+    args: tuple[str, ...]
+    inputs: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Model:
+    """A model the demo trains and attacks (its train and attack stages)."""
+
+    label: str
+    train: Stage
+    attack: Stage
+
+
+def _jax_bert(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int | None) -> list[Model]:
+    models = []
+    for label, title, privacy in (("nonprivate", "jax-bert MLM, non-private", ["--non-private"]),
+                                  ("dp-eps8", "jax-bert MLM, DP-SGD at epsilon 8",
+                                   ["--target-epsilon", f"{TARGET_EPSILON:g}"])):
+        model, attacked = out / f"model-{label}", out / f"attack-{label}"
+        train = ["train", "--trainer", "jax-bert", "--data", str(data), "--out", str(model), "--seed", str(seed),
+                 "--preset", "tiny", "--steps", str(sizes.steps), "--batch-size", str(sizes.batch_size),
+                 "--max-length", str(sizes.max_length), "--learning-rate", f"{sizes.learning_rate:g}",
+                 "--weight-decay", "0", "--eval-every", str(sizes.eval_every), "--eval-examples", "512", *privacy]
+        if noise_seed is not None:
+            train += ["--noise-seed", str(noise_seed)]
+        attack = ["attack", "--model", str(model), "--data", str(data), "--out", str(attacked),
+                  "--attacks", "exposure,reconstruction,loss", "--seed", str(seed), "--overwrite"]
+        models.append(Model(label=label,
+                            train=Stage(name=f"train-{label}", title=f"train {title}", output=model,
+                                        schema_prefix="dpaudit.train/", args=tuple(train), inputs=(data,)),
+                            attack=Stage(name=f"attack-{label}", title=f"attack {title} (exposure, reconstruction, loss)",
+                                         output=attacked, schema_prefix="dpaudit.attack/", args=tuple(attack),
+                                         inputs=(data, model))))
+    return models
+
+
+def _classifiers(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int | None) -> list[Model]:
+    models = []
+    attacks = ",".join(sizes.classifier_attacks)
+    for mode, label, title, privacy in (("sgd", "clf-sgd", "edp-sgd trainer, sgd mode (non-private)", []),
+                                        ("edp-sgd", "clf-edp-sgd", "edp-sgd trainer, edp-sgd mode at epsilon 8",
+                                         ["--target-epsilon", f"{TARGET_EPSILON:g}"])):
+        model, attacked = out / f"model-{label}", out / f"attack-{label}"
+        train = ["train", "--trainer", "edp-sgd", "--mode", mode, "--task", "classify", "--data", str(data),
+                 "--out", str(model), "--seed", str(seed), "--preset", "tiny", "--max-length", str(sizes.max_length),
+                 "--epochs", str(sizes.classifier_epochs), "--batch-size", str(sizes.batch_size),
+                 "--learning-rate", f"{sizes.learning_rate:g}", *privacy]
+        if noise_seed is not None:
+            train += ["--noise-seed", str(noise_seed)]
+        attack = ["attack", "--model", str(model), "--data", str(data), "--out", str(attacked), "--attacks", attacks,
+                  "--shadow-models", str(sizes.shadow_models), "--shadow-cache", str(out / "shadows"),
+                  "--seed", str(seed), "--overwrite"]
+        if "lira" in sizes.classifier_attacks:
+            attack.append("--lira-global-variance")  # a handful of shadows: one shared variance is the stable estimate
+        models.append(Model(label=label,
+                            train=Stage(name=f"train-{label}", title=f"train intent classifier, {title}", output=model,
+                                        schema_prefix="dpaudit.train/", args=tuple(train), inputs=(data,)),
+                            attack=Stage(name=f"attack-{label}", title=f"attack intent classifier, {mode} ({attacks})",
+                                         output=attacked, schema_prefix="dpaudit.attack/", args=tuple(attack),
+                                         inputs=(data, model))))
+    return models
+
+
+@dataclass(frozen=True, kw_only=True)
+class DemoPlan:
+    """The demo's stages in order, and where its report goes."""
+
+    data: Path
+    models: tuple[Model, ...]
+    report: Path
+    stages: tuple[Stage, ...]
+
+
+def build_plan(out: Path, sizes: DemoSizes, *, seed: int, report: Path, classifiers: bool,
+               noise_seed: int | None = None) -> DemoPlan:
+    """The stages for ``sizes`` under ``out``: inject, then train and attack each model, then the report.
+
+    ``classifiers`` adds the edp-sgd fine-tuning (it needs torch and the edp-sgd trainer).
+    """
+    data = out / "data"
+    inject = Stage(name="inject", title=f"inject canaries into {sizes.corpus_size} built-in utterances", output=data,
+                   schema_prefix="dpaudit.inject/",
+                   args=("inject", "--corpus", "builtin:assistant", "--corpus-size", str(sizes.corpus_size), "--out",
+                         str(data), "--seed", str(seed), "--format", sizes.secret_format, "--frequencies",
+                         ",".join(map(str, sizes.frequencies)), "--per-frequency", str(sizes.per_frequency),
+                         "--overwrite"))
+    models = _jax_bert(out, data, sizes, seed, noise_seed)
+    if classifiers and sizes.classifier_epochs:
+        models += _classifiers(out, data, sizes, seed, noise_seed)
+    attacks = [m.attack.output for m in models]
+    report_stage = Stage(name="report", title=f"report comparing {len(models)} models", output=report,
+                         schema_prefix=None, args=("report", *map(str, attacks), "--out", str(report)),
+                         inputs=tuple(attacks))
+    stages = [inject, *(s for m in models for s in (m.train, m.attack)), report_stage]
+    return DemoPlan(data=data, models=tuple(models), report=report, stages=tuple(stages))
