@@ -37,7 +37,11 @@ class DemoSizes:
         batch_size: expected logical batch size (Poisson rate = batch_size / N).
         max_length: tokens per example (keyed canaries need ~30 with the tiny vocabulary).
         learning_rate: AdamW peak learning rate (weight decay 0: forgetting is not what we show).
+        mask_prob: share of tokens masked per example in MLM training.
         eval_every: steps between held-out MLM accuracy evaluations.
+        classifier_corpus_size: utterances of the classifiers' own (smaller) inject directory: the torch
+            trainer is the slower one, and intent classification needs far less data than MLM.
+        classifier_frequencies: insertion counts of the classifiers' canaries (each with a random intent).
         classifier_epochs: edp-sgd fine-tuning epochs (0: no classifier stage).
         shadow_models: shadow models per classifier attack.
         classifier_attacks: attacks run on each classifier.
@@ -51,7 +55,10 @@ class DemoSizes:
     batch_size: int
     max_length: int
     learning_rate: float
+    mask_prob: float
     eval_every: int
+    classifier_corpus_size: int
+    classifier_frequencies: tuple[int, ...]
     classifier_epochs: int
     shadow_models: int
     classifier_attacks: tuple[str, ...]
@@ -59,22 +66,27 @@ class DemoSizes:
     def __post_init__(self) -> None:
         if self.corpus_size < 100:
             raise ValueError(f"corpus_size must be >= 100, got {self.corpus_size}.")
-        if not self.frequencies or min(self.frequencies) < 1:
-            raise ValueError(f"frequencies must be positive counts, got {self.frequencies}.")
-        for name in ("per_frequency", "steps", "batch_size", "max_length", "eval_every", "shadow_models"):
+        for name in ("frequencies", "classifier_frequencies"):
+            if not getattr(self, name) or min(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be positive counts, got {getattr(self, name)}.")
+        for name in ("classifier_corpus_size", "per_frequency", "steps", "batch_size", "max_length", "eval_every", "shadow_models"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
         if self.classifier_epochs < 0:
             raise ValueError(f"classifier_epochs must be >= 0, got {self.classifier_epochs}.")
+        if not 0 < self.mask_prob < 1:
+            raise ValueError(f"mask_prob must be in (0, 1), got {self.mask_prob}.")
         if not self.learning_rate > 0:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")
 
 
 FULL = DemoSizes(corpus_size=3000, secret_format="digits:4", frequencies=(1, 10, 100), per_frequency=10, steps=2000,
-                 batch_size=64, max_length=32, learning_rate=3e-3, eval_every=250, classifier_epochs=3, shadow_models=4,
+                 batch_size=64, max_length=32, learning_rate=3e-3, mask_prob=0.3, eval_every=250,
+                 classifier_corpus_size=1500, classifier_frequencies=(1, 10), classifier_epochs=3, shadow_models=4,
                  classifier_attacks=("loss", "shadow", "lira", "rmia"))
 QUICK = DemoSizes(corpus_size=1500, secret_format="digits:4", frequencies=(1, 10, 100), per_frequency=8, steps=400,
-                  batch_size=64, max_length=32, learning_rate=3e-3, eval_every=200, classifier_epochs=2, shadow_models=2,
+                  batch_size=64, max_length=32, learning_rate=3e-3, mask_prob=0.3, eval_every=200,
+                  classifier_corpus_size=800, classifier_frequencies=(1, 10), classifier_epochs=2, shadow_models=2,
                   classifier_attacks=("loss", "shadow"))
 
 
@@ -108,6 +120,15 @@ class Model:
     attack: Stage
 
 
+def _inject(name: str, data: Path, corpus_size: int, frequencies: tuple[int, ...], sizes: DemoSizes, seed: int,
+            what: str) -> Stage:
+    return Stage(name=name, title=f"inject canaries into {corpus_size} built-in utterances ({what})", output=data,
+                 schema_prefix="dpaudit.inject/",
+                 args=("inject", "--corpus", "builtin:assistant", "--corpus-size", str(corpus_size), "--out", str(data),
+                       "--seed", str(seed), "--format", sizes.secret_format, "--frequencies",
+                       ",".join(map(str, frequencies)), "--per-frequency", str(sizes.per_frequency), "--overwrite"))
+
+
 def _jax_bert(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int | None) -> list[Model]:
     models = []
     for label, title, privacy in (("nonprivate", "jax-bert MLM, non-private", ["--non-private"]),
@@ -117,7 +138,7 @@ def _jax_bert(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: in
         train = ["train", "--trainer", "jax-bert", "--data", str(data), "--out", str(model), "--seed", str(seed),
                  "--preset", "tiny", "--steps", str(sizes.steps), "--batch-size", str(sizes.batch_size),
                  "--max-length", str(sizes.max_length), "--learning-rate", f"{sizes.learning_rate:g}",
-                 "--weight-decay", "0", "--eval-every", str(sizes.eval_every), "--eval-examples", "512", *privacy]
+                 "--weight-decay", "0", "--mask-prob", f"{sizes.mask_prob:g}", "--eval-every", str(sizes.eval_every), "--eval-examples", "512", *privacy]
         if noise_seed is not None:
             train += ["--noise-seed", str(noise_seed)]
         attack = ["attack", "--model", str(model), "--data", str(data), "--out", str(attacked),
@@ -174,19 +195,16 @@ def build_plan(out: Path, sizes: DemoSizes, *, seed: int, report: Path, classifi
 
     ``classifiers`` adds the edp-sgd fine-tuning (it needs torch and the edp-sgd trainer).
     """
-    data = out / "data"
-    inject = Stage(name="inject", title=f"inject canaries into {sizes.corpus_size} built-in utterances", output=data,
-                   schema_prefix="dpaudit.inject/",
-                   args=("inject", "--corpus", "builtin:assistant", "--corpus-size", str(sizes.corpus_size), "--out",
-                         str(data), "--seed", str(seed), "--format", sizes.secret_format, "--frequencies",
-                         ",".join(map(str, sizes.frequencies)), "--per-frequency", str(sizes.per_frequency),
-                         "--overwrite"))
+    data, clf_data = out / "data", out / "data-classifier"
+    injects = [_inject("inject", data, sizes.corpus_size, sizes.frequencies, sizes, seed, "masked LMs")]
     models = _jax_bert(out, data, sizes, seed, noise_seed)
     if classifiers and sizes.classifier_epochs:
-        models += _classifiers(out, data, sizes, seed, noise_seed)
+        injects.append(_inject("inject-classifier", clf_data, sizes.classifier_corpus_size, sizes.classifier_frequencies,
+                               sizes, seed, "intent classifiers"))
+        models += _classifiers(out, clf_data, sizes, seed, noise_seed)
     attacks = [m.attack.output for m in models]
     report_stage = Stage(name="report", title=f"report comparing {len(models)} models", output=report,
                          schema_prefix=None, args=("report", *map(str, attacks), "--out", str(report)),
                          inputs=tuple(attacks))
-    stages = [inject, *(s for m in models for s in (m.train, m.attack)), report_stage]
+    stages = [*injects, *(s for m in models for s in (m.train, m.attack)), report_stage]
     return DemoPlan(data=data, models=tuple(models), report=report, stages=tuple(stages))

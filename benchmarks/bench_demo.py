@@ -1,0 +1,67 @@
+"""Benchmark: ``dpaudit demo`` stage by stage (wall and CPU seconds), full or ``--quick``.
+
+Targets (issue 11): the whole demo under 10 minutes and ``--quick`` under 3 on a 2-core CPU.
+
+The demo runs in a child process (a fresh interpreter: jax and torch compile from scratch, as for a
+user), into a temporary folder, and writes ``stage-times.json`` there (each stage's wall time and the
+process CPU time it used, summed over threads). The table printed is that file, plus the child's
+total wall and CPU time (interpreter start, imports and the verdict included). On a shared machine
+wall time is inflated by other load; CPU time is the steadier figure.
+
+Usage:
+    python benchmarks/bench_demo.py [--quick] [--no-classifiers] [--workdir DIR] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import resource
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+TARGET_SECONDS = {False: 600.0, True: 180.0}
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--quick", action="store_true", help="Benchmark dpaudit demo --quick.")
+    parser.add_argument("--no-classifiers", action="store_true", help="Skip the edp-sgd classifiers.")
+    parser.add_argument("--workdir", type=Path, default=None, help="Folder for the run (default: a temporary one).")
+    parser.add_argument("--keep", action="store_true", help="Keep the run folder.")
+    args = parser.parse_args()
+
+    workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-demo-"))
+    out, report = workdir / "demo", workdir / "report.html"
+    command = [sys.executable, "-m", "dpaudit", "demo", "--out", str(out), "--report", str(report),
+               *(["--quick"] if args.quick else []), *(["--no-classifiers"] if args.no_classifiers else [])]
+    before = resource.getrusage(resource.RUSAGE_CHILDREN)
+    start = time.perf_counter()
+    done = subprocess.run(command, capture_output=True, text=True)
+    wall = time.perf_counter() - start
+    after = resource.getrusage(resource.RUSAGE_CHILDREN)
+    cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
+    if done.returncode != 0:
+        sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
+        return done.returncode
+    stages = json.loads((out / "stage-times.json").read_text(encoding="utf-8"))["stages"]
+    print(f"dpaudit demo{' --quick' if args.quick else ''}: stage times (wall s, CPU s)")
+    print(f"  {'stage':<24} {'wall':>8} {'CPU':>8}")
+    for s in stages:
+        print(f"  {s['name']:<24} {s['wall_s']:>8.1f} {s['cpu_s']:>8.1f}{'  (skipped)' if s['skipped'] else ''}")
+    print(f"  {'stages total':<24} {sum(s['wall_s'] for s in stages):>8.1f} {sum(s['cpu_s'] for s in stages):>8.1f}")
+    print(f"  {'process total':<24} {wall:>8.1f} {cpu:>8.1f}")
+    target = TARGET_SECONDS[args.quick]
+    print(f"target: under {target:.0f} s wall on 2 cores: {'met' if wall < target else 'NOT met'}")
+    print("verdict:\n" + "\n".join(line for line in done.stdout.splitlines()[-3:]))
+    if not args.keep and args.workdir is None:
+        shutil.rmtree(workdir, ignore_errors=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
