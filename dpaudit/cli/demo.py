@@ -42,7 +42,7 @@ def _model_summary(model: Path) -> str:
         groups = [f"{row['frequency']}x: {group_privacy_text(row)}" for row in record.group_privacy]
         if groups:
             claim += "; canaries repeated f times get only group privacy (" + ", ".join(groups) + ")"
-        claim += "; " + record.randomness
+        claim += "; " + record.randomness.rstrip(".")
     else:
         claim = "non-private (epsilon = inf)"
     rows = list(read_jsonl(model / "metrics.jsonl"))

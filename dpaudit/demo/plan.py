@@ -43,6 +43,7 @@ class DemoSizes:
             trainer is the slower one, and intent classification needs far less data than MLM.
         classifier_frequencies: insertion counts of the classifiers' canaries (each with a random intent).
         classifier_epochs: edp-sgd fine-tuning epochs (0: no classifier stage).
+        classifier_batch_size: expected batch size of the classifiers.
         shadow_models: shadow models per classifier attack.
         classifier_attacks: attacks run on each classifier.
     """
@@ -60,6 +61,7 @@ class DemoSizes:
     classifier_corpus_size: int
     classifier_frequencies: tuple[int, ...]
     classifier_epochs: int
+    classifier_batch_size: int
     shadow_models: int
     classifier_attacks: tuple[str, ...]
 
@@ -69,7 +71,8 @@ class DemoSizes:
         for name in ("frequencies", "classifier_frequencies"):
             if not getattr(self, name) or min(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be positive counts, got {getattr(self, name)}.")
-        for name in ("classifier_corpus_size", "per_frequency", "steps", "batch_size", "max_length", "eval_every", "shadow_models"):
+        for name in ("classifier_corpus_size", "per_frequency", "steps", "batch_size", "classifier_batch_size",
+                     "max_length", "eval_every", "shadow_models"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
         if self.classifier_epochs < 0:
@@ -80,14 +83,14 @@ class DemoSizes:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")
 
 
-FULL = DemoSizes(corpus_size=3000, secret_format="digits:4", frequencies=(1, 10, 100), per_frequency=10, steps=2000,
+FULL = DemoSizes(corpus_size=3000, secret_format="digits:4", frequencies=(1, 10, 100), per_frequency=10, steps=1000,
                  batch_size=64, max_length=32, learning_rate=3e-3, mask_prob=0.3, eval_every=250,
-                 classifier_corpus_size=1500, classifier_frequencies=(1, 10), classifier_epochs=3, shadow_models=4,
-                 classifier_attacks=("loss", "shadow", "lira", "rmia"))
-QUICK = DemoSizes(corpus_size=1500, secret_format="digits:4", frequencies=(1, 10, 100), per_frequency=8, steps=400,
+                 classifier_corpus_size=1000, classifier_frequencies=(1, 10), classifier_epochs=3, classifier_batch_size=32,
+                 shadow_models=4, classifier_attacks=("loss", "shadow", "lira", "rmia"))
+QUICK = DemoSizes(corpus_size=1000, secret_format="digits:4", frequencies=(1, 10, 100), per_frequency=5, steps=400,
                   batch_size=64, max_length=32, learning_rate=3e-3, mask_prob=0.3, eval_every=200,
-                  classifier_corpus_size=800, classifier_frequencies=(1, 10), classifier_epochs=2, shadow_models=2,
-                  classifier_attacks=("loss", "shadow"))
+                  classifier_corpus_size=600, classifier_frequencies=(1, 10), classifier_epochs=2, classifier_batch_size=32,
+                  shadow_models=2, classifier_attacks=("loss", "shadow"))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -161,7 +164,7 @@ def _classifiers(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed:
         model, attacked = out / f"model-{label}", out / f"attack-{label}"
         train = ["train", "--trainer", "edp-sgd", "--mode", mode, "--task", "classify", "--data", str(data),
                  "--out", str(model), "--seed", str(seed), "--preset", "tiny", "--max-length", str(sizes.max_length),
-                 "--epochs", str(sizes.classifier_epochs), "--batch-size", str(sizes.batch_size),
+                 "--epochs", str(sizes.classifier_epochs), "--batch-size", str(sizes.classifier_batch_size),
                  "--learning-rate", f"{sizes.learning_rate:g}", *privacy]
         if noise_seed is not None:
             train += ["--noise-seed", str(noise_seed)]

@@ -41,21 +41,35 @@ def _bound_text(results: AttackResults) -> str:
 
 
 def mlm_line(label: str, results: AttackResults) -> str:
-    """Exposure of the most repeated canaries vs the controls, exact reconstructions, lower bound."""
+    """Exposure of each inserted group vs the controls, exact reconstructions of the top group, lower bound.
+
+    The top group's outcome is named (MEMORIZED, or indistinguishable from the controls); a DP model's
+    canaries repeated f times are a group of f rows, covered only by group privacy (none at 100x and
+    epsilon 8), so the lower groups are listed too.
+    """
     exposure = next((r for r in results.attacks if isinstance(r, ExposureResult)), None)
     rows = {row.frequency: row for row in (exposure.rows if exposure else ())}
-    top = max((f for f in rows if f > 0), default=None)
-    if top is None or 0 not in rows:
+    inserted = sorted(f for f in rows if f > 0)
+    if not inserted or 0 not in rows:
         return f"{label} ({_claim(results)}): no exposure result."
-    row, controls = rows[top], rows[0]
-    p = row.vs_controls.p_value if row.vs_controls else float("nan")
+    top, controls = rows[inserted[-1]], rows[0]
     recon = next((r for r in results.attacks if isinstance(r, ReconstructionResult)), None)
-    exact = next((r for r in (recon.rows if recon else ()) if r.frequency == top), None)
-    found = "MEMORIZED" if p < ALPHA else "indistinguishable from the controls"
-    text = (f"{label} ({_claim(results)}): canaries inserted {top}x score {row.mean:.1f} bits of exposure vs "
-            f"{controls.mean:.1f} for controls (p = {p:.2g}): {found}")
+    exact = next((r for r in (recon.rows if recon else ()) if r.frequency == top.frequency), None)
+
+    def p(row) -> float:  # noqa: ANN001
+        return row.vs_controls.p_value if row.vs_controls else float("nan")
+
+    found = "MEMORIZED" if p(top) < ALPHA else "indistinguishable from the controls"
+    text = (f"{label} ({_claim(results)}): {top.frequency}x canaries {top.mean:.1f} bits of exposure vs "
+            f"{controls.mean:.1f} for controls (p = {p(top):.2g})")
     if exact is not None:
-        text += f"; {exact.exact_matches}/{exact.n} secrets reconstructed exactly"
+        text += f", {exact.exact_matches}/{exact.n} reconstructed exactly"
+    text += f": {found}"
+    if found == "MEMORIZED" and results.claimed.private:
+        text += f" (a group of {top.frequency} rows, beyond what epsilon {results.claimed.epsilon:.3g} covers)"
+    lower = [rows[f] for f in inserted[:-1]]
+    if lower:
+        text += "; " + ", ".join(f"{r.frequency}x {r.mean:.1f} bits (p = {p(r):.2g})" for r in lower)
     return text + _bound_text(results)
 
 
