@@ -41,12 +41,12 @@ def main() -> int:
                *(["--quick"] if args.quick else []), *(["--no-classifiers"] if args.no_classifiers else [])]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
-    done = subprocess.run(command, capture_output=True, text=True)
+    done = subprocess.run(command, check=False, stdout=subprocess.PIPE, text=True)  # progress bars go to stderr
     wall = time.perf_counter() - start
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     cpu = (after.ru_utime - before.ru_utime) + (after.ru_stime - before.ru_stime)
     if done.returncode != 0:
-        sys.stderr.write(done.stdout[-4000:] + done.stderr[-4000:])
+        sys.stderr.write(done.stdout[-4000:])
         return done.returncode
     stages = json.loads((out / "stage-times.json").read_text(encoding="utf-8"))["stages"]
     print(f"dpaudit demo{' --quick' if args.quick else ''}: stage times (wall s, CPU s)")

@@ -53,6 +53,15 @@ def _model_summary(model: Path) -> str:
     return claim
 
 
+def _merge_times(path: Path, times: list) -> list[dict]:
+    """This run's stage times, keeping a previous run's figure for each stage skipped now."""
+    try:
+        before = {row["name"]: row for row in json.loads(path.read_text(encoding="utf-8"))["stages"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        before = {}
+    return [before.get(t.name, t.to_json()) if t.skipped else t.to_json() for t in times]
+
+
 def _classifier_gap() -> str | None:
     """Why the edp-sgd classifiers cannot run here (None: they can)."""
     if "edp-sgd" not in available_trainers() or not _has_module("torch"):
@@ -95,17 +104,17 @@ def demo(out: Path, quick: bool, seed: int, noise_seed: int | None, classifiers:
     sizes = QUICK if quick else FULL
     plan = build_plan(out, sizes, seed=seed, report=report_path, classifiers=gap is None, noise_seed=noise_seed)
 
-    def run(stage) -> None:  # noqa: ANN001
+    def run(stage) -> None:
         click.echo(f"      $ dpaudit {shlex.join(stage.args)}")
         cli.main(args=list(stage.args), prog_name="dpaudit", standalone_mode=False)
 
     try:
         times = run_stages(plan.stages, state=out / STATE_DIR, run=run, echo=click.echo)
     except (KeyboardInterrupt, click.Abort):
-        click.echo(f"\ninterrupted: finished stages are kept and the unfinished one left nothing that looks complete; "
+        click.echo("\ninterrupted: finished stages are kept and the unfinished one left nothing that looks complete; "
                    "run the same dpaudit demo command again to resume.", err=True)
         raise SystemExit(130) from None
-    atomic_write_json(out / "stage-times.json", {"quick": quick, "stages": [t.to_json() for t in times]})
+    atomic_write_json(out / "stage-times.json", {"quick": quick, "stages": _merge_times(out / "stage-times.json", times)})
 
     click.echo("\nModels:")
     for model in plan.models:

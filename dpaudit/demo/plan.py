@@ -87,7 +87,7 @@ FULL = DemoSizes(corpus_size=3000, secret_format="digits:4", frequencies=(1, 10,
                  batch_size=64, max_length=32, learning_rate=3e-3, mask_prob=0.3, eval_every=250,
                  classifier_corpus_size=1000, classifier_frequencies=(1, 10), classifier_epochs=3, classifier_batch_size=32,
                  shadow_models=4, classifier_attacks=("loss", "shadow", "lira", "rmia"))
-QUICK = DemoSizes(corpus_size=1000, secret_format="digits:4", frequencies=(1, 10, 100), per_frequency=5, steps=400,
+QUICK = DemoSizes(corpus_size=1000, secret_format="digits:4", frequencies=(1, 10, 100), per_frequency=5, steps=500,
                   batch_size=64, max_length=32, learning_rate=3e-3, mask_prob=0.3, eval_every=200,
                   classifier_corpus_size=600, classifier_frequencies=(1, 10), classifier_epochs=2, classifier_batch_size=32,
                   shadow_models=2, classifier_attacks=("loss", "shadow"))

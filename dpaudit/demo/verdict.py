@@ -56,7 +56,7 @@ def mlm_line(label: str, results: AttackResults) -> str:
     recon = next((r for r in results.attacks if isinstance(r, ReconstructionResult)), None)
     exact = next((r for r in (recon.rows if recon else ()) if r.frequency == top.frequency), None)
 
-    def p(row) -> float:  # noqa: ANN001
+    def p(row) -> float:
         return row.vs_controls.p_value if row.vs_controls else float("nan")
 
     found = "MEMORIZED" if p(top) < ALPHA else "indistinguishable from the controls"
