@@ -8,6 +8,27 @@ process CPU time it used, summed over threads). The table printed is that file, 
 total wall and CPU time (interpreter start, imports and the verdict included). On a shared machine
 wall time is inflated by other load; CPU time is the steadier figure.
 
+How the sizes were chosen (tiny preset, digits:4, frequencies 1,10,100, batch 64, 32 tokens,
+learning rate 3e-3, no weight decay; exposure of the 100x canaries vs the controls in bits (13.3 at
+most), exact reconstructions of the 100x canaries, held-out MLM accuracy; CPU s of the training on a
+shared 2-core machine):
+
+    corpus  /group  mask  steps  model        100x vs ctrl   p        exact  MLM acc  train CPU s
+    3000    10      0.15  1000   non-private  11.4 vs 0.9    8e-5     5/10   43%      103
+    3000    10      0.15  2000   non-private  13.2 vs 0.7    4e-5     9/10   57%      162
+    3000    10      0.30  1000   non-private  13.3 vs 0.9    3e-5     10/10  49%      92   <- full demo
+    3000    10      0.15  1000   eps 8        3.8 vs 0.9     9e-4     0/10   6%       114
+    3000    10      0.30  1000   eps 8, lr 1e-3  3.1 vs 1.0  2e-3     0/10   5%       110
+    3000    10      0.30  4000   eps 8, batch 16 5.1 vs 0.7  2e-4     0/10   8%       184
+    10000   10      0.30  2000   eps 8        4.9 vs 1.1     7e-4     0/10   15%      203
+    1000    5       0.30  400    non-private  12.1 vs 1.9    6e-3     2/5    18%      41
+    1500    8       0.30  600    non-private  12.4 vs 0.5    4e-4     3/8    31%      62
+
+The epsilon-8 model's 1x and 10x canaries sat with the controls in every run (p = 0.11-0.85); its
+100x canaries never did (a group of 100 rows: epsilon 8 proves nothing for it). Predicting the most
+frequent token scores 6% MLM accuracy. 20K rows, digits:6, 1,500 steps (an earlier session): 7.9 vs
+1.1 bits, no exact reconstruction.
+
 Usage:
     python benchmarks/bench_demo.py [--quick] [--no-classifiers] [--workdir DIR] [--keep]
 """

@@ -72,7 +72,7 @@ def _classifier_gap() -> str | None:
 @click.command(epilog="Example: dpaudit demo --quick", context_settings={"max_content_width": 100})
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/demo"), show_default=True,
               help="Folder for the demo's run directories; rerunning the same command resumes there.")
-@click.option("--quick", is_flag=True, help="Smaller corpus and fewer steps (~1-2 minutes instead of ~10).")
+@click.option("--quick", is_flag=True, help="Smaller corpus, fewer canaries and steps, no LiRA/RMIA (~2 minutes instead of ~10).")
 @click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
               help="Public seed of every stage (data, initialization, masking).")
 @click.option("--noise-seed", type=click.IntRange(min=0), default=None,
@@ -91,7 +91,7 @@ def demo(out: Path, quick: bool, seed: int, noise_seed: int | None, classifiers:
     writes one comparison report. Ctrl-C is safe: rerun the same command to resume.
     """
     from dpaudit.cli import cli
-    from dpaudit.demo.plan import FULL, QUICK, build_plan
+    from dpaudit.demo.plan import FULL, QUICK, Stage, build_plan
     from dpaudit.demo.stages import STATE_DIR, run_stages
     from dpaudit.demo.verdict import verdict_lines
     from dpaudit.rundir import atomic_write_json
@@ -104,7 +104,7 @@ def demo(out: Path, quick: bool, seed: int, noise_seed: int | None, classifiers:
     sizes = QUICK if quick else FULL
     plan = build_plan(out, sizes, seed=seed, report=report_path, classifiers=gap is None, noise_seed=noise_seed)
 
-    def run(stage) -> None:
+    def run(stage: Stage) -> None:
         click.echo(f"      $ dpaudit {shlex.join(stage.args)}")
         cli.main(args=list(stage.args), prog_name="dpaudit", standalone_mode=False)
 
