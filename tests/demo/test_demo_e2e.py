@@ -7,15 +7,17 @@ and every empirical epsilon lower bound is below the claimed epsilon.
 
 Measured, not assumed: at epsilon 8 the canaries inserted 100 times are NOT indistinguishable from
 the controls, at any size tried (corpus 1,000-10,000 rows, batch 16-64, learning rate 1e-3-3e-3,
-1,000-4,000 steps: 3-5 bits vs ~1 for the controls, p < 0.002, never an exact reconstruction). A canary
+1,000-4,000 steps: 3-7 bits vs ~1 for the controls, p < 0.005). A canary
 repeated 100 times is a group of 100 rows, which epsilon 8 does not cover (its group-privacy bound
 is vacuous), and the ten 100x canaries are 1,000 rows sharing one context, from which even the DP
 model learns which digits their secrets favour. So this test asserts the guarantee's own scope: the
-canaries inserted once (what epsilon covers) and 10 times sit with the controls; the 100x ones are
-far below the non-private model's and never reconstructed.
+canaries inserted once (what epsilon covers) and 10 times sit with the controls; the 100x ones stay
+well below the non-private model's.
 
 ``--noise-seed`` fixes the DP noise and Poisson sampling so that the test is deterministic; the
-answer itself does not depend on it (noise seeds 0-3 were checked by hand, see the commit). The
+answer itself does not depend on it. Checked by hand with noise seeds 0-3 and OS entropy: non-private
+100x canaries 12.5-13.0 bits vs 1.2-2.2 for the controls, 3-4 of 5 reconstructed exactly; epsilon 8:
+1x and 10x p = 0.27-0.85, 100x 6.5-7.2 bits (0 or 1 of 5 reconstructed), every lower bound 0. The
 edp-sgd classifiers are left out (``--no-classifiers``): their stages are the same commands with
 other options, checked by ``test_demo_plan.py`` without training, and this test's budget is the
 two jax-bert trainings.
@@ -88,7 +90,6 @@ def test_dp_model_canaries_sit_with_the_controls_and_no_bound_beats_the_claim(de
     assert rows[1].vs_controls.p_value > 0.05 and rows[10].vs_controls.p_value > 0.05  # one-sided Mann-Whitney
     nonprivate_top, _ = _exposure(read_attack_dir(out / "attack-nonprivate"))
     assert rows[100].mean < nonprivate_top.mean - DP_GAP_BITS
-    assert next(r for r in results["reconstruction"].rows if r.frequency == 100).exact_matches == 0
     bounds = [t.epsilon_lower_bound for r in results.attacks if isinstance(r, MiaResult) for t in r.tasks]
     bounds += [b.epsilon for a in membership_audits(results) for b in a.audit.bounds]
     assert bounds and max(bounds) < eps
