@@ -24,8 +24,9 @@ shared 2-core machine):
     1000    5       0.30  400    non-private  12.1 vs 1.9    6e-3     2/5    18%      41
     1500    8       0.30  600    non-private  12.4 vs 0.5    4e-4     3/8    31%      62
 
-The epsilon-8 model's 1x and 10x canaries sat with the controls in every run (p = 0.11-0.85); its
-100x canaries never did (a group of 100 rows: epsilon 8 proves nothing for it). Predicting the most
+The epsilon-8 model's 100x canaries were above the controls in every run (a group of 100 rows:
+epsilon 8 proves nothing for it); its 1x and 10x canaries gave p = 0.08-0.37 in the runs above,
+0.016-0.06 in the two full demos and 0.27-0.85 at the quick size (5 canaries per group, 5 runs). Predicting the most
 frequent token scores 6% MLM accuracy. 20K rows, digits:6, 1,500 steps (an earlier session): 7.9 vs
 1.1 bits, no exact reconstruction.
 
