@@ -1,14 +1,14 @@
-"""``dpaudit demo``: the whole pipeline on the built-in corpus, small enough for a laptop CPU.
+"""``dpaudit demo``: inject -> train (non-private and epsilon 8) -> attack -> one comparison report.
 
-Stages run in order (inject -> train -> attack -> report). A stage whose implementation has not
-landed yet is listed as missing rather than faked, so the demo always tells the truth about what
-this installation can do.
+A thin shell over :mod:`dpaudit.demo`: the plan (sizes and commands), the resumable stage runner and
+the verdict. Every stage is the ``dpaudit`` command a user would type, printed before it runs.
 """
 
 from __future__ import annotations
 
 import importlib.util
 import json
+import shlex
 from pathlib import Path
 
 import click
@@ -24,8 +24,8 @@ def _has_module(name: str) -> bool:
 
 
 def _model_summary(model: Path) -> str:
-    """Epsilon (recomputed from the stored DpEvent, rounded up) with its caveats, and the last heldout
-    MLM accuracy (telemetry on private data) of a train run."""
+    """Epsilon (recomputed from the stored DpEvent, rounded up) with its caveats, and the last held-out
+    accuracy (telemetry on private data) of a train run."""
     from dpaudit.figures import format_up
     from dpaudit.privacy_record import PrivacyRecord, group_privacy_text
     from dpaudit.rundir import read_jsonl
@@ -42,65 +42,88 @@ def _model_summary(model: Path) -> str:
         groups = [f"{row['frequency']}x: {group_privacy_text(row)}" for row in record.group_privacy]
         if groups:
             claim += "; canaries repeated f times get only group privacy (" + ", ".join(groups) + ")"
-        claim += "; " + record.randomness
+        claim += "; " + record.randomness.rstrip(".")
     else:
         claim = "non-private (epsilon = inf)"
-    accuracy = [row["mlm_accuracy"] for row in read_jsonl(model / "metrics.jsonl") if row.get("mlm_accuracy") is not None]
-    return claim + (f"; heldout MLM accuracy {accuracy[-1]:.1%} (telemetry, not covered)" if accuracy else "")
+    rows = list(read_jsonl(model / "metrics.jsonl"))
+    for key, what in (("mlm_accuracy", "held-out MLM accuracy"), ("eval_accuracy", "held-out intent accuracy")):
+        values = [row[key] for row in rows if row.get(key) is not None]
+        if values:
+            claim += f"; {what} {values[-1]:.1%} (telemetry, not covered)"
+    return claim
 
 
-@click.command(epilog="Example: dpaudit demo --out runs/demo")
+def _merge_times(path: Path, times: list) -> list[dict]:
+    """This run's stage times, keeping a previous run's figure for each stage skipped now."""
+    try:
+        before = {row["name"]: row for row in json.loads(path.read_text(encoding="utf-8"))["stages"]}
+    except (OSError, ValueError, KeyError, TypeError):
+        before = {}
+    return [before.get(t.name, t.to_json()) if t.skipped else t.to_json() for t in times]
+
+
+def _classifier_gap() -> str | None:
+    """Why the edp-sgd classifiers cannot run here (None: they can)."""
+    if "edp-sgd" not in available_trainers() or not _has_module("torch"):
+        return "the edp-sgd trainer needs torch: pip install -e '.[torch]'"
+    return None
+
+
+@click.command(epilog="Example: dpaudit demo --quick", context_settings={"max_content_width": 100})
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/demo"), show_default=True,
-              help="Folder for the demo's run directories (replaced if it exists).")
-@click.option("--seed", type=int, default=0, show_default=True, help="Seed for every stage.")
-@click.option("--steps", type=int, default=60, show_default=True, help="Training steps per model (tiny BERT).")
+              help="Folder for the demo's run directories; rerunning the same command resumes there.")
+@click.option("--quick", is_flag=True, help="Smaller corpus, fewer canaries and steps, no LiRA/RMIA (~2 minutes instead of ~10).")
+@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+              help="Public seed of every stage (data, initialization, masking).")
+@click.option("--noise-seed", type=click.IntRange(min=0), default=None,
+              help="Seed of the DP noise and Poisson sampling of every training, for tests only (default: OS "
+                   "entropy; with it the guarantees hold only while the number stays secret).")
+@click.option("--classifiers/--no-classifiers", default=True, show_default=True,
+              help="Also fine-tune and attack the edp-sgd intent classifiers (needs torch).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
               default=Path("reports/demo/index.html"), show_default=True, help="Where to write the comparison report.")
-def demo(out: Path, seed: int, steps: int, report_path: Path) -> None:
-    """Run inject -> train (non-private and DP) -> attack -> report on the built-in voice-assistant corpus."""
+def demo(out: Path, quick: bool, seed: int, noise_seed: int | None, classifiers: bool, report_path: Path) -> None:
+    """Show memorization and what DP does about it, on the built-in voice-assistant corpus.
 
+    Plants digit canaries (inserted 1, 10 and 100 times, plus never-inserted controls), trains the
+    same tiny BERT twice with jax-bert (non-private, and DP-SGD at epsilon 8) and, with torch, two
+    intent classifiers with the edp-sgd trainer (sgd and edp-sgd modes); attacks every model and
+    writes one comparison report. Ctrl-C is safe: rerun the same command to resume.
+    """
     from dpaudit.cli import cli
+    from dpaudit.demo.plan import FULL, QUICK, Stage, build_plan
+    from dpaudit.demo.stages import STATE_DIR, run_stages
+    from dpaudit.demo.verdict import verdict_lines
+    from dpaudit.rundir import atomic_write_json
 
-    out.mkdir(parents=True, exist_ok=True)
-    done, missing = [], []
+    if "jax-bert" not in available_trainers() or not _has_module("jax"):
+        raise click.ClickException("the demo trains with jax-bert: pip install -e '.[jax,torch]'")
+    if not _has_module("torch") or not _has_module("transformers"):
+        raise click.ClickException("the demo's attacks load models with transformers: pip install -e '.[jax,torch]'")
+    gap = _classifier_gap() if classifiers else "--no-classifiers"
+    sizes = QUICK if quick else FULL
+    plan = build_plan(out, sizes, seed=seed, report=report_path, classifiers=gap is None, noise_seed=noise_seed)
 
-    def run(args: list[str]) -> None:
-        click.echo(f"$ dpaudit {' '.join(args)}")
-        cli.main(args=args, prog_name="dpaudit", standalone_mode=False)
+    def run(stage: Stage) -> None:
+        click.echo(f"      $ dpaudit {shlex.join(stage.args)}")
+        cli.main(args=list(stage.args), prog_name="dpaudit", standalone_mode=False)
 
-    data = out / "data"
-    run(["inject", "--corpus", "builtin:assistant", "--corpus-size", "3000", "--out", str(data), "--seed", str(seed),
-         "--frequencies", "1,5,20,100", "--per-frequency", "5", "--overwrite"])
-    done.append(f"inject -> {data}")
+    try:
+        times = run_stages(plan.stages, state=out / STATE_DIR, run=run, echo=click.echo)
+    except (KeyboardInterrupt, click.Abort):
+        click.echo("\ninterrupted: finished stages are kept and the unfinished one left nothing that looks complete; "
+                   "run the same dpaudit demo command again to resume.", err=True)
+        raise SystemExit(130) from None
+    atomic_write_json(out / "stage-times.json", {"quick": quick, "stages": _merge_times(out / "stage-times.json", times)})
 
-    attacked = []
-    if "jax-bert" in available_trainers() and _has_module("jax"):
-        for label, extra in (("nonprivate", ["--non-private"]), ("dp-eps8", ["--target-epsilon", "8"])):
-            model = out / f"model-{label}"
-            run(["train", "--trainer", "jax-bert", "--data", str(data), "--out", str(model), "--seed", str(seed),
-                 "--preset", "tiny", "--steps", str(steps), "--batch-size", "64", *extra])
-            done.append(f"train jax-bert ({label}) -> {model}: {_model_summary(model)}")
-            if _has_module("torch") and _has_module("transformers"):
-                attack_dir = out / f"attack-{label}"
-                run(["attack", "--model", str(model), "--data", str(data), "--out", str(attack_dir),
-                     "--attacks", "exposure,reconstruction,loss", "--overwrite"])
-                attacked.append(attack_dir)
-                done.append(f"attack ({label}) -> {attack_dir}/index.html")
-    else:
-        missing.append("train: the jax-bert trainer needs `pip install -e '.[jax]'`")
-    if attacked:
-        run(["report", *map(str, attacked), "--out", str(report_path)])
-        done.append(f"report comparing {len(attacked)} runs -> {report_path}")
-    elif "jax-bert" in available_trainers():
-        missing.append("attack + report: scoring a model needs `pip install -e '.[torch]'`")
-    missing.append("edp-sgd fine-tuning, shadow-model attacks and demo sizes that show the effect clearly on "
-                   "real text: a later milestone")
-    done.append("privacy: epsilons and deltas are rounded up; they cover each model/ only. manifest.json, "
-                "metrics.jsonl and checkpoints/ are private to the data owner (not covered).")
-
-    click.echo("\nDone:")
-    for line in done:
-        click.echo(f"  - {line}")
-    click.echo("Not yet available:")
-    for line in missing:
-        click.echo(f"  - {line}")
+    click.echo("\nModels:")
+    for model in plan.models:
+        click.echo(f"  - {model.label}: {_model_summary(model.train.output)}")
+    click.echo("  - privacy: epsilons and deltas are rounded up; they cover each model/ only. manifest.json, "
+               "metrics.jsonl and checkpoints/ are private to the data owner (not covered).")
+    mlm = [(m.label, m.attack.output) for m in plan.models if m.label in ("nonprivate", "dp-eps8")]
+    clf = [(m.label, m.attack.output) for m in plan.models if m.label not in ("nonprivate", "dp-eps8")]
+    click.echo(f"\nReport: {plan.report}")
+    click.echo("Verdict:")
+    for line in verdict_lines(mlm, clf, gap):
+        click.echo(f"  {line}")

@@ -1,0 +1,224 @@
+"""The demo's sizes and its stages, as the ``dpaudit`` commands a user would type.
+
+Why these sizes (measured on the built-in corpus with the ``tiny`` preset, 2 layers x 64 hidden, on
+the 2-core CPU; the table is in ``benchmarks/bench_demo.py``'s docstring):
+
+- A large corpus drowns the canaries: at 20K rows and 6-digit secrets, 1,500 steps gave the 100x
+  canaries 7.9 bits of exposure and no exact reconstruction. At 3,000 utterances a 100x canary is ~3%
+  of the training rows; 4-digit secrets (|R| = 10^4, exposure at most 13.3 bits), 32-token sequences
+  (every keyed canary whole), learning rate 3e-3 without weight decay and 30% masking (each secret
+  digit is predicted more often) make the non-private model memorize them in 1,000 steps: 13.3 bits
+  vs 0.9 for the controls, 10/10 reconstructed exactly, held-out MLM accuracy 49% (predicting the
+  most frequent token scores 6%).
+- ``--quick``: 1,000 utterances, 5 canaries per group, 500 steps (400 reconstructed only 1 of 5
+  secrets exactly on two of three noise seeds).
+- The epsilon-8 model, trained identically with DP-SGD, stays far below the non-private one and
+  reconstructs no 100x canary (full demo: 1x 2.1, 10x 1.8, 100x 5.1-5.3 bits vs 0.6-0.7). With 10
+  canaries per group even its 1x and 10x canaries are slightly above the controls (p = 0.02-0.06;
+  epsilon 8 allows a likelihood ratio of e^8), and its 100x canaries are clearly above them at every
+  size tried (corpus 1,000-10,000, batch 16-64, learning rate 1e-3-3e-3, 1,000-4,000 steps: 3-7 bits,
+  p < 0.005): 100 copies are a group of 100 rows, for which epsilon 8 proves nothing, and they share
+  one context, so even a DP model learns which digits their secrets favour. At the quick size (5 per
+  group) its 1x and 10x canaries are indistinguishable from the controls (p = 0.27-0.85, 5 runs).
+
+The classifiers (``edp-sgd --task classify``, sgd vs edp-sgd mode, when torch is installed) get
+their own smaller inject directory: intent labels come with the built-in corpus, each canary carries
+a random intent, and the torch trainer is the slower one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The epsilon of every private model in the demo.
+TARGET_EPSILON = 8.0
+
+
+@dataclass(frozen=True, kw_only=True)
+class DemoSizes:
+    """Every size the demo chooses (the full demo and ``--quick`` differ only here).
+
+    Attributes:
+        corpus_size: utterances generated from ``builtin:assistant``.
+        secret_format: canary secret space (``digits:N``).
+        frequencies: insertion counts, one group of ``per_frequency`` canaries each.
+        per_frequency: canaries per insertion count (and as many never-inserted controls).
+        steps: jax-bert optimizer steps per model.
+        batch_size: expected logical batch size (Poisson rate = batch_size / N).
+        max_length: tokens per example (keyed canaries need ~30 with the tiny vocabulary).
+        learning_rate: AdamW peak learning rate (weight decay 0: forgetting is not what we show).
+        mask_prob: share of tokens masked per example in MLM training.
+        eval_every: steps between held-out MLM accuracy evaluations.
+        classifier_corpus_size: utterances of the classifiers' own (smaller) inject directory: the torch
+            trainer is the slower one, and intent classification needs far less data than MLM.
+        classifier_frequencies: insertion counts of the classifiers' canaries (each with a random intent).
+        classifier_epochs: edp-sgd fine-tuning epochs (0: no classifier stage).
+        classifier_batch_size: expected batch size of the classifiers.
+        shadow_models: shadow models per classifier attack.
+        classifier_attacks: attacks run on each classifier.
+    """
+
+    corpus_size: int
+    secret_format: str
+    frequencies: tuple[int, ...]
+    per_frequency: int
+    steps: int
+    batch_size: int
+    max_length: int
+    learning_rate: float
+    mask_prob: float
+    eval_every: int
+    classifier_corpus_size: int
+    classifier_frequencies: tuple[int, ...]
+    classifier_epochs: int
+    classifier_batch_size: int
+    shadow_models: int
+    classifier_attacks: tuple[str, ...]
+
+    def __post_init__(self) -> None:
+        if self.corpus_size < 100:
+            raise ValueError(f"corpus_size must be >= 100, got {self.corpus_size}.")
+        for name in ("frequencies", "classifier_frequencies"):
+            if not getattr(self, name) or min(getattr(self, name)) < 1:
+                raise ValueError(f"{name} must be positive counts, got {getattr(self, name)}.")
+        for name in ("classifier_corpus_size", "per_frequency", "steps", "batch_size", "classifier_batch_size",
+                     "max_length", "eval_every", "shadow_models"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        if self.classifier_epochs < 0:
+            raise ValueError(f"classifier_epochs must be >= 0, got {self.classifier_epochs}.")
+        if not 0 < self.mask_prob < 1:
+            raise ValueError(f"mask_prob must be in (0, 1), got {self.mask_prob}.")
+        if not self.learning_rate > 0:
+            raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")
+
+
+FULL = DemoSizes(corpus_size=3000, secret_format="digits:4", frequencies=(1, 10, 100), per_frequency=10, steps=1000,
+                 batch_size=64, max_length=32, learning_rate=3e-3, mask_prob=0.3, eval_every=250,
+                 classifier_corpus_size=1000, classifier_frequencies=(1, 10), classifier_epochs=3, classifier_batch_size=32,
+                 shadow_models=8, classifier_attacks=("loss", "shadow", "lira", "rmia"))
+QUICK = DemoSizes(corpus_size=1000, secret_format="digits:4", frequencies=(1, 10, 100), per_frequency=5, steps=500,
+                  batch_size=64, max_length=32, learning_rate=3e-3, mask_prob=0.3, eval_every=200,
+                  classifier_corpus_size=600, classifier_frequencies=(1, 10), classifier_epochs=2, classifier_batch_size=32,
+                  shadow_models=2, classifier_attacks=("loss", "shadow"))
+
+
+@dataclass(frozen=True, kw_only=True)
+class Stage:
+    """One step of the demo: a ``dpaudit`` command and the run directory (or file) it writes.
+
+    Attributes:
+        name: short identifier (also the name of its record in the state folder).
+        title: what the stage line says.
+        output: the run directory (or, for the report, the HTML file) it writes.
+        schema_prefix: the manifest schema of a complete output (None: a file, always rewritten).
+        args: the command line after ``dpaudit``.
+        inputs: upstream run directories; a change to their manifests makes this stage stale.
+    """
+
+    name: str
+    title: str
+    output: Path
+    schema_prefix: str | None
+    args: tuple[str, ...]
+    inputs: tuple[Path, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class Model:
+    """A model the demo trains and attacks (its train and attack stages)."""
+
+    label: str
+    train: Stage
+    attack: Stage
+
+
+def _inject(name: str, data: Path, corpus_size: int, frequencies: tuple[int, ...], sizes: DemoSizes, seed: int,
+            what: str) -> Stage:
+    return Stage(name=name, title=f"inject canaries into {corpus_size} built-in utterances ({what})", output=data,
+                 schema_prefix="dpaudit.inject/",
+                 args=("inject", "--corpus", "builtin:assistant", "--corpus-size", str(corpus_size), "--out", str(data),
+                       "--seed", str(seed), "--format", sizes.secret_format, "--frequencies",
+                       ",".join(map(str, frequencies)), "--per-frequency", str(sizes.per_frequency), "--overwrite"))
+
+
+def _jax_bert(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int | None) -> list[Model]:
+    models = []
+    for label, title, privacy in (("nonprivate", "jax-bert MLM, non-private", ["--non-private"]),
+                                  ("dp-eps8", "jax-bert MLM, DP-SGD at epsilon 8",
+                                   ["--target-epsilon", f"{TARGET_EPSILON:g}"])):
+        model, attacked = out / f"model-{label}", out / f"attack-{label}"
+        train = ["train", "--trainer", "jax-bert", "--data", str(data), "--out", str(model), "--seed", str(seed),
+                 "--preset", "tiny", "--steps", str(sizes.steps), "--batch-size", str(sizes.batch_size),
+                 "--max-length", str(sizes.max_length), "--learning-rate", f"{sizes.learning_rate:g}",
+                 "--weight-decay", "0", "--mask-prob", f"{sizes.mask_prob:g}", "--eval-every", str(sizes.eval_every), "--eval-examples", "512", *privacy]
+        if noise_seed is not None:
+            train += ["--noise-seed", str(noise_seed)]
+        attack = ["attack", "--model", str(model), "--data", str(data), "--out", str(attacked),
+                  "--attacks", "exposure,reconstruction,loss", "--seed", str(seed), "--overwrite"]
+        models.append(Model(label=label,
+                            train=Stage(name=f"train-{label}", title=f"train {title}", output=model,
+                                        schema_prefix="dpaudit.train/", args=tuple(train), inputs=(data,)),
+                            attack=Stage(name=f"attack-{label}", title=f"attack {title} (exposure, reconstruction, loss)",
+                                         output=attacked, schema_prefix="dpaudit.attack/", args=tuple(attack),
+                                         inputs=(data, model))))
+    return models
+
+
+def _classifiers(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int | None) -> list[Model]:
+    models = []
+    attacks = ",".join(sizes.classifier_attacks)
+    for mode, label, title, privacy in (("sgd", "clf-sgd", "edp-sgd trainer, sgd mode (non-private)", []),
+                                        ("edp-sgd", "clf-edp-sgd", "edp-sgd trainer, edp-sgd mode at epsilon 8",
+                                         ["--target-epsilon", f"{TARGET_EPSILON:g}"])):
+        model, attacked = out / f"model-{label}", out / f"attack-{label}"
+        train = ["train", "--trainer", "edp-sgd", "--mode", mode, "--task", "classify", "--data", str(data),
+                 "--out", str(model), "--seed", str(seed), "--preset", "tiny", "--max-length", str(sizes.max_length),
+                 "--epochs", str(sizes.classifier_epochs), "--batch-size", str(sizes.classifier_batch_size),
+                 "--learning-rate", f"{sizes.learning_rate:g}", *privacy]
+        if noise_seed is not None:
+            train += ["--noise-seed", str(noise_seed)]
+        attack = ["attack", "--model", str(model), "--data", str(data), "--out", str(attacked), "--attacks", attacks,
+                  "--shadow-models", str(sizes.shadow_models), "--shadow-cache", str(out / "shadows"),
+                  "--seed", str(seed), "--overwrite"]
+        if "lira" in sizes.classifier_attacks:
+            attack.append("--lira-global-variance")  # a handful of shadows: one shared variance is the stable estimate
+        models.append(Model(label=label,
+                            train=Stage(name=f"train-{label}", title=f"train intent classifier, {title}", output=model,
+                                        schema_prefix="dpaudit.train/", args=tuple(train), inputs=(data,)),
+                            attack=Stage(name=f"attack-{label}", title=f"attack intent classifier, {mode} ({attacks})",
+                                         output=attacked, schema_prefix="dpaudit.attack/", args=tuple(attack),
+                                         inputs=(data, model))))
+    return models
+
+
+@dataclass(frozen=True, kw_only=True)
+class DemoPlan:
+    """The demo's stages in order, and where its report goes."""
+
+    data: Path
+    models: tuple[Model, ...]
+    report: Path
+    stages: tuple[Stage, ...]
+
+
+def build_plan(out: Path, sizes: DemoSizes, *, seed: int, report: Path, classifiers: bool,
+               noise_seed: int | None = None) -> DemoPlan:
+    """The stages for ``sizes`` under ``out``: inject, then train and attack each model, then the report.
+
+    ``classifiers`` adds the edp-sgd fine-tuning (it needs torch and the edp-sgd trainer).
+    """
+    data, clf_data = out / "data", out / "data-classifier"
+    injects = [_inject("inject", data, sizes.corpus_size, sizes.frequencies, sizes, seed, "masked LMs")]
+    models = _jax_bert(out, data, sizes, seed, noise_seed)
+    if classifiers and sizes.classifier_epochs:
+        injects.append(_inject("inject-classifier", clf_data, sizes.classifier_corpus_size, sizes.classifier_frequencies,
+                               sizes, seed, "intent classifiers"))
+        models += _classifiers(out, clf_data, sizes, seed, noise_seed)
+    attacks = [m.attack.output for m in models]
+    report_stage = Stage(name="report", title=f"report comparing {len(models)} models", output=report,
+                         schema_prefix=None, args=("report", *map(str, attacks), "--out", str(report)),
+                         inputs=tuple(attacks))
+    stages = [*injects, *(s for m in models for s in (m.train, m.attack)), report_stage]
+    return DemoPlan(data=data, models=tuple(models), report=report, stages=tuple(stages))

@@ -1,0 +1,116 @@
+"""Run the demo's stages in order; a rerun skips every stage whose output is complete and valid.
+
+Each stage writes its output the way its command always does (inject and attack in a staged
+directory renamed into place, train with checkpoints it resumes from, the report atomically), so
+Ctrl-C never leaves a half-written run that looks finished. What this module adds is the memory of
+*which command* produced an output: before a stage runs, a record of its command line and of its
+inputs' manifests is written to ``<out>/.demo/<stage>.json``. On a rerun a stage is skipped when
+
+- its record names the same command and the same input manifests (nothing upstream changed), and
+- its output verifies against its own manifest (every file present with the recorded sha256).
+
+A stage whose record matches but whose output does not verify was interrupted: it is rerun with the
+same command, so training resumes from its last checkpoint and the shadow models from their cache. A
+stage whose record differs (other sizes, ``--quick`` switched, new upstream data) starts over: its
+output is removed first.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dpaudit.demo.plan import Stage
+from dpaudit.errors import UserInputError
+from dpaudit.rundir import MANIFEST_NAME, atomic_write_json, sha256_file, verify_run_dir
+
+STATE_DIR = ".demo"
+
+
+@dataclass(frozen=True, kw_only=True)
+class StageTime:
+    """How long a stage took (``skipped``: its output was complete; times are then 0)."""
+
+    name: str
+    title: str
+    skipped: bool
+    wall_s: float
+    cpu_s: float
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "title": self.title, "skipped": self.skipped, "wall_s": self.wall_s, "cpu_s": self.cpu_s}
+
+
+def _input_hashes(stage: Stage) -> dict[str, str | None]:
+    """sha256 of each input's manifest.json (None while it does not exist)."""
+    hashes: dict[str, str | None] = {}
+    for path in stage.inputs:
+        manifest = path / MANIFEST_NAME
+        hashes[str(path)] = sha256_file(manifest) if manifest.is_file() else None
+    return hashes
+
+
+def _record(stage: Stage) -> dict[str, Any]:
+    return {"args": list(stage.args), "inputs": _input_hashes(stage)}
+
+
+def _record_path(state: Path, stage: Stage) -> Path:
+    return state / f"{stage.name}.json"
+
+
+def _read_record(path: Path) -> dict[str, Any] | None:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def is_complete(stage: Stage, state: Path) -> bool:
+    """Whether ``stage``'s output was written by this very command on these inputs and verifies."""
+    if stage.schema_prefix is None:  # a file (the report): cheap, always rewritten
+        return False
+    if _read_record(_record_path(state, stage)) != _record(stage):
+        return False
+    try:
+        verify_run_dir(stage.output, schema_prefix=stage.schema_prefix)
+    except (UserInputError, OSError, ValueError, KeyError):
+        return False
+    return True
+
+
+def _prepare(stage: Stage, state: Path) -> None:
+    """Remove an output left by another command (or by nothing this demo recorded), then record this one."""
+    path = _record_path(state, stage)
+    if _read_record(path) != _record(stage) and stage.schema_prefix is not None and stage.output.exists():
+        shutil.rmtree(stage.output) if stage.output.is_dir() else stage.output.unlink()
+    atomic_write_json(path, _record(stage))
+
+
+def run_stages(stages: Sequence[Stage], *, state: Path, run: Callable[[Stage], None],
+               echo: Callable[[str], None]) -> list[StageTime]:
+    """Run ``stages`` in order, skipping complete ones; ``run(stage)`` executes one stage's command.
+
+    Prints a stage line (``[i/n] title``) before each stage and its wall/CPU time after it.
+    """
+    state.mkdir(parents=True, exist_ok=True)
+    times = []
+    for i, stage in enumerate(stages, 1):
+        echo(f"[{i}/{len(stages)}] {stage.title}")
+        if is_complete(stage, state):
+            echo(f"      complete in {stage.output} (verified): skipped")
+            times.append(StageTime(name=stage.name, title=stage.title, skipped=True, wall_s=0.0, cpu_s=0.0))
+            continue
+        _prepare(stage, state)
+        wall, cpu = time.perf_counter(), time.process_time()
+        run(stage)
+        wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
+        if stage.schema_prefix is not None:
+            verify_run_dir(stage.output, schema_prefix=stage.schema_prefix)  # the stage's own contract, checked once more
+        echo(f"      done in {wall:.1f} s (CPU {cpu:.1f} s)")
+        times.append(StageTime(name=stage.name, title=stage.title, skipped=False, wall_s=wall, cpu_s=cpu))
+    return times

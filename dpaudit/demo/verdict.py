@@ -1,0 +1,99 @@
+"""The demo's three-line verdict, read back from the attack directories (never from memory).
+
+One line per comparison: the non-private masked LM, the epsilon-8 masked LM, and the two intent
+classifiers (sgd vs edp-sgd mode) when they ran. Exposure is the secret's rank among all |R|
+candidates in bits (Carlini et al. 2019), compared with never-inserted controls by a one-sided
+Mann-Whitney test; the empirical epsilon lower bound comes from the membership attacks' ROC
+(Jagielski et al. 2020; Nasr et al. 2021) and is set beside the accountant's claim.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from pathlib import Path
+
+from dpaudit.attacks.mia import MiaResult
+from dpaudit.attacks.results import AttackResults, ExposureResult, ReconstructionResult
+
+#: Significance level of "memorized" (the top group's exposure above the controls').
+ALPHA = 0.05
+
+
+def _claim(results: AttackResults) -> str:
+    c = results.claimed
+    return f"epsilon {c.epsilon:.3g}" if c.private and c.epsilon is not None else "non-private"
+
+
+def strongest_lower_bound(results: AttackResults) -> tuple[float, str] | None:
+    """The largest empirical epsilon lower bound over every membership attack and task, and where from."""
+    bounds = [(t.epsilon_lower_bound, f"{r.attack}/{t.task}") for r in results.attacks if isinstance(r, MiaResult)
+              for t in r.tasks]
+    return max(bounds, default=None)
+
+
+def _bound_text(results: AttackResults) -> str:
+    bound = strongest_lower_bound(results)
+    if bound is None:
+        return ""
+    eps = results.claimed.epsilon if results.claimed.private else None
+    relation = "" if eps is None else (" > claimed: CLAIM CONTRADICTED" if bound[0] > eps else f" <= claimed {eps:.3g}")
+    return f"; empirical epsilon lower bound {bound[0]:.2f} ({bound[1]}){relation}"
+
+
+def mlm_line(label: str, results: AttackResults) -> str:
+    """Exposure of each inserted group vs the controls, exact reconstructions of the top group, lower bound.
+
+    The top group's outcome is named (MEMORIZED, or indistinguishable from the controls); a DP model's
+    canaries repeated f times are a group of f rows, covered only by group privacy (none at 100x and
+    epsilon 8), so the lower groups are listed too.
+    """
+    exposure = next((r for r in results.attacks if isinstance(r, ExposureResult)), None)
+    rows = {row.frequency: row for row in (exposure.rows if exposure else ())}
+    inserted = sorted(f for f in rows if f > 0)
+    if not inserted or 0 not in rows:
+        return f"{label} ({_claim(results)}): no exposure result."
+    top, controls = rows[inserted[-1]], rows[0]
+    recon = next((r for r in results.attacks if isinstance(r, ReconstructionResult)), None)
+    exact = next((r for r in (recon.rows if recon else ()) if r.frequency == top.frequency), None)
+
+    def p(row) -> float:
+        return row.vs_controls.p_value if row.vs_controls else float("nan")
+
+    found = "MEMORIZED" if p(top) < ALPHA else "indistinguishable from the controls"
+    text = (f"{label} ({_claim(results)}): {top.frequency}x canaries {top.mean:.1f} bits of exposure vs "
+            f"{controls.mean:.1f} for controls (p = {p(top):.2g})")
+    if exact is not None:
+        text += f", {exact.exact_matches}/{exact.n} reconstructed exactly"
+    text += f": {found}"
+    if found == "MEMORIZED" and results.claimed.private:
+        text += f" (a group of {top.frequency} rows, beyond what epsilon {results.claimed.epsilon:.3g} covers)"
+    lower = [rows[f] for f in inserted[:-1]]
+    if lower:
+        text += "; " + ", ".join(f"{r.frequency}x {r.mean:.1f} bits (p = {p(r):.2g})" for r in lower)
+    return text + _bound_text(results)
+
+
+def classifier_line(pairs: Sequence[tuple[str, AttackResults]]) -> str:
+    """One line for the classifiers: each one's strongest membership attack (AUC) and lower bound."""
+    parts = []
+    for label, results in pairs:
+        tasks = [(t.auc, r.attack, t.task) for r in results.attacks if isinstance(r, MiaResult) for t in r.tasks]
+        auc, attack, task = max(tasks, default=(float("nan"), "-", "-"))
+        bound = strongest_lower_bound(results)
+        claim = _claim(results)
+        parts.append(f"{label} ({claim}) best membership AUC {auc:.2f} ({attack}/{task}), "
+                     f"epsilon lower bound {bound[0] if bound else float('nan'):.2f}")
+    return "intent classifiers: " + "; ".join(parts)
+
+
+def verdict_lines(mlm: Sequence[tuple[str, Path]], classifiers: Sequence[tuple[str, Path]],
+                  missing_classifiers: str | None) -> list[str]:
+    """The three lines: each masked LM, then the classifiers (or why they did not run)."""
+    from dpaudit.attacks.run import read_attack_dir
+
+    lines = [mlm_line(label, read_attack_dir(path)) for label, path in mlm]
+    if classifiers:
+        lines.append(classifier_line([(label, read_attack_dir(path)) for label, path in classifiers]))
+    else:
+        lines.append(f"intent classifiers: not run ({missing_classifiers})")
+    return lines

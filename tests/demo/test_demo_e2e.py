@@ -1,0 +1,110 @@
+"""`dpaudit demo --quick` end to end: the issue's known answer, and a rerun that skips every stage.
+
+Known answer (issue #11): the non-private model memorizes its most repeated canaries (mean exposure
+far above the controls', at least one secret reconstructed exactly); the epsilon-8 model's canaries
+are statistically indistinguishable from the controls (the attack's own one-sided Mann-Whitney test)
+and every empirical epsilon lower bound is below the claimed epsilon.
+
+Measured, not assumed: at epsilon 8 the canaries inserted 100 times are NOT indistinguishable from
+the controls, at any size tried (corpus 1,000-10,000 rows, batch 16-64, learning rate 1e-3-3e-3,
+1,000-4,000 steps: 3-7 bits vs ~1 for the controls, p < 0.005). A canary
+repeated 100 times is a group of 100 rows, which epsilon 8 does not cover (its group-privacy bound
+is vacuous), and the ten 100x canaries are 1,000 rows sharing one context, from which even the DP
+model learns which digits their secrets favour. So this test asserts the guarantee's own scope: the
+canaries inserted once (what epsilon covers) and 10 times sit with the controls; the 100x ones stay
+well below the non-private model's.
+
+``--noise-seed`` fixes the DP noise and Poisson sampling so that the test is deterministic; the
+answer itself does not depend on it. Checked by hand with noise seeds 0-3 and OS entropy: non-private
+100x canaries 12.5-13.0 bits vs 1.2-2.2 for the controls, 3-4 of 5 reconstructed exactly; epsilon 8:
+1x and 10x p = 0.27-0.85, 100x 6.5-7.2 bits (0 or 1 of 5 reconstructed), every lower bound 0. The
+edp-sgd classifiers are left out (``--no-classifiers``): their stages are the same commands with
+other options, checked by ``test_demo_plan.py`` without training, and this test's budget is the
+two jax-bert trainings.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from dpaudit import accounting
+from dpaudit.attacks.mia import MiaResult
+from dpaudit.attacks.run import read_attack_dir
+from dpaudit.cli import cli
+from dpaudit.figures import format_up
+from dpaudit.report.membership import membership_audits
+from dpaudit.rundir import verify_run_dir
+
+#: "By a wide margin": bits of mean exposure above the controls' (|R| = 10^4: at most 13.3 bits).
+MARGIN_BITS = 4.0
+#: The epsilon-8 model's 100x canaries stay at least this far below the non-private model's.
+DP_GAP_BITS = 2.0
+
+
+@pytest.fixture(scope="module")
+def demo_run(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("demo")
+    out, report = tmp / "demo", tmp / "report" / "index.html"
+    args = ["demo", "--quick", "--no-classifiers", "--noise-seed", "0", "--out", str(out), "--report", str(report)]
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return out, report, args, result.output
+
+
+def _exposure(results):
+    rows = {r.frequency: r for r in results["exposure"].rows}
+    return rows[max(rows)], rows[0]
+
+
+@pytest.mark.slow
+def test_nonprivate_model_memorizes_its_most_repeated_canaries(demo_run):
+    out, _, _, output = demo_run
+    results = read_attack_dir(out / "attack-nonprivate")
+    assert not results.claimed.private
+    top, controls = _exposure(results)
+    assert top.frequency == 100 and top.mean > controls.mean + MARGIN_BITS, (top.mean, controls.mean)
+    assert top.vs_controls.p_value < 0.05  # 5 vs 5 canaries: the smallest p possible is 1/252
+    exact = next(r for r in results["reconstruction"].rows if r.frequency == top.frequency)
+    assert exact.exact_matches >= 1
+    accuracy = [json.loads(line).get("mlm_accuracy") for line in (out / "model-nonprivate" / "metrics.jsonl").open()]
+    assert [a for a in accuracy if a is not None][-1] > 0.12  # it learned the language too, not only the canaries
+    assert "nonprivate (non-private): 100x canaries" in output and "MEMORIZED" in output
+
+
+@pytest.mark.slow
+def test_dp_model_canaries_sit_with_the_controls_and_no_bound_beats_the_claim(demo_run):
+    out, _, _, output = demo_run
+    private = json.loads((out / "model-dp-eps8" / "privacy.json").read_text())
+    eps = accounting.epsilon(accounting.event_from_json(private["event"]), private["delta"])
+    assert private["private"] and eps <= 8.0 + 1e-9
+    assert f"epsilon = {format_up(eps, 3)} at delta = {format_up(private['delta'], 2)} for model/ only" in output
+    assert "only group privacy (1x: (" in output and "100x: no guarantee" in output
+    assert "explicit --noise-seed" in output  # the test's fixed noise is said, never hidden
+
+    results = read_attack_dir(out / "attack-dp-eps8")
+    assert results.claimed.private and abs(results.claimed.epsilon - eps) < 1e-9
+    rows = {r.frequency: r for r in results["exposure"].rows}
+    assert rows[1].vs_controls.p_value > 0.05 and rows[10].vs_controls.p_value > 0.05  # one-sided Mann-Whitney
+    nonprivate_top, _ = _exposure(read_attack_dir(out / "attack-nonprivate"))
+    assert rows[100].mean < nonprivate_top.mean - DP_GAP_BITS
+    bounds = [t.epsilon_lower_bound for r in results.attacks if isinstance(r, MiaResult) for t in r.tasks]
+    bounds += [b.epsilon for a in membership_audits(results) for b in a.audit.bounds]
+    assert bounds and max(bounds) < eps
+    assert "dp-eps8 (epsilon 8): 100x canaries" in output and "<= claimed 8" in output
+
+
+@pytest.mark.slow
+def test_one_report_and_a_rerun_skips_every_finished_stage(demo_run):
+    out, report, args, output = demo_run
+    html = report.read_text(encoding="utf-8")
+    assert "attack-nonprivate" in html and "attack-dp-eps8" in html
+    assert f"Report: {report}" in output and "intent classifiers: not run (--no-classifiers)" in output
+    verify_run_dir(out / "data", schema_prefix="dpaudit.inject/")
+    before = {p: p.stat().st_mtime_ns for p in (out / "model-nonprivate").rglob("*") if p.is_file()}
+    again = CliRunner().invoke(cli, args, catch_exceptions=False)  # resumes: nothing left to train or attack
+    assert again.exit_code == 0, again.output
+    assert again.output.count("(verified): skipped") == 5  # inject, 2 trainings, 2 attacks; the report is rewritten
+    assert {p: p.stat().st_mtime_ns for p in (out / "model-nonprivate").rglob("*") if p.is_file()} == before
