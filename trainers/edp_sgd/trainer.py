@@ -54,6 +54,7 @@ from trainers.torch_common.loop import (
     TorchRun,
     _seeded,
     noised_total,
+    start_noise,
 )
 from trainers.torch_common.model import layer_groups, per_example_losses
 from trainers.torch_common.plugin import TorchTrainer
@@ -141,13 +142,6 @@ class _Run(TorchRun):
             groups = sampling.split_microbatches(np.arange(len(indices)), self.slots[indices], k)
             mine = [j for j in range(k) if j % world.size == world.rank]
             std_each = sigma * self.clipper.sensitivity / math.sqrt(k)
-            if full is not None:
-                if self.ghost is not None:
-                    result = self._ghost_sum(cpu, full, [groups[j] for j in mine])
-                else:
-                    result = self.clipper.clipped_sum(full, [groups[j] for j in mine], chunk_examples=config.physical_batch)
-                grad_sum = result.grads
-                loss_sum, correct_sum, units, clipped = result.loss_sum, result.correct_sum, result.units, result.clipped
             if config.noise_draw == "micro-batch" and std_each > 0:  # Algorithm 1: one draw per micro-batch
                 draws = [(std_each, noise.keyed_generator(self.noise_source.seed, step, j, device=device)) for j in mine]
             elif std_each > 0 and mine:  # the same distribution: one draw carrying this process's micro-batches'
@@ -155,7 +149,18 @@ class _Run(TorchRun):
                 draws = [(std_each * math.sqrt(len(mine)),
                           noise.keyed_generator(self.noise_source.seed, step, _PROCESS_NOISE_KEY + world.rank,
                                                 world.size, device=device))]
+            pending = start_noise(self.params, draws, private=self.plan.private)  # drawn while we clip
+            if full is not None:
+                if self.ghost is not None:
+                    result = self._ghost_sum(cpu, full, [groups[j] for j in mine])
+                else:
+                    result = self.clipper.clipped_sum(full, [groups[j] for j in mine], chunk_examples=config.physical_batch)
+                grad_sum = result.grads
+                loss_sum, correct_sum, units, clipped = result.loss_sum, result.correct_sum, result.units, result.clipped
         else:
+            if config.mode == "dp-sgd" and world.primary and sigma > 0:
+                draws = [(sigma * self.clipper.sensitivity, noise.keyed_generator(self.noise_source.seed, step, device=device))]
+            pending = start_noise(self.params, draws, private=self.plan.private)  # drawn while we clip
             share = np.array_split(np.arange(len(indices)), world.size)[world.rank] if len(indices) else np.arange(0)
             if len(share):
                 rows = torch.as_tensor(share)
@@ -176,10 +181,7 @@ class _Run(TorchRun):
                     losses.sum().backward()
                     grad_sum = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
                     loss_sum, correct_sum, units = losses.detach().sum().double(), correct.sum().double(), len(share)
-            if config.mode == "dp-sgd" and world.primary and sigma > 0:
-                draws = [(sigma * self.clipper.sensitivity, noise.keyed_generator(self.noise_source.seed, step, device=device))]
-        return noised_total(grad_sum, draws, (loss_sum, correct_sum, units, clipped), private=self.plan.private,
-                            world=world, device=device)
+        return noised_total(grad_sum, pending, (loss_sum, correct_sum, units, clipped), world=world, device=device)
 
     def _ghost_sum(self, cpu: dict[str, torch.Tensor], full: dict[str, torch.Tensor], groups: list[np.ndarray]):
         """The ghost clipper's sum over the micro-batches ``groups`` (index arrays into the batch)."""

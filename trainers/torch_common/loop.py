@@ -30,6 +30,7 @@ import math
 import shutil
 import sys
 import time
+from concurrent.futures import Future, ThreadPoolExecutor
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -84,22 +85,49 @@ def _norm(tensors: list[torch.Tensor]) -> torch.Tensor:
     return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(tensors)).double())
 
 
-def noised_total(grad_sum: list[torch.Tensor], draws: list[tuple[float, torch.Generator]], stats: tuple, *,
-                 private: bool, world: distributed.World, device: torch.device) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """This process's clipped sum plus its noise draws, summed over all processes, and the step's telemetry.
+#: One worker thread for the CPU noise draws (:func:`start_noise`).
+_NOISE_WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpaudit-noise")
 
-    ``draws`` are this process's (std, generator) Gaussian draws (the first made in place, the others
-    added; zeros where this process adds none). The clipped sum and the noise are all-reduced
-    separately in one flat call, so the telemetry can report both norms: [loss sum, correct sum,
-    units, units clipped, ||clipped sum||, ||noise||] as a float64 tensor on ``device`` (no host
-    sync). ``||clipped sum|| / ||noise||`` is the gradient SNR as jax-bert defines it.
+
+def start_noise(like: list[torch.Tensor], draws: list[tuple[float, torch.Generator]], *,
+                private: bool) -> Future[list[torch.Tensor]]:
+    """Start drawing this process's noise for one step: the sum of ``draws`` ((std, generator) Gaussian
+    draws, the first made in place), shaped like ``like``; zeros when private with no draw of its own;
+    nothing when not private.
+
+    The noise depends on the secret key and the step only, not on the gradients, so on the CPU it is
+    drawn in a worker thread while the caller computes the clipped sum (torch releases the GIL inside
+    ``normal_``; for the paper's 7.2M-parameter BERT the draw alone is about 7% of a non-private step).
+    The values are those of drawing inline: the same generators in the same order. On a GPU the
+    kernels are asynchronous already, so it draws inline.
+    """
+    def draw() -> list[torch.Tensor]:
+        if not private:
+            return []
+        out = noise.gaussian_like(like, *draws[0]) if draws else [torch.zeros_like(t) for t in like]
+        for std, generator in draws[1:]:
+            noise.add_noise_(out, std, generator)
+        return out
+
+    if private and like and like[0].device.type == "cpu":
+        return _NOISE_WORKER.submit(draw)
+    done: Future[list[torch.Tensor]] = Future()
+    done.set_result(draw())
+    return done
+
+
+def noised_total(grad_sum: list[torch.Tensor], noise_draw: Future[list[torch.Tensor]], stats: tuple, *,
+                 world: distributed.World, device: torch.device) -> tuple[list[torch.Tensor], torch.Tensor]:
+    """This process's clipped sum plus its noise (:func:`start_noise`), summed over all processes, and the
+    step's telemetry.
+
+    The clipped sum and the noise are all-reduced separately in one flat call, so the telemetry can
+    report both norms: [loss sum, correct sum, units, units clipped, ||clipped sum||, ||noise||] as a
+    float64 tensor on ``device`` (no host sync). ``||clipped sum|| / ||noise||`` is the gradient SNR as
+    jax-bert defines it.
     """
     zero = torch.zeros((), dtype=torch.float64, device=device)
-    noise_sum: list[torch.Tensor] = []
-    if private:
-        noise_sum = noise.gaussian_like(grad_sum, *draws[0]) if draws else [torch.zeros_like(g) for g in grad_sum]
-        for std, generator in draws[1:]:
-            noise.add_noise_(noise_sum, std, generator)
+    noise_sum = noise_draw.result()
     totals = torch.stack([_scalar(v, device) for v in stats])
     distributed.all_reduce_sum_(grad_sum + noise_sum, world)  # one flat all-reduce of both
     distributed.all_reduce_sum_([totals], world)
