@@ -52,14 +52,15 @@ import numpy as np
 import torch
 
 
-def make_inject_dir(snips: Path, root: Path) -> Path:
+def make_inject_dir(snips: Path, root: Path, *, frequencies: str = "1,2") -> Path:
+    """``dpaudit inject`` of SNIPS ``train.tsv`` (read in place) into ``root/data``: one canary per frequency."""
     from click.testing import CliRunner
 
     from dpaudit.cli import cli
 
     out = root / "data"
     result = CliRunner().invoke(cli, ["inject", "--corpus", str(snips / "train.tsv"), "--out", str(out), "--seed", "0",
-                                      "--frequencies", "1,2", "--per-frequency", "1"], catch_exceptions=False)
+                                      "--frequencies", frequencies, "--per-frequency", "1"], catch_exceptions=False)
     if result.exit_code != 0:
         raise SystemExit(result.output)
     return out

@@ -39,19 +39,6 @@ def _status(key: str) -> float:
     return float("nan")
 
 
-def _inject(snips: Path, root: Path) -> Path:
-    from click.testing import CliRunner
-
-    from dpaudit.cli import cli
-
-    out = root / "data"
-    result = CliRunner().invoke(cli, ["inject", "--corpus", str(snips / "train.tsv"), "--out", str(out), "--seed", "0",
-                                      "--frequencies", "1", "--per-frequency", "1"], catch_exceptions=False)
-    if result.exit_code != 0:
-        raise SystemExit(result.output)
-    return out
-
-
 def worker(args: argparse.Namespace) -> int:
     """One mode in this process; prints one JSON line."""
     import torch
@@ -127,7 +114,10 @@ def main(argv: list[str] | None = None) -> int:
     modes = ["dp-sgd-vmap", "dp-sgd-ghost"] + [f"rgp-r{int(r)}" for r in args.ranks.split(",")]
     results = []
     with tempfile.TemporaryDirectory(prefix="bench_rgp.") as tmp:
-        data = _inject(args.snips, Path(tmp))
+        # A sibling script: run as `python benchmarks/bench_rgp.py`, benchmarks/ is on sys.path.
+        from bench_edp_sgd import make_inject_dir
+
+        data = make_inject_dir(args.snips, Path(tmp), frequencies="1")
         for mode in modes:
             cmd = [sys.executable, __file__, "--snips", str(args.snips), "--worker", mode, "--worker-data", str(data),
                    "--task", args.task, "--preset", args.preset, "--batch-size", str(args.batch_size), "--max-length",

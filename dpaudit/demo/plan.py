@@ -157,13 +157,19 @@ def _jax_bert(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: in
             train += ["--noise-seed", str(noise_seed)]
         attack = ["attack", "--model", str(model), "--data", str(data), "--out", str(attacked),
                   "--attacks", "exposure,reconstruction,loss", "--seed", str(seed), "--overwrite"]
-        models.append(Model(label=label,
-                            train=Stage(name=f"train-{label}", title=f"train {title}", output=model,
-                                        schema_prefix="dpaudit.train/", args=tuple(train), inputs=(data,)),
-                            attack=Stage(name=f"attack-{label}", title=f"attack {title} (exposure, reconstruction, loss)",
-                                         output=attacked, schema_prefix="dpaudit.attack/", args=tuple(attack),
-                                         inputs=(data, model))))
+        models.append(_model(label, data, model, attacked, train, attack, train_title=f"train {title}",
+                             attack_title=f"attack {title} (exposure, reconstruction, loss)"))
     return models
+
+
+def _model(label: str, data: Path, model: Path, attacked: Path, train: list[str], attack: list[str], *,
+           train_title: str, attack_title: str) -> Model:
+    """A model's two stages: train ``model`` from ``data``, then attack it into ``attacked``."""
+    return Model(label=label,
+                 train=Stage(name=f"train-{label}", title=train_title, output=model, schema_prefix="dpaudit.train/",
+                             args=tuple(train), inputs=(data,)),
+                 attack=Stage(name=f"attack-{label}", title=attack_title, output=attacked, schema_prefix="dpaudit.attack/",
+                              args=tuple(attack), inputs=(data, model)))
 
 
 def _classifiers(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int | None) -> list[Model]:
@@ -184,12 +190,8 @@ def _classifiers(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed:
                   "--seed", str(seed), "--overwrite"]
         if "lira" in sizes.classifier_attacks:
             attack.append("--lira-global-variance")  # a handful of shadows: one shared variance is the stable estimate
-        models.append(Model(label=label,
-                            train=Stage(name=f"train-{label}", title=f"train intent classifier, {title}", output=model,
-                                        schema_prefix="dpaudit.train/", args=tuple(train), inputs=(data,)),
-                            attack=Stage(name=f"attack-{label}", title=f"attack intent classifier, {mode} ({attacks})",
-                                         output=attacked, schema_prefix="dpaudit.attack/", args=tuple(attack),
-                                         inputs=(data, model))))
+        models.append(_model(label, data, model, attacked, train, attack, train_title=f"train intent classifier, {title}",
+                             attack_title=f"attack intent classifier, {mode} ({attacks})"))
     return models
 
 
