@@ -10,7 +10,9 @@ membership-inference result holding :class:`dpaudit.audit.AuditResult` objects m
 from __future__ import annotations
 
 import json
+from collections.abc import Callable
 from dataclasses import dataclass
+from html.parser import HTMLParser
 from pathlib import Path
 from typing import ClassVar
 
@@ -34,7 +36,11 @@ from dpaudit.attacks.results import (
     register_result,
 )
 from dpaudit.attacks.run import write_attack_dir
-from dpaudit.attacks.stats import bootstrap_interval, clopper_pearson, mann_whitney_greater
+from dpaudit.attacks.stats import (
+    bootstrap_interval,
+    clopper_pearson,
+    mann_whitney_greater,
+)
 from dpaudit.audit import AuditResult, audit_scores
 from dpaudit.rundir import sha256_file
 
@@ -174,3 +180,29 @@ def make_attack():
 def attack_dir(tmp_path_factory) -> Path:
     """One fixture attack directory (40 canaries, MIA results, telemetry), read-only for tests."""
     return make_attack_dir(tmp_path_factory.mktemp("report"), "eps2")
+
+
+class HtmlTags(HTMLParser):
+    """Every start tag of a page with its attributes, and its text (the report tests read pages through it)."""
+
+    def __init__(self) -> None:
+        super().__init__(convert_charrefs=True)
+        self.tags: list[tuple[str, dict[str, str | None]]] = []
+        self.text: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+
+@pytest.fixture
+def parse_html() -> Callable[[str], HtmlTags]:
+    """``parse_html(html)`` -> :class:`HtmlTags` of the page."""
+    def parse(html: str) -> HtmlTags:
+        parser = HtmlTags()
+        parser.feed(html)
+        return parser
+
+    return parse

@@ -11,7 +11,6 @@ import os
 import re
 import shutil
 import subprocess
-from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
@@ -40,25 +39,10 @@ def _run(browser: str, profile: Path, *args: str) -> subprocess.CompletedProcess
                           timeout=120, check=False, env={**os.environ, "HOME": str(profile)})
 
 
-class _Dom(HTMLParser):
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.tags: list[tuple[str, dict[str, str | None]]] = []
-        self.text: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        self.tags.append((tag, dict(attrs)))
-
-    def handle_data(self, data):
-        self.text.append(data)
-
-
-def _dump_dom(browser: str, tmp_path: Path, page: Path) -> _Dom:
+def _dump_dom(browser: str, tmp_path: Path, page: Path) -> str:
     result = _run(browser, tmp_path / "profile-dom", "--dump-dom", page.as_uri())
     assert result.returncode == 0, result.stderr[-2000:]
-    dom = _Dom()
-    dom.feed(result.stdout)
-    return dom
+    return result.stdout
 
 
 def _length(value: str | None) -> float:
@@ -66,17 +50,17 @@ def _length(value: str | None) -> float:
     return float(match.group(1)) if match else 0.0
 
 
-def test_detector_sees_a_script_that_runs(tmp_path: Path) -> None:
+def test_detector_sees_a_script_that_runs(tmp_path: Path, parse_html) -> None:
     """Positive control: without the CSP the same payload runs and the DOM check below catches it."""
     browser = _chromium()
     page = tmp_path / "control.html"
     page.write_text("<!DOCTYPE html><html><body><p>x</p>"
                     "<script>document.documentElement.setAttribute('data-pwned','1')</script></body></html>")
-    dom = _dump_dom(browser, tmp_path, page)
+    dom = parse_html(_dump_dom(browser, tmp_path, page))
     assert any(tag == "html" and attrs.get("data-pwned") == "1" for tag, attrs in dom.tags)
 
 
-def test_report_in_headless_chromium(attack_dir: Path, tmp_path: Path) -> None:
+def test_report_in_headless_chromium(attack_dir: Path, tmp_path: Path, parse_html) -> None:
     browser = _chromium()
     page = attack_dir / "index.html"
     shot = tmp_path / "report.png"
@@ -87,8 +71,7 @@ def test_report_in_headless_chromium(attack_dir: Path, tmp_path: Path) -> None:
         _run(browser, tmp_path / "profile-shot", f"--screenshot={shot}", "--window-size=1280,3000", page.as_uri())
     assert shot.is_file(), result.stderr[-2000:]
     print(f"report screenshot: {shot}")
-    dom = _Dom()
-    dom.feed(result.stdout)
+    dom = parse_html(result.stdout)
     ids = [attrs.get("id") for tag, attrs in dom.tags if tag == "section"]
     assert ids == SECTIONS  # loaded, with its sections in order
     text = " ".join(dom.text)

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import re
-from html.parser import HTMLParser
 from pathlib import Path
 
 import numpy as np
@@ -21,32 +20,11 @@ IMG = '"><img src=x onerror=alert(1)>'
 SECTIONS = ["verdict", "memorization", "mia", "training", "canaries", "provenance"]
 
 
-class _Tags(HTMLParser):
-    """Every start tag with its attributes, and the page's text."""
-
-    def __init__(self) -> None:
-        super().__init__(convert_charrefs=True)
-        self.tags: list[tuple[str, dict[str, str | None]]] = []
-        self.text: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        self.tags.append((tag, dict(attrs)))
-
-    def handle_data(self, data):
-        self.text.append(data)
-
-
-def _parse(html: str) -> _Tags:
-    parser = _Tags()
-    parser.feed(html)
-    return parser
-
-
-def test_sections_in_order_and_content(attack_dir: Path) -> None:
+def test_sections_in_order_and_content(parse_html, attack_dir: Path) -> None:
     html = (attack_dir / "index.html").read_text(encoding="utf-8")
     positions = [html.index(f'<section id="{s}">') for s in SECTIONS]
     assert positions == sorted(positions)
-    text = " ".join(_parse(html).text)
+    text = " ".join(parse_html(html).text)
     run = load_run(attack_dir)
     best = strongest(membership_audits(run.results))
     assert best is not None and best.task.startswith("canaries")  # the 1.5-sigma task beats the 0.4-sigma one
@@ -63,10 +41,10 @@ def test_sections_in_order_and_content(attack_dir: Path) -> None:
         assert digest in html
 
 
-def test_strings_from_data_are_escaped(attack_dir: Path) -> None:
+def test_strings_from_data_are_escaped(parse_html, attack_dir: Path) -> None:
     html = (attack_dir / "index.html").read_text(encoding="utf-8")
     assert SCRIPT not in html and "<img" not in html
-    tags = _parse(html)
+    tags = parse_html(html)
     assert not [t for t, _ in tags.tags if t in ("script", "img", "iframe", "object", "embed", "link")]
     assert not [a for _, attrs in tags.tags for a in attrs if a.startswith("on")]
     text = " ".join(tags.text)
@@ -74,9 +52,9 @@ def test_strings_from_data_are_escaped(attack_dir: Path) -> None:
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in html
 
 
-def test_self_contained_no_network(attack_dir: Path) -> None:
+def test_self_contained_no_network(parse_html, attack_dir: Path) -> None:
     html = (attack_dir / "index.html").read_text(encoding="utf-8")
-    csp = [a for t, a in _parse(html).tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
+    csp = [a for t, a in parse_html(html).tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
     assert csp and csp[0]["content"] == "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
     urls = set(re.findall(r"https?://[^\s\"'<>)]+", html))
     assert urls <= {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}, urls
@@ -103,7 +81,7 @@ def test_rendering_is_deterministic_and_equals_index(attack_dir: Path, tmp_path:
     assert out.read_bytes() == (attack_dir / "index.html").read_bytes() == first.encode("utf-8")
 
 
-def test_comparison_page_overlays_runs(make_attack, tmp_path: Path, monkeypatch) -> None:
+def test_comparison_page_overlays_runs(parse_html, make_attack, tmp_path: Path, monkeypatch) -> None:
     runs = [make_attack(tmp_path, "eps1", epsilon=1.0, strength=0.3, seed=1),
             make_attack(tmp_path, "buggy", epsilon=0.05, strength=1.5, seed=2),
             make_attack(tmp_path, "nonprivate", epsilon=None, strength=2.0, seed=3, mia=False, metrics=False)]
@@ -113,7 +91,7 @@ def test_comparison_page_overlays_runs(make_attack, tmp_path: Path, monkeypatch)
     pages = list((tmp_path / "reports").glob("*.html"))
     assert len(pages) == 1 and pages[0].name.startswith("eps1-vs-buggy-vs-nonprivate-")
     html = pages[0].read_text(encoding="utf-8")
-    text = " ".join(_parse(html).text)
+    text = " ".join(parse_html(html).text)
     # one verdict per run, the buggy run flagged loudly, the non-private one without a bound
     assert html.count('<div class="verdict">') == 3
     assert html.count('class="alarm"') == 1 and "EXCEEDS THE CLAIMED EPSILON 0.050" in text
@@ -129,9 +107,9 @@ def test_comparison_page_overlays_runs(make_attack, tmp_path: Path, monkeypatch)
     assert len(ids) == len(set(ids))
 
 
-def test_no_membership_attack(make_attack, tmp_path: Path) -> None:
+def test_no_membership_attack(parse_html, make_attack, tmp_path: Path) -> None:
     run = make_attack(tmp_path, "canaries-only", mia=False)
-    text = " ".join(_parse((run / "index.html").read_text(encoding="utf-8")).text)
+    text = " ".join(parse_html((run / "index.html").read_text(encoding="utf-8")).text)
     assert "No membership-inference attack was run" in text
     assert "none: no membership-inference attack was run" in text
 
