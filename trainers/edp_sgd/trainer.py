@@ -133,7 +133,7 @@ class _Run(TorchRun):
         full = self._on_device(cpu) if cpu is not None else None
         device = self.device
         grad_sum = [torch.zeros_like(p) for p in self.params]
-        draws: list[tuple[float, torch.Generator]] = []  # this process's noise draws (std, generator)
+        draws: list[noise.Draw] = []  # this process's noise draws (std, key)
         zero = torch.zeros((), dtype=torch.float64, device=device)
         loss_sum = correct_sum = clipped = zero
         units = 0
@@ -143,13 +143,11 @@ class _Run(TorchRun):
             mine = [j for j in range(k) if j % world.size == world.rank]
             std_each = sigma * self.clipper.sensitivity / math.sqrt(k)
             if config.noise_draw == "micro-batch" and std_each > 0:  # Algorithm 1: one draw per micro-batch
-                draws = [(std_each, noise.keyed_generator(self.noise_source.seed, step, j, device=device)) for j in mine]
+                draws = [(std_each, (step, j)) for j in mine]
             elif std_each > 0 and mine:  # the same distribution: one draw carrying this process's micro-batches'
                 # noise; the sum of len(mine) independent N(0, std_each^2) is N(0, len(mine) std_each^2)
-                draws = [(std_each * math.sqrt(len(mine)),
-                          noise.keyed_generator(self.noise_source.seed, step, _PROCESS_NOISE_KEY + world.rank,
-                                                world.size, device=device))]
-            pending = start_noise(self.params, draws, private=self.plan.private)  # drawn while we clip
+                draws = [(std_each * math.sqrt(len(mine)), (step, _PROCESS_NOISE_KEY + world.rank, world.size))]
+            pending = start_noise(self.params, draws, self.noise_source.seed, private=self.plan.private)  # drawn while we clip
             if full is not None:
                 if self.ghost is not None:
                     result = self._ghost_sum(cpu, full, [groups[j] for j in mine])
@@ -159,8 +157,8 @@ class _Run(TorchRun):
                 loss_sum, correct_sum, units, clipped = result.loss_sum, result.correct_sum, result.units, result.clipped
         else:
             if config.mode == "dp-sgd" and world.primary and sigma > 0:
-                draws = [(sigma * self.clipper.sensitivity, noise.keyed_generator(self.noise_source.seed, step, device=device))]
-            pending = start_noise(self.params, draws, private=self.plan.private)  # drawn while we clip
+                draws = [(sigma * self.clipper.sensitivity, (step,))]
+            pending = start_noise(self.params, draws, self.noise_source.seed, private=self.plan.private)  # drawn while we clip
             share = np.array_split(np.arange(len(indices)), world.size)[world.rank] if len(indices) else np.arange(0)
             if len(share):
                 rows = torch.as_tensor(share)

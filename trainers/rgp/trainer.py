@@ -28,7 +28,6 @@ from trainers.rgp import privacy
 from trainers.rgp.carriers import power_method, random_carriers, reconstruct
 from trainers.rgp.clipping import CarrierClipper, Reparametrization
 from trainers.rgp.config import RgpConfig
-from trainers.torch_common import noise
 from trainers.torch_common.distributed import to_device
 from trainers.torch_common.loop import (
     _MASK_STREAM,
@@ -96,8 +95,8 @@ class _Run(TorchRun):
         units = 0
         # Algorithm 1, line 13: N(0, sigma^2 C^2) on every summed coordinate, drawn once (by process 0),
         # while the clipped sum is computed.
-        draws = [(sigma * self.clipper.sensitivity, noise.keyed_generator(self.noise_source.seed, step, device=device))]
-        pending = start_noise(sums, draws if (world.primary and sigma > 0) else [], private=True)
+        draws = [(sigma * self.clipper.sensitivity, (step,))]
+        pending = start_noise(sums, draws if (world.primary and sigma > 0) else [], self.noise_source.seed, private=True)
         if len(share):
             sub = {key: v[to_device(torch.as_tensor(share), device)] for key, v in self._on_device(full).items()}
             result = self.clipper.clipped_sum(sub, lefts, rights)

@@ -30,7 +30,7 @@ import math
 import shutil
 import sys
 import time
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import Future
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -85,35 +85,20 @@ def _norm(tensors: list[torch.Tensor]) -> torch.Tensor:
     return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(tensors)).double())
 
 
-#: One worker thread for the CPU noise draws (:func:`start_noise`).
-_NOISE_WORKER = ThreadPoolExecutor(max_workers=1, thread_name_prefix="dpaudit-noise")
-
-
-def start_noise(like: list[torch.Tensor], draws: list[tuple[float, torch.Generator]], *,
+def start_noise(like: list[torch.Tensor], draws: list[noise.Draw], seed: int, *,
                 private: bool) -> Future[list[torch.Tensor]]:
-    """Start drawing this process's noise for one step: the sum of ``draws`` ((std, generator) Gaussian
-    draws, the first made in place), shaped like ``like``; zeros when private with no draw of its own;
+    """Start drawing this process's noise for one step: the sum of ``draws`` ((std, key) Gaussian draws
+    keyed by the secret ``seed``), shaped like ``like``; zeros when private with no draw of its own;
     nothing when not private.
 
     The noise depends on the secret key and the step only, not on the gradients, so on the CPU it is
-    drawn in a worker thread while the caller computes the clipped sum (torch releases the GIL inside
-    ``normal_``; for the paper's 7.2M-parameter BERT the draw alone is about 7% of a non-private step).
-    The values are those of drawing inline: the same generators in the same order. On a GPU the
-    kernels are asynchronous already, so it draws inline.
+    drawn by worker threads while the caller computes the clipped sum (:func:`noise.start_gaussian_sum`).
     """
-    def draw() -> list[torch.Tensor]:
-        if not private:
-            return []
-        out = noise.gaussian_like(like, *draws[0]) if draws else [torch.zeros_like(t) for t in like]
-        for std, generator in draws[1:]:
-            noise.add_noise_(out, std, generator)
-        return out
-
-    if private and like and like[0].device.type == "cpu":
-        return _NOISE_WORKER.submit(draw)
-    done: Future[list[torch.Tensor]] = Future()
-    done.set_result(draw())
-    return done
+    if not private:
+        done: Future[list[torch.Tensor]] = Future()
+        done.set_result([])
+        return done
+    return noise.start_gaussian_sum(like, draws, seed)
 
 
 def noised_total(grad_sum: list[torch.Tensor], noise_draw: Future[list[torch.Tensor]], stats: tuple, *,

@@ -90,8 +90,7 @@ def test_grad_snr_is_the_clipped_sum_norm_over_the_noise_norm(data_dir, tmp_path
     run._setup()
     step = 3
     grads, stats = run.aggregate(step, np.array([5]))
-    z = [torch.zeros(p.shape, device=device) for p in run.params]
-    noise.add_noise_(z, 1.0, noise.keyed_generator(run.noise_source.seed, step, device=device))
+    z = noise.gaussian_sum(run.params, [(1.0, (step,))], run.noise_source.seed)
     z_norm = math.sqrt(sum(float(t.double().pow(2).sum()) for t in z))
     dim = sum(p.numel() for p in run.params)
     values = stats.cpu().tolist()

@@ -1,0 +1,93 @@
+"""The torch trainers' Gaussian noise: distribution, keys, full-entropy CPU generators, threads."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from trainers.torch_common import noise
+from trainers.torch_common.sampling import NOISE_STREAM, step_rng
+
+SHAPES = [(300, 400), (50_000,), (7,), (33, 3)]
+
+
+def _flat(tensors):
+    return torch.cat([t.flatten() for t in tensors]).double()
+
+
+def test_a_draw_has_the_requested_distribution():
+    like = [torch.empty(s) for s in SHAPES]
+    flat = _flat(noise.gaussian_sum(like, [(0.7, (3, 1))], 99))
+    # std of the sample std is ~ 0.7 / sqrt(2 n) = 0.1%: a 1% band is > 8 standard errors.
+    assert abs(float(flat.mean())) < 0.01
+    assert float(flat.std()) == pytest.approx(0.7, rel=0.01)
+    assert stats.kstest(flat.numpy() / 0.7, "norm").pvalue > 1e-4
+    assert [tuple(t.shape) for t in like] == SHAPES
+
+
+def test_several_draws_add_their_variances():
+    like = [torch.empty(s) for s in SHAPES]
+    flat = _flat(noise.gaussian_sum(like, [(0.3, (3, 1)), (0.4, (3, 2))], 99))
+    assert float(flat.std()) == pytest.approx(0.5, rel=0.01)  # sqrt(0.3^2 + 0.4^2)
+    assert not torch.equal(flat, _flat(noise.gaussian_sum(like, [(0.3, (3, 1)), (0.4, (3, 3))], 99)))
+
+
+def test_the_same_key_gives_the_same_draw_and_another_key_another():
+    like = [torch.empty(s) for s in SHAPES]
+    a = _flat(noise.gaussian_sum(like, [(1.0, (5,))], 123))
+    assert torch.equal(a, _flat(noise.gaussian_sum(like, [(1.0, (5,))], 123)))
+    for other_seed, other_key in [(124, (5,)), (123, (6,))]:
+        b = _flat(noise.gaussian_sum(like, [(1.0, other_key)], other_seed))
+        assert abs(float(torch.corrcoef(torch.stack([a, b]))[0, 1])) < 0.01
+
+
+def test_seeds_equal_modulo_two_to_the_32_give_different_noise():
+    """torch's own manual_seed keeps 32 bits (so a seeded stream is one of 2^32 and can be searched);
+    the keyed generators take the whole secret."""
+    same = [torch.randn(8, generator=torch.Generator().manual_seed(s)) for s in (77, 77 + 2**32)]
+    assert torch.equal(*same)  # the weakness keyed_generator exists to avoid
+    draws = [torch.randn(8, generator=noise.keyed_generator(s, 1)) for s in (77, 77 + 2**32)]
+    assert not torch.equal(*draws)
+    like = [torch.empty(1000)]
+    assert not torch.equal(*(noise.gaussian_sum(like, [(1.0, (1,))], s)[0] for s in (77, 77 + 2**32)))
+
+
+def test_the_cpu_generator_holds_the_whole_keyed_state():
+    """All 624 mt19937 words come from the keyed PCG64 stream (not from a 32-bit seed)."""
+    generator = noise.keyed_generator(2**100 + 5, 4, 2)
+    words = generator.get_state().numpy()[24:24 + 8 * 624].view(np.uint64)
+    expected = step_rng(2**100 + 5, NOISE_STREAM, 4, 2).integers(0, 1 << 32, size=624, dtype=np.uint64)
+    expected[0] |= 1 << 31
+    assert np.array_equal(words, expected)
+    assert len(np.unique(words)) > 600
+
+
+def test_the_values_do_not_depend_on_the_thread_count():
+    like = [torch.empty(s) for s in SHAPES]
+    threads = torch.get_num_threads()
+    try:
+        draws = []
+        for n in (1, 2, 4):
+            torch.set_num_threads(n)
+            draws.append(_flat(noise.gaussian_sum(like, [(1.0, (9, 2)), (0.5, (9, 3))], 5)))
+    finally:
+        torch.set_num_threads(threads)
+    assert torch.equal(draws[0], draws[1]) and torch.equal(draws[0], draws[2])
+
+
+@pytest.mark.parametrize("sizes", [[1], [5, 3], [1000, 1, 17, 4096], [16] * 40])
+def test_the_pieces_cover_every_element_once(sizes):
+    seen = [np.zeros(s, dtype=int) for s in sizes]
+    pieces = noise._pieces([torch.empty(s) for s in sizes])
+    assert len(pieces) == noise.NOISE_CHUNKS
+    for runs in pieces:
+        for i, a, b in runs:
+            seen[i][a:b] += 1
+    assert all((s == 1).all() for s in seen)
+
+
+def test_no_draw_gives_zeros():
+    out = noise.gaussian_sum([torch.empty(4, 3)], [], 1)
+    assert torch.equal(out[0], torch.zeros(4, 3))
