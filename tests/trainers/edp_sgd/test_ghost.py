@@ -41,7 +41,28 @@ def test_ghost_per_example_sum_equals_vmap(tiny_batches, task, clip):
 
 @pytest.mark.parametrize("task", ["classify", "mlm"])
 @pytest.mark.parametrize("scale", [1e-3, 1e6])
-def test_ghost_per_layer_microbatch_sum_equals_vmap(tiny_batches, task, scale):
+@pytest.mark.parametrize("form", ["auto", "gram", "direct"])  # forced: every Linear one way
+def test_ghost_per_layer_microbatch_sum_equals_vmap(tiny_batches, task, scale, form, monkeypatch):
+    """Also with every Linear through the batched Gram norms, or through kept unit gradients whose
+    weighted sum is the clipped sum (the direct form, large micro-batches)."""
+    from trainers.edp_sgd import ghost as ghost_module
+
+    gram = form == "gram"
+    if form != "auto":  # the tiny model's layers are too narrow for the Gram form to be the cheaper one
+        monkeypatch.setattr(ghost_module, "_gram_is_cheaper", lambda rows, d, p: gram)
+    kept = []
+    linear_sq = ghost_module._Units.linear_sq
+
+    def counting_linear_sq(self, *args):
+        out = linear_sq(self, *args)
+        kept.append(len(self.kept))
+        return out
+
+    monkeypatch.setattr(ghost_module._Units, "linear_sq", counting_linear_sq)
+    ran = []
+    gram_norms = ghost_module._Units.gram_norms
+    monkeypatch.setattr(ghost_module._Units, "gram_norms",
+                        lambda self, entries, r, seq: ran.append(entries) or gram_norms(self, entries, r, seq))
     clf, clf_batch, mlm, mlm_batch = tiny_batches
     model, batch = (clf, clf_batch) if task == "classify" else (mlm, mlm_batch)
     names, _ = trainable(model)
@@ -56,6 +77,11 @@ def test_ghost_per_layer_microbatch_sum_equals_vmap(tiny_batches, task, scale):
     got = GhostClipper(model, per_example_losses, bounds=bounds, param_groups=groups).clipped_sum(batch, owner, 3)
     assert _max_error(got.grads, want.grads) < 1e-5
     assert int(got.clipped) == int(want.clipped)
+    kinds = [is_embedding for is_embedding, *_ in (entry[1:] for entry in ran[0])]
+    assert kinds.count(True) == 3  # word, position and token-type embeddings
+    assert kinds.count(False) == 12 or not gram  # forced: all 2 layers x 6 Linear
+    if form == "direct":  # every Linear weight kept its unit gradients (2 layers x 6, pooler, head)
+        assert kept[-1] == 14  # classify: + pooler and classifier; mlm: + transform and tied decoder
 
 
 def test_a_layer_outside_linear_layernorm_embedding_is_refused():
@@ -114,3 +140,32 @@ def test_metrics_rows_carry_grad_snr_at_every_step(data_dir, tmp_path, edp_confi
     assert len(steps) == result.steps
     assert all(r["grad_snr"] is not None and r["grad_snr"] >= 0 for r in steps)
     assert all(r["grad_snr"] == pytest.approx(r["clipped_sum_norm"] / r["noise_norm"]) for r in steps)
+
+
+def test_batched_gram_norms_equal_each_units_gradient_norm():
+    """_Units.gram_norms against ||x_u^T g_u||_F^2 and the embedding gradient norm, unit by unit: units
+    of 0, 1 and many rows, padding rows (zero output gradient), inputs shared by several captures
+    (as q, k and v share theirs), two feature widths and repeated ids."""
+    from trainers.edp_sgd.ghost import _Units
+
+    gen = torch.Generator().manual_seed(0)
+    r, owner = 6, [0, 0, 2, 3, 3, 3, 0]  # unit 1 holds no example
+    valid = torch.rand(len(owner), r, generator=gen) < 0.7
+    valid[2] = False
+    valid[2, 0] = True  # unit 2: exactly one real row
+    n = len(owner) * r
+    x_shared, x_wide = torch.randn(n, 5, generator=gen, dtype=torch.float64), torch.randn(n, 9, generator=gen, dtype=torch.float64)
+    gs = [torch.randn(n, w, generator=gen, dtype=torch.float64) * valid.reshape(-1, 1) for w in (5, 4, 9, 5)]
+    ids = torch.randint(0, 3, (n,), generator=gen)
+    entries = [(0, False, x_shared, gs[0]), (1, False, x_shared, gs[1]), (2, False, x_wide, gs[2]), (3, True, ids, gs[3])]
+    units = _Units(torch.tensor(owner), 4, valid, per_example=False, device=torch.device("cpu"))
+    got = units.gram_norms(entries, r, True)
+    row_unit = torch.tensor(owner).repeat_interleave(r)
+    for j, is_emb, x, g in entries:
+        want = []
+        for u in range(4):
+            rows = (row_unit == u) & valid.reshape(-1)
+            grad = torch.zeros(3, g.shape[1], dtype=g.dtype).index_add_(0, x[rows], g[rows]) if is_emb else x[rows].T @ g[rows]
+            want.append(float(grad.pow(2).sum()))
+        assert got[j].tolist() == pytest.approx(want, rel=1e-9, abs=1e-12)
+    assert got[0][1] == 0.0 and got[0][2] > 0.0
