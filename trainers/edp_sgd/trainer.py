@@ -54,7 +54,7 @@ from trainers.torch_common.loop import (
     TorchRun,
     _seeded,
     noised_total,
-    start_noise,
+    StepNoise,
 )
 from trainers.torch_common.model import layer_groups, per_example_losses
 from trainers.torch_common.plugin import TorchTrainer
@@ -147,7 +147,7 @@ class _Run(TorchRun):
             elif std_each > 0 and mine:  # the same distribution: one draw carrying this process's micro-batches'
                 # noise; the sum of len(mine) independent N(0, std_each^2) is N(0, len(mine) std_each^2)
                 draws = [(std_each * math.sqrt(len(mine)), (step, _PROCESS_NOISE_KEY + world.rank, world.size))]
-            pending = start_noise(self.params, draws, self.noise_source.seed, private=self.plan.private)  # drawn while we clip
+            step_noise = StepNoise(self.params, draws, self.noise_source.seed, self.plan.private)
             if full is not None:
                 if self.ghost is not None:
                     result = self._ghost_sum(cpu, full, [groups[j] for j in mine])
@@ -158,7 +158,7 @@ class _Run(TorchRun):
         else:
             if config.mode == "dp-sgd" and world.primary and sigma > 0:
                 draws = [(sigma * self.clipper.sensitivity, (step,))]
-            pending = start_noise(self.params, draws, self.noise_source.seed, private=self.plan.private)  # drawn while we clip
+            step_noise = StepNoise(self.params, draws, self.noise_source.seed, self.plan.private)
             share = np.array_split(np.arange(len(indices)), world.size)[world.rank] if len(indices) else np.arange(0)
             if len(share):
                 rows = torch.as_tensor(share)
@@ -179,7 +179,7 @@ class _Run(TorchRun):
                     losses.sum().backward()
                     grad_sum = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
                     loss_sum, correct_sum, units = losses.detach().sum().double(), correct.sum().double(), len(share)
-        return noised_total(grad_sum, pending, (loss_sum, correct_sum, units, clipped), world=world, device=device)
+        return noised_total(grad_sum, step_noise, (loss_sum, correct_sum, units, clipped), world=world, device=device)
 
     def _ghost_sum(self, cpu: dict[str, torch.Tensor], full: dict[str, torch.Tensor], groups: list[np.ndarray]):
         """The ghost clipper's sum over the micro-batches ``groups`` (index arrays into the batch)."""

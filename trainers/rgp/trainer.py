@@ -34,7 +34,7 @@ from trainers.torch_common.loop import (
     TorchRun,
     _seeded,
     noised_total,
-    start_noise,
+    StepNoise,
 )
 from trainers.torch_common.model import per_example_losses
 from trainers.torch_common.plugin import TorchTrainer
@@ -93,16 +93,15 @@ class _Run(TorchRun):
         sums = [torch.zeros(s, device=device) for s in self.reparam.shapes([left.shape[1] for left in lefts])]
         loss_sum = correct_sum = clipped = 0.0
         units = 0
-        # Algorithm 1, line 13: N(0, sigma^2 C^2) on every summed coordinate, drawn once (by process 0),
-        # while the clipped sum is computed.
+        # Algorithm 1, line 13: N(0, sigma^2 C^2) on every summed coordinate, drawn once (by process 0).
         draws = [(sigma * self.clipper.sensitivity, (step,))]
-        pending = start_noise(sums, draws if (world.primary and sigma > 0) else [], self.noise_source.seed, private=True)
+        step_noise = StepNoise(sums, draws if (world.primary and sigma > 0) else [], self.noise_source.seed, True)
         if len(share):
             sub = {key: v[to_device(torch.as_tensor(share), device)] for key, v in self._on_device(full).items()}
             result = self.clipper.clipped_sum(sub, lefts, rights)
             sums = result.grads
             loss_sum, correct_sum, units, clipped = result.loss_sum, result.correct_sum, result.units, result.clipped
-        sums, stats = noised_total(sums, pending, (loss_sum, correct_sum, units, clipped), world=world, device=device)
+        sums, stats = noised_total(sums, step_noise, (loss_sum, correct_sum, units, clipped), world=world, device=device)
         k = len(lefts)
         updates = [reconstruct(sums[2 * i], sums[2 * i + 1], lefts[i], rights[i]) for i in range(k)]  # Eq. 3
         return updates + sums[2 * k:], stats

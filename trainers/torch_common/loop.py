@@ -30,7 +30,7 @@ import math
 import shutil
 import sys
 import time
-from concurrent.futures import Future
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -85,25 +85,29 @@ def _norm(tensors: list[torch.Tensor]) -> torch.Tensor:
     return torch.linalg.vector_norm(torch.stack(torch._foreach_norm(tensors)).double())
 
 
-def start_noise(like: list[torch.Tensor], draws: list[noise.Draw], seed: int, *,
-                private: bool) -> Future[list[torch.Tensor]]:
-    """Start drawing this process's noise for one step: the sum of ``draws`` ((std, key) Gaussian draws
-    keyed by the secret ``seed``), shaped like ``like``; zeros when private with no draw of its own;
-    nothing when not private.
+@dataclass(frozen=True)
+class StepNoise:
+    """This process's noise for one step: the sum of ``draws`` ((std, key) Gaussian draws keyed by the
+    secret ``seed``), shaped like ``like``; zeros when private with no draw of its own; nothing when
+    not private.
 
-    The noise depends on the secret key and the step only, not on the gradients, so on the CPU it is
-    drawn by worker threads while the caller computes the clipped sum (:func:`noise.start_gaussian_sum`).
+    :meth:`draw` is called once the clipped sum is ready, and then uses every core
+    (:func:`noise.gaussian_sum`). Drawing in threads beside the clipping was slower on a 2-core CPU:
+    the draw then competes with torch's own threads for the same cores.
     """
-    if not private:
-        done: Future[list[torch.Tensor]] = Future()
-        done.set_result([])
-        return done
-    return noise.start_gaussian_sum(like, draws, seed)
+
+    like: list[torch.Tensor]
+    draws: list[noise.Draw]
+    seed: int
+    private: bool
+
+    def draw(self) -> list[torch.Tensor]:
+        return noise.gaussian_sum(self.like, self.draws, self.seed) if self.private else []
 
 
-def noised_total(grad_sum: list[torch.Tensor], noise_draw: Future[list[torch.Tensor]], stats: tuple, *,
+def noised_total(grad_sum: list[torch.Tensor], step_noise: StepNoise, stats: tuple, *,
                  world: distributed.World, device: torch.device) -> tuple[list[torch.Tensor], torch.Tensor]:
-    """This process's clipped sum plus its noise (:func:`start_noise`), summed over all processes, and the
+    """This process's clipped sum plus its noise (:class:`StepNoise`), summed over all processes, and the
     step's telemetry.
 
     The clipped sum and the noise are all-reduced separately in one flat call, so the telemetry can
@@ -112,7 +116,7 @@ def noised_total(grad_sum: list[torch.Tensor], noise_draw: Future[list[torch.Ten
     jax-bert defines it.
     """
     zero = torch.zeros((), dtype=torch.float64, device=device)
-    noise_sum = noise_draw.result()
+    noise_sum = step_noise.draw()
     totals = torch.stack([_scalar(v, device) for v in stats])
     distributed.all_reduce_sum_(grad_sum + noise_sum, world)  # one flat all-reduce of both
     distributed.all_reduce_sum_([totals], world)

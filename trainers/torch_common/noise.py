@@ -24,9 +24,8 @@ noise, whatever the entropy of the secret seed. Each CPU generator here instead 
 from __future__ import annotations
 
 import os
-import threading
 from collections.abc import Sequence
-from concurrent.futures import Future, ThreadPoolExecutor
+from concurrent.futures import ThreadPoolExecutor
 
 import numpy as np
 import torch
@@ -120,42 +119,23 @@ def _pool() -> ThreadPoolExecutor | None:
     return _POOL
 
 
-def start_gaussian_sum(like: Sequence[torch.Tensor], draws: Sequence[Draw], seed: int) -> Future[list[torch.Tensor]]:
-    """Start drawing ``sum over draws of N(0, std^2 I)`` shaped like ``like`` (on their device).
+def gaussian_sum(like: Sequence[torch.Tensor], draws: Sequence[Draw], seed: int) -> list[torch.Tensor]:
+    """``sum over draws of N(0, std^2 I)`` shaped like ``like`` (on their device), keyed by (seed,
+    noise stream, *key, piece); zeros without draws.
 
-    On the CPU the pieces are drawn by worker threads (torch releases the GIL inside ``normal_``)
-    while the caller goes on; on a GPU the kernels are asynchronous already. Zeros without draws.
+    On the CPU the pieces are drawn by as many threads as torch uses (it releases the GIL inside
+    ``normal_``); on a GPU the kernels are asynchronous already.
     """
     out = [torch.empty(t.shape, dtype=t.dtype, device=t.device) if draws else torch.zeros_like(t) for t in like]
-    done: Future[list[torch.Tensor]] = Future()
     if not draws or not like:
-        done.set_result(out)
-        return done
+        return out
     flat = [t.view(-1) for t in out]
-    pieces = _pieces(like)
+    jobs = [(c, runs) for c, runs in enumerate(_pieces(like)) if runs]
     pool = _pool() if like[0].device.type == "cpu" else None
     if pool is None:
-        for c, runs in enumerate(pieces):
+        for c, runs in jobs:
             _draw_piece(flat, runs, draws, seed, c)
-        done.set_result(out)
-        return done
-    jobs = [(c, runs) for c, runs in enumerate(pieces) if runs]
-    lock, left, errors = threading.Lock(), [len(jobs)], []
-
-    def finish(future: Future) -> None:
-        with lock:
-            if future.exception() is not None:
-                errors.append(future.exception())
-            left[0] -= 1
-            last = left[0] == 0
-        if last:
-            done.set_exception(errors[0]) if errors else done.set_result(out)
-
-    for c, runs in jobs:
-        pool.submit(_draw_piece, flat, runs, draws, seed, c).add_done_callback(finish)
-    return done
-
-
-def gaussian_sum(like: Sequence[torch.Tensor], draws: Sequence[Draw], seed: int) -> list[torch.Tensor]:
-    """``sum over draws of N(0, std^2 I)`` shaped like ``like``, keyed by (seed, noise stream, *key, piece)."""
-    return start_gaussian_sum(like, draws, seed).result()
+    else:
+        for future in [pool.submit(_draw_piece, flat, runs, draws, seed, c) for c, runs in jobs]:
+            future.result()  # re-raises a worker's error
+    return out

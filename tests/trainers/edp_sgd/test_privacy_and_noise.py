@@ -18,7 +18,6 @@ from dp_accounting.pld import pld_privacy_accountant
 
 from dpaudit.privacy_record import PrivacyRecord
 from trainers.edp_sgd.trainer import EdpSgdTrainer, _Run
-from trainers.torch_common import noise
 
 
 @pytest.mark.parametrize(("mode", "draw"), [("edp-sgd", "process"), ("edp-sgd", "micro-batch"), ("dp-sgd", "process")])
