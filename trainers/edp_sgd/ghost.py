@@ -138,15 +138,16 @@ class GhostClipper:
 
     def _gram_entries(self, rows: list, units: _Units) -> dict[tuple[int, bool], list[tuple]]:
         """The captures whose micro-batch weight norms :meth:`_Units.gram_norms` computes together, by
-        row layout (rows per example, token rows): Embedding lookups, and Linear layers where the Gram
-        form is the cheaper for the layout's largest unit (others keep the per-capture path)."""
+        row layout (rows per example, token rows): the Embedding and Linear layers where the Gram form
+        is the cheaper for the layout's largest unit (n^2 against n + vocab rows of d for an
+        Embedding); the others keep the per-capture path."""
         entries: dict[tuple[int, bool], list[tuple]] = {}
         for j, (cap, x, g, r, seq) in enumerate(rows):
             m = cap.module
             if not _is_trained_weight(m):
                 continue
             largest = max(units.counts(r, seq), default=0)
-            if isinstance(m, torch.nn.Embedding) or (
+            if (isinstance(m, torch.nn.Embedding) and largest * largest < largest + m.num_embeddings) or (
                     isinstance(m, torch.nn.Linear) and _gram_is_cheaper(largest, x.shape[1], g.shape[1])):
                 entries.setdefault((r, seq), []).append((j, isinstance(m, torch.nn.Embedding), x, g))
         return entries
@@ -207,7 +208,7 @@ class GhostClipper:
                 cap, x, g, r, seq = rows[j]
                 m = cap.module
                 if isinstance(m, torch.nn.Embedding):
-                    total = total + (gram_sq[j] if j in gram_sq else units.pair(r, seq, _emb_sq, x, g))
+                    total = total + (gram_sq[j] if j in gram_sq else units.embedding_sq(r, seq, x, g, m.num_embeddings))
                 elif isinstance(m, torch.nn.LayerNorm):
                     if j not in xhat:
                         xhat[j] = F.layer_norm(x, m.normalized_shape, None, None, m.eps)
@@ -324,14 +325,28 @@ class _Units:
             self._unit_rows[key] = (to_device(idx, self.device), counts)
         return self._unit_rows[key]
 
-    def pair(self, r: int, seq: bool, fn: Callable, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
-        """[U] fn over each unit's rows of (x, g) (fn takes batched [U', T, .] tensors)."""
+    def embedding_sq(self, r: int, seq: bool, ids: torch.Tensor, g: torch.Tensor, vocab: int) -> torch.Tensor:
+        """[U] squared norms of each unit's Embedding weight gradient: per example by the sparse token
+        trick; per micro-batch by forming the units' gradient tables ([U, vocab, d], one scatter), in
+        slices of units when that would exceed :data:`_KEEP_BYTES` (the Gram form of
+        :meth:`gram_norms` is the cheaper one for small units of a large vocabulary)."""
         if self.per_example:
             b = len(self.owner_cpu)
-            return fn(x.reshape(b, r, *x.shape[1:]), g.reshape(b, r, -1))
+            return _emb_sq(ids.reshape(b, r), g.reshape(b, r, -1))
         idx, counts = self._rows(r, seq)
-        xs, gs = x.index_select(0, idx).split(counts), g.index_select(0, idx).split(counts)
-        out = [fn(xu[None], gu[None]) if n else torch.zeros(1, device=self.device) for xu, gu, n in zip(xs, gs, counts)]
+        d = g.shape[1]
+        per_slice = max(1, _KEEP_BYTES // (vocab * d * g.element_size()))
+        out, start = [], 0
+        for first in range(0, self.num_units, per_slice):
+            units = counts[first:first + per_slice]
+            n = sum(units)
+            rows = idx[start:start + n]
+            slot = torch.repeat_interleave(to_device(torch.arange(len(units)), self.device),
+                                           to_device(torch.tensor(units), self.device), output_size=n)
+            tables = torch.zeros((len(units) * vocab, d), dtype=g.dtype, device=self.device)
+            tables.index_add_(0, slot * vocab + ids.index_select(0, rows), g.index_select(0, rows))
+            out.append(torch.linalg.vector_norm(tables.view(len(units), -1), dim=1).pow(2))
+            start += n
         return torch.cat(out)
 
     def linear_sq(self, r: int, seq: bool, x: torch.Tensor, g: torch.Tensor) -> torch.Tensor:
