@@ -20,8 +20,14 @@ optimization on large model at small cost", book-keeping):
 
 Unit rows: in per-example mode every example is a unit and the rows are reshaped ``[B, rows, .]``.
 Micro-batches have unequal sizes: each unit's norms are computed on its own rows (a loop over the k
-micro-batches, never over examples). For modules over the token sequence (``<prefix>.embeddings`` and
-``<prefix>.encoder``) only the real tokens enter the Gram matrices and the weighted products: padding
+micro-batches, never over examples). Small micro-batches take the Gram form, batched: the real rows of
+every captured tensor are copied once into a stack per feature width, and each micro-batch takes one
+batched product per width for all its Gram matrices (:meth:`_Units.gram_norms`). Large micro-batches
+(batch 512, k = 8: ~800 rows each) take the direct form, and the products are the micro-batch
+gradients themselves: they are kept, and the clipped sum is their weighted sum (no second product);
+an Embedding's micro-batch gradients are formed as tables by one scatter.
+
+For modules over the token sequence (``<prefix>.embeddings`` and ``<prefix>.encoder``) only the real tokens enter the Gram matrices and the weighted products: padding
 tokens have an exactly zero output gradient in a BERT with the additive -inf-like key mask (nothing
 attends to them, no loss reads them), so leaving them out changes nothing and saves ~40% of the
 weight-gradient products on short utterances. Other modules use all their rows.

@@ -1,0 +1,80 @@
+"""Time of the torch trainers' DP noise draw: one step's Gaussian noise for a BERT's parameters.
+
+Compares the draw the trainers make (:func:`trainers.torch_common.noise.gaussian_sum`: 16 pieces,
+each from an mt19937 generator given a full keyed state, drawn by torch's thread count) with one
+``manual_seed`` generator filling every tensor in turn (the former draw, whose stream had only 2^32
+possible seeds). Prints milliseconds per draw and the ratio to the former draw.
+
+    python benchmarks/bench_torch_noise.py                 # the paper's BERT (7.2M parameters)
+    python benchmarks/bench_torch_noise.py --params 110e6  # BERT-base size
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import time
+
+import torch
+
+from dpaudit.host_allocator import tune_host_allocator
+from trainers.torch_common import noise
+
+
+def _shapes(params: float) -> list[tuple[int, ...]]:
+    """Tensors of a 312-wide BERT (embedding table, 1200-wide blocks, biases) totalling ~``params``."""
+    shapes: list[tuple[int, ...]] = [(3190, 312), (128, 312), (2, 312)]
+    while sum(torch.Size(s).numel() for s in shapes) < params:
+        shapes += [(312, 312)] * 4 + [(1200, 312), (312, 1200)] + [(312,)] * 8 + [(1200,)]
+    return shapes
+
+
+def _time(fn, repeats: int) -> tuple[float, float]:
+    fn()  # warm-up (allocator, threads)
+    wall, cpu = [], []
+    for _ in range(repeats):
+        start, cpu_start = time.perf_counter(), time.process_time()
+        fn()
+        wall.append(time.perf_counter() - start)
+        cpu.append(time.process_time() - cpu_start)
+    return statistics.median(wall), statistics.median(cpu)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--params", type=float, default=7.2e6, help="Parameters to noise (default: the paper's BERT).")
+    parser.add_argument("--repeats", type=int, default=15)
+    args = parser.parse_args(argv)
+    tune_host_allocator()  # as the trainers do
+    like = [torch.empty(s) for s in _shapes(args.params)]
+    total = sum(t.numel() for t in like)
+    threads = torch.get_num_threads()
+
+    def former() -> None:
+        generator = torch.Generator().manual_seed(12345)
+        for t in like:
+            torch.empty(t.shape).normal_(0.0, 1.0, generator=generator)
+
+    def keyed(n: int):
+        def draw() -> None:
+            torch.set_num_threads(n)
+            try:
+                noise.gaussian_sum(like, [(1.0, (7,))], 2**100 + 3)
+            finally:
+                torch.set_num_threads(threads)
+        return draw
+
+    rows = [("one manual_seed generator (former)", _time(former, args.repeats)),
+            ("keyed pieces, 1 thread", _time(keyed(1), args.repeats))]
+    if threads > 1:
+        rows.append((f"keyed pieces, {threads} threads (torch default)", _time(keyed(threads), args.repeats)))
+    base = rows[0][1][0]
+    print(f"{total / 1e6:.1f}M Gaussian numbers per draw, float32, median of {args.repeats}")
+    print(f"{'draw':48s} {'wall ms':>8s} {'cpu ms':>8s} {'x former':>9s}")
+    for name, (wall, cpu) in rows:
+        print(f"{name:48s} {wall * 1e3:8.1f} {cpu * 1e3:8.1f} {wall / base:9.2f}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
