@@ -34,6 +34,10 @@ from trainers.torch_common.sampling import NOISE_STREAM, derived_seed, step_rng
 
 #: Pieces of one draw, each from its own keyed generator (fixed: the values never depend on threads).
 NOISE_CHUNKS = 16
+#: How the noise was drawn, for ``privacy.json`` (runs before this generator keyed CPU streams with 32 bits).
+GENERATOR = (f"torch normal_, each step's draw in {NOISE_CHUNKS} fixed pieces, each from its own generator keyed by (secret seed, "
+             "noise stream, step, ..., piece): on the CPU an mt19937 given a full 19,968-bit state from PCG64 keyed by the "
+             "whole secret (torch's manual_seed keeps only 32 bits), on CUDA Philox seeded with 63 bits")
 #: (std, key) of one Gaussian draw; ``key`` extends (secret seed, noise stream).
 Draw = tuple[float, tuple[int, ...]]
 

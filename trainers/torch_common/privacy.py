@@ -16,6 +16,7 @@ from dpaudit.figures import format_up
 from dpaudit.privacy_plan import PrivacyPlan
 from dpaudit.privacy_record import PrivacyRecord, group_privacy_rows
 from dpaudit.secret_rng import NoiseSource
+from trainers.torch_common import noise
 
 __all__ = ["private_record", "sampling_rate", "schedule_text"]
 
@@ -56,4 +57,5 @@ def private_record(*, trainer: str, mechanism: str, plan: PrivacyPlan, steps: in
         dataset_size=plan.dataset_size, stopped_at_budget=stopped_at_budget,
         segments=[s.to_json() for s in ledger.segments], randomness=noise_source.note,
         noise_seed_explicit=noise_source.explicit, group_privacy=group_privacy_rows(epsilon, delta, frequencies),
-        guarantee=guarantee, notes=all_notes, details=dict(details or {}), **extra)
+        guarantee=guarantee, notes=all_notes, details={**dict(details or {}), "noise_generator": noise.GENERATOR},
+        **extra)
