@@ -15,37 +15,44 @@ is the same for every trainer and lives here, so the attack stage and the report
 
 from __future__ import annotations
 
+import json
 import os
 import re
 import shutil
 import sys
-from collections.abc import Iterable, Mapping
+import tempfile
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
 from dpaudit.errors import UserInputError
 from dpaudit.privacy_record import PrivacyRecord
 from dpaudit.rundir import (
+    DIR_MODE,
+    FILE_MODE,
     atomic_write_json,
     atomic_write_text,
     build_manifest,
     dumps_jsonl_line,
     file_hashes,
     read_jsonl,
+    replace_directory,
+    sha256_file,
     write_manifest,
 )
 
 __all__ = [
     "CHECKPOINT_DIR",
     "KEEP_CHECKPOINTS_WARNING",
-    "MetricsLog",
     "TRAIN_SCHEMA",
+    "MetricsLog",
     "check_out_dir",
-    "list_checkpoints",
-    "step_dir_name",
     "check_resume",
     "finish_run",
+    "list_checkpoints",
     "remove_checkpoints",
+    "step_dir_name",
+    "write_checkpoint",
 ]
 
 TRAIN_SCHEMA = "dpaudit.train/1"
@@ -80,6 +87,47 @@ def list_checkpoints(directory: str | os.PathLike[str]) -> list[tuple[int, Path]
         if match and (child / CHECKPOINT_STATE).is_file() and (child / CHECKPOINT_ARRAYS).is_file():
             found.append((int(match.group(1)), child))
     return sorted(found)
+
+
+def write_checkpoint(directory: str | os.PathLike[str], *, step: int, write_arrays: Callable[[Path], None],
+                     state: Mapping[str, Any], keep: int = 2) -> Path:
+    """Commit checkpoint ``step`` into ``directory`` atomically and keep only the newest ``keep``.
+
+    The trainer owns the format of its tensors: ``write_arrays(path)`` writes them to
+    :data:`CHECKPOINT_ARRAYS` (safetensors). This commits them the same way for every trainer: in a
+    staging folder with the modes of every other output, ``state`` plus ``step`` and the arrays' hash
+    in :data:`CHECKPOINT_STATE`, both fsynced, then one directory swap (a rerun may rewrite the same
+    step). A full disk or file-size limit is a one-line error that says how to resume.
+    """
+    from safetensors import SafetensorError
+
+    directory = Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    final = directory / step_dir_name(step)
+    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=directory))
+    try:
+        os.chmod(staging, DIR_MODE)  # mkdtemp and safetensors make their outputs private
+        arrays = staging / CHECKPOINT_ARRAYS
+        try:
+            write_arrays(arrays)
+        except SafetensorError as err:  # the Rust writer's disk-full / file-size-limit error
+            raise UserInputError(
+                f"{final / CHECKPOINT_ARRAYS}: could not write the checkpoint ({err}); free disk space or raise the "
+                "file-size limit (ulimit -f), then rerun the same command to resume."
+            ) from None
+        full = {**state, "step": step, "arrays_sha256": sha256_file(arrays)}
+        (staging / CHECKPOINT_STATE).write_text(json.dumps(full, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+        for path in (arrays, staging / CHECKPOINT_STATE):
+            os.chmod(path, FILE_MODE)
+            with open(path, "rb") as handle:
+                os.fsync(handle.fileno())
+        replace_directory(staging, final)
+    except BaseException:
+        shutil.rmtree(staging, ignore_errors=True)
+        raise
+    for _, old in list_checkpoints(directory)[:-keep]:
+        shutil.rmtree(old, ignore_errors=True)
+    return final
 
 
 def check_out_dir(out: Path, *, trainer: str, resumable: bool) -> None:

@@ -51,10 +51,10 @@ from trainers.torch_common.distributed import to_device
 from trainers.torch_common.loop import (
     _EVAL_STREAM,
     _MASK_STREAM,
+    StepNoise,
     TorchRun,
     _seeded,
     noised_total,
-    StepNoise,
 )
 from trainers.torch_common.model import layer_groups, per_example_losses
 from trainers.torch_common.plugin import TorchTrainer

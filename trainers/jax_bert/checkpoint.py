@@ -19,8 +19,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -31,12 +29,11 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from dpaudit.errors import UserInputError
-from dpaudit.rundir import DIR_MODE, FILE_MODE, replace_directory, sha256_file
+from dpaudit.rundir import sha256_file
 from dpaudit.train_rundir import (
     CHECKPOINT_ARRAYS,
     CHECKPOINT_STATE,
-    list_checkpoints,
-    step_dir_name,
+    write_checkpoint,
 )
 
 ARRAYS_NAME = CHECKPOINT_ARRAYS
@@ -103,32 +100,9 @@ def save_checkpoint(
         state: JSON-serializable state (RNG states, ledger, config...); ``step`` is added.
         keep: how many checkpoints to keep (older ones are deleted after the new one is in place).
     """
-    directory = Path(directory)
-    directory.mkdir(parents=True, exist_ok=True)
-    final = directory / step_dir_name(step)
-    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=directory))
-    try:
-        os.chmod(staging, DIR_MODE)  # the modes of every other output (mkdtemp and safetensors make them private)
-        arrays = {**flatten_with_names(params, "params"), **flatten_with_names(opt_state, "opt_state")}
-        try:
-            save_file(arrays, str(staging / ARRAYS_NAME))
-        except SafetensorError as err:  # the Rust writer's disk-full / file-size-limit error
-            raise UserInputError(
-                f"{final / ARRAYS_NAME}: could not write the checkpoint ({err}); free disk space or raise the file-size "
-                "limit (ulimit -f), then rerun the same command to resume."
-            ) from None
-        os.chmod(staging / ARRAYS_NAME, FILE_MODE)
-        _fsync(staging / ARRAYS_NAME)
-        full_state = {**state, "step": step, "arrays_sha256": sha256_file(staging / ARRAYS_NAME)}
-        (staging / STATE_NAME).write_text(json.dumps(full_state, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        _fsync(staging / STATE_NAME)
-        replace_directory(staging, final)  # may rewrite the same step (the final checkpoint on a rerun)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    for _, old in list_checkpoints(directory)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
+    arrays = {**flatten_with_names(params, "params"), **flatten_with_names(opt_state, "opt_state")}
+    return write_checkpoint(directory, step=step, write_arrays=lambda path: save_file(arrays, str(path)), state=state,
+                            keep=keep)
 
 
 def read_state(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -158,8 +132,3 @@ def restore_checkpoint(path: str | os.PathLike[str], *, params_template: Any, op
     params = unflatten_like(params_template, arrays, "params", source=arrays_path)
     opt_state = unflatten_like(opt_state_template, arrays, "opt_state", source=arrays_path)
     return Checkpoint(step=int(state["step"]), params=params, opt_state=opt_state, state=state, path=path)
-
-
-def _fsync(path: Path) -> None:
-    with open(path, "rb") as handle:
-        os.fsync(handle.fileno())

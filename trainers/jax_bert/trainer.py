@@ -84,6 +84,7 @@ from dpaudit.train_rundir import (
     check_resume,
     finish_run,
     last_value,
+    list_checkpoints,
     remove_checkpoints,
 )
 from dpaudit.trainer_api import TrainResult
@@ -256,7 +257,7 @@ class _Run:
 
     def _check_out_dir(self) -> None:
         # A finished run (manifest.json, checkpoints deleted) is returned as it is by _finished_run.
-        resumable = bool(ckpt.list_checkpoints(self.ckpt_dir)) or (self.out_dir / "manifest.json").is_file()
+        resumable = bool(list_checkpoints(self.ckpt_dir)) or (self.out_dir / "manifest.json").is_file()
         check_out_dir(self.out_dir, trainer=JaxBertTrainer.name, resumable=resumable)
 
     def _identity(self) -> dict[str, Any]:
@@ -277,7 +278,7 @@ class _Run:
         Its checkpoints are gone (they held the secret noise state), so a rerun cannot continue it:
         the same settings get the stored result back, different ones a one-line error.
         """
-        if ckpt.list_checkpoints(self.ckpt_dir) or not (self.out_dir / "manifest.json").is_file():
+        if list_checkpoints(self.ckpt_dir) or not (self.out_dir / "manifest.json").is_file():
             return None
         manifest = verify_run_dir(self.out_dir, schema_prefix="dpaudit.train/")
         stored = dict(manifest.get("config") or {})
@@ -316,7 +317,7 @@ class _Run:
         if config.data_parallel and jax.device_count() > 1:
             self.mesh = parallel.make_data_mesh()
             parallel.check_micro_batch(self.mesh, config.micro_batch)
-        latest = ckpt.list_checkpoints(self.ckpt_dir)[-1:] if self.ckpt_dir.is_dir() else []
+        latest = list_checkpoints(self.ckpt_dir)[-1:] if self.ckpt_dir.is_dir() else []
         self.resume_state = ckpt.read_state(latest[0][1]) if latest else None
         self.has_checkpoint = bool(latest)  # tracked in memory: other processes must not race the listing
         if self.resume_state is not None:

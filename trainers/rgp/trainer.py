@@ -31,10 +31,10 @@ from trainers.rgp.config import RgpConfig
 from trainers.torch_common.distributed import to_device
 from trainers.torch_common.loop import (
     _MASK_STREAM,
+    StepNoise,
     TorchRun,
     _seeded,
     noised_total,
-    StepNoise,
 )
 from trainers.torch_common.model import per_example_losses
 from trainers.torch_common.plugin import TorchTrainer

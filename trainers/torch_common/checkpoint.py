@@ -11,9 +11,6 @@ and is deleted when the run finishes unless ``--keep-checkpoints``.
 from __future__ import annotations
 
 import json
-import os
-import shutil
-import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,12 +18,11 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from dpaudit.errors import UserInputError
-from dpaudit.rundir import replace_directory, sha256_file
+from dpaudit.rundir import sha256_file
 from dpaudit.train_rundir import (
     CHECKPOINT_ARRAYS,
     CHECKPOINT_STATE,
-    list_checkpoints,
-    step_dir_name,
+    write_checkpoint,
 )
 
 ARRAYS_NAME = CHECKPOINT_ARRAYS
@@ -36,30 +32,14 @@ STATE_NAME = CHECKPOINT_STATE
 
 def save_checkpoint(directory: Path, *, step: int, names: list[str], params: list[torch.Tensor],
                     optimizer: torch.optim.Optimizer, state: dict[str, Any], keep: int = 2) -> Path:
-    """Write checkpoint ``step`` atomically and keep only the newest ``keep``."""
-    directory.mkdir(parents=True, exist_ok=True)
-    final = directory / step_dir_name(step)
-    staging = Path(tempfile.mkdtemp(prefix=f".{final.name}.", dir=directory))
-    try:
-        arrays = {f"params/{n}": p.detach().cpu().contiguous() for n, p in zip(names, params)}
-        opt = optimizer.state_dict()
-        for index, slots in opt["state"].items():
-            for key, value in slots.items():
-                arrays[f"opt/{index}/{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
-        save_file(arrays, str(staging / ARRAYS_NAME))
-        full = {**state, "step": step, "param_groups": opt["param_groups"],
-                "arrays_sha256": sha256_file(staging / ARRAYS_NAME)}
-        (staging / STATE_NAME).write_text(json.dumps(full, indent=2, sort_keys=True) + "\n", encoding="utf-8")
-        for name in (ARRAYS_NAME, STATE_NAME):
-            with open(staging / name, "rb") as handle:
-                os.fsync(handle.fileno())
-        replace_directory(staging, final)
-    except BaseException:
-        shutil.rmtree(staging, ignore_errors=True)
-        raise
-    for _, old in list_checkpoints(directory)[:-keep]:
-        shutil.rmtree(old, ignore_errors=True)
-    return final
+    """Write checkpoint ``step`` atomically and keep only the newest ``keep`` (:func:`write_checkpoint`)."""
+    arrays = {f"params/{n}": p.detach().cpu().contiguous() for n, p in zip(names, params)}
+    opt = optimizer.state_dict()
+    for index, slots in opt["state"].items():
+        for key, value in slots.items():
+            arrays[f"opt/{index}/{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
+    return write_checkpoint(directory, step=step, write_arrays=lambda path: save_file(arrays, str(path)),
+                            state={**state, "param_groups": opt["param_groups"]}, keep=keep)
 
 
 def read_state(path: Path) -> dict[str, Any]:

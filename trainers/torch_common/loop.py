@@ -53,6 +53,7 @@ from dpaudit.train_rundir import (
     check_resume,
     finish_run,
     last_value,
+    list_checkpoints,
     remove_checkpoints,
 )
 from dpaudit.trainer_api import TrainResult
@@ -188,7 +189,7 @@ class TorchRun:
         self.device = distributed.resolve_device(config.device)
         self.allocator_tuned = tune_host_allocator() if self.device.type == "cpu" else False
         self.world = distributed.init_world(self.device)
-        found = ckpt.list_checkpoints(self.ckpt_dir)
+        found = list_checkpoints(self.ckpt_dir)
         check_out_dir(self.out_dir, trainer=self.trainer_name, resumable=bool(found))
         self.data = data_mod.load_inject_dir(self.data_dir, task=config.task)
         self.resume_state = ckpt.read_state(found[-1][1]) if found else None

@@ -16,8 +16,8 @@ from dpaudit.cli import cli
 from dpaudit.errors import UserInputError
 from dpaudit.figures import format_up
 from dpaudit.rundir import verify_run_dir
+from dpaudit.train_rundir import list_checkpoints
 from trainers.edp_sgd.trainer import EdpSgdTrainer
-from trainers.torch_common import checkpoint as ckpt
 
 SECRET_SEED = 987654321123
 
@@ -103,7 +103,7 @@ def test_killed_then_resumed_equals_straight(data_dir, tmp_path, edp_config, kil
     config = edp_config(mode="dp-sgd", epochs=1, checkpoint_every=2)
     straight = EdpSgdTrainer().train(data_dir, tmp_path / "straight", config, seed=5)
     killed_after_checkpoint(lambda: EdpSgdTrainer().train(data_dir, tmp_path / "resumed", config, seed=5), step=4)
-    assert [s for s, _ in ckpt.list_checkpoints(tmp_path / "resumed" / "checkpoints")] == [2, 4]
+    assert [s for s, _ in list_checkpoints(tmp_path / "resumed" / "checkpoints")] == [2, 4]
     resumed = EdpSgdTrainer().train(data_dir, tmp_path / "resumed", config, seed=5)
     assert resumed.summary["resumed_from_step"] == 4 and resumed.steps == straight.steps == 6
     assert_same_model(tmp_path / "straight", tmp_path / "resumed", atol=0, rtol=0)  # bit for bit

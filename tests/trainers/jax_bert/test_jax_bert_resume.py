@@ -15,12 +15,9 @@ import pytest
 from safetensors.numpy import load_file
 
 from dpaudit.errors import UserInputError
+from dpaudit.train_rundir import list_checkpoints
 from trainers.jax_bert import checkpoint as ckpt
 from trainers.jax_bert.trainer import JaxBertTrainer
-
-
-
-
 
 
 class _Killed(BaseException):
@@ -60,7 +57,7 @@ def test_interrupted_then_resumed_equals_straight(data_dir, tmp_path, monkeypatc
     monkeypatch.undo()
     # Killed: only the checkpoint (and its partial metrics) exist, no final outputs.
     assert sorted(p.name for p in resumed_out.iterdir()) == ["checkpoints"]
-    assert [step for step, _ in ckpt.list_checkpoints(resumed_out / "checkpoints")] == [3]
+    assert [step for step, _ in list_checkpoints(resumed_out / "checkpoints")] == [3]
 
     resumed = JaxBertTrainer().train(data_dir, resumed_out, config, seed=7)
     assert resumed.steps == 6 and resumed.summary["resumed_from_step"] == 3

@@ -16,6 +16,7 @@ from dpaudit import accounting
 from dpaudit.errors import UserInputError
 from dpaudit.figures import format_up
 from dpaudit.rundir import read_jsonl
+from dpaudit.train_rundir import list_checkpoints
 from dpaudit.trainer_api import Trainer, load_trainer
 from trainers.jax_bert import checkpoint as ckpt
 from trainers.jax_bert.config import JaxBertConfig, parse_batch_schedule
@@ -92,7 +93,7 @@ def test_checkpoint_round_trip_is_exact_and_keeps_the_newest(tmp_path):
     state = {"numpy_rng": np.random.default_rng(1).bit_generator.state, "ledger": {"x": 1}}
     for step in (1, 2, 3):
         ckpt.save_checkpoint(tmp_path, step=step, params=params, opt_state=opt_state, state=state)
-    assert [s for s, _ in ckpt.list_checkpoints(tmp_path)] == [2, 3]
+    assert [s for s, _ in list_checkpoints(tmp_path)] == [2, 3]
     zeros = jax.tree.map(jnp.zeros_like, params)
     restored = ckpt.restore_checkpoint(tmp_path / "step_00000003", params_template=zeros,
                                        opt_state_template=opt.init(zeros))
