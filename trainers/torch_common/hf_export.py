@@ -15,14 +15,14 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from dpaudit.rundir import staged_directory
+from dpaudit.tokenizer import SPECIAL_TOKENS
 
 _SPECIAL_KEYS = ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token")
-_SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 
 
 def save_hf(out_dir: Path, model: Any, tokenizer: Tokenizer) -> None:
     """Replace ``out_dir`` with the model, its config and its tokenizer."""
-    names = dict(zip(_SPECIAL_KEYS, _SPECIALS, strict=True))
+    names = dict(zip(_SPECIAL_KEYS, SPECIAL_TOKENS, strict=True))
     tok_config = {
         # PreTrainedTokenizerFast loads tokenizer.json exactly as written (BertTokenizer would rebuild
         # a stock pipeline from the vocabulary and drop the one-token-per-digit splitter).

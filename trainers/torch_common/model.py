@@ -26,20 +26,18 @@ from tokenizers import Tokenizer
 
 from dpaudit.errors import UserInputError
 from dpaudit.presets import PRESETS
+from dpaudit.tokenizer import special_token_ids
 
-SPECIALS = ("[PAD]", "[UNK]", "[CLS]", "[SEP]", "[MASK]")
 _LAYER = re.compile(r"^(.*?\.layers?\.\d+)\.")
 
 
 def special_ids(tokenizer: Tokenizer, *, where: str) -> dict[str, int]:
-    """Ids of [PAD] [UNK] [CLS] [SEP] [MASK] (a BERT tokenizer must have them)."""
-    out = {}
-    for token in SPECIALS:
-        token_id = tokenizer.token_to_id(token)
-        if token_id is None:
-            raise UserInputError(f"{where}: the tokenizer has no {token} token; use a BERT WordPiece tokenizer.")
-        out[token.strip("[]").lower()] = token_id
-    return out
+    """Ids of [PAD] [UNK] [CLS] [SEP] [MASK] (:func:`dpaudit.tokenizer.special_token_ids`); a tokenizer
+    without one is the user's input error, named by ``where``."""
+    try:
+        return special_token_ids(tokenizer)
+    except ValueError as err:  # names the missing token
+        raise UserInputError(f"{where}: {err} Use a BERT WordPiece tokenizer.") from None
 
 
 def build_model(task: str, *, preset: str, vocab_size: int, max_length: int, label_names: list[str] | None,
