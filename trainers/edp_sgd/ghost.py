@@ -145,15 +145,14 @@ class GhostClipper:
     def _gram_entries(self, rows: list, units: _Units) -> dict[tuple[int, bool], list[tuple]]:
         """The captures whose micro-batch weight norms :meth:`_Units.gram_norms` computes together, by
         row layout (rows per example, token rows): the Embedding and Linear layers where the Gram form
-        is the cheaper for the layout's largest unit (n^2 against n + vocab rows of d for an
-        Embedding); the others keep the per-capture path."""
+        is the cheaper for the layout's largest unit; the others keep the per-capture path."""
         entries: dict[tuple[int, bool], list[tuple]] = {}
         for j, (cap, x, g, r, seq) in enumerate(rows):
             m = cap.module
             if not _is_trained_weight(m):
                 continue
             largest = max(units.counts(r, seq), default=0)
-            if (isinstance(m, torch.nn.Embedding) and largest * largest < largest + m.num_embeddings) or (
+            if (isinstance(m, torch.nn.Embedding) and _embedding_gram_is_cheaper(largest, m.num_embeddings)) or (
                     isinstance(m, torch.nn.Linear) and _gram_is_cheaper(largest, x.shape[1], g.shape[1])):
                 entries.setdefault((r, seq), []).append((j, isinstance(m, torch.nn.Embedding), x, g))
         return entries
@@ -206,7 +205,7 @@ class GhostClipper:
         if not per_example:
             for (r, seq), entries in self._gram_entries(rows, units).items():
                 gram_sq.update(units.gram_norms(entries, r, seq))
-        xhat: dict[int, torch.Tensor] = {}
+        segments: dict[int, torch.Tensor] = {}  # param -> [U, size] per-unit gradients of biases and LayerNorms
         for i, js in by_param.items():
             total = torch.zeros(num_units, dtype=torch.float32, device=device)
             p = self.params[i]
@@ -215,15 +214,14 @@ class GhostClipper:
                 m = cap.module
                 if isinstance(m, torch.nn.Embedding):
                     total = total + (gram_sq[j] if j in gram_sq else units.embedding_sq(r, seq, x, g, m.num_embeddings))
-                elif isinstance(m, torch.nn.LayerNorm):
-                    if j not in xhat:
-                        xhat[j] = F.layer_norm(x, m.normalized_shape, None, None, m.eps)
-                    term = g * xhat[j] if p is m.weight else g
-                    total = total + units.segment_sq(term, r)
-                elif p is m.weight:
+                elif p is m.weight and isinstance(m, torch.nn.Linear):
                     total = total + (gram_sq[j] if j in gram_sq else units.linear_sq(r, seq, x, g))
-                else:
-                    total = total + units.segment_sq(g, r)
+                else:  # a bias, or a LayerNorm weight (g times the normalized input): per-unit row sums
+                    term = g * F.layer_norm(x, m.normalized_shape, None, None, m.eps) if p is m.weight else g
+                    part = units.segment_sums(term, r)
+                    segments[i] = segments[i] + part if i in segments else part
+            if i in segments:
+                total = total + segments[i].pow(2).sum(1)
             if len(js) == 2:  # a tied Embedding + Linear weight: the cross term 2 <E_u, D_u>
                 (je,), (jd,) = ([j for j in js if isinstance(rows[j][0].module, kind)]
                                 for kind in (torch.nn.Embedding, torch.nn.Linear))
@@ -234,28 +232,29 @@ class GhostClipper:
         bounds = self._bounds
         factors = (bounds[:, None] / sq.sqrt().clamp(min=_TINY)).clamp(max=1.0)  # [L, U]
 
+        scaled: dict[tuple, torch.Tensor] = {}  # (rows, group) -> rows times their unit's factor (q, k, v share one)
         for i, js in by_param.items():
-            p = self.params[i]
+            p, f = self.params[i], factors[self.param_groups[i]]
+            if i in segments:  # sum_u f_u (per-unit gradient)
+                acc[i].add_(f @ segments[i])
+                continue
             for j in js:
-                cap, x, g, r, _seq = rows[j]
-                w = factors[self.param_groups[i]][units.row_owner(r)]  # [N]
+                cap, x, g, r, seq = rows[j]
                 m = cap.module
                 if isinstance(m, torch.nn.Embedding):
-                    acc[i].index_add_(0, x, g * w[:, None])
-                elif isinstance(m, torch.nn.LayerNorm):
-                    acc[i].add_(w @ (g * xhat[j]) if p is m.weight else w @ g)
-                elif p is m.weight and (x.data_ptr(), g.data_ptr(), r, _seq) in units.kept:  # sum_u w_u grad_u
-                    acc[i].add_(torch.tensordot(factors[self.param_groups[i]], units.kept[(x.data_ptr(), g.data_ptr(), r, _seq)],
-                                                dims=1))
-                elif p is m.weight:  # A^T diag(w) G over the real rows, the weights on the narrower side
-                    x, g, rows_owner = units.real_rows(r, _seq, x, g)
-                    w = factors[self.param_groups[i]][rows_owner]
-                    if x.shape[1] <= g.shape[1]:
-                        acc[i].addmm_(g.T, x * w[:, None])
+                    acc[i].index_add_(0, x, g * f[units.row_owner(r)][:, None])
+                elif (x.data_ptr(), g.data_ptr(), r, seq) in units.kept:  # sum_u f_u grad_u
+                    acc[i].add_(torch.tensordot(f, units.kept[(x.data_ptr(), g.data_ptr(), r, seq)], dims=1))
+                else:  # A^T diag(f) G over the real rows, the factors on the narrower side
+                    x, g, rows_owner = units.real_rows(r, seq, x, g)
+                    narrow = x if x.shape[1] <= g.shape[1] else g
+                    key = (narrow.data_ptr(), tuple(narrow.shape), self.param_groups[i])
+                    if key not in scaled:
+                        scaled[key] = narrow * f[rows_owner][:, None]
+                    if narrow is x:
+                        acc[i].addmm_(g.T, scaled[key])
                     else:
-                        acc[i].addmm_((g * w[:, None]).T, x)
-                else:
-                    acc[i].add_(w @ g)
+                        acc[i].addmm_(scaled[key].T, x)
         clipped = (factors < 1.0).any(0).sum().double()
         return Clipped(grads=acc, loss_sum=losses.detach().sum().double(), correct_sum=correct.detach().sum().double(),
                        units=num_units, clipped=clipped)
@@ -265,6 +264,19 @@ def _gram_is_cheaper(rows: int, d: int, p: int) -> bool:
     """Whether ``||x^T g||_F^2`` over ``rows`` rows costs less as the Gram form (rows^2 (d + p) flops)
     than as the direct product (rows d p flops)."""
     return rows * (d + p) < d * p
+
+
+#: How many multiply-adds of a batched Gram product cost about as much as one element of a gradient
+#: table (zeroed, scattered into and read for its norm: memory-bound). Measured on a 2-core CPU: a
+#: position table (512 x 312 per micro-batch) cost 8 ms per step at batch 32, its Gram form < 1 ms.
+_TABLE_ELEMENT_COST = 16
+
+
+def _embedding_gram_is_cheaper(rows: int, vocab: int) -> bool:
+    """Whether a unit's Embedding gradient norm over ``rows`` rows costs less as the Gram form (rows^2
+    products of width d, in the batched call) than as its gradient table ((rows + vocab) elements of
+    width d, memory-bound: :data:`_TABLE_ELEMENT_COST`)."""
+    return rows * rows < _TABLE_ELEMENT_COST * (rows + vocab)
 
 
 def _is_trained_weight(module: torch.nn.Module) -> bool:
@@ -305,6 +317,7 @@ class _Units:
         self.per_example, self.device = per_example, device
         self.owner = to_device(owner, device)
         self._row_owner: dict[int, torch.Tensor] = {}
+        self._membership: dict[int, torch.Tensor] = {}
         self._unit_rows: dict[tuple[int, bool], tuple[torch.Tensor, list[int]]] = {}
         self._split: dict[tuple, tuple[torch.Tensor, ...]] = {}
         self._gram: dict[tuple, torch.Tensor] = {}
@@ -481,10 +494,17 @@ class _Units:
                 to_device(torch.tensor(counts), self.device), output_size=int(sum(counts)))
         return self._select(x, r, seq), self._select(g, r, seq), self._split[key]
 
-    def segment_sq(self, term: torch.Tensor, r: int) -> torch.Tensor:
-        """[U] squared norms of the per-unit sums of the rows of ``term`` [N, d]."""
-        sums = torch.zeros((self.num_units, term.shape[1]), dtype=term.dtype, device=term.device)
-        return sums.index_add_(0, self.row_owner(r), term).pow(2).sum(1)
+    def segment_sums(self, term: torch.Tensor, r: int) -> torch.Tensor:
+        """[U, d] per-unit sums of the rows of ``term`` [N, d]: a reshape per example; per micro-batch one
+        product with the [U, N] 0/1 membership matrix (a scatter-add of the rows was slower)."""
+        if self.per_example:
+            return term.reshape(len(self.owner_cpu), r, -1).sum(1)
+        if r not in self._membership:
+            owner = self.row_owner(r)
+            member = torch.zeros((self.num_units, len(owner)), dtype=term.dtype, device=self.device)
+            self._membership[r] = member.index_put_((owner, torch.arange(len(owner), device=self.device)),
+                                                    torch.ones((), dtype=term.dtype, device=self.device))
+        return self._membership[r] @ term
 
     def cross(self, emb: tuple, dec: tuple) -> torch.Tensor:
         _, ids, ge, re, seq_e = emb

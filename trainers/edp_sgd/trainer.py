@@ -132,7 +132,7 @@ class _Run(TorchRun):
         cpu = self._batch("train", indices, generator=gen) if len(indices) else None
         full = self._on_device(cpu) if cpu is not None else None
         device = self.device
-        grad_sum = [torch.zeros_like(p) for p in self.params]
+        grad_sum: list[torch.Tensor] | None = None  # zeros unless this process has examples
         draws: list[noise.Draw] = []  # this process's noise draws (std, key)
         zero = torch.zeros((), dtype=torch.float64, device=device)
         loss_sum = correct_sum = clipped = zero
@@ -179,6 +179,8 @@ class _Run(TorchRun):
                     losses.sum().backward()
                     grad_sum = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
                     loss_sum, correct_sum, units = losses.detach().sum().double(), correct.sum().double(), len(share)
+        if grad_sum is None:
+            grad_sum = [torch.zeros_like(p) for p in self.params]
         return noised_total(grad_sum, step_noise, (loss_sum, correct_sum, units, clipped), world=world, device=device)
 
     def _ghost_sum(self, cpu: dict[str, torch.Tensor], full: dict[str, torch.Tensor], groups: list[np.ndarray]):

@@ -23,6 +23,7 @@ noise, whatever the entropy of the secret seed. Each CPU generator here instead 
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -82,7 +83,11 @@ def keyed_generator(seed: int, *key: int, device: torch.device | str = "cpu") ->
 
 def _pieces(like: Sequence[torch.Tensor]) -> list[list[tuple[int, int, int]]]:
     """The :data:`NOISE_CHUNKS` pieces of the flattened tensors: (tensor index, start, stop) runs."""
-    sizes = [t.numel() for t in like]
+    return _pieces_of(tuple(t.numel() for t in like))
+
+
+@functools.lru_cache(maxsize=8)
+def _pieces_of(sizes: tuple[int, ...]) -> list[list[tuple[int, int, int]]]:
     total = sum(sizes)
     bounds = [total * c // NOISE_CHUNKS for c in range(NOISE_CHUNKS + 1)]
     starts = np.concatenate([[0], np.cumsum(sizes)]).tolist()

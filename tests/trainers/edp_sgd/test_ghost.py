@@ -43,13 +43,16 @@ def test_ghost_per_example_sum_equals_vmap(tiny_batches, task, clip):
 @pytest.mark.parametrize("scale", [1e-3, 1e6])
 @pytest.mark.parametrize("form", ["auto", "gram", "direct"])  # forced: every Linear one way
 def test_ghost_per_layer_microbatch_sum_equals_vmap(tiny_batches, task, scale, form, monkeypatch):
-    """Also with every Linear through the batched Gram norms, or through kept unit gradients whose
-    weighted sum is the clipped sum (the direct form, large micro-batches)."""
+    """Also with every Linear and Embedding through the batched Gram norms, or every Linear through
+    kept unit gradients whose weighted sum is the clipped sum (the direct form, large micro-batches)
+    and every Embedding through its units' gradient tables."""
     from trainers.edp_sgd import ghost as ghost_module
 
     gram = form == "gram"
     if form != "auto":  # the tiny model's layers are too narrow for the Gram form to be the cheaper one
         monkeypatch.setattr(ghost_module, "_gram_is_cheaper", lambda rows, d, p: gram)
+        # Embeddings too: the Gram form with the id-equality mask, or the units' gradient tables
+        monkeypatch.setattr(ghost_module, "_embedding_gram_is_cheaper", lambda rows, vocab: gram)
     kept = []
     linear_sq = ghost_module._Units.linear_sq
 
@@ -59,6 +62,10 @@ def test_ghost_per_layer_microbatch_sum_equals_vmap(tiny_batches, task, scale, f
         return out
 
     monkeypatch.setattr(ghost_module._Units, "linear_sq", counting_linear_sq)
+    tables = []
+    embedding_sq = ghost_module._Units.embedding_sq
+    monkeypatch.setattr(ghost_module._Units, "embedding_sq",
+                        lambda self, *args: tables.append(args[-1]) or embedding_sq(self, *args))
     ran = []
     gram_norms = ghost_module._Units.gram_norms
     monkeypatch.setattr(ghost_module._Units, "gram_norms",
@@ -77,8 +84,11 @@ def test_ghost_per_layer_microbatch_sum_equals_vmap(tiny_batches, task, scale, f
     got = GhostClipper(model, per_example_losses, bounds=bounds, param_groups=groups).clipped_sum(batch, owner, 3)
     assert _max_error(got.grads, want.grads) < 1e-5
     assert int(got.clipped) == int(want.clipped)
-    if gram:  # forced: all 2 layers x 6 Linear of the token rows in one batched call
+    if gram:  # forced: all 2 layers x 6 Linear and the 3 Embeddings of the token rows in one batched call
         assert [is_embedding for _, is_embedding, *_ in ran[0]].count(False) == 12
+        assert [is_embedding for _, is_embedding, *_ in ran[0]].count(True) == 3 and not tables
+    if form == "direct":  # the word, position and token-type tables
+        assert len(tables) == 3
     if form == "direct":  # every Linear weight kept its unit gradients (2 layers x 6, pooler, head)
         assert kept[-1] == 14  # classify: + pooler and classifier; mlm: + transform and tied decoder
 
