@@ -166,10 +166,10 @@ class GhostClipper:
         """
         device = self.params[0].device
         size = len(owner)
-        acc = [torch.zeros_like(p) for p in self.params]
         zero = torch.zeros((), dtype=torch.float64, device=device)
         if size == 0 or num_units == 0:
-            return Clipped(grads=acc, loss_sum=zero, correct_sum=zero.clone(), units=0, clipped=zero.clone())
+            return Clipped(grads=[torch.zeros_like(p) for p in self.params], loss_sum=zero, correct_sum=zero.clone(),
+                           units=0, clipped=zero.clone())
         per_example = num_units == size and bool(np.all(owner == np.arange(size)))
         if valid is None:
             valid = (batch["mask4"][:, 0, 0, :] == 0).cpu()
@@ -232,31 +232,38 @@ class GhostClipper:
         bounds = self._bounds
         factors = (bounds[:, None] / sq.sqrt().clamp(min=_TINY)).clamp(max=1.0)  # [L, U]
 
+        # Each parameter's clipped sum is written by its first term and accumulated by the others (a
+        # tied weight has two): no zero-filled buffers for the ~all parameters that have one term.
+        acc: list[torch.Tensor | None] = [None] * len(self.params)
         scaled: dict[tuple, torch.Tensor] = {}  # (rows, group) -> rows times their unit's factor (q, k, v share one)
         for i, js in by_param.items():
             p, f = self.params[i], factors[self.param_groups[i]]
             if i in segments:  # sum_u f_u (per-unit gradient)
-                acc[i].add_(f @ segments[i])
+                acc[i] = f @ segments[i]
                 continue
             for j in js:
                 cap, x, g, r, seq = rows[j]
                 m = cap.module
                 if isinstance(m, torch.nn.Embedding):
+                    if acc[i] is None:
+                        acc[i] = torch.zeros_like(p)
                     acc[i].index_add_(0, x, g * f[units.row_owner(r)][:, None])
-                elif (x.data_ptr(), g.data_ptr(), r, seq) in units.kept:  # sum_u f_u grad_u
-                    acc[i].add_(torch.tensordot(f, units.kept[(x.data_ptr(), g.data_ptr(), r, seq)], dims=1))
-                else:  # A^T diag(f) G over the real rows, the factors on the narrower side
-                    x, g, rows_owner = units.real_rows(r, seq, x, g)
-                    narrow = x if x.shape[1] <= g.shape[1] else g
-                    key = (narrow.data_ptr(), tuple(narrow.shape), self.param_groups[i])
-                    if key not in scaled:
-                        scaled[key] = narrow * f[rows_owner][:, None]
-                    if narrow is x:
-                        acc[i].addmm_(g.T, scaled[key])
-                    else:
-                        acc[i].addmm_(scaled[key].T, x)
+                    continue
+                if (x.data_ptr(), g.data_ptr(), r, seq) in units.kept:  # sum_u f_u grad_u
+                    term = torch.tensordot(f, units.kept[(x.data_ptr(), g.data_ptr(), r, seq)], dims=1)
+                    acc[i] = term if acc[i] is None else acc[i].add_(term)
+                    continue
+                # A^T diag(f) G over the real rows, the factors on the narrower side
+                x, g, rows_owner = units.real_rows(r, seq, x, g)
+                narrow = x if x.shape[1] <= g.shape[1] else g
+                key = (narrow.data_ptr(), tuple(narrow.shape), self.param_groups[i])
+                if key not in scaled:
+                    scaled[key] = narrow * f[rows_owner][:, None]
+                a, b = (g.T, scaled[key]) if narrow is x else (scaled[key].T, x)
+                acc[i] = torch.mm(a, b) if acc[i] is None else acc[i].addmm_(a, b)
+        grads = [a if a is not None else torch.zeros_like(p) for a, p in zip(acc, self.params)]
         clipped = (factors < 1.0).any(0).sum().double()
-        return Clipped(grads=acc, loss_sum=losses.detach().sum().double(), correct_sum=correct.detach().sum().double(),
+        return Clipped(grads=grads, loss_sum=losses.detach().sum().double(), correct_sum=correct.detach().sum().double(),
                        units=num_units, clipped=clipped)
 
 
