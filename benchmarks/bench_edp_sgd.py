@@ -27,6 +27,10 @@ default buffers give the per-sample embedding hooks a batch of 1).
 SNIPS is read from ``--snips DIR`` (train.tsv, ``text<TAB>label``), never copied into the project;
 an inject directory is written under a temporary folder.
 
+``--interleaved`` also times the modes step by step in one process, with a diagnostic beside them:
+edp-sgd with its noise draw left out, which separates the clipping's cost from the draw's (one
+Gaussian per parameter per step, which every DP mode pays whatever its clipping).
+
 Each worker also reports the median process CPU time per step (on a shared machine wall time
 includes other users' load; CPU time mostly does not). ``--device cuda`` times the trainer (and Opacus)
 on a GPU, synchronizing after each step; ``--clip-engine vmap`` times the materialized per-example
@@ -195,31 +199,58 @@ def worker(args: argparse.Namespace) -> int:
     return 0
 
 
-def interleaved(args: argparse.Namespace, data: Path, task: str) -> dict[str, tuple[float, float]]:
-    """sgd, dp-sgd and edp-sgd in ONE process, step by step in rotating order on the same batches:
-    median wall and CPU seconds per step. Load spikes on a shared machine then hit every mode alike
-    (the ghost clippers allocate no large per-example buffers, so the modes do not fragment each
+#: The interleaved diagnostic: edp-sgd with its noise draw left out (same clipping, same plumbing).
+NO_NOISE = "edp-sgd, no noise draw (diagnostic)"
+
+
+class _WithoutNoise:
+    """Wraps ``trainers.edp_sgd.trainer.StepNoise`` for the diagnostic run only: no draws, so the step
+    adds zeros. It shows the clipping's share of a step apart from the noise draw's (a draw of one
+    Gaussian per parameter that every DP mode pays whatever its clipping); not a mode of the trainer."""
+
+    def __init__(self, real: type) -> None:
+        self.real = real
+
+    def __call__(self, like, draws, seed, private):  # StepNoise(like, draws, seed, private)
+        return self.real(like, [], seed, private)
+
+
+def interleaved(args: argparse.Namespace, data: Path, task: str) -> dict[str, tuple[float, float, float]]:
+    """sgd, dp-sgd, edp-sgd and the no-noise diagnostic in ONE process, step by step in rotating order
+    on the same batches: median wall and CPU seconds per step, and the median over steps of the step's
+    wall time over sgd's in the same round (load spikes on a shared machine then hit every mode alike;
+    the ghost clippers allocate no large per-example buffers, so the modes do not fragment each
     other's heap the way the vmap clippers did)."""
+    import trainers.edp_sgd.trainer as trainer_module
+
+    real = trainer_module.StepNoise
     with tempfile.TemporaryDirectory(prefix="bench_edp_sgd_inter.") as tmp:
         options = _common(args, task)
         runs = {"sgd": build_run(data, Path(tmp), mode="sgd", **options)}
-        for mode in ("dp-sgd", "edp-sgd"):
-            runs[mode] = build_run(data, Path(tmp), mode=mode, noise_multiplier=1.0, clip_norm=1.0, **options)
+        for mode in ("dp-sgd", "edp-sgd", NO_NOISE):
+            runs[mode] = build_run(data, Path(tmp), mode=mode.split(",")[0], noise_multiplier=1.0, clip_norm=1.0,
+                                   **options)
         cuda = runs["sgd"].device.type == "cuda"
         times: dict[str, list[tuple[float, float]]] = {mode: [] for mode in runs}
         modes = list(runs)
-        for i in range(args.warmup + args.steps):
-            order = modes[i % 3:] + modes[:i % 3]
-            for mode in order:
-                run = runs[mode]
-                indices = run._sample(i)
-                start, cpu_start = time.perf_counter(), time.process_time()
-                run.step(i, indices)
-                if cuda:
-                    torch.cuda.synchronize()
-                if i >= args.warmup:
-                    times[mode].append((time.perf_counter() - start, time.process_time() - cpu_start))
-    return {mode: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v)) for mode, v in times.items()}
+        try:
+            for i in range(args.warmup + args.steps):
+                order = modes[i % len(modes):] + modes[:i % len(modes)]
+                for mode in order:
+                    run = runs[mode]
+                    trainer_module.StepNoise = _WithoutNoise(real) if mode == NO_NOISE else real
+                    indices = run._sample(i)
+                    start, cpu_start = time.perf_counter(), time.process_time()
+                    run.step(i, indices)
+                    if cuda:
+                        torch.cuda.synchronize()
+                    if i >= args.warmup:
+                        times[mode].append((time.perf_counter() - start, time.process_time() - cpu_start))
+        finally:
+            trainer_module.StepNoise = real
+    sgd = [w for w, _ in times["sgd"]]
+    return {mode: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v),
+                   statistics.median(w / base for (w, _), base in zip(v, sgd))) for mode, v in times.items()}
 
 
 def _common(args: argparse.Namespace, task: str) -> dict:
@@ -243,7 +274,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's default).")
     parser.add_argument("--no-opacus", action="store_true")
     parser.add_argument("--interleaved", action="store_true",
-                        help="Also time sgd, dp-sgd and edp-sgd interleaved step by step in one process (ratios under equal load).")
+                        help="Also time sgd, dp-sgd, edp-sgd and edp-sgd without its noise draw (a diagnostic) interleaved "
+                             "step by step in one process; their 'x sgd' is the median of per-round ratios.")
     parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
                         help="The trainer's --device (Opacus runs on the same device).")
     parser.add_argument("--clip-engine", choices=("ghost", "vmap"), default="ghost",
@@ -278,9 +310,9 @@ def main(argv: list[str] | None = None) -> int:
                                 "steps_per_epoch": per_epoch, "dataset_size": n})
             if args.interleaved:
                 inter = interleaved(args, data, task)
-                for mode, (wall, cpu) in inter.items():
+                for mode, (wall, cpu, ratio) in inter.items():
                     results.append({"task": task, "mode": f"{mode} (interleaved)", "median_step_s": wall,
-                                    "epoch_s_estimate": wall * per_epoch, "ratio_to_sgd": wall / inter["sgd"][0],
+                                    "epoch_s_estimate": wall * per_epoch, "ratio_to_sgd": ratio,
                                     "cpu_step_s": cpu, "cpu_ratio_to_sgd": cpu / inter["sgd"][1],
                                     "timed_steps": args.steps, "steps_per_epoch": per_epoch, "dataset_size": n})
             for ref in ("opacus", "opacus-tuned"):
@@ -293,13 +325,13 @@ def main(argv: list[str] | None = None) -> int:
           f"device {args.device}, clip engine {args.clip_engine}, "
           f"max length {args.max_length}, threads {torch.get_num_threads()}; epoch time = median of {args.steps} timed "
           f"steps (best of {args.rounds} fresh-process rounds) x steps per epoch (not whole epochs)")
-    print(f"{'task':9} {'mode':26} {'step s':>8} {'epoch s (est.)':>15} {'x sgd':>7} {'cpu s':>7} {'cpu x sgd':>9}")
+    print(f"{'task':9} {'mode':50} {'step s':>8} {'epoch s (est.)':>15} {'x sgd':>7} {'cpu s':>7} {'cpu x sgd':>9}")
     for r in results:
         if "ratio_to_sgd" in r:
-            print(f"{r['task']:9} {r['mode']:26} {r['median_step_s']:8.3f} {r['epoch_s_estimate']:15.1f} "
+            print(f"{r['task']:9} {r['mode']:50} {r['median_step_s']:8.3f} {r['epoch_s_estimate']:15.1f} "
                   f"{r['ratio_to_sgd']:7.2f} {r['cpu_step_s']:7.3f} {r['cpu_ratio_to_sgd']:9.2f}")
         else:
-            print(f"{r['task']:9} {r['mode']:48} {r['ratio']:5.2f}x")
+            print(f"{r['task']:9} {r['mode']:72} {r['ratio']:5.2f}x")
     return 0
 
 
