@@ -73,8 +73,9 @@ from dpaudit.rundir import (
     write_manifest,
 )
 
-# Independent random streams derived from the one seed.
+# Independent random streams derived from the one seed (6 is canaries.keys.KEY_STREAM).
 _SPLIT, _SECRETS, _COIN, _LABELS, _SHUFFLE = 1, 2, 3, 4, 5
+_HELDOUT_ORDER, _PUBLIC_ORDER = 7, 8
 DEFAULT_CORPUS_SIZE = 20_000
 #: Canary insertions may be at most this share of train.jsonl unless forced (``dpaudit inject --force``):
 #: beyond it the training set is mostly canaries (issue: --frequencies 1000000 wrote a 1 GB file of one line).
@@ -394,10 +395,14 @@ def _write(out: Path, *, overwrite: bool, config: InjectConfig, corpus: LoadedCo
         with staged_directory(out, overwrite=overwrite) as stage:
             with open(stage / mf.TRAIN, "w", encoding="utf-8", newline="\n") as handle:
                 write_rows(handle, order, canary_lines=canary_lines, desc="train.jsonl", **write)
-            for name, code in ((mf.HELDOUT, HELDOUT), (mf.PUBLIC, PUBLIC)):
+            for name, code, stream in ((mf.HELDOUT, HELDOUT, _HELDOUT_ORDER), (mf.PUBLIC, PUBLIC, _PUBLIC_ORDER)):
                 current = name
+                # Shuffled, so that every prefix is a uniform sample of the split: consumers read the first
+                # rows (a trainer's evaluation, the public rows that scale per-layer clip norms), and a
+                # corpus sorted by label would otherwise give them one intent only.
+                rows = _rng(config.seed, stream).permutation(np.flatnonzero(codes == code))
                 with open(stage / name, "w", encoding="utf-8", newline="\n") as handle:
-                    write_rows(handle, np.flatnonzero(codes == code), desc=name, **write)
+                    write_rows(handle, rows, desc=name, **write)
             current = mf.CANARIES
             with open(stage / mf.CANARIES, "w", encoding="utf-8", newline="\n") as handle:
                 handle.write("".join(dumps_jsonl_line(c.to_record()) for c in canaries))

@@ -123,6 +123,28 @@ def test_user_text_corpus_json_summary_and_tamper_detection(tmp_path):
         load_inject_run(out)
 
 
+def test_heldout_and_public_rows_are_shuffled_so_every_prefix_is_a_uniform_sample(tmp_path):
+    """A corpus sorted by label (as intent datasets often ship) must not give a trainer's evaluation,
+    which reads the first heldout rows, or the per-layer clip scaling, which reads the first public
+    rows, a single intent: the splits are written in a seeded random order."""
+    corpus = tmp_path / "sorted.tsv"
+    rows = [(f"utterance {i} of intent {k}", f"intent{k}") for k in range(5) for i in range(120)]  # sorted by label
+    corpus.write_text("text\tlabel\n" + "".join(f"{t}\t{label}\n" for t, label in rows), encoding="utf-8")
+    out = tmp_path / "run"
+    result = invoke("--corpus", str(corpus), "--out", str(out), "--frequencies", "1", "--per-frequency", "2",
+                    "--heldout-size", "100", "--public-size", "100")
+    assert result.exit_code == 0, result.output
+    for name in ("heldout.jsonl", "public.jsonl"):
+        split = list(read_jsonl(out / name))
+        assert len({r["label"] for r in split[:20]}) >= 4, name  # in corpus order: 1 or 2 labels
+        numbers = [int(r["text"].split()[1]) + 1000 * int(r["label"][-1]) for r in split]
+        assert numbers != sorted(numbers), name
+    again = tmp_path / "again"
+    assert invoke("--corpus", str(corpus), "--out", str(again), "--frequencies", "1", "--per-frequency", "2",
+                  "--heldout-size", "100", "--public-size", "100").exit_code == 0
+    assert (again / "heldout.jsonl").read_bytes() == (out / "heldout.jsonl").read_bytes()  # the seed fixes the order
+
+
 def test_coin_flip_mode(tmp_path):
     out = tmp_path / "run"
     result = invoke("--corpus", "builtin:assistant", "--corpus-size", "400", "--out", str(out), "--coin-flip",
