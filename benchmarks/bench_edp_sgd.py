@@ -203,16 +203,15 @@ def worker(args: argparse.Namespace) -> int:
 NO_NOISE = "edp-sgd, no noise draw (diagnostic)"
 
 
-class _WithoutNoise:
-    """Wraps ``trainers.edp_sgd.trainer.StepNoise`` for the diagnostic run only: no draws, so the step
-    adds zeros. It shows the clipping's share of a step apart from the noise draw's (a draw of one
-    Gaussian per parameter that every DP mode pays whatever its clipping); not a mode of the trainer."""
+def _without_noise(real: type):
+    """``trainers.edp_sgd.trainer.StepNoise`` with no draws, for the diagnostic run only: the step adds
+    zeros. It shows the clipping's share of a step apart from the noise draw's (a draw of one Gaussian
+    per parameter that every DP mode pays whatever its clipping); not a mode of the trainer."""
 
-    def __init__(self, real: type) -> None:
-        self.real = real
+    def step_noise(like, draws, seed, private):  # StepNoise's signature
+        return real(like, [], seed, private)
 
-    def __call__(self, like, draws, seed, private):  # StepNoise(like, draws, seed, private)
-        return self.real(like, [], seed, private)
+    return step_noise
 
 
 def interleaved(args: argparse.Namespace, data: Path, task: str) -> dict[str, tuple[float, float, float]]:
@@ -227,9 +226,8 @@ def interleaved(args: argparse.Namespace, data: Path, task: str) -> dict[str, tu
     with tempfile.TemporaryDirectory(prefix="bench_edp_sgd_inter.") as tmp:
         options = _common(args, task)
         runs = {"sgd": build_run(data, Path(tmp), mode="sgd", **options)}
-        for mode in ("dp-sgd", "edp-sgd", NO_NOISE):
-            runs[mode] = build_run(data, Path(tmp), mode=mode.split(",")[0], noise_multiplier=1.0, clip_norm=1.0,
-                                   **options)
+        for name, mode in (("dp-sgd", "dp-sgd"), ("edp-sgd", "edp-sgd"), (NO_NOISE, "edp-sgd")):
+            runs[name] = build_run(data, Path(tmp), mode=mode, noise_multiplier=1.0, clip_norm=1.0, **options)
         cuda = runs["sgd"].device.type == "cuda"
         times: dict[str, list[tuple[float, float]]] = {mode: [] for mode in runs}
         modes = list(runs)
@@ -238,7 +236,7 @@ def interleaved(args: argparse.Namespace, data: Path, task: str) -> dict[str, tu
                 order = modes[i % len(modes):] + modes[:i % len(modes)]
                 for mode in order:
                     run = runs[mode]
-                    trainer_module.StepNoise = _WithoutNoise(real) if mode == NO_NOISE else real
+                    trainer_module.StepNoise = _without_noise(real) if mode == NO_NOISE else real
                     indices = run._sample(i)
                     start, cpu_start = time.perf_counter(), time.process_time()
                     run.step(i, indices)
