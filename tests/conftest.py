@@ -2,11 +2,24 @@
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
+import tempfile
 
 # Two CPU devices for the data-parallel tests; must be set before jax is first imported.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+# One XLA compilation cache for the whole session, subprocesses included: a test that builds a step
+# function already compiled by another test, or a launched process that compiles what this one did,
+# loads the executable instead of compiling it again (the programs and their results are the same).
+# A fresh directory per session, removed at its end: nothing carries over from one run to the next.
+# (No size limit: with one, jax's eviction expects an access-time file beside every entry and warns
+# when a process wrote one without it. A read that fails is compiled afresh, with a warning.)
+_JAX_CACHE = tempfile.mkdtemp(prefix="dpaudit-tests-xla-")
+os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _JAX_CACHE)
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+atexit.register(shutil.rmtree, _JAX_CACHE, ignore_errors=True)
 
 import pytest  # noqa: E402
 
