@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import itertools
+
 import numpy as np
 import pytest
 import torch
@@ -77,15 +79,20 @@ def test_the_values_do_not_depend_on_the_thread_count():
     assert torch.equal(draws[0], draws[1]) and torch.equal(draws[0], draws[2])
 
 
-@pytest.mark.parametrize("sizes", [[1], [5, 3], [1000, 1, 17, 4096], [16] * 40])
-def test_the_pieces_cover_every_element_once(sizes):
-    seen = [np.zeros(s, dtype=int) for s in sizes]
-    pieces = noise._pieces([torch.empty(s) for s in sizes])
-    assert len(pieces) == noise.NOISE_CHUNKS
-    for runs in pieces:
-        for i, a, b in runs:
-            seen[i][a:b] += 1
-    assert all((s == 1).all() for s in seen)
+@pytest.mark.parametrize("total", [1, 8, 15, 16, 17, 1000, 7_392_104])
+def test_the_pieces_cover_every_element_once(total):
+    bounds = noise._piece_bounds(total)
+    assert len(bounds) == noise.NOISE_CHUNKS and bounds[0][0] == 0 and bounds[-1][1] == total
+    assert all(lo <= hi for lo, hi in bounds) and all(a[1] == b[0] for a, b in itertools.pairwise(bounds))
+
+
+def test_each_call_returns_fresh_tensors_shaped_like_the_parameters():
+    like = [torch.empty(s) for s in SHAPES]
+    first = noise.gaussian_sum(like, [(1.0, (2,))], 7)
+    kept = [t.clone() for t in first]
+    noise.gaussian_sum(like, [(1.0, (3,))], 7)  # another draw must not overwrite the first
+    assert all(torch.equal(a, b) for a, b in zip(first, kept))
+    assert [tuple(t.shape) for t in first] == SHAPES and all(t.is_contiguous() for t in first)
 
 
 def test_no_draw_gives_zeros():

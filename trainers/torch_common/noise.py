@@ -23,7 +23,7 @@ noise, whatever the entropy of the secret seed. Each CPU generator here instead 
 
 from __future__ import annotations
 
-import functools
+import itertools
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -81,37 +81,19 @@ def keyed_generator(seed: int, *key: int, device: torch.device | str = "cpu") ->
     return generator
 
 
-def _pieces(like: Sequence[torch.Tensor]) -> list[list[tuple[int, int, int]]]:
-    """The :data:`NOISE_CHUNKS` pieces of the flattened tensors: (tensor index, start, stop) runs."""
-    return _pieces_of(tuple(t.numel() for t in like))
-
-
-@functools.lru_cache(maxsize=8)
-def _pieces_of(sizes: tuple[int, ...]) -> list[list[tuple[int, int, int]]]:
-    total = sum(sizes)
+def _piece_bounds(total: int) -> list[tuple[int, int]]:
+    """The :data:`NOISE_CHUNKS` pieces of a flat buffer of ``total`` numbers: [lo, hi) ranges, some empty
+    when ``total`` is small. They depend on ``total`` only, never on the thread count."""
     bounds = [total * c // NOISE_CHUNKS for c in range(NOISE_CHUNKS + 1)]
-    starts = np.concatenate([[0], np.cumsum(sizes)]).tolist()
-    out: list[list[tuple[int, int, int]]] = []
-    for c in range(NOISE_CHUNKS):
-        lo, hi, runs = bounds[c], bounds[c + 1], []
-        for i, size in enumerate(sizes):
-            a, b = max(lo, starts[i]), min(hi, starts[i] + size)
-            if a < b:
-                runs.append((i, a - starts[i], b - starts[i]))
-        out.append(runs)
-    return out
+    return list(itertools.pairwise(bounds))
 
 
-def _draw_piece(flat: list[torch.Tensor], runs: list[tuple[int, int, int]], draws: Sequence[Draw], seed: int,
-                piece: int) -> None:
-    for d, (std, key) in enumerate(draws):
-        generator = keyed_generator(seed, *key, piece, device=flat[0].device if flat else "cpu")
-        for i, a, b in runs:
-            view = flat[i][a:b]
-            if d == 0:
-                view.normal_(0.0, std, generator=generator)
-            else:
-                view.add_(torch.empty_like(view).normal_(0.0, std, generator=generator))
+def _draw_piece(piece: torch.Tensor, generators: list[torch.Generator], stds: list[float]) -> None:
+    """One piece, one ``normal_`` call per draw: no Python loop over tensors, so the pool threads
+    hold the GIL for microseconds and spend their time in torch's (GIL-free) sampler."""
+    piece.normal_(0.0, stds[0], generator=generators[0])
+    for generator, std in zip(generators[1:], stds[1:]):
+        piece.add_(torch.empty_like(piece).normal_(0.0, std, generator=generator))
 
 
 _POOL: ThreadPoolExecutor | None = None
@@ -132,19 +114,25 @@ def gaussian_sum(like: Sequence[torch.Tensor], draws: Sequence[Draw], seed: int)
     """``sum over draws of N(0, std^2 I)`` shaped like ``like`` (on their device), keyed by (seed,
     noise stream, *key, piece); zeros without draws.
 
-    On the CPU the pieces are drawn by as many threads as torch uses (it releases the GIL inside
-    ``normal_``); on a GPU the kernels are asynchronous already.
+    The noise is drawn into ONE fresh flat buffer (the tensors' sizes concatenated) and returned as views
+    of it, so each of the :data:`NOISE_CHUNKS` pieces is one contiguous ``normal_`` call. On the CPU the
+    pieces are drawn by as many threads as torch uses (``normal_`` releases the GIL); their generators
+    are keyed beforehand on this thread. On a GPU the kernels are asynchronous already.
     """
-    out = [torch.empty(t.shape, dtype=t.dtype, device=t.device) if draws else torch.zeros_like(t) for t in like]
     if not draws or not like:
-        return out
-    flat = [t.view(-1) for t in out]
-    jobs = [(c, runs) for c, runs in enumerate(_pieces(like)) if runs]
-    pool = _pool() if like[0].device.type == "cpu" else None
+        return [torch.zeros_like(t) for t in like]
+    if len({(t.dtype, t.device) for t in like}) != 1:
+        raise ValueError("gaussian_sum needs tensors of one dtype on one device")
+    sizes = [t.numel() for t in like]
+    flat = torch.empty(sum(sizes), dtype=like[0].dtype, device=like[0].device)
+    stds = [std for std, _ in draws]
+    jobs = [(flat[lo:hi], [keyed_generator(seed, *key, c, device=flat.device) for _, key in draws])
+            for c, (lo, hi) in enumerate(_piece_bounds(flat.numel())) if hi > lo]
+    pool = _pool() if flat.device.type == "cpu" else None
     if pool is None:
-        for c, runs in jobs:
-            _draw_piece(flat, runs, draws, seed, c)
+        for piece, generators in jobs:
+            _draw_piece(piece, generators, stds)
     else:
-        for future in [pool.submit(_draw_piece, flat, runs, draws, seed, c) for c, runs in jobs]:
+        for future in [pool.submit(_draw_piece, piece, generators, stds) for piece, generators in jobs]:
             future.result()  # re-raises a worker's error
-    return out
+    return [part.view(t.shape) for part, t in zip(flat.split(sizes), like)]

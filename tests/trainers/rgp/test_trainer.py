@@ -96,7 +96,9 @@ def test_the_step_noise_is_sigma_c_on_every_summed_coordinate(data_dir, tmp_path
     updates, stats = run.aggregate(0, np.arange(0))  # an empty batch: the update is the noise alone
     k = len(run.reparam.matrices)
     vectors = torch.cat([u.flatten() for u in updates[k:]]).double()
-    assert float(vectors.std()) == pytest.approx(0.8 * 0.5, rel=0.03)
+    # 1,615 numbers: a sample std's standard error is 1/sqrt(2n) = 1.8%, so the band is 4 of them (a 3%
+    # band was 1.7 and failed for one fixed noise seed out of ~11; checked over 400 keys: mean 0.3996).
+    assert vectors.numel() == 1615 and float(vectors.std()) == pytest.approx(0.8 * 0.5, rel=0.07)
     # At full rank Eq. 3 of i.i.d. carrier noise is a projection of it onto span: the update of a
     # square 64 x 64 weight (r = 64 = p) is dL R with dL ~ N(0, (sigma C)^2): again i.i.d. N(0, (sigma C)^2).
     square = [u for u, w in zip(updates[:k], run.reparam.matrices) if w.shape == (64, 64)]
