@@ -170,8 +170,9 @@ class MicrobatchClipper:
         losses, correct = self.loss_fn(self.model, batch)
         grads = torch.autograd.grad(losses.sum(), self.params, allow_unused=True, materialize_grads=True)
         sq = torch.stack(torch._foreach_norm(grads)).pow(2)  # fused norms, no copies of the gradients
-        group_norms = torch.zeros(len(self.layer_clip_norms)).index_add_(0, self.param_groups, sq).sqrt()
-        factors = (self._bounds / group_norms.clamp(min=_TINY)).clamp(max=1.0).tolist()
+        group_norms = torch.zeros(len(self.layer_clip_norms), device=sq.device).index_add_(
+            0, self.param_groups.to(sq.device), sq).sqrt()
+        factors = (self._bounds.to(sq.device) / group_norms.clamp(min=_TINY)).clamp(max=1.0).tolist()
         for group, members in enumerate(self._members):  # acc += factor_l * grad, in place, per layer
             torch._foreach_add_([acc[i] for i in members], [grads[i] for i in members], alpha=factors[group])
         return float(losses.detach().sum()), float(correct.sum()), any(f < 1.0 for f in factors)
