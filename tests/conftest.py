@@ -16,10 +16,10 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 # A fresh directory per session, removed at its end: nothing carries over from one run to the next.
 # (No size limit: with one, jax's eviction expects an access-time file beside every entry and warns
 # when a process wrote one without it. A read that fails is compiled afresh, with a warning.)
-_JAX_CACHE = tempfile.mkdtemp(prefix="dpaudit-tests-xla-")
-os.environ.setdefault("JAX_COMPILATION_CACHE_DIR", _JAX_CACHE)
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # a developer's own cache wins
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="dpaudit-tests-xla-")
+    atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
-atexit.register(shutil.rmtree, _JAX_CACHE, ignore_errors=True)
 
 import pytest  # noqa: E402
 

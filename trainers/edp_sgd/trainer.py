@@ -38,7 +38,6 @@ from dpaudit.inject_run import canary_frequencies
 from dpaudit.privacy_record import PrivacyRecord
 from trainers.edp_sgd import privacy
 from trainers.edp_sgd.clipping import (
-    Clipped,
     MicrobatchClipper,
     PerExampleClipper,
     layer_clip_norms,
@@ -185,13 +184,9 @@ class _Run(TorchRun):
 
     def _ghost_sum(self, cpu: dict[str, torch.Tensor], full: dict[str, torch.Tensor], groups: list[np.ndarray]):
         """The ghost clipper's sum over the micro-batches ``groups`` (index arrays into the batch)."""
-        groups = [g for g in groups if len(g)]
-        if not groups:
-            zero = torch.zeros((), dtype=torch.float64, device=self.device)
-            return Clipped(grads=[torch.zeros_like(p) for p in self.params], loss_sum=zero, correct_sum=zero,
-                           units=0, clipped=zero)
-        rows = torch.as_tensor(np.concatenate(groups), dtype=torch.long)
-        owner = np.concatenate([np.full(len(g), u) for u, g in enumerate(groups)])
+        groups = [g for g in groups if len(g)]  # none: the clipper returns zeros for an empty batch
+        rows = torch.as_tensor(np.concatenate([np.zeros(0, np.int64), *groups]), dtype=torch.long)
+        owner = np.repeat(np.arange(len(groups)), [len(g) for g in groups])
         on_device = to_device(rows, self.device)
         sub = {key: v[on_device] for key, v in full.items()}
         return self.ghost.clipped_sum(sub, owner, len(groups), valid=cpu["mask4"][rows, 0, 0, :] == 0)

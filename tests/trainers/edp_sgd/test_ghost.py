@@ -184,3 +184,15 @@ def test_batched_gram_norms_equal_each_units_gradient_norm(monkeypatch):
         monkeypatch.setattr(ghost_module, "_KEEP_BYTES", keep_bytes)
         direct = units.embedding_sq(r, True, ids, gs[3], 3)
         assert direct.tolist() == pytest.approx(got[3].tolist(), rel=1e-9, abs=1e-12)
+
+
+def test_a_process_whose_micro_batches_are_all_empty_adds_zeros(data_dir, tmp_path, edp_config):
+    """With k micro-batches spread over processes a process can hold only empty ones while the batch is
+    not empty: the ghost clipper then gets no rows and returns zeros and no units."""
+    run = _Run(data_dir, tmp_path / "out", edp_config(mode="edp-sgd"), seed=0)
+    run._setup()
+    assert run.ghost is not None
+    cpu = run._batch("train", np.arange(4), generator=None)
+    result = run._ghost_sum(cpu, run._on_device(cpu), [np.zeros(0, np.int64)] * 2)
+    assert result.units == 0 and float(result.loss_sum) == 0.0 and float(result.clipped) == 0.0
+    assert all(torch.count_nonzero(g) == 0 and g.shape == p.shape for g, p in zip(result.grads, run.params))
