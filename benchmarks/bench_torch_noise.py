@@ -1,9 +1,10 @@
 """Time of the torch trainers' DP noise draw: one step's Gaussian noise for a BERT's parameters.
 
-Compares the draw the trainers make (:func:`trainers.torch_common.noise.gaussian_sum`: 16 pieces,
-each from an mt19937 generator given a full keyed state, drawn by torch's thread count) with one
-``manual_seed`` generator filling every tensor in turn (the former draw, whose stream had only 2^32
-possible seeds). Prints milliseconds per draw and the ratio to the former draw.
+Compares the draw the trainers make (:func:`trainers.torch_common.noise.gaussian_sum`: 16 keyed pieces
+drawn by torch's thread count, each by the C Philox sampler or, where it cannot be built, by an
+mt19937 generator given a full keyed state) with one ``manual_seed`` generator filling every tensor
+in turn (the first draw of all, whose stream had only 2^32 possible seeds). Prints milliseconds per
+draw and the ratio to that first draw.
 
     python benchmarks/bench_torch_noise.py                 # the paper's BERT (7.2M parameters)
     python benchmarks/bench_torch_noise.py --params 110e6  # BERT-base size
@@ -18,7 +19,7 @@ import time
 import torch
 
 from dpaudit.host_allocator import tune_host_allocator
-from trainers.torch_common import noise
+from trainers.torch_common import noise, philox
 
 
 def _shapes(params: float) -> list[tuple[int, ...]]:
@@ -55,19 +56,24 @@ def main(argv: list[str] | None = None) -> int:
         for t in like:
             torch.empty(t.shape).normal_(0.0, 1.0, generator=generator)
 
-    def keyed(n: int):
+    built = philox._library
+
+    def keyed(n: int, sampler: str):
         def draw() -> None:
             torch.set_num_threads(n)
+            philox._library = built if sampler == "Philox" else lambda: None
             try:
                 noise.gaussian_sum(like, [(1.0, (7,))], 2**100 + 3)
             finally:
                 torch.set_num_threads(threads)
+                philox._library = built
         return draw
 
-    rows = [("one manual_seed generator (former)", _time(former, args.repeats)),
-            ("keyed pieces, 1 thread", _time(keyed(1), args.repeats))]
-    if threads > 1:
-        rows.append((f"keyed pieces, {threads} threads (torch default)", _time(keyed(threads), args.repeats)))
+    rows = [("one manual_seed generator (former)", _time(former, args.repeats))]
+    samplers = ["mt19937", "Philox"] if philox.available() else ["mt19937"]
+    for sampler in samplers:
+        for n in sorted({1, threads}):
+            rows.append((f"keyed {sampler} pieces, {n} thread{'s' * (n > 1)}", _time(keyed(n, sampler), args.repeats)))
     base = rows[0][1][0]
     print(f"{total / 1e6:.1f}M Gaussian numbers per draw, float32, median of {args.repeats}")
     print(f"{'draw':48s} {'wall ms':>8s} {'cpu ms':>8s} {'x former':>9s}")

@@ -1,4 +1,7 @@
-"""The torch trainers' Gaussian noise: distribution, keys, full-entropy CPU generators, threads."""
+"""The torch trainers' Gaussian noise: distribution, keys, full-entropy CPU generators, threads.
+
+Every test runs with each CPU sampler: the C Philox one (the default where a compiler is) and torch's
+mt19937 one (the fallback, and ``DPAUDIT_NOISE_GENERATOR=torch``)."""
 
 from __future__ import annotations
 
@@ -9,10 +12,22 @@ import pytest
 import torch
 from scipy import stats
 
-from trainers.torch_common import noise
+from trainers.torch_common import noise, philox
 from trainers.torch_common.sampling import NOISE_STREAM, step_rng
 
 SHAPES = [(300, 400), (50_000,), (7,), (33, 3)]
+
+
+@pytest.fixture(autouse=True, params=["philox", "torch"])
+def sampler(request, monkeypatch):
+    if request.param == "torch":
+        monkeypatch.setattr(philox, "_library", lambda: None)
+    assert philox.available() == (request.param == "philox")
+    return request.param
+
+
+def test_the_record_names_the_sampler_that_ran(sampler):
+    assert noise.describe().startswith({"philox": "Philox4x32-10", "torch": "torch normal_"}[sampler])
 
 
 def _flat(tensors):

@@ -10,13 +10,19 @@ its index, so the values do not depend on how micro-batches are spread over proc
 
 **Generator keys.** A draw is keyed by (secret seed, noise stream, *key). Its values are split into
 :data:`NOISE_CHUNKS` fixed pieces of the flattened tensors, each drawn by its own generator keyed by
-(..., piece index). So the pieces can be drawn in parallel on the CPU (the draw of 7M numbers costs
-about 7% of a non-private BERT step on one core), and the values do not depend on the thread count.
+(..., piece index). So the pieces can be drawn in parallel on the CPU, and the values do not depend on
+the thread count.
+
+**Which generator.** On the CPU, Philox4x32-10 in C (:mod:`trainers.torch_common.philox`; ~3x cheaper
+than torch's sampler, which made the noise ~10% of a non-private BERT step at batch 32), each piece
+under a 128-bit key from a PCG64 stream keyed by the whole (secret seed, stream, key, piece)
+(:func:`philox_key`). Without a C compiler, torch's CPU sampler (:func:`keyed_generator`). On CUDA,
+torch's Philox. ``privacy.json`` records which one ran (:func:`describe`).
 
 **Why not ``manual_seed``.** torch's CPU generator (mt19937) keeps only the low 32 bits of a manual
 seed: ``manual_seed(s)`` and ``manual_seed(s + 2**32)`` give the same stream. A stream seeded that way
 would be one of 2^32, and an adversary who sees one noised update could try them all and subtract the
-noise, whatever the entropy of the secret seed. Each CPU generator here instead gets a full
+noise, whatever the entropy of the secret seed. Each torch CPU generator here instead gets a full
 19,968-bit mt19937 state drawn from a PCG64 stream keyed by the whole (secret seed, stream, key)
 (:func:`keyed_generator`). CUDA's Philox generator takes the full 64-bit seed.
 """
@@ -31,14 +37,14 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
+from trainers.torch_common import philox
 from trainers.torch_common.sampling import NOISE_STREAM, derived_seed, step_rng
 
 #: Pieces of one draw, each from its own keyed generator (fixed: the values never depend on threads).
 NOISE_CHUNKS = 16
-#: How the noise was drawn, for ``privacy.json`` (runs before this generator keyed CPU streams with 32 bits).
-GENERATOR = (f"torch normal_, each step's draw in {NOISE_CHUNKS} fixed pieces, each from its own generator keyed by (secret seed, "
-             "noise stream, step, ..., piece): on the CPU an mt19937 given a full 19,968-bit state from PCG64 keyed by the "
-             "whole secret (torch's manual_seed keeps only 32 bits), on CUDA Philox seeded with 63 bits")
+_PIECES = (f"each step's draw in {NOISE_CHUNKS} fixed pieces, each from its own generator keyed by (secret seed, noise "
+           "stream, step, ..., piece)")
+_CUDA = "on CUDA torch's Philox seeded with 63 bits"
 #: (std, key) of one Gaussian draw; ``key`` extends (secret seed, noise stream).
 Draw = tuple[float, tuple[int, ...]]
 
@@ -81,6 +87,21 @@ def keyed_generator(seed: int, *key: int, device: torch.device | str = "cpu") ->
     return generator
 
 
+def describe() -> str:
+    """How this process draws the noise, for ``privacy.json``'s ``details.noise_generator``."""
+    if philox.available():
+        return (f"Philox4x32-10 Box-Muller in C, {_PIECES}: on the CPU each piece under a 128-bit key from PCG64 keyed by "
+                f"the whole secret; {_CUDA}")
+    return (f"torch normal_, {_PIECES}: on the CPU an mt19937 given a full 19,968-bit state from PCG64 keyed by the "
+            f"whole secret (torch's manual_seed keeps only 32 bits); {_CUDA}")
+
+
+def philox_key(seed: int, *key: int) -> np.ndarray:
+    """The 4 secret 32-bit words (Philox key and counter words) of the CPU Philox stream keyed by
+    (secret seed, noise stream, *key)."""
+    return step_rng(seed, NOISE_STREAM, *key).integers(0, 1 << 32, size=4, dtype=np.uint64).astype(np.uint32)
+
+
 def _piece_bounds(total: int) -> list[tuple[int, int]]:
     """The :data:`NOISE_CHUNKS` pieces of a flat buffer of ``total`` numbers: [lo, hi) ranges, some empty
     when ``total`` is small. They depend on ``total`` only, never on the thread count."""
@@ -88,12 +109,27 @@ def _piece_bounds(total: int) -> list[tuple[int, int]]:
     return list(itertools.pairwise(bounds))
 
 
-def _draw_piece(piece: torch.Tensor, generators: list[torch.Generator], stds: list[float]) -> None:
-    """One piece, one ``normal_`` call per draw: no Python loop over tensors, so the pool threads
-    hold the GIL for microseconds and spend their time in torch's (GIL-free) sampler."""
-    piece.normal_(0.0, stds[0], generator=generators[0])
-    for generator, std in zip(generators[1:], stds[1:]):
-        piece.add_(torch.empty_like(piece).normal_(0.0, std, generator=generator))
+#: The source of one piece of one draw: a 4-word Philox key (CPU, float32) or a keyed torch Generator.
+Source = np.ndarray | torch.Generator
+
+
+def _source(seed: int, key: tuple[int, ...], flat: torch.Tensor) -> Source:
+    """Philox on the CPU for float32 when the C sampler built, else torch's keyed generator."""
+    if flat.device.type == "cpu" and flat.dtype == torch.float32 and philox.available():
+        return philox_key(seed, *key)
+    return keyed_generator(seed, *key, device=flat.device)
+
+
+def _draw_piece(piece: torch.Tensor, sources: list[Source], stds: list[float]) -> None:
+    """One piece, one sampler call per draw: no Python loop over tensors, so the pool threads hold the
+    GIL for microseconds and spend their time in the (GIL-free) sampler."""
+    for i, (source, std) in enumerate(zip(sources, stds)):
+        if isinstance(source, np.ndarray):
+            philox.normal_(piece, source, std, add=i > 0)
+        elif i == 0:
+            piece.normal_(0.0, std, generator=source)
+        else:
+            piece.add_(torch.empty_like(piece).normal_(0.0, std, generator=source))
 
 
 _POOL: ThreadPoolExecutor | None = None
@@ -115,8 +151,8 @@ def gaussian_sum(like: Sequence[torch.Tensor], draws: Sequence[Draw], seed: int)
     noise stream, *key, piece); zeros without draws.
 
     The noise is drawn into ONE fresh flat buffer (the tensors' sizes concatenated) and returned as views
-    of it, so each of the :data:`NOISE_CHUNKS` pieces is one contiguous ``normal_`` call. On the CPU the
-    pieces are drawn by as many threads as torch uses (``normal_`` releases the GIL); their generators
+    of it, so each of the :data:`NOISE_CHUNKS` pieces is one contiguous sampler call. On the CPU the
+    pieces are drawn by as many threads as torch uses (both samplers release the GIL); their sources
     are keyed beforehand on this thread. On a GPU the kernels are asynchronous already.
     """
     if not draws or not like:
@@ -126,13 +162,13 @@ def gaussian_sum(like: Sequence[torch.Tensor], draws: Sequence[Draw], seed: int)
     sizes = [t.numel() for t in like]
     flat = torch.empty(sum(sizes), dtype=like[0].dtype, device=like[0].device)
     stds = [std for std, _ in draws]
-    jobs = [(flat[lo:hi], [keyed_generator(seed, *key, c, device=flat.device) for _, key in draws])
+    jobs = [(flat[lo:hi], [_source(seed, (*key, c), flat) for _, key in draws])
             for c, (lo, hi) in enumerate(_piece_bounds(flat.numel())) if hi > lo]
     pool = _pool() if flat.device.type == "cpu" else None
     if pool is None:
-        for piece, generators in jobs:
-            _draw_piece(piece, generators, stds)
+        for piece, sources in jobs:
+            _draw_piece(piece, sources, stds)
     else:
-        for future in [pool.submit(_draw_piece, piece, generators, stds) for piece, generators in jobs]:
+        for future in [pool.submit(_draw_piece, piece, sources, stds) for piece, sources in jobs]:
             future.result()  # re-raises a worker's error
     return [part.view(t.shape) for part, t in zip(flat.split(sizes), like)]

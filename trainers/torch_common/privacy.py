@@ -57,5 +57,5 @@ def private_record(*, trainer: str, mechanism: str, plan: PrivacyPlan, steps: in
         dataset_size=plan.dataset_size, stopped_at_budget=stopped_at_budget,
         segments=[s.to_json() for s in ledger.segments], randomness=noise_source.note,
         noise_seed_explicit=noise_source.explicit, group_privacy=group_privacy_rows(epsilon, delta, frequencies),
-        guarantee=guarantee, notes=all_notes, details={**dict(details or {}), "noise_generator": noise.GENERATOR},
+        guarantee=guarantee, notes=all_notes, details={**dict(details or {}), "noise_generator": noise.describe()},
         **extra)

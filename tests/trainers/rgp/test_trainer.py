@@ -57,7 +57,7 @@ def test_run_directory_and_privacy_record(classify_run):
     assert record.noise_multipliers == [1.3] and record.paper_claim is None
     details = record.details
     assert details["rank"] == 4 and details["power_iters"] == 1 and details["mode"] == "rgp"
-    assert details["noise_generator"] == noise.GENERATOR
+    assert details["noise_generator"] == noise.describe()
     assert "classifier.weight" in details["reparametrized_weights"]
     assert "bert.embeddings.LayerNorm.weight" in details["clipped_with_the_carriers"]
     assert "bert.embeddings.word_embeddings.weight" in details["frozen"]

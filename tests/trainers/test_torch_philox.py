@@ -1,0 +1,88 @@
+"""The C Philox4x32-10 Gaussian sampler that draws the torch trainers' CPU noise."""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+import torch
+from scipy import stats
+
+from trainers.torch_common import philox
+
+KEY = (0x1234ABCD, 0x9E3779B9, 7, 0xFFFFFFFF)
+
+
+@pytest.fixture(scope="module")
+def baseline():
+    """The sampler built for the compiler's baseline instruction set (no -march=native)."""
+    library = philox.build(native=False)
+    assert library is not None
+    return library
+
+
+def _draw(n, key=KEY, std=1.0, library=None):
+    return philox.normal_(torch.empty(n), key, std, library=library)
+
+
+def test_the_blocks_match_random123s_known_answers():
+    for counter, key, want in philox._KNOWN_ANSWERS:
+        assert philox.block(counter, key) == want
+    assert philox.block((1, 0, 0, 0), (0, 0)) != philox._KNOWN_ANSWERS[0][2]
+
+
+def test_the_numbers_are_standard_normal():
+    z = _draw(2_000_003, std=1.0).double().numpy()
+    # Standard errors at n = 2e6: mean 0.0007, std 0.0005, P(|z| > 3) 3.7e-5.
+    assert abs(z.mean()) < 0.004 and z.std() == pytest.approx(1.0, abs=0.003)
+    assert np.mean(np.abs(z) > 3) == pytest.approx(2 * stats.norm.sf(3), abs=3e-4)
+    assert stats.kstest(z, "norm").pvalue > 1e-4
+    assert stats.kstest(_draw(100_000, std=0.25).double().numpy() / 0.25, "norm").pvalue > 1e-4
+    # Box-Muller pairs: the two numbers of one pair (cos and sin planes) are uncorrelated.
+    pairs = _draw(1024 * 400).double().numpy().reshape(400, 4, 256)
+    assert abs(np.corrcoef(pairs[:, 0].ravel(), pairs[:, 1].ravel())[0, 1]) < 0.01
+
+
+def test_a_number_depends_on_its_key_and_position_only():
+    long = _draw(5000)
+    for n in (1, 3, 1023, 1024, 1025, 4099):
+        assert torch.equal(_draw(n), long[:n])
+    for i in range(4):  # every one of the 4 key words changes the stream
+        other = list(KEY)
+        other[i] ^= 1
+        assert abs(float(np.corrcoef(_draw(5000, tuple(other)).numpy(), long.numpy())[0, 1])) < 0.1
+
+
+def test_add_adds_std_times_the_same_numbers():
+    base = torch.linspace(-1.0, 1.0, 3001)
+    added = philox.normal_(base.clone(), KEY, 0.5, add=True)
+    assert torch.allclose(added, base + _draw(3001, std=0.5), atol=0, rtol=0)
+
+
+def test_the_bits_do_not_depend_on_the_instruction_set(baseline):
+    """-march=native (AVX2/AVX-512 here) and the baseline build give the same bits."""
+    assert torch.equal(_draw(10_007, std=0.3), _draw(10_007, std=0.3, library=baseline))
+
+
+def test_bad_input_is_refused():
+    with pytest.raises(ValueError, match="float32"):
+        philox.normal_(torch.empty(4, dtype=torch.float64), KEY, 1.0)
+    with pytest.raises(ValueError, match="float32"):
+        philox.normal_(torch.empty(4, 4).t(), KEY, 1.0)
+    with pytest.raises(ValueError, match="4 words"):
+        philox.normal_(torch.empty(4), KEY[:2], 1.0)
+
+
+def test_without_a_compiler_there_is_no_build_and_the_env_chooses_torch(monkeypatch):
+    monkeypatch.setenv("CC", "/nonexistent/cc")
+    assert philox.build() is None
+    monkeypatch.delenv("CC")
+    monkeypatch.setenv(philox.ENV, "torch")
+    philox._library.cache_clear()
+    try:
+        assert not philox.available()
+        with pytest.raises(RuntimeError, match="not available"):
+            _draw(4)
+    finally:
+        monkeypatch.delenv(philox.ENV)
+        philox._library.cache_clear()
+    assert philox.available()
