@@ -35,6 +35,11 @@ def test_the_numbers_are_standard_normal():
     # Standard errors at n = 2e6: mean 0.0007, std 0.0005, P(|z| > 3) 3.7e-5.
     assert abs(z.mean()) < 0.004 and z.std() == pytest.approx(1.0, abs=0.003)
     assert np.mean(np.abs(z) > 3) == pytest.approx(2 * stats.norm.sf(3), abs=3e-4)
+    # The tails are not cut short (torch's CPU sampler stops at 5.8): ~127 of 2e6 beyond 4, s.e. 11.
+    assert 80 < np.sum(np.abs(z) > 4) < 180
+    # Each of the 4 planes of a pass (cos and sin of both Box-Muller pairs) is standard normal.
+    planes = z[:1024 * 1950].reshape(-1, 4, 256).transpose(1, 0, 2).reshape(4, -1)
+    assert np.all(np.abs(planes.mean(1)) < 0.006) and np.allclose(planes.std(1), 1.0, atol=0.005)
     assert stats.kstest(z, "norm").pvalue > 1e-4
     assert stats.kstest(_draw(100_000, std=0.25).double().numpy() / 0.25, "norm").pvalue > 1e-4
     # Box-Muller pairs: the two numbers of one pair (cos and sin planes) are uncorrelated.
