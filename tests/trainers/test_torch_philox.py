@@ -14,7 +14,7 @@ KEY = (0x1234ABCD, 0x9E3779B9, 7, 0xFFFFFFFF)
 
 @pytest.fixture(scope="module")
 def baseline():
-    """The sampler built for the compiler's baseline instruction set (no -march=native)."""
+    """The sampler built with the plainest flags (no -march=native, no `omp simd`)."""
     library = philox.build(native=False)
     assert library is not None
     return library
@@ -64,7 +64,7 @@ def test_add_adds_std_times_the_same_numbers():
 
 
 def test_the_bits_do_not_depend_on_the_instruction_set(baseline):
-    """-march=native (AVX2/AVX-512 here) and the baseline build give the same bits."""
+    """The vectorized build (AVX-512 here) and the plain one give the same bits."""
     assert torch.equal(_draw(10_007, std=0.3), _draw(10_007, std=0.3, library=baseline))
 
 
