@@ -80,6 +80,8 @@ def test_bad_input_is_refused():
 def test_without_a_compiler_there_is_no_build_and_the_env_chooses_torch(monkeypatch):
     monkeypatch.setenv("CC", "/nonexistent/cc")
     assert philox.build() is None
+    monkeypatch.setenv("CC", "env cc")  # a launcher before the compiler, as with CC="ccache gcc"
+    assert philox.build() is not None
     monkeypatch.delenv("CC")
     monkeypatch.setenv(philox.ENV, "torch")
     philox._library.cache_clear()

@@ -25,6 +25,7 @@ from __future__ import annotations
 import ctypes
 import functools
 import os
+import shlex
 import shutil
 import subprocess
 import tempfile
@@ -54,14 +55,15 @@ def build(native: bool = True) -> ctypes.CDLL | None:
     """Compile and load the sampler (``native``: vectorized for this CPU; else with the plainest flags,
     for a compiler that refuses those); None when there is no compiler or the build fails its
     known-answer check."""
-    compiler = shutil.which(os.environ.get("CC") or "cc")
+    command = shlex.split(os.environ.get("CC") or "cc")  # e.g. CC="ccache gcc"
+    compiler = shutil.which(command[0]) if command else None
     if compiler is None:
         return None
     with tempfile.TemporaryDirectory(prefix="dpaudit-philox-") as tmp:
         target = Path(tmp) / "philox_normal.so"
         flags = (*_FLAGS, *_NATIVE) if native else _FLAGS
         try:
-            subprocess.run([compiler, *flags, "-o", str(target), str(_SOURCE)], check=True,
+            subprocess.run([compiler, *command[1:], *flags, "-o", str(target), str(_SOURCE)], check=True,
                            capture_output=True, timeout=120)
             library = ctypes.CDLL(str(target))  # mapped: the file may go with the directory
         except (OSError, subprocess.SubprocessError):
