@@ -91,11 +91,17 @@ def available() -> bool:
     return _library() is not None
 
 
-def block(counter: Sequence[int], key: Sequence[int], library: ctypes.CDLL | None = None) -> tuple[int, ...]:
-    """One Philox4x32-10 block: the four 32-bit output words of ``counter`` (4 words) under ``key`` (2)."""
+def _loaded(library: ctypes.CDLL | None) -> ctypes.CDLL:
+    """``library``, else this process's build; an error when there is none."""
     library = library or _library()
     if library is None:
-        raise RuntimeError("the Philox sampler is not available (no C compiler, or DPAUDIT_NOISE_GENERATOR=torch)")
+        raise RuntimeError(f"the Philox sampler is not available (no C compiler, or {ENV}=torch)")
+    return library
+
+
+def block(counter: Sequence[int], key: Sequence[int], library: ctypes.CDLL | None = None) -> tuple[int, ...]:
+    """One Philox4x32-10 block: the four 32-bit output words of ``counter`` (4 words) under ``key`` (2)."""
+    library = _loaded(library)
     c, k, out = (np.asarray(counter, np.uint32), np.asarray(key, np.uint32), np.zeros(4, np.uint32))
     library.dpaudit_philox4x32_10(c.ctypes.data, k.ctypes.data, out.ctypes.data)
     return tuple(int(v) for v in out)
@@ -108,9 +114,7 @@ def normal_(out: torch.Tensor, key: Sequence[int], std: float, *, add: bool = Fa
     ``key`` is 4 secret 32-bit words: the Philox key and the two counter words that are not the
     block index. The values depend only on (key, number of elements, std).
     """
-    library = library or _library()
-    if library is None:
-        raise RuntimeError("the Philox sampler is not available (no C compiler, or DPAUDIT_NOISE_GENERATOR=torch)")
+    library = _loaded(library)
     if out.device.type != "cpu" or out.dtype != torch.float32 or not out.is_contiguous():
         raise ValueError("philox.normal_ fills a contiguous float32 CPU tensor")
     words = np.asarray(key, np.uint32)
