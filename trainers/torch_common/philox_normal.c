@@ -15,6 +15,66 @@
 #define PHILOX_W1 0xBB67AE85u
 #define LANES 256 /* counters per pass: 1,024 numbers */
 
+#if defined(__AVX512F__) || defined(__AVX2__)
+#include <immintrin.h>
+#endif
+
+#if defined(__AVX512F__)
+/* Ten Philox rounds on LANES counters, 16 at a time in AVX-512 registers. Each 32 x 32 -> 64-bit
+   product takes two vpmuludq (even lanes, then odd lanes shifted down) and two masked moves; gcc's own
+   vectorization of the portable loop below widens to 64-bit lanes and multiplies with vpmullq, which
+   made the rounds ~80% of the sampler's time. Integer arithmetic: the same bits as the portable loop. */
+#define VEC 16
+typedef __m512i vec;
+static inline vec set1(uint32_t v) { return _mm512_set1_epi32((int)v); }
+static inline vec load(const uint32_t *p) { return _mm512_loadu_si512(p); }
+static inline void store(uint32_t *p, vec v) { _mm512_storeu_si512(p, v); }
+static inline vec xor3(vec a, vec b, vec c) { return _mm512_ternarylogic_epi32(a, b, c, 0x96); }
+static inline void mulhilo(vec m, vec c, vec *hi, vec *lo) {
+    vec even = _mm512_mul_epu32(m, c), odd = _mm512_mul_epu32(m, _mm512_srli_epi64(c, 32));
+    *hi = _mm512_mask_mov_epi32(_mm512_srli_epi64(even, 32), 0xAAAA, odd);
+    *lo = _mm512_mask_mov_epi32(even, 0xAAAA, _mm512_slli_epi64(odd, 32));
+}
+#elif defined(__AVX2__)
+/* The same with AVX2 registers, 8 counters at a time. */
+#define VEC 8
+typedef __m256i vec;
+static inline vec set1(uint32_t v) { return _mm256_set1_epi32((int)v); }
+static inline vec load(const uint32_t *p) { return _mm256_loadu_si256((const __m256i *)p); }
+static inline void store(uint32_t *p, vec v) { _mm256_storeu_si256((__m256i *)p, v); }
+static inline vec xor3(vec a, vec b, vec c) { return _mm256_xor_si256(_mm256_xor_si256(a, b), c); }
+static inline void mulhilo(vec m, vec c, vec *hi, vec *lo) {
+    vec even = _mm256_mul_epu32(m, c), odd = _mm256_mul_epu32(m, _mm256_srli_epi64(c, 32));
+    *hi = _mm256_blend_epi32(_mm256_srli_epi64(even, 32), odd, 0xAA);
+    *lo = _mm256_blend_epi32(even, _mm256_slli_epi64(odd, 32), 0xAA);
+}
+#endif
+
+#ifdef VEC
+static void philox_rounds(uint32_t *restrict c0, uint32_t *restrict c1, uint32_t *restrict c2,
+                          uint32_t *restrict c3, uint32_t k0, uint32_t k1) {
+    const vec m0 = set1(PHILOX_M0), m1 = set1(PHILOX_M1);
+    for (int i = 0; i < LANES; i += VEC) {
+        vec x0 = load(c0 + i), x1 = load(c1 + i), x2 = load(c2 + i), x3 = load(c3 + i);
+        uint32_t a = k0, b = k1;
+        for (int round = 0; round < 10; round++) {
+            vec hi0, lo0, hi1, lo1;
+            mulhilo(m0, x0, &hi0, &lo0);
+            mulhilo(m1, x2, &hi1, &lo1);
+            x0 = xor3(hi1, x1, set1(a));
+            x2 = xor3(hi0, x3, set1(b));
+            x1 = lo1;
+            x3 = lo0;
+            a += PHILOX_W0;
+            b += PHILOX_W1;
+        }
+        store(c0 + i, x0);
+        store(c1 + i, x1);
+        store(c2 + i, x2);
+        store(c3 + i, x3);
+    }
+}
+#else
 /* Ten Philox rounds on LANES counters at once (structure of arrays, so each round is one vector
    loop of 32x32 -> 64-bit multiplies). */
 static void philox_rounds(uint32_t *restrict c0, uint32_t *restrict c1, uint32_t *restrict c2,
@@ -35,6 +95,7 @@ static void philox_rounds(uint32_t *restrict c0, uint32_t *restrict c1, uint32_t
         k1 += PHILOX_W1;
     }
 }
+#endif
 
 /* One Philox4x32-10 block, for the known-answer test against Random123's published vectors. */
 void dpaudit_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uint32_t out[4]) {
