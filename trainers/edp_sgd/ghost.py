@@ -461,19 +461,22 @@ class _Units:
         emb_g = as_index([g for _, g in emb])
         ids = (torch.stack([x.reshape(-1).index_select(0, idx) for _, is_emb, x, _ in entries if is_emb])
                if emb else None)
+        tensors = sum(len(s) for s in stacks)
         cols_lin, cols_emb, start = [], [], 0
         for n in counts:
             if n == 0:
                 cols_lin.append(torch.zeros(len(lin), device=self.device))
                 cols_emb.append(torch.zeros(len(emb), device=self.device))
                 continue
-            part = [s[:, start:start + n] for s in stacks]
-            grams = torch.cat([torch.bmm(v, v.transpose(1, 2)) for v in part])  # [tensors, n, n]
+            grams = torch.empty((tensors, n, n), dtype=stacks[0].dtype, device=self.device)  # [tensors, n, n]
+            for s in stacks:  # each width's Gram matrices straight into their rows of ``grams``
+                v, lo = s[:, start:start + n], base[s.shape[2]]
+                torch.bmm(v, v.transpose(1, 2), out=grams[lo:lo + len(s)])
             if lin:
-                cols_lin.append((grams[lin_x] * grams[lin_g]).sum((1, 2)))
+                cols_lin.append((grams.index_select(0, lin_x) * grams.index_select(0, lin_g)).sum((1, 2)))
             if emb:
                 e = ids[:, start:start + n]
-                cols_emb.append((grams[emb_g] * (e[:, :, None] == e[:, None, :])).sum((1, 2)))
+                cols_emb.append((grams.index_select(0, emb_g) * (e[:, :, None] == e[:, None, :])).sum((1, 2)))
             start += n
         out: dict[int, torch.Tensor] = {}
         if lin:
