@@ -113,3 +113,32 @@ def test_each_call_returns_fresh_tensors_shaped_like_the_parameters():
 def test_no_draw_gives_zeros():
     out = noise.gaussian_sum([torch.empty(4, 3)], [], 1)
     assert torch.equal(out[0], torch.zeros(4, 3))
+
+
+def test_noise_added_in_place_is_the_drawn_noise_and_both_norms_come_back(sampler):
+    """The one-pass path (Philox only) adds exactly what gaussian_sum draws, across piece boundaries
+    inside tensors and tensors inside pieces, and returns both squared norms."""
+    torch.manual_seed(0)
+    shapes = [(5,), (300, 400), (3,), (77_777,), (1,), (1024,), (2, 1024)]
+    grads = [torch.randn(s) for s in shapes]
+    draw = (0.7, (3, 1))
+    if sampler == "torch":
+        assert not noise.fusable(grads, [draw])
+        return
+    assert noise.fusable(grads, [draw])
+    drawn = noise.gaussian_sum(grads, [draw], 99)
+    want = [g + z for g, z in zip(grads, drawn)]
+    squares = (float(_flat(grads).pow(2).sum()), float(_flat(drawn).pow(2).sum()))
+    assert noise.add_gaussian_(grads, draw, 99) == pytest.approx(squares, rel=1e-9)
+    assert all(torch.equal(g, w) for g, w in zip(grads, want))
+
+
+def test_the_one_pass_path_is_refused_where_it_would_differ(sampler):
+    grads = [torch.zeros(10), torch.zeros(4, 3)]
+    draw = (1.0, (1,))
+    assert noise.fusable(grads, [draw]) == (sampler == "philox")
+    assert not noise.fusable(grads, [draw, (1.0, (2,))])  # a sum of draws: its norm is not the parts'
+    assert not noise.fusable([grads[0], grads[0]], [draw])  # one tensor twice
+    assert not noise.fusable([torch.zeros(4, 3).t()], [draw])
+    assert not noise.fusable([torch.zeros(4, dtype=torch.float64)], [draw])
+    assert not noise.fusable([], [draw])

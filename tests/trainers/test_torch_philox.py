@@ -99,3 +99,17 @@ def test_without_a_compiler_there_is_no_build_and_the_env_chooses_torch(monkeypa
         monkeypatch.delenv(philox.ENV)
         philox._library.cache_clear()
     assert philox.available()
+
+
+def test_add_normal_adds_any_stretch_of_the_stream_and_sums_both_squares():
+    stream = _draw(6000, std=0.5).double()
+    for start, n in ((0, 6000), (1, 1), (1023, 2), (1000, 3000), (4097, 1903)):
+        base = torch.linspace(-2.0, 2.0, n)
+        out = base.clone()
+        before, added = philox.add_normal_(out, KEY, 0.5, start=start)
+        part = stream[start:start + n]
+        assert torch.equal(out, base + part.float())
+        assert before == pytest.approx(float(base.double().pow(2).sum()), rel=1e-12)
+        assert added == pytest.approx(float(part.pow(2).sum()), rel=1e-12)
+    with pytest.raises(ValueError, match=">= 0"):
+        philox.add_normal_(torch.zeros(3), KEY, 1.0, start=-1)

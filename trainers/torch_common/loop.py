@@ -114,11 +114,17 @@ def noised_total(grad_sum: list[torch.Tensor], step_noise: StepNoise, stats: tup
     The clipped sum and the noise are all-reduced separately in one flat call, so the telemetry can
     report both norms: [loss sum, correct sum, units, units clipped, ||clipped sum||, ||noise||] as a
     float64 tensor on ``device`` (no host sync). ``||clipped sum|| / ||noise||`` is the gradient SNR as
-    jax-bert defines it.
+    jax-bert defines it. On one process drawing one CPU Philox draw, the noise is added straight into
+    the clipped sum (:func:`noise.add_gaussian_`: the same numbers, no noise buffer), and the
+    sampler sums both squares in that pass.
     """
     zero = torch.zeros((), dtype=torch.float64, device=device)
-    noise_sum = step_noise.draw()
     totals = torch.stack([_scalar(v, device) for v in stats])
+    if world.size == 1 and step_noise.private and noise.fusable(grad_sum, step_noise.draws):
+        # One pass: the noise goes straight into the clipped sum, and the sampler sums both squares.
+        squares = noise.add_gaussian_(grad_sum, step_noise.draws[0], step_noise.seed)
+        return grad_sum, torch.cat([totals, torch.tensor(squares, dtype=torch.float64).sqrt()])
+    noise_sum = step_noise.draw()
     distributed.all_reduce_sum_(grad_sum + noise_sum, world)  # one flat all-reduce of both
     distributed.all_reduce_sum_([totals], world)
     norms = torch.stack([_norm(grad_sum), _norm(noise_sum) if noise_sum else zero])

@@ -29,6 +29,7 @@ noise, whatever the entropy of the secret seed. Each torch CPU generator here in
 
 from __future__ import annotations
 
+import bisect
 import itertools
 import os
 from collections.abc import Sequence
@@ -172,3 +173,46 @@ def gaussian_sum(like: Sequence[torch.Tensor], draws: Sequence[Draw], seed: int)
         for future in [pool.submit(_draw_piece, piece, sources, stds) for piece, sources in jobs]:
             future.result()  # re-raises a worker's error
     return [part.view(t.shape) for part, t in zip(flat.split(sizes), like)]
+
+
+def fusable(tensors: Sequence[torch.Tensor], draws: Sequence[Draw]) -> bool:
+    """Whether :func:`add_gaussian_` can noise ``tensors`` in place: one draw, distinct contiguous
+    float32 CPU tensors, and the Philox sampler built."""
+    return (len(draws) == 1 and len(tensors) > 0 and philox.available()
+            and all(t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in tensors)
+            and len({t.data_ptr() for t in tensors}) == len(tensors))  # no tensor noised twice
+
+
+def add_gaussian_(tensors: Sequence[torch.Tensor], draw: Draw, seed: int) -> tuple[float, float]:
+    """In place, ``tensors += N(0, std^2 I)`` with exactly the numbers ``gaussian_sum(tensors, [draw],
+    seed)`` returns (the same pieces, keys and positions); needs :func:`fusable`.
+
+    Returns (squared norm of ``tensors`` before the add, squared norm of the noise), both summed in
+    double by the sampler as it adds. Against :func:`gaussian_sum` followed by two norms and an add,
+    this saves a 4-byte write and three reads per parameter (~3.5 ms of a ~15 ms step's noise for the
+    paper's BERT on 2 cores). A piece that spans several tensors is drawn in several calls, each
+    starting at its position in the piece's stream.
+    """
+    std, key = draw
+    offsets = [0, *itertools.accumulate(t.numel() for t in tensors)]
+    jobs = []
+    for c, (lo, hi) in enumerate(_piece_bounds(offsets[-1])):
+        if hi <= lo:
+            continue
+        segments = []  # (the part of one tensor inside the piece, its position in the piece's stream)
+        for i in range(bisect.bisect_right(offsets, lo) - 1, len(tensors)):
+            a, b = max(offsets[i], lo), min(offsets[i + 1], hi)
+            if a >= hi:
+                break
+            if a < b:
+                segments.append((tensors[i].view(-1)[a - offsets[i]:b - offsets[i]], a - lo))
+        jobs.append((philox_key(seed, *key, c), segments))
+
+    def add_piece(job: tuple[np.ndarray, list]) -> np.ndarray:
+        words, segments = job
+        return np.sum([philox.add_normal_(part, words, std, start=at) for part, at in segments], axis=0)
+
+    pool = _pool()
+    sums = [add_piece(job) for job in jobs] if pool is None else list(pool.map(add_piece, jobs))
+    before, added = np.sum(sums, axis=0) if sums else (0.0, 0.0)
+    return float(before), float(added)

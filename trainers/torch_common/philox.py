@@ -35,7 +35,7 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["ENV", "available", "block", "normal_"]
+__all__ = ["ENV", "add_normal_", "available", "block", "normal_"]
 
 #: Environment variable that selects the CPU generator: ``philox`` (default when it builds) or ``torch``.
 ENV = "DPAUDIT_NOISE_GENERATOR"
@@ -71,6 +71,9 @@ def build(native: bool = True) -> ctypes.CDLL | None:
     library.dpaudit_philox_normal.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_float,
                                               ctypes.c_int]
     library.dpaudit_philox_normal.restype = None
+    library.dpaudit_philox_add_range.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                                                 ctypes.c_float, ctypes.c_void_p]
+    library.dpaudit_philox_add_range.restype = None
     library.dpaudit_philox4x32_10.argtypes = [ctypes.c_void_p] * 3
     library.dpaudit_philox4x32_10.restype = None
     if any(block(counter, key, library) != want for counter, key, want in _KNOWN_ANSWERS):
@@ -115,10 +118,34 @@ def normal_(out: torch.Tensor, key: Sequence[int], std: float, *, add: bool = Fa
     block index. The values depend only on (key, number of elements, std).
     """
     library = _loaded(library)
+    words = _checked(out, key, "normal_")
+    library.dpaudit_philox_normal(out.data_ptr(), out.numel(), words.ctypes.data, float(std), int(add))
+    return out
+
+
+def add_normal_(out: torch.Tensor, key: Sequence[int], std: float, *, start: int = 0,
+                library: ctypes.CDLL | None = None) -> tuple[float, float]:
+    """Add to ``out`` the numbers ``start .. start + out.numel() - 1`` of the stream that :func:`normal_`
+    draws under ``key`` (so pieces of one stream can go straight into the tensors they noise).
+
+    Returns (squared norm of ``out`` before the add, squared norm of the numbers added), summed in
+    double in the same pass.
+    """
+    library = _loaded(library)
+    words = _checked(out, key, "add_normal_")
+    if start < 0:
+        raise ValueError("a stream position is >= 0")
+    sums = np.zeros(2, np.float64)
+    library.dpaudit_philox_add_range(out.data_ptr(), int(start), out.numel(), words.ctypes.data, float(std),
+                                     sums.ctypes.data)
+    return float(sums[0]), float(sums[1])
+
+
+def _checked(out: torch.Tensor, key: Sequence[int], name: str) -> np.ndarray:
+    """The 4 key words, after checking that ``out`` is a tensor the sampler may write."""
     if out.device.type != "cpu" or out.dtype != torch.float32 or not out.is_contiguous():
-        raise ValueError("philox.normal_ fills a contiguous float32 CPU tensor")
+        raise ValueError(f"philox.{name} fills a contiguous float32 CPU tensor")
     words = np.asarray(key, np.uint32)
     if words.shape != (4,):
         raise ValueError("a Philox noise key is 4 words of 32 bits")
-    library.dpaudit_philox_normal(out.data_ptr(), out.numel(), words.ctypes.data, float(std), int(add))
-    return out
+    return words

@@ -156,37 +156,42 @@ static inline void circle(uint32_t w, float *c, float *s) {
     *s = bs.f;
 }
 
-/* out[i] = std z_i (or out[i] += std z_i when add), i < n, z_i independent N(0, 1).
-   Pass p covers out[1024 p, 1024 (p + 1)): counter (256 p + i, its high word, key[2], key[3]) under
-   the Philox key (key[0], key[1]), i < 256, gives words (w0, w1, w2, w3); Box-Muller turns (w0, w1)
-   into out[1024 p + i] and out[1024 p + 256 + i], (w2, w3) into the next two quarters. So all 128
-   bits of the key are secret. */
-void dpaudit_philox_normal(float *restrict out, int64_t n, const uint32_t key[4], float std, int add) {
+/* Pass p of the stream under key: 1,024 numbers std z into dst. Counter (256 p + i, its high word,
+   key[2], key[3]) under the Philox key (key[0], key[1]), i < 256, gives words (w0, w1, w2, w3);
+   Box-Muller turns (w0, w1) into dst[i] and dst[256 + i], (w2, w3) into the next two quarters. So all
+   128 bits of the key are secret. */
+static void normal_pass(uint64_t pass, const uint32_t key[4], float std, float *restrict dst) {
     uint32_t c0[LANES], c1[LANES], c2[LANES], c3[LANES];
+    uint64_t first = pass * LANES;
+    _Pragma("omp simd")
+    for (int i = 0; i < LANES; i++) {
+        uint64_t block = first + (uint64_t)i;
+        c0[i] = (uint32_t)block;
+        c1[i] = (uint32_t)(block >> 32);
+        c2[i] = key[2];
+        c3[i] = key[3];
+    }
+    philox_rounds(c0, c1, c2, c3, key[0], key[1]);
+    _Pragma("omp simd")
+    for (int i = 0; i < LANES; i++) {
+        float r0 = radius(c0[i]), r1 = radius(c2[i]), cos0, sin0, cos1, sin1;
+        circle(c1[i], &cos0, &sin0);
+        circle(c3[i], &cos1, &sin1);
+        dst[i] = std * (r0 * cos0);
+        dst[LANES + i] = std * (r0 * sin0);
+        dst[2 * LANES + i] = std * (r1 * cos1);
+        dst[3 * LANES + i] = std * (r1 * sin1);
+    }
+}
+
+/* out[i] = std z_i (or out[i] += std z_i when add), i < n, z_i independent N(0, 1): the numbers
+   0 .. n - 1 of the stream under key (pass p holds numbers 1024 p .. 1024 p + 1023). */
+void dpaudit_philox_normal(float *restrict out, int64_t n, const uint32_t key[4], float std, int add) {
     float z[4 * LANES];
     for (int64_t lo = 0; lo < n; lo += 4 * LANES) {
-        uint64_t first = (uint64_t)(lo / 4);
-        _Pragma("omp simd")
-        for (int i = 0; i < LANES; i++) {
-            uint64_t block = first + (uint64_t)i;
-            c0[i] = (uint32_t)block;
-            c1[i] = (uint32_t)(block >> 32);
-            c2[i] = key[2];
-            c3[i] = key[3];
-        }
-        philox_rounds(c0, c1, c2, c3, key[0], key[1]);
         int64_t m = n - lo < 4 * LANES ? n - lo : 4 * LANES;
         float *dst = (m == 4 * LANES && !add) ? out + lo : z;
-        _Pragma("omp simd")
-        for (int i = 0; i < LANES; i++) {
-            float r0 = radius(c0[i]), r1 = radius(c2[i]), cos0, sin0, cos1, sin1;
-            circle(c1[i], &cos0, &sin0);
-            circle(c3[i], &cos1, &sin1);
-            dst[i] = std * (r0 * cos0);
-            dst[LANES + i] = std * (r0 * sin0);
-            dst[2 * LANES + i] = std * (r1 * cos1);
-            dst[3 * LANES + i] = std * (r1 * sin1);
-        }
+        normal_pass((uint64_t)(lo / (4 * LANES)), key, std, dst);
         if (dst == z) {
             if (add) {
                 for (int64_t i = 0; i < m; i++) out[lo + i] += z[i];
@@ -195,4 +200,32 @@ void dpaudit_philox_normal(float *restrict out, int64_t n, const uint32_t key[4]
             }
         }
     }
+}
+
+/* out[i] += std z_{start + i}, i < n: numbers start .. start + n - 1 of the same stream, added in
+   place; sums[0] += sum of out[i]^2 before the add and sums[1] += sum of (std z)^2, in double. One
+   pass over out gives the noised sum and both squared norms (the trainers' gradient-SNR telemetry),
+   where a separate noise buffer costs a write, two norm passes and an add pass more. */
+void dpaudit_philox_add_range(float *restrict out, int64_t start, int64_t n, const uint32_t key[4], float std,
+                              double sums[2]) {
+    float z[4 * LANES];
+    double before = 0.0, added = 0.0;
+    int64_t done = 0;
+    while (done < n) {
+        int64_t at = start + done, pass = at / (4 * LANES), offset = at - pass * 4 * LANES;
+        int64_t m = 4 * LANES - offset < n - done ? 4 * LANES - offset : n - done;
+        normal_pass((uint64_t)pass, key, std, z);
+        float *dst = out + done;
+        const float *src = z + offset;
+        _Pragma("omp simd reduction(+:before, added)")
+        for (int64_t i = 0; i < m; i++) {
+            float g = dst[i], v = src[i];
+            before += (double)g * (double)g;
+            added += (double)v * (double)v;
+            dst[i] = g + v;
+        }
+        done += m;
+    }
+    sums[0] += before;
+    sums[1] += added;
 }
