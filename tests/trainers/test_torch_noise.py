@@ -129,7 +129,7 @@ def test_noise_added_in_place_is_the_drawn_noise_and_both_norms_come_back(sample
     drawn = noise.gaussian_sum(grads, [draw], 99)
     want = [g + z for g, z in zip(grads, drawn)]
     squares = (float(_flat(grads).pow(2).sum()), float(_flat(drawn).pow(2).sum()))
-    assert noise.add_gaussian_(grads, draw, 99) == pytest.approx(squares, rel=1e-9)
+    assert noise.add_gaussian_(grads, draw, 99) == pytest.approx(squares, rel=1e-6)
     assert all(torch.equal(g, w) for g, w in zip(grads, want))
 
 

@@ -109,7 +109,7 @@ def test_add_normal_adds_any_stretch_of_the_stream_and_sums_both_squares():
         before, added = philox.add_normal_(out, KEY, 0.5, start=start)
         part = stream[start:start + n]
         assert torch.equal(out, base + part.float())
-        assert before == pytest.approx(float(base.double().pow(2).sum()), rel=1e-12)
-        assert added == pytest.approx(float(part.pow(2).sum()), rel=1e-12)
+        assert before == pytest.approx(float(base.double().pow(2).sum()), rel=1e-6)
+        assert added == pytest.approx(float(part.pow(2).sum()), rel=1e-6)
     with pytest.raises(ValueError, match=">= 0"):
         philox.add_normal_(torch.zeros(3), KEY, 1.0, start=-1)

@@ -128,8 +128,9 @@ def add_normal_(out: torch.Tensor, key: Sequence[int], std: float, *, start: int
     """Add to ``out`` the numbers ``start .. start + out.numel() - 1`` of the stream that :func:`normal_`
     draws under ``key`` (so pieces of one stream can go straight into the tensors they noise).
 
-    Returns (squared norm of ``out`` before the add, squared norm of the numbers added), summed in
-    double in the same pass.
+    Returns (squared norm of ``out`` before the add, squared norm of the numbers added), summed in the
+    same pass (single precision within each 1,024 numbers, double across them: telemetry, not part of
+    the mechanism).
     """
     library = _loaded(library)
     words = _checked(out, key, "add_normal_")

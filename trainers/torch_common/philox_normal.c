@@ -203,9 +203,10 @@ void dpaudit_philox_normal(float *restrict out, int64_t n, const uint32_t key[4]
 }
 
 /* out[i] += std z_{start + i}, i < n: numbers start .. start + n - 1 of the same stream, added in
-   place; sums[0] += sum of out[i]^2 before the add and sums[1] += sum of (std z)^2, in double. One
-   pass over out gives the noised sum and both squared norms (the trainers' gradient-SNR telemetry),
-   where a separate noise buffer costs a write, two norm passes and an add pass more. */
+   place; sums[0] += sum of out[i]^2 before the add and sums[1] += sum of (std z)^2 (in single
+   precision within a pass, in double across passes). One pass over out gives the noised sum and
+   both squared norms (the trainers' gradient-SNR telemetry), where a separate noise buffer costs a
+   write, two norm passes and an add pass more. */
 void dpaudit_philox_add_range(float *restrict out, int64_t start, int64_t n, const uint32_t key[4], float std,
                               double sums[2]) {
     float z[4 * LANES];
@@ -217,13 +218,16 @@ void dpaudit_philox_add_range(float *restrict out, int64_t start, int64_t n, con
         normal_pass((uint64_t)pass, key, std, z);
         float *dst = out + done;
         const float *src = z + offset;
-        _Pragma("omp simd reduction(+:before, added)")
+        float pass_before = 0.0f, pass_added = 0.0f; /* <= 1,024 terms: single precision is plenty */
+        _Pragma("omp simd reduction(+:pass_before, pass_added)")
         for (int64_t i = 0; i < m; i++) {
             float g = dst[i], v = src[i];
-            before += (double)g * (double)g;
-            added += (double)v * (double)v;
+            pass_before += g * g;
+            pass_added += v * v;
             dst[i] = g + v;
         }
+        before += pass_before;
+        added += pass_added;
         done += m;
     }
     sums[0] += before;
