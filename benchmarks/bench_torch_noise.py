@@ -4,7 +4,9 @@ Compares the draw the trainers make (:func:`trainers.torch_common.noise.gaussian
 drawn by torch's thread count, each by the C Philox sampler or, where it cannot be built, by an
 mt19937 generator given a full keyed state) with one ``manual_seed`` generator filling every tensor
 in turn (the first draw of all, whose stream had only 2^32 possible seeds). Prints milliseconds per
-draw and the ratio to that first draw.
+draw and the ratio to that first draw. The last two rows are what a step pays for its noise: the
+draw, both norms (gradient-SNR telemetry) and the add, or the one pass that a single process makes
+(:func:`trainers.torch_common.noise.add_gaussian_`).
 
     python benchmarks/bench_torch_noise.py                 # the paper's BERT (7.2M parameters)
     python benchmarks/bench_torch_noise.py --params 110e6  # BERT-base size
@@ -69,11 +71,24 @@ def main(argv: list[str] | None = None) -> int:
                 philox._library = built
         return draw
 
+    grads = [torch.randn(t.shape) for t in like]  # a clipped sum to noise, for the two steps below
+
+    def draw_then_add() -> None:  # what a step did before the one-pass path (and still does on 2+ processes)
+        drawn = noise.gaussian_sum(grads, [(1.0, (7,))], 2**100 + 3)
+        torch._foreach_norm(grads), torch._foreach_norm(drawn)
+        torch._foreach_add_(grads, drawn)
+
+    def in_place() -> None:
+        noise.add_gaussian_(grads, (1.0, (7,)), 2**100 + 3)
+
     rows = [("one manual_seed generator (former)", _time(former, args.repeats))]
     samplers = ["mt19937", "Philox"] if philox.available() else ["mt19937"]
     for sampler in samplers:
         for n in sorted({1, threads}):
             rows.append((f"keyed {sampler} pieces, {n} thread{'s' * (n > 1)}", _time(keyed(n, sampler), args.repeats)))
+    if philox.available():
+        rows.append(("Philox draw, 2 norms, add (step, 2+ processes)", _time(draw_then_add, args.repeats)))
+        rows.append(("Philox added in place, norms in pass (1 process)", _time(in_place, args.repeats)))
     base = rows[0][1][0]
     print(f"{total / 1e6:.1f}M Gaussian numbers per draw, float32, median of {args.repeats}")
     print(f"{'draw':48s} {'wall ms':>8s} {'cpu ms':>8s} {'x former':>9s}")

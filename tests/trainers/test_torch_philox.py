@@ -101,15 +101,25 @@ def test_without_a_compiler_there_is_no_build_and_the_env_chooses_torch(monkeypa
     assert philox.available()
 
 
-def test_add_normal_adds_any_stretch_of_the_stream_and_sums_both_squares():
+def test_add_normal_adds_any_stretches_of_the_stream_and_sums_both_squares():
     stream = _draw(6000, std=0.5).double()
-    for start, n in ((0, 6000), (1, 1), (1023, 2), (1000, 3000), (4097, 1903)):
-        base = torch.linspace(-2.0, 2.0, n)
+    stretches = ((0, 6000), (1, 1), (1023, 2), (1000, 3000), (4097, 1903))
+    bases = [torch.linspace(-2.0, 2.0, n) for _, n in stretches]
+    for start, base in zip((s for s, _ in stretches), bases):  # one stretch per call
         out = base.clone()
-        before, added = philox.add_normal_(out, KEY, 0.5, start=start)
-        part = stream[start:start + n]
+        before, added = philox.add_normal_([out], [start], KEY, 0.5)
+        part = stream[start:start + len(base)]
         assert torch.equal(out, base + part.float())
         assert before == pytest.approx(float(base.double().pow(2).sum()), rel=1e-6)
         assert added == pytest.approx(float(part.pow(2).sum()), rel=1e-6)
+    outs = [b.clone() for b in bases]  # all in one call
+    before, added = philox.add_normal_(outs, [s for s, _ in stretches], KEY, 0.5)
+    for out, base, (start, n) in zip(outs, bases, stretches):
+        assert torch.equal(out, base + stream[start:start + n].float())
+    assert added == pytest.approx(sum(float(stream[s:s + n].pow(2).sum()) for s, n in stretches), rel=1e-6)
     with pytest.raises(ValueError, match=">= 0"):
-        philox.add_normal_(torch.zeros(3), KEY, 1.0, start=-1)
+        philox.add_normal_([torch.zeros(3)], [-1], KEY, 1.0)
+    with pytest.raises(ValueError, match="one stream position per tensor"):
+        philox.add_normal_([torch.zeros(3)], [0, 1], KEY, 1.0)
+    with pytest.raises(ValueError, match="float32"):
+        philox.add_normal_([torch.zeros(3), torch.zeros(3, dtype=torch.float64)], [0, 3], KEY, 1.0)

@@ -71,9 +71,9 @@ def build(native: bool = True) -> ctypes.CDLL | None:
     library.dpaudit_philox_normal.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_float,
                                               ctypes.c_int]
     library.dpaudit_philox_normal.restype = None
-    library.dpaudit_philox_add_range.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
-                                                 ctypes.c_float, ctypes.c_void_p]
-    library.dpaudit_philox_add_range.restype = None
+    library.dpaudit_philox_add_ranges.argtypes = [ctypes.c_int64] + [ctypes.c_void_p] * 4 + [ctypes.c_float,
+                                                                                          ctypes.c_void_p]
+    library.dpaudit_philox_add_ranges.restype = None
     library.dpaudit_philox4x32_10.argtypes = [ctypes.c_void_p] * 3
     library.dpaudit_philox4x32_10.restype = None
     if any(block(counter, key, library) != want for counter, key, want in _KNOWN_ANSWERS):
@@ -118,34 +118,39 @@ def normal_(out: torch.Tensor, key: Sequence[int], std: float, *, add: bool = Fa
     block index. The values depend only on (key, number of elements, std).
     """
     library = _loaded(library)
-    words = _checked(out, key, "normal_")
+    words = _checked([out], key, "normal_")
     library.dpaudit_philox_normal(out.data_ptr(), out.numel(), words.ctypes.data, float(std), int(add))
     return out
 
 
-def add_normal_(out: torch.Tensor, key: Sequence[int], std: float, *, start: int = 0,
+def add_normal_(outs: Sequence[torch.Tensor], starts: Sequence[int], key: Sequence[int], std: float, *,
                 library: ctypes.CDLL | None = None) -> tuple[float, float]:
-    """Add to ``out`` the numbers ``start .. start + out.numel() - 1`` of the stream that :func:`normal_`
-    draws under ``key`` (so pieces of one stream can go straight into the tensors they noise).
+    """Add to each ``outs[j]`` the numbers ``starts[j] .. starts[j] + outs[j].numel() - 1`` of the stream
+    that :func:`normal_` draws under ``key`` (so a stream's numbers can go straight into the tensors
+    they noise), in one call.
 
-    Returns (squared norm of ``out`` before the add, squared norm of the numbers added), summed in the
+    Returns (squared norm of ``outs`` before the add, squared norm of the numbers added), summed in the
     same pass (single precision within each 1,024 numbers, double across them: telemetry, not part of
     the mechanism).
     """
     library = _loaded(library)
-    words = _checked(out, key, "add_normal_")
-    if start < 0:
+    if len(outs) != len(starts):
+        raise ValueError("add_normal_ needs one stream position per tensor")
+    words = _checked(outs, key, "add_normal_")
+    if any(start < 0 for start in starts):
         raise ValueError("a stream position is >= 0")
+    pointers = np.array([t.data_ptr() for t in outs], np.uint64)
+    positions, lengths = np.array(starts, np.int64), np.array([t.numel() for t in outs], np.int64)
     sums = np.zeros(2, np.float64)
-    library.dpaudit_philox_add_range(out.data_ptr(), int(start), out.numel(), words.ctypes.data, float(std),
-                                     sums.ctypes.data)
+    library.dpaudit_philox_add_ranges(len(outs), pointers.ctypes.data, positions.ctypes.data, lengths.ctypes.data,
+                                      words.ctypes.data, float(std), sums.ctypes.data)
     return float(sums[0]), float(sums[1])
 
 
-def _checked(out: torch.Tensor, key: Sequence[int], name: str) -> np.ndarray:
-    """The 4 key words, after checking that ``out`` is a tensor the sampler may write."""
-    if out.device.type != "cpu" or out.dtype != torch.float32 or not out.is_contiguous():
-        raise ValueError(f"philox.{name} fills a contiguous float32 CPU tensor")
+def _checked(outs: Sequence[torch.Tensor], key: Sequence[int], name: str) -> np.ndarray:
+    """The 4 key words, after checking that ``outs`` are tensors the sampler may write."""
+    if any(t.device.type != "cpu" or t.dtype != torch.float32 or not t.is_contiguous() for t in outs):
+        raise ValueError(f"philox.{name} fills contiguous float32 CPU tensors")
     words = np.asarray(key, np.uint32)
     if words.shape != (4,):
         raise ValueError("a Philox noise key is 4 words of 32 bits")

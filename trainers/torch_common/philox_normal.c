@@ -207,8 +207,8 @@ void dpaudit_philox_normal(float *restrict out, int64_t n, const uint32_t key[4]
    precision within a pass, in double across passes). One pass over out gives the noised sum and
    both squared norms (the trainers' gradient-SNR telemetry), where a separate noise buffer costs a
    write, two norm passes and an add pass more. */
-void dpaudit_philox_add_range(float *restrict out, int64_t start, int64_t n, const uint32_t key[4], float std,
-                              double sums[2]) {
+static void add_range(float *restrict out, int64_t start, int64_t n, const uint32_t key[4], float std,
+                      double sums[2]) {
     float z[4 * LANES];
     double before = 0.0, added = 0.0;
     int64_t done = 0;
@@ -232,4 +232,12 @@ void dpaudit_philox_add_range(float *restrict out, int64_t start, int64_t n, con
     }
     sums[0] += before;
     sums[1] += added;
+}
+
+/* add_range over `count` stretches of one stream: outs[j] (lengths[j] floats) gets the numbers
+   starts[j] .. starts[j] + lengths[j] - 1. One call for a piece of the noise that spans many
+   tensors (a BERT's ~200 parameters), instead of one call per tensor. */
+void dpaudit_philox_add_ranges(int64_t count, float *const *outs, const int64_t *starts, const int64_t *lengths,
+                               const uint32_t key[4], float std, double sums[2]) {
+    for (int64_t j = 0; j < count; j++) add_range(outs[j], starts[j], lengths[j], key, std, sums);
 }
