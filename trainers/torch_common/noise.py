@@ -19,6 +19,11 @@ under a 128-bit key from a PCG64 stream keyed by the whole (secret seed, stream,
 (:func:`philox_key`). Without a C compiler, torch's CPU sampler (:func:`keyed_generator`). On CUDA,
 torch's Philox. ``privacy.json`` records which one ran (:func:`describe`).
 
+**Two ways to apply it.** :func:`gaussian_sum` returns the noise as new tensors (the clipped sum and
+the noise are then all-reduced and measured apart: several processes, several draws, CUDA).
+:func:`add_gaussian_` adds the same numbers straight into the clipped sum and returns both squared
+norms from that one pass (one process, one CPU Philox draw: :func:`fusable`).
+
 **Why not ``manual_seed``.** torch's CPU generator (mt19937) keeps only the low 32 bits of a manual
 seed: ``manual_seed(s)`` and ``manual_seed(s + 2**32)`` give the same stream. A stream seeded that way
 would be one of 2^32, and an adversary who sees one noised update could try them all and subtract the
