@@ -3,12 +3,13 @@
 **Why.** A DP step adds one Gaussian number per parameter: 7.4M for the paper's BERT. torch's CPU
 sampler draws them from mt19937, a scalar stream, at ~4.5 ns a number, so at batch 32 the noise alone
 was ~10% of a non-private step (20 ms on 2 cores). Philox4x32-10 (Salmon et al. 2011, the
-counter-based generator torch uses on CUDA) computes every block independently, so the compiler
-vectorizes it: ~1.5 ns a number with AVX-512, ~3.2 with AVX2 only (one core of an AMD EPYC VM).
+counter-based generator torch uses on CUDA) computes every block independently, so it vectorizes:
+~1.1 ns a number with AVX-512, ~1.7 with AVX2 only (one core of an AMD EPYC VM; the rounds are
+written with intrinsics for those two, the Box-Muller transform is left to the compiler).
 
 **How.** ``philox_normal.c`` beside this file is compiled with the system C compiler (``$CC``, else
 ``cc``) into a temporary directory the first time noise is drawn, for the machine it runs on
-(``-march=native``; if the compiler refuses that, with plain ``-O3``: ~3.7 ns a number), and loaded
+(``-march=native``; if the compiler refuses that, with plain ``-O3``: ~3.4 ns a number), and loaded
 with :mod:`ctypes`; calls release the GIL, so the noise pool's threads draw in parallel. The build is
 checked against Random123's published known answers before use. Its values do not depend on the
 instruction set or the build (IEEE single-precision operations only, no contraction), so a given key
