@@ -13,7 +13,10 @@ optimization on large model at small cost", book-keeping):
   eDP-SGD), per clipping group: for a Linear weight ``||A_u^T G_u||_F^2``, computed either as
   ``sum((A_u A_u^T) * (G_u G_u^T))`` (ghost norm, T_u^2 (d + p) flops) or by forming the T_u d p
   product (whichever is cheaper); for an Embedding ``sum([id_s = id_t] g_s . g_t)`` (the sparse token
-  trick); for biases and LayerNorm weights the norm of a segment sum; and, for the MLM decoder whose
+  trick); for a Linear bias whose weight takes the batched Gram form, the sum of the entries of
+  ``G_u G_u^T`` (the bias gradient is the sum of G_u's rows), and its clipped sum is one
+  matrix-vector product of G with each row's unit factor; for other biases and LayerNorm weights the
+  norm of a segment sum; and, for the MLM decoder whose
   weight IS the word embedding (tied), the cross term ``2 <E_u, D_u>`` between the two uses;
 - then the clipped sum itself, ``sum_u f_u grad_u``, as weighted row sums: ``A^T diag(w) G`` with
   ``w`` each row's unit factor: one matrix product per Linear, as in a non-private backward pass.
@@ -202,9 +205,13 @@ class GhostClipper:
                 if p.requires_grad:
                     by_param.setdefault(self.param_index[id(p)], []).append(j)
         gram_sq: dict[int, torch.Tensor] = {}
+        gram_bias: dict[int, torch.Tensor] = {}  # capture -> [U] bias norms, from the weight's Gram matrices
         if not per_example:
             for (r, seq), entries in self._gram_entries(rows, units).items():
-                gram_sq.update(units.gram_norms(entries, r, seq))
+                weights, biases = units.gram_norms(entries, r, seq)
+                gram_sq.update(weights)
+                gram_bias.update(biases)
+        row_sums: dict[int, int] = {}  # bias param -> its capture: clipped sum as factor-weighted row sums
         segments: dict[int, torch.Tensor] = {}  # param -> [U, size] per-unit gradients of biases and LayerNorms
         for i, js in by_param.items():
             total = torch.zeros(num_units, dtype=torch.float32, device=device)
@@ -216,6 +223,9 @@ class GhostClipper:
                     total = total + (gram_sq[j] if j in gram_sq else units.embedding_sq(r, seq, x, g, m.num_embeddings))
                 elif p is m.weight and isinstance(m, torch.nn.Linear):
                     total = total + (gram_sq[j] if j in gram_sq else units.linear_sq(r, seq, x, g))
+                elif j in gram_bias and p is m.bias and len(js) == 1:
+                    total = total + gram_bias[j]
+                    row_sums[i] = j
                 else:  # a bias, or a LayerNorm weight (g times the normalized input): per-unit row sums
                     term = g * F.layer_norm(x, m.normalized_shape, None, None, m.eps) if p is m.weight else g
                     part = units.segment_sums(term, r)
@@ -240,6 +250,11 @@ class GhostClipper:
             p, f = self.params[i], factors[self.param_groups[i]]
             if i in segments:  # sum_u f_u (per-unit gradient)
                 acc[i] = f @ segments[i]
+                continue
+            if i in row_sums:  # a Linear's bias: sum over the real rows of f_(row's unit) g_row
+                cap, x, g, r, seq = rows[row_sums[i]]
+                _, g, rows_owner = units.real_rows(r, seq, x, g)
+                acc[i] = torch.mv(g.T, f[rows_owner])
                 continue
             for j in js:
                 cap, x, g, r, seq = rows[j]
@@ -420,10 +435,13 @@ class _Units:
         return self._rows(r, seq)[1]
 
     def gram_norms(self, entries: list[tuple[int, bool, torch.Tensor, torch.Tensor]], r: int,
-                   seq: bool) -> dict[int, torch.Tensor]:
-        """{capture j: [U] squared norm of each unit's weight gradient} for captures (j, is embedding,
-        x or ids, g) of one row layout (``r`` rows per example; ``seq``: token rows, real ones only): ``sum(K_u * (G_u G_u^T))`` with K_u the unit's input Gram matrix
-        (Linear) or id-equality matrix (Embedding, the sparse token trick).
+                   seq: bool) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+        """({capture j: [U] squared norm of each unit's weight gradient}, {Linear capture j: [U] squared
+        norm of each unit's bias gradient}) for captures (j, is embedding, x or ids, g) of one row layout
+        (``r`` rows per example; ``seq``: token rows, real ones only). The weight's is
+        ``sum(K_u * (G_u G_u^T))`` with K_u the unit's input Gram matrix (Linear) or id-equality matrix
+        (Embedding, the sparse token trick); the bias gradient is the sum of the unit's rows of G, so its
+        squared norm is the sum of all entries of G_u G_u^T, which is at hand.
 
         The same products as :meth:`linear_sq`, batched: the real rows of every distinct tensor are
         copied once into one [tensors, rows, width] stack per feature width (q, k and v share their
@@ -462,10 +480,11 @@ class _Units:
         ids = (torch.stack([x.reshape(-1).index_select(0, idx) for _, is_emb, x, _ in entries if is_emb])
                if emb else None)
         tensors = sum(len(s) for s in stacks)
-        cols_lin, cols_emb, start = [], [], 0
+        cols_lin, cols_bias, cols_emb, start = [], [], [], 0
         for n in counts:
             if n == 0:
                 cols_lin.append(torch.zeros(len(lin), device=self.device))
+                cols_bias.append(torch.zeros(len(lin), device=self.device))
                 cols_emb.append(torch.zeros(len(emb), device=self.device))
                 continue
             grams = torch.empty((tensors, n, n), dtype=stacks[0].dtype, device=self.device)  # [tensors, n, n]
@@ -473,19 +492,23 @@ class _Units:
                 v, lo = s[:, start:start + n], base[s.shape[2]]
                 torch.bmm(v, v.transpose(1, 2), out=grams[lo:lo + len(s)])
             if lin:
-                cols_lin.append((grams.index_select(0, lin_x) * grams.index_select(0, lin_g)).sum((1, 2)))
+                g_grams = grams.index_select(0, lin_g)
+                cols_lin.append((grams.index_select(0, lin_x) * g_grams).sum((1, 2)))
+                cols_bias.append(g_grams.sum((1, 2)))
             if emb:
                 e = ids[:, start:start + n]
                 cols_emb.append((grams.index_select(0, emb_g) * (e[:, :, None] == e[:, None, :])).sum((1, 2)))
             start += n
         out: dict[int, torch.Tensor] = {}
+        bias: dict[int, torch.Tensor] = {}
         if lin:
-            table = torch.stack(cols_lin, 1)
+            table, sums = torch.stack(cols_lin, 1), torch.stack(cols_bias, 1)
             out.update({j: table[k] for k, (j, _, _) in enumerate(lin)})
+            bias.update({j: sums[k] for k, (j, _, _) in enumerate(lin)})
         if emb:
             table = torch.stack(cols_emb, 1)
             out.update({j: table[k] for k, (j, _) in enumerate(emb)})
-        return out
+        return out, bias
 
     def _select(self, t: torch.Tensor, r: int, seq: bool) -> torch.Tensor:
         """The rows of ``t`` grouped by unit (real tokens only for token rows), cached per tensor."""

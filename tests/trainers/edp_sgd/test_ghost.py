@@ -170,15 +170,19 @@ def test_batched_gram_norms_equal_each_units_gradient_norm(monkeypatch):
     ids = torch.randint(0, 3, (n,), generator=gen)
     entries = [(0, False, x_shared, gs[0]), (1, False, x_shared, gs[1]), (2, False, x_wide, gs[2]), (3, True, ids, gs[3])]
     units = _Units(torch.tensor(owner), 4, valid, per_example=False, device=torch.device("cpu"))
-    got = units.gram_norms(entries, r, True)
+    got, bias = units.gram_norms(entries, r, True)
+    assert sorted(bias) == [0, 1, 2]  # a bias norm for each Linear capture
     row_unit = torch.tensor(owner).repeat_interleave(r)
     for j, is_emb, x, g in entries:
-        want = []
+        want, want_bias = [], []
         for u in range(4):
             rows = (row_unit == u) & valid.reshape(-1)
             grad = torch.zeros(3, g.shape[1], dtype=g.dtype).index_add_(0, x[rows], g[rows]) if is_emb else x[rows].T @ g[rows]
             want.append(float(grad.pow(2).sum()))
+            want_bias.append(float(g[rows].sum(0).pow(2).sum()))  # a bias gradient: the sum of the rows
         assert got[j].tolist() == pytest.approx(want, rel=1e-9, abs=1e-12)
+        if not is_emb:
+            assert bias[j].tolist() == pytest.approx(want_bias, rel=1e-9, abs=1e-12)
     assert got[0][1] == 0.0 and got[0][2] > 0.0
     for keep_bytes in (1 << 29, 1):  # one table for all units, or one unit per slice
         monkeypatch.setattr(ghost_module, "_KEEP_BYTES", keep_bytes)
