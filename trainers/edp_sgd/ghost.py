@@ -16,8 +16,8 @@ optimization on large model at small cost", book-keeping):
   trick); for a Linear bias whose weight takes the batched Gram form, the sum of the entries of
   ``G_u G_u^T`` (the bias gradient is the sum of G_u's rows), and its clipped sum is one
   matrix-vector product of G with each row's unit factor; for other biases and LayerNorm weights the
-  norm of a segment sum; and, for the MLM decoder whose
-  weight IS the word embedding (tied), the cross term ``2 <E_u, D_u>`` between the two uses;
+  norm of a segment sum; and, for the MLM decoder whose weight IS the word embedding (tied), the
+  cross term ``2 <E_u, D_u>`` between the two uses;
 - then the clipped sum itself, ``sum_u f_u grad_u``, as weighted row sums: ``A^T diag(w) G`` with
   ``w`` each row's unit factor: one matrix product per Linear, as in a non-private backward pass.
 
