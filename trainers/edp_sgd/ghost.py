@@ -550,10 +550,12 @@ class _Units:
         if self.per_example:
             b = len(self.owner_cpu)
             return _cross(ids.reshape(b, re), ge.reshape(b, re, -1), a.reshape(b, rd, -1), gd.reshape(b, rd, -1))
-        (ie, ce), (id_, cd) = self._rows(re, seq_e), self._rows(rd, seq_d)
+        (ie, ce), (_, cd) = self._rows(re, seq_e), self._rows(rd, seq_d)
+        # The rows grouped by unit: the copies the Gram norms made already (cached), else made here.
+        ge, a, gd = self._select(ge, re, seq_e), self._select(a, rd, seq_d), self._select(gd, rd, seq_d)
         out = []
-        for i_u, ge_u, a_u, gd_u, ne, nd in zip(ids[ie].split(ce), ge[ie].split(ce), a[id_].split(cd), gd[id_].split(cd),
-                                                ce, cd):
+        for i_u, ge_u, a_u, gd_u, ne, nd in zip(ids.index_select(0, ie).split(ce), ge.split(ce), a.split(cd),
+                                                gd.split(cd), ce, cd):
             out.append(_cross(i_u[None], ge_u[None], a_u[None], gd_u[None]) if ne and nd
                        else torch.zeros(1, device=self.device))
         return torch.cat(out)
