@@ -118,12 +118,12 @@ def noised_total(grad_sum: list[torch.Tensor], step_noise: StepNoise, stats: tup
     the clipped sum (:func:`noise.add_gaussian_`: the same numbers, no noise buffer), and the
     sampler sums both squares in that pass.
     """
-    zero = torch.zeros((), dtype=torch.float64, device=device)
     totals = torch.stack([_scalar(v, device) for v in stats])
     if world.size == 1 and step_noise.private and noise.fusable(grad_sum, step_noise.draws):
         # One pass: the noise goes straight into the clipped sum, and the sampler sums both squares.
         squares = noise.add_gaussian_(grad_sum, step_noise.draws[0], step_noise.seed)
         return grad_sum, torch.cat([totals, torch.tensor(squares, dtype=torch.float64).sqrt()])
+    zero = torch.zeros((), dtype=torch.float64, device=device)
     noise_sum = step_noise.draw()
     distributed.all_reduce_sum_(grad_sum + noise_sum, world)  # one flat all-reduce of both
     distributed.all_reduce_sum_([totals], world)
