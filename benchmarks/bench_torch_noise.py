@@ -22,6 +22,8 @@ import torch
 
 from dpaudit.host_allocator import tune_host_allocator
 from trainers.torch_common import noise, philox
+from trainers.torch_common.distributed import World
+from trainers.torch_common.loop import StepNoise, noised_total
 
 
 def _shapes(params: float) -> list[tuple[int, ...]]:
@@ -72,14 +74,20 @@ def main(argv: list[str] | None = None) -> int:
         return draw
 
     grads = [torch.randn(t.shape) for t in like]  # a clipped sum to noise, for the two steps below
+    fusable = noise.fusable
 
-    def draw_then_add() -> None:  # what a step did before the one-pass path (and still does on 2+ processes)
-        drawn = noise.gaussian_sum(grads, [(1.0, (7,))], 2**100 + 3)
-        torch._foreach_norm(grads), torch._foreach_norm(drawn)
-        torch._foreach_add_(grads, drawn)
+    def step(one_pass: bool):
+        """The trainers' own noised_total on one process; without the one-pass path it takes the path
+        that 2+ processes take (draw, two norms, add)."""
+        step_noise = StepNoise(grads, [(1.0, (7,))], 2**100 + 3, True)
 
-    def in_place() -> None:
-        noise.add_gaussian_(grads, (1.0, (7,)), 2**100 + 3)
+        def run() -> None:
+            noise.fusable = fusable if one_pass else lambda *args: False
+            try:
+                noised_total(grads, step_noise, (0.0, 0.0, 0.0, 0.0), world=World(0, 1), device=torch.device("cpu"))
+            finally:
+                noise.fusable = fusable
+        return run
 
     rows = [("one manual_seed generator (former)", _time(former, args.repeats))]
     samplers = ["mt19937", "Philox"] if philox.available() else ["mt19937"]
@@ -87,8 +95,8 @@ def main(argv: list[str] | None = None) -> int:
         for n in sorted({1, threads}):
             rows.append((f"keyed {sampler} pieces, {n} thread{'s' * (n > 1)}", _time(keyed(n, sampler), args.repeats)))
     if philox.available():
-        rows.append(("Philox draw, 2 norms, add (step, 2+ processes)", _time(draw_then_add, args.repeats)))
-        rows.append(("Philox added in place, norms in pass (1 process)", _time(in_place, args.repeats)))
+        rows.append(("Philox draw, 2 norms, add (step, 2+ processes)", _time(step(False), args.repeats)))
+        rows.append(("Philox added in place, norms in pass (1 process)", _time(step(True), args.repeats)))
     base = rows[0][1][0]
     print(f"{total / 1e6:.1f}M Gaussian numbers per draw, float32, median of {args.repeats}")
     print(f"{'draw':48s} {'wall ms':>8s} {'cpu ms':>8s} {'x former':>9s}")

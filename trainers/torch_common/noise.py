@@ -170,14 +170,16 @@ def gaussian_sum(like: Sequence[torch.Tensor], draws: Sequence[Draw], seed: int)
     stds = [std for std, _ in draws]
     jobs = [(flat[lo:hi], [_source(seed, (*key, c), flat) for _, key in draws])
             for c, (lo, hi) in enumerate(_piece_bounds(flat.numel())) if hi > lo]
-    pool = _pool() if flat.device.type == "cpu" else None
-    if pool is None:
-        for piece, sources in jobs:
-            _draw_piece(piece, sources, stds)
-    else:
-        for future in [pool.submit(_draw_piece, piece, sources, stds) for piece, sources in jobs]:
-            future.result()  # re-raises a worker's error
+    _each_piece(lambda job: _draw_piece(job[0], job[1], stds), jobs, cpu=flat.device.type == "cpu")
     return [part.view(t.shape) for part, t in zip(flat.split(sizes), like)]
+
+
+def _each_piece(work, jobs: list, *, cpu: bool = True) -> list:
+    """``[work(job) for job in jobs]``, by the noise pool's threads on the CPU (a worker's error is
+    re-raised here); in order on this thread without a pool or off the CPU (GPU kernels are
+    asynchronous already)."""
+    pool = _pool() if cpu else None
+    return [work(job) for job in jobs] if pool is None else list(pool.map(work, jobs))
 
 
 def fusable(tensors: Sequence[torch.Tensor], draws: Sequence[Draw]) -> bool:
@@ -217,7 +219,6 @@ def add_gaussian_(tensors: Sequence[torch.Tensor], draw: Draw, seed: int) -> tup
         words, segments = job
         return philox.add_normal_([part for part, _ in segments], [at for _, at in segments], words, std)
 
-    pool = _pool()
-    sums = [add_piece(job) for job in jobs] if pool is None else list(pool.map(add_piece, jobs))
+    sums = _each_piece(add_piece, jobs)
     before, added = np.sum(sums, axis=0) if sums else (0.0, 0.0)
     return float(before), float(added)
