@@ -327,6 +327,13 @@ def _cross(ids: torch.Tensor, ge: torch.Tensor, a: torch.Tensor, gd: torch.Tenso
     return ((ge @ a.transpose(1, 2)) * picked.transpose(1, 2)).sum((1, 2))
 
 
+#: Each unit's Gram matrices are computed over a window of a multiple of this many rows (its own rows,
+#: then the next unit's or zero rows) and read from the window's [n, n] corner: the small batched
+#: products run up to ~30% faster on 8-row multiples, which more than pays for the extra rows (2-core
+#: AVX-512 CPU, 37 Gram matrices of width 312 and 8 of width 1200: 71 rows 1.68 ms, 72 rows 1.26 ms;
+#: :meth:`_Units.gram_norms` of a BERT-mini step at batch 32, k = 8: 6% sooner).
+_GRAM_ROWS = 8
+
 #: At most this many bytes of unit gradients kept per step (:meth:`_Units.linear_sq`); beyond it the
 #: clipped sum recomputes the products instead.
 _KEEP_BYTES = 1 << 29
@@ -465,10 +472,13 @@ class _Units:
         pairs = [(j, None if is_emb else slot(x), slot(g)) for j, is_emb, x, g in entries]
         stacks, base = [], {}
         for width, tensors in feats.items():
-            buf = torch.empty((len(tensors), len(idx), width), dtype=tensors[0].dtype, device=self.device)
+            # _GRAM_ROWS - 1 zero rows at the end: the last unit's Gram window reads past its rows too
+            buf = torch.empty((len(tensors), len(idx) + _GRAM_ROWS - 1, width), dtype=tensors[0].dtype,
+                              device=self.device)
+            buf[:, len(idx):].zero_()
             for i, t in enumerate(tensors):
-                torch.index_select(t, 0, idx, out=buf[i])
-                self._split[(t.data_ptr(), tuple(t.shape), r, seq)] = buf[i]  # reused by the weighted sums
+                torch.index_select(t, 0, idx, out=buf[i, :len(idx)])
+                self._split[(t.data_ptr(), tuple(t.shape), r, seq)] = buf[i, :len(idx)]  # reused by the weighted sums
             base[width] = sum(s.shape[0] for s in stacks)
             stacks.append(buf)
         at = lambda s: base[s[0]] + s[1]
@@ -487,10 +497,12 @@ class _Units:
                 cols_bias.append(torch.zeros(len(lin), device=self.device))
                 cols_emb.append(torch.zeros(len(emb), device=self.device))
                 continue
-            grams = torch.empty((tensors, n, n), dtype=stacks[0].dtype, device=self.device)  # [tensors, n, n]
-            for s in stacks:  # each width's Gram matrices straight into their rows of ``grams``
-                v, lo = s[:, start:start + n], base[s.shape[2]]
-                torch.bmm(v, v.transpose(1, 2), out=grams[lo:lo + len(s)])
+            m = n + (-n) % _GRAM_ROWS  # rows of the Gram window; the unit's own Gram matrices are its [:n, :n] corner
+            window = torch.empty((tensors, m, m), dtype=stacks[0].dtype, device=self.device)
+            for s in stacks:  # each width's Gram matrices straight into their rows of ``window``
+                v, lo = s[:, start:start + m], base[s.shape[2]]
+                torch.bmm(v, v.transpose(1, 2), out=window[lo:lo + len(s)])
+            grams = window[:, :n, :n]  # [tensors, n, n]
             if lin:
                 g_grams = grams.index_select(0, lin_g)
                 cols_lin.append((grams.index_select(0, lin_x) * g_grams).sum((1, 2)))
