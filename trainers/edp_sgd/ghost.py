@@ -259,10 +259,14 @@ class GhostClipper:
             for j in js:
                 cap, x, g, r, seq = rows[j]
                 m = cap.module
-                if isinstance(m, torch.nn.Embedding):
+                if isinstance(m, torch.nn.Embedding):  # scatter f_(row's unit) g_row over the real rows
+                    ids, g, rows_owner = units.real_rows(r, seq, x, g)
+                    key = (g.data_ptr(), tuple(g.shape), self.param_groups[i])
+                    if key not in scaled:  # the word, position and token-type lookups share one g
+                        scaled[key] = g * f[rows_owner][:, None]
                     if acc[i] is None:
                         acc[i] = torch.zeros_like(p)
-                    acc[i].index_add_(0, x, g * f[units.row_owner(r)][:, None])
+                    acc[i].index_add_(0, ids, scaled[key])
                     continue
                 if (x.data_ptr(), g.data_ptr(), r, seq) in units.kept:  # sum_u f_u grad_u
                     term = torch.tensordot(f, units.kept[(x.data_ptr(), g.data_ptr(), r, seq)], dims=1)
