@@ -245,7 +245,16 @@ class GhostClipper:
         # Each parameter's clipped sum is written by its first term and accumulated by the others (a
         # tied weight has two): no zero-filled buffers for the ~all parameters that have one term.
         acc: list[torch.Tensor | None] = [None] * len(self.params)
-        scaled: dict[tuple, torch.Tensor] = {}  # (rows, group) -> rows times their unit's factor (q, k, v share one)
+        scaled: dict[tuple, torch.Tensor] = {}
+
+        def times_factor(t: torch.Tensor, rows_owner: torch.Tensor, group: int) -> torch.Tensor:
+            """The rows of ``t`` times their unit's factor in ``group``, made once per (tensor, group):
+            q, k and v share their input, the word, position and token-type lookups their output gradient."""
+            key = (t.data_ptr(), tuple(t.shape), group)
+            if key not in scaled:
+                scaled[key] = t * factors[group][rows_owner][:, None]
+            return scaled[key]
+
         for i, js in by_param.items():
             p, f = self.params[i], factors[self.param_groups[i]]
             if i in segments:  # sum_u f_u (per-unit gradient)
@@ -261,12 +270,9 @@ class GhostClipper:
                 m = cap.module
                 if isinstance(m, torch.nn.Embedding):  # scatter f_(row's unit) g_row over the real rows
                     ids, g, rows_owner = units.real_rows(r, seq, x, g)
-                    key = (g.data_ptr(), tuple(g.shape), self.param_groups[i])
-                    if key not in scaled:  # the word, position and token-type lookups share one g
-                        scaled[key] = g * f[rows_owner][:, None]
                     if acc[i] is None:
                         acc[i] = torch.zeros_like(p)
-                    acc[i].index_add_(0, ids, scaled[key])
+                    acc[i].index_add_(0, ids, times_factor(g, rows_owner, self.param_groups[i]))
                     continue
                 if (x.data_ptr(), g.data_ptr(), r, seq) in units.kept:  # sum_u f_u grad_u
                     term = torch.tensordot(f, units.kept[(x.data_ptr(), g.data_ptr(), r, seq)], dims=1)
@@ -275,10 +281,8 @@ class GhostClipper:
                 # A^T diag(f) G over the real rows, the factors on the narrower side
                 x, g, rows_owner = units.real_rows(r, seq, x, g)
                 narrow = x if x.shape[1] <= g.shape[1] else g
-                key = (narrow.data_ptr(), tuple(narrow.shape), self.param_groups[i])
-                if key not in scaled:
-                    scaled[key] = narrow * f[rows_owner][:, None]
-                a, b = (g.T, scaled[key]) if narrow is x else (scaled[key].T, x)
+                weighted = times_factor(narrow, rows_owner, self.param_groups[i])
+                a, b = (g.T, weighted) if narrow is x else (weighted.T, x)
                 acc[i] = torch.mm(a, b) if acc[i] is None else acc[i].addmm_(a, b)
         grads = [a if a is not None else torch.zeros_like(p) for a, p in zip(acc, self.params)]
         clipped = (factors < 1.0).any(0).sum().double()
