@@ -11,6 +11,7 @@ uniform stream and keeping the first n survivors is a uniform sample of the surv
 
 from __future__ import annotations
 
+import re
 import string
 from collections import defaultdict
 from collections.abc import Iterable, Sequence
@@ -37,11 +38,42 @@ def normalize_tokens(text: str) -> list[str]:
     return text.lower().translate(_PUNCT_TO_SPACE).split()
 
 
+#: The placeholders a template may hold: the secret, and the per-canary key of :mod:`canaries.keys`.
+KEY_PLACEHOLDER = "{name}"
+_KNOWN = (PLACEHOLDER, KEY_PLACEHOLDER)
+#: ``{word}``: a placeholder by its shape; one dpaudit does not know is a typo (``{nmae}``), never literal text.
+_FIELD = re.compile(r"\{([A-Za-z_][A-Za-z0-9_]*)\}")
+
+
 def parse_template(template: str, *, option: str = "--template") -> tuple[str, str]:
     """Split a template at its single ``{secret}`` into (prefix, suffix).
 
-    Other braces are kept literally (the template is not a format string).
+    The template is not a format string: text in braces that is not a placeholder's shape (``{not a
+    field}``) is kept literally. Refused, each with a one-line error naming the template: no or several
+    ``{secret}``; an unknown placeholder (``{nmae}``: a typo would otherwise put the word "{nmae}" into
+    every canary and drop the key); a format-string escape (``{{secret}}``, which would put braces around
+    the secret); and a stray brace (``{name's ...``), which is a broken placeholder.
     """
+    example = f"e.g. {option} \"{DEFAULT_TEMPLATE}\""
+    if "{{" in template or "}}" in template:
+        raise UserInputError(f"{option} {template!r}: doubled braces ({{{{ or }}}}); the template is not a format string "
+                             f"and needs no escapes: write the placeholders {PLACEHOLDER} and {KEY_PLACEHOLDER} as they are, "
+                             f"{example}.")
+    unknown = sorted({f"{{{m}}}" for m in _FIELD.findall(template)} - set(_KNOWN))
+    if unknown:
+        raise UserInputError(f"{option} {template!r}: unknown placeholder {', '.join(unknown)}; a template knows {PLACEHOLDER} "
+                             f"(the secret) and {KEY_PLACEHOLDER} (a distinct name per canary), {example}.")
+    rest = template
+    for known in _KNOWN:
+        rest = rest.replace(known, "")
+    depth = 0
+    for char in rest:
+        depth += {"{": 1, "}": -1}.get(char, 0)
+        if depth < 0 or depth > 1:
+            break
+    if depth != 0:
+        raise UserInputError(f"{option} {template!r}: a stray brace (an unclosed or unopened {{...}}); the placeholders "
+                             f"are {PLACEHOLDER} and {KEY_PLACEHOLDER}, {example}.")
     count = template.count(PLACEHOLDER)
     if count != 1:
         raise UserInputError(
@@ -50,6 +82,38 @@ def parse_template(template: str, *, option: str = "--template") -> tuple[str, s
         )
     prefix, _, suffix = template.partition(PLACEHOLDER)
     return prefix, suffix
+
+
+def check_context(template: str, *, kind: str, option: str = "--template") -> None:
+    """Refuse a ``digits:N`` or ``words:N`` template with no text besides ``{secret}``.
+
+    Such a canary is its secret alone: with the secret masked the model sees only mask tokens, so there
+    is nothing it could have memorized the secret from, and exposure measures nothing about the canary.
+    Phrase canaries are exempt: the phrase's own sentence is their context (``{secret}`` is their default).
+    """
+    if kind != "phrases" and not template.replace(PLACEHOLDER, "").strip():
+        raise UserInputError(f"{option} {template!r} gives {kind}:N canaries no context: with the secret masked the model "
+                             f"would see only mask tokens; add words and {KEY_PLACEHOLDER}, e.g. {option} "
+                             f"\"{DEFAULT_TEMPLATE}\".")
+
+
+def shared_context_warning(template: str, *, kind: str, n_canaries: int, option: str = "--template") -> str | None:
+    """A warning when every canary of a ``digits:N`` or ``words:N`` run would present the same context.
+
+    Without ``{name}`` a template gives all such canaries one context ("my pin is {secret}", or none at
+    all for ``{secret}`` alone). Once the secret is masked a masked LM then sees one input and can learn
+    only the frequency-weighted mixture of their secrets, so exposure measures that mixture, not
+    memorization of one canary (DESIGN section 4: each canary's unmasked context must be its own).
+    Phrase canaries keep their own sentence around the phrase, so they are never warned about.
+    ``dpaudit attack`` repeats the warning on the canaries it audits.
+    """
+    if kind == "phrases" or n_canaries < 2 or KEY_PLACEHOLDER in template:
+        return None
+    context = template.replace(PLACEHOLDER, "").strip()
+    return (f"{option} {template!r} has no {KEY_PLACEHOLDER}: all {n_canaries} canaries share the context {context!r}, so once the secret "
+            "is masked a masked LM sees one input for all of them and exposure measures the mixture of their secrets, "
+            f"not memorization of one canary; add {KEY_PLACEHOLDER} for a distinct name per canary, e.g. "
+            f"\"{DEFAULT_TEMPLATE}\".")
 
 
 def canary_ids(n: int) -> list[str]:

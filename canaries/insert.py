@@ -59,6 +59,14 @@ class Schedule:
             raise ValueError(f"per_frequency must be >= 1, got {self.per_frequency}.")
         if self.holdout < 0:
             raise ValueError(f"holdout must be >= 0, got {self.holdout}.")
+        if max(self.frequencies) > MAX_FREQUENCY:
+            raise ValueError(f"frequencies must be at most {MAX_FREQUENCY:,} insertions each, got {max(self.frequencies):,}.")
+        if self.n_canaries > MAX_CANARIES:
+            raise ValueError(f"--per-frequency x frequencies + --holdout: {self.n_canaries:,} canaries, above the limit of "
+                             f"{MAX_CANARIES:,} (each is a secret drawn without collision); audits use tens to thousands.")
+        if self.per_frequency * sum(self.frequencies) > MAX_INSERTIONS:
+            raise ValueError(f"--per-frequency x frequencies: {self.per_frequency * sum(self.frequencies):,} canary rows, above "
+                             f"the limit of {MAX_INSERTIONS:,} rows of train.jsonl; lower the frequencies or --per-frequency.")
         if self.coin_flip and len(self.frequencies) != 1:
             raise ValueError(f"coin_flip needs exactly one frequency, got {self.frequencies}.")
         if self.coin_flip and self.holdout:
@@ -88,22 +96,59 @@ class Schedule:
         return np.concatenate([inserted, np.zeros(self.holdout, dtype=np.int64)])
 
 
-def parse_frequencies(text: str, *, option: str = "--frequencies") -> tuple[int, ...]:
-    """``"1,2,5"`` -> ``(1, 2, 5)``, with a one-line error naming the bad entry.
+#: The largest insertion count a frequency may ask for: each insertion is one row of ``train.jsonl`` (and
+#: 8 bytes of the shuffled training order in memory), and memorization studies stop far below it
+#: (Carlini et al. 2019 and Anil et al. 2021 go up to a few hundred repetitions).
+MAX_FREQUENCY = 1_000_000
+#: The most canaries (inserted and controls) one run may draw: each is a row of ``canaries.jsonl`` and a
+#: secret drawn without collision; audits use tens to thousands.
+MAX_CANARIES = 1_000_000
+#: The most canary rows (insertions, all frequencies together) one run may write to ``train.jsonl``, --force or not.
+MAX_INSERTIONS = 100_000_000
+
+
+def parse_count(entry: str, *, option: str, text: str | None = None, maximum: int, why: str, example: str) -> int:
+    """One positive integer written in ASCII digits (``"12"``), at most ``maximum``, or a one-line error.
+
+    Python's ``int()`` also reads other scripts' digits (``"١٢"`` is 12) and ``str.isdigit()`` accepts
+    superscripts that ``int()`` then refuses (``"²"``), so only ``0-9`` are accepted here.
+
+    Args:
+        entry: the text of one number.
+        option: the option named in the error; ``text`` the whole value given to it, when ``entry`` is one item.
+        maximum: the largest value accepted; ``why`` says why, in a clause ("each insertion is a row").
+        example: a valid value for the error message.
 
     Raises:
         dpaudit.errors.UserInputError
     """
-    entries = [e.strip() for e in text.split(",")]
+    given = f"{option} {text!r}" if text is not None else f"{option} {entry!r}"
+    if not (entry.isascii() and entry.isdigit()) or int(entry) <= 0:
+        what = "an empty item" if not entry else repr(entry)
+        raise UserInputError(f"{given}: {what} is not a positive integer in the digits 0-9; give e.g. {example}.")
+    value = int(entry)
+    if value > maximum:
+        raise UserInputError(f"{given}: {value:,} is above the limit of {maximum:,} ({why}).")
+    return value
+
+
+def parse_frequencies(text: str, *, option: str = "--frequencies") -> tuple[int, ...]:
+    """``"1,2,5"`` -> ``(1, 2, 5)``, with a one-line error naming the bad entry.
+
+    Each frequency is a positive ASCII integer of at most :data:`MAX_FREQUENCY`; an empty list is refused.
+
+    Raises:
+        dpaudit.errors.UserInputError
+    """
+    if not text.strip():
+        raise UserInputError(f"{option} is empty; give a comma-separated list of insertion counts such as 1,2,5,10.")
     out: list[int] = []
-    for entry in entries:
-        if not entry.isdigit() or int(entry) <= 0:
-            raise UserInputError(
-                f"{option} {text!r}: {entry!r} is not a positive integer; give a comma-separated list such as 1,2,5,10."
-            )
-        if int(entry) in out:
+    for entry in (e.strip() for e in text.split(",")):
+        value = parse_count(entry, option=option, text=text, maximum=MAX_FREQUENCY, example="1,2,5,10",
+                            why="each insertion is one row of train.jsonl; memorization studies use at most a few hundred")
+        if value in out:
             raise UserInputError(f"{option} {text!r}: {entry} is listed twice; give each frequency once.")
-        out.append(int(entry))
+        out.append(value)
     return tuple(out)
 
 

@@ -28,10 +28,12 @@ from canaries.generate import (
     PHRASE_TEMPLATE,
     Canary,
     build_canaries,
+    check_context,
     draw_labels,
     draw_secrets,
     normalize_tokens,
     parse_template,
+    shared_context_warning,
 )
 from canaries.insert import (
     HELDOUT,
@@ -317,6 +319,7 @@ def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, co
     kind, _ = check_format_options(config)
     template = config.template if config.template is not None else (PHRASE_TEMPLATE if kind == "phrases" else DEFAULT_TEMPLATE)
     prefix, suffix = parse_template(template)
+    check_context(template, kind=kind)
     # Record resolved defaults, so the manifest's config alone reproduces the run.
     config = dataclasses.replace(
         config, template=template, corpus_size=(config.corpus_size or DEFAULT_CORPUS_SIZE) if config.builtin else config.corpus_size,
@@ -353,6 +356,9 @@ def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, co
 
     summary = _summary(config, counts, canaries, len(order), space, rejected)
     summary["counts"]["canary_share"] = share
+    shared = shared_context_warning(template, kind=kind, n_canaries=len(canaries))
+    if shared:
+        summary["warnings"] = [shared]  # printed by dpaudit inject, kept in the manifest
     _write(out, overwrite=overwrite, config=config, corpus=corpus, codes=codes, order=order, canaries=canaries,
            space=space, template=(template, prefix, suffix), extra_inputs=extra_inputs, summary=summary, command=command)
     return summary

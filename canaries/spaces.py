@@ -286,7 +286,7 @@ def parse_format(spec: str) -> tuple[str, int]:
         if kind == "phrases":
             return kind, DEFAULT_PHRASE_WORDS
         raise UserInputError(f"--format {spec!r}: say how many {kind}, e.g. --format {kind}:6.")
-    if not count.isdigit() or not 1 <= int(count) <= 64:
+    if not (count.isascii() and count.isdigit()) or not 1 <= int(count) <= 64:
         raise UserInputError(f"--format {spec!r}: the count must be an integer from 1 to 64; {hint}.")
     return kind, int(count)
 

@@ -67,8 +67,13 @@ def sha256_file(path: str | os.PathLike[str]) -> str:
 def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
     """Write ``data`` to ``path`` so that readers see either the old file or the whole new one."""
     path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    created = [p for p in reversed(path.parents) if not p.exists()][::-1]  # deepest first: removed again on failure
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as err:
+        _remove_empty(created)
+        raise _naming(err, path) from None
     try:
         with os.fdopen(fd, "wb") as handle:
             handle.write(data)
@@ -76,11 +81,32 @@ def atomic_write_bytes(path: str | os.PathLike[str], data: bytes) -> Path:
             os.fsync(handle.fileno())
         os.chmod(tmp, _FILE_MODE)
         os.replace(tmp, path)
-    except BaseException:
+    except BaseException as err:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
+        _remove_empty(created)
+        if isinstance(err, OSError):
+            raise _naming(err, path) from None
         raise
     return path
+
+
+def _remove_empty(folders: list[Path]) -> None:
+    """Remove ``folders`` (deepest first) that a failed write created, while they are still empty."""
+    for folder in folders:
+        try:
+            folder.rmdir()
+        except OSError:
+            break
+
+
+def _naming(err: OSError, path: str | os.PathLike[str]) -> OSError:
+    """``err`` (same type, errno and reason) naming ``path``, the output the user knows, instead of a
+    temporary file or nothing (a failed write on an open file names no file)."""
+    renamed = OSError(err.errno, err.strerror, os.fspath(path)) if err.errno is not None else err
+    if renamed is not err:
+        renamed.__cause__ = err.__cause__
+    return renamed
 
 
 def atomic_write_text(path: str | os.PathLike[str], text: str) -> Path:
@@ -104,10 +130,13 @@ def write_jsonl(path: str | os.PathLike[str], records: Iterable[Mapping[str, Any
     Returns the number of records written.
     """
     count = 0
-    with open(path, "w", encoding="utf-8", newline="\n") as handle:
-        for record in records:
-            handle.write(dumps_jsonl_line(record))
-            count += 1
+    try:
+        with open(path, "w", encoding="utf-8", newline="\n") as handle:
+            for record in records:
+                handle.write(dumps_jsonl_line(record))
+                count += 1
+    except OSError as err:
+        raise _naming(err, path) from None
     return count
 
 
@@ -158,14 +187,21 @@ def staged_directory(out: str | os.PathLike[str], *, overwrite: bool, option: st
     as it was; on success an existing ``out`` (allowed only with ``overwrite``) is replaced.
     """
     out = prepare_output_dir(out, overwrite=overwrite, option=option)
-    out.resolve().parent.mkdir(parents=True, exist_ok=True)
-    staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(out), dir=out.resolve().parent))
+    try:
+        out.resolve().parent.mkdir(parents=True, exist_ok=True)
+        staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(out), dir=out.resolve().parent))
+    except OSError as err:
+        raise _naming(err, out) from None
     os.chmod(staging, _DIR_MODE)
     try:
         yield staging
         replace_directory(staging, out)
-    except BaseException:
+    except BaseException as err:
         shutil.rmtree(staging, ignore_errors=True)
+        if isinstance(err, OSError):  # name the output, not the staging folder that is now gone
+            name = os.fsdecode(err.filename) if err.filename is not None else None
+            inside = name is not None and (name == str(staging) or name.startswith(str(staging) + os.sep))
+            raise _naming(err, out / name[len(str(staging)) + 1:] if inside else (name or out)) from None
         raise
 
 

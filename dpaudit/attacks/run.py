@@ -87,21 +87,28 @@ def shared_context_warning(canaries: Sequence[Any], space: Any, reveal: int) -> 
 
 
 def truncation_warning(tokenizer: Any, canaries: Sequence[Any], train_manifest: dict[str, Any] | None) -> str | None:
-    """A warning when canaries are longer than the sequence length the model was trained with.
+    """A warning, kept in ``results.json``, when training cut off canary secrets, saying what their numbers mean.
 
-    The trainer cuts each row to ``max_length`` tokens, so the end of a longer canary (usually its
-    secret) was never seen in training: low exposure would then say nothing about privacy.
+    The trainer cuts each row to ``max_length`` tokens (``[CLS]`` and ``[SEP]`` included), so a canary
+    whose secret ends beyond it was trained without (all of) its secret: the model could not memorize
+    what it never saw. Such canaries score like never-inserted controls whatever the model's privacy,
+    so their exposure and reconstruction understate memorization and are no evidence of privacy. A
+    suffix cut off after the secret changes nothing the attacks measure and is not counted.
     """
     max_length = ((train_manifest or {}).get("config") or {}).get("max_length")
-    if not isinstance(max_length, int) or not canaries:
+    if isinstance(max_length, bool) or not isinstance(max_length, int) or not canaries:
         return None
-    lengths = [len(ids) for ids in tokenizer([c.prefix + c.secret + c.suffix for c in canaries])["input_ids"]]
-    cut = sum(n > max_length for n in lengths)
+    ends = [len(ids) for ids in tokenizer([c.prefix + c.secret for c in canaries])["input_ids"]]  # with [CLS], [SEP]
+    cut = [c for c, n in zip(canaries, ends) if n > max_length]
     if not cut:
         return None
-    return (f"{cut} of {len(canaries)} canaries are longer ({max(lengths)} tokens at most) than the max_length {max_length} "
-            f"the model was trained with, so their end (usually the secret) was cut off in training; retrain with "
-            f"--max-length {max(lengths)} or more for a meaningful audit.")
+    inserted = sorted({c.frequency for c in cut if c.frequency > 0})
+    where = f"inserted {', '.join(map(str, inserted))} times" if inserted else "controls only"
+    return (f"{len(cut)} of {len(canaries)} canaries ({where}, e.g. {cut[0].id}) end their secret beyond the max_length "
+            f"{max_length} the model was trained with (at token {max(ends)}): training cut their secret off, so the model "
+            f"never saw it whole. Their exposure and reconstruction read like never-inserted controls whatever the "
+            f"model's privacy: they understate memorization and are not evidence of privacy. Retrain with --max-length "
+            f"{max(ends)} or more for a meaningful audit of them.")
 
 
 def attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks: Iterable[str] = DEFAULT_ATTACKS, *,

@@ -7,7 +7,9 @@ module under :mod:`dpaudit.cli` and is registered in :data:`SUBCOMMANDS` by impo
 
 from __future__ import annotations
 
+import errno
 import importlib
+import os
 import sys
 
 import click
@@ -32,6 +34,38 @@ class UserError(click.ClickException):
     exit_code = 2
 
 
+#: errno -> (verb, what to do) of a file-system failure that the user, not dpaudit, can fix: a full disk or
+#: quota, a file-size limit (``ulimit -f``), a device error, missing permissions, a read-only file
+#: system, and an output path that runs through a file (``--out notes.txt/report.html``).
+_ENVIRONMENT_ERRNOS: dict[int, tuple[str, str]] = {
+    errno.ENOSPC: ("write", "free disk space, then rerun the same command"),
+    errno.EDQUOT: ("write", "free space within your disk quota, then rerun the same command"),
+    errno.EFBIG: ("write", "the file-size limit was reached: raise it (ulimit -f) or free space, then rerun the same command"),
+    errno.EIO: ("access", "the device reported an input/output error: check the disk (dmesg) or use another location"),
+    errno.EACCES: ("access", "choose a location you may use or fix its permissions"),
+    errno.EPERM: ("access", "choose a location you may use or fix its permissions"),
+    errno.EROFS: ("write", "the file system is read-only: choose a writable location"),
+    errno.EEXIST: ("create", "a part of the path is a file, not a folder: choose another path"),
+    errno.ENOTDIR: ("create", "a part of the path is a file, not a folder: choose another path"),
+    errno.EISDIR: ("write", "it is a folder: name a file inside it"),
+    errno.ENAMETOOLONG: ("create", "the name is too long: choose a shorter path"),
+}
+
+
+def os_error_message(command: str, err: OSError) -> str:
+    """The one line for a file-system failure during ``dpaudit COMMAND``: the path, the system's reason, the fix.
+
+    The writers of :mod:`dpaudit.rundir` name the output a failed write was for (not a temporary file), so
+    the path here is one the user gave or will recognize. Nothing is left half-written: staged
+    directories and temporary files are removed before the error reaches this point.
+    """
+    verb, fix = _ENVIRONMENT_ERRNOS.get(err.errno, ("use", "check the path"))  # type: ignore[arg-type]
+    where = f" {os.fsdecode(err.filename)}" if err.filename is not None else " a file"
+    reason = err.strerror or str(err)
+    prefix = f"dpaudit {command}" if command else "dpaudit"
+    return f"{prefix}: cannot {verb}{where}: {reason}; {fix}."
+
+
 class LazyGroup(click.Group):
     """A click group that imports each subcommand's module on first use."""
 
@@ -54,6 +88,10 @@ class LazyGroup(click.Group):
             return super().invoke(ctx)
         except UserInputError as err:
             raise UserError(str(err)) from None
+        except OSError as err:
+            if err.errno not in _ENVIRONMENT_ERRNOS:
+                raise  # not the environment: a bug, keep the traceback
+            raise UserError(os_error_message(ctx.invoked_subcommand or "", err)) from None
 
 
 @click.group(

@@ -22,6 +22,7 @@ from typing import Any
 
 import click
 
+from dpaudit.cli.params import FiniteFloat
 from dpaudit.errors import UserInputError
 from dpaudit.figures import format_up
 
@@ -65,6 +66,11 @@ class _Plan:
     build: Callable[[float], list]   # sigma -> list[Segment]
     uses_sigma: bool                 # False when every segment names its own sigma
     description: str
+
+
+#: The largest -N accepted: beyond every corpus there is (1e12 examples), the sampling rates become so small
+#: that they mean nothing (a q below 1e-12 is round-off for float64 sums of them).
+MAX_DATASET_SIZE = 10**12
 
 
 def _fail(message: str) -> None:
@@ -127,16 +133,16 @@ def _fmt_int(n: int | float) -> str:
 
 
 @click.command(epilog=EPILOG, context_settings={"max_content_width": 110})
-@click.option("--dataset-size", "-N", type=click.IntRange(min=1), help="Number of examples (privacy units) N.")
+@click.option("--dataset-size", "-N", type=click.IntRange(min=1), help=f"Number of examples (privacy units) N, at most {MAX_DATASET_SIZE:.0e}.")
 @click.option("--batch-size", "-B", type=click.IntRange(min=1), help="Expected batch size; q = B / N.")
-@click.option("--sampling-probability", "-q", type=click.FloatRange(0, 1, min_open=True),
+@click.option("--sampling-probability", "-q", type=FiniteFloat(0, 1, min_open=True),
               help="Poisson sampling probability q (instead of --batch-size).")
 @click.option("--steps", "-S", type=click.IntRange(min=1), help="Number of DP-SGD steps.")
 @click.option("--epochs", type=click.IntRange(min=1), help="Epochs instead of --steps (ceil(N / B) steps each).")
-@click.option("--noise-multiplier", "--sigma", "noise_multiplier", type=click.FloatRange(min=0),
+@click.option("--noise-multiplier", "--sigma", "noise_multiplier", type=FiniteFloat(min=0),
               help="Noise std on the summed clipped gradients / clip norm C.")
-@click.option("--delta", type=click.FloatRange(0, 1, min_open=True, max_open=True), help=_DELTA_HELP)
-@click.option("--target-epsilon", type=click.FloatRange(min=0, min_open=True),
+@click.option("--delta", type=FiniteFloat(0, 1, min_open=True, max_open=True), help=_DELTA_HELP)
+@click.option("--target-epsilon", type=FiniteFloat(min=0, min_open=True),
               help="Budget: solve for the one missing quantity (sigma, steps or batch), or check the run against it.")
 @click.option("--schedule", "schedule_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="JSON or TOML list of segments (steps + batch_size or sampling_probability [+ noise_multiplier]).")
@@ -153,13 +159,19 @@ def _fmt_int(n: int | float) -> str:
 @click.option("--tan", is_flag=True, help="Also print eta and eps_TAN (Sander et al.; valid only for sigma > 2).")
 @click.option("--simulate", type=click.IntRange(min=1), metavar="B",
               help="TAN simulation at batch B: same eta_step and steps, labelled NON-PRIVATE.")
-@click.option("--tolerance", type=click.FloatRange(0, 0.1, min_open=True), default=1e-3, show_default=True,
+@click.option("--tolerance", type=FiniteFloat(0, 0.1, min_open=True), default=1e-3, show_default=True,
               help="Relative tolerance of calibrations and reverse searches.")
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 def account(**options: Any) -> None:
     """Compute epsilon for a DP-SGD run, calibrate sigma for a target epsilon, or find the most steps / largest
     batch within a budget. Poisson sampling and add/remove-one adjacency unless --fixed-size."""
-    result = _run(**options)  # a UserInputError becomes one line and exit 2 in the command group
+    try:
+        result = _run(**options)  # a UserInputError becomes one line and exit 2 in the command group
+    except OverflowError:  # dp_accounting's PLD construction: exp() of the privacy loss of a tiny sigma
+        sigma = options["noise_multiplier"]
+        which = f"--noise-multiplier {sigma:g}" if sigma is not None else "the noise multiplier"
+        raise UserInputError(f"{which} is too small to account with PLD (its privacy loss overflows a float: epsilon "
+                             "is effectively unbounded); add noise, or use --accountant rdp.") from None
     if options["as_json"]:
         click.echo(json.dumps(result, indent=2, sort_keys=True))
     else:
@@ -176,6 +188,14 @@ def _run(*, dataset_size, batch_size, sampling_probability, steps, epochs, noise
                         ("--delta", delta), ("--sampling-probability", sampling_probability), ("--tolerance", tolerance)):
         if value is not None and not math.isfinite(value):  # click's FloatRange lets inf and nan through
             _fail(f"{flag} must be a finite number, got {value}.")
+    if n is not None and n > MAX_DATASET_SIZE:
+        _fail(f"--dataset-size/-N {n:,} is above the limit of {MAX_DATASET_SIZE:,} examples (10^12); pass the number of "
+              "privacy units of the training set.")
+    expected_batch = batch_size if batch_size is not None else (
+        sampling_probability * n if sampling_probability is not None and n is not None else None)
+    if microbatch_size > 1 and expected_batch is not None and microbatch_size > expected_batch:
+        _fail(f"--microbatch-size {microbatch_size} is larger than the (expected) batch size {expected_batch:g}: a "
+              "micro-batch is a part of one batch; pass a size <= the batch size (1 for per-example clipping).")
     if batch_size is not None and sampling_probability is not None:
         _fail("--batch-size and --sampling-probability both given; pass one (q = B / N).")
     if batch_size is not None and n is None:

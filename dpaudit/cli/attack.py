@@ -13,6 +13,8 @@ from pathlib import Path
 
 import click
 
+from dpaudit.cli.params import FiniteFloat
+
 _EPILOG = ("Example: dpaudit attack --model runs/np --data runs/data --out runs/np-attack "
            "--attacks exposure,reconstruction")
 
@@ -79,11 +81,11 @@ def _summary(results) -> str:  # noqa: ANN001
 @click.option("--reference-model", type=click.Path(path_type=Path), default=None,
               help="Reference model for --attacks ref (same tokenizer as the target); default: one trained like the "
                    "target on public.jsonl.")
-@click.option("--max-shadow-minutes", type=click.FloatRange(min=0, min_open=True), default=None,
+@click.option("--max-shadow-minutes", type=FiniteFloat(min=0, min_open=True), default=None,
               help="Stop starting new shadow models after this many minutes (the ones trained are used).")
 @click.option("--shadow-cache", type=click.Path(path_type=Path), default=None,
               help="Shadow-model cache [default: $DPAUDIT_CACHE/shadows or ~/.cache/dpaudit/shadows].")
-@click.option("--fpr", "fprs", type=click.FloatRange(min=0, max=1, min_open=True, max_open=True), multiple=True,
+@click.option("--fpr", "fprs", type=FiniteFloat(min=0, max=1, min_open=True, max_open=True), multiple=True,
               help="Report TPR at this FPR (repeatable); refused if heldout.jsonl has too few non-members to measure it. "
                    "Default: 0.1% and 1%, with a warning when unmeasurable.")
 @click.option("--mia-examples", type=click.IntRange(min=2), default=None,

@@ -100,6 +100,12 @@ def demo(out: Path, quick: bool, seed: int, noise_seed: int | None, classifiers:
         raise click.ClickException("the demo trains with jax-bert: pip install -e '.[jax,torch]'")
     if not _has_module("torch") or not _has_module("transformers"):
         raise click.ClickException("the demo's attacks load models with transformers: pip install -e '.[jax,torch]'")
+    for option, path in (("--out", out), ("--report", report_path)):  # before minutes of training, not after
+        blocked = next((p for p in path.absolute().parents if p.exists() and not p.is_dir()), None)
+        if blocked is not None:
+            from dpaudit.errors import UserInputError
+
+            raise UserInputError(f"{option} {path}: {blocked} is a file, not a folder; choose another path.")
     gap = _classifier_gap() if classifiers else "--no-classifiers"
     sizes = QUICK if quick else FULL
     plan = build_plan(out, sizes, seed=seed, report=report_path, classifiers=gap is None, noise_seed=noise_seed)

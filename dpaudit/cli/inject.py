@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from dpaudit.cli.params import FiniteFloat
 from dpaudit.errors import UserInputError
 
 _DEFAULT_FREQUENCIES = "1,2,3,4,5,6,7,8,9,10,20,50,100"
@@ -50,9 +51,9 @@ _EPILOG = "Example: dpaudit inject --corpus builtin:assistant --out runs/data --
               help="Control canaries, generated the same way and never inserted  [default: --per-frequency].")
 @click.option("--coin-flip", is_flag=True,
               help="One-run audit mode: each canary is inserted (at the single frequency) iff a fair coin says so.")
-@click.option("--heldout-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.1, show_default=True,
+@click.option("--heldout-fraction", type=FiniteFloat(0, 1, max_open=True), default=0.1, show_default=True,
               help="Share of the corpus kept out of training as non-members (heldout.jsonl).")
-@click.option("--public-fraction", type=click.FloatRange(0, 1, max_open=True), default=0.2, show_default=True,
+@click.option("--public-fraction", type=FiniteFloat(0, 1, max_open=True), default=0.2, show_default=True,
               help="Share of the corpus for tokenizers and shadow models (public.jsonl).")
 @click.option("--heldout-size", type=click.IntRange(min=0), default=None,
               help="Absolute number of held-out examples (overrides --heldout-fraction).")
@@ -84,14 +85,14 @@ def inject(corpus: str, corpus_format: str, corpus_size: int | None, out: Path, 
     if coin_flip:
         if holdout:
             raise UserInputError("--holdout has no meaning with --coin-flip (the coin picks the non-members); remove it.")
-        freqs = parse_frequencies(frequencies or "1")
+        freqs = parse_frequencies("1" if frequencies is None else frequencies)
         if len(freqs) != 1:
             raise UserInputError(
                 f"--coin-flip inserts every member at one frequency; pass one value, e.g. --frequencies 1 (got {frequencies})."
             )
         holdout = 0
     else:
-        freqs = parse_frequencies(frequencies or _DEFAULT_FREQUENCIES)
+        freqs = parse_frequencies(_DEFAULT_FREQUENCIES if frequencies is None else frequencies)
         holdout = per_frequency if holdout is None else holdout
     if corpus_size is not None and corpus_size < 1:
         raise UserInputError(f"--corpus-size must be a positive integer, got {corpus_size}.")
@@ -114,6 +115,8 @@ def inject(corpus: str, corpus_format: str, corpus_size: int | None, out: Path, 
         raise UserInputError(f"dpaudit inject: {err}") from None
     summary = run_inject(config, out, overwrite=overwrite, force=force)
     summary = {"out": str(out), **summary}
+    for warning in summary.get("warnings", ()):
+        click.echo(f"warning: {warning}", err=True)
     if as_json:
         click.echo(json.dumps(summary, indent=2, sort_keys=True))
         return

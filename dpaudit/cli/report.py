@@ -48,5 +48,17 @@ def report(run_dirs: tuple[Path, ...], out: Path | None) -> None:
     out = default_output(run_dirs) if out is None else out
     if out.is_dir():
         raise UserInputError(f"--out {out} is a directory; pass a file name such as {out / 'report.html'}.")
-    path = write_report(run_dirs, out)
+    blocked = next((p for p in out.absolute().parents if p.exists() and not p.is_dir()), None)
+    if blocked is not None:  # before rendering: the page could never be written there
+        raise UserInputError(f"--out {out}: {blocked} is a file, not a folder; choose another path for the page.")
+    created = [p for p in out.absolute().parents if not p.exists()]  # deepest first
+    try:
+        path = write_report(run_dirs, out)
+    except BaseException:  # disk full, permissions, bad input...: remove the folders made for the page
+        for folder in created:
+            try:
+                folder.rmdir()
+            except OSError:
+                break
+        raise
     click.echo(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")

@@ -13,12 +13,13 @@ the bad bytes and counts them, so the manifest can say how many lines were damag
 from __future__ import annotations
 
 import csv
+import errno
 import json
 import os
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 from dpaudit.errors import UserInputError
 
@@ -87,6 +88,20 @@ class CorpusReader:
             raise UserInputError(f"{option} {self.path}: no such file; check the path.")
         if not self.path.is_file():
             raise UserInputError(f"{option} {self.path} is not a file; pass a text, JSONL, CSV or TSV corpus file.")
+        try:  # unreadable (mode 000, another user's file): say so now, before anything else is read or written
+            with open(self.path, "rb"):
+                pass
+        except OSError as err:
+            raise self._read_error(err) from None
+
+    def _read_error(self, err: OSError, lineno: int | None = None) -> UserInputError:
+        """The one-line error for a corpus that cannot be read (permissions, a failing disk)."""
+        where = f"{self.option} {self.path}" + ("" if lineno is None else f" (after line {lineno})")
+        if err.errno in (errno.EACCES, errno.EPERM):
+            fix = "give yourself read permission (chmod u+r) or pass a copy you can read"
+        else:
+            fix = "the device reported an error: copy the file to a healthy disk and pass the copy"
+        return UserInputError(f"{where}: cannot read it ({err.strerror or err}); {fix}.")
 
     def __iter__(self) -> Iterator[CorpusRow]:
         self.stats = ReadStats()
@@ -105,8 +120,12 @@ class CorpusReader:
 
     def _lines(self) -> Iterator[tuple[int, str]]:
         """(line number, decoded line including its newline), one line at a time."""
-        with open(self.path, "rb") as handle:
-            for lineno, raw in enumerate(handle, start=1):
+        try:
+            handle = open(self.path, "rb")
+        except OSError as err:
+            raise self._read_error(err) from None
+        with handle:
+            for lineno, raw in enumerate(_read_lines(handle, self._read_error), start=1):
                 if lineno == 1 and raw.startswith(b"\xef\xbb\xbf"):
                     raw = raw[3:]
                 try:
@@ -205,6 +224,20 @@ class CorpusReader:
         if isinstance(label, bool) or not isinstance(label, (str, int)):
             raise UserInputError(f"{self._where(lineno)}: label must be a string or an integer, got {json.dumps(label)}.")
         return label
+
+
+def _read_lines(handle: Any, error: Any) -> Iterator[bytes]:
+    """The lines of a binary file; a read that fails (EIO) becomes ``error(err, lines read so far)``."""
+    lineno = 0
+    while True:
+        try:
+            raw = handle.readline()
+        except OSError as err:
+            raise error(err, lineno) from None
+        if not raw:
+            return
+        lineno += 1
+        yield raw
 
 
 class _LineTracker:

@@ -10,13 +10,18 @@ matches is refused, since the page would otherwise describe a different run.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
+import types
+import typing
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from dpaudit.attacks.results import SCHEMA as ATTACK_SCHEMA
 from dpaudit.attacks.results import AttackResults
@@ -173,9 +178,20 @@ def load_run(path: str | os.PathLike[str], *, label: str | None = None) -> Repor
                              "of dpaudit attack.")
     verify_run_dir(directory, schema_prefix="dpaudit.attack/")  # hashes first: a changed file is named as such
     try:
-        results_schema = json.loads((directory / "results.json").read_text(encoding="utf-8")).get("schema")
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError, AttributeError):
-        results_schema = None
+        raw = json.loads((directory / "results.json").read_text(encoding="utf-8"))
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        raw = None
+    results_schema = raw.get("schema") if isinstance(raw, dict) else None
+    if isinstance(raw, dict):  # the top-level shape first: a number where an object belongs names the field
+        for key, expected, kind in (("model", dict, "an object"), ("data", dict, "an object"),
+                                    ("claimed_privacy", dict, "an object"), ("attacks", list, "a list")):
+            if key in raw and not isinstance(raw[key], expected):
+                raise UserInputError(f"{directory / 'results.json'}: field {key} must be {kind}, got {_short(raw[key])}; "
+                                     "rerun dpaudit attack (the files were edited or written by another program).")
+        for i, item in enumerate(raw.get("attacks") or ()):
+            if not isinstance(item, dict):
+                raise UserInputError(f"{directory / 'results.json'}: field attacks[{i}] must be an object, got {_short(item)}; "
+                                     "rerun dpaudit attack (the files were edited or written by another program).")
     if results_schema is not None and results_schema != ATTACK_SCHEMA:
         raise UserInputError(f"{directory / 'results.json'}: results schema {results_schema!r} is not {ATTACK_SCHEMA!r}, "
                              "the version this dpaudit reads; render it with the dpaudit that wrote it or rerun dpaudit attack.")
@@ -183,10 +199,103 @@ def load_run(path: str | os.PathLike[str], *, label: str | None = None) -> Repor
         results = read_attack_dir(directory)
     except UserInputError:
         raise
-    except (ValueError, KeyError, TypeError) as err:
+    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as err:  # e.g. a number where an object belongs
         raise UserInputError(f"{directory / 'results.json'}: cannot read the results ({err}); rerun dpaudit attack with "
                              "this dpaudit version.") from None
+    problem = type_problem(results)
+    if problem is not None:
+        where, expected, value = problem
+        name = "scores/canaries.jsonl" if where.startswith("canaries[") else "results.json"
+        if where.startswith("canaries["):  # one record per line of scores/canaries.jsonl
+            index, _, rest = where[len("canaries["):].partition("]")
+            where = f"{rest.lstrip('.')} (line {int(index) + 1})"
+        elif where.split(".")[0] == "claimed":  # the JSON key of AttackResults.claimed
+            where = "claimed_privacy" + where[len("claimed"):]
+        raise UserInputError(f"{directory / name}: field {where} must be {expected}, got {_short(value)}; rerun dpaudit "
+                             "attack (the files were edited or written by another program).")
     return _with_upstream(directory, results, manifest, label=str(path) if label is None else label)
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value) if isinstance(value, (str, int, float, bool, type(None), list, dict)) else repr(value)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def type_problem(value: Any, tp: Any = None, where: str = "") -> tuple[str, str, Any] | None:
+    """The first field of a typed record whose value does not have its annotated type, as
+    ``(field path, expected type in words, value)``; None when every field checks.
+
+    ``results.json`` is read into dataclasses without converting types (a string stays a string
+    where a count belongs), and the hash check passes whenever the manifest was re-hashed after an
+    edit, so the report checks the types itself: otherwise a wrong type surfaces as a traceback
+    deep inside the renderer. Annotations it cannot check (``Any``, arrays) are skipped.
+    """
+    if tp is None:
+        tp = type(value)
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if tp is Any or isinstance(tp, typing.TypeVar) or origin is typing.ClassVar:
+        return None
+    if origin in (typing.Union, types.UnionType):
+        fits = [a for a in args if type_problem(value, a, where) is None]
+        return None if fits else (where, " or ".join(_words(a) for a in args), value)
+    if origin is typing.Literal:
+        return None if value in args else (where, "one of " + ", ".join(map(repr, args)), value)
+    if origin in (tuple, list):
+        if not isinstance(value, (tuple, list)):
+            return where, _words(tp), value
+        inner = list(args)
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            if len(value) != len(args):
+                return where, _words(tp), value
+        else:
+            inner = [args[0] if args else Any] * len(value)
+        for i, (item, item_tp) in enumerate(zip(value, inner)):
+            found = type_problem(item, item_tp, f"{where}[{i}]")
+            if found:
+                return found
+        return None
+    if origin is dict:
+        if not isinstance(value, dict):
+            return where, "an object", value
+        for key, item in value.items():
+            found = type_problem(item, args[1] if len(args) == 2 else Any, f"{where}.{key}" if where else str(key))
+            if found:
+                return found
+        return None
+    if tp is type(None):
+        return None if value is None else (where, "null", value)
+    if tp is bool:
+        return None if isinstance(value, (bool, np.bool_)) else (where, _words(tp), value)
+    if tp is int:
+        ok = isinstance(value, (int, np.integer)) and not isinstance(value, bool)
+        return None if ok else (where, _words(tp), value)
+    if tp is float:
+        ok = isinstance(value, (int, float, np.integer, np.floating)) and not isinstance(value, bool)
+        return None if ok else (where, _words(tp), value)
+    if tp is str:
+        return None if isinstance(value, str) else (where, _words(tp), value)
+    if isinstance(tp, type) and dataclasses.is_dataclass(tp):
+        if not isinstance(value, tp):
+            return where, _words(tp), value
+        try:
+            hints = typing.get_type_hints(type(value))
+        except Exception:  # noqa: BLE001  (an annotation this module cannot resolve: not checked)
+            return None
+        for f in dataclasses.fields(value):
+            found = type_problem(getattr(value, f.name), hints.get(f.name, Any), f"{where}.{f.name}" if where else f.name)
+            if found:
+                return found
+        return None
+    return None  # arrays and other types: not checked here
+
+
+def _words(tp: Any) -> str:
+    origin = typing.get_origin(tp)
+    if origin in (tuple, list):
+        return "a list"
+    if origin is dict or (isinstance(tp, type) and dataclasses.is_dataclass(tp)):
+        return "an object"
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}.get(tp, str(tp))
 
 
 def run_from_results(directory: str | os.PathLike[str], results: AttackResults, manifest: Mapping[str, Any], *,

@@ -28,6 +28,12 @@ Clipping = Literal["ghost", "vmap"]
 DEFAULT_VOCAB_SIZE: dict[str, int] = {"tiny": 2000, "mini": 8000, "small": 8000, "base": 30522, "large": 30522}
 
 
+#: The longest --max-length: BERT's position table (``max_position_embeddings`` = 512, Devlin et al. 2019 and the
+#: Hugging Face ``BertConfig``), the most positions an exported model reloads with. Beyond it the trainer would
+#: grow the table and attention's memory with the square of the length (--max-length 100000 asked for ~320 GB).
+MAX_POSITIONS = 512
+
+
 #: The smallest useful run (tests and the trainer contract suite): seconds on a 2-core CPU.
 TINY_SETTINGS: dict[str, Any] = dict(
     preset="tiny", steps=6, batch_size=16, micro_batch=8, max_length=16, vocab_size=128, noise_multiplier=1.0,
@@ -109,6 +115,9 @@ class JaxBertConfig:
             raise ValueError(f"--noise-seed must be an integer >= 0, got {self.noise_seed!r}.")
         if self.max_length < 8:
             raise ValueError(f"--max-length must be >= 8, got {self.max_length}.")
+        if self.max_length > MAX_POSITIONS:
+            raise ValueError(f"--max-length must be <= {MAX_POSITIONS}, BERT's position table (max_position_embeddings), "
+                             f"got {self.max_length}; attention memory grows with its square.")
         if self.max_predictions is not None and not 0 < self.max_predictions <= self.max_length:
             raise ValueError(f"--max-predictions must be in (0, max-length={self.max_length}], got {self.max_predictions}.")
         if self.vocab_size is not None and self.vocab_size < 128:
