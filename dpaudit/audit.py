@@ -26,9 +26,12 @@ What it computes, and the convention each follows:
   coin-flip canaries: guess "member" for the k+ top scores and "non-member" for the k- bottom
   scores, abstain on the rest, and test the number of correct guesses.
 - :func:`epsilon_lower_bound_one_run_fdp`: the f-DP analysis of the same guessing game by
-  Mahloujifar, Melis & Chaudhuri (2024), tighter, reported against the Gaussian-DP family.
-- :func:`audit_scores`: all of the above in one typed :class:`AuditResult`, with ``exceeds_claim``
-  set (and a loud warning) when a lower bound is above the accountant's epsilon.
+  Mahloujifar, Melis & Chaudhuri (2024), tighter, reported against the Gaussian-DP family: it refutes
+  mu-GDP (Gaussian mechanisms only), not an (epsilon, delta) claim.
+- :func:`audit_scores`: all of the above for ONE set of scores in one typed :class:`AuditResult`,
+  with ``exceeds_claim`` set (and a loud warning) when a proof (one-run bound on coin-flip
+  canaries) is above the accountant's epsilon. The headline of a whole attack run (the best of
+  several audits, corrected for how many) is :mod:`dpaudit.headline`.
 
 When is a bound a proof? An (epsilon, delta) lower bound at 95% confidence means: if the mechanism
 really were (epsilon, delta)-DP, the bound would exceed epsilon with probability at most 5%.
@@ -40,9 +43,11 @@ really were (epsilon, delta)-DP, the bound would exceed epsilon with probability
 - The one-run bounds are proofs for ONE training run, provided membership of every canary was decided
   by an independent fair coin (Steinke et al. 2023): use them on coin-flip canaries.
 - The f-DP bound rejects "the mechanism is mu-GDP" and reports the epsilon at ``delta`` of the largest
-  rejected mu. It is an (epsilon, delta) lower bound for mechanisms whose privacy profile is that of
-  a Gaussian mechanism (DP-SGD is close to one by the central limit theorem of Dong, Roth & Su);
-  :class:`AuditResult` therefore keeps it out of ``exceeds_claim`` and warns instead.
+  rejected mu. It is an (epsilon, delta) lower bound only for mechanisms whose privacy profile is
+  that of a Gaussian mechanism (DP-SGD is close to one by the central limit theorem of Dong, Roth &
+  Su); on randomized response with epsilon 2 it exceeded the true epsilon in 99.5% of simulated
+  trials. :class:`AuditResult` therefore keeps it out of ``exceeds_claim`` and the headline, and
+  labels it "refutes mu-GDP (Gaussian mechanisms only), not an (epsilon, delta) bound".
 
 Conventions shared with ``jax_privacy.auditing.CanaryScoreAuditor`` (cross-checked in the tests):
 significance = 1 - confidence; Clopper-Pearson one-sided intervals at significance / 2 each for TPR
@@ -326,6 +331,25 @@ class Roc:
         idx = np.asarray(keep)
         return Roc(fpr=x[idx], tpr=y[idx], thresholds=t[idx], n_members=self.n_members,
                    n_nonmembers=self.n_nonmembers)
+
+    def rank_scores(self) -> tuple[np.ndarray, np.ndarray]:
+        """(member, non-member) scores with exactly this ROC: vertex j's new members and non-members
+        all score ``len(thresholds) - j``.
+
+        Every bound in this module depends on the scores only through their order (counts above
+        thresholds, guesses on the top and bottom scores), so bounds recomputed on these scores equal
+        those on the original ones; :mod:`dpaudit.headline` uses them to recompute stored audits at a
+        corrected confidence without the score files. (A split draws its own partition of them: an
+        equally valid, not identical, split.)
+        """
+        tp = np.rint(self.tpr * self.n_members).astype(np.int64)
+        fp = np.rint(self.fpr * self.n_nonmembers).astype(np.int64)
+        level = np.arange(len(self.thresholds), 0, -1, dtype=np.float64)
+        member = np.repeat(level[1:], np.diff(tp))
+        nonmember = np.repeat(level[1:], np.diff(fp))
+        if member.size != self.n_members or nonmember.size != self.n_nonmembers:
+            raise ValueError("the ROC does not end at (1, 1): cannot recover its scores.")
+        return member, nonmember
 
     def tpr_at_randomized(self, fpr: float) -> float:
         """The largest TPR at FPR ``fpr`` when the attacker may randomize between two thresholds
@@ -814,7 +838,8 @@ class EpsilonBound:
 def _cp_upper(k: ArrayLike, n: int, alpha: ArrayLike) -> np.ndarray:
     """One-sided Clopper-Pearson upper bound p with P[Binomial(n, p) <= k] = alpha (1 when k = n)."""
     k = np.asarray(k, dtype=np.float64)
-    return np.where(k < n, scipy.stats.beta.ppf(1 - np.asarray(alpha), k + 1, np.maximum(n - k, 1)), 1.0)
+    # scipy.special.betaincinv(a, b, y) = scipy.stats.beta.ppf(y, a, b), without scipy.stats' overhead
+    return np.where(k < n, scipy.special.betaincinv(k + 1, np.maximum(n - k, 1), 1 - np.asarray(alpha)), 1.0)
 
 
 def _cp_eps(tp, fp, n_m: int, n_n: int, alpha_tpr, alpha_fpr, delta: float, one_sided: bool):
@@ -950,13 +975,35 @@ def _steinke_pvalue(eps: float, m: int, r: int, v: int, delta: float) -> float:
     P[W >= v] <= f(v) + 2 m delta max_{1<=i<=v} (f(v - i) - f(v)) / i. Continuous and increasing in
     eps, so the largest rejected epsilon is a root.
     """
-    q = float(scipy.special.expit(eps))
-    beta = float(scipy.stats.binom.sf(v - 1, r, q))
     if v == 0:
         return 1.0
+    q = float(scipy.special.expit(eps))
+    beta = float(scipy.special.bdtrc(v - 1, r, q))  # = binom.sf(v - 1, r, q), without scipy.stats' overhead
+    if delta == 0.0:
+        return min(beta, 1.0)
     i = np.arange(1, v + 1)
-    tail = (scipy.stats.binom.sf(v - i - 1, r, q) - beta) / i
+    tail = (scipy.special.bdtrc(v - i - 1, r, q) - beta) / i  # bdtrc(k < 0) = 1 = sf
     return min(beta + 2 * m * delta * float(np.max(tail, initial=0.0)), 1.0)
+
+
+def _steinke_epsilons(m: int, counts: np.ndarray, delta: float, alpha: float) -> np.ndarray:
+    """:func:`_steinke_epsilon` of each (guesses, correct) row, where only the best row needs to be exact.
+
+    The delta = 0 bound (a plain binomial test, cheap) is never below the delta > 0 one, so a row
+    whose delta = 0 bound is strictly below an exact bound already found cannot be the largest; it
+    is returned as -inf and the argmax (first largest) is the one of the exact bounds of every row.
+    """
+    upper = np.array([_steinke_epsilon(m, int(r), int(v), 0.0, alpha) for r, v in counts], dtype=np.float64)
+    if delta == 0.0:
+        return upper
+    out = np.full(upper.shape, -np.inf)
+    best = -np.inf
+    for j in np.argsort(-upper, kind="stable"):
+        if upper[j] < best:
+            break
+        out[j] = _steinke_epsilon(m, int(counts[j, 0]), int(counts[j, 1]), delta, alpha)
+        best = max(best, out[j])
+    return out
 
 
 def _steinke_epsilon(m: int, r: int, v: int, delta: float, alpha: float) -> float:
@@ -1037,8 +1084,7 @@ def _one_run(member_scores, nonmember_scores, *, delta, confidence, guesses, fdp
             eps = np.array([gdp_epsilon(mu, delta) for mu in mus])
         else:
             mus = np.full(len(cands), np.nan)
-            eps = np.array([_steinke_epsilon(int(m_), int(r_), int(v_), delta, a)
-                            for m_, r_, v_ in zip(ms, counts[:, 0], counts[:, 1])])
+            eps = _steinke_epsilons(int(total), counts, delta, a)
         return eps, mus, counts
 
     def candidates(m_s, n_s, pairs):
@@ -1144,13 +1190,15 @@ class AuditResult:
         bounds: every epsilon lower bound computed; each at confidence 1 - (1 - confidence) / len(bounds)
             so that all hold together at ``confidence``.
         epsilon_lower_bound: the largest (epsilon, delta)-DP bound in ``bounds`` (valid at
-            ``confidence`` thanks to that correction).
+            ``confidence`` for this one audit; the maximum over several audits is not: see
+            :mod:`dpaudit.headline`). It includes the heuristic Clopper-Pearson bounds.
         delta, confidence, seed: the audit's parameters (seed: bootstrap and split).
         claimed_epsilon: the accountant's epsilon at ``delta`` (None: not given or nothing proven).
-        exceeds_claim: True when ``epsilon_lower_bound > claimed_epsilon``: the trainer or the
-            accountant has a bug (or the scores are not what they claim to be).
-        warnings: human-readable alarms (the exceeded claim first, in capitals), too few non-members
-            for an FPR, the GDP-family bound above the claim.
+        exceeds_claim: True when a PROOF of the claim's unit (the one-run bound of Steinke et al. on
+            coin-flip canaries inserted once) is above ``claimed_epsilon``; heuristic, f-DP and group
+            bounds above it only warn. For this audit alone (not corrected over audits).
+        warnings: human-readable alarms (the exceeded claim first, in capitals), heuristic bounds
+            above the claim, group bounds, too few non-members for an FPR, the f-DP bound.
         coin_flip: whether the one-run bounds were computed (membership decided by fair coins).
     """
 
@@ -1207,16 +1255,28 @@ def audit_scores(
     seed: int,
     confidence: float = 0.95,
     coin_flip: bool = False,
+    group_size: int = 1,
     fprs: Sequence[float] = (0.001, 0.01),
     num_bootstrap: int = 1000,
 ) -> AuditResult:
-    """ROC, AUC, TPR at low FPR, advantage and every epsilon lower bound for one set of scores.
+    """ROC, AUC, TPR at low FPR, advantage and every epsilon lower bound for ONE set of scores.
 
     Bounds computed: Clopper-Pearson at a split threshold (split seed = ``seed``; skipped with fewer
-    than 2 members or non-members) and with the all-threshold Bonferroni correction; with ``coin_flip=True`` (canaries included by independent
-    fair coins) also the one-run bounds of Steinke et al. (2023) and Mahloujifar et al. (2024) over
-    the default guess grid. All bounds share the error budget 1 - confidence (Bonferroni), so the
-    reported maximum is itself a valid lower bound at ``confidence``.
+    than 2 members or non-members) and with the all-threshold Bonferroni correction; with
+    ``coin_flip=True`` (canaries included by independent fair coins) also the one-run bounds of
+    Steinke et al. (2023) and Mahloujifar et al. (2024) over the default guess grid. All bounds of
+    this one audit share the error budget 1 - confidence (Bonferroni), so ``epsilon_lower_bound``
+    (their maximum) is valid at ``confidence`` for THIS audit alone. The maximum over several audits
+    (attacks x tasks) is not: the headline over a whole attack run is :mod:`dpaudit.headline`, which
+    recomputes every bound corrected for the number of audits.
+
+    What may say "the claim is wrong" (``exceeds_claim``): only a proof, i.e. the Steinke et al.
+    one-run bound on coin-flip canaries (``coin_flip=True``), of the claim's unit
+    (``group_size == 1``). A Clopper-Pearson bound on the examples of one model is a heuristic
+    (members and non-members of one run are not independent trials): above the claim it is a
+    warning to investigate, never the alarm. The f-DP bound refutes mu-GDP, not an (epsilon, delta)
+    claim: a warning too. A canary inserted f > 1 times bounds group epsilon: with ``group_size=f``
+    nothing is compared with the per-example claim.
 
     Args:
         member_scores, nonmember_scores: scores, higher means member.
@@ -1225,12 +1285,16 @@ def audit_scores(
         seed: seeds the bootstrap and the split.
         confidence: joint confidence of the bounds; also the level of the bootstrap CIs.
         coin_flip: True only when membership was decided by independent fair coins.
+        group_size: rows each member contributed (a canary inserted f times: f); > 1 makes the
+            bounds group bounds, never compared with ``claimed_epsilon``.
         fprs: FPRs at which TPR is reported.
         num_bootstrap: bootstrap resamples per CI.
 
     Returns:
-        :class:`AuditResult`; ``exceeds_claim`` and ``warnings[0]`` flag a bound above the claim.
+        :class:`AuditResult`; ``exceeds_claim`` and ``warnings[0]`` flag a proof above the claim.
     """
+    from dpaudit.figures import format_down, format_up
+
     member = _scores(member_scores, "member_scores")
     nonmember = _scores(nonmember_scores, "nonmember_scores")
     delta = _check_unit(delta, "delta")
@@ -1248,7 +1312,12 @@ def audit_scores(
     each = 1 - (1 - confidence) / len(makers)
     bounds = [make(confidence=each) for make in makers]
     lower = max(b.epsilon for b in bounds if b.guarantee == GUARANTEE_DP)
-    exceeds = claimed_epsilon is not None and lower > claimed_epsilon
+    if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
+        raise ValueError(f"group_size must be an integer >= 1, got {group_size!r}.")
+    compare = claimed_epsilon is not None and group_size == 1
+    proofs = [b for b in bounds if b.method == "one_run"] if coin_flip else []
+    proof = max((b.epsilon for b in proofs), default=0.0)
+    exceeds = compare and proof > claimed_epsilon
     fprs = tuple(_check_unit(f, "fpr", high_open=False) for f in fprs)
     stats = {"auc": _auc_stat, "advantage": _advantage_stat}
     stats.update({f"tpr@{f!r}": _tpr_at_stat(f) for f in fprs})
@@ -1256,23 +1325,35 @@ def audit_scores(
     roc = roc_curve(member, nonmember)
     tprs = tuple(_tpr_at_fpr_point(roc, f, cis[f"tpr@{f!r}"]) for f in fprs)
     warnings: list[str] = []
+    claim = None if claimed_epsilon is None else format_up(claimed_epsilon)
     if exceeds:
-        worst = max((b for b in bounds if b.guarantee == GUARANTEE_DP), key=lambda b: b.epsilon)
+        worst = max(proofs, key=lambda b: b.epsilon)
         warnings.append(
-            f"EMPIRICAL EPSILON LOWER BOUND {lower:.3f} EXCEEDS THE CLAIMED EPSILON {claimed_epsilon:.3f} "
-            f"(delta={delta:g}, {confidence:.0%} confidence, {worst.method}/{worst.selection}): the trainer "
-            "or the accountant has a bug, or the scores are not from the model the claim is about."
-        )
+            f"EMPIRICAL EPSILON LOWER BOUND {format_down(proof)} EXCEEDS THE CLAIMED EPSILON {claim} "
+            f"(delta={format_up(delta, 2)}, {confidence:.0%} confidence for this audit alone, proof: "
+            f"{worst.method}/{worst.selection} on coin-flip canaries, Steinke et al. 2023): the trainer "
+            "or the accountant has a bug, or the scores are not from the model the claim is about.")
+    heuristic = [b for b in bounds if b.method == "clopper_pearson"]
+    best_h = max(heuristic, key=lambda b: b.epsilon)
+    if compare and best_h.epsilon > claimed_epsilon:
+        warnings.append(
+            f"heuristic bound above the claim: investigate. Clopper-Pearson {format_down(best_h.epsilon)} > claimed "
+            f"epsilon {claim} ({best_h.selection}), on the examples of one model, which are not independent trials: "
+            "not a proof that the claim is wrong.")
+    if group_size > 1:
+        warnings.append(f"group bound: members were inserted up to {group_size} times, so these bounds are on the "
+                        f"epsilon of a group of {group_size} rows (at most {group_size} x the per-example epsilon), "
+                        "not on the per-example claim.")
     for t in tprs:
         if not t.enough_nonmembers:
             warnings.append(f"TPR at FPR {t.fpr:g} needs >= {t.min_nonmembers} non-members, have "
                             f"{t.n_nonmembers}: it is TPR at zero false positives.")
     gdp = [b for b in bounds if b.guarantee == GUARANTEE_GDP]
-    if claimed_epsilon is not None and gdp and gdp[0].epsilon > claimed_epsilon:
+    if compare and gdp and gdp[0].epsilon > claimed_epsilon:
         warnings.append(
-            f"The f-DP one-run bound {gdp[0].epsilon:.3f} exceeds the claimed epsilon {claimed_epsilon:.3f}: "
-            "the mechanism is not the mu-GDP such a claim implies (a bug unless its privacy profile is "
-            "far from Gaussian).")
+            f"The f-DP one-run bound {format_down(gdp[0].epsilon)} (refutes mu-GDP, Gaussian mechanisms only; not an "
+            f"(epsilon, delta) bound) is above the claimed epsilon {claim}: the mechanism is not the mu-GDP a "
+            "Gaussian mechanism with this claim would be; not a proof that the (epsilon, delta) claim is wrong.")
     return AuditResult(
         n_members=member.size, n_nonmembers=nonmember.size, roc=roc,
         auc=Estimate(value=roc.auc(), ci=cis["auc"]), tpr_at_fpr=tprs,

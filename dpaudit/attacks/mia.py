@@ -35,8 +35,10 @@ DEFAULT_FPRS = (0.001, 0.01)
 HEURISTIC_NOTE = ("Clopper-Pearson bounds on the examples or canaries of ONE model are a heuristic audit: members and "
                   "non-members of one training run are not independent trials. Only the one-run bounds on coin-flip "
                   "canaries (Steinke et al. 2023; Mahloujifar et al. 2024) are proofs for a single training run.")
-PROOF_NOTE = ("Coin-flip canaries: the one-run bounds (Steinke et al. 2023; Mahloujifar et al. 2024, the latter "
-              "for Gaussian-like mechanisms) are lower bounds for this single training run at the stated confidence.")
+PROOF_NOTE = ("Coin-flip canaries: the one-run bound of Steinke et al. (2023) is an (epsilon, delta) lower bound for this "
+              "single training run at the stated confidence; the f-DP bound (Mahloujifar et al. 2024) refutes mu-GDP "
+              "(Gaussian mechanisms only), not an (epsilon, delta) bound. Canaries inserted f > 1 times bound the "
+              "epsilon of a group of f rows, not the per-example claim.")
 
 
 @dataclass(frozen=True)
@@ -258,7 +260,7 @@ class MiaTaskResult(JsonRecord):
                    auc_ci=(audit.auc.ci.low, audit.auc.ci.high), tpr_at=tprs, advantage=audit.advantage.value,
                    roc={"fpr": fpr, "tpr": tpr, "points": len(fpr), "full_points": int(audit.roc.fpr.size)},
                    epsilon_lower_bound=audit.epsilon_lower_bound,
-                   bound_methods=tuple(f"{b.method}/{b.selection}: {b.epsilon:.4g} ({b.guarantee})" for b in audit.bounds),
+                   bound_methods=tuple(_bound_label(b) for b in audit.bounds),
                    bound_is_proof=bool(task.coin_flip), bound_note=PROOF_NOTE if task.coin_flip else HEURISTIC_NOTE,
                    claimed_epsilon=audit.claimed_epsilon, delta=audit.delta, exceeds_claim=audit.exceeds_claim,
                    coin_flip=audit.coin_flip, scores_file=scores_file, info=dict(task.info),
@@ -330,6 +332,23 @@ RESULT_CLASSES: dict[str, type[MiaResult]] = {c.attack: c for c in (LossResult, 
                                                                       RmiaResult)}
 
 
+def _bound_label(bound: Any) -> str:
+    """One bound in words, rounded down, saying what it refutes (the f-DP one only mu-GDP)."""
+    from dpaudit.audit import GUARANTEE_GDP
+    from dpaudit.figures import format_down
+    from dpaudit.headline import FDP_LABEL
+
+    what = FDP_LABEL if bound.guarantee == GUARANTEE_GDP else bound.guarantee
+    return f"{bound.method}/{bound.selection}: {format_down(bound.epsilon, 4)} ({what})"
+
+
+def _group_size(task: MembershipTask) -> int:
+    """Rows each member is: 1 for the examples task; the most a canary was inserted for the canaries task."""
+    from dpaudit.headline import group_size_of
+
+    return group_size_of(task.name, task.info) or 1
+
+
 def scores_file(attack: str) -> str:
     return f"scores/mia_{attack}.jsonl"
 
@@ -354,16 +373,20 @@ def audit_tasks(context: Any, attack: str, scored: Sequence[tuple[MembershipTask
             scores = np.where(bad, np.nanmin(np.where(bad, np.nan, scores)) if (~bad).any() else 0.0, scores)
         audit = audit_scores(scores[task.member], scores[~task.member], delta=delta, claimed_epsilon=claimed,
                              seed=context.options.seed, coin_flip=task.coin_flip, fprs=fprs,
-                             confidence=context.options.level)
+                             confidence=context.options.level, group_size=_group_size(task))
         results.append(MiaTaskResult.from_audit(task, audit, scores_file=scores_file(attack), extra_warnings=extra))
         rows.extend({"task": task.name, "id": i, "member": bool(m), "score": float(s)}
                     for i, m, s in zip(task.ids, task.member.tolist(), scores.tolist()))
     exceeds = any(r.exceeds_claim for r in results)
     notes = list(warnings)
     if exceeds:
-        worst = max(results, key=lambda r: r.epsilon_lower_bound)
-        notes.insert(0, f"{attack}: EMPIRICAL EPSILON LOWER BOUND {worst.epsilon_lower_bound:.3f} ({worst.task}) "
-                        f"EXCEEDS THE CLAIMED EPSILON {claimed:.3f}: a bug in the trainer or the accountant.")
+        from dpaudit.figures import format_down, format_up
+
+        worst = max((r for r in results if r.exceeds_claim), key=lambda r: r.epsilon_lower_bound)
+        proof = max(b.epsilon for b in worst.audit_result().bounds if b.method == "one_run")
+        notes.insert(0, f"{attack}: EMPIRICAL EPSILON LOWER BOUND {format_down(proof)} ({worst.task}; proof: one run, "
+                        f"coin-flip canaries, Steinke et al. 2023; 95% for this audit alone) EXCEEDS THE CLAIMED EPSILON "
+                        f"{format_up(claimed)}: a bug in the trainer or the accountant.")
     params = {**parameters, "fprs": list(fprs), "delta": delta, "bootstrap_seed": context.options.seed,
               "score": parameters.get("score", "higher = member")}
     result = RESULT_CLASSES[attack](parameters=params, tasks=tuple(results), claimed_epsilon=claimed,

@@ -109,10 +109,14 @@ class ClaimedPrivacy(JsonRecord):
     Attributes:
         known: False for a bare model directory (no ``privacy.json``: the claim is unknown).
         private: whether the run was trained with DP.
-        epsilon: recomputed from the event (None when non-private: epsilon = infinity).
+        epsilon: the PROVEN epsilon, recomputed from the event (None when non-private: epsilon =
+            infinity, and None when nothing is proven: shuffled fixed-size batches).
         recorded_epsilon: the value ``privacy.json`` states, for comparison.
         delta, accountant: as recorded; the accountant is the one used to recompute.
         guarantee: the run's one-sentence statement.
+        sampling: as recorded (``"shuffle"``: no epsilon is proven).
+        epsilon_if_poisson: shuffle runs: the event's epsilon as if the batches were Poisson-sampled,
+            recomputed; never a claim (shown as "no proven epsilon (as-if-Poisson: X)").
     """
 
     known: bool
@@ -122,6 +126,14 @@ class ClaimedPrivacy(JsonRecord):
     delta: float | None = None
     accountant: str | None = None
     guarantee: str | None = None
+    sampling: str | None = None
+    epsilon_if_poisson: float | None = None
+
+    def text(self) -> str:
+        """The claim in words, figures rounded up ("no proven epsilon (as-if-Poisson: 0.149)" for shuffle)."""
+        from dpaudit.headline import Claim
+
+        return Claim.from_claimed(self).text()
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -60,9 +60,14 @@ def claimed_privacy(privacy: dict[str, Any] | None) -> ClaimedPrivacy:
         delta, accountant = float(privacy["delta"]), str(privacy.get("accountant") or "pld")
     except (KeyError, TypeError, ValueError) as err:
         raise UserInputError(f"privacy.json: cannot read the DpEvent ({err}); rerun dpaudit train.") from None
-    return ClaimedPrivacy(known=True, private=True, epsilon=float(accounting.epsilon(event, delta, accountant)),  # type: ignore[arg-type]
+    recomputed = float(accounting.epsilon(event, delta, accountant))  # type: ignore[arg-type]
+    if privacy.get("sampling") == "shuffle" or privacy.get("epsilon") is None:  # nothing proven: never a claim
+        return ClaimedPrivacy(known=True, private=True, epsilon=None, recorded_epsilon=None, delta=delta,
+                              accountant=accountant, guarantee=privacy.get("guarantee"),
+                              sampling=privacy.get("sampling"), epsilon_if_poisson=recomputed)
+    return ClaimedPrivacy(known=True, private=True, epsilon=recomputed,
                           recorded_epsilon=privacy.get("epsilon"), delta=delta, accountant=accountant,
-                          guarantee=privacy.get("guarantee"))
+                          guarantee=privacy.get("guarantee"), sampling=privacy.get("sampling"))
 
 
 def shared_context_warning(canaries: Sequence[Any], space: Any, reveal: int) -> str | None:

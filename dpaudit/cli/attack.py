@@ -27,10 +27,10 @@ def _summary(results) -> str:  # noqa: ANN001
     from dpaudit.attacks.mia import MiaResult
     from dpaudit.attacks.results import ExposureResult, ReconstructionResult
 
-    claimed = results.claimed
-    eps = ("unknown (no privacy.json)" if not claimed.known else "inf (non-private)" if not claimed.private
-           else f"{claimed.epsilon:.4g} at delta {claimed.delta:.3g}")
-    lines = [f"model {results.model.path} ({results.model.architecture}); claimed epsilon: {eps}"]
+    from dpaudit.figures import format_down, format_up
+    from dpaudit.headline import headline_of
+    head = headline_of(results)
+    lines = [f"model {results.model.path} ({results.model.architecture}); claimed: {head.claim.text()}"]
     for result in results.attacks:
         if isinstance(result, ExposureResult) and result.rows:
             lines.append(f"exposure (log2|R| = {result.parameters.log2_space_size:.2f}, reveal {result.parameters.reveal}):")
@@ -49,15 +49,27 @@ def _summary(results) -> str:  # noqa: ANN001
                              f"{r.normalized_edit_distance_mean:>10.3f} {hits:>10}")
     mia = [r for r in results.attacks if isinstance(r, MiaResult)]
     if mia:
-        lines.append("membership inference (AUC [95% CI], TPR at FPR, epsilon lower bound vs claim):")
-        lines.append(f"  {'attack':>7} {'task':>17} {'AUC':>6} {'CI':>15} {'TPR@0.1%':>9} {'TPR@1%':>8} {'eps LB':>7} {'claim':>7}")
+        # Bounds as the headline recomputes them: each at 1 - 0.05/m (m audits), so that all hold together.
+        by_name = {b.name: b for b in head.bounds}
+        lines.append(f"membership inference (AUC [95% CI], TPR at FPR; epsilon lower bound {head.label}, rounded down; "
+                     "P = proof, H = heuristic, G = group of f rows):")
+        lines.append(f"  {'attack':>7} {'task':>17} {'AUC':>6} {'CI':>15} {'TPR@0.1%':>9} {'TPR@1%':>8} {'eps LB':>9} {'vs':>7}")
         for r in mia:
             for t in r.tasks:
                 tpr = {round(x["fpr"], 6): x["tpr"] for x in t.tpr_at}
-                flag = "  <-- EXCEEDS CLAIM" if t.exceeds_claim else ""
+                b = by_name.get(f"{r.attack}/{t.task}")
+                lb, vs, flag = "-", "-", ""
+                if b is not None:
+                    tag = ("P" if b.kind == "proof" else "H") + ("" if b.eligible else "G")
+                    lb = f"{format_down(b.epsilon)} {tag}"
+                    vs = "-" if b.compared_with is None else format_up(b.compared_with)
+                    if b.above:
+                        flag = ("  <-- EXCEEDS CLAIM" if b.eligible and b.kind == "proof" else
+                                "  <-- above: investigate (heuristic)" if b.eligible else "  <-- above f x epsilon: investigate")
                 lines.append(f"  {r.attack:>7} {t.task:>17} {t.auc:>6.3f} {'[' + _fmt(t.auc_ci[0], '.3f') + ', ' + _fmt(t.auc_ci[1], '.3f') + ']':>15} "
-                             f"{_fmt(tpr.get(0.001), '.3f'):>9} {_fmt(tpr.get(0.01), '.3f'):>8} {t.epsilon_lower_bound:>7.3f} "
-                             f"{_fmt(t.claimed_epsilon, '.3f'):>7}{flag}")
+                             f"{_fmt(tpr.get(0.001), '.3f'):>9} {_fmt(tpr.get(0.01), '.3f'):>8} {lb:>9} {vs:>7}{flag}")
+        lines.append(head.text())
+        lines.extend(f"  {note}" for note in head.investigate)
     return "\n".join(lines)
 
 

@@ -3,8 +3,9 @@
 One line per comparison: the non-private masked LM, the epsilon-8 masked LM, and the two intent
 classifiers (sgd vs edp-sgd mode) when they ran. Exposure is the secret's rank among all |R|
 candidates in bits (Carlini et al. 2019), compared with never-inserted controls by a one-sided
-Mann-Whitney test; the empirical epsilon lower bound comes from the membership attacks' ROC
-(Jagielski et al. 2020; Nasr et al. 2021) and is set beside the accountant's claim.
+Mann-Whitney test; the empirical epsilon lower bound is the headline of :mod:`dpaudit.headline` (the
+report's and ``dpaudit attack``'s too): valid at 95% over every audit it is chosen from, only audits
+of the claim's unit, its kind named (proof or heuristic), rounded down; claims rounded up.
 """
 
 from __future__ import annotations
@@ -20,24 +21,31 @@ ALPHA = 0.05
 
 
 def _claim(results: AttackResults) -> str:
-    c = results.claimed
-    return f"epsilon {c.epsilon:.3g}" if c.private and c.epsilon is not None else "non-private"
+    from dpaudit.headline import Claim
+
+    claim = Claim.from_claimed(results.claimed)
+    return "non-private" if claim.known and not claim.private else claim.text()
 
 
 def strongest_lower_bound(results: AttackResults) -> tuple[float, str] | None:
-    """The largest empirical epsilon lower bound over every membership attack and task, and where from."""
-    bounds = [(t.epsilon_lower_bound, f"{r.attack}/{t.task}") for r in results.attacks if isinstance(r, MiaResult)
-              for t in r.tasks]
-    return max(bounds, default=None)
+    """The headline lower bound (:func:`dpaudit.headline.headline_of`) and where from, or None.
+
+    Not the plain maximum over attacks and tasks (not a 95% bound): every audit is recomputed at
+    1 - 0.05/m and only audits of the per-example unit are eligible; the best proof leads.
+    """
+    from dpaudit.headline import headline_of
+
+    best = headline_of(results).best
+    return None if best is None else (best.epsilon, f"{best.name}, {best.kind}")
 
 
 def _bound_text(results: AttackResults) -> str:
-    bound = strongest_lower_bound(results)
-    if bound is None:
+    from dpaudit.headline import headline_of
+
+    head = headline_of(results)
+    if not head.bounds:
         return ""
-    eps = results.claimed.epsilon if results.claimed.private else None
-    relation = "" if eps is None else (" > claimed: CLAIM CONTRADICTED" if bound[0] > eps else f" <= claimed {eps:.3g}")
-    return f"; empirical epsilon lower bound {bound[0]:.2f} ({bound[1]}){relation}"
+    return "; " + head.text()
 
 
 def mlm_line(label: str, results: AttackResults) -> str:
@@ -66,7 +74,7 @@ def mlm_line(label: str, results: AttackResults) -> str:
         text += f", {exact.exact_matches}/{exact.n} reconstructed exactly"
     text += f": {found}"
     if found == "MEMORIZED" and results.claimed.private:
-        text += f" (a group of {top.frequency} rows, beyond what epsilon {results.claimed.epsilon:.3g} covers)"
+        text += f" (a group of {top.frequency} rows, beyond what the per-example claim covers)"
     lower = [rows[f] for f in inserted[:-1]]
     if lower:
         text += "; " + ", ".join(f"{r.frequency}x {r.mean:.1f} bits (p = {p(r):.2g})" for r in lower)
@@ -79,10 +87,12 @@ def classifier_line(pairs: Sequence[tuple[str, AttackResults]]) -> str:
     for label, results in pairs:
         tasks = [(t.auc, r.attack, t.task) for r in results.attacks if isinstance(r, MiaResult) for t in r.tasks]
         auc, attack, task = max(tasks, default=(float("nan"), "-", "-"))
-        bound = strongest_lower_bound(results)
+        from dpaudit.headline import headline_of
+
+        head = headline_of(results)
         claim = _claim(results)
-        parts.append(f"{label} ({claim}) best membership AUC {auc:.2f} ({attack}/{task}), "
-                     f"epsilon lower bound {bound[0] if bound else float('nan'):.2f}")
+        bound = head.text() if head.best is not None else "no eligible lower bound"
+        parts.append(f"{label} ({claim}) best membership AUC {auc:.2f} ({attack}/{task}), {bound}")
     return "intent classifiers: " + "; ".join(parts)
 
 

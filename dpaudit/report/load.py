@@ -53,7 +53,13 @@ class CanaryText:
 
 @dataclass(frozen=True, kw_only=True)
 class PrivacyFacts:
-    """What ``privacy.json`` says beyond the (recomputed) epsilon: the unit and mechanism of the claim."""
+    """What ``privacy.json`` says beyond the (recomputed) epsilon: the unit and mechanism of the claim.
+
+    ``epsilon`` is the recorded (proven) one, None for shuffle runs (``epsilon_if_poisson`` then);
+    ``unaccounted_releases`` are releases the epsilon does not cover; ``scale_from_private`` is True
+    when eDP-SGD's per-layer clip norms were computed on private data (``--scale-from private``:
+    ``details.layer_clip_norms_from`` names train.jsonl), an unaccounted release the report shows.
+    """
 
     trainer: str | None = None
     privacy_unit: str | None = None
@@ -63,6 +69,10 @@ class PrivacyFacts:
     notes: tuple[str, ...] = ()
     telemetry: str | None = None
     tokenizer: str | None = None
+    epsilon: float | None = None
+    epsilon_if_poisson: float | None = None
+    unaccounted_releases: tuple[str, ...] = ()
+    scale_from_private: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -298,6 +308,16 @@ def _words(tp: Any) -> str:
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}.get(tp, str(tp))
 
 
+def _claim_facts(obj: Mapping[str, Any]) -> dict[str, Any]:
+    """The claim-related facts of ``privacy.json`` (see :class:`PrivacyFacts`), tolerant of older records."""
+    details = obj.get("details") if isinstance(obj.get("details"), Mapping) else {}
+    norms_from = str(details.get("layer_clip_norms_from") or "")
+    releases = obj.get("unaccounted_releases") if isinstance(obj.get("unaccounted_releases"), list) else []
+    return {"epsilon": _finite(obj.get("epsilon")), "epsilon_if_poisson": _finite(obj.get("epsilon_if_poisson")),
+            "unaccounted_releases": tuple(str(r) for r in releases),
+            "scale_from_private": norms_from.startswith("train.jsonl") or details.get("scale_from") == "private"}
+
+
 def run_from_results(directory: str | os.PathLike[str], results: AttackResults, manifest: Mapping[str, Any], *,
                      label: str) -> ReportRun:
     """A :class:`ReportRun` of results still in memory (``dpaudit attack`` renders its ``index.html``
@@ -325,7 +345,7 @@ def _with_upstream(directory: Path, results: AttackResults, manifest: Mapping[st
         privacy = PrivacyFacts(trainer=obj.get("trainer"), privacy_unit=obj.get("privacy_unit"), adjacency=obj.get("adjacency"),
                                sampling=obj.get("sampling"), mechanism=obj.get("mechanism"),
                                notes=tuple(str(n) for n in obj.get("notes") or ()), telemetry=obj.get("telemetry"),
-                               tokenizer=obj.get("tokenizer"))
+                               tokenizer=obj.get("tokenizer"), **_claim_facts(obj))
     canary_text: dict[str, CanaryText] = {}
     if canary_path is not None:
         from dpaudit.rundir import read_jsonl

@@ -33,6 +33,20 @@ def _num(value: Any, spec: str = ".3g") -> str:
     return format(value, spec)
 
 
+def _up(value: Any, digits: int = 3) -> str:
+    """A claimed epsilon or delta, rounded up (:func:`dpaudit.figures.format_up`); "–" when absent."""
+    from dpaudit.figures import format_up
+
+    return "–" if value is None else format_up(value, digits)
+
+
+def _down(value: Any, digits: int = 3) -> str:
+    """An empirical lower bound, rounded down (:func:`dpaudit.figures.format_down`); "–" when absent."""
+    from dpaudit.figures import format_down
+
+    return "–" if value is None else format_down(value, digits)
+
+
 def _ci(interval: Any, spec: str = ".3g") -> str:
     if interval is None:
         return "–"
@@ -49,7 +63,7 @@ def _environment():
 
     env = jinja2.Environment(loader=jinja2.PackageLoader("dpaudit.report", "templates"), autoescape=True,
                              undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-    env.filters.update(num=_num, ci=_ci, pair=_pair)
+    env.filters.update(num=_num, ci=_ci, pair=_pair, up=_up, down=_down)
     return env
 
 

@@ -15,6 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpaudit.attacks.results import GROUP_PRIVACY_NOTE, ExposureResult, ExposureRow, ReconstructionResult
+from dpaudit.figures import format_up
+from dpaudit.headline import Headline, HeadlineBound, headline_of, redact_noise_seed
 from dpaudit.privacy_record import TELEMETRY_NOTE
 from dpaudit.report import plots
 from dpaudit.report.load import REPORT_FILE, ReportRun
@@ -48,6 +50,10 @@ def short_names(runs: Sequence[ReportRun]) -> dict[str, str]:
 
 @dataclass(frozen=True, kw_only=True)
 class Verdict:
+    """One run's verdict. ``headline`` is :func:`dpaudit.headline.headline_of` (valid at 95% over every
+    audit of the run, per-example unit only, proof before heuristic); ``exceeds`` only when a PROOF of
+    the claim's unit is above the proven epsilon."""
+
     label: str
     claim: str
     claimed_epsilon: float | None
@@ -57,10 +63,10 @@ class Verdict:
     privacy_unit: str | None
     sampling: str | None
     guarantee: str | None
-    lower_bound: float | None
-    lower_bound_from: str | None
+    headline: Headline
     exceeds: bool
     alarms: tuple[str, ...]
+    unaccounted: tuple[str, ...]
     top_frequency: int | None
     top_exposure: ExposureRow | None
     control_exposure: ExposureRow | None
@@ -68,21 +74,37 @@ class Verdict:
     mia: MembershipAudit | None
     sentence: str
 
-
-def _claim_text(run: ReportRun) -> str:
-    c = run.results.claimed
-    if not c.known:
-        return "unknown (a bare model directory: no privacy.json)"
-    if not c.private:
-        return "none: non-private training (epsilon = infinity)"
-    return f"epsilon = {c.epsilon:.3g} at delta = {c.delta:.2g}"
+    @property
+    def lower_bound(self) -> float | None:
+        return None if self.headline.best is None else self.headline.best.epsilon
 
 
-def _sentence(claimed_eps: float | None, private: bool | None, exceeds: bool, top: ExposureRow | None,
-              controls: ExposureRow | None, mia: MembershipAudit | None, log2_space: float | None) -> str:
-    if exceeds:
-        return ("The attacks proved more leakage than the claimed epsilon allows, so the claim is wrong: the trainer or "
-                "the accountant has a bug, or the model audited is not the one the claim is about.")
+#: Stored per-audit statements the headline recomputes (corrected over audits) and states itself.
+_RESTATED = ("EMPIRICAL EPSILON LOWER BOUND", "The f-DP one-run bound", "heuristic bound above the claim")
+
+
+def _restated(warning: str) -> bool:
+    return any(key in warning for key in _RESTATED)
+
+
+def _unaccounted(run: ReportRun) -> tuple[str, ...]:
+    """Releases of private data the epsilon does not cover (``--scale-from private`` always among them)."""
+    facts = run.privacy
+    if facts is None:
+        return ()
+    out = list(facts.unaccounted_releases)
+    if facts.scale_from_private and not any("clip norm" in r for r in out):
+        out.append("per-layer clip norms were computed from the first-iteration gradient on private train.jsonl "
+                   "(--scale-from private): an extra release of private data NOT covered by the epsilon.")
+    return tuple(out)
+
+
+def _sentence(head: Headline, private: bool | None, top: ExposureRow | None, controls: ExposureRow | None,
+              mia: MembershipAudit | None, log2_space: float | None) -> str:
+    if head.contradicted:
+        return ("A proof (the one-run bound on coin-flip canaries, 95% corrected for every audit) shows more leakage than "
+                "the claimed epsilon allows, so the claim is wrong: the trainer or the accountant has a bug, or the model "
+                "audited is not the one the claim is about.")
     parts = []
     memorized = top is not None and top.vs_controls is not None and top.vs_controls.p_value < ALPHA
     if memorized:
@@ -100,33 +122,43 @@ def _sentence(claimed_eps: float | None, private: bool | None, exceeds: bool, to
         strength = ("no better than guessing" if auc.ci.low <= 0.5 <= auc.ci.high else
                     "weakly better than guessing" if auc.value < 0.6 else "clearly better than guessing")
         parts.append(f"The strongest membership attack ({mia.name}) has AUC {auc.value:.2f}: {strength}.")
-    if private and claimed_eps is not None and not memorized:
-        parts.append(f"Nothing found contradicts the claimed epsilon {claimed_eps:.3g}; a lower bound is not a proof of privacy.")
+    claim = head.claim
+    if private and not claim.proven:
+        parts.append(f"This run proves no epsilon ({claim.text()}): there is no claim for an audit to confirm or contradict.")
+    elif private and head.best is not None and head.best.above:
+        parts.append(f"A heuristic lower bound is above the claimed epsilon {format_up(claim.epsilon)}: investigate "
+                     "(heuristic bounds treat the examples of one model as independent trials, so this is not a proof).")
+    elif private and not memorized:
+        parts.append(f"Nothing found contradicts the claimed epsilon {format_up(claim.epsilon)}; a lower bound is not a "
+                     "proof of privacy.")
     return " ".join(parts) or "No attack result to summarize."
 
 
-def verdict(run: ReportRun, audits: Sequence[MembershipAudit]) -> Verdict:
+def run_headline(run: ReportRun) -> Headline:
+    """The run's headline; ``privacy.json``'s sampling (when read) marks a shuffle run unproven even in old results."""
+    return headline_of(run.results, sampling=run.privacy.sampling if run.privacy else None)
+
+
+def verdict(run: ReportRun, audits: Sequence[MembershipAudit], head: Headline | None = None) -> Verdict:
     c = run.results.claimed
     exposure: ExposureResult | None = _result(run, ExposureResult)
     rows = exposure.rows if exposure else ()
     controls = next((r for r in rows if r.frequency == 0), None)
     top = max((r for r in rows if r.frequency > 0), key=lambda r: r.frequency, default=None)
-    from dpaudit.audit import GUARANTEE_DP
-
-    bounds = [(b.epsilon, f"{a.name}: {b.method}/{b.selection}") for a in audits for b in a.audit.bounds
-              if b.guarantee == GUARANTEE_DP]
-    lower, lower_from = max(bounds, default=(None, None))
-    exceeds = any(a.audit.exceeds_claim for a in audits) or (
-        lower is not None and c.epsilon is not None and bool(c.private) and lower > c.epsilon)
-    alarms = tuple(dict.fromkeys(f"{a.name}: {w}" for a in audits for w in a.audit.warnings if "EXCEEDS" in w or "exceeds" in w))
+    head = run_headline(run) if head is None else head
+    alarms = []
+    if head.contradicted:
+        alarms.extend(f"{b.text()} > claimed {format_up(b.compared_with)}" for b in head.bounds
+                      if b.above and b.eligible and b.kind == "proof")
+    alarms.extend(head.investigate)
     mia = strongest(tuple(audits))
     log2_space = run.results.data.log2_space_size
-    return Verdict(label=run.label, claim=_claim_text(run), claimed_epsilon=c.epsilon, private=c.private, delta=c.delta,
-                   accountant=c.accountant, privacy_unit=run.privacy.privacy_unit if run.privacy else None,
-                   sampling=run.privacy.sampling if run.privacy else None, guarantee=c.guarantee, lower_bound=lower,
-                   lower_bound_from=lower_from, exceeds=exceeds, alarms=alarms, top_frequency=top.frequency if top else None,
-                   top_exposure=top, control_exposure=controls, log2_space=log2_space, mia=mia,
-                   sentence=_sentence(c.epsilon, c.private, exceeds, top, controls, mia, log2_space))
+    return Verdict(label=run.label, claim=head.claim.text(), claimed_epsilon=head.claim.epsilon, private=c.private,
+                   delta=c.delta, accountant=c.accountant, privacy_unit=run.privacy.privacy_unit if run.privacy else None,
+                   sampling=run.privacy.sampling if run.privacy else None, guarantee=c.guarantee, headline=head,
+                   exceeds=head.contradicted, alarms=tuple(dict.fromkeys(alarms)), unaccounted=_unaccounted(run),
+                   top_frequency=top.frequency if top else None, top_exposure=top, control_exposure=controls,
+                   log2_space=log2_space, mia=mia, sentence=_sentence(head, c.private, top, controls, mia, log2_space))
 
 
 # -- 2. memorization -------------------------------------------------------------------------------
@@ -221,10 +253,14 @@ def memorization(runs: Sequence[ReportRun]) -> Memorization:
 
 @dataclass(frozen=True, kw_only=True)
 class MiaRow:
+    """One audit's row; ``bound`` is its bound as the headline recomputed it (corrected for every audit)."""
+
     run: str
     audit: MembershipAudit
     tpr_low: Any
     tpr_one: Any
+    bound: HeadlineBound | None
+    claim: str
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -241,8 +277,10 @@ class Mia:
     warnings: tuple[str, ...]
 
 
-def mia(runs: Sequence[ReportRun], audits: Mapping[str, Sequence[MembershipAudit]]) -> Mia:
+def mia(runs: Sequence[ReportRun], audits: Mapping[str, Sequence[MembershipAudit]],
+        heads: Mapping[str, Headline] | None = None) -> Mia:
     figures, rows, warns = [], [], []
+    heads = heads if heads is not None else {run.label: run_headline(run) for run in runs}
     short = short_names(runs)
     for i, run in enumerate(runs):
         found = audits[run.label]
@@ -250,9 +288,12 @@ def mia(runs: Sequence[ReportRun], audits: Mapping[str, Sequence[MembershipAudit
             continue
         curves = [(_label(a.name), a.audit.roc.fpr, a.audit.roc.tpr, a.audit.n_nonmembers) for a in found]
         figures.append(MiaRunPlot(run=run.label, svg=plots.roc(f"ROC {i + 1}", curves)))
+        head = heads[run.label]
+        by_task = {(b.attack, b.task): b for b in head.bounds}
         for a in found:
-            rows.append(MiaRow(run=short[run.label], audit=a, tpr_low=a.tpr(0.001), tpr_one=a.tpr(0.01)))
-            warns.extend(f"{a.name}: {w}" for w in a.audit.warnings)
+            rows.append(MiaRow(run=short[run.label], audit=a, tpr_low=a.tpr(0.001), tpr_one=a.tpr(0.01),
+                               bound=by_task.get((a.attack, a.task)), claim=head.claim.short()))
+            warns.extend(f"{a.name}: {w}" for w in a.audit.warnings if not _restated(w))
     return Mia(present=bool(rows), plots=tuple(figures), rows=tuple(rows), warnings=tuple(dict.fromkeys(warns)))
 
 
@@ -360,10 +401,27 @@ class Provenance:
 
 def _stage(name: str, manifest: Mapping[str, Any]) -> Stage:
     command = manifest.get("command")
+    if isinstance(command, list):
+        shown = shlex.join(redact_noise_seed(command))
+    else:  # a string (hand-written or older manifests): redact its words the same way
+        text = str(command or "–")
+        try:
+            shown = shlex.join(redact_noise_seed(shlex.split(text)))
+        except ValueError:  # unbalanced quotes: redact word by word
+            shown = " ".join(redact_noise_seed(text.split()))
     return Stage(name=name, schema=str(manifest.get("schema", "")), version=str(manifest.get("dpaudit_version", "?")),
-                 command=shlex.join(str(c) for c in command) if isinstance(command, list) else str(command or "–"),
-                 seed=str(manifest.get("seed")),
-                 config=json.dumps(manifest.get("config", {}), indent=2, sort_keys=True, default=str))
+                 command=shown, seed=str(manifest.get("seed")),
+                 config=json.dumps(_redact_config(manifest.get("config", {})), indent=2, sort_keys=True, default=str))
+
+
+def _redact_config(value: Any) -> Any:
+    """A config with any ``noise_seed`` value replaced by "given-secret" (it is the randomness the guarantee relies on)."""
+    if isinstance(value, Mapping):
+        return {k: ("given-secret" if str(k).replace("-", "_") == "noise_seed" and v is not None else _redact_config(v))
+                for k, v in value.items()}
+    if isinstance(value, list):
+        return [_redact_config(v) for v in value]
+    return value
 
 
 def provenance(run: ReportRun) -> Provenance:
@@ -381,7 +439,8 @@ def provenance(run: ReportRun) -> Provenance:
         inputs=tuple(sorted((str(k), str(v)) for k, v in (run.manifest.get("inputs") or {}).items())),
         outputs=tuple(sorted((str(k), str(v)) for k, v in (run.manifest.get("outputs") or {}).items() if k != REPORT_FILE)),
         upstream=run.upstream, tokenizer=tokenizer, model=f"{m.path} ({m.architecture}, {m.kind})",
-        warnings=tuple(run.results.warnings) + tuple(w for a in run.results.attacks for w in a.warnings))
+        warnings=tuple(w for w in tuple(run.results.warnings) + tuple(w for a in run.results.attacks for w in a.warnings)
+                       if not _restated(w)))
 
 
 # -- the page --------------------------------------------------------------------------------------
@@ -404,9 +463,10 @@ def build_page(runs: Sequence[ReportRun]) -> Page:
     from dpaudit import __version__
 
     audits = {run.label: membership_audits(run.results) for run in runs}
+    heads = {run.label: run_headline(run) for run in runs}
     labels = ", ".join(r.label for r in runs)
     return Page(title=f"dpaudit report: {labels}", comparison=len(runs) > 1, version=__version__,
-                verdicts=tuple(verdict(r, audits[r.label]) for r in runs), memorization=memorization(runs),
-                mia=mia(runs, audits), training=training(runs), canaries=canary_tables(runs),
+                verdicts=tuple(verdict(r, audits[r.label], heads[r.label]) for r in runs), memorization=memorization(runs),
+                mia=mia(runs, audits, heads), training=training(runs), canaries=canary_tables(runs),
                 provenance=tuple(provenance(r) for r in runs))
 

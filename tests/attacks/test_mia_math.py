@@ -3,6 +3,8 @@ examples task (duplicates, equal counts, seed), ROC downsampling. Oracles worked
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 from scipy.stats import norm
@@ -102,20 +104,30 @@ def test_examples_task_removes_duplicates_and_balances(tmp_path):
 
 
 def test_a_bound_above_the_claim_is_flagged_loudly():
-    """Perfectly separated scores of 2000 + 2000 candidates refute a claim of epsilon 0.5."""
+    """Perfectly separated scores refute a claim of epsilon 0.5: loudly from coin-flip canaries inserted once (the
+    one-run bound, a proof), as "investigate" from the examples of one model (Clopper-Pearson, a heuristic)."""
     from types import SimpleNamespace
 
     from dpaudit.attacks.base import AttackOptions
     from dpaudit.attacks.mia import MembershipTask, audit_tasks
 
-    n = 2000
+    n, k = 2000, 200
     task = MembershipTask("examples", [""] * 2 * n, None, np.r_[np.ones(n, bool), np.zeros(n, bool)],
                           [str(i) for i in range(2 * n)])
+    canaries = MembershipTask("canaries", [""] * 2 * k, None, np.r_[np.ones(k, bool), np.zeros(k, bool)],
+                              [f"c{i}" for i in range(2 * k)], coin_flip=True, info={"frequencies": [1]})
     context = SimpleNamespace(options=AttackOptions(), _mia_claim=(0.5, 1e-5))  # the claim as claim_of caches it
     scores = np.r_[np.linspace(10, 11, n), np.linspace(0, 1, n)]
-    outcome = audit_tasks(context, "loss", [(task, scores)], parameters={})
+    flips = np.r_[np.linspace(10, 11, k), np.linspace(0, 1, k)]
+    outcome = audit_tasks(context, "loss", [(task, scores), (canaries, flips)], parameters={})
     result = outcome.result
-    assert result.exceeds_claim and result["examples"].exceeds_claim
-    assert result["examples"].epsilon_lower_bound > 0.5
+    assert result["examples"].epsilon_lower_bound > 0.5 and not result["examples"].exceeds_claim  # heuristic
+    assert any("heuristic bound above the claim: investigate" in w for w in result["examples"].warnings)
+    assert result.exceeds_claim and result["canaries"].exceeds_claim  # proof
     assert result.warnings[0].startswith("loss: EMPIRICAL EPSILON LOWER BOUND") and "EXCEEDS THE CLAIMED EPSILON 0.500" in result.warnings[0]
-    assert len(outcome.score_files["scores/mia_loss.jsonl"]) == 2 * n
+    assert "(canaries; proof" in result.warnings[0]
+    # repeated canaries bound group epsilon: never compared with the per-example claim
+    group = dataclasses.replace(canaries, info={"frequencies": [1, 10]})
+    grouped = audit_tasks(context, "loss", [(group, flips)], parameters={}).result
+    assert not grouped.exceeds_claim and any("group bound" in w for w in grouped["canaries"].warnings)
+    assert len(outcome.score_files["scores/mia_loss.jsonl"]) == 2 * n + 2 * k

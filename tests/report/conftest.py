@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from html.parser import HTMLParser
 from pathlib import Path
 from typing import ClassVar
@@ -54,6 +54,7 @@ MUTATE = "<script>document.documentElement.setAttribute('data-pwned','1')</scrip
 class FixtureTask(JsonRecord):
     task: str
     audit: AuditResult
+    info: dict = field(default_factory=dict)  # as MiaTaskResult.info: the canaries' frequencies give the unit
 
 
 @register_result
@@ -70,8 +71,18 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
 
 
 def make_attack_dir(root: Path, name: str = "attack", *, n_canaries: int = 40, frequencies=(1, 2, 4, 16), epsilon: float | None = 2.0,
-                    strength: float = 1.0, mia: bool = True, evil: bool = True, metrics: bool = True, seed: int = 0) -> Path:
-    """Write inject/, train/ and an attack directory under ``root``; return the attack directory."""
+                    strength: float = 1.0, mia: bool = True, evil: bool = True, metrics: bool = True, seed: int = 0,
+                    coin_flip: bool = True, shuffle: bool = False, noise_seed: int | None = None,
+                    scale_from_private: bool = False) -> Path:
+    """Write inject/, train/ and an attack directory under ``root``; return the attack directory.
+
+    The membership result has an examples task (heuristic), a canaries task of the fixture's
+    frequencies (a group bound) and, with ``coin_flip``, a coin-flip canaries task inserted once (a
+    proof). ``shuffle`` writes a shuffle run's privacy.json (no proven epsilon) while the results still
+    carry ``epsilon`` as a claim (as results written before shuffle runs were marked did);
+    ``noise_seed`` puts ``--noise-seed`` verbatim in the train manifest (as older manifests did);
+    ``scale_from_private`` records eDP-SGD per-layer clip norms computed on private data.
+    """
     rng = np.random.default_rng(seed)
     inject, train, out = root / f"{name}-data", root / f"{name}-model", root / name
     inject.mkdir(parents=True)
@@ -131,11 +142,16 @@ def make_attack_dir(root: Path, name: str = "attack", *, n_canaries: int = 40, f
     delta = 1e-5
     if mia:
         tasks = []
-        for task, shift, n in (("examples", 0.4 * strength, 2000), (f"canaries {IMG}", 1.5 * strength, 40)):
+        specs = [("examples", 0.4 * strength, 2000, False, {}),
+                 (f"canaries {IMG}", 1.5 * strength, 40, False, {"frequencies": [f for f in frequencies if f > 0]})]
+        if coin_flip:
+            specs.append(("coin-flip canaries", 1.2 * strength, 100, True, {"frequencies": [1]}))
+        for task, shift, n, flip, info in specs:
             member = rng.normal(shift, 1.0, n)
             nonmember = rng.normal(0.0, 1.0, n)
-            tasks.append(FixtureTask(task=task, audit=audit_scores(member, nonmember, delta=delta, claimed_epsilon=epsilon, seed=0,
-                                                                   num_bootstrap=200)))
+            tasks.append(FixtureTask(task=task, info=info,
+                                     audit=audit_scores(member, nonmember, delta=delta, claimed_epsilon=epsilon, seed=0,
+                                                        num_bootstrap=200, coin_flip=flip)))
         attacks.append(FixtureMembershipResult(tasks=tuple(tasks)))
     steps = np.arange(1, 41) * 5
     metric_rows = [{"step": int(s), "loss": float(6 * np.exp(-s / 80) + 1), "train_mlm_accuracy": float(1 - np.exp(-s / 90)),
@@ -144,13 +160,19 @@ def make_attack_dir(root: Path, name: str = "attack", *, n_canaries: int = 40, f
     if metrics:
         _write_jsonl(train / "metrics.jsonl", metric_rows)
     privacy = {"schema": "dpaudit.privacy/2", "trainer": "jax-bert", "private": epsilon is not None,
-               "privacy_unit": "example (add/remove)", "sampling": "poisson", "mechanism": "DP-SGD",
-               "telemetry": "telemetry is NOT covered by the epsilon", "tokenizer": "WordPiece trained on public.jsonl only"}
+               "privacy_unit": "example (add/remove)", "sampling": "shuffle" if shuffle else "poisson", "mechanism": "DP-SGD",
+               "telemetry": "telemetry is NOT covered by the epsilon", "tokenizer": "WordPiece trained on public.jsonl only",
+               "epsilon": None if shuffle else epsilon, "epsilon_if_poisson": epsilon if shuffle else None}
+    if scale_from_private:
+        privacy["details"] = {"mode": "edp-sgd", "layer_clip_norms_from": "train.jsonl (private; the values are in manifest.json only)"}
     (train / "privacy.json").write_text(json.dumps(privacy))
     (train / "model" / "model.safetensors").write_bytes(b"weights")
     (train / "manifest.json").write_text(json.dumps({"schema": "dpaudit.train/1", "dpaudit_version": "0.1.0",
-                                                    "command": ["dpaudit", "train", "--trainer", "jax-bert"],
-                                                    "config": {"trainer": "jax-bert", "noise_multiplier": 1.1}, "seed": 0,
+                                                    "command": ["dpaudit", "train", "--trainer", "jax-bert",
+                                                                *([] if noise_seed is None else ["--noise-seed", str(noise_seed)])],
+                                                    "config": {"trainer": "jax-bert", "noise_multiplier": 1.1,
+                                                               **({} if noise_seed is None else {"noise_seed": noise_seed})},
+                                                    "seed": 0,
                                                     "inputs": {}, "outputs": {}, "tokenizer_trained_on": "public.jsonl"}))
     claimed = (ClaimedPrivacy(known=True, private=True, epsilon=epsilon, recorded_epsilon=epsilon, delta=delta, accountant="pld",
                               guarantee=f"({epsilon}, {delta})-DP per example")
@@ -166,7 +188,8 @@ def make_attack_dir(root: Path, name: str = "attack", *, n_canaries: int = 40, f
     if metrics:
         inputs[str(train / "metrics.jsonl")] = sha256_file(train / "metrics.jsonl")
     write_attack_dir(out, results, config={"attacks": [a.attack for a in attacks], "note": IMG}, inputs=inputs, seed=seed,
-                     overwrite=False, command=["dpaudit", "attack", "--out", str(out), SCRIPT])
+                     overwrite=False, command=["dpaudit", "attack", "--out", str(out), SCRIPT,
+                                               *([] if noise_seed is None else [f"--noise-seed={noise_seed + 1}"])])
     return out
 
 

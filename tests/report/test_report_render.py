@@ -29,7 +29,13 @@ def test_sections_in_order_and_content(parse_html, attack_dir: Path) -> None:
     best = strongest(membership_audits(run.results))
     assert best is not None and best.task.startswith("canaries")  # the 1.5-sigma task beats the 0.4-sigma one
     assert f"AUC {best.audit.auc.value:.3f}" in text
-    assert "epsilon = 2 at delta = 1e-05" in text and "poisson" in text and "example (add/remove)" in text
+    assert "epsilon = 2.00 at delta = 1.0e-5" in text and "poisson" in text and "example (add/remove)" in text
+    # the headline: corrected for the 3 audits, led by the proof (coin-flip canaries inserted once)
+    assert "Empirical lower bound (95%, corrected for 3 audits)" in text
+    assert "fixture-loss/coin-flip canaries; proof (one run, coin-flip canaries; Steinke et al. 2023)" in text
+    # the canaries inserted up to 16 times are a group bound, compared with 16 x epsilon
+    assert "Group bounds (not the per-example claim)" in text and "group of up to 16 rows" in text
+    assert "the claim gives a group of 16 rows no guarantee (group delta ≥ 1)" in text  # 16 e^30 1e-5 > 1
     assert "Group privacy." in text and "Not covered by epsilon." in text
     assert "WordPiece trained on public.jsonl only" in text
     assert html.count('<svg ') == 4  # exposure, edit distance, ROC, training
@@ -94,7 +100,9 @@ def test_comparison_page_overlays_runs(parse_html, make_attack, tmp_path: Path, 
     text = " ".join(parse_html(html).text)
     # one verdict per run, the buggy run flagged loudly, the non-private one without a bound
     assert html.count('<div class="verdict">') == 3
-    assert html.count('class="alarm"') == 1 and "EXCEEDS THE CLAIMED EPSILON 0.050" in text
+    assert html.count('class="alarm"') == 1 and "EXCEEDS THE CLAIMED EPSILON 0.0500" in text
+    eps1, buggy, nonprivate = html.split('<div class="verdict">')[1:]
+    assert "CLAIM CONTRADICTED" in buggy and "CLAIM CONTRADICTED" not in eps1 + nonprivate
     assert "none: non-private training (epsilon = infinity)" in text
     assert "No training telemetry for" in text
     # overlaid figures: one exposure and one edit-distance plot whose legends name every run
@@ -141,7 +149,7 @@ def test_roc_thinning_keeps_the_low_fpr_operating_points() -> None:
 
 def test_membership_audits_found_in_nested_results(attack_dir: Path) -> None:
     audits = membership_audits(load_run(attack_dir).results)
-    assert [a.task for a in audits] == ["examples", f"canaries {IMG}"]
+    assert [a.task for a in audits] == ["examples", f"canaries {IMG}", "coin-flip canaries"]
     assert {a.attack for a in audits} == {"fixture-loss"}
     assert audits[0].audit.n_members == 2000 and audits[1].tpr(0.01) is not None
 
@@ -154,3 +162,33 @@ def test_nested_audit_results_round_trip_through_results_json(attack_dir: Path) 
     obj = json.loads(json.dumps(result.to_json()))
     assert obj["tasks"][0]["audit"]["schema"] == "dpaudit.audit/1"
     assert result_from_json(obj).to_json() == obj
+
+
+def test_heuristic_bound_above_the_claim_asks_to_investigate_and_labels_never_overstate(parse_html, make_attack,
+                                                                                         tmp_path: Path) -> None:
+    """Examples and repeated canaries only (no coin-flip canaries): a Clopper-Pearson bound far above a tiny claim
+    is a heuristic, so no "claim is wrong" alarm; claims print rounded up; the noise seed of an old manifest that
+    recorded it verbatim never reaches the page; --scale-from private is shown as a release epsilon does not cover."""
+    run = make_attack(tmp_path, "heuristic", epsilon=0.050345, strength=1.5, coin_flip=False, noise_seed=48213,
+                      scale_from_private=True, evil=False)
+    html = (run / "index.html").read_text(encoding="utf-8")
+    text = " ".join(parse_html(html).text)
+    assert 'class="alarm"' not in html and "CLAIM CONTRADICTED" not in text and "EXCEEDS" not in text
+    assert "heuristic bound above the claim: investigate" in text
+    assert "heuristic (Clopper-Pearson on the examples of one model: not independent trials)" in text
+    assert "Nothing found contradicts" not in text
+    assert "epsilon = 0.0504 at delta = 1.0e-5" in text and "0.0503" not in text  # 0.050345 rounded up, never down
+    assert "48213" not in html and "48214" not in html  # --noise-seed X and --noise-seed=X, command and config
+    assert "--noise-seed given-secret" in html and "--noise-seed=given-secret" in html and "given-secret" in html
+    assert "Not covered by epsilon" in text and "(--scale-from private)" in text
+
+
+def test_shuffle_run_shows_no_proven_epsilon(parse_html, make_attack, tmp_path: Path) -> None:
+    """privacy.json of a shuffle run has epsilon null: the as-if-Poisson figure is never shown as the claim, even from
+    results that carried it as one, and nothing says the claim stands."""
+    run = make_attack(tmp_path, "shuffle", epsilon=0.1487, strength=0.3, shuffle=True, evil=False)
+    html = (run / "index.html").read_text(encoding="utf-8")
+    text = " ".join(parse_html(html).text)
+    assert "no proven epsilon (as-if-Poisson: 0.149)" in text
+    assert "Nothing found contradicts" not in text and "claimed epsilon 0.149" not in text
+    assert 'class="alarm"' not in html and "CLAIM CONTRADICTED" not in text
