@@ -12,6 +12,16 @@ micro-batch clipping, see :func:`dpaudit.accounting.microbatch_sensitivity_facto
 - gives the ledger (:func:`new_ledger`) the accounting segments of the affordable part, so that
   recording each realized step costs no accountant call.
 
+**Public parameters only.** q, the step count T, sigma and delta are released (``privacy.json``, and
+the model itself depends on them), so they must not be computed from the private number of rows N
+unless N is declared public. A user who declares ``--dataset-size N_pub`` fixes q = B / N_pub (and,
+for the torch trainers, the steps per epoch ceil(N_pub / B)) and the default delta from N_pub: Poisson
+sampling at that public q over the real rows is a valid mechanism whatever the real N is (only the
+realized batch sizes differ from B, and they are never released). Without it, N is taken from the
+data and *treated as public*: the add/remove epsilon then holds only against an adversary who does not
+learn N from the release, so the plan's record also states the replace-one epsilon, the guarantee that
+holds when N is public (:func:`dpaudit.accounting.epsilon_replace_one`).
+
 A trainer never builds accounting segments itself: the factor multiplies here, on every path, so a
 micro-batch trainer cannot forget it.
 
@@ -33,12 +43,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 from dpaudit import accounting
 from dpaudit.accounting.ledger import PrivacyLedger
 from dpaudit.errors import UserInputError
 
-__all__ = ["PrivacyPlan", "Stage", "constant_noise", "decay_schedule", "new_ledger", "plan_privacy", "truncate_stages"]
+__all__ = ["PrivacyPlan", "Stage", "constant_noise", "decay_schedule", "declared_size_warning", "new_ledger", "plan_privacy",
+           "truncate_stages"]
 
 #: (steps, expected batch size) of one stage of the run.
 Stage = tuple[int, int]
@@ -67,6 +79,15 @@ def decay_schedule(decay: str, *, epochs: int, rate: float = 0.0, sigma_min: flo
     raise ValueError(f"noise decay must be none, linear or exp, got {decay!r}.")
 
 
+def declared_size_warning(declared: int, actual: int, batch: int) -> str:
+    """The data owner's warning (stderr only, never a released file: it states the private N) when a declared
+    ``--dataset-size`` differs from the real number of rows."""
+    return (f"warning (for the data owner only; not written to privacy.json): --dataset-size {declared} declared, "
+            f"train.jsonl has {actual} rows. Poisson sampling at the public rate q = {batch} / {declared} is still the "
+            f"accounted mechanism, but the expected batch is q x {actual} = {batch * actual / declared:.4g} rows, "
+            f"not {batch}; the gradient is still divided by {batch}.")
+
+
 def truncate_stages(stages: Sequence[Stage], steps: int) -> list[Stage]:
     """The first ``steps`` steps of a (steps, batch) schedule."""
     out, left = [], steps
@@ -83,8 +104,11 @@ class PrivacyPlan:
     """What a run will spend, derived identically on every (re)start from the config and N.
 
     Attributes:
-        dataset_size: N, the number of training rows (the privacy unit is one row).
-        stages: ``(steps, expected_batch)`` per stage; Poisson rate q = batch / N.
+        dataset_size: N, the number of training rows the sampler draws from (the privacy unit is one row).
+            Private when ``declared_size`` is given: never written to a released file then.
+        declared_size: the public dataset size the user declared (``--dataset-size``), used for q and the
+            default delta in place of N; None when N itself is treated as public.
+        stages: ``(steps, expected_batch)`` per stage; Poisson rate q = batch / :attr:`accounting_size`.
         sigmas: noise multiplier of the step's sensitivity per stage (noise std on the clipped sum
             = sigma * sensitivity_factor * C), or None for a non-private run.
         sensitivity_factor: clip norms one example can move the sum by (1 per-example, 2 micro-batch).
@@ -97,6 +121,7 @@ class PrivacyPlan:
 
     dataset_size: int
     stages: tuple[Stage, ...]
+    declared_size: int | None = None
     sigmas: tuple[float, ...] | None
     sensitivity_factor: float = 1.0
     delta: float | None = None
@@ -108,6 +133,21 @@ class PrivacyPlan:
     @property
     def private(self) -> bool:
         return self.sigmas is not None
+
+    @property
+    def n_public(self) -> bool:
+        """True when the real N sets q (and is released through it): no public size was declared."""
+        return self.declared_size is None
+
+    @property
+    def accounting_size(self) -> int:
+        """The N of q = batch / N: the declared public size, else the real one (then treated as public)."""
+        return self.dataset_size if self.declared_size is None else self.declared_size
+
+    def sampling_probability(self, step: int) -> float:
+        """Poisson rate q of step ``step``: expected batch / :attr:`accounting_size` (public values only
+        when a size was declared)."""
+        return self.batch_at(step) / self.accounting_size
 
     @property
     def total_steps(self) -> int:
@@ -147,14 +187,14 @@ class PrivacyPlan:
             raise ValueError("a non-private plan has no accounting segments")
         factor = self.sensitivity_factor if accounted_factor is None else accounted_factor
         kept = truncate_stages(self.stages, self.total_steps if steps is None else steps)
-        return [accounting.Segment(steps=s, sampling_probability=b / self.dataset_size,
+        return [accounting.Segment(steps=s, sampling_probability=b / self.accounting_size,
                                    noise_multiplier=sigma * self.sensitivity_factor, sensitivity_factor=factor)
                 for (s, b), sigma in zip(kept, self.sigmas)]
 
     def record_step(self, ledger: PrivacyLedger, step: int) -> None:
         """Record step ``step`` in ``ledger`` BEFORE it runs (raises BudgetExceededError, recording nothing,
         if it would overspend)."""
-        ledger.record(sampling_probability=self.batch_at(step) / self.dataset_size,
+        ledger.record(sampling_probability=self.sampling_probability(step),
                       noise_multiplier=self.sigma_at(step) * self.sensitivity_factor,
                       sensitivity_factor=self.sensitivity_factor)
 
@@ -165,6 +205,29 @@ class PrivacyPlan:
     def event(self, steps: int | None = None, *, accounted_factor: float | None = None) -> accounting.DpEvent:
         """The DpEvent of the first ``steps`` steps."""
         return accounting.schedule_event(self.segments(steps, accounted_factor=accounted_factor))
+
+    def public_fields(self, *, steps_from_n: bool, event: accounting.DpEvent | None = None,
+                      delta: float | None = None) -> dict[str, Any]:
+        """The :class:`~dpaudit.privacy_record.PrivacyRecord` fields that say what N is to the claim.
+
+        ``steps_from_n``: the step count was derived from N too (epochs x ceil(N / batch)). ``event``
+        and ``delta``: the proven event of what ran, whose replace-one epsilon is stated when N is
+        treated as public (None: nothing proven, no replace-one figure).
+        """
+        from dpaudit.privacy_record import N_DECLARED_TEXT, N_PUBLIC_TEXT
+
+        steps = " and the steps per epoch ceil(N / batch)" if steps_from_n else ""
+        if not self.n_public:
+            text = N_DECLARED_TEXT.format(n=self.declared_size, steps=steps.replace("N /", f"{self.declared_size} /"))
+            return {"dataset_size": None, "n_public": False, "declared_dataset_size": self.declared_size,
+                    "public_parameters": text}
+        replace_one = None
+        if event is not None and delta is not None:
+            replace_one = float(accounting.epsilon_replace_one(event, delta))
+        return {"dataset_size": self.dataset_size, "n_public": True, "declared_dataset_size": None,
+                "public_parameters": N_PUBLIC_TEXT.format(n=self.dataset_size, steps=steps,
+                                                          and_steps=" and the steps" if steps_from_n else ""),
+                "epsilon_replace_one": replace_one}
 
 
 def plan_privacy(
@@ -178,10 +241,12 @@ def plan_privacy(
     sensitivity_factor: float = 1.0,
     noise_schedule: NoiseSchedule | None = None,
     batch_option: str = "--batch-size",
+    declared_size: int | None = None,
 ) -> PrivacyPlan:
     """Fix sigma, delta and the affordable steps of a whole run before it starts.
 
-    ``delta`` None: :func:`dpaudit.accounting.default_delta` of N (well below 1/N).
+    ``delta`` None: :func:`dpaudit.accounting.default_delta` of N (well below 1/N), the declared N when
+    ``declared_size`` is given (delta is released too: it must not come from the private N).
     ``target_epsilon`` alone: the base sigma is calibrated so the whole schedule spends exactly the
     target (PLD). ``noise_multiplier`` alone: no cap; the epsilon is reported. Both: the target is a
     cap, and the run stops after the last step that fits (refused up front if not even one fits).
@@ -190,20 +255,27 @@ def plan_privacy(
         noise_schedule: base sigma -> per-stage sigmas (default: constant). It must be increasing in
             the base sigma, so calibration can search it.
         batch_option: the option named when a batch exceeds the data.
+        declared_size: ``--dataset-size``, a public N fixing q (and delta) in advance; None: the real
+            ``dataset_size`` is used and treated as public.
 
     Raises:
         UserInputError: a batch larger than the data, or a budget too small for one step.
     """
     stages = tuple((int(s), int(b)) for s, b in stages)
+    size = dataset_size if declared_size is None else int(declared_size)
     for _, batch in stages:
-        if batch > dataset_size:
+        if batch > size and declared_size is None:
             raise UserInputError(f"{batch_option}: expected batch {batch} exceeds the {dataset_size} training examples; "
                                  f"use a batch <= {dataset_size}.")
+        if batch > size:  # the message names the public size only
+            raise UserInputError(f"{batch_option}: expected batch {batch} exceeds --dataset-size {size} (q = batch / "
+                                 f"dataset size must be <= 1); use a batch <= {size} or declare a larger size.")
     total = sum(s for s, _ in stages)
     if non_private:
-        return PrivacyPlan(dataset_size=dataset_size, stages=stages, sigmas=None, affordable_steps=total)
+        return PrivacyPlan(dataset_size=dataset_size, stages=stages, sigmas=None, affordable_steps=total,
+                           declared_size=declared_size)
     schedule = noise_schedule or constant_noise(len(stages))
-    delta = accounting.default_delta(dataset_size) if delta is None else float(delta)
+    delta = accounting.default_delta(size) if delta is None else float(delta)
 
     def sigmas_for(sigma: float) -> tuple[float, ...]:
         values = tuple(float(x) for x in schedule(sigma))
@@ -212,7 +284,7 @@ def plan_privacy(
         return values
 
     def plan_for(sigma: float) -> PrivacyPlan:
-        return PrivacyPlan(dataset_size=dataset_size, stages=stages, sigmas=sigmas_for(sigma),
+        return PrivacyPlan(dataset_size=dataset_size, declared_size=declared_size, stages=stages, sigmas=sigmas_for(sigma),
                            sensitivity_factor=sensitivity_factor, delta=delta, target_epsilon=target_epsilon,
                            noise_calibrated=noise_multiplier is None)
 

@@ -12,6 +12,13 @@ Names say exactly one thing each:
   Poisson run would have), or ``"without_replacement"`` (fixed-size batches sampled without
   replacement, accounted under replace-one adjacency).
 - ``adjacency``: ``"add_remove"`` or ``"replace_one"``.
+- ``proven``: True exactly when ``epsilon`` is a proven guarantee; readers show "no proven epsilon"
+  whenever it is False (shuffle and non-private runs), never the as-if-Poisson figure as a claim.
+- ``n_public``: True when the real number of rows N set q (and the steps): N is then released and
+  *treated as public*, ``dataset_size`` holds it, and ``epsilon_replace_one`` is the guarantee that
+  holds against an adversary who knows N (the add/remove ``epsilon`` alone does not: adding or removing
+  the target changes N). False when the user declared a public size (``--dataset-size``): q and the
+  steps come from ``declared_dataset_size`` and the real N is not written anywhere in this file.
 """
 
 from __future__ import annotations
@@ -41,6 +48,15 @@ COVERAGE_NOTE = (
     "(loss and realized batch sizes on private data) and checkpoints/ (the secret noise state) are for "
     "the data owner only and are NOT covered."
 )
+#: What ``public_parameters`` says when N came from the data.
+N_PUBLIC_TEXT = ("N is treated as public: q = expected batch / N{steps} computed from the number of training rows "
+                 "N = {n}, which privacy.json states and the release reveals. The add/remove epsilon holds only "
+                 "against an adversary who does not know N; against one who knows N (and the other rows), the "
+                 "guarantee is the replace-one epsilon. Declare a public size with --dataset-size to fix q{and_steps} "
+                 "in advance instead.")
+#: What ``public_parameters`` says when a public size was declared.
+N_DECLARED_TEXT = ("q = expected batch / {n}{steps} computed from the declared public --dataset-size {n}, fixed in advance; "
+                   "the real number of training rows is private and not written here.")
 TELEMETRY_NOTE = (
     "loss, accuracy, gradient-SNR, clip fraction, gradient norms and examples/s in metrics.jsonl are "
     "computed on private training data and are NOT covered by the epsilon; they are for the data "
@@ -71,7 +87,17 @@ class PrivacyRecord:
         noise_multipliers: sigma of each stage, the multiplier of the step's sensitivity (noise std on
             the sum = sigma * sensitivity_factor * C; the convention of :mod:`dpaudit.privacy_plan`).
         noise_calibrated: True when sigma was calibrated for ``target_epsilon``.
-        steps, planned_steps, dataset_size: what ran, what was planned, N.
+        steps, planned_steps: what ran, what was planned.
+        dataset_size: the real N when it is treated as public (``n_public``), else None (never released).
+        n_public: True when q (and the steps) came from the real N, which is then treated as public.
+        declared_dataset_size: the public size given with ``--dataset-size`` (None when not declared).
+        public_parameters: one sentence saying from which values q and the steps were computed.
+        epsilon_replace_one: the epsilon under replace-one adjacency (PLD, same event), stated when
+            N is treated as public: the guarantee against an adversary who knows N.
+        proven: True exactly when ``epsilon`` is a proven guarantee (False: shuffle, non-private);
+            derived on construction.
+        noise_tail: the floating-point noise sampler's bounded-support caveat with this run's figure
+            (:func:`dpaudit.accounting.noise_tail_caveat`); None when non-private.
         stopped_at_budget: the ledger refused a step: the run stopped at the target.
         segments: the ledger's accounting segments (steps, q, sigma, factor) of what ran.
         randomness: where the sampling and noise randomness came from, and the condition it puts on
@@ -108,7 +134,13 @@ class PrivacyRecord:
     noise_calibrated: bool | None = None
     steps: int = 0
     planned_steps: int = 0
-    dataset_size: int = 0
+    dataset_size: int | None = None
+    n_public: bool = True
+    declared_dataset_size: int | None = None
+    public_parameters: str = ""
+    epsilon_replace_one: float | None = None
+    proven: bool | None = None
+    noise_tail: dict[str, Any] | None = None
     stopped_at_budget: bool = False
     segments: list[dict[str, Any]] = field(default_factory=list)
     randomness: str = ""
@@ -133,7 +165,16 @@ class PrivacyRecord:
             raise ValueError("a private record needs the DpEvent of what ran.")
         if self.sampling == "shuffle" and self.epsilon is not None:
             raise ValueError("shuffled fixed-size batches prove no epsilon: store it as epsilon_if_poisson.")
-        for name in ("epsilon", "epsilon_if_poisson"):
+        if not self.n_public and self.dataset_size is not None:
+            raise ValueError("dataset_size must be None when N is private (n_public false): the real N is never released.")
+        if self.n_public and self.declared_dataset_size is not None:
+            raise ValueError("a declared --dataset-size makes N private: n_public must be false.")
+        proven = bool(self.private and self.epsilon is not None)
+        if self.proven is None:
+            object.__setattr__(self, "proven", proven)
+        elif self.proven != proven:
+            raise ValueError(f"proven must be {proven} for this record (a private run with a proven epsilon), got {self.proven}.")
+        for name in ("epsilon", "epsilon_if_poisson", "epsilon_replace_one"):
             value = getattr(self, name)
             if value is not None and not math.isfinite(value):
                 raise ValueError(f"{name} must be finite or None, got {value}.")

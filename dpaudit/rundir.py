@@ -388,13 +388,13 @@ def build_manifest(
         seed: the seed that makes the stage reproducible.
         inputs: input path (as given) -> sha256.
         outputs: output file name relative to the run directory -> sha256.
-        command: the command line; defaults to ``sys.argv``.
+        command: the command line; defaults to ``sys.argv``. Secret values are redacted (:func:`redact_command`).
         extra: stage-specific fields (counts, word lists, ...).
     """
     manifest: dict[str, Any] = {
         "schema": schema,
         "dpaudit_version": __version__,
-        "command": list(sys.argv if command is None else command),
+        "command": redact_command(sys.argv if command is None else command),
         "config": dict(config),
         "seed": seed,
         "inputs": dict(inputs),
@@ -424,6 +424,39 @@ def load_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(manifest, dict) or "schema" not in manifest:
         raise UserInputError(f"{path}: no 'schema' field; not a dpaudit manifest.")
     return manifest
+#: Options whose value is a secret: a manifest's recorded command line never holds their value.
+SECRET_OPTIONS = ("--noise-seed",)
+
+
+def redact_command(argv: Iterable[str]) -> list[str]:
+    """``argv`` with the value of every :data:`SECRET_OPTIONS` option replaced by ``<given: secret>``.
+
+    The manifest's ``command`` is printed in the report's provenance, which people share: a
+    ``--noise-seed`` there would let anyone regenerate the noise and the sampling (the guarantee would
+    be void). Both ``--noise-seed N`` and ``--noise-seed=N`` are redacted, wherever they appear (the
+    demo passes its own ``--noise-seed`` down to train).
+    """
+    from dpaudit.secret_rng import REDACTED
+
+    out: list[str] = []
+    hide_next = False
+    for arg in map(str, argv):
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in SECRET_OPTIONS:
+            if "=" in arg:
+                out.append(f"{name}={REDACTED}")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(arg)
+    return out
+
+
 
 
 def verify_run_dir(directory: str | os.PathLike[str], *, schema_prefix: str | None = None) -> dict[str, Any]:

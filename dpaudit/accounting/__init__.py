@@ -27,6 +27,9 @@ Mechanisms (the honest-accounting rules):
 - fixed-size batches sampled without replacement, for users who insist: replace-one adjacency
   (sensitivity 2C, so the event carries sigma / 2), RDP only, and labelled as such
   (:func:`fixed_size_event`, :data:`FIXED_SIZE_LABEL`);
+- replace-one adjacency for Poisson-sampled runs, the guarantee that holds when N is public
+  (:func:`epsilon_replace_one`), and the floating-point noise sampler's bounded support, stated as a
+  caveat with the run's own figure (:mod:`.noise_tail`);
 - delta defaults well below 1/N (:func:`default_delta`) and a canary repeated f times is covered
   only by group privacy (:func:`group_privacy`).
 
@@ -59,6 +62,7 @@ from dpaudit.accounting.epsilon import (
     Accountant,
     delta_for_epsilon,
     epsilon,
+    epsilon_replace_one,
 )
 from dpaudit.accounting.events import (
     FIXED_SIZE_LABEL,
@@ -85,6 +89,13 @@ from dpaudit.accounting.guarantees import (
     group_privacy,
 )
 from dpaudit.accounting.ledger import BudgetExceededError, PrivacyLedger  # noqa: E402  (last: it uses the rest)
+from dpaudit.accounting.noise_tail import (
+    SAMPLERS as NOISE_SAMPLERS,
+)
+from dpaudit.accounting.noise_tail import (
+    noise_tail_caveat,
+    tail_figure,
+)
 from dpaudit.accounting.pld import (
     PLD_DISCRETIZATION,
     PLD_MAX_GRID_POINTS,
@@ -138,6 +149,7 @@ __all__ = [
     "delta_warning",
     "dpsgd_event",
     "epsilon",
+    "epsilon_replace_one",
     "event_from_json",
     "event_to_json",
     "exponential_decay_sigmas",
@@ -148,7 +160,10 @@ __all__ = [
     "max_batch_size",
     "max_steps",
     "microbatch_sensitivity_factor",
+    "NOISE_SAMPLERS",
     "noise_schedule_segments",
+    "noise_tail_caveat",
+    "tail_figure",
     "parse_batch_schedule",
     "schedule_event",
     "sliced_microbatch_sensitivity_factor",

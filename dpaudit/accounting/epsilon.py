@@ -18,6 +18,10 @@ from dpaudit.accounting.pld import (
     _REPLACE_ONE,
     _RESULTS,
     PLD_DISCRETIZATION,
+    _check_grid,
+    _check_pld_delta,
+    _flatten_for_pld,
+    _NotFlat,
     _pld_value,
 )
 from dpaudit.accounting.serialization import _event_key
@@ -114,3 +118,58 @@ def delta_for_epsilon(event: DpEvent, epsilon: float, accountant: Accountant = "
     if eps < 0.0:
         raise UserInputError(f"epsilon must be >= 0, got {eps}.")
     return _value(event, "delta", eps, _level(accountant))
+
+
+def epsilon_replace_one(event: DpEvent, delta: float) -> float:
+    """Epsilon of ``event`` at ``delta`` under replace-one adjacency (one row swapped for another), by PLD.
+
+    This is the guarantee that holds when the dataset size N is public: add/remove adjacency changes N,
+    so an add/remove epsilon says nothing about an adversary who knows N and all rows but one if N
+    itself is released (``privacy.json``, q = B / N, or a step count derived from N). Swapping one
+    example changes one clipped unit from one vector to another, so the same DpEvent (whose Gaussian
+    carries sigma over the unit's own sensitivity factor, see :mod:`dpaudit.privacy_plan`) is
+    accounted by ``dp_accounting``'s ``PLDAccountant(NeighboringRelation.REPLACE_ONE)``: each
+    Poisson-sampled step becomes the pair of mixtures ``(1-q) N(0) + q N(-1)`` vs ``(1-q) N(0) + q N(+1)``
+    (in units of the unit's sensitivity), the standard substitution analysis of Poisson subsampling
+    (Zhu, Dong & Wang 2022, "Optimal accounting of differential privacy via characteristic function",
+    section 5; Lebeda et al. 2024, "Avoiding pitfalls for privacy accounting of subsampled mechanisms
+    under composition"). With micro-batch clipping the two swapped rows may sit in two micro-batches,
+    each moving its clipped sum by up to the unit's sensitivity: the same two-point worst case.
+
+    Fixed-size sampling without replacement is replace-one already: its (RDP) epsilon is returned.
+    The RDP accountant cannot do replace-one Poisson sampling, so this is PLD even when the run's
+    accountant of record is RDP; a delta below :data:`~dpaudit.accounting.PLD_MIN_DELTA` is refused.
+    Memoized like :func:`epsilon`.
+    """
+    delta = _require_real("delta", delta)
+    if not 0.0 < delta < 1.0:
+        raise UserInputError(f"delta must be in (0, 1), got {delta}.")
+    if not isinstance(event, DpEvent):
+        raise TypeError(f"event must be a dp_accounting DpEvent, got {type(event).__name__}.")
+    if is_fixed_size(event):
+        return epsilon(event, delta, "rdp")
+    level = ("pld-replace-one", PLD_DISCRETIZATION)
+    key = (_event_key(event), "epsilon", delta, level)
+    cached = _RESULTS.get(key)
+    if cached is None:
+        cached = _pld_replace_one(event, delta)
+        _RESULTS.put(key, cached)
+    return cached
+
+
+def _pld_replace_one(event: DpEvent, delta: float) -> float:
+    from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
+
+    _check_pld_delta(delta)
+    items: list[tuple] = []
+    try:
+        _flatten_for_pld(event, 1, items)
+        # A replace-one step spans about twice the add/remove privacy-loss range: guard at half the grid step.
+        _check_grid(items, PLD_DISCRETIZATION / 2)
+    except _NotFlat:
+        pass
+    accountant = PLDAccountant(_REPLACE_ONE, value_discretization_interval=PLD_DISCRETIZATION)
+    if not accountant.supports(event):
+        raise UserInputError("the PLD accountant cannot account for this event under replace-one adjacency.")
+    accountant.compose(event)
+    return float(accountant.get_epsilon(delta))

@@ -184,3 +184,66 @@ def test_help_states_the_delta_rule_and_the_secret_noise_options():
     text = " ".join(result.output.split())
     assert "min(1e-5, 1/(10 N))" in text and "--noise-seed" in text and "--keep-checkpoints" in text
     assert "never the DP noise or sampling" in text
+
+
+def test_n_treated_as_public_states_the_replace_one_epsilon(dp_run):
+    """No --dataset-size: q = 16/96 comes from the real N, so privacy.json says N is public and gives the
+    replace-one epsilon beside the add/remove one. Golden: plain dp_accounting, relation and mechanism
+    worked out here (per-example clipping, sensitivity C: the accountant's multiplier is sigma)."""
+    from dp_accounting import dp_event
+    from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
+    from dp_accounting.privacy_accountant import NeighboringRelation
+
+    out, summary = dp_run
+    privacy = json.loads((out / "privacy.json").read_text())
+    record = PrivacyRecord.from_json(privacy)
+    assert record.n_public is True and record.dataset_size == 96 and record.declared_dataset_size is None
+    assert record.proven is True and privacy["proven"] is True
+    assert "N is treated as public" in record.public_parameters and "treated as public" in record.guarantee
+    sigma = privacy["noise_multipliers"][0]
+    golden = PLDAccountant(NeighboringRelation.REPLACE_ONE)
+    golden.compose(dp_event.PoissonSampledDpEvent(16 / 96, dp_event.GaussianDpEvent(sigma)), 6)
+    expected = golden.get_epsilon(1e-5)
+    assert record.epsilon_replace_one == pytest.approx(expected, rel=1e-9)
+    assert record.epsilon_replace_one > record.epsilon * 1.05
+    assert summary["n_public"] is True and summary["epsilon_replace_one"] == pytest.approx(expected, rel=1e-9)
+
+
+def test_privacy_json_states_the_float_noise_tail_with_the_runs_numbers(dp_run):
+    """jax.random.normal in float32 never exceeds +5.22 sigma: a neighbour alone on a coordinate is revealed with
+    probability about sum_t q P(Z > 5.22 - 1/sigma), worked out here for this run's 6 steps at q = 16/96."""
+    import math
+
+    out, _ = dp_run
+    privacy = json.loads((out / "privacy.json").read_text())
+    tail = privacy["noise_tail"]
+    sigma = privacy["noise_multipliers"][0]
+    figure = 6 * (16 / 96) * 0.5 * math.erfc((5.220 - 1 / sigma) / math.sqrt(2))
+    assert tail["sampler"] == "jax-float32" and tail["z_max"] == pytest.approx(5.22, abs=0.01)
+    assert tail["figure"] == pytest.approx(figure, rel=1e-9) and tail["delta"] == privacy["delta"]
+    assert tail["exceeds_delta"] is (figure > privacy["delta"])
+    assert any(note.startswith("caveat: the noise sampler") for note in privacy["notes"])
+
+
+def test_the_manifest_never_records_the_noise_seed(data_dir, tmp_path, monkeypatch):
+    """The manifest's command is printed in the shared report: a --noise-seed there would let anyone regenerate the
+    noise. A short seed is accepted with a warning (it can be found by search)."""
+    out = tmp_path / "run"
+    secret = "918273645546372819"  # < 2**64: also warned about
+    args = ["train", "--trainer", "jax-bert", "--data", str(data_dir), "--out", str(out), "--steps", "2",
+            "--batch-size", "16", "--noise-multiplier", "1.0", f"--noise-seed={secret}", *TINY]
+    monkeypatch.setattr("sys.argv", ["dpaudit", *args[:-2], "--noise-seed", secret, *args[-2:]])
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    assert "--noise-seed is below 2^64" in result.stderr
+    manifest_text = (out / "manifest.json").read_text()
+    assert secret not in manifest_text and secret not in (out / "privacy.json").read_text()
+    command = json.loads(manifest_text)["command"]
+    assert "--noise-seed" in command and "<given: secret>" in command
+
+
+def test_redact_command_hides_both_spellings():
+    from dpaudit.rundir import redact_command
+
+    assert redact_command(["dpaudit", "demo", "--noise-seed", "7", "--noise-seed=8", "--seed", "9"]) == [
+        "dpaudit", "demo", "--noise-seed", "<given: secret>", "--noise-seed=<given: secret>", "--seed", "9"]

@@ -103,10 +103,21 @@ class _LossModule(torch.nn.Module):
 
 
 class MicrobatchClipper:
-    """Sum over micro-batches of per-layer-clipped micro-batch gradients. Sensitivity: 2C (C if size <= 1)."""
+    """Sum over micro-batches of per-layer-clipped micro-batch gradients. Sensitivity: 2C, always.
+
+    The factor is a property of the clipping function and of public parameters only, never of how the
+    private rows happen to fall into micro-batches: one example joining a micro-batch can move its
+    clipped gradient from one vector of norm C to another (up to 2C), and a micro-batch that holds one
+    row of this dataset holds two of a neighbouring dataset with one more row. A factor read off the
+    slot occupancy (1 when every micro-batch held at most one row) changed the noise and privacy.json
+    when one duplicate row was added: the noise itself then depended on the private data.
+    """
+
+    #: Clip norms one example can move the noised sum by (McMahan et al. 2018; TF Privacy ``used_microbatching``).
+    SENSITIVITY_FACTOR = 2.0
 
     def __init__(self, model: torch.nn.Module, loss_fn: LossFn, *, layer_clip_norms: list[float],
-                 param_groups: list[int], max_microbatch_size: int) -> None:
+                 param_groups: list[int]) -> None:
         self.model, self.loss_fn = model, loss_fn
         self.names, self.params = trainable(model)
         if len(param_groups) != len(self.params):
@@ -116,7 +127,7 @@ class MicrobatchClipper:
         self.param_groups = torch.as_tensor(param_groups, dtype=torch.long)
         self._members = [[i for i, g in enumerate(param_groups) if g == group] for group in range(len(self.layer_clip_norms))]
         self.clip_norm = _norm_or_inf(self.layer_clip_norms)
-        self.sensitivity_factor = accounting.microbatch_sensitivity_factor(max(1, max_microbatch_size))
+        self.sensitivity_factor = self.SENSITIVITY_FACTOR
         self.sensitivity = self.sensitivity_factor * self.clip_norm
         self._bounds = torch.tensor(self.layer_clip_norms, dtype=torch.float32)
         wrapper = _LossModule(model, loss_fn)

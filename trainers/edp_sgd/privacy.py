@@ -69,7 +69,7 @@ def build_record(
     details = dict(details or {})
     if not plan.private:
         return PrivacyRecord(
-            trainer=TRAINER, private=False, steps=steps, planned_steps=plan.total_steps, dataset_size=plan.dataset_size,
+            trainer=TRAINER, private=False, steps=steps, planned_steps=plan.total_steps, **plan.public_fields(steps_from_n=True),
             mechanism="non-private training (--mode sgd): no clipping, no noise.",
             guarantee="none: non-private training (no clipping, no noise); epsilon = inf.",
             randomness=noise_source.note, noise_seed_explicit=noise_source.explicit,

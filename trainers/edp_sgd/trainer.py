@@ -108,8 +108,8 @@ class _Run(TorchRun):
                 norms = layer_clip_norms(self.model, per_example_losses, batch, clip_norm=config.clip_norm,
                                          param_groups=groups, num_groups=len(self.group_names))
             self.layer_norms = norms
-            self.clipper = MicrobatchClipper(self.model, per_example_losses, layer_clip_norms=norms, param_groups=groups,
-                                             max_microbatch_size=sampling.max_microbatch_size(self.slots, k))
+            # Sensitivity 2C from the clipping function alone, never from the private slot occupancy.
+            self.clipper = MicrobatchClipper(self.model, per_example_losses, layer_clip_norms=norms, param_groups=groups)
         self.ghost: GhostClipper | None = None
         self.ghost_refused: str | None = None
         if self.clipper is not None and config.clip_engine == "ghost":  # the same clipped sums, one backward pass

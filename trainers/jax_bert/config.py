@@ -54,6 +54,10 @@ class JaxBertConfig:
     steps: int = field(default=100, metadata=_help("Optimizer steps (ignored when --batch-schedule is given)."))
     batch_size: int = field(default=64, metadata=_help(
         "Expected logical batch size; Poisson sampling rate q = batch-size / number of training examples."))
+    dataset_size: int | None = field(default=None, metadata=_help(
+        "Declared PUBLIC dataset size N: q = batch-size / N (and the default delta) come from it, fixed in advance, and "
+        "the real number of rows is not released. Default: the number of rows in train.jsonl, which is then treated as "
+        "public (privacy.json states it and the replace-one epsilon beside the add/remove one)."))
     batch_schedule: str | None = field(default=None, metadata=_help(
         "Batch-size schedule 'steps:batch,steps:batch' (e.g. '100:64,200:256'), segments in the order run (any order: "
         "increasing as in Anil et al. 2021, or not; each is accounted as given); overrides --steps/--batch-size."))
@@ -113,6 +117,9 @@ class JaxBertConfig:
         if self.noise_seed is not None and (isinstance(self.noise_seed, bool) or not isinstance(self.noise_seed, int)
                                             or self.noise_seed < 0):
             raise ValueError(f"--noise-seed must be an integer >= 0, got {self.noise_seed!r}.")
+        if self.dataset_size is not None and (isinstance(self.dataset_size, bool) or not isinstance(self.dataset_size, int)
+                                              or self.dataset_size < 1):
+            raise ValueError(f"--dataset-size must be an integer > 0, got {self.dataset_size!r}.")
         if self.max_length < 8:
             raise ValueError(f"--max-length must be >= 8, got {self.max_length}.")
         if self.max_length > MAX_POSITIONS:

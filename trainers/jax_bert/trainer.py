@@ -72,7 +72,7 @@ from dpaudit.inject_run import (
     canary_frequencies,
     load_inject_run,
 )
-from dpaudit.privacy_plan import PrivacyPlan, new_ledger, plan_privacy
+from dpaudit.privacy_plan import PrivacyPlan, declared_size_warning, new_ledger, plan_privacy
 from dpaudit.privacy_record import PrivacyRecord, group_privacy_rows
 from dpaudit.rundir import read_jsonl, verify_run_dir
 from dpaudit.secret_rng import NoiseSource
@@ -165,7 +165,8 @@ def load_inject_dir(data_dir: Path) -> InjectRun:
 
 def plan_run_privacy(config: JaxBertConfig, dataset_size: int) -> PrivacyPlan:
     """The run's :class:`~dpaudit.privacy_plan.PrivacyPlan`: the config's (steps, batch) schedule,
-    per-example clipping (sensitivity factor 1), sigma given or calibrated for ``--target-epsilon``.
+    per-example clipping (sensitivity factor 1), sigma given or calibrated for ``--target-epsilon``;
+    q = batch / ``--dataset-size`` when a public size is declared, else batch / N (N treated as public).
 
     Raises:
         UserInputError: a batch larger than the data, or a budget too small for one step.
@@ -182,6 +183,7 @@ def ledger_sampling(config: JaxBertConfig) -> str:
     return "poisson" if config.sampling == "poisson" else "shuffle"
 
 
+        declared_size=config.dataset_size,
 # ----------------------------------------------------------------------------------------------
 # Compiled functions, shared by every run of the same shapes in a process.
 
@@ -305,6 +307,8 @@ class _Run:
         self.runtime_tuning = cpu_runtime.tune_cpu_runtime()  # before anything is compiled
         # Multi-host: every process computes the same run (same data, seed and RNG streams); only
         # process 0 writes files, the others keep their rows in memory and meet it at barriers.
+        if config.dataset_size is not None and config.dataset_size != n and self.primary:
+            print(declared_size_warning(config.dataset_size, n, self.plan.batch_at(0)), file=sys.stderr)
         self.primary = parallel.is_primary()
         self._check_out_dir()
         self.data = load_inject_dir(self.data_dir)
@@ -410,7 +414,7 @@ class _Run:
         while step < self.plan.total_steps:
             batch = self.plan.batch_at(step)
             if self.config.sampling == "poisson":
-                yield step, sampling.poisson_sample(self.rng, n, batch / n)
+                yield step, sampling.poisson_sample(self.rng, n, self.plan.sampling_probability(step))
                 step += 1
                 continue
             segment, offset = self.plan.stage_at(step)
@@ -428,7 +432,8 @@ class _Run:
         capacity = self._capacity.get(batch)
         if capacity is None:
             if self.config.sampling == "poisson":
-                capacity = sampling.microstep_capacity(batch, m, dataset_size=n, sampling_probability=batch / n)
+                q = self.plan.sampling_probability(step)  # the realized batch is ~ q n (n the real rows)
+                capacity = sampling.microstep_capacity(q * n, m, dataset_size=n, sampling_probability=q)
             else:
                 capacity = -(-batch // m)
             self._capacity[batch] = capacity
@@ -590,12 +595,12 @@ class _Run:
         common: dict[str, Any] = {
             "trainer": JaxBertTrainer.name, "privacy_unit": "example", "adjacency": "add_remove",
             "sampling": config.sampling, "steps": steps, "planned_steps": plan.total_steps,
-            "dataset_size": plan.dataset_size, "randomness": self.noise.note,
+            "randomness": self.noise.note,
             "noise_seed_explicit": self.noise.explicit,
         }
         if not plan.private:
             return PrivacyRecord(
-                **common, private=False,
+                **common, **plan.public_fields(steps_from_n=False), private=False,
                 mechanism="non-private training: no clipping, no noise.",
                 guarantee="none: non-private training (no clipping, no noise); epsilon = inf.",
                 notes=["non-private run: no guarantee for any file.", TOKENIZER_NOTE],
@@ -604,7 +609,7 @@ class _Run:
         computed = self._epsilon_spent()  # = ledger.epsilon(), cached (a PLD call costs about a second)
         delta = self.ledger.delta
         shuffle = config.sampling == "shuffle"
-        segments = [dict(seg.to_json(), expected_batch_size=seg.sampling_probability * plan.dataset_size)
+        segments = [dict(seg.to_json(), expected_batch_size=seg.sampling_probability * plan.accounting_size)
                     for seg in self.ledger.segments]
         eps_text = format_up(computed, 4)
         delta_text = format_up(delta, 3)
@@ -613,7 +618,13 @@ class _Run:
         mechanism = (f"DP-SGD (Abadi et al. 2016): {sampled}; each example's gradient clipped to L2 norm "
                      f"C = {config.clip_norm:g} (sensitivity C under add/remove of one example); Gaussian noise of std "
                      f"sigma * C added once to the clipped sum per step; {steps} steps.")
+        event = self.ledger.event()
+        public = plan.public_fields(steps_from_n=False, event=None if shuffle else event, delta=delta)
+        if public["n_public"] and not shuffle:
+            guarantee += (f" N = {plan.dataset_size} is treated as public (q = batch / N): against an adversary who knows "
+                          f"N, ({format_up(public['epsilon_replace_one'], 4)}, {delta_text})-DP (replace-one).")
         if shuffle:
+        tail = accounting.noise_tail_caveat("jax-float32", self.ledger.segments, delta)
             guarantee = ("no proven epsilon: fixed-size shuffled batches (--sampling shuffle). If the batches had been "
                          f"Poisson-sampled, the run would be ({eps_text}, {delta_text})-DP (epsilon_if_poisson).")
         else:
@@ -623,16 +634,16 @@ class _Run:
         guarantee += " Condition: " + self.noise.note
         delta_rule = ("given by --delta" if config.delta is not None
                       else accounting.DEFAULT_DELTA_RULE.replace("default ", "default: ", 1))
-        warning = accounting.delta_warning(delta, plan.dataset_size)
-        notes = [f"delta: {delta_rule}", TOKENIZER_NOTE]
+        warning = accounting.delta_warning(delta, plan.accounting_size)
+        notes = [f"delta: {delta_rule}", TOKENIZER_NOTE, "caveat: " + tail["caveat"]]
         if shuffle:
             notes.insert(0, "caveat: " + SHUFFLE_NOTE)
         if warning:
             notes.insert(0, "warning: " + warning)
         return PrivacyRecord(
-            **common, private=True, mechanism=mechanism,
+            **common, **public, private=True, mechanism=mechanism, noise_tail=tail,
             accountant=self.ledger.accountant,
-            event=accounting.event_to_json(self.ledger.event()),
+            event=accounting.event_to_json(event),
             epsilon=None if shuffle else computed,
             epsilon_if_poisson=computed if shuffle else None,
             delta=delta, target_epsilon=self.ledger.target_epsilon,

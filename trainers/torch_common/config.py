@@ -97,6 +97,10 @@ class TorchTrainConfig:
         "Steps between checkpoints (one is always written at each epoch end)."))
     keep_checkpoints: bool = field(default=False, metadata=help_text(
         "Keep checkpoints/ after a finished run (it holds the secret noise seed: private to the data owner)."))
+    dataset_size: int | None = field(default=None, metadata=help_text(
+        "Declared PUBLIC dataset size N: q = batch-size / N and the steps per epoch ceil(N / batch-size) come from it, "
+        "fixed in advance, and the real number of rows is not released. Default: the number of rows in train.jsonl, "
+        "which is then treated as public (privacy.json states it and the replace-one epsilon beside the add/remove one)."))
 
     def _check_common(self, int_minimums: Mapping[str, int] | None = None) -> None:
         """Types, the mode-dependent defaults, then the range checks of the shared fields (and of
@@ -149,5 +153,7 @@ class TorchTrainConfig:
     def to_dict(self) -> dict[str, Any]:
         """JSON-serializable field values with the secret ``noise_seed`` redacted (manifests, resume checks)."""
         out = dataclasses.asdict(self)
+        if self.dataset_size is not None:
+            check_int("dataset_size", self.dataset_size, 1)
         out["noise_seed"] = NoiseSource.redact(self.noise_seed)
         return out

@@ -42,7 +42,7 @@ from dpaudit.accounting.ledger import BudgetExceededError, PrivacyLedger
 from dpaudit.errors import UserInputError
 from dpaudit.figures import format_up
 from dpaudit.host_allocator import tune_host_allocator
-from dpaudit.privacy_plan import decay_schedule, new_ledger, plan_privacy
+from dpaudit.privacy_plan import decay_schedule, declared_size_warning, new_ledger, plan_privacy
 from dpaudit.privacy_record import PrivacyRecord
 from dpaudit.secret_rng import NoiseSource
 from dpaudit.tokenizer import train_wordpiece
@@ -240,10 +240,15 @@ class TorchRun:
                                            foreach=True)
         n = len(self.data.train.texts)
         self._setup_mechanism(n)
-        # One epoch is ceil(N / batch) Poisson-sampled steps; the plan refuses a batch larger than N.
-        self.steps_per_epoch = math.ceil(n / config.batch_size)
+        # One epoch is ceil(N / batch) Poisson-sampled steps, N the declared public --dataset-size when given
+        # (q and the steps then never depend on the private row count), else the real N, treated as public.
+        size = config.dataset_size if config.dataset_size is not None else n
+        self.steps_per_epoch = math.ceil(size / config.batch_size)
+        if config.dataset_size is not None and config.dataset_size != n and self.world.primary:
+            print(declared_size_warning(config.dataset_size, n, config.batch_size), file=sys.stderr)
         self.plan = plan_privacy(
-            dataset_size=n, stages=[(self.steps_per_epoch, config.batch_size)] * config.epochs,
+            dataset_size=n, declared_size=config.dataset_size,
+            stages=[(self.steps_per_epoch, config.batch_size)] * config.epochs,
             non_private=not config.private, noise_multiplier=config.noise_multiplier,
             target_epsilon=config.target_epsilon, delta=config.delta,
             sensitivity_factor=self.clipper.sensitivity_factor if self.clipper is not None else 1.0,
@@ -288,7 +293,7 @@ class TorchRun:
 
     def _sample(self, step: int) -> np.ndarray:
         rng = sampling.step_rng(self.noise_source.seed, sampling.SAMPLING_STREAM, step)
-        return sampling.poisson_sample(rng, self.plan.dataset_size, self.plan.batch_at(step) / self.plan.dataset_size)
+        return sampling.poisson_sample(rng, self.plan.dataset_size, self.plan.sampling_probability(step))
 
     def step(self, step: int, indices: np.ndarray) -> dict[str, Any]:
         """Compute the (noised) aggregate of this step's batch and apply Adam; returns telemetry with a

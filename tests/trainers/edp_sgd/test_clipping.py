@@ -75,7 +75,7 @@ def test_micro_batch_is_clipped_per_layer(tiny_batches):
                              num_groups=len(group_names))
     assert math.fsum(c * c for c in norms) == pytest.approx(0.25)
     small = [c * 0.1 for c in norms]  # force clipping of every layer
-    clipper = MicrobatchClipper(clf, per_example_losses, layer_clip_norms=small, param_groups=groups, max_microbatch_size=3)
+    clipper = MicrobatchClipper(clf, per_example_losses, layer_clip_norms=small, param_groups=groups)
     assert clipper.sensitivity == pytest.approx(2 * 0.05)
     acc = [torch.zeros_like(p) for p in params]
     clipper.add_clipped_(acc, _sub(batch, [0, 1, 2]))
@@ -86,19 +86,20 @@ def test_micro_batch_is_clipped_per_layer(tiny_batches):
     assert _norm(acc) <= 0.05 * (1 + 1e-5)
 
 
-def test_one_example_micro_batches_have_sensitivity_c(tiny_batches):
+def test_micro_batch_sensitivity_is_2c_whatever_the_occupancy(tiny_batches):
+    """The factor belongs to the clipping function: 2 even if every micro-batch held one row (a neighbour
+    with one more row can put two in one), never read off the private slot occupancy."""
     clf, *_ = tiny_batches
     names, _ = trainable(clf)
     _, groups = layer_groups(names)
     clipper = MicrobatchClipper(clf, per_example_losses, layer_clip_norms=[0.3, 0.4] + [0.0001] * (max(groups) - 1),
-                                param_groups=groups, max_microbatch_size=1)
-    assert clipper.sensitivity_factor == 1.0
+                                param_groups=groups)
+    assert clipper.sensitivity_factor == 2.0 and clipper.sensitivity == pytest.approx(2 * clipper.clip_norm)
 
 
 def _edp_aggregate(model, batch, slots, k, norms, groups):
     _, params = trainable(model)
-    clipper = MicrobatchClipper(model, per_example_losses, layer_clip_norms=norms, param_groups=groups,
-                                max_microbatch_size=len(slots))
+    clipper = MicrobatchClipper(model, per_example_losses, layer_clip_norms=norms, param_groups=groups)
     acc = [torch.zeros_like(p) for p in params]
     for members in split_microbatches(np.arange(len(slots)), slots, k):
         if len(members):
@@ -175,8 +176,7 @@ def test_vectorized_micro_batches_equal_sequential_backward_passes(tiny_batches,
     group_names, groups = layer_groups(names)
     norms = layer_clip_norms(model, per_example_losses, batch, clip_norm=0.3, param_groups=groups,
                              num_groups=len(group_names))
-    clipper = MicrobatchClipper(model, per_example_losses, layer_clip_norms=norms, param_groups=groups,
-                                max_microbatch_size=3)
+    clipper = MicrobatchClipper(model, per_example_losses, layer_clip_norms=norms, param_groups=groups)
     microbatches = [np.array([0, 3, 5]), np.array([], dtype=np.int64), np.array([1]), np.array([2, 4])]
     sequential = [torch.zeros_like(p) for p in params]
     for members in microbatches:

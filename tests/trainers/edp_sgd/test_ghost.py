@@ -76,8 +76,8 @@ def test_ghost_per_layer_microbatch_sum_equals_vmap(tiny_batches, task, scale, f
     group_names, groups = layer_groups(names)
     bounds = [scale * (i + 1) / 10 for i in range(len(group_names))]  # a different C_l per layer
     microbatches = [np.array([0, 3]), np.array([1]), np.array([2, 4, 5])]  # unequal sizes, unequal lengths
-    want = MicrobatchClipper(model, per_example_losses, layer_clip_norms=bounds, param_groups=groups,
-                             max_microbatch_size=3).clipped_sum(batch, microbatches)
+    want = MicrobatchClipper(model, per_example_losses, layer_clip_norms=bounds,
+                             param_groups=groups).clipped_sum(batch, microbatches)
     owner = np.zeros(6, dtype=np.int64)
     for unit, members in enumerate(microbatches):
         owner[members] = unit
