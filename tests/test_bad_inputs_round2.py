@@ -275,7 +275,7 @@ NUMBER_CASES = [
     ("attack fpr nan", ["attack", "--model", "m", "--data", "d", "--out", "o", "--fpr", "nan"],
      ["--fpr must be a finite number, got nan", "not a number"]),
     ("account sigma 1e-9", ["account", "-N", "1000", "-B", "10", "-S", "10", "--noise-multiplier", "1e-9"],
-     ["--noise-multiplier 1e-09 is too small to account with PLD", "--accountant rdp"]),
+     ["noise multiplier 1e-09 is too small for it", "use the RDP accountant"]),
     ("account N 1e30", ["account", "-N", "1" + "0" * 30, "-B", "10", "-S", "10", "--noise-multiplier", "1"],
      ["--dataset-size/-N", "above the limit of 1,000,000,000,000"]),
     ("account microbatch > batch", ["account", "-N", "1000", "-B", "10", "-S", "10", "--noise-multiplier", "1",
@@ -298,6 +298,15 @@ def test_account_tiny_sigma_is_accounted_by_rdp():
                                       "--accountant", "rdp", "--json"])
     assert result.exit_code == 0, result.output
     assert json.loads(result.stdout)["epsilon"]["rdp"] > 1e15  # no noise to speak of: enormous, not an error
+
+
+def test_train_with_a_noise_multiplier_too_small_to_account_is_one_line(data_dir, tmp_path):
+    """dp_accounting's PLD overflowed (OverflowError) for sigma 1e-9 before the grid-size check could refuse it."""
+    out = tmp_path / "model"
+    one_line_error(["train", "--trainer", "jax-bert", "--data", str(data_dir), "--out", str(out), "--noise-multiplier",
+                    "1e-9", "--steps", "2", "--batch-size", "16", "--max-length", "16", "--vocab-size", "128",
+                    "--micro-batch", "8"], "noise multiplier 1e-09 is too small for it")
+    assert tree(tmp_path) == []
 
 
 def test_jax_bert_max_length_above_the_position_table_is_refused(data_dir, tmp_path):

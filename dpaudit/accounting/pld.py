@@ -261,13 +261,16 @@ def _item_loss_span(item: tuple) -> tuple[float, float, float]:
     width = (high - low) * count
     if count > 1 and _CREATE_PMF is not None and q < 1.0:
         coarse = (high - low) / 1024
-        width = 0.0
-        for loss in losses:
-            pmf = _CREATE_PMF(loss, pessimistic_estimate=True, value_discretization_interval=coarse,
-                              use_connect_dots=True)
-            dense = pmf if hasattr(pmf, "_probs") else pmf.to_dense_pmf()
-            probs = dense._probs  # pylint: disable=protected-access
-            width = max(width, _chernoff_range(probs, count, _TAIL_MASS_TRUNCATION) * coarse)
+        try:
+            width = 0.0
+            for loss in losses:
+                pmf = _CREATE_PMF(loss, pessimistic_estimate=True, value_discretization_interval=coarse,
+                                  use_connect_dots=True)
+                dense = pmf if hasattr(pmf, "_probs") else pmf.to_dense_pmf()
+                probs = dense._probs  # pylint: disable=protected-access
+                width = max(width, _chernoff_range(probs, count, _TAIL_MASS_TRUNCATION) * coarse)
+        except OverflowError:  # a sigma so small that exp(coarse step) overflows: the span without the tail cut
+            width = (high - low) * count
     span = (low, high, width)
     _GRID_POINTS.put(item, span)
     return span
