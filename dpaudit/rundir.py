@@ -370,6 +370,39 @@ def file_hashes(directory: str | os.PathLike[str], names: Iterable[str]) -> dict
     return {name: sha256_file(directory / name) for name in sorted(names)}
 
 
+#: Options whose value is a secret: a manifest's recorded command line never holds their value.
+SECRET_OPTIONS = ("--noise-seed",)
+
+
+def redact_command(argv: Iterable[str]) -> list[str]:
+    """``argv`` with the value of every :data:`SECRET_OPTIONS` option replaced by ``<given: secret>``.
+
+    The manifest's ``command`` is printed in the report's provenance, which people share: a
+    ``--noise-seed`` there would let anyone regenerate the noise and the sampling (the guarantee would
+    be void). Both ``--noise-seed N`` and ``--noise-seed=N`` are redacted, wherever they appear (the
+    demo passes its own ``--noise-seed`` down to train).
+    """
+    from dpaudit.secret_rng import REDACTED
+
+    out: list[str] = []
+    hide_next = False
+    for arg in map(str, argv):
+        if hide_next:
+            out.append(REDACTED)
+            hide_next = False
+            continue
+        name = arg.split("=", 1)[0]
+        if name in SECRET_OPTIONS:
+            if "=" in arg:
+                out.append(f"{name}={REDACTED}")
+            else:
+                out.append(arg)
+                hide_next = True
+            continue
+        out.append(arg)
+    return out
+
+
 def build_manifest(
     *,
     schema: str,
@@ -424,39 +457,6 @@ def load_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
     if not isinstance(manifest, dict) or "schema" not in manifest:
         raise UserInputError(f"{path}: no 'schema' field; not a dpaudit manifest.")
     return manifest
-#: Options whose value is a secret: a manifest's recorded command line never holds their value.
-SECRET_OPTIONS = ("--noise-seed",)
-
-
-def redact_command(argv: Iterable[str]) -> list[str]:
-    """``argv`` with the value of every :data:`SECRET_OPTIONS` option replaced by ``<given: secret>``.
-
-    The manifest's ``command`` is printed in the report's provenance, which people share: a
-    ``--noise-seed`` there would let anyone regenerate the noise and the sampling (the guarantee would
-    be void). Both ``--noise-seed N`` and ``--noise-seed=N`` are redacted, wherever they appear (the
-    demo passes its own ``--noise-seed`` down to train).
-    """
-    from dpaudit.secret_rng import REDACTED
-
-    out: list[str] = []
-    hide_next = False
-    for arg in map(str, argv):
-        if hide_next:
-            out.append(REDACTED)
-            hide_next = False
-            continue
-        name = arg.split("=", 1)[0]
-        if name in SECRET_OPTIONS:
-            if "=" in arg:
-                out.append(f"{name}={REDACTED}")
-            else:
-                out.append(arg)
-                hide_next = True
-            continue
-        out.append(arg)
-    return out
-
-
 
 
 def verify_run_dir(directory: str | os.PathLike[str], *, schema_prefix: str | None = None) -> dict[str, Any]:

@@ -237,36 +237,36 @@ def train(ctx: click.Context, trainer: str, data: Path, out: Path, seed: int, co
         **result.summary,
         "telemetry": {**telemetry, "final_loss": result.final_loss},
         "guarantee": record.guarantee if record else None,
-        "released_files": record.released_files if record else None,
-        "private_files": record.private_files if record else None,
-        "notes": list(record.notes) if record else [],
-    }
-    for note in summary["notes"]:
         "proven": record.proven if record else False,
         "n_public": record.n_public if record else None,
         "public_parameters": record.public_parameters if record else None,
         "epsilon_replace_one": record.epsilon_replace_one if record else None,
         "unaccounted_releases": list(record.unaccounted_releases) if record else [],
         "noise_tail": record.noise_tail if record else None,
+        "released_files": record.released_files if record else None,
+        "private_files": record.private_files if record else None,
+        "notes": list(record.notes) if record else [],
+    }
+    for note in summary["notes"]:
         if note.startswith("warning:"):
             click.echo(note, err=True)
-    if as_json:
-        click.echo(json.dumps(summary, indent=2, sort_keys=True))
-        return
-    click.echo(f"trained {plugin.name} for {result.steps} steps -> {result.out_dir} ({_claim(result, record)})")
-    for note in summary["notes"]:
     tail = record.noise_tail if record else None
     if tail and tail.get("exceeds_delta"):
         click.echo(f"warning: floating-point noise tail {tail['figure']:.3g} exceeds delta {tail['delta']:.3g}: "
                    f"{tail['caveat']}", err=True)
-        click.echo(f"  {note}")
-    if record is not None:
-        if record.randomness:
-            click.echo(f"  randomness: {record.randomness}")
+    if as_json:
+        click.echo(json.dumps(summary, indent=2, sort_keys=True))
+        return
+    click.echo(f"trained {plugin.name} for {result.steps} steps -> {result.out_dir} ({_claim(result, record)})")
     for release in summary["unaccounted_releases"]:
         click.echo(f"  NOT covered by the epsilon (unaccounted release): {release}")
     if record is not None and record.public_parameters:
         click.echo(f"  {record.public_parameters}")
+    for note in summary["notes"]:
+        click.echo(f"  {note}")
+    if record is not None:
+        if record.randomness:
+            click.echo(f"  randomness: {record.randomness}")
         click.echo(f"  {record.covers}")
     groups = record.group_privacy if record else []
     for row in groups:
@@ -287,20 +287,6 @@ def _read_privacy(out_dir: Path) -> PrivacyRecord | None:
     return PrivacyRecord.from_json(raw, where=str(path))
 
 
-def _claim(result: Any, record: PrivacyRecord | None) -> str:
-    """The one-line guarantee, rounded up, with its caveat when no epsilon is proven, the replace-one epsilon
-    when N is treated as public, and the unaccounted releases beside it."""
-    if result.epsilon is not None and (record is None or record.proven):
-        text = f"epsilon = {format_up(result.epsilon, 4)} at delta = {format_up(result.delta, 3)}, for model/ only"
-        if record is not None and record.n_public and record.epsilon_replace_one is not None:
-            text += (f" (add/remove, N treated as public; replace-one epsilon = "
-                     f"{format_up(record.epsilon_replace_one, 4)})")
-        elif record is not None and not record.n_public:
-            text += f" (add/remove; q and steps from the declared public --dataset-size {record.declared_dataset_size})"
-        if record is not None and record.unaccounted_releases:
-            text += f"; NOT covering {len(record.unaccounted_releases)} unaccounted release(s), listed below"
-        return text
-    if record is not None and record.epsilon_if_poisson is not None:
 #: Seeds below this can be found by search (2^64 candidates): a ``--noise-seed`` must carry more entropy.
 SHORT_SEED_BOUND = 2**64
 
@@ -315,6 +301,20 @@ def short_noise_seed_warning(noise_seed: int | None) -> str | None:
             "omit it (OS entropy) or pass a secret number of >= 128 random bits.")
 
 
+def _claim(result: Any, record: PrivacyRecord | None) -> str:
+    """The one-line guarantee, rounded up, with its caveat when no epsilon is proven, the replace-one epsilon
+    when N is treated as public, and the unaccounted releases beside it."""
+    if result.epsilon is not None and (record is None or record.proven):
+        text = f"epsilon = {format_up(result.epsilon, 4)} at delta = {format_up(result.delta, 3)}, for model/ only"
+        if record is not None and record.n_public and record.epsilon_replace_one is not None:
+            text += (f" (add/remove, N treated as public; replace-one epsilon = "
+                     f"{format_up(record.epsilon_replace_one, 4)})")
+        elif record is not None and not record.n_public:
+            text += f" (add/remove; q and steps from the declared public --dataset-size {record.declared_dataset_size})"
+        if record is not None and record.unaccounted_releases:
+            text += f"; NOT covering {len(record.unaccounted_releases)} unaccounted release(s), listed below"
+        return text
+    if record is not None and record.epsilon_if_poisson is not None:
         return (f"NO proven epsilon: {record.sampling} sampling; epsilon_if_poisson = "
                 f"{format_up(record.epsilon_if_poisson, 4)} at delta = {format_up(result.delta, 3)} only if batches "
                 f"had been Poisson-sampled")

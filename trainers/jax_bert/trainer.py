@@ -175,6 +175,7 @@ def plan_run_privacy(config: JaxBertConfig, dataset_size: int) -> PrivacyPlan:
         dataset_size=dataset_size, stages=config.schedule, non_private=config.non_private,
         noise_multiplier=config.noise_multiplier, target_epsilon=config.target_epsilon, delta=config.delta,
         sensitivity_factor=1.0, batch_option="--batch-schedule" if config.batch_schedule else "--batch-size",
+        declared_size=config.dataset_size,
     )
 
 
@@ -183,7 +184,6 @@ def ledger_sampling(config: JaxBertConfig) -> str:
     return "poisson" if config.sampling == "poisson" else "shuffle"
 
 
-        declared_size=config.dataset_size,
 # ----------------------------------------------------------------------------------------------
 # Compiled functions, shared by every run of the same shapes in a process.
 
@@ -307,8 +307,6 @@ class _Run:
         self.runtime_tuning = cpu_runtime.tune_cpu_runtime()  # before anything is compiled
         # Multi-host: every process computes the same run (same data, seed and RNG streams); only
         # process 0 writes files, the others keep their rows in memory and meet it at barriers.
-        if config.dataset_size is not None and config.dataset_size != n and self.primary:
-            print(declared_size_warning(config.dataset_size, n, self.plan.batch_at(0)), file=sys.stderr)
         self.primary = parallel.is_primary()
         self._check_out_dir()
         self.data = load_inject_dir(self.data_dir)
@@ -317,6 +315,8 @@ class _Run:
             return
         n = len(self.data.train_texts)
         self.plan = plan_run_privacy(config, n)
+        if config.dataset_size is not None and config.dataset_size != n and self.primary:
+            print(declared_size_warning(config.dataset_size, n, self.plan.batch_at(0)), file=sys.stderr)
         self.mesh = None
         if config.data_parallel and jax.device_count() > 1:
             self.mesh = parallel.make_data_mesh()
@@ -618,20 +618,20 @@ class _Run:
         mechanism = (f"DP-SGD (Abadi et al. 2016): {sampled}; each example's gradient clipped to L2 norm "
                      f"C = {config.clip_norm:g} (sensitivity C under add/remove of one example); Gaussian noise of std "
                      f"sigma * C added once to the clipped sum per step; {steps} steps.")
-        event = self.ledger.event()
-        public = plan.public_fields(steps_from_n=False, event=None if shuffle else event, delta=delta)
-        if public["n_public"] and not shuffle:
-            guarantee += (f" N = {plan.dataset_size} is treated as public (q = batch / N): against an adversary who knows "
-                          f"N, ({format_up(public['epsilon_replace_one'], 4)}, {delta_text})-DP (replace-one).")
         if shuffle:
-        tail = accounting.noise_tail_caveat("jax-float32", self.ledger.segments, delta)
             guarantee = ("no proven epsilon: fixed-size shuffled batches (--sampling shuffle). If the batches had been "
                          f"Poisson-sampled, the run would be ({eps_text}, {delta_text})-DP (epsilon_if_poisson).")
         else:
             guarantee = (f"({eps_text}, {delta_text})-DP for one training example (add/remove), Poisson-subsampled "
                          f"Gaussian mechanism with per-example clipping to C = {config.clip_norm:g}, composed over "
                          f"{steps} steps ({self.ledger.accountant.upper()} accountant), for the released model/.")
+        event = self.ledger.event()
+        public = plan.public_fields(steps_from_n=False, event=None if shuffle else event, delta=delta)
+        if public["n_public"] and not shuffle:
+            guarantee += (f" N = {plan.dataset_size} is treated as public (q = batch / N): against an adversary who knows "
+                          f"N, ({format_up(public['epsilon_replace_one'], 4)}, {delta_text})-DP (replace-one).")
         guarantee += " Condition: " + self.noise.note
+        tail = accounting.noise_tail_caveat("jax-float32", self.ledger.segments, delta)
         delta_rule = ("given by --delta" if config.delta is not None
                       else accounting.DEFAULT_DELTA_RULE.replace("default ", "default: ", 1))
         warning = accounting.delta_warning(delta, plan.accounting_size)

@@ -66,6 +66,10 @@ class TorchTrainConfig:
     batch_size: int | None = field(default=None, metadata=help_text(
         "Expected logical batch size; Poisson sampling rate q = batch-size / number of training examples. "
         "Default 512 for private modes (the noise is fixed, the signal grows with the batch), 32 for sgd."))
+    dataset_size: int | None = field(default=None, metadata=help_text(
+        "Declared PUBLIC dataset size N: q = batch-size / N and the steps per epoch ceil(N / batch-size) come from it, "
+        "fixed in advance, and the real number of rows is not released. Default: the number of rows in train.jsonl, "
+        "which is then treated as public (privacy.json states it and the replace-one epsilon beside the add/remove one)."))
     learning_rate: float | None = field(default=None, metadata=help_text(
         "Adam learning rate. Default 2e-3 for private modes, 1e-3 for sgd."))
     weight_decay: float = field(default=0.0, metadata=help_text("Decoupled (AdamW) weight decay; 0 = Adam."))
@@ -97,10 +101,6 @@ class TorchTrainConfig:
         "Steps between checkpoints (one is always written at each epoch end)."))
     keep_checkpoints: bool = field(default=False, metadata=help_text(
         "Keep checkpoints/ after a finished run (it holds the secret noise seed: private to the data owner)."))
-    dataset_size: int | None = field(default=None, metadata=help_text(
-        "Declared PUBLIC dataset size N: q = batch-size / N and the steps per epoch ceil(N / batch-size) come from it, "
-        "fixed in advance, and the real number of rows is not released. Default: the number of rows in train.jsonl, "
-        "which is then treated as public (privacy.json states it and the replace-one epsilon beside the add/remove one)."))
 
     def _check_common(self, int_minimums: Mapping[str, int] | None = None) -> None:
         """Types, the mode-dependent defaults, then the range checks of the shared fields (and of
@@ -121,6 +121,8 @@ class TorchTrainConfig:
             check_int(name, getattr(self, name), minimum)
         if self.vocab_size is not None:
             check_int("vocab_size", self.vocab_size, 128)
+        if self.dataset_size is not None:
+            check_int("dataset_size", self.dataset_size, 1)
         if self.noise_seed is not None:
             check_int("noise_seed", self.noise_seed, 0)
         check_real("learning_rate", self.learning_rate, low=0.0, low_open=True)
@@ -153,7 +155,5 @@ class TorchTrainConfig:
     def to_dict(self) -> dict[str, Any]:
         """JSON-serializable field values with the secret ``noise_seed`` redacted (manifests, resume checks)."""
         out = dataclasses.asdict(self)
-        if self.dataset_size is not None:
-            check_int("dataset_size", self.dataset_size, 1)
         out["noise_seed"] = NoiseSource.redact(self.noise_seed)
         return out
