@@ -50,9 +50,12 @@ def accuracy(model: Path, data: Path) -> float:
 
     run = load_inject_run(data)
     held = run.split("heldout.jsonl")
-    ids = np.asarray([run.labels.index(lab) for lab in held.labels])
-    probs = load(model, progress=False).class_probs(held.texts)
-    return float((probs.argmax(1) == ids).mean())
+    scorer = load(model, progress=False)
+    labels = scorer.source.label_set()  # the model's own id2label, not the data's labels
+    ids = [labels.id_of(lab) for lab in held.labels]
+    keep = [i for i, class_id in enumerate(ids) if class_id is not None]  # a label the model lacks: left out
+    probs = scorer.class_probs([held.texts[i] for i in keep])
+    return float((probs.argmax(1) == np.asarray([ids[i] for i in keep])).mean())
 
 
 def main() -> int:

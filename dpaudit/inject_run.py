@@ -9,7 +9,10 @@
 - ``manifest.json``: schema ``dpaudit.inject/1``, the config, the seed and the sha256 of each file above.
 
 Rows are ``{"text": ...}``, or ``{"text": ..., "label": ...}`` for a classification corpus (a label is a
-string or an integer; the manifest's ``corpus.labelled`` says which kind of corpus it is).
+string or an integer; the manifest's ``corpus.labelled`` says which kind of corpus it is). A classifier's
+label set (:class:`LabelSet`) comes from public information only: ``public.jsonl``'s labels
+(:func:`public_label_set`) or the user's ``--labels``; :attr:`InjectRun.all_labels`, the union over every
+split, reads private data and is never a released model's label set.
 
 Every later stage (each trainer, the attacks, the report) reads the directory through
 :func:`load_inject_run`, which refuses a directory whose manifest does not list all of
@@ -54,6 +57,77 @@ def label_order(labels: Iterable[Label]) -> list[Label]:
     Label ids (0, 1, ...) index this list, so they never depend on which label came first in the corpus.
     """
     return sorted(set(labels), key=lambda lab: (isinstance(lab, str), lab))
+
+
+#: Where a classifier's label set came from (``privacy.json`` ``details.labels_from``).
+LABELS_FROM_PUBLIC = "public.jsonl"
+LABELS_DECLARED = "declared --labels"
+
+
+@dataclass(frozen=True)
+class LabelSet:
+    """A classifier's label set: class id i is ``names[i]``; rows' labels are compared as ``str(label)``.
+
+    A released classifier's ``config.json`` holds ``id2label`` and its head has ``len(names)`` outputs,
+    both released un-noised, so the set must come from public information only: the labels of
+    ``public.jsonl`` (:func:`public_label_set`) or a list the user declares (``--labels``), never from
+    ``train.jsonl`` (issue "Privacy holes, round two", item 4).
+
+    Attributes:
+        names: the labels, as strings, in class-id order.
+        source: :data:`LABELS_FROM_PUBLIC`, :data:`LABELS_DECLARED`, or where an attack read them.
+        unknown: the label a row whose label is outside ``names`` is mapped to (``--unknown-label``), or
+            None: such private rows are refused and non-private rows left out.
+    """
+
+    names: tuple[str, ...]
+    source: str
+    unknown: str | None = None
+
+    def __post_init__(self) -> None:
+        if len(set(self.names)) != len(self.names):
+            raise ValueError(f"label names must be distinct, got {list(self.names)}.")
+        if self.unknown is not None and self.unknown not in self.names:
+            raise ValueError(f"unknown label {self.unknown!r} is not one of {list(self.names)}.")
+
+    def id_of(self, label: Label) -> int | None:
+        """Class id of a row's ``label``: its own, else the ``unknown`` label's, else None (not in the set)."""
+        try:
+            return self.names.index(str(label))
+        except ValueError:
+            return None if self.unknown is None else self.names.index(self.unknown)
+
+    def details(self) -> dict[str, Any]:
+        """What ``privacy.json``'s ``details`` says about the label set and the unknown-label policy."""
+        if self.unknown is None:
+            policy = ("train.jsonl rows (inserted canaries included) with a label outside the set are refused "
+                      "before training; heldout.jsonl and public.jsonl rows with one are left out wherever labels "
+                      "are used (held-out accuracy, clip scaling on public rows)")
+        else:
+            policy = f"rows of any split with a label outside the set are mapped to {self.unknown!r}"
+        return {"labels_from": self.source, "num_labels": len(self.names), "unknown_labels": policy}
+
+
+def public_label_set(run: InjectRun, *, unknown: str | None = None) -> LabelSet:
+    """The label set of ``public.jsonl`` in :func:`label_order`: public information only.
+
+    Raises:
+        UserInputError: fewer than 2 labels, or two labels that print alike (``1`` and ``"1"``), or an
+            ``unknown`` label not among them; the message says to declare the set with ``--labels``.
+    """
+    path = run.path / PUBLIC
+    labels = label_order(run.split(PUBLIC).labels or ())
+    names = tuple(str(label) for label in labels)
+    if len(names) < 2:
+        raise UserInputError(f"{path} holds {len(names)} distinct label(s) ({', '.join(names) or 'none'}); a classifier "
+                             "needs at least 2: declare the label set with --labels a,b,c.")
+    if len(set(names)) != len(names):
+        raise UserInputError(f"{path} holds labels that are equal as text (e.g. 1 and \"1\"); make them distinct or "
+                             "declare the label set with --labels.")
+    if unknown is not None and unknown not in names:
+        raise UserInputError(f"--unknown-label {unknown!r} is not a label of {path} ({', '.join(names)}); pick one of "
+                             "them or declare the set with --labels.")
+    return LabelSet(names=names, source=LABELS_FROM_PUBLIC, unknown=unknown)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -193,8 +267,14 @@ class InjectRun:
         return self.split(PUBLIC).texts
 
     @functools.cached_property
-    def labels(self) -> list[Label] | None:
-        """The label set of a classification corpus in :func:`label_order` (ids index it); None if unlabelled."""
+    def all_labels(self) -> list[Label] | None:
+        """Every label of every split and canary, in :func:`label_order`; None if unlabelled.
+
+        For reading and checking data only, NEVER a released model's label set: it is a function of the
+        private ``train.jsonl`` (one extra train row with a new label would add it, an un-noised release).
+        A trainer's label set is :func:`public_label_set` or the user's ``--labels``; an attack reads the
+        model's own ``id2label``.
+        """
         if not self.labelled:
             return None
         found: set[Label] = set()

@@ -242,6 +242,37 @@ def _train_manifest_omits_train_jsonl(ctx: Ctx):
     return _train_args(data, ctx.base / "model"), [f"{data / 'manifest.json'} does not list train.jsonl"], None
 
 
+def _classify_args(data: Path, out: Path, *extra: str) -> list[str]:
+    return ["train", "--trainer", "edp-sgd", "--mode", "sgd", "--task", "classify", "--data", str(data), "--out", str(out),
+            "--preset", "tiny", "--vocab-size", "300", "--max-length", "16", "--epochs", "1", *extra]
+
+
+def _train_row_with_an_undeclared_label(ctx: Ctx):
+    """Issue "Privacy holes, round two", item 4: a private row whose label is outside the public label set
+    is refused (it would have widened the released head); the error is seen by the data owner only."""
+    pytest.importorskip("torch")
+    data = _copy_data(ctx)
+    with open(data / "train.jsonl", "a", encoding="utf-8") as f:
+        f.write(json.dumps({"text": "order a pizza", "label": "order_pizza"}) + "\n")
+    digest = hashlib.sha256((data / "train.jsonl").read_bytes()).hexdigest()
+    _edit_manifest(data, lambda m: m["outputs"].update({"train.jsonl": digest}))
+    return _classify_args(data, ctx.base / "model"), [
+        f"{data / 'train.jsonl'}:97: label 'order_pizza' is not in the public label set (from public.jsonl); declare it "
+        "with --labels or map unknown labels with --unknown-label NAME."], None
+
+
+def _train_unknown_label_outside_public_labels(ctx: Ctx):
+    pytest.importorskip("torch")
+    return _classify_args(ctx.data_dir, ctx.base / "model", "--unknown-label", "other"), [
+        "--unknown-label 'other' is not a label of", "public.jsonl", "pick one of them or declare the set with --labels"], None
+
+
+def _train_labels_file_missing(ctx: Ctx):
+    pytest.importorskip("torch")
+    return _classify_args(ctx.data_dir, ctx.base / "model", "--labels", f"@{ctx.base / 'labels.txt'}"), [
+        "--labels @", "labels.txt: cannot read", "one label per line"], None
+
+
 def _train_read_only_parent(ctx: Ctx):
     data = _copy_data(ctx)
     (ctx.base / "ro").mkdir()
@@ -286,6 +317,9 @@ CASES: dict[str, Case] = {
     "train: manifest outputs is a list": _train_manifest_outputs_is_a_list,
     "train: manifest omits train.jsonl": _train_manifest_omits_train_jsonl,
     "train: read-only parent": _train_read_only_parent,
+    "train: train.jsonl row with an undeclared label": _train_row_with_an_undeclared_label,
+    "train: --unknown-label outside public.jsonl's labels": _train_unknown_label_outside_public_labels,
+    "train: --labels @missing file": _train_labels_file_missing,
     "train: truncated checkpoint, hash patched": _train_truncated_checkpoint,
     "train: damaged ledger in state.json": _train_damaged_ledger,
     "account: --schedule not UTF-8": _account_schedule_not_utf8,

@@ -49,7 +49,7 @@ def labelled_run(tmp_path_factory):
 def test_reads_splits_labels_and_canaries_as_written(labelled_run):
     run = load_inject_run(labelled_run)
     assert run.labelled
-    assert run.labels == [2, 10, "a", "b"]  # integers ascending, then strings: ids never depend on corpus order
+    assert run.all_labels == [2, 10, "a", "b"]  # integers ascending, then strings: ids never depend on corpus order
     for name in SPLITS:
         rows = list(read_jsonl(labelled_run / name))
         split = run.split(name)
@@ -58,7 +58,7 @@ def test_reads_splits_labels_and_canaries_as_written(labelled_run):
     assert run.heldout_texts == run.split(HELDOUT).texts
     canaries = run.canaries
     assert [c.frequency for c in canaries] == [1, 1, 2, 2, 0, 0]
-    assert all(isinstance(c, Canary) and c.member == (c.frequency > 0) and c.label in run.labels for c in canaries)
+    assert all(isinstance(c, Canary) and c.member == (c.frequency > 0) and c.label in run.all_labels for c in canaries)
     train = run.train_texts
     assert all(train.count(c.text) == c.frequency for c in canaries)  # inserted exactly f times, controls never
     assert run.space.format == "digits:10"

@@ -86,7 +86,8 @@ def audit_universe(context: AttackContext, tasks: list[Any]) -> tuple[ShadowPool
     from dpaudit.inject_run import PUBLIC
 
     run = context.data
-    names = run.labels
+    label_set = context.scorer.source.label_set()  # the model's labels: task label ids index them
+    names = None if label_set is None else label_set.names
     index: dict[tuple[str, Any], int] = {}
     texts: list[str] = []
     labels: list[Any] = []
@@ -105,7 +106,10 @@ def audit_universe(context: AttackContext, tasks: list[Any]) -> tuple[ShadowPool
         positions.append(np.asarray([add(t, lab) for t, lab in zip(task.texts, labs)], dtype=np.int64))
     public = run.split(PUBLIC)
     for i, t in enumerate(public.texts):
-        add(t, None if public.labels is None else public.labels[i])
+        if public.labels is None or names is None:
+            add(t, None if public.labels is None else public.labels[i])
+        elif (class_id := label_set.id_of(public.labels[i])) is not None:  # a row the model has no class for: left out
+            add(t, names[class_id])
     return ShadowPool(texts=texts, labels=None if names is None else labels), positions
 
 

@@ -17,6 +17,7 @@ the result says so.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -53,6 +54,7 @@ class MembershipTask:
         ids: a stable identifier per candidate (row index in its file, or canary id).
         coin_flip: membership decided by independent fair coins.
         info: what was done to build it (seed, duplicates removed, counts), for the result.
+        warnings: what the result must say about how it was built (rows left out for labels the model never saw).
     """
 
     name: str
@@ -62,6 +64,7 @@ class MembershipTask:
     ids: list[str]
     coin_flip: bool = False
     info: dict[str, Any] = field(default_factory=dict)
+    warnings: tuple[str, ...] = ()
 
     @property
     def n_members(self) -> int:
@@ -72,15 +75,28 @@ class MembershipTask:
         return int((~self.member).sum())
 
 
-def _label_ids(run: Any, labels: Sequence[Any] | None) -> list[int] | None:
-    if labels is None or run.labels is None:
+def _label_ids(label_set: Any, labels: Sequence[Any] | None) -> list[int | None] | None:
+    """Class ids of data labels in the MODEL's label set (its ``id2label``, with the train run's
+    ``--unknown-label`` mapping); None for a label the model never saw. None without labels or a label set."""
+    if labels is None or label_set is None:
         return None
-    index = {lab: i for i, lab in enumerate(run.labels)}
-    return [index[lab] for lab in labels]
+    return [label_set.id_of(lab) for lab in labels]
 
 
-def example_task(run: Any, *, seed: int, max_per_side: int | None = None) -> MembershipTask:
-    """Task 1: non-canary train rows vs heldout rows, de-duplicated, equal counts, seeded sample."""
+def unseen_labels_note(what: str, count: int, label_set: Any) -> str:
+    """The warning for ``count`` rows left out of a classifier attack: their labels are not the model's."""
+    names = ", ".join(label_set.names[:6]) + (", ..." if len(label_set.names) > 6 else "")
+    return (f"{count} {what} have a label the model never saw (its labels: {names}) and are left out of the "
+            "classifier attacks: a loss of a class the head does not have is undefined. The results are about the "
+            "remaining rows only.")
+
+
+def example_task(run: Any, *, seed: int, max_per_side: int | None = None, label_set: Any = None) -> MembershipTask:
+    """Task 1: non-canary train rows vs heldout rows, de-duplicated, equal counts, seeded sample.
+
+    ``label_set`` (a classifier's, :meth:`dpaudit.scoring.ModelSource.label_set`) encodes the rows' labels;
+    rows whose label the model never saw are left out before sampling, counted, and said in ``warnings``.
+    """
     from dpaudit.inject_run import HELDOUT, TRAIN
 
     canary_texts = {c.text for c in run.canaries}
@@ -92,6 +108,21 @@ def example_task(run: Any, *, seed: int, max_per_side: int | None = None) -> Mem
     m_idx = [i for i in m_idx if train.texts[i] not in both]
     h_idx = [i for i, t in enumerate(held.texts) if t not in both]
     dropped_m = sum(train.texts[i] in both for i in range(len(train.texts)) if train.texts[i] not in canary_texts)
+    m_ids, h_ids = _label_ids(label_set, train.labels), _label_ids(label_set, held.labels)
+    unseen = {"train_rows": 0, "heldout_rows": 0}
+    warnings: list[str] = []
+    if m_ids is not None and h_ids is not None:
+        kept_m, kept_h = [i for i in m_idx if m_ids[i] is not None], [i for i in h_idx if h_ids[i] is not None]
+        unseen = {"train_rows": len(m_idx) - len(kept_m), "heldout_rows": len(h_idx) - len(kept_h)}
+        m_idx, h_idx = kept_m, kept_h
+        if unseen["train_rows"] or unseen["heldout_rows"]:
+            warnings.append(unseen_labels_note(f"examples-task rows ({unseen['train_rows']} of train.jsonl, "
+                                               f"{unseen['heldout_rows']} of heldout.jsonl)",
+                                               unseen["train_rows"] + unseen["heldout_rows"], label_set))
+            if not m_idx or not h_idx:
+                raise UserInputError(f"--data {run.path}: no {'train.jsonl' if not m_idx else 'heldout.jsonl'} row has a "
+                                     f"label of the model ({', '.join(label_set.names[:6])}...); attack a classifier "
+                                     "trained on this data's labels.")
     n = min(len(m_idx), len(h_idx))
     if max_per_side is not None:
         n = min(n, max_per_side)
@@ -105,15 +136,17 @@ def example_task(run: Any, *, seed: int, max_per_side: int | None = None) -> Mem
     h_rows = [h_idx[i] for i in pick_h]
     texts = [train.texts[i] for i in m_rows] + [held.texts[i] for i in h_rows]
     labels = None
-    if train.labels is not None and held.labels is not None:
-        labels = _label_ids(run, [train.labels[i] for i in m_rows] + [held.labels[i] for i in h_rows])
+    if m_ids is not None and h_ids is not None:
+        labels = [m_ids[i] for i in m_rows] + [h_ids[i] for i in h_rows]
     member = np.r_[np.ones(n, bool), np.zeros(n, bool)]
     ids = [f"train:{i}" for i in m_rows] + [f"heldout:{i}" for i in h_rows]
     info = {"sample_seed": int(seed), "members_available": len(m_idx), "nonmembers_available": len(h_idx),
             "duplicates_removed": {"texts": len(both), "train_rows": int(dropped_m),
                                    "heldout_rows": int(sum(t in both for t in held.texts))},
             "per_side": n}
-    return MembershipTask(EXAMPLES, texts, labels, member, ids, info=info)
+    if labels is not None:
+        info["unseen_labels_left_out"] = unseen
+    return MembershipTask(EXAMPLES, texts, labels, member, ids, info=info, warnings=tuple(warnings))
 
 
 def coin_flip_mode(run: Any) -> bool:
@@ -122,18 +155,33 @@ def coin_flip_mode(run: Any) -> bool:
     return bool((manifest.get("config") or {}).get("coin_flip")) or manifest.get("mode") in ("coin-flip", "coin_flip")
 
 
-def canary_task(run: Any) -> MembershipTask | None:
-    """Task 2: inserted canaries vs controls; None when either side is empty."""
+def canary_task(run: Any, *, label_set: Any = None, notes: list[str] | None = None) -> MembershipTask | None:
+    """Task 2: inserted canaries vs controls; None when either side is empty.
+
+    With a classifier's ``label_set``, canaries whose label the model never saw are left out (counted in
+    ``info`` and ``warnings``; appended to ``notes`` too when that leaves no task).
+    """
     canaries = list(run.canaries)
+    labels = _label_ids(label_set, [c.label for c in canaries]) if all(c.label is not None for c in canaries) else None
+    warnings: list[str] = []
+    unseen = 0
+    if labels is not None:
+        keep = [i for i, lab in enumerate(labels) if lab is not None]
+        unseen = len(canaries) - len(keep)
+        canaries, labels = [canaries[i] for i in keep], [labels[i] for i in keep]
+        if unseen:
+            warnings.append(unseen_labels_note(f"canaries ({unseen} of {unseen + len(canaries)})", unseen, label_set))
     member = np.asarray([c.member for c in canaries], dtype=bool)
     if not member.any() or member.all():
+        if notes is not None:
+            notes.extend(warnings)
         return None
-    labels = _label_ids(run, [c.label for c in canaries]) if run.labels is not None and all(
-        c.label is not None for c in canaries) else None
+    info = {"inserted": int(member.sum()), "controls": int((~member).sum()),
+            "frequencies": sorted({int(c.frequency) for c in canaries if c.member})}
+    if labels is not None:
+        info["unseen_labels_left_out"] = unseen
     return MembershipTask(CANARIES, [c.text for c in canaries], labels, member, [c.id for c in canaries],
-                          coin_flip=coin_flip_mode(run),
-                          info={"inserted": int(member.sum()), "controls": int((~member).sum()),
-                                "frequencies": sorted({int(c.frequency) for c in canaries if c.member})})
+                          coin_flip=coin_flip_mode(run), info=info, warnings=tuple(warnings))
 
 
 def membership_tasks(context: Any) -> list[MembershipTask]:
@@ -142,10 +190,14 @@ def membership_tasks(context: Any) -> list[MembershipTask]:
     if cached is not None:
         return cached
     options = context.options
-    tasks = [example_task(context.data, seed=options.seed, max_per_side=options.mia_examples)]
-    canaries = canary_task(context.data)
+    label_set = context.scorer.source.label_set()  # the model's own labels (None: a masked LM)
+    tasks = [example_task(context.data, seed=options.seed, max_per_side=options.mia_examples, label_set=label_set)]
+    dropped: list[str] = []
+    canaries = canary_task(context.data, label_set=label_set, notes=dropped)
     if canaries is not None:
         tasks.append(canaries)
+    elif dropped:  # the canaries task is gone: its note travels with the examples task
+        tasks[0] = dataclasses.replace(tasks[0], warnings=tasks[0].warnings + tuple(dropped))
     context._mia_tasks = tasks
     return tasks
 
@@ -378,7 +430,7 @@ def audit_tasks(context: Any, attack: str, scored: Sequence[tuple[MembershipTask
         rows.extend({"task": task.name, "id": i, "member": bool(m), "score": float(s)}
                     for i, m, s in zip(task.ids, task.member.tolist(), scores.tolist()))
     exceeds = any(r.exceeds_claim for r in results)
-    notes = list(warnings)
+    notes = list(warnings) + [w for task, _ in scored for w in task.warnings]
     if exceeds:
         from dpaudit.figures import format_down, format_up
 

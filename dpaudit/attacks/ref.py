@@ -47,7 +47,7 @@ def reference_scorer(context: AttackContext, attack: str) -> tuple[object, str, 
         return scorer, f"--reference-model {options.reference_model}", []
     from dpaudit.attacks.shadow import public_pool
 
-    pool = public_pool(context.data)
+    pool = public_pool(context.data, context.scorer.source.label_set())
     spec = ShadowSpec(index=0, member=np.ones(len(pool.texts), bool), seed=options.seed * 1000 + 999)
     models, notes = train_shadows(source=context.scorer.source, run=context.data, pool=pool, specs=[spec], attack=attack,
                                   cache=cache_root(options.shadow_cache), overrides=options.shadow_overrides,

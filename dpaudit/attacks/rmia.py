@@ -62,7 +62,7 @@ class RmiaAttack:
         seed = context.options.seed
         tasks = membership_tasks(context)
         models, refs, pool, notes = public_shadows(context, self.name, what="rmia reference")
-        z_labels = pool_label_ids(context.data, pool)
+        z_labels = pool_label_ids(context.scorer.source.label_set(), pool)
 
         def prob(scorer, texts, labels):
             return np.exp(-np.nan_to_num(scorer.example_losses(texts, labels, seed=seed), nan=np.inf))

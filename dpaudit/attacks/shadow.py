@@ -36,18 +36,23 @@ from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
 TOP_K = 10
 
 
-def public_pool(run: Any) -> ShadowPool:
+def public_pool(run: Any, label_set: Any = None) -> ShadowPool:
+    """``public.jsonl``'s rows; with a classifier's ``label_set``, only those whose label the model has
+    (a shadow trained like the target would refuse the others, and their loss is undefined)."""
     from dpaudit.inject_run import PUBLIC
 
     split = run.split(PUBLIC)
-    return ShadowPool(texts=list(split.texts), labels=None if split.labels is None else list(split.labels))
+    if split.labels is None or label_set is None:
+        return ShadowPool(texts=list(split.texts), labels=None if split.labels is None else list(split.labels))
+    keep = [i for i, lab in enumerate(split.labels) if label_set.id_of(lab) is not None]
+    return ShadowPool(texts=[split.texts[i] for i in keep], labels=[split.labels[i] for i in keep])
 
 
-def pool_label_ids(run: Any, pool: ShadowPool) -> list[int] | None:
-    if pool.labels is None or run.labels is None:
+def pool_label_ids(label_set: Any, pool: ShadowPool) -> list[int] | None:
+    """Class ids of the pool's labels in the model's label set (every pool row has one: :func:`public_pool`)."""
+    if pool.labels is None or label_set is None:
         return None
-    index = {lab: i for i, lab in enumerate(run.labels)}
-    return [index[lab] for lab in pool.labels]
+    return [label_set.id_of(lab) for lab in pool.labels]
 
 
 def public_half_specs(n_pool: int, k: int, seed: int) -> list[ShadowSpec]:
@@ -67,7 +72,7 @@ def public_shadows(context: AttackContext, attack: str, *, what: str = "shadow")
     if cached is not None:
         return cached
     options = context.options
-    pool = public_pool(context.data)
+    pool = public_pool(context.data, context.scorer.source.label_set())
     if len(pool.texts) < 4:
         raise UserInputError(f"--attacks {attack}: public.jsonl has {len(pool.texts)} rows; shadow models need at least 4 "
                              "(re-inject with a larger --public-size).")
@@ -118,7 +123,7 @@ class ShadowAttack:
         options = context.options
         tasks = membership_tasks(context)
         models, scorers, pool, notes = public_shadows(context, self.name)
-        labels = pool_label_ids(context.data, pool)
+        labels = pool_label_ids(context.scorer.source.label_set(), pool)
         xs, ys = [], []
         for model, scorer in zip(models, scorers):
             xs.append(features(scorer, pool.texts, labels, options.seed))

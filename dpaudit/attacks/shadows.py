@@ -184,6 +184,11 @@ def train_shadows(*, source: Any, run: Any, pool: ShadowPool, specs: Sequence[Sh
 
     recipe = target_recipe(source, attack)
     trainer = load_trainer(recipe.trainer)
+    if getattr(source, "labels", None) is not None and "labels" in {f.name for f in dataclasses.fields(trainer.Config)}:
+        # A classifier's shadows get the target's own label set, declared in its class-id order: the scores of
+        # the target and of every shadow then index the same classes (and no shadow reads labels off its rows).
+        unknown = source.unknown_label if source.unknown_label in source.labels else None
+        overrides = {"labels": list(source.labels), "unknown_label": unknown, **(overrides or {})}
     public_split = run.split(PUBLIC)
     public = _rows(public_split.texts, public_split.labels, np.arange(len(public_split.texts)))
     notes: list[str] = []

@@ -23,13 +23,17 @@ the 2-core CPU; the table is in ``benchmarks/bench_demo.py``'s docstring):
 
 The classifiers (``edp-sgd --task classify``, sgd vs edp-sgd mode, when torch is installed) get
 their own smaller inject directory: intent labels come with the built-in corpus, each canary carries
-a random intent, and the torch trainer is the slower one.
+a random intent, and the torch trainer is the slower one. The classifiers declare their label set
+(``--labels``: the corpus grammar's intents, public): a released model's labels never come from its
+private rows, and a public split that happened to miss an intent cannot make the demo refuse a row.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+
+from dpaudit.corpus.assistant import INTENTS
 
 #: The epsilon of every private model in the demo.
 TARGET_EPSILON = 8.0
@@ -182,7 +186,8 @@ def _classifiers(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed:
         train = ["train", "--trainer", "edp-sgd", "--mode", mode, "--task", "classify", "--data", str(data),
                  "--out", str(model), "--seed", str(seed), "--preset", "tiny", "--max-length", str(sizes.max_length),
                  "--epochs", str(sizes.classifier_epochs), "--batch-size", str(sizes.classifier_batch_size),
-                 "--learning-rate", f"{sizes.learning_rate:g}", *privacy]
+                 "--learning-rate", f"{sizes.learning_rate:g}", "--labels", ",".join(intent.name for intent in INTENTS),
+                 *privacy]
         if noise_seed is not None:
             train += ["--noise-seed", str(noise_seed)]
         attack = ["attack", "--model", str(model), "--data", str(data), "--out", str(attacked), "--attacks", attacks,

@@ -39,6 +39,10 @@ class ModelSource:
         privacy: the run's ``privacy.json`` (None for a bare model directory).
         manifest: the train run's verified manifest (None for a bare model directory).
         files: model file name (relative to ``path``) -> sha256, for the attack manifest.
+        labels: a classifier's labels in class-id order (``config.json``'s ``id2label``), else None. Attacks
+            encode the data's labels with these, never with the union of the data's splits.
+        unknown_label: the ``--unknown-label`` the train run mapped labels outside ``labels`` to (from its
+            manifest's config), else None.
     """
 
     path: Path
@@ -48,6 +52,31 @@ class ModelSource:
     privacy: dict[str, Any] | None
     manifest: dict[str, Any] | None
     files: dict[str, str]
+    labels: tuple[str, ...] | None = None
+    unknown_label: str | None = None
+
+    def label_set(self) -> Any:
+        """The model's :class:`dpaudit.inject_run.LabelSet` (its unknown-label mapping included), or None for a
+        masked LM: what the attacks encode the data's labels with."""
+        from dpaudit.inject_run import LabelSet
+
+        if self.labels is None:
+            return None
+        unknown = self.unknown_label if self.unknown_label in self.labels else None
+        return LabelSet(names=self.labels, source=f"{self.model_dir / 'config.json'} (id2label)", unknown=unknown)
+
+
+def _id2label(config: dict[str, Any], config_path: Path) -> tuple[str, ...]:
+    """A classifier's ``id2label`` as a tuple in class-id order (ids must be 0..n-1, names distinct)."""
+    raw = config.get("id2label")
+    try:
+        pairs = sorted((int(k), str(v)) for k, v in raw.items())
+    except (AttributeError, TypeError, ValueError):
+        pairs = None
+    if not pairs or [i for i, _ in pairs] != list(range(len(pairs))) or len({v for _, v in pairs}) != len(pairs):
+        raise UserInputError(f"{config_path}: id2label must map the class ids 0..n-1 to distinct label names, got "
+                             f"{raw!r}; re-save the model with its labels.")
+    return tuple(v for _, v in pairs)
 
 
 def _kind_of(architecture: str) -> ModelKind | None:
@@ -116,5 +145,8 @@ def resolve_model(path: str | os.PathLike[str], *, option: str = "--model") -> M
         from dpaudit.rundir import sha256_file
 
         files = {p.relative_to(path).as_posix(): sha256_file(p) for p in sorted(model_dir.rglob("*")) if p.is_file()}
+    labels = _id2label(config, config_path) if kind == CLASSIFIER else None
+    unknown = ((manifest or {}).get("config") or {}).get("unknown_label") if labels is not None else None
     return ModelSource(path=path, model_dir=model_dir, kind=kind, architecture=architecture, privacy=privacy,  # type: ignore[arg-type]
-                       manifest=manifest, files=files)
+                       manifest=manifest, files=files, labels=labels,
+                       unknown_label=unknown if isinstance(unknown, str) else None)

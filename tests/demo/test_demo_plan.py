@@ -28,6 +28,10 @@ def test_every_stage_parses_as_the_command_a_user_would_type(sizes, tmp_path):
     assert all(args[args.index("--noise-seed") + 1] == "5" for args in trains.values())
     assert "--non-private" in trains["train-nonprivate"] and "--target-epsilon" in trains["train-dp-eps8"]
     assert trains["train-clf-edp-sgd"][trains["train-clf-edp-sgd"].index("--mode") + 1] == "edp-sgd"
+    from dpaudit.corpus.assistant import INTENTS
+
+    for name in ("train-clf-sgd", "train-clf-edp-sgd"):  # the label set is declared (public), not read off the rows
+        assert trains[name][trains[name].index("--labels") + 1].split(",") == [intent.name for intent in INTENTS]
     assert plan.stages[-1].inputs == tuple(m.attack.output for m in plan.models)
 
 

@@ -34,6 +34,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
+from dpaudit.errors import UserInputError
 from dpaudit.inject_run import canary_frequencies
 from dpaudit.privacy_record import PrivacyRecord
 from trainers.edp_sgd import privacy
@@ -103,7 +104,10 @@ class _Run(TorchRun):
             else:
                 split = "public" if config.scale_from == "public" else "train"
                 size = min(len(self.encoded[split].lengths), max(1, round(config.batch_size / k)))
-                idx = np.arange(size)
+                idx = self.data.labelled_rows(split)[:size]  # classify: public rows with a class id
+                if not idx.size:
+                    raise UserInputError(f"--scale-from public: no row of {self.data_dir / 'public.jsonl'} has a label in "
+                                         "the label set; declare --labels that cover them or map them with --unknown-label.")
                 batch = self._on_device(self._batch(split, idx, generator=_seeded(self.seed, _EVAL_STREAM, 1)))
                 norms = layer_clip_norms(self.model, per_example_losses, batch, clip_norm=config.clip_norm,
                                          param_groups=groups, num_groups=len(self.group_names))
@@ -197,7 +201,7 @@ class _Run(TorchRun):
         config = self.config
         details: dict[str, Any] = {"mode": config.mode, "task": config.task, "epochs": config.epochs,
                                    "steps_per_epoch": self.steps_per_epoch, "expected_batch_size": config.batch_size,
-                                   "tokenizer": self.tokenizer_source}
+                                   "tokenizer": self.tokenizer_source, **self.data.label_details()}
         unaccounted: list[str] = []
         if self.plan.private:
             details["noise_decay"] = {"kind": config.noise_decay, "rate": config.decay_rate,

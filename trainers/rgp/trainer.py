@@ -118,6 +118,7 @@ class _Run(TorchRun):
             "frozen": self.reparam.frozen,
             "noise_decay": {"kind": config.noise_decay, "rate": config.decay_rate, "sigma_min": config.sigma_min,
                             "fixed_in_advance": True},
+            **self.data.label_details(),
         }
         return privacy.build_record(
             plan=self.plan, steps=steps, ledger=self.ledger, clipper=self.clipper, noise_source=self.noise_source,

@@ -24,9 +24,10 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from dpaudit.config_types import check_types
+from dpaudit.config_types import check_types, option_name
 from dpaudit.secret_rng import NoiseSource
 from trainers.torch_common.options import (
     DEFAULT_VOCAB_SIZE,
@@ -40,7 +41,31 @@ from trainers.torch_common.options import (
 
 Device = Literal["auto", "cpu", "cuda"]
 
-__all__ = ["Device", "TorchTrainConfig"]
+
+def parse_labels(value: str | list[str]) -> list[str]:
+    """The labels of ``--labels``: a list as given, ``@FILE`` (one label per line, blank lines skipped, read
+    as UTF-8), or comma-separated names; surrounding spaces are stripped and empty names refused.
+
+    Raises:
+        ValueError: naming ``--labels`` and what is wrong (an unreadable file, an empty name).
+    """
+    if isinstance(value, list):
+        names = [str(v).strip() for v in value]
+    elif value.startswith("@"):
+        path = value[1:]
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as err:
+            reason = getattr(err, "strerror", None) or str(err)
+            raise ValueError(f"--labels {value}: cannot read {path} ({reason}); give a UTF-8 file of one label per line.") from None
+        names = [line.strip() for line in text.splitlines() if line.strip()]
+    else:
+        names = [part.strip() for part in value.split(",")]
+    if any(not name for name in names):
+        raise ValueError(f"--labels {value!r} has an empty label name; list names separated by commas.")
+    return names
+
+__all__ = ["Device", "TorchTrainConfig", "parse_labels"]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -54,6 +79,12 @@ class TorchTrainConfig:
 
     task: Task = field(default="classify", metadata=help_text(
         "classify: sequence classification of {'text','label'} rows (intent). mlm: masked-LM fine-tuning on the texts."))
+    labels: str | list[str] | None = field(default=None, metadata=help_text(
+        "classify: the label set, a,b,c or @FILE (one label per line); class ids follow this order. Default: the "
+        "labels of public.jsonl. Never taken from train.jsonl: config.json releases it un-noised."))
+    unknown_label: str | None = field(default=None, metadata=help_text(
+        "classify: map rows whose label is outside the label set to NAME (one of the set). Default: such a "
+        "train.jsonl row is refused; heldout/public rows are left out of evaluation."))
     model: str | None = field(default=None, metadata=help_text(
         "Hugging Face model directory to fine-tune (its tokenizer.json is used); default: random init of --preset."))
     preset: Preset = field(default="tiny", metadata=help_text(
@@ -115,6 +146,7 @@ class TorchTrainConfig:
                 object.__setattr__(self, name, value)
         if self.model is not None and not self.model.strip():
             raise ValueError(f"--model must be a directory path, got {self.model!r}.")
+        self._check_labels()
         minimums = {"max_length": 8, "epochs": 1, "batch_size": 1, **(int_minimums or {}), "physical_batch": 1,
                     "eval_examples": 0, "checkpoint_every": 1, "log_every": 1}
         for name, minimum in minimums.items():
@@ -135,6 +167,28 @@ class TorchTrainConfig:
                 check_real(name, getattr(self, name), low=0.0, low_open=True)
         if self.delta is not None:
             check_real("delta", self.delta, low=0.0, low_open=True, high=1.0)
+
+    def _check_labels(self) -> None:
+        """Resolve ``--labels`` (``a,b,c``, ``@FILE`` or a TOML list) to the list stored in the field, so the
+        manifest and the resume check hold the labels themselves, not a file name; check ``--unknown-label``."""
+        if self.task != "classify":
+            for name in ("labels", "unknown_label"):
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{option_name(name)} applies to --task classify only; remove it.")
+            return
+        if self.unknown_label is not None and not self.unknown_label.strip():
+            raise ValueError("--unknown-label must be a label name, got ''.")
+        if self.labels is None:
+            return  # public.jsonl's labels, resolved (and --unknown-label checked) when the data is read
+        names = parse_labels(self.labels)
+        if len(names) < 2:
+            raise ValueError(f"--labels declares {len(names)} label(s); a classifier needs at least 2.")
+        repeated = sorted({n for n in names if names.count(n) > 1})
+        if repeated:
+            raise ValueError(f"--labels declares {', '.join(map(repr, repeated))} more than once; list each label once.")
+        if self.unknown_label is not None and self.unknown_label not in names:
+            raise ValueError(f"--unknown-label {self.unknown_label!r} is not in --labels ({', '.join(names)}); add it there.")
+        object.__setattr__(self, "labels", names)
 
     def _check_schedule(self) -> None:
         """The decay options' consistency (after the subclass's own checks, as before the merge)."""

@@ -1,7 +1,10 @@
 """The two tasks' data: inject-directory rows -> token tensors, labels, and MLM masking.
 
 - ``classify``: ``{"text", "label"}`` rows (``dpaudit inject`` keeps the corpus labels), read by the
-  core inject reader (:mod:`dpaudit.inject_run`), whose label set and order every stage shares.
+  core inject reader (:mod:`dpaudit.inject_run`). The label set, released in the model's
+  ``config.json`` (``id2label``, and the head's width), comes from public information only:
+  ``public.jsonl``'s labels or the user's ``--labels`` (:func:`resolve_label_set`), never from
+  ``train.jsonl``.
 - ``mlm``: the texts, with BERT's 80/10/10 masking redrawn every step from a generator keyed by the
   public ``--seed`` and the step (masking is not part of the DP mechanism). Only masked positions are
   gathered for the output layer (DESIGN section 9: the full-vocabulary layer over every position
@@ -13,7 +16,8 @@ Tensors are padded per batch to the batch's longest row, not to ``--max-length``
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,23 +28,52 @@ from tokenizers import Tokenizer
 from dpaudit.errors import UserInputError
 from dpaudit.inject_run import (
     HELDOUT,
+    LABELS_DECLARED,
     PUBLIC,
     TRAIN,
     InjectRun,
+    LabelSet,
     SplitRows,
     load_inject_run,
+    public_label_set,
 )
 
 
 @dataclass(frozen=True, kw_only=True)
 class InjectData:
-    """The verified inject directory (:class:`dpaudit.inject_run.InjectRun`) as the torch trainers read it."""
+    """The verified inject directory (:class:`dpaudit.inject_run.InjectRun`) as the torch trainers read it.
+
+    For ``classify``, ``label_set`` is the model's label set and ``label_ids`` maps each split name
+    (``"train"``, ``"heldout"``, ``"public"``) to its rows' class ids; -1 marks a heldout or public row
+    whose label is outside the set (left out wherever labels are used: :meth:`labelled_rows`).
+    """
 
     run: InjectRun
     train: SplitRows
     heldout: SplitRows
     public: SplitRows
-    label_names: list[str] | None  # the corpus labels in the core's order, as strings (None: mlm)
+    label_set: LabelSet | None = None  # None: mlm
+    label_ids: dict[str, np.ndarray] = field(default_factory=dict)
+
+    @property
+    def label_names(self) -> list[str] | None:
+        """The model's labels in class-id order (its ``id2label``), or None for mlm."""
+        return None if self.label_set is None else list(self.label_set.names)
+
+    def labelled_rows(self, split: str) -> np.ndarray:
+        """Indices of ``split``'s rows with a class id (all rows for mlm): what evaluation may use."""
+        ids = self.label_ids.get(split)
+        if ids is None:
+            return np.arange(len({"train": self.train, "heldout": self.heldout, "public": self.public}[split].texts))
+        return np.flatnonzero(ids >= 0)
+
+    def label_details(self) -> dict[str, Any]:
+        """``privacy.json`` details of the label set: where it came from, its size, the unknown-label
+        policy, and how many heldout/public rows were left out (rows, not their labels: public counts)."""
+        if self.label_set is None:
+            return {}
+        left_out = {name: int((ids < 0).sum()) for name, ids in self.label_ids.items() if name != "train"}
+        return {**self.label_set.details(), "rows_left_out_for_unknown_labels": left_out}
 
     @property
     def inputs(self) -> dict[str, str]:
@@ -57,11 +90,13 @@ class InjectData:
         return self.run.manifest
 
 
-def load_inject_dir(data_dir: Path, *, task: str) -> InjectData:
+def load_inject_dir(data_dir: Path, *, task: str, labels: Sequence[str] | None = None,
+                    unknown_label: str | None = None) -> InjectData:
     """Verify an inject directory (the core reader) and read its three splits for ``task``.
 
-    ``classify`` needs a labelled corpus; its label set is the core's (:attr:`InjectRun.labels`, in
-    :func:`dpaudit.inject_run.label_order`), so label ids never depend on row order.
+    ``classify`` needs a labelled corpus; its label set is :func:`resolve_label_set` of ``labels`` (the
+    Config's ``--labels``) and ``unknown_label``, and every split's class ids are read here, so a
+    ``train.jsonl`` row with an undeclared label is refused before anything is trained or written.
     """
     run = load_inject_run(data_dir)
     labelled = task == "classify"
@@ -73,19 +108,44 @@ def load_inject_dir(data_dir: Path, *, task: str) -> InjectData:
         raise UserInputError(f"{data_dir / TRAIN} is empty; there is nothing to train on.")
     if not public.texts:
         raise UserInputError(f"{data_dir / PUBLIC} is empty; the tokenizer and clip scaling use it.")
-    label_names = [str(label) for label in run.labels or []] if labelled else None
-    return InjectData(run=run, train=train, heldout=heldout, public=public, label_names=label_names)
+    if not labelled:
+        return InjectData(run=run, train=train, heldout=heldout, public=public)
+    label_set = resolve_label_set(run, labels=labels, unknown_label=unknown_label)
+    ids = {name: split_label_ids(split, label_set, path=Path(data_dir) / file, private=name == "train")
+           for name, file, split in (("train", TRAIN, train), ("heldout", HELDOUT, heldout), ("public", PUBLIC, public))}
+    return InjectData(run=run, train=train, heldout=heldout, public=public, label_set=label_set, label_ids=ids)
 
 
-def label_ids(split: SplitRows, label_names: list[str], *, where: str) -> np.ndarray:
-    """Integer class ids of a split's labels (index in ``label_names``)."""
-    index = {name: i for i, name in enumerate(label_names)}
+def resolve_label_set(run: InjectRun, *, labels: Sequence[str] | None, unknown_label: str | None) -> LabelSet:
+    """The classifier's label set from public information only: the declared ``labels`` (``--labels``, ids
+    in the order given), else the labels of ``public.jsonl`` in :func:`dpaudit.inject_run.label_order`.
+
+    Never the labels of ``train.jsonl``: the set is released un-noised in ``config.json`` (``id2label``
+    and the head's width), so a set that grew with one extra private row's new label would have infinite
+    epsilon for that neighbour (issue "Privacy holes, round two", item 4).
+    """
+    if labels is not None:
+        return LabelSet(names=tuple(labels), source=LABELS_DECLARED, unknown=unknown_label)
+    return public_label_set(run, unknown=unknown_label)
+
+
+def split_label_ids(split: SplitRows, label_set: LabelSet, *, path: Path, private: bool) -> np.ndarray:
+    """Class ids of a split's rows under ``label_set``'s unknown-label policy.
+
+    A label outside the set maps to ``label_set.unknown`` when one was declared (``--unknown-label``).
+    Otherwise a row of the private ``train.jsonl`` (``private``) is refused: the one-line error is seen by
+    the data owner before training, not released (nothing is trained or written), and a model that
+    silently dropped the row would be trained on other data than the user gave. A non-private (heldout,
+    public) row gets -1 instead: left out wherever labels are used, and counted in ``privacy.json``.
+    """
     out = np.empty(len(split.texts), dtype=np.int64)
     for i, label in enumerate(split.labels or []):
-        if str(label) not in index:
-            raise UserInputError(f"{where}:{i + 1}: label {label!r} is not among the model's labels "
-                                 f"({', '.join(label_names[:5])}...); use a model trained on the same label set.")
-        out[i] = index[str(label)]
+        class_id = label_set.id_of(label)
+        if class_id is None and private:
+            origin = "from public.jsonl" if label_set.source != LABELS_DECLARED else "from --labels"
+            raise UserInputError(f"{path}:{i + 1}: label {label!r} is not in the public label set ({origin}); declare "
+                                 "it with --labels or map unknown labels with --unknown-label NAME.")
+        out[i] = -1 if class_id is None else class_id
     return out
 
 

@@ -197,7 +197,8 @@ class TorchRun:
         self.world = distributed.init_world(self.device)
         found = list_checkpoints(self.ckpt_dir)
         check_out_dir(self.out_dir, trainer=self.trainer_name, resumable=bool(found))
-        self.data = data_mod.load_inject_dir(self.data_dir, task=config.task)
+        self.data = data_mod.load_inject_dir(self.data_dir, task=config.task, labels=config.labels,
+                                             unknown_label=config.unknown_label)
         self.resume_state = ckpt.read_state(found[-1][1]) if found else None
         self.resume_path = found[-1][1] if found else None
         if self.resume_state is not None:
@@ -228,11 +229,12 @@ class TorchRun:
         self.encoded = {name: data_mod.encode(self.tokenizer, split.texts, max_length=config.max_length)
                         for name, split in (("train", self.data.train), ("heldout", self.data.heldout),
                                             ("public", self.data.public))}
-        self.labels = {}
-        if config.task == "classify":
-            for name, split in (("train", self.data.train), ("heldout", self.data.heldout), ("public", self.data.public)):
-                ids = data_mod.label_ids(split, self.data.label_names, where=str(self.data_dir / f"{name}.jsonl"))
-                self.labels[name] = torch.from_numpy(ids)
+        self.labels = {name: torch.from_numpy(ids) for name, ids in self.data.label_ids.items()}  # classify only
+        left_out = self.data.label_details().get("rows_left_out_for_unknown_labels", {})
+        if self.world.primary and any(left_out.values()):
+            print(f"warning: {left_out.get('heldout', 0)} heldout.jsonl and {left_out.get('public', 0)} public.jsonl rows have "
+                  "a label outside the label set and are left out of evaluation (--unknown-label NAME maps them).",
+                  file=sys.stderr, flush=True)
         self.n_predictions = data_mod.max_predictions(config.max_length, config.mask_prob)
 
         self.names, self.params = self._trainable()
@@ -325,13 +327,14 @@ class TorchRun:
 
     @torch.no_grad()
     def _evaluate(self) -> dict[str, float]:
-        n = min(self.config.eval_examples, len(self.data.heldout.texts))
+        rows = self.data.labelled_rows("heldout")[:self.config.eval_examples]  # classify: rows with a class id
+        n = len(rows)
         if n == 0:
             return {}
         gen = _seeded(self.seed, _EVAL_STREAM, 0)
         loss_sum = correct = 0.0
         for start in range(0, n, 64):
-            batch = self._on_device(self._batch("heldout", np.arange(start, min(n, start + 64)), generator=gen))
+            batch = self._on_device(self._batch("heldout", rows[start:start + 64], generator=gen))
             losses, right = per_example_losses(self.model, batch)
             loss_sum += float(losses.sum())
             correct += float(right.sum())
