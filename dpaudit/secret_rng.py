@@ -15,6 +15,7 @@ public ``--seed``: it is not part of the mechanism the accountant analyses.
 
 from __future__ import annotations
 
+import hashlib
 import secrets
 from dataclasses import dataclass
 
@@ -89,15 +90,18 @@ class NoiseSource:
         """A numpy Generator for the mechanism's sampling: ``default_rng([seed, *stream])`` (all 128 bits used)."""
         return np.random.default_rng([self.seed, *stream])
 
-    def words(self, n: int = 2) -> list[int]:
-        """The seed as ``n`` 32-bit words (for frameworks whose keys are uint32 arrays, e.g. JAX).
+    def hashed_words(self, n: int, purpose: str) -> list[int]:
+        """``n`` 32-bit words (little-endian) of a BLAKE2b hash of the WHOLE seed, personalized by ``purpose``.
 
-        Different seeds below ``2**(32 n)`` give different words; larger seeds are folded by XOR.
+        For a framework whose key is smaller than the seed (JAX's threefry key is 64 bits): every bit
+        of the seed changes every word, so the key is a uniform function of all 128 bits, not of a
+        fold of them (the former XOR fold of the seed into two words kept 64 bits: seeds ``s`` and
+        ``s ^ x ^ (x << 64)`` collided). ``n <= 16``; ``purpose`` (<= 16 bytes) separates the keys of
+        different uses of one seed.
         """
-        value, out = self.seed, [0] * n
-        i = 0
-        while value:
-            out[i % n] ^= value & 0xFFFFFFFF
-            value >>= 32
-            i += 1
-        return out
+        if not 1 <= n <= 16:
+            raise ValueError(f"n must be in [1, 16] (a 64-byte BLAKE2b digest), got {n}.")
+        size = max(SEED_BITS // 8, (self.seed.bit_length() + 7) // 8)
+        digest = hashlib.blake2b(self.seed.to_bytes(size, "little"), digest_size=4 * n,
+                                 person=purpose.encode("utf-8")).digest()
+        return [int.from_bytes(digest[4 * i: 4 * i + 4], "little") for i in range(n)]

@@ -130,7 +130,8 @@ class _Run(TorchRun):
         (a float64 tensor on the run's device: no host sync)."""
         config, world = self.config, self.world
         sigma = self.plan.sigma_at(step) if self.plan.private else 0.0
-        # Mask the whole batch identically on every process (keyed by the public seed and the step).
+        # Mask the whole batch identically on every process: each example's mask is keyed by its own
+        # content hash, the public seed and the step (never its position: DESIGN section 5).
         gen = _seeded(self.seed, _MASK_STREAM, step)
         cpu = self._batch("train", indices, generator=gen) if len(indices) else None
         full = self._on_device(cpu) if cpu is not None else None

@@ -1,13 +1,20 @@
 """Text to token arrays, and BERT's dynamic 80/10/10 masking as a jittable JAX function.
 
-Encoding runs once on the host (:func:`encode_texts`). Masking runs inside the jitted training step
-(:func:`mask_tokens`), so every step draws fresh masks from the step's key (dynamic masking, as in
-RoBERTa and Anil et al.) and nothing is precomputed per epoch. Shapes are static: each example has
-exactly ``max_predictions`` prediction slots, the unused ones with weight 0, so the step compiles once.
+Encoding runs once on the host (:func:`encode_texts`), and gives each example its content key: a
+64-bit BLAKE2b hash of its own token ids (:func:`content_keys`). Masking runs inside the jitted
+training step (:func:`mask_tokens`), so every step draws fresh masks (dynamic masking, as in RoBERTa
+and Anil et al.) and nothing is precomputed per epoch. Shapes are static: each example has exactly
+``max_predictions`` prediction slots, the unused ones with weight 0, so the step compiles once.
+
+The rule (DESIGN section 5): an example's mask is a function of that example alone and public
+values. Its key is the step's public key (``--seed``, the step) with its content key folded in,
+never its index in the file or its batch slot: removing row 0 used to shift every later index and
+re-mask those examples (a clipped sum moved by ~3-5C, not C). Equal rows share a mask (allowed).
 """
 
 from __future__ import annotations
 
+import hashlib
 from collections.abc import Sequence
 
 import jax
@@ -22,7 +29,8 @@ def encode_texts(tokenizer: tokenizers.Tokenizer, texts: Sequence[str], *, max_l
     The caller's tokenizer is not modified (truncation and padding are set on a copy).
 
     Returns:
-        ``input_ids`` [N, max_length] int32 and ``attention_mask`` [N, max_length] int32 (1 = real token).
+        ``input_ids`` [N, max_length] int32, ``attention_mask`` [N, max_length] int32 (1 = real token)
+        and ``content_key`` [N, 2] uint32 (:func:`content_keys`: what keys each example's masks).
     """
     if isinstance(max_length, bool) or not isinstance(max_length, int) or max_length < 2:
         raise ValueError(f"max_length must be an integer >= 2 (room for [CLS] and [SEP]), got {max_length!r}.")
@@ -35,10 +43,30 @@ def encode_texts(tokenizer: tokenizers.Tokenizer, texts: Sequence[str], *, max_l
     encodings = tok.encode_batch(list(texts))
     if not encodings:
         empty = np.zeros((0, max_length), np.int32)
-        return {"input_ids": empty, "attention_mask": empty.copy()}
+        return {"input_ids": empty, "attention_mask": empty.copy(), "content_key": np.zeros((0, 2), np.uint32)}
     input_ids = np.asarray([e.ids for e in encodings], dtype=np.int32)
     attention_mask = np.asarray([e.attention_mask for e in encodings], dtype=np.int32)
-    return {"input_ids": input_ids, "attention_mask": attention_mask}
+    return {"input_ids": input_ids, "attention_mask": attention_mask,
+            "content_key": content_keys(input_ids, attention_mask)}
+
+
+_MASK_PERSON = b"dpaudit.mlm-mask"  # BLAKE2b personalization: the same content hash as the torch trainers'
+
+
+def content_keys(input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarray:
+    """[N, 2] uint32: each row's 64-bit BLAKE2b hash of its real token ids (as little-endian int64),
+    low word first, for ``jax.random.fold_in``.
+
+    A function of the example's own tokens only (not of its padding, its index or the other rows), so
+    it keys that example's masks (DESIGN section 5); equal rows get equal keys.
+    """
+    ids = np.asarray(input_ids).astype("<i8")
+    out = np.empty((len(ids), 2), np.uint32)
+    for i, row in enumerate(ids):
+        real = row[np.asarray(attention_mask[i]) > 0]
+        value = int.from_bytes(hashlib.blake2b(real.tobytes(), digest_size=8, person=_MASK_PERSON).digest(), "little")
+        out[i] = (value & 0xFFFFFFFF, value >> 32)
+    return out
 
 
 def mask_tokens(

@@ -33,13 +33,18 @@ Randomness (DESIGN "Honest accounting rules"). The mechanism's randomness is sec
 
 - Poisson sampling: ``numpy.random.default_rng([noise_seed, 0])``; shuffled batches of schedule
   segment ``s``: ``default_rng([noise_seed, 1, s])``;
-- DP noise of (0-based) step ``t``: ``fold_in(noise_key, t)`` with
-  ``noise_key = fold_in(PRNGKey(w0), w1)`` and ``(w0, w1) = NoiseSource.words(2)``.
+- DP noise of (0-based) step ``t``: ``fold_in(noise_key, t)``, where ``noise_key`` is a raw threefry
+  key (64 bits: JAX's default PRNG key holds no more) made of the first 8 bytes of a BLAKE2b hash of
+  the whole secret seed (all 128 bits of an OS-entropy seed: :func:`noise_key_of`).
 
 So a run is bit-identical at a fixed ``--noise-seed`` (and ``--seed``). The public ``--seed`` drives
-what needs no secrecy: initialization, the heldout evaluation masks and the training masks, which
-are a function of (seed, step, example index) only, so one example's presence never changes another
-example's mask (its gradient, hence the sensitivity, stays that of per-example clipping).
+what needs no secrecy: initialization, the heldout evaluation masks and the training masks. An
+example's mask key is ``fold_in(fold_in(fold_in(fold_in(train_key, step), 0), k0), k1)`` with
+``(k0, k1)`` its content key (a 64-bit BLAKE2b hash of its own token ids,
+:func:`trainers.jax_bert.data.content_keys`): a function of that example and public values only,
+never of its index in the file or its batch slot (DESIGN section 5), so adding, removing or
+duplicating one row never changes another example's mask (its gradient, hence the sensitivity,
+stays that of per-example clipping).
 """
 
 from __future__ import annotations
@@ -116,12 +121,15 @@ _POISSON_STREAM, _SHUFFLE_STREAM = 0, 1
 
 
 def noise_key_of(source: NoiseSource) -> jax.Array:
-    """The JAX key of the DP noise: ``fold_in(PRNGKey(w0), w1)``, ``(w0, w1) = source.words(2)``.
+    """The JAX key of the DP noise: the raw threefry key ``uint32[2]`` ``source.hashed_words(2, "jax-noise")``.
 
-    Step ``t`` draws its noise from ``fold_in(noise_key_of(source), t)``.
+    JAX's default key holds 64 bits, so the key cannot carry a 128-bit seed: it is 64 bits of a
+    BLAKE2b hash of the whole seed (:meth:`~dpaudit.secret_rng.NoiseSource.hashed_words`), so every
+    seed bit changes it (the former ``fold_in(PRNGKey(w0), w1)`` of two XOR-folded words used at most
+    64 bits: seeds ``s`` and ``s ^ x ^ (x << 64)`` gave the same noise). An adversary must still search
+    2**64 keys. Step ``t`` draws its noise from ``fold_in(noise_key_of(source), t)``.
     """
-    w0, w1 = source.words(2)
-    return jax.random.fold_in(jax.random.PRNGKey(w0), w1)
+    return jnp.asarray(source.hashed_words(2, "jax-noise"), dtype=jnp.uint32)
 
 
 class JaxBertTrainer:
@@ -193,7 +201,7 @@ class _Compiled:
     model: FlaxBertForMaskedLM
     optimizer: Any
     step: Any  # dp_step.StepFn
-    mask_batch: Any  # jit: (key, example_ids [...], input_ids [..., L], attention_mask [..., L]) -> masked dict [..., ...]
+    mask_batch: Any  # jit: (key, content_key [..., 2], input_ids [..., L], attention_mask [..., L]) -> masked dict
     eval_sums: Any  # jit: (params, batch [B, ...], weights [B]) -> [loss_sum, n_correct, n_predictions]
 
 
@@ -223,13 +231,15 @@ def compiled_functions(
                                  special_ids=jnp.asarray(special_ids, jnp.int32), mask_prob=mask_prob,
                                  max_predictions=max_predictions)
 
-    def mask_batch(key: jax.Array, example_ids: jax.Array, input_ids: jax.Array,
+    def mask_batch(key: jax.Array, content_key: jax.Array, input_ids: jax.Array,
                    attention_mask: jax.Array) -> dict[str, jax.Array]:
-        # Each example's mask key is fold_in(key, its example index): never its slot, so one example
-        # joining or leaving the batch cannot change another example's mask.
+        # DESIGN section 5: each example's mask key is the step's public key with its own content key
+        # (a hash of its token ids, data.content_keys) folded in: never its index in the file nor its
+        # slot, so one example joining, leaving or repeating cannot change another example's mask.
         lead = input_ids.shape[:-1]
         flat_ids = input_ids.reshape(-1, input_ids.shape[-1])
-        keys = jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, example_ids.reshape(-1).astype(jnp.uint32))
+        words = content_key.reshape(-1, 2).astype(jnp.uint32)
+        keys = jax.vmap(lambda w: jax.random.fold_in(jax.random.fold_in(key, w[0]), w[1]))(words)
         out = jax.vmap(mask_one)(keys, flat_ids, attention_mask.reshape(flat_ids.shape))
         return {k: v.reshape(lead + v.shape[1:]) for k, v in out.items()}
 
@@ -394,9 +404,10 @@ class _Run:
         n_pad = -len(texts) % size
         ids = np.concatenate([enc["input_ids"], np.repeat(enc["input_ids"][:1], n_pad, 0)])
         att = np.concatenate([enc["attention_mask"], np.repeat(enc["attention_mask"][:1], n_pad, 0)])
+        content = np.concatenate([enc["content_key"], np.repeat(enc["content_key"][:1], n_pad, 0)])
         weights = np.concatenate([np.ones(len(texts), np.float32), np.zeros(n_pad, np.float32)])
         key = jax.random.fold_in(jax.random.PRNGKey(self.seed), _EVAL_STREAM)
-        masked = self.fns.mask_batch(key, jnp.arange(len(weights)), jnp.asarray(ids), jnp.asarray(att))
+        masked = self.fns.mask_batch(key, jnp.asarray(content), jnp.asarray(ids), jnp.asarray(att))
         for start in range(0, len(weights), size):
             batch = {k: v[start : start + size] for k, v in masked.items()}
             w = jnp.asarray(weights[start : start + size])
@@ -440,7 +451,7 @@ class _Run:
         mask_key = jax.random.fold_in(jax.random.fold_in(self.train_key, step), 0)
         chunks = []
         for idx, mask in sampling.pack_microsteps(indices, m, capacity):
-            masked = self.fns.mask_batch(mask_key, idx, self.train_enc["input_ids"][idx],
+            masked = self.fns.mask_batch(mask_key, self.train_enc["content_key"][idx], self.train_enc["input_ids"][idx],
                                          self.train_enc["attention_mask"][idx])
             chunks.append((masked, mask))
         return chunks

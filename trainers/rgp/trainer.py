@@ -85,7 +85,9 @@ class _Run(TorchRun):
         """The noised update of every trained tensor (aligned with ``self.params``) and telemetry."""
         world = self.world
         sigma = self.plan.sigma_at(step)
-        gen = _seeded(self.seed, _MASK_STREAM, step)  # the same masking on every process
+        # The same masking on every process: each example's mask is keyed by its own content hash, the
+        # public seed and the step (never its position: DESIGN section 5).
+        gen = _seeded(self.seed, _MASK_STREAM, step)
         full = self._batch("train", indices, generator=gen) if len(indices) else None
         lefts, rights = self.carriers(step)
         share = np.array_split(np.arange(len(indices)), world.size)[world.rank] if len(indices) else np.arange(0)

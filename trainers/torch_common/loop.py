@@ -68,7 +68,8 @@ from trainers.torch_common.model import (
     special_ids,
 )
 
-_MASK_STREAM, _EVAL_STREAM = 11, 12  # public --seed streams (masking is not part of the mechanism)
+_MASK_STREAM, _EVAL_STREAM = 11, 12  # public --seed streams (masking is not part of the mechanism; each
+# example's mask is keyed by its content hash and these: data.mask_tokens)
 
 
 def _seeded(seed: int, stream: int, step: int) -> torch.Generator:
@@ -276,14 +277,17 @@ class TorchRun:
 
 
     def _batch(self, split: str, indices: np.ndarray, *, generator: torch.Generator | None) -> dict[str, torch.Tensor]:
-        """Tensors of the examples ``indices`` of ``split`` (masked for MLM with ``generator``)."""
+        """Tensors of the examples ``indices`` of ``split``, masked for MLM: each example's mask is keyed by
+        its own content hash and ``generator``'s public (--seed, stream, step) seed only, never by its
+        position or the other rows (:func:`~trainers.torch_common.data.mask_tokens`, DESIGN section 5)."""
         ids, mask = self.encoded[split].batch(indices)
         if self.config.task == "classify":
             batch = {"input_ids": ids, "labels": self.labels[split][torch.as_tensor(indices, dtype=torch.long)]}
         else:
             batch = data_mod.mask_tokens(ids, mask, generator=generator, mask_id=self.specials["mask"],
                                          vocab_size=self.vocab_size, special_ids=sorted(set(self.specials.values())),
-                                         mask_prob=self.config.mask_prob, n_predictions=self.n_predictions)
+                                         mask_prob=self.config.mask_prob, n_predictions=self.n_predictions,
+                                         content=self.encoded[split].content[torch.as_tensor(indices, dtype=torch.long)])
         batch["mask4"] = data_mod.additive_mask(mask)
         return batch
 
