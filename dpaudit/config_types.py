@@ -34,7 +34,50 @@ import types
 import typing
 from typing import Any, Literal
 
-__all__ = ["ConfigTypeError", "check_types", "option_name"]
+__all__ = ["SEED_MAX", "ConfigTypeError", "check_seed", "check_types", "option_name", "seed_type"]
+
+#: The largest public seed any command takes. Every ``--seed`` (inject, train with every trainer, attack,
+#: demo) is an integer in ``[0, SEED_MAX]``: the range every framework that gets it accepts
+#: (``jax.random.PRNGKey`` takes a signed 64-bit integer, ``torch.Generator.manual_seed`` and numpy's
+#: ``SeedSequence`` more), so a seed one command takes is never refused, or silently wrapped, by another.
+#: (``--noise-seed`` is not a public seed: it feeds numpy's ``SeedSequence`` only and should carry 128 bits.)
+SEED_MAX = 2**63 - 1
+_SEED_RANGE = "an integer from 0 to 2^63 - 1 (9223372036854775807)"
+
+
+def check_seed(value: Any, option: str = "--seed") -> int:
+    """``value`` as a seed (:data:`SEED_MAX`), or a ``ValueError`` naming ``option`` and the range."""
+    if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= int(value) <= SEED_MAX:
+        raise ValueError(f"{option} must be {_SEED_RANGE}, got {value!r}.")
+    return int(value)
+
+
+def seed_type() -> Any:
+    """The click type of every ``--seed`` option: :func:`check_seed` as a one-line error.
+
+    An out-of-range seed is a :class:`~dpaudit.errors.UserInputError` (``Error: --seed must be ...``,
+    exit 2), not click's usage block; text that is not an integer is click's usual usage error.
+    """
+    import click
+
+    from dpaudit.errors import UserInputError
+
+    class _Seed(click.ParamType):
+        name = "integer"
+
+        def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> int:
+            if isinstance(value, str):
+                try:
+                    value = int(value.strip(), 10)
+                except ValueError:
+                    self.fail(f"{value!r} is not a valid integer.", param, ctx)
+            option = (param.opts[0] if param is not None and param.opts else "--seed")
+            try:
+                return check_seed(value, option)
+            except ValueError as err:
+                raise UserInputError(str(err)) from None
+
+    return _Seed()
 
 
 class ConfigTypeError(ValueError):

@@ -26,6 +26,7 @@ import fcntl
 import hashlib
 import json
 import os
+import re
 import shutil
 import sys
 import tempfile
@@ -156,8 +157,13 @@ def read_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
             yield record
 
 
-def prepare_output_dir(out: str | os.PathLike[str], *, overwrite: bool, option: str = "--out") -> Path:
+def prepare_output_dir(out: str | os.PathLike[str], *, overwrite: bool, option: str = "--out",
+                       only_own: bool = True) -> Path:
     """Check that ``out`` may be written: not a file, and empty unless ``overwrite``.
+
+    With ``overwrite`` a non-empty ``out`` is replaced only when dpaudit wrote everything in it
+    (:func:`foreign_files`): a folder holding a file that no manifest lists is never replaced.
+    ``only_own=False`` is for a trainer's own ``model/`` inside the train directory it holds locked.
 
     Raises:
         UserInputError: naming ``option`` and the fix.
@@ -173,20 +179,68 @@ def prepare_output_dir(out: str | os.PathLike[str], *, overwrite: bool, option: 
         )
     if out.is_dir() and any(out.iterdir()) and not overwrite:
         raise UserInputError(f"{option} {out} exists and is not empty; pass --overwrite to replace it or choose another path.")
+    if overwrite and only_own and out.is_dir():
+        refuse_foreign(out, option=option)
     parent = out.resolve().parent
     if parent.exists() and not parent.is_dir():
         raise UserInputError(f"{option} {out}: parent {parent} is not a directory.")
     return out
 
 
+#: What a train directory holds before its manifest is written (dpaudit.train_rundir): checkpoints,
+#: their partial metrics and the staging folders of a killed checkpoint write.
+_CHECKPOINT_ENTRY = re.compile(r"^checkpoints(/(metrics\.partial\.jsonl|step_\d{8}(/(state\.json|arrays\.safetensors))?|\.[^/]+(/.*)?))?$")
+
+
+def foreign_files(directory: str | os.PathLike[str]) -> list[Path]:
+    """Entries of ``directory`` that dpaudit did not write (empty: dpaudit may replace or remove it).
+
+    dpaudit wrote a file when the directory's ``manifest.json`` (a dpaudit schema) lists it among its
+    outputs, or it is that manifest; before the manifest exists, a train directory holds only its
+    ``checkpoints/`` (step folders, partial metrics). Everything else (a user's notes, a folder of
+    their own data, a manifest of another program) is foreign, and names the reason to refuse.
+    """
+    directory = Path(directory)
+    listed: set[str] = set()
+    try:
+        manifest = json.loads((directory / MANIFEST_NAME).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        manifest = None
+    if isinstance(manifest, dict) and str(manifest.get("schema", "")).startswith("dpaudit.") \
+            and isinstance(manifest.get("outputs"), dict):
+        listed = {MANIFEST_NAME, *map(str, manifest["outputs"])}
+    parents = {parent.as_posix() for name in listed for parent in Path(name).parents}
+    foreign = []
+    for path in sorted(directory.rglob("*")):
+        name = path.relative_to(directory).as_posix()
+        if name in listed or _CHECKPOINT_ENTRY.match(name):
+            continue
+        if path.is_dir() and not path.is_symlink() and name in parents:
+            continue
+        foreign.append(path)
+    return foreign
+
+
+def refuse_foreign(directory: str | os.PathLike[str], *, option: str = "--out") -> None:
+    """Raise a one-line error when ``directory`` holds anything dpaudit did not write (:func:`foreign_files`)."""
+    foreign = foreign_files(directory)
+    if foreign:
+        more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
+        raise UserInputError(
+            f"{option} {directory} holds {foreign[0]}{more}, which no dpaudit manifest lists; dpaudit never replaces "
+            "a folder it did not write: move your files away or choose another path."
+        )
+
+
 @contextlib.contextmanager
-def staged_directory(out: str | os.PathLike[str], *, overwrite: bool, option: str = "--out") -> Iterator[Path]:
+def staged_directory(out: str | os.PathLike[str], *, overwrite: bool, option: str = "--out",
+                     only_own: bool = True) -> Iterator[Path]:
     """Build a run directory under a temporary name and move it into place only on success.
 
     Yields the temporary directory to write into. On any exception it is deleted and ``out`` is left
     as it was; on success an existing ``out`` (allowed only with ``overwrite``) is replaced.
     """
-    out = prepare_output_dir(out, overwrite=overwrite, option=option)
+    out = prepare_output_dir(out, overwrite=overwrite, option=option, only_own=only_own)
     try:
         out.resolve().parent.mkdir(parents=True, exist_ok=True)
         staging = Path(tempfile.mkdtemp(prefix=_staging_prefix(out), dir=out.resolve().parent))

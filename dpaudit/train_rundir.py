@@ -27,14 +27,17 @@ from typing import Any
 
 from dpaudit.errors import UserInputError
 from dpaudit.privacy_record import PrivacyRecord
+from dpaudit.trainer_api import TrainResult
 from dpaudit.rundir import (
     DIR_MODE,
     FILE_MODE,
+    MANIFEST_NAME,
     atomic_write_json,
     atomic_write_text,
     build_manifest,
     dumps_jsonl_line,
     file_hashes,
+    load_manifest,
     read_jsonl,
     replace_directory,
     sha256_file,
@@ -49,8 +52,11 @@ __all__ = [
     "check_out_dir",
     "check_resume",
     "finish_run",
+    "finished_result",
+    "finished_run",
     "list_checkpoints",
     "remove_checkpoints",
+    "same_data",
     "step_dir_name",
     "write_checkpoint",
 ]
@@ -131,7 +137,8 @@ def write_checkpoint(directory: str | os.PathLike[str], *, step: int, write_arra
 
 
 def check_out_dir(out: Path, *, trainer: str, resumable: bool) -> None:
-    """Refuse an ``--out`` that is a file, or non-empty without a checkpoint of this trainer to resume.
+    """Refuse an ``--out`` that is a file, or non-empty without a checkpoint of this trainer to resume
+    (or a manifest: a finished run, which :func:`finished_run` checks).
 
     A run killed before its first checkpoint leaves only ``checkpoints/`` (partial metrics): that
     directory starts over.
@@ -139,6 +146,8 @@ def check_out_dir(out: Path, *, trainer: str, resumable: bool) -> None:
     if out.exists() and not out.is_dir():
         raise UserInputError(f"--out {out} is a file, not a directory; choose a directory path.")
     entries = {p.name for p in out.iterdir()} if out.is_dir() else set()
+    if MANIFEST_NAME in entries:  # a finished run: finished_run() returns it, or says why it cannot
+        return
     if not entries <= {CHECKPOINT_DIR} and not resumable:
         raise UserInputError(
             f"--out {out} exists, is not empty and holds no {trainer} checkpoint to resume; choose a new or empty directory."
@@ -166,6 +175,72 @@ def check_resume(*, out: Path, checkpoint: Path, trainer: str, stored: Mapping[s
         )
     if stored.get("data") != current.get("data"):
         raise UserInputError(f"--out {out} was trained on different --data (inject manifest changed); use a new --out.")
+
+
+def same_data(stored: Mapping[str, str], current: Mapping[str, str]) -> bool:
+    """Whether two manifests' ``inputs`` (path -> sha256) name the same data: the same file names with the
+    same content hashes, wherever the directory was (``--data d`` and ``--data /abs/d`` are one data set)."""
+    def by_name(inputs: Mapping[str, str]) -> list[tuple[str, str]]:
+        return sorted((Path(path).name, str(digest)) for path, digest in inputs.items())
+
+    return by_name(stored) == by_name(current)
+
+
+def finished_run(out: Path, *, trainer: str, config: Mapping[str, Any], seed: int, inputs: Mapping[str, str],
+                 run_only: Iterable[str] = ()) -> dict[str, Any] | None:
+    """The manifest of a finished run of this very command in ``out``, or None when ``out`` holds none.
+
+    A run is finished when its ``manifest.json`` is written (last) and its checkpoints are gone (they held
+    the secret noise state, so it cannot be continued). Rerunning its command returns it without training
+    (:func:`finished_result`); anything else is a one-line error: another trainer or stage, different
+    settings (``config`` is what the manifest records, secrets redacted; ``run_only`` fields may differ),
+    seed or data (compared by content, :func:`same_data`), or a file changed since it was written.
+    """
+    if list_checkpoints(out / CHECKPOINT_DIR) or not (out / MANIFEST_NAME).is_file():
+        return None
+    manifest = load_manifest(out)
+    stored = dict(manifest.get("config") or {}) if isinstance(manifest.get("config"), dict) else {}
+    if not str(manifest["schema"]).startswith("dpaudit.train/"):
+        raise UserInputError(f"--out {out} holds a {manifest['schema']} run directory, not a train run; choose a new --out.")
+    if stored.pop("trainer", None) != trainer:
+        raise UserInputError(f"--out {out} holds a finished run of another trainer; choose a new --out.")
+    outputs = manifest.get("outputs")
+    if not isinstance(outputs, dict):
+        raise UserInputError(f"{out / MANIFEST_NAME}: no 'outputs' map; the run directory is damaged, use a new --out.")
+    for name, expected in sorted(outputs.items()):
+        path = out / str(name)
+        actual = sha256_file(path) if path.is_file() else None
+        if actual != expected:
+            what = "is missing" if actual is None else f"was changed (sha256 {actual[:12]} != manifest {str(expected)[:12]})"
+            raise UserInputError(f"--out {out} holds a finished run whose {path} {what} since it was trained; "
+                                 "restore it or use a new --out.")
+    skip = set(run_only)
+    mine = {k: v for k, v in config.items() if k not in skip}
+    stored = {k: v for k, v in stored.items() if k not in skip}
+    differing = sorted(n for n in set(mine) | set(stored) if mine.get(n) != stored.get(n))
+    if differing:
+        detail = ", ".join(f"--{n.replace('_', '-')} {stored.get(n)!r} -> {mine.get(n)!r}" for n in differing[:4])
+        raise UserInputError(f"--out {out} holds a finished run with different settings ({detail}); "
+                             "rerun with the same options or use a new --out.")
+    if manifest.get("seed") != seed:
+        raise UserInputError(f"--out {out} holds a finished run with --seed {manifest.get('seed')}, not {seed}; "
+                             "use the same seed or a new --out.")
+    if not same_data(dict(manifest.get("inputs") or {}), inputs):
+        raise UserInputError(f"--out {out} was trained on different --data (inject files changed); use a new --out.")
+    return manifest
+
+
+def finished_result(out: Path, manifest: Mapping[str, Any]) -> TrainResult:
+    """The result of a finished run (:func:`finished_run`), read back from its files: nothing is trained or written."""
+    path = out / "privacy.json"
+    try:
+        record = PrivacyRecord.from_json(json.loads(path.read_text(encoding="utf-8")), where=str(path))
+    except (OSError, json.JSONDecodeError) as err:
+        raise UserInputError(f"{path}: unreadable ({err}); use a new --out.") from None
+    rows = list(read_jsonl(out / "metrics.jsonl"))
+    return TrainResult(out_dir=out, steps=int(manifest.get("steps") or 0), epsilon=record.epsilon,
+                       delta=record.delta, final_loss=last_value(rows, "loss"),
+                       summary=dict(manifest.get("summary") or {}))
 
 
 class MetricsLog:

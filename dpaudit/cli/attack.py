@@ -14,6 +14,7 @@ from pathlib import Path
 import click
 
 from dpaudit.cli.params import FiniteFloat
+from dpaudit.config_types import seed_type
 
 _EPILOG = ("Example: dpaudit attack --model runs/np --data runs/data --out runs/np-attack "
            "--attacks exposure,reconstruction")
@@ -85,7 +86,7 @@ def _summary(results) -> str:  # noqa: ANN001
               help="Partial reveal: show the first K secret tokens, mask and rank the rest.")
 @click.option("--top-k", type=click.IntRange(min=0), default=10, show_default=True,
               help="Beam width for the true secret's rank among the best fills (0: off).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True, help="Seed of the bootstrap intervals.")
+@click.option("--seed", type=seed_type(), default=0, show_default=True, help="Seed of the bootstrap intervals.")
 @click.option("--shadow-models", type=click.IntRange(min=1), default=4, show_default=True,
               help="Shadow/reference models for the shadow, lira (>= 2) and rmia attacks.")
 @click.option("--attack-model", type=click.Choice(["logreg", "gbdt"]), default="logreg", show_default=True,

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from dpaudit.config_types import seed_type
 from dpaudit.trainer_api import available_trainers
 
 
@@ -73,7 +74,7 @@ def _classifier_gap() -> str | None:
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/demo"), show_default=True,
               help="Folder for the demo's run directories; rerunning the same command resumes there.")
 @click.option("--quick", is_flag=True, help="Smaller corpus, fewer canaries and steps, no LiRA/RMIA (~2 minutes instead of ~10).")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--seed", type=seed_type(), default=0, show_default=True,
               help="Public seed of every stage (data, initialization, masking).")
 @click.option("--noise-seed", type=click.IntRange(min=0), default=None,
               help="Seed of the DP noise and Poisson sampling of every training, for tests only (default: OS "
@@ -92,7 +93,7 @@ def demo(out: Path, quick: bool, seed: int, noise_seed: int | None, classifiers:
     """
     from dpaudit.cli import cli
     from dpaudit.demo.plan import FULL, QUICK, Stage, build_plan
-    from dpaudit.demo.stages import STATE_DIR, run_stages
+    from dpaudit.demo.stages import STATE_DIR, check_out, run_stages
     from dpaudit.demo.verdict import verdict_lines
     from dpaudit.rundir import atomic_write_json
 
@@ -100,6 +101,7 @@ def demo(out: Path, quick: bool, seed: int, noise_seed: int | None, classifiers:
         raise click.ClickException("the demo trains with jax-bert: pip install -e '.[jax,torch]'")
     if not _has_module("torch") or not _has_module("transformers"):
         raise click.ClickException("the demo's attacks load models with transformers: pip install -e '.[jax,torch]'")
+    check_out(out)  # before anything is written: never a folder of the user's own
     for option, path in (("--out", out), ("--report", report_path)):  # before minutes of training, not after
         blocked = next((p for p in path.absolute().parents if p.exists() and not p.is_dir()), None)
         if blocked is not None:

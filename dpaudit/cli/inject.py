@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from dpaudit.config_types import seed_type
 from dpaudit.cli.params import FiniteFloat
 from dpaudit.errors import UserInputError
 
@@ -28,7 +29,7 @@ _EPILOG = "Example: dpaudit inject --corpus builtin:assistant --out runs/data --
 @click.option("--corpus-size", type=int, default=None,
               help="Utterances to generate with builtin:assistant  [default: 20000].")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Run directory to write.")
-@click.option("--seed", type=click.IntRange(min=0), default=0, show_default=True,
+@click.option("--seed", type=seed_type(), default=0, show_default=True,
               help="Seed for every random choice; the same seed gives byte-identical files.")
 @click.option("--format", "secret_format", default="digits:10", show_default=True,
               help="Secret space: digits:N (|R|=10^N), words:N (|R|=V^N) or phrases[:K] (K words of a sentence "

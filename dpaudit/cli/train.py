@@ -22,7 +22,7 @@ from typing import Any, Literal
 import click
 from click.core import ParameterSource
 
-from dpaudit.config_types import ConfigTypeError, option_name
+from dpaudit.config_types import ConfigTypeError, option_name, seed_type
 from dpaudit.errors import UserInputError
 from dpaudit.figures import format_up
 from dpaudit.privacy_record import PrivacyRecord, group_privacy_text
@@ -188,7 +188,7 @@ class TrainCommand(click.Command):
     "--out", type=click.Path(path_type=Path), required=True,
     help="Train run directory to write; rerunning the same command on it resumes from its last checkpoint.",
 )
-@click.option("--seed", type=int, default=0, show_default=True,
+@click.option("--seed", type=seed_type(), default=0, show_default=True,
               help="Public seed (written to the manifest) for initialization, masking and the tokenizer; never the "
                    "DP noise or sampling, which come from OS entropy (or the trainer's --noise-seed).")
 @click.option(
@@ -217,6 +217,11 @@ def train(ctx: click.Context, trainer: str, data: Path, out: Path, seed: int, co
     with lock:
         try:
             result = plugin.train(data, out, config, seed=seed)
+        except FileNotFoundError as err:  # an input or the run directory removed while the run went on
+            raise UserInputError(
+                f"{err.filename or data} vanished during the run (deleted or moved); restore it and rerun the same "
+                "command to resume from the last checkpoint, or start over with a new --out."
+            ) from None
         except OSError as err:
             if err.errno not in _NO_ROOM:
                 raise

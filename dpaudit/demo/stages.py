@@ -12,7 +12,9 @@ inputs' manifests is written to ``<out>/.demo/<stage>.json``. On a rerun a stage
 A stage whose record matches but whose output does not verify was interrupted: it is rerun with the
 same command, so training resumes from its last checkpoint and the shadow models from their cache. A
 stage whose record differs (other sizes, ``--quick`` switched, new upstream data) starts over: its
-output is removed first.
+output is removed first, if dpaudit wrote all of it. The demo never adopts a folder it did not write:
+a non-empty ``--out`` without the ``.demo/`` state folder is refused (:func:`check_out`), and an output
+folder holding a file that no manifest lists is a one-line error, never deleted.
 """
 
 from __future__ import annotations
@@ -27,7 +29,7 @@ from typing import Any
 
 from dpaudit.demo.plan import Stage
 from dpaudit.errors import UserInputError
-from dpaudit.rundir import MANIFEST_NAME, atomic_write_json, sha256_file, verify_run_dir
+from dpaudit.rundir import MANIFEST_NAME, atomic_write_json, refuse_foreign, sha256_file, verify_run_dir
 
 STATE_DIR = ".demo"
 
@@ -83,11 +85,30 @@ def is_complete(stage: Stage, state: Path) -> bool:
     return True
 
 
+def check_out(out: Path) -> None:
+    """Refuse an ``--out`` the demo may not write into: a file, or a non-empty folder that is not an
+    earlier demo run (no ``.demo/`` state folder). The demo replaces its stages' folders (``data/``,
+    ``model-*/``...) when their command changed, so it must never adopt a folder of the user's own."""
+    if out.exists() and not out.is_dir():
+        raise UserInputError(f"--out {out} is a file, not a folder; choose a folder path.")
+    if out.is_dir() and any(out.iterdir()) and not (out / STATE_DIR).is_dir():
+        raise UserInputError(f"--out {out} exists, is not empty and is not an earlier dpaudit demo run (no {STATE_DIR}/ "
+                             "in it); choose a new or empty folder.")
+
+
 def _prepare(stage: Stage, state: Path) -> None:
-    """Remove an output left by another command (or by nothing this demo recorded), then record this one."""
+    """Remove an output left by another command (or by nothing this demo recorded), then record this one.
+
+    Only what dpaudit wrote is removed (:func:`dpaudit.rundir.refuse_foreign`): an output folder holding a
+    file no manifest lists (the user's own) is a one-line error, and nothing is deleted.
+    """
     path = _record_path(state, stage)
     if _read_record(path) != _record(stage) and stage.schema_prefix is not None and stage.output.exists():
-        shutil.rmtree(stage.output) if stage.output.is_dir() else stage.output.unlink()
+        if not stage.output.is_dir():
+            raise UserInputError(f"{stage.output} is a file, where the demo writes its {stage.name} folder; move it away "
+                                 "or choose another --out.")
+        refuse_foreign(stage.output, option=f"the demo's {stage.name} folder")
+        shutil.rmtree(stage.output)
     atomic_write_json(path, _record(stage))
 
 

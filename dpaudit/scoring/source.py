@@ -87,6 +87,92 @@ def _kind_of(architecture: str) -> ModelKind | None:
     return None
 
 
+_SAFETENSORS_HEADER_MAX = 100 * 1024 * 1024  # the safetensors reader's own limit on its JSON header
+
+
+def _safetensors_problem(path: Path) -> str | None:
+    """Why ``path`` is not a whole safetensors file (None: it is), from its header alone (no torch).
+
+    The format (https://github.com/huggingface/safetensors): an 8-byte little-endian length N, N bytes of
+    JSON mapping each tensor to its dtype, shape and ``data_offsets`` [begin, end) into the data that
+    follows; the data ends where the last tensor does. A truncated copy, random bytes or a pickle renamed
+    ``.safetensors`` fails one of these checks.
+    """
+    try:
+        size = path.stat().st_size
+        with open(path, "rb") as handle:
+            head = handle.read(8)
+            if len(head) < 8:
+                return f"{size} bytes, shorter than a safetensors header"
+            length = int.from_bytes(head, "little")
+            if not 2 <= length <= min(size - 8, _SAFETENSORS_HEADER_MAX):
+                return f"its header length {length} does not fit the file's {size} bytes"
+            header = json.loads(handle.read(length).decode("utf-8"))
+    except OSError as err:
+        return f"unreadable: {err.strerror or err}"
+    except (UnicodeDecodeError, json.JSONDecodeError):
+        return "its header is not safetensors JSON"
+    if not isinstance(header, dict):
+        return "its header is not a JSON object"
+    end = 0
+    for name, entry in header.items():
+        if name == "__metadata__":
+            continue
+        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
+        if (not isinstance(offsets, list) or len(offsets) != 2 or not all(isinstance(o, int) for o in offsets)
+                or not 0 <= offsets[0] <= offsets[1]):
+            return f"tensor {name!r} has no valid data_offsets"
+        end = max(end, offsets[1])
+    if 8 + length + end != size:
+        return f"its tensors need {8 + length + end} bytes, the file has {size} (truncated or padded)"
+    return None
+
+
+def check_weights(model_dir: str | os.PathLike[str], *, option: str = "--model") -> list[Path]:
+    """The safetensors weight files of a Hugging Face directory, each checked whole (torch-free).
+
+    Trainers (``--model``) and the attacks load weights only through this check, so a pickle
+    checkpoint (unpickling runs arbitrary code), a truncated or random-bytes ``model.safetensors`` or a
+    shard missing from ``model.safetensors.index.json`` is the one-line "not a safetensors model
+    directory" error naming the file, never torch's or the safetensors reader's own message.
+
+    Raises:
+        UserInputError: naming ``option``, the directory and the file at fault.
+    """
+    model_dir = Path(model_dir)
+    fix = "pass a Hugging Face model directory saved with model.save_pretrained(dir, safe_serialization=True)"
+    if (model_dir / WEIGHTS).is_file():
+        files = [model_dir / WEIGHTS]
+    elif (model_dir / WEIGHTS_INDEX).is_file():
+        index_path = model_dir / WEIGHTS_INDEX
+        try:
+            index = json.loads(index_path.read_text(encoding="utf-8"))
+            shards = sorted({str(v) for v in index["weight_map"].values()})
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
+            raise UserInputError(f"{option} {model_dir} is not a safetensors model directory ({index_path.name} has no "
+                                 f"weight_map); {fix}.") from None
+        files = [model_dir / shard for shard in shards]
+        missing = [f for f in files if not f.is_file() or f.parent != model_dir]
+        if not shards or missing:
+            raise UserInputError(f"{option} {model_dir} is not a safetensors model directory ({index_path.name} names "
+                                 f"{missing[0].name if missing else 'no shard'}, which is not there); {fix}.")
+    else:
+        pickled = [name for name in PICKLE_WEIGHTS if (model_dir / name).is_file()]
+        if pickled:
+            raise UserInputError(
+                f"{option} {model_dir} is not a safetensors model directory: it holds only {pickled[0]} (a pickle "
+                f"checkpoint, which can run arbitrary code when loaded); re-save it as safetensors: "
+                f"model.save_pretrained(dir, safe_serialization=True)."
+            )
+        raise UserInputError(f"{option} {model_dir} is not a safetensors model directory (no {WEIGHTS}); {fix}.")
+    for path in files:
+        problem = _safetensors_problem(path)
+        if problem is not None:
+            raise UserInputError(f"{option} {model_dir} is not a safetensors model directory: {path} is not a whole "
+                                 f"safetensors file ({problem}); {fix}.")
+    return files
+
+
 def resolve_model(path: str | os.PathLike[str], *, option: str = "--model") -> ModelSource:
     """Check a model path and say what it is, without importing torch.
 
@@ -115,15 +201,7 @@ def resolve_model(path: str | os.PathLike[str], *, option: str = "--model") -> M
     config_path = model_dir / "config.json"
     if not config_path.is_file():
         raise UserInputError(f"{option} {model_dir} has no config.json; pass a Hugging Face model directory (save_pretrained).")
-    has_safetensors = (model_dir / WEIGHTS).is_file() or (model_dir / WEIGHTS_INDEX).is_file()
-    if not has_safetensors:
-        pickled = [name for name in PICKLE_WEIGHTS if (model_dir / name).is_file()]
-        if pickled:
-            raise UserInputError(
-                f"{option} {model_dir} holds only {pickled[0]} (a pickle checkpoint, which can run arbitrary code when "
-                f"loaded); re-save it as safetensors: model.save_pretrained(dir, safe_serialization=True)."
-            )
-        raise UserInputError(f"{option} {model_dir} has no {WEIGHTS}; pass a directory with safetensors weights.")
+    check_weights(model_dir, option=option)
     if not any((model_dir / name).is_file() for name in TOKENIZER_FILES):
         raise UserInputError(
             f"{option} {model_dir} has no tokenizer (tokenizer.json or vocab.txt); save the tokenizer into the model "

@@ -29,8 +29,9 @@ class Runner:
     def __call__(self, stage):
         self.ran.append(stage.name)
         if self.interrupt:
-            stage.output.mkdir(parents=True, exist_ok=True)
-            (stage.output / "train.jsonl").write_text("half\n")  # what a kill could leave behind
+            staging = stage.output.parent / f".{stage.output.name}.staging-killed"  # what a kill leaves behind
+            staging.mkdir(parents=True, exist_ok=True)
+            (staging / "train.jsonl").write_text("half\n")
             raise KeyboardInterrupt
         cli.main(args=list(stage.args), prog_name="dpaudit", standalone_mode=False)
 

@@ -153,7 +153,8 @@ def save_pretrained(out_dir: str | os.PathLike[str], params: Mapping[str, Any], 
     if set(state) != expected:
         raise ValueError(f"params must match config's parameter tree, got differences in {sorted(set(state) ^ expected)[:3]}.")
     special_map = {key: value for key, value in _tokenizer_config(config).items() if key.endswith("_token")}
-    with staged_directory(out_dir, overwrite=True, option="model directory") as staging:
+    # only_own=False: model/ is this trainer's own, inside the train directory it holds locked.
+    with staged_directory(out_dir, overwrite=True, option="model directory", only_own=False) as staging:
         try:
             save_file(state, str(staging / WEIGHTS_NAME), metadata={"format": "pt"})
         except SafetensorError as err:  # the Rust writer's disk-full / file-size-limit error

@@ -51,7 +51,6 @@ from __future__ import annotations
 
 import functools
 import hashlib
-import json
 import math
 import shutil
 import sys
@@ -79,7 +78,6 @@ from dpaudit.inject_run import (
 )
 from dpaudit.privacy_plan import PrivacyPlan, declared_size_warning, new_ledger, plan_privacy
 from dpaudit.privacy_record import PrivacyRecord, group_privacy_rows
-from dpaudit.rundir import read_jsonl, verify_run_dir
 from dpaudit.secret_rng import NoiseSource
 from dpaudit.tokenizer import special_token_ids, train_wordpiece
 from dpaudit.train_rundir import (
@@ -88,6 +86,8 @@ from dpaudit.train_rundir import (
     check_out_dir,
     check_resume,
     finish_run,
+    finished_result,
+    finished_run,
     last_value,
     list_checkpoints,
     remove_checkpoints,
@@ -290,26 +290,8 @@ class _Run:
         Its checkpoints are gone (they held the secret noise state), so a rerun cannot continue it:
         the same settings get the stored result back, different ones a one-line error.
         """
-        if list_checkpoints(self.ckpt_dir) or not (self.out_dir / "manifest.json").is_file():
-            return None
-        manifest = verify_run_dir(self.out_dir, schema_prefix="dpaudit.train/")
-        stored = dict(manifest.get("config") or {})
-        if stored.pop("trainer", None) != JaxBertTrainer.name:
-            raise UserInputError(f"--out {self.out_dir} holds a run of another trainer; choose a new --out.")
-        mine = {k: v for k, v in self.config.to_public_dict().items() if k not in JaxBertConfig.RUN_ONLY_FIELDS}
-        stored = {k: v for k, v in stored.items() if k not in JaxBertConfig.RUN_ONLY_FIELDS}
-        differing = sorted(n for n in set(mine) | set(stored) if mine.get(n) != stored.get(n))
-        if differing:
-            detail = ", ".join(f"--{n.replace('_', '-')} {stored.get(n)!r} -> {mine.get(n)!r}" for n in differing[:4])
-            raise UserInputError(f"--out {self.out_dir} holds a finished run with different settings ({detail}); "
-                                 f"rerun with the same options or use a new --out.")
-        if manifest.get("seed") != self.seed:
-            raise UserInputError(f"--out {self.out_dir} holds a finished run with --seed {manifest.get('seed')}, not "
-                                 f"{self.seed}; use the same seed or a new --out.")
-        if manifest.get("inputs") != self.data.inputs:
-            raise UserInputError(f"--out {self.out_dir} was trained on different --data (inject files changed); "
-                                 f"use a new --out.")
-        return manifest
+        return finished_run(self.out_dir, trainer=JaxBertTrainer.name, config=self.config.to_public_dict(), seed=self.seed,
+                            inputs=self.data.inputs, run_only=JaxBertConfig.RUN_ONLY_FIELDS)
 
     def _setup(self) -> None:
         config = self.config
@@ -706,16 +688,7 @@ class _Run:
 
     def _finished_result(self, manifest: dict[str, Any]) -> TrainResult:
         """The result of a finished run, read back from its run directory (nothing is trained or written)."""
-        path = self.out_dir / "privacy.json"
-        try:
-            raw = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, json.JSONDecodeError) as err:
-            raise UserInputError(f"{path}: unreadable ({err}); use a new --out.") from None
-        record = PrivacyRecord.from_json(raw, where=str(path))
-        rows = list(read_jsonl(self.out_dir / "metrics.jsonl"))
-        return TrainResult(out_dir=self.out_dir, steps=int(manifest["steps"]), epsilon=record.epsilon,
-                           delta=record.delta, final_loss=last_value(rows, "loss"),
-                           summary=dict(manifest.get("summary") or {}))
+        return finished_result(self.out_dir, manifest)
 
 
 def _shared_noise_source(noise_seed: int | None) -> NoiseSource:

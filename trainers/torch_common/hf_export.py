@@ -32,7 +32,8 @@ def save_hf(out_dir: Path, model: Any, tokenizer: Tokenizer) -> None:
         "clean_up_tokenization_spaces": False,
         **names,
     }
-    with staged_directory(out_dir, overwrite=True, option="model directory") as staging:
+    # only_own=False: model/ is this trainer's own, inside the train directory it holds locked.
+    with staged_directory(out_dir, overwrite=True, option="model directory", only_own=False) as staging:
         model.save_pretrained(str(staging), safe_serialization=True)
         (staging / "tokenizer.json").write_text(tokenizer.to_str(pretty=True), encoding="utf-8")
         for name, obj in (("tokenizer_config.json", tok_config), ("special_tokens_map.json", names)):

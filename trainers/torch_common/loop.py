@@ -52,6 +52,8 @@ from dpaudit.train_rundir import (
     check_out_dir,
     check_resume,
     finish_run,
+    finished_result,
+    finished_run,
     last_value,
     list_checkpoints,
     remove_checkpoints,
@@ -200,6 +202,12 @@ class TorchRun:
         check_out_dir(self.out_dir, trainer=self.trainer_name, resumable=bool(found))
         self.data = data_mod.load_inject_dir(self.data_dir, task=config.task, labels=config.labels,
                                              unknown_label=config.unknown_label)
+        # A finished run of this very command is returned as it is (execute); anything else there is refused.
+        # (data.inputs is hashed here, once: the manifest needs it at the end, when --data may be gone.)
+        self.finished = finished_run(self.out_dir, trainer=self.trainer_name, config=config.to_dict(), seed=self.seed,
+                                     inputs=self.data.inputs, run_only=("keep_checkpoints",))
+        if self.finished is not None:
+            return
         self.resume_state = ckpt.read_state(found[-1][1]) if found else None
         self.resume_path = found[-1][1] if found else None
         if self.resume_state is not None:
@@ -371,6 +379,8 @@ class TorchRun:
 
     def execute(self) -> TrainResult:
         self._setup()
+        if self.finished is not None:
+            return finished_result(self.out_dir, self.finished)
         plan, config = self.plan, self.config
         if self.world.primary:
             self.ckpt_dir.mkdir(parents=True, exist_ok=True)

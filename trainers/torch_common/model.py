@@ -26,6 +26,7 @@ from tokenizers import Tokenizer
 
 from dpaudit.errors import UserInputError
 from dpaudit.presets import PRESETS
+from dpaudit.scoring.source import check_weights
 from dpaudit.tokenizer import special_token_ids
 
 _LAYER = re.compile(r"^(.*?\.layers?\.\d+)\.")
@@ -57,6 +58,12 @@ def build_model(task: str, *, preset: str, vocab_size: int, max_length: int, lab
     return model.eval()
 
 
+def _first_line(err: BaseException) -> str:
+    """An exception's message cut to its first line (library errors span several)."""
+    text = str(err).strip().splitlines()
+    return text[0] if text else type(err).__name__
+
+
 def load_model(path: Path, task: str, *, label_names: list[str] | None, seed: int) -> tuple[Any, Tokenizer]:
     """A user's Hugging Face model directory (a new classification head is initialized from ``--seed``)."""
     from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification
@@ -65,18 +72,24 @@ def load_model(path: Path, task: str, *, label_names: list[str] | None, seed: in
         raise UserInputError(f"--model {path}: no config.json; pass a Hugging Face model directory.")
     if not (path / "tokenizer.json").is_file():
         raise UserInputError(f"--model {path}: no tokenizer.json; the trainer needs the model's fast tokenizer file.")
-    tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+    check_weights(path, option="--model")  # safetensors only, each file whole: never a pickle, never a torn file
+    try:
+        tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
+    except Exception as err:  # the Rust reader's own error type  # noqa: BLE001
+        raise UserInputError(f"--model {path}: tokenizer.json is not a tokenizers file ({_first_line(err)}); "
+                             "save the model's fast tokenizer there (tokenizer.save_pretrained(dir)).") from None
     torch.manual_seed(seed)
     try:
         if task == "classify":
             model = AutoModelForSequenceClassification.from_pretrained(
                 str(path), num_labels=len(label_names), id2label=dict(enumerate(label_names)),
                 label2id={n: i for i, n in enumerate(label_names)}, attn_implementation="eager",
-                ignore_mismatched_sizes=True)
+                ignore_mismatched_sizes=True, use_safetensors=True, local_files_only=True)
         else:
-            model = AutoModelForMaskedLM.from_pretrained(str(path), attn_implementation="eager")
-    except (OSError, ValueError) as err:
-        raise UserInputError(f"--model {path}: cannot load it with transformers ({err}).") from None
+            model = AutoModelForMaskedLM.from_pretrained(str(path), attn_implementation="eager", use_safetensors=True,
+                                                         local_files_only=True)
+    except (OSError, ValueError, RuntimeError, KeyError) as err:
+        raise UserInputError(f"--model {path}: cannot load it with transformers ({_first_line(err)}).") from None
     return model.eval(), tokenizer
 
 

@@ -109,9 +109,11 @@ def test_killed_then_resumed_equals_straight(data_dir, tmp_path, edp_config, kil
     assert_same_model(tmp_path / "straight", tmp_path / "resumed", atol=0, rtol=0)  # bit for bit
     assert _rows(tmp_path / "straight") == _rows(tmp_path / "resumed")
     assert resumed.epsilon == straight.epsilon
-    # A finished run is not silently retrained.
-    with pytest.raises(UserInputError, match="holds no edp-sgd checkpoint"):
-        EdpSgdTrainer().train(data_dir, tmp_path / "resumed", config, seed=5)
+    # A finished run is not retrained: its own command returns it, untouched.
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "resumed").rglob("*")}
+    again = EdpSgdTrainer().train(data_dir, tmp_path / "resumed", config, seed=5)
+    assert again.steps == resumed.steps and again.epsilon == resumed.epsilon
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "resumed").rglob("*")} == before
 
 
 def test_resume_refuses_different_settings(data_dir, tmp_path, edp_config, killed_after_checkpoint):

@@ -15,7 +15,6 @@ from dp_accounting.pld import pld_privacy_accountant
 from safetensors.torch import load_file
 
 from dpaudit.cli import cli
-from dpaudit.errors import UserInputError
 from dpaudit.privacy_record import PrivacyRecord
 from dpaudit.rundir import verify_run_dir
 from trainers.rgp.trainer import RgpTrainer, _Run
@@ -143,8 +142,11 @@ def test_killed_then_resumed_equals_straight(data_dir, tmp_path, rgp_config, kil
     assert resumed.summary["resumed_from_step"] == 4 and resumed.steps == straight.steps == 6
     assert_same_model(tmp_path / "straight", tmp_path / "resumed", atol=0, rtol=0)  # bit for bit
     assert resumed.epsilon == straight.epsilon
-    with pytest.raises(UserInputError, match="holds no rgp checkpoint"):
-        RgpTrainer().train(data_dir, tmp_path / "resumed", config, seed=5)
+    # A finished run is not retrained: its own command returns it, untouched.
+    before = {p: p.stat().st_mtime_ns for p in (tmp_path / "resumed").rglob("*")}
+    again = RgpTrainer().train(data_dir, tmp_path / "resumed", config, seed=5)
+    assert again.steps == resumed.steps and again.epsilon == resumed.epsilon
+    assert {p: p.stat().st_mtime_ns for p in (tmp_path / "resumed").rglob("*")} == before
 
 
 def test_cli_random_carriers(data_dir, tmp_path):
