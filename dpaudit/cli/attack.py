@@ -27,9 +27,9 @@ def _fmt(x: float | None, spec: str = ".2f") -> str:
 def _summary(results) -> str:  # noqa: ANN001
     from dpaudit.attacks.mia import MiaResult
     from dpaudit.attacks.results import ExposureResult, ReconstructionResult
-
     from dpaudit.figures import format_down, format_up
     from dpaudit.headline import headline_of
+
     head = headline_of(results)
     lines = [f"model {results.model.path} ({results.model.architecture}); claimed: {head.claim.text()}"]
     for result in results.attacks:
