@@ -196,8 +196,16 @@ def test_existing_output_is_refused_then_overwritten(builtin_run, tmp_path):
     args = ["--corpus", "builtin:assistant", "--corpus-size", "200", "--out", str(out), *SMALL]
     one_line_error(invoke(*args), "--overwrite")
     assert tree(tmp_path) == ["run", "run/keep.txt"]
-    assert invoke(*args, "--overwrite").exit_code == 0
+    # A folder holding a file dpaudit did not write is never replaced, not even with --overwrite.
+    one_line_error(invoke(*args, "--overwrite"), "keep.txt")
+    assert tree(tmp_path) == ["run", "run/keep.txt"]
+    (out / "keep.txt").unlink()
+    assert invoke(*args).exit_code == 0
+    first = (out / "train.jsonl").read_bytes()
+    # An earlier inject run (every file listed in its manifest) is replaced with --overwrite.
+    assert invoke(*args, "--seed", "1", "--overwrite").exit_code == 0
     assert sorted(p.name for p in out.iterdir()) == sorted([*OUTPUT_FILES, "manifest.json"])
+    assert (out / "train.jsonl").read_bytes() != first
 
 
 def test_help_ends_with_a_worked_example():
