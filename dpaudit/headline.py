@@ -83,6 +83,8 @@ class Claim:
         delta: the claim's delta.
         epsilon_if_poisson: shuffled fixed-size batches: the epsilon a Poisson-sampled run would have
             (not a guarantee).
+        epsilon_replace_one: set when the run treated its dataset size N as public: the replace-one
+            epsilon, stated beside the add/remove one (which says nothing about an adversary who knows N).
     """
 
     known: bool
@@ -90,6 +92,7 @@ class Claim:
     epsilon: float | None = None
     delta: float | None = None
     epsilon_if_poisson: float | None = None
+    epsilon_replace_one: float | None = None
 
     @classmethod
     def from_claimed(cls, claimed: Any, *, sampling: str | None = None) -> Claim:
@@ -102,15 +105,17 @@ class Claim:
         if claimed.private and unproven:
             if_poisson = if_poisson if if_poisson is not None else epsilon
             epsilon = None
+        replace_one = getattr(claimed, "epsilon_replace_one", None) if epsilon is not None else None
         return cls(known=bool(claimed.known), private=claimed.private, epsilon=epsilon, delta=claimed.delta,
-                   epsilon_if_poisson=if_poisson if claimed.private else None)
+                   epsilon_if_poisson=if_poisson if claimed.private else None, epsilon_replace_one=replace_one)
 
     @property
     def proven(self) -> bool:
         return self.epsilon is not None
 
     def text(self) -> str:
-        """The claim in words, rounded up: "epsilon = 3.89 at delta = 1.0e-5", "no proven epsilon (as-if-Poisson: 0.149)"."""
+        """The claim in words, rounded up: "epsilon = 3.89 at delta = 1.0e-5", "no proven epsilon (as-if-Poisson: 0.149)";
+        with N treated as public, the replace-one epsilon follows the add/remove one."""
         if not self.known:
             return "unknown (a bare model directory: no privacy.json)"
         if not self.private:
@@ -119,6 +124,9 @@ class Claim:
         if self.epsilon is None:
             poisson = "" if self.epsilon_if_poisson is None else f" (as-if-Poisson: {format_up(self.epsilon_if_poisson)})"
             return f"no proven epsilon{poisson}"
+        if self.epsilon_replace_one is not None:
+            return (f"epsilon = {format_up(self.epsilon)}{delta} (add/remove; N treated as public: "
+                    f"replace-one epsilon = {format_up(self.epsilon_replace_one)})")
         return f"epsilon = {format_up(self.epsilon)}{delta}"
 
     def short(self) -> str:

@@ -107,3 +107,30 @@ def test_shuffle_claim_is_no_proven_epsilon_everywhere() -> None:
 ])
 def test_noise_seed_is_redacted_from_commands_shown(args, shown) -> None:
     assert redact_noise_seed(args) == shown
+
+
+def test_claim_with_n_treated_as_public_states_the_replace_one_epsilon_recomputed_from_the_event() -> None:
+    """A run whose q and steps came from the real N shows the replace-one epsilon beside the add/remove one in
+    every place the claim is shown; a run with a declared --dataset-size (N private) does not. The golden value
+    is PLD over the event built here, not the code's own figure."""
+    from dp_accounting import NeighboringRelation, dp_event
+    from dp_accounting.pld import pld_privacy_accountant as pld
+
+    from dpaudit.accounting import event_to_json
+    from dpaudit.attacks.run import claimed_privacy
+
+    event = dp_event.SelfComposedDpEvent(dp_event.PoissonSampledDpEvent(0.01, dp_event.GaussianDpEvent(1.0)), 1000)
+    golden = []
+    for relation in (NeighboringRelation.ADD_OR_REMOVE_ONE, NeighboringRelation.REPLACE_ONE):
+        accountant = pld.PLDAccountant(neighboring_relation=relation)
+        accountant.compose(event)
+        golden.append(accountant.get_epsilon(1e-5))
+    privacy = {"private": True, "event": event_to_json(event), "delta": 1e-5, "accountant": "pld", "epsilon": golden[0],
+               "sampling": "poisson", "n_public": True}
+    claimed = claimed_privacy(privacy)
+    assert claimed.epsilon == pytest.approx(golden[0], rel=1e-6)
+    assert claimed.epsilon_replace_one == pytest.approx(golden[1], rel=1e-6) and golden[1] > golden[0] + 0.5
+    assert claimed.text() == (f"epsilon = {format_up(golden[0])} at delta = 1.0e-5 (add/remove; N treated as public: "
+                              f"replace-one epsilon = {format_up(golden[1])})")
+    private_n = claimed_privacy({**privacy, "n_public": False})
+    assert private_n.epsilon_replace_one is None and "replace-one" not in private_n.text()

@@ -117,6 +117,10 @@ class ClaimedPrivacy(JsonRecord):
         sampling: as recorded (``"shuffle"``: no epsilon is proven).
         epsilon_if_poisson: shuffle runs: the event's epsilon as if the batches were Poisson-sampled,
             recomputed; never a claim (shown as "no proven epsilon (as-if-Poisson: X)").
+        n_public: True when the run derived its sampling rate and steps from the real dataset size N,
+            which is then treated as public (records written before this field existed did so too).
+        epsilon_replace_one: when N is treated as public: the epsilon under replace-one adjacency,
+            recomputed from the same event (the guarantee against an adversary who knows N).
     """
 
     known: bool
@@ -128,6 +132,8 @@ class ClaimedPrivacy(JsonRecord):
     guarantee: str | None = None
     sampling: str | None = None
     epsilon_if_poisson: float | None = None
+    n_public: bool | None = None
+    epsilon_replace_one: float | None = None
 
     def text(self) -> str:
         """The claim in words, figures rounded up ("no proven epsilon (as-if-Poisson: 0.149)" for shuffle)."""

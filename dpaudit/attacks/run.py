@@ -65,9 +65,14 @@ def claimed_privacy(privacy: dict[str, Any] | None) -> ClaimedPrivacy:
         return ClaimedPrivacy(known=True, private=True, epsilon=None, recorded_epsilon=None, delta=delta,
                               accountant=accountant, guarantee=privacy.get("guarantee"),
                               sampling=privacy.get("sampling"), epsilon_if_poisson=recomputed)
+    # N treated as public (the default, and every record older than the field): the replace-one epsilon
+    # is what holds against an adversary who knows N; recomputed from the same event, never copied.
+    n_public = privacy.get("n_public", True) is not False
+    replace_one = float(accounting.epsilon_replace_one(event, delta)) if n_public else None
     return ClaimedPrivacy(known=True, private=True, epsilon=recomputed,
                           recorded_epsilon=privacy.get("epsilon"), delta=delta, accountant=accountant,
-                          guarantee=privacy.get("guarantee"), sampling=privacy.get("sampling"))
+                          guarantee=privacy.get("guarantee"), sampling=privacy.get("sampling"),
+                          n_public=n_public, epsilon_replace_one=replace_one)
 
 
 def shared_context_warning(canaries: Sequence[Any], space: Any, reveal: int) -> str | None:
