@@ -347,7 +347,13 @@ def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, co
     )
     labels = None
     if corpus.labels is not None:
-        picks = draw_labels(corpus.label_counts, len(draws), rng=_rng(config.seed, _LABELS))  # type: ignore[arg-type]
+        # Canary labels follow the PUBLIC split's label counts: a classifier's label set comes from public.jsonl
+        # (DESIGN section 5), so a canary must not carry a label only private rows have (it would be refused
+        # at train time). Without public rows, the corpus counts.
+        public_counts = np.bincount(np.asarray(corpus.label_ids, dtype=np.int64)[public_rows],  # type: ignore[arg-type]
+                                    minlength=len(corpus.labels)).tolist()
+        weights = public_counts if sum(public_counts) > 0 else corpus.label_counts
+        picks = draw_labels(weights, len(draws), rng=_rng(config.seed, _LABELS))  # type: ignore[arg-type]
         labels = [corpus.labels[i] for i in picks.tolist()]
     canaries = build_canaries(draws, frequencies, template_prefix=prefix, template_suffix=suffix, format=space.format, labels=labels)
     canaries = fill_keys(canaries, _rng(config.seed, KEY_STREAM))  # a unique {name} per canary

@@ -267,3 +267,21 @@ def test_encoding_errors_replace_accepts_the_file(tmp_path):
     manifest = verify_run_dir(out)
     assert manifest["corpus"]["replaced_lines"] == 100
     assert any("\ufffd" in t for t in texts(out / "public.jsonl"))
+
+
+def test_canary_labels_come_from_the_public_split_only(tmp_path):
+    """A classifier's label set is the public split's (DESIGN section 5): a canary carrying a label that only
+    private rows have would be refused at train time. Labels rare in the corpus and absent from public.jsonl
+    are never drawn (proportional draws over the corpus gave them to about 4 of 500 canaries)."""
+    corpus = tmp_path / "c.tsv"
+    rows = [(f"utterance {i} of intent {k}", f"intent{k}") for k in range(4) for i in range(150)]
+    rows += [(f"rare utterance {i}", f"rare{i}") for i in range(12)]  # 12 one-row labels
+    corpus.write_text("text\tlabel\n" + "".join(f"{t}\t{label}\n" for t, label in rows), encoding="utf-8")
+    out = tmp_path / "run"
+    result = invoke("--corpus", str(corpus), "--out", str(out), "--frequencies", "1", "--per-frequency", "500",
+                    "--holdout", "100", "--public-size", "100", "--force")
+    assert result.exit_code == 0, result.output
+    public = {r["label"] for r in read_jsonl(out / "public.jsonl")}
+    rare_private = {f"rare{i}" for i in range(12)} - public
+    assert len(rare_private) >= 8  # the precondition: most rare labels are private only
+    assert {c.label for c in load_inject_run(out).canaries} <= public
