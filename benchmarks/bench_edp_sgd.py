@@ -71,8 +71,8 @@ def make_inject_dir(snips: Path, root: Path, *, frequencies: str = "1,2") -> Pat
 
 
 def build_run(data: Path, root: Path, **options):
-    from trainers.edp_sgd.config import EdpSgdConfig
-    from trainers.edp_sgd.trainer import _Run
+    from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
+    from dpaudit.trainers.edp_sgd.trainer import _Run
 
     config = EdpSgdConfig(**options)
     run = _Run(data, root / f"out-{options['mode']}-{options['task']}", config, seed=0)
@@ -87,7 +87,7 @@ class OpacusStep:
         from opacus import GradSampleModule
         from opacus.optimizers import DPOptimizer
 
-        from trainers.torch_common.model import per_example_losses
+        from dpaudit.trainers.torch_common.model import per_example_losses
 
         model = copy.deepcopy(run.model).train()  # Opacus captures activations only in training mode ...
         for module in model.modules():  # ... and the trainer trains without dropout: make train() the same
@@ -162,7 +162,7 @@ def time_in_fresh_process(args: argparse.Namespace, data: Path, task: str, mode:
 
 def worker(args: argparse.Namespace) -> int:
     """Times one mode on the trainer's batches (keyed by the same noise seed in every worker)."""
-    import trainers.torch_common.loop as trainer_module  # the loop that calls tune_host_allocator
+    import dpaudit.trainers.torch_common.loop as trainer_module  # the loop that calls tune_host_allocator
 
     mode = args.worker
     if mode == "opacus":  # the environment an Opacus user gets: glibc defaults
@@ -220,7 +220,7 @@ def interleaved(args: argparse.Namespace, data: Path, task: str) -> dict[str, tu
     wall time over sgd's in the same round (load spikes on a shared machine then hit every mode alike;
     the ghost clippers allocate no large per-example buffers, so the modes do not fragment each
     other's heap the way the vmap clippers did)."""
-    import trainers.edp_sgd.trainer as trainer_module
+    import dpaudit.trainers.edp_sgd.trainer as trainer_module
 
     real = trainer_module.StepNoise
     with tempfile.TemporaryDirectory(prefix="bench_edp_sgd_inter.") as tmp:

@@ -85,7 +85,7 @@ def synthetic_examples(n: int, *, seq_len: int, n_pred: int, vocab: int, seed: i
 def bench_jax(args: argparse.Namespace) -> list[Row]:
     import jax
 
-    from trainers.jax_bert import dp_step, ghost_clipping, model, optimizer, sampling
+    from dpaudit.trainers.jax_bert import dp_step, ghost_clipping, model, optimizer, sampling
 
     cfg = model.preset_config(
         args.preset,
@@ -175,7 +175,7 @@ def bench_opacus(args: argparse.Namespace) -> dict[str, Any]:
     from opacus import PrivacyEngine
 
     torch.manual_seed(0)
-    from trainers.jax_bert import model as jax_model
+    from dpaudit.trainers.jax_bert import model as jax_model
 
     preset = jax_model.PRESETS[args.preset]
     config = transformers.BertConfig(
@@ -330,7 +330,7 @@ def main(argv: list[str] | None = None) -> int:
     args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
     tuned = {"host_allocator": False, "unrolled_threefry": False}
     if not args.no_tune_runtime:
-        from trainers.jax_bert import cpu_runtime
+        from dpaudit.trainers.jax_bert import cpu_runtime
 
         tuned = cpu_runtime.tune_cpu_runtime()  # what the trainer applies at start-up
 

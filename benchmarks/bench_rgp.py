@@ -49,8 +49,8 @@ def worker(args: argparse.Namespace) -> int:
               "epochs": 1, "eval_examples": 0, "noise_seed": 1, "noise_multiplier": 1.0, "clip_norm": 1.0}
     with tempfile.TemporaryDirectory(prefix="bench_rgp_worker.") as tmp:
         if args.worker.startswith("dp-sgd"):
-            from trainers.edp_sgd.config import EdpSgdConfig
-            from trainers.edp_sgd.trainer import _Run as EdpRun
+            from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
+            from dpaudit.trainers.edp_sgd.trainer import _Run as EdpRun
 
             engine = args.worker.split("-")[-1]
             run = EdpRun(Path(args.worker_data), Path(tmp) / "out",
@@ -59,8 +59,8 @@ def worker(args: argparse.Namespace) -> int:
             # The ghost engine forms no per-example gradient (norms only): 0 materialized floats.
             per_example = sum(p.numel() for p in run.params) if engine == "vmap" else 0
         else:
-            from trainers.rgp.config import RgpConfig
-            from trainers.rgp.trainer import _Run as RgpRun
+            from dpaudit.trainers.rgp.config import RgpConfig
+            from dpaudit.trainers.rgp.trainer import _Run as RgpRun
 
             rank = int(args.worker.split("-r")[1])
             run = RgpRun(Path(args.worker_data), Path(tmp) / "out",

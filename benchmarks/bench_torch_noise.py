@@ -21,9 +21,9 @@ import time
 import torch
 
 from dpaudit.host_allocator import tune_host_allocator
-from trainers.torch_common import noise, philox
-from trainers.torch_common.distributed import World
-from trainers.torch_common.loop import StepNoise, noised_total
+from dpaudit.trainers.torch_common import noise, philox
+from dpaudit.trainers.torch_common.distributed import World
+from dpaudit.trainers.torch_common.loop import StepNoise, noised_total
 
 
 def _shapes(params: float) -> list[tuple[int, ...]]:

@@ -33,7 +33,7 @@ C = TypeVar("C")
 
 
 def _read(name: str) -> list[str]:
-    text = resources.files("canaries").joinpath(f"data/{name}").read_text(encoding="utf-8")
+    text = resources.files("dpaudit.canaries").joinpath(f"data/{name}").read_text(encoding="utf-8")
     return [w for w in text.split("\n") if w]
 
 

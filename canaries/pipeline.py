@@ -22,8 +22,8 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from canaries import manifest as mf
-from canaries.generate import (
+from dpaudit.canaries import manifest as mf
+from dpaudit.canaries.generate import (
     DEFAULT_TEMPLATE,
     PHRASE_TEMPLATE,
     Canary,
@@ -35,7 +35,7 @@ from canaries.generate import (
     parse_template,
     shared_context_warning,
 )
-from canaries.insert import (
+from dpaudit.canaries.insert import (
     HELDOUT,
     MEMBER,
     PUBLIC,
@@ -48,8 +48,8 @@ from canaries.insert import (
     train_order,
     write_rows,
 )
-from canaries.keys import KEY_STREAM, fill_keys
-from canaries.spaces import (
+from dpaudit.canaries.keys import KEY_STREAM, fill_keys
+from dpaudit.canaries.spaces import (
     SHIPPED_WORDS,
     PhraseSpace,
     SecretSpace,

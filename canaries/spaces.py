@@ -221,7 +221,7 @@ class PhraseSpace(SecretSpace):
 
 def shipped_words() -> list[str]:
     """The word list shipped with dpaudit (common lowercase English words, one per line)."""
-    text = resources.files("canaries").joinpath("data/words.txt").read_text(encoding="utf-8")
+    text = resources.files("dpaudit.canaries").joinpath("data/words.txt").read_text(encoding="utf-8")
     return [w for w in text.split("\n") if w]
 
 

@@ -50,7 +50,7 @@ def data_dir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def tiny_config():
     """Factory: the tiny jax-bert Config with overrides."""
-    from trainers.jax_bert.config import JaxBertConfig
+    from dpaudit.trainers.jax_bert.config import JaxBertConfig
 
     return lambda **overrides: JaxBertConfig(**{**TINY_JAX_BERT, **overrides})
 
@@ -145,7 +145,7 @@ def mia_noisy_model(mia_data, tmp_path_factory):
     """:func:`mia_model`'s recipe trained with DP-SGD at noise multiplier 20 for 12 steps (noise fixed by seed)."""
     import dataclasses
 
-    from trainers.jax_bert.config import JaxBertConfig
+    from dpaudit.trainers.jax_bert.config import JaxBertConfig
 
     path = tmp_path_factory.mktemp("mia") / "noisy"
     noise_seed = ["--noise-seed", "0"] if "noise_seed" in {f.name for f in dataclasses.fields(JaxBertConfig)} else []

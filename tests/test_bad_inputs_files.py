@@ -428,8 +428,8 @@ def test_two_concurrent_injects_into_one_directory_write_it_once(tmp_path):
 
 
 def test_the_jax_bert_lock_is_taken_by_process_0_only(monkeypatch):
-    from trainers.jax_bert.parallel import env_process_index
-    from trainers.jax_bert.trainer import JaxBertTrainer
+    from dpaudit.trainers.jax_bert.parallel import env_process_index
+    from dpaudit.trainers.jax_bert.trainer import JaxBertTrainer
 
     multi = {"JAX_COORDINATOR_ADDRESS": "127.0.0.1:1234", "JAX_NUM_PROCESSES": "2"}
     assert env_process_index({}) == 0 and env_process_index({**multi, "JAX_PROCESS_ID": "1"}) == 1

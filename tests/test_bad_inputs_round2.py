@@ -346,7 +346,7 @@ def test_shared_context_template_is_warned_and_recorded(tmp_path):
 
 
 def test_literal_braces_and_phrase_template_are_kept():
-    from canaries.generate import check_context, parse_template
+    from dpaudit.canaries.generate import check_context, parse_template
 
     assert parse_template("pin {secret} {not a field}") == ("pin ", " {not a field}")
     check_context("{secret}", kind="phrases")  # a phrase keeps its own sentence around it

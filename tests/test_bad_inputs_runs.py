@@ -102,8 +102,8 @@ def test_rerun_of_a_finished_torch_run_returns_it_by_any_path_to_the_same_data(t
 def test_rerun_of_a_finished_jax_bert_run_returns_it_by_a_relative_path(mia_noisy_model, mia_data, tmp_path,
                                                                         monkeypatch):
     """The shared session run (conftest ``mia_noisy_model``), rerun with its own settings through the API."""
-    from trainers.jax_bert.config import JaxBertConfig
-    from trainers.jax_bert.trainer import JaxBertTrainer
+    from dpaudit.trainers.jax_bert.config import JaxBertConfig
+    from dpaudit.trainers.jax_bert.trainer import JaxBertTrainer
 
     out = tmp_path / "run"
     shutil.copytree(mia_noisy_model, out)
@@ -148,10 +148,10 @@ def test_data_deleted_after_the_first_checkpoint_still_finishes_on_what_was_read
     checkpoint) ended a jax-bert run in a FileNotFoundError traceback when the manifest hashed it at the end.
     (jax-bert is marked slow: ~60 s alone, compiling; in the whole suite its programs are cached.)"""
     if trainer == "jax-bert":
-        import trainers.jax_bert.checkpoint as ckpt
+        import dpaudit.trainers.jax_bert.checkpoint as ckpt
         saver, args = "write_checkpoint", JAX_TINY
     else:
-        import trainers.torch_common.checkpoint as ckpt
+        import dpaudit.trainers.torch_common.checkpoint as ckpt
         saver, args = "save_checkpoint", [*TORCH_ARGS["edp-sgd"], "--checkpoint-every", "3"]
 
     data = tmp_path / "data"
@@ -175,7 +175,7 @@ def test_data_deleted_after_the_first_checkpoint_still_finishes_on_what_was_read
 
 
 def test_an_input_that_vanishes_during_a_run_is_one_line_naming_it(data_dir, tmp_path, monkeypatch):
-    from trainers.torch_common.loop import TorchRun
+    from dpaudit.trainers.torch_common.loop import TorchRun
 
     gone = data_dir / "train.jsonl"
 

@@ -76,7 +76,7 @@ def test_unsupported_annotations_and_non_dataclasses_are_programming_errors():
 
 
 def test_jax_bert_config_checks_types_first():
-    from trainers.jax_bert.config import JaxBertConfig
+    from dpaudit.trainers.jax_bert.config import JaxBertConfig
 
     # Accepted before: trained with shuffled batches under a Poisson label / without privacy.
     with pytest.raises(ConfigTypeError, match="--sampling must be one of poisson, shuffle, got 'bogus'"):

@@ -75,8 +75,8 @@ def test_inputs_and_identity_are_the_recorded_hashes(labelled_run):
 
 
 def test_canary_is_one_record_shared_by_the_writing_side():
-    from canaries.generate import Canary as WriterCanary
-    from canaries.manifest import load_inject_run as writer_loader
+    from dpaudit.canaries.generate import Canary as WriterCanary
+    from dpaudit.canaries.manifest import load_inject_run as writer_loader
 
     assert WriterCanary is Canary and writer_loader is load_inject_run
     canary = Canary(id="c0", prefix="my pin is ", secret="1 2", suffix="", format="digits:2", frequency=3, member=True)

@@ -141,7 +141,7 @@ def test_canary_task_maps_or_leaves_out_canaries_by_the_models_policy():
 
 
 def test_labels_option_is_parsed_and_checked_in_the_config(tmp_path):
-    from trainers.edp_sgd.config import EdpSgdConfig
+    from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
 
     (tmp_path / "l.txt").write_text(" b \n\na\n", encoding="utf-8")
     assert EdpSgdConfig(mode="sgd", labels=f"@{tmp_path / 'l.txt'}").labels == ["b", "a"]

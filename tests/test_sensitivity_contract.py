@@ -55,7 +55,7 @@ def _jax_sums(data_dir: Path, out: Path, task: str, settings: dict) -> tuple[flo
     import jax
     import jax.numpy as jnp
 
-    from trainers.jax_bert.trainer import _Run
+    from dpaudit.trainers.jax_bert.trainer import _Run
 
     config = load_trainer("jax-bert").tiny_config(clip_norm=CLIP, noise_seed=3, data_parallel=False, **settings)
     run = _Run(data_dir, out, config, seed=5)
@@ -151,7 +151,7 @@ def test_one_example_moves_the_clipped_sum_by_at_most_the_claimed_sensitivity(na
 def _torch_mask(ids, lengths, seed=7):
     import torch
 
-    from trainers.torch_common.data import mask_tokens
+    from dpaudit.trainers.torch_common.data import mask_tokens
 
     mask = (torch.arange(ids.shape[1])[None, :] < lengths[:, None]).long()
     return mask_tokens(ids * mask, mask, generator=torch.Generator().manual_seed(seed), mask_id=4, vocab_size=100,
@@ -196,7 +196,7 @@ def test_jax_noise_key_uses_every_bit_of_the_128_bit_seed():
     import jax
 
     from dpaudit.secret_rng import NoiseSource
-    from trainers.jax_bert.trainer import noise_key_of
+    from dpaudit.trainers.jax_bert.trainer import noise_key_of
 
     s, x = 0x0123456789ABCDEF0011223344556677, 0xDEADBEEF12345678
 

@@ -8,18 +8,31 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-import canaries
+import dpaudit.canaries as canaries
 import dpaudit
-import trainers
+import dpaudit.trainers as trainers
 from dpaudit.cli import SUBCOMMANDS, cli
 
 REPO = Path(__file__).resolve().parents[1]
 
 
 def test_top_level_packages_are_this_repository():
-    # Other distributions ship packages named `canaries`/`trainers`; ours must win.
+    # The repository's canaries/ and trainers/ install as dpaudit.canaries and dpaudit.trainers: other
+    # distributions ship top-level packages named `canaries`/`trainers`, and ours never take those names.
     for module in (dpaudit, canaries, trainers):
         assert Path(module.__file__).resolve().is_relative_to(REPO), module.__file__
+    assert canaries.__name__ == "dpaudit.canaries" and trainers.__name__ == "dpaudit.trainers"
+
+
+def test_the_distribution_installs_no_top_level_canaries_or_trainers():
+    from importlib.metadata import distribution
+
+    dist = distribution("dpaudit")
+    entry_points = {ep.name: ep.value for ep in dist.entry_points if ep.group == "dpaudit.trainers"}
+    assert entry_points and all(value.startswith("dpaudit.trainers.") for value in entry_points.values()), entry_points
+    code = "import importlib.util, sys; print(importlib.util.find_spec('canaries'), importlib.util.find_spec('trainers'))"
+    elsewhere = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
+    assert elsewhere.stdout.split() == ["None", "None"], elsewhere.stdout
 
 
 def test_help_imports_neither_torch_nor_jax():
@@ -65,3 +78,17 @@ def test_unknown_trainer_is_a_one_line_usage_error(tmp_path):
     assert result.exit_code == 2
     assert "not a registered trainer" in result.output
     assert not (tmp_path / "m").exists()
+
+
+def test_pyproject_lists_every_package_folder():
+    """The packages are listed by hand (the folder mapping to dpaudit.canaries / dpaudit.trainers rules out
+    setuptools' find): a new package folder missing from the list would be left out of the wheel."""
+    import tomllib
+
+    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
+    found = set()
+    for root, prefix in (("dpaudit", "dpaudit"), ("canaries", "dpaudit.canaries"), ("trainers", "dpaudit.trainers")):
+        for init in (REPO / root).rglob("__init__.py"):
+            rel = init.parent.relative_to(REPO / root).parts
+            found.add(".".join((prefix, *rel)))
+    assert found == listed, (found - listed, listed - found)

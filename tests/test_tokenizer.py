@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import transformers
 
-from trainers.jax_bert.data import encode_texts
+from dpaudit.trainers.jax_bert.data import encode_texts
 from dpaudit.tokenizer import SPECIAL_TOKENS, special_token_ids, train_wordpiece
 
 WORDS = "the quick brown fox jumps over lazy dog my account number is secret running jumped quickly".split()
@@ -85,8 +85,8 @@ def _corpus_source() -> str:
 def test_autotokenizer_loads_it_with_the_same_ids(tmp_path, tokenizer):
     import jax
 
-    from trainers.jax_bert.hf_io import save_pretrained
-    from trainers.jax_bert.model import init_params, preset_config
+    from dpaudit.trainers.jax_bert.hf_io import save_pretrained
+    from dpaudit.trainers.jax_bert.model import init_params, preset_config
 
     config = preset_config("tiny", vocab_size=tokenizer.get_vocab_size(), max_position_embeddings=32)
     save_pretrained(tmp_path / "model", init_params(config, jax.random.key(0)), config, tokenizer)

@@ -79,9 +79,9 @@ def inject(corpus: str, corpus_format: str, corpus_size: int | None, out: Path, 
     tokenizers on public.jsonl only. Canary rows may be at most 50% of train.jsonl unless --force;
     the share is printed either way.
     """
-    from canaries.insert import Schedule, SplitSpec, parse_frequencies
-    from canaries.pipeline import InjectConfig, format_share
-    from canaries.pipeline import inject as run_inject
+    from dpaudit.canaries.insert import Schedule, SplitSpec, parse_frequencies
+    from dpaudit.canaries.pipeline import InjectConfig, format_share
+    from dpaudit.canaries.pipeline import inject as run_inject
 
     if coin_flip:
         if holdout:

@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from canaries.manifest import load_inject_run
+from dpaudit.canaries.manifest import load_inject_run
 from dpaudit.cli import cli
 from dpaudit.rundir import read_jsonl, verify_run_dir
 

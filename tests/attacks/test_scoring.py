@@ -8,7 +8,7 @@ import json
 import numpy as np
 import pytest
 
-from canaries.manifest import load_inject_run
+from dpaudit.canaries.manifest import load_inject_run
 from dpaudit import scoring
 from dpaudit.errors import UserInputError
 

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from canaries.generate import (
+from dpaudit.canaries.generate import (
     Canary,
     OccurrenceIndex,
     build_canaries,
@@ -18,7 +18,7 @@ from canaries.generate import (
     draw_secrets,
     parse_template,
 )
-from canaries.insert import (
+from dpaudit.canaries.insert import (
     HELDOUT,
     MEMBER,
     PUBLIC,
@@ -30,7 +30,7 @@ from canaries.insert import (
     split_counts,
     train_order,
 )
-from canaries.spaces import digit_space
+from dpaudit.canaries.spaces import digit_space
 from dpaudit.errors import UserInputError
 from dpaudit.rundir import dumps_jsonl_line
 
@@ -170,7 +170,7 @@ def test_canaries_and_labels():
 
 
 def test_phrase_canaries_do_not_carry_each_others_secrets():
-    from canaries.spaces import PhraseSpace
+    from dpaudit.canaries.spaces import PhraseSpace
 
     shared = "the blue heron flies over the river"
     sentences = [f"on day {i} {shared} at dawn" for i in range(200)]

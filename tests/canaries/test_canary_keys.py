@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
-from canaries.generate import Canary
-from canaries.keys import KEY_SLOT, draw_keys, fill_keys, shipped_names
+from dpaudit.canaries.generate import Canary
+from dpaudit.canaries.keys import KEY_SLOT, draw_keys, fill_keys, shipped_names
 from dpaudit.cli import cli
 from dpaudit.errors import UserInputError
 
@@ -47,7 +47,7 @@ def test_too_many_canaries_for_the_names_is_an_error():
 
 
 def test_inject_default_gives_every_digit_canary_its_own_context(tmp_path):
-    from canaries.manifest import load_inject_run
+    from dpaudit.canaries.manifest import load_inject_run
 
     out = tmp_path / "data"
     result = CliRunner().invoke(cli, ["inject", "--corpus", "builtin:assistant", "--corpus-size", "100", "--frequencies",

@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import canaries
-from canaries.spaces import (
+import dpaudit.canaries as canaries
+from dpaudit.canaries.spaces import (
     PhraseSpace,
     digit_space,
     parse_format,

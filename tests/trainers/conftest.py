@@ -28,7 +28,7 @@ def token_batches():
     """task -> a 6-example batch of a 100-token vocabulary (ragged lengths, 3 labels, MLM masks)."""
     import torch
 
-    from trainers.torch_common.data import additive_mask, mask_tokens
+    from dpaudit.trainers.torch_common.data import additive_mask, mask_tokens
 
     gen = torch.Generator().manual_seed(0)
     lengths = torch.tensor([12, 7, 9, 12, 5, 10])
@@ -98,7 +98,7 @@ class Killed(BaseException):
 def killed_after_checkpoint(monkeypatch):
     """Runner: ``train()`` "killed" right after checkpoint ``step`` was written (any step when None),
     as SIGKILL would leave it: the checkpoint complete on disk, nothing after it."""
-    from trainers.torch_common import checkpoint as ckpt
+    from dpaudit.trainers.torch_common import checkpoint as ckpt
 
     def run(train, step=None):
         real_save = ckpt.save_checkpoint

@@ -11,8 +11,8 @@ import pytest
 from click.testing import CliRunner
 
 from dpaudit.cli import cli
-from trainers.edp_sgd.config import EdpSgdConfig
-from trainers.rgp.config import RgpConfig
+from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
+from dpaudit.trainers.rgp.config import RgpConfig
 
 
 @pytest.mark.parametrize(("mode", "expected"), [

@@ -12,8 +12,8 @@ import pytest
 import torch
 from scipy import stats
 
-from trainers.torch_common import noise, philox
-from trainers.torch_common.sampling import NOISE_STREAM, step_rng
+from dpaudit.trainers.torch_common import noise, philox
+from dpaudit.trainers.torch_common.sampling import NOISE_STREAM, step_rng
 
 SHAPES = [(300, 400), (50_000,), (7,), (33, 3)]
 

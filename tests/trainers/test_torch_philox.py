@@ -7,7 +7,7 @@ import pytest
 import torch
 from scipy import stats
 
-from trainers.torch_common import philox
+from dpaudit.trainers.torch_common import philox
 
 KEY = (0x1234ABCD, 0x9E3779B9, 7, 0xFFFFFFFF)
 

@@ -29,7 +29,7 @@ import torch
 from torch.func import functional_call, grad, vmap
 
 from dpaudit import accounting
-from trainers.torch_common.clipped import Clipped, LossFn
+from dpaudit.trainers.torch_common.clipped import Clipped, LossFn
 
 _TINY = 1e-12
 

@@ -21,9 +21,9 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from dpaudit.config_types import option_name
-from trainers.torch_common.config import TorchTrainConfig
-from trainers.torch_common.options import DEFAULT_VOCAB_SIZE
-from trainers.torch_common.options import help_text as _help
+from dpaudit.trainers.torch_common.config import TorchTrainConfig
+from dpaudit.trainers.torch_common.options import DEFAULT_VOCAB_SIZE
+from dpaudit.trainers.torch_common.options import help_text as _help
 
 Mode = Literal["sgd", "dp-sgd", "edp-sgd"]
 ScaleFrom = Literal["public", "private"]

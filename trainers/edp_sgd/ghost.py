@@ -49,8 +49,8 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from trainers.edp_sgd.clipping import Clipped, LossFn, trainable
-from trainers.torch_common.distributed import to_device
+from dpaudit.trainers.edp_sgd.clipping import Clipped, LossFn, trainable
+from dpaudit.trainers.torch_common.distributed import to_device
 
 _TINY = 1e-12
 

@@ -26,7 +26,7 @@ from dpaudit import accounting
 from dpaudit.privacy_plan import PrivacyPlan
 from dpaudit.privacy_record import PrivacyRecord, group_privacy_rows
 from dpaudit.secret_rng import NoiseSource
-from trainers.torch_common.privacy import private_record, sampling_rate, schedule_text
+from dpaudit.trainers.torch_common.privacy import private_record, sampling_rate, schedule_text
 
 __all__ = ["build_record", "paper_claim"]
 

@@ -37,18 +37,18 @@ import torch
 from dpaudit.errors import UserInputError
 from dpaudit.inject_run import canary_frequencies
 from dpaudit.privacy_record import PrivacyRecord
-from trainers.edp_sgd import privacy
-from trainers.edp_sgd.clipping import (
+from dpaudit.trainers.edp_sgd import privacy
+from dpaudit.trainers.edp_sgd.clipping import (
     MicrobatchClipper,
     PerExampleClipper,
     layer_clip_norms,
     trainable,
 )
-from trainers.edp_sgd.config import EdpSgdConfig
-from trainers.edp_sgd.ghost import GhostClipper, UnsupportedModel
-from trainers.torch_common import noise, sampling
-from trainers.torch_common.distributed import to_device
-from trainers.torch_common.loop import (
+from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
+from dpaudit.trainers.edp_sgd.ghost import GhostClipper, UnsupportedModel
+from dpaudit.trainers.torch_common import noise, sampling
+from dpaudit.trainers.torch_common.distributed import to_device
+from dpaudit.trainers.torch_common.loop import (
     _EVAL_STREAM,
     _MASK_STREAM,
     StepNoise,
@@ -56,8 +56,8 @@ from trainers.torch_common.loop import (
     _seeded,
     noised_total,
 )
-from trainers.torch_common.model import layer_groups, per_example_losses
-from trainers.torch_common.plugin import TorchTrainer
+from dpaudit.trainers.torch_common.model import layer_groups, per_example_losses
+from dpaudit.trainers.torch_common.plugin import TorchTrainer
 
 #: The contract suite's run (:meth:`EdpSgdTrainer.tiny_config`): eDP-SGD classification of a 2-layer
 #: BERT on 16-token texts, one epoch of 16-example batches in 4 micro-batches (6 steps).

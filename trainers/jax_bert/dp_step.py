@@ -35,7 +35,7 @@ import jax.numpy as jnp
 import optax
 from jax.sharding import Mesh
 
-from trainers.jax_bert import parallel
+from dpaudit.trainers.jax_bert import parallel
 
 PyTree = Any
 LossFn = Callable[[PyTree, PyTree], tuple[jax.Array, dict[str, jax.Array]]]

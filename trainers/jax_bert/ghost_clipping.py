@@ -36,8 +36,8 @@ import jax
 import jax.numpy as jnp
 from flax import traverse_util
 
-from trainers.jax_bert import dp_step
-from trainers.jax_bert.model import FlaxBertForMaskedLM, masked_lm_terms
+from dpaudit.trainers.jax_bert import dp_step
+from dpaudit.trainers.jax_bert.model import FlaxBertForMaskedLM, masked_lm_terms
 
 PyTree = Any
 Key = tuple[str, ...]

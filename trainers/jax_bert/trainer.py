@@ -93,18 +93,18 @@ from dpaudit.train_rundir import (
     remove_checkpoints,
 )
 from dpaudit.trainer_api import TrainResult
-from trainers.jax_bert import checkpoint as ckpt
-from trainers.jax_bert import cpu_runtime, dp_step, hf_io, parallel, sampling
-from trainers.jax_bert.config import TINY_SETTINGS, JaxBertConfig
-from trainers.jax_bert.data import encode_texts, mask_tokens
-from trainers.jax_bert.ghost_clipping import make_ghost_clipped_sum_fn
-from trainers.jax_bert.model import (
+from dpaudit.trainers.jax_bert import checkpoint as ckpt
+from dpaudit.trainers.jax_bert import cpu_runtime, dp_step, hf_io, parallel, sampling
+from dpaudit.trainers.jax_bert.config import TINY_SETTINGS, JaxBertConfig
+from dpaudit.trainers.jax_bert.data import encode_texts, mask_tokens
+from dpaudit.trainers.jax_bert.ghost_clipping import make_ghost_clipped_sum_fn
+from dpaudit.trainers.jax_bert.model import (
     FlaxBertForMaskedLM,
     example_mlm_loss,
     init_params,
     preset_config,
 )
-from trainers.jax_bert.optimizer import init_optimizer, make_optimizer
+from dpaudit.trainers.jax_bert.optimizer import init_optimizer, make_optimizer
 
 SHUFFLE_NOTE = (
     "fixed-size shuffled batches were used (--sampling shuffle): no epsilon is proven for them, so 'epsilon' "

@@ -33,7 +33,7 @@ from collections.abc import Callable
 import torch
 import torch.nn.functional as F
 
-from trainers.torch_common.clipped import Clipped, LossFn
+from dpaudit.trainers.torch_common.clipped import Clipped, LossFn
 
 _TINY = 1e-12
 

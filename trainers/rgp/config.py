@@ -18,8 +18,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from trainers.torch_common.config import TorchTrainConfig
-from trainers.torch_common.options import help_text
+from dpaudit.trainers.torch_common.config import TorchTrainConfig
+from dpaudit.trainers.torch_common.options import help_text
 
 
 @dataclass(frozen=True, kw_only=True)

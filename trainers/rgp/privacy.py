@@ -19,7 +19,7 @@ from typing import Any
 from dpaudit.privacy_plan import PrivacyPlan
 from dpaudit.privacy_record import PrivacyRecord
 from dpaudit.secret_rng import NoiseSource
-from trainers.torch_common.privacy import private_record, sampling_rate, schedule_text
+from dpaudit.trainers.torch_common.privacy import private_record, sampling_rate, schedule_text
 
 __all__ = ["TRAINER", "build_record"]
 

@@ -24,20 +24,20 @@ import torch
 
 from dpaudit.inject_run import canary_frequencies
 from dpaudit.privacy_record import PrivacyRecord
-from trainers.rgp import privacy
-from trainers.rgp.carriers import power_method, random_carriers, reconstruct
-from trainers.rgp.clipping import CarrierClipper, Reparametrization
-from trainers.rgp.config import RgpConfig
-from trainers.torch_common.distributed import to_device
-from trainers.torch_common.loop import (
+from dpaudit.trainers.rgp import privacy
+from dpaudit.trainers.rgp.carriers import power_method, random_carriers, reconstruct
+from dpaudit.trainers.rgp.clipping import CarrierClipper, Reparametrization
+from dpaudit.trainers.rgp.config import RgpConfig
+from dpaudit.trainers.torch_common.distributed import to_device
+from dpaudit.trainers.torch_common.loop import (
     _MASK_STREAM,
     StepNoise,
     TorchRun,
     _seeded,
     noised_total,
 )
-from trainers.torch_common.model import per_example_losses
-from trainers.torch_common.plugin import TorchTrainer
+from dpaudit.trainers.torch_common.model import per_example_losses
+from dpaudit.trainers.torch_common.plugin import TorchTrainer
 
 #: The contract suite's run (:meth:`RgpTrainer.tiny_config`): rank-4 RGP classification of a 2-layer
 #: BERT on 16-token texts, one epoch of 16-example batches (6 steps, 2 of them warm-up).

@@ -29,7 +29,7 @@ from typing import Any, ClassVar, Literal
 
 from dpaudit.config_types import check_types, option_name
 from dpaudit.secret_rng import NoiseSource
-from trainers.torch_common.options import (
+from dpaudit.trainers.torch_common.options import (
     DEFAULT_VOCAB_SIZE,
     Decay,
     Preset,

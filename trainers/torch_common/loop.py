@@ -59,11 +59,11 @@ from dpaudit.train_rundir import (
     remove_checkpoints,
 )
 from dpaudit.trainer_api import TrainResult
-from trainers.torch_common import checkpoint as ckpt
-from trainers.torch_common import data as data_mod
-from trainers.torch_common import distributed, noise, sampling
-from trainers.torch_common.distributed import to_device
-from trainers.torch_common.model import (
+from dpaudit.trainers.torch_common import checkpoint as ckpt
+from dpaudit.trainers.torch_common import data as data_mod
+from dpaudit.trainers.torch_common import distributed, noise, sampling
+from dpaudit.trainers.torch_common.distributed import to_device
+from dpaudit.trainers.torch_common.model import (
     build_model,
     load_model,
     per_example_losses,
@@ -466,7 +466,7 @@ class TorchRun:
         }
         rows: list[dict[str, Any]] = []
         if self.world.primary:
-            from trainers.torch_common.hf_export import save_hf
+            from dpaudit.trainers.torch_common.hf_export import save_hf
 
             save_hf(out / "model", self.model, self.tokenizer)
             rows = self.metrics.publish(out)

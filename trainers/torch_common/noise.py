@@ -43,8 +43,8 @@ from concurrent.futures import ThreadPoolExecutor
 import numpy as np
 import torch
 
-from trainers.torch_common import philox
-from trainers.torch_common.sampling import NOISE_STREAM, derived_seed, step_rng
+from dpaudit.trainers.torch_common import philox
+from dpaudit.trainers.torch_common.sampling import NOISE_STREAM, derived_seed, step_rng
 
 #: Pieces of one draw, each from its own keyed generator (fixed: the values never depend on threads).
 NOISE_CHUNKS = 16

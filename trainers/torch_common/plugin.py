@@ -13,7 +13,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from dpaudit.trainer_api import TrainResult
-from trainers.torch_common import distributed
+from dpaudit.trainers.torch_common import distributed
 
 __all__ = ["TorchTrainer"]
 

@@ -16,7 +16,7 @@ from dpaudit.figures import format_up
 from dpaudit.privacy_plan import PrivacyPlan
 from dpaudit.privacy_record import PrivacyRecord, group_privacy_rows
 from dpaudit.secret_rng import NoiseSource
-from trainers.torch_common import noise, philox
+from dpaudit.trainers.torch_common import noise, philox
 
 __all__ = ["noise_sampler", "private_record", "sampling_rate", "schedule_text"]
 

@@ -18,7 +18,7 @@ TINY_EDP = dict(preset="tiny", vocab_size=300, max_length=16, epochs=2, batch_si
 @pytest.fixture(scope="session")
 def edp_config():
     """Factory: the tiny edp-sgd Config with overrides."""
-    from trainers.edp_sgd.config import EdpSgdConfig
+    from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
 
     def make(**overrides):
         values = {**TINY_EDP, **overrides}
@@ -34,7 +34,7 @@ def edp_config():
 @pytest.fixture(scope="session")
 def tiny_batches(token_batches):
     """(classify model, classify batch, mlm model, mlm batch): tiny BERTs and 6-example batches."""
-    from trainers.torch_common.model import build_model
+    from dpaudit.trainers.torch_common.model import build_model
 
     clf = build_model("classify", preset="tiny", vocab_size=100, max_length=16, label_names=["a", "b", "c"], seed=0)
     mlm = build_model("mlm", preset="tiny", vocab_size=100, max_length=16, label_names=None, seed=0)

@@ -9,14 +9,14 @@ import numpy as np
 import pytest
 import torch
 
-from trainers.edp_sgd.clipping import (
+from dpaudit.trainers.edp_sgd.clipping import (
     MicrobatchClipper,
     PerExampleClipper,
     layer_clip_norms,
     trainable,
 )
-from trainers.torch_common.model import layer_groups, per_example_losses
-from trainers.torch_common.sampling import example_slots, split_microbatches
+from dpaudit.trainers.torch_common.model import layer_groups, per_example_losses
+from dpaudit.trainers.torch_common.sampling import example_slots, split_microbatches
 
 
 def _sub(batch, idx):

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import json
 
-from trainers.edp_sgd.trainer import EdpSgdTrainer
+from dpaudit.trainers.edp_sgd.trainer import EdpSgdTrainer
 
 ARGS = ["--trainer", "edp-sgd", "--mode", "edp-sgd", "--noise-multiplier", "1.0", "--noise-draw", "micro-batch",
         "--noise-seed", "77", "--micro-batches", "4", "--epochs", "1", "--batch-size", "24", "--learning-rate", "1e-3",
@@ -17,7 +17,7 @@ ARGS = ["--trainer", "edp-sgd", "--mode", "edp-sgd", "--noise-multiplier", "1.0"
 
 
 def test_two_gloo_processes_equal_one_process(data_dir, tmp_path, gloo_pair, assert_same_model):
-    from trainers.edp_sgd.config import EdpSgdConfig
+    from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
 
     single = tmp_path / "single"
     config = EdpSgdConfig(mode="edp-sgd", noise_multiplier=1.0, noise_draw="micro-batch", noise_seed=77, micro_batches=4,

@@ -10,11 +10,11 @@ import pytest
 import torch
 
 from dpaudit.errors import UserInputError
-from trainers.edp_sgd.clipping import MicrobatchClipper, PerExampleClipper, trainable
-from trainers.edp_sgd.ghost import GhostClipper, UnsupportedModel
-from trainers.edp_sgd.trainer import _Run
-from trainers.torch_common import distributed, noise
-from trainers.torch_common.model import layer_groups, per_example_losses
+from dpaudit.trainers.edp_sgd.clipping import MicrobatchClipper, PerExampleClipper, trainable
+from dpaudit.trainers.edp_sgd.ghost import GhostClipper, UnsupportedModel
+from dpaudit.trainers.edp_sgd.trainer import _Run
+from dpaudit.trainers.torch_common import distributed, noise
+from dpaudit.trainers.torch_common.model import layer_groups, per_example_losses
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -46,7 +46,7 @@ def test_ghost_per_layer_microbatch_sum_equals_vmap(tiny_batches, task, scale, f
     """Also with every Linear and Embedding through the batched Gram norms, or every Linear through
     kept unit gradients whose weighted sum is the clipped sum (the direct form, large micro-batches)
     and every Embedding through its units' gradient tables."""
-    from trainers.edp_sgd import ghost as ghost_module
+    from dpaudit.trainers.edp_sgd import ghost as ghost_module
 
     gram = form == "gram"
     if form != "auto":  # the tiny model's layers are too narrow for the Gram form to be the cheaper one
@@ -139,7 +139,7 @@ def test_grad_snr_is_the_clipped_sum_norm_over_the_noise_norm(data_dir, tmp_path
 
 
 def test_metrics_rows_carry_grad_snr_at_every_step(data_dir, tmp_path, edp_config):
-    from trainers.edp_sgd.trainer import EdpSgdTrainer
+    from dpaudit.trainers.edp_sgd.trainer import EdpSgdTrainer
 
     out = tmp_path / "run"
     result = EdpSgdTrainer().train(data_dir, out, edp_config(mode="edp-sgd", epochs=1, log_every=4), seed=0)
@@ -156,8 +156,8 @@ def test_batched_gram_norms_equal_each_units_gradient_norm(monkeypatch):
     of 0, 1 and many rows, padding rows (zero output gradient), inputs shared by several captures
     (as q, k and v share theirs), two feature widths and repeated ids; and the embedding norms from
     the units' gradient tables (the form for large units) equal the Gram form's."""
-    from trainers.edp_sgd import ghost as ghost_module
-    from trainers.edp_sgd.ghost import _Units
+    from dpaudit.trainers.edp_sgd import ghost as ghost_module
+    from dpaudit.trainers.edp_sgd.ghost import _Units
 
     gen = torch.Generator().manual_seed(0)
     r, owner = 6, [0, 0, 2, 3, 3, 3, 0]  # unit 1 holds no example

@@ -17,7 +17,7 @@ from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
 
 from dpaudit.privacy_record import PrivacyRecord
-from trainers.edp_sgd.trainer import EdpSgdTrainer, _Run
+from dpaudit.trainers.edp_sgd.trainer import EdpSgdTrainer, _Run
 
 
 @pytest.mark.parametrize(("mode", "draw"), [("edp-sgd", "process"), ("edp-sgd", "micro-batch"), ("dp-sgd", "process")])

@@ -18,7 +18,7 @@ from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
 from dp_accounting.privacy_accountant import NeighboringRelation
 
 from dpaudit.privacy_record import PrivacyRecord
-from trainers.edp_sgd.trainer import EdpSgdTrainer, _Run
+from dpaudit.trainers.edp_sgd.trainer import EdpSgdTrainer, _Run
 
 
 def _rows_dir(data_dir, dest, pick):
@@ -104,7 +104,7 @@ def test_edp_sgd_sensitivity_factor_does_not_depend_on_the_slot_occupancy(neighb
 
 def test_philox_reach_is_not_exceeded_by_a_large_draw():
     """A sanity check of the Philox sampler's stated reach: 2^22 draws stay within sqrt(64 ln 2) = 6.66."""
-    from trainers.torch_common import philox
+    from dpaudit.trainers.torch_common import philox
 
     if not philox.available():
         pytest.skip("no C compiler: the torch sampler runs instead")

@@ -17,7 +17,7 @@ from dpaudit.errors import UserInputError
 from dpaudit.figures import format_up
 from dpaudit.rundir import verify_run_dir
 from dpaudit.train_rundir import list_checkpoints
-from trainers.edp_sgd.trainer import EdpSgdTrainer
+from dpaudit.trainers.edp_sgd.trainer import EdpSgdTrainer
 
 SECRET_SEED = 987654321123
 
@@ -86,7 +86,7 @@ def test_jax_bert_never_imports_torch():
     code = (
         "import sys\nfrom click.testing import CliRunner\nfrom dpaudit.cli import cli\n"
         "r = CliRunner().invoke(cli, ['train', '--trainer', 'jax-bert', '--help'])\nassert r.exit_code == 0, r.output\n"
-        "import trainers.jax_bert.trainer\n"
+        "import dpaudit.trainers.jax_bert.trainer\n"
         "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'transformers')))\n"
     )
     assert _subprocess(code) == "[]"
@@ -139,7 +139,7 @@ def test_bad_options_exit_2_with_one_line(data_dir, tmp_path, args, message):
 
 def test_config_types_are_checked_from_every_source(edp_config):
     from dpaudit.config_types import ConfigTypeError
-    from trainers.edp_sgd.config import EdpSgdConfig
+    from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
 
     # A TOML string is not a boolean, nor a choice of another type; an integer number is a float.
     with pytest.raises(ConfigTypeError, match="--keep-checkpoints must be true or false"):

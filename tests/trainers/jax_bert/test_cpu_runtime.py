@@ -19,7 +19,7 @@ def test_tune_host_allocator_makes_freed_blocks_reusable_without_page_faults() -
     """A freed 256 MB block comes back fault-free."""
     _run("""
 import ctypes, resource
-from trainers.jax_bert.cpu_runtime import tune_host_allocator
+from dpaudit.trainers.jax_bert.cpu_runtime import tune_host_allocator
 libc = ctypes.CDLL("libc.so.6")
 libc.malloc.restype = ctypes.c_void_p
 libc.malloc.argtypes = [ctypes.c_size_t]
@@ -42,7 +42,7 @@ def test_unrolled_threefry_gives_the_same_bits_and_normals_without_a_loop() -> N
     rolled while loop in the lowered program."""
     _run("""
 import jax, jax.numpy as jnp, numpy as np
-from trainers.jax_bert.cpu_runtime import unroll_threefry_on_cpu
+from dpaudit.trainers.jax_bert.cpu_runtime import unroll_threefry_on_cpu
 
 def draws(k):
     a, b = jax.random.split(k)
@@ -63,7 +63,7 @@ for x, y in zip(before, after):
 _FAULTS_PER_CALL = """
 import resource, sys
 import jax, jax.numpy as jnp
-from trainers.jax_bert.cpu_runtime import tune_cpu_runtime
+from dpaudit.trainers.jax_bert.cpu_runtime import tune_cpu_runtime
 if sys.argv[1] == "late":
     jnp.ones(3).block_until_ready()  # the backend and its worker threads are already running
 if sys.argv[1] != "default":
@@ -103,7 +103,7 @@ def test_tune_cpu_runtime_reaches_xla_worker_buffers_and_reports_what_it_applied
 def test_tune_cpu_runtime_applies_once_per_process() -> None:
     """The second call (a second model trained in the same process) changes nothing and reports the first."""
     out = _run("""
-from trainers.jax_bert import cpu_runtime
+from dpaudit.trainers.jax_bert import cpu_runtime
 calls = []
 real = cpu_runtime.unroll_threefry_on_cpu
 cpu_runtime.unroll_threefry_on_cpu = lambda: calls.append(1) or real()
@@ -122,7 +122,7 @@ from jax._src.interpreters import mlir
 def broken(*args, **kwargs):
     raise TypeError("register_lowering() changed its signature")
 mlir.register_lowering = broken
-from trainers.jax_bert import cpu_runtime
+from dpaudit.trainers.jax_bert import cpu_runtime
 report = cpu_runtime.tune_cpu_runtime()
 draw = np.asarray(jax.jit(lambda k: jax.random.normal(k, (5,)))(jax.random.key(0)))
 print(report["unrolled_threefry"], np.isfinite(draw).all())

@@ -8,7 +8,7 @@ import numpy as np
 import optax
 import pytest
 
-from trainers.jax_bert import optimizer
+from dpaudit.trainers.jax_bert import optimizer
 
 
 def test_schedule_warmup_then_quadratic_decay_values() -> None:

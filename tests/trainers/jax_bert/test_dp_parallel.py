@@ -14,7 +14,7 @@ import optax
 import pytest
 
 from dpaudit.errors import UserInputError
-from trainers.jax_bert import dp_step, model, optimizer, parallel, sampling
+from dpaudit.trainers.jax_bert import dp_step, model, optimizer, parallel, sampling
 
 
 def mlp_loss(params, example):

@@ -9,7 +9,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from trainers.jax_bert import sampling
+from dpaudit.trainers.jax_bert import sampling
 
 
 def _binom_tail_exact(k: int, n: int, q: float) -> float:

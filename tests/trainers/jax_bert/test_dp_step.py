@@ -14,7 +14,7 @@ import numpy as np
 import optax
 import pytest
 
-from trainers.jax_bert import dp_step, model, optimizer, sampling
+from dpaudit.trainers.jax_bert import dp_step, model, optimizer, sampling
 
 # ------------------------------------------------------------------------------------------------
 # Tiny models and data

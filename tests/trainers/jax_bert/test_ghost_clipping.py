@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
-from trainers.jax_bert import dp_step, ghost_clipping, model, optimizer, parallel, sampling
+from dpaudit.trainers.jax_bert import dp_step, ghost_clipping, model, optimizer, parallel, sampling
 
 VOCAB, LENGTH, N_PRED = 53, 12, 4
 

@@ -15,8 +15,8 @@ import transformers
 from safetensors.numpy import load_file
 
 from dpaudit.errors import UserInputError
-from trainers.jax_bert.hf_io import load_pretrained, save_pretrained
-from trainers.jax_bert.model import BertConfig, FlaxBertForMaskedLM, init_params, preset_config
+from dpaudit.trainers.jax_bert.hf_io import load_pretrained, save_pretrained
+from dpaudit.trainers.jax_bert.model import BertConfig, FlaxBertForMaskedLM, init_params, preset_config
 from dpaudit.tokenizer import train_wordpiece
 
 SEQ = 16

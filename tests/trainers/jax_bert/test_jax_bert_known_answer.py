@@ -14,7 +14,7 @@ import itertools
 
 import numpy as np
 
-from canaries.manifest import load_inject_run
+from dpaudit.canaries.manifest import load_inject_run
 
 DIGITS = 4
 

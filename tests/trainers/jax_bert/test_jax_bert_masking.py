@@ -9,7 +9,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from trainers.jax_bert.data import mask_tokens
+from dpaudit.trainers.jax_bert.data import mask_tokens
 
 PAD, UNK, CLS, SEP, MASK = 0, 1, 2, 3, 4
 SPECIAL = jnp.array([PAD, UNK, CLS, SEP, MASK], jnp.int32)

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from trainers.jax_bert.model import (
+from dpaudit.trainers.jax_bert.model import (
     PRESETS,
     BertConfig,
     FlaxBertForMaskedLM,

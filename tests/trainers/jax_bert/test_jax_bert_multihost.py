@@ -15,7 +15,7 @@ import jax
 import numpy as np
 from safetensors.numpy import load_file
 
-from trainers.jax_bert.trainer import JaxBertTrainer
+from dpaudit.trainers.jax_bert.trainer import JaxBertTrainer
 
 REPO_ROOT = Path(__file__).resolve().parents[3]
 TIMEOUT_S = 240
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import jax
 
-from trainers.jax_bert.config import JaxBertConfig
-from trainers.jax_bert.trainer import JaxBertTrainer
+from dpaudit.trainers.jax_bert.config import JaxBertConfig
+from dpaudit.trainers.jax_bert.trainer import JaxBertTrainer
 
 TINY_JAX_BERT = dict(preset="tiny", steps=6, batch_size=16, micro_batch=8, max_length=16, vocab_size=128,
                      noise_multiplier=1.0, checkpoint_every=3, log_every=2, eval_every=3, eval_examples=16,
@@ -138,7 +138,7 @@ import secrets
 
 import jax
 
-from trainers.jax_bert import parallel
+from dpaudit.trainers.jax_bert import parallel
 
 parallel.maybe_initialize_distributed()
 mine = secrets.randbits(128)  # what each process's NoiseSource draws from OS entropy

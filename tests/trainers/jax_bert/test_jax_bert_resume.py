@@ -16,8 +16,8 @@ from safetensors.numpy import load_file
 
 from dpaudit.errors import UserInputError
 from dpaudit.train_rundir import list_checkpoints
-from trainers.jax_bert import checkpoint as ckpt
-from trainers.jax_bert.trainer import JaxBertTrainer
+from dpaudit.trainers.jax_bert import checkpoint as ckpt
+from dpaudit.trainers.jax_bert.trainer import JaxBertTrainer
 
 
 class _Killed(BaseException):

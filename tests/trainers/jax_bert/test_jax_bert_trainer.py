@@ -18,9 +18,9 @@ from dpaudit.figures import format_up
 from dpaudit.rundir import read_jsonl
 from dpaudit.train_rundir import list_checkpoints
 from dpaudit.trainer_api import Trainer, load_trainer
-from trainers.jax_bert import checkpoint as ckpt
-from trainers.jax_bert.config import JaxBertConfig, parse_batch_schedule
-from trainers.jax_bert.trainer import JaxBertTrainer, plan_run_privacy
+from dpaudit.trainers.jax_bert import checkpoint as ckpt
+from dpaudit.trainers.jax_bert.config import JaxBertConfig, parse_batch_schedule
+from dpaudit.trainers.jax_bert.trainer import JaxBertTrainer, plan_run_privacy
 
 # -- plug-in and config --------------------------------------------------------------------------
 

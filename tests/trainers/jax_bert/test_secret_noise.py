@@ -20,9 +20,9 @@ from safetensors.numpy import load_file
 
 from dpaudit.rundir import read_jsonl
 from dpaudit.secret_rng import REDACTED, NoiseSource
-from trainers.jax_bert import dp_step, sampling
-from trainers.jax_bert.model import BertConfig, init_params
-from trainers.jax_bert.trainer import JaxBertTrainer, noise_key_of
+from dpaudit.trainers.jax_bert import dp_step, sampling
+from dpaudit.trainers.jax_bert.model import BertConfig, init_params
+from dpaudit.trainers.jax_bert.trainer import JaxBertTrainer, noise_key_of
 
 SECRET = 123_456_789_012  # an explicit --noise-seed; must never appear in a released file
 SEED = 0  # the public --seed: the same for every run here

@@ -15,7 +15,7 @@ import subprocess
 import sys
 import textwrap
 
-from trainers.jax_bert.trainer import JaxBertTrainer, compiled_functions
+from dpaudit.trainers.jax_bert.trainer import JaxBertTrainer, compiled_functions
 
 SECOND = {"steps": 4, "batch_size": 24, "noise_seed": 21}
 
@@ -31,8 +31,8 @@ def test_second_model_in_a_process_equals_it_trained_in_a_fresh_process(data_dir
 
     script = textwrap.dedent(f"""
         import json, sys
-        from trainers.jax_bert.config import JaxBertConfig
-        from trainers.jax_bert.trainer import JaxBertTrainer
+        from dpaudit.trainers.jax_bert.config import JaxBertConfig
+        from dpaudit.trainers.jax_bert.trainer import JaxBertTrainer
         config = JaxBertConfig(**json.loads(sys.argv[1]))
         JaxBertTrainer().train({str(data_dir)!r}, {str(tmp_path / "alone")!r}, config, seed=4)
     """)

@@ -19,7 +19,7 @@ TINY_RGP = {"preset": "tiny", "vocab_size": 300, "max_length": 16, "epochs": 1, 
 @pytest.fixture(scope="session")
 def rgp_config():
     """Factory: the tiny rgp Config with overrides."""
-    from trainers.rgp.config import RgpConfig
+    from dpaudit.trainers.rgp.config import RgpConfig
 
     def make(**overrides):
         return RgpConfig(**{**TINY_RGP, **overrides})
@@ -36,7 +36,7 @@ def tiny_batches(token_batches):
 @pytest.fixture(scope="session")
 def make_model():
     """Factory: a fresh tiny BERT (same init every call) for ``task``."""
-    from trainers.torch_common.model import build_model
+    from dpaudit.trainers.torch_common.model import build_model
 
     def make(task, preset="tiny"):
         labels = ["a", "b", "c"] if task == "classify" else None

@@ -11,7 +11,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from trainers.rgp.carriers import (
+from dpaudit.trainers.rgp.carriers import (
     orthonormal_columns,
     power_method,
     random_carriers,

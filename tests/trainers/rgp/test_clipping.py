@@ -8,9 +8,9 @@ import math
 import pytest
 import torch
 
-from trainers.rgp.carriers import power_method, reconstruct
-from trainers.rgp.clipping import CarrierClipper, Reparametrization
-from trainers.torch_common.model import per_example_losses
+from dpaudit.trainers.rgp.carriers import power_method, reconstruct
+from dpaudit.trainers.rgp.clipping import CarrierClipper, Reparametrization
+from dpaudit.trainers.torch_common.model import per_example_losses
 
 
 def _sub(batch, idx):

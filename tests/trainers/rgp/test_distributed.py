@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import json
 
-from trainers.rgp.trainer import RgpTrainer
+from dpaudit.trainers.rgp.trainer import RgpTrainer
 
 ARGS = ["--trainer", "rgp", "--noise-multiplier", "1.0", "--noise-seed", "77", "--rank", "4", "--warmup-steps", "2",
         "--epochs", "1", "--batch-size", "24", "--learning-rate", "1e-3", "--preset", "tiny", "--vocab-size", "300",

@@ -17,9 +17,9 @@ from safetensors.torch import load_file
 from dpaudit.cli import cli
 from dpaudit.privacy_record import PrivacyRecord
 from dpaudit.rundir import verify_run_dir
-from trainers.rgp.trainer import RgpTrainer, _Run
-from trainers.torch_common import noise
-from trainers.torch_common.model import build_model
+from dpaudit.trainers.rgp.trainer import RgpTrainer, _Run
+from dpaudit.trainers.torch_common import noise
+from dpaudit.trainers.torch_common.model import build_model
 
 SECRET_SEED = 987654321123
 
