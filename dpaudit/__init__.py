@@ -15,7 +15,7 @@ def __getattr__(name: str):
     # ``dpaudit.attack(model, data, attacks=[...])`` for notebooks, imported on first use so that
     # ``import dpaudit`` stays light (no torch, no scipy).
     if name == "attack":
-        from dpaudit.attacks.run import attack
+        from dpaudit.stages.attack import attack
 
         return attack
     raise AttributeError(f"module 'dpaudit' has no attribute {name!r}")

@@ -7,11 +7,13 @@ refutes mu-GDP; a noise seed never appears in a command shown.
 
 from __future__ import annotations
 
+import dataclasses
+
 import numpy as np
 import pytest
 
-from dpaudit.attacks.mia import LossResult, MembershipTask, MiaTaskResult
-from dpaudit.attacks.results import AttackResults, ClaimedPrivacy, DataInfo, ModelInfo
+from dpaudit.attacks.mia import MembershipTask, task_result
+from dpaudit.attacks.results import AttackResults, ClaimedPrivacy, DataInfo, LossResult, ModelInfo
 from dpaudit.audit import audit_scores
 from dpaudit.figures import format_down, format_up
 from dpaudit.headline import FDP_LABEL, headline_of, redact_noise_seed
@@ -34,7 +36,7 @@ def _results(claimed: ClaimedPrivacy, specs) -> AttackResults:
         task, scores = _task(name, n, shift, coin_flip=flip, frequencies=freqs)
         audit = audit_scores(scores[task.member], scores[~task.member], delta=DELTA, claimed_epsilon=claimed.epsilon,
                              seed=0, coin_flip=flip, num_bootstrap=20)
-        tasks.append(MiaTaskResult.from_audit(task, audit, scores_file="scores/mia_loss.jsonl"))
+        tasks.append(task_result(task, audit, scores_file="scores/mia_loss.jsonl"))
     loss = LossResult(parameters={}, tasks=tuple(tasks), claimed_epsilon=claimed.epsilon)
     return AttackResults(model=ModelInfo(path="m", kind="masked-lm", architecture="BertForMaskedLM"),
                          data=DataInfo(path="d", secret_format="digits:4", log2_space_size=13.3, canaries=8, controls=4,
@@ -117,7 +119,8 @@ def test_claim_with_n_treated_as_public_states_the_replace_one_epsilon_recompute
     from dp_accounting.pld import pld_privacy_accountant as pld
 
     from dpaudit.accounting import event_to_json
-    from dpaudit.attacks.run import claimed_privacy
+    from dpaudit.attacks.claim import claimed_privacy
+    from dpaudit.privacy_record import PrivacyRecord
 
     event = dp_event.SelfComposedDpEvent(dp_event.PoissonSampledDpEvent(0.01, dp_event.GaussianDpEvent(1.0)), 1000)
     golden = []
@@ -125,12 +128,12 @@ def test_claim_with_n_treated_as_public_states_the_replace_one_epsilon_recompute
         accountant = pld.PLDAccountant(neighboring_relation=relation)
         accountant.compose(event)
         golden.append(accountant.get_epsilon(1e-5))
-    privacy = {"private": True, "event": event_to_json(event), "delta": 1e-5, "accountant": "pld", "epsilon": golden[0],
-               "sampling": "poisson", "n_public": True}
+    privacy = PrivacyRecord(trainer="jax-bert", private=True, mechanism="DP-SGD", event=event_to_json(event), delta=1e-5,
+                            accountant="pld", epsilon=golden[0], sampling="poisson", n_public=True, dataset_size=100_000)
     claimed = claimed_privacy(privacy)
     assert claimed.epsilon == pytest.approx(golden[0], rel=1e-6)
     assert claimed.epsilon_replace_one == pytest.approx(golden[1], rel=1e-6) and golden[1] > golden[0] + 0.5
     assert claimed.text() == (f"epsilon = {format_up(golden[0])} at delta = 1.0e-5 (add/remove; N treated as public: "
                               f"replace-one epsilon = {format_up(golden[1])})")
-    private_n = claimed_privacy({**privacy, "n_public": False})
+    private_n = claimed_privacy(dataclasses.replace(privacy, n_public=False, dataset_size=None, declared_dataset_size=100_000))
     assert private_n.epsilon_replace_one is None and "replace-one" not in private_n.text()

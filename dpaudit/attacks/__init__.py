@@ -2,21 +2,11 @@
 
 Canary attacks (this package): exact exposure (:mod:`.exposure`, Carlini et al. 2019; its rank
 mathematics in :mod:`.exposure_rank`) and
-masked-secret reconstruction (:mod:`.reconstruction`, Anil et al. 2021). Statistics every attack
-shares live in :mod:`.stats`; results in :mod:`.results`; the composition of a whole run (the
-Python API behind ``dpaudit attack``) in :mod:`.run`. Importing this package imports neither torch
-nor jax.
+masked-secret reconstruction (:mod:`.reconstruction`, Anil et al. 2021). Membership inference:
+:mod:`.mia` (the tasks and the audit), :mod:`.loss`, :mod:`.shokri` (Shokri et al. 2017), :mod:`.ref`,
+:mod:`.lira`, :mod:`.rmia`, the shadow models they train in :mod:`.shadow_models`. Statistics every attack
+shares live in :mod:`dpaudit.audit`; results in :mod:`.results`; the composition of a whole run in
+:mod:`.run`, which the attack stage (:mod:`dpaudit.stages.attack`, ``dpaudit.attack(...)``) calls with
+the report page. Importing this package imports neither torch nor jax, and nothing here imports the
+report or the command line.
 """
-
-from __future__ import annotations
-
-from typing import Any
-
-__all__ = ["attack"]
-
-
-def attack(*args: Any, **kwargs: Any):  # noqa: ANN201
-    """See :func:`dpaudit.attacks.run.attack`."""
-    from dpaudit.attacks.run import attack as run_attack
-
-    return run_attack(*args, **kwargs)

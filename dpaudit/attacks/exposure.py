@@ -27,7 +27,7 @@ from tqdm import tqdm
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome, by_frequency
 from dpaudit.attacks.results import ExposureParameters, ExposureResult, ExposureRow
-from dpaudit.attacks.stats import (
+from dpaudit.audit.intervals import (
     bootstrap_interval,
     log_frequency_slope,
     mann_whitney_greater,

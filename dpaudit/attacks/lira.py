@@ -29,7 +29,7 @@ import numpy as np
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome
 from dpaudit.attacks.mia import audit_tasks, membership_tasks, precheck
-from dpaudit.attacks.shadows import (
+from dpaudit.attacks.shadow_models import (
     ShadowPool,
     ShadowSpec,
     cache_root,

@@ -1,4 +1,7 @@
-"""What every membership-inference attack shares: the membership tasks, the audit call, the result type.
+"""What every membership-inference attack shares: the membership tasks and the audit call.
+
+The result types (:class:`~dpaudit.attacks.results.MiaResult` and one subclass per attack) live with
+every other result in :mod:`dpaudit.attacks.results`.
 
 Membership tasks (issue "attack part 2"):
 
@@ -21,11 +24,11 @@ import dataclasses
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, ClassVar
+from typing import Any
 
 import numpy as np
 
-from dpaudit.attacks.results import AttackResult, JsonRecord, register_result
+from dpaudit.attacks.results import RESULT_CLASSES, MiaTaskResult
 from dpaudit.errors import UserInputError
 
 #: ROC points kept in the summary (the full ROC stays in ``audit``).
@@ -216,10 +219,10 @@ def claim_of(context: Any) -> tuple[float | None, float]:
     cached = getattr(context, "_mia_claim", None)
     if cached is not None:
         return cached
-    from dpaudit.attacks.run import claimed_privacy
+    from dpaudit.attacks.claim import claimed_privacy
 
     source = context.scorer.source
-    claim = claimed_privacy(source.privacy)
+    claim = claimed_privacy(source.privacy, where=str(source.path / "privacy.json"))
     delta = claim.delta
     if delta is None:  # non-private or unknown: audit at 1/N (the usual default), recorded in the result
         n = len(context.data.train_texts) if context.data is not None else 0
@@ -273,115 +276,21 @@ def _downsample_roc(fpr: np.ndarray, tpr: np.ndarray, points: int = ROC_POINTS) 
     return fpr[keep].tolist(), tpr[keep].tolist()
 
 
-@dataclass(frozen=True, kw_only=True)
-class MiaTaskResult(JsonRecord):
-    """One attack on one membership task: the headline numbers and the full :class:`dpaudit.audit.AuditResult`.
-
-    The flat fields are what a report shows; ``audit`` is everything (``AuditResult.to_json()``).
-    """
-
-    task: str
-    n_members: int
-    n_nonmembers: int
-    auc: float
-    auc_ci: tuple[float, float]
-    tpr_at: tuple[dict[str, Any], ...]
-    advantage: float
-    roc: dict[str, Any]
-    epsilon_lower_bound: float
-    bound_methods: tuple[str, ...]
-    bound_is_proof: bool
-    bound_note: str
-    claimed_epsilon: float | None
-    delta: float
-    exceeds_claim: bool
-    coin_flip: bool
-    scores_file: str
-    info: dict[str, Any]
-    warnings: tuple[str, ...] = ()
-    audit: dict[str, Any]
-
-    @classmethod
-    def from_audit(cls, task: MembershipTask, audit: Any, *, scores_file: str,
-                   extra_warnings: Sequence[str] = ()) -> MiaTaskResult:
-        fpr, tpr = _downsample_roc(audit.roc.fpr, audit.roc.tpr)
-        tprs = tuple({"fpr": t.fpr, "tpr": t.tpr, "ci": [t.ci.low, t.ci.high], "achieved_fpr": t.achieved_fpr,
-                      "min_nonmembers": t.min_nonmembers, "enough_nonmembers": t.enough_nonmembers}
-                     for t in audit.tpr_at_fpr)
-        return cls(task=task.name, n_members=audit.n_members, n_nonmembers=audit.n_nonmembers, auc=audit.auc.value,
-                   auc_ci=(audit.auc.ci.low, audit.auc.ci.high), tpr_at=tprs, advantage=audit.advantage.value,
-                   roc={"fpr": fpr, "tpr": tpr, "points": len(fpr), "full_points": int(audit.roc.fpr.size)},
-                   epsilon_lower_bound=audit.epsilon_lower_bound,
-                   bound_methods=tuple(_bound_label(b) for b in audit.bounds),
-                   bound_is_proof=bool(task.coin_flip), bound_note=PROOF_NOTE if task.coin_flip else HEURISTIC_NOTE,
-                   claimed_epsilon=audit.claimed_epsilon, delta=audit.delta, exceeds_claim=audit.exceeds_claim,
-                   coin_flip=audit.coin_flip, scores_file=scores_file, info=dict(task.info),
-                   warnings=tuple(audit.warnings) + tuple(extra_warnings), audit=audit.to_json())
-
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> MiaTaskResult:
-        kw = dict(obj)
-        kw["auc_ci"] = tuple(kw["auc_ci"])
-        for name in ("tpr_at", "bound_methods", "warnings"):
-            kw[name] = tuple(kw.get(name, ()))
-        return cls(**kw)
-
-    def audit_result(self) -> Any:
-        """The full :class:`dpaudit.audit.AuditResult`."""
-        from dpaudit.audit import AuditResult
-
-        return AuditResult.from_json(self.audit)
-
-
-@dataclass(frozen=True, kw_only=True)
-class MiaResult(AttackResult):
-    """A membership-inference attack's result: one :class:`MiaTaskResult` per task, and its parameters."""
-
-    attack: ClassVar[str] = ""
-    reference: ClassVar[str] = ""
-    parameters: dict[str, Any]
-    tasks: tuple[MiaTaskResult, ...] = ()
-    claimed_epsilon: float | None = None
-    exceeds_claim: bool = False
-
-    def to_json(self) -> dict[str, Any]:
-        return {"attack": self.attack, "kind": "membership-inference", "reference": self.reference,
-                "parameters": self.parameters, "claimed_epsilon": self.claimed_epsilon,
-                "exceeds_claim": self.exceeds_claim, "warnings": list(self.warnings),
-                "tasks": [t.to_json() for t in self.tasks]}
-
-    @classmethod
-    def from_json(cls, obj: dict[str, Any]):
-        return cls(parameters=obj["parameters"], tasks=tuple(MiaTaskResult.from_json(t) for t in obj["tasks"]),
-                   claimed_epsilon=obj.get("claimed_epsilon"), exceeds_claim=bool(obj.get("exceeds_claim")),
-                   warnings=tuple(obj.get("warnings", ())))
-
-    def membership_audits(self) -> dict[str, Any]:
-        """task -> :class:`dpaudit.audit.AuditResult` (what the report's membership section renders)."""
-        return {t.task: t.audit_result() for t in self.tasks}
-
-    def __getitem__(self, task: str) -> MiaTaskResult:
-        for t in self.tasks:
-            if t.task == task:
-                return t
-        raise KeyError(f"no {task!r} task in the {self.attack} result.")
-
-
-def _result_class(name: str, reference: str) -> type[MiaResult]:
-    cls = type(f"{name.capitalize()}MiaResult", (MiaResult,), {"attack": name, "reference": reference,
-                                                                "__module__": __name__})
-    cls = dataclass(frozen=True, kw_only=True)(cls)
-    register_result(cls)
-    return cls
-
-
-LossResult = _result_class("loss", "Yeom et al. 2018, 'Privacy Risk in Machine Learning'")
-ShadowResult = _result_class("shadow", "Shokri et al. 2017, as in Dupuy et al. 2021 (eDP-SGD), section 5")
-RefResult = _result_class("ref", "Mireshghallah et al. 2022, 'Quantifying Privacy Risks of Masked Language Models'")
-LiraResult = _result_class("lira", "Carlini et al. 2022, 'Membership Inference Attacks From First Principles'")
-RmiaResult = _result_class("rmia", "Zarifzadeh et al. 2024, 'Low-Cost High-Power Membership Inference Attacks'")
-RESULT_CLASSES: dict[str, type[MiaResult]] = {c.attack: c for c in (LossResult, ShadowResult, RefResult, LiraResult,
-                                                                      RmiaResult)}
+def task_result(task: MembershipTask, audit: Any, *, scores_file: str, extra_warnings: Sequence[str] = ()) -> MiaTaskResult:
+    """The :class:`~dpaudit.attacks.results.MiaTaskResult` of one task's :class:`dpaudit.audit.AuditResult`."""
+    fpr, tpr = _downsample_roc(audit.roc.fpr, audit.roc.tpr)
+    tprs = tuple({"fpr": t.fpr, "tpr": t.tpr, "ci": [t.ci.low, t.ci.high], "achieved_fpr": t.achieved_fpr,
+                  "min_nonmembers": t.min_nonmembers, "enough_nonmembers": t.enough_nonmembers}
+                 for t in audit.tpr_at_fpr)
+    return MiaTaskResult(task=task.name, n_members=audit.n_members, n_nonmembers=audit.n_nonmembers, auc=audit.auc.value,
+                         auc_ci=(audit.auc.ci.low, audit.auc.ci.high), tpr_at=tprs, advantage=audit.advantage.value,
+                         roc={"fpr": fpr, "tpr": tpr, "points": len(fpr), "full_points": int(audit.roc.fpr.size)},
+                         epsilon_lower_bound=audit.epsilon_lower_bound,
+                         bound_methods=tuple(_bound_label(b) for b in audit.bounds),
+                         bound_is_proof=bool(task.coin_flip), bound_note=PROOF_NOTE if task.coin_flip else HEURISTIC_NOTE,
+                         claimed_epsilon=audit.claimed_epsilon, delta=audit.delta, exceeds_claim=audit.exceeds_claim,
+                         coin_flip=audit.coin_flip, scores_file=scores_file, info=dict(task.info),
+                         warnings=tuple(audit.warnings) + tuple(extra_warnings), audit=audit.to_json())
 
 
 def _bound_label(bound: Any) -> str:
@@ -426,7 +335,7 @@ def audit_tasks(context: Any, attack: str, scored: Sequence[tuple[MembershipTask
         audit = audit_scores(scores[task.member], scores[~task.member], delta=delta, claimed_epsilon=claimed,
                              seed=context.options.seed, coin_flip=task.coin_flip, fprs=fprs,
                              confidence=context.options.level, group_size=_group_size(task))
-        results.append(MiaTaskResult.from_audit(task, audit, scores_file=scores_file(attack), extra_warnings=extra))
+        results.append(task_result(task, audit, scores_file=scores_file(attack), extra_warnings=extra))
         rows.extend({"task": task.name, "id": i, "member": bool(m), "score": float(s)}
                     for i, m, s in zip(task.ids, task.member.tolist(), scores.tolist()))
     exceeds = any(r.exceeds_claim for r in results)

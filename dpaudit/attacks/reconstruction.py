@@ -26,7 +26,7 @@ from dpaudit.attacks.results import (
     ReconstructionResult,
     ReconstructionRow,
 )
-from dpaudit.attacks.stats import (
+from dpaudit.audit.intervals import (
     bootstrap_interval,
     clopper_pearson,
     mann_whitney_greater,

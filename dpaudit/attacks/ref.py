@@ -20,11 +20,12 @@ import numpy as np
 from dpaudit.attacks.base import AttackContext, AttackOutcome
 from dpaudit.attacks.loss import task_losses
 from dpaudit.attacks.mia import audit_tasks, membership_tasks, precheck
-from dpaudit.attacks.shadows import (
+from dpaudit.attacks.shadow_models import (
     ShadowSpec,
     cache_root,
     check_same_tokenizer,
     load_scorers,
+    public_pool,
     train_shadows,
 )
 from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
@@ -45,8 +46,6 @@ def reference_scorer(context: AttackContext, attack: str) -> tuple[object, str, 
         scorer = load(source, batch_size=context.scorer.batch_size, device=context.scorer.device, progress=False)
         check_same_tokenizer(context.scorer, scorer, option="--reference-model")
         return scorer, f"--reference-model {options.reference_model}", []
-    from dpaudit.attacks.shadow import public_pool
-
     pool = public_pool(context.data, context.scorer.source.label_set())
     spec = ShadowSpec(index=0, member=np.ones(len(pool.texts), bool), seed=options.seed * 1000 + 999)
     models, notes = train_shadows(source=context.scorer.source, run=context.data, pool=pool, specs=[spec], attack=attack,
@@ -64,7 +63,7 @@ class RefAttack:
     @classmethod
     def check(cls, options: Any, source: Any, run: Any) -> None:
         """Shadow models are trained like the target: its manifest must name the trainer and Config."""
-        from dpaudit.attacks.shadows import target_recipe
+        from dpaudit.attacks.shadow_models import target_recipe
 
         precheck(options, run)
         if not options.reference_model:

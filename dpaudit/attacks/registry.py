@@ -17,7 +17,7 @@ ATTACKS: dict[str, str] = {
     "exposure": "dpaudit.attacks.exposure:ExposureAttack",
     "reconstruction": "dpaudit.attacks.reconstruction:ReconstructionAttack",
     "loss": "dpaudit.attacks.loss:LossAttack",
-    "shadow": "dpaudit.attacks.shadow:ShadowAttack",
+    "shadow": "dpaudit.attacks.shokri:ShadowAttack",
     "ref": "dpaudit.attacks.ref:RefAttack",
     "lira": "dpaudit.attacks.lira:LiraAttack",
     "rmia": "dpaudit.attacks.rmia:RmiaAttack",

@@ -1,8 +1,9 @@
 """The typed, versioned results of ``dpaudit attack`` (``results.json``, schema ``dpaudit.attack/1``).
 
 Frozen dataclasses with ``to_json``/``from_json``; nothing is an ad-hoc dictionary. Each attack has
-its own result class, registered by attack name with :func:`register_result`, so a later attack
-(the membership-inference ones) adds its class without touching this module's readers.
+its own result class, registered by attack name with :func:`register_result`; the built-in ones
+(exposure, reconstruction and the membership-inference attacks) are all defined here, so reading
+``results.json`` imports no attack module.
 
 ``results.json`` holds the summaries (parameters, statistics by frequency, warnings, the claimed
 epsilon); the per-canary rows go to ``scores/canaries.jsonl`` as :class:`CanaryScore` records.
@@ -16,7 +17,7 @@ import typing
 from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
-from dpaudit.attacks.stats import Interval, OneSidedTest
+from dpaudit.audit.intervals import Interval, OneSidedTest
 
 SCHEMA = "dpaudit.attack/1"
 
@@ -264,11 +265,106 @@ register_result(ExposureResult)
 register_result(ReconstructionResult)
 
 
+# -- membership inference (the attacks in dpaudit.attacks.mia and the modules it names) -------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class MiaTaskResult(JsonRecord):
+    """One attack on one membership task: the headline numbers and the full :class:`dpaudit.audit.AuditResult`.
+
+    The flat fields are what a report shows; ``audit`` is everything (``AuditResult.to_json()``).
+    """
+
+    task: str
+    n_members: int
+    n_nonmembers: int
+    auc: float
+    auc_ci: tuple[float, float]
+    tpr_at: tuple[dict[str, Any], ...]
+    advantage: float
+    roc: dict[str, Any]
+    epsilon_lower_bound: float
+    bound_methods: tuple[str, ...]
+    bound_is_proof: bool
+    bound_note: str
+    claimed_epsilon: float | None
+    delta: float
+    exceeds_claim: bool
+    coin_flip: bool
+    scores_file: str
+    info: dict[str, Any]
+    warnings: tuple[str, ...] = ()
+    audit: dict[str, Any]
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> MiaTaskResult:
+        kw = dict(obj)
+        kw["auc_ci"] = tuple(kw["auc_ci"])
+        for name in ("tpr_at", "bound_methods", "warnings"):
+            kw[name] = tuple(kw.get(name, ()))
+        return cls(**kw)
+
+    def audit_result(self) -> Any:
+        """The full :class:`dpaudit.audit.AuditResult`."""
+        from dpaudit.audit import AuditResult
+
+        return AuditResult.from_json(self.audit)
+
+
+@dataclass(frozen=True, kw_only=True)
+class MiaResult(AttackResult):
+    """A membership-inference attack's result: one :class:`MiaTaskResult` per task, and its parameters."""
+
+    attack: ClassVar[str] = ""
+    reference: ClassVar[str] = ""
+    parameters: dict[str, Any]
+    tasks: tuple[MiaTaskResult, ...] = ()
+    claimed_epsilon: float | None = None
+    exceeds_claim: bool = False
+
+    def to_json(self) -> dict[str, Any]:
+        return {"attack": self.attack, "kind": "membership-inference", "reference": self.reference,
+                "parameters": self.parameters, "claimed_epsilon": self.claimed_epsilon,
+                "exceeds_claim": self.exceeds_claim, "warnings": list(self.warnings),
+                "tasks": [t.to_json() for t in self.tasks]}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]):
+        return cls(parameters=obj["parameters"], tasks=tuple(MiaTaskResult.from_json(t) for t in obj["tasks"]),
+                   claimed_epsilon=obj.get("claimed_epsilon"), exceeds_claim=bool(obj.get("exceeds_claim")),
+                   warnings=tuple(obj.get("warnings", ())))
+
+    def membership_audits(self) -> dict[str, Any]:
+        """task -> :class:`dpaudit.audit.AuditResult` (what the report's membership section renders)."""
+        return {t.task: t.audit_result() for t in self.tasks}
+
+    def __getitem__(self, task: str) -> MiaTaskResult:
+        for t in self.tasks:
+            if t.task == task:
+                return t
+        raise KeyError(f"no {task!r} task in the {self.attack} result.")
+
+
+def _result_class(name: str, reference: str) -> type[MiaResult]:
+    cls = type(f"{name.capitalize()}MiaResult", (MiaResult,), {"attack": name, "reference": reference,
+                                                                "__module__": __name__})
+    cls = dataclass(frozen=True, kw_only=True)(cls)
+    register_result(cls)
+    return cls
+
+
+LossResult = _result_class("loss", "Yeom et al. 2018, 'Privacy Risk in Machine Learning'")
+ShadowResult = _result_class("shadow", "Shokri et al. 2017, as in Dupuy et al. 2021 (eDP-SGD), section 5")
+RefResult = _result_class("ref", "Mireshghallah et al. 2022, 'Quantifying Privacy Risks of Masked Language Models'")
+LiraResult = _result_class("lira", "Carlini et al. 2022, 'Membership Inference Attacks From First Principles'")
+RmiaResult = _result_class("rmia", "Zarifzadeh et al. 2024, 'Low-Cost High-Power Membership Inference Attacks'")
+RESULT_CLASSES: dict[str, type[MiaResult]] = {c.attack: c for c in (LossResult, ShadowResult, RefResult, LiraResult,
+                                                                      RmiaResult)}
+
+
 def result_from_json(obj: dict[str, Any]) -> AttackResult:
     """Read one attack's summary, dispatching on its ``attack`` field."""
     name = obj.get("attack")
-    if name not in _RESULT_TYPES:
-        import dpaudit.attacks.mia  # noqa: F401  (registers the membership-inference result classes)
     if name not in _RESULT_TYPES:
         raise ValueError(f"unknown attack result {name!r}; known: {', '.join(sorted(_RESULT_TYPES))}.")
     body = {k: v for k, v in obj.items() if k != "attack"}

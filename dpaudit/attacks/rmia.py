@@ -25,7 +25,7 @@ import numpy as np
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome
 from dpaudit.attacks.mia import audit_tasks, membership_tasks, precheck
-from dpaudit.attacks.shadow import pool_label_ids, public_shadows
+from dpaudit.attacks.shadow_models import pool_label_ids, public_shadows
 from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
 
 #: Offline scaling of the reference average (Zarifzadeh et al. section 4).
@@ -53,7 +53,7 @@ class RmiaAttack:
     @classmethod
     def check(cls, options: Any, source: Any, run: Any) -> None:
         """Shadow models are trained like the target: its manifest must name the trainer and Config."""
-        from dpaudit.attacks.shadows import target_recipe
+        from dpaudit.attacks.shadow_models import target_recipe
 
         precheck(options, run)
         target_recipe(source, cls.name)

@@ -1,10 +1,13 @@
-"""``dpaudit.attack(model, data, attacks=[...])``: the one composition of a whole attack run.
+"""The composition of a whole attack run: checks, scoring, attacks, the attack directory.
 
-The command line is a thin layer over :func:`attack`. Every check that can fail on bad input runs
-before the model is loaded and before anything is written: the inject directory's hashes, the
-model directory (weights, tokenizer, no pickle), the attacks' model kinds, ``--out`` and
-``--reveal``. The attack directory (the run-directory contract) is written in a staged directory and renamed
-into place only when complete: ``results.json``, ``scores/canaries.jsonl``, ``manifest.json``.
+:func:`dpaudit.stages.attack.attack` (``dpaudit.attack(...)`` and ``dpaudit attack``) calls :func:`attack` here
+with the report page as an extra output; this module never imports the report, which sits one floor up.
+
+Every check that can fail on bad input runs before the model is loaded and before anything is written:
+the inject directory's hashes, the model directory (weights, tokenizer, no pickle), the attacks' model
+kinds, ``--out`` and ``--reveal``. The attack directory (the run-directory contract) is written in a staged directory and renamed
+into place only when complete: ``results.json``, ``scores/canaries.jsonl``, the pages a caller adds
+(``index.html``) and ``manifest.json``.
 """
 
 from __future__ import annotations
@@ -14,17 +17,17 @@ import json
 import os
 import warnings
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
 from dpaudit.attacks.base import AttackContext, AttackOptions
+from dpaudit.attacks.claim import claimed_privacy
 from dpaudit.attacks.registry import DEFAULT_ATTACKS, resolve_attacks
 from dpaudit.attacks.results import (
     SCHEMA,
     AttackResults,
     CanaryScore,
-    ClaimedPrivacy,
     DataInfo,
     ModelInfo,
 )
@@ -40,39 +43,15 @@ from dpaudit.rundir import (
     write_jsonl,
 )
 
-RESULTS, CANARY_SCORES = "results.json", "scores/canaries.jsonl"  # and index.html (dpaudit.report)
+RESULTS, CANARY_SCORES = "results.json", "scores/canaries.jsonl"
+
+#: Renders extra files of the attack directory (the report's ``index.html``) from the staged directory,
+#: the results and the manifest as a reader of ``manifest.json`` will see it: name -> text.
+PageWriter = Callable[[Path, AttackResults, Mapping[str, Any]], Mapping[str, str]]
 
 
 class AttackWarning(UserWarning):
     """A caveat about what the attack measured (also recorded in ``results.json``)."""
-
-
-def claimed_privacy(privacy: dict[str, Any] | None) -> ClaimedPrivacy:
-    """The model's claim, with epsilon recomputed from the DpEvent in ``privacy.json`` (never copied)."""
-    if privacy is None:
-        return ClaimedPrivacy(known=False, guarantee="unknown: a bare model directory has no privacy.json.")
-    if not privacy.get("private"):
-        return ClaimedPrivacy(known=True, private=False, guarantee=privacy.get("guarantee", "non-private: epsilon = inf."))
-    from dpaudit import accounting
-
-    try:
-        event = accounting.event_from_json(privacy["event"])
-        delta, accountant = float(privacy["delta"]), str(privacy.get("accountant") or "pld")
-    except (KeyError, TypeError, ValueError) as err:
-        raise UserInputError(f"privacy.json: cannot read the DpEvent ({err}); rerun dpaudit train.") from None
-    recomputed = float(accounting.epsilon(event, delta, accountant))  # type: ignore[arg-type]
-    if privacy.get("sampling") == "shuffle" or privacy.get("epsilon") is None:  # nothing proven: never a claim
-        return ClaimedPrivacy(known=True, private=True, epsilon=None, recorded_epsilon=None, delta=delta,
-                              accountant=accountant, guarantee=privacy.get("guarantee"),
-                              sampling=privacy.get("sampling"), epsilon_if_poisson=recomputed)
-    # N treated as public (the default, and every record older than the field): the replace-one epsilon
-    # is what holds against an adversary who knows N; recomputed from the same event, never copied.
-    n_public = privacy.get("n_public", True) is not False
-    replace_one = float(accounting.epsilon_replace_one(event, delta)) if n_public else None
-    return ClaimedPrivacy(known=True, private=True, epsilon=recomputed,
-                          recorded_epsilon=privacy.get("epsilon"), delta=delta, accountant=accountant,
-                          guarantee=privacy.get("guarantee"), sampling=privacy.get("sampling"),
-                          n_public=n_public, epsilon_replace_one=replace_one)
 
 
 def shared_context_warning(canaries: Sequence[Any], space: Any, reveal: int) -> str | None:
@@ -124,7 +103,7 @@ def truncation_warning(tokenizer: Any, canaries: Sequence[Any], train_manifest: 
 def attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks: Iterable[str] = DEFAULT_ATTACKS, *,
            out: str | os.PathLike[str] | None = None, overwrite: bool = False, batch_size: int = 32, reveal: int = 0,
            top_k: int = 10, seed: int = 0, device: str | None = None, progress: bool = True,
-           command: list[str] | None = None, **mia_options: Any) -> AttackResults:
+           command: list[str] | None = None, pages: PageWriter | None = None, **mia_options: Any) -> AttackResults:
     """Run canary attacks on a model and (with ``out``) write the attack directory.
 
     Args:
@@ -137,6 +116,7 @@ def attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks:
         device: ``"cuda"``/``"cpu"``; default: the GPU when present.
         progress: progress bars on stderr.
         command: the command line recorded in the manifest.
+        pages: extra files rendered into ``out`` before its manifest (see :func:`write_attack_dir`).
         mia_options: membership-inference options, fields of :class:`dpaudit.attacks.base.AttackOptions`
             (``shadow_models``, ``attack_model``, ``reference_model``, ``max_shadow_minutes``, ``shadow_cache``,
             ``fprs``, ``mia_examples``, ``lira_global_variance``, ``shadow_overrides``).
@@ -149,15 +129,18 @@ def attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks:
     """
     if out is None:
         return _attack(model, data, attacks, out=None, overwrite=overwrite, batch_size=batch_size, reveal=reveal,
-                       top_k=top_k, seed=seed, device=device, progress=progress, command=command, **mia_options)
+                       top_k=top_k, seed=seed, device=device, progress=progress, command=command, pages=pages,
+                       **mia_options)
     with run_dir_lock(out, stage="attack"):  # one stage per output directory at a time
         return _attack(model, data, attacks, out=out, overwrite=overwrite, batch_size=batch_size, reveal=reveal,
-                       top_k=top_k, seed=seed, device=device, progress=progress, command=command, **mia_options)
+                       top_k=top_k, seed=seed, device=device, progress=progress, command=command, pages=pages,
+                       **mia_options)
 
 
 def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks: Iterable[str], *,
             out: str | os.PathLike[str] | None, overwrite: bool, batch_size: int, reveal: int, top_k: int, seed: int,
-            device: str | None, progress: bool, command: list[str] | None, **mia_options: Any) -> AttackResults:
+            device: str | None, progress: bool, command: list[str] | None, pages: PageWriter | None = None,
+            **mia_options: Any) -> AttackResults:
     from dpaudit.inject_run import load_inject_run
     from dpaudit.scoring import load, resolve_model
 
@@ -191,7 +174,7 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
                              f"{space.length - 1}.")
     if space is None and reveal:
         raise UserInputError("--reveal applies to digits:N and words:N secrets, not phrases; remove it.")
-    claimed = claimed_privacy(source.privacy)
+    claimed = claimed_privacy(source.privacy, where=str(source.path / "privacy.json"))
     canaries = list(run.canaries)
     notes = [w for w in (shared_context_warning(canaries, space, reveal),) if w] + skipped
     for note in notes:
@@ -226,21 +209,20 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
         config = {"attacks": [c.name for c in classes], "model": str(model), "data": str(data), **dataclasses.asdict(options)}
         inputs = {**{str(Path(model) / k): v for k, v in source.files.items()},
                   **{str(Path(data) / k): v for k, v in run.manifest.get("outputs", {}).items()}}
-        write_attack_dir(out, results_obj, config=config, inputs=inputs, seed=seed, overwrite=overwrite, command=command)
+        write_attack_dir(out, results_obj, config=config, inputs=inputs, seed=seed, overwrite=overwrite, command=command,
+                         pages=pages)
     return results_obj
 
 
 def write_attack_dir(out: str | os.PathLike[str], results: AttackResults, *, config: dict[str, Any],
-                     inputs: dict[str, str], seed: int, overwrite: bool, command: list[str] | None) -> Path:
-    """Write ``results.json``, ``scores/canaries.jsonl``, ``index.html`` and ``manifest.json`` into ``out`` atomically.
+                     inputs: dict[str, str], seed: int, overwrite: bool, command: list[str] | None,
+                     pages: PageWriter | None = None) -> Path:
+    """Write ``results.json``, ``scores/canaries.jsonl``, the ``pages`` and ``manifest.json`` into ``out`` atomically.
 
-    ``index.html``  is rendered from exactly what the directory holds, under the name
-    ``out``: it is the page ``dpaudit report out`` renders (the page omits its own hash, the one output
-    that cannot list itself).
+    ``pages`` (the attack stage passes the report's ``index.html``) renders from exactly what the staged
+    directory holds and the manifest as a reader will see it; the pages' hashes join the manifest's
+    outputs (a page omits its own hash, the one output that cannot list itself).
     """
-    from dpaudit.report.load import REPORT_FILE, run_from_results
-    from dpaudit.report.render import render_runs
-
     with staged_directory(out, overwrite=overwrite) as stage:
         atomic_write_json(stage / RESULTS, results.to_json())
         (stage / "scores").mkdir()
@@ -250,9 +232,11 @@ def write_attack_dir(out: str | os.PathLike[str], results: AttackResults, *, con
         outputs = file_hashes(stage, [RESULTS, CANARY_SCORES, *results.score_files])
         manifest = build_manifest(schema=SCHEMA, config=config, seed=seed, inputs=inputs, outputs=outputs, command=command)
         manifest = json.loads(json.dumps(manifest))  # exactly what a reader of manifest.json will see
-        html = render_runs([run_from_results(stage, results, manifest, label=str(out))])
-        atomic_write_text(stage / REPORT_FILE, html)
-        manifest["outputs"] = file_hashes(stage, [*outputs, REPORT_FILE])
+        if pages is not None:
+            rendered = dict(pages(stage, results, manifest))
+            for name, text in rendered.items():
+                atomic_write_text(stage / name, text)
+            manifest["outputs"] = file_hashes(stage, [*outputs, *rendered])
         atomic_write_json(stage / "manifest.json", manifest)
     return Path(out)
 

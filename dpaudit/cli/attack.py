@@ -1,6 +1,6 @@
 """``dpaudit attack``: run the canary attacks on a model and write the attack directory.
 
-A thin shell over :func:`dpaudit.attacks.run.attack`: options in, a summary table (or JSON with
+A thin shell over the attack stage (:func:`dpaudit.stages.attack.attack`): options in, a summary table (or JSON with
 ``--json``) out, warnings on stderr. Never imports jax (models load through transformers/torch).
 """
 
@@ -25,8 +25,7 @@ def _fmt(x: float | None, spec: str = ".2f") -> str:
 
 
 def _summary(results) -> str:  # noqa: ANN001
-    from dpaudit.attacks.mia import MiaResult
-    from dpaudit.attacks.results import ExposureResult, ReconstructionResult
+    from dpaudit.attacks.results import ExposureResult, MiaResult, ReconstructionResult
     from dpaudit.figures import format_down, format_up
     from dpaudit.headline import headline_of
 
@@ -122,7 +121,7 @@ def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: in
     accountant's claim (flagged loudly when above it). Shadow models are cached and resumable.
     """
     from dpaudit.attacks.run import AttackWarning
-    from dpaudit.attacks.run import attack as run_attack
+    from dpaudit.stages.attack import attack as run_attack
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", AttackWarning)

@@ -28,11 +28,11 @@ def _model_summary(model: Path) -> str:
     """Epsilon (recomputed from the stored DpEvent, rounded up) with its caveats, and the last held-out
     accuracy (telemetry on private data) of a train run."""
     from dpaudit.figures import format_up
-    from dpaudit.privacy_record import PrivacyRecord, group_privacy_text
+    from dpaudit.privacy_record import group_privacy_text
     from dpaudit.rundir import read_jsonl
+    from dpaudit.scoring.source import read_privacy_record
 
-    path = model / "privacy.json"
-    record = PrivacyRecord.from_json(json.loads(path.read_text(encoding="utf-8")), where=str(path))
+    record = read_privacy_record(model / "privacy.json")
     if record.private:
         eps = record.recompute_epsilon()
         delta = format_up(record.delta, 2)

@@ -13,8 +13,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from dpaudit.attacks.mia import MiaResult
-from dpaudit.attacks.results import AttackResults, ExposureResult, ReconstructionResult
+from dpaudit.attacks.results import AttackResults, ExposureResult, MiaResult, ReconstructionResult
 
 #: Significance level of "memorized" (the top group's exposure above the controls').
 ALPHA = 0.05

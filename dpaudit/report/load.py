@@ -3,7 +3,8 @@
 The report is a pure function of attack directories (no model is loaded). It reads the attack
 directory itself (verified against its manifest: a changed file is refused) and, through the
 manifest's ``inputs`` (path -> sha256), the few upstream files it shows: the train run's
-``metrics.jsonl`` and ``privacy.json`` and the inject run's ``canaries.jsonl``. An upstream file that is
+``metrics.jsonl`` and ``privacy.json`` (through the one reader,
+:func:`dpaudit.scoring.source.read_privacy_record`) and the inject run's ``canaries.jsonl``. An upstream file that is
 gone (a report rendered on another machine) is shown as unavailable; one whose hash no longer
 matches is refused, since the page would otherwise describe a different run.
 """
@@ -26,6 +27,7 @@ import numpy as np
 from dpaudit.attacks.results import SCHEMA as ATTACK_SCHEMA
 from dpaudit.attacks.results import AttackResults
 from dpaudit.errors import UserInputError
+from dpaudit.privacy_record import PrivacyRecord
 from dpaudit.rundir import MANIFEST_NAME, load_manifest, sha256_file
 
 #: Files of the attack directory that the report does not show the hash of (it is the report itself).
@@ -68,7 +70,6 @@ class PrivacyFacts:
     mechanism: str | None = None
     notes: tuple[str, ...] = ()
     telemetry: str | None = None
-    tokenizer: str | None = None
     epsilon: float | None = None
     epsilon_if_poisson: float | None = None
     unaccounted_releases: tuple[str, ...] = ()
@@ -308,14 +309,15 @@ def _words(tp: Any) -> str:
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}.get(tp, str(tp))
 
 
-def _claim_facts(obj: Mapping[str, Any]) -> dict[str, Any]:
-    """The claim-related facts of ``privacy.json`` (see :class:`PrivacyFacts`), tolerant of older records."""
-    details = obj.get("details") if isinstance(obj.get("details"), Mapping) else {}
-    norms_from = str(details.get("layer_clip_norms_from") or "")
-    releases = obj.get("unaccounted_releases") if isinstance(obj.get("unaccounted_releases"), list) else []
-    return {"epsilon": _finite(obj.get("epsilon")), "epsilon_if_poisson": _finite(obj.get("epsilon_if_poisson")),
-            "unaccounted_releases": tuple(str(r) for r in releases),
-            "scale_from_private": norms_from.startswith("train.jsonl") or details.get("scale_from") == "private"}
+def privacy_facts(record: PrivacyRecord) -> PrivacyFacts:
+    """The claim-related facts of a privacy record (see :class:`PrivacyFacts`)."""
+    norms_from = str(record.details.get("layer_clip_norms_from") or "")
+    return PrivacyFacts(trainer=record.trainer, privacy_unit=record.privacy_unit, adjacency=record.adjacency,
+                        sampling=record.sampling, mechanism=record.mechanism, notes=tuple(str(n) for n in record.notes),
+                        telemetry=record.telemetry, epsilon=_finite(record.epsilon),
+                        epsilon_if_poisson=_finite(record.epsilon_if_poisson),
+                        unaccounted_releases=tuple(str(r) for r in record.unaccounted_releases),
+                        scale_from_private=norms_from.startswith("train.jsonl") or record.details.get("scale_from") == "private")
 
 
 def run_from_results(directory: str | os.PathLike[str], results: AttackResults, manifest: Mapping[str, Any], *,
@@ -336,16 +338,9 @@ def _with_upstream(directory: Path, results: AttackResults, manifest: Mapping[st
         metrics = tuple(_metric_row(r) for r in read_jsonl(metrics_path) if isinstance(r.get("step"), int))
     privacy = None
     if privacy_path is not None:
-        try:
-            obj = json.loads(privacy_path.read_text(encoding="utf-8"))
-        except (json.JSONDecodeError, UnicodeDecodeError) as err:
-            raise UserInputError(f"{privacy_path}: not valid JSON ({err}); rerun dpaudit train.") from None
-        if not isinstance(obj, dict):
-            raise UserInputError(f"{privacy_path}: expected a JSON object; rerun dpaudit train.")
-        privacy = PrivacyFacts(trainer=obj.get("trainer"), privacy_unit=obj.get("privacy_unit"), adjacency=obj.get("adjacency"),
-                               sampling=obj.get("sampling"), mechanism=obj.get("mechanism"),
-                               notes=tuple(str(n) for n in obj.get("notes") or ()), telemetry=obj.get("telemetry"),
-                               tokenizer=obj.get("tokenizer"), **_claim_facts(obj))
+        from dpaudit.scoring.source import read_privacy_record
+
+        privacy = privacy_facts(read_privacy_record(privacy_path))
     canary_text: dict[str, CanaryText] = {}
     if canary_path is not None:
         from dpaudit.rundir import read_jsonl

@@ -430,7 +430,7 @@ def provenance(run: ReportRun) -> Provenance:
         if role in run.upstream_manifests:
             stages.append(_stage(role, run.upstream_manifests[role]))
     train = run.upstream_manifests.get("train", {})
-    tokenizer = (run.privacy.tokenizer if run.privacy and run.privacy.tokenizer else None) or (
+    tokenizer = (
         f"trained on {train['tokenizer_trained_on']} only" if "tokenizer_trained_on" in train else
         "unknown: the train run's manifest is not available (for a bare Hugging Face model: whatever its authors used)")
     m = run.results.model

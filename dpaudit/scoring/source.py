@@ -3,7 +3,8 @@
 Everything here is torch-free, so bad input (no weights, a pickle-only checkpoint, no tokenizer, a
 damaged run directory) is refused with a one-line :class:`~dpaudit.errors.UserInputError` before
 torch or transformers is imported. A train run directory (``manifest.json`` with schema
-``dpaudit.train/*``) is verified against its manifest; its ``privacy.json`` is read for the audit.
+``dpaudit.train/*``) is verified against its manifest; its ``privacy.json`` is read for the audit,
+through :func:`read_privacy_record` (the one reader of that file outside the trainers).
 """
 
 from __future__ import annotations
@@ -12,10 +13,13 @@ import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Literal
+from typing import TYPE_CHECKING, Any, Literal
 
 from dpaudit.errors import UserInputError
 from dpaudit.rundir import MANIFEST_NAME, verify_run_dir
+
+if TYPE_CHECKING:
+    from dpaudit.privacy_record import PrivacyRecord
 
 ModelKind = Literal["masked-lm", "classifier"]
 MASKED_LM: ModelKind = "masked-lm"
@@ -36,7 +40,7 @@ class ModelSource:
         model_dir: the Hugging Face directory holding config, weights and tokenizer.
         kind: ``"masked-lm"`` or ``"classifier"``, from ``config.json``'s ``architectures``.
         architecture: e.g. ``"BertForMaskedLM"``.
-        privacy: the run's ``privacy.json`` (None for a bare model directory).
+        privacy: the run's ``privacy.json``, typed (None for a bare model directory).
         manifest: the train run's verified manifest (None for a bare model directory).
         files: model file name (relative to ``path``) -> sha256, for the attack manifest.
         labels: a classifier's labels in class-id order (``config.json``'s ``id2label``), else None. Attacks
@@ -49,7 +53,7 @@ class ModelSource:
     model_dir: Path
     kind: ModelKind
     architecture: str
-    privacy: dict[str, Any] | None
+    privacy: PrivacyRecord | None
     manifest: dict[str, Any] | None
     files: dict[str, str]
     labels: tuple[str, ...] | None = None
@@ -64,6 +68,25 @@ class ModelSource:
             return None
         unknown = self.unknown_label if self.unknown_label in self.labels else None
         return LabelSet(names=self.labels, source=f"{self.model_dir / 'config.json'} (id2label)", unknown=unknown)
+
+
+def read_privacy_record(path: str | os.PathLike[str]) -> PrivacyRecord:
+    """``privacy.json`` as a :class:`~dpaudit.privacy_record.PrivacyRecord`: the attacks' and the report's one reader.
+
+    Raises:
+        UserInputError: one line naming the file: unreadable, not JSON, or not a record of this
+            dpaudit's schema (:meth:`PrivacyRecord.from_json`).
+    """
+    from dpaudit.privacy_record import PrivacyRecord
+
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserInputError(f"{path}: not valid JSON ({err}); rerun dpaudit train.") from None
+    except OSError as err:
+        raise UserInputError(f"{path}: unreadable ({err.strerror or err}); rerun dpaudit train.") from None
+    return PrivacyRecord.from_json(raw, where=str(path))
 
 
 def _id2label(config: dict[str, Any], config_path: Path) -> tuple[str, ...]:
@@ -192,10 +215,7 @@ def resolve_model(path: str | os.PathLike[str], *, option: str = "--model") -> M
         files = {name: digest for name, digest in manifest.get("outputs", {}).items()}
         privacy_path = path / "privacy.json"
         if privacy_path.is_file():
-            try:
-                privacy = json.loads(privacy_path.read_text(encoding="utf-8"))
-            except json.JSONDecodeError as err:
-                raise UserInputError(f"{privacy_path}: not valid JSON ({err.msg}); rerun dpaudit train.") from None
+            privacy = read_privacy_record(privacy_path)
     if not model_dir.is_dir():
         raise UserInputError(f"{option} {path}: no model/ directory; the train run did not finish, rerun dpaudit train.")
     config_path = model_dir / "config.json"

@@ -14,7 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 import dpaudit
-from dpaudit.attacks.mia import ROC_POINTS, MiaResult
+from dpaudit.attacks.mia import ROC_POINTS
+from dpaudit.attacks.results import MiaResult
 from dpaudit.attacks.run import read_attack_dir
 from dpaudit.cli import cli
 
@@ -163,7 +164,7 @@ def test_max_shadow_minutes_stops_starting_new_shadows(mia_run, mia_model, mia_d
 
 
 def test_a_finished_shadow_is_a_verified_run_dir(mia_run):
-    from dpaudit.attacks.shadows import _finished
+    from dpaudit.attacks.shadow_models import _finished
 
     _, _, cache = mia_run
     model = next(cache.iterdir()) / "model"

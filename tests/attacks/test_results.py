@@ -21,7 +21,7 @@ from dpaudit.attacks.results import (
     ReconstructionRow,
     result_from_json,
 )
-from dpaudit.attacks.stats import Interval, OneSidedTest
+from dpaudit.audit.intervals import Interval, OneSidedTest
 
 
 def _results() -> AttackResults:

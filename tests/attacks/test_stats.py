@@ -5,7 +5,7 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpaudit.attacks.stats import (
+from dpaudit.audit.intervals import (
     bootstrap_interval,
     clopper_pearson,
     log_frequency_slope,

@@ -31,7 +31,7 @@ import pytest
 from click.testing import CliRunner
 
 from dpaudit import accounting
-from dpaudit.attacks.mia import MiaResult
+from dpaudit.attacks.results import MiaResult
 from dpaudit.attacks.run import read_attack_dir
 from dpaudit.cli import cli
 from dpaudit.figures import format_up

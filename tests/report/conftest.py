@@ -35,8 +35,9 @@ from dpaudit.attacks.results import (
     ReconstructionRow,
     register_result,
 )
-from dpaudit.attacks.run import write_attack_dir
-from dpaudit.attacks.stats import (
+from dpaudit.privacy_record import PrivacyRecord
+from dpaudit.stages.attack import write_attack_dir
+from dpaudit.audit.intervals import (
     bootstrap_interval,
     clopper_pearson,
     mann_whitney_greater,
@@ -159,13 +160,22 @@ def make_attack_dir(root: Path, name: str = "attack", *, n_canaries: int = 40, f
                     **({"epsilon": float((epsilon or 0) * s / steps[-1])} if s % 50 == 0 and epsilon else {})} for s in steps]
     if metrics:
         _write_jsonl(train / "metrics.jsonl", metric_rows)
-    privacy = {"schema": "dpaudit.privacy/2", "trainer": "jax-bert", "private": epsilon is not None,
-               "privacy_unit": "example (add/remove)", "sampling": "shuffle" if shuffle else "poisson", "mechanism": "DP-SGD",
-               "telemetry": "telemetry is NOT covered by the epsilon", "tokenizer": "WordPiece trained on public.jsonl only",
-               "epsilon": None if shuffle else epsilon, "epsilon_if_poisson": epsilon if shuffle else None}
-    if scale_from_private:
-        privacy["details"] = {"mode": "edp-sgd", "layer_clip_norms_from": "train.jsonl (private; the values are in manifest.json only)"}
-    (train / "privacy.json").write_text(json.dumps(privacy))
+    event = None
+    if epsilon is not None:  # any real event: the report shows the recorded figures, the claim comes from results
+        from dp_accounting import dp_event
+
+        from dpaudit.accounting import event_to_json
+
+        event = event_to_json(dp_event.SelfComposedDpEvent(
+            dp_event.PoissonSampledDpEvent(0.01, dp_event.GaussianDpEvent(1.1)), 200))
+    record = PrivacyRecord(trainer="jax-bert", private=epsilon is not None, privacy_unit="example (add/remove)",
+                           sampling="shuffle" if shuffle else "poisson", mechanism="DP-SGD", event=event,
+                           delta=1e-5 if epsilon is not None else None, accountant="pld" if epsilon is not None else None,
+                           telemetry="telemetry is NOT covered by the epsilon",
+                           epsilon=None if shuffle else epsilon, epsilon_if_poisson=epsilon if shuffle else None,
+                           details={"mode": "edp-sgd", "layer_clip_norms_from": "train.jsonl (private; the values are in "
+                                    "manifest.json only)"} if scale_from_private else {})
+    (train / "privacy.json").write_text(json.dumps(record.to_json()))  # through the product's own writer
     (train / "model" / "model.safetensors").write_bytes(b"weights")
     (train / "manifest.json").write_text(json.dumps({"schema": "dpaudit.train/1", "dpaudit_version": "0.1.0",
                                                     "command": ["dpaudit", "train", "--trainer", "jax-bert",

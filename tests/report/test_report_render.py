@@ -37,7 +37,7 @@ def test_sections_in_order_and_content(parse_html, attack_dir: Path) -> None:
     assert "Group bounds (not the per-example claim)" in text and "group of up to 16 rows" in text
     assert "the claim gives a group of 16 rows no guarantee (group delta ≥ 1)" in text  # 16 e^30 1e-5 > 1
     assert "Group privacy." in text and "Not covered by epsilon." in text
-    assert "WordPiece trained on public.jsonl only" in text
+    assert "trained on public.jsonl only" in text  # the tokenizer, from the train manifest
     assert html.count('<svg ') == 4  # exposure, edit distance, ROC, training
     assert "EXCEEDS" not in html  # the lower bound is far below epsilon 2
     # every canary is a row of the per-canary table

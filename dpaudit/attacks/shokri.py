@@ -1,4 +1,4 @@
-"""Shadow-model membership inference (Shokri et al. 2017, as used by Dupuy et al. 2021).
+"""The ``shadow`` attack: shadow-model membership inference (Shokri et al. 2017, as used by Dupuy et al. 2021).
 
 k shadow models (default 4) are trained like the target (same trainer and Config, from its
 manifest) each on a random half of ``public.jsonl``; its other half are the shadow's non-members.
@@ -6,7 +6,8 @@ Features of every shadow's in and out rows (sorted class probabilities for a cla
 masked LM the sorted top-k masked-token probabilities, the loss and the entropy: whatever
 :meth:`dpaudit.scoring.Scorer.example_features` gives) train one scikit-learn classifier
 (``--attack-model logreg``: standardized logistic regression; ``gbdt``: histogram gradient boosting),
-which is then applied to the target's candidates; score = its member probability.
+which is then applied to the target's candidates; score = its member probability. The shadow models
+themselves (training, cache, the public pool) are :mod:`dpaudit.attacks.shadow_models`.
 
 References:
   Shokri, Stronati, Song & Shmatikov 2017, "Membership Inference Attacks against Machine Learning Models".
@@ -22,70 +23,11 @@ import numpy as np
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome
 from dpaudit.attacks.mia import audit_tasks, membership_tasks, precheck
-from dpaudit.attacks.shadows import (
-    ShadowPool,
-    ShadowSpec,
-    cache_root,
-    load_scorers,
-    train_shadows,
-)
-from dpaudit.errors import UserInputError
+from dpaudit.attacks.shadow_models import pool_label_ids, public_shadows
 from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
 
 #: Top-k masked-token probabilities in MLM features.
 TOP_K = 10
-
-
-def public_pool(run: Any, label_set: Any = None) -> ShadowPool:
-    """``public.jsonl``'s rows; with a classifier's ``label_set``, only those whose label the model has
-    (a shadow trained like the target would refuse the others, and their loss is undefined)."""
-    from dpaudit.inject_run import PUBLIC
-
-    split = run.split(PUBLIC)
-    if split.labels is None or label_set is None:
-        return ShadowPool(texts=list(split.texts), labels=None if split.labels is None else list(split.labels))
-    keep = [i for i, lab in enumerate(split.labels) if label_set.id_of(lab) is not None]
-    return ShadowPool(texts=[split.texts[i] for i in keep], labels=[split.labels[i] for i in keep])
-
-
-def pool_label_ids(label_set: Any, pool: ShadowPool) -> list[int] | None:
-    """Class ids of the pool's labels in the model's label set (every pool row has one: :func:`public_pool`)."""
-    if pool.labels is None or label_set is None:
-        return None
-    return [label_set.id_of(lab) for lab in pool.labels]
-
-
-def public_half_specs(n_pool: int, k: int, seed: int) -> list[ShadowSpec]:
-    """k shadows, each IN on an independent random half of the public pool (seeded)."""
-    specs = []
-    for i in range(k):
-        rng = np.random.default_rng([seed, 0x5348, i])
-        member = np.zeros(n_pool, bool)
-        member[rng.permutation(n_pool)[: n_pool // 2]] = True
-        specs.append(ShadowSpec(index=i, member=member, seed=seed * 1000 + i))
-    return specs
-
-
-def public_shadows(context: AttackContext, attack: str, *, what: str = "shadow") -> tuple[list[Any], list[Any], ShadowPool, list[str]]:
-    """Train or reuse the k public-half shadows (shared by ``shadow`` and ``rmia``): (models, scorers, pool, notes)."""
-    cached = getattr(context, "_public_shadows", None)
-    if cached is not None:
-        return cached
-    options = context.options
-    pool = public_pool(context.data, context.scorer.source.label_set())
-    if len(pool.texts) < 4:
-        raise UserInputError(f"--attacks {attack}: public.jsonl has {len(pool.texts)} rows; shadow models need at least 4 "
-                             "(re-inject with a larger --public-size).")
-    specs = public_half_specs(len(pool.texts), options.shadow_models, options.seed)
-    models, notes = train_shadows(source=context.scorer.source, run=context.data, pool=pool, specs=specs, attack=attack,
-                                  cache=cache_root(options.shadow_cache), max_minutes=options.max_shadow_minutes,
-                                  overrides=options.shadow_overrides, what=what)
-    if not models:
-        raise UserInputError(f"--max-shadow-minutes {options.max_shadow_minutes:g}: no shadow model could be trained in "
-                             "time; raise it.")
-    scorers = load_scorers(context, models)
-    context._public_shadows = (models, scorers, pool, notes)
-    return context._public_shadows
 
 
 def features(scorer: Any, texts: list[str], labels: list[int] | None, seed: int) -> np.ndarray:
@@ -114,7 +56,7 @@ class ShadowAttack:
     @classmethod
     def check(cls, options: Any, source: Any, run: Any) -> None:
         """Shadow models are trained like the target: its manifest must name the trainer and Config."""
-        from dpaudit.attacks.shadows import target_recipe
+        from dpaudit.attacks.shadow_models import target_recipe
 
         precheck(options, run)
         target_recipe(source, cls.name)

@@ -1,5 +1,7 @@
 """Shadow and reference models: trained through the trainer registry, cached, resumable.
 
+(The ``shadow`` attack that classifies their features is :mod:`dpaudit.attacks.shokri`.)
+
 The shadow-model attack (Shokri et al. 2017), LiRA (Carlini et al. 2022), RMIA (Zarifzadeh et al.
 2024) and the reference-model attack (Mireshghallah et al. 2022) all need models trained like the
 target on data the auditor controls. Each such model is trained by the target's own trainer
@@ -260,3 +262,58 @@ def load_scorers(context: Any, models: Sequence[TrainedShadow]) -> list[Any]:
         check_same_tokenizer(context.scorer, s, option="shadow model")
         scorers.append(s)
     return scorers
+
+
+# -- the public-half shadows of the shadow and rmia attacks (and the ref attack's pool) ------------
+
+
+def public_pool(run: Any, label_set: Any = None) -> ShadowPool:
+    """``public.jsonl``'s rows; with a classifier's ``label_set``, only those whose label the model has
+    (a shadow trained like the target would refuse the others, and their loss is undefined)."""
+    from dpaudit.inject_run import PUBLIC
+
+    split = run.split(PUBLIC)
+    if split.labels is None or label_set is None:
+        return ShadowPool(texts=list(split.texts), labels=None if split.labels is None else list(split.labels))
+    keep = [i for i, lab in enumerate(split.labels) if label_set.id_of(lab) is not None]
+    return ShadowPool(texts=[split.texts[i] for i in keep], labels=[split.labels[i] for i in keep])
+
+
+def pool_label_ids(label_set: Any, pool: ShadowPool) -> list[int] | None:
+    """Class ids of the pool's labels in the model's label set (every pool row has one: :func:`public_pool`)."""
+    if pool.labels is None or label_set is None:
+        return None
+    return [label_set.id_of(lab) for lab in pool.labels]
+
+
+def public_half_specs(n_pool: int, k: int, seed: int) -> list[ShadowSpec]:
+    """k shadows, each IN on an independent random half of the public pool (seeded)."""
+    specs = []
+    for i in range(k):
+        rng = np.random.default_rng([seed, 0x5348, i])
+        member = np.zeros(n_pool, bool)
+        member[rng.permutation(n_pool)[: n_pool // 2]] = True
+        specs.append(ShadowSpec(index=i, member=member, seed=seed * 1000 + i))
+    return specs
+
+
+def public_shadows(context: Any, attack: str, *, what: str = "shadow") -> tuple[list[Any], list[Any], ShadowPool, list[str]]:
+    """Train or reuse the k public-half shadows (shared by ``shadow`` and ``rmia``): (models, scorers, pool, notes)."""
+    cached = getattr(context, "_public_shadows", None)
+    if cached is not None:
+        return cached
+    options = context.options
+    pool = public_pool(context.data, context.scorer.source.label_set())
+    if len(pool.texts) < 4:
+        raise UserInputError(f"--attacks {attack}: public.jsonl has {len(pool.texts)} rows; shadow models need at least 4 "
+                             "(re-inject with a larger --public-size).")
+    specs = public_half_specs(len(pool.texts), options.shadow_models, options.seed)
+    models, notes = train_shadows(source=context.scorer.source, run=context.data, pool=pool, specs=specs, attack=attack,
+                                  cache=cache_root(options.shadow_cache), max_minutes=options.max_shadow_minutes,
+                                  overrides=options.shadow_overrides, what=what)
+    if not models:
+        raise UserInputError(f"--max-shadow-minutes {options.max_shadow_minutes:g}: no shadow model could be trained in "
+                             "time; raise it.")
+    scorers = load_scorers(context, models)
+    context._public_shadows = (models, scorers, pool, notes)
+    return context._public_shadows

@@ -1,0 +1,50 @@
+"""ROC counts, exact and bootstrapped: one vectorized engine (scores pooled and sorted once, ties grouped).
+
+Every ROC vertex is a (true positives, false positives) pair at the rule "member iff score >= t";
+:func:`_counts` gives them for the sample itself or for many bootstrap resamples at once
+(multiplicity weights on the pre-sorted pool, so no resample is sorted again).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+
+@dataclass(frozen=True)
+class _Pool:
+    """Members and non-members pooled and sorted by decreasing score, with tie groups marked."""
+
+    order: np.ndarray  # pooled index (members first) of each sorted position
+    is_member: np.ndarray  # bool, at sorted positions
+    ends: np.ndarray  # last sorted position of each group of equal scores
+    thresholds: np.ndarray  # the distinct scores, decreasing
+    n_members: int
+    n_nonmembers: int
+
+
+def _pool(member: np.ndarray, nonmember: np.ndarray) -> _Pool:
+    scores = np.concatenate([member, nonmember])
+    labels = np.r_[np.ones(member.size, bool), np.zeros(nonmember.size, bool)]
+    order = np.argsort(-scores, kind="stable")
+    s = scores[order]
+    ends = np.flatnonzero(np.r_[s[1:] != s[:-1], True])
+    return _Pool(order=order, is_member=labels[order], ends=ends, thresholds=s[ends],
+                 n_members=member.size, n_nonmembers=nonmember.size)
+
+
+def _counts(pool: _Pool, member_w: np.ndarray | None = None,
+            nonmember_w: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
+    """(TP, FP) at every ROC vertex, with a leading (0, 0) vertex for threshold +inf.
+
+    ``member_w`` / ``nonmember_w`` (B, n_members + n_nonmembers) are multiplicities at the SORTED
+    positions (bootstrap resamples; zero off their own class); without them, one ROC with unit weights.
+    """
+    if member_w is None:
+        member_w = pool.is_member[None, :].astype(np.int64)
+        nonmember_w = (~pool.is_member)[None, :].astype(np.int64)
+    tp = np.cumsum(member_w, axis=1)[:, pool.ends]
+    fp = np.cumsum(nonmember_w, axis=1)[:, pool.ends]
+    zero = np.zeros((tp.shape[0], 1), dtype=tp.dtype)
+    return np.hstack([zero, tp]), np.hstack([zero, fp])
