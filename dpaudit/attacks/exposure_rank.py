@@ -316,22 +316,14 @@ def _merged_counts(y_last: np.ndarray, y_base: np.ndarray, x_last: np.ndarray, x
     other, so only z next to a key gap that small can have ties; their x are found again by value
     and their tied y counted between the keys of their two thresholds.
 
+    Four steps, one function each: prune what needs no merging (:func:`_merge_windows`), write the
+    keys (:func:`_merge_keys`), count the better pairs and find the near-ties in one pass
+    (:func:`_scan_merged`), count the ties (:func:`_merged_ties`).
+
     Returns None where the keys do not apply (a threshold above 0, spaces beyond ``_MERGED_MAX``,
     too many near-ties): the caller then uses the binary searches.
     """
-    n_y = y_last.size * y_base.size
-    y_min, y_max = float((y_last + y_base[0]).min()), float((y_last + y_base[-1]).max())
-    m = x_base.size
-    # Per run, thresholds below every y (all y better) are a suffix and thresholds whose lower end
-    # is above every y (nothing better or tied) a prefix: found by bisection with the very
-    # comparisons the search path makes (fl(t - x) is monotone in x), so no full pass is needed.
-    starts, stops = [], []
-    for r in x_last:
-        stops.append(bisect.bisect_right(x_base, -y_min, key=lambda b, r=r: -(t_hi - (r + b))))
-        starts.append(min(bisect.bisect_left(x_base, -y_max, key=lambda b, r=r: -(t_lo - (r + b))),
-                          stops[-1]))
-    better = sum(m - stop for stop in stops) * n_y
-    rows = [k for k in range(x_last.size) if starts[k] < stops[k]]
+    better, rows, starts, stops = _merge_windows(y_last, y_base, x_last, x_base, t_hi, t_lo)
     if not rows:
         return better, 0
     z_max = max(float(t_hi - (x_last[k] + x_base[starts[k]])) for k in rows)
@@ -346,8 +338,46 @@ def _merged_counts(y_last: np.ndarray, y_base: np.ndarray, x_last: np.ndarray, x
     y_hi = [bisect.bisect_right(y_base, z_max, key=lambda b, r=r: r + b) for r in y_last]
     n_z = sum(stops[k] - starts[k] for k in rows)
     better += sum(y_base.size - hi for hi in y_hi) * n_z
+    keys = _merge_keys(y_last, y_base, y_lo, y_hi, x_last, x_base, rows, starts, stops, t_hi)
+    scanned = _scan_merged(keys, sum(hi - lo for lo, hi in zip(y_lo, y_hi)), width)
+    if scanned is None:
+        return None
+    merged_better, close = scanned
+    better += merged_better
+    if close is None:
+        return better, 0
+    between = _merged_ties(keys, close, width, x_last, x_base, t_hi, t_lo)
+    return None if between is None else (better, between)
+
+
+def _merge_windows(y_last: np.ndarray, y_base: np.ndarray, x_last: np.ndarray, x_base: np.ndarray, t_hi: float,
+                   t_lo: float) -> tuple[int, list[int], list[int], list[int]]:
+    """(pairs better by pruning alone, the x runs left to merge, each run's window [starts, stops)).
+
+    Per run, thresholds below every y (all y better) are a suffix and thresholds whose lower end is
+    above every y (nothing better or tied) a prefix: found by bisection with the very comparisons
+    the search path makes (fl(t - x) is monotone in x), so no full pass is needed.
+    """
+    n_y = y_last.size * y_base.size
+    y_min, y_max = float((y_last + y_base[0]).min()), float((y_last + y_base[-1]).max())
+    starts, stops = [], []
+    for r in x_last:
+        stops.append(bisect.bisect_right(x_base, -y_min, key=lambda b, r=r: -(t_hi - (r + b))))
+        starts.append(min(bisect.bisect_left(x_base, -y_max, key=lambda b, r=r: -(t_lo - (r + b))),
+                          stops[-1]))
+    better = sum(x_base.size - stop for stop in stops) * n_y
+    rows = [k for k in range(x_last.size) if starts[k] < stops[k]]
+    return better, rows, starts, stops
+
+
+def _merge_keys(y_last: np.ndarray, y_base: np.ndarray, y_lo: list[int], y_hi: list[int], x_last: np.ndarray,
+                x_base: np.ndarray, rows: list[int], starts: list[int], stops: list[int], t_hi: float) -> np.ndarray:
+    """The thresholds' keys (low bit 0) then the y's (low bit 1), merged by one stable sort.
+
+    Keys are written in place, run by run (fresh large temporaries cost page faults here).
+    """
+    n_z = sum(stops[k] - starts[k] for k in rows)
     n_ym = sum(hi - lo for lo, hi in zip(y_lo, y_hi))
-    # Keys are written in place, run by run (fresh large temporaries cost page faults here).
     keys = np.empty(n_ym + n_z, dtype=np.uint64)
     at = 0
     for k in rows:  # z = fl(t_hi - fl(base + r)), descending values: ascending magnitudes
@@ -365,10 +395,17 @@ def _merged_counts(y_last: np.ndarray, y_base: np.ndarray, x_last: np.ndarray, x
         np.bitwise_or(seg, 1, out=seg)
         at += seg.size
     keys.sort(kind="stable")
-    # y > z exactly when y sorts before z: sum over the y of the z after them. Ties: keys of values
-    # within `width` differ by at most 2 (width / ulp + 1) + 1, ulp taken at the smallest
-    # magnitude present (the first key); the value gaps of those pairs then settle it. Both in
-    # cache-sized chunks.
+    return keys
+
+
+def _scan_merged(keys: np.ndarray, n_ym: int, width: float) -> tuple[int, np.ndarray | None] | None:
+    """(better pairs among the merged keys, positions of key pairs close enough to hold a tie or None), or None.
+
+    y > z exactly when y sorts before z: sum over the y of the z after them. Ties: keys of values
+    within ``width`` differ by at most 2 (width / ulp + 1) + 1, ulp taken at the smallest magnitude
+    present (the first key); the value gaps of those pairs then settle it. Both in cache-sized
+    chunks. None: a magnitude near 0 or ties everywhere (the caller falls back to the searches).
+    """
     smallest = float(np.array([keys[0] >> np.uint64(1)], dtype=np.uint64).view(np.float64)[0])
     ulps = width / math.ulp(smallest) if smallest > 0.0 else math.inf
     if not ulps < 2.0**60:  # a magnitude near 0: the key gap would cover everything
@@ -393,21 +430,27 @@ def _merged_counts(y_last: np.ndarray, y_base: np.ndarray, x_last: np.ndarray, x
             if n_close > _TIE_CANDIDATES_MAX:  # ties everywhere (e.g. a flat table): searches
                 return None
             close_parts.append(hits + c0)
-    better += n_ym * (keys.size - 1) - y_pos_sum - n_ym * (n_ym - 1) // 2
-    if not close_parts:
-        return better, 0
-    close = np.concatenate(close_parts)
+    better = n_ym * (keys.size - 1) - y_pos_sum - n_ym * (n_ym - 1) // 2
+    return better, (np.concatenate(close_parts) if close_parts else None)
+
+
+def _merged_ties(keys: np.ndarray, close: np.ndarray, width: float, x_last: np.ndarray, x_base: np.ndarray,
+                 t_hi: float, t_lo: float) -> int | None:
+    """Pairs fl(t_lo - x) <= y <= fl(t_hi - x) among the close key pairs of :func:`_scan_merged` (None: searches).
+
+    Every x whose threshold may be one of the close values (bracketed by value, so each x once): its
+    ties are the y keys between its two thresholds' keys (a tied y is never pruned by the merge).
+    """
+    m = x_base.size
     magnitude = (keys[np.concatenate([close, close + 1])] >> np.uint64(1)).view(np.float64)
     close = close[magnitude[close.size:] - magnitude[:close.size] <= width]
     if close.size == 0:
-        return better, 0
+        return 0
     near = np.union1d(close, close + 1)
     near = near[(keys[near] & np.uint64(1)) == 0]
     if near.size > _TIE_CANDIDATES_MAX:
         return None
     values = -np.unique(keys[near] >> np.uint64(1)).view(np.float64)
-    # Every x whose threshold may be one of `values` (bracketed by value, so each x once): its
-    # ties are the y keys between its two thresholds' keys (a tied y is never pruned above).
     centre = (t_hi - values)[None, :] - x_last[:, None]
     slack = 4 * np.spacing(np.abs(values)[None, :] + abs(t_hi) + np.abs(x_last)[:, None])
     lo = np.searchsorted(x_base, (centre - slack).ravel(), side="left")
@@ -422,8 +465,7 @@ def _merged_counts(y_last: np.ndarray, y_base: np.ndarray, x_last: np.ndarray, x
     first = np.searchsorted(keys, (z_hi.view(np.uint64) << np.uint64(1)) | np.uint64(1), side="left")
     last = np.searchsorted(keys, (z_lo.view(np.uint64) << np.uint64(1)) | np.uint64(1), side="right")
     _, at_key = _window_items(first, last)
-    between = int(np.count_nonzero(keys[at_key] & np.uint64(1)))
-    return better, between
+    return int(np.count_nonzero(keys[at_key] & np.uint64(1)))
 
 
 def _exact(tables: list[np.ndarray], secret: tuple[int, ...], tol: float) -> RankInterval:
