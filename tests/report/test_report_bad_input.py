@@ -73,3 +73,22 @@ def test_changed_upstream_telemetry_is_refused(tmp_path: Path, make_attack) -> N
     code, output = _report(str(run), "--out", str(out))
     assert code == 0, output
     assert "No training telemetry for" in out.read_text(encoding="utf-8")
+
+
+def test_a_privacy_record_of_another_version_or_damaged_is_one_line(tmp_path: Path, make_attack) -> None:
+    """The report reads the train run's privacy.json through the one typed reader (as the attack does): a
+    record of another schema or one that is not JSON, consistent with the hashes the attack recorded, is
+    refused naming the file, never shown half-understood."""
+    attack = make_attack(tmp_path, "old", mia=False, n_canaries=8, frequencies=(1,))
+    privacy = tmp_path / "old-model" / "privacy.json"
+    manifest_path = attack / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    out = tmp_path / "page.html"
+    for text, needles in ((json.dumps({**json.loads(privacy.read_text()), "schema": "dpaudit.privacy/1"}),
+                           ["dpaudit.privacy/1", "retrain"]),
+                          ('{"schema": "dpaudit.privacy/2", "trainer": ', ["not valid JSON", "rerun dpaudit train"])):
+        privacy.write_text(text)
+        manifest["inputs"][str(privacy)] = sha256_file(privacy)  # the attack ran on this very file
+        manifest_path.write_text(json.dumps(manifest))
+        _one_line_error(*_report(str(attack), "--out", str(out)), str(privacy), *needles)
+        assert not out.exists()
