@@ -22,15 +22,20 @@ data and *treated as public*: the add/remove epsilon then holds only against an 
 learn N from the release, so the plan's record also states the replace-one epsilon, the guarantee that
 holds when N is public (:func:`dpaudit.accounting.epsilon_replace_one`).
 
-A trainer never builds accounting segments itself: the factor multiplies here, on every path, so a
-micro-batch trainer cannot forget it.
+A trainer never builds accounting segments itself, and takes its noise std from here
+(:meth:`PrivacyPlan.noise_std`: the factor multiplies here, on every path), so a micro-batch trainer
+cannot forget it.
 
-Convention (as jax_privacy's ``clipped_grad(...).sensitivity``): a stage's sigma is the noise
-multiplier *of the step's sensitivity*. The step adds noise of std ``sigma * sensitivity`` with
-``sensitivity = sensitivity_factor * C`` (the clipping function reports it; nobody recomputes it), so
-the accountant sees ``sigma`` itself whatever the clipping unit, and the same ``--noise-multiplier``
-gives the same epsilon in every mode. A ledger segment stores the noise std over C,
-``sigma * factor``, with ``sensitivity_factor = factor``.
+Convention: one meaning of "noise multiplier" everywhere, ``dp_accounting``'s (and jax_privacy's
+``clipped_grad(...).sensitivity``): a stage's sigma is the noise std on the summed clipped gradient
+over the bound on one privacy unit's contribution, the step's *sensitivity* ``sensitivity_factor *
+C`` (the clipping function reports it; nobody recomputes it). The step adds noise of std ``sigma *
+sensitivity``; the accountant sees ``sigma`` itself whatever the clipping unit, so the same
+``--noise-multiplier`` gives the same epsilon in every mode. The plan, the ledger's segments,
+``privacy.json`` (``noise_multipliers`` and ``segments[*].noise_multiplier``, equal) and ``dpaudit
+account --noise-multiplier`` all mean this sigma. The noise std over C alone, ``sigma * factor``, is
+called ``noise_std_over_clip`` (:meth:`PrivacyPlan.noise_std_over_clip`,
+:attr:`dpaudit.accounting.Segment.noise_std_over_clip`); it is never called a noise multiplier.
 
 References:
   Dupuy et al. 2021, "An Efficient DP-Federated Learning Mechanism" (eDP-SGD), Algorithm 1: per-epoch
@@ -109,7 +114,7 @@ class PrivacyPlan:
         declared_size: the public dataset size the user declared (``--dataset-size``), used for q and the
             default delta in place of N; None when N itself is treated as public.
         stages: ``(steps, expected_batch)`` per stage; Poisson rate q = batch / :attr:`accounting_size`.
-        sigmas: noise multiplier of the step's sensitivity per stage (noise std on the clipped sum
+        sigmas: noise multiplier per stage, ``dp_accounting``'s sigma (noise std on the clipped sum
             = sigma * sensitivity_factor * C), or None for a non-private run.
         sensitivity_factor: clip norms one example can move the sum by (1 per-example, 2 micro-batch).
         delta: the delta the epsilon is stated at (None when non-private).
@@ -181,22 +186,30 @@ class PrivacyPlan:
         """Accounting segments of the first ``steps`` steps (default: the whole plan).
 
         ``accounted_factor`` overrides the sensitivity factor the accountant is told (the noise that
-        ran is unchanged): 1.0 gives what an accounting that ignores micro-batch clipping would claim.
+        ran, std / C = sigma x factor, is unchanged; the segments' sigma becomes that std / C over the
+        overriding factor): 1.0 gives what an accounting that ignores micro-batch clipping would claim.
         """
         if self.sigmas is None:
             raise ValueError("a non-private plan has no accounting segments")
-        factor = self.sensitivity_factor if accounted_factor is None else accounted_factor
         kept = truncate_stages(self.stages, self.total_steps if steps is None else steps)
+        if accounted_factor is None:
+            return [accounting.Segment(steps=s, sampling_probability=b / self.accounting_size, noise_multiplier=sigma,
+                                       sensitivity_factor=self.sensitivity_factor)
+                    for (s, b), sigma in zip(kept, self.sigmas)]
         return [accounting.Segment(steps=s, sampling_probability=b / self.accounting_size,
-                                   noise_multiplier=sigma * self.sensitivity_factor, sensitivity_factor=factor)
+                                   noise_multiplier=sigma * self.sensitivity_factor / accounted_factor,
+                                   sensitivity_factor=accounted_factor)
                 for (s, b), sigma in zip(kept, self.sigmas)]
 
     def record_step(self, ledger: PrivacyLedger, step: int) -> None:
         """Record step ``step`` in ``ledger`` BEFORE it runs (raises BudgetExceededError, recording nothing,
         if it would overspend)."""
-        ledger.record(sampling_probability=self.sampling_probability(step),
-                      noise_multiplier=self.sigma_at(step) * self.sensitivity_factor,
+        ledger.record(sampling_probability=self.sampling_probability(step), noise_multiplier=self.sigma_at(step),
                       sensitivity_factor=self.sensitivity_factor)
+
+    def noise_std_over_clip(self, step: int) -> float:
+        """The noise std of step ``step`` over the clip norm C: sigma * factor (not a noise multiplier)."""
+        return self.sigma_at(step) * self.sensitivity_factor
 
     def noise_std(self, step: int, clip_norm: float) -> float:
         """The std of the noise step ``step`` adds to the clipped sum: sigma * factor * C."""

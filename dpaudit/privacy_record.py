@@ -19,6 +19,12 @@ Names say exactly one thing each:
   holds against an adversary who knows N (the add/remove ``epsilon`` alone does not: adding or removing
   the target changes N). False when the user declared a public size (``--dataset-size``): q and the
   steps come from ``declared_dataset_size`` and the real N is not written anywhere in this file.
+- ``noise_multipliers`` and ``segments[*].noise_multiplier``: sigma, ``dp_accounting``'s noise
+  multiplier (noise std on the summed clipped gradients over the bound on one example's contribution,
+  ``sensitivity_factor * C``); the two agree, and ``dpaudit account --noise-multiplier`` takes them
+  as they are. The noise std over C is sigma x ``sensitivity_factor`` (each segment keeps its factor).
+  Schema /2 files stored std / C in ``segments[*].noise_multiplier``: :meth:`PrivacyRecord.from_json`
+  converts them (the event, and so every epsilon, is the same).
 """
 
 from __future__ import annotations
@@ -33,7 +39,9 @@ from dpaudit.errors import UserInputError
 
 __all__ = ["PRIVATE_FILES", "PrivacyRecord", "RELEASED_FILES", "SCHEMA", "group_privacy_rows", "group_privacy_text"]
 
-SCHEMA = "dpaudit.privacy/2"
+SCHEMA = "dpaudit.privacy/3"
+#: The previous schema: identical but for ``segments[*].noise_multiplier``, which held std / C (sigma x factor).
+_SCHEMA_V2 = "dpaudit.privacy/2"
 Sampling = Literal["poisson", "shuffle", "without_replacement"]
 Adjacency = Literal["add_remove", "replace_one"]
 
@@ -83,9 +91,9 @@ class PrivacyRecord:
         target_epsilon: the budget the run was not allowed to exceed.
         clip_norm: the clip norm C (combined sqrt(sum C_l^2) for per-layer clipping).
         sensitivity_factor: clip norms one example can move the noised sum by (1 per-example,
-            2 micro-batch); the accountant saw sigma (the segments store sigma * factor with this factor).
-        noise_multipliers: sigma of each stage, the multiplier of the step's sensitivity (noise std on
-            the sum = sigma * sensitivity_factor * C; the convention of :mod:`dpaudit.privacy_plan`).
+            2 micro-batch); the accountant saw sigma, the noise std over C was sigma x this factor.
+        noise_multipliers: sigma of each stage, ``dp_accounting``'s noise multiplier (noise std on the
+            sum = sigma * sensitivity_factor * C; the convention of :mod:`dpaudit.privacy_plan`).
         noise_calibrated: True when sigma was calibrated for ``target_epsilon``.
         steps, planned_steps: what ran, what was planned.
         dataset_size: the real N when it is treated as public (``n_public``), else None (never released).
@@ -99,7 +107,8 @@ class PrivacyRecord:
         noise_tail: the floating-point noise sampler's bounded-support caveat with this run's figure
             (:func:`dpaudit.accounting.noise_tail_caveat`); None when non-private.
         stopped_at_budget: the ledger refused a step: the run stopped at the target.
-        segments: the ledger's accounting segments (steps, q, sigma, factor) of what ran.
+        segments: the ledger's accounting segments (steps, q, sigma, factor) of what ran; their sigma
+            is the same noise multiplier as ``noise_multipliers``.
         randomness: where the sampling and noise randomness came from, and the condition it puts on
             the guarantee (see :mod:`dpaudit.secret_rng`).
         noise_seed_explicit: True when ``--noise-seed`` was given.
@@ -201,9 +210,14 @@ class PrivacyRecord:
 
     @classmethod
     def from_json(cls, obj: Any, *, where: str = "privacy.json") -> PrivacyRecord:
-        """Inverse of :meth:`to_json`; a wrong schema or a bad field is a one-line UserInputError."""
+        """Inverse of :meth:`to_json`; a wrong schema or a bad field is a one-line UserInputError.
+
+        A schema /2 file is converted (:func:`_from_v2`): its segments' noise_multiplier was std / C.
+        """
         if not isinstance(obj, dict):
             raise UserInputError(f"{where}: expected a JSON object, got {type(obj).__name__}.")
+        if obj.get("schema") == _SCHEMA_V2:
+            obj = _from_v2(obj, where)
         if obj.get("schema") != SCHEMA:
             raise UserInputError(f"{where}: schema {obj.get('schema')!r} is not {SCHEMA!r}; retrain with this dpaudit version.")
         names = {f.name for f in dataclasses.fields(cls)}
@@ -215,6 +229,23 @@ class PrivacyRecord:
             return cls(**values)
         except (TypeError, ValueError) as err:
             raise UserInputError(f"{where}: {err}") from None
+
+
+def _from_v2(obj: dict[str, Any], where: str) -> dict[str, Any]:
+    """A /2 record in /3 terms: each segment's noise_multiplier (std / C there) divided by its
+    sensitivity_factor, so that it is sigma, as ``noise_multipliers`` always was. The event is unchanged."""
+    segments = obj.get("segments", [])
+    if not isinstance(segments, list):
+        raise UserInputError(f"{where}: segments must be a list, got {type(segments).__name__}.")
+    converted = []
+    for index, seg in enumerate(segments):
+        seg = seg if isinstance(seg, dict) else {}
+        sigma, factor = seg.get("noise_multiplier"), seg.get("sensitivity_factor", 1.0)
+        if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (sigma, factor)) or factor < 1.0:
+            raise UserInputError(f"{where}: segments[{index}] of a {_SCHEMA_V2} file needs numeric noise_multiplier and "
+                                 f"sensitivity_factor >= 1 to convert; retrain with this dpaudit version.")
+        converted.append({**seg, "noise_multiplier": sigma / factor})
+    return {**obj, "schema": SCHEMA, "segments": converted}
 
 
 def group_privacy_text(row: dict[str, Any]) -> str:

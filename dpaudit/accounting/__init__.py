@@ -21,11 +21,13 @@ Mechanisms (the honest-accounting rules):
   exponential decay): a ``ComposedDpEvent`` of one ``SelfComposedDpEvent`` per segment
   (:func:`schedule_event`, :func:`batch_schedule_segments`, :func:`noise_schedule_segments`);
 - micro-batch clipping: one example moves one clipped micro-batch gradient by up to 2C, so the
-  effective noise multiplier is sigma / 2 unless the micro-batch size is 1
-  (:func:`microbatch_sensitivity_factor`); per-layer clip norms combine as sqrt(sum C_l^2)
+  step adds noise of std sigma x 2C unless the micro-batch size is 1
+  (:func:`microbatch_sensitivity_factor`); sigma, the noise multiplier, is always ``dp_accounting``'s:
+  std over the bound on one unit's contribution (:class:`Segment`; std / C has its own name,
+  :attr:`Segment.noise_std_over_clip`); per-layer clip norms combine as sqrt(sum C_l^2)
   (:func:`combined_clip_norm`);
 - fixed-size batches sampled without replacement, for users who insist: replace-one adjacency
-  (sensitivity 2C, so the event carries sigma / 2), RDP only, and labelled as such
+  (sensitivity twice the unit's bound, so the event carries sigma / 2), RDP only, and labelled as such
   (:func:`fixed_size_event`, :data:`FIXED_SIZE_LABEL`);
 - replace-one adjacency for Poisson-sampled runs, the guarantee that holds when N is public
   (:func:`epsilon_replace_one`), and the floating-point noise sampler's bounded support, stated as a

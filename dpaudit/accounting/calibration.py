@@ -344,7 +344,7 @@ def calibrate_noise(build_event: Callable[[float], DpEvent], target_epsilon: flo
 
 
 def max_steps(*, sampling_probability: float, noise_multiplier: float, target_epsilon: float, delta: float,
-              sensitivity_factor: float = 1.0, accountant: Accountant = "pld",
+              accountant: Accountant = "pld",
               preceding: Sequence[Segment] = (), tolerance: float = 1e-3, limit: int = 10**9) -> int:
     """Largest number of steps of one mechanism, after `preceding` segments, within the budget.
 
@@ -354,15 +354,14 @@ def max_steps(*, sampling_probability: float, noise_multiplier: float, target_ep
     """
     _check_accountant(accountant)
     target, delta, tolerance = _check_target(target_epsilon, delta, tolerance)
-    step = Segment(steps=1, sampling_probability=sampling_probability, noise_multiplier=noise_multiplier,
-                   sensitivity_factor=sensitivity_factor)
+    step = Segment(steps=1, sampling_probability=sampling_probability, noise_multiplier=noise_multiplier)
     preceding = list(preceding)
 
     def evaluate(steps: float, level: tuple) -> float:
         return _value(schedule_event([*preceding, step.with_steps(int(steps))]), "epsilon", delta, level)
 
     eta_t = _tan_eta_for_epsilon(target, delta)
-    s0 = 2.0 * (eta_t * step.effective_noise_multiplier / step.sampling_probability) ** 2 if step.effective_noise_multiplier else 1.0
+    s0 = 2.0 * (eta_t * step.noise_multiplier / step.sampling_probability) ** 2 if step.noise_multiplier else 1.0
     s0 = min(max(s0, 1.0), float(limit))
     ladder = _Ladder(evaluate, target, increasing=True, rtol=tolerance, integer=True, bounds=(1.0, float(limit)))
     # Single steps are cached, so the accountant of record is cheap here: no medium rung needed.
@@ -371,7 +370,7 @@ def max_steps(*, sampling_probability: float, noise_multiplier: float, target_ep
 
 
 def max_batch_size(*, dataset_size: int, steps: int, noise_multiplier: float, target_epsilon: float, delta: float,
-                   sensitivity_factor: float = 1.0, accountant: Accountant = "pld",
+                   accountant: Accountant = "pld",
                    tolerance: float = 1e-3) -> int:
     """Largest expected batch size B (q = B / N) for `steps` steps at sigma within the budget.
 
@@ -380,15 +379,14 @@ def max_batch_size(*, dataset_size: int, steps: int, noise_multiplier: float, ta
     _check_accountant(accountant)
     target, delta, tolerance = _check_target(target_epsilon, delta, tolerance)
     n = _require_int("dataset_size", dataset_size, 1)
-    Segment(steps=steps, sampling_probability=1.0, noise_multiplier=noise_multiplier,
-            sensitivity_factor=sensitivity_factor)  # validates the rest
+    Segment(steps=steps, sampling_probability=1.0, noise_multiplier=noise_multiplier)  # validates the rest
 
     def evaluate(batch: float, level: tuple) -> float:
-        return _value(dpsgd_event(noise_multiplier=noise_multiplier, sampling_probability=int(batch) / n, steps=steps,
-                                  sensitivity_factor=sensitivity_factor), "epsilon", delta, level)
+        return _value(dpsgd_event(noise_multiplier=noise_multiplier, sampling_probability=int(batch) / n, steps=steps),
+                      "epsilon", delta, level)
 
-    sigma_eff = noise_multiplier / sensitivity_factor
-    b0 = n * _tan_eta_for_epsilon(target, delta) * sigma_eff * math.sqrt(2.0 / steps) if sigma_eff else 1.0
+    sigma = noise_multiplier
+    b0 = n * _tan_eta_for_epsilon(target, delta) * sigma * math.sqrt(2.0 / steps) if sigma else 1.0
     b0 = min(max(b0, 1.0), float(n))
     ladder = _Ladder(evaluate, target, increasing=True, rtol=tolerance, integer=True, bounds=(1.0, float(n)))
     best = _run_ladder(ladder, _ladder_levels(accountant, medium=True), b0, certify=False)

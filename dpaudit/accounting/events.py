@@ -1,4 +1,12 @@
-"""Mechanisms as ``dp_accounting`` DpEvents: DP-SGD segments, batch and noise schedules, sensitivity factors, fixed-size sampling."""
+"""Mechanisms as ``dp_accounting`` DpEvents: DP-SGD segments, batch and noise schedules, sensitivity factors, fixed-size sampling.
+
+One meaning of "noise multiplier" everywhere, ``dp_accounting``'s (and jax_privacy's, against its
+``NeighboringRelation``): sigma = noise std on the summed clipped gradients / the L2 bound on one
+privacy unit's contribution to that sum (C for per-example clipping, 2C for micro-batch clipping,
+i.e. ``sensitivity_factor * C``). The same sigma gives the same epsilon whatever the clipping unit.
+The noise std over C alone (what Dupuy et al. 2021 and Opacus call the noise multiplier when the
+unit is one example) is :attr:`Segment.noise_std_over_clip` = sigma x sensitivity_factor.
+"""
 
 from __future__ import annotations
 
@@ -20,9 +28,9 @@ from dp_accounting.dp_event import (
 
 from dpaudit.errors import UserInputError
 
-FIXED_SIZE_LABEL = ("fixed-size batches sampled without replacement: replace-one adjacency (sensitivity 2C: "
-                    "the accountant sees sigma / 2), RDP accountant only; NOT the add/remove Poisson guarantee "
-                    "the rest of dpaudit reports")
+FIXED_SIZE_LABEL = ("fixed-size batches sampled without replacement: replace-one adjacency (sensitivity twice one "
+                    "unit's bound, 2C per example: the accountant sees sigma / 2), RDP accountant only; NOT the "
+                    "add/remove Poisson guarantee the rest of dpaudit reports")
 
 
 #: Replace-one adjacency: one example swapped for another moves the clipped sum by up to 2C.
@@ -53,11 +61,14 @@ class Segment:
       sampling_probability: q of Poisson sampling (expected batch / N), in (0, 1]. For fixed-size
         shuffled batches it is batch / N and the epsilon assumes Poisson sampling (the ledger's
         ``sampling`` label says so).
-      noise_multiplier: noise std on the SUM of clipped gradients divided by the clip norm C; 0 means
-        no noise (epsilon is infinite).
+      noise_multiplier: ``dp_accounting``'s sigma: the noise std on the SUM of clipped gradients
+        divided by the L2 bound on one privacy unit's contribution to that sum, ``sensitivity_factor
+        * C``. It is what the accountant sees (``GaussianDpEvent(noise_multiplier)``) whatever the
+        clipping unit. 0 means no noise (epsilon is infinite).
       sensitivity_factor: how many C one example can move the clipped sum: 1 for per-example
-        clipping, 2 for micro-batch clipping (see :func:`microbatch_sensitivity_factor`). The
-        accountant sees noise_multiplier / sensitivity_factor.
+        clipping, 2 for micro-batch clipping (see :func:`microbatch_sensitivity_factor`). It does not
+        enter the accounting (sigma already divides it out); it is kept so that the noise that ran,
+        :attr:`noise_std_over_clip` = sigma x factor, is derivable from a stored segment.
     """
 
     steps: int
@@ -84,21 +95,25 @@ class Segment:
         object.__setattr__(self, "sensitivity_factor", factor)
 
     @property
-    def effective_noise_multiplier(self) -> float:
-        """The noise multiplier the accountant sees: noise_multiplier / sensitivity_factor."""
-        return self.noise_multiplier / self.sensitivity_factor
+    def noise_std_over_clip(self) -> float:
+        """The noise std on the clipped sum divided by the clip norm C: sigma x sensitivity_factor.
+
+        What the trainer draws (std = this x C); NOT a noise multiplier (it is Dupuy et al.'s and
+        Opacus's "noise multiplier" only when the sensitivity is C).
+        """
+        return self.noise_multiplier * self.sensitivity_factor
 
     @property
     def mechanism(self) -> tuple[float, float]:
-        """(q, effective sigma): two segments with equal mechanisms compose like one longer segment."""
-        return (self.sampling_probability, self.effective_noise_multiplier)
+        """(q, sigma): two segments with equal mechanisms compose like one longer segment."""
+        return (self.sampling_probability, self.noise_multiplier)
 
     def step_event(self) -> DpEvent:
         """One step of this segment as a DpEvent."""
-        return PoissonSampledDpEvent(self.sampling_probability, GaussianDpEvent(self.effective_noise_multiplier))
+        return PoissonSampledDpEvent(self.sampling_probability, GaussianDpEvent(self.noise_multiplier))
 
     def event(self) -> DpEvent:
-        """All `steps` steps: ``SelfComposedDpEvent(PoissonSampledDpEvent(q, Gaussian(sigma_eff)), steps)``."""
+        """All `steps` steps: ``SelfComposedDpEvent(PoissonSampledDpEvent(q, Gaussian(sigma)), steps)``."""
         return SelfComposedDpEvent(self.step_event(), self.steps)
 
     def with_steps(self, steps: int) -> Segment:
@@ -123,14 +138,13 @@ class Segment:
             raise UserInputError(f"{where}: {err}") from None
 
 
-def dpsgd_event(*, noise_multiplier: float, sampling_probability: float, steps: int,
-                sensitivity_factor: float = 1.0) -> DpEvent:
-    """Per-example DP-SGD: `steps` Poisson-subsampled Gaussian steps (add/remove-one adjacency).
+def dpsgd_event(*, noise_multiplier: float, sampling_probability: float, steps: int) -> DpEvent:
+    """DP-SGD: `steps` Poisson-subsampled Gaussian steps (add/remove-one adjacency).
 
-    With micro-batch clipping pass ``sensitivity_factor=2`` (see :func:`microbatch_sensitivity_factor`).
+    ``noise_multiplier`` is sigma, noise std over the bound on one unit's contribution (C per example,
+    2C per micro-batch): the clipping unit is already divided out, so there is no factor to pass.
     """
-    return Segment(steps=steps, sampling_probability=sampling_probability, noise_multiplier=noise_multiplier,
-                   sensitivity_factor=sensitivity_factor).event()
+    return Segment(steps=steps, sampling_probability=sampling_probability, noise_multiplier=noise_multiplier).event()
 
 
 def _merge_adjacent(segments: Sequence[Segment]) -> list[Segment]:
@@ -148,7 +162,7 @@ def _merge_adjacent(segments: Sequence[Segment]) -> list[Segment]:
 def schedule_event(segments: Sequence[Segment]) -> DpEvent:
     """A ``ComposedDpEvent`` of one ``SelfComposedDpEvent`` per segment (variable batch or sigma).
 
-    Consecutive segments with the same (q, effective sigma) are merged first, which is exact (they
+    Consecutive segments with the same (q, sigma) are merged first, which is exact (they
     are the same mechanism) and makes PLD accounting cheaper. An empty schedule is an empty
     composition (epsilon 0).
     """
@@ -259,17 +273,18 @@ def combined_clip_norm(layer_clip_norms: Sequence[float]) -> float:
     return math.sqrt(math.fsum(c * c for c in norms))
 
 
-def fixed_size_event(*, dataset_size: int, batch_size: int, steps: int, noise_multiplier: float,
-                     sensitivity_factor: float = 1.0) -> DpEvent:
+def fixed_size_event(*, dataset_size: int, batch_size: int, steps: int, noise_multiplier: float) -> DpEvent:
     """Fixed-size batches sampled WITHOUT replacement. Labelled: see :data:`FIXED_SIZE_LABEL`.
 
     ``dp_accounting`` accounts for this only with RDP under replace-one adjacency, a different
     neighbouring relation from the add/remove Poisson guarantee; :func:`epsilon` refuses it with PLD.
-    Under replace-one, swapping one example moves the clipped sum from one clipped vector to another:
-    L2 sensitivity 2C (:data:`REPLACE_ONE_FACTOR`), while ``dp_accounting``'s Gaussian takes std /
-    sensitivity. So the event carries ``noise_multiplier / (2 * sensitivity_factor)``: the clipping's
-    own factor (2 for micro-batches, 2k for sliced ones) multiplies the replace-one 2, a conservative
-    bound (a replaced example may land in another micro-batch and move two micro-batch sums).
+    ``noise_multiplier`` is sigma as everywhere: noise std over the bound on one unit's contribution
+    (C per example, 2C per micro-batch, 2kC for sliced ones). Under replace-one, swapping one example
+    moves the clipped sum from one clipped vector to another: twice that bound
+    (:data:`REPLACE_ONE_FACTOR`), while ``dp_accounting``'s Gaussian takes std / sensitivity. So the
+    event carries ``noise_multiplier / 2``: a conservative bound for micro-batches too (a replaced
+    example may land in another micro-batch and move two micro-batch sums, each by up to the unit's
+    bound).
     """
     n = _require_int("dataset_size", dataset_size, 1)
     b = _require_int("batch_size", batch_size, 1)
@@ -279,10 +294,7 @@ def fixed_size_event(*, dataset_size: int, batch_size: int, steps: int, noise_mu
     sigma = _require_real("noise_multiplier", noise_multiplier)
     if sigma < 0.0:
         raise ValueError(f"noise_multiplier must be >= 0, got {noise_multiplier}.")
-    factor = _require_real("sensitivity_factor", sensitivity_factor)
-    if factor < 1.0:
-        raise ValueError(f"sensitivity_factor must be >= 1, got {sensitivity_factor}.")
-    effective = sigma / (REPLACE_ONE_FACTOR * factor)
+    effective = sigma / REPLACE_ONE_FACTOR
     return SelfComposedDpEvent(SampledWithoutReplacementDpEvent(n, b, GaussianDpEvent(effective)), s)
 
 

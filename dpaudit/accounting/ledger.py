@@ -6,7 +6,7 @@ final ``DpEvent`` from them (:meth:`event`), refuses a step that would take epsi
 (:class:`BudgetExceededError`, nothing appended), and is saved with every checkpoint
 (:meth:`to_json` / :meth:`from_json`) so that a resumed run keeps counting from where it was.
 
-Accountant calls are kept rare with a *certificate*: a multiset of mechanisms, {(q, sigma_eff):
+Accountant calls are kept rare with a *certificate*: a multiset of mechanisms, {(q, sigma):
 steps}, whose epsilon has been computed and found within the target. Composition is monotone (more
 steps never cost less privacy), so any realized run whose step count per mechanism stays within the
 certificate is within budget without another call. :meth:`plan` certifies a whole planned run once;
@@ -34,7 +34,11 @@ from dpaudit.errors import UserInputError
 
 __all__ = ["BudgetExceededError", "PrivacyLedger", "SAMPLING_METHODS", "SCHEMA"]
 
-SCHEMA = "dpaudit.privacy_ledger/1"
+SCHEMA = "dpaudit.privacy_ledger/2"
+#: Version 1 stored each segment's noise std over C (sigma x sensitivity_factor) as its noise_multiplier;
+#: version 2 stores sigma, ``dp_accounting``'s noise multiplier. A /1 ledger (a checkpoint of an older run)
+#: is converted on reading, and the stored event checks the conversion.
+_SCHEMA_V1 = "dpaudit.privacy_ledger/1"
 #: "poisson": what the accountant assumes. "shuffle": shuffled fixed-size batches, accounted AS IF
 #: Poisson (q = batch / N) and labelled so in every report (the honest-accounting rules).
 SAMPLING_METHODS = ("poisson", "shuffle")
@@ -132,13 +136,12 @@ class PrivacyLedger:
             return math.inf
         return self._epsilon_of(self._segments)
 
-    def remaining_steps(self, *, sampling_probability: float, noise_multiplier: float,
-                        sensitivity_factor: float = 1.0) -> int | None:
-        """How many more steps of this mechanism fit the budget (None without a target)."""
+    def remaining_steps(self, *, sampling_probability: float, noise_multiplier: float) -> int | None:
+        """How many more steps at (q, sigma) fit the budget (None without a target)."""
         if self.target_epsilon is None:
             return None
         return max_steps(sampling_probability=sampling_probability, noise_multiplier=noise_multiplier,
-                         sensitivity_factor=sensitivity_factor, target_epsilon=self.target_epsilon,
+                         target_epsilon=self.target_epsilon,
                          delta=self.delta, accountant=self.accountant, preceding=self._segments)
 
     # --------------------------------------------------------------------------------------- spending
@@ -166,7 +169,11 @@ class PrivacyLedger:
 
     def record(self, *, sampling_probability: float, noise_multiplier: float, steps: int = 1,
                sensitivity_factor: float = 1.0) -> None:
-        """Append `steps` realized steps, or raise BudgetExceededError and append nothing."""
+        """Append `steps` realized steps, or raise BudgetExceededError and append nothing.
+
+        ``noise_multiplier`` is sigma (std over ``sensitivity_factor * C``, see :class:`Segment`);
+        ``sensitivity_factor`` is stored with it so that std / C stays derivable.
+        """
         new = Segment(steps=steps, sampling_probability=sampling_probability, noise_multiplier=noise_multiplier,
                       sensitivity_factor=sensitivity_factor)
         candidate = self._appended(new)
@@ -195,15 +202,15 @@ class PrivacyLedger:
         if eps <= self.target_epsilon:
             self._certificate, self._certified_epsilon = ahead, eps
             return
-        q, sigma_eff = new.mechanism
+        q, sigma = new.mechanism
         self.accountant_calls += 1
-        allowed = max_steps(sampling_probability=q, noise_multiplier=sigma_eff, target_epsilon=self.target_epsilon,
+        allowed = max_steps(sampling_probability=q, noise_multiplier=sigma, target_epsilon=self.target_epsilon,
                             delta=self.delta, accountant=self.accountant, preceding=_segments_of(others),
                             limit=2 * mine)
         if allowed < mine:
             eps = self._epsilon_of(candidate)
             raise BudgetExceededError(
-                f"recording {new.steps} more step(s) (q={q:.4g}, sigma_eff={sigma_eff:.4g}) would spend epsilon "
+                f"recording {new.steps} more step(s) (q={q:.4g}, sigma={sigma:.4g}) would spend epsilon "
                 f"{eps:.4g} > target {self.target_epsilon:g} at delta {self.delta:g}; "
                 f"{self.steps} steps recorded so far")
         certified = dict(others)
@@ -233,7 +240,10 @@ class PrivacyLedger:
 
     @classmethod
     def from_json(cls, obj: Any) -> PrivacyLedger:
-        """Rebuild a ledger saved by :meth:`to_json`; a malformed file raises UserInputError."""
+        """Rebuild a ledger saved by :meth:`to_json` (or by version 1, converted); a malformed file raises
+        UserInputError."""
+        if isinstance(obj, dict) and obj.get("schema") == _SCHEMA_V1:
+            obj = _from_v1(obj)
         if not isinstance(obj, dict) or obj.get("schema") != SCHEMA:
             found = obj.get("schema") if isinstance(obj, dict) else type(obj).__name__
             raise UserInputError(f"privacy ledger: expected schema {SCHEMA!r}, got {found!r}.")
@@ -255,3 +265,23 @@ class PrivacyLedger:
                                  "the file was edited or corrupted.")
         return ledger
 
+
+def _from_v1(obj: dict[str, Any]) -> dict[str, Any]:
+    """A /1 ledger in /2 terms: each segment's noise_multiplier (std / C) divided by its sensitivity_factor."""
+
+    def converted(segments: Any) -> Any:
+        if not isinstance(segments, list):
+            return segments
+        out = []
+        for seg in segments:
+            if isinstance(seg, dict) and isinstance(seg.get("noise_multiplier"), (int, float)):
+                factor = seg.get("sensitivity_factor", 1.0)
+                if isinstance(factor, (int, float)) and not isinstance(factor, bool) and factor >= 1.0:
+                    seg = {**seg, "noise_multiplier": seg["noise_multiplier"] / factor}
+            out.append(seg)
+        return out
+
+    new = {**obj, "schema": SCHEMA, "segments": converted(obj.get("segments", []))}
+    if isinstance(obj.get("certificate"), dict):
+        new["certificate"] = {**obj["certificate"], "segments": converted(obj["certificate"].get("segments", []))}
+    return new

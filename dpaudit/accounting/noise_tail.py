@@ -58,10 +58,10 @@ def _upper_tail(x: float) -> float:
 
 def tail_figure(segments: Sequence[Segment], z_max: float) -> float:
     """sum over segments of steps x q x P(Z > z_max - 1/sigma), sigma the accountant's multiplier
-    (noise std over the unit's own sensitivity: ``Segment.effective_noise_multiplier``)."""
+    (noise std over the unit's own sensitivity: ``Segment.noise_multiplier``)."""
     total = 0.0
     for seg in segments:
-        sigma = seg.effective_noise_multiplier
+        sigma = seg.noise_multiplier
         p = 1.0 if sigma <= 0.0 else _upper_tail(z_max - 1.0 / sigma)
         total += seg.steps * seg.sampling_probability * p
     return min(1.0, total)

@@ -34,12 +34,12 @@ def tan_eta(*, sampling_probability: float, steps: int, noise_multiplier: float)
 
 
 def tan_eta_segments(segments: Sequence[Segment]) -> float:
-    """eta of a schedule: eta^2 adds over steps, eta^2 = sum_i q_i^2 S_i / (2 sigma_eff,i^2)."""
+    """eta of a schedule: eta^2 adds over steps, eta^2 = sum_i q_i^2 S_i / (2 sigma_i^2) (sigma: the accountant's)."""
     total = 0.0
     for segment in segments:
-        if segment.effective_noise_multiplier <= 0.0:
+        if segment.noise_multiplier <= 0.0:
             return math.inf
-        total += segment.sampling_probability ** 2 * segment.steps / (2.0 * segment.effective_noise_multiplier ** 2)
+        total += segment.sampling_probability ** 2 * segment.steps / (2.0 * segment.noise_multiplier ** 2)
     return math.sqrt(total)
 
 
@@ -74,7 +74,7 @@ def tan_report(segments: Sequence[Segment], delta: float) -> TanReport:
     if not 0.0 < delta < 1.0:
         raise ValueError(f"delta must be in (0, 1), got {delta}.")
     eta = tan_eta_segments(segments)
-    sigma_min = min(s.effective_noise_multiplier for s in segments)
+    sigma_min = min(s.noise_multiplier for s in segments)
     eps = _tan_epsilon_of_eta(eta, delta) if math.isfinite(eta) else math.inf
     valid = sigma_min > TAN_VALID_ABOVE
     return TanReport(eta=eta, epsilon_tan=eps if math.isfinite(eps) else None, valid=valid,

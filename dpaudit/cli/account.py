@@ -4,8 +4,19 @@ Leave exactly one of noise multiplier, steps or batch size out and give ``--targ
 one is solved for (smallest sigma, most steps, largest batch within the budget). Give them all and
 the command prints epsilon (and, with a target, whether the run fits). Everything printed is
 recomputed from the run's DpEvent by :mod:`dpaudit.accounting`, and printed epsilons and deltas are
-rounded UP (:func:`dpaudit.figures.format_up`). Every sensitivity factor reaches the event on every
-path: micro-batch clipping (2C) and replace-one adjacency of ``--fixed-size`` (2C) multiply.
+rounded UP (:func:`dpaudit.figures.format_up`).
+
+``--noise-multiplier`` is sigma as everywhere in dpaudit (``dp_accounting``'s meaning): the noise std
+over the bound on one example's contribution, C for per-example clipping and 2C for micro-batch
+clipping, exactly what ``privacy.json`` stores in ``noise_multipliers``. So ``--microbatch-size``
+changes the noise std (sigma x 2C), not the epsilon of a given sigma; the noise std over C has its
+own option, ``--noise-std-over-clip``. ``--fixed-size`` (replace-one adjacency) doubles the bound
+once more: its event carries sigma / 2.
+
+The command is split by job: :class:`_Options` (what was given), :func:`_check_options`,
+:func:`_setup` (delta, accountants, notes), :func:`_solve_poisson` / :func:`_solve_fixed_size` (the
+segments, calibration and reverse searches), :func:`_result` (the epsilons and the JSON object) and
+:func:`_render` (text).
 """
 
 from __future__ import annotations
@@ -41,7 +52,7 @@ Worked examples (the settings of the papers dpaudit reproduces):
       --batch-schedule 1875:262144,1875:458752,1875:655360,1875:851968,12500:1048576
 \b
   Dupuy et al. 2021 style eDP-SGD: batch 256 split into micro-batches of 32 (sensitivity 2C),
-  sigma 1.2 decaying linearly per epoch with a floor, 5 epochs over 450K utterances
+  sigma 1.2 (noise std 1.2 x 2C) decaying linearly per epoch with a floor, 5 epochs over 450K utterances
     dpaudit account -N 450000 --batch-size 256 --microbatch-size 32 --epochs 5 \\
       --noise-multiplier 1.2 --noise-decay linear:0.1:0.6 --accountant both
 \b
@@ -53,7 +64,7 @@ Worked examples (the settings of the papers dpaudit reproduces):
     dpaudit account -N 346000000 --batch-size 65536 --steps 20000 --noise-multiplier 4 --tan --simulate 4096
 \b
 Schedule files (--schedule) are JSON or TOML: a list of segments, each with `steps`, one of
-`batch_size` or `sampling_probability`, and optionally its own `noise_multiplier`
+`batch_size` or `sampling_probability`, and optionally its own `noise_multiplier` (sigma, as in privacy.json)
 (JSON: [{"steps": 1000, "batch_size": 4096}, ...]; TOML: [[segments]] tables).
 \b
 Example: dpaudit account -N 60000 --batch-size 256 --epochs 15 --noise-multiplier 1.1 --accountant both"""
@@ -140,7 +151,11 @@ def _fmt_int(n: int | float) -> str:
 @click.option("--steps", "-S", type=click.IntRange(min=1), help="Number of DP-SGD steps.")
 @click.option("--epochs", type=click.IntRange(min=1), help="Epochs instead of --steps (ceil(N / B) steps each).")
 @click.option("--noise-multiplier", "--sigma", "noise_multiplier", type=FiniteFloat(min=0),
-              help="Noise std on the summed clipped gradients / clip norm C.")
+              help="Noise multiplier sigma, dp_accounting's: noise std on the summed clipped gradients / the bound on one "
+                   "example's contribution (C; 2C with --microbatch-size > 1). privacy.json's noise_multipliers.")
+@click.option("--noise-std-over-clip", type=FiniteFloat(min=0),
+              help="Instead of --noise-multiplier: noise std / C (what Dupuy et al. and Opacus call the noise "
+                   "multiplier); sigma = this / 2 with --microbatch-size > 1, else this.")
 @click.option("--delta", type=FiniteFloat(0, 1, min_open=True, max_open=True), help=_DELTA_HELP)
 @click.option("--target-epsilon", type=FiniteFloat(min=0, min_open=True),
               help="Budget: solve for the one missing quantity (sigma, steps or batch), or check the run against it.")
@@ -150,10 +165,11 @@ def _fmt_int(n: int | float) -> str:
                                        'run (any order: increasing as in Anil et al. 2021, or not; each is accounted as given).')
 @click.option("--noise-decay", help="Per-epoch sigma decay fixed in advance: linear:K:SIGMA_MIN or exp:K (needs --epochs).")
 @click.option("--microbatch-size", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Micro-batch clipping: any size > 1 doubles the sensitivity (the accountant sees sigma / 2).")
+              help="Micro-batch clipping: any size > 1 doubles one example's bound to 2C (the noise std is sigma x 2C; "
+                   "the same sigma gives the same epsilon).")
 @click.option("--fixed-size", is_flag=True,
-              help="Fixed-size batches sampled without replacement: replace-one adjacency (sensitivity 2C: the "
-                   "accountant sees sigma / 2, times the micro-batch factor), RDP only (labelled).")
+              help="Fixed-size batches sampled without replacement: replace-one adjacency (sensitivity twice one "
+                   "example's bound: the accountant sees sigma / 2), RDP only (labelled).")
 @click.option("--accountant", type=click.Choice(["pld", "rdp", "both"]), default=None,
               help="Accountant of record  [default: pld; rdp with --fixed-size]")
 @click.option("--tan", is_flag=True, help="Also print eta and eps_TAN (Sander et al.; valid only for sigma > 2).")
@@ -165,174 +181,278 @@ def _fmt_int(n: int | float) -> str:
 def account(**options: Any) -> None:
     """Compute epsilon for a DP-SGD run, calibrate sigma for a target epsilon, or find the most steps / largest
     batch within a budget. Poisson sampling and add/remove-one adjacency unless --fixed-size."""
+    given = _Options(**options)
     try:
-        result = _run(**options)  # a UserInputError becomes one line and exit 2 in the command group
+        result = _run(given)  # a UserInputError becomes one line and exit 2 in the command group
     except OverflowError:  # dp_accounting's PLD construction: exp() of the privacy loss of a tiny sigma
-        sigma = options["noise_multiplier"]
-        which = f"--noise-multiplier {sigma:g}" if sigma is not None else "the noise multiplier"
+        which = f"--noise-multiplier {given.sigma:g}" if given.sigma is not None else "the noise multiplier"
         raise UserInputError(f"{which} is too small to account with PLD (its privacy loss overflows a float: epsilon "
                              "is effectively unbounded); add noise, or use --accountant rdp.") from None
-    if options["as_json"]:
+    if given.as_json:
         click.echo(json.dumps(result, indent=2, sort_keys=True))
     else:
         click.echo(_render(result))
 
 
-def _run(*, dataset_size, batch_size, sampling_probability, steps, epochs, noise_multiplier, delta, target_epsilon,
-         schedule_file, batch_schedule, noise_decay, microbatch_size, fixed_size, accountant, tan, simulate,
-         tolerance, as_json) -> dict[str, Any]:
-    from dpaudit import accounting as A
+@dataclass(frozen=True, kw_only=True)
+class _Options:
+    """The command line as given (None: not given); see the click options for each meaning."""
 
-    n = dataset_size
-    for flag, value in (("--target-epsilon", target_epsilon), ("--noise-multiplier", noise_multiplier),
-                        ("--delta", delta), ("--sampling-probability", sampling_probability), ("--tolerance", tolerance)):
+    dataset_size: int | None
+    batch_size: int | None
+    sampling_probability: float | None
+    steps: int | None
+    epochs: int | None
+    noise_multiplier: float | None
+    noise_std_over_clip: float | None
+    delta: float | None
+    target_epsilon: float | None
+    schedule_file: Path | None
+    batch_schedule: str | None
+    noise_decay: str | None
+    microbatch_size: int
+    fixed_size: bool
+    accountant: str | None
+    tan: bool
+    simulate: int | None
+    tolerance: float
+    as_json: bool
+
+    @property
+    def schedule_mode(self) -> bool:
+        """Segments come from a schedule (file, inline batches or a noise decay), not from one constant run."""
+        return self.schedule_file is not None or self.batch_schedule is not None or self.noise_decay is not None
+
+    @property
+    def clipping_factor(self) -> float:
+        """One example's bound in clip norms: 1 per-example, 2 with micro-batch clipping."""
+        from dpaudit import accounting as A
+
+        return A.microbatch_sensitivity_factor(self.microbatch_size)
+
+    @property
+    def sigma(self) -> float | None:
+        """The noise multiplier given: ``--noise-multiplier``, or ``--noise-std-over-clip`` over the clipping factor."""
+        if self.noise_std_over_clip is not None:
+            return self.noise_std_over_clip / self.clipping_factor
+        return self.noise_multiplier
+
+    @property
+    def expected_batch(self) -> float | None:
+        if self.batch_size is not None:
+            return self.batch_size
+        if self.sampling_probability is not None and self.dataset_size is not None:
+            return self.sampling_probability * self.dataset_size
+        return None
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Setup:
+    """What the options fix before anything is solved: delta, the accountants (of record first), the notes."""
+
+    delta: float
+    accountants: list[str]
+    notes: list[str]
+
+    @property
+    def primary(self) -> str:
+        return self.accountants[0]
+
+
+@dataclass(frozen=True, kw_only=True)
+class _Solution:
+    """The run that is accounted: its event and segments, sigma, and what was solved for."""
+
+    event: Any
+    segments: list
+    sigma: float | None
+    sensitivity_factor: float  # L2 sensitivity of the noised sum under the adjacency, over C
+    batch_size: int | None
+    solved: dict[str, Any]
+
+
+def _run(o: _Options) -> dict[str, Any]:
+    """Check the options, fix delta and the accountants, solve for the missing quantity, compute."""
+    _check_options(o)
+    setup = _setup(o)
+    solution = _solve_fixed_size(o) if o.fixed_size else _solve_poisson(o, setup)
+    return _result(o, setup, solution)
+
+
+def _check_options(o: _Options) -> None:
+    """Refuse contradictory or out-of-range options, each with one line naming them."""
+    n = o.dataset_size
+    for flag, value in (("--target-epsilon", o.target_epsilon), ("--noise-multiplier", o.noise_multiplier),
+                        ("--noise-std-over-clip", o.noise_std_over_clip), ("--delta", o.delta),
+                        ("--sampling-probability", o.sampling_probability), ("--tolerance", o.tolerance)):
         if value is not None and not math.isfinite(value):  # click's FloatRange lets inf and nan through
             _fail(f"{flag} must be a finite number, got {value}.")
+    if o.noise_multiplier is not None and o.noise_std_over_clip is not None:
+        _fail("--noise-multiplier and --noise-std-over-clip both given; pass one (sigma = noise std / C / the "
+              "sensitivity factor).")
     if n is not None and n > MAX_DATASET_SIZE:
         _fail(f"--dataset-size/-N {n:,} is above the limit of {MAX_DATASET_SIZE:,} examples (10^12); pass the number of "
               "privacy units of the training set.")
-    expected_batch = batch_size if batch_size is not None else (
-        sampling_probability * n if sampling_probability is not None and n is not None else None)
-    if microbatch_size > 1 and expected_batch is not None and microbatch_size > expected_batch:
-        _fail(f"--microbatch-size {microbatch_size} is larger than the (expected) batch size {expected_batch:g}: a "
+    if o.microbatch_size > 1 and o.expected_batch is not None and o.microbatch_size > o.expected_batch:
+        _fail(f"--microbatch-size {o.microbatch_size} is larger than the (expected) batch size {o.expected_batch:g}: a "
               "micro-batch is a part of one batch; pass a size <= the batch size (1 for per-example clipping).")
-    if batch_size is not None and sampling_probability is not None:
+    if o.batch_size is not None and o.sampling_probability is not None:
         _fail("--batch-size and --sampling-probability both given; pass one (q = B / N).")
-    if batch_size is not None and n is None:
+    if o.batch_size is not None and n is None:
         _fail("--batch-size needs --dataset-size/-N (q = B / N); or pass --sampling-probability/-q.")
-    if batch_size is not None and batch_size > n:
-        _fail(f"--batch-size {batch_size} is larger than --dataset-size {n}.")
-    if steps is not None and epochs is not None:
+    if o.batch_size is not None and o.batch_size > n:
+        _fail(f"--batch-size {o.batch_size} is larger than --dataset-size {n}.")
+    if o.steps is not None and o.epochs is not None:
         _fail("--steps and --epochs both given; pass one.")
-    if delta is None:
-        if n is None:
-            _fail("--delta is required without --dataset-size (its default is min(1e-5, 1/(10 N))).")
-        delta = A.default_delta(n)
-    if sum(x is not None for x in (schedule_file, batch_schedule)) > 1:
+    if o.delta is None and n is None:
+        _fail("--delta is required without --dataset-size (its default is min(1e-5, 1/(10 N))).")
+    if o.schedule_file is not None and o.batch_schedule is not None:
         _fail("--schedule and --batch-schedule both given; pass one.")
-    if schedule_file is not None or batch_schedule is not None:
-        clashing = [name for name, value in (("--batch-size/-B", batch_size), ("--sampling-probability/-q", sampling_probability),
-                                             ("--steps/-S", steps), ("--epochs", epochs)) if value is not None]
+    if o.schedule_file is not None or o.batch_schedule is not None:
+        clashing = [name for name, value in (("--batch-size/-B", o.batch_size),
+                                             ("--sampling-probability/-q", o.sampling_probability),
+                                             ("--steps/-S", o.steps), ("--epochs", o.epochs)) if value is not None]
         if clashing:
-            which = "--schedule" if schedule_file is not None else "--batch-schedule"
+            which = "--schedule" if o.schedule_file is not None else "--batch-schedule"
             _fail(f"{which} sets every segment's steps and batch; remove {' and '.join(clashing)} (or drop {which}).")
+
+
+def _setup(o: _Options) -> _Setup:
+    """delta (default min(1e-5, 1/(10 N))), the accountants and the notes every output carries."""
+    from dpaudit import accounting as A
+
+    delta = A.default_delta(o.dataset_size) if o.delta is None else o.delta
     tiny_delta = delta < A.PLD_MIN_DELTA  # PLD's FFT round-off exceeds such a delta: RDP is the accountant of record
     accountants = {"pld": ["pld"], "rdp": ["rdp"], "both": ["pld", "rdp"],
-                   None: ["rdp" if fixed_size or tiny_delta else "pld"]}[accountant]
+                   None: ["rdp" if o.fixed_size or tiny_delta else "pld"]}[o.accountant]
     if tiny_delta and "pld" in accountants:
         _fail(f"--delta {delta:g} is below {A.PLD_MIN_DELTA:g}, where the PLD accountant is not reliable (FFT "
               f"round-off can exceed delta); use --accountant rdp (the default there).")
-    if fixed_size and "pld" in accountants:
+    if o.fixed_size and "pld" in accountants:
         _fail("--fixed-size is accounted by RDP only (replace-one adjacency); use --accountant rdp or drop --accountant.")
-    factor = A.microbatch_sensitivity_factor(microbatch_size)
-    q = sampling_probability if sampling_probability is not None else (batch_size / n if batch_size else None)
     notes: list[str] = []
-    delta_warning = A.delta_warning(delta, n)
+    delta_warning = A.delta_warning(delta, o.dataset_size)
     if delta_warning:
         click.echo(f"warning: {delta_warning}", err=True)
         notes.append(f"warning: {delta_warning}")
-    if factor != 1.0:
-        notes.append(f"micro-batch clipping (micro-batch size {microbatch_size}): one example moves one clipped "
-                     f"micro-batch sum by up to 2C, so the accountant sees sigma / 2")
-    if fixed_size:
+    if o.clipping_factor != 1.0:
+        notes.append(f"micro-batch clipping (micro-batch size {o.microbatch_size}): one example moves one clipped "
+                     f"micro-batch sum by up to 2C, so the noise std is sigma x 2C; sigma is the noise multiplier of "
+                     f"that bound (dp_accounting's), and the same sigma gives the same epsilon as per-example clipping")
+    if o.fixed_size:
         notes.append(A.FIXED_SIZE_LABEL)
-    if tiny_delta and accountant is None:
+    if tiny_delta and o.accountant is None:
         notes.append(f"delta below {A.PLD_MIN_DELTA:g}: epsilon by RDP, a valid bound at any delta (the PLD "
                      f"accountant's FFT round-off can exceed such a delta)")
+    return _Setup(delta=delta, accountants=accountants, notes=notes)
 
-    solved: dict[str, Any] = {}
-    primary = accountants[0]
-    schedule_mode = schedule_file is not None or batch_schedule is not None or noise_decay is not None
 
-    if fixed_size:
-        if schedule_mode or n is None or batch_size is None:
-            _fail("--fixed-size needs --dataset-size and --batch-size (no schedules).")
-        if epochs is not None:
-            steps = epochs * math.ceil(n / batch_size)
-        if steps is None or noise_multiplier is None:
-            _fail("--fixed-size needs --steps (or --epochs) and --noise-multiplier (no calibration).")
+def _solve_fixed_size(o: _Options) -> _Solution:
+    """Fixed-size batches without replacement: replace-one, the event carries sigma / 2 (no calibration)."""
+    from dpaudit import accounting as A
 
-        clipping_factor = factor
+    n, batch_size, steps, sigma = o.dataset_size, o.batch_size, o.steps, o.sigma
+    if o.schedule_mode or n is None or batch_size is None:
+        _fail("--fixed-size needs --dataset-size and --batch-size (no schedules).")
+    if o.epochs is not None:
+        steps = o.epochs * math.ceil(n / batch_size)
+    if steps is None or sigma is None:
+        _fail("--fixed-size needs --steps (or --epochs) and --noise-multiplier (no calibration).")
+    event = A.fixed_size_event(dataset_size=n, batch_size=batch_size, steps=steps, noise_multiplier=sigma)
+    factor = o.clipping_factor * A.REPLACE_ONE_FACTOR  # what the segments (and --tan/--simulate) must see
+    # The segment states the accountant's sigma under replace-one (std over the 2x bound): sigma / 2.
+    segments = [A.Segment(steps=steps, sampling_probability=batch_size / n,
+                          noise_multiplier=sigma / A.REPLACE_ONE_FACTOR, sensitivity_factor=factor)]
+    return _Solution(event=event, segments=segments, sigma=sigma, sensitivity_factor=factor, batch_size=batch_size,
+                     solved={})
 
-        def event_of(sigma: float):
-            return A.fixed_size_event(dataset_size=n, batch_size=batch_size, steps=steps, noise_multiplier=sigma,
-                                      sensitivity_factor=clipping_factor)
 
-        factor = clipping_factor * A.REPLACE_ONE_FACTOR  # what the segments (and --tan/--simulate) must see
-        segments = [A.Segment(steps=steps, sampling_probability=batch_size / n, noise_multiplier=noise_multiplier,
-                              sensitivity_factor=factor)]
-        sigma = noise_multiplier
-    else:
-        plan = _plan(n=n, q=q, steps=steps, epochs=epochs, schedule_file=schedule_file, batch_schedule=batch_schedule,
-                     noise_decay=noise_decay, factor=factor)
-        missing = _missing(plan=plan, q=q, steps=steps, epochs=epochs, sigma=noise_multiplier, n=n)
-        sigma = noise_multiplier
-        if missing and target_epsilon is None:
-            _fail(f"missing {missing}: pass it, or pass --target-epsilon to solve for it.")
-        if missing == "--noise-multiplier":
-            click.echo("calibrating the noise multiplier ...", err=True)
-            sigma = A.calibrate_noise(lambda s: A.schedule_event(plan.build(s)), target_epsilon, delta,
-                                      accountant=primary, tolerance=tolerance)
-            solved["noise_multiplier"] = sigma
-        elif missing == "--steps":
-            steps = A.max_steps(sampling_probability=q, noise_multiplier=sigma, sensitivity_factor=factor,
-                                target_epsilon=target_epsilon, delta=delta, accountant=primary, tolerance=tolerance)
-            if steps == 0:
-                _fail(f"not even one step fits epsilon {target_epsilon:g}; add noise or sample less.")
-            solved["steps"] = steps
-            plan = _plan(n=n, q=q, steps=steps, epochs=None, schedule_file=None, batch_schedule=None,
-                         noise_decay=None, factor=factor)
-        elif missing == "--batch-size":
-            batch_size = A.max_batch_size(dataset_size=n, steps=steps, noise_multiplier=sigma,
-                                          sensitivity_factor=factor, target_epsilon=target_epsilon, delta=delta,
-                                          accountant=primary, tolerance=tolerance)
-            if batch_size == 0:
-                _fail(f"not even a batch of 1 fits epsilon {target_epsilon:g} in {steps} steps; add noise.")
-            solved["batch_size"] = batch_size
-            q = batch_size / n
-            plan = _plan(n=n, q=q, steps=steps, epochs=None, schedule_file=None, batch_schedule=None,
-                         noise_decay=None, factor=factor)
-        if plan.uses_sigma and sigma is None:
-            _fail("--noise-multiplier is required.")
-        segments = plan.build(sigma if sigma is not None else 1.0)
+def _solve_poisson(o: _Options, setup: _Setup) -> _Solution:
+    """Poisson sampling: the segments of the options, with the one missing quantity solved for the target."""
+    from dpaudit import accounting as A
 
-        def event_of(s: float):
-            return A.schedule_event(plan.build(s))
+    n, factor, sigma, batch_size = o.dataset_size, o.clipping_factor, o.sigma, o.batch_size
+    q = o.sampling_probability if o.sampling_probability is not None else (batch_size / n if batch_size else None)
+    plan = _plan(n=n, q=q, steps=o.steps, epochs=o.epochs, schedule_file=o.schedule_file,
+                 batch_schedule=o.batch_schedule, noise_decay=o.noise_decay, factor=factor)
+    missing = _missing(plan=plan, q=q, steps=o.steps, epochs=o.epochs, sigma=sigma, n=n)
+    target, delta, solved = o.target_epsilon, setup.delta, {}
+    if missing and target is None:
+        _fail(f"missing {missing}: pass it, or pass --target-epsilon to solve for it.")
+    if missing == "--noise-multiplier":
+        click.echo("calibrating the noise multiplier ...", err=True)
+        sigma = A.calibrate_noise(lambda s: A.schedule_event(plan.build(s)), target, delta,
+                                  accountant=setup.primary, tolerance=o.tolerance)
+        solved["noise_multiplier"] = sigma
+    elif missing == "--steps":
+        steps = A.max_steps(sampling_probability=q, noise_multiplier=sigma, target_epsilon=target, delta=delta,
+                            accountant=setup.primary, tolerance=o.tolerance)
+        if steps == 0:
+            _fail(f"not even one step fits epsilon {target:g}; add noise or sample less.")
+        solved["steps"] = steps
+        plan = _plan(n=n, q=q, steps=steps, epochs=None, schedule_file=None, batch_schedule=None,
+                     noise_decay=None, factor=factor)
+    elif missing == "--batch-size":
+        batch_size = A.max_batch_size(dataset_size=n, steps=o.steps, noise_multiplier=sigma, target_epsilon=target,
+                                      delta=delta, accountant=setup.primary, tolerance=o.tolerance)
+        if batch_size == 0:
+            _fail(f"not even a batch of 1 fits epsilon {target:g} in {o.steps} steps; add noise.")
+        solved["batch_size"] = batch_size
+        plan = _plan(n=n, q=batch_size / n, steps=o.steps, epochs=None, schedule_file=None, batch_schedule=None,
+                     noise_decay=None, factor=factor)
+    if plan.uses_sigma and sigma is None:
+        _fail("--noise-multiplier is required.")
+    segments = plan.build(sigma if sigma is not None else 1.0)
+    return _Solution(event=A.schedule_event(segments), segments=segments, sigma=sigma, sensitivity_factor=factor,
+                     batch_size=batch_size, solved=solved)
 
-    event = event_of(sigma if sigma is not None else 1.0)
-    epsilons = {name: A.epsilon(event, delta, name) for name in accountants}
+
+def _result(o: _Options, setup: _Setup, solution: _Solution) -> dict[str, Any]:
+    """Epsilon by each accountant, from the event, and the ``dpaudit.account/2`` object (with TAN figures)."""
+    from dpaudit import accounting as A
+
+    epsilons = {name: A.epsilon(solution.event, setup.delta, name) for name in setup.accountants}
+    sigma, segments = solution.sigma, solution.segments
     result: dict[str, Any] = {
-        "schema": "dpaudit.account/1",
-        "sampling": "without_replacement" if fixed_size else "poisson",
-        "adjacency": "replace one example" if fixed_size else "add/remove one example",
-        "dataset_size": n,
-        "delta": delta,
+        "schema": "dpaudit.account/2",
+        "sampling": "without_replacement" if o.fixed_size else "poisson",
+        "adjacency": "replace one example" if o.fixed_size else "add/remove one example",
+        "dataset_size": o.dataset_size,
+        "delta": setup.delta,
+        # dp_accounting's sigma: noise std over one example's bound (C, or 2C with micro-batches), as privacy.json.
         "noise_multiplier": sigma,
-        "microbatch_size": microbatch_size,
-        "sensitivity_factor": factor,  # L2 sensitivity of the noised sum / C: the event carries sigma / factor
+        "noise_std_over_clip": None if sigma is None else sigma * o.clipping_factor,
+        "microbatch_size": o.microbatch_size,
+        # L2 sensitivity of the noised sum / C under the adjacency: the event carries noise_std_over_clip / this.
+        "sensitivity_factor": solution.sensitivity_factor,
         "default_delta": A.DEFAULT_DELTA_RULE,
         "steps": sum(s.steps for s in segments),
         "segments": [s.to_json() for s in segments],
         "epsilon": {k: (v if math.isfinite(v) else None) for k, v in epsilons.items()},
-        "target_epsilon": target_epsilon,
-        "within_target": None if target_epsilon is None else epsilons[primary] <= target_epsilon,
-        "solved": solved or None,
-        "event": A.event_to_json(event),
-        "notes": notes,
-        "tan": None,
+        "target_epsilon": o.target_epsilon,
+        "within_target": None if o.target_epsilon is None else epsilons[setup.primary] <= o.target_epsilon,
+        "solved": solution.solved or None,
+        "event": A.event_to_json(solution.event),
+        "notes": setup.notes,
+        "tan": _tan(segments, setup.delta) if o.tan else None,
         "simulation": None,
     }
-    if tan:
-        result["tan"] = _tan(segments, delta)
-    if simulate is not None:
-        if schedule_mode or n is None or batch_size is None or len(segments) != 1:
-            _fail("--simulate needs one constant segment with --dataset-size and --batch-size (or a solved batch).")
-        if simulate > n:
-            _fail(f"--simulate {simulate} is larger than --dataset-size {n}.")
-        sim = A.tan_simulate(dataset_size=n, batch_size=batch_size, noise_multiplier=segments[0].effective_noise_multiplier,
-                             steps=segments[0].steps, simulated_batch_size=simulate)
-        result["simulation"] = sim.to_json()
+    if o.simulate is not None:
+        result["simulation"] = _simulation(o, solution)
     return result
+
+
+def _simulation(o: _Options, solution: _Solution) -> dict[str, Any]:
+    """TAN's cheap NON-PRIVATE simulation of the one constant segment at batch ``--simulate``."""
+    from dpaudit import accounting as A
+
+    n, segments = o.dataset_size, solution.segments
+    if o.schedule_mode or n is None or solution.batch_size is None or len(segments) != 1:
+        _fail("--simulate needs one constant segment with --dataset-size and --batch-size (or a solved batch).")
+    if o.simulate > n:
+        _fail(f"--simulate {o.simulate} is larger than --dataset-size {n}.")
+    return A.tan_simulate(dataset_size=n, batch_size=solution.batch_size, noise_multiplier=segments[0].noise_multiplier,
+                          steps=segments[0].steps, simulated_batch_size=o.simulate).to_json()
 
 
 def _plan(*, n, q, steps, epochs, schedule_file, batch_schedule, noise_decay, factor) -> _Plan:
@@ -424,15 +544,19 @@ def _render(r: dict[str, Any]) -> str:
     if r["dataset_size"] is not None:
         lines.append(f"  dataset size N       {_fmt_int(r['dataset_size'])}")
     lines.append(f"  delta                {format_up(r['delta'], 3)}")
+    fixed = r["sampling"] != "poisson"
     if r["sensitivity_factor"] != 1.0:
-        lines.append(f"  sensitivity          {r['sensitivity_factor']:g}C (the accountant sees sigma / "
-                     f"{r['sensitivity_factor']:g})")
+        why = "replace-one: the accountant sees sigma / 2" if fixed else "noise std = sigma x this"
+        lines.append(f"  sensitivity          {r['sensitivity_factor']:g}C ({why})")
+    if r["noise_multiplier"] is not None:
+        lines.append(f"  noise multiplier     sigma = {r['noise_multiplier']:.5g} (noise std / C = "
+                     f"{r['noise_std_over_clip']:.5g})")
     for i, s in enumerate(r["segments"]):
         label = "schedule" if i == 0 else ""
         batch = (f" (batch {_fmt_int(round(s['sampling_probability'] * r['dataset_size']))})"
                  if r["dataset_size"] else "")
         lines.append(f"  {label:20s} {_fmt_int(s['steps'])} steps at q = {s['sampling_probability']:.4g}{batch}, "
-                     f"sigma = {s['noise_multiplier']:.5g}")
+                     f"{'sigma / 2' if fixed else 'sigma'} = {s['noise_multiplier']:.5g}")
     if len(r["segments"]) > 1:
         lines.append(f"  {'total steps':20s} {_fmt_int(r['steps'])}")
     solved = r["solved"] or {}

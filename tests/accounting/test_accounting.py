@@ -160,17 +160,19 @@ def test_schedule_of_identical_segments_equals_single_event():
     assert A.epsilon(split, DELTA, "rdp") == pytest.approx(A.epsilon(single, DELTA, "rdp"), rel=1e-9)
 
 
-def test_microbatch_event_equals_per_example_event_at_half_sigma():
+def test_microbatch_segment_accounts_sigma_and_states_the_noise_std_over_c():
     assert A.microbatch_sensitivity_factor(1) == 1.0
     assert A.microbatch_sensitivity_factor(8) == 2.0
     assert A.sliced_microbatch_sensitivity_factor(4) == 8.0
-    micro = A.dpsgd_event(noise_multiplier=2.4, sampling_probability=0.02, steps=150,
-                          sensitivity_factor=A.microbatch_sensitivity_factor(16))
+    # Noise std 2.4C with micro-batch clipping (bound 2C): sigma 1.2, the per-example mechanism at sigma 1.2.
+    micro = A.Segment(steps=150, sampling_probability=0.02, noise_multiplier=1.2,
+                      sensitivity_factor=A.microbatch_sensitivity_factor(16))
+    assert micro.noise_std_over_clip == pytest.approx(2.4)
     per_example = A.dpsgd_event(noise_multiplier=1.2, sampling_probability=0.02, steps=150)
-    assert micro == per_example
-    assert A.epsilon(micro, DELTA) == A.epsilon(per_example, DELTA)
-    assert A.epsilon(micro, DELTA) > A.epsilon(A.dpsgd_event(noise_multiplier=2.4, sampling_probability=0.02,
-                                                             steps=150), DELTA)
+    assert micro.event() == per_example == dp_accounting.SelfComposedDpEvent(
+        dp_accounting.PoissonSampledDpEvent(0.02, dp_accounting.GaussianDpEvent(1.2)), 150)
+    assert A.epsilon(micro.event(), DELTA) > A.epsilon(A.dpsgd_event(noise_multiplier=2.4, sampling_probability=0.02,
+                                                                     steps=150), DELTA)
     assert A.combined_clip_norm([3.0, 4.0]) == 5.0
     assert A.combined_clip_norm([1.0] * 4) == 2.0
 
@@ -385,13 +387,16 @@ def test_calibrate_noise_certified_and_rdp():
     assert sigma_rdp > sigma  # RDP is looser, so it needs more noise
 
 
-def test_calibrate_noise_for_micro_batches_doubles_sigma():
+def test_calibrate_noise_for_micro_batches_gives_the_same_sigma_and_doubles_the_std():
     def build(factor):
-        return lambda s: A.dpsgd_event(noise_multiplier=s, sampling_probability=0.1, steps=60, sensitivity_factor=factor)
+        return lambda s: A.schedule_event([A.Segment(steps=60, sampling_probability=0.1, noise_multiplier=s,
+                                                     sensitivity_factor=factor)])
 
     per_example = A.calibrate_noise(build(1.0), 1.2, DELTA, certify_minimal=True)
     micro = A.calibrate_noise(build(2.0), 1.2, DELTA, certify_minimal=True)
-    assert micro == pytest.approx(2 * per_example, rel=2.5e-3)
+    assert micro == per_example  # sigma is std over the unit's own bound: the unit does not change it
+    assert A.Segment(steps=60, sampling_probability=0.1, noise_multiplier=micro,
+                     sensitivity_factor=2.0).noise_std_over_clip == 2 * per_example
 
 
 def test_calibrate_noise_unreachable_target_is_a_user_error():

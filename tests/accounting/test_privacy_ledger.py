@@ -28,7 +28,7 @@ def test_record_compresses_runs_and_event_matches_schedule():
     for _ in range(3):
         ledger.record(sampling_probability=Q, noise_multiplier=SIGMA)
     ledger.record(sampling_probability=0.1, noise_multiplier=SIGMA, steps=2)
-    ledger.record(sampling_probability=Q, noise_multiplier=4.0, sensitivity_factor=2.0)  # same mechanism as SIGMA
+    ledger.record(sampling_probability=Q, noise_multiplier=SIGMA, sensitivity_factor=2.0)  # same mechanism, std 2x
     assert ledger.steps == 6
     assert [s.steps for s in ledger.segments] == [3, 2, 1]
     expected = A.schedule_event([A.Segment(steps=3, sampling_probability=Q, noise_multiplier=SIGMA),

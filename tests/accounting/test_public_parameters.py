@@ -39,11 +39,11 @@ def test_a_batch_larger_than_the_declared_size_is_refused_naming_it():
 
 
 def test_replace_one_epsilon_matches_dp_accounting_and_respects_the_sensitivity_factor():
-    """Golden values from plain dp_accounting: a micro-batch segment (noise std 2 sigma C, factor 2) is accounted at
-    multiplier sigma under replace-one exactly as under add/remove."""
+    """Golden values from plain dp_accounting: a micro-batch segment (sigma 1, factor 2: noise std 2C) is accounted
+    at multiplier sigma under replace-one exactly as under add/remove."""
     golden = PLDAccountant(NeighboringRelation.REPLACE_ONE)
     golden.compose(dp_event.PoissonSampledDpEvent(0.01, dp_event.GaussianDpEvent(1.0)), 1000)
-    event = A.schedule_event([A.Segment(steps=1000, sampling_probability=0.01, noise_multiplier=2.0,
+    event = A.schedule_event([A.Segment(steps=1000, sampling_probability=0.01, noise_multiplier=1.0,
                                         sensitivity_factor=2.0)])
     assert A.epsilon_replace_one(event, 1e-5) == pytest.approx(golden.get_epsilon(1e-5), rel=1e-9)
     assert A.epsilon_replace_one(event, 1e-5) == pytest.approx(2.8434, abs=1e-3)
@@ -52,7 +52,7 @@ def test_replace_one_epsilon_matches_dp_accounting_and_respects_the_sensitivity_
 
 def test_tail_figure_sums_each_segment():
     segments = [A.Segment(steps=100, sampling_probability=0.1, noise_multiplier=0.5),
-                A.Segment(steps=50, sampling_probability=0.2, noise_multiplier=2.0, sensitivity_factor=2.0)]
+                A.Segment(steps=50, sampling_probability=0.2, noise_multiplier=1.0, sensitivity_factor=2.0)]
     upper = lambda x: 0.5 * math.erfc(x / math.sqrt(2))  # noqa: E731
     want = 100 * 0.1 * upper(5.768 - 2.0) + 50 * 0.2 * upper(5.768 - 1.0)
     assert A.tail_figure(segments, 5.768) == pytest.approx(want, rel=1e-12)

@@ -46,31 +46,34 @@ def rdp_gaussian_epsilon(mu_squared_total: float, delta: float = DELTA) -> float
 
 # -- add/remove (PLD): sensitivity factors of the clipping ----------------------------------------
 
-@pytest.mark.parametrize("name,event,mu", [
-    # per-example clipping: sensitivity C = 1, noise std sigma * C = 2.
-    ("per-example", A.dpsgd_event(noise_multiplier=2.0, sampling_probability=1.0, steps=1), 1 / 2),
-    # micro-batch clipping: one example moves one clipped micro-batch sum by 2C; std 2C.
-    ("micro-batch", A.dpsgd_event(noise_multiplier=2.0, sampling_probability=1.0, steps=1,
-                                  sensitivity_factor=A.microbatch_sensitivity_factor(32)), 2 / 2),
-    # a shuffled batch sliced into 3 micro-batches: 2kC = 6; std 6C.
-    ("sliced", A.dpsgd_event(noise_multiplier=6.0, sampling_probability=1.0, steps=1,
-                             sensitivity_factor=A.sliced_microbatch_sensitivity_factor(3)), 6 / 6),
-    # per-layer clip norms 0.3 and 0.4: sensitivity sqrt(0.09 + 0.16) = 0.5; noise std 1.0.
-    ("per-layer", A.dpsgd_event(noise_multiplier=1.0 / A.combined_clip_norm([0.3, 0.4]), sampling_probability=1.0,
-                                steps=1), 0.5 / 1.0),
+def _one(sigma: float, factor: float = 1.0, steps: int = 1) -> list[A.Segment]:
+    return [A.Segment(steps=steps, sampling_probability=1.0, noise_multiplier=sigma, sensitivity_factor=factor)]
+
+
+# Each case: segments built from sigma = noise std / (factor x C), the noise std over C each segment says
+# ran, and mu = sensitivity / std worked out here from the std and the clipping unit (C = 1).
+@pytest.mark.parametrize("name,segments,std_over_c,mu", [
+    # per-example clipping: sensitivity C = 1, noise std 2C: sigma 2.
+    ("per-example", _one(2.0), [2.0], 1 / 2),
+    # micro-batch clipping: one example moves one clipped micro-batch sum by 2C; std 2C: sigma = 2C / 2C = 1.
+    ("micro-batch", _one(1.0, A.microbatch_sensitivity_factor(32)), [2.0], 2 / 2),
+    # a shuffled batch sliced into 3 micro-batches: 2kC = 6; std 6C: sigma 1.
+    ("sliced", _one(1.0, A.sliced_microbatch_sensitivity_factor(3)), [6.0], 6 / 6),
+    # per-layer clip norms 0.3 and 0.4: sensitivity sqrt(0.09 + 0.16) = 0.5 (the C); noise std 1.0 = 2C.
+    ("per-layer", _one(1.0 / A.combined_clip_norm([0.3, 0.4])), [2.0], 0.5 / 1.0),
     # 4 steps of the per-example mechanism at std 4: mu^2 adds, mu = sqrt(4 / 16) = 1/2.
-    ("composed", A.dpsgd_event(noise_multiplier=4.0, sampling_probability=1.0, steps=4), 1 / 2),
-    # per-epoch sigmas 2, 2, 4, 4 with micro-batches (2C): mu^2 = 1 + 1 + 1/4 + 1/4.
-    ("noise-schedule", A.schedule_event(A.noise_schedule_segments(sampling_probability=1.0, steps_per_epoch=2,
-                                                                  sigmas=[2.0, 4.0], sensitivity_factor=2.0)),
-     math.sqrt(2.5)),
-    # batch schedule with q = 1 everywhere: 3 + 1 steps at sigma 4 with micro-batches: mu^2 = 4 / 4.
-    ("batch-schedule", A.schedule_event(A.batch_schedule_segments(dataset_size=10, schedule=[(3, 10), (1, 10)],
-                                                                  noise_multiplier=4.0, sensitivity_factor=2.0)), 1.0),
+    ("composed", _one(4.0, steps=4), [4.0], 1 / 2),
+    # per-epoch noise std 2C, 2C, 4C, 4C with micro-batches (bound 2C): sigmas 1, 2; mu^2 = 1 + 1 + 1/4 + 1/4.
+    ("noise-schedule", A.noise_schedule_segments(sampling_probability=1.0, steps_per_epoch=2, sigmas=[1.0, 2.0],
+                                                 sensitivity_factor=2.0), [2.0, 4.0], math.sqrt(2.5)),
+    # batch schedule with q = 1 everywhere: 3 + 1 steps at std 4C with micro-batches (sigma 2): mu^2 = 4 / 4.
+    ("batch-schedule", A.batch_schedule_segments(dataset_size=10, schedule=[(3, 10), (1, 10)], noise_multiplier=2.0,
+                                                 sensitivity_factor=2.0), [4.0, 4.0], 1.0),
 ])
-def test_unsampled_events_match_the_analytic_gaussian(name, event, mu):
+def test_unsampled_events_match_the_analytic_gaussian(name, segments, std_over_c, mu):
+    assert [s.noise_std_over_clip for s in segments] == pytest.approx(std_over_c)
     exact = gaussian_epsilon(mu)
-    got = A.epsilon(event, DELTA)
+    got = A.epsilon(A.schedule_event(segments), DELTA)
     # PLD is a pessimistic discretization of the exact privacy loss: never below, within 1e-3.
     assert exact - 1e-9 <= got <= exact + 1e-3, (name, got, exact)
 
@@ -82,9 +85,10 @@ def test_fixed_size_without_sampling_is_a_gaussian_at_sensitivity_2c():
     # sigma 3, 5 steps: mu = 2 / 3 per step, mu^2 total = 5 * 4 / 9.
     event = A.fixed_size_event(dataset_size=50, batch_size=50, steps=5, noise_multiplier=3.0)
     assert A.epsilon(event, DELTA, "rdp") == pytest.approx(rdp_gaussian_epsilon(5 * 4 / 9), rel=1e-9)
-    # With micro-batch clipping on top, the factors multiply (2 * 2 = 4C, conservative): mu = 4 / 3.
-    micro = A.fixed_size_event(dataset_size=50, batch_size=50, steps=5, noise_multiplier=3.0,
-                               sensitivity_factor=A.microbatch_sensitivity_factor(8))
+    # With micro-batch clipping on top, the factors multiply (2 * 2 = 4C, conservative): noise std 3C is
+    # sigma = 3C / 2C = 1.5 of the micro-batch bound, and mu = 4 / 3.
+    micro = A.fixed_size_event(dataset_size=50, batch_size=50, steps=5,
+                               noise_multiplier=3.0 / A.microbatch_sensitivity_factor(8))
     assert A.epsilon(micro, DELTA, "rdp") == pytest.approx(rdp_gaussian_epsilon(5 * 16 / 9), rel=1e-9)
 
 

@@ -86,11 +86,25 @@ def test_schedule_file_json_and_toml_and_inline_schedule_agree(tmp_path):
     assert a["epsilon"]["pld"] == pld_direct(expected, 1e-5)
 
 
-def test_microbatch_halves_the_effective_sigma():
-    micro = run_json(["-N", "10000", "--batch-size", "100", "--steps", "100", "--sigma", "4", "--microbatch-size", "8"])
-    per_example = run_json(["-N", "10000", "--batch-size", "100", "--steps", "100", "--sigma", "2"])
+def test_microbatch_size_changes_the_noise_std_not_the_epsilon_of_sigma():
+    # sigma is std over one example's bound (2C with micro-batches): the same sigma, the same epsilon.
+    base = ["-N", "10000", "--batch-size", "100", "--steps", "100"]
+    micro = run_json([*base, "--sigma", "2", "--microbatch-size", "8"])
+    per_example = run_json([*base, "--sigma", "2"])
     assert micro["epsilon"] == per_example["epsilon"]
+    assert micro["event"] == per_example["event"] == A.event_to_json(dp_accounting.ComposedDpEvent([
+        dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(0.01, dp_accounting.GaussianDpEvent(2.0)),
+                                          100)]))
     assert micro["sensitivity_factor"] == 2.0 and "2C" in micro["notes"][0]
+    assert micro["noise_std_over_clip"] == 4.0 and per_example["noise_std_over_clip"] == 2.0
+    assert micro["segments"][0]["noise_multiplier"] == 2.0 == micro["noise_multiplier"]
+    # The noise std over C has its own option: std 4C over a 2C bound is sigma 2.
+    by_std = run_json([*base, "--noise-std-over-clip", "4", "--microbatch-size", "8"])
+    assert by_std["epsilon"] == micro["epsilon"] and by_std["noise_multiplier"] == 2.0
+    # Calibration solves for sigma, the same whatever the clipping unit.
+    calibrated = [run_json([*base, "--target-epsilon", "1.5", *extra])["solved"]["noise_multiplier"]
+                  for extra in ([], ["--microbatch-size", "8"])]
+    assert calibrated[0] == calibrated[1]
 
 
 def test_tan_and_simulation_are_labelled():
@@ -122,10 +136,14 @@ def test_fixed_size_issue_repro_uses_sensitivity_2c_and_the_microbatch_factor():
     assert result.exit_code == 0, result.output
     assert "epsilon (RDP)        7.6014" in result.stdout  # 7.60137 rounded UP; the old event printed 1.2322
     assert "delta 1.67e-05 >= 1/N" in result.stderr  # delta = 1/N is warned about
-    # replace-one (2C) times micro-batch clipping (2C): the accountant sees sigma / 4.
-    micro = run_json([*args, "--delta", "1e-6", "--microbatch-size", "32"])
-    assert micro["sensitivity_factor"] == 4.0
+    # Noise std 1.1C with micro-batch clipping: replace-one (2x) times the micro-batch bound (2C), so the
+    # accountant sees std / 4C; sigma, the std over the 2C bound, is 0.55 and the event carries sigma / 2.
+    std_args = [a if a != "--sigma" else "--noise-std-over-clip" for a in args]
+    micro = run_json([*std_args, "--delta", "1e-6", "--microbatch-size", "32"])
+    assert micro["sensitivity_factor"] == 4.0 and micro["noise_multiplier"] == 0.55
     assert micro["epsilon"]["rdp"] == _plain_fixed_size_rdp(n, 256, 1000, 1.1 / 4, 1e-6)
+    by_sigma = run_json([*args[:-2], "0.55", "--fixed-size", "--delta", "1e-6", "--microbatch-size", "32"])
+    assert by_sigma["epsilon"] == micro["epsilon"]
 
 
 @pytest.mark.parametrize("args,message", [
@@ -138,6 +156,8 @@ def test_fixed_size_issue_repro_uses_sensitivity_2c_and_the_microbatch_factor():
      "RDP only"),
     (["-N", "100", "--batch-size", "10", "--epochs", "2", "--sigma", "1", "--noise-decay", "cosine:1"],
      "--noise-decay 'cosine:1'"),
+    (["-N", "100", "--batch-size", "10", "--steps", "5", "--sigma", "1", "--noise-std-over-clip", "2"],
+     "--noise-multiplier and --noise-std-over-clip both given"),
 ])
 def test_errors_are_one_line_exit_2(args, message):
     result = CliRunner().invoke(cli, ["account", *args])
@@ -156,3 +176,29 @@ def test_bad_schedule_file_names_file_and_segment(tmp_path):
     path.write_text(json.dumps([{"steps": 5, "sampling_probability": 3.0}]))
     result = CliRunner().invoke(cli, ["account", "-N", "100", "--sigma", "1", "--schedule", str(path)])
     assert result.exit_code == 2 and "sampling_probability must be in (0, 1]" in result.output
+
+
+def test_account_reproduces_an_edp_sgd_privacy_json_from_its_stored_numbers(data_dir, tmp_path):
+    """One meaning of "noise multiplier" (issue 31, item 2): an edp-sgd run (micro-batch clipping, sensitivity 2C)
+    stores sigma in noise_multipliers and in its segments alike, and `dpaudit account` given exactly the stored
+    numbers reproduces the stored epsilon, which is plain dp_accounting's for PoissonSampled Gaussian(sigma)."""
+    sigma, out = 0.7, tmp_path / "run"
+    trained = CliRunner().invoke(cli, [
+        "train", "--trainer", "edp-sgd", "--mode", "edp-sgd", "--data", str(data_dir), "--out", str(out), "--seed", "0",
+        "--preset", "tiny", "--epochs", "1", "--batch-size", "16", "--max-length", "16", "--vocab-size", "128",
+        "--eval-examples", "8", "--noise-seed", "7", "--noise-multiplier", str(sigma)], catch_exceptions=False)
+    assert trained.exit_code == 0, trained.output
+    stored = json.loads((out / "privacy.json").read_text())
+    assert stored["sensitivity_factor"] == 2.0  # micro-batch clipping: one example moves the sum by up to 2C
+    assert stored["noise_multipliers"] == [sigma] and stored["segments"][0]["noise_multiplier"] == sigma
+    assert stored["segments"][0]["sensitivity_factor"] == 2.0  # std / C = sigma x 2 stays derivable
+    n, steps, delta = stored["dataset_size"], stored["steps"], stored["delta"]
+    batch = round(stored["segments"][0]["sampling_probability"] * n)
+    args = ["-N", str(n), "--batch-size", str(batch), "--steps", str(steps), "--delta", repr(delta),
+            "--noise-multiplier", repr(stored["noise_multipliers"][0])]
+    micro = run_json([*args, "--microbatch-size", "2"])
+    assert micro["epsilon"]["pld"] == pytest.approx(stored["epsilon"], rel=1e-6)
+    assert run_json(args)["epsilon"] == micro["epsilon"]  # the clipping unit is already in sigma
+    golden = pld.PLDAccountant()
+    golden.compose(dp_accounting.PoissonSampledDpEvent(batch / n, dp_accounting.GaussianDpEvent(sigma)), steps)
+    assert stored["epsilon"] == pytest.approx(golden.get_epsilon(delta), rel=1e-6)
