@@ -185,7 +185,8 @@ def account(**options: Any) -> None:
     try:
         result = _run(given)  # a UserInputError becomes one line and exit 2 in the command group
     except OverflowError:  # dp_accounting's PLD construction: exp() of the privacy loss of a tiny sigma
-        which = f"--noise-multiplier {given.sigma:g}" if given.sigma is not None else "the noise multiplier"
+        which = ("the noise multiplier" if given.sigma is None else f"--noise-multiplier {given.sigma:g}"
+                 if given.noise_std_over_clip is None else f"--noise-std-over-clip {given.noise_std_over_clip:g}")
         raise UserInputError(f"{which} is too small to account with PLD (its privacy loss overflows a float: epsilon "
                              "is effectively unbounded); add noise, or use --accountant rdp.") from None
     if given.as_json:
