@@ -8,7 +8,7 @@ only same-run ratios mean much), their ratios and the process's peak RSS; then O
 
 Model: the Dupuy et al. BERT (``--preset mini``: 4 layers, hidden 312, 12 heads, intermediate 1200),
 sequence length 64, vocabulary 30,522. Synthetic token ids, 10 masked positions per example; one
-full chunk of ``batch / micro_batch`` micro-steps per logical batch (no Poisson padding: timing only).
+full chunk of ``batch / physical_batch`` micro-steps per logical batch (no Poisson padding: timing only).
 The JAX process applies what the trainer applies at start-up (``cpu_runtime.tune_cpu_runtime``).
 
 Two torch references, both timed in a separate process with default settings (what an Opacus
@@ -49,7 +49,7 @@ class Row:
     """One measured configuration (examples/s are medians over the timed repeats)."""
 
     batch: int
-    micro_batch: int
+    physical_batch: int
     dp_examples_per_s: float  # the trainer's DP step: ghost norms + book-keeping (trainers.jax_bert.ghost_clipping)
     nonprivate_examples_per_s: float
     dp_over_nonprivate_time: float
@@ -105,9 +105,9 @@ def bench_jax(args: argparse.Namespace) -> list[Row]:
     data = synthetic_examples(max(args.batch_sizes), seq_len=args.seq_len, n_pred=args.n_pred, vocab=args.vocab)
     rows = []
     for batch in args.batch_sizes:
-        m = min(args.micro_batch, batch)
+        m = min(args.physical_batch, batch)
         if batch % m:
-            raise SystemExit(f"--batch-sizes {batch} must be a multiple of --micro-batch {m}.")
+            raise SystemExit(f"--batch-sizes {batch} must be a multiple of --physical-batch {m}.")
         (idx, mask), = sampling.pack_microsteps(np.arange(batch), m, batch // m)
         chunks = [({k: v[idx] for k, v in data.items()}, mask)]
         steps = {
@@ -146,7 +146,7 @@ def bench_jax(args: argparse.Namespace) -> list[Row]:
         vmap_t = statistics.median(times["dp_vmap"])
         row = Row(
             batch=batch,
-            micro_batch=m,
+            physical_batch=m,
             dp_examples_per_s=batch / dp_t,
             nonprivate_examples_per_s=batch / np_t,
             dp_over_nonprivate_time=dp_t / np_t,
@@ -310,7 +310,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--n-pred", type=int, default=10, help="masked positions per example (15%% of 64)")
     parser.add_argument("--batch-sizes", default="32,256", help="comma-separated logical batch sizes")
-    parser.add_argument("--micro-batch", type=int, default=32)
+    parser.add_argument("--physical-batch", type=int, default=32,
+                        help="examples per micro-step (the trainer's --physical-batch)")
     parser.add_argument("--repeats", type=int, default=3, help="timed steps per configuration")
     parser.add_argument("--opacus-batch", type=int, default=32)
     parser.add_argument("--opacus-repeats", type=int, default=2)
@@ -364,7 +365,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"{'batch':>6} {'micro':>5} {'DP ex/s':>8} {'non-priv ex/s':>13} {'DP/non-priv':>11} {'vmap DP ex/s':>12} "
           f"{'vmap/non-priv':>13} {'peak RSS MiB (np / dp)':>22} {'minor faults/step (dp / np)':>28}")
     for r in rows:
-        print(f"{r.batch:>6} {r.micro_batch:>5} {r.dp_examples_per_s:>8.1f} {r.nonprivate_examples_per_s:>13.1f} "
+        print(f"{r.batch:>6} {r.physical_batch:>5} {r.dp_examples_per_s:>8.1f} {r.nonprivate_examples_per_s:>13.1f} "
               f"{r.dp_over_nonprivate_time:>10.2f}x {r.dp_vmap_examples_per_s:>12.1f} {r.dp_vmap_over_nonprivate_time:>12.2f}x "
               f"{r.peak_rss_mib_after_nonprivate:>10.0f} / {r.peak_rss_mib_after_dp:<9.0f} "
               f"{r.dp_minor_faults_per_step:>13.0f} / {r.nonprivate_minor_faults_per_step:<12.0f}")

@@ -34,7 +34,8 @@ import types
 import typing
 from typing import Any, Literal
 
-__all__ = ["SEED_MAX", "ConfigTypeError", "check_seed", "check_types", "option_name", "seed_type"]
+__all__ = ["SECRET_FIELDS", "SEED_MAX", "ConfigTypeError", "check_seed", "check_types", "option_name", "redacted_dict",
+           "seed_type"]
 
 #: The largest public seed any command takes. Every ``--seed`` (inject, train with every trainer, attack,
 #: demo) is an integer in ``[0, SEED_MAX]``: the range every framework that gets it accepts
@@ -217,3 +218,28 @@ def check_types(config: Any) -> None:
             raise ConfigTypeError(f.name, f"must be {err.expected}, got {_describe(value)}.") from None
         if normalized is not value:
             object.__setattr__(config, f.name, normalized)
+
+
+#: Config fields whose value is secret: the guarantee holds only while they stay unknown (``--noise-seed``
+#: seeds the Poisson sampling and the DP noise). :func:`redacted_dict` never writes their value.
+SECRET_FIELDS = ("noise_seed",)
+
+
+def redacted_dict(config: Any) -> dict[str, Any]:
+    """Every trainer Config's ``to_dict()``: the field values (JSON-serializable) with each of
+    :data:`SECRET_FIELDS` replaced by :meth:`~dpaudit.secret_rng.NoiseSource.redact` (``None`` when
+    unset, a fixed marker when set, never the number). The manifest's config and the resume check read
+    this; the secret itself lives only in the checkpoints' noise state (private to the data owner).
+
+    Raises:
+      TypeError: `config` is not a dataclass instance.
+    """
+    from dpaudit.secret_rng import NoiseSource  # numpy only; imported here to keep this module light
+
+    if not dataclasses.is_dataclass(config) or isinstance(config, type):
+        raise TypeError(f"redacted_dict needs a dataclass instance, got {type(config).__name__}.")
+    out = dataclasses.asdict(config)
+    for name in SECRET_FIELDS:
+        if name in out:
+            out[name] = NoiseSource.redact(out[name])
+    return out

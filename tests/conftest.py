@@ -26,7 +26,7 @@ import pytest  # noqa: E402
 #: Trainer options shared by the jax-bert test files: the same shapes and optimizer settings
 #: everywhere, so each XLA program is compiled once per process. ``noise_seed`` fixes the secret
 #: sampling and noise (OS entropy otherwise) so that tests can compare two runs bit for bit.
-TINY_JAX_BERT = dict(preset="tiny", steps=6, batch_size=16, micro_batch=8, max_length=16, vocab_size=128,
+TINY_JAX_BERT = dict(preset="tiny", steps=6, batch_size=16, physical_batch=8, max_length=16, vocab_size=128,
                      noise_multiplier=1.0, checkpoint_every=3, log_every=2, eval_every=3, eval_examples=16,
                      noise_seed=11)
 
@@ -61,7 +61,7 @@ def tiny_config():
 #: canary whole: the keyed canaries are 24-30 tokens with this small vocabulary).
 CANARY_INJECT = ["--corpus", "builtin:assistant", "--corpus-size", "400", "--seed", "1", "--format", "digits:4",
                  "--frequencies", "100", "--per-frequency", "4", "--holdout", "8", "--force"]
-CANARY_TRAIN = ["--trainer", "jax-bert", "--seed", "0", "--preset", "tiny", "--batch-size", "64", "--micro-batch", "32",
+CANARY_TRAIN = ["--trainer", "jax-bert", "--seed", "0", "--preset", "tiny", "--batch-size", "64", "--physical-batch", "32",
                 "--max-length", "32", "--learning-rate", "3e-3", "--warmup-steps", "10", "--weight-decay", "0",
                 "--mask-prob", "0.3", "--log-every", "50", "--eval-every", "1000", "--checkpoint-every", "1000",
                 "--noise-seed", "0"]
@@ -115,7 +115,7 @@ def noisy_canary_model(canary_data, tmp_path_factory):
 #: heldout rows (AUC ~0.67 with seed 3).
 MIA_INJECT = ["--corpus", "builtin:assistant", "--corpus-size", "250", "--heldout-size", "64", "--public-size", "64",
               "--frequencies", "1", "--per-frequency", "8", "--holdout", "0", "--coin-flip", "--seed", "3"]
-MIA_TRAIN = ["--trainer", "jax-bert", "--seed", "0", "--preset", "tiny", "--batch-size", "32", "--micro-batch", "32",
+MIA_TRAIN = ["--trainer", "jax-bert", "--seed", "0", "--preset", "tiny", "--batch-size", "32", "--physical-batch", "32",
              "--max-length", "16", "--learning-rate", "3e-3", "--warmup-steps", "10", "--weight-decay", "0",
              "--mask-prob", "0.3", "--log-every", "50", "--eval-every", "1000", "--checkpoint-every", "1000"]
 

@@ -32,7 +32,7 @@ from dpaudit.rundir import DIR_MODE, FILE_MODE, lock_path
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--frequencies", "1,2", "--per-frequency", "2", "--holdout", "1"]
-TINY = ["--preset", "tiny", "--max-length", "16", "--vocab-size", "128", "--micro-batch", "8", "--eval-examples", "16",
+TINY = ["--preset", "tiny", "--max-length", "16", "--vocab-size", "128", "--physical-batch", "8", "--eval-examples", "16",
         "--log-every", "2", "--eval-every", "3", "--checkpoint-every", "3", "--steps", "6", "--batch-size", "16"]
 # argv: FILE_SIZE_LIMIT DROP_ROOT_OVERRIDES DPAUDIT_ARGS...: applies the limits to this process, then execs
 # `python -m dpaudit ARGS` (limits and ignored signals survive exec). Root ignores directory permissions, so
@@ -351,7 +351,7 @@ def test_train_under_a_file_size_limit_is_one_line_and_leaves_no_finished_or_sta
     base.mkdir()
     out = base / "model"
     args = ["train", "--trainer", "jax-bert", "--data", str(data_dir), "--out", str(out), "--non-private",
-            "--preset", "tiny", "--max-length", "16", "--vocab-size", "128", "--micro-batch", "8", "--eval-examples", "0",
+            "--preset", "tiny", "--max-length", "16", "--vocab-size", "128", "--physical-batch", "8", "--eval-examples", "0",
             "--steps", "2", "--batch-size", "16"]
     outcome = run_cli(args, subprocess_with=_file_size_limit(4096), cwd=base)
     assert_one_line_error(outcome, f"{out / 'checkpoints'}", "arrays.safetensors: could not write the checkpoint",

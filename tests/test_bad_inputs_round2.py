@@ -305,7 +305,7 @@ def test_train_with_a_noise_multiplier_too_small_to_account_is_one_line(data_dir
     out = tmp_path / "model"
     one_line_error(["train", "--trainer", "jax-bert", "--data", str(data_dir), "--out", str(out), "--noise-multiplier",
                     "1e-9", "--steps", "2", "--batch-size", "16", "--max-length", "16", "--vocab-size", "128",
-                    "--micro-batch", "8"], "noise multiplier 1e-09 is too small for it")
+                    "--physical-batch", "8"], "noise multiplier 1e-09 is too small for it")
     assert tree(tmp_path) == []
 
 

@@ -32,7 +32,7 @@ TORCH_TINY = ["--epochs", "1", "--batch-size", "16", "--max-length", "16", "--vo
               "--noise-multiplier", "1", "--noise-seed", "5", "--seed", "3"]
 TORCH_ARGS = {"edp-sgd": ["--mode", "dp-sgd", *TORCH_TINY], "rgp": ["--rank", "2", *TORCH_TINY]}
 #: The tiny jax-bert run of tests/test_bad_inputs_files.py (same shapes: compiled once per session).
-JAX_TINY = ["--preset", "tiny", "--max-length", "16", "--vocab-size", "128", "--micro-batch", "8", "--eval-examples", "16",
+JAX_TINY = ["--preset", "tiny", "--max-length", "16", "--vocab-size", "128", "--physical-batch", "8", "--eval-examples", "16",
             "--log-every", "2", "--eval-every", "3", "--checkpoint-every", "3", "--steps", "6", "--batch-size", "16",
             "--seed", "3", "--noise-multiplier", "1.0"]
 

@@ -34,8 +34,8 @@ NEIGHBOURS = {
 
 #: (trainer, task, settings) of every mode whose clipped sum carries a sensitivity claim.
 CASES = [
-    ("jax-bert", "mlm", {"clipping": "ghost"}),
-    ("jax-bert", "mlm", {"clipping": "vmap"}),
+    ("jax-bert", "mlm", {"clip_engine": "ghost"}),
+    ("jax-bert", "mlm", {"clip_engine": "vmap"}),
     *[("edp-sgd", task, settings) for task in ("classify", "mlm") for settings in (
         {"mode": "dp-sgd", "clip_engine": "ghost"}, {"mode": "dp-sgd", "clip_engine": "vmap"},
         {"mode": "edp-sgd", "clip_engine": "ghost"}, {"mode": "edp-sgd", "clip_engine": "vmap"})],

@@ -81,7 +81,18 @@ def config_options(config_cls: type) -> list[click.Option]:
             options.append(click.Option([f"{flag}/--no-{flag[2:]}", f.name], default=default, help=help_text, show_default=True))
         else:
             options.append(click.Option([flag, f.name], type=click_type, default=default, help=help_text, show_default=True))
+    for old, new in _renamed(config_cls).items():  # former spellings: hidden, warned about in build_config
+        options.append(click.Option([option_name(old), old], type=_click_type(hints[new])[0], default=None, hidden=True))
     return options
+
+
+def _renamed(config_cls: type) -> dict[str, str]:
+    """A Config's former field names -> current ones (its ``RENAMED_FIELDS``; none by default)."""
+    return dict(getattr(config_cls, "RENAMED_FIELDS", {}))
+
+
+def _deprecated(old: str, new: str) -> str:
+    return f"warning: {old} is deprecated and will be removed; use {new} (the same setting)."
 
 
 def _load_toml(path: Path, config_cls: type) -> dict[str, tuple[str, Any]]:
@@ -101,9 +112,13 @@ def _load_toml(path: Path, config_cls: type) -> dict[str, tuple[str, Any]]:
         raise UserInputError(f"--config {path}: not valid TOML ({err}).") from None
     raw = raw.get("trainer", raw) if isinstance(raw.get("trainer"), dict) else raw
     names = {f.name for f in dataclasses.fields(config_cls)}
+    renamed = _renamed(config_cls)
     values: dict[str, tuple[str, Any]] = {}
     for key, value in raw.items():
         name = key.replace("-", "_")
+        if name in renamed:
+            click.echo(_deprecated(f"--config {path}: key {key!r}", repr(renamed[name])), err=True)
+            name = renamed[name]
         if name not in names:
             raise UserInputError(f"--config {path}: unknown key {key!r}; valid keys are {', '.join(sorted(names))}.")
         if name in values:
@@ -136,6 +151,14 @@ def build_config(trainer: Trainer, params: dict[str, Any], ctx: click.Context | 
         if given and params.get(f.name) is not None:
             values[f.name] = params[f.name]
             from_file.pop(f.name, None)
+    for old, new in _renamed(trainer.Config).items():
+        if params.get(old) is None:
+            continue
+        if ctx is not None and ctx.get_parameter_source(new) == ParameterSource.COMMANDLINE:
+            raise UserInputError(f"{option_name(old)} and {option_name(new)} are the same setting; keep {option_name(new)}.")
+        click.echo(_deprecated(option_name(old), option_name(new)), err=True)
+        values[new] = params[old]
+        from_file.pop(new, None)
     try:
         return trainer.Config(**values)
     except (TypeError, ValueError) as err:

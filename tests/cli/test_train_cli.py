@@ -13,7 +13,7 @@ from dpaudit.cli import cli
 from dpaudit.privacy_record import PrivacyRecord
 from dpaudit.rundir import read_jsonl, verify_run_dir
 
-TINY = ["--preset", "tiny", "--max-length", "16", "--vocab-size", "128", "--micro-batch", "8",
+TINY = ["--preset", "tiny", "--max-length", "16", "--vocab-size", "128", "--physical-batch", "8",
         "--eval-examples", "16", "--log-every", "2", "--eval-every", "3", "--checkpoint-every", "3"]
 
 
@@ -113,7 +113,7 @@ def test_metrics_rows(dp_run):
 def test_help_lists_the_trainer_options_and_ends_with_an_example():
     result = CliRunner().invoke(cli, ["train", "--trainer", "jax-bert", "--help"], catch_exceptions=False)
     assert result.exit_code == 0
-    for option in ("--preset", "--steps", "--batch-size", "--batch-schedule", "--micro-batch", "--target-epsilon",
+    for option in ("--preset", "--steps", "--batch-size", "--batch-schedule", "--physical-batch", "--clip-engine", "--target-epsilon",
                    "--delta", "--noise-multiplier", "--clip-norm", "--non-private", "--sampling", "--config", "--json"):
         assert option in result.output, option
     last_paragraph = " ".join(result.output.strip().split("\n\n")[-1].split())  # click wraps the epilog
@@ -129,7 +129,7 @@ def test_help_lists_the_trainer_options_and_ends_with_an_example():
         (["--noise-multiplier", "1", "--batch-schedule", "10:abc"], "--batch-schedule item 1"),
         (["--noise-multiplier", "1", "--batch-size", "500"], "expected batch 500 exceeds the 96 training examples"),
         (["--noise-multiplier", "0.3", "--target-epsilon", "0.01"], "spends more than --target-epsilon 0.01 on the first step"),
-        (["--noise-multiplier", "1", "--micro-batch", "3"], "--micro-batch 3 must be a multiple of the number of devices"),
+        (["--noise-multiplier", "1", "--physical-batch", "3"], "--physical-batch 3 must be a multiple of the number of devices"),
     ],
 )
 def test_bad_config_is_one_line_exit_2_and_writes_nothing(data_dir, tmp_path, args, message):
@@ -146,7 +146,7 @@ def test_bad_config_is_one_line_exit_2_and_writes_nothing(data_dir, tmp_path, ar
 def test_config_file_supplies_options_and_the_command_line_overrides_it(data_dir, tmp_path):
     toml = tmp_path / "trainer.toml"
     toml.write_text('preset = "tiny"\nsteps = 50\nbatch-size = 16\nnon_private = true\nmax_length = 16\n'
-                    'vocab_size = 128\nmicro_batch = 8\neval_examples = 0\n')
+                    'vocab_size = 128\nphysical_batch = 8\neval_examples = 0\n')
     out = tmp_path / "model"
     result = CliRunner().invoke(cli, ["train", "--trainer", "jax-bert", "--data", str(data_dir), "--out", str(out),
                                       "--config", str(toml), "--steps", "2", "--json"], catch_exceptions=False)

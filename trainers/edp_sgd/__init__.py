@@ -5,8 +5,9 @@ accounting (DESIGN section 5), built on the trainer-neutral core: the inject rea
 (:mod:`dpaudit.inject_run`), the privacy plan and ledger (:mod:`dpaudit.privacy_plan`), the one
 ``privacy.json`` record (:mod:`dpaudit.privacy_record`) and the run-directory helpers
 (:mod:`dpaudit.train_rundir`). Modules, one job each (this package imports nothing heavy): ``config``
-(options), ``clipping`` (per-example and per-layer micro-batch clipping, each with its sensitivity), ``privacy`` (the
-record's fields for this mechanism, the paper's claim, group privacy) and ``trainer`` (the
-aggregation of one step, on the torch loop, data, model, sampling, noise, processes, checkpoints
-and Hugging Face export it shares with ``rgp`` in :mod:`trainers.torch_common`). It never imports jax.
+(options), ``privacy`` (the record's fields for this mechanism, the paper's claim, group privacy) and
+``trainer`` (the aggregation of one step, on the torch loop, data, model, sampling, noise, processes,
+checkpoints, Hugging Face export and clipping engines -- per-example, per-layer micro-batch and ghost,
+each with its sensitivity, in :mod:`dpaudit.trainers.torch_common.clipping` -- it shares with ``rgp``
+in :mod:`dpaudit.trainers.torch_common`). It never imports jax.
 """

@@ -38,15 +38,11 @@ from dpaudit.errors import UserInputError
 from dpaudit.inject_run import canary_frequencies
 from dpaudit.privacy_record import PrivacyRecord
 from dpaudit.trainers.edp_sgd import privacy
-from dpaudit.trainers.edp_sgd.clipping import (
-    MicrobatchClipper,
-    PerExampleClipper,
-    layer_clip_norms,
-    trainable,
-)
 from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
-from dpaudit.trainers.edp_sgd.ghost import GhostClipper, UnsupportedModel
 from dpaudit.trainers.torch_common import noise, sampling
+from dpaudit.trainers.torch_common.clipping.ghost import GhostClipper, UnsupportedModel
+from dpaudit.trainers.torch_common.clipping.microbatch import MicrobatchClipper, layer_clip_norms
+from dpaudit.trainers.torch_common.clipping.per_example import PerExampleClipper, trainable
 from dpaudit.trainers.torch_common.distributed import to_device
 from dpaudit.trainers.torch_common.loop import (
     _EVAL_STREAM,

@@ -35,6 +35,7 @@ from dpaudit.train_rundir import (
     CHECKPOINT_STATE,
     write_checkpoint,
 )
+from dpaudit.trainers.jax_bert.config import JaxBertConfig
 
 ARRAYS_NAME = CHECKPOINT_ARRAYS
 STATE_NAME = CHECKPOINT_STATE
@@ -106,12 +107,18 @@ def save_checkpoint(
 
 
 def read_state(path: str | os.PathLike[str]) -> dict[str, Any]:
-    """The JSON state of the checkpoint at ``path`` (without loading arrays)."""
+    """The JSON state of the checkpoint at ``path`` (without loading arrays), its identity's config in
+    today's field names (:meth:`~.config.JaxBertConfig.upgrade_stored`: a run checkpointed before a
+    rename still resumes)."""
     state_path = Path(path) / STATE_NAME
     try:
-        return json.loads(state_path.read_text(encoding="utf-8"))
+        state = json.loads(state_path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as err:
         raise UserInputError(f"{state_path}: unreadable checkpoint state ({err}); delete that checkpoint folder.") from None
+    identity = state.get("identity") if isinstance(state, dict) else None
+    if isinstance(identity, dict) and isinstance(identity.get("config"), dict):
+        identity["config"] = JaxBertConfig.upgrade_stored(identity["config"])
+    return state
 
 
 def restore_checkpoint(path: str | os.PathLike[str], *, params_template: Any, opt_state_template: Any) -> Checkpoint:

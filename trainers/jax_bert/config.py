@@ -6,23 +6,25 @@ rerun with different settings on the same ``--out`` is refused instead of silent
 
 Settings that change the privacy guarantee (``noise_multiplier``, ``target_epsilon``, ``delta``,
 ``clip_norm``, ``steps``/``batch_size``/``batch_schedule``, ``sampling``) are kept apart in meaning
-from performance knobs (``micro_batch``, ``data_parallel``): the latter never change what is sampled,
-clipped or noised, only how the arithmetic is laid out.
+from performance knobs (``physical_batch``, ``clip_engine``, ``data_parallel``): the latter never change what is
+sampled, clipped or noised, only how the arithmetic is laid out. They carry the names the torch trainers give
+the same knobs; the pre-rename spellings ``micro_batch`` / ``--micro-batch`` and ``clipping`` /
+``--clipping`` are still read (:attr:`JaxBertConfig.RENAMED_FIELDS`), with a deprecation warning.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from dpaudit.accounting import parse_batch_schedule
-from dpaudit.config_types import check_types
+from dpaudit.config_types import check_types, redacted_dict
 
 Preset = Literal["tiny", "mini", "small", "base", "large"]
 Sampling = Literal["poisson", "shuffle"]
-Clipping = Literal["ghost", "vmap"]
+ClipEngine = Literal["ghost", "vmap"]
 
 #: Tokenizer vocabulary used when ``--vocab-size`` is not given (tiny models learn fast on small vocabularies).
 DEFAULT_VOCAB_SIZE: dict[str, int] = {"tiny": 2000, "mini": 8000, "small": 8000, "base": 30522, "large": 30522}
@@ -36,7 +38,7 @@ MAX_POSITIONS = 512
 
 #: The smallest useful run (tests and the trainer contract suite): seconds on a 2-core CPU.
 TINY_SETTINGS: dict[str, Any] = dict(
-    preset="tiny", steps=6, batch_size=16, micro_batch=8, max_length=16, vocab_size=128, noise_multiplier=1.0,
+    preset="tiny", steps=6, batch_size=16, physical_batch=8, max_length=16, vocab_size=128, noise_multiplier=1.0,
     checkpoint_every=3, log_every=2, eval_every=3, eval_examples=16,
 )
 
@@ -61,8 +63,9 @@ class JaxBertConfig:
     batch_schedule: str | None = field(default=None, metadata=_help(
         "Batch-size schedule 'steps:batch,steps:batch' (e.g. '100:64,200:256'), segments in the order run (any order: "
         "increasing as in Anil et al. 2021, or not; each is accounted as given); overrides --steps/--batch-size."))
-    micro_batch: int = field(default=32, metadata=_help(
-        "Examples per micro-step (memory knob only: the logical batch is accumulated over micro-steps)."))
+    physical_batch: int = field(default=32, metadata=_help(
+        "Examples per micro-step (memory knob only: the logical batch is accumulated over micro-steps). "
+        "Formerly --micro-batch."))
     max_length: int = field(default=64, metadata=_help("Tokens per example (longer texts are truncated)."))
     max_predictions: int | None = field(default=None, metadata=_help(
         "Masked positions per example (static shape); default ceil(max-length * mask-prob) + 1."))
@@ -72,12 +75,13 @@ class JaxBertConfig:
     warmup_steps: int = field(default=0, metadata=_help("Linear warmup steps before the quadratic decay to 0."))
     weight_decay: float = field(default=0.01, metadata=_help("Decoupled AdamW weight decay (Anil et al. use up to 1.0)."))
     clip_norm: float = field(default=1.0, metadata=_help("Per-example gradient L2 clip norm C."))
-    clipping: Clipping = field(default="ghost", metadata=_help(
+    clip_engine: ClipEngine = field(default="ghost", metadata=_help(
         "How the per-example clipped sum is computed; both give the same sum and guarantee. ghost: "
         "Gram-matrix norms and book-keeping, no per-example gradients (~1.1x a non-private step); "
-        "vmap: per-example gradients by jax.vmap (~2.4x on CPU; the reference)."))
+        "vmap: per-example gradients by jax.vmap (~2.4x on CPU; the reference). Formerly --clipping."))
     noise_multiplier: float | None = field(default=None, metadata=_help(
-        "Noise std on the summed gradient / C. With --target-epsilon too, that epsilon is a cap: training stops at it."))
+        "Noise multiplier sigma (dp_accounting's, as privacy.json and `dpaudit account` state it): noise std on the "
+        "summed gradient / C, one example's bound. With --target-epsilon too, that epsilon is a cap: training stops at it."))
     target_epsilon: float | None = field(default=None, metadata=_help(
         "Privacy budget; alone, the noise multiplier is calibrated so the whole run spends exactly this (PLD)."))
     delta: float | None = field(default=None, metadata=_help(
@@ -102,10 +106,13 @@ class JaxBertConfig:
 
     #: Fields that do not change what is trained (a rerun may differ in them).
     RUN_ONLY_FIELDS: ClassVar[tuple[str, ...]] = ("keep_checkpoints",)
+    #: Former field names -> current ones. ``dpaudit train`` still takes the old options (hidden, with a
+    #: deprecation warning) and --config keys; :meth:`upgrade_stored` renames them in a checkpoint's config.
+    RENAMED_FIELDS: ClassVar[Mapping[str, str]] = {"micro_batch": "physical_batch", "clipping": "clip_engine"}
 
     def __post_init__(self) -> None:
         check_types(self)  # types and Literal choices first, whatever the source (TOML, checkpoint, caller)
-        positive_ints = ("steps", "batch_size", "micro_batch", "max_length", "eval_every", "checkpoint_every", "log_every")
+        positive_ints = ("steps", "batch_size", "physical_batch", "max_length", "eval_every", "checkpoint_every", "log_every")
         for name in positive_ints:
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
@@ -177,19 +184,44 @@ class JaxBertConfig:
             return self.max_predictions
         return min(self.max_length, math.ceil(self.max_length * self.mask_prob) + 1)
 
+    @property
+    def micro_batch(self) -> int:
+        """Deprecated: :attr:`physical_batch` (the name every trainer gives the memory knob)."""
+        return self.physical_batch
+
+    @property
+    def clipping(self) -> str:
+        """Deprecated: :attr:`clip_engine` (the name every trainer gives the clipping implementation)."""
+        return self.clip_engine
+
     def to_dict(self) -> dict[str, Any]:
-        """JSON-serializable field values, ``noise_seed`` included: for checkpoints only (private)."""
-        return dataclasses.asdict(self)
+        """JSON-serializable field values with the secret ``noise_seed`` redacted, as every trainer's Config
+        (:func:`~dpaudit.config_types.redacted_dict`): the manifest's config and the resume check. The seed
+        itself is kept only in the checkpoints' secret noise state."""
+        return redacted_dict(self)
 
     def to_public_dict(self) -> dict[str, Any]:
-        """:meth:`to_dict` for released files (the manifest): ``noise_seed`` redacted, never the number."""
+        """Deprecated: :meth:`to_dict`, which redacts ``noise_seed`` itself now."""
+        return self.to_dict()
+
+    @classmethod
+    def upgrade_stored(cls, config: Mapping[str, Any]) -> dict[str, Any]:
+        """A config stored by an older dpaudit (a checkpoint's identity) in today's terms, so that a run
+        started before a rename resumes: former field names (:attr:`RENAMED_FIELDS`) renamed, and the
+        ``noise_seed`` number older checkpoints stored replaced by its redaction, as :meth:`to_dict`
+        writes it (a resume continues with the checkpoint's secret noise state, not with this field).
+        A current config passes through unchanged."""
         from dpaudit.secret_rng import NoiseSource
 
-        return {**self.to_dict(), "noise_seed": NoiseSource.redact(self.noise_seed)}
+        out = {cls.RENAMED_FIELDS.get(name, name): value for name, value in config.items()}
+        seed = out.get("noise_seed")
+        if isinstance(seed, int) and not isinstance(seed, bool):
+            out["noise_seed"] = NoiseSource.redact(seed)
+        return out
 
     def mismatches(self, other: dict[str, Any]) -> list[str]:
         """Names of fields whose value differs from ``other`` (a stored :meth:`to_dict`), except
         :attr:`RUN_ONLY_FIELDS` (a resume may change what happens after training)."""
-        mine = self.to_dict()
-        names = sorted((set(mine) | set(other)) - set(self.RUN_ONLY_FIELDS))
-        return [name for name in names if mine.get(name) != other.get(name)]
+        mine, theirs = self.to_dict(), self.upgrade_stored(other)
+        names = sorted((set(mine) | set(theirs)) - set(self.RUN_ONLY_FIELDS))
+        return [name for name in names if mine.get(name) != theirs.get(name)]

@@ -111,13 +111,17 @@ def chunk_sharding(mesh: Mesh) -> NamedSharding:
     return NamedSharding(mesh, P(None, DATA_AXIS))
 
 
-def check_micro_batch(mesh: Mesh, micro_batch: int) -> None:
-    """Raises if the micro-batch cannot be split evenly over the mesh's devices."""
+def check_physical_batch(mesh: Mesh, physical_batch: int) -> None:
+    """Raises if a micro-step's examples (``--physical-batch``) cannot be split evenly over the mesh's devices."""
     n = mesh.shape[DATA_AXIS]
-    if micro_batch % n:
+    if physical_batch % n:
         raise UserInputError(
-            f"--micro-batch {micro_batch} must be a multiple of the number of devices ({n})."
+            f"--physical-batch {physical_batch} must be a multiple of the number of devices ({n})."
         )
+
+
+#: The former name of :func:`check_physical_batch` (kept while callers move to the new one).
+check_micro_batch = check_physical_batch
 
 
 def place_chunk(mesh: Mesh, batch: Any, mask: Any) -> tuple[Any, jax.Array]:
@@ -127,7 +131,7 @@ def place_chunk(mesh: Mesh, batch: Any, mask: Any) -> tuple[Any, jax.Array]:
     sharded this way). Host arrays are assembled with ``make_array_from_callback``, which only reads
     the slices the local devices own, so the same call works on one host and on many.
     """
-    check_micro_batch(mesh, int(np.shape(mask)[1]))
+    check_physical_batch(mesh, int(np.shape(mask)[1]))
     sharding = chunk_sharding(mesh)
 
     multi_process = jax.process_count() > 1

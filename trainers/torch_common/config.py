@@ -21,14 +21,12 @@ keeps resolved values: pass them again when changing ``mode``.
 
 from __future__ import annotations
 
-import dataclasses
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from dpaudit.config_types import check_types, option_name
-from dpaudit.secret_rng import NoiseSource
+from dpaudit.config_types import check_types, option_name, redacted_dict
 from dpaudit.trainers.torch_common.options import (
     DEFAULT_VOCAB_SIZE,
     Decay,
@@ -207,7 +205,6 @@ class TorchTrainConfig:
         return self.vocab_size if self.vocab_size is not None else DEFAULT_VOCAB_SIZE[self.preset]
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-serializable field values with the secret ``noise_seed`` redacted (manifests, resume checks)."""
-        out = dataclasses.asdict(self)
-        out["noise_seed"] = NoiseSource.redact(self.noise_seed)
-        return out
+        """JSON-serializable field values with the secret ``noise_seed`` redacted (manifests, resume checks),
+        as every trainer's Config (:func:`~dpaudit.config_types.redacted_dict`)."""
+        return redacted_dict(self)

@@ -9,12 +9,8 @@ import numpy as np
 import pytest
 import torch
 
-from dpaudit.trainers.edp_sgd.clipping import (
-    MicrobatchClipper,
-    PerExampleClipper,
-    layer_clip_norms,
-    trainable,
-)
+from dpaudit.trainers.torch_common.clipping.microbatch import MicrobatchClipper, layer_clip_norms
+from dpaudit.trainers.torch_common.clipping.per_example import PerExampleClipper, trainable
 from dpaudit.trainers.torch_common.model import layer_groups, per_example_losses
 from dpaudit.trainers.torch_common.sampling import example_slots, split_microbatches
 

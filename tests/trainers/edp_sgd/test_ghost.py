@@ -10,10 +10,11 @@ import pytest
 import torch
 
 from dpaudit.errors import UserInputError
-from dpaudit.trainers.edp_sgd.clipping import MicrobatchClipper, PerExampleClipper, trainable
-from dpaudit.trainers.edp_sgd.ghost import GhostClipper, UnsupportedModel
 from dpaudit.trainers.edp_sgd.trainer import _Run
 from dpaudit.trainers.torch_common import distributed, noise
+from dpaudit.trainers.torch_common.clipping.ghost import GhostClipper, UnsupportedModel
+from dpaudit.trainers.torch_common.clipping.microbatch import MicrobatchClipper
+from dpaudit.trainers.torch_common.clipping.per_example import PerExampleClipper, trainable
 from dpaudit.trainers.torch_common.model import layer_groups, per_example_losses
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
@@ -46,7 +47,7 @@ def test_ghost_per_layer_microbatch_sum_equals_vmap(tiny_batches, task, scale, f
     """Also with every Linear and Embedding through the batched Gram norms, or every Linear through
     kept unit gradients whose weighted sum is the clipped sum (the direct form, large micro-batches)
     and every Embedding through its units' gradient tables."""
-    from dpaudit.trainers.edp_sgd import ghost as ghost_module
+    from dpaudit.trainers.torch_common.clipping import ghost as ghost_module
 
     gram = form == "gram"
     if form != "auto":  # the tiny model's layers are too narrow for the Gram form to be the cheaper one
@@ -156,8 +157,8 @@ def test_batched_gram_norms_equal_each_units_gradient_norm(monkeypatch):
     of 0, 1 and many rows, padding rows (zero output gradient), inputs shared by several captures
     (as q, k and v share theirs), two feature widths and repeated ids; and the embedding norms from
     the units' gradient tables (the form for large units) equal the Gram form's."""
-    from dpaudit.trainers.edp_sgd import ghost as ghost_module
-    from dpaudit.trainers.edp_sgd.ghost import _Units
+    from dpaudit.trainers.torch_common.clipping import ghost as ghost_module
+    from dpaudit.trainers.torch_common.clipping.ghost import _Units
 
     gen = torch.Generator().manual_seed(0)
     r, owner = 6, [0, 0, 2, 3, 3, 3, 0]  # unit 1 holds no example

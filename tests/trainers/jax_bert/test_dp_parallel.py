@@ -119,10 +119,10 @@ def test_noise_is_added_once_not_per_device() -> None:
     assert float(jnp.std(new["w"])) == pytest.approx(2.0, rel=0.01)
 
 
-def test_micro_batch_must_divide_over_devices() -> None:
+def test_physical_batch_must_divide_over_devices() -> None:
     loss_fn, params, data = mlp_case()
     step = dp_step.make_dp_train_step(loss_fn, optax.sgd(1.0), clip_norm=1.0, mesh=parallel.make_data_mesh())
-    with pytest.raises(UserInputError, match="--micro-batch 3"):
+    with pytest.raises(UserInputError, match="--physical-batch 3"):
         step(params, optax.sgd(1.0).init(params), chunks_for(data, np.arange(5), 3, 2), jax.random.key(0), 1.0, 5.0)
 
 

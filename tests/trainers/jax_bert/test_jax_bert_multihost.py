@@ -31,7 +31,7 @@ import jax
 from dpaudit.trainers.jax_bert.config import JaxBertConfig
 from dpaudit.trainers.jax_bert.trainer import JaxBertTrainer
 
-TINY_JAX_BERT = dict(preset="tiny", steps=6, batch_size=16, micro_batch=8, max_length=16, vocab_size=128,
+TINY_JAX_BERT = dict(preset="tiny", steps=6, batch_size=16, physical_batch=8, max_length=16, vocab_size=128,
                      noise_multiplier=1.0, checkpoint_every=3, log_every=2, eval_every=3, eval_examples=16,
                      noise_seed=11)
 

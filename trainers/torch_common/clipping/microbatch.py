@@ -1,20 +1,12 @@
-"""Clipping: per-example (dp-sgd) and per-micro-batch with per-layer clip norms (edp-sgd).
+"""Micro-batch clipping with per-layer clip norms (eDP-SGD, Dupuy et al. 2021, Algorithm 1).
 
-Each clipper reports the L2 sensitivity of the sum it returns — how far adding or removing one
-example can move it — and the step multiplies its noise by exactly that (jax_privacy's
-``clipped_grad(...).sensitivity``; DESIGN section 5). Callers never recompute it.
-
-- :class:`PerExampleClipper`: per-example gradients by ``torch.func.vmap(grad(...))`` over chunks of
-  ``physical_batch`` examples (no Python loop over examples), each clipped to C, summed:
-  sensitivity C.
-- :class:`MicrobatchClipper`: Algorithm 1 of Dupuy et al. 2021: the gradient of each micro-batch
-  (of the SUM of its examples' losses; :meth:`~MicrobatchClipper.clipped_sum` forms it from
-  vectorized per-example gradients, :meth:`~MicrobatchClipper.add_clipped_` by one backward pass,
-  the reference), then per-layer clipping: layer l's gradient is
-  scaled by 1/C_l, clipped to 1, and rescaled by C_l, i.e. clipped to C_l, so the whole micro-batch
-  gradient has norm <= sqrt(sum C_l^2) = C. One example moves one clipped micro-batch gradient by up
-  to 2C (both with and without it have norm <= C), so the sensitivity is 2C, or C when no micro-batch
-  can hold more than one example (TF Privacy ``used_microbatching``; McMahan et al. 2018).
+:class:`MicrobatchClipper`: the gradient of each micro-batch (of the SUM of its examples' losses;
+:meth:`~MicrobatchClipper.clipped_sum` forms it from vectorized per-example gradients,
+:meth:`~MicrobatchClipper.add_clipped_` by one backward pass, the reference), then per-layer clipping:
+layer l's gradient is scaled by 1/C_l, clipped to 1, and rescaled by C_l, i.e. clipped to C_l, so the
+whole micro-batch gradient has norm <= sqrt(sum C_l^2) = C. One example moves one clipped micro-batch
+gradient by up to 2C (both with and without it have norm <= C), so the sensitivity is 2C (TF Privacy
+``used_microbatching``; McMahan et al. 2018). The clipper reports it; callers never recompute it.
 
 Per-layer clip norms (:func:`layer_clip_norms`): C_l proportional to layer l's gradient norm at the
 first iteration, sum C_l^2 = C^2 (Dupuy et al., "Scaling").
@@ -30,76 +22,17 @@ from torch.func import functional_call, grad, vmap
 
 from dpaudit import accounting
 from dpaudit.trainers.torch_common.clipped import Clipped, LossFn
+from dpaudit.trainers.torch_common.clipping.per_example import LossModule, trainable
+
+__all__ = ["MicrobatchClipper", "layer_clip_norms"]
 
 _TINY = 1e-12
-
-
-def trainable(model: torch.nn.Module) -> tuple[list[str], list[torch.nn.Parameter]]:
-    named = [(n, p) for n, p in model.named_parameters() if p.requires_grad]
-    return [n for n, _ in named], [p for _, p in named]
 
 
 def _norm_or_inf(norms: list[float]) -> float:
     if all(math.isfinite(c) for c in norms):
         return accounting.combined_clip_norm(norms)
     return math.inf
-
-
-class PerExampleClipper:
-    """Sum of per-example gradients, each clipped to L2 norm ``clip_norm``. Sensitivity: C."""
-
-    def __init__(self, model: torch.nn.Module, loss_fn: LossFn, *, clip_norm: float, physical_batch: int) -> None:
-        self.model, self.loss_fn = model, loss_fn
-        self.clip_norm = float(clip_norm)
-        self.physical_batch = physical_batch
-        self.names, self.params = trainable(model)
-        self.sensitivity_factor = 1.0
-        self.sensitivity = self.clip_norm
-
-        wrapper = _LossModule(model, loss_fn)
-
-        def loss_one(params: dict[str, torch.Tensor], example: dict[str, torch.Tensor]):
-            batch = {k: v.unsqueeze(0) for k, v in example.items()}
-            loss, correct = functional_call(wrapper, params, (batch,), tie_weights=True, strict=False)
-            return loss[0], (loss[0].detach(), correct[0])
-
-        self._per_example = vmap(grad(loss_one, has_aux=True), in_dims=(None, 0))
-
-    def per_example_grads(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
-        params = {"model." + n: p.detach() for n, p in zip(self.names, self.params)}
-        grads, (losses, correct) = self._per_example(params, batch)
-        return {n[len("model."):]: g for n, g in grads.items()}, losses, correct
-
-    def clipped_sum(self, batch: dict[str, torch.Tensor]) -> Clipped:
-        acc = [torch.zeros_like(p) for p in self.params]
-        size = batch["input_ids"].shape[0]
-        loss_sum = correct_sum = clipped = torch.zeros((), dtype=torch.float64, device=acc[0].device)
-        for start in range(0, size, self.physical_batch):
-            chunk = {k: v[start:start + self.physical_batch] for k, v in batch.items()}
-            grads, losses, correct = self.per_example_grads(chunk)
-            flat = [grads[n] for n in self.names]
-            # A reduction kernel per tensor: g.pow(2) would allocate a copy of every per-example
-            # gradient (page faults on hundreds of MB: 40% of the step in a profile).
-            norms = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in flat]),
-                                             dim=0)
-            factor = (self.clip_norm / norms.clamp(min=_TINY)).clamp(max=1.0)
-            for a, g in zip(acc, flat):
-                a.add_(torch.tensordot(factor, g, dims=1))
-            loss_sum = loss_sum + losses.sum()
-            correct_sum = correct_sum + correct.sum()
-            clipped = clipped + (norms > self.clip_norm).sum()
-        return Clipped(grads=acc, loss_sum=loss_sum, correct_sum=correct_sum, units=size, clipped=clipped)
-
-
-class _LossModule(torch.nn.Module):
-    """The loss as a module, so ``torch.func.functional_call`` can swap the model's parameters."""
-
-    def __init__(self, model: torch.nn.Module, loss_fn: LossFn) -> None:
-        super().__init__()
-        self.model, self.loss_fn = model, loss_fn
-
-    def forward(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-        return self.loss_fn(self.model, batch)
 
 
 class MicrobatchClipper:
@@ -130,7 +63,7 @@ class MicrobatchClipper:
         self.sensitivity_factor = self.SENSITIVITY_FACTOR
         self.sensitivity = self.sensitivity_factor * self.clip_norm
         self._bounds = torch.tensor(self.layer_clip_norms, dtype=torch.float32)
-        wrapper = _LossModule(model, loss_fn)
+        wrapper = LossModule(model, loss_fn)
 
         def loss_one(params: dict[str, torch.Tensor], example: dict[str, torch.Tensor]):
             one = {k: v.unsqueeze(0) for k, v in example.items()}

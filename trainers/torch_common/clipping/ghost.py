@@ -1,6 +1,6 @@
 """Clipped sums in ONE backward pass: ghost norms and book-keeping for BERT (per example or per micro-batch).
 
-The clippers of :mod:`.clipping` materialize a gradient per example (``torch.func.vmap``) or per
+The clippers of :mod:`.per_example` and :mod:`.microbatch` materialize a gradient per example (``torch.func.vmap``) or per
 micro-batch before clipping; on a 2-core CPU that costs 1.5-1.9x a non-private step, mostly memory
 traffic. A BERT is made of ``nn.Linear``, ``nn.LayerNorm`` and ``nn.Embedding`` only, and the gradient
 of each is a sum over rows (tokens) of a per-row term built from the module's input ``a`` and output
@@ -44,12 +44,14 @@ from __future__ import annotations
 
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import numpy as np
 import torch
 import torch.nn.functional as F
 
-from dpaudit.trainers.edp_sgd.clipping import Clipped, LossFn, trainable
+from dpaudit.trainers.torch_common.clipped import Clipped, LossFn
+from dpaudit.trainers.torch_common.clipping.per_example import trainable
 from dpaudit.trainers.torch_common.distributed import to_device
 
 _TINY = 1e-12
@@ -65,6 +67,25 @@ class _Capture:
     module: torch.nn.Module
     x: torch.Tensor  # input (ids for an Embedding)
     y: torch.Tensor  # output (its gradient is asked for)
+
+
+class _Row(NamedTuple):
+    """A captured module's rows: its input ``x`` and output gradient ``g`` as [rows, width] (ids: [rows])."""
+
+    cap: _Capture
+    x: torch.Tensor
+    g: torch.Tensor
+    r: int  # rows per example
+    seq: bool  # token rows (padding rows are left out of the products)
+
+
+@dataclass
+class _Norms:
+    """What :meth:`GhostClipper._unit_norms` finds: the squared norms and the terms the clipped sum reuses."""
+
+    sq: torch.Tensor  # [L, U] squared norm of unit u's gradient in clipping group l
+    row_sums: dict[int, int]  # Linear bias parameter -> its row, summed as factor-weighted rows
+    segments: dict[int, torch.Tensor]  # parameter -> [U, size] per-unit gradients (biases, LayerNorm weights)
 
 
 _KINDS = (torch.nn.Linear, torch.nn.LayerNorm, torch.nn.Embedding)
@@ -95,7 +116,7 @@ class GhostClipper:
 
     ``bounds[l]`` is the clip norm of group l, ``param_groups[i]`` the group of trainable parameter i
     (one group of bound C for per-example clipping). The sensitivity is stated by the caller's
-    clipper (:class:`~.clipping.PerExampleClipper` / :class:`~.clipping.MicrobatchClipper`): this
+    clipper (:class:`~.per_example.PerExampleClipper` / :class:`~.microbatch.MicrobatchClipper`): this
     class computes the same sum, faster.
     """
 
@@ -145,7 +166,7 @@ class GhostClipper:
 
     # -- the clipped sum ---------------------------------------------------------------------
 
-    def _gram_entries(self, rows: list, units: _Units) -> dict[tuple[int, bool], list[tuple]]:
+    def _gram_entries(self, rows: list[_Row], units: _Units) -> dict[tuple[int, bool], list[tuple]]:
         """The captures whose micro-batch weight norms :meth:`_Units.gram_norms` computes together, by
         row layout (rows per example, token rows): the Embedding and Linear layers where the Gram form
         is the cheaper for the layout's largest unit; the others keep the per-capture path."""
@@ -165,48 +186,67 @@ class GhostClipper:
         """Clipped sum over ``num_units`` units; ``owner[i]`` is the unit of example i of ``batch``.
 
         ``valid`` [B, T] (CPU, bool) marks real tokens (default: the batch's additive mask);
-        ``owner == arange(B)`` selects the batched per-example path.
+        ``owner == arange(B)`` selects the batched per-example path. Four steps: one forward and one
+        backward pass for the modules' inputs and output gradients (:meth:`_captured_rows`), each
+        unit's squared gradient norm per clipping group (:meth:`_unit_norms`), the clip factors
+        (:meth:`_clip_factors`), and the factor-weighted sum of the units' gradients (:meth:`_weighted_sum`).
         """
         device = self.params[0].device
         size = len(owner)
-        zero = torch.zeros((), dtype=torch.float64, device=device)
         if size == 0 or num_units == 0:
+            zero = torch.zeros((), dtype=torch.float64, device=device)
             return Clipped(grads=[torch.zeros_like(p) for p in self.params], loss_sum=zero, correct_sum=zero.clone(),
                            units=0, clipped=zero.clone())
         per_example = num_units == size and bool(np.all(owner == np.arange(size)))
         if valid is None:
             valid = (batch["mask4"][:, 0, 0, :] == 0).cpu()
-        seq_len = int(valid.shape[1])
-        owner_t = torch.as_tensor(owner, dtype=torch.long)
-        units = _Units(owner_t, num_units, valid, per_example=per_example, device=device)
+        units = _Units(torch.as_tensor(owner, dtype=torch.long), num_units, valid, per_example=per_example, device=device)
+        losses, correct, rows = self._captured_rows(batch, size, seq_len=int(valid.shape[1]))
+        by_param: dict[int, list[int]] = {}  # trainable parameter -> the rows of the modules that use it
+        for j, row in enumerate(rows):
+            for p in row.cap.module.parameters(recurse=False):
+                if p.requires_grad:
+                    by_param.setdefault(self.param_index[id(p)], []).append(j)
+        norms = self._unit_norms(rows, by_param, units)
+        factors = self._clip_factors(norms.sq)
+        grads = self._weighted_sum(rows, by_param, units, norms, factors)
+        clipped = (factors < 1.0).any(0).sum().double()
+        return Clipped(grads=grads, loss_sum=losses.detach().sum().double(), correct_sum=correct.detach().sum().double(),
+                       units=num_units, clipped=clipped)
 
+    def _captured_rows(self, batch: dict[str, torch.Tensor], size: int, *,
+                       seq_len: int) -> tuple[torch.Tensor, torch.Tensor, list[_Row]]:
+        """(per-example losses, correct flags, one :class:`_Row` per captured module that got a gradient):
+        the forward pass with the hooks capturing, then ONE backward pass asked only for the modules'
+        output gradients (autograd skips every weight gradient)."""
         self._captures, self._batch_size = [], size
         try:
             losses, correct = self.loss_fn(self.model, batch)
             captures = self._captures
         finally:
             self._captures = None
-        outs = [c.y for c in captures]
-        grads_out = torch.autograd.grad(losses.sum(), outs, allow_unused=True)
-        sq = torch.zeros((len(self.bounds), num_units), dtype=torch.float32, device=device)  # [L, U]
-
-        rows: list[tuple[_Capture, torch.Tensor, torch.Tensor, int, bool]] = []  # capture, x rows, g rows, R, seq
+        grads_out = torch.autograd.grad(losses.sum(), [c.y for c in captures], allow_unused=True)
+        rows: list[_Row] = []
         for cap, g in zip(captures, grads_out):
             if g is None:
                 continue
             r = g.numel() // (size * g.shape[-1])
             seq = r == seq_len and cap.name.startswith(self._seq_prefixes)
             x = cap.x.reshape(size * r, -1) if cap.x.is_floating_point() else cap.x.reshape(size * r)
-            rows.append((cap, x, g.reshape(size * r, g.shape[-1]), r, seq))
+            rows.append(_Row(cap, x, g.reshape(size * r, g.shape[-1]), r, seq))
+        return losses, correct, rows
 
-        by_param: dict[int, list[int]] = {}
-        for j, (cap, *_rest) in enumerate(rows):
-            for role, p in cap.module.named_parameters(recurse=False):
-                if p.requires_grad:
-                    by_param.setdefault(self.param_index[id(p)], []).append(j)
+    def _unit_norms(self, rows: list[_Row], by_param: dict[int, list[int]], units: _Units) -> _Norms:
+        """Each unit's squared gradient norm per clipping group, summed over the parameters of the group:
+        the Gram form batched over units for the layers where it is cheaper (micro-batches only), else
+        per capture by its kind (Embedding, Linear weight, bias or LayerNorm weight), plus the cross term
+        of a tied weight. Also what :meth:`_weighted_sum` reuses: the biases whose norms came from their
+        weight's Gram matrices and the per-unit gradients of biases and LayerNorm weights."""
+        device, num_units = units.device, units.num_units
+        sq = torch.zeros((len(self.bounds), num_units), dtype=torch.float32, device=device)  # [L, U]
         gram_sq: dict[int, torch.Tensor] = {}
         gram_bias: dict[int, torch.Tensor] = {}  # capture -> [U] bias norms, from the weight's Gram matrices
-        if not per_example:
+        if not units.per_example:
             for (r, seq), entries in self._gram_entries(rows, units).items():
                 weights, biases = units.gram_norms(entries, r, seq)
                 gram_sq.update(weights)
@@ -233,17 +273,26 @@ class GhostClipper:
             if i in segments:
                 total = total + segments[i].pow(2).sum(1)
             if len(js) == 2:  # a tied Embedding + Linear weight: the cross term 2 <E_u, D_u>
-                (je,), (jd,) = ([j for j in js if isinstance(rows[j][0].module, kind)]
+                (je,), (jd,) = ([j for j in js if isinstance(rows[j].cap.module, kind)]
                                 for kind in (torch.nn.Embedding, torch.nn.Linear))
                 total = total + 2.0 * units.cross(rows[je], rows[jd])
             sq[self.param_groups[i]] += total
-        if self._bounds is None or self._bounds.device != device:
-            self._bounds = to_device(torch.tensor(self.bounds, dtype=torch.float32), device)
-        bounds = self._bounds
-        factors = (bounds[:, None] / sq.sqrt().clamp(min=_TINY)).clamp(max=1.0)  # [L, U]
+        return _Norms(sq=sq, row_sums=row_sums, segments=segments)
 
-        # Each parameter's clipped sum is written by its first term and accumulated by the others (a
-        # tied weight has two): no zero-filled buffers for the ~all parameters that have one term.
+    def _clip_factors(self, sq: torch.Tensor) -> torch.Tensor:
+        """[L, U] factors min(1, C_l / ||unit u's gradient in group l||) from the squared norms ``sq``."""
+        if self._bounds is None or self._bounds.device != sq.device:
+            self._bounds = to_device(torch.tensor(self.bounds, dtype=torch.float32), sq.device)
+        return (self._bounds[:, None] / sq.sqrt().clamp(min=_TINY)).clamp(max=1.0)
+
+    def _weighted_sum(self, rows: list[_Row], by_param: dict[int, list[int]], units: _Units, norms: _Norms,
+                      factors: torch.Tensor) -> list[torch.Tensor]:
+        """``sum_u f_u grad_u`` for every trainable parameter, as weighted row sums (``A^T diag(w) G``
+        per Linear, a scatter per Embedding), or from the per-unit gradients already formed for the norms.
+
+        Each parameter's clipped sum is written by its first term and accumulated by the others (a
+        tied weight has two): no zero-filled buffers for the ~all parameters that have one term.
+        """
         acc: list[torch.Tensor | None] = [None] * len(self.params)
         scaled: dict[tuple, torch.Tensor] = {}
 
@@ -257,11 +306,11 @@ class GhostClipper:
 
         for i, js in by_param.items():
             p, f = self.params[i], factors[self.param_groups[i]]
-            if i in segments:  # sum_u f_u (per-unit gradient)
-                acc[i] = f @ segments[i]
+            if i in norms.segments:  # sum_u f_u (per-unit gradient)
+                acc[i] = f @ norms.segments[i]
                 continue
-            if i in row_sums:  # a Linear's bias: sum over the real rows of f_(row's unit) g_row
-                cap, x, g, r, seq = rows[row_sums[i]]
+            if i in norms.row_sums:  # a Linear's bias: sum over the real rows of f_(row's unit) g_row
+                cap, x, g, r, seq = rows[norms.row_sums[i]]
                 _, g, rows_owner = units.real_rows(r, seq, x, g)
                 acc[i] = torch.mv(g.T, f[rows_owner])
                 continue
@@ -284,10 +333,7 @@ class GhostClipper:
                 weighted = times_factor(narrow, rows_owner, self.param_groups[i])
                 a, b = (g.T, weighted) if narrow is x else (weighted.T, x)
                 acc[i] = torch.mm(a, b) if acc[i] is None else acc[i].addmm_(a, b)
-        grads = [a if a is not None else torch.zeros_like(p) for a, p in zip(acc, self.params)]
-        clipped = (factors < 1.0).any(0).sum().double()
-        return Clipped(grads=grads, loss_sum=losses.detach().sum().double(), correct_sum=correct.detach().sum().double(),
-                       units=num_units, clipped=clipped)
+        return [a if a is not None else torch.zeros_like(p) for a, p in zip(acc, self.params)]
 
 
 def _gram_is_cheaper(rows: int, d: int, p: int) -> bool:
