@@ -1,13 +1,14 @@
 """The composition of a whole attack run: checks, scoring, attacks, the attack directory.
 
-:func:`dpaudit.stages.attack.attack` (``dpaudit.attack(...)`` and ``dpaudit attack``) calls :func:`attack` here
-with the report page as an extra output; this module never imports the report, which sits one floor up.
+:func:`dpaudit.stages.attack.attack` (``dpaudit.attack(...)`` and ``dpaudit attack``) calls :func:`attack`
+here with the report page as an extra output; this module never imports the report, which sits one
+floor up.
 
 Every check that can fail on bad input runs before the model is loaded and before anything is written:
 the inject directory's hashes, the model directory (weights, tokenizer, no pickle), the attacks' model
-kinds, ``--out`` and ``--reveal``. The attack directory (the run-directory contract) is written in a staged directory and renamed
-into place only when complete: ``results.json``, ``scores/canaries.jsonl``, the pages a caller adds
-(``index.html``) and ``manifest.json``.
+kinds, ``--out`` and ``--reveal``. The attack directory (the run-directory contract) is written in a
+staged directory and renamed into place only when complete: ``results.json``,
+``scores/canaries.jsonl``, the pages a caller adds (``index.html``) and ``manifest.json``.
 """
 
 from __future__ import annotations

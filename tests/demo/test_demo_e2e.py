@@ -93,7 +93,10 @@ def test_dp_model_canaries_sit_with_the_controls_and_no_bound_beats_the_claim(de
     bounds = [t.epsilon_lower_bound for r in results.attacks if isinstance(r, MiaResult) for t in r.tasks]
     bounds += [b.epsilon for a in membership_audits(results) for b in a.audit.bounds]
     assert bounds and max(bounds) < eps
-    assert f"dp-eps8 (epsilon = {format_up(eps)} at delta = {format_up(private['delta'], 2)}): 100x canaries" in output
+    # N came from the data (treated as public): the replace-one epsilon, recomputed from the event, is stated too
+    replace_one = accounting.epsilon_replace_one(accounting.event_from_json(private["event"]), private["delta"])
+    assert (f"dp-eps8 (epsilon = {format_up(eps)} at delta = {format_up(private['delta'], 2)} (add/remove; N treated as "
+            f"public: replace-one epsilon = {format_up(replace_one)})): 100x canaries") in output
     assert f"<= claimed {format_up(eps)}" in output  # the headline (corrected over audits) stays below the claim
 
 
