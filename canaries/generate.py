@@ -19,7 +19,7 @@ from itertools import islice
 
 import numpy as np
 
-from dpaudit.canaries.spaces import Draw, SecretSpace
+from dpaudit.secret_spaces import Draw, SecretSpace
 from dpaudit.errors import UserInputError
 from dpaudit.inject_run import Canary, Label  # noqa: F401 (the record lives in the core; re-exported here)
 

@@ -49,7 +49,7 @@ from dpaudit.canaries.insert import (
     write_rows,
 )
 from dpaudit.canaries.keys import KEY_STREAM, fill_keys
-from dpaudit.canaries.spaces import (
+from dpaudit.secret_spaces import (
     SHIPPED_WORDS,
     PhraseSpace,
     SecretSpace,

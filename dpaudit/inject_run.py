@@ -290,9 +290,9 @@ class InjectRun:
 
     @functools.cached_property
     def space(self) -> Any:
-        """The secret space rebuilt from the manifest (a :class:`canaries.spaces.SecretSpace`), or None for
+        """The secret space rebuilt from the manifest (a :class:`dpaudit.secret_spaces.SecretSpace`), or None for
         phrase spaces, which need their phrase corpus. Imported lazily: spaces belong to the writing side."""
-        from dpaudit.canaries.spaces import space_from_manifest
+        from dpaudit.secret_spaces import space_from_manifest
 
         entry = self.manifest.get("secret_space")
         if not isinstance(entry, dict) or "kind" not in entry:

@@ -148,8 +148,6 @@ def test_no_package_cycle_through_the_attack_side():
     assert [c for c in package_cycles() if any(p in mine for p in c)] == []
 
 
-@pytest.mark.xfail(strict=True, reason="inject_run imports canaries.spaces while canaries imports inject_run, until the "
-                                       "secret spaces move into the core (issue 31, item 4): then delete this marker")
 def test_no_package_cycle():
     assert package_cycles() == []
 

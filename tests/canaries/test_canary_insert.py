@@ -30,7 +30,7 @@ from dpaudit.canaries.insert import (
     split_counts,
     train_order,
 )
-from dpaudit.canaries.spaces import digit_space
+from dpaudit.secret_spaces import digit_space
 from dpaudit.errors import UserInputError
 from dpaudit.rundir import dumps_jsonl_line
 
@@ -170,7 +170,7 @@ def test_canaries_and_labels():
 
 
 def test_phrase_canaries_do_not_carry_each_others_secrets():
-    from dpaudit.canaries.spaces import PhraseSpace
+    from dpaudit.secret_spaces import PhraseSpace
 
     shared = "the blue heron flies over the river"
     sentences = [f"on day {i} {shared} at dawn" for i in range(200)]

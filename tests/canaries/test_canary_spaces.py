@@ -10,8 +10,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-import dpaudit.canaries as canaries
-from dpaudit.canaries.spaces import (
+import dpaudit
+from dpaudit.secret_spaces import (
     PhraseSpace,
     digit_space,
     parse_format,
@@ -61,7 +61,7 @@ def test_shipped_word_list_is_clean_and_hash_matches_file():
     assert len(words) >= 1000
     assert words == sorted(set(words))
     assert all(w.isalpha() and w.islower() and w.isascii() for w in words)
-    path = Path(canaries.__file__).parent / "data" / "words.txt"
+    path = Path(dpaudit.__file__).parent / "data" / "words.txt"
     assert words_sha256(words) == hashlib.sha256(path.read_bytes()).hexdigest()
 
 

@@ -174,7 +174,7 @@ def test_words_format_with_public_word_list(tmp_path):
 
 def test_phrase_format_uses_sentences_of_the_phrase_corpus(tmp_path):
     phrases = tmp_path / "phrases.txt"
-    from dpaudit.canaries.spaces import shipped_words
+    from dpaudit.secret_spaces import shipped_words
 
     words = shipped_words()
     sentences = [" ".join(words[(i * 37 + k * 101) % len(words)] for k in range(9)) for i in range(60)]

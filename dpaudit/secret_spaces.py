@@ -1,4 +1,5 @@
-"""Secret spaces: the set R a canary's secret is drawn from, and what the exposure attack needs of it.
+"""Secret spaces, the vocabulary inject (the write side, canaries/) and attack share: the set R a canary's secret is drawn from,
+and what the exposure attack needs of it. They live in the core so that neither side imports the other.
 
 Exposure (Carlini et al. 2019) is ``log2 |R| - log2 rank``, so every space knows its exact size.
 The attack on a masked LM scores candidates position by position, so the product spaces
@@ -8,7 +9,7 @@ each position — and :meth:`SecretSpace.split`, which cuts a secret into those 
 Formats:
     ``digits:N``  N decimal digits separated by spaces ("2 8 1 8 6 ..."), one token each; |R| = 10^N.
     ``words:N``   N words drawn uniformly from a word list of size V; |R| = V^N. The list is the
-                  shipped ``canaries/data/words.txt``, a user file, or derived from the public split.
+                  shipped ``dpaudit/data/words.txt``, a user file, or derived from the public split.
     ``phrases:K`` K consecutive words of a sentence from a separate phrase corpus (Anil et al. 2021,
                   section 5.4: mask a phrase of real text); the rest of the sentence is the
                   canary's context. ``phrases`` means ``phrases:3``.
@@ -38,6 +39,7 @@ from dpaudit.errors import UserInputError
 #: rejection of repeats (a permutation of 10^12 indices would not fit in memory).
 _PERMUTE_MAX = 1 << 22
 _BLOCK = 1024
+# The shipped list's name in manifests (kept from when it lived in canaries/data/: it names the list, not a path).
 SHIPPED_WORDS = "canaries/data/words.txt"
 DEFAULT_PHRASE_WORDS = 3
 #: How many words ``--word-list public`` keeps: the most frequent in the public split.
@@ -221,7 +223,7 @@ class PhraseSpace(SecretSpace):
 
 def shipped_words() -> list[str]:
     """The word list shipped with dpaudit (common lowercase English words, one per line)."""
-    text = resources.files("dpaudit.canaries").joinpath("data/words.txt").read_text(encoding="utf-8")
+    text = resources.files("dpaudit").joinpath("data/words.txt").read_text(encoding="utf-8")
     return [w for w in text.split("\n") if w]
 
 
