@@ -10,6 +10,12 @@ Optionally, a trainer whose run spans several processes defines ``writes_run_dir
 in the process that writes the run directory (see :func:`writes_run_dir`); that process alone takes the
 run-directory lock (:func:`dpaudit.rundir.run_dir_lock`) around ``train``.
 
+A trainer need not write its own run: :mod:`dpaudit.training` holds the one run skeleton (run
+directory, privacy plan and ledger, secret Poisson sampling, loop, checkpoints, metrics and
+``privacy.json``), and a trainer supplies only its :class:`dpaudit.training.TrainerPlugin` pieces
+(model init, a clipped-sum step that carries its sensitivity, save/restore, export, its words for
+``privacy.json``). The shipped trainers expose that class as ``Plugin`` (the contract suite checks it).
+
 Config fields become command-line options of ``dpaudit train`` automatically: a field's
 ``metadata={"help": ...}`` is its help text and its type annotation (int, float, str, bool, or an
 ``Optional`` of those) its click type.

@@ -24,11 +24,10 @@ from typing import Any
 
 from dpaudit import accounting
 from dpaudit.privacy_plan import PrivacyPlan
-from dpaudit.privacy_record import PrivacyRecord, group_privacy_rows
-from dpaudit.secret_rng import NoiseSource
-from dpaudit.trainers.torch_common.privacy import private_record, sampling_rate, schedule_text
+from dpaudit.training.record import RecordParts
+from dpaudit.trainers.torch_common.privacy import private_parts, sampling_rate, schedule_text
 
-__all__ = ["build_record", "paper_claim"]
+__all__ = ["paper_claim", "record_parts"]
 
 TRAINER = "edp-sgd"
 PAPER_ASSUMPTION = (
@@ -51,30 +50,13 @@ def paper_claim(plan: PrivacyPlan, steps: int) -> dict[str, Any]:
     }
 
 
-def build_record(
-    *,
-    plan: PrivacyPlan,
-    steps: int,
-    mode: str,
-    ledger: Any,
-    clipper: Any,
-    noise_source: NoiseSource,
-    stopped_at_budget: bool,
-    micro_batches: int,
-    frequencies: Sequence[int],
-    unaccounted_releases: Sequence[str] = (),
-    details: Mapping[str, Any] | None = None,
-) -> PrivacyRecord:
-    """The :class:`PrivacyRecord` of a finished (or budget-stopped) run of ``steps`` steps."""
+def record_parts(*, plan: PrivacyPlan, steps: int, mode: str, clipper: Any, micro_batches: int,
+                 unaccounted_releases: Sequence[str] = (), details: Mapping[str, Any] | None = None) -> RecordParts:
+    """What edp-sgd says in ``privacy.json`` for a run of ``steps`` steps (the core builds the record)."""
     details = dict(details or {})
     if not plan.private:
-        return PrivacyRecord(
-            trainer=TRAINER, private=False, steps=steps, planned_steps=plan.total_steps, **plan.public_fields(steps_from_n=True),
-            mechanism="non-private training (--mode sgd): no clipping, no noise.",
-            guarantee="none: non-private training (no clipping, no noise); epsilon = inf.",
-            randomness=noise_source.note, noise_seed_explicit=noise_source.explicit,
-            group_privacy=group_privacy_rows(None, None, frequencies), details=details,
-            notes=["non-private run: no guarantee for any file."])
+        return RecordParts(mechanism="", nonprivate_mechanism="non-private training (--mode sgd): no clipping, no noise.",
+                           details=details, steps_from_n=True)
     q = sampling_rate(plan)
     if mode == "dp-sgd":
         clipping = (f"per-example clipping to C = {clipper.clip_norm:g} (torch.func per-example gradients), "
@@ -86,7 +68,5 @@ def build_record(
                     f"{clipper.sensitivity:.6g}")
     mechanism = (f"Poisson-subsampled Gaussian (q = {q:.4g}), {clipping}; Gaussian noise of std sigma_e x sensitivity "
                  f"on the summed gradient (sigma_e {schedule_text(plan)}), add/remove one example")
-    return private_record(
-        trainer=TRAINER, mechanism=mechanism, plan=plan, steps=steps, ledger=ledger, clipper=clipper,
-        noise_source=noise_source, stopped_at_budget=stopped_at_budget, frequencies=frequencies, details=details,
-        paper_claim=paper_claim(plan, steps), unaccounted_releases=list(unaccounted_releases))
+    return private_parts(mechanism=mechanism, clipper=clipper, details=details, paper_claim=paper_claim(plan, steps),
+                         unaccounted_releases=list(unaccounted_releases))

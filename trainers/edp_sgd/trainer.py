@@ -29,14 +29,15 @@ A run (DESIGN sections 3 and 5):
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
 from dpaudit.errors import UserInputError
-from dpaudit.inject_run import canary_frequencies
-from dpaudit.privacy_record import PrivacyRecord
+from dpaudit.privacy_plan import PrivacyPlan
+from dpaudit.training import RecordParts
 from dpaudit.trainers.edp_sgd import privacy
 from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
 from dpaudit.trainers.torch_common import noise, sampling
@@ -73,21 +74,27 @@ class _Run(TorchRun):
     def _trainable(self) -> tuple[list[str], list[torch.nn.Parameter]]:
         return trainable(self.model)
 
-    def _extra_state(self) -> dict[str, Any]:
-        return {"layer_clip_norms": self.layer_norms}
-
-    def _manifest_extra(self) -> dict[str, Any]:
-        if self.layer_norms is None:
-            return {}
-        return {"layer_clip_norms": dict(zip(self.group_names, self.layer_norms))}  # private when from train.jsonl
-
-    def _setup_mechanism(self, n: int) -> None:
-        """The clipper (it owns the sensitivity) and, for edp-sgd, the fixed micro-batch slots."""
-        config = self.config
-        self.clipper: PerExampleClipper | MicrobatchClipper | None = None
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
         self.layer_norms: list[float] | None = None
         self.group_names: list[str] | None = None
         self.slots: np.ndarray | None = None
+        self.ghost: GhostClipper | None = None
+        self.ghost_refused: str | None = None
+
+    def extra_state(self) -> dict[str, Any]:
+        return {**super().extra_state(), "layer_clip_norms": self.layer_norms}
+
+    def manifest_extra(self) -> dict[str, Any]:
+        extra = super().manifest_extra()
+        if self.layer_norms is not None:  # private when from train.jsonl
+            extra["layer_clip_norms"] = dict(zip(self.group_names, self.layer_norms))
+        return extra
+
+    def _setup_mechanism(self, n: int, resume_state: Mapping[str, Any] | None) -> None:
+        """The clipper (it owns the sensitivity) and, for edp-sgd, the fixed micro-batch slots."""
+        config = self.config
+        self.clipper = None
         if config.mode == "dp-sgd":
             self.clipper = PerExampleClipper(self.model, per_example_losses, clip_norm=config.clip_norm,
                                              physical_batch=config.physical_batch)
@@ -95,8 +102,8 @@ class _Run(TorchRun):
             k = config.micro_batches
             self.slots = sampling.example_slots(self.data.train.texts, self.data.train.labels, k, salt=self.seed)
             self.group_names, groups = layer_groups(self.names)
-            if self.resume_state is not None:
-                norms = [float(c) for c in self.resume_state["layer_clip_norms"]]
+            if resume_state is not None:
+                norms = [float(c) for c in resume_state["layer_clip_norms"]]
             else:
                 split = "public" if config.scale_from == "public" else "train"
                 size = min(len(self.encoded[split].lengths), max(1, round(config.batch_size / k)))
@@ -110,8 +117,6 @@ class _Run(TorchRun):
             self.layer_norms = norms
             # Sensitivity 2C from the clipping function alone, never from the private slot occupancy.
             self.clipper = MicrobatchClipper(self.model, per_example_losses, layer_clip_norms=norms, param_groups=groups)
-        self.ghost: GhostClipper | None = None
-        self.ghost_refused: str | None = None
         if self.clipper is not None and config.clip_engine == "ghost":  # the same clipped sums, one backward pass
             bounds = self.layer_norms if config.mode == "edp-sgd" else [config.clip_norm]
             groups = self.clipper.param_groups.tolist() if config.mode == "edp-sgd" else [0] * len(self.params)
@@ -194,15 +199,9 @@ class _Run(TorchRun):
 
     # -- outputs -----------------------------------------------------------------------------
 
-    def _privacy_record(self, steps: int) -> PrivacyRecord:
+    def _mechanism_parts(self, plan: PrivacyPlan, steps: int, details: dict[str, Any]) -> RecordParts:
         config = self.config
-        details: dict[str, Any] = {"mode": config.mode, "task": config.task, "epochs": config.epochs,
-                                   "steps_per_epoch": self.steps_per_epoch, "expected_batch_size": config.batch_size,
-                                   "tokenizer": self.tokenizer_source, **self.data.label_details()}
         unaccounted: list[str] = []
-        if self.plan.private:
-            details["noise_decay"] = {"kind": config.noise_decay, "rate": config.decay_rate,
-                                      "sigma_min": config.sigma_min, "fixed_in_advance": True}
         if config.mode == "edp-sgd":
             details["micro_batches"] = config.micro_batches
             details["microbatch_assignment"] = ("sha256(--seed, text, label) mod k: fixed per example, independent of "
@@ -215,11 +214,9 @@ class _Run(TorchRun):
                 unaccounted.append(
                     "per-layer clip norms were computed from the first-iteration gradient on private train.jsonl "
                     "(--scale-from private): an extra release of private data NOT covered by the epsilon.")
-        return privacy.build_record(
-            plan=self.plan, steps=steps, mode=config.mode, ledger=self.ledger, clipper=self.clipper,
-            noise_source=self.noise_source, stopped_at_budget=self.stopped_at_budget,
-            micro_batches=config.micro_batches, frequencies=canary_frequencies(self.data.manifest),
-            unaccounted_releases=unaccounted, details=details)
+        return privacy.record_parts(plan=plan, steps=steps, mode=config.mode, clipper=self.clipper,
+                                    micro_batches=config.micro_batches, unaccounted_releases=unaccounted,
+                                    details=details)
 
 
 class EdpSgdTrainer(TorchTrainer):

@@ -26,6 +26,10 @@ from collections.abc import Iterator
 import numpy as np
 from scipy import stats
 
+from dpaudit.training.sampling import poisson_sample  # the core's secret Poisson sampling (one implementation)
+
+__all__ = ["microstep_capacity", "overflow_probability", "pack_microsteps", "poisson_sample", "shuffle_batches"]
+
 #: Target probability that a Poisson batch does not fit into one chunk of ``S * m`` slots.
 OVERFLOW_PROBABILITY = 1e-6
 
@@ -43,20 +47,6 @@ def _check_probability(sampling_probability: float) -> None:
 def _check_micro_batch(micro_batch: int) -> None:
     if int(micro_batch) != micro_batch or micro_batch < 1:
         raise ValueError(f"micro_batch must be a positive integer, got {micro_batch}.")
-
-
-def poisson_sample(
-    rng: np.random.Generator, dataset_size: int, sampling_probability: float
-) -> np.ndarray:
-    """Returns the sorted int64 indices of a Poisson sample: each example kept independently with prob q.
-
-    One uniform draw per example keeps this exactly the mechanism the accountant analyses (no
-    approximation by a fixed-size sample), and costs O(N) vectorized work per step.
-    """
-    _check_dataset_size(dataset_size)
-    _check_probability(sampling_probability)
-    keep = rng.random(int(dataset_size)) < sampling_probability
-    return np.flatnonzero(keep).astype(np.int64)
 
 
 def shuffle_batches(

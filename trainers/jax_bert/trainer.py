@@ -1,14 +1,13 @@
 """``dpaudit train --trainer jax-bert``: DP-SGD masked-LM pretraining of BERT (Anil et al. 2021).
 
-This is the one place that composes the pieces, each of which lives in its own module and knows
-nothing of the others: the tokenizer and masking (:mod:`.tokenizer`, :mod:`.data`), the Flax model
-(:mod:`.model`), Poisson sampling and micro-step packing (:mod:`.sampling`), the clipped-and-noised
-step (:mod:`.dp_step`), the optimizer (:mod:`.optimizer`), data parallelism (:mod:`.parallel`), the
-privacy plan and its ledger (:mod:`dpaudit.privacy_plan`, :mod:`dpaudit.accounting.ledger`), checkpoints
-(:mod:`.checkpoint`) and the Hugging Face export (:mod:`.hf_io`). What every trainer shares lives in the
-core: the plan (:func:`dpaudit.privacy_plan.plan_privacy`, sensitivity factor 1: per-example
-clipping), the ``privacy.json`` record (:class:`dpaudit.privacy_record.PrivacyRecord`) and the run
-directory helpers (:mod:`dpaudit.train_rundir`).
+The run itself is the core's :class:`dpaudit.training.RunSkeleton` (run directory, privacy plan and
+ledger, secret Poisson sampling, the step loop with its budget stop, checkpoints, metrics and the one
+``privacy.json`` builder); this module is its :class:`~dpaudit.training.TrainerPlugin`, composing the
+pieces that each live in their own module and know nothing of the others: the tokenizer and masking
+(:mod:`.tokenizer`, :mod:`.data`), the Flax model (:mod:`.model`), micro-step packing
+(:mod:`.sampling`), the clipped-and-noised step that owns its sensitivity (:mod:`.dp_step`), the
+optimizer (:mod:`.optimizer`), data parallelism (:mod:`.parallel`), checkpoints (:mod:`.checkpoint`)
+and the Hugging Face export (:mod:`.hf_io`).
 
 A run, in order (DESIGN sections 3 and 5):
 
@@ -52,10 +51,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-import shutil
-import sys
-import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -63,12 +59,9 @@ from typing import Any, ClassVar
 import jax
 import jax.numpy as jnp
 import numpy as np
-from tqdm.auto import tqdm
 
 from dpaudit import accounting
-from dpaudit.accounting.ledger import BudgetExceededError, PrivacyLedger
 from dpaudit.errors import UserInputError
-from dpaudit.figures import format_up
 from dpaudit.inject_run import (
     PUBLIC,
     TRAIN,
@@ -76,23 +69,12 @@ from dpaudit.inject_run import (
     canary_frequencies,
     load_inject_run,
 )
-from dpaudit.privacy_plan import PrivacyPlan, declared_size_warning, new_ledger, plan_privacy
-from dpaudit.privacy_record import PrivacyRecord, group_privacy_rows
+from dpaudit.privacy_plan import PrivacyPlan, plan_privacy
 from dpaudit.secret_rng import NoiseSource
 from dpaudit.tokenizer import special_token_ids, train_wordpiece
-from dpaudit.train_rundir import (
-    CHECKPOINT_DIR,
-    MetricsLog,
-    check_out_dir,
-    check_resume,
-    finish_run,
-    finished_result,
-    finished_run,
-    last_value,
-    list_checkpoints,
-    remove_checkpoints,
-)
 from dpaudit.trainer_api import TrainResult
+from dpaudit.training import RecordParts, RunData, RunSettings, RunSkeleton, TrainerPlugin
+from dpaudit.training.sampling import Sampler, SequentialPoisson
 from dpaudit.trainers.jax_bert import checkpoint as ckpt
 from dpaudit.trainers.jax_bert import cpu_runtime, dp_step, hf_io, parallel, sampling
 from dpaudit.trainers.jax_bert.config import TINY_SETTINGS, JaxBertConfig
@@ -138,6 +120,11 @@ class JaxBertTrainer:
     name: ClassVar[str] = "jax-bert"
     Config: ClassVar[type] = JaxBertConfig
 
+    @property
+    def Plugin(self) -> type:  # noqa: N802 (a class, as the contract suite reads it)
+        """The :class:`~dpaudit.training.TrainerPlugin` class this trainer runs on the core skeleton."""
+        return _Run
+
     def writes_run_dir(self) -> bool:
         """Only process 0 of a multi-host run writes the run directory, so only it takes the lock."""
         return parallel.env_process_index() == 0
@@ -171,20 +158,23 @@ def load_inject_dir(data_dir: Path) -> InjectRun:
     return data
 
 
+def plan_options(config: JaxBertConfig) -> dict[str, Any]:
+    """The keyword arguments of :func:`~dpaudit.privacy_plan.plan_privacy` this config sets: its
+    (steps, batch) schedule, sigma given or calibrated for ``--target-epsilon``, the declared size."""
+    return {"stages": config.schedule, "non_private": config.non_private, "noise_multiplier": config.noise_multiplier,
+            "target_epsilon": config.target_epsilon, "delta": config.delta, "declared_size": config.dataset_size,
+            "batch_option": "--batch-schedule" if config.batch_schedule else "--batch-size"}
+
+
 def plan_run_privacy(config: JaxBertConfig, dataset_size: int) -> PrivacyPlan:
-    """The run's :class:`~dpaudit.privacy_plan.PrivacyPlan`: the config's (steps, batch) schedule,
-    per-example clipping (sensitivity factor 1), sigma given or calibrated for ``--target-epsilon``;
-    q = batch / ``--dataset-size`` when a public size is declared, else batch / N (N treated as public).
+    """The run's :class:`~dpaudit.privacy_plan.PrivacyPlan` as the skeleton makes it: per-example clipping
+    (the step's sensitivity factor 1); q = batch / ``--dataset-size`` when a public size is declared,
+    else batch / N (N treated as public).
 
     Raises:
         UserInputError: a batch larger than the data, or a budget too small for one step.
     """
-    return plan_privacy(
-        dataset_size=dataset_size, stages=config.schedule, non_private=config.non_private,
-        noise_multiplier=config.noise_multiplier, target_epsilon=config.target_epsilon, delta=config.delta,
-        sensitivity_factor=1.0, batch_option="--batch-schedule" if config.batch_schedule else "--batch-size",
-        declared_size=config.dataset_size,
-    )
+    return plan_privacy(dataset_size=dataset_size, sensitivity_factor=1.0, **plan_options(config))
 
 
 def ledger_sampling(config: JaxBertConfig) -> str:
@@ -253,136 +243,205 @@ def compiled_functions(
 
 
 # ----------------------------------------------------------------------------------------------
-# The run.
+# The plug-in: the run itself is the core's skeleton (dpaudit.training.RunSkeleton).
 
 
-class _Run:
-    """One invocation of the trainer: set up (or resume), loop, finish. Not reusable."""
+class _Step:
+    """The compiled DP (or non-private) step as the skeleton's clipped-sum step.
+
+    The engine owns its sensitivity (C under add/remove of one example: per-example clipping, factor
+    1; None when non-private) and adds noise of std ``sigma * sensitivity`` itself.
+    """
+
+    def __init__(self, run: _Run) -> None:
+        engine = run.fns.step
+        self.run = run
+        self.sensitivity_factor = 1.0
+        self.sensitivity = float(engine.sensitivity) if engine.sensitivity is not None else 0.0
+        self.clip_norm: float | None = float(engine.sensitivity) if engine.sensitivity is not None else None
+
+    def __call__(self, step: int, indices: np.ndarray, sigma: float, expected_batch: float) -> Any:
+        run = self.run
+        chunks = run._chunks(step, indices)
+        noise_key = jax.random.fold_in(run.noise_key, step)
+        if run.mesh is not None:
+            noise_key = parallel.replicate(run.mesh, noise_key)
+        run.params, run.opt_state, metrics = run.fns.step(run.params, run.opt_state, chunks, noise_key, sigma,
+                                                          expected_batch)
+        return metrics
+
+
+class _ShuffleSampler:
+    """``--sampling shuffle``: fixed-size batches of segment ``s`` from ``numpy_generator(1, s)``'s
+    permutations (no proven epsilon). Stateless: a resumed run replays the segment's stream."""
+
+    def __init__(self, source: NoiseSource, plan: PrivacyPlan) -> None:
+        self.source, self.plan = source, plan
+        self.stream: Iterator[np.ndarray] | None = None
+        self.next_step = -1
+
+    def sample(self, step: int, dataset_size: int, sampling_probability: float) -> np.ndarray:
+        del sampling_probability
+        segment, offset = self.plan.stage_at(step)
+        if step != self.next_step or offset == 0:
+            self.stream = sampling.shuffle_batches(self.source.numpy_generator(_SHUFFLE_STREAM, segment), dataset_size,
+                                                   self.plan.batch_at(step))
+            for _ in range(offset):
+                next(self.stream)
+        self.next_step = step + 1
+        return next(self.stream)
+
+    def state(self) -> None:
+        return None
+
+    def restore(self, state: Any) -> None:
+        del state
+
+
+class _Run(TrainerPlugin):
+    """One invocation of the trainer on the core skeleton: set up (or resume), loop, finish. Not reusable."""
+
+    name = "jax-bert"
 
     def __init__(self, data_dir: Path, out_dir: Path, config: JaxBertConfig, *, seed: int) -> None:
         if not isinstance(config, JaxBertConfig):
             raise TypeError(f"config must be a JaxBertConfig, got {type(config).__name__}.")
         self.data_dir, self.out_dir, self.config, self.seed = data_dir, out_dir, config, int(seed)
-        self.ckpt_dir = out_dir / CHECKPOINT_DIR
-
-    # -- setup ---------------------------------------------------------------------------------
-
-    def _check_out_dir(self) -> None:
-        # A finished run (manifest.json, checkpoints deleted) is returned as it is by _finished_run.
-        resumable = bool(list_checkpoints(self.ckpt_dir)) or (self.out_dir / "manifest.json").is_file()
-        check_out_dir(self.out_dir, trainer=JaxBertTrainer.name, resumable=resumable)
-
-    def _identity(self) -> dict[str, Any]:
-        return {"trainer": JaxBertTrainer.name, "config": self.config.to_dict(), "seed": self.seed, "data": self.data.identity}
-
-    def _check_resume(self, state: dict[str, Any], path: Path) -> None:
-        def comparable(identity: dict[str, Any]) -> dict[str, Any]:
-            # A resume may change what happens after training (JaxBertConfig.RUN_ONLY_FIELDS).
-            config = {k: v for k, v in dict(identity.get("config") or {}).items() if k not in JaxBertConfig.RUN_ONLY_FIELDS}
-            return {**identity, "config": config}
-
-        check_resume(out=self.out_dir, checkpoint=path, trainer=JaxBertTrainer.name,
-                     stored=comparable(dict(state.get("identity") or {})), current=comparable(self._identity()))
-
-    def _finished_run(self) -> dict[str, Any] | None:
-        """The manifest of a finished run of this very command in ``--out`` (None when there is none).
-
-        Its checkpoints are gone (they held the secret noise state), so a rerun cannot continue it:
-        the same settings get the stored result back, different ones a one-line error.
-        """
-        return finished_run(self.out_dir, trainer=JaxBertTrainer.name, config=self.config.to_public_dict(), seed=self.seed,
-                            inputs=self.data.inputs, run_only=JaxBertConfig.RUN_ONLY_FIELDS)
+        self.is_primary = True
+        self.runtime_tuning: Any = None
+        self.data: InjectRun | None = None
+        self.mesh: Any = None
+        self.tokenizer: Any = None
+        self.tokenizer_sha = ""
+        self.train_enc: dict[str, np.ndarray] = {}
+        self.bert_config: Any = None
+        self.train_key: jax.Array | None = None
+        self.fns: _Compiled | None = None
+        self.params: Any = None
+        self.opt_state: Any = None
+        self.eval_batches: list[tuple[dict[str, jax.Array], jax.Array]] = []
+        self.noise: NoiseSource | None = None
+        self.noise_key: jax.Array | None = None
+        self._capacity: dict[int, int] = {}
+        self.skeleton = RunSkeleton(self, Path(out_dir))
 
     def _setup(self) -> None:
-        config = self.config
+        """Everything before the first step (:meth:`RunSkeleton.setup`)."""
+        self.skeleton.setup()
+
+    def execute(self) -> TrainResult:
+        return self.skeleton.execute()
+
+    # -- processes -------------------------------------------------------------------------------
+
+    def start(self) -> None:
         parallel.maybe_initialize_distributed()  # multi-host: before any other JAX call
         self.runtime_tuning = cpu_runtime.tune_cpu_runtime()  # before anything is compiled
         # Multi-host: every process computes the same run (same data, seed and RNG streams); only
         # process 0 writes files, the others keep their rows in memory and meet it at barriers.
-        self.primary = parallel.is_primary()
-        self._check_out_dir()
+        self.is_primary = parallel.is_primary()
+
+    @property
+    def primary(self) -> bool:
+        return self.is_primary
+
+    def barrier(self, tag: str) -> None:
+        parallel.sync_processes(f"jax_bert_{tag}")
+
+    def share_source(self, source: NoiseSource) -> NoiseSource:
+        """Process 0's OS-entropy seed shared by every process of a multi-host run; the noise key from it."""
+        if not source.explicit:
+            source = NoiseSource(seed=parallel.broadcast_from_primary(source.seed), explicit=False)
+        self.noise, self.noise_key = source, noise_key_of(source)
+        return source
+
+    # -- inputs, model, step ----------------------------------------------------------------------
+
+    def load_data(self) -> RunData:
         self.data = load_inject_dir(self.data_dir)
-        self.finished = self._finished_run()
-        if self.finished is not None:
-            return
-        n = len(self.data.train_texts)
-        self.plan = plan_run_privacy(config, n)
-        if config.dataset_size is not None and config.dataset_size != n and self.primary:
-            print(declared_size_warning(config.dataset_size, n, self.plan.batch_at(0)), file=sys.stderr)
-        self.mesh = None
+        return RunData(size=len(self.data.train_texts), inputs=self.data.inputs, identity=self.data.identity,
+                       frequencies=canary_frequencies(self.data.manifest))
+
+    def settings(self) -> RunSettings:
+        config = self.config
+        return RunSettings(
+            config=config.to_dict(), run_only=JaxBertConfig.RUN_ONLY_FIELDS, noise_seed=config.noise_seed,
+            keep_checkpoints=config.keep_checkpoints, plan=plan_options(config),
+            ledger={"sampling": ledger_sampling(config), "privacy_unit": "example"}, log_every=config.log_every,
+            checkpoint_every=config.checkpoint_every, eval_every=config.eval_every, progress_label=self.name)
+
+    def init_model(self, resume_state: Mapping[str, Any] | None) -> None:
+        """Mesh, tokenizer (public.jsonl only), encoded train split, parameters from --seed, compiled functions."""
+        config = self.config
         if config.data_parallel and jax.device_count() > 1:
             self.mesh = parallel.make_data_mesh()
-            parallel.check_micro_batch(self.mesh, config.micro_batch)
-        latest = list_checkpoints(self.ckpt_dir)[-1:] if self.ckpt_dir.is_dir() else []
-        self.resume_state = ckpt.read_state(latest[0][1]) if latest else None
-        self.has_checkpoint = bool(latest)  # tracked in memory: other processes must not race the listing
-        if self.resume_state is not None:
-            self._check_resume(self.resume_state, latest[0][1])
+            parallel.check_physical_batch(self.mesh, config.physical_batch)
+        self._train_tokenizer(resume_state)
+        specials = special_token_ids(self.tokenizer)
+        self.train_enc = encode_texts(self.tokenizer, self.data.train_texts, max_length=config.max_length)
+        self.bert_config = preset_config(config.preset, vocab_size=self.tokenizer.get_vocab_size(),
+                                         max_position_embeddings=max(128, config.max_length))
+        base_key = jax.random.PRNGKey(self.seed)
+        self.train_key = jax.random.fold_in(base_key, _TRAIN_STREAM)
+        self.params = init_params(self.bert_config, jax.random.fold_in(base_key, _INIT_STREAM), seq_len=config.max_length)
+        self.fns = compiled_functions(
+            self.bert_config, private=not config.non_private, clip_norm=config.clip_norm, clipping=config.clip_engine,
+            learning_rate=config.learning_rate, warmup_steps=config.warmup_steps, weight_decay=config.weight_decay,
+            mesh=self.mesh, mask_token_id=specials["mask"], special_ids=tuple(sorted(set(specials.values()))),
+            mask_prob=config.mask_prob, max_predictions=config.resolved_max_predictions)
+        self._setup_eval()
 
+    def _train_tokenizer(self, resume_state: Mapping[str, Any] | None) -> None:
+        config = self.config
         try:
             self.tokenizer = train_wordpiece(self.data.public_texts, vocab_size=config.resolved_vocab_size)
         except ValueError as err:
             raise UserInputError(f"--vocab-size {config.resolved_vocab_size}: {err}") from None
         self.tokenizer_sha = hashlib.sha256(self.tokenizer.to_str().encode("utf-8")).hexdigest()
-        if self.resume_state is not None and self.resume_state.get("tokenizer_sha256") != self.tokenizer_sha:
+        if resume_state is not None and resume_state.get("tokenizer_sha256") != self.tokenizer_sha:
             raise UserInputError(f"--out {self.out_dir}: the tokenizer retrained on public.jsonl differs from the checkpoint's; use a new --out.")
-        specials = special_token_ids(self.tokenizer)
-        vocab = self.tokenizer.get_vocab_size()
-        self.train_enc = encode_texts(self.tokenizer, self.data.train_texts, max_length=config.max_length)
-        self.bert_config = preset_config(config.preset, vocab_size=vocab, max_position_embeddings=max(128, config.max_length))
-        base_key = jax.random.PRNGKey(self.seed)
-        self.train_key = jax.random.fold_in(base_key, _TRAIN_STREAM)
-        params = init_params(self.bert_config, jax.random.fold_in(base_key, _INIT_STREAM), seq_len=config.max_length)
-        self.fns = compiled_functions(
-            self.bert_config, private=self.plan.private, clip_norm=config.clip_norm, clipping=config.clipping,
-            learning_rate=config.learning_rate, warmup_steps=config.warmup_steps, weight_decay=config.weight_decay,
-            mesh=self.mesh, mask_token_id=specials["mask"], special_ids=tuple(sorted(set(specials.values()))),
-            mask_prob=config.mask_prob, max_predictions=config.resolved_max_predictions)
-        opt_state = init_optimizer(self.fns.optimizer, params, total_steps=self.plan.total_steps)
-        self._setup_eval()
 
-        self.start_step = 0
-        self.ledger: PrivacyLedger | None = None
-        if self.resume_state is None:
-            self.noise = _shared_noise_source(config.noise_seed)
-            self.rng = self.noise.numpy_generator(_POISSON_STREAM)
-            self.ledger = (new_ledger(self.plan, sampling=ledger_sampling(config), privacy_unit="example")
-                           if self.plan.private else None)
-        else:
-            restored = ckpt.restore_checkpoint(latest[0][1], params_template=params, opt_state_template=opt_state)
-            params, opt_state = restored.params, restored.opt_state
-            self.start_step = restored.step
-            try:
-                self.noise = NoiseSource.from_state(restored.state.get("noise_source"))
-            except ValueError:
-                raise UserInputError(f"{restored.path}: the checkpoint holds no secret noise state (written by an older "
-                                     f"dpaudit); use a new --out.") from None
-            self.rng = self.noise.numpy_generator(_POISSON_STREAM)
-            self.rng.bit_generator.state = restored.state["numpy_rng"]
-            if self.plan.private:  # the ledger keeps its plan certificate: recording the rest costs no accountant call
-                try:
-                    self.ledger = PrivacyLedger.from_json(restored.state.get("ledger"))
-                except (UserInputError, KeyError, TypeError, ValueError, AttributeError) as err:
-                    raise UserInputError(f"{restored.path / ckpt.STATE_NAME}: damaged privacy ledger ({err}); delete "
-                                         f"{restored.path} to resume from an older checkpoint.") from None
-                if self.ledger.steps != restored.step:
-                    raise UserInputError(f"{restored.path}: its privacy ledger holds {self.ledger.steps} steps, not "
-                                         f"{restored.step}; the checkpoint is damaged, delete it to resume from an older one.")
+    def make_step(self, dataset_size: int, resume_state: Mapping[str, Any] | None) -> _Step:
+        return _Step(self)
+
+    def make_sampler(self, source: NoiseSource) -> Sampler:
+        if self.config.sampling == "poisson":
+            return SequentialPoisson(source, _POISSON_STREAM)
+        return _ShuffleSampler(source, self.skeleton.plan)
+
+    def read_state(self, path: Path) -> dict[str, Any]:
+        return ckpt.read_state(path)
+
+    def restore(self, path: Path) -> int:
+        template = init_optimizer(self.fns.optimizer, self.params, total_steps=self.skeleton.plan.total_steps)
+        restored = ckpt.restore_checkpoint(path, params_template=self.params, opt_state_template=template)
+        self.params, self.opt_state = restored.params, restored.opt_state
+        return restored.step
+
+    def begin(self, plan: PrivacyPlan) -> None:
+        """The optimizer's schedule spans the planned steps (unless restored); the state goes on the mesh."""
+        if self.opt_state is None:
+            self.opt_state = init_optimizer(self.fns.optimizer, self.params, total_steps=plan.total_steps)
         if self.mesh is not None:  # global replicated arrays (device_put cannot span processes)
-            params, opt_state = parallel.replicate(self.mesh, params), parallel.replicate(self.mesh, opt_state)
-        self.params, self.opt_state = params, opt_state
-        self.noise_key = noise_key_of(self.noise)
-        # Every process has read the out dir (and any checkpoint) before process 0 writes to it.
-        parallel.sync_processes("jax_bert_setup")
+            self.params, self.opt_state = parallel.replicate(self.mesh, self.params), parallel.replicate(self.mesh, self.opt_state)
+
+    def save(self, directory: Path, step: int, state: Mapping[str, Any]) -> None:
+        ckpt.save_checkpoint(directory, step=step, params=self.params, opt_state=self.opt_state, state=dict(state))
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"jax_key": np.asarray(jax.random.key_data(self.train_key)).tolist(),  # public (--seed)
+                "tokenizer_sha256": self.tokenizer_sha, "noise_multiplier": self.skeleton.plan.noise_multiplier}
+
+    # -- batches and evaluation ------------------------------------------------------------------
 
     def _setup_eval(self) -> None:
         """Heldout evaluation: a fixed subset, masked once with a fixed key, in padded batches."""
         texts = self.data.heldout_texts[: self.config.eval_examples]
-        self.eval_batches: list[tuple[dict[str, jax.Array], jax.Array]] = []
+        self.eval_batches = []
         if not texts:
             return
         enc = encode_texts(self.tokenizer, texts, max_length=self.config.max_length)
-        size = min(len(texts), max(self.config.micro_batch, 8))
+        size = min(len(texts), max(self.config.physical_batch, 8))
         n_pad = -len(texts) % size
         ids = np.concatenate([enc["input_ids"], np.repeat(enc["input_ids"][:1], n_pad, 0)])
         att = np.concatenate([enc["attention_mask"], np.repeat(enc["attention_mask"][:1], n_pad, 0)])
@@ -397,306 +456,83 @@ class _Run:
                 batch, w = parallel.replicate(self.mesh, (batch, w))
             self.eval_batches.append((batch, w))
 
-    # -- the loop ------------------------------------------------------------------------------
-
-    def _batches(self) -> Iterator[tuple[int, np.ndarray]]:
-        """(step, sampled indices) from ``start_step`` on; Poisson from the saved Generator state,
-        shuffle by replaying the segment's permutation stream (it has no resumable state)."""
-        n = self.plan.dataset_size
-        step = self.start_step
-        while step < self.plan.total_steps:
-            batch = self.plan.batch_at(step)
-            if self.config.sampling == "poisson":
-                yield step, sampling.poisson_sample(self.rng, n, self.plan.sampling_probability(step))
-                step += 1
-                continue
-            segment, offset = self.plan.stage_at(step)
-            seg_steps = self.plan.stages[segment][0]
-            stream = sampling.shuffle_batches(self.noise.numpy_generator(_SHUFFLE_STREAM, segment), n, batch)
-            for _ in range(offset):
-                next(stream)
-            for _ in range(seg_steps - offset):
-                yield step, next(stream)
-                step += 1
-
     def _chunks(self, step: int, indices: np.ndarray) -> list[tuple[dict[str, jax.Array], np.ndarray]]:
-        n, m = self.plan.dataset_size, self.config.micro_batch
-        batch = self.plan.batch_at(step)
-        capacity = self._capacity.get(batch)
-        if capacity is None:
-            if self.config.sampling == "poisson":
-                q = self.plan.sampling_probability(step)  # the realized batch is ~ q n (n the real rows)
-                capacity = sampling.microstep_capacity(q * n, m, dataset_size=n, sampling_probability=q)
-            else:
-                capacity = -(-batch // m)
-            self._capacity[batch] = capacity
-        mask_key = jax.random.fold_in(jax.random.fold_in(self.train_key, step), 0)
+        n, m = self.skeleton.plan.dataset_size, self.config.physical_batch
         chunks = []
-        for idx, mask in sampling.pack_microsteps(indices, m, capacity):
+        mask_key = jax.random.fold_in(jax.random.fold_in(self.train_key, step), 0)
+        for idx, mask in sampling.pack_microsteps(indices, m, self._chunk_capacity(step, n, m)):
             masked = self.fns.mask_batch(mask_key, self.train_enc["content_key"][idx], self.train_enc["input_ids"][idx],
                                          self.train_enc["attention_mask"][idx])
             chunks.append((masked, mask))
         return chunks
 
-    def _evaluate(self) -> dict[str, float]:
+    def _chunk_capacity(self, step: int, n: int, m: int) -> int:
+        """Micro-steps per chunk for step ``step``'s expected batch (cached per batch size)."""
+        plan = self.skeleton.plan
+        batch = plan.batch_at(step)
+        if batch not in self._capacity:
+            if self.config.sampling == "poisson":
+                q = plan.sampling_probability(step)  # the realized batch is ~ q n (n the real rows)
+                self._capacity[batch] = sampling.microstep_capacity(q * n, m, dataset_size=n, sampling_probability=q)
+            else:
+                self._capacity[batch] = -(-batch // m)
+        return self._capacity[batch]
+
+    def fetch(self, pending: Sequence[tuple[int, Any]]) -> list[dict[str, Any]]:
+        """Metric rows of the pending steps (their metrics fetched in one device_get)."""
+        plan = self.skeleton.plan
+        private = plan.private
+        rows = []
+        for (step, _), metrics in zip(pending, jax.device_get([m for _, m in pending])):
+            rows.append({
+                "step": step + 1, "loss": _num(metrics.loss),
+                "train_accuracy": _num(metrics.n_correct / max(float(metrics.n_predictions), 1.0)),
+                "batch_size": int(metrics.batch_size), "expected_batch_size": plan.batch_at(step),
+                "grad_snr": _num(metrics.grad_snr) if private else None,
+                "clip_fraction": _num(metrics.clip_fraction) if private else None,
+                "clipped_sum_norm": _num(metrics.clipped_sum_norm),
+                "noise_norm": _num(metrics.noise_norm) if private else None, "telemetry_private": True})
+        return rows
+
+    def evaluate(self) -> dict[str, float]:
         if not self.eval_batches:
             return {}
         total = sum(self.fns.eval_sums(self.params, batch, w) for batch, w in self.eval_batches)
         loss_sum, correct, preds = (float(x) for x in jax.device_get(total))
         return {"eval_loss": loss_sum / max(preds, 1.0), "mlm_accuracy": correct / max(preds, 1.0)}
 
-    def _checkpoint_state(self) -> dict[str, Any]:
-        """What a checkpoint stores beside params and optimizer state (the step is the checkpoint's own)."""
-        return {
-            "identity": self._identity(),
-            "numpy_rng": _jsonable(self.rng.bit_generator.state),
-            "jax_key": np.asarray(jax.random.key_data(self.train_key)).tolist(),  # public (--seed)
-            "noise_source": self.noise.to_state(),  # SECRET: checkpoints are private to the data owner
-            "ledger": self.ledger.to_json() if self.ledger is not None else None,
-            "tokenizer_sha256": self.tokenizer_sha,
-            "noise_multiplier": self.plan.noise_multiplier,
-            "stopped_at_budget": self.stopped_at_budget,
-        }
+    # -- outputs ---------------------------------------------------------------------------------
 
-    def _save(self, step: int) -> None:
-        self.metrics.flush()
-        if self.primary:
-            ckpt.save_checkpoint(self.ckpt_dir, step=step, params=self.params, opt_state=self.opt_state,
-                                 state=self._checkpoint_state())
-        self.has_checkpoint = True
-        parallel.sync_processes(f"jax_bert_checkpoint_{step}")  # no process runs ahead of a half-written one
+    def export(self, model_dir: Path) -> None:
+        hf_io.save_pretrained(model_dir, jax.device_get(self.params), self.bert_config, self.tokenizer)  # atomic
 
-    def _sync(self, pending: list[tuple[int, Any]], window_start: float, bar: tqdm, *, final: bool = False,
-              untimed: int = 0) -> None:
-        """The only host sync of the loop: fetch ``pending`` step metrics, write rows, update the bar.
-
-        The last row of the window gets ``examples_per_s`` (over the window's steps but the first
-        ``untimed``, which ran before ``window_start``: the compiling first step); at evaluations,
-        checkpoints and the end (``final``) also the epsilon spent so far (a PLD call costs about a
-        second: not every log).
-        """
-        if not pending:
-            return
-        fetched = jax.device_get([m for _, m in pending])
-        elapsed = max(time.perf_counter() - window_start, 1e-9)
-        timed = fetched[untimed:]
-        examples_per_s = float(sum(m.batch_size for m in timed)) / elapsed if timed else None
-        last = pending[-1][0] + 1
-        wants_epsilon = final or last in self.eval_steps or last in self.checkpoint_steps
-        epsilon = self._epsilon_spent() if self.ledger is not None and wants_epsilon else None
-        for i, ((step, _), metrics) in enumerate(zip(pending, fetched)):
-            row = {
-                "step": step + 1,
-                "loss": _num(metrics.loss),
-                "train_mlm_accuracy": _num(metrics.n_correct / max(float(metrics.n_predictions), 1.0)),
-                "batch_size": int(metrics.batch_size),
-                "expected_batch_size": self.plan.batch_at(step),
-                "grad_snr": _num(metrics.grad_snr) if self.plan.private else None,
-                "clip_fraction": _num(metrics.clip_fraction) if self.plan.private else None,
-                "clipped_sum_norm": _num(metrics.clipped_sum_norm),
-                "noise_norm": _num(metrics.noise_norm) if self.plan.private else None,
-                "telemetry_private": True,
-            }
-            if i == len(pending) - 1:
-                if examples_per_s is not None:
-                    row["examples_per_s"] = examples_per_s
-                if wants_epsilon:
-                    row["epsilon"] = epsilon  # spent so far (None when non-private)
-                if wants_epsilon and (final or last in self.eval_steps):
-                    row.update(self._evaluate())
-            self.metrics.append(row)
-        if wants_epsilon:
-            self.last_epsilon_text = "inf" if epsilon is None else f"{epsilon:.3g}"
-        bar.set_postfix(loss=f"{float(fetched[-1].loss):.4g}", eps=self.last_epsilon_text, refresh=False)
-
-    def _epsilon_spent(self) -> float:
-        """Epsilon of the recorded steps; cached per step count (the PLD call is the slow part)."""
-        steps = self.ledger.steps
-        if steps not in self._eps_cache:
-            self._eps_cache[steps] = float(self.ledger.epsilon()) if steps else 0.0
-        return self._eps_cache[steps]
-
-    def execute(self) -> TrainResult:
-        self._setup()
-        if self.finished is not None:
-            return self._finished_result(self.finished)
-        config, plan = self.config, self.plan
-        if self.primary:
-            self.ckpt_dir.mkdir(parents=True, exist_ok=True)
-            for leftover in self.ckpt_dir.glob(".*"):  # staging folders of a checkpoint write that was killed
-                shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
-        self._capacity: dict[int, int] = {}
-        self._eps_cache: dict[int, float] = {}
-        # Only process 0 writes; the others keep their rows in memory (multi-host).
-        self.metrics = MetricsLog(self.ckpt_dir, writer=self.primary)
-        self.stopped_at_budget = bool(self.resume_state and self.resume_state.get("stopped_at_budget"))
-        self.metrics.restore(self.start_step)
-        total = plan.total_steps
-        sync_every = config.log_every
-        self.eval_steps = set(range(config.eval_every, total + 1, config.eval_every)) | {total}
-        self.checkpoint_steps = checkpoint_steps = set(range(config.checkpoint_every, total + 1, config.checkpoint_every))
-        # Until the first exact PLD evaluation, show the certified plan's epsilon: every prefix of the
-        # plan spends at most that much.
-        planned = plan.planned_epsilon
-        self.last_epsilon_text = "inf" if self.ledger is None else ("?" if planned is None else f"<={planned:.3g}")
-        step = self.start_step
-        bar = tqdm(total=total, initial=step, desc="jax-bert", unit="step", file=sys.stderr, dynamic_ncols=True, leave=False)
-        pending: list[tuple[int, Any]] = []
-        window, untimed = time.perf_counter(), 0
-        try:
-            batches = self._batches() if not self.stopped_at_budget else iter(())
-            for step_index, indices in batches:
-                if self.ledger is not None:
-                    try:  # record BEFORE the step: the ledger refuses a step that would overspend
-                        plan.record_step(self.ledger, step_index)
-                    except BudgetExceededError:
-                        self.stopped_at_budget = True
-                        break
-                chunks = self._chunks(step_index, indices)
-                noise_key = jax.random.fold_in(self.noise_key, step_index)
-                if self.mesh is not None:
-                    noise_key = parallel.replicate(self.mesh, noise_key)
-                # The step owns its sensitivity (C): it adds noise of std sigma * step.sensitivity.
-                sigma = plan.sigma_at(step_index) if plan.private else 0.0
-                self.params, self.opt_state, metrics = self.fns.step(
-                    self.params, self.opt_state, chunks, noise_key, sigma, float(plan.batch_at(step_index)))
-                pending.append((step_index, metrics))
-                step = step_index + 1
-                bar.update(1)
-                if step == self.start_step + 1:  # the first step compiles: keep it out of examples/s
-                    jax.block_until_ready(metrics)
-                    window, untimed = time.perf_counter(), 1
-                if step % sync_every == 0 or step in checkpoint_steps or step in self.eval_steps:
-                    self._sync(pending, window, bar, untimed=untimed)
-                    pending, window, untimed = [], time.perf_counter(), 0
-                if step in checkpoint_steps and step != total:
-                    self._save(step)
-            self._sync(pending, window, bar, final=True, untimed=untimed)
-        finally:
-            bar.close()
-        if step != self.start_step or not self.has_checkpoint or self.stopped_at_budget:
-            self._save(step)
-        result = self._finish(step)
-        parallel.sync_processes("jax_bert_finish")  # every process returns after the outputs are complete
-        return result
-
-    # -- outputs -------------------------------------------------------------------------------
-
-    def _privacy_record(self, steps: int) -> PrivacyRecord:
-        """The run's ``privacy.json``: what ran (the ledger's event and segments) and what it proves."""
-        plan, config = self.plan, self.config
-        common: dict[str, Any] = {
-            "trainer": JaxBertTrainer.name, "privacy_unit": "example", "adjacency": "add_remove",
-            "sampling": config.sampling, "steps": steps, "planned_steps": plan.total_steps,
-            "randomness": self.noise.note,
-            "noise_seed_explicit": self.noise.explicit,
-        }
-        if not plan.private:
-            return PrivacyRecord(
-                **common, **plan.public_fields(steps_from_n=False), private=False,
-                mechanism="non-private training: no clipping, no noise.",
-                guarantee="none: non-private training (no clipping, no noise); epsilon = inf.",
-                notes=["non-private run: no guarantee for any file.", TOKENIZER_NOTE],
-            )
-        assert self.ledger is not None
-        computed = self._epsilon_spent()  # = ledger.epsilon(), cached (a PLD call costs about a second)
-        delta = self.ledger.delta
+    def record_parts(self, plan: PrivacyPlan, steps: int) -> RecordParts:
+        """jax-bert's words for privacy.json: DP-SGD with per-example clipping (Abadi et al. 2016)."""
+        config = self.config
         shuffle = config.sampling == "shuffle"
-        segments = [dict(seg.to_json(), expected_batch_size=seg.sampling_probability * plan.accounting_size)
-                    for seg in self.ledger.segments]
-        eps_text = format_up(computed, 4)
-        delta_text = format_up(delta, 3)
         sampled = ("fixed-size shuffled batches (--sampling shuffle)" if shuffle
                    else "Poisson-subsampled with rate q = expected batch / N")
         mechanism = (f"DP-SGD (Abadi et al. 2016): {sampled}; each example's gradient clipped to L2 norm "
                      f"C = {config.clip_norm:g} (sensitivity C under add/remove of one example); Gaussian noise of std "
                      f"sigma * C added once to the clipped sum per step; {steps} steps.")
-        if shuffle:
-            guarantee = ("no proven epsilon: fixed-size shuffled batches (--sampling shuffle). If the batches had been "
-                         f"Poisson-sampled, the run would be ({eps_text}, {delta_text})-DP (epsilon_if_poisson).")
-        else:
-            guarantee = (f"({eps_text}, {delta_text})-DP for one training example (add/remove), Poisson-subsampled "
-                         f"Gaussian mechanism with per-example clipping to C = {config.clip_norm:g}, composed over "
-                         f"{steps} steps ({self.ledger.accountant.upper()} accountant), for the released model/.")
-        event = self.ledger.event()
-        public = plan.public_fields(steps_from_n=False, event=None if shuffle else event, delta=delta)
-        if public["n_public"] and not shuffle:
-            guarantee += (f" N = {plan.dataset_size} is treated as public (q = batch / N): against an adversary who knows "
-                          f"N, ({format_up(public['epsilon_replace_one'], 4)}, {delta_text})-DP (replace-one).")
-        guarantee += " Condition: " + self.noise.note
-        tail = accounting.noise_tail_caveat("jax-float32", self.ledger.segments, delta)
         delta_rule = ("given by --delta" if config.delta is not None
                       else accounting.DEFAULT_DELTA_RULE.replace("default ", "default: ", 1))
-        warning = accounting.delta_warning(delta, plan.accounting_size)
-        notes = [f"delta: {delta_rule}", TOKENIZER_NOTE, "caveat: " + tail["caveat"]]
-        if shuffle:
-            notes.insert(0, "caveat: " + SHUFFLE_NOTE)
-        if warning:
-            notes.insert(0, "warning: " + warning)
-        return PrivacyRecord(
-            **common, **public, private=True, mechanism=mechanism, noise_tail=tail,
-            accountant=self.ledger.accountant,
-            event=accounting.event_to_json(event),
-            epsilon=None if shuffle else computed,
-            epsilon_if_poisson=computed if shuffle else None,
-            delta=delta, target_epsilon=self.ledger.target_epsilon,
-            clip_norm=config.clip_norm, sensitivity_factor=plan.sensitivity_factor,
-            noise_multipliers=list(plan.sigmas or ()), noise_calibrated=plan.noise_calibrated,
-            stopped_at_budget=self.stopped_at_budget, segments=segments,
-            group_privacy=group_privacy_rows(None if shuffle else computed, delta, canary_frequencies(self.data.manifest)),
-            guarantee=guarantee, notes=notes,
-        )
+        notes = (["caveat: " + SHUFFLE_NOTE] if shuffle else []) + [f"delta: {delta_rule}", TOKENIZER_NOTE]
+        return RecordParts(
+            mechanism=mechanism, noise_sampler="jax-float32", notes=notes, steps_from_n=False, sampling=config.sampling,
+            guarantee_mechanism=(", Poisson-subsampled Gaussian mechanism with per-example clipping to "
+                                 f"C = {config.clip_norm:g}"),
+            nonprivate_notes=[TOKENIZER_NOTE])
 
-    def _summary(self, steps: int, record: PrivacyRecord, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        del steps
-        return {
-            "noise_multiplier": self.plan.noise_multiplier,
-            "planned_epsilon": None if self.config.sampling == "shuffle" else self.plan.planned_epsilon,
-            "epsilon_if_poisson": record.epsilon_if_poisson,
-            "stopped_at_budget": self.stopped_at_budget,
-            "resumed_from_step": self.start_step or None,
-            "telemetry": {"examples_per_s": last_value(rows, "examples_per_s"), "note": TELEMETRY_SUMMARY_NOTE},
-            "sampling": self.config.sampling,
-            "devices": 1 if self.mesh is None else int(self.mesh.devices.size),
-            "cpu_runtime_tuning": self.runtime_tuning,
-            "checkpoints_kept": bool(self.config.keep_checkpoints),
-        }
+    def summary(self) -> dict[str, Any]:
+        shuffle = self.config.sampling == "shuffle"
+        return {**({"planned_epsilon": None} if shuffle else {}), "sampling": self.config.sampling,
+                "devices": 1 if self.mesh is None else int(self.mesh.devices.size),
+                "cpu_runtime_tuning": self.runtime_tuning, "checkpoints_kept": bool(self.config.keep_checkpoints)}
 
-    def _finish(self, steps: int) -> TrainResult:
-        out = self.out_dir
-        record = self._privacy_record(steps)
-        if self.primary:
-            hf_io.save_pretrained(out / "model", jax.device_get(self.params), self.bert_config, self.tokenizer)  # atomic
-            rows = self.metrics.publish(out)
-        else:  # this run's rows as computed here (rows before a resume are only in process 0's file)
-            rows = self.metrics.rows()
-        summary = self._summary(steps, record, rows)
-        result = TrainResult(out_dir=out, steps=steps, epsilon=record.epsilon, delta=record.delta,
-                             final_loss=last_value(rows, "loss"), summary=summary)
-        if not self.primary:
-            return result
-        finish_run(
-            out, trainer=JaxBertTrainer.name, config=self.config.to_public_dict(), seed=self.seed,
-            inputs=self.data.inputs, record=record,
-            extra={"model": self.bert_config.to_hf_dict(), "steps": steps, "summary": summary,
-                   "tokenizer_trained_on": "public.jsonl", "private_to_data_owner": True,
-                   "noise_seed_note": self.noise.note},
-        )
-        # The run is complete: the secret noise state has no further use (kept, with a warning, if asked).
-        remove_checkpoints(out, keep=self.config.keep_checkpoints)
-        return result
-
-    def _finished_result(self, manifest: dict[str, Any]) -> TrainResult:
-        """The result of a finished run, read back from its run directory (nothing is trained or written)."""
-        return finished_result(self.out_dir, manifest)
-
-
-def _shared_noise_source(noise_seed: int | None) -> NoiseSource:
-    """:meth:`NoiseSource.resolve`, with process 0's OS-entropy seed shared by every process of a multi-host run."""
-    source = NoiseSource.resolve(noise_seed)
-    if source.explicit:
-        return source
-    return NoiseSource(seed=parallel.broadcast_from_primary(source.seed), explicit=False)
+    def manifest_extra(self) -> dict[str, Any]:
+        return {"model": self.bert_config.to_hf_dict(), "tokenizer_trained_on": "public.jsonl",
+                "private_to_data_owner": True, "noise_seed_note": self.noise.note}
 
 
 # ----------------------------------------------------------------------------------------------
@@ -707,14 +543,3 @@ def _num(x: Any) -> float | None:
     """A finite float for JSON, or None (inf/nan are not JSON)."""
     value = float(x)
     return value if math.isfinite(value) else None
-
-
-def _jsonable(obj: Any) -> Any:
-    """numpy scalars inside a bit-generator state -> plain JSON types."""
-    if isinstance(obj, dict):
-        return {k: _jsonable(v) for k, v in obj.items()}
-    if isinstance(obj, (list, tuple)):
-        return [_jsonable(v) for v in obj]
-    if isinstance(obj, np.integer):
-        return int(obj)
-    return obj

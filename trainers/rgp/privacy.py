@@ -13,23 +13,21 @@ accountant (Proposition 3.1) for the same mechanism, so there is no separate pap
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from typing import Any
 
 from dpaudit.privacy_plan import PrivacyPlan
-from dpaudit.privacy_record import PrivacyRecord
-from dpaudit.secret_rng import NoiseSource
-from dpaudit.trainers.torch_common.privacy import private_record, sampling_rate, schedule_text
+from dpaudit.training.record import RecordParts
+from dpaudit.trainers.torch_common.privacy import private_parts, sampling_rate, schedule_text
 
-__all__ = ["TRAINER", "build_record"]
+__all__ = ["TRAINER", "record_parts"]
 
 TRAINER = "rgp"
 
 
-def build_record(*, plan: PrivacyPlan, steps: int, ledger: Any, clipper: Any, noise_source: NoiseSource,
-                 stopped_at_budget: bool, rank: int, random_carriers: bool, frequencies: Sequence[int],
-                 details: Mapping[str, Any] | None = None) -> PrivacyRecord:
-    """The :class:`PrivacyRecord` of a finished (or budget-stopped) RGP run of ``steps`` steps."""
+def record_parts(*, plan: PrivacyPlan, clipper: Any, rank: int, random_carriers: bool,
+                 details: Mapping[str, Any] | None = None) -> RecordParts:
+    """What rgp says in ``privacy.json`` (the core builds the record)."""
     origin = ("random orthonormal carriers drawn from the public --seed (RGP-random)" if random_carriers else
               "carriers from the released historical update by the power method (Algorithm 2)")
     mechanism = (f"Poisson-subsampled Gaussian (q = {sampling_rate(plan):.4g}), per-example clipping to C = "
@@ -39,7 +37,4 @@ def build_record(*, plan: PrivacyPlan, steps: int, ledger: Any, clipper: Any, no
                  "is post-processing; add/remove one example")
     notes = [("carriers: computed from already released weights (or the public seed), never from this step's batch: "
               "post-processing, no privacy cost.")]
-    return private_record(
-        trainer=TRAINER, mechanism=mechanism, plan=plan, steps=steps, ledger=ledger, clipper=clipper,
-        noise_source=noise_source, stopped_at_budget=stopped_at_budget, frequencies=frequencies, notes=notes,
-        details=details)
+    return private_parts(mechanism=mechanism, clipper=clipper, notes=notes, details=details)

@@ -17,13 +17,14 @@ step:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
 
-from dpaudit.inject_run import canary_frequencies
-from dpaudit.privacy_record import PrivacyRecord
+from dpaudit.privacy_plan import PrivacyPlan
+from dpaudit.training import RecordParts
 from dpaudit.trainers.rgp import privacy
 from dpaudit.trainers.rgp.carriers import power_method, random_carriers, reconstruct
 from dpaudit.trainers.rgp.clipping import CarrierClipper, Reparametrization
@@ -53,13 +54,18 @@ class _Run(TorchRun):
 
     trainer_name: ClassVar[str] = "rgp"
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.reparam: Reparametrization | None = None
+        self.initial: list[torch.Tensor] = []
+
     def _trainable(self) -> tuple[list[str], list[torch.nn.Parameter]]:
         self.reparam = Reparametrization(self.model)
         # W_0 of the historical update: the weights as built from --seed / --model, before any resume.
         self.initial = [w.detach().clone() for w in self.reparam.matrices]
         return self.reparam.names, self.reparam.params
 
-    def _setup_mechanism(self, n: int) -> None:
+    def _setup_mechanism(self, n: int, resume_state: Mapping[str, Any] | None) -> None:
         self.clipper = CarrierClipper(self.model, per_example_losses, self.reparam, clip_norm=self.config.clip_norm,
                                       physical_batch=self.config.physical_batch)
 
@@ -108,24 +114,17 @@ class _Run(TorchRun):
         updates = [reconstruct(sums[2 * i], sums[2 * i + 1], lefts[i], rights[i]) for i in range(k)]  # Eq. 3
         return updates + sums[2 * k:], stats
 
-    def _privacy_record(self, steps: int) -> PrivacyRecord:
+    def _mechanism_parts(self, plan: PrivacyPlan, steps: int, details: dict[str, Any]) -> RecordParts:
         config = self.config
-        details: dict[str, Any] = {
-            "mode": config.mode, "task": config.task, "epochs": config.epochs, "steps_per_epoch": self.steps_per_epoch,
-            "expected_batch_size": config.batch_size, "tokenizer": self.tokenizer_source, "rank": config.rank,
-            "power_iters": config.power_iters, "warmup_steps": config.warmup_steps,
+        details.update({
+            "rank": config.rank, "power_iters": config.power_iters, "warmup_steps": config.warmup_steps,
             "carriers": "random (public --seed)" if config.random_carriers else "historical update (power method)",
             "reparametrized_weights": self.reparam.names[:len(self.reparam.matrices)],
             "clipped_with_the_carriers": self.reparam.names[len(self.reparam.matrices):],
             "frozen": self.reparam.frozen,
-            "noise_decay": {"kind": config.noise_decay, "rate": config.decay_rate, "sigma_min": config.sigma_min,
-                            "fixed_in_advance": True},
-            **self.data.label_details(),
-        }
-        return privacy.build_record(
-            plan=self.plan, steps=steps, ledger=self.ledger, clipper=self.clipper, noise_source=self.noise_source,
-            stopped_at_budget=self.stopped_at_budget, rank=config.rank, random_carriers=config.random_carriers,
-            frequencies=canary_frequencies(self.data.manifest), details=details)
+        })
+        return privacy.record_parts(plan=plan, clipper=self.clipper, rank=config.rank,
+                                    random_carriers=config.random_carriers, details=details)
 
 
 class RgpTrainer(TorchTrainer):

@@ -1,64 +1,41 @@
-"""The training loop the torch trainers share (``edp-sgd``, ``rgp``): set up or resume, step, checkpoint, finish.
+"""The torch trainers' plug-in base (``edp-sgd``, ``rgp``) on the core's run skeleton.
 
-A trainer subclasses :class:`TorchRun` and supplies its mechanism: which parameters it trains
+The run itself (run directory, privacy plan, secret Poisson sampling, the ledger recorded before
+each step, budget stop, checkpoints, metrics, the one ``privacy.json`` builder) is the core's
+:class:`dpaudit.training.RunSkeleton`. :class:`TorchRun` is the
+:class:`~dpaudit.training.TrainerPlugin` both torch trainers share: data, WordPiece tokenizer or
+``--model``, model and AdamW, masking, evaluation, checkpoints of the trained tensors and the Hugging
+Face export. A trainer subclasses it with its mechanism: which parameters it trains
 (:meth:`TorchRun._trainable`), its clipper (:meth:`TorchRun._setup_mechanism`, which sets
 ``self.clipper``: it owns the sensitivity), the noised aggregate of one step
-(:meth:`TorchRun.aggregate`), and its ``privacy.json`` (:meth:`TorchRun._privacy_record`). Everything
-else is here, once (DESIGN sections 3 and 5):
-
-1. verify the inject directory; read train (private), heldout (evaluation) and public (tokenizer)
-   splits; resolve the secret noise seed (OS entropy unless --noise-seed; process 0's is broadcast);
-2. build the clipper, then plan the privacy of the whole run before anything is written: per-epoch
-   sigma schedule x sensitivity factor, sigma_0 given or calibrated, the ledger certifies the plan;
-3. each step: Poisson-sample (secret generator keyed by the step), record the step in the ledger
-   BEFORE it runs (the ledger refuses a step past the budget and the run stops there), aggregate
-   (the trainer's mechanism: clipped, noised, all-reduced), divide by the expected batch size, Adam;
-4. checkpoint atomically every --checkpoint-every steps and at each epoch end; a rerun of the same
-   command resumes from the newest checkpoint (RNG streams are keyed by step: nothing else to save);
-5. finish: ``model/``, ``metrics.jsonl``, ``privacy.json``, ``manifest.json`` (last), each atomic;
-   checkpoints/ (it holds the secret seed) is deleted unless --keep-checkpoints.
+(:meth:`TorchRun.aggregate`) and its words for ``privacy.json`` (:meth:`TorchRun.record_parts`).
 
 The Config of a trainer built on this loop has the fields the loop reads (task, model, preset,
 max_length, epochs, batch_size, learning_rate, weight_decay, noise_multiplier, target_epsilon,
 delta, noise_decay, decay_rate, sigma_min, noise_seed, mask_prob, eval_examples, checkpoint_every,
-keep_checkpoints) and the properties ``mode``, ``private`` and ``resolved_vocab_size``.
+log_every, keep_checkpoints, dataset_size) and the properties ``mode``, ``private`` and ``resolved_vocab_size``.
 """
 
 from __future__ import annotations
 
 import math
-import shutil
 import sys
-import time
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
 import torch
-from tqdm.auto import tqdm
 
-from dpaudit.accounting.ledger import BudgetExceededError, PrivacyLedger
 from dpaudit.errors import UserInputError
-from dpaudit.figures import format_up
 from dpaudit.host_allocator import tune_host_allocator
-from dpaudit.privacy_plan import decay_schedule, declared_size_warning, new_ledger, plan_privacy
-from dpaudit.privacy_record import PrivacyRecord
+from dpaudit.inject_run import canary_frequencies
+from dpaudit.privacy_plan import PrivacyPlan, decay_schedule
 from dpaudit.secret_rng import NoiseSource
 from dpaudit.tokenizer import train_wordpiece
-from dpaudit.train_rundir import (
-    CHECKPOINT_DIR,
-    MetricsLog,
-    check_out_dir,
-    check_resume,
-    finish_run,
-    finished_result,
-    finished_run,
-    last_value,
-    list_checkpoints,
-    remove_checkpoints,
-)
 from dpaudit.trainer_api import TrainResult
+from dpaudit.training import RecordParts, RunData, RunSettings, RunSkeleton, TrainerPlugin
 from dpaudit.trainers.torch_common import checkpoint as ckpt
 from dpaudit.trainers.torch_common import data as data_mod
 from dpaudit.trainers.torch_common import distributed, noise, sampling
@@ -136,17 +113,78 @@ def noised_total(grad_sum: list[torch.Tensor], step_noise: StepNoise, stats: tup
     return grad_sum, torch.cat([totals, norms])
 
 
-class TorchRun:
-    """One invocation: set up (or resume), loop, finish. Not reusable; a trainer subclasses it with its mechanism."""
+class TorchStep:
+    """The skeleton's clipped-sum step of a torch run: :meth:`TorchRun.step` with the clipper's sensitivity.
+
+    The clipper computes the clipped sum, so it owns the sensitivity (``sensitivity_factor`` x C); the
+    plan and the record read it here. Non-private (no clipper): factor 1, no clip norm.
+    """
+
+    def __init__(self, run: TorchRun) -> None:
+        clipper = run.clipper
+        self.run = run
+        self.clip_norm: float | None = float(clipper.clip_norm) if clipper is not None else None
+        self.sensitivity_factor = float(clipper.sensitivity_factor) if clipper is not None else 1.0
+        self.sensitivity = float(clipper.sensitivity) if clipper is not None else 0.0
+
+    def __call__(self, step: int, indices: np.ndarray, sigma: float, expected_batch: float) -> dict[str, Any]:
+        del sigma  # the run's aggregate reads the same plan's sigma_at(step)
+        return self.run.step(step, indices, expected_batch=expected_batch)
+
+
+class TorchRun(TrainerPlugin):
+    """One invocation as a :class:`~dpaudit.training.TrainerPlugin`; a trainer subclasses it with its mechanism."""
 
     #: The registered trainer name (run directories, checkpoints, progress bar).
     trainer_name: ClassVar[str] = ""
-    #: Set by :meth:`_setup_mechanism`: the clipper (``clip_norm``, ``sensitivity``, ``sensitivity_factor``) or None.
-    clipper: Any = None
 
     def __init__(self, data_dir: Path, out_dir: Path, config: Any, *, seed: int) -> None:
-        self.data_dir, self.out_dir, self.config, self.seed = data_dir, out_dir, config, seed
-        self.ckpt_dir = out_dir / CHECKPOINT_DIR
+        self.data_dir, self.out_dir, self.config, self.seed = data_dir, out_dir, config, int(seed)
+        self.name = self.trainer_name
+        #: Set by :meth:`_setup_mechanism`: the clipper (``clip_norm``, ``sensitivity``, ``sensitivity_factor``) or None.
+        self.clipper: Any = None
+        self.device: torch.device | None = None
+        self.allocator_tuned = False
+        self.world: distributed.World | None = None
+        self.data: Any = None
+        self.model: Any = None
+        self.tokenizer: Any = None
+        self.tokenizer_source = ""
+        self.specials: dict[str, int] = {}
+        self.vocab_size = 0
+        self.encoded: dict[str, Any] = {}
+        self.labels: dict[str, torch.Tensor] = {}
+        self.n_predictions = 0
+        self.names: list[str] = []
+        self.params: list[torch.nn.Parameter] = []
+        self.optimizer: torch.optim.Optimizer | None = None
+        self.steps_per_epoch = 0
+        self.skeleton = RunSkeleton(self, Path(out_dir))
+
+    # -- the skeleton's state, read by the mechanism -------------------------------------------
+
+    @property
+    def plan(self) -> PrivacyPlan:
+        return self.skeleton.plan
+
+    @plan.setter
+    def plan(self, value: PrivacyPlan) -> None:  # tests replace it (e.g. with a noiseless plan)
+        self.skeleton.plan = value
+
+    @property
+    def noise_source(self) -> NoiseSource:
+        return self.skeleton.noise_source
+
+    @property
+    def ledger(self) -> Any:
+        return self.skeleton.ledger
+
+    def _setup(self) -> None:
+        """Everything before the first step (:meth:`RunSkeleton.setup`)."""
+        self.skeleton.setup()
+
+    def execute(self) -> TrainResult:
+        return self.skeleton.execute()
 
     # -- the trainer's mechanism (a subclass supplies these) --------------------------------------
 
@@ -154,7 +192,7 @@ class TorchRun:
         """Names and tensors the optimizer updates and checkpoints hold (called once the model is built)."""
         raise NotImplementedError
 
-    def _setup_mechanism(self, n: int) -> None:
+    def _setup_mechanism(self, n: int, resume_state: Mapping[str, Any] | None) -> None:
         """Set ``self.clipper`` (it owns the sensitivity) and whatever else the mechanism needs."""
         raise NotImplementedError
 
@@ -163,75 +201,70 @@ class TorchRun:
         over all processes, and its telemetry tensor (:func:`noised_total`)."""
         raise NotImplementedError
 
-    def _privacy_record(self, steps: int) -> PrivacyRecord:
+    def _mechanism_parts(self, plan: PrivacyPlan, steps: int, details: dict[str, Any]) -> RecordParts:
+        """The trainer's words for privacy.json, given the shared ``details``."""
         raise NotImplementedError
 
-    def _extra_state(self) -> dict[str, Any]:
-        """JSON fields of the mechanism saved in each checkpoint (read back through ``self.resume_state``)."""
-        return {}
+    # -- the plug-in surface ----------------------------------------------------------------------
 
-    def _manifest_extra(self) -> dict[str, Any]:
-        """Fields of the mechanism added to the (private) manifest.json."""
-        return {}
-
-    # -- setup -------------------------------------------------------------------------------
-
-    def _identity(self) -> dict[str, Any]:
-        return {"trainer": self.trainer_name, "config": self.config.to_dict(), "seed": self.seed,
-                "data": self.data.identity, "world_size": self.world.size}
-
-    def _check_resume(self, state: dict[str, Any], path: Path) -> None:
-        """The core checks (trainer, settings, seed, data), then this trainer's: processes and --noise-seed."""
-        stored = state.get("identity", {})
-        check_resume(out=self.out_dir, checkpoint=path, trainer=self.trainer_name, stored=stored,
-                     current=self._identity())
-        if stored.get("world_size") != self.world.size:
-            raise UserInputError(f"--out {self.out_dir} was trained by {stored.get('world_size')} processes, not "
-                                 f"{self.world.size}; resume with the same number.")
-        if self.config.noise_seed is not None and int(state["noise_seed"]) != self.config.noise_seed:
-            raise UserInputError(f"--out {self.out_dir} holds a run with a different --noise-seed; use a new --out.")
-
-    def _setup(self) -> None:
-        config = self.config
+    def start(self) -> None:
         # CPU: keep freed memory mapped so per-step gradient buffers (hundreds of MB of per-example
         # gradients in dp-sgd) are reused instead of page-faulted in afresh every step (DESIGN section 9).
-        self.device = distributed.resolve_device(config.device)
+        self.device = distributed.resolve_device(self.config.device)
         self.allocator_tuned = tune_host_allocator() if self.device.type == "cpu" else False
         self.world = distributed.init_world(self.device)
-        found = list_checkpoints(self.ckpt_dir)
-        check_out_dir(self.out_dir, trainer=self.trainer_name, resumable=bool(found))
+
+    @property
+    def primary(self) -> bool:
+        return self.world is None or self.world.primary
+
+    def barrier(self, tag: str) -> None:
+        del tag
+        distributed.barrier(self.world)
+
+    def share_source(self, source: NoiseSource) -> NoiseSource:
+        """Process 0's seed, broadcast to every process."""
+        return NoiseSource(seed=distributed.broadcast_seed(source.seed, self.world), explicit=source.explicit)
+
+    def settings(self) -> RunSettings:
+        config = self.config
+        return RunSettings(
+            config=config.to_dict(), noise_seed=config.noise_seed, keep_checkpoints=config.keep_checkpoints,
+            plan=self._plan_request(), log_every=config.log_every, checkpoint_every=config.checkpoint_every,
+            eval_every=self.steps_per_epoch, checkpoint_at_eval=True,
+            progress_label=f"{self.trainer_name} {config.mode}")
+
+    def _plan_request(self) -> dict[str, Any]:
+        """One epoch is ceil(N / batch) Poisson-sampled steps, N the declared public --dataset-size when
+        given (q and the steps then never depend on the private row count), else the real N, treated as public."""
+        config = self.config
+        return {"declared_size": config.dataset_size, "stages": [(self.steps_per_epoch, config.batch_size)] * config.epochs,
+                "non_private": not config.private, "noise_multiplier": config.noise_multiplier,
+                "target_epsilon": config.target_epsilon, "delta": config.delta,
+                "noise_schedule": decay_schedule(config.noise_decay, epochs=config.epochs, rate=config.decay_rate,
+                                                 sigma_min=config.sigma_min)}
+
+    def load_data(self) -> RunData:
+        config = self.config
         self.data = data_mod.load_inject_dir(self.data_dir, task=config.task, labels=config.labels,
                                              unknown_label=config.unknown_label)
-        # A finished run of this very command is returned as it is (execute); anything else there is refused.
+        n = len(self.data.train.texts)
+        size = config.dataset_size if config.dataset_size is not None else n
+        self.steps_per_epoch = math.ceil(size / config.batch_size)
         # (data.inputs is hashed here, once: the manifest needs it at the end, when --data may be gone.)
-        self.finished = finished_run(self.out_dir, trainer=self.trainer_name, config=config.to_dict(), seed=self.seed,
-                                     inputs=self.data.inputs, run_only=("keep_checkpoints",))
-        if self.finished is not None:
-            return
-        self.resume_state = ckpt.read_state(found[-1][1]) if found else None
-        self.resume_path = found[-1][1] if found else None
-        if self.resume_state is not None:
-            self._check_resume(self.resume_state, self.resume_path)
+        return RunData(size=n, inputs=self.data.inputs, identity=self.data.identity,
+                       frequencies=canary_frequencies(self.data.manifest))
 
-        # Secret randomness: OS entropy unless --noise-seed; one seed shared by every process.
-        source = NoiseSource.resolve(config.noise_seed)
-        if self.resume_state is not None:
-            source = NoiseSource(seed=int(self.resume_state["noise_seed"]), explicit=bool(self.resume_state["noise_explicit"]))
-        self.noise_source = NoiseSource(seed=distributed.broadcast_seed(source.seed, self.world), explicit=source.explicit)
+    def check_resume(self, state: Mapping[str, Any], path: Path) -> None:
+        if state.get("world_size") != self.world.size:
+            raise UserInputError(f"--out {self.out_dir} was trained by {state.get('world_size')} processes, not "
+                                 f"{self.world.size}; resume with the same number.")
 
-        # Model and tokenizer.
-        if config.model is not None:
-            self.model, self.tokenizer = load_model(Path(config.model), config.task, label_names=self.data.label_names,
-                                                    seed=self.seed)
-            self.tokenizer_source = f"the tokenizer of --model {config.model}"
-        else:
-            try:
-                self.tokenizer = train_wordpiece(self.data.public.texts, vocab_size=config.resolved_vocab_size)
-            except ValueError as err:
-                raise UserInputError(f"--vocab-size {config.resolved_vocab_size}: {err}") from None
-            self.model = build_model(config.task, preset=config.preset, vocab_size=self.tokenizer.get_vocab_size(),
-                                     max_length=config.max_length, label_names=self.data.label_names, seed=self.seed)
-            self.tokenizer_source = "WordPiece trained on public.jsonl only (never on train.jsonl or the canaries)."
+    def init_model(self, resume_state: Mapping[str, Any] | None) -> None:
+        """Tokenizer and model (from --seed or --model), encoded splits, the trained tensors and AdamW."""
+        del resume_state  # restored after the plan (restore)
+        config = self.config
+        self._build_model()
         self.model.to(self.device)
         self.specials = special_ids(self.tokenizer, where=config.model or "tokenizer")
         self.vocab_size = int(self.model.config.vocab_size)
@@ -245,44 +278,67 @@ class TorchRun:
                   "a label outside the label set and are left out of evaluation (--unknown-label NAME maps them).",
                   file=sys.stderr, flush=True)
         self.n_predictions = data_mod.max_predictions(config.max_length, config.mask_prob)
-
         self.names, self.params = self._trainable()
         self.optimizer = torch.optim.AdamW(self.params, lr=config.learning_rate, weight_decay=config.weight_decay,
                                            foreach=True)
-        n = len(self.data.train.texts)
-        self._setup_mechanism(n)
-        # One epoch is ceil(N / batch) Poisson-sampled steps, N the declared public --dataset-size when given
-        # (q and the steps then never depend on the private row count), else the real N, treated as public.
-        size = config.dataset_size if config.dataset_size is not None else n
-        self.steps_per_epoch = math.ceil(size / config.batch_size)
-        if config.dataset_size is not None and config.dataset_size != n and self.world.primary:
-            print(declared_size_warning(config.dataset_size, n, config.batch_size), file=sys.stderr)
-        self.plan = plan_privacy(
-            dataset_size=n, declared_size=config.dataset_size,
-            stages=[(self.steps_per_epoch, config.batch_size)] * config.epochs,
-            non_private=not config.private, noise_multiplier=config.noise_multiplier,
-            target_epsilon=config.target_epsilon, delta=config.delta,
-            sensitivity_factor=self.clipper.sensitivity_factor if self.clipper is not None else 1.0,
-            noise_schedule=decay_schedule(config.noise_decay, epochs=config.epochs, rate=config.decay_rate,
-                                          sigma_min=config.sigma_min))
 
-        self.start_step = 0
-        self.ledger: PrivacyLedger | None = None
-        self.metrics = MetricsLog(self.ckpt_dir, writer=self.world.primary)
-        self.stopped_at_budget = False
-        if self.resume_state is None:
-            self.ledger = new_ledger(self.plan) if self.plan.private else None
-        else:
-            state = ckpt.restore_checkpoint(self.resume_path, names=self.names, params=self.params, optimizer=self.optimizer)
-            self.start_step = int(state["step"])
-            self.stopped_at_budget = bool(state.get("stopped_at_budget"))
-            if self.plan.private:
-                self.ledger = PrivacyLedger.from_json(state["ledger"])
-                if self.ledger.steps != self.start_step:
-                    raise UserInputError(f"{self.resume_path}: its ledger holds {self.ledger.steps} steps, not "
-                                         f"{self.start_step}; delete it to resume from an older checkpoint.")
-        distributed.barrier(self.world)
+    def _build_model(self) -> None:
+        config = self.config
+        if config.model is not None:
+            self.model, self.tokenizer = load_model(Path(config.model), config.task, label_names=self.data.label_names,
+                                                    seed=self.seed)
+            self.tokenizer_source = f"the tokenizer of --model {config.model}"
+            return
+        try:
+            self.tokenizer = train_wordpiece(self.data.public.texts, vocab_size=config.resolved_vocab_size)
+        except ValueError as err:
+            raise UserInputError(f"--vocab-size {config.resolved_vocab_size}: {err}") from None
+        self.model = build_model(config.task, preset=config.preset, vocab_size=self.tokenizer.get_vocab_size(),
+                                 max_length=config.max_length, label_names=self.data.label_names, seed=self.seed)
+        self.tokenizer_source = "WordPiece trained on public.jsonl only (never on train.jsonl or the canaries)."
 
+    def make_step(self, dataset_size: int, resume_state: Mapping[str, Any] | None) -> TorchStep:
+        self._setup_mechanism(dataset_size, resume_state)
+        return TorchStep(self)
+
+    def read_state(self, path: Path) -> dict[str, Any]:
+        return ckpt.read_state(path)
+
+    def restore(self, path: Path) -> int:
+        state = ckpt.restore_checkpoint(path, names=self.names, params=self.params, optimizer=self.optimizer)
+        return int(state["step"])
+
+    def save(self, directory: Path, step: int, state: Mapping[str, Any]) -> None:
+        ckpt.save_checkpoint(directory, step=step, names=self.names, params=self.params, optimizer=self.optimizer,
+                             state=dict(state))
+
+    def extra_state(self) -> dict[str, Any]:
+        return {"world_size": self.world.size}
+
+    def export(self, model_dir: Path) -> None:
+        from dpaudit.trainers.torch_common.hf_export import save_hf
+
+        save_hf(model_dir, self.model, self.tokenizer)
+
+    def summary(self) -> dict[str, Any]:
+        return {"mode": self.config.mode, "task": self.config.task, "processes": self.world.size,
+                "host_allocator_tuned": self.allocator_tuned}
+
+    def manifest_extra(self) -> dict[str, Any]:
+        return {"model": self.model.config.to_dict(), "tokenizer": self.tokenizer_source}
+
+    def record_parts(self, plan: PrivacyPlan, steps: int) -> RecordParts:
+        config = self.config
+        details: dict[str, Any] = {"mode": config.mode, "task": config.task, "epochs": config.epochs,
+                                   "steps_per_epoch": self.steps_per_epoch, "expected_batch_size": config.batch_size,
+                                   "tokenizer": self.tokenizer_source, **self.data.label_details()}
+        if plan.private:
+            details["noise_decay"] = {"kind": config.noise_decay, "rate": config.decay_rate,
+                                      "sigma_min": config.sigma_min, "fixed_in_advance": True}
+            details["noise_generator"] = noise.describe()
+        return self._mechanism_parts(plan, steps, details)
+
+    # -- batches -----------------------------------------------------------------------------
 
     def _batch(self, split: str, indices: np.ndarray, *, generator: torch.Generator | None) -> dict[str, torch.Tensor]:
         """Tensors of the examples ``indices`` of ``split``, masked for MLM: each example's mask is keyed by
@@ -305,21 +361,24 @@ class TorchRun:
 
     # -- one step ----------------------------------------------------------------------------
 
-    def _sample(self, step: int) -> np.ndarray:
-        rng = sampling.step_rng(self.noise_source.seed, sampling.SAMPLING_STREAM, step)
-        return sampling.poisson_sample(rng, self.plan.dataset_size, self.plan.sampling_probability(step))
-
-    def step(self, step: int, indices: np.ndarray) -> dict[str, Any]:
+    def step(self, step: int, indices: np.ndarray, *, expected_batch: float | None = None) -> dict[str, Any]:
         """Compute the (noised) aggregate of this step's batch and apply Adam; returns telemetry with a
         device tensor of statistics (:meth:`_telemetry` turns it into numbers at log intervals)."""
         grad_sum, stats = self.aggregate(step, indices)
-        scale = 1.0 / self.plan.batch_at(step)  # the expected batch size: public, unlike the realized one
+        # The expected batch size: public, unlike the realized one.
+        scale = 1.0 / (expected_batch if expected_batch is not None else self.plan.batch_at(step))
         for p, a in zip(self.params, grad_sum):
             p.grad = a.mul_(scale)
         self.optimizer.step()
         for p in self.params:
             p.grad = None
         return {"stats": stats, "batch_size": len(indices), "sigma": self.plan.sigma_at(step) if self.plan.private else None}
+
+    def fetch(self, pending: Sequence[tuple[int, Any]]) -> list[dict[str, Any]]:
+        """Metric rows of the pending steps: their statistics fetched in one copy (the loop's only host sync)."""
+        fetched = torch.stack([out["stats"] for _, out in pending]).cpu().tolist()
+        return [{"step": step + 1, "epoch": self.plan.stage_at(step)[0], **self._telemetry(out, stats),
+                 "telemetry_private": True} for (step, out), stats in zip(pending, fetched)]
 
     def _telemetry(self, metrics: dict[str, Any], stats: list[float]) -> dict[str, Any]:
         """A metrics row from :meth:`step`'s output and its fetched statistics.
@@ -338,7 +397,7 @@ class TorchRun:
     # -- evaluation --------------------------------------------------------------------------
 
     @torch.no_grad()
-    def _evaluate(self) -> dict[str, float]:
+    def evaluate(self) -> dict[str, float]:
         rows = self.data.labelled_rows("heldout")[:self.config.eval_examples]  # classify: rows with a class id
         n = len(rows)
         if n == 0:
@@ -352,134 +411,3 @@ class TorchRun:
             correct += float(right.sum())
         key = "eval_accuracy" if self.config.task == "classify" else "mlm_accuracy"
         return {"eval_loss": loss_sum / n, key: correct / n}
-
-    # -- the loop ----------------------------------------------------------------------------
-
-    def _state(self) -> dict[str, Any]:
-        return {
-            "identity": self._identity(),
-            "noise_seed": str(self.noise_source.seed),  # secret: checkpoints only
-            "noise_explicit": self.noise_source.explicit,
-            "ledger": self.ledger.to_json() if self.ledger is not None else None,
-            **self._extra_state(),
-            "stopped_at_budget": self.stopped_at_budget,
-        }
-
-    def _save(self, step: int) -> None:
-        if self.world.primary:
-            self.metrics.flush()
-            ckpt.save_checkpoint(self.ckpt_dir, step=step, names=self.names, params=self.params,
-                                 optimizer=self.optimizer, state=self._state())
-        distributed.barrier(self.world)
-
-    def _epsilon(self) -> float | None:
-        if self.ledger is None:
-            return None
-        return float(self.ledger.epsilon()) if self.ledger.steps else 0.0
-
-    def execute(self) -> TrainResult:
-        self._setup()
-        if self.finished is not None:
-            return finished_result(self.out_dir, self.finished)
-        plan, config = self.plan, self.config
-        if self.world.primary:
-            self.ckpt_dir.mkdir(parents=True, exist_ok=True)
-            for leftover in self.ckpt_dir.glob(".*"):  # staging folders of a killed checkpoint write
-                shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
-        self.metrics.restore(self.start_step)
-        total = plan.total_steps
-        step = self.start_step
-        eps_text = "inf" if self.ledger is None else f"<={format_up(plan.planned_epsilon)}"  # rounded up, never down
-        acc_text = "?"
-        bar = tqdm(total=total, initial=step, desc=f"{self.trainer_name} {config.mode}", unit="step", file=sys.stderr,
-                   dynamic_ncols=True, leave=False, disable=not self.world.primary)
-        epoch_start = time.perf_counter()
-        epoch_steps_timed = 0
-        pending: list[tuple[int, int, dict[str, Any]]] = []  # (step, epoch, step output) not yet fetched
-
-        def sync() -> dict[str, Any] | None:
-            """The loop's only host sync: fetch the pending steps' statistics (one copy) and write their rows."""
-            if not pending:
-                return None
-            fetched = torch.stack([m["stats"] for _, _, m in pending]).cpu().tolist()
-            row = None
-            for (done, epoch_of, out), stats in zip(pending, fetched):
-                row = self._telemetry(out, stats)
-                self.metrics.append({"step": done, "epoch": epoch_of, **row, "telemetry_private": True})
-            pending.clear()
-            if row["loss"] is not None:
-                bar.set_postfix(loss=f"{row['loss']:.4g}", acc=acc_text, eps=eps_text, refresh=False)
-            return row
-
-        try:
-            while step < total and not self.stopped_at_budget:
-                if self.ledger is not None:
-                    try:  # record BEFORE the step: the ledger refuses a step that would overspend
-                        plan.record_step(self.ledger, step)
-                    except BudgetExceededError:
-                        self.stopped_at_budget = True
-                        break
-                epoch = plan.stage_at(step)[0]
-                indices = self._sample(step)
-                pending.append((step + 1, epoch, self.step(step, indices)))
-                step += 1
-                epoch_steps_timed += 1
-                bar.update(1)
-                epoch_end = step % self.steps_per_epoch == 0 or step == total
-                if epoch_end or step % config.log_every == 0 or step % config.checkpoint_every == 0:
-                    last = sync()
-                if epoch_end:
-                    elapsed = time.perf_counter() - epoch_start
-                    row = {"step": step, "epoch": epoch, "epoch_time_s": elapsed,
-                           "epoch_steps_timed": epoch_steps_timed, **self._evaluate()}
-                    eps = self._epsilon()
-                    row["epsilon"] = eps
-                    eps_text = format_up(eps)
-                    acc_text = f"{row.get('eval_accuracy', row.get('mlm_accuracy', float('nan'))):.3f}"
-                    self.metrics.append(row)
-                    bar.set_postfix(loss=f"{(last or {}).get('loss') or 0:.4g}", acc=acc_text, eps=eps_text, refresh=True)
-                if (epoch_end or step % config.checkpoint_every == 0) and step != total:
-                    self._save(step)
-                if epoch_end:
-                    epoch_start, epoch_steps_timed = time.perf_counter(), 0
-        finally:
-            sync()
-            bar.close()
-        if step != self.start_step or self.stopped_at_budget:
-            self._save(step)
-        return self._finish(step)
-
-    # -- outputs -----------------------------------------------------------------------------
-
-    def _finish(self, steps: int) -> TrainResult:
-        out = self.out_dir
-        record = self._privacy_record(steps)
-        summary: dict[str, Any] = {
-            "mode": self.config.mode,
-            "task": self.config.task,
-            "noise_multiplier": self.plan.noise_multiplier,
-            "planned_epsilon": self.plan.planned_epsilon,
-            "stopped_at_budget": self.stopped_at_budget,
-            "resumed_from_step": self.start_step or None,
-            "processes": self.world.size,
-            "host_allocator_tuned": self.allocator_tuned,
-        }
-        rows: list[dict[str, Any]] = []
-        if self.world.primary:
-            from dpaudit.trainers.torch_common.hf_export import save_hf
-
-            save_hf(out / "model", self.model, self.tokenizer)
-            rows = self.metrics.publish(out)
-            epoch_rows = [r for r in rows if "epoch_time_s" in r]
-            summary["epoch_time_s"] = [r["epoch_time_s"] for r in epoch_rows]
-            final_eval = epoch_rows[-1] if epoch_rows else {}
-            summary.update({k: final_eval[k] for k in ("eval_accuracy", "mlm_accuracy") if k in final_eval})
-            extra = {"model": self.model.config.to_dict(), "steps": steps, "summary": summary,
-                     "tokenizer": self.tokenizer_source}
-            extra.update(self._manifest_extra())
-            finish_run(out, trainer=self.trainer_name, config=self.config.to_dict(), seed=self.seed,
-                       inputs=self.data.inputs, record=record, extra=extra)
-            remove_checkpoints(out, keep=self.config.keep_checkpoints)
-        distributed.barrier(self.world)
-        return TrainResult(out_dir=out, steps=steps, epsilon=record.epsilon, delta=record.delta,
-                           final_loss=last_value(rows, "loss"), summary=summary)

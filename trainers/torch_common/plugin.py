@@ -28,6 +28,11 @@ class TorchTrainer:
     #: Settings of the contract suite's smallest private run (:meth:`tiny_config`).
     TINY_SETTINGS: ClassVar[Mapping[str, Any]]
 
+    @property
+    def Plugin(self) -> type:  # noqa: N802 (a class, as the contract suite reads it)
+        """The :class:`~dpaudit.training.TrainerPlugin` class this trainer runs on the core skeleton."""
+        return self.Run
+
     def writes_run_dir(self) -> bool:
         """Only process 0 of a torch.distributed run writes the run directory, so only it takes the lock."""
         return distributed.env_rank() == 0

@@ -3,8 +3,9 @@
 Both follow rules the accountant can rely on (DESIGN section 5, "Honest accounting rules"):
 
 - Poisson sampling: each example joins a step's batch independently with probability q. The
-  generator of step t is keyed by (secret noise seed, stream, t) — :func:`step_rng` — so it is
-  secret, identical on every process of a distributed run, and needs no saved state to resume.
+  generator of step t is keyed by (secret noise seed, stream, t) — :func:`step_rng`, the core's
+  :class:`dpaudit.training.sampling.StepKeyedPoisson` — so it is secret, identical on every process
+  of a distributed run, and needs no saved state to resume.
 - Micro-batch assignment: example x goes to micro-batch ``slot(x) = H(salt, text, label) mod k``, a
   function of x alone. Adding or removing one example therefore changes exactly one micro-batch
   and never moves another example across micro-batch boundaries; slicing a shuffled batch into k
@@ -22,6 +23,8 @@ from typing import Any
 
 import numpy as np
 
+from dpaudit.training.sampling import poisson_sample  # noqa: F401 (the core's, re-exported: one implementation)
+
 #: Streams of the secret seed (sampling and noise never share random numbers).
 SAMPLING_STREAM, NOISE_STREAM = 1, 2
 
@@ -35,11 +38,6 @@ def derived_seed(seed: int, stream: int, *key: int) -> int:
     """A 63-bit integer derived from (seed, stream, *key) (to seed another framework's generator)."""
     state = np.random.SeedSequence([int(seed), int(stream), *map(int, key)]).generate_state(2, np.uint64)
     return int((int(state[0]) << 1 ^ int(state[1])) & ((1 << 63) - 1))
-
-
-def poisson_sample(rng: np.random.Generator, dataset_size: int, sampling_probability: float) -> np.ndarray:
-    """Indices of the examples that joined this step, each independently with probability q (sorted)."""
-    return np.flatnonzero(rng.random(dataset_size) < sampling_probability)
 
 
 def example_slots(texts: Sequence[str], labels: Sequence[Any] | None, num_microbatches: int, *, salt: int) -> np.ndarray:

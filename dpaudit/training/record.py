@@ -1,0 +1,150 @@
+"""The one ``privacy.json`` builder: a :class:`~dpaudit.privacy_record.PrivacyRecord` from what ran.
+
+The skeleton (:mod:`dpaudit.training.skeleton`) calls :func:`build_record` once, at the end of a run,
+with the plan, the ledger of the steps that ran and the step's own sensitivity (its clip norm and
+sensitivity factor: read from the step object, never recomputed). A plug-in contributes only words
+and trainer-specific facts (:class:`RecordParts`): what its mechanism clips and noises, its notes and
+``details``. Every figure comes from the ledger, a real ``dp_accounting`` computation of the
+mechanism composed over the steps that ran (DESIGN section 5); the stored event lets any reader
+recompute the epsilon (:meth:`PrivacyRecord.recompute_epsilon`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from dpaudit import accounting
+from dpaudit.figures import format_up
+from dpaudit.privacy_plan import PrivacyPlan
+from dpaudit.privacy_record import PrivacyRecord, group_privacy_rows
+from dpaudit.secret_rng import NoiseSource
+
+__all__ = ["RecordParts", "RunFacts", "build_record", "segments_json"]
+
+NONPRIVATE_GUARANTEE = "none: non-private training (no clipping, no noise); epsilon = inf."
+NONPRIVATE_NOTE = "non-private run: no guarantee for any file."
+UNCHARACTERISED_SAMPLER = ("the floating-point Gaussian sampler of this trainer is not characterised "
+                           "(dpaudit.accounting.NOISE_SAMPLERS): its bounded-support tail is not stated (noise_tail null).")
+SHUFFLE_GUARANTEE = ("no proven epsilon: fixed-size shuffled batches (--sampling shuffle). If the batches had been "
+                     "Poisson-sampled, the run would be ({eps}, {delta})-DP (epsilon_if_poisson).")
+
+
+@dataclass(frozen=True, kw_only=True)
+class RecordParts:
+    """What a plug-in says about its mechanism in ``privacy.json`` (words and facts, no figures).
+
+    Attributes:
+        mechanism: the mechanism in words (sampling, clipping unit, noise); for a non-private run,
+            what ran instead (``nonprivate_mechanism``).
+        noise_sampler: the :data:`dpaudit.accounting.NOISE_SAMPLERS` key of the Gaussian sampler
+            that drew the noise (its bounded-support caveat goes into ``noise_tail``); None for a
+            sampler that table does not characterise: ``noise_tail`` is then null and a note says so.
+        guarantee_mechanism: how the guarantee sentence names the mechanism, after "(add/remove)";
+            default ``": " + mechanism``.
+        notes: caveats, after the delta warning and before the noise-tail caveat.
+        details: trainer-specific facts with no field of their own.
+        steps_from_n: the step count came from N (epochs x ceil(N / batch)).
+        sampling: ``"poisson"`` or ``"shuffle"`` (nothing proven: the figure is ``epsilon_if_poisson``).
+        paper_claim, unaccounted_releases: the :class:`PrivacyRecord` fields of those names.
+    """
+
+    mechanism: str
+    noise_sampler: str | None = None
+    guarantee_mechanism: str | None = None
+    notes: Sequence[str] = ()
+    details: Mapping[str, Any] = field(default_factory=dict)
+    steps_from_n: bool = True
+    sampling: str = "poisson"
+    nonprivate_mechanism: str = "non-private training: no clipping, no noise."
+    nonprivate_notes: Sequence[str] = ()
+    paper_claim: dict[str, Any] | None = None
+    unaccounted_releases: Sequence[str] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class RunFacts:
+    """What the skeleton knows of the run: the plan, the ledger (None when non-private), the step's
+    sensitivity, the secret source, what ran and the canary frequencies of the inject manifest."""
+
+    trainer: str
+    plan: PrivacyPlan
+    ledger: Any
+    epsilon: float | None
+    clip_norm: float | None
+    sensitivity_factor: float
+    noise_source: NoiseSource
+    steps: int
+    stopped_at_budget: bool
+    frequencies: Sequence[int]
+
+
+def segments_json(ledger: Any, plan: PrivacyPlan) -> list[dict[str, Any]]:
+    """The ledger's segments, each with its expected batch size q x N (N the accounting size)."""
+    return [dict(seg.to_json(), expected_batch_size=seg.sampling_probability * plan.accounting_size)
+            for seg in ledger.segments]
+
+
+def build_record(facts: RunFacts, parts: RecordParts) -> PrivacyRecord:
+    """The :class:`PrivacyRecord` of a finished (or budget-stopped) run."""
+    if facts.ledger is None:
+        return _nonprivate_record(facts, parts)
+    return _private_record(facts, parts)
+
+
+def _nonprivate_record(facts: RunFacts, parts: RecordParts) -> PrivacyRecord:
+    return PrivacyRecord(
+        trainer=facts.trainer, private=False, sampling=parts.sampling, steps=facts.steps,
+        planned_steps=facts.plan.total_steps, **facts.plan.public_fields(steps_from_n=parts.steps_from_n),
+        mechanism=parts.nonprivate_mechanism, guarantee=NONPRIVATE_GUARANTEE,
+        randomness=facts.noise_source.note, noise_seed_explicit=facts.noise_source.explicit,
+        group_privacy=group_privacy_rows(None, None, facts.frequencies), details=dict(parts.details),
+        notes=[NONPRIVATE_NOTE, *parts.nonprivate_notes])
+
+
+def _private_record(facts: RunFacts, parts: RecordParts) -> PrivacyRecord:
+    plan, ledger = facts.plan, facts.ledger
+    shuffle = parts.sampling == "shuffle"
+    delta = float(ledger.delta)
+    event = ledger.event()
+    public = plan.public_fields(steps_from_n=parts.steps_from_n,
+                                event=event if (ledger.steps and not shuffle) else None, delta=delta)
+    tail = (accounting.noise_tail_caveat(parts.noise_sampler, ledger.segments, delta)
+            if parts.noise_sampler is not None else None)
+    warning = accounting.delta_warning(delta, plan.accounting_size)
+    proven = None if shuffle else facts.epsilon
+    return PrivacyRecord(
+        trainer=facts.trainer, private=True, sampling=parts.sampling, mechanism=parts.mechanism,
+        accountant=ledger.accountant, event=accounting.event_to_json(event), epsilon=proven,
+        epsilon_if_poisson=facts.epsilon if shuffle else None, delta=delta, target_epsilon=ledger.target_epsilon,
+        clip_norm=float(facts.clip_norm), sensitivity_factor=float(facts.sensitivity_factor),
+        noise_multipliers=[float(s) for s in plan.sigmas or ()], noise_calibrated=plan.noise_calibrated,
+        steps=facts.steps, planned_steps=plan.total_steps, **public, noise_tail=tail,
+        stopped_at_budget=facts.stopped_at_budget, segments=segments_json(ledger, plan),
+        randomness=facts.noise_source.note, noise_seed_explicit=facts.noise_source.explicit,
+        group_privacy=group_privacy_rows(proven, delta, facts.frequencies),
+        guarantee=_guarantee(facts, parts, public, delta),
+        notes=(["warning: " + warning] if warning else []) + list(parts.notes)
+        + ["caveat: " + (tail["caveat"] if tail is not None else UNCHARACTERISED_SAMPLER)],
+        details=dict(parts.details), paper_claim=parts.paper_claim,
+        unaccounted_releases=list(parts.unaccounted_releases))
+
+
+def _guarantee(facts: RunFacts, parts: RecordParts, public: Mapping[str, Any], delta: float) -> str:
+    """The one sentence stating what is proven (and under which condition)."""
+    eps_text, delta_text = format_up(facts.epsilon, 4), format_up(delta, 3)
+    if parts.sampling == "shuffle":
+        text = SHUFFLE_GUARANTEE.format(eps=eps_text, delta=delta_text)
+    else:
+        named = parts.guarantee_mechanism if parts.guarantee_mechanism is not None else f": {parts.mechanism}"
+        text = (f"({eps_text}, {delta_text})-DP for one training example (add/remove){named}, composed over "
+                f"{facts.steps} steps ({facts.ledger.accountant.upper()} accountant), for the released model/.")
+        if public["n_public"]:
+            how = "q and the steps come from it" if parts.steps_from_n else "q = batch / N"
+            text += (f" N = {facts.plan.dataset_size} is treated as public ({how}): against an adversary who knows N, "
+                     f"({format_up(public.get('epsilon_replace_one') or 0.0, 4)}, {delta_text})-DP (replace-one).")
+    unaccounted = list(parts.unaccounted_releases)
+    if unaccounted:
+        text += f" NOT covered (unaccounted release{'s' if len(unaccounted) > 1 else ''}): " + " ".join(unaccounted)
+    return text + f" Condition: {facts.noise_source.note}"
