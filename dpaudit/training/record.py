@@ -26,7 +26,8 @@ __all__ = ["RecordParts", "RunFacts", "build_record", "segments_json"]
 NONPRIVATE_GUARANTEE = "none: non-private training (no clipping, no noise); epsilon = inf."
 NONPRIVATE_NOTE = "non-private run: no guarantee for any file."
 UNCHARACTERISED_SAMPLER = ("the floating-point Gaussian sampler of this trainer is not characterised "
-                           "(dpaudit.accounting.NOISE_SAMPLERS): its bounded-support tail is not stated (noise_tail null).")
+                           "(dpaudit.accounting.NOISE_SAMPLERS): its bounded-support tail is not stated "
+                           "(noise_tail null).")
 SHUFFLE_GUARANTEE = ("no proven epsilon: fixed-size shuffled batches (--sampling shuffle). If the batches had been "
                      "Poisson-sampled, the run would be ({eps}, {delta})-DP (epsilon_if_poisson).")
 

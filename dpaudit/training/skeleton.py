@@ -38,6 +38,7 @@ from dpaudit.privacy_plan import declared_size_warning, new_ledger, plan_privacy
 from dpaudit.secret_rng import NoiseSource
 from dpaudit.train_rundir import (
     CHECKPOINT_DIR,
+    CHECKPOINT_STATE,
     MetricsLog,
     check_out_dir,
     check_resume,
@@ -54,7 +55,8 @@ from dpaudit.training.record import RunFacts, build_record
 
 __all__ = ["RunSkeleton"]
 
-TELEMETRY_SUMMARY_NOTE = "wall-clock throughput and loss: telemetry, not privacy figures and not covered by the epsilon."
+TELEMETRY_SUMMARY_NOTE = ("wall-clock throughput and loss: telemetry, not privacy figures and not covered by the "
+                          "epsilon.")
 
 
 class RunSkeleton:
@@ -113,7 +115,8 @@ class RunSkeleton:
 
     def _identity(self) -> dict[str, Any]:
         config = self.settings.identity_config if self.settings.identity_config is not None else self.settings.config
-        return {"trainer": self.plugin.name, "config": dict(config), "seed": self.plugin.seed, "data": self.data.identity}
+        return {"trainer": self.plugin.name, "config": dict(config), "seed": self.plugin.seed,
+                "data": self.data.identity}
 
     def _check_resume(self, state: Mapping[str, Any], path: Path) -> None:
         run_only = set(self.settings.run_only)
@@ -162,8 +165,8 @@ class RunSkeleton:
         try:  # the ledger keeps its plan certificate: recording the rest costs no accountant call
             self.ledger = PrivacyLedger.from_json(state.get("ledger"))
         except (UserInputError, KeyError, TypeError, ValueError, AttributeError) as err:
-            raise UserInputError(f"{path}: damaged privacy ledger ({err}); delete {path} to resume from an older "
-                                 "checkpoint.") from None
+            raise UserInputError(f"{path / CHECKPOINT_STATE}: damaged privacy ledger ({err}); delete {path} to resume "
+                                 "from an older checkpoint.") from None
         if self.ledger.steps != self.start_step:
             raise UserInputError(f"{path}: its privacy ledger holds {self.ledger.steps} steps, not {self.start_step}; "
                                  "the checkpoint is damaged, delete it to resume from an older one.")

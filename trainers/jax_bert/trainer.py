@@ -93,7 +93,6 @@ SHUFFLE_NOTE = (
     "is null; 'epsilon_if_poisson' is what the run would spend if its batches had been Poisson-sampled with "
     "q = batch/N, which this run did NOT use."
 )
-TELEMETRY_SUMMARY_NOTE = "wall-clock throughput and loss: telemetry, not privacy figures and not covered by the epsilon."
 TOKENIZER_NOTE = "tokenizer: WordPiece trained on public.jsonl only (never on train.jsonl or the canaries)."
 
 # Independent PRNG streams of the PUBLIC seed (jax.random.fold_in(PRNGKey(seed), stream)).
