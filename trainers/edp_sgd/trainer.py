@@ -129,64 +129,76 @@ class _Run(TorchRun):
         """The summed, clipped and noised gradient of the batch ``indices`` over all processes, and
         [loss sum, correct sum, clipped units, units clipped, clipped-sum norm, noise norm] telemetry
         (a float64 tensor on the run's device: no host sync)."""
-        config, world = self.config, self.world
         sigma = self.plan.sigma_at(step) if self.plan.private else 0.0
         # Mask the whole batch identically on every process: each example's mask is keyed by its own
         # content hash, the public seed and the step (never its position: DESIGN section 5).
         gen = _seeded(self.seed, _MASK_STREAM, step)
         cpu = self._batch("train", indices, generator=gen) if len(indices) else None
         full = self._on_device(cpu) if cpu is not None else None
-        device = self.device
-        grad_sum: list[torch.Tensor] | None = None  # zeros unless this process has examples
-        draws: list[noise.Draw] = []  # this process's noise draws (std, key)
-        zero = torch.zeros((), dtype=torch.float64, device=device)
-        loss_sum = correct_sum = clipped = zero
-        units = 0
-        if config.mode == "edp-sgd":
-            k = config.micro_batches
-            groups = sampling.split_microbatches(np.arange(len(indices)), self.slots[indices], k)
-            mine = [j for j in range(k) if j % world.size == world.rank]
-            std_each = sigma * self.clipper.sensitivity / math.sqrt(k)
-            if config.noise_draw == "micro-batch" and std_each > 0:  # Algorithm 1: one draw per micro-batch
-                draws = [(std_each, (step, j)) for j in mine]
-            elif std_each > 0 and mine:  # the same distribution: one draw carrying this process's micro-batches'
-                # noise; the sum of len(mine) independent N(0, std_each^2) is N(0, len(mine) std_each^2)
-                draws = [(std_each * math.sqrt(len(mine)), (step, _PROCESS_NOISE_KEY + world.rank, world.size))]
-            step_noise = StepNoise(self.params, draws, self.noise_source.seed, self.plan.private)
-            if full is not None:
-                if self.ghost is not None:
-                    result = self._ghost_sum(cpu, full, [groups[j] for j in mine])
-                else:
-                    result = self.clipper.clipped_sum(full, [groups[j] for j in mine], chunk_examples=config.physical_batch)
-                grad_sum = result.grads
-                loss_sum, correct_sum, units, clipped = result.loss_sum, result.correct_sum, result.units, result.clipped
-        else:
-            if config.mode == "dp-sgd" and world.primary and sigma > 0:
-                draws = [(sigma * self.clipper.sensitivity, (step,))]
-            step_noise = StepNoise(self.params, draws, self.noise_source.seed, self.plan.private)
-            share = np.array_split(np.arange(len(indices)), world.size)[world.rank] if len(indices) else np.arange(0)
-            if len(share):
-                rows = torch.as_tensor(share)
-                on_device = to_device(rows, self.device)
-                sub = {key: v[on_device] for key, v in full.items()}
-                if config.mode == "dp-sgd":
-                    if self.ghost is not None:
-                        result = self.ghost.clipped_sum(sub, np.arange(len(share)), len(share),
-                                                        valid=cpu["mask4"][rows, 0, 0, :] == 0)
-                    else:
-                        result = self.clipper.clipped_sum(sub)
-                    grad_sum = result.grads
-                    loss_sum, correct_sum, units, clipped = result.loss_sum, result.correct_sum, result.units, result.clipped
-                else:
-                    for p in self.params:
-                        p.grad = None
-                    losses, correct = per_example_losses(self.model, sub)
-                    losses.sum().backward()
-                    grad_sum = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
-                    loss_sum, correct_sum, units = losses.detach().sum().double(), correct.sum().double(), len(share)
-        if grad_sum is None:
+        share = self._microbatch_share if self.config.mode == "edp-sgd" else self._example_share
+        grad_sum, draws, stats = share(step, indices, sigma, cpu, full)
+        step_noise = StepNoise(self.params, draws, self.noise_source.seed, self.plan.private)
+        if grad_sum is None:  # this process had no examples
             grad_sum = [torch.zeros_like(p) for p in self.params]
-        return noised_total(grad_sum, step_noise, (loss_sum, correct_sum, units, clipped), world=world, device=device)
+        return noised_total(grad_sum, step_noise, stats, world=self.world, device=self.device)
+
+    def _no_stats(self) -> tuple[Any, ...]:
+        zero = torch.zeros((), dtype=torch.float64, device=self.device)
+        return zero, zero, 0, zero  # loss sum, correct sum, units, units clipped
+
+    def _microbatch_share(self, step: int, indices: np.ndarray, sigma: float, cpu: dict[str, torch.Tensor] | None,
+                          full: dict[str, torch.Tensor] | None) -> tuple[list[torch.Tensor] | None, list[noise.Draw], tuple]:
+        """eDP-SGD: this process's micro-batches (j = rank mod processes), each clipped per layer, and
+        their noise draws of std sigma x sensitivity / sqrt(k) each (Dupuy et al. 2021, Algorithm 1)."""
+        config, world = self.config, self.world
+        k = config.micro_batches
+        groups = sampling.split_microbatches(np.arange(len(indices)), self.slots[indices], k)
+        mine = [j for j in range(k) if j % world.size == world.rank]
+        std_each = sigma * self.clipper.sensitivity / math.sqrt(k)
+        draws: list[noise.Draw] = []
+        if config.noise_draw == "micro-batch" and std_each > 0:  # Algorithm 1: one draw per micro-batch
+            draws = [(std_each, (step, j)) for j in mine]
+        elif std_each > 0 and mine:  # the same distribution: one draw carrying this process's micro-batches'
+            # noise; the sum of len(mine) independent N(0, std_each^2) is N(0, len(mine) std_each^2)
+            draws = [(std_each * math.sqrt(len(mine)), (step, _PROCESS_NOISE_KEY + world.rank, world.size))]
+        if full is None:
+            return None, draws, self._no_stats()
+        if self.ghost is not None:
+            result = self._ghost_sum(cpu, full, [groups[j] for j in mine])
+        else:
+            result = self.clipper.clipped_sum(full, [groups[j] for j in mine], chunk_examples=config.physical_batch)
+        return result.grads, draws, (result.loss_sum, result.correct_sum, result.units, result.clipped)
+
+    def _example_share(self, step: int, indices: np.ndarray, sigma: float, cpu: dict[str, torch.Tensor] | None,
+                       full: dict[str, torch.Tensor] | None) -> tuple[list[torch.Tensor] | None, list[noise.Draw], tuple]:
+        """sgd / dp-sgd: this process's slice of the batch, summed (dp-sgd: each example clipped to C;
+        process 0 draws the noise of std sigma x C)."""
+        mode, world = self.config.mode, self.world
+        draws = [(sigma * self.clipper.sensitivity, (step,))] if mode == "dp-sgd" and world.primary and sigma > 0 else []
+        share = np.array_split(np.arange(len(indices)), world.size)[world.rank] if len(indices) else np.arange(0)
+        if not len(share):
+            return None, draws, self._no_stats()
+        rows = torch.as_tensor(share)
+        sub = {key: v[to_device(rows, self.device)] for key, v in full.items()}
+        if mode != "dp-sgd":
+            grads, stats = self._plain_sum(sub)
+            return grads, draws, stats
+        if self.ghost is not None:
+            valid = cpu["mask4"][rows, 0, 0, :] == 0
+            result = self.ghost.clipped_sum(sub, np.arange(len(share)), len(share), valid=valid)
+        else:
+            result = self.clipper.clipped_sum(sub)
+        return result.grads, draws, (result.loss_sum, result.correct_sum, result.units, result.clipped)
+
+    def _plain_sum(self, sub: dict[str, torch.Tensor]) -> tuple[list[torch.Tensor], tuple]:
+        """sgd: the unclipped gradient sum of the examples ``sub`` (one backward pass)."""
+        for p in self.params:
+            p.grad = None
+        losses, correct = per_example_losses(self.model, sub)
+        losses.sum().backward()
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        zero = torch.zeros((), dtype=torch.float64, device=self.device)
+        return grads, (losses.detach().sum().double(), correct.sum().double(), len(losses), zero)
 
     def _ghost_sum(self, cpu: dict[str, torch.Tensor], full: dict[str, torch.Tensor], groups: list[np.ndarray]):
         """The ghost clipper's sum over the micro-batches ``groups`` (index arrays into the batch)."""
