@@ -235,3 +235,18 @@ def test_a_third_party_plugin_runs_on_the_skeleton_with_a_correct_privacy_record
     # A rerun of the finished run returns it without training.
     again = RunSkeleton(_linear_plugin(data_dir, noise_seed=11, die_at=0), tmp_path / "straight").execute()
     assert again.steps == 6 and again.epsilon == straight.epsilon
+
+
+def test_a_sequential_sampler_never_restarts_its_stream_on_resume():
+    """A resumed run without the generator's saved state would redraw the batches of the steps already
+    taken (correlated, not independent Poisson samples): refused, not silently restarted."""
+    from dpaudit.secret_rng import NoiseSource
+    from dpaudit.training.sampling import SequentialPoisson
+
+    first = SequentialPoisson(NoiseSource(seed=5, explicit=True), 0)
+    first.sample(0, 50, 0.3)
+    resumed = SequentialPoisson(NoiseSource(seed=5, explicit=True), 0)
+    resumed.restore(json.loads(json.dumps(first.state())))  # through a checkpoint's JSON
+    assert resumed.sample(1, 50, 0.3).tolist() == first.sample(1, 50, 0.3).tolist()
+    with pytest.raises(ValueError, match="no state"):
+        SequentialPoisson(NoiseSource(seed=5, explicit=True), 0).restore(None)

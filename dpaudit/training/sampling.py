@@ -82,8 +82,11 @@ class SequentialPoisson:
         return _jsonable(self.rng.bit_generator.state)
 
     def restore(self, state: Any) -> None:
-        if state is not None:
-            self.rng.bit_generator.state = state
+        """Continue the stream where ``state`` left it; no state is an error: restarting the generator
+        would redraw the batches of the steps already taken (not independent Poisson samples)."""
+        if not isinstance(state, dict):
+            raise ValueError("the checkpoint holds no state of the sequential Poisson sampler")
+        self.rng.bit_generator.state = state
 
 
 def _jsonable(obj: Any) -> Any:

@@ -159,7 +159,11 @@ class RunSkeleton:
         state, path = self.resume_state, self.resume_path
         self.start_step = self.plugin.restore(path)
         self.stopped_at_budget = bool(state.get("stopped_at_budget"))
-        self.sampler.restore(state.get("sampler"))
+        try:
+            self.sampler.restore(state.get("sampler"))
+        except (ValueError, TypeError, KeyError) as err:
+            raise UserInputError(f"{path / CHECKPOINT_STATE}: {err}; delete {path} to resume from an older checkpoint, "
+                                 "or use a new --out.") from None
         if not self.plan.private:
             return
         try:  # the ledger keeps its plan certificate: recording the rest costs no accountant call

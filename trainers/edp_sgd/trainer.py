@@ -125,11 +125,11 @@ class _Run(TorchRun):
             except UnsupportedModel as err:  # fall back to the vmap clippers
                 self.ghost_refused = str(err)
 
-    def aggregate(self, step: int, indices: np.ndarray) -> tuple[list[torch.Tensor], torch.Tensor]:
+    def aggregate(self, step: int, indices: np.ndarray, sigma: float | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The summed, clipped and noised gradient of the batch ``indices`` over all processes, and
         [loss sum, correct sum, clipped units, units clipped, clipped-sum norm, noise norm] telemetry
-        (a float64 tensor on the run's device: no host sync)."""
-        sigma = self.plan.sigma_at(step) if self.plan.private else 0.0
+        (a float64 tensor on the run's device: no host sync). ``sigma``: :meth:`TorchRun.aggregate`."""
+        sigma = self._sigma(step, sigma)
         # Mask the whole batch identically on every process: each example's mask is keyed by its own
         # content hash, the public seed and the step (never its position: DESIGN section 5).
         gen = _seeded(self.seed, _MASK_STREAM, step)

@@ -409,7 +409,12 @@ class _Run(TrainerPlugin):
         return _ShuffleSampler(source, self.skeleton.plan)
 
     def read_state(self, path: Path) -> dict[str, Any]:
-        return ckpt.read_state(path)
+        """The checkpoint's state; one written before the run skeleton (the Poisson generator's state
+        under ``numpy_rng``) is read in today's keys, so an interrupted run continues the same stream."""
+        state = ckpt.read_state(path)
+        if "sampler" not in state and "numpy_rng" in state:
+            state["sampler"] = state.pop("numpy_rng")
+        return state
 
     def restore(self, path: Path) -> int:
         template = init_optimizer(self.fns.optimizer, self.params, total_steps=self.skeleton.plan.total_steps)

@@ -87,10 +87,11 @@ class _Run(TorchRun):
                 rights.append(right)
         return lefts, rights
 
-    def aggregate(self, step: int, indices: np.ndarray) -> tuple[list[torch.Tensor], torch.Tensor]:
-        """The noised update of every trained tensor (aligned with ``self.params``) and telemetry."""
+    def aggregate(self, step: int, indices: np.ndarray, sigma: float | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:
+        """The noised update of every trained tensor (aligned with ``self.params``) and telemetry.
+        ``sigma``: :meth:`TorchRun.aggregate`."""
         world = self.world
-        sigma = self.plan.sigma_at(step)
+        sigma = self._sigma(step, sigma)
         # The same masking on every process: each example's mask is keyed by its own content hash, the
         # public seed and the step (never its position: DESIGN section 5).
         gen = _seeded(self.seed, _MASK_STREAM, step)

@@ -128,8 +128,7 @@ class TorchStep:
         self.sensitivity = float(clipper.sensitivity) if clipper is not None else 0.0
 
     def __call__(self, step: int, indices: np.ndarray, sigma: float, expected_batch: float) -> dict[str, Any]:
-        del sigma  # the run's aggregate reads the same plan's sigma_at(step)
-        return self.run.step(step, indices, expected_batch=expected_batch)
+        return self.run.step(step, indices, sigma=sigma, expected_batch=expected_batch)
 
 
 class TorchRun(TrainerPlugin):
@@ -196,14 +195,21 @@ class TorchRun(TrainerPlugin):
         """Set ``self.clipper`` (it owns the sensitivity) and whatever else the mechanism needs."""
         raise NotImplementedError
 
-    def aggregate(self, step: int, indices: np.ndarray) -> tuple[list[torch.Tensor], torch.Tensor]:
+    def aggregate(self, step: int, indices: np.ndarray, sigma: float | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The summed, clipped and noised gradient (aligned with ``self.params``) of the batch ``indices``
-        over all processes, and its telemetry tensor (:func:`noised_total`)."""
+        over all processes, and its telemetry tensor (:func:`noised_total`). ``sigma``: the skeleton's
+        noise multiplier of this step (None: the plan's, ``sigma_at(step)``; 0 when non-private)."""
         raise NotImplementedError
 
     def _mechanism_parts(self, plan: PrivacyPlan, steps: int, details: dict[str, Any]) -> RecordParts:
         """The trainer's words for privacy.json, given the shared ``details``."""
         raise NotImplementedError
+
+    def _sigma(self, step: int, sigma: float | None) -> float:
+        """The noise multiplier of step ``step``: the skeleton's, else the plan's (0 when non-private)."""
+        if sigma is not None:
+            return sigma
+        return self.plan.sigma_at(step) if self.plan.private else 0.0
 
     # -- the plug-in surface ----------------------------------------------------------------------
 
@@ -302,7 +308,16 @@ class TorchRun(TrainerPlugin):
         return TorchStep(self)
 
     def read_state(self, path: Path) -> dict[str, Any]:
-        return ckpt.read_state(path)
+        """The checkpoint's state; one written before the run skeleton (secret seed under ``noise_seed``,
+        the process count in its identity) is read in today's keys, so an interrupted run still resumes."""
+        state = ckpt.read_state(path)
+        if "noise_source" not in state and "noise_seed" in state:
+            source = NoiseSource(seed=int(state.pop("noise_seed")), explicit=bool(state.pop("noise_explicit", False)))
+            state["noise_source"] = source.to_state()
+        identity = state.get("identity")
+        if "world_size" not in state and isinstance(identity, dict) and "world_size" in identity:
+            state["world_size"] = identity.pop("world_size")
+        return state
 
     def restore(self, path: Path) -> int:
         state = ckpt.restore_checkpoint(path, names=self.names, params=self.params, optimizer=self.optimizer)
@@ -361,10 +376,11 @@ class TorchRun(TrainerPlugin):
 
     # -- one step ----------------------------------------------------------------------------
 
-    def step(self, step: int, indices: np.ndarray, *, expected_batch: float | None = None) -> dict[str, Any]:
+    def step(self, step: int, indices: np.ndarray, *, sigma: float | None = None,
+             expected_batch: float | None = None) -> dict[str, Any]:
         """Compute the (noised) aggregate of this step's batch and apply Adam; returns telemetry with a
         device tensor of statistics (:meth:`_telemetry` turns it into numbers at log intervals)."""
-        grad_sum, stats = self.aggregate(step, indices)
+        grad_sum, stats = self.aggregate(step, indices, sigma)
         # The expected batch size: public, unlike the realized one.
         scale = 1.0 / (expected_batch if expected_batch is not None else self.plan.batch_at(step))
         for p, a in zip(self.params, grad_sum):
