@@ -78,7 +78,7 @@ def test_epsilon_recomputes_from_the_stored_event(dp_run):
     out, summary = dp_run
     privacy = json.loads((out / "privacy.json").read_text())
     assert privacy["accountant"] == "pld" and privacy["private"] is True
-    assert privacy["schema"] == "dpaudit.privacy/2" and PrivacyRecord.from_json(privacy).to_json() == privacy
+    assert privacy["schema"] == "dpaudit.privacy/3" and PrivacyRecord.from_json(privacy).to_json() == privacy
     assert privacy["privacy_unit"] == "example" and privacy["adjacency"] == "add_remove"
     assert privacy["sampling"] == "poisson" and privacy["sensitivity_factor"] == 1.0
     assert privacy["delta"] == 1e-5 and privacy["steps"] == 6  # default min(1e-5, 1/(10 N))

@@ -42,7 +42,8 @@ class EdpSgdConfig(TorchTrainConfig):
     clip_norm: float = field(default=1.0, metadata=_help(
         "Clip norm C: per example (dp-sgd), or per micro-batch with per-layer norms C_l, sum C_l^2 = C^2 (edp-sgd)."))
     noise_multiplier: float | None = field(default=None, metadata=_help(
-        "sigma_0: noise std on the summed gradient = sigma_e x the step's sensitivity (C in dp-sgd, 2C in edp-sgd). "
+        "sigma_0, the noise multiplier (dp_accounting's, as privacy.json and `dpaudit account` state it): noise std on "
+        "the summed gradient / one example's bound, the step's sensitivity (C in dp-sgd, 2C in edp-sgd). "
         "With --target-epsilon too, the target is a cap: training stops at it."))
     physical_batch: int = field(default=16, metadata=_help(
         "dp-sgd and edp-sgd: examples per vectorized per-example-gradient chunk (memory knob only)."))

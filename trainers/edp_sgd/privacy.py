@@ -4,10 +4,11 @@ The plan, the ledger and the record are the core's (:mod:`dpaudit.privacy_plan`,
 :mod:`dpaudit.privacy_record`); this module only says, in the record's fields, what this trainer's
 mechanism is, and adds what is specific to eDP-SGD:
 
-- :func:`paper_claim`: Dupuy et al. 2021 (section 3) account the noise std divided by C as the noise
-  multiplier, i.e. sensitivity C. With micro-batch clipping one example moves a clipped micro-batch
-  gradient by up to 2C (McMahan et al. 2018; TF Privacy ``used_microbatching``), so that figure is
-  NOT proven; it is stated next to the proven one so the user sees the difference.
+- :func:`paper_claim`: Dupuy et al. 2021 (section 3) account the noise std divided by C (what dpaudit
+  calls ``noise_std_over_clip``, sigma x 2 here) as the noise multiplier, i.e. sensitivity C. With
+  micro-batch clipping one example moves a clipped micro-batch gradient by up to 2C (McMahan et al.
+  2018; TF Privacy ``used_microbatching``), so that figure is NOT proven; it is stated next to the
+  proven one so the user sees the difference.
 - group privacy (:func:`dpaudit.privacy_record.group_privacy_rows`): a canary inserted f times is f rows; the per-row guarantee covers it only
   through the group bound (Dwork & Roth 2014, Thm 2.2), stated for each frequency of the inject
   manifest.
@@ -31,7 +32,7 @@ __all__ = ["paper_claim", "record_parts"]
 
 TRAINER = "edp-sgd"
 PAPER_ASSUMPTION = (
-    "what the paper's accounting would claim for the noise that ran: it takes noise std / C as the noise "
+    "what the paper's accounting would claim for the noise that ran: it takes noise std / C (sigma x 2) as the noise "
     "multiplier (sensitivity C), which is NOT proven for micro-batch clipping, where one example moves a "
     "clipped micro-batch gradient by up to 2C."
 )
@@ -39,7 +40,7 @@ PAPER_EQUAL = "equal to the proven guarantee: each clipped unit holds one exampl
 
 
 def paper_claim(plan: PrivacyPlan, steps: int) -> dict[str, Any]:
-    """What Dupuy et al.'s accounting (sensitivity C, noise multiplier = std / C) claims for this run's noise."""
+    """What Dupuy et al.'s accounting (sensitivity C, noise multiplier = std / C, not sigma) claims for this run's noise."""
     event = plan.event(steps, accounted_factor=1.0)
     return {
         "epsilon": float(accounting.epsilon(event, plan.delta)) if steps else 0.0,

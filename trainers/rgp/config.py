@@ -33,7 +33,8 @@ class RgpConfig(TorchTrainConfig):
     clip_norm: float = field(default=1.0, metadata=help_text(
         "Clip norm C of each example's joint vector (carrier gradients of every matrix, biases, layer norms): sensitivity C."))
     noise_multiplier: float | None = field(default=None, metadata=help_text(
-        "sigma_0: noise std on each summed carrier gradient = sigma_e x C. With --target-epsilon too, the target is a "
+        "sigma_0, the noise multiplier (dp_accounting's, as privacy.json and `dpaudit account` state it): noise std on "
+        "each summed carrier gradient = sigma_e x C, one example's bound. With --target-epsilon too, the target is a "
         "cap: training stops at it."))
     physical_batch: int = field(default=64, metadata=help_text(
         "Examples per forward/backward chunk of the per-example carrier gradients (memory knob only)."))

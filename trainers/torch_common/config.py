@@ -104,7 +104,9 @@ class TorchTrainConfig:
     weight_decay: float = field(default=0.0, metadata=help_text("Decoupled (AdamW) weight decay; 0 = Adam."))
     clip_norm: float = field(default=1.0, metadata=help_text("Clip norm C of the clipped units: sensitivity C."))
     noise_multiplier: float | None = field(default=None, metadata=help_text(
-        "sigma_0: noise std = sigma_e x the step's sensitivity. With --target-epsilon too, the target is a cap: "
+        "sigma_0, the noise multiplier (dp_accounting's, as privacy.json and `dpaudit account` state it): noise std = "
+        "sigma_e x the step's sensitivity, one example's bound on the summed gradient. With --target-epsilon too, "
+        "the target is a cap: "
         "training stops at it."))
     target_epsilon: float | None = field(default=None, metadata=help_text(
         "Privacy budget; alone, sigma_0 is calibrated so the whole run (with its decay schedule) spends exactly this (PLD)."))
