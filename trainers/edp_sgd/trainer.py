@@ -3,7 +3,7 @@
 The one place that composes the pieces: the torch loop shared with the ``rgp`` trainer
 (:mod:`trainers.torch_common.loop`: data and masking, model and per-example losses, Poisson sampling
 and micro-batch assignment, noise, processes, checkpoints and the Hugging Face export are in
-:mod:`trainers.torch_common`), clipping with its own sensitivity (:mod:`.clipping`), the privacy plan
+:mod:`trainers.torch_common`), clipping with its own sensitivity (:mod:`dpaudit.trainers.torch_common.clipping`), the privacy plan
 and ledger (the core's :mod:`dpaudit.privacy_plan`), privacy.json (:mod:`.privacy`, filling the
 core's :class:`~dpaudit.privacy_record.PrivacyRecord`) and the run directory (the core's
 :mod:`dpaudit.train_rundir`).

@@ -184,25 +184,11 @@ class JaxBertConfig:
             return self.max_predictions
         return min(self.max_length, math.ceil(self.max_length * self.mask_prob) + 1)
 
-    @property
-    def micro_batch(self) -> int:
-        """Deprecated: :attr:`physical_batch` (the name every trainer gives the memory knob)."""
-        return self.physical_batch
-
-    @property
-    def clipping(self) -> str:
-        """Deprecated: :attr:`clip_engine` (the name every trainer gives the clipping implementation)."""
-        return self.clip_engine
-
     def to_dict(self) -> dict[str, Any]:
         """JSON-serializable field values with the secret ``noise_seed`` redacted, as every trainer's Config
         (:func:`~dpaudit.config_types.redacted_dict`): the manifest's config and the resume check. The seed
         itself is kept only in the checkpoints' secret noise state."""
         return redacted_dict(self)
-
-    def to_public_dict(self) -> dict[str, Any]:
-        """Deprecated: :meth:`to_dict`, which redacts ``noise_seed`` itself now."""
-        return self.to_dict()
 
     @classmethod
     def upgrade_stored(cls, config: Mapping[str, Any]) -> dict[str, Any]:

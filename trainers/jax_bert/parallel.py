@@ -120,9 +120,6 @@ def check_physical_batch(mesh: Mesh, physical_batch: int) -> None:
         )
 
 
-#: The former name of :func:`check_physical_batch` (kept while callers move to the new one).
-check_micro_batch = check_physical_batch
-
 
 def place_chunk(mesh: Mesh, batch: Any, mask: Any) -> tuple[Any, jax.Array]:
     """Builds global arrays for one chunk, each device (of each process) getting its ``m / D`` slots.
