@@ -6,7 +6,7 @@ the same utterances. Every mode runs the trainer's own step (``_Run.step``: Pois
 clipping, noise, Adam) on the same batches (the sampling is keyed by the same noise seed), each mode
 in its own fresh process, one after the other, in one invocation: modes interleaved in one process
 fragmented each other's heap and made the per-example step 3x slower than it is in a training run.
-The trainer applies its allocator tuning (:mod:`dpaudit.host_allocator`) in sgd, dp-sgd and edp-sgd.
+The trainer applies its allocator tuning (:mod:`dpaudit.training.host_allocator`) in sgd, dp-sgd and edp-sgd.
 
 Time per epoch = median step time x steps per epoch (ceil(N / batch)); by default only ``--steps``
 steps per mode are timed (after ``--warmup``), not whole epochs: the table says so. Each mode is
@@ -168,7 +168,7 @@ def worker(args: argparse.Namespace) -> int:
     if mode == "opacus":  # the environment an Opacus user gets: glibc defaults
         trainer_module.tune_host_allocator = lambda: False
     elif mode == "opacus-tuned":  # Opacus with the trainer's allocator tuning (a conservative comparison)
-        from dpaudit.host_allocator import tune_host_allocator
+        from dpaudit.training.host_allocator import tune_host_allocator
 
         tune_host_allocator()
     data = Path(args.worker_data)

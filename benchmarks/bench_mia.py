@@ -74,7 +74,7 @@ def main() -> int:
     parser.add_argument("--rgp-arg", action="append", default=[], help="Extra option of the rgp mode only, e.g. --rank=8.")
     args = parser.parse_args()
 
-    from dpaudit.trainer_api import available_trainers
+    from dpaudit.training.api import available_trainers
 
     registered = set(available_trainers())
     if args.modes is None:

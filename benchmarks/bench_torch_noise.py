@@ -20,7 +20,7 @@ import time
 
 import torch
 
-from dpaudit.host_allocator import tune_host_allocator
+from dpaudit.training.host_allocator import tune_host_allocator
 from dpaudit.trainers.torch_common import noise, philox
 from dpaudit.trainers.torch_common.distributed import World
 from dpaudit.trainers.torch_common.loop import StepNoise, noised_total

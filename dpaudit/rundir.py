@@ -187,7 +187,7 @@ def prepare_output_dir(out: str | os.PathLike[str], *, overwrite: bool, option: 
     return out
 
 
-#: What a train directory holds before its manifest is written (dpaudit.train_rundir): checkpoints,
+#: What a train directory holds before its manifest is written (dpaudit.training.run_dir): checkpoints,
 #: their partial metrics and the staging folders of a killed checkpoint write.
 _CHECKPOINT_ENTRY = re.compile(r"^checkpoints(/(metrics\.partial\.jsonl|step_\d{8}(/(state\.json|arrays\.safetensors))?|\.[^/]+(/.*)?))?$")
 
@@ -426,6 +426,8 @@ def file_hashes(directory: str | os.PathLike[str], names: Iterable[str]) -> dict
 
 #: Options whose value is a secret: a manifest's recorded command line never holds their value.
 SECRET_OPTIONS = ("--noise-seed",)
+#: What a released manifest records instead of an explicit ``--noise-seed``.
+REDACTED = "<given: secret>"
 
 
 def redact_command(argv: Iterable[str]) -> list[str]:
@@ -436,8 +438,6 @@ def redact_command(argv: Iterable[str]) -> list[str]:
     be void). Both ``--noise-seed N`` and ``--noise-seed=N`` are redacted, wherever they appear (the
     demo passes its own ``--noise-seed`` down to train).
     """
-    from dpaudit.secret_rng import REDACTED
-
     out: list[str] = []
     hide_next = False
     for arg in map(str, argv):

@@ -25,7 +25,7 @@ import pytest
 from click.testing import CliRunner
 
 from dpaudit.cli import cli
-from dpaudit.config_types import SEED_MAX, check_seed
+from dpaudit.training.config_types import SEED_MAX, check_seed
 
 #: Tiny torch runs: 96 rows, batch 16 -> 6 steps, one epoch (a few seconds each on one thread).
 TORCH_TINY = ["--epochs", "1", "--batch-size", "16", "--max-length", "16", "--vocab-size", "128", "--eval-examples", "8",

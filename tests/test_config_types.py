@@ -1,4 +1,4 @@
-"""dpaudit.config_types.check_types: one typed validation for every trainer's Config, whatever the source."""
+"""dpaudit.training.config_types.check_types: one typed validation for every trainer's Config, whatever the source."""
 
 from __future__ import annotations
 
@@ -7,7 +7,7 @@ from typing import Literal
 
 import pytest
 
-from dpaudit.config_types import ConfigTypeError, check_types, option_name
+from dpaudit.training.config_types import ConfigTypeError, check_types, option_name
 
 
 @dataclass(frozen=True, kw_only=True)

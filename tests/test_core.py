@@ -17,9 +17,9 @@ from dp_accounting.pld import pld_privacy_accountant
 from dpaudit import accounting
 from dpaudit.accounting.ledger import BudgetExceededError
 from dpaudit.errors import UserInputError
-from dpaudit.privacy_plan import decay_schedule, new_ledger, plan_privacy
-from dpaudit.privacy_record import PrivacyRecord
-from dpaudit.train_rundir import (
+from dpaudit.training.privacy_plan import decay_schedule, new_ledger, plan_privacy
+from dpaudit.training.privacy_record import PrivacyRecord
+from dpaudit.training.run_dir import (
     MetricsLog,
     check_out_dir,
     check_resume,
@@ -36,9 +36,9 @@ def _pld_epsilon(event, delta: float) -> float:
 def test_core_modules_import_neither_jax_nor_torch():
     code = (
         "import sys\n"
-        "import dpaudit.accounting, dpaudit.privacy_plan, dpaudit.privacy_record, dpaudit.train_rundir\n"
-        "import dpaudit.inject_run, dpaudit.rundir, dpaudit.trainer_api, dpaudit.secret_rng, dpaudit.audit\n"
-        "import dpaudit.accounting.ledger, dpaudit.config_types, dpaudit.tokenizer, dpaudit.presets\n"
+        "import dpaudit.accounting, dpaudit.training.privacy_plan, dpaudit.training.privacy_record, dpaudit.training.run_dir\n"
+        "import dpaudit.inject_run, dpaudit.rundir, dpaudit.training.api, dpaudit.training.secret_rng, dpaudit.audit\n"
+        "import dpaudit.accounting.ledger, dpaudit.training.config_types, dpaudit.training.tokenizer, dpaudit.training.presets\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in {'torch', 'jax', 'jaxlib', 'flax', 'transformers'})\n"
         "print('HEAVY=' + ','.join(heavy))\n"
     )

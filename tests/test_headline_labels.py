@@ -120,7 +120,7 @@ def test_claim_with_n_treated_as_public_states_the_replace_one_epsilon_recompute
 
     from dpaudit.accounting import event_to_json
     from dpaudit.attacks.claim import claimed_privacy
-    from dpaudit.privacy_record import PrivacyRecord
+    from dpaudit.training.privacy_record import PrivacyRecord
 
     event = dp_event.SelfComposedDpEvent(dp_event.PoissonSampledDpEvent(0.01, dp_event.GaussianDpEvent(1.0)), 1000)
     golden = []

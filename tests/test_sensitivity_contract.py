@@ -21,7 +21,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from dpaudit.trainer_api import available_trainers, load_trainer
+from dpaudit.training.api import available_trainers, load_trainer
 
 CLIP = 1e-5  # far below every per-example gradient norm of these tiny models: every unit is clipped
 BASE = list(range(10))
@@ -195,7 +195,7 @@ def test_jax_noise_key_uses_every_bit_of_the_128_bit_seed():
     """Seeds that differ only above bit 63 (or only by the old XOR fold) give different noise."""
     import jax
 
-    from dpaudit.secret_rng import NoiseSource
+    from dpaudit.training.secret_rng import NoiseSource
     from dpaudit.trainers.jax_bert.trainer import noise_key_of
 
     s, x = 0x0123456789ABCDEF0011223344556677, 0xDEADBEEF12345678

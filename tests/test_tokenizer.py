@@ -11,7 +11,7 @@ import pytest
 import transformers
 
 from dpaudit.trainers.jax_bert.data import encode_texts
-from dpaudit.tokenizer import SPECIAL_TOKENS, special_token_ids, train_wordpiece
+from dpaudit.training.tokenizer import SPECIAL_TOKENS, special_token_ids, train_wordpiece
 
 WORDS = "the quick brown fox jumps over lazy dog my account number is secret running jumped quickly".split()
 
@@ -68,7 +68,7 @@ def test_deterministic_across_calls_order_and_processes(tokenizer):
     # A fresh process has a fresh hash seed (the Rust trainer's tie-breaking depended on it).
     code = (
         "import sys, random\n"
-        "from dpaudit.tokenizer import train_wordpiece\n"
+        "from dpaudit.training.tokenizer import train_wordpiece\n"
         f"exec({_corpus_source()!r})\n"
         "sys.stdout.write(train_wordpiece(_corpus(), vocab_size=300).to_str())\n"
     )
@@ -150,7 +150,7 @@ def _naive_bpe(word_counts, alphabet: list[str], *, vocab_size: int, min_frequen
 
 @pytest.mark.parametrize(("vocab_size", "stop"), [(160, "vocab_size"), (1000, "min_frequency")])
 def test_incremental_merge_loop_equals_naive_bpe(vocab_size, stop):
-    from dpaudit import tokenizer as module
+    from dpaudit.training import tokenizer as module
 
     counts = module._count_words(_corpus(300, seed=3) + ["Xylophones zigzag; quixotic jukebox (#42)."] * 2)
     fast = module._learn_vocab(counts, vocab_size=vocab_size, min_frequency=2)

@@ -1,6 +1,6 @@
 """The contract every registered trainer keeps (the run-directory contract), checked for each of them.
 
-Parametrized over :func:`dpaudit.trainer_api.available_trainers`, so a new trainer (or a third-party
+Parametrized over :func:`dpaudit.training.api.available_trainers`, so a new trainer (or a third-party
 plug-in installed beside dpaudit) is held to the same promises as soon as it is registered: the run
 directory's files, a ``privacy.json`` that round-trips and whose epsilon recomputes from its stored
 event (and matches an independent dp_accounting computation of the planned mechanism), a model that
@@ -15,9 +15,9 @@ import json
 import pytest
 
 from dpaudit.errors import UserInputError
-from dpaudit.privacy_record import PrivacyRecord
+from dpaudit.training.privacy_record import PrivacyRecord
 from dpaudit.rundir import verify_run_dir
-from dpaudit.trainer_api import available_trainers, load_trainer
+from dpaudit.training.api import available_trainers, load_trainer
 
 TRAINERS = sorted(available_trainers())
 NOISE_SEED = 987654321
@@ -144,7 +144,7 @@ def _linear_plugin(data_dir, noise_seed: int, die_at: int = -1):
     from safetensors.numpy import load_file, save_file
 
     from dpaudit.inject_run import canary_frequencies, load_inject_run
-    from dpaudit.train_rundir import write_checkpoint
+    from dpaudit.training.run_dir import write_checkpoint
     from dpaudit.training import RecordParts, RunData, RunSettings, TrainerPlugin
 
     class LinearPlugin(TrainerPlugin):
@@ -240,7 +240,7 @@ def test_a_third_party_plugin_runs_on_the_skeleton_with_a_correct_privacy_record
 def test_a_sequential_sampler_never_restarts_its_stream_on_resume():
     """A resumed run without the generator's saved state would redraw the batches of the steps already
     taken (correlated, not independent Poisson samples): refused, not silently restarted."""
-    from dpaudit.secret_rng import NoiseSource
+    from dpaudit.training.secret_rng import NoiseSource
     from dpaudit.training.sampling import SequentialPoisson
 
     first = SequentialPoisson(NoiseSource(seed=5, explicit=True), 0)

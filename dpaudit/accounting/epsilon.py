@@ -127,7 +127,7 @@ def epsilon_replace_one(event: DpEvent, delta: float) -> float:
     so an add/remove epsilon says nothing about an adversary who knows N and all rows but one if N
     itself is released (``privacy.json``, q = B / N, or a step count derived from N). Swapping one
     example changes one clipped unit from one vector to another, so the same DpEvent (whose Gaussian
-    carries sigma over the unit's own sensitivity factor, see :mod:`dpaudit.privacy_plan`) is
+    carries sigma over the unit's own sensitivity factor, see :mod:`dpaudit.training.privacy_plan`) is
     accounted by ``dp_accounting``'s ``PLDAccountant(NeighboringRelation.REPLACE_ONE)``: each
     Poisson-sampled step becomes the pair of mixtures ``(1-q) N(0) + q N(-1)`` vs ``(1-q) N(0) + q N(+1)``
     (in units of the unit's sensitivity), the standard substitution analysis of Poisson subsampling

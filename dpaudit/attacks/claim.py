@@ -1,6 +1,6 @@
 """The model's privacy claim as the attacks and the report state it: recomputed from ``privacy.json``'s event.
 
-``privacy.json`` is read once, into a :class:`~dpaudit.privacy_record.PrivacyRecord`
+``privacy.json`` is read once, into a :class:`~dpaudit.training.privacy_record.PrivacyRecord`
 (:func:`dpaudit.scoring.source.read_privacy_record`); the epsilon shown beside an attack's lower bound
 is :meth:`PrivacyRecord.recompute_epsilon` over the stored DpEvent (never the stored figure), and, when
 N is treated as public, the replace-one epsilon recomputed from the same event by PLD.
@@ -14,7 +14,7 @@ from dpaudit.attacks.results import ClaimedPrivacy
 from dpaudit.errors import UserInputError
 
 if TYPE_CHECKING:
-    from dpaudit.privacy_record import PrivacyRecord
+    from dpaudit.training.privacy_record import PrivacyRecord
 
 __all__ = ["claimed_privacy", "replace_one_epsilon"]
 

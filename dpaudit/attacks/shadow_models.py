@@ -182,7 +182,7 @@ def train_shadows(*, source: Any, run: Any, pool: ShadowPool, specs: Sequence[Sh
     model exists (cached models are always used). Returns the models that exist and warnings.
     """
     from dpaudit.inject_run import PUBLIC
-    from dpaudit.trainer_api import load_trainer
+    from dpaudit.training.api import load_trainer
 
     recipe = target_recipe(source, attack)
     trainer = load_trainer(recipe.trainer)

@@ -14,7 +14,7 @@ from pathlib import Path
 import click
 
 from dpaudit.cli.params import FiniteFloat
-from dpaudit.config_types import seed_type
+from dpaudit.training.config_types import seed_type
 
 _EPILOG = ("Example: dpaudit attack --model runs/np --data runs/data --out runs/np-attack "
            "--attacks exposure,reconstruction")

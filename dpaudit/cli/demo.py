@@ -13,8 +13,8 @@ from pathlib import Path
 
 import click
 
-from dpaudit.config_types import seed_type
-from dpaudit.trainer_api import available_trainers
+from dpaudit.training.config_types import seed_type
+from dpaudit.training.api import available_trainers
 
 
 def _has_module(name: str) -> bool:
@@ -28,7 +28,7 @@ def _model_summary(model: Path) -> str:
     """Epsilon (recomputed from the stored DpEvent, rounded up) with its caveats, and the last held-out
     accuracy (telemetry on private data) of a train run."""
     from dpaudit.figures import format_up
-    from dpaudit.privacy_record import group_privacy_text
+    from dpaudit.training.privacy_record import group_privacy_text
     from dpaudit.rundir import read_jsonl
     from dpaudit.scoring.source import read_privacy_record
 

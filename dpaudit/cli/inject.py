@@ -12,7 +12,7 @@ from pathlib import Path
 
 import click
 
-from dpaudit.config_types import seed_type
+from dpaudit.training.config_types import seed_type
 from dpaudit.cli.params import FiniteFloat
 from dpaudit.errors import UserInputError
 

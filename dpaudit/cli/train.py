@@ -22,12 +22,12 @@ from typing import Any, Literal
 import click
 from click.core import ParameterSource
 
-from dpaudit.config_types import ConfigTypeError, option_name, seed_type
+from dpaudit.training.config_types import ConfigTypeError, option_name, seed_type
 from dpaudit.errors import UserInputError
 from dpaudit.figures import format_up
-from dpaudit.privacy_record import PrivacyRecord, group_privacy_text
+from dpaudit.training.privacy_record import PrivacyRecord, group_privacy_text
 from dpaudit.rundir import run_dir_lock
-from dpaudit.trainer_api import (
+from dpaudit.training.api import (
     Trainer,
     available_trainers,
     load_trainer,
@@ -99,7 +99,7 @@ def _load_toml(path: Path, config_cls: type) -> dict[str, tuple[str, Any]]:
     """Read a trainer config file: ``{field name: (key as written, value)}``.
 
     Keys are Config field names (dashes or underscores). The values are returned as TOML typed
-    them; :func:`build_config` lets the Config check them (:mod:`dpaudit.config_types`).
+    them; :func:`build_config` lets the Config check them (:mod:`dpaudit.training.config_types`).
     """
     try:
         raw = tomllib.loads(path.read_bytes().decode("utf-8"))

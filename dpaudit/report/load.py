@@ -27,7 +27,7 @@ import numpy as np
 from dpaudit.attacks.results import SCHEMA as ATTACK_SCHEMA
 from dpaudit.attacks.results import AttackResults
 from dpaudit.errors import UserInputError
-from dpaudit.privacy_record import PrivacyRecord
+from dpaudit.training.privacy_record import PrivacyRecord
 from dpaudit.rundir import MANIFEST_NAME, load_manifest, sha256_file
 
 #: Files of the attack directory that the report does not show the hash of (it is the report itself).

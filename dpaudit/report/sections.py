@@ -17,7 +17,7 @@ from typing import Any
 from dpaudit.attacks.results import GROUP_PRIVACY_NOTE, ExposureResult, ExposureRow, ReconstructionResult
 from dpaudit.figures import format_up
 from dpaudit.headline import Headline, HeadlineBound, headline_of, redact_noise_seed
-from dpaudit.privacy_record import TELEMETRY_NOTE
+from dpaudit.training.privacy_record import TELEMETRY_NOTE
 from dpaudit.report import plots
 from dpaudit.report.load import REPORT_FILE, ReportRun
 from dpaudit.report.membership import MembershipAudit, membership_audits, strongest

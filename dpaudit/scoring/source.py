@@ -19,7 +19,7 @@ from dpaudit.errors import UserInputError
 from dpaudit.rundir import MANIFEST_NAME, verify_run_dir
 
 if TYPE_CHECKING:
-    from dpaudit.privacy_record import PrivacyRecord
+    from dpaudit.training.privacy_record import PrivacyRecord
 
 ModelKind = Literal["masked-lm", "classifier"]
 MASKED_LM: ModelKind = "masked-lm"
@@ -71,13 +71,13 @@ class ModelSource:
 
 
 def read_privacy_record(path: str | os.PathLike[str]) -> PrivacyRecord:
-    """``privacy.json`` as a :class:`~dpaudit.privacy_record.PrivacyRecord`: the attacks' and the report's one reader.
+    """``privacy.json`` as a :class:`~dpaudit.training.privacy_record.PrivacyRecord`: the attacks' and the report's one reader.
 
     Raises:
         UserInputError: one line naming the file: unreadable, not JSON, or not a record of this
             dpaudit's schema (:meth:`PrivacyRecord.from_json`).
     """
-    from dpaudit.privacy_record import PrivacyRecord
+    from dpaudit.training.privacy_record import PrivacyRecord
 
     path = Path(path)
     try:

@@ -1,18 +1,40 @@
-"""The training run every trainer shares: one framework-free skeleton, plug-ins supply only the step.
+"""The trainer kit: what every trainer shares, framework-free (no jax or torch at import).
 
-- :mod:`.skeleton`: :class:`RunSkeleton`, the run (run directory, plan, secret sampling, ledger,
-  loop, checkpoints, metrics, outputs);
+The run:
+- :mod:`.skeleton`: :class:`RunSkeleton`, the one training run (run directory, plan, secret sampling,
+  ledger, loop, checkpoints, metrics, outputs);
 - :mod:`.plugin`: :class:`TrainerPlugin`, what a trainer writes (model init, a clipped-sum step that
   carries its sensitivity, save/restore, export, its words for privacy.json);
-- :mod:`.record`: the one ``privacy.json`` builder;
-- :mod:`.sampling`: secret Poisson sampling.
+- :mod:`.record`: the one ``privacy.json`` builder; :mod:`.sampling`: secret Poisson sampling.
 
-Importing this package imports no framework (jax, torch).
+What the run is made of:
+- :mod:`.api`: the trainer protocol and the entry-point registry (``dpaudit.trainers``);
+- :mod:`.privacy_plan` (what a run will spend, fixed before the first step) and
+  :mod:`.privacy_record` (``privacy.json``, its one typed reader and writer);
+- :mod:`.secret_rng`: the secret randomness the guarantee rests on;
+- :mod:`.run_dir`: the train run directory (finished-run return, resume identity, checkpoints, metrics);
+- :mod:`.config_types`: the frozen Config dataclasses' types, option names, the one seed range;
+- :mod:`.presets`, :mod:`.tokenizer` (WordPiece trained on public.jsonl), :mod:`.host_allocator`.
+
+The names below are imported on first use (PEP 562), so that reading a ``privacy.json`` record does not
+import the run loop and its dependencies.
 """
 
-from dpaudit.training.plugin import ClippedStep, RunData, RunSettings, TrainerPlugin
-from dpaudit.training.record import RecordParts, RunFacts, build_record
-from dpaudit.training.skeleton import RunSkeleton
+from __future__ import annotations
 
-__all__ = ["ClippedStep", "RecordParts", "RunData", "RunFacts", "RunSettings", "RunSkeleton", "TrainerPlugin",
-           "build_record"]
+import importlib
+from typing import Any
+
+_EXPORTS = {
+    "ClippedStep": "plugin", "RunData": "plugin", "RunSettings": "plugin", "TrainerPlugin": "plugin",
+    "RecordParts": "record", "RunFacts": "record", "build_record": "record",
+    "RunSkeleton": "skeleton",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    if name in _EXPORTS:
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -30,8 +30,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from dpaudit.privacy_plan import PrivacyPlan
-from dpaudit.secret_rng import NoiseSource
+from dpaudit.training.privacy_plan import PrivacyPlan
+from dpaudit.training.secret_rng import NoiseSource
 from dpaudit.training.record import RecordParts
 from dpaudit.training.sampling import Sampler, StepKeyedPoisson
 
@@ -79,9 +79,9 @@ class RunSettings:
     what a checkpoint must match to resume (default ``config``); ``run_only``: fields a rerun may
     change (what happens after training); ``eval_every``: evaluate (and log epsilon) every so many
     steps and at the end; ``checkpoint_at_eval``: also checkpoint there; ``plan``: keyword arguments of
-    :func:`dpaudit.privacy_plan.plan_privacy` but ``dataset_size`` and ``sensitivity_factor``
+    :func:`dpaudit.training.privacy_plan.plan_privacy` but ``dataset_size`` and ``sensitivity_factor``
     (stages, noise_multiplier, target_epsilon, delta, non_private, declared_size, ...); ``ledger``:
-    those of :func:`dpaudit.privacy_plan.new_ledger` (``sampling``, ``privacy_unit``).
+    those of :func:`dpaudit.training.privacy_plan.new_ledger` (``sampling``, ``privacy_unit``).
     """
 
     config: Mapping[str, Any]

@@ -1,4 +1,4 @@
-"""The one ``privacy.json`` builder: a :class:`~dpaudit.privacy_record.PrivacyRecord` from what ran.
+"""The one ``privacy.json`` builder: a :class:`~dpaudit.training.privacy_record.PrivacyRecord` from what ran.
 
 The skeleton (:mod:`dpaudit.training.skeleton`) calls :func:`build_record` once, at the end of a run,
 with the plan, the ledger of the steps that ran and the step's own sensitivity (its clip norm and
@@ -17,9 +17,9 @@ from typing import Any
 
 from dpaudit import accounting
 from dpaudit.figures import format_up
-from dpaudit.privacy_plan import PrivacyPlan
-from dpaudit.privacy_record import PrivacyRecord, group_privacy_rows
-from dpaudit.secret_rng import NoiseSource
+from dpaudit.training.privacy_plan import PrivacyPlan
+from dpaudit.training.privacy_record import PrivacyRecord, group_privacy_rows
+from dpaudit.training.secret_rng import NoiseSource
 
 __all__ = ["RecordParts", "RunFacts", "build_record", "segments_json"]
 

@@ -9,7 +9,7 @@ In order (DESIGN sections 3 and 5):
    seed, data) is this run's, and the staging folders of a killed checkpoint write are removed;
 2. the secret noise source (OS entropy unless ``--noise-seed``; restored from a checkpoint);
 3. model init and the clipped-sum step, whose sensitivity the plan reads
-   (:func:`dpaudit.privacy_plan.plan_privacy`): sigma given or calibrated, the ledger certifies it;
+   (:func:`dpaudit.training.privacy_plan.plan_privacy`): sigma given or calibrated, the ledger certifies it;
 4. each step: the secret Poisson sample, recorded in the ledger BEFORE it runs (the ledger refuses
    a step past the budget and the run stops there, cleanly), then the step;
 5. one metrics row per step, written at each log interval (the last of each window with its
@@ -34,9 +34,9 @@ from tqdm.auto import tqdm
 from dpaudit.accounting.ledger import BudgetExceededError, PrivacyLedger
 from dpaudit.errors import UserInputError
 from dpaudit.figures import format_up
-from dpaudit.privacy_plan import declared_size_warning, new_ledger, plan_privacy
-from dpaudit.secret_rng import NoiseSource
-from dpaudit.train_rundir import (
+from dpaudit.training.privacy_plan import declared_size_warning, new_ledger, plan_privacy
+from dpaudit.training.secret_rng import NoiseSource
+from dpaudit.training.run_dir import (
     CHECKPOINT_DIR,
     CHECKPOINT_STATE,
     MetricsLog,
@@ -49,7 +49,7 @@ from dpaudit.train_rundir import (
     list_checkpoints,
     remove_checkpoints,
 )
-from dpaudit.trainer_api import TrainResult
+from dpaudit.training.api import TrainResult
 from dpaudit.training.plugin import RunData, RunSettings, TrainerPlugin
 from dpaudit.training.record import RunFacts, build_record
 

@@ -11,7 +11,7 @@ from dp_accounting.privacy_accountant import NeighboringRelation
 
 from dpaudit import accounting as A
 from dpaudit.errors import UserInputError
-from dpaudit.privacy_plan import plan_privacy
+from dpaudit.training.privacy_plan import plan_privacy
 
 
 def _plan(n, declared=None, **kw):

@@ -9,7 +9,7 @@ from dp_accounting.pld import pld_privacy_accountant as pld
 from dpaudit.accounting import event_to_json
 from dpaudit.attacks.claim import claimed_privacy
 from dpaudit.errors import UserInputError
-from dpaudit.privacy_record import PrivacyRecord
+from dpaudit.training.privacy_record import PrivacyRecord
 
 EVENT = dp_event.SelfComposedDpEvent(dp_event.PoissonSampledDpEvent(0.02, dp_event.GaussianDpEvent(1.2)), 300)
 

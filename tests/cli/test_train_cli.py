@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from dpaudit import accounting
 from dpaudit.cli import cli
-from dpaudit.privacy_record import PrivacyRecord
+from dpaudit.training.privacy_record import PrivacyRecord
 from dpaudit.rundir import read_jsonl, verify_run_dir
 
 TINY = ["--preset", "tiny", "--max-length", "16", "--vocab-size", "128", "--physical-batch", "8",
@@ -64,7 +64,7 @@ def test_exported_model_loads_in_transformers(dp_run):
 def test_tokenizer_saw_public_jsonl_only(dp_run, data_dir):
     import tokenizers
 
-    from dpaudit.tokenizer import train_wordpiece
+    from dpaudit.training.tokenizer import train_wordpiece
 
     out, _ = dp_run
     stored = tokenizers.Tokenizer.from_file(str(out / "model" / "tokenizer.json"))

@@ -35,7 +35,7 @@ from dpaudit.attacks.results import (
     ReconstructionRow,
     register_result,
 )
-from dpaudit.privacy_record import PrivacyRecord
+from dpaudit.training.privacy_record import PrivacyRecord
 from dpaudit.stages.attack import write_attack_dir
 from dpaudit.audit.intervals import (
     bootstrap_interval,

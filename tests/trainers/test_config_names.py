@@ -15,9 +15,9 @@ from click.testing import CliRunner
 
 from dpaudit.cli import cli
 from dpaudit.cli.train import build_config
-from dpaudit.secret_rng import REDACTED
-from dpaudit.train_rundir import check_resume
-from dpaudit.trainer_api import load_trainer
+from dpaudit.training.secret_rng import REDACTED
+from dpaudit.training.run_dir import check_resume
+from dpaudit.training.api import load_trainer
 
 SECRET = 987_654_321_123
 

@@ -2,9 +2,9 @@
 
 Dupuy et al. 2021 ("An Efficient DP-Federated Learning Mechanism", Algorithm 1) with honest
 accounting (DESIGN section 5), built on the trainer-neutral core: the inject reader
-(:mod:`dpaudit.inject_run`), the privacy plan and ledger (:mod:`dpaudit.privacy_plan`), the one
-``privacy.json`` record (:mod:`dpaudit.privacy_record`) and the run-directory helpers
-(:mod:`dpaudit.train_rundir`). Modules, one job each (this package imports nothing heavy): ``config``
+(:mod:`dpaudit.inject_run`), the privacy plan and ledger (:mod:`dpaudit.training.privacy_plan`), the one
+``privacy.json`` record (:mod:`dpaudit.training.privacy_record`) and the run-directory helpers
+(:mod:`dpaudit.training.run_dir`). Modules, one job each (this package imports nothing heavy): ``config``
 (options), ``privacy`` (the record's fields for this mechanism, the paper's claim, group privacy) and
 ``trainer`` (the aggregation of one step, on the torch loop, data, model, sampling, noise, processes,
 checkpoints, Hugging Face export and clipping engines -- per-example, per-layer micro-batch and ghost,

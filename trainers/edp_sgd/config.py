@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from dpaudit.config_types import option_name
+from dpaudit.training.config_types import option_name
 from dpaudit.trainers.torch_common.config import TorchTrainConfig
 from dpaudit.trainers.torch_common.options import DEFAULT_VOCAB_SIZE
 from dpaudit.trainers.torch_common.options import help_text as _help

@@ -4,9 +4,9 @@ The one place that composes the pieces: the torch loop shared with the ``rgp`` t
 (:mod:`trainers.torch_common.loop`: data and masking, model and per-example losses, Poisson sampling
 and micro-batch assignment, noise, processes, checkpoints and the Hugging Face export are in
 :mod:`trainers.torch_common`), clipping with its own sensitivity (:mod:`dpaudit.trainers.torch_common.clipping`), the privacy plan
-and ledger (the core's :mod:`dpaudit.privacy_plan`), privacy.json (:mod:`.privacy`, filling the
-core's :class:`~dpaudit.privacy_record.PrivacyRecord`) and the run directory (the core's
-:mod:`dpaudit.train_rundir`).
+and ledger (the core's :mod:`dpaudit.training.privacy_plan`), privacy.json (:mod:`.privacy`, filling the
+core's :class:`~dpaudit.training.privacy_record.PrivacyRecord`) and the run directory (the core's
+:mod:`dpaudit.training.run_dir`).
 
 A run (DESIGN sections 3 and 5):
 
@@ -36,7 +36,7 @@ import numpy as np
 import torch
 
 from dpaudit.errors import UserInputError
-from dpaudit.privacy_plan import PrivacyPlan
+from dpaudit.training.privacy_plan import PrivacyPlan
 from dpaudit.training import RecordParts
 from dpaudit.trainers.edp_sgd import privacy
 from dpaudit.trainers.edp_sgd.config import EdpSgdConfig

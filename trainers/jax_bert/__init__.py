@@ -6,7 +6,7 @@ Modules, each with one job (import them directly; this package imports nothing h
 - :mod:`trainers.jax_bert.model`: the Flax BERT masked-LM (architecture and parameter names of
   ``transformers.BertForMaskedLM``), its config and presets, and the per-example / batch MLM losses.
 - :mod:`trainers.jax_bert.data`: text -> padded token arrays, and jittable BERT 80/10/10 masking.
-- :mod:`dpaudit.tokenizer`: the WordPiece tokenizer (digits split one per token), trained on
+- :mod:`dpaudit.training.tokenizer`: the WordPiece tokenizer (digits split one per token), trained on
   ``public.jsonl`` only.
 - :mod:`trainers.jax_bert.hf_io`: export to and import from the Hugging Face directory layout.
 - ``dp_step``, ``sampling``, ``optimizer``, ``parallel``, ``trainer``: the DP-SGD engine and the loop.

@@ -30,7 +30,7 @@ from safetensors.numpy import load_file, save_file
 
 from dpaudit.errors import UserInputError
 from dpaudit.rundir import sha256_file
-from dpaudit.train_rundir import (
+from dpaudit.training.run_dir import (
     CHECKPOINT_ARRAYS,
     CHECKPOINT_STATE,
     write_checkpoint,

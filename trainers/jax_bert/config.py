@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from dpaudit.accounting import parse_batch_schedule
-from dpaudit.config_types import check_types, redacted_dict
+from dpaudit.training.config_types import check_types, redacted_dict
 
 Preset = Literal["tiny", "mini", "small", "base", "large"]
 Sampling = Literal["poisson", "shuffle"]
@@ -186,7 +186,7 @@ class JaxBertConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serializable field values with the secret ``noise_seed`` redacted, as every trainer's Config
-        (:func:`~dpaudit.config_types.redacted_dict`): the manifest's config and the resume check. The seed
+        (:func:`~dpaudit.training.config_types.redacted_dict`): the manifest's config and the resume check. The seed
         itself is kept only in the checkpoints' secret noise state."""
         return redacted_dict(self)
 
@@ -197,7 +197,7 @@ class JaxBertConfig:
         ``noise_seed`` number older checkpoints stored replaced by its redaction, as :meth:`to_dict`
         writes it (a resume continues with the checkpoint's secret noise state, not with this field).
         A current config passes through unchanged."""
-        from dpaudit.secret_rng import NoiseSource
+        from dpaudit.training.secret_rng import NoiseSource
 
         out = {cls.RENAMED_FIELDS.get(name, name): value for name, value in config.items()}
         seed = out.get("noise_seed")

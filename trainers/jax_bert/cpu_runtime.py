@@ -25,7 +25,7 @@ import importlib.util
 
 import jax
 
-from dpaudit.host_allocator import tune_host_allocator  # noqa: F401  (moved to the core: framework-free)
+from dpaudit.training.host_allocator import tune_host_allocator  # noqa: F401  (moved to the core: framework-free)
 
 
 def unroll_threefry_on_cpu() -> bool:

@@ -33,7 +33,7 @@ from safetensors.numpy import load_file, save_file
 
 from dpaudit.errors import UserInputError
 from dpaudit.rundir import FILE_MODE, staged_directory
-from dpaudit.tokenizer import SPECIAL_TOKENS
+from dpaudit.training.tokenizer import SPECIAL_TOKENS
 from dpaudit.trainers.jax_bert.model import BertConfig, FlaxBertForMaskedLM
 
 CONFIG_NAME = "config.json"

@@ -28,7 +28,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from dpaudit.presets import PRESETS  # noqa: F401  (re-exported: the table lives in the core)
+from dpaudit.training.presets import PRESETS  # noqa: F401  (re-exported: the table lives in the core)
 
 _HF_FIELDS = (
     "vocab_size",

@@ -28,7 +28,7 @@ A run, in order (DESIGN sections 3 and 5):
    its result without training.
 
 Randomness (DESIGN "Honest accounting rules"). The mechanism's randomness is secret and comes from
-:class:`dpaudit.secret_rng.NoiseSource` (OS entropy, or ``--noise-seed``), never from ``--seed``:
+:class:`dpaudit.training.secret_rng.NoiseSource` (OS entropy, or ``--noise-seed``), never from ``--seed``:
 
 - Poisson sampling: ``numpy.random.default_rng([noise_seed, 0])``; shuffled batches of schedule
   segment ``s``: ``default_rng([noise_seed, 1, s])``;
@@ -69,10 +69,10 @@ from dpaudit.inject_run import (
     canary_frequencies,
     load_inject_run,
 )
-from dpaudit.privacy_plan import PrivacyPlan, plan_privacy
-from dpaudit.secret_rng import NoiseSource
-from dpaudit.tokenizer import special_token_ids, train_wordpiece
-from dpaudit.trainer_api import TrainResult
+from dpaudit.training.privacy_plan import PrivacyPlan, plan_privacy
+from dpaudit.training.secret_rng import NoiseSource
+from dpaudit.training.tokenizer import special_token_ids, train_wordpiece
+from dpaudit.training.api import TrainResult
 from dpaudit.training import RecordParts, RunData, RunSettings, RunSkeleton, TrainerPlugin
 from dpaudit.training.sampling import Sampler, SequentialPoisson
 from dpaudit.trainers.jax_bert import checkpoint as ckpt
@@ -105,7 +105,7 @@ def noise_key_of(source: NoiseSource) -> jax.Array:
     """The JAX key of the DP noise: the raw threefry key ``uint32[2]`` ``source.hashed_words(2, "jax-noise")``.
 
     JAX's default key holds 64 bits, so the key cannot carry a 128-bit seed: it is 64 bits of a
-    BLAKE2b hash of the whole seed (:meth:`~dpaudit.secret_rng.NoiseSource.hashed_words`), so every
+    BLAKE2b hash of the whole seed (:meth:`~dpaudit.training.secret_rng.NoiseSource.hashed_words`), so every
     seed bit changes it (the former ``fold_in(PRNGKey(w0), w1)`` of two XOR-folded words used at most
     64 bits: seeds ``s`` and ``s ^ x ^ (x << 64)`` gave the same noise). An adversary must still search
     2**64 keys. Step ``t`` draws its noise from ``fold_in(noise_key_of(source), t)``.
@@ -158,7 +158,7 @@ def load_inject_dir(data_dir: Path) -> InjectRun:
 
 
 def plan_options(config: JaxBertConfig) -> dict[str, Any]:
-    """The keyword arguments of :func:`~dpaudit.privacy_plan.plan_privacy` this config sets: its
+    """The keyword arguments of :func:`~dpaudit.training.privacy_plan.plan_privacy` this config sets: its
     (steps, batch) schedule, sigma given or calibrated for ``--target-epsilon``, the declared size."""
     return {"stages": config.schedule, "non_private": config.non_private, "noise_multiplier": config.noise_multiplier,
             "target_epsilon": config.target_epsilon, "delta": config.delta, "declared_size": config.dataset_size,
@@ -166,7 +166,7 @@ def plan_options(config: JaxBertConfig) -> dict[str, Any]:
 
 
 def plan_run_privacy(config: JaxBertConfig, dataset_size: int) -> PrivacyPlan:
-    """The run's :class:`~dpaudit.privacy_plan.PrivacyPlan` as the skeleton makes it: per-example clipping
+    """The run's :class:`~dpaudit.training.privacy_plan.PrivacyPlan` as the skeleton makes it: per-example clipping
     (the step's sensitivity factor 1); q = batch / ``--dataset-size`` when a public size is declared,
     else batch / N (N treated as public).
 

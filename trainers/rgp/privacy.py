@@ -1,7 +1,7 @@
 """rgp's ``privacy.json``: the core record filled in for reparametrized gradient perturbation.
 
-The plan, the ledger and the record are the core's (:mod:`dpaudit.privacy_plan`,
-:mod:`dpaudit.privacy_record`); this module only says, in the record's fields, what RGP's mechanism
+The plan, the ledger and the record are the core's (:mod:`dpaudit.training.privacy_plan`,
+:mod:`dpaudit.training.privacy_record`); this module only says, in the record's fields, what RGP's mechanism
 is. Each step is ONE Poisson-subsampled Gaussian mechanism: the per-example vector (carrier
 gradients of every reparametrized matrix and the non-matrix parameters' gradients) is clipped to C,
 summed, and N(0, (sigma_e C)^2) is added to every coordinate (Yu et al. 2021, Algorithm 1, lines
@@ -16,7 +16,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from dpaudit.privacy_plan import PrivacyPlan
+from dpaudit.training.privacy_plan import PrivacyPlan
 from dpaudit.training.record import RecordParts
 from dpaudit.trainers.torch_common.privacy import private_parts, sampling_rate, schedule_text
 

@@ -23,7 +23,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from dpaudit.privacy_plan import PrivacyPlan
+from dpaudit.training.privacy_plan import PrivacyPlan
 from dpaudit.training import RecordParts
 from dpaudit.trainers.rgp import privacy
 from dpaudit.trainers.rgp.carriers import power_method, random_carriers, reconstruct

@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from dpaudit.config_types import check_types, option_name, redacted_dict
+from dpaudit.training.config_types import check_types, option_name, redacted_dict
 from dpaudit.trainers.torch_common.options import (
     DEFAULT_VOCAB_SIZE,
     Decay,
@@ -208,5 +208,5 @@ class TorchTrainConfig:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serializable field values with the secret ``noise_seed`` redacted (manifests, resume checks),
-        as every trainer's Config (:func:`~dpaudit.config_types.redacted_dict`)."""
+        as every trainer's Config (:func:`~dpaudit.training.config_types.redacted_dict`)."""
         return redacted_dict(self)

@@ -15,7 +15,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from dpaudit.rundir import staged_directory
-from dpaudit.tokenizer import SPECIAL_TOKENS
+from dpaudit.training.tokenizer import SPECIAL_TOKENS
 
 _SPECIAL_KEYS = ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token")
 

@@ -29,12 +29,12 @@ import numpy as np
 import torch
 
 from dpaudit.errors import UserInputError
-from dpaudit.host_allocator import tune_host_allocator
+from dpaudit.training.host_allocator import tune_host_allocator
 from dpaudit.inject_run import canary_frequencies
-from dpaudit.privacy_plan import PrivacyPlan, decay_schedule
-from dpaudit.secret_rng import NoiseSource
-from dpaudit.tokenizer import train_wordpiece
-from dpaudit.trainer_api import TrainResult
+from dpaudit.training.privacy_plan import PrivacyPlan, decay_schedule
+from dpaudit.training.secret_rng import NoiseSource
+from dpaudit.training.tokenizer import train_wordpiece
+from dpaudit.training.api import TrainResult
 from dpaudit.training import RecordParts, RunData, RunSettings, RunSkeleton, TrainerPlugin
 from dpaudit.trainers.torch_common import checkpoint as ckpt
 from dpaudit.trainers.torch_common import data as data_mod

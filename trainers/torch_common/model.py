@@ -2,8 +2,8 @@
 
 Any BERT-family model in Hugging Face layout works (``--model DIR``: ``AutoModelForMaskedLM`` or
 ``AutoModelForSequenceClassification``, its ``tokenizer.json``); without one, a random init of a
-``--preset`` architecture (:mod:`dpaudit.presets`) with a WordPiece tokenizer trained on
-``public.jsonl`` only (:mod:`dpaudit.tokenizer`).
+``--preset`` architecture (:mod:`dpaudit.training.presets`) with a WordPiece tokenizer trained on
+``public.jsonl`` only (:mod:`dpaudit.training.tokenizer`).
 
 Training runs with dropout off (``model.eval()``): per-example gradients under ``torch.func.vmap``
 need a deterministic function of (params, example), and every mode is trained the same way so that
@@ -25,15 +25,15 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 
 from dpaudit.errors import UserInputError
-from dpaudit.presets import PRESETS
+from dpaudit.training.presets import PRESETS
 from dpaudit.scoring.source import check_weights
-from dpaudit.tokenizer import special_token_ids
+from dpaudit.training.tokenizer import special_token_ids
 
 _LAYER = re.compile(r"^(.*?\.layers?\.\d+)\.")
 
 
 def special_ids(tokenizer: Tokenizer, *, where: str) -> dict[str, int]:
-    """Ids of [PAD] [UNK] [CLS] [SEP] [MASK] (:func:`dpaudit.tokenizer.special_token_ids`); a tokenizer
+    """Ids of [PAD] [UNK] [CLS] [SEP] [MASK] (:func:`dpaudit.training.tokenizer.special_token_ids`); a tokenizer
     without one is the user's input error, named by ``where``."""
     try:
         return special_token_ids(tokenizer)

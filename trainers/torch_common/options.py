@@ -1,6 +1,6 @@
 """What the torch trainers' Config dataclasses share: choices, default vocabulary sizes, range checks.
 
-Types and ``Literal`` choices are checked by the core (:func:`dpaudit.config_types.check_types`);
+Types and ``Literal`` choices are checked by the core (:func:`dpaudit.training.config_types.check_types`);
 these are the range checks after it, with messages that name the CLI option.
 """
 
@@ -9,7 +9,7 @@ from __future__ import annotations
 import math
 from typing import Literal
 
-from dpaudit.config_types import option_name
+from dpaudit.training.config_types import option_name
 
 Task = Literal["mlm", "classify"]
 Preset = Literal["tiny", "mini", "small", "base", "large"]

@@ -3,7 +3,7 @@
 A trainer module subclasses :class:`TorchTrainer` with its ``name``, its ``Config`` class, its run
 class (a :class:`~trainers.torch_common.loop.TorchRun` subclass) and the settings of its smallest
 run; what differs between trainers lives in those, not here (DESIGN: the trainer plugin API of
-:mod:`dpaudit.trainer_api`).
+:mod:`dpaudit.training.api`).
 """
 
 from __future__ import annotations
@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dpaudit.trainer_api import TrainResult
+from dpaudit.training.api import TrainResult
 from dpaudit.trainers.torch_common import distributed
 
 __all__ = ["TorchTrainer"]

@@ -11,7 +11,7 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from dpaudit.privacy_plan import PrivacyPlan
+from dpaudit.training.privacy_plan import PrivacyPlan
 from dpaudit.training.record import RecordParts
 from dpaudit.trainers.torch_common import philox
 

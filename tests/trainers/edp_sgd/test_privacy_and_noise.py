@@ -16,7 +16,7 @@ import torch
 from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
 
-from dpaudit.privacy_record import PrivacyRecord
+from dpaudit.training.privacy_record import PrivacyRecord
 from dpaudit.trainers.edp_sgd.trainer import EdpSgdTrainer, _Run
 
 

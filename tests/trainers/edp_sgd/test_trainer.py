@@ -16,7 +16,7 @@ from dpaudit.cli import cli
 from dpaudit.errors import UserInputError
 from dpaudit.figures import format_up
 from dpaudit.rundir import verify_run_dir
-from dpaudit.train_rundir import list_checkpoints
+from dpaudit.training.run_dir import list_checkpoints
 from dpaudit.trainers.edp_sgd.trainer import EdpSgdTrainer
 
 SECRET_SEED = 987654321123
@@ -138,7 +138,7 @@ def test_bad_options_exit_2_with_one_line(data_dir, tmp_path, args, message):
 
 
 def test_config_types_are_checked_from_every_source(edp_config):
-    from dpaudit.config_types import ConfigTypeError
+    from dpaudit.training.config_types import ConfigTypeError
     from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
 
     # A TOML string is not a boolean, nor a choice of another type; an integer number is a float.
@@ -176,7 +176,7 @@ def test_cli_prints_the_guarantee_and_group_privacy(data_dir, tmp_path):
 
 
 def test_tiny_config_is_private_and_keeps_the_protocol():
-    from dpaudit.trainer_api import Trainer, load_trainer
+    from dpaudit.training.api import Trainer, load_trainer
 
     trainer = load_trainer("edp-sgd")
     assert isinstance(trainer, Trainer) and isinstance(trainer, EdpSgdTrainer)

@@ -17,7 +17,7 @@ from safetensors.numpy import load_file
 from dpaudit.errors import UserInputError
 from dpaudit.trainers.jax_bert.hf_io import load_pretrained, save_pretrained
 from dpaudit.trainers.jax_bert.model import BertConfig, FlaxBertForMaskedLM, init_params, preset_config
-from dpaudit.tokenizer import train_wordpiece
+from dpaudit.training.tokenizer import train_wordpiece
 
 SEQ = 16
 TOL = 1e-4

@@ -15,7 +15,7 @@ import pytest
 from safetensors.numpy import load_file
 
 from dpaudit.errors import UserInputError
-from dpaudit.train_rundir import list_checkpoints
+from dpaudit.training.run_dir import list_checkpoints
 from dpaudit.trainers.jax_bert import checkpoint as ckpt
 from dpaudit.trainers.jax_bert.trainer import JaxBertTrainer
 

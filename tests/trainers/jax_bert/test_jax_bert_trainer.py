@@ -16,8 +16,8 @@ from dpaudit import accounting
 from dpaudit.errors import UserInputError
 from dpaudit.figures import format_up
 from dpaudit.rundir import read_jsonl
-from dpaudit.train_rundir import list_checkpoints
-from dpaudit.trainer_api import Trainer, load_trainer
+from dpaudit.training.run_dir import list_checkpoints
+from dpaudit.training.api import Trainer, load_trainer
 from dpaudit.trainers.jax_bert import checkpoint as ckpt
 from dpaudit.trainers.jax_bert.config import JaxBertConfig, parse_batch_schedule
 from dpaudit.trainers.jax_bert.trainer import JaxBertTrainer, plan_run_privacy

@@ -21,6 +21,8 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpaudit.rundir import REDACTED  # what a released manifest records instead of a --noise-seed
+
 #: Bits of OS entropy in a drawn noise seed.
 SEED_BITS = 128
 
@@ -28,8 +30,6 @@ NOISE_SEED_CONDITION = (
     "the sampling and noise were seeded with an explicit --noise-seed: the guarantee holds only while "
     "that seed is secret (anyone who knows it can regenerate the noise)."
 )
-#: What a released manifest records instead of an explicit ``--noise-seed``.
-REDACTED = "<given: secret>"
 OS_ENTROPY_NOTE = (
     "the sampling and noise were drawn from OS entropy (never from --seed); their state lives only in "
     "checkpoints/, which is private to the data owner."

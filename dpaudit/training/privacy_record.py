@@ -93,7 +93,7 @@ class PrivacyRecord:
         sensitivity_factor: clip norms one example can move the noised sum by (1 per-example,
             2 micro-batch); the accountant saw sigma, the noise std over C was sigma x this factor.
         noise_multipliers: sigma of each stage, ``dp_accounting``'s noise multiplier (noise std on the
-            sum = sigma * sensitivity_factor * C; the convention of :mod:`dpaudit.privacy_plan`).
+            sum = sigma * sensitivity_factor * C; the convention of :mod:`dpaudit.training.privacy_plan`).
         noise_calibrated: True when sigma was calibrated for ``target_epsilon``.
         steps, planned_steps: what ran, what was planned.
         dataset_size: the real N when it is treated as public (``n_public``), else None (never released).
@@ -110,7 +110,7 @@ class PrivacyRecord:
         segments: the ledger's accounting segments (steps, q, sigma, factor) of what ran; their sigma
             is the same noise multiplier as ``noise_multipliers``.
         randomness: where the sampling and noise randomness came from, and the condition it puts on
-            the guarantee (see :mod:`dpaudit.secret_rng`).
+            the guarantee (see :mod:`dpaudit.training.secret_rng`).
         noise_seed_explicit: True when ``--noise-seed`` was given.
         group_privacy: per canary repetition count f of the inject manifest, the group bound for f
             rows: ``{"frequency", "epsilon", "delta", "bound"}``.

@@ -227,14 +227,14 @@ SECRET_FIELDS = ("noise_seed",)
 
 def redacted_dict(config: Any) -> dict[str, Any]:
     """Every trainer Config's ``to_dict()``: the field values (JSON-serializable) with each of
-    :data:`SECRET_FIELDS` replaced by :meth:`~dpaudit.secret_rng.NoiseSource.redact` (``None`` when
+    :data:`SECRET_FIELDS` replaced by :meth:`~dpaudit.training.secret_rng.NoiseSource.redact` (``None`` when
     unset, a fixed marker when set, never the number). The manifest's config and the resume check read
     this; the secret itself lives only in the checkpoints' noise state (private to the data owner).
 
     Raises:
       TypeError: `config` is not a dataclass instance.
     """
-    from dpaudit.secret_rng import NoiseSource  # numpy only; imported here to keep this module light
+    from dpaudit.training.secret_rng import NoiseSource  # numpy only; imported here to keep this module light
 
     if not dataclasses.is_dataclass(config) or isinstance(config, type):
         raise TypeError(f"redacted_dict needs a dataclass instance, got {type(config).__name__}.")
