@@ -24,8 +24,8 @@ from typing import Any, ClassVar
 import numpy as np
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome
-from dpaudit.attacks.mia import audit_tasks, membership_tasks, precheck
-from dpaudit.attacks.shadow_models import pool_label_ids, public_shadows
+from dpaudit.attacks.mia import audit_tasks, membership_tasks
+from dpaudit.attacks.shadow_models import check_trained_like_target, pool_label_ids, public_shadows
 from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
 
 #: Offline scaling of the reference average (Zarifzadeh et al. section 4).
@@ -53,10 +53,7 @@ class RmiaAttack:
     @classmethod
     def check(cls, options: Any, source: Any, run: Any) -> None:
         """Shadow models are trained like the target: its manifest must name the trainer and Config."""
-        from dpaudit.attacks.shadow_models import target_recipe
-
-        precheck(options, run)
-        target_recipe(source, cls.name)
+        check_trained_like_target(cls.name, options, source, run)
 
     def run(self, context: AttackContext) -> AttackOutcome:
         seed = context.options.seed

@@ -60,6 +60,16 @@ class TargetRecipe:
     seed: int
 
 
+def check_trained_like_target(attack: str, options: Any, source: Any, run: Any) -> None:
+    """The checks of every attack that trains shadow or reference models like the target, run before any
+    model is loaded: a measurable ``--fpr`` (:func:`dpaudit.attacks.mia.precheck`) and a target whose
+    manifest names its trainer and Config (:func:`target_recipe`)."""
+    from dpaudit.attacks.mia import precheck
+
+    precheck(options, run)
+    target_recipe(source, attack)
+
+
 def target_recipe(source: Any, attack: str) -> TargetRecipe:
     """The target's trainer and config, or a one-line error for a bare model directory."""
     manifest = source.manifest
