@@ -175,14 +175,14 @@ def test_data_deleted_after_the_first_checkpoint_still_finishes_on_what_was_read
 
 
 def test_an_input_that_vanishes_during_a_run_is_one_line_naming_it(data_dir, tmp_path, monkeypatch):
-    from dpaudit.trainers.torch_common.loop import TorchRun
+    from dpaudit.trainers.torch_common.loop import TorchPlugin
 
     gone = data_dir / "train.jsonl"
 
     def vanished(self):
         raise FileNotFoundError(2, "No such file or directory", str(gone))
 
-    monkeypatch.setattr(TorchRun, "execute", vanished)
+    monkeypatch.setattr(TorchPlugin, "execute", vanished)
     out = tmp_path / "run"
     result = invoke(["train", "--trainer", "edp-sgd", "--data", data_dir, "--out", out, *TORCH_ARGS["edp-sgd"]])
     assert_one_line_error(result, f"{gone} vanished during the run", "rerun the same command to resume")

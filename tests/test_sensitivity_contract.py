@@ -50,15 +50,15 @@ def test_every_registered_trainer_is_covered():
 
 
 def _jax_sums(data_dir: Path, out: Path, task: str, settings: dict) -> tuple[float, dict[str, np.ndarray]]:
-    """jax-bert: the run's own host batch building and masking (``_Run._chunks``) and its compiled
+    """jax-bert: the run's own host batch building and masking (``_Plugin._chunks``) and its compiled
     step's clipped-sum accumulation (the engine's jitted ``_accumulate``, before the noise)."""
     import jax
     import jax.numpy as jnp
 
-    from dpaudit.trainers.jax_bert.trainer import _Run
+    from dpaudit.trainers.jax_bert.trainer import _Plugin
 
     config = load_trainer("jax-bert").tiny_config(clip_norm=CLIP, noise_seed=3, data_parallel=False, **settings)
-    run = _Run(data_dir, out, config, seed=5)
+    run = _Plugin(data_dir, out, config, seed=5)
     run._setup()
     run._capacity = {}  # set where the loop starts
     engine = run.fns.step
@@ -99,7 +99,7 @@ def _torch_sums(data_dir: Path, out: Path, name: str, task: str, settings: dict,
     module = importlib.import_module(type(trainer).__module__)
     extra = {"micro_batches": 8} if settings.get("mode") == "edp-sgd" else {}
     config = trainer.tiny_config(task=task, clip_norm=CLIP, noise_seed=3, **settings, **extra)
-    run = trainer.Run(data_dir, out, config, seed=5)
+    run = trainer.Plugin(data_dir, out, config, seed=5)
     run._setup()
     run.plan = _NoNoise(run.plan)
     captured = []

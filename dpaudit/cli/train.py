@@ -25,7 +25,7 @@ from click.core import ParameterSource
 from dpaudit.training.config_types import ConfigTypeError, option_name, seed_type
 from dpaudit.errors import UserInputError
 from dpaudit.figures import format_up
-from dpaudit.training.privacy_record import PrivacyRecord, group_privacy_text
+from dpaudit.training.privacy_record import PrivacyRecord, group_privacy_text, read_privacy_record
 from dpaudit.rundir import run_dir_lock
 from dpaudit.training.api import (
     Trainer,
@@ -306,13 +306,7 @@ def train(ctx: click.Context, trainer: str, data: Path, out: Path, seed: int, co
 def _read_privacy(out_dir: Path) -> PrivacyRecord | None:
     """The run's privacy.json as a :class:`PrivacyRecord` (every trainer writes one; None if it is missing)."""
     path = Path(out_dir) / "privacy.json"
-    if not path.is_file():
-        return None
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise UserInputError(f"{path}: not valid JSON ({err.msg}); rerun dpaudit train.") from None
-    return PrivacyRecord.from_json(raw, where=str(path))
+    return read_privacy_record(path) if path.is_file() else None
 
 
 #: Seeds below this can be found by search (2^64 candidates): a ``--noise-seed`` must carry more entropy.

@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from dpaudit.errors import UserInputError
 from dpaudit.rundir import MANIFEST_NAME, verify_run_dir
+from dpaudit.training.privacy_record import read_privacy_record  # the one file reader, re-exported
 
 if TYPE_CHECKING:
     from dpaudit.training.privacy_record import PrivacyRecord
@@ -68,25 +69,6 @@ class ModelSource:
             return None
         unknown = self.unknown_label if self.unknown_label in self.labels else None
         return LabelSet(names=self.labels, source=f"{self.model_dir / 'config.json'} (id2label)", unknown=unknown)
-
-
-def read_privacy_record(path: str | os.PathLike[str]) -> PrivacyRecord:
-    """``privacy.json`` as a :class:`~dpaudit.training.privacy_record.PrivacyRecord`: the attacks' and the report's one reader.
-
-    Raises:
-        UserInputError: one line naming the file: unreadable, not JSON, or not a record of this
-            dpaudit's schema (:meth:`PrivacyRecord.from_json`).
-    """
-    from dpaudit.training.privacy_record import PrivacyRecord
-
-    path = Path(path)
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UserInputError(f"{path}: not valid JSON ({err}); rerun dpaudit train.") from None
-    except OSError as err:
-        raise UserInputError(f"{path}: unreadable ({err.strerror or err}); rerun dpaudit train.") from None
-    return PrivacyRecord.from_json(raw, where=str(path))
 
 
 def _id2label(config: dict[str, Any], config_path: Path) -> tuple[str, ...]:

@@ -30,9 +30,12 @@ Names say exactly one thing each:
 from __future__ import annotations
 
 import dataclasses
+import json
+import os
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from dpaudit.errors import UserInputError
@@ -278,3 +281,20 @@ def group_privacy_rows(epsilon: float | None, delta: float | None, frequencies: 
         rows.append({"frequency": f, "epsilon": eps_f, "delta": None if delta_f >= 1.0 else delta_f,
                      "bound": accounting.GROUP_PRIVACY_BOUND})
     return rows
+
+
+def read_privacy_record(path: str | os.PathLike[str]) -> PrivacyRecord:
+    """``privacy.json`` as a :class:`PrivacyRecord`: the one file reader (train CLI, attacks, report, demo).
+
+    Raises:
+        UserInputError: one line naming the file: unreadable, not JSON, or not a record of this
+            dpaudit's schema (:meth:`PrivacyRecord.from_json`).
+    """
+    path = Path(path)
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserInputError(f"{path}: not valid JSON ({err}); rerun dpaudit train.") from None
+    except OSError as err:
+        raise UserInputError(f"{path}: unreadable ({err.strerror or err}); rerun dpaudit train.") from None
+    return PrivacyRecord.from_json(raw, where=str(path))

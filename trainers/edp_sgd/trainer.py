@@ -49,7 +49,7 @@ from dpaudit.trainers.torch_common.loop import (
     _EVAL_STREAM,
     _MASK_STREAM,
     StepNoise,
-    TorchRun,
+    TorchPlugin,
     _seeded,
     noised_total,
 )
@@ -65,8 +65,8 @@ TINY_SETTINGS: dict[str, Any] = {"mode": "edp-sgd", "task": "classify", "preset"
 _PROCESS_NOISE_KEY = 1 << 20  # keys of per-process noise draws, apart from micro-batch indices
 
 
-class _Run(TorchRun):
-    """One invocation: the shared torch loop (:class:`~trainers.torch_common.loop.TorchRun`) with sgd /
+class _Plugin(TorchPlugin):
+    """One invocation: the shared torch loop (:class:`~trainers.torch_common.loop.TorchPlugin`) with sgd /
     dp-sgd / eDP-SGD aggregation."""
 
     trainer_name: ClassVar[str] = "edp-sgd"
@@ -128,7 +128,7 @@ class _Run(TorchRun):
     def aggregate(self, step: int, indices: np.ndarray, sigma: float | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The summed, clipped and noised gradient of the batch ``indices`` over all processes, and
         [loss sum, correct sum, clipped units, units clipped, clipped-sum norm, noise norm] telemetry
-        (a float64 tensor on the run's device: no host sync). ``sigma``: :meth:`TorchRun.aggregate`."""
+        (a float64 tensor on the run's device: no host sync). ``sigma``: :meth:`TorchPlugin.aggregate`."""
         sigma = self._sigma(step, sigma)
         # Mask the whole batch identically on every process: each example's mask is keyed by its own
         # content hash, the public seed and the step (never its position: DESIGN section 5).
@@ -236,5 +236,5 @@ class EdpSgdTrainer(TorchTrainer):
 
     name: ClassVar[str] = "edp-sgd"
     Config: ClassVar[type] = EdpSgdConfig
-    Run: ClassVar[type] = _Run
+    Plugin: ClassVar[type] = _Plugin
     TINY_SETTINGS: ClassVar[dict[str, Any]] = TINY_SETTINGS

@@ -122,7 +122,7 @@ class JaxBertTrainer:
     @property
     def Plugin(self) -> type:  # noqa: N802 (a class, as the contract suite reads it)
         """The :class:`~dpaudit.training.TrainerPlugin` class this trainer runs on the core skeleton."""
-        return _Run
+        return _Plugin
 
     def writes_run_dir(self) -> bool:
         """Only process 0 of a multi-host run writes the run directory, so only it takes the lock."""
@@ -135,7 +135,7 @@ class JaxBertTrainer:
             UserInputError: bad data, a plan that cannot fit the budget, or an ``out_dir`` holding a
                 different run; raised before anything is written.
         """
-        return _Run(Path(data_dir), Path(out_dir), config, seed=seed).execute()
+        return _Plugin(Path(data_dir), Path(out_dir), config, seed=seed).execute()
 
     def tiny_config(self, **overrides: Any) -> JaxBertConfig:
         """A 2-layer, hidden-64 model on 16-token texts, 6 steps of 16 (the contract suite's run)."""
@@ -252,7 +252,7 @@ class _Step:
     1; None when non-private) and adds noise of std ``sigma * sensitivity`` itself.
     """
 
-    def __init__(self, run: _Run) -> None:
+    def __init__(self, run: _Plugin) -> None:
         engine = run.fns.step
         self.run = run
         self.sensitivity_factor = 1.0
@@ -297,7 +297,7 @@ class _ShuffleSampler:
         del state
 
 
-class _Run(TrainerPlugin):
+class _Plugin(TrainerPlugin):
     """One invocation of the trainer on the core skeleton: set up (or resume), loop, finish. Not reusable."""
 
     name = "jax-bert"

@@ -1,6 +1,6 @@
 """``dpaudit train --trainer rgp``: reparametrized gradient perturbation (Yu et al. 2021, Algorithm 1).
 
-The shared torch loop (:class:`~trainers.torch_common.loop.TorchRun`: data, masking, Poisson
+The shared torch loop (:class:`~trainers.torch_common.loop.TorchPlugin`: data, masking, Poisson
 sampling, the privacy plan and ledger, checkpoints, resume, HF export, the run directory) with RGP's
 step:
 
@@ -33,7 +33,7 @@ from dpaudit.trainers.torch_common.distributed import to_device
 from dpaudit.trainers.torch_common.loop import (
     _MASK_STREAM,
     StepNoise,
-    TorchRun,
+    TorchPlugin,
     _seeded,
     noised_total,
 )
@@ -49,7 +49,7 @@ TINY_SETTINGS: dict[str, Any] = {"task": "classify", "preset": "tiny", "vocab_si
 _CARRIER_STREAM = 13  # public --seed stream of the carriers' Gaussian draws
 
 
-class _Run(TorchRun):
+class _Plugin(TorchPlugin):
     """One invocation: the shared torch loop with RGP's step."""
 
     trainer_name: ClassVar[str] = "rgp"
@@ -89,7 +89,7 @@ class _Run(TorchRun):
 
     def aggregate(self, step: int, indices: np.ndarray, sigma: float | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The noised update of every trained tensor (aligned with ``self.params``) and telemetry.
-        ``sigma``: :meth:`TorchRun.aggregate`."""
+        ``sigma``: :meth:`TorchPlugin.aggregate`."""
         world = self.world
         sigma = self._sigma(step, sigma)
         # The same masking on every process: each example's mask is keyed by its own content hash, the
@@ -133,5 +133,5 @@ class RgpTrainer(TorchTrainer):
 
     name: ClassVar[str] = "rgp"
     Config: ClassVar[type] = RgpConfig
-    Run: ClassVar[type] = _Run
+    Plugin: ClassVar[type] = _Plugin
     TINY_SETTINGS: ClassVar[dict[str, Any]] = TINY_SETTINGS

@@ -2,13 +2,13 @@
 
 The run itself (run directory, privacy plan, secret Poisson sampling, the ledger recorded before
 each step, budget stop, checkpoints, metrics, the one ``privacy.json`` builder) is the core's
-:class:`dpaudit.training.RunSkeleton`. :class:`TorchRun` is the
+:class:`dpaudit.training.RunSkeleton`. :class:`TorchPlugin` is the
 :class:`~dpaudit.training.TrainerPlugin` both torch trainers share: data, WordPiece tokenizer or
 ``--model``, model and AdamW, masking, evaluation, checkpoints of the trained tensors and the Hugging
 Face export. A trainer subclasses it with its mechanism: which parameters it trains
-(:meth:`TorchRun._trainable`), its clipper (:meth:`TorchRun._setup_mechanism`, which sets
+(:meth:`TorchPlugin._trainable`), its clipper (:meth:`TorchPlugin._setup_mechanism`, which sets
 ``self.clipper``: it owns the sensitivity), the noised aggregate of one step
-(:meth:`TorchRun.aggregate`) and its words for ``privacy.json`` (:meth:`TorchRun.record_parts`).
+(:meth:`TorchPlugin.aggregate`) and its words for ``privacy.json`` (:meth:`TorchPlugin.record_parts`).
 
 The Config of a trainer built on this loop has the fields the loop reads (task, model, preset,
 max_length, epochs, batch_size, learning_rate, weight_decay, noise_multiplier, target_epsilon,
@@ -114,13 +114,13 @@ def noised_total(grad_sum: list[torch.Tensor], step_noise: StepNoise, stats: tup
 
 
 class TorchStep:
-    """The skeleton's clipped-sum step of a torch run: :meth:`TorchRun.step` with the clipper's sensitivity.
+    """The skeleton's clipped-sum step of a torch run: :meth:`TorchPlugin.step` with the clipper's sensitivity.
 
     The clipper computes the clipped sum, so it owns the sensitivity (``sensitivity_factor`` x C); the
     plan and the record read it here. Non-private (no clipper): factor 1, no clip norm.
     """
 
-    def __init__(self, run: TorchRun) -> None:
+    def __init__(self, run: TorchPlugin) -> None:
         clipper = run.clipper
         self.run = run
         self.clip_norm: float | None = float(clipper.clip_norm) if clipper is not None else None
@@ -131,7 +131,7 @@ class TorchStep:
         return self.run.step(step, indices, sigma=sigma, expected_batch=expected_batch)
 
 
-class TorchRun(TrainerPlugin):
+class TorchPlugin(TrainerPlugin):
     """One invocation as a :class:`~dpaudit.training.TrainerPlugin`; a trainer subclasses it with its mechanism."""
 
     #: The registered trainer name (run directories, checkpoints, progress bar).

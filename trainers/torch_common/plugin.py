@@ -1,7 +1,7 @@
 """The registered trainer object both torch trainers share: lock ownership, ``train`` and ``tiny_config``.
 
 A trainer module subclasses :class:`TorchTrainer` with its ``name``, its ``Config`` class, its run
-class (a :class:`~trainers.torch_common.loop.TorchRun` subclass) and the settings of its smallest
+class (a :class:`~trainers.torch_common.loop.TorchPlugin` subclass) and the settings of its smallest
 run; what differs between trainers lives in those, not here (DESIGN: the trainer plugin API of
 :mod:`dpaudit.training.api`).
 """
@@ -23,15 +23,11 @@ class TorchTrainer:
 
     name: ClassVar[str]
     Config: ClassVar[type]
-    #: The run class: ``Run(data_dir, out_dir, config, seed=...).execute()`` trains and returns the result.
-    Run: ClassVar[type]
+    #: The :class:`~dpaudit.training.TrainerPlugin` class this trainer runs on the core skeleton:
+    #: ``Plugin(data_dir, out_dir, config, seed=...).execute()`` trains and returns the result.
+    Plugin: ClassVar[type]
     #: Settings of the contract suite's smallest private run (:meth:`tiny_config`).
     TINY_SETTINGS: ClassVar[Mapping[str, Any]]
-
-    @property
-    def Plugin(self) -> type:  # noqa: N802 (a class, as the contract suite reads it)
-        """The :class:`~dpaudit.training.TrainerPlugin` class this trainer runs on the core skeleton."""
-        return self.Run
 
     def writes_run_dir(self) -> bool:
         """Only process 0 of a torch.distributed run writes the run directory, so only it takes the lock."""
@@ -46,7 +42,7 @@ class TorchTrainer:
         """
         if not isinstance(config, self.Config):
             raise TypeError(f"config must be an {self.Config.__name__}, got {type(config).__name__}.")
-        return self.Run(Path(data_dir), Path(out_dir), config, seed=int(seed)).execute()
+        return self.Plugin(Path(data_dir), Path(out_dir), config, seed=int(seed)).execute()
 
     def tiny_config(self, **overrides: Any) -> Any:
         """The smallest private run: :attr:`TINY_SETTINGS` with ``overrides``."""

@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from dpaudit.errors import UserInputError
-from dpaudit.trainers.edp_sgd.trainer import _Run
+from dpaudit.trainers.edp_sgd.trainer import _Plugin
 from dpaudit.trainers.torch_common import distributed, noise
 from dpaudit.trainers.torch_common.clipping.ghost import GhostClipper, UnsupportedModel
 from dpaudit.trainers.torch_common.clipping.microbatch import MicrobatchClipper
@@ -121,7 +121,7 @@ def test_grad_snr_is_the_clipped_sum_norm_over_the_noise_norm(data_dir, tmp_path
     """dp-sgd on ONE example clipped to C: the clipped sum has norm exactly C; the noise is sigma C z with
     z the step's keyed standard normal draw, so SNR = 1 / (sigma ||z||) ~ 1 / (sigma sqrt(D))."""
     sigma, clip = 0.7, 1e-4  # C so small that the example is certainly clipped
-    run = _Run(data_dir, tmp_path / "out", edp_config(mode="dp-sgd", noise_multiplier=sigma, clip_norm=clip,
+    run = _Plugin(data_dir, tmp_path / "out", edp_config(mode="dp-sgd", noise_multiplier=sigma, clip_norm=clip,
                                                      device=device), seed=0)
     run._setup()
     step = 3
@@ -194,7 +194,7 @@ def test_batched_gram_norms_equal_each_units_gradient_norm(monkeypatch):
 def test_a_process_whose_micro_batches_are_all_empty_adds_zeros(data_dir, tmp_path, edp_config):
     """With k micro-batches spread over processes a process can hold only empty ones while the batch is
     not empty: the ghost clipper then gets no rows and returns zeros and no units."""
-    run = _Run(data_dir, tmp_path / "out", edp_config(mode="edp-sgd"), seed=0)
+    run = _Plugin(data_dir, tmp_path / "out", edp_config(mode="edp-sgd"), seed=0)
     run._setup()
     assert run.ghost is not None
     cpu = run._batch("train", np.arange(4), generator=None)

@@ -17,13 +17,13 @@ from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
 
 from dpaudit.training.privacy_record import PrivacyRecord
-from dpaudit.trainers.edp_sgd.trainer import EdpSgdTrainer, _Run
+from dpaudit.trainers.edp_sgd.trainer import EdpSgdTrainer, _Plugin
 
 
 @pytest.mark.parametrize(("mode", "draw"), [("edp-sgd", "process"), ("edp-sgd", "micro-batch"), ("dp-sgd", "process")])
 def test_the_step_noise_std_is_sigma_times_the_clippers_sensitivity(data_dir, tmp_path, edp_config, mode, draw):
     config = edp_config(mode=mode, noise_draw=draw, noise_multiplier=0.8, clip_norm=0.5)
-    run = _Run(data_dir, tmp_path / "out", config, seed=0)
+    run = _Plugin(data_dir, tmp_path / "out", config, seed=0)
     run._setup()
     expected_factor = 2.0 if mode == "edp-sgd" else 1.0  # worked out: micro-batches hold several examples
     assert run.clipper.sensitivity == pytest.approx(expected_factor * 0.5)

@@ -18,7 +18,7 @@ from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
 from dp_accounting.privacy_accountant import NeighboringRelation
 
 from dpaudit.training.privacy_record import PrivacyRecord
-from dpaudit.trainers.edp_sgd.trainer import EdpSgdTrainer, _Run
+from dpaudit.trainers.edp_sgd.trainer import EdpSgdTrainer, _Plugin
 
 
 def _rows_dir(data_dir, dest, pick):
@@ -94,7 +94,7 @@ def test_edp_sgd_sensitivity_factor_does_not_depend_on_the_slot_occupancy(neighb
     for name in ("40", "40+dup"):
         config = edp_config(mode="edp-sgd", micro_batches=100000, target_epsilon=4.0, noise_multiplier=None,
                             epochs=1, batch_size=8, dataset_size=48, eval_examples=0)
-        run = _Run(neighbours[name], tmp_path / name, config, seed=0)
+        run = _Plugin(neighbours[name], tmp_path / name, config, seed=0)
         run._setup()
         seen.append((run.clipper.sensitivity_factor, run.plan.noise_std(0, run.clipper.clip_norm),
                      run.plan.event()))

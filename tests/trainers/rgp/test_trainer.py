@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 from dpaudit.cli import cli
 from dpaudit.training.privacy_record import PrivacyRecord
 from dpaudit.rundir import verify_run_dir
-from dpaudit.trainers.rgp.trainer import RgpTrainer, _Run
+from dpaudit.trainers.rgp.trainer import RgpTrainer, _Plugin
 from dpaudit.trainers.torch_common import noise
 from dpaudit.trainers.torch_common.model import build_model
 
@@ -89,7 +89,7 @@ def test_hf_reload_of_the_released_model(classify_run):
 
 
 def test_the_step_noise_is_sigma_c_on_every_summed_coordinate(data_dir, tmp_path, rgp_config):
-    run = _Run(data_dir, tmp_path / "out", rgp_config(noise_multiplier=0.8, clip_norm=0.5, rank=64), seed=0)
+    run = _Plugin(data_dir, tmp_path / "out", rgp_config(noise_multiplier=0.8, clip_norm=0.5, rank=64), seed=0)
     run._setup()
     assert run.clipper.sensitivity == 0.5
     updates, stats = run.aggregate(0, np.arange(0))  # an empty batch: the update is the noise alone
