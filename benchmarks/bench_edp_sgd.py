@@ -2,7 +2,7 @@
 
 Reproduces the shape of Table 2 of Dupuy et al. 2021 on their BERT (``--preset mini``: 4 layers,
 hidden 312, 12 heads, intermediate 1200) for intent classification on SNIPS and for masked-LM on
-the same utterances. Every mode runs the trainer's own step (``_Run.step``: Poisson sampling,
+the same utterances. Every mode runs the trainer's own step (``_Plugin.step``: Poisson sampling,
 clipping, noise, Adam) on the same batches (the sampling is keyed by the same noise seed), each mode
 in its own fresh process, one after the other, in one invocation: modes interleaved in one process
 fragmented each other's heap and made the per-example step 3x slower than it is in a training run.
@@ -72,10 +72,10 @@ def make_inject_dir(snips: Path, root: Path, *, frequencies: str = "1,2") -> Pat
 
 def build_run(data: Path, root: Path, **options):
     from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
-    from dpaudit.trainers.edp_sgd.trainer import _Run
+    from dpaudit.trainers.edp_sgd.trainer import _Plugin
 
     config = EdpSgdConfig(**options)
-    run = _Run(data, root / f"out-{options['mode']}-{options['task']}", config, seed=0)
+    run = _Plugin(data, root / f"out-{options['mode']}-{options['task']}", config, seed=0)
     run._setup()
     return run
 

@@ -50,7 +50,7 @@ def worker(args: argparse.Namespace) -> int:
     with tempfile.TemporaryDirectory(prefix="bench_rgp_worker.") as tmp:
         if args.worker.startswith("dp-sgd"):
             from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
-            from dpaudit.trainers.edp_sgd.trainer import _Run as EdpRun
+            from dpaudit.trainers.edp_sgd.trainer import _Plugin as EdpRun
 
             engine = args.worker.split("-")[-1]
             run = EdpRun(Path(args.worker_data), Path(tmp) / "out",
@@ -60,7 +60,7 @@ def worker(args: argparse.Namespace) -> int:
             per_example = sum(p.numel() for p in run.params) if engine == "vmap" else 0
         else:
             from dpaudit.trainers.rgp.config import RgpConfig
-            from dpaudit.trainers.rgp.trainer import _Run as RgpRun
+            from dpaudit.trainers.rgp.trainer import _Plugin as RgpRun
 
             rank = int(args.worker.split("-r")[1])
             run = RgpRun(Path(args.worker_data), Path(tmp) / "out",
