@@ -29,6 +29,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
+import numpy as np
 from tqdm.auto import tqdm
 
 from dpaudit.accounting.ledger import BudgetExceededError, PrivacyLedger
@@ -193,6 +194,10 @@ class RunSkeleton:
         self.plugin.barrier("finish")  # every process returns after the outputs are complete
         return result
 
+    def sample(self, step: int) -> np.ndarray:
+        """The secret Poisson sample of step ``step``: the row indices that join its batch (what the loop draws)."""
+        return self.sampler.sample(step, self.plan.dataset_size, self.plan.sampling_probability(step))
+
     def _loop(self) -> int:
         plan, total = self.plan, self.plan.total_steps
         step = self.start_step
@@ -204,7 +209,7 @@ class RunSkeleton:
             while step < total and not self.stopped_at_budget:
                 if not self._record(step):
                     break
-                indices = self.sampler.sample(step, plan.dataset_size, plan.sampling_probability(step))
+                indices = self.sample(step)
                 sigma = plan.sigma_at(step) if plan.private else 0.0
                 pending.append((step, self.step_fn(step, indices, sigma, float(plan.batch_at(step)))))
                 step += 1

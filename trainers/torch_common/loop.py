@@ -185,6 +185,10 @@ class TorchPlugin(TrainerPlugin):
     def execute(self) -> TrainResult:
         return self.skeleton.execute()
 
+    def _sample(self, step: int) -> np.ndarray:
+        """The skeleton's secret Poisson sample of step ``step`` (the benchmarks drive :meth:`step` with it)."""
+        return self.skeleton.sample(step)
+
     # -- the trainer's mechanism (a subclass supplies these) --------------------------------------
 
     def _trainable(self) -> tuple[list[str], list[torch.nn.Parameter]]:
