@@ -299,7 +299,9 @@ class Headline:
         if self.contradicted:
             return "CLAIM CONTRADICTED"
         if not self.claim.proven:
-            return f"nothing to compare with: {self.claim.text()}"
+            if self.claim.known and not self.claim.private:
+                return "no claim to compare with (non-private training)"
+            return f"no claim to compare with ({self.claim.text()})"
         if self.best.above:
             return "heuristic bound above the claim: investigate"
         return f"<= claimed {format_up(self.claim.epsilon)}"
