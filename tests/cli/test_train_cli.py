@@ -247,3 +247,20 @@ def test_redact_command_hides_both_spellings():
 
     assert redact_command(["dpaudit", "demo", "--noise-seed", "7", "--noise-seed=8", "--seed", "9"]) == [
         "dpaudit", "demo", "--noise-seed", "<given: secret>", "--noise-seed=<given: secret>", "--seed", "9"]
+
+
+def test_scale_from_private_prints_the_unaccounted_release_beside_the_claim(data_dir, tmp_path):
+    """--scale-from private computes per-layer clip norms on train.jsonl: the claim line says that the epsilon
+    does not cover it, and the release is listed (issue: a plain "epsilon = ... for model/ only" overstated)."""
+    out = tmp_path / "model"
+    result = CliRunner().invoke(
+        cli, ["train", "--trainer", "edp-sgd", "--mode", "edp-sgd", "--task", "classify", "--scale-from", "private",
+              "--data", str(data_dir), "--out", str(out), "--seed", "0", "--preset", "tiny", "--vocab-size", "300",
+              "--max-length", "16", "--epochs", "1", "--batch-size", "16", "--micro-batches", "4",
+              "--noise-multiplier", "1", "--eval-examples", "8"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    head = result.stdout.splitlines()[0]
+    assert "epsilon = " in head and "NOT covering 1 unaccounted release" in head, head
+    assert "NOT covered by the epsilon (unaccounted release):" in result.stdout
+    privacy = json.loads((out / "privacy.json").read_text())
+    assert privacy["unaccounted_releases"] and privacy["details"]["layer_clip_norms_from"].startswith("train.jsonl")
