@@ -163,8 +163,9 @@ class AuditSource:
 
 
 def group_size_of(task: str, info: Mapping[str, Any] | None) -> int | None:
-    """1 for the examples task; max of the recorded canary frequencies otherwise (None: not recorded)."""
-    if task == EXAMPLES_TASK:
+    """1 for the examples task (and its variants, e.g. LiRA's ``examples-offline``: the same single rows, scored
+    another way); max of the recorded canary frequencies otherwise (None: not recorded)."""
+    if task == EXAMPLES_TASK or task.startswith(EXAMPLES_TASK + "-"):
         return 1
     freqs = (info or {}).get("frequencies")
     if isinstance(freqs, (list, tuple)) and freqs and all(isinstance(f, int) and f >= 1 for f in freqs):

@@ -137,3 +137,11 @@ def test_claim_with_n_treated_as_public_states_the_replace_one_epsilon_recompute
                               f"replace-one epsilon = {format_up(golden[1])})")
     private_n = claimed_privacy(dataclasses.replace(privacy, n_public=False, dataset_size=None, declared_dataset_size=100_000))
     assert private_n.epsilon_replace_one is None and "replace-one" not in private_n.text()
+
+
+def test_lira_offline_examples_are_single_rows_not_a_group() -> None:
+    from dpaudit.headline import group_size_of
+
+    assert group_size_of("examples", None) == 1 and group_size_of("examples-offline", None) == 1
+    assert group_size_of("canaries-offline", {"frequencies": [1, 10]}) == 10
+    assert group_size_of("canaries", None) is None
