@@ -59,7 +59,7 @@ from dpaudit.audit import (
 from dpaudit.figures import format_down, format_up
 
 __all__ = ["AuditSource", "Claim", "FDP_LABEL", "Headline", "HeadlineBound", "HEURISTIC_LABEL", "PROOF_LABEL",
-           "audit_sources", "headline", "headline_of", "redact_noise_seed"]
+           "audit_sources", "headline", "headline_of"]
 
 PROOF, HEURISTIC = "proof", "heuristic"
 PROOF_LABEL = "proof (one run, coin-flip canaries; Steinke et al. 2023)"
@@ -382,29 +382,3 @@ def headline_of(results: Any, *, sampling: str | None = None, confidence: float 
     """:func:`headline` of every membership audit in an :class:`dpaudit.attacks.results.AttackResults`."""
     return headline(audit_sources(results), Claim.from_claimed(results.claimed, sampling=sampling),
                     confidence=confidence)
-
-
-# -- commands shown to people ----------------------------------------------------------------------
-
-
-def redact_noise_seed(args: Sequence[Any]) -> list[str]:
-    """A command line with the value of ``--noise-seed`` replaced by "given-secret".
-
-    The noise seed is the randomness the guarantee relies on: whoever knows it can subtract the noise.
-    The report is what people share, so a command shown there never carries it, even from an older
-    manifest that recorded it verbatim (``--noise-seed 5`` and ``--noise-seed=5`` alike).
-    """
-    out: list[str] = []
-    hide = False
-    for arg in map(str, args):
-        if hide:
-            out.append("given-secret")
-            hide = False
-        elif arg == "--noise-seed":
-            out.append(arg)
-            hide = True
-        elif arg.startswith("--noise-seed="):
-            out.append("--noise-seed=given-secret")
-        else:
-            out.append(arg)
-    return out

@@ -16,7 +16,8 @@ from typing import Any
 
 from dpaudit.attacks.results import GROUP_PRIVACY_NOTE, ExposureResult, ExposureRow, ReconstructionResult
 from dpaudit.figures import format_up
-from dpaudit.headline import Headline, HeadlineBound, headline_of, redact_noise_seed
+from dpaudit.headline import Headline, HeadlineBound, headline_of
+from dpaudit.rundir import REDACTED, redact_command
 from dpaudit.training.privacy_record import TELEMETRY_NOTE
 from dpaudit.report import plots
 from dpaudit.report.load import REPORT_FILE, ReportRun
@@ -402,22 +403,23 @@ class Provenance:
 def _stage(name: str, manifest: Mapping[str, Any]) -> Stage:
     command = manifest.get("command")
     if isinstance(command, list):
-        shown = shlex.join(redact_noise_seed(command))
+        shown = shlex.join(redact_command(command))
     else:  # a string (hand-written or older manifests): redact its words the same way
         text = str(command or "–")
         try:
-            shown = shlex.join(redact_noise_seed(shlex.split(text)))
+            shown = shlex.join(redact_command(shlex.split(text)))
         except ValueError:  # unbalanced quotes: redact word by word
-            shown = " ".join(redact_noise_seed(text.split()))
+            shown = " ".join(redact_command(text.split()))
     return Stage(name=name, schema=str(manifest.get("schema", "")), version=str(manifest.get("dpaudit_version", "?")),
                  command=shown, seed=str(manifest.get("seed")),
                  config=json.dumps(_redact_config(manifest.get("config", {})), indent=2, sort_keys=True, default=str))
 
 
 def _redact_config(value: Any) -> Any:
-    """A config with any ``noise_seed`` value replaced by "given-secret" (it is the randomness the guarantee relies on)."""
+    """A config with any ``noise_seed`` value replaced by the manifests' :data:`~dpaudit.rundir.REDACTED` (it is the
+    randomness the guarantee relies on; an older manifest may hold it verbatim)."""
     if isinstance(value, Mapping):
-        return {k: ("given-secret" if str(k).replace("-", "_") == "noise_seed" and v is not None else _redact_config(v))
+        return {k: (REDACTED if str(k).replace("-", "_") == "noise_seed" and v is not None else _redact_config(v))
                 for k, v in value.items()}
     if isinstance(value, list):
         return [_redact_config(v) for v in value]
