@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-from dpaudit.training.sampling import poisson_sample  # noqa: F401 (the core's, re-exported: one implementation)
 
 #: Streams of the secret seed (sampling and noise never share random numbers).
 SAMPLING_STREAM, NOISE_STREAM = 1, 2
@@ -54,8 +53,3 @@ def split_microbatches(indices: np.ndarray, slots: np.ndarray, num_microbatches:
     """The sampled ``indices`` grouped by their fixed slot: micro-batch j holds the sampled examples of shard j."""
     own = slots[indices]
     return [indices[own == j] for j in range(num_microbatches)]
-
-
-def max_microbatch_size(slots: np.ndarray, num_microbatches: int) -> int:
-    """The most examples any micro-batch can ever hold (its shard's size): 1 means per-example clipping."""
-    return int(np.bincount(slots, minlength=num_microbatches).max()) if len(slots) else 0
