@@ -21,7 +21,6 @@ the result says so.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -303,11 +302,12 @@ def _bound_label(bound: Any) -> str:
     return f"{bound.method}/{bound.selection}: {format_down(bound.epsilon, 4)} ({what})"
 
 
-def _group_size(task: MembershipTask) -> int:
-    """Rows each member is: 1 for the examples task; the most a canary was inserted for the canaries task."""
+def _group_size(task: MembershipTask) -> int | None:
+    """Rows each member is: 1 for the examples task; the most a canary was inserted for the canaries task;
+    None when the task does not record it (such an audit is never compared with the per-example claim)."""
     from dpaudit.headline import group_size_of
 
-    return group_size_of(task.name, task.info) or 1
+    return group_size_of(task.name, task.info)
 
 
 def scores_file(attack: str) -> str:
@@ -332,9 +332,11 @@ def audit_tasks(context: Any, attack: str, scored: Sequence[tuple[MembershipTask
             extra.append(f"{int(bad.sum())} {task.name} scores were not finite (e.g. no maskable token) and were "
                          "set to the lowest score.")
             scores = np.where(bad, np.nanmin(np.where(bad, np.nan, scores)) if (~bad).any() else 0.0, scores)
-        audit = audit_scores(scores[task.member], scores[~task.member], delta=delta, claimed_epsilon=claimed,
+        group = _group_size(task)
+        audit = audit_scores(scores[task.member], scores[~task.member], delta=delta,
+                             claimed_epsilon=claimed if group is not None else None,
                              seed=context.options.seed, coin_flip=task.coin_flip, fprs=fprs,
-                             confidence=context.options.level, group_size=_group_size(task))
+                             confidence=context.options.level, group_size=group or 1)
         results.append(task_result(task, audit, scores_file=scores_file(attack), extra_warnings=extra))
         rows.extend({"task": task.name, "id": i, "member": bool(m), "score": float(s)}
                     for i, m, s in zip(task.ids, task.member.tolist(), scores.tolist()))
@@ -343,17 +345,18 @@ def audit_tasks(context: Any, attack: str, scored: Sequence[tuple[MembershipTask
     if exceeds:
         from dpaudit.figures import format_down, format_up
 
-        worst = max((r for r in results if r.exceeds_claim), key=lambda r: r.epsilon_lower_bound)
-        proof = max(b.epsilon for b in worst.audit_result().bounds if b.method == "one_run")
-        notes.insert(0, f"{attack}: EMPIRICAL EPSILON LOWER BOUND {format_down(proof)} ({worst.task}; proof: one run, "
-                        f"coin-flip canaries, Steinke et al. 2023; 95% for this audit alone) EXCEEDS THE CLAIMED EPSILON "
-                        f"{format_up(claimed)}: a bug in the trainer or the accountant.")
+        def proof_of(r: Any) -> float:
+            return max(b.epsilon for b in r.audit_result().bounds if b.method == "one_run")
+
+        worst = max((r for r in results if r.exceeds_claim), key=proof_of)
+        # Per audit, uncorrected: not the alarm. The headline (dpaudit.headline), corrected for every audit of
+        # the run, is what says whether the claim is contradicted.
+        notes.insert(0, f"one-run proof bound {format_down(proof_of(worst))} on {worst.task} is above the claimed epsilon "
+                        f"{format_up(claimed)} at {context.options.level:.0%} for this audit alone (not corrected for "
+                        "the other audits of the run): see the headline bound for the verdict.")
     params = {**parameters, "fprs": list(fprs), "delta": delta, "bootstrap_seed": context.options.seed,
               "score": parameters.get("score", "higher = member")}
     result = RESULT_CLASSES[attack](parameters=params, tasks=tuple(results), claimed_epsilon=claimed,
                                     exceeds_claim=exceeds, warnings=tuple(notes))
     return AttackOutcome(result, score_files={scores_file(attack): rows})
 
-
-def finite_or(x: float | None) -> float | None:
-    return None if x is None or not math.isfinite(x) else float(x)

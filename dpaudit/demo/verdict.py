@@ -26,18 +26,6 @@ def _claim(results: AttackResults) -> str:
     return "non-private" if claim.known and not claim.private else claim.text()
 
 
-def strongest_lower_bound(results: AttackResults) -> tuple[float, str] | None:
-    """The headline lower bound (:func:`dpaudit.headline.headline_of`) and where from, or None.
-
-    Not the plain maximum over attacks and tasks (not a 95% bound): every audit is recomputed at
-    1 - 0.05/m and only audits of the per-example unit are eligible; the best proof leads.
-    """
-    from dpaudit.headline import headline_of
-
-    best = headline_of(results).best
-    return None if best is None else (best.epsilon, f"{best.name}, {best.kind}")
-
-
 def _bound_text(results: AttackResults) -> str:
     from dpaudit.headline import headline_of
 

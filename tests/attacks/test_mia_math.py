@@ -124,8 +124,8 @@ def test_a_bound_above_the_claim_is_flagged_loudly():
     assert result["examples"].epsilon_lower_bound > 0.5 and not result["examples"].exceeds_claim  # heuristic
     assert any("heuristic bound above the claim: investigate" in w for w in result["examples"].warnings)
     assert result.exceeds_claim and result["canaries"].exceeds_claim  # proof
-    assert result.warnings[0].startswith("loss: EMPIRICAL EPSILON LOWER BOUND") and "EXCEEDS THE CLAIMED EPSILON 0.500" in result.warnings[0]
-    assert "(canaries; proof" in result.warnings[0]
+    assert result.warnings[0].startswith("one-run proof bound ") and "on canaries is above the claimed epsilon 0.500" in result.warnings[0]
+    assert "for this audit alone (not corrected" in result.warnings[0]
     # repeated canaries bound group epsilon: never compared with the per-example claim
     group = dataclasses.replace(canaries, info={"frequencies": [1, 10]})
     grouped = audit_tasks(context, "loss", [(group, flips)], parameters={}).result
