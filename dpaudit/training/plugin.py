@@ -55,7 +55,7 @@ class ClippedStep(Protocol):
 
     clip_norm: float | None
     sensitivity_factor: float
-    sensitivity: float
+    sensitivity: float | None  # clip_norm x sensitivity_factor; None without clipping (non-private)
 
     def __call__(self, step: int, indices: np.ndarray, sigma: float, expected_batch: float) -> Any: ...
 

@@ -125,7 +125,7 @@ class TorchStep:
         self.run = run
         self.clip_norm: float | None = float(clipper.clip_norm) if clipper is not None else None
         self.sensitivity_factor = float(clipper.sensitivity_factor) if clipper is not None else 1.0
-        self.sensitivity = float(clipper.sensitivity) if clipper is not None else 0.0
+        self.sensitivity = float(clipper.sensitivity) if clipper is not None else None  # no clipping: unbounded
 
     def __call__(self, step: int, indices: np.ndarray, sigma: float, expected_batch: float) -> dict[str, Any]:
         return self.run.step(step, indices, sigma=sigma, expected_batch=expected_batch)
@@ -392,7 +392,7 @@ class TorchPlugin(TrainerPlugin):
         self.optimizer.step()
         for p in self.params:
             p.grad = None
-        return {"stats": stats, "batch_size": len(indices), "sigma": self.plan.sigma_at(step) if self.plan.private else None}
+        return {"stats": stats, "batch_size": len(indices), "sigma": self._sigma(step, sigma) if self.plan.private else None}
 
     def fetch(self, pending: Sequence[tuple[int, Any]]) -> list[dict[str, Any]]:
         """Metric rows of the pending steps: their statistics fetched in one copy (the loop's only host sync)."""
