@@ -29,6 +29,7 @@ from dp_accounting.dp_event import DpEvent, NonPrivateDpEvent
 from dpaudit.accounting.calibration import max_steps
 from dpaudit.accounting.epsilon import ACCOUNTANTS, Accountant, epsilon
 from dpaudit.accounting.events import Segment, schedule_event
+from dpaudit.figures import format_up
 from dpaudit.accounting.serialization import event_from_json, event_to_json
 from dpaudit.errors import UserInputError
 
@@ -161,7 +162,7 @@ class PrivacyLedger:
                 raise TypeError(f"plan takes Segment instances, got {type(segment).__name__}.")
         eps = self._epsilon_of(segments)
         if self.target_epsilon is not None and eps > self.target_epsilon:
-            raise BudgetExceededError(f"the planned run spends epsilon {eps:.4g} > target {self.target_epsilon:g} "
+            raise BudgetExceededError(f"the planned run spends epsilon {format_up(eps, 4)} > target {self.target_epsilon:g} "
                                       f"at delta {self.delta:g}; add noise, sample less or take fewer steps.")
         self._certificate = _counts(segments)
         self._certified_epsilon = eps
@@ -211,7 +212,7 @@ class PrivacyLedger:
             eps = self._epsilon_of(candidate)
             raise BudgetExceededError(
                 f"recording {new.steps} more step(s) (q={q:.4g}, sigma={sigma:.4g}) would spend epsilon "
-                f"{eps:.4g} > target {self.target_epsilon:g} at delta {self.delta:g}; "
+                f"{format_up(eps, 4)} > target {self.target_epsilon:g} at delta {self.delta:g}; "
                 f"{self.steps} steps recorded so far")
         certified = dict(others)
         certified[new.mechanism] = allowed

@@ -39,6 +39,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from dpaudit.accounting.events import Segment
+from dpaudit.figures import format_up
 
 __all__ = ["SAMPLERS", "noise_tail_caveat", "tail_figure"]
 
@@ -84,7 +85,7 @@ def noise_tail_caveat(sampler: str, segments: Sequence[Segment], delta: float) -
         "formula": "sum over steps of q P(Z > z_max - 1/sigma)",
         "caveat": (f"the noise sampler ({words}) never draws |z| beyond {z_max:g} standard deviations, so a neighbour "
                    f"alone on a gradient coordinate is revealed whenever its shift carries the noise past that reach: "
-                   f"probability about {figure:.3g} over this run (sum over steps of q P(Z > z_max - 1/sigma)), "
-                   f"{'ABOVE' if figure > delta else 'below'} delta = {delta:.3g}. Not covered by the accountant, "
+                   f"probability about {format_up(figure, 3)} over this run (sum over steps of q P(Z > z_max - 1/sigma)), "
+                   f"{'ABOVE' if figure > delta else 'below'} delta = {format_up(delta, 3)}. Not covered by the accountant, "
                    f"which assumes real Gaussian noise; most DP libraries share this."),
     }

@@ -340,6 +340,12 @@ def _setup(o: _Options) -> _Setup:
         notes.append(f"micro-batch clipping (micro-batch size {o.microbatch_size}): one example moves one clipped "
                      f"micro-batch sum by up to 2C, so the noise std is sigma x 2C; sigma is the noise multiplier of "
                      f"that bound (dp_accounting's), and the same sigma gives the same epsilon as per-example clipping")
+    if o.clipping_factor != 1.0 and o.noise_multiplier is not None:
+        changed = ("--noise-multiplier is sigma, the noise std over one example's bound (2C here), as privacy.json "
+                   "stores it since dpaudit.privacy/3; before, with --microbatch-size it meant std/C: for that, pass "
+                   "--noise-std-over-clip")
+        click.echo(f"warning: {changed}", err=True)
+        notes.append(f"warning: {changed}")
     if o.fixed_size:
         notes.append(A.FIXED_SIZE_LABEL)
     if tiny_delta and o.accountant is None:

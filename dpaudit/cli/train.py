@@ -280,7 +280,7 @@ def train(ctx: click.Context, trainer: str, data: Path, out: Path, seed: int, co
             click.echo(note, err=True)
     tail = record.noise_tail if record else None
     if tail and tail.get("exceeds_delta"):
-        click.echo(f"warning: floating-point noise tail {tail['figure']:.3g} exceeds delta {tail['delta']:.3g}: "
+        click.echo(f"warning: floating-point noise tail {format_up(tail['figure'], 3)} exceeds delta {format_up(tail['delta'], 3)}: "
                    f"{tail['caveat']}", err=True)
     if as_json:
         click.echo(json.dumps(summary, indent=2, sort_keys=True))

@@ -141,10 +141,10 @@ def _guarantee(facts: RunFacts, parts: RecordParts, public: Mapping[str, Any], d
         named = parts.guarantee_mechanism if parts.guarantee_mechanism is not None else f": {parts.mechanism}"
         text = (f"({eps_text}, {delta_text})-DP for one training example (add/remove){named}, composed over "
                 f"{facts.steps} steps ({facts.ledger.accountant.upper()} accountant), for the released model/.")
-        if public["n_public"]:
+        if public["n_public"] and public.get("epsilon_replace_one") is not None:
             how = "q and the steps come from it" if parts.steps_from_n else "q = batch / N"
             text += (f" N = {facts.plan.dataset_size} is treated as public ({how}): against an adversary who knows N, "
-                     f"({format_up(public.get('epsilon_replace_one') or 0.0, 4)}, {delta_text})-DP (replace-one).")
+                     f"({format_up(public['epsilon_replace_one'], 4)}, {delta_text})-DP (replace-one).")
     unaccounted = list(parts.unaccounted_releases)
     if unaccounted:
         text += f" NOT covered (unaccounted release{'s' if len(unaccounted) > 1 else ''}): " + " ".join(unaccounted)
