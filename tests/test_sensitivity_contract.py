@@ -55,6 +55,7 @@ def _jax_sums(data_dir: Path, out: Path, task: str, settings: dict) -> tuple[flo
     import jax
     import jax.numpy as jnp
 
+    from dpaudit.trainers.jax_bert.data import content_keys
     from dpaudit.trainers.jax_bert.trainer import _Plugin
 
     config = load_trainer("jax-bert").tiny_config(clip_norm=CLIP, noise_seed=3, data_parallel=False, **settings)
@@ -65,7 +66,10 @@ def _jax_sums(data_dir: Path, out: Path, task: str, settings: dict) -> tuple[flo
     base = dict(run.train_enc)
     sums = {}
     for name, rows in {"S": BASE, **NEIGHBOURS}.items():
-        run.train_enc = {key: value[rows] for key, value in base.items()}  # the neighbouring dataset
+        enc = {key: value[rows] for key, value in base.items()}  # the neighbouring dataset's rows ...
+        # ... whose mask keys are computed afresh from those rows (a key tied to the row index would move here)
+        enc["content_key"] = content_keys(enc["input_ids"], enc["attention_mask"])
+        run.train_enc = enc
         acc, stats = engine._zeros(run.params), engine.zero_stats()
         for batch, mask in run._chunks(0, np.arange(len(rows))):
             acc, stats = engine._accumulate(run.params, acc, stats, batch, mask)
@@ -95,6 +99,9 @@ def _torch_sums(data_dir: Path, out: Path, name: str, task: str, settings: dict,
 
     import torch
 
+    from dpaudit.trainers.torch_common import data as data_mod
+    from dpaudit.trainers.torch_common.sampling import example_slots
+
     trainer = load_trainer(name)
     module = importlib.import_module(type(trainer).__module__)
     extra = {"micro_batches": 8} if settings.get("mode") == "edp-sgd" else {}
@@ -114,12 +121,18 @@ def _torch_sums(data_dir: Path, out: Path, name: str, task: str, settings: dict,
     sums = {}
     for variant, rows in {"S": BASE, **NEIGHBOURS}.items():
         idx = torch.as_tensor(rows)
-        run.encoded["train"] = type(base_enc)(**{f.name: getattr(base_enc, f.name)[idx]  # the neighbouring dataset
-                                                for f in dataclasses.fields(base_enc)})
+        fields = {f.name: getattr(base_enc, f.name)[idx] for f in dataclasses.fields(base_enc)}  # the neighbouring rows
+        # Per-row keys computed afresh from the neighbour's own rows (a key tied to the row index would move here).
+        fields["content"] = data_mod.content_hashes(fields["input_ids"], fields["lengths"])
+        run.encoded["train"] = type(base_enc)(**fields)
         if base_labels is not None:
             run.labels["train"] = base_labels[idx]
         if base_slots is not None:  # each example's micro-batch is a hash of its own content
-            run.slots = base_slots[np.asarray(rows)]
+            texts = [run.data.train.texts[i] for i in rows]
+            labels = None if run.data.train.labels is None else [run.data.train.labels[i] for i in rows]
+            run.slots = example_slots(texts, labels, run.config.micro_batches,
+                                      salt=run.seed)
+            assert np.array_equal(run.slots, base_slots[np.asarray(rows)])
         captured.clear()
         run.aggregate(0, np.arange(len(rows)))
         (total, stats), = captured
