@@ -26,6 +26,7 @@ import functools
 import hashlib
 import json
 import os
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -46,6 +47,11 @@ TOKENIZER_NOTE = (
     "Train tokenizers on public.jsonl only: a tokenizer trained on train.jsonl would learn the canaries' "
     "secrets as vocabulary and leak them regardless of how the model is trained."
 )
+
+#: The manifest key declaring the new-token canaries' tokens (``dpaudit inject --design new-tokens``): the set of every
+#: canary's tokens, members' and non-members' alike, public design information that tokenizers add to the vocabulary.
+NEW_TOKENS = "new_tokens"
+_NEW_TOKEN = re.compile(r"[a-z]+")
 
 #: A class label of a classification corpus.
 Label = str | int
@@ -298,6 +304,24 @@ class InjectRun:
         if not isinstance(entry, dict) or "kind" not in entry:
             raise UserInputError(f"{self.path / MANIFEST_NAME}: no 'secret_space' entry; rerun dpaudit inject.")
         return space_from_manifest(entry) if entry["kind"] in ("digits", "words") else None
+
+    @functools.cached_property
+    def new_tokens(self) -> tuple[str, ...]:
+        """The tokens the manifest declares for new-token canaries (:data:`NEW_TOKENS`), () for other designs.
+
+        Trainers add them to the tokenizer they learn from ``public.jsonl``
+        (``dpaudit.training.tokenizer.train_wordpiece(..., new_tokens=run.new_tokens)``): the set is fixed
+        before the coin flips and covers members and non-members alike, so it reveals no membership.
+
+        Raises:
+            UserInputError: an entry that is not a distinct lowercase ASCII word.
+        """
+        tokens = self.manifest.get(NEW_TOKENS) or []
+        if not isinstance(tokens, list) or not all(isinstance(t, str) and _NEW_TOKEN.fullmatch(t) for t in tokens) \
+                or len(set(tokens)) != len(tokens):
+            raise UserInputError(f"{self.path / MANIFEST_NAME}: '{NEW_TOKENS}' must list distinct lowercase ASCII words; "
+                                 "rerun dpaudit inject.")
+        return tuple(tokens)
 
     @functools.cached_property
     def inputs(self) -> dict[str, str]:

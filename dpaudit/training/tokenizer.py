@@ -10,6 +10,13 @@ Two choices matter for auditing:
 
 Special tokens have fixed ids: ``[PAD]`` = 0, ``[UNK]`` = 1, ``[CLS]`` = 2, ``[SEP]`` = 3, ``[MASK]`` = 4.
 
+Declared new tokens (``new_tokens``): the canary tokens an inject manifest declares for new-token canaries
+(``dpaudit inject --design new-tokens``, after Panda et al. 2025). Their SET, members' and non-members'
+alike, is public design information fixed before the coin flips, so adding them does not make the
+vocabulary depend on private data; they get the ids after the learned vocabulary, in the order given,
+and each is one whole word of the vocabulary, so a canary's tokens are never ``[UNK]`` or split. With
+no new tokens the tokenizer is byte-identical to one trained without the argument.
+
 Why the vocabulary is learned here and not by ``tokenizers.trainers.WordPieceTrainer``: that trainer
 breaks ties between equally frequent merges (and orders the alphabet) by Rust hash-map order, which
 is seeded per process, so two runs on the same corpus give different vocabularies (observed with
@@ -26,7 +33,7 @@ from __future__ import annotations
 import heapq
 import string
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from tokenizers import Tokenizer, decoders, models, normalizers, pre_tokenizers, processors
 
@@ -138,7 +145,32 @@ def _learn_vocab(word_counts: Counter[str], *, vocab_size: int, min_frequency: i
     return vocab
 
 
-def train_wordpiece(texts: Iterable[str], *, vocab_size: int = 8000, min_frequency: int = 2) -> Tokenizer:
+def check_new_tokens(tokens: Sequence[str]) -> tuple[str, ...]:
+    """The declared new tokens as a tuple, each checked to stay one whole word through normalization and
+    pre-tokenization (lowercase ASCII letters, as ``dpaudit inject --design new-tokens`` writes them).
+
+    Raises:
+        ValueError: a token that is not a string, would be changed or split, or is listed twice.
+    """
+    if isinstance(tokens, str):
+        raise ValueError(f"new_tokens must be a sequence of tokens, got the string {tokens!r}.")
+    normalizer, pre_tokenizer = _normalizer(), _pre_tokenizer()
+    seen: set[str] = set()
+    for token in tokens:
+        if not isinstance(token, str) or not token:
+            raise ValueError(f"new tokens must be non-empty strings, got {token!r}.")
+        words = [w for w, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(token))]
+        if words != [token] or token.startswith(_PREFIX) or token in SPECIAL_TOKENS:
+            raise ValueError(f"new token {token!r} would not stay one whole word (it is lowercased, split or special); "
+                             "use lowercase ASCII letters.")
+        if token in seen:
+            raise ValueError(f"new token {token!r} is listed twice.")
+        seen.add(token)
+    return tuple(tokens)
+
+
+def train_wordpiece(texts: Iterable[str], *, vocab_size: int = 8000, min_frequency: int = 2,
+                    new_tokens: Sequence[str] = ()) -> Tokenizer:
     """Learn a lowercasing BERT WordPiece tokenizer from ``texts``; deterministic.
 
     The same multiset of texts gives the same tokenizer (byte-identical ``to_str()``), whatever
@@ -147,8 +179,11 @@ def train_wordpiece(texts: Iterable[str], *, vocab_size: int = 8000, min_frequen
     Args:
         texts: the training corpus (``public.jsonl`` texts, never the private training set).
         vocab_size: the vocabulary size, special tokens included (smaller when the corpus runs out
-            of merges that occur ``min_frequency`` times).
+            of merges that occur ``min_frequency`` times), before the new tokens.
         min_frequency: a merge must occur at least this often.
+        new_tokens: declared canary tokens (an inject manifest's ``new_tokens``,
+            :attr:`dpaudit.inject_run.InjectRun.new_tokens`), added after the learned vocabulary as whole
+            words; one already learned keeps its id.
 
     Returns:
         A ``tokenizers.Tokenizer``: BERT normalizer (lowercase), BERT pre-tokenizer then one token
@@ -159,7 +194,10 @@ def train_wordpiece(texts: Iterable[str], *, vocab_size: int = 8000, min_frequen
         raise ValueError(f"vocab_size must be an integer >= {minimum} (specials and the base alphabet), got {vocab_size!r}.")
     if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
         raise ValueError(f"min_frequency must be a positive integer, got {min_frequency!r}.")
+    new_tokens = check_new_tokens(new_tokens)
     vocab = _learn_vocab(_count_words(texts), vocab_size=vocab_size, min_frequency=min_frequency)
+    learned = set(vocab)
+    vocab += [token for token in new_tokens if token not in learned]
     tokenizer = Tokenizer(
         models.WordPiece(
             {token: index for index, token in enumerate(vocab)},
