@@ -393,7 +393,8 @@ class _Plugin(TrainerPlugin):
     def _train_tokenizer(self, resume_state: Mapping[str, Any] | None) -> None:
         config = self.config
         try:
-            self.tokenizer = train_wordpiece(self.data.public_texts, vocab_size=config.resolved_vocab_size)
+            self.tokenizer = train_wordpiece(self.data.public_texts, vocab_size=config.resolved_vocab_size,
+                                             new_tokens=self.data.new_tokens)
         except ValueError as err:
             raise UserInputError(f"--vocab-size {config.resolved_vocab_size}: {err}") from None
         self.tokenizer_sha = hashlib.sha256(self.tokenizer.to_str().encode("utf-8")).hexdigest()

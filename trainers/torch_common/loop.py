@@ -300,7 +300,8 @@ class TorchPlugin(TrainerPlugin):
             self.tokenizer_source = f"the tokenizer of --model {config.model}"
             return
         try:
-            self.tokenizer = train_wordpiece(self.data.public.texts, vocab_size=config.resolved_vocab_size)
+            self.tokenizer = train_wordpiece(self.data.public.texts, vocab_size=config.resolved_vocab_size,
+                                             new_tokens=self.data.run.new_tokens)
         except ValueError as err:
             raise UserInputError(f"--vocab-size {config.resolved_vocab_size}: {err}") from None
         self.model = build_model(config.task, preset=config.preset, vocab_size=self.tokenizer.get_vocab_size(),
