@@ -104,6 +104,7 @@ from dpaudit.accounting.pld import (
     PLD_MIN_DELTA,
     PldGridTooLargeError,
     clear_caches,
+    privacy_profile,
     subsampled_gaussian_pld,
 )
 from dpaudit.accounting.serialization import (
@@ -136,6 +137,7 @@ __all__ = [
     "PLD_MAX_GRID_POINTS",
     "PLD_MIN_DELTA",
     "PldGridTooLargeError",
+    "privacy_profile",
     "SIMULATION_LABEL",
     "Segment",
     "TAN_VALID_ABOVE",

@@ -369,3 +369,24 @@ def _pld_value(event: DpEvent, kind: str, value: float, discretization: float) -
         _check_grid(items, discretization)
     pld = _composed_pld(tuple(items), discretization)
     return float(pld.get_epsilon_for_delta(value) if kind == "epsilon" else pld.get_delta_for_epsilon(value))
+
+
+def privacy_profile(event: DpEvent, *, reach_delta: float, points: int = 200,
+                    discretization: float = PLD_DISCRETIZATION) -> tuple[np.ndarray, np.ndarray]:
+    """(epsilons, delta(epsilon)) of ``event`` (add/remove-one, both directions) from one PLD, on a grid
+    from 0 to 3 x epsilon(reach_delta) + 4 (linear, plus a geometric part near 0).
+
+    The PLD is dp_accounting's pessimistic estimate, so every delta is an upper bound on the true
+    hockey-stick divergence at any discretization: a coarser one is faster and only looser. The
+    trade-off curve built from these points (:class:`dpaudit.audit.tradeoff.TradeOff`) is then never
+    above the mechanism's own, which is what an audit that tests the claim needs.
+    """
+    items: list[tuple] = []
+    _flatten_for_pld(event, 1, items)  # _NotFlat: an event no trainer of ours produces
+    if any(item[0] == "nonprivate" for item in items):
+        return np.zeros(1), np.ones(1)
+    _check_grid(items, discretization)
+    pld = _composed_pld(tuple(items), discretization)
+    top = min(3.0 * float(pld.get_epsilon_for_delta(reach_delta)) + 4.0, 700.0)  # e^700 is still a finite double
+    grid = np.unique(np.concatenate([np.linspace(0.0, top, points), np.geomspace(1e-3, top, max(points // 4, 2))]))
+    return grid, np.clip(np.asarray(pld.get_delta_for_epsilon(grid), dtype=np.float64), 0.0, 1.0)

@@ -23,6 +23,7 @@ from dpaudit.audit.bounds import GUARANTEE_DP, GUARANTEE_GDP, EpsilonBound
 from dpaudit.audit.checks import _check_unit, _scores
 from dpaudit.audit.gdp import gdp_epsilon, gdp_mu
 from dpaudit.audit.thresholds import FixedGuesses, GuessGrid, SplitGuesses, _partition
+from dpaudit.audit.tradeoff import one_run_margin
 
 
 _STANDARD_NORMAL = statistics.NormalDist()
@@ -110,25 +111,10 @@ def _phi_inv(p: float) -> float:
 
 
 def _fdp_margin(mu: float, m: int, r: int, v: int, alpha: float) -> float:
-    """Positive when v correct of r guesses on m canaries rejects mu-GDP at significance alpha.
-
-    Mahloujifar, Melis & Chaudhuri (2024), the recursion of their audit with abstentions for binary
-    secrets: start from r_v = alpha v / m and h_v = alpha (r - v) / m; for i = v-1, ..., 0,
-    h_i = max(h_{i+1}, f^{-1}(r_{i+1})) with the mu-GDP blow-up inverse
-    f^{-1}(x) = Phi(Phi^{-1}(x) - mu), and r_i = r_{i+1} + i / (r - i) (h_i - h_{i+1}) (capped at 1,
-    as jax-privacy does; a smaller r only makes rejection harder). The claim is rejected when
-    r_0 + h_0 > r / m. Once h stops growing it never grows again, so the loop stops there.
-    Continuous and decreasing in mu, so the largest rejected mu is a root of this margin.
-    """
-    rr = alpha * v / m
-    h = alpha * (r - v) / m
-    for i in range(v - 1, -1, -1):  # a scalar recurrence over guesses, not over examples
-        inv = _phi(_phi_inv(rr) - mu)
-        if inv <= h:
-            break
-        rr = min(rr + i / (r - i) * (inv - h), 1.0)
-        h = inv
-    return rr + h - r / m
+    """Positive when v correct of r guesses on m canaries reject mu-GDP at significance alpha
+    (:func:`dpaudit.audit.tradeoff.one_run_margin` with the mu-GDP blow-up inverse
+    x -> Phi(Phi^{-1}(x) - mu)). Continuous and decreasing in mu, so the largest rejected mu is a root."""
+    return one_run_margin(lambda x: _phi(_phi_inv(x) - mu), m, r, v, alpha)
 
 
 def _fdp_mu(m: int, r: int, v: int, delta: float, alpha: float) -> float:

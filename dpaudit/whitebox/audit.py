@@ -1,0 +1,92 @@
+"""The whole white-box audit: R training runs with canaries, their analysis, and what is written.
+
+Each run trains in its own fresh directory under a private work folder that is removed at the end
+(a run directory with the audit block is not a model anyone should use); the output directory holds
+``whitebox.json`` (the summary: claim, every bound, the verdict), ``scores/whitebox.jsonl`` (each
+canary's coin and scores, per run) and ``manifest.json``, written atomically.
+"""
+
+from __future__ import annotations
+
+import shutil
+import tempfile
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+from tqdm.auto import tqdm
+
+from dpaudit.whitebox.analysis import VIEWS, Analysis, analyse, summary
+from dpaudit.whitebox.harness import PluginFactory, RunEvidence, run_with_canaries
+
+__all__ = ["SCHEMA", "audit_trainer", "write_audit"]
+
+SCHEMA = "dpaudit.whitebox/1"
+
+
+def audit_trainer(factory: PluginFactory, *, canaries: int = 1000, runs: int = 1, partners: int = 16,
+                  confidence: float = 0.95, seed: int | None = None, workdir: Path | None = None,
+                  progress: Callable[[int, int], None] | None = None) -> tuple[Analysis, list[RunEvidence]]:
+    """Run the audit: ``runs`` trainings, each with ``canaries`` coin-flip gradient canaries.
+
+    Args:
+        factory: builds the trainer's plug-in for an output directory.
+        canaries: m, the canaries per run (block coordinates).
+        runs: R; more than one adds the pooled many-run bounds and makes them the verdict.
+        partners: partner rows per canary when the trainer clips micro-batches.
+        confidence: of every bound.
+        seed: the auditor's coin flips (None: OS entropy). Not the trainer's randomness.
+        workdir: where the runs train (default: a temporary folder, removed afterwards).
+    """
+    rng = np.random.default_rng(seed)
+    own = workdir is None
+    base = Path(tempfile.mkdtemp(prefix="dpaudit-whitebox-")) if own else Path(workdir)
+    try:
+        evidence = []
+        for r in range(runs):
+            evidence.append(run_with_canaries(factory, base / f"run-{r}", canaries=canaries, partners=partners, rng=rng))
+            if progress is not None:
+                progress(r + 1, runs)
+        return analyse(evidence, confidence=confidence), evidence
+    finally:
+        if own:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def score_rows(analysis: Analysis, evidence: list[RunEvidence]) -> list[dict[str, Any]]:
+    """One row per canary per run: its coin and its score in each view."""
+    rows = []
+    for r, run in enumerate(evidence):
+        member = run.layout.member
+        per_view = {}
+        for view in VIEWS:
+            s = np.empty(member.size)
+            s[member] = analysis.scores[view].member[r]
+            s[~member] = analysis.scores[view].nonmember[r]
+            per_view[view] = s
+        rows.extend({"run": r, "canary": j, "member": bool(member[j]),
+                     **{view: float(per_view[view][j]) for view in VIEWS}} for j in range(member.size))
+    return rows
+
+
+def write_audit(out_dir: Path, analysis: Analysis, evidence: list[RunEvidence], *, trainer: str,
+                config: dict[str, Any], settings: dict[str, Any], overwrite: bool = False,
+                command: list[str] | None = None) -> Path:
+    """Write the audit directory (staged, then renamed into place: nothing half-written on failure)."""
+    from dpaudit.rundir import atomic_write_json, build_manifest, file_hashes, staged_directory, write_jsonl, \
+        write_manifest
+
+    body = {"schema": SCHEMA, "trainer": trainer, "config": config, "settings": settings,
+            "unit": evidence[0].layout.unit, "slots": evidence[0].layout.slots,
+            "partners": evidence[0].layout.partners, "canaries": evidence[0].layout.size, "runs": len(evidence),
+            **summary(analysis)}
+    names = ("whitebox.json", "scores/whitebox.jsonl")
+    with staged_directory(out_dir, overwrite=overwrite) as stage:
+        atomic_write_json(stage / "whitebox.json", body)
+        (stage / "scores").mkdir()
+        write_jsonl(stage / "scores" / "whitebox.jsonl", score_rows(analysis, evidence))
+        write_manifest(stage, build_manifest(schema=SCHEMA, config={"trainer": trainer, **settings},
+                                             seed=settings.get("seed"), inputs={}, outputs=file_hashes(stage, names),
+                                             command=command))
+    return Path(out_dir)

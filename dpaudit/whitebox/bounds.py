@@ -1,0 +1,138 @@
+"""The white-box audit's lower bounds: one run (coin-flip canaries) and many runs (pooled canaries).
+
+Every bound comes with what it proves:
+
+- ``steinke``: Steinke, Nasr & Jagielski (2023), one run: refutes (epsilon, delta)-DP for any mechanism;
+- ``fdp_gaussian``: Mahloujifar, Melis & Chaudhuri (2024), one run: refutes mu-GDP, read at delta;
+- ``clopper_pearson``: many runs, Clopper-Pearson on TPR and FPR over every threshold (Bonferroni):
+  refutes (epsilon, delta)-DP;
+- ``claim_family`` (one run: the f-DP recursion; many runs: a threshold's Clopper-Pearson point below
+  the curve, every threshold at once): tests the CLAIMED mechanism's own trade-off curve
+  (:mod:`dpaudit.audit.tradeoff`) and, within the family of the claim with every sigma scaled, reports
+  the epsilon of the least private member it rejects. It exceeds the claimed epsilon exactly when the
+  claim itself is rejected, which is a proof whatever the mechanism; the number itself is a lower bound
+  for mechanisms of the claimed form (Poisson-subsampled Gaussian steps with the claimed q and steps).
+
+The pooled many-run bounds treat the R x m canaries as independent trials: true across runs, and
+within a run for Dirac canaries on disjoint coordinates under per-example Poisson sampling and
+coordinate-wise noise, which is what a correct DP-SGD trainer does; R runs of one canary each make it
+the classic audit without that reading.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from dpaudit.audit.bounds import _cp_upper, epsilon_lower_bound_clopper_pearson
+from dpaudit.audit.one_run import (
+    _one_run_guesses,
+    _thresholds_for,
+    epsilon_lower_bound_one_run,
+    epsilon_lower_bound_one_run_fdp,
+)
+from dpaudit.audit.thresholds import BonferroniThresholds, GuessGrid
+from dpaudit.audit.tradeoff import TradeOff, one_run_margin
+from dpaudit.whitebox.mechanism import ClaimedMechanism, FamilyBound
+
+__all__ = ["Bound", "multi_run_bounds", "one_run_bounds"]
+
+PROOF_DP = "(epsilon, delta)-DP, any mechanism"
+PROOF_GDP = "mu-GDP (Gaussian mechanisms), read at delta"
+PROOF_FAMILY = "the claimed mechanism's trade-off curve; the number: mechanisms of the claimed form"
+
+
+@dataclass(frozen=True)
+class Bound:
+    """One lower bound: ``method``, what it ``proves``, ``epsilon`` at the claim's delta and ``confidence``."""
+
+    method: str
+    proves: str
+    epsilon: float
+    confidence: float
+    guesses: int | None = None
+    correct: int | None = None
+    scale: float | None = None
+    capped: bool = False
+
+    def to_json(self) -> dict:
+        return {"method": self.method, "proves": self.proves, "epsilon": self.epsilon, "confidence": self.confidence,
+                "guesses": self.guesses, "correct": self.correct, "scale": self.scale, "capped": self.capped}
+
+    @classmethod
+    def from_json(cls, obj: dict) -> Bound:
+        return cls(**{k: obj.get(k) for k in ("method", "proves", "epsilon", "confidence", "guesses", "correct",
+                                               "scale")}, capped=bool(obj.get("capped")))
+
+
+def _family(found: FamilyBound, confidence: float, **extra) -> Bound:
+    return Bound(method="claim_family", proves=PROOF_FAMILY, epsilon=float(found.epsilon), confidence=confidence,
+                 scale=found.scale, capped=found.capped, **extra)
+
+
+def one_run_family(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedMechanism, *, confidence: float,
+                   grid: GuessGrid = GuessGrid()) -> Bound:
+    """The claim-family bound of one run: the f-DP recursion on every guess count of ``grid``
+    (Bonferroni), the scaled claim's curve as f."""
+    member, nonmember = np.asarray(member, float), np.asarray(nonmember, float)
+    m = member.size + nonmember.size
+    pairs = grid.resolve(m)
+    desc = np.sort(np.concatenate([member, nonmember]))[::-1]
+    counts = [_one_run_guesses(member, nonmember, *_thresholds_for(desc, kp, km)) for kp, km in pairs]
+    alpha = (1 - confidence) / len(pairs)
+    useful = [(r, v) for r, v in counts if v > 0]
+
+    def rejects(curve: TradeOff) -> bool:
+        return any(one_run_margin(curve.blow_up_inverse, m, r, v, alpha) > 0 for r, v in useful)
+
+    found = claim.lower_bound(rejects)
+    best = max(counts, key=lambda rv: (rv[1] / rv[0] if rv[0] else 0.0, rv[0]))
+    return _family(found, confidence, guesses=int(best[0]), correct=int(best[1]))
+
+
+def multi_run_family(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedMechanism, *,
+                     confidence: float) -> Bound:
+    """The claim-family bound of pooled trials: at every threshold, Clopper-Pearson upper bounds on FPR
+    and FNR (each count at (1 - confidence) / 2 / n: uniform over all thresholds, see
+    :class:`~dpaudit.audit.thresholds.BonferroniThresholds`); a curve is rejected when some point is below it."""
+    member, nonmember = np.sort(np.asarray(member, float)), np.sort(np.asarray(nonmember, float))
+    n_m, n_n = member.size, nonmember.size
+    alpha = 1 - confidence
+    thresholds = np.unique(np.concatenate([member, nonmember]))
+    tp = n_m - np.searchsorted(member, thresholds, side="left")  # members scoring >= t
+    fp = n_n - np.searchsorted(nonmember, thresholds, side="left")
+    fpr_up = _cp_upper(fp, n_n, alpha / 2 / n_n)
+    fnr_up = _cp_upper(n_m - tp, n_m, alpha / 2 / n_m)
+    keep = (fpr_up < 1) & (fnr_up < 1)
+    fpr_up, fnr_up = fpr_up[keep], fnr_up[keep]
+
+    def rejects(curve: TradeOff) -> bool:
+        return bool(fpr_up.size and np.any(fnr_up < curve(fpr_up)))
+
+    return _family(claim.lower_bound(rejects), confidence)
+
+
+def one_run_bounds(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedMechanism, *,
+                   confidence: float) -> dict[str, Bound]:
+    """Steinke, the Gaussian f-DP reading and the claim family, on one run's coin-flip canaries."""
+    steinke = epsilon_lower_bound_one_run(member, nonmember, delta=claim.delta, confidence=confidence)
+    gdp = epsilon_lower_bound_one_run_fdp(member, nonmember, delta=claim.delta, confidence=confidence)
+    return {
+        "steinke": Bound(method="steinke", proves=PROOF_DP, epsilon=steinke.epsilon, confidence=confidence,
+                         guesses=steinke.guesses, correct=steinke.correct),
+        "fdp_gaussian": Bound(method="fdp_gaussian", proves=PROOF_GDP, epsilon=gdp.epsilon, confidence=confidence,
+                              guesses=gdp.guesses, correct=gdp.correct),
+        "claim_family": one_run_family(member, nonmember, claim, confidence=confidence),
+    }
+
+
+def multi_run_bounds(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedMechanism, *,
+                     confidence: float) -> dict[str, Bound]:
+    """Clopper-Pearson (epsilon, delta) and the claim family on pooled trials."""
+    cp = epsilon_lower_bound_clopper_pearson(member, nonmember, delta=claim.delta, confidence=confidence,
+                                             selection=BonferroniThresholds(), one_sided=False)
+    return {
+        "clopper_pearson": Bound(method="clopper_pearson", proves=PROOF_DP, epsilon=cp.epsilon, confidence=confidence),
+        "claim_family": multi_run_family(member, nonmember, claim, confidence=confidence),
+    }

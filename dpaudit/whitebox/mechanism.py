@@ -1,0 +1,145 @@
+"""The mechanism a trainer claims, read from its ``privacy.json``, and the family an audit bounds within.
+
+The claim of a DP-SGD run is a sequence of Poisson-subsampled Gaussian steps (q_t, sigma_t), each
+noising a clipped sum whose one-unit bound is ``sensitivity_factor x C``. :class:`ClaimedMechanism`
+holds exactly that, step by step, so the audit's scores can use the claimed q_t and noise std, and
+gives the trade-off curve of the claim scaled by s (every sigma_t times s; s = 1 is the claim): the
+family :func:`lower_bound` searches for the least private member the evidence rejects.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+
+from dpaudit import accounting
+from dpaudit.accounting.events import Segment
+from dpaudit.audit.tradeoff import TradeOff
+
+__all__ = ["ClaimedMechanism", "FamilyBound"]
+
+#: PLD discretization of the audit's trade-off curves: dp_accounting's pessimistic PLD over-states
+#: every delta at any discretization, so a coarse one is valid, faster, and looser by ~1e-3 in epsilon.
+CURVE_DISCRETIZATION = 1e-3
+#: Discretization of the optimistic PLD a bound's epsilon is read from (a lower estimate at any
+#: discretization; 1e-4 keeps it within ~0.01 of the accountant of record).
+EPSILON_DISCRETIZATION = 1e-4
+#: Profile points per curve (epsilon from 0 to 3 x the curve's own epsilon at delta + 4).
+CURVE_POINTS = 200
+#: The scale range searched: sigma x 1/16 .. sigma x 16 (a smaller scale whose PLD grid would be too
+#: large is skipped: its epsilon is in the hundreds).
+SCALE_RANGE = (1 / 16, 16.0)
+#: Bisection steps on log(s): the bound is the epsilon of the smallest REJECTED scale found, so
+#: stopping early only lowers it (10 steps: s within a factor 256^(1/1024) ~ 1.005 of the root).
+SCALE_STEPS = 10
+
+
+@dataclass(frozen=True)
+class FamilyBound:
+    """The family lower bound: ``epsilon`` of the least private rejected member (scale ``scale``);
+    0 when no member of the range is rejected; ``capped`` when even the least private one is."""
+
+    epsilon: float
+    scale: float | None
+    capped: bool = False
+
+
+@dataclass(frozen=True)
+class ClaimedMechanism:
+    """A run's claim: its accounting segments, delta, epsilon, clip norm and sensitivity factor."""
+
+    segments: tuple[Segment, ...]
+    delta: float
+    epsilon: float
+    clip_norm: float
+    sensitivity_factor: float
+
+    @classmethod
+    def from_record(cls, record: Any) -> ClaimedMechanism:
+        """The claim of a :class:`~dpaudit.training.privacy_record.PrivacyRecord` (private runs only)."""
+        if not record.private or record.epsilon is None or not record.segments:
+            raise ValueError("the run is not private: there is no claim to audit.")
+        segments = tuple(Segment(steps=int(s["steps"]), sampling_probability=float(s["sampling_probability"]),
+                                 noise_multiplier=float(s["noise_multiplier"]),
+                                 sensitivity_factor=float(s.get("sensitivity_factor", 1.0))) for s in record.segments)
+        return cls(segments=segments, delta=float(record.delta), epsilon=float(record.epsilon),
+                   clip_norm=float(record.clip_norm), sensitivity_factor=float(record.sensitivity_factor))
+
+    @property
+    def steps(self) -> int:
+        return sum(s.steps for s in self.segments)
+
+    def per_step(self) -> tuple[np.ndarray, np.ndarray]:
+        """(q_t, noise std_t) of every step: the claimed sampling rate and the claimed noise std on the
+        clipped sum (sigma_t x sensitivity_factor x C)."""
+        q = np.concatenate([np.full(s.steps, s.sampling_probability) for s in self.segments])
+        std = np.concatenate([np.full(s.steps, s.noise_multiplier * self.sensitivity_factor * self.clip_norm)
+                              for s in self.segments])
+        return q, std
+
+    def scaled_event(self, scale: float) -> Any:
+        return accounting.schedule_event([Segment(steps=s.steps, sampling_probability=s.sampling_probability,
+                                                  noise_multiplier=s.noise_multiplier * scale,
+                                                  sensitivity_factor=s.sensitivity_factor) for s in self.segments])
+
+    def epsilon_at(self, scale: float) -> float:
+        """A LOWER estimate of the epsilon at the claim's delta of the claim with every sigma scaled by
+        ``scale``: dp_accounting's optimistic PLD (``pessimistic_estimate=False``), so that a lower bound
+        read from it never over-states (the accountant of record rounds the other way)."""
+        return _optimistic_epsilon(self, float(scale))
+
+    def curve(self, scale: float = 1.0) -> TradeOff:
+        """The trade-off curve of the scaled claim, from its PLD privacy profile (never above the true one)."""
+        return _curve(self, float(scale))
+
+    def lower_bound(self, rejects: Callable[[TradeOff], bool]) -> FamilyBound:
+        """The least private scaled claim that ``rejects`` (a test, monotone: a rejected curve's more
+        private scalings are rejected too) rejects, by bisection on log(scale)."""
+        lo, hi = SCALE_RANGE
+        if not rejects(self.curve(hi)):
+            return FamilyBound(epsilon=0.0, scale=None)
+        while not _curve_fits(self, lo):
+            lo *= 2
+        if rejects(self.curve(lo)):
+            return FamilyBound(epsilon=self.epsilon_at(lo), scale=lo, capped=True)
+        for _ in range(SCALE_STEPS):
+            mid = math.sqrt(lo * hi)
+            if rejects(self.curve(mid)):
+                hi = mid
+            else:
+                lo = mid
+        return FamilyBound(epsilon=self.epsilon_at(hi), scale=hi)
+
+
+def _curve_fits(mechanism: ClaimedMechanism, scale: float) -> bool:
+    try:
+        mechanism.curve(scale)
+    except accounting.PldGridTooLargeError:
+        return False
+    return True
+
+
+@functools.lru_cache(maxsize=64)
+def _curve(mechanism: ClaimedMechanism, scale: float) -> TradeOff:
+    grid, deltas = accounting.privacy_profile(mechanism.scaled_event(scale), reach_delta=mechanism.delta,
+                                              points=CURVE_POINTS, discretization=CURVE_DISCRETIZATION)
+    return TradeOff(grid, deltas)
+
+
+@functools.lru_cache(maxsize=64)
+def _optimistic_epsilon(mechanism: ClaimedMechanism, scale: float) -> float:
+    from dp_accounting.pld import privacy_loss_distribution as pld_lib
+
+    total = None
+    for seg in mechanism.segments:
+        step = pld_lib.from_gaussian_mechanism(standard_deviation=seg.noise_multiplier * scale,
+                                               sampling_prob=seg.sampling_probability, pessimistic_estimate=False,
+                                               use_connect_dots=False,
+                                               value_discretization_interval=EPSILON_DISCRETIZATION).self_compose(seg.steps)
+        total = step if total is None else total.compose(step)
+    return float(max(0.0, total.get_epsilon_for_delta(mechanism.delta)))
