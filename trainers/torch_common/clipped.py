@@ -27,3 +27,6 @@ class Clipped:
     correct_sum: float | torch.Tensor
     units: int  # clipped units (examples, or non-empty micro-batches in edp-sgd)
     clipped: int | torch.Tensor  # units whose norm exceeded the bound
+    #: [L, U] clip factors of the units per clipping group, where a micro-batch engine reports them (a
+    #: white-box audit scales its micro-batches' audit gradients by them: trainers.torch_common.canary_block).
+    factors: torch.Tensor | None = None

@@ -182,10 +182,13 @@ class GhostClipper:
         return entries
 
     def clipped_sum(self, batch: dict[str, torch.Tensor], owner: np.ndarray, num_units: int, *,
-                    valid: torch.Tensor | None = None) -> Clipped:
+                    valid: torch.Tensor | None = None, extra_sq: torch.Tensor | None = None) -> Clipped:
         """Clipped sum over ``num_units`` units; ``owner[i]`` is the unit of example i of ``batch``.
 
         ``valid`` [B, T] (CPU, bool) marks real tokens (default: the batch's additive mask);
+        ``extra_sq`` [L, num_units]: squared norms per group of gradient parts the units hold outside the
+        model (a white-box audit's block, :mod:`trainers.torch_common.canary_block`), added before the clip
+        factors are taken and so clipped with the units (the factors are returned, ``Clipped.factors``);
         ``owner == arange(B)`` selects the batched per-example path. Four steps: one forward and one
         backward pass for the modules' inputs and output gradients (:meth:`_captured_rows`), each
         unit's squared gradient norm per clipping group (:meth:`_unit_norms`), the clip factors
@@ -208,11 +211,11 @@ class GhostClipper:
                 if p.requires_grad:
                     by_param.setdefault(self.param_index[id(p)], []).append(j)
         norms = self._unit_norms(rows, by_param, units)
-        factors = self._clip_factors(norms.sq)
+        factors = self._clip_factors(norms.sq if extra_sq is None else norms.sq + extra_sq.to(norms.sq.dtype))
         grads = self._weighted_sum(rows, by_param, units, norms, factors)
         clipped = (factors < 1.0).any(0).sum().double()
         return Clipped(grads=grads, loss_sum=losses.detach().sum().double(), correct_sum=correct.detach().sum().double(),
-                       units=num_units, clipped=clipped)
+                       units=num_units, clipped=clipped, factors=factors)
 
     def _captured_rows(self, batch: dict[str, torch.Tensor], size: int, *,
                        seq_len: int) -> tuple[torch.Tensor, torch.Tensor, list[_Row]]:

@@ -73,7 +73,7 @@ class MicrobatchClipper:
         self._per_example = vmap(grad(loss_one, has_aux=True), in_dims=(None, 0))
 
     def clipped_sum(self, batch: dict[str, torch.Tensor], microbatches: list[np.ndarray], *,
-                    chunk_examples: int = 32) -> Clipped:
+                    chunk_examples: int = 32, extra_sq: torch.Tensor | None = None) -> Clipped:
         """Sum over ``microbatches`` (index arrays into ``batch``) of their per-layer-clipped gradients.
 
         Vectorized, with the result of :meth:`add_clipped_` on each micro-batch in turn: per-example
@@ -81,6 +81,11 @@ class MicrobatchClipper:
         summed into their micro-batch (``index_add_``), then normed per layer and summed with the
         micro-batches' clip factors. k sequential backward passes of a few examples each cost more
         than this on CPU (per-pass overhead), and padding micro-batches to one size wastes compute.
+
+        ``extra_sq`` ``[L, U]`` (U the non-empty micro-batches, in order): squared norms per group of
+        gradient parts the micro-batches hold outside the model (a white-box audit's block,
+        :mod:`trainers.torch_common.canary_block`), added before the clip factors are taken, so they are
+        clipped together with the real rows; the factors are returned (``Clipped.factors``).
         """
         acc = [torch.zeros_like(p) for p in self.params]
         groups = [m for m in microbatches if len(m)]
@@ -101,13 +106,17 @@ class MicrobatchClipper:
             loss_sum = loss_sum + losses.sum()
             correct_sum = correct_sum + correct.sum()
         norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in sums])  # [P, k]
-        group_norms = torch.zeros(len(self.layer_clip_norms), norms.shape[1], device=device).index_add_(
-            0, self.param_groups.to(device), norms.pow(2)).sqrt()  # [L, k]
+        group_sq = torch.zeros(len(self.layer_clip_norms), norms.shape[1], device=device).index_add_(
+            0, self.param_groups.to(device), norms.pow(2))  # [L, k]
+        if extra_sq is not None:
+            group_sq = group_sq + extra_sq.to(group_sq.dtype)
+        group_norms = group_sq.sqrt()
         factors = (self._bounds.to(device)[:, None] / group_norms.clamp(min=_TINY)).clamp(max=1.0)
         for a, g, group in zip(acc, sums, self.param_groups.tolist()):
             a.add_(torch.tensordot(factors[group], g, dims=1))
         clipped = (factors < 1.0).any(0).sum()
-        return Clipped(grads=acc, loss_sum=loss_sum, correct_sum=correct_sum, units=len(groups), clipped=clipped)
+        return Clipped(grads=acc, loss_sum=loss_sum, correct_sum=correct_sum, units=len(groups), clipped=clipped,
+                       factors=factors)
 
     def add_clipped_(self, acc: list[torch.Tensor], batch: dict[str, torch.Tensor]) -> tuple[float, float, bool]:
         """acc += clip(gradient of the micro-batch's summed loss); returns (loss sum, correct sum, was clipped)."""
