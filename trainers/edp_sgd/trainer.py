@@ -24,6 +24,12 @@ A run (DESIGN sections 3 and 5):
    command resumes from the newest checkpoint (RNG streams are keyed by step: nothing else to save);
 5. finish: ``model/``, ``metrics.jsonl``, ``privacy.json``, ``manifest.json`` (last), each atomic;
    checkpoints/ (it holds the secret seed) is deleted unless --keep-checkpoints.
+
+White-box audits (Nasr et al. 2023; :class:`~dpaudit.training.gradient_canaries.GradientCanaryHost`, in
+the shared loop): in sgd and dp-sgd each audit row is its own unit (clipped to C in dp-sgd), in
+edp-sgd it joins micro-batch ``slot[r]`` and is clipped with that micro-batch's real rows, its block
+gradient spread over one reserved coordinate per layer group so it can use the whole budget C
+(:mod:`trainers.torch_common.canary_block`).
 """
 
 from __future__ import annotations
@@ -38,9 +44,11 @@ import torch
 from dpaudit.errors import UserInputError
 from dpaudit.training.privacy_plan import PrivacyPlan
 from dpaudit.training import RecordParts
+from dpaudit.training.gradient_canaries import UNIT_EXAMPLE, UNIT_MICROBATCH
 from dpaudit.trainers.edp_sgd import privacy
 from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
 from dpaudit.trainers.torch_common import noise, sampling
+from dpaudit.trainers.torch_common.clipped import Clipped
 from dpaudit.trainers.torch_common.clipping.ghost import GhostClipper, UnsupportedModel
 from dpaudit.trainers.torch_common.clipping.microbatch import MicrobatchClipper, layer_clip_norms
 from dpaudit.trainers.torch_common.clipping.per_example import PerExampleClipper, trainable
@@ -91,17 +99,31 @@ class _Plugin(TorchPlugin):
             extra["layer_clip_norms"] = dict(zip(self.group_names, self.layer_norms))
         return extra
 
+    def gradient_canary_unit(self) -> tuple[str, int]:
+        """edp-sgd clips micro-batches (k per step); sgd and dp-sgd each example (sgd without a bound)."""
+        if self.config.mode == "edp-sgd":
+            return UNIT_MICROBATCH, self.config.micro_batches
+        return UNIT_EXAMPLE, 1
+
+    def _audit_groups(self) -> int | None:
+        """edp-sgd: one reserved block coordinate per layer group and canary (per-layer clip norms; see
+        :mod:`trainers.torch_common.canary_block` for why); a flat block otherwise."""
+        if self.config.mode != "edp-sgd":
+            return None
+        return len(layer_groups(self.names)[0])
+
     def _setup_mechanism(self, n: int, resume_state: Mapping[str, Any] | None) -> None:
         """The clipper (it owns the sensitivity) and, for edp-sgd, the fixed micro-batch slots."""
         config = self.config
         self.clipper = None
+        model_names = self.names[:len(self.model_params)]  # without a white-box audit's block
         if config.mode == "dp-sgd":
             self.clipper = PerExampleClipper(self.model, per_example_losses, clip_norm=config.clip_norm,
                                              physical_batch=config.physical_batch)
         elif config.mode == "edp-sgd":
             k = config.micro_batches
             self.slots = sampling.example_slots(self.data.train.texts, self.data.train.labels, k, salt=self.seed)
-            self.group_names, groups = layer_groups(self.names)
+            self.group_names, groups = layer_groups(model_names)
             if resume_state is not None:
                 norms = [float(c) for c in resume_state["layer_clip_norms"]]
             else:
@@ -117,9 +139,11 @@ class _Plugin(TorchPlugin):
             self.layer_norms = norms
             # Sensitivity 2C from the clipping function alone, never from the private slot occupancy.
             self.clipper = MicrobatchClipper(self.model, per_example_losses, layer_clip_norms=norms, param_groups=groups)
+            if self.audit is not None:  # the block's group l is clipped to C_l like the model's layer group l
+                self.audit.clip_microbatches(k, norms)
         if self.clipper is not None and config.clip_engine == "ghost":  # the same clipped sums, one backward pass
             bounds = self.layer_norms if config.mode == "edp-sgd" else [config.clip_norm]
-            groups = self.clipper.param_groups.tolist() if config.mode == "edp-sgd" else [0] * len(self.params)
+            groups = self.clipper.param_groups.tolist() if config.mode == "edp-sgd" else [0] * len(model_names)
             try:
                 self.ghost = GhostClipper(self.model, per_example_losses, bounds=bounds, param_groups=groups)
             except UnsupportedModel as err:  # fall back to the vmap clippers
@@ -130,13 +154,15 @@ class _Plugin(TorchPlugin):
         [loss sum, correct sum, clipped units, units clipped, clipped-sum norm, noise norm] telemetry
         (a float64 tensor on the run's device: no host sync). ``sigma``: :meth:`TorchPlugin.aggregate`."""
         sigma = self._sigma(step, sigma)
+        # A white-box audit's rows never reach the engines: each share adds their block gradient itself.
+        indices, audit_rows = self._split_rows(indices)
         # Mask the whole batch identically on every process: each example's mask is keyed by its own
         # content hash, the public seed and the step (never its position: DESIGN section 5).
         gen = _seeded(self.seed, _MASK_STREAM, step)
         cpu = self._batch("train", indices, generator=gen) if len(indices) else None
         full = self._on_device(cpu) if cpu is not None else None
         share = self._microbatch_share if self.config.mode == "edp-sgd" else self._example_share
-        grad_sum, draws, stats = share(step, indices, sigma, cpu, full)
+        grad_sum, draws, stats = share(step, indices, audit_rows, sigma, cpu, full)
         step_noise = StepNoise(self.params, draws, self.noise_source.seed, self.plan.private)
         if grad_sum is None:  # this process had no examples
             grad_sum = [torch.zeros_like(p) for p in self.params]
@@ -146,10 +172,12 @@ class _Plugin(TorchPlugin):
         zero = torch.zeros((), dtype=torch.float64, device=self.device)
         return zero, zero, 0, zero  # loss sum, correct sum, units, units clipped
 
-    def _microbatch_share(self, step: int, indices: np.ndarray, sigma: float, cpu: dict[str, torch.Tensor] | None,
+    def _microbatch_share(self, step: int, indices: np.ndarray, audit_rows: np.ndarray, sigma: float,
+                          cpu: dict[str, torch.Tensor] | None,
                           full: dict[str, torch.Tensor] | None) -> tuple[list[torch.Tensor] | None, list[noise.Draw], tuple]:
         """eDP-SGD: this process's micro-batches (j = rank mod processes), each clipped per layer, and
-        their noise draws of std sigma x sensitivity / sqrt(k) each (Dupuy et al. 2021, Algorithm 1)."""
+        their noise draws of std sigma x sensitivity / sqrt(k) each (Dupuy et al. 2021, Algorithm 1).
+        ``audit_rows`` (a white-box audit's) join their slots' micro-batches before these are clipped."""
         config, world = self.config, self.world
         k = config.micro_batches
         groups = sampling.split_microbatches(np.arange(len(indices)), self.slots[indices], k)
@@ -161,53 +189,68 @@ class _Plugin(TorchPlugin):
         elif std_each > 0 and mine:  # the same distribution: one draw carrying this process's micro-batches'
             # noise; the sum of len(mine) independent N(0, std_each^2) is N(0, len(mine) std_each^2)
             draws = [(std_each * math.sqrt(len(mine)), (step, _PROCESS_NOISE_KEY + world.rank, world.size))]
+        audit = None
+        if self.audit is not None:  # the engine's units are the micro-batches with real rows, in this order
+            real = np.flatnonzero([len(groups[j]) > 0 for j in mine])
+            audit = self.audit.microbatches(audit_rows, mine, real)
         if full is None:
-            return None, draws, self._no_stats()
+            return self._with_block(None, audit.clipped(None) if audit is not None else None), draws, self._no_stats()
+        extra_sq = audit.engine_sq() if audit is not None else None
         if self.ghost is not None:
-            result = self._ghost_sum(cpu, full, [groups[j] for j in mine])
+            result = self._ghost_sum(cpu, full, [groups[j] for j in mine], extra_sq=extra_sq)
         else:
-            result = self.clipper.clipped_sum(full, [groups[j] for j in mine], chunk_examples=config.physical_batch)
-        return result.grads, draws, (result.loss_sum, result.correct_sum, result.units, result.clipped)
+            result = self.clipper.clipped_sum(full, [groups[j] for j in mine], chunk_examples=config.physical_batch,
+                                              extra_sq=extra_sq)
+        grads = self._with_block(result.grads, audit.clipped(result.factors) if audit is not None else None)
+        return grads, draws, (result.loss_sum, result.correct_sum, result.units, result.clipped)
 
-    def _example_share(self, step: int, indices: np.ndarray, sigma: float, cpu: dict[str, torch.Tensor] | None,
+    def _example_share(self, step: int, indices: np.ndarray, audit_rows: np.ndarray, sigma: float,
+                       cpu: dict[str, torch.Tensor] | None,
                        full: dict[str, torch.Tensor] | None) -> tuple[list[torch.Tensor] | None, list[noise.Draw], tuple]:
         """sgd / dp-sgd: this process's slice of the batch, summed (dp-sgd: each example clipped to C;
-        process 0 draws the noise of std sigma x C)."""
+        process 0 draws the noise of std sigma x C). ``audit_rows`` (a white-box audit's) are units of
+        their own, clipped by the same rule and added by process 0."""
         mode, world = self.config.mode, self.world
         draws = [(sigma * self.clipper.sensitivity, (step,))] if mode == "dp-sgd" and world.primary and sigma > 0 else []
+        block = self._audit_example_sum(audit_rows, self.clipper.clip_norm if mode == "dp-sgd" else None)
         share = np.array_split(np.arange(len(indices)), world.size)[world.rank] if len(indices) else np.arange(0)
         if not len(share):
-            return None, draws, self._no_stats()
+            return self._with_block(None, block), draws, self._no_stats()
         rows = torch.as_tensor(share)
         sub = {key: v[to_device(rows, self.device)] for key, v in full.items()}
         if mode != "dp-sgd":
             grads, stats = self._plain_sum(sub)
-            return grads, draws, stats
+            return self._with_block(grads, block), draws, stats
         if self.ghost is not None:
             valid = cpu["mask4"][rows, 0, 0, :] == 0
             result = self.ghost.clipped_sum(sub, np.arange(len(share)), len(share), valid=valid)
         else:
             result = self.clipper.clipped_sum(sub)
-        return result.grads, draws, (result.loss_sum, result.correct_sum, result.units, result.clipped)
+        return self._with_block(result.grads, block), draws, (result.loss_sum, result.correct_sum, result.units,
+                                                              result.clipped)
 
     def _plain_sum(self, sub: dict[str, torch.Tensor]) -> tuple[list[torch.Tensor], tuple]:
         """sgd: the unclipped gradient sum of the examples ``sub`` (one backward pass)."""
-        for p in self.params:
+        params = self.model_params
+        for p in params:
             p.grad = None
         losses, correct = per_example_losses(self.model, sub)
         losses.sum().backward()
-        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in self.params]
+        grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         zero = torch.zeros((), dtype=torch.float64, device=self.device)
         return grads, (losses.detach().sum().double(), correct.sum().double(), len(losses), zero)
 
-    def _ghost_sum(self, cpu: dict[str, torch.Tensor], full: dict[str, torch.Tensor], groups: list[np.ndarray]):
-        """The ghost clipper's sum over the micro-batches ``groups`` (index arrays into the batch)."""
+    def _ghost_sum(self, cpu: dict[str, torch.Tensor], full: dict[str, torch.Tensor], groups: list[np.ndarray], *,
+                   extra_sq: torch.Tensor | None = None) -> Clipped:
+        """The ghost clipper's sum over the micro-batches ``groups`` (index arrays into the batch);
+        ``extra_sq`` [L, non-empty groups]: :meth:`GhostClipper.clipped_sum`'s (a white-box audit's block)."""
         groups = [g for g in groups if len(g)]  # none: the clipper returns zeros for an empty batch
         rows = torch.as_tensor(np.concatenate([np.zeros(0, np.int64), *groups]), dtype=torch.long)
         owner = np.repeat(np.arange(len(groups)), [len(g) for g in groups])
         on_device = to_device(rows, self.device)
         sub = {key: v[on_device] for key, v in full.items()}
-        return self.ghost.clipped_sum(sub, owner, len(groups), valid=cpu["mask4"][rows, 0, 0, :] == 0)
+        return self.ghost.clipped_sum(sub, owner, len(groups), valid=cpu["mask4"][rows, 0, 0, :] == 0,
+                                      extra_sq=extra_sq)
 
     # -- outputs -----------------------------------------------------------------------------
 

@@ -13,6 +13,11 @@ step:
 3. process 0 adds N(0, (sigma_e C)^2) to every summed coordinate (secret noise seed), the sums are
    all-reduced, Eq. 3 rebuilds the update of each W, and AdamW applies it with the non-matrix
    parameters' noisy gradients (all divided by the expected batch size).
+
+White-box audits (Nasr et al. 2023; :class:`~dpaudit.training.gradient_canaries.GradientCanaryHost`, in
+the shared loop): the audit block is a plain vector clipped with the carrier gradients, like the
+non-matrix parameters (it is not reparametrized): each audit row is an example whose joint vector is
+its block gradient alone, clipped to C, and the block gets the same N(0, (sigma_e C)^2) draw.
 """
 
 from __future__ import annotations
@@ -94,12 +99,16 @@ class _Plugin(TorchPlugin):
         sigma = self._sigma(step, sigma)
         # The same masking on every process: each example's mask is keyed by its own content hash, the
         # public seed and the step (never its position: DESIGN section 5).
+        # A white-box audit's rows never reach the clipper: each is a unit of its own (its block gradient).
+        indices, audit_rows = self._split_rows(indices)
         gen = _seeded(self.seed, _MASK_STREAM, step)
         full = self._batch("train", indices, generator=gen) if len(indices) else None
         lefts, rights = self.carriers(step)
         share = np.array_split(np.arange(len(indices)), world.size)[world.rank] if len(indices) else np.arange(0)
         device = self.device
         sums = [torch.zeros(s, device=device) for s in self.reparam.shapes([left.shape[1] for left in lefts])]
+        block = self._audit_example_sum(audit_rows, self.clipper.clip_norm)
+        sums = self._with_block(sums, block)
         loss_sum = correct_sum = clipped = 0.0
         units = 0
         # Algorithm 1, line 13: N(0, sigma^2 C^2) on every summed coordinate, drawn once (by process 0).
@@ -108,7 +117,7 @@ class _Plugin(TorchPlugin):
         if len(share):
             sub = {key: v[to_device(torch.as_tensor(share), device)] for key, v in self._on_device(full).items()}
             result = self.clipper.clipped_sum(sub, lefts, rights)
-            sums = result.grads
+            sums = self._with_block(result.grads, block)
             loss_sum, correct_sum, units, clipped = result.loss_sum, result.correct_sum, result.units, result.clipped
         sums, stats = noised_total(sums, step_noise, (loss_sum, correct_sum, units, clipped), world=world, device=device)
         k = len(lefts)

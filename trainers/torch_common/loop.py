@@ -10,6 +10,14 @@ Face export. A trainer subclasses it with its mechanism: which parameters it tra
 ``self.clipper``: it owns the sensitivity), the noised aggregate of one step
 (:meth:`TorchPlugin.aggregate`) and its words for ``privacy.json`` (:meth:`TorchPlugin.record_parts`).
 
+White-box audits: :class:`TorchPlugin` implements
+:class:`~dpaudit.training.gradient_canaries.GradientCanaryHost` (Nasr et al. 2023, Dirac gradient
+canaries). Hosted canaries add an audit block (:class:`~trainers.torch_common.canary_block.AuditBlock`)
+as the last trained tensor and ``canaries.rows`` audit rows after the N real ones; a trainer's
+:meth:`TorchPlugin.aggregate` sends only the real rows through its engines (:meth:`TorchPlugin._split_rows`)
+and appends the audit rows' clipped block gradient, and :meth:`TorchPlugin.step` hands the block's
+noisy clipped sum to ``canaries.observe``. Without canaries nothing of this runs.
+
 The Config of a trainer built on this loop has the fields the loop reads (task, model, preset,
 max_length, epochs, batch_size, learning_rate, weight_decay, noise_multiplier, target_epsilon,
 delta, noise_decay, decay_rate, sigma_min, noise_seed, mask_prob, eval_examples, checkpoint_every,
@@ -36,9 +44,11 @@ from dpaudit.training.secret_rng import NoiseSource
 from dpaudit.training.tokenizer import train_wordpiece
 from dpaudit.training.api import TrainResult
 from dpaudit.training import RecordParts, RunData, RunSettings, RunSkeleton, TrainerPlugin
+from dpaudit.training.gradient_canaries import UNIT_EXAMPLE, UNIT_MICROBATCH, GradientCanaries
 from dpaudit.trainers.torch_common import checkpoint as ckpt
 from dpaudit.trainers.torch_common import data as data_mod
 from dpaudit.trainers.torch_common import distributed, noise, sampling
+from dpaudit.trainers.torch_common.canary_block import AuditBlock
 from dpaudit.trainers.torch_common.distributed import to_device
 from dpaudit.trainers.torch_common.model import (
     build_model,
@@ -158,6 +168,10 @@ class TorchPlugin(TrainerPlugin):
         self.params: list[torch.nn.Parameter] = []
         self.optimizer: torch.optim.Optimizer | None = None
         self.steps_per_epoch = 0
+        #: White-box audit (:meth:`host_gradient_canaries`): the canaries, the real row count N and the block.
+        self.canaries: GradientCanaries | None = None
+        self.real_rows = 0
+        self.audit: AuditBlock | None = None
         self.skeleton = RunSkeleton(self, Path(out_dir))
 
     # -- the skeleton's state, read by the mechanism -------------------------------------------
@@ -209,6 +223,66 @@ class TorchPlugin(TrainerPlugin):
         """The trainer's words for privacy.json, given the shared ``details``."""
         raise NotImplementedError
 
+    # -- white-box audit: GradientCanaryHost (Nasr et al. 2023, Dirac gradient canaries) -------------
+
+    def gradient_canary_unit(self) -> tuple[str, int]:
+        """The clipping unit as the engines implement it: here each example (per-example clipping, or
+        none); a trainer that clips micro-batches overrides it."""
+        return UNIT_EXAMPLE, 1
+
+    def host_gradient_canaries(self, canaries: GradientCanaries) -> None:
+        """Host ``canaries`` in the run about to start: :meth:`load_data` then counts their rows and
+        :meth:`init_model` adds their block (see :mod:`dpaudit.training.gradient_canaries`).
+
+        Raises:
+            RuntimeError: called twice, or after the run was set up (the rows would not be sampled).
+            ValueError: micro-batch clipping and an audit row without a slot in ``[0, k)``.
+        """
+        if self.canaries is not None or self.skeleton.data is not None:
+            raise RuntimeError("host_gradient_canaries must be called once, before the run is set up.")
+        unit, k = self.gradient_canary_unit()
+        if unit == UNIT_MICROBATCH and (canaries.slot is None or (canaries.rows and int(canaries.slot.max()) >= k)):
+            raise ValueError(f"this run clips {k} micro-batches per step: each audit row needs a slot in [0, {k}).")
+        self.canaries = canaries
+
+    def canary_parameters(self) -> np.ndarray:
+        """The audit block's current values as the audit reads them (float64, ``(size,)``): the last iterate."""
+        if self.audit is None:
+            raise RuntimeError("no audit block: host gradient canaries and set the run up first.")
+        return self.audit.values()
+
+    def _audit_groups(self) -> int | None:
+        """Reserved block coordinates per canary: None for one (a flat block: per-example clipping or
+        none); a trainer with per-layer clip norms returns its number of layer groups (:mod:`.canary_block`)."""
+        return None
+
+    @property
+    def model_params(self) -> list[torch.nn.Parameter]:
+        """The model's trained tensors: :attr:`params` without the audit block (the engines' tensors)."""
+        return self.params if self.audit is None else self.params[:-1]
+
+    def _split_rows(self, indices: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+        """(real row indices, audit rows) of a step's sample. Without canaries ``indices`` itself, untouched:
+        the real rows reach the engines exactly as in a run that hosts none."""
+        if self.audit is None:
+            return indices, np.zeros(0, dtype=np.int64)
+        return self.audit.split(indices)
+
+    def _audit_example_sum(self, rows: np.ndarray, clip_norm: float | None) -> torch.Tensor | None:
+        """Per-example clipping: the block's clipped sum over the audit ``rows``, added by process 0 only
+        (each row is summed once over the processes, like the noise it draws); None when not auditing."""
+        if self.audit is None:
+            return None
+        return self.audit.example_sum(rows if self.primary else rows[:0], clip_norm)
+
+    def _with_block(self, grads: list[torch.Tensor] | None, block: torch.Tensor | None) -> list[torch.Tensor] | None:
+        """The model's sums ``grads`` (None: this process had no real rows) followed by the audit block's
+        sum, aligned with :attr:`params`; ``grads`` itself when not auditing."""
+        if block is None:
+            return grads
+        model = grads if grads is not None else [torch.zeros_like(p) for p in self.model_params]
+        return [*model, block]
+
     def _sigma(self, step: int, sigma: float | None) -> float:
         """The noise multiplier of step ``step``: the skeleton's, else the plan's (0 when non-private)."""
         if sigma is not None:
@@ -258,7 +332,9 @@ class TorchPlugin(TrainerPlugin):
         config = self.config
         self.data = data_mod.load_inject_dir(self.data_dir, task=config.task, labels=config.labels,
                                              unknown_label=config.unknown_label)
-        n = len(self.data.train.texts)
+        self.real_rows = len(self.data.train.texts)
+        # A white-box audit's rows follow the real ones (indices N .. N + rows - 1) and are sampled like them.
+        n = self.real_rows + (self.canaries.rows if self.canaries is not None else 0)
         size = config.dataset_size if config.dataset_size is not None else n
         self.steps_per_epoch = math.ceil(size / config.batch_size)
         # (data.inputs is hashed here, once: the manifest needs it at the end, when --data may be gone.)
@@ -289,6 +365,9 @@ class TorchPlugin(TrainerPlugin):
                   file=sys.stderr, flush=True)
         self.n_predictions = data_mod.max_predictions(config.max_length, config.mask_prob)
         self.names, self.params = self._trainable()
+        if self.canaries is not None:  # the audit block: trained, noised and decayed like the model's tensors
+            self.audit = AuditBlock(self.canaries, self.real_rows, groups=self._audit_groups(), device=self.device)
+            self.names, self.params = [*self.names, AuditBlock.NAME], [*self.params, self.audit.param]
         self.optimizer = torch.optim.AdamW(self.params, lr=config.learning_rate, weight_decay=config.weight_decay,
                                            foreach=True)
 
@@ -386,6 +465,8 @@ class TorchPlugin(TrainerPlugin):
         """Compute the (noised) aggregate of this step's batch and apply Adam; returns telemetry with a
         device tensor of statistics (:meth:`_telemetry` turns it into numbers at log intervals)."""
         grad_sum, stats = self.aggregate(step, indices, sigma)
+        if self.audit is not None:  # the audit's one host sync per step: the block's noisy clipped sum
+            self.canaries.observe(step, self.audit.project(grad_sum[-1]))
         # The expected batch size: public, unlike the realized one.
         scale = 1.0 / (expected_batch if expected_batch is not None else self.plan.batch_at(step))
         for p, a in zip(self.params, grad_sum):
@@ -393,7 +474,9 @@ class TorchPlugin(TrainerPlugin):
         self.optimizer.step()
         for p in self.params:
             p.grad = None
-        return {"stats": stats, "batch_size": len(indices), "sigma": self._sigma(step, sigma) if self.plan.private else None}
+        # Loss and accuracy telemetry average over the real rows (audit rows have no loss).
+        rows = len(indices) if self.audit is None else int(np.count_nonzero(indices < self.real_rows))
+        return {"stats": stats, "batch_size": rows, "sigma": self._sigma(step, sigma) if self.plan.private else None}
 
     def fetch(self, pending: Sequence[tuple[int, Any]]) -> list[dict[str, Any]]:
         """Metric rows of the pending steps: their statistics fetched in one copy (the loop's only host sync)."""
