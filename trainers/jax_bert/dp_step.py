@@ -19,9 +19,16 @@ clipped-sum function carries this as its ``sensitivity`` attribute, and the step
 jax_privacy's ``clipped_grad(...).sensitivity``): the caller passes the noise *multiplier* and the
 step multiplies by its own ``step.sensitivity``, so no caller recomputes ``sigma * C``.
 
+White-box audit (:meth:`_Engine.audit_step`, used only when a run hosts gradient canaries): an
+*audit block* of trained scalars rides beside the model (:class:`AuditBlock`); audit rows are Dirac
+canaries whose gradient ``gain * e_c`` lives on the block only, clipped by the engine's own rule
+(``clipped_sum.clip_factors``) and summed per chunk (:func:`audit_clipped_sum`); the finish noises the
+block with the same draw as the model and returns the block's noisy clipped sum for the auditor.
+
 References:
   Abadi et al. 2016, "Deep Learning with Differential Privacy", Algorithm 1.
   Anil et al. 2021, "Large-Scale Differentially Private BERT", Section 3.
+  Nasr et al. 2023, "Tight Auditing of Differentially Private Machine Learning" (Dirac gradient canaries).
 """
 
 from __future__ import annotations
@@ -120,6 +127,21 @@ def clip_factors(norms: jax.Array, clip_norm: float) -> jax.Array:
         return jnp.ones_like(norms)
     safe = jnp.where(norms > clip_norm, norms, clip_norm)
     return jnp.where(norms > clip_norm, clip_norm / safe, 1.0)
+
+
+def clip_rule(clip_norm: float) -> Callable[[jax.Array], jax.Array]:
+    """``norms -> clip_factors(norms, clip_norm)``: the clipping rule a clipped-sum function applies.
+
+    Each engine clips with the function it carries as ``clipped_sum.clip_factors``, and the white-box
+    audit (:func:`audit_clipped_sum`) clips its Dirac canaries with that same attribute, so the audit
+    follows the engine's rule even if an engine's rule changes (Nasr et al. 2023 audit the code that runs).
+    """
+    clip_norm = check_clip_norm(clip_norm)
+
+    def factors(norms: jax.Array) -> jax.Array:
+        return clip_factors(norms, clip_norm)
+
+    return factors
 
 
 def clip_by_global_norm_per_example(grads: PyTree, clip_norm: float) -> tuple[PyTree, jax.Array]:
@@ -258,6 +280,7 @@ def make_clipped_sum_fn(
     """
     clip_norm = check_clip_norm(clip_norm)
     vmap_size = _resolve_vmap_size(vmap_size)
+    factors_of = clip_rule(clip_norm)
 
     def clipped_sum(params: PyTree, batch: PyTree, mask: jax.Array) -> tuple[PyTree, ChunkStats]:
         check_chunk(batch, mask)
@@ -268,7 +291,7 @@ def make_clipped_sum_fn(
             micro_batch, micro_mask = xs
             grads, loss, aux = _value_and_grad_per_example(loss_fn, params, micro_batch)
             norms = per_example_global_norms(grads)
-            weights = micro_mask * clip_factors(norms, clip_norm)
+            weights = micro_mask * factors_of(norms)
             acc = tree_add(acc, _weighted_sum(weights, grads))
             n_clipped = jnp.sum(micro_mask * (norms > clip_norm))
             stats = tree_add(stats, micro_stats(loss, aux, micro_mask, n_clipped))
@@ -282,6 +305,7 @@ def make_clipped_sum_fn(
         return acc, stats
 
     clipped_sum.sensitivity = clip_norm  # type: ignore[attr-defined]
+    clipped_sum.clip_factors = factors_of  # type: ignore[attr-defined]
     return clipped_sum
 
 
@@ -347,8 +371,82 @@ def _stats_metrics(stats: ChunkStats) -> dict[str, jax.Array]:
     )
 
 
+class AuditRows(NamedTuple):
+    """One chunk's audit slots (white-box gradient canaries, Nasr et al. 2023), aligned with its mask.
+
+    Each array is ``[S, m]`` like the chunk's mask. A slot that holds a sampled audit row has
+    ``mask`` 1, its canary's ``gain`` and block ``coordinate``; every other slot (a real row or padding)
+    has mask 0, so it contributes nothing, exactly as a padding slot contributes nothing to the real sum.
+    """
+
+    gain: Any  # [S, m] float32: the audit row's gradient is gain * e_coordinate on the audit block
+    coordinate: Any  # [S, m] int32: its block coordinate (0 where mask is 0)
+    mask: Any  # [S, m] float32: 1 where the slot holds a sampled audit row
+
+
+class AuditBlock(NamedTuple):
+    """The audit block: trained scalars beside the model, with their own state of the same optimizer.
+
+    The optimizer (:mod:`.optimizer`: Adam, decoupled weight decay, the step-count schedule) acts leaf by
+    leaf, so updating the block with its own state of the same transformation is the update it would get
+    as one more leaf of the parameters, while the model's parameters and optimizer state keep exactly
+    their structure (checkpoints, export and resume never see the block).
+    """
+
+    values: jax.Array  # [size] float32
+    opt_state: optax.OptState
+
+
+def dirac_norms(gain: jax.Array) -> jax.Array:
+    """The L2 norm of each Dirac gradient ``gain * e_c``: the engines' ``sqrt`` of the float32 sum of
+    squares (:func:`per_example_global_norms`) over its one nonzero entry (the zeros add exactly 0)."""
+    return jnp.sqrt(jnp.square(gain.astype(jnp.float32)))
+
+
+def audit_clipped_sum(
+    block_size: int, clip_factors_of: Callable[[jax.Array], jax.Array], rows: AuditRows
+) -> jax.Array:
+    """The audit block's clipped sum over one chunk's audit slots, vectorized (no loop over rows).
+
+    Audit row r's gradient is ``gain[r] * e_{coordinate[r]}`` on the block and zero on the model
+    (Nasr et al. 2023, Dirac canaries); it is clipped by the engine's own rule ``clip_factors_of``
+    (the engine's ``clipped_sum.clip_factors``), weighted by its slot's mask as the engines weight real
+    rows (``weights = mask * factors``), and scatter-added onto its coordinate: a canary above the clip
+    norm moves its coordinate by exactly ``C`` (up to float32 rounding of ``gain * (C / |gain|)``).
+    """
+    gain = jnp.asarray(rows.gain, jnp.float32).reshape(-1)
+    mask = jnp.asarray(rows.mask, jnp.float32).reshape(-1)
+    weights = mask * clip_factors_of(dirac_norms(gain))
+    coordinate = jnp.asarray(rows.coordinate, jnp.int32).reshape(-1)
+    return jnp.zeros((block_size,), jnp.float32).at[coordinate].add(weights * gain)
+
+
+def _add_noise(acc: PyTree, key: jax.Array, noise_std: jax.Array) -> tuple[PyTree, PyTree]:
+    """``(acc + noise_std * z, z)`` with ``z`` standard normal per leaf: the step's one noise draw."""
+    z = _gaussian_like(key, acc)
+    noisy = jax.tree.map(lambda s, n: s + noise_std * n, acc, z)
+    return noisy, z
+
+
+def _dp_metrics(acc: PyTree, z: PyTree, noise_std: jax.Array, stats: ChunkStats) -> StepMetrics:
+    """The DP step's telemetry: the clipped sum's and the noise's norms, their ratio, the chunk stats."""
+    sum_norm = _global_norm(acc)
+    noise_norm = noise_std * _global_norm(z)
+    return StepMetrics(
+        clipped_sum_norm=sum_norm,
+        noise_norm=noise_norm,
+        grad_snr=jnp.where(noise_norm > 0, sum_norm / jnp.maximum(noise_norm, 1e-30), jnp.inf),
+        **_stats_metrics(stats),
+    )
+
+
 class _Engine:
-    """The chunk loop shared by the DP and non-private steps: accumulate on device, then finish."""
+    """The chunk loop shared by the DP and non-private steps: accumulate on device, then finish.
+
+    With ``audit_finish`` (the DP step) it also runs the white-box audit step (:meth:`audit_step`),
+    whose jitted functions compile on its first call only: a run without canaries compiles and runs
+    exactly the functions it ran before.
+    """
 
     def __init__(
         self,
@@ -357,10 +455,12 @@ class _Engine:
         mesh: Mesh | None,
         donate_state: bool,
         sensitivity: float | None,
+        audit_finish: Callable[..., Any] | None = None,
     ) -> None:
         self._mesh = mesh
         #: L2 sensitivity of the summed gradient under add/remove of one example (None: not private).
         self.sensitivity = sensitivity
+        clip_factors_of = getattr(sum_fn, "clip_factors", None)  # read before shard_over_data wraps it
         if mesh is not None:
             sum_fn = parallel.shard_over_data(sum_fn, mesh)
             rep = parallel.replicated(mesh)
@@ -377,10 +477,42 @@ class _Engine:
         self._accumulate = jax.jit(accumulate, donate_argnums=(1, 2))
         # The new params / optimizer state can reuse the old ones' buffers (not the gradient sum's).
         self._finish = jax.jit(finish, donate_argnums=(0, 1) if donate_state else ())
+        self._audit_finish = None
+        if audit_finish is not None and clip_factors_of is not None:
+
+            def accumulate_audit(block_acc: jax.Array, rows: AuditRows) -> jax.Array:
+                return block_acc + audit_clipped_sum(block_acc.shape[0], clip_factors_of, rows)
+
+            self._accumulate_audit = jax.jit(accumulate_audit, donate_argnums=(0,))
+            self._audit_finish = jax.jit(audit_finish, donate_argnums=(0, 1, 2) if donate_state else ())
+
+    @property
+    def hosts_audit(self) -> bool:
+        """Whether this step can host white-box gradient canaries (a DP step whose clipped-sum function
+        carries its clipping rule)."""
+        return self._audit_finish is not None
 
     def noise_std(self, noise_multiplier: Any) -> float:
         """The std of the noise this step adds for ``noise_multiplier``: multiplier * sensitivity."""
         return _noise_std(noise_multiplier, self.sensitivity)
+
+    def _place(self, *trees: Any) -> tuple[Any, ...]:
+        """The step's state as global replicated arrays on the mesh (unchanged without one)."""
+        if self._mesh is None:
+            return trees
+        rep = parallel.replicated(self._mesh)
+        return tuple(jax.device_put(tree, rep) for tree in trees)
+
+    def _clipped_sums(self, params: PyTree, chunks: Sequence[Chunk]) -> tuple[PyTree, ChunkStats]:
+        """The real rows' clipped sum and stats over every chunk (the jitted ``_accumulate``)."""
+        if not chunks:
+            raise ValueError("chunks must hold at least one (batch, mask) chunk.")
+        acc, stats = self._zeros(params), self.zero_stats()
+        for batch, mask in chunks:
+            if self._mesh is not None:
+                batch, mask = parallel.place_chunk(self._mesh, batch, mask)
+            acc, stats = self._accumulate(params, acc, stats, batch, mask)
+        return acc, stats
 
     def __call__(
         self,
@@ -391,22 +523,57 @@ class _Engine:
         noise_multiplier: Any,
         expected_batch_size: Any,
     ) -> tuple[PyTree, optax.OptState, StepMetrics]:
-        if not chunks:
-            raise ValueError("chunks must hold at least one (batch, mask) chunk.")
-        if self._mesh is not None:
-            rep = parallel.replicated(self._mesh)
-            params = jax.device_put(params, rep)
-            opt_state = jax.device_put(opt_state, rep)
-            key = jax.device_put(key, rep)
-        acc, stats = self._zeros(params), self.zero_stats()
-        for batch, mask in chunks:
-            if self._mesh is not None:
-                batch, mask = parallel.place_chunk(self._mesh, batch, mask)
-            acc, stats = self._accumulate(params, acc, stats, batch, mask)
+        params, opt_state, key = self._place(params, opt_state, key)
+        acc, stats = self._clipped_sums(params, chunks)
         return self._finish(
             params,
             opt_state,
             acc,
+            stats,
+            key,
+            jnp.asarray(self.noise_std(noise_multiplier), jnp.float32),
+            jnp.asarray(expected_batch_size, jnp.float32),
+        )
+
+    def audit_step(
+        self,
+        params: PyTree,
+        opt_state: optax.OptState,
+        block: AuditBlock,
+        chunks: Sequence[Chunk],
+        audit_rows: Sequence[AuditRows],
+        key: jax.Array,
+        noise_multiplier: Any,
+        expected_batch_size: Any,
+    ) -> tuple[PyTree, optax.OptState, AuditBlock, StepMetrics, jax.Array]:
+        """The step with white-box gradient canaries (Nasr et al. 2023) hosted on ``block``.
+
+        ``audit_rows[c]`` holds the audit slots of ``chunks[c]`` (whose mask is 0 on them). The real
+        rows' clipped sum is the same jitted accumulation as :meth:`__call__`'s; the block's clipped sum
+        is accumulated chunk by chunk beside it (audit rows may sit in any micro-step of any chunk);
+        then one finish noises model and block with the trainer's one noise draw (block last), divides
+        by the expected batch size and applies the optimizer to both. Returns ``(params, opt_state,
+        block, metrics, noisy_block)``, ``noisy_block`` the block's clipped sum plus its noise, before
+        the division and the optimizer (what the audit observes). Nothing is synced to the host.
+        """
+        if self._audit_finish is None:
+            raise ValueError("this step hosts no gradient canaries (non-private, or its clipped sum carries no "
+                             "clipping rule).")
+        if len(audit_rows) != len(chunks):
+            raise ValueError(f"audit_rows must hold one AuditRows per chunk ({len(chunks)}), got {len(audit_rows)}.")
+        params, opt_state, block, key = self._place(params, opt_state, block, key)
+        acc, stats = self._clipped_sums(params, chunks)
+        block_acc = self._zeros(block.values)
+        for rows in audit_rows:
+            if self._mesh is not None:
+                rows = parallel.replicate(self._mesh, rows)
+            block_acc = self._accumulate_audit(block_acc, rows)
+        return self._audit_finish(
+            params,
+            opt_state,
+            block,
+            acc,
+            block_acc,
             stats,
             key,
             jnp.asarray(self.noise_std(noise_multiplier), jnp.float32),
@@ -456,21 +623,23 @@ def make_dp_train_step(
             raise ValueError(f"clipped_sum_fn.sensitivity must equal clip_norm={clip_norm}, got {getattr(clipped_sum, 'sensitivity', None)}.")
 
     def finish(params, opt_state, acc, stats, key, noise_std, expected_batch_size):
-        z = _gaussian_like(key, acc)
-        noisy = jax.tree.map(lambda s, n: s + noise_std * n, acc, z)
+        noisy, z = _add_noise(acc, key, noise_std)
         grads = jax.tree.map(lambda g: g / expected_batch_size, noisy)
         new_params, new_opt_state = _apply(optimizer, params, opt_state, grads)
-        sum_norm = _global_norm(acc)
-        noise_norm = noise_std * _global_norm(z)
-        metrics = StepMetrics(
-            clipped_sum_norm=sum_norm,
-            noise_norm=noise_norm,
-            grad_snr=jnp.where(noise_norm > 0, sum_norm / jnp.maximum(noise_norm, 1e-30), jnp.inf),
-            **_stats_metrics(stats),
-        )
-        return new_params, new_opt_state, metrics
+        return new_params, new_opt_state, _dp_metrics(acc, z, noise_std, stats)
 
-    return _Engine(clipped_sum, finish, mesh, donate_state, float(clipped_sum.sensitivity))
+    def audit_finish(params, opt_state, block, acc, block_acc, stats, key, noise_std, expected_batch_size):
+        # The block is one more trained leaf, the last: the one noise draw covers (model, block), and
+        # as jax.random.split(key, n + 1)[:n] == split(key, n) (partitionable threefry, JAX's default), the
+        # model's noise is the one a canary-free run draws.
+        noisy, z = _add_noise((acc, block_acc), key, noise_std)
+        grads, block_grads = jax.tree.map(lambda g: g / expected_batch_size, noisy)
+        new_params, new_opt_state = _apply(optimizer, params, opt_state, grads)
+        new_values, new_block_state = _apply(optimizer, block.values, block.opt_state, block_grads)
+        metrics = _dp_metrics((acc, block_acc), z, noise_std, stats)
+        return new_params, new_opt_state, AuditBlock(new_values, new_block_state), metrics, noisy[1]
+
+    return _Engine(clipped_sum, finish, mesh, donate_state, float(clipped_sum.sensitivity), audit_finish)
 
 
 def make_nonprivate_train_step(

@@ -202,6 +202,7 @@ def make_ghost_clipped_sum_fn(
     per-example norms from Gram matrices, and adds the clipped sum with one matmul per layer.
     """
     clip_norm = dp_step.check_clip_norm(clip_norm)
+    factors_of = dp_step.clip_rule(clip_norm)
 
     def clipped_sum(params: PyTree, batch: PyTree, mask: jax.Array) -> tuple[PyTree, dp_step.ChunkStats]:
         dp_step.check_chunk(batch, mask)
@@ -238,7 +239,7 @@ def make_ghost_clipped_sum_fn(
             recorded = _Tape(tape, grads, micro_batch, m)
             sq_norms, small = _ghost_terms(recorded, params_flat)
             norms = jnp.sqrt(sq_norms)
-            weights = micro_mask * dp_step.clip_factors(norms, clip_norm)
+            weights = micro_mask * factors_of(norms)
             sums = traverse_util.unflatten_dict(_weighted_sums(recorded, weights, small, params_flat))
             acc = dp_step.tree_add(acc, sums)
             n_clipped = jnp.sum(micro_mask * (norms > clip_norm))
@@ -251,4 +252,5 @@ def make_ghost_clipped_sum_fn(
         return acc, stats
 
     clipped_sum.sensitivity = clip_norm  # type: ignore[attr-defined]
+    clipped_sum.clip_factors = factors_of  # type: ignore[attr-defined]  (the audit's clipping rule too)
     return clipped_sum

@@ -44,6 +44,18 @@ example's mask key is ``fold_in(fold_in(fold_in(fold_in(train_key, step), 0), k0
 never of its index in the file or its batch slot (DESIGN section 5), so adding, removing or
 duplicating one row never changes another example's mask (its gradient, hence the sensitivity,
 stays that of per-example clipping).
+
+White-box audit (:class:`dpaudit.training.gradient_canaries.GradientCanaryHost`, after Nasr et al. 2023,
+"Tight Auditing of Differentially Private Machine Learning"): :meth:`_Plugin.host_gradient_canaries`,
+called before the run, appends ``canaries.rows`` audit rows after the N real rows (the skeleton samples
+N + rows indices with the same secret Poisson sampling). A sampled audit row is a Dirac canary: its
+gradient ``gain * e_c`` lives on an *audit block* of trained scalars beside the model
+(:class:`~trainers.jax_bert.dp_step.AuditBlock`), is clipped by the engine's own rule and summed in the
+jitted step (:meth:`~trainers.jax_bert.dp_step._Engine.audit_step`); the block is noised by the same
+draw as the model and updated by the same AdamW, and its noisy clipped sum is handed to
+``canaries.observe`` after each step. Real rows keep their slots and their clipped sum; a run without
+canaries runs exactly the code it ran before (no extra host sync, no extra compilation). The block is
+neither exported nor checkpointed.
 """
 
 from __future__ import annotations
@@ -51,7 +63,7 @@ from __future__ import annotations
 import functools
 import hashlib
 import math
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -69,6 +81,7 @@ from dpaudit.inject_run import (
     canary_frequencies,
     load_inject_run,
 )
+from dpaudit.training.gradient_canaries import UNIT_EXAMPLE, GradientCanaries
 from dpaudit.training.privacy_plan import PrivacyPlan, plan_privacy
 from dpaudit.training.secret_rng import NoiseSource
 from dpaudit.training.tokenizer import special_token_ids, train_wordpiece
@@ -261,6 +274,8 @@ class _Step:
 
     def __call__(self, step: int, indices: np.ndarray, sigma: float, expected_batch: float) -> Any:
         run = self.run
+        if run.canaries is not None:
+            return self._audit_call(step, indices, sigma, expected_batch)
         chunks = run._chunks(step, indices)
         noise_key = jax.random.fold_in(run.noise_key, step)
         if run.mesh is not None:
@@ -269,22 +284,39 @@ class _Step:
                                                           expected_batch)
         return metrics
 
+    def _audit_call(self, step: int, indices: np.ndarray, sigma: float, expected_batch: float) -> Any:
+        """The step with the run's gradient canaries (Nasr et al. 2023): the same real chunks, noise key,
+        sigma and expected batch as :meth:`__call__`, plus the audit slots; then the block's noisy clipped
+        sum goes to ``canaries.observe`` (the audit's one host sync per step, absent without canaries)."""
+        run = self.run
+        chunks, audit_rows = run._audit_chunks(step, indices)
+        noise_key = jax.random.fold_in(run.noise_key, step)
+        if run.mesh is not None:
+            noise_key = parallel.replicate(run.mesh, noise_key)
+        run.params, run.opt_state, run.canary_block, metrics, noisy = run.fns.step.audit_step(
+            run.params, run.opt_state, run.canary_block, chunks, audit_rows, noise_key, sigma, expected_batch)
+        run.canaries.observe(step, np.asarray(jax.device_get(noisy), dtype=np.float64))
+        return metrics
+
 
 class _ShuffleSampler:
     """``--sampling shuffle``: fixed-size batches of segment ``s`` from ``numpy_generator(1, s)``'s
     permutations (no proven epsilon). Stateless: a resumed run replays the segment's stream."""
 
-    def __init__(self, source: NoiseSource, plan: PrivacyPlan) -> None:
-        self.source, self.plan = source, plan
+    def __init__(self, source: NoiseSource, plan: Callable[[], PrivacyPlan]) -> None:
+        # The plan is read when sampling (after the skeleton's begin), so a skeleton other than the
+        # plug-in's own can run it too.
+        self.source, self.plan_of = source, plan
         self.stream: Iterator[np.ndarray] | None = None
         self.next_step = -1
 
     def sample(self, step: int, dataset_size: int, sampling_probability: float) -> np.ndarray:
         del sampling_probability
-        segment, offset = self.plan.stage_at(step)
+        plan = self.plan_of()
+        segment, offset = plan.stage_at(step)
         if step != self.next_step or offset == 0:
             self.stream = sampling.shuffle_batches(self.source.numpy_generator(_SHUFFLE_STREAM, segment), dataset_size,
-                                                   self.plan.batch_at(step))
+                                                   plan.batch_at(step))
             for _ in range(offset):
                 next(self.stream)
         self.next_step = step + 1
@@ -322,6 +354,10 @@ class _Plugin(TrainerPlugin):
         self.noise: NoiseSource | None = None
         self.noise_key: jax.Array | None = None
         self._capacity: dict[int, int] = {}
+        self.plan: PrivacyPlan | None = None  # set by begin(), from whichever skeleton runs this plug-in
+        self.real_size = 0  # N, the real training rows (batch indices >= N are audit rows)
+        self.canaries: GradientCanaries | None = None
+        self.canary_block: dp_step.AuditBlock | None = None
         self.skeleton = RunSkeleton(self, Path(out_dir))
 
     def _setup(self) -> None:
@@ -329,7 +365,38 @@ class _Plugin(TrainerPlugin):
         self.skeleton.setup()
 
     def execute(self) -> TrainResult:
+        """Run (or resume) the whole run on the plug-in's own skeleton. ``RunSkeleton(plugin, out_dir).execute()``
+        runs it the same way: the plug-in reads the plan from :meth:`begin`, not from its own skeleton."""
         return self.skeleton.execute()
+
+    # -- white-box audit: gradient canaries (dpaudit.training.gradient_canaries) ---------------------
+
+    def gradient_canary_unit(self) -> tuple[str, int]:
+        """Each example is clipped on its own (both clip engines): ``(UNIT_EXAMPLE, 1)``."""
+        return UNIT_EXAMPLE, 1
+
+    def host_gradient_canaries(self, canaries: GradientCanaries) -> None:
+        """Host ``canaries`` in this run (Nasr et al. 2023 Dirac canaries); call once, before it runs.
+
+        Raises:
+            ValueError: a non-private run (no clipping or noise to audit), or a gain whose square
+                overflows float32 (its norm would be inf and clipping would zero it instead of giving C).
+            RuntimeError: called twice, or after the run started.
+        """
+        if self.canaries is not None or self.data is not None:
+            raise RuntimeError("host_gradient_canaries must be called once, before the run starts.")
+        if self.config.non_private:
+            raise ValueError("a --non-private run has no clipping or noise: there is nothing to audit white-box.")
+        check_canary_gains(canaries.gain)
+        self.canaries = canaries  # canaries.slot is for micro-batch clipping; each example is its own unit here
+
+    def canary_parameters(self) -> np.ndarray:
+        """The audit block's current values (the last iterate), float64 ``(size,)``; zeros before training."""
+        if self.canaries is None:
+            raise RuntimeError("this run hosts no gradient canaries (call host_gradient_canaries first).")
+        if self.canary_block is None:
+            return np.zeros(self.canaries.size, np.float64)
+        return np.asarray(jax.device_get(self.canary_block.values), dtype=np.float64)
 
     # -- processes -------------------------------------------------------------------------------
 
@@ -357,8 +424,12 @@ class _Plugin(TrainerPlugin):
     # -- inputs, model, step ----------------------------------------------------------------------
 
     def load_data(self) -> RunData:
+        """The verified inputs; with gradient canaries the run has ``N + canaries.rows`` rows (the audit
+        rows after the real ones, sampled like them)."""
         self.data = load_inject_dir(self.data_dir)
-        return RunData(size=len(self.data.train_texts), inputs=self.data.inputs, identity=self.data.identity,
+        self.real_size = len(self.data.train_texts)
+        audit_rows = self.canaries.rows if self.canaries is not None else 0
+        return RunData(size=self.real_size + audit_rows, inputs=self.data.inputs, identity=self.data.identity,
                        frequencies=canary_frequencies(self.data.manifest))
 
     def settings(self) -> RunSettings:
@@ -407,7 +478,7 @@ class _Plugin(TrainerPlugin):
     def make_sampler(self, source: NoiseSource) -> Sampler:
         if self.config.sampling == "poisson":
             return SequentialPoisson(source, _POISSON_STREAM)
-        return _ShuffleSampler(source, self.skeleton.plan)
+        return _ShuffleSampler(source, lambda: self.plan)
 
     def read_state(self, path: Path) -> dict[str, Any]:
         """The checkpoint's state; one written before the run skeleton (the Poisson generator's state
@@ -418,24 +489,33 @@ class _Plugin(TrainerPlugin):
         return state
 
     def restore(self, path: Path) -> int:
-        template = init_optimizer(self.fns.optimizer, self.params, total_steps=self.skeleton.plan.total_steps)
+        # A template gives structure only: the restored state holds the checkpoint's own total_steps.
+        template = init_optimizer(self.fns.optimizer, self.params, total_steps=1)
         restored = ckpt.restore_checkpoint(path, params_template=self.params, opt_state_template=template)
         self.params, self.opt_state = restored.params, restored.opt_state
         return restored.step
 
     def begin(self, plan: PrivacyPlan) -> None:
-        """The optimizer's schedule spans the planned steps (unless restored); the state goes on the mesh."""
+        """The optimizer's schedule spans the planned steps (unless restored); the state goes on the mesh.
+        With gradient canaries, the audit block starts at 0 with its own state of the same optimizer."""
+        self.plan = plan
         if self.opt_state is None:
             self.opt_state = init_optimizer(self.fns.optimizer, self.params, total_steps=plan.total_steps)
+        if self.canaries is not None:
+            values = jnp.zeros((self.canaries.size,), jnp.float32)
+            self.canary_block = dp_step.AuditBlock(
+                values, init_optimizer(self.fns.optimizer, values, total_steps=plan.total_steps))
         if self.mesh is not None:  # global replicated arrays (device_put cannot span processes)
             self.params, self.opt_state = parallel.replicate(self.mesh, self.params), parallel.replicate(self.mesh, self.opt_state)
+            if self.canary_block is not None:
+                self.canary_block = parallel.replicate(self.mesh, self.canary_block)
 
     def save(self, directory: Path, step: int, state: Mapping[str, Any]) -> None:
         ckpt.save_checkpoint(directory, step=step, params=self.params, opt_state=self.opt_state, state=dict(state))
 
     def extra_state(self) -> dict[str, Any]:
         return {"jax_key": np.asarray(jax.random.key_data(self.train_key)).tolist(),  # public (--seed)
-                "tokenizer_sha256": self.tokenizer_sha, "noise_multiplier": self.skeleton.plan.noise_multiplier}
+                "tokenizer_sha256": self.tokenizer_sha, "noise_multiplier": self.plan.noise_multiplier}
 
     # -- batches and evaluation ------------------------------------------------------------------
 
@@ -461,19 +541,51 @@ class _Plugin(TrainerPlugin):
                 batch, w = parallel.replicate(self.mesh, (batch, w))
             self.eval_batches.append((batch, w))
 
+    def _packed(self, step: int, indices: np.ndarray) -> list[tuple[np.ndarray, np.ndarray]]:
+        """Step ``step``'s sampled indices packed into fixed-shape chunks ``(idx [S, m], mask [S, m])``."""
+        n, m = self.plan.dataset_size, self.config.physical_batch
+        return sampling.pack_microsteps(indices, m, self._chunk_capacity(step, n, m))
+
+    def _mask_key(self, step: int) -> jax.Array:
+        """The public key step ``step``'s masks are drawn from (each row folds in its own content key)."""
+        return jax.random.fold_in(jax.random.fold_in(self.train_key, step), 0)
+
+    def _masked(self, mask_key: jax.Array, idx: np.ndarray) -> dict[str, jax.Array]:
+        """The real rows ``idx [S, m]``, masked on device."""
+        return self.fns.mask_batch(mask_key, self.train_enc["content_key"][idx], self.train_enc["input_ids"][idx],
+                                   self.train_enc["attention_mask"][idx])
+
     def _chunks(self, step: int, indices: np.ndarray) -> list[tuple[dict[str, jax.Array], np.ndarray]]:
-        n, m = self.skeleton.plan.dataset_size, self.config.physical_batch
-        chunks = []
-        mask_key = jax.random.fold_in(jax.random.fold_in(self.train_key, step), 0)
-        for idx, mask in sampling.pack_microsteps(indices, m, self._chunk_capacity(step, n, m)):
-            masked = self.fns.mask_batch(mask_key, self.train_enc["content_key"][idx], self.train_enc["input_ids"][idx],
-                                         self.train_enc["attention_mask"][idx])
-            chunks.append((masked, mask))
-        return chunks
+        mask_key = self._mask_key(step)
+        return [(self._masked(mask_key, idx), mask) for idx, mask in self._packed(step, indices)]
+
+    def _audit_chunks(self, step: int, indices: np.ndarray) -> tuple[list[tuple[dict[str, jax.Array], np.ndarray]],
+                                                                      list[dp_step.AuditRows]]:
+        """:meth:`_chunks` of a run with gradient canaries, and each chunk's audit slots.
+
+        The indices are packed as in any run (a sampled index ``i >= N`` is audit row ``i - N``; sorted,
+        the real rows keep the slots they would have without audit rows). An audit slot is a padding
+        slot for the model (row 0, mask 0: it adds nothing to the real clipped sum) and a slot of mask
+        1 in its chunk's :class:`~trainers.jax_bert.dp_step.AuditRows`, holding its canary's gain and
+        coordinate; padding is 0 in both.
+        """
+        canaries, n_real = self.canaries, self.real_size
+        mask_key = self._mask_key(step)
+        chunks, audit_rows = [], []
+        for idx, mask in self._packed(step, indices):
+            audit = idx >= n_real
+            row = np.where(audit, idx - n_real, 0)
+            real_mask = np.where(audit, 0.0, mask).astype(np.float32)
+            chunks.append((self._masked(mask_key, np.where(audit, 0, idx)), real_mask))
+            audit_rows.append(dp_step.AuditRows(
+                gain=np.where(audit, canaries.gain[row], 0.0).astype(np.float32),
+                coordinate=np.where(audit, canaries.coordinate[row], 0).astype(np.int32),
+                mask=np.where(audit, mask, 0.0).astype(np.float32)))
+        return chunks, audit_rows
 
     def _chunk_capacity(self, step: int, n: int, m: int) -> int:
         """Micro-steps per chunk for step ``step``'s expected batch (cached per batch size)."""
-        plan = self.skeleton.plan
+        plan = self.plan
         batch = plan.batch_at(step)
         if batch not in self._capacity:
             if self.config.sampling == "poisson":
@@ -485,7 +597,7 @@ class _Plugin(TrainerPlugin):
 
     def fetch(self, pending: Sequence[tuple[int, Any]]) -> list[dict[str, Any]]:
         """Metric rows of the pending steps (their metrics fetched in one device_get)."""
-        plan = self.skeleton.plan
+        plan = self.plan
         private = plan.private
         rows = []
         for (step, _), metrics in zip(pending, jax.device_get([m for _, m in pending])):
@@ -542,6 +654,21 @@ class _Plugin(TrainerPlugin):
 
 # ----------------------------------------------------------------------------------------------
 # Small helpers.
+
+
+#: The largest gain a gradient canary may have: the largest float32 whose square is finite (2**64 (1 - 2**-24),
+#: about 1.8e19). The engines compute a norm as the sqrt of a float32 sum of squares; above this the square
+#: is inf, C / inf = 0, and the canary would add 0 instead of C.
+MAX_CANARY_GAIN = float(np.nextafter(np.float32(2.0**64), np.float32(0.0)))
+
+
+def check_canary_gains(gain: np.ndarray) -> None:
+    """Raises ValueError unless every gain is finite and, as float32, at most :data:`MAX_CANARY_GAIN` in size."""
+    with np.errstate(over="ignore"):  # an overflow to inf is what this check reports
+        as_f32 = np.abs(np.asarray(gain, np.float64).astype(np.float32))
+    if as_f32.size and not (np.all(np.isfinite(as_f32)) and as_f32.max() <= MAX_CANARY_GAIN):
+        raise ValueError(f"canary gains must be finite with |gain| <= {MAX_CANARY_GAIN:.7g} (float32: a larger "
+                         "gain's squared norm overflows and clipping would zero it).")
 
 
 def _num(x: Any) -> float | None:
