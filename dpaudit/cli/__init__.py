@@ -22,6 +22,8 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "inject": ("dpaudit.cli.inject:inject", "Plant secret canaries in a corpus and write the train/heldout/public splits."),
     "account": ("dpaudit.cli.account:account", "Compute, calibrate and explain the privacy budget (epsilon) of a DP-SGD run."),
     "train": ("dpaudit.cli.train:train", "Train a model on an inject directory with a pluggable (DP) trainer."),
+    "audit-trainer": ("dpaudit.cli.audit_trainer:audit_trainer",
+                      "Audit a DP trainer's implementation white-box with gradient canaries (claim vs lower bound)."),
     "attack": ("dpaudit.cli.attack:attack", "Attack a model's canaries: exact exposure and masked-secret reconstruction."),
     "report": ("dpaudit.cli.report:report", "Render the HTML audit report of one or several attack directories (comparison page)."),
     "demo": ("dpaudit.cli.demo:demo", "Run the whole pipeline end to end on the built-in corpus."),

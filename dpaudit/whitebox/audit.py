@@ -72,8 +72,11 @@ def score_rows(analysis: Analysis, evidence: list[RunEvidence]) -> list[dict[str
 
 def write_audit(out_dir: Path, analysis: Analysis, evidence: list[RunEvidence], *, trainer: str,
                 config: dict[str, Any], settings: dict[str, Any], overwrite: bool = False,
-                command: list[str] | None = None) -> Path:
-    """Write the audit directory (staged, then renamed into place: nothing half-written on failure)."""
+                command: list[str] | None = None, page: Callable[[Path], Any] | None = None) -> Path:
+    """Write the audit directory (staged, then renamed into place: nothing half-written on failure).
+
+    ``page(staged_dir)``, when given, renders ``index.html`` from the staged files (the CLI passes the
+    report's renderer: the report sits above this package)."""
     from dpaudit.rundir import atomic_write_json, build_manifest, file_hashes, staged_directory, write_jsonl, \
         write_manifest
 
@@ -81,11 +84,14 @@ def write_audit(out_dir: Path, analysis: Analysis, evidence: list[RunEvidence], 
             "unit": evidence[0].layout.unit, "slots": evidence[0].layout.slots,
             "partners": evidence[0].layout.partners, "canaries": evidence[0].layout.size, "runs": len(evidence),
             **summary(analysis)}
-    names = ("whitebox.json", "scores/whitebox.jsonl")
+    names = ["whitebox.json", "scores/whitebox.jsonl"]
     with staged_directory(out_dir, overwrite=overwrite) as stage:
         atomic_write_json(stage / "whitebox.json", body)
         (stage / "scores").mkdir()
         write_jsonl(stage / "scores" / "whitebox.jsonl", score_rows(analysis, evidence))
+        if page is not None:
+            page(stage)
+            names.append("index.html")
         write_manifest(stage, build_manifest(schema=SCHEMA, config={"trainer": trainer, **settings},
                                              seed=settings.get("seed"), inputs={}, outputs=file_hashes(stage, names),
                                              command=command))

@@ -29,7 +29,7 @@ __all__ = ["CANARY_GAIN", "PARTNER_GAIN", "CanaryLayout"]
 #: A canary's gradient norm: far above any clip norm (clipping brings it to C), small enough for
 #: float32 arithmetic in every engine (its square, 1e12, is far below float32's 3e38).
 CANARY_GAIN = 1e6
-#: A partner's gradient norm: above any clip norm, and 1,000 partners sum to a thousandth of a canary.
+#: A partner's gradient norm: above any clip norm, and 16 partners (the default) sum to 1.6% of a canary.
 PARTNER_GAIN = 1e3
 
 
@@ -65,11 +65,17 @@ class CanaryLayout:
         return int(self.member.size)
 
     def canaries(self, observe: Callable[[int, np.ndarray], None]) -> GradientCanaries:
-        """The audit rows a trainer hosts: each member canary, then ``partners`` rows per canary."""
+        """The audit rows a trainer hosts: one row per canary (gain ``CANARY_GAIN`` for a member, 0 for a
+        non-member), then ``partners`` rows per canary.
+
+        A non-member's row has a zero gradient: sampled or not, it adds nothing, so the mechanism's
+        output is exactly that of a dataset without it (add/remove adjacency). It is there so that the
+        row count N, and with it q = B / N and everything ``privacy.json`` says, is the same whatever
+        the coins: the claim then neither reveals the coins nor differs between runs, and R runs test
+        one mechanism."""
         m = self.size
-        members = np.flatnonzero(self.member)
-        coordinate = np.concatenate([members, np.repeat(np.arange(m), self.partners)])
-        gain = np.concatenate([np.full(members.size, CANARY_GAIN), np.full(m * self.partners, -PARTNER_GAIN)])
+        coordinate = np.concatenate([np.arange(m), np.repeat(np.arange(m), self.partners)])
+        gain = np.concatenate([np.where(self.member, CANARY_GAIN, 0.0), np.full(m * self.partners, -PARTNER_GAIN)])
         slot = coordinate % self.slots if self.unit == UNIT_MICROBATCH else None
         return GradientCanaries(size=m, coordinate=coordinate, gain=gain, slot=slot, observe=observe)
 

@@ -31,12 +31,9 @@ CURVE_DISCRETIZATION = 1e-3
 EPSILON_DISCRETIZATION = 1e-4
 #: Profile points per curve (epsilon from 0 to 3 x the curve's own epsilon at delta + 4).
 CURVE_POINTS = 200
-#: The scale range searched: sigma x 1/16 .. sigma x 16 (a smaller scale whose PLD grid would be too
-#: large is skipped: its epsilon is in the hundreds).
-SCALE_RANGE = (1 / 16, 16.0)
-#: Bisection steps on log(s): the bound is the epsilon of the smallest REJECTED scale found, so
-#: stopping early only lowers it (10 steps: s within a factor 256^(1/1024) ~ 1.005 of the root).
-SCALE_STEPS = 10
+#: The scales searched: sigma x 2^(k/64), 1/16 .. 16 (steps of 1.1%; a scale whose PLD grid would be
+#: too large is skipped: its epsilon is in the hundreds).
+SCALES = tuple(2.0 ** (k / 64) for k in range(-256, 257))
 
 
 @dataclass(frozen=True)
@@ -99,24 +96,30 @@ class ClaimedMechanism:
 
     def lower_bound(self, rejects: Callable[[TradeOff], bool]) -> FamilyBound:
         """The least private scaled claim that ``rejects`` (a test, monotone: a rejected curve's more
-        private scalings are rejected too) rejects, by bisection on log(scale)."""
-        lo, hi = SCALE_RANGE
-        if not rejects(self.curve(hi)):
+        private scalings are rejected too) rejects: a binary search over :data:`SCALES` (a fixed grid,
+        so that audits of the same claim share their curves). The bound is the epsilon of the smallest
+        REJECTED grid scale: the grid only ever lowers it."""
+        def rejected(i: int) -> bool:  # a scale too small for a PLD counts as not rejected (conservative)
+            return _curve_fits(self, SCALES[i]) and rejects(self.curve(SCALES[i]))
+
+        lo, hi = 0, len(SCALES) - 1
+        if not rejected(hi):
             return FamilyBound(epsilon=0.0, scale=None)
-        while not _curve_fits(self, lo):
-            lo *= 2
-        if rejects(self.curve(lo)):
-            return FamilyBound(epsilon=self.epsilon_at(lo), scale=lo, capped=True)
-        for _ in range(SCALE_STEPS):
-            mid = math.sqrt(lo * hi)
-            if rejects(self.curve(mid)):
+        if rejected(lo):
+            return FamilyBound(epsilon=self.epsilon_at(SCALES[lo]), scale=SCALES[lo], capped=True)
+        while hi - lo > 1:  # SCALES[lo] is not rejected, SCALES[hi] is
+            mid = (lo + hi) // 2
+            if rejected(mid):
                 hi = mid
             else:
                 lo = mid
-        return FamilyBound(epsilon=self.epsilon_at(hi), scale=hi)
+        return FamilyBound(epsilon=self.epsilon_at(SCALES[hi]), scale=SCALES[hi])
 
 
+@functools.lru_cache(maxsize=4096)
 def _curve_fits(mechanism: ClaimedMechanism, scale: float) -> bool:
+    if scale >= 1.0:  # the claim itself was accounted at a finer discretization: anything noisier fits
+        return True
     try:
         mechanism.curve(scale)
     except accounting.PldGridTooLargeError:
@@ -124,7 +127,7 @@ def _curve_fits(mechanism: ClaimedMechanism, scale: float) -> bool:
     return True
 
 
-@functools.lru_cache(maxsize=64)
+@functools.lru_cache(maxsize=256)
 def _curve(mechanism: ClaimedMechanism, scale: float) -> TradeOff:
     grid, deltas = accounting.privacy_profile(mechanism.scaled_event(scale), reach_delta=mechanism.delta,
                                               points=CURVE_POINTS, discretization=CURVE_DISCRETIZATION)
