@@ -1,0 +1,66 @@
+"""``dpaudit audit-trainer`` end to end on a real trainer, a real trainer broken on purpose, and bad input."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+from click.testing import CliRunner
+
+from dpaudit.cli import cli
+from dpaudit.rundir import verify_run_dir
+
+pytest.importorskip("torch")
+
+
+def _run(*args: str):
+    return CliRunner().invoke(cli, ["audit-trainer", *args], catch_exceptions=False)
+
+
+def test_audit_trainer_audits_edp_sgd_dp_sgd_and_writes_the_audit_directory(tmp_path):
+    out = tmp_path / "audit"
+    result = _run("--trainer", "edp-sgd", "--set", "mode=dp-sgd", "--target-epsilon", "4", "--canaries", "2000",
+                  "--seed", "3", "--noise-seed", "987654321", "--out", str(out))
+    assert result.exit_code == 0, result.output
+    manifest = verify_run_dir(out, schema_prefix="dpaudit.whitebox/")
+    assert {"whitebox.json", "scores/whitebox.jsonl", "index.html"} <= set(manifest["outputs"])
+    body = json.loads((out / "whitebox.json").read_text())
+    assert body["claim"]["epsilon"] == pytest.approx(4.0, abs=0.01) and body["unit"] == "example"
+    assert 0.0 < body["primary"]["epsilon"] <= body["claim"]["epsilon"] and not body["refuted"]
+    rows = [json.loads(line) for line in (out / "scores" / "whitebox.jsonl").read_text().splitlines()]
+    assert len(rows) == 2000 and 800 < sum(r["member"] for r in rows) < 1200  # fair coins
+    assert "consistent with the claim" in result.output
+    for path in out.rglob("*"):  # the secret noise seed is never recorded
+        assert path.is_dir() or "987654321" not in path.read_text(encoding="utf-8"), path
+
+
+def test_a_real_trainer_adding_half_the_noise_is_refuted_in_one_run(data_dir, tmp_path):
+    from dpaudit.training.api import load_trainer
+    from dpaudit.whitebox.audit import audit_trainer
+
+    trainer = load_trainer("edp-sgd")
+
+    class HalfNoise(trainer.Plugin):  # the bug: the step adds noise of std sigma / 2 x C; privacy.json says sigma
+        def _sigma(self, step, sigma):
+            return 0.5 * super()._sigma(step, sigma)
+
+    config = trainer.tiny_config(mode="dp-sgd", task="classify", target_epsilon=2.0, noise_multiplier=None,
+                                 epochs=5, batch_size=1024, noise_seed=5)
+    analysis, _ = audit_trainer(lambda out: HalfNoise(data_dir, out, config, seed=0), canaries=4000, seed=0,
+                                workdir=tmp_path)
+    assert analysis.claim.epsilon == pytest.approx(2.0, abs=0.01)
+    assert analysis.refuted, (analysis.primary, analysis.claim.epsilon)
+
+
+@pytest.mark.parametrize("args, words", [
+    (["--trainer", "no-such"], "--trainer 'no-such' is not a registered trainer"),
+    (["--trainer", "edp-sgd", "--set", "colour=blue"], "--set 'colour=blue'"),
+    (["--trainer", "edp-sgd", "--set", "epochs=many"], "--set 'epochs=many'"),
+])
+def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, words, tmp_path):
+    out = tmp_path / "audit"
+    result = CliRunner().invoke(cli, ["audit-trainer", *args, "--out", str(out)])
+    assert result.exit_code == 2, result.output
+    assert words in result.output and len(result.output.strip().splitlines()) == 1
+    assert not out.exists()

@@ -1,0 +1,54 @@
+"""The white-box audit's promises, counted over seeded runs (issue 27, item 1).
+
+Validity: a correct DP-SGD trainer's claim is refuted in at most the stated 5% of runs (20 runs per
+clipping unit). Power: each deliberately broken trainer (noise at sigma / 2; micro-batch clipping
+accounted as sensitivity C; a sampling rate reported at half its true value) is flagged, lower bound
+above the claimed epsilon, in ONE run, in at least 9 of 10 seeds. The trainer is the numpy one of
+:mod:`tests.whitebox.linear_audit` (real skeleton, real accounting, real secret sampling; microseconds
+per step), so the counts cost seconds.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpaudit.whitebox.analysis import analyse
+from dpaudit.whitebox.harness import run_with_canaries
+from tests.whitebox.linear_audit import HalfSamplingRate, LinearAuditPlugin, MicrobatchAccountedAsC, NoiseHalf
+
+#: (canaries, micro-batches, expected batch, steps) of each layout: per-example clipping, and eDP-SGD
+#: with one canary per micro-batch (each with 16 partners).
+PER_EXAMPLE = dict(canaries=4000, microbatches=0, batch=512, steps=20)
+MICROBATCH = dict(canaries=4096, microbatches=4096, batch=16384, steps=20)
+CLAIM = 2.0
+
+
+def _audit(plugin_cls, layout: dict, seed: int, tmp_path):
+    settings = dict(layout)
+    m = settings.pop("canaries")
+    evidence = run_with_canaries(
+        lambda out: plugin_cls(target_epsilon=CLAIM, noise_seed=10_000 + seed, **settings),
+        tmp_path / f"run-{seed}", canaries=m, partners=16, rng=np.random.default_rng(seed))
+    return analyse([evidence], confidence=0.95, full=False)
+
+
+@pytest.mark.parametrize("layout", [PER_EXAMPLE, dict(MICROBATCH, canaries=1024, microbatches=1024, batch=4096)],
+                         ids=["per-example", "micro-batch"])
+def test_a_correct_trainer_is_refuted_in_at_most_5_percent_of_20_runs(layout, tmp_path):
+    results = [_audit(LinearAuditPlugin, layout, seed, tmp_path) for seed in range(20)]
+    claims = {round(a.claim.epsilon, 6) for a in results}
+    assert len(claims) == 1 and abs(claims.pop() - CLAIM) < 0.01  # the claim never depends on the coins
+    refuted = sum(a.refuted for a in results)
+    assert refuted <= 1, [round(a.primary[1].epsilon, 3) for a in results]
+    # ... and the audit is not vacuous: a correct trainer's bound is a real fraction of its claim.
+    assert np.median([a.primary[1].epsilon for a in results]) > 0.25 * CLAIM
+
+
+@pytest.mark.parametrize("broken, layout", [(NoiseHalf, PER_EXAMPLE), (HalfSamplingRate, PER_EXAMPLE),
+                                            (MicrobatchAccountedAsC, MICROBATCH)],
+                         ids=["noise-at-half-sigma", "sampling-rate-reported-at-half", "2C-accounted-as-C"])
+def test_a_broken_trainer_is_flagged_in_one_run_in_9_of_10_seeds(broken, layout, tmp_path):
+    results = [_audit(broken, layout, seed, tmp_path) for seed in range(10)]
+    flagged = [a.primary[1].epsilon > a.claim.epsilon for a in results]
+    assert sum(flagged) >= 9, [round(a.primary[1].epsilon, 3) for a in results]

@@ -1,0 +1,59 @@
+"""The claimed mechanism's trade-off curve and the audits against it (:mod:`dpaudit.audit.tradeoff`)."""
+
+from __future__ import annotations
+
+import statistics
+
+import dp_accounting
+import numpy as np
+import pytest
+
+from dpaudit import accounting
+from dpaudit.accounting.events import Segment
+from dpaudit.audit.gdp import gdp_delta
+from dpaudit.audit.one_run import _fdp_mu
+from dpaudit.audit.tradeoff import TradeOff, one_run_margin, point_rejects
+from dpaudit.whitebox.mechanism import ClaimedMechanism
+
+_N = statistics.NormalDist()
+
+
+def test_the_curve_of_a_gaussian_profile_is_the_gaussian_trade_off_from_below():
+    mu = 1.0
+    eps = np.linspace(0, 12, 2000)
+    curve = TradeOff(eps, gdp_delta(eps, mu))
+    for alpha in (0.001, 0.01, 0.1, 0.3, 0.5, 0.9):
+        exact = _N.cdf(_N.inv_cdf(1 - alpha) - mu)
+        assert exact - 1e-3 <= curve(alpha) <= exact + 1e-12  # never above: rejecting it rejects the claim
+    for y in (0.01, 0.2, 0.6):  # the blow-up inverse of mu-GDP is Phi(Phi^-1(y) - mu)
+        assert curve.blow_up_inverse(y) == pytest.approx(_N.cdf(_N.inv_cdf(y) - mu), abs=1e-4)
+
+
+def test_the_one_run_recursion_with_the_gaussian_curve_gives_the_gaussian_bound():
+    mu = _fdp_mu(1000, 200, 180, 1e-5, 0.05)  # the existing mu-GDP one-run audit
+    eps = np.linspace(0, 30, 4000)
+    below, above = (TradeOff(eps, gdp_delta(eps, m)) for m in (mu * 0.97, mu * 1.03))
+    assert one_run_margin(below.blow_up_inverse, 1000, 200, 180, 0.05) > 0  # a weaker claim is rejected
+    assert one_run_margin(above.blow_up_inverse, 1000, 200, 180, 0.05) <= 0
+
+
+def test_privacy_profile_is_dp_accountings_and_a_point_below_the_curve_rejects():
+    event = accounting.dpsgd_event(noise_multiplier=1.1, sampling_probability=0.1, steps=50)
+    grid, deltas = accounting.privacy_profile(event, reach_delta=1e-5, discretization=1e-3)
+    pld = dp_accounting.pld.PLDAccountant(value_discretization_interval=1e-3)
+    pld.compose(event)
+    for i in (0, len(grid) // 3, len(grid) - 1):
+        assert deltas[i] == pytest.approx(pld.get_delta(float(grid[i])), rel=1e-6, abs=1e-15)
+    curve = TradeOff(grid, deltas)
+    assert point_rejects(curve, 0.01, 0.5 * float(curve(0.01)))
+    assert not point_rejects(curve, 0.01, float(curve(0.01)) + 1e-6)
+
+
+def test_the_family_bound_is_the_claim_epsilon_exactly_when_the_claim_is_the_weakest_rejected():
+    claim = ClaimedMechanism(segments=(Segment(steps=20, sampling_probability=0.2, noise_multiplier=1.5),),
+                             delta=1e-5, epsilon=0.0, clip_norm=1.0, sensitivity_factor=1.0)
+    at_claim = claim.curve(1.0)
+    found = claim.lower_bound(lambda curve: curve(0.1) >= at_claim(0.1) - 1e-12)  # rejects s >= 1 only
+    assert found.scale == pytest.approx(1.0) and found.epsilon <= claim.epsilon_at(1.0) + 1e-9
+    assert found.epsilon == pytest.approx(accounting.epsilon(claim.scaled_event(1.0), 1e-5), abs=0.02)
+    assert claim.lower_bound(lambda curve: False).epsilon == 0.0
