@@ -548,9 +548,9 @@ class _Engine:
     ) -> tuple[PyTree, optax.OptState, AuditBlock, StepMetrics, jax.Array]:
         """The step with white-box gradient canaries (Nasr et al. 2023) hosted on ``block``.
 
-        ``audit_rows[c]`` holds the audit slots of ``chunks[c]`` (whose mask is 0 on them). The real
-        rows' clipped sum is the same jitted accumulation as :meth:`__call__`'s; the block's clipped sum
-        is accumulated chunk by chunk beside it (audit rows may sit in any micro-step of any chunk);
+        ``audit_rows`` holds the step's sampled audit rows in fixed-shape pieces (they never take a slot
+        of ``chunks``, which hold the real rows). The real rows' clipped sum is the same jitted
+        accumulation as :meth:`__call__`'s; the block's clipped sum is accumulated piece by piece beside it;
         then one finish noises model and block with the trainer's one noise draw (block last), divides
         by the expected batch size and applies the optimizer to both. Returns ``(params, opt_state,
         block, metrics, noisy_block)``, ``noisy_block`` the block's clipped sum plus its noise, before
@@ -559,8 +559,6 @@ class _Engine:
         if self._audit_finish is None:
             raise ValueError("this step hosts no gradient canaries (non-private, or its clipped sum carries no "
                              "clipping rule).")
-        if len(audit_rows) != len(chunks):
-            raise ValueError(f"audit_rows must hold one AuditRows per chunk ({len(chunks)}), got {len(audit_rows)}.")
         params, opt_state, block, key = self._place(params, opt_state, block, key)
         acc, stats = self._clipped_sums(params, chunks)
         block_acc = self._zeros(block.values)

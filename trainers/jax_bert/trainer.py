@@ -299,6 +299,10 @@ class _Step:
         return metrics
 
 
+#: Audit rows per accumulation call of a run with gradient canaries (a fixed shape: one compilation).
+AUDIT_PIECE = 4096
+
+
 class _ShuffleSampler:
     """``--sampling shuffle``: fixed-size batches of segment ``s`` from ``numpy_generator(1, s)``'s
     permutations (no proven epsilon). Stateless: a resumed run replays the segment's stream."""
@@ -561,27 +565,30 @@ class _Plugin(TrainerPlugin):
 
     def _audit_chunks(self, step: int, indices: np.ndarray) -> tuple[list[tuple[dict[str, jax.Array], np.ndarray]],
                                                                       list[dp_step.AuditRows]]:
-        """:meth:`_chunks` of a run with gradient canaries, and each chunk's audit slots.
+        """The chunks of a run with gradient canaries (real rows only), and the step's audit rows.
 
-        The indices are packed as in any run (a sampled index ``i >= N`` is audit row ``i - N``; sorted,
-        the real rows keep the slots they would have without audit rows). An audit slot is a padding
-        slot for the model (row 0, mask 0: it adds nothing to the real clipped sum) and a slot of mask
-        1 in its chunk's :class:`~trainers.jax_bert.dp_step.AuditRows`, holding its canary's gain and
-        coordinate; padding is 0 in both.
+        A sampled index ``i >= N`` is audit row ``i - N``. Only the real rows go through the model: they
+        are packed into chunks as any run packs its rows (the chunk capacity is sized for the expected
+        REAL rows, q x N), so thousands of audit rows cost no model work. The audit rows travel apart,
+        in pieces of :data:`AUDIT_PIECE` slots (padding: mask 0), so their shapes, and with them the
+        compiled accumulation, do not change from step to step.
         """
         canaries, n_real = self.canaries, self.real_size
+        audit = np.sort(indices[indices >= n_real]) - n_real
+        real = indices[indices < n_real]
         mask_key = self._mask_key(step)
-        chunks, audit_rows = [], []
-        for idx, mask in self._packed(step, indices):
-            audit = idx >= n_real
-            row = np.where(audit, idx - n_real, 0)
-            real_mask = np.where(audit, 0.0, mask).astype(np.float32)
-            chunks.append((self._masked(mask_key, np.where(audit, 0, idx)), real_mask))
-            audit_rows.append(dp_step.AuditRows(
-                gain=np.where(audit, canaries.gain[row], 0.0).astype(np.float32),
-                coordinate=np.where(audit, canaries.coordinate[row], 0).astype(np.int32),
-                mask=np.where(audit, mask, 0.0).astype(np.float32)))
-        return chunks, audit_rows
+        m = self.config.physical_batch
+        packed = sampling.pack_microsteps(real, m, self._chunk_capacity(step, n_real, m))
+        chunks = [(self._masked(mask_key, idx), mask) for idx, mask in packed]
+        pieces = []
+        for start in range(0, len(audit), AUDIT_PIECE):
+            rows = audit[start:start + AUDIT_PIECE]
+            pad = AUDIT_PIECE - len(rows)
+            pieces.append(dp_step.AuditRows(
+                gain=np.pad(canaries.gain[rows].astype(np.float32), (0, pad))[None, :],
+                coordinate=np.pad(canaries.coordinate[rows].astype(np.int32), (0, pad))[None, :],
+                mask=np.pad(np.ones(len(rows), np.float32), (0, pad))[None, :]))
+        return chunks, pieces
 
     def _chunk_capacity(self, step: int, n: int, m: int) -> int:
         """Micro-steps per chunk for step ``step``'s expected batch (cached per batch size)."""
