@@ -19,18 +19,18 @@ from typing import Any
 import click
 
 
-_EPILOG = ("Examples:\n\n"
-           "  dpaudit audit-trainer --trainer edp-sgd --set mode=dp-sgd --target-epsilon 4 --out audits/dpsgd-eps4\n\n"
-           "  dpaudit audit-trainer --trainer jax-bert --target-epsilon 2 --canaries 4000 --runs 5 --out audits/jax")
+_EPILOG = ("Example: dpaudit audit-trainer --trainer edp-sgd --set mode=dp-sgd --target-epsilon 4 --runs 5 "
+           "--out audits/dpsgd-eps4")
 
 #: The audit's training data: a tiny inject directory of the built-in corpus (its rows matter little:
 #: the canaries live on coordinates of their own).
 AUDIT_INJECT = ("--corpus", "builtin:assistant", "--corpus-size", "210", "--heldout-size", "24", "--public-size", "96",
                 "--frequencies", "1", "--per-frequency", "1", "--seed", "0")
-#: Expected batch = this share of all rows (real and audit): q is about 1/4.
-BATCH_SHARE = 4
-#: Steps of each audit run (epochs for the trainers that count epochs: 2 epochs of ~4 steps).
-AUDIT_STEPS = 8
+#: Default sampling rate q of the audit runs: high enough that the claimed mechanism is nearly Gaussian
+#: (one-run audits are tightest there), low enough that a sampling rate under-stated by half still shows.
+SAMPLING_RATE = 0.5
+#: Default steps of each audit run.
+AUDIT_STEPS = 4
 
 
 def _field_value(field: dataclasses.Field, text: str, config_cls: type) -> Any:
@@ -71,20 +71,21 @@ def _overrides(config_cls: type, settings: tuple[str, ...]) -> dict[str, Any]:
 
 
 def audit_config(trainer: Any, *, target_epsilon: float, rows: int, noise_seed: int | None,
-                 settings: tuple[str, ...]) -> Any:
+                 settings: tuple[str, ...], sampling_rate: float = SAMPLING_RATE, steps: int = AUDIT_STEPS) -> Any:
     """The trainer's smallest config (``tiny_config``) with the audit's plan: ``target_epsilon``, about
-    :data:`AUDIT_STEPS` steps at q ~ 1 / :data:`BATCH_SHARE` over ``rows`` rows; ``--set`` overrides last."""
+    ``steps`` steps at q ~ ``sampling_rate`` over ``rows`` rows (trainers that count epochs: epochs of
+    ceil(1 / q) steps); ``--set`` overrides last."""
     from dpaudit.errors import UserInputError
 
     names = {f.name for f in dataclasses.fields(trainer.Config)}
     plan: dict[str, Any] = {"target_epsilon": target_epsilon, "noise_multiplier": None, "noise_seed": noise_seed,
-                            "batch_size": max(2, math.ceil(rows / BATCH_SHARE))}
+                            "batch_size": max(2, math.floor(rows * sampling_rate))}
     if "non_private" in names:
         plan["non_private"] = False
     if "epochs" in names:
-        plan["epochs"] = max(1, AUDIT_STEPS // BATCH_SHARE)
+        plan["epochs"] = max(1, round(steps / math.ceil(1 / sampling_rate)))
     elif "steps" in names:
-        plan["steps"] = AUDIT_STEPS
+        plan["steps"] = steps
     plan = {k: v for k, v in plan.items() if k in names}
     try:
         return trainer.tiny_config(**{**plan, **_overrides(trainer.Config, settings)})
@@ -98,8 +99,13 @@ def audit_config(trainer: Any, *, target_epsilon: float, rows: int, noise_seed: 
               help="Audit directory to write (whitebox.json, scores/, index.html).")
 @click.option("--target-epsilon", type=click.FloatRange(min=0, min_open=True), default=4.0, show_default=True,
               help="The epsilon each audit run is calibrated to (the claim under test).")
-@click.option("--canaries", type=click.IntRange(min=2, max=10**6), default=1000, show_default=True,
-              help="Gradient canaries per run, each a member by a fair coin.")
+@click.option("--canaries", type=click.IntRange(min=2, max=10**6), default=20000, show_default=True,
+              help="Gradient canaries per run, each a member by a fair coin (they cost no model work: more is "
+                   "tighter). Micro-batch trainers: at most their micro-batches per step (see --set micro_batches=K).")
+@click.option("--sampling-rate", type=click.FloatRange(min=0, max=1, min_open=True), default=SAMPLING_RATE,
+              show_default=True, help="q of the audit runs (the expected batch over all rows, real and audit).")
+@click.option("--steps", type=click.IntRange(min=1, max=10**5), default=AUDIT_STEPS, show_default=True,
+              help="Steps of each audit run (about: trainers that count epochs round to whole epochs).")
 @click.option("--runs", type=click.IntRange(min=1, max=10**4), default=1, show_default=True,
               help="Independent training runs; more pool their canaries (the many-run audit).")
 @click.option("--partners", type=click.IntRange(min=1, max=1000), default=16, show_default=True,
@@ -113,9 +119,9 @@ def audit_config(trainer: Any, *, target_epsilon: float, rows: int, noise_seed: 
 @click.option("--noise-seed", type=click.IntRange(min=0, max=2**63 - 1), default=None,
               help="Fix the trainer's secret noise (reproducible audits of the implementation; never recorded).")
 @click.option("--overwrite", is_flag=True, help="Replace an existing audit directory written by dpaudit.")
-def audit_trainer(trainer_name: str, out: Path, target_epsilon: float, canaries: int, runs: int, partners: int,
-                  confidence: float, settings: tuple[str, ...], seed: int | None, noise_seed: int | None,
-                  overwrite: bool) -> None:
+def audit_trainer(trainer_name: str, out: Path, target_epsilon: float, canaries: int, sampling_rate: float,
+                  steps: int, runs: int, partners: int, confidence: float, settings: tuple[str, ...],
+                  seed: int | None, noise_seed: int | None, overwrite: bool) -> None:
     """Audit a DP trainer's implementation with white-box gradient canaries (Nasr et al. 2023).
 
     Each run trains the trainer on a tiny built-in dataset plus CANARIES audit rows: a canary's gradient
@@ -144,12 +150,24 @@ def audit_trainer(trainer_name: str, out: Path, target_epsilon: float, canaries:
         data_dir = Path(work) / "data"
         _inject(data_dir)
         real_rows = _train_rows(data_dir)
-        probe = audit_config(trainer, target_epsilon=target_epsilon, rows=real_rows + canaries, noise_seed=noise_seed,
-                             settings=settings)
-        unit, _ = plugin_cls(data_dir, Path(work) / "probe", probe, seed=0).gradient_canary_unit()
+        plan = {"target_epsilon": target_epsilon, "noise_seed": noise_seed, "settings": settings,
+                "sampling_rate": sampling_rate, "steps": steps}
+        probe = audit_config(trainer, rows=real_rows + canaries, **plan)
+        unit, slots = plugin_cls(data_dir, Path(work) / "probe", probe, seed=0).gradient_canary_unit()
+        if unit == "micro-batch" and canaries > slots and not any(s.split("=")[0].strip().replace("-", "_") ==
+                                                                  "micro_batches" for s in settings):
+            # One canary per micro-batch: the micro-batch count is a public parameter that the claim (2C per
+            # example) does not depend on, so the audit may choose it.
+            click.echo(f"note: micro-batch clipping: the audit runs {canaries} micro-batches per step, one per canary "
+                       "(--set micro_batches=K to choose).", err=True)
+            plan["settings"] = (*settings, f"micro_batches={canaries}")
+            slots = canaries
+        if unit == "micro-batch" and canaries > slots:
+            click.echo(f"warning: {canaries} canaries share {slots} micro-batches: canaries in one micro-batch are "
+                       f"clipped together, which costs power (--set micro_batches={canaries} gives each its own).",
+                       err=True)
         rows = real_rows + canaries * (1 + (partners if unit == "micro-batch" else 0))
-        config = audit_config(trainer, target_epsilon=target_epsilon, rows=rows, noise_seed=noise_seed,
-                              settings=settings)
+        config = audit_config(trainer, rows=rows, **plan)
         bar = click.progressbar(length=runs, label=f"audit-trainer {trainer_name}: runs", file=sys.stderr)
         with bar:
             analysis, evidence = run_audit(
@@ -157,7 +175,8 @@ def audit_trainer(trainer_name: str, out: Path, target_epsilon: float, canaries:
                 partners=partners, confidence=confidence, seed=seed, workdir=Path(work) / "runs",
                 progress=lambda done, total: bar.update(1))
     public_config = config.to_dict() if hasattr(config, "to_dict") else dataclasses.asdict(config)
-    audit_settings = {"target_epsilon": target_epsilon, "canaries": canaries, "runs": runs, "partners": partners,
+    audit_settings = {"target_epsilon": target_epsilon, "canaries": canaries, "sampling_rate": sampling_rate,
+                      "steps": steps, "runs": runs, "partners": partners,
                       "confidence": confidence, "seed": seed, "set": list(settings)}
     write_audit(out, analysis, evidence, trainer=trainer_name, config=public_config, settings=audit_settings,
                 overwrite=overwrite, page=write_page)
