@@ -1,9 +1,12 @@
-"""``dpaudit report RUN_DIR...``: one self-contained HTML page for one or several attack directories.
+"""``dpaudit report RUN_DIR...``: one self-contained HTML page for one or several audit directories.
 
-Several directories make a comparison page (e.g. the same data trained at epsilon 1, 5, 10 and
-non-private, or sgd vs dp-sgd vs edp-sgd): memorization curves overlaid as in Anil et al. 2021,
-Figure 7. Rendering reads the attack directories (and the upstream files their manifests name) and
-never loads a model; the same directories give the same bytes.
+Each RUN_DIR is an attack directory (``dpaudit attack --out``) or a white-box trainer audit
+(``dpaudit audit-trainer --out``). Several attack directories make a comparison page (e.g. the same
+data trained at epsilon 1, 5, 10 and non-private, or sgd vs dp-sgd vs edp-sgd): memorization curves
+overlaid as in Anil et al. 2021, Figure 7. Audit-trainer directories alone make the white-box page;
+mixed with attack directories, their verdicts lead the comparison page and get a section of their
+own. Rendering reads the directories (and the upstream files their manifests name), verified against
+their manifests, and never loads a model; the same directories give the same bytes.
 """
 
 from __future__ import annotations
@@ -13,8 +16,9 @@ from pathlib import Path
 
 import click
 
-_EPILOG = ("Example: dpaudit report runs/eps1-attack runs/eps8-attack runs/nonprivate-attack "
-           "--out reports/epsilons.html")
+_EPILOG = ("\b\nExamples:\n"
+           "  dpaudit report runs/eps1-attack runs/eps8-attack runs/nonprivate-attack --out reports/epsilons.html\n"
+           "  dpaudit report audits/dpsgd-eps4 runs/eps4-attack --out reports/whitebox-and-attack.html")
 
 
 def default_output(run_dirs: tuple[Path, ...]) -> Path:
@@ -36,11 +40,13 @@ def default_output(run_dirs: tuple[Path, ...]) -> Path:
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False),
               help="HTML file to write [default: reports/<run name>.html].")
 def report(run_dirs: tuple[Path, ...], out: Path | None) -> None:
-    """Render the audit report of one attack directory, or a comparison page of several.
+    """Render the audit report of one attack or audit-trainer directory, or a comparison page of several.
 
     The page is one self-contained HTML file (inline SVG and CSS, no scripts, no network): verdict,
     memorization by repetition count, membership inference, training telemetry, per-canary table,
-    provenance. Each RUN_DIR is the --out of `dpaudit attack`; its hashes are checked first.
+    provenance. Each RUN_DIR is the --out of `dpaudit attack` or of `dpaudit audit-trainer` (the
+    white-box page: verdict, every bound, canary score histograms, claimed mechanism, limits); its
+    hashes are checked first. White-box audits lead the verdict of a page that mixes both kinds.
     """
     from dpaudit.errors import UserInputError
     from dpaudit.report import write_report

@@ -1,10 +1,13 @@
-"""The audit report: one self-contained HTML page per attack directory, or one comparing several.
+"""The audit report: one self-contained HTML page per attack or audit-trainer directory, or one comparing several.
 
-``dpaudit attack`` writes ``index.html`` next to ``results.json``; ``dpaudit report``
-renders a page of one or several attack directories. Modules, one job each: :mod:`.load` (read and
-verify an attack directory and the upstream files its manifest names), :mod:`.membership` (find the
-membership audits in typed results), :mod:`.plots` (deterministic inline SVG), :mod:`.sections`
-(typed view objects of the six sections), :mod:`.render` (Jinja2 with autoescaping).
+``dpaudit attack`` writes ``index.html`` next to ``results.json`` and ``dpaudit audit-trainer`` next to
+``whitebox.json``; ``dpaudit report`` renders a page of one or several such directories. Modules, one
+job each: :mod:`.load` (read and verify an attack directory and the upstream files its manifest
+names), :mod:`.whitebox_load` (read and verify an audit-trainer directory), :mod:`.membership` (find
+the membership audits in typed results), :mod:`.plots` (deterministic inline SVG), :mod:`.sections`
+(typed view objects of the attack page's sections), :mod:`.whitebox` (the white-box page's views and
+``write_page``), :mod:`.templating` (Jinja2 with autoescaping, the figure filters, the style sheet),
+:mod:`.render` (which page a set of directories gets).
 """
 
 from __future__ import annotations

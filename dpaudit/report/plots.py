@@ -224,3 +224,40 @@ def training(name: str, panels: Sequence[tuple[str, Sequence[Series], bool]]) ->
         return _to_svg(fig, name)
     finally:
         ctx.__exit__(None, None, None)
+
+
+#: Bins of a score histogram (shared by the groups of one panel, over their common range).
+HIST_BINS = 40
+
+
+def histograms(name: str, panels: Sequence[tuple[str, Sequence[tuple[str, np.ndarray]]]], *, xlabel: str = "score") -> str:
+    """Small multiples of overlaid histograms: per panel (title, one (label, values) per group), the
+    groups binned on the same :data:`HIST_BINS` edges over their common range (e.g. the scores of member
+    and non-member canaries, higher = member)."""
+    ncols = max(len(panels), 1)
+    groups = max((len(g) for _, g in panels), default=0)
+    legend_in = 0.2 if groups > 1 else 0.0
+    ctx, fig, axes = _figure(min(3.6 * ncols, 10.4), 2.8 + legend_in, ncols=ncols, bottom=0.5 + legend_in, wspace=0.3)
+    try:
+        for ax, (title, series) in zip(axes, panels):
+            finite = [np.asarray(v, float)[np.isfinite(np.asarray(v, float))] for _, v in series]
+            values = np.concatenate(finite) if finite else np.zeros(0)
+            if values.size:
+                low, high = float(values.min()), float(values.max())
+                edges = np.linspace(low, high if high > low else low + 1.0, HIST_BINS + 1)
+                for i, ((label, _), v) in enumerate(zip(series, finite)):
+                    color = PALETTE[i % len(PALETTE)]
+                    ax.hist(v, bins=edges, color=color, alpha=0.3, histtype="stepfilled", linewidth=0)
+                    ax.hist(v, bins=edges, color=color, histtype="step", linewidth=1.3, label=f"{label} (n = {v.size})")
+                ax.ticklabel_format(axis="x", style="sci", scilimits=(-3, 4))
+            else:
+                ax.text(0.5, 0.5, "no scores", ha="center", va="center", transform=ax.transAxes, color="#666666")
+            ax.set_title(title, fontsize=9)
+            ax.set_xlabel(xlabel)
+            ax.set_ylabel("canaries")
+        if groups > 1:
+            handles, labels = axes[0].get_legend_handles_labels()
+            fig.legend(handles, labels, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncols=groups, frameon=False)
+        return _to_svg(fig, name)
+    finally:
+        ctx.__exit__(None, None, None)

@@ -3,14 +3,17 @@
 Jinja2 with autoescaping on (every string from data, configs or command lines is escaped); the
 templates and the stylesheet are package data under ``dpaudit/report/templates/``. The page has a
 Content-Security-Policy that allows inline styles and ``data:`` images only, so nothing can run or
-load even if a string escaped the escaping. The output is a pure function of the attack directories:
+load even if a string escaped the escaping. The output is a pure function of the directories rendered:
 no dates, no random ids, stable ordering; rendering twice gives the same bytes.
+
+Attack directories get the attack report (one run) or its comparison page; audit-trainer directories
+alone get the white-box page (:mod:`dpaudit.report.whitebox`); a mix gets the comparison page with the
+white-box audits leading its verdict (the strongest valid bound for the per-example claim) and a
+section of their own.
 """
 
 from __future__ import annotations
 
-import functools
-import math
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -18,53 +21,10 @@ from typing import Any
 
 from dpaudit.report.load import ReportRun, load_run
 from dpaudit.report.sections import build_page
+from dpaudit.report.templating import environment, stylesheet
 
 #: Default folder of ``dpaudit report`` pages.
 DEFAULT_DIR = Path("reports")
-
-
-def _num(value: Any, spec: str = ".3g") -> str:
-    if value is None:
-        return "–"
-    if isinstance(value, float) and math.isnan(value):
-        return "–"
-    if isinstance(value, float) and math.isinf(value):
-        return "∞" if value > 0 else "−∞"
-    return format(value, spec)
-
-
-def _up(value: Any, digits: int = 3) -> str:
-    """A claimed epsilon or delta, rounded up (:func:`dpaudit.figures.format_up`); "–" when absent."""
-    from dpaudit.figures import format_up
-
-    return "–" if value is None else format_up(value, digits)
-
-
-def _down(value: Any, digits: int = 3) -> str:
-    """An empirical lower bound, rounded down (:func:`dpaudit.figures.format_down`); "–" when absent."""
-    from dpaudit.figures import format_down
-
-    return "–" if value is None else format_down(value, digits)
-
-
-def _ci(interval: Any, spec: str = ".3g") -> str:
-    if interval is None:
-        return "–"
-    return f"[{_num(interval.low, spec)},\u00a0{_num(interval.high, spec)}]"  # wraps before "[", never inside
-
-
-def _pair(pair: tuple[float, float] | None, spec: str = ".3g") -> str:
-    return "–" if pair is None else f"[{_num(pair[0], spec)},\u00a0{_num(pair[1], spec)}]"
-
-
-@functools.lru_cache(maxsize=1)
-def _environment():
-    import jinja2
-
-    env = jinja2.Environment(loader=jinja2.PackageLoader("dpaudit.report", "templates"), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
-    env.filters.update(num=_num, ci=_ci, pair=_pair, up=_up, down=_down)
-    return env
 
 
 def _unique_labels(runs: Sequence[ReportRun]) -> list[ReportRun]:
@@ -79,27 +39,61 @@ def _unique_labels(runs: Sequence[ReportRun]) -> list[ReportRun]:
     return out
 
 
-def render_runs(runs: Sequence[ReportRun]) -> str:
-    """The HTML page of one run, or the comparison page of several."""
+def render_runs(runs: Sequence[ReportRun], *, whitebox: Sequence[Any] = ()) -> str:
+    """The HTML page of one run, or the comparison page of several; ``whitebox`` audits
+    (:class:`~dpaudit.report.whitebox_load.WhiteboxRun`) lead its verdict and get a section of their own."""
     if not runs:
         raise ValueError("render_runs needs at least one run.")
-    env = _environment()
-    from markupsafe import Markup
+    views = ()
+    if whitebox:
+        from dpaudit.report.whitebox import whitebox_view
 
-    # The stylesheet is the package's own file, not data: inserted verbatim (escaping would break its quotes).
-    css = Markup(env.loader.get_source(env, "style.css")[0])  # type: ignore[union-attr]
-    page = build_page(_unique_labels(runs))
-    return env.get_template("report.html.j2").render(page=page, css=css)
+        views = tuple(whitebox_view(w, index=i, histograms=False) for i, w in enumerate(whitebox))
+    page = build_page(_unique_labels(runs), whitebox=views)
+    return environment().get_template("report.html.j2").render(page=page, css=stylesheet())
+
+
+def load_dir(path: str | os.PathLike[str]) -> Any:
+    """One directory for the report, verified against its manifest: a :class:`ReportRun` of an attack directory,
+    or a :class:`~dpaudit.report.whitebox_load.WhiteboxRun` of an audit-trainer directory.
+
+    Raises:
+        UserInputError: neither kind of directory, a changed file, or results of an unknown schema version.
+    """
+    from dpaudit.errors import UserInputError
+    from dpaudit.report.whitebox_load import is_whitebox_dir, load_whitebox
+    from dpaudit.rundir import load_manifest
+
+    manifest = load_manifest(path)
+    if is_whitebox_dir(manifest):
+        return load_whitebox(path)
+    if not str(manifest["schema"]).startswith("dpaudit.attack/"):
+        raise UserInputError(f"{path} is a {manifest['schema']!r} directory, not an attack directory (the --out of dpaudit "
+                             "attack) or an audit-trainer directory (the --out of dpaudit audit-trainer).")
+    return load_run(path)
 
 
 def render_report(paths: Sequence[str | os.PathLike[str]]) -> str:
-    """Render the report of one or several attack directories (verified; no model loaded).
+    """Render the report of one or several attack or audit-trainer directories (verified; no model loaded).
+
+    Only audit-trainer directories: the white-box page (one audit, or several side by side). Only attack
+    directories: the attack report or comparison page. A mix: the comparison page, its verdict led by the
+    white-box audits, with a white-box section.
 
     Raises:
-        UserInputError: a path that is not an attack directory, has changed files, or holds results
-            of an unknown schema version.
+        UserInputError: a path that is not an attack or audit-trainer directory, has changed files, or holds
+            results of an unknown schema version.
     """
-    return render_runs([load_run(p) for p in paths])
+    from dpaudit.report.whitebox_load import WhiteboxRun
+
+    loaded = [load_dir(p) for p in paths]
+    whitebox = [r for r in loaded if isinstance(r, WhiteboxRun)]
+    runs = [r for r in loaded if not isinstance(r, WhiteboxRun)]
+    if not runs:
+        from dpaudit.report.whitebox import render_whitebox
+
+        return render_whitebox(whitebox)
+    return render_runs(runs, whitebox=whitebox)
 
 
 def write_report(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> Path:

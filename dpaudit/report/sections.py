@@ -400,7 +400,8 @@ class Provenance:
     warnings: tuple[str, ...]
 
 
-def _stage(name: str, manifest: Mapping[str, Any]) -> Stage:
+def stage_view(name: str, manifest: Mapping[str, Any]) -> Stage:
+    """A stage's manifest as the provenance shows it: command line and config with secret values redacted."""
     command = manifest.get("command")
     if isinstance(command, list):
         shown = shlex.join(redact_command(command))
@@ -412,25 +413,25 @@ def _stage(name: str, manifest: Mapping[str, Any]) -> Stage:
             shown = " ".join(redact_command(text.split()))
     return Stage(name=name, schema=str(manifest.get("schema", "")), version=str(manifest.get("dpaudit_version", "?")),
                  command=shown, seed=str(manifest.get("seed")),
-                 config=json.dumps(_redact_config(manifest.get("config", {})), indent=2, sort_keys=True, default=str))
+                 config=json.dumps(redact_config(manifest.get("config", {})), indent=2, sort_keys=True, default=str))
 
 
-def _redact_config(value: Any) -> Any:
+def redact_config(value: Any) -> Any:
     """A config with any ``noise_seed`` value replaced by the manifests' :data:`~dpaudit.rundir.REDACTED` (it is the
     randomness the guarantee relies on; an older manifest may hold it verbatim)."""
     if isinstance(value, Mapping):
-        return {k: (REDACTED if str(k).replace("-", "_") == "noise_seed" and v is not None else _redact_config(v))
+        return {k: (REDACTED if str(k).replace("-", "_") == "noise_seed" and v is not None else redact_config(v))
                 for k, v in value.items()}
     if isinstance(value, list):
-        return [_redact_config(v) for v in value]
+        return [redact_config(v) for v in value]
     return value
 
 
 def provenance(run: ReportRun) -> Provenance:
-    stages = [_stage("attack", run.manifest)]
+    stages = [stage_view("attack", run.manifest)]
     for role in ("train", "inject"):
         if role in run.upstream_manifests:
-            stages.append(_stage(role, run.upstream_manifests[role]))
+            stages.append(stage_view(role, run.upstream_manifests[role]))
     train = run.upstream_manifests.get("train", {})
     tokenizer = (
         f"trained on {train['tokenizer_trained_on']} only" if "tokenizer_trained_on" in train else
@@ -459,16 +460,18 @@ class Page:
     training: Training
     canaries: tuple[CanaryTable, ...]
     provenance: tuple[Provenance, ...]
+    whitebox: tuple[Any, ...] = ()  # white-box audits on the page (dpaudit.report.whitebox.WhiteboxView): their verdicts lead
 
 
-def build_page(runs: Sequence[ReportRun]) -> Page:
+def build_page(runs: Sequence[ReportRun], *, whitebox: Sequence[Any] = ()) -> Page:
+    """The page of attack ``runs``; ``whitebox`` audit views (already built) lead its verdict and get a section."""
     from dpaudit import __version__
 
     audits = {run.label: membership_audits(run.results) for run in runs}
     heads = {run.label: run_headline(run) for run in runs}
-    labels = ", ".join(r.label for r in runs)
+    labels = ", ".join([*(w.label for w in whitebox), *(r.label for r in runs)])
     return Page(title=f"dpaudit report: {labels}", comparison=len(runs) > 1, version=__version__,
                 verdicts=tuple(verdict(r, audits[r.label], heads[r.label]) for r in runs), memorization=memorization(runs),
                 mia=mia(runs, audits, heads), training=training(runs), canaries=canary_tables(runs),
-                provenance=tuple(provenance(r) for r in runs))
+                provenance=tuple(provenance(r) for r in runs), whitebox=tuple(whitebox))
 

@@ -1,0 +1,284 @@
+"""Read what the white-box page shows: one ``dpaudit audit-trainer`` directory, as typed records.
+
+The directory holds ``whitebox.json`` (schema ``dpaudit.whitebox/1``: the claim, every bound, the
+verdict), ``scores/whitebox.jsonl`` (one row per canary per run: its coin and its score in each view)
+and ``manifest.json``. :func:`load_whitebox` verifies the directory against its manifest first (a
+changed file is refused, as for attack directories); :func:`read_whitebox` reads the files without a
+manifest, for ``dpaudit audit-trainer``, which renders ``index.html`` in the staged directory before
+the manifest is written. Values of the wrong type (a file edited and re-hashed, or written by another
+program) are refused with a one-line error naming the field, never a traceback from the renderer.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import math
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpaudit.errors import UserInputError
+from dpaudit.report.load import type_problem
+from dpaudit.rundir import MANIFEST_NAME, load_manifest, sha256_file
+
+__all__ = ["RESULTS_FILE", "SCHEMA", "SCORES_FILE", "VIEWS", "WhiteboxBound", "WhiteboxClaim", "WhiteboxRun", "WhiteboxScores",
+           "WhiteboxSegment", "is_whitebox_dir", "load_whitebox", "read_whitebox"]
+
+#: The schema of ``whitebox.json`` (and of the directory's manifest) this dpaudit reads.
+SCHEMA = "dpaudit.whitebox/1"
+RESULTS_FILE = "whitebox.json"
+SCORES_FILE = "scores/whitebox.jsonl"
+#: What the auditor sees: every step's noisy sum, or only the final parameters (the order shown).
+VIEWS = ("all_iterates", "last_iterate")
+#: The verdict's two kinds of bound.
+KINDS = ("one-run", "pooled")
+
+
+@dataclass(frozen=True, kw_only=True)
+class WhiteboxBound:
+    """One lower bound as ``whitebox.json`` stores it (see :class:`dpaudit.whitebox.bounds.Bound`)."""
+
+    method: str
+    proves: str
+    epsilon: float
+    confidence: float
+    guesses: int | None = None
+    correct: int | None = None
+    scale: float | None = None
+    capped: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class WhiteboxSegment:
+    """``steps`` Poisson-subsampled Gaussian steps at rate q with noise multiplier sigma."""
+
+    steps: int
+    sampling_probability: float
+    noise_multiplier: float
+
+
+@dataclass(frozen=True, kw_only=True)
+class WhiteboxClaim:
+    """The claim under test: the run's ``privacy.json`` (epsilon at delta, its steps and mechanism)."""
+
+    epsilon: float
+    delta: float
+    steps: int
+    clip_norm: float
+    sensitivity_factor: float
+    segments: tuple[WhiteboxSegment, ...]
+
+
+@dataclass(frozen=True, kw_only=True)
+class WhiteboxScores:
+    """Every canary's score: ``run[i]``, ``member[i]`` and, per view, ``values[view][i]`` of row i."""
+
+    run: np.ndarray
+    member: np.ndarray
+    values: Mapping[str, np.ndarray]
+
+    def of(self, view: str, *, member: bool) -> np.ndarray:
+        return self.values[view][self.member == member]
+
+
+@dataclass(frozen=True, kw_only=True)
+class WhiteboxRun:
+    """Everything the white-box page shows about one audit directory.
+
+    Attributes:
+        label: how a comparison page names the audit (the directory as given).
+        trainer, config, settings: the trainer audited, its public config, the audit's options.
+        unit, slots, partners: the clipping unit, micro-batches per step, partner rows per canary.
+        canaries, runs: m canaries per run, R runs.
+        claim: the claim under test.
+        confidence: the verdict's; each bound holds at ``bound_confidence``.
+        primary_kind, primary_view, primary: the verdict's bound (the larger of its two).
+        refuted: the primary bound exceeds the claimed epsilon.
+        auc: per view, over the pooled canaries of every run.
+        one_run: per view, per run, method -> bound. pooled: per view, method -> bound.
+        scores: the per-canary scores (None when not read).
+        manifest: the verified manifest (None: rendered before it was written).
+        files: (name, sha256) of the files the page was rendered from.
+    """
+
+    label: str
+    trainer: str
+    config: Mapping[str, Any]
+    settings: Mapping[str, Any]
+    unit: str
+    slots: int
+    partners: int
+    canaries: int
+    runs: int
+    claim: WhiteboxClaim
+    confidence: float
+    bound_confidence: float
+    primary_kind: str
+    primary_view: str
+    primary: WhiteboxBound
+    refuted: bool
+    auc: dict[str, float]
+    one_run: dict[str, tuple[dict[str, WhiteboxBound], ...]]
+    pooled: dict[str, dict[str, WhiteboxBound]]
+    scores: WhiteboxScores | None
+    manifest: Mapping[str, Any] | None
+    files: tuple[tuple[str, str], ...]
+
+    @property
+    def verdict_bounds(self) -> tuple[tuple[str, WhiteboxBound], ...]:
+        """The verdict's two bounds, fixed before the audit ran: (kind, bound) of the one-run claimed
+        curve of the first run and of the pooled claimed curve, all iterates."""
+        out = []
+        if self.one_run.get("all_iterates") and "claim_family" in self.one_run["all_iterates"][0]:
+            out.append(("one-run", self.one_run["all_iterates"][0]["claim_family"]))
+        if "claim_family" in self.pooled.get("all_iterates", {}):
+            out.append(("pooled", self.pooled["all_iterates"]["claim_family"]))
+        return tuple(out)
+
+
+def is_whitebox_dir(manifest: Mapping[str, Any]) -> bool:
+    """Whether a run directory's manifest is an audit-trainer directory's (any version)."""
+    return str(manifest.get("schema", "")).startswith("dpaudit.whitebox/")
+
+
+def _problem(path: Path, field: str, expected: str, value: Any) -> UserInputError:
+    text = json.dumps(value) if isinstance(value, (str, int, float, bool, type(None), list, dict)) else repr(value)
+    text = text if len(text) <= 40 else text[:37] + "..."
+    return UserInputError(f"{path}: field {field} must be {expected}, got {text}; rerun dpaudit audit-trainer (the files "
+                          "were edited or written by another program).")
+
+
+def _bound(obj: Any) -> WhiteboxBound:
+    if not isinstance(obj, dict):
+        raise TypeError("a bound must be an object")
+    return WhiteboxBound(**{k: obj.get(k) for k in ("method", "proves", "epsilon", "confidence", "guesses", "correct",
+                                                     "scale")}, capped=obj.get("capped", False))
+
+
+def _bounds(obj: Any) -> dict[str, WhiteboxBound]:
+    if not isinstance(obj, dict):
+        raise TypeError("bounds must be an object of method -> bound")
+    return {str(k): _bound(v) for k, v in sorted(obj.items())}
+
+
+def _fields(raw: Mapping[str, Any]) -> dict[str, Any]:
+    claim = raw["claim"]
+    primary = raw["primary"]
+    return {
+        "trainer": raw["trainer"], "config": raw.get("config", {}), "settings": raw.get("settings", {}),
+        "unit": raw["unit"], "slots": raw["slots"], "partners": raw["partners"], "canaries": raw["canaries"],
+        "runs": raw["runs"],
+        "claim": WhiteboxClaim(epsilon=claim["epsilon"], delta=claim["delta"], steps=claim["steps"],
+                               clip_norm=claim["clip_norm"], sensitivity_factor=claim["sensitivity_factor"],
+                               segments=tuple(WhiteboxSegment(steps=s["steps"], sampling_probability=s["sampling_probability"],
+                                                              noise_multiplier=s["noise_multiplier"])
+                                              for s in claim["segments"])),
+        "confidence": raw["confidence"], "bound_confidence": raw["bound_confidence"],
+        "primary_kind": primary["kind"], "primary_view": primary["view"], "primary": _bound(primary),
+        "refuted": raw["refuted"], "auc": dict(raw["auc"]),
+        "one_run": {str(view): tuple(_bounds(run) for run in runs) for view, runs in raw["one_run"].items()},
+        "pooled": {str(view): _bounds(bounds) for view, bounds in raw["pooled"].items()},
+    }
+
+
+def _check(path: Path, run: WhiteboxRun) -> None:
+    problem = type_problem(run)
+    if problem is not None:
+        raise _problem(path, *problem)
+    finite = [("claim.epsilon", run.claim.epsilon), ("claim.delta", run.claim.delta), ("primary.epsilon", run.primary.epsilon)]
+    for where, value in finite:
+        if not math.isfinite(value) or value < 0:
+            raise _problem(path, where, "a finite number >= 0", value)
+    if run.primary_kind not in KINDS:
+        raise _problem(path, "primary.kind", "one of " + ", ".join(map(repr, KINDS)), run.primary_kind)
+    if run.runs < 1 or run.canaries < 2:
+        raise _problem(path, "runs" if run.runs < 1 else "canaries", "a count of runs >= 1 and canaries >= 2",
+                       run.runs if run.runs < 1 else run.canaries)
+    for view, runs in run.one_run.items():
+        if len(runs) != run.runs:
+            raise _problem(path, f"one_run.{view}", f"a list of {run.runs} runs' bounds", f"{len(runs)} runs")
+
+
+def _scores(path: Path, *, canaries: int, runs: int) -> WhiteboxScores:
+    from dpaudit.rundir import read_jsonl
+
+    run, member, values = [], [], {view: [] for view in VIEWS}
+    try:
+        for line, row in enumerate(read_jsonl(path), start=1):
+            if not (isinstance(row.get("run"), int) and isinstance(row.get("member"), bool)
+                    and all(isinstance(row.get(v), (int, float)) and not isinstance(row.get(v), bool) for v in VIEWS)):
+                raise UserInputError(f"{path}: line {line} must have an integer run, a true/false member and a number "
+                                     f"per view ({', '.join(VIEWS)}); rerun dpaudit audit-trainer.")
+            run.append(row["run"])
+            member.append(row["member"])
+            for view in VIEWS:
+                values[view].append(float(row[view]))
+    except (OSError, ValueError) as err:
+        raise UserInputError(f"{path}: cannot read the canary scores ({err}); rerun dpaudit audit-trainer.") from None
+    if len(run) != canaries * runs:
+        raise UserInputError(f"{path}: {len(run)} score rows, expected {canaries} canaries x {runs} runs = "
+                             f"{canaries * runs}; rerun dpaudit audit-trainer.")
+    return WhiteboxScores(run=np.asarray(run, int), member=np.asarray(member, bool),
+                          values={view: np.asarray(v, float) for view, v in values.items()})
+
+
+def read_whitebox(directory: str | os.PathLike[str], *, label: str | None = None,
+                  manifest: Mapping[str, Any] | None = None) -> WhiteboxRun:
+    """Read an audit directory's ``whitebox.json`` and scores (no hash check: see :func:`load_whitebox`).
+
+    Raises:
+        UserInputError: a missing or unreadable file, another schema version, or a field of the wrong type.
+    """
+    directory = Path(directory)
+    path = directory / RESULTS_FILE
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except FileNotFoundError:
+        raise UserInputError(f"{path} is missing; {directory} is not a dpaudit audit-trainer directory.") from None
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError) as err:
+        raise UserInputError(f"{path}: not valid JSON ({err}); rerun dpaudit audit-trainer.") from None
+    if not isinstance(raw, dict):
+        raise UserInputError(f"{path}: not a JSON object; rerun dpaudit audit-trainer.")
+    if raw.get("schema") != SCHEMA:
+        raise UserInputError(f"{path}: schema {raw.get('schema')!r} is not {SCHEMA!r}, the version this dpaudit reads; "
+                             "render it with the dpaudit that wrote it or rerun dpaudit audit-trainer.")
+    try:
+        fields = _fields(raw)
+    except KeyError as err:
+        raise UserInputError(f"{path}: field {err.args[0]} is missing; rerun dpaudit audit-trainer.") from None
+    except (TypeError, AttributeError, ValueError) as err:
+        raise UserInputError(f"{path}: cannot read the audit ({err}); rerun dpaudit audit-trainer.") from None
+    names = [RESULTS_FILE, SCORES_FILE]
+    run = WhiteboxRun(label=str(directory) if label is None else label, scores=None, manifest=manifest, files=(), **fields)
+    _check(path, run)
+    scores = _scores(directory / SCORES_FILE, canaries=run.canaries, runs=run.runs)
+    files = tuple((name, sha256_file(directory / name)) for name in names)
+    return dataclasses.replace(run, scores=scores, files=files)
+
+
+def load_whitebox(path: str | os.PathLike[str], *, label: str | None = None) -> WhiteboxRun:
+    """Read and verify one audit-trainer directory for the report (hashes first, as for attack directories).
+
+    Raises:
+        UserInputError: not an audit-trainer directory, a file changed since it was written, or results of
+            another schema version.
+    """
+    from dpaudit.rundir import verify_run_dir
+
+    directory = Path(path)
+    manifest = load_manifest(directory)
+    if not is_whitebox_dir(manifest):
+        raise UserInputError(f"{directory} is a {manifest['schema']!r} directory, not an audit-trainer directory; pass the "
+                             "--out of dpaudit audit-trainer.")
+    verify_run_dir(directory, schema_prefix="dpaudit.whitebox/")  # a changed file is named as such
+    outputs = manifest.get("outputs") or {}
+    for name in (RESULTS_FILE, SCORES_FILE):
+        if name not in outputs:
+            raise UserInputError(f"{directory / MANIFEST_NAME} does not list {name}; the directory is damaged, rerun "
+                                 "dpaudit audit-trainer.")
+    return read_whitebox(directory, label=str(path) if label is None else label, manifest=manifest)
