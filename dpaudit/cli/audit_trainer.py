@@ -206,7 +206,8 @@ def _verdict_text(analysis: Any, trainer: str, out: Path) -> str:
     claim = analysis.claim
     lines = [f"{trainer}: claimed epsilon {format_up(claim.epsilon)} (delta {claim.delta:g}, {claim.steps} steps).",
              f"white-box lower bound ({kind}, all iterates, {analysis.confidence:.0%} with its twin): "
-             f"epsilon >= {format_down(bound.epsilon)} = {bound.epsilon / claim.epsilon:.2f} of the claim."]
+             f"epsilon >= {format_down(bound.epsilon)} = {math.floor(100 * bound.epsilon / claim.epsilon) / 100:.2f} of "
+             "the claim."]
     if analysis.refuted:
         lines.append("VERDICT: the claim is REFUTED: the trainer leaks more than its privacy.json says.")
     else:

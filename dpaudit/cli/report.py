@@ -16,9 +16,9 @@ from pathlib import Path
 
 import click
 
-_EPILOG = ("\b\nExamples:\n"
-           "  dpaudit report runs/eps1-attack runs/eps8-attack runs/nonprivate-attack --out reports/epsilons.html\n"
-           "  dpaudit report audits/dpsgd-eps4 runs/eps4-attack --out reports/whitebox-and-attack.html")
+_EPILOG = ("\b\nExample: dpaudit report runs/eps1-attack runs/eps8-attack runs/nonprivate-attack --out "
+           "reports/epsilons.html\n"
+           "Example: dpaudit report audits/dpsgd-eps4 runs/eps4-attack --out reports/whitebox-and-attack.html")
 
 
 def default_output(run_dirs: tuple[Path, ...]) -> Path:
