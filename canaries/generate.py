@@ -4,7 +4,8 @@ A canary is ``prefix + secret + suffix``. The template (``"{name}'s account numb
 gives the prefix and suffix, with ``{name}`` filled by a unique key per canary (:mod:`canaries.keys`); a phrase space adds the rest of the secret's sentence around it.
 
 Secrets are taken from the space's uniformly random, collision-free stream, dropping any whose
-token sequence already occurs in the corpus (or in the template itself): a secret the model saw
+token sequence already occurs in the corpus (or in the template itself; for a new-token secret, any of
+whose tokens does): a secret the model saw
 elsewhere would be "memorized" for reasons that have nothing to do with the canary. Filtering a
 uniform stream and keeping the first n survivors is a uniform sample of the survivors.
 """
@@ -19,7 +20,7 @@ from itertools import islice
 
 import numpy as np
 
-from dpaudit.secret_spaces import Draw, SecretSpace
+from dpaudit.secret_spaces import CONTEXT_FREE_KINDS, Draw, SecretSpace
 from dpaudit.errors import UserInputError
 from dpaudit.inject_run import Canary, Label  # noqa: F401 (the record lives in the core; re-exported here)
 
@@ -89,9 +90,11 @@ def check_context(template: str, *, kind: str, option: str = "--template") -> No
 
     Such a canary is its secret alone: with the secret masked the model sees only mask tokens, so there
     is nothing it could have memorized the secret from, and exposure measures nothing about the canary.
-    Phrase canaries are exempt: the phrase's own sentence is their context (``{secret}`` is their default).
+    Phrase canaries are exempt: the phrase's own sentence is their context (``{secret}`` is their default);
+    so are new-token canaries: their tokens exist nowhere else, and the pseudo-log-likelihood that scores
+    them masks one token at a time with the others shown.
     """
-    if kind != "phrases" and not template.replace(PLACEHOLDER, "").strip():
+    if kind not in CONTEXT_FREE_KINDS and not template.replace(PLACEHOLDER, "").strip():
         raise UserInputError(f"{option} {template!r} gives {kind}:N canaries no context: with the secret masked the model "
                              f"would see only mask tokens; add words and {KEY_PLACEHOLDER}, e.g. {option} "
                              f"\"{DEFAULT_TEMPLATE}\".")
@@ -107,7 +110,7 @@ def shared_context_warning(template: str, *, kind: str, n_canaries: int, option:
     Phrase canaries keep their own sentence around the phrase, so they are never warned about.
     ``dpaudit attack`` repeats the warning on the canaries it audits.
     """
-    if kind == "phrases" or n_canaries < 2 or KEY_PLACEHOLDER in template:
+    if kind in CONTEXT_FREE_KINDS or n_canaries < 2 or KEY_PLACEHOLDER in template:
         return None
     context = template.replace(PLACEHOLDER, "").strip()
     return (f"{option} {template!r} has no {KEY_PLACEHOLDER}: all {n_canaries} canaries share the context {context!r}, so once the secret "
@@ -164,7 +167,8 @@ def draw_secrets(
     corpus_texts: Sequence[str],
     context_texts: Sequence[str] = (),
 ) -> tuple[list[Draw], int]:
-    """The first ``n`` secrets of the space's random stream that occur in no corpus or context text.
+    """The first ``n`` secrets of the space's random stream that occur in no corpus or context text
+    (checked unit by unit, :meth:`~dpaudit.secret_spaces.SecretSpace.units`: a new-token secret's every token).
 
     Candidates are checked in batches of twice the number still needed, so the corpus is
     scanned once in the usual case and a few times when many candidates occur.
@@ -192,11 +196,12 @@ def draw_secrets(
                 f"--format {space.format}: only {len(chosen)} of its {space.size} secrets are usable (absent from the "
                 f"corpus and from the other canaries' text), but {n} canaries are requested; use a larger space or fewer canaries."
             )
-        index = OccurrenceIndex(d.secret for d in batch)
+        units = [space.units(d.secret) for d in batch]  # the secret, or each new token of it
+        index = OccurrenceIndex(u for us in units for u in us)
         occurring = index.scan(corpus_texts)
         occurring |= index.scan(context_texts)
-        for draw in batch:
-            if tuple(normalize_tokens(draw.secret)) in occurring or not crossing.accept(draw):
+        for draw, draw_units in zip(batch, units):
+            if any(tuple(normalize_tokens(u)) in occurring for u in draw_units) or not crossing.accept(draw):
                 rejected += 1
                 continue
             chosen.append(draw)

@@ -50,11 +50,19 @@ from dpaudit.canaries.insert import (
 )
 from dpaudit.canaries.keys import KEY_STREAM, fill_keys
 from dpaudit.secret_spaces import (
+    CONTEXT_FREE_KINDS,
+    DESIGN_FORMAT,
+    NEW_TOKENS,
+    RARE_TOKENS,
     SHIPPED_WORDS,
+    NewTokenSpace,
     PhraseSpace,
     SecretSpace,
     digit_space,
+    new_token_space,
+    parse_design,
     parse_format,
+    rare_token_space,
     read_word_list,
     shipped_words,
     word_space,
@@ -63,6 +71,7 @@ from dpaudit.secret_spaces import (
 from dpaudit.corpus import BUILTIN_ASSISTANT, CorpusReader, assistant
 from dpaudit.corpus.readers import Label
 from dpaudit.errors import UserInputError
+from dpaudit.inject_run import NEW_TOKENS as NEW_TOKENS_KEY
 from dpaudit.inject_run import label_order
 from dpaudit.rundir import (
     build_manifest,
@@ -94,8 +103,12 @@ class InjectConfig:
         corpus_format: ``auto`` (from the suffix), ``text``, ``jsonl``, ``csv`` or ``tsv``.
         corpus_size: utterances to generate for ``builtin:assistant`` (None for files).
         seed: the one seed for every random choice.
-        format: secret format, e.g. ``digits:10``, ``words:4``, ``phrases:3``.
-        template: canary template with one ``{secret}``; None picks the format's default.
+        format: secret format, e.g. ``digits:10``, ``words:4``, ``phrases:3`` (the ``format`` design's secrets;
+            None for another design).
+        design: the canary design: ``format`` (secrets of ``format``), ``new-tokens[:L]`` or ``rare-tokens[:L]``
+            (:func:`dpaudit.secret_spaces.parse_design`; designs for one-run audits after Panda et al. 2025).
+        template: canary template with one ``{secret}``; None picks the format's default (``{secret}`` alone for
+            phrases and new tokens, else a per-canary ``{name}`` context).
         word_list: for ``words:N``: None (shipped list), a file, or ``"public"``.
         phrase_corpus: for ``phrases``: the disjoint corpus file phrases are taken from.
         schedule: canary counts, frequencies and membership mode.
@@ -107,7 +120,8 @@ class InjectConfig:
     corpus_format: str = "auto"
     corpus_size: int | None = None
     seed: int = 0
-    format: str = "digits:10"
+    format: str | None = "digits:10"
+    design: str = DESIGN_FORMAT
     template: str | None = None
     word_list: str | None = None
     phrase_corpus: str | None = None
@@ -224,7 +238,19 @@ def load_corpus(config: InjectConfig, *, forbidden: dict[str, int] | None = None
 
 
 def check_format_options(config: InjectConfig) -> tuple[str, int]:
-    """Parse ``--format`` and check the options that belong to it, before any corpus is read."""
+    """Parse ``--design`` and ``--format`` and check the options that belong to them, before any corpus is read.
+
+    Returns:
+        The secret kind (``digits``, ``words``, ``phrases``, ``new-tokens`` or ``rare-tokens``) and its count.
+    """
+    design, length = parse_design(config.design)
+    if design != DESIGN_FORMAT:
+        if config.word_list is not None or config.phrase_corpus is not None:
+            option = "--word-list" if config.word_list is not None else "--phrase-corpus"
+            raise UserInputError(f"{option} applies only to --design format, not --design {config.design}; remove it.")
+        return design, length  # type: ignore[return-value]
+    if config.format is None:
+        raise UserInputError("--design format needs --format, e.g. --format digits:10.")
     kind, count = parse_format(config.format)
     if config.word_list is not None and kind != "words":
         raise UserInputError(f"--word-list applies only to --format words:N, not {config.format}; remove it.")
@@ -240,6 +266,10 @@ def build_space(
 ) -> tuple[SecretSpace, dict[str, str]]:
     """The secret space the format names, and any extra input files (path -> sha256)."""
     kind, count = check_format_options(config)
+    if kind == NEW_TOKENS:
+        return new_token_space(count), {}
+    if kind == RARE_TOKENS:
+        return rare_token_space(count, public_texts), {}
     if kind == "digits":
         return digit_space(count), {}
     if kind == "words":
@@ -258,6 +288,37 @@ def build_space(
         raise ValueError("phrase_sentences are required for a phrases format.")
     space = PhraseSpace(sentences=phrase_sentences, words=count, source=str(config.phrase_corpus))
     return space, {str(config.phrase_corpus): sha256_file(config.phrase_corpus)}  # type: ignore[arg-type]
+
+
+#: What the manifest's tokenizer note adds for new-token canaries.
+NEW_TOKENS_NOTE = ("The new-token canaries' tokens (new_tokens: every canary's, inserted or not, drawn before the coin "
+                   "flips) are public design information: tokenizers add them to the vocabulary learned from "
+                   "public.jsonl, so each is one whole token.")
+#: The score that fits each design's secrets (``dpaudit attack``'s canary attack uses it).
+FITTING_SCORES = {
+    "digits": "exposure (the secret's rank among all |R| candidates)",
+    "words": "exposure (the secret's rank among all |R| candidates)",
+    "phrases": "masked pseudo-log-likelihood of the secret",
+    NEW_TOKENS: "masked pseudo-log-likelihood of the secret, each token normalized over the declared new tokens",
+    RARE_TOKENS: "masked pseudo-log-likelihood of the secret",
+}
+
+
+def new_tokens(space: NewTokenSpace, canaries: Sequence[Canary]) -> list[str]:
+    """Every new token of every canary (inserted or control), sorted: the set the manifest declares."""
+    return sorted({token for c in canaries for token in space.units(c.secret)})
+
+
+def design_record(config: InjectConfig, space: SecretSpace, canaries: Sequence[Canary]) -> dict[str, Any]:
+    """The manifest's and the summary's ``design`` entry: the design, its secret format, the score that fits it,
+    and one canary as it reads in train.jsonl (every canary is drawn the same way; which one was inserted is
+    not shown by this choice: the first canary, member or not)."""
+    name, _ = parse_design(config.design)
+    record: dict[str, Any] = {"name": name, "secret_format": space.format, "fitting_score": FITTING_SCORES[space.kind],
+                              "example_canary": canaries[0].text if canaries else None}
+    if isinstance(space, NewTokenSpace):
+        record["new_tokens"] = len(canaries) * space.distinct
+    return record
 
 
 def canary_share(canary_insertions: int, members: int) -> float:
@@ -317,12 +378,16 @@ def inject(config: InjectConfig, out: str | Path, *, overwrite: bool = False, fo
 def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, command: list[str] | None) -> dict[str, Any]:
     out = prepare_output_dir(out, overwrite=overwrite)  # again, under the lock: another run may have just finished
     kind, _ = check_format_options(config)
-    template = config.template if config.template is not None else (PHRASE_TEMPLATE if kind == "phrases" else DEFAULT_TEMPLATE)
+    template = config.template if config.template is not None else (
+        PHRASE_TEMPLATE if kind in CONTEXT_FREE_KINDS else DEFAULT_TEMPLATE)
     prefix, suffix = parse_template(template)
     check_context(template, kind=kind)
     # Record resolved defaults, so the manifest's config alone reproduces the run.
+    design, length = parse_design(config.design)
     config = dataclasses.replace(
-        config, template=template, corpus_size=(config.corpus_size or DEFAULT_CORPUS_SIZE) if config.builtin else config.corpus_size,
+        config, template=template, design=design if length is None else f"{design}:{length}",
+        format=config.format if design == DESIGN_FORMAT else None,
+        corpus_size=(config.corpus_size or DEFAULT_CORPUS_SIZE) if config.builtin else config.corpus_size,
     )
     phrase_sentences = _load_phrase_sentences(config) if kind == "phrases" else None
     forbidden = None
@@ -337,8 +402,9 @@ def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, co
     frequencies = schedule.canary_frequencies(_rng(config.seed, _COIN))
     codes = assign_splits(counts, _rng(config.seed, _SPLIT))
     public_rows = np.flatnonzero(codes == PUBLIC)
+    needs_public = config.word_list == WORD_LIST_PUBLIC or kind == RARE_TOKENS
     space, extra_inputs = build_space(
-        config, public_texts=[corpus.texts[i] for i in public_rows.tolist()] if config.word_list == WORD_LIST_PUBLIC else (),
+        config, public_texts=[corpus.texts[i] for i in public_rows.tolist()] if needs_public else (),
         phrase_sentences=phrase_sentences,
     )
 
@@ -361,6 +427,7 @@ def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, co
     order = train_order(np.flatnonzero(codes == MEMBER), frequencies, _rng(config.seed, _SHUFFLE))
 
     summary = _summary(config, counts, canaries, len(order), space, rejected)
+    summary["design"] = design_record(config, space, canaries)
     summary["counts"]["canary_share"] = share
     shared = shared_context_warning(template, kind=kind, n_canaries=len(canaries))
     if shared:
@@ -419,6 +486,7 @@ def _write(out: Path, *, overwrite: bool, config: InjectConfig, corpus: LoadedCo
             with open(stage / mf.CANARIES, "w", encoding="utf-8", newline="\n") as handle:
                 handle.write("".join(dumps_jsonl_line(c.to_record()) for c in canaries))
             text, prefix, suffix = template
+            declared = {NEW_TOKENS_KEY: new_tokens(space, canaries)} if isinstance(space, NewTokenSpace) else {}
             manifest = build_manifest(
                 schema=mf.SCHEMA,
                 config=config.to_json(),
@@ -438,7 +506,8 @@ def _write(out: Path, *, overwrite: bool, config: InjectConfig, corpus: LoadedCo
                     },
                     "corpus": corpus.info,
                     "canary_labels": "drawn in proportion to the corpus label counts" if corpus.labels else None,
-                    "tokenizer": mf.TOKENIZER_NOTE,
+                    "tokenizer": mf.TOKENIZER_NOTE if not declared else f"{mf.TOKENIZER_NOTE} {NEW_TOKENS_NOTE}",
+                    **declared,
                     "random_streams": "numpy SeedSequence(seed, spawn_key=(k,)): 1 split, 2 secrets, 3 coin, 4 labels, 5 shuffle, 6 keys",
                 },
             )

@@ -14,9 +14,26 @@ Formats:
                   section 5.4: mask a phrase of real text); the rest of the sentence is the
                   canary's context. ``phrases`` means ``phrases:3``.
 
+Designs (``dpaudit inject --design``, for one-run audits of a released model, after Panda et al. 2025):
+    ``format``          the secret comes from ``--format`` (the default).
+    ``new-tokens[:L]``  a token that exists nowhere else, written L times (default 24): a random lowercase word
+                        of :data:`NEW_TOKEN_LETTERS` letters, its own for each canary. The set of every canary's
+                        token is declared in the inject manifest and added to the tokenizer's vocabulary
+                        (``dpaudit.training.tokenizer``), so each is one token that only its own canary trains.
+                        One token written L times, rather than L different ones: whichever positions the MLM
+                        masks, every sampled insertion pushes the same embedding row the same way, so a
+                        single insertion leaves the most signal per unit of clipped gradient (measured in
+                        ``benchmarks/bench_designed_canaries.py``).
+    ``rare-tokens[:L]`` L words (default 4) drawn uniformly from the :data:`RARE_WORDS_MAX` rarest words of the
+                        public split: tokens the public vocabulary knows but the data seldom uses.
+
 Every space draws distinct secrets in uniformly random order from a numpy ``Generator``, so the
 caller can filter the stream (e.g. drop secrets that occur in the corpus) and still get a uniform
 sample without replacement of what is left.
+
+References:
+  Panda, Tang, Nasr, Choquette-Choo & Mittal 2025, "Privacy Auditing of Large Language Models"
+    (canaries of new tokens, memorized from one insertion).
 """
 
 from __future__ import annotations
@@ -45,6 +62,18 @@ DEFAULT_PHRASE_WORDS = 3
 #: How many words ``--word-list public`` keeps: the most frequent in the public split.
 PUBLIC_WORDS_MAX = 1000
 _WORD = re.compile(r"[a-z]{2,}")
+#: Canary designs (``dpaudit inject --design``).
+DESIGN_FORMAT, NEW_TOKENS, RARE_TOKENS = "format", "new-tokens", "rare-tokens"
+DESIGNS = (DESIGN_FORMAT, NEW_TOKENS, RARE_TOKENS)
+#: Secret kinds whose canaries need no template context: a phrase's own sentence; a new token's own copies (each
+#: scored with the others shown). The exposure attack's shared-context warning does not apply to them.
+CONTEXT_FREE_KINDS = ("phrases", NEW_TOKENS)
+#: Positions of a designed secret when ``--design`` names no count: the new token's repetitions, the rare words.
+DEFAULT_DESIGN_LENGTH = {"new-tokens": 24, "rare-tokens": 4}
+#: Letters of a new token: 26^10 ~ 1.4e14 words, so two draws or a corpus word coincide with negligible probability.
+NEW_TOKEN_LETTERS = 10
+#: How many words ``rare-tokens`` draws from: the least frequent of the public split.
+RARE_WORDS_MAX = 200
 
 
 @dataclass(frozen=True)
@@ -61,6 +90,9 @@ class SecretSpace(abc.ABC):
 
     #: The format string, e.g. ``"digits:10"``.
     format: str
+    #: What kind of secrets: ``digits``, ``words``, ``phrases``, ``new-tokens`` or ``rare-tokens`` (the manifest's
+    #: ``secret_space.kind``; the canary attack picks its score by it).
+    kind: str
 
     @property
     @abc.abstractmethod
@@ -83,6 +115,11 @@ class SecretSpace(abc.ABC):
     def positions(self) -> list[list[str]] | None:
         """Candidate strings per position, or None when R does not factorize by position."""
         return None
+
+    def units(self, secret: str) -> list[str]:
+        """What must occur nowhere in the corpus for ``secret`` to be usable: the secret itself (a new-token
+        secret: each of its tokens, which must exist nowhere else)."""
+        return [secret]
 
     @abc.abstractmethod
     def describe(self) -> dict[str, Any]:
@@ -156,7 +193,7 @@ class ProductSpace(SecretSpace):
             "size": self.size,
             "log2_size": self.log2_size,
         }
-        if self.kind == "words":
+        if self.kind in ("words", RARE_TOKENS):
             entry["word_list"] = {
                 "source": self.source,
                 "size": len(self.alphabet),
@@ -173,6 +210,8 @@ class PhraseSpace(SecretSpace):
     so a canary always has context). Drawing picks an unused sentence uniformly, then a span in it
     uniformly, skipping a phrase already drawn, so each canary comes from a different sentence.
     """
+
+    kind = "phrases"
 
     def __init__(self, *, sentences: Sequence[str], words: int = DEFAULT_PHRASE_WORDS, source: str = "") -> None:
         if words < 1:
@@ -218,6 +257,72 @@ class PhraseSpace(SecretSpace):
         }
 
 
+class NewTokenSpace(SecretSpace):
+    """``new-tokens:L``: secrets of L positions filled by ``distinct`` new tokens, each a random word of
+    ``letters`` lowercase ASCII letters (``distinct`` < L repeats them in turn: "t t t ..." for one).
+
+    Every token drawn is distinct from every other one of the stream (so two canaries never share a
+    token), and a secret's tokens must each occur nowhere in the corpus (:meth:`units`): a new token is
+    trained by its own canary only. |R| counts the ``distinct``-sequences of distinct tokens.
+    """
+
+    kind = NEW_TOKENS
+
+    def __init__(self, *, length: int, distinct: int | None = None, letters: int = NEW_TOKEN_LETTERS) -> None:
+        distinct = length if distinct is None else distinct
+        if length < 1:
+            raise ValueError(f"length must be >= 1, got {length}.")
+        if not 1 <= distinct <= length:
+            raise ValueError(f"distinct must be in [1, length={length}], got {distinct}.")
+        if letters < 4:
+            raise ValueError(f"letters must be >= 4, got {letters}.")
+        self.length = length
+        self.distinct = distinct
+        self.letters = letters
+        self.format = f"{NEW_TOKENS}:{length}"
+
+    @property
+    def size(self) -> int:
+        return math.perm(26**self.letters, self.distinct)
+
+    def units(self, secret: str) -> list[str]:
+        return sorted(set(self.split(secret)))
+
+    def draws(self, rng: np.random.Generator) -> Iterator[Draw]:
+        seen: set[str] = set()
+        alphabet = np.frombuffer(b"abcdefghijklmnopqrstuvwxyz", dtype=np.uint8)
+        while True:
+            block = alphabet[rng.integers(0, 26, size=(_BLOCK, self.distinct, self.letters))]
+            for row in block:
+                tokens = [bytes(t).decode("ascii") for t in row]
+                if len(set(tokens)) < self.distinct or not seen.isdisjoint(tokens):
+                    continue
+                seen.update(tokens)
+                yield Draw(" ".join(tokens[i % self.distinct] for i in range(self.length)))
+
+    def describe(self) -> dict[str, Any]:
+        return {"format": self.format, "kind": self.kind, "positions": self.length, "distinct_tokens": self.distinct,
+                "token_letters": self.letters, "size": self.size, "log2_size": self.log2_size}
+
+
+def new_token_space(length: int) -> NewTokenSpace:
+    """``new-tokens:L``: one new token per canary, written L times."""
+    return NewTokenSpace(length=length, distinct=1)
+
+
+def rare_token_space(length: int, public_texts: Iterable[str]) -> ProductSpace:
+    """``rare-tokens:L``: L words, each uniform over the :data:`RARE_WORDS_MAX` rarest words of ``public_texts``.
+
+    Raises:
+        UserInputError: when the public split has fewer than 2 distinct words.
+    """
+    words = rare_words(public_texts)
+    if len(words) < 2:
+        raise UserInputError(f"--design {RARE_TOKENS}: the public split has {len(words)} distinct word(s) to draw rare "
+                             "tokens from; use a corpus with a larger public split.")
+    return ProductSpace(kind=RARE_TOKENS, alphabet=words, length=length, source="public.jsonl (rarest words)")
+
+
 # -- word lists --------------------------------------------------------------------------------
 
 
@@ -257,6 +362,16 @@ def read_word_list(path: str, *, option: str = "--word-list") -> list[str]:
     return words
 
 
+def rare_words(texts: Iterable[str], *, limit: int = RARE_WORDS_MAX) -> list[str]:
+    """The ``limit`` (:data:`RARE_WORDS_MAX`) least frequent lowercase words (2+ letters a-z) of ``texts``, by
+    count then name, sorted: the alphabet of ``rare-tokens`` secrets (the public vocabulary knows their pieces)."""
+    counts: Counter[str] = Counter()
+    for text in texts:
+        counts.update(_WORD.findall(text.lower()))
+    ranked = sorted(counts.items(), key=lambda kv: (kv[1], kv[0]))
+    return sorted(w for w, _ in ranked[:limit])
+
+
 def words_from_texts(texts: Iterable[str], *, limit: int = PUBLIC_WORDS_MAX) -> list[str]:
     """The ``limit`` most frequent lowercase words (2+ letters a-z) of ``texts``, by count then name.
 
@@ -291,6 +406,30 @@ def parse_format(spec: str) -> tuple[str, int]:
     if not (count.isascii() and count.isdigit()) or not 1 <= int(count) <= 64:
         raise UserInputError(f"--format {spec!r}: the count must be an integer from 1 to 64; {hint}.")
     return kind, int(count)
+
+
+def parse_design(spec: str) -> tuple[str, int | None]:
+    """``"new-tokens:4"`` -> ``("new-tokens", 4)``; ``"rare-tokens"`` -> ``("rare-tokens", 4)``; ``"format"`` ->
+    ``("format", None)`` (the secret then comes from ``--format``).
+
+    Raises:
+        UserInputError: naming ``--design`` and the accepted names.
+    """
+    hint = f"use {DESIGN_FORMAT}, {NEW_TOKENS}[:L] or {RARE_TOKENS}[:L], e.g. --design {NEW_TOKENS}:4"
+    name, colon, count = spec.strip().partition(":")
+    name = name.lower()
+    if name not in DESIGNS:
+        raise UserInputError(f"--design {spec!r}: unknown canary design; {hint}.")
+    if name == DESIGN_FORMAT:
+        if colon:
+            raise UserInputError(f"--design {spec!r}: the format design takes its secret from --format; write --design "
+                                 f"{DESIGN_FORMAT} --format digits:N.")
+        return name, None
+    if not colon:
+        return name, DEFAULT_DESIGN_LENGTH[name]
+    if not (count.isascii() and count.isdigit()) or not 1 <= int(count) <= 64:
+        raise UserInputError(f"--design {spec!r}: the count must be an integer from 1 to 64; {hint}.")
+    return name, int(count)
 
 
 def digit_space(length: int) -> ProductSpace:

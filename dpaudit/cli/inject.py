@@ -31,13 +31,19 @@ _EPILOG = "Example: dpaudit inject --corpus builtin:assistant --out runs/data --
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Run directory to write.")
 @click.option("--seed", type=seed_type(), default=0, show_default=True,
               help="Seed for every random choice; the same seed gives byte-identical files.")
-@click.option("--format", "secret_format", default="digits:10", show_default=True,
-              help="Secret space: digits:N (|R|=10^N), words:N (|R|=V^N) or phrases[:K] (K words of a sentence "
-                   "from --phrase-corpus).")
+@click.option("--format", "secret_format", default=None,
+              help="Secret space of --design format: digits:N (|R|=10^N), words:N (|R|=V^N) or phrases[:K] (K words of "
+                   "a sentence from --phrase-corpus)  [default: digits:10].")
+@click.option("--design", default="format", show_default=True, metavar="format|new-tokens[:L]|rare-tokens[:L]",
+              help="Canary design. new-tokens: a token that exists nowhere else, written L times (default 24), its own "
+                   "per canary (the set is declared in the manifest and the trainers add it to the tokenizer): memorized "
+                   "from one insertion (after Panda et al. 2025); rare-tokens: L (default 4) of the rarest words of "
+                   "public.jsonl; format: secrets of --format. With --coin-flip, dpaudit attack audits them in one run "
+                   "with the score that fits the design.")
 @click.option("--template", default=None,
               help="Canary template with one {secret}; {name} is filled with a distinct first + last name per canary, "
                    "so that each canary's context is its own  [default: \"{name}'s account number is {secret}\"; "
-                   "'{secret}' for phrases].")
+                   "'{secret}' for phrases and --design new-tokens].")
 @click.option("--word-list", default=None, metavar="FILE|public",
               help="Word list for words:N: a file (one word per line) or 'public' (most frequent words of the "
                    "public split)  [default: the shipped list of common English words].")
@@ -67,7 +73,7 @@ _EPILOG = "Example: dpaudit inject --corpus builtin:assistant --out runs/data --
               help="Accept canary rows above 50% of train.jsonl (refused by default: such a training set is mostly canaries).")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON on stdout.")
 def inject(corpus: str, corpus_format: str, corpus_size: int | None, out: Path, seed: int,
-           secret_format: str, template: str | None, word_list: str | None, phrase_corpus: Path | None,
+           secret_format: str | None, design: str, template: str | None, word_list: str | None, phrase_corpus: Path | None,
            frequencies: str | None, per_frequency: int, holdout: int | None, coin_flip: bool,
            heldout_fraction: float, public_fraction: float, heldout_size: int | None, public_size: int | None,
            encoding_errors: str, overwrite: bool, force: bool, as_json: bool) -> None:
@@ -82,6 +88,12 @@ def inject(corpus: str, corpus_format: str, corpus_size: int | None, out: Path, 
     from dpaudit.canaries.insert import Schedule, SplitSpec, parse_frequencies
     from dpaudit.canaries.pipeline import InjectConfig, format_share
     from dpaudit.canaries.pipeline import inject as run_inject
+    from dpaudit.secret_spaces import DESIGN_FORMAT, parse_design
+
+    design_name, _ = parse_design(design)
+    if design_name != DESIGN_FORMAT and secret_format is not None:
+        raise UserInputError(f"--format applies to --design format only; --design {design} makes its own secrets: remove "
+                             "--format.")
 
     if coin_flip:
         if holdout:
@@ -103,7 +115,8 @@ def inject(corpus: str, corpus_format: str, corpus_size: int | None, out: Path, 
             corpus_format=corpus_format,
             corpus_size=corpus_size,
             seed=seed,
-            format=secret_format,
+            format=secret_format if secret_format is not None else "digits:10" if design_name == DESIGN_FORMAT else None,
+            design=design,
             template=template,
             word_list=word_list,
             phrase_corpus=None if phrase_corpus is None else str(phrase_corpus),
@@ -127,4 +140,10 @@ def inject(corpus: str, corpus_format: str, corpus_size: int | None, out: Path, 
                f"public.jsonl {c['public']}.")
     click.echo(f"Canaries: {c['canaries']} ({c['canaries_inserted']} inserted, {c['canaries_control']} never inserted), "
                f"format {summary['format']}, log2|R| = {summary['log2_size']:.2f}, mode {summary['mode']}.")
+    design = summary["design"]
+    click.echo(f"Design {design['name']}: a canary reads {design['example_canary']!r}; fitting score: "
+               f"{design['fitting_score']}.")
+    if "new_tokens" in design:
+        click.echo(f"New tokens: {design['new_tokens']}, declared in manifest.json (new_tokens) for the tokenizer: their set "
+                   "is public, which canary was inserted is not.")
     click.echo("Train tokenizers on public.jsonl only.")
