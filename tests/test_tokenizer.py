@@ -158,3 +158,31 @@ def test_incremental_merge_loop_equals_naive_bpe(vocab_size, stop):
     assert "##" + "x" in fast[:n_alphabet] and "(" in fast[:n_alphabet]
     assert fast == _naive_bpe(counts, fast[:n_alphabet], vocab_size=vocab_size, min_frequency=2)
     assert (len(fast) == vocab_size) == (stop == "vocab_size")
+
+
+def test_declared_new_tokens_stay_whole_and_change_nothing_else(tmp_path, tokenizer):
+    """New-token canaries (dpaudit inject --design new-tokens): the manifest's tokens join the vocabulary after the
+    learned one, each one whole token (never [UNK], never split), also through AutoTokenizer; without them the
+    tokenizer is byte-identical."""
+    import jax
+
+    from dpaudit.trainers.jax_bert.hf_io import save_pretrained
+    from dpaudit.trainers.jax_bert.model import init_params, preset_config
+
+    assert train_wordpiece(_corpus(), vocab_size=300, new_tokens=()).to_str() == tokenizer.to_str()
+    new = ("qzvxkbwmtr", "plorfniqaz", "quickly")  # "quickly" is learned already: it keeps its id
+    extended = train_wordpiece(_corpus(), vocab_size=300, new_tokens=new)
+    size = tokenizer.get_vocab_size()
+    assert extended.get_vocab_size() == size + 2
+    assert [extended.token_to_id(t) for t in new] == [size, size + 1, tokenizer.token_to_id("quickly")]
+    assert all(tokenizer.token_to_id(t) == extended.token_to_id(t) for t in tokenizer.get_vocab())
+    text = "Dana's code is QZVXKBWMTR plorfniqaz qzvxkbwmtr, call 42"
+    assert extended.encode(text).tokens[-9:-3] == ["is", "qzvxkbwmtr", "plorfniqaz", "qzvxkbwmtr", ",", "call"]
+    assert "[UNK]" not in extended.encode(text).tokens
+    config = preset_config("tiny", vocab_size=extended.get_vocab_size(), max_position_embeddings=32)
+    save_pretrained(tmp_path / "model", init_params(config, jax.random.key(0)), config, extended)
+    auto = transformers.AutoTokenizer.from_pretrained(tmp_path / "model")
+    assert auto(text)["input_ids"] == extended.encode(text).ids
+    for bad in (["Upper"], ["two words"], ["digit7"], ["dash-ed"], ["##cont"], ["[MASK]"], ["same", "same"], "word"):
+        with pytest.raises(ValueError, match="new.token"):
+            train_wordpiece(_corpus(), vocab_size=300, new_tokens=bad)  # one line each, naming the token
