@@ -60,11 +60,6 @@ class Bound:
         return {"method": self.method, "proves": self.proves, "epsilon": self.epsilon, "confidence": self.confidence,
                 "guesses": self.guesses, "correct": self.correct, "scale": self.scale, "capped": self.capped}
 
-    @classmethod
-    def from_json(cls, obj: dict) -> Bound:
-        return cls(**{k: obj.get(k) for k in ("method", "proves", "epsilon", "confidence", "guesses", "correct",
-                                               "scale")}, capped=bool(obj.get("capped")))
-
 
 def _family(found: FamilyBound, confidence: float, **extra) -> Bound:
     return Bound(method="claim_family", proves=PROOF_FAMILY, epsilon=float(found.epsilon), confidence=confidence,
