@@ -12,6 +12,8 @@ head is split over several modules falls back to the full forward pass (same num
 References:
   Carlini et al. 2019, "The Secret Sharer" (exposure: all secret positions masked at once here).
   Anil et al. 2021, "Large-Scale Differentially Private BERT", Figure 7 (masked-secret reconstruction).
+  Salazar, Liang, Nguyen & Kirchhoff 2020, "Masked Language Model Scoring" (pseudo-log-likelihood).
+  Panda, Tang, Nasr, Choquette-Choo & Mittal 2025, "Privacy Auditing of Large Language Models" (new-token canaries).
 """
 
 from __future__ import annotations
@@ -225,6 +227,57 @@ class Scorer:
                                        true_log_prob=float(true_lp[k : k + n].sum())))
                 k += n
         return fills
+
+    def pseudo_log_likelihoods(self, canaries: Sequence[CanaryLike], *, whole: bool = False,
+                               within: Sequence[int] | None = None) -> np.ndarray:
+        """Masked pseudo-log-likelihood of each canary's secret (or, ``whole``, of the whole canary).
+
+        The sum, over the secret's token positions (every non-special position with ``whole``), of the
+        log-probability of the true token with that ONE position masked and every other token shown
+        (Salazar et al. 2020; Wang & Cho 2019). For a new-token canary the other new tokens are shown too:
+        a member's were trained together, a non-member's never (Panda et al. 2025).
+
+        Args:
+            canaries: canary records (prefix, secret, suffix).
+            whole: score every token of the canary, not only its secret's.
+            within: token ids to normalize over: the log-softmax is taken over these ids only (e.g. the
+                declared new tokens), so the score compares the true token with the other candidates
+                instead of with all words; every scored token must be among them. None: the vocabulary.
+
+        Returns:
+            [n] float64, higher = more likely (more member-like).
+
+        Raises:
+            UserInputError: naming a canary whose secret shares a token with its context or is too long,
+                or whose token is not among ``within``; or the model is not a masked LM.
+        """
+        self._require(MASKED_LM, "pseudo-log-likelihood scoring")
+        torch = self._torch
+        located = locate_spans(self.tokenizer, canaries, max_length=self.max_length)
+        special = set(self.tokenizer.all_special_ids)
+        rows: list[tuple[int, list[int], int]] = []  # (canary, input ids, the one masked position)
+        for i, t in enumerate(located):
+            positions = [p for p, x in enumerate(t.input_ids) if x not in special] if whole else t.secret_positions
+            rows.extend((i, t.input_ids, p) for p in positions)
+        cols = None
+        if within is not None:
+            cols = torch.as_tensor(sorted(set(int(x) for x in within)), dtype=torch.long, device=self.device)
+            column = {int(x): j for j, x in enumerate(cols.tolist())}
+            missing = next((i for i, ids, p in rows if ids[p] not in column), None)
+            if missing is not None:
+                raise UserInputError(f"canary {canaries[missing].id}: a scored token is not among the candidate tokens; "
+                                     "score it over the whole vocabulary.")
+        out = np.zeros(len(located), dtype=np.float64)
+        for sl in self._batches(len(rows), "pseudo-log-likelihoods"):
+            batch = rows[sl]
+            logits = self._masked_logits([ids for _, ids, _ in batch], [[p] for _, _, p in batch])
+            true = [ids[p] for _, ids, p in batch]
+            if cols is not None:
+                logits, true = logits[:, cols], [column[x] for x in true]
+            log_probs = torch.log_softmax(logits, dim=-1)
+            picked = log_probs.gather(1, torch.tensor(true, device=self.device)[:, None])[:, 0].cpu().numpy()
+            np.add.at(out, [i for i, _, _ in batch], picked)
+        return out
 
     # -- examples (membership inference) -------------------------------------------------------
 
