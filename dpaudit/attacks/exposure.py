@@ -18,8 +18,6 @@ References:
 from __future__ import annotations
 
 import math
-import os
-from concurrent.futures import ThreadPoolExecutor
 from typing import ClassVar
 
 import numpy as np
@@ -34,8 +32,9 @@ from dpaudit.audit.intervals import (
 )
 from dpaudit.scoring.source import MASKED_LM
 
-PHRASES_WARNING = ("exposure needs a secret space with a finite per-position alphabet (digits:N, words:N); phrase "
-                   "canaries have none, so exposure was not computed (see the reconstruction attack).")
+PHRASES_WARNING = ("exposure needs a secret space with a finite per-position alphabet (digits:N, words:N); phrase and "
+                   "designed (new-tokens, rare-tokens) canaries have none, so exposure was not computed (see the "
+                   "reconstruction attack, and the canary attack's pseudo-log-likelihood).")
 
 
 def exposure_rows(exposures: np.ndarray, frequencies: np.ndarray, *, seed: int, level: float) -> tuple[ExposureRow, ...]:
@@ -60,31 +59,19 @@ class ExposureAttack:
     model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM})
 
     def run(self, context: AttackContext) -> AttackOutcome:
-        from dpaudit.attacks.exposure_rank import exposure_rank
-
         options, space = context.options, context.space
         if space is None:
             params = ExposureParameters(secret_format=context.canaries[0].format if context.canaries else "phrases",
                                         log2_space_size=None, reveal=options.reveal, tolerance=options.tolerance,
                                         bootstrap_seed=options.seed)
             return AttackOutcome(ExposureResult(parameters=params, warnings=(PHRASES_WARNING,)))
-        log_probs = context.masked_log_probs
-        secrets = context.secret_indices[:, options.reveal:]
         fields, low = {}, np.empty(len(context.canaries))
-
-        def rank(i: int):
-            return exposure_rank(log_probs[i], secrets[i].tolist(), tolerance=options.tolerance)
-
-        # Canaries are ranked in threads: numpy releases the GIL in the sorts and searches that dominate,
-        # so a 2-core machine ranks two at once (same results, in order).
-        with ThreadPoolExecutor(max_workers=max(1, min(4, os.cpu_count() or 1))) as pool:
-            intervals = pool.map(rank, range(len(context.canaries)))
-            bar = tqdm(context.canaries, desc="exposure ranks", unit="canary", disable=None, leave=False)
-            for i, (canary, interval) in enumerate(zip(bar, intervals)):
-                low[i] = interval.exposure_low
-                fields[canary.id] = {"rank_low": int(interval.rank_low), "rank_high": int(interval.rank_high),
-                                     "rank_method": interval.method, "exposure_low": float(interval.exposure_low),
-                                     "exposure_high": float(interval.exposure_high)}
+        bar = tqdm(context.canaries, desc="exposure ranks", unit="canary", disable=None, leave=False)
+        for i, (canary, interval) in enumerate(zip(bar, context.exposure_intervals)):
+            low[i] = interval.exposure_low
+            fields[canary.id] = {"rank_low": int(interval.rank_low), "rank_high": int(interval.rank_high),
+                                 "rank_method": interval.method, "exposure_low": float(interval.exposure_low),
+                                 "exposure_high": float(interval.exposure_high)}
         freqs = context.frequencies
         params = ExposureParameters(secret_format=space.format,
                                     log2_space_size=(space.length - options.reveal) * math.log2(len(space.alphabet)),

@@ -223,9 +223,11 @@ def claim_of(context: Any) -> tuple[float | None, float]:
     source = context.scorer.source
     claim = claimed_privacy(source.privacy, where=str(source.path / "privacy.json"))
     delta = claim.delta
-    if delta is None:  # non-private or unknown: audit at 1/N (the usual default), recorded in the result
+    if delta is None:  # non-private or unknown: the delta a DP run on these N rows would claim by default
+        from dpaudit.accounting import default_delta
+
         n = len(context.data.train_texts) if context.data is not None else 0
-        delta = 1.0 / max(n, 2)
+        delta = default_delta(max(n, 2))
     context._mia_claim = (claim.epsilon if claim.private else None, float(delta))
     return context._mia_claim
 

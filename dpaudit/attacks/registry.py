@@ -1,13 +1,14 @@
 """Attack registry: name -> attack class, imported only when that attack runs.
 
 Adding an attack is one module under :mod:`dpaudit.attacks` and one line here. ``"all"`` expands to
-every registered attack that supports the model's kind.
+every registered attack that supports the model's kind. The defaults gain the canary attack's one-run
+audit on coin-flip canaries (:func:`default_attacks`).
 """
 
 from __future__ import annotations
 
 import importlib
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
 
 from dpaudit.attacks.base import Attack
 from dpaudit.errors import UserInputError
@@ -21,8 +22,20 @@ ATTACKS: dict[str, str] = {
     "ref": "dpaudit.attacks.ref:RefAttack",
     "lira": "dpaudit.attacks.lira:LiraAttack",
     "rmia": "dpaudit.attacks.rmia:RmiaAttack",
+    "canary": "dpaudit.attacks.canary:CanaryAttack",
 }
 DEFAULT_ATTACKS: tuple[str, ...] = ("exposure", "reconstruction")
+#: Added to :data:`DEFAULT_ATTACKS` for a masked LM whose canaries are coin-flip ones: the one-run audit.
+ONE_RUN_ATTACK = "canary"
+
+
+def default_attacks(names: Sequence[str], *, coin_flip: bool, model_kind: str) -> list[str]:
+    """``names``, plus :data:`ONE_RUN_ATTACK` when they are the defaults and the run can be audited in one run
+    (coin-flip canaries, a masked LM): ``dpaudit attack`` then reports the one-run bounds without being asked."""
+    names = [n.strip() for n in names if n.strip()]
+    if tuple(names) == DEFAULT_ATTACKS and coin_flip and model_kind in attack_class(ONE_RUN_ATTACK).model_kinds:
+        return [*names, ONE_RUN_ATTACK]
+    return names
 
 
 def attack_class(name: str) -> type[Attack]:

@@ -358,8 +358,10 @@ ShadowResult = _result_class("shadow", "Shokri et al. 2017, as in Dupuy et al. 2
 RefResult = _result_class("ref", "Mireshghallah et al. 2022, 'Quantifying Privacy Risks of Masked Language Models'")
 LiraResult = _result_class("lira", "Carlini et al. 2022, 'Membership Inference Attacks From First Principles'")
 RmiaResult = _result_class("rmia", "Zarifzadeh et al. 2024, 'Low-Cost High-Power Membership Inference Attacks'")
+CanaryResult = _result_class("canary", "Panda et al. 2025, 'Privacy Auditing of Large Language Models' (designed "
+                                       "canaries); Steinke et al. 2023 (one run)")
 RESULT_CLASSES: dict[str, type[MiaResult]] = {c.attack: c for c in (LossResult, ShadowResult, RefResult, LiraResult,
-                                                                      RmiaResult)}
+                                                                      RmiaResult, CanaryResult)}
 
 
 def result_from_json(obj: dict[str, Any]) -> AttackResult:

@@ -24,7 +24,8 @@ from typing import Any
 
 from dpaudit.attacks.base import AttackContext, AttackOptions
 from dpaudit.attacks.claim import claimed_privacy
-from dpaudit.attacks.registry import DEFAULT_ATTACKS, resolve_attacks
+from dpaudit.attacks.mia import coin_flip_mode
+from dpaudit.attacks.registry import DEFAULT_ATTACKS, default_attacks, resolve_attacks
 from dpaudit.attacks.results import (
     SCHEMA,
     AttackResults,
@@ -33,6 +34,7 @@ from dpaudit.attacks.results import (
     ModelInfo,
 )
 from dpaudit.errors import UserInputError
+from dpaudit.secret_spaces import CONTEXT_FREE_KINDS
 from dpaudit.rundir import (
     atomic_write_json,
     atomic_write_text,
@@ -110,7 +112,8 @@ def attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks:
     Args:
         model: a train run directory or a Hugging Face model directory (masked LM or classifier).
         data: the inject run directory whose canaries the model was (or was not) trained on.
-        attacks: registered attack names, or ``"all"``.
+        attacks: registered attack names, or ``"all"``; the defaults gain the canary attack (one-run bounds)
+            when the canaries are coin-flip ones and the model a masked LM.
         out: attack directory to write (nothing is written when None).
         overwrite: replace a non-empty ``out``.
         batch_size, reveal, top_k, seed: see :class:`dpaudit.attacks.base.AttackOptions`.
@@ -153,6 +156,7 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
     names = [n for name in names for n in name.split(",")]
     run = load_inject_run(data)
     source = resolve_model(model)
+    names = default_attacks(names, coin_flip=coin_flip_mode(run), model_kind=source.kind)
     classes = resolve_attacks(names, source.kind, model=str(model))
     kept, skipped = [], []
     for cls in classes:  # attack-specific option checks (e.g. LiRA's shadow count), before anything is loaded
@@ -177,7 +181,9 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
         raise UserInputError("--reveal applies to digits:N and words:N secrets, not phrases; remove it.")
     claimed = claimed_privacy(source.privacy, where=str(source.path / "privacy.json"))
     canaries = list(run.canaries)
-    notes = [w for w in (shared_context_warning(canaries, space, reveal),) if w] + skipped
+    kind = (run.manifest.get("secret_space") or {}).get("kind")
+    shared = None if kind in CONTEXT_FREE_KINDS else shared_context_warning(canaries, space, reveal)
+    notes = [w for w in (shared,) if w] + skipped
     for note in notes:
         warnings.warn(note, AttackWarning, stacklevel=2)
 
