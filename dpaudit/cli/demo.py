@@ -88,11 +88,12 @@ def demo(out: Path, quick: bool, seed: int, noise_seed: int | None, classifiers:
 
     Plants digit canaries (inserted 1, 10 and 100 times, plus never-inserted controls), trains the
     same tiny BERT twice with jax-bert (non-private, and DP-SGD at epsilon 8) and, with torch, two
-    intent classifiers with the edp-sgd trainer (sgd and edp-sgd modes); attacks every model and
-    writes one comparison report. Ctrl-C is safe: rerun the same command to resume.
+    intent classifiers with the edp-sgd trainer (sgd and edp-sgd modes); audits the two BERTs' recipe in
+    one run on coin-flip new-token canaries (two more trainings, inserted once or not by fair coins);
+    attacks every model and writes one comparison report. Ctrl-C is safe: rerun the same command to resume.
     """
     from dpaudit.cli import cli
-    from dpaudit.demo.plan import FULL, QUICK, Stage, build_plan
+    from dpaudit.demo.plan import AUDIT_SUFFIX, FULL, QUICK, Stage, build_plan
     from dpaudit.demo.stages import STATE_DIR, check_out, run_stages
     from dpaudit.demo.verdict import verdict_lines
     from dpaudit.rundir import atomic_write_json
@@ -130,8 +131,9 @@ def demo(out: Path, quick: bool, seed: int, noise_seed: int | None, classifiers:
     click.echo("  - privacy: epsilons and deltas are rounded up; they cover each model/ only. manifest.json, "
                "metrics.jsonl and checkpoints/ are private to the data owner (not covered).")
     mlm = [(m.label, m.attack.output) for m in plan.models if m.label in ("nonprivate", "dp-eps8")]
-    clf = [(m.label, m.attack.output) for m in plan.models if m.label not in ("nonprivate", "dp-eps8")]
+    audits = [(m.label, m.attack.output) for m in plan.models if m.label.endswith(AUDIT_SUFFIX)]
+    clf = [(m.label, m.attack.output) for m in plan.models if m.label.startswith("clf-")]
     click.echo(f"\nReport: {plan.report}")
     click.echo("Verdict:")
-    for line in verdict_lines(mlm, clf, gap):
+    for line in verdict_lines(mlm, clf, gap, audits):
         click.echo(f"  {line}")

@@ -21,6 +21,15 @@ the 2-core CPU; the table is in ``benchmarks/bench_demo.py``'s docstring):
   one context, so even a DP model learns which digits their secrets favour. At the quick size (5 per
   group) its 1x and 10x canaries are indistinguishable from the controls (p = 0.27-0.85, 5 runs).
 
+The one-run audit (issue 27, designed canaries): the digit canaries above are inserted 1, 10 and 100
+times by design, so no one-run bound applies to them. A second inject directory holds
+``audit_canaries`` coin-flip new-token canaries (``--design new-tokens``, after Panda et al. 2025: a
+token that exists nowhere else, each inserted once iff its fair coin says so), and the same two jax-bert
+models are trained on it with the same recipe and attacked with the canary attack's pseudo-log-likelihood:
+the one-run bound (Steinke et al. 2023) then proves the non-private model's leakage and stays below the
+epsilon-8 model's claim (``--quick``: 2.98 and 0.43 with 200 canaries; the full recipe non-private and at
+epsilon 4 in ``benchmarks/bench_designed_canaries.py``).
+
 The classifiers (``edp-sgd --task classify``, sgd vs edp-sgd mode, when torch is installed) get
 their own smaller inject directory: intent labels come with the built-in corpus, each canary carries
 a random intent, and the torch trainer is the slower one. The classifiers declare their label set
@@ -37,6 +46,10 @@ from dpaudit.corpus.assistant import INTENTS
 
 #: The epsilon of every private model in the demo.
 TARGET_EPSILON = 8.0
+#: The canary design of the one-run audit (``dpaudit inject --design``).
+AUDIT_DESIGN = "new-tokens"
+#: Suffix of the one-run audit's models (``model-nonprivate-audit``...).
+AUDIT_SUFFIX = "-audit"
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -61,6 +74,7 @@ class DemoSizes:
         classifier_batch_size: expected batch size of the classifiers.
         shadow_models: shadow models per classifier attack.
         classifier_attacks: attacks run on each classifier.
+        audit_canaries: coin-flip designed canaries of the one-run audit's inject directory (0: no audit stages).
     """
 
     corpus_size: int
@@ -79,6 +93,7 @@ class DemoSizes:
     classifier_batch_size: int
     shadow_models: int
     classifier_attacks: tuple[str, ...]
+    audit_canaries: int = 0
 
     def __post_init__(self) -> None:
         if self.corpus_size < 100:
@@ -90,6 +105,8 @@ class DemoSizes:
                      "max_length", "eval_every", "shadow_models"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        if self.audit_canaries < 0:
+            raise ValueError(f"audit_canaries must be >= 0, got {self.audit_canaries}.")
         if self.classifier_epochs < 0:
             raise ValueError(f"classifier_epochs must be >= 0, got {self.classifier_epochs}.")
         if not 0 < self.mask_prob < 1:
@@ -101,11 +118,11 @@ class DemoSizes:
 FULL = DemoSizes(corpus_size=3000, secret_format="digits:4", frequencies=(1, 10, 100), per_frequency=10, steps=1000,
                  batch_size=64, max_length=32, learning_rate=3e-3, mask_prob=0.3, eval_every=250,
                  classifier_corpus_size=1000, classifier_frequencies=(1, 10), classifier_epochs=3, classifier_batch_size=32,
-                 shadow_models=8, classifier_attacks=("loss", "shadow", "lira", "rmia"))
+                 shadow_models=8, classifier_attacks=("loss", "shadow", "lira", "rmia"), audit_canaries=1000)
 QUICK = DemoSizes(corpus_size=1000, secret_format="digits:4", frequencies=(1, 10, 100), per_frequency=5, steps=500,
                   batch_size=64, max_length=32, learning_rate=3e-3, mask_prob=0.3, eval_every=200,
                   classifier_corpus_size=600, classifier_frequencies=(1, 10), classifier_epochs=2, classifier_batch_size=32,
-                  shadow_models=2, classifier_attacks=("loss", "shadow"))
+                  shadow_models=2, classifier_attacks=("loss", "shadow"), audit_canaries=200)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -147,11 +164,22 @@ def _inject(name: str, data: Path, corpus_size: int, frequencies: tuple[int, ...
                        ",".join(map(str, frequencies)), "--per-frequency", str(sizes.per_frequency), "--overwrite"))
 
 
-def _jax_bert(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int | None) -> list[Model]:
+def _audit_inject(data: Path, sizes: DemoSizes, seed: int) -> Stage:
+    return Stage(name="inject-audit", title=f"inject {sizes.audit_canaries} coin-flip {AUDIT_DESIGN} canaries into "
+                                            f"{sizes.corpus_size} built-in utterances (one-run audit)",
+                 output=data, schema_prefix="dpaudit.inject/",
+                 args=("inject", "--corpus", "builtin:assistant", "--corpus-size", str(sizes.corpus_size), "--out",
+                       str(data), "--seed", str(seed), "--coin-flip", "--per-frequency", str(sizes.audit_canaries),
+                       "--design", AUDIT_DESIGN, "--overwrite"))
+
+
+def _jax_bert(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int | None, *, suffix: str = "",
+              attacks: str = "exposure,reconstruction,loss") -> list[Model]:
     models = []
     for label, title, privacy in (("nonprivate", "jax-bert MLM, non-private", ["--non-private"]),
                                   ("dp-eps8", "jax-bert MLM, DP-SGD at epsilon 8",
                                    ["--target-epsilon", f"{TARGET_EPSILON:g}"])):
+        label, what = label + suffix, (f"{title}, one-run audit" if suffix else title)
         model, attacked = out / f"model-{label}", out / f"attack-{label}"
         train = ["train", "--trainer", "jax-bert", "--data", str(data), "--out", str(model), "--seed", str(seed),
                  "--preset", "tiny", "--steps", str(sizes.steps), "--batch-size", str(sizes.batch_size),
@@ -160,9 +188,9 @@ def _jax_bert(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: in
         if noise_seed is not None:
             train += ["--noise-seed", str(noise_seed)]
         attack = ["attack", "--model", str(model), "--data", str(data), "--out", str(attacked),
-                  "--attacks", "exposure,reconstruction,loss", "--seed", str(seed), "--overwrite"]
-        models.append(_model(label, data, model, attacked, train, attack, train_title=f"train {title}",
-                             attack_title=f"attack {title} (exposure, reconstruction, loss)"))
+                  "--attacks", attacks, "--seed", str(seed), "--overwrite"]
+        models.append(_model(label, data, model, attacked, train, attack, train_title=f"train {what}",
+                             attack_title=f"attack {what} ({attacks.replace(',', ', ')})"))
     return models
 
 
@@ -214,11 +242,15 @@ def build_plan(out: Path, sizes: DemoSizes, *, seed: int, report: Path, classifi
                noise_seed: int | None = None) -> DemoPlan:
     """The stages for ``sizes`` under ``out``: inject, then train and attack each model, then the report.
 
-    ``classifiers`` adds the edp-sgd fine-tuning (it needs torch and the edp-sgd trainer).
+    ``classifiers`` adds the edp-sgd fine-tuning (it needs torch and the edp-sgd trainer); ``sizes.audit_canaries``
+    the one-run audit: its inject directory and the two masked LMs trained on it, attacked with the canary attack.
     """
-    data, clf_data = out / "data", out / "data-classifier"
+    data, clf_data, audit_data = out / "data", out / "data-classifier", out / "data-audit"
     injects = [_inject("inject", data, sizes.corpus_size, sizes.frequencies, sizes, seed, "masked LMs")]
     models = _jax_bert(out, data, sizes, seed, noise_seed)
+    if sizes.audit_canaries:
+        injects.append(_audit_inject(audit_data, sizes, seed))
+        models += _jax_bert(out, audit_data, sizes, seed, noise_seed, suffix=AUDIT_SUFFIX, attacks="canary")
     if classifiers and sizes.classifier_epochs:
         injects.append(_inject("inject-classifier", clf_data, sizes.classifier_corpus_size, sizes.classifier_frequencies,
                                sizes, seed, "intent classifiers"))

@@ -1,6 +1,7 @@
 """The demo's three-line verdict, read back from the attack directories (never from memory).
 
-One line per comparison: the non-private masked LM, the epsilon-8 masked LM, and the two intent
+One line per comparison: the non-private masked LM, the epsilon-8 masked LM, the one-run audit of each
+(coin-flip designed canaries inserted once, the canary attack) when it ran, and the two intent
 classifiers (sgd vs edp-sgd mode) when they ran. Exposure is the secret's rank among all |R|
 candidates in bits (Carlini et al. 2019), compared with never-inserted controls by a one-sided
 Mann-Whitney test; the empirical epsilon lower bound is the headline of :mod:`dpaudit.headline` (the
@@ -13,7 +14,7 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from dpaudit.attacks.results import AttackResults, ExposureResult, MiaResult, ReconstructionResult
+from dpaudit.attacks.results import AttackResults, CanaryResult, ExposureResult, MiaResult, ReconstructionResult
 
 #: Significance level of "memorized" (the top group's exposure above the controls').
 ALPHA = 0.05
@@ -68,6 +69,19 @@ def mlm_line(label: str, results: AttackResults) -> str:
     return text + _bound_text(results)
 
 
+def audit_line(label: str, results: AttackResults) -> str:
+    """The one-run audit: the canary attack on coin-flip designed canaries (inserted once), its TPR at 1% FPR
+    and the headline bound, a proof for this one training run (Steinke et al. 2023)."""
+    canary = next((r for r in results.attacks if isinstance(r, CanaryResult)), None)
+    task = next((t for t in (canary.tasks if canary else ()) if t.task == "canaries"), None)
+    if task is None:
+        return f"{label} ({_claim(results)}): no one-run canary audit."
+    tpr = next((x["tpr"] for x in task.tpr_at if abs(x["fpr"] - 0.01) < 1e-12), float("nan"))
+    design = canary.parameters.get("design", "designed")
+    return (f"{label} ({_claim(results)}): {task.n_members + task.n_nonmembers} coin-flip {design} canaries, "
+            f"{task.n_members} inserted once: AUC {task.auc:.2f}, TPR {tpr:.0%} at 1% FPR{_bound_text(results)}")
+
+
 def classifier_line(pairs: Sequence[tuple[str, AttackResults]]) -> str:
     """One line for the classifiers: each one's strongest membership attack (AUC) and lower bound."""
     parts = []
@@ -84,11 +98,12 @@ def classifier_line(pairs: Sequence[tuple[str, AttackResults]]) -> str:
 
 
 def verdict_lines(mlm: Sequence[tuple[str, Path]], classifiers: Sequence[tuple[str, Path]],
-                  missing_classifiers: str | None) -> list[str]:
-    """The three lines: each masked LM, then the classifiers (or why they did not run)."""
+                  missing_classifiers: str | None, audits: Sequence[tuple[str, Path]] = ()) -> list[str]:
+    """The lines: each masked LM, each one-run audit, then the classifiers (or why they did not run)."""
     from dpaudit.attacks.run import read_attack_dir
 
     lines = [mlm_line(label, read_attack_dir(path)) for label, path in mlm]
+    lines += [audit_line(label, read_attack_dir(path)) for label, path in audits]
     if classifiers:
         lines.append(classifier_line([(label, read_attack_dir(path)) for label, path in classifiers]))
     else:

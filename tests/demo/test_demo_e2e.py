@@ -101,6 +101,24 @@ def test_dp_model_canaries_sit_with_the_controls_and_no_bound_beats_the_claim(de
 
 
 @pytest.mark.slow
+def test_one_run_audit_proves_the_nonprivate_leak_and_stays_below_the_dp_claim(demo_run):
+    """The designed canaries' one-run audit (issue 27 part 2): coin-flip new-token canaries inserted once. The
+    non-private model's are told apart (its proof bound is well above 0); the epsilon-8 model's bound stays below
+    its claim (a proof bound above it would say the trainer broke its guarantee)."""
+    from dpaudit.headline import headline_of
+
+    out, _, _, output = demo_run
+    nonprivate = read_attack_dir(out / "attack-nonprivate-audit")
+    head = headline_of(nonprivate)
+    assert [r.attack for r in nonprivate.attacks] == ["canary"] and nonprivate["canary"]["canaries"].auc > 0.95
+    assert head.best.kind == "proof" and head.best.epsilon >= 2.0, head.text()
+    private = headline_of(read_attack_dir(out / "attack-dp-eps8-audit"))
+    assert private.claim.epsilon is not None and private.best.epsilon < private.claim.epsilon and not private.contradicted
+    assert "nonprivate-audit (non-private): 200 coin-flip new-tokens canaries" in output
+    assert f"<= claimed {format_up(private.claim.epsilon)}" in output
+
+
+@pytest.mark.slow
 def test_one_report_and_a_rerun_skips_every_finished_stage(demo_run):
     out, report, args, output = demo_run
     html = report.read_text(encoding="utf-8")
@@ -110,5 +128,6 @@ def test_one_report_and_a_rerun_skips_every_finished_stage(demo_run):
     before = {p: p.stat().st_mtime_ns for p in (out / "model-nonprivate").rglob("*") if p.is_file()}
     again = CliRunner().invoke(cli, args, catch_exceptions=False)  # resumes: nothing left to train or attack
     assert again.exit_code == 0, again.output
-    assert again.output.count("(verified): skipped") == 5  # inject, 2 trainings, 2 attacks; the report is rewritten
+    # 2 injects, 4 trainings, 4 attacks (the one-run audit's included); the report is rewritten
+    assert again.output.count("(verified): skipped") == 10
     assert {p: p.stat().st_mtime_ns for p in (out / "model-nonprivate").rglob("*") if p.is_file()} == before
