@@ -127,6 +127,7 @@ def designed_and_digits(tmp_path_factory):
     return out
 
 
+@pytest.mark.slow  # two tiny trainings and attacks: ~24 s on an idle 2-core CPU
 def test_new_token_canaries_are_told_apart_where_digit_canaries_barely_are(designed_and_digits):
     from dpaudit.attacks.run import read_attack_dir
     from dpaudit.headline import headline_of
@@ -142,6 +143,7 @@ def test_new_token_canaries_are_told_apart_where_digit_canaries_barely_are(desig
     assert digits.auc < task.auc - 0.2, digits.auc  # one insertion of a digit canary is barely memorized
 
 
+@pytest.mark.slow  # two tiny trainings and attacks: ~24 s on an idle 2-core CPU
 def test_a_model_without_the_new_tokens_is_refused(designed_and_digits, tmp_path):
     data, other = designed_and_digits["new-tokens"] / "data", designed_and_digits["digits"] / "model"
     result = CliRunner().invoke(cli, ["attack", "--model", str(other), "--data", str(data), "--out",
