@@ -301,6 +301,9 @@ class Headline:
             return "CLAIM CONTRADICTED"
         if not self.claim.proven:
             if self.claim.known and not self.claim.private:
+                if self.best.kind == PROOF and self.best.epsilon > 0:  # what the audit proved about this model
+                    return (f"non-private training: proven leakage, no epsilon below {format_down(self.best.epsilon)} "
+                            "describes this model")
                 return "no claim to compare with (non-private training)"
             return f"no claim to compare with ({self.claim.text()})"
         if self.best.above:

@@ -146,3 +146,15 @@ def test_lira_offline_examples_are_single_rows_not_a_group() -> None:
     assert group_size_of("examples", None) == 1 and group_size_of("examples-offline", None) == 1
     assert group_size_of("canaries-offline", {"frequencies": [1, 10]}) == 10
     assert group_size_of("canaries", None) is None
+
+
+def test_a_non_private_model_states_the_leakage_the_proof_shows() -> None:
+    nonprivate = ClaimedPrivacy(known=True, private=False, epsilon=None, recorded_epsilon=None, delta=DELTA,
+                                accountant=None)
+    strong = headline_of(_results(nonprivate, [("canaries", 200, 4.0, True, [1])]))
+    assert strong.best.kind == "proof" and strong.best.epsilon > 1
+    assert strong.verdict() == (f"non-private training: proven leakage, no epsilon below "
+                                f"{format_down(strong.best.epsilon)} describes this model")
+    # a heuristic bound proves nothing: no leakage is claimed from it
+    weak = headline_of(_results(nonprivate, [("examples", 200, 4.0, False, None)]))
+    assert weak.best.kind == "heuristic" and weak.verdict() == "no claim to compare with (non-private training)"

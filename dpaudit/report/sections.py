@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpaudit.attacks.results import GROUP_PRIVACY_NOTE, ExposureResult, ExposureRow, ReconstructionResult
-from dpaudit.figures import format_up
-from dpaudit.headline import Headline, HeadlineBound, headline_of
+from dpaudit.figures import format_down, format_up
+from dpaudit.headline import PROOF, Headline, HeadlineBound, headline_of
 from dpaudit.rundir import REDACTED, redact_command
 from dpaudit.training.privacy_record import TELEMETRY_NOTE
 from dpaudit.report import plots
@@ -124,6 +124,9 @@ def _sentence(head: Headline, private: bool | None, top: ExposureRow | None, con
                     "weakly better than guessing" if auc.value < 0.6 else "clearly better than guessing")
         parts.append(f"The strongest membership attack ({mia.name}) has AUC {auc.value:.2f}: {strength}.")
     claim = head.claim
+    if private is False and head.best is not None and head.best.kind == PROOF and head.best.epsilon > 0:
+        parts.append(f"The one-run audit proves that this model leaks: no epsilon below "
+                     f"{format_down(head.best.epsilon)} describes it ({head.label}; a proof for this training run).")
     if private and not claim.proven:
         parts.append(f"This run proves no epsilon ({claim.text()}): there is no claim for an audit to confirm or contradict.")
     elif private and head.best is not None and head.best.above:
