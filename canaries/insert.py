@@ -188,18 +188,37 @@ class SplitCounts:
         return self.members + self.heldout + self.public
 
 
+def requested_sizes(n_rows: int, spec: SplitSpec) -> tuple[int, int]:
+    """The held-out and public sizes ``spec`` asks of a corpus of ``n_rows`` (fractions rounded half up)."""
+
+    def size(fraction: float, absolute: int | None) -> int:
+        return absolute if absolute is not None else math.floor(fraction * n_rows + 0.5)
+
+    return size(spec.heldout_fraction, spec.heldout_size), size(spec.public_fraction, spec.public_size)
+
+
+def public_beyond(n_rows: int, spec: SplitSpec) -> int:
+    """The public rows a generated corpus makes beyond its ``n_rows``: an absolute ``public_size`` that leaves no
+    member beside the held-out rows (while the held-out rows alone leave some), else 0 (the splits fit)."""
+    heldout, public = requested_sizes(n_rows, spec)
+    if spec.public_size is None or heldout >= n_rows or heldout + public < n_rows:
+        return 0
+    return public
+
+
 def split_counts(n_rows: int, spec: SplitSpec) -> SplitCounts:
     """Exact split sizes for ``n_rows`` (fractions rounded half up; at least one member).
 
     Raises:
         dpaudit.errors.UserInputError: when the held-out and public rows leave no members.
     """
-
-    def size(fraction: float, absolute: int | None) -> int:
-        return absolute if absolute is not None else math.floor(fraction * n_rows + 0.5)
-
-    heldout = size(spec.heldout_fraction, spec.heldout_size)
-    public = size(spec.public_fraction, spec.public_size)
+    heldout, public = requested_sizes(n_rows, spec)
+    if public_beyond(n_rows, spec):
+        raise UserInputError(
+            f"--public-size {public}: the corpus has {n_rows} examples and {heldout} are held out, leaving no training "
+            f"members beside {public} public ones; lower --public-size to at most {n_rows - heldout - 1} or use a larger "
+            "corpus (only --corpus builtin:assistant generates public rows beyond the corpus)."
+        )
     if heldout + public >= n_rows:
         raise UserInputError(
             f"the corpus has {n_rows} examples but {heldout} held-out and {public} public ones are requested, "

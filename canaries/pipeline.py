@@ -13,6 +13,7 @@ shuffle, so changing, say, the number of canaries does not reshuffle the splits.
 from __future__ import annotations
 
 import dataclasses
+import itertools
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -44,6 +45,7 @@ from dpaudit.canaries.insert import (
     SplitCounts,
     SplitSpec,
     assign_splits,
+    public_beyond,
     split_counts,
     train_order,
     write_rows,
@@ -170,12 +172,27 @@ def _load_phrase_sentences(config: InjectConfig) -> list[str]:
     return sentences
 
 
-def load_corpus(config: InjectConfig, *, forbidden: dict[str, int] | None = None) -> LoadedCorpus:
+def generated_public(config: InjectConfig) -> int:
+    """The public rows ``builtin:assistant`` generates beyond ``--corpus-size`` (0: the splits fit in it).
+
+    A ``--public-size`` that leaves no training member beside the held-out rows cannot be carved out of a
+    file, but the built-in corpus can make as many utterances as asked: ``--corpus-size`` is then the private
+    part (members and held-out rows, split as with ``--public-size 0``) and the public rows are generated
+    beside it, disjoint from it (:func:`dpaudit.corpus.assistant.generate_more`).
+    """
+    if not config.builtin:
+        return 0
+    return public_beyond(config.corpus_size or DEFAULT_CORPUS_SIZE, config.splits)
+
+
+def load_corpus(config: InjectConfig, *, forbidden: dict[str, int] | None = None, more_public: int = 0) -> LoadedCorpus:
     """Read (or generate) the corpus into memory once.
 
     Args:
         forbidden: normalized sentence -> line of the phrase corpus; any corpus row equal to one
             of them is an error (the phrase corpus must be disjoint from the training corpus).
+        more_public: for ``builtin:assistant``, utterances generated after the corpus's own, disjoint
+            from them (:func:`generated_public`); they are the last rows.
     """
     texts: list[str] = []
     label_ids: list[int] = []
@@ -187,10 +204,20 @@ def load_corpus(config: InjectConfig, *, forbidden: dict[str, int] | None = None
             raise UserInputError(
                 f"--corpus-size {size}: builtin:assistant can make at most {assistant.max_size()} distinct utterances."
             )
-        rows = ((i + 1, r["text"], r["label"]) for i, r in enumerate(assistant.generate(size, config.seed)))
-        total, stats = size, None
-        input_value = assistant.describe(size, config.seed)
+        if more_public > assistant.max_more(size):
+            raise UserInputError(
+                f"--public-size {more_public}: builtin:assistant can make at most {assistant.max_more(size)} public "
+                f"utterances beside --corpus-size {size}; lower --public-size or --corpus-size."
+            )
+        generated = assistant.generate(size, config.seed)
+        if more_public:
+            generated = itertools.chain(generated, assistant.generate_more(more_public, config.seed, after=size))
+        rows = ((i + 1, r["text"], r["label"]) for i, r in enumerate(generated))
+        total, stats = size + more_public, None
+        input_value = assistant.describe(size, config.seed, more=more_public)
     else:
+        if more_public:
+            raise ValueError("more_public applies only to builtin:assistant.")
         if config.corpus_size is not None:
             raise UserInputError(
                 f"--corpus-size applies only to --corpus {BUILTIN_ASSISTANT}; remove it or use the built-in corpus."
@@ -396,11 +423,17 @@ def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, co
         for lineno, sentence in enumerate(phrase_sentences, start=1):
             forbidden.setdefault(" ".join(normalize_tokens(sentence)), lineno)
 
-    corpus = load_corpus(config, forbidden=forbidden)
-    counts = split_counts(len(corpus.texts), config.splits)
+    more_public = generated_public(config)
+    corpus = load_corpus(config, forbidden=forbidden, more_public=more_public)
     schedule = config.schedule
     frequencies = schedule.canary_frequencies(_rng(config.seed, _COIN))
-    codes = assign_splits(counts, _rng(config.seed, _SPLIT))
+    if more_public:  # the corpus is the private part, split as with --public-size 0; the generated rows are public
+        private = split_counts(len(corpus.texts) - more_public, dataclasses.replace(config.splits, public_size=0))
+        counts = SplitCounts(members=private.members, heldout=private.heldout, public=more_public)
+        codes = np.concatenate([assign_splits(private, _rng(config.seed, _SPLIT)), np.full(more_public, PUBLIC, np.int8)])
+    else:
+        counts = split_counts(len(corpus.texts), config.splits)
+        codes = assign_splits(counts, _rng(config.seed, _SPLIT))
     public_rows = np.flatnonzero(codes == PUBLIC)
     needs_public = config.word_list == WORD_LIST_PUBLIC or kind == RARE_TOKENS
     space, extra_inputs = build_space(
@@ -429,6 +462,8 @@ def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, co
     summary = _summary(config, counts, canaries, len(order), space, rejected)
     summary["design"] = design_record(config, space, canaries)
     summary["counts"]["canary_share"] = share
+    if more_public:
+        summary["counts"]["public_generated"] = more_public  # public rows made beyond --corpus-size
     shared = shared_context_warning(template, kind=kind, n_canaries=len(canaries))
     if shared:
         summary["warnings"] = [shared]  # printed by dpaudit inject, kept in the manifest

@@ -27,7 +27,8 @@ _EPILOG = "Example: dpaudit inject --corpus builtin:assistant --out runs/data --
 @click.option("--corpus-format", type=click.Choice(["auto", "text", "jsonl", "csv", "tsv"]), default="auto",
               show_default=True, help="Corpus file format; auto picks by suffix (.jsonl, .csv, .tsv, else text).")
 @click.option("--corpus-size", type=int, default=None,
-              help="Utterances to generate with builtin:assistant  [default: 20000].")
+              help="Utterances to generate with builtin:assistant, split into training members, held-out and public "
+                   "rows (only members and held-out rows when --public-size does not fit beside them)  [default: 20000].")
 @click.option("--out", type=click.Path(path_type=Path), required=True, help="Run directory to write.")
 @click.option("--seed", type=seed_type(), default=0, show_default=True,
               help="Seed for every random choice; the same seed gives byte-identical files.")
@@ -65,7 +66,10 @@ _EPILOG = "Example: dpaudit inject --corpus builtin:assistant --out runs/data --
 @click.option("--heldout-size", type=click.IntRange(min=0), default=None,
               help="Absolute number of held-out examples (overrides --heldout-fraction).")
 @click.option("--public-size", type=click.IntRange(min=0), default=None,
-              help="Absolute number of public examples (overrides --public-fraction).")
+              help="Absolute number of public examples (overrides --public-fraction). With builtin:assistant it may "
+                   "exceed the rest: when it leaves no training member, --corpus-size is split into members and "
+                   "held-out rows alone and the public rows are generated beside them (never the same text, never a "
+                   "canary).")
 @click.option("--encoding-errors", type=click.Choice(["strict", "replace"]), default="strict", show_default=True,
               help="Undecodable UTF-8: strict stops with the line number; replace substitutes U+FFFD.")
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists and is not empty.")
@@ -138,6 +142,9 @@ def inject(corpus: str, corpus_format: str, corpus_size: int | None, out: Path, 
     click.echo(f"Wrote {out}: train.jsonl {c['train_rows']} rows ({c['members']} members + {c['canary_insertions']} "
                f"canary insertions = {format_share(c['canary_share'])} canary rows), heldout.jsonl {c['heldout']}, "
                f"public.jsonl {c['public']}.")
+    if c.get("public_generated"):
+        click.echo(f"public.jsonl: {c['public_generated']} utterances generated beyond --corpus-size "
+                   f"{c['members'] + c['heldout']} (members and held-out rows), none of them a private row or a canary.")
     click.echo(f"Canaries: {c['canaries']} ({c['canaries_inserted']} inserted, {c['canaries_control']} never inserted), "
                f"format {summary['format']}, log2|R| = {summary['log2_size']:.2f}, mode {summary['mode']}.")
     design = summary["design"]

@@ -13,6 +13,9 @@ intent's capacity, the rest spread over the others), the intent sequence is shuf
 utterance picks a template (weighted by the square root of its number of combinations) and
 uniform slot values, redrawing repeats. Keeping every intent at most half full keeps redraws rare.
 
+:func:`generate_more` makes further utterances beside a generated corpus, none equal to any of its own,
+from a random stream of their own (``dpaudit inject``'s public rows beyond ``--corpus-size``).
+
 References:
     Dupuy, Arava, Gupta, Rumshisky. "An Efficient DP-Federated Learning Mechanism ..." (2021);
     see Dupuy et al. 2021, the section on datasets.
@@ -322,7 +325,11 @@ def intent_quotas(n: int) -> dict[str, int]:
     """
     if n < 0 or n > max_size():
         raise ValueError(f"n must be in [0, {max_size()}], got {n}.")
-    caps = {name: c // 2 for name, c in intent_capacities().items()}
+    return _water_fill(n, {name: c // 2 for name, c in intent_capacities().items()})
+
+
+def _water_fill(n: int, caps: dict[str, int]) -> dict[str, int]:
+    """``n`` shared equally over the intents, none above its cap (``n`` at most the caps' sum)."""
     quotas: dict[str, int] = {}
     open_names = [intent.name for intent in INTENTS]
     remaining = n
@@ -339,6 +346,22 @@ def intent_quotas(n: int) -> dict[str, int]:
             remaining -= caps[name]
             open_names.remove(name)
     return {intent.name: quotas[intent.name] for intent in INTENTS}
+
+
+def max_more(after: int) -> int:
+    """The largest ``n`` :func:`generate_more` accepts beside the first ``after`` utterances."""
+    return max_size() - after
+
+
+def more_quotas(n: int, *, after: int) -> dict[str, int]:
+    """How many of ``n`` further utterances each intent gets beside :func:`intent_quotas` of ``after``: equal
+    shares again, each intent's two parts together capped at half its capacity (so redraws stay rare)."""
+    if after < 0 or after > max_size():
+        raise ValueError(f"after must be in [0, {max_size()}], got {after}.")
+    if n < 0 or n > max_more(after):
+        raise ValueError(f"n must be in [0, {max_more(after)}], got {n}.")
+    taken = intent_quotas(after)
+    return _water_fill(n, {name: c // 2 - taken[name] for name, c in intent_capacities().items()})
 
 
 class _IntentSampler:
@@ -366,6 +389,18 @@ class _IntentSampler:
 
 _MAX_SLOTS = max(len(_slot_names(t)) for intent in INTENTS for t in intent.templates)
 _BLOCK = 4096
+#: The random stream of :func:`generate_more` (``generate``'s is the version alone).
+_MORE_STREAM = 1
+
+
+def _rng(seed: int, *stream: int) -> np.random.Generator:
+    if seed < 0:
+        raise ValueError(f"seed must be non-negative, got {seed}.")
+    return np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(GENERATOR_VERSION, *stream)))
+
+
+def _key(text: str) -> bytes:
+    return hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
 
 
 def generate(n: int, seed: int) -> Iterator[dict[str, str]]:
@@ -378,21 +413,40 @@ def generate(n: int, seed: int) -> Iterator[dict[str, str]]:
     Raises:
         ValueError: if ``n`` or ``seed`` is out of range.
     """
-    if seed < 0:
-        raise ValueError(f"seed must be non-negative, got {seed}.")
-    quotas = intent_quotas(n)
-    rng = np.random.default_rng(np.random.SeedSequence(seed, spawn_key=(GENERATOR_VERSION,)))
+    rng = _rng(seed)
+    return _draw(intent_quotas(n), rng, set())
+
+
+def generate_more(n: int, seed: int, *, after: int) -> Iterator[dict[str, str]]:
+    """Yield ``n`` further utterances, distinct from each other and from every one of ``generate(after, seed)``.
+
+    For a split that must be disjoint from a generated corpus (``dpaudit inject``'s public rows beyond
+    ``--corpus-size``): the corpus is regenerated here to know its texts, and the further utterances come
+    from a random stream of their own, so ``generate(after, seed)`` itself is unchanged by them. Intents
+    get equal shares of ``n`` (:func:`more_quotas`).
+
+    Raises:
+        ValueError: if ``n``, ``after`` or ``seed`` is out of range (at most :func:`max_more` of ``after``).
+    """
+    quotas = more_quotas(n, after=after)
+    rng = _rng(seed, _MORE_STREAM)
+    seen = {_key(row["text"]) for row in generate(after, seed)}
+    return _draw(quotas, rng, seen)
+
+
+def _draw(quotas: dict[str, int], rng: np.random.Generator, seen: set[bytes]) -> Iterator[dict[str, str]]:
+    """The utterances of ``quotas`` in a shuffled intent order, none of whose keys is in ``seen``."""
+    n = sum(quotas.values())
     order = np.repeat(np.arange(len(INTENTS), dtype=np.int16), [quotas[i.name] for i in INTENTS])
     rng.shuffle(order)
     samplers = [_IntentSampler(intent) for intent in INTENTS]
-    seen: set[bytes] = set()
     for start in range(0, n, _BLOCK):
         block = rng.random((min(_BLOCK, n - start), 1 + _MAX_SLOTS)).tolist()
         for k, u in zip(order[start : start + len(block)].tolist(), block):
             sampler = samplers[k]
             for _ in range(10_000):
                 text = sampler.draw(u)
-                key = hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
+                key = _key(text)
                 if key not in seen:
                     seen.add(key)
                     break
@@ -402,6 +456,8 @@ def generate(n: int, seed: int) -> Iterator[dict[str, str]]:
             yield {"text": text, "label": sampler.intent.name}
 
 
-def describe(n: int, seed: int) -> str:
-    """A one-line description of a generated corpus, for manifests."""
-    return f"dpaudit.corpus.assistant v{GENERATOR_VERSION} (seed {seed}, {n} utterances, {len(INTENTS)} intents)"
+def describe(n: int, seed: int, *, more: int = 0) -> str:
+    """A one-line description of a generated corpus (and of ``more`` utterances generated beside it), for manifests."""
+    beside = f" and {more} more beside them" if more else ""
+    return (f"dpaudit.corpus.assistant v{GENERATOR_VERSION} (seed {seed}, {n} utterances{beside}, "
+            f"{len(INTENTS)} intents)")
