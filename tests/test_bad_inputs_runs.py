@@ -289,13 +289,14 @@ def _damaged_model(kind: str, source: Path, path: Path) -> Path:
 def test_a_model_that_is_not_safetensors_is_one_line(kind, command, torch_runs, data_dir, tmp_path):
     model = _damaged_model(kind, torch_runs["edp-sgd"], tmp_path / "hf")
     out = tmp_path / "out"
+    option = "--init-from" if command == "train" else "--model"
     if command == "train":
-        args = ["train", "--trainer", "edp-sgd", "--model", model, "--data", data_dir, "--out", out,
+        args = ["train", "--trainer", "edp-sgd", "--init-from", model, "--data", data_dir, "--out", out,
                 *TORCH_ARGS["edp-sgd"]]
     else:
         args = ["attack", "--model", model, "--data", data_dir, "--out", out, "--attacks", "loss"]
     before = tree(tmp_path)
-    message = assert_one_line_error(invoke(args), f"--model {model} is not a safetensors model directory")
+    message = assert_one_line_error(invoke(args), f"{option} {model} is not a safetensors model directory")
     assert ("pytorch_model.bin" if kind == "pickle" else str(model / "model.safetensors")) in message
     assert "Unpickl" not in message and "SafetensorError" not in message
     assert tree(tmp_path) == before

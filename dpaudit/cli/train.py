@@ -275,6 +275,8 @@ def train(ctx: click.Context, trainer: str, data: Path, out: Path, seed: int, co
         "private_files": record.private_files if record else None,
         "notes": list(record.notes) if record else [],
     }
+    if record is not None and record.init_from is not None:
+        summary["init_from_requirement"] = record.init_from.get("requirement")
     for note in summary["notes"]:
         if note.startswith("warning:"):
             click.echo(note, err=True)
@@ -286,6 +288,10 @@ def train(ctx: click.Context, trainer: str, data: Path, out: Path, seed: int, co
         click.echo(json.dumps(summary, indent=2, sort_keys=True))
         return
     click.echo(f"trained {plugin.name} for {result.steps} steps -> {result.out_dir} ({_claim(result, record)})")
+    for line in utility_lines(summary):
+        click.echo(f"  {line}")
+    if record is not None and record.init_from is not None:
+        click.echo(f"  started from --init-from {record.init_from.get('path')}: {record.init_from.get('requirement')}")
     for release in summary["unaccounted_releases"]:
         click.echo(f"  NOT covered by the epsilon (unaccounted release): {release}")
     if record is not None and record.public_parameters:
@@ -301,6 +307,25 @@ def train(ctx: click.Context, trainer: str, data: Path, out: Path, seed: int, co
         click.echo(f"  group privacy, canary inserted {row['frequency']}x: {group_privacy_text(row)}")
     if groups:
         click.echo(f"  (group bound: {groups[0]['bound']})")
+
+
+#: Held-out utility figures and their trivial baselines (:mod:`dpaudit.training.baselines`), as the summary keys them.
+_UTILITY = (("mlm_accuracy", "heldout_mlm_accuracy_baseline", "held-out MLM accuracy", "always the most frequent token"),
+            ("eval_accuracy", "heldout_accuracy_baseline", "held-out accuracy", "always the majority class"))
+
+
+def utility_lines(summary: dict[str, Any]) -> list[str]:
+    """Each held-out utility figure of a run's summary with its trivial baseline beside it (the best constant
+    prediction on the same rows and positions: a model that does not beat it learned nothing usable)."""
+    lines = []
+    for key, baseline_key, name, rule in _UTILITY:
+        value = summary.get(key)
+        if value is None:
+            continue
+        baseline = summary.get(baseline_key)
+        beside = f" (trivial baseline {baseline:.4f}: {rule})" if baseline is not None else ""
+        lines.append(f"{name} {value:.4f}{beside}")
+    return lines
 
 
 def _read_privacy(out_dir: Path) -> PrivacyRecord | None:
@@ -340,4 +365,6 @@ def _claim(result: Any, record: PrivacyRecord | None) -> str:
         return (f"NO proven epsilon: {record.sampling} sampling; epsilon_if_poisson = "
                 f"{format_up(record.epsilon_if_poisson, 4)} at delta = {format_up(result.delta, 3)} only if batches "
                 f"had been Poisson-sampled")
+    if record is not None and record.public_data_only:
+        return "public run: trained on public data only, no epsilon needed"
     return "non-private (epsilon = inf)"

@@ -34,6 +34,7 @@ from dpaudit.training.privacy_plan import PrivacyPlan
 from dpaudit.training.secret_rng import NoiseSource
 from dpaudit.training.record import RecordParts
 from dpaudit.training.sampling import Sampler, StepKeyedPoisson
+from dpaudit.training.starting_point import StartingPoint
 
 __all__ = ["ClippedStep", "RunData", "RunSettings", "TrainerPlugin"]
 
@@ -62,13 +63,18 @@ class ClippedStep(Protocol):
 
 @dataclass(frozen=True, kw_only=True)
 class RunData:
-    """The verified inputs: training rows N, sha256 of each input file (``inputs``), the identity a
-    checkpoint is compared with, and the canary frequencies of the inject manifest."""
+    """The verified inputs: training rows N, sha256 of each input file (``inputs``: the inject files, and the
+    start's weights when there is one), the identity a checkpoint is compared with, the canary frequencies of
+    the inject manifest (none when training on the public split), the inject split trained on (``split``:
+    ``"train"`` or ``"public"``) and the checked ``--init-from`` start (``start``; the skeleton refuses one
+    trained on this run's private data, :func:`dpaudit.training.starting_point.refuse_private_start`)."""
 
     size: int
     inputs: Mapping[str, str]
     identity: Any
     frequencies: Sequence[int] = ()
+    split: str = "train"
+    start: StartingPoint | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

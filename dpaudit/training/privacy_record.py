@@ -25,6 +25,9 @@ Names say exactly one thing each:
   as they are. The noise std over C is sigma x ``sensitivity_factor`` (each segment keeps its factor).
   Schema /2 files stored std / C in ``segments[*].noise_multiplier``: :meth:`PrivacyRecord.from_json`
   converts them (the event, and so every epsilon, is the same).
+- ``data_split``, ``public_data_only`` and ``init_from`` (what the run trained on and where it started,
+  :mod:`dpaudit.training.starting_point`) were added to schema /3 with defaults: a /3 file written before
+  them reads as a run on ``train.jsonl`` from a fresh init, which is what it was.
 """
 
 from __future__ import annotations
@@ -47,6 +50,7 @@ SCHEMA = "dpaudit.privacy/3"
 _SCHEMA_V2 = "dpaudit.privacy/2"
 Sampling = Literal["poisson", "shuffle", "without_replacement"]
 Adjacency = Literal["add_remove", "replace_one"]
+DataSplit = Literal["train", "public"]
 
 #: What the (epsilon, delta) guarantee covers: functions of the noised mechanism's output and of
 #: public facts (config, N) only.
@@ -124,6 +128,14 @@ class PrivacyRecord:
         notes: further caveats, each one sentence.
         details: trainer-specific facts of the mechanism that have no field of their own (e.g.
             edp-sgd's mode, micro-batches and per-layer clip norms); JSON values, read by people.
+        data_split: the inject split the run trained on: ``"train"`` (``train.jsonl``, the private data) or
+            ``"public"`` (``public.jsonl``, ``--data-split public``).
+        public_data_only: True when the run saw public data only (the public split, and no start or a
+            start whose own record says the same): its model holds no private data and needs no epsilon.
+        init_from: the starting point (``--init-from``), or None for a fresh init: ``path`` as given,
+            ``weights_sha256`` (file -> sha256), ``dpaudit_run``, ``trainer``, ``trained_on`` (the start
+            run's split file, None when unknown), ``public_data_only`` (its record's, None when unknown) and
+            ``requirement`` (the start must be public for the guarantee to mean what it says).
     """
 
     SCHEMA: ClassVar[str] = SCHEMA
@@ -167,8 +179,15 @@ class PrivacyRecord:
     private_files: list[str] = field(default_factory=lambda: list(PRIVATE_FILES))
     telemetry: str = TELEMETRY_NOTE
     details: dict[str, Any] = field(default_factory=dict)
+    data_split: DataSplit = "train"
+    public_data_only: bool = False
+    init_from: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
+        if self.data_split not in ("train", "public"):
+            raise ValueError(f"data_split must be train or public, got {self.data_split!r}.")
+        if self.public_data_only and self.data_split != "public":
+            raise ValueError("public_data_only needs data_split public: a run on train.jsonl saw private data.")
         if self.adjacency not in ("add_remove", "replace_one"):
             raise ValueError(f"adjacency must be add_remove or replace_one, got {self.adjacency!r}.")
         if self.sampling not in ("poisson", "shuffle", "without_replacement"):

@@ -20,11 +20,23 @@ from dpaudit.figures import format_up
 from dpaudit.training.privacy_plan import PrivacyPlan
 from dpaudit.training.privacy_record import PrivacyRecord, group_privacy_rows
 from dpaudit.training.secret_rng import NoiseSource
+from dpaudit.training.starting_point import (
+    DP_ON_PUBLIC_NOTE,
+    PUBLIC_START_REQUIREMENT,
+    StartingPoint,
+    public_data_only,
+)
 
 __all__ = ["RecordParts", "RunFacts", "build_record", "segments_json"]
 
 NONPRIVATE_GUARANTEE = "none: non-private training (no clipping, no noise); epsilon = inf."
 NONPRIVATE_NOTE = "non-private run: no guarantee for any file."
+PUBLIC_GUARANTEE = ("none needed: a public run, trained on public data only (public.jsonl, --data-split public{start}); "
+                    "its model holds no private data. No (epsilon, delta) guarantee is claimed.")
+PUBLIC_SPLIT_GUARANTEE = ("none: trained on public.jsonl (--data-split public) from {start}, whose record does not show "
+                          "public data only; the model holds public data only if that start does. Non-private: "
+                          "epsilon = inf.")
+PUBLIC_NOTE = "public run: trained on public data only; no guarantee is needed for any file."
 UNCHARACTERISED_SAMPLER = ("the floating-point Gaussian sampler of this trainer is not characterised "
                            "(dpaudit.accounting.NOISE_SAMPLERS): its bounded-support tail is not stated "
                            "(noise_tail null).")
@@ -79,6 +91,17 @@ class RunFacts:
     steps: int
     stopped_at_budget: bool
     frequencies: Sequence[int]
+    data_split: str = "train"
+    start: StartingPoint | None = None
+
+    @property
+    def public_data_only(self) -> bool:
+        return public_data_only(self.data_split, self.start)
+
+    def provenance(self) -> dict[str, Any]:
+        """The record fields of what the run trained on and where it started."""
+        return {"data_split": self.data_split, "public_data_only": self.public_data_only,
+                "init_from": self.start.record() if self.start is not None else None}
 
 
 def segments_json(ledger: Any, plan: PrivacyPlan) -> list[dict[str, Any]]:
@@ -95,13 +118,23 @@ def build_record(facts: RunFacts, parts: RecordParts) -> PrivacyRecord:
 
 
 def _nonprivate_record(facts: RunFacts, parts: RecordParts) -> PrivacyRecord:
+    start = facts.start
+    if facts.public_data_only:
+        guarantee = PUBLIC_GUARANTEE.format(start=f", from {start.describe()}" if start is not None else "")
+        first = PUBLIC_NOTE
+    elif facts.data_split == "public":
+        guarantee, first = PUBLIC_SPLIT_GUARANTEE.format(start=start.describe()), NONPRIVATE_NOTE
+    else:
+        guarantee, first = NONPRIVATE_GUARANTEE, NONPRIVATE_NOTE
+        if start is not None:
+            guarantee += f" Started from {start.describe()}."
     return PrivacyRecord(
         trainer=facts.trainer, private=False, sampling=parts.sampling, steps=facts.steps,
         planned_steps=facts.plan.total_steps, **facts.plan.public_fields(steps_from_n=parts.steps_from_n),
-        mechanism=parts.nonprivate_mechanism, guarantee=NONPRIVATE_GUARANTEE,
+        mechanism=parts.nonprivate_mechanism, guarantee=guarantee,
         randomness=facts.noise_source.note, noise_seed_explicit=facts.noise_source.explicit,
         group_privacy=group_privacy_rows(None, None, facts.frequencies), details=dict(parts.details),
-        notes=[NONPRIVATE_NOTE, *parts.nonprivate_notes])
+        notes=[first, *parts.nonprivate_notes], **facts.provenance())
 
 
 def _private_record(facts: RunFacts, parts: RecordParts) -> PrivacyRecord:
@@ -127,9 +160,10 @@ def _private_record(facts: RunFacts, parts: RecordParts) -> PrivacyRecord:
         group_privacy=group_privacy_rows(proven, delta, facts.frequencies),
         guarantee=_guarantee(facts, parts, public, delta),
         notes=(["warning: " + warning] if warning else []) + list(parts.notes)
+        + (["note: " + DP_ON_PUBLIC_NOTE] if facts.data_split == "public" else [])
         + ["caveat: " + (tail["caveat"] if tail is not None else UNCHARACTERISED_SAMPLER)],
         details=dict(parts.details), paper_claim=parts.paper_claim,
-        unaccounted_releases=list(parts.unaccounted_releases))
+        unaccounted_releases=list(parts.unaccounted_releases), **facts.provenance())
 
 
 def _guarantee(facts: RunFacts, parts: RecordParts, public: Mapping[str, Any], delta: float) -> str:
@@ -145,6 +179,10 @@ def _guarantee(facts: RunFacts, parts: RecordParts, public: Mapping[str, Any], d
             how = "q and the steps come from it" if parts.steps_from_n else "q = batch / N"
             text += (f" N = {facts.plan.dataset_size} is treated as public ({how}): against an adversary who knows N, "
                      f"({format_up(public['epsilon_replace_one'], 4)}, {delta_text})-DP (replace-one).")
+    if facts.start is not None:
+        text += f" Starting point: {facts.start.describe()}; {PUBLIC_START_REQUIREMENT}"
+    if facts.data_split == "public":
+        text += f" {DP_ON_PUBLIC_NOTE}"
     unaccounted = list(parts.unaccounted_releases)
     if unaccounted:
         text += f" NOT covered (unaccounted release{'s' if len(unaccounted) > 1 else ''}): " + " ".join(unaccounted)

@@ -4,7 +4,9 @@ Both trainer families (jax-bert; the torch trainers edp-sgd and rgp) and any thi
 on :class:`RunSkeleton`; a trainer supplies only the pieces of :class:`~dpaudit.training.plugin.TrainerPlugin`.
 In order (DESIGN sections 3 and 5):
 
-1. refuse a bad ``--out`` and read the inputs before anything is written; a finished run of this very
+1. refuse a bad ``--out`` and read the inputs before anything is written (a ``--init-from`` start trained on
+   this run's private data is refused here, :func:`dpaudit.training.starting_point.refuse_private_start`); a
+   finished run of this very
    command is returned as it is; a checkpoint is resumed only when its identity (trainer, settings,
    seed, data) is this run's, and the staging folders of a killed checkpoint write are removed;
 2. the secret noise source (OS entropy unless ``--noise-seed``; restored from a checkpoint);
@@ -16,7 +18,9 @@ In order (DESIGN sections 3 and 5):
    examples/s); at each evaluation that step's row also holds ``stage``, ``epsilon`` (spent so far)
    and the heldout metrics; an atomic checkpoint every ``checkpoint_every`` steps;
 6. finish: ``model/``, ``metrics.jsonl``, ``privacy.json`` (the one builder,
-   :func:`dpaudit.training.record.build_record`) and ``manifest.json`` last, each atomic; then
+   :func:`dpaudit.training.record.build_record`) and ``manifest.json`` last, each atomic (both say which
+   split was trained on and where the run started; the manifest also lists, privately, every
+   ``train.jsonl`` that went into the model, its start's included); then
    ``checkpoints/`` (it holds the secret seed) is deleted unless ``--keep-checkpoints``.
 """
 
@@ -53,6 +57,7 @@ from dpaudit.training.run_dir import (
 from dpaudit.training.api import TrainResult
 from dpaudit.training.plugin import RunData, RunSettings, TrainerPlugin
 from dpaudit.training.record import RunFacts, build_record
+from dpaudit.training.starting_point import private_training_inputs, public_data_only, refuse_private_start
 
 __all__ = ["RunSkeleton"]
 
@@ -95,6 +100,8 @@ class RunSkeleton:
         found = list_checkpoints(self.ckpt_dir)
         check_out_dir(self.out_dir, trainer=plugin.name, resumable=bool(found))
         self.data = plugin.load_data()
+        if self.data.start is not None:  # a start trained on this run's private data: refused, nothing written
+            refuse_private_start(self.data.start, self.data.inputs)
         self.settings = settings = plugin.settings()
         self.finished = finished_run(self.out_dir, trainer=plugin.name, config=dict(settings.config), seed=plugin.seed,
                                      inputs=self.data.inputs, run_only=tuple(settings.run_only))
@@ -304,7 +311,7 @@ class RunSkeleton:
         facts = RunFacts(trainer=self.plugin.name, plan=self.plan, ledger=self.ledger, epsilon=self.epsilon(),
                          clip_norm=step_fn.clip_norm, sensitivity_factor=step_fn.sensitivity_factor,
                          noise_source=self.noise_source, steps=steps, stopped_at_budget=self.stopped_at_budget,
-                         frequencies=self.data.frequencies)
+                         frequencies=self.data.frequencies, data_split=self.data.split, start=self.data.start)
         return build_record(facts, self.plugin.record_parts(self.plan, steps))
 
     def _summary(self, record: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -312,7 +319,21 @@ class RunSkeleton:
                 "epsilon_if_poisson": record.epsilon_if_poisson, "stopped_at_budget": self.stopped_at_budget,
                 "resumed_from_step": self.start_step or None, **self.final_eval,
                 "telemetry": {"examples_per_s": last_value(rows, "examples_per_s"), "note": TELEMETRY_SUMMARY_NOTE},
-                **self.plugin.summary()}
+                **self._provenance(), **self.plugin.summary()}
+
+    def _provenance(self) -> dict[str, Any]:
+        """What the run trained on and where it started (summary and manifest)."""
+        data = self.data
+        return {"data_split": data.split, "public_data_only": public_data_only(data.split, data.start),
+                "init_from": data.start.given if data.start is not None else None}
+
+    def _provenance_manifest(self) -> dict[str, Any]:
+        """The manifest's record of the start and of the train.jsonl files in this model (private: their
+        hashes), which a later run started from this one is checked against."""
+        data = self.data
+        start = None if data.start is None else {**data.start.record(), "private_inputs": dict(data.start.private_inputs)}
+        return {**self._provenance(), "init_from": start,
+                "private_training_inputs": private_training_inputs(data.split, data.inputs, data.start)}
 
     def _finish(self, steps: int) -> TrainResult:
         out, plugin = self.out_dir, self.plugin
@@ -326,7 +347,8 @@ class RunSkeleton:
         if plugin.primary:
             finish_run(out, trainer=plugin.name, config=dict(self.settings.config), seed=plugin.seed,
                        inputs=self.data.inputs, record=record,
-                       extra={"steps": steps, "summary": summary, **plugin.manifest_extra()})
+                       extra={"steps": steps, "summary": summary, **self._provenance_manifest(),
+                              **plugin.manifest_extra()})
             remove_checkpoints(out, keep=self.settings.keep_checkpoints)
         return TrainResult(out_dir=out, steps=steps, epsilon=record.epsilon, delta=record.delta,
                            final_loss=last_value(rows, "loss"), summary=summary)

@@ -219,6 +219,21 @@ def train_wordpiece(texts: Iterable[str], *, vocab_size: int = 8000, min_frequen
     return tokenizer
 
 
+def missing_new_tokens(tok: Tokenizer, new_tokens: Sequence[str], *, option: str) -> None:
+    """Refuse a given tokenizer (a ``--init-from`` start's) that lacks a token an inject manifest declares for
+    new-token canaries (:attr:`dpaudit.inject_run.InjectRun.new_tokens`): those canaries would be ``[UNK]`` in
+    training and in the audit, which could then not tell members from controls.
+
+    Raises:
+        ValueError: naming ``option``, how many tokens are missing and one of them.
+    """
+    missing = [token for token in new_tokens if tok.token_to_id(token) is None]
+    if missing:
+        raise ValueError(f"{option}: its tokenizer lacks {len(missing)} of the {len(new_tokens)} tokens the inject "
+                         f"manifest declares for new-token canaries (e.g. {missing[0]!r}); start from a run trained with "
+                         "--data-split public on this inject directory, whose tokenizer has them.")
+
+
 def special_token_ids(tok: Tokenizer) -> dict[str, int]:
     """Ids of the special tokens: keys ``pad``, ``unk``, ``cls``, ``sep``, ``mask``.
 

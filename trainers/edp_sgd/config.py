@@ -20,7 +20,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Literal
 
-from dpaudit.training.config_types import option_name
+from dpaudit.training.config_types import check_types, option_name
 from dpaudit.trainers.torch_common.config import TorchTrainConfig
 from dpaudit.trainers.torch_common.options import DEFAULT_VOCAB_SIZE
 from dpaudit.trainers.torch_common.options import help_text as _help
@@ -50,6 +50,9 @@ class EdpSgdConfig(TorchTrainConfig):
     mode: Mode = field(default="edp-sgd", metadata=_help(
         "sgd: non-private baseline (Adam). dp-sgd: per-example clipping (see --clip-engine), sensitivity C. "
         "edp-sgd: micro-batch clipping with per-layer clip norms (Algorithm 1 of Dupuy et al.), sensitivity 2C."))
+    non_private: bool = field(default=False, metadata=_help(
+        "Train without clipping or noise: the same run as --mode sgd (e.g. a public model to start from: "
+        "--data-split public --non-private)."))
     micro_batches: int = field(default=8, metadata=_help(
         "edp-sgd: micro-batches per logical batch (k); each example goes to micro-batch hash(example) mod k."))
     scale_from: ScaleFrom = field(default="public", metadata=_help(
@@ -65,6 +68,12 @@ class EdpSgdConfig(TorchTrainConfig):
         "materialized per-example gradients (torch.func). ghost falls back to vmap for unsupported layers."))
 
     def __post_init__(self) -> None:
+        check_types(self)  # before the mode is read (_check_common checks again, after resolving defaults)
+        if self.non_private and self.mode == "dp-sgd":
+            raise ValueError("--non-private is --mode sgd; it contradicts --mode dp-sgd.")
+        if self.non_private:  # (--mode edp-sgd is the default: --non-private alone means sgd)
+            object.__setattr__(self, "mode", "sgd")
+        object.__setattr__(self, "non_private", self.mode == "sgd")  # one run, whichever spelling
         self._check_common({"micro_batches": 1})
         if self.mode == "sgd":
             given = [n for n in ("noise_multiplier", "target_epsilon", "delta", "sigma_min") if getattr(self, n) is not None]

@@ -21,6 +21,7 @@ from typing import Any, ClassVar, Literal
 
 from dpaudit.accounting import parse_batch_schedule
 from dpaudit.training.config_types import check_types, redacted_dict
+from dpaudit.training.starting_point import DataSplit
 
 Preset = Literal["tiny", "mini", "small", "base", "large"]
 Sampling = Literal["poisson", "shuffle"]
@@ -51,8 +52,17 @@ def _help(text: str) -> dict[str, str]:
 class JaxBertConfig:
     """Settings of one DP-SGD (or non-private) BERT masked-LM pretraining run (Anil et al. 2021)."""
 
+    init_from: str | None = field(default=None, metadata=_help(
+        "Start from this model instead of a random init: a dpaudit train run directory (its model/) or a Hugging Face "
+        "BERT masked-LM directory (safetensors); its architecture and tokenizer.json replace --preset and --vocab-size. "
+        "It must be public (trained on public data only) for the guarantee to mean what it says; a start trained on "
+        "this run's train.jsonl is refused."))
+    data_split: DataSplit = field(default="train", metadata=_help(
+        "What to train on: train (train.jsonl, the private data) or public (public.jsonl: with --non-private, a public "
+        "model to start private runs from; DP on public data protects nothing). Evaluation stays on heldout.jsonl."))
     preset: Preset = field(default="tiny", metadata=_help(
-        "Model size: tiny (2 layers, hidden 64; tests), mini (Dupuy et al. 4x312), small (4x512), base, large."))
+        "Model size without --init-from: tiny (2 layers, hidden 64; tests), mini (Dupuy et al. 4x312), small (4x512), "
+        "base, large."))
     steps: int = field(default=100, metadata=_help("Optimizer steps (ignored when --batch-schedule is given)."))
     batch_size: int = field(default=64, metadata=_help(
         "Expected logical batch size; Poisson sampling rate q = batch-size / number of training examples."))
@@ -70,7 +80,8 @@ class JaxBertConfig:
     max_predictions: int | None = field(default=None, metadata=_help(
         "Masked positions per example (static shape); default ceil(max-length * mask-prob) + 1."))
     vocab_size: int | None = field(default=None, metadata=_help(
-        "WordPiece vocabulary trained on public.jsonl; default 2000 for tiny, 8000 mini/small, 30522 base/large."))
+        "WordPiece vocabulary trained on public.jsonl (without --init-from); default 2000 for tiny, 8000 mini/small, "
+        "30522 base/large."))
     learning_rate: float = field(default=1e-3, metadata=_help("Peak AdamW learning rate."))
     warmup_steps: int = field(default=0, metadata=_help("Linear warmup steps before the quadratic decay to 0."))
     weight_decay: float = field(default=0.01, metadata=_help("Decoupled AdamW weight decay (Anil et al. use up to 1.0)."))
@@ -109,6 +120,8 @@ class JaxBertConfig:
     #: Former field names -> current ones. ``dpaudit train`` still takes the old options (hidden, with a
     #: deprecation warning) and --config keys; :meth:`upgrade_stored` renames them in a checkpoint's config.
     RENAMED_FIELDS: ClassVar[Mapping[str, str]] = {"micro_batch": "physical_batch", "clipping": "clip_engine"}
+    #: Fields added since runs were first checkpointed, with the value an older checkpoint's run had.
+    ADDED_FIELDS: ClassVar[Mapping[str, Any]] = {"init_from": None, "data_split": "train"}
 
     def __post_init__(self) -> None:
         check_types(self)  # types and Literal choices first, whatever the source (TOML, checkpoint, caller)
@@ -134,6 +147,8 @@ class JaxBertConfig:
                              f"got {self.max_length}; attention memory grows with its square.")
         if self.max_predictions is not None and not 0 < self.max_predictions <= self.max_length:
             raise ValueError(f"--max-predictions must be in (0, max-length={self.max_length}], got {self.max_predictions}.")
+        if self.init_from is not None and not self.init_from.strip():
+            raise ValueError(f"--init-from must be a directory path, got {self.init_from!r}.")
         if self.vocab_size is not None and self.vocab_size < 128:
             raise ValueError(f"--vocab-size must be >= 128 (special tokens and the base alphabet), got {self.vocab_size}.")
         if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
@@ -193,13 +208,16 @@ class JaxBertConfig:
     @classmethod
     def upgrade_stored(cls, config: Mapping[str, Any]) -> dict[str, Any]:
         """A config stored by an older dpaudit (a checkpoint's identity) in today's terms, so that a run
-        started before a rename resumes: former field names (:attr:`RENAMED_FIELDS`) renamed, and the
+        started before a rename resumes: former field names (:attr:`RENAMED_FIELDS`) renamed, fields added since
+        (:attr:`ADDED_FIELDS`) at the value that run had, and the
         ``noise_seed`` number older checkpoints stored replaced by its redaction, as :meth:`to_dict`
         writes it (a resume continues with the checkpoint's secret noise state, not with this field).
         A current config passes through unchanged."""
         from dpaudit.training.secret_rng import NoiseSource
 
         out = {cls.RENAMED_FIELDS.get(name, name): value for name, value in config.items()}
+        for name, default in cls.ADDED_FIELDS.items():  # a run checkpointed before they existed had their default
+            out.setdefault(name, default)
         seed = out.get("noise_seed")
         if isinstance(seed, int) and not isinstance(seed, bool):
             out["noise_seed"] = NoiseSource.redact(seed)

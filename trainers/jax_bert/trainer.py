@@ -11,8 +11,10 @@ and the Hugging Face export (:mod:`.hf_io`).
 
 A run, in order (DESIGN sections 3 and 5):
 
-1. verify the inject directory against its manifest; read ``train.jsonl`` (the private data),
-   ``heldout.jsonl`` (evaluation) and ``public.jsonl`` (the tokenizer's ONLY input);
+1. verify the inject directory against its manifest; read ``train.jsonl`` (the private data; ``public.jsonl``
+   with ``--data-split public``), ``heldout.jsonl`` (evaluation) and ``public.jsonl`` (the tokenizer's ONLY
+   input); with ``--init-from`` the start's parameters, architecture and tokenizer instead
+   (:func:`~trainers.jax_bert.hf_io.load_pretrained`, the inverse of the export);
 2. plan the privacy of the whole run before anything is written: segments of (steps, expected batch),
    sigma given or calibrated for ``--target-epsilon``, the ledger certifies the plan; a plan that
    cannot take a single step within the budget is refused up front;
@@ -76,15 +78,16 @@ from dpaudit import accounting
 from dpaudit.errors import UserInputError
 from dpaudit.inject_run import (
     PUBLIC,
-    TRAIN,
     InjectRun,
     canary_frequencies,
     load_inject_run,
 )
+from dpaudit.training.baselines import MLM_BASELINE_KEY, MLM_BASELINE_RULE, constant_prediction_accuracy
+from dpaudit.training.starting_point import SPLIT_FILES, StartingPoint, resolve_start
 from dpaudit.training.gradient_canaries import UNIT_EXAMPLE, GradientCanaries
 from dpaudit.training.privacy_plan import PrivacyPlan, plan_privacy
 from dpaudit.training.secret_rng import NoiseSource
-from dpaudit.training.tokenizer import special_token_ids, train_wordpiece
+from dpaudit.training.tokenizer import missing_new_tokens, special_token_ids, train_wordpiece
 from dpaudit.training.api import TrainResult
 from dpaudit.training import RecordParts, RunData, RunSettings, RunSkeleton, TrainerPlugin
 from dpaudit.training.sampling import Sampler, SequentialPoisson
@@ -107,6 +110,7 @@ SHUFFLE_NOTE = (
     "q = batch/N, which this run did NOT use."
 )
 TOKENIZER_NOTE = "tokenizer: WordPiece trained on public.jsonl only (never on train.jsonl or the canaries)."
+START_TOKENIZER_NOTE = "tokenizer: the starting point's tokenizer.json ({start}), as it came."
 
 # Independent PRNG streams of the PUBLIC seed (jax.random.fold_in(PRNGKey(seed), stream)).
 _INIT_STREAM, _TRAIN_STREAM, _EVAL_STREAM = 0, 1, 2
@@ -159,12 +163,12 @@ class JaxBertTrainer:
 # Inputs and planning (nothing is written until these pass).
 
 
-def load_inject_dir(data_dir: Path) -> InjectRun:
-    """The verified inject directory (:func:`dpaudit.inject_run.load_inject_run`), whose train and public
-    splits must not be empty."""
+def load_inject_dir(data_dir: Path, *, split: str = "train") -> InjectRun:
+    """The verified inject directory (:func:`dpaudit.inject_run.load_inject_run`), whose split trained on
+    (``split``: ``train`` or ``public``) and public split must not be empty."""
     data = load_inject_run(data_dir)
-    if not data.train_texts:
-        raise UserInputError(f"{data_dir / TRAIN} is empty; there is nothing to train on.")
+    if not data.split(SPLIT_FILES[split]).texts:
+        raise UserInputError(f"{data_dir / SPLIT_FILES[split]} is empty; there is nothing to train on.")
     if not data.public_texts:
         raise UserInputError(f"{data_dir / PUBLIC} is empty; the tokenizer is trained on it only (rerun inject with a public split).")
     return data
@@ -362,6 +366,9 @@ class _Plugin(TrainerPlugin):
         self.real_size = 0  # N, the real training rows (batch indices >= N are audit rows)
         self.canaries: GradientCanaries | None = None
         self.canary_block: dp_step.AuditBlock | None = None
+        self.starting_point: StartingPoint | None = None  # --init-from, checked in load_data
+        self.train_texts: list[str] = []  # the rows of the split trained on (--data-split)
+        self.eval_baseline: float | None = None  # the best constant prediction's accuracy on the evaluated positions
         self.skeleton = RunSkeleton(self, Path(out_dir))
 
     def _setup(self) -> None:
@@ -430,11 +437,20 @@ class _Plugin(TrainerPlugin):
     def load_data(self) -> RunData:
         """The verified inputs; with gradient canaries the run has ``N + canaries.rows`` rows (the audit
         rows after the real ones, sampled like them)."""
-        self.data = load_inject_dir(self.data_dir)
-        self.real_size = len(self.data.train_texts)
+        config = self.config
+        self.data = load_inject_dir(self.data_dir, split=config.data_split)
+        self.train_texts = self.data.split(SPLIT_FILES[config.data_split]).texts
+        self.real_size = len(self.train_texts)
         audit_rows = self.canaries.rows if self.canaries is not None else 0
-        return RunData(size=self.real_size + audit_rows, inputs=self.data.inputs, identity=self.data.identity,
-                       frequencies=canary_frequencies(self.data.manifest))
+        inputs, identity = dict(self.data.inputs), self.data.identity
+        if config.init_from is not None:  # its weights are an input; a checkpoint belongs to this start only
+            self.starting_point = resolve_start(config.init_from)
+            inputs.update(self.starting_point.inputs)
+            identity = {"data": identity, "init_from": self.starting_point.identity}
+        # Canaries live in train.jsonl only: a run on public.jsonl holds none.
+        frequencies = canary_frequencies(self.data.manifest) if config.data_split == "train" else ()
+        return RunData(size=self.real_size + audit_rows, inputs=inputs, identity=identity, frequencies=frequencies,
+                       split=config.data_split, start=self.starting_point)
 
     def settings(self) -> RunSettings:
         config = self.config
@@ -445,19 +461,26 @@ class _Plugin(TrainerPlugin):
             checkpoint_every=config.checkpoint_every, eval_every=config.eval_every, progress_label=self.name)
 
     def init_model(self, resume_state: Mapping[str, Any] | None) -> None:
-        """Mesh, tokenizer (public.jsonl only), encoded train split, parameters from --seed, compiled functions."""
+        """Mesh, tokenizer (public.jsonl only, or the start's), encoded training split, parameters from --seed (or
+        the start's), compiled functions."""
         config = self.config
         if config.data_parallel and jax.device_count() > 1:
             self.mesh = parallel.make_data_mesh()
             parallel.check_physical_batch(self.mesh, config.physical_batch)
-        self._train_tokenizer(resume_state)
-        specials = special_token_ids(self.tokenizer)
-        self.train_enc = encode_texts(self.tokenizer, self.data.train_texts, max_length=config.max_length)
-        self.bert_config = preset_config(config.preset, vocab_size=self.tokenizer.get_vocab_size(),
-                                         max_position_embeddings=max(128, config.max_length))
         base_key = jax.random.PRNGKey(self.seed)
+        if self.starting_point is not None:
+            start = self.starting_point
+            self.params, self.bert_config, self.tokenizer = _load_start(start, config, self.data.new_tokens)
+            self._check_tokenizer(resume_state)
+        else:
+            self._train_tokenizer(resume_state)
+            self.bert_config = preset_config(config.preset, vocab_size=self.tokenizer.get_vocab_size(),
+                                             max_position_embeddings=max(128, config.max_length))
+            self.params = init_params(self.bert_config, jax.random.fold_in(base_key, _INIT_STREAM),
+                                      seq_len=config.max_length)
+        specials = special_token_ids(self.tokenizer)
+        self.train_enc = encode_texts(self.tokenizer, self.train_texts, max_length=config.max_length)
         self.train_key = jax.random.fold_in(base_key, _TRAIN_STREAM)
-        self.params = init_params(self.bert_config, jax.random.fold_in(base_key, _INIT_STREAM), seq_len=config.max_length)
         self.fns = compiled_functions(
             self.bert_config, private=not config.non_private, clip_norm=config.clip_norm, clipping=config.clip_engine,
             learning_rate=config.learning_rate, warmup_steps=config.warmup_steps, weight_decay=config.weight_decay,
@@ -472,9 +495,14 @@ class _Plugin(TrainerPlugin):
                                              new_tokens=self.data.new_tokens)
         except ValueError as err:
             raise UserInputError(f"--vocab-size {config.resolved_vocab_size}: {err}") from None
+        self._check_tokenizer(resume_state)
+
+    def _check_tokenizer(self, resume_state: Mapping[str, Any] | None) -> None:
         self.tokenizer_sha = hashlib.sha256(self.tokenizer.to_str().encode("utf-8")).hexdigest()
         if resume_state is not None and resume_state.get("tokenizer_sha256") != self.tokenizer_sha:
-            raise UserInputError(f"--out {self.out_dir}: the tokenizer retrained on public.jsonl differs from the checkpoint's; use a new --out.")
+            where = ("the start's tokenizer" if self.starting_point is not None
+                     else "the tokenizer retrained on public.jsonl")
+            raise UserInputError(f"--out {self.out_dir}: {where} differs from the checkpoint's; use a new --out.")
 
     def make_step(self, dataset_size: int, resume_state: Mapping[str, Any] | None) -> _Step:
         return _Step(self)
@@ -538,6 +566,8 @@ class _Plugin(TrainerPlugin):
         weights = np.concatenate([np.ones(len(texts), np.float32), np.zeros(n_pad, np.float32)])
         key = jax.random.fold_in(jax.random.PRNGKey(self.seed), _EVAL_STREAM)
         masked = self.fns.mask_batch(key, jnp.asarray(content), jnp.asarray(ids), jnp.asarray(att))
+        targets, used = jax.device_get((masked["masked_labels"], masked["masked_weights"]))
+        self.eval_baseline = constant_prediction_accuracy(targets, used * weights[:, None], per_example=False)
         for start in range(0, len(weights), size):
             batch = {k: v[start : start + size] for k, v in masked.items()}
             w = jnp.asarray(weights[start : start + size])
@@ -623,7 +653,8 @@ class _Plugin(TrainerPlugin):
             return {}
         total = sum(self.fns.eval_sums(self.params, batch, w) for batch, w in self.eval_batches)
         loss_sum, correct, preds = (float(x) for x in jax.device_get(total))
-        return {"eval_loss": loss_sum / max(preds, 1.0), "mlm_accuracy": correct / max(preds, 1.0)}
+        return {"eval_loss": loss_sum / max(preds, 1.0), "mlm_accuracy": correct / max(preds, 1.0),
+                MLM_BASELINE_KEY: self.eval_baseline}
 
     # -- outputs ---------------------------------------------------------------------------------
 
@@ -641,22 +672,68 @@ class _Plugin(TrainerPlugin):
                      f"sigma * C added once to the clipped sum per step; {steps} steps.")
         delta_rule = ("given by --delta" if config.delta is not None
                       else accounting.DEFAULT_DELTA_RULE.replace("default ", "default: ", 1))
-        notes = (["caveat: " + SHUFFLE_NOTE] if shuffle else []) + [f"delta: {delta_rule}", TOKENIZER_NOTE]
+        tokenizer_note = self._tokenizer_note()
+        notes = (["caveat: " + SHUFFLE_NOTE] if shuffle else []) + [f"delta: {delta_rule}", tokenizer_note]
         return RecordParts(
             mechanism=mechanism, noise_sampler="jax-float32", notes=notes, steps_from_n=False, sampling=config.sampling,
             guarantee_mechanism=(", Poisson-subsampled Gaussian mechanism with per-example clipping to "
                                  f"C = {config.clip_norm:g}"),
-            nonprivate_notes=[TOKENIZER_NOTE])
+            nonprivate_notes=[tokenizer_note])
+
+    def _tokenizer_note(self) -> str:
+        start = self.starting_point
+        return TOKENIZER_NOTE if start is None else START_TOKENIZER_NOTE.format(start=start.describe())
 
     def summary(self) -> dict[str, Any]:
         shuffle = self.config.sampling == "shuffle"
         return {**({"planned_epsilon": None} if shuffle else {}), "sampling": self.config.sampling,
                 "devices": 1 if self.mesh is None else int(self.mesh.devices.size),
-                "cpu_runtime_tuning": self.runtime_tuning, "checkpoints_kept": bool(self.config.keep_checkpoints)}
+                "cpu_runtime_tuning": self.runtime_tuning, "checkpoints_kept": bool(self.config.keep_checkpoints),
+                **({"baselines": {MLM_BASELINE_KEY: MLM_BASELINE_RULE}} if self.eval_batches else {})}
 
     def manifest_extra(self) -> dict[str, Any]:
-        return {"model": self.bert_config.to_hf_dict(), "tokenizer_trained_on": "public.jsonl",
+        start = self.starting_point
+        tokenizer = "public.jsonl" if start is None else f"the start's tokenizer.json ({start.given})"
+        return {"model": self.bert_config.to_hf_dict(), "tokenizer_trained_on": tokenizer,
                 "private_to_data_owner": True, "noise_seed_note": self.noise.note}
+
+
+# ----------------------------------------------------------------------------------------------
+# The starting point (--init-from).
+
+
+def _load_start(start: StartingPoint, config: JaxBertConfig, new_tokens: Sequence[str]) -> tuple[Any, Any, Any]:
+    """The start's Flax parameters, architecture and tokenizer (:func:`~trainers.jax_bert.hf_io.load_pretrained`,
+    the inverse of the export): a BERT masked-LM in Hugging Face layout, safetensors only.
+
+    Raises:
+        UserInputError: one line naming --init-from: weights that are not whole safetensors, not a BERT masked-LM,
+            no tokenizer.json, a --max-length beyond its position table, or a tokenizer without the inject
+            manifest's declared new tokens (those canaries would be [UNK]).
+    """
+    from dpaudit.scoring.source import check_weights
+
+    option = f"--init-from {start.given}"
+    check_weights(start.model_dir, option="--init-from")  # never a pickle, never a torn file
+    try:
+        params, bert_config, tokenizer = hf_io.load_pretrained(start.model_dir)
+    except UserInputError as err:
+        raise UserInputError(f"{option}: {err}") from None
+    if tokenizer is None or not (start.model_dir / hf_io.TOKENIZER_NAME).is_file():
+        raise UserInputError(f"{option}: no tokenizer.json; the start's fast tokenizer file is needed "
+                             "(tokenizer.save_pretrained(dir)).")
+    try:
+        special_token_ids(tokenizer)
+    except ValueError as err:
+        raise UserInputError(f"{option}: {err} Use a BERT WordPiece tokenizer.") from None
+    if config.max_length > bert_config.max_position_embeddings:
+        raise UserInputError(f"--max-length {config.max_length} exceeds the start's position table "
+                             f"(max_position_embeddings {bert_config.max_position_embeddings}); lower --max-length.")
+    try:
+        missing_new_tokens(tokenizer, new_tokens, option=option)
+    except ValueError as err:
+        raise UserInputError(str(err)) from None
+    return params, bert_config, tokenizer
 
 
 # ----------------------------------------------------------------------------------------------

@@ -66,7 +66,7 @@ class _Plugin(TorchPlugin):
 
     def _trainable(self) -> tuple[list[str], list[torch.nn.Parameter]]:
         self.reparam = Reparametrization(self.model)
-        # W_0 of the historical update: the weights as built from --seed / --model, before any resume.
+        # W_0 of the historical update: the weights as built from --seed / --init-from, before any resume.
         self.initial = [w.detach().clone() for w in self.reparam.matrices]
         return self.reparam.names, self.reparam.params
 

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from dpaudit.training.config_types import check_types, option_name, redacted_dict
+from dpaudit.training.starting_point import DataSplit
 from dpaudit.trainers.torch_common.options import (
     DEFAULT_VOCAB_SIZE,
     Decay,
@@ -74,6 +75,11 @@ class TorchTrainConfig:
     SGD_DEFAULTS: ClassVar[Mapping[str, Any]] = {"batch_size": 32, "epochs": 3, "learning_rate": 1e-3}
     #: Values of the ``None``-defaulted fields for a private run (see the module docstring for why).
     PRIVATE_DEFAULTS: ClassVar[Mapping[str, Any]] = {"batch_size": 512, "epochs": 20, "learning_rate": 2e-3}
+    #: Former field names -> current ones: ``dpaudit train`` still takes the old option (hidden, with a
+    #: deprecation warning) and --config key; :meth:`upgrade_stored` renames it in a checkpoint's config.
+    RENAMED_FIELDS: ClassVar[Mapping[str, str]] = {"model": "init_from"}
+    #: Fields added since runs were first checkpointed, with the value an older checkpoint's run had.
+    ADDED_FIELDS: ClassVar[Mapping[str, Any]] = {"data_split": "train"}
 
     task: Task = field(default="classify", metadata=help_text(
         "classify: sequence classification of {'text','label'} rows (intent). mlm: masked-LM fine-tuning on the texts."))
@@ -83,12 +89,20 @@ class TorchTrainConfig:
     unknown_label: str | None = field(default=None, metadata=help_text(
         "classify: map rows whose label is outside the label set to NAME (one of the set). Default: such a "
         "train.jsonl row is refused; heldout/public rows are left out of evaluation."))
-    model: str | None = field(default=None, metadata=help_text(
-        "Hugging Face model directory to fine-tune (its tokenizer.json is used); default: random init of --preset."))
+    init_from: str | None = field(default=None, metadata=help_text(
+        "Start from this model instead of a random init of --preset: a dpaudit train run directory (its model/) or a "
+        "Hugging Face BERT directory (masked LM or sequence classifier, safetensors; its tokenizer.json is used). "
+        "classify reuses its encoder, and its head only when its id2label is this run's label set. It must be public "
+        "(trained on public data only) for the guarantee to mean what it says; a start trained on this run's "
+        "train.jsonl is refused. Formerly --model."))
+    data_split: DataSplit = field(default="train", metadata=help_text(
+        "What to train on: train (train.jsonl, the private data) or public (public.jsonl: a public model to start "
+        "private runs from; DP on public data protects nothing). Evaluation stays on heldout.jsonl."))
     preset: Preset = field(default="tiny", metadata=help_text(
-        "Architecture when no --model is given: tiny (tests), mini (Dupuy et al. 4x312), small, base, large."))
+        "Architecture when no --init-from is given: tiny (tests), mini (Dupuy et al. 4x312), small, base, large."))
     vocab_size: int | None = field(default=None, metadata=help_text(
-        "WordPiece vocabulary trained on public.jsonl when no --model is given; default by preset (2000 tiny, 8000 mini/small)."))
+        "WordPiece vocabulary trained on public.jsonl when no --init-from is given; default by preset (2000 tiny, "
+        "8000 mini/small)."))
     max_length: int = field(default=32, metadata=help_text("Tokens per example (longer texts are truncated)."))
     epochs: int | None = field(default=None, metadata=help_text(
         "Epochs; one epoch is ceil(N / batch-size) Poisson-sampled steps. Default 20 for private modes, 3 for sgd."))
@@ -144,8 +158,8 @@ class TorchTrainConfig:
         for name, value in (self.PRIVATE_DEFAULTS if self.private else self.SGD_DEFAULTS).items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
-        if self.model is not None and not self.model.strip():
-            raise ValueError(f"--model must be a directory path, got {self.model!r}.")
+        if self.init_from is not None and not self.init_from.strip():
+            raise ValueError(f"--init-from must be a directory path, got {self.init_from!r}.")
         self._check_labels()
         minimums = {"max_length": 8, "epochs": 1, "batch_size": 1, **(int_minimums or {}), "physical_batch": 1,
                     "eval_examples": 0, "checkpoint_every": 1, "log_every": 1}
@@ -210,3 +224,13 @@ class TorchTrainConfig:
         """JSON-serializable field values with the secret ``noise_seed`` redacted (manifests, resume checks),
         as every trainer's Config (:func:`~dpaudit.training.config_types.redacted_dict`)."""
         return redacted_dict(self)
+
+    @classmethod
+    def upgrade_stored(cls, config: Mapping[str, Any]) -> dict[str, Any]:
+        """A config stored by an older dpaudit (a checkpoint's identity) in today's terms, so that a run started
+        before a rename resumes: former field names (:attr:`RENAMED_FIELDS`) renamed, fields added since
+        (:attr:`ADDED_FIELDS`) at the value that run had. A current config passes through unchanged."""
+        out = {cls.RENAMED_FIELDS.get(name, name): value for name, value in config.items()}
+        for name, default in cls.ADDED_FIELDS.items():
+            out.setdefault(name, default)
+        return out

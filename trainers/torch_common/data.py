@@ -51,7 +51,8 @@ from dpaudit.inject_run import (
 class InjectData:
     """The verified inject directory (:class:`dpaudit.inject_run.InjectRun`) as the torch trainers read it.
 
-    For ``classify``, ``label_set`` is the model's label set and ``label_ids`` maps each split name
+    ``train`` holds the rows trained on (``public.jsonl``'s with ``--data-split public``). For ``classify``,
+    ``label_set`` is the model's label set and ``label_ids`` maps each split name
     (``"train"``, ``"heldout"``, ``"public"``) to its rows' class ids; -1 marks a heldout or public row
     whose label is outside the set (left out wherever labels are used: :meth:`labelled_rows`).
     """
@@ -99,28 +100,31 @@ class InjectData:
 
 
 def load_inject_dir(data_dir: Path, *, task: str, labels: Sequence[str] | None = None,
-                    unknown_label: str | None = None) -> InjectData:
+                    unknown_label: str | None = None, split: str = "train") -> InjectData:
     """Verify an inject directory (the core reader) and read its three splits for ``task``.
 
-    ``classify`` needs a labelled corpus; its label set is :func:`resolve_label_set` of ``labels`` (the
-    Config's ``--labels``) and ``unknown_label``, and every split's class ids are read here, so a
-    ``train.jsonl`` row with an undeclared label is refused before anything is trained or written.
+    ``split`` is the one trained on (``--data-split``): ``train`` (``train.jsonl``) or ``public``
+    (``public.jsonl``); :attr:`InjectData.train` holds its rows either way. ``classify`` needs a labelled
+    corpus; its label set is :func:`resolve_label_set` of ``labels`` (the Config's ``--labels``) and
+    ``unknown_label``, and every split's class ids are read here, so a training row with an undeclared
+    label is refused before anything is trained or written.
     """
     run = load_inject_run(data_dir)
     labelled = task == "classify"
     if labelled and not run.labelled:
         raise UserInputError(f"--data {data_dir}: the corpus has no labels; use --task mlm or inject a labelled corpus "
                              "(dpaudit inject --corpus x.tsv).")
-    train, heldout, public = (run.split(name) for name in (TRAIN, HELDOUT, PUBLIC))
+    trained = TRAIN if split == "train" else PUBLIC
+    train, heldout, public = (run.split(name) for name in (trained, HELDOUT, PUBLIC))
     if not train.texts:
-        raise UserInputError(f"{data_dir / TRAIN} is empty; there is nothing to train on.")
+        raise UserInputError(f"{data_dir / trained} is empty; there is nothing to train on.")
     if not public.texts:
         raise UserInputError(f"{data_dir / PUBLIC} is empty; the tokenizer and clip scaling use it.")
     if not labelled:
         return InjectData(run=run, train=train, heldout=heldout, public=public)
     label_set = resolve_label_set(run, labels=labels, unknown_label=unknown_label)
-    ids = {name: split_label_ids(split, label_set, path=Path(data_dir) / file, private=name == "train")
-           for name, file, split in (("train", TRAIN, train), ("heldout", HELDOUT, heldout), ("public", PUBLIC, public))}
+    ids = {name: split_label_ids(rows, label_set, path=Path(data_dir) / file, private=name == "train")
+           for name, file, rows in (("train", trained, train), ("heldout", HELDOUT, heldout), ("public", PUBLIC, public))}
     return InjectData(run=run, train=train, heldout=heldout, public=public, label_set=label_set, label_ids=ids)
 
 

@@ -4,7 +4,7 @@ The run itself (run directory, privacy plan, secret Poisson sampling, the ledger
 each step, budget stop, checkpoints, metrics, the one ``privacy.json`` builder) is the core's
 :class:`dpaudit.training.RunSkeleton`. :class:`TorchPlugin` is the
 :class:`~dpaudit.training.TrainerPlugin` both torch trainers share: data, WordPiece tokenizer or
-``--model``, model and AdamW, masking, evaluation, checkpoints of the trained tensors and the Hugging
+``--init-from``, model and AdamW, masking, evaluation, checkpoints of the trained tensors and the Hugging
 Face export. A trainer subclasses it with its mechanism: which parameters it trains
 (:meth:`TorchPlugin._trainable`), its clipper (:meth:`TorchPlugin._setup_mechanism`, which sets
 ``self.clipper``: it owns the sensitivity), the noised aggregate of one step
@@ -18,7 +18,7 @@ as the last trained tensor and ``canaries.rows`` audit rows after the N real one
 and appends the audit rows' clipped block gradient, and :meth:`TorchPlugin.step` hands the block's
 noisy clipped sum to ``canaries.observe``. Without canaries nothing of this runs.
 
-The Config of a trainer built on this loop has the fields the loop reads (task, model, preset,
+The Config of a trainer built on this loop has the fields the loop reads (task, init_from, data_split, preset,
 max_length, epochs, batch_size, learning_rate, weight_decay, noise_multiplier, target_epsilon,
 delta, noise_decay, decay_rate, sigma_min, noise_seed, mask_prob, eval_examples, checkpoint_every,
 log_every, keep_checkpoints, dataset_size) and the properties ``mode``, ``private`` and ``resolved_vocab_size``.
@@ -41,7 +41,16 @@ from dpaudit.training.host_allocator import tune_host_allocator
 from dpaudit.inject_run import canary_frequencies
 from dpaudit.training.privacy_plan import PrivacyPlan, decay_schedule
 from dpaudit.training.secret_rng import NoiseSource
-from dpaudit.training.tokenizer import train_wordpiece
+from dpaudit.training.baselines import (
+    CLASSIFY_BASELINE_KEY,
+    CLASSIFY_BASELINE_RULE,
+    MLM_BASELINE_KEY,
+    MLM_BASELINE_RULE,
+    constant_prediction_accuracy,
+    majority_class_accuracy,
+)
+from dpaudit.training.starting_point import StartingPoint, resolve_start
+from dpaudit.training.tokenizer import missing_new_tokens, train_wordpiece
 from dpaudit.training.api import TrainResult
 from dpaudit.training import RecordParts, RunData, RunSettings, RunSkeleton, TrainerPlugin
 from dpaudit.training.gradient_canaries import UNIT_EXAMPLE, UNIT_MICROBATCH, GradientCanaries
@@ -159,6 +168,9 @@ class TorchPlugin(TrainerPlugin):
         self.model: Any = None
         self.tokenizer: Any = None
         self.tokenizer_source = ""
+        self.starting_point: StartingPoint | None = None  # --init-from, checked in load_data
+        self.head: str | None = None  # classify from a start: "reused" or "fresh"
+        self.eval_baseline: dict[str, float | None] | None = None  # the trivial baseline of evaluate(), computed once
         self.specials: dict[str, int] = {}
         self.vocab_size = 0
         self.encoded: dict[str, Any] = {}
@@ -331,15 +343,22 @@ class TorchPlugin(TrainerPlugin):
     def load_data(self) -> RunData:
         config = self.config
         self.data = data_mod.load_inject_dir(self.data_dir, task=config.task, labels=config.labels,
-                                             unknown_label=config.unknown_label)
+                                             unknown_label=config.unknown_label, split=config.data_split)
         self.real_rows = len(self.data.train.texts)
         # A white-box audit's rows follow the real ones (indices N .. N + rows - 1) and are sampled like them.
         n = self.real_rows + (self.canaries.rows if self.canaries is not None else 0)
         size = config.dataset_size if config.dataset_size is not None else n
         self.steps_per_epoch = math.ceil(size / config.batch_size)
         # (data.inputs is hashed here, once: the manifest needs it at the end, when --data may be gone.)
-        return RunData(size=n, inputs=self.data.inputs, identity=self.data.identity,
-                       frequencies=canary_frequencies(self.data.manifest))
+        inputs, identity = dict(self.data.inputs), self.data.identity
+        if config.init_from is not None:  # its weights are an input; a checkpoint belongs to this start only
+            self.starting_point = resolve_start(config.init_from)
+            inputs.update(self.starting_point.inputs)
+            identity = {"data": identity, "init_from": self.starting_point.identity}
+        # Canaries live in train.jsonl only: a run on public.jsonl holds none.
+        frequencies = canary_frequencies(self.data.manifest) if config.data_split == "train" else ()
+        return RunData(size=n, inputs=inputs, identity=identity, frequencies=frequencies, split=config.data_split,
+                       start=self.starting_point)
 
     def check_resume(self, state: Mapping[str, Any], path: Path) -> None:
         if state.get("world_size") != self.world.size:
@@ -347,12 +366,13 @@ class TorchPlugin(TrainerPlugin):
                                  f"{self.world.size}; resume with the same number.")
 
     def init_model(self, resume_state: Mapping[str, Any] | None) -> None:
-        """Tokenizer and model (from --seed or --model), encoded splits, the trained tensors and AdamW."""
+        """Tokenizer and model (from --seed or --init-from), encoded splits, the trained tensors and AdamW."""
         del resume_state  # restored after the plan (restore)
         config = self.config
         self._build_model()
         self.model.to(self.device)
-        self.specials = special_ids(self.tokenizer, where=config.model or "tokenizer")
+        where = f"--init-from {self.starting_point.given}" if self.starting_point is not None else "tokenizer"
+        self.specials = special_ids(self.tokenizer, where=where)
         self.vocab_size = int(self.model.config.vocab_size)
         self.encoded = {name: data_mod.encode(self.tokenizer, split.texts, max_length=config.max_length)
                         for name, split in (("train", self.data.train), ("heldout", self.data.heldout),
@@ -373,10 +393,20 @@ class TorchPlugin(TrainerPlugin):
 
     def _build_model(self) -> None:
         config = self.config
-        if config.model is not None:
-            self.model, self.tokenizer = load_model(Path(config.model), config.task, label_names=self.data.label_names,
-                                                    seed=self.seed)
-            self.tokenizer_source = f"the tokenizer of --model {config.model}"
+        start = self.starting_point
+        if start is not None:
+            option = f"--init-from {start.given}"
+            self.model, self.tokenizer, self.head = load_model(start.model_dir, config.task, option=option,
+                                                               label_names=self.data.label_names, seed=self.seed)
+            if config.max_length > int(self.model.config.max_position_embeddings):
+                raise UserInputError(f"--max-length {config.max_length} exceeds the start's position table "
+                                     f"(max_position_embeddings {self.model.config.max_position_embeddings}); lower "
+                                     "--max-length.")
+            try:
+                missing_new_tokens(self.tokenizer, self.data.run.new_tokens, option=option)
+            except ValueError as err:
+                raise UserInputError(str(err)) from None
+            self.tokenizer_source = f"the starting point's tokenizer.json ({start.describe()}), as it came."
             return
         try:
             self.tokenizer = train_wordpiece(self.data.public.texts, vocab_size=config.resolved_vocab_size,
@@ -401,6 +431,8 @@ class TorchPlugin(TrainerPlugin):
         identity = state.get("identity")
         if "world_size" not in state and isinstance(identity, dict) and "world_size" in identity:
             state["world_size"] = identity.pop("world_size")
+        if isinstance(identity, dict) and isinstance(identity.get("config"), dict):  # older field names (--model)
+            identity["config"] = type(self.config).upgrade_stored(identity["config"])
         return state
 
     def restore(self, path: Path) -> int:
@@ -420,8 +452,11 @@ class TorchPlugin(TrainerPlugin):
         save_hf(model_dir, self.model, self.tokenizer)
 
     def summary(self) -> dict[str, Any]:
+        key, rule = ((CLASSIFY_BASELINE_KEY, CLASSIFY_BASELINE_RULE) if self.config.task == "classify"
+                     else (MLM_BASELINE_KEY, MLM_BASELINE_RULE))
         return {"mode": self.config.mode, "task": self.config.task, "processes": self.world.size,
-                "host_allocator_tuned": self.allocator_tuned}
+                "host_allocator_tuned": self.allocator_tuned,
+                **({"baselines": {key: rule}} if self.eval_baseline is not None else {})}
 
     def manifest_extra(self) -> dict[str, Any]:
         return {"model": self.model.config.to_dict(), "tokenizer": self.tokenizer_source}
@@ -431,6 +466,8 @@ class TorchPlugin(TrainerPlugin):
         details: dict[str, Any] = {"mode": config.mode, "task": config.task, "epochs": config.epochs,
                                    "steps_per_epoch": self.steps_per_epoch, "expected_batch_size": config.batch_size,
                                    "tokenizer": self.tokenizer_source, **self.data.label_details()}
+        if self.head is not None:
+            details["classifier_head"] = self.head
         if plan.private:
             details["noise_decay"] = {"kind": config.noise_decay, "rate": config.decay_rate,
                                       "sigma_min": config.sigma_min, "fixed_in_advance": True}
@@ -508,10 +545,23 @@ class TorchPlugin(TrainerPlugin):
             return {}
         gen = _seeded(self.seed, _EVAL_STREAM, 0)
         loss_sum = correct = 0.0
-        for start in range(0, n, 64):
-            batch = self._on_device(self._batch("heldout", rows[start:start + 64], generator=gen))
-            losses, right = per_example_losses(self.model, batch)
+        batches = [self._batch("heldout", rows[start:start + 64], generator=gen) for start in range(0, n, 64)]
+        for cpu in batches:
+            losses, right = per_example_losses(self.model, self._on_device(cpu))
             loss_sum += float(losses.sum())
             correct += float(right.sum())
+        if self.eval_baseline is None:  # the same rows and masks every evaluation: computed once
+            self.eval_baseline = self._baseline(batches)
         key = "eval_accuracy" if self.config.task == "classify" else "mlm_accuracy"
-        return {"eval_loss": loss_sum / n, key: correct / n}
+        return {"eval_loss": loss_sum / n, key: correct / n, **self.eval_baseline}
+
+    def _baseline(self, batches: list[dict[str, torch.Tensor]]) -> dict[str, float | None]:
+        """The best constant prediction's accuracy on the evaluated rows, scored like the model
+        (:mod:`dpaudit.training.baselines`): the majority class, or the most frequent masked token (each
+        row's accuracy, averaged over rows, as :func:`per_example_losses` scores)."""
+        if self.config.task == "classify":
+            labels = torch.cat([b["labels"] for b in batches]).numpy()
+            return {CLASSIFY_BASELINE_KEY: majority_class_accuracy(labels)}
+        targets = np.concatenate([b["targets"].numpy() for b in batches])
+        weights = np.concatenate([b["weights"].numpy() for b in batches])
+        return {MLM_BASELINE_KEY: constant_prediction_accuracy(targets, weights, per_example=True)}

@@ -1,7 +1,8 @@
 """The model side: build or load a BERT-family Hugging Face model, and its per-example losses.
 
-Any BERT-family model in Hugging Face layout works (``--model DIR``: ``AutoModelForMaskedLM`` or
-``AutoModelForSequenceClassification``, its ``tokenizer.json``); without one, a random init of a
+Any BERT-family model in Hugging Face layout works as a start (``--init-from DIR``, formerly ``--model``:
+``AutoModelForMaskedLM`` or ``AutoModelForSequenceClassification``, its ``tokenizer.json``; a dpaudit run's
+``model/``); without one, a random init of a
 ``--preset`` architecture (:mod:`dpaudit.training.presets`) with a WordPiece tokenizer trained on
 ``public.jsonl`` only (:mod:`dpaudit.training.tokenizer`).
 
@@ -16,6 +17,7 @@ micro-batch path sums it and the per-example path vmaps it over single examples.
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 from typing import Any
@@ -64,33 +66,63 @@ def _first_line(err: BaseException) -> str:
     return text[0] if text else type(err).__name__
 
 
-def load_model(path: Path, task: str, *, label_names: list[str] | None, seed: int) -> tuple[Any, Tokenizer]:
-    """A user's Hugging Face model directory (a new classification head is initialized from ``--seed``)."""
+def load_model(path: Path, task: str, *, label_names: list[str] | None, seed: int,
+               option: str = "--init-from") -> tuple[Any, Tokenizer, str | None]:
+    """A Hugging Face BERT directory (masked LM or sequence classifier) as the run's model, and its tokenizer.
+
+    ``mlm`` loads it as a masked LM (from a classifier, the encoder with a fresh LM head from the public
+    ``--seed``, its decoder tied to the word embeddings).
+    ``classify`` reuses its encoder; its classification head only when it is a sequence classifier whose
+    ``id2label`` is this run's label set in the same order, else a fresh head initialized from the
+    public ``--seed`` (a head of other labels, or of the same labels in another order, would predict the
+    wrong classes). Returns the model, the tokenizer and, for ``classify``, ``"reused"`` or ``"fresh"``
+    (None for ``mlm``). ``option`` names the directory in errors (``--init-from DIR``).
+    """
     from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification
 
     if not (path / "config.json").is_file():
-        raise UserInputError(f"--model {path}: no config.json; pass a Hugging Face model directory.")
+        raise UserInputError(f"{option}: no config.json; pass a Hugging Face model directory.")
     if not (path / "tokenizer.json").is_file():
-        raise UserInputError(f"--model {path}: no tokenizer.json; the trainer needs the model's fast tokenizer file.")
-    check_weights(path, option="--model")  # safetensors only, each file whole: never a pickle, never a torn file
+        raise UserInputError(f"{option}: no tokenizer.json; the trainer needs the model's fast tokenizer file.")
+    check_weights(path, option=option.split(" ", 1)[0])  # safetensors only, each file whole: never a pickle or a torn file
     try:
         tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
     except Exception as err:  # the Rust reader's own error type  # noqa: BLE001
-        raise UserInputError(f"--model {path}: tokenizer.json is not a tokenizers file ({_first_line(err)}); "
+        raise UserInputError(f"{option}: tokenizer.json is not a tokenizers file ({_first_line(err)}); "
                              "save the model's fast tokenizer there (tokenizer.save_pretrained(dir)).") from None
+    head = None
     torch.manual_seed(seed)
     try:
         if task == "classify":
+            head = "reused" if _same_labels(path / "config.json", label_names) else "fresh"
             model = AutoModelForSequenceClassification.from_pretrained(
                 str(path), num_labels=len(label_names), id2label=dict(enumerate(label_names)),
                 label2id={n: i for i, n in enumerate(label_names)}, attn_implementation="eager",
                 ignore_mismatched_sizes=True, use_safetensors=True, local_files_only=True)
+            if head == "fresh":  # a head of the same shape but other labels would be kept by the load: redrawn
+                torch.manual_seed(seed)
+                classifier = model.classifier
+                with torch.no_grad():
+                    classifier.weight.normal_(0.0, float(model.config.initializer_range))
+                    classifier.bias.zero_()
         else:
             model = AutoModelForMaskedLM.from_pretrained(str(path), attn_implementation="eager", use_safetensors=True,
                                                          local_files_only=True)
     except (OSError, ValueError, RuntimeError, KeyError) as err:
-        raise UserInputError(f"--model {path}: cannot load it with transformers ({_first_line(err)}).") from None
-    return model.eval(), tokenizer
+        raise UserInputError(f"{option}: cannot load it with transformers ({_first_line(err)}).") from None
+    return model.eval(), tokenizer, head
+
+
+def _same_labels(config_path: Path, label_names: list[str] | None) -> bool:
+    """Whether ``config.json`` is a sequence classifier's whose ``id2label`` is ``label_names`` in order."""
+    try:
+        config = json.loads(config_path.read_text(encoding="utf-8"))
+        architectures = config.get("architectures") or []
+        id2label = {int(k): str(v) for k, v in (config.get("id2label") or {}).items()}
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, TypeError, ValueError):
+        return False
+    classifier = any(str(a).endswith("ForSequenceClassification") for a in architectures)
+    return classifier and label_names is not None and [id2label.get(i) for i in range(len(id2label))] == list(label_names)
 
 
 def layer_groups(names: list[str]) -> tuple[list[str], list[int]]:

@@ -1,0 +1,75 @@
+"""Trivial baselines beside every held-out utility figure: the best constant prediction.
+
+A DP model's held-out accuracy says little alone: a model that learned nothing still scores what
+always predicting the most frequent token (masked LM) or the majority class (classifier) scores. Each
+trainer computes that figure on exactly the positions and rows it evaluates, scored the way it scores
+its model, and reports it beside the model's (``metrics.jsonl`` evaluation rows, the manifest summary,
+``dpaudit train``'s output) under :data:`MLM_BASELINE_KEY` / :data:`CLASSIFY_BASELINE_KEY`.
+
+The constant is the one most frequent among the evaluated ``heldout.jsonl`` targets themselves (not
+among ``public.jsonl``'s tokens): the best any constant prediction can score there, so a model that
+does not beat it has learned nothing usable. Framework-free (numpy).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+import numpy as np
+
+__all__ = ["CLASSIFY_BASELINE_KEY", "CLASSIFY_BASELINE_RULE", "MLM_BASELINE_KEY", "MLM_BASELINE_RULE",
+           "constant_prediction_accuracy", "majority_class_accuracy"]
+
+#: The key of the masked-LM baseline beside ``mlm_accuracy``.
+MLM_BASELINE_KEY = "heldout_mlm_accuracy_baseline"
+#: The key of the classifier baseline beside ``eval_accuracy``.
+CLASSIFY_BASELINE_KEY = "heldout_accuracy_baseline"
+MLM_BASELINE_RULE = ("always predicting the most frequent token among the masked heldout.jsonl positions that are "
+                     "evaluated (the best constant prediction there), scored like the model")
+CLASSIFY_BASELINE_RULE = ("always predicting the majority class of the evaluated heldout.jsonl rows (the best constant "
+                          "prediction there)")
+
+
+def constant_prediction_accuracy(targets: Any, weights: Any, *, per_example: bool) -> float | None:
+    """The accuracy of always predicting the most frequent target, scored as the model is.
+
+    Args:
+        targets: ``[rows, positions]`` integer target ids (any value where the weight is 0).
+        weights: ``[rows, positions]`` weight of each position (1 a real prediction, 0 padding; a padding
+            row is all 0).
+        per_example: False: correct predictions over all predictions (jax-bert's ``mlm_accuracy``). True:
+            each row's accuracy (over ``max(its predictions, 1)``) averaged over the rows (the torch
+            trainers': every row counts, a row with no prediction as 0).
+
+    Returns:
+        The accuracy in [0, 1], or None when nothing is evaluated.
+    """
+    targets = np.asarray(targets, dtype=np.int64)
+    weights = np.asarray(weights, dtype=np.float64)
+    if targets.shape != weights.shape or targets.ndim != 2:
+        raise ValueError(f"targets and weights must be [rows, positions] of one shape, got {targets.shape} and "
+                         f"{weights.shape}.")
+    if per_example:
+        rows = targets.shape[0]
+        if rows == 0:
+            return None
+        weights = weights / np.maximum(weights.sum(axis=1, keepdims=True), 1.0)
+        total = float(rows)
+    else:
+        total = float(weights.sum())
+        if total <= 0:
+            return None
+    used = weights > 0
+    if not used.any():
+        return 0.0
+    counts = np.bincount(targets[used], weights=weights[used])
+    return float(counts.max() / total)
+
+
+def majority_class_accuracy(labels: Sequence[int] | np.ndarray) -> float | None:
+    """The accuracy of always predicting the most frequent of ``labels`` (class ids >= 0); None when empty."""
+    labels = np.asarray(labels, dtype=np.int64)
+    if labels.size == 0:
+        return None
+    return float(np.bincount(labels).max() / labels.size)
