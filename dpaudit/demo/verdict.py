@@ -7,17 +7,81 @@ candidates in bits (Carlini et al. 2019), compared with never-inserted controls 
 Mann-Whitney test; the empirical epsilon lower bound is the headline of :mod:`dpaudit.headline` (the
 report's and ``dpaudit attack``'s too): valid at 95% over every audit it is chosen from, only audits
 of the claim's unit, its kind named (proof or heuristic), rounded down; claims rounded up.
+
+Each masked LM's and classifier's line states its held-out utility beside the trivial baseline (always the
+most frequent token, always the majority class: the best constant prediction on the same rows), read from
+the train run's ``metrics.jsonl`` the attack recorded as an input (hash-checked), else its manifest summary;
+a run written before the trainers logged baselines shows its figure alone.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+import json
+import math
+from collections.abc import Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 from dpaudit.attacks.results import AttackResults, CanaryResult, ExposureResult, MiaResult, ReconstructionResult
+from dpaudit.training.baselines import CLASSIFY_BASELINE_KEY, MLM_BASELINE_KEY
 
 #: Significance level of "memorized" (the top group's exposure above the controls').
 ALPHA = 0.05
+
+
+#: Held-out figures (keys newest first), their trivial baselines' keys and words, as the trainers log them in
+#: ``metrics.jsonl`` evaluation rows and the manifest summary (:mod:`dpaudit.training.baselines`).
+UTILITY = ((("heldout_mlm_accuracy", "mlm_accuracy"), MLM_BASELINE_KEY, "held-out MLM accuracy",
+            "always the most frequent token"),
+           (("heldout_accuracy", "eval_accuracy"), CLASSIFY_BASELINE_KEY, "held-out accuracy", "always the majority class"))
+
+
+def _number(value: Any) -> float | None:
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
+        return None
+    return float(value)
+
+
+def utility_text(row: Mapping[str, Any]) -> str | None:
+    """``held-out MLM accuracy 48.8% (trivial baseline 6.0%: always the most frequent token)`` of an evaluation row
+    or summary; the figure alone without a baseline; None without a held-out figure."""
+    for keys, baseline_key, name, rule in UTILITY:
+        value = next((_number(row.get(k)) for k in keys if _number(row.get(k)) is not None), None)
+        if value is None:
+            continue
+        baseline = _number(row.get(baseline_key))
+        if baseline is None:
+            return f"{name} {value:.1%}"
+        digits = 1
+        while value != baseline and f"{value:.{digits}%}" == f"{baseline:.{digits}%}" and digits < 6:
+            digits += 1
+        worse = "" if value > baseline else ", no better"
+        return f"{name} {value:.{digits}%} (trivial baseline {baseline:.{digits}%}: {rule}{worse})"
+    return None
+
+
+def read_utility(attack_dir: Path) -> str | None:
+    """The held-out utility of the model an attack directory audited (:func:`utility_text` of the train run's last
+    evaluation in the ``metrics.jsonl`` its manifest lists, else the train manifest's summary); None when neither
+    is there or the file changed since the attack."""
+    from dpaudit.rundir import MANIFEST_NAME, load_manifest, read_jsonl, sha256_file
+
+    inputs = load_manifest(attack_dir).get("inputs") or {}
+    recorded = next((p for p in sorted(inputs) if Path(p).as_posix().endswith("metrics.jsonl")), None)
+    if recorded is None:
+        return None
+    path = next((c for c in (Path(recorded), attack_dir.parent / recorded) if c.is_file()), None)
+    if path is None or sha256_file(path) != inputs[recorded]:
+        return None
+    for row in reversed([r for r in read_jsonl(path) if isinstance(r, dict)]):
+        text = utility_text(row)
+        if text is not None:
+            return text
+    try:
+        summary = json.loads((path.parent / MANIFEST_NAME).read_text(encoding="utf-8")).get("summary")
+    except (OSError, ValueError, AttributeError):
+        return None
+    return utility_text(summary) if isinstance(summary, Mapping) else None
 
 
 def _claim(results: AttackResults) -> str:
@@ -36,18 +100,20 @@ def _bound_text(results: AttackResults) -> str:
     return "; " + head.text()
 
 
-def mlm_line(label: str, results: AttackResults) -> str:
-    """Exposure of each inserted group vs the controls, exact reconstructions of the top group, lower bound.
+def mlm_line(label: str, results: AttackResults, utility: str | None = None) -> str:
+    """Held-out utility (:func:`utility_text`, when given), exposure of each inserted group vs the controls, exact
+    reconstructions of the top group, lower bound.
 
     The top group's outcome is named (MEMORIZED, or indistinguishable from the controls); a DP model's
     canaries repeated f times are a group of f rows, covered only by group privacy (none at 100x and
     epsilon 8), so the lower groups are listed too.
     """
+    head = f"{label} ({_claim(results)}): " + (f"{utility}; " if utility else "")
     exposure = next((r for r in results.attacks if isinstance(r, ExposureResult)), None)
     rows = {row.frequency: row for row in (exposure.rows if exposure else ())}
     inserted = sorted(f for f in rows if f > 0)
     if not inserted or 0 not in rows:
-        return f"{label} ({_claim(results)}): no exposure result."
+        return f"{head}no exposure result."
     top, controls = rows[inserted[-1]], rows[0]
     recon = next((r for r in results.attacks if isinstance(r, ReconstructionResult)), None)
     exact = next((r for r in (recon.rows if recon else ()) if r.frequency == top.frequency), None)
@@ -56,7 +122,7 @@ def mlm_line(label: str, results: AttackResults) -> str:
         return row.vs_controls.p_value if row.vs_controls else float("nan")
 
     found = "MEMORIZED" if p(top) < ALPHA else "indistinguishable from the controls"
-    text = (f"{label} ({_claim(results)}): {top.frequency}x canaries {top.mean:.1f} bits of exposure vs "
+    text = (f"{head}{top.frequency}x canaries {top.mean:.1f} bits of exposure vs "
             f"{controls.mean:.1f} for controls (p = {p(top):.2g})")
     if exact is not None:
         text += f", {exact.exact_matches}/{exact.n} reconstructed exactly"
@@ -82,10 +148,11 @@ def audit_line(label: str, results: AttackResults) -> str:
             f"{task.n_members} inserted once: AUC {task.auc:.2f}, TPR {tpr:.0%} at 1% FPR{_bound_text(results)}")
 
 
-def classifier_line(pairs: Sequence[tuple[str, AttackResults]]) -> str:
-    """One line for the classifiers: each one's strongest membership attack (AUC) and lower bound."""
+def classifier_line(pairs: Sequence[tuple[str, AttackResults]], utilities: Sequence[str | None] = ()) -> str:
+    """One line for the classifiers: each one's held-out utility (``utilities``, in order, when given), strongest
+    membership attack (AUC) and lower bound."""
     parts = []
-    for label, results in pairs:
+    for i, (label, results) in enumerate(pairs):
         tasks = [(t.auc, r.attack, t.task) for r in results.attacks if isinstance(r, MiaResult) for t in r.tasks]
         auc, attack, task = max(tasks, default=(float("nan"), "-", "-"))
         from dpaudit.headline import headline_of
@@ -93,7 +160,9 @@ def classifier_line(pairs: Sequence[tuple[str, AttackResults]]) -> str:
         head = headline_of(results)
         claim = _claim(results)
         bound = head.text() if head.best is not None else "no eligible lower bound"
-        parts.append(f"{label} ({claim}) best membership AUC {auc:.2f} ({attack}/{task}), {bound}")
+        utility = utilities[i] if i < len(utilities) else None
+        parts.append(f"{label} ({claim}) {f'{utility}, ' if utility else ''}best membership AUC {auc:.2f} ({attack}/{task}), "
+                     f"{bound}")
     return "intent classifiers: " + "; ".join(parts)
 
 
@@ -102,10 +171,11 @@ def verdict_lines(mlm: Sequence[tuple[str, Path]], classifiers: Sequence[tuple[s
     """The lines: each masked LM, each one-run audit, then the classifiers (or why they did not run)."""
     from dpaudit.attacks.run import read_attack_dir
 
-    lines = [mlm_line(label, read_attack_dir(path)) for label, path in mlm]
+    lines = [mlm_line(label, read_attack_dir(path), read_utility(Path(path))) for label, path in mlm]
     lines += [audit_line(label, read_attack_dir(path)) for label, path in audits]
     if classifiers:
-        lines.append(classifier_line([(label, read_attack_dir(path)) for label, path in classifiers]))
+        lines.append(classifier_line([(label, read_attack_dir(path)) for label, path in classifiers],
+                                     [read_utility(Path(path)) for _, path in classifiers]))
     else:
         lines.append(f"intent classifiers: not run ({missing_classifiers})")
     return lines

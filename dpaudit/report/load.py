@@ -7,6 +7,11 @@ manifest's ``inputs`` (path -> sha256), the few upstream files it shows: the tra
 :func:`dpaudit.scoring.source.read_privacy_record`) and the inject run's ``canaries.jsonl``. An upstream file that is
 gone (a report rendered on another machine) is shown as unavailable; one whose hash no longer
 matches is refused, since the page would otherwise describe a different run.
+
+The held-out utility (:class:`Utility`) is the train run's last evaluation in ``metrics.jsonl``, else its
+manifest's summary, with the trivial baseline the trainer logged beside it
+(:mod:`dpaudit.training.baselines`); a run written before baselines were logged has none, and the page
+then shows the figure alone.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ import math
 import os
 import types
 import typing
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -27,6 +32,7 @@ import numpy as np
 from dpaudit.attacks.results import SCHEMA as ATTACK_SCHEMA
 from dpaudit.attacks.results import AttackResults
 from dpaudit.errors import UserInputError
+from dpaudit.training.baselines import CLASSIFY_BASELINE_KEY, MLM_BASELINE_KEY
 from dpaudit.training.privacy_record import PrivacyRecord
 from dpaudit.rundir import MANIFEST_NAME, load_manifest, sha256_file
 
@@ -43,6 +49,59 @@ class MetricRow:
     accuracy: float | None = None
     grad_snr: float | None = None
     epsilon: float | None = None
+    heldout: float | None = None
+    heldout_baseline: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class UtilityKind:
+    """A held-out utility figure as the trainers log it: its keys (newest first), its baseline's key, its words."""
+
+    keys: tuple[str, ...]
+    baseline_key: str
+    name: str
+    rule: str
+
+
+#: The held-out figures and their trivial baselines (:mod:`dpaudit.training.baselines`), keyed as ``metrics.jsonl``
+#: evaluation rows and the train manifest's summary key them.
+UTILITY_KINDS = (
+    UtilityKind(keys=("heldout_mlm_accuracy", "mlm_accuracy"), baseline_key=MLM_BASELINE_KEY,
+                name="held-out MLM accuracy", rule="always the most frequent token"),
+    UtilityKind(keys=("heldout_accuracy", "eval_accuracy"), baseline_key=CLASSIFY_BASELINE_KEY,
+                name="held-out accuracy", rule="always the majority class"),
+)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Utility:
+    """A train run's held-out utility and its trivial baseline (the best constant prediction on the same rows and
+    positions; None for a run written before trainers logged it).
+
+    Attributes:
+        step: the evaluation's step in ``metrics.jsonl``; None when read from the manifest summary.
+    """
+
+    name: str
+    value: float
+    baseline: float | None
+    rule: str
+    step: int | None = None
+
+    @property
+    def beats_baseline(self) -> bool | None:
+        """Whether the model does better than always predicting the constant (None: no baseline)."""
+        return None if self.baseline is None else self.value > self.baseline
+
+
+def utility_of(row: Mapping[str, Any], *, step: int | None = None) -> Utility | None:
+    """The held-out utility of one evaluation row or manifest summary (None: it holds no held-out figure)."""
+    for kind in UTILITY_KINDS:
+        value = next((_finite(row.get(key)) for key in kind.keys if _finite(row.get(key)) is not None), None)
+        if value is not None:
+            return Utility(name=kind.name, value=value, baseline=_finite(row.get(kind.baseline_key)), rule=kind.rule,
+                           step=step)
+    return None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -99,6 +158,7 @@ class ReportRun:
         privacy: facts from ``privacy.json`` (None for a bare model or when unavailable).
         upstream_manifests: role ("train", "inject") -> that run's manifest, when readable.
         upstream: the upstream files looked for, with their status.
+        utility: the model's held-out utility and its trivial baseline (None: not logged or unavailable).
     """
 
     label: str
@@ -109,6 +169,7 @@ class ReportRun:
     privacy: PrivacyFacts | None = None
     upstream_manifests: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     upstream: tuple[Upstream, ...] = ()
+    utility: Utility | None = None
 
 
 def _finite(value: Any) -> float | None:
@@ -119,8 +180,21 @@ def _finite(value: Any) -> float | None:
 
 def _metric_row(row: Mapping[str, Any]) -> MetricRow:
     accuracy = row.get("accuracy", row.get("train_mlm_accuracy", row.get("train_accuracy")))
+    utility = utility_of(row)
     return MetricRow(step=int(row["step"]), loss=_finite(row.get("loss")), accuracy=_finite(accuracy),
-                     grad_snr=_finite(row.get("grad_snr")), epsilon=_finite(row.get("epsilon")))
+                     grad_snr=_finite(row.get("grad_snr")), epsilon=_finite(row.get("epsilon")),
+                     heldout=utility.value if utility else None, heldout_baseline=utility.baseline if utility else None)
+
+
+def run_utility(metrics: Sequence[Mapping[str, Any]] | None, train_manifest: Mapping[str, Any] | None) -> Utility | None:
+    """The held-out utility at the end of training: the last evaluation row of ``metrics.jsonl`` (hash-checked), else
+    the train manifest's summary; None when neither holds one."""
+    for row in reversed(metrics or ()):
+        utility = utility_of(row, step=row.get("step") if isinstance(row.get("step"), int) else None)
+        if utility is not None:
+            return utility
+    summary = (train_manifest or {}).get("summary")
+    return utility_of(summary) if isinstance(summary, Mapping) else None
 
 
 def _find_input(manifest: Mapping[str, Any], suffix: str) -> tuple[str, str] | None:
@@ -332,10 +406,12 @@ def _with_upstream(directory: Path, results: AttackResults, manifest: Mapping[st
     privacy_up, privacy_path = _read_upstream("privacy record", "privacy.json", manifest, directory)
     canary_up, canary_path = _read_upstream("canaries", "canaries.jsonl", manifest, directory)
     metrics = None
+    rows: list[dict[str, Any]] = []
     if metrics_path is not None:
         from dpaudit.rundir import read_jsonl
 
-        metrics = tuple(_metric_row(r) for r in read_jsonl(metrics_path) if isinstance(r.get("step"), int))
+        rows = [r for r in read_jsonl(metrics_path) if isinstance(r, dict) and isinstance(r.get("step"), int)]
+        metrics = tuple(_metric_row(r) for r in rows)
     privacy = None
     if privacy_path is not None:
         from dpaudit.scoring.source import read_privacy_record
@@ -351,4 +427,5 @@ def _with_upstream(directory: Path, results: AttackResults, manifest: Mapping[st
                                                    ("inject", _read_manifest_near(canary_path))) if m is not None}
     return ReportRun(label=label, results=results, manifest=manifest, metrics=metrics, canary_text=canary_text,
                      privacy=privacy, upstream_manifests=upstream_manifests,
-                     upstream=(metrics_up, privacy_up, canary_up))
+                     upstream=(metrics_up, privacy_up, canary_up),
+                     utility=run_utility(rows, upstream_manifests.get("train")))

@@ -33,13 +33,15 @@ ROC_POINTS = 400
 
 @dataclass(frozen=True, kw_only=True)
 class Series:
-    """One line of points with optional interval bounds (low/high, NaN where unknown)."""
+    """One line of points with optional interval bounds (low/high, NaN where unknown) and, in a training panel, a
+    reference level drawn as a dotted line in the series' colour (a held-out figure's trivial baseline)."""
 
     label: str
     x: Sequence[float]
     y: Sequence[float]
     low: Sequence[float] | None = None
     high: Sequence[float] | None = None
+    baseline: float | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -194,7 +196,7 @@ def roc(name: str, curves: Sequence[tuple[str, np.ndarray, np.ndarray, int]]) ->
 
 
 def training(name: str, panels: Sequence[tuple[str, Sequence[Series], bool]]) -> str:
-    """Small multiples vs step: per panel (title, one series per run, log y axis?)."""
+    """Small multiples vs step: per panel (title, one series per run, log y axis?); a series' baseline is dotted."""
     ncols = max(len(panels), 1)
     runs = len({s.label for _, ss, _ in panels for s in ss})
     legend_in = 0.18 * math.ceil(runs / 4) if runs > 1 else 0.0
@@ -209,6 +211,8 @@ def training(name: str, panels: Sequence[tuple[str, Sequence[Series], bool]]) ->
                     ax.plot(x[ok], y[ok], color=PALETTE[i % len(PALETTE)], linewidth=1.4,
                             marker="o" if ok.sum() < 12 else None, markersize=3, label=s.label)
                     drawn = True
+                    if s.baseline is not None and math.isfinite(s.baseline):
+                        ax.axhline(s.baseline, color=PALETTE[i % len(PALETTE)], linestyle=":", linewidth=1.2)
             if log_y and drawn:
                 ax.set_yscale("log")
             if not drawn:

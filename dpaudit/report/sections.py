@@ -20,7 +20,7 @@ from dpaudit.headline import PROOF, Headline, HeadlineBound, headline_of
 from dpaudit.rundir import REDACTED, redact_command
 from dpaudit.training.privacy_record import TELEMETRY_NOTE
 from dpaudit.report import plots
-from dpaudit.report.load import REPORT_FILE, ReportRun
+from dpaudit.report.load import REPORT_FILE, ReportRun, Utility
 from dpaudit.report.membership import MembershipAudit, membership_audits, strongest
 
 #: p-value below which the most-repeated canaries count as memorized (one-sided test vs controls).
@@ -44,6 +44,44 @@ def short_names(runs: Sequence[ReportRun]) -> dict[str, str]:
     if len(set(names)) == len(names):
         return {r.label: n for r, n in zip(runs, names)}
     return {r.label: r.label for r in runs}
+
+
+# -- utility ---------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True, kw_only=True)
+class UtilityView:
+    """A run's held-out utility as the page prints it: the figure, and its trivial baseline beside it when the train
+    run logged one (older runs: the figure alone)."""
+
+    run: str
+    name: str
+    value: str
+    baseline: str | None
+    rule: str
+    step: int | None
+    margin: str | None
+    beats_baseline: bool | None
+
+
+def percents(value: float, baseline: float | None) -> tuple[str, str | None]:
+    """Two accuracies as percentages with one decimal, more where rounding would make different figures equal."""
+    if baseline is None:
+        return f"{value:.1%}", None
+    digits = 1
+    while value != baseline and f"{value:.{digits}%}" == f"{baseline:.{digits}%}" and digits < 6:
+        digits += 1
+    return f"{value:.{digits}%}", f"{baseline:.{digits}%}"
+
+
+def utility_view(label: str, utility: Utility | None) -> UtilityView | None:
+    """The page's view of a run's utility (None: the run logged no held-out figure); the margin from the exact figures."""
+    if utility is None:
+        return None
+    value, baseline = percents(utility.value, utility.baseline)
+    margin = None if utility.baseline is None else f"{(utility.value - utility.baseline) * 100:+.1f} points"
+    return UtilityView(run=label, name=utility.name, value=value, baseline=baseline, rule=utility.rule,
+                       step=utility.step, margin=margin, beats_baseline=utility.beats_baseline)
 
 
 # -- 1. verdict ------------------------------------------------------------------------------------
@@ -74,6 +112,7 @@ class Verdict:
     log2_space: float | None
     mia: MembershipAudit | None
     sentence: str
+    utility: UtilityView | None = None
 
     @property
     def lower_bound(self) -> float | None:
@@ -101,7 +140,7 @@ def _unaccounted(run: ReportRun) -> tuple[str, ...]:
 
 
 def _sentence(head: Headline, private: bool | None, top: ExposureRow | None, controls: ExposureRow | None,
-              mia: MembershipAudit | None, log2_space: float | None) -> str:
+              mia: MembershipAudit | None, log2_space: float | None, utility: UtilityView | None = None) -> str:
     if head.contradicted:
         return ("A proof (the one-run bound on coin-flip canaries, 95% corrected for every audit) shows more leakage than "
                 "the claimed epsilon allows, so the claim is wrong: the trainer or the accountant has a bug, or the model "
@@ -135,6 +174,9 @@ def _sentence(head: Headline, private: bool | None, top: ExposureRow | None, con
     elif private and not memorized:
         parts.append(f"Nothing found contradicts the claimed epsilon {format_up(claim.epsilon)}; a lower bound is not a "
                      "proof of privacy.")
+    if utility is not None and utility.beats_baseline is False:
+        parts.append(f"Its {utility.name} ({utility.value}) is no better than the trivial baseline ({utility.baseline}: "
+                     f"{utility.rule}): the model learned nothing usable, so its privacy says little.")
     return " ".join(parts) or "No attack result to summarize."
 
 
@@ -157,12 +199,14 @@ def verdict(run: ReportRun, audits: Sequence[MembershipAudit], head: Headline | 
     alarms.extend(head.investigate)
     mia = strongest(tuple(audits))
     log2_space = run.results.data.log2_space_size
+    utility = utility_view(run.label, run.utility)
     return Verdict(label=run.label, claim=head.claim.text(), claimed_epsilon=head.claim.epsilon, private=c.private,
                    delta=c.delta, accountant=c.accountant, privacy_unit=run.privacy.privacy_unit if run.privacy else None,
                    sampling=run.privacy.sampling if run.privacy else None, guarantee=c.guarantee, headline=head,
                    exceeds=head.contradicted, alarms=tuple(dict.fromkeys(alarms)), unaccounted=_unaccounted(run),
                    top_frequency=top.frequency if top else None, top_exposure=top, control_exposure=controls,
-                   log2_space=log2_space, mia=mia, sentence=_sentence(head, c.private, top, controls, mia, log2_space))
+                   log2_space=log2_space, mia=mia, sentence=_sentence(head, c.private, top, controls, mia, log2_space, utility),
+                   utility=utility)
 
 
 # -- 2. memorization -------------------------------------------------------------------------------
@@ -306,27 +350,43 @@ def mia(runs: Sequence[ReportRun], audits: Mapping[str, Sequence[MembershipAudit
 
 @dataclass(frozen=True, kw_only=True)
 class Training:
+    """The training section: the telemetry plot (with a held-out panel, each run's trivial baseline dotted, when a run
+    logged held-out figures) and the utility table (one row per run with a held-out figure)."""
+
     present: bool
     svg: str | None
     missing: tuple[str, ...]
     note: str
+    utility: tuple[UtilityView, ...] = ()
+    heldout_panel: bool = False
 
 
 def training(runs: Sequence[ReportRun]) -> Training:
+    short = short_names(runs)
+    utility = tuple(v for v in (utility_view(short[r.label], r.utility) for r in runs) if v is not None)
     with_metrics = [r for r in runs if r.metrics]
     missing = tuple(r.label for r in runs if not r.metrics)
     notes = {r.privacy.telemetry for r in runs if r.privacy and r.privacy.telemetry}
     note = next(iter(notes)) if len(notes) == 1 else TELEMETRY_NOTE
     if not with_metrics:
-        return Training(present=False, svg=None, missing=missing, note=note)
+        return Training(present=False, svg=None, missing=missing, note=note, utility=utility)
     panels = []
     for title, attr, log_y in (("training loss", "loss", False), ("accuracy", "accuracy", False),
                                ("gradient SNR", "grad_snr", True), ("epsilon spent", "epsilon", False)):
-        short = short_names(runs)
         series = [plots.Series(label=_label(short[r.label]), x=[m.step for m in r.metrics],
                                y=[_nan(getattr(m, attr)) for m in r.metrics]) for r in with_metrics]
         panels.append((title, series, log_y))
-    return Training(present=True, svg=plots.training("training telemetry", panels), missing=missing, note=note)
+    heldout = any(m.heldout is not None for r in with_metrics for m in r.metrics)
+    if heldout:  # the utility plot: held-out figure vs step, the trivial baseline as a dotted line in the run's colour
+        series = []
+        for r in with_metrics:
+            rows = [m for m in r.metrics if m.heldout is not None]
+            baseline = next((m.heldout_baseline for m in reversed(rows) if m.heldout_baseline is not None), None)
+            series.append(plots.Series(label=_label(short[r.label]), x=[m.step for m in rows], y=[m.heldout for m in rows],
+                                       baseline=baseline))
+        panels.insert(2, ("held-out accuracy", series, False))
+    return Training(present=True, svg=plots.training("training telemetry", panels), missing=missing, note=note,
+                    utility=utility, heldout_panel=heldout)
 
 
 # -- 5. per-canary table ---------------------------------------------------------------------------

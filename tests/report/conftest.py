@@ -74,7 +74,8 @@ def _write_jsonl(path: Path, rows: list[dict]) -> None:
 def make_attack_dir(root: Path, name: str = "attack", *, n_canaries: int = 40, frequencies=(1, 2, 4, 16), epsilon: float | None = 2.0,
                     strength: float = 1.0, mia: bool = True, evil: bool = True, metrics: bool = True, seed: int = 0,
                     coin_flip: bool = True, shuffle: bool = False, noise_seed: int | None = None,
-                    scale_from_private: bool = False) -> Path:
+                    scale_from_private: bool = False, evaluation: dict | None = None,
+                    train_summary: dict | None = None) -> Path:
     """Write inject/, train/ and an attack directory under ``root``; return the attack directory.
 
     The membership result has an examples task (heuristic), a canaries task of the fixture's
@@ -82,7 +83,9 @@ def make_attack_dir(root: Path, name: str = "attack", *, n_canaries: int = 40, f
     proof). ``shuffle`` writes a shuffle run's privacy.json (no proven epsilon) while the results still
     carry ``epsilon`` as a claim (as results written before shuffle runs were marked did);
     ``noise_seed`` puts ``--noise-seed`` verbatim in the train manifest (as older manifests did);
-    ``scale_from_private`` records eDP-SGD per-layer clip norms computed on private data.
+    ``scale_from_private`` records eDP-SGD per-layer clip norms computed on private data; ``evaluation`` adds its
+    keys (held-out figures, their baselines) to every 50th metrics row, as a trainer's evaluation rows carry them;
+    ``train_summary`` is the train manifest's ``summary``.
     """
     rng = np.random.default_rng(seed)
     inject, train, out = root / f"{name}-data", root / f"{name}-model", root / name
@@ -157,7 +160,8 @@ def make_attack_dir(root: Path, name: str = "attack", *, n_canaries: int = 40, f
     steps = np.arange(1, 41) * 5
     metric_rows = [{"step": int(s), "loss": float(6 * np.exp(-s / 80) + 1), "train_mlm_accuracy": float(1 - np.exp(-s / 90)),
                     "grad_snr": float(3 / (1 + s / 50)) if epsilon else None, "telemetry_private": True,
-                    **({"epsilon": float((epsilon or 0) * s / steps[-1])} if s % 50 == 0 and epsilon else {})} for s in steps]
+                    **({"epsilon": float((epsilon or 0) * s / steps[-1])} if s % 50 == 0 and epsilon else {}),
+                    **(evaluation if evaluation and s % 50 == 0 else {})} for s in steps]
     if metrics:
         _write_jsonl(train / "metrics.jsonl", metric_rows)
     event = None
@@ -183,7 +187,8 @@ def make_attack_dir(root: Path, name: str = "attack", *, n_canaries: int = 40, f
                                                     "config": {"trainer": "jax-bert", "noise_multiplier": 1.1,
                                                                **({} if noise_seed is None else {"noise_seed": noise_seed})},
                                                     "seed": 0,
-                                                    "inputs": {}, "outputs": {}, "tokenizer_trained_on": "public.jsonl"}))
+                                                    "inputs": {}, "outputs": {}, "tokenizer_trained_on": "public.jsonl",
+                                                    **({"summary": train_summary} if train_summary is not None else {})}))
     claimed = (ClaimedPrivacy(known=True, private=True, epsilon=epsilon, recorded_epsilon=epsilon, delta=delta, accountant="pld",
                               guarantee=f"({epsilon}, {delta})-DP per example")
                if epsilon is not None else ClaimedPrivacy(known=True, private=False, guarantee="non-private: epsilon = inf."))
