@@ -248,3 +248,22 @@ def _resolved(path: Path) -> Path:
         return path.resolve()
     except OSError:
         return path.absolute()
+
+
+def run_inputs(data: Any, *, init_from: str | None, data_split: str) -> tuple[dict[str, str], Any, tuple[int, ...],
+                                                                          StartingPoint | None]:
+    """What a trainer's ``load_data`` reports of its inputs: (inputs, identity, canary frequencies, start).
+
+    The start's weights are an input, and a checkpoint belongs to this start only (its hashes join the
+    identity); canaries live in ``train.jsonl`` only, so a run on ``public.jsonl`` holds none.
+    """
+    from dpaudit.inject_run import canary_frequencies
+
+    inputs, identity = dict(data.inputs), data.identity
+    start = None
+    if init_from is not None:
+        start = resolve_start(init_from)
+        inputs.update(start.inputs)
+        identity = {"data": identity, "init_from": start.identity}
+    frequencies = tuple(canary_frequencies(data.manifest)) if data_split == "train" else ()
+    return inputs, identity, frequencies, start

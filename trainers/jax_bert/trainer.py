@@ -83,7 +83,7 @@ from dpaudit.inject_run import (
     load_inject_run,
 )
 from dpaudit.training.baselines import MLM_BASELINE_KEY, MLM_BASELINE_RULE, constant_prediction_accuracy
-from dpaudit.training.starting_point import SPLIT_FILES, StartingPoint, resolve_start
+from dpaudit.training.starting_point import SPLIT_FILES, StartingPoint, run_inputs
 from dpaudit.training.gradient_canaries import UNIT_EXAMPLE, GradientCanaries
 from dpaudit.training.privacy_plan import PrivacyPlan, plan_privacy
 from dpaudit.training.secret_rng import NoiseSource
@@ -442,13 +442,8 @@ class _Plugin(TrainerPlugin):
         self.train_texts = self.data.split(SPLIT_FILES[config.data_split]).texts
         self.real_size = len(self.train_texts)
         audit_rows = self.canaries.rows if self.canaries is not None else 0
-        inputs, identity = dict(self.data.inputs), self.data.identity
-        if config.init_from is not None:  # its weights are an input; a checkpoint belongs to this start only
-            self.starting_point = resolve_start(config.init_from)
-            inputs.update(self.starting_point.inputs)
-            identity = {"data": identity, "init_from": self.starting_point.identity}
-        # Canaries live in train.jsonl only: a run on public.jsonl holds none.
-        frequencies = canary_frequencies(self.data.manifest) if config.data_split == "train" else ()
+        inputs, identity, frequencies, self.starting_point = run_inputs(self.data, init_from=config.init_from,
+                                                                        data_split=config.data_split)
         return RunData(size=self.real_size + audit_rows, inputs=inputs, identity=identity, frequencies=frequencies,
                        split=config.data_split, start=self.starting_point)
 

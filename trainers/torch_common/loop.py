@@ -49,7 +49,7 @@ from dpaudit.training.baselines import (
     constant_prediction_accuracy,
     majority_class_accuracy,
 )
-from dpaudit.training.starting_point import StartingPoint, resolve_start
+from dpaudit.training.starting_point import StartingPoint, run_inputs
 from dpaudit.training.tokenizer import missing_new_tokens, train_wordpiece
 from dpaudit.training.api import TrainResult
 from dpaudit.training import RecordParts, RunData, RunSettings, RunSkeleton, TrainerPlugin
@@ -350,13 +350,8 @@ class TorchPlugin(TrainerPlugin):
         size = config.dataset_size if config.dataset_size is not None else n
         self.steps_per_epoch = math.ceil(size / config.batch_size)
         # (data.inputs is hashed here, once: the manifest needs it at the end, when --data may be gone.)
-        inputs, identity = dict(self.data.inputs), self.data.identity
-        if config.init_from is not None:  # its weights are an input; a checkpoint belongs to this start only
-            self.starting_point = resolve_start(config.init_from)
-            inputs.update(self.starting_point.inputs)
-            identity = {"data": identity, "init_from": self.starting_point.identity}
-        # Canaries live in train.jsonl only: a run on public.jsonl holds none.
-        frequencies = canary_frequencies(self.data.manifest) if config.data_split == "train" else ()
+        inputs, identity, frequencies, self.starting_point = run_inputs(self.data, init_from=config.init_from,
+                                                                        data_split=config.data_split)
         return RunData(size=n, inputs=inputs, identity=identity, frequencies=frequencies, split=config.data_split,
                        start=self.starting_point)
 
