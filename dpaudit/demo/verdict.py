@@ -23,17 +23,10 @@ from pathlib import Path
 from typing import Any
 
 from dpaudit.attacks.results import AttackResults, CanaryResult, ExposureResult, MiaResult, ReconstructionResult
-from dpaudit.training.baselines import CLASSIFY_BASELINE_KEY, MLM_BASELINE_KEY
+from dpaudit.training.baselines import UTILITY_KINDS
 
 #: Significance level of "memorized" (the top group's exposure above the controls').
 ALPHA = 0.05
-
-
-#: Held-out figures (keys newest first), their trivial baselines' keys and words, as the trainers log them in
-#: ``metrics.jsonl`` evaluation rows and the manifest summary (:mod:`dpaudit.training.baselines`).
-UTILITY = ((("heldout_mlm_accuracy", "mlm_accuracy"), MLM_BASELINE_KEY, "held-out MLM accuracy",
-            "always the most frequent token"),
-           (("heldout_accuracy", "eval_accuracy"), CLASSIFY_BASELINE_KEY, "held-out accuracy", "always the majority class"))
 
 
 def _number(value: Any) -> float | None:
@@ -45,7 +38,8 @@ def _number(value: Any) -> float | None:
 def utility_text(row: Mapping[str, Any]) -> str | None:
     """``held-out MLM accuracy 48.8% (trivial baseline 6.0%: always the most frequent token)`` of an evaluation row
     or summary; the figure alone without a baseline; None without a held-out figure."""
-    for keys, baseline_key, name, rule in UTILITY:
+    for kind in UTILITY_KINDS:
+        keys, baseline_key, name, rule = kind.keys, kind.baseline_key, kind.name, kind.rule
         value = next((_number(row.get(k)) for k in keys if _number(row.get(k)) is not None), None)
         if value is None:
             continue

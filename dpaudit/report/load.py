@@ -32,7 +32,7 @@ import numpy as np
 from dpaudit.attacks.results import SCHEMA as ATTACK_SCHEMA
 from dpaudit.attacks.results import AttackResults
 from dpaudit.errors import UserInputError
-from dpaudit.training.baselines import CLASSIFY_BASELINE_KEY, MLM_BASELINE_KEY
+from dpaudit.training.baselines import UTILITY_KINDS
 from dpaudit.training.privacy_record import PrivacyRecord
 from dpaudit.rundir import MANIFEST_NAME, load_manifest, sha256_file
 
@@ -51,26 +51,6 @@ class MetricRow:
     epsilon: float | None = None
     heldout: float | None = None
     heldout_baseline: float | None = None
-
-
-@dataclass(frozen=True, kw_only=True)
-class UtilityKind:
-    """A held-out utility figure as the trainers log it: its keys (newest first), its baseline's key, its words."""
-
-    keys: tuple[str, ...]
-    baseline_key: str
-    name: str
-    rule: str
-
-
-#: The held-out figures and their trivial baselines (:mod:`dpaudit.training.baselines`), keyed as ``metrics.jsonl``
-#: evaluation rows and the train manifest's summary key them.
-UTILITY_KINDS = (
-    UtilityKind(keys=("heldout_mlm_accuracy", "mlm_accuracy"), baseline_key=MLM_BASELINE_KEY,
-                name="held-out MLM accuracy", rule="always the most frequent token"),
-    UtilityKind(keys=("heldout_accuracy", "eval_accuracy"), baseline_key=CLASSIFY_BASELINE_KEY,
-                name="held-out accuracy", rule="always the majority class"),
-)
 
 
 @dataclass(frozen=True, kw_only=True)

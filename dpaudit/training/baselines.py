@@ -14,12 +14,13 @@ does not beat it has learned nothing usable. Framework-free (numpy).
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 __all__ = ["CLASSIFY_BASELINE_KEY", "CLASSIFY_BASELINE_RULE", "MLM_BASELINE_KEY", "MLM_BASELINE_RULE",
-           "constant_prediction_accuracy", "majority_class_accuracy"]
+           "UTILITY_KINDS", "UtilityKind", "constant_prediction_accuracy", "majority_class_accuracy"]
 
 #: The key of the masked-LM baseline beside ``mlm_accuracy``.
 MLM_BASELINE_KEY = "heldout_mlm_accuracy_baseline"
@@ -29,6 +30,26 @@ MLM_BASELINE_RULE = ("always predicting the most frequent token among the masked
                      "evaluated (the best constant prediction there), scored like the model")
 CLASSIFY_BASELINE_RULE = ("always predicting the majority class of the evaluated heldout.jsonl rows (the best constant "
                           "prediction there)")
+
+
+@dataclass(frozen=True, kw_only=True)
+class UtilityKind:
+    """A held-out utility figure as the trainers log it: its keys (newest first), its baseline's key, its words."""
+
+    keys: tuple[str, ...]
+    baseline_key: str
+    name: str
+    rule: str
+
+
+#: The held-out figures and their trivial baselines, keyed as ``metrics.jsonl`` evaluation rows and the
+#: train manifest's summary key them (the report and the demo's verdict read them through this table).
+UTILITY_KINDS = (
+    UtilityKind(keys=("heldout_mlm_accuracy", "mlm_accuracy"), baseline_key=MLM_BASELINE_KEY,
+                name="held-out MLM accuracy", rule="always the most frequent token"),
+    UtilityKind(keys=("heldout_accuracy", "eval_accuracy"), baseline_key=CLASSIFY_BASELINE_KEY,
+                name="held-out accuracy", rule="always the majority class"),
+)
 
 
 def constant_prediction_accuracy(targets: Any, weights: Any, *, per_example: bool) -> float | None:
