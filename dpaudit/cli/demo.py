@@ -44,13 +44,21 @@ def _model_summary(model: Path) -> str:
         if groups:
             claim += "; canaries repeated f times get only group privacy (" + ", ".join(groups) + ")"
         claim += "; " + record.randomness.rstrip(".")
+    elif record.public_data_only:
+        claim = "public model (trained on public.jsonl only, non-private: nothing private went into it)"
     else:
         claim = "non-private (epsilon = inf)"
+    if record.init_from:
+        claim += f"; started from {record.init_from.get('path', 'a public model')}"
     rows = list(read_jsonl(model / "metrics.jsonl"))
-    for key, what in (("mlm_accuracy", "held-out MLM accuracy"), ("eval_accuracy", "held-out intent accuracy")):
-        values = [row[key] for row in rows if row.get(key) is not None]
+    for key, baseline_key, what, baseline in (
+            ("mlm_accuracy", "heldout_mlm_accuracy_baseline", "held-out MLM accuracy", "always the most frequent token"),
+            ("eval_accuracy", "heldout_accuracy_baseline", "held-out intent accuracy", "always the majority class")):
+        values = [row for row in rows if row.get(key) is not None]
         if values:
-            claim += f"; {what} {values[-1]:.1%} (telemetry, not covered)"
+            base = values[-1].get(baseline_key)
+            claim += f"; {what} {values[-1][key]:.1%}" + (f" ({baseline} {base:.1%})" if base is not None else "") + \
+                " (telemetry, not covered)"
     return claim
 
 
@@ -86,9 +94,11 @@ def _classifier_gap() -> str | None:
 def demo(out: Path, quick: bool, seed: int, noise_seed: int | None, classifiers: bool, report_path: Path) -> None:
     """Show memorization and what DP does about it, on the built-in voice-assistant corpus.
 
-    Plants digit canaries (inserted 1, 10 and 100 times, plus never-inserted controls), trains the
-    same tiny BERT twice with jax-bert (non-private, and DP-SGD at epsilon 8) and, with torch, two
-    intent classifiers with the edp-sgd trainer (sgd and edp-sgd modes); audits the two BERTs' recipe in
+    Plants digit canaries (inserted 1, 10 and 100 times, plus never-inserted controls) beside public
+    utterances, pretrains a tiny BERT on the public ones (jax-bert, non-private, public data only), then
+    trains it twice on the private rows (non-private, and DP-SGD at epsilon 8) and, with torch, pretrains
+    an intent classifier on public utterances and trains it three times with the edp-sgd trainer (sgd,
+    dp-sgd and edp-sgd modes, the last two at epsilon 8); audits the two BERTs' recipe (from scratch) in
     one run on coin-flip new-token canaries (two more trainings, inserted once or not by fair coins);
     attacks every model and writes one comparison report. Ctrl-C is safe: rerun the same command to resume.
     """
@@ -126,6 +136,8 @@ def demo(out: Path, quick: bool, seed: int, noise_seed: int | None, classifiers:
     atomic_write_json(out / "stage-times.json", {"quick": quick, "stages": _merge_times(out / "stage-times.json", times)})
 
     click.echo("\nModels:")
+    for stage in plan.public_models:
+        click.echo(f"  - {stage.output.name.removeprefix('model-')}: {_model_summary(stage.output)}")
     for model in plan.models:
         click.echo(f"  - {model.label}: {_model_summary(model.train.output)}")
     click.echo("  - privacy: epsilons and deltas are rounded up; they cover each model/ only. manifest.json, "

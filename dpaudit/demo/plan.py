@@ -21,6 +21,19 @@ the 2-core CPU; the table is in ``benchmarks/bench_demo.py``'s docstring):
   one context, so even a DP model learns which digits their secrets favour. At the quick size (5 per
   group) its 1x and 10x canaries are indistinguishable from the controls (p = 0.27-0.85, 5 runs).
 
+Public pretraining, then private training (issue 28; ``benchmarks/bench_public_pretraining.py``): the masked LMs'
+inject directory also holds ``public_size`` public utterances (``--public-size``: generated beside the private rows,
+never one of them, never a canary). A public model is pretrained on them (``--data-split public --non-private``, a
+stage cached like every other), and the non-private and the epsilon-8 model both start from it (``--init-from``).
+From random weights the epsilon-8 model learned nothing (5.8% held-out MLM accuracy, the most frequent token 6%);
+from the public model it reaches 56% against the non-private model's 62% (0.91x, DP learning rate 1e-3: at 3e-3 the
+noise costs 3 points more), while the non-private model still memorizes its 100x canaries (12.3 bits, 6/10 exact)
+and the DP model's 1x canaries stay with the controls. The classifiers likewise start from an intent classifier
+pretrained on ``classifier_public_size`` public utterances (sgd mode, public data only): sgd 99%, dp-sgd and edp-sgd
+at epsilon 8 98% (majority class 13%). The one-run audit's models still start from random weights: the public
+model's tokenizer lacks the audit's new tokens (a second public model would cost another pretraining), and the
+audit proves the recipe's leakage, which needs no utility.
+
 The one-run audit (issue 27, designed canaries): the digit canaries above are inserted 1, 10 and 100
 times by design, so no one-run bound applies to them. A second inject directory holds
 ``audit_canaries`` coin-flip new-token canaries (``--design new-tokens``, after Panda et al. 2025: a
@@ -75,6 +88,13 @@ class DemoSizes:
         shadow_models: shadow models per classifier attack.
         classifier_attacks: attacks run on each classifier.
         audit_canaries: coin-flip designed canaries of the one-run audit's inject directory (0: no audit stages).
+        public_size: public utterances of the masked LMs' inject directory (``--public-size``: generated beside the
+            private rows, never a private row or a canary); the public model is pretrained on them.
+        public_steps: jax-bert steps of the public model (non-private, ``--data-split public``); 0: no pretraining,
+            every model starts from random weights.
+        dp_learning_rate: learning rate of the DP models (their start is already trained; None: ``learning_rate``).
+        classifier_public_size: public utterances of the classifiers' inject directory.
+        classifier_public_epochs: edp-sgd epochs of the public classifier (sgd mode on ``public.jsonl``); 0: none.
     """
 
     corpus_size: int
@@ -94,6 +114,11 @@ class DemoSizes:
     shadow_models: int
     classifier_attacks: tuple[str, ...]
     audit_canaries: int = 0
+    public_size: int = 0
+    public_steps: int = 0
+    dp_learning_rate: float | None = None
+    classifier_public_size: int = 0
+    classifier_public_epochs: int = 0
 
     def __post_init__(self) -> None:
         if self.corpus_size < 100:
@@ -105,8 +130,15 @@ class DemoSizes:
                      "max_length", "eval_every", "shadow_models"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
-        if self.audit_canaries < 0:
-            raise ValueError(f"audit_canaries must be >= 0, got {self.audit_canaries}.")
+        for name in ("audit_canaries", "public_size", "public_steps", "classifier_public_size", "classifier_public_epochs"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")
+        if self.public_steps and not self.public_size:
+            raise ValueError("public_steps needs public_size > 0 (the public model trains on public.jsonl).")
+        if self.classifier_public_epochs and not self.classifier_public_size:
+            raise ValueError("classifier_public_epochs needs classifier_public_size > 0.")
+        if self.dp_learning_rate is not None and not self.dp_learning_rate > 0:
+            raise ValueError(f"dp_learning_rate must be > 0, got {self.dp_learning_rate}.")
         if self.classifier_epochs < 0:
             raise ValueError(f"classifier_epochs must be >= 0, got {self.classifier_epochs}.")
         if not 0 < self.mask_prob < 1:
@@ -118,11 +150,15 @@ class DemoSizes:
 FULL = DemoSizes(corpus_size=3000, secret_format="digits:4", frequencies=(1, 10, 100), per_frequency=10, steps=1000,
                  batch_size=64, max_length=32, learning_rate=3e-3, mask_prob=0.3, eval_every=250,
                  classifier_corpus_size=1000, classifier_frequencies=(1, 10), classifier_epochs=3, classifier_batch_size=32,
-                 shadow_models=8, classifier_attacks=("loss", "shadow", "lira", "rmia"), audit_canaries=1000)
+                 shadow_models=8, classifier_attacks=("loss", "shadow", "lira", "rmia"), audit_canaries=1000,
+                 public_size=20000, public_steps=1000, dp_learning_rate=1e-3, classifier_public_size=5000,
+                 classifier_public_epochs=1)
 QUICK = DemoSizes(corpus_size=1000, secret_format="digits:4", frequencies=(1, 10, 100), per_frequency=5, steps=500,
                   batch_size=64, max_length=32, learning_rate=3e-3, mask_prob=0.3, eval_every=200,
                   classifier_corpus_size=600, classifier_frequencies=(1, 10), classifier_epochs=2, classifier_batch_size=32,
-                  shadow_models=2, classifier_attacks=("loss", "shadow"), audit_canaries=200)
+                  shadow_models=2, classifier_attacks=("loss", "shadow"), audit_canaries=200,
+                  public_size=10000, public_steps=300, dp_learning_rate=1e-3, classifier_public_size=3000,
+                  classifier_public_epochs=1)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -156,12 +192,41 @@ class Model:
 
 
 def _inject(name: str, data: Path, corpus_size: int, frequencies: tuple[int, ...], sizes: DemoSizes, seed: int,
-            what: str) -> Stage:
-    return Stage(name=name, title=f"inject canaries into {corpus_size} built-in utterances ({what})", output=data,
-                 schema_prefix="dpaudit.inject/",
+            what: str, public_size: int = 0) -> Stage:
+    public = ("--public-size", str(public_size)) if public_size else ()
+    title = f"inject canaries into {corpus_size} built-in utterances" + (f", {public_size} public ones beside them"
+                                                                         if public_size else "")
+    return Stage(name=name, title=f"{title} ({what})", output=data, schema_prefix="dpaudit.inject/",
                  args=("inject", "--corpus", "builtin:assistant", "--corpus-size", str(corpus_size), "--out", str(data),
                        "--seed", str(seed), "--format", sizes.secret_format, "--frequencies",
-                       ",".join(map(str, frequencies)), "--per-frequency", str(sizes.per_frequency), "--overwrite"))
+                       ",".join(map(str, frequencies)), "--per-frequency", str(sizes.per_frequency), *public,
+                       "--overwrite"))
+
+
+def _public_mlm(out: Path, data: Path, sizes: DemoSizes, seed: int) -> Stage:
+    """The public masked LM: jax-bert, non-private, on the inject directory's ``public.jsonl`` only (marked public)."""
+    model = out / "model-public"
+    return Stage(name="train-public", title=f"pretrain jax-bert MLM on {sizes.public_size} public utterances "
+                                            "(non-private, public data only)",
+                 output=model, schema_prefix="dpaudit.train/", inputs=(data,),
+                 args=("train", "--trainer", "jax-bert", "--data", str(data), "--out", str(model), "--seed", str(seed),
+                       "--preset", "tiny", "--data-split", "public", "--non-private", "--steps", str(sizes.public_steps),
+                       "--batch-size", str(sizes.batch_size), "--max-length", str(sizes.max_length),
+                       "--learning-rate", f"{sizes.learning_rate:g}", "--weight-decay", "0", "--mask-prob",
+                       f"{sizes.mask_prob:g}", "--eval-every", str(sizes.eval_every), "--eval-examples", "512"))
+
+
+def _public_classifier(out: Path, data: Path, sizes: DemoSizes, seed: int) -> Stage:
+    """The public intent classifier: edp-sgd in sgd mode on ``public.jsonl`` only (marked public)."""
+    model = out / "model-clf-public"
+    return Stage(name="train-clf-public", title=f"pretrain intent classifier on {sizes.classifier_public_size} public "
+                                                "utterances (edp-sgd trainer, sgd mode, public data only)",
+                 output=model, schema_prefix="dpaudit.train/", inputs=(data,),
+                 args=("train", "--trainer", "edp-sgd", "--task", "classify", "--data", str(data), "--out", str(model),
+                       "--seed", str(seed), "--preset", "tiny", "--data-split", "public", "--non-private",
+                       "--max-length", str(sizes.max_length), "--epochs", str(sizes.classifier_public_epochs),
+                       "--batch-size", str(sizes.classifier_batch_size), "--learning-rate", f"{sizes.learning_rate:g}",
+                       "--labels", ",".join(intent.name for intent in INTENTS)))
 
 
 def _audit_inject(data: Path, sizes: DemoSizes, seed: int) -> Stage:
@@ -173,48 +238,63 @@ def _audit_inject(data: Path, sizes: DemoSizes, seed: int) -> Stage:
                        "--design", AUDIT_DESIGN, "--overwrite"))
 
 
+def _dp_learning_rate(sizes: DemoSizes) -> float:
+    return sizes.learning_rate if sizes.dp_learning_rate is None else sizes.dp_learning_rate
+
+
 def _jax_bert(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int | None, *, suffix: str = "",
-              attacks: str = "exposure,reconstruction,loss") -> list[Model]:
+              attacks: str = "exposure,reconstruction,loss", start: Path | None = None) -> list[Model]:
     models = []
-    for label, title, privacy in (("nonprivate", "jax-bert MLM, non-private", ["--non-private"]),
-                                  ("dp-eps8", "jax-bert MLM, DP-SGD at epsilon 8",
-                                   ["--target-epsilon", f"{TARGET_EPSILON:g}"])):
-        label, what = label + suffix, (f"{title}, one-run audit" if suffix else title)
+    init = ["--init-from", str(start)] if start is not None else []
+    for label, title, privacy, rate in (("nonprivate", "jax-bert MLM, non-private", ["--non-private"], sizes.learning_rate),
+                                        ("dp-eps8", "jax-bert MLM, DP-SGD at epsilon 8",
+                                         ["--target-epsilon", f"{TARGET_EPSILON:g}"],
+                                         _dp_learning_rate(sizes) if start is not None else sizes.learning_rate)):
+        label = label + suffix
+        what = title + (", from the public model" if start is not None else "") + (", one-run audit" if suffix else "")
         model, attacked = out / f"model-{label}", out / f"attack-{label}"
         train = ["train", "--trainer", "jax-bert", "--data", str(data), "--out", str(model), "--seed", str(seed),
-                 "--preset", "tiny", "--steps", str(sizes.steps), "--batch-size", str(sizes.batch_size),
-                 "--max-length", str(sizes.max_length), "--learning-rate", f"{sizes.learning_rate:g}",
+                 "--preset", "tiny", *init, "--steps", str(sizes.steps), "--batch-size", str(sizes.batch_size),
+                 "--max-length", str(sizes.max_length), "--learning-rate", f"{rate:g}",
                  "--weight-decay", "0", "--mask-prob", f"{sizes.mask_prob:g}", "--eval-every", str(sizes.eval_every), "--eval-examples", "512", *privacy]
         if noise_seed is not None:
             train += ["--noise-seed", str(noise_seed)]
         attack = ["attack", "--model", str(model), "--data", str(data), "--out", str(attacked),
                   "--attacks", attacks, "--seed", str(seed), "--overwrite"]
         models.append(_model(label, data, model, attacked, train, attack, train_title=f"train {what}",
-                             attack_title=f"attack {what} ({attacks.replace(',', ', ')})"))
+                             attack_title=f"attack {what} ({attacks.replace(',', ', ')})", start=start))
     return models
 
 
 def _model(label: str, data: Path, model: Path, attacked: Path, train: list[str], attack: list[str], *,
-           train_title: str, attack_title: str) -> Model:
-    """A model's two stages: train ``model`` from ``data``, then attack it into ``attacked``."""
+           train_title: str, attack_title: str, start: Path | None = None) -> Model:
+    """A model's two stages: train ``model`` from ``data`` (and ``start``, the public model), then attack it."""
     return Model(label=label,
                  train=Stage(name=f"train-{label}", title=train_title, output=model, schema_prefix="dpaudit.train/",
-                             args=tuple(train), inputs=(data,)),
+                             args=tuple(train), inputs=(data,) if start is None else (data, start)),
                  attack=Stage(name=f"attack-{label}", title=attack_title, output=attacked, schema_prefix="dpaudit.attack/",
                               args=tuple(attack), inputs=(data, model)))
 
 
-def _classifiers(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int | None) -> list[Model]:
+#: The classifiers: (mode, label, title, private).
+CLASSIFIER_MODES = (("sgd", "clf-sgd", "edp-sgd trainer, sgd mode (non-private)", False),
+                    ("dp-sgd", "clf-dp-sgd", "edp-sgd trainer, dp-sgd mode at epsilon 8", True),
+                    ("edp-sgd", "clf-edp-sgd", "edp-sgd trainer, edp-sgd mode at epsilon 8", True))
+
+
+def _classifiers(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int | None,
+                 start: Path | None = None) -> list[Model]:
     models = []
     attacks = ",".join(sizes.classifier_attacks)
-    for mode, label, title, privacy in (("sgd", "clf-sgd", "edp-sgd trainer, sgd mode (non-private)", []),
-                                        ("edp-sgd", "clf-edp-sgd", "edp-sgd trainer, edp-sgd mode at epsilon 8",
-                                         ["--target-epsilon", f"{TARGET_EPSILON:g}"])):
+    init = ["--init-from", str(start)] if start is not None else []
+    for mode, label, title, private in CLASSIFIER_MODES:
         model, attacked = out / f"model-{label}", out / f"attack-{label}"
+        privacy = ["--target-epsilon", f"{TARGET_EPSILON:g}"] if private else []
+        rate = _dp_learning_rate(sizes) if private and start is not None else sizes.learning_rate
         train = ["train", "--trainer", "edp-sgd", "--mode", mode, "--task", "classify", "--data", str(data),
-                 "--out", str(model), "--seed", str(seed), "--preset", "tiny", "--max-length", str(sizes.max_length),
+                 "--out", str(model), "--seed", str(seed), "--preset", "tiny", *init, "--max-length", str(sizes.max_length),
                  "--epochs", str(sizes.classifier_epochs), "--batch-size", str(sizes.classifier_batch_size),
-                 "--learning-rate", f"{sizes.learning_rate:g}", "--labels", ",".join(intent.name for intent in INTENTS),
+                 "--learning-rate", f"{rate:g}", "--labels", ",".join(intent.name for intent in INTENTS),
                  *privacy]
         if noise_seed is not None:
             train += ["--noise-seed", str(noise_seed)]
@@ -223,41 +303,68 @@ def _classifiers(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed:
                   "--seed", str(seed), "--overwrite"]
         if "lira" in sizes.classifier_attacks:
             attack.append("--lira-global-variance")  # a handful of shadows: one shared variance is the stable estimate
-        models.append(_model(label, data, model, attacked, train, attack, train_title=f"train intent classifier, {title}",
-                             attack_title=f"attack intent classifier, {mode} ({attacks})"))
+        what = title + (", from the public classifier" if start is not None else "")
+        models.append(_model(label, data, model, attacked, train, attack, train_title=f"train intent classifier, {what}",
+                             attack_title=f"attack intent classifier, {mode} ({attacks})", start=start))
     return models
 
 
 @dataclass(frozen=True, kw_only=True)
 class DemoPlan:
-    """The demo's stages in order, and where its report goes."""
+    """The demo's stages in order, and where its report goes.
+
+    ``public_models`` are the public starting points (trained on ``public.jsonl`` only, never attacked: nothing
+    private went into them); ``models`` are trained from them and attacked.
+    """
 
     data: Path
     models: tuple[Model, ...]
     report: Path
     stages: tuple[Stage, ...]
+    public_models: tuple[Stage, ...] = ()
+
+
+def _with_noise_seed(stage: Stage, noise_seed: int | None) -> Stage:
+    if noise_seed is None:
+        return stage
+    return Stage(name=stage.name, title=stage.title, output=stage.output, schema_prefix=stage.schema_prefix,
+                 args=(*stage.args, "--noise-seed", str(noise_seed)), inputs=stage.inputs)
 
 
 def build_plan(out: Path, sizes: DemoSizes, *, seed: int, report: Path, classifiers: bool,
                noise_seed: int | None = None) -> DemoPlan:
-    """The stages for ``sizes`` under ``out``: inject, then train and attack each model, then the report.
+    """The stages for ``sizes`` under ``out``: inject, pretrain the public models, then train and attack each model
+    from them, then the report.
 
-    ``classifiers`` adds the edp-sgd fine-tuning (it needs torch and the edp-sgd trainer); ``sizes.audit_canaries``
-    the one-run audit: its inject directory and the two masked LMs trained on it, attacked with the canary attack.
+    ``sizes.public_steps`` pretrains the public masked LM on the inject directory's ``public.jsonl`` and starts both
+    masked LMs from it; ``classifiers`` adds the edp-sgd fine-tuning (it needs torch and the edp-sgd trainer), from the
+    public classifier when ``sizes.classifier_public_epochs``; ``sizes.audit_canaries`` the one-run audit: its inject
+    directory and the two masked LMs trained on it from random weights (the public model's tokenizer lacks the audit's
+    new tokens, and the audit proves the recipe's leakage, not its utility), attacked with the canary attack.
     """
     data, clf_data, audit_data = out / "data", out / "data-classifier", out / "data-audit"
-    injects = [_inject("inject", data, sizes.corpus_size, sizes.frequencies, sizes, seed, "masked LMs")]
-    models = _jax_bert(out, data, sizes, seed, noise_seed)
+    injects = [_inject("inject", data, sizes.corpus_size, sizes.frequencies, sizes, seed, "masked LMs",
+                       sizes.public_size)]
+    publics: list[Stage] = []
+    start = None
+    if sizes.public_steps:
+        publics.append(_with_noise_seed(_public_mlm(out, data, sizes, seed), noise_seed))
+        start = publics[-1].output
+    models = _jax_bert(out, data, sizes, seed, noise_seed, start=start)
     if sizes.audit_canaries:
         injects.append(_audit_inject(audit_data, sizes, seed))
         models += _jax_bert(out, audit_data, sizes, seed, noise_seed, suffix=AUDIT_SUFFIX, attacks="canary")
     if classifiers and sizes.classifier_epochs:
         injects.append(_inject("inject-classifier", clf_data, sizes.classifier_corpus_size, sizes.classifier_frequencies,
-                               sizes, seed, "intent classifiers"))
-        models += _classifiers(out, clf_data, sizes, seed, noise_seed)
+                               sizes, seed, "intent classifiers", sizes.classifier_public_size))
+        clf_start = None
+        if sizes.classifier_public_epochs:
+            publics.append(_with_noise_seed(_public_classifier(out, clf_data, sizes, seed), noise_seed))
+            clf_start = publics[-1].output
+        models += _classifiers(out, clf_data, sizes, seed, noise_seed, clf_start)
     attacks = [m.attack.output for m in models]
     report_stage = Stage(name="report", title=f"report comparing {len(models)} models", output=report,
                          schema_prefix=None, args=("report", *map(str, attacks), "--out", str(report)),
                          inputs=tuple(attacks))
-    stages = [*injects, *(s for m in models for s in (m.train, m.attack)), report_stage]
-    return DemoPlan(data=data, models=tuple(models), report=report, stages=tuple(stages))
+    stages = [*injects, *publics, *(s for m in models for s in (m.train, m.attack)), report_stage]
+    return DemoPlan(data=data, models=tuple(models), report=report, stages=tuple(stages), public_models=tuple(publics))

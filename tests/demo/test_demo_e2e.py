@@ -26,6 +26,7 @@ two jax-bert trainings.
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 from click.testing import CliRunner
@@ -71,7 +72,11 @@ def test_nonprivate_model_memorizes_its_most_repeated_canaries(demo_run):
     assert exact.exact_matches >= 1
     accuracy = [json.loads(line).get("mlm_accuracy") for line in (out / "model-nonprivate" / "metrics.jsonl").open()]
     assert [a for a in accuracy if a is not None][-1] > 0.12  # it learned the language too, not only the canaries
-    assert "nonprivate (non-private): 100x canaries" in output and "MEMORIZED" in output
+    # the verdict line: the label and claim, then (when the verdict states it) the held-out utility, then the canaries
+    assert re.search(r"^  nonprivate \(non-private\): (.*; )?100x canaries", output, re.M) and "MEMORIZED" in output
+    # issue 28: it started from the public model (trained on public.jsonl only, never attacked) and says so
+    assert "  - public: public model (trained on public.jsonl only" in output
+    assert f"started from {out / 'model-public'}" in output
 
 
 @pytest.mark.slow
@@ -95,8 +100,10 @@ def test_dp_model_canaries_sit_with_the_controls_and_no_bound_beats_the_claim(de
     assert bounds and max(bounds) < eps
     # N came from the data (treated as public): the replace-one epsilon, recomputed from the event, is stated too
     replace_one = accounting.epsilon_replace_one(accounting.event_from_json(private["event"]), private["delta"])
-    assert (f"dp-eps8 (epsilon = {format_up(eps)} at delta = {format_up(private['delta'], 2)} (add/remove; N treated as "
-            f"public: replace-one epsilon = {format_up(replace_one)})): 100x canaries") in output
+    head = (f"dp-eps8 (epsilon = {format_up(eps)} at delta = {format_up(private['delta'], 2)} (add/remove; N treated as "
+            f"public: replace-one epsilon = {format_up(replace_one)})): ")
+    assert re.search("^  " + re.escape(head) + r"(.*; )?100x canaries", output, re.M)
+    assert private["init_from"]["path"] == str(out / "model-public")  # from the public model (issue 28)
     assert f"<= claimed {format_up(eps)}" in output  # the headline (corrected over audits) stays below the claim
 
 
