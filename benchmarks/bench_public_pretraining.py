@@ -41,6 +41,10 @@ edp-sgd ``--task classify --preset tiny --max-length 32 --batch-size 32 --labels
     sgd (before issue 28)              random   3e-3   82%       -         -
     edp-sgd eps 8 (before issue 28)    random   3e-3   9%        -         0.11
 
+    the demo itself (bench_demo.py --keep: 3,000 public classifier rows, DP learning rate 1e-3; OS noise):
+    MLM public 57.7%, non-private 61.6%, DP eps 8 56.3% (0.91x; baseline 6.3%); classifier public 94.0%,
+    sgd 96.0%, dp-sgd 95.0% (0.99x), edp-sgd 95.0% (0.99x; baseline 13.0%)
+
 Commands (``J`` = ``dpaudit train --trainer jax-bert --data D --seed 0 --preset tiny --batch-size 64 --max-length 32
 --weight-decay 0 --mask-prob 0.3 --eval-examples 512 --eval-every 500``)::
 
@@ -164,7 +168,7 @@ def main() -> int:
     parser.add_argument("--public-size", type=int, default=20000)
     parser.add_argument("--public-steps", type=int, default=1000)
     parser.add_argument("--steps", type=int, default=1000)
-    parser.add_argument("--dp-learning-rate", default="3e-3")
+    parser.add_argument("--dp-learning-rate", default="1e-3", help="Learning rate of the DP models (the demo's: 1e-3).")
     parser.add_argument("--scratch", action="store_true", help="Also train both MLMs from random weights.")
     parser.add_argument("--classifier-corpus-size", type=int, default=1000)
     parser.add_argument("--classifier-public-size", type=int, default=5000)

@@ -31,6 +31,7 @@ def _model_summary(model: Path) -> str:
     from dpaudit.training.privacy_record import group_privacy_text
     from dpaudit.rundir import read_jsonl
     from dpaudit.scoring.source import read_privacy_record
+    from dpaudit.training.baselines import UTILITY_KINDS
 
     record = read_privacy_record(model / "privacy.json")
     if record.private:
@@ -51,14 +52,14 @@ def _model_summary(model: Path) -> str:
     if record.init_from:
         claim += f"; started from {record.init_from.get('path', 'a public model')}"
     rows = list(read_jsonl(model / "metrics.jsonl"))
-    for key, baseline_key, what, baseline in (
-            ("mlm_accuracy", "heldout_mlm_accuracy_baseline", "held-out MLM accuracy", "always the most frequent token"),
-            ("eval_accuracy", "heldout_accuracy_baseline", "held-out intent accuracy", "always the majority class")):
-        values = [row for row in rows if row.get(key) is not None]
-        if values:
-            base = values[-1].get(baseline_key)
-            claim += f"; {what} {values[-1][key]:.1%}" + (f" ({baseline} {base:.1%})" if base is not None else "") + \
-                " (telemetry, not covered)"
+    for kind in UTILITY_KINDS:  # each held-out figure beside its trivial baseline (issue 28)
+        key = next((k for k in kind.keys if any(row.get(k) is not None for row in rows)), None)
+        if key is None:
+            continue
+        last = [row for row in rows if row.get(key) is not None][-1]
+        base = last.get(kind.baseline_key)
+        claim += (f"; {kind.name} {last[key]:.1%}" + (f" ({kind.rule} {base:.1%})" if base is not None else "")
+                  + " (telemetry, not covered)")
     return claim
 
 
