@@ -441,8 +441,13 @@ def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, co
         phrase_sentences=phrase_sentences,
     )
 
+    # New tokens are released (every trained model's vocabulary declares them), so whether a draw is kept may
+    # depend on public rows only: a private row's text must never change the released set. A random
+    # 10-letter token occurs in a private row with probability ~ rows x 26^-10; other secrets stay private
+    # and are kept absent from the whole corpus.
+    scanned = [corpus.texts[i] for i in public_rows.tolist()] if isinstance(space, NewTokenSpace) else corpus.texts
     draws, rejected = draw_secrets(
-        space, schedule.n_canaries, rng=_rng(config.seed, _SECRETS), corpus_texts=corpus.texts, context_texts=[prefix, suffix],
+        space, schedule.n_canaries, rng=_rng(config.seed, _SECRETS), corpus_texts=scanned, context_texts=[prefix, suffix],
     )
     labels = None
     if corpus.labels is not None:

@@ -134,3 +134,27 @@ def test_bad_design_input_is_a_one_line_error_and_writes_nothing(tmp_path, case)
     lines = result.output.strip().splitlines()
     assert len(lines) == 1 and lines[0].startswith("Error: ") and all(n in lines[0] for n in needles), result.output
     assert not (tmp_path / "deep").exists()
+
+
+def test_the_declared_new_tokens_never_depend_on_a_private_row(tmp_path):
+    """Neighbouring corpora (one private row's text replaced by one that contains a canary's new token, same row
+    count, so the same split): the released token set (every trained model's vocabulary declares it) is identical."""
+    from dpaudit.corpus.assistant import generate
+
+    texts = [u["text"] for u in generate(300, seed=7)]
+    base = tmp_path / "corpus.txt"
+    base.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    args = ["--corpus", str(base), "--coin-flip", "--per-frequency", "20", "--design", "new-tokens",
+            "--heldout-size", "30", "--public-size", "100", "--seed", "3"]
+    first = tmp_path / "a"
+    assert invoke(*args, "--out", str(first)).exit_code == 0
+    tokens = load_inject_run(first).new_tokens
+    members = {row["text"] for row in read_jsonl(first / "train.jsonl")}
+    victim = next(i for i, t in enumerate(texts) if t in members)  # a private training row
+    texts[victim] = f"please remember {tokens[0]} for me"
+    neighbour = tmp_path / "neighbour.txt"
+    neighbour.write_text("\n".join(texts) + "\n", encoding="utf-8")
+    second = tmp_path / "b"
+    args[1] = str(neighbour)
+    assert invoke(*args, "--out", str(second)).exit_code == 0
+    assert load_inject_run(second).new_tokens == tokens
