@@ -34,7 +34,8 @@ from dpaudit.figures import format_down, format_up
 from dpaudit.report import plots
 from dpaudit.report.sections import Stage, redact_config, stage_view
 from dpaudit.report.templating import environment, stylesheet
-from dpaudit.report.whitebox_load import SCHEMA, VIEWS, WhiteboxBound, WhiteboxRun, read_whitebox
+from dpaudit.report.whitebox_load import SCHEMA, VIEWS, WhiteboxRun, read_whitebox
+from dpaudit.whitebox.bounds import Bound
 
 __all__ = ["BoundRow", "WhiteboxPage", "WhiteboxVerdict", "WhiteboxView", "render_whitebox", "whitebox_view",
            "write_page"]
@@ -159,7 +160,7 @@ class BoundRow:
     capped: bool
 
 
-def _row(run: WhiteboxRun, scope: str, kind: str, view: str, bound: WhiteboxBound, *, verdict: bool) -> BoundRow:
+def _row(run: WhiteboxRun, scope: str, kind: str, view: str, bound: Bound, *, verdict: bool) -> BoundRow:
     evidence = "–"
     if bound.guesses is not None and bound.correct is not None:
         evidence = f"{bound.correct} of {bound.guesses} guesses right"

@@ -24,9 +24,10 @@ import numpy as np
 
 from dpaudit.errors import UserInputError
 from dpaudit.report.load import type_problem
+from dpaudit.whitebox.bounds import Bound
 from dpaudit.rundir import MANIFEST_NAME, load_manifest, sha256_file
 
-__all__ = ["RESULTS_FILE", "SCHEMA", "SCORES_FILE", "VIEWS", "WhiteboxBound", "WhiteboxClaim", "WhiteboxRun", "WhiteboxScores",
+__all__ = ["RESULTS_FILE", "SCHEMA", "SCORES_FILE", "VIEWS", "WhiteboxClaim", "WhiteboxRun", "WhiteboxScores",
            "WhiteboxSegment", "is_whitebox_dir", "load_whitebox", "read_whitebox"]
 
 #: The schema of ``whitebox.json`` (and of the directory's manifest) this dpaudit reads.
@@ -37,20 +38,6 @@ SCORES_FILE = "scores/whitebox.jsonl"
 VIEWS = ("all_iterates", "last_iterate")
 #: The verdict's two kinds of bound.
 KINDS = ("one-run", "pooled")
-
-
-@dataclass(frozen=True, kw_only=True)
-class WhiteboxBound:
-    """One lower bound as ``whitebox.json`` stores it (see :class:`dpaudit.whitebox.bounds.Bound`)."""
-
-    method: str
-    proves: str
-    epsilon: float
-    confidence: float
-    guesses: int | None = None
-    correct: int | None = None
-    scale: float | None = None
-    capped: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,17 +107,17 @@ class WhiteboxRun:
     bound_confidence: float
     primary_kind: str
     primary_view: str
-    primary: WhiteboxBound
+    primary: Bound
     refuted: bool
     auc: dict[str, float]
-    one_run: dict[str, tuple[dict[str, WhiteboxBound], ...]]
-    pooled: dict[str, dict[str, WhiteboxBound]]
+    one_run: dict[str, tuple[dict[str, Bound], ...]]
+    pooled: dict[str, dict[str, Bound]]
     scores: WhiteboxScores | None
     manifest: Mapping[str, Any] | None
     files: tuple[tuple[str, str], ...]
 
     @property
-    def verdict_bounds(self) -> tuple[tuple[str, WhiteboxBound], ...]:
+    def verdict_bounds(self) -> tuple[tuple[str, Bound], ...]:
         """The verdict's two bounds, fixed before the audit ran: (kind, bound) of the one-run claimed
         curve of the first run and of the pooled claimed curve, all iterates."""
         out = []
@@ -153,14 +140,14 @@ def _problem(path: Path, field: str, expected: str, value: Any) -> UserInputErro
                           "were edited or written by another program).")
 
 
-def _bound(obj: Any) -> WhiteboxBound:
+def _bound(obj: Any) -> Bound:
     if not isinstance(obj, dict):
         raise TypeError("a bound must be an object")
-    return WhiteboxBound(**{k: obj.get(k) for k in ("method", "proves", "epsilon", "confidence", "guesses", "correct",
+    return Bound(**{k: obj.get(k) for k in ("method", "proves", "epsilon", "confidence", "guesses", "correct",
                                                      "scale")}, capped=obj.get("capped", False))
 
 
-def _bounds(obj: Any) -> dict[str, WhiteboxBound]:
+def _bounds(obj: Any) -> dict[str, Bound]:
     if not isinstance(obj, dict):
         raise TypeError("bounds must be an object of method -> bound")
     return {str(k): _bound(v) for k, v in sorted(obj.items())}

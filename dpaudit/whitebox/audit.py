@@ -15,7 +15,6 @@ from pathlib import Path
 from typing import Any
 
 import numpy as np
-from tqdm.auto import tqdm
 
 from dpaudit.whitebox.analysis import VIEWS, Analysis, analyse, summary
 from dpaudit.whitebox.harness import PluginFactory, RunEvidence, run_with_canaries

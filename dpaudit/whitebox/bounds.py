@@ -21,6 +21,7 @@ the classic audit without that reading.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 import numpy as np
@@ -45,7 +46,8 @@ PROOF_FAMILY = "the claimed mechanism's trade-off curve; the number: mechanisms 
 
 @dataclass(frozen=True)
 class Bound:
-    """One lower bound: ``method``, what it ``proves``, ``epsilon`` at the claim's delta and ``confidence``."""
+    """One lower bound: ``method``, what it ``proves``, ``epsilon`` at the claim's delta and ``confidence``
+    (``whitebox.json`` stores it as :meth:`to_json`; the report reads it back into this record)."""
 
     method: str
     proves: str
@@ -57,8 +59,7 @@ class Bound:
     capped: bool = False
 
     def to_json(self) -> dict:
-        return {"method": self.method, "proves": self.proves, "epsilon": self.epsilon, "confidence": self.confidence,
-                "guesses": self.guesses, "correct": self.correct, "scale": self.scale, "capped": self.capped}
+        return dataclasses.asdict(self)
 
 
 def _family(found: FamilyBound, confidence: float, **extra) -> Bound:

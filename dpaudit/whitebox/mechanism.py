@@ -10,8 +10,7 @@ family :func:`lower_bound` searches for the least private member the evidence re
 from __future__ import annotations
 
 import functools
-import math
-from collections.abc import Callable, Sequence
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
