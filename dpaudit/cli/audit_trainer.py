@@ -12,6 +12,7 @@ import dataclasses
 import math
 import sys
 import tempfile
+import types
 import typing
 from pathlib import Path
 from typing import Any
@@ -34,21 +35,17 @@ AUDIT_STEPS = 4
 
 
 def _field_value(field: dataclasses.Field, text: str, config_cls: type) -> Any:
-    hints = typing.get_type_hints(config_cls)
-    tp = hints.get(field.name, str)
-    args = [a for a in typing.get_args(tp) if a is not type(None)]
-    if text.lower() in ("none", "null") and type(None) in typing.get_args(tp):
+    """``text`` as the type the config field is annotated with (bool, int, float or str; Optional: "none")."""
+    tp = typing.get_type_hints(config_cls).get(field.name, str)
+    options = [a for a in typing.get_args(tp) if a is not type(None)]
+    if len(options) < len(typing.get_args(tp)) and text.lower() in ("none", "null"):
         return None
-    base = args[0] if args and typing.get_origin(tp) in (typing.Union, getattr(__import__("types"), "UnionType")) else tp
+    base = options[0] if typing.get_origin(tp) in (typing.Union, types.UnionType) else tp
     if base is bool:
         if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
             raise ValueError(f"expected true or false, got {text!r}")
         return text.lower() in ("true", "1", "yes")
-    if base is int:
-        return int(text)
-    if base is float:
-        return float(text)
-    return text
+    return base(text) if base in (int, float) else text
 
 
 def _overrides(config_cls: type, settings: tuple[str, ...]) -> dict[str, Any]:
