@@ -26,6 +26,7 @@ import time
 from pathlib import Path
 
 from dpaudit.cli.audit_trainer import _inject, _train_rows
+from dpaudit.figures import format_up
 from dpaudit.training.api import load_trainer
 from dpaudit.whitebox.audit import audit_trainer
 
@@ -91,7 +92,7 @@ def main() -> None:
                                               confidence=analysis.bound_confidence).epsilon
                 pooled = analysis.pooled["all_iterates"]["claim_family"].epsilon
                 q = analysis.claim.segments[0].sampling_probability
-                print(f"| {name} | {mode or '-'} | {claim:.3f} | {m} | {q:.2f} | {analysis.claim.steps} | "
+                print(f"| {name} | {mode or '-'} | {format_up(claim)} | {m} | {q:.2f} | {analysis.claim.steps} | "
                       f"{first['claim_family'].epsilon / claim:.2f} | {first['steinke'].epsilon / claim:.2f} | "
                       f"{last / claim:.2f} | {pooled_one / claim:.2f} | {pooled / claim:.2f} | {per_run:.1f} |",
                       flush=True)
