@@ -690,16 +690,32 @@ def exposure_ranks(log_probs: np.ndarray | Sequence[Any], secrets: np.ndarray | 
 # Sampled estimates (scores that do not factorize)
 
 
+#: Relative distance below which a scaled rank is taken to be the integer it rounds to: the float error of
+#: 2 ** (log2 |R| + log2 fraction) is ~1e-14 relative for |R| up to 2**200; an exact rank |R| (b + 1) / m that
+#: is not an integer is at least 1 / m from one, farther than this below ranks of 1e12 / m (above, a float
+#: cannot tell neighbouring ranks apart anyway).
+_SNAP_REL_TOL = 1e-12
+
+
 def _scaled_rank_interval(log2_fraction_low: float, log2_fraction_high: float, total: int,
                           method: str) -> RankInterval:
-    """Integer ranks bracketing |R| * fraction (fractions given as log2), clamped to [1, |R|]."""
+    """Integer ranks bracketing |R| * fraction (fractions given as log2), clamped to [1, |R|].
+
+    A scaled rank within :data:`_SNAP_REL_TOL` (relative) of an integer is that integer before rounding:
+    the log2 round trip leaves float error (|R| = 1000 and fraction 1/10 give 100.00000000000004), and a
+    ceiling of it would put the interval's upper end one rank too high, a floor its lower end one too low.
+    """
     def scaled(log2_fraction: float, rounding) -> int:
         log2_rank = math.log2(total) + log2_fraction
         if log2_rank <= 0:
             return 1
         if log2_rank >= math.log2(total):
             return total
-        return min(total, max(1, int(rounding(2.0**log2_rank))))
+        rank = 2.0**log2_rank
+        nearest = round(rank)
+        if math.isclose(rank, nearest, rel_tol=_SNAP_REL_TOL):
+            return min(total, max(1, int(nearest)))
+        return min(total, max(1, int(rounding(rank))))
 
     low = scaled(log2_fraction_low, math.floor)
     high = max(low, scaled(log2_fraction_high, math.ceil))

@@ -356,3 +356,14 @@ def test_invalid_options_are_value_errors():
         sampled_exposure(0.0, np.zeros(5), 10, method="skewnorm")
     with pytest.raises(ValueError, match="interpolation"):
         sampled_exposure(0.0, np.zeros(5), 10, method="exact")
+
+
+@pytest.mark.parametrize("space, m, better", [(1000, 10, 0), (10_000, 100, 2), (10_000, 10_000, 5400), (10**5, 5000, 0)])
+def test_interpolated_rank_that_is_an_integer_is_not_rounded_past_it(space, m, better):
+    """|R| (b + 1) / m exact (1000 / 10 = 100) comes back from the log2 round trip as 100.00000000000004: the rank
+    interval is [100, 100], not [100, 101] (a ceiling of the float error) nor [99, ...] (a floor of 99.99...)."""
+    refs = np.r_[np.full(better, 2.0), np.zeros(m - better)]  # b references beat the secret's 1.0, none tie it
+    got = sampled_exposure(1.0, refs, space)
+    assert got.rank_low == got.rank_high == space * (better + 1) // m and got.tied == 0
+    half = sampled_exposure(1.0, np.r_[2.0, np.zeros(2)], 1000)  # 1000 * 2 / 3 = 666.67: rounded out, both ways
+    assert (half.rank_low, half.rank_high) == (666, 667)
