@@ -36,7 +36,11 @@ class AttackOptions:
         shadow_cache: the shadow-model cache directory (None: ``$DPAUDIT_CACHE/shadows`` or ``~/.cache/dpaudit/shadows``).
         fprs: FPRs asked for explicitly (refused when the non-members cannot measure them); None: 0.1% and 1%, warned.
         mia_examples: at most this many members (and as many non-members) in the examples task (None: all).
-        lira_global_variance: LiRA fits one variance over all examples (for few shadow models).
+        lira_global_variance: LiRA fits one variance over all examples whatever the shadow count (= ``lira_variance``
+            ``"global"``).
+        lira_variance: LiRA's variance fit, ``auto`` (shared below 64 shadows, per-example from 64), ``global`` or
+            ``per-example`` (:data:`dpaudit.attacks.lira.LIRA_HELP` says why).
+        lira_offline: offline LiRA's test, ``one-sided`` (the paper's log Phi) or ``two-sided`` (the reference code).
         shadow_overrides: Config fields replaced in every shadow/reference model (Python API only: e.g. fewer steps
             in tests; the result records them, since shadows then differ from the target's recipe).
     """
@@ -55,6 +59,8 @@ class AttackOptions:
     fprs: tuple[float, ...] | None = None
     mia_examples: int | None = None
     lira_global_variance: bool = False
+    lira_variance: str = "auto"
+    lira_offline: str = "one-sided"
     shadow_overrides: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:
@@ -68,6 +74,10 @@ class AttackOptions:
             raise ValueError(f"--fpr values must be in (0, 1), got {self.fprs}.")
         if self.mia_examples is not None and self.mia_examples < 2:
             raise ValueError(f"--mia-examples must be >= 2, got {self.mia_examples}.")
+        if self.lira_variance not in ("auto", "global", "per-example"):
+            raise ValueError(f"--lira-variance must be auto, global or per-example, got {self.lira_variance!r}.")
+        if self.lira_offline not in ("one-sided", "two-sided"):
+            raise ValueError(f"--lira-offline must be one-sided or two-sided, got {self.lira_offline!r}.")
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}.")
         if self.reveal < 0:

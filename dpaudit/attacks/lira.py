@@ -11,18 +11,23 @@ f the confidence is logit-scaled, phi = log(p / (1 - p)), where p is:
 
 Per candidate, Gaussians are fitted to phi over the shadows that had it IN and those that had it OUT.
 Online score: log N(phi_target; mu_in, s_in) - log N(phi_target; mu_out, s_out). Offline score (OUT
-models only): log Phi((phi_target - mu_out) / s_out). With few shadows (or ``--lira-global-variance``,
-automatic when a candidate has fewer than 2 IN or OUT models), one standard deviation of all IN and one of
-all OUT confidences is used for every candidate (the paper's "fixed variance" variant). Higher = member, as every dpaudit score.
+models only): the paper's one-sided log Phi((phi_target - mu_out) / s_out) by default, or the reference
+code's two-sided -log N(phi_target; mu_out, s_out) (``lira_offline``). Below 64 shadow models (or with
+``lira_variance="global"``, and whenever a candidate has fewer than 2 IN or OUT models) one standard
+deviation, shared by IN and OUT and by every candidate, is used (the paper's "fixed variance", the
+reference code's ``fix_variance``); from 64 up each candidate gets its own IN and OUT variances. Why, as
+measured: :data:`PER_EXAMPLE_VARIANCE_FROM`, :data:`DEFAULT_OFFLINE`. Higher = member, as every dpaudit score.
 
 References:
   Carlini, Chien, Nasr, Song, Terzis & Tramer 2022, "Membership Inference Attacks From First
-    Principles", section IV (online, offline, fixed variance).
+    Principles", section IV (online, offline, fixed variance), section VI-A (variance vs shadow count); the
+    reference code (tensorflow/privacy ``research/mi_lira_2021``) for the two-sided offline density.
 """
 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -42,6 +47,38 @@ from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
 
 _P_CLIP = 1e-12
 
+#: ``variance`` choices of :func:`fit_and_score`: ``auto`` is ``global`` below :data:`PER_EXAMPLE_VARIANCE_FROM`
+#: shadow models and ``per-example`` from it up.
+VARIANCE_AUTO, VARIANCE_GLOBAL, VARIANCE_PER_EXAMPLE = "auto", "global", "per-example"
+VARIANCES = (VARIANCE_AUTO, VARIANCE_GLOBAL, VARIANCE_PER_EXAMPLE)
+#: Shadow models from which ``auto`` fits each candidate its own IN and OUT variances. Carlini et al. (2022,
+#: section VI-A) find the per-example variance helps only with many shadows (they fix it below 64). Measured
+#: on a Gaussian toy where the truth is known (``benchmarks/bench_lira_scoring.py``: 2000 candidates, 5 seeds):
+#: with equal per-candidate spreads the per-example fit loses up to 32 shadows (online AUC 0.864 vs 0.900 at 8,
+#: TPR at 1% FPR 0.40 vs 0.46 at 32) and matches or beats the shared one from 64 (0.926 vs 0.923); with spreads
+#: that vary 5x between candidates it wins from 16 (0.901 vs 0.887). 64 is the smallest count at which it is
+#: never worse in AUC across the toy's settings, and the paper's.
+PER_EXAMPLE_VARIANCE_FROM = 64
+#: ``offline`` choices: the paper's one-sided test, log Phi((phi - mu_out) / s_out) (a member's confidence
+#: is higher than the OUT models'), or the reference code's two-sided density, -log N(phi; mu_out, s_out)
+#: (far from the OUT models on either side).
+OFFLINE_ONE_SIDED, OFFLINE_TWO_SIDED = "one-sided", "two-sided"
+OFFLINE_TESTS = (OFFLINE_ONE_SIDED, OFFLINE_TWO_SIDED)
+#: One-sided by measurement: training on x raises its confidence, so a confidence far BELOW the OUT models'
+#: is no evidence of membership; the two-sided density counts it as some. AUC one-sided vs two-sided: 0.87 vs
+#: 0.725 on the demo canaries (issue 29); on the toy, better in every setting and shadow count (e.g. 0.855 vs
+#: 0.788 with 8 shadows and equal spreads).
+DEFAULT_OFFLINE = OFFLINE_ONE_SIDED
+_S_FLOOR = 1e-6
+
+#: The LiRA choices as ``dpaudit attack --help`` states them (the CLI shows this text).
+LIRA_HELP = (f"LiRA variance: auto (default) fits one variance shared by IN and OUT and by every candidate below "
+             f"{PER_EXAMPLE_VARIANCE_FROM} shadow models, each candidate its own IN and OUT variances from "
+             f"{PER_EXAMPLE_VARIANCE_FROM} up, as Carlini et al. 2022 advise; per-example variances from a few shadows "
+             "are noisy and made the score fall as confidence rose (demo canaries, 8 shadows: AUC 0.58 vs 0.755 "
+             "shared). Offline LiRA: one-sided (default, the paper's log Phi: only a confidence above the OUT models' "
+             "counts; demo canaries 0.87 vs 0.725) or two-sided (the reference code's density).")
+
 
 def logit_confidence(loss: np.ndarray) -> np.ndarray:
     """phi = log(p / (1 - p)) with p = exp(-loss), computed stably."""
@@ -55,30 +92,81 @@ def balanced_membership(k: int, n: int, seed: int) -> np.ndarray:
     return rng.uniform(size=(k, n)).argsort(axis=0) < k // 2
 
 
-def fit_and_score(phi_shadow: np.ndarray, member: np.ndarray, phi_target: np.ndarray, *, global_variance: bool
-                  ) -> tuple[np.ndarray, np.ndarray, bool]:
+@dataclass(frozen=True)
+class LiraScores:
+    """:func:`fit_and_score`'s output: [n] online and offline scores (higher = member) and the fit used.
+
+    Attributes:
+        online: log N(phi; mu_in, s_in) - log N(phi; mu_out, s_out).
+        offline: the ``offline`` test's score from the OUT models only.
+        variance: ``"global"`` or ``"per-example"``, the fit that was used (``auto`` resolved).
+        offline_test: ``"one-sided"`` or ``"two-sided"``.
+    """
+
+    online: np.ndarray
+    offline: np.ndarray
+    variance: str
+    offline_test: str
+
+
+def resolve_variance(variance: str, k: int, n_in: np.ndarray, n_out: np.ndarray) -> str:
+    """``auto`` -> ``per-example`` from :data:`PER_EXAMPLE_VARIANCE_FROM` shadows up, else ``global``; ``global``
+    also whenever a candidate has fewer than 2 IN or 2 OUT models (no variance of its own to fit)."""
+    if variance not in VARIANCES:
+        raise ValueError(f"variance must be one of {', '.join(VARIANCES)}, got {variance!r}.")
+    if (n_in < 2).any() or (n_out < 2).any():
+        return VARIANCE_GLOBAL
+    if variance == VARIANCE_AUTO:
+        return VARIANCE_PER_EXAMPLE if k >= PER_EXAMPLE_VARIANCE_FROM else VARIANCE_GLOBAL
+    return variance
+
+
+def fit_and_score(phi_shadow: np.ndarray, member: np.ndarray, phi_target: np.ndarray, *,
+                  variance: str = VARIANCE_AUTO, offline: str = DEFAULT_OFFLINE) -> LiraScores:
     """Online and offline LiRA scores from [k, n] shadow confidences and their [k, n] IN flags.
 
-    Returns (online, offline, used_global_variance).
+    Per candidate, the means of its IN and OUT confidences. The variance (see :data:`LIRA_HELP`):
+
+    - ``global``: ONE standard deviation for IN and OUT and every candidate, the pooled spread of each
+      shadow confidence around its own candidate's IN or OUT mean (the reference code's ``fix_variance``
+      shares one too). With one s the online score is (mu_in - mu_out)(2 phi - mu_in - mu_out) / 2 s^2:
+      it rises with the confidence whenever mu_in > mu_out, and s only scales it (ranking unchanged).
+      When no candidate has two models on a side, s is the spread of all shadow confidences.
+    - ``per-example``: each candidate's own IN and OUT sample standard deviations (the paper's online
+      attack); needs >= 2 IN and >= 2 OUT models per candidate.
+
+    Raises:
+        ValueError: a candidate without an IN or an OUT model, or an unknown choice.
     """
     from scipy.stats import norm
 
+    if offline not in OFFLINE_TESTS:
+        raise ValueError(f"offline must be one of {', '.join(OFFLINE_TESTS)}, got {offline!r}.")
+    phi_shadow = np.asarray(phi_shadow, dtype=np.float64)
+    phi_target = np.asarray(phi_target, dtype=np.float64)
+    member = np.asarray(member, dtype=bool)
     n_in, n_out = member.sum(0), (~member).sum(0)
     if (n_in < 1).any() or (n_out < 1).any():
         raise ValueError("every candidate needs at least one IN and one OUT shadow model.")
     mu_in = np.where(member, phi_shadow, 0).sum(0) / n_in
     mu_out = np.where(~member, phi_shadow, 0).sum(0) / n_out
-    use_global = global_variance or (n_in < 2).any() or (n_out < 2).any()
-    if use_global:  # Carlini et al.'s fixed variance: the spread of all IN (all OUT) confidences together
-        s_in = np.full(phi_target.shape, np.std(phi_shadow[member]))
-        s_out = np.full(phi_target.shape, np.std(phi_shadow[~member]))
+    sq_in = np.where(member, (phi_shadow - mu_in) ** 2, 0).sum(0)
+    sq_out = np.where(~member, (phi_shadow - mu_out) ** 2, 0).sum(0)
+    used = resolve_variance(variance, phi_shadow.shape[0], n_in, n_out)
+    if used == VARIANCE_GLOBAL:
+        dof = member.size - 2 * member.shape[1]
+        pooled = np.sqrt((sq_in.sum() + sq_out.sum()) / dof) if dof > 0 else 0.0
+        shared = pooled if pooled > _S_FLOOR else float(np.std(phi_shadow))
+        s_in = s_out = np.full(phi_target.shape, max(shared, _S_FLOOR))
     else:
-        s_in = np.sqrt(np.where(member, (phi_shadow - mu_in) ** 2, 0).sum(0) / (n_in - 1))
-        s_out = np.sqrt(np.where(~member, (phi_shadow - mu_out) ** 2, 0).sum(0) / (n_out - 1))
-    s_in, s_out = np.maximum(s_in, 1e-6), np.maximum(s_out, 1e-6)
+        s_in = np.maximum(np.sqrt(sq_in / (n_in - 1)), _S_FLOOR)
+        s_out = np.maximum(np.sqrt(sq_out / (n_out - 1)), _S_FLOOR)
     online = norm.logpdf(phi_target, mu_in, s_in) - norm.logpdf(phi_target, mu_out, s_out)
-    offline = norm.logcdf((phi_target - mu_out) / s_out)
-    return online, offline, bool(use_global)
+    if offline == OFFLINE_ONE_SIDED:
+        off = norm.logcdf((phi_target - mu_out) / s_out)
+    else:
+        off = -norm.logpdf(phi_target, mu_out, s_out)
+    return LiraScores(online=online, offline=off, variance=used, offline_test=offline)
 
 
 def audit_universe(context: AttackContext, tasks: list[Any]) -> tuple[ShadowPool, list[np.ndarray]]:
@@ -143,7 +231,8 @@ class LiraAttack:
                                  f"--max-shadow-minutes {options.max_shadow_minutes}; LiRA needs >= 2, raise the limit.")
         scorers = load_scorers(context, models)
         member = np.stack([m.spec.member for m in models])
-        scored, global_used = [], False
+        variance = VARIANCE_GLOBAL if options.lira_global_variance else options.lira_variance
+        scored, fits = [], {}
         for task, pos in zip(tasks, positions):
             phi_t = logit_confidence(context.scorer.example_losses(task.texts, task.labels, seed=options.seed))
             phi_s = np.stack([logit_confidence(s.example_losses(task.texts, task.labels, seed=options.seed))
@@ -152,9 +241,9 @@ class LiraAttack:
             ok = in_task.any(0) & (~in_task).any(0)
             online, offline = np.full(len(pos), -np.inf), np.full(len(pos), -np.inf)
             if ok.any():
-                on, off, g = fit_and_score(phi_s[:, ok], in_task[:, ok], phi_t[ok],
-                                           global_variance=options.lira_global_variance)
-                online[ok], offline[ok], global_used = on, off, global_used or g
+                fit = fit_and_score(phi_s[:, ok], in_task[:, ok], phi_t[ok], variance=variance,
+                                    offline=options.lira_offline)
+                online[ok], offline[ok], fits[task.name] = fit.online, fit.offline, fit.variance
             if not ok.all():
                 notes.append(f"{task.name}: {int((~ok).sum())} candidates were IN (or OUT of) every trained shadow; "
                              "scored lowest.")
@@ -162,11 +251,14 @@ class LiraAttack:
             scored.append((dataclasses.replace(task, name=f"{task.name}-offline"), offline))
         what = ("p = probability of the true label" if context.scorer.kind == CLASSIFIER else
                 "p = exp(-MLM loss) (geometric mean probability of the masked tokens, seeded 15% masking)")
-        params = {"score": "online: log N(phi; in) - log N(phi; out); offline (tasks '*-offline'): log Phi((phi - mu_out) "
-                           "/ s_out); higher = member",
+        offline_score = ("log Phi((phi - mu_out) / s_out), one-sided" if options.lira_offline == OFFLINE_ONE_SIDED
+                         else "-log N(phi; mu_out, s_out), two-sided")
+        params = {"score": f"online: log N(phi; in) - log N(phi; out); offline (tasks '*-offline'): {offline_score}; "
+                           "higher = member",
                   "scaling": f"phi = log(p / (1 - p)), {what}", "shadow_models": len(models), "shadow_models_asked": k,
                   "shadow_data": "balanced random halves of the audit universe (task candidates + public.jsonl); each "
                                  f"candidate IN {k // 2} of {k}",
-                  "global_variance": global_used, "universe": len(pool.texts), "cached": sum(m.cached for m in models),
+                  "variance": variance, "variance_used": fits, "offline_test": options.lira_offline,
+                  "per_example_variance_from": PER_EXAMPLE_VARIANCE_FROM, "universe": len(pool.texts), "cached": sum(m.cached for m in models),
                   "shadow_overrides": options.shadow_overrides or {}}
         return audit_tasks(context, self.name, scored, parameters=params, warnings=notes)

@@ -87,7 +87,8 @@ def test_lira_online_and_offline(mia_run):
     results, _, _ = mia_run
     tasks = {t.task for t in results["lira"].tasks}
     assert {"examples", "examples-offline", "canaries", "canaries-offline"} == tasks
-    assert results["lira"].parameters["global_variance"]  # 2 shadows: one IN, one OUT per candidate
+    params = results["lira"].parameters  # 2 shadows: one IN, one OUT per candidate: one shared variance
+    assert set(params["variance_used"].values()) == {"global"} and params["offline_test"] == "one-sided"
 
 
 def test_shadow_cache_is_reused(mia_run, mia_model, mia_data, capfd):

@@ -32,19 +32,24 @@ def test_lira_matches_the_gaussian_likelihood_ratio():
     member = balanced_membership(k, n, seed=0)
     phi = rng.normal(size=(k, n)) + 2 * member
     target = rng.normal(size=n)
-    online, offline, global_used = fit_and_score(phi, member, target, global_variance=False)
-    assert not global_used
+    fit = fit_and_score(phi, member, target, variance="per-example")
+    assert fit.variance == "per-example" and fit.offline_test == "one-sided"
+    two = fit_and_score(phi, member, target, variance="per-example", offline="two-sided")
     for j in range(n):  # the oracle: a loop over candidates with numpy's sample statistics
         a, b = phi[member[:, j], j], phi[~member[:, j], j]
         want = norm.logpdf(target[j], a.mean(), a.std(ddof=1)) - norm.logpdf(target[j], b.mean(), b.std(ddof=1))
-        assert online[j] == pytest.approx(want)
-        assert offline[j] == pytest.approx(norm.logcdf((target[j] - b.mean()) / b.std(ddof=1)))
-    online_g, _, used = fit_and_score(phi, member, target, global_variance=True)
-    assert used
-    s_in, s_out = phi[member].std(), phi[~member].std()
-    j = 0
-    a, b = phi[member[:, j], j], phi[~member[:, j], j]
-    assert online_g[j] == pytest.approx(norm.logpdf(target[j], a.mean(), s_in) - norm.logpdf(target[j], b.mean(), s_out))
+        assert fit.online[j] == pytest.approx(want)
+        assert fit.offline[j] == pytest.approx(norm.logcdf((target[j] - b.mean()) / b.std(ddof=1)))
+        assert two.offline[j] == pytest.approx(-norm.logpdf(target[j], b.mean(), b.std(ddof=1)))
+    shared = fit_and_score(phi, member, target, variance="global")
+    assert shared.variance == "global" and fit_and_score(phi, member, target).variance == "global"  # auto: 8 < 64
+    # one s for IN, OUT and every candidate: the pooled spread around each candidate's own IN / OUT mean
+    resid = [phi[member[:, j], j] - phi[member[:, j], j].mean() for j in range(n)]
+    resid += [phi[~member[:, j], j] - phi[~member[:, j], j].mean() for j in range(n)]
+    s = np.sqrt(sum((r ** 2).sum() for r in resid) / (k * n - 2 * n))
+    for j in range(n):
+        a, b = phi[member[:, j], j], phi[~member[:, j], j]
+        assert shared.online[j] == pytest.approx(norm.logpdf(target[j], a.mean(), s) - norm.logpdf(target[j], b.mean(), s))
 
 
 def test_lira_separates_simulated_members():
@@ -55,7 +60,8 @@ def test_lira_separates_simulated_members():
     phi = difficulty + 1.5 * member + 0.3 * rng.normal(size=(k, n))
     truth = rng.random(n) < 0.5
     target = difficulty + 1.5 * truth + 0.3 * rng.normal(size=n)
-    online, offline, _ = fit_and_score(phi, member, target, global_variance=False)
+    fit = fit_and_score(phi, member, target, variance="per-example")
+    online, offline = fit.online, fit.offline
     from dpaudit.audit import roc_curve
 
     assert roc_curve(online[truth], online[~truth]).auc() > 0.95
