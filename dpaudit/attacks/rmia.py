@@ -9,8 +9,18 @@ Pr(x | model) is the probability of the true label (classifier) or exp(-MLM loss
 probability of the masked tokens under a seeded masking (masked LM). Reference models are the
 shadow attack's: trained like the target on random halves of ``public.jsonl`` (shared and cached),
 so the attack works with 1 to 4 of them, the budget of a CPU user. The population z is
-``public.jsonl``. ``a`` approximates the IN models missing in the offline setting (section 4 of the
-paper); gamma = 1. Higher = member.
+``public.jsonl``. gamma = 1. Higher = member.
+
+``a`` approximates the IN models missing in the offline setting (section 4 of the paper): an IN model's
+probability is taken to be a p_out + (1 - a), a line from p_out toward 1. That fits a classifier's
+true-label probability (a = 0.3, :data:`CLASSIFIER_A`). It does not fit low-probability outputs: a masked
+LM's geometric-mean token probability is ~1e-3, training on x multiplies it (p_in ~ c p_out) rather than
+pulling it toward 1, and with a = 0.3 the constant (1 - a) / 2 = 0.35 swamps the reference term, so the
+score ranked exactly as the loss attack (Spearman 0.999998 over 4,000 examples, issue 29). With
+p_in = c p_out the marginal is (1 + c) / 2 p_out, and the constant factor cancels in LR(x) / LR(z): that
+is the paper's formula at a = 1 (:data:`MASKED_LM_A`), the end of the grid over which the paper's
+reference implementation tunes a (ml_privacy_meter's ``tune_offline_a``, [0, 1]). The score then ranks by
+p_target(x) / mean_r p_ref(x), and the references' view of how easy x is intrinsically reaches it.
 
 References:
   Zarifzadeh, Liu, Shokri et al. 2024, "Low-Cost High-Power Membership Inference Attacks" (ICML 2024),
@@ -28,14 +38,28 @@ from dpaudit.attacks.mia import audit_tasks, membership_tasks
 from dpaudit.attacks.shadow_models import check_trained_like_target, pool_label_ids, public_shadows
 from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
 
-#: Offline scaling of the reference average (Zarifzadeh et al. section 4).
-OFFLINE_A = 0.3
+#: Offline scaling of the reference average (Zarifzadeh et al. section 4) for a classifier's true-label probability.
+CLASSIFIER_A = 0.3
+#: For a masked LM's low-probability outputs (module docstring): the reference average alone.
+MASKED_LM_A = 1.0
+#: The default of :func:`rmia_scores` (a classifier's).
+OFFLINE_A = CLASSIFIER_A
 GAMMA = 1.0
+
+
+def offline_a(kind: str) -> float:
+    """The ``a`` of a model kind: :data:`MASKED_LM_A` for a masked LM, :data:`CLASSIFIER_A` for a classifier."""
+    return MASKED_LM_A if kind == MASKED_LM else CLASSIFIER_A
 
 
 def rmia_scores(p_target_x: np.ndarray, p_refs_x: np.ndarray, p_target_z: np.ndarray, p_refs_z: np.ndarray, *,
                 a: float = OFFLINE_A, gamma: float = GAMMA) -> np.ndarray:
-    """score(x) = Pr_z[LR(x) / LR(z) > gamma] from target and [refs, n] reference probabilities."""
+    """score(x) = Pr_z[LR(x) / LR(z) > gamma] from target and [refs, n] reference probabilities.
+
+    LR(x) = p_target(x) / (1/2 [(1 + a) mean_r p_ref(x) + (1 - a)]); ``a`` in [0, 1] (module docstring).
+    """
+    if not 0 <= a <= 1:
+        raise ValueError(f"a must be in [0, 1], got {a}.")
     def lr(p_t: np.ndarray, p_r: np.ndarray) -> np.ndarray:
         marginal = 0.5 * ((1 + a) * p_r.mean(0) + (1 - a))
         return p_t / marginal
@@ -66,12 +90,18 @@ class RmiaAttack:
 
         p_tz = prob(context.scorer, pool.texts, z_labels)
         p_rz = np.stack([prob(r, pool.texts, z_labels) for r in refs])
+        a = offline_a(context.scorer.kind)
         scored = [(t, rmia_scores(prob(context.scorer, t.texts, t.labels),
-                                  np.stack([prob(r, t.texts, t.labels) for r in refs]), p_tz, p_rz)) for t in tasks]
+                                  np.stack([prob(r, t.texts, t.labels) for r in refs]), p_tz, p_rz, a=a)) for t in tasks]
         what = ("probability of the true label" if context.scorer.kind == CLASSIFIER else
                 "exp(-MLM loss): geometric-mean masked-token probability (seeded masking)")
         params = {"score": "fraction of population samples z with LR(x)/LR(z) > gamma; higher = member",
-                  "probability": what, "reference_models": len(models), "offline_a": OFFLINE_A, "gamma": GAMMA,
+                  "probability": what, "reference_models": len(models), "offline_a": a,
+                  "offline_a_reason": ("a masked LM's probabilities are ~1e-3: an IN model multiplies them, the "
+                                       "constant (1 - a) / 2 would swamp the references; a = 1 ranks by p_target / "
+                                       "mean p_ref" if context.scorer.kind == MASKED_LM else
+                                       "the paper's offline a for a classifier's true-label probability"),
+                  "gamma": GAMMA,
                   "population": f"public.jsonl ({len(pool.texts)} rows)",
                   "reference_data": "random halves of public.jsonl (the shadow attack's models)",
                   "shadow_overrides": context.options.shadow_overrides or {}}
