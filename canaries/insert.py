@@ -27,6 +27,16 @@ from tqdm import tqdm
 from dpaudit.errors import UserInputError
 
 DEFAULT_FREQUENCIES: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 50, 100)
+#: The schedules ``dpaudit inject`` picks from when --frequencies is not given, fullest first: each keeps the
+#: repetition counts spread from 1 up (Carlini et al. 2019 and Anil et al. 2021 read memorization off such a
+#: ladder), thinned and then shortened from the top for a smaller corpus.
+DEFAULT_LADDERS: tuple[tuple[int, ...], ...] = (
+    DEFAULT_FREQUENCIES, (1, 2, 5, 10, 20, 50, 100), (1, 2, 5, 10, 20, 50), (1, 2, 5, 10, 20), (1, 2, 5, 10), (1, 2, 5),
+    (1, 2), (1,),
+)
+#: The most canary rows a default schedule may make of train.jsonl: a quarter, so the training set stays mostly the
+#: corpus the audit is about (the full ladder at 20 canaries per frequency is 24.3% of a 20,000-row built-in corpus).
+DEFAULT_CANARY_SHARE = 0.25
 MEMBER, HELDOUT, PUBLIC = 0, 1, 2
 _WRITE_BLOCK = 8192
 
@@ -94,6 +104,21 @@ class Schedule:
             return (coins * self.frequencies[0]).astype(np.int64)
         inserted = np.repeat(np.asarray(self.frequencies, dtype=np.int64), self.per_frequency)
         return np.concatenate([inserted, np.zeros(self.holdout, dtype=np.int64)])
+
+
+def default_frequencies(members: int, per_frequency: int) -> tuple[int, ...]:
+    """The fullest of :data:`DEFAULT_LADDERS` whose canary rows stay within :data:`DEFAULT_CANARY_SHARE` of train.jsonl.
+
+    ``members`` corpus rows are trained on, beside ``per_frequency x sum(frequencies)`` canary rows. A 4,000-row
+    corpus (2,800 members at the default splits) gets 1,2,5,10,20 (760 canary rows, 21.3%); 20,000 rows keep the
+    full ladder up to 100. When even one insertion per canary is above the share, the shortest ladder ``(1,)`` is
+    returned and the canary-share check (:func:`canaries.pipeline.check_canary_share`) decides.
+    """
+    for ladder in DEFAULT_LADDERS:
+        rows = per_frequency * sum(ladder)
+        if rows <= DEFAULT_CANARY_SHARE * (rows + members):
+            return ladder
+    return DEFAULT_LADDERS[-1]
 
 
 #: The largest insertion count a frequency may ask for: each insertion is one row of ``train.jsonl`` (and

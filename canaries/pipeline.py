@@ -1,5 +1,11 @@
 """The inject stage, composed: read the corpus, split it, draw canaries, write the run directory.
 
+Two sources of rows: one corpus that inject splits into members, held-out and public rows
+(``--corpus``), or the user's own split (``--train``, ``--heldout`` and optionally ``--public``): the
+members are their train rows and the non-members their held-out rows, as in the most common
+membership audit, with the exact duplicates between the splits removed and counted. Canaries are
+optional (``canaries=False``) and, when drawn, inserted into the members only.
+
 This is the one place that composes the pieces (readers, secret spaces, generation, insertion,
 manifest); each piece knows nothing of the others. Every fallible step (bad corpus, too small a
 space, impossible split) runs before anything is written, and the writing happens in a staged
@@ -44,7 +50,9 @@ from dpaudit.canaries.insert import (
     Schedule,
     SplitCounts,
     SplitSpec,
+    DEFAULT_CANARY_SHARE,
     assign_splits,
+    default_frequencies,
     public_beyond,
     split_counts,
     train_order,
@@ -71,7 +79,7 @@ from dpaudit.secret_spaces import (
     words_from_texts,
 )
 from dpaudit.corpus import BUILTIN_ASSISTANT, CorpusReader, assistant
-from dpaudit.corpus.readers import Label
+from dpaudit.corpus.readers import Label, NO_LABELS
 from dpaudit.errors import UserInputError
 from dpaudit.inject_run import NEW_TOKENS as NEW_TOKENS_KEY
 from dpaudit.inject_run import label_order
@@ -101,7 +109,11 @@ class InjectConfig:
     """Everything that determines an inject run's outputs (recorded in the manifest).
 
     Attributes:
-        corpus: a corpus file, or ``"builtin:assistant"``.
+        corpus: a corpus file, or ``"builtin:assistant"``; None for a user's own split (``train``/``heldout``).
+        train, heldout: the user's own split (``--train``/``--heldout``): the members are the train file's rows,
+            the non-members the held-out file's (less any exact duplicate of a train row).
+        public: with ``train``: the public rows (``--public``; tokenizers, label sets, shadow models); None writes
+            an empty ``public.jsonl``, which attacks on a model trained elsewhere accept and trainers refuse.
         corpus_format: ``auto`` (from the suffix), ``text``, ``jsonl``, ``csv`` or ``tsv``.
         corpus_size: utterances to generate for ``builtin:assistant`` (None for files).
         seed: the one seed for every random choice.
@@ -116,9 +128,14 @@ class InjectConfig:
         schedule: canary counts, frequencies and membership mode.
         splits: held-out and public shares of the corpus.
         encoding_errors: ``strict`` or ``replace`` for undecodable bytes.
+        text_column, label_column: the text's and the label's column (CSV/TSV) or key (JSONL); None: ``text`` and
+            ``label``; ``label_column="none"`` reads the files as unlabelled.
+        canaries: False writes no canary (``--no-canaries``): a membership audit of the rows alone.
+        frequencies_from_size: the schedule's frequencies were not given: :func:`default_frequencies` picks them
+            from the number of members (the resolved ones are recorded in ``schedule``).
     """
 
-    corpus: str
+    corpus: str | None = None
     corpus_format: str = "auto"
     corpus_size: int | None = None
     seed: int = 0
@@ -130,8 +147,21 @@ class InjectConfig:
     schedule: Schedule = field(default_factory=Schedule)
     splits: SplitSpec = field(default_factory=SplitSpec)
     encoding_errors: str = "strict"
+    train: str | None = None
+    heldout: str | None = None
+    public: str | None = None
+    text_column: str | None = None
+    label_column: str | None = None
+    canaries: bool = True
+    frequencies_from_size: bool = False
 
     def __post_init__(self) -> None:
+        if (self.corpus is None) == (self.train is None):
+            raise ValueError("give either a corpus or a train file (with its held-out file), not both or neither.")
+        if (self.train is None) != (self.heldout is None):
+            raise ValueError("a train file needs its held-out file (train and heldout go together).")
+        if self.public is not None and self.train is None:
+            raise ValueError("public applies to a user's own split (train and heldout); a corpus is split by splits.")
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed}.")
         if self.encoding_errors not in ("strict", "replace"):
@@ -143,8 +173,24 @@ class InjectConfig:
     def builtin(self) -> bool:
         return self.corpus == BUILTIN_ASSISTANT
 
+    @property
+    def user_split(self) -> bool:
+        """Whether the rows come split by the user (``--train``/``--heldout``) rather than from one corpus."""
+        return self.train is not None
+
     def to_json(self) -> dict[str, Any]:
-        return dataclasses.asdict(self)
+        """The manifest's ``config``; fields added with the user's own split are left out at their defaults, so a
+        run with the options that existed before writes the manifest it wrote before."""
+        out = dataclasses.asdict(self)
+        for name in _LATER_FIELDS:
+            if out[name] == _LATER_FIELDS[name]:
+                del out[name]
+        return out
+
+
+#: InjectConfig fields added after dpaudit.inject/1's first manifests, with their defaults.
+_LATER_FIELDS = {"train": None, "heldout": None, "public": None, "text_column": None, "label_column": None,
+                 "canaries": True, "frequencies_from_size": False}
 
 
 @dataclass
@@ -155,9 +201,9 @@ class LoadedCorpus:
     label_ids: list[int] | None
     labels: list[Label] | None
     label_counts: list[int] | None
-    input_key: str
-    input_value: str
+    inputs: dict[str, str]
     info: dict[str, Any]
+    codes: np.ndarray | None = None  # the user's own split: a split code per row, fixed by the files
 
 
 def _rng(seed: int, stream: int) -> np.random.Generator:
@@ -222,7 +268,8 @@ def load_corpus(config: InjectConfig, *, forbidden: dict[str, int] | None = None
             raise UserInputError(
                 f"--corpus-size applies only to --corpus {BUILTIN_ASSISTANT}; remove it or use the built-in corpus."
             )
-        reader = CorpusReader(config.corpus, format=config.corpus_format, errors=config.encoding_errors)  # type: ignore[arg-type]
+        reader = CorpusReader(config.corpus, format=config.corpus_format, errors=config.encoding_errors,  # type: ignore[arg-type]
+                              text_column=config.text_column, label_column=config.label_column)
         rows, total, stats = iter(reader), None, reader
         input_value = sha256_file(config.corpus)
     with tqdm(total=total, desc="reading corpus", unit="rows", file=sys.stderr, disable=None, leave=False) as bar:
@@ -247,9 +294,15 @@ def load_corpus(config: InjectConfig, *, forbidden: dict[str, int] | None = None
     info: dict[str, Any] = {"source": config.corpus, "rows": len(texts), "labelled": bool(labelled)}
     if stats is not None:
         info.update(format=stats.format, blank_skipped=stats.stats.blank_skipped, replaced_lines=stats.stats.replaced_lines)
+    return _finish(texts, label_ids if labelled else None, label_index, inputs={config.corpus: input_value}, info=info)  # type: ignore[dict-item]
+
+
+def _finish(texts: list[str], label_ids: list[int] | None, label_index: dict[Label, int], *, inputs: dict[str, str],
+            info: dict[str, Any], codes: np.ndarray | None = None) -> LoadedCorpus:
+    """The corpus with its labels in canonical order (integers, then strings), so label ids do not depend on which
+    label came first."""
     labels = label_counts = None
-    if labelled:
-        # Canonical label order (integers, then strings) so label ids do not depend on which label came first.
+    if label_ids is not None:
         labels = label_order(label_index)
         remap = np.empty(len(labels), dtype=np.int64)
         for new, lab in enumerate(labels):
@@ -258,10 +311,82 @@ def load_corpus(config: InjectConfig, *, forbidden: dict[str, int] | None = None
         label_counts = np.bincount(ids, minlength=len(labels)).tolist()
         label_ids = ids.tolist()
         info["labels"] = dict(zip(map(str, labels), label_counts))
-    return LoadedCorpus(
-        texts=texts, label_ids=label_ids if labelled else None, labels=labels, label_counts=label_counts,
-        input_key=config.corpus, input_value=input_value, info=info,
-    )
+    return LoadedCorpus(texts=texts, label_ids=label_ids, labels=labels, label_counts=label_counts, inputs=inputs,
+                        info=info, codes=codes)
+
+
+def _check_phrase_disjoint(text: str, forbidden: dict[str, int] | None, *, where: str) -> None:
+    if forbidden is not None:
+        key = " ".join(normalize_tokens(text))
+        if key in forbidden:
+            raise UserInputError(f"--phrase-corpus line {forbidden[key]} also occurs in {where}; the phrase corpus must be "
+                                 "disjoint from the training corpus.")
+
+
+def load_user_split(config: InjectConfig, *, forbidden: dict[str, int] | None = None) -> LoadedCorpus:
+    """Read the user's own split (``--train``, ``--heldout``, ``--public``) into one corpus with fixed split codes.
+
+    The members are the train file's rows, every one of them (duplicates within it kept: they are the user's
+    training data). A held-out row whose text is exactly a train row's is no non-member (the model saw that very
+    text), so it is removed, and a public row equal to a train or held-out row is removed too (public.jsonl feeds
+    tokenizers and shadow models and must hold no private text); both are counted in ``info["overlap_removed"]``.
+
+    Raises:
+        UserInputError: an unreadable or empty file, files that disagree on having labels, a held-out file with
+            nothing left once its duplicates of train rows are removed.
+    """
+    files = [("--train", config.train, MEMBER), ("--heldout", config.heldout, HELDOUT)]
+    if config.public is not None:
+        files.append(("--public", config.public, PUBLIC))
+    texts: list[str] = []
+    label_ids: list[int] = []
+    label_index: dict[Label, int] = {}
+    codes: list[int] = []
+    labelled: bool | None = None
+    first = ""
+    seen: set[str] = set()  # the texts of the splits read so far
+    removed = {"heldout_in_train": 0, "public_in_train_or_heldout": 0}
+    per_file: dict[str, Any] = {}
+    inputs: dict[str, str] = {}
+    for option, path, code in files:
+        reader = CorpusReader(path, format=config.corpus_format, errors=config.encoding_errors, option=option,  # type: ignore[arg-type]
+                              text_column=config.text_column, label_column=config.label_column)
+        kept = 0
+        this: set[str] = set()
+        for line, text, label in reader:
+            _check_phrase_disjoint(text, forbidden, where=f"{option} {path} (line {line})")
+            if labelled is None:
+                labelled, first = label is not None, f"{option} {path}"
+            elif (label is not None) != labelled:
+                has = "has labels" if label is not None else "has no labels"
+                raise UserInputError(f"{option} {path} {has} but {first} {'has' if labelled else 'has none'}; label every "
+                                     f"split or none (--label-column NAME, or --label-column {NO_LABELS}).")
+            if code != MEMBER and text in seen:
+                removed["heldout_in_train" if code == HELDOUT else "public_in_train_or_heldout"] += 1
+                continue
+            this.add(text)
+            texts.append(text)
+            codes.append(code)
+            kept += 1
+            if labelled:
+                label_ids.append(label_index.setdefault(label, len(label_index)))  # type: ignore[arg-type]
+        if reader.stats.rows == 0:
+            raise UserInputError(f"{option} {path} has no examples (empty or only blank lines); pass a file with at least "
+                                 "one non-blank example.")
+        if kept == 0:
+            raise UserInputError(f"{option} {path}: every one of its {reader.stats.rows} rows is an exact duplicate of a "
+                                 f"{'--train' if code == HELDOUT else '--train or --heldout'} row; pass rows the model was "
+                                 "not trained on.")
+        seen |= this
+        inputs[str(path)] = sha256_file(path)  # type: ignore[arg-type]
+        per_file[option.lstrip("-")] = {"path": str(path), "format": reader.format, "rows": reader.stats.rows,
+                                        "kept": kept, "blank_skipped": reader.stats.blank_skipped,
+                                        "replaced_lines": reader.stats.replaced_lines}
+    info: dict[str, Any] = {"source": "the user's own split (--train, --heldout" + (", --public)" if config.public else ")"),
+                            "rows": len(texts), "labelled": bool(labelled), "files": per_file,
+                            "overlap_removed": removed}
+    return _finish(texts, label_ids if labelled else None, label_index, inputs=inputs, info=info,
+                   codes=np.asarray(codes, dtype=np.int8))
 
 
 def check_format_options(config: InjectConfig) -> tuple[str, int]:
@@ -382,6 +507,14 @@ def check_canary_share(canary_insertions: int, members: int, *, force: bool) -> 
     return share
 
 
+#: What the manifest and the summary say about public.jsonl in the user's own split.
+PUBLIC_GIVEN = "public.jsonl holds the --public rows (less exact duplicates of train or held-out rows)."
+NO_PUBLIC = ("no --public: public.jsonl is empty. Attacks on a model trained elsewhere (its tokenizer and labels come "
+             "with it) need no public rows: loss, exposure, reconstruction, canary. dpaudit train (its tokenizer and "
+             "label set come from public.jsonl only) and the shadow, ref, lira and rmia attacks (their models train on "
+             "public rows) need --public FILE.")
+
+
 def inject(config: InjectConfig, out: str | Path, *, overwrite: bool = False, force: bool = False,
            command: list[str] | None = None) -> dict[str, Any]:
     """Run the inject stage into ``out`` and return the summary (also stored in the manifest).
@@ -423,17 +556,25 @@ def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, co
         for lineno, sentence in enumerate(phrase_sentences, start=1):
             forbidden.setdefault(" ".join(normalize_tokens(sentence)), lineno)
 
-    more_public = generated_public(config)
-    corpus = load_corpus(config, forbidden=forbidden, more_public=more_public)
-    schedule = config.schedule
-    frequencies = schedule.canary_frequencies(_rng(config.seed, _COIN))
-    if more_public:  # the corpus is the private part, split as with --public-size 0; the generated rows are public
+    more_public = 0 if config.user_split else generated_public(config)
+    corpus = load_user_split(config, forbidden=forbidden) if config.user_split else \
+        load_corpus(config, forbidden=forbidden, more_public=more_public)
+    if corpus.codes is not None:  # the user's own split: the files fix it
+        codes = corpus.codes
+        counts = SplitCounts(members=int((codes == MEMBER).sum()), heldout=int((codes == HELDOUT).sum()),
+                             public=int((codes == PUBLIC).sum()))
+    elif more_public:  # the corpus is the private part, split as with --public-size 0; the generated rows are public
         private = split_counts(len(corpus.texts) - more_public, dataclasses.replace(config.splits, public_size=0))
         counts = SplitCounts(members=private.members, heldout=private.heldout, public=more_public)
         codes = np.concatenate([assign_splits(private, _rng(config.seed, _SPLIT)), np.full(more_public, PUBLIC, np.int8)])
     else:
         counts = split_counts(len(corpus.texts), config.splits)
         codes = assign_splits(counts, _rng(config.seed, _SPLIT))
+    if config.frequencies_from_size:  # chosen from the members, recorded in the manifest's config
+        chosen = default_frequencies(counts.members, config.schedule.per_frequency)
+        config = dataclasses.replace(config, schedule=dataclasses.replace(config.schedule, frequencies=chosen))
+    schedule = config.schedule
+    frequencies = schedule.canary_frequencies(_rng(config.seed, _COIN)) if config.canaries else np.zeros(0, np.int64)
     public_rows = np.flatnonzero(codes == PUBLIC)
     needs_public = config.word_list == WORD_LIST_PUBLIC or kind == RARE_TOKENS
     space, extra_inputs = build_space(
@@ -447,10 +588,11 @@ def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, co
     # and are kept absent from the whole corpus.
     scanned = [corpus.texts[i] for i in public_rows.tolist()] if isinstance(space, NewTokenSpace) else corpus.texts
     draws, rejected = draw_secrets(
-        space, schedule.n_canaries, rng=_rng(config.seed, _SECRETS), corpus_texts=scanned, context_texts=[prefix, suffix],
+        space, schedule.n_canaries if config.canaries else 0, rng=_rng(config.seed, _SECRETS), corpus_texts=scanned,
+        context_texts=[prefix, suffix],
     )
     labels = None
-    if corpus.labels is not None:
+    if corpus.labels is not None and draws:
         # Canary labels follow the PUBLIC split's label counts: a classifier's label set comes from public.jsonl
         # (DESIGN section 5), so a canary must not carry a label only private rows have (it would be refused
         # at train time). Without public rows, the corpus counts.
@@ -469,7 +611,15 @@ def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, co
     summary["counts"]["canary_share"] = share
     if more_public:
         summary["counts"]["public_generated"] = more_public  # public rows made beyond --corpus-size
-    shared = shared_context_warning(template, kind=kind, n_canaries=len(canaries))
+    if config.user_split:
+        summary["counts"]["overlap_removed"] = corpus.info["overlap_removed"]
+        summary["public_split"] = PUBLIC_GIVEN if config.public is not None else NO_PUBLIC
+    if config.frequencies_from_size and config.canaries:
+        summary["frequencies_chosen"] = (
+            f"--frequencies {','.join(map(str, schedule.frequencies))} chosen for {counts.members:,} training rows: the "
+            f"fullest default schedule whose canary rows stay within {DEFAULT_CANARY_SHARE:.0%} of train.jsonl "
+            "(pass --frequencies to choose)")
+    shared = shared_context_warning(template, kind=kind, n_canaries=len(canaries)) if canaries else None
     if shared:
         summary["warnings"] = [shared]  # printed by dpaudit inject, kept in the manifest
     _write(out, overwrite=overwrite, config=config, corpus=corpus, codes=codes, order=order, canaries=canaries,
@@ -484,7 +634,7 @@ def _summary(config: InjectConfig, counts: SplitCounts, canaries: list[Canary], 
     for c in canaries:
         by_frequency[str(c.frequency)] = by_frequency.get(str(c.frequency), 0) + 1
     return {
-        "mode": config.schedule.mode,
+        "mode": config.schedule.mode if config.canaries else "no-canaries",
         "format": space.format,
         "log2_size": space.log2_size,
         "counts": {
@@ -531,14 +681,14 @@ def _write(out: Path, *, overwrite: bool, config: InjectConfig, corpus: LoadedCo
                 schema=mf.SCHEMA,
                 config=config.to_json(),
                 seed=config.seed,
-                inputs={corpus.input_key: corpus.input_value, **extra_inputs},
+                inputs={**corpus.inputs, **extra_inputs},
                 outputs=file_hashes(stage, mf.OUTPUT_FILES),
                 command=command,
                 extra={
                     **summary,
                     "secret_space": space.describe(),
                     "template": {"template": text, "prefix": prefix, "suffix": suffix},
-                    "splits": {
+                    "splits": {"from": "the user's own files (--train, --heldout, --public)"} if config.user_split else {
                         "heldout_fraction": config.splits.heldout_fraction,
                         "public_fraction": config.splits.public_fraction,
                         "heldout_size": config.splits.heldout_size,

@@ -361,9 +361,13 @@ def load_inject_run(path: str | os.PathLike[str]) -> InjectRun:
 def canary_frequencies(manifest: Mapping[str, Any]) -> tuple[int, ...]:
     """The insertion counts (> 0) of an inject manifest's canaries, sorted; () if it names none.
 
-    A canary inserted f times is f rows: trainers state the group-privacy bound for each of these.
+    A canary inserted f times is f rows: trainers state the group-privacy bound for each of these. A run written
+    without canaries (``dpaudit inject --no-canaries``) names none, whatever its recorded schedule.
     """
-    by_frequency = (manifest.get("counts") or {}).get("canaries_by_frequency") or {}
+    counts = manifest.get("counts") or {}
+    if counts.get("canaries") == 0:
+        return ()
+    by_frequency = counts.get("canaries_by_frequency") or {}
     found = set()
     for key in by_frequency:
         try:

@@ -4,6 +4,14 @@ Every stage that reads a user's corpus goes through :class:`CorpusReader`, so th
 same everywhere: one example per record, blank texts skipped (and counted), a label column that is
 either present on every record or on none, and errors that name the file and the line to fix.
 
+Columns: the text is the ``text`` column (CSV/TSV header, JSONL key) and the label the ``label`` one,
+unless ``text_column``/``label_column`` (``--text-column``/``--label-column``) name others. A file
+with no label column is read as unlabelled only when it holds nothing but its text: a CSV whose
+labels sit in a column named ``category`` (as in popular public intent datasets) would otherwise
+train a classifier on "no labels" and fail only at train time, so it is refused at once, naming the
+columns found and the option to pass. ``label_column="none"`` (:data:`NO_LABELS`) reads any file as
+unlabelled.
+
 Files are read line by line in binary and decoded one line at a time. That costs little and is
 the only way to report *which line* holds undecodable bytes (a text-mode file only knows a byte
 offset inside its read buffer). ``errors="replace"`` accepts such lines with U+FFFD in place of
@@ -28,6 +36,10 @@ Label = str | int
 
 CorpusFormat = Literal["auto", "text", "jsonl", "csv", "tsv"]
 EncodingErrors = Literal["strict", "replace"]
+
+#: ``--label-column none``: read the file as unlabelled whatever other columns it has.
+NO_LABELS = "none"
+TEXT_COLUMN, LABEL_COLUMN = "text", "label"
 
 _SUFFIX_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv", ".tab": "tsv"}
 
@@ -63,6 +75,10 @@ class CorpusReader:
         format: ``"auto"`` (from the file suffix), ``"text"``, ``"jsonl"``, ``"csv"`` or ``"tsv"``.
         errors: ``"strict"`` (undecodable UTF-8 is an error naming the line) or ``"replace"``.
         option: the command-line option that named the file, used in error messages.
+        text_column: the CSV/TSV column (header name, case-insensitive) or JSONL key of the text
+            [default: ``text``].
+        label_column: the label's column or key [default: ``label``, and a file with other columns but
+            no ``label`` one is refused]; :data:`NO_LABELS` reads the file as unlabelled.
 
     Iterating again re-reads the file; :attr:`stats` describes the last complete pass.
     """
@@ -74,6 +90,8 @@ class CorpusReader:
         format: CorpusFormat = "auto",
         errors: EncodingErrors = "strict",
         option: str = "--corpus",
+        text_column: str | None = None,
+        label_column: str | None = None,
     ) -> None:
         if format not in ("auto", "text", "jsonl", "csv", "tsv"):
             raise ValueError(f"format must be one of auto, text, jsonl, csv, tsv, got {format!r}.")
@@ -83,7 +101,18 @@ class CorpusReader:
         self.format = detect_format(self.path) if format == "auto" else format
         self.errors = errors
         self.option = option
+        self.text_column = text_column
+        self.label_column = label_column
         self.stats = ReadStats()
+        for name, value in (("--text-column", text_column), ("--label-column", label_column)):
+            if value is not None and not value.strip():
+                raise UserInputError(f"{name} is empty; name a column of {self.path} (its header or JSONL key).")
+        if text_column is not None and label_column is not None and text_column.strip().lower() == label_column.strip().lower():
+            raise UserInputError(f"--text-column and --label-column both name {text_column!r}; the label must be another column.")
+        if self.format == "text" and (text_column is not None or label_column not in (None, NO_LABELS)):
+            option_name = "--text-column" if text_column is not None else "--label-column"
+            raise UserInputError(f"{option_name} applies to JSONL, CSV and TSV files, not to the plain-text {option} "
+                                 f"{self.path} (one example per line); remove it or pass --corpus-format.")
         if not self.path.exists():
             raise UserInputError(f"{option} {self.path}: no such file; check the path.")
         if not self.path.is_file():
@@ -148,6 +177,8 @@ class CorpusReader:
             yield CorpusRow(lineno, line.rstrip("\r\n"), None)
 
     def _jsonl_rows(self) -> Iterator[CorpusRow]:
+        text_key = self.text_column or TEXT_COLUMN
+        label_key = None if self.label_column == NO_LABELS else self.label_column or LABEL_COLUMN
         labelled: bool | None = None
         first_line = 0
         for lineno, line in self._lines():
@@ -157,23 +188,48 @@ class CorpusReader:
                 record = json.loads(line)
             except json.JSONDecodeError as err:
                 raise UserInputError(f"{self._where(lineno)}: not valid JSON ({err.msg}); fix or remove that line.") from None
-            if not isinstance(record, dict) or not isinstance(record.get("text"), str):
+            if not isinstance(record, dict) or not isinstance(record.get(text_key), str):
+                if isinstance(record, dict) and text_key not in record and self.text_column is None:
+                    raise UserInputError(f"{self._where(lineno)}: no \"text\" key (found {_names(record)}); name the text's "
+                                         "key with --text-column KEY.")
                 raise UserInputError(
-                    f"{self._where(lineno)}: expected an object with a string \"text\" field, e.g. "
-                    '{"text": "call mom", "label": "call"}.'
+                    f"{self._where(lineno)}: expected an object with a string {json.dumps(text_key)} field, e.g. "
+                    f'{{{json.dumps(text_key)}: "call mom", {json.dumps(label_key or LABEL_COLUMN)}: "call"}}.'
                 )
-            has_label = "label" in record and record["label"] is not None
+            has_label = label_key is not None and label_key in record and record[label_key] is not None
             if labelled is None:
+                if not has_label and label_key is not None:
+                    self._check_unlabelled(list(record), text_key, where=self._where(lineno), kind="key")
                 labelled, first_line = has_label, lineno
                 self.stats.labelled = labelled
             elif has_label != labelled:
                 state = "has a" if has_label else "has no"
                 other = "had one" if labelled else "had none"
                 raise UserInputError(
-                    f"{self._where(lineno)}: this record {state} \"label\" but line {first_line} {other}; "
+                    f"{self._where(lineno)}: this record {state} {json.dumps(label_key)} but line {first_line} {other}; "
                     "label every record or none."
                 )
-            yield CorpusRow(lineno, record["text"], self._check_label(record.get("label"), lineno) if has_label else None)
+            label = self._check_label(record.get(label_key), lineno) if has_label else None  # type: ignore[arg-type]
+            yield CorpusRow(lineno, record[text_key], label)
+
+    def _check_unlabelled(self, found: list[str], text: str, *, where: str, kind: str) -> None:
+        """A file without the label column is unlabelled only when it has no other column, or the user said so.
+
+        Args:
+            found: every column (or the first record's keys), ``text`` the text's among them.
+
+        Raises:
+            UserInputError: ``--label-column NAME`` was given and is missing, or other columns exist (one of
+                them may hold the labels): the message lists them and names the option to pass.
+        """
+        if self.label_column is not None:
+            raise UserInputError(f"{where}: --label-column {self.label_column}: no such {kind} (found {_names(found)}); "
+                                 f"pass one of them, or --label-column {NO_LABELS} for an unlabelled corpus.")
+        others = [n for n in found if n != text]
+        if others:
+            raise UserInputError(f"{where}: no 'label' {kind} but others beside the text ({_names(others)}): if one "
+                                 f"holds the labels, pass --label-column {others[0]}; to read the file as unlabelled, "
+                                 f"pass --label-column {NO_LABELS}.")
 
     def _csv_rows(self) -> Iterator[CorpusRow]:
         tsv = self.format == "tsv"
@@ -186,14 +242,25 @@ class CorpusReader:
         except csv.Error as err:
             raise UserInputError(f"{self._where(numbered.lineno)}: bad CSV header ({err}).") from None
         names = [name.strip().lower() for name in header or []]
-        if "text" not in names:
-            found = ", ".join(repr(n) for n in names) or "nothing"
+        shown = [name.strip() for name in header or []]
+        wanted = (self.text_column or TEXT_COLUMN).strip().lower()
+        if wanted not in names:
+            found = _names(shown) if shown else "nothing"
+            if self.text_column is not None:
+                raise UserInputError(f"{self._where(1)}: --text-column {self.text_column}: the header has no such column "
+                                     f"(found {found}); pass one of them.")
             raise UserInputError(
-                f"{self._where(1)}: the header has no 'text' column (found {found}); "
-                "add a header row naming the text column 'text' (and optionally 'label')."
+                f"{self._where(1)}: the header has no 'text' column (found {found}); name the text column with "
+                "--text-column NAME, or add a header row naming it 'text'."
             )
-        text_col = names.index("text")
-        label_col = names.index("label") if "label" in names else None
+        text_col = names.index(wanted)
+        label_col = None
+        if self.label_column != NO_LABELS:
+            label_name = (self.label_column or LABEL_COLUMN).strip().lower()
+            if label_name in names:
+                label_col = names.index(label_name)
+            else:
+                self._check_unlabelled(shown, shown[text_col], where=self._where(1), kind="column")
         self.stats.labelled = label_col is not None
         width = len(names)
         while True:
@@ -224,6 +291,13 @@ class CorpusReader:
         if isinstance(label, bool) or not isinstance(label, (str, int)):
             raise UserInputError(f"{self._where(lineno)}: label must be a string or an integer, got {json.dumps(label)}.")
         return label
+
+
+def _names(names: Any) -> str:
+    """``'a', 'b'`` for an error message (at most 8 names, then how many more)."""
+    names = list(names)
+    shown = ", ".join(repr(n) for n in names[:8])
+    return shown + (f" and {len(names) - 8} more" if len(names) > 8 else "")
 
 
 def _read_lines(handle: Any, error: Any) -> Iterator[bytes]:
@@ -265,6 +339,9 @@ def read_corpus(
     format: CorpusFormat = "auto",
     errors: EncodingErrors = "strict",
     option: str = "--corpus",
+    text_column: str | None = None,
+    label_column: str | None = None,
 ) -> Iterator[CorpusRow]:
     """Stream the rows of a corpus file (see :class:`CorpusReader` for the rules)."""
-    return iter(CorpusReader(path, format=format, errors=errors, option=option))
+    return iter(CorpusReader(path, format=format, errors=errors, option=option, text_column=text_column,
+                             label_column=label_column))
