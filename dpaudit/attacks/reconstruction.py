@@ -2,8 +2,10 @@
 
 All secret positions are masked at once; the fill takes the most likely symbol at each position
 (over the space's alphabet; over the whole vocabulary for phrase secrets), decoded to text. Per
-canary: exact match, the Levenshtein distance from the fill to the true secret (raw and divided by
-the secret's length) and, for product spaces, the rank of the true secret among the k best fills
+canary: exact match, the Levenshtein distance from the fill to the true secret over its symbols (digits,
+or words: a substituted digit costs 1, the spaces between digits nothing), raw and divided by the
+secret's length in symbols (so 1.0 is the maximum for a fill of the same length: a 4-digit secret's
+spaced text "2 8 1 7" has 7 characters, and dividing by those capped it at 4/7) and, for product spaces, the rank of the true secret among the k best fills
 (a beam over positions: exact, since a candidate's score is a sum of independent per-position
 scores, so every prefix of a top-k sequence is itself among the top-k prefixes).
 
@@ -62,6 +64,13 @@ def _normalize(text: str) -> str:
     return " ".join(text.lower().split())
 
 
+def symbol_edit_distances(pairs: list[tuple[list[str], list[str]]]) -> tuple[np.ndarray, np.ndarray]:
+    """(Levenshtein distance over symbols, that distance / the secret's length in symbols) of each (fill, secret) pair
+    of symbol lists (digits or words): 1.0 is the most a fill of the secret's length can be off."""
+    edit = np.asarray([Levenshtein.distance(f, s) for f, s in pairs], dtype=np.float64)
+    return edit, edit / np.asarray([max(len(s), 1) for _, s in pairs], dtype=np.float64)
+
+
 def reconstruction_rows(frequencies: np.ndarray, exact: np.ndarray, edit: np.ndarray, normalized: np.ndarray,
                         top_k_hit: np.ndarray | None, *, seed: int, level: float) -> tuple[ReconstructionRow, ...]:
     """Statistics by frequency; each inserted group's normalized edit distance tested (lower) against the controls."""
@@ -94,8 +103,9 @@ class ReconstructionAttack:
             log_probs = context.masked_log_probs
             best = log_probs.argmax(axis=-1)
             truth = context.secret_indices[:, reveal:]
-            fills = [" ".join(space.alphabet[j] for j in row) for row in best.tolist()]
-            secrets = [" ".join(space.split(c.secret)[reveal:]) for c in canaries]
+            fill_symbols = [[space.alphabet[j] for j in row] for row in best.tolist()]
+            secret_symbols = [space.split(c.secret)[reveal:] for c in canaries]
+            fills, secrets = [" ".join(f) for f in fill_symbols], [" ".join(s) for s in secret_symbols]
             exact = (best == truth).all(axis=1)
             top_k_hit = None
             if options.top_k:
@@ -110,9 +120,11 @@ class ReconstructionAttack:
             exact = np.asarray([_normalize(f) == _normalize(s) for f, s in zip(fills, secrets)], dtype=bool)
             top_k_hit = None
             fill_kind = "argmax per position over the vocabulary (secret tokens masked at once), decoded"
-        compare = [(f, s) if space is not None else (_normalize(f), _normalize(s)) for f, s in zip(fills, secrets)]
-        edit = np.asarray([Levenshtein.distance(f, s) for f, s in compare], dtype=np.float64)
-        normalized = edit / np.asarray([max(len(s), 1) for _, s in compare], dtype=np.float64)
+        if space is not None:
+            pairs = list(zip(fill_symbols, secret_symbols))
+        else:  # phrases: words of the normalized texts
+            pairs = [(_normalize(f).split(), _normalize(s).split()) for f, s in zip(fills, secrets)]
+        edit, normalized = symbol_edit_distances(pairs)
         fields = {c.id: {"fill": fills[i], "exact": bool(exact[i]), "edit_distance": int(edit[i]),
                          "normalized_edit_distance": float(normalized[i]), "top_k_rank": top_k_rank[i]}
                   for i, c in enumerate(canaries)}

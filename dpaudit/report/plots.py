@@ -27,6 +27,28 @@ FONT_STACK = ["DejaVu Sans", "Helvetica", "Arial", "Liberation Sans", "sans-seri
 #: Colour-blind-safe palette (Okabe & Ito 2008), one colour per run or attack.
 PALETTE = ["#0072B2", "#D55E00", "#009E73", "#CC79A7", "#E69F00", "#56B4E9", "#F0E442", "#000000"]
 MARKERS = ["o", "s", "^", "D", "v", "P", "X", "*"]
+#: Past len(PALETTE) curves the colours repeat with the next line style, so no two curves look alike
+#: (8 x 4 = 32 distinct (colour, style) pairs; a page with more curves than that is not readable anyway).
+LINESTYLES = ["-", "--", ":", "-."]
+
+
+def curve_style(i: int) -> tuple[str, str]:
+    """(colour, line style) of the i-th curve of a figure: distinct for the first 32 curves."""
+    return PALETTE[i % len(PALETTE)], LINESTYLES[(i // len(PALETTE)) % len(LINESTYLES)]
+
+
+def thin_ticks(xs: Sequence[float], *, min_gap: float) -> list[float]:
+    """The tick positions of ``xs`` (log2 axis) kept so that no two are closer than ``min_gap`` in log2 units: the
+    smallest and largest always, the others left to right when they clear the last kept one (1, 2, ..., 10, 20, 50,
+    100 printed at every position overlap at 9 pt; 1, 2, 4, 8, 20, 50, 100 do not)."""
+    xs = sorted({float(x) for x in xs if x > 0})
+    if len(xs) <= 2:
+        return xs
+    kept = [xs[0]]
+    for x in xs[1:-1]:
+        if math.log2(x) - math.log2(kept[-1]) >= min_gap and math.log2(xs[-1]) - math.log2(x) >= min_gap:
+            kept.append(x)
+    return [*kept, xs[-1]]
 #: At most this many vertices of an ROC curve are drawn (log-spaced in FPR: the low-FPR end is what matters).
 ROC_POINTS = 400
 
@@ -113,20 +135,32 @@ def _figure(width: float, height: float, ncols: int = 1, **margins: float):
 
 def _errorbars(ax, s: Series, i: int) -> None:
     x, y = np.asarray(s.x, float), np.asarray(s.y, float)
-    color, marker = PALETTE[i % len(PALETTE)], MARKERS[i % len(MARKERS)]
+    (color, style), marker = curve_style(i), MARKERS[i % len(MARKERS)]
     if s.low is not None and s.high is not None:
         low, high = np.asarray(s.low, float), np.asarray(s.high, float)
         ok = np.isfinite(low) & np.isfinite(high)
         yerr = np.vstack([np.where(ok, y - low, 0.0), np.where(ok, high - y, 0.0)]).clip(min=0)
-        ax.errorbar(x, y, yerr=yerr, color=color, marker=marker, capsize=3, linewidth=1.5, markersize=5, label=s.label)
+        ax.errorbar(x, y, yerr=yerr, color=color, marker=marker, capsize=3, linewidth=1.5, linestyle=style, markersize=5,
+                    label=s.label)
     else:
-        ax.plot(x, y, color=color, marker=marker, linewidth=1.5, markersize=5, label=s.label)
+        ax.plot(x, y, color=color, marker=marker, linewidth=1.5, linestyle=style, markersize=5, label=s.label)
+
+
+#: Grey shades and dash patterns of the ceilings of one figure (one per distinct |R|, e.g. per --reveal).
+_CEILING_STYLES = [("#444444", (0, (5, 3))), ("#777777", (0, (2, 2))), ("#222222", (0, (8, 2, 1, 2)))]
 
 
 def by_frequency(name: str, series: Sequence[Series], *, ylabel: str, bands: Sequence[Band] = (),
-                 ceiling: float | None = None, ylim: tuple[float, float] | None = None) -> str:
-    """A metric vs repetition count (log2 x axis), one series per run, control bands and a ceiling."""
-    entries = len(series) + len(bands) + (ceiling is not None and math.isfinite(ceiling))
+                 ceiling: float | None = None, ylim: tuple[float, float] | None = None,
+                 ceilings: Sequence[tuple[float, str]] = ()) -> str:
+    """A metric vs repetition count (log2 x axis), one series per run, control bands and ceilings.
+
+    ``ceilings`` are (log2|R|, label) pairs, one dashed line each (runs with different ``--reveal`` rank over
+    different spaces, so each gets its own, labelled); ``ceiling`` alone is one unlabelled ceiling."""
+    lines = [(c, label) for c, label in ceilings if c is not None and math.isfinite(c)]
+    if ceiling is not None and math.isfinite(ceiling) and not lines:
+        lines = [(ceiling, "")]
+    entries = len(series) + len(bands) + len(lines)
     legend_in = 0.16 * math.ceil(entries / 2)
     ctx, fig, (ax,) = _figure(5.6, 3.0 + legend_in, bottom=0.55 + legend_in)
     try:
@@ -134,14 +168,18 @@ def by_frequency(name: str, series: Sequence[Series], *, ylabel: str, bands: Seq
             color = PALETTE[i % len(PALETTE)]
             ax.axhspan(band.low, band.high, color=color, alpha=0.12, linewidth=0)
             ax.axhline(band.center, color=color, linestyle=":", linewidth=1, label=band.label)
-        if ceiling is not None and math.isfinite(ceiling):
-            ax.axhline(ceiling, color="#444444", linestyle="--", linewidth=1, label=f"ceiling log2|R| = {ceiling:.1f}")
+        for i, (c, label) in enumerate(lines):
+            color, dashes = _CEILING_STYLES[i % len(_CEILING_STYLES)]
+            ax.axhline(c, color=color, linestyle=dashes, linewidth=1,
+                       label=f"ceiling log2|R| = {c:.1f}" + (f" ({label})" if label else ""))
         xs = sorted({float(x) for s in series for x in s.x if x > 0})
         for i, s in enumerate(series):
             _errorbars(ax, s, i)
         if xs:
             ax.set_xscale("log", base=2)
-            ax.set_xticks(xs, [f"{x:g}" for x in xs])
+            span = math.log2(xs[-1]) - math.log2(xs[0])
+            ticks = thin_ticks(xs, min_gap=max(span, 1.0) * 0.07)  # ~0.3 inch at this width: 3-digit labels never touch
+            ax.set_xticks(ticks, [f"{x:g}" for x in ticks])
             ax.minorticks_off()
         ax.set_xlabel("times the canary was inserted (log scale; controls: band)")
         ax.set_ylabel(ylabel)
@@ -171,15 +209,21 @@ def thin_roc(fpr: np.ndarray, tpr: np.ndarray, floor: float,
 
 
 def roc(name: str, curves: Sequence[tuple[str, np.ndarray, np.ndarray, int]]) -> str:
-    """ROC curves on log-log axes, one per (label, fpr, tpr, n_nonmembers), with the chance diagonal."""
-    ctx, fig, (ax,) = _figure(4.6, 4.2, left=0.65)
+    """ROC curves on log-log axes, one per (label, fpr, tpr, n_nonmembers), with the chance diagonal.
+
+    The legend sits below the axes (inside, it covered the low-FPR corner the figure is about), two columns;
+    past 8 curves the colours repeat with another line style (:func:`curve_style`)."""
+    rows = math.ceil((len(curves) + 1) / 2)
+    legend_in = 0.17 * rows + 0.1
+    ctx, fig, (ax,) = _figure(4.6, 4.2 + legend_in, left=0.65, bottom=0.5 + legend_in)
     try:
         n_max = max((n for *_, n in curves), default=100)
         floor = 10 ** math.floor(math.log10(0.5 / max(n_max, 1)))
-        ax.plot([floor, 1], [floor, 1], color="#888888", linestyle="--", linewidth=1, label="chance")
+        ax.plot([floor, 1], [floor, 1], color="#888888", linestyle=(0, (1, 3)), linewidth=1, label="chance")
         for i, (label, fpr, tpr, _n) in enumerate(curves):
             x, y = thin_roc(fpr, tpr, floor)
-            ax.plot(x, y, color=PALETTE[i % len(PALETTE)], linewidth=1.6, drawstyle="steps-post", label=label)
+            color, style = curve_style(i)
+            ax.plot(x, y, color=color, linestyle=style, linewidth=1.6, drawstyle="steps-post", label=label)
         for f in (1e-3, 1e-2):
             if f > floor:
                 ax.axvline(f, color="#bbbbbb", linewidth=0.8)
@@ -189,7 +233,7 @@ def roc(name: str, curves: Sequence[tuple[str, np.ndarray, np.ndarray, int]]) ->
         ax.set_ylim(floor, 1.05)
         ax.set_xlabel("false positive rate")
         ax.set_ylabel("true positive rate")
-        ax.legend(fontsize=7, loc="lower right", frameon=False)
+        fig.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncols=2, frameon=False)
         return _to_svg(fig, name)
     finally:
         ctx.__exit__(None, None, None)
@@ -208,7 +252,7 @@ def training(name: str, panels: Sequence[tuple[str, Sequence[Series], bool]]) ->
                 x, y = np.asarray(s.x, float), np.asarray(s.y, float)
                 ok = np.isfinite(y) & (y > 0 if log_y else True)
                 if ok.any():
-                    ax.plot(x[ok], y[ok], color=PALETTE[i % len(PALETTE)], linewidth=1.4,
+                    ax.plot(x[ok], y[ok], color=curve_style(i)[0], linestyle=curve_style(i)[1], linewidth=1.4,
                             marker="o" if ok.sum() < 12 else None, markersize=3, label=s.label)
                     drawn = True
                     if s.baseline is not None and math.isfinite(s.baseline):
@@ -222,6 +266,10 @@ def training(name: str, panels: Sequence[tuple[str, Sequence[Series], bool]]) ->
                 ax.set_yticks([])
             ax.set_title(title, fontsize=9)
             ax.set_xlabel("step")
+            if drawn:  # at most 4 step labels in a 2.6-inch panel: 5-digit steps never touch
+                from matplotlib.ticker import MaxNLocator
+
+                ax.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=True))
         if runs > 1:
             handles, labels = axes[0].get_legend_handles_labels()
             fig.legend(handles, labels, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncols=4, frameon=False)

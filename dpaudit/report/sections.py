@@ -198,7 +198,8 @@ def verdict(run: ReportRun, audits: Sequence[MembershipAudit], head: Headline | 
                       if b.above and b.eligible and b.kind == "proof")
     alarms.extend(head.investigate)
     mia = strongest(tuple(audits))
-    log2_space = run.results.data.log2_space_size
+    # the exposure's own ceiling: with --reveal K the rank is over the masked positions only (|R| of the rest)
+    log2_space = exposure.parameters.log2_space_size if exposure else None
     utility = utility_view(run.label, run.utility)
     return Verdict(label=run.label, claim=head.claim.text(), claimed_epsilon=head.claim.epsilon, private=c.private,
                    delta=c.delta, accountant=c.accountant, privacy_unit=run.privacy.privacy_unit if run.privacy else None,
@@ -233,6 +234,7 @@ class Memorization:
     rows: tuple[FrequencyRow, ...]
     log2_space: float | None
     group_note: str
+    ceilings: tuple[str, ...] = ()  # one per distinct |R| (runs with different --reveal rank over different spaces)
 
 
 def _nan(x: float | None) -> float:
@@ -242,7 +244,7 @@ def _nan(x: float | None) -> float:
 def memorization(runs: Sequence[ReportRun]) -> Memorization:
     short = short_names(runs)
     exp_series, exp_bands, edit_series, edit_bands, rows = [], [], [], [], []
-    ceilings = set()
+    ceilings: dict[tuple[float, int], list[str]] = {}  # (log2|R|, reveal) -> the runs ranked over that space
     for run in runs:
         exposure: ExposureResult | None = _result(run, ExposureResult)
         recon: ReconstructionResult | None = _result(run, ReconstructionResult)
@@ -250,7 +252,8 @@ def memorization(runs: Sequence[ReportRun]) -> Memorization:
         by_f: dict[int, dict[str, Any]] = {}
         if exposure:
             if exposure.parameters.log2_space_size is not None:
-                ceilings.add(round(exposure.parameters.log2_space_size, 6))
+                key = (round(exposure.parameters.log2_space_size, 6), exposure.parameters.reveal)
+                ceilings.setdefault(key, []).append(name)
             pos = [r for r in exposure.rows if r.frequency > 0]
             exp_series.append(plots.Series(label=name, x=[r.frequency for r in pos], y=[r.mean for r in pos],
                                            low=[_nan(r.mean_ci and r.mean_ci.low) for r in pos],
@@ -285,15 +288,18 @@ def memorization(runs: Sequence[ReportRun]) -> Memorization:
                 edit_ci=(rc.normalized_edit_distance_ci.low, rc.normalized_edit_distance_ci.high)
                 if rc and rc.normalized_edit_distance_ci else None,
                 p_value=test.p_value if test else None))
-    ceiling = max(ceilings) if ceilings else None
+    lines = [(c, "" if len(ceilings) == 1 and not reveal else f"reveal {reveal}: {', '.join(names)}")
+             for (c, reveal), names in sorted(ceilings.items())]
+    ceiling = max(c for c, _ in ceilings) if ceilings else None
     exp_svg = plots.by_frequency("exposure by repetition count", exp_series, ylabel="exposure (bits)", bands=exp_bands,
-                                 ceiling=ceiling) if exp_series else None
+                                 ceilings=lines) if exp_series else None
     edit_svg = plots.by_frequency("normalized edit distance by repetition count", edit_series,
                                   ylabel="norm. edit distance (top-1 fill)", bands=edit_bands,
                                   ylim=(-0.02, 1.02)) if edit_series else None
     note = runs[0].results.group_privacy if runs else GROUP_PRIVACY_NOTE
     return Memorization(present=bool(rows), exposure_svg=exp_svg, edit_svg=edit_svg, rows=tuple(rows),
-                        log2_space=ceiling, group_note=note)
+                        log2_space=ceiling if len(ceilings) <= 1 else None, group_note=note,
+                        ceilings=tuple(f"{c:.1f} bits ({label})" if label else f"{c:.1f} bits" for c, label in lines))
 
 
 # -- 3. membership inference -----------------------------------------------------------------------

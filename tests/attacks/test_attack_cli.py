@@ -224,4 +224,4 @@ def test_phrase_canaries_are_reconstructed_over_the_vocabulary(canary_model, tmp
     rows = list(read_jsonl(out / "scores" / "canaries.jsonl"))
     assert len(rows) == 4 and all(r["fill"] and not r["fill"].startswith("##") for r in rows)
     for r in rows:
-        assert r["normalized_edit_distance"] == pytest.approx(r["edit_distance"] / len(r["secret"]))
+        assert r["normalized_edit_distance"] == pytest.approx(r["edit_distance"] / len(r["secret"].split()))  # per word
