@@ -237,7 +237,8 @@ class ReconstructionParameters(JsonRecord):
     reveal: int
     top_k: int | None
     fill: str
-    edit_distance: str = "Levenshtein on the secret text, normalized by the true secret's length"
+    edit_distance: str = ("Levenshtein over the secret's symbols (digits or words), normalized by the true secret's length "
+                          "in symbols (1.0: every symbol wrong)")
     bootstrap_seed: int = 0
 
 
