@@ -24,8 +24,9 @@ SUBCOMMANDS: dict[str, tuple[str, str]] = {
     "train": ("dpaudit.cli.train:train", "Train a model on an inject directory with a pluggable (DP) trainer."),
     "audit-trainer": ("dpaudit.cli.audit_trainer:audit_trainer",
                       "Audit a DP trainer's implementation white-box with gradient canaries (claim vs lower bound)."),
-    "attack": ("dpaudit.cli.attack:attack", "Attack a model's canaries: exact exposure and masked-secret reconstruction."),
-    "report": ("dpaudit.cli.report:report", "Render the HTML audit report of one or several attack directories (comparison page)."),
+    "attack": ("dpaudit.cli.attack:attack", "Attack a model: exposure and reconstruction of its canaries, membership "
+                                            "inference (loss, shadow, ref, LiRA, RMIA) and an empirical epsilon lower bound."),
+    "report": ("dpaudit.cli.report:report", "Render the HTML audit report of one or several attack directories (a comparison table, a row per model)."),
     "demo": ("dpaudit.cli.demo:demo", "Run the whole pipeline end to end on the built-in corpus."),
 }
 

@@ -194,10 +194,17 @@ class TrainCommand(click.Command):
         return super().parse_args(ctx, args)
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        if "dpaudit.trainer" not in ctx.meta:
+        trainer = ctx.meta.get("dpaudit.trainer")
+        if trainer is None:
             names = ", ".join(sorted(available_trainers())) or "none registered"
             formatter.write_paragraph()
             formatter.write_text(f"Registered trainers: {names}. Add --trainer NAME --help for its options.")
+        example = getattr(trainer, "example", None)  # a trainer's own example (its options), else jax-bert's
+        if isinstance(example, str) and example:
+            formatter.write_paragraph()
+            with formatter.indentation():
+                formatter.write_text(example)
+            return
         super().format_epilog(ctx, formatter)
 
 
@@ -228,6 +235,9 @@ def train(ctx: click.Context, trainer: str, data: Path, out: Path, seed: int, co
     metrics.jsonl (loss, gradient-SNR, realized batch sizes, computed on private data) and
     checkpoints/ (the secret noise state; deleted at the end unless kept) are for the data owner
     only and NOT covered by the epsilon. Printed epsilons and deltas are rounded up.
+
+    Threads: the torch trainers use the cores actually free (CPU affinity minus the 1-minute load
+    average, at least 1); set OMP_NUM_THREADS=N (or DPAUDIT_THREADS=N) to choose.
     """
     plugin: Trainer = ctx.meta.get("dpaudit.trainer") or load_trainer(trainer)
     config = build_config(plugin, params, ctx, config_file)
@@ -298,10 +308,8 @@ def train(ctx: click.Context, trainer: str, data: Path, out: Path, seed: int, co
         click.echo(f"  {record.public_parameters}")
     for note in summary["notes"]:
         click.echo(f"  {note}")
-    if record is not None:
-        if record.randomness:
-            click.echo(f"  randomness: {record.randomness}")
-        click.echo(f"  {record.covers}")
+    for line in coverage_lines(record):
+        click.echo(f"  {line}")
     groups = record.group_privacy if record else []
     for row in groups:
         click.echo(f"  group privacy, canary inserted {row['frequency']}x: {group_privacy_text(row)}")
@@ -328,6 +336,26 @@ def utility_lines(summary: dict[str, Any]) -> list[str]:
     return lines
 
 
+#: What a non-private run on private rows says instead of what a guarantee covers: there is none.
+NO_GUARANTEE = ("no privacy guarantee: trained without DP on train.jsonl, so model/ and every file of this run may "
+                "reveal its rows (canaries included); treat all of them as private data.")
+#: What a public run says: nothing private went in, so there is nothing for a guarantee to cover.
+PUBLIC_ONLY = "no privacy guarantee needed: trained on public.jsonl only (no private row, no canary)."
+
+
+def coverage_lines(record: PrivacyRecord | None) -> list[str]:
+    """What the summary says the guarantee covers: where the mechanism's randomness came from and which files the
+    epsilon covers for a DP run; that there is no guarantee for a non-private one (no noise was drawn, nothing is
+    covered), and that none is needed for a public one."""
+    if record is None:
+        return []
+    if record.public_data_only:
+        return [PUBLIC_ONLY]
+    if not record.private:
+        return [NO_GUARANTEE]
+    return ([f"randomness: {record.randomness}"] if record.randomness else []) + [record.covers]
+
+
 def _read_privacy(out_dir: Path) -> PrivacyRecord | None:
     """The run's privacy.json as a :class:`PrivacyRecord` (every trainer writes one; None if it is missing)."""
     path = Path(out_dir) / "privacy.json"
@@ -351,11 +379,17 @@ def short_noise_seed_warning(noise_seed: int | None) -> str | None:
 def _claim(result: Any, record: PrivacyRecord | None) -> str:
     """The one-line guarantee, rounded up, with its caveat when no epsilon is proven, the replace-one epsilon
     when N is treated as public, and the unaccounted releases beside it."""
+    from dpaudit.attacks.claim import claimed_privacy
+
     if result.epsilon is not None and (record is None or record.proven):
-        text = f"epsilon = {format_up(result.epsilon, 4)} at delta = {format_up(result.delta, 3)}, for model/ only"
+        # recomputed from privacy.json's event, as dpaudit attack, the report and the demo do: one figure everywhere
+        claim = claimed_privacy(record) if record is not None and record.event is not None else None
+        epsilon = claim.epsilon if claim is not None and claim.epsilon is not None else result.epsilon
+        text = f"epsilon = {format_up(epsilon)} at delta = {format_up(result.delta, 2)}, for model/ only"
         if record is not None and record.n_public and record.epsilon_replace_one is not None:
-            text += (f" (add/remove, N treated as public; replace-one epsilon = "
-                     f"{format_up(record.epsilon_replace_one, 4)})")
+            replace_one = claim.epsilon_replace_one if claim is not None and claim.epsilon_replace_one is not None \
+                else record.epsilon_replace_one
+            text += f" (add/remove, N treated as public; replace-one epsilon = {format_up(replace_one)})"
         elif record is not None and not record.n_public:
             text += f" (add/remove; q and steps from the declared public --dataset-size {record.declared_dataset_size})"
         if record is not None and record.unaccounted_releases:
@@ -363,7 +397,7 @@ def _claim(result: Any, record: PrivacyRecord | None) -> str:
         return text
     if record is not None and record.epsilon_if_poisson is not None:
         return (f"NO proven epsilon: {record.sampling} sampling; epsilon_if_poisson = "
-                f"{format_up(record.epsilon_if_poisson, 4)} at delta = {format_up(result.delta, 3)} only if batches "
+                f"{format_up(record.epsilon_if_poisson)} at delta = {format_up(result.delta, 2)} only if batches "
                 f"had been Poisson-sampled")
     if record is not None and record.public_data_only:
         return "public run: trained on public data only, no epsilon needed"

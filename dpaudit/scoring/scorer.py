@@ -373,8 +373,11 @@ def build_scorer(source: ModelSource, *, batch_size: int = 32, device: str | Non
     import torch
     import transformers
 
+    from dpaudit.scoring.threads import apply_torch_threads
+
     auto = transformers.AutoModelForMaskedLM if source.kind == MASKED_LM else transformers.AutoModelForSequenceClassification
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
+    apply_torch_threads()  # the cores actually free, unless OMP_NUM_THREADS / DPAUDIT_THREADS says
     hf_logging = transformers.utils.logging
     bar_was_on = hf_logging.is_progress_bar_enabled()
     hf_logging.disable_progress_bar()  # a "Loading weights" bar per load would drown the attack's own output

@@ -168,7 +168,7 @@ def _private_record(facts: RunFacts, parts: RecordParts) -> PrivacyRecord:
 
 def _guarantee(facts: RunFacts, parts: RecordParts, public: Mapping[str, Any], delta: float) -> str:
     """The one sentence stating what is proven (and under which condition)."""
-    eps_text, delta_text = format_up(facts.epsilon, 4), format_up(delta, 3)
+    eps_text, delta_text = format_up(facts.epsilon), format_up(delta, 2)
     if parts.sampling == "shuffle":
         text = SHUFFLE_GUARANTEE.format(eps=eps_text, delta=delta_text)
     else:
@@ -178,7 +178,7 @@ def _guarantee(facts: RunFacts, parts: RecordParts, public: Mapping[str, Any], d
         if public["n_public"] and public.get("epsilon_replace_one") is not None:
             how = "q and the steps come from it" if parts.steps_from_n else "q = batch / N"
             text += (f" N = {facts.plan.dataset_size} is treated as public ({how}): against an adversary who knows N, "
-                     f"({format_up(public['epsilon_replace_one'], 4)}, {delta_text})-DP (replace-one).")
+                     f"({format_up(public['epsilon_replace_one'])}, {delta_text})-DP (replace-one).")
     if facts.start is not None:
         text += f" Starting point: {facts.start.describe()}; {PUBLIC_START_REQUIREMENT}"
     if facts.data_split == "public":

@@ -278,6 +278,9 @@ class EdpSgdTrainer(TorchTrainer):
     """sgd / dp-sgd / eDP-SGD fine-tuning of a BERT-family model in PyTorch; registered as ``edp-sgd``."""
 
     name: ClassVar[str] = "edp-sgd"
+    #: The last line of ``dpaudit train --trainer edp-sgd --help``.
+    example: ClassVar[str] = ("Example: dpaudit train --trainer edp-sgd --data runs/data --out runs/clf-dp8 --mode edp-sgd "
+                              "--micro-batches 4 --epochs 3 --batch-size 32 --target-epsilon 8")
     Config: ClassVar[type] = EdpSgdConfig
     Plugin: ClassVar[type] = _Plugin
     TINY_SETTINGS: ClassVar[dict[str, Any]] = TINY_SETTINGS

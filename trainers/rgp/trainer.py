@@ -141,6 +141,9 @@ class RgpTrainer(TorchTrainer):
     """RGP fine-tuning of a BERT-family model in PyTorch (Yu et al. 2021); registered as ``rgp``."""
 
     name: ClassVar[str] = "rgp"
+    #: The last line of ``dpaudit train --trainer rgp --help``.
+    example: ClassVar[str] = ("Example: dpaudit train --trainer rgp --data runs/data --out runs/clf-rgp8 --rank 16 "
+                              "--epochs 3 --batch-size 32 --target-epsilon 8")
     Config: ClassVar[type] = RgpConfig
     Plugin: ClassVar[type] = _Plugin
     TINY_SETTINGS: ClassVar[dict[str, Any]] = TINY_SETTINGS

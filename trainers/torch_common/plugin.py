@@ -42,6 +42,9 @@ class TorchTrainer:
         """
         if not isinstance(config, self.Config):
             raise TypeError(f"config must be an {self.Config.__name__}, got {type(config).__name__}.")
+        from dpaudit.scoring.threads import apply_torch_threads
+
+        apply_torch_threads()  # the cores actually free, unless OMP_NUM_THREADS / DPAUDIT_THREADS says
         return self.Plugin(Path(data_dir), Path(out_dir), config, seed=int(seed)).execute()
 
     def tiny_config(self, **overrides: Any) -> Any:

@@ -172,8 +172,8 @@ def test_privacy_json_labels_files_group_privacy_and_delta(data_dir, tmp_path, t
         f = g["frequency"]
         assert g["epsilon"] == pytest.approx(f * eps)
         assert g["delta"] == pytest.approx(1e-5 * sum(math.exp(i * eps) for i in range(f)), rel=1e-9)
-    assert privacy["epsilon"] == eps and "(" + format_up(eps, 4) + ", " in privacy["guarantee"]
-    assert float(format_up(eps, 4)) >= eps  # rounded up
+    assert privacy["epsilon"] == eps and "(" + format_up(eps) + ", " in privacy["guarantee"]
+    assert float(format_up(eps)) >= eps  # rounded up
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
     assert manifest["summary"]["telemetry"]["examples_per_s"] > 0 and "telemetry" in manifest["summary"]["telemetry"]["note"]
     # delta >= 1/N is warned about in privacy.json (the CLI prints the warning on stderr).
