@@ -359,7 +359,7 @@ def load_user_split(config: InjectConfig, *, forbidden: dict[str, int] | None = 
                 labelled, first = label is not None, f"{option} {path}"
             elif (label is not None) != labelled:
                 has = "has labels" if label is not None else "has no labels"
-                raise UserInputError(f"{option} {path} {has} but {first} {'has' if labelled else 'has none'}; label every "
+                raise UserInputError(f"{option} {path} {has} but {first} {'has labels' if labelled else 'has none'}; label every "
                                      f"split or none (--label-column NAME, or --label-column {NO_LABELS}).")
             if code != MEMBER and text in seen:
                 removed["heldout_in_train" if code == HELDOUT else "public_in_train_or_heldout"] += 1
