@@ -200,6 +200,8 @@ def audit_sources(results: Any) -> tuple[AuditSource, ...]:
     """
     found = []
     for result in results.attacks:
+        if getattr(result, "baseline", False):  # the blind baseline never queried the model: its audits bound nothing
+            continue
         for f in dataclasses.fields(result):
             for task, info, audit in _walk(getattr(result, f.name), "", None):
                 found.append(AuditSource(attack=result.attack, task=task, audit=audit,

@@ -41,6 +41,7 @@ class AttackOptions:
         lira_variance: LiRA's variance fit, ``auto`` (shared below 64 shadows, per-example from 64), ``global`` or
             ``per-example`` (:data:`dpaudit.attacks.lira.LIRA_HELP` says why).
         lira_offline: offline LiRA's test, ``one-sided`` (the paper's log Phi) or ``two-sided`` (the reference code).
+        blind_baseline: run the blind baseline (:mod:`dpaudit.attacks.blind`) beside any membership attack.
         shadow_overrides: Config fields replaced in every shadow/reference model (Python API only: e.g. fewer steps
             in tests; the result records them, since shadows then differ from the target's recipe).
     """
@@ -61,6 +62,7 @@ class AttackOptions:
     lira_global_variance: bool = False
     lira_variance: str = "auto"
     lira_offline: str = "one-sided"
+    blind_baseline: bool = True
     shadow_overrides: dict[str, Any] | None = None
 
     def __post_init__(self) -> None:

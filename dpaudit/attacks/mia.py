@@ -317,12 +317,17 @@ def scores_file(attack: str) -> str:
 
 
 def audit_tasks(context: Any, attack: str, scored: Sequence[tuple[MembershipTask, np.ndarray]], *,
-                parameters: dict[str, Any], warnings: Sequence[str] = ()) -> Any:
-    """Audit each task's scores and build the attack's outcome (result + ``scores/mia_<attack>.jsonl`` rows)."""
+                parameters: dict[str, Any], warnings: Sequence[str] = (), compare_with_claim: bool = True) -> Any:
+    """Audit each task's scores and build the attack's outcome (result + ``scores/mia_<attack>.jsonl`` rows).
+
+    ``compare_with_claim=False`` (a baseline that never queries the model, :mod:`dpaudit.attacks.blind`): no
+    task's bounds are compared with the claim."""
     from dpaudit.attacks.base import AttackOutcome
     from dpaudit.audit import audit_scores
 
     claimed, delta = claim_of(context)
+    if not compare_with_claim:
+        claimed = None
     fprs = check_fprs(context.options, [t for t, _ in scored])
     rows: list[dict[str, Any]] = []
     results = []

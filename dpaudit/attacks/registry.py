@@ -2,7 +2,8 @@
 
 Adding an attack is one module under :mod:`dpaudit.attacks` and one line here. ``"all"`` expands to
 every registered attack that supports the model's kind. The defaults gain the canary attack's one-run
-audit on coin-flip canaries (:func:`default_attacks`).
+audit on coin-flip canaries (:func:`default_attacks`). Any membership attack brings the blind baseline
+(:data:`BLIND_BASELINE`, Das et al. 2024) along, last, unless ``blind=False``.
 """
 
 from __future__ import annotations
@@ -23,7 +24,12 @@ ATTACKS: dict[str, str] = {
     "lira": "dpaudit.attacks.lira:LiraAttack",
     "rmia": "dpaudit.attacks.rmia:RmiaAttack",
     "canary": "dpaudit.attacks.canary:CanaryAttack",
+    "blind": "dpaudit.attacks.blind:BlindAttack",
 }
+#: The baseline that never queries the model, run beside every attack of :data:`MEMBERSHIP_ATTACKS`.
+BLIND_BASELINE = "blind"
+#: The attacks that score the membership tasks (members = train rows, non-members = heldout rows) from the model.
+MEMBERSHIP_ATTACKS: frozenset[str] = frozenset({"loss", "shadow", "ref", "lira", "rmia"})
 DEFAULT_ATTACKS: tuple[str, ...] = ("exposure", "reconstruction")
 #: Added to :data:`DEFAULT_ATTACKS` for a masked LM whose canaries are coin-flip ones: the one-run audit.
 ONE_RUN_ATTACK = "canary"
@@ -46,8 +52,10 @@ def attack_class(name: str) -> type[Attack]:
     return getattr(importlib.import_module(module), attribute)
 
 
-def resolve_attacks(names: Iterable[str], model_kind: str, *, model: str = "the model") -> list[type[Attack]]:
-    """Attack classes for ``names`` (``"all"`` = every attack supporting ``model_kind``), in order.
+def resolve_attacks(names: Iterable[str], model_kind: str, *, model: str = "the model", blind: bool = True
+                    ) -> list[type[Attack]]:
+    """Attack classes for ``names`` (``"all"`` = every attack supporting ``model_kind``), in order; with ``blind``,
+    the blind baseline last when a membership attack is among them (and it is not already).
 
     Raises:
         UserInputError: an unknown name, or an attack that does not support the model's kind.
@@ -69,4 +77,6 @@ def resolve_attacks(names: Iterable[str], model_kind: str, *, model: str = "the 
             out.append(cls)
     if not out:
         raise UserInputError(f"--attacks all: no registered attack supports a {model_kind} model.")
+    if blind and any(c.name in MEMBERSHIP_ATTACKS for c in out) and all(c.name != BLIND_BASELINE for c in out):
+        out.append(attack_class(BLIND_BASELINE))
     return out

@@ -318,6 +318,9 @@ class MiaResult(AttackResult):
 
     attack: ClassVar[str] = ""
     reference: ClassVar[str] = ""
+    #: True for a baseline that never queries the model (the blind one): its audits are about the data, not the
+    #: model, so the headline and the strongest-attack summaries leave them out.
+    baseline: ClassVar[bool] = False
     parameters: dict[str, Any]
     tasks: tuple[MiaTaskResult, ...] = ()
     claimed_epsilon: float | None = None
@@ -346,9 +349,9 @@ class MiaResult(AttackResult):
         raise KeyError(f"no {task!r} task in the {self.attack} result.")
 
 
-def _result_class(name: str, reference: str) -> type[MiaResult]:
+def _result_class(name: str, reference: str, *, baseline: bool = False) -> type[MiaResult]:
     cls = type(f"{name.capitalize()}MiaResult", (MiaResult,), {"attack": name, "reference": reference,
-                                                                "__module__": __name__})
+                                                                "baseline": baseline, "__module__": __name__})
     cls = dataclass(frozen=True, kw_only=True)(cls)
     register_result(cls)
     return cls
@@ -361,8 +364,10 @@ LiraResult = _result_class("lira", "Carlini et al. 2022, 'Membership Inference A
 RmiaResult = _result_class("rmia", "Zarifzadeh et al. 2024, 'Low-Cost High-Power Membership Inference Attacks'")
 CanaryResult = _result_class("canary", "Panda et al. 2025, 'Privacy Auditing of Large Language Models' (designed "
                                        "canaries); Steinke et al. 2023 (one run)")
+BlindResult = _result_class("blind", "Das, Zhang & Tramer 2024, 'Blind Baselines Beat Membership Inference Attacks "
+                                     "for Foundation Models'", baseline=True)
 RESULT_CLASSES: dict[str, type[MiaResult]] = {c.attack: c for c in (LossResult, ShadowResult, RefResult, LiraResult,
-                                                                      RmiaResult, CanaryResult)}
+                                                                      RmiaResult, CanaryResult, BlindResult)}
 
 
 def result_from_json(obj: dict[str, Any]) -> AttackResult:

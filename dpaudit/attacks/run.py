@@ -23,6 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from dpaudit.attacks.base import AttackContext, AttackOptions
+from dpaudit.attacks.blind import blind_comparison
 from dpaudit.attacks.claim import claimed_privacy
 from dpaudit.attacks.mia import coin_flip_mode
 from dpaudit.attacks.registry import DEFAULT_ATTACKS, default_attacks, resolve_attacks
@@ -157,7 +158,7 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
     run = load_inject_run(data)
     source = resolve_model(model)
     names = default_attacks(names, coin_flip=coin_flip_mode(run), model_kind=source.kind)
-    classes = resolve_attacks(names, source.kind, model=str(model))
+    classes = resolve_attacks(names, source.kind, model=str(model), blind=options.blind_baseline)
     kept, skipped = [], []
     for cls in classes:  # attack-specific option checks (e.g. LiRA's shadow count), before anything is loaded
         check = getattr(cls, "check", None)
@@ -202,6 +203,9 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
         score_files.update(outcome.score_files)
         for note in outcome.result.warnings:
             warnings.warn(f"{cls.name}: {note}", AttackWarning, stacklevel=2)
+    for note in blind_comparison(results):  # a model-based attack no better than the text alone: say so
+        notes.append(note)
+        warnings.warn(note, AttackWarning, stacklevel=2)
     scores = tuple(CanaryScore(id=c.id, frequency=c.frequency, secret=c.secret, reveal=reveal, **fields[c.id]) for c in canaries)
     template = run.manifest.get("template", {}).get("template")
     n_controls = sum(c.frequency == 0 for c in canaries)

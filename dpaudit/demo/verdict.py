@@ -147,7 +147,8 @@ def classifier_line(pairs: Sequence[tuple[str, AttackResults]], utilities: Seque
     membership attack (AUC) and lower bound."""
     parts = []
     for i, (label, results) in enumerate(pairs):
-        tasks = [(t.auc, r.attack, t.task) for r in results.attacks if isinstance(r, MiaResult) for t in r.tasks]
+        tasks = [(t.auc, r.attack, t.task) for r in results.attacks if isinstance(r, MiaResult) and not r.baseline
+                 for t in r.tasks]
         auc, attack, task = max(tasks, default=(float("nan"), "-", "-"))
         from dpaudit.headline import headline_of
 

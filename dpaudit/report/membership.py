@@ -6,6 +6,10 @@ The report does not depend on how an attack's result class nests them: it walks 
 dataclass fields and collects every :class:`AuditResult` instance it holds, naming the task by the
 enclosing record's ``task`` field, else by the dict key or field name. A result class may instead
 (or also) define ``membership_audits() -> Mapping[str, AuditResult]`` (task -> audit), which wins.
+
+The blind baseline (:mod:`dpaudit.attacks.blind`, Das et al. 2024) is rendered beside the attacks (its
+ROC and row, marked as a baseline) but is never "the strongest attack": it never queried the model.
+:func:`distribution_shift_notes` says, one sentence per task, when a model-based attack does not beat it.
 """
 
 from __future__ import annotations
@@ -26,10 +30,12 @@ class MembershipAudit:
     attack: str
     task: str
     audit: AuditResult
+    baseline: bool = False
 
     @property
     def name(self) -> str:
-        return f"{self.attack} ({self.task})" if self.task else self.attack
+        attack = f"{self.attack} baseline" if self.baseline else self.attack
+        return f"{attack} ({self.task})" if self.task else attack
 
     def tpr(self, fpr: float) -> Any:
         """The :class:`dpaudit.audit.TprAtFpr` reported at ``fpr`` (None when not computed)."""
@@ -64,12 +70,25 @@ def membership_audits(results: AttackResults) -> tuple[MembershipAudit, ...]:
             pairs = list(own().items())
         else:
             pairs = [pair for f in dataclasses.fields(result) for pair in _walk(getattr(result, f.name), "")]
-        found.extend(MembershipAudit(attack=result.attack, task=task, audit=audit) for task, audit in pairs)
+        baseline = bool(getattr(result, "baseline", False))
+        found.extend(MembershipAudit(attack=result.attack, task=task, audit=audit, baseline=baseline)
+                     for task, audit in pairs)
     return tuple(found)
 
 
+def distribution_shift_notes(results: AttackResults) -> tuple[str, ...]:
+    """One sentence per membership task on which some model-based attack does not beat the blind baseline (the
+    lower end of its AUC interval not above the blind AUC): the signal may be distribution shift, not memorization.
+    Computed from the typed results, so attack directories written before the warning was stored get it too."""
+    from dpaudit.attacks.blind import blind_comparison
+
+    return tuple(blind_comparison(results.attacks))
+
+
 def strongest(audits: tuple[MembershipAudit, ...]) -> MembershipAudit | None:
-    """The audit with the highest AUC (ties: the higher TPR at the lowest FPR), or None."""
+    """The model-based audit with the highest AUC (ties: the higher TPR at the lowest FPR), or None; baselines
+    (the blind one) are never the strongest attack."""
+    audits = tuple(a for a in audits if not a.baseline)
     if not audits:
         return None
     return max(audits, key=lambda a: (a.audit.auc.value, a.audit.tpr_at_fpr[0].tpr if a.audit.tpr_at_fpr else 0.0))

@@ -21,7 +21,7 @@ from dpaudit.rundir import REDACTED, redact_command
 from dpaudit.training.privacy_record import TELEMETRY_NOTE
 from dpaudit.report import plots
 from dpaudit.report.load import REPORT_FILE, ReportRun, Utility
-from dpaudit.report.membership import MembershipAudit, membership_audits, strongest
+from dpaudit.report.membership import MembershipAudit, distribution_shift_notes, membership_audits, strongest
 
 #: p-value below which the most-repeated canaries count as memorized (one-sided test vs controls).
 ALPHA = 0.05
@@ -333,7 +333,7 @@ class Mia:
 
 def mia(runs: Sequence[ReportRun], audits: Mapping[str, Sequence[MembershipAudit]],
         heads: Mapping[str, Headline] | None = None) -> Mia:
-    figures, rows, warns = [], [], []
+    figures, rows, warns, shift = [], [], [], []
     heads = heads if heads is not None else {run.label: run_headline(run) for run in runs}
     short = short_names(runs)
     for i, run in enumerate(runs):
@@ -348,7 +348,9 @@ def mia(runs: Sequence[ReportRun], audits: Mapping[str, Sequence[MembershipAudit
             rows.append(MiaRow(run=short[run.label], audit=a, tpr_low=a.tpr(0.001), tpr_one=a.tpr(0.01),
                                bound=by_task.get((a.attack, a.task)), claim=head.claim.short()))
             warns.extend(f"{a.name}: {w}" for w in a.audit.warnings if not _restated(w))
-    return Mia(present=bool(rows), plots=tuple(figures), rows=tuple(rows), warnings=tuple(dict.fromkeys(warns)))
+        where = f"{short[run.label]}, " if len(runs) > 1 else ""
+        shift.extend(where + note for note in distribution_shift_notes(run.results))  # one per task, shown first
+    return Mia(present=bool(rows), plots=tuple(figures), rows=tuple(rows), warnings=tuple(dict.fromkeys(shift + warns)))
 
 
 # -- 4. training -----------------------------------------------------------------------------------

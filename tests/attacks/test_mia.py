@@ -51,7 +51,7 @@ def test_results_are_self_describing_and_round_trip(mia_run):
     results, out, _ = mia_run
     obj = json.loads((out / "results.json").read_text())
     by_name = {a["attack"]: a for a in obj["attacks"]}
-    assert set(by_name) == set(ATTACKS)
+    assert set(by_name) == {*ATTACKS, "blind"}  # the blind baseline comes with any membership attack
     for name, entry in by_name.items():
         assert entry["kind"] == "membership-inference" and entry["reference"]
         for task in entry["tasks"]:
@@ -234,3 +234,6 @@ def test_report_renders_every_membership_attack(mia_run):
     assert "No membership-inference attack was run" not in html
     for name in ATTACKS:
         assert f"{name} (examples)" in html, name
+    assert "blind baseline (examples)" in html  # beside them, never the strongest attack
+    blind = results["blind"]["examples"]
+    assert blind.n_members == results["loss"]["examples"].n_members and blind.claimed_epsilon is None
