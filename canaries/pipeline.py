@@ -615,10 +615,15 @@ def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, co
         summary["counts"]["overlap_removed"] = corpus.info["overlap_removed"]
         summary["public_split"] = PUBLIC_GIVEN if config.public is not None else NO_PUBLIC
     if config.frequencies_from_size and config.canaries:
-        summary["frequencies_chosen"] = (
-            f"--frequencies {','.join(map(str, schedule.frequencies))} chosen for {counts.members:,} training rows: the "
-            f"fullest default schedule whose canary rows stay within {DEFAULT_CANARY_SHARE:.0%} of train.jsonl "
-            "(pass --frequencies to choose)")
+        chosen_text = f"--frequencies {','.join(map(str, schedule.frequencies))} chosen for {counts.members:,} training rows"
+        if share <= DEFAULT_CANARY_SHARE:
+            summary["frequencies_chosen"] = (
+                f"{chosen_text}: the fullest default schedule whose canary rows stay within {DEFAULT_CANARY_SHARE:.0%} "
+                "of train.jsonl (pass --frequencies to choose)")
+        else:
+            summary["frequencies_chosen"] = (
+                f"{chosen_text}: the shortest default schedule, and still {format_share(share)} canary rows, above the "
+                f"{DEFAULT_CANARY_SHARE:.0%} a default aims at; lower --per-frequency or use more training rows")
     shared = shared_context_warning(template, kind=kind, n_canaries=len(canaries)) if canaries else None
     if shared:
         summary["warnings"] = [shared]  # printed by dpaudit inject, kept in the manifest

@@ -1,0 +1,126 @@
+"""The Python API (dpaudit.inject, dpaudit.attack, dpaudit.report) on a user's own split and a model built in memory
+with transformers, and a torch model audited by the command line with jax, flax and optax unimportable."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+import dpaudit
+from dpaudit.errors import UserInputError
+
+LABELS = ("alarm", "music", "weather")
+ROWS = [(f"{verb} number {i} please", LABELS[i % 3]) for i, verb in zip(range(150), ["wake me", "play", "forecast"] * 50)]
+
+
+def _csv(path: Path, rows) -> Path:
+    path.write_text("text,category\n" + "".join(f"{t},{label}\n" for t, label in rows), encoding="utf-8")
+    return path
+
+
+@pytest.fixture(scope="module")
+def api_run(tmp_path_factory):
+    """A user's split injected through the API, a tiny transformers classifier in memory (random weights: the tests
+    check the plumbing, not a leak) and its tokenizer learned from the public rows."""
+    from transformers import BertConfig, BertForSequenceClassification, PreTrainedTokenizerFast
+
+    from dpaudit.training.tokenizer import train_wordpiece
+
+    root = tmp_path_factory.mktemp("api")
+    train, heldout, public = (_csv(root / "train.csv", ROWS[:60]), _csv(root / "test.csv", ROWS[55:110]),
+                              _csv(root / "public.csv", ROWS[110:]))
+    data = dpaudit.inject(root / "data", train=train, heldout=heldout, public=public, label_column="category",
+                          per_frequency=2, seed=1)
+    tok = train_wordpiece([t for t, _ in ROWS[110:]], vocab_size=128, min_frequency=1)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
+                                        sep_token="[SEP]", mask_token="[MASK]")
+    config = BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
+                        intermediate_size=32, max_position_embeddings=32, num_labels=3,
+                        id2label=dict(enumerate(LABELS)), label2id={name: i for i, name in enumerate(LABELS)})
+    return root, data, BertForSequenceClassification(config), tokenizer
+
+
+def test_inject_returns_the_summary_and_the_canaries(api_run):
+    root, data, _, _ = api_run
+    assert data.path == root / "data" and data.summary["counts"]["overlap_removed"]["heldout_in_train"] == 5
+    assert (data.summary["counts"]["members"], data.summary["counts"]["heldout"]) == (60, 50)
+    assert "Your split: members = the --train rows" in str(data)
+    rows = data.rows()
+    assert len(rows) == data.summary["counts"]["canaries"] > 0 and {r["label"] for r in rows} <= set(LABELS)
+    with pytest.raises(TypeError, match="unknown option"):
+        dpaudit.inject(root / "x", corpus="builtin:assistant", label_columns="category")
+    with pytest.raises(UserInputError, match="--train needs --heldout"):
+        dpaudit.inject(root / "y", train=root / "train.csv")
+    assert not (root / "x").exists() and not (root / "y").exists()
+
+
+def test_attack_an_in_memory_model_then_report_and_tables(api_run):
+    root, data, model, tokenizer = api_run
+    kept = root / "saved"
+    results = dpaudit.attack(model, data.path, ["loss"], tokenizer=tokenizer, save_to=kept, out=root / "attack",
+                             progress=False)
+    assert (kept / "config.json").is_file() and (kept / "model.safetensors").is_file()
+    loss = results["loss"]
+    assert {t.task for t in loss.tasks} >= {"examples"}
+    rows = [r for r in results.rows() if r["attack"] == "loss"]
+    assert [r["task"] for r in rows] == [t.task for t in loss.tasks]
+    assert rows[0]["auc"] == loss.tasks[0].auc and rows[0]["model"] == str(kept) and "audit" not in rows[0]
+    page = dpaudit.report(root / "attack", root / "page.html")
+    assert page.path.stat().st_size > 1000 and callable(dpaudit.report) and dpaudit.report.write_report
+    assert [r["run"] for r in page.rows()] == [str(root / "attack")] * len(results.rows())
+    with pytest.raises(UserInputError, match="needs its tokenizer"):
+        dpaudit.attack(model, data.path, ["loss"], progress=False)
+    try:
+        import pandas  # noqa: F401
+    except ImportError:  # not a dependency of dpaudit: the message says how to get it
+        with pytest.raises(ImportError, match=r"to_pandas\(\) needs pandas, which dpaudit does not install: pip install pandas"):
+            results.to_pandas()
+    else:
+        frame = results.to_pandas()
+        assert list(frame["attack"]) == [r["attack"] for r in results.rows()] and len(page.to_pandas()) == len(frame)
+
+
+_NO_JAX = textwrap.dedent("""
+    import importlib.abc, sys
+
+    class Blocked(importlib.abc.MetaPathFinder):
+        def find_spec(self, name, path=None, target=None):
+            if name.split(".")[0] in ("jax", "jaxlib", "flax", "optax"):
+                raise ImportError(f"{name} is not installed (blocked by the test)")
+            return None
+
+    sys.meta_path.insert(0, Blocked())
+    from dpaudit.cli import cli
+
+    for args in (["attack", "--help"], ["attack", "--model", sys.argv[1], "--data", sys.argv[2], "--attacks", "loss",
+                                        "--out", sys.argv[3]]):
+        try:
+            cli.main(args, prog_name="dpaudit")
+        except SystemExit as exit:
+            assert exit.code in (0, None), (args, exit.code)
+    assert not any(m.split(".")[0] in ("jax", "flax", "optax") for m in sys.modules), "jax was imported"
+    print("torch" in sys.modules)
+""")
+
+
+def test_a_torch_model_is_audited_without_jax(api_run, tmp_path):
+    """`pip install dpaudit[torch]` is enough to audit a torch model: the command line never imports jax."""
+    root, data, model, tokenizer = api_run
+    saved = root / "saved"
+    if not saved.exists():  # the test above saved it; alone, this test saves it itself
+        model.save_pretrained(saved)
+        tokenizer.save_pretrained(saved)
+    out = tmp_path / "attack"
+    env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", _NO_JAX, str(saved), str(data.path), str(out)], capture_output=True,
+                          text=True, env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert done.stdout.strip().splitlines()[-1] == "True"  # torch did the scoring
+    results = json.loads((out / "results.json").read_text(encoding="utf-8"))
+    assert [a["attack"] for a in results["attacks"]][0] == "loss" and (out / "index.html").is_file()
