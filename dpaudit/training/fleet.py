@@ -1,0 +1,526 @@
+"""Fleets of models trained side by side: shadow and reference models, the runs of a multi-run audit.
+
+LiRA (Carlini et al. 2022) wants 64 or more shadow models, RMIA (Zarifzadeh et al. 2024) a handful of
+reference models, and a many-run white-box audit (Nasr et al. 2023) R runs of one trainer: each model
+is trained on its own, so the fleet is embarrassingly parallel. :func:`run_fleet` trains a list of
+:class:`FleetJob` (a registered trainer, its Config's fields, an inject directory, a run directory) on
+one of three engines:
+
+- ``"ray"``: a Ray task per model (Moritz et al. 2018, "Ray: a distributed framework for emerging AI
+  applications"), on a local Ray instance started for the call (``num_cpus=workers``, no dashboard,
+  shut down at the end) or on a cluster (``ray_address``: its nodes must see the job's directories
+  and have dpaudit installed). Each task runs in a fresh worker process (``max_calls=1``);
+- ``"process"``: without Ray, a local pool of ``spawn`` processes, one per model (``maxtasksperchild``
+  1);
+- ``"inline"``: in this process, one model after the other (what one worker means; a jax trainer then
+  compiles its step once for the whole fleet).
+
+``"auto"`` takes Ray when it is installed, else the process pool, and runs inline when only one model
+at a time would train anyway (one worker, or one model left to train, and no cluster).
+
+A fresh process per model means torch and jax trainers alike give back all their memory after each
+model, and no model inherits another's state. Each worker uses one thread (``OMP_NUM_THREADS``,
+``MKL_NUM_THREADS`` and ``torch.set_num_threads(1)``): the fleet's parallelism is across models.
+
+Memory per worker is bounded by ``worker_memory_gb`` (default :data:`WORKER_MEMORY_GB`, about 1.5x the
+largest peak RSS measured for a shipped trainer's worker at the demo's sizes): the process pool runs no
+more workers than the free memory holds at that size, Ray schedules each task with that ``memory``
+resource (a node runs no more of them at once than its memory holds), and in both a worker's data
+segment is capped at it (``RLIMIT_DATA``), so a worker that grows past it stops with a MemoryError,
+reported as a one-line error, instead of pushing the machine into swap or the kernel's OOM killer.
+
+The cache is the caller's: each job's ``out_dir`` is keyed by the content of what it trains (trainer,
+config, rows, seed). A job whose ``out_dir`` already holds a finished, verified train run is never
+trained again (:func:`finished_run_dir`; ``cached=True``); an interrupted one is resumed by its trainer
+from its checkpoints, as rerunning ``dpaudit train`` on the same ``--out`` does; two jobs with one
+``out_dir`` train once. Each job holds the run directory's lock (:func:`dpaudit.rundir.run_dir_lock`)
+while it trains, so two fleets sharing a cache never write one model together.
+
+A job that fails stops the fleet: the other running jobs are interrupted (they keep their checkpoints
+and resume on the next call; the trainers write their run directory atomically, so nothing half-written
+is left) and a :class:`~dpaudit.errors.UserInputError` names the job's label and the trainer's message.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.util
+import logging
+import os
+import resource
+import shutil
+import sys
+import time
+import traceback
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dpaudit.errors import UserInputError
+
+__all__ = ["ENGINES", "WORKER_MEMORY_GB", "FleetJob", "FleetOutcome", "finished_run_dir", "run_fleet"]
+
+#: The engines :func:`run_fleet` knows ("auto" picks one of the others).
+ENGINES = ("auto", "ray", "process", "inline")
+
+#: Default memory bound of one worker, GiB. Measured peak RSS of a worker (``benchmarks/bench_fleet.py``):
+#: edp-sgd classifier at the demo's sizes (tiny preset, 1,000 rows) 0.6 GiB, jax-bert tiny MLM 0.9 GiB.
+WORKER_MEMORY_GB = 2.0
+
+#: Each worker runs one thread: the fleet's parallelism is across models.
+_THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
+               "TOKENIZERS_PARALLELISM": "false"}
+_GIB = 1 << 30
+_CANCEL_GRACE_S = 30.0  # how long an interrupted worker gets to clean up before it is killed
+
+
+@dataclass(frozen=True)
+class FleetJob:
+    """One model to train through the trainer registry.
+
+    Attributes:
+        trainer: the registry name (``dpaudit.trainers`` entry point), e.g. ``"edp-sgd"``.
+        config: the trainer Config's fields (JSON-serializable), rebuilt in the worker as ``Config(**config)``.
+        data_dir: an inject-format directory, already written by the caller.
+        out_dir: the train run directory: the cache entry (content-hashed by the caller).
+        seed: the public seed.
+        label: how progress lines and errors name the job, e.g. ``"shadow 3/64"``.
+    """
+
+    trainer: str
+    config: dict[str, Any]
+    data_dir: Path
+    out_dir: Path
+    seed: int
+    label: str
+
+
+@dataclass(frozen=True)
+class FleetOutcome:
+    """A finished job.
+
+    Attributes:
+        job: the job.
+        cached: True when ``out_dir`` already held a finished, verified run (or another job of this call
+            with the same ``out_dir`` trained it).
+        seconds: wall time of this job in its worker (0 for a cached one).
+        peak_rss_mb: peak resident memory of the worker process that trained it, MiB (None when cached; for
+            the inline engine, this process's peak so far).
+    """
+
+    job: FleetJob
+    cached: bool
+    seconds: float
+    peak_rss_mb: float | None = None
+
+
+def finished_run_dir(out_dir: str | os.PathLike[str]) -> bool:
+    """Whether ``out_dir`` holds a finished train run whose files match its manifest (a cache hit)."""
+    from dpaudit.rundir import MANIFEST_NAME, verify_run_dir
+
+    if not (Path(out_dir) / MANIFEST_NAME).is_file():
+        return False
+    try:
+        verify_run_dir(out_dir, schema_prefix="dpaudit.train/")
+    except UserInputError:
+        return False
+    return True
+
+
+def run_fleet(jobs: Sequence[FleetJob], *, workers: int | None = None, ray_address: str | None = None,
+              engine: str = "auto", progress: bool = True, desc: str = "models", max_minutes: float | None = None,
+              worker_memory_gb: float | None = None) -> list[FleetOutcome]:
+    """Train every job not already finished in its ``out_dir``; resume unfinished ones; return outcomes in job order.
+
+    Args:
+        jobs: the models to train (jobs sharing an ``out_dir`` must be the same job: it trains once).
+        workers: models trained at once (default: the usable CPUs here, or the cluster's CPUs with
+            ``ray_address``); fewer when the free memory holds fewer workers of ``worker_memory_gb``.
+        ray_address: a Ray cluster to run on (``ray://host:10001`` or ``host:6379``); default a local instance.
+        engine: ``"auto"``, ``"ray"``, ``"process"`` or ``"inline"`` (module docstring).
+        progress: one progress bar for the fleet on stderr (plain lines, one per model, when stderr is
+            not a terminal).
+        desc: what the models are called on the bar (e.g. ``"shadow models"``).
+        max_minutes: start no new job once this many minutes have passed since the call and at least one
+            model is finished (cached ones count); the jobs already running finish. The skipped jobs are
+            missing from the result: the caller says so.
+        worker_memory_gb: memory bound of one worker, GiB (default :data:`WORKER_MEMORY_GB`).
+
+    Returns:
+        One outcome per finished job, in job order (every job, unless ``max_minutes`` stopped the fleet).
+
+    Raises:
+        UserInputError: a job failed (naming its label and the trainer's message), or a bad option.
+    """
+    jobs = list(jobs)
+    if engine not in ENGINES:
+        raise UserInputError(f"fleet engine {engine!r} is not one of {', '.join(ENGINES)}.")
+    if workers is not None and workers < 1:
+        raise UserInputError(f"--workers must be >= 1, got {workers}.")
+    if max_minutes is not None and not max_minutes >= 0:
+        raise UserInputError(f"--max-shadow-minutes must be >= 0, got {max_minutes}.")
+    memory_gb = WORKER_MEMORY_GB if worker_memory_gb is None else float(worker_memory_gb)
+    if not memory_gb > 0:
+        raise UserInputError(f"worker memory must be > 0 GiB, got {worker_memory_gb}.")
+    if engine == "ray" and importlib.util.find_spec("ray") is None:
+        raise UserInputError("the ray fleet engine needs Ray: pip install 'dpaudit[fleet]' (or choose another engine).")
+
+    first: dict[Path, int] = {}  # out_dir -> the first job that trains it
+    for i, job in enumerate(jobs):
+        key = Path(job.out_dir).resolve()
+        if key in first:
+            other = jobs[first[key]]
+            if (other.trainer, other.config, Path(other.data_dir).resolve(), other.seed) != \
+                    (job.trainer, job.config, Path(job.data_dir).resolve(), job.seed):
+                raise ValueError(f"{job.label} and {other.label} share out_dir {job.out_dir} but differ; "
+                                 "a fleet's out_dir must be keyed by everything it trains.")
+        else:
+            first[key] = i
+
+    start = time.monotonic()
+    bar = _Progress(len(jobs), desc, enabled=progress)
+    done: dict[int, FleetOutcome] = {}
+    todo: list[int] = []
+    for i in first.values():
+        if finished_run_dir(jobs[i].out_dir):
+            done[i] = FleetOutcome(jobs[i], cached=True, seconds=0.0)
+            bar.finished(done[i])
+        else:
+            todo.append(i)
+
+    def may_start() -> bool:
+        if max_minutes is None or not done:
+            return True
+        return (time.monotonic() - start) / 60 < max_minutes
+
+    def finished(i: int, outcome: FleetOutcome) -> None:
+        done[i] = outcome
+        bar.finished(outcome)
+
+    try:
+        if todo:
+            chosen = _choose_engine(engine, workers, len(todo), ray_address)
+            runner = {"inline": _run_inline, "process": _run_processes, "ray": _run_ray}[chosen]
+            runner([(i, jobs[i]) for i in todo], workers=workers, ray_address=ray_address, memory_gb=memory_gb,
+                   may_start=may_start, finished=finished, note=bar.note)
+        for i, job in enumerate(jobs):  # a repeated out_dir shares its first job's model
+            j = first[Path(job.out_dir).resolve()]
+            if i != j and j in done:
+                done[i] = FleetOutcome(job, cached=True, seconds=0.0)
+                bar.finished(done[i])
+    finally:
+        bar.close()
+    return [done[i] for i in range(len(jobs)) if i in done]
+
+
+# -- choosing and sizing the engine -------------------------------------------------------------------
+
+
+def _choose_engine(engine: str, workers: int | None, pending: int, ray_address: str | None) -> str:
+    if engine != "auto":
+        return engine
+    if ray_address is None and min(workers or _usable_cpus(), pending) == 1:
+        return "inline"
+    return "ray" if importlib.util.find_spec("ray") is not None else "process"
+
+
+def _usable_cpus() -> int:
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # not on Linux
+        return os.cpu_count() or 1
+
+
+def _available_memory_gb() -> float | None:
+    """Memory that new processes can take without swapping (``MemAvailable``), or None where unknown."""
+    try:
+        import psutil
+
+        return psutil.virtual_memory().available / _GIB
+    except ImportError:
+        pass
+    try:
+        with open("/proc/meminfo", encoding="ascii") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024 / _GIB
+    except OSError:
+        pass
+    return None
+
+
+def _local_workers(workers: int | None, pending: int, memory_gb: float, note: Callable[[str], None]) -> int:
+    """Workers to run here: asked (default the usable CPUs), at most one per job, at most what free memory holds."""
+    n = min(workers or _usable_cpus(), pending)
+    free = _available_memory_gb()
+    if free is not None:
+        fit = max(1, int(free // memory_gb))
+        if fit < n:
+            note(f"fleet: {n} workers asked, {fit} fit in {free:.1f} GiB of free memory at {memory_gb:g} GiB each.")
+            n = fit
+    return n
+
+
+# -- what a worker runs ---------------------------------------------------------------------------------
+
+
+def _train_job(job: FleetJob) -> None:
+    """Train one job in this process (resuming its checkpoints), holding its run directory's lock."""
+    from dpaudit.rundir import foreign_files, run_dir_lock
+    from dpaudit.training.api import load_trainer, writes_run_dir
+
+    trainer = load_trainer(job.trainer)
+    if "torch" in sys.modules:
+        sys.modules["torch"].set_num_threads(1)
+    try:
+        config = trainer.Config(**job.config)
+    except (TypeError, ValueError) as err:
+        raise UserInputError(f"cannot build the {job.trainer} config ({err}).") from None
+    out = Path(job.out_dir)
+    lock = run_dir_lock(out, stage=f"fleet {job.label}") if writes_run_dir(trainer) else contextlib.nullcontext()
+    with lock:
+        leftover = out.is_dir() and any(out.iterdir())
+        try:
+            trainer.train(Path(job.data_dir), out, config, seed=job.seed)
+        except UserInputError:
+            # A leftover the trainer cannot resume (a damaged finished run, checkpoints of another version):
+            # the cache entry is rebuilt, but only when dpaudit wrote everything in it.
+            if not leftover or finished_run_dir(out) or foreign_files(out):
+                raise
+            shutil.rmtree(out)
+            trainer.train(Path(job.data_dir), out, config, seed=job.seed)
+    if not finished_run_dir(out):
+        raise UserInputError(f"the {job.trainer} trainer returned without a finished run in {out}.")
+
+
+@contextlib.contextmanager
+def _quiet(fds: bool) -> Iterator[None]:
+    """Send the trainer's own progress bars and lines to /dev/null (the fleet has one bar); ``fds``: the
+    file descriptors too (a worker process of our own: XLA's and torch's C++ logs)."""
+    with open(os.devnull, "w", encoding="utf-8") as null:
+        saved = []
+        if fds:
+            for fd in (1, 2):
+                with contextlib.suppress(OSError):
+                    sys.stdout.flush() if fd == 1 else sys.stderr.flush()
+                    saved.append((fd, os.dup(fd)))
+                    os.dup2(null.fileno(), fd)
+        try:
+            with contextlib.redirect_stdout(null), contextlib.redirect_stderr(null):
+                yield
+        finally:
+            for fd, copy in saved:
+                os.dup2(copy, fd)
+                os.close(copy)
+
+
+def _peak_rss_mb() -> float:
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
+
+
+def _worker(job: FleetJob, memory_bytes: int | None, fds: bool) -> dict[str, Any]:
+    """Run one job in a worker process: one thread, memory capped, output quiet; never raises (the result says)."""
+    os.environ.update(_THREAD_ENV)
+    if memory_bytes is not None:
+        with contextlib.suppress(ValueError, OSError):
+            soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
+            cap = memory_bytes if hard == resource.RLIM_INFINITY else min(memory_bytes, hard)
+            resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
+    t0 = time.monotonic()
+    try:
+        with _quiet(fds):
+            _train_job(job)
+    except UserInputError as err:
+        return {"status": "user", "message": str(err)}
+    except MemoryError:
+        gb = (memory_bytes or 0) / _GIB
+        return {"status": "user", "message": f"its worker ran out of memory (bound {gb:g} GiB per worker); raise the "
+                                             "bound or train fewer models at once (--workers)."}
+    except Exception as err:  # a bug: keep its traceback for the driver
+        return {"status": "error", "message": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
+    return {"status": "ok", "seconds": time.monotonic() - t0, "peak_rss_mb": _peak_rss_mb()}
+
+
+def _outcome(job: FleetJob, result: dict[str, Any]) -> FleetOutcome:
+    """The outcome of a worker's result, or the job's error."""
+    if result["status"] == "user":
+        raise UserInputError(f"{job.label}: {result['message']}")
+    if result["status"] == "error":
+        raise RuntimeError(f"{job.label}: training failed with {result['message']}\n--- worker traceback ---\n"
+                           f"{result.get('traceback', '')}")
+    return FleetOutcome(job, cached=False, seconds=float(result["seconds"]), peak_rss_mb=result.get("peak_rss_mb"))
+
+
+# -- the engines ---------------------------------------------------------------------------------------
+
+Finished = Callable[[int, FleetOutcome], None]
+
+
+def _run_inline(todo: list[tuple[int, FleetJob]], *, may_start: Callable[[], bool], finished: Finished,
+                note: Callable[[str], None], **_: Any) -> None:
+    """One job after the other in this process (no memory cap: it is the caller's process)."""
+    for i, job in todo:
+        if not may_start():
+            return
+        t0 = time.monotonic()
+        try:
+            with _quiet(fds=False):
+                _train_job(job)
+        except UserInputError as err:
+            raise UserInputError(f"{job.label}: {err}") from None
+        finished(i, FleetOutcome(job, cached=False, seconds=time.monotonic() - t0, peak_rss_mb=_peak_rss_mb()))
+
+
+def _process_main(job: FleetJob, memory_bytes: int | None, conn: Any) -> None:
+    """The entry point of a process-pool worker: one job, its result sent back through ``conn``."""
+    try:
+        result = _worker(job, memory_bytes, fds=True)
+    except KeyboardInterrupt:  # interrupted by the driver: the trainer's finally blocks have run
+        result = {"status": "cancelled"}
+    with contextlib.suppress(OSError):
+        conn.send(result)
+    conn.close()
+
+
+def _run_processes(todo: list[tuple[int, FleetJob]], *, workers: int | None, memory_gb: float,
+                   may_start: Callable[[], bool], finished: Finished, note: Callable[[str], None], **_: Any) -> None:
+    """A pool of spawn processes, a fresh one per job (maxtasksperchild 1), at most ``workers`` at once."""
+    import multiprocessing
+    import signal
+    from multiprocessing.connection import wait
+
+    ctx = multiprocessing.get_context("spawn")
+    n = _local_workers(workers, len(todo), memory_gb, note)
+    memory_bytes = int(memory_gb * _GIB)
+    queue = list(todo)
+    running: dict[Any, tuple[int, FleetJob, Any]] = {}  # receiving end -> (index, job, process)
+    try:
+        while queue or running:
+            while queue and len(running) < n and may_start():
+                i, job = queue.pop(0)
+                receive, send = ctx.Pipe(duplex=False)
+                proc = ctx.Process(target=_process_main, args=(job, memory_bytes, send), daemon=False,
+                                   name=f"dpaudit-fleet-{i}")
+                proc.start()
+                send.close()
+                running[receive] = (i, job, proc)
+            if not running:
+                return  # max_minutes: nothing more starts
+            for receive in wait(list(running)):
+                i, job, proc = running.pop(receive)
+                try:
+                    result = receive.recv()
+                except EOFError:  # the process died without a word (killed, out of memory)
+                    proc.join()
+                    raise UserInputError(f"{job.label}: its worker process died (exit code {proc.exitcode}); if it ran out "
+                                         "of memory, train fewer models at once (--workers). Finished models are kept.")
+                finally:
+                    receive.close()
+                proc.join()
+                finished(i, _outcome(job, result))
+    finally:
+        for receive, (_, _, proc) in running.items():  # a failure or Ctrl-C: interrupt the rest, cleanly
+            if proc.is_alive():
+                with contextlib.suppress(OSError):
+                    os.kill(proc.pid, signal.SIGINT)
+        deadline = time.monotonic() + _CANCEL_GRACE_S
+        for receive, (_, _, proc) in running.items():
+            proc.join(max(0.0, deadline - time.monotonic()))
+            if proc.is_alive():
+                proc.kill()
+                proc.join()
+            receive.close()
+
+
+def _run_ray(todo: list[tuple[int, FleetJob]], *, workers: int | None, ray_address: str | None, memory_gb: float,
+             may_start: Callable[[], bool], finished: Finished, note: Callable[[str], None]) -> None:
+    """A Ray task per job, each in a fresh worker process, at most ``workers`` at once."""
+    ray = importlib.import_module("ray")
+    started = False
+    if not ray.is_initialized():
+        quiet = {"logging_level": logging.ERROR, "log_to_driver": False, "configure_logging": True}
+        if ray_address is None:
+            n_local = _local_workers(workers, len(todo), memory_gb, note)
+            ray.init(num_cpus=n_local, include_dashboard=False, object_store_memory=100 << 20, **quiet)
+        else:
+            ray.init(address=ray_address, **quiet)
+        started = True
+    try:
+        cpus = int(ray.cluster_resources().get("CPU", 1))
+        n = min(workers or cpus, cpus, len(todo))
+        memory_bytes = int(memory_gb * _GIB)
+        largest = max((node.get("Resources", {}).get("memory", 0) for node in ray.nodes() if node.get("Alive")), default=0)
+        if largest < memory_bytes:  # no node could ever run a task: Ray would wait forever
+            raise UserInputError(f"no Ray node has {memory_gb:g} GiB of memory for one worker (largest "
+                                 f"{largest / _GIB:.1f} GiB); lower the per-worker memory bound.")
+        task = ray.remote(max_calls=1)(_worker).options(num_cpus=1, memory=memory_bytes, max_retries=0)
+        queue = list(todo)
+        running: dict[Any, tuple[int, FleetJob]] = {}
+        try:
+            while queue or running:
+                while queue and len(running) < n and may_start():
+                    i, job = queue.pop(0)
+                    running[task.remote(job, memory_bytes, False)] = (i, job)
+                if not running:
+                    return
+                ready, _ = ray.wait(list(running), num_returns=1)
+                for ref in ready:
+                    i, job = running.pop(ref)
+                    try:
+                        result = ray.get(ref)
+                    except ray.exceptions.RayError as err:  # the worker died (killed, out of memory) or Ray failed
+                        first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
+                        raise UserInputError(f"{job.label}: its Ray worker failed ({type(err).__name__}: {first_line}); "
+                                             "if it ran out of memory, train fewer models at once (--workers). "
+                                             "Finished models are kept.") from None
+                    finished(i, _outcome(job, result))
+        finally:
+            for ref in running:  # a failure or Ctrl-C: KeyboardInterrupt in the rest (their cleanup runs)
+                with contextlib.suppress(Exception):
+                    ray.cancel(ref, force=False)
+            if running:
+                with contextlib.suppress(Exception):
+                    ray.wait(list(running), num_returns=len(running), timeout=_CANCEL_GRACE_S)
+    finally:
+        if started:
+            ray.shutdown()
+
+
+# -- progress -------------------------------------------------------------------------------------------
+
+
+class _Progress:
+    """One bar for the fleet on stderr (models done / total, cached counted); plain lines when stderr is not a
+    terminal (a log file gets one line per model, not carriage returns)."""
+
+    def __init__(self, total: int, desc: str, *, enabled: bool) -> None:
+        self.total, self.desc, self.enabled = total, desc, enabled
+        self.done = self.cached = 0
+        self.bar = None
+        if enabled and total and sys.stderr.isatty():
+            from tqdm.auto import tqdm
+
+            self.bar = tqdm(total=total, desc=desc, unit="model", file=sys.stderr, dynamic_ncols=True)
+
+    def finished(self, outcome: FleetOutcome) -> None:
+        self.done += 1
+        self.cached += outcome.cached
+        if self.bar is not None:
+            self.bar.set_postfix_str(f"{self.cached} cached", refresh=False)
+            self.bar.update(1)
+        elif self.enabled:
+            what = "cached" if outcome.cached else f"trained in {outcome.seconds:.1f} s"
+            print(f"{self.desc} {self.done}/{self.total}: {what} ({outcome.job.label}: {outcome.job.out_dir})",
+                  file=sys.stderr, flush=True)
+
+    def note(self, text: str) -> None:
+        if self.bar is not None:
+            self.bar.write(text, file=sys.stderr)
+        elif self.enabled:
+            print(text, file=sys.stderr, flush=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
