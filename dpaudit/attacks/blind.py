@@ -49,6 +49,8 @@ FOLDS = 5
 WORD_FEATURES, CHAR_FEATURES = 2**17, 2**17
 #: Inverse L2 penalty of the logistic regression.
 C = 1.0
+#: Feature groups of :func:`blind_scores` (all by default; fewer for ablations).
+FEATURES = ("text", "length", "label")
 BLIND = "blind"
 
 
@@ -85,12 +87,16 @@ def folds_for(member: np.ndarray, folds: int = FOLDS) -> int:
 
 
 def blind_scores(texts: Sequence[str], labels: Sequence[int] | None, member: np.ndarray, *, seed: int,
-                 folds: int = FOLDS) -> np.ndarray:
+                 folds: int = FOLDS, features: Sequence[str] = FEATURES) -> np.ndarray:
     """[n] cross-fitted member scores from the text (and label) alone; higher = member.
 
+    ``features``: the groups of :data:`FEATURES` to use (the attack uses all; fewer say which one carries a signal).
+
     Raises:
-        ValueError: fewer than 2 members or 2 non-members (no stratified split).
+        ValueError: fewer than 2 members or 2 non-members (no stratified split), or an unknown feature group.
     """
+    if not features or set(features) - set(FEATURES):
+        raise ValueError(f"features must be a non-empty subset of {', '.join(FEATURES)}, got {list(features)}.")
     from scipy.sparse import csr_matrix, hstack
     from sklearn.linear_model import LogisticRegression
     from sklearn.model_selection import StratifiedKFold
@@ -101,7 +107,11 @@ def blind_scores(texts: Sequence[str], labels: Sequence[int] | None, member: np.
         raise ValueError(f"the blind baseline needs >= 2 members and >= 2 non-members, got {int(member.sum())} and "
                          f"{int((~member).sum())}.")
     n = len(texts)
-    text_x, label_x, length = _text_features(texts), _label_features(labels, n), _length_features(texts)
+    text_x = _text_features(texts) if "text" in features else csr_matrix((n, 0))
+    label_x = _label_features(labels if "label" in features else None, n)
+    length = _length_features(texts) if "length" in features else np.zeros((n, 0))
+    if text_x.shape[1] + label_x.shape[1] + length.shape[1] == 0:
+        raise ValueError(f"features {list(features)} give no column (the label group needs labels).")
     scores = np.empty(n)
     splits = StratifiedKFold(n_splits=k, shuffle=True, random_state=seed).split(np.zeros(n), member)
     for fit_rows, score_rows in splits:
