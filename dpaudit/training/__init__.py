@@ -16,6 +16,9 @@ What the run is made of:
 - :mod:`.config_types`: the frozen Config dataclasses' types, option names, the one seed range;
 - :mod:`.presets`, :mod:`.tokenizer` (WordPiece trained on public.jsonl), :mod:`.host_allocator`.
 
+Many runs: :mod:`.fleet` trains a fleet of models (shadow and reference models, the runs of a multi-run
+audit) in parallel: Ray, a process pool, or in this process, with a content-keyed cache.
+
 The names below are imported on first use (PEP 562), so that reading a ``privacy.json`` record does not
 import the run loop and its dependencies.
 """
@@ -29,6 +32,7 @@ _EXPORTS = {
     "ClippedStep": "plugin", "RunData": "plugin", "RunSettings": "plugin", "TrainerPlugin": "plugin",
     "RecordParts": "record", "RunFacts": "record", "build_record": "record",
     "RunSkeleton": "skeleton",
+    "FleetJob": "fleet", "FleetOutcome": "fleet", "run_fleet": "fleet",
 }
 
 __all__ = sorted(_EXPORTS)

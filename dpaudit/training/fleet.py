@@ -160,7 +160,7 @@ def run_fleet(jobs: Sequence[FleetJob], *, workers: int | None = None, ray_addre
     if workers is not None and workers < 1:
         raise UserInputError(f"--workers must be >= 1, got {workers}.")
     if max_minutes is not None and not max_minutes >= 0:
-        raise UserInputError(f"--max-shadow-minutes must be >= 0, got {max_minutes}.")
+        raise UserInputError(f"max_minutes must be >= 0, got {max_minutes}.")
     memory_gb = WORKER_MEMORY_GB if worker_memory_gb is None else float(worker_memory_gb)
     if not memory_gb > 0:
         raise UserInputError(f"worker memory must be > 0 GiB, got {worker_memory_gb}.")
@@ -205,6 +205,9 @@ def run_fleet(jobs: Sequence[FleetJob], *, workers: int | None = None, ray_addre
             runner = {"inline": _run_inline, "process": _run_processes, "ray": _run_ray}[chosen]
             runner([(i, jobs[i]) for i in todo], workers=workers, ray_address=ray_address, memory_gb=memory_gb,
                    may_start=may_start, finished=finished, note=bar.note)
+            skipped = sum(i not in done for i in todo)
+            if skipped:
+                bar.note(f"{desc}: {skipped} of {len(first)} not started (max_minutes {max_minutes:g} reached).")
         for i, job in enumerate(jobs):  # a repeated out_dir shares its first job's model
             j = first[Path(job.out_dir).resolve()]
             if i != j and j in done:
