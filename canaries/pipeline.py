@@ -79,7 +79,7 @@ from dpaudit.secret_spaces import (
     words_from_texts,
 )
 from dpaudit.corpus import BUILTIN_ASSISTANT, CorpusReader, assistant
-from dpaudit.corpus.readers import Label, NO_LABELS
+from dpaudit.corpus.readers import NO_LABELS, Label
 from dpaudit.errors import UserInputError
 from dpaudit.inject_run import NEW_TOKENS as NEW_TOKENS_KEY
 from dpaudit.inject_run import label_order
@@ -180,7 +180,7 @@ class InjectConfig:
 
     def to_json(self) -> dict[str, Any]:
         """The manifest's ``config``; fields added with the user's own split are left out at their defaults, so a
-        run with the options that existed before writes the manifest it wrote before."""
+        run given only the options that existed before records the config keys it recorded before."""
         out = dataclasses.asdict(self)
         for name in _LATER_FIELDS:
             if out[name] == _LATER_FIELDS[name]:
@@ -274,13 +274,7 @@ def load_corpus(config: InjectConfig, *, forbidden: dict[str, int] | None = None
         input_value = sha256_file(config.corpus)
     with tqdm(total=total, desc="reading corpus", unit="rows", file=sys.stderr, disable=None, leave=False) as bar:
         for n, (line, text, label) in enumerate(rows, start=1):
-            if forbidden is not None:
-                key = " ".join(normalize_tokens(text))
-                if key in forbidden:
-                    raise UserInputError(
-                        f"--phrase-corpus line {forbidden[key]} also occurs in --corpus {config.corpus} (line {line}); "
-                        "the phrase corpus must be disjoint from the training corpus."
-                    )
+            _check_phrase_disjoint(text, forbidden, where=f"--corpus {config.corpus} (line {line})")
             texts.append(text)
             if labelled is None:
                 labelled = label is not None
