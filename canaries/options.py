@@ -176,7 +176,8 @@ def summary_lines(summary: dict[str, Any], out: str) -> list[str]:
                      f"{overlap['heldout_in_train']} --heldout rows equal to a --train row, "
                      f"{overlap['public_in_train_or_heldout']} --public rows equal to a --train or --heldout row.")
     if summary.get("mode") == "no-canaries":
-        lines.append("No canaries (--no-canaries): canaries.jsonl is empty; the audit is membership inference on the rows.")
+        lines.append("No canaries (--no-canaries): canaries.jsonl is empty; the audit is membership inference on the rows "
+                     "(dpaudit attack --attacks loss, or shadow, ref, lira, rmia).")
     else:
         lines.append(f"Canaries: {c['canaries']} ({c['canaries_inserted']} inserted, {c['canaries_control']} never "
                      f"inserted), format {summary['format']}, log2|R| = {summary['log2_size']:.2f}, mode {summary['mode']}.")
