@@ -44,6 +44,14 @@ class AttackOptions:
         blind_baseline: run the blind baseline (:mod:`dpaudit.attacks.blind`) beside any membership attack.
         shadow_overrides: Config fields replaced in every shadow/reference model (Python API only: e.g. fewer steps
             in tests; the result records them, since shadows then differ from the target's recipe).
+        workers: shadow/reference models trained at once (:func:`dpaudit.training.fleet.run_fleet`; None: one at a
+            time in this process).
+        ray_address: a Ray cluster to train them on (None: a local instance when ``workers`` asks for one).
+        shadow_trainer, shadow_config: the registered trainer and a JSON file of its Config fields, for shadows of a
+            model trained elsewhere (no dpaudit manifest), or to replace the recipe of the target's manifest.
+        shadow_dirs: user-supplied shadow models (directories holding ``members.json``, or text files listing
+            them); no shadow is trained (:mod:`dpaudit.attacks.shadow_models`).
+        claimed_epsilon, claimed_delta: the privacy claim of a model trained elsewhere (no ``privacy.json``).
     """
 
     batch_size: int = 32
@@ -64,6 +72,13 @@ class AttackOptions:
     lira_offline: str = "one-sided"
     blind_baseline: bool = True
     shadow_overrides: dict[str, Any] | None = None
+    workers: int | None = None
+    ray_address: str | None = None
+    shadow_trainer: str | None = None
+    shadow_config: str | None = None
+    shadow_dirs: tuple[str, ...] | None = None
+    claimed_epsilon: float | None = None
+    claimed_delta: float | None = None
 
     def __post_init__(self) -> None:
         if self.shadow_models < 1:
@@ -80,6 +95,16 @@ class AttackOptions:
             raise ValueError(f"--lira-variance must be auto, global or per-example, got {self.lira_variance!r}.")
         if self.lira_offline not in ("one-sided", "two-sided"):
             raise ValueError(f"--lira-offline must be one-sided or two-sided, got {self.lira_offline!r}.")
+        if self.workers is not None and self.workers < 1:
+            raise ValueError(f"--workers must be >= 1, got {self.workers}.")
+        if self.shadow_config is not None and self.shadow_trainer is None:
+            raise ValueError("--shadow-config needs --shadow-trainer NAME (the registered trainer the config is for).")
+        if (self.claimed_epsilon is None) != (self.claimed_delta is None):
+            raise ValueError("--claimed-epsilon and --claimed-delta go together: state the whole (epsilon, delta) claim.")
+        if self.claimed_epsilon is not None and not (self.claimed_epsilon > 0 and self.claimed_epsilon < float("inf")):
+            raise ValueError(f"--claimed-epsilon must be a finite number > 0, got {self.claimed_epsilon}.")
+        if self.claimed_delta is not None and not 0 < self.claimed_delta < 1:
+            raise ValueError(f"--claimed-delta must be in (0, 1), got {self.claimed_delta}.")
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}.")
         if self.reveal < 0:

@@ -16,7 +16,7 @@ from dpaudit.errors import UserInputError
 if TYPE_CHECKING:
     from dpaudit.training.privacy_record import PrivacyRecord
 
-__all__ = ["claimed_privacy", "replace_one_epsilon"]
+__all__ = ["claimed_privacy", "model_claim", "replace_one_epsilon"]
 
 
 def replace_one_epsilon(record: PrivacyRecord) -> float | None:
@@ -59,3 +59,26 @@ def claimed_privacy(record: PrivacyRecord | None, *, where: str = "privacy.json"
         return ClaimedPrivacy(**common, epsilon=None, recorded_epsilon=None, epsilon_if_poisson=recomputed)
     return ClaimedPrivacy(**common, epsilon=recomputed, recorded_epsilon=record.epsilon, n_public=record.n_public,
                           epsilon_replace_one=replace_one)
+
+
+def model_claim(source: object, *, claimed_epsilon: float | None = None, claimed_delta: float | None = None
+                ) -> ClaimedPrivacy:
+    """The claim of the audited model, the one path every attack and the results take: its ``privacy.json``
+    (:func:`claimed_privacy`), or, for a model trained elsewhere (no ``privacy.json``), the claim its trainer
+    states (``--claimed-epsilon E --claimed-delta D``), which the attacks test as given and dpaudit cannot verify.
+
+    Raises:
+        UserInputError: a stated claim for a model whose ``privacy.json`` already states one (two claims).
+    """
+    path = getattr(source, "path", "")
+    record = getattr(source, "privacy", None)
+    if claimed_epsilon is None:
+        return claimed_privacy(record, where=f"{path}/privacy.json")
+    if record is not None:
+        raise UserInputError(f"--claimed-epsilon: --model {path} has a privacy.json that states its claim; remove "
+                             "--claimed-epsilon/--claimed-delta (they are for a model trained elsewhere).")
+    return ClaimedPrivacy(known=True, private=True, epsilon=float(claimed_epsilon), recorded_epsilon=float(claimed_epsilon),
+                          delta=float(claimed_delta), accountant="stated",
+                          guarantee=(f"({claimed_epsilon:g}, {claimed_delta:g})-DP as stated with --claimed-epsilon/"
+                                     "--claimed-delta for a model trained elsewhere; dpaudit did not account it (no "
+                                     "privacy.json): the attacks test the claim as given."))

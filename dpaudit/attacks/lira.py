@@ -33,14 +33,18 @@ from typing import Any, ClassVar
 import numpy as np
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome
-from dpaudit.attacks.mia import audit_tasks, membership_tasks, precheck
+from dpaudit.attacks.mia import audit_tasks, membership_tasks
 from dpaudit.attacks.shadow_models import (
     ShadowPool,
     ShadowSpec,
     cache_root,
+    check_trained_like_target,
     load_scorers,
+    models_info,
+    shadow_dir_paths,
     target_recipe,
     train_shadows,
+    user_shadows,
 )
 from dpaudit.errors import UserInputError
 from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
@@ -202,6 +206,56 @@ def audit_universe(context: AttackContext, tasks: list[Any]) -> tuple[ShadowPool
     return ShadowPool(texts=texts, labels=None if names is None else labels), positions
 
 
+def lira_specs(pool_size: int, candidates: np.ndarray, k: int, seed: int, train_rows: int | None) -> list[ShadowSpec]:
+    """k shadows under the online protocol: each candidate IN for exactly k/2 of them (balanced, Carlini et al.),
+    each shadow filled up to the target's ``train_rows`` with pool rows that are no candidate (seeded draws from
+    the same public distribution), so it trains on as many rows as the target; without ``train_rows``, each
+    filler row is IN for a random half of the shadows."""
+    candidates = np.unique(candidates)
+    fillers = np.setdiff1d(np.arange(pool_size), candidates)
+    keep = balanced_membership(k, candidates.size, seed)
+    specs = []
+    for i in range(k):
+        member = np.zeros(pool_size, bool)
+        member[candidates[keep[i]]] = True
+        need = (train_rows - int(member.sum())) if train_rows else fillers.size // 2
+        if need > 0 and fillers.size:
+            rng = np.random.default_rng([seed, 0x4C46, k, i])
+            member[rng.choice(fillers, size=min(need, fillers.size), replace=False)] = True
+        specs.append(ShadowSpec(index=i, member=member, seed=seed * 1000 + 500 + i))
+    return specs
+
+
+def lira_shadows(context: AttackContext, pool: ShadowPool, positions: list[np.ndarray]
+                 ) -> tuple[list[Any], list[Any], list[str], Any]:
+    """The k shadow models (trained like the target, or ``--shadow-dirs``), their scorers, notes and
+    :class:`~dpaudit.attacks.results.ShadowModelsInfo`."""
+    options = context.options
+    k = options.shadow_models
+    candidates = np.concatenate(positions) if positions else np.zeros(0, np.int64)
+    if options.shadow_dirs:
+        models = user_shadows(options, pool)
+        recipe, notes = None, []
+        data = f"--shadow-dirs ({len(models)} models; membership from their members.json)"
+    else:
+        recipe = target_recipe(context.scorer.source, LiraAttack.name, options=options, run=context.data)
+        specs = lira_specs(len(pool.texts), candidates, k, options.seed, recipe.rows)
+        models, notes = train_shadows(source=context.scorer.source, run=context.data, pool=pool, specs=specs,
+                                      attack=LiraAttack.name, cache=cache_root(options.shadow_cache), options=options,
+                                      max_minutes=options.max_shadow_minutes, overrides=options.shadow_overrides,
+                                      what="lira shadow", recipe=recipe)
+        rows = sorted({m.train_rows for m in models})
+        data = (f"online protocol over the audit universe ({len(pool.texts)} rows: task candidates + public.jsonl): "
+                f"each candidate IN for {k // 2} of {k} shadows (balanced), each shadow filled with random public.jsonl "
+                f"rows that are no candidate to {'/'.join(map(str, rows))} rows"
+                + (f" (the target trained on {recipe.rows})" if recipe.rows else ""))
+    if len(models) < 2:
+        raise UserInputError(f"--attacks lira: only {len(models)} shadow model(s) were trained within "
+                             f"--max-shadow-minutes {options.max_shadow_minutes}; LiRA needs >= 2, raise the limit.")
+    info, warnings = models_info(recipe, models, role="shadow", data=data, notes=notes)
+    return models, load_scorers(context, models), warnings, info
+
+
 class LiraAttack:
     """Carlini et al. 2022: per-example Gaussian likelihood ratio over shadow models."""
 
@@ -210,27 +264,21 @@ class LiraAttack:
 
     @classmethod
     def check(cls, options: Any, source: Any, run: Any) -> None:
-        precheck(options, run)
-        if options.shadow_models < 2:
+        if options.shadow_dirs:
+            if len(shadow_dir_paths(options)) < 2:
+                raise UserInputError("--attacks lira needs >= 2 --shadow-dirs (each example must be IN some shadows and "
+                                     "OUT of others).")
+        elif options.shadow_models < 2:
             raise UserInputError(f"--attacks lira needs --shadow-models >= 2 (each example must be IN some shadows and OUT "
                                  f"of others), got {options.shadow_models}.")
-        target_recipe(source, cls.name)
+        check_trained_like_target(cls.name, options, source, run)
 
     def run(self, context: AttackContext) -> AttackOutcome:
         options = context.options
         tasks = membership_tasks(context)
         pool, positions = audit_universe(context, tasks)
         k = options.shadow_models
-        keep = balanced_membership(k, len(pool.texts), options.seed)
-        specs = [ShadowSpec(index=i, member=keep[i], seed=options.seed * 1000 + 500 + i) for i in range(k)]
-        models, notes = train_shadows(source=context.scorer.source, run=context.data, pool=pool, specs=specs,
-                                      attack=self.name, cache=cache_root(options.shadow_cache),
-                                      max_minutes=options.max_shadow_minutes, overrides=options.shadow_overrides,
-                                      what="lira shadow")
-        if len(models) < 2:
-            raise UserInputError(f"--attacks lira: only {len(models)} shadow model(s) were trained within "
-                                 f"--max-shadow-minutes {options.max_shadow_minutes}; LiRA needs >= 2, raise the limit.")
-        scorers = load_scorers(context, models)
+        models, scorers, notes, shadow_info = lira_shadows(context, pool, positions)
         member = np.stack([m.spec.member for m in models])
         variance = VARIANCE_GLOBAL if options.lira_global_variance else options.lira_variance
         scored, fits = [], {}
@@ -257,9 +305,8 @@ class LiraAttack:
         params = {"score": f"online: log N(phi; in) - log N(phi; out); offline (tasks '*-offline'): {offline_score}; "
                            "higher = member",
                   "scaling": f"phi = log(p / (1 - p)), {what}", "shadow_models": len(models), "shadow_models_asked": k,
-                  "shadow_data": "balanced random halves of the audit universe (task candidates + public.jsonl); each "
-                                 f"candidate IN {k // 2} of {k}",
+                  "shadow_data": shadow_info.data,
                   "variance": variance, "variance_used": fits, "offline_test": options.lira_offline,
                   "per_example_variance_from": PER_EXAMPLE_VARIANCE_FROM, "universe": len(pool.texts), "cached": sum(m.cached for m in models),
                   "shadow_overrides": options.shadow_overrides or {}}
-        return audit_tasks(context, self.name, scored, parameters=params, warnings=notes)
+        return audit_tasks(context, self.name, scored, parameters=params, warnings=notes, shadow_models=shadow_info)

@@ -218,10 +218,11 @@ def claim_of(context: Any) -> tuple[float | None, float]:
     cached = getattr(context, "_mia_claim", None)
     if cached is not None:
         return cached
-    from dpaudit.attacks.claim import claimed_privacy
+    from dpaudit.attacks.claim import model_claim
 
-    source = context.scorer.source
-    claim = claimed_privacy(source.privacy, where=str(source.path / "privacy.json"))
+    options = context.options
+    claim = model_claim(context.scorer.source, claimed_epsilon=getattr(options, "claimed_epsilon", None),
+                        claimed_delta=getattr(options, "claimed_delta", None))
     delta = claim.delta
     if delta is None:  # non-private or unknown: the delta a DP run on these N rows would claim by default
         from dpaudit.accounting import default_delta
@@ -317,11 +318,13 @@ def scores_file(attack: str) -> str:
 
 
 def audit_tasks(context: Any, attack: str, scored: Sequence[tuple[MembershipTask, np.ndarray]], *,
-                parameters: dict[str, Any], warnings: Sequence[str] = (), compare_with_claim: bool = True) -> Any:
+                parameters: dict[str, Any], warnings: Sequence[str] = (), shadow_models: Any = None,
+                compare_with_claim: bool = True) -> Any:
     """Audit each task's scores and build the attack's outcome (result + ``scores/mia_<attack>.jsonl`` rows).
 
-    ``compare_with_claim=False`` (a baseline that never queries the model, :mod:`dpaudit.attacks.blind`): no
-    task's bounds are compared with the claim."""
+    ``shadow_models`` (:class:`~dpaudit.attacks.results.ShadowModelsInfo`) records the attack's shadow or
+    reference models beside the target. ``compare_with_claim=False`` (a baseline that never queries the model,
+    :mod:`dpaudit.attacks.blind`): no task's bounds are compared with the claim."""
     from dpaudit.attacks.base import AttackOutcome
     from dpaudit.audit import audit_scores
 
@@ -364,6 +367,6 @@ def audit_tasks(context: Any, attack: str, scored: Sequence[tuple[MembershipTask
     params = {**parameters, "fprs": list(fprs), "delta": delta, "bootstrap_seed": context.options.seed,
               "score": parameters.get("score", "higher = member")}
     result = RESULT_CLASSES[attack](parameters=params, tasks=tuple(results), claimed_epsilon=claimed,
-                                    exceeds_claim=exceeds, warnings=tuple(notes))
+                                    exceeds_claim=exceeds, warnings=tuple(notes), shadow_models=shadow_models)
     return AttackOutcome(result, score_files={scores_file(attack): rows})
 

@@ -3,8 +3,9 @@
 score = loss_reference(x) - loss_target(x): the target's loss on x calibrated by a reference model's
 loss on the same text under the same seeded masking, so that texts that are simply easy (low loss
 for any model) stop looking like members. The reference is ``--reference-model DIR`` (it must use
-the target's tokenizer: refused otherwise), or a model trained like the target (same trainer and
-Config) on all of ``public.jsonl`` only, cached like the shadow models.
+the target's tokenizer: refused otherwise), the first ``--shadow-dirs`` model, or a model trained like
+the target (same trainer and Config, as many rows and optimizer steps) on random rows of
+``public.jsonl`` (all of them when it has fewer than the target's), cached like the shadow models.
 
 References:
   Mireshghallah, Goyal, Uniyal, Berg-Kirkpatrick & Shokri 2022, "Quantifying Privacy Risks of Masked
@@ -24,15 +25,20 @@ from dpaudit.attacks.shadow_models import (
     ShadowSpec,
     cache_root,
     check_same_tokenizer,
+    check_trained_like_target,
     load_scorers,
+    models_info,
     public_pool,
+    target_recipe,
     train_shadows,
+    user_shadows,
 )
 from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
 
 
-def reference_scorer(context: AttackContext, attack: str) -> tuple[object, str, list[str]]:
-    """The reference model's scorer, a description of it, and warnings."""
+def reference_scorer(context: AttackContext, attack: str) -> tuple[object, str, list[str], Any]:
+    """The reference model's scorer, a description of it, warnings, and its
+    :class:`~dpaudit.attacks.results.ShadowModelsInfo` (None for ``--reference-model``)."""
     from dpaudit.scoring import load, resolve_model
 
     options = context.options
@@ -45,13 +51,26 @@ def reference_scorer(context: AttackContext, attack: str) -> tuple[object, str, 
                                  f"{context.scorer.kind}; pass a reference of the same kind.")
         scorer = load(source, batch_size=context.scorer.batch_size, device=context.scorer.device, progress=False)
         check_same_tokenizer(context.scorer, scorer, option="--reference-model")
-        return scorer, f"--reference-model {options.reference_model}", []
+        return scorer, f"--reference-model {options.reference_model}", [], None
     pool = public_pool(context.data, context.scorer.source.label_set())
-    spec = ShadowSpec(index=0, member=np.ones(len(pool.texts), bool), seed=options.seed * 1000 + 999)
+    if options.shadow_dirs:  # the first user-supplied model is the reference
+        models = user_shadows(options, pool)[:1]
+        info, notes = models_info(None, models, role="reference", notes=[],
+                                  data=f"--shadow-dirs: the first directory ({models[0].path})")
+        return load_scorers(context, models)[0], f"--shadow-dirs {models[0].path}", notes, info
+    recipe = target_recipe(context.scorer.source, attack, options=options, run=context.data)
+    member = np.ones(len(pool.texts), bool)
+    if recipe.rows and recipe.rows < len(pool.texts):  # as many rows as the target trained on
+        member[:] = False
+        member[np.random.default_rng([options.seed, 0x524546]).permutation(len(pool.texts))[:recipe.rows]] = True
+    spec = ShadowSpec(index=0, member=member, seed=options.seed * 1000 + 999)
     models, notes = train_shadows(source=context.scorer.source, run=context.data, pool=pool, specs=[spec], attack=attack,
-                                  cache=cache_root(options.shadow_cache), overrides=options.shadow_overrides,
-                                  what="reference")
-    return load_scorers(context, models)[0], "trained like the target on all of public.jsonl", notes
+                                  cache=cache_root(options.shadow_cache), options=options,
+                                  overrides=options.shadow_overrides, what="reference", recipe=recipe)
+    data = (f"{int(member.sum())} random rows of public.jsonl ({len(pool.texts)} rows; --seed {options.seed})"
+            + (f", as many as the target trained on" if recipe.rows and member.sum() == recipe.rows else ""))
+    info, notes = models_info(recipe, models, role="reference", data=data, notes=notes)
+    return load_scorers(context, models)[0], f"trained like the target on {data}", notes, info
 
 
 class RefAttack:
@@ -63,17 +82,16 @@ class RefAttack:
     @classmethod
     def check(cls, options: Any, source: Any, run: Any) -> None:
         """Shadow models are trained like the target: its manifest must name the trainer and Config."""
-        from dpaudit.attacks.shadow_models import target_recipe
-
-        precheck(options, run)
-        if not options.reference_model:
-            target_recipe(source, cls.name)
+        if options.reference_model:
+            precheck(options, run)
+        else:
+            check_trained_like_target(cls.name, options, source, run)
 
     def run(self, context: AttackContext) -> AttackOutcome:
         tasks = membership_tasks(context)
-        reference, described, notes = reference_scorer(context, self.name)
+        reference, described, notes, info = reference_scorer(context, self.name)
         seed = context.options.seed
         scored = [(t, task_losses(reference, t, seed=seed) - task_losses(context.scorer, t, seed=seed)) for t in tasks]
-        return audit_tasks(context, self.name, scored, warnings=notes, parameters={
+        return audit_tasks(context, self.name, scored, warnings=notes, shadow_models=info, parameters={
             "score": "loss under the reference model - loss under the target (same seeded masking); higher = member",
             "reference_model": described, "shadow_overrides": context.options.shadow_overrides or {}})

@@ -313,6 +313,55 @@ class MiaTaskResult(JsonRecord):
 
 
 @dataclass(frozen=True, kw_only=True)
+class ShadowModel(JsonRecord):
+    """One shadow or reference model an attack used: its cache entry (or ``--shadow-dirs`` directory), how it
+    trained, and its held-out accuracy (its trainer's last evaluation; None when it logged none)."""
+
+    index: int
+    path: str
+    train_rows: int
+    steps: int | None = None
+    batch_size: int | None = None
+    heldout_accuracy: float | None = None
+    cached: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class ShadowModelsInfo(JsonRecord):
+    """How an attack's shadow or reference models were made and how they compare with the target
+    (``dpaudit.shadows/1``; absent from results written before it, read back as None).
+
+    Attributes:
+        role: ``"shadow"`` or ``"reference"``.
+        origin: where the recipe came from (the target's manifest, ``--shadow-trainer``, ``--shadow-dirs``).
+        trainer: the registered trainer that trained them (None for ``--shadow-dirs``).
+        data: how each model's rows were drawn, in words.
+        utility: the held-out figure compared (``"held-out accuracy"`` or ``"held-out MLM accuracy"``).
+        target_heldout_accuracy, mean_heldout_accuracy: the target's and the models' mean.
+        margin: the absolute difference above which ``mismatch`` is set and the result warns.
+        target_rows, target_steps, target_batch_size: what the models were matched to.
+        models: one :class:`ShadowModel` each.
+        differences: each way the models train differently from the target (also in the warnings).
+    """
+
+    schema: str = "dpaudit.shadows/1"
+    role: str
+    origin: str
+    trainer: str | None
+    data: str
+    utility: str | None = None
+    target_heldout_accuracy: float | None = None
+    mean_heldout_accuracy: float | None = None
+    margin: float
+    mismatch: bool = False
+    target_rows: int | None = None
+    target_steps: int | None = None
+    target_batch_size: int | None = None
+    models: tuple[ShadowModel, ...] = ()
+    differences: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
 class MiaResult(AttackResult):
     """A membership-inference attack's result: one :class:`MiaTaskResult` per task, and its parameters."""
 
@@ -325,18 +374,24 @@ class MiaResult(AttackResult):
     tasks: tuple[MiaTaskResult, ...] = ()
     claimed_epsilon: float | None = None
     exceeds_claim: bool = False
+    shadow_models: ShadowModelsInfo | None = None
 
     def to_json(self) -> dict[str, Any]:
-        return {"attack": self.attack, "kind": "membership-inference", "reference": self.reference,
-                "parameters": self.parameters, "claimed_epsilon": self.claimed_epsilon,
-                "exceeds_claim": self.exceeds_claim, "warnings": list(self.warnings),
-                "tasks": [t.to_json() for t in self.tasks]}
+        obj = {"attack": self.attack, "kind": "membership-inference", "reference": self.reference,
+               "parameters": self.parameters, "claimed_epsilon": self.claimed_epsilon,
+               "exceeds_claim": self.exceeds_claim, "warnings": list(self.warnings),
+               "tasks": [t.to_json() for t in self.tasks]}
+        if self.shadow_models is not None:
+            obj["shadow_models"] = self.shadow_models.to_json()
+        return obj
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]):
+        shadows = obj.get("shadow_models")
         return cls(parameters=obj["parameters"], tasks=tuple(MiaTaskResult.from_json(t) for t in obj["tasks"]),
                    claimed_epsilon=obj.get("claimed_epsilon"), exceeds_claim=bool(obj.get("exceeds_claim")),
-                   warnings=tuple(obj.get("warnings", ())))
+                   warnings=tuple(obj.get("warnings", ())),
+                   shadow_models=None if shadows is None else ShadowModelsInfo.from_json(shadows))
 
     def membership_audits(self) -> dict[str, Any]:
         """task -> :class:`dpaudit.audit.AuditResult` (what the report's membership section renders)."""
@@ -388,6 +443,8 @@ class AttackResults:
     claimed: ClaimedPrivacy
     attacks: tuple[AttackResult, ...]
     warnings: tuple[str, ...] = ()
+    #: Attacks that failed while the others ran: ``{"attack", "error"}`` each (their results are absent).
+    errors: tuple[dict[str, str], ...] = ()
     group_privacy: str = GROUP_PRIVACY_NOTE
     canaries: tuple[CanaryScore, ...] = field(default=(), metadata={"json": False})
     score_files: dict[str, Any] = field(default_factory=dict, metadata={"json": False})
@@ -408,6 +465,7 @@ class AttackResults:
             "claimed_privacy": self.claimed.to_json(),
             "group_privacy": self.group_privacy,
             "warnings": list(self.warnings),
+            "errors": [dict(e) for e in self.errors],
             "attacks": [a.to_json() for a in self.attacks],
         }
 
@@ -423,6 +481,7 @@ class AttackResults:
             claimed=ClaimedPrivacy.from_json(obj["claimed_privacy"]),
             group_privacy=obj["group_privacy"],
             warnings=tuple(obj.get("warnings", ())),
+            errors=tuple(dict(e) for e in obj.get("errors", ())),
             attacks=tuple(result_from_json(a) for a in obj["attacks"]),
             canaries=tuple(canaries),
         )

@@ -7,9 +7,11 @@ A likelihood ratio of the candidate x against population samples z, with referen
 
 Pr(x | model) is the probability of the true label (classifier) or exp(-MLM loss), the geometric mean
 probability of the masked tokens under a seeded masking (masked LM). Reference models are the
-shadow attack's: trained like the target on random halves of ``public.jsonl`` (shared and cached),
-so the attack works with 1 to 4 of them, the budget of a CPU user. The population z is
-``public.jsonl``. gamma = 1. Higher = member.
+shadow attack's: trained like the target (as many rows and optimizer steps) on random rows of the
+reference part of ``public.jsonl`` (shared and cached), so the attack works with 1 to 4 of them, the
+budget of a CPU user. The population z is the other, disjoint part of ``public.jsonl``: the paper's
+population samples trained no reference model (:func:`dpaudit.attacks.shadow_models.split_public`).
+gamma = 1. Higher = member.
 
 ``a`` approximates the IN models missing in the offline setting (section 4 of the paper): an IN model's
 probability is taken to be a p_out + (1 - a), a line from p_out toward 1. That fits a classifier's
@@ -37,7 +39,7 @@ import numpy as np
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome
 from dpaudit.attacks.mia import audit_tasks, membership_tasks
-from dpaudit.attacks.shadow_models import check_trained_like_target, pool_label_ids, public_shadows
+from dpaudit.attacks.shadow_models import ShadowPool, check_trained_like_target, models_info, pool_label_ids, public_shadows
 from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
 
 #: Offline scaling of the reference average (Zarifzadeh et al. section 4) for a classifier's true-label probability.
@@ -84,7 +86,11 @@ class RmiaAttack:
     def run(self, context: AttackContext) -> AttackOutcome:
         seed = context.options.seed
         tasks = membership_tasks(context)
-        models, refs, pool, notes = public_shadows(context, self.name, what="rmia reference")
+        shadows = public_shadows(context, self.name, what="rmia reference")
+        models, refs = shadows.models, shadows.scorers
+        pool = ShadowPool(texts=[shadows.pool.texts[i] for i in shadows.population],  # z: rows no reference trained on
+                          labels=None if shadows.pool.labels is None else [shadows.pool.labels[i] for i in shadows.population])
+        info, notes = models_info(shadows.recipe, models, role="reference", data=shadows.data, notes=shadows.notes)
         z_labels = pool_label_ids(context.scorer.source.label_set(), pool)
 
         def prob(scorer, texts, labels):
@@ -104,7 +110,8 @@ class RmiaAttack:
                                        "mean p_ref" if context.scorer.kind == MASKED_LM else
                                        "the paper's offline a for a classifier's true-label probability"),
                   "gamma": GAMMA,
-                  "population": f"public.jsonl ({len(pool.texts)} rows)",
-                  "reference_data": "random halves of public.jsonl (the shadow attack's models)",
+                  "population": f"the population part of public.jsonl ({len(pool.texts)} rows), disjoint from every "
+                                "reference model's training rows",
+                  "reference_data": shadows.data,
                   "shadow_overrides": context.options.shadow_overrides or {}}
-        return audit_tasks(context, self.name, scored, parameters=params, warnings=notes)
+        return audit_tasks(context, self.name, scored, parameters=params, warnings=notes, shadow_models=info)

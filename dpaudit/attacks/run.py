@@ -24,7 +24,7 @@ from typing import Any
 
 from dpaudit.attacks.base import AttackContext, AttackOptions
 from dpaudit.attacks.blind import blind_comparison
-from dpaudit.attacks.claim import claimed_privacy
+from dpaudit.attacks.claim import model_claim
 from dpaudit.attacks.mia import coin_flip_mode
 from dpaudit.attacks.registry import DEFAULT_ATTACKS, default_attacks, resolve_attacks
 from dpaudit.attacks.results import (
@@ -180,7 +180,7 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
                              f"{space.length - 1}.")
     if space is None and reveal:
         raise UserInputError("--reveal applies to digits:N and words:N secrets, not phrases; remove it.")
-    claimed = claimed_privacy(source.privacy, where=str(source.path / "privacy.json"))
+    claimed = model_claim(source, claimed_epsilon=options.claimed_epsilon, claimed_delta=options.claimed_delta)
     canaries = list(run.canaries)
     kind = (run.manifest.get("secret_space") or {}).get("kind")
     shared = None if kind in CONTEXT_FREE_KINDS else shared_context_warning(canaries, space, reveal)
@@ -194,9 +194,17 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
         notes.append(cut)
         warnings.warn(cut, AttackWarning, stacklevel=2)
     context = AttackContext(scorer=scorer, canaries=canaries, space=space, options=options, data=run)
-    results, fields, score_files = [], {c.id: {} for c in canaries}, {}
+    results, fields, score_files, errors, failures = [], {c.id: {} for c in canaries}, {}, [], []
     for cls in classes:
-        outcome = cls().run(context)
+        try:
+            outcome = cls().run(context)
+        except Exception as err:  # noqa: BLE001 - one failing attack never discards the others' results
+            failures.append(err)
+            text = str(err) if isinstance(err, UserInputError) else f"{type(err).__name__}: {err}"
+            errors.append({"attack": cls.name, "error": text, "type": type(err).__name__})
+            notes.append(f"{cls.name} failed and has no result: {text}")
+            warnings.warn(f"{cls.name} failed and has no result: {text}", AttackWarning, stacklevel=2)
+            continue
         results.append(outcome.result)
         for cid, values in outcome.canary_fields.items():
             fields[cid].update(values)
@@ -214,8 +222,11 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
         data=DataInfo(path=str(data), secret_format=run.manifest.get("secret_space", {}).get("format", ""),
                       log2_space_size=None if space is None else float(space.log2_size), canaries=len(canaries),
                       controls=n_controls, template=template),
-        claimed=claimed, attacks=tuple(results), warnings=tuple(notes), canaries=scores, score_files=score_files,
+        claimed=claimed, attacks=tuple(results), warnings=tuple(notes), errors=tuple(errors), canaries=scores,
+        score_files=score_files,
     )
+    if failures and all(getattr(r, "baseline", False) for r in results):  # no attack left: its error is the answer
+        raise failures[0]
     if out is not None:
         config = {"attacks": [c.name for c in classes], "model": str(model), "data": str(data), **dataclasses.asdict(options)}
         inputs = {**{str(Path(model) / k): v for k, v in source.files.items()},

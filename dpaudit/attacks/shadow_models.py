@@ -1,25 +1,47 @@
-"""Shadow and reference models: trained through the trainer registry, cached, resumable.
+"""Shadow and reference models: trained like the target, cached, resumable, compared with the target.
 
 (The ``shadow`` attack that classifies their features is :mod:`dpaudit.attacks.shokri`.)
 
 The shadow-model attack (Shokri et al. 2017), LiRA (Carlini et al. 2022), RMIA (Zarifzadeh et al.
 2024) and the reference-model attack (Mireshghallah et al. 2022) all need models trained like the
-target on data the auditor controls. Each such model is trained by the target's own trainer
-(``load_trainer(manifest["config"]["trainer"])``) with the target's Config (read from its manifest),
-on a temporary inject-format directory:
+target on data the auditor controls. All four papers assume these models match the target: the same
+architecture and training recipe on data of the same distribution and size. A shadow trained on a
+quarter of the target's rows with the target's epochs runs a quarter of its optimizer steps and can end
+near chance (issue 29: 24 steps and 10.9% held-out accuracy against the target's 78 steps and 82%):
+every attack calibrated on it is calibrated on an untrained model. So each model here is trained
 
-- ``train.jsonl``: the rows this model is trained on (no canaries);
-- ``heldout.jsonl``: the other rows of its pool (its non-members);
-- ``public.jsonl``: the target's whole ``public.jsonl``, so a trainer that fits its tokenizer on the
-  public split (jax-bert does) builds the very tokenizer the target has: scores compare token for token.
+- by the target's own trainer (``load_trainer(manifest["config"]["trainer"])``) with the target's
+  Config (read from its manifest), or, for a model trained elsewhere (no dpaudit manifest), by the
+  trainer and recipe the user names (``--shadow-trainer NAME --shadow-config FILE.json``);
+- on as many rows as the target trained on (privacy.json's N, its declared ``--dataset-size``, or
+  ``train.jsonl``'s rows) whenever the pool has them, so that the same epochs and batch size give the
+  same number of optimizer steps; when the pool is smaller, a trainer counted in epochs gets the epochs
+  that come closest to the target's step count at the target's batch size (a trainer counted in steps,
+  jax-bert, runs the target's steps anyway), and the results say what differs;
+- with the target's label set (its ``config.json`` id2label, the public one), so the scores of the
+  target and of every shadow index the same classes;
+- on a temporary inject-format directory: ``train.jsonl`` (its rows, no canaries), ``heldout.jsonl``
+  (the other rows of its pool: its non-members, where its held-out accuracy is measured) and
+  ``public.jsonl`` (the target's whole ``public.jsonl``, so a trainer that fits its tokenizer on the
+  public split, as jax-bert does, builds the very tokenizer the target has).
+
+Each model's held-out accuracy (the trainers' evaluation, :data:`dpaudit.training.baselines.UTILITY_KINDS`)
+is recorded beside the target's (:class:`dpaudit.attacks.results.ShadowModelsInfo`), with a warning when
+their mean differs from the target's by more than :data:`ACCURACY_MARGIN`.
 
 Each model lives in a cache directory keyed by a hash of (trainer, config, the rows of its split,
 seed), reused across runs. A finished model is a complete train run directory (manifest verified);
-an unfinished one is resumed by the trainer from its checkpoints after a kill.
+an unfinished one is resumed by the trainer from its checkpoints after a kill. The models of one attack
+train through :func:`dpaudit.training.fleet.run_fleet` when it is installed and ``--workers`` or
+``--ray-address`` ask for parallel workers; otherwise one after the other in this process (jax-bert then
+imports jax; the compiled step is shared by every shadow of the same shapes).
+
+User-supplied shadow models (``--shadow-dirs``): each directory is a model (a dpaudit train run
+directory or a Hugging Face model directory with the target's tokenizer) holding :data:`MEMBERS_FILE`, a
+JSON list of what it trained on: each entry a training text, or ``"sha256:<hex>"``, the sha256 of a
+text's UTF-8 bytes. A pool row is IN for that model when its text (or its hash) is listed.
 
 Cache root: ``--shadow-cache DIR``, else ``$DPAUDIT_CACHE/shadows``, else ``~/.cache/dpaudit/shadows``.
-Training runs in this process (jax-bert then imports jax; the compiled step is shared by every shadow
-of the same shapes).
 """
 
 from __future__ import annotations
@@ -27,6 +49,7 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import json
+import math
 import os
 import shutil
 import sys
@@ -40,6 +63,13 @@ import numpy as np
 
 from dpaudit.errors import UserInputError
 
+#: Shadow (or reference) models whose mean held-out accuracy differs from the target's by more than this,
+#: absolute (0.10 = 10 percentage points), are called out in the results: the attack is then calibrated on
+#: models unlike the target (issue 29: shadows at 10.9% against a target at 82%).
+ACCURACY_MARGIN = 0.10
+#: The membership file of a user-supplied shadow directory (``--shadow-dirs``).
+MEMBERS_FILE = "members.json"
+
 
 def cache_root(option: str | os.PathLike[str] | None = None) -> Path:
     """The shadow cache directory (``--shadow-cache``, ``$DPAUDIT_CACHE/shadows``, ``~/.cache/dpaudit/shadows``)."""
@@ -51,60 +81,209 @@ def cache_root(option: str | os.PathLike[str] | None = None) -> Path:
     return Path.home() / ".cache" / "dpaudit" / "shadows"
 
 
+# -- the target's recipe --------------------------------------------------------------------------
+
+
 @dataclass(frozen=True)
 class TargetRecipe:
-    """How the target was trained: its trainer's name and Config fields (from its manifest)."""
+    """How the target was trained, and what a model trained like it is compared with.
+
+    Attributes:
+        trainer, config: the trainer's registered name and its Config fields.
+        seed: the target's public seed.
+        rows: the target's training rows N (privacy.json, else its declared size, else train.jsonl's rows).
+        steps: the optimizer steps the target ran (its manifest; None for a model trained elsewhere).
+        utility: (name, value) of the target's last held-out figure (its manifest summary), or None.
+        seconds: estimated training time of one model like it (steps x batch / the target's throughput).
+        origin: where the recipe comes from, in words.
+    """
 
     trainer: str
     config: dict[str, Any]
     seed: int
+    rows: int | None = None
+    steps: int | None = None
+    utility: tuple[str, float] | None = None
+    seconds: float | None = None
+    origin: str = "the target's manifest"
+
+    @property
+    def batch_size(self) -> int | None:
+        value = self.config.get("batch_size")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
 
 
 def check_trained_like_target(attack: str, options: Any, source: Any, run: Any) -> None:
     """The checks of every attack that trains shadow or reference models like the target, run before any
-    model is loaded: a measurable ``--fpr`` (:func:`dpaudit.attacks.mia.precheck`) and a target whose
-    manifest names its trainer and Config (:func:`target_recipe`)."""
+    model is loaded: a measurable ``--fpr`` (:func:`dpaudit.attacks.mia.precheck`) and either usable
+    ``--shadow-dirs`` or a recipe (:func:`target_recipe`: the target's manifest or ``--shadow-trainer``)."""
     from dpaudit.attacks.mia import precheck
 
     precheck(options, run)
-    target_recipe(source, attack)
+    if getattr(options, "shadow_dirs", None):
+        shadow_dir_paths(options)
+        return
+    recipe = target_recipe(source, attack, options=options, run=run)
+    if getattr(options, "shadow_trainer", None):
+        from dpaudit.training.api import available_trainers, load_trainer
+
+        if recipe.trainer not in available_trainers():
+            raise UserInputError(f"--shadow-trainer {recipe.trainer!r} is not a registered trainer; choose one of: "
+                                 f"{', '.join(sorted(available_trainers()))}.")
+        plan_config(load_trainer(recipe.trainer), recipe, train_size=max(recipe.rows or 2, 2),
+                    overrides=getattr(options, "shadow_overrides", None))
 
 
-def target_recipe(source: Any, attack: str) -> TargetRecipe:
-    """The target's trainer and config, or a one-line error for a bare model directory."""
+def heldout_utility(manifest: dict[str, Any] | None) -> tuple[str, float] | None:
+    """(name, value) of a train run's held-out figure from its manifest summary (the trainers' last evaluation),
+    by :data:`dpaudit.training.baselines.UTILITY_KINDS`; None when it has none."""
+    from dpaudit.training.baselines import UTILITY_KINDS
+
+    summary = (manifest or {}).get("summary") or {}
+    for kind in UTILITY_KINDS:
+        for key in kind.keys:
+            value = summary.get(key)
+            if isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value):
+                return kind.name, float(value)
+    return None
+
+
+def _target_rows(source: Any, run: Any) -> int | None:
+    record = getattr(source, "privacy", None)
+    for value in (getattr(record, "dataset_size", None), getattr(record, "declared_dataset_size", None)):
+        if isinstance(value, int) and value > 0:
+            return value
+    if run is not None:
+        from dpaudit.inject_run import TRAIN
+
+        return len(run.split(TRAIN).texts) or None
+    return None
+
+
+def _seconds_per_model(manifest: dict[str, Any] | None, steps: int | None, batch: int | None) -> float | None:
+    """steps x batch / the target's last examples-per-second telemetry (training only: start-up and evaluation
+    not included), or None when the manifest does not record it."""
+    summary = (manifest or {}).get("summary") or {}
+    rate = (summary.get("telemetry") or {}).get("examples_per_s")
+    if not steps or not batch or not isinstance(rate, (int, float)) or not rate > 0:
+        return None
+    return steps * batch / float(rate)
+
+
+def read_shadow_config(path: str | os.PathLike[str]) -> dict[str, Any]:
+    """The JSON object of ``--shadow-config FILE.json`` (a trainer's Config fields), or a one-line error."""
+    try:
+        obj = json.loads(Path(path).read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as err:
+        raise UserInputError(f"--shadow-config {path}: cannot read it ({getattr(err, 'strerror', None) or err}); give "
+                             "a JSON file of the trainer's Config fields.") from None
+    except ValueError as err:
+        raise UserInputError(f"--shadow-config {path}: not valid JSON ({err}); give a JSON object of the trainer's "
+                             "Config fields, e.g. {\"mode\": \"sgd\", \"epochs\": 3, \"batch_size\": 32}.") from None
+    if not isinstance(obj, dict):
+        raise UserInputError(f"--shadow-config {path}: expected a JSON object of the trainer's Config fields, got a "
+                             f"{type(obj).__name__}.")
+    obj.pop("trainer", None)
+    return obj
+
+
+def target_recipe(source: Any, attack: str, *, options: Any = None, run: Any = None) -> TargetRecipe:
+    """The target's trainer and config (its manifest, or ``--shadow-trainer``/``--shadow-config``), with the
+    figures a shadow is matched to and compared with; a one-line error for a bare model directory without them."""
     manifest = source.manifest
-    config = dict((manifest or {}).get("config") or {})
-    if manifest is None or "trainer" not in config:
-        raise UserInputError(f"--attacks {attack} trains shadow models like the target, but --model {source.path} is not a "
-                             "dpaudit train run directory (no manifest naming its trainer and config); pass a train run "
-                             "directory" + (" or --reference-model DIR." if attack == "ref" else "."))
-    trainer = config.pop("trainer")
-    return TargetRecipe(trainer=str(trainer), config=config, seed=int(manifest.get("seed") or 0))
+    named = getattr(options, "shadow_trainer", None)
+    config_file = getattr(options, "shadow_config", None)
+    if config_file and not named:
+        raise UserInputError("--shadow-config needs --shadow-trainer NAME (the registered trainer the config is for).")
+    if named:
+        config = read_shadow_config(config_file) if config_file else {}
+        trainer, seed = str(named), int(getattr(options, "seed", 0) or 0)
+        origin = f"--shadow-trainer {named}" + (f" --shadow-config {config_file}" if config_file else "")
+    else:
+        config = dict((manifest or {}).get("config") or {})
+        if manifest is None or "trainer" not in config:
+            raise UserInputError(
+                f"--attacks {attack} trains shadow models like the target, but --model {source.path} is not a dpaudit "
+                "train run directory (no manifest naming its trainer and config); pass a train run directory, name the "
+                "recipe with --shadow-trainer NAME --shadow-config FILE.json, or give trained models with --shadow-dirs"
+                + (" or --reference-model DIR." if attack == "ref" else "."))
+        trainer = str(config.pop("trainer"))
+        seed = int(manifest.get("seed") or 0)
+        origin = "the target's manifest"
+    steps = (manifest or {}).get("steps")
+    steps = steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
+    recipe = TargetRecipe(trainer=trainer, config=config, seed=seed, rows=_target_rows(source, run), steps=steps,
+                          utility=heldout_utility(manifest), origin=origin)
+    return dataclasses.replace(recipe, seconds=_seconds_per_model(manifest, steps, recipe.batch_size))
 
 
-def build_config(trainer: Any, recipe: TargetRecipe, *, train_size: int, overrides: dict[str, Any] | None = None
-                 ) -> tuple[Any, list[str]]:
-    """The target's Config for a shadow of ``train_size`` rows, and what had to change (warnings).
+def planned_steps(config: Any, train_size: int) -> int | None:
+    """Optimizer steps a Config plans on ``train_size`` rows: ``total_steps`` for a trainer counted in steps
+    (jax-bert), ``epochs x ceil(N / batch)`` for one counted in epochs (the torch trainers; N the declared
+    ``dataset_size`` when set), None when neither applies."""
+    names = {f.name for f in dataclasses.fields(config)}
+    if "epochs" not in names and isinstance(getattr(config, "total_steps", None), int):
+        return int(config.total_steps)
+    epochs, batch = getattr(config, "epochs", None), getattr(config, "batch_size", None)
+    if isinstance(epochs, int) and isinstance(batch, int) and batch > 0:
+        size = getattr(config, "dataset_size", None) or train_size
+        return epochs * math.ceil(size / batch)
+    return None
 
-    Fields the Config does not have are dropped; a redacted ``noise_seed`` (a string) is dropped; a
-    batch larger than the shadow's data is reduced to half of it (said in a warning). A target trained
-    to a ``target_epsilon`` gives shadows calibrated to the same epsilon on their own data size (the
-    same privacy level, as Shokri et al.'s shadows mimic the target's training).
+
+def plan_config(trainer: Any, recipe: TargetRecipe, *, train_size: int, overrides: dict[str, Any] | None = None,
+                fixed: dict[str, Any] | None = None) -> tuple[Any, list[str], int | None]:
+    """The target's Config for a model of ``train_size`` rows, what differs from the target (notes), and its steps.
+
+    Fields the Config does not have are dropped; a redacted ``noise_seed`` (a string) is dropped. On fewer
+    rows than the target: a declared ``dataset_size`` is dropped (the model's own rows set q, so its expected
+    batch stays the target's), a batch larger than the rows is halved to fit, and a trainer counted in epochs
+    gets the epochs whose steps come closest to the target's. A target trained to a ``target_epsilon`` gives
+    models calibrated to the same epsilon on their own data size (Shokri et al.'s shadows mimic the target's
+    training). ``fixed`` (the target's label set) is set as given; ``overrides`` (Python API, tests) win over
+    everything and are said in the notes.
     """
-    fields = {f.name: f for f in dataclasses.fields(trainer.Config)}
+    fields = {f.name for f in dataclasses.fields(trainer.Config)}
     kw = {k: v for k, v in recipe.config.items() if k in fields}
     if "noise_seed" in kw and not (kw["noise_seed"] is None or isinstance(kw["noise_seed"], int)):
         del kw["noise_seed"]
-    kw.update(overrides or {})
+    overrides = dict(overrides or {})
     notes = []
-    if isinstance(kw.get("batch_size"), int) and kw["batch_size"] > train_size and not kw.get("batch_schedule"):
+    same_size = recipe.rows is None or train_size == recipe.rows
+    if kw.get("dataset_size") is not None and not same_size:
+        notes.append(f"the target declared --dataset-size {kw['dataset_size']}; shadow models of {train_size} rows use "
+                     "their own row count (their expected batch stays the target's).")
+        kw["dataset_size"] = None
+    batch = kw.get("batch_size")
+    if isinstance(batch, int) and batch > train_size and not kw.get("batch_schedule"):
         new = max(1, train_size // 2)
-        notes.append(f"the target's batch size {kw['batch_size']} exceeds a shadow's {train_size} rows; shadows use {new}.")
-        kw["batch_size"] = new
+        notes.append(f"the target's batch size {batch} exceeds a shadow's {train_size} rows; shadows use {new}.")
+        kw["batch_size"] = batch = new
+    if (not same_size and recipe.steps and "epochs" in fields and "epochs" not in overrides
+            and isinstance(batch, int) and batch > 0):
+        per_epoch = math.ceil(train_size / batch)
+        kw["epochs"] = max(1, round(recipe.steps / per_epoch))
+    kw.update(fixed or {})
+    kw.update(overrides)
     try:
-        return trainer.Config(**kw), notes
+        config = trainer.Config(**kw)
     except (TypeError, ValueError) as err:
-        raise UserInputError(f"cannot rebuild the target's {recipe.trainer} config for shadow models ({err}).") from None
+        raise UserInputError(f"cannot build the {recipe.trainer} config for shadow models from {recipe.origin} "
+                             f"({err}).") from None
+    steps = planned_steps(config, train_size)
+    if recipe.rows is not None and train_size != recipe.rows:
+        notes.append(f"shadow models train on {train_size} rows, the target on {recipe.rows} (the pool has too few rows "
+                     "to match it).")
+    if recipe.steps is not None and steps is not None and steps != recipe.steps:
+        notes.append(f"a shadow model runs {steps} optimizer steps, the target ran {recipe.steps}"
+                     + (f" (--shadow-overrides {overrides})." if overrides else
+                        f" (epochs rounded to whole epochs of {train_size} rows at batch {batch})."))
+    elif overrides:
+        notes.append(f"shadow models' Config overridden: {overrides}.")
+    return config, notes, steps
+
+
+# -- the models to train ----------------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -124,7 +303,10 @@ def _rows(texts: Sequence[str], labels: Sequence[Any] | None, idx: np.ndarray) -
 
 def write_shadow_data(path: Path, *, train: list[dict[str, Any]], heldout: list[dict[str, Any]],
                       public: list[dict[str, Any]], labelled: bool, target_manifest: dict[str, Any]) -> Path:
-    """An inject-format directory (verifiable by :func:`dpaudit.inject_run.load_inject_run`), no canaries."""
+    """An inject-format directory (verifiable by :func:`dpaudit.inject_run.load_inject_run`), no canaries.
+
+    The label set is the trainer's Config ``labels`` (the target's), never read from these rows.
+    """
     from dpaudit.inject_run import (
         CANARIES,
         HELDOUT,
@@ -147,8 +329,6 @@ def write_shadow_data(path: Path, *, train: list[dict[str, Any]], heldout: list[
         extra = {"corpus": {"labelled": labelled, "source": "dpaudit shadow split"}, "mode": "shadow",
                  "secret_space": target_manifest.get("secret_space"), "canaries": 0,
                  "tokenizer": "public.jsonl is the target's public split (the same tokenizer as the target)."}
-        if "labels" in target_manifest:
-            extra["labels"] = target_manifest["labels"]
         manifest = build_manifest(schema=SCHEMA, config={"shadow": True, "coin_flip": False}, seed=None, inputs={},
                                   outputs=file_hashes(stage, OUTPUT_FILES), command=["dpaudit", "attack", "(shadow data)"],
                                   extra=extra)
@@ -178,80 +358,279 @@ class ShadowPool:
 
 @dataclass(frozen=True)
 class TrainedShadow:
+    """A model an attack uses: its spec (membership over the pool), directory, and how it was trained."""
+
     spec: ShadowSpec
     path: Path
     cached: bool
+    train_rows: int = 0
+    steps: int | None = None
+    batch_size: int | None = None
+    utility: tuple[str, float] | None = None
 
 
-def train_shadows(*, source: Any, run: Any, pool: ShadowPool, specs: Sequence[ShadowSpec], attack: str, cache: Path,
-                  max_minutes: float | None = None, overrides: dict[str, Any] | None = None,
-                  what: str = "shadow") -> tuple[list[TrainedShadow], list[str]]:
-    """Train (or reuse from the cache) one model per spec; one progress line per model on stderr.
+@dataclass(frozen=True)
+class _Planned:
+    spec: ShadowSpec
+    config: Any
+    steps: int | None
+    home: Path
+    rows_in: list[dict[str, Any]]
+    rows_out: list[dict[str, Any]]
+    ident: dict[str, Any]
+
+    @property
+    def model_dir(self) -> Path:
+        return self.home / "model"
+
+
+def _duration(seconds: float) -> str:
+    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
+
+
+def announce(what: str, recipe: TargetRecipe, planned: Sequence[_Planned], cached: int) -> str:
+    """The line said before a phase starts: how many models, how they train, what they will cost."""
+    todo = len(planned) - cached
+    rows = sorted({len(p.rows_in) for p in planned})
+    steps = sorted({p.steps for p in planned if p.steps is not None})
+    how = (f"{recipe.trainer}, {'/'.join(map(str, rows))} rows" + (f", {'/'.join(map(str, steps))} steps" if steps else "")
+           + (f"; the target: {recipe.rows} rows" if recipe.rows else "")
+           + (f", {recipe.steps} steps" if recipe.steps else ""))
+    line = f"{what} models: {len(planned)} ({how}): {cached} cached, {todo} to train"
+    if todo and recipe.seconds is not None:
+        line += (f", about {_duration(recipe.seconds)} each (the target's training throughput; start-up not "
+                 f"included), about {_duration(recipe.seconds * todo)} in all")
+    elif todo:
+        line += ", each about as long as training the target"
+    return line + "."
+
+
+def _fleet() -> Any:
+    """:mod:`dpaudit.training.fleet` when it is installed, else None (models then train one after the other here)."""
+    try:
+        from dpaudit.training import fleet
+    except ImportError:
+        return None
+    return fleet if hasattr(fleet, "run_fleet") else None
+
+
+def train_shadows(*, source: Any, run: Any, pool: ShadowPool, specs: Sequence[ShadowSpec], attack: str,
+                  cache: Path, options: Any = None, max_minutes: float | None = None,
+                  overrides: dict[str, Any] | None = None, what: str = "shadow", recipe: TargetRecipe | None = None
+                  ) -> tuple[list[TrainedShadow], list[str]]:
+    """Train (or reuse from the cache) one model per spec, announced first; one progress line per model on stderr.
 
     With ``max_minutes``, no new model is started once that much time has passed and at least one
-    model exists (cached models are always used). Returns the models that exist and warnings.
+    model exists (cached models are always used). Returns the models that exist and notes (what differs
+    from the target). ``options`` (:class:`dpaudit.attacks.base.AttackOptions`) gives ``workers``,
+    ``ray_address``, ``shadow_trainer``/``shadow_config`` and ``seed``.
     """
     from dpaudit.inject_run import PUBLIC
     from dpaudit.training.api import load_trainer
 
-    recipe = target_recipe(source, attack)
+    start = time.monotonic()
+    recipe = recipe or target_recipe(source, attack, options=options, run=run)
     trainer = load_trainer(recipe.trainer)
     if getattr(source, "labels", None) is not None and "labels" in {f.name for f in dataclasses.fields(trainer.Config)}:
-        # A classifier's shadows get the target's own label set, declared in its class-id order: the scores of
-        # the target and of every shadow then index the same classes (and no shadow reads labels off its rows).
-        unknown = source.unknown_label if source.unknown_label in source.labels else None
-        overrides = {"labels": list(source.labels), "unknown_label": unknown, **(overrides or {})}
+        # A classifier's shadows get the target's own label set (its config.json id2label, the public one), in its
+        # class-id order: the scores of the target and of every shadow then index the same classes, and no shadow
+        # reads a label set off its own rows (issue 29: 21 intents in train, 16 in public crashed the scoring).
+        fixed = {"labels": list(source.labels)}
+        if source.unknown_label in source.labels:  # (a bare model records none: the recipe's own value stays)
+            fixed["unknown_label"] = source.unknown_label
+    else:
+        fixed = None
     public_split = run.split(PUBLIC)
     public = _rows(public_split.texts, public_split.labels, np.arange(len(public_split.texts)))
+    public_hash = hashlib.sha256(json.dumps(public, sort_keys=True).encode()).hexdigest()
     notes: list[str] = []
-    out: list[TrainedShadow] = []
-    start = time.monotonic()
-    for n, spec in enumerate(specs, start=1):
+    planned: list[_Planned] = []
+    for spec in specs:
         idx_in, idx_out = np.flatnonzero(spec.member), np.flatnonzero(~spec.member)
-        config, changed = build_config(trainer, recipe, train_size=idx_in.size, overrides=overrides)
-        for note in changed:
-            if note not in notes:
-                notes.append(note)
+        config, changed, steps = plan_config(trainer, recipe, train_size=idx_in.size, overrides=overrides, fixed=fixed)
+        notes.extend(note for note in changed if note not in notes)
         rows_in, rows_out = _rows(pool.texts, pool.labels, idx_in), _rows(pool.texts, pool.labels, idx_out)
         ident = {"trainer": recipe.trainer, "config": dataclasses.asdict(config), "seed": spec.seed,
                  "train": hashlib.sha256(json.dumps(rows_in, sort_keys=True).encode()).hexdigest(),
                  "heldout": hashlib.sha256(json.dumps(rows_out, sort_keys=True).encode()).hexdigest(),
-                 "public": hashlib.sha256(json.dumps(public, sort_keys=True).encode()).hexdigest()}
+                 "public": public_hash}
         key = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:24]
-        home = cache / key
-        model_dir = home / "model"
-        if _finished(model_dir):
-            print(f"{what} {n}/{len(specs)}: cached ({home})", file=sys.stderr, flush=True)
-            out.append(TrainedShadow(spec, model_dir, True))
-            continue
-        elapsed = (time.monotonic() - start) / 60
-        if max_minutes is not None and out and elapsed >= max_minutes:  # at least one model is always trained
-            notes.append(f"--max-shadow-minutes {max_minutes:g}: stopped after {len(out)} of {len(specs)} {what} models "
-                         f"({elapsed:.1f} min); {len(out)} used.")
-            print(f"{what} {n}/{len(specs)}: not started (--max-shadow-minutes {max_minutes:g} reached)", file=sys.stderr)
-            break
-        home.mkdir(parents=True, exist_ok=True)
-        (home / "identity.json").write_text(json.dumps(ident, indent=1, sort_keys=True, default=str))
-        data_dir = home / "data"
-        try:
-            from dpaudit.inject_run import load_inject_run
-
-            load_inject_run(data_dir)
-        except UserInputError:
-            write_shadow_data(data_dir, train=rows_in, heldout=rows_out, public=public,
-                              labelled=pool.labels is not None, target_manifest=run.manifest)
-        t0 = time.monotonic()
-        try:
-            trainer.train(data_dir, model_dir, config, seed=spec.seed)
-        except UserInputError:
-            if not model_dir.exists():
-                raise
-            shutil.rmtree(model_dir)  # an unusable leftover (not resumable): start this one over
-            trainer.train(data_dir, model_dir, config, seed=spec.seed)
-        print(f"{what} {n}/{len(specs)}: trained on {idx_in.size} rows in {time.monotonic() - t0:.1f} s ({home})",
-              file=sys.stderr, flush=True)
-        out.append(TrainedShadow(spec, model_dir, False))
+        planned.append(_Planned(spec, config, steps, cache / key, rows_in, rows_out, ident))
+    done = [_finished(p.model_dir) for p in planned]
+    print(f"{attack}: " + announce(what, recipe, planned, sum(done)), file=sys.stderr, flush=True)
+    fresh = [p for p, finished in zip(planned, done) if not finished and not p.home.exists()]
+    for p, finished in zip(planned, done):
+        if not finished:
+            _prepare(p, public, pool, run)
+    labels = [f"{what} {p.spec.index + 1}/{len(planned)}" for p in planned]
+    fleet = _fleet()
+    if fleet is not None:
+        workers = getattr(options, "workers", None)
+        ray_address = getattr(options, "ray_address", None)
+        parallel = (workers or 1) > 1 or ray_address is not None
+        jobs = [fleet.FleetJob(trainer=recipe.trainer, config=dataclasses.asdict(p.config), data_dir=p.home / "data",
+                               out_dir=p.model_dir, seed=p.spec.seed, label=label) for p, label in zip(planned, labels)]
+        fleet.run_fleet(jobs, workers=workers if parallel else 1, ray_address=ray_address,
+                        engine="auto" if parallel else "inline", progress=True, desc=f"{what} models",
+                        max_minutes=max_minutes)
+    else:  # the sequential path: one model after the other in this process
+        for n, (p, finished, label) in enumerate(zip(planned, done, labels), start=1):
+            if finished:
+                print(f"{what} models {n}/{len(planned)}: cached ({label}: {p.model_dir})", file=sys.stderr, flush=True)
+                continue
+            if max_minutes is not None and (time.monotonic() - start) / 60 >= max_minutes and any(
+                    _finished(q.model_dir) for q in planned):
+                break
+            t0 = time.monotonic()
+            _train_one(trainer, p)
+            print(f"{what} models {n}/{len(planned)}: trained in {time.monotonic() - t0:.1f} s ({label}: {p.model_dir})",
+                  file=sys.stderr, flush=True)
+    for p in fresh:  # prepared in this call but never started (--max-shadow-minutes): leave the cache as it was
+        if not p.model_dir.exists():
+            shutil.rmtree(p.home, ignore_errors=True)
+    out = [TrainedShadow(p.spec, p.model_dir, finished, train_rows=len(p.rows_in), steps=_ran_steps(p),
+                         batch_size=getattr(p.config, "batch_size", None), utility=_model_utility(p.model_dir))
+           for p, finished in zip(planned, done) if _finished(p.model_dir)]
+    stopped = len(out) < len(planned)
+    if (len(out) < len(planned) or stopped) and max_minutes is not None:
+        notes.append(f"--max-shadow-minutes {max_minutes:g}: stopped after {len(out)} of {len(planned)} {what} models; "
+                     f"{len(out)} used.")
     return out, notes
+
+
+def _prepare(p: _Planned, public: list[dict[str, Any]], pool: ShadowPool, run: Any) -> None:
+    """The cache entry's identity and data directory (kept when already written: an interrupted run resumes)."""
+    from dpaudit.inject_run import load_inject_run
+
+    p.home.mkdir(parents=True, exist_ok=True)
+    (p.home / "identity.json").write_text(json.dumps(p.ident, indent=1, sort_keys=True, default=str))
+    try:
+        load_inject_run(p.home / "data")
+    except UserInputError:
+        write_shadow_data(p.home / "data", train=p.rows_in, heldout=p.rows_out, public=public,
+                          labelled=pool.labels is not None, target_manifest=run.manifest)
+
+
+def _train_one(trainer: Any, p: _Planned) -> None:
+    try:
+        trainer.train(p.home / "data", p.model_dir, p.config, seed=p.spec.seed)
+    except UserInputError:
+        if not p.model_dir.exists():
+            raise
+        shutil.rmtree(p.model_dir)  # an unusable leftover (not resumable): start this one over
+        trainer.train(p.home / "data", p.model_dir, p.config, seed=p.spec.seed)
+
+
+def _ran_steps(p: _Planned) -> int | None:
+    try:
+        steps = json.loads((p.model_dir / "manifest.json").read_text(encoding="utf-8")).get("steps")
+    except (OSError, ValueError):
+        return p.steps
+    return steps if isinstance(steps, int) else p.steps
+
+
+def _model_utility(model_dir: Path) -> tuple[str, float] | None:
+    try:
+        manifest = json.loads((Path(model_dir) / "manifest.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    return heldout_utility(manifest)
+
+
+# -- what the results say about the models ----------------------------------------------------------
+
+
+def models_info(recipe: TargetRecipe | None, models: Sequence[TrainedShadow], *, role: str, data: str,
+                notes: Sequence[str], origin: str | None = None) -> tuple[Any, list[str]]:
+    """The :class:`~dpaudit.attacks.results.ShadowModelsInfo` of an attack's models, and its warnings: the
+    differences from the target, and a mismatch of mean held-out accuracy beyond :data:`ACCURACY_MARGIN`."""
+    from dpaudit.attacks.results import ShadowModel, ShadowModelsInfo
+
+    values = [m.utility[1] for m in models if m.utility is not None]
+    names = {m.utility[0] for m in models if m.utility is not None}
+    target = recipe.utility if recipe is not None else None
+    mean = float(np.mean(values)) if values else None
+    mismatch = bool(target is not None and mean is not None and abs(mean - target[1]) > ACCURACY_MARGIN)
+    warnings = list(notes)
+    if mismatch:
+        warnings.insert(0, f"the {role} models' mean {target[0]} {mean:.1%} differs from the target's {target[1]:.1%} by "
+                           f"{abs(mean - target[1]) * 100:.1f} points (more than {ACCURACY_MARGIN * 100:.0f}): the attack "
+                           f"is calibrated on models unlike the target, so its figures may understate (or misstate) "
+                           "what matched models would show.")
+    info = ShadowModelsInfo(
+        role=role, origin=origin or (recipe.origin if recipe is not None else "--shadow-dirs"),
+        trainer=None if recipe is None else recipe.trainer, data=data,
+        utility=target[0] if target is not None else (next(iter(names)) if len(names) == 1 else None),
+        target_heldout_accuracy=None if target is None else target[1], mean_heldout_accuracy=mean,
+        margin=ACCURACY_MARGIN, mismatch=mismatch,
+        target_rows=None if recipe is None else recipe.rows, target_steps=None if recipe is None else recipe.steps,
+        target_batch_size=None if recipe is None else recipe.batch_size,
+        models=tuple(ShadowModel(index=m.spec.index, path=str(m.path), train_rows=m.train_rows, steps=m.steps,
+                                 batch_size=m.batch_size, heldout_accuracy=None if m.utility is None else m.utility[1],
+                                 cached=m.cached) for m in models),
+        differences=tuple(notes))
+    return info, warnings
+
+
+# -- user-supplied shadow models (--shadow-dirs) ----------------------------------------------------
+
+
+def shadow_dir_paths(options: Any) -> list[Path]:
+    """The directories of ``--shadow-dirs`` (each value a model directory or a text file listing them, one per
+    line), each checked to hold :data:`MEMBERS_FILE`."""
+    paths: list[Path] = []
+    for value in options.shadow_dirs or ():
+        path = Path(value)
+        if path.is_file():
+            try:
+                lines = path.read_text(encoding="utf-8").splitlines()
+            except (OSError, UnicodeDecodeError) as err:
+                raise UserInputError(f"--shadow-dirs {value}: cannot read it ({err}); give model directories or a "
+                                     "file listing them, one per line.") from None
+            paths.extend(Path(line.strip()) for line in lines if line.strip() and not line.startswith("#"))
+        else:
+            paths.append(path)
+    for path in paths:
+        if not path.is_dir():
+            raise UserInputError(f"--shadow-dirs: {path} is not a directory; give shadow model directories (each with "
+                                 f"its {MEMBERS_FILE}).")
+        if not (path / MEMBERS_FILE).is_file():
+            raise UserInputError(f"--shadow-dirs: {path} has no {MEMBERS_FILE}; write the JSON list of the texts it "
+                                 "trained on (or \"sha256:<hex>\" of each text's UTF-8) beside its weights.")
+    return paths
+
+
+def read_members(path: Path) -> set[str]:
+    """The entries of a shadow directory's :data:`MEMBERS_FILE` (texts or ``sha256:<hex>``)."""
+    file = path / MEMBERS_FILE
+    try:
+        obj = json.loads(file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as err:
+        raise UserInputError(f"{file}: not a readable JSON list ({err}); write the list of the texts the model trained "
+                             "on.") from None
+    if not isinstance(obj, list) or not all(isinstance(x, str) for x in obj):
+        raise UserInputError(f"{file}: expected a JSON list of strings (texts, or \"sha256:<hex>\").")
+    return set(obj)
+
+
+def text_hash(text: str) -> str:
+    """The ``sha256:<hex>`` entry of a text in a :data:`MEMBERS_FILE`."""
+    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def user_shadows(options: Any, pool: ShadowPool) -> list[TrainedShadow]:
+    """The ``--shadow-dirs`` models, each with its membership over ``pool`` read from its :data:`MEMBERS_FILE`."""
+    out = []
+    for i, path in enumerate(shadow_dir_paths(options)):
+        members = read_members(path)
+        member = np.asarray([t in members or text_hash(t) in members for t in pool.texts], dtype=bool)
+        model_dir = path
+        utility = None
+        if (path / "manifest.json").is_file():
+            utility = _model_utility(path)
+        out.append(TrainedShadow(ShadowSpec(index=i, member=member, seed=-1), model_dir, True,
+                                 train_rows=int(member.sum()), utility=utility))
+    return out
 
 
 def check_same_tokenizer(target: Any, other: Any, *, option: str) -> None:
@@ -274,7 +653,7 @@ def load_scorers(context: Any, models: Sequence[TrainedShadow]) -> list[Any]:
     return scorers
 
 
-# -- the public-half shadows of the shadow and rmia attacks (and the ref attack's pool) ------------
+# -- the public-part shadows of the shadow and rmia attacks (and the ref attack's pool) -------------
 
 
 def public_pool(run: Any, label_set: Any = None) -> ShadowPool:
@@ -296,19 +675,57 @@ def pool_label_ids(label_set: Any, pool: ShadowPool) -> list[int] | None:
     return [label_set.id_of(lab) for lab in pool.labels]
 
 
-def public_half_specs(n_pool: int, k: int, seed: int) -> list[ShadowSpec]:
-    """k shadows, each IN on an independent random half of the public pool (seeded)."""
+def split_public(n_pool: int, target_rows: int | None, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Disjoint (reference part, population part) indices of the public pool, a seeded permutation of it.
+
+    RMIA's population rows z must have trained no reference model (Zarifzadeh et al. 2024 compare the
+    target's likelihood ratio on x with that on fresh population samples). The reference part gets twice
+    the target's rows N (so each model trains on N rows, half of it), but at least half and at most three
+    quarters of the pool; the population is the rest. Deterministic from the attack's public ``--seed``.
+    """
+    order = np.random.default_rng([seed, 0x504F50]).permutation(n_pool)
+    size = n_pool // 2 if not target_rows else min(max(2 * target_rows, n_pool // 2), n_pool - n_pool // 4)
+    return np.sort(order[:size]), np.sort(order[size:])
+
+
+def public_specs(reference: np.ndarray, n_pool: int, n_in: int, k: int, seed: int) -> list[ShadowSpec]:
+    """k models, each IN on an independent random ``n_in`` rows of the reference part (seeded)."""
     specs = []
     for i in range(k):
         rng = np.random.default_rng([seed, 0x5348, i])
         member = np.zeros(n_pool, bool)
-        member[rng.permutation(n_pool)[: n_pool // 2]] = True
+        member[rng.permutation(reference)[:n_in]] = True
         specs.append(ShadowSpec(index=i, member=member, seed=seed * 1000 + i))
     return specs
 
 
-def public_shadows(context: Any, attack: str, *, what: str = "shadow") -> tuple[list[Any], list[Any], ShadowPool, list[str]]:
-    """Train or reuse the k public-half shadows (shared by ``shadow`` and ``rmia``): (models, scorers, pool, notes)."""
+@dataclass(frozen=True)
+class PublicShadows:
+    """The shadow/reference models of the ``shadow`` and ``rmia`` attacks and their public pool.
+
+    Attributes:
+        models, scorers: the models (membership over ``pool``) and their scorers.
+        pool: ``public.jsonl``'s rows the model has labels for.
+        reference, population: disjoint pool indices: the rows the models were drawn from, and the rows no
+            model trained on (RMIA's population z).
+        notes: what differs from the target (warnings).
+        info: the :class:`~dpaudit.attacks.results.ShadowModelsInfo` (without role-specific wording).
+        recipe: the target's recipe (None with ``--shadow-dirs``).
+        data: how each model's rows were drawn, in words.
+    """
+
+    models: list[TrainedShadow]
+    scorers: list[Any]
+    pool: ShadowPool
+    reference: np.ndarray
+    population: np.ndarray
+    notes: list[str]
+    recipe: TargetRecipe | None
+    data: str
+
+
+def public_shadows(context: Any, attack: str, *, what: str = "shadow") -> PublicShadows:
+    """Train or reuse the k public-part models (shared by ``shadow`` and ``rmia``), or read ``--shadow-dirs``."""
     cached = getattr(context, "_public_shadows", None)
     if cached is not None:
         return cached
@@ -317,13 +734,36 @@ def public_shadows(context: Any, attack: str, *, what: str = "shadow") -> tuple[
     if len(pool.texts) < 4:
         raise UserInputError(f"--attacks {attack}: public.jsonl has {len(pool.texts)} rows; shadow models need at least 4 "
                              "(re-inject with a larger --public-size).")
-    specs = public_half_specs(len(pool.texts), options.shadow_models, options.seed)
+    if getattr(options, "shadow_dirs", None):
+        models = user_shadows(options, pool)
+        trained = np.zeros(len(pool.texts), bool)
+        for m in models:
+            trained |= m.spec.member
+        population = np.flatnonzero(~trained)
+        notes = [] if population.size else [
+            "every public.jsonl row trained some --shadow-dirs model: RMIA's population rows are not fresh."]
+        if not population.size:
+            population = np.arange(len(pool.texts))
+        result = PublicShadows(models, load_scorers(context, models), pool, np.flatnonzero(trained), population,
+                               notes, None, f"--shadow-dirs ({len(models)} models; membership from their "
+                                            f"{MEMBERS_FILE})")
+        context._public_shadows = result
+        return result
+    recipe = target_recipe(context.scorer.source, attack, options=options, run=context.data)
+    reference, population = split_public(len(pool.texts), recipe.rows, options.seed)
+    n_in = min(recipe.rows or reference.size // 2, reference.size // 2)
+    specs = public_specs(reference, len(pool.texts), n_in, options.shadow_models, options.seed)
     models, notes = train_shadows(source=context.scorer.source, run=context.data, pool=pool, specs=specs, attack=attack,
-                                  cache=cache_root(options.shadow_cache), max_minutes=options.max_shadow_minutes,
-                                  overrides=options.shadow_overrides, what=what)
+                                  cache=cache_root(options.shadow_cache), options=options,
+                                  max_minutes=options.max_shadow_minutes, overrides=options.shadow_overrides, what=what,
+                                  recipe=recipe)
     if not models:
         raise UserInputError(f"--max-shadow-minutes {options.max_shadow_minutes:g}: no shadow model could be trained in "
                              "time; raise it.")
-    scorers = load_scorers(context, models)
-    context._public_shadows = (models, scorers, pool, notes)
-    return context._public_shadows
+    data = (f"public.jsonl ({len(pool.texts)} rows) split by --seed {options.seed} into a reference part of "
+            f"{reference.size} rows and a disjoint population part of {population.size} rows (RMIA's z, never trained "
+            f"on); each model trains on {n_in} random rows of the reference part"
+            + (f" (the target trained on {recipe.rows})" if recipe.rows else ""))
+    result = PublicShadows(models, load_scorers(context, models), pool, reference, population, notes, recipe, data)
+    context._public_shadows = result
+    return result

@@ -1,7 +1,9 @@
 """The ``shadow`` attack: shadow-model membership inference (Shokri et al. 2017, as used by Dupuy et al. 2021).
 
 k shadow models (default 4) are trained like the target (same trainer and Config, from its
-manifest) each on a random half of ``public.jsonl``; its other half are the shadow's non-members.
+manifest, on as many rows and for as many optimizer steps) each on random rows of the reference part
+of ``public.jsonl`` (:func:`dpaudit.attacks.shadow_models.split_public`); the other rows are the
+shadow's non-members.
 Features of every shadow's in and out rows (sorted class probabilities for a classifier; for a
 masked LM the sorted top-k masked-token probabilities, the loss and the entropy: whatever
 :meth:`dpaudit.scoring.Scorer.example_features` gives) train one scikit-learn classifier
@@ -23,7 +25,7 @@ import numpy as np
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome
 from dpaudit.attacks.mia import audit_tasks, membership_tasks
-from dpaudit.attacks.shadow_models import check_trained_like_target, pool_label_ids, public_shadows
+from dpaudit.attacks.shadow_models import check_trained_like_target, models_info, pool_label_ids, public_shadows
 from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
 
 #: Top-k masked-token probabilities in MLM features.
@@ -61,7 +63,9 @@ class ShadowAttack:
     def run(self, context: AttackContext) -> AttackOutcome:
         options = context.options
         tasks = membership_tasks(context)
-        models, scorers, pool, notes = public_shadows(context, self.name)
+        shadows = public_shadows(context, self.name)
+        models, scorers, pool = shadows.models, shadows.scorers, shadows.pool
+        info, notes = models_info(shadows.recipe, models, role="shadow", data=shadows.data, notes=shadows.notes)
         labels = pool_label_ids(context.scorer.source.label_set(), pool)
         xs, ys = [], []
         for model, scorer in zip(models, scorers):
@@ -72,7 +76,7 @@ class ShadowAttack:
         feature_names = ("sorted class probabilities, loss, entropy" if context.scorer.kind == CLASSIFIER else
                          f"top-{TOP_K} masked-token probabilities (sorted, averaged over masked positions), loss, entropy")
         params = {"score": "attack-model member probability; higher = member", "shadow_models": len(models),
-                  "shadow_models_asked": options.shadow_models, "shadow_data": "random halves of public.jsonl",
+                  "shadow_models_asked": options.shadow_models, "shadow_data": shadows.data,
                   "attack_model": options.attack_model, "features": feature_names,
                   "cached": sum(m.cached for m in models), "shadow_overrides": options.shadow_overrides or {}}
-        return audit_tasks(context, self.name, scored, parameters=params, warnings=notes)
+        return audit_tasks(context, self.name, scored, parameters=params, warnings=notes, shadow_models=info)

@@ -87,7 +87,13 @@ def _summary(results) -> str:  # noqa: ANN001
               help="Beam width for the true secret's rank among the best fills (0: off).")
 @click.option("--seed", type=seed_type(), default=0, show_default=True, help="Seed of the bootstrap intervals.")
 @click.option("--shadow-models", type=click.IntRange(min=1), default=4, show_default=True,
-              help="Shadow/reference models for the shadow, lira (>= 2) and rmia attacks.")
+              help="Shadow/reference models for the shadow, lira (>= 2) and rmia attacks. Each trains like the target "
+                   "(its trainer and recipe, as many rows and optimizer steps): about the target's own training time "
+                   "each. shadow and rmia share theirs, lira has its own, ref trains 1: --attacks shadow,lira,rmia,ref "
+                   "--shadow-models 8 trains 8 + 8 + 1 = 17 models (cached: a rerun trains none). The phase, the count "
+                   "and the estimated cost are printed before training starts. 4 by default: with few shadows LiRA "
+                   "fits one shared variance, which Carlini et al. 2022 find works from a handful of shadows; "
+                   "per-example variances need about 64.")
 @click.option("--attack-model", type=click.Choice(["logreg", "gbdt"]), default="logreg", show_default=True,
               help="The shadow attack's classifier: logistic regression or gradient boosting.")
 @click.option("--reference-model", type=click.Path(path_type=Path), default=None,
@@ -97,6 +103,26 @@ def _summary(results) -> str:  # noqa: ANN001
               help="Stop starting new shadow models after this many minutes (the ones trained are used).")
 @click.option("--shadow-cache", type=click.Path(path_type=Path), default=None,
               help="Shadow-model cache [default: $DPAUDIT_CACHE/shadows or ~/.cache/dpaudit/shadows].")
+@click.option("--workers", type=click.IntRange(min=1), default=None,
+              help="Shadow/reference models trained at once (each in its own process: Ray when installed, else a "
+                   "process pool). Default: one at a time in this process.")
+@click.option("--ray-address", default=None, metavar="ADDR",
+              help="Train the shadow/reference models on this Ray cluster (e.g. ray://host:10001; its nodes must see "
+                   "--shadow-cache and have dpaudit installed).")
+@click.option("--shadow-trainer", default=None, metavar="NAME",
+              help="The registered dpaudit trainer that trains shadow/reference models of a model trained elsewhere "
+                   "(a Hugging Face directory without a dpaudit manifest), with --shadow-config's recipe.")
+@click.option("--shadow-config", type=click.Path(path_type=Path, dir_okay=False), default=None, metavar="FILE.json",
+              help="A JSON object of --shadow-trainer's Config fields (the target's recipe, e.g. "
+                   '{"mode": "sgd", "epochs": 3, "batch_size": 32}); shadows train on as many rows as train.jsonl.')
+@click.option("--shadow-dirs", multiple=True, metavar="DIR", default=(),
+              help="A shadow model trained by you (repeatable; or a text file listing directories, one per line): a "
+                   "model directory with the target's tokenizer holding members.json, a JSON list of the texts it "
+                   "trained on (or \"sha256:<hex>\" of each text's UTF-8). No shadow is trained; lira needs >= 2.")
+@click.option("--claimed-epsilon", type=FiniteFloat(min=0, min_open=True), default=None, metavar="E",
+              help="The privacy claim of a model trained elsewhere (no privacy.json): epsilon, tested as given.")
+@click.option("--claimed-delta", type=FiniteFloat(min=0, max=1, min_open=True, max_open=True), default=None, metavar="D",
+              help="The delta of --claimed-epsilon's claim.")
 @click.option("--fpr", "fprs", type=FiniteFloat(min=0, max=1, min_open=True, max_open=True), multiple=True,
               help="Report TPR at this FPR (repeatable); refused if heldout.jsonl has too few non-members to measure it. "
                    "Default: 0.1% and 1%, with a warning when unmeasurable.")
@@ -108,7 +134,9 @@ def _summary(results) -> str:  # noqa: ANN001
 def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: int, reveal: int, top_k: int, seed: int,
            shadow_models: int, attack_model: str, reference_model: Path | None, max_shadow_minutes: float | None,
            shadow_cache: Path | None, fprs: tuple[float, ...], mia_examples: int | None, lira_global_variance: bool,
-           overwrite: bool, as_json: bool) -> None:
+           overwrite: bool, as_json: bool, workers: int | None = None, ray_address: str | None = None,
+           shadow_trainer: str | None = None, shadow_config: Path | None = None, shadow_dirs: tuple[str, ...] = (),
+           claimed_epsilon: float | None = None, claimed_delta: float | None = None) -> None:
     """Attack a model's canaries and write results.json, scores/canaries.jsonl and manifest.json.
 
     Exposure (Carlini et al. 2019) is exact: all secret tokens are masked at once and the secret's
@@ -119,6 +147,11 @@ def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: in
     Membership inference (loss, shadow, ref, lira, rmia) scores train.jsonl members vs heldout.jsonl
     non-members and inserted vs control canaries, and sets an empirical epsilon lower bound beside the
     accountant's claim (flagged loudly when above it). Shadow models are cached and resumable.
+
+    Shadow and reference models match the target (its trainer, recipe, label set, row count and optimizer
+    steps); each one's held-out accuracy is recorded beside the target's, with a warning when their mean
+    differs from it by more than 10 points (absolute). A failing attack never discards the others' results:
+    they are written, the failure is recorded in results.json, and the exit status is 1.
     """
     from dpaudit.attacks.run import AttackWarning
     from dpaudit.stages.attack import attack as run_attack
@@ -132,7 +165,11 @@ def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: in
                              max_shadow_minutes=max_shadow_minutes,
                              shadow_cache=None if shadow_cache is None else str(shadow_cache),
                              fprs=tuple(fprs) or None, mia_examples=mia_examples,
-                             lira_global_variance=lira_global_variance)
+                             lira_global_variance=lira_global_variance, workers=workers, ray_address=ray_address,
+                             shadow_trainer=shadow_trainer,
+                             shadow_config=None if shadow_config is None else str(shadow_config),
+                             shadow_dirs=tuple(shadow_dirs) or None, claimed_epsilon=claimed_epsilon,
+                             claimed_delta=claimed_delta)
     for w in caught:
         if issubclass(w.category, AttackWarning):
             click.echo(f"warning: {w.message}", err=True)
@@ -141,3 +178,7 @@ def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: in
     else:
         click.echo(_summary(results))
         click.echo(f"wrote {out} (report: {out / 'index.html'})")
+    if results.errors:  # the others' results are written; the exit status says one failed
+        for error in results.errors:
+            click.echo(f"error: {error['attack']} failed: {error['error']}", err=True)
+        raise SystemExit(1)

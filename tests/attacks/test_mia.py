@@ -98,7 +98,7 @@ def test_shadow_cache_is_reused(mia_run, mia_model, mia_data, capfd):
     again = dpaudit.attack(mia_model, mia_data, ["shadow"], shadow_models=2, shadow_cache=str(cache),
                            shadow_overrides=SHADOW_OVERRIDES, progress=False)
     err = capfd.readouterr().err
-    assert err.count(": cached (") == 2 and "trained on" not in err  # one progress line per shadow, none trained
+    assert err.count(": cached (") == 2 and "trained in" not in err  # one progress line per shadow, none trained
     assert sorted(p.name for p in cache.iterdir()) == before
     assert again["shadow"]["examples"].auc == pytest.approx(results["shadow"]["examples"].auc)
 
@@ -202,7 +202,7 @@ def test_an_unfinished_shadow_is_resumed_from_its_checkpoint(mia_run, mia_model,
     again = dpaudit.attack(mia_model, mia_data, ["shadow"], shadow_models=2, shadow_cache=str(cache),
                            shadow_overrides=SHADOW_OVERRIDES, progress=False)
     err = capfd.readouterr().err
-    assert err.count("trained on") == 1 and err.count(": cached (") == 1
+    assert err.count("trained in") == 1 and err.count(": cached (") == 1
     assert (homes[0] / "model" / "manifest.json").is_file()
     assert again["shadow"]["examples"].auc == pytest.approx(results["shadow"]["examples"].auc)
 
