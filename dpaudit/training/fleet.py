@@ -9,18 +9,22 @@ one of three engines:
 - ``"ray"``: a Ray task per model (Moritz et al. 2018, "Ray: a distributed framework for emerging AI
   applications"), on a local Ray instance started for the call (``num_cpus=workers``, no dashboard,
   shut down at the end) or on a cluster (``ray_address``: its nodes must see the job's directories
-  and have dpaudit installed). Each task runs in a fresh worker process (``max_calls=1``);
-- ``"process"``: without Ray, a local pool of ``spawn`` processes, one per model (``maxtasksperchild``
-  1);
+  and have dpaudit installed);
+- ``"process"``: without Ray, a local pool of ``spawn`` processes (a program that calls it from its
+  own script needs the usual ``if __name__ == "__main__":`` guard);
 - ``"inline"``: in this process, one model after the other (what one worker means; a jax trainer then
   compiles its step once for the whole fleet).
 
 ``"auto"`` takes Ray when it is installed, else the process pool, and runs inline when only one model
 at a time would train anyway (one worker, or one model left to train, and no cluster).
 
-A fresh process per model means torch and jax trainers alike give back all their memory after each
-model, and no model inherits another's state. Each worker uses one thread (``OMP_NUM_THREADS``,
-``MKL_NUM_THREADS`` and ``torch.set_num_threads(1)``): the fleet's parallelism is across models.
+Workers are processes of their own, never the caller's, so torch and jax trainers alike give their
+memory back when one ends. A worker trains up to ``models_per_worker`` models (:data:`MODELS_PER_WORKER`;
+Ray's ``max_calls``, the pool's ``maxtasksperchild``), one after the other as the inline engine and
+``train_shadows`` always did (a trainer keeps no state between runs), and is then replaced by a fresh
+one, at once when its peak RSS passed half its memory bound; ``models_per_worker=1`` gives a fresh
+process to every model. Each worker uses one thread (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` and
+``torch.set_num_threads(1)``): the fleet's parallelism is across models.
 
 Memory per worker is bounded by ``worker_memory_gb`` (default :data:`WORKER_MEMORY_GB`, about 1.5x the
 largest peak RSS measured for a shipped trainer's worker at the demo's sizes): the process pool runs no
@@ -60,7 +64,7 @@ from typing import Any
 
 from dpaudit.errors import UserInputError
 
-__all__ = ["ENGINES", "WORKER_MEMORY_GB", "FleetJob", "FleetOutcome", "finished_run_dir", "run_fleet"]
+__all__ = ["ENGINES", "MODELS_PER_WORKER", "WORKER_MEMORY_GB", "FleetJob", "FleetOutcome", "finished_run_dir", "run_fleet"]
 
 #: The engines :func:`run_fleet` knows ("auto" picks one of the others).
 ENGINES = ("auto", "ray", "process", "inline")
@@ -68,6 +72,13 @@ ENGINES = ("auto", "ray", "process", "inline")
 #: Default memory bound of one worker, GiB. Measured peak RSS of a worker (``benchmarks/bench_fleet.py``):
 #: edp-sgd classifier at the demo's sizes (tiny preset, 1,000 rows) 0.6 GiB, jax-bert tiny MLM 0.9 GiB.
 WORKER_MEMORY_GB = 2.0
+
+#: Models one worker process trains before a fresh process replaces it (Ray's ``max_calls``, the pool's
+#: ``maxtasksperchild``); a worker whose peak RSS passes half its memory bound is replaced at once. Measured on
+#: the demo's classifier (``benchmarks/bench_fleet.py``): a fresh process spends longer importing torch and
+#: transformers and building its first model than training a whole shadow, so one process per model ran 3x
+#: slower than one process for all.
+MODELS_PER_WORKER = 8
 
 #: Each worker runs one thread: the fleet's parallelism is across models.
 _THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
@@ -131,7 +142,7 @@ def finished_run_dir(out_dir: str | os.PathLike[str]) -> bool:
 
 def run_fleet(jobs: Sequence[FleetJob], *, workers: int | None = None, ray_address: str | None = None,
               engine: str = "auto", progress: bool = True, desc: str = "models", max_minutes: float | None = None,
-              worker_memory_gb: float | None = None) -> list[FleetOutcome]:
+              worker_memory_gb: float | None = None, models_per_worker: int | None = None) -> list[FleetOutcome]:
     """Train every job not already finished in its ``out_dir``; resume unfinished ones; return outcomes in job order.
 
     Args:
@@ -147,6 +158,8 @@ def run_fleet(jobs: Sequence[FleetJob], *, workers: int | None = None, ray_addre
             model is finished (cached ones count); the jobs already running finish. The skipped jobs are
             missing from the result: the caller says so.
         worker_memory_gb: memory bound of one worker, GiB (default :data:`WORKER_MEMORY_GB`).
+        models_per_worker: models one worker process trains before a fresh one replaces it (default
+            :data:`MODELS_PER_WORKER`; 1: a fresh process for every model).
 
     Returns:
         One outcome per finished job, in job order (every job, unless ``max_minutes`` stopped the fleet).
@@ -164,6 +177,9 @@ def run_fleet(jobs: Sequence[FleetJob], *, workers: int | None = None, ray_addre
     memory_gb = WORKER_MEMORY_GB if worker_memory_gb is None else float(worker_memory_gb)
     if not memory_gb > 0:
         raise UserInputError(f"worker memory must be > 0 GiB, got {worker_memory_gb}.")
+    per_worker = MODELS_PER_WORKER if models_per_worker is None else int(models_per_worker)
+    if per_worker < 1:
+        raise UserInputError(f"models_per_worker must be >= 1, got {models_per_worker}.")
     if engine == "ray" and importlib.util.find_spec("ray") is None:
         raise UserInputError("the ray fleet engine needs Ray: pip install 'dpaudit[fleet]' (or choose another engine).")
 
@@ -204,7 +220,7 @@ def run_fleet(jobs: Sequence[FleetJob], *, workers: int | None = None, ray_addre
             chosen = _choose_engine(engine, workers, len(todo), ray_address)
             runner = {"inline": _run_inline, "process": _run_processes, "ray": _run_ray}[chosen]
             runner([(i, jobs[i]) for i in todo], workers=workers, ray_address=ray_address, memory_gb=memory_gb,
-                   may_start=may_start, finished=finished, note=bar.note)
+                   models_per_worker=per_worker, may_start=may_start, finished=finished, note=bar.note)
             skipped = sum(i not in done for i in todo)
             if skipped:
                 bar.note(f"{desc}: {skipped} of {len(first)} not started (max_minutes {max_minutes:g} reached).")
@@ -324,7 +340,10 @@ def _peak_rss_mb() -> float:
 
 
 def _worker(job: FleetJob, memory_bytes: int | None, fds: bool) -> dict[str, Any]:
-    """Run one job in a worker process: one thread, memory capped, output quiet; never raises (the result says)."""
+    """Run one job in a worker process: one thread, memory capped, output quiet; never raises (the result says).
+
+    The result's ``retire`` asks for a fresh process next time: this one's peak RSS passed half its bound.
+    """
     os.environ.update(_THREAD_ENV)
     if memory_bytes is not None:
         with contextlib.suppress(ValueError, OSError):
@@ -336,14 +355,17 @@ def _worker(job: FleetJob, memory_bytes: int | None, fds: bool) -> dict[str, Any
         with _quiet(fds):
             _train_job(job)
     except UserInputError as err:
-        return {"status": "user", "message": str(err)}
+        return {"status": "user", "message": str(err), "retire": True}
     except MemoryError:
         gb = (memory_bytes or 0) / _GIB
         return {"status": "user", "message": f"its worker ran out of memory (bound {gb:g} GiB per worker); raise the "
-                                             "bound or train fewer models at once (--workers)."}
+                                             "bound or train fewer models at once (--workers).", "retire": True}
     except Exception as err:  # a bug: keep its traceback for the driver
-        return {"status": "error", "message": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc()}
-    return {"status": "ok", "seconds": time.monotonic() - t0, "peak_rss_mb": _peak_rss_mb()}
+        return {"status": "error", "message": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc(),
+                "retire": True}
+    peak = _peak_rss_mb()
+    retire = memory_bytes is not None and peak * (1 << 20) > memory_bytes / 2
+    return {"status": "ok", "seconds": time.monotonic() - t0, "peak_rss_mb": peak, "retire": retire}
 
 
 def _outcome(job: FleetJob, result: dict[str, Any]) -> FleetOutcome:
@@ -376,20 +398,58 @@ def _run_inline(todo: list[tuple[int, FleetJob]], *, may_start: Callable[[], boo
         finished(i, FleetOutcome(job, cached=False, seconds=time.monotonic() - t0, peak_rss_mb=_peak_rss_mb()))
 
 
-def _process_main(job: FleetJob, memory_bytes: int | None, conn: Any) -> None:
-    """The entry point of a process-pool worker: one job, its result sent back through ``conn``."""
+def _process_main(conn: Any, memory_bytes: int | None, models_per_worker: int) -> None:
+    """A process-pool worker: up to ``models_per_worker`` jobs received through ``conn``, each result sent back;
+    it exits after the last, when told (None or a closed pipe), when interrupted, or when a result says retire."""
     try:
-        result = _worker(job, memory_bytes, fds=True)
+        for _ in range(models_per_worker):
+            try:
+                job = conn.recv()
+            except EOFError:
+                return
+            if job is None:
+                return
+            result = _worker(job, memory_bytes, fds=True)
+            conn.send(result)
+            if result.get("retire"):
+                return
     except KeyboardInterrupt:  # interrupted by the driver: the trainer's finally blocks have run
-        result = {"status": "cancelled"}
-    with contextlib.suppress(OSError):
-        conn.send(result)
-    conn.close()
+        return
+    finally:
+        conn.close()
 
 
-def _run_processes(todo: list[tuple[int, FleetJob]], *, workers: int | None, memory_gb: float,
+class _Child:
+    """One process-pool worker and the job it is training."""
+
+    def __init__(self, ctx: Any, memory_bytes: int, models_per_worker: int) -> None:
+        self.conn, theirs = ctx.Pipe()
+        self.proc = ctx.Process(target=_process_main, args=(theirs, memory_bytes, models_per_worker),
+                                name="dpaudit-fleet-worker")
+        self.proc.start()
+        theirs.close()
+        self.left = models_per_worker
+        self.job: tuple[int, FleetJob] | None = None
+
+    def give(self, i: int, job: FleetJob) -> None:
+        self.job, self.left = (i, job), self.left - 1
+        self.conn.send(job)
+
+    def stop(self, deadline: float) -> None:
+        """Tell an idle worker to exit (a busy one was interrupted); kill it at ``deadline``."""
+        if self.job is None:
+            with contextlib.suppress(OSError):
+                self.conn.send(None)
+        self.proc.join(max(0.0, deadline - time.monotonic()))
+        if self.proc.is_alive():
+            self.proc.kill()
+            self.proc.join()
+        self.conn.close()
+
+
+def _run_processes(todo: list[tuple[int, FleetJob]], *, workers: int | None, memory_gb: float, models_per_worker: int,
                    may_start: Callable[[], bool], finished: Finished, note: Callable[[str], None], **_: Any) -> None:
-    """A pool of spawn processes, a fresh one per job (maxtasksperchild 1), at most ``workers`` at once."""
+    """A pool of spawn processes, at most ``workers`` at once, each replaced after ``models_per_worker`` models."""
     import multiprocessing
     import signal
     from multiprocessing.connection import wait
@@ -398,48 +458,46 @@ def _run_processes(todo: list[tuple[int, FleetJob]], *, workers: int | None, mem
     n = _local_workers(workers, len(todo), memory_gb, note)
     memory_bytes = int(memory_gb * _GIB)
     queue = list(todo)
-    running: dict[Any, tuple[int, FleetJob, Any]] = {}  # receiving end -> (index, job, process)
+    idle: list[_Child] = []
+    busy: dict[Any, _Child] = {}  # its pipe -> a worker training a job
     try:
-        while queue or running:
-            while queue and len(running) < n and may_start():
-                i, job = queue.pop(0)
-                receive, send = ctx.Pipe(duplex=False)
-                proc = ctx.Process(target=_process_main, args=(job, memory_bytes, send), daemon=False,
-                                   name=f"dpaudit-fleet-{i}")
-                proc.start()
-                send.close()
-                running[receive] = (i, job, proc)
-            if not running:
+        while queue or busy:
+            while queue and (idle or len(busy) < n) and may_start():
+                child = idle.pop() if idle else _Child(ctx, memory_bytes, models_per_worker)
+                child.give(*queue.pop(0))
+                busy[child.conn] = child
+            if not busy:
                 return  # max_minutes: nothing more starts
-            for receive in wait(list(running)):
-                i, job, proc = running.pop(receive)
+            for conn in wait(list(busy)):
+                child = busy.pop(conn)
+                i, job = child.job
                 try:
-                    result = receive.recv()
+                    result = conn.recv()
                 except EOFError:  # the process died without a word (killed, out of memory)
-                    proc.join()
-                    raise UserInputError(f"{job.label}: its worker process died (exit code {proc.exitcode}); if it ran out "
-                                         "of memory, train fewer models at once (--workers). Finished models are kept.")
-                finally:
-                    receive.close()
-                proc.join()
+                    child.proc.join()
+                    raise UserInputError(f"{job.label}: its worker process died (exit code {child.proc.exitcode}); if it "
+                                         "ran out of memory, train fewer models at once (--workers). Finished models "
+                                         "are kept.") from None
+                child.job = None
+                if result.get("retire") or child.left == 0:
+                    child.stop(time.monotonic() + _CANCEL_GRACE_S)
+                else:
+                    idle.append(child)
                 finished(i, _outcome(job, result))
-    finally:
-        for receive, (_, _, proc) in running.items():  # a failure or Ctrl-C: interrupt the rest, cleanly
-            if proc.is_alive():
+    finally:  # done, a failure or Ctrl-C: interrupt the busy workers (cleanly: KeyboardInterrupt), stop the idle ones
+        for child in busy.values():
+            if child.proc.is_alive():
                 with contextlib.suppress(OSError):
-                    os.kill(proc.pid, signal.SIGINT)
+                    os.kill(child.proc.pid, signal.SIGINT)
         deadline = time.monotonic() + _CANCEL_GRACE_S
-        for receive, (_, _, proc) in running.items():
-            proc.join(max(0.0, deadline - time.monotonic()))
-            if proc.is_alive():
-                proc.kill()
-                proc.join()
-            receive.close()
+        for child in [*busy.values(), *idle]:
+            child.stop(deadline)
 
 
 def _run_ray(todo: list[tuple[int, FleetJob]], *, workers: int | None, ray_address: str | None, memory_gb: float,
-             may_start: Callable[[], bool], finished: Finished, note: Callable[[str], None]) -> None:
-    """A Ray task per job, each in a fresh worker process, at most ``workers`` at once."""
+             models_per_worker: int, may_start: Callable[[], bool], finished: Finished, note: Callable[[str], None]
+             ) -> None:
+    """A Ray task per job, at most ``workers`` at once, a worker process replaced after ``models_per_worker``."""
     ray = importlib.import_module("ray")
     started = False
     if not ray.is_initialized():
@@ -458,7 +516,7 @@ def _run_ray(todo: list[tuple[int, FleetJob]], *, workers: int | None, ray_addre
         if largest < memory_bytes:  # no node could ever run a task: Ray would wait forever
             raise UserInputError(f"no Ray node has {memory_gb:g} GiB of memory for one worker (largest "
                                  f"{largest / _GIB:.1f} GiB); lower the per-worker memory bound.")
-        task = ray.remote(max_calls=1)(_worker).options(num_cpus=1, memory=memory_bytes, max_retries=0)
+        task = ray.remote(max_calls=models_per_worker)(_worker).options(num_cpus=1, memory=memory_bytes, max_retries=0)
         queue = list(todo)
         running: dict[Any, tuple[int, FleetJob]] = {}
         try:
