@@ -27,6 +27,7 @@ def _fmt(x: float | None, spec: str = ".2f") -> str:
 def _summary(results) -> str:  # noqa: ANN001
     from dpaudit.attacks.results import ExposureResult, MiaResult, ReconstructionResult
     from dpaudit.figures import format_down, format_up
+    from dpaudit.report.notes import tpr_cell
     from dpaudit.headline import headline_of
 
     head = headline_of(results)
@@ -56,7 +57,7 @@ def _summary(results) -> str:  # noqa: ANN001
         lines.append(f"  {'attack':>7} {'task':>17} {'AUC':>6} {'CI':>15} {'TPR@0.1%':>9} {'TPR@1%':>8} {'eps LB':>9} {'vs':>7}")
         for r in mia:
             for t in r.tasks:
-                tpr = {round(x["fpr"], 6): x["tpr"] for x in t.tpr_at}
+                tpr = {round(x["fpr"], 6): tpr_cell(x, t.n_members) for x in t.tpr_at}  # n/a: too few non-members
                 b = by_name.get(f"{r.attack}/{t.task}")
                 lb, vs, flag = "-", "-", ""
                 if b is not None:
@@ -67,7 +68,7 @@ def _summary(results) -> str:  # noqa: ANN001
                         flag = ("  <-- EXCEEDS CLAIM" if b.eligible and b.kind == "proof" else
                                 "  <-- above: investigate (heuristic)" if b.eligible else "  <-- above f x epsilon: investigate")
                 lines.append(f"  {r.attack:>7} {t.task:>17} {t.auc:>6.3f} {'[' + _fmt(t.auc_ci[0], '.3f') + ', ' + _fmt(t.auc_ci[1], '.3f') + ']':>15} "
-                             f"{_fmt(tpr.get(0.001), '.3f'):>9} {_fmt(tpr.get(0.01), '.3f'):>8} {lb:>9} {vs:>7}{flag}")
+                             f"{tpr.get(0.001, '-'):>9} {tpr.get(0.01, '-'):>8} {lb:>9} {vs:>7}{flag}")
         lines.append(head.text())
         lines.extend(f"  {note}" for note in head.investigate)
     return "\n".join(lines)
@@ -177,6 +178,10 @@ def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: in
         click.echo(json.dumps(results.to_json(), indent=2, sort_keys=True))
     else:
         click.echo(_summary(results))
+        from dpaudit.report.notes import attack_notes
+
+        for line in attack_notes(results, out):  # n/a footnotes, the audits' stored warnings, the undertrained hint
+            click.echo(line)
         click.echo(f"wrote {out} (report: {out / 'index.html'})")
     if results.errors:  # the others' results are written; the exit status says one failed
         for error in results.errors:

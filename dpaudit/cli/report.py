@@ -18,6 +18,8 @@ import click
 
 _EPILOG = ("\b\nExample: dpaudit report runs/eps1-attack runs/eps8-attack runs/nonprivate-attack --out "
            "reports/epsilons.html\n"
+           "Example: dpaudit report runs/np-attack runs/np-mia runs/dp8-attack --label non-private=runs/np-attack "
+           "--label 'DP eps 8'=runs/dp8-attack\n"
            "Example: dpaudit report audits/dpsgd-eps4 runs/eps4-attack --out reports/whitebox-and-attack.html")
 
 
@@ -35,11 +37,37 @@ def default_output(run_dirs: tuple[Path, ...]) -> Path:
     return DEFAULT_DIR / f"{stem}.html"
 
 
+def parse_labels(labels: tuple[str, ...], run_dirs: tuple[Path, ...]) -> dict[str, str]:
+    """``--label NAME=DIR`` values as {DIR as given among RUN_DIRS: NAME} (split at the first "=", so a directory may
+    hold one; a name may not).
+
+    Raises:
+        UserInputError: a value without "=", an empty name, or a DIR that is not one of the RUN_DIRs.
+    """
+    from dpaudit.errors import UserInputError
+
+    given = {Path(d).resolve(): str(d) for d in run_dirs}
+    out: dict[str, str] = {}
+    for value in labels:
+        name, sep, directory = value.partition("=")
+        if not sep or not name.strip() or not directory:
+            raise UserInputError(f"--label {value!r}: expected NAME=DIR, e.g. --label non-private=runs/np-attack.")
+        match = given.get(Path(directory).resolve())
+        if match is None:
+            raise UserInputError(f"--label {value!r}: {directory} is not one of the RUN_DIRs; name one of "
+                                 f"{', '.join(str(d) for d in run_dirs)}.")
+        out[match] = name.strip()
+    return out
+
+
 @click.command(epilog=_EPILOG, context_settings={"max_content_width": 100})
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False),
               help="HTML file to write [default: reports/<run name>.html].")
-def report(run_dirs: tuple[Path, ...], out: Path | None) -> None:
+@click.option("--label", "labels", multiple=True, metavar="NAME=DIR",
+              help="Name the model of RUN_DIR DIR on the page (repeatable) [default: the model's directory name, e.g. "
+                   "runs/np -> np].")
+def report(run_dirs: tuple[Path, ...], out: Path | None, labels: tuple[str, ...]) -> None:
     """Render the audit report of one attack or audit-trainer directory, or a comparison page of several.
 
     The page is one self-contained HTML file (inline SVG and CSS, no scripts, no network): verdict,
@@ -47,10 +75,16 @@ def report(run_dirs: tuple[Path, ...], out: Path | None) -> None:
     provenance. Each RUN_DIR is the --out of `dpaudit attack` or of `dpaudit audit-trainer` (the
     white-box page: verdict, every bound, canary score histograms, claimed mechanism, limits); its
     hashes are checked first. White-box audits lead the verdict of a page that mixes both kinds.
+
+    A comparison page opens with one table, a row per model: claimed epsilon, held-out utility beside its
+    trivial baseline, the most-repeated canaries' exposure against the controls, secrets reconstructed, the
+    best valid lower bound, and the strongest membership attack's AUC and TPR at 1% FPR. Attack directories
+    of one model (the same weight files) that ran different attacks are one model on the page.
     """
     from dpaudit.errors import UserInputError
     from dpaudit.report import write_report
 
+    names = parse_labels(labels, run_dirs)
     out = default_output(run_dirs) if out is None else out
     if out.is_dir():
         raise UserInputError(f"--out {out} is a directory; pass a file name such as {out / 'report.html'}.")
@@ -59,7 +93,7 @@ def report(run_dirs: tuple[Path, ...], out: Path | None) -> None:
         raise UserInputError(f"--out {out}: {blocked} is a file, not a folder; choose another path for the page.")
     created = [p for p in out.absolute().parents if not p.exists()]  # deepest first
     try:
-        path = write_report(run_dirs, out)
+        path = write_report(run_dirs, out, labels=names)
     except BaseException:  # disk full, permissions, bad input...: remove the folders made for the page
         for folder in created:
             try:

@@ -130,7 +130,8 @@ class ReportRun:
     """Everything the report shows about one attack directory.
 
     Attributes:
-        label: how the page names the run (the directory as given by the user).
+        label: how the page names the run (as read: the directory as given by the user; on a page: its short
+            label, :func:`dpaudit.report.models.label_runs`).
         results: the typed attack results.
         manifest: the attack directory's verified manifest.
         metrics: the training telemetry, or None when unavailable.
@@ -139,6 +140,8 @@ class ReportRun:
         upstream_manifests: role ("train", "inject") -> that run's manifest, when readable.
         upstream: the upstream files looked for, with their status.
         utility: the model's held-out utility and its trivial baseline (None: not logged or unavailable).
+        parts: the attack directories this run shows, each as read (one, or several of one model merged by
+            :func:`dpaudit.report.models.merge_models`; empty before labelling: the run itself).
     """
 
     label: str
@@ -150,6 +153,12 @@ class ReportRun:
     upstream_manifests: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     upstream: tuple[Upstream, ...] = ()
     utility: Utility | None = None
+    parts: tuple[ReportRun, ...] = ()
+
+    @property
+    def directories(self) -> tuple[str, ...]:
+        """The attack directories shown as this run, as the user gave them."""
+        return tuple(p.label for p in self.parts) if self.parts else (self.label,)
 
 
 def _finite(value: Any) -> float | None:

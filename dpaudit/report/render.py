@@ -15,7 +15,7 @@ section of their own.
 from __future__ import annotations
 
 import os
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -27,21 +27,15 @@ from dpaudit.report.templating import environment, stylesheet
 DEFAULT_DIR = Path("reports")
 
 
-def _unique_labels(runs: Sequence[ReportRun]) -> list[ReportRun]:
-    import dataclasses
-
-    seen: dict[str, int] = {}
-    out = []
-    for run in runs:
-        n = seen.get(run.label, 0) + 1
-        seen[run.label] = n
-        out.append(run if n == 1 else dataclasses.replace(run, label=f"{run.label} ({n})"))
-    return out
-
-
-def render_runs(runs: Sequence[ReportRun], *, whitebox: Sequence[Any] = ()) -> str:
+def render_runs(runs: Sequence[ReportRun], *, whitebox: Sequence[Any] = (),
+                labels: Mapping[str, str] | None = None) -> str:
     """The HTML page of one run, or the comparison page of several; ``whitebox`` audits
-    (:class:`~dpaudit.report.whitebox_load.WhiteboxRun`) lead its verdict and get a section of their own."""
+    (:class:`~dpaudit.report.whitebox_load.WhiteboxRun`) lead its verdict and get a section of their own.
+
+    Attack directories of one model are merged into one run (:func:`dpaudit.report.models.merge_models`) and each
+    model gets a short label (``labels``: directory -> name; else the model's directory name)."""
+    from dpaudit.report.models import label_runs, merge_models
+
     if not runs:
         raise ValueError("render_runs needs at least one run.")
     views = ()
@@ -49,7 +43,7 @@ def render_runs(runs: Sequence[ReportRun], *, whitebox: Sequence[Any] = ()) -> s
         from dpaudit.report.whitebox import whitebox_view
 
         views = tuple(whitebox_view(w, index=i, histograms=False) for i, w in enumerate(whitebox))
-    page = build_page(_unique_labels(runs), whitebox=views)
+    page = build_page(label_runs(merge_models(runs), labels), whitebox=views)
     return environment().get_template("report.html.j2").render(page=page, css=stylesheet())
 
 
@@ -73,8 +67,10 @@ def load_dir(path: str | os.PathLike[str]) -> Any:
     return load_run(path)
 
 
-def render_report(paths: Sequence[str | os.PathLike[str]]) -> str:
+def render_report(paths: Sequence[str | os.PathLike[str]], *, labels: Mapping[str, str] | None = None) -> str:
     """Render the report of one or several attack or audit-trainer directories (verified; no model loaded).
+
+    ``labels`` maps a directory (as given) to the name its model gets on the page (``dpaudit report --label``).
 
     Only audit-trainer directories: the white-box page (one audit, or several side by side). Only attack
     directories: the attack report or comparison page. A mix: the comparison page, its verdict led by the
@@ -93,14 +89,15 @@ def render_report(paths: Sequence[str | os.PathLike[str]]) -> str:
         from dpaudit.report.whitebox import render_whitebox
 
         return render_whitebox(whitebox)
-    return render_runs(runs, whitebox=whitebox)
+    return render_runs(runs, whitebox=whitebox, labels=labels)
 
 
-def write_report(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str]) -> Path:
-    """Render and write ``out`` atomically."""
+def write_report(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *,
+                 labels: Mapping[str, str] | None = None) -> Path:
+    """Render and write ``out`` atomically (``labels``: as :func:`render_report`)."""
     from dpaudit.rundir import atomic_write_text
 
-    html = render_report(paths)
+    html = render_report(paths, labels=labels)
     out = Path(out)
     out.parent.mkdir(parents=True, exist_ok=True)
     return atomic_write_text(out, html)

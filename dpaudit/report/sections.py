@@ -21,6 +21,8 @@ from dpaudit.rundir import REDACTED, redact_command
 from dpaudit.training.privacy_record import TELEMETRY_NOTE
 from dpaudit.report import plots
 from dpaudit.report.load import REPORT_FILE, ReportRun, Utility
+from dpaudit.report.comparison import ComparisonRow, comparison_rows
+from dpaudit.report.measurable import Rate, percents, tpr_rate, zero_bound_reason
 from dpaudit.report.membership import MembershipAudit, distribution_shift_notes, membership_audits, strongest
 
 #: p-value below which the most-repeated canaries count as memorized (one-sided test vs controls).
@@ -37,12 +39,8 @@ def _label(text: str) -> str:
 
 
 def short_names(runs: Sequence[ReportRun]) -> dict[str, str]:
-    """Run label -> the name used in plots and tables: the directory's last component when those are unique."""
-    from pathlib import PurePath
-
-    names = [PurePath(r.label).name or r.label for r in runs]
-    if len(set(names)) == len(names):
-        return {r.label: n for r, n in zip(runs, names)}
+    """Run label -> the name used in plots and tables: the label itself (already short:
+    :func:`dpaudit.report.models.label_runs`)."""
     return {r.label: r.label for r in runs}
 
 
@@ -62,16 +60,6 @@ class UtilityView:
     step: int | None
     margin: str | None
     beats_baseline: bool | None
-
-
-def percents(value: float, baseline: float | None) -> tuple[str, str | None]:
-    """Two accuracies as percentages with one decimal, more where rounding would make different figures equal."""
-    if baseline is None:
-        return f"{value:.1%}", None
-    digits = 1
-    while value != baseline and f"{value:.{digits}%}" == f"{baseline:.{digits}%}" and digits < 6:
-        digits += 1
-    return f"{value:.{digits}%}", f"{baseline:.{digits}%}"
 
 
 def utility_view(label: str, utility: Utility | None) -> UtilityView | None:
@@ -113,6 +101,9 @@ class Verdict:
     mia: MembershipAudit | None
     sentence: str
     utility: UtilityView | None = None
+    tpr_low: Rate | None = None
+    tpr_one: Rate | None = None
+    bound_note: str | None = None
 
     @property
     def lower_bound(self) -> float | None:
@@ -177,7 +168,28 @@ def _sentence(head: Headline, private: bool | None, top: ExposureRow | None, con
     if utility is not None and utility.beats_baseline is False:
         parts.append(f"Its {utility.name} ({utility.value}) is no better than the trivial baseline ({utility.baseline}: "
                      f"{utility.rule}): the model learned nothing usable, so its privacy says little.")
+    hint = undertrained_hint(private, top, mia, utility)
+    if hint:
+        parts.append(hint)
     return " ".join(parts) or "No attack result to summarize."
+
+
+def undertrained_hint(private: bool | None, top: ExposureRow | None, mia: MembershipAudit | None,
+                      utility: UtilityView | None) -> str | None:
+    """When a NON-private model shows nothing (canaries with the controls, no attack clearly above guessing), the
+    likelier reason is too little training, not privacy: say so, with its held-out figure."""
+    if private is not False or (top is None and mia is None):
+        return None
+    if top is not None and top.vs_controls is not None and top.vs_controls.p_value < ALPHA:
+        return None
+    if mia is not None and mia.audit.auc.ci.low > 0.5:
+        return None
+    figure = ""
+    if utility is not None:
+        beside = f", trivial baseline {utility.baseline}" if utility.baseline is not None else ""
+        figure = f" (its {utility.name} is {utility.value}{beside})"
+    return (f"A non-private model that shows no memorization may be undertrained{figure}: train longer, or on a smaller "
+            "corpus with canaries repeated more often (the README's tour and dpaudit demo use sizes at which it leaks).")
 
 
 def run_headline(run: ReportRun) -> Headline:
@@ -201,7 +213,15 @@ def verdict(run: ReportRun, audits: Sequence[MembershipAudit], head: Headline | 
     # the exposure's own ceiling: with --reveal K the rank is over the masked positions only (|R| of the rest)
     log2_space = exposure.parameters.log2_space_size if exposure else None
     utility = utility_view(run.label, run.utility)
-    return Verdict(label=run.label, claim=head.claim.text(), claimed_epsilon=head.claim.epsilon, private=c.private,
+    best_audit = None if head.best is None else next(
+        (a.audit for a in audits if (a.attack, a.task) == (head.best.attack, head.best.task)), None)
+    rates = {}
+    for fpr in (0.001, 0.01):
+        t = mia.tpr(fpr) if mia is not None else None
+        rates[fpr] = None if t is None else tpr_rate(t, mia.audit.n_members)
+    return Verdict(tpr_low=rates[0.001], tpr_one=rates[0.01],
+                   bound_note=zero_bound_reason(head.best, best_audit) if best_audit is not None else None,
+                   label=run.label, claim=head.claim.text(), claimed_epsilon=head.claim.epsilon, private=c.private,
                    delta=c.delta, accountant=c.accountant, privacy_unit=run.privacy.privacy_unit if run.privacy else None,
                    sampling=run.privacy.sampling if run.privacy else None, guarantee=c.guarantee, headline=head,
                    exceeds=head.contradicted, alarms=tuple(dict.fromkeys(alarms)), unaccounted=_unaccounted(run),
@@ -311,10 +331,11 @@ class MiaRow:
 
     run: str
     audit: MembershipAudit
-    tpr_low: Any
-    tpr_one: Any
+    tpr_low: Rate | None
+    tpr_one: Rate | None
     bound: HeadlineBound | None
     claim: str
+    bound_note: str | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -345,12 +366,34 @@ def mia(runs: Sequence[ReportRun], audits: Mapping[str, Sequence[MembershipAudit
         head = heads[run.label]
         by_task = {(b.attack, b.task): b for b in head.bounds}
         for a in found:
-            rows.append(MiaRow(run=short[run.label], audit=a, tpr_low=a.tpr(0.001), tpr_one=a.tpr(0.01),
-                               bound=by_task.get((a.attack, a.task)), claim=head.claim.short()))
-            warns.extend(f"{a.name}: {w}" for w in a.audit.warnings if not _restated(w))
+            low, one = a.tpr(0.001), a.tpr(0.01)
+            bound = by_task.get((a.attack, a.task))
+            rows.append(MiaRow(run=short[run.label], audit=a, claim=head.claim.short(), bound=bound,
+                               tpr_low=None if low is None else tpr_rate(low, a.audit.n_members),
+                               tpr_one=None if one is None else tpr_rate(one, a.audit.n_members),
+                               bound_note=zero_bound_reason(bound, a.audit) if bound is not None else None))
+            source = f"{short[run.label]}: {a.name}" if len(runs) > 1 else a.name
+            warns.extend((source, w) for w in a.audit.warnings if not _restated(w) and not _tpr_warning(w))
         where = f"{short[run.label]}, " if len(runs) > 1 else ""
         shift.extend(where + note for note in distribution_shift_notes(run.results))  # one per task, shown first
-    return Mia(present=bool(rows), plots=tuple(figures), rows=tuple(rows), warnings=tuple(dict.fromkeys(shift + warns)))
+    return Mia(present=bool(rows), plots=tuple(figures), rows=tuple(rows),
+               warnings=tuple(dict.fromkeys(shift)) + grouped_warnings(warns))
+
+
+def _tpr_warning(warning: str) -> bool:
+    """A stored "TPR at FPR x needs >= n non-members" warning: the table's n/a cell says it instead."""
+    return warning.startswith("TPR at FPR ") and "non-members" in warning
+
+
+def grouped_warnings(pairs: Sequence[tuple[str, str]]) -> tuple[str, ...]:
+    """(source, warning) pairs as one line per distinct warning, naming every source it came from (the same
+    group-bound note of 14 audits is one line, not 14)."""
+    by_text: dict[str, list[str]] = {}
+    for source, text in pairs:
+        sources = by_text.setdefault(text, [])
+        if source not in sources:
+            sources.append(source)
+    return tuple(f"{', '.join(sources)}: {text}" for text, sources in by_text.items())
 
 
 # -- 4. training -----------------------------------------------------------------------------------
@@ -462,6 +505,7 @@ class Stage:
 @dataclass(frozen=True, kw_only=True)
 class Provenance:
     run: str
+    directory: str
     stages: tuple[Stage, ...]
     inputs: tuple[tuple[str, str], ...]
     outputs: tuple[tuple[str, str], ...]
@@ -498,7 +542,8 @@ def redact_config(value: Any) -> Any:
     return value
 
 
-def provenance(run: ReportRun) -> Provenance:
+def provenance(run: ReportRun, label: str | None = None) -> Provenance:
+    """The provenance of one attack directory (``run`` as read), shown under its model's ``label``."""
     stages = [stage_view("attack", run.manifest)]
     for role in ("train", "inject"):
         if role in run.upstream_manifests:
@@ -509,7 +554,7 @@ def provenance(run: ReportRun) -> Provenance:
         "unknown: the train run's manifest is not available (for a bare Hugging Face model: whatever its authors used)")
     m = run.results.model
     return Provenance(
-        run=run.label, stages=tuple(stages),
+        run=run.label if label is None else label, directory=run.label, stages=tuple(stages),
         inputs=tuple(sorted((str(k), str(v)) for k, v in (run.manifest.get("inputs") or {}).items())),
         outputs=tuple(sorted((str(k), str(v)) for k, v in (run.manifest.get("outputs") or {}).items() if k != REPORT_FILE)),
         upstream=run.upstream, tokenizer=tokenizer, model=f"{m.path} ({m.architecture}, {m.kind})",
@@ -532,6 +577,7 @@ class Page:
     canaries: tuple[CanaryTable, ...]
     provenance: tuple[Provenance, ...]
     whitebox: tuple[Any, ...] = ()  # white-box audits on the page (dpaudit.report.whitebox.WhiteboxView): their verdicts lead
+    models: tuple[ComparisonRow, ...] = ()  # the comparison table: a row per model (comparison pages)
 
 
 def build_page(runs: Sequence[ReportRun], *, whitebox: Sequence[Any] = ()) -> Page:
@@ -544,5 +590,6 @@ def build_page(runs: Sequence[ReportRun], *, whitebox: Sequence[Any] = ()) -> Pa
     return Page(title=f"dpaudit report: {labels}", comparison=len(runs) > 1, version=__version__,
                 verdicts=tuple(verdict(r, audits[r.label], heads[r.label]) for r in runs), memorization=memorization(runs),
                 mia=mia(runs, audits, heads), training=training(runs), canaries=canary_tables(runs),
-                provenance=tuple(provenance(r) for r in runs), whitebox=tuple(whitebox))
+                provenance=tuple(provenance(p, r.label) for r in runs for p in (r.parts or (r,))), whitebox=tuple(whitebox),
+                models=comparison_rows(runs, heads, audits) if len(runs) > 1 else ())
 

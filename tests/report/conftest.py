@@ -244,3 +244,43 @@ def parse_html() -> Callable[[str], HtmlTags]:
         return parser
 
     return parse
+
+
+def split_attack_dir(attack: Path, root: Path) -> tuple[Path, Path]:
+    """Two attack directories of ``attack``'s model, as a user makes by attacking it twice: its exposure and
+    reconstruction results in one, its membership result in the other (same model files in both manifests)."""
+    import dataclasses
+
+    from dpaudit.attacks.run import read_attack_dir
+    from dpaudit.rundir import load_manifest
+
+    results, inputs = read_attack_dir(attack), load_manifest(attack)["inputs"]
+    canary = tuple(a for a in results.attacks if a.attack in ("exposure", "reconstruction"))
+    member = tuple(a for a in results.attacks if a.attack not in ("exposure", "reconstruction"))
+    out = []
+    for name, attacks in (("canary-attack", canary), ("membership-attack", member)):
+        out.append(write_attack_dir(root / name, dataclasses.replace(results, attacks=attacks), config={}, inputs=inputs,
+                                    seed=0, overwrite=False, command=["dpaudit", "attack", "--out", name]))
+    return out[0], out[1]
+
+
+@pytest.fixture(scope="session")
+def models_page(attack_dir, tmp_path_factory) -> tuple[Path, dict[str, Path]]:
+    """A comparison page (``dpaudit report`` through the CLI) of three models, read-only for tests: the ``eps2`` model
+    of :func:`attack_dir` attacked twice (canary attacks in one directory, membership in another: one model, one
+    row), ``nonprivate`` (labelled "non-private" with --label) and ``eps8``, whose canaries sit with the controls."""
+    from click.testing import CliRunner
+
+    from dpaudit.cli import cli
+
+    root = tmp_path_factory.mktemp("models")
+    canary, member = split_attack_dir(attack_dir, root)
+    dirs = {"eps2-canary": canary, "eps2-membership": member,
+            "nonprivate": make_attack_dir(root, "nonprivate", epsilon=None, evil=False, seed=1, strength=2.0, mia=False,
+                                          evaluation={"mlm_accuracy": 0.45, "heldout_mlm_accuracy_baseline": 0.05}),
+            "eps8": make_attack_dir(root, "eps8", epsilon=8.0, evil=False, seed=2, strength=0.0, mia=False)}
+    page = root / "page.html"
+    args = ["report", *(str(d) for d in dirs.values()), "--label", f"non-private={dirs['nonprivate']}", "--out", str(page)]
+    result = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    return page, dirs

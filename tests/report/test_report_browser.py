@@ -100,3 +100,29 @@ def test_report_in_headless_chromium(attack_dir: Path, tmp_path: Path, parse_htm
     assert colours > 50 and background < 0.97, (colours, background)
     # the plot colours are on screen (the first series' blue of the exposure figure)
     assert np.all(np.abs(image.astype(int) - [0x00, 0x72, 0xB2]) <= 8, axis=-1).sum() > 100
+
+
+def _cells(dom_html: str) -> list[list[str]]:
+    """The rows of the comparison table as the browser's DOM holds them, each a list of its cells' text."""
+    import html as html_lib
+
+    table = dom_html[dom_html.index('<table id="models-table">'):]
+    table = table[:table.index("</table>")]
+    rows = re.findall(r'<tr class="model-row">(.*?)</tr>', table, flags=re.DOTALL)
+    return [[" ".join(html_lib.unescape(re.sub(r"<[^>]+>", " ", c)).split())
+             for c in re.findall(r"<td[^>]*>(.*?)</td>", row, flags=re.DOTALL)] for row in rows]
+
+
+def test_comparison_table_rows_in_headless_chromium(models_page, tmp_path: Path, parse_html) -> None:
+    """The comparison page opens with the models table in a real browser: one row per model (the model attacked twice
+    is one row), its label, claim, utility beside the baseline, and n/a where the non-members cannot measure a TPR."""
+    browser = _chromium()
+    page, dirs = models_page
+    dom = _dump_dom(browser, tmp_path, page)
+    ids = [attrs.get("id") for tag, attrs in parse_html(dom).tags if tag == "section"]
+    assert ids == ["models", *SECTIONS]  # the table comes first
+    rows = _cells(dom)
+    assert [(r[0].split()[0], r[1]) for r in rows] == [("eps2-model", "2.00"), ("non-private", "inf"), ("eps8-model", "8.00")]
+    assert all(len(r) == 8 for r in rows)
+    assert str(dirs["eps2-membership"]) in rows[0][0] and rows[0][7].startswith("n/a (needs >= 100 non-members")
+    assert rows[1][2].startswith("45.0% (5.0%)")

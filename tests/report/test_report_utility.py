@@ -84,7 +84,7 @@ def test_manifest_summary_when_metrics_are_not_recorded(parse_html, make_attack,
 def test_comparison_table_has_a_row_per_run_with_a_heldout_figure(parse_html, make_attack, tmp_path: Path):
     runs = [make_attack(tmp_path, "new", evaluation=MLM, seed=1), make_attack(tmp_path, "old", evaluation=OLD_MLM, seed=2),
             make_attack(tmp_path, "none", seed=3)]
-    html = render_report([str(r) for r in runs])
+    html = render_report([str(r) for r in runs], labels={str(r): r.name for r in runs})  # --label NAME=DIR
     table = html[html.index("<h3>Held-out utility</h3>"):]
     table = table[:table.index("</table>")]
     rows = re.findall(r"<tr><td class=\"text\">(\w+)</td>", table)
