@@ -6,7 +6,9 @@ Content-Security-Policy that allows inline styles and ``data:`` images only, so 
 load even if a string escaped the escaping. The output is a pure function of the directories rendered:
 no dates, no random ids, stable ordering; rendering twice gives the same bytes.
 
-Attack directories get the attack report (one run) or its comparison page; audit-trainer directories
+Attack directories get the attack report (one model) or its comparison page, which opens with a table, a row
+per model (:mod:`dpaudit.report.comparison`); directories of one model are merged first and each model is
+labelled (:mod:`dpaudit.report.models`, ``labels``: ``dpaudit report --label NAME=DIR``); audit-trainer directories
 alone get the white-box page (:mod:`dpaudit.report.whitebox`); a mix gets the comparison page with the
 white-box audits leading its verdict (the strongest valid bound for the per-example claim) and a
 section of their own.
