@@ -67,7 +67,7 @@ def test_results_are_self_describing_and_round_trip(mia_run):
     back = read_attack_dir(out)
     assert isinstance(back["lira"], MiaResult)
     assert back["lira"].to_json() == results["lira"].to_json()
-    assert set(back.score_files) == {f"scores/mia_{a}.jsonl" for a in ATTACKS}
+    assert set(back.score_files) == {f"scores/mia_{a}.jsonl" for a in (*ATTACKS, "blind")}
     # the examples task removed duplicates (none here) and recorded its sampling seed
     assert by_name["loss"]["tasks"][0]["info"]["sample_seed"] == 0
 
