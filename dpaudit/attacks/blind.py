@@ -17,7 +17,9 @@ Features of a candidate, none from the model:
 A logistic regression is cross-fitted: stratified k-fold (:data:`FOLDS`, fewer when a side is smaller),
 shuffled by the public ``--seed``; each candidate is scored by the model fitted on the other folds, so
 the pooled scores' AUC is an out-of-sample estimate, and they go through :func:`dpaudit.audit.audit_scores`
-like every attack's. Its bounds are not about the model: the result is a baseline
+like every attack's. A feature with no signal lands slightly BELOW 0.5 when cross-fitted (the held-out fold
+leans against what the other folds learned: SNIPS labels alone, train vs test rows, 0.467; see
+``benchmarks/bench_blind_baseline.py``), so the baseline errs toward warning less, never more. Its bounds are not about the model: the result is a baseline
 (:attr:`dpaudit.attacks.results.BlindResult.baseline`), left out of the headline and compared with the
 claim nowhere, and coin-flip canaries get no one-run bound from it (a cross-fitted score of one canary
 depends on the other canaries' coins, which the one-run analysis does not allow).
