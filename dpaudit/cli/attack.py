@@ -57,7 +57,7 @@ def _summary(results) -> str:  # noqa: ANN001
         lines.append(f"  {'attack':>7} {'task':>17} {'AUC':>6} {'CI':>15} {'TPR@0.1%':>9} {'TPR@1%':>8} {'eps LB':>9} {'vs':>7}")
         for r in mia:
             for t in r.tasks:
-                tpr = {round(x["fpr"], 6): tpr_cell(x, t.n_members) for x in t.tpr_at}  # n/a: too few non-members
+                tpr = {round(x["fpr"], 6): tpr_cell(x, t.n_members, t.n_nonmembers) for x in t.tpr_at}  # n/a: too few non-members
                 b = by_name.get(f"{r.attack}/{t.task}")
                 lb, vs, flag = "-", "-", ""
                 if b is not None:

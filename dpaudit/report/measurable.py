@@ -77,10 +77,14 @@ def tpr_rate(t: Any, n_members: int) -> Rate:
     return _rate(t.tpr, t.fpr, n_members, t.n_nonmembers, t.min_nonmembers, t.enough_nonmembers)
 
 
-def tpr_rate_from_json(t: Mapping[str, Any], n_members: int) -> Rate:
-    """:func:`tpr_rate` of one ``tpr_at`` entry of a membership task in ``results.json`` (the same fields)."""
-    return _rate(float(t["tpr"]), float(t["fpr"]), n_members, int(t["n_nonmembers"]), int(t["min_nonmembers"]),
-                 bool(t["enough_nonmembers"]))
+def tpr_rate_from_json(t: Mapping[str, Any], n_members: int, n_nonmembers: int) -> Rate:
+    """:func:`tpr_rate` of one ``tpr_at`` entry of a membership task in ``results.json`` (``fpr``, ``tpr``; the
+    non-members needed are recomputed when the entry does not carry them)."""
+    from dpaudit.audit import min_nonmembers_for
+
+    fpr = float(t["fpr"])
+    need = int(t.get("min_nonmembers") or min_nonmembers_for(fpr))
+    return _rate(float(t["tpr"]), fpr, n_members, n_nonmembers, need, n_nonmembers >= need)
 
 
 #: Largest audit size searched: a bound that needs more members than this is reported as "more than" it.

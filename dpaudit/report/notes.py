@@ -18,11 +18,11 @@ from dpaudit.report.measurable import tpr_rate_from_json
 __all__ = ["attack_notes", "tpr_cell"]
 
 
-def tpr_cell(t: Mapping[str, Any] | None, n_members: int, spec: str = ".3f") -> str:
+def tpr_cell(t: Mapping[str, Any] | None, n_members: int, n_nonmembers: int, spec: str = ".3f") -> str:
     """One ``tpr_at`` entry of a membership task as a table cell: the TPR, "n/a" when unmeasurable, "-" when absent."""
     if t is None:
         return "-"
-    rate = tpr_rate_from_json(t, n_members)
+    rate = tpr_rate_from_json(t, n_members, n_nonmembers)
     return "n/a" if not rate.measurable else format(rate.value, spec)
 
 

@@ -143,3 +143,22 @@ def test_one_report_and_a_rerun_skips_every_finished_stage(demo_run):
     # 2 injects, the public model, 4 trainings, 4 attacks (the one-run audit's included); the report is rewritten
     assert again.output.count("(verified): skipped") == 11
     assert {p: p.stat().st_mtime_ns for p in (out / "model-nonprivate").rglob("*") if p.is_file()} == before
+
+
+@pytest.mark.slow
+def test_demo_page_opens_with_a_row_per_model_in_headless_chromium(demo_run, tmp_path):
+    """The demo's comparison page in a real browser: the models table comes first, one row per model attacked, each
+    with its claim (rounded up as the verdict prints it), a utility beside its baseline and the 100x exposure."""
+    from tests.report.test_report_browser import _cells, _chromium, _dump_dom
+
+    out, report, _args, _output = demo_run
+    rows = _cells(_dump_dom(_chromium(), tmp_path, report))
+    labels = [r[0].split()[0] for r in rows]
+    assert labels == ["model-nonprivate", "model-dp-eps8", "model-nonprivate-audit", "model-dp-eps8-audit"]
+    claims = {label: r[1] for label, r in zip(labels, rows)}
+    eps = read_attack_dir(out / "attack-dp-eps8").claimed.epsilon
+    assert claims["model-nonprivate"] == "inf" and claims["model-dp-eps8"] == format_up(eps)
+    nonprivate, dp = rows[0], rows[1]
+    assert re.match(r"\d+\.\d% \(\d+\.\d%\)", nonprivate[2]) and re.match(r"\d+\.\d% \(\d+\.\d%\)", dp[2])
+    assert "(100×, p = " in nonprivate[3] and re.search(r"\d+/5 at 100×", nonprivate[4])
+    assert rows[2][5].startswith("ε ≥ ") and "(proof)" in rows[2][5]  # the one-run audit: a proof
