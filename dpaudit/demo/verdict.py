@@ -136,10 +136,15 @@ def audit_line(label: str, results: AttackResults) -> str:
     task = next((t for t in (canary.tasks if canary else ()) if t.task == "canaries"), None)
     if task is None:
         return f"{label} ({_claim(results)}): no one-run canary audit."
+    from dpaudit.audit import min_nonmembers_for
+
     tpr = next((x["tpr"] for x in task.tpr_at if abs(x["fpr"] - 0.01) < 1e-12), float("nan"))
+    need = min_nonmembers_for(0.01)  # with fewer non-members it would be TPR at zero false positives: not shown
+    tpr_text = (f"TPR {tpr:.0%} at 1% FPR" if task.n_nonmembers >= need else
+                f"TPR at 1% FPR n/a (needs >= {need} non-members, have {task.n_nonmembers})")
     design = canary.parameters.get("design", "designed")
     return (f"{label} ({_claim(results)}): {task.n_members + task.n_nonmembers} coin-flip {design} canaries, "
-            f"{task.n_members} inserted once: AUC {task.auc:.2f}, TPR {tpr:.0%} at 1% FPR{_bound_text(results)}")
+            f"{task.n_members} inserted once: AUC {task.auc:.2f}, {tpr_text}{_bound_text(results)}")
 
 
 def classifier_line(pairs: Sequence[tuple[str, AttackResults]], utilities: Sequence[str | None] = ()) -> str:
