@@ -282,7 +282,8 @@ def task_result(task: MembershipTask, audit: Any, *, scores_file: str, extra_war
     """The :class:`~dpaudit.attacks.results.MiaTaskResult` of one task's :class:`dpaudit.audit.AuditResult`."""
     fpr, tpr = _downsample_roc(audit.roc.fpr, audit.roc.tpr)
     tprs = tuple({"fpr": t.fpr, "tpr": t.tpr, "ci": [t.ci.low, t.ci.high], "achieved_fpr": t.achieved_fpr,
-                  "min_nonmembers": t.min_nonmembers, "enough_nonmembers": t.enough_nonmembers}
+                  "n_nonmembers": t.n_nonmembers, "min_nonmembers": t.min_nonmembers,
+                  "enough_nonmembers": t.enough_nonmembers}
                  for t in audit.tpr_at_fpr)
     return MiaTaskResult(task=task.name, n_members=audit.n_members, n_nonmembers=audit.n_nonmembers, auc=audit.auc.value,
                          auc_ci=(audit.auc.ci.low, audit.auc.ci.high), tpr_at=tprs, advantage=audit.advantage.value,

@@ -21,7 +21,8 @@ every attack calibrated on it is calibrated on an untrained model. So each model
 - with the target's label set (its ``config.json`` id2label, the public one), so the scores of the
   target and of every shadow index the same classes;
 - on a temporary inject-format directory: ``train.jsonl`` (its rows, no canaries), ``heldout.jsonl``
-  (the other rows of its pool: its non-members, where its held-out accuracy is measured) and
+  (where its held-out accuracy is measured: the target's own ``heldout.jsonl`` rows it did not train
+  on, so that the two accuracies compare on the same rows; the rest of its pool when none is left) and
   ``public.jsonl`` (the target's whole ``public.jsonl``, so a trainer that fits its tokenizer on the
   public split, as jax-bert does, builds the very tokenizer the target has).
 
@@ -270,17 +271,29 @@ def plan_config(trainer: Any, recipe: TargetRecipe, *, train_size: int, override
     except (TypeError, ValueError) as err:
         raise UserInputError(f"cannot build the {recipe.trainer} config for shadow models from {recipe.origin} "
                              f"({err}).") from None
-    steps = planned_steps(config, train_size)
-    if recipe.rows is not None and train_size != recipe.rows:
-        notes.append(f"shadow models train on {train_size} rows, the target on {recipe.rows} (the pool has too few rows "
-                     "to match it).")
-    if recipe.steps is not None and steps is not None and steps != recipe.steps:
-        notes.append(f"a shadow model runs {steps} optimizer steps, the target ran {recipe.steps}"
-                     + (f" (--shadow-overrides {overrides})." if overrides else
-                        f" (epochs rounded to whole epochs of {train_size} rows at batch {batch})."))
-    elif overrides:
-        notes.append(f"shadow models' Config overridden: {overrides}.")
-    return config, notes, steps
+    if overrides:
+        notes.append(f"shadow models' Config overridden (Python API shadow_overrides): {overrides}.")
+    return config, notes, planned_steps(config, train_size)
+
+
+def _span(values: Sequence[int]) -> str:
+    low, high = min(values), max(values)
+    return str(low) if low == high else f"{low}-{high}"
+
+
+def size_notes(recipe: TargetRecipe, what: str, rows: Sequence[int], steps: Sequence[int | None]) -> list[str]:
+    """One note each when the models' row counts or optimizer steps differ from the target's (ranges over models)."""
+    notes = []
+    off_rows = [n for n in rows if recipe.rows is not None and n != recipe.rows]
+    if off_rows:
+        notes.append(f"{what} models train on {_span(off_rows)} rows, the target on {recipe.rows}: the pool they are "
+                     f"drawn from sets the count (see the shadow data); epochs are chosen so that the optimizer steps "
+                     "come closest to the target's.")
+    off_steps = [s for s in steps if s is not None and recipe.steps is not None and s != recipe.steps]
+    if off_steps:
+        notes.append(f"{what} models run {_span(off_steps)} optimizer steps, the target ran {recipe.steps} (whole "
+                     "epochs of their rows at the target's batch size, or shadow_overrides).")
+    return notes
 
 
 # -- the models to train ----------------------------------------------------------------------------
@@ -425,7 +438,7 @@ def train_shadows(*, source: Any, run: Any, pool: ShadowPool, specs: Sequence[Sh
     from the target). ``options`` (:class:`dpaudit.attacks.base.AttackOptions`) gives ``workers``,
     ``ray_address``, ``shadow_trainer``/``shadow_config`` and ``seed``.
     """
-    from dpaudit.inject_run import PUBLIC
+    from dpaudit.inject_run import HELDOUT, PUBLIC
     from dpaudit.training.api import load_trainer
 
     start = time.monotonic()
@@ -443,6 +456,9 @@ def train_shadows(*, source: Any, run: Any, pool: ShadowPool, specs: Sequence[Sh
     public_split = run.split(PUBLIC)
     public = _rows(public_split.texts, public_split.labels, np.arange(len(public_split.texts)))
     public_hash = hashlib.sha256(json.dumps(public, sort_keys=True).encode()).hexdigest()
+    held = run.split(HELDOUT)
+    evaluation = _rows(held.texts, held.labels, np.arange(len(held.texts))) if pool.labels is not None or \
+        held.labels is None else []
     notes: list[str] = []
     planned: list[_Planned] = []
     for spec in specs:
@@ -450,12 +466,17 @@ def train_shadows(*, source: Any, run: Any, pool: ShadowPool, specs: Sequence[Sh
         config, changed, steps = plan_config(trainer, recipe, train_size=idx_in.size, overrides=overrides, fixed=fixed)
         notes.extend(note for note in changed if note not in notes)
         rows_in, rows_out = _rows(pool.texts, pool.labels, idx_in), _rows(pool.texts, pool.labels, idx_out)
+        trained = {r["text"] for r in rows_in}
+        if evaluation and any(r["text"] not in trained for r in evaluation):
+            # evaluated on the target's own held-out rows (those it did not train on): accuracies compare row for row
+            rows_out = [r for r in evaluation if r["text"] not in trained]
         ident = {"trainer": recipe.trainer, "config": dataclasses.asdict(config), "seed": spec.seed,
                  "train": hashlib.sha256(json.dumps(rows_in, sort_keys=True).encode()).hexdigest(),
                  "heldout": hashlib.sha256(json.dumps(rows_out, sort_keys=True).encode()).hexdigest(),
                  "public": public_hash}
         key = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:24]
         planned.append(_Planned(spec, config, steps, cache / key, rows_in, rows_out, ident))
+    notes.extend(size_notes(recipe, what, [len(p.rows_in) for p in planned], [p.steps for p in planned]))
     done = [_finished(p.model_dir) for p in planned]
     print(f"{attack}: " + announce(what, recipe, planned, sum(done)), file=sys.stderr, flush=True)
     fresh = [p for p, finished in zip(planned, done) if not finished and not p.home.exists()]
@@ -499,9 +520,14 @@ def train_shadows(*, source: Any, run: Any, pool: ShadowPool, specs: Sequence[Sh
 
 
 def _prepare(p: _Planned, public: list[dict[str, Any]], pool: ShadowPool, run: Any) -> None:
-    """The cache entry's identity and data directory (kept when already written: an interrupted run resumes)."""
+    """The cache entry's identity and data directory (kept when already written: an interrupted run resumes from its
+    checkpoints; a leftover without any is removed, as this cache wrote it)."""
     from dpaudit.inject_run import load_inject_run
 
+    from dpaudit.training.run_dir import CHECKPOINT_DIR
+
+    if p.model_dir.is_dir() and not (p.model_dir / CHECKPOINT_DIR).is_dir():
+        shutil.rmtree(p.model_dir)  # this cache entry's unfinished leftover with nothing to resume: start it over
     p.home.mkdir(parents=True, exist_ok=True)
     (p.home / "identity.json").write_text(json.dumps(p.ident, indent=1, sort_keys=True, default=str))
     try:

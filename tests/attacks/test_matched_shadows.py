@@ -198,7 +198,8 @@ def test_a_failing_attack_keeps_the_others_results(uneven, matched, tmp_path):
     assert run.exit_code == 1, run.output
     assert "error: ref failed:" in run.output
     saved = json.loads((out / "results.json").read_text())
-    assert [a["attack"] for a in saved["attacks"]] == ["loss"]
+    ran = [a["attack"] for a in saved["attacks"]]
+    assert "loss" in ran and "ref" not in ran
     assert saved["errors"][0]["attack"] == "ref" and str(bad) in saved["errors"][0]["error"]
     assert any(w.startswith("ref failed and has no result") for w in saved["warnings"])
 
