@@ -623,6 +623,10 @@ def shadow_dir_paths(options: Any) -> list[Path]:
         if not (path / MEMBERS_FILE).is_file():
             raise UserInputError(f"--shadow-dirs: {path} has no {MEMBERS_FILE}; write the JSON list of the texts it "
                                  "trained on (or \"sha256:<hex>\" of each text's UTF-8) beside its weights.")
+        from dpaudit.scoring.source import resolve_model
+
+        resolve_model(path, option="--shadow-dirs")  # weights, tokenizer, no pickle: refused before anything loads
+        read_members(path)
     return paths
 
 

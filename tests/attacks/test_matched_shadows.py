@@ -186,22 +186,46 @@ def test_rmia_population_rows_trained_no_reference_model(uneven, matched):
         assert trained and not trained & z, model.path
 
 
-def test_a_failing_attack_keeps_the_others_results(uneven, matched, tmp_path):
-    """ref fails at run time (a --shadow-dirs model without weights): loss is written, the failure recorded, exit 1."""
+def test_a_failing_attack_keeps_the_others_results(uneven, matched, tmp_path, monkeypatch):
+    """ref fails while it runs (a simulated crash): loss is written, the failure recorded, exit status 1."""
+    from dpaudit.attacks.ref import RefAttack
+
+    data, target, _ = uneven
+
+    def crash(self, context):
+        raise RuntimeError("simulated crash in the reference model")
+
+    monkeypatch.setattr(RefAttack, "run", crash)
+    out = tmp_path / "attack"
+    run = CliRunner().invoke(cli, ["attack", "--model", str(target), "--data", str(data), "--out", str(out),
+                                   "--attacks", "loss,ref", "--reference-model", str(target)])
+    assert run.exit_code == 1, run.output
+    assert "error: ref failed: RuntimeError: simulated crash" in run.output
+    saved = json.loads((out / "results.json").read_text())
+    ran = [a["attack"] for a in saved["attacks"]]
+    assert "loss" in ran and "ref" not in ran
+    assert saved["errors"] == [{"attack": "ref", "error": "RuntimeError: simulated crash in the reference model",
+                                "type": "RuntimeError"}]
+    assert any(w.startswith("ref failed and has no result") for w in saved["warnings"])
+    alone = CliRunner().invoke(cli, ["attack", "--model", str(target), "--data", str(data), "--out",
+                                     str(tmp_path / "alone"), "--attacks", "ref", "--reference-model", str(target)])
+    assert alone.exit_code != 0 and not (tmp_path / "alone").exists()  # no attack left: nothing is written
+
+
+def test_shadow_dirs_are_checked_before_anything_is_written(uneven, tmp_path):
     data, target, _ = uneven
     bad = tmp_path / "bad-shadow"
     bad.mkdir()
     (bad / "members.json").write_text("[]", encoding="utf-8")
-    out = tmp_path / "attack"
-    run = CliRunner().invoke(cli, ["attack", "--model", str(target), "--data", str(data), "--out", str(out),
-                                   "--attacks", "loss,ref", "--shadow-dirs", str(bad)])
-    assert run.exit_code == 1, run.output
-    assert "error: ref failed:" in run.output
-    saved = json.loads((out / "results.json").read_text())
-    ran = [a["attack"] for a in saved["attacks"]]
-    assert "loss" in ran and "ref" not in ran
-    assert saved["errors"][0]["attack"] == "ref" and str(bad) in saved["errors"][0]["error"]
-    assert any(w.startswith("ref failed and has no result") for w in saved["warnings"])
+    for members, needle in (("[]", "--shadow-dirs"), ("{", "not a readable JSON list")):
+        (bad / "members.json").write_text(members, encoding="utf-8")
+        if needle == "not a readable JSON list":
+            shutil.copytree(target / "model", bad, dirs_exist_ok=True)
+        run = CliRunner().invoke(cli, ["attack", "--model", str(target), "--data", str(data), "--out",
+                                       str(tmp_path / "o"), "--attacks", "loss,lira", "--shadow-dirs", str(bad),
+                                       "--shadow-dirs", str(bad)])
+        assert run.exit_code == 2 and needle in run.output and len(run.output.strip().splitlines()) == 1, run.output
+        assert not (tmp_path / "o").exists()
 
 
 def test_claimed_epsilon_states_the_claim_of_a_model_trained_elsewhere(uneven, tmp_path):
