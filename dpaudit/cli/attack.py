@@ -13,6 +13,7 @@ from pathlib import Path
 
 import click
 
+from dpaudit.attacks.lira import LIRA_HELP as _LIRA_HELP
 from dpaudit.cli.params import FiniteFloat
 from dpaudit.training.config_types import seed_type
 
@@ -129,7 +130,16 @@ def _summary(results) -> str:  # noqa: ANN001
                    "Default: 0.1% and 1%, with a warning when unmeasurable.")
 @click.option("--mia-examples", type=click.IntRange(min=2), default=None,
               help="At most this many members (and as many non-members) in the examples membership task.")
-@click.option("--lira-global-variance", is_flag=True, help="LiRA: one variance over all examples (few shadow models).")
+@click.option("--lira-global-variance", is_flag=True, hidden=True, help="Same as --lira-variance global (kept for old commands).")
+@click.option("--lira-variance", type=click.Choice(["auto", "global", "per-example"]), default="auto", show_default=True,
+              help=_LIRA_HELP)
+@click.option("--lira-offline", type=click.Choice(["one-sided", "two-sided"]), default="one-sided", show_default=True,
+              help="Offline LiRA's test: the paper's one-sided log Phi, or the reference code's two-sided density "
+                   "(see --lira-variance).")
+@click.option("--blind-baseline/--no-blind-baseline", default=True, show_default=True,
+              help="Beside every membership attack, a classifier that never looks at the model (word and character "
+                   "n-grams, length, label; Das et al. 2024), cross-fitted: when an attack does not beat it, the "
+                   "membership signal may be distribution shift, not memorization.")
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists and is not empty.")
 @click.option("--json", "as_json", is_flag=True, help="Print results.json on stdout instead of the summary.")
 def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: int, reveal: int, top_k: int, seed: int,
@@ -137,7 +147,8 @@ def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: in
            shadow_cache: Path | None, fprs: tuple[float, ...], mia_examples: int | None, lira_global_variance: bool,
            overwrite: bool, as_json: bool, workers: int | None = None, ray_address: str | None = None,
            shadow_trainer: str | None = None, shadow_config: Path | None = None, shadow_dirs: tuple[str, ...] = (),
-           claimed_epsilon: float | None = None, claimed_delta: float | None = None) -> None:
+           claimed_epsilon: float | None = None, claimed_delta: float | None = None, lira_variance: str = "auto",
+           lira_offline: str = "one-sided", blind_baseline: bool = True) -> None:
     """Attack a model's canaries and write results.json, scores/canaries.jsonl and manifest.json.
 
     Exposure (Carlini et al. 2019) is exact: all secret tokens are masked at once and the secret's
@@ -170,7 +181,8 @@ def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: in
                              shadow_trainer=shadow_trainer,
                              shadow_config=None if shadow_config is None else str(shadow_config),
                              shadow_dirs=tuple(shadow_dirs) or None, claimed_epsilon=claimed_epsilon,
-                             claimed_delta=claimed_delta)
+                             claimed_delta=claimed_delta, lira_variance=lira_variance, lira_offline=lira_offline,
+                             blind_baseline=blind_baseline)
     for w in caught:
         if issubclass(w.category, AttackWarning):
             click.echo(f"warning: {w.message}", err=True)
