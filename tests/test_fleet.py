@@ -17,8 +17,6 @@ import pytest
 from dpaudit.errors import UserInputError
 from dpaudit.training.fleet import FleetJob, finished_run_dir, run_fleet
 
-ray = pytest.importorskip("ray")  # the `fleet` extra (in `all`, so CI has it)
-
 
 class Killed(BaseException):
     """Stands in for SIGKILL: not an Exception, so nothing catches it on the way out."""
@@ -27,6 +25,7 @@ class Killed(BaseException):
 @pytest.fixture(scope="module")
 def local_ray():
     """A local Ray instance with 2 CPUs, shared by the module; run_fleet uses it (and leaves it running)."""
+    ray = pytest.importorskip("ray")  # the `fleet` extra (in `all`, so CI has it)
     ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
              object_store_memory=100 << 20)
     yield ray
