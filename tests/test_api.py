@@ -127,3 +127,15 @@ def test_a_torch_model_is_audited_without_jax(api_run, tmp_path):
     assert done.stdout.strip().splitlines()[-1] == "True"  # torch did the scoring
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert [a["attack"] for a in results["attacks"]][0] == "loss" and (out / "index.html").is_file()
+
+
+def test_canary_attacks_on_a_run_without_canaries_are_refused_in_one_line(api_run, canary_model, tmp_path):
+    """inject --no-canaries, then the default canary attacks: a one-line refusal naming the membership attacks,
+    before anything is written (it crashed with an IndexError deep in exposure)."""
+    root, _, _, _ = api_run
+    bare = dpaudit.inject(root / "bare", train=root / "train.csv", heldout=root / "test.csv", label_column="none",
+                          no_canaries=True, seed=1)
+    out = tmp_path / "attack"
+    with pytest.raises(UserInputError, match=r"has no canaries .*--attacks exposure,reconstruction.*--attacks loss"):
+        dpaudit.attack(canary_model, bare.path, ["exposure", "reconstruction"], out=out)
+    assert not out.exists()

@@ -142,6 +142,10 @@ def attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks:
                        **mia_options)
 
 
+#: Attacks that score the inject directory's canaries (nothing to do without them).
+CANARY_ATTACKS = frozenset({"exposure", "reconstruction", "canary"})
+
+
 def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks: Iterable[str], *,
             out: str | os.PathLike[str] | None, overwrite: bool, batch_size: int, reveal: int, top_k: int, seed: int,
             device: str | None, progress: bool, command: list[str] | None, pages: PageWriter | None = None,
@@ -172,6 +176,11 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
             continue
         kept.append(cls)
     classes = kept
+    needs_canaries = [c.name for c in classes if c.name in CANARY_ATTACKS]
+    if needs_canaries and not run.canaries:
+        raise UserInputError(f"--data {data} has no canaries (inject --no-canaries): --attacks "
+                             f"{','.join(needs_canaries)} would have nothing to score; pass --attacks loss (or shadow, "
+                             "ref, lira, rmia), the membership attacks on train.jsonl vs heldout.jsonl.")
     if out is not None:
         prepare_output_dir(out, overwrite=overwrite)
     space = run.space
