@@ -103,11 +103,14 @@ def test_a_second_call_trains_nothing(ray_fleet, capfd):
 
 
 def test_the_process_pool_trains_the_same_model_config(ray_fleet, tmp_path):
+    """The same job as Ray's (and a second one, which the one worker trains after it in the same process)."""
     root, jobs, _ = ray_fleet
-    job = dataclasses.replace(jobs[0], out_dir=tmp_path / "a", label="process 1/1")
-    [outcome] = run_fleet([job], workers=2, engine="process", progress=False)
-    assert not outcome.cached and finished_run_dir(job.out_dir)
-    ours, ray_s = (json.loads((d / "manifest.json").read_text()) for d in (job.out_dir, root / "a"))
+    same = dataclasses.replace(jobs[0], out_dir=tmp_path / "a", label="process 1/2")
+    other = dataclasses.replace(jobs[0], out_dir=tmp_path / "c", seed=4, label="process 2/2")
+    outcomes = run_fleet([same, other], workers=1, engine="process", progress=False)
+    assert [o.job for o in outcomes] == [same, other] and not any(o.cached for o in outcomes)
+    assert finished_run_dir(same.out_dir) and finished_run_dir(other.out_dir)
+    ours, ray_s = (json.loads((d / "manifest.json").read_text()) for d in (same.out_dir, root / "a"))
     assert ours["config"] == ray_s["config"] and ours["seed"] == ray_s["seed"] == 1
 
 
