@@ -285,13 +285,17 @@ def _local_workers(workers: int | None, pending: int, memory_gb: float, note: Ca
 # -- what a worker runs ---------------------------------------------------------------------------------
 
 
-def _train_job(job: FleetJob) -> None:
-    """Train one job in this process (resuming its checkpoints), holding its run directory's lock."""
+def _train_job(job: FleetJob, *, one_thread: bool) -> None:
+    """Train one job in this process (resuming its checkpoints), holding its run directory's lock.
+
+    ``one_thread``: a worker process of the fleet (torch then uses one thread); never the caller's process,
+    whose thread settings are its own.
+    """
     from dpaudit.rundir import foreign_files, run_dir_lock
     from dpaudit.training.api import load_trainer, writes_run_dir
 
     trainer = load_trainer(job.trainer)
-    if "torch" in sys.modules:
+    if one_thread and "torch" in sys.modules:
         sys.modules["torch"].set_num_threads(1)
     try:
         config = trainer.Config(**job.config)
@@ -323,7 +327,7 @@ def _quiet(fds: bool) -> Iterator[None]:
         if fds:
             for fd in (1, 2):
                 with contextlib.suppress(OSError):
-                    sys.stdout.flush() if fd == 1 else sys.stderr.flush()
+                    (sys.stdout if fd == 1 else sys.stderr).flush()
                     saved.append((fd, os.dup(fd)))
                     os.dup2(null.fileno(), fd)
         try:
@@ -353,7 +357,7 @@ def _worker(job: FleetJob, memory_bytes: int | None, fds: bool) -> dict[str, Any
     t0 = time.monotonic()
     try:
         with _quiet(fds):
-            _train_job(job)
+            _train_job(job, one_thread=True)
     except UserInputError as err:
         return {"status": "user", "message": str(err), "retire": True}
     except MemoryError:
@@ -392,7 +396,7 @@ def _run_inline(todo: list[tuple[int, FleetJob]], *, may_start: Callable[[], boo
         t0 = time.monotonic()
         try:
             with _quiet(fds=False):
-                _train_job(job)
+                _train_job(job, one_thread=False)
         except UserInputError as err:
             raise UserInputError(f"{job.label}: {err}") from None
         finished(i, FleetOutcome(job, cached=False, seconds=time.monotonic() - t0, peak_rss_mb=_peak_rss_mb()))
