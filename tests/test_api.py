@@ -139,3 +139,48 @@ def test_canary_attacks_on_a_run_without_canaries_are_refused_in_one_line(api_ru
     with pytest.raises(UserInputError, match=r"has no canaries .*--attacks exposure,reconstruction.*--attacks loss"):
         dpaudit.attack(canary_model, bare.path, ["exposure", "reconstruction"], out=out)
     assert not out.exists()
+
+
+def test_a_transformers_trained_model_gets_every_attack_with_a_stated_claim(api_run, tmp_path):
+    """Issue 32's done-when: a model trained with plain transformers + torch (here, in the test) is audited with every
+    membership attack; its shadow, reference, LiRA and RMIA models are trained by a named dpaudit trainer and recipe
+    (--shadow-trainer/--shadow-config), and its claim is stated (--claimed-epsilon/--claimed-delta)."""
+    import torch
+
+    root, data, model, tokenizer = api_run
+    torch.manual_seed(0)
+    rows = [json.loads(line) for line in (data.path / "train.jsonl").read_text(encoding="utf-8").splitlines()]
+    label_id = model.config.label2id
+    batch = tokenizer([r["text"] for r in rows], padding=True, truncation=True, max_length=16, return_tensors="pt")
+    batch.pop("token_type_ids", None)
+    target = torch.tensor([label_id[r["label"]] for r in rows])
+    trained = type(model)(model.config)
+    optimizer = torch.optim.AdamW(trained.parameters(), lr=1e-2)
+    trained.train()
+    first = None
+    for _ in range(50):  # full-batch steps: it fits its 60-odd training rows
+        loss = trained(**batch, labels=target).loss
+        first = first if first is not None else loss.item()
+        optimizer.zero_grad()
+        loss.backward()
+        optimizer.step()
+    trained.eval()
+    assert loss.item() < first / 2  # it learned
+    saved = tmp_path / "hf-model"
+    trained.save_pretrained(saved)
+    tokenizer.save_pretrained(saved)
+    recipe = {"task": "classify", "labels": list(LABELS), "preset": "tiny", "vocab_size": 128, "max_length": 16,
+              "epochs": 2, "batch_size": 16, "mode": "sgd", "learning_rate": 3e-3}
+    (tmp_path / "recipe.json").write_text(json.dumps(recipe), encoding="utf-8")
+    attacks = ["loss", "shadow", "ref", "lira", "rmia"]
+    results = dpaudit.attack(saved, data.path, attacks, shadow_models=2, shadow_trainer="edp-sgd",
+                             shadow_config=str(tmp_path / "recipe.json"), shadow_cache=str(tmp_path / "cache"),
+                             claimed_epsilon=8.0, claimed_delta=1e-5, out=tmp_path / "attack", progress=False)
+    assert not results.errors
+    assert {r.attack for r in results.attacks} == {*attacks, "blind"}  # the blind baseline rides along
+    assert results.claimed.epsilon == 8.0 and results.claimed.delta == 1e-5
+    for name in ("shadow", "ref", "lira", "rmia"):
+        assert results[name].shadow_models.origin.startswith("--shadow-trainer edp-sgd"), name
+    for result in results.attacks:
+        assert all(0.0 <= t.auc <= 1.0 for t in result.tasks), result.attack
+    assert (tmp_path / "attack" / "index.html").is_file()
