@@ -60,34 +60,67 @@ Commands (``J`` = ``dpaudit train --trainer jax-bert --data D --seed 0 --preset 
         --batch-size 32 --labels L --out CPUB --mode sgd --data-split public --non-private --epochs 1 --learning-rate 3e-3
     ... --mode sgd|dp-sgd|edp-sgd --epochs 3 --learning-rate 3e-3 --init-from CPUB [--target-epsilon 8]
 
-SNIPS (``--snips ../shared/data/snips``: ``inject --corpus .../train.tsv --format digits:4 --frequencies 1,10
---per-frequency 10 --public-size 6000``: 6,406 members + 110 canary rows, 1,378 held-out (512 evaluated), 6,000
-public; classifiers as above with the label set of public.jsonl, DP learning rate 1e-3)::
+rgp from the same starts (session 13, ``--rgp``, load 5-10: ``python benchmarks/bench_public_pretraining.py --task mlm
+--rgp --workdir W`` and ``--task classify --rgp``; rgp MLM: batch 64, 10 epochs, learning rate 1e-3, from the jax-bert
+public model, which the torch trainers load as a Hugging Face BERT)::
 
-    edp-sgd intent classifier (SNIPS)  start    lr     held-out  baseline  x sgd   train wall s
-    public (sgd, public.jsonl, 1 ep)   random   3e-3   94.1%     15.6%     -       9
-    sgd                                public   3e-3   97.3%     15.6%     1.00    14
-    dp-sgd eps 8                       public   1e-3   95.9%     15.6%     0.99    21
-    edp-sgd eps 8                      public   1e-3   95.5%     15.6%     0.98    23
-    jax-bert MLM (SNIPS, 1,000 steps)  start    lr     held-out  baseline  x non-private  train wall s
-    public (public.jsonl)              random   3e-3   25.6%     5.4%      -              81
-    non-private                        public   3e-3   33.9%     5.4%      1.00           80
-    DP-SGD eps 8                       public   1e-3   25.6%     5.4%      0.75 (goal 0.8: NOT met)  90
+    built-in corpus                     held-out  baseline  x non-private / x sgd
+    MLM public (1000 steps)             57.8%     6.3%      -
+    MLM non-private                     63.5%     6.3%      1.00
+    MLM DP-SGD eps 8 (lr 1e-3)          56.0%     6.3%      0.88
+    MLM rgp eps 8                       52.7%     5.8%*     0.83
+    classifier public (1 epoch)         98.0%     13.0%     -
+    classifier sgd                      95.0%     13.0%     1.00  (100 held-out rows: +-2 points is noise)
+    classifier dp-sgd / edp-sgd / rgp   98.0%     13.0%     1.03 each
 
-On SNIPS the MLM goal is not met: the epsilon-8 model ends exactly where its start was (25.6%, the same figure to
-every digit on the same 512 held-out rows), while 1,000 non-private steps on the private rows add 8 points. The
-public model is undertrained (1,000 steps on 6,000 rows; SNIPS' text is far more varied than the built-in
-grammar), so what is left to learn is large and the epsilon-8 noise at N ~6,500 and learning rate 1e-3 drowns
-it. Levers not measured for lack of time: a longer public pretraining (it raises both, and the ratio with it),
-a larger DP learning rate or batch size at the same epsilon.
+rgp's MLM is the lowest DP figure (0.83x, still above the 0.8x goal set for dp-sgd). A likely reason, not measured:
+after its 10 warm-up steps its rank-16 carriers come from the historical update W_t - W_0, which in a noisy run from
+a trained start is mostly accumulated noise, so the low-rank projection keeps less of the signal than dp-sgd's full
+gradient; as a classifier from a public start it matches dp-sgd.
+
+SNIPS (``--snips ../shared/data/snips``, read in place: ``inject --corpus .../train.tsv --format digits:4`` with
+6,000 public rows; the MLM's inject ``--frequencies 1,10,100`` (6,406 members + 1,110 canary rows, 1,378 held-out, 512
+evaluated), the classifiers' ``--frequencies 1,10``; classifiers with the label set of public.jsonl). Measured in
+session 13 (load 5-9 on the shared 2-core machine: wall times not comparable, left out)::
+
+    python benchmarks/bench_public_pretraining.py --task both --rgp --snips ../shared/data/snips \
+        --public-size 6000 --classifier-public-size 6000 --public-steps 3000 --workdir W
+
+    jax-bert MLM (SNIPS)               start    lr     held-out  baseline  x non-private
+    public (public.jsonl, 3000 steps)  random   3e-3   38.3%     5.4%      -
+    non-private                        public   3e-3   39.0%     5.4%      1.00
+    DP-SGD eps 8                       public   1e-3   36.1%     5.4%      0.93   (goal 0.8: met)
+    DP-SGD eps 8                       public   3e-4   36.8%     5.4%      0.94
+    DP-SGD eps 8, batch 256, 500 steps public   1e-3   36.8%     5.4%      0.94
+    rgp eps 8 (torch, 10 epochs, b 64) public   1e-3   35.7%     4.5%*     0.92
+    before (1,000 public steps): public 25.6%, non-private 33.9%, DP-SGD eps 8 25.6% (0.75x, not met)
+
+    edp-sgd / rgp intent classifier    start    lr     held-out  baseline  x sgd
+    public (sgd, public.jsonl, 1 ep)   random   3e-3   89.8%     15.6%     -
+    sgd                                public   3e-3   94.7%     15.6%     1.00
+    dp-sgd eps 8                       public   1e-3   94.9%     15.6%     1.00   (goal 0.9: met)
+    edp-sgd eps 8                      public   1e-3   95.3%     15.6%     1.01
+    rgp eps 8                          public   1e-3   95.1%     15.6%     1.00
+
+    * rgp is a torch trainer: its held-out masks are drawn by torch_common.data.mask_tokens, not jax-bert's, so the
+      most-frequent-token baseline is computed on other masked positions of the same 512 rows.
+
+What made the SNIPS MLM goal: the public model. With 1,000 public steps (25.6%) the start was undertrained for SNIPS'
+varied text; at 3,000 steps (38.3%) it is the model a practitioner would start from, the non-private private
+training adds 0.7 points and the epsilon-8 models stay within 3 points of it. The honest reading: on SNIPS the
+epsilon-8 training (jax-bert and rgp alike, at learning rates 3e-4 and 1e-3, batch 64 and 256) ends 1.5-2.6 points
+BELOW its public start: at N ~7,500 and epsilon 8 the noise outweighs what the private rows add to a start that
+already knows the language, and 15% of the private rows are canary rows that a held-out figure does not reward.
+The goal (>= 0.8x the non-private model from the same start) is met by every DP recipe tried; that DP private
+training improves on the public start is not, on this corpus and at this size.
 
 Why it works, and its limit: the public utterances come from the same grammar as the private ones, so the public
 model alone is already close (MLM 55.7%, intents 98%); the private training mostly has to not undo it. At epsilon 8
 with N ~3,800 and 1,000 steps the DP noise is large next to the signal: at learning rate 3e-3 the DP MLM loses 3
 points against its start, at 1e-3 it keeps it and gains 0.6. edp-sgd mode reaches dp-sgd's accuracy here; its
 micro-batch clipping (sensitivity 2C) costs nothing visible when the start already classifies. rgp was not measured
-in this benchmark (no time in this session). On text whose public part does not resemble the private part the gap
-will be larger.
+on the built-in corpus with ``--rgp``: see the table above. On text whose public part does not resemble the private
+part the gap will be larger.
 """
 
 from __future__ import annotations
@@ -146,6 +179,13 @@ def run_mlm(root: Path, args: argparse.Namespace, corpus: list[str]) -> list[tup
         dpaudit(*common, "--out", str(out), *(["--init-from", str(start)] if start else []), "--steps", str(args.steps),
                 "--learning-rate", rate, *privacy)
         runs.append((name, out, "public" if start else "scratch"))
+    if args.rgp:
+        out = root / "mlm-rgp"
+        torch_common = ["train", "--trainer", "rgp", "--task", "mlm", "--data", str(data), "--seed", "0",
+                        "--batch-size", "64", "--max-length", "32", "--mask-prob", "0.3", "--eval-examples", "512"]
+        dpaudit(*torch_common, "--out", str(out), "--init-from", str(public), "--epochs", str(args.rgp_mlm_epochs),
+                "--learning-rate", args.rgp_learning_rate, "--target-epsilon", "8")
+        runs.append(("rgp eps 8 (torch, from the jax start)", out, "public"))
     return runs
 
 
@@ -165,6 +205,12 @@ def run_classify(root: Path, args: argparse.Namespace, corpus: list[str], label_
                 str(args.classifier_epochs), "--learning-rate", args.dp_learning_rate if private else "3e-3",
                 *(["--target-epsilon", "8"] if private else []))
         runs.append((f"{mode}{' eps 8' if private else ''}", out, "public"))
+    if args.rgp:
+        out = root / "clf-rgp"
+        rgp = [("rgp" if previous == "--trainer" else arg) for previous, arg in zip(["", *common], common)]
+        dpaudit(*rgp, "--out", str(out), "--init-from", str(public), "--epochs",
+                str(args.classifier_epochs), "--learning-rate", args.rgp_learning_rate, "--target-epsilon", "8")
+        runs.append(("rgp eps 8", out, "public"))
     return runs
 
 
@@ -196,6 +242,10 @@ def main() -> int:
     parser.add_argument("--classifier-public-epochs", type=int, default=1)
     parser.add_argument("--classifier-epochs", type=int, default=3)
     parser.add_argument("--classifier-batch-size", type=int, default=32)
+    parser.add_argument("--rgp", action="store_true", help="Also train rgp (epsilon 8) from the same public start.")
+    parser.add_argument("--rgp-mlm-epochs", type=int, default=10,
+                        help="Epochs of the rgp MLM (batch 64: about 1,000 steps on SNIPS' ~6,500 private rows).")
+    parser.add_argument("--rgp-learning-rate", default="1e-3", help="Learning rate of the rgp models.")
     args = parser.parse_args()
     root = args.workdir or Path(tempfile.mkdtemp(prefix="bench-public-"))
     root.mkdir(parents=True, exist_ok=True)
