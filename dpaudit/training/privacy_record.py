@@ -280,7 +280,7 @@ def group_privacy_text(row: dict[str, Any]) -> str:
         return "none proven"
     if row.get("delta") is None:
         return "no guarantee (group delta >= 1)"
-    return f"({format_up(row['epsilon'], 4)}, {format_up(row['delta'], 3)})"
+    return f"({format_up(row['epsilon'])}, {format_up(row['delta'], 2)})"
 
 
 def group_privacy_rows(epsilon: float | None, delta: float | None, frequencies: Sequence[int]) -> list[dict[str, Any]]:

@@ -171,7 +171,7 @@ def test_cli_prints_the_guarantee_and_group_privacy(data_dir, tmp_path):
     record = json.loads((tmp_path / "run" / "privacy.json").read_text())
     assert f"epsilon = {format_up(record['epsilon'])}" in result.output
     for row in record["group_privacy"]:  # the data_dir canaries are inserted 1, 2 and 3 times
-        assert f"canary inserted {row['frequency']}x: ({format_up(row['epsilon'], 4)}, " in result.output
+        assert f"canary inserted {row['frequency']}x: ({format_up(row['epsilon'])}, " in result.output
     assert "group bound:" in result.output
 
 
