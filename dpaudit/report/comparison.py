@@ -62,7 +62,7 @@ def _exposure(run: ReportRun) -> tuple[str, str | None]:
         return "–", None
     p = f", p = {top.vs_controls.p_value:.2g}" if top.vs_controls else ""
     ceiling = exposure.parameters.log2_space_size
-    of = f" of {ceiling:.1f}" if ceiling is not None else ""
+    of = f" of {ceiling:.3g}" if ceiling is not None else ""
     text = f"{top.mean:.2f} bits{of} ({top.frequency}×{p})"
     return text, (f"controls {controls.mean:.2f}" if controls else None)
 

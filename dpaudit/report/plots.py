@@ -171,7 +171,7 @@ def by_frequency(name: str, series: Sequence[Series], *, ylabel: str, bands: Seq
         for i, (c, label) in enumerate(lines):
             color, dashes = _CEILING_STYLES[i % len(_CEILING_STYLES)]
             ax.axhline(c, color=color, linestyle=dashes, linewidth=1,
-                       label=f"ceiling log2|R| = {c:.1f}" + (f" ({label})" if label else ""))
+                       label=f"ceiling log2|R| = {c:.3g}" + (f" ({label})" if label else ""))
         xs = sorted({float(x) for s in series for x in s.x if x > 0})
         for i, s in enumerate(series):
             _errorbars(ax, s, i)

@@ -139,7 +139,7 @@ def _sentence(head: Headline, private: bool | None, top: ExposureRow | None, con
     parts = []
     memorized = top is not None and top.vs_controls is not None and top.vs_controls.p_value < ALPHA
     if memorized:
-        ceiling = f" of at most {log2_space:.1f}" if log2_space is not None else ""
+        ceiling = f" of at most {log2_space:.3g}" if log2_space is not None else ""
         parts.append(f"The model memorized canaries inserted {top.frequency} times: their secrets score a mean exposure of "
                      f"{top.mean:.1f} bits{ceiling}, against {controls.mean:.1f} for never-seen controls" if controls else
                      f"The model memorized canaries inserted {top.frequency} times (mean exposure {top.mean:.1f} bits{ceiling})")
@@ -319,7 +319,7 @@ def memorization(runs: Sequence[ReportRun]) -> Memorization:
     note = runs[0].results.group_privacy if runs else GROUP_PRIVACY_NOTE
     return Memorization(present=bool(rows), exposure_svg=exp_svg, edit_svg=edit_svg, rows=tuple(rows),
                         log2_space=ceiling if len(ceilings) <= 1 else None, group_note=note,
-                        ceilings=tuple(f"{c:.1f} bits ({label})" if label else f"{c:.1f} bits" for c, label in lines))
+                        ceilings=tuple(f"{c:.3g} bits ({label})" if label else f"{c:.3g} bits" for c, label in lines))
 
 
 # -- 3. membership inference -----------------------------------------------------------------------

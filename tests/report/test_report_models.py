@@ -120,7 +120,7 @@ def test_edit_distance_is_over_symbols_and_reaches_one():
 def test_each_reveal_gets_its_own_labelled_ceiling_and_styles_do_not_repeat():
     series = [plots.Series(label="a", x=[1, 10], y=[1, 2]), plots.Series(label="b", x=[1, 10], y=[1, 3])]
     svg = plots.by_frequency("x", series, ylabel="bits", ceilings=[(4 * np.log2(10), ""), (7 * np.log2(10), "reveal 3: b")])
-    assert "ceiling log2|R| = 13.3" in svg and "ceiling log2|R| = 23.3 (reveal 3: b)" in svg
+    assert "ceiling log2|R| = 13.3" in svg and "ceiling log2|R| = 23.3 (reveal 3: b)" in svg  # 3 significant digits
     assert len({plots.curve_style(i) for i in range(32)}) == 32
     ticks = plots.thin_ticks([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 50, 100], min_gap=0.45)
     assert ticks == [1, 2, 3, 5, 7, 10, 20, 50, 100]  # ends kept, no two closer than 0.45 octave
