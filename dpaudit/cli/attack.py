@@ -164,6 +164,9 @@ def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: in
     steps); each one's held-out accuracy is recorded beside the target's, with a warning when their mean
     differs from it by more than 10 points (absolute). A failing attack never discards the others' results:
     they are written, the failure is recorded in results.json, and the exit status is 1.
+
+    Threads: scoring and the shadow models use the cores actually free (CPU affinity minus the 1-minute
+    load average, at least 1); set OMP_NUM_THREADS=N (or DPAUDIT_THREADS=N) to choose.
     """
     from dpaudit.attacks.run import AttackWarning
     from dpaudit.stages.attack import attack as run_attack
