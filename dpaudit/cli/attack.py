@@ -165,7 +165,7 @@ def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: in
     differs from it by more than 10 points (absolute). A failing attack never discards the others' results:
     they are written, the failure is recorded in results.json, and the exit status is 1.
 
-    Threads: scoring and the shadow models use the cores actually free (CPU affinity minus the 1-minute
+    Threads: scoring and torch-trained shadow models use the cores actually free (CPU affinity minus the 1-minute
     load average, at least 1); set OMP_NUM_THREADS=N (or DPAUDIT_THREADS=N) to choose.
     """
     from dpaudit.attacks.run import AttackWarning
