@@ -149,6 +149,7 @@ def test_one_report_and_a_rerun_skips_every_finished_stage(demo_run):
 def test_demo_page_opens_with_a_row_per_model_in_headless_chromium(demo_run, tmp_path):
     """The demo's comparison page in a real browser: the models table comes first, one row per model attacked, each
     with its claim (rounded up as the verdict prints it), a utility beside its baseline and the 100x exposure."""
+    from dpaudit.demo.verdict import audit_line
     from tests.report.test_report_browser import _cells, _chromium, _dump_dom
 
     out, report, _args, _output = demo_run
@@ -162,3 +163,7 @@ def test_demo_page_opens_with_a_row_per_model_in_headless_chromium(demo_run, tmp
     assert re.match(r"\d+\.\d% \(\d+\.\d%\)", nonprivate[2]) and re.match(r"\d+\.\d% \(\d+\.\d%\)", dp[2])
     assert "(100×, p = " in nonprivate[3] and re.search(r"\d+/5 at 100×", nonprivate[4])
     assert rows[2][5].startswith("ε ≥ ") and "(proof)" in rows[2][5]  # the one-run audit: a proof
+    audit = read_attack_dir(out / "attack-nonprivate-audit")
+    task = next(t for r in audit.attacks if r.attack == "canary" for t in r.tasks if t.task == "canaries")
+    line = audit_line("audit", audit)  # n/a where the coin flips left fewer than 100 non-members for 1% FPR
+    assert ("TPR at 1% FPR n/a (needs >= 100 non-members" in line) == (task.n_nonmembers < 100), line
