@@ -137,3 +137,12 @@ def test_bad_options_are_one_line_errors(tmp_path):
         run_fleet([], engine="spark")
     with pytest.raises(UserInputError, match="--workers must be >= 1"):
         run_fleet([], workers=0)
+
+
+def test_a_worker_past_its_memory_bound_stops_with_its_label(local_ray, data_dir, tmp_path):
+    """The watchdog stops a job whose worker's resident memory passes the bound (here 50 MiB: any Python with
+    torch is past it within its first half second)."""
+    job = _job(data_dir, tmp_path / "m", 5, "shadow 1/1")
+    with pytest.raises(UserInputError, match=r"^shadow 1/1: its worker passed its memory bound \(.* > 0\.05 GiB\)"):
+        run_fleet([job], workers=1, engine="ray", progress=False, worker_memory_gb=0.05)
+    assert not finished_run_dir(job.out_dir)

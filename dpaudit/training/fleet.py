@@ -26,12 +26,13 @@ one, at once when its peak RSS passed half its memory bound; ``models_per_worker
 process to every model. Each worker uses one thread (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` and
 ``torch.set_num_threads(1)``): the fleet's parallelism is across models.
 
-Memory per worker is bounded by ``worker_memory_gb`` (default :data:`WORKER_MEMORY_GB`, about 1.5x the
-largest peak RSS measured for a shipped trainer's worker at the demo's sizes): the process pool runs no
-more workers than the free memory holds at that size, Ray schedules each task with that ``memory``
-resource (a node runs no more of them at once than its memory holds), and in both a worker's data
-segment is capped at it (``RLIMIT_DATA``), so a worker that grows past it stops with a MemoryError,
-reported as a one-line error, instead of pushing the machine into swap or the kernel's OOM killer.
+Memory per worker is bounded by ``worker_memory_gb`` (default :data:`WORKER_MEMORY_GB`, about 3x the
+peak RSS measured of a shipped trainer's worker at the demo's sizes; ``$DPAUDIT_WORKER_MEMORY_GB`` sets
+another default): the process pool runs no more workers than the free memory holds at that size, Ray
+schedules each task with that ``memory`` resource (a node runs no more of them at once than its memory
+holds), and in both a watchdog thread in the worker stops the job when the process's resident memory
+passes the bound (a one-line error naming the job) instead of letting it push the machine into swap or
+the kernel's OOM killer. Resident memory, not address space: a GPU run maps far more than it holds.
 
 The cache is the caller's: each job's ``out_dir`` is keyed by the content of what it trains (trainer,
 config, rows, seed). A job whose ``out_dir`` already holds a finished, verified train run is never
@@ -69,8 +70,8 @@ __all__ = ["ENGINES", "MODELS_PER_WORKER", "WORKER_MEMORY_GB", "FleetJob", "Flee
 #: The engines :func:`run_fleet` knows ("auto" picks one of the others).
 ENGINES = ("auto", "ray", "process", "inline")
 
-#: Default memory bound of one worker, GiB. Measured peak RSS of a worker (``benchmarks/bench_fleet.py``):
-#: edp-sgd classifier at the demo's sizes (tiny preset, 1,000 rows) 0.6 GiB, jax-bert tiny MLM 0.9 GiB.
+#: Default memory bound of one worker, GiB: about 3x the peak RSS measured of a worker (``benchmarks/bench_fleet.py``:
+#: the demo's edp-sgd classifier, 640-702 MiB over 1 to 8 models; jax-bert's tiny contract run, 736 MiB).
 WORKER_MEMORY_GB = 2.0
 
 #: Models one worker process trains before a fresh process replaces it (Ray's ``max_calls``, the pool's
@@ -157,7 +158,8 @@ def run_fleet(jobs: Sequence[FleetJob], *, workers: int | None = None, ray_addre
         max_minutes: start no new job once this many minutes have passed since the call and at least one
             model is finished (cached ones count); the jobs already running finish. The skipped jobs are
             missing from the result: the caller says so.
-        worker_memory_gb: memory bound of one worker, GiB (default :data:`WORKER_MEMORY_GB`).
+        worker_memory_gb: memory bound of one worker, GiB (default ``$DPAUDIT_WORKER_MEMORY_GB``, else
+            :data:`WORKER_MEMORY_GB`).
         models_per_worker: models one worker process trains before a fresh one replaces it (default
             :data:`MODELS_PER_WORKER`; 1: a fresh process for every model).
 
@@ -174,9 +176,17 @@ def run_fleet(jobs: Sequence[FleetJob], *, workers: int | None = None, ray_addre
         raise UserInputError(f"--workers must be >= 1, got {workers}.")
     if max_minutes is not None and not max_minutes >= 0:
         raise UserInputError(f"max_minutes must be >= 0, got {max_minutes}.")
-    memory_gb = WORKER_MEMORY_GB if worker_memory_gb is None else float(worker_memory_gb)
+    if worker_memory_gb is None:
+        env = os.environ.get("DPAUDIT_WORKER_MEMORY_GB")
+        try:
+            memory_gb = WORKER_MEMORY_GB if env is None else float(env)
+        except ValueError:
+            raise UserInputError(f"DPAUDIT_WORKER_MEMORY_GB={env!r} is not a number of GiB; e.g. 4.") from None
+    else:
+        memory_gb = float(worker_memory_gb)
     if not memory_gb > 0:
-        raise UserInputError(f"worker memory must be > 0 GiB, got {worker_memory_gb}.")
+        raise UserInputError(f"the worker memory bound must be > 0 GiB, got {memory_gb:g} "
+                             "(worker_memory_gb or DPAUDIT_WORKER_MEMORY_GB).")
     per_worker = MODELS_PER_WORKER if models_per_worker is None else int(models_per_worker)
     if per_worker < 1:
         raise UserInputError(f"models_per_worker must be >= 1, got {models_per_worker}.")
@@ -343,27 +353,72 @@ def _peak_rss_mb() -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # KiB on Linux
 
 
+def _rss_bytes() -> int | None:
+    """This process's resident memory now (Linux ``/proc/self/statm``), or None where unknown."""
+    try:
+        with open("/proc/self/statm", encoding="ascii") as f:
+            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
+    except (OSError, ValueError, IndexError):
+        return None
+
+
+class _MemoryWatch:
+    """A daemon thread that interrupts the main thread (KeyboardInterrupt) once resident memory passes ``limit``."""
+
+    def __init__(self, limit: int | None, every_s: float = 0.5) -> None:
+        import threading
+
+        self.limit, self.every_s, self.tripped = limit, every_s, None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="dpaudit-fleet-memory", daemon=True)
+
+    def _run(self) -> None:
+        import _thread
+
+        while True:  # checked at once, then every every_s seconds
+            rss = _rss_bytes()
+            if rss is None:
+                return
+            if rss > self.limit:
+                self.tripped = rss
+                _thread.interrupt_main()
+                return
+            if self._stop.wait(self.every_s):
+                return
+
+    def __enter__(self) -> _MemoryWatch:
+        if self.limit is not None and _rss_bytes() is not None:
+            self._thread.start()
+        return self
+
+    def __exit__(self, *exc: Any) -> None:
+        self._stop.set()
+
+
 def _worker(job: FleetJob, memory_bytes: int | None, fds: bool) -> dict[str, Any]:
-    """Run one job in a worker process: one thread, memory capped, output quiet; never raises (the result says).
+    """Run one job in a worker process: one thread, memory watched, output quiet; never raises (the result says),
+    except a KeyboardInterrupt from the driver (a cancel).
 
     The result's ``retire`` asks for a fresh process next time: this one's peak RSS passed half its bound.
     """
     os.environ.update(_THREAD_ENV)
-    if memory_bytes is not None:
-        with contextlib.suppress(ValueError, OSError):
-            soft, hard = resource.getrlimit(resource.RLIMIT_DATA)
-            cap = memory_bytes if hard == resource.RLIM_INFINITY else min(memory_bytes, hard)
-            resource.setrlimit(resource.RLIMIT_DATA, (cap, hard))
     t0 = time.monotonic()
+    watch = _MemoryWatch(memory_bytes)
     try:
-        with _quiet(fds):
+        with watch, _quiet(fds):
             _train_job(job, one_thread=True)
+    except KeyboardInterrupt:
+        if watch.tripped is None:
+            raise
+        return {"status": "user", "retire": True,
+                "message": f"its worker passed its memory bound ({watch.tripped / _GIB:.2f} GiB resident > "
+                           f"{(memory_bytes or 0) / _GIB:g} GiB); raise it (DPAUDIT_WORKER_MEMORY_GB) or train fewer "
+                           "models at once (--workers). Finished models are kept."}
     except UserInputError as err:
         return {"status": "user", "message": str(err), "retire": True}
     except MemoryError:
-        gb = (memory_bytes or 0) / _GIB
-        return {"status": "user", "message": f"its worker ran out of memory (bound {gb:g} GiB per worker); raise the "
-                                             "bound or train fewer models at once (--workers).", "retire": True}
+        return {"status": "user", "message": "its worker ran out of memory; train fewer models at once (--workers).",
+                "retire": True}
     except Exception as err:  # a bug: keep its traceback for the driver
         return {"status": "error", "message": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc(),
                 "retire": True}
@@ -519,7 +574,7 @@ def _run_ray(todo: list[tuple[int, FleetJob]], *, workers: int | None, ray_addre
         largest = max((node.get("Resources", {}).get("memory", 0) for node in ray.nodes() if node.get("Alive")), default=0)
         if largest < memory_bytes:  # no node could ever run a task: Ray would wait forever
             raise UserInputError(f"no Ray node has {memory_gb:g} GiB of memory for one worker (largest "
-                                 f"{largest / _GIB:.1f} GiB); lower the per-worker memory bound.")
+                                 f"{largest / _GIB:.1f} GiB); lower the per-worker memory bound (DPAUDIT_WORKER_MEMORY_GB).")
         task = ray.remote(max_calls=models_per_worker)(_worker).options(num_cpus=1, memory=memory_bytes, max_retries=0)
         queue = list(todo)
         running: dict[Any, tuple[int, FleetJob]] = {}
