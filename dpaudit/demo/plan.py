@@ -366,7 +366,8 @@ def build_plan(out: Path, sizes: DemoSizes, *, seed: int, report: Path, classifi
         models += _classifiers(out, clf_data, sizes, seed, noise_seed, clf_start)
     attacks = [m.attack.output for m in models]
     report_stage = Stage(name="report", title=f"report comparing {len(models)} models", output=report,
-                         schema_prefix=None, args=("report", *map(str, attacks), "--out", str(report)),
+                         schema_prefix=None, args=("report", *map(str, attacks), "--out", str(report),
+                                                   *(a for m in models for a in ("--label", f"{m.label}={m.attack.output}"))),
                          inputs=tuple(attacks))
     stages = [*injects, *publics, *(s for m in models for s in (m.train, m.attack)), report_stage]
     return DemoPlan(data=data, models=tuple(models), report=report, stages=tuple(stages), public_models=tuple(publics))
