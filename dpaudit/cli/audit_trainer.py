@@ -105,6 +105,11 @@ def audit_config(trainer: Any, *, target_epsilon: float, rows: int, noise_seed: 
               help="Steps of each audit run (about: trainers that count epochs round to whole epochs).")
 @click.option("--runs", type=click.IntRange(min=1, max=10**4), default=1, show_default=True,
               help="Independent training runs; more pool their canaries (the many-run audit).")
+@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
+              help="Runs trained at once on the model fleet (Ray when installed, else a process pool), each in its own "
+                   "worker process; 1: one after another in this process (a jax trainer then compiles its step once).")
+@click.option("--ray-address", default=None, metavar="ADDR",
+              help="Train the runs on this Ray cluster (e.g. ray://host:10001); every node needs dpaudit installed.")
 @click.option("--partners", type=click.IntRange(min=1, max=1000), default=16, show_default=True,
               help="Micro-batch trainers: partner rows per canary (so one example's move can reach 2C).")
 @click.option("--confidence", type=click.FloatRange(min=0.5, max=1, min_open=True, max_open=True), default=0.95,
@@ -118,7 +123,8 @@ def audit_config(trainer: Any, *, target_epsilon: float, rows: int, noise_seed: 
 @click.option("--overwrite", is_flag=True, help="Replace an existing audit directory written by dpaudit.")
 def audit_trainer(trainer_name: str, out: Path, target_epsilon: float, canaries: int, sampling_rate: float,
                   steps: int, runs: int, partners: int, confidence: float, settings: tuple[str, ...],
-                  seed: int | None, noise_seed: int | None, overwrite: bool) -> None:
+                  seed: int | None, noise_seed: int | None, overwrite: bool, workers: int = 1,
+                  ray_address: str | None = None) -> None:
     """Audit a DP trainer's implementation with white-box gradient canaries (Nasr et al. 2023).
 
     Each run trains the trainer on a tiny built-in dataset plus CANARIES audit rows: a canary's gradient
@@ -132,6 +138,7 @@ def audit_trainer(trainer_name: str, out: Path, target_epsilon: float, canaries:
     from dpaudit.errors import UserInputError
     from dpaudit.rundir import prepare_output_dir
     from dpaudit.training.api import load_trainer
+    from dpaudit.whitebox.audit import RegisteredRuns
     from dpaudit.whitebox.audit import audit_trainer as run_audit
     from dpaudit.whitebox.audit import write_audit
     from dpaudit.report.whitebox import write_page
@@ -165,12 +172,21 @@ def audit_trainer(trainer_name: str, out: Path, target_epsilon: float, canaries:
                        err=True)
         rows = real_rows + canaries * (1 + (partners if unit == "micro-batch" else 0))
         config = audit_config(trainer, rows=rows, **plan)
-        bar = click.progressbar(length=runs, label=f"audit-trainer {trainer_name}: runs", file=sys.stderr)
-        with bar:
-            analysis, evidence = run_audit(
-                lambda run_out: plugin_cls(data_dir, run_out, config, seed=0), canaries=canaries, runs=runs,
-                partners=partners, confidence=confidence, seed=seed, workdir=Path(work) / "runs",
-                progress=lambda done, total: bar.update(1))
+        if workers > 1 or ray_address:  # the runs as jobs of the model fleet (its own progress bar)
+            # The fields as they are (a --noise-seed travels to the workers in memory, never to a file).
+            fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+            runs_spec = RegisteredRuns(trainer=trainer_name, config=fields, data_dir=data_dir, workers=workers,
+                                       ray_address=ray_address)
+            analysis, evidence = run_audit(runs_spec, canaries=canaries, runs=runs, partners=partners,
+                                           confidence=confidence, seed=seed, workdir=Path(work) / "runs",
+                                           progress=lambda done, total: None)
+        else:
+            bar = click.progressbar(length=runs, label=f"audit-trainer {trainer_name}: runs", file=sys.stderr)
+            with bar:
+                analysis, evidence = run_audit(
+                    lambda run_out: plugin_cls(data_dir, run_out, config, seed=0), canaries=canaries, runs=runs,
+                    partners=partners, confidence=confidence, seed=seed, workdir=Path(work) / "runs",
+                    progress=lambda done, total: bar.update(1))
     public_config = config.to_dict() if hasattr(config, "to_dict") else dataclasses.asdict(config)
     audit_settings = {"target_epsilon": target_epsilon, "canaries": canaries, "sampling_rate": sampling_rate,
                       "steps": steps, "runs": runs, "partners": partners,

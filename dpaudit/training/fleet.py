@@ -99,6 +99,11 @@ class FleetJob:
         out_dir: the train run directory: the cache entry (content-hashed by the caller).
         seed: the public seed.
         label: how progress lines and errors name the job, e.g. ``"shadow 3/64"``.
+        runner: ``"module:function"`` called as ``function(job)`` in the worker instead of the trainer's
+            ``train`` (it must leave a finished run in ``out_dir``): a run the trainer's ``train`` cannot express,
+            e.g. the white-box audit's runs hosting gradient canaries (:func:`dpaudit.whitebox.harness.run_job`).
+            None: ``trainer.train``.
+        runner_args: what the runner needs beyond the job (picklable; never written anywhere by the fleet).
     """
 
     trainer: str
@@ -107,6 +112,8 @@ class FleetJob:
     out_dir: Path
     seed: int
     label: str
+    runner: str | None = None
+    runner_args: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True)
@@ -314,6 +321,12 @@ def _train_job(job: FleetJob, *, one_thread: bool) -> None:
     out = Path(job.out_dir)
     lock = run_dir_lock(out, stage=f"fleet {job.label}") if writes_run_dir(trainer) else contextlib.nullcontext()
     with lock:
+        if job.runner is not None:
+            module, _, name = job.runner.partition(":")
+            getattr(importlib.import_module(module), name)(job)
+            if not finished_run_dir(out):
+                raise UserInputError(f"the runner {job.runner} returned without a finished run in {out}.")
+            return
         leftover = out.is_dir() and any(out.iterdir())
         try:
             trainer.train(Path(job.data_dir), out, config, seed=job.seed)

@@ -11,26 +11,51 @@ from __future__ import annotations
 import shutil
 import tempfile
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
 from dpaudit.whitebox.analysis import VIEWS, Analysis, analyse, summary
-from dpaudit.whitebox.harness import PluginFactory, RunEvidence, run_with_canaries
+from dpaudit.whitebox.harness import PluginFactory, RunEvidence, load_evidence, run_with_canaries
 
-__all__ = ["SCHEMA", "audit_trainer", "write_audit"]
+#: The fleet runner of one audit run (:func:`dpaudit.whitebox.harness.run_job`).
+RUNNER = "dpaudit.whitebox.harness:run_job"
+
+__all__ = ["SCHEMA", "RegisteredRuns", "audit_trainer", "write_audit"]
 
 SCHEMA = "dpaudit.whitebox/1"
 
 
-def audit_trainer(factory: PluginFactory, *, canaries: int = 1000, runs: int = 1, partners: int = 16,
+@dataclass(frozen=True)
+class RegisteredRuns:
+    """The audit's runs as jobs of the model fleet (:func:`dpaudit.training.fleet.run_fleet`), trained at once.
+
+    Attributes:
+        trainer: the registered trainer's name.
+        config: its Config's fields (rebuilt in each worker).
+        data_dir: the audit's dataset (an inject directory).
+        workers, ray_address, engine: as :func:`~dpaudit.training.fleet.run_fleet`'s.
+    """
+
+    trainer: str
+    config: dict[str, Any]
+    data_dir: Path
+    workers: int | None = None
+    ray_address: str | None = None
+    engine: str = "auto"
+
+
+def audit_trainer(factory: PluginFactory | RegisteredRuns, *, canaries: int = 1000, runs: int = 1, partners: int = 16,
                   confidence: float = 0.95, seed: int | None = None, workdir: Path | None = None,
                   progress: Callable[[int, int], None] | None = None) -> tuple[Analysis, list[RunEvidence]]:
     """Run the audit: ``runs`` trainings, each with ``canaries`` coin-flip gradient canaries.
 
     Args:
-        factory: builds the trainer's plug-in for an output directory.
+        factory: builds the trainer's plug-in for an output directory (the runs train one after another in this
+            process), or a :class:`RegisteredRuns`: a registered trainer's runs trained as jobs of the model fleet
+            (in parallel, on Ray or a process pool), each run with its own coin generator.
         canaries: m, the canaries per run (block coordinates).
         runs: R; more than one adds the pooled many-run bounds and makes them the verdict.
         partners: partner rows per canary when the trainer clips micro-batches.
@@ -38,19 +63,42 @@ def audit_trainer(factory: PluginFactory, *, canaries: int = 1000, runs: int = 1
         seed: the auditor's coin flips (None: OS entropy). Not the trainer's randomness.
         workdir: where the runs train (default: a temporary folder, removed afterwards).
     """
-    rng = np.random.default_rng(seed)
     own = workdir is None
     base = Path(tempfile.mkdtemp(prefix="dpaudit-whitebox-")) if own else Path(workdir)
     try:
-        evidence = []
-        for r in range(runs):
-            evidence.append(run_with_canaries(factory, base / f"run-{r}", canaries=canaries, partners=partners, rng=rng))
-            if progress is not None:
-                progress(r + 1, runs)
+        if isinstance(factory, RegisteredRuns):
+            evidence = _fleet_runs(factory, base, canaries=canaries, runs=runs, partners=partners, seed=seed,
+                                   progress=progress)
+        else:
+            rng = np.random.default_rng(seed)
+            evidence = []
+            for r in range(runs):
+                evidence.append(run_with_canaries(factory, base / f"run-{r}", canaries=canaries, partners=partners,
+                                                  rng=rng))
+                if progress is not None:
+                    progress(r + 1, runs)
         return analyse(evidence, confidence=confidence), evidence
     finally:
         if own:
             shutil.rmtree(base, ignore_errors=True)
+
+
+def _fleet_runs(spec: RegisteredRuns, base: Path, *, canaries: int, runs: int, partners: int, seed: int | None,
+                progress: Callable[[int, int], None] | None) -> list[RunEvidence]:
+    """The R runs as fleet jobs: each run's coins from its own child of the auditor's seed sequence (OS entropy
+    without ``seed``), so the runs are independent whatever order the workers finish them in."""
+    from dpaudit.training.fleet import FleetJob, run_fleet
+
+    children = np.random.SeedSequence(seed).spawn(runs)
+    jobs = [FleetJob(trainer=spec.trainer, config=dict(spec.config), data_dir=Path(spec.data_dir),
+                     out_dir=base / f"run-{r}", seed=0, label=f"audit run {r + 1}/{runs}", runner=RUNNER,
+                     runner_args={"canaries": canaries, "partners": partners,
+                                  "coins": [int(x) for x in children[r].generate_state(4)]})
+            for r in range(runs)]
+    outcomes = run_fleet(jobs, workers=spec.workers, ray_address=spec.ray_address, engine=spec.engine,
+                         progress=progress is not None, desc="audit runs")  # the fleet's own bar
+    evidence = [load_evidence(outcome.job.out_dir) for outcome in outcomes]
+    return evidence
 
 
 def score_rows(analysis: Analysis, evidence: list[RunEvidence]) -> list[dict[str, Any]]:

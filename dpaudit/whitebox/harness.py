@@ -21,7 +21,7 @@ from dpaudit.training.privacy_record import read_privacy_record
 from dpaudit.whitebox.layout import CanaryLayout
 from dpaudit.whitebox.mechanism import ClaimedMechanism
 
-__all__ = ["PluginFactory", "RunEvidence", "run_with_canaries"]
+__all__ = ["PluginFactory", "RunEvidence", "evidence_path", "load_evidence", "run_job", "run_with_canaries"]
 
 #: Builds the trainer's plug-in for one run writing ``out_dir`` (e.g. ``trainer.Plugin(data, out, config, seed=s)``).
 PluginFactory = Callable[[Path], Any]
@@ -65,3 +65,51 @@ def run_with_canaries(factory: PluginFactory, out_dir: Path, *, canaries: int, p
     if final.shape != (canaries,):
         raise RuntimeError(f"canary_parameters() returned shape {final.shape}, not ({canaries},).")
     return RunEvidence(layout=layout, claim=claim, observations=np.stack([seen[t] for t in range(steps)]), final=final)
+
+
+# -- one run as a fleet job (the R runs of a many-run audit, trained at once on the model fleet) ------------------
+
+#: Where a fleet job leaves its evidence: beside its run directory (the run directory itself holds only what the
+#: trainer wrote, so that it verifies as a finished run).
+EVIDENCE_SUFFIX = ".evidence.npz"
+
+
+def evidence_path(out_dir: Path) -> Path:
+    """The evidence file of the run trained in ``out_dir``."""
+    out_dir = Path(out_dir)
+    return out_dir.parent / (out_dir.name + EVIDENCE_SUFFIX)
+
+
+def run_job(job: Any) -> None:
+    """Train one audit run described by a :class:`dpaudit.training.fleet.FleetJob` (in a fleet worker) and save its
+    evidence (:func:`evidence_path`).
+
+    ``job.runner_args``: ``canaries``, ``partners`` and ``coins`` (the entropy of this run's own coin generator,
+    drawn by the auditor; independent of everything the trainer does). The plug-in is the trainer's own
+    (``load_trainer(job.trainer).Plugin(data_dir, out_dir, Config(**job.config), seed=job.seed)``).
+    """
+    from dpaudit.training.api import load_trainer
+
+    trainer = load_trainer(job.trainer)
+    config = trainer.Config(**job.config)
+    args = dict(job.runner_args or {})
+    rng = np.random.default_rng(np.random.SeedSequence(args["coins"]))
+    evidence = run_with_canaries(lambda out: trainer.Plugin(Path(job.data_dir), out, config, seed=job.seed),
+                                 Path(job.out_dir), canaries=int(args["canaries"]), partners=int(args["partners"]),
+                                 rng=rng)
+    layout = evidence.layout
+    target = evidence_path(job.out_dir)
+    staged = target.with_name(target.name + ".tmp.npz")
+    np.savez(staged, member=layout.member, unit=np.array(layout.unit), slots=np.array(layout.slots),
+             partners=np.array(layout.partners), observations=evidence.observations, final=evidence.final)
+    staged.replace(target)
+
+
+def load_evidence(out_dir: Path) -> RunEvidence:
+    """The evidence :func:`run_job` saved for the run in ``out_dir`` (the claim re-read from its ``privacy.json``)."""
+    with np.load(evidence_path(out_dir)) as saved:
+        layout = CanaryLayout(member=saved["member"].astype(bool), unit=str(saved["unit"]), slots=int(saved["slots"]),
+                              partners=int(saved["partners"]))
+        observations, final = saved["observations"], saved["final"]
+    claim = ClaimedMechanism.from_record(read_privacy_record(Path(out_dir) / "privacy.json"))
+    return RunEvidence(layout=layout, claim=claim, observations=observations, final=final)

@@ -64,3 +64,30 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, words, tmp_path):
     assert result.exit_code == 2, result.output
     assert words in result.output and len(result.output.strip().splitlines()) == 1
     assert not out.exists()
+
+
+def test_the_runs_as_fleet_jobs_are_the_same_runs_with_their_own_coins(data_dir, tmp_path):
+    """A many-run audit through the model fleet (issue 29: the R runs trained at once): each run is the trainer's
+    own plug-in hosting the canaries, with its own coin generator; with the noise fixed, a run trained as a fleet
+    job gives exactly the evidence of the same run trained here with the same coins."""
+    import dataclasses
+
+    from dpaudit.training.api import load_trainer
+    from dpaudit.whitebox.audit import RUNNER, RegisteredRuns, audit_trainer
+    from dpaudit.whitebox.harness import run_with_canaries
+
+    trainer = load_trainer("edp-sgd")
+    config = trainer.tiny_config(mode="dp-sgd", task="classify", target_epsilon=2.0, noise_multiplier=None,
+                                 epochs=2, batch_size=256, noise_seed=5)
+    fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+    spec = RegisteredRuns(trainer="edp-sgd", config=fields, data_dir=data_dir, engine="inline")
+    analysis, evidence = audit_trainer(spec, canaries=300, runs=2, seed=7, workdir=tmp_path / "fleet")
+    assert RUNNER == "dpaudit.whitebox.harness:run_job" and len(evidence) == 2
+    assert not np.array_equal(evidence[0].layout.member, evidence[1].layout.member)  # each run its own coins
+    coins = [int(x) for x in np.random.SeedSequence(7).spawn(2)[0].generate_state(4)]
+    here = run_with_canaries(lambda out: trainer.Plugin(data_dir, out, config, seed=0), tmp_path / "here",
+                             canaries=300, partners=16, rng=np.random.default_rng(np.random.SeedSequence(coins)))
+    assert np.array_equal(here.layout.member, evidence[0].layout.member)
+    np.testing.assert_array_equal(here.observations, evidence[0].observations)
+    np.testing.assert_array_equal(here.final, evidence[0].final)
+    assert here.claim == evidence[0].claim
