@@ -350,15 +350,10 @@ def write_shadow_data(path: Path, *, train: list[dict[str, Any]], heldout: list[
 
 
 def _finished(model_dir: Path) -> bool:
-    from dpaudit.rundir import verify_run_dir
+    """A finished, verified cache entry: the model fleet's own test (one definition of a cache hit)."""
+    from dpaudit.training.fleet import finished_run_dir
 
-    if not (model_dir / "manifest.json").is_file():
-        return False
-    try:
-        verify_run_dir(model_dir, schema_prefix="dpaudit.train/")
-    except UserInputError:
-        return False
-    return True
+    return finished_run_dir(model_dir)
 
 
 @dataclass
