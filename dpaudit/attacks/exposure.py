@@ -21,7 +21,6 @@ import math
 from typing import ClassVar
 
 import numpy as np
-from tqdm import tqdm
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome, by_frequency
 from dpaudit.attacks.results import ExposureParameters, ExposureResult, ExposureRow
@@ -30,6 +29,7 @@ from dpaudit.audit.intervals import (
     log_frequency_slope,
     mann_whitney_greater,
 )
+from dpaudit.progress import progress_bar
 from dpaudit.scoring.source import MASKED_LM
 
 PHRASES_WARNING = ("exposure needs a secret space with a finite per-position alphabet (digits:N, words:N); phrase and "
@@ -66,7 +66,7 @@ class ExposureAttack:
                                         bootstrap_seed=options.seed)
             return AttackOutcome(ExposureResult(parameters=params, warnings=(PHRASES_WARNING,)))
         fields, low = {}, np.empty(len(context.canaries))
-        bar = tqdm(context.canaries, desc="exposure ranks", unit="canary", disable=None, leave=False)
+        bar = progress_bar(context.canaries, desc="exposure ranks", unit="canary")
         for i, (canary, interval) in enumerate(zip(bar, context.exposure_intervals)):
             low[i] = interval.exposure_low
             fields[canary.id] = {"rank_low": int(interval.rank_low), "rank_high": int(interval.rank_high),

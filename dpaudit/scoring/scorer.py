@@ -19,15 +19,14 @@ References:
 from __future__ import annotations
 
 import hashlib
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
-from tqdm import tqdm
 
 from dpaudit.errors import UserInputError
+from dpaudit.progress import progress_bar
 from dpaudit.scoring.source import CLASSIFIER, MASKED_LM, ModelSource
 from dpaudit.scoring.targets import (
     CanaryLike,
@@ -138,8 +137,7 @@ class Scorer:
 
     def _batches(self, n: int, desc: str) -> Iterator[slice]:
         starts = range(0, n, self.batch_size)
-        bar = tqdm(starts, desc=desc, unit="batch", file=sys.stderr, disable=None if self.progress else True, leave=False)
-        for start in bar:
+        for start in progress_bar(starts, desc=desc, unit="batch", enabled=bool(self.progress)):
             yield slice(start, min(start + self.batch_size, n))
 
     def _pad(self, rows: Sequence[Sequence[int]]) -> tuple[Any, Any]:

@@ -1,0 +1,29 @@
+"""Progress bars that also show in a log file.
+
+On a terminal a bar is tqdm's, redrawn in place and cleared when done. Off a terminal (a CI log, ``nohup``,
+``2> file``) tqdm would print nothing by default; here it prints a plain line every :data:`LOG_INTERVAL_S` seconds,
+and only for work that lasts longer than that, so short steps (and tests) print nothing while a long scoring pass
+on a loaded machine still says where it is.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterable
+from typing import Any, TypeVar
+
+T = TypeVar("T")
+
+#: Seconds between lines (and before the first) when stderr is not a terminal.
+LOG_INTERVAL_S = 15.0
+
+
+def progress_bar(iterable: Iterable[T], *, desc: str, unit: str, enabled: bool = True,
+                 total: int | None = None) -> Iterable[T]:
+    """``iterable`` wrapped in a bar on stderr (nothing when ``enabled`` is False)."""
+    from tqdm import tqdm
+
+    tty = sys.stderr.isatty()
+    options: dict[str, Any] = ({"leave": False} if tty else
+                               {"leave": True, "mininterval": LOG_INTERVAL_S, "delay": LOG_INTERVAL_S, "ascii": True})
+    return tqdm(iterable, desc=desc, unit=unit, total=total, file=sys.stderr, disable=not enabled, **options)
