@@ -184,3 +184,29 @@ def test_a_transformers_trained_model_gets_every_attack_with_a_stated_claim(api_
     for result in results.attacks:
         assert all(0.0 <= t.auc <= 1.0 for t in result.tasks), result.attack
     assert (tmp_path / "attack" / "index.html").is_file()
+
+
+def test_an_opacus_accountants_history_states_the_claim_accounted_here(api_run, tmp_path):
+    """--claimed-from-opacus: an Opacus accountant's state_dict() (its history) is the claim of a model trained with
+    Opacus; the epsilon is accounted here by PLD, checked against plain dp_accounting composed in the test."""
+    import dp_accounting
+
+    root, data, model, tokenizer = api_run
+    history = [[1.1, 0.01, 300], [0.9, 0.02, 100]]  # (noise_multiplier, sample_rate, steps), as Opacus stores it
+    state = tmp_path / "accountant.json"
+    state.write_text(json.dumps({"history": history, "mechanism": "rdp"}), encoding="utf-8")
+    results = dpaudit.attack(model, data.path, ["loss"], tokenizer=tokenizer, claimed_from_opacus=str(state),
+                             claimed_delta=1e-5, progress=False, blind_baseline=False)
+    pld = dp_accounting.pld.PLDAccountant()
+    for sigma, q, steps in history:
+        pld.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps)
+    expected = pld.get_epsilon(1e-5)
+    assert results.claimed.private and results.claimed.delta == 1e-5
+    assert results.claimed.epsilon == pytest.approx(expected, rel=0.02)
+    assert "Opacus accountant's history" in results.claimed.guarantee
+    (tmp_path / "bad.json").write_text('{"history": [[1.0, 0.1]]}', encoding="utf-8")
+    with pytest.raises(UserInputError, match=r"--claimed-from-opacus .*bad.json: history entry 0"):
+        dpaudit.attack(model, data.path, ["loss"], tokenizer=tokenizer, claimed_from_opacus=str(tmp_path / "bad.json"),
+                       claimed_delta=1e-5, progress=False)
+    with pytest.raises(UserInputError, match="needs --claimed-delta"):
+        dpaudit.attack(model, data.path, ["loss"], tokenizer=tokenizer, claimed_from_opacus=str(state), progress=False)

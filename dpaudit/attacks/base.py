@@ -52,6 +52,8 @@ class AttackOptions:
         shadow_dirs: user-supplied shadow models (directories holding ``members.json``, or text files listing
             them); no shadow is trained (:mod:`dpaudit.attacks.shadow_models`).
         claimed_epsilon, claimed_delta: the privacy claim of a model trained elsewhere (no ``privacy.json``).
+        claimed_from_opacus: an Opacus accountant's saved state (its ``history`` of (noise multiplier, sample rate,
+            steps)): the claim of a model trained elsewhere with Opacus, accounted here at ``claimed_delta``.
     """
 
     batch_size: int = 32
@@ -79,6 +81,7 @@ class AttackOptions:
     shadow_dirs: tuple[str, ...] | None = None
     claimed_epsilon: float | None = None
     claimed_delta: float | None = None
+    claimed_from_opacus: str | None = None
 
     def __post_init__(self) -> None:
         if self.shadow_models < 1:
@@ -99,7 +102,14 @@ class AttackOptions:
             raise ValueError(f"--workers must be >= 1, got {self.workers}.")
         if self.shadow_config is not None and self.shadow_trainer is None:
             raise ValueError("--shadow-config needs --shadow-trainer NAME (the registered trainer the config is for).")
-        if (self.claimed_epsilon is None) != (self.claimed_delta is None):
+        if self.claimed_from_opacus is not None:
+            if self.claimed_epsilon is not None:
+                raise ValueError("--claimed-from-opacus states the claim through its accountant's history; remove "
+                                 "--claimed-epsilon (keep --claimed-delta: the delta to read epsilon at).")
+            if self.claimed_delta is None:
+                raise ValueError("--claimed-from-opacus needs --claimed-delta D: the delta at which the history's "
+                                 "epsilon is read (Opacus's get_epsilon(delta)).")
+        elif (self.claimed_epsilon is None) != (self.claimed_delta is None):
             raise ValueError("--claimed-epsilon and --claimed-delta go together: state the whole (epsilon, delta) claim.")
         if self.claimed_epsilon is not None and not (self.claimed_epsilon > 0 and self.claimed_epsilon < float("inf")):
             raise ValueError(f"--claimed-epsilon must be a finite number > 0, got {self.claimed_epsilon}.")

@@ -8,6 +8,8 @@ N is treated as public, the replace-one epsilon recomputed from the same event b
 
 from __future__ import annotations
 
+import os
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from dpaudit.attacks.results import ClaimedPrivacy
@@ -16,7 +18,7 @@ from dpaudit.errors import UserInputError
 if TYPE_CHECKING:
     from dpaudit.training.privacy_record import PrivacyRecord
 
-__all__ = ["claimed_privacy", "model_claim", "replace_one_epsilon"]
+__all__ = ["claimed_privacy", "model_claim", "opacus_claim", "options_claim", "opacus_history", "replace_one_epsilon"]
 
 
 def replace_one_epsilon(record: PrivacyRecord) -> float | None:
@@ -61,8 +63,74 @@ def claimed_privacy(record: PrivacyRecord | None, *, where: str = "privacy.json"
                           epsilon_replace_one=replace_one)
 
 
-def model_claim(source: object, *, claimed_epsilon: float | None = None, claimed_delta: float | None = None
-                ) -> ClaimedPrivacy:
+def opacus_history(path: str | os.PathLike[str]) -> list[tuple[float, float, int]]:
+    """The ``history`` of an Opacus accountant's saved state: ``[(noise_multiplier, sample_rate, steps), ...]``.
+
+    The file is ``json.dump(accountant.state_dict(), f)`` or ``torch.save(accountant.state_dict(), path)`` (read
+    with ``weights_only=True``: plain numbers and lists only, never an arbitrary pickle).
+
+    Raises:
+        UserInputError: unreadable, or not an accountant's state.
+    """
+    import json
+
+    where = f"--claimed-from-opacus {path}"
+    try:
+        state = json.loads(Path(path).read_text(encoding="utf-8"))
+    except UnicodeDecodeError:
+        try:
+            import torch
+
+            state = torch.load(path, weights_only=True)
+        except Exception as err:  # noqa: BLE001 - any unreadable file is one line
+            raise UserInputError(f"{where}: neither JSON nor a torch-saved state dict ({type(err).__name__}); save it "
+                                 "with json.dump(accountant.state_dict(), f).") from None
+    except OSError as err:
+        raise UserInputError(f"{where}: cannot read it ({err.strerror or err}).") from None
+    except ValueError as err:
+        raise UserInputError(f"{where}: not valid JSON ({err}).") from None
+    history = state.get("history") if isinstance(state, dict) else None
+    if not isinstance(history, (list, tuple)) or not history:
+        raise UserInputError(f"{where}: no 'history' of (noise_multiplier, sample_rate, steps); pass the state_dict() "
+                             "of an Opacus RDP, PRV or GDP accountant after training.")
+    rows = []
+    for i, row in enumerate(history):
+        try:
+            sigma, q, steps = row
+            rows.append((float(sigma), float(q), int(steps)))
+        except (TypeError, ValueError):
+            raise UserInputError(f"{where}: history entry {i} is {row!r}, not (noise_multiplier, sample_rate, steps)."
+                                 ) from None
+    return rows
+
+
+def opacus_claim(path: str | os.PathLike[str], delta: float) -> ClaimedPrivacy:
+    """The claim of a model trained with Opacus, from its accountant's history: Poisson-sampled Gaussian steps
+    (what Opacus's DP-SGD runs and its accountants assume: add/remove adjacency, one example's clipped gradient of
+    norm at most C, noise std sigma C), accounted here by PLD at ``delta`` (not copied from Opacus)."""
+    import dp_accounting
+
+    from dpaudit import accounting
+    from dpaudit.accounting.events import Segment
+
+    try:
+        segments = [Segment(steps=steps, sampling_probability=q, noise_multiplier=sigma)
+                    for sigma, q, steps in opacus_history(path)]
+    except ValueError as err:
+        raise UserInputError(f"--claimed-from-opacus {path}: {err}") from None
+    event = dp_accounting.ComposedDpEvent([s.event() for s in segments])
+    epsilon = float(accounting.epsilon(event, delta))
+    steps = sum(s.steps for s in segments)
+    return ClaimedPrivacy(known=True, private=True, epsilon=epsilon, recorded_epsilon=None, delta=float(delta),
+                          accountant="pld", sampling="poisson",
+                          guarantee=(f"({epsilon:.3f}, {delta:g})-DP for one example (add/remove), accounted by dpaudit "
+                                     f"(PLD) from the Opacus accountant's history in {path}: {steps} Poisson-sampled "
+                                     "Gaussian steps. It holds if the training ran what that history says (per-example "
+                                     "clipping, Poisson sampling, secret noise); dpaudit did not see the training."))
+
+
+def model_claim(source: object, *, claimed_epsilon: float | None = None, claimed_delta: float | None = None,
+                claimed_from_opacus: str | os.PathLike[str] | None = None) -> ClaimedPrivacy:
     """The claim of the audited model, the one path every attack and the results take: its ``privacy.json``
     (:func:`claimed_privacy`), or, for a model trained elsewhere (no ``privacy.json``), the claim its trainer
     states (``--claimed-epsilon E --claimed-delta D``), which the attacks test as given and dpaudit cannot verify.
@@ -72,6 +140,11 @@ def model_claim(source: object, *, claimed_epsilon: float | None = None, claimed
     """
     path = getattr(source, "path", "")
     record = getattr(source, "privacy", None)
+    if claimed_from_opacus is not None:
+        if record is not None:
+            raise UserInputError(f"--claimed-from-opacus: --model {path} has a privacy.json that states its claim; "
+                                 "remove --claimed-from-opacus (it is for a model trained elsewhere).")
+        return opacus_claim(claimed_from_opacus, float(claimed_delta))
     if claimed_epsilon is None:
         return claimed_privacy(record, where=f"{path}/privacy.json")
     if record is not None:
@@ -82,3 +155,11 @@ def model_claim(source: object, *, claimed_epsilon: float | None = None, claimed
                           guarantee=(f"({claimed_epsilon:g}, {claimed_delta:g})-DP as stated with --claimed-epsilon/"
                                      "--claimed-delta for a model trained elsewhere; dpaudit did not account it (no "
                                      "privacy.json): the attacks test the claim as given."))
+
+
+def options_claim(source: object, options: object) -> ClaimedPrivacy:
+    """:func:`model_claim` with the claim options of an attack (``claimed_epsilon``, ``claimed_delta``,
+    ``claimed_from_opacus``): the one way the attacks and the results read a model's claim."""
+    return model_claim(source, claimed_epsilon=getattr(options, "claimed_epsilon", None),
+                       claimed_delta=getattr(options, "claimed_delta", None),
+                       claimed_from_opacus=getattr(options, "claimed_from_opacus", None))

@@ -218,11 +218,10 @@ def claim_of(context: Any) -> tuple[float | None, float]:
     cached = getattr(context, "_mia_claim", None)
     if cached is not None:
         return cached
-    from dpaudit.attacks.claim import model_claim
+    from dpaudit.attacks.claim import options_claim
 
     options = context.options
-    claim = model_claim(context.scorer.source, claimed_epsilon=getattr(options, "claimed_epsilon", None),
-                        claimed_delta=getattr(options, "claimed_delta", None))
+    claim = options_claim(context.scorer.source, options)
     delta = claim.delta
     if delta is None:  # non-private or unknown: the delta a DP run on these N rows would claim by default
         from dpaudit.accounting import default_delta

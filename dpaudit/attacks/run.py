@@ -24,7 +24,7 @@ from typing import Any
 
 from dpaudit.attacks.base import AttackContext, AttackOptions
 from dpaudit.attacks.blind import blind_comparison
-from dpaudit.attacks.claim import model_claim
+from dpaudit.attacks.claim import options_claim
 from dpaudit.attacks.mia import coin_flip_mode
 from dpaudit.attacks.registry import DEFAULT_ATTACKS, default_attacks, resolve_attacks
 from dpaudit.attacks.results import (
@@ -189,7 +189,7 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
                              f"{space.length - 1}.")
     if space is None and reveal:
         raise UserInputError("--reveal applies to digits:N and words:N secrets, not phrases; remove it.")
-    claimed = model_claim(source, claimed_epsilon=options.claimed_epsilon, claimed_delta=options.claimed_delta)
+    claimed = options_claim(source, options)
     canaries = list(run.canaries)
     kind = (run.manifest.get("secret_space") or {}).get("kind")
     shared = None if kind in CONTEXT_FREE_KINDS else shared_context_warning(canaries, space, reveal)

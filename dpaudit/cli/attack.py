@@ -124,7 +124,11 @@ def _summary(results) -> str:  # noqa: ANN001
 @click.option("--claimed-epsilon", type=FiniteFloat(min=0, min_open=True), default=None, metavar="E",
               help="The privacy claim of a model trained elsewhere (no privacy.json): epsilon, tested as given.")
 @click.option("--claimed-delta", type=FiniteFloat(min=0, max=1, min_open=True, max_open=True), default=None, metavar="D",
-              help="The delta of --claimed-epsilon's claim.")
+              help="The delta of the stated claim (--claimed-epsilon or --claimed-from-opacus).")
+@click.option("--claimed-from-opacus", type=click.Path(path_type=Path, dir_okay=False), default=None, metavar="FILE",
+              help="The claim of a model trained with Opacus: its accountant's state_dict() saved as JSON (or with "
+                   "torch.save); its history of (noise multiplier, sample rate, steps) is accounted here (PLD) at "
+                   "--claimed-delta.")
 @click.option("--fpr", "fprs", type=FiniteFloat(min=0, max=1, min_open=True, max_open=True), multiple=True,
               help="Report TPR at this FPR (repeatable); refused if heldout.jsonl has too few non-members to measure it. "
                    "Default: 0.1% and 1%, with a warning when unmeasurable.")
@@ -148,7 +152,7 @@ def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: in
            overwrite: bool, as_json: bool, workers: int | None = None, ray_address: str | None = None,
            shadow_trainer: str | None = None, shadow_config: Path | None = None, shadow_dirs: tuple[str, ...] = (),
            claimed_epsilon: float | None = None, claimed_delta: float | None = None, lira_variance: str = "auto",
-           lira_offline: str = "one-sided", blind_baseline: bool = True) -> None:
+           lira_offline: str = "one-sided", blind_baseline: bool = True, claimed_from_opacus: Path | None = None) -> None:
     """Attack a model's canaries and write results.json, scores/canaries.jsonl and manifest.json.
 
     Exposure (Carlini et al. 2019) is exact: all secret tokens are masked at once and the secret's
@@ -185,7 +189,8 @@ def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: in
                              shadow_config=None if shadow_config is None else str(shadow_config),
                              shadow_dirs=tuple(shadow_dirs) or None, claimed_epsilon=claimed_epsilon,
                              claimed_delta=claimed_delta, lira_variance=lira_variance, lira_offline=lira_offline,
-                             blind_baseline=blind_baseline)
+                             blind_baseline=blind_baseline,
+                             claimed_from_opacus=None if claimed_from_opacus is None else str(claimed_from_opacus))
     for w in caught:
         if issubclass(w.category, AttackWarning):
             click.echo(f"warning: {w.message}", err=True)
