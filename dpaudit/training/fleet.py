@@ -408,6 +408,21 @@ class _MemoryWatch:
         self._stop.set()
 
 
+def _listen_to_interrupts() -> None:
+    """Make SIGINT raise KeyboardInterrupt in this worker process again if it was inherited as ignored.
+
+    A command started in the background of a non-interactive shell (``dpaudit attack ... &``, a CI script) runs with
+    SIGINT ignored, and Ray's and the pool's workers inherit that: the memory watchdog (``_thread.interrupt_main``)
+    and a cancel (Ray's ``cancel``, the pool's SIGINT) would then do nothing, and a failed fleet would wait for
+    every running model to finish.
+    """
+    import signal
+    import threading
+
+    if threading.current_thread() is threading.main_thread() and signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+        signal.signal(signal.SIGINT, signal.default_int_handler)
+
+
 def _worker(job: FleetJob, memory_bytes: int | None, fds: bool) -> dict[str, Any]:
     """Run one job in a worker process: one thread, memory watched, output quiet; never raises (the result says),
     except a KeyboardInterrupt from the driver (a cancel).
@@ -415,6 +430,7 @@ def _worker(job: FleetJob, memory_bytes: int | None, fds: bool) -> dict[str, Any
     The result's ``retire`` asks for a fresh process next time: this one's peak RSS passed half its bound.
     """
     os.environ.update(_THREAD_ENV)
+    _listen_to_interrupts()
     t0 = time.monotonic()
     watch = _MemoryWatch(memory_bytes)
     try:

@@ -155,10 +155,10 @@ def test_demo_page_opens_with_a_row_per_model_in_headless_chromium(demo_run, tmp
     out, report, _args, _output = demo_run
     rows = _cells(_dump_dom(_chromium(), tmp_path, report))
     labels = [r[0].split()[0] for r in rows]
-    assert labels == ["model-nonprivate", "model-dp-eps8", "model-nonprivate-audit", "model-dp-eps8-audit"]
+    assert labels == ["nonprivate", "dp-eps8", "nonprivate-audit", "dp-eps8-audit"]  # the demo's --label names
     claims = {label: r[1] for label, r in zip(labels, rows)}
     eps = read_attack_dir(out / "attack-dp-eps8").claimed.epsilon
-    assert claims["model-nonprivate"] == "inf" and claims["model-dp-eps8"] == format_up(eps)
+    assert claims["nonprivate"] == "inf" and claims["dp-eps8"] == format_up(eps)
     nonprivate, dp = rows[0], rows[1]
     assert re.match(r"\d+\.\d% \(\d+\.\d%\)", nonprivate[2]) and re.match(r"\d+\.\d% \(\d+\.\d%\)", dp[2])
     assert "(100×, p = " in nonprivate[3] and re.search(r"\d+/5 at 100×", nonprivate[4])
