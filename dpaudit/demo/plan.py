@@ -98,6 +98,8 @@ class DemoSizes:
         dp_learning_rate: learning rate of the DP models (their start is already trained; None: ``learning_rate``).
         classifier_public_size: public utterances of the classifiers' inject directory.
         classifier_public_epochs: edp-sgd epochs of the public classifier (sgd mode on ``public.jsonl``); 0: none.
+        audit_steps: jax-bert steps of the one-run audit's two models (None: ``steps``); ``--quick`` trains them
+            less to stay under 3 minutes (a new-token canary is memorized from one insertion well before).
     """
 
     corpus_size: int
@@ -122,6 +124,7 @@ class DemoSizes:
     dp_learning_rate: float | None = None
     classifier_public_size: int = 0
     classifier_public_epochs: int = 0
+    audit_steps: int | None = None
 
     def __post_init__(self) -> None:
         if self.corpus_size < 100:
@@ -161,7 +164,7 @@ QUICK = DemoSizes(corpus_size=1000, secret_format="digits:4", frequencies=(1, 10
                   classifier_corpus_size=600, classifier_frequencies=(1, 10), classifier_epochs=2, classifier_batch_size=32,
                   shadow_models=2, classifier_attacks=("loss", "shadow"), audit_canaries=200,
                   public_size=10000, public_steps=300, dp_learning_rate=1e-3, classifier_public_size=1500,
-                  classifier_public_epochs=3)
+                  classifier_public_epochs=3, audit_steps=250)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -246,7 +249,9 @@ def _dp_learning_rate(sizes: DemoSizes) -> float:
 
 
 def _jax_bert(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int | None, *, suffix: str = "",
-              attacks: str = "exposure,reconstruction,loss", start: Path | None = None) -> list[Model]:
+              attacks: str = "exposure,reconstruction,loss", start: Path | None = None,
+              steps: int | None = None) -> list[Model]:
+    steps = sizes.steps if steps is None else steps
     models = []
     init = ["--init-from", str(start)] if start is not None else []
     for label, title, privacy, rate in (("nonprivate", "jax-bert MLM, non-private", ["--non-private"], sizes.learning_rate),
@@ -257,7 +262,7 @@ def _jax_bert(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: in
         what = title + (", from the public model" if start is not None else "") + (", one-run audit" if suffix else "")
         model, attacked = out / f"model-{label}", out / f"attack-{label}"
         train = ["train", "--trainer", "jax-bert", "--data", str(data), "--out", str(model), "--seed", str(seed),
-                 "--preset", "tiny", *init, "--steps", str(sizes.steps), "--batch-size", str(sizes.batch_size),
+                 "--preset", "tiny", *init, "--steps", str(steps), "--batch-size", str(sizes.batch_size),
                  "--max-length", str(sizes.max_length), "--learning-rate", f"{rate:g}",
                  "--weight-decay", "0", "--mask-prob", f"{sizes.mask_prob:g}", "--eval-every", str(sizes.eval_every), "--eval-examples", "512", *privacy]
         if noise_seed is not None:
@@ -356,7 +361,8 @@ def build_plan(out: Path, sizes: DemoSizes, *, seed: int, report: Path, classifi
     models = _jax_bert(out, data, sizes, seed, noise_seed, start=start)
     if sizes.audit_canaries:
         injects.append(_audit_inject(audit_data, sizes, seed))
-        models += _jax_bert(out, audit_data, sizes, seed, noise_seed, suffix=AUDIT_SUFFIX, attacks="canary")
+        models += _jax_bert(out, audit_data, sizes, seed, noise_seed, suffix=AUDIT_SUFFIX, attacks="canary",
+                            steps=sizes.audit_steps)
     if classifiers and sizes.classifier_epochs:
         injects.append(_inject("inject-classifier", clf_data, sizes.classifier_corpus_size, sizes.classifier_frequencies,
                                sizes, seed, "intent classifiers", sizes.classifier_public_size))

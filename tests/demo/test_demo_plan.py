@@ -65,6 +65,9 @@ def test_every_stage_parses_as_the_command_a_user_would_type(sizes, tmp_path):
         same = [a for i, a in enumerate(args) if i not in (start, start + 1)
                 and a not in (str(tmp_path / "demo" / "data"), str(tmp_path / "demo" / f"model-{label}"))]
         audit_args = [a for a in stages[f"train-{label}-audit"] if "audit" not in a]
+        steps = same.index("--steps") + 1  # the one setting --quick lowers for the audit (audit_steps)
+        assert audit_args[steps] == str(sizes.audit_steps or sizes.steps)
+        same[steps] = audit_args[steps]
         rate = same.index("--learning-rate") + 1
         assert audit_args[:rate] + audit_args[rate + 1:] == same[:rate] + same[rate + 1:]
         assert audit_args[rate] == f"{sizes.learning_rate:g}" and "--init-from" not in audit_args
