@@ -204,6 +204,9 @@ def test_an_opacus_accountants_history_states_the_claim_accounted_here(api_run, 
     assert results.claimed.private and results.claimed.delta == 1e-5
     assert results.claimed.epsilon == pytest.approx(expected, rel=0.02)
     assert "Opacus accountant's history" in results.claimed.guarantee
+    from dpaudit.figures import format_up
+
+    assert results.claimed.guarantee.startswith(f"({format_up(results.claimed.epsilon)}, 1e-05)-DP")  # rounded up
     (tmp_path / "bad.json").write_text('{"history": [[1.0, 0.1]]}', encoding="utf-8")
     with pytest.raises(UserInputError, match=r"--claimed-from-opacus .*bad.json: history entry 0"):
         dpaudit.attack(model, data.path, ["loss"], tokenizer=tokenizer, claimed_from_opacus=str(tmp_path / "bad.json"),

@@ -112,6 +112,7 @@ def opacus_claim(path: str | os.PathLike[str], delta: float) -> ClaimedPrivacy:
 
     from dpaudit import accounting
     from dpaudit.accounting.events import Segment
+    from dpaudit.figures import format_up
 
     try:
         segments = [Segment(steps=steps, sampling_probability=q, noise_multiplier=sigma)
@@ -123,7 +124,7 @@ def opacus_claim(path: str | os.PathLike[str], delta: float) -> ClaimedPrivacy:
     steps = sum(s.steps for s in segments)
     return ClaimedPrivacy(known=True, private=True, epsilon=epsilon, recorded_epsilon=None, delta=float(delta),
                           accountant="pld", sampling="poisson",
-                          guarantee=(f"({epsilon:.3f}, {delta:g})-DP for one example (add/remove), accounted by dpaudit "
+                          guarantee=(f"({format_up(epsilon)}, {delta:g})-DP for one example (add/remove), accounted by dpaudit "
                                      f"(PLD) from the Opacus accountant's history in {path}: {steps} Poisson-sampled "
                                      "Gaussian steps. It holds if the training ran what that history says (per-example "
                                      "clipping, Poisson sampling, secret noise); dpaudit did not see the training."))
