@@ -14,18 +14,11 @@ from dpaudit.canaries.insert import DEFAULT_FREQUENCIES, default_frequencies
 from dpaudit.cli import cli
 from dpaudit.inject_run import canary_frequencies, load_inject_run
 from dpaudit.rundir import read_jsonl
+from tests.cli.test_inject_cli import one_line_error  # the inject CLI's one-line error check
 
 
 def invoke(*args: str):
     return CliRunner().invoke(cli, ["inject", *args], catch_exceptions=False)
-
-
-def one_line_error(result, *needles: str) -> None:
-    assert result.exit_code == 2, result.output
-    lines = result.output.strip().splitlines()
-    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
-    for needle in needles:
-        assert needle in lines[0], (needle, lines[0])
 
 
 def write_csv(path: Path, rows: list[tuple[str, str]], header: str = "text,category") -> Path:
