@@ -143,6 +143,10 @@ def audit_trainer(trainer_name: str, out: Path, target_epsilon: float, canaries:
     from dpaudit.whitebox.audit import write_audit
     from dpaudit.report.whitebox import write_page
 
+    if noise_seed is not None and runs > 1:  # every run would draw the same noise and sampling: not independent
+        raise UserInputError(f"--noise-seed with --runs {runs}: a fixed noise seed makes every run draw the same noise "
+                             "and Poisson sampling, so the runs are not the independent trials the many-run bound "
+                             "pools; drop --noise-seed (OS entropy) or use --runs 1.")
     prepare_output_dir(out, overwrite=overwrite)  # refuse a bad --out before any training
     trainer = load_trainer(trainer_name)
     plugin_cls = trainer.Plugin

@@ -57,6 +57,7 @@ def test_a_real_trainer_adding_half_the_noise_is_refuted_in_one_run(data_dir, tm
     (["--trainer", "no-such"], "--trainer 'no-such' is not a registered trainer"),
     (["--trainer", "edp-sgd", "--set", "colour=blue"], "--set 'colour=blue'"),
     (["--trainer", "edp-sgd", "--set", "epochs=many"], "--set 'epochs=many'"),
+    (["--trainer", "edp-sgd", "--runs", "3", "--noise-seed", "7"], "--noise-seed with --runs 3"),  # not independent
 ])
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, words, tmp_path):
     out = tmp_path / "audit"
