@@ -23,7 +23,7 @@ from dpaudit.whitebox.harness import PluginFactory, RunEvidence, load_evidence, 
 #: The fleet runner of one audit run (:func:`dpaudit.whitebox.harness.run_job`).
 RUNNER = "dpaudit.whitebox.harness:run_job"
 
-__all__ = ["SCHEMA", "RegisteredRuns", "audit_trainer", "write_audit"]
+__all__ = ["SCHEMA", "RegisteredRuns", "audit_trainer", "run_config", "write_audit"]
 
 SCHEMA = "dpaudit.whitebox/1"
 
@@ -83,6 +83,17 @@ def audit_trainer(factory: PluginFactory | RegisteredRuns, *, canaries: int = 10
             shutil.rmtree(base, ignore_errors=True)
 
 
+def run_config(config: dict[str, Any], run: int) -> dict[str, Any]:
+    """Run ``run``'s config: a fixed ``noise_seed`` (reproducible audits) becomes one seed per run, derived from it
+    and the run index, so that R runs never draw the same noise and sampling (the pooled many-run bound counts them
+    as independent trials)."""
+    config = dict(config)
+    if config.get("noise_seed") is not None:
+        config["noise_seed"] = int(np.random.SeedSequence([int(config["noise_seed"]), run]).generate_state(1, np.uint64)[0]
+                                   >> np.uint64(1))
+    return config
+
+
 def _fleet_runs(spec: RegisteredRuns, base: Path, *, canaries: int, runs: int, partners: int, seed: int | None,
                 progress: Callable[[int, int], None] | None) -> list[RunEvidence]:
     """The R runs as fleet jobs: each run's coins from its own child of the auditor's seed sequence (OS entropy
@@ -90,7 +101,7 @@ def _fleet_runs(spec: RegisteredRuns, base: Path, *, canaries: int, runs: int, p
     from dpaudit.training.fleet import FleetJob, run_fleet
 
     children = np.random.SeedSequence(seed).spawn(runs)
-    jobs = [FleetJob(trainer=spec.trainer, config=dict(spec.config), data_dir=Path(spec.data_dir),
+    jobs = [FleetJob(trainer=spec.trainer, config=run_config(spec.config, r), data_dir=Path(spec.data_dir),
                      out_dir=base / f"run-{r}", seed=0, label=f"audit run {r + 1}/{runs}", runner=RUNNER,
                      runner_args={"canaries": canaries, "partners": partners,
                                   "coins": [int(x) for x in children[r].generate_state(4)]})

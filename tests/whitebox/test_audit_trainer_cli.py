@@ -74,7 +74,7 @@ def test_the_runs_as_fleet_jobs_are_the_same_runs_with_their_own_coins(data_dir,
     import dataclasses
 
     from dpaudit.training.api import load_trainer
-    from dpaudit.whitebox.audit import RUNNER, RegisteredRuns, audit_trainer
+    from dpaudit.whitebox.audit import RUNNER, RegisteredRuns, audit_trainer, run_config
     from dpaudit.whitebox.harness import run_with_canaries
 
     trainer = load_trainer("edp-sgd")
@@ -85,8 +85,11 @@ def test_the_runs_as_fleet_jobs_are_the_same_runs_with_their_own_coins(data_dir,
     analysis, evidence = audit_trainer(spec, canaries=300, runs=2, seed=7, workdir=tmp_path / "fleet")
     assert RUNNER == "dpaudit.whitebox.harness:run_job" and len(evidence) == 2
     assert not np.array_equal(evidence[0].layout.member, evidence[1].layout.member)  # each run its own coins
+    seeds = [run_config(fields, r)["noise_seed"] for r in range(2)]
+    assert seeds[0] != seeds[1] and 5 not in seeds  # a fixed noise seed becomes one per run: independent runs
     coins = [int(x) for x in np.random.SeedSequence(7).spawn(2)[0].generate_state(4)]
-    here = run_with_canaries(lambda out: trainer.Plugin(data_dir, out, config, seed=0), tmp_path / "here",
+    first = dataclasses.replace(config, noise_seed=seeds[0])
+    here = run_with_canaries(lambda out: trainer.Plugin(data_dir, out, first, seed=0), tmp_path / "here",
                              canaries=300, partners=16, rng=np.random.default_rng(np.random.SeedSequence(coins)))
     assert np.array_equal(here.layout.member, evidence[0].layout.member)
     np.testing.assert_array_equal(here.observations, evidence[0].observations)
