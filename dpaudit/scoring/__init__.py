@@ -12,6 +12,7 @@ import os
 from typing import TYPE_CHECKING
 
 from dpaudit.scoring.source import (
+    CAUSAL_LM,
     CLASSIFIER,
     MASKED_LM,
     ModelKind,
@@ -22,7 +23,7 @@ from dpaudit.scoring.source import (
 if TYPE_CHECKING:
     from dpaudit.scoring.scorer import ExampleFeatures, Scorer, VocabFill
 
-__all__ = ["CLASSIFIER", "MASKED_LM", "ExampleFeatures", "ModelKind", "ModelSource", "Scorer", "VocabFill", "load",
+__all__ = ["CAUSAL_LM", "CLASSIFIER", "MASKED_LM", "ExampleFeatures", "ModelKind", "ModelSource", "Scorer", "VocabFill", "load",
            "resolve_model"]
 
 

@@ -22,9 +22,11 @@ from dpaudit.training.privacy_record import read_privacy_record  # the one file 
 if TYPE_CHECKING:
     from dpaudit.training.privacy_record import PrivacyRecord
 
-ModelKind = Literal["masked-lm", "classifier"]
+ModelKind = Literal["masked-lm", "classifier", "causal-lm"]
 MASKED_LM: ModelKind = "masked-lm"
 CLASSIFIER: ModelKind = "classifier"
+#: A GPT-style causal LM (``*ForCausalLM``, GPT-2's ``GPT2LMHeadModel``): the Secret Sharer's own setting.
+CAUSAL_LM: ModelKind = "causal-lm"
 TRAIN_SCHEMA_PREFIX = "dpaudit.train/"
 WEIGHTS = "model.safetensors"
 WEIGHTS_INDEX = "model.safetensors.index.json"
@@ -89,6 +91,8 @@ def _kind_of(architecture: str) -> ModelKind | None:
         return MASKED_LM
     if architecture.endswith("ForSequenceClassification"):
         return CLASSIFIER
+    if architecture.endswith("ForCausalLM") or architecture.endswith("LMHeadModel"):
+        return CAUSAL_LM
     return None
 
 
@@ -217,8 +221,8 @@ def resolve_model(path: str | os.PathLike[str], *, option: str = "--model") -> M
     kinds = [(a, _kind_of(a)) for a in architectures if _kind_of(a) is not None]
     if not kinds:
         raise UserInputError(
-            f"{config_path}: architectures {architectures!r} names no masked LM (*ForMaskedLM) or sequence classifier "
-            "(*ForSequenceClassification); dpaudit audits those two model types."
+            f"{config_path}: architectures {architectures!r} names no masked LM (*ForMaskedLM), sequence classifier "
+            "(*ForSequenceClassification) or causal LM (*ForCausalLM, *LMHeadModel); dpaudit audits those model types."
         )
     architecture, kind = kinds[0]
     if manifest is None:
