@@ -47,6 +47,20 @@ def data_dir(tmp_path_factory):
     return path
 
 
+#: The texts of :func:`tiny_causal_dir`'s tokenizer: a few sentences with digits (one token each).
+TINY_CAUSAL_TEXTS = ["the quick brown fox jumps over the lazy dog", "my pin code is 4 8 1 5 and my card is 9 2 7 3",
+                     "please call me back at 555 0199 tomorrow", "the meeting moved to room 12 on friday"]
+
+
+@pytest.fixture(scope="session")
+def tiny_causal_dir(tmp_path_factory):
+    """A tiny GPT-2 causal LM directory in dpaudit's layout (issue 30, convention 1) with random weights
+    (read-only; see tests/causal_fixtures.py). Do not edit: other helpers' tests use it."""
+    from tests.causal_fixtures import build_tiny_causal
+
+    return build_tiny_causal(tmp_path_factory.mktemp("causal") / "model", TINY_CAUSAL_TEXTS, seed=0)
+
+
 @pytest.fixture(scope="session")
 def tiny_config():
     """Factory: the tiny jax-bert Config with overrides."""
