@@ -17,3 +17,11 @@ PRESETS: dict[str, dict[str, int]] = {
     "base": {"num_hidden_layers": 12, "hidden_size": 768, "num_attention_heads": 12, "intermediate_size": 3072},
     "large": {"num_hidden_layers": 24, "hidden_size": 1024, "num_attention_heads": 16, "intermediate_size": 4096},
 }
+
+#: GPT-2-shaped causal LM presets (``--task clm``), as ``transformers.GPT2Config`` keyword arguments (vocab_size,
+#: n_positions beyond the preset's and the special token ids come from the tokenizer and the run). ``tiny`` is for
+#: tests; ``mini`` is the benchmark's and the demo's (4 x 256, 4 heads, 128 positions).
+CAUSAL_PRESETS: dict[str, dict[str, int]] = {
+    "tiny": {"n_layer": 2, "n_embd": 64, "n_head": 2, "n_positions": 128},
+    "mini": {"n_layer": 4, "n_embd": 256, "n_head": 4, "n_positions": 128},
+}
