@@ -19,8 +19,9 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CLASSIFY_BASELINE_KEY", "CLASSIFY_BASELINE_RULE", "MLM_BASELINE_KEY", "MLM_BASELINE_RULE",
-           "UTILITY_KINDS", "UtilityKind", "constant_prediction_accuracy", "majority_class_accuracy"]
+__all__ = ["CLASSIFY_BASELINE_KEY", "CLASSIFY_BASELINE_RULE", "CLM_BASELINE_KEY", "CLM_BASELINE_RULE",
+           "CLM_LOSS_BASELINE_KEY", "MLM_BASELINE_KEY", "MLM_BASELINE_RULE", "UTILITY_KINDS", "UtilityKind",
+           "constant_prediction_accuracy", "majority_class_accuracy", "unigram_loss"]
 
 #: The key of the masked-LM baseline beside ``mlm_accuracy``.
 MLM_BASELINE_KEY = "heldout_mlm_accuracy_baseline"
@@ -28,6 +29,11 @@ MLM_BASELINE_KEY = "heldout_mlm_accuracy_baseline"
 CLASSIFY_BASELINE_KEY = "heldout_accuracy_baseline"
 MLM_BASELINE_RULE = ("always predicting the most frequent token among the masked heldout.jsonl positions that are "
                      "evaluated (the best constant prediction there), scored like the model")
+#: The causal-LM baselines beside ``next_token_accuracy`` and ``eval_loss`` (``--task clm``).
+CLM_BASELINE_KEY = "heldout_next_token_accuracy_baseline"
+CLM_LOSS_BASELINE_KEY = "heldout_next_token_loss_baseline"
+CLM_BASELINE_RULE = ("always predicting the most frequent next token among the evaluated heldout.jsonl positions; the "
+                     "loss beside it is the unigram distribution of those tokens', scored like the model")
 CLASSIFY_BASELINE_RULE = ("always predicting the majority class of the evaluated heldout.jsonl rows (the best constant "
                           "prediction there)")
 
@@ -47,6 +53,8 @@ class UtilityKind:
 UTILITY_KINDS = (
     UtilityKind(keys=("heldout_mlm_accuracy", "mlm_accuracy"), baseline_key=MLM_BASELINE_KEY,
                 name="held-out MLM accuracy", rule="always the most frequent token"),
+    UtilityKind(keys=("heldout_next_token_accuracy", "next_token_accuracy"), baseline_key=CLM_BASELINE_KEY,
+                name="held-out next-token accuracy", rule="always the most frequent next token"),
     UtilityKind(keys=("heldout_accuracy", "eval_accuracy"), baseline_key=CLASSIFY_BASELINE_KEY,
                 name="held-out accuracy", rule="always the majority class"),
 )
@@ -94,3 +102,24 @@ def majority_class_accuracy(labels: Sequence[int] | np.ndarray) -> float | None:
     if labels.size == 0:
         return None
     return float(np.bincount(labels).max() / labels.size)
+
+
+def unigram_loss(targets: Any, weights: Any) -> float | None:
+    """The mean negative log-likelihood (nats) of the unigram distribution of the weighted targets, each
+    row's mean over its positions averaged over the rows (as the torch trainers score a causal LM): the
+    loss of the best context-free prediction there, beside the model's held-out loss. None when nothing
+    is evaluated.
+    """
+    targets = np.asarray(targets, dtype=np.int64)
+    weights = np.asarray(weights, dtype=np.float64)
+    if targets.shape != weights.shape or targets.ndim != 2:
+        raise ValueError(f"targets and weights must be [rows, positions] of one shape, got {targets.shape} and "
+                         f"{weights.shape}.")
+    used = weights > 0
+    if targets.shape[0] == 0 or not used.any():
+        return None
+    counts = np.bincount(targets[used], weights=weights[used])
+    nll = np.zeros(targets.shape, dtype=np.float64)
+    nll[used] = -np.log(counts[targets[used]] / counts.sum())
+    per_row = (nll * weights).sum(axis=1) / np.maximum(weights.sum(axis=1), 1.0)
+    return float(per_row.mean())

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any, ClassVar, Literal
 
 from dpaudit.training.config_types import check_types, option_name, redacted_dict
+from dpaudit.training.presets import CAUSAL_PRESETS
 from dpaudit.training.starting_point import DataSplit
 from dpaudit.trainers.torch_common.options import (
     DEFAULT_VOCAB_SIZE,
@@ -82,7 +83,8 @@ class TorchTrainConfig:
     ADDED_FIELDS: ClassVar[Mapping[str, Any]] = {"data_split": "train"}
 
     task: Task = field(default="classify", metadata=help_text(
-        "classify: sequence classification of {'text','label'} rows (intent). mlm: masked-LM fine-tuning on the texts."))
+        "classify: sequence classification of {'text','label'} rows (intent). mlm: masked-LM fine-tuning on the texts. "
+        "clm: causal-LM (next-token) training of a GPT-2-shaped model (--preset tiny or mini) or any --init-from causal LM."))
     labels: str | list[str] | None = field(default=None, metadata=help_text(
         "classify: the label set, a,b,c or @FILE (one label per line); class ids follow this order. Default: the "
         "labels of public.jsonl. Never taken from train.jsonl: config.json releases it un-noised."))
@@ -91,7 +93,8 @@ class TorchTrainConfig:
         "train.jsonl row is refused; heldout/public rows are left out of evaluation."))
     init_from: str | None = field(default=None, metadata=help_text(
         "Start from this model instead of a random init of --preset: a dpaudit train run directory (its model/) or a "
-        "Hugging Face BERT directory (masked LM or sequence classifier, safetensors; its tokenizer.json is used). "
+        "Hugging Face BERT directory (masked LM or sequence classifier, safetensors; its tokenizer.json is used), or "
+        "for --task clm any Hugging Face causal LM directory (AutoModelForCausalLM). "
         "classify reuses its encoder, and its head only when its id2label is this run's label set. It must be public "
         "(trained on public data only) for the guarantee to mean what it says; a start trained on this run's "
         "train.jsonl is refused. Formerly --model."))
@@ -99,7 +102,8 @@ class TorchTrainConfig:
         "What to train on: train (train.jsonl, the private data) or public (public.jsonl: a public model to start "
         "private runs from; DP on public data protects nothing). Evaluation stays on heldout.jsonl."))
     preset: Preset = field(default="tiny", metadata=help_text(
-        "Architecture when no --init-from is given: tiny (tests), mini (Dupuy et al. 4x312), small, base, large."))
+        "Architecture when no --init-from is given: tiny (tests), mini (Dupuy et al. 4x312), small, base, large; "
+        "--task clm: tiny or mini, GPT-2-shaped (2x64; 4x256, 128 positions)."))
     vocab_size: int | None = field(default=None, metadata=help_text(
         "WordPiece vocabulary trained on public.jsonl when no --init-from is given; default by preset (2000 tiny, "
         "8000 mini/small)."))
@@ -161,6 +165,9 @@ class TorchTrainConfig:
         if self.init_from is not None and not self.init_from.strip():
             raise ValueError(f"--init-from must be a directory path, got {self.init_from!r}.")
         self._check_labels()
+        if self.task == "clm" and self.init_from is None and self.preset not in CAUSAL_PRESETS:
+            raise ValueError(f"--preset {self.preset} has no causal (GPT-2) shape; --task clm takes "
+                             f"{' or '.join(CAUSAL_PRESETS)}, or --init-from a causal LM.")
         minimums = {"max_length": 8, "epochs": 1, "batch_size": 1, **(int_minimums or {}), "physical_batch": 1,
                     "eval_examples": 0, "checkpoint_every": 1, "log_every": 1}
         for name, minimum in minimums.items():

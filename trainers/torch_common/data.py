@@ -1,4 +1,4 @@
-"""The two tasks' data: inject-directory rows -> token tensors, labels, and MLM masking.
+"""The tasks' data: inject-directory rows -> token tensors, labels, and MLM masking.
 
 - ``classify``: ``{"text", "label"}`` rows (``dpaudit inject`` keeps the corpus labels), read by the
   core inject reader (:mod:`dpaudit.inject_run`). The label set, released in the model's
@@ -12,6 +12,9 @@
   section 5: otherwise one added or removed row re-masks the others and moves the clipped sum by up
   to 3.5C instead of C). Only masked positions are gathered for the output layer (DESIGN section 9:
   the full-vocabulary layer over every position dominated the step).
+
+- ``clm``: the texts as ``[CLS] text [SEP]`` (or the start's BOS first, :func:`encode`); nothing is drawn:
+  the loss covers every token after the first (:func:`trainers.torch_common.model.causal_losses`).
 
 Truncation to ``--max-length`` is per example (the tokenizer's). Dropout is off in every mode
 (:mod:`trainers.torch_common.model` builds models in ``eval()`` mode), so no per-batch dropout noise
@@ -180,8 +183,13 @@ class Encoded:
         return ids, mask
 
 
-def encode(tokenizer: Tokenizer, texts: list[str], *, max_length: int) -> Encoded:
-    """Tokenize (``[CLS] ... [SEP]``, truncated to ``max_length``) into padded tensors."""
+def encode(tokenizer: Tokenizer, texts: list[str], *, max_length: int, bos_id: int | None = None) -> Encoded:
+    """Tokenize (``[CLS] ... [SEP]``, truncated to ``max_length``) into padded tensors.
+
+    ``bos_id`` (``--task clm`` from a causal LM whose tokenizer does not add it, e.g. GPT-2's BPE): prepended
+    to each row that does not start with it, then the row is cut to ``max_length`` again (issue 30's
+    convention 2: the first token is context only). Either way each row depends on its own text alone.
+    """
     tokenizer = Tokenizer.from_str(tokenizer.to_str())  # a private copy: truncation is tokenizer state
     tokenizer.enable_truncation(max_length)
     tokenizer.no_padding()
@@ -189,8 +197,11 @@ def encode(tokenizer: Tokenizer, texts: list[str], *, max_length: int) -> Encode
     ids = np.zeros((len(texts), max_length), dtype=np.int64)
     lengths = np.zeros(len(texts), dtype=np.int64)
     for i, enc in enumerate(encodings):
-        n = len(enc.ids)
-        ids[i, :n] = enc.ids
+        row = enc.ids
+        if bos_id is not None and (not row or row[0] != bos_id):
+            row = [bos_id, *row][:max_length]
+        n = len(row)
+        ids[i, :n] = row
         lengths[i] = n
     input_ids, lengths_t = torch.from_numpy(ids), torch.from_numpy(lengths)
     return Encoded(input_ids, lengths_t, content_hashes(input_ids, lengths_t))

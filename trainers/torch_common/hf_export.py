@@ -18,11 +18,24 @@ from dpaudit.rundir import staged_directory
 from dpaudit.training.tokenizer import SPECIAL_TOKENS
 
 _SPECIAL_KEYS = ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token")
+_TOKEN_FILES = ("tokenizer_config.json", "special_tokens_map.json")
 
 
-def save_hf(out_dir: Path, model: Any, tokenizer: Tokenizer) -> None:
-    """Replace ``out_dir`` with the model, its config and its tokenizer."""
+def save_hf(out_dir: Path, model: Any, tokenizer: Tokenizer, *, causal: bool = False,
+            start_dir: Path | None = None) -> None:
+    """Replace ``out_dir`` with the model, its config and its tokenizer.
+
+    ``causal`` (``--task clm``): the tokenizer config also names ``bos_token`` [CLS] and ``eos_token`` [SEP]
+    (issue 30, convention 1); a causal model started from ``start_dir`` whose tokenizer is not a dpaudit
+    WordPiece (GPT-2's BPE, Llama's) keeps that start's ``tokenizer_config.json`` and ``special_tokens_map.json``
+    as they came (their token names are its own).
+    """
     names = dict(zip(_SPECIAL_KEYS, SPECIAL_TOKENS, strict=True))
+    if causal:
+        names.update(bos_token=SPECIAL_TOKENS[2], eos_token=SPECIAL_TOKENS[3])
+    foreign = causal and start_dir is not None and any(tokenizer.token_to_id(t) is None for t in SPECIAL_TOKENS)
+    kept = {name: (start_dir / name).read_text(encoding="utf-8") for name in _TOKEN_FILES
+            if foreign and (start_dir / name).is_file()}
     tok_config = {
         # PreTrainedTokenizerFast loads tokenizer.json exactly as written (BertTokenizer would rebuild
         # a stock pipeline from the vocabulary and drop the one-token-per-digit splitter).
@@ -37,7 +50,10 @@ def save_hf(out_dir: Path, model: Any, tokenizer: Tokenizer) -> None:
         model.save_pretrained(str(staging), safe_serialization=True)
         (staging / "tokenizer.json").write_text(tokenizer.to_str(pretty=True), encoding="utf-8")
         for name, obj in (("tokenizer_config.json", tok_config), ("special_tokens_map.json", names)):
-            (staging / name).write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n", encoding="utf-8")
+            if foreign and name not in kept:
+                continue  # the start had none: no BERT token names for another tokenizer
+            text = kept.get(name, json.dumps(obj, indent=2, sort_keys=True) + "\n")
+            (staging / name).write_text(text, encoding="utf-8")
         mode = 0o666 & ~_umask()
         for path in staging.iterdir():  # save_pretrained may create private (0600) files
             os.chmod(path, mode)

@@ -44,13 +44,17 @@ from dpaudit.training.secret_rng import NoiseSource
 from dpaudit.training.baselines import (
     CLASSIFY_BASELINE_KEY,
     CLASSIFY_BASELINE_RULE,
+    CLM_BASELINE_KEY,
+    CLM_BASELINE_RULE,
+    CLM_LOSS_BASELINE_KEY,
     MLM_BASELINE_KEY,
     MLM_BASELINE_RULE,
     constant_prediction_accuracy,
     majority_class_accuracy,
+    unigram_loss,
 )
 from dpaudit.training.starting_point import StartingPoint, run_inputs
-from dpaudit.training.tokenizer import missing_new_tokens, train_wordpiece
+from dpaudit.training.tokenizer import missing_new_tokens, special_token_ids, train_wordpiece
 from dpaudit.training.api import TrainResult
 from dpaudit.training import RecordParts, RunData, RunSettings, RunSkeleton, TrainerPlugin
 from dpaudit.training.gradient_canaries import UNIT_EXAMPLE, UNIT_MICROBATCH, GradientCanaries
@@ -367,9 +371,12 @@ class TorchPlugin(TrainerPlugin):
         self._build_model()
         self.model.to(self.device)
         where = f"--init-from {self.starting_point.given}" if self.starting_point is not None else "tokenizer"
-        self.specials = special_ids(self.tokenizer, where=where)
+        causal = config.task == "clm"
+        # A causal start keeps its own tokenizer (GPT-2's BPE has no [MASK]); its BOS goes first (data.encode).
+        self.specials = {} if causal and self.starting_point is not None else special_ids(self.tokenizer, where=where)
+        bos = getattr(self.model.config, "bos_token_id", None) if causal and self.starting_point is not None else None
         self.vocab_size = int(self.model.config.vocab_size)
-        self.encoded = {name: data_mod.encode(self.tokenizer, split.texts, max_length=config.max_length)
+        self.encoded = {name: data_mod.encode(self.tokenizer, split.texts, max_length=config.max_length, bos_id=bos)
                         for name, split in (("train", self.data.train), ("heldout", self.data.heldout),
                                             ("public", self.data.public))}
         self.labels = {name: torch.from_numpy(ids) for name, ids in self.data.label_ids.items()}  # classify only
@@ -393,7 +400,7 @@ class TorchPlugin(TrainerPlugin):
             option = f"--init-from {start.given}"
             self.model, self.tokenizer, self.head = load_model(start.model_dir, config.task, option=option,
                                                                label_names=self.data.label_names, seed=self.seed)
-            if config.max_length > int(self.model.config.max_position_embeddings):
+            if config.max_length > int(getattr(self.model.config, "max_position_embeddings", config.max_length)):
                 raise UserInputError(f"--max-length {config.max_length} exceeds the start's position table "
                                      f"(max_position_embeddings {self.model.config.max_position_embeddings}); lower "
                                      "--max-length.")
@@ -408,8 +415,10 @@ class TorchPlugin(TrainerPlugin):
                                              new_tokens=self.data.run.new_tokens)
         except ValueError as err:
             raise UserInputError(f"--vocab-size {config.resolved_vocab_size}: {err}") from None
+        specials = special_token_ids(self.tokenizer) if config.task == "clm" else None  # bos/eos/pad of the GPT-2
         self.model = build_model(config.task, preset=config.preset, vocab_size=self.tokenizer.get_vocab_size(),
-                                 max_length=config.max_length, label_names=self.data.label_names, seed=self.seed)
+                                 max_length=config.max_length, label_names=self.data.label_names, seed=self.seed,
+                                 specials=specials)
         self.tokenizer_source = "WordPiece trained on public.jsonl only (never on train.jsonl or the canaries)."
 
     def make_step(self, dataset_size: int, resume_state: Mapping[str, Any] | None) -> TorchStep:
@@ -444,14 +453,16 @@ class TorchPlugin(TrainerPlugin):
     def export(self, model_dir: Path) -> None:
         from dpaudit.trainers.torch_common.hf_export import save_hf
 
-        save_hf(model_dir, self.model, self.tokenizer)
+        start = self.starting_point.model_dir if self.starting_point is not None else None
+        save_hf(model_dir, self.model, self.tokenizer, causal=self.config.task == "clm", start_dir=start)
 
     def summary(self) -> dict[str, Any]:
-        key, rule = ((CLASSIFY_BASELINE_KEY, CLASSIFY_BASELINE_RULE) if self.config.task == "classify"
-                     else (MLM_BASELINE_KEY, MLM_BASELINE_RULE))
+        key, rule = {"classify": (CLASSIFY_BASELINE_KEY, CLASSIFY_BASELINE_RULE),
+                     "clm": (CLM_BASELINE_KEY, CLM_BASELINE_RULE)}.get(self.config.task, (MLM_BASELINE_KEY, MLM_BASELINE_RULE))
+        rules = {key: rule, **({CLM_LOSS_BASELINE_KEY: CLM_BASELINE_RULE} if self.config.task == "clm" else {})}
         return {"mode": self.config.mode, "task": self.config.task, "processes": self.world.size,
                 "host_allocator_tuned": self.allocator_tuned,
-                **({"baselines": {key: rule}} if self.eval_baseline is not None else {})}
+                **({"baselines": rules} if self.eval_baseline is not None else {})}
 
     def manifest_extra(self) -> dict[str, Any]:
         return {"model": self.model.config.to_dict(), "tokenizer": self.tokenizer_source}
@@ -476,7 +487,9 @@ class TorchPlugin(TrainerPlugin):
         its own content hash and ``generator``'s public (--seed, stream, step) seed only, never by its
         position or the other rows (:func:`~trainers.torch_common.data.mask_tokens`, DESIGN section 5)."""
         ids, mask = self.encoded[split].batch(indices)
-        if self.config.task == "classify":
+        if self.config.task == "clm":  # nothing drawn: every real token after the first is predicted
+            batch = {"input_ids": ids, "next_weights": mask.float()}
+        elif self.config.task == "classify":
             batch = {"input_ids": ids, "labels": self.labels[split][torch.as_tensor(indices, dtype=torch.long)]}
         else:
             batch = data_mod.mask_tokens(ids, mask, generator=generator, mask_id=self.specials["mask"],
@@ -547,16 +560,24 @@ class TorchPlugin(TrainerPlugin):
             correct += float(right.sum())
         if self.eval_baseline is None:  # the same rows and masks every evaluation: computed once
             self.eval_baseline = self._baseline(batches)
-        key = "eval_accuracy" if self.config.task == "classify" else "mlm_accuracy"
+        key = {"classify": "eval_accuracy", "clm": "next_token_accuracy"}.get(self.config.task, "mlm_accuracy")
         return {"eval_loss": loss_sum / n, key: correct / n, **self.eval_baseline}
 
     def _baseline(self, batches: list[dict[str, torch.Tensor]]) -> dict[str, float | None]:
         """The best constant prediction's accuracy on the evaluated rows, scored like the model
-        (:mod:`dpaudit.training.baselines`): the majority class, or the most frequent masked token (each
-        row's accuracy, averaged over rows, as :func:`per_example_losses` scores)."""
+        (:mod:`dpaudit.training.baselines`): the majority class, or the most frequent masked (clm: next)
+        token (each row's accuracy, averaged over rows, as :func:`per_example_losses` scores), and for clm
+        the unigram loss beside the held-out loss."""
         if self.config.task == "classify":
             labels = torch.cat([b["labels"] for b in batches]).numpy()
             return {CLASSIFY_BASELINE_KEY: majority_class_accuracy(labels)}
+        if self.config.task == "clm":  # the targets of positions 1.. of each row, padded to one width
+            width = max(b["input_ids"].shape[1] for b in batches)
+            pad = lambda t: torch.nn.functional.pad(t[:, 1:], (0, width - t.shape[1])).numpy()
+            targets = np.concatenate([pad(b["input_ids"]) for b in batches])
+            weights = np.concatenate([pad(b["next_weights"]) for b in batches])
+            return {CLM_BASELINE_KEY: constant_prediction_accuracy(targets, weights, per_example=True),
+                    CLM_LOSS_BASELINE_KEY: unigram_loss(targets, weights)}
         targets = np.concatenate([b["targets"].numpy() for b in batches])
         weights = np.concatenate([b["weights"].numpy() for b in batches])
         return {MLM_BASELINE_KEY: constant_prediction_accuracy(targets, weights, per_example=True)}

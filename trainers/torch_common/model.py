@@ -1,4 +1,4 @@
-"""The model side: build or load a BERT-family Hugging Face model, and its per-example losses.
+"""The model side: build or load a BERT-family or causal Hugging Face model, and its per-example losses.
 
 Any BERT-family model in Hugging Face layout works as a start (``--init-from DIR``, formerly ``--model``:
 ``AutoModelForMaskedLM`` or ``AutoModelForSequenceClassification``, its ``tokenizer.json``; a dpaudit run's
@@ -11,8 +11,15 @@ need a deterministic function of (params, example), and every mode is trained th
 their times and utilities compare. Attention is the "eager" implementation: SDPA has no vmap batching
 rule on CPU in torch 2.13 (it falls back to a Python loop over examples).
 
-:func:`per_example_losses` is the one loss of both tasks: a vector of per-example losses, so the
+:func:`per_example_losses` is the one loss of every task: a vector of per-example losses, so the
 micro-batch path sums it and the per-example path vmaps it over single examples.
+
+``--task clm`` (issue 30): a GPT-2-shaped ``GPT2LMHeadModel`` of a :data:`~dpaudit.training.presets.CAUSAL_PRESETS`
+preset (``bos`` = [CLS], ``eos`` = [SEP], ``pad`` = [PAD], the output layer tied to the word embeddings), or any
+``AutoModelForCausalLM`` directory. Its loss is the mean next-token negative log-likelihood over each example's
+tokens after the first (Radford et al. 2019); the attention mask is the causal one alone, built from the
+public width: with right padding a real token attends only to real tokens before it, so its loss is the
+same at any padding width and the padding rows get an exactly zero output gradient (nothing reads them).
 """
 
 from __future__ import annotations
@@ -27,11 +34,11 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 
 from dpaudit.errors import UserInputError
-from dpaudit.training.presets import PRESETS
+from dpaudit.training.presets import CAUSAL_PRESETS, PRESETS
 from dpaudit.scoring.source import check_weights
 from dpaudit.training.tokenizer import special_token_ids
 
-_LAYER = re.compile(r"^(.*?\.layers?\.\d+)\.")
+_LAYER = re.compile(r"^(.*?\.(?:layers?|h)\.\d+)\.")  # BERT's encoder.layer.i, Llama's layers.i, GPT-2's h.i
 
 
 def special_ids(tokenizer: Tokenizer, *, where: str) -> dict[str, int]:
@@ -44,8 +51,12 @@ def special_ids(tokenizer: Tokenizer, *, where: str) -> dict[str, int]:
 
 
 def build_model(task: str, *, preset: str, vocab_size: int, max_length: int, label_names: list[str] | None,
-                seed: int) -> Any:
-    """A randomly initialized BERT of ``preset`` (init seeded by the public ``--seed``)."""
+                seed: int, specials: dict[str, int] | None = None) -> Any:
+    """A randomly initialized BERT of ``preset`` (init seeded by the public ``--seed``); for ``clm`` a
+    GPT-2 of the causal ``preset`` whose bos/eos/pad are ``specials``' [CLS]/[SEP]/[PAD]."""
+    if task == "clm":
+        return build_causal_model(preset=preset, vocab_size=vocab_size, max_length=max_length, specials=specials or {},
+                                  seed=seed)
     from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassification
 
     kwargs: dict[str, Any] = dict(PRESETS[preset], vocab_size=vocab_size, max_position_embeddings=max(128, max_length),
@@ -58,6 +69,21 @@ def build_model(task: str, *, preset: str, vocab_size: int, max_length: int, lab
     torch.manual_seed(seed)
     model = (BertForSequenceClassification if task == "classify" else BertForMaskedLM)(config)
     return model.eval()
+
+
+def build_causal_model(*, preset: str, vocab_size: int, max_length: int, specials: dict[str, int], seed: int) -> Any:
+    """A randomly initialized ``GPT2LMHeadModel`` of the causal ``preset`` (convention 1 of issue 30): the word
+    embeddings tied to the output layer, dropout 0, eager attention, init seeded by the public ``--seed``."""
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    shape = dict(CAUSAL_PRESETS[preset])
+    shape["n_positions"] = max(shape["n_positions"], max_length)
+    config = GPT2Config(**shape, vocab_size=vocab_size, bos_token_id=specials.get("cls"),
+                        eos_token_id=specials.get("sep"), pad_token_id=specials.get("pad"), tie_word_embeddings=True,
+                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    return GPT2LMHeadModel(config).eval()
 
 
 def _first_line(err: BaseException) -> str:
@@ -78,7 +104,7 @@ def load_model(path: Path, task: str, *, label_names: list[str] | None, seed: in
     wrong classes). Returns the model, the tokenizer and, for ``classify``, ``"reused"`` or ``"fresh"``
     (None for ``mlm``). ``option`` names the directory in errors (``--init-from DIR``).
     """
-    from transformers import AutoModelForMaskedLM, AutoModelForSequenceClassification
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
     if not (path / "config.json").is_file():
         raise UserInputError(f"{option}: no config.json; pass a Hugging Face model directory.")
@@ -106,8 +132,9 @@ def load_model(path: Path, task: str, *, label_names: list[str] | None, seed: in
                     classifier.weight.normal_(0.0, float(model.config.initializer_range))
                     classifier.bias.zero_()
         else:
-            model = AutoModelForMaskedLM.from_pretrained(str(path), attn_implementation="eager", use_safetensors=True,
-                                                         local_files_only=True)
+            auto = AutoModelForCausalLM if task == "clm" else AutoModelForMaskedLM
+            model = auto.from_pretrained(str(path), attn_implementation="eager", use_safetensors=True,
+                                         local_files_only=True)
     except (OSError, ValueError, RuntimeError, KeyError) as err:
         raise UserInputError(f"{option}: cannot load it with transformers ({_first_line(err)}).") from None
     return model.eval(), tokenizer, head
@@ -126,8 +153,9 @@ def _same_labels(config_path: Path, label_names: list[str] | None) -> bool:
 
 
 def layer_groups(names: list[str]) -> tuple[list[str], list[int]]:
-    """Group parameters by layer for per-layer clipping: ``encoder.layer.i``, else the first two module names
-    (``bert.embeddings``, ``bert.pooler``, ``classifier``, ``cls.predictions``).
+    """Group parameters by layer for per-layer clipping: ``encoder.layer.i`` (GPT-2: ``transformer.h.i``), else
+    the first two module names (``bert.embeddings``, ``bert.pooler``, ``classifier``, ``cls.predictions``;
+    ``transformer.wte``, ``transformer.wpe``, ``transformer.ln_f``).
 
     Returns (group names, group index of each parameter).
     """
@@ -150,11 +178,14 @@ def _encoder(model: Any) -> Any:
 
 
 def per_example_losses(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
-    """(loss [B], correct predictions [B]) of a classification or MLM batch.
+    """(loss [B], correct predictions [B]) of a classification, MLM or causal-LM batch.
 
     Classification: cross-entropy of the label. MLM: mean cross-entropy over the example's masked
     positions, with the output layer applied to the gathered hidden states of those positions only.
+    CLM (a batch with ``next_weights``): :func:`causal_losses`.
     """
+    if "next_weights" in batch:
+        return causal_losses(model, batch)
     if "labels" in batch:
         logits = model(input_ids=batch["input_ids"], attention_mask=batch["mask4"]).logits
         loss = F.cross_entropy(logits, batch["labels"], reduction="none")
@@ -167,4 +198,27 @@ def per_example_losses(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torc
     weights = batch["weights"]
     count = weights.sum(1).clamp(min=1.0)
     correct = ((scores.argmax(-1) == batch["targets"]).float() * weights).sum(1)
+    return (ce * weights).sum(1) / count, correct / count
+
+
+def causal_mask(width: int, dtype: torch.dtype = torch.float32, device: torch.device | None = None) -> torch.Tensor:
+    """The additive causal mask [1, 1, T, T] (0 on and below the diagonal, finfo.min above): a function of the
+    public width only. A prepared 4D mask reaches the attention as it is (transformers' mask builder, whose 2D
+    path calls data-dependent ops that ``torch.func.vmap`` rejects, is skipped)."""
+    return torch.full((width, width), torch.finfo(dtype).min, dtype=dtype, device=device).triu(1)[None, None]
+
+
+def causal_losses(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    """(mean next-token NLL [B], next-token accuracy [B]) of a causal-LM batch: position t predicts token
+    t + 1, over the positions ``next_weights[:, 1:]`` marks (each example's real tokens after the first).
+
+    Only the example's own tokens enter its loss (causal attention, right padding), so one example's
+    gradient depends on that example alone, whatever its batch.
+    """
+    ids = batch["input_ids"]
+    logits = model(input_ids=ids, attention_mask=causal_mask(ids.shape[1], device=ids.device)).logits[:, :-1]
+    targets, weights = ids[:, 1:], batch["next_weights"][:, 1:]
+    ce = F.cross_entropy(logits.flatten(0, 1), targets.flatten(), reduction="none").view(targets.shape)
+    count = weights.sum(1).clamp(min=1.0)
+    correct = ((logits.argmax(-1) == targets).float() * weights).sum(1)
     return (ce * weights).sum(1) / count, correct / count

@@ -11,7 +11,7 @@ from typing import Literal
 
 from dpaudit.training.config_types import option_name
 
-Task = Literal["mlm", "classify"]
+Task = Literal["mlm", "classify", "clm"]
 Preset = Literal["tiny", "mini", "small", "base", "large"]
 Decay = Literal["none", "linear", "exp"]
 

@@ -1,4 +1,4 @@
-"""Clipped sums in ONE backward pass: ghost norms and book-keeping for BERT (per example or per micro-batch).
+"""Clipped sums in ONE backward pass: ghost norms and book-keeping for BERT and GPT-2 (per example or per micro-batch).
 
 The clippers of :mod:`.per_example` and :mod:`.microbatch` materialize a gradient per example (``torch.func.vmap``) or per
 micro-batch before clipping; on a 2-core CPU that costs 1.5-1.9x a non-private step, mostly memory
@@ -35,9 +35,18 @@ tokens have an exactly zero output gradient in a BERT with the additive -inf-lik
 attends to them, no loss reads them), so leaving them out changes nothing and saves ~40% of the
 weight-gradient products on short utterances. Other modules use all their rows.
 
-Exactness against the vmap clippers is tested (tests/trainers/edp_sgd/test_ghost.py). A model with a
-trainable parameter outside these three module types, or a module called twice in one forward, is
-refused (:class:`UnsupportedModel`): the trainer then uses the vmap clippers.
+GPT-2 (``--task clm``) adds ``transformers.pytorch_utils.Conv1D``: a Linear whose weight is stored
+transposed (``[in, out]``, ``y = x W + b``), so its norms are the Linear's and its clipped sum is the
+transpose of the Linear's product (``G^T diag(w) A`` becomes ``A^T diag(w) G``); the tied word embedding
+(``wte``, read by the input lookup and by ``lm_head``) takes the MLM decoder's cross term, and the position
+table ``wpe`` is an Embedding whose shared ``[1, T]`` ids are expanded per example. In a causal LM
+trained with the causal mask alone (:func:`trainers.torch_common.model.causal_losses`) the padding tokens
+after an example's last one are read by no real token and by no loss, so every module's token rows
+leave them out, as the BERT encoder's do.
+
+Exactness against the vmap clippers is tested (tests/trainers/edp_sgd/test_ghost.py, test_ghost_gpt2.py).
+A model with a trainable parameter outside these module types, or a module called twice in one forward,
+is refused (:class:`UnsupportedModel`): the trainer then uses the vmap clippers.
 """
 
 from __future__ import annotations
@@ -49,6 +58,7 @@ from typing import NamedTuple
 import numpy as np
 import torch
 import torch.nn.functional as F
+from transformers.pytorch_utils import Conv1D
 
 from dpaudit.trainers.torch_common.clipped import Clipped, LossFn
 from dpaudit.trainers.torch_common.clipping.per_example import trainable
@@ -88,7 +98,8 @@ class _Norms:
     segments: dict[int, torch.Tensor]  # parameter -> [U, size] per-unit gradients (biases, LayerNorm weights)
 
 
-_KINDS = (torch.nn.Linear, torch.nn.LayerNorm, torch.nn.Embedding)
+_KINDS = (torch.nn.Linear, Conv1D, torch.nn.LayerNorm, torch.nn.Embedding)
+_MATRIX = (torch.nn.Linear, Conv1D)  # weight gradients x^T g (Linear: stored as g^T x; Conv1D: as x^T g)
 
 
 def _supported_uses(model: torch.nn.Module) -> dict[int, list[tuple[str, torch.nn.Module, str]]]:
@@ -127,12 +138,14 @@ class GhostClipper:
         self.param_index = {id(p): i for i, p in enumerate(self.params)}
         for n, p in zip(self.names, self.params):
             kinds = sorted(type(m).__name__ for _, m, _ in uses.get(id(p), []))
-            if kinds not in (["Linear"], ["LayerNorm"], ["Embedding"], ["Embedding", "Linear"]):
+            if kinds not in (["Linear"], ["Conv1D"], ["LayerNorm"], ["Embedding"], ["Embedding", "Linear"]):
                 raise UnsupportedModel(f"parameter {n} is used by {kinds or 'no module'}")
         self.modules = {name: module for name, module in model.named_modules()
                         if isinstance(module, _KINDS) and any(p.requires_grad for p in module.parameters(recurse=False))}
         prefix = getattr(model, "base_model_prefix", "")
-        self._seq_prefixes = tuple(f"{prefix}.{part}." for part in ("embeddings", "encoder")) if prefix else ("",)
+        causal = type(model).__name__.endswith(("ForCausalLM", "LMHeadModel"))  # every token row: see the docstring
+        self._seq_prefixes = (tuple(f"{prefix}.{part}." for part in ("embeddings", "encoder")) if prefix and not causal
+                              else ("",))
         self.bounds = [float(b) for b in bounds]
         self.param_groups = list(param_groups)
         self._captures: list[_Capture] | None = None
@@ -177,7 +190,7 @@ class GhostClipper:
                 continue
             largest = max(units.counts(r, seq), default=0)
             if (isinstance(m, torch.nn.Embedding) and _embedding_gram_is_cheaper(largest, m.num_embeddings)) or (
-                    isinstance(m, torch.nn.Linear) and _gram_is_cheaper(largest, x.shape[1], g.shape[1])):
+                    isinstance(m, _MATRIX) and _gram_is_cheaper(largest, x.shape[1], g.shape[1])):
                 entries.setdefault((r, seq), []).append((j, isinstance(m, torch.nn.Embedding), x, g))
         return entries
 
@@ -264,7 +277,7 @@ class GhostClipper:
                 m = cap.module
                 if isinstance(m, torch.nn.Embedding):
                     total = total + (gram_sq[j] if j in gram_sq else units.embedding_sq(r, seq, x, g, m.num_embeddings))
-                elif p is m.weight and isinstance(m, torch.nn.Linear):
+                elif p is m.weight and isinstance(m, _MATRIX):
                     total = total + (gram_sq[j] if j in gram_sq else units.linear_sq(r, seq, x, g))
                 elif j in gram_bias and p is m.bias and len(js) == 1:
                     total = total + gram_bias[j]
@@ -326,15 +339,19 @@ class GhostClipper:
                         acc[i] = torch.zeros_like(p)
                     acc[i].index_add_(0, ids, times_factor(g, rows_owner, self.param_groups[i]))
                     continue
+                conv = isinstance(m, Conv1D)  # its weight is the transpose: [in, out]
                 if (x.data_ptr(), g.data_ptr(), r, seq) in units.kept:  # sum_u f_u grad_u
                     term = torch.tensordot(f, units.kept[(x.data_ptr(), g.data_ptr(), r, seq)], dims=1)
+                    term = term.T.contiguous() if conv else term
                     acc[i] = term if acc[i] is None else acc[i].add_(term)
                     continue
-                # A^T diag(f) G over the real rows, the factors on the narrower side
+                # G^T diag(f) A over the real rows (Conv1D: its transpose), the factors on the narrower side
                 x, g, rows_owner = units.real_rows(r, seq, x, g)
                 narrow = x if x.shape[1] <= g.shape[1] else g
                 weighted = times_factor(narrow, rows_owner, self.param_groups[i])
                 a, b = (g.T, weighted) if narrow is x else (weighted.T, x)
+                if conv:
+                    a, b = b.T, a.T
                 acc[i] = torch.mm(a, b) if acc[i] is None else acc[i].addmm_(a, b)
         return [a if a is not None else torch.zeros_like(p) for a, p in zip(acc, self.params)]
 
