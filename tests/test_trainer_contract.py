@@ -21,13 +21,17 @@ from dpaudit.training.api import available_trainers, load_trainer
 
 TRAINERS = sorted(available_trainers())
 NOISE_SEED = 987654321
+#: The trainers that train a causal LM (``--task clm``, issue 30): their clm runs keep the same contract.
+CLM_TRAINERS = [name for name in ("edp-sgd", "rgp") if name in TRAINERS]
+RUNS = [(name, {}) for name in TRAINERS] + [(name, {"task": "clm"}) for name in CLM_TRAINERS]
 
 
-@pytest.fixture(scope="module", params=TRAINERS)
+@pytest.fixture(scope="module", params=RUNS, ids=[name + "-clm" * bool(extra) for name, extra in RUNS])
 def contract_run(request, data_dir, tmp_path_factory):
-    trainer = load_trainer(request.param)
-    config = trainer.tiny_config(noise_seed=NOISE_SEED)
-    out = tmp_path_factory.mktemp(f"contract-{request.param}") / "run"
+    name, extra = request.param
+    trainer = load_trainer(name)
+    config = trainer.tiny_config(noise_seed=NOISE_SEED, **extra)
+    out = tmp_path_factory.mktemp(f"contract-{name}") / "run"
     result = trainer.train(data_dir, out, config, seed=5)
     return trainer, config, out, result
 

@@ -25,7 +25,8 @@ def one_torch_thread():
 
 @pytest.fixture(scope="session")
 def token_batches():
-    """task -> a 6-example batch of a 100-token vocabulary (ragged lengths, 3 labels, MLM masks)."""
+    """task -> a 6-example batch of a 100-token vocabulary (ragged lengths, 3 labels, MLM masks; clm: every
+    real token after the first predicted)."""
     import torch
 
     from dpaudit.trainers.torch_common.data import additive_mask, mask_tokens
@@ -40,7 +41,8 @@ def token_batches():
     mlm_batch = mask_tokens(ids, mask, generator=gen, mask_id=4, vocab_size=100, special_ids=[0, 1, 2, 3, 4],
                             mask_prob=0.3, n_predictions=5)
     mlm_batch["mask4"] = additive_mask(mask)
-    return {"classify": clf_batch, "mlm": mlm_batch}
+    clm_batch = {"input_ids": ids, "next_weights": mask.float(), "mask4": additive_mask(mask)}
+    return {"classify": clf_batch, "mlm": mlm_batch, "clm": clm_batch}
 
 
 _WORKER = """

@@ -3,7 +3,8 @@
 What is trained, and how each example's gradient is formed:
 
 - every ``nn.Linear`` weight W (p x d: attention, feed-forward, pooler and heads, the MLM decoder
-  included) is reparametrized (Eq. 1); only its carriers L, R receive gradients. Per example i, with
+  included) and every GPT-2 ``Conv1D`` weight (stored transposed, d x p: its matrix is W^T, whose carriers
+  and update are those of a Linear; :meth:`Reparametrization.matrix`) is reparametrized (Eq. 1); only its carriers L, R receive gradients. Per example i, with
   the layer's input rows a_it (d) and output-gradient rows g_it (p) over the example's positions t,
   Theorem 2.1 gives, without ever forming the p x d matrix dW_i = sum_t g_it a_it^T:
 
@@ -32,6 +33,7 @@ from collections.abc import Callable
 
 import torch
 import torch.nn.functional as F
+from transformers.pytorch_utils import Conv1D
 
 from dpaudit.trainers.torch_common.clipped import Clipped, LossFn
 
@@ -51,16 +53,18 @@ class Reparametrization:
         name_of = {}
         for name, param in model.named_parameters():  # the first name of a tied parameter
             name_of.setdefault(id(param), name)
-        self.linear_names = [n for n, m in model.named_modules() if isinstance(m, torch.nn.Linear)]
-        self.linears = [m for m in model.modules() if isinstance(m, torch.nn.Linear)]
+        self.linear_names = [n for n, m in model.named_modules() if isinstance(m, (torch.nn.Linear, Conv1D))]
+        self.linears = [m for m in model.modules() if isinstance(m, (torch.nn.Linear, Conv1D))]
+        #: Conv1D weights are stored [in, out]: the p x d matrix the carriers span is their transpose.
+        self.transposed = [isinstance(m, Conv1D) for m in self.linears]
         self.norms = [m for m in model.modules() if isinstance(m, torch.nn.LayerNorm)]
         if not self.linears:
-            raise ValueError("the model has no nn.Linear layer to reparametrize.")
+            raise ValueError("the model has no nn.Linear or Conv1D layer to reparametrize.")
         for param in model.parameters():
             param.requires_grad_(False)
         self.matrices = [m.weight for m in self.linears]
         if len({id(w) for w in self.matrices}) != len(self.matrices):
-            raise ValueError("two nn.Linear layers share one weight: RGP reparametrizes each weight once.")
+            raise ValueError("two nn.Linear or Conv1D layers share one weight: RGP reparametrizes each weight once.")
         # Non-matrix parameters and where their per-example gradient comes from: (param, kind, module index).
         self.vector_specs: list[tuple[torch.nn.Parameter, str, int]] = []
         seen: set[int] = set()
@@ -84,11 +88,17 @@ class Reparametrization:
         self.unit_names += self.names[len(self.matrices):]
         self.embeddings = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)]
 
+    def matrix(self, i: int, tensor: torch.Tensor) -> torch.Tensor:
+        """Matrix ``i``'s ``tensor`` (its weight, W_0, or an update) as the p x d (out x in) matrix of Eqs. 1-3:
+        a Conv1D's transpose, a view; applied twice it gives back the stored layout."""
+        return tensor.T if self.transposed[i] else tensor
+
     def shapes(self, ranks: list[int]) -> list[tuple[int, ...]]:
         """Per-example shape of every unit for carriers of the given ranks."""
         out: list[tuple[int, ...]] = []
-        for w, r in zip(self.matrices, ranks):
-            out += [(w.shape[0], r), (r, w.shape[1])]
+        for i, r in enumerate(ranks):
+            p, d = self.matrix(i, self.matrices[i]).shape
+            out += [(p, r), (r, d)]
         return out + [tuple(p.shape) for p in self.vectors]
 
 

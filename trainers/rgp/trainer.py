@@ -80,7 +80,8 @@ class _Plugin(TorchPlugin):
         gen = _seeded(self.seed, _CARRIER_STREAM, step)
         lefts, rights = [], []
         with torch.no_grad():
-            for w, w0 in zip(self.reparam.matrices, self.initial):
+            for i, (w, w0) in enumerate(zip(self.reparam.matrices, self.initial)):
+                w, w0 = self.reparam.matrix(i, w), self.reparam.matrix(i, w0)  # p x d (a Conv1D's transpose)
                 if config.random_carriers:
                     left, right = random_carriers(tuple(w.shape), config.rank, gen, dtype=w.dtype)
                     left, right = left.to(w.device), right.to(w.device)
@@ -121,7 +122,8 @@ class _Plugin(TorchPlugin):
             loss_sum, correct_sum, units, clipped = result.loss_sum, result.correct_sum, result.units, result.clipped
         sums, stats = noised_total(sums, step_noise, (loss_sum, correct_sum, units, clipped), world=world, device=device)
         k = len(lefts)
-        updates = [reconstruct(sums[2 * i], sums[2 * i + 1], lefts[i], rights[i]) for i in range(k)]  # Eq. 3
+        updates = [self.reparam.matrix(i, reconstruct(sums[2 * i], sums[2 * i + 1], lefts[i], rights[i])).contiguous()
+                   for i in range(k)]  # Eq. 3, in each weight's stored layout
         return updates + sums[2 * k:], stats
 
     def _mechanism_parts(self, plan: PrivacyPlan, steps: int, details: dict[str, Any]) -> RecordParts:

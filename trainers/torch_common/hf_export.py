@@ -21,16 +21,17 @@ _SPECIAL_KEYS = ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token
 _TOKEN_FILES = ("tokenizer_config.json", "special_tokens_map.json")
 
 
-def save_hf(out_dir: Path, model: Any, tokenizer: Tokenizer, *, causal: bool = False,
-            start_dir: Path | None = None) -> None:
+def save_hf(out_dir: Path, model: Any, tokenizer: Tokenizer, *, start_dir: Path | None = None) -> None:
     """Replace ``out_dir`` with the model, its config and its tokenizer.
 
-    ``causal`` (``--task clm``): the tokenizer config also names ``bos_token`` [CLS] and ``eos_token`` [SEP]
-    (issue 30, convention 1); a causal model started from ``start_dir`` whose tokenizer is not a dpaudit
-    WordPiece (GPT-2's BPE, Llama's) keeps that start's ``tokenizer_config.json`` and ``special_tokens_map.json``
-    as they came (their token names are its own).
+    A causal LM (``--task clm``: a ``*ForCausalLM`` or ``*LMHeadModel``): the tokenizer config also names
+    ``bos_token`` [CLS] and ``eos_token`` [SEP] (issue 30, convention 1) and the model's inputs (ids and
+    mask only); a causal model started from ``start_dir`` whose tokenizer is not a dpaudit WordPiece (GPT-2's
+    BPE, Llama's) keeps that start's ``tokenizer_config.json`` and ``special_tokens_map.json`` as they came
+    (their token names are its own).
     """
     names = dict(zip(_SPECIAL_KEYS, SPECIAL_TOKENS, strict=True))
+    causal = type(model).__name__.endswith(("ForCausalLM", "LMHeadModel"))
     if causal:
         names.update(bos_token=SPECIAL_TOKENS[2], eos_token=SPECIAL_TOKENS[3])
     foreign = causal and start_dir is not None and any(tokenizer.token_to_id(t) is None for t in SPECIAL_TOKENS)
@@ -40,10 +41,13 @@ def save_hf(out_dir: Path, model: Any, tokenizer: Tokenizer, *, causal: bool = F
         # PreTrainedTokenizerFast loads tokenizer.json exactly as written (BertTokenizer would rebuild
         # a stock pipeline from the vocabulary and drop the one-token-per-digit splitter).
         "tokenizer_class": "PreTrainedTokenizerFast",
-        "model_max_length": int(model.config.max_position_embeddings),
+        "model_max_length": int(getattr(model.config, "max_position_embeddings", 512)),
         "do_lower_case": True,
         "clean_up_tokenization_spaces": False,
         **names,
+        # A causal LM reads input ids only: GPT-2 would add the word embedding of the [PAD] id at every position
+        # if it were handed the WordPiece post-processor's token_type_ids.
+        **({"model_input_names": ["input_ids", "attention_mask"]} if causal else {}),
     }
     # only_own=False: model/ is this trainer's own, inside the train directory it holds locked.
     with staged_directory(out_dir, overwrite=True, option="model directory", only_own=False) as staging:

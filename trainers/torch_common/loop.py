@@ -454,7 +454,7 @@ class TorchPlugin(TrainerPlugin):
         from dpaudit.trainers.torch_common.hf_export import save_hf
 
         start = self.starting_point.model_dir if self.starting_point is not None else None
-        save_hf(model_dir, self.model, self.tokenizer, causal=self.config.task == "clm", start_dir=start)
+        save_hf(model_dir, self.model, self.tokenizer, start_dir=start)
 
     def summary(self) -> dict[str, Any]:
         key, rule = {"classify": (CLASSIFY_BASELINE_KEY, CLASSIFY_BASELINE_RULE),

@@ -35,11 +35,12 @@ def tiny_batches(token_batches):
 
 @pytest.fixture(scope="session")
 def make_model():
-    """Factory: a fresh tiny BERT (same init every call) for ``task``."""
+    """Factory: a fresh tiny BERT (same init every call) for ``task``; a tiny GPT-2 for ``clm``."""
     from dpaudit.trainers.torch_common.model import build_model
 
     def make(task, preset="tiny"):
         labels = ["a", "b", "c"] if task == "classify" else None
-        return build_model(task, preset=preset, vocab_size=100, max_length=16, label_names=labels, seed=0)
+        return build_model(task, preset=preset, vocab_size=100, max_length=16, label_names=labels, seed=0,
+                           specials={"pad": 0, "cls": 2, "sep": 3})  # clm: a GPT-2
 
     return make

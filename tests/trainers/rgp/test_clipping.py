@@ -20,7 +20,7 @@ def _sub(batch, idx):
 
 def _carriers(reparam, rank, seed=1):
     gen = torch.Generator().manual_seed(seed)
-    pairs = [power_method(w, rank, 1, gen) for w in reparam.matrices]
+    pairs = [power_method(reparam.matrix(i, w), rank, 1, gen) for i, w in enumerate(reparam.matrices)]
     return [left for left, _ in pairs], [right for _, right in pairs]
 
 
@@ -34,7 +34,7 @@ def _loop_grads(model, batch, i):
     return {n: (p.grad.clone() if p.grad is not None else torch.zeros_like(p)) for n, p in params.items()}
 
 
-@pytest.mark.parametrize("task", ["classify", "mlm"])
+@pytest.mark.parametrize("task", ["classify", "mlm", "clm"])  # clm: GPT-2's Conv1D weights, transposed
 def test_per_example_carrier_gradients_equal_a_batch_size_one_loop(make_model, tiny_batches, task):
     batch = tiny_batches[task]
     model, reference = make_model(task), make_model(task)
@@ -44,16 +44,18 @@ def test_per_example_carrier_gradients_equal_a_batch_size_one_loop(make_model, t
     units, losses, _ = clipper.per_example_grads(batch, lefts, rights)
     torch.testing.assert_close(losses, per_example_losses(reference, batch)[0].detach(), atol=1e-5, rtol=1e-5)
     k = len(reparam.matrices)
-    tied = "bert.embeddings.word_embeddings.weight"  # MLM: the decoder weight; its loop gradient adds the lookup's
+    # MLM and CLM: the decoder weight; its loop gradient adds the lookup's
+    tied = {"bert.embeddings.word_embeddings.weight", "transformer.wte.weight"}
     checked = 0
     for i in range(batch["input_ids"].shape[0]):
         loop = _loop_grads(reference, batch, i)
         for j, name in enumerate(reparam.names):
             if j < k:  # Theorem 2.1 per example: dL_i = dW_i R^T, dR_i = L^T dW_i
-                if name == tied:
+                if name in tied:
                     continue
-                torch.testing.assert_close(units[2 * j][i], loop[name] @ rights[j].T, atol=2e-6, rtol=1e-4, msg=name)
-                torch.testing.assert_close(units[2 * j + 1][i], lefts[j].T @ loop[name], atol=2e-6, rtol=1e-4, msg=name)
+                grad = reparam.matrix(j, loop[name])  # p x d (a Conv1D's gradient transposed)
+                torch.testing.assert_close(units[2 * j][i], grad @ rights[j].T, atol=2e-6, rtol=1e-4, msg=name)
+                torch.testing.assert_close(units[2 * j + 1][i], lefts[j].T @ grad, atol=2e-6, rtol=1e-4, msg=name)
             else:  # non-matrix parameters: their exact per-example gradient
                 torch.testing.assert_close(units[k + j][i], loop[name], atol=2e-6, rtol=1e-4, msg=name)
             checked += 1
@@ -96,10 +98,12 @@ def test_each_example_is_clipped_jointly_to_c(make_model, tiny_batches):
         torch.testing.assert_close(a, sum(b), atol=1e-7, rtol=1e-5)
 
 
-def test_no_clipping_at_full_rank_is_the_plain_batch_gradient(make_model, tiny_batches):
-    """C = inf and r = min(p, d): Eq. 3 of the carrier sums is the summed gradient of every weight."""
-    batch = tiny_batches["classify"]
-    model, reference = make_model("classify"), make_model("classify")
+@pytest.mark.parametrize("task", ["classify", "clm"])
+def test_no_clipping_at_full_rank_is_the_plain_batch_gradient(make_model, tiny_batches, task):
+    """C = inf and r = min(p, d): Eq. 3 of the carrier sums is the summed gradient of every weight (clm: a
+    GPT-2 Conv1D's in its stored [in, out] layout, as the trainer applies it)."""
+    batch = tiny_batches[task]
+    model, reference = make_model(task), make_model(task)
     reparam = Reparametrization(model)
     clipper = CarrierClipper(model, per_example_losses, reparam, clip_norm=math.inf, physical_batch=4)
     lefts, rights = _carriers(reparam, rank=10**6)
@@ -110,9 +114,15 @@ def test_no_clipping_at_full_rank_is_the_plain_batch_gradient(make_model, tiny_b
     per_example_losses(reference, batch)[0].sum().backward()
     params = dict(reference.named_parameters())
     k = len(reparam.matrices)
+    checked = 0
     for j, name in enumerate(reparam.names):
-        got = reconstruct(sums.grads[2 * j], sums.grads[2 * j + 1], lefts[j], rights[j]) if j < k else sums.grads[k + j]
+        if name == "transformer.wte.weight":  # lm_head's; the reference adds the input lookup's gradient
+            continue
+        got = (reparam.matrix(j, reconstruct(sums.grads[2 * j], sums.grads[2 * j + 1], lefts[j], rights[j])) if j < k
+               else sums.grads[k + j])
         torch.testing.assert_close(got, params[name].grad, atol=1e-5, rtol=1e-4, msg=name)
+        checked += 1
+    assert checked == len(reparam.names) - (task == "clm")
 
 
 def _per_example_bytes(model, batch, rank):
