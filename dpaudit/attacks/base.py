@@ -42,6 +42,7 @@ class AttackOptions:
             ``per-example`` (:data:`dpaudit.attacks.lira.LIRA_HELP` says why).
         lira_offline: offline LiRA's test, ``one-sided`` (the paper's log Phi) or ``two-sided`` (the reference code).
         blind_baseline: run the blind baseline (:mod:`dpaudit.attacks.blind`) beside any membership attack.
+        min_k: the fraction k of each text's lowest-scoring tokens the min-k and min-k++ attacks average (causal LMs).
         shadow_overrides: Config fields replaced in every shadow/reference model (Python API only: e.g. fewer steps
             in tests; the result records them, since shadows then differ from the target's recipe).
         workers: shadow/reference models trained at once (:func:`dpaudit.training.fleet.run_fleet`; None: one at a
@@ -73,6 +74,7 @@ class AttackOptions:
     lira_variance: str = "auto"
     lira_offline: str = "one-sided"
     blind_baseline: bool = True
+    min_k: float = 0.2
     shadow_overrides: dict[str, Any] | None = None
     workers: int | None = None
     ray_address: str | None = None
@@ -94,6 +96,8 @@ class AttackOptions:
             raise ValueError(f"--fpr values must be in (0, 1), got {self.fprs}.")
         if self.mia_examples is not None and self.mia_examples < 2:
             raise ValueError(f"--mia-examples must be >= 2, got {self.mia_examples}.")
+        if not 0 < self.min_k <= 1:
+            raise ValueError(f"--min-k must be a fraction in (0, 1], got {self.min_k}.")
         if self.lira_variance not in ("auto", "global", "per-example"):
             raise ValueError(f"--lira-variance must be auto, global or per-example, got {self.lira_variance!r}.")
         if self.lira_offline not in ("one-sided", "two-sided"):

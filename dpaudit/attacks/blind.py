@@ -43,7 +43,7 @@ import numpy as np
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome
 from dpaudit.attacks.mia import audit_tasks, membership_tasks, precheck
-from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
+from dpaudit.scoring.source import CAUSAL_LM, CLASSIFIER, MASKED_LM
 
 #: Cross-fitting folds (fewer when the smaller side of a task has fewer candidates).
 FOLDS = 5
@@ -129,7 +129,7 @@ class BlindAttack:
     """Das et al. 2024: a cross-fitted text (and label) classifier that never queries the model."""
 
     name: ClassVar[str] = BLIND
-    model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER})
+    model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER, CAUSAL_LM})
 
     @classmethod
     def check(cls, options: Any, source: Any, run: Any) -> None:

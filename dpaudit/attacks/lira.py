@@ -47,7 +47,7 @@ from dpaudit.attacks.shadow_models import (
     user_shadows,
 )
 from dpaudit.errors import UserInputError
-from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
+from dpaudit.scoring.source import CAUSAL_LM, CLASSIFIER, MASKED_LM
 
 _P_CLIP = 1e-12
 
@@ -260,7 +260,7 @@ class LiraAttack:
     """Carlini et al. 2022: per-example Gaussian likelihood ratio over shadow models."""
 
     name: ClassVar[str] = "lira"
-    model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER})
+    model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER, CAUSAL_LM})
 
     @classmethod
     def check(cls, options: Any, source: Any, run: Any) -> None:
@@ -298,8 +298,9 @@ class LiraAttack:
                              "scored lowest.")
             scored.append((task, online))
             scored.append((dataclasses.replace(task, name=f"{task.name}-offline"), offline))
-        what = ("p = probability of the true label" if context.scorer.kind == CLASSIFIER else
-                "p = exp(-MLM loss) (geometric mean probability of the masked tokens, seeded 15% masking)")
+        what = {CLASSIFIER: "p = probability of the true label",
+                CAUSAL_LM: "p = exp(-mean next-token NLL) (geometric mean probability of the text's tokens)"}.get(
+            context.scorer.kind, "p = exp(-MLM loss) (geometric mean probability of the masked tokens, seeded 15% masking)")
         offline_score = ("log Phi((phi - mu_out) / s_out), one-sided" if options.lira_offline == OFFLINE_ONE_SIDED
                          else "-log N(phi; mu_out, s_out), two-sided")
         params = {"score": f"online: log N(phi; in) - log N(phi; out); offline (tasks '*-offline'): {offline_score}; "

@@ -20,7 +20,7 @@ import numpy as np
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome
 from dpaudit.attacks.mia import audit_tasks, membership_tasks, precheck
-from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
+from dpaudit.scoring.source import CAUSAL_LM, CLASSIFIER, MASKED_LM
 
 
 def task_losses(scorer, task, *, seed: int) -> np.ndarray:
@@ -32,7 +32,7 @@ class LossAttack:
     """score = -loss; threshold chosen on a held-apart half by the audit."""
 
     name: ClassVar[str] = "loss"
-    model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER})
+    model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER, CAUSAL_LM})
 
     @classmethod
     def check(cls, options: Any, source: Any, run: Any) -> None:
@@ -41,8 +41,9 @@ class LossAttack:
     def run(self, context: AttackContext) -> AttackOutcome:
         tasks = membership_tasks(context)
         scored = [(t, -task_losses(context.scorer, t, seed=context.options.seed)) for t in tasks]
-        what = ("mean MLM loss over a seeded 15% masking of each text" if context.scorer.kind == MASKED_LM
-                else "cross-entropy of the true label")
+        what = {MASKED_LM: "mean MLM loss over a seeded 15% masking of each text",
+                CAUSAL_LM: "mean next-token NLL of each text's tokens after the first"}.get(context.scorer.kind,
+                                                                                          "cross-entropy of the true label")
         return audit_tasks(context, self.name, scored, parameters={
             "score": f"-loss ({what}); higher = member",
             "threshold": "chosen on a seeded half of the scores (audit split), evaluated on the other half"})

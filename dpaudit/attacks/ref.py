@@ -33,7 +33,7 @@ from dpaudit.attacks.shadow_models import (
     train_shadows,
     user_shadows,
 )
-from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
+from dpaudit.scoring.source import CAUSAL_LM, CLASSIFIER, MASKED_LM
 
 
 def reference_scorer(context: AttackContext, attack: str) -> tuple[object, str, list[str], Any]:
@@ -77,7 +77,7 @@ class RefAttack:
     """score = reference loss - target loss (higher = member)."""
 
     name: ClassVar[str] = "ref"
-    model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER})
+    model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER, CAUSAL_LM})
 
     @classmethod
     def check(cls, options: Any, source: Any, run: Any) -> None:

@@ -25,11 +25,14 @@ ATTACKS: dict[str, str] = {
     "rmia": "dpaudit.attacks.rmia:RmiaAttack",
     "canary": "dpaudit.attacks.canary:CanaryAttack",
     "blind": "dpaudit.attacks.blind:BlindAttack",
+    "zlib": "dpaudit.attacks.causal_mia:ZlibAttack",
+    "min-k": "dpaudit.attacks.causal_mia:MinKAttack",
+    "min-k++": "dpaudit.attacks.causal_mia:MinKPlusPlusAttack",
 }
 #: The baseline that never queries the model, run beside every attack of :data:`MEMBERSHIP_ATTACKS`.
 BLIND_BASELINE = "blind"
 #: The attacks that score the membership tasks (members = train rows, non-members = heldout rows) from the model.
-MEMBERSHIP_ATTACKS: frozenset[str] = frozenset({"loss", "shadow", "ref", "lira", "rmia"})
+MEMBERSHIP_ATTACKS: frozenset[str] = frozenset({"loss", "shadow", "ref", "lira", "rmia", "zlib", "min-k", "min-k++"})
 DEFAULT_ATTACKS: tuple[str, ...] = ("exposure", "reconstruction")
 #: Added to :data:`DEFAULT_ATTACKS` for a masked LM whose canaries are coin-flip ones: the one-run audit.
 ONE_RUN_ATTACK = "canary"

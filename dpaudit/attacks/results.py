@@ -421,8 +421,13 @@ CanaryResult = _result_class("canary", "Panda et al. 2025, 'Privacy Auditing of 
                                        "canaries); Steinke et al. 2023 (one run)")
 BlindResult = _result_class("blind", "Das, Zhang & Tramer 2024, 'Blind Baselines Beat Membership Inference Attacks "
                                      "for Foundation Models'", baseline=True)
+ZlibResult = _result_class("zlib", "Carlini et al. 2021, 'Extracting Training Data from Large Language Models', section 5.1")
+MinKResult = _result_class("min-k", "Shi et al. 2024, 'Detecting Pretraining Data from Large Language Models' (Min-K% Prob)")
+MinKPlusPlusResult = _result_class("min-k++", "Zhang et al. 2024, 'Min-K%++: Improved Baseline for Detecting Pre-Training "
+                                              "Data from Large Language Models'")
 RESULT_CLASSES: dict[str, type[MiaResult]] = {c.attack: c for c in (LossResult, ShadowResult, RefResult, LiraResult,
-                                                                      RmiaResult, CanaryResult, BlindResult)}
+                                                                      RmiaResult, CanaryResult, BlindResult, ZlibResult,
+                                                                      MinKResult, MinKPlusPlusResult)}
 
 
 def result_from_json(obj: dict[str, Any]) -> AttackResult:

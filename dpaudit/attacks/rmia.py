@@ -26,6 +26,10 @@ p_target(x) / mean_r p_ref(x), and the references' view of how easy x is intrins
 tiny test fixture's masked LM (median p 0.012, 4 references, 64 + 64 examples) a = 0.3 gave Spearman 0.981
 with the loss score and AUC 0.668 (loss 0.671); a = 1 gives Spearman 0.394 and AUC 0.683.
 
+A causal LM's probability is the same kind of number: exp(-mean next-token NLL), the geometric mean of its
+tokens' probabilities given the tokens before them (issue 30), as small and multiplied (not pulled toward 1)
+by training, so it takes a = 1 too.
+
 References:
   Zarifzadeh, Liu, Shokri et al. 2024, "Low-Cost High-Power Membership Inference Attacks" (ICML 2024),
     equations (3)-(5) and the offline approximation.
@@ -40,7 +44,7 @@ import numpy as np
 from dpaudit.attacks.base import AttackContext, AttackOutcome
 from dpaudit.attacks.mia import audit_tasks, membership_tasks
 from dpaudit.attacks.shadow_models import ShadowPool, check_trained_like_target, models_info, pool_label_ids, public_shadows
-from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
+from dpaudit.scoring.source import CAUSAL_LM, CLASSIFIER, MASKED_LM
 
 #: Offline scaling of the reference average (Zarifzadeh et al. section 4) for a classifier's true-label probability.
 CLASSIFIER_A = 0.3
@@ -52,8 +56,9 @@ GAMMA = 1.0
 
 
 def offline_a(kind: str) -> float:
-    """The ``a`` of a model kind: :data:`MASKED_LM_A` for a masked LM, :data:`CLASSIFIER_A` for a classifier."""
-    return MASKED_LM_A if kind == MASKED_LM else CLASSIFIER_A
+    """The ``a`` of a model kind: :data:`MASKED_LM_A` for a masked or causal LM (both score a geometric-mean token
+    probability, module docstring), :data:`CLASSIFIER_A` for a classifier."""
+    return MASKED_LM_A if kind in (MASKED_LM, CAUSAL_LM) else CLASSIFIER_A
 
 
 def rmia_scores(p_target_x: np.ndarray, p_refs_x: np.ndarray, p_target_z: np.ndarray, p_refs_z: np.ndarray, *,
@@ -76,7 +81,7 @@ class RmiaAttack:
     """Zarifzadeh et al. 2024, offline, with the public-half shadows as reference models."""
 
     name: ClassVar[str] = "rmia"
-    model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER})
+    model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER, CAUSAL_LM})
 
     @classmethod
     def check(cls, options: Any, source: Any, run: Any) -> None:
@@ -101,13 +106,14 @@ class RmiaAttack:
         a = offline_a(context.scorer.kind)
         scored = [(t, rmia_scores(prob(context.scorer, t.texts, t.labels),
                                   np.stack([prob(r, t.texts, t.labels) for r in refs]), p_tz, p_rz, a=a)) for t in tasks]
-        what = ("probability of the true label" if context.scorer.kind == CLASSIFIER else
-                "exp(-MLM loss): geometric-mean masked-token probability (seeded masking)")
+        what = {CLASSIFIER: "probability of the true label",
+                CAUSAL_LM: "exp(-mean next-token NLL): geometric-mean probability of the text's tokens"}.get(
+            context.scorer.kind, "exp(-MLM loss): geometric-mean masked-token probability (seeded masking)")
         params = {"score": "fraction of population samples z with LR(x)/LR(z) > gamma; higher = member",
                   "probability": what, "reference_models": len(models), "offline_a": a,
-                  "offline_a_reason": ("a masked LM's probabilities are ~1e-3: an IN model multiplies them, the "
-                                       "constant (1 - a) / 2 would swamp the references; a = 1 ranks by p_target / "
-                                       "mean p_ref" if context.scorer.kind == MASKED_LM else
+                  "offline_a_reason": ("a language model's geometric-mean token probabilities are ~1e-3: an IN model "
+                                       "multiplies them, the constant (1 - a) / 2 would swamp the references; a = 1 "
+                                       "ranks by p_target / mean p_ref" if a == MASKED_LM_A else
                                        "the paper's offline a for a classifier's true-label probability"),
                   "gamma": GAMMA,
                   "population": f"the population part of public.jsonl ({len(pool.texts)} rows), disjoint from every "

@@ -26,7 +26,7 @@ import numpy as np
 from dpaudit.attacks.base import AttackContext, AttackOutcome
 from dpaudit.attacks.mia import audit_tasks, membership_tasks
 from dpaudit.attacks.shadow_models import check_trained_like_target, models_info, pool_label_ids, public_shadows
-from dpaudit.scoring.source import CLASSIFIER, MASKED_LM
+from dpaudit.scoring.source import CAUSAL_LM, CLASSIFIER, MASKED_LM
 
 #: Top-k masked-token probabilities in MLM features.
 TOP_K = 10
@@ -53,7 +53,7 @@ class ShadowAttack:
     """Shokri et al.: an attack classifier trained on shadow models' in/out features."""
 
     name: ClassVar[str] = "shadow"
-    model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER})
+    model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER, CAUSAL_LM})
 
     @classmethod
     def check(cls, options: Any, source: Any, run: Any) -> None:
@@ -74,6 +74,8 @@ class ShadowAttack:
         clf = attack_classifier(options.attack_model, options.seed).fit(np.concatenate(xs), np.concatenate(ys))
         scored = [(t, clf.predict_proba(features(context.scorer, t.texts, t.labels, options.seed))[:, 1]) for t in tasks]
         feature_names = ("sorted class probabilities, loss, entropy" if context.scorer.kind == CLASSIFIER else
+                         f"top-{TOP_K} next-token probabilities (sorted, averaged over the text's positions), loss, entropy"
+                         if context.scorer.kind == CAUSAL_LM else
                          f"top-{TOP_K} masked-token probabilities (sorted, averaged over masked positions), loss, entropy")
         params = {"score": "attack-model member probability; higher = member", "shadow_models": len(models),
                   "shadow_models_asked": options.shadow_models, "shadow_data": shadows.data,

@@ -140,6 +140,8 @@ def _summary(results) -> str:  # noqa: ANN001
 @click.option("--lira-offline", type=click.Choice(["one-sided", "two-sided"]), default="one-sided", show_default=True,
               help="Offline LiRA's test: the paper's one-sided log Phi, or the reference code's two-sided density "
                    "(see --lira-variance).")
+@click.option("--min-k", type=FiniteFloat(min=0, max=1, min_open=True), default=0.2, show_default=True, metavar="K",
+              help="min-k and min-k++ (causal LMs): average each text's fraction K of lowest-scoring tokens.")
 @click.option("--blind-baseline/--no-blind-baseline", default=True, show_default=True,
               help="Beside every membership attack, a classifier that never looks at the model (word and character "
                    "n-grams, length, label; Das et al. 2024), cross-fitted: when an attack does not beat it, the "
@@ -152,7 +154,8 @@ def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: in
            overwrite: bool, as_json: bool, workers: int | None = None, ray_address: str | None = None,
            shadow_trainer: str | None = None, shadow_config: Path | None = None, shadow_dirs: tuple[str, ...] = (),
            claimed_epsilon: float | None = None, claimed_delta: float | None = None, lira_variance: str = "auto",
-           lira_offline: str = "one-sided", blind_baseline: bool = True, claimed_from_opacus: Path | None = None) -> None:
+           lira_offline: str = "one-sided", blind_baseline: bool = True, claimed_from_opacus: Path | None = None,
+           min_k: float = 0.2) -> None:
     """Attack a model's canaries and write results.json, scores/canaries.jsonl and manifest.json.
 
     Exposure (Carlini et al. 2019) is exact: all secret tokens are masked at once and the secret's
@@ -160,7 +163,7 @@ def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: in
     fill of the masked secret, its edit distance to the truth and the exact-match rate, by how
     often each canary was inserted (controls = 0, the baseline).
 
-    Membership inference (loss, shadow, ref, lira, rmia) scores train.jsonl members vs heldout.jsonl
+    Membership inference (loss, shadow, ref, lira, rmia; zlib, min-k, min-k++ for causal LMs) scores train.jsonl members vs heldout.jsonl
     non-members and inserted vs control canaries, and sets an empirical epsilon lower bound beside the
     accountant's claim (flagged loudly when above it). Shadow models are cached and resumable.
 
@@ -189,7 +192,7 @@ def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: in
                              shadow_config=None if shadow_config is None else str(shadow_config),
                              shadow_dirs=tuple(shadow_dirs) or None, claimed_epsilon=claimed_epsilon,
                              claimed_delta=claimed_delta, lira_variance=lira_variance, lira_offline=lira_offline,
-                             blind_baseline=blind_baseline,
+                             blind_baseline=blind_baseline, min_k=min_k,
                              claimed_from_opacus=None if claimed_from_opacus is None else str(claimed_from_opacus))
     for w in caught:
         if issubclass(w.category, AttackWarning):

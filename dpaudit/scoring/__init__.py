@@ -41,12 +41,17 @@ def load(path: str | os.PathLike[str] | ModelSource, *, batch_size: int = 32, de
         UserInputError: a directory without weights or tokenizer, a pickle-only checkpoint, a
             damaged run directory, or a model transformers cannot load.
     """
-    from dpaudit.scoring.scorer import build_scorer
+    from dpaudit.scoring.scorer import Scorer, build_scorer
 
     source = path if isinstance(path, ModelSource) else resolve_model(path)
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}.")
-    return build_scorer(source, batch_size=batch_size, device=device, progress=progress)
+    scorer_class = Scorer
+    if source.kind == CAUSAL_LM:  # its own module: it builds on Scorer, which cannot import it back
+        from dpaudit.scoring.causal import CausalScorer
+
+        scorer_class = CausalScorer
+    return build_scorer(source, batch_size=batch_size, device=device, progress=progress, scorer_class=scorer_class)
 
 
 def __getattr__(name: str):

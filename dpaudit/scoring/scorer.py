@@ -27,7 +27,7 @@ import numpy as np
 
 from dpaudit.errors import UserInputError
 from dpaudit.progress import progress_bar
-from dpaudit.scoring.source import CLASSIFIER, MASKED_LM, ModelSource
+from dpaudit.scoring.source import CAUSAL_LM, CLASSIFIER, MASKED_LM, ModelSource
 from dpaudit.scoring.targets import (
     CanaryLike,
     SpaceLike,
@@ -366,14 +366,20 @@ class Scorer:
         return self._mlm_stats(texts, seed, top_k)
 
 
-def build_scorer(source: ModelSource, *, batch_size: int = 32, device: str | None = None, progress: bool = True) -> Scorer:
-    """Load the model and tokenizer of a checked :class:`ModelSource` (local files, safetensors only)."""
+def build_scorer(source: ModelSource, *, batch_size: int = 32, device: str | None = None, progress: bool = True,
+                 scorer_class: type[Scorer] = Scorer) -> Scorer:
+    """Load the model and tokenizer of a checked :class:`ModelSource` (local files, safetensors only).
+
+    The ``AutoModelFor...`` class follows the source's kind (masked LM, classifier, causal LM); ``scorer_class``
+    wraps them (:func:`dpaudit.scoring.load` passes :class:`dpaudit.scoring.causal.CausalScorer` for a causal LM).
+    """
     import torch
     import transformers
 
     from dpaudit.scoring.threads import apply_torch_threads
 
-    auto = transformers.AutoModelForMaskedLM if source.kind == MASKED_LM else transformers.AutoModelForSequenceClassification
+    auto = {MASKED_LM: transformers.AutoModelForMaskedLM, CAUSAL_LM: transformers.AutoModelForCausalLM}.get(
+        source.kind, transformers.AutoModelForSequenceClassification)
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     apply_torch_threads()  # the cores actually free, unless OMP_NUM_THREADS / DPAUDIT_THREADS says
     hf_logging = transformers.utils.logging
@@ -391,4 +397,4 @@ def build_scorer(source: ModelSource, *, batch_size: int = 32, device: str | Non
     if source.kind == MASKED_LM and tokenizer.mask_token_id is None:
         raise UserInputError(f"--model {source.model_dir}: the tokenizer has no mask token; a masked LM needs one.")
     model.to(device).eval()
-    return Scorer(source, model, tokenizer, batch_size=batch_size, device=device, progress=progress)
+    return scorer_class(source, model, tokenizer, batch_size=batch_size, device=device, progress=progress)

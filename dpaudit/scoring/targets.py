@@ -46,6 +46,19 @@ class CanaryTokens:
     secret_positions: list[int]
 
 
+def _trimmed(text: str, offsets: Sequence[tuple[int, int]], start: int, end: int) -> list[tuple[int, int]]:
+    """Token spans without the whitespace they cover outside [start, end): a byte-level BPE token such as GPT-2's
+    "Ġ1234" spans the space before it, which belongs to the context, yet the token is the secret's own."""
+    out = []
+    for a, b in offsets:
+        while a < b and a < start and text[a].isspace():
+            a += 1
+        while b > a and b > end and text[b - 1].isspace():
+            b -= 1
+        out.append((a, b))
+    return out
+
+
 def _overlapping(offsets: Sequence[tuple[int, int]], start: int, end: int) -> list[int]:
     """Token indices whose character span overlaps [start, end) (special tokens have empty spans)."""
     return [i for i, (a, b) in enumerate(offsets) if b > a and a < end and b > start]
@@ -59,7 +72,8 @@ def alphabet_token_ids(tokenizer: Any, space: SpaceLike) -> np.ndarray:
     """
     text = " ".join(space.alphabet)
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
-    offsets, ids = enc["offset_mapping"], enc["input_ids"]
+    # Every token's edge whitespace trimmed (start past the end, end before it): symbols have none of their own.
+    offsets, ids = _trimmed(text, enc["offset_mapping"], len(text), 0), enc["input_ids"]
     unk = getattr(tokenizer, "unk_token_id", None)
     out, start = [], 0
     for symbol in space.alphabet:
@@ -92,6 +106,7 @@ def locate_secrets(tokenizer: Any, canaries: Sequence[CanaryLike], space: SpaceL
     for c, ids, offsets in zip(canaries, enc["input_ids"], enc["offset_mapping"]):
         parts = space.split(c.secret)
         start = len(c.prefix)
+        offsets = _trimmed(c.prefix + c.secret + c.suffix, offsets, start, start + len(c.secret))
         positions = _overlapping(offsets, start, start + len(c.secret))
         if len(positions) != len(parts):
             tokens = [tokenizer.convert_ids_to_tokens(ids[p]) for p in positions]
@@ -134,6 +149,7 @@ def locate_spans(tokenizer: Any, canaries: Sequence[CanaryLike], *, max_length: 
     out = []
     for c, ids, offsets in zip(canaries, enc["input_ids"], enc["offset_mapping"]):
         start = len(c.prefix)
+        offsets = _trimmed(c.prefix + c.secret + c.suffix, offsets, start, start + len(c.secret))
         positions = _overlapping(offsets, start, start + len(c.secret))
         inside = all(offsets[p][0] >= start and offsets[p][1] <= start + len(c.secret) for p in positions)
         if not positions or not inside:
