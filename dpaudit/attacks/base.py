@@ -55,6 +55,10 @@ class AttackOptions:
         claimed_epsilon, claimed_delta: the privacy claim of a model trained elsewhere (no ``privacy.json``).
         claimed_from_opacus: an Opacus accountant's saved state (its ``history`` of (noise multiplier, sample rate,
             steps)): the claim of a model trained elsewhere with Opacus, accounted here at ``claimed_delta``.
+        beam_width: the extraction attack's beam width (causal LMs; greedy decoding is always run beside it).
+        exposure_limit: a causal LM's exposure is exact (every candidate scored by a prefix tree) up to this |R|; above
+            it, Carlini et al.'s sampled estimates.
+        exposure_samples: candidates drawn uniformly from R for the sampled estimates (causal LMs).
     """
 
     batch_size: int = 32
@@ -84,6 +88,9 @@ class AttackOptions:
     claimed_epsilon: float | None = None
     claimed_delta: float | None = None
     claimed_from_opacus: str | None = None
+    beam_width: int = 5
+    exposure_limit: int = 10**5
+    exposure_samples: int = 1000
 
     def __post_init__(self) -> None:
         if self.shadow_models < 1:
@@ -129,6 +136,12 @@ class AttackOptions:
             raise ValueError(f"tolerance must be in [0, 1), got {self.tolerance}.")
         if not 0 < self.level < 1:
             raise ValueError(f"level must be in (0, 1), got {self.level}.")
+        if self.beam_width < 1:
+            raise ValueError(f"--beam-width must be >= 1, got {self.beam_width}.")
+        if self.exposure_limit < 1:
+            raise ValueError(f"--exposure-limit must be >= 1, got {self.exposure_limit}.")
+        if self.exposure_samples < 3:
+            raise ValueError(f"--exposure-samples must be >= 3 (a skew-normal fit needs 3), got {self.exposure_samples}.")
 
 
 @dataclass
@@ -175,6 +188,22 @@ class AttackContext:
         secrets = self.secret_indices[:, self.options.reveal:]
         return exposure_ranks(self.masked_log_probs, secrets, tolerance=self.options.tolerance,
                               workers=max(1, min(4, os.cpu_count() or 1)))
+
+    @cached_property
+    def is_causal(self) -> bool:
+        """Whether the target is a causal LM (its secrets are scored and extracted from their prefix)."""
+        from dpaudit.scoring.source import CAUSAL_LM
+
+        kind = getattr(self.scorer, "kind", None) or getattr(getattr(self.scorer, "source", None), "kind", None)
+        return kind == CAUSAL_LM
+
+    @cached_property
+    def causal_max_length(self) -> int:
+        """The longest input the causal target accepts (its scorer's ``max_length`` when it has one)."""
+        from dpaudit.scoring.causal_secrets import model_max_length
+
+        limit = getattr(self.scorer, "max_length", None)
+        return limit if isinstance(limit, int) else model_max_length(self.scorer.model, self.scorer.tokenizer)
 
     @cached_property
     def vocab_fills(self) -> list[Any]:

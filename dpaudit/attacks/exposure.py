@@ -10,6 +10,13 @@ against the canary), so they never overstate memorization.
 With ``--reveal K`` the first K secret tokens are shown and the rank is over the remaining
 positions' space, |R| = |alphabet|^(positions - K).
 
+A causal LM (the Secret Sharer's own setting) scores a candidate by its log-likelihood given the prefix,
+which does not factor over positions: :func:`causal_exposure_intervals` scores every candidate by a prefix
+tree (:func:`dpaudit.scoring.causal_secrets.prefix_tree_scores`, method ``enumerate``) when |R| is at most
+``exposure_limit`` and every symbol is one token in context, and otherwise estimates the rank from
+``exposure_samples`` uniformly drawn candidates (Carlini et al.'s interpolation, sec. 4.2, with the skew-normal
+extrapolation beside it). The method is recorded per canary (``rank_method``).
+
 References:
   Carlini et al. 2019, "The Secret Sharer: Evaluating and Testing Unintended Memorization in
   Neural Networks", sections 4-5.
@@ -18,6 +25,7 @@ References:
 from __future__ import annotations
 
 import math
+from types import SimpleNamespace
 from typing import ClassVar
 
 import numpy as np
@@ -30,7 +38,9 @@ from dpaudit.audit.intervals import (
     mann_whitney_greater,
 )
 from dpaudit.progress import progress_bar
-from dpaudit.scoring.source import MASKED_LM
+from dpaudit.attacks.exposure_rank import RankInterval, sampled_exposure
+from dpaudit.errors import UserInputError
+from dpaudit.scoring.source import CAUSAL_LM, MASKED_LM
 
 PHRASES_WARNING = ("exposure needs a secret space with a finite per-position alphabet (digits:N, words:N); phrase and "
                    "designed (new-tokens, rare-tokens) canaries have none, so exposure was not computed (see the "
@@ -52,31 +62,102 @@ def exposure_rows(exposures: np.ndarray, frequencies: np.ndarray, *, seed: int, 
     return tuple(rows)
 
 
+def tree_rank(scores: np.ndarray, secret_index: int, *, tolerance: float) -> RankInterval:
+    """The rank interval of the candidate at ``secret_index`` among every candidate's score (all of R scored)."""
+    own = scores[secret_index]
+    better = int(np.count_nonzero(scores > own + tolerance))
+    at_least = int(np.count_nonzero(scores >= own - tolerance))
+    return RankInterval(better=better, tied=at_least - better - 1, space_size=int(scores.size), method="enumerate")
+
+
+def causal_exposure_intervals(context: AttackContext) -> tuple[list[RankInterval], list[float], str | None]:
+    """Each canary's exposure rank interval on a causal LM, its skew-normal exposure estimate (NaN when exact),
+    and a note saying why the ranks were sampled (None when exact).
+
+    Exact (a prefix tree, every candidate scored) when |R| <= ``exposure_limit`` and every alphabet symbol is one
+    token in context; otherwise the sampled estimates from ``exposure_samples`` candidates drawn uniformly from R
+    (the same draws for every canary), each canary's secret scored alongside them in the same way.
+    """
+    from dpaudit.scoring import causal_secrets as cs
+
+    options, space, canaries, scorer = context.options, context.space, context.canaries, context.scorer
+    model, tokenizer, device = scorer.model, scorer.tokenizer, scorer.device
+    size, a = space.size, len(space.alphabet)
+    try:
+        secrets, alphabet = cs.alphabet_secrets(tokenizer, canaries, space, max_length=context.causal_max_length)
+        single = True
+        note = None if size <= options.exposure_limit else (
+            f"|R| = {size:,} is above --exposure-limit {options.exposure_limit:,}: exposure is Carlini et al.'s sampled "
+            f"estimate from {options.exposure_samples:,} uniformly drawn candidates (it cannot exceed log2 of that)")
+    except UserInputError as err:
+        single, note = False, (f"the secret's symbols are not single tokens for this tokenizer ({err}): exposure is "
+                               f"Carlini et al.'s sampled estimate from {options.exposure_samples:,} uniformly drawn "
+                               "candidates")
+    intervals, skew = [], []
+    if single and note is None:
+        bar = progress_bar(list(zip(canaries, secrets)), desc="exposure (prefix tree)", unit="canary")
+        for canary, secret in bar:
+            scores = cs.prefix_tree_scores(model, secret.context, alphabet, space.length, device=device)
+            index = int(np.ravel_multi_index(space.index_of(canary.secret), (a,) * space.length))
+            intervals.append(tree_rank(scores, index, tolerance=options.tolerance))
+            skew.append(float("nan"))
+        return intervals, skew, None
+    references = cs.sampled_candidates(space, options.exposure_samples, seed=options.seed)
+    bar = progress_bar(list(enumerate(canaries)), desc="exposure (sampled)", unit="canary")
+    for i, canary in bar:
+        rows = np.vstack([np.asarray(space.index_of(canary.secret))[None, :], references])
+        if single:
+            scores = cs.candidate_scores(model, secrets[i].context, alphabet[rows], device=device)
+        else:
+            texts = [SimpleNamespace(id=canary.id, prefix=canary.prefix, secret=space.secret_of(r), suffix=canary.suffix)
+                     for r in rows.tolist()]
+            located = cs.span_secrets(tokenizer, texts, max_length=context.causal_max_length)
+            scores = cs.sequence_log_likelihoods(model, tokenizer, located, device=device, batch_size=scorer.batch_size)
+        intervals.append(sampled_exposure(scores[0], scores[1:], size, method="interpolation",
+                                          tolerance=options.tolerance))
+        try:
+            skew.append(sampled_exposure(scores[0], scores[1:], size, method="skewnorm").exposure_low)
+        except ValueError:  # all reference scores equal: no fit
+            skew.append(float("nan"))
+    return intervals, skew, note + "; the skew-normal extrapolation is in exposure_skewnorm."
+
+
 class ExposureAttack:
     """Exact exposure of every canary; statistics by frequency with the controls as the baseline."""
 
     name: ClassVar[str] = "exposure"
-    model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM})
+    model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CAUSAL_LM})
 
     def run(self, context: AttackContext) -> AttackOutcome:
         options, space = context.options, context.space
-        if space is None:
+        if context.is_causal and options.reveal:
+            raise UserInputError(f"--reveal {options.reveal}: a causal LM is scored from the secret's prefix, with "
+                                 "nothing masked; remove --reveal.")
+        if space is None or (context.is_causal and getattr(space, "alphabet", None) is None):
             params = ExposureParameters(secret_format=context.canaries[0].format if context.canaries else "phrases",
                                         log2_space_size=None, reveal=options.reveal, tolerance=options.tolerance,
                                         bootstrap_seed=options.seed)
             return AttackOutcome(ExposureResult(parameters=params, warnings=(PHRASES_WARNING,)))
+        notes: tuple[str, ...] = ()
+        if context.is_causal:
+            intervals, skew, note = causal_exposure_intervals(context)
+            notes = () if note is None else (note,)
+        else:
+            intervals, skew = context.exposure_intervals, [float("nan")] * len(context.canaries)
         fields, low = {}, np.empty(len(context.canaries))
         bar = progress_bar(context.canaries, desc="exposure ranks", unit="canary")
-        for i, (canary, interval) in enumerate(zip(bar, context.exposure_intervals)):
+        for i, (canary, interval) in enumerate(zip(bar, intervals)):
             low[i] = interval.exposure_low
             fields[canary.id] = {"rank_low": int(interval.rank_low), "rank_high": int(interval.rank_high),
                                  "rank_method": interval.method, "exposure_low": float(interval.exposure_low),
                                  "exposure_high": float(interval.exposure_high)}
+            if not np.isnan(skew[i]):
+                fields[canary.id]["exposure_skewnorm"] = skew[i]
         freqs = context.frequencies
         params = ExposureParameters(secret_format=space.format,
                                     log2_space_size=(space.length - options.reveal) * math.log2(len(space.alphabet)),
                                     reveal=options.reveal, tolerance=options.tolerance, bootstrap_seed=options.seed)
-        warnings = () if (freqs == 0).any() else ("no control canaries (frequency 0): no baseline to compare with.",)
+        warnings = notes + (() if (freqs == 0).any() else ("no control canaries (frequency 0): no baseline to compare with.",))
         result = ExposureResult(parameters=params, rows=exposure_rows(low, freqs, seed=options.seed, level=options.level),
                                 slope_per_doubling=log_frequency_slope(freqs, low), warnings=warnings)
         return AttackOutcome(result, fields)

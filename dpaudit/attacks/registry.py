@@ -18,6 +18,7 @@ from dpaudit.errors import UserInputError
 ATTACKS: dict[str, str] = {
     "exposure": "dpaudit.attacks.exposure:ExposureAttack",
     "reconstruction": "dpaudit.attacks.reconstruction:ReconstructionAttack",
+    "extraction": "dpaudit.attacks.extraction:ExtractionAttack",
     "loss": "dpaudit.attacks.loss:LossAttack",
     "shadow": "dpaudit.attacks.shokri:ShadowAttack",
     "ref": "dpaudit.attacks.ref:RefAttack",
@@ -34,14 +35,19 @@ BLIND_BASELINE = "blind"
 #: The attacks that score the membership tasks (members = train rows, non-members = heldout rows) from the model.
 MEMBERSHIP_ATTACKS: frozenset[str] = frozenset({"loss", "shadow", "ref", "lira", "rmia", "zlib", "min-k", "min-k++"})
 DEFAULT_ATTACKS: tuple[str, ...] = ("exposure", "reconstruction")
+#: The defaults for a causal LM: its secrets are extracted from their prefix (nothing is masked).
+CAUSAL_DEFAULT_ATTACKS: tuple[str, ...] = ("exposure", "extraction")
 #: Added to :data:`DEFAULT_ATTACKS` for a masked LM whose canaries are coin-flip ones: the one-run audit.
 ONE_RUN_ATTACK = "canary"
 
 
 def default_attacks(names: Sequence[str], *, coin_flip: bool, model_kind: str) -> list[str]:
     """``names``, plus :data:`ONE_RUN_ATTACK` when they are the defaults and the run can be audited in one run
-    (coin-flip canaries, a masked LM): ``dpaudit attack`` then reports the one-run bounds without being asked."""
+    (coin-flip canaries, a masked LM): ``dpaudit attack`` then reports the one-run bounds without being asked. For a
+    causal LM the defaults are :data:`CAUSAL_DEFAULT_ATTACKS` (extraction in place of reconstruction)."""
     names = [n.strip() for n in names if n.strip()]
+    if tuple(names) == DEFAULT_ATTACKS and model_kind == "causal-lm":  # scoring.CAUSAL_LM: reconstruction's counterpart
+        return list(CAUSAL_DEFAULT_ATTACKS)
     if tuple(names) == DEFAULT_ATTACKS and coin_flip and model_kind in attack_class(ONE_RUN_ATTACK).model_kinds:
         return [*names, ONE_RUN_ATTACK]
     return names
@@ -73,6 +79,9 @@ def resolve_attacks(names: Iterable[str], model_kind: str, *, model: str = "the 
             out.extend(c for c in classes if model_kind in c.model_kinds and c not in out)
             continue
         cls = attack_class(name)
+        if name == "reconstruction" and model_kind == "causal-lm":
+            raise UserInputError(f"--attacks reconstruction fills a masked secret, and {model} is a causal-lm with no mask; "
+                                 "use --attacks extraction (the secret decoded from its prefix, greedy and beam).")
         if model_kind not in cls.model_kinds:
             raise UserInputError(f"--attacks {name} needs a {' or '.join(sorted(cls.model_kinds))} model, but {model} is a "
                                  f"{model_kind}; pass a masked LM or choose an attack for {model_kind}s.")

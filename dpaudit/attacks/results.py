@@ -165,6 +165,8 @@ class CanaryScore(JsonRecord):
     rank_method: str | None = None
     exposure_low: float | None = None
     exposure_high: float | None = None
+    #: A causal LM's sampled exposure: the skew-normal extrapolation beside the interpolated rank (Carlini et al. 2019).
+    exposure_skewnorm: float | None = None
 
 
 # -- per-attack results ----------------------------------------------------------------------------
@@ -251,6 +253,42 @@ class ReconstructionResult(AttackResult):
     rows: tuple[ReconstructionRow, ...] = ()
 
 
+@dataclass(frozen=True, kw_only=True)
+class ExtractionRow(ReconstructionRow):
+    """Extraction of the secrets of the canaries inserted ``frequency`` times from their prefix (a causal LM).
+
+    The inherited fields read as for reconstruction with the greedy continuation as the fill: ``exact_matches``
+    counts the secrets greedy decoding emits (extractable, Carlini et al. 2021/2023), ``top_k_hits`` those in the
+    final beam. ``beam_exact_matches`` counts the beam's best continuation; ``fisher_vs_controls`` tests that the
+    group's greedy extraction rate exceeds the controls' (one-sided Fisher exact test).
+    """
+
+    beam_exact_matches: int | None = None
+    beam_exact_match_ci: Interval | None = None
+    fisher_vs_controls: OneSidedTest | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExtractionParameters(ReconstructionParameters):
+    beam_width: int = 5
+    decoding: str = ""
+    context_tokens_min: int | None = None
+    context_tokens_max: int | None = None
+    extractable: str = ("greedy decoding from the canary's prefix (its k context tokens, k from context_tokens_min to "
+                        "context_tokens_max) emits the secret exactly: Carlini et al. 2021's extraction, k-extractable in "
+                        "Carlini et al. 2023's terms")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ExtractionResult(ReconstructionResult):
+    """Greedy and beam extraction of each secret from its prefix (causal LMs): the reconstruction of a causal target,
+    so every reader of :class:`ReconstructionResult` (report, summary, demo verdict) renders it."""
+
+    attack: ClassVar[str] = "extraction"
+    parameters: ExtractionParameters
+    rows: tuple[ExtractionRow, ...] = ()
+
+
 _RESULT_TYPES: dict[str, type[AttackResult]] = {}
 
 
@@ -264,6 +302,7 @@ def register_result(cls: type[AttackResult]) -> type[AttackResult]:
 
 register_result(ExposureResult)
 register_result(ReconstructionResult)
+register_result(ExtractionResult)
 
 
 # -- membership inference (the attacks in dpaudit.attacks.mia and the modules it names) -------------

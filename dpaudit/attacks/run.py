@@ -143,7 +143,7 @@ def attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks:
 
 
 #: Attacks that score the inject directory's canaries (nothing to do without them).
-CANARY_ATTACKS = frozenset({"exposure", "reconstruction", "canary"})
+CANARY_ATTACKS = frozenset({"exposure", "reconstruction", "extraction", "canary"})
 
 
 def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks: Iterable[str], *,

@@ -15,7 +15,7 @@ def test_every_registered_attack_follows_the_contract(name):
     cls = attack_class(name)
     assert isinstance(cls(), Attack)
     assert cls.name == name
-    assert cls.model_kinds and cls.model_kinds <= {"masked-lm", "classifier"}
+    assert cls.model_kinds and cls.model_kinds <= {"masked-lm", "classifier", "causal-lm"}
     assert name in results._RESULT_TYPES, f"{name}: register its result class with results.register_result"
     assert cls.__doc__ and cls.__module__.startswith("dpaudit.attacks.")
 
@@ -23,13 +23,26 @@ def test_every_registered_attack_follows_the_contract(name):
 def test_names_are_resolved_in_order_and_all_expands_by_model_kind():
     assert [c.name for c in resolve_attacks(["reconstruction", "exposure", "exposure"], "masked-lm")] == [
         "reconstruction", "exposure"]
-    assert [c.name for c in resolve_attacks(["all"], "masked-lm")] == list(ATTACKS)
+    assert [c.name for c in resolve_attacks(["all"], "masked-lm")] == [
+        n for n in ATTACKS if "masked-lm" in attack_class(n).model_kinds]
     with pytest.raises(UserInputError, match="not an attack"):
         resolve_attacks(["nope"], "masked-lm")
-    with pytest.raises(UserInputError, match="needs a masked-lm model"):
+    with pytest.raises(UserInputError, match="needs a causal-lm or masked-lm model"):
         resolve_attacks(["exposure"], "classifier")
     with pytest.raises(UserInputError, match="empty"):
         resolve_attacks([" "], "masked-lm")
+
+
+def test_a_causal_target_gets_extraction_in_place_of_reconstruction():
+    from dpaudit.attacks.registry import DEFAULT_ATTACKS, default_attacks
+
+    assert default_attacks(DEFAULT_ATTACKS, coin_flip=True, model_kind="causal-lm") == ["exposure", "extraction"]
+    assert default_attacks(DEFAULT_ATTACKS, coin_flip=False, model_kind="masked-lm") == list(DEFAULT_ATTACKS)
+    assert [c.name for c in resolve_attacks(["exposure", "extraction"], "causal-lm")] == ["exposure", "extraction"]
+    with pytest.raises(UserInputError, match="use --attacks extraction"):
+        resolve_attacks(["reconstruction"], "causal-lm")
+    with pytest.raises(UserInputError, match="needs a causal-lm model"):
+        resolve_attacks(["extraction"], "masked-lm")
 
 
 def test_options_are_validated():

@@ -1,0 +1,70 @@
+"""Causal exposure (issue 30): the prefix tree scores every candidate exactly as scoring its full text does."""
+
+from __future__ import annotations
+
+from types import SimpleNamespace
+
+import numpy as np
+import pytest
+
+from dpaudit.attacks.exposure import tree_rank
+from dpaudit.attacks.exposure_rank import sampled_exposure
+from dpaudit.errors import UserInputError
+from dpaudit.scoring import causal_secrets as cs
+from dpaudit.secret_spaces import ProductSpace
+
+DIGITS3 = ProductSpace(kind="digits", alphabet=[str(i) for i in range(10)], length=3)
+#: A canary of the tiny model's own texts (tests/conftest.py TINY_CAUSAL_TEXTS), with a suffix that is not scored.
+CANARY = SimpleNamespace(id="c0", prefix="my pin code is ", secret="4 8 1", suffix=" and my card is 9 2 7 3")
+
+
+@pytest.fixture(scope="module")
+def tiny(tiny_causal_dir):
+    import transformers
+
+    tokenizer = transformers.AutoTokenizer.from_pretrained(tiny_causal_dir)
+    model = transformers.AutoModelForCausalLM.from_pretrained(tiny_causal_dir).eval()
+    return model, tokenizer
+
+
+def _candidates(space, canary):
+    return [SimpleNamespace(id=f"r{i}", prefix=canary.prefix, secret=space.secret_of(digits), suffix=canary.suffix)
+            for i, digits in enumerate(np.ndindex(*(len(space.alphabet),) * space.length))]
+
+
+def test_prefix_tree_equals_brute_force(tiny):
+    """Every candidate's tree score equals its full text's score (one forward pass per text, no cache), and the
+    secret's rank from the tree equals the brute-force rank (no candidate within 1e-4 of the secret: no ties)."""
+    model, tokenizer = tiny
+    (secret,), alphabet = cs.alphabet_secrets(tokenizer, [CANARY], DIGITS3, max_length=64)
+    assert len(secret.secret) == 3 and secret.context[0] == model.config.bos_token_id  # [CLS] starts the context
+    tree = cs.prefix_tree_scores(model, secret.context, alphabet, 3, device="cpu", node_batch=97)  # chunks cut levels
+    located, _ = cs.alphabet_secrets(tokenizer, _candidates(DIGITS3, CANARY), DIGITS3, max_length=64)
+    brute = cs.sequence_log_likelihoods(model, tokenizer, located, device="cpu", batch_size=250)
+    assert tree.shape == (1000,)
+    np.testing.assert_allclose(tree, brute, rtol=0, atol=1e-5)
+    index = int(np.ravel_multi_index(DIGITS3.index_of(CANARY.secret), (10, 10, 10)))
+    assert np.abs(np.delete(brute, index) - brute[index]).min() > 1e-4  # ties none: the ranks are comparable
+    from_tree = tree_rank(tree, index, tolerance=1e-9)
+    brute_better = int(np.count_nonzero(brute > brute[index]))
+    assert (from_tree.rank_low, from_tree.rank_high, from_tree.method) == (brute_better + 1, brute_better + 1, "enumerate")
+    assert 1 < from_tree.rank_low < 1000  # a random model: neither extreme, so the comparison could fail
+    # The sampled references reuse the prefix cache: the same scores as the full texts.
+    rows = np.asarray([[4, 8, 1], [0, 0, 0], [9, 9, 9], [3, 1, 4]])
+    sampled = cs.candidate_scores(model, secret.context, alphabet[rows], device="cpu")
+    np.testing.assert_allclose(sampled, brute[[np.ravel_multi_index(r, (10,) * 3) for r in rows]], rtol=0, atol=1e-5)
+    # Carlini et al.'s interpolation from all 1000 candidates as references is the exact rank (no ties).
+    assert sampled_exposure(tree[index], tree, 1000, tolerance=1e-9).rank_low == from_tree.rank_low
+
+
+def test_symbols_that_are_not_single_tokens_are_refused_by_the_exact_path(tiny):
+    """A words:N alphabet whose words the tokenizer splits: the exact path refuses in one line (the attack then
+    samples), while the text path still finds the secret's tokens after its context."""
+    _, tokenizer = tiny
+    space = ProductSpace(kind="words", alphabet=["quick", "zebrafish"], length=2)
+    canary = SimpleNamespace(id="w0", prefix="the ", secret="quick zebrafish", suffix="")
+    with pytest.raises(UserInputError, match="one token"):
+        cs.alphabet_secrets(tokenizer, [canary], space, max_length=64)
+    (span,) = cs.span_secrets(tokenizer, [canary], max_length=64)
+    assert tokenizer.decode(span.secret).replace(" ##", "").replace(" ", "") == "quickzebrafish"
+    assert tokenizer.decode(span.context[1:]) == "the"
