@@ -120,3 +120,24 @@ def test_min_k_option_is_a_fraction(tiny_causal_dir, data_dir, tmp_path):
     result = CliRunner().invoke(cli, ["attack", "--model", str(tiny_causal_dir), "--data", str(data_dir), "--out",
                                       str(tmp_path / "out"), "--attacks", "min-k", "--min-k", "1.5"])
     assert_one_line_error(result, "--min-k")
+
+
+def test_shadow_and_rmia_train_their_models_like_a_clm_target(data_dir, tmp_path):
+    """A `dpaudit train --task clm` target: the shadow model (shared by shadow and rmia) is trained through its own
+    trainer and recipe, and score through the causal scorer (ref and LiRA train theirs the same way)."""
+    from dpaudit.attacks.run import attack
+
+    target = tmp_path / "clm"
+    result = CliRunner().invoke(cli, ["train", "--trainer", "edp-sgd", "--task", "clm", "--mode", "sgd", "--preset", "tiny",
+                                      "--vocab-size", "300", "--max-length", "16", "--epochs", "1", "--batch-size", "16",
+                                      "--eval-examples", "0", "--data", str(data_dir), "--out", str(target), "--seed", "0"])
+    assert result.exit_code == 0, result.output
+    results = attack(target, data_dir, ["shadow", "rmia"], shadow_models=1, shadow_cache=str(tmp_path / "cache"),
+                     progress=False, blind_baseline=False)
+    for name in ("shadow", "rmia"):
+        info = results[name].shadow_models
+        assert info.trainer == "edp-sgd" and len(info.models) == 1, info
+        assert all(m.steps == info.target_steps for m in info.models), info  # trained like the target
+    assert results["rmia"].parameters["offline_a"] == 1.0
+    assert "next-token" in results["shadow"].parameters["features"]
+    assert all(0 <= t.auc <= 1 for name in ("shadow", "rmia") for t in results[name].tasks)
