@@ -42,7 +42,8 @@ def _summary(results) -> str:  # noqa: ANN001
                 p = "baseline" if r.vs_controls is None else f"{r.vs_controls.p_value:.2g}"
                 lines.append(f"  {r.frequency:>5} {r.n:>4} {r.mean:>7.2f} {ci:>17} {r.median:>7.2f} {p:>13}")
         elif isinstance(result, ReconstructionResult) and result.rows:
-            lines.append("reconstruction (top-1 fill):")
+            lines.append("extraction (greedy from the prefix; top-k: in the final beam):" if result.attack == "extraction"
+                         else "reconstruction (top-1 fill):")
             lines.append(f"  {'freq':>5} {'n':>4} {'exact':>7} {'95% CI':>15} {'norm. edit':>10} {'top-k hits':>10}")
             for r in result.rows:
                 ci = f"[{_fmt(r.exact_match_ci and r.exact_match_ci.low)}, {_fmt(r.exact_match_ci and r.exact_match_ci.high)}]"
@@ -142,6 +143,13 @@ def _summary(results) -> str:  # noqa: ANN001
                    "(see --lira-variance).")
 @click.option("--min-k", type=FiniteFloat(min=0, max=1, min_open=True), default=0.2, show_default=True, metavar="K",
               help="min-k and min-k++ (causal LMs): average each text's fraction K of lowest-scoring tokens.")
+@click.option("--beam-width", type=click.IntRange(min=1), default=5, show_default=True,
+              help="extraction (causal LMs): beams of the beam search beside greedy decoding from each canary's prefix.")
+@click.option("--exposure-limit", type=click.IntRange(min=1), default=10**5, show_default=True, metavar="N",
+              help="exposure (causal LMs): exact (every candidate scored by a prefix tree) up to |R| = N; above, Carlini "
+                   "et al.'s sampled estimates from --exposure-samples candidates.")
+@click.option("--exposure-samples", type=click.IntRange(min=3), default=1000, show_default=True, metavar="M",
+              help="exposure (causal LMs): candidates drawn uniformly for the sampled estimates (resolve at most log2 M bits).")
 @click.option("--blind-baseline/--no-blind-baseline", default=True, show_default=True,
               help="Beside every membership attack, a classifier that never looks at the model (word and character "
                    "n-grams, length, label; Das et al. 2024), cross-fitted: when an attack does not beat it, the "
@@ -155,13 +163,15 @@ def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: in
            shadow_trainer: str | None = None, shadow_config: Path | None = None, shadow_dirs: tuple[str, ...] = (),
            claimed_epsilon: float | None = None, claimed_delta: float | None = None, lira_variance: str = "auto",
            lira_offline: str = "one-sided", blind_baseline: bool = True, claimed_from_opacus: Path | None = None,
-           min_k: float = 0.2) -> None:
+           min_k: float = 0.2, beam_width: int = 5, exposure_limit: int = 10**5, exposure_samples: int = 1000) -> None:
     """Attack a model's canaries and write results.json, scores/canaries.jsonl and manifest.json.
 
     Exposure (Carlini et al. 2019) is exact: all secret tokens are masked at once and the secret's
     rank among all |R| candidates is counted, not sampled. Reconstruction reports the model's top-1
     fill of the masked secret, its edit distance to the truth and the exact-match rate, by how
-    often each canary was inserted (controls = 0, the baseline).
+    often each canary was inserted (controls = 0, the baseline). For a causal LM, exposure ranks the secret's
+    log-likelihood given its prefix among every candidate's (a prefix tree; sampled above --exposure-limit),
+    and extraction decodes the secret from its prefix, greedily and by beam search (--beam-width).
 
     Membership inference (loss, shadow, ref, lira, rmia; zlib, min-k, min-k++ for causal LMs) scores train.jsonl members vs heldout.jsonl
     non-members and inserted vs control canaries, and sets an empirical epsilon lower bound beside the
@@ -192,7 +202,8 @@ def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: in
                              shadow_config=None if shadow_config is None else str(shadow_config),
                              shadow_dirs=tuple(shadow_dirs) or None, claimed_epsilon=claimed_epsilon,
                              claimed_delta=claimed_delta, lira_variance=lira_variance, lira_offline=lira_offline,
-                             blind_baseline=blind_baseline, min_k=min_k,
+                             blind_baseline=blind_baseline, min_k=min_k, beam_width=beam_width,
+                             exposure_limit=exposure_limit, exposure_samples=exposure_samples,
                              claimed_from_opacus=None if claimed_from_opacus is None else str(claimed_from_opacus))
     for w in caught:
         if issubclass(w.category, AttackWarning):

@@ -82,3 +82,23 @@ def test_attack_cli_runs_exposure_and_extraction_on_a_causal_model(fitted, tmp_p
                                        str(tmp_path / "r"), "--attacks", "reconstruction"])
     assert refused.exit_code == 2 and "use --attacks extraction" in refused.output
     assert not (tmp_path / "r").exists()
+
+
+def test_exposure_above_the_limit_is_sampled_and_says_so(fitted, tmp_path):
+    """--exposure-limit below |R| = 1000: Carlini et al.'s estimates from --exposure-samples uniform draws, the method
+    and the skew-normal extrapolation recorded per canary, the reason in the result's warnings."""
+    data, model_dir = fitted
+    out = tmp_path / "sampled"
+    result = CliRunner().invoke(cli, ["attack", "--model", str(model_dir), "--data", str(data), "--out", str(out),
+                                      "--attacks", "exposure", "--exposure-limit", "100", "--exposure-samples", "200"],
+                                catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    rows = [json.loads(line) for line in (out / "scores" / "canaries.jsonl").read_text().splitlines()]
+    assert {r["rank_method"] for r in rows} == {"sampled-interpolation"}
+    for r in rows:
+        assert r["exposure_skewnorm"] is not None
+        if r["frequency"] > 0:  # ranked above all 200 references: |R| / 200 = rank 5, log2(200) bits, the ceiling
+            assert (r["rank_low"], r["exposure_high"]) == (5, pytest.approx(np.log2(200)))
+            assert r["exposure_skewnorm"] > np.log2(200)  # the extrapolation goes past what 200 samples resolve
+    (exposure,) = json.loads((out / "results.json").read_text())["attacks"]
+    assert any("--exposure-limit 100" in w for w in exposure["warnings"])
