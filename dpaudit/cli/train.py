@@ -319,6 +319,8 @@ def train(ctx: click.Context, trainer: str, data: Path, out: Path, seed: int, co
 
 #: Held-out utility figures and their trivial baselines (:mod:`dpaudit.training.baselines`), as the summary keys them.
 _UTILITY = (("mlm_accuracy", "heldout_mlm_accuracy_baseline", "held-out MLM accuracy", "always the most frequent token"),
+            ("next_token_accuracy", "heldout_next_token_accuracy_baseline", "held-out next-token accuracy",
+             "always the most frequent next token"),
             ("eval_accuracy", "heldout_accuracy_baseline", "held-out accuracy", "always the majority class"))
 
 
