@@ -30,6 +30,7 @@ import copy
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from types import SimpleNamespace
 from typing import Any
 
 import numpy as np
@@ -96,17 +97,69 @@ def _split(tokenizer: Any, canary: CanaryLike, ids: list[int], positions: list[i
     return CausalSecret(context=ids[:positions[0]], secret=ids[positions[0]:positions[-1] + 1])
 
 
-def alphabet_secrets(tokenizer: Any, canaries: Sequence[CanaryLike], space: SpaceLike, *,
-                     max_length: int) -> tuple[list[CausalSecret], np.ndarray]:
-    """Canaries whose every secret symbol is one alphabet token in context, and the alphabet's token ids.
+#: Random candidates per canary whose tokens are checked against the in-context alphabet (beside the true secret).
+CANDIDATE_CHECKS = 16
+
+
+def in_context_alphabet(tokenizer: Any, canaries: Sequence[CanaryLike], space: SpaceLike, *,
+                        max_length: int) -> np.ndarray:
+    """The token id of each alphabet symbol where a secret's symbols stand: in each canary's sentence, at every position.
+
+    A symbol's token can depend on what precedes it: a byte-level BPE writes the digit 4 as ``"4"`` at the start of a
+    text and as ``"Ġ4"`` after a space, so the alphabet tokenized alone (:func:`alphabet_token_ids`) is not what a
+    candidate reads in context. Each canary's sentence with every position set to symbol a is tokenized (one batched
+    call, |A| texts per canary), and each symbol must be one token, the same one at every position of every canary,
+    and distinct from the others' (WordPiece gives the alphabet's own ids).
 
     Raises:
-        UserInputError: a symbol that is not one token, or a canary whose secret does not tokenize as the space
-            assumes (:mod:`dpaudit.scoring.targets`): the exact methods do not apply to this tokenizer.
+        UserInputError: a symbol that is not one token in context, or whose token differs between positions or
+            canaries: the candidates' scores would not be the tree's, so the exact methods do not apply.
     """
-    alphabet = alphabet_token_ids(tokenizer, space)
+    a, length = len(space.alphabet), space.length
+    texts = [SimpleNamespace(id=c.id, prefix=c.prefix, secret=space.secret_of([k] * length), suffix=c.suffix)
+             for c in canaries for k in range(a)]
+    located = locate_secrets(tokenizer, texts, space, max_length=max_length)
+    tokens = np.asarray([[t.input_ids[p] for p in t.secret_positions] for t in located], dtype=np.int64)
+    tokens = tokens.reshape(len(canaries), a, length)
+    alphabet = tokens[0, :, 0]
+    differ = tokens != alphabet[None, :, None]
+    if differ.any():
+        i, k, j = (int(x) for x in np.argwhere(differ)[0])
+        raise UserInputError(f"canary {canaries[i].id}: the symbol {space.alphabet[k]!r} is token "
+                             f"{tokenizer.convert_ids_to_tokens(int(tokens[i, k, j]))!r} at secret position {j} but "
+                             f"{tokenizer.convert_ids_to_tokens(int(alphabet[k]))!r} elsewhere: this tokenizer reads a "
+                             "symbol differently by its context, so candidates cannot be scored by one alphabet.")
+    if len(set(alphabet.tolist())) != a:
+        raise UserInputError(f"this model's tokenizer maps two symbols of the {space.format} space to one token in "
+                             "context; the secrets cannot be told apart.")
+    return alphabet
+
+
+def alphabet_secrets(tokenizer: Any, canaries: Sequence[CanaryLike], space: SpaceLike, *, max_length: int,
+                     seed: int = 0) -> tuple[list[CausalSecret], np.ndarray]:
+    """Canaries whose every secret symbol is one alphabet token in context, and the alphabet's token ids in context.
+
+    Checked: every symbol is one token alone (:func:`alphabet_token_ids`) and in each sentence at every position
+    (:func:`in_context_alphabet`); each canary's secret, and :data:`CANDIDATE_CHECKS` random candidates of each
+    (drawn with the public ``seed``), tokenize in their sentence as those tokens
+    (:func:`dpaudit.scoring.targets.check_secret_tokens`).
+
+    Raises:
+        UserInputError: a check fails (:mod:`dpaudit.scoring.targets`): the exact methods do not apply to this
+            tokenizer.
+    """
+    if not canaries:
+        return [], alphabet_token_ids(tokenizer, space)
+    alphabet_token_ids(tokenizer, space)  # each symbol one known token, named in its error
+    alphabet = in_context_alphabet(tokenizer, canaries, space, max_length=max_length)
     located = locate_secrets(tokenizer, canaries, space, max_length=max_length)
     check_secret_tokens(tokenizer, canaries, located, space, alphabet)
+    draws = np.random.default_rng(seed).integers(0, len(space.alphabet), size=(len(canaries), CANDIDATE_CHECKS,
+                                                                                space.length))
+    probes = [SimpleNamespace(id=c.id, prefix=c.prefix, secret=space.secret_of(d), suffix=c.suffix)
+              for c, rows in zip(canaries, draws.tolist()) for d in rows]
+    check_secret_tokens(tokenizer, probes, locate_secrets(tokenizer, probes, space, max_length=max_length), space,
+                        alphabet)
     return [_split(tokenizer, c, t.input_ids, t.secret_positions, max_length) for c, t in zip(canaries, located)], alphabet
 
 

@@ -39,7 +39,8 @@ def test_prefix_tree_equals_brute_force(tiny):
     (secret,), alphabet = cs.alphabet_secrets(tokenizer, [CANARY], DIGITS3, max_length=64)
     assert len(secret.secret) == 3 and secret.context[0] == model.config.bos_token_id  # [CLS] starts the context
     tree = cs.prefix_tree_scores(model, secret.context, alphabet, 3, device="cpu", node_batch=97)  # chunks cut levels
-    located, _ = cs.alphabet_secrets(tokenizer, _candidates(DIGITS3, CANARY), DIGITS3, max_length=64)
+    located = cs.span_secrets(tokenizer, _candidates(DIGITS3, CANARY), max_length=64)  # each text tokenized afresh
+    assert all(c.context == secret.context and len(c.secret) == 3 for c in located)
     brute = cs.sequence_log_likelihoods(model, tokenizer, located, device="cpu", batch_size=250)
     assert tree.shape == (1000,)
     np.testing.assert_allclose(tree, brute, rtol=0, atol=1e-5)
@@ -96,3 +97,27 @@ def test_a_space_whose_symbols_split_is_sampled_from_the_texts(tiny):
     expected = sampled_exposure(own, refs, 9, tolerance=1e-6)
     got = outcome.canary_fields["w0"]
     assert (got["rank_low"], got["rank_high"]) == (expected.rank_low, expected.rank_high)
+
+
+def test_a_byte_level_bpe_without_bos_gets_its_in_context_alphabet():
+    """GPT-2-style byte-level BPE, no BOS (convention 2): a digit after a space is "Ġ4", not the "4" of the alphabet
+    alone; the tree runs over the in-context tokens, the first context token is context only, and it still equals
+    scoring each candidate's full text."""
+    import torch
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(["my pin code is 4 8 1 5", "x " + " ".join(str(i % 10) for i in range(300))],
+                            vocab_size=300, min_frequency=1)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer)
+    torch.manual_seed(0)
+    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_layer=1, n_embd=32, n_head=2, n_positions=32,
+                                       bos_token_id=None, eos_token_id=None)).eval()
+    (secret,), alphabet = cs.alphabet_secrets(tokenizer, [CANARY], DIGITS3, max_length=32)
+    assert tokenizer.convert_ids_to_tokens(alphabet.tolist()) == [f"Ġ{d}" for d in range(10)]
+    assert tokenizer.decode(secret.context) == "my pin code is"  # no BOS: its first token is context only
+    tree = cs.prefix_tree_scores(model, secret.context, alphabet, 3, device="cpu")
+    brute = cs.sequence_log_likelihoods(model, tokenizer, cs.span_secrets(tokenizer, _candidates(DIGITS3, CANARY),
+                                                                          max_length=32), device="cpu", batch_size=500)
+    np.testing.assert_allclose(tree, brute, rtol=0, atol=1e-5)
