@@ -116,6 +116,9 @@ def load_model(path: Path, task: str, *, label_names: list[str] | None, seed: in
     except Exception as err:  # the Rust reader's own error type  # noqa: BLE001
         raise UserInputError(f"{option}: tokenizer.json is not a tokenizers file ({_first_line(err)}); "
                              "save the model's fast tokenizer there (tokenizer.save_pretrained(dir)).") from None
+    if task == "clm" and not _is_causal(path / "config.json"):
+        raise UserInputError(f"{option}: config.json names no causal LM architecture (*ForCausalLM or *LMHeadModel); "
+                             "--task clm starts from a causal language model.")
     head = None
     torch.manual_seed(seed)
     try:
@@ -138,6 +141,15 @@ def load_model(path: Path, task: str, *, label_names: list[str] | None, seed: in
     except (OSError, ValueError, RuntimeError, KeyError) as err:
         raise UserInputError(f"{option}: cannot load it with transformers ({_first_line(err)}).") from None
     return model.eval(), tokenizer, head
+
+
+def _is_causal(config_path: Path) -> bool:
+    """Whether ``config.json`` names a causal LM (``*ForCausalLM``, ``*LMHeadModel``), as the scorer detects it."""
+    try:
+        architectures = json.loads(config_path.read_text(encoding="utf-8")).get("architectures") or []
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
+        return False
+    return any(str(a).endswith(("ForCausalLM", "LMHeadModel")) for a in architectures)
 
 
 def _same_labels(config_path: Path, label_names: list[str] | None) -> bool:

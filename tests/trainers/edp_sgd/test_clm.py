@@ -133,3 +133,30 @@ def test_a_foreign_causal_start_keeps_its_tokenizer_and_gets_its_bos_first(bpe_c
     assert (tmp_path / "model" / "tokenizer_config.json").read_text(encoding="utf-8") == (
         start / "tokenizer_config.json").read_text(encoding="utf-8")  # its own token names, as it came
     assert not (tmp_path / "model" / "special_tokens_map.json").exists()  # no BERT names for a BPE tokenizer
+
+
+def test_unigram_loss_baseline_worked_out():
+    import math
+
+    from dpaudit.training.baselines import unigram_loss
+
+    # one row: p(1) = 3/4, p(2) = 1/4 over its 4 targets; the padded slot (weight 0) is not a target
+    assert unigram_loss([[1, 1, 1, 2, 7]], [[1, 1, 1, 1, 0]]) == pytest.approx(
+        (3 * -math.log(0.75) - math.log(0.25)) / 4, rel=1e-12)
+    # two rows: each row's mean, averaged over rows (as the model is scored); p(1) = p(2) = 1/2
+    assert unigram_loss([[1, 1, 2], [2, 0, 0]], [[1, 1, 1], [1, 0, 0]]) == pytest.approx(math.log(2), rel=1e-12)
+    assert unigram_loss(np.zeros((0, 3)), np.zeros((0, 3))) is None
+
+
+def test_a_masked_lm_start_is_refused_for_clm(tmp_path, data_dir, edp_config):
+    """--init-from a BERT masked LM with --task clm: one line naming the option, nothing written."""
+    from dpaudit.trainers.torch_common.hf_export import save_hf
+    from dpaudit.training.tokenizer import train_wordpiece
+
+    texts = [json.loads(line)["text"] for line in (data_dir / "public.jsonl").read_text().splitlines()]
+    bert = build_model("mlm", preset="tiny", vocab_size=300, max_length=16, label_names=None, seed=0)
+    save_hf(tmp_path / "bert", bert, train_wordpiece(texts, vocab_size=300))
+    out = tmp_path / "out"
+    with pytest.raises(UserInputError, match="--init-from .*no causal LM"):
+        EdpSgdTrainer().train(data_dir, out, edp_config(task="clm", mode="sgd", init_from=str(tmp_path / "bert")), seed=0)
+    assert not out.exists()
