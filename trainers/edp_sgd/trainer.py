@@ -1,4 +1,5 @@
-"""``dpaudit train --trainer edp-sgd``: sgd, dp-sgd and eDP-SGD fine-tuning of BERT (Dupuy et al. 2021).
+"""``dpaudit train --trainer edp-sgd``: sgd, dp-sgd and eDP-SGD fine-tuning of BERT (Dupuy et al. 2021), and of
+GPT-2-shaped causal LMs (``--task clm``, issue 30: :func:`trainers.torch_common.model.causal_losses`).
 
 The one place that composes the pieces: the torch loop shared with the ``rgp`` trainer
 (:mod:`trainers.torch_common.loop`: data and masking, model and per-example losses, Poisson sampling
@@ -275,7 +276,8 @@ class _Plugin(TorchPlugin):
 
 
 class EdpSgdTrainer(TorchTrainer):
-    """sgd / dp-sgd / eDP-SGD fine-tuning of a BERT-family model in PyTorch; registered as ``edp-sgd``."""
+    """sgd / dp-sgd / eDP-SGD fine-tuning of a BERT-family model (or a causal LM, ``--task clm``) in PyTorch;
+    registered as ``edp-sgd``."""
 
     name: ClassVar[str] = "edp-sgd"
     #: The last line of ``dpaudit train --trainer edp-sgd --help``.

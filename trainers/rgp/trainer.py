@@ -140,7 +140,8 @@ class _Plugin(TorchPlugin):
 
 
 class RgpTrainer(TorchTrainer):
-    """RGP fine-tuning of a BERT-family model in PyTorch (Yu et al. 2021); registered as ``rgp``."""
+    """RGP fine-tuning of a BERT-family model (or a GPT-2, ``--task clm``) in PyTorch (Yu et al. 2021); registered
+    as ``rgp``."""
 
     name: ClassVar[str] = "rgp"
     #: The last line of ``dpaudit train --trainer rgp --help``.
