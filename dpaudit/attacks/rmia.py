@@ -26,9 +26,22 @@ p_target(x) / mean_r p_ref(x), and the references' view of how easy x is intrins
 tiny test fixture's masked LM (median p 0.012, 4 references, 64 + 64 examples) a = 0.3 gave Spearman 0.981
 with the loss score and AUC 0.668 (loss 0.671); a = 1 gives Spearman 0.394 and AUC 0.683.
 
-A causal LM's probability is the same kind of number: exp(-mean next-token NLL), the geometric mean of its
-tokens' probabilities given the tokens before them (issue 30), as small and multiplied (not pulled toward 1)
-by training, so it takes a = 1 too.
+A causal LM's probability is the same kind of number, exp(-mean next-token NLL), the geometric mean of its
+tokens' probabilities given the tokens before them (issue 30), but which line fits depends on how far training
+went: a causal LM that memorizes whole texts pulls p_in toward 1, one trained a few epochs multiplies a small
+p_out. Measured on tiny GPT-2s (``--task clm``, 64 + 64 examples, 4 references trained like the target on
+public.jsonl, 64 population rows), with the least-squares a of p_in = a p_out + (1 - a) over the references'
+rows that are IN one reference and OUT of another:
+
+- 30 epochs: p_in 0.74 vs p_out 0.016 (medians), fitted a 0.29; AUC 0.984 at a = 0.3 and at the fitted a,
+  0.917 at a = 1 (loss 0.986);
+- 6 epochs: p_in 0.067 vs p_out 0.029, fitted a 0.96; AUC 0.710 at a = 0.3 (Spearman 0.996 with the loss
+  score) and at a = 1 (Spearman 0.21), 0.781 at the fitted a (Spearman 0.79), loss 0.705 (one model and
+  seed: the AUCs' standard error is ~0.04).
+
+So for a causal LM a is fitted that way from the reference models alone (:func:`fitted_offline_a`: public rows
+and the references' own memberships, never the target or its data), clipped to [0, 1]; with no row IN one
+reference and OUT of another (a single reference) it is 1, the few-epochs regime of a fine-tuned LM.
 
 References:
   Zarifzadeh, Liu, Shokri et al. 2024, "Low-Cost High-Power Membership Inference Attacks" (ICML 2024),
@@ -59,6 +72,31 @@ def offline_a(kind: str) -> float:
     """The ``a`` of a model kind: :data:`MASKED_LM_A` for a masked or causal LM (both score a geometric-mean token
     probability, module docstring), :data:`CLASSIFIER_A` for a classifier."""
     return MASKED_LM_A if kind in (MASKED_LM, CAUSAL_LM) else CLASSIFIER_A
+
+
+def fitted_offline_a(p_refs: np.ndarray, member: np.ndarray) -> float | None:
+    """The least-squares ``a`` of p_in = a p_out + (1 - a) (the paper's offline line), from reference models only.
+
+    Args:
+        p_refs: [refs, rows] each reference's probability of each row.
+        member: [refs, rows] bool, whether the reference trained on the row.
+
+    Returns:
+        ``a`` in [0, 1] over the rows IN at least one reference and OUT of another (p_in, p_out: the means over
+        those references), or None when there is no such row (or every p_out is 1).
+    """
+    member = np.asarray(member, dtype=bool)
+    rows = member.any(0) & (~member).any(0)
+    if not rows.any():
+        return None
+    p = np.asarray(p_refs, dtype=np.float64)[:, rows]
+    inside = member[:, rows]
+    p_in = (p * inside).sum(0) / inside.sum(0)
+    p_out = (p * ~inside).sum(0) / (~inside).sum(0)
+    denominator = float(((1 - p_out) ** 2).sum())
+    if denominator == 0:
+        return None
+    return float(np.clip(((1 - p_in) * (1 - p_out)).sum() / denominator, 0.0, 1.0))
 
 
 def rmia_scores(p_target_x: np.ndarray, p_refs_x: np.ndarray, p_target_z: np.ndarray, p_refs_z: np.ndarray, *,
@@ -103,7 +141,17 @@ class RmiaAttack:
 
         p_tz = prob(context.scorer, pool.texts, z_labels)
         p_rz = np.stack([prob(r, pool.texts, z_labels) for r in refs])
-        a = offline_a(context.scorer.kind)
+        a, a_reason = offline_a(context.scorer.kind), None
+        if context.scorer.kind == CAUSAL_LM:  # fitted from the references alone (module docstring)
+            member = np.stack([m.spec.member for m in models])
+            rows = np.flatnonzero(member.any(0) & (~member).any(0))
+            texts = [shadows.pool.texts[i] for i in rows]
+            fitted = fitted_offline_a(np.stack([prob(r, texts, None) for r in refs]), member[:, rows]) if texts else None
+            a = MASKED_LM_A if fitted is None else fitted
+            a_reason = (f"least-squares fit of p_in = a p_out + (1 - a) on the {rows.size} public rows IN some reference "
+                        "and OUT of another (the references alone)" if fitted is not None else
+                        "no public row is IN one reference and OUT of another to fit a on: a = 1, the few-epochs regime "
+                        "of a language model (p_in ~ c p_out, small)")
         scored = [(t, rmia_scores(prob(context.scorer, t.texts, t.labels),
                                   np.stack([prob(r, t.texts, t.labels) for r in refs]), p_tz, p_rz, a=a)) for t in tasks]
         what = {CLASSIFIER: "probability of the true label",
@@ -111,7 +159,7 @@ class RmiaAttack:
             context.scorer.kind, "exp(-MLM loss): geometric-mean masked-token probability (seeded masking)")
         params = {"score": "fraction of population samples z with LR(x)/LR(z) > gamma; higher = member",
                   "probability": what, "reference_models": len(models), "offline_a": a,
-                  "offline_a_reason": ("a language model's geometric-mean token probabilities are ~1e-3: an IN model "
+                  "offline_a_reason": a_reason or ("a language model's geometric-mean token probabilities are ~1e-3: an IN model "
                                        "multiplies them, the constant (1 - a) / 2 would swamp the references; a = 1 "
                                        "ranks by p_target / mean p_ref" if a == MASKED_LM_A else
                                        "the paper's offline a for a classifier's true-label probability"),

@@ -60,6 +60,8 @@ class BosFirstTokenizer:
         self.bos_id: int | None = tokenizer.bos_token_id
 
     def __getattr__(self, name: str) -> Any:
+        if name == "_tokenizer":  # not set yet (copy, pickle): no delegation loop
+            raise AttributeError(name)
         return getattr(self._tokenizer, name)
 
     def __call__(self, text: Any, *args: Any, **kwargs: Any) -> Any:
@@ -258,6 +260,7 @@ class CausalScorer(Scorer):
         for i in range(n):
             if out["log_probs"][i].size:
                 loss[i], entropy[i] = -out["log_probs"][i].mean(), -out["mean"][i].mean()
-                mean_top = out["top"][i].mean(0)
-                top[i, : mean_top.size] = mean_top
+                if top_k:
+                    mean_top = out["top"][i].mean(0)
+                    top[i, : mean_top.size] = mean_top
         return ExampleFeatures(loss=loss, entropy=entropy, top_probs=top)

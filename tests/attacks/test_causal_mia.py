@@ -31,6 +31,18 @@ def test_score_functions_on_known_numbers():
     assert min_k_plus_plus_scores(lp[:1], [mu], [sigma], 0.4)[0] == pytest.approx(-1.5)
 
 
+def test_fitted_offline_a_recovers_the_line():
+    from dpaudit.attacks.rmia import fitted_offline_a
+
+    p_out = np.array([0.01, 0.2, 0.5, 0.05])
+    member = np.array([[True, False, True, False], [False, True, False, True], [False, False, False, False]])
+    p_in = 0.3 * p_out + 0.7
+    p_refs = np.where(member, p_in, p_out)
+    assert fitted_offline_a(p_refs, member) == pytest.approx(0.3)
+    assert fitted_offline_a(p_refs[:1], member[:1]) is None  # one reference: no row is both IN and OUT
+    assert fitted_offline_a(np.where(member, 1.0, 1.5 * p_out), member) == 0.0  # clipped to [0, 1]
+
+
 def test_attack_cli_runs_loss_zlib_min_k_and_min_k_pp_with_the_blind_baseline(tiny_causal_dir, data_dir, tmp_path):
     from dpaudit.attacks.causal_mia import min_k_scores, zlib_scores
     from dpaudit.inject_run import HELDOUT, PUBLIC, TRAIN, load_inject_run
@@ -79,7 +91,15 @@ def test_ref_and_rmia_run_on_a_causal_target_with_given_models(tiny_causal_dir, 
         dirs.append(str(path))
     results = attack(tiny_causal_dir, data_dir, ["ref", "rmia"], shadow_dirs=tuple(dirs), progress=False,
                      blind_baseline=False)
-    assert results["rmia"].parameters["offline_a"] == 1.0  # a causal LM's probabilities are tiny products
+    # RMIA's offline a on a causal LM: fitted from the references alone, on the public rows IN one and OUT of the other.
+    from dpaudit.attacks.rmia import fitted_offline_a
+
+    rows = public[0::4] + public[1::4]
+    member = np.array([[True] * len(public[0::4]) + [False] * len(public[1::4]),
+                       [False] * len(public[0::4]) + [True] * len(public[1::4])])
+    p_refs = np.stack([np.exp(-load(d, device="cpu", progress=False).example_losses(rows)) for d in dirs])
+    assert results["rmia"].parameters["offline_a"] == pytest.approx(fitted_offline_a(p_refs, member), abs=1e-6)
+    assert "least-squares" in results["rmia"].parameters["offline_a_reason"]
     ref = results["ref"]
     assert ref.parameters["reference_model"].startswith("--shadow-dirs")
     rows = [r for r in results.score_files["scores/mia_ref.jsonl"] if r["task"] == "examples"][:2]
@@ -138,6 +158,6 @@ def test_shadow_and_rmia_train_their_models_like_a_clm_target(data_dir, tmp_path
         info = results[name].shadow_models
         assert info.trainer == "edp-sgd" and len(info.models) == 1, info
         assert all(m.steps == info.target_steps for m in info.models), info  # trained like the target
-    assert results["rmia"].parameters["offline_a"] == 1.0
+    assert results["rmia"].parameters["offline_a"] == 1.0  # one reference: no row IN one and OUT of another to fit a
     assert "next-token" in results["shadow"].parameters["features"]
     assert all(0 <= t.auc <= 1 for name in ("shadow", "rmia") for t in results[name].tasks)
