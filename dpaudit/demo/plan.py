@@ -125,6 +125,12 @@ class DemoSizes:
     classifier_public_size: int = 0
     classifier_public_epochs: int = 0
     audit_steps: int | None = None
+    causal_public_epochs: int = 1
+    causal_epochs: int = 8
+    causal_batch_size: int = 64
+    causal_learning_rate: float = 3e-3
+    causal_dp_learning_rate: float = 1e-3
+    causal_attacks: tuple[str, ...] = ("exposure", "extraction", "loss", "zlib", "min-k++")
 
     def __post_init__(self) -> None:
         if self.corpus_size < 100:
@@ -145,6 +151,15 @@ class DemoSizes:
             raise ValueError("classifier_public_epochs needs classifier_public_size > 0.")
         if self.dp_learning_rate is not None and not self.dp_learning_rate > 0:
             raise ValueError(f"dp_learning_rate must be > 0, got {self.dp_learning_rate}.")
+        for name in ("causal_epochs", "causal_batch_size"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        if self.causal_public_epochs < 0:
+            raise ValueError(f"causal_public_epochs must be >= 0, got {self.causal_public_epochs}.")
+        if self.causal_public_epochs and not self.public_size:
+            raise ValueError("causal_public_epochs needs public_size > 0 (the public causal LM trains on public.jsonl).")
+        if not (self.causal_learning_rate > 0 and self.causal_dp_learning_rate > 0):
+            raise ValueError("causal_learning_rate and causal_dp_learning_rate must be > 0.")
         if self.classifier_epochs < 0:
             raise ValueError(f"classifier_epochs must be >= 0, got {self.classifier_epochs}.")
         if not 0 < self.mask_prob < 1:
@@ -317,6 +332,49 @@ def _classifiers(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed:
     return models
 
 
+#: The causal LMs: (mode, label, title, private).
+CAUSAL_MODES = (("sgd", "clm-nonprivate", "GPT-2-shaped causal LM, non-private", False),
+                ("dp-sgd", "clm-dp-eps8", "GPT-2-shaped causal LM, DP-SGD at epsilon 8", True))
+
+
+def _public_causal(out: Path, data: Path, sizes: DemoSizes, seed: int) -> Stage:
+    """The public causal LM: edp-sgd ``--task clm`` in sgd mode on ``public.jsonl`` only (marked public)."""
+    model = out / "model-clm-public"
+    return Stage(name="train-clm-public", title=f"pretrain a GPT-2-shaped causal LM on {sizes.public_size} public "
+                                                "utterances (edp-sgd trainer, --task clm, non-private, public data only)",
+                 output=model, schema_prefix="dpaudit.train/", inputs=(data,),
+                 args=("train", "--trainer", "edp-sgd", "--task", "clm", "--data", str(data), "--out", str(model),
+                       "--seed", str(seed), "--preset", "tiny", "--data-split", "public", "--non-private",
+                       "--max-length", str(sizes.max_length), "--epochs", str(sizes.causal_public_epochs),
+                       "--batch-size", str(sizes.causal_batch_size), "--learning-rate", f"{sizes.causal_learning_rate:g}"))
+
+
+def _causal(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int | None,
+            start: Path | None = None) -> list[Model]:
+    """The causal LMs (issue 30): trained on the masked LMs' inject directory (the same digit canaries, 1, 10 and 100
+    times), non-private and with DP-SGD at epsilon 8, attacked with exposure (the Secret Sharer's own setting),
+    greedy extraction of each secret from its prefix and the causal membership attacks."""
+    models = []
+    attacks = ",".join(sizes.causal_attacks)
+    init = ["--init-from", str(start)] if start is not None else []
+    for mode, label, title, private in CAUSAL_MODES:
+        model, attacked = out / f"model-{label}", out / f"attack-{label}"
+        privacy = ["--target-epsilon", f"{TARGET_EPSILON:g}"] if private else []
+        rate = sizes.causal_dp_learning_rate if private else sizes.causal_learning_rate
+        train = ["train", "--trainer", "edp-sgd", "--task", "clm", "--mode", mode, "--data", str(data),
+                 "--out", str(model), "--seed", str(seed), "--preset", "tiny", *init, "--max-length", str(sizes.max_length),
+                 "--epochs", str(sizes.causal_epochs), "--batch-size", str(sizes.causal_batch_size),
+                 "--learning-rate", f"{rate:g}", *privacy]
+        if noise_seed is not None:
+            train += ["--noise-seed", str(noise_seed)]
+        attack = ["attack", "--model", str(model), "--data", str(data), "--out", str(attacked), "--attacks", attacks,
+                  "--seed", str(seed), "--overwrite"]
+        what = title + (", from the public causal LM" if start is not None else "")
+        models.append(_model(label, data, model, attacked, train, attack, train_title=f"train {what}",
+                             attack_title=f"attack {what} ({attacks.replace(',', ', ')})", start=start))
+    return models
+
+
 @dataclass(frozen=True, kw_only=True)
 class DemoPlan:
     """The demo's stages in order, and where its report goes.
@@ -340,7 +398,7 @@ def _with_noise_seed(stage: Stage, noise_seed: int | None) -> Stage:
 
 
 def build_plan(out: Path, sizes: DemoSizes, *, seed: int, report: Path, classifiers: bool,
-               noise_seed: int | None = None) -> DemoPlan:
+               noise_seed: int | None = None, causal: bool = False) -> DemoPlan:
     """The stages for ``sizes`` under ``out``: inject, pretrain the public models, then train and attack each model
     from them, then the report.
 
@@ -348,7 +406,9 @@ def build_plan(out: Path, sizes: DemoSizes, *, seed: int, report: Path, classifi
     masked LMs from it; ``classifiers`` adds the edp-sgd fine-tuning (it needs torch and the edp-sgd trainer), from the
     public classifier when ``sizes.classifier_public_epochs``; ``sizes.audit_canaries`` the one-run audit: its inject
     directory and the two masked LMs trained on it from random weights (the public model's tokenizer lacks the audit's
-    new tokens, and the audit proves the recipe's leakage, not its utility), attacked with the canary attack.
+    new tokens, and the audit proves the recipe's leakage, not its utility), attacked with the canary attack;
+    ``causal`` the GPT-2-shaped causal LMs (edp-sgd ``--task clm``, needs torch) on the masked LMs' inject directory,
+    from a public causal LM when ``sizes.causal_public_epochs``.
     """
     data, clf_data, audit_data = out / "data", out / "data-classifier", out / "data-audit"
     injects = [_inject("inject", data, sizes.corpus_size, sizes.frequencies, sizes, seed, "masked LMs",
@@ -371,6 +431,12 @@ def build_plan(out: Path, sizes: DemoSizes, *, seed: int, report: Path, classifi
             publics.append(_with_noise_seed(_public_classifier(out, clf_data, sizes, seed), noise_seed))
             clf_start = publics[-1].output
         models += _classifiers(out, clf_data, sizes, seed, noise_seed, clf_start)
+    if causal:
+        causal_start = None
+        if sizes.causal_public_epochs:
+            publics.append(_with_noise_seed(_public_causal(out, data, sizes, seed), noise_seed))
+            causal_start = publics[-1].output
+        models += _causal(out, data, sizes, seed, noise_seed, causal_start)
     attacks = [m.attack.output for m in models]
     report_stage = Stage(name="report", title=f"report comparing {len(models)} models", output=report,
                          schema_prefix=None, args=("report", *map(str, attacks), "--out", str(report),

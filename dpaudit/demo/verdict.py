@@ -1,8 +1,9 @@
 """The demo's three-line verdict, read back from the attack directories (never from memory).
 
 One line per comparison: the non-private masked LM, the epsilon-8 masked LM, the one-run audit of each
-(coin-flip designed canaries inserted once, the canary attack) when it ran, and the two intent
-classifiers (sgd vs edp-sgd mode) when they ran. Exposure is the secret's rank among all |R|
+(coin-flip designed canaries inserted once, the canary attack) when it ran, the two causal LMs (``--causal``:
+exposure, greedy extraction by repetition count, membership beside the blind baseline) when they ran, and the
+intent classifiers (sgd vs edp-sgd mode) when they ran. Exposure is the secret's rank among all |R|
 candidates in bits (Carlini et al. 2019), compared with never-inserted controls by a one-sided
 Mann-Whitney test; the empirical epsilon lower bound is the headline of :mod:`dpaudit.headline` (the
 report's and ``dpaudit attack``'s too): valid at 95% over every audit it is chosen from, only audits
@@ -129,6 +130,37 @@ def mlm_line(label: str, results: AttackResults, utility: str | None = None) -> 
     return text + _bound_text(results)
 
 
+def causal_line(label: str, results: AttackResults, utility: str | None = None) -> str:
+    """A causal LM: held-out next-token utility, exposure of the top group vs the controls, greedy extraction of the
+    secret from its prefix by repetition count (controls included), the strongest membership attack on the examples
+    beside the blind baseline, and the lower bound."""
+    head = f"{label} ({_claim(results)}): " + (f"{utility}; " if utility else "")
+    exposure = next((r for r in results.attacks if isinstance(r, ExposureResult)), None)
+    rows = {row.frequency: row for row in (exposure.rows if exposure else ())}
+    inserted = sorted(f for f in rows if f > 0)
+    parts = []
+    if inserted and 0 in rows:
+        top, controls = rows[inserted[-1]], rows[0]
+        p = top.vs_controls.p_value if top.vs_controls else float("nan")
+        found = "MEMORIZED" if p < ALPHA else "indistinguishable from the controls"
+        parts.append(f"{top.frequency}x canaries {top.mean:.1f} bits of exposure vs {controls.mean:.1f} for controls "
+                     f"(p = {p:.2g}): {found}")
+    recon = next((r for r in results.attacks if isinstance(r, ReconstructionResult)), None)
+    if recon is not None and recon.rows:
+        counts = ", ".join(f"{'controls' if r.frequency == 0 else f'{r.frequency}x'} {r.exact_matches}/{r.n}"
+                           for r in sorted(recon.rows, key=lambda r: -r.frequency))
+        parts.append(f"secrets extracted greedily from their prefix: {counts}")
+    mia = [(t.auc, r.attack) for r in results.attacks if isinstance(r, MiaResult) and not r.baseline
+           for t in r.tasks if t.task == "examples"]
+    blind = [t.auc for r in results.attacks if isinstance(r, MiaResult) and r.baseline for t in r.tasks
+             if t.task == "examples"]
+    if mia:
+        auc, attack = max(mia)
+        parts.append(f"best membership AUC on members vs held-out rows {auc:.2f} ({attack})"
+                     + (f", blind baseline {blind[0]:.2f}" if blind else ""))
+    return head + ("; ".join(parts) if parts else "no canary or membership result") + _bound_text(results)
+
+
 def audit_line(label: str, results: AttackResults) -> str:
     """The one-run audit: the canary attack on coin-flip designed canaries (inserted once), its TPR at 1% FPR
     and the headline bound, a proof for this one training run (Steinke et al. 2023)."""
@@ -167,12 +199,14 @@ def classifier_line(pairs: Sequence[tuple[str, AttackResults]], utilities: Seque
 
 
 def verdict_lines(mlm: Sequence[tuple[str, Path]], classifiers: Sequence[tuple[str, Path]],
-                  missing_classifiers: str | None, audits: Sequence[tuple[str, Path]] = ()) -> list[str]:
-    """The lines: each masked LM, each one-run audit, then the classifiers (or why they did not run)."""
+                  missing_classifiers: str | None, audits: Sequence[tuple[str, Path]] = (),
+                  causal: Sequence[tuple[str, Path]] = ()) -> list[str]:
+    """The lines: each masked LM, each one-run audit, each causal LM, then the classifiers (or why they did not run)."""
     from dpaudit.attacks.run import read_attack_dir
 
     lines = [mlm_line(label, read_attack_dir(path), read_utility(Path(path))) for label, path in mlm]
     lines += [audit_line(label, read_attack_dir(path)) for label, path in audits]
+    lines += [causal_line(label, read_attack_dir(path), read_utility(Path(path))) for label, path in causal]
     if classifiers:
         lines.append(classifier_line([(label, read_attack_dir(path)) for label, path in classifiers],
                                      [read_utility(Path(path)) for _, path in classifiers]))

@@ -98,3 +98,36 @@ def test_sizes_are_validated():
     scratch = build_plan(Path("demo"), DemoSizes(**{**QUICK.__dict__, "public_steps": 0, "classifier_public_epochs": 0}),
                          seed=0, report=Path("r.html"), classifiers=True)
     assert not scratch.public_models and not any("--init-from" in s.args for s in scratch.stages)
+
+
+@pytest.mark.parametrize("sizes", [FULL, QUICK], ids=["full", "quick"])
+def test_causal_stages_train_gpt2_shaped_models_on_the_same_canaries(sizes, tmp_path):
+    """--causal (issue 30): a public causal LM on public.jsonl, then a non-private and an epsilon-8 one from it, on
+    the masked LMs' inject directory (the same 1x/10x/100x canaries), attacked with the causal attacks."""
+    demo = tmp_path / "demo"
+    plan = build_plan(demo, sizes, seed=3, report=tmp_path / "r.html", classifiers=False, causal=True)
+    names = [s.name for s in plan.stages]
+    assert names[-5:] == ["train-clm-nonprivate", "attack-clm-nonprivate", "train-clm-dp-eps8", "attack-clm-dp-eps8",
+                          "report"]
+    assert [s.name for s in plan.public_models] == ["train-public", "train-clm-public"]
+    (demo / "data").mkdir(parents=True)
+    stages = {s.name: s for s in plan.stages}
+    for name in ("train-clm-public", "train-clm-nonprivate", "attack-clm-nonprivate", "train-clm-dp-eps8"):
+        args = stages[name].args
+        command = cli.get_command(click.Context(cli), args[0])
+        with command.make_context(f"dpaudit {args[0]}", list(args[1:]), resilient_parsing=False):
+            pass
+        if args[0] == "train":
+            assert args[args.index("--task") + 1] == "clm" and args[args.index("--data") + 1] == str(demo / "data")
+    public = stages["train-clm-public"].args
+    assert public[public.index("--data-split") + 1] == "public" and "--non-private" in public
+    for label, mode in (("clm-nonprivate", "sgd"), ("clm-dp-eps8", "dp-sgd")):
+        args = stages[f"train-{label}"].args
+        assert args[args.index("--mode") + 1] == mode
+        assert args[args.index("--init-from") + 1] == str(demo / "model-clm-public")
+        assert stages[f"train-{label}"].inputs == (demo / "data", demo / "model-clm-public")
+        attack = stages[f"attack-{label}"].args
+        assert attack[attack.index("--attacks") + 1].split(",")[:2] == ["exposure", "extraction"]
+    assert "--target-epsilon" in stages["train-clm-dp-eps8"].args
+    assert "--target-epsilon" not in stages["train-clm-nonprivate"].args
+    assert plan.stages[-1].inputs == tuple(m.attack.output for m in plan.models)
