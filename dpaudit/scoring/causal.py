@@ -108,6 +108,12 @@ class CausalScorer(Scorer):
 
     # -- model plumbing ------------------------------------------------------------------------
 
+    @property
+    def _vocab(self) -> int:
+        """The output layer's width (the config's ``vocab_size``; the embedding table's rows without one)."""
+        size = getattr(self.model.config, "vocab_size", None)
+        return int(size) if isinstance(size, int) and size > 0 else int(self.model.get_input_embeddings().num_embeddings)
+
     def _split_head(self) -> tuple[Any, Any]:
         """(transformer, output layer) when their composition is the model's logits on a probe, else (None, None)."""
         if self.kind != CAUSAL_LM:
@@ -118,8 +124,7 @@ class CausalScorer(Scorer):
         head = self.model.get_output_embeddings()
         if base is None or head is None:
             return None, None
-        vocab = int(self.model.config.vocab_size)
-        probe = torch.tensor([[i % vocab for i in (0, 1, 2, 3)]], dtype=torch.long, device=self.device)
+        probe = torch.tensor([[i % self._vocab for i in (0, 1, 2, 3)]], dtype=torch.long, device=self.device)
         mask = torch.ones_like(probe)
         try:
             with torch.inference_mode():
@@ -162,7 +167,7 @@ class CausalScorer(Scorer):
                         hidden = self.model(input_ids=ids, attention_mask=mask).logits[r, c - 1]
                         logits_of = None
                     target = ids[r, c]
-                    step = max(1, CHUNK_ELEMENTS // int(self.model.config.vocab_size))
+                    step = max(1, CHUNK_ELEMENTS // self._vocab)
                     for start in range(0, hidden.shape[0], step):
                         h = hidden[start : start + step]
                         log_p = torch.log_softmax((h if logits_of is None else logits_of(h)).double(), dim=-1)
