@@ -140,3 +140,42 @@ def test_byte_level_bpe_loads_and_scores(tmp_path, bos):
     positions = [i for i, (a, b) in enumerate(scorer.tokenizer(text, return_offsets_mapping=True)["offset_mapping"])
                  if b > 15]
     np.testing.assert_allclose(secret, want[[p - 1 for p in positions]], atol=1e-5)
+
+
+def test_the_full_forward_pass_gives_the_same_numbers(tiny_causal_dir, scorer):
+    """The head runs on the scored positions only when a probe shows head(transformer(x)) is the model's logits;
+    otherwise (a model that changes its logits in forward) the full forward pass: the same numbers either way."""
+    from dpaudit.scoring import load
+
+    assert scorer._encoder is not None  # GPT-2: the split passed the probe
+    full = load(tiny_causal_dir, batch_size=4, device="cpu", progress=False)
+    full._encoder = full._head = None
+    for a, b in zip(full.token_statistics(TEXTS).std, scorer.token_statistics(TEXTS).std):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+    for a, b in zip(full.token_log_probs(TEXTS), scorer.token_log_probs(TEXTS)):
+        np.testing.assert_allclose(a, b, atol=1e-6)
+
+
+def test_a_model_that_rescales_its_logits_is_scored_by_its_own_forward(tiny_causal_dir, scorer):
+    import torch
+    from transformers import AutoModelForCausalLM, AutoTokenizer
+
+    from dpaudit.scoring.causal import CausalScorer
+
+    model = AutoModelForCausalLM.from_pretrained(tiny_causal_dir).eval()
+    plain = model.forward
+
+    def doubled(*args, **kwargs):  # like a logit scale or soft-cap applied in forward (Cohere, Gemma 2)
+        out = plain(*args, **kwargs)
+        out.logits = 2 * out.logits
+        return out
+
+    model.forward = doubled
+    rescaled = CausalScorer(scorer.source, model, AutoTokenizer.from_pretrained(tiny_causal_dir), batch_size=4,
+                            device="cpu", progress=False)
+    assert rescaled._encoder is None  # the probe saw head(transformer(x)) differ from the logits
+    ids = scorer.tokenizer(TEXTS[0])["input_ids"]
+    with torch.no_grad():
+        logits = 2 * plain(input_ids=torch.tensor([ids])).logits[0].double()
+    want = torch.log_softmax(logits[:-1], -1).gather(1, torch.tensor(ids[1:])[:, None])[:, 0].numpy()
+    np.testing.assert_allclose(rescaled.token_log_probs(TEXTS[:1])[0], want, atol=1e-6)
