@@ -12,8 +12,8 @@ text does not start with it, it is prepended; with no BOS the first token is con
 Exposure (Carlini et al. 2019, Definition 3) ranks the secret's score among all |R| candidates' scores with
 the same prefix. For a causal LM the per-position scores do not factor (position i conditions on the symbols
 before it), so the rank is counted over every candidate: :func:`prefix_tree_scores` runs the prefix once,
-keeps its key/value cache, then level by level scores each node's next symbol over the alphabet's tokens,
-batched across the nodes of a level (sum_k |A|^k contexts). That is exact only when every alphabet symbol is
+keeps its key/value cache, then scores each tree node's next symbol over the alphabet's tokens, one token per node
+on top of its parent's cache, batched across nodes (sum_{k<L} |A|^k nodes for |A|^L candidates). That is exact only when every alphabet symbol is
 one token in context (:func:`dpaudit.scoring.targets.check_secret_tokens`); otherwise, or above the size limit,
 :func:`sampled_reference_scores` scores m candidates drawn uniformly from R for Carlini et al.'s sampled
 estimates (:func:`dpaudit.attacks.exposure_rank.sampled_exposure`).
@@ -238,13 +238,47 @@ def _prefix_cache(model: Any, context: Sequence[int], device: str) -> tuple[Any,
     return out.past_key_values, torch.log_softmax(out.logits[0, -1].double(), dim=-1)
 
 
-def _repeat_cache(cache: Any, n: int) -> Any:
-    """A copy of a batch-1 cache repeated to ``n`` rows (the original is left as it is, for the next chunk)."""
-    if hasattr(cache, "batch_repeat_interleave"):  # transformers' Cache objects
-        out = copy.deepcopy(cache)
-        out.batch_repeat_interleave(n)
+def _take(cache: Any, rows: Any) -> Any:
+    """A new key/value cache holding ``cache``'s batch rows ``rows`` (an index tensor; repeats allowed); ``cache``
+    itself is left as it is (a forward pass on the new one appends to the new one only)."""
+    layers = getattr(cache, "layers", None)
+    if layers is not None and all(hasattr(layer, "keys") and hasattr(layer, "values") for layer in layers):
+        out = copy.copy(cache)  # transformers' DynamicCache: new layer objects over indexed (new) tensors
+        out.layers = []
+        for layer in layers:
+            new = copy.copy(layer)
+            new.keys, new.values = layer.keys[rows], layer.values[rows]
+            out.layers.append(new)
         return out
-    return tuple(tuple(t.expand(n, *t.shape[1:]).contiguous() for t in layer) for layer in cache)  # legacy tuples
+    if isinstance(cache, tuple):  # legacy tuples of (key, value) per layer
+        return tuple(tuple(t[rows] for t in layer) for layer in cache)
+    out = copy.deepcopy(cache)  # another Cache class: its own row selection
+    out.batch_select_indices(rows)
+    return out
+
+
+def _repeat_cache(cache: Any, n: int) -> Any:
+    """A batch-1 cache repeated to ``n`` rows, as a new cache (the original is left as it is, for the next chunk)."""
+    import torch
+
+    return _take(cache, torch.zeros(n, dtype=torch.long, device=_cache_device(cache)))
+
+
+def _cache_device(cache: Any) -> Any:
+    layers = getattr(cache, "layers", None)
+    if layers:
+        return layers[0].keys.device
+    if isinstance(cache, tuple):
+        return cache[0][0].device
+    return None
+
+
+def _logits_to_keep(model: Any) -> dict[str, int]:
+    """``{"logits_to_keep": 1}`` when the model's forward takes it (the vocabulary projection at the last position
+    only), else nothing."""
+    import inspect
+
+    return {"logits_to_keep": 1} if "logits_to_keep" in inspect.signature(model.forward).parameters else {}
 
 
 def _continuations(model: Any, cache: Any, tokens: np.ndarray, pick: Any, *, device: str, node_batch: int) -> Any:
@@ -266,10 +300,12 @@ def prefix_tree_scores(model: Any, context: Sequence[int], alphabet_ids: np.ndar
                        node_batch: int = NODE_BATCH) -> np.ndarray:
     """The score of every candidate secret of a product space, by a prefix tree over the alphabet's tokens.
 
-    The context runs once and its key/value cache is kept; the candidates sharing their first k symbols share the
-    tree node at depth k, whose next-token log-probabilities (over the vocabulary, read at the alphabet's tokens)
-    come from one forward pass of its k symbol tokens on top of the context's cache, batched across the level's
-    nodes: sum_k |A|^k contexts for |A|^length candidates.
+    The context runs once and its key/value cache is kept. The candidates sharing their first k symbols share the
+    tree node at depth k; a node's next-token log-probabilities (over the vocabulary, read at the alphabet's tokens)
+    come from one token fed on top of its parent's cache, batched across siblings and cousins (``node_batch`` nodes
+    per forward pass, depth first so that at most ``length`` chunks of caches are alive): sum_{k<length} |A|^k tree
+    nodes, each one token, for |A|^length candidates. A candidate's score is summed position by position in order,
+    as :func:`sequence_log_likelihoods` does.
 
     Returns:
         [|A|^length] float64 scores, row-major over the positions (position 0 slowest: the candidate with
@@ -278,17 +314,38 @@ def prefix_tree_scores(model: Any, context: Sequence[int], alphabet_ids: np.ndar
     import torch
 
     alphabet_ids = np.asarray(alphabet_ids, dtype=np.int64)
-    a = alphabet_ids.size
+    if length < 1:
+        raise ValueError(f"length must be >= 1, got {length}.")
     with torch.inference_mode():
         cache, first = _prefix_cache(model, context, device)
         cols = torch.as_tensor(alphabet_ids, device=first.device)
-        scores = first[cols].cpu().numpy()  # depth-1 nodes
-        for depth in range(1, length):
-            nodes = np.stack(np.unravel_index(np.arange(a ** depth), (a,) * depth), axis=1)  # lexicographic
-            following = _continuations(model, cache, alphabet_ids[nodes], lambda lp, _: lp[:, -1][:, cols],
-                                       device=device, node_batch=node_batch).cpu().numpy()  # [nodes, a]
-            scores = (scores[:, None] + following).ravel()
-    return scores
+        return _expand(model, cache, first[None, cols].cpu().numpy(), np.zeros(1), cols, length - 1, device=device,
+                       node_batch=node_batch, keep=_logits_to_keep(model))
+
+
+def _expand(model: Any, cache: Any, following: np.ndarray, scores: np.ndarray, cols: Any, remaining: int, *,
+            device: str, node_batch: int, keep: dict[str, int]) -> np.ndarray:
+    """The scores of every completion below B tree nodes, in order: ``cache`` holds the nodes' B rows, ``following``
+    [B, |A|] their next symbol's log-probabilities, ``scores`` [B] their own; ``remaining`` symbols still to place
+    after the next one."""
+    import torch
+
+    children = (scores[:, None] + following).ravel()  # parent-major: lexicographic
+    if remaining == 0:
+        return children
+    a, n = int(cols.numel()), scores.size
+    per = max(1, node_batch // a)  # parents whose children share one forward pass
+    out = []
+    for start in range(0, n, per):
+        count = min(per, n - start)
+        rows = torch.arange(start, start + count, device=_cache_device(cache)).repeat_interleave(a)
+        child_cache = _take(cache, rows)  # extended in place below: the children's own cache
+        tokens = cols.repeat(count)[:, None].to(device)
+        logits = model(input_ids=tokens, past_key_values=child_cache, use_cache=True, **keep).logits[:, -1]
+        next_lp = torch.log_softmax(logits.double(), dim=-1)[:, cols.to(logits.device)].cpu().numpy()
+        out.append(_expand(model, child_cache, next_lp, children[start * a:(start + count) * a], cols, remaining - 1,
+                           device=device, node_batch=node_batch, keep=keep))
+    return np.concatenate(out)
 
 
 def candidate_scores(model: Any, context: Sequence[int], candidates: np.ndarray, *, device: str,
