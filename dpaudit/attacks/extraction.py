@@ -102,16 +102,18 @@ class ExtractionAttack:
             secret_symbols = [space.split(c.secret) for c in canaries]
             fills = [" ".join(f) for f in fill_symbols]
             kind = f"greedy continuation of the prefix over the {space.format} alphabet's tokens"
-        else:
+        else:  # compared as the tokenizer decodes them: the secret's own tokens decoded the same way as the fill's
+            decoded = [_normalize(scorer.tokenizer.decode(s.secret)) for s in secrets]
             fills = [scorer.tokenizer.decode(g.beams[0]).strip() for g in greedy]
             fill_symbols = [_normalize(f).split() for f in fills]
-            secret_symbols = [_normalize(c.secret).split() for c in canaries]
-            kind = "greedy continuation of the prefix over the vocabulary, as many tokens as the secret has, decoded"
+            secret_symbols = [d.split() for d in decoded]
+            kind = ("greedy continuation of the prefix over the vocabulary, as many tokens as the secret has, decoded "
+                    "(edit distance over the words of the decoded fill and of the secret's own tokens decoded)")
 
         def matches(tokens: list[int], i: int) -> bool:
             if tokens == secrets[i].secret:
                 return True
-            return alphabet is None and _normalize(scorer.tokenizer.decode(tokens)) == _normalize(canaries[i].secret)
+            return alphabet is None and _normalize(scorer.tokenizer.decode(tokens)) == decoded[i]
 
         greedy_exact = np.asarray([matches(g.beams[0], i) for i, g in enumerate(greedy)], dtype=bool)
         beam_exact = np.asarray([matches(b.beams[0], i) for i, b in enumerate(beam)], dtype=bool)

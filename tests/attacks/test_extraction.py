@@ -102,3 +102,26 @@ def test_exposure_above_the_limit_is_sampled_and_says_so(fitted, tmp_path):
             assert r["exposure_skewnorm"] > np.log2(200)  # the extrapolation goes past what 200 samples resolve
     (exposure,) = json.loads((out / "results.json").read_text())["attacks"]
     assert any("--exposure-limit 100" in w for w in exposure["warnings"])
+
+
+def test_phrases_are_decoded_over_the_vocabulary(fitted):
+    """With no finite alphabet (phrases) the continuation runs over the whole vocabulary and is compared as decoded
+    text: the last 3 words of training rows come back exactly (edit distance 0, though WordPiece decodes '69827' as
+    '6 9 8 2 7'), those of held-out rows do not."""
+    from dpaudit.attacks.base import AttackContext, AttackOptions
+    from dpaudit.attacks.extraction import ExtractionAttack
+
+    data, model_dir = fitted
+    context = _context(data, model_dir)
+    rows = {name: [json.loads(line)["text"] for line in (data / f"{name}.jsonl").read_text().splitlines()]
+            for name in ("train", "heldout")}
+    texts = [(t, 1) for t in rows["train"] if "account number" not in t][:4] + [(t, 0) for t in rows["heldout"][:4]]
+    canaries = [SimpleNamespace(id=f"p{i}", prefix=" ".join(t.split()[:-3]) + " ", secret=" ".join(t.split()[-3:]),
+                                suffix="", frequency=f, format="phrases") for i, (t, f) in enumerate(texts)]
+    context = AttackContext(scorer=context.scorer, canaries=canaries, space=None, options=AttackOptions(beam_width=2))
+    outcome = ExtractionAttack().run(context)
+    for c in canaries:
+        fields = outcome.canary_fields[c.id]
+        assert fields["exact"] is (c.frequency == 1), (c.secret, fields)
+        assert (fields["edit_distance"] == 0) is (c.frequency == 1)
+    assert "over the vocabulary" in outcome.result.parameters.fill
