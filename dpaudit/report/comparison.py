@@ -6,7 +6,8 @@ Columns (every figure from the typed results, rounded as everywhere: claims up, 
 - the claimed epsilon (:meth:`dpaudit.headline.Claim.short`, rounded up by :func:`dpaudit.figures.format_up`);
 - the held-out utility (MLM or intent accuracy) beside its trivial baseline (:mod:`dpaudit.training.baselines`);
 - the most-repeated canaries' mean exposure against the never-inserted controls' (with the one-sided p-value);
-- the secrets reconstructed exactly (at the top frequency, and over every inserted canary);
+- the secrets reconstructed exactly (a causal LM: extracted greedily from their prefix), at the top frequency and over
+  every inserted canary;
 - the best valid per-example lower bound (:mod:`dpaudit.headline`, 95% over every audit of the model), with why
   it is uninformative when it is 0 and the audit was too small (:mod:`dpaudit.report.measurable`);
 - the strongest membership attack's AUC and its TPR at 1% FPR (n/a when the non-members cannot resolve 1%).

@@ -549,9 +549,13 @@ def provenance(run: ReportRun, label: str | None = None) -> Provenance:
         if role in run.upstream_manifests:
             stages.append(stage_view(role, run.upstream_manifests[role]))
     train = run.upstream_manifests.get("train", {})
-    tokenizer = (
-        f"trained on {train['tokenizer_trained_on']} only" if "tokenizer_trained_on" in train else
-        "unknown: the train run's manifest is not available (for a bare Hugging Face model: whatever its authors used)")
+    if "tokenizer_trained_on" in train:  # jax-bert: the split (or start) it came from
+        tokenizer = f"trained on {train['tokenizer_trained_on']} only"
+    elif isinstance(train.get("tokenizer"), str) and train["tokenizer"]:  # the torch trainers: their own sentence
+        tokenizer = train["tokenizer"]
+    else:
+        tokenizer = ("unknown: the train run's manifest is not available (for a bare Hugging Face model: whatever its "
+                     "authors used)")
     m = run.results.model
     return Provenance(
         run=run.label if label is None else label, directory=run.label, stages=tuple(stages),
