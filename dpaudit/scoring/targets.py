@@ -70,12 +70,15 @@ def alphabet_token_ids(tokenizer: Any, space: SpaceLike) -> np.ndarray:
     Raises:
         UserInputError: if a symbol is not exactly one known token, or two symbols share one.
     """
-    text = " ".join(space.alphabet)
+    # Each symbol after a space, as a secret's symbols stand in a canary's sentence: a byte-level BPE (GPT-2, RoBERTa)
+    # has one token for "4" at the start of a text and another ("Ġ4") after a space; the first symbol must not be
+    # read in the start-of-text form when every secret symbol is in the other one.
+    text = " " + " ".join(space.alphabet)
     enc = tokenizer(text, add_special_tokens=False, return_offsets_mapping=True)
     # Every token's edge whitespace trimmed (start past the end, end before it): symbols have none of their own.
     offsets, ids = _trimmed(text, enc["offset_mapping"], len(text), 0), enc["input_ids"]
     unk = getattr(tokenizer, "unk_token_id", None)
-    out, start = [], 0
+    out, start = [], 1
     for symbol in space.alphabet:
         end = start + len(symbol)
         tokens = _overlapping(offsets, start, end)

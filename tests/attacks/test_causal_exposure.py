@@ -121,3 +121,20 @@ def test_a_byte_level_bpe_without_bos_gets_its_in_context_alphabet():
     brute = cs.sequence_log_likelihoods(model, tokenizer, cs.span_secrets(tokenizer, _candidates(DIGITS3, CANARY),
                                                                           max_length=32), device="cpu", batch_size=500)
     np.testing.assert_allclose(tree, brute, rtol=0, atol=1e-5)
+
+
+def test_the_alphabet_is_read_after_a_space_as_secrets_stand_in_their_sentence():
+    """Byte-level BPE: "0" at the start of a text and "Ġ0" after a space are two tokens; the masked LM's exposure table
+    (scoring.targets.alphabet_token_ids) must use the in-sentence form for every symbol, the first one included."""
+    from tokenizers import ByteLevelBPETokenizer
+    from transformers import PreTrainedTokenizerFast
+
+    from dpaudit.scoring.targets import alphabet_token_ids
+
+    bpe = ByteLevelBPETokenizer()
+    bpe.train_from_iterator(["0 1 2 3 4 5 6 7 8 9", "x " + " ".join(str(i % 10) for i in range(300))],
+                            vocab_size=300, min_frequency=1)
+    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer)
+    assert tokenizer.convert_ids_to_tokens(tokenizer("0")["input_ids"]) == ["0"]  # the start-of-text form exists
+    ids = alphabet_token_ids(tokenizer, DIGITS3)
+    assert tokenizer.convert_ids_to_tokens(ids.tolist()) == [f"Ġ{d}" for d in range(10)]
