@@ -4,17 +4,20 @@ For jax-bert, edp-sgd (dp-sgd and edp-sgd modes) and rgp at target epsilon 1, 2,
 each hosting m Dirac gradient canaries (Nasr et al. 2023) and prints, as fractions of the claimed
 epsilon:
 
-- one run, all iterates: the one-run f-DP proof on the claimed curve (Mahloujifar et al. 2024), and
-  Steinke et al.'s one-run bound beside it;
+- one run, all iterates: the one-run f-DP proof on the claimed curve (Mahloujifar et al. 2024), its guess
+  counts planned from the claim before any score is seen (dpaudit.whitebox.plan), and Steinke et al.'s
+  one-run bound beside it;
 - one run, last iterate (the block's final values);
 - one run, pooled: the first run's canaries as independent trials (valid when the trainer treats them
   independently, as DP-SGD does);
 - R runs, pooled: every canary of every run (the many-run audit).
 
-Usage: python benchmarks/bench_audit_trainer.py [--runs 5] [--canaries 20000] [--epsilons 1,2,4,8]
+Usage: python benchmarks/bench_audit_trainer.py [--runs 5] [--canaries 50000] [--epsilons 1,2,4,8]
        [--trainers jax-bert,edp-sgd:dp-sgd,edp-sgd:edp-sgd,rgp] [--share 0.9]
 Each run: the audit's built-in tiny dataset, about 4 steps at q = --share (q near 1 makes the claimed
-mechanism nearly Gaussian, where one-run audits are tightest).
+mechanism nearly Gaussian, where one-run audits are tightest). The one-run proof's precision grows with the
+canaries (m = 50,000 by default: they cost the trainers almost nothing); the edp-sgd mode's canaries are one
+per micro-batch, 16,384 by default (the audit block's per-micro-batch sums grow as micro-batches x canaries).
 """
 
 from __future__ import annotations
@@ -31,7 +34,7 @@ from dpaudit.training.api import load_trainer
 from dpaudit.whitebox.audit import audit_trainer
 
 #: Micro-batches of the edp-sgd mode audit: one canary per micro-batch (each with 16 partners).
-MICROBATCHES = 4096
+MICROBATCHES = 16384
 
 
 def config_for(trainer, mode: str | None, eps: float, rows: int, share: float, noise_seed: int | None,
@@ -53,7 +56,7 @@ def config_for(trainer, mode: str | None, eps: float, rows: int, share: float, n
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--canaries", type=int, default=20000)
+    parser.add_argument("--canaries", type=int, default=50000)
     parser.add_argument("--epsilons", default="1,2,4,8")
     parser.add_argument("--trainers", default="jax-bert,edp-sgd:dp-sgd,edp-sgd:edp-sgd,rgp")
     parser.add_argument("--share", type=float, default=0.9)

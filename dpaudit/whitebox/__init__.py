@@ -11,6 +11,7 @@ iterates) or only the final values (last iterate). The modules, one job each:
 - :mod:`.harness`: one training run through the trainer's own plug-in hosting the canaries;
 - :mod:`.mechanism`: the claim read from ``privacy.json`` and its family (every sigma scaled);
 - :mod:`.scores`: likelihood-ratio scores (all iterates) and final values (last iterate);
+- :mod:`.plan`: the one-run proof's guess counts, planned from the claim before any score is seen;
 - :mod:`.bounds`: one-run and pooled bounds (Steinke; Gaussian f-DP; Clopper-Pearson; the claimed
   curve itself, :mod:`dpaudit.audit.tradeoff`);
 - :mod:`.analysis`: scores and bounds of all runs, the primary bound and the verdict;

@@ -5,7 +5,8 @@ testing the claimed mechanism's own curve, each at significance (1 - confidence)
 larger of them holds at ``confidence`` (Bonferroni):
 
 - ``one-run``: the f-DP recursion on the first run's coin-flip canaries (Mahloujifar et al. 2024): a
-  proof that assumes nothing about the trainer;
+  proof that assumes nothing about the trainer; its guess counts are planned from the claim and the
+  layout before any score is seen (:mod:`dpaudit.whitebox.plan`), so it needs no Bonferroni correction;
 - ``pooled``: Clopper-Pearson points below the curve over every canary of every run: valid when the
   trainer treats the canaries as independent trials, as DP-SGD does with Dirac canaries on their own
   coordinates (independent Poisson sampling per row, noise independent per coordinate,
@@ -28,6 +29,7 @@ from dpaudit.audit.roc import roc_curve
 from dpaudit.whitebox.bounds import Bound, multi_run_bounds, multi_run_family, one_run_bounds, one_run_family
 from dpaudit.whitebox.harness import RunEvidence
 from dpaudit.whitebox.mechanism import ClaimedMechanism
+from dpaudit.whitebox.plan import planned_guesses
 from dpaudit.whitebox.scores import all_iterates_scores, last_iterate_scores
 
 __all__ = ["VIEWS", "Analysis", "analyse"]
@@ -110,14 +112,17 @@ def analyse(evidence: Sequence[RunEvidence], *, confidence: float = 0.95, full: 
             members.append(s[run.layout.member])
             nonmembers.append(s[~run.layout.member])
         scores[view] = ViewScores(tuple(members), tuple(nonmembers))
+    plans = [planned_guesses(claim, run.layout.unit, run.layout.partners, run.layout.size, 1 - level)
+             for run in evidence]  # from the claim and the layout alone: fixed before any score is seen
     if full:
-        one_run = {view: [one_run_bounds(m, n, claim, confidence=level)
-                          for m, n in zip(vs.member, vs.nonmember)] for view, vs in scores.items()}
+        one_run = {view: [one_run_bounds(m, n, claim, confidence=level,
+                                         planned=plan if view == "all_iterates" else None)
+                          for m, n, plan in zip(vs.member, vs.nonmember, plans)] for view, vs in scores.items()}
         pooled = {view: multi_run_bounds(*vs.pooled(), claim, confidence=level) for view, vs in scores.items()}
     else:
         first = scores["all_iterates"]
         one_run = {"all_iterates": [{"claim_family": one_run_family(first.member[0], first.nonmember[0], claim,
-                                                                    confidence=level)}]}
+                                                                    confidence=level, planned=plans[0])}]}
         pooled = {"all_iterates": {"claim_family": multi_run_family(*first.pooled(), claim, confidence=level)}}
     auc = {view: float(roc_curve(*vs.pooled()).auc()) for view, vs in scores.items()}
     return Analysis(claim=claim, confidence=confidence, scores=scores, one_run=one_run, pooled=pooled, auc=auc)

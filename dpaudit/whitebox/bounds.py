@@ -6,8 +6,9 @@ Every bound comes with what it proves:
 - ``fdp_gaussian``: Mahloujifar, Melis & Chaudhuri (2024), one run: refutes mu-GDP, read at delta;
 - ``clopper_pearson``: many runs, Clopper-Pearson on TPR and FPR over every threshold (Bonferroni):
   refutes (epsilon, delta)-DP;
-- ``claim_family`` (one run: the f-DP recursion; many runs: a threshold's Clopper-Pearson point below
-  the curve, every threshold at once): tests the CLAIMED mechanism's own trade-off curve
+- ``claim_family`` (one run: the f-DP recursion, on guess counts planned from the claim before the
+  scores are seen (:mod:`dpaudit.whitebox.plan`) or a Bonferroni grid of them; many runs: a threshold's
+  Clopper-Pearson point below the curve, every threshold at once): tests the CLAIMED mechanism's own trade-off curve
   (:mod:`dpaudit.audit.tradeoff`) and, within the family of the claim with every sigma scaled, reports
   the epsilon of the least private member it rejects. It exceeds the claimed epsilon exactly when the
   claim itself is rejected, which is a proof whatever the mechanism; the number itself is a lower bound
@@ -57,6 +58,7 @@ class Bound:
     correct: int | None = None
     scale: float | None = None
     capped: bool = False
+    selection: str | None = None
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -68,12 +70,13 @@ def _family(found: FamilyBound, confidence: float, **extra) -> Bound:
 
 
 def one_run_family(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedMechanism, *, confidence: float,
-                   grid: GuessGrid = GuessGrid()) -> Bound:
-    """The claim-family bound of one run: the f-DP recursion on every guess count of ``grid``
-    (Bonferroni), the scaled claim's curve as f."""
+                   grid: GuessGrid = GuessGrid(), planned: tuple[int, int] | None = None) -> Bound:
+    """The claim-family bound of one run: the f-DP recursion, the scaled claim's curve as f, on the guess
+    counts ``planned`` from the claim before the scores were seen (:func:`dpaudit.whitebox.plan.planned_guesses`:
+    one test at the full risk), or else on every pair of ``grid`` (Bonferroni)."""
     member, nonmember = np.asarray(member, float), np.asarray(nonmember, float)
     m = member.size + nonmember.size
-    pairs = grid.resolve(m)
+    pairs = (planned,) if planned is not None else grid.resolve(m)
     desc = np.sort(np.concatenate([member, nonmember]))[::-1]
     counts = [_one_run_guesses(member, nonmember, *_thresholds_for(desc, kp, km)) for kp, km in pairs]
     alpha = (1 - confidence) / len(pairs)
@@ -84,7 +87,8 @@ def one_run_family(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedMech
 
     found = claim.lower_bound(rejects)
     best = max(counts, key=lambda rv: (rv[1] / rv[0] if rv[0] else 0.0, rv[0]))
-    return _family(found, confidence, guesses=int(best[0]), correct=int(best[1]))
+    return _family(found, confidence, guesses=int(best[0]), correct=int(best[1]),
+                   selection="planned" if planned is not None else f"bonferroni over {len(pairs)}")
 
 
 def multi_run_family(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedMechanism, *,
@@ -110,8 +114,9 @@ def multi_run_family(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedMe
 
 
 def one_run_bounds(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedMechanism, *,
-                   confidence: float) -> dict[str, Bound]:
-    """Steinke, the Gaussian f-DP reading and the claim family, on one run's coin-flip canaries."""
+                   confidence: float, planned: tuple[int, int] | None = None) -> dict[str, Bound]:
+    """Steinke, the Gaussian f-DP reading and the claim family (on the ``planned`` guesses when given), on one
+    run's coin-flip canaries."""
     steinke = epsilon_lower_bound_one_run(member, nonmember, delta=claim.delta, confidence=confidence)
     gdp = epsilon_lower_bound_one_run_fdp(member, nonmember, delta=claim.delta, confidence=confidence)
     return {
@@ -119,7 +124,7 @@ def one_run_bounds(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedMech
                          guesses=steinke.guesses, correct=steinke.correct),
         "fdp_gaussian": Bound(method="fdp_gaussian", proves=PROOF_GDP, epsilon=gdp.epsilon, confidence=confidence,
                               guesses=gdp.guesses, correct=gdp.correct),
-        "claim_family": one_run_family(member, nonmember, claim, confidence=confidence),
+        "claim_family": one_run_family(member, nonmember, claim, confidence=confidence, planned=planned),
     }
 
 

@@ -10,7 +10,7 @@ family :func:`lower_bound` searches for the least private member the evidence re
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,6 +113,33 @@ class ClaimedMechanism:
             else:
                 lo = mid
         return FamilyBound(epsilon=self.epsilon_at(SCALES[hi]), scale=SCALES[hi])
+
+    def best_test(self, tests: Sequence[Callable[[TradeOff], bool]]) -> tuple[int | None, float | None]:
+        """Which of several monotone ``tests`` (as :meth:`lower_bound`'s) rejects the least private scaled
+        claim: (its index, that smallest rejected grid scale), (None, None) when none rejects any. One binary
+        search for all of them (at each scale only the tests that still reject go on), so it builds as few
+        curves as one :meth:`lower_bound`; no epsilon is computed (:meth:`epsilon_at` of the scale gives it)."""
+        def rejecting(i: int, alive: list[int]) -> list[int]:
+            if not alive or not _curve_fits(self, SCALES[i]):
+                return []
+            curve = self.curve(SCALES[i])
+            return [j for j in alive if tests[j](curve)]
+
+        lo, hi = 0, len(SCALES) - 1
+        alive = rejecting(hi, list(range(len(tests))))
+        if not alive:
+            return None, None
+        at_lo = rejecting(lo, alive)
+        if at_lo:
+            return at_lo[0], SCALES[lo]
+        while hi - lo > 1:  # every test in ``alive`` rejects SCALES[hi]; none rejects SCALES[lo]
+            mid = (lo + hi) // 2
+            still = rejecting(mid, alive)
+            if still:
+                hi, alive = mid, still
+            else:
+                lo = mid
+        return alive[0], SCALES[hi]
 
 
 @functools.lru_cache(maxsize=4096)

@@ -57,3 +57,13 @@ def test_the_family_bound_is_the_claim_epsilon_exactly_when_the_claim_is_the_wea
     assert found.scale == pytest.approx(1.0) and found.epsilon <= claim.epsilon_at(1.0) + 1e-9
     assert found.epsilon == pytest.approx(accounting.epsilon(claim.scaled_event(1.0), 1e-5), abs=0.02)
     assert claim.lower_bound(lambda curve: False).epsilon == 0.0
+
+
+def test_best_test_finds_the_test_that_rejects_the_least_private_scaling():
+    claim = ClaimedMechanism(segments=(Segment(steps=1, sampling_probability=1.0, noise_multiplier=2.0),),
+                             delta=1e-5, epsilon=0.0, clip_norm=1.0, sensitivity_factor=1.0)
+    # test j rejects a scaled claim when its f(0.1) reaches that of scale s_j: every scale >= s_j
+    tests = [lambda curve, t=float(claim.curve(s)(0.1)): curve(0.1) >= t - 1e-12 for s in (2.0, 0.8, 1.3)]
+    best, scale = claim.best_test(tests)
+    assert best == 1 and scale == claim.lower_bound(tests[1]).scale and 0.79 < scale < 0.82
+    assert claim.best_test([lambda curve: False]) == (None, None)
