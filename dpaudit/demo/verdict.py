@@ -143,8 +143,13 @@ def causal_line(label: str, results: AttackResults, utility: str | None = None) 
         top, controls = rows[inserted[-1]], rows[0]
         p = top.vs_controls.p_value if top.vs_controls else float("nan")
         found = "MEMORIZED" if p < ALPHA else "indistinguishable from the controls"
+        if found == "MEMORIZED" and results.claimed.private:
+            found += f" (a group of {top.frequency} rows, beyond what the per-example claim covers)"
+        lower = ", ".join(f"{rows[f].frequency}x {rows[f].mean:.1f} bits (p = "
+                          f"{rows[f].vs_controls.p_value if rows[f].vs_controls else float('nan'):.2g})"
+                          for f in inserted[:-1])
         parts.append(f"{top.frequency}x canaries {top.mean:.1f} bits of exposure vs {controls.mean:.1f} for controls "
-                     f"(p = {p:.2g}): {found}")
+                     f"(p = {p:.2g}): {found}" + (f"; {lower}" if lower else ""))
     recon = next((r for r in results.attacks if isinstance(r, ReconstructionResult)), None)
     if recon is not None and recon.rows:
         counts = ", ".join(f"{'controls' if r.frequency == 0 else f'{r.frequency}x'} {r.exact_matches}/{r.n}"

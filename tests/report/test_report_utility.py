@@ -125,3 +125,24 @@ def test_demo_verdict_lines_carry_the_baseline(make_attack, tmp_path: Path):
 ])
 def test_utility_text_keys(row, expected):
     assert utility_text(row) == expected
+
+
+def test_demo_causal_line_reads_exposure_extraction_membership_and_utility(make_attack, tmp_path: Path):
+    """dpaudit demo --causal (issue 30): a causal LM's line, read back from its attack directory."""
+    from dpaudit.demo.verdict import causal_line
+
+    clm = make_attack(tmp_path, "clm", evaluation={"eval_loss": 1.9, "next_token_accuracy": 0.515,
+                                                   "heldout_next_token_accuracy_baseline": 0.083})
+    results = read_attack_dir(clm)
+    line = verdict_lines([], [], None, (), [("clm-dp", clm)])[0]
+    assert line == causal_line("clm-dp", results, read_utility(clm))
+    assert line.startswith("clm-dp (epsilon = 2.00 at delta = 1.0e-5): held-out next-token accuracy 51.5% (trivial "
+                           "baseline 8.3%: always the most frequent next token); 16x canaries")
+    recon = next(r for r in results.attacks if r.attack == "reconstruction")
+    counts = ", ".join(f"{'controls' if r.frequency == 0 else f'{r.frequency}x'} {r.exact_matches}/{r.n}"
+                       for r in sorted(recon.rows, key=lambda r: -r.frequency))
+    assert f"secrets extracted greedily from their prefix: {counts}" in line and counts.endswith(f"/{recon.rows[0].n}")
+    top = next(r for r in results.attacks if r.attack == "exposure").rows[-1]
+    assert top.frequency == 16 and (("MEMORIZED (a group of 16 rows" in line) == (top.vs_controls.p_value < 0.05))
+    low = next(r for r in results.attacks if r.attack == "exposure").rows[1]
+    assert low.frequency == 1 and f"; 1x {low.mean:.1f} bits (p = {low.vs_controls.p_value:.2g})" in line
