@@ -32,7 +32,7 @@ from dpaudit.whitebox.layout import CanaryLayout
 from dpaudit.whitebox.mechanism import ClaimedMechanism
 from dpaudit.whitebox.scores import all_iterates_scores
 
-__all__ = ["PLAN_FRACTIONS", "planned_guesses"]
+__all__ = ["PLAN_FRACTIONS", "candidate_pairs", "planned_guesses"]
 
 #: Shares of the m canaries guessed that the plan considers: each one-sided (k+ = f m) and two-sided
 #: (k+ = k- = f m / 2).
@@ -72,13 +72,13 @@ def _expected_counts(member: np.ndarray, nonmember: np.ndarray, pooled: np.ndarr
     n = pooled.size
     v_mean, v_var = 0.0, 0.0
     if k_plus:
-        t = pooled[max(0, n - int(round(k_plus / m * n)))]
+        t = pooled[n - min(n, max(1, round(k_plus / m * n)))]  # the population share k+ / m from the top
         tp = member.size - np.searchsorted(member, t, side="left")
         fp = nonmember.size - np.searchsorted(nonmember, t, side="left")
         p = tp / max(tp + fp, 1)
         v_mean, v_var = v_mean + k_plus * p, v_var + k_plus * p * (1 - p)
     if k_minus:
-        t = pooled[min(n - 1, int(round(k_minus / m * n)) - 1)]
+        t = pooled[min(n, max(1, round(k_minus / m * n))) - 1]  # ... and k- / m from the bottom
         tn = np.searchsorted(nonmember, t, side="right")
         fn = np.searchsorted(member, t, side="right")
         p = tn / max(tn + fn, 1)
@@ -104,7 +104,8 @@ def planned_guesses(claim: ClaimedMechanism, unit: str, partners: int, m: int, a
     A function of public inputs only (see the module docstring); cached, so that the R runs of an audit (and
     the seeds of a test) plan once.
     """
-    member, nonmember = _simulated_scores(claim, unit, partners, min(PLAN_CANARIES, PLAN_OBSERVATIONS // claim.steps))
+    n = max(1_000, min(PLAN_CANARIES, PLAN_OBSERVATIONS // claim.steps))
+    member, nonmember = _simulated_scores(claim, unit, partners, n)
     pooled = np.sort(np.concatenate([member, nonmember]))
     pairs, tests = [], []
     for k_plus, k_minus in candidate_pairs(m):
