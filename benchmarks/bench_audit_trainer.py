@@ -13,11 +13,11 @@ epsilon:
   independently, as DP-SGD does);
 - R runs, pooled: every canary of every run (the many-run audit).
 
-Usage: python benchmarks/bench_audit_trainer.py [--runs 5] [--canaries 50000] [--epsilons 1,2,4,8]
+Usage: python benchmarks/bench_audit_trainer.py [--runs 5] [--canaries 100000] [--epsilons 1,2,4,8]
        [--trainers jax-bert,edp-sgd:dp-sgd,edp-sgd:edp-sgd,rgp] [--share 0.9]
 Each run: the audit's built-in tiny dataset, about 4 steps at q = --share (q near 1 makes the claimed
 mechanism nearly Gaussian, where one-run audits are tightest). The one-run proof's precision grows with the
-canaries (m = 50,000 by default: they cost the trainers almost nothing); the edp-sgd mode's canaries are one
+canaries (m = 100,000 by default: they cost the trainers little); the edp-sgd mode's canaries are one
 per micro-batch, 16,384 by default (the audit block's per-micro-batch sums grow as micro-batches x canaries).
 """
 
@@ -57,7 +57,7 @@ def config_for(trainer, mode: str | None, eps: float, rows: int, share: float, n
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5)
-    parser.add_argument("--canaries", type=int, default=50000)
+    parser.add_argument("--canaries", type=int, default=100000)
     parser.add_argument("--epsilons", default="1,2,4,8")
     parser.add_argument("--trainers", default="jax-bert,edp-sgd:dp-sgd,edp-sgd:edp-sgd,rgp")
     parser.add_argument("--share", type=float, default=0.9)
