@@ -143,8 +143,9 @@ def test_min_k_option_is_a_fraction(tiny_causal_dir, data_dir, tmp_path):
 
 
 def test_shadow_and_rmia_train_their_models_like_a_clm_target(data_dir, tmp_path):
-    """A `dpaudit train --task clm` target: the shadow model (shared by shadow and rmia) is trained through its own
-    trainer and recipe, and score through the causal scorer (ref and LiRA train theirs the same way)."""
+    """A `dpaudit train --task clm` target: the shadow models (shared by shadow and rmia), LiRA's and ref's reference
+    model are trained through its own trainer and recipe (the model fleet, in process), and scored through the causal
+    scorer."""
     from dpaudit.attacks.run import attack
 
     target = tmp_path / "clm"
@@ -152,12 +153,11 @@ def test_shadow_and_rmia_train_their_models_like_a_clm_target(data_dir, tmp_path
                                       "--vocab-size", "300", "--max-length", "16", "--epochs", "1", "--batch-size", "16",
                                       "--eval-examples", "0", "--data", str(data_dir), "--out", str(target), "--seed", "0"])
     assert result.exit_code == 0, result.output
-    results = attack(target, data_dir, ["shadow", "rmia"], shadow_models=1, shadow_cache=str(tmp_path / "cache"),
-                     progress=False, blind_baseline=False)
-    for name in ("shadow", "rmia"):
+    results = attack(target, data_dir, ["shadow", "rmia", "lira", "ref"], shadow_models=2,
+                     shadow_cache=str(tmp_path / "cache"), progress=False, blind_baseline=False)
+    for name in ("shadow", "rmia", "lira"):
         info = results[name].shadow_models
-        assert info.trainer == "edp-sgd" and len(info.models) == 1, info
+        assert info.trainer == "edp-sgd" and len(info.models) == 2, info
         assert all(m.steps == info.target_steps for m in info.models), info  # trained like the target
-    assert results["rmia"].parameters["offline_a"] == 1.0  # one reference: no row IN one and OUT of another to fit a
     assert "next-token" in results["shadow"].parameters["features"]
-    assert all(0 <= t.auc <= 1 for name in ("shadow", "rmia") for t in results[name].tasks)
+    assert all(0 <= t.auc <= 1 for name in ("shadow", "rmia", "lira", "ref") for t in results[name].tasks)
