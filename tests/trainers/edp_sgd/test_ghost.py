@@ -13,17 +13,11 @@ from dpaudit.errors import UserInputError
 from dpaudit.trainers.edp_sgd.trainer import _Plugin
 from dpaudit.trainers.torch_common import distributed, noise
 from dpaudit.trainers.torch_common.clipping.ghost import GhostClipper, UnsupportedModel
-from dpaudit.trainers.torch_common.clipping.microbatch import MicrobatchClipper
 from dpaudit.trainers.torch_common.clipping.per_example import PerExampleClipper, trainable
 from dpaudit.trainers.torch_common.model import layer_groups, per_example_losses
+from tests.trainers.edp_sgd.ghost_oracle import max_error as _max_error, microbatch_sums
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
-
-
-def _max_error(got: list[torch.Tensor], want: list[torch.Tensor]) -> float:
-    """Largest absolute difference relative to the largest reference entry."""
-    scale = max(float(w.abs().max()) for w in want)
-    return max(float((g.cpu() - w.cpu()).abs().max()) for g, w in zip(got, want)) / scale
 
 
 @pytest.mark.parametrize("task", ["classify", "mlm"])
@@ -76,13 +70,7 @@ def test_ghost_per_layer_microbatch_sum_equals_vmap(tiny_batches, task, scale, f
     names, _ = trainable(model)
     group_names, groups = layer_groups(names)
     bounds = [scale * (i + 1) / 10 for i in range(len(group_names))]  # a different C_l per layer
-    microbatches = [np.array([0, 3]), np.array([1]), np.array([2, 4, 5])]  # unequal sizes, unequal lengths
-    want = MicrobatchClipper(model, per_example_losses, layer_clip_norms=bounds,
-                             param_groups=groups).clipped_sum(batch, microbatches)
-    owner = np.zeros(6, dtype=np.int64)
-    for unit, members in enumerate(microbatches):
-        owner[members] = unit
-    got = GhostClipper(model, per_example_losses, bounds=bounds, param_groups=groups).clipped_sum(batch, owner, 3)
+    got, want = microbatch_sums(model, batch, bounds, groups)
     assert _max_error(got.grads, want.grads) < 1e-5
     assert int(got.clipped) == int(want.clipped)
     if gram:  # forced: all 2 layers x 6 Linear and the 3 Embeddings of the token rows in one batched call

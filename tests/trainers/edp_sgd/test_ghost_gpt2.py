@@ -9,10 +9,10 @@ import pytest
 import torch
 
 from dpaudit.trainers.torch_common.clipping.ghost import GhostClipper
-from dpaudit.trainers.torch_common.clipping.microbatch import MicrobatchClipper
 from dpaudit.trainers.torch_common.clipping.per_example import PerExampleClipper, trainable
 from dpaudit.trainers.torch_common.data import additive_mask
 from dpaudit.trainers.torch_common.model import build_model, layer_groups, per_example_losses
+from tests.trainers.edp_sgd.ghost_oracle import max_error as _max_error, microbatch_sums
 
 
 @pytest.fixture(scope="module")
@@ -28,11 +28,6 @@ def gpt2_batch():
     ids[1, 3] = ids[1, 5] = 17  # a repeated token within a row (the embedding's id-equality terms)
     batch = {"input_ids": ids, "next_weights": mask.float(), "mask4": additive_mask(mask)}
     return model, batch
-
-
-def _max_error(got, want) -> float:
-    scale = max(float(w.abs().max()) for w in want)
-    return max(float((g - w).abs().max()) for g, w in zip(got, want)) / scale
 
 
 def test_tied_embedding_and_conv1d_layers_are_what_the_clipper_sees(gpt2_batch):
@@ -70,13 +65,7 @@ def test_gpt2_ghost_per_layer_microbatch_sum_equals_vmap(gpt2_batch, scale, form
     assert group_names == ["transformer.wte", "transformer.wpe", "transformer.h.0", "transformer.h.1",
                            "transformer.ln_f"]
     bounds = [scale * (i + 1) / 10 for i in range(len(group_names))]
-    microbatches = [np.array([0, 3]), np.array([1]), np.array([2, 4, 5])]
-    want = MicrobatchClipper(model, per_example_losses, layer_clip_norms=bounds,
-                             param_groups=groups).clipped_sum(batch, microbatches)
-    owner = np.zeros(6, dtype=np.int64)
-    for unit, members in enumerate(microbatches):
-        owner[members] = unit
-    got = GhostClipper(model, per_example_losses, bounds=bounds, param_groups=groups).clipped_sum(batch, owner, 3)
+    got, want = microbatch_sums(model, batch, bounds, groups)
     assert _max_error(got.grads, want.grads) < 1e-5
     assert int(got.clipped) == int(want.clipped) == (3 if scale < 1 else 0)
 
