@@ -237,17 +237,25 @@ def _public_mlm(out: Path, data: Path, sizes: DemoSizes, seed: int) -> Stage:
                        f"{sizes.mask_prob:g}", "--eval-every", str(sizes.eval_every), "--eval-examples", "512"))
 
 
-def _public_classifier(out: Path, data: Path, sizes: DemoSizes, seed: int) -> Stage:
-    """The public intent classifier: edp-sgd in sgd mode on ``public.jsonl`` only (marked public)."""
-    model = out / "model-clf-public"
-    return Stage(name="train-clf-public", title=f"pretrain intent classifier on {sizes.classifier_public_size} public "
-                                                "utterances (edp-sgd trainer, sgd mode, public data only)",
+def _public_edp_sgd(out: Path, data: Path, seed: int, *, short: str, what: str, rows: int, task: str, epochs: int,
+                    batch_size: int, learning_rate: float, max_length: int, extra: tuple[str, ...] = ()) -> Stage:
+    """A public torch model (``model-<short>-public``): edp-sgd in sgd mode on ``public.jsonl`` only (marked public)."""
+    model = out / f"model-{short}-public"
+    return Stage(name=f"train-{short}-public", title=f"pretrain {what} on {rows} public utterances (edp-sgd trainer, "
+                                                   f"--task {task}, non-private, public data only)",
                  output=model, schema_prefix="dpaudit.train/", inputs=(data,),
-                 args=("train", "--trainer", "edp-sgd", "--task", "classify", "--data", str(data), "--out", str(model),
+                 args=("train", "--trainer", "edp-sgd", "--task", task, "--data", str(data), "--out", str(model),
                        "--seed", str(seed), "--preset", "tiny", "--data-split", "public", "--non-private",
-                       "--max-length", str(sizes.max_length), "--epochs", str(sizes.classifier_public_epochs),
-                       "--batch-size", str(sizes.classifier_batch_size), "--learning-rate", f"{sizes.learning_rate:g}",
-                       "--labels", ",".join(intent.name for intent in INTENTS)))
+                       "--max-length", str(max_length), "--epochs", str(epochs), "--batch-size", str(batch_size),
+                       "--learning-rate", f"{learning_rate:g}", *extra))
+
+
+def _public_classifier(out: Path, data: Path, sizes: DemoSizes, seed: int) -> Stage:
+    """The public intent classifier, on the classifiers' inject directory (its label set declared)."""
+    return _public_edp_sgd(out, data, seed, short="clf", what="an intent classifier", rows=sizes.classifier_public_size,
+                           task="classify", epochs=sizes.classifier_public_epochs,
+                           batch_size=sizes.classifier_batch_size, learning_rate=sizes.learning_rate,
+                           max_length=sizes.max_length, extra=("--labels", ",".join(i.name for i in INTENTS)))
 
 
 def _audit_inject(data: Path, sizes: DemoSizes, seed: int) -> Stage:
@@ -338,15 +346,10 @@ CAUSAL_MODES = (("sgd", "clm-nonprivate", "GPT-2-shaped causal LM, non-private",
 
 
 def _public_causal(out: Path, data: Path, sizes: DemoSizes, seed: int) -> Stage:
-    """The public causal LM: edp-sgd ``--task clm`` in sgd mode on ``public.jsonl`` only (marked public)."""
-    model = out / "model-clm-public"
-    return Stage(name="train-clm-public", title=f"pretrain a GPT-2-shaped causal LM on {sizes.public_size} public "
-                                                "utterances (edp-sgd trainer, --task clm, non-private, public data only)",
-                 output=model, schema_prefix="dpaudit.train/", inputs=(data,),
-                 args=("train", "--trainer", "edp-sgd", "--task", "clm", "--data", str(data), "--out", str(model),
-                       "--seed", str(seed), "--preset", "tiny", "--data-split", "public", "--non-private",
-                       "--max-length", str(sizes.max_length), "--epochs", str(sizes.causal_public_epochs),
-                       "--batch-size", str(sizes.causal_batch_size), "--learning-rate", f"{sizes.causal_learning_rate:g}"))
+    """The public causal LM, on the masked LMs' inject directory's ``public.jsonl``."""
+    return _public_edp_sgd(out, data, seed, short="clm", what="a GPT-2-shaped causal LM", rows=sizes.public_size,
+                           task="clm", epochs=sizes.causal_public_epochs, batch_size=sizes.causal_batch_size,
+                           learning_rate=sizes.causal_learning_rate, max_length=sizes.max_length)
 
 
 def _causal(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int | None,
