@@ -11,6 +11,7 @@ evaluation set itself without a correction.
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -145,13 +146,20 @@ class GuessGrid:
         if self.pairs is not None:
             pairs = [(min(a, m), min(b, m - min(a, m))) for a, b in self.pairs]
         else:
-            pairs = []
-            for f in DEFAULT_GUESS_FRACTIONS:
-                k = max(1, round(f * m))
-                pairs.append((k, 0))
-                if k >= 2:
-                    pairs.append((k - k // 2, k // 2))
+            return guess_pairs(DEFAULT_GUESS_FRACTIONS, m)
         return tuple(dict.fromkeys(pairs))
+
+
+def guess_pairs(fractions: Sequence[float], m: int) -> tuple[tuple[int, int], ...]:
+    """The distinct (k_plus, k_minus) guess counts for m canaries: for each fraction f of them, k = round(f m) guesses
+    all "member" (k, 0), and split half and half (k - k // 2, k // 2)."""
+    pairs = []
+    for f in fractions:
+        k = max(1, round(f * m))
+        pairs.append((k, 0))
+        if k >= 2:
+            pairs.append((k - k // 2, k // 2))
+    return tuple(dict.fromkeys(pairs))
 
 
 @dataclass(frozen=True, kw_only=True)

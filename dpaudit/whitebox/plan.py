@@ -27,6 +27,7 @@ import functools
 
 import numpy as np
 
+from dpaudit.audit.thresholds import guess_pairs
 from dpaudit.audit.tradeoff import one_run_margin
 from dpaudit.whitebox.layout import CanaryLayout
 from dpaudit.whitebox.mechanism import ClaimedMechanism
@@ -88,13 +89,7 @@ def _expected_counts(member: np.ndarray, nonmember: np.ndarray, pooled: np.ndarr
 
 def candidate_pairs(m: int) -> tuple[tuple[int, int], ...]:
     """The (k+, k-) pairs the plan chooses among for m canaries."""
-    pairs = []
-    for f in PLAN_FRACTIONS:
-        k = max(1, round(f * m))
-        pairs.append((k, 0))
-        if k >= 2:
-            pairs.append((k - k // 2, k // 2))
-    return tuple(dict.fromkeys(pairs))
+    return guess_pairs(PLAN_FRACTIONS, m)
 
 
 @functools.lru_cache(maxsize=64)
