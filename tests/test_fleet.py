@@ -10,6 +10,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
+import time
 from pathlib import Path
 
 import pytest
@@ -148,3 +150,25 @@ def test_a_worker_past_its_memory_bound_stops_with_its_label(local_ray, data_dir
     with pytest.raises(UserInputError, match=r"^shadow 1/1: its worker passed its memory bound \(.* > 0\.05 GiB\)"):
         run_fleet([job], workers=1, engine="process", progress=False, worker_memory_gb=0.05)
     assert not finished_run_dir(job.out_dir)
+
+
+def abort_when_interrupted(job) -> None:
+    """A fleet runner that holds memory and, when the watchdog's interrupt lands, aborts the process the way an
+    interrupt inside native code can (SIGABRT, no result sent back)."""
+    try:
+        held = b"\x01" * (1536 << 20)  # every page touched: past the 1 GiB bound (torch alone is well below it)
+        for _ in range(300):  # short sleeps: an interrupt_main lands between bytecodes, not inside one sleep
+            time.sleep(0.1)
+        del held
+    except KeyboardInterrupt:
+        os.abort()
+
+
+def test_a_worker_that_aborts_past_its_memory_bound_is_still_named_as_past_it(data_dir, tmp_path):
+    """The watchdog records what it saw before interrupting: a worker that dies of the interrupt (exit code -6) is
+    reported as past its memory bound, not as an unexplained death."""
+    job = dataclasses.replace(_job(data_dir, tmp_path / "m", 5, "shadow 1/1"),
+                              runner="tests.test_fleet:abort_when_interrupted")
+    with pytest.raises(UserInputError, match=r"^shadow 1/1: its worker passed its memory bound \(.* > 1 GiB\).*"
+                                             r"exit code -6\)$"):
+        run_fleet([job], workers=1, engine="process", progress=False, worker_memory_gb=1.0)

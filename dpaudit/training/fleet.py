@@ -376,12 +376,15 @@ def _rss_bytes() -> int | None:
 
 
 class _MemoryWatch:
-    """A daemon thread that interrupts the main thread (KeyboardInterrupt) once resident memory passes ``limit``."""
+    """A daemon thread that interrupts the main thread (KeyboardInterrupt) once resident memory passes ``limit``.
 
-    def __init__(self, limit: int | None, every_s: float = 0.5) -> None:
+    ``record`` (a shared ``multiprocessing.Value``, the process pool's) gets the resident bytes first: an interrupt that
+    lands inside native code can abort the process (SIGABRT) before it reports, and the driver still says why."""
+
+    def __init__(self, limit: int | None, every_s: float = 0.5, record: Any = None) -> None:
         import threading
 
-        self.limit, self.every_s, self.tripped = limit, every_s, None
+        self.limit, self.every_s, self.tripped, self.record = limit, every_s, None, record
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dpaudit-fleet-memory", daemon=True)
 
@@ -394,6 +397,8 @@ class _MemoryWatch:
                 return
             if rss > self.limit:
                 self.tripped = rss
+                if self.record is not None:
+                    self.record.value = rss
                 _thread.interrupt_main()
                 return
             if self._stop.wait(self.every_s):
@@ -423,7 +428,12 @@ def _listen_to_interrupts() -> None:
         signal.signal(signal.SIGINT, signal.default_int_handler)
 
 
-def _worker(job: FleetJob, memory_bytes: int | None, fds: bool) -> dict[str, Any]:
+def _memory_message(rss: int, memory_bytes: int | None) -> str:
+    return (f"its worker passed its memory bound ({rss / _GIB:.2f} GiB resident > {(memory_bytes or 0) / _GIB:g} GiB); "
+            "raise it (DPAUDIT_WORKER_MEMORY_GB) or train fewer models at once (--workers). Finished models are kept.")
+
+
+def _worker(job: FleetJob, memory_bytes: int | None, fds: bool, record: Any = None) -> dict[str, Any]:
     """Run one job in a worker process: one thread, memory watched, output quiet; never raises (the result says),
     except a KeyboardInterrupt from the driver (a cancel).
 
@@ -432,17 +442,14 @@ def _worker(job: FleetJob, memory_bytes: int | None, fds: bool) -> dict[str, Any
     os.environ.update(_THREAD_ENV)
     _listen_to_interrupts()
     t0 = time.monotonic()
-    watch = _MemoryWatch(memory_bytes)
+    watch = _MemoryWatch(memory_bytes, record=record)
     try:
         with watch, _quiet(fds):
             _train_job(job, one_thread=True)
     except KeyboardInterrupt:
         if watch.tripped is None:
             raise
-        return {"status": "user", "retire": True,
-                "message": f"its worker passed its memory bound ({watch.tripped / _GIB:.2f} GiB resident > "
-                           f"{(memory_bytes or 0) / _GIB:g} GiB); raise it (DPAUDIT_WORKER_MEMORY_GB) or train fewer "
-                           "models at once (--workers). Finished models are kept."}
+        return {"status": "user", "retire": True, "message": _memory_message(watch.tripped, memory_bytes)}
     except UserInputError as err:
         return {"status": "user", "message": str(err), "retire": True}
     except MemoryError:
@@ -486,7 +493,7 @@ def _run_inline(todo: list[tuple[int, FleetJob]], *, may_start: Callable[[], boo
         finished(i, FleetOutcome(job, cached=False, seconds=time.monotonic() - t0, peak_rss_mb=_peak_rss_mb()))
 
 
-def _process_main(conn: Any, memory_bytes: int | None, models_per_worker: int) -> None:
+def _process_main(conn: Any, memory_bytes: int | None, models_per_worker: int, record: Any = None) -> None:
     """A process-pool worker: up to ``models_per_worker`` jobs received through ``conn``, each result sent back;
     it exits after the last, when told (None or a closed pipe), when interrupted, or when a result says retire."""
     try:
@@ -497,7 +504,7 @@ def _process_main(conn: Any, memory_bytes: int | None, models_per_worker: int) -
                 return
             if job is None:
                 return
-            result = _worker(job, memory_bytes, fds=True)
+            result = _worker(job, memory_bytes, fds=True, record=record)
             conn.send(result)
             if result.get("retire"):
                 return
@@ -512,7 +519,9 @@ class _Child:
 
     def __init__(self, ctx: Any, memory_bytes: int, models_per_worker: int) -> None:
         self.conn, theirs = ctx.Pipe()
-        self.proc = ctx.Process(target=_process_main, args=(theirs, memory_bytes, models_per_worker),
+        self.memory_bytes = memory_bytes
+        self.tripped = ctx.Value("q", 0, lock=False)  # the watchdog's resident bytes when it fired (0: never)
+        self.proc = ctx.Process(target=_process_main, args=(theirs, memory_bytes, models_per_worker, self.tripped),
                                 name="dpaudit-fleet-worker")
         self.proc.start()
         theirs.close()
@@ -561,8 +570,11 @@ def _run_processes(todo: list[tuple[int, FleetJob]], *, workers: int | None, mem
                 i, job = child.job
                 try:
                     result = conn.recv()
-                except EOFError:  # the process died without a word (killed, out of memory)
+                except EOFError:  # the process died without a word (killed, out of memory, aborted by the watchdog)
                     child.proc.join()
+                    if child.tripped.value:
+                        raise UserInputError(f"{job.label}: {_memory_message(child.tripped.value, child.memory_bytes)} "
+                                             f"(the worker stopped with exit code {child.proc.exitcode})") from None
                     raise UserInputError(f"{job.label}: its worker process died (exit code {child.proc.exitcode}); if it "
                                          "ran out of memory, train fewer models at once (--workers). Finished models "
                                          "are kept.") from None
