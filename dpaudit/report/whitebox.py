@@ -164,6 +164,10 @@ def _row(run: WhiteboxRun, scope: str, kind: str, view: str, bound: Bound, *, ve
     evidence = "–"
     if bound.guesses is not None and bound.correct is not None:
         evidence = f"{bound.correct} of {bound.guesses} guesses right"
+        if bound.selection == "planned":  # whitebox.plan: one pair of guess counts chosen from the claim, no score seen
+            evidence += " (guess counts planned from the claim before any score was seen)"
+        elif bound.selection:
+            evidence += f" (guess counts: {bound.selection})"
     if bound.scale is not None:
         evidence = ("" if evidence == "–" else evidence + "; ") + f"rejects sigma × {bound.scale:.3g}"
     primary = verdict and kind == run.primary_kind

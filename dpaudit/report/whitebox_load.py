@@ -144,7 +144,7 @@ def _bound(obj: Any) -> Bound:
     if not isinstance(obj, dict):
         raise TypeError("a bound must be an object")
     return Bound(**{k: obj.get(k) for k in ("method", "proves", "epsilon", "confidence", "guesses", "correct",
-                                                     "scale")}, capped=obj.get("capped", False))
+                                                     "scale", "selection")}, capped=obj.get("capped", False))
 
 
 def _bounds(obj: Any) -> dict[str, Bound]:

@@ -82,6 +82,8 @@ def test_every_bound_is_a_row_rounded_down(audit_dir: Path, parse_html) -> None:
         assert any(format_down(b["epsilon"]) in c and b["proves"] in c for c in cells), b
     assert sum("(verdict)" in c for c in cells) == 1 and sum("(verdict's twin)" in c for c in cells) == 1
     assert sum("run 1" in c for c in cells) == sum("run 2" in c for c in cells) == 6
+    planned = [b for b in bounds if b.get("selection") == "planned"]  # the one-run proof's guess counts (whitebox.plan)
+    assert planned and sum("planned from the claim before any score was seen" in c for c in cells) == len(planned)
     text = " ".join(parse_html(html).text)
     for needle in ("the pooled bound assumes independent canaries", "One-run bounds are limited by the number of canaries",
                    "Steinke et al.'s one-run bound above"):
