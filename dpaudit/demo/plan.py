@@ -307,6 +307,17 @@ def _model(label: str, data: Path, model: Path, attacked: Path, train: list[str]
                               args=tuple(attack), inputs=(data, model)))
 
 
+def _edp_sgd_train(model: Path, data: Path, seed: int, noise_seed: int | None, *, task: str, mode: str, private: bool,
+                   init: list[str], max_length: int, epochs: int, batch_size: int, learning_rate: float,
+                   extra: tuple[str, ...] = ()) -> list[str]:
+    """The ``dpaudit train --trainer edp-sgd`` command of one attacked torch model (classifier or causal LM)."""
+    train = ["train", "--trainer", "edp-sgd", "--mode", mode, "--task", task, "--data", str(data), "--out", str(model),
+             "--seed", str(seed), "--preset", "tiny", *init, "--max-length", str(max_length), "--epochs", str(epochs),
+             "--batch-size", str(batch_size), "--learning-rate", f"{learning_rate:g}", *extra,
+             *(["--target-epsilon", f"{TARGET_EPSILON:g}"] if private else [])]
+    return train + (["--noise-seed", str(noise_seed)] if noise_seed is not None else [])
+
+
 #: The classifiers: (mode, label, title, private).
 CLASSIFIER_MODES = (("sgd", "clf-sgd", "edp-sgd trainer, sgd mode (non-private)", False),
                     ("dp-sgd", "clf-dp-sgd", "edp-sgd trainer, dp-sgd mode at epsilon 8", True),
@@ -320,15 +331,11 @@ def _classifiers(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed:
     init = ["--init-from", str(start)] if start is not None else []
     for mode, label, title, private in CLASSIFIER_MODES:
         model, attacked = out / f"model-{label}", out / f"attack-{label}"
-        privacy = ["--target-epsilon", f"{TARGET_EPSILON:g}"] if private else []
         rate = _dp_learning_rate(sizes) if private and start is not None else sizes.learning_rate
-        train = ["train", "--trainer", "edp-sgd", "--mode", mode, "--task", "classify", "--data", str(data),
-                 "--out", str(model), "--seed", str(seed), "--preset", "tiny", *init, "--max-length", str(sizes.max_length),
-                 "--epochs", str(sizes.classifier_epochs), "--batch-size", str(sizes.classifier_batch_size),
-                 "--learning-rate", f"{rate:g}", "--labels", ",".join(intent.name for intent in INTENTS),
-                 *privacy]
-        if noise_seed is not None:
-            train += ["--noise-seed", str(noise_seed)]
+        train = _edp_sgd_train(model, data, seed, noise_seed, task="classify", mode=mode, private=private, init=init,
+                               max_length=sizes.max_length, epochs=sizes.classifier_epochs,
+                               batch_size=sizes.classifier_batch_size, learning_rate=rate,
+                               extra=("--labels", ",".join(intent.name for intent in INTENTS)))
         attack = ["attack", "--model", str(model), "--data", str(data), "--out", str(attacked), "--attacks", attacks,
                   "--shadow-models", str(sizes.shadow_models), "--shadow-cache", str(out / "shadows"),
                   "--seed", str(seed), "--overwrite"]
@@ -362,14 +369,10 @@ def _causal(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int 
     init = ["--init-from", str(start)] if start is not None else []
     for mode, label, title, private in CAUSAL_MODES:
         model, attacked = out / f"model-{label}", out / f"attack-{label}"
-        privacy = ["--target-epsilon", f"{TARGET_EPSILON:g}"] if private else []
-        rate = sizes.causal_dp_learning_rate if private else sizes.causal_learning_rate
-        train = ["train", "--trainer", "edp-sgd", "--task", "clm", "--mode", mode, "--data", str(data),
-                 "--out", str(model), "--seed", str(seed), "--preset", "tiny", *init, "--max-length", str(sizes.max_length),
-                 "--epochs", str(sizes.causal_epochs), "--batch-size", str(sizes.causal_batch_size),
-                 "--learning-rate", f"{rate:g}", *privacy]
-        if noise_seed is not None:
-            train += ["--noise-seed", str(noise_seed)]
+        train = _edp_sgd_train(model, data, seed, noise_seed, task="clm", mode=mode, private=private, init=init,
+                               max_length=sizes.max_length, epochs=sizes.causal_epochs,
+                               batch_size=sizes.causal_batch_size,
+                               learning_rate=sizes.causal_dp_learning_rate if private else sizes.causal_learning_rate)
         attack = ["attack", "--model", str(model), "--data", str(data), "--out", str(attacked), "--attacks", attacks,
                   "--seed", str(seed), "--overwrite"]
         what = title + (", from the public causal LM" if start is not None else "")
