@@ -33,22 +33,9 @@ from dpaudit.attacks.results import (
     ExtractionResult,
     ExtractionRow,
 )
-from dpaudit.audit.intervals import OneSidedTest, clopper_pearson
+from dpaudit.audit.intervals import clopper_pearson, fisher_greater
 from dpaudit.errors import UserInputError
 from dpaudit.scoring.source import CAUSAL_LM
-
-
-def fisher_greater(hits: int, n: int, control_hits: int, n_controls: int) -> OneSidedTest | None:
-    """One-sided Fisher exact test that a group's success rate exceeds the controls'; None without controls.
-    The statistic is the difference of the two rates (finite, unlike the odds ratio at 0 or n successes)."""
-    from scipy.stats import fisher_exact
-
-    if n == 0 or n_controls == 0:
-        return None
-    table = [[hits, n - hits], [control_hits, n_controls - control_hits]]
-    p_value = float(fisher_exact(table, alternative="greater").pvalue)
-    return OneSidedTest(statistic=hits / n - control_hits / n_controls, p_value=p_value, n=n, n_baseline=n_controls,
-                        alternative="greater", method="Fisher exact (scipy), rate difference")
 
 
 def extraction_rows(frequencies: np.ndarray, greedy_exact: np.ndarray, beam_exact: np.ndarray, edit: np.ndarray,

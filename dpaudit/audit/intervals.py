@@ -93,6 +93,19 @@ def mann_whitney_greater(group: Sequence[float] | np.ndarray, baseline: Sequence
                         n_baseline=int(y.size), alternative="greater", method="Mann-Whitney U (scipy)")
 
 
+def fisher_greater(hits: int, n: int, control_hits: int, n_controls: int) -> OneSidedTest | None:
+    """One-sided Fisher exact test that a group's success rate exceeds the controls'; None without controls.
+    The statistic is the difference of the two rates (finite, unlike the odds ratio at 0 or n successes)."""
+    from scipy.stats import fisher_exact
+
+    if n == 0 or n_controls == 0:
+        return None
+    table = [[hits, n - hits], [control_hits, n_controls - control_hits]]
+    p_value = float(fisher_exact(table, alternative="greater").pvalue)
+    return OneSidedTest(statistic=hits / n - control_hits / n_controls, p_value=p_value, n=n, n_baseline=n_controls,
+                        alternative="greater", method="Fisher exact (scipy), rate difference")
+
+
 def log_frequency_slope(frequencies: Sequence[int] | np.ndarray, values: Sequence[float] | np.ndarray) -> float | None:
     """Least-squares slope of ``values`` against log2(frequency) over inserted canaries (frequency > 0).
 
