@@ -111,8 +111,7 @@ def causal_exposure_intervals(context: AttackContext) -> tuple[list[RankInterval
         else:
             texts = [SimpleNamespace(id=canary.id, prefix=canary.prefix, secret=space.secret_of(r), suffix=canary.suffix)
                      for r in rows.tolist()]
-            located = cs.span_secrets(tokenizer, texts, max_length=context.causal_max_length)
-            scores = cs.sequence_log_likelihoods(model, tokenizer, located, device=device, batch_size=scorer.batch_size)
+            scores = scorer.secret_log_likelihoods(texts)  # the scorer's own: each secret's tokens given its prefix
         intervals.append(sampled_exposure(scores[0], scores[1:], size, method="interpolation",
                                           tolerance=options.tolerance))
         try:

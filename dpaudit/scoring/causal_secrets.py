@@ -205,8 +205,9 @@ def sequence_log_likelihoods(model: Any, tokenizer: Any, secrets: Sequence[Causa
                              batch_size: int) -> np.ndarray:
     """Each secret's score given its context: sum over its tokens of log p(token | all tokens before it).
 
-    One forward pass per batch of full texts (right-padded); the brute-force oracle of the tree, and the
-    scorer of sampled candidates whose symbols are not single tokens.
+    One forward pass per batch of full texts (right-padded), every position's full log-softmax: the brute-force
+    oracle of the tree (tests, ``benchmarks/bench_causal_exposure.py``), written apart from the scorer's own
+    :meth:`dpaudit.scoring.causal.CausalScorer.secret_log_likelihoods` so that the two check each other.
     """
     import torch
 

@@ -71,7 +71,7 @@ def test_symbols_that_are_not_single_tokens_are_refused_by_the_exact_path(tiny):
     assert tokenizer.decode(span.context[1:]) == "the"
 
 
-def test_a_space_whose_symbols_split_is_sampled_from_the_texts(tiny):
+def test_a_space_whose_symbols_split_is_sampled_from_the_texts(tiny, tiny_causal_dir):
     """The exposure attack on a causal LM whose tokenizer splits a symbol: every candidate's text scored (the sampled
     path's text branch), the secret among them scored the same way, the reason recorded."""
     from dpaudit.attacks.base import AttackContext, AttackOptions
@@ -81,13 +81,16 @@ def test_a_space_whose_symbols_split_is_sampled_from_the_texts(tiny):
     space = ProductSpace(kind="words", alphabet=["quick", "zebrafish", "dog"], length=2)
     canaries = [SimpleNamespace(id=f"w{i}", prefix="the ", secret=s, suffix=" jumps", frequency=f)
                 for i, (s, f) in enumerate([("quick dog", 1), ("zebrafish quick", 0), ("dog dog", 0)])]
-    scorer = SimpleNamespace(model=model, tokenizer=tokenizer, device="cpu", batch_size=16, kind="causal-lm", max_length=64)
+    from dpaudit.scoring import load
+
+    scorer = load(tiny_causal_dir, batch_size=16, device="cpu", progress=False)  # the scorer scores the texts' secrets
     context = AttackContext(scorer=scorer, canaries=canaries, space=space, data=None,
                             options=AttackOptions(exposure_samples=50, seed=3))
     outcome = ExposureAttack().run(context)
     assert {f["rank_method"] for f in outcome.canary_fields.values()} == {"sampled-interpolation"}
     assert "not single tokens" in outcome.result.warnings[0]
-    # The interpolated rank is the secret's place among the same 50 draws, scored text by text here.
+    # The interpolated rank is the secret's place among the same 50 draws, scored text by text here by the oracle
+    # (full forward passes, written apart from the scorer).
     references = cs.sampled_candidates(space, 50, seed=3)
     texts = [SimpleNamespace(id="r", prefix="the ", secret=space.secret_of(r), suffix="") for r in references]
     refs = cs.sequence_log_likelihoods(model, tokenizer, cs.span_secrets(tokenizer, texts, max_length=64), device="cpu",
