@@ -86,7 +86,9 @@ def _id2label(config: dict[str, Any], config_path: Path) -> tuple[str, ...]:
     return tuple(v for _, v in pairs)
 
 
-def _kind_of(architecture: str) -> ModelKind | None:
+def architecture_kind(architecture: str) -> ModelKind | None:
+    """The model kind a Hugging Face architecture name (``config.json``'s ``architectures``, a model's class name)
+    says, or None: the one place the names are read (the scorer, the torch trainers, the ghost clipper)."""
     if architecture.endswith("ForMaskedLM"):
         return MASKED_LM
     if architecture.endswith("ForSequenceClassification"):
@@ -218,7 +220,7 @@ def resolve_model(path: str | os.PathLike[str], *, option: str = "--model") -> M
     except json.JSONDecodeError as err:
         raise UserInputError(f"{config_path}: not valid JSON ({err.msg}); re-save the model.") from None
     architectures = config.get("architectures") or []
-    kinds = [(a, _kind_of(a)) for a in architectures if _kind_of(a) is not None]
+    kinds = [(a, architecture_kind(a)) for a in architectures if architecture_kind(a) is not None]
     if not kinds:
         raise UserInputError(
             f"{config_path}: architectures {architectures!r} names no masked LM (*ForMaskedLM), sequence classifier "

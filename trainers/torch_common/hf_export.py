@@ -15,6 +15,7 @@ from typing import Any
 from tokenizers import Tokenizer
 
 from dpaudit.rundir import staged_directory
+from dpaudit.scoring.source import CAUSAL_LM, architecture_kind
 from dpaudit.training.tokenizer import SPECIAL_TOKENS
 
 _SPECIAL_KEYS = ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token")
@@ -31,7 +32,7 @@ def save_hf(out_dir: Path, model: Any, tokenizer: Tokenizer, *, start_dir: Path 
     (their token names are its own).
     """
     names = dict(zip(_SPECIAL_KEYS, SPECIAL_TOKENS, strict=True))
-    causal = type(model).__name__.endswith(("ForCausalLM", "LMHeadModel"))
+    causal = architecture_kind(type(model).__name__) == CAUSAL_LM
     if causal:
         names.update(bos_token=SPECIAL_TOKENS[2], eos_token=SPECIAL_TOKENS[3])
     foreign = causal and start_dir is not None and any(tokenizer.token_to_id(t) is None for t in SPECIAL_TOKENS)

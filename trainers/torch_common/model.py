@@ -35,7 +35,7 @@ from tokenizers import Tokenizer
 
 from dpaudit.errors import UserInputError
 from dpaudit.training.presets import CAUSAL_PRESETS, PRESETS
-from dpaudit.scoring.source import check_weights
+from dpaudit.scoring.source import CAUSAL_LM, architecture_kind, check_weights
 from dpaudit.training.tokenizer import special_token_ids
 
 _LAYER = re.compile(r"^(.*?\.(?:layers?|h)\.\d+)\.")  # BERT's encoder.layer.i, Llama's layers.i, GPT-2's h.i
@@ -149,7 +149,7 @@ def _is_causal(config_path: Path) -> bool:
         architectures = json.loads(config_path.read_text(encoding="utf-8")).get("architectures") or []
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
         return False
-    return any(str(a).endswith(("ForCausalLM", "LMHeadModel")) for a in architectures)
+    return any(architecture_kind(str(a)) == CAUSAL_LM for a in architectures)
 
 
 def _same_labels(config_path: Path, label_names: list[str] | None) -> bool:

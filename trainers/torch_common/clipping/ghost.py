@@ -60,6 +60,7 @@ import torch
 import torch.nn.functional as F
 from transformers.pytorch_utils import Conv1D
 
+from dpaudit.scoring.source import CAUSAL_LM, architecture_kind
 from dpaudit.trainers.torch_common.clipped import Clipped, LossFn
 from dpaudit.trainers.torch_common.clipping.per_example import trainable
 from dpaudit.trainers.torch_common.distributed import to_device
@@ -143,7 +144,7 @@ class GhostClipper:
         self.modules = {name: module for name, module in model.named_modules()
                         if isinstance(module, _KINDS) and any(p.requires_grad for p in module.parameters(recurse=False))}
         prefix = getattr(model, "base_model_prefix", "")
-        causal = type(model).__name__.endswith(("ForCausalLM", "LMHeadModel"))  # every token row: see the docstring
+        causal = architecture_kind(type(model).__name__) == CAUSAL_LM  # every token row: see the docstring
         self._seq_prefixes = (tuple(f"{prefix}.{part}." for part in ("embeddings", "encoder")) if prefix and not causal
                               else ("",))
         self.bounds = [float(b) for b in bounds]
