@@ -198,14 +198,6 @@ class AttackContext:
         return kind == CAUSAL_LM
 
     @cached_property
-    def causal_max_length(self) -> int:
-        """The longest input the causal target accepts (its scorer's ``max_length`` when it has one)."""
-        from dpaudit.scoring.causal_secrets import model_max_length
-
-        limit = getattr(self.scorer, "max_length", None)
-        return limit if isinstance(limit, int) else model_max_length(self.scorer.model, self.scorer.tokenizer)
-
-    @cached_property
     def vocab_fills(self) -> list[Any]:
         """Top-1 fills over the vocabulary (phrases)."""
         return self.scorer.vocab_fills(self.canaries)

@@ -84,7 +84,7 @@ def causal_exposure_intervals(context: AttackContext) -> tuple[list[RankInterval
     model, tokenizer, device = scorer.model, scorer.tokenizer, scorer.device
     size, a = space.size, len(space.alphabet)
     try:
-        secrets, alphabet = cs.alphabet_secrets(tokenizer, canaries, space, max_length=context.causal_max_length)
+        secrets, alphabet = cs.alphabet_secrets(tokenizer, canaries, space, max_length=context.scorer.max_length)
         single = True
         note = None if size <= options.exposure_limit else (
             f"|R| = {size:,} is above --exposure-limit {options.exposure_limit:,}: exposure is Carlini et al.'s sampled "

@@ -69,7 +69,7 @@ class ExtractionAttack:
             raise UserInputError(f"--reveal {options.reveal}: extraction decodes the whole secret from its prefix; "
                                  "remove --reveal.")
         space = context.space if getattr(context.space, "alphabet", None) is not None else None
-        max_length, alphabet, warnings = context.causal_max_length, None, ()
+        max_length, alphabet, warnings = context.scorer.max_length, None, ()
         if space is not None:
             try:
                 secrets, alphabet = cs.alphabet_secrets(scorer.tokenizer, canaries, space, max_length=max_length)

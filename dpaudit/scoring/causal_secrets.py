@@ -63,14 +63,6 @@ class CausalSecret:
     secret: list[int]
 
 
-def model_max_length(model: Any, tokenizer: Any) -> int:
-    """The longest input the model and tokenizer accept (transformers' 'no limit' sentinel ignored)."""
-    config = model.config
-    limits = [x for x in (getattr(config, "n_positions", None), getattr(config, "max_position_embeddings", None),
-                          getattr(tokenizer, "model_max_length", None)) if isinstance(x, int) and 0 < x < 1_000_000]
-    return min(limits, default=1024)
-
-
 def _with_bos(tokenizer: Any, ids: list[int]) -> tuple[list[int], int]:
     """``ids`` with the tokenizer's BOS prepended when it has one and they lack it; and the shift applied."""
     bos = getattr(tokenizer, "bos_token_id", None)
