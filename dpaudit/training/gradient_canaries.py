@@ -66,6 +66,8 @@ class GradientCanaries:
             coordinate (its gradient norm is ``abs(gain)``; above the clip norm, clipping brings it to C).
         slot: int64 ``(rows,)``, the micro-batch of each audit row when the trainer clips micro-batches
             (values in ``[0, k)``, k from :meth:`GradientCanaryHost.gradient_canary_unit`); None otherwise.
+            All rows of one coordinate share one slot (checked): a host then keeps one sum and one
+            micro-batch per coordinate, O(size) whatever k.
         observe: called as ``observe(step, values)`` after each step with the block's noisy clipped sum.
     """
 
@@ -88,6 +90,13 @@ class GradientCanaries:
             slot = np.asarray(self.slot, dtype=np.int64)
             if slot.shape != coordinate.shape or (slot.size and slot.min() < 0):
                 raise ValueError("slot must be a non-negative int array with one entry per audit row.")
+            one = np.zeros(self.size, dtype=np.int64)
+            one[coordinate] = slot  # a coordinate's rows must agree on it: any of them, checked against all
+            split = np.flatnonzero(one[coordinate] != slot)
+            if split.size:
+                j = int(coordinate[split[0]])
+                raise ValueError(f"coordinate {j} has audit rows in slots {sorted(set(slot[coordinate == j].tolist()))}: "
+                                 "all rows of one coordinate (a canary and its partners) must share one slot.")
             object.__setattr__(self, "slot", slot)
 
     @property

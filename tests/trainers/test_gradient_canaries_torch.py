@@ -89,6 +89,57 @@ def test_micro_batch_clipping_refuses_audit_rows_without_a_slot(data_dir, tmp_pa
         plugin.host_gradient_canaries(GradientCanaries(size=1, coordinate=[0], gain=[1.0], slot=[4]))
 
 
+def test_a_coordinate_s_audit_rows_must_share_one_slot():
+    """The micro-batch audit keeps one sum and one micro-batch per coordinate: a split coordinate is refused."""
+    with pytest.raises(ValueError, match="coordinate 1 has audit rows in slots \\[0, 2\\]"):
+        GradientCanaries(size=3, coordinate=[0, 1, 1, 2], gain=[1.0, 1.0, -1.0, 1.0], slot=[0, 0, 2, 1])
+
+
+def test_the_micro_batch_block_matches_a_dense_per_micro_batch_table():
+    """The O(canaries) block against the straightforward ``[micro-batches x size]`` table it replaced:
+    3 groups, 5 micro-batches of which this process gets 4 (in a shuffled order), several canaries per
+    micro-batch with partners, micro-batches with and without real rows (engine factors given for the
+    former), rows of another process's micro-batch and coordinates without rows (all 0)."""
+    import torch
+
+    from dpaudit.trainers.torch_common.canary_block import AuditBlock
+
+    k, size, n = 5, 9, 100
+    coordinate = np.array([0, 1, 2, 3, 4, 5, 6, 0, 0, 1, 3, 5, 6])  # 7 canaries (7, 8 unused), then partners
+    gain = np.array([1e6, 3.0, 0.0, 1e6, -2.5, 0.7, 1e6, -1e3, -1e3, -1e3, -1e3, -4.0, -0.5])
+    slot_of = np.array([1, 1, 3, 2, 1, 4, 0, 0, 0])  # slot 1: canaries 0, 1, 4; slot 4: another process's
+    canaries = GradientCanaries(size=size, coordinate=coordinate, gain=gain, slot=slot_of[coordinate])
+    block = AuditBlock(canaries, n, groups=3, device=torch.device("cpu"))
+    bounds = np.array([0.3, 0.2, 0.1])
+    block.clip_microbatches(k, bounds)
+    units, engine = [3, 1, 0, 2], np.array([1, 3])  # places 1 and 3 (slots 1 and 2) also hold real rows
+    rows = np.array([0, 1, 3, 4, 5, 6, 7, 9, 10, 11])  # sampled: canary 2 (slot 3) and partner 8 are out
+    engine_factors = torch.tensor([[0.5, 0.25], [1.0, 0.125], [0.75, 1.0]])
+
+    audit = block.microbatches(rows, units, engine)
+    weights = bounds / np.sqrt((bounds ** 2).sum())
+    dense = np.zeros((len(units), size))  # b_s: the summed gains of micro-batch s per coordinate
+    for r in rows:
+        if canaries.slot[r] in units:
+            dense[units.index(canaries.slot[r]), coordinate[r]] += gain[r]
+    sq = weights[:, None] ** 2 * (dense ** 2).sum(1)[None, :]
+    np.testing.assert_allclose(audit.sq.numpy(), sq, rtol=1e-6)
+    np.testing.assert_allclose(audit.engine_sq().numpy(), sq[:, engine], rtol=1e-6)
+    factors = np.minimum(1.0, bounds[:, None] / np.maximum(np.sqrt(sq), 1e-12))
+    factors[:, engine] = engine_factors.numpy()
+    want = weights[:, None] * (factors @ dense)
+    got = audit.clipped(engine_factors)
+    assert got.shape == (3, size) and got.dtype == torch.float32
+    np.testing.assert_allclose(got.numpy(), want, rtol=1e-6, atol=1e-12)
+    assert not got[:, [2, 5, 7, 8]].any()  # not sampled, another process's micro-batch, no rows
+    alone = audit.clipped(None)  # no real rows anywhere: every micro-batch clipped by the block alone
+    factors = np.minimum(1.0, bounds[:, None] / np.maximum(np.sqrt(sq), 1e-12))
+    np.testing.assert_allclose(alone.numpy(), weights[:, None] * (factors @ dense), rtol=1e-6, atol=1e-12)
+    # a lone clipped canary (slot 0: canary 6 and its partner 12) projects to C
+    np.testing.assert_allclose(block.project(alone)[6], np.sqrt((bounds ** 2).sum()), rtol=1e-6)
+    assert not block.microbatches(rows, [], np.zeros(0, np.int64)).clipped(None).any()  # no micro-batch here
+
+
 @pytest.mark.parametrize("case", [*PER_EXAMPLE, "sgd"])
 def test_per_example_audit_rows_move_the_block_by_their_clipped_gradient_and_nothing_else(case, data_dir, tmp_path):
     """Each audit row is one unit clipped to C (sgd: unclipped); the real rows' sum is unchanged bit for bit."""

@@ -50,23 +50,34 @@ def _clip_factors(bounds: torch.Tensor, sq: torch.Tensor) -> torch.Tensor:
 
 
 class MicrobatchAudit:
-    """The audit rows of one step in this process's micro-batches: their summed block gradients per
-    micro-batch, what the engine's clip factors must see, and the block's clipped sum once they are known.
+    """The audit rows of one step in this process's micro-batches: what the engine's clip factors must see,
+    and the block's clipped sum once they are known. O(canaries) in memory and time, whatever the
+    number of micro-batches: every audit row of canary coordinate j sits in j's one micro-batch
+    (:class:`~dpaudit.training.gradient_canaries.GradientCanaries` enforces it), so the per-micro-batch
+    sums ``b_s`` (a ``[micro-batches x size]`` table, quadratic when each canary has a micro-batch of its
+    own, as the edp-sgd audit lays them out) are held as one value and one position per coordinate.
 
     Args:
-        sums: ``[S, size]``: ``b_s``, the summed gains per canary coordinate of micro-batch s (the s-th of
-            the micro-batches given), before the per-group weights C_l / C.
+        gains: ``[size]``: ``b_j``, the summed gains of coordinate j's audit rows sampled in this step in
+            the micro-batches given (0 when none is), before the per-group weights C_l / C.
+        position: ``[size]`` long: the place s of coordinate j's micro-batch among the micro-batches given
+            (any valid place where ``b_j`` is 0: it then adds nothing anywhere).
+        units: S, the number of micro-batches given.
         bounds, weights: ``[L]``: the groups' clip norms C_l and the weights C_l / C.
         engine_units: the positions s of the micro-batches that hold real rows: the engine's units, in order.
 
-    ``sq`` ``[L, S]`` is the block's squared norm in group l of micro-batch s, ``(C_l / C)^2 ||b_s||^2``.
+    ``sq`` ``[L, S]`` is the block's squared norm in group l of micro-batch s,
+    ``(C_l / C)^2 sum_{j in s} b_j^2`` (summed by ``index_add_`` over the positions).
     """
 
-    def __init__(self, sums: torch.Tensor, bounds: torch.Tensor, weights: torch.Tensor,
-                 engine_units: np.ndarray) -> None:
-        self.sums, self.bounds, self.weights = sums, bounds, weights
-        self.sq = weights.pow(2)[:, None] * sums.pow(2).sum(1)[None, :]
-        self._engine_units = to_device(torch.as_tensor(engine_units, dtype=torch.long), sums.device)
+    def __init__(self, gains: torch.Tensor, position: torch.Tensor, units: int, bounds: torch.Tensor,
+                 weights: torch.Tensor, engine_units: np.ndarray) -> None:
+        self.gains, self.position, self.bounds, self.weights = gains, position, bounds, weights
+        per_unit = torch.zeros(units, dtype=gains.dtype, device=gains.device)
+        if units:
+            per_unit.index_add_(0, position, gains.pow(2))
+        self.sq = weights.pow(2)[:, None] * per_unit[None, :]
+        self._engine_units = to_device(torch.as_tensor(engine_units, dtype=torch.long), gains.device)
 
     def engine_sq(self) -> torch.Tensor:
         """``[L, U]``: the block's squared norms of the engine's units (micro-batches with real rows), to be
@@ -74,13 +85,16 @@ class MicrobatchAudit:
         return self.sq.index_select(1, self._engine_units)
 
     def clipped(self, engine_factors: torch.Tensor | None) -> torch.Tensor:
-        """``[L, size]``: the block's clipped sum, ``(C_l / C) sum_s f_{l,s} b_s``. ``engine_factors`` ``[L, U]``
-        are the engine's factors of its units (None: it had none); a micro-batch of audit rows alone is
-        clipped here by the same rule, its real squared norm being 0."""
+        """``[L, size]``: the block's clipped sum, ``(C_l / C) f_{l,s(j)} b_j`` on coordinate j, s(j) its
+        micro-batch. ``engine_factors`` ``[L, U]`` are the engine's factors of its units (None: it had
+        none); a micro-batch of audit rows alone is clipped here by the same rule, its real squared norm
+        being 0."""
+        if not self.sq.shape[1]:  # no micro-batch here: nothing to clip
+            return self.weights[:, None] * torch.zeros_like(self.gains)[None, :]
         factors = _clip_factors(self.bounds[:, None], self.sq)
         if engine_factors is not None:
             factors = factors.index_copy(1, self._engine_units, engine_factors.to(factors.dtype))
-        return self.weights[:, None] * (factors @ self.sums)
+        return self.weights[:, None] * (factors.index_select(1, self.position) * self.gains[None, :])
 
 
 class AuditBlock:
@@ -106,6 +120,7 @@ class AuditBlock:
         self._weights: torch.Tensor | None = None
         self._projection: torch.Tensor | None = None  # the weights in float64, for what the audit reads
         self._microbatches = 0
+        self._coordinate_slot: np.ndarray | None = None
 
     # -- rows ------------------------------------------------------------------------------------
 
@@ -145,6 +160,10 @@ class AuditBlock:
         if slot is None or (slot.size and int(slot.max()) >= microbatches):
             raise ValueError(f"each audit row needs a slot in [0, {microbatches}).")
         self._microbatches = int(microbatches)
+        # Coordinate j's micro-batch (GradientCanaries puts all of j's rows in one); 0 for a coordinate
+        # without rows (its b_j is always 0).
+        self._coordinate_slot = np.zeros(self.canaries.size, dtype=np.int64)
+        self._coordinate_slot[self.canaries.coordinate] = slot
         device, dtype = self.param.device, self.param.dtype
         weights = b / b.pow(2).sum().sqrt()
         self._bounds = to_device(b.to(dtype), device)
@@ -153,21 +172,22 @@ class AuditBlock:
 
     def microbatches(self, rows: np.ndarray, units: Sequence[int], engine_units: np.ndarray) -> MicrobatchAudit:
         """The audit ``rows`` sampled in this step that fall in micro-batches ``units`` (this process's,
-        in the order the engine receives them), summed per micro-batch (``index_add_``, no loop over rows);
-        ``engine_units``: the positions in ``units`` of the micro-batches that hold real rows."""
-        if self._weights is None:
+        in the order the engine receives them), summed per coordinate (``index_add_``, no loop over rows
+        or micro-batches); ``engine_units``: the positions in ``units`` of the micro-batches that hold
+        real rows."""
+        if self._weights is None or self._coordinate_slot is None:
             raise RuntimeError("clip_microbatches must be called before micro-batch clipping.")
-        size = self.canaries.size
+        device = self.param.device
         position = np.full(self._microbatches, -1, dtype=np.int64)  # micro-batch -> its place in ``units``
         position[np.asarray(units, dtype=np.int64)] = np.arange(len(units))
         where = position[self.canaries.slot[rows]] if len(rows) else np.zeros(0, np.int64)
-        rows, where = rows[where >= 0], where[where >= 0]
-        sums = torch.zeros(len(units) * size, dtype=self.param.dtype, device=self.param.device)
+        rows = rows[where >= 0]
+        gains = torch.zeros(self.canaries.size, dtype=self.param.dtype, device=device)
         if len(rows):
             r = self._rows(rows)
-            flat = self._rows(where) * size + self._coordinate.index_select(0, r)  # (micro-batch, coordinate)
-            sums.index_add_(0, flat, self._gain.index_select(0, r))
-        return MicrobatchAudit(sums.view(len(units), size), self._bounds, self._weights, engine_units)
+            gains.index_add_(0, self._coordinate.index_select(0, r), self._gain.index_select(0, r))
+        place = np.maximum(position[self._coordinate_slot], 0)  # a coordinate outside ``units`` has b_j = 0
+        return MicrobatchAudit(gains, self._rows(place), len(units), self._bounds, self._weights, engine_units)
 
     # -- what the audit reads ------------------------------------------------------------------------
 
