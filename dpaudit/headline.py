@@ -25,7 +25,15 @@ demo verdict print:
   the best eligible proof; without one it shows the best eligible heuristic, labelled so. Only a
   proof above the proven epsilon says "CLAIM CONTRADICTED"; a heuristic above it says
   "heuristic bound above the claim: investigate".
-- The f-DP bound (Mahloujifar et al. 2024) refutes mu-GDP, not (epsilon, delta)-DP (it exceeded the
+- **The claimed curve.** When the claim states its mechanism (``privacy.json``'s segments: Poisson-subsampled
+  Gaussian steps), a coin-flip audit of the claim's unit is bounded against that mechanism's own trade-off curve
+  (:mod:`dpaudit.audit.claim_family`: the f-DP recursion of Mahloujifar, Melis & Chaudhuri 2024 with the claim's
+  curve, one pair of guess counts planned from the claim before any score is seen), one bound per audit in
+  place of Steinke's: above the claim it rejects the claim itself (a proof whatever the mechanism); below it,
+  the figure is the epsilon of the least private mechanism of the claimed form (sampling rates and steps, any
+  noise) that the guesses reject. Steinke's bound stays the one of non-private models, group bounds and claims
+  without a mechanism (a stated epsilon, shuffled batches).
+- The Gaussian f-DP bound (Mahloujifar et al. 2024) refutes mu-GDP, not (epsilon, delta)-DP (it exceeded the
   true epsilon of randomized response in 99.5% of trials): it never drives the headline or alarm.
 - **Claims.** A run with fixed-size shuffled batches proves no epsilon (``privacy.json`` epsilon
   null): it reads "no proven epsilon (as-if-Poisson: X)", nothing is compared with it, and nothing
@@ -49,6 +57,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from dpaudit.accounting.events import Segment
 from dpaudit.audit import (
     AuditResult,
     BonferroniThresholds,
@@ -56,6 +65,8 @@ from dpaudit.audit import (
     epsilon_lower_bound_clopper_pearson,
     epsilon_lower_bound_one_run,
 )
+from dpaudit.audit.claim_family import epsilon_lower_bound_one_run_claim
+from dpaudit.audit.claimed_mechanism import ClaimedMechanism
 from dpaudit.figures import format_down, format_up
 
 __all__ = ["AuditSource", "Claim", "FDP_LABEL", "Headline", "HeadlineBound", "HEURISTIC_LABEL", "PROOF_LABEL",
@@ -63,6 +74,8 @@ __all__ = ["AuditSource", "Claim", "FDP_LABEL", "Headline", "HeadlineBound", "HE
 
 PROOF, HEURISTIC = "proof", "heuristic"
 PROOF_LABEL = "proof (one run, coin-flip canaries; Steinke et al. 2023)"
+CLAIM_PROOF_LABEL = ("proof (one run, coin-flip canaries) against the claimed mechanism's trade-off curve (f-DP, "
+                     "Mahloujifar et al. 2024); the figure holds for mechanisms of the claimed form")
 HEURISTIC_LABEL = "heuristic (Clopper-Pearson on the examples of one model: not independent trials)"
 FDP_LABEL = "refutes mu-GDP (Gaussian mechanisms only), not an (epsilon, delta) bound"
 #: The membership task of single training examples (train.jsonl vs heldout.jsonl): one row each.
@@ -85,6 +98,8 @@ class Claim:
             (not a guarantee).
         epsilon_replace_one: set when the run treated its dataset size N as public: the replace-one
             epsilon, stated beside the add/remove one (which says nothing about an adversary who knows N).
+        mechanism: a proven claim's mechanism (its accounting segments), whose trade-off curve the one-run
+            proof tests (None: no mechanism stated).
     """
 
     known: bool
@@ -93,6 +108,7 @@ class Claim:
     delta: float | None = None
     epsilon_if_poisson: float | None = None
     epsilon_replace_one: float | None = None
+    mechanism: ClaimedMechanism | None = None
 
     @classmethod
     def from_claimed(cls, claimed: Any, *, sampling: str | None = None) -> Claim:
@@ -106,8 +122,17 @@ class Claim:
             if_poisson = if_poisson if if_poisson is not None else epsilon
             epsilon = None
         replace_one = getattr(claimed, "epsilon_replace_one", None) if epsilon is not None else None
+        segments = getattr(claimed, "segments", None)
+        mechanism = None
+        if epsilon is not None and claimed.delta is not None and segments:
+            mechanism = ClaimedMechanism(
+                segments=tuple(Segment(steps=int(s["steps"]), sampling_probability=float(s["sampling_probability"]),
+                                       noise_multiplier=float(s["noise_multiplier"]),
+                                       sensitivity_factor=float(s.get("sensitivity_factor", 1.0))) for s in segments),
+                delta=float(claimed.delta), epsilon=float(epsilon), clip_norm=1.0, sensitivity_factor=1.0)
         return cls(known=bool(claimed.known), private=claimed.private, epsilon=epsilon, delta=claimed.delta,
-                   epsilon_if_poisson=if_poisson if claimed.private else None, epsilon_replace_one=replace_one)
+                   epsilon_if_poisson=if_poisson if claimed.private else None, epsilon_replace_one=replace_one,
+                   mechanism=mechanism)
 
     @property
     def proven(self) -> bool:
@@ -254,7 +279,9 @@ class HeadlineBound:
 
     @property
     def kind_label(self) -> str:
-        return PROOF_LABEL if self.kind == PROOF else HEURISTIC_LABEL
+        if self.kind == HEURISTIC:
+            return HEURISTIC_LABEL
+        return CLAIM_PROOF_LABEL if self.bound.method == "one_run_claim" else PROOF_LABEL
 
     def text(self) -> str:
         """"epsilon >= 1.23 (loss/canaries; proof ...)", rounded down."""
@@ -320,8 +347,13 @@ class Headline:
         return f"empirical lower bound ({self.label}): {self.best.text()}: {self.verdict()}"
 
 
-def _recompute(source: AuditSource, *, delta: float, confidence: float) -> tuple[str, EpsilonBound]:
+def _recompute(source: AuditSource, *, delta: float, confidence: float,
+               mechanism: ClaimedMechanism | None = None) -> tuple[str, EpsilonBound]:
+    """The audit's bound at ``confidence``: against ``mechanism``'s curve (coin-flip canaries of the claim's unit and
+    a stated mechanism), Steinke's (other coin-flip canaries), or Clopper-Pearson over every threshold."""
     member, nonmember = source.audit.roc.rank_scores()
+    if source.audit.coin_flip and mechanism is not None:
+        return PROOF, epsilon_lower_bound_one_run_claim(member, nonmember, mechanism, confidence=confidence)
     if source.audit.coin_flip:
         return PROOF, epsilon_lower_bound_one_run(member, nonmember, delta=delta, confidence=confidence)
     return HEURISTIC, epsilon_lower_bound_clopper_pearson(member, nonmember, delta=delta, confidence=confidence,
@@ -364,7 +396,7 @@ def headline(sources: Sequence[AuditSource], claim: Claim, *, confidence: float 
                 target = None
         else:
             target, delta = None, claim.delta if claim.delta is not None else source.audit.delta
-        kind, bound = _recompute(source, delta=delta, confidence=each)
+        kind, bound = _recompute(source, delta=delta, confidence=each, mechanism=claim.mechanism if f == 1 else None)
         above = target is not None and bound.epsilon > target
         hb = HeadlineBound(attack=source.attack, task=source.task, group_size=f, kind=kind, bound=bound,
                            compared_with=target, above=above)

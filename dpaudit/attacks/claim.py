@@ -60,7 +60,7 @@ def claimed_privacy(record: PrivacyRecord | None, *, where: str = "privacy.json"
     if not record.proven:  # shuffled fixed-size batches: the figure is as-if-Poisson, never a claim
         return ClaimedPrivacy(**common, epsilon=None, recorded_epsilon=None, epsilon_if_poisson=recomputed)
     return ClaimedPrivacy(**common, epsilon=recomputed, recorded_epsilon=record.epsilon, n_public=record.n_public,
-                          epsilon_replace_one=replace_one)
+                          epsilon_replace_one=replace_one, segments=tuple(dict(s) for s in record.segments) or None)
 
 
 def opacus_history(path: str | os.PathLike[str]) -> list[tuple[float, float, int]]:
@@ -123,7 +123,7 @@ def opacus_claim(path: str | os.PathLike[str], delta: float) -> ClaimedPrivacy:
     epsilon = float(accounting.epsilon(event, delta))
     steps = sum(s.steps for s in segments)
     return ClaimedPrivacy(known=True, private=True, epsilon=epsilon, recorded_epsilon=None, delta=float(delta),
-                          accountant="pld", sampling="poisson",
+                          accountant="pld", sampling="poisson", segments=tuple(s.to_json() for s in segments),
                           guarantee=(f"({format_up(epsilon)}, {delta:g})-DP for one example (add/remove), accounted by dpaudit "
                                      f"(PLD) from the Opacus accountant's history in {path}: {steps} Poisson-sampled "
                                      "Gaussian steps. It holds if the training ran what that history says (per-example "

@@ -122,6 +122,9 @@ class ClaimedPrivacy(JsonRecord):
             which is then treated as public (records written before this field existed did so too).
         epsilon_replace_one: when N is treated as public: the epsilon under replace-one adjacency,
             recomputed from the same event (the guarantee against an adversary who knows N).
+        segments: a proven claim's accounting segments (steps, q, sigma, sensitivity factor), as
+            ``privacy.json`` states them: the mechanism whose trade-off curve the one-run proof tests
+            (:mod:`dpaudit.audit.claim_family`); None when there is none (non-private, shuffle, a stated claim).
     """
 
     known: bool
@@ -135,6 +138,7 @@ class ClaimedPrivacy(JsonRecord):
     epsilon_if_poisson: float | None = None
     n_public: bool | None = None
     epsilon_replace_one: float | None = None
+    segments: tuple[dict[str, float], ...] | None = None
 
     def text(self) -> str:
         """The claim in words, figures rounded up ("no proven epsilon (as-if-Poisson: 0.149)" for shuffle)."""

@@ -9,7 +9,8 @@ iterates) or only the final values (last iterate). The modules, one job each:
 - :mod:`.layout`: where the canaries go (per-example: one Dirac row each; micro-batch: with partners
   so that one example's move reaches 2C) and what each role expects to observe;
 - :mod:`.harness`: one training run through the trainer's own plug-in hosting the canaries;
-- :mod:`.mechanism`: the claim read from ``privacy.json`` and its family (every sigma scaled);
+- :mod:`dpaudit.audit.claimed_mechanism`: the claim read from ``privacy.json`` and its family (every sigma
+  scaled), shared with the black-box headline;
 - :mod:`.scores`: likelihood-ratio scores (all iterates) and final values (last iterate);
 - :mod:`.plan`: the one-run proof's guess counts, planned from the claim before any score is seen;
 - :mod:`.bounds`: one-run and pooled bounds (Steinke; Gaussian f-DP; Clopper-Pearson; the claimed
@@ -24,7 +25,7 @@ import importlib
 from typing import Any
 
 _EXPORTS = {"audit_trainer": "audit", "write_audit": "audit", "analyse": "analysis", "Analysis": "analysis",
-            "run_with_canaries": "harness", "RunEvidence": "harness", "ClaimedMechanism": "mechanism",
+            "run_with_canaries": "harness", "RunEvidence": "harness", "ClaimedMechanism": "dpaudit.audit.claimed_mechanism",
             "CanaryLayout": "layout"}
 
 __all__ = sorted(_EXPORTS)
@@ -32,5 +33,6 @@ __all__ = sorted(_EXPORTS)
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
+        module = _EXPORTS[name]
+        return getattr(importlib.import_module(module if "." in module else f"{__name__}.{module}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -28,15 +28,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpaudit.audit.bounds import _cp_upper, epsilon_lower_bound_clopper_pearson
-from dpaudit.audit.one_run import (
-    _one_run_guesses,
-    _thresholds_for,
-    epsilon_lower_bound_one_run,
-    epsilon_lower_bound_one_run_fdp,
-)
+from dpaudit.audit.claim_family import claim_family_test
+from dpaudit.audit.one_run import epsilon_lower_bound_one_run, epsilon_lower_bound_one_run_fdp
 from dpaudit.audit.thresholds import BonferroniThresholds, GuessGrid
-from dpaudit.audit.tradeoff import TradeOff, one_run_margin
-from dpaudit.whitebox.mechanism import ClaimedMechanism, FamilyBound
+from dpaudit.audit.tradeoff import TradeOff
+from dpaudit.audit.claimed_mechanism import ClaimedMechanism, FamilyBound
 
 __all__ = ["Bound", "multi_run_bounds", "one_run_bounds"]
 
@@ -75,18 +71,9 @@ def one_run_family(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedMech
     counts ``planned`` from the claim before the scores were seen (:func:`dpaudit.whitebox.plan.planned_guesses`:
     one test at the full risk), or else on every pair of ``grid`` (Bonferroni)."""
     member, nonmember = np.asarray(member, float), np.asarray(nonmember, float)
-    m = member.size + nonmember.size
-    pairs = (planned,) if planned is not None else grid.resolve(m)
-    desc = np.sort(np.concatenate([member, nonmember]))[::-1]
-    counts = [_one_run_guesses(member, nonmember, *_thresholds_for(desc, kp, km)) for kp, km in pairs]
-    alpha = (1 - confidence) / len(pairs)
-    useful = [(r, v) for r, v in counts if v > 0]
-
-    def rejects(curve: TradeOff) -> bool:
-        return any(one_run_margin(curve.blow_up_inverse, m, r, v, alpha) > 0 for r, v in useful)
-
-    found = claim.lower_bound(rejects)
-    best = max(counts, key=lambda rv: (rv[1] / rv[0] if rv[0] else 0.0, rv[0]))
+    pairs = (planned,) if planned is not None else grid.resolve(member.size + nonmember.size)
+    found, counts = claim_family_test(member, nonmember, claim, pairs, 1 - confidence)
+    best = max(((r, v) for r, v, _, _ in counts), key=lambda rv: (rv[1] / rv[0] if rv[0] else 0.0, rv[0]))
     return _family(found, confidence, guesses=int(best[0]), correct=int(best[1]),
                    selection="planned" if planned is not None else f"bonferroni over {len(pairs)}")
 

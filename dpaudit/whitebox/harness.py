@@ -19,7 +19,7 @@ import numpy as np
 from dpaudit.training.gradient_canaries import canary_host
 from dpaudit.training.privacy_record import read_privacy_record
 from dpaudit.whitebox.layout import CanaryLayout
-from dpaudit.whitebox.mechanism import ClaimedMechanism
+from dpaudit.audit.claimed_mechanism import ClaimedMechanism
 
 __all__ = ["PluginFactory", "RunEvidence", "evidence_path", "load_evidence", "run_job", "run_with_canaries"]
 

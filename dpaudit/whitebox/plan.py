@@ -5,12 +5,13 @@ tests ONE choice of guesses: "member" on the k+ highest scores, "non-member" on 
 of (k+, k-) on the scores costs a Bonferroni correction (14 pairs: each tested at alpha / 14), and that
 correction, not the attack, is what held the proof near half the claim. In a white-box audit the auditor
 knows, before training, exactly what a correct trainer's canaries look like: the claimed mechanism
-(:class:`~dpaudit.whitebox.mechanism.ClaimedMechanism`: q_t, the noise std, C) and the layout's mixtures.
+(:class:`~dpaudit.audit.claimed_mechanism.ClaimedMechanism`: q_t, the noise std, C) and the layout's mixtures.
 :func:`planned_guesses` picks the pair from that alone, so the proof tests it at the full alpha:
 
 1. simulate the claimed mechanism's per-canary scores (a fixed seed; the same Neyman-Pearson score
    :func:`~dpaudit.whitebox.scores.all_iterates_scores` gives the real canaries);
-2. for each candidate pair, the expected number of correct guesses v among r = k+ + k- on m fair-coin
+2. (:func:`dpaudit.audit.claim_family.planned_pair`, shared with the black-box proof) for each candidate pair,
+   the expected number of correct guesses v among r = k+ + k- on m fair-coin
    canaries (the precision of the population's top k+ / m and bottom k- / m), less one standard
    deviation (a pair whose count varies less is preferred: the audit has one run);
 3. the pair whose planned (r, v) gives the largest claim-family bound at the full alpha.
@@ -27,17 +28,13 @@ import functools
 
 import numpy as np
 
-from dpaudit.audit.thresholds import guess_pairs
-from dpaudit.audit.tradeoff import one_run_margin
+from dpaudit.audit.claim_family import candidate_pairs, planned_pair
+from dpaudit.audit.claimed_mechanism import ClaimedMechanism
 from dpaudit.whitebox.layout import CanaryLayout
-from dpaudit.whitebox.mechanism import ClaimedMechanism
 from dpaudit.whitebox.scores import all_iterates_scores
 
-__all__ = ["PLAN_FRACTIONS", "candidate_pairs", "planned_guesses"]
+__all__ = ["candidate_pairs", "planned_guesses"]
 
-#: Shares of the m canaries guessed that the plan considers: each one-sided (k+ = f m) and two-sided
-#: (k+ = k- = f m / 2).
-PLAN_FRACTIONS = tuple(float(f) for f in np.geomspace(0.004, 0.5, 22))
 #: Simulated observations per class (members, non-members; canaries x steps) the plan estimates the score
 #: distributions from: the planned count moves by about one standard deviation per 1% of precision, so the
 #: tail's precision must be estimated to a fraction of that (250,000 canaries at 4 steps, 50,000 at 20).
@@ -46,8 +43,6 @@ PLAN_OBSERVATIONS = 1_000_000
 PLAN_CANARIES = 250_000
 #: The plan's own seed: the plan is a fixed function of the claim (reproducible, and never the auditor's coins).
 PLAN_SEED = 20240527
-#: Standard deviations of the correct count the plan gives up (a one-run audit must not count on a lucky draw).
-PLAN_SPREAD = 1.0
 
 
 def _simulated_scores(claim: ClaimedMechanism, unit: str, partners: int, n: int) -> tuple[np.ndarray, np.ndarray]:
@@ -66,32 +61,6 @@ def _simulated_scores(claim: ClaimedMechanism, unit: str, partners: int, n: int)
     return out[0], out[1]
 
 
-def _expected_counts(member: np.ndarray, nonmember: np.ndarray, pooled: np.ndarray, m: int, k_plus: int,
-                     k_minus: int) -> tuple[int, int]:
-    """(r, v): the guesses and the planned correct ones (expected less :data:`PLAN_SPREAD` standard deviations),
-    from sorted simulated ``member`` and ``nonmember`` scores and ``pooled``, both sorted together."""
-    n = pooled.size
-    v_mean, v_var = 0.0, 0.0
-    if k_plus:
-        t = pooled[n - min(n, max(1, round(k_plus / m * n)))]  # the population share k+ / m from the top
-        tp = member.size - np.searchsorted(member, t, side="left")
-        fp = nonmember.size - np.searchsorted(nonmember, t, side="left")
-        p = tp / max(tp + fp, 1)
-        v_mean, v_var = v_mean + k_plus * p, v_var + k_plus * p * (1 - p)
-    if k_minus:
-        t = pooled[min(n, max(1, round(k_minus / m * n))) - 1]  # ... and k- / m from the bottom
-        tn = np.searchsorted(nonmember, t, side="right")
-        fn = np.searchsorted(member, t, side="right")
-        p = tn / max(tn + fn, 1)
-        v_mean, v_var = v_mean + k_minus * p, v_var + k_minus * p * (1 - p)
-    return k_plus + k_minus, int(np.floor(v_mean - PLAN_SPREAD * np.sqrt(v_var)))
-
-
-def candidate_pairs(m: int) -> tuple[tuple[int, int], ...]:
-    """The (k+, k-) pairs the plan chooses among for m canaries."""
-    return guess_pairs(PLAN_FRACTIONS, m)
-
-
 @functools.lru_cache(maxsize=64)
 def planned_guesses(claim: ClaimedMechanism, unit: str, partners: int, m: int, alpha: float) -> tuple[int, int]:
     """The (k+, k-) the one-run proof of m canaries under ``claim`` tests at significance ``alpha``.
@@ -101,12 +70,4 @@ def planned_guesses(claim: ClaimedMechanism, unit: str, partners: int, m: int, a
     """
     n = max(1_000, min(PLAN_CANARIES, PLAN_OBSERVATIONS // claim.steps))
     member, nonmember = _simulated_scores(claim, unit, partners, n)
-    pooled = np.sort(np.concatenate([member, nonmember]))
-    pairs, tests = [], []
-    for k_plus, k_minus in candidate_pairs(m):
-        r, v = _expected_counts(member, nonmember, pooled, m, k_plus, k_minus)
-        if v > 0:
-            pairs.append((k_plus, k_minus))
-            tests.append(lambda curve, r=r, v=v: one_run_margin(curve.blow_up_inverse, m, r, v, alpha) > 0)
-    best, _ = claim.best_test(tests)
-    return pairs[best] if best is not None else candidate_pairs(m)[-1]
+    return planned_pair(claim, member, nonmember, m, alpha)

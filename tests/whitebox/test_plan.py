@@ -13,7 +13,7 @@ from dpaudit.accounting.events import Segment
 from dpaudit.audit.tradeoff import one_run_margin
 from dpaudit.whitebox.bounds import one_run_family
 from dpaudit.whitebox.layout import CanaryLayout
-from dpaudit.whitebox.mechanism import ClaimedMechanism
+from dpaudit.audit.claimed_mechanism import ClaimedMechanism
 from dpaudit.whitebox.plan import candidate_pairs, planned_guesses
 from dpaudit.whitebox.scores import all_iterates_scores
 

@@ -13,7 +13,7 @@ from dpaudit.accounting.events import Segment
 from dpaudit.audit.gdp import gdp_delta
 from dpaudit.audit.one_run import _fdp_mu
 from dpaudit.audit.tradeoff import TradeOff, one_run_margin, point_rejects
-from dpaudit.whitebox.mechanism import ClaimedMechanism
+from dpaudit.audit.claimed_mechanism import ClaimedMechanism
 
 _N = statistics.NormalDist()
 
