@@ -26,6 +26,7 @@ from dpaudit.training.starting_point import DataSplit
 Preset = Literal["tiny", "mini", "small", "base", "large"]
 Sampling = Literal["poisson", "shuffle"]
 ClipEngine = Literal["ghost", "vmap"]
+LrDecay = Literal["quadratic", "none"]
 
 #: Tokenizer vocabulary used when ``--vocab-size`` is not given (tiny models learn fast on small vocabularies).
 DEFAULT_VOCAB_SIZE: dict[str, int] = {"tiny": 2000, "mini": 8000, "small": 8000, "base": 30522, "large": 30522}
@@ -83,7 +84,10 @@ class JaxBertConfig:
         "WordPiece vocabulary trained on public.jsonl (without --init-from); default 2000 for tiny, 8000 mini/small, "
         "30522 base/large."))
     learning_rate: float = field(default=1e-3, metadata=_help("Peak AdamW learning rate."))
-    warmup_steps: int = field(default=0, metadata=_help("Linear warmup steps before the quadratic decay to 0."))
+    warmup_steps: int = field(default=0, metadata=_help("Linear warmup steps before the learning-rate decay."))
+    lr_decay: LrDecay = field(default="quadratic", metadata=_help(
+        "Learning rate after warmup: quadratic (decay to 0 at the last step, Anil et al. 2021) or none (the peak "
+        "rate to the end: the last iterate weighs every step alike, as a black-box canary audit of a DP model wants)."))
     weight_decay: float = field(default=0.01, metadata=_help("Decoupled AdamW weight decay (Anil et al. use up to 1.0)."))
     clip_norm: float = field(default=1.0, metadata=_help("Per-example gradient L2 clip norm C."))
     clip_engine: ClipEngine = field(default="ghost", metadata=_help(

@@ -27,6 +27,17 @@ import optax
 from optax import tree_utils
 
 
+#: The learning-rate decays after warmup: ``quadratic`` to 0 at the last step (Anil et al. 2021), or ``none`` (the
+#: peak rate to the end). A decay weights late steps less; the last iterate of a DP run then carries less of the
+#: early steps' signal against the same noise, which is why a black-box audit of released weights trains with none.
+DECAYS = ("quadratic", "none")
+
+
+def _check_decay(decay: str) -> None:
+    if decay not in DECAYS:
+        raise ValueError(f"decay must be one of {DECAYS}, got {decay!r}.")
+
+
 def _check(learning_rate: float, warmup_steps: int, total_steps: int) -> None:
     if not learning_rate > 0:
         raise ValueError(f"learning_rate must be > 0, got {learning_rate}.")
@@ -39,9 +50,10 @@ def _check(learning_rate: float, warmup_steps: int, total_steps: int) -> None:
 
 
 def learning_rate_schedule(
-    *, learning_rate: float, warmup_steps: int, total_steps: int
+    *, learning_rate: float, warmup_steps: int, total_steps: int, decay: str = "quadratic"
 ) -> optax.Schedule:
-    """Linear warmup to ``learning_rate`` then quadratic (power-2 polynomial) decay to 0.
+    """Linear warmup to ``learning_rate`` then quadratic (power-2 polynomial) decay to 0 (``decay="none"``: the
+    peak rate after warmup).
 
     ``lr(t) = learning_rate * (t + 1) / warmup_steps`` for ``t < warmup_steps`` (the first step already
     moves: under DP every step spends privacy budget, so a zero-rate step would waste it), then
@@ -49,22 +61,23 @@ def learning_rate_schedule(
     is ``learning_rate`` at the end of warmup and reaches 0 at ``t = total_steps``.
     """
     _check(learning_rate, warmup_steps, total_steps)
+    _check_decay(decay)
     lr = float(learning_rate)
     warm = int(warmup_steps)
-
-    decay = float(total_steps - warmup_steps)
+    length = float(total_steps - warmup_steps)
 
     def schedule(count: jnp.ndarray) -> jnp.ndarray:
         t = jnp.asarray(count, jnp.float32)
         warmup_lr = lr * (t + 1.0) / max(warm, 1)
-        frac = jnp.clip((t - warm) / decay, 0.0, 1.0)
-        decay_lr = lr * (1.0 - frac) ** 2
+        frac = jnp.clip((t - warm) / length, 0.0, 1.0)
+        decay_lr = lr * (1.0 - frac) ** 2 if decay == "quadratic" else jnp.full_like(t, lr)
         return jnp.where(t < warm, warmup_lr, decay_lr)
 
     return schedule
 
 
-def _scheduled_rate(count: jax.Array, total_steps: jax.Array, *, lr: float, warm: int) -> jax.Array:
+def _scheduled_rate(count: jax.Array, total_steps: jax.Array, *, lr: float, warm: int,
+                    decay: str = "quadratic") -> jax.Array:
     """The rate of :func:`learning_rate_schedule` at ``count`` with ``total_steps`` an (int32) array.
 
     Bit-identical to the schedule with ``total_steps`` a Python constant as it compiled before: XLA
@@ -74,8 +87,10 @@ def _scheduled_rate(count: jax.Array, total_steps: jax.Array, *, lr: float, warm
     """
     t = jnp.asarray(count, jnp.float32)
     warmup_lr = lr * (t + 1.0) / max(warm, 1)
-    decay = (jnp.asarray(total_steps, jnp.int32) - warm).astype(jnp.float32)
-    frac = jnp.clip((t - warm) * (jnp.float32(1.0) / decay), 0.0, 1.0)
+    if decay == "none":
+        return jnp.where(t < warm, warmup_lr, jnp.float32(lr))
+    length = (jnp.asarray(total_steps, jnp.int32) - warm).astype(jnp.float32)
+    frac = jnp.clip((t - warm) * (jnp.float32(1.0) / length), 0.0, 1.0)
     decay_lr = lr * (1.0 - frac) ** 2
     return jnp.where(t < warm, warmup_lr, decay_lr)
 
@@ -87,7 +102,8 @@ class ScheduleState(NamedTuple):
     total_steps: jax.Array  # int32 scalar; set by init_optimizer
 
 
-def scale_by_runtime_schedule(*, learning_rate: float, warmup_steps: int) -> optax.GradientTransformation:
+def scale_by_runtime_schedule(*, learning_rate: float, warmup_steps: int,
+                              decay: str = "quadratic") -> optax.GradientTransformation:
     """``optax.scale_by_learning_rate(schedule)`` with ``total_steps`` read from the state at run time.
 
     The same ops as optax's ``scale_by_schedule(lambda c: -1 * schedule(c))``: the negated rate cast
@@ -97,6 +113,7 @@ def scale_by_runtime_schedule(*, learning_rate: float, warmup_steps: int) -> opt
         raise ValueError(f"learning_rate must be > 0, got {learning_rate}.")
     if int(warmup_steps) != warmup_steps or warmup_steps < 0:
         raise ValueError(f"warmup_steps must be an integer >= 0, got {warmup_steps}.")
+    _check_decay(decay)
     lr, warm = float(learning_rate), int(warmup_steps)
 
     def init_fn(params: Any) -> ScheduleState:
@@ -105,7 +122,7 @@ def scale_by_runtime_schedule(*, learning_rate: float, warmup_steps: int) -> opt
 
     def update_fn(updates: Any, state: ScheduleState, params: Any = None) -> tuple[Any, ScheduleState]:
         del params
-        step_size = -1 * _scheduled_rate(state.count, state.total_steps, lr=lr, warm=warm)
+        step_size = -1 * _scheduled_rate(state.count, state.total_steps, lr=lr, warm=warm, decay=decay)
         updates = jax.tree.map(lambda g: jnp.array(step_size, dtype=g.dtype) * g, updates)
         return updates, ScheduleState(count=optax.safe_increment(state.count), total_steps=state.total_steps)
 
@@ -126,6 +143,7 @@ def make_optimizer(
     warmup_steps: int,
     total_steps: int | None = None,
     weight_decay: float,
+    decay: str = "quadratic",
     b1: float = 0.9,
     b2: float = 0.999,
     eps: float = 1e-6,
@@ -149,10 +167,10 @@ def make_optimizer(
         return optax.chain(
             optax.scale_by_adam(b1=b1, b2=b2, eps=eps),
             optax.add_decayed_weights(float(weight_decay)),
-            scale_by_runtime_schedule(learning_rate=learning_rate, warmup_steps=warmup_steps),
+            scale_by_runtime_schedule(learning_rate=learning_rate, warmup_steps=warmup_steps, decay=decay),
         )
     schedule = learning_rate_schedule(
-        learning_rate=learning_rate, warmup_steps=warmup_steps, total_steps=total_steps
+        learning_rate=learning_rate, warmup_steps=warmup_steps, total_steps=total_steps, decay=decay
     )
     return optax.adamw(
         learning_rate=schedule, b1=b1, b2=b2, eps=eps, weight_decay=float(weight_decay)

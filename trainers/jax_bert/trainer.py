@@ -214,6 +214,7 @@ class _Compiled:
 @functools.lru_cache(maxsize=8)
 def compiled_functions(
     bert_config: Any, *, private: bool, clip_norm: float, clipping: str, learning_rate: float, warmup_steps: int,
+    lr_decay: str,
     weight_decay: float, mesh: Any, mask_token_id: int, special_ids: tuple[int, ...], mask_prob: float,
     max_predictions: int,
 ) -> _Compiled:
@@ -226,7 +227,8 @@ def compiled_functions(
     what a 6-step run compiled.
     """
     model = FlaxBertForMaskedLM(bert_config)
-    optimizer = make_optimizer(learning_rate=learning_rate, warmup_steps=warmup_steps, weight_decay=weight_decay)
+    optimizer = make_optimizer(learning_rate=learning_rate, warmup_steps=warmup_steps, weight_decay=weight_decay,
+                               decay=lr_decay)
     loss_fn = functools.partial(example_mlm_loss, model=model)
     if private:
         clipped_sum = make_ghost_clipped_sum_fn(model, clip_norm=clip_norm) if clipping == "ghost" else None
@@ -478,7 +480,8 @@ class _Plugin(TrainerPlugin):
         self.train_key = jax.random.fold_in(base_key, _TRAIN_STREAM)
         self.fns = compiled_functions(
             self.bert_config, private=not config.non_private, clip_norm=config.clip_norm, clipping=config.clip_engine,
-            learning_rate=config.learning_rate, warmup_steps=config.warmup_steps, weight_decay=config.weight_decay,
+            learning_rate=config.learning_rate, warmup_steps=config.warmup_steps, lr_decay=config.lr_decay,
+            weight_decay=config.weight_decay,
             mesh=self.mesh, mask_token_id=specials["mask"], special_ids=tuple(sorted(set(specials.values()))),
             mask_prob=config.mask_prob, max_predictions=config.resolved_max_predictions)
         self._setup_eval()

@@ -131,3 +131,20 @@ def test_runtime_schedule_length_is_bit_identical_to_the_fixed_schedule_and_comp
     assert update._cache_size() == 1
     with pytest.raises(ValueError, match="total_steps"):
         optimizer.init_optimizer(runtime, params, total_steps=0)
+
+
+def test_no_decay_keeps_the_peak_rate_after_warmup_in_both_schedules() -> None:
+    sched = optimizer.learning_rate_schedule(learning_rate=0.5, warmup_steps=2, total_steps=6, decay="none")
+    np.testing.assert_allclose([float(sched(t)) for t in range(8)], [0.25, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5, 0.5])
+    params = {"w": jnp.ones(3, jnp.float32)}
+    grads = {"w": jnp.full(3, 0.5, jnp.float32)}
+    runtime = optimizer.make_optimizer(learning_rate=0.5, warmup_steps=2, weight_decay=0.0, decay="none")
+    fixed = optimizer.make_optimizer(learning_rate=0.5, warmup_steps=2, total_steps=6, weight_decay=0.0, decay="none")
+    s_run, s_fixed = optimizer.init_optimizer(runtime, params, total_steps=6), fixed.init(params)
+    for _ in range(6):
+        u_run, s_run = runtime.update(grads, s_run, params)
+        u_fixed, s_fixed = fixed.update(grads, s_fixed, params)
+        np.testing.assert_array_equal(np.asarray(u_run["w"]), np.asarray(u_fixed["w"]))
+    np.testing.assert_allclose(np.asarray(u_run["w"]), -0.5, rtol=1e-5)  # Adam's direction 1 at the peak rate, last step
+    with pytest.raises(ValueError, match="decay"):
+        optimizer.make_optimizer(learning_rate=0.5, warmup_steps=0, weight_decay=0.0, decay="cosine")
