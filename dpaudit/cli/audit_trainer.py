@@ -96,7 +96,7 @@ def audit_config(trainer: Any, *, target_epsilon: float, rows: int, noise_seed: 
               help="Audit directory to write (whitebox.json, scores/, index.html).")
 @click.option("--target-epsilon", type=click.FloatRange(min=0, min_open=True), default=4.0, show_default=True,
               help="The epsilon each audit run is calibrated to (the claim under test).")
-@click.option("--canaries", type=click.IntRange(min=2, max=10**6), default=20000, show_default=True,
+@click.option("--canaries", type=click.IntRange(min=2, max=10**6), default=100000, show_default=True,
               help="Gradient canaries per run, each a member by a fair coin (they cost no model work: more is "
                    "tighter). Micro-batch trainers: at most their micro-batches per step (see --set micro_batches=K).")
 @click.option("--sampling-rate", type=click.FloatRange(min=0, max=1, min_open=True), default=SAMPLING_RATE,
