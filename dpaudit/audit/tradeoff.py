@@ -35,6 +35,9 @@ from numpy.typing import ArrayLike
 
 __all__ = ["TradeOff", "one_run_margin", "point_rejects"]
 
+#: Alphas evaluated at once by :meth:`TradeOff.__call__` (x profile points x 8 bytes per temporary).
+CHUNK = 16_384
+
 
 class TradeOff:
     """The symmetric trade-off curve of a privacy profile given at finitely many points.
@@ -53,10 +56,16 @@ class TradeOff:
         self._up, self._down = np.exp(eps), np.exp(-eps)
 
     def __call__(self, alpha: ArrayLike) -> np.ndarray:
-        """f(alpha): the smallest type II error a test of type I error alpha can have."""
-        a = np.clip(np.asarray(alpha, dtype=np.float64), 0.0, 1.0)[..., None]
-        lines = np.maximum(1 - self.deltas - self._up * a, self._down * (1 - self.deltas - a))
-        return np.maximum(lines.max(axis=-1), 0.0)
+        """f(alpha): the smallest type II error a test of type I error alpha can have (in chunks of
+        :data:`CHUNK` values, so that memory stays linear in the number of alphas: a pooled audit evaluates
+        millions of them)."""
+        a = np.clip(np.asarray(alpha, dtype=np.float64), 0.0, 1.0)
+        flat, out = a.ravel(), np.empty(a.size)
+        for start in range(0, flat.size, CHUNK):
+            x = flat[start:start + CHUNK, None]
+            lines = np.maximum(1 - self.deltas - self._up * x, self._down * (1 - self.deltas - x))
+            out[start:start + CHUNK] = lines.max(axis=-1)
+        return np.maximum(out, 0.0).reshape(a.shape)
 
     def blow_up_inverse(self, y: float) -> float:
         """sup {x : 1 - f(x) <= y}: the inverse of the blow-up x -> 1 - f(x) the one-run recursion uses.
