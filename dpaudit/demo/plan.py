@@ -40,11 +40,16 @@ audit proves the recipe's leakage, which needs no utility.
 The one-run audit (issue 27, designed canaries): the digit canaries above are inserted 1, 10 and 100
 times by design, so no one-run bound applies to them. A second inject directory holds
 ``audit_canaries`` coin-flip new-token canaries (``--design new-tokens``, after Panda et al. 2025: a
-token that exists nowhere else, each inserted once iff its fair coin says so), and the same two jax-bert
-models are trained on it with the same recipe and attacked with the canary attack's pseudo-log-likelihood:
-the one-run bound (Steinke et al. 2023) then proves the non-private model's leakage and stays below the
-epsilon-8 model's claim (``--quick``: 2.98 and 0.43 with 200 canaries; the full recipe non-private and at
-epsilon 4 in ``benchmarks/bench_designed_canaries.py``).
+token that exists nowhere else, each inserted once iff its fair coin says so), and two jax-bert models
+are trained on it with the audit recipe and attacked with the canary attack's pseudo-log-likelihood. The
+recipe is the masked LMs' (tiny model, learning rate, 30% masking, about as many examples seen) in fewer,
+larger batches at the peak learning rate to the end (``audit_batch_size``, ``audit_steps``,
+``audit_lr_decay``): a black-box audit sees only the last iterate, whose separation of a member canary is at
+most q sqrt(T) / sigma at the claimed epsilon (epsilon 4: 0.61 at 1,000 steps of 64, 0.86 at 63 of 1,024),
+and a learning rate that decays to 0 weighs the early steps' signal less. The one-run proof (against the
+claimed mechanism's curve for the DP model, Steinke et al.'s for the non-private one) then proves the
+non-private model's leakage and stays below the epsilon-8 model's claim (the full recipe non-private and at
+epsilon 4: ``benchmarks/bench_designed_canaries.py``).
 
 The classifiers (``edp-sgd --task classify``, sgd vs edp-sgd mode, when torch is installed) get
 their own smaller inject directory: intent labels come with the built-in corpus, each canary carries
@@ -98,8 +103,10 @@ class DemoSizes:
         dp_learning_rate: learning rate of the DP models (their start is already trained; None: ``learning_rate``).
         classifier_public_size: public utterances of the classifiers' inject directory.
         classifier_public_epochs: edp-sgd epochs of the public classifier (sgd mode on ``public.jsonl``); 0: none.
-        audit_steps: jax-bert steps of the one-run audit's two models (None: ``steps``); ``--quick`` trains them
-            less to stay under 3 minutes (a new-token canary is memorized from one insertion well before).
+        audit_steps: jax-bert steps of the one-run audit's two models (None: ``steps``).
+        audit_batch_size: their expected batch size (None: ``batch_size``).
+        audit_lr_decay: their learning rate after warmup (``--lr-decay``): ``none`` keeps the peak rate, so the
+            released last iterate weighs every step's canary signal alike (a decay to 0 hides the early steps).
     """
 
     corpus_size: int
@@ -125,6 +132,8 @@ class DemoSizes:
     classifier_public_size: int = 0
     classifier_public_epochs: int = 0
     audit_steps: int | None = None
+    audit_batch_size: int | None = None
+    audit_lr_decay: str = "quadratic"
     causal_public_epochs: int = 1
     causal_epochs: int = 8
     causal_batch_size: int = 64
@@ -149,6 +158,11 @@ class DemoSizes:
             raise ValueError("public_steps needs public_size > 0 (the public model trains on public.jsonl).")
         if self.classifier_public_epochs and not self.classifier_public_size:
             raise ValueError("classifier_public_epochs needs classifier_public_size > 0.")
+        for name in ("audit_steps", "audit_batch_size"):
+            if getattr(self, name) is not None and getattr(self, name) < 1:
+                raise ValueError(f"{name} must be >= 1 or None, got {getattr(self, name)}.")
+        if self.audit_lr_decay not in ("quadratic", "none"):
+            raise ValueError(f"audit_lr_decay must be quadratic or none, got {self.audit_lr_decay!r}.")
         if self.dp_learning_rate is not None and not self.dp_learning_rate > 0:
             raise ValueError(f"dp_learning_rate must be > 0, got {self.dp_learning_rate}.")
         for name in ("causal_epochs", "causal_batch_size"):
@@ -173,13 +187,13 @@ FULL = DemoSizes(corpus_size=3000, secret_format="digits:4", frequencies=(1, 10,
                  classifier_corpus_size=1000, classifier_frequencies=(1, 10), classifier_epochs=3, classifier_batch_size=32,
                  shadow_models=4, classifier_attacks=("loss", "shadow", "lira", "rmia"), audit_canaries=1000,
                  public_size=20000, public_steps=1000, dp_learning_rate=1e-3, classifier_public_size=3000,
-                 classifier_public_epochs=2)
+                 classifier_public_epochs=2, audit_steps=63, audit_batch_size=1024, audit_lr_decay="none")
 QUICK = DemoSizes(corpus_size=1000, secret_format="digits:4", frequencies=(1, 10, 100), per_frequency=5, steps=500,
                   batch_size=64, max_length=32, learning_rate=3e-3, mask_prob=0.3, eval_every=200,
                   classifier_corpus_size=600, classifier_frequencies=(1, 10), classifier_epochs=2, classifier_batch_size=32,
                   shadow_models=2, classifier_attacks=("loss", "shadow"), audit_canaries=200,
                   public_size=10000, public_steps=300, dp_learning_rate=1e-3, classifier_public_size=1500,
-                  classifier_public_epochs=3, audit_steps=250)
+                  classifier_public_epochs=3, audit_steps=63, audit_batch_size=256, audit_lr_decay="none")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -273,8 +287,9 @@ def _dp_learning_rate(sizes: DemoSizes) -> float:
 
 def _jax_bert(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int | None, *, suffix: str = "",
               attacks: str = "exposure,reconstruction,loss", start: Path | None = None,
-              steps: int | None = None) -> list[Model]:
+              steps: int | None = None, batch_size: int | None = None, lr_decay: str = "quadratic") -> list[Model]:
     steps = sizes.steps if steps is None else steps
+    batch_size = sizes.batch_size if batch_size is None else batch_size
     models = []
     init = ["--init-from", str(start)] if start is not None else []
     for label, title, privacy, rate in (("nonprivate", "jax-bert MLM, non-private", ["--non-private"], sizes.learning_rate),
@@ -285,7 +300,7 @@ def _jax_bert(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: in
         what = title + (", from the public model" if start is not None else "") + (", one-run audit" if suffix else "")
         model, attacked = out / f"model-{label}", out / f"attack-{label}"
         train = ["train", "--trainer", "jax-bert", "--data", str(data), "--out", str(model), "--seed", str(seed),
-                 "--preset", "tiny", *init, "--steps", str(steps), "--batch-size", str(sizes.batch_size),
+                 "--preset", "tiny", *init, "--steps", str(steps), "--batch-size", str(batch_size), "--lr-decay", lr_decay,
                  "--max-length", str(sizes.max_length), "--learning-rate", f"{rate:g}",
                  "--weight-decay", "0", "--mask-prob", f"{sizes.mask_prob:g}", "--eval-every", str(sizes.eval_every), "--eval-examples", "512", *privacy]
         if noise_seed is not None:
@@ -428,7 +443,7 @@ def build_plan(out: Path, sizes: DemoSizes, *, seed: int, report: Path, classifi
     if sizes.audit_canaries:
         injects.append(_audit_inject(audit_data, sizes, seed))
         models += _jax_bert(out, audit_data, sizes, seed, noise_seed, suffix=AUDIT_SUFFIX, attacks="canary",
-                            steps=sizes.audit_steps)
+                            steps=sizes.audit_steps, batch_size=sizes.audit_batch_size, lr_decay=sizes.audit_lr_decay)
     if classifiers and sizes.classifier_epochs:
         injects.append(_inject("inject-classifier", clf_data, sizes.classifier_corpus_size, sizes.classifier_frequencies,
                                sizes, seed, "intent classifiers", sizes.classifier_public_size))

@@ -65,9 +65,14 @@ def test_every_stage_parses_as_the_command_a_user_would_type(sizes, tmp_path):
         same = [a for i, a in enumerate(args) if i not in (start, start + 1)
                 and a not in (str(tmp_path / "demo" / "data"), str(tmp_path / "demo" / f"model-{label}"))]
         audit_args = [a for a in stages[f"train-{label}-audit"] if "audit" not in a]
-        steps = same.index("--steps") + 1  # the one setting --quick lowers for the audit (audit_steps)
-        assert audit_args[steps] == str(sizes.audit_steps or sizes.steps)
-        same[steps] = audit_args[steps]
+        # what the audit recipe sets apart: its steps, batch and learning-rate decay (fewer, larger batches at the
+        # peak rate: what a black-box look at the last iterate needs); everything else is the masked LMs' recipe
+        for option, value in (("--steps", sizes.audit_steps or sizes.steps),
+                              ("--batch-size", sizes.audit_batch_size or sizes.batch_size),
+                              ("--lr-decay", sizes.audit_lr_decay)):
+            at = same.index(option) + 1
+            assert audit_args[at] == str(value)
+            same[at] = audit_args[at]
         rate = same.index("--learning-rate") + 1
         assert audit_args[:rate] + audit_args[rate + 1:] == same[:rate] + same[rate + 1:]
         assert audit_args[rate] == f"{sizes.learning_rate:g}" and "--init-from" not in audit_args

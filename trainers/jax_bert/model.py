@@ -21,6 +21,7 @@ All computation is float32.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -438,15 +439,22 @@ class FlaxBertForMaskedLM(nn.Module):
         return BertOnlyMLMHead(self.config, name="cls")(hidden, word_embeddings)
 
 
-def init_params(config: BertConfig, key: jax.Array, seq_len: int = 16) -> dict[str, Any]:
+def init_params(config: BertConfig, key: jax.Array, seq_len: int = 16, zero_rows: Sequence[int] = ()) -> dict[str, Any]:
     """Fresh parameters, initialized as HF does (normal(initializer_range) matrices, zero biases,
-    unit LayerNorm scales, a zero ``[PAD]`` embedding row, a zero output bias)."""
+    unit LayerNorm scales, a zero ``[PAD]`` embedding row, a zero output bias).
+
+    ``zero_rows``: further word-embedding rows that start at zero, as ``[PAD]``'s: the declared new tokens of
+    new-token canaries (Panda et al. 2025), each used by one canary only. A random start would give every
+    canary's token its own offset that training never touches unless the canary was inserted, which adds to
+    both members' and non-members' scores a spread unrelated to membership (at the demo's audit recipe about
+    40% of a non-member row's variance); with zero rows the scores differ only by what training did."""
     model = FlaxBertForMaskedLM(config)
     seq_len = max(1, min(seq_len, config.max_position_embeddings))
     ids = jnp.zeros((1, seq_len), jnp.int32)
     params = jax.jit(model.init)(key, ids, jnp.ones_like(ids))["params"]
     embeddings = params["bert"]["embeddings"]["word_embeddings"]
-    embeddings["embedding"] = embeddings["embedding"].at[config.pad_token_id].set(0.0)
+    rows = jnp.asarray(sorted({int(config.pad_token_id), *(int(r) for r in zero_rows)}), jnp.int32)
+    embeddings["embedding"] = embeddings["embedding"].at[rows].set(0.0)
     return params
 
 

@@ -474,7 +474,8 @@ class _Plugin(TrainerPlugin):
             self.bert_config = preset_config(config.preset, vocab_size=self.tokenizer.get_vocab_size(),
                                              max_position_embeddings=max(128, config.max_length))
             self.params = init_params(self.bert_config, jax.random.fold_in(base_key, _INIT_STREAM),
-                                      seq_len=config.max_length)
+                                      seq_len=config.max_length,
+                                      zero_rows=[self.tokenizer.token_to_id(t) for t in self.data.new_tokens])
         specials = special_token_ids(self.tokenizer)
         self.train_enc = encode_texts(self.tokenizer, self.train_texts, max_length=config.max_length)
         self.train_key = jax.random.fold_in(base_key, _TRAIN_STREAM)

@@ -126,6 +126,17 @@ def test_parameter_tree_and_init(tiny):
     assert "decoder" not in params["cls"]["predictions"]  # tied to the word embeddings
 
 
+def test_declared_new_token_rows_start_at_zero_and_nothing_else_moves(tiny):
+    config, _, params = tiny
+    zeroed = init_params(config, jax.random.key(0), zero_rows=[VOCAB - 1, 5])
+    before = np.asarray(params["bert"]["embeddings"]["word_embeddings"]["embedding"])
+    after = np.asarray(zeroed["bert"]["embeddings"]["word_embeddings"]["embedding"])
+    np.testing.assert_array_equal(after[[5, VOCAB - 1, config.pad_token_id]], 0.0)
+    keep = np.setdiff1d(np.arange(VOCAB), [5, VOCAB - 1])
+    np.testing.assert_array_equal(after[keep], before[keep])  # the same draw: only the declared rows differ
+    assert np.abs(before[[5, VOCAB - 1]]).sum() > 0
+
+
 def test_shapes_and_masked_positions_equal_gathered_full_logits(tiny):
     _, model, params = tiny
     batch = _batch(1)
