@@ -110,10 +110,13 @@ def main() -> None:
                 pooled = analysis.pooled["all_iterates"]["claim_family"].epsilon
                 q = analysis.claim.segments[0].sampling_probability
                 each = [run["claim_family"].epsilon / claim for run in analysis.one_run["all_iterates"]]
+                def down(x: float) -> str:  # a lower bound's share of the claim, rounded down as dpaudit prints bounds
+                    return f"{math.floor(x * 1000) / 1000:.3f}"
+
                 print(f"| {name} | {mode or '-'} | {format_up(claim)} | {m} | {q:.2f} | {analysis.claim.steps} | "
-                      f"{first['claim_family'].epsilon / claim:.2f} | {min(each):.2f} / {sum(each) / len(each):.2f} | "
-                      f"{first['steinke'].epsilon / claim:.2f} | "
-                      f"{last / claim:.2f} | {pooled_one / claim:.2f} | {pooled / claim:.2f} | {per_run:.1f} |",
+                      f"{down(first['claim_family'].epsilon / claim)} | {down(min(each))} / {down(sum(each) / len(each))} | "
+                      f"{down(first['steinke'].epsilon / claim)} | "
+                      f"{down(last / claim)} | {down(pooled_one / claim)} | {down(pooled / claim)} | {per_run:.1f} |",
                       flush=True)
 
 
