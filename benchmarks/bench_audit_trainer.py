@@ -31,7 +31,18 @@ edp-sgd mode at 100,000 micro-batches (16 partners each: 1.7 million audit rows)
 
 Training takes 1-4 s of each run (4 steps, setup included); the rest is the analysis, and so is most of the
 memory: the pooled many-run bound grows by about 0.6-0.7 GB per 100,000 pooled canaries (1 run 1.2 GB, 5 runs
-4.1 GB, 20 runs 12.8 GB). At 16,384 micro-batches the first-run proofs were 0.52-0.65 and 20 runs at eps 1 0.87.
+4.1 GB, 20 runs 12.8 GB; since the curve is evaluated in chunks, 10 runs peak at 2.4 GB and 20 at 2.2 GB). At 16,384 micro-batches
+the first-run proofs were 0.52-0.65 and 20 runs at eps 1 0.87.
+
+The many-run pooled bound, every trainer (``--runs 10 --epsilons 2,4,8``, then ``--runs 20 --epsilons 1``; 14:06-15:00
+UTC, load 1-3; rounded down; the 10-run eps 1 column from ``--runs 10 --epsilons 1``, rounded to nearest):
+
+| trainer | eps 1: 10 runs / 20 runs | eps 2 | eps 4 | eps 8 (10 runs) |
+|---|---|---|---|---|
+| edp-sgd dp-sgd | 0.89 / 0.942 | 0.94 | 0.96 | 0.97 |
+| edp-sgd edp-sgd | 0.90 / 0.932 | 0.94 | 0.96 | 0.97 |
+| rgp | 0.90 / 0.942 | 0.96 | 0.96 | 0.99 |
+| jax-bert | 0.91 / 0.931 | 0.94 | 0.96 | 0.97 |
 """
 
 from __future__ import annotations
