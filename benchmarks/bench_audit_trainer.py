@@ -35,7 +35,8 @@ memory: the pooled many-run bound grows by about 0.6-0.7 GB per 100,000 pooled c
 the first-run proofs were 0.52-0.65 and 20 runs at eps 1 0.87.
 
 The many-run pooled bound, every trainer (``--runs 10 --epsilons 2,4,8``, then ``--runs 20 --epsilons 1``; 14:06-15:00
-UTC, load 1-3; rounded down; the 10-run eps 1 column from ``--runs 10 --epsilons 1``, rounded to nearest):
+UTC, load 1-3; the 10-run figures (eps 1 from ``--runs 10 --epsilons 1``) rounded to the nearest 2 decimals, the
+20-run ones rounded down):
 
 | trainer | eps 1: 10 runs / 20 runs | eps 2 | eps 4 | eps 8 (10 runs) |
 |---|---|---|---|---|
