@@ -134,7 +134,6 @@ def attack(model: Path, data: Path, out: Path,
     at the headline's corrected confidence (the headline's own bound for a claim without a mechanism)."""
     from dpaudit.attacks.results import MiaResult
     from dpaudit.attacks.run import read_attack_dir
-    from dpaudit.audit import AuditResult
     from dpaudit.audit.one_run import epsilon_lower_bound_one_run
     from dpaudit.headline import headline_of
 
@@ -150,8 +149,7 @@ def attack(model: Path, data: Path, out: Path,
             if t.task != "canaries":
                 continue
             shown = next(b for b in head.bounds if b.attack == r.attack and b.task == t.task)
-            audit = AuditResult.from_json(t.audit) if isinstance(t.audit, dict) else t.audit
-            member, nonmember = audit.roc.rank_scores()
+            member, nonmember = t.audit_result().roc.rank_scores()
             steinke = epsilon_lower_bound_one_run(member, nonmember, delta=shown.bound.delta,
                                                   confidence=shown.bound.confidence).epsilon
             tpr = next(x["tpr"] for x in t.tpr_at if abs(x["fpr"] - 0.01) < 1e-12)

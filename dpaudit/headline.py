@@ -57,7 +57,6 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dpaudit.accounting.events import Segment
 from dpaudit.audit import (
     AuditResult,
     BonferroniThresholds,
@@ -123,13 +122,8 @@ class Claim:
             epsilon = None
         replace_one = getattr(claimed, "epsilon_replace_one", None) if epsilon is not None else None
         segments = getattr(claimed, "segments", None)
-        mechanism = None
-        if epsilon is not None and claimed.delta is not None and segments:
-            mechanism = ClaimedMechanism(
-                segments=tuple(Segment(steps=int(s["steps"]), sampling_probability=float(s["sampling_probability"]),
-                                       noise_multiplier=float(s["noise_multiplier"]),
-                                       sensitivity_factor=float(s.get("sensitivity_factor", 1.0))) for s in segments),
-                delta=float(claimed.delta), epsilon=float(epsilon), clip_norm=1.0, sensitivity_factor=1.0)
+        mechanism = (ClaimedMechanism.from_segments(segments, delta=claimed.delta, epsilon=epsilon)
+                     if epsilon is not None and claimed.delta is not None and segments else None)
         return cls(known=bool(claimed.known), private=claimed.private, epsilon=epsilon, delta=claimed.delta,
                    epsilon_if_poisson=if_poisson if claimed.private else None, epsilon_replace_one=replace_one,
                    mechanism=mechanism)

@@ -37,6 +37,7 @@ from numpy.typing import ArrayLike
 from dpaudit.audit.bounds import EpsilonBound
 from dpaudit.audit.checks import _check_unit, _scores
 from dpaudit.audit.claimed_mechanism import ClaimedMechanism, FamilyBound
+from dpaudit.audit.one_run import _one_run_guesses, _thresholds_for
 from dpaudit.audit.thresholds import guess_pairs
 from dpaudit.audit.tradeoff import TradeOff, one_run_margin
 
@@ -120,8 +121,6 @@ def planned_last_iterate_pair(claim: ClaimedMechanism, m: int, alpha: float) -> 
 
 def _guess_counts(member: np.ndarray, nonmember: np.ndarray, pair: tuple[int, int]):
     """(guesses, correct, t_plus, t_minus) of "member" on the k+ highest and "non-member" on the k- lowest scores."""
-    from dpaudit.audit.one_run import _one_run_guesses, _thresholds_for
-
     desc = np.sort(np.concatenate([member, nonmember]))[::-1]
     t_plus, t_minus = _thresholds_for(desc, *pair)
     guesses, correct = _one_run_guesses(member, nonmember, t_plus, t_minus)

@@ -10,7 +10,7 @@ family :func:`lower_bound` searches for the least private member the evidence re
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -60,11 +60,20 @@ class ClaimedMechanism:
         """The claim of a :class:`~dpaudit.training.privacy_record.PrivacyRecord` (private runs only)."""
         if not record.private or record.epsilon is None or not record.segments:
             raise ValueError("the run is not private: there is no claim to audit.")
-        segments = tuple(Segment(steps=int(s["steps"]), sampling_probability=float(s["sampling_probability"]),
-                                 noise_multiplier=float(s["noise_multiplier"]),
-                                 sensitivity_factor=float(s.get("sensitivity_factor", 1.0))) for s in record.segments)
-        return cls(segments=segments, delta=float(record.delta), epsilon=float(record.epsilon),
-                   clip_norm=float(record.clip_norm), sensitivity_factor=float(record.sensitivity_factor))
+        return cls.from_segments(record.segments, delta=record.delta, epsilon=record.epsilon,
+                                 clip_norm=record.clip_norm, sensitivity_factor=record.sensitivity_factor)
+
+    @classmethod
+    def from_segments(cls, segments: Sequence[Mapping[str, Any]], *, delta: float, epsilon: float,
+                      clip_norm: float = 1.0, sensitivity_factor: float = 1.0) -> ClaimedMechanism:
+        """The claim of stored segments (``privacy.json``'s, or an attack result's copy of them). The trade-off
+        curve needs only the segments and delta; ``clip_norm`` and ``sensitivity_factor`` matter only to scores
+        in units of C (the white-box audit), so a black-box claim leaves them at 1."""
+        steps = tuple(Segment(steps=int(s["steps"]), sampling_probability=float(s["sampling_probability"]),
+                              noise_multiplier=float(s["noise_multiplier"]),
+                              sensitivity_factor=float(s.get("sensitivity_factor", 1.0))) for s in segments)
+        return cls(segments=steps, delta=float(delta), epsilon=float(epsilon), clip_norm=float(clip_norm),
+                   sensitivity_factor=float(sensitivity_factor))
 
     @property
     def steps(self) -> int:

@@ -25,14 +25,12 @@ import importlib
 from typing import Any
 
 _EXPORTS = {"audit_trainer": "audit", "write_audit": "audit", "analyse": "analysis", "Analysis": "analysis",
-            "run_with_canaries": "harness", "RunEvidence": "harness", "ClaimedMechanism": "dpaudit.audit.claimed_mechanism",
-            "CanaryLayout": "layout"}
+            "run_with_canaries": "harness", "RunEvidence": "harness", "CanaryLayout": "layout"}
 
 __all__ = sorted(_EXPORTS)
 
 
 def __getattr__(name: str) -> Any:
     if name in _EXPORTS:
-        module = _EXPORTS[name]
-        return getattr(importlib.import_module(module if "." in module else f"{__name__}.{module}"), name)
+        return getattr(importlib.import_module(f"{__name__}.{_EXPORTS[name]}"), name)
     raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

@@ -25,10 +25,10 @@ from typing import Any
 
 import numpy as np
 
+from dpaudit.audit.claimed_mechanism import ClaimedMechanism
 from dpaudit.audit.roc import roc_curve
 from dpaudit.whitebox.bounds import Bound, multi_run_bounds, multi_run_family, one_run_bounds, one_run_family
 from dpaudit.whitebox.harness import RunEvidence
-from dpaudit.audit.claimed_mechanism import ClaimedMechanism
 from dpaudit.whitebox.plan import planned_guesses
 from dpaudit.whitebox.scores import all_iterates_scores, last_iterate_scores
 

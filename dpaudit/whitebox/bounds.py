@@ -29,10 +29,10 @@ import numpy as np
 
 from dpaudit.audit.bounds import _cp_upper, epsilon_lower_bound_clopper_pearson
 from dpaudit.audit.claim_family import claim_family_test
+from dpaudit.audit.claimed_mechanism import ClaimedMechanism, FamilyBound
 from dpaudit.audit.one_run import epsilon_lower_bound_one_run, epsilon_lower_bound_one_run_fdp
 from dpaudit.audit.thresholds import BonferroniThresholds, GuessGrid
 from dpaudit.audit.tradeoff import TradeOff
-from dpaudit.audit.claimed_mechanism import ClaimedMechanism, FamilyBound
 
 __all__ = ["Bound", "multi_run_bounds", "one_run_bounds"]
 
