@@ -418,7 +418,8 @@ class TorchPlugin(TrainerPlugin):
         specials = special_token_ids(self.tokenizer) if config.task == "clm" else None  # bos/eos/pad of the GPT-2
         self.model = build_model(config.task, preset=config.preset, vocab_size=self.tokenizer.get_vocab_size(),
                                  max_length=config.max_length, label_names=self.data.label_names, seed=self.seed,
-                                 specials=specials)
+                                 specials=specials,
+                                 zero_rows=[self.tokenizer.token_to_id(t) for t in self.data.run.new_tokens])
         self.tokenizer_source = "WordPiece trained on public.jsonl only (never on train.jsonl or the canaries)."
 
     def make_step(self, dataset_size: int, resume_state: Mapping[str, Any] | None) -> TorchStep:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -51,9 +52,23 @@ def special_ids(tokenizer: Tokenizer, *, where: str) -> dict[str, int]:
 
 
 def build_model(task: str, *, preset: str, vocab_size: int, max_length: int, label_names: list[str] | None,
-                seed: int, specials: dict[str, int] | None = None) -> Any:
+                seed: int, specials: dict[str, int] | None = None, zero_rows: Sequence[int] = ()) -> Any:
     """A randomly initialized BERT of ``preset`` (init seeded by the public ``--seed``); for ``clm`` a
-    GPT-2 of the causal ``preset`` whose bos/eos/pad are ``specials``' [CLS]/[SEP]/[PAD]."""
+    GPT-2 of the causal ``preset`` whose bos/eos/pad are ``specials``' [CLS]/[SEP]/[PAD].
+
+    ``zero_rows``: word-embedding rows that start at zero, the declared new tokens of new-token canaries, as in
+    jax-bert (:func:`trainers.jax_bert.model.init_params` says why: a random start per canary token is score
+    spread unrelated to membership)."""
+    model = _fresh_model(task, preset=preset, vocab_size=vocab_size, max_length=max_length, label_names=label_names,
+                         seed=seed, specials=specials)
+    if len(zero_rows):
+        with torch.no_grad():
+            model.get_input_embeddings().weight[torch.as_tensor(list(zero_rows), dtype=torch.long)] = 0.0
+    return model
+
+
+def _fresh_model(task: str, *, preset: str, vocab_size: int, max_length: int, label_names: list[str] | None,
+                 seed: int, specials: dict[str, int] | None) -> Any:
     if task == "clm":
         return build_causal_model(preset=preset, vocab_size=vocab_size, max_length=max_length, specials=specials or {},
                                   seed=seed)

@@ -160,3 +160,16 @@ def test_a_masked_lm_start_is_refused_for_clm(tmp_path, data_dir, edp_config):
     with pytest.raises(UserInputError, match="--init-from .*no causal LM"):
         EdpSgdTrainer().train(data_dir, out, edp_config(task="clm", mode="sgd", init_from=str(tmp_path / "bert")), seed=0)
     assert not out.exists()
+
+
+@pytest.mark.parametrize("task", ["mlm", "clm"])
+def test_declared_new_token_rows_start_at_zero_and_nothing_else_moves(task):
+    """As jax-bert: the word-embedding rows of declared new tokens (tied to the output layer) start at zero."""
+    kw = dict(preset="tiny", vocab_size=60, max_length=16, label_names=None, seed=0,
+              specials={"cls": 1, "sep": 2, "pad": 0} if task == "clm" else None)
+    plain, zeroed = build_model(task, **kw), build_model(task, **kw, zero_rows=[7, 59])
+    before, after = plain.get_input_embeddings().weight.detach(), zeroed.get_input_embeddings().weight.detach()
+    assert torch.all(after[[7, 59]] == 0) and before[[7, 59]].abs().sum() > 0
+    keep = [i for i in range(60) if i not in (7, 59)]
+    assert torch.equal(after[keep], before[keep])  # the same draw: only the declared rows differ
+    assert torch.all(zeroed.get_output_embeddings().weight.detach()[[7, 59]] == 0)  # tied: the output rows too
