@@ -59,6 +59,8 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
+from dpaudit.figures import format_up
+
 EPSILON = 4.0
 
 
@@ -215,7 +217,7 @@ def main() -> int:
     print(f"{'design':<15} {'model':<12} {'score':<7} {'seed':>4} {'AUC':>6} {'TPR@1%FPR':>10} {'bound':>7} {'Steinke':>7} "
           f"{'claim':>6} {'ratio':>6} {'wall s':>7}")
     for r in rows:
-        claim = "-" if r.claim is None else f"{r.claim:.2f}"
+        claim = "-" if r.claim is None else format_up(r.claim)  # a claim rounded up, as dpaudit prints claims
         ratio = "-" if r.claim is None else _down(r.bound / r.claim)
         print(f"{r.design:<15} {r.model:<12} {r.score:<7} {r.seed:>4} {r.auc:>6.3f} {r.tpr_at_1:>10.1%} "
               f"{_down(r.bound):>7} {_down(r.steinke):>7} {claim:>6} {ratio:>6} {r.wall_s:>7.0f}")
