@@ -15,7 +15,15 @@ unlabelled.
 Files are read line by line in binary and decoded one line at a time. That costs little and is
 the only way to report *which line* holds undecodable bytes (a text-mode file only knows a byte
 offset inside its read buffer). ``errors="replace"`` accepts such lines with U+FFFD in place of
-the bad bytes and counts them, so the manifest can say how many lines were damaged.
+the bad bytes and counts them, so the manifest can say how many lines were damaged. A line ends at
+LF, CR LF or a lone CR (the old Mac ending some spreadsheet exports still write), as in Python's
+universal newlines, so line numbers match what an editor shows.
+
+CSV and TSV: a header that names the text or label column twice is refused (which of the two is the
+text?). A field may hold up to :data:`CSV_FIELD_LIMIT` characters (Python's own limit of 128 KiB
+refuses a long document). Python's ``csv`` errors are translated into a fix: an unterminated quoted
+field is reported at the line where its quote opens (Python reports the end of the file, where it
+noticed), and a closing quote followed by text says how to write a literal quote.
 """
 
 from __future__ import annotations
@@ -24,6 +32,7 @@ import csv
 import errno
 import json
 import os
+import re
 from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -40,6 +49,14 @@ EncodingErrors = Literal["strict", "replace"]
 #: ``--label-column none``: read the file as unlabelled whatever other columns it has.
 NO_LABELS = "none"
 TEXT_COLUMN, LABEL_COLUMN = "text", "label"
+
+#: The largest CSV/TSV field read, in characters (Python's csv module stops at 128 KiB). A text over 64 MiB
+#: is no training example (every trainer cuts it to --max-length tokens); it is nearly always a quote that
+#: never closes, which the error then reports at the line where it opens.
+CSV_FIELD_LIMIT = 64 * 1024 * 1024
+
+#: Bytes read at a time when splitting a file into lines.
+_CHUNK = 1 << 16
 
 _SUFFIX_FORMATS = {".jsonl": "jsonl", ".ndjson": "jsonl", ".csv": "csv", ".tsv": "tsv", ".tab": "tsv"}
 
@@ -236,11 +253,13 @@ class CorpusReader:
         dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if tsv else {}
         lines = self._lines()
         numbered = _LineTracker(lines)
+        if csv.field_size_limit() < CSV_FIELD_LIMIT:  # raised, never lowered: process-wide, see CSV_FIELD_LIMIT
+            csv.field_size_limit(CSV_FIELD_LIMIT)
         reader = csv.reader(numbered, strict=not tsv, **dialect)
         try:
             header = next(reader, None)
         except csv.Error as err:
-            raise UserInputError(f"{self._where(numbered.lineno)}: bad CSV header ({err}).") from None
+            raise self._csv_error(err, numbered, start=1, header=True) from None
         names = [name.strip().lower() for name in header or []]
         shown = [name.strip() for name in header or []]
         wanted = (self.text_column or TEXT_COLUMN).strip().lower()
@@ -253,23 +272,24 @@ class CorpusReader:
                 f"{self._where(1)}: the header has no 'text' column (found {found}); name the text column with "
                 "--text-column NAME, or add a header row naming it 'text'."
             )
-        text_col = names.index(wanted)
+        text_col = self._column(names, wanted, "text")
         label_col = None
         if self.label_column != NO_LABELS:
             label_name = (self.label_column or LABEL_COLUMN).strip().lower()
             if label_name in names:
-                label_col = names.index(label_name)
+                label_col = self._column(names, label_name, "labels")
             else:
                 self._check_unlabelled(shown, shown[text_col], where=self._where(1), kind="column")
         self.stats.labelled = label_col is not None
         width = len(names)
         while True:
+            start = numbered.lineno + 1  # the record about to be read starts on the next line
             try:
                 fields = next(reader)
             except StopIteration:
                 return
             except csv.Error as err:
-                raise UserInputError(f"{self._where(numbered.lineno)}: malformed {self.format.upper()} ({err}).") from None
+                raise self._csv_error(err, numbered, start=start) from None
             lineno = numbered.lineno
             if not fields or (len(fields) == 1 and not fields[0].strip()):
                 self.stats.blank_skipped += 1
@@ -287,6 +307,92 @@ class CorpusReader:
                 label = raw_label
             yield CorpusRow(lineno, fields[text_col], label)
 
+    def _column(self, names: list[str], name: str, role: str) -> int:
+        """The index of header column ``name``, refusing a header that names it twice.
+
+        ``text,text,label`` would otherwise train on whichever column came first, silently.
+        """
+        found = [i for i, n in enumerate(names) if n == name]
+        if len(found) > 1:
+            columns = ", ".join(str(i + 1) for i in found)
+            raise UserInputError(f"{self._where(1)}: the header names {name!r} {len(found)} times (columns {columns}); "
+                                 f"rename every one of them but the column that holds the {role}.")
+        return found[0]
+
+    def _csv_error(self, err: csv.Error, numbered: _LineTracker, *, start: int, header: bool = False) -> UserInputError:
+        """Python's csv error as a one-line fix, at the line the user has to edit.
+
+        Args:
+            numbered: the line tracker (its line is where Python stopped).
+            start: the first line of the record being read.
+        """
+        kind = self.format.upper()
+        message = str(err)
+        record = f"the {kind} header" if header else "this record"
+        if message.startswith("field larger than field limit"):
+            opened = self._unclosed_quote_line(start)
+            if opened is not None:
+                return self._unclosed_quote(opened)
+            return UserInputError(f"{self._where(start)}: a field of {record} is over {CSV_FIELD_LIMIT:,} characters; "
+                                  "split that text into shorter examples (a trainer keeps only its first --max-length "
+                                  "tokens).")
+        if message == "unexpected end of data":
+            return self._unclosed_quote(self._unclosed_quote_line(start) or start)
+        expected = re.fullmatch(r"'(.)' expected after '(.)'", message)
+        if expected:
+            return UserInputError(f"{self._where(numbered.lineno)}: a quoted field's closing quote is followed by more "
+                                  "text; write a quote inside a quoted field as two quotes (\"\"), or quote the whole "
+                                  "field.")
+        return UserInputError(f"{self._where(numbered.lineno)}: malformed {kind} ({message}); check the quoting and "
+                              "delimiters on that line.")
+
+    def _unclosed_quote(self, line: int) -> UserInputError:
+        return UserInputError(f"{self._where(line)}: a quoted field opens here and never closes (the file ends inside "
+                              "it); add the closing quote, or write a quote that is part of the text as two quotes "
+                              "(\"\") inside a quoted field.")
+
+    def _unclosed_quote_line(self, start: int) -> int | None:
+        """The line where the quoted field left open at the end of the file opens, reading on from ``start``.
+
+        Runs only after Python's csv reader failed: it re-reads the file from the failing record's first line
+        and follows the same rules (a quote opens a field only at its start; two quotes inside a quoted field
+        are one literal quote), jumping to the next quote or delimiter rather than stepping a character at a
+        time. None when every quoted field closes (the field is just long).
+        """
+        if self.format != "csv":  # TSV is read with quoting off
+            return None
+        delimiter, quote = ",", '"'
+        field_end = re.compile(r"[,\r\n]")
+        start_field, in_field, quoted, after_quote = range(4)
+        state, opened = start_field, None
+        for lineno, line in self._lines():
+            if lineno < start:
+                continue
+            i, n = 0, len(line)
+            while i < n:
+                if state == quoted:
+                    j = line.find(quote, i)
+                    if j < 0:
+                        break
+                    i, state = j + 1, after_quote
+                    continue
+                char = line[i]
+                if state == after_quote and char == quote:
+                    state = quoted
+                    i += 1
+                elif state == in_field:
+                    match = field_end.search(line, i)
+                    if match is None:
+                        break
+                    i, state = match.end(), start_field
+                elif char == quote and state == start_field:
+                    state, opened = quoted, lineno
+                    i += 1
+                else:  # a delimiter or line end starts a field; any other character an unquoted one
+                    state = start_field if char in (delimiter, "\r", "\n") else in_field
+                    i += 1
+        return opened if state == quoted else None
+
     def _check_label(self, label: object, lineno: int) -> Label:
         if isinstance(label, bool) or not isinstance(label, (str, int)):
             raise UserInputError(f"{self._where(lineno)}: label must be a string or an integer, got {json.dumps(label)}.")
@@ -301,17 +407,44 @@ def _names(names: Any) -> str:
 
 
 def _read_lines(handle: Any, error: Any) -> Iterator[bytes]:
-    """The lines of a binary file; a read that fails (EIO) becomes ``error(err, lines read so far)``."""
+    """The lines of a binary file, each with its ending (``\\n``, ``\\r\\n`` or a lone ``\\r``).
+
+    A read that fails (EIO) becomes ``error(err, lines read so far)``. ``readline`` splits at ``\\n`` only
+    and reads at most :data:`_CHUNK` bytes at a time (a file with no ``\\n``, such as one with CR-only
+    endings, is not read whole); a piece holding a lone ``\\r`` is split again by ``bytes.splitlines``,
+    which knows exactly the three endings. A piece that may be incomplete (no ending yet, or a ``\\r``
+    whose ``\\n`` may follow) waits for the next; pieces with no ending at all are only collected, so a
+    very long line costs linear time.
+    """
     lineno = 0
+    waiting: list[bytes] = []  # the start of the current line, in the pieces read so far
     while True:
         try:
-            raw = handle.readline()
+            piece = handle.readline(_CHUNK)
         except OSError as err:
             raise error(err, lineno) from None
-        if not raw:
+        if not piece:
+            if waiting:
+                yield b"".join(waiting)
             return
-        lineno += 1
-        yield raw
+        if not waiting and piece.endswith(b"\n") and piece.find(b"\r", 0, len(piece) - 2) < 0:
+            lineno += 1  # the common case: one whole line, LF or CR LF
+            yield piece
+            continue
+        waiting.append(piece)
+        follows_cr = len(waiting) > 1 and waiting[-2].endswith(b"\r")
+        if b"\n" not in piece and b"\r" not in piece and not follows_cr:
+            continue
+        lines = b"".join(waiting).splitlines(keepends=True)
+        last = lines.pop()
+        if last.endswith(b"\n"):
+            lines.append(last)
+            waiting = []
+        else:
+            waiting = [last]
+        for raw in lines:
+            lineno += 1
+            yield raw
 
 
 class _LineTracker:
