@@ -48,6 +48,7 @@ Cache root: ``--shadow-cache DIR``, else ``$DPAUDIT_CACHE/shadows``, else ``~/.c
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 import math
@@ -126,12 +127,7 @@ def check_trained_like_target(attack: str, options: Any, source: Any, run: Any) 
         return
     recipe = target_recipe(source, attack, options=options, run=run)
     if getattr(options, "shadow_trainer", None):
-        from dpaudit.training.api import available_trainers, load_trainer
-
-        if recipe.trainer not in available_trainers():
-            raise UserInputError(f"--shadow-trainer {recipe.trainer!r} is not a registered trainer; choose one of: "
-                                 f"{', '.join(sorted(available_trainers()))}.")
-        plan_config(load_trainer(recipe.trainer), recipe, train_size=max(recipe.rows or 2, 2),
+        plan_config(_shadow_trainer(recipe.trainer), recipe, train_size=max(recipe.rows or 2, 2),
                     overrides=getattr(options, "shadow_overrides", None))
 
 
@@ -188,6 +184,31 @@ def read_shadow_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     return obj
 
 
+def _shadow_trainer(name: str) -> Any:
+    """The trainer ``--shadow-trainer NAME`` names, or a one-line error naming that option."""
+    from dpaudit.training.api import available_trainers, load_trainer
+
+    if name not in available_trainers():
+        raise UserInputError(f"--shadow-trainer {name!r} is not a registered trainer; choose one of: "
+                             f"{', '.join(sorted(available_trainers()))}.")
+    return load_trainer(name)
+
+
+@functools.lru_cache(maxsize=None)
+def _warn_once(message: str) -> None:
+    """A warning on stderr, once per process (every attack that trains shadows reads the recipe)."""
+    print(message, file=sys.stderr)
+
+
+def shadow_config_fields(path: str | os.PathLike[str], trainer: Any) -> dict[str, Any]:
+    """``--shadow-config FILE.json`` as the trainer's Config fields, its keys read by the same rules as ``dpaudit
+    train --config`` (:func:`dpaudit.training.config_types.config_keys`): an unknown key is refused, not dropped."""
+    from dpaudit.training.config_types import config_keys
+
+    keys = config_keys(read_shadow_config(path), trainer.Config, f"--shadow-config {path}", warn=_warn_once)
+    return {name: value for name, (_key, value) in keys.items()}
+
+
 def target_recipe(source: Any, attack: str, *, options: Any = None, run: Any = None) -> TargetRecipe:
     """The target's trainer and config (its manifest, or ``--shadow-trainer``/``--shadow-config``), with the
     figures a shadow is matched to and compared with; a one-line error for a bare model directory without them."""
@@ -197,7 +218,7 @@ def target_recipe(source: Any, attack: str, *, options: Any = None, run: Any = N
     if config_file and not named:
         raise UserInputError("--shadow-config needs --shadow-trainer NAME (the registered trainer the config is for).")
     if named:
-        config = read_shadow_config(config_file) if config_file else {}
+        config = shadow_config_fields(config_file, _shadow_trainer(str(named))) if config_file else {}
         trainer, seed = str(named), int(getattr(options, "seed", 0) or 0)
         origin = f"--shadow-trainer {named}" + (f" --shadow-config {config_file}" if config_file else "")
     else:

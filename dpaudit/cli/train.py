@@ -22,7 +22,7 @@ from typing import Any, Literal
 import click
 from click.core import ParameterSource
 
-from dpaudit.training.config_types import ConfigTypeError, option_name, seed_type
+from dpaudit.training.config_types import ConfigTypeError, config_keys, option_name, seed_type
 from dpaudit.errors import UserInputError
 from dpaudit.figures import format_up
 from dpaudit.training.privacy_record import PrivacyRecord, group_privacy_text, read_privacy_record
@@ -111,20 +111,7 @@ def _load_toml(path: Path, config_cls: type) -> dict[str, tuple[str, Any]]:
     except tomllib.TOMLDecodeError as err:
         raise UserInputError(f"--config {path}: not valid TOML ({err}).") from None
     raw = raw.get("trainer", raw) if isinstance(raw.get("trainer"), dict) else raw
-    names = {f.name for f in dataclasses.fields(config_cls)}
-    renamed = _renamed(config_cls)
-    values: dict[str, tuple[str, Any]] = {}
-    for key, value in raw.items():
-        name = key.replace("-", "_")
-        if name in renamed:
-            click.echo(_deprecated(f"--config {path}: key {key!r}", repr(renamed[name])), err=True)
-            name = renamed[name]
-        if name not in names:
-            raise UserInputError(f"--config {path}: unknown key {key!r}; valid keys are {', '.join(sorted(names))}.")
-        if name in values:
-            raise UserInputError(f"--config {path}: keys {values[name][0]!r} and {key!r} both set {name}; keep one.")
-        values[name] = (key, value)
-    return values
+    return config_keys(raw, config_cls, f"--config {path}", warn=lambda message: click.echo(message, err=True))
 
 
 def _culprits(err: ValueError, fields: list[str]) -> list[str]:

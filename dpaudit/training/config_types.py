@@ -32,10 +32,13 @@ import dataclasses
 import numbers
 import types
 import typing
+from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-__all__ = ["SECRET_FIELDS", "SEED_MAX", "ConfigTypeError", "check_seed", "check_types", "option_name", "redacted_dict",
-           "seed_type"]
+from dpaudit.rundir import SECRET_FIELDS as _SECRET_FIELDS
+
+__all__ = ["SECRET_FIELDS", "SEED_MAX", "ConfigTypeError", "check_seed", "check_types", "config_keys", "option_name",
+           "redacted_dict", "seed_type"]
 
 #: The largest public seed any command takes. Every ``--seed`` (inject, train with every trainer, attack,
 #: demo) is an integer in ``[0, SEED_MAX]``: the range every framework that gets it accepts
@@ -98,6 +101,46 @@ class ConfigTypeError(ValueError):
 def option_name(field: str) -> str:
     """The command-line spelling of a Config field: ``batch_size`` -> ``--batch-size``."""
     return "--" + field.replace("_", "-")
+
+
+def config_keys(raw: Mapping[str, Any], config_cls: type, where: str, *,
+                warn: Callable[[str], None] | None = None) -> dict[str, tuple[str, Any]]:
+    """The Config fields a config file sets: ``{field name: (key as written, value)}``.
+
+    The one reader of a config file's keys, shared by ``dpaudit train --config FILE.toml`` and ``dpaudit attack
+    --shadow-config FILE.json``, so that both files mean the same thing: a key is a field name with dashes or
+    underscores; a former name (the Config's ``RENAMED_FIELDS``) is read as the current one, with a warning; an
+    unknown key is refused, since a misspelt ``noise_multipler`` would otherwise be dropped and the model trained
+    with the default; two spellings of one field are refused. The values are not checked here: the Config's
+    ``__post_init__`` (:func:`check_types`) does that.
+
+    Args:
+        raw: the file's keys and values.
+        config_cls: the trainer's Config dataclass.
+        where: the option and file for messages (``"--config run.toml"``).
+        warn: called with each deprecation warning (none printed when None).
+
+    Raises:
+        UserInputError: an unknown key (the valid ones listed) or a field set twice, naming ``where`` and the key.
+    """
+    from dpaudit.errors import UserInputError
+
+    names = {f.name for f in dataclasses.fields(config_cls)}
+    renamed = dict(getattr(config_cls, "RENAMED_FIELDS", {}))
+    values: dict[str, tuple[str, Any]] = {}
+    for key, value in raw.items():
+        name = str(key).replace("-", "_")
+        if name in renamed:
+            if warn is not None:
+                warn(f"warning: {where}: key {key!r} is deprecated and will be removed; use {renamed[name]!r} "
+                     "(the same setting).")
+            name = renamed[name]
+        if name not in names:
+            raise UserInputError(f"{where}: unknown key {key!r}; valid keys are {', '.join(sorted(names))}.")
+        if name in values:
+            raise UserInputError(f"{where}: keys {values[name][0]!r} and {key!r} both set {name}; keep one.")
+        values[name] = (key, value)
+    return values
 
 
 class _Mismatch(Exception):
@@ -221,8 +264,9 @@ def check_types(config: Any) -> None:
 
 
 #: Config fields whose value is secret: the guarantee holds only while they stay unknown (``--noise-seed``
-#: seeds the Poisson sampling and the DP noise). :func:`redacted_dict` never writes their value.
-SECRET_FIELDS = ("noise_seed",)
+#: seeds the Poisson sampling and the DP noise). :func:`redacted_dict` never writes their value. The one list
+#: is :data:`dpaudit.rundir.SECRET_FIELDS` (manifests, commands and ``--set`` words are redacted from it too).
+SECRET_FIELDS = _SECRET_FIELDS
 
 
 def redacted_dict(config: Any) -> dict[str, Any]:
