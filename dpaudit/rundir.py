@@ -192,15 +192,18 @@ def prepare_output_dir(out: str | os.PathLike[str], *, overwrite: bool, option: 
 _CHECKPOINT_ENTRY = re.compile(r"^checkpoints(/(metrics\.partial\.jsonl|step_\d{8}(/(state\.json|arrays\.safetensors))?|\.[^/]+(/.*)?))?$")
 
 
-def foreign_files(directory: str | os.PathLike[str]) -> list[Path]:
+def foreign_files(directory: str | os.PathLike[str], *, ignore: Iterable[str] = ()) -> list[Path]:
     """Entries of ``directory`` that dpaudit did not write (empty: dpaudit may replace or remove it).
 
     dpaudit wrote a file when the directory's ``manifest.json`` (a dpaudit schema) lists it among its
     outputs, or it is that manifest; before the manifest exists, a train directory holds only its
     ``checkpoints/`` (step folders, partial metrics). Everything else (a user's notes, a folder of
     their own data, a manifest of another program) is foreign, and names the reason to refuse.
+    ``ignore``: top-level entries the caller has checked itself (an audit's kept ``runs/``), skipped with
+    everything under them.
     """
     directory = Path(directory)
+    skipped = set(ignore)
     listed: set[str] = set()
     try:
         manifest = json.loads((directory / MANIFEST_NAME).read_text(encoding="utf-8"))
@@ -213,7 +216,7 @@ def foreign_files(directory: str | os.PathLike[str]) -> list[Path]:
     foreign = []
     for path in sorted(directory.rglob("*")):
         name = path.relative_to(directory).as_posix()
-        if name in listed or _CHECKPOINT_ENTRY.match(name):
+        if name.split("/", 1)[0] in skipped or name in listed or _CHECKPOINT_ENTRY.match(name):
             continue
         if path.is_dir() and not path.is_symlink() and name in parents:
             continue
@@ -221,9 +224,9 @@ def foreign_files(directory: str | os.PathLike[str]) -> list[Path]:
     return foreign
 
 
-def refuse_foreign(directory: str | os.PathLike[str], *, option: str = "--out") -> None:
+def refuse_foreign(directory: str | os.PathLike[str], *, option: str = "--out", ignore: Iterable[str] = ()) -> None:
     """Raise a one-line error when ``directory`` holds anything dpaudit did not write (:func:`foreign_files`)."""
-    foreign = foreign_files(directory)
+    foreign = foreign_files(directory, ignore=ignore)
     if foreign:
         more = f" (and {len(foreign) - 1} more)" if len(foreign) > 1 else ""
         raise UserInputError(
@@ -424,19 +427,36 @@ def file_hashes(directory: str | os.PathLike[str], names: Iterable[str]) -> dict
     return {name: sha256_file(directory / name) for name in sorted(names)}
 
 
-#: Options whose value is a secret: a manifest's recorded command line never holds their value.
-SECRET_OPTIONS = ("--noise-seed",)
-#: What a released manifest records instead of an explicit ``--noise-seed``.
+#: Config fields whose value is a secret: the guarantee holds only while they stay unknown (``noise_seed`` seeds
+#: the Poisson sampling and the DP noise). The one list every redaction below reads (a trainer Config's
+#: ``to_dict``, manifests, ``--set KEY=VALUE`` words, the report's provenance): a new secret is added here.
+SECRET_FIELDS = ("noise_seed",)
+#: The options that pass them (``--noise-seed``): a manifest's recorded command line never holds their value.
+SECRET_OPTIONS = tuple("--" + name.replace("_", "-") for name in SECRET_FIELDS)
+#: What a released file records instead of a secret value.
 REDACTED = "<given: secret>"
 
 
+def is_secret_name(name: str) -> bool:
+    """Whether ``name`` names a secret: a field (``noise_seed``), its option (``--noise-seed``) or a ``--set`` key as a
+    user may spell it (``noise-seed``, `` noise_seed ``)."""
+    return str(name).strip().lstrip("-").replace("-", "_").lower() in SECRET_FIELDS
+
+
+def redact_assignment(text: str) -> str:
+    """``KEY=VALUE`` (a ``--set`` word) with the value of a secret KEY replaced by ``<given: secret>``; other text as is."""
+    key, sep, _ = str(text).partition("=")
+    return f"{key}={REDACTED}" if sep and is_secret_name(key) else str(text)
+
+
 def redact_command(argv: Iterable[str]) -> list[str]:
-    """``argv`` with the value of every :data:`SECRET_OPTIONS` option replaced by ``<given: secret>``.
+    """``argv`` with every secret value replaced by ``<given: secret>``.
 
     The manifest's ``command`` is printed in the report's provenance, which people share: a
     ``--noise-seed`` there would let anyone regenerate the noise and the sampling (the guarantee would
-    be void). Both ``--noise-seed N`` and ``--noise-seed=N`` are redacted, wherever they appear (the
-    demo passes its own ``--noise-seed`` down to train).
+    be void). Redacted wherever they appear (the demo passes its own ``--noise-seed`` down to train):
+    ``--noise-seed N`` and ``--noise-seed=N``; a ``KEY=VALUE`` word with a secret KEY, as
+    ``audit-trainer --set noise_seed=N`` passes one (``--set=noise_seed=N`` too).
     """
     out: list[str] = []
     hide_next = False
@@ -445,16 +465,35 @@ def redact_command(argv: Iterable[str]) -> list[str]:
             out.append(REDACTED)
             hide_next = False
             continue
-        name = arg.split("=", 1)[0]
-        if name in SECRET_OPTIONS:
-            if "=" in arg:
-                out.append(f"{name}={REDACTED}")
+        if arg.startswith("-"):
+            name, sep, value = arg.partition("=")
+            if is_secret_name(name):
+                if sep:
+                    out.append(f"{name}={REDACTED}")
+                else:
+                    out.append(arg)
+                    hide_next = True
             else:
-                out.append(arg)
-                hide_next = True
+                out.append(f"{name}={redact_assignment(value)}" if sep else arg)
             continue
-        out.append(arg)
+        out.append(redact_assignment(arg))
     return out
+
+
+def redact_config(value: Any) -> Any:
+    """``value`` (a config, settings, a manifest's fields: JSON-like) with every secret redacted: the value of a
+    mapping key that names one (unless it is None: nothing was given), and each ``KEY=VALUE`` string with a secret
+    KEY (the ``--set`` words an audit records). An older manifest may hold a secret verbatim: the report shows it
+    through here too."""
+    if isinstance(value, Mapping):
+        return {k: (REDACTED if is_secret_name(str(k)) and v is not None else redact_config(v)) for k, v in value.items()}
+    if isinstance(value, list):
+        return [redact_config(v) for v in value]
+    if isinstance(value, tuple):
+        return tuple(redact_config(v) for v in value)
+    if isinstance(value, str):
+        return redact_assignment(value)
+    return value
 
 
 def build_manifest(
@@ -475,20 +514,21 @@ def build_manifest(
         seed: the seed that makes the stage reproducible.
         inputs: input path (as given) -> sha256.
         outputs: output file name relative to the run directory -> sha256.
-        command: the command line; defaults to ``sys.argv``. Secret values are redacted (:func:`redact_command`).
+        command: the command line; defaults to ``sys.argv``. Secret values are redacted (:func:`redact_command`),
+            and so are they in ``config`` and ``extra`` (:func:`redact_config`).
         extra: stage-specific fields (counts, word lists, ...).
     """
     manifest: dict[str, Any] = {
         "schema": schema,
         "dpaudit_version": __version__,
         "command": redact_command(sys.argv if command is None else command),
-        "config": dict(config),
+        "config": redact_config(dict(config)),
         "seed": seed,
         "inputs": dict(inputs),
         "outputs": dict(outputs),
     }
     if extra:
-        manifest.update(extra)
+        manifest.update(redact_config(dict(extra)))
     return manifest
 
 
@@ -545,3 +585,116 @@ def verify_run_dir(directory: str | os.PathLike[str], *, schema_prefix: str | No
                 f"{path} was changed after it was written (sha256 {actual[:12]} != manifest {expected[:12]}); rerun the stage."
             )
     return manifest
+
+
+# -- a finished run of the same command; report pages -------------------------------------------------
+
+
+def same_json(a: Any, b: Any) -> bool:
+    """Whether two JSON-like values are equal as a manifest stores them (tuples as lists, secrets redacted, keys whose
+    value is None the same as absent ones: a field added later with its default matches an older manifest)."""
+    def norm(value: Any) -> Any:
+        if isinstance(value, Mapping):
+            return {str(k): norm(v) for k, v in value.items() if v is not None}
+        if isinstance(value, (list, tuple)):
+            return [norm(v) for v in value]
+        return value
+
+    return norm(json.loads(json.dumps(redact_config(a), default=str))) == \
+        norm(json.loads(json.dumps(redact_config(b), default=str)))
+
+
+def finished_output(out: str | os.PathLike[str], *, schema_prefix: str) -> dict[str, Any] | None:
+    """The manifest of the finished run directory ``out`` of one stage (``schema_prefix``, e.g. ``"dpaudit.attack/"``),
+    or None: no manifest, another stage's, a file missing or changed since it was written, or a file no manifest
+    lists. The stages call it before refusing a non-empty ``--out``: when the manifest also records this very
+    command (its config, and inputs of the same content), a rerun returns the finished result and writes nothing,
+    as a finished train run does."""
+    out = Path(out)
+    if not (out / MANIFEST_NAME).is_file():
+        return None
+    try:
+        manifest = verify_run_dir(out, schema_prefix=schema_prefix)
+    except (UserInputError, OSError, ValueError):
+        return None
+    return None if foreign_files(out) else manifest
+
+
+def inputs_unchanged(inputs: Mapping[str, str]) -> bool:
+    """Whether every input a manifest lists (path as given -> sha256) still holds the recorded content. An entry whose
+    value is no sha256 describes a generated input (``builtin:assistant``: its version, seed and size), which the
+    stage's config fixes."""
+    for path, digest in inputs.items():
+        if not re.fullmatch(r"[0-9a-f]{64}", str(digest)):
+            continue
+        try:
+            if not Path(path).is_file() or sha256_file(path) != digest:
+                return False
+        except OSError:
+            return False
+    return True
+
+
+#: What the ``<head>`` of every HTML page dpaudit writes holds (the report templates' generator tag): how a page
+#: dpaudit wrote is told from a user's file before it is replaced.
+PAGE_GENERATOR = '<meta name="generator" content="dpaudit '
+_PAGE_HEAD_BYTES = 4096
+
+
+def written_page(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a report page dpaudit wrote: an HTML file whose head carries :data:`PAGE_GENERATOR`."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(_PAGE_HEAD_BYTES).decode("utf-8", "replace")
+    except OSError:
+        return False
+    return head.lstrip().lower().startswith("<!doctype html>") and PAGE_GENERATOR in head
+
+
+def enclosing_run_dir(path: str | os.PathLike[str]) -> Path | None:
+    """The dpaudit run directory ``path`` lies in (the nearest folder above it, links resolved, whose
+    ``manifest.json`` has a dpaudit schema), or None."""
+    for folder in Path(os.path.realpath(path)).parents:
+        manifest = folder / MANIFEST_NAME
+        if not manifest.is_file():
+            continue
+        try:
+            schema = json.loads(manifest.read_text(encoding="utf-8")).get("schema", "")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if str(schema).startswith("dpaudit."):
+            return folder
+    return None
+
+
+def check_page_target(out: str | os.PathLike[str], *, option: str = "--out") -> bool:
+    """Check that a report page may be written at ``out``; True when a page dpaudit wrote is there already.
+
+    Never a file dpaudit did not write (a user's CSV, notes, a link), and never a path inside a run directory,
+    whatever ``--overwrite`` says: a run's manifest lists its inputs and outputs by hash, so a page written over
+    one of them (an attack directory's ``results.json``, an inject directory's ``train.jsonl``) or beside them
+    changes that run (a later stage refuses it, ``--overwrite`` no longer replaces it). The caller replaces an
+    existing page only with ``--overwrite`` (or when it would write the same bytes).
+
+    Raises:
+        UserInputError: naming ``option``, the file and what to do.
+    """
+    out = Path(out)
+    run_dir = enclosing_run_dir(out)
+    if run_dir is not None:
+        name = Path(os.path.realpath(out)).relative_to(run_dir).as_posix()
+        manifest = load_manifest(run_dir)
+        listed = name == MANIFEST_NAME or name in (manifest.get("outputs") or {})
+        what = "a file its manifest lists" if listed else "a page there would be a file its manifest does not list"
+        raise UserInputError(f"{option} {out} is inside the dpaudit run directory {run_dir} ({what}); dpaudit never "
+                             "writes a report into a run directory: choose a path outside it, e.g. reports/NAME.html.")
+    if out.is_symlink():
+        raise UserInputError(f"{option} {out} is a symbolic link; dpaudit does not replace links: choose another path.")
+    if not out.exists():
+        return False
+    if out.is_dir():
+        raise UserInputError(f"{option} {out} is a directory; pass a file name such as {out / 'report.html'}.")
+    if not written_page(out):
+        raise UserInputError(f"{option} {out} exists and is not a report page dpaudit wrote; dpaudit never replaces a "
+                             "file it did not write: choose another path or move that file away.")
+    return True

@@ -72,6 +72,44 @@ def _merge_times(path: Path, times: list) -> list[dict]:
     return [before.get(t.name, t.to_json()) if t.skipped else t.to_json() for t in times]
 
 
+#: The demo's record of the report pages it wrote (resolved path -> sha256), in its state folder: a later demo
+#: replaces its own page, and no other file.
+PAGES_RECORD = "report-pages.json"
+
+
+def _check_report(path: Path, state: Path) -> bool:
+    """Check ``--report`` before any stage runs; True when it holds the page this demo wrote there before.
+
+    The demo replaces only its own page (its sha256 recorded in ``state`` when it was written): a user's file, a
+    link, a path inside a run directory or a report page of another command is refused in one line.
+    """
+    from dpaudit.errors import UserInputError
+    from dpaudit.rundir import check_page_target, sha256_file
+
+    if not check_page_target(path, option="--report"):
+        return False
+    recorded = _read_pages(state).get(str(path.resolve()))
+    if recorded is None or recorded != sha256_file(path):
+        raise UserInputError(f"--report {path} holds a report page this demo did not write (or one changed since); "
+                             "choose another --report, or remove that page if you no longer need it.")
+    return True
+
+
+def _read_pages(state: Path) -> dict[str, str]:
+    try:
+        pages = json.loads((state / PAGES_RECORD).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return {}
+    return {str(k): str(v) for k, v in pages.items()} if isinstance(pages, dict) else {}
+
+
+def _record_page(path: Path, state: Path) -> None:
+    """Record the page the demo just wrote (so that the next demo may replace it)."""
+    from dpaudit.rundir import atomic_write_json, sha256_file
+
+    atomic_write_json(state / PAGES_RECORD, {**_read_pages(state), str(path.resolve()): sha256_file(path)})
+
+
 def _classifier_gap() -> str | None:
     """Why the edp-sgd classifiers cannot run here (None: they can)."""
     if "edp-sgd" not in available_trainers() or not _has_module("torch"):
@@ -95,7 +133,9 @@ def _classifier_gap() -> str | None:
                    "torch): pretrained on the public utterances, then non-private and DP-SGD at epsilon 8; exposure, "
                    "greedy extraction from the prefix, loss, zlib and Min-K%++ (about 2 more minutes with --quick).")
 @click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
-              default=Path("reports/demo/index.html"), show_default=True, help="Where to write the comparison report.")
+              default=Path("reports/demo/index.html"), show_default=True,
+              help="Where to write the comparison report: a new file, or the page an earlier demo wrote there (never a "
+                   "file of your own, nor any other page).")
 def demo(out: Path, quick: bool, seed: int, noise_seed: int | None, classifiers: bool, causal: bool,
          report_path: Path) -> None:
     """Show memorization and what DP does about it, on the built-in voice-assistant corpus.
@@ -121,6 +161,7 @@ def demo(out: Path, quick: bool, seed: int, noise_seed: int | None, classifiers:
     if not _has_module("torch") or not _has_module("transformers"):
         raise click.ClickException("the demo's attacks load models with transformers: pip install -e '.[jax,torch]'")
     check_out(out)  # before anything is written: never a folder of the user's own
+    own_page = _check_report(report_path, out / STATE_DIR)  # never a file of the user's own either
     for option, path in (("--out", out), ("--report", report_path)):  # before minutes of training, not after
         blocked = next((p for p in path.absolute().parents if p.exists() and not p.is_dir()), None)
         if blocked is not None:
@@ -133,10 +174,22 @@ def demo(out: Path, quick: bool, seed: int, noise_seed: int | None, classifiers:
     sizes = QUICK if quick else FULL
     plan = build_plan(out, sizes, seed=seed, report=report_path, classifiers=gap is None, noise_seed=noise_seed,
                       causal=causal)
+    inside = next((s.output for s in plan.stages if s.schema_prefix is not None
+                   and report_path.resolve().is_relative_to(s.output.resolve())), None)
+    if inside is not None:
+        from dpaudit.errors import UserInputError
+
+        raise UserInputError(f"--report {report_path} is inside the demo's run directory {inside}; dpaudit never writes a "
+                             "report into a run directory: choose a path outside it.")
 
     def run(stage: Stage) -> None:
-        click.echo(f"      $ dpaudit {shlex.join(stage.args)}")
-        cli.main(args=list(stage.args), prog_name="dpaudit", standalone_mode=False)
+        args = list(stage.args)
+        if stage.name == "report" and own_page and report_path.exists():  # the page this demo wrote before
+            args.append("--overwrite")
+        click.echo(f"      $ dpaudit {shlex.join(args)}")
+        cli.main(args=args, prog_name="dpaudit", standalone_mode=False)
+        if stage.name == "report":
+            _record_page(report_path, out / STATE_DIR)
 
     try:
         times = run_stages(plan.stages, state=out / STATE_DIR, run=run, echo=click.echo)

@@ -67,7 +67,10 @@ def parse_labels(labels: tuple[str, ...], run_dirs: tuple[Path, ...]) -> dict[st
 @click.option("--label", "labels", multiple=True, metavar="NAME=DIR",
               help="Name the model of RUN_DIR DIR on the page (repeatable) [default: the model's directory name, e.g. "
                    "runs/np -> np].")
-def report(run_dirs: tuple[Path, ...], out: Path | None, labels: tuple[str, ...]) -> None:
+@click.option("--overwrite", is_flag=True,
+              help="Replace --out if it holds another report page dpaudit wrote (never a file it did not write, nor a "
+                   "file inside a run directory).")
+def report(run_dirs: tuple[Path, ...], out: Path | None, labels: tuple[str, ...], overwrite: bool = False) -> None:
     """Render the audit report of one attack or audit-trainer directory, or a comparison page of several.
 
     The page is one self-contained HTML file (inline SVG and CSS, no scripts, no network): verdict,
@@ -80,6 +83,9 @@ def report(run_dirs: tuple[Path, ...], out: Path | None, labels: tuple[str, ...]
     trivial baseline, the most-repeated canaries' exposure against the controls, secrets reconstructed, the
     best valid lower bound, and the strongest membership attack's AUC and TPR at 1% FPR. Attack directories
     of one model (the same weight files) that ran different attacks are one model on the page.
+
+    --out is never a file dpaudit did not write, nor a file inside a run directory; an earlier page is replaced
+    only with --overwrite (rerunning the same command finds the same page and writes nothing).
     """
     from dpaudit.errors import UserInputError
     from dpaudit.report import write_report
@@ -92,8 +98,9 @@ def report(run_dirs: tuple[Path, ...], out: Path | None, labels: tuple[str, ...]
     if blocked is not None:  # before rendering: the page could never be written there
         raise UserInputError(f"--out {out}: {blocked} is a file, not a folder; choose another path for the page.")
     created = [p for p in out.absolute().parents if not p.exists()]  # deepest first
+    before = _identity(out)
     try:
-        path = write_report(run_dirs, out, labels=names)
+        path = write_report(run_dirs, out, labels=names, overwrite=overwrite)
     except BaseException:  # disk full, permissions, bad input...: remove the folders made for the page
         for folder in created:
             try:
@@ -101,4 +108,16 @@ def report(run_dirs: tuple[Path, ...], out: Path | None, labels: tuple[str, ...]
             except OSError:
                 break
         raise
+    if before is not None and _identity(path) == before:  # the same page was there: nothing was written
+        click.echo(f"{path} is up to date: it holds this very page ({path.stat().st_size / 1024:.0f} KiB); nothing written")
+        return
     click.echo(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
+
+
+def _identity(path: Path) -> tuple[int, int] | None:
+    """(inode, mtime) of an existing file: unchanged when nothing replaced it (an atomic write makes a new inode)."""
+    try:
+        stat = path.stat()
+    except OSError:
+        return None
+    return stat.st_ino, stat.st_mtime_ns

@@ -29,7 +29,7 @@ from typing import Any
 
 from dpaudit.demo.plan import Stage
 from dpaudit.errors import UserInputError
-from dpaudit.rundir import MANIFEST_NAME, atomic_write_json, refuse_foreign, sha256_file, verify_run_dir
+from dpaudit.rundir import MANIFEST_NAME, atomic_write_json, redact_command, refuse_foreign, sha256_file, verify_run_dir
 
 STATE_DIR = ".demo"
 
@@ -58,7 +58,8 @@ def _input_hashes(stage: Stage) -> dict[str, str | None]:
 
 
 def _record(stage: Stage) -> dict[str, Any]:
-    return {"args": list(stage.args), "inputs": _input_hashes(stage)}
+    # secrets redacted as in every manifest (the demo's --noise-seed reaches train's command line)
+    return {"args": redact_command(stage.args), "inputs": _input_hashes(stage)}
 
 
 def _record_path(state: Path, stage: Stage) -> Path:

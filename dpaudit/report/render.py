@@ -95,11 +95,28 @@ def render_report(paths: Sequence[str | os.PathLike[str]], *, labels: Mapping[st
 
 
 def write_report(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *,
-                 labels: Mapping[str, str] | None = None) -> Path:
-    """Render and write ``out`` atomically (``labels``: as :func:`render_report`)."""
-    from dpaudit.rundir import atomic_write_text
+                 labels: Mapping[str, str] | None = None, overwrite: bool = False, option: str = "--out") -> Path:
+    """Render and write ``out`` atomically (``labels``: as :func:`render_report`).
 
-    html = render_report(paths, labels=labels)
+    ``out`` is never a file dpaudit did not write, nor a path inside a run directory
+    (:func:`dpaudit.rundir.check_page_target`, checked before rendering). A page dpaudit wrote is replaced only with
+    ``overwrite``; one that already holds exactly this page is left as it is (rendering is deterministic, so
+    rerunning the same command writes nothing).
+
+    Raises:
+        UserInputError: naming ``option`` (the caller's name for ``out``) and what to do.
+    """
+    from dpaudit.errors import UserInputError
+    from dpaudit.rundir import atomic_write_text, check_page_target
+
     out = Path(out)
+    exists = check_page_target(out, option=option)
+    html = render_report(paths, labels=labels)
+    if exists:
+        if out.read_bytes() == html.encode("utf-8"):
+            return out  # the same page: nothing to write
+        if not overwrite:
+            raise UserInputError(f"{option} {out} holds another report page dpaudit wrote; pass --overwrite to replace "
+                                 "it or choose another path.")
     out.parent.mkdir(parents=True, exist_ok=True)
     return atomic_write_text(out, html)

@@ -17,7 +17,7 @@ from typing import Any
 from dpaudit.attacks.results import GROUP_PRIVACY_NOTE, ExposureResult, ExposureRow, ReconstructionResult
 from dpaudit.figures import format_down, format_up
 from dpaudit.headline import PROOF, Headline, HeadlineBound, headline_of
-from dpaudit.rundir import REDACTED, redact_command
+from dpaudit.rundir import redact_command, redact_config
 from dpaudit.training.privacy_record import TELEMETRY_NOTE
 from dpaudit.report import plots
 from dpaudit.report.load import REPORT_FILE, ReportRun, Utility
@@ -529,17 +529,6 @@ def stage_view(name: str, manifest: Mapping[str, Any]) -> Stage:
     return Stage(name=name, schema=str(manifest.get("schema", "")), version=str(manifest.get("dpaudit_version", "?")),
                  command=shown, seed=str(manifest.get("seed")),
                  config=json.dumps(redact_config(manifest.get("config", {})), indent=2, sort_keys=True, default=str))
-
-
-def redact_config(value: Any) -> Any:
-    """A config with any ``noise_seed`` value replaced by the manifests' :data:`~dpaudit.rundir.REDACTED` (it is the
-    randomness the guarantee relies on; an older manifest may hold it verbatim)."""
-    if isinstance(value, Mapping):
-        return {k: (REDACTED if str(k).replace("-", "_") == "noise_seed" and v is not None else redact_config(v))
-                for k, v in value.items()}
-    if isinstance(value, list):
-        return [redact_config(v) for v in value]
-    return value
 
 
 def provenance(run: ReportRun, label: str | None = None) -> Provenance:
