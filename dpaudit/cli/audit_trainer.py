@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 import sys
 import tempfile
 import types
@@ -45,14 +46,24 @@ def _field_value(field: dataclasses.Field, text: str, config_cls: type) -> Any:
         if text.lower() not in ("true", "false", "1", "0", "yes", "no"):
             raise ValueError(f"expected true or false, got {text!r}")
         return text.lower() in ("true", "1", "yes")
-    return base(text) if base in (int, float) else text
+    if base in (int, float):
+        try:
+            return base(text)
+        except ValueError:
+            raise ValueError(f"{field.name} must be {'an integer' if base is int else 'a number'}, got {text!r}") from None
+    return text
 
 
 def _overrides(config_cls: type, settings: tuple[str, ...]) -> dict[str, Any]:
+    return {name: value for name, (_item, value) in _set_items(config_cls, settings).items()}
+
+
+def _set_items(config_cls: type, settings: tuple[str, ...]) -> dict[str, tuple[str, Any]]:
+    """``--set KEY=VALUE`` items by field: (the item as given, its typed value); a one-line error naming the item."""
     from dpaudit.errors import UserInputError
 
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
-    out: dict[str, Any] = {}
+    out: dict[str, tuple[str, Any]] = {}
     for item in settings:
         key, sep, value = item.partition("=")
         name = key.strip().replace("-", "_")
@@ -61,7 +72,7 @@ def _overrides(config_cls: type, settings: tuple[str, ...]) -> dict[str, Any]:
             raise UserInputError(f"--set {item!r}: expected KEY=VALUE with KEY a field of the trainer's config "
                                  f"({known}).")
         try:
-            out[name] = _field_value(fields[name], value.strip(), config_cls)
+            out[name] = (item, _field_value(fields[name], value.strip(), config_cls))
         except ValueError as err:
             raise UserInputError(f"--set {item!r}: {err}.") from None
     return out
@@ -71,23 +82,61 @@ def audit_config(trainer: Any, *, target_epsilon: float, rows: int, noise_seed: 
                  settings: tuple[str, ...], sampling_rate: float = SAMPLING_RATE, steps: int = AUDIT_STEPS) -> Any:
     """The trainer's smallest config (``tiny_config``) with the audit's plan: ``target_epsilon``, about
     ``steps`` steps at q ~ ``sampling_rate`` over ``rows`` rows (trainers that count epochs: epochs of
-    ceil(1 / q) steps); ``--set`` overrides last."""
+    ceil(1 / q) steps); ``--set`` overrides last.
+
+    Raises:
+        UserInputError: the config refuses a value, naming what the user gave that set it: a ``--set`` item, or
+            the audit-trainer option the plan's value comes from (``--sampling-rate`` sets the batch size,
+            ``--steps`` the steps or epochs), never ``--set`` for a value it did not set.
+    """
     from dpaudit.errors import UserInputError
+    from dpaudit.training.config_types import ConfigTypeError, option_name
 
     names = {f.name for f in dataclasses.fields(trainer.Config)}
+    batch = max(2, math.floor(rows * sampling_rate))
     plan: dict[str, Any] = {"target_epsilon": target_epsilon, "noise_multiplier": None, "noise_seed": noise_seed,
-                            "batch_size": max(2, math.floor(rows * sampling_rate))}
+                            "batch_size": batch}
+    # Where each planned value comes from, as the user can find it on their command line.
+    origin = {"target_epsilon": f"--target-epsilon {target_epsilon:g}", "noise_seed": "--noise-seed",
+              "batch_size": f"--sampling-rate {sampling_rate:g} (the audit's batch size {batch} of {rows} rows)"}
     if "non_private" in names:
         plan["non_private"] = False
     if "epochs" in names:
         plan["epochs"] = max(1, round(steps / math.ceil(1 / sampling_rate)))
+        origin["epochs"] = f"--steps {steps} ({plan['epochs']} epochs of {math.ceil(1 / sampling_rate)} steps)"
     elif "steps" in names:
         plan["steps"] = steps
+        origin["steps"] = f"--steps {steps}"
     plan = {k: v for k, v in plan.items() if k in names}
-    try:
-        return trainer.tiny_config(**{**plan, **_overrides(trainer.Config, settings)})
-    except (TypeError, ValueError) as err:
-        raise UserInputError(f"--set: {err}") from None
+    items = _set_items(trainer.Config, settings)
+
+    def build(chosen: dict[str, tuple[str, Any]]) -> Any:
+        """The config with the plan and ``chosen`` items, or the error refusing it."""
+        try:
+            return trainer.tiny_config(**{**plan, **{name: value for name, (_item, value) in chosen.items()}})
+        except (TypeError, ValueError) as err:
+            return err
+
+    error = build(items)
+    if not isinstance(error, (TypeError, ValueError)):
+        return error
+    # Which of the user's inputs the refusal is about: the --set items that fail alone (or all of them together),
+    # unless the plan fails without them; and the planned values the message names (ConfigTypeError's field, or
+    # the option spelling of a field).
+    text = str(error)
+    named = [error.field] if isinstance(error, ConfigTypeError) else [
+        name for name in names if re.search(re.escape(option_name(name)) + r"(?![\w-])", text)]
+    blamed: list[str] = []
+    if items and not isinstance(build({}), Exception):
+        alone = [name for name, item in items.items() if isinstance(build({name: item}), Exception)]
+        alone = [name for name in alone if name in named] or alone or list(items)  # the one the message names first
+        blamed += [f"--set {items[name][0]}" for name in alone]
+    blamed += [origin[name] for name in named if name in origin and name not in items]
+    if not blamed:
+        blamed = [origin[name] for name in ("target_epsilon", "batch_size", "epochs", "steps") if name in origin]
+    if blamed == [origin.get("target_epsilon")] and text.startswith("--target-epsilon "):
+        raise UserInputError(text) from None  # the config's own words already name the option the user gave
+    raise UserInputError(f"{' with '.join(blamed)}: {text}") from None
 
 
 @click.command("audit-trainer", epilog=_EPILOG, context_settings={"max_content_width": 100})
