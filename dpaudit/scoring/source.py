@@ -1,37 +1,43 @@
 """Where a model comes from: a train run directory or a bare Hugging Face directory, checked.
 
-Everything here is torch-free, so bad input (no weights, a pickle-only checkpoint, no tokenizer, a
-damaged run directory) is refused with a one-line :class:`~dpaudit.errors.UserInputError` before
-torch or transformers is imported. A train run directory (``manifest.json`` with schema
+Bad input (no weights, a pickle-only checkpoint, no tokenizer, a damaged run directory) is refused with a
+one-line :class:`~dpaudit.errors.UserInputError` before torch or transformers is imported; then the one
+check of a model directory (:mod:`dpaudit.model_dir`, with transformers' tensors for its config.json as the
+layout) refuses weights that do not fit it. A train run directory (``manifest.json`` with schema
 ``dpaudit.train/*``) is verified against its manifest; its ``privacy.json`` is read for the audit,
 through :func:`read_privacy_record` (the one reader of that file outside the trainers).
 """
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Literal
+from typing import TYPE_CHECKING, Any
 
 from dpaudit.errors import UserInputError
+from dpaudit.model_dir import (  # noqa: F401 - re-exported: the trainers and the scorer import them from here
+    CAUSAL_LM,
+    CLASSIFIER,
+    MASKED_LM,
+    PICKLE_WEIGHTS,
+    TOKENIZER_FILES,
+    WEIGHTS,
+    WEIGHTS_INDEX,
+    ModelKind,
+    _safetensors_problem,
+    architecture_kind,
+    check_model_dir,
+    check_weights,
+    read_config,
+)
 from dpaudit.rundir import MANIFEST_NAME, verify_run_dir
 from dpaudit.training.privacy_record import read_privacy_record  # the one file reader, re-exported
 
 if TYPE_CHECKING:
     from dpaudit.training.privacy_record import PrivacyRecord
 
-ModelKind = Literal["masked-lm", "classifier", "causal-lm"]
-MASKED_LM: ModelKind = "masked-lm"
-CLASSIFIER: ModelKind = "classifier"
-#: A GPT-style causal LM (``*ForCausalLM``, GPT-2's ``GPT2LMHeadModel``): the Secret Sharer's own setting.
-CAUSAL_LM: ModelKind = "causal-lm"
 TRAIN_SCHEMA_PREFIX = "dpaudit.train/"
-WEIGHTS = "model.safetensors"
-WEIGHTS_INDEX = "model.safetensors.index.json"
-PICKLE_WEIGHTS = ("pytorch_model.bin", "pytorch_model.bin.index.json", "tf_model.h5", "flax_model.msgpack")
-TOKENIZER_FILES = ("tokenizer.json", "vocab.txt")
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -86,110 +92,18 @@ def _id2label(config: dict[str, Any], config_path: Path) -> tuple[str, ...]:
     return tuple(v for _, v in pairs)
 
 
-def architecture_kind(architecture: str) -> ModelKind | None:
-    """The model kind a Hugging Face architecture name (``config.json``'s ``architectures``, a model's class name)
-    says, or None: the one place the names are read (the scorer, the torch trainers, the ghost clipper)."""
-    if architecture.endswith("ForMaskedLM"):
-        return MASKED_LM
-    if architecture.endswith("ForSequenceClassification"):
-        return CLASSIFIER
-    if architecture.endswith("ForCausalLM") or architecture.endswith("LMHeadModel"):
-        return CAUSAL_LM
-    return None
-
-
-_SAFETENSORS_HEADER_MAX = 100 * 1024 * 1024  # the safetensors reader's own limit on its JSON header
-
-
-def _safetensors_problem(path: Path) -> str | None:
-    """Why ``path`` is not a whole safetensors file (None: it is), from its header alone (no torch).
-
-    The format (https://github.com/huggingface/safetensors): an 8-byte little-endian length N, N bytes of
-    JSON mapping each tensor to its dtype, shape and ``data_offsets`` [begin, end) into the data that
-    follows; the data ends where the last tensor does. A truncated copy, random bytes or a pickle renamed
-    ``.safetensors`` fails one of these checks.
-    """
-    try:
-        size = path.stat().st_size
-        with open(path, "rb") as handle:
-            head = handle.read(8)
-            if len(head) < 8:
-                return f"{size} bytes, shorter than a safetensors header"
-            length = int.from_bytes(head, "little")
-            if not 2 <= length <= min(size - 8, _SAFETENSORS_HEADER_MAX):
-                return f"its header length {length} does not fit the file's {size} bytes"
-            header = json.loads(handle.read(length).decode("utf-8"))
-    except OSError as err:
-        return f"unreadable: {err.strerror or err}"
-    except (UnicodeDecodeError, json.JSONDecodeError):
-        return "its header is not safetensors JSON"
-    if not isinstance(header, dict):
-        return "its header is not a JSON object"
-    end = 0
-    for name, entry in header.items():
-        if name == "__metadata__":
-            continue
-        offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
-        if (not isinstance(offsets, list) or len(offsets) != 2 or not all(isinstance(o, int) for o in offsets)
-                or not 0 <= offsets[0] <= offsets[1]):
-            return f"tensor {name!r} has no valid data_offsets"
-        end = max(end, offsets[1])
-    if 8 + length + end != size:
-        return f"its tensors need {8 + length + end} bytes, the file has {size} (truncated or padded)"
-    return None
-
-
-def check_weights(model_dir: str | os.PathLike[str], *, option: str = "--model") -> list[Path]:
-    """The safetensors weight files of a Hugging Face directory, each checked whole (torch-free).
-
-    Trainers (``--model``) and the attacks load weights only through this check, so a pickle
-    checkpoint (unpickling runs arbitrary code), a truncated or random-bytes ``model.safetensors`` or a
-    shard missing from ``model.safetensors.index.json`` is the one-line "not a safetensors model
-    directory" error naming the file, never torch's or the safetensors reader's own message.
-
-    Raises:
-        UserInputError: naming ``option``, the directory and the file at fault.
-    """
-    model_dir = Path(model_dir)
-    fix = "pass a Hugging Face model directory saved with model.save_pretrained(dir, safe_serialization=True)"
-    if (model_dir / WEIGHTS).is_file():
-        files = [model_dir / WEIGHTS]
-    elif (model_dir / WEIGHTS_INDEX).is_file():
-        index_path = model_dir / WEIGHTS_INDEX
-        try:
-            index = json.loads(index_path.read_text(encoding="utf-8"))
-            shards = sorted({str(v) for v in index["weight_map"].values()})
-        except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
-            raise UserInputError(f"{option} {model_dir} is not a safetensors model directory ({index_path.name} has no "
-                                 f"weight_map); {fix}.") from None
-        files = [model_dir / shard for shard in shards]
-        missing = [f for f in files if not f.is_file() or f.parent != model_dir]
-        if not shards or missing:
-            raise UserInputError(f"{option} {model_dir} is not a safetensors model directory ({index_path.name} names "
-                                 f"{missing[0].name if missing else 'no shard'}, which is not there); {fix}.")
-    else:
-        pickled = [name for name in PICKLE_WEIGHTS if (model_dir / name).is_file()]
-        if pickled:
-            raise UserInputError(
-                f"{option} {model_dir} is not a safetensors model directory: it holds only {pickled[0]} (a pickle "
-                f"checkpoint, which can run arbitrary code when loaded); re-save it as safetensors: "
-                f"model.save_pretrained(dir, safe_serialization=True)."
-            )
-        raise UserInputError(f"{option} {model_dir} is not a safetensors model directory (no {WEIGHTS}); {fix}.")
-    for path in files:
-        problem = _safetensors_problem(path)
-        if problem is not None:
-            raise UserInputError(f"{option} {model_dir} is not a safetensors model directory: {path} is not a whole "
-                                 f"safetensors file ({problem}); {fix}.")
-    return files
-
-
 def resolve_model(path: str | os.PathLike[str], *, option: str = "--model") -> ModelSource:
-    """Check a model path and say what it is, without importing torch.
+    """Check a model path and say what it is.
+
+    The cheap checks (files, config.json, the architecture's kind) run before torch is imported; then the one model
+    directory check (:func:`dpaudit.model_dir.check_model_dir`) compares the weights with the tensors transformers
+    builds for config.json on the meta device (no model is loaded), the tokenizer with the embedding table, and
+    reads the weights once for NaN or infinite values.
 
     Raises:
         UserInputError: naming the path and what is missing (weights, tokenizer, config), or a
-            pickle-only checkpoint (never loaded: unpickling runs arbitrary code).
+            pickle-only checkpoint (never loaded: unpickling runs arbitrary code), or weights that do not fit
+            config.json, a tokenizer larger than the embedding table, non-finite weights.
     """
     path = Path(path)
     if not path.is_dir():
@@ -215,10 +129,7 @@ def resolve_model(path: str | os.PathLike[str], *, option: str = "--model") -> M
             f"{option} {model_dir} has no tokenizer (tokenizer.json or vocab.txt); save the tokenizer into the model "
             "directory (tokenizer.save_pretrained(dir))."
         )
-    try:
-        config = json.loads(config_path.read_text(encoding="utf-8"))
-    except json.JSONDecodeError as err:
-        raise UserInputError(f"{config_path}: not valid JSON ({err.msg}); re-save the model.") from None
+    config = read_config(model_dir, where=f"{option} {model_dir}")
     architectures = config.get("architectures") or []
     kinds = [(a, architecture_kind(a)) for a in architectures if architecture_kind(a) is not None]
     if not kinds:
@@ -227,6 +138,11 @@ def resolve_model(path: str | os.PathLike[str], *, option: str = "--model") -> M
             "(*ForSequenceClassification) or causal LM (*ForCausalLM, *LMHeadModel); dpaudit audits those model types."
         )
     architecture, kind = kinds[0]
+    # The one up-front check of the directory (dpaudit.model_dir): weights that fit config.json (transformers' own
+    # tensors for it, built on the meta device), a tokenizer within the embedding table, finite values.
+    from dpaudit.scoring.architecture import transformers_layout
+
+    check_model_dir(model_dir, where=f"{option} {model_dir}", layout=transformers_layout, option=option)
     if manifest is None:
         from dpaudit.rundir import sha256_file
 

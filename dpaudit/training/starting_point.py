@@ -35,6 +35,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from dpaudit.errors import UserInputError
+from dpaudit.model_dir import Layout, check_model_dir
 from dpaudit.rundir import MANIFEST_NAME, load_manifest, sha256_file, verify_run_dir
 
 __all__ = ["DATA_SPLITS", "DP_ON_PUBLIC_NOTE", "DataSplit", "PUBLIC_START_REQUIREMENT", "SPLIT_FILES", "StartingPoint",
@@ -121,15 +122,17 @@ class StartingPoint:
         return f"--init-from {self.given} ({what}; {digest[0]} sha256 {digest[1][:16]})"
 
 
-def resolve_start(value: str | Path, *, option: str = "--init-from") -> StartingPoint:
+def resolve_start(value: str | Path, *, option: str = "--init-from", layout: Layout | None = None) -> StartingPoint:
     """Check ``value`` and say what it is: a dpaudit train run (or its ``model/``), else a Hugging Face directory.
 
-    A run directory is verified against its manifest (a changed weight file is refused). The weights
-    themselves are checked by the trainer that loads them (safetensors only, never pickle).
+    A run directory is verified against its manifest (a changed weight file is refused). The model directory then
+    passes the one up-front check of every model directory (:func:`dpaudit.model_dir.check_model_dir`: safetensors
+    only, weights that fit ``config.json`` by the loading trainer's ``layout``, a tokenizer within the embedding
+    table, finite values), before the trainer builds anything or writes anything.
 
     Raises:
         UserInputError: one line naming ``option``: no such directory, no ``config.json``, a run
-            directory of another stage or one that was changed.
+            directory of another stage or one that was changed, a model directory that is not one model.
     """
     given = str(value)
     path = Path(value)
@@ -145,6 +148,7 @@ def resolve_start(value: str | Path, *, option: str = "--init-from") -> Starting
         if not (path / "config.json").is_file():
             raise UserInputError(f"{option} {given}: no config.json; pass a dpaudit train run directory or a Hugging "
                                  "Face model directory.")
+        check_model_dir(path, where=f"{option} {given}", layout=layout, option=option)
         return StartingPoint(given=given, model_dir=path, weights=_weight_hashes(path))
     try:
         manifest = verify_run_dir(run_dir, schema_prefix=TRAIN_SCHEMA_PREFIX)
@@ -156,6 +160,7 @@ def resolve_start(value: str | Path, *, option: str = "--init-from") -> Starting
     split = manifest.get("data_split", "train")
     trained_on = SPLIT_FILES.get(split, str(split))
     trainer = (manifest.get("config") or {}).get("trainer") if isinstance(manifest.get("config"), dict) else None
+    check_model_dir(run_dir / MODEL_DIR, where=f"{option} {given}", layout=layout, option=option)
     return StartingPoint(given=given, model_dir=run_dir / MODEL_DIR, run_dir=run_dir, weights=weights,
                          trained_on=trained_on, public_data_only=bool(manifest.get("public_data_only", False)),
                          trainer=trainer, private_inputs=_recorded_private_inputs(manifest))
@@ -250,9 +255,12 @@ def _resolved(path: Path) -> Path:
         return path.absolute()
 
 
-def run_inputs(data: Any, *, init_from: str | None, data_split: str) -> tuple[dict[str, str], Any, tuple[int, ...],
-                                                                          StartingPoint | None]:
+def run_inputs(data: Any, *, init_from: str | None, data_split: str, layout: Layout | None = None
+               ) -> tuple[dict[str, str], Any, tuple[int, ...], StartingPoint | None]:
     """What a trainer's ``load_data`` reports of its inputs: (inputs, identity, canary frequencies, start).
+
+    ``layout``: the trainer's expectation of a start's weights (:data:`dpaudit.model_dir.Layout`), for the up-front
+    check of ``--init-from``.
 
     The start's weights are an input, and a checkpoint belongs to this start only (its hashes join the
     identity); canaries live in ``train.jsonl`` only, so a run on ``public.jsonl`` holds none.
@@ -262,7 +270,7 @@ def run_inputs(data: Any, *, init_from: str | None, data_split: str) -> tuple[di
     inputs, identity = dict(data.inputs), data.identity
     start = None
     if init_from is not None:
-        start = resolve_start(init_from)
+        start = resolve_start(init_from, layout=layout)
         inputs.update(start.inputs)
         identity = {"data": identity, "init_from": start.identity}
     frequencies = tuple(canary_frequencies(data.manifest)) if data_split == "train" else ()

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
 from dpaudit.errors import UserInputError
+from dpaudit.model_dir import MASKED_LM, ExpectedTensors, architecture_kind
 from dpaudit.rundir import FILE_MODE, staged_directory
 from dpaudit.training.tokenizer import SPECIAL_TOKENS
 from dpaudit.trainers.jax_bert.model import BertConfig, FlaxBertForMaskedLM
@@ -71,6 +73,36 @@ def _param_shapes(config: BertConfig) -> dict[tuple[str, ...], tuple[int, ...]]:
     ids = jnp.zeros((1, 2), jnp.int32)
     shapes = jax.eval_shape(lambda: model.init(jax.random.key(0), ids, ids))["params"]
     return {path: tuple(leaf.shape) for path, leaf in traverse_util.flatten_dict(shapes).items()}
+
+
+def expected_layout(model_dir: Path, config: dict[str, Any]) -> ExpectedTensors:
+    """The tensors :func:`from_hf_state_dict` reads for ``config.json`` (:data:`dpaudit.model_dir.Layout`): jax-bert's
+    side of the one up-front model directory check of ``--init-from``, from the Flax parameter tree traced for the
+    config (no transformers, no torch).
+
+    Raises:
+        UserInputError: a ``config.json`` this BERT masked LM cannot reproduce, naming the file.
+    """
+    architectures = [str(a) for a in config.get("architectures") or ()]
+    other = [a for a in architectures if architecture_kind(a) not in (None, MASKED_LM)]
+    if other and not any(architecture_kind(a) == MASKED_LM for a in architectures):
+        raise UserInputError(f"{Path(model_dir) / CONFIG_NAME}: architectures names {other[0]}, but jax-bert trains a "
+                             "masked LM and starts from a BERT masked LM (BertForMaskedLM, BertForPreTraining); pass "
+                             "one, or train this model with a torch trainer (--trainer edp-sgd).")
+    try:
+        bert = BertConfig.from_hf_dict(config)
+    except (ValueError, TypeError) as err:
+        raise UserInputError(f"{Path(model_dir) / CONFIG_NAME}: {err}") from None
+    required = {hf_name(path): (shape[::-1] if path[-1] == "kernel" else shape)
+                for path, shape in _param_shapes(bert).items()}
+    vocab, hidden = bert.vocab_size, bert.hidden_size
+    optional: dict[str, tuple[int, ...] | None] = {"cls.predictions.decoder.weight": (vocab, hidden),
+                                                   _TIED_BIAS: (vocab,)}
+    optional.update({name: None for name in _IGNORED_KEYS if name not in optional})
+    return ExpectedTensors(architecture="BertForMaskedLM (jax-bert)", required=required, optional=optional,
+                           ignored=tuple("^" + re.escape(p) for p in _IGNORED_PREFIXES),
+                           fallbacks={"cls.predictions.bias": _TIED_BIAS},
+                           embedding="bert.embeddings.word_embeddings.weight")
 
 
 def from_hf_state_dict(state: Mapping[str, np.ndarray], config: BertConfig, *, source: str = "state dict") -> dict[str, Any]:

@@ -445,7 +445,8 @@ class _Plugin(TrainerPlugin):
         self.real_size = len(self.train_texts)
         audit_rows = self.canaries.rows if self.canaries is not None else 0
         inputs, identity, frequencies, self.starting_point = run_inputs(self.data, init_from=config.init_from,
-                                                                        data_split=config.data_split)
+                                                                        data_split=config.data_split,
+                                                                        layout=hf_io.expected_layout)
         return RunData(size=self.real_size + audit_rows, inputs=inputs, identity=identity, frequencies=frequencies,
                        split=config.data_split, start=self.starting_point)
 
@@ -710,10 +711,7 @@ def _load_start(start: StartingPoint, config: JaxBertConfig, new_tokens: Sequenc
             no tokenizer.json, a --max-length beyond its position table, or a tokenizer without the inject
             manifest's declared new tokens (those canaries would be [UNK]).
     """
-    from dpaudit.scoring.source import check_weights
-
-    option = f"--init-from {start.given}"
-    check_weights(start.model_dir, option="--init-from")  # never a pickle, never a torn file
+    option = f"--init-from {start.given}"  # (its directory passed the one up-front check: resolve_start)
     try:
         params, bert_config, tokenizer = hf_io.load_pretrained(start.model_dir)
     except UserInputError as err:

@@ -53,6 +53,7 @@ from dpaudit.training.baselines import (
     majority_class_accuracy,
     unigram_loss,
 )
+from dpaudit.scoring.architecture import transformers_layout
 from dpaudit.training.starting_point import StartingPoint, run_inputs
 from dpaudit.training.tokenizer import missing_new_tokens, special_token_ids, train_wordpiece
 from dpaudit.training.api import TrainResult
@@ -354,8 +355,10 @@ class TorchPlugin(TrainerPlugin):
         size = config.dataset_size if config.dataset_size is not None else n
         self.steps_per_epoch = math.ceil(size / config.batch_size)
         # (data.inputs is hashed here, once: the manifest needs it at the end, when --data may be gone.)
+        # (--init-from passes the one model directory check here, against transformers' tensors for its config.json.)
         inputs, identity, frequencies, self.starting_point = run_inputs(self.data, init_from=config.init_from,
-                                                                        data_split=config.data_split)
+                                                                        data_split=config.data_split,
+                                                                        layout=transformers_layout)
         return RunData(size=n, inputs=inputs, identity=identity, frequencies=frequencies, split=config.data_split,
                        start=self.starting_point)
 

@@ -36,7 +36,7 @@ from tokenizers import Tokenizer
 
 from dpaudit.errors import UserInputError
 from dpaudit.training.presets import CAUSAL_PRESETS, PRESETS
-from dpaudit.scoring.source import CAUSAL_LM, architecture_kind, check_weights
+from dpaudit.scoring.source import CAUSAL_LM, architecture_kind
 from dpaudit.training.tokenizer import special_token_ids
 
 _LAYER = re.compile(r"^(.*?\.(?:layers?|h)\.\d+)\.")  # BERT's encoder.layer.i, Llama's layers.i, GPT-2's h.i
@@ -111,6 +111,9 @@ def load_model(path: Path, task: str, *, label_names: list[str] | None, seed: in
                option: str = "--init-from") -> tuple[Any, Tokenizer, str | None]:
     """A Hugging Face BERT directory (masked LM or sequence classifier) as the run's model, and its tokenizer.
 
+    ``path`` passed the one model directory check first (:func:`dpaudit.training.starting_point.resolve_start`:
+    safetensors only, weights that fit its config.json, a tokenizer within the embedding table, finite values).
+
     ``mlm`` loads it as a masked LM (from a classifier, the encoder with a fresh LM head from the public
     ``--seed``, its decoder tied to the word embeddings).
     ``classify`` reuses its encoder; its classification head only when it is a sequence classifier whose
@@ -125,7 +128,6 @@ def load_model(path: Path, task: str, *, label_names: list[str] | None, seed: in
         raise UserInputError(f"{option}: no config.json; pass a Hugging Face model directory.")
     if not (path / "tokenizer.json").is_file():
         raise UserInputError(f"{option}: no tokenizer.json; the trainer needs the model's fast tokenizer file.")
-    check_weights(path, option=option.split(" ", 1)[0])  # safetensors only, each file whole: never a pickle or a torn file
     try:
         tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
     except Exception as err:  # the Rust reader's own error type  # noqa: BLE001
@@ -134,6 +136,12 @@ def load_model(path: Path, task: str, *, label_names: list[str] | None, seed: in
     if task == "clm" and not _is_causal(path / "config.json"):
         raise UserInputError(f"{option}: config.json names no causal LM architecture (*ForCausalLM or *LMHeadModel); "
                              "--task clm starts from a causal language model.")
+    if task != "clm" and _is_causal(path / "config.json"):
+        # A causal LM's sequence classifier (GPT2ForSequenceClassification) pools the last non-padding token with its own
+        # head ("score") and needs a pad token id: not the BERT-style head, masks and tokenizer this trainer trains.
+        raise UserInputError(f"{option}: config.json names a causal LM ({_architecture(path / 'config.json')}); --task "
+                             f"{task} starts from a BERT-family masked LM or sequence classifier: pass one, or train "
+                             "this causal LM with --task clm.")
     head = None
     torch.manual_seed(seed)
     try:
@@ -165,6 +173,14 @@ def _is_causal(config_path: Path) -> bool:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError):
         return False
     return any(architecture_kind(str(a)) == CAUSAL_LM for a in architectures)
+
+
+def _architecture(config_path: Path) -> str:
+    """The first ``architectures`` name of ``config.json`` (for messages)."""
+    try:
+        return str((json.loads(config_path.read_text(encoding="utf-8")).get("architectures") or ["?"])[0])
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, IndexError):
+        return "?"
 
 
 def _same_labels(config_path: Path, label_names: list[str] | None) -> bool:
