@@ -37,6 +37,8 @@ MEMBERSHIP_ATTACKS: frozenset[str] = frozenset({"loss", "shadow", "ref", "lira",
 DEFAULT_ATTACKS: tuple[str, ...] = ("exposure", "reconstruction")
 #: The defaults for a causal LM: its secrets are extracted from their prefix (nothing is masked).
 CAUSAL_DEFAULT_ATTACKS: tuple[str, ...] = ("exposure", "extraction")
+#: The model kinds (:mod:`dpaudit.scoring.source`) in words, for messages.
+_KIND_WORDS = {"masked-lm": "masked LM", "causal-lm": "causal LM", "classifier": "classifier"}
 #: Added to :data:`DEFAULT_ATTACKS` for a masked LM whose canaries are coin-flip ones: the one-run audit.
 ONE_RUN_ATTACK = "canary"
 
@@ -82,9 +84,16 @@ def resolve_attacks(names: Iterable[str], model_kind: str, *, model: str = "the 
         if name == "reconstruction" and model_kind == "causal-lm":
             raise UserInputError(f"--attacks reconstruction fills a masked secret, and {model} is a causal-lm with no mask; "
                                  "use --attacks extraction (the secret decoded from its prefix, greedy and beam).")
+        if name == "extraction" and model_kind == "masked-lm":
+            raise UserInputError(f"--attacks extraction decodes a secret from its prefix, which needs a causal LM, and "
+                                 f"{model} is a masked LM; use --attacks reconstruction (the masked secret filled in: "
+                                 "extraction's counterpart for a masked LM).")
         if model_kind not in cls.model_kinds:
-            raise UserInputError(f"--attacks {name} needs a {' or '.join(sorted(cls.model_kinds))} model, but {model} is a "
-                                 f"{model_kind}; pass a masked LM or choose an attack for {model_kind}s.")
+            needs = " or ".join(_KIND_WORDS.get(kind, kind) for kind in sorted(cls.model_kinds))
+            fitting = [n for n in ATTACKS if n != BLIND_BASELINE and model_kind in attack_class(n).model_kinds]
+            raise UserInputError(f"--attacks {name} needs a {needs}, but {model} is a "
+                                 f"{_KIND_WORDS.get(model_kind, model_kind)}; pass a {needs}, or choose an attack for "
+                                 f"it: {', '.join(fitting)}.")
         if cls not in out:
             out.append(cls)
     if not out:
