@@ -29,10 +29,19 @@ demo verdict print:
   Gaussian steps), a coin-flip audit of the claim's unit is bounded against that mechanism's own trade-off curve
   (:mod:`dpaudit.audit.claim_family`: the f-DP recursion of Mahloujifar, Melis & Chaudhuri 2024 with the claim's
   curve, one pair of guess counts planned from the claim before any score is seen), one bound per audit in
-  place of Steinke's: above the claim it rejects the claim itself (a proof whatever the mechanism); below it,
-  the figure is the epsilon of the least private mechanism of the claimed form (sampling rates and steps, any
-  noise) that the guesses reject. Steinke's bound stays the one of non-private models, group bounds and claims
-  without a mechanism (a stated epsilon, shuffled batches).
+  place of Steinke's. Below the claim, the figure is the epsilon of the least private mechanism of the claimed
+  form (sampling rates and steps, any noise) that the guesses reject. Above it, the guesses reject the claimed
+  curve itself: the trained model is not the mechanism ``privacy.json`` states ("MECHANISM REFUTED"), but the
+  family figure is then no lower bound of the model's epsilon (a Gaussian that satisfies the (epsilon, delta)
+  claim but is not subsampled can exceed it), so the figure printed is Steinke's bound on the same guesses,
+  valid for any mechanism, and only it can say "CLAIM CONTRADICTED". Each audit's printed statements hold
+  together at its own confidence (docs/auditing.md). Steinke's bound stays the one of non-private models, group
+  bounds and claims without a mechanism (a stated epsilon, shuffled batches).
+- **Ceilings.** Every bound carries its ceiling: the same bound, same sizes and confidence, for a perfect attack.
+  When the best ceiling is at or below the claim the verdict says in the same sentence that the audit could not
+  have refuted the claim, and what an audit of 1,000 (10,000, 100,000) coin-flip canaries would reach.
+- **Stored.** The headline is computed once, when the attacks ran, and stored in ``results.json``
+  (``headline``): the terminal, the page, the demo and a user's script read the same figure from there.
 - The Gaussian f-DP bound (Mahloujifar et al. 2024) refutes mu-GDP, not (epsilon, delta)-DP (it exceeded the
   true epsilon of randomized response in 99.5% of trials): it never drives the headline or alarm.
 - **Claims.** A run with fixed-size shuffled batches proves no epsilon (``privacy.json`` epsilon
@@ -57,6 +66,8 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from dpaudit.audit import (
     AuditResult,
     BonferroniThresholds,
@@ -65,7 +76,7 @@ from dpaudit.audit import (
     epsilon_lower_bound_one_run,
 )
 from dpaudit.audit.claim_family import epsilon_lower_bound_one_run_claim
-from dpaudit.audit.claimed_mechanism import ClaimedMechanism
+from dpaudit.audit.claimed_mechanism import CEILING_MIN_SCALE, ClaimedMechanism
 from dpaudit.figures import format_down, format_up
 
 __all__ = ["AuditSource", "Claim", "FDP_LABEL", "Headline", "HeadlineBound", "HEURISTIC_LABEL", "PROOF_LABEL",
@@ -75,8 +86,12 @@ PROOF, HEURISTIC = "proof", "heuristic"
 PROOF_LABEL = "proof (one run, coin-flip canaries; Steinke et al. 2023)"
 CLAIM_PROOF_LABEL = ("proof (one run, coin-flip canaries) against the claimed mechanism's trade-off curve (f-DP, "
                      "Mahloujifar et al. 2024); the figure holds for mechanisms of the claimed form")
+REFUTED_CURVE_LABEL = ("proof (one run, coin-flip canaries; Steinke et al. 2023), valid for any mechanism; the same guesses "
+                       "refute the claimed mechanism's trade-off curve (Mahloujifar et al. 2024)")
 HEURISTIC_LABEL = "heuristic (Clopper-Pearson on the examples of one model: not independent trials)"
 FDP_LABEL = "refutes mu-GDP (Gaussian mechanisms only), not an (epsilon, delta) bound"
+#: The schema of ``results.json``'s ``headline``.
+HEADLINE_SCHEMA = "dpaudit.headline/1"
 #: The membership task of single training examples (train.jsonl vs heldout.jsonl): one row each.
 EXAMPLES_TASK = "examples"
 
@@ -241,7 +256,16 @@ class HeadlineBound:
         bound: the recomputed :class:`dpaudit.audit.EpsilonBound` (its confidence is 1 - alpha / m).
         compared_with: the epsilon it is compared with (the proven epsilon for the claim's unit,
             group_size x epsilon for a group; None: nothing proven to compare with).
-        above: ``bound.epsilon > compared_with``.
+        above: the figure (:attr:`epsilon`) is above ``compared_with``.
+        ceiling: the most this audit could show: the same bound, at the same sizes and confidence, for a perfect
+            attack (every member scored above every non-member). An audit whose ceiling is below the claim could not
+            have refuted it, whatever the model leaks.
+        curve_refuted: a bound against the claimed mechanism's trade-off curve (``bound.method == "one_run_claim"``)
+            that rejects the claim itself: the trained model is not the mechanism ``privacy.json`` states. Its figure
+            is then :attr:`any_mechanism`, never the family figure (which holds only for mechanisms of the claimed form).
+        any_mechanism: Steinke et al.'s bound on the same guesses, valid for any mechanism; set when ``curve_refuted``.
+            Printing it only when the curve is refuted keeps each audit's printed statements valid together at the
+            audit's own confidence (docs/auditing.md, "When the claimed curve is refuted").
     """
 
     attack: str
@@ -251,14 +275,22 @@ class HeadlineBound:
     bound: EpsilonBound
     compared_with: float | None
     above: bool
+    ceiling: float | None = None
+    curve_refuted: bool = False
+    any_mechanism: EpsilonBound | None = None
 
     @property
     def name(self) -> str:
         return f"{self.attack}/{self.task}" if self.task else self.attack
 
     @property
+    def figure_bound(self) -> EpsilonBound:
+        """The bound whose epsilon is printed: Steinke's when the claimed curve was refuted, else :attr:`bound`."""
+        return self.any_mechanism if self.curve_refuted and self.any_mechanism is not None else self.bound
+
+    @property
     def epsilon(self) -> float:
-        return self.bound.epsilon
+        return self.figure_bound.epsilon
 
     @property
     def eligible(self) -> bool:
@@ -272,20 +304,54 @@ class HeadlineBound:
         return "one example" if self.group_size == 1 else f"group of up to {self.group_size} rows"
 
     @property
+    def holds_for(self) -> str:
+        """What the figure is a lower bound of: any mechanism, or only mechanisms of the claimed form."""
+        if self.kind == HEURISTIC:
+            return "the examples of one model taken as independent trials (a heuristic)"
+        if self.figure_bound.method == "one_run_claim":
+            return "mechanisms of the claimed form (the claimed sampling rates and steps, any noise)"
+        return "any mechanism"
+
+    @property
     def kind_label(self) -> str:
         if self.kind == HEURISTIC:
             return HEURISTIC_LABEL
+        if self.curve_refuted:
+            return REFUTED_CURVE_LABEL
         return CLAIM_PROOF_LABEL if self.bound.method == "one_run_claim" else PROOF_LABEL
 
+    def ceiling_text(self) -> str:
+        """"ceiling 4.34": the most a perfect attack could have shown here, rounded down ("" when unknown)."""
+        return "" if self.ceiling is None else f"ceiling {format_down(self.ceiling)}"
+
     def text(self) -> str:
-        """"epsilon >= 1.23 (loss/canaries; proof ...)", rounded down."""
+        """"epsilon >= 1.23 (loss/canaries; proof ...; ceiling 4.34)", rounded down."""
         group = "" if self.eligible else f"; {self.unit}"
-        return f"epsilon >= {format_down(self.epsilon)} ({self.name}; {self.kind_label}{group})"
+        ceiling = f"; {self.ceiling_text()}" if self.ceiling is not None else ""
+        return f"epsilon >= {format_down(self.epsilon)} ({self.name}; {self.kind_label}{group}{ceiling})"
+
+    def to_json(self) -> dict[str, Any]:
+        return {"attack": self.attack, "task": self.task, "group_size": self.group_size, "kind": self.kind,
+                "epsilon": self.epsilon, "holds_for": self.holds_for, "label": self.kind_label,
+                "bound": self.bound.to_json(), "compared_with": self.compared_with, "above": self.above,
+                "ceiling": self.ceiling, "curve_refuted": self.curve_refuted,
+                "any_mechanism": None if self.any_mechanism is None else self.any_mechanism.to_json()}
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any]) -> HeadlineBound:
+        return cls(attack=obj["attack"], task=obj["task"], group_size=obj.get("group_size"), kind=obj["kind"],
+                   bound=EpsilonBound.from_json(dict(obj["bound"])), compared_with=obj.get("compared_with"),
+                   above=bool(obj["above"]), ceiling=obj.get("ceiling"), curve_refuted=bool(obj.get("curve_refuted")),
+                   any_mechanism=(None if obj.get("any_mechanism") is None
+                                  else EpsilonBound.from_json(dict(obj["any_mechanism"]))))
 
 
 @dataclass(frozen=True, kw_only=True)
 class Headline:
     """What the report, ``dpaudit attack`` and the demo say about the empirical lower bound.
+
+    Computed once, when the attacks ran, and stored in ``results.json`` (``headline``, :meth:`to_json`): every reader
+    (terminal, page, demo, a user's script) gets the same number, label and kind from there (:func:`headline_of`).
 
     Attributes:
         claim: the claim compared with.
@@ -294,8 +360,15 @@ class Headline:
         bounds: every audit's recomputed bound (eligible, group and unknown-unit ones).
         best: the headline bound: the best eligible proof, else the best eligible heuristic (None: no
             eligible audit).
-        contradicted: an eligible PROOF is above the proven epsilon: the claim is wrong.
+        contradicted: an eligible PROOF valid for any mechanism is above the proven epsilon: the (epsilon, delta)
+            claim is false.
+        mechanism_refuted: an eligible proof rejects the claimed mechanism's own trade-off curve: the trained model is
+            not the mechanism ``privacy.json`` states (whether or not its (epsilon, delta) envelope holds).
         investigate: heuristic bounds above the claim and group bounds above the group guarantee.
+        ceiling: the most the audits the headline is chosen from could have shown (their best perfect-attack bound;
+            None without an eligible audit).
+        suggestion: when the ceiling is below the claim, the ceiling an audit of coin-flip canaries inserted once would
+            have at this confidence, as (canaries, ceiling).
     """
 
     claim: Claim
@@ -305,6 +378,9 @@ class Headline:
     best: HeadlineBound | None
     contradicted: bool
     investigate: tuple[str, ...]
+    mechanism_refuted: bool = False
+    ceiling: float | None = None
+    suggestion: tuple[int, float] | None = None
 
     @property
     def label(self) -> str:
@@ -316,12 +392,36 @@ class Headline:
     def group_bounds(self) -> tuple[HeadlineBound, ...]:
         return tuple(b for b in self.bounds if not b.eligible)
 
+    @property
+    def powerless(self) -> bool:
+        """The claim is proven but even a perfect attack on these audits could not have refuted it."""
+        return (self.claim.proven and self.ceiling is not None and self.claim.epsilon is not None
+                and self.ceiling <= self.claim.epsilon)
+
+    def ceiling_sentence(self) -> str:
+        """"this audit could not have refuted 8.00: its ceiling is 2.10 (...); with 1,000 coin-flip canaries it would
+        be 4.34" when the ceiling is at or below the claim; "" otherwise."""
+        if not self.powerless:
+            return ""
+        assert self.best is not None and self.ceiling is not None and self.claim.epsilon is not None
+        text = (f"this audit could not have refuted {format_up(self.claim.epsilon)}: its ceiling is "
+                f"{format_down(self.ceiling)} (the bound a perfect attack would reach with these audits' sizes at "
+                f"{self.label})")
+        if self.suggestion is not None:
+            n, value = self.suggestion
+            text += f"; with {n:,} coin-flip canaries inserted once it would be {format_down(value)}"
+        return text
+
     def verdict(self) -> str:
-        """How the headline stands against the claim, in a few words."""
+        """How the headline stands against the claim, in a few words (with the ceiling when it could not refute)."""
         if self.best is None:
             return "no eligible audit"
         if self.contradicted:
             return "CLAIM CONTRADICTED"
+        if self.mechanism_refuted:
+            return (f"MECHANISM REFUTED: the trained model is not the mechanism privacy.json states (its trade-off curve "
+                    f"is refuted at {self.label}); for any mechanism the bound is epsilon >= "
+                    f"{format_down(self.best.epsilon)}, within the claimed {format_up(self.claim.epsilon)}")
         if not self.claim.proven:
             if self.claim.known and not self.claim.private:
                 if self.best.kind == PROOF and self.best.epsilon > 0:  # what the audit proved about this model
@@ -331,7 +431,9 @@ class Headline:
             return f"no claim to compare with ({self.claim.text()})"
         if self.best.above:
             return "heuristic bound above the claim: investigate"
-        return f"<= claimed {format_up(self.claim.epsilon)}"
+        verdict = f"<= claimed {format_up(self.claim.epsilon)}"
+        ceiling = self.ceiling_sentence()
+        return f"{verdict}, but {ceiling}" if ceiling else verdict
 
     def text(self) -> str:
         """One line: the headline bound, its kind and confidence, and the verdict."""
@@ -340,18 +442,106 @@ class Headline:
             return f"empirical lower bound: none for the per-example claim{extra}"
         return f"empirical lower bound ({self.label}): {self.best.text()}: {self.verdict()}"
 
+    def to_json(self) -> dict[str, Any]:
+        """``results.json``'s ``headline``: the figure, what it holds for, its confidence and the audits it was chosen
+        from, the verdict and its ceiling, and every audit's corrected bound (:meth:`from_json` reads it back)."""
+        best = self.best
+        return {
+            "schema": HEADLINE_SCHEMA,
+            "text": self.text(),
+            "verdict": self.verdict(),
+            "epsilon_lower_bound": None if best is None else best.epsilon,
+            "method": None if best is None else best.figure_bound.method,
+            "kind": None if best is None else best.kind,
+            "label": None if best is None else best.kind_label,
+            "holds_for": None if best is None else best.holds_for,
+            "source": None if best is None else best.name,
+            "confidence": self.confidence,
+            "correction": self.label,
+            "num_audits": self.num_audits,
+            "chosen_from": [b.name for b in self.bounds if b.eligible],
+            "contradicted": self.contradicted,
+            "mechanism_refuted": self.mechanism_refuted,
+            "ceiling": self.ceiling,
+            "suggestion": None if self.suggestion is None else {"canaries": self.suggestion[0],
+                                                               "ceiling": self.suggestion[1]},
+            "claim": {"text": self.claim.text(), "epsilon": self.claim.epsilon, "delta": self.claim.delta,
+                      "proven": self.claim.proven},
+            "investigate": list(self.investigate),
+            "bounds": [b.to_json() for b in self.bounds],
+            "best": None if best is None else self.bounds.index(best),
+        }
+
+    @classmethod
+    def from_json(cls, obj: Mapping[str, Any], claim: Claim) -> Headline:
+        """The stored headline, with ``claim`` (the results' own claim, :meth:`Claim.from_claimed`)."""
+        if obj.get("schema") != HEADLINE_SCHEMA:
+            raise ValueError(f"headline schema is {obj.get('schema')!r}, this dpaudit reads {HEADLINE_SCHEMA!r}.")
+        bounds = tuple(HeadlineBound.from_json(b) for b in obj["bounds"])
+        suggestion = obj.get("suggestion")
+        return cls(claim=claim, confidence=float(obj["confidence"]), num_audits=int(obj["num_audits"]), bounds=bounds,
+                   best=None if obj.get("best") is None else bounds[int(obj["best"])],
+                   contradicted=bool(obj["contradicted"]), mechanism_refuted=bool(obj.get("mechanism_refuted")),
+                   investigate=tuple(obj.get("investigate", ())), ceiling=obj.get("ceiling"),
+                   suggestion=None if suggestion is None else (int(suggestion["canaries"]), float(suggestion["ceiling"])))
+
+
+def _bound_of(kind: str, member: np.ndarray, nonmember: np.ndarray, *, delta: float, confidence: float,
+              mechanism: ClaimedMechanism | None, min_scale: float | None = None) -> EpsilonBound:
+    """The bound of ``kind`` on these scores: against ``mechanism``'s curve (a proof with a stated mechanism),
+    Steinke's (a proof without one), or Clopper-Pearson over every threshold (a heuristic)."""
+    if kind == PROOF and mechanism is not None:
+        return epsilon_lower_bound_one_run_claim(member, nonmember, mechanism, confidence=confidence, min_scale=min_scale)
+    if kind == PROOF:
+        return epsilon_lower_bound_one_run(member, nonmember, delta=delta, confidence=confidence)
+    return epsilon_lower_bound_clopper_pearson(member, nonmember, delta=delta, confidence=confidence,
+                                               selection=BonferroniThresholds())
+
+
+def _perfect(n_members: int, n_nonmembers: int) -> tuple[np.ndarray, np.ndarray]:
+    """Scores of a perfect attack: every member above every non-member."""
+    return np.ones(n_members), np.zeros(n_nonmembers)
+
+
+def _ceiling(kind: str, n_members: int, n_nonmembers: int, *, delta: float, confidence: float,
+             mechanism: ClaimedMechanism | None) -> float | None:
+    """The bound a perfect attack reaches with these sizes (None when the sizes allow no bound at all)."""
+    if n_members < 1 or n_nonmembers < 1:
+        return None
+    return _bound_of(kind, *_perfect(n_members, n_nonmembers), delta=delta, confidence=confidence,
+                     mechanism=mechanism, min_scale=CEILING_MIN_SCALE).epsilon
+
+
+#: Coin-flip canary counts a powerless verdict suggests: the smallest whose ceiling exceeds the claim, else the largest.
+SUGGESTED_CANARIES = (1_000, 10_000, 100_000)
+
+
+def _suggestion(claim: Claim, confidence: float) -> tuple[int, float] | None:
+    """(canaries, ceiling) of an audit of coin-flip canaries inserted once (half members) at ``confidence``."""
+    if claim.epsilon is None or claim.delta is None:
+        return None
+    found = None
+    for n in SUGGESTED_CANARIES:
+        ceiling = _ceiling(PROOF, n // 2, n - n // 2, delta=claim.delta, confidence=confidence, mechanism=claim.mechanism)
+        if ceiling is None:
+            continue
+        found = (n, ceiling)
+        if ceiling > claim.epsilon:
+            break
+    return found
+
 
 def _recompute(source: AuditSource, *, delta: float, confidence: float,
-               mechanism: ClaimedMechanism | None = None) -> tuple[str, EpsilonBound]:
-    """The audit's bound at ``confidence``: against ``mechanism``'s curve (coin-flip canaries of the claim's unit and
-    a stated mechanism), Steinke's (other coin-flip canaries), or Clopper-Pearson over every threshold."""
+               mechanism: ClaimedMechanism | None = None) -> tuple[str, EpsilonBound, float | None]:
+    """The audit's (kind, bound, ceiling) at ``confidence``: against ``mechanism``'s curve (coin-flip canaries of the
+    claim's unit and a stated mechanism), Steinke's (other coin-flip canaries), or Clopper-Pearson over every
+    threshold; the ceiling is the same bound for a perfect attack."""
     member, nonmember = source.audit.roc.rank_scores()
-    if source.audit.coin_flip and mechanism is not None:
-        return PROOF, epsilon_lower_bound_one_run_claim(member, nonmember, mechanism, confidence=confidence)
-    if source.audit.coin_flip:
-        return PROOF, epsilon_lower_bound_one_run(member, nonmember, delta=delta, confidence=confidence)
-    return HEURISTIC, epsilon_lower_bound_clopper_pearson(member, nonmember, delta=delta, confidence=confidence,
-                                                          selection=BonferroniThresholds())
+    kind = PROOF if source.audit.coin_flip else HEURISTIC
+    mechanism = mechanism if kind == PROOF else None
+    bound = _bound_of(kind, member, nonmember, delta=delta, confidence=confidence, mechanism=mechanism)
+    ceiling = _ceiling(kind, member.size, nonmember.size, delta=delta, confidence=confidence, mechanism=mechanism)
+    return kind, bound, ceiling
 
 
 def _group_claim(claim: Claim, f: int) -> tuple[float | None, float | None]:
@@ -367,6 +557,10 @@ def _group_claim(claim: Claim, f: int) -> tuple[float | None, float | None]:
 
 def headline(sources: Sequence[AuditSource], claim: Claim, *, confidence: float = 0.95) -> Headline:
     """The headline over ``sources``: each bound at confidence 1 - (1 - confidence) / m, m = len(sources).
+
+    A bound against the claimed curve that rejects the claim itself (``curve_refuted``) is replaced, as the figure, by
+    Steinke's bound on the same scores at the same confidence: rejecting the curve shows that the model is not the
+    stated mechanism, and the family figure is then no lower bound of its epsilon (docs/auditing.md).
 
     Args:
         sources: every audit of the run (all of them count in m, eligible or not).
@@ -390,14 +584,22 @@ def headline(sources: Sequence[AuditSource], claim: Claim, *, confidence: float 
                 target = None
         else:
             target, delta = None, claim.delta if claim.delta is not None else source.audit.delta
-        kind, bound = _recompute(source, delta=delta, confidence=each, mechanism=claim.mechanism if f == 1 else None)
-        above = target is not None and bound.epsilon > target
+        kind, bound, ceiling = _recompute(source, delta=delta, confidence=each,
+                                          mechanism=claim.mechanism if f == 1 else None)
+        refuted = (bound.method == "one_run_claim" and target is not None
+                   and (bound.scale is not None and bound.scale <= 1.0 or bound.epsilon > target))
+        any_mechanism = None
+        if refuted:
+            member, nonmember = source.audit.roc.rank_scores()
+            any_mechanism = epsilon_lower_bound_one_run(member, nonmember, delta=delta, confidence=each)
         hb = HeadlineBound(attack=source.attack, task=source.task, group_size=f, kind=kind, bound=bound,
-                           compared_with=target, above=above)
+                           compared_with=target, above=False, ceiling=ceiling, curve_refuted=refuted,
+                           any_mechanism=any_mechanism)
+        hb = dataclasses.replace(hb, above=target is not None and hb.epsilon > target)
         bounds.append(hb)
-        if above and f == 1 and kind == HEURISTIC:
+        if hb.above and f == 1 and kind == HEURISTIC:
             notes.append(f"heuristic bound above the claim: investigate ({hb.text()} > claimed {format_up(target)})")
-        elif above and f is not None and f > 1:
+        elif hb.above and f is not None and f > 1:
             notes.append(f"group bound above the group guarantee: investigate ({hb.text()} > {f} x epsilon = "
                          f"{format_up(target)} at delta {format_up(delta, 2)})")
     eligible = [b for b in bounds if b.eligible]
@@ -405,11 +607,25 @@ def headline(sources: Sequence[AuditSource], claim: Claim, *, confidence: float 
     pool = proofs or eligible
     best = max(pool, key=lambda b: b.epsilon) if pool else None
     contradicted = any(b.above for b in proofs)
+    refuted = any(b.curve_refuted for b in proofs) and not contradicted
+    if refuted:  # the verdict names the refuted curve: lead with one that refuted it
+        best = max((b for b in proofs if b.curve_refuted), key=lambda b: b.epsilon)
+    ceilings = [b.ceiling for b in pool if b.ceiling is not None]
+    ceiling = max(ceilings) if ceilings else None
+    suggestion = None
+    if claim.proven and ceiling is not None and claim.epsilon is not None and ceiling <= claim.epsilon:
+        suggestion = _suggestion(claim, each)
     return Headline(claim=claim, confidence=confidence, num_audits=m, bounds=tuple(bounds), best=best,
-                    contradicted=contradicted, investigate=tuple(notes))
+                    contradicted=contradicted, investigate=tuple(notes), mechanism_refuted=refuted, ceiling=ceiling,
+                    suggestion=suggestion)
 
 
 def headline_of(results: Any, *, sampling: str | None = None, confidence: float = 0.95) -> Headline:
-    """:func:`headline` of every membership audit in an :class:`dpaudit.attacks.results.AttackResults`."""
+    """The headline of an :class:`dpaudit.attacks.results.AttackResults`: the one stored in its ``results.json``
+    (computed when the attacks ran) when it holds one at ``confidence``; otherwise :func:`headline` of every membership
+    audit in it (results written before the headline was stored)."""
+    stored = getattr(results, "headline", None)
+    if isinstance(stored, Headline) and stored.confidence == confidence:
+        return stored
     return headline(audit_sources(results), Claim.from_claimed(results.claimed, sampling=sampling),
                     confidence=confidence)

@@ -494,6 +494,10 @@ class AttackResults:
     #: Attacks that failed while the others ran: ``{"attack", "error"}`` each (their results are absent).
     errors: tuple[dict[str, str], ...] = ()
     group_privacy: str = GROUP_PRIVACY_NOTE
+    #: The headline lower bound and verdict (:class:`dpaudit.headline.Headline`), computed once when the attacks ran
+    #: (:meth:`with_headline`) and stored in ``results.json``; None: not computed (read it with
+    #: :func:`dpaudit.headline.headline_of`, which computes it then).
+    headline: Any = None
     canaries: tuple[CanaryScore, ...] = field(default=(), metadata={"json": False})
     score_files: dict[str, Any] = field(default_factory=dict, metadata={"json": False})
     schema: str = SCHEMA
@@ -515,18 +519,33 @@ class AttackResults:
             "warnings": list(self.warnings),
             "errors": [dict(e) for e in self.errors],
             "attacks": [a.to_json() for a in self.attacks],
+            **({} if self.headline is None else {"headline": self.headline.to_json()}),
         }
+
+    def with_headline(self) -> AttackResults:
+        """These results with their headline computed (:func:`dpaudit.headline.headline_of`) and stored."""
+        from dpaudit.headline import Claim, audit_sources, headline
+
+        head = headline(audit_sources(self), Claim.from_claimed(self.claimed))
+        return dataclasses.replace(self, headline=head)
 
     @classmethod
     def from_json(cls, obj: dict[str, Any], canaries: tuple[CanaryScore, ...] = ()) -> AttackResults:
         schema = obj.get("schema")
         if schema != SCHEMA:
             raise ValueError(f"results schema is {schema!r}, this dpaudit reads {SCHEMA!r}.")
+        claimed = ClaimedPrivacy.from_json(obj["claimed_privacy"])
+        head = None
+        if obj.get("headline") is not None:
+            from dpaudit.headline import Claim, Headline
+
+            head = Headline.from_json(obj["headline"], Claim.from_claimed(claimed))
         return cls(
             schema=schema,
+            headline=head,
             model=ModelInfo.from_json(obj["model"]),
             data=DataInfo.from_json(obj["data"]),
-            claimed=ClaimedPrivacy.from_json(obj["claimed_privacy"]),
+            claimed=claimed,
             group_privacy=obj["group_privacy"],
             warnings=tuple(obj.get("warnings", ())),
             errors=tuple(dict(e) for e in obj.get("errors", ())),

@@ -58,6 +58,10 @@ class AttackWarning(UserWarning):
     """A caveat about what the attack measured (also recorded in ``results.json``)."""
 
 
+class FinishedAttack(AttackWarning):
+    """``out`` already held the results of this very command: they are returned, nothing is recomputed or written."""
+
+
 def shared_context_warning(canaries: Sequence[Any], space: Any, reveal: int) -> str | None:
     """A warning when two or more canaries present the same unmasked context to the model.
 
@@ -181,6 +185,11 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
         raise UserInputError(f"--data {data} has no canaries (inject --no-canaries): --attacks "
                              f"{','.join(needs_canaries)} would have nothing to score; pass --attacks loss (or shadow, "
                              "ref, lira, rmia), the membership attacks on train.jsonl vs heldout.jsonl.")
+    config = {"attacks": [c.name for c in classes], "model": str(model), "data": str(data), **dataclasses.asdict(options)}
+    inputs = {**{str(Path(model) / k): v for k, v in source.files.items()},
+              **{str(Path(data) / k): v for k, v in run.manifest.get("outputs", {}).items()}}
+    if out is not None and not overwrite and (done := finished_attack(out, config=config, inputs=inputs, seed=seed)):
+        return done
     if out is not None:
         prepare_output_dir(out, overwrite=overwrite)
     space = run.space
@@ -233,13 +242,10 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
                       controls=n_controls, template=template),
         claimed=claimed, attacks=tuple(results), warnings=tuple(notes), errors=tuple(errors), canaries=scores,
         score_files=score_files,
-    )
+    ).with_headline()  # computed once, stored in results.json, read from there by every reader
     if failures and all(getattr(r, "baseline", False) for r in results):  # no attack left: its error is the answer
         raise failures[0]
     if out is not None:
-        config = {"attacks": [c.name for c in classes], "model": str(model), "data": str(data), **dataclasses.asdict(options)}
-        inputs = {**{str(Path(model) / k): v for k, v in source.files.items()},
-                  **{str(Path(data) / k): v for k, v in run.manifest.get("outputs", {}).items()}}
         write_attack_dir(out, results_obj, config=config, inputs=inputs, seed=seed, overwrite=overwrite, command=command,
                          pages=pages)
     return results_obj
@@ -270,6 +276,32 @@ def write_attack_dir(out: str | os.PathLike[str], results: AttackResults, *, con
             manifest["outputs"] = file_hashes(stage, [*outputs, *rendered])
         atomic_write_json(stage / "manifest.json", manifest)
     return Path(out)
+
+
+def finished_attack(out: str | os.PathLike[str], *, config: Mapping[str, Any], inputs: Mapping[str, str],
+                    seed: int) -> AttackResults | None:
+    """The results in ``out`` when it holds a finished attack of this very command (its manifest records the same
+    config, seed and input hashes, and every file verifies), else None.
+
+    A rerun of a finished ``dpaudit attack`` returns them (their warnings re-issued, then a
+    :class:`FinishedAttack` note) instead of refusing the non-empty ``--out``; ``--overwrite`` runs it again.
+    """
+    from dpaudit.rundir import finished_output, same_json
+
+    manifest = finished_output(out, schema_prefix="dpaudit.attack/")
+    if manifest is None or manifest.get("seed") != seed or not same_json(manifest.get("config"), config) \
+            or not same_json(manifest.get("inputs"), inputs):
+        return None
+    results = read_attack_dir(out)
+    for note in results.warnings:
+        warnings.warn(note, AttackWarning, stacklevel=2)
+    for result in results.attacks:
+        for note in getattr(result, "warnings", ()):
+            warnings.warn(f"{result.attack}: {note}", AttackWarning, stacklevel=2)
+    warnings.warn(f"--out {out} holds the results of this very command (the same options, model and data; its files "
+                  "verified): nothing was recomputed or written; pass --overwrite to run it again.", FinishedAttack,
+                  stacklevel=2)
+    return results
 
 
 def read_attack_dir(path: str | os.PathLike[str]) -> AttackResults:

@@ -47,6 +47,8 @@ class EpsilonBound:
         tpr_lower, fpr_upper: the Clopper-Pearson bounds at ``threshold`` (None for one-run).
         guesses, correct: one-run: the number of non-abstaining guesses and of correct ones.
         mu: one-run f-DP: the largest rejected GDP parameter (None otherwise).
+        scale: one-run against a claimed curve: the smallest rejected noise scale of the claim (every sigma times it;
+            at most 1: the claimed curve itself is rejected); None when no scale is rejected or another method.
         split_seed, split_fraction: the split of :class:`SplitThreshold` (None otherwise).
         one_sided: Clopper-Pearson only: False also tries the reverse rule (TNR vs FNR).
     """
@@ -69,6 +71,7 @@ class EpsilonBound:
     guesses: int | None = None
     correct: int | None = None
     mu: float | None = None
+    scale: float | None = None
     split_seed: int | None = None
     split_fraction: float | None = None
     one_sided: bool = True
@@ -84,9 +87,10 @@ class EpsilonBound:
         kw = dict(obj)
         kw["threshold"] = _unjson_float(kw["threshold"])
         kw["threshold_minus"] = _unjson_float(kw.get("threshold_minus"))
+        kw.setdefault("scale", None)
         for name in ("epsilon", "delta", "confidence"):
             kw[name] = float(kw[name])
-        for name in ("tpr_lower", "fpr_upper", "mu", "split_fraction"):
+        for name in ("tpr_lower", "fpr_upper", "mu", "scale", "split_fraction"):
             kw[name] = _float_or_none(kw.get(name))
         names = {f.name for f in dataclasses.fields(cls)}
         return cls(**{k: v for k, v in kw.items() if k in names})

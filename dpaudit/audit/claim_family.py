@@ -8,9 +8,13 @@ the claim's, and within the family of the claim with every noise multiplier scal
 (:meth:`~dpaudit.audit.claimed_mechanism.ClaimedMechanism.lower_bound`) the bound is the epsilon of the least
 private member the guesses reject. What it proves:
 
-- above the claimed epsilon: the claim itself (scale 1) is rejected, a proof whatever the mechanism;
-- below it: a lower bound for mechanisms of the claimed form (the claimed sampling rates and steps, any
-  noise), reported beside Steinke's bound for any mechanism.
+- the claim itself (scale 1, ``EpsilonBound.scale <= 1``) rejected: the mechanism is not f-DP for the claimed
+  curve f, so it is not the mechanism the claim states. That is all it proves: a mechanism within the claim's
+  (epsilon, delta) but of another form (a full-batch Gaussian, say) can be rejected too, so the figure is then no
+  lower bound of its epsilon; the headline prints Steinke's bound on the same guesses instead
+  (:mod:`dpaudit.headline`);
+- otherwise: a lower bound for mechanisms of the claimed form (the claimed sampling rates and steps, any
+  noise).
 
 One pair of guess counts (k+, k-) is tested, at the full risk, and it is chosen before any score is seen:
 :func:`planned_pair` simulates what an attack would observe under the claim (a function of public inputs
@@ -128,9 +132,10 @@ def _guess_counts(member: np.ndarray, nonmember: np.ndarray, pair: tuple[int, in
 
 
 def claim_family_test(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedMechanism,
-                      pairs: Sequence[tuple[int, int]], alpha: float) -> tuple[FamilyBound, list[tuple]]:
+                      pairs: Sequence[tuple[int, int]], alpha: float, *,
+                      min_scale: float | None = None) -> tuple[FamilyBound, list[tuple]]:
     """The family bound of guesses on ``pairs`` (each at ``alpha / len(pairs)``, Bonferroni) and each pair's
-    (guesses, correct, t_plus, t_minus)."""
+    (guesses, correct, t_plus, t_minus); ``min_scale`` as :meth:`ClaimedMechanism.lower_bound`'s."""
     m = member.size + nonmember.size
     counts = [_guess_counts(member, nonmember, pair) for pair in pairs]
     each = alpha / len(pairs)
@@ -139,7 +144,7 @@ def claim_family_test(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedM
     def rejects(curve: TradeOff) -> bool:
         return any(one_run_margin(curve.blow_up_inverse, m, r, v, each) > 0 for r, v in useful)
 
-    return claim.lower_bound(rejects), counts
+    return claim.lower_bound(rejects, min_scale=min_scale), counts
 
 
 def epsilon_lower_bound_one_run_claim(
@@ -149,6 +154,7 @@ def epsilon_lower_bound_one_run_claim(
     *,
     confidence: float = 0.95,
     pair: tuple[int, int] | None = None,
+    min_scale: float | None = None,
 ) -> EpsilonBound:
     """One-run lower bound against the claim's own trade-off curve on coin-flip canaries (module docstring).
 
@@ -158,6 +164,8 @@ def epsilon_lower_bound_one_run_claim(
         claim: the claimed mechanism (its segments and delta).
         confidence: e.g. 0.95.
         pair: the (k+, k-) guess counts, fixed before the scores were seen; None: :func:`planned_last_iterate_pair`.
+        min_scale: the least noise scale searched (a ceiling's :data:`~dpaudit.audit.claimed_mechanism.CEILING_MIN_SCALE`);
+            None: all of them.
 
     Returns:
         An :class:`~dpaudit.audit.bounds.EpsilonBound` with ``method="one_run_claim"``, ``guarantee`` =
@@ -172,10 +180,11 @@ def epsilon_lower_bound_one_run_claim(
         pair = planned_last_iterate_pair(claim, m, round(alpha, 12))
     if pair[0] < 0 or pair[1] < 0 or pair[0] + pair[1] > m:
         raise ValueError(f"the guess counts {pair} do not fit {m} canaries.")
-    found, counts = claim_family_test(member, nonmember, claim, [pair], alpha)
+    found, counts = claim_family_test(member, nonmember, claim, [pair], alpha, min_scale=min_scale)
     guesses, correct, t_plus, t_minus = counts[0]
     return EpsilonBound(method="one_run_claim", selection="planned", guarantee=GUARANTEE_CLAIM,
                         epsilon=float(max(0.0, found.epsilon)), delta=claim.delta, confidence=confidence,
                         num_hypotheses=1, threshold=t_plus, threshold_minus=t_minus, n_members=member.size,
                         n_nonmembers=nonmember.size, true_positives=int(np.sum(member >= t_plus)),
-                        false_positives=int(np.sum(nonmember >= t_plus)), guesses=guesses, correct=correct)
+                        false_positives=int(np.sum(nonmember >= t_plus)), guesses=guesses, correct=correct,
+                        scale=found.scale)

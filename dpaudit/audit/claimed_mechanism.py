@@ -20,7 +20,7 @@ from dpaudit import accounting
 from dpaudit.accounting.events import Segment
 from dpaudit.audit.tradeoff import TradeOff
 
-__all__ = ["ClaimedMechanism", "FamilyBound"]
+__all__ = ["CEILING_MIN_SCALE", "ClaimedMechanism", "FamilyBound"]
 
 #: PLD discretization of the audit's trade-off curves: dp_accounting's pessimistic PLD over-states
 #: every delta at any discretization, so a coarse one is valid, faster, and looser by ~1e-3 in epsilon.
@@ -33,6 +33,10 @@ CURVE_POINTS = 200
 #: The scales searched: sigma x 2^(k/64), 1/16 .. 16 (steps of 1.1%; a scale whose PLD grid would be
 #: too large is skipped: its epsilon is in the hundreds).
 SCALES = tuple(2.0 ** (k / 64) for k in range(-256, 257))
+#: The least scale a ceiling (the bound of a perfect attack) searches: half the claimed noise. A perfect attack on many
+#: canaries rejects every scale, and the epsilon of sigma / 16 costs minutes of PLD; a ceiling that reaches this scale
+#: is reported as at least its epsilon (``FamilyBound.capped``), already well above the claim.
+CEILING_MIN_SCALE = 0.5
 
 
 @dataclass(frozen=True)
@@ -102,15 +106,17 @@ class ClaimedMechanism:
         """The trade-off curve of the scaled claim, from its PLD privacy profile (never above the true one)."""
         return _curve(self, float(scale))
 
-    def lower_bound(self, rejects: Callable[[TradeOff], bool]) -> FamilyBound:
+    def lower_bound(self, rejects: Callable[[TradeOff], bool], *, min_scale: float | None = None) -> FamilyBound:
         """The least private scaled claim that ``rejects`` (a test, monotone: a rejected curve's more
         private scalings are rejected too) rejects: a binary search over :data:`SCALES` (a fixed grid,
         so that audits of the same claim share their curves). The bound is the epsilon of the smallest
-        REJECTED grid scale: the grid only ever lowers it."""
+        REJECTED grid scale: the grid only ever lowers it. ``min_scale`` stops the search there (a ceiling:
+        :data:`CEILING_MIN_SCALE`); a bound that reaches it is ``capped``."""
         def rejected(i: int) -> bool:  # a scale too small for a PLD counts as not rejected (conservative)
             return _curve_fits(self, SCALES[i]) and rejects(self.curve(SCALES[i]))
 
-        lo, hi = 0, len(SCALES) - 1
+        lo = 0 if min_scale is None else next(i for i, s in enumerate(SCALES) if s >= min_scale)
+        hi = len(SCALES) - 1
         if not rejected(hi):
             return FamilyBound(epsilon=0.0, scale=None)
         if rejected(lo):

@@ -55,22 +55,23 @@ def _summary(results) -> str:  # noqa: ANN001
         # Bounds as the headline recomputes them: each at 1 - 0.05/m (m audits), so that all hold together.
         by_name = {b.name: b for b in head.bounds}
         lines.append(f"membership inference (AUC [95% CI], TPR at FPR; epsilon lower bound {head.label}, rounded down; "
-                     "P = proof, H = heuristic, G = group of f rows):")
-        lines.append(f"  {'attack':>7} {'task':>17} {'AUC':>6} {'CI':>15} {'TPR@0.1%':>9} {'TPR@1%':>8} {'eps LB':>9} {'vs':>7}")
+                     "P = proof, H = heuristic, G = group of f rows; ceiling: the bound of a perfect attack at these sizes):")
+        lines.append(f"  {'attack':>7} {'task':>17} {'AUC':>6} {'CI':>15} {'TPR@0.1%':>9} {'TPR@1%':>8} {'eps LB':>9} {'ceiling':>8} {'vs':>7}")
         for r in mia:
             for t in r.tasks:
                 tpr = {round(x["fpr"], 6): tpr_cell(x, t.n_members, t.n_nonmembers) for x in t.tpr_at}  # n/a: too few non-members
                 b = by_name.get(f"{r.attack}/{t.task}")
-                lb, vs, flag = "-", "-", ""
+                lb, ceiling, vs, flag = "-", "-", "-", ""
                 if b is not None:
                     tag = ("P" if b.kind == "proof" else "H") + ("" if b.eligible else "G")
                     lb = f"{format_down(b.epsilon)} {tag}"
+                    ceiling = "-" if b.ceiling is None else format_down(b.ceiling)
                     vs = "-" if b.compared_with is None else format_up(b.compared_with)
                     if b.above:
                         flag = ("  <-- EXCEEDS CLAIM" if b.eligible and b.kind == "proof" else
                                 "  <-- above: investigate (heuristic)" if b.eligible else "  <-- above f x epsilon: investigate")
                 lines.append(f"  {r.attack:>7} {t.task:>17} {t.auc:>6.3f} {'[' + _fmt(t.auc_ci[0], '.3f') + ', ' + _fmt(t.auc_ci[1], '.3f') + ']':>15} "
-                             f"{tpr.get(0.001, '-'):>9} {tpr.get(0.01, '-'):>8} {lb:>9} {vs:>7}{flag}")
+                             f"{tpr.get(0.001, '-'):>9} {tpr.get(0.01, '-'):>8} {lb:>9} {ceiling:>8} {vs:>7}{flag}")
         lines.append(head.text())
         lines.extend(f"  {note}" for note in head.investigate)
     return "\n".join(lines)
@@ -185,7 +186,7 @@ def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: in
     Threads: scoring and torch-trained shadow models use the cores actually free (CPU affinity minus the 1-minute
     load average, at least 1); set OMP_NUM_THREADS=N (or DPAUDIT_THREADS=N) to choose.
     """
-    from dpaudit.attacks.run import AttackWarning
+    from dpaudit.attacks.run import AttackWarning, FinishedAttack
     from dpaudit.stages.attack import attack as run_attack
 
     with warnings.catch_warnings(record=True) as caught:
@@ -206,8 +207,8 @@ def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: in
                              exposure_limit=exposure_limit, exposure_samples=exposure_samples,
                              claimed_from_opacus=None if claimed_from_opacus is None else str(claimed_from_opacus))
     for w in caught:
-        if issubclass(w.category, AttackWarning):
-            click.echo(f"warning: {w.message}", err=True)
+        if issubclass(w.category, AttackWarning):  # a rerun of a finished attack says so in a note
+            click.echo(f"{'note' if issubclass(w.category, FinishedAttack) else 'warning'}: {w.message}", err=True)
     if as_json:
         click.echo(json.dumps(results.to_json(), indent=2, sort_keys=True))
     else:

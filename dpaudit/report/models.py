@@ -57,7 +57,9 @@ def _merge(group: Sequence[ReportRun]) -> ReportRun:
         return first
     attacks = tuple(a for run in group for a in run.results.attacks)
     warnings = tuple(dict.fromkeys(w for run in group for w in run.results.warnings))
+    # headline=None: the merged page's headline is over every audit of the group (its own correction), computed anew
     results = dataclasses.replace(first.results, attacks=attacks, warnings=warnings, canaries=_merge_canaries(group),
+                                  headline=None,
                                   score_files={k: v for run in reversed(group) for k, v in run.results.score_files.items()})
 
     def first_of(name: str):  # noqa: ANN202

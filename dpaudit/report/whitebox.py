@@ -114,7 +114,8 @@ class WhiteboxVerdict:
 
 def _verdict(run: WhiteboxRun) -> WhiteboxVerdict:
     claim, primary, kind = run.claim, run.primary, run.primary_kind
-    claimed, bound, ratio = format_up(claim.epsilon), _down(primary.epsilon), _ratio(primary.epsilon, claim.epsilon)
+    figure = run.any_mechanism if run.mechanism_refuted and run.any_mechanism is not None else primary
+    claimed, bound, ratio = format_up(claim.epsilon), _down(figure.epsilon), _ratio(figure.epsilon, claim.epsilon)
     twins = [(k, b) for k, b in run.verdict_bounds if k != kind]
     twin = ""
     if twins:
@@ -123,17 +124,32 @@ def _verdict(run: WhiteboxRun) -> WhiteboxVerdict:
                 f"the pooled bound: epsilon ≥ {_down(b.epsilon)}")
     view = VIEW_WORDS.get(run.primary_view, run.primary_view)
     what = "the one-run proof" if kind == "one-run" else "the pooled bound, valid if the canaries are independent trials"
+    ceiling = run.ceilings.get(kind)
     if run.refuted:
-        sentence = (f"The claim is REFUTED: epsilon ≥ {bound} ({what}; {view}) is above the claimed epsilon {claimed}: "
-                    "the trainer leaks more than its privacy.json says (a bug in clipping, noise, sampling or accounting).")
+        sentence = (f"The claim is REFUTED: epsilon ≥ {bound} ({what}, valid for any mechanism; {view}) is above the "
+                    f"claimed epsilon {claimed}: the trainer leaks more than its privacy.json says (a bug in clipping, "
+                    "noise, sampling or accounting).")
+        word = "REFUTED"
+    elif run.mechanism_refuted:
+        sentence = (f"MECHANISM REFUTED: the trained model is not the mechanism privacy.json states: its trade-off curve "
+                    f"is refuted at {_pct(run.confidence)} ({what}; {view}). For any mechanism the bound is epsilon ≥ "
+                    f"{bound}, within the claimed {claimed}: the (epsilon, delta) figure may still hold, but what ran is not "
+                    "what was accounted (a bug in clipping, noise, sampling or accounting, or a mechanism of another form).")
+        word = "MECHANISM REFUTED"
     else:
         sentence = (f"Consistent with the claim: the strongest white-box bound, epsilon ≥ {bound} ({what}; {view}), is "
                     f"{ratio} of the claimed epsilon {claimed}. The audit found no violation; a lower bound below the "
                     "claim is not a proof of privacy.")
+        if ceiling is not None and ceiling <= claim.epsilon:
+            sentence += (f" This audit could not have refuted {claimed}: its ceiling (a perfect attack at these sizes) is "
+                         f"{_down(ceiling)}; use more canaries (--canaries) or runs (--runs).")
+        elif ceiling is not None:
+            sentence += f" Its ceiling (a perfect attack at these sizes) is {_down(ceiling)}."
+        word = "consistent"
     return WhiteboxVerdict(label=run.label, trainer=run.trainer, claimed=claimed, delta=format_up(claim.delta, 2),
                            steps=claim.steps, bound=bound, kind=kind, kind_words=_kind_words(kind, run),
-                           proof=kind == "one-run", method=_method(kind, primary.method), proves=primary.proves, view=view,
-                           refuted=run.refuted, word="REFUTED" if run.refuted else "consistent", ratio=ratio,
+                           proof=kind == "one-run", method=_method(kind, figure.method), proves=figure.proves, view=view,
+                           refuted=run.refuted or run.mechanism_refuted, word=word, ratio=ratio,
                            confidence=_pct(run.confidence), bound_confidence=_pct(run.bound_confidence), twin=twin,
                            sentence=sentence)
 

@@ -85,7 +85,11 @@ class WhiteboxRun:
         claim: the claim under test.
         confidence: the verdict's; each bound holds at ``bound_confidence``.
         primary_kind, primary_view, primary: the verdict's bound (the larger of its two).
-        refuted: the primary bound exceeds the claimed epsilon.
+        refuted: the claimed (epsilon, delta) is contradicted by a bound valid for any mechanism (``any_mechanism``).
+        mechanism_refuted: the primary bound rejects the claimed curve: the trainer is not the stated mechanism
+            (files written before this was recorded read their ``refuted`` as this, the weaker statement).
+        any_mechanism: when the curve is refuted, the same test's bound valid for any mechanism (the figure printed).
+        ceilings: the verdict bounds' values for a perfect attack at the audit's sizes ("one-run", "pooled").
         auc: per view, over the pooled canaries of every run.
         one_run: per view, per run, method -> bound. pooled: per view, method -> bound.
         scores: the per-canary scores (None when not read).
@@ -110,6 +114,9 @@ class WhiteboxRun:
     primary: Bound
     refuted: bool
     auc: dict[str, float]
+    mechanism_refuted: bool = False
+    any_mechanism: Bound | None = None
+    ceilings: dict[str, float] = dataclasses.field(default_factory=dict)
     one_run: dict[str, tuple[dict[str, Bound], ...]]
     pooled: dict[str, dict[str, Bound]]
     scores: WhiteboxScores | None
@@ -167,7 +174,12 @@ def _fields(raw: Mapping[str, Any]) -> dict[str, Any]:
                                               for s in claim["segments"])),
         "confidence": raw["confidence"], "bound_confidence": raw["bound_confidence"],
         "primary_kind": primary["kind"], "primary_view": primary["view"], "primary": _bound(primary),
-        "refuted": raw["refuted"], "auc": dict(raw["auc"]),
+        # a file from before mechanism_refuted was recorded: its "refuted" meant the curve was rejected
+        "refuted": raw["refuted"] if "mechanism_refuted" in raw else False,
+        "mechanism_refuted": raw.get("mechanism_refuted", raw["refuted"]),
+        "any_mechanism": None if raw.get("any_mechanism") is None else _bound(raw["any_mechanism"]),
+        "ceilings": {str(k): float(v) for k, v in (raw.get("ceilings") or {}).items()},
+        "auc": dict(raw["auc"]),
         "one_run": {str(view): tuple(_bounds(run) for run in runs) for view, runs in raw["one_run"].items()},
         "pooled": {str(view): _bounds(bounds) for view, bounds in raw["pooled"].items()},
     }

@@ -15,17 +15,26 @@ larger of them holds at ``confidence`` (Bonferroni):
 
 Every other bound (Steinke; the Gaussian f-DP reading; Clopper-Pearson (epsilon, delta); the last
 iterate's) is reported beside them at the same confidence, as evidence, not as the verdict.
+
+Rejecting the claimed curve (the claim's own scale rejected) shows that the trainer is not the mechanism its
+``privacy.json`` states: a bug in clipping, noise, sampling or accounting, or a mechanism of another form. It
+does not show that the (epsilon, delta) envelope fails (a full-batch Gaussian within the claim's epsilon is
+rejected by a subsampled claim's curve), so the epsilon figure printed then is the bound of the same test that
+holds for any mechanism: Steinke's on the first run's guesses (one-run) or Clopper-Pearson (epsilon, delta) on
+the pooled canaries, at the same confidence (``any_mechanism``); only it can say that the claimed epsilon is
+false. Each bound carries its ceiling: the bound a perfect attack would reach at the audit's sizes.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
 import numpy as np
 
-from dpaudit.audit.claimed_mechanism import ClaimedMechanism
+from dpaudit.audit.claimed_mechanism import CEILING_MIN_SCALE, ClaimedMechanism
 from dpaudit.audit.roc import roc_curve
 from dpaudit.whitebox.bounds import Bound, multi_run_bounds, multi_run_family, one_run_bounds, one_run_family
 from dpaudit.whitebox.harness import RunEvidence
@@ -62,6 +71,10 @@ class Analysis:
     one_run: dict[str, list[dict[str, Bound]]]
     pooled: dict[str, dict[str, Bound]] = field(default_factory=dict)
     auc: dict[str, float] = field(default_factory=dict)
+    #: When the primary bound rejects the claimed curve: the same test's bound valid for any mechanism.
+    any_mechanism: Bound | None = None
+    #: The verdict bounds' ceilings ("one-run", "pooled"): their values for a perfect attack at these sizes.
+    ceilings: dict[str, float] = field(default_factory=dict)
 
     @property
     def bound_confidence(self) -> float:
@@ -79,9 +92,50 @@ class Analysis:
         return ("pooled", pooled) if pooled.epsilon > one.epsilon else ("one-run", one)
 
     @property
+    def mechanism_refuted(self) -> bool:
+        """Whether the primary bound rejects the claimed curve itself (scale <= 1): the trainer is not the mechanism its
+        ``privacy.json`` states."""
+        return curve_rejected(self.primary[1], self.claim.epsilon)
+
+    @property
     def refuted(self) -> bool:
-        """Whether the primary bound exceeds the claimed epsilon (the claim is rejected)."""
-        return self.primary[1].epsilon > self.claim.epsilon
+        """Whether the claimed (epsilon, delta) is contradicted: a bound valid for any mechanism exceeds it."""
+        return self.any_mechanism is not None and self.any_mechanism.epsilon > self.claim.epsilon
+
+    @property
+    def alarm(self) -> bool:
+        """The verdict is not "consistent": the claimed mechanism or its epsilon is refuted."""
+        return self.refuted or self.mechanism_refuted
+
+    @property
+    def figure(self) -> Bound:
+        """The bound whose epsilon is printed: :attr:`any_mechanism` when the curve is refuted, else the primary."""
+        return self.any_mechanism if self.mechanism_refuted and self.any_mechanism is not None else self.primary[1]
+
+
+def curve_rejected(bound: Bound, claimed_epsilon: float) -> bool:
+    """Whether a claim-family ``bound`` rejects the claim itself: its smallest rejected scale is at most 1 (or its
+    epsilon, read from an optimistic PLD, is above the claim)."""
+    return bound.method == "claim_family" and (
+        (bound.scale is not None and bound.scale <= 1.0) or bound.epsilon > claimed_epsilon)
+
+
+def _any_mechanism(kind: str, first: tuple[np.ndarray, np.ndarray], pooled: tuple[np.ndarray, np.ndarray],
+                   claim: ClaimedMechanism, level: float) -> Bound:
+    """The bound of the verdict's ``kind`` of test valid for any mechanism: Steinke's on the first run (one-run) or
+    Clopper-Pearson (epsilon, delta) on the pooled canaries, at ``level``."""
+    if kind == "one-run":
+        return one_run_bounds(*first, claim, confidence=level)["steinke"]
+    return multi_run_bounds(*pooled, claim, confidence=level)["clopper_pearson"]
+
+
+def _ceilings(claim: ClaimedMechanism, sizes: list[tuple[int, int]], plan: tuple[int, int], level: float
+              ) -> dict[str, float]:
+    """The verdict bounds for a perfect attack (every member above every non-member) at these sizes."""
+    first = (np.ones(sizes[0][0]), np.zeros(sizes[0][1]))
+    pooled = (np.ones(sum(m for m, _ in sizes)), np.zeros(sum(n for _, n in sizes)))
+    return {"one-run": one_run_family(*first, claim, confidence=level, planned=plan, min_scale=CEILING_MIN_SCALE).epsilon,
+            "pooled": multi_run_family(*pooled, claim, confidence=level, min_scale=CEILING_MIN_SCALE).epsilon}
 
 
 def _same_claim(evidence: Sequence[RunEvidence]) -> ClaimedMechanism:
@@ -125,7 +179,15 @@ def analyse(evidence: Sequence[RunEvidence], *, confidence: float = 0.95, full: 
                                                                     confidence=level, planned=plans[0])}]}
         pooled = {"all_iterates": {"claim_family": multi_run_family(*first.pooled(), claim, confidence=level)}}
     auc = {view: float(roc_curve(*vs.pooled()).auc()) for view, vs in scores.items()}
-    return Analysis(claim=claim, confidence=confidence, scores=scores, one_run=one_run, pooled=pooled, auc=auc)
+    first = scores["all_iterates"]
+    ceilings = _ceilings(claim, [(m.size, n.size) for m, n in zip(first.member, first.nonmember)], plans[0], level)
+    analysis = Analysis(claim=claim, confidence=confidence, scores=scores, one_run=one_run, pooled=pooled, auc=auc,
+                        ceilings=ceilings)
+    if analysis.mechanism_refuted:  # the figure printed must then hold for any mechanism
+        kind = analysis.primary[0]
+        bound = _any_mechanism(kind, (first.member[0], first.nonmember[0]), first.pooled(), claim, level)
+        analysis = dataclasses.replace(analysis, any_mechanism=bound)
+    return analysis
 
 
 def summary(analysis: Analysis) -> dict[str, Any]:
@@ -141,6 +203,9 @@ def summary(analysis: Analysis) -> dict[str, Any]:
         "bound_confidence": analysis.bound_confidence,
         "primary": {"kind": kind, "view": "all_iterates", **primary.to_json()},
         "refuted": analysis.refuted,
+        "mechanism_refuted": analysis.mechanism_refuted,
+        "any_mechanism": None if analysis.any_mechanism is None else analysis.any_mechanism.to_json(),
+        "ceilings": dict(analysis.ceilings),
         "auc": analysis.auc,
         "one_run": {view: [{k: b.to_json() for k, b in run.items()} for run in runs]
                     for view, runs in analysis.one_run.items()},

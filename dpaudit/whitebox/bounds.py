@@ -66,20 +66,21 @@ def _family(found: FamilyBound, confidence: float, **extra) -> Bound:
 
 
 def one_run_family(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedMechanism, *, confidence: float,
-                   grid: GuessGrid = GuessGrid(), planned: tuple[int, int] | None = None) -> Bound:
+                   grid: GuessGrid = GuessGrid(), planned: tuple[int, int] | None = None,
+                   min_scale: float | None = None) -> Bound:
     """The claim-family bound of one run: the f-DP recursion, the scaled claim's curve as f, on the guess
     counts ``planned`` from the claim before the scores were seen (:func:`dpaudit.whitebox.plan.planned_guesses`:
     one test at the full risk), or else on every pair of ``grid`` (Bonferroni)."""
     member, nonmember = np.asarray(member, float), np.asarray(nonmember, float)
     pairs = (planned,) if planned is not None else grid.resolve(member.size + nonmember.size)
-    found, counts = claim_family_test(member, nonmember, claim, pairs, 1 - confidence)
+    found, counts = claim_family_test(member, nonmember, claim, pairs, 1 - confidence, min_scale=min_scale)
     best = max(((r, v) for r, v, _, _ in counts), key=lambda rv: (rv[1] / rv[0] if rv[0] else 0.0, rv[0]))
     return _family(found, confidence, guesses=int(best[0]), correct=int(best[1]),
                    selection="planned" if planned is not None else f"bonferroni over {len(pairs)}")
 
 
 def multi_run_family(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedMechanism, *,
-                     confidence: float) -> Bound:
+                     confidence: float, min_scale: float | None = None) -> Bound:
     """The claim-family bound of pooled trials: at every threshold, Clopper-Pearson upper bounds on FPR
     and FNR (each count at (1 - confidence) / 2 / n: uniform over all thresholds, see
     :class:`~dpaudit.audit.thresholds.BonferroniThresholds`); a curve is rejected when some point is below it."""
@@ -97,7 +98,7 @@ def multi_run_family(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedMe
     def rejects(curve: TradeOff) -> bool:
         return bool(fpr_up.size and np.any(fnr_up < curve(fpr_up)))
 
-    return _family(claim.lower_bound(rejects), confidence)
+    return _family(claim.lower_bound(rejects, min_scale=min_scale), confidence)
 
 
 def one_run_bounds(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedMechanism, *,
