@@ -4,6 +4,11 @@ Runs the registered trainer ``--runs`` times on a small built-in dataset, each r
 ``--canaries`` Dirac gradient canaries included by fair coins (Nasr et al. 2023), and tests the
 ``privacy.json`` each run writes against what the canaries saw (:mod:`dpaudit.whitebox`). Writes
 ``whitebox.json``, per-canary scores and ``index.html`` to ``--out``.
+
+Like ``dpaudit train`` it holds the lock of ``--out`` for the whole audit and checks ``--out`` (writable, new,
+its own earlier work, or dpaudit's with ``--overwrite``) before any run starts. The dataset and each finished
+run are kept in ``--out/runs/`` until the audit directory replaces it, so Ctrl-C, a killed worker or a failed
+write loses no finished run: the same command resumes them, and once the audit is written it returns it.
 """
 
 from __future__ import annotations
@@ -185,75 +190,272 @@ def audit_trainer(trainer_name: str, out: Path, target_epsilon: float, canaries:
     Steinke et al.'s one-run bound and the last-iterate view are reported beside them.
     """
     from dpaudit.errors import UserInputError
-    from dpaudit.rundir import prepare_output_dir
+    from dpaudit.rundir import REDACTED, redact_config, run_dir_lock
     from dpaudit.training.api import load_trainer
-    from dpaudit.whitebox.audit import RegisteredRuns
-    from dpaudit.whitebox.audit import audit_trainer as run_audit
-    from dpaudit.whitebox.audit import write_audit
-    from dpaudit.report.whitebox import write_page
 
-    if noise_seed is not None and runs > 1:  # every run would draw the same noise and sampling: not independent
-        raise UserInputError(f"--noise-seed with --runs {runs}: a fixed noise seed makes every run draw the same noise "
-                             "and Poisson sampling, so the runs are not the independent trials the many-run bound "
-                             "pools; drop --noise-seed (OS entropy) or use --runs 1.")
-    prepare_output_dir(out, overwrite=overwrite)  # refuse a bad --out before any training
     trainer = load_trainer(trainer_name)
     plugin_cls = trainer.Plugin
     if not all(hasattr(plugin_cls, name) for name in ("gradient_canary_unit", "host_gradient_canaries",
                                                        "canary_parameters")):
         raise UserInputError(f"--trainer {trainer_name}: its plug-in does not host gradient canaries "
                              "(dpaudit.training.gradient_canaries.GradientCanaryHost); it cannot be audited white-box.")
-    with tempfile.TemporaryDirectory(prefix="dpaudit-audit-trainer-") as work:
-        data_dir = Path(work) / "data"
-        _inject(data_dir)
-        real_rows = _train_rows(data_dir)
-        plan = {"target_epsilon": target_epsilon, "noise_seed": noise_seed, "settings": settings,
-                "sampling_rate": sampling_rate, "steps": steps}
-        probe = audit_config(trainer, rows=real_rows + canaries, **plan)
-        unit, slots = plugin_cls(data_dir, Path(work) / "probe", probe, seed=0).gradient_canary_unit()
-        if unit == "micro-batch" and canaries > slots and not any(s.split("=")[0].strip().replace("-", "_") ==
-                                                                  "micro_batches" for s in settings):
-            # One canary per micro-batch: the micro-batch count is a public parameter that the claim (2C per
-            # example) does not depend on, so the audit may choose it.
-            click.echo(f"note: micro-batch clipping: the audit runs {canaries} micro-batches per step, one per canary "
-                       "(--set micro_batches=K to choose).", err=True)
-            plan["settings"] = (*settings, f"micro_batches={canaries}")
-            slots = canaries
-        if unit == "micro-batch" and canaries > slots:
-            click.echo(f"warning: {canaries} canaries share {slots} micro-batches: canaries in one micro-batch are "
-                       f"clipped together, which costs power (--set micro_batches={canaries} gives each its own).",
-                       err=True)
-        rows = real_rows + canaries * (1 + (partners if unit == "micro-batch" else 0))
-        config = audit_config(trainer, rows=rows, **plan)
-        if workers > 1 or ray_address:  # the runs as jobs of the model fleet (its own progress bar)
-            # The fields as they are (a --noise-seed travels to the workers in memory, never to a file).
-            fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
-            runs_spec = RegisteredRuns(trainer=trainer_name, config=fields, data_dir=data_dir, workers=workers,
-                                       ray_address=ray_address)
-            analysis, evidence = run_audit(runs_spec, canaries=canaries, runs=runs, partners=partners,
-                                           confidence=confidence, seed=seed, workdir=Path(work) / "runs",
-                                           progress=lambda done, total: None)
-        else:
-            bar = click.progressbar(length=runs, label=f"audit-trainer {trainer_name}: runs", file=sys.stderr)
-            with bar:
-                analysis, evidence = run_audit(
-                    lambda run_out: plugin_cls(data_dir, run_out, config, seed=0), canaries=canaries, runs=runs,
-                    partners=partners, confidence=confidence, seed=seed, workdir=Path(work) / "runs",
-                    progress=lambda done, total: bar.update(1))
-    public_config = config.to_dict() if hasattr(config, "to_dict") else dataclasses.asdict(config)
-    audit_settings = {"target_epsilon": target_epsilon, "canaries": canaries, "sampling_rate": sampling_rate,
-                      "steps": steps, "runs": runs, "partners": partners,
-                      "confidence": confidence, "seed": seed, "set": list(settings)}
-    write_audit(out, analysis, evidence, trainer=trainer_name, config=public_config, settings=audit_settings,
-                overwrite=overwrite, page=write_page)
-    click.echo(_verdict_text(analysis, trainer_name, out))
+    given = _noise_seed_option(noise_seed, _overrides(trainer.Config, settings))
+    if given is not None and runs > 1:  # every run would draw the same noise and sampling: not independent
+        raise UserInputError(f"{given} with --runs {runs}: a fixed noise seed makes every run draw the same noise "
+                             "and Poisson sampling, so the runs are not the independent trials the many-run bound "
+                             f"pools; drop {given} (OS entropy) or use --runs 1.")
+    # What the manifest records (secrets redacted): a rerun with the same settings is this very audit.
+    audit_settings = redact_config({"target_epsilon": target_epsilon, "canaries": canaries,
+                                    "sampling_rate": sampling_rate, "steps": steps, "runs": runs, "partners": partners,
+                                    "confidence": confidence, "seed": seed, "set": list(settings),
+                                    "noise_seed": None if given is None else REDACTED})
+    identity = {"trainer": trainer_name, **audit_settings}
+    check_out(out, identity, overwrite=overwrite)  # refuse a bad --out before any training, and again under the lock
+    with run_dir_lock(out, stage=f"audit-trainer --trainer {trainer_name}"):
+        body = None if overwrite else finished_audit(out, identity)
+        if body is not None:  # this very command finished here: its result, nothing run or written
+            click.echo(f"note: --out {out} holds this audit, finished (the same command; its files verified): nothing "
+                       "was run or written; pass --overwrite to run it again.", err=True)
+            click.echo(_verdict_text(body, trainer_name, out))
+            return
+        work = check_out(out, identity, overwrite=overwrite, locked=True)
+        created = not out.exists()
+        try:
+            work.mkdir(parents=True, exist_ok=True)
+            _check_writable(out, work)
+            _write_identity(work, identity)
+        except OSError as err:
+            _discard(work, out if created else None)
+            raise UserInputError(f"--out {out}: cannot write in it ({err.strerror or err}); choose a writable "
+                                 "location.") from None
+        try:
+            analysis, evidence, config = _audit(
+                trainer, trainer_name, work, target_epsilon=target_epsilon, canaries=canaries,
+                sampling_rate=sampling_rate, steps=steps, runs=runs, partners=partners, confidence=confidence,
+                settings=settings, seed=seed, noise_seed=noise_seed, workers=workers, ray_address=ray_address)
+        except (KeyboardInterrupt, click.Abort):
+            kept = _kept_runs(work, runs)
+            if not kept:
+                _discard(work, out if created else None)
+            click.echo(f"\ninterrupted: {_kept_text(kept, runs, work)}", err=True)
+            raise SystemExit(130) from None
+        except UserInputError as err:
+            kept = _kept_runs(work, runs)
+            if not kept:
+                _discard(work, out if created else None)
+                raise
+            raise UserInputError(f"{err} ({_kept_text(kept, runs, work)})") from None
+        except BaseException:
+            kept = _kept_runs(work, runs)
+            if not kept:
+                _discard(work, out if created else None)
+            else:
+                click.echo(f"error: {_kept_text(kept, runs, work)}", err=True)
+            raise
+        from dpaudit.report.whitebox import write_page
+        from dpaudit.whitebox.analysis import summary
+        from dpaudit.whitebox.audit import write_audit
+
+        public_config = config.to_dict() if hasattr(config, "to_dict") else dataclasses.asdict(config)
+        write_audit(out, analysis, evidence, trainer=trainer_name, config=public_config, settings=audit_settings,
+                    overwrite=overwrite, page=write_page, work=work.name)
+    click.echo(_verdict_text(summary(analysis), trainer_name, out))
+
+
+#: The folder of ``--out`` that keeps the audit's dataset and finished runs until the audit is written.
+WORK_DIR = "runs"
+#: The file in :data:`WORK_DIR` that says whose runs they are (the audit's settings, secrets redacted).
+WORK_IDENTITY = "audit.json"
+WORK_SCHEMA = "dpaudit.whitebox-runs/1"
+
+
+def _noise_seed_option(noise_seed: int | None, overrides: dict[str, Any]) -> str | None:
+    """How a fixed noise seed was given (``--noise-seed`` or ``--set noise_seed``), or None (OS entropy).
+
+    Raises:
+        UserInputError: both ways at once.
+    """
+    from dpaudit.errors import UserInputError
+
+    by_set = overrides.get("noise_seed") is not None
+    if noise_seed is not None and by_set:
+        raise UserInputError("--noise-seed and --set noise_seed both fix the trainer's secret noise seed; keep one.")
+    return "--noise-seed" if noise_seed is not None else "--set noise_seed" if by_set else None
+
+
+def _read_identity(work: Path) -> dict[str, Any] | None:
+    """The settings of the audit whose runs ``work`` keeps, or None when it is not such a folder."""
+    import json
+
+    try:
+        stored = json.loads((work / WORK_IDENTITY).read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+    if not isinstance(stored, dict) or stored.get("schema") != WORK_SCHEMA or not isinstance(stored.get("audit"), dict):
+        return None
+    return stored["audit"]
+
+
+def _write_identity(work: Path, identity: dict[str, Any]) -> None:
+    from dpaudit.rundir import atomic_write_json
+
+    if _read_identity(work) is None:
+        atomic_write_json(work / WORK_IDENTITY, {"schema": WORK_SCHEMA, "audit": identity,
+                                                 "note": "the finished runs of an unfinished dpaudit audit-trainer: "
+                                                         "rerun its command to resume (private to the data owner)."})
+
+
+def check_out(out: Path, identity: dict[str, Any], *, overwrite: bool, locked: bool = False) -> Path:
+    """Check ``--out`` before any run (and again under its lock) and return the folder that keeps the runs.
+
+    ``--out`` may be new or empty; hold the kept runs of this very audit (resumed); hold a finished audit of this
+    very command (returned by :func:`finished_audit`); or, with ``--overwrite``, hold only what dpaudit wrote. The
+    kept runs of an audit with other settings are discarded only with ``--overwrite``, and only by the process
+    that holds the lock of ``--out`` (``locked``).
+
+    Raises:
+        UserInputError: naming ``--out`` and what to do.
+    """
+    import shutil
+
+    from dpaudit.errors import UserInputError
+    from dpaudit.rundir import prepare_output_dir, refuse_foreign, same_json
+
+    prepare_output_dir(out, overwrite=True, only_own=False)  # a file, the current directory, a parent that is a file
+    work = out / WORK_DIR
+    stored = _read_identity(work)
+    if stored is not None and not same_json(stored, identity):
+        if not overwrite:
+            differing = sorted(k for k in set(stored) | set(identity) if not same_json(stored.get(k), identity.get(k)))
+            detail = ", ".join(f"{k} {stored.get(k)!r} -> {identity.get(k)!r}" for k in differing[:4])
+            raise UserInputError(f"--out {out} keeps the finished runs of an audit with other settings ({detail}) in "
+                                 f"{work}; rerun that command to finish it, or pass --overwrite to discard them.")
+    ours = stored is not None
+    others = [p for p in out.iterdir() if not (ours and p == work)] if out.is_dir() else []
+    if others:
+        if not overwrite and finished_audit(out, identity) is None:
+            raise UserInputError(f"--out {out} exists and is not empty; pass --overwrite to replace it or choose "
+                                 "another path.")
+        refuse_foreign(out, ignore=(WORK_DIR,) if ours else ())
+    if ours and overwrite and locked and not same_json(stored, identity):
+        shutil.rmtree(work)
+    return work
+
+
+def finished_audit(out: Path, identity: dict[str, Any]) -> dict[str, Any] | None:
+    """The ``whitebox.json`` of a finished audit of this very command in ``out`` (its manifest records the same
+    settings and every file verifies), or None."""
+    import json
+
+    from dpaudit.rundir import finished_output, same_json
+
+    manifest = finished_output(out, schema_prefix="dpaudit.whitebox/")
+    if manifest is None or not same_json(manifest.get("config"), identity):
+        return None
+    try:
+        return json.loads((out / "whitebox.json").read_text(encoding="utf-8"))
+    except (OSError, ValueError):
+        return None
+
+
+def _check_writable(out: Path, work: Path) -> None:
+    """Create and remove a file in ``--out`` and in ``work`` before any run: a read-only ``--out`` is found now, not
+    after every run (the audit is written into ``--out``'s parent and replaces ``--out`` as a whole: the lock, taken
+    beside it, proved the parent writable)."""
+    import os
+
+    for folder in (out, work):
+        fd, probe = tempfile.mkstemp(prefix=".dpaudit-probe-", dir=folder)
+        os.close(fd)
+        os.unlink(probe)
+
+
+def _discard(work: Path, out: Path | None) -> None:
+    """Remove ``work`` (nothing in it is worth keeping), and ``out`` when this command created it and it is empty."""
+    import shutil
+
+    shutil.rmtree(work, ignore_errors=True)
+    if out is not None:
+        try:
+            out.rmdir()
+        except OSError:
+            pass
+
+
+def _kept_runs(work: Path, runs: int) -> int:
+    from dpaudit.whitebox.audit import finished_run
+
+    return sum(finished_run(work, r) for r in range(runs))
+
+
+def _kept_text(kept: int, runs: int, work: Path) -> str:
+    if not kept:
+        return "no audit run had finished; nothing is kept."
+    return (f"{kept} of {runs} audit runs finished and are kept in {work}; run the same dpaudit audit-trainer command "
+            "again to resume (--overwrite discards them).")
+
+
+def _audit(trainer: Any, trainer_name: str, work: Path, *, target_epsilon: float, canaries: int, sampling_rate: float,
+           steps: int, runs: int, partners: int, confidence: float, settings: tuple[str, ...], seed: int | None,
+           noise_seed: int | None, workers: int, ray_address: str | None) -> tuple[Any, Any, Any]:
+    """The audit's runs in ``work`` (its dataset in ``work/data``, run r in ``work/run-r``; finished ones kept and read
+    back): (analysis, evidence, the trainer config of the runs)."""
+    from dpaudit.whitebox.audit import RegisteredRuns
+    from dpaudit.whitebox.audit import audit_trainer as run_audit
+
+    plugin_cls = trainer.Plugin
+    data_dir = work / "data"
+    _inject(data_dir)
+    real_rows = _train_rows(data_dir)
+    plan = {"target_epsilon": target_epsilon, "noise_seed": noise_seed, "settings": settings,
+            "sampling_rate": sampling_rate, "steps": steps}
+    probe = audit_config(trainer, rows=real_rows + canaries, **plan)
+    with tempfile.TemporaryDirectory(prefix="dpaudit-audit-probe-") as scratch:
+        unit, slots = plugin_cls(data_dir, Path(scratch) / "probe", probe, seed=0).gradient_canary_unit()
+    if unit == "micro-batch" and canaries > slots and not any(s.split("=")[0].strip().replace("-", "_") ==
+                                                              "micro_batches" for s in settings):
+        # One canary per micro-batch: the micro-batch count is a public parameter that the claim (2C per
+        # example) does not depend on, so the audit may choose it.
+        click.echo(f"note: micro-batch clipping: the audit runs {canaries} micro-batches per step, one per canary "
+                   "(--set micro_batches=K to choose).", err=True)
+        plan["settings"] = (*settings, f"micro_batches={canaries}")
+        slots = canaries
+    if unit == "micro-batch" and canaries > slots:
+        click.echo(f"warning: {canaries} canaries share {slots} micro-batches: canaries in one micro-batch are "
+                   f"clipped together, which costs power (--set micro_batches={canaries} gives each its own).",
+                   err=True)
+    rows = real_rows + canaries * (1 + (partners if unit == "micro-batch" else 0))
+    config = audit_config(trainer, rows=rows, **plan)
+    if workers > 1 or ray_address:  # the runs as jobs of the model fleet (its own progress bar)
+        # The fields as they are (a --noise-seed travels to the workers in memory, never to a file).
+        fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
+        runs_spec = RegisteredRuns(trainer=trainer_name, config=fields, data_dir=data_dir, workers=workers,
+                                   ray_address=ray_address)
+        analysis, evidence = run_audit(runs_spec, canaries=canaries, runs=runs, partners=partners,
+                                       confidence=confidence, seed=seed, workdir=work,
+                                       progress=lambda done, total: None)
+    else:
+        bar = click.progressbar(length=runs, label=f"audit-trainer {trainer_name}: runs", file=sys.stderr)
+        with bar:
+            analysis, evidence = run_audit(
+                lambda run_out: plugin_cls(data_dir, run_out, config, seed=0), canaries=canaries, runs=runs,
+                partners=partners, confidence=confidence, seed=seed, workdir=work,
+                progress=lambda done, total: bar.update(done - bar.pos))
+    return analysis, evidence, config
 
 
 def _inject(data_dir: Path) -> None:
+    """The audit's dataset in ``data_dir`` (kept with the runs: a resumed audit trains on the same files)."""
+    import shutil
+
     from click.testing import CliRunner
 
     from dpaudit.cli import cli
+    from dpaudit.rundir import finished_output
 
+    if data_dir.exists() and finished_output(data_dir, schema_prefix="dpaudit.inject/") is not None:
+        return
+    shutil.rmtree(data_dir, ignore_errors=True)  # a damaged or unfinished copy of the audit's own dataset
     result = CliRunner().invoke(cli, ["inject", *AUDIT_INJECT, "--out", str(data_dir)], catch_exceptions=False)
     if result.exit_code != 0:
         raise RuntimeError(f"the audit's built-in inject failed: {result.output}")
@@ -265,16 +467,18 @@ def _train_rows(data_dir: Path) -> int:
     return len(load_inject_run(data_dir).train_texts)
 
 
-def _verdict_text(analysis: Any, trainer: str, out: Path) -> str:
+def _verdict_text(body: dict[str, Any], trainer: str, out: Path) -> str:
+    """What the audit prints: its claim, its verdict's bound and the verdict, from the summary ``whitebox.json``
+    holds (:func:`dpaudit.whitebox.analysis.summary`), so that a rerun of a finished audit prints the same lines."""
     from dpaudit.figures import format_down, format_up
 
-    kind, bound = analysis.primary
-    claim = analysis.claim
-    lines = [f"{trainer}: claimed epsilon {format_up(claim.epsilon)} (delta {claim.delta:g}, {claim.steps} steps).",
-             f"white-box lower bound ({kind}, all iterates, {analysis.confidence:.0%} with its twin): "
-             f"epsilon >= {format_down(bound.epsilon)} = {math.floor(100 * bound.epsilon / claim.epsilon) / 100:.2f} of "
+    claim, primary = body["claim"], body["primary"]
+    bound = float(primary["epsilon"])
+    lines = [f"{trainer}: claimed epsilon {format_up(claim['epsilon'])} (delta {claim['delta']:g}, {claim['steps']} steps).",
+             f"white-box lower bound ({primary['kind']}, all iterates, {body['confidence']:.0%} with its twin): "
+             f"epsilon >= {format_down(bound)} = {math.floor(100 * bound / claim['epsilon']) / 100:.2f} of "
              "the claim."]
-    if analysis.refuted:
+    if body["refuted"]:
         lines.append("VERDICT: the claim is REFUTED: the trainer leaks more than its privacy.json says.")
     else:
         lines.append("verdict: consistent with the claim (the audit found no violation; a bound below the claim "

@@ -21,7 +21,8 @@ from dpaudit.training.privacy_record import read_privacy_record
 from dpaudit.whitebox.layout import CanaryLayout
 from dpaudit.audit.claimed_mechanism import ClaimedMechanism
 
-__all__ = ["PluginFactory", "RunEvidence", "evidence_path", "load_evidence", "run_job", "run_with_canaries"]
+__all__ = ["PluginFactory", "RunEvidence", "evidence_path", "load_evidence", "run_job", "run_with_canaries",
+           "save_evidence"]
 
 #: Builds the trainer's plug-in for one run writing ``out_dir`` (e.g. ``trainer.Plugin(data, out, config, seed=s)``).
 PluginFactory = Callable[[Path], Any]
@@ -97,12 +98,19 @@ def run_job(job: Any) -> None:
     evidence = run_with_canaries(lambda out: trainer.Plugin(Path(job.data_dir), out, config, seed=job.seed),
                                  Path(job.out_dir), canaries=int(args["canaries"]), partners=int(args["partners"]),
                                  rng=rng)
+    save_evidence(Path(job.out_dir), evidence)
+
+
+def save_evidence(out_dir: Path, evidence: RunEvidence) -> Path:
+    """Write the evidence of the run trained in ``out_dir`` beside it (:func:`evidence_path`), atomically: the file
+    exists only once the run finished and every observation is in it, so a kept run is resumed by this file alone."""
     layout = evidence.layout
-    target = evidence_path(job.out_dir)
+    target = evidence_path(out_dir)
     staged = target.with_name(target.name + ".tmp.npz")
     np.savez(staged, member=layout.member, unit=np.array(layout.unit), slots=np.array(layout.slots),
              partners=np.array(layout.partners), observations=evidence.observations, final=evidence.final)
     staged.replace(target)
+    return target
 
 
 def load_evidence(out_dir: Path) -> RunEvidence:
