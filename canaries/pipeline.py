@@ -82,7 +82,7 @@ from dpaudit.corpus import BUILTIN_ASSISTANT, CorpusReader, assistant
 from dpaudit.corpus.readers import NO_LABELS, Label
 from dpaudit.errors import UserInputError
 from dpaudit.inject_run import NEW_TOKENS as NEW_TOKENS_KEY
-from dpaudit.inject_run import label_order
+from dpaudit.inject_run import REQUEST_KEY, SUMMARY_KEYS, finished_inject, label_order
 from dpaudit.rundir import (
     build_manifest,
     dumps_jsonl_line,
@@ -515,7 +515,9 @@ def inject(config: InjectConfig, out: str | Path, *, overwrite: bool = False, fo
 
     The whole stage holds :func:`dpaudit.rundir.run_dir_lock` on ``out`` (a second inject into the same
     directory is refused, naming this process), which also removes staging folders a killed inject of
-    the same ``out`` left behind.
+    the same ``out`` left behind. An ``out`` that holds a finished run of this very command (the same options,
+    inputs unchanged; :func:`dpaudit.inject_run.finished_inject`) is returned as it is, its summary marked
+    ``already_done``, unless ``overwrite``.
 
     Args:
         force: accept canary rows above :data:`MAX_CANARY_SHARE` of the training set.
@@ -524,13 +526,18 @@ def inject(config: InjectConfig, out: str | Path, *, overwrite: bool = False, fo
         UserInputError: for any problem with the inputs, or a write that fails (disk full, file-size
             limit); nothing is left behind in that case.
     """
-    prepare_output_dir(out, overwrite=overwrite)  # the cheap refusals first
+    request = config.to_json()  # the options as given: a rerun of the same command returns the finished run
+    if overwrite or finished_inject(out, request) is None:
+        prepare_output_dir(out, overwrite=overwrite)  # the cheap refusals first
     with run_dir_lock(out, stage="inject"):
+        if not overwrite and (done := finished_inject(out, request)) is not None:
+            return done
         return _inject(config, Path(out), overwrite=overwrite, force=force, command=command)
 
 
 def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, command: list[str] | None) -> dict[str, Any]:
     out = prepare_output_dir(out, overwrite=overwrite)  # again, under the lock: another run may have just finished
+    request = config.to_json()
     kind, _ = check_format_options(config)
     template = config.template if config.template is not None else (
         PHRASE_TEMPLATE if kind in CONTEXT_FREE_KINDS else DEFAULT_TEMPLATE)
@@ -622,7 +629,8 @@ def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, co
     if shared:
         summary["warnings"] = [shared]  # printed by dpaudit inject, kept in the manifest
     _write(out, overwrite=overwrite, config=config, corpus=corpus, codes=codes, order=order, canaries=canaries,
-           space=space, template=(template, prefix, suffix), extra_inputs=extra_inputs, summary=summary, command=command)
+           space=space, template=(template, prefix, suffix), extra_inputs=extra_inputs, summary=summary, command=command,
+           request=request)
     return summary
 
 
@@ -654,7 +662,8 @@ def _summary(config: InjectConfig, counts: SplitCounts, canaries: list[Canary], 
 
 def _write(out: Path, *, overwrite: bool, config: InjectConfig, corpus: LoadedCorpus, codes: np.ndarray,
            order: np.ndarray, canaries: list[Canary], space: SecretSpace, template: tuple[str, str, str],
-           extra_inputs: dict[str, str], summary: dict[str, Any], command: list[str] | None) -> None:
+           extra_inputs: dict[str, str], summary: dict[str, Any], command: list[str] | None,
+           request: dict[str, Any] | None = None) -> None:
     encoder = RowEncoder(labels=corpus.labels)
     canary_lines = [encoder.line(c.text, None if corpus.labels is None else corpus.labels.index(c.label)) for c in canaries]
     write = dict(texts=corpus.texts, label_ids=corpus.label_ids, encoder=encoder)
@@ -698,6 +707,8 @@ def _write(out: Path, *, overwrite: bool, config: InjectConfig, corpus: LoadedCo
                     "tokenizer": mf.TOKENIZER_NOTE if not declared else f"{mf.TOKENIZER_NOTE} {NEW_TOKENS_NOTE}",
                     **declared,
                     "random_streams": "numpy SeedSequence(seed, spawn_key=(k,)): 1 split, 2 secrets, 3 coin, 4 labels, 5 shuffle, 6 keys",
+                    # a rerun of the same command returns this run (dpaudit.inject_run.finished_inject)
+                    **({REQUEST_KEY: request, SUMMARY_KEYS: list(summary)} if request is not None else {}),
                 },
             )
             current = "manifest.json"

@@ -378,3 +378,29 @@ def canary_frequencies(manifest: Mapping[str, Any]) -> tuple[int, ...]:
         schedule = (manifest.get("config") or {}).get("schedule") or {}
         found = {f for f in schedule.get("frequencies") or [] if isinstance(f, int)}
     return tuple(sorted(f for f in found if f > 0))
+
+
+#: The manifest fields of a finished inject run that let a rerun of its command return it: ``request`` (the
+#: options as given, before defaults were resolved) and ``summary_keys`` (which fields are the summary it printed).
+REQUEST_KEY, SUMMARY_KEYS = "request", "summary_keys"
+#: Set in the summary :func:`finished_inject` returns: the run was found finished, nothing was written.
+ALREADY_DONE = "already_done"
+
+
+def finished_inject(out: str | os.PathLike[str], request: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The summary of a finished inject run of this very command in ``out``, or None.
+
+    This very command: the manifest records the same ``request`` (the options as given), every input it lists
+    (corpus, word list, phrase corpus) still has the recorded sha256, and every file of ``out`` verifies with
+    nothing added. The summary is the one the run printed, read back from the manifest, with
+    ``already_done: True``; ``dpaudit inject`` then prints it again and writes nothing, as train and the demo do.
+    """
+    from dpaudit.rundir import finished_output, inputs_unchanged, same_json
+
+    manifest = finished_output(out, schema_prefix=SCHEMA_PREFIX)
+    if manifest is None or REQUEST_KEY not in manifest or not same_json(manifest[REQUEST_KEY], request):
+        return None
+    keys = manifest.get(SUMMARY_KEYS)
+    if not isinstance(keys, list) or not inputs_unchanged(dict(manifest.get("inputs") or {})):
+        return None
+    return {**{k: manifest[k] for k in keys if k in manifest}, ALREADY_DONE: True}

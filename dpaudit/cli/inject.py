@@ -111,12 +111,15 @@ def inject(corpus: str | None, train_file: str | None, heldout_file: str | None,
     tokenizers on public.jsonl only. Canary rows may be at most 50% of train.jsonl unless --force;
     the share is printed either way.
 
+    Rerunning a finished run's command prints its summary again and writes nothing (--overwrite runs it again).
+
     With --train and --heldout, your split is kept: members = your train rows (plus the canaries, unless
     --no-canaries), non-members = your held-out rows, so dpaudit attack measures membership of exactly
     the rows your model was trained on.
     """
     from dpaudit.canaries.options import InjectOptions, inject_config, summary_lines
     from dpaudit.canaries.pipeline import inject as run_inject
+    from dpaudit.inject_run import ALREADY_DONE
 
     config = inject_config(InjectOptions(
         corpus=corpus, train=train_file, heldout=heldout_file, public=public_file, corpus_format=corpus_format,
@@ -128,6 +131,9 @@ def inject(corpus: str | None, train_file: str | None, heldout_file: str | None,
         public_size=public_size, encoding_errors=encoding_errors,
     ))
     summary = run_inject(config, out, overwrite=overwrite, force=force)
+    if summary.pop(ALREADY_DONE, False):  # a rerun of a finished run's command: printed again, nothing written
+        click.echo(f"note: --out {out} holds the inject run of this very command (the same options and inputs; its files "
+                   "verified): nothing was written; pass --overwrite to run it again.", err=True)
     summary = {"out": str(out), **summary}
     for warning in summary.get("warnings", ()):
         click.echo(f"warning: {warning}", err=True)
