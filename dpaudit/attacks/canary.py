@@ -14,6 +14,14 @@ canaries are coin-flip ones. The score (higher = member) is the one that fits ho
 - ``rare-tokens`` and ``phrases``: the masked pseudo-log-likelihood of the secret over the vocabulary.
 - ``digits:N``, ``words:N``: exposure, the secret's exact rank among all |R| candidates (Carlini et al. 2019).
 
+A causal LM (:data:`CAUSAL_SCORES`) masks nothing: it scores a canary by the log-likelihood of its secret given
+its prefix, the Secret Sharer's own score (Carlini et al. 2019), for the designed canaries (``new-tokens``,
+``rare-tokens``, ``phrases``), over the vocabulary; and by the same exposure as the exposure attack's
+(:func:`dpaudit.attacks.exposure.causal_exposure_intervals`) for ``digits:N`` and ``words:N``. A never-inserted
+new token was never a training target, so nothing raised its likelihood after the prefix, while a member's
+was trained up. The one-run bounds are valid for any score fixed before the coins are seen (Steinke et al.
+2023); the score only sets their power.
+
 The score is fixed by the design before any model is seen: nothing is chosen on the scores audited.
 
 References:
@@ -34,11 +42,11 @@ from dpaudit.attacks.base import AttackContext, AttackOutcome
 from dpaudit.attacks.mia import audit_tasks, canary_task
 from dpaudit.attacks.results import RESULT_CLASSES
 from dpaudit.errors import UserInputError
-from dpaudit.scoring.source import MASKED_LM
+from dpaudit.scoring.source import CAUSAL_LM, MASKED_LM
 
 
-def _new_token_pll(context: AttackContext) -> np.ndarray:
-    """Pseudo-log-likelihood of each secret, each token normalized over the declared new tokens."""
+def _declared_new_token_ids(context: AttackContext) -> list[int]:
+    """The token ids of the inject manifest's declared new tokens; a one-line error when the model lacks any."""
     tokenizer, declared = context.scorer.tokenizer, list(context.data.new_tokens)
     if not declared:
         raise UserInputError(f"--data {context.data.path}: new-token canaries but the manifest declares no new_tokens; "
@@ -49,7 +57,31 @@ def _new_token_pll(context: AttackContext) -> np.ndarray:
         raise UserInputError(f"--model {context.scorer.source.path}: its tokenizer lacks {len(unknown)} of the "
                              f"{len(declared)} new tokens of --data (e.g. {unknown[0]!r}); it was not trained on this "
                              "inject directory (trainers add the manifest's new_tokens to the vocabulary).")
-    return context.scorer.pseudo_log_likelihoods(context.canaries, within=ids)
+    return ids
+
+
+def _new_token_pll(context: AttackContext) -> np.ndarray:
+    """Pseudo-log-likelihood of each secret, each token normalized over the declared new tokens."""
+    return context.scorer.pseudo_log_likelihoods(context.canaries, within=_declared_new_token_ids(context))
+
+
+def _causal_new_token_ll(context: AttackContext) -> np.ndarray:
+    """A causal LM's log-likelihood of each new-token secret given its prefix (the tokens checked first)."""
+    _declared_new_token_ids(context)
+    return _causal_ll(context)
+
+
+def _causal_ll(context: AttackContext) -> np.ndarray:
+    """A causal LM's log-likelihood of each secret given its prefix, over the vocabulary."""
+    return context.scorer.secret_log_likelihoods(context.canaries)
+
+
+def _causal_exposure(context: AttackContext) -> np.ndarray:
+    """A causal LM's exposure of each secret (lower end), as the exposure attack computes it."""
+    from dpaudit.attacks.exposure import causal_exposure_intervals
+
+    intervals, _skew, _note = causal_exposure_intervals(context)
+    return np.asarray([i.exposure_low for i in intervals], dtype=np.float64)
 
 
 def _vocab_pll(context: AttackContext) -> np.ndarray:
@@ -72,6 +104,17 @@ SCORES: dict[str, tuple[str, Callable[[AttackContext], np.ndarray]]] = {
     "words": ("exposure (lower end): the secret's exact rank among all |R| candidates", _exposure),
 }
 
+_CAUSAL_LL = "log-likelihood of the secret given its prefix (causal LM), over the vocabulary"
+_CAUSAL_EXPOSURE = "exposure (lower end): the secret's rank among all |R| candidates given its prefix (causal LM)"
+#: The same for a causal LM: nothing is masked, every secret is scored from its prefix.
+CAUSAL_SCORES: dict[str, tuple[str, Callable[[AttackContext], np.ndarray]]] = {
+    "new-tokens": (_CAUSAL_LL, _causal_new_token_ll),
+    "rare-tokens": (_CAUSAL_LL, _causal_ll),
+    "phrases": (_CAUSAL_LL, _causal_ll),
+    "digits": (_CAUSAL_EXPOSURE, _causal_exposure),
+    "words": (_CAUSAL_EXPOSURE, _causal_exposure),
+}
+
 
 def secret_kind(run: Any) -> str:
     """The kind of the inject run's secret space (``digits``, ``words``, ``phrases``, ``new-tokens``, ...)."""
@@ -87,7 +130,7 @@ class CanaryAttack:
     """Canary membership with the score that fits the design; one-run bounds on coin-flip canaries."""
 
     name: ClassVar[str] = "canary"
-    model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM})
+    model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CAUSAL_LM})
 
     @classmethod
     def check(cls, options: Any, source: Any, run: Any) -> None:
@@ -96,7 +139,7 @@ class CanaryAttack:
 
     def run(self, context: AttackContext) -> AttackOutcome:
         kind = secret_kind(context.data)
-        words, score_fn = SCORES[kind]
+        words, score_fn = (CAUSAL_SCORES if context.is_causal else SCORES)[kind]
         parameters = {"score": f"{words}; higher = member", "design": kind}
         task = canary_task(context.data)
         if task is None:

@@ -45,6 +45,9 @@ from dpaudit.scoring.source import CAUSAL_LM, MASKED_LM
 PHRASES_WARNING = ("exposure needs a secret space with a finite per-position alphabet (digits:N, words:N); phrase and "
                    "designed (new-tokens, rare-tokens) canaries have none, so exposure was not computed (see the "
                    "reconstruction attack, and the canary attack's pseudo-log-likelihood).")
+#: :data:`PHRASES_WARNING` for a causal LM (nothing is masked: extraction, and the canary attack's log-likelihood).
+CAUSAL_PHRASES_WARNING = PHRASES_WARNING.replace("reconstruction attack, and the canary attack's pseudo-log-likelihood",
+                                                 "extraction attack, and the canary attack's log-likelihood")
 
 
 def exposure_rows(exposures: np.ndarray, frequencies: np.ndarray, *, seed: int, level: float) -> tuple[ExposureRow, ...]:
@@ -71,6 +74,16 @@ def tree_rank(scores: np.ndarray, secret_index: int, *, tolerance: float) -> Ran
 
 
 def causal_exposure_intervals(context: AttackContext) -> tuple[list[RankInterval], list[float], str | None]:
+    """Each canary's exposure rank interval on a causal LM, its skew-normal exposure estimate (NaN when exact),
+    and a note saying why the ranks were sampled (None when exact): :func:`_causal_exposure_intervals`, computed
+    once per context (the exposure and canary attacks both read it)."""
+    cache = vars(context)
+    if "_causal_exposure" not in cache:
+        cache["_causal_exposure"] = _causal_exposure_intervals(context)
+    return cache["_causal_exposure"]
+
+
+def _causal_exposure_intervals(context: AttackContext) -> tuple[list[RankInterval], list[float], str | None]:
     """Each canary's exposure rank interval on a causal LM, its skew-normal exposure estimate (NaN when exact),
     and a note saying why the ranks were sampled (None when exact).
 
@@ -136,7 +149,8 @@ class ExposureAttack:
             params = ExposureParameters(secret_format=context.canaries[0].format if context.canaries else "phrases",
                                         log2_space_size=None, reveal=options.reveal, tolerance=options.tolerance,
                                         bootstrap_seed=options.seed)
-            return AttackOutcome(ExposureResult(parameters=params, warnings=(PHRASES_WARNING,)))
+            warning = CAUSAL_PHRASES_WARNING if context.is_causal else PHRASES_WARNING
+            return AttackOutcome(ExposureResult(parameters=params, warnings=(warning,)))
         notes: tuple[str, ...] = ()
         if context.is_causal:
             intervals, skew, note = causal_exposure_intervals(context)

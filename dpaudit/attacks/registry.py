@@ -39,17 +39,18 @@ DEFAULT_ATTACKS: tuple[str, ...] = ("exposure", "reconstruction")
 CAUSAL_DEFAULT_ATTACKS: tuple[str, ...] = ("exposure", "extraction")
 #: The model kinds (:mod:`dpaudit.scoring.source`) in words, for messages.
 _KIND_WORDS = {"masked-lm": "masked LM", "causal-lm": "causal LM", "classifier": "classifier"}
-#: Added to :data:`DEFAULT_ATTACKS` for a masked LM whose canaries are coin-flip ones: the one-run audit.
+#: Added to the defaults for a masked or causal LM whose canaries are coin-flip ones: the one-run audit.
 ONE_RUN_ATTACK = "canary"
 
 
 def default_attacks(names: Sequence[str], *, coin_flip: bool, model_kind: str) -> list[str]:
     """``names``, plus :data:`ONE_RUN_ATTACK` when they are the defaults and the run can be audited in one run
-    (coin-flip canaries, a masked LM): ``dpaudit attack`` then reports the one-run bounds without being asked. For a
-    causal LM the defaults are :data:`CAUSAL_DEFAULT_ATTACKS` (extraction in place of reconstruction)."""
+    (coin-flip canaries, a masked or causal LM): ``dpaudit attack`` then reports the one-run bounds without being
+    asked. For a causal LM the defaults are :data:`CAUSAL_DEFAULT_ATTACKS` (extraction in place of reconstruction)."""
     names = [n.strip() for n in names if n.strip()]
     if tuple(names) == DEFAULT_ATTACKS and model_kind == "causal-lm":  # scoring.CAUSAL_LM: reconstruction's counterpart
-        return list(CAUSAL_DEFAULT_ATTACKS)
+        names = list(CAUSAL_DEFAULT_ATTACKS)
+        return [*names, ONE_RUN_ATTACK] if coin_flip else names
     if tuple(names) == DEFAULT_ATTACKS and coin_flip and model_kind in attack_class(ONE_RUN_ATTACK).model_kinds:
         return [*names, ONE_RUN_ATTACK]
     return names

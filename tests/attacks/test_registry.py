@@ -27,7 +27,7 @@ def test_names_are_resolved_in_order_and_all_expands_by_model_kind():
         n for n in ATTACKS if "masked-lm" in attack_class(n).model_kinds]
     with pytest.raises(UserInputError, match="not an attack"):
         resolve_attacks(["nope"], "masked-lm")
-    with pytest.raises(UserInputError, match="needs a causal-lm or masked-lm model"):
+    with pytest.raises(UserInputError, match="needs a causal LM or masked LM, but the model is a classifier"):
         resolve_attacks(["exposure"], "classifier")
     with pytest.raises(UserInputError, match="empty"):
         resolve_attacks([" "], "masked-lm")
@@ -36,12 +36,14 @@ def test_names_are_resolved_in_order_and_all_expands_by_model_kind():
 def test_a_causal_target_gets_extraction_in_place_of_reconstruction():
     from dpaudit.attacks.registry import DEFAULT_ATTACKS, default_attacks
 
-    assert default_attacks(DEFAULT_ATTACKS, coin_flip=True, model_kind="causal-lm") == ["exposure", "extraction"]
+    assert default_attacks(DEFAULT_ATTACKS, coin_flip=False, model_kind="causal-lm") == ["exposure", "extraction"]
+    # coin-flip canaries: the one-run audit, as for a masked LM
+    assert default_attacks(DEFAULT_ATTACKS, coin_flip=True, model_kind="causal-lm") == ["exposure", "extraction", "canary"]
     assert default_attacks(DEFAULT_ATTACKS, coin_flip=False, model_kind="masked-lm") == list(DEFAULT_ATTACKS)
     assert [c.name for c in resolve_attacks(["exposure", "extraction"], "causal-lm")] == ["exposure", "extraction"]
     with pytest.raises(UserInputError, match="use --attacks extraction"):
         resolve_attacks(["reconstruction"], "causal-lm")
-    with pytest.raises(UserInputError, match="needs a causal-lm model"):
+    with pytest.raises(UserInputError, match="needs a causal LM.*use --attacks reconstruction"):
         resolve_attacks(["extraction"], "masked-lm")
 
 
