@@ -117,9 +117,16 @@ def _classifier_gap() -> str | None:
     return None
 
 
+#: Where the demo writes by default; ``--quick`` (another plan: other sizes, fewer attacks) has its own folders, so
+#: that ``dpaudit demo --quick`` never replaces the stages of the full demo, nor the full demo the quick one's.
+DEFAULT_OUT, QUICK_OUT = Path("runs/demo"), Path("runs/demo-quick")
+DEFAULT_REPORT, QUICK_REPORT = Path("reports/demo/index.html"), Path("reports/demo-quick/index.html")
+
+
 @click.command(epilog="Example: dpaudit demo --quick", context_settings={"max_content_width": 100})
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=Path("runs/demo"), show_default=True,
-              help="Folder for the demo's run directories; rerunning the same command resumes there.")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help=f"Folder for the demo's run directories; rerunning the same command resumes there [default: "
+                   f"{DEFAULT_OUT}, or {QUICK_OUT} with --quick].")
 @click.option("--quick", is_flag=True, help="Smaller corpus, fewer canaries and steps, no LiRA/RMIA (~2 minutes instead of ~10).")
 @click.option("--seed", type=seed_type(), default=0, show_default=True,
               help="Public seed of every stage (data, initialization, masking).")
@@ -132,12 +139,11 @@ def _classifier_gap() -> str | None:
               help="Also train and attack GPT-2-shaped causal LMs on the same canaries (edp-sgd --task clm, needs "
                    "torch): pretrained on the public utterances, then non-private and DP-SGD at epsilon 8; exposure, "
                    "greedy extraction from the prefix, loss, zlib and Min-K%++ (about 2 more minutes with --quick).")
-@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path),
-              default=Path("reports/demo/index.html"), show_default=True,
-              help="Where to write the comparison report: a new file, or the page an earlier demo wrote there (never a "
-                   "file of your own, nor any other page).")
-def demo(out: Path, quick: bool, seed: int, noise_seed: int | None, classifiers: bool, causal: bool,
-         report_path: Path) -> None:
+@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help=f"Where to write the comparison report: a new file, or the page an earlier demo wrote there (never a "
+                   f"file of your own, nor any other page) [default: {DEFAULT_REPORT}, or {QUICK_REPORT} with --quick].")
+def demo(out: Path | None, quick: bool, seed: int, noise_seed: int | None, classifiers: bool, causal: bool,
+         report_path: Path | None) -> None:
     """Show memorization and what DP does about it, on the built-in voice-assistant corpus.
 
     Plants digit canaries (inserted 1, 10 and 100 times, plus never-inserted controls) beside public
@@ -160,6 +166,9 @@ def demo(out: Path, quick: bool, seed: int, noise_seed: int | None, classifiers:
         raise click.ClickException("the demo trains with jax-bert: pip install -e '.[jax,torch]'")
     if not _has_module("torch") or not _has_module("transformers"):
         raise click.ClickException("the demo's attacks load models with transformers: pip install -e '.[jax,torch]'")
+    # --quick has folders of its own: a quick demo after the full one (or before) must not replace it.
+    out = out if out is not None else QUICK_OUT if quick else DEFAULT_OUT
+    report_path = report_path if report_path is not None else QUICK_REPORT if quick else DEFAULT_REPORT
     check_out(out)  # before anything is written: never a folder of the user's own
     own_page = _check_report(report_path, out / STATE_DIR)  # never a file of the user's own either
     for option, path in (("--out", out), ("--report", report_path)):  # before minutes of training, not after
