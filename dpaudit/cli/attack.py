@@ -186,6 +186,16 @@ def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: in
     Threads: scoring and torch-trained shadow models use the cores actually free (CPU affinity minus the 1-minute
     load average, at least 1); set OMP_NUM_THREADS=N (or DPAUDIT_THREADS=N) to choose.
     """
+    from dpaudit.cli.params import attack_extras
+    from dpaudit.extras import require_extras
+
+    # Before any work: the extras the attacks need, and the cluster (one line each, not a traceback or minutes).
+    require_extras("dpaudit attack", *attack_extras(model, attack_names, shadow_trainer=shadow_trainer,
+                                                     shadow_dirs=shadow_dirs, reference_model=reference_model))
+    if ray_address is not None:
+        from dpaudit.training.fleet import check_ray_address
+
+        ray_address = check_ray_address(ray_address)
     from dpaudit.attacks.run import AttackWarning, FinishedAttack
     from dpaudit.stages.attack import attack as run_attack
 

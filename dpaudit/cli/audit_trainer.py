@@ -193,6 +193,10 @@ def audit_trainer(trainer_name: str, out: Path, target_epsilon: float, canaries:
     from dpaudit.rundir import REDACTED, redact_config, run_dir_lock
     from dpaudit.training.api import load_trainer
 
+    if ray_address is not None:  # before anything starts: Ray's own answer is a traceback, or minutes of retries
+        from dpaudit.training.fleet import check_ray_address
+
+        ray_address = check_ray_address(ray_address)
     trainer = load_trainer(trainer_name)
     plugin_cls = trainer.Plugin
     if not all(hasattr(plugin_cls, name) for name in ("gradient_canary_unit", "host_gradient_canaries",

@@ -37,3 +37,33 @@ class FiniteFloat(click.FloatRange):
         if self.max is None:
             return f"{'(' if self.min_open else '['}{low}, inf)" if self.min is not None else "(-inf, inf)"
         return f"{'(' if self.min_open else '['}{low}, {high}{')' if self.max_open else ']'}"
+
+
+#: Attacks that train models with the target's trainer (or ``--shadow-trainer``), unless given their models.
+TRAINING_ATTACKS = frozenset({"shadow", "ref", "lira", "rmia"})
+
+
+def attack_extras(model: Any, attack_names: str, *, shadow_trainer: str | None, shadow_dirs: tuple[str, ...],
+                  reference_model: Any) -> tuple[str, ...]:
+    """The extras ``dpaudit attack`` needs (README, "Which extra each command needs"): ``torch`` always (scoring
+    loads the model with transformers), and the trainer's extra when an attack trains shadow or reference models
+    (``jax`` for a jax-bert target). Read from the options and the target's manifest alone, before any work."""
+    import json
+    from pathlib import Path
+
+    from dpaudit.extras import trainer_extras
+
+    names = {name.strip() for name in str(attack_names).split(",")}
+    every = "all" in names
+    trains = ((every or bool(names & (TRAINING_ATTACKS - {"ref"}))) and not shadow_dirs
+              or (every or "ref" in names) and reference_model is None)
+    if not trains:
+        return ("torch",)
+    trainer = shadow_trainer
+    if trainer is None:
+        try:
+            manifest = json.loads((Path(model) / "manifest.json").read_text(encoding="utf-8"))
+            trainer = str((manifest.get("config") or {}).get("trainer") or "")
+        except (OSError, ValueError, AttributeError):
+            trainer = ""  # not a train run: the attack says so itself
+    return ("torch", *(e for e in trainer_extras(trainer) if e != "torch"))

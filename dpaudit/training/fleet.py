@@ -53,6 +53,7 @@ import importlib
 import importlib.util
 import logging
 import os
+import re
 import resource
 import shutil
 import sys
@@ -65,7 +66,8 @@ from typing import Any
 
 from dpaudit.errors import UserInputError
 
-__all__ = ["ENGINES", "MODELS_PER_WORKER", "WORKER_MEMORY_GB", "FleetJob", "FleetOutcome", "finished_run_dir", "run_fleet"]
+__all__ = ["ENGINES", "MODELS_PER_WORKER", "RAY_CONNECT_TIMEOUT_S", "WORKER_MEMORY_GB", "FleetJob", "FleetOutcome",
+           "check_ray_address", "finished_run_dir", "run_fleet"]
 
 #: The engines :func:`run_fleet` knows ("auto" picks one of the others).
 ENGINES = ("auto", "ray", "process", "inline")
@@ -148,6 +150,131 @@ def finished_run_dir(out_dir: str | os.PathLike[str]) -> bool:
     return True
 
 
+#: Seconds :func:`check_ray_address` waits for the cluster's port to answer (``$DPAUDIT_RAY_CONNECT_TIMEOUT_S``).
+RAY_CONNECT_TIMEOUT_S = 5.0
+
+_RAY_FORMS = ("HOST:PORT (the head node's GCS address, e.g. 10.0.0.5:6379) or ray://HOST:PORT (the Ray Client "
+              "server, port 10001 by default)")
+_HOST_PORT = re.compile(r"^(?:\[(?P<ip6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9._-]+)):(?P<port>[0-9]{1,5})$")
+
+
+def check_ray_address(address: str, *, option: str = "--ray-address", timeout_s: float | None = None) -> str:
+    """``address`` checked before anything starts: the one check of every ``--ray-address`` (``attack``,
+    ``audit-trainer``, :func:`run_fleet`).
+
+    Ray itself answers a malformed address with a traceback (``ValueError: Invalid address format``), a
+    ``ray://`` address without the Ray Client installed with another, and an address where nothing listens by
+    retrying for minutes. Here each is one line: the form is checked (``HOST:PORT``, ``ray://HOST:PORT`` or
+    ``auto``), Ray (and for ``ray://`` its client, ``grpc``) must be installed, and the host's port must accept a
+    TCP connection and answer the HTTP/2 handshake of a gRPC server (Ray's GCS and Client server are gRPC
+    services) within ``timeout_s`` seconds (default :data:`RAY_CONNECT_TIMEOUT_S`): a port where something else
+    listens would leave ``ray.init`` retrying for minutes.
+
+    Returns:
+        The address as Ray takes it (whitespace stripped).
+
+    Raises:
+        UserInputError: naming ``option``, the address and what to do.
+    """
+    from dpaudit.extras import MissingExtraError, install_command, installed
+
+    text = str(address).strip()
+    if not text:
+        raise UserInputError(f"{option} is empty; give {_RAY_FORMS}.")
+    if not installed("ray"):
+        raise MissingExtraError(f"{option} {text} needs the fleet extra (ray is not installed): "
+                                f"{install_command(['fleet'])}.")
+    if text == "auto":  # the cluster this machine runs ($RAY_ADDRESS, else the last `ray start`)
+        return _check_auto(option, timeout_s)
+    scheme, sep, rest = text.partition("://")
+    if not sep:
+        scheme, rest = "", text
+    elif scheme != "ray":
+        raise UserInputError(f"{option} {text}: {scheme}:// is not a Ray cluster address; give {_RAY_FORMS}.")
+    match = _HOST_PORT.match(rest)
+    port = int(match["port"]) if match else 0
+    if match is None or not 1 <= port <= 65535:
+        raise UserInputError(f"{option} {text!r} is not a Ray cluster address; give {_RAY_FORMS}.")
+    if scheme == "ray" and not installed("grpc"):
+        raise MissingExtraError(f"{option} {text}: a ray:// address connects through the Ray Client, which is not "
+                                "installed: pip install 'ray[client]' (or give the head node's GCS address "
+                                "HOST:6379).")
+    _probe(option, text, match["ip6"] or match["host"], port, timeout_s, client=scheme == "ray")
+    return text
+
+
+def _check_auto(option: str, timeout_s: float | None) -> str:
+    """``auto``: the address Ray would pick ($RAY_ADDRESS, else the cluster last started here), probed as given."""
+    env = os.environ.get("RAY_ADDRESS", "").strip()
+    if env and env != "auto":
+        check_ray_address(env, option=f"{option} auto (RAY_ADDRESS)", timeout_s=timeout_s)
+        return "auto"
+    try:
+        from ray._private.services import canonicalize_bootstrap_address  # Ray's own lookup of a local cluster
+
+        found = canonicalize_bootstrap_address("auto")
+    except ImportError:
+        return "auto"  # another Ray layout: ray.init's own lookup decides
+    except (ConnectionError, ValueError, RuntimeError):
+        found = None
+    if not found:
+        raise UserInputError(f"{option} auto: no running Ray cluster found on this machine; start one (ray start "
+                             f"--head) or give {_RAY_FORMS}.")
+    host, _, port = str(found).rpartition(":")
+    _probe(f"{option} auto", str(found), host.strip("[]"), int(port), timeout_s)
+    return "auto"
+
+
+def _probe(option: str, text: str, host: str, port: int, timeout_s: float | None, *, client: bool = False) -> None:
+    """A TCP connection to ``host:port`` answering the gRPC (HTTP/2) handshake within the timeout, or the one line
+    saying why not."""
+    import socket
+
+    if timeout_s is None:
+        env = os.environ.get("DPAUDIT_RAY_CONNECT_TIMEOUT_S")
+        try:
+            timeout_s = RAY_CONNECT_TIMEOUT_S if env is None else float(env)
+        except ValueError:
+            raise UserInputError(f"DPAUDIT_RAY_CONNECT_TIMEOUT_S={env!r} is not a number of seconds; e.g. 10.") from None
+    try:
+        with socket.create_connection((host, port), timeout=timeout_s) as conn:
+            # Ray's GCS and its Client server speak gRPC (HTTP/2): the client preface and an empty SETTINGS frame
+            # are answered by a SETTINGS frame (type 4). Anything else on that port would leave ray.init retrying.
+            conn.sendall(_HTTP2_PREFACE)
+            reply = _read(conn, 9)
+    except socket.gaierror as err:
+        raise UserInputError(f"{option} {text}: cannot resolve host {host!r} ({err.strerror}); check the address.") \
+            from None
+    except (socket.timeout, TimeoutError):
+        raise UserInputError(f"{option} {text}: no answer from {host}:{port} within {timeout_s:g} s; check that the Ray "
+                             "head runs there and that its port is reachable from here (firewall).") from None
+    except OSError as err:
+        start = ("ray start --head; its Ray Client server listens on port 10001" if client else
+                 f"ray start --head --port={port}")
+        raise UserInputError(f"{option} {text}: nothing accepts connections at {host}:{port} "
+                             f"({err.strerror or err}); start the cluster there ({start}) or correct the address.") \
+            from None
+    if len(reply) < 9 or reply[3] != 4:
+        what = "Ray Client server (port 10001 by default)" if client else "Ray head's GCS port (6379 by default)"
+        raise UserInputError(f"{option} {text}: {host}:{port} accepts connections but does not answer as a Ray cluster "
+                             f"(no gRPC handshake); give the {what}.")
+
+
+#: The HTTP/2 client connection preface and an empty SETTINGS frame (RFC 9113, sections 3.4 and 6.5).
+_HTTP2_PREFACE = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + b"\x00\x00\x00\x04\x00\x00\x00\x00\x00"
+
+
+def _read(conn: Any, size: int) -> bytes:
+    """Up to ``size`` bytes from ``conn`` (fewer when it closes first); its timeout raises ``socket.timeout``."""
+    data = b""
+    while len(data) < size:
+        chunk = conn.recv(size - len(data))
+        if not chunk:
+            break
+        data += chunk
+    return data
+
+
 def run_fleet(jobs: Sequence[FleetJob], *, workers: int | None = None, ray_address: str | None = None,
               engine: str = "auto", progress: bool = True, desc: str = "models", max_minutes: float | None = None,
               worker_memory_gb: float | None = None, models_per_worker: int | None = None) -> list[FleetOutcome]:
@@ -197,8 +324,12 @@ def run_fleet(jobs: Sequence[FleetJob], *, workers: int | None = None, ray_addre
     per_worker = MODELS_PER_WORKER if models_per_worker is None else int(models_per_worker)
     if per_worker < 1:
         raise UserInputError(f"models_per_worker must be >= 1, got {models_per_worker}.")
-    if engine == "ray" and importlib.util.find_spec("ray") is None:
-        raise UserInputError("the ray fleet engine needs Ray: pip install 'dpaudit[fleet]' (or choose another engine).")
+    if engine == "ray":
+        from dpaudit.extras import require_extras
+
+        require_extras("the ray fleet engine", "fleet")
+    if ray_address is not None:  # before any job starts: Ray's own answer is a traceback, or minutes of retries
+        ray_address = check_ray_address(ray_address)
 
     first: dict[Path, int] = {}  # out_dir -> the first job that trains it
     for i, job in enumerate(jobs):
@@ -606,7 +737,12 @@ def _run_ray(todo: list[tuple[int, FleetJob]], *, workers: int | None, ray_addre
             n_local = _local_workers(workers, len(todo), memory_gb, note)
             ray.init(num_cpus=n_local, include_dashboard=False, object_store_memory=100 << 20, **quiet)
         else:
-            ray.init(address=ray_address, **quiet)
+            try:
+                ray.init(address=ray_address, **quiet)
+            except (ConnectionError, TimeoutError, ValueError, RuntimeError) as err:  # it answered, but not as Ray
+                first = (str(err).strip().splitlines() or [type(err).__name__])[0]
+                raise UserInputError(f"--ray-address {ray_address}: Ray could not connect ({type(err).__name__}: "
+                                     f"{first}); check that a Ray cluster of the same version runs there.") from None
         started = True
     try:
         cpus = int(ray.cluster_resources().get("CPU", 1))
