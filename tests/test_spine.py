@@ -85,8 +85,9 @@ def test_pyproject_lists_every_package_folder():
     setuptools' find): a new package folder missing from the list would be left out of the wheel."""
     import tomllib
 
-    listed = set(tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"])
-    found = set()
+    setuptools = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]
+    listed = set(setuptools["packages"])
+    found = set(setuptools["package-data"])  # folders of data only are packages too (tests/bad_inputs/test_installs.py)
     for root, prefix in (("dpaudit", "dpaudit"), ("canaries", "dpaudit.canaries"), ("trainers", "dpaudit.trainers")):
         for init in (REPO / root).rglob("__init__.py"):
             rel = init.parent.relative_to(REPO / root).parts

@@ -6,7 +6,6 @@ the verdict. Every stage is the ``dpaudit`` command a user would type, printed b
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shlex
 from pathlib import Path
@@ -15,13 +14,6 @@ import click
 
 from dpaudit.training.config_types import seed_type
 from dpaudit.training.api import available_trainers
-
-
-def _has_module(name: str) -> bool:
-    try:
-        return importlib.util.find_spec(name) is not None
-    except ModuleNotFoundError:
-        return False
 
 
 def _model_summary(model: Path) -> str:
@@ -112,8 +104,10 @@ def _record_page(path: Path, state: Path) -> None:
 
 def _classifier_gap() -> str | None:
     """Why the edp-sgd classifiers cannot run here (None: they can)."""
-    if "edp-sgd" not in available_trainers() or not _has_module("torch"):
-        return "the edp-sgd trainer needs torch: pip install -e '.[torch]'"
+    from dpaudit.extras import missing_extra_message, missing_modules
+
+    if "edp-sgd" not in available_trainers() or missing_modules(["torch"]):
+        return missing_extra_message("the edp-sgd trainer", ["torch"], missing_modules(["torch"]) or ["dpaudit's trainers"])
     return None
 
 
@@ -162,10 +156,9 @@ def demo(out: Path | None, quick: bool, seed: int, noise_seed: int | None, class
     from dpaudit.demo.verdict import verdict_lines
     from dpaudit.rundir import atomic_write_json
 
-    if "jax-bert" not in available_trainers() or not _has_module("jax"):
-        raise click.ClickException("the demo trains with jax-bert: pip install -e '.[jax,torch]'")
-    if not _has_module("torch") or not _has_module("transformers"):
-        raise click.ClickException("the demo's attacks load models with transformers: pip install -e '.[jax,torch]'")
+    from dpaudit.extras import require_extras
+
+    require_extras("dpaudit demo", "jax", "torch")  # jax-bert trains, transformers loads every model: one line if not
     # --quick has folders of its own: a quick demo after the full one (or before) must not replace it.
     out = out if out is not None else QUICK_OUT if quick else DEFAULT_OUT
     report_path = report_path if report_path is not None else QUICK_REPORT if quick else DEFAULT_REPORT

@@ -24,6 +24,7 @@ from click.core import ParameterSource
 
 from dpaudit.training.config_types import ConfigTypeError, config_keys, option_name, seed_type
 from dpaudit.errors import UserInputError
+from dpaudit.extras import MissingExtraError
 from dpaudit.figures import format_up
 from dpaudit.training.privacy_record import PrivacyRecord, group_privacy_text, read_privacy_record
 from dpaudit.rundir import run_dir_lock
@@ -174,6 +175,8 @@ class TrainCommand(click.Command):
         if name is not None:
             try:
                 trainer = load_trainer(name)
+            except MissingExtraError:
+                raise  # one line (the command group's), naming the extra to install: not a usage mistake
             except UserInputError as err:
                 raise click.UsageError(str(err), ctx) from None
             ctx.meta["dpaudit.trainer"] = trainer

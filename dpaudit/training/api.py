@@ -94,17 +94,25 @@ def load_trainer(name: str) -> Trainer:
 
     Raises:
         UserInputError: if no trainer of that name is registered, listing the ones that are.
+        MissingExtraError: its framework is not installed (the extra it needs and the pip command that installs it,
+            :mod:`dpaudit.extras`).
     """
     registry = available_trainers()
     if name not in registry:
         known = ", ".join(sorted(registry)) or "none (is dpaudit installed with `pip install -e .`?)"
         raise UserInputError(f"--trainer {name!r} is not a registered trainer; choose one of: {known}.")
+    from dpaudit.extras import MissingExtraError, extra_of_module, missing_extra_message, require_extras, \
+        trainer_extras
+
+    require_extras(f"--trainer {name}", *trainer_extras(name))  # before the import: one line, only its extra
     try:
         factory = registry[name].load()
     except ImportError as err:
-        raise UserInputError(
-            f"--trainer {name}: cannot import its framework ({err}); install it with `pip install -e '.[jax,torch]'`."
-        ) from None
+        extra = extra_of_module(getattr(err, "name", None))
+        if extra is not None:
+            raise MissingExtraError(missing_extra_message(f"--trainer {name}", [extra], [err.name])) from None
+        raise UserInputError(f"--trainer {name}: cannot import its framework ({err}); install the package it "
+                             "needs.") from None
     trainer = factory() if isinstance(factory, type) else factory
     if not isinstance(trainer, Trainer) or not dataclasses.is_dataclass(trainer.Config):
         raise UserInputError(f"--trainer {name}: entry point {registry[name].value} does not follow the Trainer protocol.")
