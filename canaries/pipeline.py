@@ -628,10 +628,41 @@ def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, co
     shared = shared_context_warning(template, kind=kind, n_canaries=len(canaries)) if canaries else None
     if shared:
         summary["warnings"] = [shared]  # printed by dpaudit inject, kept in the manifest
+    unlisted = labels_missing_from_public(corpus, codes)
+    if unlisted:
+        summary.setdefault("warnings", []).append(missing_labels_warning(unlisted))
     _write(out, overwrite=overwrite, config=config, corpus=corpus, codes=codes, order=order, canaries=canaries,
            space=space, template=(template, prefix, suffix), extra_inputs=extra_inputs, summary=summary, command=command,
            request=request)
     return summary
+
+
+def labels_missing_from_public(corpus: LoadedCorpus, codes: np.ndarray) -> list[Label]:
+    """The labels of train.jsonl's corpus rows that no public.jsonl row has, in the corpus's label order.
+
+    A classifier's label set comes from ``public.jsonl`` (or ``--labels``): :func:`dpaudit.inject_run.public_label_set`.
+    Such a label is refused only when the private model trains, after a public model trained on the shorter set;
+    inject knows both splits, so it says so first. Empty for an unlabelled corpus or an empty public split (which
+    inject's summary already says ``dpaudit train`` cannot use).
+    """
+    if corpus.label_ids is None or corpus.labels is None:
+        return []
+    ids = np.asarray(corpus.label_ids, dtype=np.int64)
+    public = ids[codes == PUBLIC]
+    if public.size == 0:
+        return []
+    missing = np.setdiff1d(ids[codes == MEMBER], public)
+    return [corpus.labels[i] for i in missing.tolist()]
+
+
+def missing_labels_warning(missing: Sequence[Label]) -> str:
+    """One line naming the labels public.jsonl lacks and what to pass (``dpaudit train --labels``)."""
+    shown = ", ".join(repr(str(label)) for label in missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8
+                                                                     else "")
+    return (f"{len(missing)} label(s) of train.jsonl never occur in public.jsonl ({shown}): a classifier's label set "
+            "comes from public.jsonl, so dpaudit train would refuse those rows only at the private training, after the "
+            "public model trained without them; give every training --labels with the whole set (--labels a,b,c or "
+            "@FILE), or add public rows with those labels.")
 
 
 def _summary(config: InjectConfig, counts: SplitCounts, canaries: list[Canary], train_rows: int,

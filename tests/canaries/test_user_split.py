@@ -131,6 +131,6 @@ def test_default_frequencies_fit_a_4000_row_corpus_without_flags(tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     assert manifest["config"]["schedule"]["frequencies"] == [1, 2, 5, 10, 20] and manifest["config"]["frequencies_from_size"]
     small = json.loads(invoke("--corpus", "builtin:assistant", "--corpus-size", "50", "--out", str(tmp_path / "small"),
-                              "--json").output)
+                              "--json").stdout)  # stderr warns: its 10 public rows lack 7 of the labels
     assert small["counts"]["canary_share"] == 20 / (35 + 20)  # 1 insertion x 20 canaries: no default fits 25%
     assert "the shortest default schedule, and still 36.36% canary rows" in small["frequencies_chosen"]
