@@ -157,8 +157,8 @@ class BlindAttack:
 
 
 def _base_task(task: str) -> str:
-    """LiRA's ``examples-offline`` is the ``examples`` task scored another way."""
-    return task.removesuffix("-offline")
+    """LiRA's ``examples-offline`` is the ``examples`` task scored another way (``canaries-offline-f1``: ``canaries-f1``)."""
+    return task.replace("-offline", "", 1)
 
 
 def blind_comparison(results: Sequence[Any]) -> list[str]:
@@ -180,7 +180,7 @@ def blind_comparison(results: Sequence[Any]) -> list[str]:
         for t in r.tasks:
             ref = base.get(_base_task(t.task))
             if ref is not None and not t.auc_ci[0] > ref.auc:
-                name = r.attack + (" (offline)" if t.task.endswith("-offline") else "")
+                name = r.attack + (" (offline)" if "-offline" in t.task else "")
                 weak.setdefault(_base_task(t.task), []).append(f"{name} {t.auc:.3f} [{t.auc_ci[0]:.3f}, {t.auc_ci[1]:.3f}]")
     return [f"{task}: {', '.join(names)} {'does' if len(names) == 1 else 'do'} not beat the blind baseline (AUC "
             f"{base[task].auc:.3f} [{base[task].auc_ci[0]:.3f}, {base[task].auc_ci[1]:.3f}] from the text alone): the "

@@ -10,7 +10,11 @@ Membership tasks (issue "attack part 2"):
    non-member) and counted; then equal numbers of each are sampled with a recorded seed.
 2. **canaries**: inserted canaries (members) vs control canaries (never inserted). In coin-flip mode a
    fair coin decided each canary's membership, and the one-run bounds of Steinke et al. (2023) and
-   Mahloujifar et al. (2024) are computed: only those are proofs about this one training run.
+   Mahloujifar et al. (2024) are computed: only those are proofs about this one training run. Canaries
+   inserted at several repetition counts are audited per frequency (``canaries-f1``, ``canaries-f4``, ...:
+   the canaries inserted f times vs every control): a canary inserted f times is f rows, so only the
+   once-inserted group is an audit of the per-example claim, and a mixed audit would be a group audit of
+   the largest f that hides it.
 
 Every attack turns a task into scores (higher = member) and hands them to
 :func:`dpaudit.audit.audit_scores`; attacks compute no metric themselves. A Clopper-Pearson bound on
@@ -67,6 +71,8 @@ class MembershipTask:
     coin_flip: bool = False
     info: dict[str, Any] = field(default_factory=dict)
     warnings: tuple[str, ...] = ()
+    #: Canaries only: each candidate's insertion count (0 for a control), aligned with ``texts``.
+    frequencies: np.ndarray | None = None
 
     @property
     def n_members(self) -> int:
@@ -183,7 +189,31 @@ def canary_task(run: Any, *, label_set: Any = None, notes: list[str] | None = No
     if labels is not None:
         info["unseen_labels_left_out"] = unseen
     return MembershipTask(CANARIES, [c.text for c in canaries], labels, member, [c.id for c in canaries],
-                          coin_flip=coin_flip_mode(run), info=info, warnings=tuple(warnings))
+                          coin_flip=coin_flip_mode(run), info=info, warnings=tuple(warnings),
+                          frequencies=np.asarray([int(c.frequency) if c.member else 0 for c in canaries], dtype=np.int64))
+
+
+def per_frequency(task: MembershipTask, scores: np.ndarray) -> list[tuple[MembershipTask, np.ndarray]]:
+    """A canaries task whose members were inserted at several frequencies, as one audit per frequency: the canaries
+    inserted f times vs every control, named ``<task>-f<f>`` (``canaries-offline`` -> ``canaries-offline-f1``). Any
+    other task (the examples, coin-flip canaries: one frequency) is returned as it is."""
+    freqs = task.frequencies
+    if freqs is None:
+        return [(task, scores)]
+    inserted = sorted({int(f) for f in freqs[task.member]})
+    if len(inserted) <= 1:
+        return [(task, scores)]
+    out = []
+    for f in inserted:
+        keep = ~task.member | (freqs == f)
+        idx = np.flatnonzero(keep)
+        info = {**task.info, "frequencies": [f], "inserted": int((task.member & keep).sum()), "split_from": task.name}
+        sub = dataclasses.replace(task, name=f"{task.name}-f{f}", texts=[task.texts[i] for i in idx],
+                                  labels=None if task.labels is None else [task.labels[i] for i in idx],
+                                  member=task.member[idx], ids=[task.ids[i] for i in idx], info=info,
+                                  frequencies=freqs[idx])
+        out.append((sub, np.asarray(scores)[idx]))
+    return out
 
 
 def membership_tasks(context: Any) -> list[MembershipTask]:
@@ -331,6 +361,7 @@ def audit_tasks(context: Any, attack: str, scored: Sequence[tuple[MembershipTask
     claimed, delta = claim_of(context)
     if not compare_with_claim:
         claimed = None
+    scored = [part for task, scores in scored for part in per_frequency(task, scores)]
     fprs = check_fprs(context.options, [t for t, _ in scored])
     rows: list[dict[str, Any]] = []
     results = []

@@ -23,7 +23,7 @@ def _model_summary(model: Path) -> str:
     from dpaudit.training.privacy_record import group_privacy_text
     from dpaudit.rundir import read_jsonl
     from dpaudit.scoring.source import read_privacy_record
-    from dpaudit.training.baselines import UTILITY_KINDS
+    from dpaudit.training.baselines import UTILITY_KINDS, eval_rows_text
 
     record = read_privacy_record(model / "privacy.json")
     if record.private:
@@ -50,8 +50,9 @@ def _model_summary(model: Path) -> str:
             continue
         last = [row for row in rows if row.get(key) is not None][-1]
         base = last.get(kind.baseline_key)
-        claim += (f"; {kind.name} {last[key]:.1%}" + (f" ({kind.rule} {base:.1%})" if base is not None else "")
-                  + " (telemetry, not covered)")
+        rows = eval_rows_text(last)
+        claim += (f"; {kind.name} {last[key]:.1%}" + ("" if rows is None else f" {rows}")
+                  + (f" ({kind.rule} {base:.1%})" if base is not None else "") + " (telemetry, not covered)")
     return claim
 
 

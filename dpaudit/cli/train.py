@@ -315,8 +315,11 @@ _UTILITY = (("mlm_accuracy", "heldout_mlm_accuracy_baseline", "held-out MLM accu
 
 
 def utility_lines(summary: dict[str, Any]) -> list[str]:
-    """Each held-out utility figure of a run's summary with its trivial baseline beside it (the best constant
-    prediction on the same rows and positions: a model that does not beat it learned nothing usable)."""
+    """Each held-out utility figure of a run's summary, on how many held-out rows, with its trivial baseline beside it
+    (the best constant prediction on the same rows and positions: a model that does not beat it learned nothing
+    usable)."""
+    from dpaudit.training.baselines import eval_rows_text
+
     lines = []
     for key, baseline_key, name, rule in _UTILITY:
         value = summary.get(key)
@@ -324,7 +327,8 @@ def utility_lines(summary: dict[str, Any]) -> list[str]:
             continue
         baseline = summary.get(baseline_key)
         beside = f" (trivial baseline {baseline:.4f}: {rule})" if baseline is not None else ""
-        lines.append(f"{name} {value:.4f}{beside}")
+        rows = eval_rows_text(summary)  # the first --eval-examples rows only
+        lines.append(f"{name} {value:.4f}{'' if rows is None else ' ' + rows}{beside}")
     return lines
 
 

@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dpaudit.attacks.results import AttackResults, CanaryResult, ExposureResult, MiaResult, ReconstructionResult
-from dpaudit.training.baselines import UTILITY_KINDS
+from dpaudit.training.baselines import UTILITY_KINDS, eval_rows_text
 
 #: Significance level of "memorized" (the top group's exposure above the controls').
 ALPHA = 0.05
@@ -37,21 +37,24 @@ def _number(value: Any) -> float | None:
 
 
 def utility_text(row: Mapping[str, Any]) -> str | None:
-    """``held-out MLM accuracy 48.8% (trivial baseline 6.0%: always the most frequent token)`` of an evaluation row
-    or summary; the figure alone without a baseline; None without a held-out figure."""
+    """``held-out MLM accuracy 48.8% on 512 of 880 held-out rows (trivial baseline 6.0%: always the most frequent
+    token)`` of an evaluation row or summary (the rows when it records them); the figure alone without a baseline;
+    None without a held-out figure."""
     for kind in UTILITY_KINDS:
         keys, baseline_key, name, rule = kind.keys, kind.baseline_key, kind.name, kind.rule
         value = next((_number(row.get(k)) for k in keys if _number(row.get(k)) is not None), None)
         if value is None:
             continue
         baseline = _number(row.get(baseline_key))
+        rows = eval_rows_text(row)
+        on = "" if rows is None else f" {rows}"  # the first --eval-examples rows only
         if baseline is None:
-            return f"{name} {value:.1%}"
+            return f"{name} {value:.1%}{on}"
         digits = 1
         while value != baseline and f"{value:.{digits}%}" == f"{baseline:.{digits}%}" and digits < 6:
             digits += 1
         worse = "" if value > baseline else ", no better"
-        return f"{name} {value:.{digits}%} (trivial baseline {baseline:.{digits}%}: {rule}{worse})"
+        return f"{name} {value:.{digits}%}{on} (trivial baseline {baseline:.{digits}%}: {rule}{worse})"
     return None
 
 

@@ -32,7 +32,7 @@ import numpy as np
 from dpaudit.attacks.results import SCHEMA as ATTACK_SCHEMA
 from dpaudit.attacks.results import AttackResults
 from dpaudit.errors import UserInputError
-from dpaudit.training.baselines import UTILITY_KINDS
+from dpaudit.training.baselines import UTILITY_KINDS, eval_rows_text
 from dpaudit.training.privacy_record import PrivacyRecord
 from dpaudit.rundir import MANIFEST_NAME, load_manifest, sha256_file
 
@@ -60,6 +60,8 @@ class Utility:
 
     Attributes:
         step: the evaluation's step in ``metrics.jsonl``; None when read from the manifest summary.
+        rows: on how many held-out rows the trainer evaluated it (the first ``--eval-examples``:
+            :func:`dpaudit.training.baselines.eval_rows_text`); None for a run that did not record them.
     """
 
     name: str
@@ -67,6 +69,7 @@ class Utility:
     baseline: float | None
     rule: str
     step: int | None = None
+    rows: str | None = None
 
     @property
     def beats_baseline(self) -> bool | None:
@@ -80,7 +83,7 @@ def utility_of(row: Mapping[str, Any], *, step: int | None = None) -> Utility | 
         value = next((_finite(row.get(key)) for key in kind.keys if _finite(row.get(key)) is not None), None)
         if value is not None:
             return Utility(name=kind.name, value=value, baseline=_finite(row.get(kind.baseline_key)), rule=kind.rule,
-                           step=step)
+                           step=step, rows=eval_rows_text(row))
     return None
 
 

@@ -60,6 +60,7 @@ class UtilityView:
     step: int | None
     margin: str | None
     beats_baseline: bool | None
+    rows: str | None = None  # "on 512 of 880 held-out rows"
 
 
 def utility_view(label: str, utility: Utility | None) -> UtilityView | None:
@@ -69,7 +70,7 @@ def utility_view(label: str, utility: Utility | None) -> UtilityView | None:
     value, baseline = percents(utility.value, utility.baseline)
     margin = None if utility.baseline is None else f"{(utility.value - utility.baseline) * 100:+.1f} points"
     return UtilityView(run=label, name=utility.name, value=value, baseline=baseline, rule=utility.rule,
-                       step=utility.step, margin=margin, beats_baseline=utility.beats_baseline)
+                       step=utility.step, margin=margin, beats_baseline=utility.beats_baseline, rows=utility.rows)
 
 
 # -- 1. verdict ------------------------------------------------------------------------------------

@@ -6,6 +6,11 @@ trainer computes that figure on exactly the positions and rows it evaluates, sco
 its model, and reports it beside the model's (``metrics.jsonl`` evaluation rows, the manifest summary,
 ``dpaudit train``'s output) under :data:`MLM_BASELINE_KEY` / :data:`CLASSIFY_BASELINE_KEY`.
 
+A trainer evaluates the first ``--eval-examples`` rows of ``heldout.jsonl`` (512 by default), not all of them:
+the evaluation rows and the summary also carry how many rows it evaluated and how many there were
+(:data:`EVAL_ROWS_KEY`, :data:`HELDOUT_ROWS_KEY`), and every place that prints a held-out figure says so with
+:func:`eval_rows_text` ("on 512 of 880 held-out rows").
+
 The constant is the one most frequent among the evaluated ``heldout.jsonl`` targets themselves (not
 among ``public.jsonl``'s tokens): the best any constant prediction can score there, so a model that
 does not beat it has learned nothing usable. Framework-free (numpy).
@@ -13,15 +18,16 @@ does not beat it has learned nothing usable. Framework-free (numpy).
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
 
 __all__ = ["CLASSIFY_BASELINE_KEY", "CLASSIFY_BASELINE_RULE", "CLM_BASELINE_KEY", "CLM_BASELINE_RULE",
-           "CLM_LOSS_BASELINE_KEY", "MLM_BASELINE_KEY", "MLM_BASELINE_RULE", "UTILITY_KINDS", "UtilityKind",
-           "constant_prediction_accuracy", "majority_class_accuracy", "unigram_loss"]
+           "CLM_LOSS_BASELINE_KEY", "EVAL_ROWS_KEY", "HELDOUT_ROWS_KEY", "MLM_BASELINE_KEY", "MLM_BASELINE_RULE",
+           "UTILITY_KINDS", "UtilityKind", "constant_prediction_accuracy", "eval_rows", "eval_rows_text",
+           "majority_class_accuracy", "unigram_loss"]
 
 #: The key of the masked-LM baseline beside ``mlm_accuracy``.
 MLM_BASELINE_KEY = "heldout_mlm_accuracy_baseline"
@@ -58,6 +64,27 @@ UTILITY_KINDS = (
     UtilityKind(keys=("heldout_accuracy", "eval_accuracy"), baseline_key=CLASSIFY_BASELINE_KEY,
                 name="held-out accuracy", rule="always the majority class"),
 )
+
+
+#: The keys of an evaluation row (and summary) that say on how many held-out rows its figures stand: the rows
+#: evaluated (the first ``--eval-examples``) and the rows ``heldout.jsonl`` had for it (with a label in the set,
+#: for a classifier).
+EVAL_ROWS_KEY = "heldout_rows_evaluated"
+HELDOUT_ROWS_KEY = "heldout_rows"
+
+
+def eval_rows(evaluated: int, available: int) -> dict[str, int]:
+    """The evaluation row's record of its rows: ``evaluated`` of the ``available`` held-out rows."""
+    return {EVAL_ROWS_KEY: int(evaluated), HELDOUT_ROWS_KEY: int(available)}
+
+
+def eval_rows_text(row: Mapping[str, Any]) -> str | None:
+    """``on 512 of 880 held-out rows`` for an evaluation row or summary; None when it does not record them (a
+    run written before trainers logged them)."""
+    evaluated, available = row.get(EVAL_ROWS_KEY), row.get(HELDOUT_ROWS_KEY)
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (evaluated, available)):
+        return None
+    return f"on {evaluated:,} of {available:,} held-out rows"
 
 
 def constant_prediction_accuracy(targets: Any, weights: Any, *, per_example: bool) -> float | None:

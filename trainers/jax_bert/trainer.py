@@ -82,7 +82,7 @@ from dpaudit.inject_run import (
     canary_frequencies,
     load_inject_run,
 )
-from dpaudit.training.baselines import MLM_BASELINE_KEY, MLM_BASELINE_RULE, constant_prediction_accuracy
+from dpaudit.training.baselines import MLM_BASELINE_KEY, MLM_BASELINE_RULE, constant_prediction_accuracy, eval_rows
 from dpaudit.training.starting_point import SPLIT_FILES, StartingPoint, run_inputs
 from dpaudit.training.gradient_canaries import UNIT_EXAMPLE, GradientCanaries
 from dpaudit.training.privacy_plan import PrivacyPlan, plan_privacy
@@ -554,6 +554,7 @@ class _Plugin(TrainerPlugin):
     def _setup_eval(self) -> None:
         """Heldout evaluation: a fixed subset, masked once with a fixed key, in padded batches."""
         texts = self.data.heldout_texts[: self.config.eval_examples]
+        self.eval_rows = eval_rows(len(texts), len(self.data.heldout_texts))  # said beside every held-out figure
         self.eval_batches = []
         if not texts:
             return
@@ -654,7 +655,7 @@ class _Plugin(TrainerPlugin):
         total = sum(self.fns.eval_sums(self.params, batch, w) for batch, w in self.eval_batches)
         loss_sum, correct, preds = (float(x) for x in jax.device_get(total))
         return {"eval_loss": loss_sum / max(preds, 1.0), "mlm_accuracy": correct / max(preds, 1.0),
-                MLM_BASELINE_KEY: self.eval_baseline}
+                MLM_BASELINE_KEY: self.eval_baseline, **self.eval_rows}
 
     # -- outputs ---------------------------------------------------------------------------------
 

@@ -50,6 +50,7 @@ from dpaudit.training.baselines import (
     MLM_BASELINE_KEY,
     MLM_BASELINE_RULE,
     constant_prediction_accuracy,
+    eval_rows,
     majority_class_accuracy,
     unigram_loss,
 )
@@ -551,7 +552,8 @@ class TorchPlugin(TrainerPlugin):
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
-        rows = self.data.labelled_rows("heldout")[:self.config.eval_examples]  # classify: rows with a class id
+        available = self.data.labelled_rows("heldout")  # classify: rows with a class id
+        rows = available[:self.config.eval_examples]
         n = len(rows)
         if n == 0:
             return {}
@@ -565,7 +567,7 @@ class TorchPlugin(TrainerPlugin):
         if self.eval_baseline is None:  # the same rows and masks every evaluation: computed once
             self.eval_baseline = self._baseline(batches)
         key = {"classify": "eval_accuracy", "clm": "next_token_accuracy"}.get(self.config.task, "mlm_accuracy")
-        return {"eval_loss": loss_sum / n, key: correct / n, **self.eval_baseline}
+        return {"eval_loss": loss_sum / n, key: correct / n, **self.eval_baseline, **eval_rows(n, len(available))}
 
     def _baseline(self, batches: list[dict[str, torch.Tensor]]) -> dict[str, float | None]:
         """The best constant prediction's accuracy on the evaluated rows, scored like the model
