@@ -131,7 +131,10 @@ class Claim:
         sampling = sampling or getattr(claimed, "sampling", None)
         if_poisson = getattr(claimed, "epsilon_if_poisson", None)
         epsilon = claimed.epsilon if claimed.private else None
-        unproven = sampling == "shuffle" or (claimed.private and getattr(claimed, "recorded_epsilon", 0.0) is None)
+        # results written before shuffle runs were marked carry no sampling and no recorded epsilon; a claim that states
+        # its sampling (Poisson, e.g. read from an Opacus accountant) with an epsilon is proven whatever it recorded
+        unproven = sampling == "shuffle" or (claimed.private and sampling is None
+                                             and getattr(claimed, "recorded_epsilon", 0.0) is None)
         if claimed.private and unproven:
             if_poisson = if_poisson if if_poisson is not None else epsilon
             epsilon = None

@@ -31,7 +31,8 @@ def replace_one_epsilon(record: PrivacyRecord) -> float | None:
         return None
     from dpaudit import accounting  # dp_accounting is heavy: only when asked
 
-    return float(accounting.epsilon_replace_one(accounting.event_from_json(record.event), record.delta))
+    # at the accountant's delta: the stated one holds the float noise sampler's tail figure besides
+    return float(accounting.epsilon_replace_one(accounting.event_from_json(record.event), record.delta_parts().accountant))
 
 
 def claimed_privacy(record: PrivacyRecord | None, *, where: str = "privacy.json") -> ClaimedPrivacy:
@@ -122,7 +123,7 @@ def opacus_claim(path: str | os.PathLike[str], delta: float) -> ClaimedPrivacy:
     event = dp_accounting.ComposedDpEvent([s.event() for s in segments])
     epsilon = float(accounting.epsilon(event, delta))
     steps = sum(s.steps for s in segments)
-    return ClaimedPrivacy(known=True, private=True, epsilon=epsilon, recorded_epsilon=None, delta=float(delta),
+    return ClaimedPrivacy(known=True, private=True, epsilon=epsilon, recorded_epsilon=epsilon, delta=float(delta),
                           accountant="pld", sampling="poisson", segments=tuple(s.to_json() for s in segments),
                           guarantee=(f"({format_up(epsilon)}, {delta:g})-DP for one example (add/remove), accounted by dpaudit "
                                      f"(PLD) from the Opacus accountant's history in {path}: {steps} Poisson-sampled "
