@@ -33,7 +33,7 @@ from typing import Any
 
 import click
 
-from dpaudit.cli.params import FiniteFloat
+from dpaudit.cli.params import FiniteFloat, NoiseMultiplier
 from dpaudit.errors import UserInputError
 from dpaudit.figures import format_up
 
@@ -120,6 +120,13 @@ def _load_schedule(path: Path) -> list[dict[str, Any]]:
                 _fail(f"{where}: {key} must be {kind}, got {value!r}.")
             if integer and value < 1:
                 _fail(f"{where}: {key} must be >= 1, got {value}.")
+            if key == "noise_multiplier":  # the range --noise-multiplier takes
+                from dpaudit.training.config_types import check_noise_multiplier
+
+                try:
+                    check_noise_multiplier(value, "noise_multiplier")
+                except ValueError as err:
+                    _fail(f"{where}: {err}")
     return data
 
 
@@ -132,6 +139,12 @@ def _decay(spec: str, epochs: int) -> Callable[[float], list[float]]:
     except ValueError:
         values = []
     if kind == "linear" and len(values) == 2:
+        from dpaudit.training.config_types import check_noise_multiplier
+
+        try:  # the floor is a noise multiplier: the range --noise-multiplier takes
+            check_noise_multiplier(values[1], f"--noise-decay {spec}: SIGMA_MIN", no_noise="")
+        except ValueError as err:
+            _fail(str(err))
         return lambda s: A.linear_decay_sigmas(s, values[0], epochs, values[1])
     if kind == "exp" and len(values) == 1:
         return lambda s: A.exponential_decay_sigmas(s, values[0], epochs)
@@ -150,10 +163,10 @@ def _fmt_int(n: int | float) -> str:
               help="Poisson sampling probability q (instead of --batch-size).")
 @click.option("--steps", "-S", type=click.IntRange(min=1), help="Number of DP-SGD steps.")
 @click.option("--epochs", type=click.IntRange(min=1), help="Epochs instead of --steps (ceil(N / B) steps each).")
-@click.option("--noise-multiplier", "--sigma", "noise_multiplier", type=FiniteFloat(min=0),
+@click.option("--noise-multiplier", "--sigma", "noise_multiplier", type=NoiseMultiplier(),
               help="Noise multiplier sigma, dp_accounting's: noise std on the summed clipped gradients / the bound on one "
                    "example's contribution (C; 2C with --microbatch-size > 1). privacy.json's noise_multipliers.")
-@click.option("--noise-std-over-clip", type=FiniteFloat(min=0),
+@click.option("--noise-std-over-clip", type=NoiseMultiplier(),
               help="Instead of --noise-multiplier: noise std / C (what Dupuy et al. and Opacus call the noise "
                    "multiplier); sigma = this / 2 with --microbatch-size > 1, else this.")
 @click.option("--delta", type=FiniteFloat(0, 1, min_open=True, max_open=True), help=_DELTA_HELP)
@@ -184,9 +197,12 @@ def account(**options: Any) -> None:
     given = _Options(**options)
     try:
         result = _run(given)  # a UserInputError becomes one line and exit 2 in the command group
-    except OverflowError:  # dp_accounting's PLD construction: exp() of the privacy loss of a tiny sigma
+    except OverflowError:  # dp_accounting's PLD construction: exp() of a tiny sigma's privacy loss, or a huge sigma^2
         which = ("the noise multiplier" if given.sigma is None else f"--noise-multiplier {given.sigma:g}"
                  if given.noise_std_over_clip is None else f"--noise-std-over-clip {given.noise_std_over_clip:g}")
+        if given.sigma is not None and given.sigma > 1:  # huge noise: epsilon is ~0, never "add noise"
+            raise UserInputError(f"{which} is too large for PLD's float arithmetic (its privacy loss is ~0: epsilon is "
+                                 "effectively 0); give a noise multiplier between 1e-10 and 1e10.") from None
         raise UserInputError(f"{which} is too small to account with PLD (its privacy loss overflows a float: epsilon "
                              "is effectively unbounded); add noise, or use --accountant rdp.") from None
     if given.as_json:

@@ -38,6 +38,9 @@ AUDIT_INJECT = ("--corpus", "builtin:assistant", "--corpus-size", "210", "--held
 SAMPLING_RATE = 0.5
 #: Default steps of each audit run.
 AUDIT_STEPS = 4
+#: The smallest --target-epsilon: ten steps of the PLD accountant's discretization (1e-4). A smaller claim is stated
+#: to worse than 10% and a huge calibrated noise reads as epsilon 0, a claim no audit can be a share of.
+MIN_TARGET_EPSILON = 1e-3
 
 
 def _field_value(field: dataclasses.Field, text: str, config_cls: type) -> Any:
@@ -193,6 +196,10 @@ def audit_trainer(trainer_name: str, out: Path, target_epsilon: float, canaries:
     from dpaudit.rundir import REDACTED, redact_config, run_dir_lock
     from dpaudit.training.api import load_trainer
 
+    if target_epsilon < MIN_TARGET_EPSILON:
+        raise UserInputError(f"--target-epsilon {target_epsilon:g} is below {MIN_TARGET_EPSILON:g}: the accountant states "
+                             "epsilon on a grid of 1e-4, so such a claim reads as about 0 and no audit bound can be "
+                             f"compared with it; audit a claim of at least {MIN_TARGET_EPSILON:g}.")
     if ray_address is not None:  # before anything starts: Ray's own answer is a traceback, or minutes of retries
         from dpaudit.training.fleet import check_ray_address
 
@@ -203,6 +210,7 @@ def audit_trainer(trainer_name: str, out: Path, target_epsilon: float, canaries:
                                                        "canary_parameters")):
         raise UserInputError(f"--trainer {trainer_name}: its plug-in does not host gradient canaries "
                              "(dpaudit.training.gradient_canaries.GradientCanaryHost); it cannot be audited white-box.")
+    _check_sampling(trainer, trainer_name, settings)
     given = _noise_seed_option(noise_seed, _overrides(trainer.Config, settings))
     if given is not None and runs > 1:  # every run would draw the same noise and sampling: not independent
         raise UserInputError(f"{given} with --runs {runs}: a fixed noise seed makes every run draw the same noise "
@@ -271,6 +279,24 @@ WORK_DIR = "runs"
 #: The file in :data:`WORK_DIR` that says whose runs they are (the audit's settings, secrets redacted).
 WORK_IDENTITY = "audit.json"
 WORK_SCHEMA = "dpaudit.whitebox-runs/1"
+
+
+def _check_sampling(trainer: Any, trainer_name: str, settings: tuple[str, ...]) -> None:
+    """Refuse, before any run, a config whose batches are not Poisson-sampled: its ``privacy.json`` states no epsilon
+    (``proven: false``), so there is no claim to audit (the run used to train, then fail with a traceback)."""
+    from dpaudit.errors import UserInputError
+
+    fields = {f.name: f for f in dataclasses.fields(trainer.Config)}
+    if "sampling" not in fields:
+        return
+    default = fields["sampling"].default
+    sampling = _overrides(trainer.Config, settings).get("sampling", default)
+    if sampling in ("poisson", dataclasses.MISSING):
+        return
+    given = next((f"--set {item}" for item in settings if item.partition("=")[0].strip().replace("-", "_") == "sampling"),
+                 f"--trainer {trainer_name} (sampling={sampling} by default)")
+    raise UserInputError(f"{given}: {sampling} batches have no proven epsilon (privacy.json states none), so the run "
+                         "makes no claim to audit; audit Poisson sampling (--set sampling=poisson).")
 
 
 def _noise_seed_option(noise_seed: int | None, overrides: dict[str, Any]) -> str | None:
@@ -480,8 +506,8 @@ def _verdict_text(body: dict[str, Any], trainer: str, out: Path) -> str:
     bound = float(primary["epsilon"])
     lines = [f"{trainer}: claimed epsilon {format_up(claim['epsilon'])} (delta {claim['delta']:g}, {claim['steps']} steps).",
              f"white-box lower bound ({primary['kind']}, all iterates, {body['confidence']:.0%} with its twin): "
-             f"epsilon >= {format_down(bound)} = {math.floor(100 * bound / claim['epsilon']) / 100:.2f} of "
-             "the claim."]
+             f"epsilon >= {format_down(bound)}" + (f" = {math.floor(100 * bound / claim['epsilon']) / 100:.2f} of the "
+                                                   "claim." if claim["epsilon"] > 0 else " (the claim is 0: no share).")]
     if body["refuted"]:
         lines.append("VERDICT: the claim is REFUTED: the trainer leaks more than its privacy.json says.")
     else:

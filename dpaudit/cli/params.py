@@ -67,3 +67,24 @@ def attack_extras(model: Any, attack_names: str, *, shadow_trainer: str | None, 
         except (OSError, ValueError, AttributeError):
             trainer = ""  # not a train run: the attack says so itself
     return ("torch", *(e for e in trainer_extras(trainer) if e != "torch"))
+
+
+class NoiseMultiplier(FiniteFloat):
+    """A noise multiplier (dp_accounting's sigma): 0 (no noise) or in the range every command shares
+    (:func:`dpaudit.training.config_types.check_noise_multiplier`), a one-line error naming the option and the range."""
+
+    def __init__(self) -> None:
+        super().__init__(min=0)
+
+    def convert(self, value: Any, param: click.Parameter | None, ctx: click.Context | None) -> Any:
+        from dpaudit.training.config_types import check_noise_multiplier
+
+        number = super().convert(value, param, ctx)
+        option = param.opts[0] if param is not None and param.opts else "--noise-multiplier"
+        try:
+            return check_noise_multiplier(number, option)
+        except ValueError as err:
+            raise UserInputError(str(err)) from None
+
+    def _describe_range(self) -> str:
+        return "0 or [1e-10, 1e10]"

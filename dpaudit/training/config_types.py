@@ -29,6 +29,7 @@ file and key).
 from __future__ import annotations
 
 import dataclasses
+import math
 import numbers
 import types
 import typing
@@ -37,8 +38,9 @@ from typing import Any, Literal
 
 from dpaudit.rundir import SECRET_FIELDS as _SECRET_FIELDS
 
-__all__ = ["SECRET_FIELDS", "SEED_MAX", "ConfigTypeError", "check_seed", "check_types", "config_keys", "option_name",
-           "redacted_dict", "seed_type"]
+__all__ = ["NOISE_MULTIPLIER_MAX", "NOISE_MULTIPLIER_MIN", "SECRET_FIELDS", "SEED_MAX", "ConfigTypeError",
+           "check_noise_multiplier", "check_seed", "check_types", "config_keys", "option_name", "redacted_dict",
+           "seed_type"]
 
 #: The largest public seed any command takes. Every ``--seed`` (inject, train with every trainer, attack,
 #: demo) is an integer in ``[0, SEED_MAX]``: the range every framework that gets it accepts
@@ -54,6 +56,41 @@ def check_seed(value: Any, option: str = "--seed") -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or not 0 <= int(value) <= SEED_MAX:
         raise ValueError(f"{option} must be {_SEED_RANGE}, got {value!r}.")
     return int(value)
+
+
+#: The noise multipliers (dp_accounting's sigma) every command takes: ``dpaudit account`` and every trainer's Config
+#: (:func:`check_noise_multiplier`). Outside them no figure means anything, and the accountants' float arithmetic
+#: fails on the way: below 1e-10 the privacy loss of one full-batch step alone exceeds 1e19 (no privacy at all: train
+#: non-private), and near 1e-154 1 / sigma^2 overflows (dp_accounting answered NaN, the trainers "cannot convert
+#: float NaN to integer"); above 1e10 the noise is ten billion times one example's contribution (epsilon ~0, the
+#: model learns nothing), and near 1e154 sigma^2 overflows (OverflowError).
+NOISE_MULTIPLIER_MIN = 1e-10
+NOISE_MULTIPLIER_MAX = 1e10
+
+
+def check_noise_multiplier(value: Any, option: str = "--noise-multiplier", *, no_noise: str | None = None) -> float:
+    """``value`` as a noise multiplier in [:data:`NOISE_MULTIPLIER_MIN`, :data:`NOISE_MULTIPLIER_MAX`], or a
+    ``ValueError`` naming ``option`` and the range.
+
+    ``no_noise``: how this command says "no noise" (``"--non-private"``); None: 0 itself is accepted, as ``dpaudit
+    account`` takes sigma 0 (epsilon infinite). The type was checked already (a real number, not a bool).
+    """
+    number = float(value)
+    if number == 0 and no_noise is None:
+        return 0.0
+    if not NOISE_MULTIPLIER_MIN <= number <= NOISE_MULTIPLIER_MAX:  # nan and inf too
+        if math.isnan(number):
+            why = "not a number"
+        elif number < 0:
+            why = "a noise multiplier is a standard deviation over a bound: never negative"
+        elif number < NOISE_MULTIPLIER_MIN:
+            why = "below 1e-10 one step alone has epsilon above 1e19: no privacy" + (
+                f"; for no noise use {no_noise}" if no_noise else "")
+        else:
+            why = "above 1e10 the noise drowns every gradient and epsilon is ~0"
+        zero = "0 (no noise) or " if no_noise is None else ""
+        raise ValueError(f"{option} must be {zero}between 1e-10 and 1e10, got {value!r} ({why}).")
+    return number
 
 
 def seed_type() -> Any:

@@ -20,7 +20,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar, Literal
 
 from dpaudit.accounting import parse_batch_schedule
-from dpaudit.training.config_types import check_types, redacted_dict
+from dpaudit.training.config_types import check_noise_multiplier, check_types, redacted_dict
 from dpaudit.training.starting_point import DataSplit
 
 Preset = Literal["tiny", "mini", "small", "base", "large"]
@@ -169,6 +169,8 @@ class JaxBertConfig:
             raise ValueError(f"--warmup-steps must be < the {self.total_steps} training steps, got {self.warmup_steps}.")
         if self.noise_multiplier is not None and not (math.isfinite(self.noise_multiplier) and self.noise_multiplier > 0):
             raise ValueError(f"--noise-multiplier must be > 0 (use --non-private for no noise), got {self.noise_multiplier}.")
+        if self.noise_multiplier is not None:  # the range every command shares (its float arithmetic holds there)
+            check_noise_multiplier(self.noise_multiplier, no_noise="--non-private")
         if self.target_epsilon is not None and not (math.isfinite(self.target_epsilon) and self.target_epsilon > 0):
             raise ValueError(f"--target-epsilon must be > 0, got {self.target_epsilon}.")
         if self.delta is not None and not 0 < self.delta < 1:

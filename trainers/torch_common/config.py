@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from dpaudit.training.config_types import check_types, option_name, redacted_dict
+from dpaudit.training.config_types import check_noise_multiplier, check_types, option_name, redacted_dict
 from dpaudit.training.presets import CAUSAL_PRESETS
 from dpaudit.training.starting_point import DataSplit
 from dpaudit.trainers.torch_common.options import (
@@ -186,6 +186,10 @@ class TorchTrainConfig:
         for name in ("noise_multiplier", "target_epsilon", "sigma_min"):
             if getattr(self, name) is not None:
                 check_real(name, getattr(self, name), low=0.0, low_open=True)
+        no_noise = "--non-private" if hasattr(self, "non_private") else "edp-sgd --mode sgd (a non-private run)"
+        for name in ("noise_multiplier", "sigma_min"):  # the range every command shares (its float arithmetic holds)
+            if getattr(self, name) is not None:
+                check_noise_multiplier(getattr(self, name), option_name(name), no_noise=no_noise)
         if self.delta is not None:
             check_real("delta", self.delta, low=0.0, low_open=True, high=1.0)
 

@@ -1,0 +1,121 @@
+"""Numbers the accountants and trainers cannot take are refused where the option is parsed, with the accepted range.
+
+A noise multiplier has one range everywhere (``dpaudit.training.config_types.check_noise_multiplier``: 0 or
+1e-10..1e10 for ``account``, 1e-10..1e10 for every trainer's Config): ``1e-300`` ended in ``ValueError: cannot
+convert float NaN to integer``, ``1e200`` in ``OverflowError``, and ``account`` called a sigma above ~1e155 "too small
+... add noise" although its epsilon is about 0. ``audit-trainer --target-epsilon 1e-6`` ended in ``ZeroDivisionError``
+(a claim rounded to 0) and ``--set sampling=shuffle`` (no proven epsilon) in ``ValueError: the run is not private``,
+after training.
+"""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+from click.testing import CliRunner
+
+from dpaudit.cli import cli
+
+ACCOUNT = ["account", "-N", "1000", "-B", "10", "-S", "100"]
+
+
+def _one_line(args: list[str], *needles: str, absent: tuple[str, ...] = ()) -> str:
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, (result.output, result.exception)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    for needle in absent:
+        assert needle not in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+@pytest.mark.parametrize(("option", "value", "why"), [
+    ("--noise-multiplier", "1e-300", "no privacy"),
+    ("--noise-multiplier", "1e200", "epsilon is ~0"),
+    ("--noise-multiplier", "1e155", "epsilon is ~0"),
+    ("--noise-std-over-clip", "1e-300", "no privacy"),
+    ("--noise-std-over-clip", "1e200", "epsilon is ~0"),
+])
+def test_account_noise_out_of_range_names_the_range(option, value, why):
+    _one_line([*ACCOUNT, option, value], f"{option} must be 0 (no noise) or between 1e-10 and 1e10", f"got {float(value)!r}",
+              why, absent=("add noise",) if float(value) > 1 else ())
+
+
+def test_account_schedule_and_decay_floor_take_the_same_range(tmp_path):
+    schedule = tmp_path / "schedule.json"
+    schedule.write_text(json.dumps([{"steps": 10, "batch_size": 10, "noise_multiplier": 1e200}]), encoding="utf-8")
+    _one_line(["account", "-N", "1000", "--schedule", str(schedule)], f"--schedule {schedule}: segment 1:",
+              "noise_multiplier must be 0 (no noise) or between 1e-10 and 1e10")
+    _one_line(["account", "-N", "1000", "-B", "10", "--epochs", "3", "--noise-multiplier", "1", "--noise-decay",
+               "linear:0.1:1e-300"], "--noise-decay linear:0.1:1e-300: SIGMA_MIN must be between 1e-10 and 1e10")
+
+
+def test_account_huge_noise_in_range_is_epsilon_zero():
+    """The largest accepted sigma is accounted, not refused: epsilon ~0 (never "add noise")."""
+    result = CliRunner().invoke(cli, [*ACCOUNT, "--noise-multiplier", "1e10", "--accountant", "both", "--json"])
+    assert result.exit_code == 0, result.output
+    assert all(value < 1e-6 for value in json.loads(result.stdout)["epsilon"].values())
+
+
+def test_account_overflow_of_huge_noise_never_says_add_noise(monkeypatch):
+    """Should dp_accounting overflow for a large sigma (its sigma^2), the line says epsilon is ~0, not "add noise"."""
+    import dpaudit.cli.account as account
+
+    def overflow(options):
+        raise OverflowError(34, "Numerical result out of range")
+
+    monkeypatch.setattr(account, "_run", overflow)
+    _one_line([*ACCOUNT, "--noise-multiplier", "1e9"], "--noise-multiplier 1e+09 is too large", "epsilon is effectively 0",
+              absent=("add noise", "too small"))
+    _one_line([*ACCOUNT, "--noise-multiplier", "1e-9"], "too small", "add noise")
+
+
+TRAINERS = ["edp-sgd", "rgp", "jax-bert"]
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+@pytest.mark.parametrize("value", ["1e-300", "1e200"])
+def test_train_noise_out_of_range_is_refused_before_anything(data_dir, tmp_path, trainer, value):
+    out = tmp_path / "model"
+    _one_line(["train", "--trainer", trainer, "--data", str(data_dir), "--out", str(out), "--noise-multiplier", value],
+              "--noise-multiplier must be between 1e-10 and 1e10", f"got {float(value)!r}", absent=("0 (no noise)",))
+    assert list(tmp_path.iterdir()) == []
+
+
+@pytest.mark.parametrize("trainer", TRAINERS)
+def test_every_trainer_config_shares_the_range(trainer):
+    """One validator: every registered trainer's Config refuses the same values with the same words."""
+    from dpaudit.training.api import load_trainer
+
+    loaded = load_trainer(trainer)
+    for value in (1e-300, 1e200):
+        with pytest.raises(ValueError, match=r"--noise-multiplier must be between 1e-10 and 1e10"):
+            loaded.tiny_config(noise_multiplier=value, target_epsilon=None)
+    assert loaded.tiny_config(noise_multiplier=1e10, target_epsilon=None).noise_multiplier == 1e10
+
+
+def test_audit_trainer_tiny_target_epsilon_is_refused_before_anything(tmp_path):
+    out = tmp_path / "audit"
+    _one_line(["audit-trainer", "--trainer", "edp-sgd", "--out", str(out), "--target-epsilon", "1e-6"],
+              "--target-epsilon 1e-06 is below 0.001", "at least 0.001")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_audit_trainer_shuffled_batches_are_refused_before_any_run(tmp_path):
+    pytest.importorskip("jax")
+    out = tmp_path / "audit"
+    _one_line(["audit-trainer", "--trainer", "jax-bert", "--out", str(out), "--canaries", "2", "--set",
+               "sampling=shuffle"], "--set sampling=shuffle", "no proven epsilon", "--set sampling=poisson")
+    assert list(tmp_path.iterdir()) == []
+
+
+def test_verdict_of_a_zero_claim_has_no_share(tmp_path):
+    from dpaudit.cli.audit_trainer import _verdict_text
+
+    body = {"claim": {"epsilon": 0.0, "delta": 1e-5, "steps": 4}, "primary": {"kind": "one-run", "epsilon": 0.0},
+            "confidence": 0.95, "refuted": False}
+    text = _verdict_text(body, "edp-sgd", tmp_path)
+    assert "the claim is 0: no share" in text
