@@ -44,7 +44,7 @@ import numpy as np
 from dpaudit.errors import UserInputError
 
 __all__ = ["CAUSAL_LM", "CLASSIFIER", "ExpectedTensors", "Layout", "MASKED_LM", "ModelDirCheck", "ModelKind",
-           "TensorHeader", "architecture_kind", "check_model_dir", "check_weights", "compare_tensors",
+           "TensorHeader", "architecture_difference", "architecture_kind", "check_model_dir", "check_weights", "compare_tensors",
            "read_config", "tokenizer_size"]
 
 ModelKind = Literal["masked-lm", "classifier", "causal-lm"]
@@ -139,6 +139,17 @@ def read_config(model_dir: str | os.PathLike[str], *, where: str) -> dict[str, A
     if "model_type" in config and not isinstance(config["model_type"], str):
         raise UserInputError(f"{path}: model_type must be a string, got {config['model_type']!r}; {fix}.")
     return config
+
+
+def architecture_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> str | None:
+    """How two ``config.json`` dicts describe different architectures (model type, shape fields other than the label
+    count), in words, or None when they describe the same one."""
+    if a.get("model_type") != b.get("model_type"):
+        return f"model_type {a.get('model_type')!r} vs {b.get('model_type')!r}"
+    for key in _POSITIVE_INTS:
+        if key != "num_labels" and a.get(key) != b.get(key):
+            return f"{key} {a.get(key)!r} vs {b.get(key)!r}"
+    return None
 
 
 # -- the weights: whole safetensors files, their headers ---------------------------------------------

@@ -30,8 +30,9 @@ Mechanisms (the honest-accounting rules):
   (sensitivity twice the unit's bound, so the event carries sigma / 2), RDP only, and labelled as such
   (:func:`fixed_size_event`, :data:`FIXED_SIZE_LABEL`);
 - replace-one adjacency for Poisson-sampled runs, the guarantee that holds when N is public
-  (:func:`epsilon_replace_one`), and the floating-point noise sampler's bounded support, stated as a
-  caveat with the run's own figure (:mod:`.noise_tail`);
+  (:func:`epsilon_replace_one`), and the floating-point noise sampler's bounded reach, whose tail
+  figure for the run is counted inside delta (:mod:`.noise_tail`: the accountant's delta is the stated
+  delta minus that figure, and calibration searches with it);
 - delta defaults well below 1/N (:func:`default_delta`) and a canary repeated f times is covered
   only by group privacy (:func:`group_privacy`).
 
@@ -92,11 +93,17 @@ from dpaudit.accounting.guarantees import (
 )
 from dpaudit.accounting.ledger import BudgetExceededError, PrivacyLedger  # noqa: E402  (last: it uses the rest)
 from dpaudit.accounting.noise_tail import (
-    SAMPLERS as NOISE_SAMPLERS,
+    BM96_REACH,
+    RETIRED_SAMPLERS,
+    DeltaSplit,
+    event_tail_figure,
+    noise_tail_entry,
+    sampler_reach,
+    split_delta,
+    tail_figure,
 )
 from dpaudit.accounting.noise_tail import (
-    noise_tail_caveat,
-    tail_figure,
+    SAMPLERS as NOISE_SAMPLERS,
 )
 from dpaudit.accounting.pld import (
     PLD_DISCRETIZATION,
@@ -165,8 +172,14 @@ __all__ = [
     "max_steps",
     "microbatch_sensitivity_factor",
     "NOISE_SAMPLERS",
+    "BM96_REACH",
+    "DeltaSplit",
+    "RETIRED_SAMPLERS",
+    "event_tail_figure",
     "noise_schedule_segments",
-    "noise_tail_caveat",
+    "noise_tail_entry",
+    "sampler_reach",
+    "split_delta",
     "tail_figure",
     "parse_batch_schedule",
     "schedule_event",

@@ -26,9 +26,11 @@ from dpaudit.accounting.events import (
     is_fixed_size,
     schedule_event,
 )
+from dpaudit.accounting.noise_tail import event_tail_figure
 from dpaudit.accounting.pld import (
     _PLD_MEDIUM_DISCRETIZATION,
     PLD_DISCRETIZATION,
+    PLD_MIN_DELTA,
     PLD_MAX_GRID_POINTS,
     PldGridTooLargeError,
     _check_grid,
@@ -224,6 +226,19 @@ def _check_target(target_epsilon: float, delta: float, tolerance: float) -> tupl
     return target, delta, tolerance
 
 
+def _epsilon_with_tail(event: DpEvent, delta: float, level: tuple, noise_reach: float | None) -> float:
+    """Epsilon of ``event`` at ``delta`` minus its noise tail figure (:mod:`.noise_tail`) for a sampler of reach
+    ``noise_reach`` (None: no tail); inf when the tail alone reaches delta (or leaves PLD a delta below the one
+    it can evaluate). The tail falls as sigma grows and rises with the steps and the batch, so epsilon stays
+    monotone in each searched parameter."""
+    if noise_reach is None:
+        return _value(event, "epsilon", delta, level)
+    accountant_delta = delta - event_tail_figure(event, noise_reach)
+    if accountant_delta <= 0.0 or (level[0] == "pld" and accountant_delta < PLD_MIN_DELTA):
+        return math.inf
+    return _value(event, "epsilon", accountant_delta, level)
+
+
 def _poisson_items(event: DpEvent) -> list[tuple] | None:
     items: list[tuple] = []
     try:
@@ -255,8 +270,14 @@ def _grid_floor(build_event: Callable[[float], DpEvent], low: float, high: float
 
 def calibrate_noise(build_event: Callable[[float], DpEvent], target_epsilon: float, delta: float, *,
                     accountant: Accountant = "pld", tolerance: float = 1e-3, certify_minimal: bool = False,
-                    sigma_bounds: tuple[float, float] = (1e-2, 1e6)) -> float:
+                    sigma_bounds: tuple[float, float] = (1e-2, 1e6), noise_reach: float | None = None) -> float:
     """Smallest noise multiplier sigma whose epsilon (by `accountant`) is at most `target_epsilon`.
+
+    With ``noise_reach`` (the reach z_max of the float sampler that will draw the noise,
+    :data:`dpaudit.accounting.NOISE_SAMPLERS`), epsilon is taken at ``delta - tail(sigma)``, the sampler's
+    tail figure counted inside delta (:mod:`.noise_tail`): the returned sigma satisfies
+    ``epsilon(sigma, delta - tail(sigma)) <= target``. The tail falls as sigma grows, so the search is the
+    same monotone one; a sigma whose tail alone reaches delta is infeasible.
 
     `build_event(sigma)` must give an event whose epsilon falls as sigma grows. The returned sigma's
     epsilon was computed by the accountant of record (PLD at its default discretization, or RDP at its
@@ -287,7 +308,7 @@ def calibrate_noise(build_event: Callable[[float], DpEvent], target_epsilon: flo
             items = _poisson_items(event)
             if items is not None:
                 _check_grid(items, final_level[1])
-        return _value(event, "epsilon", delta, level)
+        return _epsilon_with_tail(event, delta, level, noise_reach)
 
     probe = build_event(1.0)
     if accountant == "pld" and is_fixed_size(probe):
@@ -318,7 +339,7 @@ def calibrate_noise(build_event: Callable[[float], DpEvent], target_epsilon: flo
             raise
         floor = floor * (1.0 + 1e-9)
         coarse = ("pld", _PLD_MEDIUM_DISCRETIZATION)
-        eps_floor = _value(build_event(floor), "epsilon", delta, coarse)
+        eps_floor = _epsilon_with_tail(build_event(floor), delta, coarse, noise_reach)
         why = (f"where PLD accounting would need more than {PLD_MAX_GRID_POINTS:,} grid points at discretization "
                f"{PLD_DISCRETIZATION:g}")
         if eps_floor <= target:
@@ -338,19 +359,21 @@ def calibrate_noise(build_event: Callable[[float], DpEvent], target_epsilon: flo
         raise UserInputError(f"no noise multiplier up to {high:g} reaches epsilon {target:g} at "
                              f"delta {delta:g}; raise the target or lower the sampling rate or steps.")
     if best.param <= low * (1.0 + tolerance):
-        raise too_large_target(best.param, _value(build_event(best.param), "epsilon", delta, final_level),
+        raise too_large_target(best.param, _epsilon_with_tail(build_event(best.param), delta, final_level, noise_reach),
                                accountant.upper(), f"the lower end of the search ({low:g})")
     return best.param
 
 
 def max_steps(*, sampling_probability: float, noise_multiplier: float, target_epsilon: float, delta: float,
               accountant: Accountant = "pld",
-              preceding: Sequence[Segment] = (), tolerance: float = 1e-3, limit: int = 10**9) -> int:
+              preceding: Sequence[Segment] = (), tolerance: float = 1e-3, limit: int = 10**9,
+              noise_reach: float | None = None) -> int:
     """Largest number of steps of one mechanism, after `preceding` segments, within the budget.
 
     The returned count is certified (its epsilon by the accountant of record is <= target) and is
     within `tolerance` (relative, at least one step) of the largest such count. 0 if not even one
-    step fits; `limit` if that many fit.
+    step fits; `limit` if that many fit. ``noise_reach``: epsilon at delta minus the sampler's tail figure
+    of those steps (:func:`calibrate_noise`).
     """
     _check_accountant(accountant)
     target, delta, tolerance = _check_target(target_epsilon, delta, tolerance)
@@ -358,7 +381,7 @@ def max_steps(*, sampling_probability: float, noise_multiplier: float, target_ep
     preceding = list(preceding)
 
     def evaluate(steps: float, level: tuple) -> float:
-        return _value(schedule_event([*preceding, step.with_steps(int(steps))]), "epsilon", delta, level)
+        return _epsilon_with_tail(schedule_event([*preceding, step.with_steps(int(steps))]), delta, level, noise_reach)
 
     eta_t = _tan_eta_for_epsilon(target, delta)
     s0 = 2.0 * (eta_t * step.noise_multiplier / step.sampling_probability) ** 2 if step.noise_multiplier else 1.0
@@ -371,10 +394,11 @@ def max_steps(*, sampling_probability: float, noise_multiplier: float, target_ep
 
 def max_batch_size(*, dataset_size: int, steps: int, noise_multiplier: float, target_epsilon: float, delta: float,
                    accountant: Accountant = "pld",
-                   tolerance: float = 1e-3) -> int:
+                   tolerance: float = 1e-3, noise_reach: float | None = None) -> int:
     """Largest expected batch size B (q = B / N) for `steps` steps at sigma within the budget.
 
-    Certified like :func:`max_steps`; 0 if not even B = 1 fits, N if everything fits.
+    Certified like :func:`max_steps`; 0 if not even B = 1 fits, N if everything fits. ``noise_reach``: epsilon
+    at delta minus the sampler's tail figure (:func:`calibrate_noise`).
     """
     _check_accountant(accountant)
     target, delta, tolerance = _check_target(target_epsilon, delta, tolerance)
@@ -382,8 +406,8 @@ def max_batch_size(*, dataset_size: int, steps: int, noise_multiplier: float, ta
     Segment(steps=steps, sampling_probability=1.0, noise_multiplier=noise_multiplier)  # validates the rest
 
     def evaluate(batch: float, level: tuple) -> float:
-        return _value(dpsgd_event(noise_multiplier=noise_multiplier, sampling_probability=int(batch) / n, steps=steps),
-                      "epsilon", delta, level)
+        event = dpsgd_event(noise_multiplier=noise_multiplier, sampling_probability=int(batch) / n, steps=steps)
+        return _epsilon_with_tail(event, delta, level, noise_reach)
 
     sigma = noise_multiplier
     b0 = n * _tan_eta_for_epsilon(target, delta) * sigma * math.sqrt(2.0 / steps) if sigma else 1.0

@@ -13,6 +13,12 @@ certificate is within budget without another call. :meth:`plan` certifies a whol
 a step off the plan certifies, in one search, the most steps of that mechanism that still fit, so a
 run that drifts off its plan still costs only O(log steps) accountant calls.
 
+Delta: the ledger's ``delta`` is the accountant's, the one its epsilon is computed at. A run whose float
+noise sampler has a tail figure (:mod:`dpaudit.accounting.noise_tail`) reserves that figure for its whole
+plan before the first step (``noise_tail``) and states ``delta + noise_tail`` (:attr:`stated_delta`); the
+epsilon of any prefix at ``delta`` then holds at the stated delta, whose tail part covers every step the
+plan allows. A ledger written before ``noise_tail`` existed reads with 0: its delta was the stated one.
+
 Non-private runs: a ledger with ``target_epsilon=None`` and no steps recorded stands for a run
 trained without DP. Its :meth:`event` is ``NonPrivateDpEvent`` and its :meth:`epsilon` is ``inf``.
 A ledger with a target and no steps is a DP run that has not started (epsilon 0).
@@ -72,17 +78,19 @@ class PrivacyLedger:
     """Realized DP-SGD steps of one run, with a hard epsilon budget.
 
     Args:
-      delta: the delta of the (epsilon, delta) guarantee, in (0, 1).
+      delta: the accountant's delta, the one epsilon is computed at, in (0, 1) (the stated delta is ``delta + noise_tail``).
       target_epsilon: the budget; ``None`` for a run without a budget (or a non-private run: see the
         module docstring).
       accountant: "pld" (default) or "rdp": the accountant of record.
       privacy_unit: what one neighbouring dataset adds or removes ("example", "user", ...).
       sampling: "poisson" or "shuffle" (accounted as Poisson, and labelled so). (Sampling without
         replacement is a different mechanism, accounted by :func:`dpaudit.accounting.fixed_size_event`.)
+      noise_tail: the float noise sampler's tail figure reserved for the whole planned run, counted inside
+        the stated delta (``delta + noise_tail``); 0 when the sampler has none stated.
     """
 
     def __init__(self, *, delta: float, target_epsilon: float | None, accountant: Accountant = "pld",
-                 privacy_unit: str = "example", sampling: str = "poisson") -> None:
+                 privacy_unit: str = "example", sampling: str = "poisson", noise_tail: float = 0.0) -> None:
         if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0.0 < float(delta) < 1.0:
             raise ValueError(f"delta must be in (0, 1), got {delta!r}.")
         if target_epsilon is not None and (isinstance(target_epsilon, bool) or not isinstance(target_epsilon, (int, float))
@@ -94,7 +102,10 @@ class PrivacyLedger:
             raise ValueError(f"privacy_unit must be a non-empty string, got {privacy_unit!r}.")
         if sampling not in SAMPLING_METHODS:
             raise ValueError(f"sampling must be one of {', '.join(SAMPLING_METHODS)}, got {sampling!r}.")
+        if isinstance(noise_tail, bool) or not isinstance(noise_tail, (int, float)) or not 0.0 <= float(noise_tail) < 1.0:
+            raise ValueError(f"noise_tail must be in [0, 1), got {noise_tail!r}.")
         self.delta = float(delta)
+        self.noise_tail = float(noise_tail)
         self.target_epsilon = None if target_epsilon is None else float(target_epsilon)
         self.accountant: Accountant = accountant
         self.privacy_unit = privacy_unit
@@ -114,6 +125,18 @@ class PrivacyLedger:
     def segments(self) -> list[Segment]:
         """The recorded steps, run-length compressed (a copy)."""
         return list(self._segments)
+
+    @property
+    def stated_delta(self) -> float:
+        """The delta a claim of this ledger's epsilon states: the accountant's plus the reserved noise tail."""
+        return self.delta + self.noise_tail
+
+    def _at_delta(self) -> str:
+        """'at delta D' for messages: the stated delta, and its two parts when the tail is counted."""
+        if not self.noise_tail:
+            return f"at delta {self.delta:g}"
+        return (f"at delta {self.stated_delta:g} (the accountant's {self.delta:g} plus the noise sampler's tail "
+                f"{format_up(self.noise_tail, 2)})")
 
     @property
     def is_private(self) -> bool:
@@ -163,7 +186,7 @@ class PrivacyLedger:
         eps = self._epsilon_of(segments)
         if self.target_epsilon is not None and eps > self.target_epsilon:
             raise BudgetExceededError(f"the planned run spends epsilon {format_up(eps, 4)} > target {self.target_epsilon:g} "
-                                      f"at delta {self.delta:g}; add noise, sample less or take fewer steps.")
+                                      f"{self._at_delta()}; add noise, sample less or take fewer steps.")
         self._certificate = _counts(segments)
         self._certified_epsilon = eps
         return eps
@@ -212,7 +235,7 @@ class PrivacyLedger:
             eps = self._epsilon_of(candidate)
             raise BudgetExceededError(
                 f"recording {new.steps} more step(s) (q={q:.4g}, sigma={sigma:.4g}) would spend epsilon "
-                f"{format_up(eps, 4)} > target {self.target_epsilon:g} at delta {self.delta:g}; "
+                f"{format_up(eps, 4)} > target {self.target_epsilon:g} {self._at_delta()}; "
                 f"{self.steps} steps recorded so far")
         certified = dict(others)
         certified[new.mechanism] = allowed
@@ -229,6 +252,7 @@ class PrivacyLedger:
         return {
             "schema": SCHEMA,
             "delta": self.delta,
+            "noise_tail": self.noise_tail,
             "target_epsilon": self.target_epsilon,
             "accountant": self.accountant,
             "privacy_unit": self.privacy_unit,
@@ -250,7 +274,7 @@ class PrivacyLedger:
             raise UserInputError(f"privacy ledger: expected schema {SCHEMA!r}, got {found!r}.")
         try:
             ledger = cls(delta=obj["delta"], target_epsilon=obj["target_epsilon"], accountant=obj["accountant"],
-                         privacy_unit=obj["privacy_unit"], sampling=obj["sampling"])
+                         privacy_unit=obj["privacy_unit"], sampling=obj["sampling"], noise_tail=obj.get("noise_tail", 0.0))
         except (KeyError, ValueError) as err:
             raise UserInputError(f"privacy ledger: bad settings ({err}).") from None
         ledger._segments = [Segment.from_json(s, where=f"privacy ledger segment {i}")

@@ -83,12 +83,51 @@ class JsonRecord:
 
 
 @dataclass(frozen=True, kw_only=True)
+class HeldoutUtility(JsonRecord):
+    """A model's held-out utility as ``dpaudit attack`` measured it, beside its trivial baseline on the same targets.
+
+    A dpaudit train run logs its own evaluation (``metrics.jsonl``); a model trained elsewhere has none, so the attack
+    measures it on the inject run's ``heldout.jsonl`` (:mod:`dpaudit.attacks.utility`) and the report shows it in the
+    same place, named as measured here.
+
+    Attributes:
+        name, rule: the figure's and its baseline's words (:data:`dpaudit.training.baselines.UTILITY_KINDS`).
+        value, baseline: the model's accuracy and the best constant prediction's on the same targets.
+        rows: the ``heldout.jsonl`` rows it was computed on, of ``heldout_rows``; ``left_out`` says why the others
+            were left out (None: none was).
+        predictions: the predictions scored (one per row for a classifier, the scored tokens for a language model).
+    """
+
+    name: str
+    value: float
+    baseline: float | None
+    rule: str
+    rows: int
+    heldout_rows: int
+    predictions: int
+    left_out: str | None = None
+
+    def where(self) -> str:
+        """Where the figure comes from, in words (the terminal, the report)."""
+        left = f"; {self.left_out}" if self.left_out else ""
+        return (f"measured by dpaudit attack on {self.rows} of {self.heldout_rows} heldout.jsonl rows "
+                f"({self.predictions} predictions{left})")
+
+    def text(self) -> str:
+        """One line: the figure, its trivial baseline and where it comes from."""
+        baseline = "" if self.baseline is None else f" (trivial baseline {self.baseline:.1%}: {self.rule})"
+        return f"{self.name} {self.value:.1%}{baseline}, {self.where()}"
+
+
+@dataclass(frozen=True, kw_only=True)
 class ModelInfo(JsonRecord):
-    """The audited model: where it is and what kind."""
+    """The audited model: where it is and what kind; ``utility``: its held-out utility as the attack measured it (a
+    model trained elsewhere; None for a dpaudit run, whose train run logged its own, or without held-out rows)."""
 
     path: str
     kind: str
     architecture: str
+    utility: HeldoutUtility | None = None
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -212,6 +212,14 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
         notes.append(cut)
         warnings.warn(cut, AttackWarning, stacklevel=2)
     context = AttackContext(scorer=scorer, canaries=canaries, space=space, options=options, data=run)
+    utility = None
+    if source.manifest is None:  # a model trained elsewhere: no train run logged its held-out figure; measure it here
+        from dpaudit.attacks.utility import measure_heldout_utility
+
+        try:
+            utility = measure_heldout_utility(scorer, run, seed=seed, label_set=source.label_set())
+        except Exception as err:  # noqa: BLE001 - the attacks still run; the page then shows no utility, and says why
+            notes.append(f"the held-out utility could not be measured: {err}")
     results, fields, score_files, errors, failures = [], {c.id: {} for c in canaries}, {}, [], []
     for cls in classes:
         try:
@@ -236,7 +244,7 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
     template = run.manifest.get("template", {}).get("template")
     n_controls = sum(c.frequency == 0 for c in canaries)
     results_obj = AttackResults(
-        model=ModelInfo(path=str(model), kind=source.kind, architecture=source.architecture),
+        model=ModelInfo(path=str(model), kind=source.kind, architecture=source.architecture, utility=utility),
         data=DataInfo(path=str(data), secret_format=run.manifest.get("secret_space", {}).get("format", ""),
                       log2_space_size=None if space is None else float(space.log2_size), canaries=len(canaries),
                       controls=n_controls, template=template),

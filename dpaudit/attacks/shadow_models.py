@@ -64,6 +64,7 @@ from typing import Any
 import numpy as np
 
 from dpaudit.errors import UserInputError
+from dpaudit.scoring.source import CAUSAL_LM, CLASSIFIER, MASKED_LM
 
 #: Shadow (or reference) models whose mean held-out accuracy differs from the target's by more than this,
 #: absolute (0.10 = 10 percentage points), are called out in the results: the attack is then calibrated on
@@ -98,6 +99,9 @@ class TargetRecipe:
         utility: (name, value) of the target's last held-out figure (its manifest summary), or None.
         seconds: estimated training time of one model like it (steps x batch / the target's throughput).
         origin: where the recipe comes from, in words.
+        imitate: for a recipe named by ``--shadow-trainer`` without a start of its own, the target's model directory:
+            each model starts from a fresh copy of its architecture and tokenizer (:func:`_fresh_start_identity`),
+            so that its scores and the target's index the same tokens; None: the recipe builds its own model.
     """
 
     trainer: str
@@ -108,6 +112,7 @@ class TargetRecipe:
     utility: tuple[str, float] | None = None
     seconds: float | None = None
     origin: str = "the target's manifest"
+    imitate: str | None = None
 
     @property
     def batch_size(self) -> int | None:
@@ -127,8 +132,10 @@ def check_trained_like_target(attack: str, options: Any, source: Any, run: Any) 
         return
     recipe = target_recipe(source, attack, options=options, run=run)
     if getattr(options, "shadow_trainer", None):
-        plan_config(_shadow_trainer(recipe.trainer), recipe, train_size=max(recipe.rows or 2, 2),
-                    overrides=getattr(options, "shadow_overrides", None))
+        trainer = _shadow_trainer(recipe.trainer)
+        config, _, _ = plan_config(trainer, recipe, train_size=max(recipe.rows or 2, 2),
+                                   overrides=getattr(options, "shadow_overrides", None))
+        check_named_recipe(trainer, recipe, config, source, options=options)
 
 
 def heldout_utility(manifest: dict[str, Any] | None) -> tuple[str, float] | None:
@@ -217,10 +224,17 @@ def target_recipe(source: Any, attack: str, *, options: Any = None, run: Any = N
     config_file = getattr(options, "shadow_config", None)
     if config_file and not named:
         raise UserInputError("--shadow-config needs --shadow-trainer NAME (the registered trainer the config is for).")
+    imitate = None
     if named:
-        config = shadow_config_fields(config_file, _shadow_trainer(str(named))) if config_file else {}
+        trainer_cls = _shadow_trainer(str(named))
+        config = shadow_config_fields(config_file, trainer_cls) if config_file else {}
         trainer, seed = str(named), int(getattr(options, "seed", 0) or 0)
         origin = f"--shadow-trainer {named}" + (f" --shadow-config {config_file}" if config_file else "")
+        fields = {f.name for f in dataclasses.fields(trainer_cls.Config)}
+        if "task" in fields and config.get("task") is None and source.kind in TASK_OF_KIND:
+            config["task"] = TASK_OF_KIND[source.kind]  # a shadow is a model of the target's kind
+        if "init_from" in fields and not config.get("init_from"):
+            imitate = str(source.model_dir)  # its architecture and tokenizer, fresh weights per model
     else:
         config = dict((manifest or {}).get("config") or {})
         if manifest is None or "trainer" not in config:
@@ -235,8 +249,115 @@ def target_recipe(source: Any, attack: str, *, options: Any = None, run: Any = N
     steps = (manifest or {}).get("steps")
     steps = steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
     recipe = TargetRecipe(trainer=trainer, config=config, seed=seed, rows=_target_rows(source, run), steps=steps,
-                          utility=heldout_utility(manifest), origin=origin)
+                          utility=heldout_utility(manifest), origin=origin, imitate=imitate)
     return dataclasses.replace(recipe, seconds=_seconds_per_model(manifest, steps, recipe.batch_size))
+
+
+#: The torch trainers' ``--task`` of each model kind: a shadow of a model trained elsewhere is a model of its kind.
+TASK_OF_KIND = {CLASSIFIER: "classify", MASKED_LM: "mlm", CAUSAL_LM: "clm"}
+
+
+def _positions(config: dict[str, Any]) -> int | None:
+    """A config.json's position table size (``max_position_embeddings``, GPT-2's ``n_positions``), or None."""
+    for key in ("max_position_embeddings", "n_positions"):
+        value = config.get(key)
+        if isinstance(value, int) and not isinstance(value, bool) and value > 0:
+            return value
+    return None
+
+
+def _vocabulary(model_dir: Path) -> dict[str, int] | None:
+    """A model directory's token -> id map (``tokenizer.json``, else ``vocab.txt``), or None without either."""
+    if (model_dir / "tokenizer.json").is_file():
+        from tokenizers import Tokenizer
+
+        try:
+            return Tokenizer.from_file(str(model_dir / "tokenizer.json")).get_vocab(with_added_tokens=True)
+        except Exception:  # noqa: BLE001 - the Rust reader's own error type
+            return None
+    if (model_dir / "vocab.txt").is_file():
+        lines = (model_dir / "vocab.txt").read_text(encoding="utf-8", errors="replace").splitlines()
+        return {token: i for i, token in enumerate(lines)}
+    return None
+
+
+def check_named_recipe(trainer: Any, recipe: TargetRecipe, config: Any, source: Any, *, options: Any = None) -> None:
+    """Refuse, before any model trains, a ``--shadow-trainer`` recipe whose models cannot match the target: another
+    task than the target's kind, a trainer that cannot train that kind, a start (its own ``init_from``) with another
+    tokenizer or architecture, a target whose tokenizer the trainers cannot train with, a ``max_length`` beyond the
+    target's position table. Its models then have the target's tokenizer and architecture (a fresh copy of it, or
+    the recipe's start), so their scores compare with the target's token for token.
+
+    Raises:
+        UserInputError: one line naming the option or file and what to do.
+    """
+    from dpaudit.model_dir import architecture_difference, read_config
+
+    named = f"--shadow-trainer {recipe.trainer}"
+    where = f"--shadow-config {getattr(options, 'shadow_config', None)}" if getattr(options, "shadow_config", None) \
+        else named
+    fields = {f.name for f in dataclasses.fields(trainer.Config)}
+    kind, model = source.kind, f"--model {source.path}"
+    if "task" in fields:
+        task = getattr(config, "task", None)
+        if task != TASK_OF_KIND.get(kind):
+            raise UserInputError(f"{where}: task {task!r}, but {model} is a {kind} ({source.architecture}); its shadow "
+                                 f"models must be {kind}s too: set \"task\": \"{TASK_OF_KIND.get(kind)}\" or leave task out.")
+    elif kind != MASKED_LM:
+        raise UserInputError(f"{named} trains masked LMs only, but {model} is a {kind} ({source.architecture}); name a "
+                             "trainer of that kind (--shadow-trainer edp-sgd), or bring shadows with --shadow-dirs.")
+    target_config = read_config(source.model_dir, where=model)
+    start = getattr(config, "init_from", None)
+    if start:  # the recipe's own (public) start: it must be the target's architecture and tokenizer
+        from dpaudit.scoring.architecture import transformers_layout
+        from dpaudit.training.starting_point import resolve_start
+
+        start_dir = resolve_start(start, option=f"{where}: init_from", layout=transformers_layout).model_dir
+        difference = architecture_difference(read_config(start_dir, where=str(start_dir)), target_config)
+        if difference is None and _vocabulary(start_dir) != _vocabulary(source.model_dir):
+            difference = "its tokenizer differs"
+        if difference is not None:
+            raise UserInputError(f"{where}: init_from {start} is not {model}'s architecture and tokenizer ({difference}); "
+                                 "shadow models would not score the target's tokens: start them from the public model "
+                                 "the target was trained from, or leave init_from out (a fresh copy of the target's "
+                                 "architecture and tokenizer).")
+        return
+    if recipe.imitate is None:
+        return
+    if not (source.model_dir / "tokenizer.json").is_file():
+        raise UserInputError(f"{model}: no tokenizer.json; its shadow models start from its architecture and tokenizer "
+                             "and the trainers read the fast tokenizer file: save it there "
+                             "(AutoTokenizer.from_pretrained(dir).save_pretrained(dir)).")
+    if kind != CAUSAL_LM:
+        from tokenizers import Tokenizer
+
+        from dpaudit.training.tokenizer import special_token_ids
+
+        try:
+            special_token_ids(Tokenizer.from_file(str(source.model_dir / "tokenizer.json")))
+        except ValueError as err:
+            raise UserInputError(f"{model}: {err} {named} trains shadows of a BERT-family model with its WordPiece "
+                                 "tokenizer ([PAD] [UNK] [CLS] [SEP] [MASK]); bring shadows with --shadow-dirs.") from None
+        except Exception as err:  # noqa: BLE001 - the Rust reader's own error type
+            raise UserInputError(f"{model}: tokenizer.json is not a tokenizers file ({err}); save the model's fast "
+                                 "tokenizer there (tokenizer.save_pretrained(dir)).") from None
+    if "task" not in fields and target_config.get("model_type", "bert") != "bert":
+        raise UserInputError(f"{named} trains BERT masked LMs, but {model} is a {target_config.get('model_type')!r} model; "
+                             "name a torch trainer (--shadow-trainer edp-sgd), or bring shadows with --shadow-dirs.")
+    positions, length = _positions(target_config), getattr(config, "max_length", None)
+    if positions is not None and isinstance(length, int) and length > positions:
+        raise UserInputError(f"{where}: max_length {length} exceeds {model}'s position table ({positions} positions); "
+                             f"set \"max_length\" to at most {positions}.")
+
+
+def _fresh_start_identity(model_dir: Path, seed: int) -> dict[str, Any]:
+    """What a fresh start is, for a cache key: the imitated config.json and tokenizer files by content, and the seed."""
+    from dpaudit.rundir import sha256_file
+    from dpaudit.scoring.architecture import TOKENIZER_FILES
+
+    files = ("config.json", *TOKENIZER_FILES)
+    return {"fresh_copy_of": {name: sha256_file(model_dir / name) for name in files if (model_dir / name).is_file()},
+            "seed": int(seed)}
 
 
 def planned_steps(config: Any, train_size: int) -> int | None:
@@ -398,6 +519,10 @@ class TrainedShadow:
     utility: tuple[str, float] | None = None
 
 
+#: The cache entry's folder of a fresh start (the target's architecture and tokenizer, new weights).
+FRESH_START = "start"
+
+
 @dataclass(frozen=True)
 class _Planned:
     spec: ShadowSpec
@@ -407,6 +532,7 @@ class _Planned:
     rows_in: list[dict[str, Any]]
     rows_out: list[dict[str, Any]]
     ident: dict[str, Any]
+    fresh_from: Path | None = None  # the model whose fresh copy this one starts from (TargetRecipe.imitate)
 
     @property
     def model_dir(self) -> Path:
@@ -492,8 +618,14 @@ def train_shadows(*, source: Any, run: Any, pool: ShadowPool, specs: Sequence[Sh
                  "train": hashlib.sha256(json.dumps(rows_in, sort_keys=True).encode()).hexdigest(),
                  "heldout": hashlib.sha256(json.dumps(rows_out, sort_keys=True).encode()).hexdigest(),
                  "public": public_hash}
+        if recipe.imitate is not None:  # a fresh copy of the target's architecture and tokenizer, by content and seed
+            ident["start"] = _fresh_start_identity(Path(recipe.imitate), spec.seed)
         key = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:24]
-        planned.append(_Planned(spec, config, steps, cache / key, rows_in, rows_out, ident))
+        fresh_from = None
+        if recipe.imitate is not None:
+            fresh_from = Path(recipe.imitate)
+            config = dataclasses.replace(config, init_from=str(cache / key / FRESH_START))
+        planned.append(_Planned(spec, config, steps, cache / key, rows_in, rows_out, ident, fresh_from))
     notes.extend(size_notes(recipe, what, [len(p.rows_in) for p in planned], [p.steps for p in planned]))
     done = [_finished(p.model_dir) for p in planned]
     print(f"{attack}: " + announce(what, recipe, planned, sum(done)), file=sys.stderr, flush=True)
@@ -527,6 +659,9 @@ def train_shadows(*, source: Any, run: Any, pool: ShadowPool, specs: Sequence[Sh
     for p in fresh:  # prepared in this call but never started (--max-shadow-minutes): leave the cache as it was
         if not p.model_dir.exists():
             shutil.rmtree(p.home, ignore_errors=True)
+    for p in planned:  # a finished model needs its fresh start no more (it is rebuilt, identical, if ever needed)
+        if p.fresh_from is not None and _finished(p.model_dir):
+            shutil.rmtree(p.home / FRESH_START, ignore_errors=True)
     out = [TrainedShadow(p.spec, p.model_dir, finished, train_rows=len(p.rows_in), steps=_ran_steps(p),
                          batch_size=getattr(p.config, "batch_size", None), utility=_model_utility(p.model_dir))
            for p, finished in zip(planned, done) if _finished(p.model_dir)]
@@ -548,6 +683,10 @@ def _prepare(p: _Planned, public: list[dict[str, Any]], pool: ShadowPool, run: A
         shutil.rmtree(p.model_dir)  # this cache entry's unfinished leftover with nothing to resume: start it over
     p.home.mkdir(parents=True, exist_ok=True)
     (p.home / "identity.json").write_text(json.dumps(p.ident, indent=1, sort_keys=True, default=str))
+    if p.fresh_from is not None and not (p.home / FRESH_START / "config.json").is_file():
+        from dpaudit.scoring.architecture import write_fresh_start
+
+        write_fresh_start(p.fresh_from, p.home / FRESH_START, seed=p.spec.seed)  # atomic: whole or absent
     try:
         load_inject_run(p.home / "data")
     except UserInputError:

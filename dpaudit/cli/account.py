@@ -183,6 +183,11 @@ def _fmt_int(n: int | float) -> str:
 @click.option("--fixed-size", is_flag=True,
               help="Fixed-size batches sampled without replacement: replace-one adjacency (sensitivity twice one "
                    "example's bound: the accountant sees sigma / 2), RDP only (labelled).")
+@click.option("--noise-reach", type=click.FloatRange(min=1.0), default=11.596, show_default=True, metavar="Z",
+              help="Reach of the float noise sampler in standard deviations; its tail figure (sum over steps of q P(Z > "
+                   "Z - 1/sigma)) is counted inside --delta: epsilon is at delta minus it. 11.596: every dpaudit trainer "
+                   "(Box-Muller with a 96-bit radius uniform); jax.random.normal float32 5.22, torch CPU normal_ 5.768, "
+                   "CUDA 6.764; inf: an exact sampler, no tail.")
 @click.option("--accountant", type=click.Choice(["pld", "rdp", "both"]), default=None,
               help="Accountant of record  [default: pld; rdp with --fixed-size]")
 @click.option("--tan", is_flag=True, help="Also print eta and eps_TAN (Sander et al.; valid only for sigma > 2).")
@@ -229,6 +234,7 @@ class _Options:
     noise_decay: str | None
     microbatch_size: int
     fixed_size: bool
+    noise_reach: float
     accountant: str | None
     tan: bool
     simulate: int | None
@@ -304,6 +310,8 @@ def _check_options(o: _Options) -> None:
                         ("--sampling-probability", o.sampling_probability), ("--tolerance", o.tolerance)):
         if value is not None and not math.isfinite(value):  # click's FloatRange lets inf and nan through
             _fail(f"{flag} must be a finite number, got {value}.")
+    if math.isnan(o.noise_reach):
+        _fail("--noise-reach must be a number of standard deviations (inf for an exact sampler), got nan.")
     if o.noise_multiplier is not None and o.noise_std_over_clip is not None:
         _fail("--noise-multiplier and --noise-std-over-clip both given; pass one (sigma = noise std / C / the "
               "sensitivity factor).")
@@ -405,11 +413,11 @@ def _solve_poisson(o: _Options, setup: _Setup) -> _Solution:
     if missing == "--noise-multiplier":
         click.echo("calibrating the noise multiplier ...", err=True)
         sigma = A.calibrate_noise(lambda s: A.schedule_event(plan.build(s)), target, delta,
-                                  accountant=setup.primary, tolerance=o.tolerance)
+                                  accountant=setup.primary, tolerance=o.tolerance, noise_reach=o.noise_reach)
         solved["noise_multiplier"] = sigma
     elif missing == "--steps":
         steps = A.max_steps(sampling_probability=q, noise_multiplier=sigma, target_epsilon=target, delta=delta,
-                            accountant=setup.primary, tolerance=o.tolerance)
+                            accountant=setup.primary, tolerance=o.tolerance, noise_reach=o.noise_reach)
         if steps == 0:
             _fail(f"not even one step fits epsilon {target:g}; add noise or sample less.")
         solved["steps"] = steps
@@ -417,7 +425,8 @@ def _solve_poisson(o: _Options, setup: _Setup) -> _Solution:
                      noise_decay=None, factor=factor)
     elif missing == "--batch-size":
         batch_size = A.max_batch_size(dataset_size=n, steps=o.steps, noise_multiplier=sigma, target_epsilon=target,
-                                      delta=delta, accountant=setup.primary, tolerance=o.tolerance)
+                                      delta=delta, accountant=setup.primary, tolerance=o.tolerance,
+                                      noise_reach=o.noise_reach)
         if batch_size == 0:
             _fail(f"not even a batch of 1 fits epsilon {target:g} in {o.steps} steps; add noise.")
         solved["batch_size"] = batch_size
@@ -431,17 +440,27 @@ def _solve_poisson(o: _Options, setup: _Setup) -> _Solution:
 
 
 def _result(o: _Options, setup: _Setup, solution: _Solution) -> dict[str, Any]:
-    """Epsilon by each accountant, from the event, and the ``dpaudit.account/2`` object (with TAN figures)."""
+    """Epsilon by each accountant, from the event, at delta minus the noise sampler's tail figure (Poisson sampling;
+    none is defined for fixed-size batches), and the ``dpaudit.account/3`` object (with TAN figures)."""
     from dpaudit import accounting as A
 
-    epsilons = {name: A.epsilon(solution.event, setup.delta, name) for name in setup.accountants}
     sigma, segments = solution.sigma, solution.segments
+    tail = None if o.fixed_size else A.tail_figure(segments, o.noise_reach)
+    accountant_delta = setup.delta - (tail or 0.0)
+    if accountant_delta <= 0.0:  # the tail alone reaches delta: no epsilon holds there
+        epsilons = {name: math.inf for name in setup.accountants}
+    else:
+        epsilons = {name: A.epsilon(solution.event, accountant_delta, name) for name in setup.accountants}
     result: dict[str, Any] = {
-        "schema": "dpaudit.account/2",
+        "schema": "dpaudit.account/3",
         "sampling": "without_replacement" if o.fixed_size else "poisson",
         "adjacency": "replace one example" if o.fixed_size else "add/remove one example",
         "dataset_size": o.dataset_size,
         "delta": setup.delta,
+        # the float noise sampler's tail figure counted inside delta, and the delta the epsilons are computed at
+        "noise_tail": None if tail is None else {"z_max": o.noise_reach, "figure": tail,
+                                                 "formula": "sum over steps of q P(Z > z_max - 1/sigma)"},
+        "accountant_delta": accountant_delta,
         # dp_accounting's sigma: noise std over one example's bound (C, or 2C with micro-batches), as privacy.json.
         "noise_multiplier": sigma,
         "noise_std_over_clip": None if sigma is None else sigma * o.clipping_factor,
@@ -567,6 +586,10 @@ def _render(r: dict[str, Any]) -> str:
     if r["dataset_size"] is not None:
         lines.append(f"  dataset size N       {_fmt_int(r['dataset_size'])}")
     lines.append(f"  delta                {format_up(r['delta'], 3)}")
+    if r["noise_tail"] is not None and r["noise_tail"]["figure"] > 0:
+        tail = r["noise_tail"]
+        lines.append(f"  noise tail           {format_up(tail['figure'], 2)} inside delta (reach {tail['z_max']:g} sigma); "
+                     f"epsilon at delta - tail{'' if r['accountant_delta'] > 0 else ' <= 0: none holds'}")
     fixed = r["sampling"] != "poisson"
     if r["sensitivity_factor"] != 1.0:
         why = "replace-one: the accountant sees sigma / 2" if fixed else "noise std = sigma x this"
@@ -591,7 +614,9 @@ def _render(r: dict[str, Any]) -> str:
     if "batch_size" in solved:
         lines.append(f"  largest batch        {_fmt_int(solved['batch_size'])}  (within epsilon {r['target_epsilon']:g})")
     for name, value in r["epsilon"].items():
-        text = "inf (no noise: not differentially private)" if value is None else format_up(value, 5)
+        text = format_up(value, 5) if value is not None else (
+            "inf (no noise: not differentially private)" if r["accountant_delta"] > 0
+            else "inf (the noise sampler's tail alone reaches delta)")
         lines.append(f"  {'epsilon (' + name.upper() + ')':20s} {text}")
     if r["within_target"] is not None:
         lines.append(f"  target epsilon       {r['target_epsilon']:g}: "

@@ -33,6 +33,8 @@ def _summary(results) -> str:  # noqa: ANN001
 
     head = headline_of(results)
     lines = [f"model {results.model.path} ({results.model.architecture}); claimed: {head.claim.text()}"]
+    if results.model.utility is not None:  # a model trained elsewhere: its held-out utility, measured by the attack
+        lines.append(results.model.utility.text())
     for result in results.attacks:
         if isinstance(result, ExposureResult) and result.rows:
             lines.append(f"exposure (log2|R| = {result.parameters.log2_space_size:.2f}, reveal {result.parameters.reveal}):")

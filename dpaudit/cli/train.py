@@ -271,6 +271,8 @@ def train(ctx: click.Context, trainer: str, data: Path, out: Path, seed: int, co
         "epsilon_replace_one": record.epsilon_replace_one if record else None,
         "unaccounted_releases": list(record.unaccounted_releases) if record else [],
         "noise_tail": record.noise_tail if record else None,
+        "accountant_delta": record.accountant_delta if record else None,
+        "noise_tail_delta": record.noise_tail_delta if record else None,
         "released_files": record.released_files if record else None,
         "private_files": record.private_files if record else None,
         "notes": list(record.notes) if record else [],
@@ -280,14 +282,15 @@ def train(ctx: click.Context, trainer: str, data: Path, out: Path, seed: int, co
     for note in summary["notes"]:
         if note.startswith("warning:"):
             click.echo(note, err=True)
-    tail = record.noise_tail if record else None
-    if tail and tail.get("exceeds_delta"):
-        click.echo(f"warning: floating-point noise tail {format_up(tail['figure'], 3)} exceeds delta {format_up(tail['delta'], 3)}: "
-                   f"{tail['caveat']}", err=True)
     if as_json:
         click.echo(json.dumps(summary, indent=2, sort_keys=True))
         return
     click.echo(f"trained {plugin.name} for {result.steps} steps -> {result.out_dir} ({_claim(result, record)})")
+    parts = record.delta_parts() if record is not None and record.private else None
+    if parts is not None and parts.noise_tail is not None:  # the float noise sampler's tail, counted inside delta
+        click.echo(f"  delta {format_up(parts.delta, 2)} includes the noise sampler's tail figure {format_up(parts.noise_tail, 2)} "
+                   f"(reach {record.noise_tail['z_max']:g} sigma); epsilon is the accountant's at delta - tail "
+                   f"({format_up(parts.accountant, 3)})")
     for line in utility_lines(summary):
         click.echo(f"  {line}")
     if record is not None and record.init_from is not None:

@@ -11,7 +11,8 @@ matches is refused, since the page would otherwise describe a different run.
 The held-out utility (:class:`Utility`) is the train run's last evaluation in ``metrics.jsonl``, else its
 manifest's summary, with the trivial baseline the trainer logged beside it
 (:mod:`dpaudit.training.baselines`); a run written before baselines were logged has none, and the page
-then shows the figure alone.
+then shows the figure alone. A model trained elsewhere has no train run: its utility is the one ``dpaudit
+attack`` measured on ``heldout.jsonl`` (``results.json``'s ``model.utility``, :mod:`dpaudit.attacks.utility`).
 """
 
 from __future__ import annotations
@@ -62,6 +63,8 @@ class Utility:
         step: the evaluation's step in ``metrics.jsonl``; None when read from the manifest summary.
         rows: on how many held-out rows the trainer evaluated it (the first ``--eval-examples``:
             :func:`dpaudit.training.baselines.eval_rows_text`); None for a run that did not record them.
+        measured: for a model trained elsewhere, where ``dpaudit attack`` measured it (``results.json``'s
+            ``model.utility``: on how many ``heldout.jsonl`` rows); None for a train run's own evaluation.
     """
 
     name: str
@@ -70,6 +73,7 @@ class Utility:
     rule: str
     step: int | None = None
     rows: str | None = None
+    measured: str | None = None
 
     @property
     def beats_baseline(self) -> bool | None:
@@ -187,6 +191,15 @@ def run_utility(metrics: Sequence[Mapping[str, Any]] | None, train_manifest: Map
             return utility
     summary = (train_manifest or {}).get("summary")
     return utility_of(summary) if isinstance(summary, Mapping) else None
+
+
+def measured_utility(results: AttackResults) -> Utility | None:
+    """The held-out utility ``dpaudit attack`` measured for a model trained elsewhere (``results.json``), or None."""
+    measured = getattr(results.model, "utility", None)
+    if measured is None:
+        return None
+    return Utility(name=measured.name, value=measured.value, baseline=measured.baseline, rule=measured.rule,
+                   measured=measured.where())
 
 
 def _find_input(manifest: Mapping[str, Any], suffix: str) -> tuple[str, str] | None:
@@ -420,4 +433,4 @@ def _with_upstream(directory: Path, results: AttackResults, manifest: Mapping[st
     return ReportRun(label=label, results=results, manifest=manifest, metrics=metrics, canary_text=canary_text,
                      privacy=privacy, upstream_manifests=upstream_manifests,
                      upstream=(metrics_up, privacy_up, canary_up),
-                     utility=run_utility(rows, upstream_manifests.get("train")))
+                     utility=run_utility(rows, upstream_manifests.get("train")) or measured_utility(results))

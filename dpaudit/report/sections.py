@@ -61,6 +61,7 @@ class UtilityView:
     margin: str | None
     beats_baseline: bool | None
     rows: str | None = None  # "on 512 of 880 held-out rows"
+    measured: str | None = None
 
 
 def utility_view(label: str, utility: Utility | None) -> UtilityView | None:
@@ -70,7 +71,8 @@ def utility_view(label: str, utility: Utility | None) -> UtilityView | None:
     value, baseline = percents(utility.value, utility.baseline)
     margin = None if utility.baseline is None else f"{(utility.value - utility.baseline) * 100:+.1f} points"
     return UtilityView(run=label, name=utility.name, value=value, baseline=baseline, rule=utility.rule,
-                       step=utility.step, margin=margin, beats_baseline=utility.beats_baseline, rows=utility.rows)
+                       step=utility.step, margin=margin, beats_baseline=utility.beats_baseline, rows=utility.rows,
+                       measured=utility.measured)
 
 
 # -- 1. verdict ------------------------------------------------------------------------------------

@@ -253,6 +253,21 @@ class CausalScorer(Scorer):
         logs = self.token_log_probs(texts, max_length=EXAMPLE_MAX_LENGTH)
         return np.asarray([-float(x.mean()) if x.size else np.nan for x in logs], dtype=np.float64)
 
+    def prediction_hits(self, texts: Sequence[str], labels: Sequence[int] | None = None, *,
+                        seed: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per text, its tokens after the first (its first :data:`EXAMPLE_MAX_LENGTH`, as :meth:`example_losses`
+        scores them) and whether the model's most likely next token was each (:meth:`Scorer.prediction_hits`);
+        ``labels`` and ``seed`` are unused."""
+        self._require(CAUSAL_LM, "held-out predictions")
+        rows = self._encode(texts, min(self.max_length, EXAMPLE_MAX_LENGTH))
+        positions = self._after_first(rows)
+        out = self._scan(rows, positions, top_k=1, desc="held-out predictions")
+        targets = [np.asarray([row[t] for t in pos], dtype=np.int64) for row, pos in zip(rows, positions)]
+        # the target is the top prediction when its probability is the largest one (ties count: measure zero)
+        hits = [lp >= np.log(top[:, 0]) - 1e-9 if lp.size else np.zeros(0, bool)
+                for lp, top in zip(out["log_probs"], out["top"])]
+        return targets, hits
+
     def example_features(self, texts: Sequence[str], labels: Sequence[int] | None = None, *, seed: int = 0,
                          top_k: int = 10) -> ExampleFeatures:
         """Per-text MIA features, each averaged over the scored positions: the mean NLL, the mean entropy of the

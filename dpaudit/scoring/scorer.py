@@ -355,6 +355,46 @@ class Scorer:
             return self._classifier_stats(texts, labels)[1]
         return self._mlm_stats(texts, seed, 1).loss
 
+    def prediction_hits(self, texts: Sequence[str], labels: Sequence[int] | None = None, *,
+                        seed: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
+        """Per text, what the model is asked to predict and whether its top prediction is right: the held-out
+        accuracy of a model trained elsewhere (``dpaudit attack`` measures it; a dpaudit run logs its own).
+
+        A classifier predicts each text's label (``labels``, class ids: one target per text); a masked LM the
+        tokens :meth:`example_losses` masks (the same seeded masking, so the figure is over the positions the loss
+        attack scores). The trivial baseline is computed from the same targets
+        (:mod:`dpaudit.training.baselines`).
+
+        Returns:
+            (targets, hits): per text, int64 target ids and bool hits of equal length (empty: nothing to predict).
+        """
+        if self.kind == CLASSIFIER:
+            if labels is None:
+                raise UserInputError("held-out predictions of a classifier need the examples' labels.")
+            log_probs, _ = self._classifier_stats(texts, labels)
+            y = np.asarray(labels, dtype=np.int64)
+            best = log_probs.argmax(-1) if len(y) else np.zeros(0, np.int64)
+            return [y[i : i + 1] for i in range(len(y))], [best[i : i + 1] == y[i : i + 1] for i in range(len(y))]
+        self._require(MASKED_LM, "held-out predictions")
+        n = len(texts)
+        targets = [np.zeros(0, np.int64) for _ in range(n)]
+        hits = [np.zeros(0, bool) for _ in range(n)]
+        limit = min(self.max_length, EXAMPLE_MAX_LENGTH)
+        for sl in self._batches(n, "held-out predictions"):
+            chunk = list(texts[sl])
+            rows = self.tokenizer(chunk, truncation=True, max_length=limit)["input_ids"]
+            masks = self._example_masks(rows, chunk, seed)
+            keep = [i for i, m in enumerate(masks) if m]
+            if not keep:
+                continue
+            best = self._masked_logits([rows[i] for i in keep], [masks[i] for i in keep]).argmax(-1).cpu().numpy()
+            k = 0
+            for i in keep:
+                true = np.asarray([rows[i][p] for p in masks[i]], dtype=np.int64)
+                targets[sl.start + i], hits[sl.start + i] = true, best[k : k + true.size] == true
+                k += true.size
+        return targets, hits
+
     def example_features(self, texts: Sequence[str], labels: Sequence[int] | None = None, *, seed: int = 0,
                          top_k: int = 10) -> ExampleFeatures:
         """Per-example MIA features (see :class:`ExampleFeatures`)."""

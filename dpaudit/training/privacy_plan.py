@@ -12,6 +12,16 @@ micro-batch clipping, see :func:`dpaudit.accounting.microbatch_sensitivity_facto
 - gives the ledger (:func:`new_ledger`) the accounting segments of the affordable part, so that
   recording each realized step costs no accountant call.
 
+**The noise sampler's tail is part of delta.** A trainer names the float sampler that will draw its
+noise (``noise_sampler``, a :data:`dpaudit.accounting.NOISE_SAMPLERS` key); the plan reserves that
+sampler's tail figure for the whole planned run (:mod:`dpaudit.accounting.noise_tail`: the probability
+that a neighbour alone on a coordinate carries the noise past the sampler's reach) and hands the
+accountant ``delta - tail``: the stated claim is (epsilon, delta) with the tail inside it. A target
+epsilon is calibrated with the tail (``epsilon(sigma, delta - tail(sigma)) <= target``). A run whose tail
+alone reaches delta is refused, naming the option, unless ``accept_noise_tail`` (``--accept-noise-tail``):
+its stated delta is then ``delta + tail``, what holds. A trainer that names no sampler states no tail
+(its record says the sampler is not characterised).
+
 **Public parameters only.** q, the step count T, sigma and delta are released (``privacy.json``, and
 the model itself depends on them), so they must not be computed from the private number of rows N
 unless N is declared public. A user who declares ``--dataset-size N_pub`` fixes q = B / N_pub (and,
@@ -117,7 +127,14 @@ class PrivacyPlan:
         sigmas: noise multiplier per stage, ``dp_accounting``'s sigma (noise std on the clipped sum
             = sigma * sensitivity_factor * C), or None for a non-private run.
         sensitivity_factor: clip norms one example can move the sum by (1 per-example, 2 micro-batch).
-        delta: the delta the epsilon is stated at (None when non-private).
+        delta: the delta the claim states (None when non-private): ``accountant_delta + noise_tail``.
+        accountant_delta: the delta the accountant computes epsilon at: ``delta`` minus the reserved tail
+            (the requested delta itself when the tail was accepted); ``delta`` when not given.
+        noise_sampler: the :data:`dpaudit.accounting.NOISE_SAMPLERS` key of the sampler the noise is drawn
+            with (None: not characterised, no tail counted).
+        noise_tail: that sampler's tail figure for the whole planned run, reserved inside ``delta``.
+        noise_tail_accepted: the tail alone reached the requested delta and ``--accept-noise-tail`` stated
+            ``delta`` = requested + tail.
         target_epsilon: the budget the ledger enforces (None: no cap).
         planned_epsilon: epsilon of the affordable steps (None when non-private).
         affordable_steps: steps that fit the budget (all of them unless the target caps the run).
@@ -134,6 +151,14 @@ class PrivacyPlan:
     planned_epsilon: float | None = None
     affordable_steps: int = 0
     noise_calibrated: bool = False
+    accountant_delta: float | None = None
+    noise_sampler: str | None = None
+    noise_tail: float = 0.0
+    noise_tail_accepted: bool = False
+
+    def __post_init__(self) -> None:
+        if self.accountant_delta is None and self.delta is not None:
+            object.__setattr__(self, "accountant_delta", self.delta - self.noise_tail)
 
     @property
     def private(self) -> bool:
@@ -255,6 +280,8 @@ def plan_privacy(
     noise_schedule: NoiseSchedule | None = None,
     batch_option: str = "--batch-size",
     declared_size: int | None = None,
+    noise_sampler: str | None = None,
+    accept_noise_tail: bool = False,
 ) -> PrivacyPlan:
     """Fix sigma, delta and the affordable steps of a whole run before it starts.
 
@@ -270,9 +297,13 @@ def plan_privacy(
         batch_option: the option named when a batch exceeds the data.
         declared_size: ``--dataset-size``, a public N fixing q (and delta) in advance; None: the real
             ``dataset_size`` is used and treated as public.
+        noise_sampler: the :data:`dpaudit.accounting.NOISE_SAMPLERS` key of the sampler that will draw the
+            noise: its tail figure over the planned run is counted inside delta (None: no tail counted).
+        accept_noise_tail: a tail that alone reaches delta is stated (delta + tail) instead of refused.
 
     Raises:
-        UserInputError: a batch larger than the data, or a budget too small for one step.
+        UserInputError: a batch larger than the data, a budget too small for one step, or a noise sampler
+            tail that alone reaches delta (unless ``accept_noise_tail``).
     """
     stages = tuple((int(s), int(b)) for s, b in stages)
     size = dataset_size if declared_size is None else int(declared_size)
@@ -288,7 +319,11 @@ def plan_privacy(
         return PrivacyPlan(dataset_size=dataset_size, stages=stages, sigmas=None, affordable_steps=total,
                            declared_size=declared_size)
     schedule = noise_schedule or constant_noise(len(stages))
+    delta_option = "the default delta" if delta is None else "--delta"
     delta = accounting.default_delta(size) if delta is None else float(delta)
+    if noise_sampler in accounting.RETIRED_SAMPLERS:
+        raise ValueError(f"noise sampler {noise_sampler!r} is retired (its reach is short): no run draws with it.")
+    reach = None if noise_sampler is None else accounting.sampler_reach(noise_sampler)
 
     def sigmas_for(sigma: float) -> tuple[float, ...]:
         values = tuple(float(x) for x in schedule(sigma))
@@ -304,19 +339,25 @@ def plan_privacy(
     if noise_multiplier is None:
         if target_epsilon is None:
             raise ValueError("a private plan needs a noise multiplier or a target epsilon")
-        sigma = float(accounting.calibrate_noise(lambda s: plan_for(s).event(), target_epsilon, delta))
+        sigma = float(accounting.calibrate_noise(lambda s: plan_for(s).event(), target_epsilon, delta, noise_reach=reach))
     else:
         sigma = float(noise_multiplier)
     plan = plan_for(sigma)
+    # The tail of every planned step is reserved: whatever prefix runs, its tail is no larger.
+    tail = 0.0 if reach is None else accounting.tail_figure(plan.segments(), reach)
+    split = accounting.split_delta(delta, tail, accept=accept_noise_tail, delta_option=delta_option,
+                                   option=(f"--noise-multiplier {sigma:g}" if noise_multiplier is not None
+                                           else f"--target-epsilon {target_epsilon:g}"))
+    accountant_delta = split.accountant
     affordable = total
-    if target_epsilon is not None and accounting.epsilon(plan.event(), delta) > target_epsilon:
+    if target_epsilon is not None and accounting.epsilon(plan.event(), accountant_delta) > target_epsilon:
         # The budget caps the run: the last prefix that fits (bisection; epsilon grows with steps).
         lo, hi = 0, total
-        if accounting.epsilon(plan.event(1), delta) > target_epsilon:
+        if accounting.epsilon(plan.event(1), accountant_delta) > target_epsilon:
             hi = 1
         while hi - lo > 1:
             mid = (lo + hi) // 2
-            if accounting.epsilon(plan.event(mid), delta) <= target_epsilon:
+            if accounting.epsilon(plan.event(mid), accountant_delta) <= target_epsilon:
                 lo = mid
             else:
                 hi = mid
@@ -324,17 +365,20 @@ def plan_privacy(
         if affordable == 0:
             raise UserInputError(
                 f"--noise-multiplier {sigma:g} spends more than --target-epsilon {target_epsilon:g} on the first step "
-                f"(delta {delta:.3g}); raise the noise, lower the batch size or raise the target."
+                f"(delta {split.delta:.3g}); raise the noise, lower the batch size or raise the target."
             )
-    planned = accounting.epsilon(plan.event(affordable), delta)
-    return dataclasses.replace(plan, affordable_steps=affordable, planned_epsilon=float(planned))
+    planned = accounting.epsilon(plan.event(affordable), accountant_delta)
+    return dataclasses.replace(plan, affordable_steps=affordable, planned_epsilon=float(planned), delta=split.delta,
+                               accountant_delta=accountant_delta, noise_sampler=noise_sampler, noise_tail=split.tail,
+                               noise_tail_accepted=split.accepted)
 
 
 def new_ledger(plan: PrivacyPlan, *, sampling: str = "poisson", privacy_unit: str = "example") -> PrivacyLedger:
-    """A ledger that certifies the affordable part of ``plan`` (so recording it costs no accountant call)."""
-    if not plan.private or plan.delta is None:
+    """A ledger that certifies the affordable part of ``plan`` (so recording it costs no accountant call), at the
+    plan's accountant delta, with the plan's reserved noise tail."""
+    if not plan.private or plan.delta is None or plan.accountant_delta is None:
         raise ValueError("a non-private plan has no ledger")
-    ledger = PrivacyLedger(delta=plan.delta, target_epsilon=plan.target_epsilon, privacy_unit=privacy_unit,
-                           sampling=sampling)
+    ledger = PrivacyLedger(delta=plan.accountant_delta, target_epsilon=plan.target_epsilon, privacy_unit=privacy_unit,
+                           sampling=sampling, noise_tail=plan.noise_tail)
     ledger.plan(plan.segments(plan.affordable_steps))
     return ledger

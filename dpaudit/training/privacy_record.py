@@ -28,6 +28,13 @@ Names say exactly one thing each:
 - ``data_split``, ``public_data_only`` and ``init_from`` (what the run trained on and where it started,
   :mod:`dpaudit.training.starting_point`) were added to schema /3 with defaults: a /3 file written before
   them reads as a run on ``train.jsonl`` from a fresh init, which is what it was.
+- ``delta`` is the delta the claim states, and from schema /4 it holds the float noise sampler's tail
+  figure (:mod:`dpaudit.accounting.noise_tail`): ``delta >= accountant_delta + noise_tail_delta``, where
+  ``accountant_delta`` is the delta ``epsilon`` was computed at from the event and ``noise_tail_delta`` is the
+  run's tail figure (equal unless the run stopped before its plan: the plan's whole tail stays reserved).
+  :meth:`PrivacyRecord.delta_parts` returns the three. A /3 file stated its tail as a caveat beside delta;
+  :meth:`PrivacyRecord.from_json` reads it with the tail counted in: its delta becomes the old delta plus the
+  old figure (the accountant's delta is the old delta), its guarantee says so.
 """
 
 from __future__ import annotations
@@ -39,14 +46,17 @@ import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Literal, NamedTuple
 
 from dpaudit.errors import UserInputError
 
-__all__ = ["PRIVATE_FILES", "PrivacyRecord", "RELEASED_FILES", "SCHEMA", "group_privacy_rows", "group_privacy_text"]
+__all__ = ["DeltaParts", "PRIVATE_FILES", "PrivacyRecord", "RELEASED_FILES", "SCHEMA", "group_privacy_rows",
+           "group_privacy_text"]
 
-SCHEMA = "dpaudit.privacy/3"
-#: The previous schema: identical but for ``segments[*].noise_multiplier``, which held std / C (sigma x factor).
+SCHEMA = "dpaudit.privacy/4"
+#: Schema /3: ``delta`` was the accountant's, the noise tail a caveat beside it (``noise_tail["figure"]``).
+_SCHEMA_V3 = "dpaudit.privacy/3"
+#: Schema /2: as /3 but for ``segments[*].noise_multiplier``, which held std / C (sigma x factor).
 _SCHEMA_V2 = "dpaudit.privacy/2"
 Sampling = Literal["poisson", "shuffle", "without_replacement"]
 Adjacency = Literal["add_remove", "replace_one"]
@@ -72,6 +82,16 @@ N_PUBLIC_TEXT = ("N is treated as public: q = expected batch / N{steps} computed
 #: What ``public_parameters`` says when a public size was declared.
 N_DECLARED_TEXT = ("q = expected batch / {n}{steps} computed from the declared public --dataset-size {n}, fixed in advance; "
                    "the real number of training rows is private and not written here.")
+class DeltaParts(NamedTuple):
+    """A record's delta and its parts (:meth:`PrivacyRecord.delta_parts`): ``delta`` the claim states,
+    ``accountant`` the delta epsilon was computed at, ``noise_tail`` the float noise sampler's tail figure of the
+    run (None when the sampler is not characterised: nothing counted). ``delta >= accountant + noise_tail``."""
+
+    delta: float
+    accountant: float
+    noise_tail: float | None
+
+
 TELEMETRY_NOTE = (
     "loss, accuracy, gradient-SNR, clip fraction, gradient norms and examples/s in metrics.jsonl are "
     "computed on private training data and are NOT covered by the epsilon; they are for the data "
@@ -94,7 +114,14 @@ class PrivacyRecord:
         event: the serialized DpEvent of what ran (None when non-private).
         epsilon: the proven epsilon at ``delta``; None when nothing is proven (non-private, shuffle).
         epsilon_if_poisson: with ``sampling="shuffle"``: the epsilon a Poisson-sampled run would have.
-        delta: the delta of the guarantee.
+        delta: the delta of the guarantee, the float noise sampler's tail included (schema /4):
+            ``accountant_delta + noise_tail_delta`` or a little more (see :meth:`delta_parts`).
+        accountant_delta: the delta the accountant computed ``epsilon`` at from ``event`` (``delta`` minus the
+            reserved tail; equal to ``delta`` when no tail is counted). Every epsilon recomputed from the event
+            uses it (:meth:`recompute_epsilon`).
+        noise_tail_delta: the run's noise tail figure, sum over its steps of q P(Z > z_max - 1/sigma), counted
+            inside ``delta`` (:mod:`dpaudit.accounting.noise_tail`); None when non-private or when the
+            sampler is not characterised (``noise_tail`` null).
         target_epsilon: the budget the run was not allowed to exceed.
         clip_norm: the clip norm C (combined sqrt(sum C_l^2) for per-layer clipping).
         sensitivity_factor: clip norms one example can move the noised sum by (1 per-example,
@@ -111,8 +138,10 @@ class PrivacyRecord:
             N is treated as public: the guarantee against an adversary who knows N.
         proven: True exactly when ``epsilon`` is a proven guarantee (False: shuffle, non-private);
             derived on construction.
-        noise_tail: the floating-point noise sampler's bounded-support caveat with this run's figure
-            (:func:`dpaudit.accounting.noise_tail_caveat`); None when non-private.
+        noise_tail: the floating-point noise sampler that drew the noise, its reach and the formula of
+            ``noise_tail_delta`` (:func:`dpaudit.accounting.noise_tail_entry`: ``sampler``, ``sampler_text``,
+            ``z_max``, ``formula``, ``text``; a /3 file's keeps its ``figure``); None when non-private or
+            when the sampler is not characterised.
         stopped_at_budget: the ledger refused a step: the run stopped at the target.
         segments: the ledger's accounting segments (steps, q, sigma, factor) of what ran; their sigma
             is the same noise multiplier as ``noise_multipliers``.
@@ -151,6 +180,8 @@ class PrivacyRecord:
     epsilon: float | None = None
     epsilon_if_poisson: float | None = None
     delta: float | None = None
+    accountant_delta: float | None = None
+    noise_tail_delta: float | None = None
     target_epsilon: float | None = None
     clip_norm: float | None = None
     sensitivity_factor: float | None = None
@@ -209,6 +240,24 @@ class PrivacyRecord:
             value = getattr(self, name)
             if value is not None and not math.isfinite(value):
                 raise ValueError(f"{name} must be finite or None, got {value}.")
+        if self.delta is not None and self.accountant_delta is None:
+            object.__setattr__(self, "accountant_delta", self.delta - (self.noise_tail_delta or 0.0))
+        if self.delta is not None:
+            tail = self.noise_tail_delta or 0.0
+            if not (0.0 < self.accountant_delta and tail >= 0.0
+                    and self.accountant_delta + tail <= self.delta * (1.0 + 1e-9)):
+                raise ValueError(f"delta {self.delta!r} must hold accountant_delta {self.accountant_delta!r} and "
+                                 f"noise_tail_delta {self.noise_tail_delta!r} (delta >= their sum > 0).")
+
+    def delta_parts(self) -> DeltaParts | None:
+        """(delta stated, the accountant's delta, the noise tail figure) of a record with a delta; None without
+        one (non-private). The one reader of the split: the claim's delta is ``delta``, an epsilon
+        recomputed from the event is at ``accountant``, and ``noise_tail`` is what the float sampler's reach
+        costs (None: not characterised)."""
+        if self.delta is None:
+            return None
+        return DeltaParts(delta=float(self.delta), accountant=float(self.accountant_delta),
+                          noise_tail=None if self.noise_tail_delta is None else float(self.noise_tail_delta))
 
     @property
     def claimed_epsilon(self) -> float | None:
@@ -216,7 +265,8 @@ class PrivacyRecord:
         return self.epsilon
 
     def recompute_epsilon(self) -> float | None:
-        """Epsilon recomputed from the stored event by the stored accountant (None when non-private).
+        """Epsilon recomputed from the stored event by the stored accountant at the accountant's delta (None when
+        non-private).
 
         For ``sampling="shuffle"`` this is the as-if-Poisson figure, not a proven one.
         """
@@ -224,7 +274,8 @@ class PrivacyRecord:
             return None
         from dpaudit import accounting  # dp_accounting is heavy: only when asked
 
-        return float(accounting.epsilon(accounting.event_from_json(self.event), self.delta, self.accountant or "pld"))
+        return float(accounting.epsilon(accounting.event_from_json(self.event), self.accountant_delta,
+                                        self.accountant or "pld"))
 
     def to_json(self) -> dict[str, Any]:
         """A JSON-serializable dict with ``schema`` first."""
@@ -234,12 +285,15 @@ class PrivacyRecord:
     def from_json(cls, obj: Any, *, where: str = "privacy.json") -> PrivacyRecord:
         """Inverse of :meth:`to_json`; a wrong schema or a bad field is a one-line UserInputError.
 
-        A schema /2 file is converted (:func:`_from_v2`): its segments' noise_multiplier was std / C.
+        A schema /2 file is converted (:func:`_from_v2`): its segments' noise_multiplier was std / C; a /3 file
+        (:func:`_from_v3`) gets its noise tail counted inside delta.
         """
         if not isinstance(obj, dict):
             raise UserInputError(f"{where}: expected a JSON object, got {type(obj).__name__}.")
         if obj.get("schema") == _SCHEMA_V2:
             obj = _from_v2(obj, where)
+        if obj.get("schema") == _SCHEMA_V3:
+            obj = _from_v3(obj, where)
         if obj.get("schema") != SCHEMA:
             raise UserInputError(f"{where}: schema {obj.get('schema')!r} is not {SCHEMA!r}; retrain with this dpaudit version.")
         names = {f.name for f in dataclasses.fields(cls)}
@@ -267,7 +321,41 @@ def _from_v2(obj: dict[str, Any], where: str) -> dict[str, Any]:
             raise UserInputError(f"{where}: segments[{index}] of a {_SCHEMA_V2} file needs numeric noise_multiplier and "
                                  f"sensitivity_factor >= 1 to convert; retrain with this dpaudit version.")
         converted.append({**seg, "noise_multiplier": sigma / factor})
-    return {**obj, "schema": SCHEMA, "segments": converted}
+    return {**obj, "schema": _SCHEMA_V3, "segments": converted}
+
+
+#: What a converted /3 record's guarantee adds: the claim with its old tail caveat counted in.
+V3_TAIL_NOTE = (" [Read from a {schema} file, which stated the float noise sampler's tail figure {tail} as a caveat "
+                "beside delta {old}: counted inside delta, the claim is ({eps}, {new})-DP.]")
+
+
+def _from_v3(obj: dict[str, Any], where: str) -> dict[str, Any]:
+    """A /3 record in /4 terms: its delta was the accountant's, and its ``noise_tail`` caveat (when it had one)
+    held the run's figure beside it. The stated delta becomes the sum (what held), the guarantee says so and the
+    group rows are recomputed at it; the event, and so the epsilon, are unchanged."""
+    obj = dict(obj, schema=SCHEMA)
+    delta, tail = obj.get("delta"), obj.get("noise_tail")
+    if delta is None:
+        return obj
+    if not isinstance(delta, (int, float)) or isinstance(delta, bool):
+        raise UserInputError(f"{where}: delta must be a number, got {delta!r}; retrain with this dpaudit version.")
+    figure = tail.get("figure") if isinstance(tail, dict) else None
+    obj["accountant_delta"] = float(delta)
+    if not isinstance(figure, (int, float)) or isinstance(figure, bool) or figure < 0:
+        return obj
+    from dpaudit.figures import format_up
+
+    stated = float(delta) + float(figure)
+    obj.update(delta=stated, noise_tail_delta=float(figure))
+    epsilon = obj.get("epsilon")
+    if isinstance(epsilon, (int, float)) and not isinstance(epsilon, bool):
+        obj["guarantee"] = str(obj.get("guarantee", "")) + V3_TAIL_NOTE.format(
+            schema=_SCHEMA_V3, tail=format_up(float(figure), 3), old=format_up(float(delta), 2), eps=format_up(epsilon),
+            new=format_up(stated, 3))
+        rows = obj.get("group_privacy")
+        if isinstance(rows, list) and all(isinstance(r, dict) and isinstance(r.get("frequency"), int) for r in rows):
+            obj["group_privacy"] = group_privacy_rows(float(epsilon), stated, [r["frequency"] for r in rows])
+    return obj
 
 
 def group_privacy_text(row: dict[str, Any]) -> str:

@@ -16,6 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from dpaudit import accounting
+from dpaudit.accounting.noise_tail import FORMULA as TAIL_FORMULA
 from dpaudit.figures import format_up
 from dpaudit.training.privacy_plan import PrivacyPlan
 from dpaudit.training.privacy_record import PrivacyRecord, group_privacy_rows
@@ -27,7 +28,7 @@ from dpaudit.training.starting_point import (
     public_data_only,
 )
 
-__all__ = ["RecordParts", "RunFacts", "build_record", "segments_json"]
+__all__ = ["RecordParts", "RunFacts", "build_record", "delta_of_run", "segments_json"]
 
 NONPRIVATE_GUARANTEE = "none: non-private training (no clipping, no noise); epsilon = inf."
 NONPRIVATE_NOTE = "non-private run: no guarantee for any file."
@@ -38,8 +39,13 @@ PUBLIC_SPLIT_GUARANTEE = ("none: trained on public.jsonl (--data-split public) f
                           "epsilon = inf.")
 PUBLIC_NOTE = "public run: trained on public data only; no guarantee is needed for any file."
 UNCHARACTERISED_SAMPLER = ("the floating-point Gaussian sampler of this trainer is not characterised "
-                           "(dpaudit.accounting.NOISE_SAMPLERS): its bounded-support tail is not stated "
+                           "(dpaudit.accounting.NOISE_SAMPLERS): its bounded-support tail is not counted in delta "
                            "(noise_tail null).")
+#: The guarantee's words on delta when the noise sampler's tail is counted inside it.
+TAIL_INSIDE_DELTA = (" Delta includes the float noise sampler's tail figure {tail} ({formula}, z_max = {z_max:g}): "
+                     "epsilon is the accountant's at delta minus that figure ({accountant}).")
+TAIL_ACCEPTED = (" --accept-noise-tail: the float noise sampler's tail figure {tail} ({formula}, z_max = {z_max:g}) "
+                 "alone exceeds the requested delta {accountant}, so the stated delta is their sum.")
 SHUFFLE_GUARANTEE = ("no proven epsilon: fixed-size shuffled batches (--sampling shuffle). If the batches had been "
                      "Poisson-sampled, the run would be ({eps}, {delta})-DP (epsilon_if_poisson).")
 
@@ -52,11 +58,12 @@ class RecordParts:
         mechanism: the mechanism in words (sampling, clipping unit, noise); for a non-private run,
             what ran instead (``nonprivate_mechanism``).
         noise_sampler: the :data:`dpaudit.accounting.NOISE_SAMPLERS` key of the Gaussian sampler
-            that drew the noise (its bounded-support caveat goes into ``noise_tail``); None for a
-            sampler that table does not characterise: ``noise_tail`` is then null and a note says so.
+            that drew the noise (``noise_tail`` names it; its tail figure is counted inside delta); None
+            for a sampler that table does not characterise: ``noise_tail`` is then null and a note says so.
+            The plan's sampler (``PrivacyPlan.noise_sampler``) when None here.
         guarantee_mechanism: how the guarantee sentence names the mechanism, after "(add/remove)";
             default ``": " + mechanism``.
-        notes: caveats, after the delta warning and before the noise-tail caveat.
+        notes: caveats, after the delta warning.
         details: trainer-specific facts with no field of their own.
         steps_from_n: the step count came from N (epochs x ceil(N / batch)).
         sampling: ``"poisson"`` or ``"shuffle"`` (nothing proven: the figure is ``epsilon_if_poisson``).
@@ -137,37 +144,67 @@ def _nonprivate_record(facts: RunFacts, parts: RecordParts) -> PrivacyRecord:
         notes=[first, *parts.nonprivate_notes], **facts.provenance())
 
 
+def delta_of_run(plan: PrivacyPlan, ledger: Any, sampler: str | None) -> tuple[float, float, float | None]:
+    """(stated delta, the accountant's delta, the noise tail figure of the steps that ran) of a private run.
+
+    The accountant's delta is the ledger's (the plan's ``delta - reserved tail``); the figure is the sampler's
+    over the ledger's segments (None: the sampler is not characterised). The stated delta is the plan's when
+    the two parts fit inside it (always, for a ledger this plan made: the reserved tail covers every planned
+    step), else their sum (a ledger resumed from an older checkpoint, whose delta held no tail).
+    """
+    accountant = float(ledger.delta)
+    if sampler is None:
+        return accountant, accountant, None
+    tail = accounting.tail_figure(ledger.segments, accounting.sampler_reach(sampler))
+    stated = float(plan.delta) if plan.delta is not None else accountant
+    if accountant + tail > stated * (1.0 + 1e-12):
+        stated = accountant + tail
+    return stated, accountant, tail
+
+
 def _private_record(facts: RunFacts, parts: RecordParts) -> PrivacyRecord:
     plan, ledger = facts.plan, facts.ledger
     shuffle = parts.sampling == "shuffle"
-    delta = float(ledger.delta)
+    sampler = parts.noise_sampler if parts.noise_sampler is not None else plan.noise_sampler
+    delta, accountant_delta, tail = delta_of_run(plan, ledger, sampler)
     event = ledger.event()
     public = plan.public_fields(steps_from_n=parts.steps_from_n,
-                                event=event if (ledger.steps and not shuffle) else None, delta=delta)
-    tail = (accounting.noise_tail_caveat(parts.noise_sampler, ledger.segments, delta)
-            if parts.noise_sampler is not None else None)
+                                event=event if (ledger.steps and not shuffle) else None, delta=accountant_delta)
     warning = accounting.delta_warning(delta, plan.accounting_size)
     proven = None if shuffle else facts.epsilon
     return PrivacyRecord(
         trainer=facts.trainer, private=True, sampling=parts.sampling, mechanism=parts.mechanism,
         accountant=ledger.accountant, event=accounting.event_to_json(event), epsilon=proven,
-        epsilon_if_poisson=facts.epsilon if shuffle else None, delta=delta, target_epsilon=ledger.target_epsilon,
+        epsilon_if_poisson=facts.epsilon if shuffle else None, delta=delta, accountant_delta=accountant_delta,
+        noise_tail_delta=tail, target_epsilon=ledger.target_epsilon,
         clip_norm=float(facts.clip_norm), sensitivity_factor=float(facts.sensitivity_factor),
         noise_multipliers=[float(s) for s in plan.sigmas or ()], noise_calibrated=plan.noise_calibrated,
-        steps=facts.steps, planned_steps=plan.total_steps, **public, noise_tail=tail,
+        steps=facts.steps, planned_steps=plan.total_steps, **public,
+        noise_tail=accounting.noise_tail_entry(sampler) if sampler is not None else None,
         stopped_at_budget=facts.stopped_at_budget, segments=segments_json(ledger, plan),
         randomness=facts.noise_source.note, noise_seed_explicit=facts.noise_source.explicit,
         group_privacy=group_privacy_rows(proven, delta, facts.frequencies),
-        guarantee=_guarantee(facts, parts, public, delta),
+        guarantee=_guarantee(facts, parts, public, delta,
+                             _tail_words(sampler, plan.noise_tail_accepted, accountant_delta, tail)),
         notes=(["warning: " + warning] if warning else []) + list(parts.notes)
         + (["note: " + DP_ON_PUBLIC_NOTE] if facts.data_split == "public" else [])
-        + ["caveat: " + (tail["caveat"] if tail is not None else UNCHARACTERISED_SAMPLER)],
+        + ([] if sampler is not None else ["caveat: " + UNCHARACTERISED_SAMPLER]),
         details=dict(parts.details), paper_claim=parts.paper_claim,
         unaccounted_releases=list(parts.unaccounted_releases), **facts.provenance())
 
 
-def _guarantee(facts: RunFacts, parts: RecordParts, public: Mapping[str, Any], delta: float) -> str:
-    """The one sentence stating what is proven (and under which condition)."""
+def _tail_words(sampler: str | None, accepted: bool, accountant_delta: float, tail: float | None) -> str:
+    """What the guarantee says about the noise tail inside its delta (nothing when no tail is counted)."""
+    if sampler is None or tail is None:
+        return ""
+    words = TAIL_ACCEPTED if accepted else TAIL_INSIDE_DELTA
+    return words.format(tail=format_up(tail, 2), formula=TAIL_FORMULA, z_max=accounting.sampler_reach(sampler),
+                        accountant=format_up(accountant_delta, 3))
+
+
+def _guarantee(facts: RunFacts, parts: RecordParts, public: Mapping[str, Any], delta: float, tail_words: str = "") -> str:
+    """The one sentence stating what is proven (and under which condition); ``tail_words`` say what its delta
+    holds of the noise sampler's tail."""
     eps_text, delta_text = format_up(facts.epsilon), format_up(delta, 2)
     if parts.sampling == "shuffle":
         text = SHUFFLE_GUARANTEE.format(eps=eps_text, delta=delta_text)
@@ -186,4 +223,4 @@ def _guarantee(facts: RunFacts, parts: RecordParts, public: Mapping[str, Any], d
     unaccounted = list(parts.unaccounted_releases)
     if unaccounted:
         text += f" NOT covered (unaccounted release{'s' if len(unaccounted) > 1 else ''}): " + " ".join(unaccounted)
-    return text + f" Condition: {facts.noise_source.note}"
+    return text + tail_words + f" Condition: {facts.noise_source.note}"

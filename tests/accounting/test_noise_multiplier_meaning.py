@@ -61,7 +61,7 @@ def _record(ledger) -> PrivacyRecord:
 def test_privacy_json_v2_is_converted_so_its_segments_state_sigma():
     _, ledger = _recorded_ledger()
     current = _record(ledger).to_json()
-    assert current["schema"] == SCHEMA == "dpaudit.privacy/3"
+    assert current["schema"] == SCHEMA == "dpaudit.privacy/4"
     assert current["segments"][0]["noise_multiplier"] == current["noise_multipliers"][0] == SIGMA
     old = copy.deepcopy(current)  # what a /2 writer stored: std / C in the segments
     old["schema"] = "dpaudit.privacy/2"

@@ -56,8 +56,10 @@ def test_tail_figure_sums_each_segment():
     upper = lambda x: 0.5 * math.erfc(x / math.sqrt(2))  # noqa: E731
     want = 100 * 0.1 * upper(5.768 - 2.0) + 50 * 0.2 * upper(5.768 - 1.0)
     assert A.tail_figure(segments, 5.768) == pytest.approx(want, rel=1e-12)
-    caveat = A.noise_tail_caveat("torch-cpu", segments, 1e-5)
-    assert caveat["figure"] == pytest.approx(want, rel=1e-12) and caveat["exceeds_delta"] is (want > 1e-5)
+    # The same figure read from the DpEvent (what calibration searches over), and the sampler's privacy.json entry.
+    assert A.event_tail_figure(A.schedule_event(segments), 5.768) == pytest.approx(want, rel=1e-12)
+    entry = A.noise_tail_entry("torch-cpu")
+    assert entry["sampler"] == "torch-cpu" and entry["z_max"] == 5.768 and "figure" not in entry
 
 
 def test_jax_float32_normal_reach_is_measured_on_jax_itself():

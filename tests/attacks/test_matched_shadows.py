@@ -242,8 +242,9 @@ def test_claimed_epsilon_states_the_claim_of_a_model_trained_elsewhere(uneven, t
 
 
 def test_shadow_trainer_trains_shadows_of_a_model_trained_elsewhere(uneven, matched, tmp_path):
-    """A bare Hugging Face directory: --shadow-trainer/--shadow-config name the recipe; the shadows are the cached
-    ones when the recipe is the target's (same trainer, Config and rows)."""
+    """A bare Hugging Face directory: --shadow-trainer/--shadow-config name the recipe; each shadow starts from a fresh
+    copy of the bare model's own architecture and tokenizer (so they are not the dpaudit target's cached shadows, which
+    built their tokenizer from public.jsonl), and is cached for the next run of the same recipe."""
     data, target, _ = uneven
     _, _, cache = matched
     bare = tmp_path / "hf"
@@ -254,7 +255,12 @@ def test_shadow_trainer_trains_shadows_of_a_model_trained_elsewhere(uneven, matc
     results = dpaudit.attack(bare, data, ["shadow"], shadow_models=2, shadow_cache=str(cache), progress=False,
                              shadow_trainer="edp-sgd", shadow_config=str(tmp_path / "recipe.json"))
     info = results["shadow"].shadow_models
-    assert info.origin.startswith("--shadow-trainer edp-sgd") and all(m.cached for m in info.models)
+    assert info.origin.startswith("--shadow-trainer edp-sgd") and not any(m.cached for m in info.models)
+    assert all(Path(_manifest(m.path)["config"]["init_from"]).name == "start" for m in info.models)
+    again = dpaudit.attack(bare, data, ["shadow"], shadow_models=2, shadow_cache=str(cache), progress=False,
+                           shadow_trainer="edp-sgd", shadow_config=str(tmp_path / "recipe.json"))
+    assert [m.path for m in again["shadow"].shadow_models.models] == [m.path for m in info.models]
+    assert all(m.cached for m in again["shadow"].shadow_models.models)
     assert info.target_heldout_accuracy is None  # a bare model records none
     run = CliRunner().invoke(cli, ["attack", "--model", str(bare), "--data", str(data), "--out", str(tmp_path / "o"),
                                    "--attacks", "shadow"])

@@ -101,7 +101,12 @@ class JaxBertConfig:
         "Privacy budget; alone, the noise multiplier is calibrated so the whole run spends exactly this (PLD)."))
     delta: float | None = field(default=None, metadata=_help(
         "Delta of the (epsilon, delta) guarantee; default min(1e-5, 1/(10 N)) for N training examples "
-        "(well below 1/N: releasing one random row verbatim already satisfies delta = 1/N). A delta >= 1/N is warned about."))
+        "(well below 1/N: releasing one random row verbatim already satisfies delta = 1/N). A delta >= 1/N is warned about. "
+        "It includes the float noise sampler's tail figure (privacy.json noise_tail_delta); the accountant's delta is the rest."))
+    accept_noise_tail: bool = field(default=False, metadata=_help(
+        "Train even when the noise sampler's tail figure (sum over steps of q P(Z > 11.596 - 1/sigma)) alone reaches "
+        "--delta (a tiny noise multiplier): the stated delta is then --delta plus that figure, what holds. Without "
+        "it such a run is refused."))
     non_private: bool = field(default=False, metadata=_help("Train without clipping or noise (the baseline; epsilon = inf)."))
     sampling: Sampling = field(default="poisson", metadata=_help(
         "poisson (what the accountant assumes) or shuffle (fixed-size batches: NO proven epsilon; privacy.json gives "
@@ -125,7 +130,7 @@ class JaxBertConfig:
     #: deprecation warning) and --config keys; :meth:`upgrade_stored` renames them in a checkpoint's config.
     RENAMED_FIELDS: ClassVar[Mapping[str, str]] = {"micro_batch": "physical_batch", "clipping": "clip_engine"}
     #: Fields added since runs were first checkpointed, with the value an older checkpoint's run had.
-    ADDED_FIELDS: ClassVar[Mapping[str, Any]] = {"init_from": None, "data_split": "train"}
+    ADDED_FIELDS: ClassVar[Mapping[str, Any]] = {"init_from": None, "data_split": "train", "accept_noise_tail": False}
 
     def __post_init__(self) -> None:
         check_types(self)  # types and Literal choices first, whatever the source (TOML, checkpoint, caller)

@@ -343,13 +343,53 @@ def _global_norm(tree: PyTree) -> jax.Array:
     return jnp.sqrt(sum(jnp.sum(jnp.square(x)) for x in jax.tree.leaves(tree)))
 
 
+#: Random 32-bit words per Box-Muller pair of :func:`wide_normal_pairs`: three for the radius, one for the angle.
+PAIR_WORDS = 4
+
+
+def wide_normal_pairs(words: jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Two standard normals per column of ``words`` (``uint32[4, n]``): Box-Muller with a 96-bit radius uniform.
+
+    ``u = (w0 2^64 + w1 2^32 + w2 + 1/2) 2^-96`` is never 0, so the radius ``sqrt(-2 ln u)`` reaches
+    ``sqrt(194 ln 2) = 11.596`` standard deviations; ``jax.random.normal`` in float32 (``sqrt(2) erfinv`` of a
+    23-bit uniform) stopped at 5.22, and a neighbour alone on a gradient coordinate was revealed whenever
+    its shift carried the noise past that edge (:mod:`dpaudit.accounting.noise_tail`). The angle comes from
+    ``w3``: a quarter turn from its top 2 bits, an offset in (-pi/4, pi/4) from the other 30, as the torch
+    trainers' C sampler forms it (``trainers/torch_common/philox_normal.c``).
+
+    Float32 arithmetic, without enabling x64: u is formed from the smallest term up, and a term only
+    matters when the words before it are 0, so the float32 sum keeps u's whole dynamic range (down to
+    2^-97, a normal float32) at 24-bit relative precision; tests/trainers/test_noise_reach.py feeds the
+    extreme words through this function and tests its far tail (w0 = 0) for the exact law.
+    """
+    w0, w1, w2, w3 = (words[i] for i in range(PAIR_WORDS))
+    f32 = jnp.float32
+    u = (w2.astype(f32) + f32(0.5)) * f32(2.0**-96) + w1.astype(f32) * f32(2.0**-64)
+    u = u + w0.astype(f32) * f32(2.0**-32)
+    radius = jnp.sqrt(f32(-2.0) * jnp.log(u))
+    offset = ((w3 & jnp.uint32(0x3FFFFFFF)).astype(f32) + f32(0.5)) * f32(2.0**-30) - f32(0.5)
+    angle = offset * f32(math.pi / 2)
+    cos, sin = jnp.cos(angle), jnp.sin(angle)
+    odd = ((w3 >> 30) & jnp.uint32(1)) == 1  # an odd quarter turn maps (cos, sin) to (-sin, cos)
+    flip = jnp.where((w3 >> 31) == 1, f32(-1.0), f32(1.0))  # two quarter turns negate both
+    return radius * flip * jnp.where(odd, -sin, cos), radius * flip * jnp.where(odd, cos, sin)
+
+
+def wide_normal(key: jax.Array, shape: Sequence[int]) -> jax.Array:
+    """Standard normal float32 noise of ``shape`` from ``key``: :func:`wide_normal_pairs` of
+    ``jax.random.bits(key, (4, ceil(n / 2)), uint32)``, the cosines first, then the sines (the last one
+    dropped when n is odd). Jittable, no host sync."""
+    n = math.prod(shape)
+    words = jax.random.bits(key, (PAIR_WORDS, (n + 1) // 2), jnp.uint32)
+    first, second = wide_normal_pairs(words)
+    return jnp.concatenate([first, second])[:n].reshape(shape)
+
+
 def _gaussian_like(key: jax.Array, tree: PyTree) -> PyTree:
-    """Standard normal noise with the structure of ``tree``, one independent key per leaf."""
+    """Standard normal noise with the structure of ``tree``, one independent key per leaf (:func:`wide_normal`)."""
     leaves, treedef = jax.tree.flatten(tree)
     keys = jax.random.split(key, len(leaves))
-    return jax.tree.unflatten(
-        treedef, [jax.random.normal(k, x.shape, jnp.float32) for k, x in zip(keys, leaves)]
-    )
+    return jax.tree.unflatten(treedef, [wide_normal(k, x.shape) for k, x in zip(keys, leaves)])
 
 
 def _apply(

@@ -174,12 +174,18 @@ def load_inject_dir(data_dir: Path, *, split: str = "train") -> InjectRun:
     return data
 
 
+#: The :data:`dpaudit.accounting.NOISE_SAMPLERS` key of the DP noise (:func:`trainers.jax_bert.dp_step.wide_normal`):
+#: Box-Muller with a 96-bit radius uniform, reach 11.596 sigma; the plan counts its tail inside delta.
+NOISE_SAMPLER = "jax-bm96"
+
+
 def plan_options(config: JaxBertConfig) -> dict[str, Any]:
     """The keyword arguments of :func:`~dpaudit.training.privacy_plan.plan_privacy` this config sets: its
     (steps, batch) schedule, sigma given or calibrated for ``--target-epsilon``, the declared size."""
     return {"stages": config.schedule, "non_private": config.non_private, "noise_multiplier": config.noise_multiplier,
             "target_epsilon": config.target_epsilon, "delta": config.delta, "declared_size": config.dataset_size,
-            "batch_option": "--batch-schedule" if config.batch_schedule else "--batch-size"}
+            "batch_option": "--batch-schedule" if config.batch_schedule else "--batch-size",
+            "noise_sampler": NOISE_SAMPLER, "accept_noise_tail": config.accept_noise_tail}
 
 
 def plan_run_privacy(config: JaxBertConfig, dataset_size: int) -> PrivacyPlan:
@@ -676,7 +682,7 @@ class _Plugin(TrainerPlugin):
         tokenizer_note = self._tokenizer_note()
         notes = (["caveat: " + SHUFFLE_NOTE] if shuffle else []) + [f"delta: {delta_rule}", tokenizer_note]
         return RecordParts(
-            mechanism=mechanism, noise_sampler="jax-float32", notes=notes, steps_from_n=False, sampling=config.sampling,
+            mechanism=mechanism, noise_sampler=NOISE_SAMPLER, notes=notes, steps_from_n=False, sampling=config.sampling,
             guarantee_mechanism=(", Poisson-subsampled Gaussian mechanism with per-example clipping to "
                                  f"C = {config.clip_norm:g}"),
             nonprivate_notes=[tokenizer_note])

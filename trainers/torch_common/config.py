@@ -80,7 +80,7 @@ class TorchTrainConfig:
     #: deprecation warning) and --config key; :meth:`upgrade_stored` renames it in a checkpoint's config.
     RENAMED_FIELDS: ClassVar[Mapping[str, str]] = {"model": "init_from"}
     #: Fields added since runs were first checkpointed, with the value an older checkpoint's run had.
-    ADDED_FIELDS: ClassVar[Mapping[str, Any]] = {"data_split": "train"}
+    ADDED_FIELDS: ClassVar[Mapping[str, Any]] = {"data_split": "train", "accept_noise_tail": False}
 
     task: Task = field(default="classify", metadata=help_text(
         "classify: sequence classification of {'text','label'} rows (intent). mlm: masked-LM fine-tuning on the texts. "
@@ -129,7 +129,12 @@ class TorchTrainConfig:
     target_epsilon: float | None = field(default=None, metadata=help_text(
         "Privacy budget; alone, sigma_0 is calibrated so the whole run (with its decay schedule) spends exactly this (PLD)."))
     delta: float | None = field(default=None, metadata=help_text(
-        "Delta of the (epsilon, delta) guarantee; default min(1e-5, 1/(10 N)), well below 1/N."))
+        "Delta of the (epsilon, delta) guarantee; default min(1e-5, 1/(10 N)), well below 1/N. It includes the float "
+        "noise sampler's tail figure (privacy.json noise_tail_delta); the accountant's delta is the rest."))
+    accept_noise_tail: bool = field(default=False, metadata=help_text(
+        "Train even when the noise sampler's tail figure (sum over steps of q P(Z > 11.596 - 1/sigma)) alone reaches "
+        "--delta (a tiny noise multiplier): the stated delta is then --delta plus that figure, what holds. Without "
+        "it such a run is refused."))
     noise_decay: Decay = field(default="none", metadata=help_text(
         "Per-epoch noise decay fixed in advance: none, linear sigma_e = max(sigma_0 (1 - k e), sigma_min), exp sigma_0 exp(-k e)."))
     decay_rate: float = field(default=0.0, metadata=help_text("k of --noise-decay (>= 0)."))

@@ -62,7 +62,7 @@ from dpaudit.training import RecordParts, RunData, RunSettings, RunSkeleton, Tra
 from dpaudit.training.gradient_canaries import UNIT_EXAMPLE, UNIT_MICROBATCH, GradientCanaries
 from dpaudit.trainers.torch_common import checkpoint as ckpt
 from dpaudit.trainers.torch_common import data as data_mod
-from dpaudit.trainers.torch_common import distributed, noise, sampling
+from dpaudit.trainers.torch_common import distributed, noise, privacy, sampling
 from dpaudit.trainers.torch_common.canary_block import AuditBlock
 from dpaudit.trainers.torch_common.distributed import to_device
 from dpaudit.trainers.torch_common.model import (
@@ -344,7 +344,9 @@ class TorchPlugin(TrainerPlugin):
                 "non_private": not config.private, "noise_multiplier": config.noise_multiplier,
                 "target_epsilon": config.target_epsilon, "delta": config.delta,
                 "noise_schedule": decay_schedule(config.noise_decay, epochs=config.epochs, rate=config.decay_rate,
-                                                 sigma_min=config.sigma_min)}
+                                                 sigma_min=config.sigma_min),
+                "noise_sampler": privacy.noise_sampler(self.device.type if self.device is not None else "cpu"),
+                "accept_noise_tail": config.accept_noise_tail}
 
     def load_data(self) -> RunData:
         config = self.config

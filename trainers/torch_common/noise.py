@@ -1,23 +1,33 @@
 """Gaussian noise for the DP aggregate, drawn from generators keyed by the secret noise seed.
 
 The noise std is always ``sigma_e * sensitivity`` where the sensitivity comes from the clipping
-function that produced the aggregate (DESIGN section 5: the step owns its sensitivity). In eDP-SGD
+function that produced the aggregate (the step owns its sensitivity: docs/architecture.md). In eDP-SGD
 (Dupuy et al. 2021, Algorithm 1) each of the k micro-batches adds its own N(0, (sigma S)^2 / k), so
 that the aggregate carries N(0, (sigma S)^2). A process that holds k_r micro-batches may draw their
 summed noise as ONE Gaussian of variance k_r (sigma S)^2 / k: the same distribution with k_r times
 fewer random numbers (``noise_draw="process"``); ``"micro-batch"`` draws one per micro-batch, keyed by
 its index, so the values do not depend on how micro-batches are spread over processes.
 
+**The sampler: Box-Muller with a 96-bit radius uniform.** Every path turns four random 32-bit words
+into two normals: u = (w0 2^64 + w1 2^32 + w2 + 1/2) 2^-96, never 0, radius sqrt(-2 ln u), angle from
+w3, in double precision, and std x z rounded once to the parameters' dtype. The radius reaches
+sqrt(194 ln 2) = 11.596 standard deviations; the float samplers used before stopped at 5.77 (torch's
+CPU ``normal_``), 6.66 (the former 32-bit C transform) or 6.76 (CUDA), and a neighbour alone on a
+gradient coordinate was revealed whenever its shift carried the noise past that edge
+(:mod:`dpaudit.accounting.noise_tail`, where the run's remaining tail figure is counted inside delta).
+
 **Generator keys.** A draw is keyed by (secret seed, noise stream, *key). Its values are split into
 :data:`NOISE_CHUNKS` fixed pieces of the flattened tensors, each drawn by its own generator keyed by
 (..., piece index). So the pieces can be drawn in parallel on the CPU, and the values do not depend on
 the thread count.
 
-**Which generator.** On the CPU, Philox4x32-10 in C (:mod:`trainers.torch_common.philox`; ~3x cheaper
-than torch's sampler, which made the noise ~10% of a non-private BERT step at batch 32), each piece
-under a 128-bit key from a PCG64 stream keyed by the whole (secret seed, stream, key, piece)
-(:func:`philox_key`). Without a C compiler, torch's CPU sampler (:func:`keyed_generator`). On CUDA,
-torch's Philox. ``privacy.json`` records which one ran (:func:`describe`).
+**Which generator.** On the CPU for float32, Philox4x32-10 in C (:mod:`trainers.torch_common.philox`,
+the words and the transform in one vectorized pass), each piece under a 128-bit key from a PCG64
+stream keyed by the whole (secret seed, stream, key, piece) (:func:`philox_key`). Without a C
+compiler (or for another dtype), the words come from torch's CPU generator (:func:`keyed_generator`)
+and :func:`wide_normal_pairs` transforms them with torch; on CUDA the same, from torch's CUDA Philox
+generator. ``privacy.json`` records which one ran (:func:`describe`, and the sampler's name in
+``noise_tail``).
 
 **Two ways to apply it.** :func:`gaussian_sum` returns the noise as new tensors (the clipped sum and
 the noise are then all-reduced and measured apart: several processes, several draws, CUDA).
@@ -36,6 +46,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import math
 import os
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -50,7 +61,9 @@ from dpaudit.trainers.torch_common.sampling import NOISE_STREAM, derived_seed, s
 NOISE_CHUNKS = 16
 _PIECES = (f"each step's draw in {NOISE_CHUNKS} fixed pieces, each from its own generator keyed by (secret seed, noise "
            "stream, step, ..., piece)")
-_CUDA = "on CUDA torch's Philox seeded with 63 bits"
+_CUDA = "on CUDA the words from torch's Philox seeded with 63 bits, transformed by torch in float64"
+_TRANSFORM = ("Box-Muller with a 96-bit radius uniform (u = (w0 2^64 + w1 2^32 + w2 + 1/2) 2^-96 from three 32-bit words, "
+              "the angle from a fourth; double precision; reach 11.596 sigma)")
 #: (std, key) of one Gaussian draw; ``key`` extends (secret seed, noise stream).
 Draw = tuple[float, tuple[int, ...]]
 
@@ -96,10 +109,43 @@ def keyed_generator(seed: int, *key: int, device: torch.device | str = "cpu") ->
 def describe() -> str:
     """How this process draws the noise, for ``privacy.json``'s ``details.noise_generator``."""
     if philox.available():
-        return (f"Philox4x32-10 Box-Muller in C, {_PIECES}: on the CPU each piece under a 128-bit key from PCG64 keyed by "
-                f"the whole secret; {_CUDA}")
-    return (f"torch normal_, {_PIECES}: on the CPU an mt19937 given a full 19,968-bit state from PCG64 keyed by the "
-            f"whole secret (torch's manual_seed keeps only 32 bits); {_CUDA}")
+        return (f"Philox4x32-10 words, {_TRANSFORM}, in C, {_PIECES}: on the CPU each piece under a 128-bit key from "
+                f"PCG64 keyed by the whole secret; {_CUDA}")
+    return (f"torch generator words, {_TRANSFORM}, transformed by torch, {_PIECES}: on the CPU an mt19937 given a full "
+            f"19,968-bit state from PCG64 keyed by the whole secret (torch's manual_seed keeps only 32 bits); {_CUDA}")
+
+
+def wide_normal_pairs(words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """The sampler's Box-Muller transform in torch (float64, on ``words``' device): ``words`` is ``(4, n)``
+    integer-valued (32-bit words: w0, w1, w2 the radius uniform, most significant first; w3 the angle), the
+    result two float64 tensors of n, (r cos, r sin).
+
+    The same construction as the C sampler (:func:`trainers.torch_common.philox.pairs`, the same angle
+    convention, so both agree on the same words to double rounding): u = (w0 2^64 + w1 2^32 + w2 + 1/2)
+    2^-96, summed from the smallest term up, r = sqrt(-2 ln u) <= sqrt(194 ln 2) = 11.596, angle
+    2 pi (w3 + 1/2) 2^-32 - pi/4.
+    """
+    w0, w1, w2, w3 = words.to(torch.float64).unbind(0)
+    u = (w2 + 0.5) * 2.0**-96 + w1 * 2.0**-64
+    u = u + w0 * 2.0**-32
+    radius = torch.sqrt(-2.0 * torch.log(u))
+    angle = (w3 + 0.5) * (2.0 * math.pi * 2.0**-32) - math.pi / 4
+    return radius * torch.cos(angle), radius * torch.sin(angle)
+
+
+def _torch_words(generator: torch.Generator, pairs: int, device: torch.device) -> torch.Tensor:
+    """``(4, pairs)`` random 32-bit words (int64) from ``generator``: two full-range 64-bit draws per pair, each
+    split into its high and low halves."""
+    draws = torch.empty((2, pairs), dtype=torch.int64, device=device).random_(-(2**63), None, generator=generator)
+    high, low = (draws >> 32) & 0xFFFFFFFF, draws & 0xFFFFFFFF
+    return torch.stack([high[0], low[0], high[1], low[1]])
+
+
+def torch_normal(n: int, generator: torch.Generator, device: torch.device | str = "cpu") -> torch.Tensor:
+    """n standard normal float64 numbers from ``generator`` (:func:`wide_normal_pairs` of its words): the
+    cosines of ceil(n / 2) pairs, then their sines (the last one dropped when n is odd)."""
+    first, second = wide_normal_pairs(_torch_words(generator, (n + 1) // 2, torch.device(device)))
+    return torch.cat([first, second])[:n]
 
 
 def philox_key(seed: int, *key: int) -> np.ndarray:
@@ -128,14 +174,17 @@ def _source(seed: int, key: tuple[int, ...], flat: torch.Tensor) -> Source:
 
 def _draw_piece(piece: torch.Tensor, sources: list[Source], stds: list[float]) -> None:
     """One piece, one sampler call per draw: no Python loop over tensors, so the pool threads hold the
-    GIL for microseconds and spend their time in the (GIL-free) sampler."""
+    GIL for microseconds and spend their time in the (GIL-free) sampler. std x z is formed in float64
+    and rounded once to the piece's dtype."""
     for i, (source, std) in enumerate(zip(sources, stds)):
         if isinstance(source, np.ndarray):
             philox.normal_(piece, source, std, add=i > 0)
-        elif i == 0:
-            piece.normal_(0.0, std, generator=source)
+            continue
+        value = (torch_normal(piece.numel(), source, piece.device) * std).to(piece.dtype)
+        if i == 0:
+            piece.copy_(value)
         else:
-            piece.add_(torch.empty_like(piece).normal_(0.0, std, generator=source))
+            piece.add_(value)
 
 
 _POOL: ThreadPoolExecutor | None = None

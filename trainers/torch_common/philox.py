@@ -3,22 +3,30 @@
 **Why.** A DP step adds one Gaussian number per parameter: 7.4M for the paper's BERT. torch's CPU
 sampler draws them from mt19937, a scalar stream, at ~4.5 ns a number, so at batch 32 the noise alone
 was ~10% of a non-private step (20 ms on 2 cores). Philox4x32-10 (Salmon et al. 2011, the
-counter-based generator torch uses on CUDA) computes every block independently, so it vectorizes:
-~1.1 ns a number with AVX-512, ~1.7 with AVX2 only (one core of an AMD EPYC VM; the rounds are
-written with intrinsics for those two, the Box-Muller transform is left to the compiler).
+counter-based generator torch uses on CUDA) computes every block independently, so it vectorizes (the
+rounds are written with AVX-512 or AVX2 intrinsics, the Box-Muller transform is left to the compiler).
+
+**Reach.** Each block of four 32-bit words gives two normals by Box-Muller with a 96-bit radius
+uniform, in double precision (:func:`pairs`, ``philox_normal.c``): the radius reaches
+sqrt(194 ln 2) = 11.596 standard deviations, where a 32-bit uniform stopped at 6.66 and let a
+neighbour alone on a gradient coordinate be revealed whenever its shift carried the noise past that
+edge (:mod:`dpaudit.accounting.noise_tail`). Twice the Philox rounds per number and a double-precision
+transform: ~2.4 ns a number on one AVX-512 core (was ~1.1 with the 32-bit float32 transform);
+``benchmarks/bench_noise_sampler.py`` measures it.
 
 **How.** ``philox_normal.c`` beside this file is compiled with the system C compiler (``$CC``, else
 ``cc``) into a temporary directory the first time noise is drawn, for the machine it runs on
-(``-march=native``; if the compiler refuses that, with plain ``-O3``: ~3.4 ns a number), and loaded
-with :mod:`ctypes`; calls release the GIL, so the noise pool's threads draw in parallel. The build is
-checked against Random123's published known answers before use. Its values do not depend on the
-instruction set or the build (IEEE single-precision operations only, no contraction), so a given key
-gives the same bits on every x86 machine.
+(``-march=native``; if the compiler refuses that, with plain ``-O3``), and loaded with :mod:`ctypes`;
+calls release the GIL, so the noise pool's threads draw in parallel. The build is checked against
+Random123's published known answers before use. Its values do not depend on the instruction set or
+the build (IEEE operations only, no contraction), so a given key gives the same bits on every x86
+machine.
 
-**When it is not used.** Without a working compiler, on a GPU (torch's own Philox runs there), for
-dtypes other than float32, or when ``DPAUDIT_NOISE_GENERATOR=torch`` is set (to reproduce noise that a
-``--noise-seed`` drew with torch's sampler), :mod:`trainers.torch_common.noise` draws with torch.
-``privacy.json`` records which generator ran (:func:`trainers.torch_common.noise.describe`).
+**When it is not used.** Without a working compiler, on a GPU, for dtypes other than float32, or when
+``DPAUDIT_NOISE_GENERATOR=torch`` is set, :mod:`trainers.torch_common.noise` draws the same
+construction's words from torch's generators and transforms them with torch
+(:func:`trainers.torch_common.noise.wide_normal_pairs`). ``privacy.json`` records which generator ran
+(:func:`trainers.torch_common.noise.describe`).
 """
 
 from __future__ import annotations
@@ -36,10 +44,12 @@ from pathlib import Path
 import numpy as np
 import torch
 
-__all__ = ["ENV", "add_normal_", "available", "block", "normal_"]
+__all__ = ["ENV", "PAIR_WORDS", "add_normal_", "available", "block", "normal_", "pairs"]
 
 #: Environment variable that selects the CPU generator: ``philox`` (default when it builds) or ``torch``.
 ENV = "DPAUDIT_NOISE_GENERATOR"
+#: 32-bit words per Box-Muller pair (one Philox block): three for the radius uniform, one for the angle.
+PAIR_WORDS = 4
 _SOURCE = Path(__file__).with_name("philox_normal.c")
 _FLAGS = ("-O3", "-ffp-contract=off", "-fno-math-errno", "-shared", "-fPIC")
 _NATIVE = ("-march=native", "-fopenmp-simd")  # this CPU's vector width; honour the `omp simd` pragmas
@@ -69,12 +79,14 @@ def build(native: bool = True) -> ctypes.CDLL | None:
             library = ctypes.CDLL(str(target))  # mapped: the file may go with the directory
         except (OSError, subprocess.SubprocessError):
             return None
-    library.dpaudit_philox_normal.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_float,
+    library.dpaudit_philox_normal.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_double,
                                               ctypes.c_int]
     library.dpaudit_philox_normal.restype = None
-    library.dpaudit_philox_add_ranges.argtypes = [ctypes.c_int64] + [ctypes.c_void_p] * 4 + [ctypes.c_float,
+    library.dpaudit_philox_add_ranges.argtypes = [ctypes.c_int64] + [ctypes.c_void_p] * 4 + [ctypes.c_double,
                                                                                           ctypes.c_void_p]
     library.dpaudit_philox_add_ranges.restype = None
+    library.dpaudit_gaussian_pairs.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
+    library.dpaudit_gaussian_pairs.restype = None
     library.dpaudit_philox4x32_10.argtypes = [ctypes.c_void_p] * 3
     library.dpaudit_philox4x32_10.restype = None
     if any(block(counter, key, library) != want for counter, key, want in _KNOWN_ANSWERS):
@@ -111,6 +123,21 @@ def block(counter: Sequence[int], key: Sequence[int], library: ctypes.CDLL | Non
     return tuple(int(v) for v in out)
 
 
+def pairs(words: np.ndarray, library: ctypes.CDLL | None = None) -> np.ndarray:
+    """The sampler's Box-Muller transform on given words: ``words`` is ``(n, 4)`` 32-bit words (w0, w1,
+    w2 the radius uniform, most significant first; w3 the angle), the result ``(n, 2)`` float64: each
+    row's (r cos, r sin), exactly as :func:`normal_` computes them from a Philox block before the
+    multiplication by std and the rounding to float32. For the tests of the sampler's reach (the
+    extreme words) and of its far tail (w0 = 0)."""
+    library = _loaded(library)
+    words = np.ascontiguousarray(words, dtype=np.uint32)
+    if words.ndim != 2 or words.shape[1] != PAIR_WORDS:
+        raise ValueError(f"pairs takes an (n, {PAIR_WORDS}) array of 32-bit words")
+    out = np.empty((words.shape[0], 2), np.float64)
+    library.dpaudit_gaussian_pairs(words.shape[0], words.ctypes.data, out.ctypes.data)
+    return out
+
+
 def normal_(out: torch.Tensor, key: Sequence[int], std: float, *, add: bool = False,
             library: ctypes.CDLL | None = None) -> torch.Tensor:
     """Fill ``out`` (contiguous float32 on the CPU) with N(0, std^2) numbers, or add them when ``add``.
@@ -131,7 +158,7 @@ def add_normal_(outs: Sequence[torch.Tensor], starts: Sequence[int], key: Sequen
     they noise), in one call.
 
     Returns (squared norm of ``outs`` before the add, squared norm of the numbers added), summed in the
-    same pass (single precision within each 1,024 numbers, double across them: telemetry, not part of
+    same pass (single precision within each 512 numbers, double across them: telemetry, not part of
     the mechanism).
     """
     library = _loaded(library)

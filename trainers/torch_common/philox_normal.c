@@ -1,12 +1,18 @@
 /* Gaussian noise from Philox4x32-10 (Salmon et al. 2011, "Parallel random numbers: as easy as
    1, 2, 3"), the counter-based generator torch uses on CUDA, vectorized (the rounds with AVX-512
-   or AVX2 intrinsics where the build has them, the rest by the compiler): about 4x cheaper per
-   number than torch's CPU sampler (mt19937, one scalar stream per generator). Compiled at first
-   use by trainers/torch_common/philox.py.
+   or AVX2 intrinsics where the build has them, the rest by the compiler). Compiled at first use by
+   trainers/torch_common/philox.py.
 
-   The values depend only on (key, n, std, add): every operation is an IEEE-754 single-precision
-   add, multiply, square root or integer conversion, built with -ffp-contract=off, so a scalar, AVX2
-   or AVX-512 build gives the same bits. */
+   Each Philox block (four 32-bit words) gives two normals by Box-Muller with a 96-bit radius
+   uniform (docs/noise-sampler.md): u = (w0 2^64 + w1 2^32 + w2 + 1/2) 2^-96, never 0, so the
+   radius sqrt(-2 ln u) reaches sqrt(194 ln 2) = 11.596 standard deviations (a 32-bit u stops at
+   6.66, and a neighbour alone on a coordinate is revealed whenever its shift carries the noise
+   past that edge); the angle comes from w3. The transform runs in double precision and the
+   number is rounded to single precision once, after the multiplication by std.
+
+   The values depend only on (key, n, std, add): every operation is an IEEE-754 add, multiply,
+   divide, square root or integer conversion, built with -ffp-contract=off, so a scalar, AVX2 or
+   AVX-512 build gives the same bits. */
 #include <stdint.h>
 #include <string.h>
 
@@ -14,7 +20,7 @@
 #define PHILOX_M1 0xCD9E8D57u
 #define PHILOX_W0 0x9E3779B9u
 #define PHILOX_W1 0xBB67AE85u
-#define LANES 256 /* counters per pass: 1,024 numbers */
+#define LANES 256 /* counters (Philox blocks) per pass: 512 numbers */
 
 #if defined(__AVX512F__) || defined(__AVX2__)
 #include <immintrin.h>
@@ -107,61 +113,76 @@ void dpaudit_philox4x32_10(const uint32_t counter[4], const uint32_t key[2], uin
     for (int j = 0; j < 4; j++) out[j] = c[j][0];
 }
 
-/* Box-Muller radius sqrt(-2 ln u) of u = (floor(w / 2) + 1/2) 2^-31 in (0, 1): u >= 2^-32, so the
-   radius reaches 6.66 (torch's CPU sampler, 24-bit u, stops at 5.77). ln is Cephes' logf
-   polynomial on the mantissa; checked over all 2^31 inputs: relative error < 1e-7, never NaN. */
-static inline float radius(uint32_t w) {
-    float u = ((float)(int32_t)(w >> 1) + 0.5f) * 4.656612873077393e-10f;
-    union { float f; int32_t i; } bits = { u };
-    int32_t e = ((bits.i >> 23) & 0xff) - 126;
-    bits.i = (bits.i & 0x007fffff) | 0x3f000000; /* mantissa in [1/2, 1) */
-    float x = bits.f;
-    int32_t below = x < 0.707106781186547524f;
-    e -= below;
-    x = x * (float)(1 + below) - 1.0f; /* in [sqrt(1/2) - 1, sqrt(2) - 1); the doubling is exact */
-    float z = x * x;
-    float y = 7.0376836292e-2f;
-    y = y * x - 1.1514610310e-1f;
-    y = y * x + 1.1676998740e-1f;
-    y = y * x - 1.2420140846e-1f;
-    y = y * x + 1.4249322787e-1f;
-    y = y * x - 1.6668057665e-1f;
-    y = y * x + 2.0000714765e-1f;
-    y = y * x - 2.4999993993e-1f;
-    y = y * x + 3.3333331174e-1f;
-    y = y * x * z;
-    float fe = (float)e;
-    y += -2.12194440e-4f * fe;
-    y += -0.5f * z;
-    float ln = x + y + 0.693359375f * fe; /* <= 0 for every input */
-    return __builtin_sqrtf(-2.0f * ln);
+/* -2 ln u for a normal double u in (0, 1]: fdlibm's log (Sun Microsystems 1993; also glibc's and
+   musl's former one) without its special cases, branch-free so that it vectorizes: u = 2^k (1 + f)
+   with 1 + f in [sqrt(2)/2, sqrt(2)), s = f / (2 + f), ln(1 + f) = 2 atanh(s) by its degree-14
+   minimax polynomial. Relative error below 4e-16 (tests/trainers/test_noise_reach.py compares it with
+   numpy's log at the extreme inputs and on random ones). */
+static inline double minus_two_log(double u) {
+    union { double d; uint64_t i; } bits = { u };
+    uint64_t hx = bits.i >> 32;
+    int64_t k = (int64_t)(hx >> 20) - 1023;
+    hx &= 0x000fffffu;
+    uint64_t half = (hx + 0x95f64u) & 0x100000u; /* the mantissa is >= sqrt(2): halve it */
+    bits.i = ((hx | (half ^ 0x3ff00000u)) << 32) | (bits.i & 0xffffffffu);
+    k += (int64_t)(half >> 20);
+    double f = bits.d - 1.0;
+    double s = f / (2.0 + f), z = s * s, w = z * z;
+    double t1 = w * (3.999999999940941908e-01 + w * (2.222219843214978396e-01 + w * 1.531383769920937332e-01));
+    double t2 = z * (6.666666666666735130e-01 + w * (2.857142874366239149e-01
+                     + w * (1.818357216161805012e-01 + w * 1.479819860511658591e-01)));
+    double r = t2 + t1, hfsq = 0.5 * f * f, dk = (double)(int32_t)k;
+    double ln = dk * 6.93147180369123816490e-01 - ((hfsq - (s * (hfsq + r) + dk * 1.90821492927058770002e-10)) - f);
+    return -2.0 * ln;
 }
 
-/* (cos, sin) of a uniform angle: the quarter turn from the top 2 bits of w, the offset in
-   [-pi/4, pi/4) from the other 30 (Cephes' sinf/cosf polynomials, no range reduction needed);
-   checked over all 2^32 inputs: absolute error < 1e-7. */
-static inline void circle(uint32_t w, float *c, float *s) {
-    float t = ((float)(int32_t)(w & 0x3fffffffu) + 0.5f) * 9.313225746154785e-10f - 0.5f;
-    float a = t * 1.5707963267948966f, z = a * a;
-    float sn = a + a * z * ((-1.9515295891e-4f * z + 8.3321608736e-3f) * z - 1.6666654611e-1f);
-    float cs = 1.0f - 0.5f * z + z * z * ((2.443315711809948e-5f * z - 1.388731625493765e-3f) * z + 4.166664568298827e-2f);
-    /* Rotate by (w >> 30) quarter turns with bit operations, so the loop has no branch: an odd
+/* One Box-Muller pair from four 32-bit words: *a = r cos(t), *b = r sin(t), with
+   r = sqrt(-2 ln u), u = (w0 2^64 + w1 2^32 + w2 + 1/2) 2^-96 in [2^-97, 1] (formed in double from the
+   smallest term up: a term only matters when the words before it are 0, so the rounding of the sum
+   costs nothing in the tail), and t = 2 pi (w3 + 1/2) 2^-32: the quarter turn from the top 2 bits
+   of w3, the offset in (-pi/4, pi/4) from the other 30 (Cephes' sin and cos polynomials, absolute
+   error < 2e-16 there, no range reduction needed). The largest radius, at w0 = w1 = w2 = 0, is
+   sqrt(194 ln 2) = 11.596. */
+static inline void gaussian_pair(uint32_t w0, uint32_t w1, uint32_t w2, uint32_t w3, double *a, double *b) {
+    double u = ((double)w2 + 0.5) * 0x1p-96 + (double)w1 * 0x1p-64;
+    u += (double)w0 * 0x1p-32;
+    double r = __builtin_sqrt(minus_two_log(u));
+    double t = ((double)(w3 & 0x3fffffffu) + 0.5) * 0x1p-30 - 0.5;
+    double x = t * 1.57079632679489661923, z = x * x;
+    double sn = x + x * z * (((((1.58962301576546568060e-10 * z - 2.50507477628578072866e-8) * z
+                                + 2.75573136213857245213e-6) * z - 1.98412698295895385996e-4) * z
+                              + 8.33333333332211858878e-3) * z - 1.66666666666666307295e-1);
+    double cs = 1.0 - 0.5 * z + z * z * (((((-1.13585365213876817300e-11 * z + 2.08757008419747316778e-9) * z
+                                            - 2.75573141792967388112e-7) * z + 2.48015872888517045348e-5) * z
+                                          - 1.38888888888730564116e-3) * z + 4.16666666666665929218e-2);
+    /* Rotate by (w3 >> 30) quarter turns with bit operations, so the loop has no branch: an odd
        quarter maps (cos, sin) to (-sin, cos); the top bit (two quarters) negates both. */
-    union { float f; uint32_t u; } bc = { cs }, bs = { sn };
-    uint32_t swap = 0u - ((w >> 30) & 1u), flip = w & 0x80000000u;
-    uint32_t c1 = (bc.u & ~swap) | ((bs.u ^ 0x80000000u) & swap);
-    uint32_t s1 = (bs.u & ~swap) | (bc.u & swap);
+    union { double d; uint64_t u; } bc = { cs }, bs = { sn };
+    uint64_t swap = 0u - (uint64_t)((w3 >> 30) & 1u), flip = (uint64_t)(w3 >> 31) << 63;
+    uint64_t c1 = (bc.u & ~swap) | ((bs.u ^ 0x8000000000000000u) & swap);
+    uint64_t s1 = (bs.u & ~swap) | (bc.u & swap);
     bc.u = c1 ^ flip;
     bs.u = s1 ^ flip;
-    *c = bc.f;
-    *s = bs.f;
+    *a = r * bc.d;
+    *b = r * bs.d;
 }
 
-/* Pass p of the stream under key: 1,024 numbers std z into dst. Counter (256 p + i, its high word,
+/* The transform alone, on given words (n blocks of 4, in w0 w1 w2 w3 order): out[2 j] and
+   out[2 j + 1] are block j's pair, in double precision. The tests feed it the extreme words (the
+   sampler's reach) and words with w0 = 0 (its far tail); normal_pass below calls the same code. */
+void dpaudit_gaussian_pairs(int64_t n, const uint32_t *words, double *out) {
+    for (int64_t j = 0; j < n; j++)
+        gaussian_pair(words[4 * j], words[4 * j + 1], words[4 * j + 2], words[4 * j + 3], out + 2 * j, out + 2 * j + 1);
+}
+
+/* Numbers per pass: one Box-Muller pair per Philox block. */
+#define PASS (2 * LANES)
+
+/* Pass p of the stream under key: 512 numbers std z into dst. Counter (256 p + i, its high word,
    key[2], key[3]) under the Philox key (key[0], key[1]), i < 256, gives words (w0, w1, w2, w3);
-   Box-Muller turns (w0, w1) into dst[i] and dst[256 + i], (w2, w3) into the next two quarters. So all
-   128 bits of the key are secret. */
-static void normal_pass(uint64_t pass, const uint32_t key[4], float std, float *restrict dst) {
+   Box-Muller turns them into dst[i] (cos) and dst[256 + i] (sin). So all 128 bits of the key are
+   secret. */
+static void normal_pass(uint64_t pass, const uint32_t key[4], double std, float *restrict dst) {
     uint32_t c0[LANES], c1[LANES], c2[LANES], c3[LANES];
     uint64_t first = pass * LANES;
     _Pragma("omp simd")
@@ -175,24 +196,21 @@ static void normal_pass(uint64_t pass, const uint32_t key[4], float std, float *
     philox_rounds(c0, c1, c2, c3, key[0], key[1]);
     _Pragma("omp simd")
     for (int i = 0; i < LANES; i++) {
-        float r0 = radius(c0[i]), r1 = radius(c2[i]), cos0, sin0, cos1, sin1;
-        circle(c1[i], &cos0, &sin0);
-        circle(c3[i], &cos1, &sin1);
-        dst[i] = std * (r0 * cos0);
-        dst[LANES + i] = std * (r0 * sin0);
-        dst[2 * LANES + i] = std * (r1 * cos1);
-        dst[3 * LANES + i] = std * (r1 * sin1);
+        double a, b;
+        gaussian_pair(c0[i], c1[i], c2[i], c3[i], &a, &b);
+        dst[i] = (float)(std * a);
+        dst[LANES + i] = (float)(std * b);
     }
 }
 
 /* out[i] = std z_i (or out[i] += std z_i when add), i < n, z_i independent N(0, 1): the numbers
-   0 .. n - 1 of the stream under key (pass p holds numbers 1024 p .. 1024 p + 1023). */
-void dpaudit_philox_normal(float *restrict out, int64_t n, const uint32_t key[4], float std, int add) {
-    float z[4 * LANES];
-    for (int64_t lo = 0; lo < n; lo += 4 * LANES) {
-        int64_t m = n - lo < 4 * LANES ? n - lo : 4 * LANES;
-        float *dst = (m == 4 * LANES && !add) ? out + lo : z;
-        normal_pass((uint64_t)(lo / (4 * LANES)), key, std, dst);
+   0 .. n - 1 of the stream under key (pass p holds numbers 512 p .. 512 p + 511). */
+void dpaudit_philox_normal(float *restrict out, int64_t n, const uint32_t key[4], double std, int add) {
+    float z[PASS];
+    for (int64_t lo = 0; lo < n; lo += PASS) {
+        int64_t m = n - lo < PASS ? n - lo : PASS;
+        float *dst = (m == PASS && !add) ? out + lo : z;
+        normal_pass((uint64_t)(lo / PASS), key, std, dst);
         if (dst == z) {
             if (add) {
                 for (int64_t i = 0; i < m; i++) out[lo + i] += z[i];
@@ -208,18 +226,18 @@ void dpaudit_philox_normal(float *restrict out, int64_t n, const uint32_t key[4]
    precision within a pass, in double across passes). One pass over out gives the noised sum and
    both squared norms (the trainers' gradient-SNR telemetry), where a separate noise buffer costs a
    write, two norm passes and an add pass more. */
-static void add_range(float *restrict out, int64_t start, int64_t n, const uint32_t key[4], float std,
+static void add_range(float *restrict out, int64_t start, int64_t n, const uint32_t key[4], double std,
                       double sums[2]) {
-    float z[4 * LANES];
+    float z[PASS];
     double before = 0.0, added = 0.0;
     int64_t done = 0;
     while (done < n) {
-        int64_t at = start + done, pass = at / (4 * LANES), offset = at - pass * 4 * LANES;
-        int64_t m = 4 * LANES - offset < n - done ? 4 * LANES - offset : n - done;
+        int64_t at = start + done, pass = at / PASS, offset = at - pass * PASS;
+        int64_t m = PASS - offset < n - done ? PASS - offset : n - done;
         normal_pass((uint64_t)pass, key, std, z);
         float *dst = out + done;
         const float *src = z + offset;
-        float pass_before = 0.0f, pass_added = 0.0f; /* <= 1,024 terms: single precision is plenty */
+        float pass_before = 0.0f, pass_added = 0.0f; /* <= 512 terms: single precision is plenty */
         _Pragma("omp simd reduction(+:pass_before, pass_added)")
         for (int64_t i = 0; i < m; i++) {
             float g = dst[i], v = src[i];
@@ -239,6 +257,6 @@ static void add_range(float *restrict out, int64_t start, int64_t n, const uint3
    starts[j] .. starts[j] + lengths[j] - 1. One call for a piece of the noise that spans many
    tensors (a BERT's ~200 parameters), instead of one call per tensor. */
 void dpaudit_philox_add_ranges(int64_t count, float *const *outs, const int64_t *starts, const int64_t *lengths,
-                               const uint32_t key[4], float std, double sums[2]) {
+                               const uint32_t key[4], double std, double sums[2]) {
     for (int64_t j = 0; j < count; j++) add_range(outs[j], starts[j], lengths[j], key, std, sums);
 }

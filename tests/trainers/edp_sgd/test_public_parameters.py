@@ -78,12 +78,14 @@ def test_without_a_declared_size_n_is_public_and_the_replace_one_epsilon_is_stat
     assert record.epsilon == pytest.approx(add_remove.get_epsilon(1e-5), rel=1e-9)
     assert record.epsilon_replace_one == pytest.approx(golden.get_epsilon(1e-5), rel=1e-9)
     assert record.epsilon_replace_one > record.epsilon
-    # The float sampler's reach (Philox Box-Muller, u >= 2^-32: sqrt(64 ln 2) sigma) and the run's own tail figure.
+    # The float sampler's reach (Philox words, Box-Muller with a 96-bit radius uniform: u >= 2^-97, sqrt(194 ln 2)
+    # sigma) and the run's own tail figure, counted inside delta: the epsilon is the accountant's at delta - figure.
     tail = record.noise_tail
-    z_max = math.sqrt(64 * math.log(2))
-    assert tail["sampler"] == "philox-c" and tail["z_max"] == pytest.approx(z_max, abs=1e-3)
+    z_max = math.sqrt(194 * math.log(2))
+    assert tail["sampler"] == "philox-c-bm96" and tail["z_max"] == pytest.approx(z_max, abs=1e-3)
     figure = 5 * 0.2 * 0.5 * math.erfc((tail["z_max"] - 1.0) / math.sqrt(2))
-    assert tail["figure"] == pytest.approx(figure, rel=1e-9) and tail["exceeds_delta"] is (figure > 1e-5)
+    assert record.noise_tail_delta == pytest.approx(figure, rel=1e-9) and record.delta == 1e-5
+    assert record.delta_parts() == (1e-5, pytest.approx(1e-5 - figure, rel=1e-12), record.noise_tail_delta)
 
 
 def test_edp_sgd_sensitivity_factor_does_not_depend_on_the_slot_occupancy(neighbours, tmp_path, edp_config):
