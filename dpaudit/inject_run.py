@@ -14,6 +14,11 @@ label set (:class:`LabelSet`) comes from public information only: ``public.jsonl
 (:func:`public_label_set`) or the user's ``--labels``; :attr:`InjectRun.all_labels`, the union over every
 split, reads private data and is never a released model's label set.
 
+A directory a shadow or reference model trains on (written by :mod:`dpaudit.attacks.shadow_models`) may hold row
+REFERENCES instead of private rows: ``{"ref": "train.jsonl:17", "sha256": "<text's sha256>"}`` (and ``label`` where it
+differs from the source row's), resolved against the inject directory its manifest names (``row_source``) and
+checked by hash. Private rows are then never copied into a shadow cache: only their position and hash.
+
 Every later stage (each trainer, the attacks, the report) reads the directory through
 :func:`load_inject_run`, which refuses a directory whose manifest does not list all of
 :data:`REQUIRED_FILES` or whose files no longer match their recorded sha256: an edited ``train.jsonl``
@@ -212,12 +217,24 @@ class SplitRows:
     labels: list[Label] | None
 
 
-def read_split(path: str | os.PathLike[str], *, labelled: bool) -> SplitRows:
-    """Read a split file, checking each row's ``text`` (a string) and, if ``labelled``, its ``label``."""
+#: The manifest key naming the inject directory a split's row references point into (see the module docstring).
+ROW_SOURCE = "row_source"
+
+
+def text_hash(text: str) -> str:
+    """The sha256 of a row's text (UTF-8): what a row reference is checked against."""
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+def read_split(path: str | os.PathLike[str], *, labelled: bool, source: InjectRun | None = None) -> SplitRows:
+    """Read a split file, checking each row's ``text`` (a string) and, if ``labelled``, its ``label``. A row reference
+    (``ref``) is resolved in ``source`` (the directory the manifest's ``row_source`` names) and checked by hash."""
     path = Path(path)
     texts: list[str] = []
     labels: list[Label] = []
     for lineno, row in enumerate(read_jsonl(path), start=1):
+        if "ref" in row:
+            row = _resolve(path, lineno, row, source)
         text = row.get("text")
         if not isinstance(text, str):
             raise UserInputError(f"{path}:{lineno}: expected a string 'text' field; rerun dpaudit inject.")
@@ -228,6 +245,27 @@ def read_split(path: str | os.PathLike[str], *, labelled: bool) -> SplitRows:
                 raise UserInputError(f"{path}:{lineno}: expected a string or integer 'label' field; rerun dpaudit inject.")
             labels.append(label)
     return SplitRows(texts=texts, labels=labels if labelled else None)
+
+
+def _resolve(path: Path, lineno: int, row: Mapping[str, Any], source: InjectRun | None) -> dict[str, Any]:
+    """The row a reference points to: ``{"text", "label"}`` from ``source`` (its label unless the reference has one)."""
+    where = f"{path}:{lineno}"
+    if source is None:
+        raise UserInputError(f"{where}: a row reference but the manifest names no row_source; remove this directory "
+                             "(a shadow cache entry) and rerun.")
+    ref = row.get("ref")
+    name, _, line = str(ref).rpartition(":")
+    if name not in (*SPLITS, CANARIES) or not line.isdigit():
+        raise UserInputError(f"{where}: bad row reference {ref!r}; remove this directory (a shadow cache entry) and rerun.")
+    rows = source.reference_rows(name)
+    index = int(line) - 1
+    if not 0 <= index < len(rows) or text_hash(rows[index]["text"]) != row.get("sha256"):
+        raise UserInputError(f"{where}: its row reference {ref} no longer matches {source.path / name}; remove this "
+                             "directory (a shadow cache entry) and rerun.")
+    found = dict(rows[index])
+    if "label" in row:
+        found["label"] = row["label"]
+    return found
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -257,8 +295,43 @@ class InjectRun:
         if name not in SPLITS:
             raise ValueError(f"name must be one of {SPLITS}, got {name!r}.")
         if name not in self._splits:
-            self._splits[name] = read_split(self.path / name, labelled=self.labelled)
+            self._splits[name] = read_split(self.path / name, labelled=self.labelled, source=self.row_source)
         return self._splits[name]
+
+    @functools.cached_property
+    def row_source(self) -> InjectRun | None:
+        """The verified inject directory this one's row references point into (None: it holds its rows itself)."""
+        entry = self.manifest.get(ROW_SOURCE)
+        if entry is None:
+            return None
+        source = load_inject_run(entry)
+        if source.row_source is not None:
+            raise UserInputError(f"{self.path / MANIFEST_NAME}: its row_source {entry} holds references itself; rerun.")
+        return source
+
+    def reference_rows(self, name: str) -> list[dict[str, Any]]:
+        """The rows of one file as references resolve them: ``{"text"[, "label"]}`` by line (canaries.jsonl: each
+        canary's text and label), read once."""
+        cache = self.__dict__.setdefault("_reference_rows", {})
+        if name not in cache:
+            if name == CANARIES:
+                cache[name] = [{"text": c.text, **({} if c.label is None else {"label": c.label})} for c in self.canaries]
+            else:
+                split = self.split(name)
+                cache[name] = [{"text": t, **({} if split.labels is None else {"label": split.labels[i]})}
+                               for i, t in enumerate(split.texts)]
+        return cache[name]
+
+    def reference_of(self) -> dict[str, str]:
+        """Text -> its first reference ``"<file>:<line>"`` in this directory (train, heldout, public, then canaries)."""
+        cache = self.__dict__.get("_reference_of")
+        if cache is None:
+            cache = {}
+            for name in (*SPLITS, CANARIES):
+                for i, row in enumerate(self.reference_rows(name), start=1):
+                    cache.setdefault(row["text"], f"{name}:{i}")
+            self.__dict__["_reference_of"] = cache
+        return cache
 
     @property
     def train_texts(self) -> list[str]:

@@ -33,7 +33,8 @@ class AttackOptions:
         attack_model: the shadow attack's classifier: ``"logreg"`` or ``"gbdt"``.
         reference_model: a reference model directory for the ``ref`` attack (None: train one on public.jsonl).
         max_shadow_minutes: stop starting new shadow models after this many minutes (None: no limit).
-        shadow_cache: the shadow-model cache directory (None: ``$DPAUDIT_CACHE/shadows`` or ``~/.cache/dpaudit/shadows``).
+        shadow_cache: the shadow-model cache directory (the attack stage sets its default: ``$DPAUDIT_CACHE/shadows``,
+            else ``<out>-shadows``, else a temporary folder removed afterwards).
         fprs: FPRs asked for explicitly (refused when the non-members cannot measure them); None: 0.1% and 1%, warned.
         mia_examples: at most this many members (and as many non-members) in the examples task (None: all).
         lira_global_variance: LiRA fits one variance over all examples whatever the shadow count (= ``lira_variance``

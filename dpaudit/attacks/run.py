@@ -136,6 +136,20 @@ def attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks:
     Raises:
         UserInputError: bad input, before anything is loaded or written.
     """
+    if mia_options.get("shadow_cache") is None and not os.environ.get("DPAUDIT_CACHE"):
+        # models trained on private rows stay beside the attack's output (docs/privacy.md); without one, in a private
+        # temporary folder removed when the attack ends
+        if out is not None:
+            from dpaudit.attacks.shadow_models import default_cache
+
+            mia_options["shadow_cache"] = str(default_cache(out))
+        else:
+            import tempfile
+
+            with tempfile.TemporaryDirectory(prefix="dpaudit-shadows-") as temporary:  # mode 0700 (mkdtemp)
+                return _attack(model, data, attacks, out=None, overwrite=overwrite, batch_size=batch_size,
+                               reveal=reveal, top_k=top_k, seed=seed, device=device, progress=progress,
+                               command=command, pages=pages, **{**mia_options, "shadow_cache": temporary})
     if out is None:
         return _attack(model, data, attacks, out=None, overwrite=overwrite, batch_size=batch_size, reveal=reveal,
                        top_k=top_k, seed=seed, device=device, progress=progress, command=command, pages=pages,

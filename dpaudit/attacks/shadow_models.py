@@ -42,7 +42,11 @@ directory or a Hugging Face model directory with the target's tokenizer) holding
 JSON list of what it trained on: each entry a training text, or ``"sha256:<hex>"``, the sha256 of a
 text's UTF-8 bytes. A pool row is IN for that model when its text (or its hash) is listed.
 
-Cache root: ``--shadow-cache DIR``, else ``$DPAUDIT_CACHE/shadows``, else ``~/.cache/dpaudit/shadows``.
+Cache root: ``--shadow-cache DIR``; by default ``<out>-shadows`` beside the attack's output (a private temporary folder,
+removed afterwards, when the attack writes no output), or ``$DPAUDIT_CACHE/shadows`` when that is set. Folders are
+created with mode 0700, and a shadow's data directory holds only references to the target's rows (file, line and the
+text's sha256, resolved against the inject directory by :func:`dpaudit.inject_run.load_inject_run`), never the private
+rows themselves; ``public.jsonl`` (public by design) is copied. The announcement says where the models go.
 """
 
 from __future__ import annotations
@@ -75,13 +79,31 @@ MEMBERS_FILE = "members.json"
 
 
 def cache_root(option: str | os.PathLike[str] | None = None) -> Path:
-    """The shadow cache directory (``--shadow-cache``, ``$DPAUDIT_CACHE/shadows``, ``~/.cache/dpaudit/shadows``)."""
+    """The shadow cache directory: ``--shadow-cache`` (the attack stage defaults it to :func:`default_cache` beside its
+    output), else ``$DPAUDIT_CACHE/shadows``. There is no shared per-user default: the models it holds were trained on
+    private rows, so they stay where the user put the attack (docs/privacy.md)."""
     if option:
         return Path(option)
     env = os.environ.get("DPAUDIT_CACHE")
     if env:
         return Path(env) / "shadows"
-    return Path.home() / ".cache" / "dpaudit" / "shadows"
+    raise UserInputError("shadow and reference models need a cache directory: pass --shadow-cache DIR (or --out, whose "
+                         "sibling DIR-shadows is the default), or set $DPAUDIT_CACHE.")
+
+
+def default_cache(out: str | os.PathLike[str]) -> Path:
+    """The shadow cache of an attack writing ``out``: the folder ``<out>-shadows`` beside it."""
+    out = Path(out)
+    return out.with_name(out.name + "-shadows")
+
+
+def private_dir(path: Path) -> Path:
+    """``path`` created (with its missing parents) readable by this user only (mode 0700): a folder that will hold models
+    trained on private rows. An existing folder is used as it is."""
+    if not path.is_dir():
+        path.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(path, 0o700)  # mkdir's mode is masked by the umask
+    return path
 
 
 # -- the target's recipe --------------------------------------------------------------------------
@@ -457,9 +479,12 @@ def _rows(texts: Sequence[str], labels: Sequence[Any] | None, idx: np.ndarray) -
 
 
 def write_shadow_data(path: Path, *, train: list[dict[str, Any]], heldout: list[dict[str, Any]],
-                      public: list[dict[str, Any]], labelled: bool, target_manifest: dict[str, Any]) -> Path:
+                      public: list[dict[str, Any]], labelled: bool, target_manifest: dict[str, Any],
+                      source: Any = None) -> Path:
     """An inject-format directory (verifiable by :func:`dpaudit.inject_run.load_inject_run`), no canaries.
 
+    With ``source`` (the target's inject run), each train and held-out row found there is written as a reference
+    (its file and line, and its text's sha256), never as the row: the private rows stay in the user's inject directory.
     The label set is the trainer's Config ``labels`` (the target's), never read from these rows.
     """
     from dpaudit.inject_run import (
@@ -467,6 +492,7 @@ def write_shadow_data(path: Path, *, train: list[dict[str, Any]], heldout: list[
         HELDOUT,
         OUTPUT_FILES,
         PUBLIC,
+        ROW_SOURCE,
         SCHEMA,
         TRAIN,
     )
@@ -480,15 +506,37 @@ def write_shadow_data(path: Path, *, train: list[dict[str, Any]], heldout: list[
 
     with staged_directory(path, overwrite=True) as stage:
         for name, rows in ((TRAIN, train), (HELDOUT, heldout), (PUBLIC, public), (CANARIES, [])):
-            write_jsonl(stage / name, rows)
+            write_jsonl(stage / name, rows if source is None or name in (PUBLIC, CANARIES) else _references(rows, source))
         extra = {"corpus": {"labelled": labelled, "source": "dpaudit shadow split"}, "mode": "shadow",
                  "secret_space": target_manifest.get("secret_space"), "canaries": 0,
                  "tokenizer": "public.jsonl is the target's public split (the same tokenizer as the target)."}
+        if source is not None:
+            extra[ROW_SOURCE] = str(Path(source.path).resolve())
         manifest = build_manifest(schema=SCHEMA, config={"shadow": True, "coin_flip": False}, seed=None, inputs={},
                                   outputs=file_hashes(stage, OUTPUT_FILES), command=["dpaudit", "attack", "(shadow data)"],
                                   extra=extra)
         write_manifest(stage, manifest)
     return path
+
+
+def _references(rows: list[dict[str, Any]], source: Any) -> list[dict[str, Any]]:
+    """Each row as a reference into ``source`` (:meth:`dpaudit.inject_run.InjectRun.reference_of`), its label kept only
+    where it differs from the source row's; a row ``source`` does not hold is written as it is."""
+    from dpaudit.inject_run import text_hash as sha256_of_text
+
+    where = source.reference_of()
+    out = []
+    for row in rows:
+        ref = where.get(row["text"])
+        if ref is None:
+            out.append(row)
+            continue
+        name, _, line = ref.rpartition(":")
+        entry: dict[str, Any] = {"ref": ref, "sha256": sha256_of_text(row["text"])}
+        if "label" in row and source.reference_rows(name)[int(line) - 1].get("label") != row["label"]:
+            entry["label"] = row["label"]
+        out.append(entry)
+    return out
 
 
 def _finished(model_dir: Path) -> bool:
@@ -629,6 +677,11 @@ def train_shadows(*, source: Any, run: Any, pool: ShadowPool, specs: Sequence[Sh
     notes.extend(size_notes(recipe, what, [len(p.rows_in) for p in planned], [p.steps for p in planned]))
     done = [_finished(p.model_dir) for p in planned]
     print(f"{attack}: " + announce(what, recipe, planned, sum(done)), file=sys.stderr, flush=True)
+    if not all(done):
+        private_dir(cache)
+        print(f"{attack}: {what} models trained on rows of {run.path} are written to {cache} (mode 0700; their data "
+              "folders hold references to those rows, not the rows): remove it when the audit is done.",
+              file=sys.stderr, flush=True)
     fresh = [p for p, finished in zip(planned, done) if not finished and not p.home.exists()]
     for p, finished in zip(planned, done):
         if not finished:
@@ -681,7 +734,7 @@ def _prepare(p: _Planned, public: list[dict[str, Any]], pool: ShadowPool, run: A
 
     if p.model_dir.is_dir() and not (p.model_dir / CHECKPOINT_DIR).is_dir():
         shutil.rmtree(p.model_dir)  # this cache entry's unfinished leftover with nothing to resume: start it over
-    p.home.mkdir(parents=True, exist_ok=True)
+    private_dir(p.home)
     (p.home / "identity.json").write_text(json.dumps(p.ident, indent=1, sort_keys=True, default=str))
     if p.fresh_from is not None and not (p.home / FRESH_START / "config.json").is_file():
         from dpaudit.scoring.architecture import write_fresh_start
@@ -691,7 +744,7 @@ def _prepare(p: _Planned, public: list[dict[str, Any]], pool: ShadowPool, run: A
         load_inject_run(p.home / "data")
     except UserInputError:
         write_shadow_data(p.home / "data", train=p.rows_in, heldout=p.rows_out, public=public,
-                          labelled=pool.labels is not None, target_manifest=run.manifest)
+                          labelled=pool.labels is not None, target_manifest=run.manifest, source=run)
 
 
 def _train_one(trainer: Any, p: _Planned) -> None:
@@ -801,8 +854,10 @@ def read_members(path: Path) -> set[str]:
 
 
 def text_hash(text: str) -> str:
-    """The ``sha256:<hex>`` entry of a text in a :data:`MEMBERS_FILE`."""
-    return "sha256:" + hashlib.sha256(text.encode("utf-8")).hexdigest()
+    """The ``sha256:<hex>`` entry of a text in a :data:`MEMBERS_FILE` (:func:`dpaudit.inject_run.text_hash`, prefixed)."""
+    from dpaudit.inject_run import text_hash as sha256_of_text
+
+    return "sha256:" + sha256_of_text(text)
 
 
 def user_shadows(options: Any, pool: ShadowPool) -> list[TrainedShadow]:

@@ -108,7 +108,9 @@ def _summary(results) -> str:  # noqa: ANN001
 @click.option("--max-shadow-minutes", type=FiniteFloat(min=0, min_open=True), default=None,
               help="Stop starting new shadow models after this many minutes (the ones trained are used).")
 @click.option("--shadow-cache", type=click.Path(path_type=Path), default=None,
-              help="Shadow-model cache [default: $DPAUDIT_CACHE/shadows or ~/.cache/dpaudit/shadows].")
+              help="Where shadow and reference models are kept (they train on private rows: created mode 0700, their "
+                   "data folders reference the rows, never copy them) [default: $DPAUDIT_CACHE/shadows when set, else "
+                   "OUT-shadows beside --out].")
 @click.option("--workers", type=click.IntRange(min=1), default=None,
               help="Shadow/reference models trained at once (each in its own process: Ray when installed, else a "
                    "process pool). Default: one at a time in this process.")

@@ -136,9 +136,14 @@ def _unaccounted(run: ReportRun) -> tuple[str, ...]:
 def _sentence(head: Headline, private: bool | None, top: ExposureRow | None, controls: ExposureRow | None,
               mia: MembershipAudit | None, log2_space: float | None, utility: UtilityView | None = None) -> str:
     if head.contradicted:
-        return ("A proof (the one-run bound on coin-flip canaries, 95% corrected for every audit) shows more leakage than "
-                "the claimed epsilon allows, so the claim is wrong: the trainer or the accountant has a bug, or the model "
-                "audited is not the one the claim is about.")
+        return ("A proof (the one-run bound on coin-flip canaries, 95% corrected for every audit, valid for any mechanism) "
+                "shows more leakage than the claimed epsilon allows, so the claim is wrong: the trainer or the accountant "
+                "has a bug, or the model audited is not the one the claim is about.")
+    if head.mechanism_refuted:
+        return (f"The trained model is not the mechanism privacy.json states: the coin-flip canaries refute its trade-off "
+                f"curve ({head.label}). For any mechanism the bound is epsilon ≥ {format_down(head.best.epsilon)}, within "
+                f"the claimed {format_up(head.claim.epsilon)}, so the epsilon may still hold, but what ran is not what was "
+                "accounted: the trainer's clipping, noise, sampling or accounting differs from its record.")
     parts = []
     memorized = top is not None and top.vs_controls is not None and top.vs_controls.p_value < ALPHA
     if memorized:
@@ -165,6 +170,8 @@ def _sentence(head: Headline, private: bool | None, top: ExposureRow | None, con
     elif private and head.best is not None and head.best.above:
         parts.append(f"A heuristic lower bound is above the claimed epsilon {format_up(claim.epsilon)}: investigate "
                      "(heuristic bounds treat the examples of one model as independent trials, so this is not a proof).")
+    elif private and head.powerless:
+        parts.append(f"Nothing found contradicts the claimed epsilon {format_up(claim.epsilon)}, but {head.ceiling_sentence()}.")
     elif private and not memorized:
         parts.append(f"Nothing found contradicts the claimed epsilon {format_up(claim.epsilon)}; a lower bound is not a "
                      "proof of privacy.")

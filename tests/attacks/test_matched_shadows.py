@@ -182,7 +182,7 @@ def test_rmia_population_rows_trained_no_reference_model(uneven, matched):
     assert population.size and not set(reference) & set(population)
     assert f"({len(population)} rows), disjoint" in rmia.parameters["population"]
     for model in rmia.shadow_models.models:
-        trained = {r["text"] for r in _rows(Path(model.path).parent / "data" / "train.jsonl")}
+        trained = set(load_inject_run(Path(model.path).parent / "data").train_texts)
         assert trained and not trained & z, model.path
 
 
@@ -271,13 +271,14 @@ def test_user_shadow_dirs_give_membership_from_their_members_file(uneven, matche
     """--shadow-dirs: the cached LiRA shadows given back as user models, each with a members.json of sha256 entries
     written from its own train.jsonl; LiRA then trains nothing and reads the same membership."""
     from dpaudit.attacks.shadow_models import MEMBERS_FILE, text_hash
+    from dpaudit.inject_run import load_inject_run
 
     data, target, _ = uneven
     results, _, _ = matched
     dirs = []
     for model in results["lira"].shadow_models.models:
         home = Path(model.path).parent
-        texts = [r["text"] for r in _rows(home / "data" / "train.jsonl")]
+        texts = load_inject_run(home / "data").train_texts
         (Path(model.path) / MEMBERS_FILE).write_text(json.dumps([text_hash(t) for t in texts]), encoding="utf-8")
         dirs.append(model.path)
     try:
@@ -289,3 +290,55 @@ def test_user_shadow_dirs_give_membership_from_their_members_file(uneven, matche
     assert info.origin == "--shadow-dirs" and [m.train_rows for m in info.models] == [
         m.train_rows for m in results["lira"].shadow_models.models]
     assert again["lira"]["examples"].auc == pytest.approx(results["lira"]["examples"].auc)
+
+
+def test_the_shadow_cache_holds_references_not_private_rows(uneven, matched):
+    """Each shadow's data folder references the target's train/held-out rows (file, line, sha256) and never copies
+    them; every folder the cache created is private to this user (mode 0700); the references read back the rows."""
+    import stat
+
+    from dpaudit.inject_run import load_inject_run
+
+    data, _, _ = uneven
+    _, _, cache = matched
+    run = load_inject_run(data)
+    private = set(run.train_texts) | set(run.heldout_texts) | {c.text for c in run.canaries}
+    public = set(run.public_texts)
+    entries = [p for p in cache.iterdir() if p.is_dir()]
+    assert entries and stat.S_IMODE(cache.stat().st_mode) == 0o700
+    for entry in entries:
+        assert stat.S_IMODE(entry.stat().st_mode) == 0o700, entry
+        for name in ("train.jsonl", "heldout.jsonl"):
+            rows = _rows(entry / "data" / name)
+            assert rows and all(set(r) <= {"ref", "sha256", "label"} for r in rows), (entry, name)
+        texts = (entry / "data" / "train.jsonl").read_text(encoding="utf-8")
+        assert not any(t in texts for t in private - public if len(t) > 20)
+        shadow = load_inject_run(entry / "data")
+        assert shadow.train_texts and set(shadow.train_texts) <= private | public
+
+
+def test_an_attack_writing_out_keeps_its_shadows_beside_it(uneven, tmp_path, monkeypatch):
+    """Without --shadow-cache (and no $DPAUDIT_CACHE) the models go to OUT-shadows, never to a home cache."""
+    from dpaudit.attacks.run import attack
+    from dpaudit.attacks.shadow_models import cache_root, default_cache
+
+    monkeypatch.delenv("DPAUDIT_CACHE", raising=False)
+    assert default_cache(tmp_path / "att") == tmp_path / "att-shadows"
+    from dpaudit.errors import UserInputError
+
+    with pytest.raises(UserInputError, match="--shadow-cache"):
+        cache_root(None)
+    seen = {}
+
+    def fake(*args, **kwargs):  # the options the attack stage passes on: no training needed to check the default
+        seen.update(kwargs)
+        raise RuntimeError("stop")
+
+    monkeypatch.setattr("dpaudit.attacks.run._attack", fake)
+    for out in (tmp_path / "att", None):
+        with pytest.raises(RuntimeError, match="stop"):
+            attack("model", "data", ["shadow"], out=out)
+        if out is not None:
+            assert seen["shadow_cache"] == str(tmp_path / "att-shadows")
+        else:
+            assert "dpaudit-shadows-" in seen["shadow_cache"] and not Path(seen["shadow_cache"]).exists()

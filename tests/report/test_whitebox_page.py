@@ -200,3 +200,24 @@ def test_page_in_headless_chromium(audit_dir: Path, tmp_path: Path, parse_html) 
     svgs = [a for t, a in dom.tags if t == "svg"]
     assert len(svgs) == 1 and float(svgs[0]["viewbox"].split()[2]) > 0
     assert "White-box trainer audit" in " ".join(dom.text)
+
+
+def test_a_refuted_curve_within_the_claim_reads_mechanism_refuted(audit_dir: Path, tmp_path: Path, parse_html) -> None:
+    """The claimed curve rejected while the bound valid for any mechanism is within the claim: the page says the trained
+    model is not the stated mechanism, prints the any-mechanism figure, and never says the claim is refuted."""
+    from dpaudit.report.whitebox import write_page
+
+    copy = Path(shutil.copytree(audit_dir, tmp_path / "mechanism"))
+    (copy / "manifest.json").unlink()
+    body = _body(copy)
+    claim = body["claim"]["epsilon"]
+    body["primary"]["epsilon"], body["primary"]["scale"] = claim * 1.2, 0.9
+    body["refuted"], body["mechanism_refuted"] = False, True
+    body["any_mechanism"] = {"method": "steinke", "proves": "(epsilon, delta)-DP, any mechanism", "epsilon": claim * 0.4,
+                             "confidence": body["bound_confidence"], "guesses": 100, "correct": 90}
+    (copy / "whitebox.json").write_text(json.dumps(body))
+    html = write_page(copy).read_text(encoding="utf-8")
+    verdict = "".join(parse_html(_verdict_block(html)).text)
+    assert "MECHANISM REFUTED" in verdict and "not the mechanism" in verdict
+    assert "CLAIM REFUTED" not in verdict and "The claim is REFUTED" not in verdict
+    assert format_down(claim * 0.4) in verdict and format_down(claim * 1.2) not in verdict
