@@ -74,6 +74,7 @@ def _summary(results) -> str:  # noqa: ANN001
                                 "  <-- above: investigate (heuristic)" if b.eligible else "  <-- above f x epsilon: investigate")
                 lines.append(f"  {r.attack:>7} {t.task:>17} {t.auc:>6.3f} {'[' + _fmt(t.auc_ci[0], '.3f') + ', ' + _fmt(t.auc_ci[1], '.3f') + ']':>15} "
                              f"{tpr.get(0.001, '-'):>9} {tpr.get(0.01, '-'):>8} {lb:>9} {ceiling:>8} {vs:>7}{flag}")
+    if head.bounds:  # the headline as results.json stores it (every reader prints this line)
         lines.append(head.text())
         lines.extend(f"  {note}" for note in head.investigate)
     return "\n".join(lines)
