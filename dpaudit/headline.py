@@ -114,6 +114,7 @@ class Claim:
             epsilon, stated beside the add/remove one (which says nothing about an adversary who knows N).
         mechanism: a proven claim's mechanism (its accounting segments), whose trade-off curve the one-run
             proof tests (None: no mechanism stated).
+        conditions: what the epsilon holds only under (``ClaimedPrivacy.conditions``), said in :meth:`text`.
     """
 
     known: bool
@@ -123,6 +124,7 @@ class Claim:
     epsilon_if_poisson: float | None = None
     epsilon_replace_one: float | None = None
     mechanism: ClaimedMechanism | None = None
+    conditions: tuple[str, ...] = ()
 
     @classmethod
     def from_claimed(cls, claimed: Any, *, sampling: str | None = None) -> Claim:
@@ -144,7 +146,7 @@ class Claim:
                      if epsilon is not None and claimed.delta is not None and segments else None)
         return cls(known=bool(claimed.known), private=claimed.private, epsilon=epsilon, delta=claimed.delta,
                    epsilon_if_poisson=if_poisson if claimed.private else None, epsilon_replace_one=replace_one,
-                   mechanism=mechanism)
+                   mechanism=mechanism, conditions=tuple(getattr(claimed, "conditions", ()) or ()))
 
     @property
     def proven(self) -> bool:
@@ -161,10 +163,10 @@ class Claim:
         if self.epsilon is None:
             poisson = "" if self.epsilon_if_poisson is None else f" (as-if-Poisson: {format_up(self.epsilon_if_poisson)})"
             return f"no proven epsilon{poisson}"
+        notes = list(self.conditions)  # what it holds only under first (a start it does not cover leads)
         if self.epsilon_replace_one is not None:
-            return (f"epsilon = {format_up(self.epsilon)}{delta} (add/remove; N treated as public: "
-                    f"replace-one epsilon = {format_up(self.epsilon_replace_one)})")
-        return f"epsilon = {format_up(self.epsilon)}{delta}"
+            notes.append(f"add/remove; N treated as public: replace-one epsilon = {format_up(self.epsilon_replace_one)}")
+        return f"epsilon = {format_up(self.epsilon)}{delta}" + (f" ({'; '.join(notes)})" if notes else "")
 
     def short(self) -> str:
         """For a table cell: the proven epsilon rounded up, "none" or "inf"."""

@@ -18,7 +18,7 @@ from dpaudit.errors import UserInputError
 if TYPE_CHECKING:
     from dpaudit.training.privacy_record import PrivacyRecord
 
-__all__ = ["claimed_privacy", "model_claim", "opacus_claim", "options_claim", "opacus_history", "replace_one_epsilon"]
+__all__ = ["claim_conditions", "claimed_privacy", "model_claim", "opacus_claim", "options_claim", "opacus_history", "replace_one_epsilon"]
 
 
 def replace_one_epsilon(record: PrivacyRecord) -> float | None:
@@ -33,6 +33,34 @@ def replace_one_epsilon(record: PrivacyRecord) -> float | None:
 
     # at the accountant's delta: the stated one holds the float noise sampler's tail figure besides
     return float(accounting.epsilon_replace_one(accounting.event_from_json(record.event), record.delta_parts().accountant))
+
+
+#: A tail figure above this share of delta is named in the claim line (below it, it is negligible).
+TAIL_SHOWN_ABOVE = 0.01
+
+
+def claim_conditions(record: PrivacyRecord) -> tuple[str, ...]:
+    """What a private run's epsilon holds only under, in the words of the claim line: a start declared private first
+    (the epsilon does not cover what it learned), then a start not known to be public, an explicit noise seed, and a
+    noise-sampler tail that is not negligible beside delta (it is inside delta, and said so)."""
+    out = []
+    start = record.init_from or {}
+    if record.init_from is not None:
+        where = start.get("path") or "the --init-from start"
+        if start.get("accepted_private"):
+            trained = start.get("trained_on") or "private data"
+            out.append(f"it does NOT cover what the --init-from start {where} learned: that start trained on {trained}, "
+                       "not public data only (declared with --accept-private-start)")
+        elif start.get("public_data_only") is not True:
+            out.append(f"it holds only if the --init-from start {where} was trained on public data only")
+    if record.noise_seed_explicit:
+        out.append("it holds only while the --noise-seed given to training stays secret")
+    tail, delta = record.noise_tail_delta, record.delta
+    if tail is not None and delta and tail > TAIL_SHOWN_ABOVE * delta:
+        from dpaudit.figures import format_up
+
+        out.append(f"its delta includes the float noise sampler's tail, {format_up(tail, 2)}")
+    return tuple(out)
 
 
 def claimed_privacy(record: PrivacyRecord | None, *, where: str = "privacy.json") -> ClaimedPrivacy:
@@ -57,7 +85,7 @@ def claimed_privacy(record: PrivacyRecord | None, *, where: str = "privacy.json"
     except (KeyError, TypeError, ValueError) as err:
         raise UserInputError(f"{where}: cannot read the DpEvent ({err}); rerun dpaudit train.") from None
     common = {"known": True, "private": True, "delta": float(record.delta), "accountant": record.accountant or "pld",
-              "guarantee": record.guarantee, "sampling": record.sampling}
+              "guarantee": record.guarantee, "sampling": record.sampling, "conditions": claim_conditions(record)}
     if not record.proven:  # shuffled fixed-size batches: the figure is as-if-Poisson, never a claim
         return ClaimedPrivacy(**common, epsilon=None, recorded_epsilon=None, epsilon_if_poisson=recomputed)
     return ClaimedPrivacy(**common, epsilon=recomputed, recorded_epsilon=record.epsilon, n_public=record.n_public,

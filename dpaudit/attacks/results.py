@@ -164,6 +164,9 @@ class ClaimedPrivacy(JsonRecord):
         segments: a proven claim's accounting segments (steps, q, sigma, sensitivity factor), as
             ``privacy.json`` states them: the mechanism whose trade-off curve the one-run proof tests
             (:mod:`dpaudit.audit.claim_family`); None when there is none (non-private, shuffle, a stated claim).
+        conditions: what the epsilon holds only under, printed in the claim line wherever it appears
+            (:func:`dpaudit.attacks.claim.claim_conditions`): an explicit noise seed kept secret, a public start, the
+            noise tail inside delta; a start declared private comes first (the epsilon does not cover it).
     """
 
     known: bool
@@ -178,6 +181,7 @@ class ClaimedPrivacy(JsonRecord):
     n_public: bool | None = None
     epsilon_replace_one: float | None = None
     segments: tuple[dict[str, float], ...] | None = None
+    conditions: tuple[str, ...] = ()
 
     def text(self) -> str:
         """The claim in words, figures rounded up ("no proven epsilon (as-if-Poisson: 0.149)" for shuffle)."""
