@@ -22,7 +22,6 @@ from click.testing import CliRunner
 
 from dpaudit.cli import cli
 from dpaudit.errors import UserInputError
-from dpaudit.model_dir import check_model_dir
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -241,6 +240,7 @@ def _transformers_dirs(root: Path) -> dict[str, Path]:
 
 
 def test_legitimate_layouts_pass_the_check(tiny_causal_dir, jax_export, tmp_path):
+    from dpaudit.model_dir import check_model_dir
     from dpaudit.scoring.architecture import transformers_layout
     from dpaudit.trainers.jax_bert.hf_io import expected_layout
 
