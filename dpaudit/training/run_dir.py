@@ -215,7 +215,9 @@ def finished_run(out: Path, *, trainer: str, config: Mapping[str, Any], seed: in
             raise UserInputError(f"--out {out} holds a finished run whose {path} {what} since it was trained; "
                                  "restore it or use a new --out.")
     skip = set(run_only)
-    mine = {k: v for k, v in config.items() if k not in skip}
+    from dpaudit.rundir import redact_config  # the manifest holds secrets redacted: compare like with like
+
+    mine = {k: v for k, v in redact_config(dict(config)).items() if k not in skip}
     stored = {k: v for k, v in stored.items() if k not in skip}
     differing = sorted(n for n in set(mine) | set(stored) if mine.get(n) != stored.get(n))
     if differing:

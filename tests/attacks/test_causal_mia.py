@@ -59,7 +59,8 @@ def test_attack_cli_runs_loss_zlib_min_k_and_min_k_pp_with_the_blind_baseline(ti
     assert by_name["min-k"]["parameters"]["k"] == 0.5 and by_name["min-k++"]["parameters"]["k"] == 0.5
     assert "Carlini" in by_name["zlib"]["reference"] and "Zhang" in by_name["min-k++"]["reference"]
     for name in ("loss", "zlib", "min-k", "min-k++"):
-        assert [t["task"] for t in by_name[name]["tasks"]] == ["examples", "canaries"]
+        # data_dir's canaries were inserted 1, 2 and 3 times: one audit per frequency (canaries-f1 is per example)
+        assert [t["task"] for t in by_name[name]["tasks"]] == ["examples", "canaries-f1", "canaries-f2", "canaries-f3"]
     # The written scores are the scorer's: recompute two examples' zlib and Min-K% scores by hand (to 1e-6: padding
     # in another batch moves float32 sums by ~1e-8).
     rows = {(r["task"], r["id"]): r for r in map(json.loads, (out / "scores/mia_zlib.jsonl").read_text().splitlines())}
@@ -126,13 +127,13 @@ def test_an_attack_that_does_not_run_on_a_causal_lm_is_refused_in_one_line(tiny_
     assert unsupported, "every attack runs on a causal LM: pick another refusal to test"
     result = CliRunner().invoke(cli, ["attack", "--model", str(tiny_causal_dir), "--data", str(data_dir), "--out",
                                       str(tmp_path / "out"), "--attacks", f"loss,{unsupported[0]}"])
-    assert_one_line_error(result, f"--attacks {unsupported[0]} needs a", "is a causal-lm")
+    assert_one_line_error(result, f"--attacks {unsupported[0]} ", "is a causal-lm")
     assert not (tmp_path / "out").exists()
     # ... and the causal attacks refuse a masked LM the same way (they read next-token probabilities).
     from dpaudit.attacks.registry import resolve_attacks
     from dpaudit.errors import UserInputError
 
-    with pytest.raises(UserInputError, match="--attacks min-k\\+\\+ needs a causal-lm model"):
+    with pytest.raises(UserInputError, match="--attacks min-k\\+\\+ needs a causal LM"):
         resolve_attacks(["min-k++"], "masked-lm")
 
 
