@@ -209,8 +209,36 @@ def test_the_refusal_follows_the_start_s_own_start(tmp_path):
         refuse_private_start(start, mine)
     other = StartingPoint(given="s", model_dir=tmp_path, run_dir=tmp_path, trained_on="train.jsonl",
                           private_inputs={"/elsewhere/train.jsonl": "c" * 64})
-    refuse_private_start(other, mine)  # another data set's private rows: allowed, the record states the requirement
-    refuse_private_start(StartingPoint(given="hf", model_dir=tmp_path), mine)  # a bare Hugging Face directory
+    # another data set's private rows: refused unless declared, and then marked so that the claim says it first
+    with pytest.raises(UserInputError, match="did not train on public data only.*--accept-private-start"):
+        refuse_private_start(other, mine)
+    assert refuse_private_start(other, mine, accept_private=True).accepted_private
+    assert not refuse_private_start(StartingPoint(given="hf", model_dir=tmp_path), mine).accepted_private  # bare HF
+
+
+def test_a_non_private_start_on_another_inject_of_the_same_rows_is_refused_unless_declared(data_dir, tmp_path):
+    """The review's path round the old refusal: a second inject of the same private rows (another folder, another
+    seed), a non-private start trained on it, then the private run from that start. Refused; declared with
+    --accept-private-start, the claim says first that the epsilon does not cover what the start learned."""
+    from dpaudit.attacks.claim import claimed_privacy
+    from dpaudit.headline import Claim
+
+    again = tmp_path / "again"
+    inject = ["inject", "--corpus", "builtin:assistant", "--corpus-size", "210", "--heldout-size", "24",
+              "--public-size", "96", "--frequencies", "1,2,3", "--per-frequency", "1", "--out", str(again)]
+    assert CliRunner().invoke(cli, [*inject, "--seed", "5"]).exit_code == 0
+    _train("--trainer", "edp-sgd", *TORCH, "--vocab-size", "128", "--non-private", "--data", again,
+           "--out", tmp_path / "np")
+    line = _refused([*PRIVATE["edp-sgd"], "--init-from", tmp_path / "np", "--data", data_dir, "--out", tmp_path / "dp"],
+                    "did not train on public data only", "--accept-private-start")
+    assert "train.jsonl" in line and not (tmp_path / "dp").exists()
+    _train(*PRIVATE["edp-sgd"], "--init-from", tmp_path / "np", "--accept-private-start", "--data", data_dir,
+           "--out", tmp_path / "dp")
+    record = read_privacy_record(tmp_path / "dp" / "privacy.json")
+    assert record.guarantee.startswith("This epsilon does NOT cover what the --init-from start")
+    assert record.init_from["accepted_private"] is True and record.epsilon is not None
+    text = Claim.from_claimed(claimed_privacy(record)).text()
+    assert text.split("(", 1)[1].startswith("it does NOT cover what the --init-from start")
 
 
 def test_a_bare_hugging_face_directory_is_recorded_as_such(public_runs, tmp_path):

@@ -223,4 +223,8 @@ def _guarantee(facts: RunFacts, parts: RecordParts, public: Mapping[str, Any], d
     unaccounted = list(parts.unaccounted_releases)
     if unaccounted:
         text += f" NOT covered (unaccounted release{'s' if len(unaccounted) > 1 else ''}): " + " ".join(unaccounted)
+    if facts.start is not None and facts.start.accepted_private:  # said first: the epsilon does not cover the start
+        text = (f"This epsilon does NOT cover what the --init-from start {facts.start.given} learned: it trained on "
+                f"{facts.start.trained_on or 'private data'}, not public data only (declared with --accept-private-start). "
+                + text)
     return text + tail_words + f" Condition: {facts.noise_source.note}"

@@ -26,6 +26,8 @@ In order (DESIGN sections 3 and 5):
 
 from __future__ import annotations
 
+import dataclasses
+
 import shutil
 import sys
 import time
@@ -100,9 +102,11 @@ class RunSkeleton:
         found = list_checkpoints(self.ckpt_dir)
         check_out_dir(self.out_dir, trainer=plugin.name, resumable=bool(found))
         self.data = plugin.load_data()
-        if self.data.start is not None:  # a start trained on this run's private data: refused, nothing written
-            refuse_private_start(self.data.start, self.data.inputs)
         self.settings = settings = plugin.settings()
+        if self.data.start is not None:  # a start trained on private data: refused (or declared), nothing written
+            start = refuse_private_start(self.data.start, self.data.inputs,
+                                         accept_private=bool(settings.config.get("accept_private_start")))
+            self.data = dataclasses.replace(self.data, start=start)
         self.finished = finished_run(self.out_dir, trainer=plugin.name, config=dict(settings.config), seed=plugin.seed,
                                      inputs=self.data.inputs, run_only=tuple(settings.run_only))
         if self.finished is not None:

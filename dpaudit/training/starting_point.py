@@ -28,6 +28,7 @@ guessed rows.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -85,6 +86,7 @@ class StartingPoint:
     weights: Mapping[str, str] = field(default_factory=dict)
     trained_on: str | None = None
     public_data_only: bool | None = None
+    accepted_private: bool = False
     trainer: str | None = None
     private_inputs: Mapping[str, str] = field(default_factory=dict)
 
@@ -112,6 +114,7 @@ class StartingPoint:
             "trained_on": self.trained_on,
             "public_data_only": self.public_data_only,
             "requirement": PUBLIC_START_REQUIREMENT,
+            **({"accepted_private": True} if self.accepted_private else {}),
         }
 
     def describe(self) -> str:
@@ -222,8 +225,11 @@ def public_data_only(split: str, start: StartingPoint | None) -> bool:
     return split == "public" and (start is None or start.public_data_only is True)
 
 
-def refuse_private_start(start: StartingPoint, inputs: Mapping[str, str], *, option: str = "--init-from") -> None:
-    """Refuse a start trained on this run's private data, as its dpaudit manifest shows.
+def refuse_private_start(start: StartingPoint, inputs: Mapping[str, str], *, option: str = "--init-from",
+                         accept_private: bool = False) -> StartingPoint:
+    """Refuse a start trained on this run's private data, as its dpaudit manifest shows, and a dpaudit start that did
+    not train on public data only unless ``accept_private`` (``--accept-private-start``) declares it; returns the start
+    (marked ``accepted_private`` then, so that the record says first that the epsilon does not cover it).
 
     ``inputs`` are this run's manifest inputs (path -> sha256), among them the inject directory's
     ``train.jsonl``. The start is refused when a ``train.jsonl`` that went into it (its own training
@@ -246,6 +252,15 @@ def refuse_private_start(start: StartingPoint, inputs: Mapping[str, str], *, opt
             raise UserInputError(
                 f"{option} {start.given}: this start was trained on {path} ({why}), this run's private data; a start "
                 "must be public (train one with --data-split public), or the guarantee would not cover that data.")
+    if start.dpaudit_run and start.public_data_only is not True:
+        if not accept_private:
+            raise UserInputError(
+                f"{option} {start.given}: this start is a dpaudit run that did not train on public data only (it trained "
+                f"on {start.trained_on or 'an unrecorded split'}), so the new run's epsilon would not cover what it "
+                "learned; train a public start with --data-split public, or pass --accept-private-start to declare it "
+                "(the claim then says so first).")
+        return dataclasses.replace(start, accepted_private=True)
+    return start
 
 
 def _resolved(path: Path) -> Path:

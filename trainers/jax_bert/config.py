@@ -103,6 +103,11 @@ class JaxBertConfig:
         "Delta of the (epsilon, delta) guarantee; default min(1e-5, 1/(10 N)) for N training examples "
         "(well below 1/N: releasing one random row verbatim already satisfies delta = 1/N). A delta >= 1/N is warned about. "
         "It includes the float noise sampler's tail figure (privacy.json noise_tail_delta); the accountant's delta is the rest."))
+    accept_private_start: bool = field(default=False, metadata=_help(
+        "Train from an --init-from dpaudit run that did not train on public data only (e.g. a non-private run on "
+        "another copy of private rows): refused without this. With it, privacy.json's guarantee and every claim line "
+        "say first that the epsilon does NOT cover what that start learned. A start trained on this run's own "
+        "train.jsonl is refused always."))
     accept_noise_tail: bool = field(default=False, metadata=_help(
         "Train even when the noise sampler's tail figure (sum over steps of q P(Z > 11.596 - 1/sigma)) alone reaches "
         "--delta (a tiny noise multiplier): the stated delta is then --delta plus that figure, what holds. Without "
@@ -130,7 +135,7 @@ class JaxBertConfig:
     #: deprecation warning) and --config keys; :meth:`upgrade_stored` renames them in a checkpoint's config.
     RENAMED_FIELDS: ClassVar[Mapping[str, str]] = {"micro_batch": "physical_batch", "clipping": "clip_engine"}
     #: Fields added since runs were first checkpointed, with the value an older checkpoint's run had.
-    ADDED_FIELDS: ClassVar[Mapping[str, Any]] = {"init_from": None, "data_split": "train", "accept_noise_tail": False}
+    ADDED_FIELDS: ClassVar[Mapping[str, Any]] = {"init_from": None, "data_split": "train", "accept_noise_tail": False, "accept_private_start": False}
 
     def __post_init__(self) -> None:
         check_types(self)  # types and Literal choices first, whatever the source (TOML, checkpoint, caller)

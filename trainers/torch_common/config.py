@@ -80,7 +80,7 @@ class TorchTrainConfig:
     #: deprecation warning) and --config key; :meth:`upgrade_stored` renames it in a checkpoint's config.
     RENAMED_FIELDS: ClassVar[Mapping[str, str]] = {"model": "init_from"}
     #: Fields added since runs were first checkpointed, with the value an older checkpoint's run had.
-    ADDED_FIELDS: ClassVar[Mapping[str, Any]] = {"data_split": "train", "accept_noise_tail": False}
+    ADDED_FIELDS: ClassVar[Mapping[str, Any]] = {"data_split": "train", "accept_noise_tail": False, "accept_private_start": False}
 
     task: Task = field(default="classify", metadata=help_text(
         "classify: sequence classification of {'text','label'} rows (intent). mlm: masked-LM fine-tuning on the texts. "
@@ -131,6 +131,11 @@ class TorchTrainConfig:
     delta: float | None = field(default=None, metadata=help_text(
         "Delta of the (epsilon, delta) guarantee; default min(1e-5, 1/(10 N)), well below 1/N. It includes the float "
         "noise sampler's tail figure (privacy.json noise_tail_delta); the accountant's delta is the rest."))
+    accept_private_start: bool = field(default=False, metadata=help_text(
+        "Train from an --init-from dpaudit run that did not train on public data only (e.g. a non-private run on "
+        "another copy of private rows): refused without this. With it, privacy.json's guarantee and every claim line "
+        "say first that the epsilon does NOT cover what that start learned. A start trained on this run's own "
+        "train.jsonl is refused always."))
     accept_noise_tail: bool = field(default=False, metadata=help_text(
         "Train even when the noise sampler's tail figure (sum over steps of q P(Z > 11.596 - 1/sigma)) alone reaches "
         "--delta (a tiny noise multiplier): the stated delta is then --delta plus that figure, what holds. Without "
