@@ -15,13 +15,15 @@ from __future__ import annotations
 import re
 import string
 from collections import defaultdict
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Iterator, Sequence
 from itertools import islice
+from typing import Any
 
 import numpy as np
 
 from dpaudit.secret_spaces import CONTEXT_FREE_KINDS, Draw, SecretSpace
 from dpaudit.errors import UserInputError
+from dpaudit.progress import progress_counter
 from dpaudit.inject_run import Canary, Label  # noqa: F401 (the record lives in the core; re-exported here)
 
 DEFAULT_TEMPLATE = "{name}'s account number is {secret}"  # {name}: a per-canary key (canaries.keys)
@@ -159,6 +161,15 @@ class OccurrenceIndex:
         return found
 
 
+def check_space_size(space: SecretSpace, n: int) -> None:
+    """Refuse ``n`` canaries from a space of fewer secrets (a check of counts alone, before any draw)."""
+    if n > space.size:
+        raise UserInputError(
+            f"--format {space.format} has only {space.size} possible secrets but {n} canaries are requested; "
+            "use a larger space (e.g. more digits or words) or fewer canaries."
+        )
+
+
 def draw_secrets(
     space: SecretSpace,
     n: int,
@@ -170,8 +181,11 @@ def draw_secrets(
     """The first ``n`` secrets of the space's random stream that occur in no corpus or context text
     (checked unit by unit, :meth:`~dpaudit.secret_spaces.SecretSpace.units`: a new-token secret's every token).
 
-    Candidates are checked in batches of twice the number still needed, so the corpus is
-    scanned once in the usual case and a few times when many candidates occur.
+    Candidates are checked in batches of the number still needed plus an eighth (and 64), so the corpus is
+    scanned once in the usual case (fewer than one candidate in nine occurs) and a few times when many
+    candidates occur. (Batches of twice the number drew every secret twice over: for a million new-token
+    canaries, half of a several-minute inject. The draws chosen are the same: the first ``n`` usable ones of
+    the stream, in order, whatever the batch size.)
 
     Returns:
         The draws, and how many candidates were rejected because they occur in the texts.
@@ -180,34 +194,49 @@ def draw_secrets(
         UserInputError: if the space has fewer than ``n`` secrets, or too few that are absent
             from the corpus.
     """
-    if n > space.size:
-        raise UserInputError(
-            f"--format {space.format} has only {space.size} possible secrets but {n} canaries are requested; "
-            "use a larger space (e.g. more digits or words) or fewer canaries."
-        )
-    stream = space.draws(rng)
+    check_space_size(space, n)
     chosen: list[Draw] = []
     crossing = _CrossCheck()
     rejected = 0
-    while len(chosen) < n:
-        batch = list(islice(stream, max(2 * (n - len(chosen)), 64)))
-        if not batch:
-            raise UserInputError(
-                f"--format {space.format}: only {len(chosen)} of its {space.size} secrets are usable (absent from the "
-                f"corpus and from the other canaries' text), but {n} canaries are requested; use a larger space or fewer canaries."
-            )
-        units = [space.units(d.secret) for d in batch]  # the secret, or each new token of it
-        index = OccurrenceIndex(u for us in units for u in us)
-        occurring = index.scan(corpus_texts)
-        occurring |= index.scan(context_texts)
-        for draw, draw_units in zip(batch, units):
-            if any(tuple(normalize_tokens(u)) in occurring for u in draw_units) or not crossing.accept(draw):
-                rejected += 1
-                continue
-            chosen.append(draw)
-            if len(chosen) == n:
-                break
+    # A bar over the candidates drawn (the first batch's size: all of them when few occur in the texts).
+    with progress_counter(total=n + n // 8 + 64, desc="drawing secrets", unit="secret", enabled=n > 0) as bar:
+        stream = _counted(space.draws(rng), bar)
+        while len(chosen) < n:
+            left = n - len(chosen)
+            batch = list(islice(stream, left + left // 8 + 64))
+            if not batch:
+                raise UserInputError(
+                    f"--format {space.format}: only {len(chosen)} of its {space.size} secrets are usable (absent from the "
+                    f"corpus and from the other canaries' text), but {n} canaries are requested; use a larger space or fewer canaries."
+                )
+            units = [space.units(d.secret) for d in batch]  # the secret, or each new token of it
+            index = OccurrenceIndex(u for us in units for u in us)
+            occurring = index.scan(corpus_texts)
+            occurring |= index.scan(context_texts)
+            for draw, draw_units in zip(batch, units):
+                if any(tuple(normalize_tokens(u)) in occurring for u in draw_units) or not crossing.accept(draw):
+                    rejected += 1
+                    continue
+                chosen.append(draw)
+                if len(chosen) == n:
+                    break
+        stream.close()  # the bar counts every candidate drawn
     return chosen, rejected
+
+
+def _counted(items: Iterator[Draw], bar: Any, every: int = 1024) -> Iterator[Draw]:
+    """``items``, advancing ``bar`` by every ``every`` items (one tqdm update per item would slow the draws); the rest
+    when the generator is closed."""
+    count = 0
+    try:
+        for item in items:
+            count += 1
+            if count == every:
+                bar.update(count)
+                count = 0
+            yield item
+    finally:
+        bar.update(count)
 
 
 class _CrossCheck:

@@ -15,16 +15,15 @@ from __future__ import annotations
 
 import json
 import math
-import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any, TextIO
 
 import numpy as np
-from tqdm import tqdm
 
 from dpaudit.errors import UserInputError
+from dpaudit.progress import progress_counter
 
 DEFAULT_FREQUENCIES: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 50, 100)
 #: The schedules ``dpaudit inject`` picks from when --frequencies is not given, fullest first: each keeps the
@@ -312,7 +311,9 @@ def write_rows(
 ) -> int:
     """Write the rows named by ``rows`` (see :func:`train_order`) in blocks; returns the count."""
     written = 0
-    with tqdm(total=len(rows), desc=desc, unit="rows", file=sys.stderr, disable=None, leave=False) as bar:
+    # dpaudit's bars: redrawn on a terminal, a plain line every 15 s in a log (tqdm alone printed nothing there,
+    # and a million-canary inject wrote its files in silence).
+    with progress_counter(total=len(rows), desc=desc, unit="rows") as bar:
         for start in range(0, len(rows), _WRITE_BLOCK):
             block = rows[start : start + _WRITE_BLOCK].tolist()
             if label_ids is None:

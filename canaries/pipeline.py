@@ -36,6 +36,7 @@ from dpaudit.canaries.generate import (
     Canary,
     build_canaries,
     check_context,
+    check_space_size,
     draw_labels,
     draw_secrets,
     normalize_tokens,
@@ -81,6 +82,7 @@ from dpaudit.secret_spaces import (
 from dpaudit.corpus import BUILTIN_ASSISTANT, CorpusReader, assistant
 from dpaudit.corpus.readers import NO_LABELS, Label
 from dpaudit.errors import UserInputError
+from dpaudit.progress import progress_bar
 from dpaudit.inject_run import NEW_TOKENS as NEW_TOKENS_KEY
 from dpaudit.inject_run import REQUEST_KEY, SUMMARY_KEYS, finished_inject, label_order
 from dpaudit.rundir import (
@@ -583,13 +585,20 @@ def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, co
         phrase_sentences=phrase_sentences,
     )
 
+    n_canaries = schedule.n_canaries if config.canaries else 0
+    # Before any secret is drawn: the share of canary rows (refused above 50% without --force), then what the
+    # work will cost, said when it is long and refused when the machine cannot hold it (canaries/cost.py).
+    check_space_size(space, n_canaries)
+    share = check_canary_share(int(frequencies.sum()), counts.members, force=force)
+    _check_cost(space, n_canaries, int(frequencies.sum()), corpus.texts, prefix + suffix, out)
+
     # New tokens are released (every trained model's vocabulary declares them), so whether a draw is kept may
     # depend on public rows only: a private row's text must never change the released set. A random
     # 10-letter token occurs in a private row with probability ~ rows x 26^-10; other secrets stay private
     # and are kept absent from the whole corpus.
     scanned = [corpus.texts[i] for i in public_rows.tolist()] if isinstance(space, NewTokenSpace) else corpus.texts
     draws, rejected = draw_secrets(
-        space, schedule.n_canaries if config.canaries else 0, rng=_rng(config.seed, _SECRETS), corpus_texts=scanned,
+        space, n_canaries, rng=_rng(config.seed, _SECRETS), corpus_texts=scanned,
         context_texts=[prefix, suffix],
     )
     labels = None
@@ -604,7 +613,6 @@ def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, co
         labels = [corpus.labels[i] for i in picks.tolist()]
     canaries = build_canaries(draws, frequencies, template_prefix=prefix, template_suffix=suffix, format=space.format, labels=labels)
     canaries = fill_keys(canaries, _rng(config.seed, KEY_STREAM))  # a unique {name} per canary
-    share = check_canary_share(int(frequencies.sum()), counts.members, force=force)  # before building or writing rows
     order = train_order(np.flatnonzero(codes == MEMBER), frequencies, _rng(config.seed, _SHUFFLE))
 
     summary = _summary(config, counts, canaries, len(order), space, rejected)
@@ -635,6 +643,25 @@ def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, co
            space=space, template=(template, prefix, suffix), extra_inputs=extra_inputs, summary=summary, command=command,
            request=request)
     return summary
+
+
+def _check_cost(space: SecretSpace, n_canaries: int, canary_rows: int, texts: Sequence[str], context: str,
+                out: Path) -> None:
+    """Say what drawing ``n_canaries`` secrets and writing ``canary_rows`` canary lines will cost when it is long, and
+    refuse it when this machine cannot hold it (:mod:`dpaudit.canaries.cost`), before any secret is drawn."""
+    from dpaudit.canaries import cost as inject_cost
+
+    if not n_canaries:
+        return
+    example = next(iter(space.draws(np.random.default_rng(0))), None)  # its length only: not the secret stream
+    text_chars = len(context) + (len(example.secret) if example is not None else 0) + 16  # a {name} filled in
+    distinct = getattr(space, "distinct", 1) if isinstance(space, NewTokenSpace) else 0
+    cost = inject_cost.estimate(canaries=n_canaries, canary_rows=canary_rows, text_chars=text_chars,
+                                corpus_rows=len(texts), corpus_chars=sum(map(len, texts)),
+                                new_tokens=n_canaries * distinct, base_bytes=inject_cost.resident_bytes())
+    inject_cost.check_fits(cost, out)
+    if inject_cost.worth_saying(cost):
+        print(inject_cost.describe(cost), file=sys.stderr, flush=True)
 
 
 def labels_missing_from_public(corpus: LoadedCorpus, codes: np.ndarray) -> list[Label]:
@@ -713,7 +740,8 @@ def _write(out: Path, *, overwrite: bool, config: InjectConfig, corpus: LoadedCo
                     write_rows(handle, rows, desc=name, **write)
             current = mf.CANARIES
             with open(stage / mf.CANARIES, "w", encoding="utf-8", newline="\n") as handle:
-                handle.write("".join(dumps_jsonl_line(c.to_record()) for c in canaries))
+                handle.write("".join(dumps_jsonl_line(c.to_record())
+                                     for c in progress_bar(canaries, desc=mf.CANARIES, unit="canary")))
             text, prefix, suffix = template
             declared = {NEW_TOKENS_KEY: new_tokens(space, canaries)} if isinstance(space, NewTokenSpace) else {}
             manifest = build_manifest(

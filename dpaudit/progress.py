@@ -18,12 +18,23 @@ T = TypeVar("T")
 LOG_INTERVAL_S = 15.0
 
 
+def _options() -> dict[str, Any]:
+    tty = sys.stderr.isatty()
+    return ({"leave": False} if tty else
+            {"leave": True, "mininterval": LOG_INTERVAL_S, "delay": LOG_INTERVAL_S, "ascii": True})
+
+
 def progress_bar(iterable: Iterable[T], *, desc: str, unit: str, enabled: bool = True,
                  total: int | None = None) -> Iterable[T]:
     """``iterable`` wrapped in a bar on stderr (nothing when ``enabled`` is False)."""
     from tqdm import tqdm
 
-    tty = sys.stderr.isatty()
-    options: dict[str, Any] = ({"leave": False} if tty else
-                               {"leave": True, "mininterval": LOG_INTERVAL_S, "delay": LOG_INTERVAL_S, "ascii": True})
-    return tqdm(iterable, desc=desc, unit=unit, total=total, file=sys.stderr, disable=not enabled, **options)
+    return tqdm(iterable, desc=desc, unit=unit, total=total, file=sys.stderr, disable=not enabled, **_options())
+
+
+def progress_counter(*, total: int | None, desc: str, unit: str, enabled: bool = True) -> Any:
+    """A bar advanced by hand (``bar.update(k)``; a context manager), shown as :func:`progress_bar` shows its bars:
+    for work that hands over its items in blocks (rows written a block at a time)."""
+    from tqdm import tqdm
+
+    return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=not enabled, **_options())

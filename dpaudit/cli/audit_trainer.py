@@ -456,6 +456,8 @@ def _audit(trainer: Any, trainer_name: str, work: Path, *, target_epsilon: float
                    err=True)
     rows = real_rows + canaries * (1 + (partners if unit == "micro-batch" else 0))
     config = audit_config(trainer, rows=rows, **plan)
+    cost = _announce_cost(config, canaries=canaries, runs=runs, partners=partners if unit == "micro-batch" else 0,
+                          sampling_rate=sampling_rate, workers=workers, fleet=workers > 1 or bool(ray_address))
     if workers > 1 or ray_address:  # the runs as jobs of the model fleet (its own progress bar)
         # The fields as they are (a --noise-seed travels to the workers in memory, never to a file).
         fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
@@ -463,15 +465,44 @@ def _audit(trainer: Any, trainer_name: str, work: Path, *, target_epsilon: float
                                    ray_address=ray_address)
         analysis, evidence = run_audit(runs_spec, canaries=canaries, runs=runs, partners=partners,
                                        confidence=confidence, seed=seed, workdir=work,
-                                       progress=lambda done, total: None)
+                                       progress=lambda done, total: _analysis_note(done, total, cost))
     else:
         bar = click.progressbar(length=runs, label=f"audit-trainer {trainer_name}: runs", file=sys.stderr)
         with bar:
             analysis, evidence = run_audit(
                 lambda run_out: plugin_cls(data_dir, run_out, config, seed=0), canaries=canaries, runs=runs,
                 partners=partners, confidence=confidence, seed=seed, workdir=work,
-                progress=lambda done, total: bar.update(done - bar.pos))
+                progress=lambda done, total: _runs_done(bar, done, total, cost))
     return analysis, evidence, config
+
+
+def _announce_cost(config: Any, *, canaries: int, runs: int, partners: int, sampling_rate: float, workers: int,
+                   fleet: bool) -> Any:
+    """The audit's cost (:mod:`dpaudit.whitebox.cost`): refused before any run when it cannot fit (a worker's memory
+    bound, this machine's memory), said first when it is long."""
+    from dpaudit.whitebox import cost as audit_cost
+
+    steps = getattr(config, "steps", None)
+    if not isinstance(steps, int):
+        steps = max(1, int(getattr(config, "epochs", None) or 1)) * math.ceil(1 / sampling_rate)
+    cost = audit_cost.estimate(canaries=canaries, runs=runs, steps=steps, partners=partners)
+    audit_cost.check_fits(cost, fleet=fleet)
+    if audit_cost.worth_saying(cost):
+        click.echo(audit_cost.describe(cost, workers=workers), err=True)
+    return cost
+
+
+def _runs_done(bar: Any, done: int, total: int, cost: Any) -> None:
+    """The runs bar; once the last run is in, a line for the analysis when it is long (its bounds score every
+    canary: minutes at a million canaries)."""
+    bar.update(done - bar.pos)
+    _analysis_note(done, total, cost, newline=True)
+
+
+def _analysis_note(done: int, total: int, cost: Any, *, newline: bool = False) -> None:
+    if done == total and cost.analysis_seconds >= 15:
+        click.echo(f"{chr(10) if newline else ''}audit-trainer: analysing {cost.runs * cost.canaries:,} canaries (about "
+                   f"{math.ceil(cost.analysis_seconds):,} s) ...", err=True)
 
 
 def _inject(data_dir: Path) -> None:

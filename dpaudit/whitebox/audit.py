@@ -82,8 +82,11 @@ def audit_trainer(factory: PluginFactory | RegisteredRuns, *, canaries: int = 10
         if progress is not None and kept:
             progress(len(kept), runs)
         if isinstance(factory, RegisteredRuns):
-            _fleet_runs(factory, base, [r for r in range(runs) if r not in kept], canaries=canaries, runs=runs,
-                        partners=partners, coins=coins, progress=progress)
+            todo = [r for r in range(runs) if r not in kept]
+            _fleet_runs(factory, base, todo, canaries=canaries, runs=runs, partners=partners, coins=coins,
+                        progress=progress)
+            if progress is not None and todo:
+                progress(runs, runs)  # every run is in: the analysis starts (the caller may say so)
             evidence = [kept[r] if r in kept else load_evidence(base / f"run-{r}") for r in range(runs)]
         else:
             for r in range(runs):
