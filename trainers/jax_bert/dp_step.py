@@ -33,6 +33,7 @@ References:
 
 from __future__ import annotations
 
+import itertools
 import math
 from collections.abc import Callable, Sequence
 from typing import Any, NamedTuple
@@ -347,19 +348,21 @@ def _global_norm(tree: PyTree) -> jax.Array:
 PAIR_WORDS = 4
 
 
-def wide_normal_pairs(words: jax.Array) -> tuple[jax.Array, jax.Array]:
-    """Two standard normals per column of ``words`` (``uint32[4, n]``): Box-Muller with a 96-bit radius uniform.
+def wide_normal_pairs(words: Sequence[jax.Array] | jax.Array) -> tuple[jax.Array, jax.Array]:
+    """Two standard normals per set of four uint32 words (``words[0..3]``: an array ``uint32[4, ...]`` or four
+    broadcastable arrays): Box-Muller with a 96-bit radius uniform.
 
     ``u = (w0 2^64 + w1 2^32 + w2 + 1/2) 2^-96`` is never 0, so the radius ``sqrt(-2 ln u)`` reaches
     ``sqrt(194 ln 2) = 11.596`` standard deviations; ``jax.random.normal`` in float32 (``sqrt(2) erfinv`` of a
     23-bit uniform) stopped at 5.22, and a neighbour alone on a gradient coordinate was revealed whenever
     its shift carried the noise past that edge (:mod:`dpaudit.accounting.noise_tail`). The angle comes from
     ``w3``: a quarter turn from its top 2 bits, an offset in (-pi/4, pi/4) from the other 30, as the torch
-    trainers' C sampler forms it (``trainers/torch_common/philox_normal.c``).
+    trainers' C sampler forms it (``trainers/torch_common/philox_normal.c``); the second normal is the first
+    one of ``w3 - 2^30`` (a quarter turn back: cos(t - pi/2) = sin t), bit for bit.
 
     Float32 arithmetic, without enabling x64: u is formed from the smallest term up, and a term only
     matters when the words before it are 0, so the float32 sum keeps u's whole dynamic range (down to
-    2^-97, a normal float32) at 24-bit relative precision; tests/trainers/test_noise_reach.py feeds the
+    2^-97, a normal float32) at 24-bit relative precision; tests/trainers/jax_bert/test_wide_normal.py feeds the
     extreme words through this function and tests its far tail (w0 = 0) for the exact law.
     """
     w0, w1, w2, w3 = (words[i] for i in range(PAIR_WORDS))
@@ -376,20 +379,33 @@ def wide_normal_pairs(words: jax.Array) -> tuple[jax.Array, jax.Array]:
 
 
 def wide_normal(key: jax.Array, shape: Sequence[int]) -> jax.Array:
-    """Standard normal float32 noise of ``shape`` from ``key``: :func:`wide_normal_pairs` of
-    ``jax.random.bits(key, (4, ceil(n / 2)), uint32)``, the cosines first, then the sines (the last one
-    dropped when n is odd). Jittable, no host sync."""
+    """Standard normal float32 noise of ``shape`` from ``key``: pair i of :func:`wide_normal_pairs` on the words
+    ``jax.random.bits(key, (ceil(n / 2), 4), uint32)[i]`` gives numbers 2i and 2i + 1 (the last one dropped when
+    n is odd). Number j depends on the key and j only (its words' counters are 4 (j // 2) .. 4 (j // 2) + 3), never
+    on n. Jittable, no host sync.
+
+    Both normals of a pair are written as the first output of the pair's words, the second with ``w3 - 2^30``:
+    one elementwise computation over (pairs, 2), which XLA's CPU backend vectorizes; a concatenation of the two
+    outputs fused the random-bit hashing into a concatenate loop that ran ~10x slower than the parts.
+    """
     n = math.prod(shape)
-    words = jax.random.bits(key, (PAIR_WORDS, (n + 1) // 2), jnp.uint32)
-    first, second = wide_normal_pairs(words)
-    return jnp.concatenate([first, second])[:n].reshape(shape)
+    half = (n + 1) // 2
+    words = jax.random.bits(key, (half, 1, PAIR_WORDS), jnp.uint32)
+    quarter = jax.lax.broadcasted_iota(jnp.uint32, (half, 2), 1) * jnp.uint32(1 << 30)
+    first, _ = wide_normal_pairs((words[..., 0], words[..., 1], words[..., 2], words[..., 3] - quarter))
+    return first.reshape(-1)[:n].reshape(shape)
 
 
 def _gaussian_like(key: jax.Array, tree: PyTree) -> PyTree:
-    """Standard normal noise with the structure of ``tree``, one independent key per leaf (:func:`wide_normal`)."""
+    """Standard normal noise with the structure of ``tree``: ONE :func:`wide_normal` draw of all its numbers, the
+    leaves in flattening order (one draw for the ~40 leaves of a BERT, where a draw per leaf paid a fusion and
+    its start-up per leaf). A leaf's numbers depend on the key and the leaves before it only, so appending a leaf
+    (the white-box audit block, last) leaves every other leaf's noise as a run without it draws it."""
     leaves, treedef = jax.tree.flatten(tree)
-    keys = jax.random.split(key, len(leaves))
-    return jax.tree.unflatten(treedef, [wide_normal(k, x.shape) for k, x in zip(keys, leaves)])
+    sizes = [math.prod(x.shape) for x in leaves]
+    flat = wide_normal(key, (sum(sizes),))
+    offsets = [0, *itertools.accumulate(sizes)]
+    return jax.tree.unflatten(treedef, [flat[a:b].reshape(x.shape) for a, b, x in zip(offsets, offsets[1:], leaves)])
 
 
 def _apply(
@@ -667,9 +683,9 @@ def make_dp_train_step(
         return new_params, new_opt_state, _dp_metrics(acc, z, noise_std, stats)
 
     def audit_finish(params, opt_state, block, acc, block_acc, stats, key, noise_std, expected_batch_size):
-        # The block is one more trained leaf, the last: the one noise draw covers (model, block), and
-        # as jax.random.split(key, n + 1)[:n] == split(key, n) (partitionable threefry, JAX's default), the
-        # model's noise is the one a canary-free run draws.
+        # The block is one more trained leaf, the last: the one noise draw covers (model, block), and as a
+        # number of the draw depends on its position only (_gaussian_like), the model's noise is the one a
+        # canary-free run draws.
         noisy, z = _add_noise((acc, block_acc), key, noise_std)
         grads, block_grads = jax.tree.map(lambda g: g / expected_batch_size, noisy)
         new_params, new_opt_state = _apply(optimizer, params, opt_state, grads)

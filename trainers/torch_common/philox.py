@@ -11,8 +11,8 @@ uniform, in double precision (:func:`pairs`, ``philox_normal.c``): the radius re
 sqrt(194 ln 2) = 11.596 standard deviations, where a 32-bit uniform stopped at 6.66 and let a
 neighbour alone on a gradient coordinate be revealed whenever its shift carried the noise past that
 edge (:mod:`dpaudit.accounting.noise_tail`). Twice the Philox rounds per number and a double-precision
-transform: ~2.4 ns a number on one AVX-512 core (was ~1.1 with the 32-bit float32 transform);
-``benchmarks/bench_noise_sampler.py`` measures it.
+transform: ~3.2 ns a number on one AVX-512 core, of which the Philox rounds ~1.4 (the 32-bit float32
+transform took ~1.3 in all); ``benchmarks/bench_noise_sampler.py`` measures it.
 
 **How.** ``philox_normal.c`` beside this file is compiled with the system C compiler (``$CC``, else
 ``cc``) into a temporary directory the first time noise is drawn, for the machine it runs on

@@ -75,7 +75,13 @@ def test_a_million_draws_of_the_steps_noise_are_standard_normal():
     assert abs(stats.skew(z)) < 0.012 and abs(stats.kurtosis(z)) < 0.025
     assert stats.kstest(z, "norm").pvalue > 1e-3
     assert 30 < np.sum(np.abs(z) > 4) < 100  # expected 63, s.d. 8
-    # the leaf is the transform of its own key's words: cosines, then sines
-    key = jax.random.split(jax.random.PRNGKey(2024), 2)[0]  # the bias leaf comes first in the flattened tree
-    first, second = dp_step.wide_normal_pairs(jax.random.bits(key, (4, 250_001), jnp.uint32))
-    assert np.array_equal(np.asarray(noise["bias"]), np.concatenate([np.asarray(first), np.asarray(second)])[:500_001])
+    # one draw for the whole tree, the leaves in flattening order (bias first); numbers 2i and 2i + 1 are pair i of
+    # the words bits(key, (pairs, 4))[i], whatever the total: an appended leaf (the audit block) leaves the others be
+    key = jax.random.PRNGKey(2024)
+    first, second = dp_step.wide_normal_pairs(jax.random.bits(key, (500_001, 4), jnp.uint32).T)
+    pairs = np.stack([np.asarray(first), np.asarray(second)], axis=1).reshape(-1)
+    assert np.array_equal(np.asarray(noise["bias"]), pairs[:500_001])
+    assert np.array_equal(np.asarray(noise["kernel"]).ravel(), pairs[500_001:1_000_001])
+    with_block = jax.jit(dp_step._gaussian_like)(key, (tree, jnp.zeros((7,))))
+    assert np.array_equal(np.asarray(with_block[0]["kernel"]), np.asarray(noise["kernel"]))
+    assert np.array_equal(np.asarray(with_block[0]["bias"]), np.asarray(noise["bias"]))
