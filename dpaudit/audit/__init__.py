@@ -77,14 +77,14 @@ logistic(best epsilon so far): exact for Steinke et al., a heuristic for the f-D
 the best threshold; here every candidate is evaluated.
 
 References:
-  Carlini et al. 2022, "Membership Inference Attacks From First Principles" (TPR at low FPR).
-  Yeom et al. 2018, "Privacy Risk in Machine Learning" (membership advantage).
-  Jagielski, Ullman & Oprea 2020, "Auditing Differentially Private Machine Learning: How Private is
+  - Carlini et al. 2022, "Membership Inference Attacks From First Principles" (TPR at low FPR).
+  - Yeom et al. 2018, "Privacy Risk in Machine Learning" (membership advantage).
+  - Jagielski, Ullman & Oprea 2020, "Auditing Differentially Private Machine Learning: How Private is
     Private SGD?"; Nasr et al. 2021, "Adversary Instantiation: Lower Bounds for Differentially
     Private Machine Learning" (Clopper-Pearson epsilon lower bounds).
-  Steinke, Nasr & Jagielski 2023, "Privacy Auditing with One (1) Training Run".
-  Mahloujifar, Melis & Chaudhuri 2024, "Auditing f-Differential Privacy in One Run".
-  Dong, Roth & Su 2022, "Gaussian Differential Privacy" (the mu-GDP epsilon-delta curve).
+  - Steinke, Nasr & Jagielski 2023, "Privacy Auditing with One (1) Training Run".
+  - Mahloujifar, Melis & Chaudhuri 2024, "Auditing f-Differential Privacy in One Run".
+  - Dong, Roth & Su 2022, "Gaussian Differential Privacy" (the mu-GDP epsilon-delta curve).
 """
 
 from __future__ import annotations

@@ -1,6 +1,7 @@
 """The trainer kit: what every trainer shares, framework-free (no jax or torch at import).
 
 The run:
+
 - :mod:`.skeleton`: :class:`RunSkeleton`, the one training run (run directory, plan, secret sampling,
   ledger, loop, checkpoints, metrics, outputs);
 - :mod:`.plugin`: :class:`TrainerPlugin`, what a trainer writes (model init, a clipped-sum step that
@@ -8,6 +9,7 @@ The run:
 - :mod:`.record`: the one ``privacy.json`` builder; :mod:`.sampling`: secret Poisson sampling.
 
 What the run is made of:
+
 - :mod:`.api`: the trainer protocol and the entry-point registry (``dpaudit.trainers``);
 - :mod:`.privacy_plan` (what a run will spend, fixed before the first step) and
   :mod:`.privacy_record` (``privacy.json``, its one typed reader and writer);
