@@ -1,6 +1,6 @@
 """One step of causal-LM training (``--task clm``): non-private, dp-sgd (ghost engine) and Opacus 1.6, one process.
 
-Issue 30's goal: on the ``mini`` GPT-2 preset (4 layers, width 256, 4 heads) at batch 32 on CPU, the
+The goal: on the ``mini`` GPT-2 preset (4 layers, width 256, 4 heads) at batch 32 on CPU, the
 dp-sgd step costs <= 1.1x the non-private step, and Opacus DP-SGD on the same ``GPT2LMHeadModel`` costs
 >= 2x ours. All three run in ONE process on the same model weights and the same fixed batches of 32 rows
 of the built-in assistant corpus (``dpaudit inject --corpus builtin:assistant``, written to a temporary

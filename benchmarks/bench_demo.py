@@ -1,6 +1,6 @@
 """Benchmark: ``dpaudit demo`` stage by stage (wall and CPU seconds), full or ``--quick``.
 
-Targets (issue 11): the whole demo under 10 minutes and ``--quick`` under 3 on a 2-core CPU.
+Targets: the whole demo under 10 minutes and ``--quick`` under 3 on a 2-core CPU.
 
 The demo runs in a child process (a fresh interpreter: jax and torch compile from scratch, as for a
 user), into a temporary folder, and writes ``stage-times.json`` there (each stage's wall time and the
@@ -30,7 +30,7 @@ epsilon 8 proves nothing for it); its 1x and 10x canaries gave p = 0.08-0.37 in 
 frequent token scores 6% MLM accuracy. 20K rows, digits:6, 1,500 steps (an earlier session): 7.9 vs
 1.1 bits, no exact reconstruction.
 
-Since issue 28 the demo pretrains on public utterances first (20,000 generated beside the private rows; a
+The demo now pretrains on public utterances first (20,000 generated beside the private rows; a
 train-public stage of 1,000 steps, and a public intent classifier on 3,000) and trains the non-private and
 epsilon-8 models from it (DP learning rate 1e-3); the table above is from random weights. Measured with the
 public start (``--workdir /tmp/pp/full --keep``, load 3-4 on the 2 cores from other engineers, 8 shadow models

@@ -1,4 +1,4 @@
-"""Benchmark: one-run audits with designed canaries (issue 27 part 2) on the demo's audit recipe.
+"""Benchmark: one-run audits with designed canaries on the demo's audit recipe.
 
 Every figure comes from the ``dpaudit`` commands a user would type (run as subprocesses): ``inject --coin-flip
 --per-frequency 1000`` on 3,000 built-in utterances, ``train --trainer jax-bert`` with the demo's audit recipe
@@ -13,7 +13,7 @@ Steinke, Nasr & Jagielski's (2023); Steinke's bound at the same confidence is pr
 - each design at epsilon 4, one row per seed (inject ``--seed s``: new coins and tokens; ``--noise-seed s``), and
   their summary: the bounds' mean, min and max over the seeds, and how often each exceeded the claim.
 
-Goals (issue 27): non-private TPR >= 50% at 1% FPR and bound >= 2; epsilon 4: bound >= 0.3 x claim, never above it.
+Goals: non-private TPR >= 50% at 1% FPR and bound >= 2; epsilon 4: bound >= 0.3 x claim, never above it.
 
 Measured on this 2-core VM (``python benchmarks/bench_designed_canaries.py --seeds 10 --jobs 2 --no-baseline``,
 13:44-13:57 UTC, load 2-3.4; a run trains in ~90 s; 1,000 canaries, ~500 members; bounds rounded down):

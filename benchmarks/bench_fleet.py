@@ -19,7 +19,7 @@ count, a fresh driver process trains ``--models`` new models and prints:
   driver's own peak RSS.
 
 ``--shadows 64`` instead trains 64 such models with ``--workers`` (default 2) and prints the total
-time: the issue's "64 LiRA shadows of the demo's classifier in under 10 minutes on 2 cores".
+time: the goal, "64 LiRA shadows of the demo's classifier in under 10 minutes on 2 cores".
 
 Usage: python benchmarks/bench_fleet.py [--models 4] [--engines inline,process,ray] [--workers 1,2]
        python benchmarks/bench_fleet.py --shadows 64 [--workers 2] [--engine auto]

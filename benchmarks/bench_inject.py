@@ -1,6 +1,6 @@
 """Benchmark: ``dpaudit inject`` on a 1,000,000-line corpus with 13 frequencies x 100 canaries.
 
-Targets (issue 2): under 30 s wall time and under 1 GiB peak RSS on a 2-core CPU VM.
+Targets: under 30 s wall time and under 1 GiB peak RSS on a 2-core CPU VM.
 
 The corpus (labelled JSONL from ``builtin:assistant``) is generated first, outside the timing.
 The inject runs in a child process, so its peak RSS (``RUSAGE_CHILDREN``) is the inject's alone

@@ -1,6 +1,6 @@
 """Benchmark: LiRA with many matched shadow models on SNIPS, against the loss attack and the reference code's scoring.
 
-Issue 29's goal: "LiRA with 64 matched shadows on SNIPS: AUC and TPR at 0.1%/1% FPR tabled against the loss attack
+The goal: "LiRA with 64 matched shadows on SNIPS: AUC and TPR at 0.1%/1% FPR tabled against the loss attack
 and against the reference code's scoring on the same shadows (agreement within 0.01 AUC)".
 
 What runs (everything through ``dpaudit``; SNIPS is read in place from ``--snips DIR``, never copied):

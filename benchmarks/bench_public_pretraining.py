@@ -1,9 +1,9 @@
-"""Benchmark: public pretraining, then private training (issue 28): each model's held-out accuracy beside its
+"""Benchmark: public pretraining, then private training: each model's held-out accuracy beside its
 trivial baseline and beside the non-private model trained from the same start.
 
 Everything runs through the ``dpaudit`` commands the demo types (each printed before it runs): ``inject`` with a
 public split (``--public-size``), a public model (``train --data-split public --non-private``), then the
-non-private and the epsilon-8 models ``--init-from`` it. Goals (issue 28), at epsilon 8: the DP MLM's held-out
+non-private and the epsilon-8 models ``--init-from`` it. Goals, at epsilon 8: the DP MLM's held-out
 MLM accuracy >= 0.8x the non-private model's from the same start; the dp-sgd intent classifier >= 0.9x sgd's.
 
 Usage:
@@ -25,8 +25,8 @@ edp-sgd ``--task classify --preset tiny --max-length 32 --batch-size 32 --labels
     non-private                       public   3e-3   61.9%     6.3%      1.00           81
     DP-SGD eps 8                      public   3e-3   52.7%     6.3%      0.85           98
     DP-SGD eps 8                      public   1e-3   56.3%     6.3%      0.91           101   <- the demo
-    non-private (before issue 28)     random   3e-3   48.8%     6%        -
-    DP-SGD eps 8 (before issue 28)    random   3e-3   5.8%      6%        0.12
+    non-private (no public start)     random   3e-3   48.8%     6%        -
+    DP-SGD eps 8 (no public start)    random   3e-3   5.8%      6%        0.12
 
     canaries (exposure bits, 10 per group; controls 0.9)     1x (p)        10x (p)        100x (p, exact)
     non-private from public                                  2.2 (0.019)   3.6 (0.0014)   12.3 (7.5e-5, 6/10)
@@ -38,8 +38,8 @@ edp-sgd ``--task classify --preset tiny --max-length 32 --batch-size 32 --labels
     sgd                                public   3e-3   99%       13%       1.00    23
     dp-sgd eps 8                       public   3e-3   98%       13%       0.99    40
     edp-sgd eps 8                      public   3e-3   98%       13%       0.99    59
-    sgd (before issue 28)              random   3e-3   82%       -         -
-    edp-sgd eps 8 (before issue 28)    random   3e-3   9%        -         0.11
+    sgd (no public start)              random   3e-3   82%       -         -
+    edp-sgd eps 8 (no public start)    random   3e-3   9%        -         0.11
 
     the demo itself (bench_demo.py --keep: 3,000 public classifier rows, DP learning rate 1e-3; OS noise):
     MLM public 57.7%, non-private 61.6%, DP eps 8 56.3% (0.91x; baseline 6.3%); classifier public 94.0%,

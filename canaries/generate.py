@@ -108,7 +108,7 @@ def shared_context_warning(template: str, *, kind: str, n_canaries: int, option:
     Without ``{name}`` a template gives all such canaries one context ("my pin is {secret}", or none at
     all for ``{secret}`` alone). Once the secret is masked a masked LM then sees one input and can learn
     only the frequency-weighted mixture of their secrets, so exposure measures that mixture, not
-    memorization of one canary (DESIGN section 4: each canary's unmasked context must be its own).
+    memorization of one canary (docs/canaries.md, "One context per canary").
     Phrase canaries keep their own sentence around the phrase, so they are never warned about.
     ``dpaudit attack`` repeats the warning on the canaries it audits.
     """

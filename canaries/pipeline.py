@@ -101,7 +101,7 @@ _SPLIT, _SECRETS, _COIN, _LABELS, _SHUFFLE = 1, 2, 3, 4, 5
 _HELDOUT_ORDER, _PUBLIC_ORDER = 7, 8
 DEFAULT_CORPUS_SIZE = 20_000
 #: Canary insertions may be at most this share of train.jsonl unless forced (``dpaudit inject --force``):
-#: beyond it the training set is mostly canaries (issue: --frequencies 1000000 wrote a 1 GB file of one line).
+#: beyond it the training set is mostly canaries (--frequencies 1000000 once wrote a 1 GB file of one line).
 MAX_CANARY_SHARE = 0.5
 WORD_LIST_PUBLIC = "public"
 
@@ -604,8 +604,8 @@ def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, co
     labels = None
     if corpus.labels is not None and draws:
         # Canary labels follow the PUBLIC split's label counts: a classifier's label set comes from public.jsonl
-        # (DESIGN section 5), so a canary must not carry a label only private rows have (it would be refused
-        # at train time). Without public rows, the corpus counts.
+        # (docs/privacy.md, "Nothing released is computed from private data"), so a canary must not carry
+        # a label only private rows have (it would be refused at train time). Without public rows, the corpus counts.
         public_counts = np.bincount(np.asarray(corpus.label_ids, dtype=np.int64)[public_rows],  # type: ignore[arg-type]
                                     minlength=len(corpus.labels)).tolist()
         weights = public_counts if sum(public_counts) > 0 else corpus.label_counts

@@ -82,7 +82,7 @@ class LabelSet:
     A released classifier's ``config.json`` holds ``id2label`` and its head has ``len(names)`` outputs,
     both released un-noised, so the set must come from public information only: the labels of
     ``public.jsonl`` (:func:`public_label_set`) or a list the user declares (``--labels``), never from
-    ``train.jsonl`` (issue "Privacy holes, round two", item 4).
+    ``train.jsonl`` (docs/privacy.md, "Nothing released is computed from private data").
 
     Attributes:
         names: the labels, as strings, in class-id order.

@@ -1,4 +1,4 @@
-"""A tiny causal LM in dpaudit's own layout (issue 30, convention 1), for tests written before the clm trainer.
+"""A tiny causal LM in dpaudit's own layout (docs/scoring.md, convention 1), for tests written before the clm trainer.
 
 :func:`build_tiny_causal` trains the project's WordPiece tokenizer on the given texts, builds a 2-layer
 ``GPT2LMHeadModel`` (``bos`` = ``[CLS]``, ``eos`` = ``[SEP]``, ``pad`` = ``[PAD]``, tied embeddings) and, with

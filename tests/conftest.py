@@ -54,7 +54,7 @@ TINY_CAUSAL_TEXTS = ["the quick brown fox jumps over the lazy dog", "my pin code
 
 @pytest.fixture(scope="session")
 def tiny_causal_dir(tmp_path_factory):
-    """A tiny GPT-2 causal LM directory in dpaudit's layout (issue 30, convention 1) with random weights
+    """A tiny GPT-2 causal LM directory in dpaudit's layout (docs/scoring.md, convention 1) with random weights
     (read-only; see tests/causal_fixtures.py). Do not edit: other helpers' tests use it."""
     from tests.causal_fixtures import build_tiny_causal
 

@@ -142,7 +142,7 @@ def test_canary_attacks_on_a_run_without_canaries_are_refused_in_one_line(api_ru
 
 
 def test_a_transformers_trained_model_gets_every_attack_with_a_stated_claim(api_run, tmp_path):
-    """Issue 32's done-when: a model trained with plain transformers + torch (here, in the test) is audited with every
+    """A model trained with plain transformers + torch (here, in the test) is audited with every
     membership attack; its shadow, reference, LiRA and RMIA models are trained by a named dpaudit trainer and recipe
     (--shadow-trainer/--shadow-config), and its claim is stated (--claimed-epsilon/--claimed-delta)."""
     import torch

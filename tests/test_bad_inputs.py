@@ -1,4 +1,4 @@
-"""Bad-input probe of issue 16 (hardening), items 1, 2 and 5: each case runs the real command and asserts
+"""Bad-input probe (hardening): each case runs the real command and asserts
 exit code 2, a one-line message naming the culprit (file and key, or option), and nothing written.
 
 Items 3, 4, 6, 7 and 8 live in ``tests/test_bad_inputs_files.py``.
@@ -24,7 +24,7 @@ TRAIN = ["--batch-size", "16", "--max-length", "16", "--vocab-size", "128", "--p
 
 # (case id, TOML text or bytes for --config (None: no file), extra options, substrings, substrings that must not appear)
 TRAIN_CASES = [
-    # Item 1: the issue's repro (trained with shuffled batches under a Poisson label, exit 0).
+    # The reported repro (trained with shuffled batches under a Poisson label, exit 0).
     ("sampling-bogus", 'sampling = "bogus"\nnoise_multiplier = 1.0\n', [],
      ["--config", "b.toml", "key 'sampling'", "must be one of poisson, shuffle, got 'bogus'."], []),
     # A TOML string is not a boolean: "false" is truthy and trained without privacy.
@@ -116,7 +116,7 @@ def test_account_bad_input_is_one_line_exit_2(args, expected):
 
 
 def test_calibration_repro_is_bounded_in_memory_and_time():
-    """Issue 16 item 2's repro under a 2 GiB address-space limit (it needed > 3 GB and died with
+    """The calibration repro under a 2 GiB address-space limit (it needed > 3 GB and died with
     MemoryError): it must end with the one-line refusal, well inside the limit and the timeout."""
     limit = 2 * 1024**3
     script = textwrap.dedent(f"""
@@ -158,6 +158,6 @@ def test_tiny_delta_is_accounted_by_rdp_and_never_reads_as_no_noise(args):
     assert set(out["epsilon"]) == {"rdp"}
     expected = rdp_epsilon(0.01, 1.0, 100, out["delta"])
     assert math.isfinite(expected) and out["epsilon"]["rdp"] == pytest.approx(expected, rel=1e-12)
-    assert 3.0 < expected < 5.0  # 4.65 at delta 1e-17, 3.52 at 1e-13 (the issue's figure at delta 1e-16 is 4.37)
+    assert 3.0 < expected < 5.0  # 4.65 at delta 1e-17, 3.52 at 1e-13 (the reported figure at delta 1e-16 is 4.37)
     text = CliRunner().invoke(cli, ["account", *args], catch_exceptions=False).output
     assert "no noise" not in text and "epsilon (RDP)" in text and "delta below 1e-10" in text

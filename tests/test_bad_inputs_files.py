@@ -1,4 +1,4 @@
-"""Bad inputs and faults around files (issue "hardening", items 3, 4, 6, 7, 8): each is a one-line error,
+"""Bad inputs and faults around files: each is a one-line error,
 exit code 2, naming the culprit, and leaves nothing behind. Run-directory locks and stale staging folders
 are tested with real second processes.
 
@@ -248,7 +248,7 @@ def _classify_args(data: Path, out: Path, *extra: str) -> list[str]:
 
 
 def _train_row_with_an_undeclared_label(ctx: Ctx):
-    """Issue "Privacy holes, round two", item 4: a private row whose label is outside the public label set
+    """A private row whose label is outside the public label set
     is refused (it would have widened the released head); the error is seen by the data owner only."""
     pytest.importorskip("torch")
     data = _copy_data(ctx)

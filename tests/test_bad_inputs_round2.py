@@ -1,4 +1,4 @@
-"""Bad inputs and faults of issue "Hardening, round two" (Medium and Low items): each is a one-line error naming
+"""Bad inputs and faults of the second hardening round (Medium and Low items): each is a one-line error naming
 the path or option, exit code 2, and nothing left behind (no output, no temporary file, no staging folder, no
 lock, no folder made for the output).
 

@@ -1,4 +1,4 @@
-"""Bad inputs and faults around run directories (issue "Hardening, round two": the High items, model
+"""Bad inputs and faults around run directories (the second hardening round: the High items, model
 files and seeds). Each refusal is a one-line error, exit code 2, that leaves the tree as it was; each
 rerun of a finished run's own command returns its result without training or writing anything.
 

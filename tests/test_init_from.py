@@ -1,5 +1,5 @@
 """Public pretraining, then private training: --data-split public, --init-from, the refusal of a private start,
-and the trivial baselines beside every held-out utility figure (issue 28).
+and the trivial baselines beside every held-out utility figure.
 
 Every trainer starts from a public run made from the inject directory's public.jsonl (jax-bert from a jax-bert
 public run; edp-sgd and rgp from an edp-sgd one, in Hugging Face layout like any BERT), and records the start in

@@ -1,4 +1,4 @@
-"""Progress bars also show off a terminal (a log file), but only for work that lasts (issue 32)."""
+"""Progress bars also show off a terminal (a log file), but only for work that lasts."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""A classifier's label set comes from public information only (issue "Privacy holes, round two", item 4).
+"""A classifier's label set comes from public information only (docs/privacy.md, "Nothing released is computed from private data").
 
 The released ``model/config.json`` holds ``id2label`` and ``num_labels`` (the head's width) un-noised. They
 used to be the union of every split's labels, ``train.jsonl`` included: one extra private row with a new

@@ -1,7 +1,7 @@
 """The sensitivity contract, measured: one example moves a trainer's clipped sum by at most its claim.
 
-DESIGN section 5 ("Honest accounting rules"): one example's contribution is a function of that
-example and public values only, so adding, removing or duplicating one row moves the clipped sum by
+One example's contribution is a function of that example and public values only (docs/privacy.md, "One example's contribution"),
+so adding, removing or duplicating one row moves the clipped sum by
 at most the clipper's own ``sensitivity`` (C for per-example clipping, 2C for micro-batch units).
 Anything drawn per batch (MLM masks keyed by batch position or file index, dropout) breaks this
 silently: the accountant still assumes C. So every registered trainer, task and clipping mode is
@@ -41,7 +41,7 @@ CASES = [
         {"mode": "edp-sgd", "clip_engine": "ghost"}, {"mode": "edp-sgd", "clip_engine": "vmap"})],
     ("rgp", "classify", {}),
     ("rgp", "mlm", {}),
-    ("rgp", "clm", {}),  # GPT-2 (issue 30): the causal loss reads only the example's own tokens
+    ("rgp", "clm", {}),  # GPT-2: the causal loss reads only the example's own tokens
 ]
 
 

@@ -1,4 +1,4 @@
-"""Issue 32's small fixes: torch's thread count from the free cores, a trainer's own --help example, a
+"""Small fixes: torch's thread count from the free cores, a trainer's own --help example, a
 non-private run's summary that says there is no guarantee, and dpaudit --help naming membership inference."""
 
 from __future__ import annotations

@@ -21,7 +21,7 @@ from dpaudit.training.api import available_trainers, load_trainer
 
 TRAINERS = sorted(available_trainers())
 NOISE_SEED = 987654321
-#: The trainers that train a causal LM (``--task clm``, issue 30): their clm runs keep the same contract.
+#: The trainers that train a causal LM (``--task clm``): their clm runs keep the same contract.
 CLM_TRAINERS = [name for name in ("edp-sgd", "rgp") if name in TRAINERS]
 RUNS = [(name, {}) for name in TRAINERS] + [(name, {"task": "clm"}) for name in CLM_TRAINERS]
 

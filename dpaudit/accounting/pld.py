@@ -49,7 +49,7 @@ _TAIL_MASS_TRUNCATION = 1e-15
 #: every truncated tail (1e-15 per composition) is sent to infinite loss. Below ~1e-10 these errors
 #: reach a visible share of delta. Checked against the closed form of a composed Gaussian (q = 1):
 #: at delta 1e-12 and 1e-15 PLD gave epsilons BELOW the exact value (unsound), and at delta <= 1e-15
-#: "inf" for runs with plenty of noise (issue 16 item 5). There RDP (exact arithmetic of a valid bound,
+#: "inf" for runs with plenty of noise. There RDP (exact arithmetic of a valid bound,
 #: at any delta) is the accountant of record; PLD refuses with this reason.
 PLD_MIN_DELTA = 1e-10
 

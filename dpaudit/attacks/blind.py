@@ -5,7 +5,7 @@ distribution. When they do not (members = an older crawl, longer texts, the labe
 train), a classifier that never queries the model separates them too, and a model-based attack that
 does no better measures the distribution shift, not memorization. Das, Zhang & Tramer (2024) found such
 blind attacks beat the published membership attacks on most foundation-model benchmarks; on intent data
-"longer text = member" scored AUC 0.567 and "the label's count in train" 0.590 (issue 29).
+"longer text = member" scored AUC 0.567 and "the label's count in train" 0.590.
 
 Features of a candidate, none from the model:
 

@@ -62,7 +62,7 @@ VARIANCES = (VARIANCE_AUTO, VARIANCE_GLOBAL, VARIANCE_PER_EXAMPLE)
 #: TPR at 1% FPR 0.40 vs 0.46 at 32) and matches or beats the shared one from 64 (0.926 vs 0.923); with spreads
 #: that vary 5x between candidates it wins from 16 (0.901 vs 0.887). 64 is the smallest count at which it is
 #: never worse in AUC across the toy's settings, and the paper's. On real confidences with 8 shadows: 0.58 vs
-#: 0.755 shared on the demo canaries (issue 29), 0.595 vs 0.698 on the tiny test fixture's 64 + 64 examples.
+#: 0.755 shared on the demo canaries, 0.595 vs 0.698 on the tiny test fixture's 64 + 64 examples.
 PER_EXAMPLE_VARIANCE_FROM = 64
 #: ``offline`` choices: the paper's one-sided test, log Phi((phi - mu_out) / s_out) (a member's confidence
 #: is higher than the OUT models'), or the reference code's two-sided density, -log N(phi; mu_out, s_out)
@@ -71,7 +71,7 @@ OFFLINE_ONE_SIDED, OFFLINE_TWO_SIDED = "one-sided", "two-sided"
 OFFLINE_TESTS = (OFFLINE_ONE_SIDED, OFFLINE_TWO_SIDED)
 #: One-sided by measurement: training on x raises its confidence, so a confidence far BELOW the OUT models'
 #: is no evidence of membership; the two-sided density counts it as some. AUC one-sided vs two-sided: 0.87 vs
-#: 0.725 on the demo canaries (issue 29), 0.744 vs 0.682 on the tiny test fixture's examples (8 shadows); on
+#: 0.725 on the demo canaries, 0.744 vs 0.682 on the tiny test fixture's examples (8 shadows); on
 #: the toy, better in every setting and shadow count (e.g. 0.855 vs 0.788 with 8 shadows and equal spreads).
 DEFAULT_OFFLINE = OFFLINE_ONE_SIDED
 _S_FLOOR = 1e-6

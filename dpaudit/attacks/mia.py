@@ -3,7 +3,7 @@
 The result types (:class:`~dpaudit.attacks.results.MiaResult` and one subclass per attack) live with
 every other result in :mod:`dpaudit.attacks.results`.
 
-Membership tasks (issue "attack part 2"):
+Membership tasks:
 
 1. **examples**: members = the non-canary rows of ``train.jsonl``, non-members = ``heldout.jsonl``.
    Exact duplicates across the two are removed first (a text that is in both is neither a member nor a

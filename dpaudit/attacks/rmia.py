@@ -18,7 +18,7 @@ probability is taken to be a p_out + (1 - a), a line from p_out toward 1. That f
 true-label probability (a = 0.3, :data:`CLASSIFIER_A`). It does not fit low-probability outputs: a masked
 LM's geometric-mean token probability is ~1e-3, training on x multiplies it (p_in ~ c p_out) rather than
 pulling it toward 1, and with a = 0.3 the constant (1 - a) / 2 = 0.35 swamps the reference term, so the
-score ranked exactly as the loss attack (Spearman 0.999998 over 4,000 examples, issue 29). With
+score ranked exactly as the loss attack (Spearman 0.999998 over 4,000 examples). With
 p_in = c p_out the marginal is (1 + c) / 2 p_out, and the constant factor cancels in LR(x) / LR(z): that
 is the paper's formula at a = 1 (:data:`MASKED_LM_A`), the end of the grid over which the paper's
 reference implementation tunes a (ml_privacy_meter's ``tune_offline_a``, [0, 1]). The score then ranks by
@@ -27,7 +27,7 @@ tiny test fixture's masked LM (median p 0.012, 4 references, 64 + 64 examples) a
 with the loss score and AUC 0.668 (loss 0.671); a = 1 gives Spearman 0.394 and AUC 0.683.
 
 A causal LM's probability is the same kind of number, exp(-mean next-token NLL), the geometric mean of its
-tokens' probabilities given the tokens before them (issue 30), but which line fits depends on how far training
+tokens' probabilities given the tokens before them, but which line fits depends on how far training
 went: a causal LM that memorizes whole texts pulls p_in toward 1, one trained a few epochs multiplies a small
 p_out. Measured on tiny GPT-2s (``--task clm``, 64 + 64 examples, 4 references trained like the target on
 public.jsonl, 64 population rows), with the least-squares a of p_in = a p_out + (1 - a) over the references'

@@ -7,7 +7,7 @@ The shadow-model attack (Shokri et al. 2017), LiRA (Carlini et al. 2022), RMIA (
 target on data the auditor controls. All four papers assume these models match the target: the same
 architecture and training recipe on data of the same distribution and size. A shadow trained on a
 quarter of the target's rows with the target's epochs runs a quarter of its optimizer steps and can end
-near chance (issue 29: 24 steps and 10.9% held-out accuracy against the target's 78 steps and 82%):
+near chance (24 steps and 10.9% held-out accuracy against the target's 78 steps and 82%):
 every attack calibrated on it is calibrated on an untrained model. So each model here is trained
 
 - by the target's own trainer (``load_trainer(manifest["config"]["trainer"])``) with the target's
@@ -72,7 +72,7 @@ from dpaudit.scoring.source import CAUSAL_LM, CLASSIFIER, MASKED_LM
 
 #: Shadow (or reference) models whose mean held-out accuracy differs from the target's by more than this,
 #: absolute (0.10 = 10 percentage points), are called out in the results: the attack is then calibrated on
-#: models unlike the target (issue 29: shadows at 10.9% against a target at 82%).
+#: models unlike the target (shadows at 10.9% against a target at 82%).
 ACCURACY_MARGIN = 0.10
 #: The membership file of a user-supplied shadow directory (``--shadow-dirs``).
 MEMBERS_FILE = "members.json"
@@ -639,7 +639,7 @@ def train_shadows(*, source: Any, run: Any, pool: ShadowPool, specs: Sequence[Sh
     if getattr(source, "labels", None) is not None and "labels" in {f.name for f in dataclasses.fields(trainer.Config)}:
         # A classifier's shadows get the target's own label set (its config.json id2label, the public one), in its
         # class-id order: the scores of the target and of every shadow then index the same classes, and no shadow
-        # reads a label set off its own rows (issue 29: 21 intents in train, 16 in public crashed the scoring).
+        # reads a label set off its own rows (21 intents in train, 16 in public crashed the scoring).
         fixed = {"labels": list(source.labels)}
         if source.unknown_label in source.labels:  # (a bare model records none: the recipe's own value stays)
             fixed["unknown_label"] = source.unknown_label

@@ -44,7 +44,7 @@ def _model_summary(model: Path) -> str:
     if record.init_from:
         claim += f"; started from {record.init_from.get('path', 'a public model')}"
     rows = list(read_jsonl(model / "metrics.jsonl"))
-    for kind in UTILITY_KINDS:  # each held-out figure beside its trivial baseline (issue 28)
+    for kind in UTILITY_KINDS:  # each held-out figure beside its trivial baseline
         key = next((k for k in kind.keys if any(row.get(k) is not None for row in rows)), None)
         if key is None:
             continue

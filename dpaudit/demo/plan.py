@@ -21,7 +21,7 @@ the 2-core CPU; the table is in ``benchmarks/bench_demo.py``'s docstring):
   one context, so even a DP model learns which digits their secrets favour. At the quick size (5 per
   group) its 1x and 10x canaries are indistinguishable from the controls (p = 0.27-0.85, 5 runs).
 
-Public pretraining, then private training (issue 28; ``benchmarks/bench_public_pretraining.py``): the masked LMs'
+Public pretraining, then private training (``benchmarks/bench_public_pretraining.py``): the masked LMs'
 inject directory also holds ``public_size`` public utterances (``--public-size``: generated beside the private rows,
 never one of them, never a canary). A public model is pretrained on them (``--data-split public --non-private``, a
 stage cached like every other), and the non-private and the epsilon-8 model both start from it (``--init-from``).
@@ -37,7 +37,7 @@ shadow models per classifier attack (8 took the demo to 12 minutes under load). 
 model's tokenizer lacks the audit's new tokens (a second public model would cost another pretraining), and the
 audit proves the recipe's leakage, which needs no utility.
 
-The one-run audit (issue 27, designed canaries): the digit canaries above are inserted 1, 10 and 100
+The one-run audit (designed canaries: docs/canaries.md, "Designs"): the digit canaries above are inserted 1, 10 and 100
 times by design, so no one-run bound applies to them. A second inject directory holds
 ``audit_canaries`` coin-flip new-token canaries (``--design new-tokens``, after Panda et al. 2025: a
 token that exists nowhere else, each inserted once iff its fair coin says so), and two jax-bert models
@@ -376,7 +376,7 @@ def _public_causal(out: Path, data: Path, sizes: DemoSizes, seed: int) -> Stage:
 
 def _causal(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int | None,
             start: Path | None = None) -> list[Model]:
-    """The causal LMs (issue 30): trained on the masked LMs' inject directory (the same digit canaries, 1, 10 and 100
+    """The causal LMs: trained on the masked LMs' inject directory (the same digit canaries, 1, 10 and 100
     times), non-private and with DP-SGD at epsilon 8, attacked with exposure (the Secret Sharer's own setting),
     greedy extraction of each secret from its prefix and the causal membership attacks."""
     models = []

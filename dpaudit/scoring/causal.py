@@ -2,7 +2,7 @@
 
 A causal LM (GPT-2, Llama, dpaudit's own ``--task clm`` models) gives every token its probability given
 the tokens before it, so a text's log-likelihood is the sum of those terms: no masking, no seed. The
-conventions (issue 30) every causal part of dpaudit shares:
+conventions (docs/scoring.md, "Causal language models") every causal part of dpaudit shares:
 
 - A text is tokenized with ``add_special_tokens=True``. When the tokenizer has a BOS token and the
   result does not start with it, BOS is prepended (:class:`BosFirstTokenizer`), so the text's first
@@ -241,7 +241,7 @@ class CausalScorer(Scorer):
 
     def secret_log_likelihoods(self, canaries: Sequence[CanaryLike], space: SpaceLike | None = None) -> np.ndarray:
         """[n] log-likelihood of each canary's secret given its prefix (the sum of :meth:`secret_token_log_probs`);
-        higher = more likely. The suffix is not scored (convention 3 of issue 30)."""
+        higher = more likely. The suffix is not scored (docs/scoring.md, convention 3)."""
         return np.asarray([float(x.sum()) for x in self.secret_token_log_probs(canaries, space)], dtype=np.float64)
 
     # -- examples (membership inference) -------------------------------------------------------

@@ -4,7 +4,7 @@ Torch code run after :func:`dpaudit.scoring.load` (torch is imported inside the 
 Every function takes the loaded ``model`` and ``tokenizer`` (a causal scorer's ``.model``/``.tokenizer``) and
 returns numpy; the attacks turn the numbers into statistics.
 
-The secret's score (issue 30, convention 3) is ``sum_i log p(secret token i | every token before it)`` over
+The secret's score (docs/scoring.md, convention 3) is ``sum_i log p(secret token i | every token before it)`` over
 the secret's token positions, each log-probability normalized over the whole vocabulary, in float64; the
 suffix is not scored. A text is tokenized with its special tokens; when the tokenizer has a BOS token and the
 text does not start with it, it is prepended; with no BOS the first token is context only.

@@ -2,7 +2,7 @@
 
 Torch starts one intra-op thread per core it can see, whatever else runs on them. On a loaded machine
 those threads wait for each other at every parallel region: the same edp-sgd run took 307 s with torch's
-default threads and 37 s with ``OMP_NUM_THREADS=1`` at load 10 on a shared 2-core machine (issue 32).
+default threads and 37 s with ``OMP_NUM_THREADS=1`` at load 10 on a shared 2-core machine.
 So the torch trainers and the scorer start with the cores this process may run on
 (``os.sched_getaffinity``) minus the 1-minute load average, at least one; ``OMP_NUM_THREADS`` (or
 ``DPAUDIT_THREADS``, which wins) set by the user is kept as is. Torch only: jax picks its own threads.

@@ -5,8 +5,8 @@ with the plan, the ledger of the steps that ran and the step's own sensitivity (
 sensitivity factor: read from the step object, never recomputed). A plug-in contributes only words
 and trainer-specific facts (:class:`RecordParts`): what its mechanism clips and noises, its notes and
 ``details``. Every figure comes from the ledger, a real ``dp_accounting`` computation of the
-mechanism composed over the steps that ran (DESIGN section 5); the stored event lets any reader
-recompute the epsilon (:meth:`PrivacyRecord.recompute_epsilon`).
+mechanism composed over the steps that ran; the stored event lets any reader recompute the epsilon
+(:meth:`PrivacyRecord.recompute_epsilon`; docs/privacy.md, "The mechanism that ran is the mechanism accounted").
 """
 
 from __future__ import annotations

@@ -2,7 +2,7 @@
 
 Both trainer families (jax-bert; the torch trainers edp-sgd and rgp) and any third-party trainer run
 on :class:`RunSkeleton`; a trainer supplies only the pieces of :class:`~dpaudit.training.plugin.TrainerPlugin`.
-In order (DESIGN sections 3 and 5):
+In order (docs/trainers.md, "The run skeleton"; docs/run-directories.md):
 
 1. refuse a bad ``--out`` and read the inputs before anything is written (a ``--init-from`` start trained on
    this run's private data is refused here, :func:`dpaudit.training.starting_point.refuse_private_start`); a

@@ -436,11 +436,11 @@ def test_max_batch_size_is_the_boundary():
     assert pld_direct(raw_dpsgd((batch + 1) / n_data, sigma, steps)) > target
 
 
-# ------------------------------------------------------------------ issue 16: bounded calibration, tiny delta
+# ------------------------------------------------------------------ bounded calibration, tiny delta
 
 
 def test_calibrate_noise_refuses_targets_below_the_grid_floor_with_a_true_claim():
-    # Issue 16 item 2: this target needs sigma ~0.005, where PLD's grid would take tens of GB.
+    # This target needs sigma ~0.005, where PLD's grid would take tens of GB.
     build = lambda s: A.dpsgd_event(noise_multiplier=s, sampling_probability=0.01, steps=100)  # noqa: E731
     with pytest.raises(UserInputError, match="lower the target") as err:
         A.calibrate_noise(build, 1000.0, 1e-3)
@@ -484,7 +484,7 @@ def test_grid_estimate_is_close_to_what_dp_accounting_allocates(sigma, q, steps)
 
 
 def test_pld_refuses_delta_below_its_reliable_range_and_rdp_answers():
-    # Issue 16 item 5: at delta <= 1e-16 PLD said "inf" at sigma 1 (RDP: ~4.4); between ~1e-15 and 1e-12
+    # At delta <= 1e-16 PLD said "inf" at sigma 1 (RDP: ~4.4); between ~1e-15 and 1e-12
     # its FFT round-off gave epsilons below the exact value of a composed Gaussian.
     event, raw = A.dpsgd_event(noise_multiplier=1.0, sampling_probability=0.01, steps=100), raw_dpsgd(0.01, 1.0, 100)
     for delta in (1e-17, A.PLD_MIN_DELTA / 2):

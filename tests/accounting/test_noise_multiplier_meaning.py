@@ -1,4 +1,4 @@
-"""One meaning of "noise multiplier" (issue 31, item 2): dp_accounting's sigma, noise std over the bound on one
+"""One meaning of "noise multiplier": dp_accounting's sigma, noise std over the bound on one
 example's contribution (C, or 2C for micro-batch clipping), in the plan, the ledger and privacy.json alike; std / C is
 ``noise_std_over_clip``. Files written when segments stored std / C (privacy /2, ledger /1) are converted on reading."""
 

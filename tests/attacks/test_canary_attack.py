@@ -1,4 +1,4 @@
-"""The canary attack (issue 27 part 2): the pseudo-log-likelihood score against a loop oracle and on a crafted
+"""The canary attack: the pseudo-log-likelihood score against a loop oracle and on a crafted
 model, the attack's defaults and refusals, and, end to end on tiny non-private models, new-token canaries
 separating members from non-members where digit canaries inserted once barely do."""
 

@@ -1,4 +1,4 @@
-"""Causal exposure (issue 30): the prefix tree scores every candidate exactly as scoring its full text does."""
+"""Causal exposure: the prefix tree scores every candidate exactly as scoring its full text does."""
 
 from __future__ import annotations
 

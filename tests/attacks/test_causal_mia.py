@@ -1,4 +1,4 @@
-"""Membership attacks on a causal LM (issue 30): the zlib, Min-K% and Min-K%++ scores on known numbers, the CLI end
+"""Membership attacks on a causal LM: the zlib, Min-K% and Min-K%++ scores on known numbers, the CLI end
 to end beside loss and the blind baseline, the reference and RMIA attacks with user-given models, and the one-line
 refusals (a pickle-only directory, an attack that does not run on a causal LM)."""
 

@@ -1,4 +1,4 @@
-"""The causal-LM scorer (issue 30): exact next-token log-probabilities, padding invariance, secret scores, and a
+"""The causal-LM scorer: exact next-token log-probabilities, padding invariance, secret scores, and a
 GPT-2-style byte-level BPE tokenizer with and without a BOS token. Every expected number is computed here from
 the Hugging Face model's own ``model(input_ids).logits``."""
 

@@ -1,4 +1,4 @@
-"""Extraction of canaries from a causal LM (issue 30): a tiny GPT-2 fitted on an inject run's train.jsonl emits its
+"""Extraction of canaries from a causal LM: a tiny GPT-2 fitted on an inject run's train.jsonl emits its
 repeated canaries greedily from their prefix and not the controls; exposure and extraction run end to end through
 ``dpaudit attack`` on it."""
 

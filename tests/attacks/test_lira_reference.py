@@ -94,7 +94,7 @@ def test_shared_variance_ranks_as_the_reference_whatever_its_value():
 
 
 def test_shared_variance_score_rises_with_confidence_where_separate_ones_fall():
-    """The failure the shared variance removes (issue 29: s_in 0.556 < s_out 0.704 with 8 shadows): with separate
+    """The failure the shared variance removes (s_in 0.556 < s_out 0.704 with 8 shadows): with separate
     variances the online score is a parabola in phi that falls again above a vertex; with one shared variance it
     rises with the target's confidence for every candidate whose IN mean is above its OUT mean."""
     rng = np.random.default_rng(3)

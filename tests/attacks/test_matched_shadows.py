@@ -1,4 +1,4 @@
-"""Shadow and reference models that match the target (issue 29), on a dataset whose labels are unevenly spread.
+"""Shadow and reference models that match the target, on a dataset whose labels are unevenly spread.
 
 One tiny torch classifier (edp-sgd, sgd mode) is trained on an inject directory whose ``public.jsonl`` lacks
 four of the intents that ``train.jsonl`` holds (the target maps them with ``--unknown-label``): the case that

@@ -5,7 +5,7 @@ distribution, 7 +- 1.5 nats, so p = exp(-loss) ~ 1e-3 as for the demo's MLM) tha
 too, and training on x lowers the target's loss by 0.4 nats. The loss attack sees the difficulty as much as
 membership; RMIA with the masked-LM ``a`` divides it out through the references and must rank differently
 and better. With the classifier's a = 0.3 the constant (1 - a) / 2 swamps the ~1e-3 reference term and RMIA
-ranks as the loss (issue 29: Spearman 0.999998): the test shows that too, so it fails if the choice regresses.
+ranks as the loss (Spearman 0.999998): the test shows that too, so it fails if the choice regresses.
 """
 
 from __future__ import annotations
@@ -37,7 +37,7 @@ def auc(scores: np.ndarray, member: np.ndarray) -> float:
 
 def test_rmia_uses_the_references_on_low_probability_outputs():
     member, loss, p_tx, p_rx, p_tz, p_rz = synthetic_mlm()
-    assert np.median(p_tx) < 2e-3  # the regime of the issue
+    assert np.median(p_tx) < 2e-3  # the low-probability regime
     rmia = rmia_scores(p_tx, p_rx, p_tz, p_rz, a=offline_a(MASKED_LM))
     loss_auc, rmia_auc = auc(-loss, member), auc(rmia, member)
     assert spearmanr(rmia, -loss).statistic < 0.5  # ranks differently from the loss attack

@@ -1,4 +1,4 @@
-"""Designed canaries (``dpaudit inject --design``, issue 27 part 2): the spaces, the inject option, the manifest's
+"""Designed canaries (``dpaudit inject --design``): the spaces, the inject option, the manifest's
 declared new tokens, the summary, and bad input."""
 
 from __future__ import annotations

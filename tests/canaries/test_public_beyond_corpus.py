@@ -1,4 +1,4 @@
-"""`dpaudit inject --public-size` beyond `--corpus-size` (issue 28): the built-in corpus generates the extra
+"""`dpaudit inject --public-size` beyond `--corpus-size`: the built-in corpus generates the extra
 public utterances, disjoint from the private rows and from every canary; a user's file gets a one-line error;
 every existing option combination writes the bytes it wrote before."""
 

@@ -179,7 +179,7 @@ def test_bad_schedule_file_names_file_and_segment(tmp_path):
 
 
 def test_account_reproduces_an_edp_sgd_privacy_json_from_its_stored_numbers(data_dir, tmp_path):
-    """One meaning of "noise multiplier" (issue 31, item 2): an edp-sgd run (micro-batch clipping, sensitivity 2C)
+    """One meaning of "noise multiplier": an edp-sgd run (micro-batch clipping, sensitivity 2C)
     stores sigma in noise_multipliers and in its segments alike, and `dpaudit account` given exactly the stored
     numbers reproduces the stored epsilon, which is plain dp_accounting's for PoissonSampled Gaussian(sigma)."""
     sigma, out = 0.7, tmp_path / "run"

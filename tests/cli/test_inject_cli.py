@@ -270,9 +270,10 @@ def test_encoding_errors_replace_accepts_the_file(tmp_path):
 
 
 def test_canary_labels_come_from_the_public_split_only(tmp_path):
-    """A classifier's label set is the public split's (DESIGN section 5): a canary carrying a label that only
-    private rows have would be refused at train time. Labels rare in the corpus and absent from public.jsonl
-    are never drawn (proportional draws over the corpus gave them to about 4 of 500 canaries)."""
+    """A classifier's label set is the public split's (docs/privacy.md, "Nothing released is computed from private
+    data"): a canary carrying a label that only private rows have would be refused at train time. Labels rare in the
+    corpus and absent from public.jsonl are never drawn (proportional draws over the corpus gave them to about 4 of
+    500 canaries)."""
     corpus = tmp_path / "c.tsv"
     rows = [(f"utterance {i} of intent {k}", f"intent{k}") for k in range(4) for i in range(150)]
     rows += [(f"rare utterance {i}", f"rare{i}") for i in range(12)]  # 12 one-row labels

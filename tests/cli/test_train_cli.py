@@ -257,7 +257,7 @@ def test_redact_command_hides_both_spellings():
 
 def test_scale_from_private_prints_the_unaccounted_release_beside_the_claim(data_dir, tmp_path):
     """--scale-from private computes per-layer clip norms on train.jsonl: the claim line says that the epsilon
-    does not cover it, and the release is listed (issue: a plain "epsilon = ... for model/ only" overstated)."""
+    does not cover it, and the release is listed (a plain "epsilon = ... for model/ only" overstated it)."""
     out = tmp_path / "model"
     result = CliRunner().invoke(
         cli, ["train", "--trainer", "edp-sgd", "--mode", "edp-sgd", "--task", "classify", "--scale-from", "private",

@@ -1,11 +1,11 @@
-"""`dpaudit demo --quick` end to end: the issue's known answer, and a rerun that skips every stage.
+"""`dpaudit demo --quick` end to end: the known answer, and a rerun that skips every stage.
 
-Since issue 28 both masked LMs start from the public model (``train-public``: 300 steps on 10,000 public
+Both masked LMs start from the public model (``train-public``: 300 steps on 10,000 public
 utterances); the figures below were measured from random weights, and the assertions hold from the public start
 too (measured with noise seed 0: non-private 100x canaries memorized; epsilon 8: 1x and 10x p > 0.05; fixture
 148 s with OMP_NUM_THREADS=1 on the shared 2-core machine, of which the public pretraining 25-35 s).
 
-Known answer (issue #11): the non-private model memorizes its most repeated canaries (mean exposure
+Known answer: the non-private model memorizes its most repeated canaries (mean exposure
 far above the controls', at least one secret reconstructed exactly); the epsilon-8 model's canaries
 are statistically indistinguishable from the controls (the attack's own one-sided Mann-Whitney test)
 and every empirical epsilon lower bound is below the claimed epsilon.
@@ -79,7 +79,7 @@ def test_nonprivate_model_memorizes_its_most_repeated_canaries(demo_run):
     assert [a for a in accuracy if a is not None][-1] > 0.12  # it learned the language too, not only the canaries
     # the verdict line: the label and claim, then (when the verdict states it) the held-out utility, then the canaries
     assert re.search(r"^  nonprivate \(non-private\): (.*; )?100x canaries", output, re.M) and "MEMORIZED" in output
-    # issue 28: it started from the public model (trained on public.jsonl only, never attacked) and says so
+    # it started from the public model (trained on public.jsonl only, never attacked) and says so
     assert "  - public: public model (trained on public.jsonl only" in output
     assert f"started from {out / 'model-public'}" in output
 
@@ -110,13 +110,13 @@ def test_dp_model_canaries_sit_with_the_controls_and_no_bound_beats_the_claim(de
             f"--noise-seed given to training stays secret; add/remove; N treated as public: replace-one epsilon = "
             f"{format_up(replace_one)})): ")
     assert re.search("^  " + re.escape(head) + r"(.*; )?100x canaries", output, re.M)
-    assert private["init_from"]["path"] == str(out / "model-public")  # from the public model (issue 28)
+    assert private["init_from"]["path"] == str(out / "model-public")  # from the public model
     assert f"<= claimed {format_up(eps)}" in output  # the headline (corrected over audits) stays below the claim
 
 
 @pytest.mark.slow
 def test_one_run_audit_proves_the_nonprivate_leak_and_stays_below_the_dp_claim(demo_run):
-    """The designed canaries' one-run audit (issue 27 part 2): coin-flip new-token canaries inserted once. The
+    """The designed canaries' one-run audit: coin-flip new-token canaries inserted once. The
     non-private model's are told apart (its proof bound is well above 0); the epsilon-8 model's bound stays below
     its claim (a proof bound above it would say the trainer broke its guarantee)."""
     from dpaudit.headline import headline_of

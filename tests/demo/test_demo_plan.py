@@ -37,7 +37,7 @@ def test_every_stage_parses_as_the_command_a_user_would_type(sizes, tmp_path):
 
     for name in ("train-clf-public", "train-clf-sgd", "train-clf-dp-sgd", "train-clf-edp-sgd"):  # the label set is declared (public)
         assert trains[name][trains[name].index("--labels") + 1].split(",") == [intent.name for intent in INTENTS]
-    # Public pretraining (issue 28): the public models train on public.jsonl only, non-private, and every attacked
+    # Public pretraining: the public models train on public.jsonl only, non-private, and every attacked
     # model of the canary picture starts from its public model (a stage input: a new public model retrains it).
     demo = tmp_path / "demo"
     for public, data, models in (("train-public", "data", ("nonprivate", "dp-eps8")),
@@ -107,7 +107,7 @@ def test_sizes_are_validated():
 
 @pytest.mark.parametrize("sizes", [FULL, QUICK], ids=["full", "quick"])
 def test_causal_stages_train_gpt2_shaped_models_on_the_same_canaries(sizes, tmp_path):
-    """--causal (issue 30): a public causal LM on public.jsonl, then a non-private and an epsilon-8 one from it, on
+    """--causal: a public causal LM on public.jsonl, then a non-private and an epsilon-8 one from it, on
     the masked LMs' inject directory (the same 1x/10x/100x canaries), attacked with the causal attacks."""
     demo = tmp_path / "demo"
     plan = build_plan(demo, sizes, seed=3, report=tmp_path / "r.html", classifiers=False, causal=True)

@@ -1,4 +1,4 @@
-"""Issue 32's report: the comparison table (a row per model, two attack directories of one model as one row, labels),
+"""The report's comparison table (a row per model, two attack directories of one model as one row, labels),
 only what can be measured (n/a TPR cells, exact intervals, why epsilon >= 0 says nothing, one line per repeated note),
 the exposure ceiling of --reveal, the plots' styles and ticks, and what dpaudit attack prints under its table."""
 

@@ -1,4 +1,4 @@
-"""Held-out utility beside its trivial baseline (issue 28) in the report (verdict, the utility table, the held-out
+"""Held-out utility beside its trivial baseline in the report (verdict, the utility table, the held-out
 panel of the training plot) and in the demo's verdict lines; a run logged before baselines shows its figure alone."""
 
 from __future__ import annotations
@@ -128,7 +128,7 @@ def test_utility_text_keys(row, expected):
 
 
 def test_demo_causal_line_reads_exposure_extraction_membership_and_utility(make_attack, tmp_path: Path):
-    """dpaudit demo --causal (issue 30): a causal LM's line, read back from its attack directory."""
+    """dpaudit demo --causal: a causal LM's line, read back from its attack directory."""
     from dpaudit.demo.verdict import causal_line
 
     clm = make_attack(tmp_path, "clm", evaluation={"eval_loss": 1.9, "next_token_accuracy": 0.515,

@@ -68,7 +68,7 @@ def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, words, tmp_path):
 
 
 def test_the_runs_as_fleet_jobs_are_the_same_runs_with_their_own_coins(data_dir, tmp_path):
-    """A many-run audit through the model fleet (issue 29: the R runs trained at once): each run is the trainer's
+    """A many-run audit through the model fleet (the R runs trained at once): each run is the trainer's
     own plug-in hosting the canaries, with its own coin generator; with the noise fixed, a run trained as a fleet
     job gives exactly the evidence of the same run trained here with the same coins."""
     import dataclasses

@@ -1,4 +1,4 @@
-"""The white-box audit's promises, counted over seeded runs (issue 27, item 1).
+"""The white-box audit's promises, counted over seeded runs.
 
 Validity: a correct DP-SGD trainer's claim is refuted in at most the stated 5% of runs (20 runs per
 clipping unit). Power: each deliberately broken trainer (noise at sigma / 2; micro-batch clipping

@@ -1,7 +1,7 @@
 """The ``edp-sgd`` trainer: sgd, dp-sgd and eDP-SGD fine-tuning of BERT-family models in PyTorch.
 
 Dupuy et al. 2021 ("An Efficient DP-Federated Learning Mechanism", Algorithm 1) with honest
-accounting (DESIGN section 5), built on the trainer-neutral core: the inject reader
+accounting (docs/trainers.md, "edp-sgd"), built on the trainer-neutral core: the inject reader
 (:mod:`dpaudit.inject_run`), the privacy plan and ledger (:mod:`dpaudit.training.privacy_plan`), the one
 ``privacy.json`` record (:mod:`dpaudit.training.privacy_record`) and the run-directory helpers
 (:mod:`dpaudit.training.run_dir`). Modules, one job each (this package imports nothing heavy): ``config``

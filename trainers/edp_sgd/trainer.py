@@ -1,5 +1,5 @@
 """``dpaudit train --trainer edp-sgd``: sgd, dp-sgd and eDP-SGD fine-tuning of BERT (Dupuy et al. 2021), and of
-GPT-2-shaped causal LMs (``--task clm``, issue 30: :func:`trainers.torch_common.model.causal_losses`).
+GPT-2-shaped causal LMs (``--task clm``: :func:`trainers.torch_common.model.causal_losses`).
 
 The one place that composes the pieces: the torch loop shared with the ``rgp`` trainer
 (:mod:`trainers.torch_common.loop`: data and masking, model and per-example losses, Poisson sampling
@@ -9,7 +9,7 @@ and ledger (the core's :mod:`dpaudit.training.privacy_plan`), privacy.json (:mod
 core's :class:`~dpaudit.training.privacy_record.PrivacyRecord`) and the run directory (the core's
 :mod:`dpaudit.training.run_dir`).
 
-A run (DESIGN sections 3 and 5):
+A run (docs/trainers.md, "The run skeleton"):
 
 1. verify the inject directory; read train (private), heldout (evaluation) and public (tokenizer,
    per-layer clip scaling) splits; resolve the secret noise seed (OS entropy unless --noise-seed;
@@ -158,7 +158,7 @@ class _Plugin(TorchPlugin):
         # A white-box audit's rows never reach the engines: each share adds their block gradient itself.
         indices, audit_rows = self._split_rows(indices)
         # Mask the whole batch identically on every process: each example's mask is keyed by its own
-        # content hash, the public seed and the step (never its position: DESIGN section 5).
+        # content hash, the public seed and the step (never its position: docs/privacy.md, "One example's contribution").
         gen = _seeded(self.seed, _MASK_STREAM, step)
         cpu = self._batch("train", indices, generator=gen) if len(indices) else None
         full = self._on_device(cpu) if cpu is not None else None

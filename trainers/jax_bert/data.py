@@ -6,8 +6,8 @@ training step (:func:`mask_tokens`), so every step draws fresh masks (dynamic ma
 and Anil et al.) and nothing is precomputed per epoch. Shapes are static: each example has exactly
 ``max_predictions`` prediction slots, the unused ones with weight 0, so the step compiles once.
 
-The rule (DESIGN section 5): an example's mask is a function of that example alone and public
-values. Its key is the step's public key (``--seed``, the step) with its content key folded in,
+The rule (docs/privacy.md, "One example's contribution"): an example's mask is a function of that
+example alone and public values. Its key is the step's public key (``--seed``, the step) with its content key folded in,
 never its index in the file or its batch slot: removing row 0 used to shift every later index and
 re-mask those examples (a clipped sum moved by ~3-5C, not C). Equal rows share a mask (allowed).
 """
@@ -58,7 +58,7 @@ def content_keys(input_ids: np.ndarray, attention_mask: np.ndarray) -> np.ndarra
     low word first, for ``jax.random.fold_in``.
 
     A function of the example's own tokens only (not of its padding, its index or the other rows), so
-    it keys that example's masks (DESIGN section 5); equal rows get equal keys.
+    it keys that example's masks (docs/privacy.md, "One example's contribution"); equal rows get equal keys.
     """
     ids = np.asarray(input_ids).astype("<i8")
     out = np.empty((len(ids), 2), np.uint32)

@@ -9,7 +9,7 @@ pieces that each live in their own module and know nothing of the others: the to
 optimizer (:mod:`.optimizer`), data parallelism (:mod:`.parallel`), checkpoints (:mod:`.checkpoint`)
 and the Hugging Face export (:mod:`.hf_io`).
 
-A run, in order (DESIGN sections 3 and 5):
+A run, in order (docs/trainers.md, "The run skeleton"):
 
 1. verify the inject directory against its manifest; read ``train.jsonl`` (the private data; ``public.jsonl``
    with ``--data-split public``), ``heldout.jsonl`` (evaluation) and ``public.jsonl`` (the tokenizer's ONLY
@@ -29,7 +29,7 @@ A run, in order (DESIGN sections 3 and 5):
    unless ``--keep-checkpoints`` (they hold the secret noise state). Rerunning a finished run returns
    its result without training.
 
-Randomness (DESIGN "Honest accounting rules"). The mechanism's randomness is secret and comes from
+Randomness (docs/privacy.md, "The randomness the guarantee relies on is secret"). The mechanism's randomness is secret and comes from
 :class:`dpaudit.training.secret_rng.NoiseSource` (OS entropy, or ``--noise-seed``), never from ``--seed``:
 
 - Poisson sampling: ``numpy.random.default_rng([noise_seed, 0])``; shuffled batches of schedule
@@ -43,7 +43,7 @@ what needs no secrecy: initialization, the heldout evaluation masks and the trai
 example's mask key is ``fold_in(fold_in(fold_in(fold_in(train_key, step), 0), k0), k1)`` with
 ``(k0, k1)`` its content key (a 64-bit BLAKE2b hash of its own token ids,
 :func:`trainers.jax_bert.data.content_keys`): a function of that example and public values only,
-never of its index in the file or its batch slot (DESIGN section 5), so adding, removing or
+never of its index in the file or its batch slot (docs/privacy.md, "One example's contribution"), so adding, removing or
 duplicating one row never changes another example's mask (its gradient, hence the sensitivity,
 stays that of per-example clipping).
 
@@ -247,7 +247,7 @@ def compiled_functions(
 
     def mask_batch(key: jax.Array, content_key: jax.Array, input_ids: jax.Array,
                    attention_mask: jax.Array) -> dict[str, jax.Array]:
-        # DESIGN section 5: each example's mask key is the step's public key with its own content key
+        # docs/privacy.md, "One example's contribution": each example's mask key is the step's public key with its own content key
         # (a hash of its token ids, data.content_keys) folded in: never its index in the file nor its
         # slot, so one example joining, leaving or repeating cannot change another example's mask.
         lead = input_ids.shape[:-1]

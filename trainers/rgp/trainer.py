@@ -99,7 +99,7 @@ class _Plugin(TorchPlugin):
         world = self.world
         sigma = self._sigma(step, sigma)
         # The same masking on every process: each example's mask is keyed by its own content hash, the
-        # public seed and the step (never its position: DESIGN section 5).
+        # public seed and the step (never its position: docs/privacy.md, "One example's contribution").
         # A white-box audit's rows never reach the clipper: each is a unit of its own (its block gradient).
         indices, audit_rows = self._split_rows(indices)
         gen = _seeded(self.seed, _MASK_STREAM, step)

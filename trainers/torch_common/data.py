@@ -8,10 +8,10 @@
 - ``mlm``: the texts, with BERT's 80/10/10 masking redrawn every step (masking is not part of the DP
   mechanism, so it is public randomness). Each example's mask is a function of that example alone and
   public values: a 64-bit BLAKE2b hash of its own token ids, the public ``--seed`` and the step
-  (:func:`mask_tokens`); never of its batch position, the batch size or the padding width (DESIGN
-  section 5: otherwise one added or removed row re-masks the others and moves the clipped sum by up
-  to 3.5C instead of C). Only masked positions are gathered for the output layer (DESIGN section 9:
-  the full-vocabulary layer over every position dominated the step).
+  (:func:`mask_tokens`); never of its batch position, the batch size or the padding width (otherwise one
+  added or removed row re-masks the others and moves the clipped sum by up to 3.5C instead of C:
+  docs/privacy.md, "One example's contribution"). Only masked positions are gathered for the output layer (the
+  full-vocabulary layer over every position dominated the step: docs/trainers.md, "Performance notes").
 
 - ``clm``: the texts as ``[CLS] text [SEP]`` (or the start's BOS first, :func:`encode`); nothing is drawn:
   the loss covers every token after the first (:func:`trainers.torch_common.model.causal_losses`).
@@ -137,7 +137,7 @@ def resolve_label_set(run: InjectRun, *, labels: Sequence[str] | None, unknown_l
 
     Never the labels of ``train.jsonl``: the set is released un-noised in ``config.json`` (``id2label``
     and the head's width), so a set that grew with one extra private row's new label would have infinite
-    epsilon for that neighbour (issue "Privacy holes, round two", item 4).
+    epsilon for that neighbour (docs/privacy.md, "Nothing released is computed from private data").
     """
     if labels is not None:
         return LabelSet(names=tuple(labels), source=LABELS_DECLARED, unknown=unknown_label)
@@ -187,7 +187,7 @@ def encode(tokenizer: Tokenizer, texts: list[str], *, max_length: int, bos_id: i
     """Tokenize (``[CLS] ... [SEP]``, truncated to ``max_length``) into padded tensors.
 
     ``bos_id`` (``--task clm`` from a causal LM whose tokenizer does not add it, e.g. GPT-2's BPE): prepended
-    to each row that does not start with it, then the row is cut to ``max_length`` again (issue 30's
+    to each row that does not start with it, then the row is cut to ``max_length`` again (docs/scoring.md,
     convention 2: the first token is context only). Either way each row depends on its own text alone.
     """
     tokenizer = Tokenizer.from_str(tokenizer.to_str())  # a private copy: truncation is tokenizer state
@@ -216,7 +216,7 @@ def content_hashes(input_ids: torch.Tensor, lengths: torch.Tensor) -> torch.Tens
     int64), as an int64 tensor [N] holding the hash's bits.
 
     A function of the example's own tokens only (not of its padding, its index or the other rows):
-    equal rows get equal hashes, so a duplicated row shares its mask (DESIGN section 5 allows it).
+    equal rows get equal hashes, so a duplicated row shares its mask (allowed: docs/privacy.md, "One example's contribution").
     """
     ids = input_ids.numpy().astype("<i8", copy=False)
     out = np.empty(len(ids), dtype=np.uint64)
@@ -260,7 +260,7 @@ def example_keys(content: torch.Tensor, generator: torch.Generator) -> np.ndarra
 
 def additive_mask(attention_mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The 4D additive mask [B, 1, 1, T] (0 keep, finfo.min pad). transformers 5.23 BERT under torch.func
-    vmap needs it pre-built: the 2D path calls ``.all()``, which vmap rejects (DESIGN section 9)."""
+    vmap needs it pre-built: the 2D path calls ``.all()``, which vmap rejects (docs/trainers.md, "Performance notes")."""
     return (1.0 - attention_mask[:, None, None, :].to(dtype)) * torch.finfo(dtype).min
 
 
@@ -273,7 +273,7 @@ def mask_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor, *, genera
                 content: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
     """BERT masking (80% [MASK], 10% random token, 10% kept), vectorized over the batch.
 
-    The rule (DESIGN section 5): an example's mask is a function of that example alone and public
+    The rule (docs/privacy.md, "One example's contribution"): an example's mask is a function of that example alone and public
     values: its content hash (``content``, :func:`content_hashes`; computed from the rows when not
     given), and ``generator``'s seed, which the caller keys by the public ``--seed`` and the step
     (:func:`example_keys`). Row i's uniforms are numbers of a SplitMix64 stream of its own key, one per

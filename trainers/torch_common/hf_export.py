@@ -26,7 +26,7 @@ def save_hf(out_dir: Path, model: Any, tokenizer: Tokenizer, *, start_dir: Path 
     """Replace ``out_dir`` with the model, its config and its tokenizer.
 
     A causal LM (``--task clm``: a ``*ForCausalLM`` or ``*LMHeadModel``): the tokenizer config also names
-    ``bos_token`` [CLS] and ``eos_token`` [SEP] (issue 30, convention 1) and the model's inputs (ids and
+    ``bos_token`` [CLS] and ``eos_token`` [SEP] (docs/scoring.md, convention 1) and the model's inputs (ids and
     mask only); a causal model started from ``start_dir`` whose tokenizer is not a dpaudit WordPiece (GPT-2's
     BPE, Llama's) keeps that start's ``tokenizer_config.json`` and ``special_tokens_map.json`` as they came
     (their token names are its own).

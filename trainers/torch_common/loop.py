@@ -311,7 +311,7 @@ class TorchPlugin(TrainerPlugin):
 
     def start(self) -> None:
         # CPU: keep freed memory mapped so per-step gradient buffers (hundreds of MB of per-example
-        # gradients in dp-sgd) are reused instead of page-faulted in afresh every step (DESIGN section 9).
+        # gradients in dp-sgd) are reused instead of page-faulted in afresh every step (docs/trainers.md, "Performance notes").
         self.device = distributed.resolve_device(self.config.device)
         self.allocator_tuned = tune_host_allocator() if self.device.type == "cpu" else False
         self.world = distributed.init_world(self.device)
@@ -492,7 +492,7 @@ class TorchPlugin(TrainerPlugin):
     def _batch(self, split: str, indices: np.ndarray, *, generator: torch.Generator | None) -> dict[str, torch.Tensor]:
         """Tensors of the examples ``indices`` of ``split``, masked for MLM: each example's mask is keyed by
         its own content hash and ``generator``'s public (--seed, stream, step) seed only, never by its
-        position or the other rows (:func:`~trainers.torch_common.data.mask_tokens`, DESIGN section 5)."""
+        position or the other rows (:func:`~trainers.torch_common.data.mask_tokens`)."""
         ids, mask = self.encoded[split].batch(indices)
         if self.config.task == "clm":  # nothing drawn: every real token after the first is predicted
             batch = {"input_ids": ids, "next_weights": mask.float()}

@@ -14,7 +14,7 @@ rule on CPU in torch 2.13 (it falls back to a Python loop over examples).
 :func:`per_example_losses` is the one loss of every task: a vector of per-example losses, so the
 micro-batch path sums it and the per-example path vmaps it over single examples.
 
-``--task clm`` (issue 30): a GPT-2-shaped ``GPT2LMHeadModel`` of a :data:`~dpaudit.training.presets.CAUSAL_PRESETS`
+``--task clm``: a GPT-2-shaped ``GPT2LMHeadModel`` of a :data:`~dpaudit.training.presets.CAUSAL_PRESETS`
 preset (``bos`` = [CLS], ``eos`` = [SEP], ``pad`` = [PAD], the output layer tied to the word embeddings), or any
 ``AutoModelForCausalLM`` directory. Its loss is the mean next-token negative log-likelihood over each example's
 tokens after the first (Radford et al. 2019); the attention mask is the causal one alone, built from the
@@ -87,7 +87,7 @@ def _fresh_model(task: str, *, preset: str, vocab_size: int, max_length: int, la
 
 
 def build_causal_model(*, preset: str, vocab_size: int, max_length: int, specials: dict[str, int], seed: int) -> Any:
-    """A randomly initialized ``GPT2LMHeadModel`` of the causal ``preset`` (convention 1 of issue 30): the word
+    """A randomly initialized ``GPT2LMHeadModel`` of the causal ``preset`` (docs/scoring.md, convention 1): the word
     embeddings tied to the output layer, dropout 0, eager attention, init seeded by the public ``--seed``."""
     from transformers import GPT2Config, GPT2LMHeadModel
 

@@ -4,10 +4,10 @@
    trainers/torch_common/philox.py.
 
    Each Philox block (four 32-bit words) gives two normals by Box-Muller with a 96-bit radius
-   uniform (docs/noise-sampler.md): u = (w0 2^64 + w1 2^32 + w2 + 1/2) 2^-96, never 0, so the
-   radius sqrt(-2 ln u) reaches sqrt(194 ln 2) = 11.596 standard deviations (a 32-bit u stops at
-   6.66, and a neighbour alone on a coordinate is revealed whenever its shift carries the noise
-   past that edge); the angle comes from w3. The transform runs in double precision and the
+   uniform (docs/privacy.md, "The noise sampler's tail is inside delta"): u = (w0 2^64 + w1 2^32 +
+   w2 + 1/2) 2^-96, never 0, so the radius sqrt(-2 ln u) reaches sqrt(194 ln 2) = 11.596 standard
+   deviations (a 32-bit u stops at 6.66, and a neighbour alone on a coordinate is revealed whenever
+   its shift carries the noise past that edge); the angle comes from w3. The transform runs in double precision and the
    number is rounded to single precision once, after the multiplication by std.
 
    The values depend only on (key, n, std, add): every operation is an IEEE-754 add, multiply,

@@ -2,7 +2,7 @@
 
 A trainer module subclasses :class:`TorchTrainer` with its ``name``, its ``Config`` class, its run
 class (a :class:`~trainers.torch_common.loop.TorchPlugin` subclass) and the settings of its smallest
-run; what differs between trainers lives in those, not here (DESIGN: the trainer plugin API of
+run; what differs between trainers lives in those, not here (docs/trainers.md, "The trainer contract";
 :mod:`dpaudit.training.api`).
 """
 

@@ -1,6 +1,6 @@
 """Poisson sampling and the assignment of examples to micro-batches (numpy only, no torch).
 
-Both follow rules the accountant can rely on (DESIGN section 5, "Honest accounting rules"):
+Both follow rules the accountant can rely on (docs/privacy.md, "One example's contribution"):
 
 - Poisson sampling: each example joins a step's batch independently with probability q. The
   generator of step t is keyed by (secret noise seed, stream, t) — :func:`step_rng`, the core's

@@ -1,4 +1,4 @@
-"""--task clm (issue 30): a GPT-2 trained on next-token NLL, exported for transformers, evaluated beside its
+"""--task clm: a GPT-2 trained on next-token NLL, exported for transformers, evaluated beside its
 trivial baselines; the ghost engine hosts it; starts from causal LMs (a foreign BPE tokenizer's BOS
 prepended) and the refusal of a start trained on this run's private rows."""
 

@@ -1,4 +1,4 @@
-"""jax-bert's mechanism randomness is secret (tracker issue "privacy holes", item 1).
+"""jax-bert's mechanism randomness is secret (docs/privacy.md, "The randomness the guarantee relies on is secret").
 
 The Poisson sampling and the DP noise come from ``NoiseSource`` (OS entropy unless ``noise_seed``),
 never from the public ``--seed``. An adversary who reads everything a run directory holds outside

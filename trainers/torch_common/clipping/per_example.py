@@ -2,7 +2,7 @@
 
 The clipper reports the L2 sensitivity of the sum it returns — how far adding or removing one
 example can move it — and the step multiplies its noise by exactly that (jax_privacy's
-``clipped_grad(...).sensitivity``; DESIGN section 5). Callers never recompute it.
+``clipped_grad(...).sensitivity``; docs/trainers.md, "Sensitivity belongs to the step"). Callers never recompute it.
 
 :class:`PerExampleClipper`: per-example gradients by ``torch.func.vmap(grad(...))`` over chunks of
 ``physical_batch`` examples (no Python loop over examples), each clipped to C, summed: sensitivity C
