@@ -76,10 +76,11 @@ from dpaudit.audit import (
     epsilon_lower_bound_one_run,
 )
 from dpaudit.audit.claim_family import epsilon_lower_bound_one_run_claim
-from dpaudit.audit.claimed_mechanism import CEILING_MIN_SCALE, ClaimedMechanism
+from dpaudit.audit.claim_curves import CEILING_MIN_SCALE
+from dpaudit.claim import Claim
 from dpaudit.figures import format_down, format_up
 
-__all__ = ["AuditSource", "Claim", "FDP_LABEL", "Headline", "HeadlineBound", "HEURISTIC_LABEL", "PROOF_LABEL",
+__all__ = ["AuditSource", "FDP_LABEL", "Headline", "HeadlineBound", "HEURISTIC_LABEL", "PROOF_LABEL",
            "audit_sources", "headline", "headline_of"]
 
 PROOF, HEURISTIC = "proof", "heuristic"
@@ -94,87 +95,6 @@ FDP_LABEL = "refutes mu-GDP (Gaussian mechanisms only), not an (epsilon, delta) 
 HEADLINE_SCHEMA = "dpaudit.headline/1"
 #: The membership task of single training examples (train.jsonl vs heldout.jsonl): one row each.
 EXAMPLES_TASK = "examples"
-
-
-# -- the claim -------------------------------------------------------------------------------------
-
-
-@dataclass(frozen=True, kw_only=True)
-class Claim:
-    """The claim a bound is compared with.
-
-    Attributes:
-        known: False for a bare model (no ``privacy.json``).
-        private: whether DP training ran (None: unknown).
-        epsilon: the PROVEN epsilon at ``delta``; None when nothing is proven (non-private, shuffle).
-        delta: the claim's delta.
-        epsilon_if_poisson: shuffled fixed-size batches: the epsilon a Poisson-sampled run would have
-            (not a guarantee).
-        epsilon_replace_one: set when the run treated its dataset size N as public: the replace-one
-            epsilon, stated beside the add/remove one (which says nothing about an adversary who knows N).
-        mechanism: a proven claim's mechanism (its accounting segments), whose trade-off curve the one-run
-            proof tests (None: no mechanism stated).
-        conditions: what the epsilon holds only under (``ClaimedPrivacy.conditions``), said in :meth:`text`.
-    """
-
-    known: bool
-    private: bool | None = None
-    epsilon: float | None = None
-    delta: float | None = None
-    epsilon_if_poisson: float | None = None
-    epsilon_replace_one: float | None = None
-    mechanism: ClaimedMechanism | None = None
-    conditions: tuple[str, ...] = ()
-
-    @classmethod
-    def from_claimed(cls, claimed: Any, *, sampling: str | None = None) -> Claim:
-        """From :class:`dpaudit.attacks.results.ClaimedPrivacy`; ``sampling`` from ``privacy.json`` (when
-        read) overrides it, so results written before shuffle runs were marked still read as unproven."""
-        sampling = sampling or getattr(claimed, "sampling", None)
-        if_poisson = getattr(claimed, "epsilon_if_poisson", None)
-        epsilon = claimed.epsilon if claimed.private else None
-        # results written before shuffle runs were marked carry no sampling and no recorded epsilon; a claim that states
-        # its sampling (Poisson, e.g. read from an Opacus accountant) with an epsilon is proven whatever it recorded
-        unproven = sampling == "shuffle" or (claimed.private and sampling is None
-                                             and getattr(claimed, "recorded_epsilon", 0.0) is None)
-        if claimed.private and unproven:
-            if_poisson = if_poisson if if_poisson is not None else epsilon
-            epsilon = None
-        replace_one = getattr(claimed, "epsilon_replace_one", None) if epsilon is not None else None
-        segments = getattr(claimed, "segments", None)
-        mechanism = (ClaimedMechanism.from_segments(segments, delta=claimed.delta, epsilon=epsilon)
-                     if epsilon is not None and claimed.delta is not None and segments else None)
-        return cls(known=bool(claimed.known), private=claimed.private, epsilon=epsilon, delta=claimed.delta,
-                   epsilon_if_poisson=if_poisson if claimed.private else None, epsilon_replace_one=replace_one,
-                   mechanism=mechanism, conditions=tuple(getattr(claimed, "conditions", ()) or ()))
-
-    @property
-    def proven(self) -> bool:
-        return self.epsilon is not None
-
-    def text(self) -> str:
-        """The claim in words, rounded up: "epsilon = 3.89 at delta = 1.0e-5", "no proven epsilon (as-if-Poisson: 0.149)";
-        with N treated as public, the replace-one epsilon follows the add/remove one."""
-        if not self.known:
-            return "unknown (a bare model directory: no privacy.json)"
-        if not self.private:
-            return "none: non-private training (epsilon = infinity)"
-        delta = "" if self.delta is None else f" at delta = {format_up(self.delta, 2)}"
-        if self.epsilon is None:
-            poisson = "" if self.epsilon_if_poisson is None else f" (as-if-Poisson: {format_up(self.epsilon_if_poisson)})"
-            return f"no proven epsilon{poisson}"
-        notes = list(self.conditions)  # what it holds only under first (a start it does not cover leads)
-        if self.epsilon_replace_one is not None:
-            notes.append(f"add/remove; N treated as public: replace-one epsilon = {format_up(self.epsilon_replace_one)}")
-        return f"epsilon = {format_up(self.epsilon)}{delta}" + (f" ({'; '.join(notes)})" if notes else "")
-
-    def short(self) -> str:
-        """For a table cell: the proven epsilon rounded up, "none" or "inf"."""
-        if not self.known:
-            return "?"
-        if not self.private:
-            return "inf"
-        return "none" if self.epsilon is None else format_up(self.epsilon)
 
 
 # -- the audits of a run ---------------------------------------------------------------------------
@@ -479,7 +399,7 @@ class Headline:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any], claim: Claim) -> Headline:
-        """The stored headline, with ``claim`` (the results' own claim, :meth:`Claim.from_claimed`)."""
+        """The stored headline, with ``claim`` (the results' own claim)."""
         if obj.get("schema") != HEADLINE_SCHEMA:
             raise ValueError(f"headline schema is {obj.get('schema')!r}, this dpaudit reads {HEADLINE_SCHEMA!r}.")
         bounds = tuple(HeadlineBound.from_json(b) for b in obj["bounds"])
@@ -492,7 +412,7 @@ class Headline:
 
 
 def _bound_of(kind: str, member: np.ndarray, nonmember: np.ndarray, *, delta: float, confidence: float,
-              mechanism: ClaimedMechanism | None, min_scale: float | None = None) -> EpsilonBound:
+              mechanism: Claim | None, min_scale: float | None = None) -> EpsilonBound:
     """The bound of ``kind`` on these scores: against ``mechanism``'s curve (a proof with a stated mechanism),
     Steinke's (a proof without one), or Clopper-Pearson over every threshold (a heuristic)."""
     if kind == PROOF and mechanism is not None:
@@ -509,7 +429,7 @@ def _perfect(n_members: int, n_nonmembers: int) -> tuple[np.ndarray, np.ndarray]
 
 
 def _ceiling(kind: str, n_members: int, n_nonmembers: int, *, delta: float, confidence: float,
-             mechanism: ClaimedMechanism | None) -> float | None:
+             mechanism: Claim | None) -> float | None:
     """The bound a perfect attack reaches with these sizes (None when the sizes allow no bound at all)."""
     if n_members < 1 or n_nonmembers < 1:
         return None
@@ -527,7 +447,7 @@ def _suggestion(claim: Claim, confidence: float) -> tuple[int, float] | None:
         return None
     found = None
     for n in SUGGESTED_CANARIES:
-        ceiling = _ceiling(PROOF, n // 2, n - n // 2, delta=claim.delta, confidence=confidence, mechanism=claim.mechanism)
+        ceiling = _ceiling(PROOF, n // 2, n - n // 2, delta=claim.delta, confidence=confidence, mechanism=_mechanism(claim))
         if ceiling is None:
             continue
         found = (n, ceiling)
@@ -537,7 +457,7 @@ def _suggestion(claim: Claim, confidence: float) -> tuple[int, float] | None:
 
 
 def _recompute(source: AuditSource, *, delta: float, confidence: float,
-               mechanism: ClaimedMechanism | None = None) -> tuple[str, EpsilonBound, float | None]:
+               mechanism: Claim | None = None) -> tuple[str, EpsilonBound, float | None]:
     """The audit's (kind, bound, ceiling) at ``confidence``: against ``mechanism``'s curve (coin-flip canaries of the
     claim's unit and a stated mechanism), Steinke's (other coin-flip canaries), or Clopper-Pearson over every
     threshold; the ceiling is the same bound for a perfect attack."""
@@ -547,6 +467,11 @@ def _recompute(source: AuditSource, *, delta: float, confidence: float,
     bound = _bound_of(kind, member, nonmember, delta=delta, confidence=confidence, mechanism=mechanism)
     ceiling = _ceiling(kind, member.size, nonmember.size, delta=delta, confidence=confidence, mechanism=mechanism)
     return kind, bound, ceiling
+
+
+def _mechanism(claim: Claim) -> Claim | None:
+    """The claim as the mechanism a one-run proof tests (its trade-off curve), when it states one."""
+    return claim if claim.states_mechanism else None
 
 
 def _group_claim(claim: Claim, f: int) -> tuple[float | None, float | None]:
@@ -569,7 +494,7 @@ def headline(sources: Sequence[AuditSource], claim: Claim, *, confidence: float 
 
     Args:
         sources: every audit of the run (all of them count in m, eligible or not).
-        claim: the claim to compare with (:meth:`Claim.from_claimed`).
+        claim: the claim to compare with (:class:`dpaudit.claim.Claim`).
         confidence: the joint confidence of all the bounds (and so of the headline).
     """
     if not 0.5 < confidence < 1:
@@ -590,7 +515,7 @@ def headline(sources: Sequence[AuditSource], claim: Claim, *, confidence: float 
         else:
             target, delta = None, claim.delta if claim.delta is not None else source.audit.delta
         kind, bound, ceiling = _recompute(source, delta=delta, confidence=each,
-                                          mechanism=claim.mechanism if f == 1 else None)
+                                          mechanism=_mechanism(claim) if f == 1 else None)
         refuted = (bound.method == "one_run_claim" and target is not None
                    and (bound.scale is not None and bound.scale <= 1.0 or bound.epsilon > target))
         any_mechanism = None
@@ -632,5 +557,5 @@ def headline_of(results: Any, *, sampling: str | None = None, confidence: float 
     stored = getattr(results, "headline", None)
     if isinstance(stored, Headline) and stored.confidence == confidence:
         return stored
-    return headline(audit_sources(results), Claim.from_claimed(results.claimed, sampling=sampling),
-                    confidence=confidence)
+    claim = results.claimed.unproven() if sampling == "shuffle" else results.claimed
+    return headline(audit_sources(results), claim, confidence=confidence)

@@ -22,6 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from dpaudit.cli import cli
+from dpaudit.claim import Claim
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 SMALL = ["--corpus", "builtin:assistant", "--corpus-size", "60", "--frequencies", "1", "--per-frequency", "2"]
@@ -54,12 +55,12 @@ def _raise(code: int, filename: str | None = None):
 
 
 def _results():
-    from dpaudit.attacks.results import AttackResults, CanaryScore, ClaimedPrivacy, DataInfo, ModelInfo
+    from dpaudit.attacks.results import AttackResults, CanaryScore, DataInfo, ModelInfo
 
     return AttackResults(model=ModelInfo(path="m", kind="masked-lm", architecture="BertForMaskedLM"),
                          data=DataInfo(path="d", secret_format="digits:4", log2_space_size=13.3, canaries=1, controls=0,
                                        template="{name} has {secret}"),
-                         claimed=ClaimedPrivacy(known=False), attacks=(),
+                         claimed=Claim(known=False), attacks=(),
                          canaries=(CanaryScore(id="c0000", frequency=1, secret="1 2 3 4"),))
 
 

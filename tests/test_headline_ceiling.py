@@ -11,11 +11,11 @@ from __future__ import annotations
 import numpy as np
 
 from dpaudit.attacks.mia import MembershipTask, per_frequency
-from dpaudit.attacks.results import ClaimedPrivacy
 from dpaudit.audit import audit_scores
-from dpaudit.headline import AuditSource, Claim, group_size_of, headline
+from dpaudit.headline import AuditSource, group_size_of, headline
+from dpaudit.claim import Claim
 
-STATED = ClaimedPrivacy(known=True, private=True, epsilon=8.0, recorded_epsilon=8.0, delta=1e-5, accountant="stated")
+STATED = Claim(known=True, private=True, epsilon=8.0, recorded_epsilon=8.0, delta=1e-5, accountant="stated")
 
 
 def _leaky_canaries(rng: np.random.Generator) -> tuple[MembershipTask, np.ndarray]:
@@ -50,7 +50,7 @@ def test_canaries_inserted_at_several_counts_are_audited_per_frequency() -> None
 
 def test_a_powerless_verdict_says_it_could_not_have_refuted_the_claim() -> None:
     task, scores = _leaky_canaries(np.random.default_rng(1))
-    head = headline(_sources(per_frequency(task, scores)), Claim.from_claimed(STATED))
+    head = headline(_sources(per_frequency(task, scores)), STATED)
     assert head.best is not None and head.best.task == "canaries-f1"  # the once-inserted group is an eligible audit
     assert head.ceiling is not None and head.ceiling < 8.0 and head.powerless
     verdict = head.verdict()
@@ -59,14 +59,14 @@ def test_a_powerless_verdict_says_it_could_not_have_refuted_the_claim() -> None:
     assert "coin-flip canaries inserted once it would be" in verdict and value > head.ceiling and n >= 1000
     assert head.best.ceiling is not None and "ceiling" in head.best.text()
     # stored and read back: the same text
-    again = type(head).from_json(head.to_json(), Claim.from_claimed(STATED))
+    again = type(head).from_json(head.to_json(), STATED)
     assert again.text() == head.text() and again.to_json()["text"] == head.to_json()["text"]
 
 
 def test_a_mixed_audit_had_no_per_example_audit_at_all() -> None:
     """Without the split the canaries task is a group audit of 4 rows: nothing eligible (what the review saw)."""
     task, scores = _leaky_canaries(np.random.default_rng(1))
-    head = headline(_sources([(task, scores)]), Claim.from_claimed(STATED))
+    head = headline(_sources([(task, scores)]), STATED)
     assert head.best is None
 
 
@@ -78,6 +78,6 @@ def test_an_audit_that_could_refute_says_nothing_of_a_ceiling() -> None:
     import dataclasses
 
     audit = dataclasses.replace(audit, coin_flip=True)
-    claimed = ClaimedPrivacy(known=True, private=True, epsilon=1.0, recorded_epsilon=1.0, delta=1e-5, accountant="stated")
-    head = headline([AuditSource(attack="canary", task="canaries", audit=audit, group_size=1)], Claim.from_claimed(claimed))
+    claimed = Claim(known=True, private=True, epsilon=1.0, recorded_epsilon=1.0, delta=1e-5, accountant="stated")
+    head = headline([AuditSource(attack="canary", task="canaries", audit=audit, group_size=1)], claimed)
     assert not head.powerless and head.ceiling > 1.0 and "ceiling is" not in head.verdict()

@@ -22,21 +22,21 @@ import numpy as np
 import pytest
 
 from dpaudit.accounting.events import Segment
-from dpaudit.attacks.results import ClaimedPrivacy
 from dpaudit.audit import audit_scores
 from dpaudit.audit.claim_family import planned_last_iterate_pair
 from dpaudit.audit.one_run import epsilon_lower_bound_one_run
-from dpaudit.headline import CLAIM_PROOF_LABEL, PROOF_LABEL, AuditSource, Claim, headline
+from dpaudit.headline import CLAIM_PROOF_LABEL, PROOF_LABEL, AuditSource, headline
+from dpaudit.claim import Claim
 
 Q, STEPS, SIGMA = 0.5, 10, 3.435364344268516  # epsilon 2 at delta 1e-5 (PLD; checked below)
 EPSILON, DELTA, ALPHA = 2.0, 1e-5, 0.05
 M = 1000  # coin-flip canaries per run
 
 
-def _claimed(sigma: float = SIGMA) -> ClaimedPrivacy:
+def _claimed(sigma: float = SIGMA) -> Claim:
     seg = Segment(steps=STEPS, sampling_probability=Q, noise_multiplier=sigma)
-    return ClaimedPrivacy(known=True, private=True, epsilon=EPSILON, recorded_epsilon=EPSILON, delta=DELTA,
-                          accountant="pld", sampling="poisson", segments=(seg.to_json(),))
+    return Claim(known=True, private=True, epsilon=EPSILON, recorded_epsilon=EPSILON, delta=DELTA,
+                          accountant="pld", sampling="poisson", segments=(seg,))
 
 
 def _run(rng: np.random.Generator, *, sigma: float, view: str) -> tuple[np.ndarray, np.ndarray]:
@@ -51,10 +51,10 @@ def _run(rng: np.random.Generator, *, sigma: float, view: str) -> tuple[np.ndarr
     return s[coins], s[~coins]
 
 
-def _headline(member: np.ndarray, nonmember: np.ndarray, claimed: ClaimedPrivacy, *, group_size: int = 1):
+def _headline(member: np.ndarray, nonmember: np.ndarray, claimed: Claim, *, group_size: int = 1):
     audit = dataclasses.replace(audit_scores(member, nonmember, delta=DELTA, num_bootstrap=2, seed=0), coin_flip=True)
     source = AuditSource(attack="canary", task="canaries", audit=audit, group_size=group_size)
-    return headline([source], Claim.from_claimed(claimed))
+    return headline([source], claimed)
 
 
 def test_the_claim_is_the_simulated_mechanism() -> None:
@@ -99,7 +99,7 @@ def test_a_third_of_the_claimed_noise_is_caught_from_the_last_iterate() -> None:
 
 
 def test_the_plan_is_a_function_of_the_claim_alone() -> None:
-    claim = Claim.from_claimed(_claimed()).mechanism
+    claim = _claimed()
     pair = planned_last_iterate_pair(claim, M, ALPHA)
     assert pair == planned_last_iterate_pair(dataclasses.replace(claim), M, ALPHA)
     assert 0 < sum(pair) <= M
@@ -108,8 +108,8 @@ def test_the_plan_is_a_function_of_the_claim_alone() -> None:
 def test_steinke_where_no_claimed_curve_applies() -> None:
     rng = np.random.default_rng(13)
     member, nonmember = _run(rng, sigma=SIGMA, view="last")
-    non_private = ClaimedPrivacy(known=True, private=False)
-    stated = dataclasses.replace(_claimed(), segments=None)  # --claimed-epsilon: no mechanism stated
+    non_private = Claim(known=True, private=False)
+    stated = dataclasses.replace(_claimed(), segments=())  # --claimed-epsilon: no mechanism stated
     for claimed, group in ((non_private, 1), (stated, 1), (_claimed(), 10)):
         best = _headline(member, nonmember, claimed, group_size=group).bounds[0]
         assert best.bound.method == "one_run" and best.kind_label == PROOF_LABEL

@@ -13,11 +13,12 @@ import numpy as np
 import pytest
 
 from dpaudit.attacks.mia import MembershipTask, task_result
-from dpaudit.attacks.results import AttackResults, ClaimedPrivacy, DataInfo, LossResult, ModelInfo
+from dpaudit.attacks.results import AttackResults, DataInfo, LossResult, ModelInfo
 from dpaudit.audit import audit_scores
 from dpaudit.figures import format_down, format_up
 from dpaudit.headline import FDP_LABEL, headline_of
 from dpaudit.rundir import redact_command
+from dpaudit.claim import Claim
 
 DELTA = 1e-5
 
@@ -31,7 +32,7 @@ def _task(name: str, n: int, shift: float, *, coin_flip: bool, frequencies=None,
     return task, scores
 
 
-def _results(claimed: ClaimedPrivacy, specs) -> AttackResults:
+def _results(claimed: Claim, specs) -> AttackResults:
     tasks = []
     for name, n, shift, flip, freqs in specs:
         task, scores = _task(name, n, shift, coin_flip=flip, frequencies=freqs)
@@ -44,8 +45,8 @@ def _results(claimed: ClaimedPrivacy, specs) -> AttackResults:
                                        template="t"), claimed=claimed, attacks=(loss,))
 
 
-def _claim(epsilon: float | None, **kw) -> ClaimedPrivacy:
-    return ClaimedPrivacy(known=True, private=True, epsilon=epsilon, recorded_epsilon=epsilon, delta=DELTA,
+def _claim(epsilon: float | None, **kw) -> Claim:
+    return Claim(known=True, private=True, epsilon=epsilon, recorded_epsilon=epsilon, delta=DELTA,
                           accountant="pld", **kw)
 
 
@@ -92,7 +93,7 @@ def test_shuffle_claim_is_no_proven_epsilon_everywhere() -> None:
     from dpaudit.cli.attack import _summary
     from dpaudit.demo.verdict import classifier_line
 
-    shuffle = ClaimedPrivacy(known=True, private=True, epsilon=None, recorded_epsilon=None, delta=DELTA,
+    shuffle = Claim(known=True, private=True, epsilon=None, recorded_epsilon=None, delta=DELTA,
                              accountant="pld", sampling="shuffle", epsilon_if_poisson=0.1487)
     results = _results(shuffle, [("examples", 200, 0.2, False, None)])
     for text in (_summary(results), classifier_line([("clf", results)]), headline_of(results).text()):
@@ -120,8 +121,8 @@ def test_claim_with_n_treated_as_public_states_the_replace_one_epsilon_recompute
     from dp_accounting.pld import pld_privacy_accountant as pld
 
     from dpaudit.accounting import event_to_json
-    from dpaudit.attacks.claim import claimed_privacy
-    from dpaudit.training.privacy_record import PrivacyRecord
+    from dpaudit.claim import claim_of_record
+    from dpaudit.claim.record import PrivacyRecord
 
     event = dp_event.SelfComposedDpEvent(dp_event.PoissonSampledDpEvent(0.01, dp_event.GaussianDpEvent(1.0)), 1000)
     golden = []
@@ -131,12 +132,12 @@ def test_claim_with_n_treated_as_public_states_the_replace_one_epsilon_recompute
         golden.append(accountant.get_epsilon(1e-5))
     privacy = PrivacyRecord(trainer="jax-bert", private=True, mechanism="DP-SGD", event=event_to_json(event), delta=1e-5,
                             accountant="pld", epsilon=golden[0], sampling="poisson", n_public=True, dataset_size=100_000)
-    claimed = claimed_privacy(privacy)
+    claimed = claim_of_record(privacy)
     assert claimed.epsilon == pytest.approx(golden[0], rel=1e-6)
     assert claimed.epsilon_replace_one == pytest.approx(golden[1], rel=1e-6) and golden[1] > golden[0] + 0.5
     assert claimed.text() == (f"epsilon = {format_up(golden[0])} at delta = 1.0e-5 (add/remove; N treated as public: "
                               f"replace-one epsilon = {format_up(golden[1])})")
-    private_n = claimed_privacy(dataclasses.replace(privacy, n_public=False, dataset_size=None, declared_dataset_size=100_000))
+    private_n = claim_of_record(dataclasses.replace(privacy, n_public=False, dataset_size=None, declared_dataset_size=100_000))
     assert private_n.epsilon_replace_one is None and "replace-one" not in private_n.text()
 
 
@@ -149,7 +150,7 @@ def test_lira_offline_examples_are_single_rows_not_a_group() -> None:
 
 
 def test_a_non_private_model_states_the_leakage_the_proof_shows() -> None:
-    nonprivate = ClaimedPrivacy(known=True, private=False, epsilon=None, recorded_epsilon=None, delta=DELTA,
+    nonprivate = Claim(known=True, private=False, epsilon=None, recorded_epsilon=None, delta=DELTA,
                                 accountant=None)
     strong = headline_of(_results(nonprivate, [("canaries", 200, 4.0, True, [1])]))
     assert strong.best.kind == "proof" and strong.best.epsilon > 1

@@ -29,9 +29,9 @@ import scipy.special
 import scipy.stats
 
 from dpaudit.accounting.events import Segment
-from dpaudit.attacks.results import ClaimedPrivacy
 from dpaudit.audit import audit_scores
-from dpaudit.headline import AuditSource, Claim, headline
+from dpaudit.headline import AuditSource, headline
+from dpaudit.claim import Claim
 
 Q, STEPS, SIGMA, DELTA = 0.02, 10, 0.576, 1e-5
 M, TRIALS, ALPHA = 1000, 20, 0.05
@@ -57,17 +57,17 @@ def _claim_epsilon() -> float:
         [Segment(steps=STEPS, sampling_probability=Q, noise_multiplier=SIGMA)]), DELTA))
 
 
-def _claimed() -> ClaimedPrivacy:
+def _claimed() -> Claim:
     eps = _claim_epsilon()
     seg = Segment(steps=STEPS, sampling_probability=Q, noise_multiplier=SIGMA)
-    return ClaimedPrivacy(known=True, private=True, epsilon=eps, recorded_epsilon=eps, delta=DELTA, accountant="pld",
-                          sampling="poisson", segments=(seg.to_json(),))
+    return Claim(known=True, private=True, epsilon=eps, recorded_epsilon=eps, delta=DELTA, accountant="pld",
+                          sampling="poisson", segments=(seg,))
 
 
 def _headline(member: np.ndarray, nonmember: np.ndarray):
     audit = dataclasses.replace(audit_scores(member, nonmember, delta=DELTA, num_bootstrap=2, seed=0), coin_flip=True)
     return headline([AuditSource(attack="canary", task="canaries", audit=audit, group_size=1)],
-                    Claim.from_claimed(_claimed()))
+                    _claimed())
 
 
 def _gaussian_audit(rng: np.random.Generator, mu: float):

@@ -24,7 +24,8 @@ import math
 import numpy as np
 
 from dpaudit.audit import audit_scores
-from dpaudit.headline import AuditSource, Claim, headline
+from dpaudit.headline import AuditSource, headline
+from dpaudit.claim import Claim
 
 TRUE_EPSILON = 2.0
 DELTA = 1e-5

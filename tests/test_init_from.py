@@ -28,7 +28,7 @@ from dpaudit.training.baselines import (
     constant_prediction_accuracy,
     majority_class_accuracy,
 )
-from dpaudit.training.privacy_record import PrivacyRecord, read_privacy_record
+from dpaudit.claim.record import PrivacyRecord, read_privacy_record
 from dpaudit.training.starting_point import (
     PUBLIC_START_REQUIREMENT,
     StartingPoint,
@@ -220,8 +220,7 @@ def test_a_non_private_start_on_another_inject_of_the_same_rows_is_refused_unles
     """The review's path round the old refusal: a second inject of the same private rows (another folder, another
     seed), a non-private start trained on it, then the private run from that start. Refused; declared with
     --accept-private-start, the claim says first that the epsilon does not cover what the start learned."""
-    from dpaudit.attacks.claim import claimed_privacy
-    from dpaudit.headline import Claim
+    from dpaudit.claim import claim_of_record
 
     again = tmp_path / "again"
     inject = ["inject", "--corpus", "builtin:assistant", "--corpus-size", "210", "--heldout-size", "24",
@@ -237,7 +236,7 @@ def test_a_non_private_start_on_another_inject_of_the_same_rows_is_refused_unles
     record = read_privacy_record(tmp_path / "dp" / "privacy.json")
     assert record.guarantee.startswith("This epsilon does NOT cover what the --init-from start")
     assert record.init_from["accepted_private"] is True and record.epsilon is not None
-    text = Claim.from_claimed(claimed_privacy(record)).text()
+    text = claim_of_record(record).text()
     assert text.split("(", 1)[1].startswith("it does NOT cover what the --init-from start")
 
 

@@ -41,7 +41,7 @@ def test_top_level_help_names_membership_inference_under_attack():
 
 def test_a_non_private_summary_says_there_is_no_guarantee():
     from dpaudit.cli.train import NO_GUARANTEE, PUBLIC_ONLY, coverage_lines
-    from dpaudit.training.privacy_record import PrivacyRecord
+    from dpaudit.claim.record import PrivacyRecord
 
     common = dict(trainer="jax-bert", privacy_unit="example (add/remove)", sampling="poisson", mechanism="none")
     lines = coverage_lines(PrivacyRecord(private=False, randomness="noise drawn from OS entropy", **common))

@@ -15,7 +15,7 @@ import json
 import pytest
 
 from dpaudit.errors import UserInputError
-from dpaudit.training.privacy_record import PrivacyRecord
+from dpaudit.claim.record import PrivacyRecord
 from dpaudit.rundir import verify_run_dir
 from dpaudit.training.api import available_trainers, load_trainer
 

@@ -307,6 +307,25 @@ def _walk(event: DpEvent):
             yield from _walk(sub)
 
 
+def segments_of_event(event: DpEvent) -> tuple[Segment, ...] | None:
+    """The Poisson-subsampled Gaussian segments an event composes, in order (each ``SelfComposedDpEvent`` of a
+    ``PoissonSampledDpEvent(q, GaussianDpEvent(sigma))``, or one such step alone); None for any other event (sampling
+    without replacement, a bare Gaussian): its trade-off curve is not one of Poisson-subsampled Gaussian steps.
+    The sensitivity factor is not part of an event: the segments carry 1 (the accountant's sigma already divides it)."""
+    def one(sub: DpEvent) -> Segment | None:
+        steps = 1
+        if isinstance(sub, SelfComposedDpEvent):
+            sub, steps = sub.event, int(sub.count)
+        if isinstance(sub, PoissonSampledDpEvent) and isinstance(sub.event, GaussianDpEvent) and steps >= 1:
+            return Segment(steps=steps, sampling_probability=float(sub.sampling_probability),
+                           noise_multiplier=float(sub.event.noise_multiplier))
+        return None
+
+    parts = event.events if isinstance(event, ComposedDpEvent) else [event]
+    found = [one(sub) for sub in parts]
+    return None if any(seg is None for seg in found) else tuple(s for s in found if s is not None)
+
+
 def is_fixed_size(event: DpEvent) -> bool:
     """True if the event contains sampling without replacement (replace-one, RDP-only accounting)."""
     return any(isinstance(e, SampledWithoutReplacementDpEvent) for e in _walk(event))

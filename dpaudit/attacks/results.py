@@ -18,6 +18,7 @@ from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 from dpaudit.audit.intervals import Interval, OneSidedTest
+from dpaudit.claim import Claim
 
 SCHEMA = "dpaudit.attack/1"
 
@@ -140,54 +141,6 @@ class DataInfo(JsonRecord):
     canaries: int
     controls: int
     template: str | None
-
-
-@dataclass(frozen=True, kw_only=True)
-class ClaimedPrivacy(JsonRecord):
-    """The model's privacy claim, recomputed from the DpEvent in its ``privacy.json``.
-
-    Attributes:
-        known: False for a bare model directory (no ``privacy.json``: the claim is unknown).
-        private: whether the run was trained with DP.
-        epsilon: the PROVEN epsilon, recomputed from the event (None when non-private: epsilon =
-            infinity, and None when nothing is proven: shuffled fixed-size batches).
-        recorded_epsilon: the value ``privacy.json`` states, for comparison.
-        delta, accountant: as recorded; the accountant is the one used to recompute.
-        guarantee: the run's one-sentence statement.
-        sampling: as recorded (``"shuffle"``: no epsilon is proven).
-        epsilon_if_poisson: shuffle runs: the event's epsilon as if the batches were Poisson-sampled,
-            recomputed; never a claim (shown as "no proven epsilon (as-if-Poisson: X)").
-        n_public: True when the run derived its sampling rate and steps from the real dataset size N,
-            which is then treated as public (records written before this field existed did so too).
-        epsilon_replace_one: when N is treated as public: the epsilon under replace-one adjacency,
-            recomputed from the same event (the guarantee against an adversary who knows N).
-        segments: a proven claim's accounting segments (steps, q, sigma, sensitivity factor), as
-            ``privacy.json`` states them: the mechanism whose trade-off curve the one-run proof tests
-            (:mod:`dpaudit.audit.claim_family`); None when there is none (non-private, shuffle, a stated claim).
-        conditions: what the epsilon holds only under, printed in the claim line wherever it appears
-            (:func:`dpaudit.attacks.claim.claim_conditions`): an explicit noise seed kept secret, a public start, the
-            noise tail inside delta; a start declared private comes first (the epsilon does not cover it).
-    """
-
-    known: bool
-    private: bool | None = None
-    epsilon: float | None = None
-    recorded_epsilon: float | None = None
-    delta: float | None = None
-    accountant: str | None = None
-    guarantee: str | None = None
-    sampling: str | None = None
-    epsilon_if_poisson: float | None = None
-    n_public: bool | None = None
-    epsilon_replace_one: float | None = None
-    segments: tuple[dict[str, float], ...] | None = None
-    conditions: tuple[str, ...] = ()
-
-    def text(self) -> str:
-        """The claim in words, figures rounded up ("no proven epsilon (as-if-Poisson: 0.149)" for shuffle)."""
-        from dpaudit.headline import Claim
-
-        return Claim.from_claimed(self).text()
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -531,7 +484,7 @@ class AttackResults:
 
     model: ModelInfo
     data: DataInfo
-    claimed: ClaimedPrivacy
+    claimed: Claim
     attacks: tuple[AttackResult, ...]
     warnings: tuple[str, ...] = ()
     #: Attacks that failed while the others ran: ``{"attack", "error"}`` each (their results are absent).
@@ -567,9 +520,9 @@ class AttackResults:
 
     def with_headline(self) -> AttackResults:
         """These results with their headline computed (:func:`dpaudit.headline.headline_of`) and stored."""
-        from dpaudit.headline import Claim, audit_sources, headline
+        from dpaudit.headline import audit_sources, headline
 
-        head = headline(audit_sources(self), Claim.from_claimed(self.claimed))
+        head = headline(audit_sources(self), self.claimed)
         return dataclasses.replace(self, headline=head)
 
     @classmethod
@@ -577,12 +530,12 @@ class AttackResults:
         schema = obj.get("schema")
         if schema != SCHEMA:
             raise ValueError(f"results schema is {schema!r}, this dpaudit reads {SCHEMA!r}.")
-        claimed = ClaimedPrivacy.from_json(obj["claimed_privacy"])
+        claimed = Claim.from_json(obj["claimed_privacy"])
         head = None
         if obj.get("headline") is not None:
-            from dpaudit.headline import Claim, Headline
+            from dpaudit.headline import Headline
 
-            head = Headline.from_json(obj["headline"], Claim.from_claimed(claimed))
+            head = Headline.from_json(obj["headline"], claimed)
         return cls(
             schema=schema,
             headline=head,

@@ -5,7 +5,7 @@ use no more than the (epsilon, delta) envelope of the claim; a DP-SGD claim is m
 profile, the trade-off curve of its Poisson-subsampled Gaussian steps (:mod:`dpaudit.audit.tradeoff`).
 Mahloujifar, Melis & Chaudhuri (2024) test guesses with abstentions against any trade-off curve f; here f is
 the claim's, and within the family of the claim with every noise multiplier scaled
-(:meth:`~dpaudit.audit.claimed_mechanism.ClaimedMechanism.lower_bound`) the bound is the epsilon of the least
+(:func:`dpaudit.audit.claim_curves.lower_bound`) the bound is the epsilon of the least
 private member the guesses reject. What it proves:
 
 - the claim itself (scale 1, ``EpsilonBound.scale <= 1``) rejected: the mechanism is not f-DP for the claimed
@@ -40,7 +40,7 @@ from numpy.typing import ArrayLike
 
 from dpaudit.audit.bounds import EpsilonBound
 from dpaudit.audit.checks import _check_unit, _scores
-from dpaudit.audit.claimed_mechanism import ClaimedMechanism, FamilyBound
+from dpaudit.audit.claim_curves import FamilyBound, StatedMechanism, best_test, lower_bound
 from dpaudit.audit.one_run import _one_run_guesses, _thresholds_for
 from dpaudit.audit.thresholds import guess_pairs
 from dpaudit.audit.tradeoff import TradeOff, one_run_margin
@@ -85,7 +85,7 @@ def _expected_counts(member: np.ndarray, nonmember: np.ndarray, pooled: np.ndarr
     return k_plus + k_minus, int(np.floor(v_mean - PLAN_SPREAD * np.sqrt(v_var)))
 
 
-def planned_pair(claim: ClaimedMechanism, member: np.ndarray, nonmember: np.ndarray, m: int,
+def planned_pair(claim: StatedMechanism, member: np.ndarray, nonmember: np.ndarray, m: int,
                  alpha: float) -> tuple[int, int]:
     """The (k+, k-) whose planned correct count, on simulated ``member`` / ``nonmember`` scores (sorted) of the
     claimed mechanism, rejects the least private scaled claim at significance ``alpha`` (the largest pair when
@@ -97,11 +97,11 @@ def planned_pair(claim: ClaimedMechanism, member: np.ndarray, nonmember: np.ndar
         if v > 0:
             pairs.append((k_plus, k_minus))
             tests.append(lambda curve, r=r, v=v: one_run_margin(curve.blow_up_inverse, m, r, v, alpha) > 0)
-    best, _ = claim.best_test(tests)
+    best, _ = best_test(claim, tests)
     return pairs[best] if best is not None else candidate_pairs(m)[-1]
 
 
-def _last_iterate_scores(claim: ClaimedMechanism, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _last_iterate_scores(claim: StatedMechanism, n: int) -> tuple[np.ndarray, np.ndarray]:
     """n simulated member and non-member last-iterate scores of the claim (sorted), in units of one privacy
     unit's sensitivity (each segment's noise multiplier is the noise std in those units)."""
     rng = np.random.default_rng(PLAN_SEED)
@@ -115,7 +115,7 @@ def _last_iterate_scores(claim: ClaimedMechanism, n: int) -> tuple[np.ndarray, n
 
 
 @functools.lru_cache(maxsize=64)
-def planned_last_iterate_pair(claim: ClaimedMechanism, m: int, alpha: float) -> tuple[int, int]:
+def planned_last_iterate_pair(claim: StatedMechanism, m: int, alpha: float) -> tuple[int, int]:
     """The (k+, k-) a one-run black-box proof on m canaries tests under ``claim`` at significance ``alpha``:
     planned on the claim's ideal last-iterate attack (module docstring). A function of public inputs only;
     cached, so that the audits of one claim plan once."""
@@ -131,11 +131,11 @@ def _guess_counts(member: np.ndarray, nonmember: np.ndarray, pair: tuple[int, in
     return guesses, correct, t_plus, t_minus
 
 
-def claim_family_test(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedMechanism,
+def claim_family_test(member: np.ndarray, nonmember: np.ndarray, claim: StatedMechanism,
                       pairs: Sequence[tuple[int, int]], alpha: float, *,
                       min_scale: float | None = None) -> tuple[FamilyBound, list[tuple]]:
     """The family bound of guesses on ``pairs`` (each at ``alpha / len(pairs)``, Bonferroni) and each pair's
-    (guesses, correct, t_plus, t_minus); ``min_scale`` as :meth:`ClaimedMechanism.lower_bound`'s."""
+    (guesses, correct, t_plus, t_minus); ``min_scale`` as :func:`dpaudit.audit.claim_curves.lower_bound`'s."""
     m = member.size + nonmember.size
     counts = [_guess_counts(member, nonmember, pair) for pair in pairs]
     each = alpha / len(pairs)
@@ -144,13 +144,13 @@ def claim_family_test(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedM
     def rejects(curve: TradeOff) -> bool:
         return any(one_run_margin(curve.blow_up_inverse, m, r, v, each) > 0 for r, v in useful)
 
-    return claim.lower_bound(rejects, min_scale=min_scale), counts
+    return lower_bound(claim, rejects, min_scale=min_scale), counts
 
 
 def epsilon_lower_bound_one_run_claim(
     member_scores: ArrayLike,
     nonmember_scores: ArrayLike,
-    claim: ClaimedMechanism,
+    claim: StatedMechanism,
     *,
     confidence: float = 0.95,
     pair: tuple[int, int] | None = None,
@@ -164,7 +164,7 @@ def epsilon_lower_bound_one_run_claim(
         claim: the claimed mechanism (its segments and delta).
         confidence: e.g. 0.95.
         pair: the (k+, k-) guess counts, fixed before the scores were seen; None: :func:`planned_last_iterate_pair`.
-        min_scale: the least noise scale searched (a ceiling's :data:`~dpaudit.audit.claimed_mechanism.CEILING_MIN_SCALE`);
+        min_scale: the least noise scale searched (a ceiling's :data:`~dpaudit.audit.claim_curves.CEILING_MIN_SCALE`);
             None: all of them.
 
     Returns:

@@ -20,7 +20,7 @@ def _model_summary(model: Path) -> str:
     """Epsilon (recomputed from the stored DpEvent, rounded up) with its caveats, and the last held-out
     accuracy (telemetry on private data) of a train run."""
     from dpaudit.figures import format_up
-    from dpaudit.training.privacy_record import group_privacy_text
+    from dpaudit.claim.record import group_privacy_text
     from dpaudit.rundir import read_jsonl
     from dpaudit.scoring.source import read_privacy_record
     from dpaudit.training.baselines import UTILITY_KINDS, eval_rows_text

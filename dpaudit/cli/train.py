@@ -26,7 +26,7 @@ from dpaudit.training.config_types import ConfigTypeError, config_keys, option_n
 from dpaudit.errors import UserInputError
 from dpaudit.extras import MissingExtraError
 from dpaudit.figures import format_up
-from dpaudit.training.privacy_record import PrivacyRecord, group_privacy_text, read_privacy_record
+from dpaudit.claim.record import PrivacyRecord, group_privacy_text, read_privacy_record
 from dpaudit.rundir import run_dir_lock
 from dpaudit.training.api import (
     Trainer,
@@ -357,6 +357,8 @@ def coverage_lines(record: PrivacyRecord | None) -> list[str]:
 
 def _read_privacy(out_dir: Path) -> PrivacyRecord | None:
     """The run's privacy.json as a :class:`PrivacyRecord` (every trainer writes one; None if it is missing)."""
+        if claim is not None and claim.conditions:  # what it holds only under, as every claim line says it
+            text += "; " + "; ".join(claim.conditions)
     path = Path(out_dir) / "privacy.json"
     return read_privacy_record(path) if path.is_file() else None
 
@@ -378,11 +380,11 @@ def short_noise_seed_warning(noise_seed: int | None) -> str | None:
 def _claim(result: Any, record: PrivacyRecord | None) -> str:
     """The one-line guarantee, rounded up, with its caveat when no epsilon is proven, the replace-one epsilon
     when N is treated as public, and the unaccounted releases beside it."""
-    from dpaudit.attacks.claim import claimed_privacy
+    from dpaudit.claim import claim_of_record
 
     if result.epsilon is not None and (record is None or record.proven):
         # recomputed from privacy.json's event, as dpaudit attack, the report and the demo do: one figure everywhere
-        claim = claimed_privacy(record) if record is not None and record.event is not None else None
+        claim = claim_of_record(record) if record is not None and record.event is not None else None
         epsilon = claim.epsilon if claim is not None and claim.epsilon is not None else result.epsilon
         text = f"epsilon = {format_up(epsilon)} at delta = {format_up(result.delta, 2)}, for model/ only"
         if record is not None and record.n_public and record.epsilon_replace_one is not None:

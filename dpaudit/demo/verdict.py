@@ -83,9 +83,7 @@ def read_utility(attack_dir: Path) -> str | None:
 
 
 def _claim(results: AttackResults) -> str:
-    from dpaudit.headline import Claim
-
-    claim = Claim.from_claimed(results.claimed)
+    claim = results.claimed
     return "non-private" if claim.known and not claim.private else claim.text()
 
 

@@ -34,7 +34,7 @@ from dpaudit.attacks.results import SCHEMA as ATTACK_SCHEMA
 from dpaudit.attacks.results import AttackResults
 from dpaudit.errors import UserInputError
 from dpaudit.training.baselines import UTILITY_KINDS, eval_rows_text
-from dpaudit.training.privacy_record import PrivacyRecord
+from dpaudit.claim import Claim, PrivacyRecord
 from dpaudit.rundir import MANIFEST_NAME, load_manifest, sha256_file
 
 #: Files of the attack directory that the report does not show the hash of (it is the report itself).
@@ -100,29 +100,6 @@ class CanaryText:
 
 
 @dataclass(frozen=True, kw_only=True)
-class PrivacyFacts:
-    """What ``privacy.json`` says beyond the (recomputed) epsilon: the unit and mechanism of the claim.
-
-    ``epsilon`` is the recorded (proven) one, None for shuffle runs (``epsilon_if_poisson`` then);
-    ``unaccounted_releases`` are releases the epsilon does not cover; ``scale_from_private`` is True
-    when eDP-SGD's per-layer clip norms were computed on private data (``--scale-from private``:
-    ``details.layer_clip_norms_from`` names train.jsonl), an unaccounted release the report shows.
-    """
-
-    trainer: str | None = None
-    privacy_unit: str | None = None
-    adjacency: str | None = None
-    sampling: str | None = None
-    mechanism: str | None = None
-    notes: tuple[str, ...] = ()
-    telemetry: str | None = None
-    epsilon: float | None = None
-    epsilon_if_poisson: float | None = None
-    unaccounted_releases: tuple[str, ...] = ()
-    scale_from_private: bool = False
-
-
-@dataclass(frozen=True, kw_only=True)
 class Upstream:
     """An upstream file the report reads: where it was, whether it could be read, and its hash."""
 
@@ -156,7 +133,7 @@ class ReportRun:
     manifest: Mapping[str, Any]
     metrics: tuple[MetricRow, ...] | None = None
     canary_text: Mapping[str, CanaryText] = field(default_factory=dict)
-    privacy: PrivacyFacts | None = None
+    privacy: Claim | None = None
     upstream_manifests: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
     upstream: tuple[Upstream, ...] = ()
     utility: Utility | None = None
@@ -388,15 +365,17 @@ def _words(tp: Any) -> str:
     return {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}.get(tp, str(tp))
 
 
-def privacy_facts(record: PrivacyRecord) -> PrivacyFacts:
-    """The claim-related facts of a privacy record (see :class:`PrivacyFacts`)."""
-    norms_from = str(record.details.get("layer_clip_norms_from") or "")
-    return PrivacyFacts(trainer=record.trainer, privacy_unit=record.privacy_unit, adjacency=record.adjacency,
-                        sampling=record.sampling, mechanism=record.mechanism, notes=tuple(str(n) for n in record.notes),
-                        telemetry=record.telemetry, epsilon=_finite(record.epsilon),
-                        epsilon_if_poisson=_finite(record.epsilon_if_poisson),
-                        unaccounted_releases=tuple(str(r) for r in record.unaccounted_releases),
-                        scale_from_private=norms_from.startswith("train.jsonl") or record.details.get("scale_from") == "private")
+def run_claim(results: AttackResults, record: PrivacyRecord | None) -> Claim | None:
+    """The claim the report shows beside the results: the one ``results.json`` stores (the attack read it from
+    ``privacy.json``), or, for results written before the claim carried ``privacy.json``'s facts, the claim of the
+    record read now (:func:`dpaudit.claim.claim_of_record`); None without a record."""
+    if results.claimed.trainer is not None:
+        return results.claimed
+    if record is None:
+        return None
+    from dpaudit.claim import claim_of_record
+
+    return claim_of_record(record)
 
 
 def run_from_results(directory: str | os.PathLike[str], results: AttackResults, manifest: Mapping[str, Any], *,
@@ -417,11 +396,12 @@ def _with_upstream(directory: Path, results: AttackResults, manifest: Mapping[st
 
         rows = [r for r in read_jsonl(metrics_path) if isinstance(r, dict) and isinstance(r.get("step"), int)]
         metrics = tuple(_metric_row(r) for r in rows)
-    privacy = None
+    record = None
     if privacy_path is not None:
         from dpaudit.scoring.source import read_privacy_record
 
-        privacy = privacy_facts(read_privacy_record(privacy_path))
+        record = read_privacy_record(privacy_path)  # read (and schema-checked) whatever the results hold
+    privacy = run_claim(results, record)
     canary_text: dict[str, CanaryText] = {}
     if canary_path is not None:
         from dpaudit.rundir import read_jsonl

@@ -18,7 +18,7 @@ from dpaudit.attacks.results import GROUP_PRIVACY_NOTE, ExposureResult, Exposure
 from dpaudit.figures import format_down, format_up
 from dpaudit.headline import PROOF, Headline, HeadlineBound, headline_of
 from dpaudit.rundir import redact_command, redact_config
-from dpaudit.training.privacy_record import TELEMETRY_NOTE
+from dpaudit.claim.record import TELEMETRY_NOTE
 from dpaudit.report import plots
 from dpaudit.report.load import REPORT_FILE, ReportRun, Utility
 from dpaudit.report.comparison import ComparisonRow, comparison_rows

@@ -23,12 +23,13 @@ from typing import Any
 import numpy as np
 
 from dpaudit.errors import UserInputError
+from dpaudit.claim import Claim
 from dpaudit.report.load import type_problem
 from dpaudit.whitebox.bounds import Bound
 from dpaudit.rundir import MANIFEST_NAME, load_manifest, sha256_file
 
-__all__ = ["RESULTS_FILE", "SCHEMA", "SCORES_FILE", "VIEWS", "WhiteboxClaim", "WhiteboxRun", "WhiteboxScores",
-           "WhiteboxSegment", "is_whitebox_dir", "load_whitebox", "read_whitebox"]
+__all__ = ["RESULTS_FILE", "SCHEMA", "SCORES_FILE", "VIEWS", "WhiteboxRun", "WhiteboxScores", "is_whitebox_dir",
+           "load_whitebox", "read_whitebox"]
 
 #: The schema of ``whitebox.json`` (and of the directory's manifest) this dpaudit reads.
 SCHEMA = "dpaudit.whitebox/1"
@@ -38,27 +39,6 @@ SCORES_FILE = "scores/whitebox.jsonl"
 VIEWS = ("all_iterates", "last_iterate")
 #: The verdict's two kinds of bound.
 KINDS = ("one-run", "pooled")
-
-
-@dataclass(frozen=True, kw_only=True)
-class WhiteboxSegment:
-    """``steps`` Poisson-subsampled Gaussian steps at rate q with noise multiplier sigma."""
-
-    steps: int
-    sampling_probability: float
-    noise_multiplier: float
-
-
-@dataclass(frozen=True, kw_only=True)
-class WhiteboxClaim:
-    """The claim under test: the run's ``privacy.json`` (epsilon at delta, its steps and mechanism)."""
-
-    epsilon: float
-    delta: float
-    steps: int
-    clip_norm: float
-    sensitivity_factor: float
-    segments: tuple[WhiteboxSegment, ...]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -106,7 +86,7 @@ class WhiteboxRun:
     partners: int
     canaries: int
     runs: int
-    claim: WhiteboxClaim
+    claim: Claim
     confidence: float
     bound_confidence: float
     primary_kind: str
@@ -167,11 +147,7 @@ def _fields(raw: Mapping[str, Any]) -> dict[str, Any]:
         "trainer": raw["trainer"], "config": raw.get("config", {}), "settings": raw.get("settings", {}),
         "unit": raw["unit"], "slots": raw["slots"], "partners": raw["partners"], "canaries": raw["canaries"],
         "runs": raw["runs"],
-        "claim": WhiteboxClaim(epsilon=claim["epsilon"], delta=claim["delta"], steps=claim["steps"],
-                               clip_norm=claim["clip_norm"], sensitivity_factor=claim["sensitivity_factor"],
-                               segments=tuple(WhiteboxSegment(steps=s["steps"], sampling_probability=s["sampling_probability"],
-                                                              noise_multiplier=s["noise_multiplier"])
-                                              for s in claim["segments"])),
+        "claim": Claim.from_json(claim, where="whitebox.json: claim"),
         "confidence": raw["confidence"], "bound_confidence": raw["bound_confidence"],
         "primary_kind": primary["kind"], "primary_view": primary["view"], "primary": _bound(primary),
         # a file from before mechanism_refuted was recorded: its "refuted" meant the curve was rejected
@@ -247,6 +223,10 @@ def read_whitebox(directory: str | os.PathLike[str], *, label: str | None = None
         raise UserInputError(f"{path}: schema {raw.get('schema')!r} is not {SCHEMA!r}, the version this dpaudit reads; "
                              "render it with the dpaudit that wrote it or rerun dpaudit audit-trainer.")
     try:
+        claim = raw["claim"]
+        if isinstance(claim, dict) and "steps" in claim and (not isinstance(claim["steps"], int)
+                                                             or isinstance(claim["steps"], bool)):
+            raise _problem(path, "claim.steps", "an integer", claim["steps"])
         fields = _fields(raw)
     except KeyError as err:
         raise UserInputError(f"{path}: field {err.args[0]} is missing; rerun dpaudit audit-trainer.") from None

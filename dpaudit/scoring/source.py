@@ -32,10 +32,10 @@ from dpaudit.model_dir import (  # noqa: F401 - re-exported: the trainers and th
     read_config,
 )
 from dpaudit.rundir import MANIFEST_NAME, verify_run_dir
-from dpaudit.training.privacy_record import read_privacy_record  # the one file reader, re-exported
+from dpaudit.claim.record import read_privacy_record  # the one file reader, re-exported
 
 if TYPE_CHECKING:
-    from dpaudit.training.privacy_record import PrivacyRecord
+    from dpaudit.claim.record import PrivacyRecord
 
 TRAIN_SCHEMA_PREFIX = "dpaudit.train/"
 

@@ -12,7 +12,7 @@ What the run is made of:
 
 - :mod:`.api`: the trainer protocol and the entry-point registry (``dpaudit.trainers``);
 - :mod:`.privacy_plan` (what a run will spend, fixed before the first step) and
-  :mod:`.privacy_record` (``privacy.json``, its one typed reader and writer);
+  :mod:`dpaudit.claim` (``privacy.json``, its one typed reader and writer, and the one Claim type);
 - :mod:`.secret_rng`: the secret randomness the guarantee rests on;
 - :mod:`.run_dir`: the train run directory (finished-run return, resume identity, checkpoints, metrics);
 - :mod:`.config_types`: the frozen Config dataclasses' types, option names, the one seed range;

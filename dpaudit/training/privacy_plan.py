@@ -246,13 +246,13 @@ class PrivacyPlan:
 
     def public_fields(self, *, steps_from_n: bool, event: accounting.DpEvent | None = None,
                       delta: float | None = None) -> dict[str, Any]:
-        """The :class:`~dpaudit.training.privacy_record.PrivacyRecord` fields that say what N is to the claim.
+        """The :class:`~dpaudit.claim.record.PrivacyRecord` fields that say what N is to the claim.
 
         ``steps_from_n``: the step count was derived from N too (epochs x ceil(N / batch)). ``event``
         and ``delta``: the proven event of what ran, whose replace-one epsilon is stated when N is
         treated as public (None: nothing proven, no replace-one figure).
         """
-        from dpaudit.training.privacy_record import N_DECLARED_TEXT, N_PUBLIC_TEXT
+        from dpaudit.claim.record import N_DECLARED_TEXT, N_PUBLIC_TEXT
 
         steps = " and the steps per epoch ceil(N / batch)" if steps_from_n else ""
         if not self.n_public:

@@ -1,4 +1,4 @@
-"""The one ``privacy.json`` builder: a :class:`~dpaudit.training.privacy_record.PrivacyRecord` from what ran.
+"""The one ``privacy.json`` builder: a :class:`~dpaudit.claim.record.PrivacyRecord` from what ran.
 
 The skeleton (:mod:`dpaudit.training.skeleton`) calls :func:`build_record` once, at the end of a run,
 with the plan, the ledger of the steps that ran and the step's own sensitivity (its clip norm and
@@ -19,7 +19,7 @@ from dpaudit import accounting
 from dpaudit.accounting.noise_tail import FORMULA as TAIL_FORMULA
 from dpaudit.figures import format_up
 from dpaudit.training.privacy_plan import PrivacyPlan
-from dpaudit.training.privacy_record import PrivacyRecord, group_privacy_rows
+from dpaudit.claim.record import PrivacyRecord, group_privacy_rows
 from dpaudit.training.secret_rng import NoiseSource
 from dpaudit.training.starting_point import (
     DP_ON_PUBLIC_NOTE,

@@ -7,7 +7,7 @@ is the same for every trainer and lives here, so the attack stage and the report
   of the same trainer, settings, seed and data — anything else is refused before a byte is written;
 - :class:`MetricsLog`: ``metrics.jsonl`` rows, kept in ``checkpoints/`` while the run goes (so a
   resumed run keeps the rows its checkpoint covers) and published at the end;
-- :func:`finish_run`: ``privacy.json`` (a :class:`~dpaudit.training.privacy_record.PrivacyRecord`),
+- :func:`finish_run`: ``privacy.json`` (a :class:`~dpaudit.claim.record.PrivacyRecord`),
   ``metrics.jsonl`` and, last, ``manifest.json`` (a train directory with a manifest is complete);
 - :func:`remove_checkpoints`: checkpoints hold the secret noise state, so a finished run deletes
   them unless asked to keep them.
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from dpaudit.errors import UserInputError
-from dpaudit.training.privacy_record import PrivacyRecord
+from dpaudit.claim.record import PrivacyRecord
 from dpaudit.training.api import TrainResult
 from dpaudit.rundir import (
     DIR_MODE,

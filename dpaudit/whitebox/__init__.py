@@ -9,7 +9,7 @@ iterates) or only the final values (last iterate). The modules, one job each:
 - :mod:`.layout`: where the canaries go (per-example: one Dirac row each; micro-batch: with partners
   so that one example's move reaches 2C) and what each role expects to observe;
 - :mod:`.harness`: one training run through the trainer's own plug-in hosting the canaries;
-- :mod:`dpaudit.audit.claimed_mechanism`: the claim read from ``privacy.json`` and its family (every sigma
+- :class:`dpaudit.claim.Claim` and :mod:`dpaudit.audit.claim_curves`: the claim read from ``privacy.json`` and its family (every sigma
   scaled), shared with the black-box headline;
 - :mod:`.scores`: likelihood-ratio scores (all iterates) and final values (last iterate);
 - :mod:`.plan`: the one-run proof's guess counts, planned from the claim before any score is seen;

@@ -34,7 +34,8 @@ from typing import Any
 
 import numpy as np
 
-from dpaudit.audit.claimed_mechanism import CEILING_MIN_SCALE, ClaimedMechanism
+from dpaudit.audit.claim_curves import CEILING_MIN_SCALE
+from dpaudit.claim import Claim
 from dpaudit.audit.roc import roc_curve
 from dpaudit.whitebox.bounds import Bound, multi_run_bounds, multi_run_family, one_run_bounds, one_run_family
 from dpaudit.whitebox.harness import RunEvidence
@@ -65,7 +66,7 @@ class Analysis:
     ``confidence`` is the verdict's; each bound holds at ``bound_confidence`` = 1 - (1 - confidence) / 2.
     """
 
-    claim: ClaimedMechanism
+    claim: Claim
     confidence: float
     scores: dict[str, ViewScores]
     one_run: dict[str, list[dict[str, Bound]]]
@@ -121,7 +122,7 @@ def curve_rejected(bound: Bound, claimed_epsilon: float) -> bool:
 
 
 def _any_mechanism(kind: str, first: tuple[np.ndarray, np.ndarray], pooled: tuple[np.ndarray, np.ndarray],
-                   claim: ClaimedMechanism, level: float) -> Bound:
+                   claim: Claim, level: float) -> Bound:
     """The bound of the verdict's ``kind`` of test valid for any mechanism: Steinke's on the first run (one-run) or
     Clopper-Pearson (epsilon, delta) on the pooled canaries, at ``level``."""
     if kind == "one-run":
@@ -129,7 +130,7 @@ def _any_mechanism(kind: str, first: tuple[np.ndarray, np.ndarray], pooled: tupl
     return multi_run_bounds(*pooled, claim, confidence=level)["clopper_pearson"]
 
 
-def _ceilings(claim: ClaimedMechanism, sizes: list[tuple[int, int]], plan: tuple[int, int], level: float
+def _ceilings(claim: Claim, sizes: list[tuple[int, int]], plan: tuple[int, int], level: float
               ) -> dict[str, float]:
     """The verdict bounds for a perfect attack (every member above every non-member) at these sizes."""
     first = (np.ones(sizes[0][0]), np.zeros(sizes[0][1]))
@@ -138,10 +139,10 @@ def _ceilings(claim: ClaimedMechanism, sizes: list[tuple[int, int]], plan: tuple
             "pooled": multi_run_family(*pooled, claim, confidence=level, min_scale=CEILING_MIN_SCALE).epsilon}
 
 
-def _same_claim(evidence: Sequence[RunEvidence]) -> ClaimedMechanism:
+def _same_claim(evidence: Sequence[RunEvidence]) -> Claim:
     claim = evidence[0].claim
     for run in evidence[1:]:
-        if run.claim != claim:
+        if run.claim.mechanism_key() != claim.mechanism_key():
             raise ValueError("the runs made different claims (segments, delta, clip norm or sensitivity): pooling them "
                              "would test no single mechanism; run the audit with one configuration.")
     return claim
@@ -195,10 +196,7 @@ def summary(analysis: Analysis) -> dict[str, Any]:
     kind, primary = analysis.primary
     claim = analysis.claim
     return {
-        "claim": {"epsilon": claim.epsilon, "delta": claim.delta, "steps": claim.steps, "clip_norm": claim.clip_norm,
-                  "sensitivity_factor": claim.sensitivity_factor,
-                  "segments": [{"steps": s.steps, "sampling_probability": s.sampling_probability,
-                                "noise_multiplier": s.noise_multiplier} for s in claim.segments]},
+        "claim": claim.to_json(),
         "confidence": analysis.confidence,
         "bound_confidence": analysis.bound_confidence,
         "primary": {"kind": kind, "view": "all_iterates", **primary.to_json()},

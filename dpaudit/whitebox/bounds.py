@@ -29,7 +29,8 @@ import numpy as np
 
 from dpaudit.audit.bounds import _cp_upper, epsilon_lower_bound_clopper_pearson
 from dpaudit.audit.claim_family import claim_family_test
-from dpaudit.audit.claimed_mechanism import ClaimedMechanism, FamilyBound
+from dpaudit.audit.claim_curves import FamilyBound
+from dpaudit.claim import Claim
 from dpaudit.audit.one_run import epsilon_lower_bound_one_run, epsilon_lower_bound_one_run_fdp
 from dpaudit.audit.thresholds import BonferroniThresholds, GuessGrid
 from dpaudit.audit.tradeoff import TradeOff
@@ -65,7 +66,7 @@ def _family(found: FamilyBound, confidence: float, **extra) -> Bound:
                  scale=found.scale, capped=found.capped, **extra)
 
 
-def one_run_family(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedMechanism, *, confidence: float,
+def one_run_family(member: np.ndarray, nonmember: np.ndarray, claim: Claim, *, confidence: float,
                    grid: GuessGrid = GuessGrid(), planned: tuple[int, int] | None = None,
                    min_scale: float | None = None) -> Bound:
     """The claim-family bound of one run: the f-DP recursion, the scaled claim's curve as f, on the guess
@@ -79,7 +80,7 @@ def one_run_family(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedMech
                    selection="planned" if planned is not None else f"bonferroni over {len(pairs)}")
 
 
-def multi_run_family(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedMechanism, *,
+def multi_run_family(member: np.ndarray, nonmember: np.ndarray, claim: Claim, *,
                      confidence: float, min_scale: float | None = None) -> Bound:
     """The claim-family bound of pooled trials: at every threshold, Clopper-Pearson upper bounds on FPR
     and FNR (each count at (1 - confidence) / 2 / n: uniform over all thresholds, see
@@ -101,7 +102,7 @@ def multi_run_family(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedMe
     return _family(claim.lower_bound(rejects, min_scale=min_scale), confidence)
 
 
-def one_run_bounds(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedMechanism, *,
+def one_run_bounds(member: np.ndarray, nonmember: np.ndarray, claim: Claim, *,
                    confidence: float, planned: tuple[int, int] | None = None) -> dict[str, Bound]:
     """Steinke, the Gaussian f-DP reading and the claim family (on the ``planned`` guesses when given), on one
     run's coin-flip canaries."""
@@ -116,7 +117,7 @@ def one_run_bounds(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedMech
     }
 
 
-def multi_run_bounds(member: np.ndarray, nonmember: np.ndarray, claim: ClaimedMechanism, *,
+def multi_run_bounds(member: np.ndarray, nonmember: np.ndarray, claim: Claim, *,
                      confidence: float) -> dict[str, Bound]:
     """Clopper-Pearson (epsilon, delta) and the claim family on pooled trials."""
     cp = epsilon_lower_bound_clopper_pearson(member, nonmember, delta=claim.delta, confidence=confidence,

@@ -16,10 +16,9 @@ from typing import Any
 
 import numpy as np
 
+from dpaudit.claim import Claim, claim_of_record, read_privacy_record
 from dpaudit.training.gradient_canaries import canary_host
-from dpaudit.training.privacy_record import read_privacy_record
 from dpaudit.whitebox.layout import CanaryLayout
-from dpaudit.audit.claimed_mechanism import ClaimedMechanism
 
 __all__ = ["PluginFactory", "RunEvidence", "evidence_path", "load_evidence", "run_job", "run_with_canaries",
            "save_evidence"]
@@ -34,9 +33,17 @@ class RunEvidence:
     per-step noisy canary coordinates ``observations`` (T, m) and their final values ``final`` (m,)."""
 
     layout: CanaryLayout
-    claim: ClaimedMechanism
+    claim: Claim
     observations: np.ndarray
     final: np.ndarray
+
+
+def _audited_claim(record: Any) -> Claim:
+    """The claim a run's ``privacy.json`` makes, as the audit tests it (a proven claim that states its mechanism)."""
+    claim = claim_of_record(record)
+    if not claim.states_mechanism:
+        raise ValueError("the run is not private: there is no claim to audit.")
+    return claim
 
 
 def run_with_canaries(factory: PluginFactory, out_dir: Path, *, canaries: int, partners: int,
@@ -56,7 +63,7 @@ def run_with_canaries(factory: PluginFactory, out_dir: Path, *, canaries: int, p
     host.host_gradient_canaries(layout.canaries(observe))
     skeleton = getattr(plugin, "skeleton", None)
     (skeleton if isinstance(skeleton, RunSkeleton) else RunSkeleton(plugin, Path(out_dir))).execute()
-    claim = ClaimedMechanism.from_record(read_privacy_record(Path(out_dir) / "privacy.json"))
+    claim = _audited_claim(read_privacy_record(Path(out_dir) / "privacy.json"))
     steps = claim.steps
     missing = [t for t in range(steps) if t not in seen or seen[t].shape != (canaries,)]
     if missing:
@@ -119,5 +126,5 @@ def load_evidence(out_dir: Path) -> RunEvidence:
         layout = CanaryLayout(member=saved["member"].astype(bool), unit=str(saved["unit"]), slots=int(saved["slots"]),
                               partners=int(saved["partners"]))
         observations, final = saved["observations"], saved["final"]
-    claim = ClaimedMechanism.from_record(read_privacy_record(Path(out_dir) / "privacy.json"))
+    claim = _audited_claim(read_privacy_record(Path(out_dir) / "privacy.json"))
     return RunEvidence(layout=layout, claim=claim, observations=observations, final=final)

@@ -5,7 +5,7 @@ tests ONE choice of guesses: "member" on the k+ highest scores, "non-member" on 
 of (k+, k-) on the scores costs a Bonferroni correction (14 pairs: each tested at alpha / 14), and that
 correction, not the attack, is what held the proof near half the claim. In a white-box audit the auditor
 knows, before training, exactly what a correct trainer's canaries look like: the claimed mechanism
-(:class:`~dpaudit.audit.claimed_mechanism.ClaimedMechanism`: q_t, the noise std, C) and the layout's mixtures.
+(:class:`dpaudit.claim.Claim`: q_t, the noise std, C) and the layout's mixtures.
 :func:`planned_guesses` picks the pair from that alone, so the proof tests it at the full alpha:
 
 1. simulate the claimed mechanism's per-canary scores (a fixed seed; the same Neyman-Pearson score
@@ -29,7 +29,7 @@ import functools
 import numpy as np
 
 from dpaudit.audit.claim_family import candidate_pairs, planned_pair
-from dpaudit.audit.claimed_mechanism import ClaimedMechanism
+from dpaudit.claim import Claim
 from dpaudit.whitebox.layout import CanaryLayout
 from dpaudit.whitebox.scores import all_iterates_scores
 
@@ -45,7 +45,7 @@ PLAN_CANARIES = 250_000
 PLAN_SEED = 20240527
 
 
-def _simulated_scores(claim: ClaimedMechanism, unit: str, partners: int, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _simulated_scores(claim: Claim, unit: str, partners: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     """Scores of n simulated member and n non-member canaries of the claimed mechanism (sorted)."""
     q, std = claim.per_step()
     layout = CanaryLayout(member=np.zeros(n, dtype=bool), unit=unit, partners=partners)
@@ -62,7 +62,7 @@ def _simulated_scores(claim: ClaimedMechanism, unit: str, partners: int, n: int)
 
 
 @functools.lru_cache(maxsize=64)
-def planned_guesses(claim: ClaimedMechanism, unit: str, partners: int, m: int, alpha: float) -> tuple[int, int]:
+def planned_guesses(claim: Claim, unit: str, partners: int, m: int, alpha: float) -> tuple[int, int]:
     """The (k+, k-) the one-run proof of m canaries under ``claim`` tests at significance ``alpha``.
 
     A function of public inputs only (see the module docstring); cached, so that the R runs of an audit (and

@@ -15,7 +15,7 @@ from dpaudit import accounting as A
 from dpaudit.accounting.ledger import PrivacyLedger
 from dpaudit.errors import UserInputError
 from dpaudit.training.privacy_plan import new_ledger, plan_privacy
-from dpaudit.training.privacy_record import SCHEMA, PrivacyRecord
+from dpaudit.claim.record import SCHEMA, PrivacyRecord
 
 N, BATCH, STEPS, SIGMA, DELTA = 400, 20, 12, 0.8, 1e-5
 

@@ -20,7 +20,7 @@ from dpaudit import accounting as A
 from dpaudit.accounting import noise_tail
 from dpaudit.errors import UserInputError
 from dpaudit.training.privacy_plan import new_ledger, plan_privacy
-from dpaudit.training.privacy_record import PrivacyRecord
+from dpaudit.claim.record import PrivacyRecord
 
 Q, STEPS, DELTA = 0.02, 500, 1e-5
 

@@ -102,7 +102,7 @@ def test_json_round_trip_resumes_the_run():
     resumed.record(sampling_probability=Q, noise_multiplier=SIGMA, steps=15)  # still inside the saved plan
     assert resumed.accountant_calls == calls
     assert "assumes Poisson" in resumed.sampling_note
-    # privacy.json is written by dpaudit.training.privacy_record.PrivacyRecord from the ledger's event.
+    # privacy.json is written by dpaudit.claim.record.PrivacyRecord from the ledger's event.
     event = A.event_from_json(json.loads(json.dumps(A.event_to_json(resumed.event()))))
     assert A.epsilon(event, resumed.delta, resumed.accountant) == resumed.epsilon()
     saved["segments"][0]["steps"] = 24  # edited file: event and segments disagree

@@ -12,6 +12,7 @@ from dpaudit.attacks.base import AttackOptions
 from dpaudit.attacks.blind import BlindAttack, blind_comparison, blind_scores
 from dpaudit.attacks.mia import MembershipTask
 from dpaudit.audit import roc_curve
+from dpaudit.claim import Claim
 
 WORDS = [f"w{i}" for i in range(300)]
 
@@ -123,7 +124,7 @@ def test_comparison_is_one_sentence_per_task_naming_the_attacks_that_do_not_beat
 
 def test_blind_runs_beside_every_membership_attack_and_stays_out_of_the_headline():
     from dpaudit.attacks.registry import resolve_attacks
-    from dpaudit.attacks.results import AttackResults, ClaimedPrivacy, DataInfo, ModelInfo
+    from dpaudit.attacks.results import AttackResults, DataInfo, ModelInfo
     from dpaudit.headline import audit_sources
     from dpaudit.report.membership import distribution_shift_notes, membership_audits, strongest
 
@@ -139,7 +140,7 @@ def test_blind_runs_beside_every_membership_attack_and_stays_out_of_the_headline
     results = AttackResults(model=ModelInfo(path="m", kind="masked-lm", architecture="x"),
                             data=DataInfo(path="d", secret_format="", log2_space_size=None, canaries=0, controls=0,
                                           template=None),
-                            claimed=ClaimedPrivacy(known=False), attacks=(blind,))
+                            claimed=Claim(known=False), attacks=(blind,))
     assert audit_sources(results) == ()  # its bounds are about the data, never the model's epsilon
     found = membership_audits(results)
     assert [(a.name, a.baseline) for a in found] == [("blind baseline (examples)", True)]

@@ -11,9 +11,8 @@ from __future__ import annotations
 from dp_accounting import dp_event
 
 from dpaudit.accounting import event_to_json
-from dpaudit.attacks.claim import claimed_privacy
-from dpaudit.headline import Claim
-from dpaudit.training.privacy_record import PrivacyRecord
+from dpaudit.claim import claim_of_record
+from dpaudit.claim.record import PrivacyRecord
 
 EVENT = event_to_json(dp_event.SelfComposedDpEvent(dp_event.PoissonSampledDpEvent(0.01, dp_event.GaussianDpEvent(1.1)), 200))
 
@@ -25,7 +24,7 @@ def _record(**fields) -> PrivacyRecord:
 
 
 def _text(record: PrivacyRecord) -> str:
-    return Claim.from_claimed(claimed_privacy(record)).text()
+    return claim_of_record(record).text()
 
 
 def test_a_plain_claim_has_no_conditions() -> None:

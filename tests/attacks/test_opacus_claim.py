@@ -12,10 +12,10 @@ import json
 
 import numpy as np
 
-from dpaudit.attacks.claim import opacus_claim
-from dpaudit.attacks.results import ClaimedPrivacy
+from dpaudit.claim import opacus_claim
 from dpaudit.audit import audit_scores
-from dpaudit.headline import AuditSource, Claim, headline
+from dpaudit.headline import AuditSource, headline
+from dpaudit.claim import Claim
 
 
 def _leaky_coin_flip_audit() -> AuditSource:
@@ -31,7 +31,7 @@ def test_an_opacus_claim_is_compared_with_the_bound(tmp_path) -> None:
     state = tmp_path / "accountant.json"
     state.write_text(json.dumps({"history": [[8.0, 0.001, 100]], "mechanism": "rdp"}), encoding="utf-8")
     claimed = opacus_claim(state, 1e-5)
-    claim = Claim.from_claimed(claimed)
+    claim = claimed
     assert claim.proven and claim.epsilon == claimed.epsilon and claim.epsilon < 0.1
     head = headline([_leaky_coin_flip_audit()], claim)
     assert head.best.compared_with == claim.epsilon
@@ -40,5 +40,5 @@ def test_an_opacus_claim_is_compared_with_the_bound(tmp_path) -> None:
 
 
 def test_results_written_before_shuffle_runs_were_marked_still_read_as_unproven() -> None:
-    legacy = ClaimedPrivacy(known=True, private=True, epsilon=0.15, recorded_epsilon=None, delta=1e-5)
-    assert not Claim.from_claimed(legacy).proven
+    legacy = {"known": True, "private": True, "epsilon": 0.15, "recorded_epsilon": None, "delta": 1e-5}  # results.json
+    assert not Claim.from_json(legacy).proven and Claim.from_json(legacy).epsilon_if_poisson == 0.15

@@ -10,7 +10,6 @@ from dpaudit.attacks.results import (
     SCHEMA,
     AttackResults,
     CanaryScore,
-    ClaimedPrivacy,
     DataInfo,
     ExposureParameters,
     ExposureResult,
@@ -22,6 +21,7 @@ from dpaudit.attacks.results import (
     result_from_json,
 )
 from dpaudit.audit.intervals import Interval, OneSidedTest
+from dpaudit.claim import Claim
 
 
 def _results() -> AttackResults:
@@ -40,7 +40,7 @@ def _results() -> AttackResults:
     return AttackResults(
         model=ModelInfo(path="m", kind="masked-lm", architecture="BertForMaskedLM"),
         data=DataInfo(path="d", secret_format="digits:4", log2_space_size=13.2877, canaries=8, controls=4, template="t"),
-        claimed=ClaimedPrivacy(known=True, private=True, epsilon=3.2, recorded_epsilon=3.2, delta=1e-5, accountant="pld"),
+        claimed=Claim(known=True, private=True, epsilon=3.2, recorded_epsilon=3.2, delta=1e-5, accountant="pld"),
         attacks=(exposure, recon), warnings=("shared context",),
         canaries=(CanaryScore(id="c0", frequency=100, secret="1 2 3 4", fill="1 2 3 4", exact=True, rank_low=1, rank_high=1),),
     )

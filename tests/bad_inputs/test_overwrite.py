@@ -19,15 +19,16 @@ from click.testing import CliRunner
 
 from dpaudit.cli import cli
 from dpaudit.rundir import verify_run_dir
+from dpaudit.claim import Claim
 
 
 def _results(secret: str):
-    from dpaudit.attacks.results import AttackResults, CanaryScore, ClaimedPrivacy, DataInfo, ModelInfo
+    from dpaudit.attacks.results import AttackResults, CanaryScore, DataInfo, ModelInfo
 
     return AttackResults(model=ModelInfo(path="m", kind="masked-lm", architecture="BertForMaskedLM"),
                          data=DataInfo(path="d", secret_format="digits:4", log2_space_size=13.3, canaries=1, controls=0,
                                        template="{name} has {secret}"),
-                         claimed=ClaimedPrivacy(known=False), attacks=(),
+                         claimed=Claim(known=False), attacks=(),
                          canaries=(CanaryScore(id="c0000", frequency=1, secret=secret),))
 
 

@@ -11,7 +11,7 @@ from click.testing import CliRunner
 from dpaudit import accounting
 from dpaudit.cli import cli
 from dpaudit.figures import format_up
-from dpaudit.training.privacy_record import PrivacyRecord
+from dpaudit.claim.record import PrivacyRecord
 from dpaudit.rundir import read_jsonl, verify_run_dir
 
 TINY = ["--preset", "tiny", "--max-length", "16", "--vocab-size", "128", "--physical-batch", "8",

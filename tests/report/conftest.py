@@ -23,7 +23,6 @@ from dpaudit.attacks.results import (
     AttackResult,
     AttackResults,
     CanaryScore,
-    ClaimedPrivacy,
     DataInfo,
     ExposureParameters,
     ExposureResult,
@@ -35,7 +34,7 @@ from dpaudit.attacks.results import (
     ReconstructionRow,
     register_result,
 )
-from dpaudit.training.privacy_record import PrivacyRecord
+from dpaudit.claim.record import PrivacyRecord
 from dpaudit.stages.attack import write_attack_dir
 from dpaudit.audit.intervals import (
     bootstrap_interval,
@@ -44,6 +43,7 @@ from dpaudit.audit.intervals import (
 )
 from dpaudit.audit import AuditResult, audit_scores
 from dpaudit.rundir import sha256_file
+from dpaudit.claim import Claim
 
 SCRIPT = "<script>alert(1)</script>"
 IMG = '"><img src=x onerror=alert(1)>'
@@ -189,9 +189,9 @@ def make_attack_dir(root: Path, name: str = "attack", *, n_canaries: int = 40, f
                                                     "seed": 0,
                                                     "inputs": {}, "outputs": {}, "tokenizer_trained_on": "public.jsonl",
                                                     **({"summary": train_summary} if train_summary is not None else {})}))
-    claimed = (ClaimedPrivacy(known=True, private=True, epsilon=epsilon, recorded_epsilon=epsilon, delta=delta, accountant="pld",
+    claimed = (Claim(known=True, private=True, epsilon=epsilon, recorded_epsilon=epsilon, delta=delta, accountant="pld",
                               guarantee=f"({epsilon}, {delta})-DP per example")
-               if epsilon is not None else ClaimedPrivacy(known=True, private=False, guarantee="non-private: epsilon = inf."))
+               if epsilon is not None else Claim(known=True, private=False, guarantee="non-private: epsilon = inf."))
     results = AttackResults(model=ModelInfo(path=str(train), kind="masked-lm", architecture="BertForMaskedLM"),
                             data=DataInfo(path=str(inject), secret_format="digits:4", log2_space_size=float(log2_r),
                                           canaries=len(freqs), controls=freqs.count(0), template=f"{{name}} {IMG}"),

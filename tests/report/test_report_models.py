@@ -16,10 +16,11 @@ from click.testing import CliRunner
 from dpaudit.attacks.reconstruction import symbol_edit_distances
 from dpaudit.audit import audit_scores
 from dpaudit.cli import cli
-from dpaudit.headline import AuditSource, Claim, headline
+from dpaudit.headline import AuditSource, headline
 from dpaudit.report import plots
 from dpaudit.report.measurable import members_needed, tpr_rate, zero_bound_reason
 from dpaudit.report.sections import grouped_warnings
+from dpaudit.claim import Claim
 
 
 def _text(html: str) -> str:

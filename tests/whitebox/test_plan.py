@@ -13,13 +13,13 @@ from dpaudit.accounting.events import Segment
 from dpaudit.audit.tradeoff import one_run_margin
 from dpaudit.whitebox.bounds import one_run_family
 from dpaudit.whitebox.layout import CanaryLayout
-from dpaudit.audit.claimed_mechanism import ClaimedMechanism
+from dpaudit.claim import Claim
 from dpaudit.whitebox.plan import candidate_pairs, planned_guesses
 from dpaudit.whitebox.scores import all_iterates_scores
 
 
-def _claim(q: float, steps: int, sigma: float, epsilon: float) -> ClaimedMechanism:
-    return ClaimedMechanism(segments=(Segment(steps=steps, sampling_probability=q, noise_multiplier=sigma),),
+def _claim(q: float, steps: int, sigma: float, epsilon: float) -> Claim:
+    return Claim(known=True, private=True, segments=(Segment(steps=steps, sampling_probability=q, noise_multiplier=sigma),),
                             delta=1e-5, epsilon=epsilon, clip_norm=1.0, sensitivity_factor=1.0)
 
 
@@ -29,7 +29,7 @@ GAUSSIAN = _claim(1.0, 1, 1.995, 2.0)
 AUDIT_DESIGN = _claim(0.9, 4, 3.67, 2.0)
 
 
-def _scores(claim: ClaimedMechanism, m: int, rng: np.random.Generator, noise: float = 1.0):
+def _scores(claim: Claim, m: int, rng: np.random.Generator, noise: float = 1.0):
     """Member and non-member scores of m coin-flip canaries; ``noise``: the true std over the claimed one."""
     q, std = claim.per_step()
     member = rng.integers(0, 2, m).astype(bool)

@@ -16,7 +16,7 @@ import torch
 from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
 
-from dpaudit.training.privacy_record import PrivacyRecord
+from dpaudit.claim.record import PrivacyRecord
 from dpaudit.trainers.edp_sgd.trainer import EdpSgdTrainer, _Plugin
 
 

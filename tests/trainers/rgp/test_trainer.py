@@ -15,7 +15,7 @@ from dp_accounting.pld import pld_privacy_accountant
 from safetensors.torch import load_file
 
 from dpaudit.cli import cli
-from dpaudit.training.privacy_record import PrivacyRecord
+from dpaudit.claim.record import PrivacyRecord
 from dpaudit.rundir import verify_run_dir
 from dpaudit.trainers.rgp.trainer import RgpTrainer, _Plugin
 from dpaudit.trainers.torch_common import noise
