@@ -95,6 +95,7 @@ from dpaudit.accounting.guarantees import (
 from dpaudit.accounting.ledger import BudgetExceededError, PrivacyLedger  # noqa: E402  (last: it uses the rest)
 from dpaudit.accounting.noise_tail import (
     BM96_REACH,
+    RETIRED_MIN_REACH,
     RETIRED_SAMPLERS,
     DeltaSplit,
     event_tail_figure,
@@ -176,6 +177,7 @@ __all__ = [
     "NOISE_SAMPLERS",
     "BM96_REACH",
     "DeltaSplit",
+    "RETIRED_MIN_REACH",
     "RETIRED_SAMPLERS",
     "event_tail_figure",
     "noise_schedule_segments",

@@ -17,7 +17,8 @@ Delta: the ledger's ``delta`` is the accountant's, the one its epsilon is comput
 noise sampler has a tail figure (:mod:`dpaudit.accounting.noise_tail`) reserves that figure for its whole
 plan before the first step (``noise_tail``) and states ``delta + noise_tail`` (:attr:`stated_delta`); the
 epsilon of any prefix at ``delta`` then holds at the stated delta, whose tail part covers every step the
-plan allows. A ledger written before ``noise_tail`` existed reads with 0: its delta was the stated one.
+plan allows. A ledger written before ``noise_tail`` existed (schema /2) reads with 0, its delta was the stated one,
+and its steps become :attr:`PrivacyLedger.former_segments`: they drew their noise with a sampler of shorter reach.
 
 Non-private runs: a ledger with ``target_epsilon=None`` and no steps recorded stands for a run
 trained without DP. Its :meth:`event` is ``NonPrivateDpEvent`` and its :meth:`epsilon` is ``inf``.
@@ -41,7 +42,11 @@ from dpaudit.errors import UserInputError
 
 __all__ = ["BudgetExceededError", "PrivacyLedger", "SAMPLING_METHODS", "SCHEMA"]
 
-SCHEMA = "dpaudit.privacy_ledger/2"
+SCHEMA = "dpaudit.privacy_ledger/3"
+#: Version 2 (and 1) ledgers were written by dpaudit versions whose float noise samplers stopped at 5.22-6.76
+#: sigma, with no noise tail inside delta: a run resumed from one keeps those steps as ``former_segments``,
+#: whose tail its record counts at the shortest former reach (:mod:`dpaudit.accounting.noise_tail`).
+_SCHEMA_V2 = "dpaudit.privacy_ledger/2"
 #: Version 1 stored each segment's noise std over C (sigma x sensitivity_factor) as its noise_multiplier;
 #: version 2 stores sigma, ``dp_accounting``'s noise multiplier. A /1 ledger (a checkpoint of an older run)
 #: is converted on reading, and the stored event checks the conversion.
@@ -106,6 +111,8 @@ class PrivacyLedger:
             raise ValueError(f"noise_tail must be in [0, 1), got {noise_tail!r}.")
         self.delta = float(delta)
         self.noise_tail = float(noise_tail)
+        #: Steps recorded by a dpaudit whose noise sampler had a shorter reach (a run resumed from a /2 ledger).
+        self.former_segments: list[Segment] = []
         self.target_epsilon = None if target_epsilon is None else float(target_epsilon)
         self.accountant: Accountant = accountant
         self.privacy_unit = privacy_unit
@@ -259,6 +266,7 @@ class PrivacyLedger:
             "sampling": self.sampling,
             "steps": self.steps,
             "segments": [s.to_json() for s in self._segments],
+            "former_segments": [s.to_json() for s in self.former_segments],
             "certificate": certificate,
             "event": event_to_json(self.event()),
         }
@@ -269,6 +277,8 @@ class PrivacyLedger:
         UserInputError."""
         if isinstance(obj, dict) and obj.get("schema") == _SCHEMA_V1:
             obj = _from_v1(obj)
+        if isinstance(obj, dict) and obj.get("schema") == _SCHEMA_V2:  # every step so far drew the former sampler
+            obj = {**obj, "schema": SCHEMA, "noise_tail": 0.0, "former_segments": obj.get("segments", [])}
         if not isinstance(obj, dict) or obj.get("schema") != SCHEMA:
             found = obj.get("schema") if isinstance(obj, dict) else type(obj).__name__
             raise UserInputError(f"privacy ledger: expected schema {SCHEMA!r}, got {found!r}.")
@@ -279,6 +289,8 @@ class PrivacyLedger:
             raise UserInputError(f"privacy ledger: bad settings ({err}).") from None
         ledger._segments = [Segment.from_json(s, where=f"privacy ledger segment {i}")
                             for i, s in enumerate(obj.get("segments", []))]
+        ledger.former_segments = [Segment.from_json(s, where=f"privacy ledger former segment {i}")
+                                  for i, s in enumerate(obj.get("former_segments", []))]
         certificate = obj.get("certificate")
         if certificate is not None:
             segments = [Segment.from_json(s, where=f"privacy ledger certificate segment {i}")
@@ -306,7 +318,7 @@ def _from_v1(obj: dict[str, Any]) -> dict[str, Any]:
             out.append(seg)
         return out
 
-    new = {**obj, "schema": SCHEMA, "segments": converted(obj.get("segments", []))}
+    new = {**obj, "schema": _SCHEMA_V2, "segments": converted(obj.get("segments", []))}
     if isinstance(obj.get("certificate"), dict):
         new["certificate"] = {**obj["certificate"], "segments": converted(obj["certificate"].get("segments", []))}
     return new

@@ -68,7 +68,7 @@ from dpaudit.accounting.pld import _flatten_for_pld, _NotFlat
 from dpaudit.errors import UserInputError
 from dpaudit.figures import format_up
 
-__all__ = ["BM96_REACH", "DeltaSplit", "RETIRED_SAMPLERS", "SAMPLERS", "event_tail_figure", "noise_tail_entry",
+__all__ = ["BM96_REACH", "DeltaSplit", "RETIRED_MIN_REACH", "RETIRED_SAMPLERS", "SAMPLERS", "event_tail_figure", "noise_tail_entry",
            "sampler_reach", "split_delta", "tail_figure"]
 
 #: The reach of Box-Muller with a 96-bit radius uniform: sqrt(194 ln 2) = 11.59614, rounded down.
@@ -94,6 +94,8 @@ SAMPLERS: dict[str, tuple[str, float]] = {
 }
 #: Samplers no trainer draws with any more: readable in old files, never planned with.
 RETIRED_SAMPLERS = frozenset({"jax-float32", "philox-c", "torch-cpu", "torch-cuda"})
+#: The shortest reach of those: what the steps of a run resumed from a checkpoint of an earlier dpaudit are counted at.
+RETIRED_MIN_REACH = min(SAMPLERS[name][1] for name in RETIRED_SAMPLERS)
 
 
 def sampler_reach(sampler: str) -> float:

@@ -17,6 +17,7 @@ from typing import Any
 
 from dpaudit import accounting
 from dpaudit.accounting.noise_tail import FORMULA as TAIL_FORMULA
+from dpaudit.accounting.noise_tail import RETIRED_MIN_REACH
 from dpaudit.figures import format_up
 from dpaudit.training.privacy_plan import PrivacyPlan
 from dpaudit.claim.record import PrivacyRecord, group_privacy_rows
@@ -148,14 +149,18 @@ def delta_of_run(plan: PrivacyPlan, ledger: Any, sampler: str | None) -> tuple[f
     """(stated delta, the accountant's delta, the noise tail figure of the steps that ran) of a private run.
 
     The accountant's delta is the ledger's (the plan's ``delta - reserved tail``); the figure is the sampler's
-    over the ledger's segments (None: the sampler is not characterised). The stated delta is the plan's when
-    the two parts fit inside it (always, for a ledger this plan made: the reserved tail covers every planned
-    step), else their sum (a ledger resumed from an older checkpoint, whose delta held no tail).
+    over the ledger's segments (None: the sampler is not characterised), plus, for steps an earlier dpaudit
+    drew before a resume (``ledger.former_segments``), their figure at the shortest former reach. The stated
+    delta is the plan's when the two parts fit inside it (always, for a ledger this plan made: the reserved
+    tail covers every planned step), else their sum (a ledger resumed from an older checkpoint).
     """
     accountant = float(ledger.delta)
     if sampler is None:
         return accountant, accountant, None
     tail = accounting.tail_figure(ledger.segments, accounting.sampler_reach(sampler))
+    former = list(getattr(ledger, "former_segments", ()))
+    if former:
+        tail = min(1.0, tail + accounting.tail_figure(former, RETIRED_MIN_REACH))
     stated = float(plan.delta) if plan.delta is not None else accountant
     if accountant + tail > stated * (1.0 + 1e-12):
         stated = accountant + tail
@@ -186,11 +191,20 @@ def _private_record(facts: RunFacts, parts: RecordParts) -> PrivacyRecord:
         group_privacy=group_privacy_rows(proven, delta, facts.frequencies),
         guarantee=_guarantee(facts, parts, public, delta,
                              _tail_words(sampler, plan.noise_tail_accepted, accountant_delta, tail)),
-        notes=(["warning: " + warning] if warning else []) + list(parts.notes)
+        notes=(["warning: " + warning] if warning else []) + list(parts.notes) + _former_note(ledger, sampler)
         + (["note: " + DP_ON_PUBLIC_NOTE] if facts.data_split == "public" else [])
         + ([] if sampler is not None else ["caveat: " + UNCHARACTERISED_SAMPLER]),
         details=dict(parts.details), paper_claim=parts.paper_claim,
         unaccounted_releases=list(parts.unaccounted_releases), **facts.provenance())
+
+
+def _former_note(ledger: Any, sampler: str | None) -> list[str]:
+    """A note for a run resumed from a checkpoint of an earlier dpaudit, whose first steps drew the former sampler."""
+    former = sum(seg.steps for seg in getattr(ledger, "former_segments", ()))
+    if not former or sampler is None:
+        return []
+    return [f"noise tail: the first {former} steps were drawn by an earlier dpaudit's float sampler (reach >= "
+            f"{RETIRED_MIN_REACH:g} sigma) before this run resumed; their tail figure at that reach is in noise_tail_delta."]
 
 
 def _tail_words(sampler: str | None, accepted: bool, accountant_delta: float, tail: float | None) -> str:

@@ -80,7 +80,7 @@ def test_privacy_json_v2_is_converted_so_its_segments_state_sigma():
 def test_a_version_1_ledger_checkpoint_is_converted_and_checked_against_its_event():
     _, ledger = _recorded_ledger()
     saved = ledger.to_json()
-    assert saved["schema"] == "dpaudit.privacy_ledger/2"
+    assert saved["schema"] == "dpaudit.privacy_ledger/3"
     old = copy.deepcopy(saved)
     old["schema"] = "dpaudit.privacy_ledger/1"
     for seg in old["segments"]:

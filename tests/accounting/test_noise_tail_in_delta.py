@@ -176,3 +176,30 @@ def test_a_record_refuses_parts_that_do_not_fit_its_delta():
     record["noise_tail_delta"] = record["delta"]  # accountant + tail > delta
     with pytest.raises(UserInputError, match="noise_tail_delta"):
         PrivacyRecord.from_json(record, where="run/privacy.json")
+
+
+def test_steps_of_a_checkpoint_written_by_an_earlier_dpaudit_are_counted_at_the_former_reach():
+    """A privacy_ledger/2 (every dpaudit before the 96-bit sampler) resumed: its steps drew a sampler of reach >= 5.22,
+    so the record counts their tail there, and states the delta that holds."""
+    from dpaudit.training.record import delta_of_run
+
+    plan = _plan(noise_multiplier=0.9, noise_sampler="jax-bm96")
+    ledger = new_ledger(plan)
+    for step in range(200):
+        plan.record_step(ledger, step)
+    old = json.loads(json.dumps(ledger.to_json()))
+    old["schema"] = "dpaudit.privacy_ledger/2"
+    del old["noise_tail"], old["former_segments"]
+    old["delta"] = DELTA  # the earlier dpaudit's ledger held the stated delta itself
+    resumed = A.PrivacyLedger.from_json(old)
+    assert resumed.former_segments == resumed.segments and resumed.noise_tail == 0.0
+    for step in range(200, STEPS):
+        plan.record_step(resumed, step)
+    again = A.PrivacyLedger.from_json(json.loads(json.dumps(resumed.to_json())))  # a later checkpoint keeps them
+    assert again.former_segments == resumed.former_segments and again.steps == STEPS
+    stated, accountant, tail = delta_of_run(plan, again, "jax-bm96")
+    former = 200 * 40 / 2000 * _upper(A.RETIRED_MIN_REACH - 1 / 0.9)
+    assert A.RETIRED_MIN_REACH == 5.22 and tail == pytest.approx(former + A.tail_figure(again.segments, A.BM96_REACH))
+    assert accountant == DELTA and stated == pytest.approx(DELTA + tail) and stated > DELTA
+    # a ledger this dpaudit wrote has none: the plan's delta holds its reserved tail
+    assert delta_of_run(plan, ledger, "jax-bm96")[0] == plan.delta == DELTA
