@@ -17,6 +17,7 @@ import pytest
 from dpaudit.errors import UserInputError
 from dpaudit.claim.record import PrivacyRecord
 from dpaudit.rundir import verify_run_dir
+from dpaudit.training import ClippedSumStep
 from dpaudit.training.api import available_trainers, load_trainer
 
 TRAINERS = sorted(available_trainers())
@@ -118,14 +119,13 @@ class _Killed(Exception):
     pass
 
 
-class _LinearStep:
+class _LinearStep(ClippedSumStep):
     """Least squares, each example's gradient clipped to C, summed, Gaussian noise of std sigma * C
     from the secret source (keyed by the step), divided by the expected batch, one SGD step."""
 
-    sensitivity_factor = 1.0
-
     def __init__(self, plugin, clip_norm: float) -> None:
-        self.plugin, self.clip_norm, self.sensitivity = plugin, clip_norm, clip_norm
+        super().__init__(clip_norm=clip_norm, sensitivity_factor=1.0)  # per-example clipping: sensitivity C
+        self.plugin = plugin
 
     def __call__(self, step, indices, sigma, expected_batch):
         import numpy as np

@@ -5,7 +5,7 @@ The run:
 - :mod:`.skeleton`: :class:`RunSkeleton`, the one training run (run directory, plan, secret sampling,
   ledger, loop, checkpoints, metrics, outputs);
 - :mod:`.plugin`: :class:`TrainerPlugin`, what a trainer writes (model init, a clipped-sum step that
-  carries its sensitivity, save/restore, export, its words for privacy.json);
+  carries its sensitivity, on :class:`ClippedSumStep`, save/restore, export, its words for privacy.json);
 - :mod:`.record`: the one ``privacy.json`` builder; :mod:`.sampling`: secret Poisson sampling.
 
 What the run is made of:
@@ -31,7 +31,8 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "ClippedStep": "plugin", "RunData": "plugin", "RunSettings": "plugin", "TrainerPlugin": "plugin",
+    "ClippedStep": "plugin", "ClippedSumStep": "plugin", "RunData": "plugin", "RunSettings": "plugin",
+    "TrainerPlugin": "plugin",
     "RecordParts": "record", "RunFacts": "record", "build_record": "record",
     "RunSkeleton": "skeleton",
     "FleetJob": "fleet", "FleetOutcome": "fleet", "run_fleet": "fleet",

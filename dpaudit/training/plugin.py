@@ -9,7 +9,8 @@ stop, checkpoints, ``metrics.jsonl`` and the one ``privacy.json`` builder. A tra
 3. a clipped-sum step that carries its own sensitivity (:meth:`TrainerPlugin.make_step` returns a
    :class:`ClippedStep`, like jax_privacy's ``BoundedSensitivityCallable``: the noise it adds is
    sigma x ``step.sensitivity``, and the plan and the record read the sensitivity from the step;
-   nobody recomputes it);
+   nobody recomputes it), best written on :class:`ClippedSumStep`, which holds the three figures and
+   what they are for a non-private run;
 4. save / restore of its state (:meth:`TrainerPlugin.save`, :meth:`TrainerPlugin.restore`);
 5. export of ``model/`` (:meth:`TrainerPlugin.export`);
 6. its words and facts for ``privacy.json`` (:meth:`TrainerPlugin.record_parts`).
@@ -23,6 +24,7 @@ trainer whose ``train`` runs ``RunSkeleton(plugin, out_dir).execute()``
 from __future__ import annotations
 
 import abc
+import math
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +38,7 @@ from dpaudit.training.record import RecordParts
 from dpaudit.training.sampling import Sampler, StepKeyedPoisson
 from dpaudit.training.starting_point import StartingPoint
 
-__all__ = ["ClippedStep", "RunData", "RunSettings", "TrainerPlugin"]
+__all__ = ["ClippedStep", "ClippedSumStep", "RunData", "RunSettings", "TrainerPlugin"]
 
 #: The secret seed's stream of the default sampler (the torch trainers' since before the skeleton).
 SAMPLING_STREAM = 1
@@ -59,6 +61,65 @@ class ClippedStep(Protocol):
     sensitivity: float | None  # clip_norm x sensitivity_factor; None without clipping (non-private)
 
     def __call__(self, step: int, indices: np.ndarray, sigma: float, expected_batch: float) -> Any: ...
+
+
+class ClippedSumStep(abc.ABC):
+    """The base of every trainer's :class:`ClippedStep`: it owns ``clip_norm``, ``sensitivity_factor`` and
+    ``sensitivity``, so that the trainers cannot disagree on them; a trainer's step passes what its clipping
+    function reports and writes only :meth:`__call__`.
+
+    A private step is built from its clipper's clip norm C and factor (how many C one example moves the clipped
+    sum by: 1 per-example clipping, 2 micro-batch clipping) and, when the clipper states one, its sensitivity,
+    which must be their product (a clipper and a step that disagree would noise one figure and record another).
+
+    A NON-PRIVATE step (``clip_norm=None``: nothing is clipped) has ``sensitivity`` None, not 0: one example can
+    move an unclipped sum by any amount, so there is no bound to state; 0 would claim the opposite, that no
+    example changes the update. Its ``sensitivity_factor`` is 1 so the plan's arithmetic is neutral: a non-private
+    run accounts nothing (no ledger, no noise: sigma is 0), and its ``privacy.json`` states no clip norm,
+    sensitivity or epsilon.
+    """
+
+    clip_norm: float | None
+    sensitivity_factor: float
+    sensitivity: float | None
+
+    def __init__(self, *, clip_norm: float | None, sensitivity_factor: float = 1.0,
+                 sensitivity: float | None = None) -> None:
+        """Args:
+            clip_norm: C, or None for a step that clips nothing (non-private).
+            sensitivity_factor: clip norms one example can move the clipped sum by (>= 1).
+            sensitivity: the clipper's own figure, checked against ``sensitivity_factor * C`` (default: that).
+
+        Raises:
+            ValueError: a clip norm or factor out of range, a sensitivity that is not their product, or a
+                sensitivity without clipping (a trainer bug, not a user error).
+        """
+        if clip_norm is None:
+            if sensitivity is not None:
+                raise ValueError(f"a step without clipping has no sensitivity to state, got {sensitivity!r}.")
+            self.clip_norm, self.sensitivity_factor, self.sensitivity = None, 1.0, None
+            return
+        norm, factor = float(clip_norm), float(sensitivity_factor)
+        if not (math.isfinite(norm) and norm > 0):
+            raise ValueError(f"clip_norm must be a finite number > 0, got {clip_norm!r}.")
+        if not (math.isfinite(factor) and factor >= 1):
+            raise ValueError(f"sensitivity_factor must be a finite number >= 1, got {sensitivity_factor!r}.")
+        product = factor * norm
+        if sensitivity is not None and not math.isclose(float(sensitivity), product, rel_tol=1e-12):
+            raise ValueError(f"the clipper's sensitivity {sensitivity!r} is not sensitivity_factor x clip_norm = "
+                             f"{factor:g} x {norm:g}.")
+        self.clip_norm, self.sensitivity_factor = norm, factor
+        self.sensitivity = float(sensitivity) if sensitivity is not None else product
+
+    @property
+    def private(self) -> bool:
+        """Whether the step clips (and so has a sensitivity to noise to)."""
+        return self.clip_norm is not None
+
+    @abc.abstractmethod
+    def __call__(self, step: int, indices: np.ndarray, sigma: float, expected_batch: float) -> Any:
+        """Run step ``step`` on the batch ``indices`` with noise multiplier ``sigma`` (0 when non-private), divide
+        by the public ``expected_batch`` and update; return a telemetry handle (:meth:`TrainerPlugin.fetch`)."""
 
 
 @dataclass(frozen=True, kw_only=True)

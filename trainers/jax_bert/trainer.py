@@ -89,7 +89,7 @@ from dpaudit.training.privacy_plan import PrivacyPlan, plan_privacy
 from dpaudit.training.secret_rng import NoiseSource
 from dpaudit.training.tokenizer import missing_new_tokens, special_token_ids, train_wordpiece
 from dpaudit.training.api import TrainResult
-from dpaudit.training import RecordParts, RunData, RunSettings, RunSkeleton, TrainerPlugin
+from dpaudit.training import ClippedSumStep, RecordParts, RunData, RunSettings, RunSkeleton, TrainerPlugin
 from dpaudit.training.sampling import Sampler, SequentialPoisson
 from dpaudit.trainers.jax_bert import checkpoint as ckpt
 from dpaudit.trainers.jax_bert import cpu_runtime, dp_step, hf_io, parallel, sampling
@@ -270,19 +270,18 @@ def compiled_functions(
 # The plug-in: the run itself is the core's skeleton (dpaudit.training.RunSkeleton).
 
 
-class _Step:
+class _Step(ClippedSumStep):
     """The compiled DP (or non-private) step as the skeleton's clipped-sum step.
 
     The engine owns its sensitivity (C under add/remove of one example: per-example clipping, factor
-    1; None when non-private) and adds noise of std ``sigma * sensitivity`` itself.
+    1; None when non-private, as :class:`~dpaudit.training.plugin.ClippedSumStep` states it) and adds noise of
+    std ``sigma * sensitivity`` itself.
     """
 
     def __init__(self, run: _Plugin) -> None:
         engine = run.fns.step
+        super().__init__(clip_norm=engine.sensitivity, sensitivity_factor=1.0, sensitivity=engine.sensitivity)
         self.run = run
-        self.sensitivity_factor = 1.0
-        self.sensitivity = float(engine.sensitivity) if engine.sensitivity is not None else 0.0
-        self.clip_norm: float | None = float(engine.sensitivity) if engine.sensitivity is not None else None
 
     def __call__(self, step: int, indices: np.ndarray, sigma: float, expected_batch: float) -> Any:
         run = self.run

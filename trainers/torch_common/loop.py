@@ -58,7 +58,7 @@ from dpaudit.scoring.architecture import transformers_layout
 from dpaudit.training.starting_point import StartingPoint, run_inputs
 from dpaudit.training.tokenizer import missing_new_tokens, special_token_ids, train_wordpiece
 from dpaudit.training.api import TrainResult
-from dpaudit.training import RecordParts, RunData, RunSettings, RunSkeleton, TrainerPlugin
+from dpaudit.training import ClippedSumStep, RecordParts, RunData, RunSettings, RunSkeleton, TrainerPlugin
 from dpaudit.training.gradient_canaries import UNIT_EXAMPLE, UNIT_MICROBATCH, GradientCanaries
 from dpaudit.trainers.torch_common import checkpoint as ckpt
 from dpaudit.trainers.torch_common import data as data_mod
@@ -138,19 +138,22 @@ def noised_total(grad_sum: list[torch.Tensor], step_noise: StepNoise, stats: tup
     return grad_sum, torch.cat([totals, norms])
 
 
-class TorchStep:
+class TorchStep(ClippedSumStep):
     """The skeleton's clipped-sum step of a torch run: :meth:`TorchPlugin.step` with the clipper's sensitivity.
 
     The clipper computes the clipped sum, so it owns the sensitivity (``sensitivity_factor`` x C); the
-    plan and the record read it here. Non-private (no clipper): factor 1, no clip norm.
+    plan and the record read it here. Non-private (no clipper): no clip norm, no sensitivity
+    (:class:`~dpaudit.training.plugin.ClippedSumStep`).
     """
 
     def __init__(self, run: TorchPlugin) -> None:
         clipper = run.clipper
+        if clipper is None:
+            super().__init__(clip_norm=None)
+        else:
+            super().__init__(clip_norm=clipper.clip_norm, sensitivity_factor=clipper.sensitivity_factor,
+                             sensitivity=clipper.sensitivity)
         self.run = run
-        self.clip_norm: float | None = float(clipper.clip_norm) if clipper is not None else None
-        self.sensitivity_factor = float(clipper.sensitivity_factor) if clipper is not None else 1.0
-        self.sensitivity = float(clipper.sensitivity) if clipper is not None else None  # no clipping: unbounded
 
     def __call__(self, step: int, indices: np.ndarray, sigma: float, expected_batch: float) -> dict[str, Any]:
         return self.run.step(step, indices, sigma=sigma, expected_batch=expected_batch)
