@@ -67,9 +67,11 @@ def config_options(config_cls: type) -> list[click.Option]:
     """One click option per field of a trainer's Config dataclass (help from field metadata)."""
     hints = typing.get_type_hints(config_cls)
     options = []
-    # The trainer's own settings (its mode, rank...) first, then those it inherits from a shared base.
-    inherited = {f.name for base in config_cls.__mro__[1:] if dataclasses.is_dataclass(base) for f in dataclasses.fields(base)}
-    for f in sorted(dataclasses.fields(config_cls), key=lambda f: f.name in inherited):
+    # The trainer's own settings (its mode, rank...) first, then each shared base's, nearest first (the torch
+    # trainers' shared fields, then DpOptions'): the base that first declared a field keeps it, redeclared or not.
+    depth = {f.name: i for i, base in enumerate(config_cls.__mro__) if dataclasses.is_dataclass(base)
+             for f in dataclasses.fields(base)}
+    for f in sorted(dataclasses.fields(config_cls), key=lambda f: depth[f.name]):
         if f.name in _COMMON:
             raise TypeError(f"{config_cls.__qualname__}.{f.name} clashes with a common `dpaudit train` option.")
         click_type, is_flag = _click_type(hints[f.name])

@@ -16,6 +16,8 @@ What the run is made of:
 - :mod:`.secret_rng`: the secret randomness the guarantee rests on;
 - :mod:`.run_dir`: the train run directory (finished-run return, resume identity, checkpoints, metrics);
 - :mod:`.config_types`: the frozen Config dataclasses' types, option names, the one seed range;
+- :mod:`.dp_options`: :class:`~dpaudit.training.dp_options.DpOptions`, the DP options every trainer's Config
+  inherits (each declared once), with their one validator;
 - :mod:`.presets`, :mod:`.tokenizer` (WordPiece trained on public.jsonl), :mod:`.host_allocator`.
 
 Many runs: :mod:`.fleet` trains a fleet of models (shadow and reference models, the runs of a multi-run

@@ -39,8 +39,8 @@ from typing import Any, Literal
 from dpaudit.rundir import SECRET_FIELDS as _SECRET_FIELDS
 
 __all__ = ["NOISE_MULTIPLIER_MAX", "NOISE_MULTIPLIER_MIN", "SECRET_FIELDS", "SEED_MAX", "ConfigTypeError",
-           "check_noise_multiplier", "check_seed", "check_types", "config_keys", "option_name", "redacted_dict",
-           "seed_type"]
+           "check_int", "check_noise_multiplier", "check_real", "check_seed", "check_types", "config_keys",
+           "option_name", "redacted_dict", "seed_type"]
 
 #: The largest public seed any command takes. Every ``--seed`` (inject, train with every trainer, attack,
 #: demo) is an integer in ``[0, SEED_MAX]``: the range every framework that gets it accepts
@@ -91,6 +91,22 @@ def check_noise_multiplier(value: Any, option: str = "--noise-multiplier", *, no
         zero = "0 (no noise) or " if no_noise is None else ""
         raise ValueError(f"{option} must be {zero}between 1e-10 and 1e10, got {value!r} ({why}).")
     return number
+
+
+def check_int(name: str, value: int, minimum: int) -> None:
+    """A range check of an integer field, naming its option: ``--epochs must be an integer >= 1, got 0.`` (the
+    type was checked by :func:`check_types`)."""
+    if value < minimum:
+        raise ValueError(f"{option_name(name)} must be an integer >= {minimum}, got {value!r}.")
+
+
+def check_real(name: str, value: float, *, low: float, low_open: bool, high: float = math.inf) -> None:
+    """A range check of a number field (finite, above ``low``, below ``high``), naming its option:
+    ``--clip-norm must be a finite number > 0, got inf.`` (the type was checked by :func:`check_types`)."""
+    if math.isnan(value) or (value <= low if low_open else value < low) or value >= high or not math.isfinite(value):
+        bound = f"> {low:g}" if low_open else f">= {low:g}"
+        upper = "" if high == math.inf else f" and < {high:g}"
+        raise ValueError(f"{option_name(name)} must be a finite number {bound}{upper}, got {value!r}.")
 
 
 def seed_type() -> Any:

@@ -15,7 +15,7 @@ from dpaudit.errors import UserInputError
 
 
 @pytest.mark.parametrize(("args", "expected", "absent"), [
-    (["--target-epsilon", "inf"], "Error: --target-epsilon must be a finite number > 0, got inf.", "--set"),
+    (["--target-epsilon", "inf"], "Error: --target-epsilon must be > 0, got inf.", "--set"),
     (["--set", "clip_norm=-1"], "Error: --set clip_norm=-1: --clip-norm must be a finite number > 0, got -1.0.", None),
     (["--set", "non_private=true"], "Error: --set non_private=true with --target-epsilon 4: ", None),
     (["--set", "batch_size=abc"], "Error: --set 'batch_size=abc': batch_size must be an integer, got 'abc'.", "--set:"),

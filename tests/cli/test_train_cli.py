@@ -124,7 +124,7 @@ def test_help_lists_the_trainer_options_and_ends_with_an_example():
 @pytest.mark.parametrize(
     ("args", "message"),
     [
-        ([], "pass exactly one of --target-epsilon"),
+        ([], "needs --target-epsilon (calibrate the noise) or --noise-multiplier"),
         (["--non-private", "--target-epsilon", "3"], "--non-private takes no --target-epsilon"),
         (["--noise-multiplier", "1", "--clip-norm", "-1"], "--clip-norm must be a finite number > 0, got -1.0."),
         (["--noise-multiplier", "1", "--batch-schedule", "10:abc"], "--batch-schedule item 1"),

@@ -1,7 +1,8 @@
 """The edp-sgd trainer's settings: one frozen, keyword-only dataclass, validated on construction.
 
-The fields shared with ``rgp`` (task, model, sampling, noise, schedule, checkpoints) and their checks
-are :class:`~trainers.torch_common.config.TorchTrainConfig`'s; this class adds the mode, eDP-SGD's
+The DP options every trainer shares and their one validator are
+:class:`~dpaudit.training.dp_options.DpOptions`'s, the fields shared with ``rgp`` (task, model, schedule,
+noise decay) :class:`~trainers.torch_common.config.TorchTrainConfig`'s; this class adds the mode, eDP-SGD's
 micro-batches and clip scaling, and the performance knobs of its clippers. Every field becomes an
 option of ``dpaudit train --trainer edp-sgd`` (``dpaudit.cli.train`` reads the annotations and the
 ``help`` metadata); the whole Config is stored in each checkpoint so that a rerun with different
@@ -18,12 +19,12 @@ mode: 512 / 20 / 2e-3 for dp-sgd and edp-sgd, 32 / 3 / 1e-3 for sgd (resolved on
 from __future__ import annotations
 
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import ClassVar, Literal
 
-from dpaudit.training.config_types import check_types, option_name
+from dpaudit.training.config_types import check_int, check_types
+from dpaudit.training.dp_options import help_text as _help
 from dpaudit.trainers.torch_common.config import TorchTrainConfig
 from dpaudit.trainers.torch_common.options import DEFAULT_VOCAB_SIZE
-from dpaudit.trainers.torch_common.options import help_text as _help
 
 Mode = Literal["sgd", "dp-sgd", "edp-sgd"]
 ScaleFrom = Literal["public", "private"]
@@ -39,12 +40,10 @@ class EdpSgdConfig(TorchTrainConfig):
 
     learning_rate: float | None = field(default=None, metadata=_help(
         "Adam learning rate (the paper uses Adam in every mode). Default 2e-3 for private modes, 1e-3 for sgd."))
+    # Overrides DpOptions.clip_norm: what is clipped depends on --mode (an example, or a micro-batch: sensitivity 2C).
     clip_norm: float = field(default=1.0, metadata=_help(
-        "Clip norm C: per example (dp-sgd), or per micro-batch with per-layer norms C_l, sum C_l^2 = C^2 (edp-sgd)."))
-    noise_multiplier: float | None = field(default=None, metadata=_help(
-        "sigma_0, the noise multiplier (dp_accounting's, as privacy.json and `dpaudit account` state it): noise std on "
-        "the summed gradient / one example's bound, the step's sensitivity (C in dp-sgd, 2C in edp-sgd). "
-        "With --target-epsilon too, the target is a cap: training stops at it."))
+        "Clip norm C: per example (dp-sgd; sensitivity C), or per micro-batch with per-layer norms C_l, "
+        "sum C_l^2 = C^2 (edp-sgd; sensitivity 2C: one example can flip its micro-batch's clipped gradient)."))
     physical_batch: int = field(default=16, metadata=_help(
         "dp-sgd and edp-sgd: examples per vectorized per-example-gradient chunk (memory knob only)."))
     mode: Mode = field(default="edp-sgd", metadata=_help(
@@ -67,25 +66,24 @@ class EdpSgdConfig(TorchTrainConfig):
         "from activations and output gradients in one backward pass (Li et al. 2022; Bu et al. 2023); vmap = "
         "materialized per-example gradients (torch.func). ghost falls back to vmap for unsupported layers."))
 
+    #: The refusals name --mode sgd (--non-private is its other spelling, which --mode dp-sgd contradicts).
+    NO_NOISE: ClassVar[str] = "--mode sgd"
+
     def __post_init__(self) -> None:
-        check_types(self)  # before the mode is read (_check_common checks again, after resolving defaults)
+        check_types(self)  # before the mode is read (DpOptions checks again)
         if self.non_private and self.mode == "dp-sgd":
             raise ValueError("--non-private is --mode sgd; it contradicts --mode dp-sgd.")
         if self.non_private:  # (--mode edp-sgd is the default: --non-private alone means sgd)
             object.__setattr__(self, "mode", "sgd")
         object.__setattr__(self, "non_private", self.mode == "sgd")  # one run, whichever spelling
-        self._check_common({"micro_batches": 1})
-        if self.mode == "sgd":
-            given = [n for n in ("noise_multiplier", "target_epsilon", "delta", "sigma_min") if getattr(self, n) is not None]
-            if given or self.noise_decay != "none":
-                flags = ", ".join(option_name(n) for n in given + (["noise_decay"] if self.noise_decay != "none" else []))
-                raise ValueError(f"--mode sgd takes no {flags}: a non-private run has no (epsilon, delta) guarantee.")
-        elif self.noise_multiplier is None and self.target_epsilon is None:
-            raise ValueError(f"--mode {self.mode} needs --target-epsilon (calibrate the noise) or --noise-multiplier.")
-        self._check_schedule()
+        super().__post_init__()  # the DP options, then the torch trainers' shared fields
+        check_int("micro_batches", self.micro_batches, 1)
         if self.mode != "edp-sgd" and self.scale_from != "public":
             raise ValueError("--scale-from applies to --mode edp-sgd only.")
 
     @property
     def private(self) -> bool:
         return self.mode != "sgd"
+
+    def private_run_words(self) -> str:
+        return f"--mode {self.mode}"

@@ -1,7 +1,8 @@
 """The rgp trainer's settings: one frozen, keyword-only dataclass, validated on construction.
 
-The fields shared with ``edp-sgd`` (task, model, sampling, noise, schedule, checkpoints) mean the same
-thing there and are :class:`~trainers.torch_common.config.TorchTrainConfig`'s, checks included.
+The DP options every trainer shares are :class:`~dpaudit.training.dp_options.DpOptions`'s, and the fields
+shared with ``edp-sgd`` (task, model, schedule, noise decay) :class:`~trainers.torch_common.config.TorchTrainConfig`'s,
+checks included.
 Every field becomes an option of ``dpaudit train --trainer rgp`` (``dpaudit.cli.train`` reads the
 annotations and the ``help`` metadata); the whole Config is stored in each checkpoint so that a rerun
 with different settings on the same ``--out`` is refused. ``rank``, ``power_iters``,
@@ -17,9 +18,11 @@ step, 5e-3, and rank 16: on SNIPS intent classification (``tiny`` preset, epsilo
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import ClassVar
 
+from dpaudit.training.config_types import check_int
+from dpaudit.training.dp_options import help_text
 from dpaudit.trainers.torch_common.config import TorchTrainConfig
-from dpaudit.trainers.torch_common.options import help_text
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -30,12 +33,10 @@ class RgpConfig(TorchTrainConfig):
     batch_size: int = field(default=512, metadata=help_text(
         "Expected logical batch size; Poisson sampling rate q = batch-size / number of training examples."))
     learning_rate: float = field(default=5e-3, metadata=help_text("Adam learning rate of the reconstructed updates."))
+    # Overrides DpOptions.clip_norm: RGP clips each example's joint vector of carrier gradients, not its gradient.
     clip_norm: float = field(default=1.0, metadata=help_text(
-        "Clip norm C of each example's joint vector (carrier gradients of every matrix, biases, layer norms): sensitivity C."))
-    noise_multiplier: float | None = field(default=None, metadata=help_text(
-        "sigma_0, the noise multiplier (dp_accounting's, as privacy.json and `dpaudit account` state it): noise std on "
-        "each summed carrier gradient = sigma_e x C, one example's bound. With --target-epsilon too, the target is a "
-        "cap: training stops at it."))
+        "Clip norm C of each example's joint vector (carrier gradients of every matrix, biases, layer norms): "
+        "sensitivity C; the noise is added to each summed carrier gradient."))
     physical_batch: int = field(default=64, metadata=help_text(
         "Examples per forward/backward chunk of the per-example carrier gradients (memory knob only)."))
     rank: int = field(default=16, metadata=help_text(
@@ -49,11 +50,16 @@ class RgpConfig(TorchTrainConfig):
     random_carriers: bool = field(default=False, metadata=help_text(
         "RGP-random (the paper's ablation): random orthonormal carriers each step instead of the historical update's."))
 
+    #: rgp is always private: a run without noise is another trainer's.
+    NO_NOISE: ClassVar[str] = "--trainer edp-sgd --mode sgd"
+
     def __post_init__(self) -> None:
-        self._check_common({"rank": 1, "power_iters": 1, "warmup_steps": 0})
-        if self.noise_multiplier is None and self.target_epsilon is None:
-            raise ValueError("--trainer rgp needs --target-epsilon (calibrate the noise) or --noise-multiplier.")
-        self._check_schedule()
+        super().__post_init__()  # the DP options, then the torch trainers' shared fields
+        for name, minimum in (("rank", 1), ("power_iters", 1), ("warmup_steps", 0)):
+            check_int(name, getattr(self, name), minimum)
+
+    def private_run_words(self) -> str:
+        return "--trainer rgp"
 
     @property
     def mode(self) -> str:

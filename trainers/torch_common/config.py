@@ -1,14 +1,16 @@
 """The settings every torch trainer shares: one frozen, keyword-only base dataclass and its checks.
 
 Each trainer's Config (``edp-sgd``'s :class:`~trainers.edp_sgd.config.EdpSgdConfig`, ``rgp``'s
-:class:`~trainers.rgp.config.RgpConfig`) subclasses :class:`TorchTrainConfig`, adds its own fields,
-redeclares a field only where its help (or default) says more, and calls :meth:`_check_common` first
-in its ``__post_init__``. ``dpaudit.cli.train`` reads the fields of the subclass, inherited ones
-included, so every field here is an option of both trainers with the same meaning.
+:class:`~trainers.rgp.config.RgpConfig`) subclasses :class:`TorchTrainConfig`, which subclasses the DP options
+every trainer shares (:class:`~dpaudit.training.dp_options.DpOptions`: start, data split, N, clip norm, noise,
+delta, noise seed, and their one validator). It adds its own fields, redeclares a field only where its help (or
+default) says more (with a comment saying why), and calls ``super().__post_init__()`` in its ``__post_init__``
+before its own checks. ``dpaudit.cli.train`` reads the fields of the subclass, inherited ones included, so every
+field here is an option of both trainers with the same meaning.
 
 Mode-dependent defaults (:attr:`TorchTrainConfig.SGD_DEFAULTS`, :attr:`TorchTrainConfig.PRIVATE_DEFAULTS`):
 ``batch_size``, ``epochs`` and ``learning_rate`` default to ``None`` and are resolved once, in
-:meth:`_check_common`, to the values of the run's kind (private or not). A private step's noise is
+:meth:`TorchTrainConfig.__post_init__`, to the values of the run's kind (private or not). A private step's noise is
 fixed by the mechanism while its signal grows with the batch, so private training needs far larger
 batches, more epochs and a larger step than sgd (Abadi et al. 2016; De et al. 2022, "Unlocking
 high-accuracy differentially private image classification through scale"): on SNIPS intent
@@ -26,18 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
-from dpaudit.training.config_types import check_noise_multiplier, check_types, option_name, redacted_dict
+from dpaudit.training.config_types import check_int, check_noise_multiplier, check_real, option_name
+from dpaudit.training.dp_options import DpOptions, help_text, init_from_help
 from dpaudit.training.presets import CAUSAL_PRESETS
-from dpaudit.training.starting_point import DataSplit
-from dpaudit.trainers.torch_common.options import (
-    DEFAULT_VOCAB_SIZE,
-    Decay,
-    Preset,
-    Task,
-    check_int,
-    check_real,
-    help_text,
-)
+from dpaudit.trainers.torch_common.options import DEFAULT_VOCAB_SIZE, Decay, Preset, Task
 
 Device = Literal["auto", "cpu", "cuda"]
 
@@ -69,18 +63,18 @@ __all__ = ["Device", "TorchTrainConfig", "parse_labels"]
 
 
 @dataclass(frozen=True, kw_only=True)
-class TorchTrainConfig:
-    """Settings shared by the torch trainers (task, model, sampling, noise, schedule, checkpoints)."""
+class TorchTrainConfig(DpOptions):
+    """Settings shared by the torch trainers (task, model, schedule, noise decay) beside the DP options."""
 
     #: Values of the ``None``-defaulted fields for a non-private (sgd) run.
     SGD_DEFAULTS: ClassVar[Mapping[str, Any]] = {"batch_size": 32, "epochs": 3, "learning_rate": 1e-3}
     #: Values of the ``None``-defaulted fields for a private run (see the module docstring for why).
     PRIVATE_DEFAULTS: ClassVar[Mapping[str, Any]] = {"batch_size": 512, "epochs": 20, "learning_rate": 2e-3}
     #: Former field names -> current ones: ``dpaudit train`` still takes the old option (hidden, with a
-    #: deprecation warning) and --config key; :meth:`upgrade_stored` renames it in a checkpoint's config.
+    #: deprecation warning) and --config key; :meth:`~DpOptions.upgrade_stored` renames it in a checkpoint's config.
     RENAMED_FIELDS: ClassVar[Mapping[str, str]] = {"model": "init_from"}
-    #: Fields added since runs were first checkpointed, with the value an older checkpoint's run had.
-    ADDED_FIELDS: ClassVar[Mapping[str, Any]] = {"data_split": "train", "accept_noise_tail": False, "accept_private_start": False}
+    #: A run without noise also refuses a noise decay and its floor.
+    PRIVATE_ONLY_FIELDS: ClassVar[tuple[str, ...]] = (*DpOptions.PRIVATE_ONLY_FIELDS, "sigma_min", "noise_decay")
 
     task: Task = field(default="classify", metadata=help_text(
         "classify: sequence classification of {'text','label'} rows (intent). mlm: masked-LM fine-tuning on the texts. "
@@ -91,16 +85,11 @@ class TorchTrainConfig:
     unknown_label: str | None = field(default=None, metadata=help_text(
         "classify: map rows whose label is outside the label set to NAME (one of the set). Default: such a "
         "train.jsonl row is refused; heldout/public rows are left out of evaluation."))
-    init_from: str | None = field(default=None, metadata=help_text(
-        "Start from this model instead of a random init of --preset: a dpaudit train run directory (its model/) or a "
-        "Hugging Face BERT directory (masked LM or sequence classifier, safetensors; its tokenizer.json is used), or "
-        "for --task clm any Hugging Face causal LM directory (AutoModelForCausalLM). "
-        "classify reuses its encoder, and its head only when its id2label is this run's label set. It must be public "
-        "(trained on public data only) for the guarantee to mean what it says; a start trained on this run's "
-        "train.jsonl is refused. Formerly --model."))
-    data_split: DataSplit = field(default="train", metadata=help_text(
-        "What to train on: train (train.jsonl, the private data) or public (public.jsonl: a public model to start "
-        "private runs from; DP on public data protects nothing). Evaluation stays on heldout.jsonl."))
+    # Overrides DpOptions.init_from: which model directories the torch trainers start from, per --task.
+    init_from: str | None = field(default=None, metadata=help_text(init_from_help(
+        "a Hugging Face BERT directory (masked LM or sequence classifier, safetensors; its tokenizer.json is used), "
+        "or for --task clm any Hugging Face causal LM directory (AutoModelForCausalLM); classify reuses its encoder, "
+        "and its head only when its id2label is this run's label set", more="Formerly --model.")))
     preset: Preset = field(default="tiny", metadata=help_text(
         "Architecture when no --init-from is given: tiny (tests), mini (Dupuy et al. 4x312), small, base, large; "
         "--task clm: tiny or mini, GPT-2-shaped (2x64; 4x256, 128 positions)."))
@@ -113,41 +102,14 @@ class TorchTrainConfig:
     batch_size: int | None = field(default=None, metadata=help_text(
         "Expected logical batch size; Poisson sampling rate q = batch-size / number of training examples. "
         "Default 512 for private modes (the noise is fixed, the signal grows with the batch), 32 for sgd."))
-    dataset_size: int | None = field(default=None, metadata=help_text(
-        "Declared PUBLIC dataset size N: q = batch-size / N and the steps per epoch ceil(N / batch-size) come from it, "
-        "fixed in advance, and the real number of rows is not released. Default: the number of rows in train.jsonl, "
-        "which is then treated as public (privacy.json states it and the replace-one epsilon beside the add/remove one)."))
     learning_rate: float | None = field(default=None, metadata=help_text(
         "Adam learning rate. Default 2e-3 for private modes, 1e-3 for sgd."))
     weight_decay: float = field(default=0.0, metadata=help_text("Decoupled (AdamW) weight decay; 0 = Adam."))
-    clip_norm: float = field(default=1.0, metadata=help_text("Clip norm C of the clipped units: sensitivity C."))
-    noise_multiplier: float | None = field(default=None, metadata=help_text(
-        "sigma_0, the noise multiplier (dp_accounting's, as privacy.json and `dpaudit account` state it): noise std = "
-        "sigma_e x the step's sensitivity, one example's bound on the summed gradient. With --target-epsilon too, "
-        "the target is a cap: "
-        "training stops at it."))
-    target_epsilon: float | None = field(default=None, metadata=help_text(
-        "Privacy budget; alone, sigma_0 is calibrated so the whole run (with its decay schedule) spends exactly this (PLD)."))
-    delta: float | None = field(default=None, metadata=help_text(
-        "Delta of the (epsilon, delta) guarantee; default min(1e-5, 1/(10 N)), well below 1/N. It includes the float "
-        "noise sampler's tail figure (privacy.json noise_tail_delta); the accountant's delta is the rest."))
-    accept_private_start: bool = field(default=False, metadata=help_text(
-        "Train from an --init-from dpaudit run that did not train on public data only (e.g. a non-private run on "
-        "another copy of private rows): refused without this. With it, privacy.json's guarantee and every claim line "
-        "say first that the epsilon does NOT cover what that start learned. A start trained on this run's own "
-        "train.jsonl is refused always."))
-    accept_noise_tail: bool = field(default=False, metadata=help_text(
-        "Train even when the noise sampler's tail figure (sum over steps of q P(Z > 11.596 - 1/sigma)) alone reaches "
-        "--delta (a tiny noise multiplier): the stated delta is then --delta plus that figure, what holds. Without "
-        "it such a run is refused."))
     noise_decay: Decay = field(default="none", metadata=help_text(
         "Per-epoch noise decay fixed in advance: none, linear sigma_e = max(sigma_0 (1 - k e), sigma_min), exp sigma_0 exp(-k e)."))
     decay_rate: float = field(default=0.0, metadata=help_text("k of --noise-decay (>= 0)."))
     sigma_min: float | None = field(default=None, metadata=help_text(
         "Positive floor of linear decay (zero noise is not DP); default sigma_0 / 10."))
-    noise_seed: int | None = field(default=None, metadata=help_text(
-        "Seed of the Poisson sampling and DP noise (default: OS entropy). Makes a run reproducible; the guarantee "
-        "then holds only while this seed is secret. Never written to a released file."))
     device: Device = field(default="auto", metadata=help_text(
         "Where the model, batches, noise and accumulators live: auto = cuda when available, else cpu."))
     log_every: int = field(default=10, metadata=help_text(
@@ -158,50 +120,35 @@ class TorchTrainConfig:
     eval_examples: int = field(default=512, metadata=help_text("heldout.jsonl examples evaluated after each epoch (0 = skip)."))
     checkpoint_every: int = field(default=50, metadata=help_text(
         "Steps between checkpoints (one is always written at each epoch end)."))
-    keep_checkpoints: bool = field(default=False, metadata=help_text(
-        "Keep checkpoints/ after a finished run (it holds the secret noise seed: private to the data owner)."))
 
-    def _check_common(self, int_minimums: Mapping[str, int] | None = None) -> None:
-        """Types, the mode-dependent defaults, then the range checks of the shared fields (and of
-        ``int_minimums``, the subclass's own integer fields), in the order the CLI reports them.
-
-        Call it first in the subclass's ``__post_init__``; it needs :attr:`private` to be computable
-        from the fields.
-        """
-        check_types(self)  # types and Literal choices from every source (CLI, --config TOML, checkpoints)
+    def __post_init__(self) -> None:
+        """The DP options (:class:`DpOptions`), the mode-dependent defaults, then the range checks of the shared
+        fields, in the order the CLI reports them. A subclass calls it first in its ``__post_init__``, once
+        :attr:`private` is computable from the fields, and checks its own fields after it."""
+        super().__post_init__()
         for name, value in (self.PRIVATE_DEFAULTS if self.private else self.SGD_DEFAULTS).items():
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
-        if self.init_from is not None and not self.init_from.strip():
-            raise ValueError(f"--init-from must be a directory path, got {self.init_from!r}.")
         self._check_labels()
         if self.task == "clm" and self.init_from is None and self.preset not in CAUSAL_PRESETS:
             raise ValueError(f"--preset {self.preset} has no causal (GPT-2) shape; --task clm takes "
                              f"{' or '.join(CAUSAL_PRESETS)}, or --init-from a causal LM.")
-        minimums = {"max_length": 8, "epochs": 1, "batch_size": 1, **(int_minimums or {}), "physical_batch": 1,
-                    "eval_examples": 0, "checkpoint_every": 1, "log_every": 1}
+        minimums = {"max_length": 8, "epochs": 1, "batch_size": 1, "physical_batch": 1, "eval_examples": 0,
+                    "checkpoint_every": 1, "log_every": 1}
         for name, minimum in minimums.items():
             check_int(name, getattr(self, name), minimum)
         if self.vocab_size is not None:
             check_int("vocab_size", self.vocab_size, 128)
-        if self.dataset_size is not None:
-            check_int("dataset_size", self.dataset_size, 1)
-        if self.noise_seed is not None:
-            check_int("noise_seed", self.noise_seed, 0)
         check_real("learning_rate", self.learning_rate, low=0.0, low_open=True)
         check_real("weight_decay", self.weight_decay, low=0.0, low_open=False)
-        check_real("clip_norm", self.clip_norm, low=0.0, low_open=True)
         check_real("decay_rate", self.decay_rate, low=0.0, low_open=False)
         check_real("mask_prob", self.mask_prob, low=0.0, low_open=True, high=1.0)
-        for name in ("noise_multiplier", "target_epsilon", "sigma_min"):
-            if getattr(self, name) is not None:
-                check_real(name, getattr(self, name), low=0.0, low_open=True)
-        no_noise = "--non-private" if hasattr(self, "non_private") else "edp-sgd --mode sgd (a non-private run)"
-        for name in ("noise_multiplier", "sigma_min"):  # the range every command shares (its float arithmetic holds)
-            if getattr(self, name) is not None:
-                check_noise_multiplier(getattr(self, name), option_name(name), no_noise=no_noise)
-        if self.delta is not None:
-            check_real("delta", self.delta, low=0.0, low_open=True, high=1.0)
+        if self.sigma_min is not None:  # a floor of the noise multiplier: its range
+            check_noise_multiplier(self.sigma_min, option_name("sigma_min"), no_noise=self.NO_NOISE)
+        if self.noise_decay == "none" and self.decay_rate != 0.0:
+            raise ValueError(f"--decay-rate {self.decay_rate:g} needs --noise-decay linear or exp.")
+        if self.sigma_min is not None and self.noise_decay != "linear":
+            raise ValueError("--sigma-min applies to --noise-decay linear only.")
 
     def _check_labels(self) -> None:
         """Resolve ``--labels`` (``a,b,c``, ``@FILE`` or a TOML list) to the list stored in the field, so the
@@ -225,33 +172,6 @@ class TorchTrainConfig:
             raise ValueError(f"--unknown-label {self.unknown_label!r} is not in --labels ({', '.join(names)}); add it there.")
         object.__setattr__(self, "labels", names)
 
-    def _check_schedule(self) -> None:
-        """The decay options' consistency (after the subclass's own checks, as before the merge)."""
-        if self.noise_decay == "none" and self.decay_rate != 0.0:
-            raise ValueError(f"--decay-rate {self.decay_rate:g} needs --noise-decay linear or exp.")
-        if self.sigma_min is not None and self.noise_decay != "linear":
-            raise ValueError("--sigma-min applies to --noise-decay linear only.")
-
-    @property
-    def private(self) -> bool:
-        """Whether the run clips and noises (a subclass with a non-private mode overrides it)."""
-        return True
-
     @property
     def resolved_vocab_size(self) -> int:
         return self.vocab_size if self.vocab_size is not None else DEFAULT_VOCAB_SIZE[self.preset]
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-serializable field values with the secret ``noise_seed`` redacted (manifests, resume checks),
-        as every trainer's Config (:func:`~dpaudit.training.config_types.redacted_dict`)."""
-        return redacted_dict(self)
-
-    @classmethod
-    def upgrade_stored(cls, config: Mapping[str, Any]) -> dict[str, Any]:
-        """A config stored by an older dpaudit (a checkpoint's identity) in today's terms, so that a run started
-        before a rename resumes: former field names (:attr:`RENAMED_FIELDS`) renamed, fields added since
-        (:attr:`ADDED_FIELDS`) at the value that run had. A current config passes through unchanged."""
-        out = {cls.RENAMED_FIELDS.get(name, name): value for name, value in config.items()}
-        for name, default in cls.ADDED_FIELDS.items():
-            out.setdefault(name, default)
-        return out

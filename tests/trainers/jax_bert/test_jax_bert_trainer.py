@@ -33,12 +33,12 @@ def test_registered_plugin_follows_the_protocol():
 @pytest.mark.parametrize(
     ("kwargs", "message"),
     [
-        ({}, "pass exactly one of --target-epsilon"),
+        ({}, "a private run needs --target-epsilon (calibrate the noise) or --noise-multiplier"),
         ({"non_private": True, "noise_multiplier": 1.0}, "--non-private takes no --noise-multiplier"),
         ({"non_private": True, "delta": 1e-5}, "--non-private takes no --delta"),
         ({"target_epsilon": 0.0}, "--target-epsilon must be > 0, got 0.0."),
         ({"target_epsilon": 1.0, "delta": 1.0}, "--delta must be in (0, 1), got 1.0."),
-        ({"noise_multiplier": -1.0}, "--noise-multiplier must be > 0"),
+        ({"noise_multiplier": -1.0}, "--noise-multiplier must be between 1e-10 and 1e10, got -1.0"),
         ({"non_private": True, "clip_norm": float("inf")}, "--clip-norm must be a finite number > 0, got inf."),
         ({"non_private": True, "steps": 0}, "--steps must be an integer > 0, got 0."),
         ({"non_private": True, "warmup_steps": 100}, "--warmup-steps must be < the 100 training steps, got 100."),

@@ -165,7 +165,7 @@ def test_cli_random_carriers(data_dir, tmp_path):
     (["--noise-multiplier", "1", "--rank", "0"], "--rank must be an integer >= 1"),
     (["--noise-multiplier", "1", "--power-iters", "0"], "--power-iters must be an integer >= 1"),
     ([], "needs --target-epsilon"),
-    (["--noise-multiplier", "0"], "--noise-multiplier must be a finite number > 0"),
+    (["--noise-multiplier", "0"], "--noise-multiplier must be between 1e-10 and 1e10, got 0.0"),
     (["--noise-multiplier", "1", "--clip-norm", "inf"], "--clip-norm must be a finite number > 0"),
 ])
 def test_bad_options_exit_2_with_one_line(data_dir, tmp_path, args, message):
