@@ -359,8 +359,6 @@ def coverage_lines(record: PrivacyRecord | None) -> list[str]:
 
 def _read_privacy(out_dir: Path) -> PrivacyRecord | None:
     """The run's privacy.json as a :class:`PrivacyRecord` (every trainer writes one; None if it is missing)."""
-        if claim is not None and claim.conditions:  # what it holds only under, as every claim line says it
-            text += "; " + "; ".join(claim.conditions)
     path = Path(out_dir) / "privacy.json"
     return read_privacy_record(path) if path.is_file() else None
 
@@ -397,6 +395,8 @@ def _claim(result: Any, record: PrivacyRecord | None) -> str:
             text += f" (add/remove; q and steps from the declared public --dataset-size {record.declared_dataset_size})"
         if record is not None and record.unaccounted_releases:
             text += f"; NOT covering {len(record.unaccounted_releases)} unaccounted release(s), listed below"
+        if claim is not None and claim.conditions:  # what it holds only under, as every claim line says it
+            text += "; " + "; ".join(claim.conditions)
         return text
     if record is not None and record.epsilon_if_poisson is not None:
         return (f"NO proven epsilon: {record.sampling} sampling; epsilon_if_poisson = "
