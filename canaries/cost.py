@@ -17,13 +17,14 @@ from __future__ import annotations
 
 import math
 import os
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 
 from dpaudit.errors import UserInputError
+from dpaudit import resources
+from dpaudit.resources import format_bytes, format_duration
 
-__all__ = ["InjectCost", "check_fits", "describe", "estimate", "resident_bytes", "worth_saying"]
+__all__ = ["InjectCost", "check_fits", "describe", "estimate", "worth_saying"]
 
 #: Seconds of a run before the first canary (imports, the corpus, the splits).
 BASE_SECONDS = 1.5
@@ -98,47 +99,24 @@ def worth_saying(cost: InjectCost) -> bool:
     return cost.seconds >= SAY_SECONDS or cost.memory_bytes >= SAY_BYTES or cost.new_tokens >= SAY_NEW_TOKENS
 
 
-def _size(n: float) -> str:
-    return f"{math.ceil(n / _GB * 10) / 10:.1f} GB" if n >= 0.1 * _GB else f"{math.ceil(n / 1e6):,} MB"
 
 
-def _duration(seconds: float) -> str:
-    return f"{math.ceil(seconds):,} s" if seconds < 120 else f"{math.ceil(seconds / 60):,} min"
 
 
 def describe(cost: InjectCost) -> str:
     """One line: what the inject will take, and what its new tokens will cost every model trained on it."""
-    text = (f"inject: {cost.canaries:,} canaries ({cost.canary_rows:,} canary rows): about {_duration(cost.seconds)}, "
-            f"{_size(cost.memory_bytes)} of memory and {_size(cost.disk_bytes)} of files (upper estimates)")
+    text = (f"inject: {cost.canaries:,} canaries ({cost.canary_rows:,} canary rows): about {format_duration(cost.seconds)}, "
+            f"{format_bytes(cost.memory_bytes)} of memory and {format_bytes(cost.disk_bytes)} of files (upper estimates)")
     if cost.new_tokens:
         weights = cost.new_tokens * HIDDEN * 4
         text += (f"; the vocabulary gains {cost.new_tokens:,} declared new tokens: every model trained on this directory "
-                 f"adds {cost.new_tokens:,} embedding rows ({_size(weights)} of float32 weights at hidden {HIDDEN}, about "
+                 f"adds {cost.new_tokens:,} embedding rows ({format_bytes(weights)} of float32 weights at hidden {HIDDEN}, about "
                  "4x that while training with Adam)")
     return text + "."
 
 
-def _available_memory() -> int | None:
-    """Memory new allocations can take without swapping (``MemAvailable``), or None where unknown."""
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
-def _free_disk(out: Path) -> int | None:
-    """Free bytes on the file system ``out`` will be written to (its nearest existing parent)."""
-    path = Path(os.path.abspath(out))
-    while not path.exists() and path != path.parent:
-        path = path.parent
-    try:
-        return shutil.disk_usage(path).free
-    except OSError:
-        return None
 
 
 def check_fits(cost: InjectCost, out: Path, *, available: int | None = None, free_disk: int | None = None) -> None:
@@ -148,24 +126,16 @@ def check_fits(cost: InjectCost, out: Path, *, available: int | None = None, fre
     Raises:
         UserInputError: naming what it needs, what there is and how many canaries would fit.
     """
-    available = _available_memory() if available is None else available
-    free_disk = _free_disk(out) if free_disk is None else free_disk
+    available = resources.available_memory() if available is None else available
+    free_disk = resources.free_disk(out) if free_disk is None else free_disk
     if available is not None and cost.memory_bytes > available:
         fit = max(0, int((available - cost.base_bytes) / cost.bytes_per_canary))
         fit -= fit % 10 ** max(0, len(str(fit)) - 2)  # two significant digits, rounded down
-        raise UserInputError(f"--per-frequency: {cost.canaries:,} canaries need about {_size(cost.memory_bytes)} of "
-                             f"memory and {_size(available)} is available here (about {cost.bytes_per_canary / 1e3:,.1f} kB "
+        raise UserInputError(f"--per-frequency: {cost.canaries:,} canaries need about {format_bytes(cost.memory_bytes)} of "
+                             f"memory and {format_bytes(available)} is available here (about {cost.bytes_per_canary / 1e3:,.1f} kB "
                              f"a canary of {cost.text_chars} characters); use at most about {fit:,} canaries, or a machine "
                              "with more memory.")
     if free_disk is not None and cost.disk_bytes > free_disk:
-        raise UserInputError(f"--out {out}: the inject writes about {_size(cost.disk_bytes)} and {_size(free_disk)} is "
+        raise UserInputError(f"--out {out}: the inject writes about {format_bytes(cost.disk_bytes)} and {format_bytes(free_disk)} is "
                              "free there; free disk space, choose another --out, or use fewer canaries.")
 
-
-def resident_bytes() -> int:
-    """This process's resident memory now (``/proc/self/statm``; 0 where unknown)."""
-    try:
-        with open("/proc/self/statm", encoding="ascii") as f:
-            return int(f.read().split()[1]) * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, IndexError):
-        return 0

@@ -29,6 +29,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
+from dpaudit import resources
 from dpaudit.canaries import manifest as mf
 from dpaudit.canaries.generate import (
     DEFAULT_TEMPLATE,
@@ -658,7 +659,7 @@ def _check_cost(space: SecretSpace, n_canaries: int, canary_rows: int, texts: Se
     distinct = getattr(space, "distinct", 1) if isinstance(space, NewTokenSpace) else 0
     cost = inject_cost.estimate(canaries=n_canaries, canary_rows=canary_rows, text_chars=text_chars,
                                 corpus_rows=len(texts), corpus_chars=sum(map(len, texts)),
-                                new_tokens=n_canaries * distinct, base_bytes=inject_cost.resident_bytes())
+                                new_tokens=n_canaries * distinct, base_bytes=resources.resident_bytes())
     inject_cost.check_fits(cost, out)
     if inject_cost.worth_saying(cost):
         print(inject_cost.describe(cost), file=sys.stderr, flush=True)

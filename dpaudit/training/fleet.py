@@ -400,28 +400,13 @@ def _usable_cpus() -> int:
         return os.cpu_count() or 1
 
 
-def _available_memory_gb() -> float | None:
-    """Memory that new processes can take without swapping (``MemAvailable``), or None where unknown."""
-    try:
-        import psutil
-
-        return psutil.virtual_memory().available / _GIB
-    except ImportError:
-        pass
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024 / _GIB
-    except OSError:
-        pass
-    return None
-
-
 def _local_workers(workers: int | None, pending: int, memory_gb: float, note: Callable[[str], None]) -> int:
     """Workers to run here: asked (default the usable CPUs), at most one per job, at most what free memory holds."""
     n = min(workers or _usable_cpus(), pending)
-    free = _available_memory_gb()
+    from dpaudit.resources import available_memory
+
+    free_bytes = available_memory()
+    free = None if free_bytes is None else free_bytes / _GIB
     if free is not None:
         fit = max(1, int(free // memory_gb))
         if fit < n:

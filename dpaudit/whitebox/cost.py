@@ -24,6 +24,8 @@ import os
 from dataclasses import dataclass
 
 from dpaudit.errors import UserInputError
+from dpaudit import resources
+from dpaudit.resources import format_bytes, format_duration
 
 __all__ = ["AuditCost", "check_fits", "describe", "estimate", "worth_saying"]
 
@@ -98,12 +100,8 @@ def worth_saying(cost: AuditCost) -> bool:
     return cost.seconds >= SAY_SECONDS or cost.peak_bytes >= SAY_BYTES
 
 
-def _size(n: float) -> str:
-    return f"{math.ceil(n / _GB * 10) / 10:.1f} GB"
 
 
-def _duration(seconds: float) -> str:
-    return f"{math.ceil(seconds):,} s" if seconds < 120 else f"{math.ceil(seconds / 60):,} min"
 
 
 def describe(cost: AuditCost, *, workers: int = 1) -> str:
@@ -111,21 +109,12 @@ def describe(cost: AuditCost, *, workers: int = 1) -> str:
     layout = (f"{cost.canaries:,} canaries" + (f" (+{cost.partners} partner rows each)" if cost.partners else "")
               + f" x {cost.runs:,} run{'s' if cost.runs > 1 else ''} of {cost.steps} steps")
     at_once = min(workers, cost.runs)
-    wall = f"about {_duration(cost.seconds)}" + (f" one run after another ({at_once} at once: less)" if at_once > 1 else "")
-    memory = f"{_size(cost.run_bytes)} per run" + (f", {_size(cost.peak_bytes)} for the pooled analysis"
+    wall = f"about {format_duration(cost.seconds)}" + (f" one run after another ({at_once} at once: less)" if at_once > 1 else "")
+    memory = f"{format_bytes(cost.run_bytes)} per run" + (f", {format_bytes(cost.peak_bytes)} for the pooled analysis"
                                                    if cost.runs > 1 else "")
     return f"audit-trainer: {layout}: {wall}, {memory} (upper estimates; fewer --canaries is faster and looser)."
 
 
-def _available_memory() -> float | None:
-    try:
-        with open("/proc/meminfo", encoding="ascii") as f:
-            for line in f:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    return None
 
 
 def _fit(cost: AuditCost, room: float, *, pooled: bool) -> int:
@@ -147,7 +136,7 @@ def check_fits(cost: AuditCost, *, fleet: bool, worker_memory_gb: float | None =
     Raises:
         UserInputError: naming the memory it needs, what there is, and the canaries that would fit.
     """
-    available = _available_memory() if available is None else available
+    available = resources.available_memory() if available is None else available
     if fleet:
         if worker_memory_gb is None:
             from dpaudit.training.fleet import WORKER_MEMORY_GB
@@ -167,7 +156,7 @@ def check_fits(cost: AuditCost, *, fleet: bool, worker_memory_gb: float | None =
         return
     own = cost.peak_bytes - (cost.run_bytes - BASE_BYTES if fleet else 0)  # the runs train elsewhere in a fleet
     if own > available:
-        raise UserInputError(f"--canaries {cost.canaries:,} x --runs {cost.runs:,}: the audit needs about {_size(own)} "
-                             f"of memory and {_size(available)} is available here; use at most about "
+        raise UserInputError(f"--canaries {cost.canaries:,} x --runs {cost.runs:,}: the audit needs about {format_bytes(own)} "
+                             f"of memory and {format_bytes(available)} is available here; use at most about "
                              f"{_fit(cost, available, pooled=True):,} canaries (or fewer --runs), or a machine with more "
                              "memory.")

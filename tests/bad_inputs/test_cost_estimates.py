@@ -48,10 +48,10 @@ def no_drawing(monkeypatch):
 
 
 def test_inject_too_big_for_memory_is_refused_before_any_draw(tmp_path, monkeypatch, no_drawing):
-    import dpaudit.canaries.cost as cost
+    from dpaudit import resources
 
-    room = cost.resident_bytes() + 200_000_000  # a machine with 0.2 GB free beyond what this process holds
-    monkeypatch.setattr(cost, "_available_memory", lambda: room)
+    room = resources.resident_bytes() + 200_000_000  # a machine with 0.2 GB free beyond what this process holds
+    monkeypatch.setattr(resources, "available_memory", lambda: room)
     out = tmp_path / "data"
     line = _one_line(CliRunner().invoke(cli, [*INJECT, "--per-frequency", "1000000", "--out", str(out)]),
                      "--per-frequency: 1,000,000 canaries need about", "GB of memory and", "is available here",
@@ -62,9 +62,9 @@ def test_inject_too_big_for_memory_is_refused_before_any_draw(tmp_path, monkeypa
 
 
 def test_inject_too_big_for_the_disk_is_refused_before_any_draw(tmp_path, monkeypatch, no_drawing):
-    import dpaudit.canaries.cost as cost
+    from dpaudit import resources
 
-    monkeypatch.setattr(cost, "_free_disk", lambda out: 1_000_000)
+    monkeypatch.setattr(resources, "free_disk", lambda out: 1_000_000)
     out = tmp_path / "data"
     _one_line(CliRunner().invoke(cli, [*INJECT, "--per-frequency", "200000", "--out", str(out)]),
               f"--out {out}: the inject writes about", "1 MB is free there")
@@ -175,9 +175,9 @@ def test_audit_run_above_the_worker_bound_is_refused_before_any_run(tmp_path, no
 
 
 def test_audit_too_big_for_this_machine_is_refused_before_any_run(tmp_path, no_runs, monkeypatch):
-    import dpaudit.whitebox.cost as cost
+    from dpaudit import resources
 
-    monkeypatch.setattr(cost, "_available_memory", lambda: 1e9)  # a 1 GB machine
+    monkeypatch.setattr(resources, "available_memory", lambda: 1e9)  # a 1 GB machine
     out = tmp_path / "audit"
     _one_line(CliRunner().invoke(cli, ["audit-trainer", "--trainer", "edp-sgd", "--set", "mode=dp-sgd", "--out",
                                        str(out), "--canaries", "1000000"]),
