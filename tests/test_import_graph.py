@@ -69,9 +69,10 @@ def imports_of(name: str, path: Path) -> set[str]:
 @cache
 def graph() -> dict[str, frozenset[str]]:
     edges = {name: set(imports_of(name, path)) for name, path in modules().items()}
-    from dpaudit.attacks.registry import ATTACKS  # plug-ins named by string are arrows too
+    from dpaudit.attacks.registry import available_attacks  # plug-ins named by string are arrows too
 
-    edges["dpaudit.attacks.registry"] |= {spec.split(":")[0] for spec in ATTACKS.values()}
+    edges["dpaudit.attacks.registry"] |= {ep.value.split(":")[0] for ep in available_attacks().values()
+                                          if ep.value.startswith("dpaudit.")}
     return {name: frozenset(targets - {"dpaudit"}) for name, targets in edges.items() if name != "dpaudit"}
 
 

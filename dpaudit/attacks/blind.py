@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 import numpy as np
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome
-from dpaudit.attacks.mia import audit_tasks, membership_tasks, precheck
+from dpaudit.attacks.mia import MembershipAttack, audit_tasks, membership_tasks
 from dpaudit.scoring.source import CAUSAL_LM, CLASSIFIER, MASKED_LM
 
 #: Cross-fitting folds (fewer when the smaller side of a task has fewer candidates).
@@ -125,15 +125,15 @@ def blind_scores(texts: Sequence[str], labels: Sequence[int] | None, member: np.
     return scores
 
 
-class BlindAttack:
+class BlindAttack(MembershipAttack):
     """Das et al. 2024: a cross-fitted text (and label) classifier that never queries the model."""
 
     name: ClassVar[str] = BLIND
     model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER, CAUSAL_LM})
-
-    @classmethod
-    def check(cls, options: Any, source: Any, run: Any) -> None:
-        precheck(options, run)
+    #: it scores the membership tasks but never queries the model: the baseline run beside the membership attacks.
+    membership: ClassVar[bool] = False
+    baseline: ClassVar[bool] = True
+    order: ClassVar[int] = 100
 
     def run(self, context: AttackContext) -> AttackOutcome:
         seed = context.options.seed

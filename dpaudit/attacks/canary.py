@@ -38,7 +38,8 @@ from typing import Any, ClassVar
 
 import numpy as np
 
-from dpaudit.attacks.base import AttackContext, AttackOutcome
+from dpaudit.attacks.base import AttackContext, AttackOutcome, BaseAttack
+from dpaudit.attacks.exposure import ExposureConfig, causal_exposure_intervals
 from dpaudit.attacks.mia import audit_tasks, canary_task
 from dpaudit.attacks.results import RESULT_CLASSES
 from dpaudit.errors import UserInputError
@@ -78,8 +79,6 @@ def _causal_ll(context: AttackContext) -> np.ndarray:
 
 def _causal_exposure(context: AttackContext) -> np.ndarray:
     """A causal LM's exposure of each secret (lower end), as the exposure attack computes it."""
-    from dpaudit.attacks.exposure import causal_exposure_intervals
-
     intervals, _skew, _note = causal_exposure_intervals(context)
     return np.asarray([i.exposure_low for i in intervals], dtype=np.float64)
 
@@ -126,16 +125,17 @@ def secret_kind(run: Any) -> str:
     return kind
 
 
-class CanaryAttack:
+class CanaryAttack(BaseAttack):
     """Canary membership with the score that fits the design; one-run bounds on coin-flip canaries."""
 
     name: ClassVar[str] = "canary"
     model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CAUSAL_LM})
-
-    @classmethod
-    def check(cls, options: Any, source: Any, run: Any) -> None:
-        del options, source
-        secret_kind(run)
+    #: digits and words canaries are scored by exposure, with the exposure attack's options.
+    Config: ClassVar[type] = ExposureConfig
+    scores_canaries: ClassVar[bool] = True
+    designs: ClassVar[frozenset[str] | None] = frozenset(SCORES)
+    one_run_default: ClassVar[bool] = True
+    order: ClassVar[int] = 90
 
     def run(self, context: AttackContext) -> AttackOutcome:
         kind = secret_kind(context.data)

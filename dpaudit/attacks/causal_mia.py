@@ -28,12 +28,14 @@ from __future__ import annotations
 
 import zlib
 from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome
-from dpaudit.attacks.mia import audit_tasks, membership_tasks, precheck
+from dpaudit.attacks.mia import MembershipAttack, audit_tasks, membership_tasks
+from dpaudit.attacks.options import MembershipOptions, option
 from dpaudit.scoring.scorer import EXAMPLE_MAX_LENGTH
 from dpaudit.scoring.source import CAUSAL_LM
 
@@ -72,16 +74,30 @@ def min_k_plus_plus_scores(log_probs: Sequence[np.ndarray], mean: Sequence[np.nd
     return np.asarray(out, dtype=np.float64)
 
 
-class _CausalMia:
+@dataclass(frozen=True, kw_only=True)
+class MinKConfig(MembershipOptions):
+    """Min-k% options.
+
+    Attributes:
+        min_k: the fraction k of each text's lowest-scoring tokens they average.
+    """
+
+    min_k: float = field(default=0.2, metadata=option(
+        "min-k and min-k++ (causal LMs): average each text's fraction K of lowest-scoring tokens.", metavar="K", min=0,
+        max=1, min_open=True))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not 0 < self.min_k <= 1:
+            raise ValueError(f"--min-k must be a fraction in (0, 1], got {self.min_k}.")
+
+
+class _CausalMia(MembershipAttack):
     """The shared run: score each membership task, audit it like the loss attack."""
 
     name: ClassVar[str] = ""
     model_kinds: ClassVar[frozenset[str]] = frozenset({CAUSAL_LM})
     score_words: ClassVar[str] = ""
-
-    @classmethod
-    def check(cls, options: Any, source: Any, run: Any) -> None:
-        precheck(options, run)
 
     def scores(self, context: AttackContext, texts: list[str]) -> np.ndarray:
         raise NotImplementedError
@@ -101,6 +117,7 @@ class ZlibAttack(_CausalMia):
     """Carlini et al. 2021: -log-perplexity / zlib entropy."""
 
     name: ClassVar[str] = "zlib"
+    order: ClassVar[int] = 110
     score_words: ClassVar[str] = "-(mean token NLL) / (bytes of the zlib-compressed text)"
 
     def scores(self, context: AttackContext, texts: list[str]) -> np.ndarray:
@@ -111,6 +128,8 @@ class MinKAttack(_CausalMia):
     """Shi et al. 2024, Min-K% Prob."""
 
     name: ClassVar[str] = "min-k"
+    Config: ClassVar[type] = MinKConfig
+    order: ClassVar[int] = 120
     score_words: ClassVar[str] = "mean of the k% lowest token log-probabilities"
 
     def scores(self, context: AttackContext, texts: list[str]) -> np.ndarray:
@@ -124,6 +143,8 @@ class MinKPlusPlusAttack(_CausalMia):
     """Zhang et al. 2024, Min-K%++."""
 
     name: ClassVar[str] = "min-k++"
+    Config: ClassVar[type] = MinKConfig
+    order: ClassVar[int] = 130
     score_words: ClassVar[str] = ("mean of the k% lowest (log p(x_t) - mu_t) / sigma_t, mu_t and sigma_t the mean and "
                                   "std of log p(z) for z drawn from the model's next-token distribution")
 

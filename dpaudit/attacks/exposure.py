@@ -25,12 +25,14 @@ References:
 from __future__ import annotations
 
 import math
+from dataclasses import dataclass, field
 from types import SimpleNamespace
 from typing import ClassVar
 
 import numpy as np
 
-from dpaudit.attacks.base import AttackContext, AttackOutcome, by_frequency
+from dpaudit.attacks.base import AttackContext, AttackOutcome, BaseAttack, by_frequency
+from dpaudit.attacks.options import SecretOptions, option
 from dpaudit.attacks.results import ExposureParameters, ExposureResult, ExposureRow
 from dpaudit.audit.intervals import (
     bootstrap_interval,
@@ -134,11 +136,41 @@ def _causal_exposure_intervals(context: AttackContext) -> tuple[list[RankInterva
     return intervals, skew, note + "; the skew-normal extrapolation is in exposure_skewnorm."
 
 
-class ExposureAttack:
+@dataclass(frozen=True, kw_only=True)
+class ExposureConfig(SecretOptions):
+    """Exposure's options.
+
+    On a causal LM, exposure is exact up to a size of the secret space and sampled above it.
+
+    Attributes:
+        exposure_limit: a causal LM's exposure is exact (every candidate scored by a prefix tree) up to this |R|;
+            above it, Carlini et al.'s sampled estimates.
+        exposure_samples: candidates drawn uniformly from R for the sampled estimates (causal LMs).
+    """
+
+    exposure_limit: int = field(default=10**5, metadata=option(
+        "exposure (causal LMs): exact (every candidate scored by a prefix tree) up to |R| = N; above, Carlini et al.'s "
+        "sampled estimates from --exposure-samples candidates.", metavar="N", min=1))
+    exposure_samples: int = field(default=1000, metadata=option(
+        "exposure (causal LMs): candidates drawn uniformly for the sampled estimates (resolve at most log2 M bits).",
+        metavar="M", min=3))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.exposure_limit < 1:
+            raise ValueError(f"--exposure-limit must be >= 1, got {self.exposure_limit}.")
+        if self.exposure_samples < 3:
+            raise ValueError(f"--exposure-samples must be >= 3 (a skew-normal fit needs 3), got {self.exposure_samples}.")
+
+
+class ExposureAttack(BaseAttack):
     """Exact exposure of every canary; statistics by frequency with the controls as the baseline."""
 
     name: ClassVar[str] = "exposure"
     model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CAUSAL_LM})
+    Config: ClassVar[type] = ExposureConfig
+    scores_canaries: ClassVar[bool] = True
+    order: ClassVar[int] = 10
 
     def run(self, context: AttackContext) -> AttackOutcome:
         options, space = context.options, context.space

@@ -22,11 +22,15 @@ References:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import ClassVar
 
 import numpy as np
 
-from dpaudit.attacks.base import AttackContext, AttackOutcome, by_frequency
+from dpaudit.attacks.base import AttackContext, AttackOutcome, BaseAttack, by_frequency
+from dpaudit.attacks.options import SecretOptions, option
 from dpaudit.attacks.reconstruction import _normalize, reconstruction_rows, symbol_edit_distances
 from dpaudit.attacks.results import (
     ExtractionParameters,
@@ -35,7 +39,7 @@ from dpaudit.attacks.results import (
 )
 from dpaudit.audit.intervals import clopper_pearson, fisher_greater
 from dpaudit.errors import UserInputError
-from dpaudit.scoring.source import CAUSAL_LM
+from dpaudit.scoring.source import CAUSAL_LM, MASKED_LM
 
 
 def extraction_rows(frequencies: np.ndarray, greedy_exact: np.ndarray, beam_exact: np.ndarray, edit: np.ndarray,
@@ -55,11 +59,35 @@ def extraction_rows(frequencies: np.ndarray, greedy_exact: np.ndarray, beam_exac
     return tuple(rows)
 
 
-class ExtractionAttack:
+@dataclass(frozen=True, kw_only=True)
+class ExtractionConfig(SecretOptions):
+    """Extraction's options.
+
+    Attributes:
+        beam_width: the beam search's width (greedy decoding is always run beside it).
+    """
+
+    beam_width: int = field(default=5, metadata=option(
+        "extraction (causal LMs): beams of the beam search beside greedy decoding from each canary's prefix.", min=1))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.beam_width < 1:
+            raise ValueError(f"--beam-width must be >= 1, got {self.beam_width}.")
+
+
+class ExtractionAttack(BaseAttack):
     """Greedy and beam extraction of each canary's secret from its prefix; statistics by frequency vs the controls."""
 
     name: ClassVar[str] = "extraction"
     model_kinds: ClassVar[frozenset[str]] = frozenset({CAUSAL_LM})
+    Config: ClassVar[type] = ExtractionConfig
+    scores_canaries: ClassVar[bool] = True
+    counterparts: ClassVar[Mapping[str, tuple[str, str]]] = MappingProxyType({MASKED_LM: (
+        "reconstruction", "--attacks extraction decodes a secret from its prefix, which needs a causal LM, and {model} "
+                          "is a masked LM; use --attacks reconstruction (the masked secret filled in: extraction's "
+                          "counterpart for a masked LM).")})
+    order: ClassVar[int] = 30
 
     def run(self, context: AttackContext) -> AttackOutcome:
         from dpaudit.scoring import causal_secrets as cs

@@ -27,21 +27,21 @@ References:
 from __future__ import annotations
 
 import dataclasses
-from dataclasses import dataclass
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome
 from dpaudit.attacks.mia import audit_tasks, membership_tasks
+from dpaudit.attacks.options import ShadowOptions, option
 from dpaudit.attacks.shadow_models import (
     ShadowPool,
     ShadowSpec,
+    ShadowTrainedAttack,
     cache_root,
-    check_trained_like_target,
     load_scorers,
     models_info,
-    shadow_dir_paths,
     target_recipe,
     train_shadows,
     user_shadows,
@@ -256,22 +256,37 @@ def lira_shadows(context: AttackContext, pool: ShadowPool, positions: list[np.nd
     return models, load_scorers(context, models), warnings, info
 
 
-class LiraAttack:
+@dataclass(frozen=True, kw_only=True)
+class LiraConfig(ShadowOptions):
+    """LiRA's options.
+
+    Its variance fit and its offline test (:data:`LIRA_HELP` says why the defaults).
+
+    Attributes:
+        lira_variance: ``auto`` (shared below :data:`PER_EXAMPLE_VARIANCE_FROM` shadows, per-example from it),
+            ``global`` or ``per-example``.
+        lira_offline: the offline test, ``one-sided`` (the paper's log Phi) or ``two-sided`` (the reference code).
+        lira_global_variance: one variance over all examples whatever the shadow count (= ``lira_variance="global"``;
+            kept for old commands).
+    """
+
+    lira_variance: Literal["auto", "global", "per-example"] = field(default=VARIANCE_AUTO, metadata=option(LIRA_HELP))
+    lira_offline: Literal["one-sided", "two-sided"] = field(default=DEFAULT_OFFLINE, metadata=option(
+        "Offline LiRA's test: the paper's one-sided log Phi, or the reference code's two-sided density (see "
+        "--lira-variance)."))
+    lira_global_variance: bool = field(default=False, metadata=option(
+        "Same as --lira-variance global (kept for old commands).", hidden=True))
+
+
+class LiraAttack(ShadowTrainedAttack):
     """Carlini et al. 2022: per-example Gaussian likelihood ratio over shadow models."""
 
     name: ClassVar[str] = "lira"
     model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER, CAUSAL_LM})
-
-    @classmethod
-    def check(cls, options: Any, source: Any, run: Any) -> None:
-        if options.shadow_dirs:
-            if len(shadow_dir_paths(options)) < 2:
-                raise UserInputError("--attacks lira needs >= 2 --shadow-dirs (each example must be IN some shadows and "
-                                     "OUT of others).")
-        elif options.shadow_models < 2:
-            raise UserInputError(f"--attacks lira needs --shadow-models >= 2 (each example must be IN some shadows and OUT "
-                                 f"of others), got {options.shadow_models}.")
-        check_trained_like_target(cls.name, options, source, run)
+    Config: ClassVar[type] = LiraConfig
+    min_shadows: ClassVar[int] = 2
+    min_shadows_why: ClassVar[str] = "each example must be IN some shadows and OUT of others"
+    order: ClassVar[int] = 70
 
     def run(self, context: AttackContext) -> AttackOutcome:
         options = context.options

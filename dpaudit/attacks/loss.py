@@ -14,12 +14,12 @@ References:
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome
-from dpaudit.attacks.mia import audit_tasks, membership_tasks, precheck
+from dpaudit.attacks.mia import MembershipAttack, audit_tasks, membership_tasks
 from dpaudit.scoring.source import CAUSAL_LM, CLASSIFIER, MASKED_LM
 
 
@@ -28,15 +28,12 @@ def task_losses(scorer, task, *, seed: int) -> np.ndarray:
     return np.asarray(scorer.example_losses(task.texts, task.labels, seed=seed), dtype=np.float64)
 
 
-class LossAttack:
+class LossAttack(MembershipAttack):
     """score = -loss; threshold chosen on a held-apart half by the audit."""
 
     name: ClassVar[str] = "loss"
     model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER, CAUSAL_LM})
-
-    @classmethod
-    def check(cls, options: Any, source: Any, run: Any) -> None:
-        precheck(options, run)
+    order: ClassVar[int] = 40
 
     def run(self, context: AttackContext) -> AttackOutcome:
         tasks = membership_tasks(context)

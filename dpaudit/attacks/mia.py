@@ -27,10 +27,12 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from dpaudit.attacks.base import AttackOutcome, BaseAttack
+from dpaudit.attacks.options import MembershipOptions
 from dpaudit.attacks.results import RESULT_CLASSES, MiaTaskResult
 from dpaudit.errors import UserInputError
 
@@ -240,6 +242,21 @@ def precheck(options: Any, run: Any) -> None:
         check_fprs(options, [example_task(run, seed=options.seed, max_per_side=options.mia_examples)])
 
 
+class MembershipAttack(BaseAttack):
+    """A membership attack: it scores the membership tasks (:func:`membership_tasks`) from the model and audits them
+    (:func:`audit_tasks`), and the blind baseline runs beside it. Its options are
+    :class:`~dpaudit.attacks.options.MembershipOptions`, or a Config that adds its own to them."""
+
+    Config: ClassVar[type] = MembershipOptions
+    membership: ClassVar[bool] = True
+
+    @classmethod
+    def check(cls, options: Any, source: Any, run: Any) -> None:
+        """An explicit ``--fpr`` must be measurable on the examples task (:func:`precheck`)."""
+        del source
+        precheck(options, run)
+
+
 # -- the claim ------------------------------------------------------------------------------------
 
 
@@ -349,13 +366,15 @@ def scores_file(attack: str) -> str:
 
 def audit_tasks(context: Any, attack: str, scored: Sequence[tuple[MembershipTask, np.ndarray]], *,
                 parameters: dict[str, Any], warnings: Sequence[str] = (), shadow_models: Any = None,
-                compare_with_claim: bool = True) -> Any:
+                compare_with_claim: bool = True, result_class: type | None = None) -> Any:
     """Audit each task's scores and build the attack's outcome (result + ``scores/mia_<attack>.jsonl`` rows).
+
+    ``result_class``: the attack's :class:`~dpaudit.attacks.results.MiaResult` subclass (registered with
+    :func:`~dpaudit.attacks.results.register_result`; a plug-in's own); by default the built-in one of ``attack``.
 
     ``shadow_models`` (:class:`~dpaudit.attacks.results.ShadowModelsInfo`) records the attack's shadow or
     reference models beside the target. ``compare_with_claim=False`` (a baseline that never queries the model,
     :mod:`dpaudit.attacks.blind`): no task's bounds are compared with the claim."""
-    from dpaudit.attacks.base import AttackOutcome
     from dpaudit.audit import audit_scores
 
     claimed, delta = claim_of(context)
@@ -397,7 +416,7 @@ def audit_tasks(context: Any, attack: str, scored: Sequence[tuple[MembershipTask
                         "the other audits of the run): see the headline bound for the verdict.")
     params = {**parameters, "fprs": list(fprs), "delta": delta, "bootstrap_seed": context.options.seed,
               "score": parameters.get("score", "higher = member")}
-    result = RESULT_CLASSES[attack](parameters=params, tasks=tuple(results), claimed_epsilon=claimed,
+    result = (result_class or RESULT_CLASSES[attack])(parameters=params, tasks=tuple(results), claimed_epsilon=claimed,
                                     exceeds_claim=exceeds, warnings=tuple(notes), shadow_models=shadow_models)
     return AttackOutcome(result, score_files={scores_file(attack): rows})
 

@@ -17,12 +17,16 @@ References:
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
 from typing import ClassVar
 
 import Levenshtein
 import numpy as np
 
-from dpaudit.attacks.base import AttackContext, AttackOutcome, by_frequency
+from dpaudit.attacks.base import AttackContext, AttackOutcome, BaseAttack, by_frequency
+from dpaudit.attacks.options import SecretOptions, option
 from dpaudit.attacks.results import (
     ReconstructionParameters,
     ReconstructionResult,
@@ -33,7 +37,7 @@ from dpaudit.audit.intervals import (
     clopper_pearson,
     mann_whitney_greater,
 )
-from dpaudit.scoring.source import MASKED_LM
+from dpaudit.scoring.source import CAUSAL_LM, MASKED_LM
 
 
 def top_k_fills(log_probs: np.ndarray, k: int) -> tuple[np.ndarray, np.ndarray]:
@@ -89,11 +93,34 @@ def reconstruction_rows(frequencies: np.ndarray, exact: np.ndarray, edit: np.nda
     return tuple(rows)
 
 
-class ReconstructionAttack:
+@dataclass(frozen=True, kw_only=True)
+class ReconstructionConfig(SecretOptions):
+    """Reconstruction's options.
+
+    Attributes:
+        top_k: beam width for the rank of the true secret among the top-k fills (0 = off).
+    """
+
+    top_k: int = field(default=10, metadata=option(
+        "Beam width for the true secret's rank among the best fills (0: off).", min=0))
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.top_k < 0:
+            raise ValueError(f"top_k must be >= 0, got {self.top_k}.")
+
+
+class ReconstructionAttack(BaseAttack):
     """Top-1 fill, exact match, edit distance and top-k rank of each canary's masked secret."""
 
     name: ClassVar[str] = "reconstruction"
     model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM})
+    Config: ClassVar[type] = ReconstructionConfig
+    scores_canaries: ClassVar[bool] = True
+    counterparts: ClassVar[Mapping[str, tuple[str, str]]] = MappingProxyType({CAUSAL_LM: (
+        "extraction", "--attacks reconstruction fills a masked secret, and {model} is a causal-lm with no mask; use "
+                      "--attacks extraction (the secret decoded from its prefix, greedy and beam).")})
+    order: ClassVar[int] = 20
 
     def run(self, context: AttackContext) -> AttackOutcome:
         options, space, canaries = context.options, context.space, context.canaries

@@ -14,18 +14,20 @@ References:
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import numpy as np
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome
 from dpaudit.attacks.loss import task_losses
-from dpaudit.attacks.mia import audit_tasks, membership_tasks, precheck
+from dpaudit.attacks.mia import audit_tasks, membership_tasks
+from dpaudit.attacks.options import ShadowOptions, option
 from dpaudit.attacks.shadow_models import (
     ShadowSpec,
+    ShadowTrainedAttack,
     cache_root,
     check_same_tokenizer,
-    check_trained_like_target,
     load_scorers,
     models_info,
     public_pool,
@@ -73,19 +75,31 @@ def reference_scorer(context: AttackContext, attack: str) -> tuple[object, str, 
     return load_scorers(context, models)[0], f"trained like the target on {data}", notes, info
 
 
-class RefAttack:
+@dataclass(frozen=True, kw_only=True)
+class RefConfig(ShadowOptions):
+    """The ref attack's options.
+
+    Attributes:
+        reference_model: a reference model directory (None: one trained like the target on public.jsonl).
+    """
+
+    reference_model: str | None = field(default=None, metadata=option(
+        "Reference model for --attacks ref (same tokenizer as the target); default: one trained like the target on "
+        "public.jsonl.", path=True))
+
+
+class RefAttack(ShadowTrainedAttack):
     """score = reference loss - target loss (higher = member)."""
 
     name: ClassVar[str] = "ref"
     model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER, CAUSAL_LM})
+    Config: ClassVar[type] = RefConfig
+    order: ClassVar[int] = 60
 
     @classmethod
-    def check(cls, options: Any, source: Any, run: Any) -> None:
-        """Shadow models are trained like the target: its manifest must name the trainer and Config."""
-        if options.reference_model:
-            precheck(options, run)
-        else:
-            check_trained_like_target(cls.name, options, source, run)
+    def uses_shadows(cls, options: Any) -> bool:
+        """A ``--reference-model`` is the user's: no model is trained like the target, and none is checked."""
+        return not options.reference_model
 
     def run(self, context: AttackContext) -> AttackOutcome:
         tasks = membership_tasks(context)

@@ -1,97 +1,132 @@
-"""Attack registry: name -> attack class, imported only when that attack runs.
+"""The attack registry: the entry-point group ``dpaudit.attacks``, the run's options, and how names are resolved.
 
-Adding an attack is one module under :mod:`dpaudit.attacks` and one line here. ``"all"`` expands to
-every registered attack that supports the model's kind. The defaults gain the canary attack's one-run
-audit on coin-flip canaries (:func:`default_attacks`). Any membership attack brings the blind baseline
-(:data:`BLIND_BASELINE`, Das et al. 2024) along, last, unless ``blind=False``.
+An attack is a class registered under the entry-point group ``dpaudit.attacks`` (pyproject
+``[project.entry-points."dpaudit.attacks"]`` lists the built-in ones), imported only when it is asked for, so a
+third-party attack plugs in as a third-party trainer does (``dpaudit.trainers``). Everything the registry, ``dpaudit
+attack`` and the run know about an attack they read from its class (:class:`dpaudit.attacks.base.BaseAttack`): the
+model kinds it runs on, its ``Config`` of options, whether it is a membership attack or the blind baseline, what it
+is replaced by on another model kind, whether it joins the defaults on coin-flip canaries. ``"all"`` expands to every
+registered attack that supports the model's kind; any membership attack brings the blind baseline (Das et al. 2024)
+along, last, unless ``blind=False``.
+
+The options of a run (:class:`AttackOptions`) are :class:`~dpaudit.attacks.options.RunOptions` and every registered
+attack's Config; an option means one thing whichever attacks take it (a field shared through a mixin Config), and
+an option of an attack that the run does not include is refused (:func:`check_options`).
 """
 
 from __future__ import annotations
 
-import importlib
+import dataclasses
+import sys
 from collections.abc import Iterable, Sequence
+from functools import lru_cache
+from importlib.metadata import EntryPoint, entry_points
+from typing import Any
 
-from dpaudit.attacks.base import Attack
+from dpaudit.attacks.base import Attack, BaseAttack
+from dpaudit.attacks.options import RunOptions
 from dpaudit.errors import UserInputError
 
-#: name -> "module:Class".
-ATTACKS: dict[str, str] = {
-    "exposure": "dpaudit.attacks.exposure:ExposureAttack",
-    "reconstruction": "dpaudit.attacks.reconstruction:ReconstructionAttack",
-    "extraction": "dpaudit.attacks.extraction:ExtractionAttack",
-    "loss": "dpaudit.attacks.loss:LossAttack",
-    "shadow": "dpaudit.attacks.shokri:ShadowAttack",
-    "ref": "dpaudit.attacks.ref:RefAttack",
-    "lira": "dpaudit.attacks.lira:LiraAttack",
-    "rmia": "dpaudit.attacks.rmia:RmiaAttack",
-    "canary": "dpaudit.attacks.canary:CanaryAttack",
-    "blind": "dpaudit.attacks.blind:BlindAttack",
-    "zlib": "dpaudit.attacks.causal_mia:ZlibAttack",
-    "min-k": "dpaudit.attacks.causal_mia:MinKAttack",
-    "min-k++": "dpaudit.attacks.causal_mia:MinKPlusPlusAttack",
-}
-#: The baseline that never queries the model, run beside every attack of :data:`MEMBERSHIP_ATTACKS`.
-BLIND_BASELINE = "blind"
-#: The attacks that score the membership tasks (members = train rows, non-members = heldout rows) from the model.
-MEMBERSHIP_ATTACKS: frozenset[str] = frozenset({"loss", "shadow", "ref", "lira", "rmia", "zlib", "min-k", "min-k++"})
+ENTRY_POINT_GROUP = "dpaudit.attacks"
 DEFAULT_ATTACKS: tuple[str, ...] = ("exposure", "reconstruction")
-#: The defaults for a causal LM: its secrets are extracted from their prefix (nothing is masked).
-CAUSAL_DEFAULT_ATTACKS: tuple[str, ...] = ("exposure", "extraction")
 #: The model kinds (:mod:`dpaudit.scoring.source`) in words, for messages.
 _KIND_WORDS = {"masked-lm": "masked LM", "causal-lm": "causal LM", "classifier": "classifier"}
-#: Added to the defaults for a masked or causal LM whose canaries are coin-flip ones: the one-run audit.
-ONE_RUN_ATTACK = "canary"
 
 
-def default_attacks(names: Sequence[str], *, coin_flip: bool, model_kind: str) -> list[str]:
-    """``names``, plus :data:`ONE_RUN_ATTACK` when they are the defaults and the run can be audited in one run
-    (coin-flip canaries, a masked or causal LM): ``dpaudit attack`` then reports the one-run bounds without being
-    asked. For a causal LM the defaults are :data:`CAUSAL_DEFAULT_ATTACKS` (extraction in place of reconstruction)."""
-    names = [n.strip() for n in names if n.strip()]
-    if tuple(names) == DEFAULT_ATTACKS and model_kind == "causal-lm":  # scoring.CAUSAL_LM: reconstruction's counterpart
-        names = list(CAUSAL_DEFAULT_ATTACKS)
-        return [*names, ONE_RUN_ATTACK] if coin_flip else names
-    if tuple(names) == DEFAULT_ATTACKS and coin_flip and model_kind in attack_class(ONE_RUN_ATTACK).model_kinds:
-        return [*names, ONE_RUN_ATTACK]
-    return names
+def prop(cls: type, attribute: str) -> Any:
+    """An attack class's property (a :class:`~dpaudit.attacks.base.BaseAttack` attribute), with BaseAttack's value
+    for a plug-in that does not define it."""
+    return getattr(cls, attribute, getattr(BaseAttack, attribute))
+
+
+@lru_cache(maxsize=8)
+def _entry_points(path: tuple[str, ...]) -> dict[str, EntryPoint]:
+    del path  # the cache key: a distribution added to sys.path is found
+    return {ep.name: ep for ep in entry_points(group=ENTRY_POINT_GROUP)}
+
+
+def available_attacks() -> dict[str, EntryPoint]:
+    """Registered attacks by name, without importing any of them."""
+    return dict(_entry_points(tuple(sys.path)))
 
 
 def attack_class(name: str) -> type[Attack]:
-    """Import the attack registered as ``name``."""
-    if name not in ATTACKS:
-        raise UserInputError(f"--attacks {name!r} is not an attack; choose from: {', '.join(sorted(ATTACKS))}, all.")
-    module, attribute = ATTACKS[name].split(":")
-    return getattr(importlib.import_module(module), attribute)
+    """Import the attack registered as ``name``.
+
+    Raises:
+        UserInputError: no attack of that name, one that cannot be imported, or one that does not follow the
+            :class:`~dpaudit.attacks.base.Attack` protocol.
+    """
+    registry = available_attacks()
+    if name not in registry:
+        known = ", ".join(sorted(registry)) or "none (is dpaudit installed with `pip install -e .`?)"
+        raise UserInputError(f"--attacks {name!r} is not an attack; choose from: {known}, all.")
+    return _load(registry[name])
+
+
+@lru_cache(maxsize=None)
+def _load(entry: EntryPoint) -> type[Attack]:
+    try:
+        cls = entry.load()
+    except ImportError as err:
+        raise UserInputError(f"--attacks {entry.name}: cannot import {entry.value} ({err}); install the package it "
+                             "needs.") from None
+    problem = (None if isinstance(cls, type) and isinstance(cls(), Attack) and dataclasses.is_dataclass(cls.Config)
+               and getattr(cls, "name", None) == entry.name and cls.model_kinds else
+               f"a class with name = {entry.name!r}, model_kinds, a Config dataclass and run(context)")
+    if problem:
+        raise UserInputError(f"--attacks {entry.name}: entry point {entry.value} does not follow the Attack protocol "
+                             f"({problem}).")
+    return cls
+
+
+def registered_classes() -> list[type[Attack]]:
+    """Every registered attack class, in the order of ``--attacks all`` (their ``order``, then their names)."""
+    return sorted((attack_class(name) for name in available_attacks()), key=lambda c: (prop(c, "order"), c.name))
+
+
+def _split(names: Iterable[str] | str) -> list[str]:
+    names = [names] if isinstance(names, str) else list(names)
+    return [n.strip() for name in names for n in str(name).split(",") if n.strip()]
+
+
+def default_attacks(names: Sequence[str], *, coin_flip: bool, model_kind: str) -> list[str]:
+    """``names``; when they are :data:`DEFAULT_ATTACKS`, each replaced by its counterpart for ``model_kind`` (a causal
+    LM gets extraction in place of reconstruction), and the attacks that join the defaults on coin-flip canaries
+    (``one_run_default``: the canary attack's one-run audit) added when the run can be audited in one run."""
+    names = _split(names)
+    if tuple(names) != DEFAULT_ATTACKS:
+        return names
+    out = [prop(attack_class(n), "counterparts").get(model_kind, (n,))[0] for n in names]
+    if coin_flip:
+        out += [c.name for c in registered_classes()
+                if prop(c, "one_run_default") and model_kind in c.model_kinds and c.name not in out]
+    return out
 
 
 def resolve_attacks(names: Iterable[str], model_kind: str, *, model: str = "the model", blind: bool = True
                     ) -> list[type[Attack]]:
     """Attack classes for ``names`` (``"all"`` = every attack supporting ``model_kind``), in order; with ``blind``,
-    the blind baseline last when a membership attack is among them (and it is not already).
+    the baseline last when a membership attack is among them (and it is not already).
 
     Raises:
         UserInputError: an unknown name, or an attack that does not support the model's kind.
     """
-    names = [n.strip() for n in names if n.strip()]
+    names = _split(names)
     if not names:
         raise UserInputError("--attacks is empty; name at least one attack, e.g. --attacks exposure,reconstruction.")
     out: list[type[Attack]] = []
     for name in names:
         if name == "all":
-            classes = [attack_class(n) for n in ATTACKS]
-            out.extend(c for c in classes if model_kind in c.model_kinds and c not in out)
+            out.extend(c for c in registered_classes() if model_kind in c.model_kinds and c not in out)
             continue
         cls = attack_class(name)
-        if name == "reconstruction" and model_kind == "causal-lm":
-            raise UserInputError(f"--attacks reconstruction fills a masked secret, and {model} is a causal-lm with no mask; "
-                                 "use --attacks extraction (the secret decoded from its prefix, greedy and beam).")
-        if name == "extraction" and model_kind == "masked-lm":
-            raise UserInputError(f"--attacks extraction decodes a secret from its prefix, which needs a causal LM, and "
-                                 f"{model} is a masked LM; use --attacks reconstruction (the masked secret filled in: "
-                                 "extraction's counterpart for a masked LM).")
+        counterpart = prop(cls, "counterparts").get(model_kind)
+        if counterpart is not None:
+            raise UserInputError(counterpart[1].format(model=model))
         if model_kind not in cls.model_kinds:
             needs = " or ".join(_KIND_WORDS.get(kind, kind) for kind in sorted(cls.model_kinds))
-            fitting = [n for n in ATTACKS if n != BLIND_BASELINE and model_kind in attack_class(n).model_kinds]
+            fitting = [c.name for c in registered_classes() if not prop(c, "baseline") and model_kind in c.model_kinds]
             raise UserInputError(f"--attacks {name} needs a {needs}, but {model} is a "
                                  f"{_KIND_WORDS.get(model_kind, model_kind)}; pass a {needs}, or choose an attack for "
                                  f"it: {', '.join(fitting)}.")
@@ -99,6 +134,183 @@ def resolve_attacks(names: Iterable[str], model_kind: str, *, model: str = "the 
             out.append(cls)
     if not out:
         raise UserInputError(f"--attacks all: no registered attack supports a {model_kind} model.")
-    if blind and any(c.name in MEMBERSHIP_ATTACKS for c in out) and all(c.name != BLIND_BASELINE for c in out):
-        out.append(attack_class(BLIND_BASELINE))
+    if blind and any(prop(c, "membership") for c in out) and not any(prop(c, "baseline") for c in out):
+        out.extend(c for c in registered_classes() if prop(c, "baseline") and model_kind in c.model_kinds)
     return out
+
+
+# -- options --------------------------------------------------------------------------------------
+
+
+def option_attacks(names: Iterable[str] | str) -> list[type[Attack]]:
+    """The attacks whose options a run of ``--attacks NAMES`` takes, before the model's kind is known: the named ones
+    (``all``: every registered attack); for :data:`DEFAULT_ATTACKS`, also what they may become (their counterparts
+    for another model kind, the attacks that join them on coin-flip canaries); the baseline beside a membership
+    attack.
+
+    Raises:
+        UserInputError: no name, or one that is not a registered attack.
+    """
+    names = _split(names)
+    if not names:
+        raise UserInputError("--attacks is empty; name at least one attack, e.g. --attacks exposure,reconstruction.")
+    if "all" in names:
+        return registered_classes()
+    classes = [attack_class(n) for n in names]
+    if tuple(names) == DEFAULT_ATTACKS:
+        classes += [attack_class(other) for c in list(classes) for other, _ in prop(c, "counterparts").values()]
+        classes += [c for c in registered_classes() if prop(c, "one_run_default")]
+    if any(prop(c, "membership") for c in classes):
+        classes += [c for c in registered_classes() if prop(c, "baseline")]
+    return list(dict.fromkeys(classes))
+
+
+def declared_by(config_cls: type, name: str) -> type:
+    """The class of ``config_cls``'s MRO that declares the field ``name`` (a shared mixin for a shared option)."""
+    for base in config_cls.__mro__:
+        if name in base.__dict__.get("__annotations__", {}):
+            return base
+    return config_cls
+
+
+def option_sections(classes: Sequence[type]) -> list[tuple[type, tuple[str, ...], tuple[str, ...]]]:
+    """The options of these attacks and of every run, grouped by the Config class that declares them: (class, its
+    field names, the attacks that take them; empty for every run's), the run's first, then in the attacks' order.
+
+    Raises:
+        UserInputError: two classes declaring one field name (an attack whose option would mean another thing than
+            the same option of another attack, or of every run), naming both.
+    """
+    sections: dict[type, list[str]] = {}
+    users: dict[type, list[str]] = {}
+    owner: dict[str, tuple[type, str]] = {}
+    for attack in (None, *classes):
+        config_cls = RunOptions if attack is None else attack.Config
+        for f in dataclasses.fields(config_cls):
+            declaring = declared_by(config_cls, f.name)
+            seen = owner.setdefault(f.name, (declaring, "every run" if attack is None else f"--attacks {attack.name}"))
+            if seen[0] is not declaring:
+                where = "every run" if attack is None else f"--attacks {attack.name}"
+                raise UserInputError(f"{where}: its option {f.name} ({declaring.__qualname__}) is already an option of "
+                                     f"{seen[1]} ({seen[0].__qualname__}) with another meaning; rename it, or share "
+                                     f"{seen[0].__qualname__}.")
+            if f.name not in sections.setdefault(declaring, []):
+                sections[declaring].append(f.name)
+            if attack is not None and declaring not in _run_classes() and attack.name not in users.setdefault(declaring, []):
+                users[declaring].append(attack.name)
+    ordered = sorted(sections, key=lambda cls: cls is not RunOptions)  # every run's own options first
+    return [(cls, tuple(sections[cls]), tuple(users.get(cls, ()))) for cls in ordered]
+
+
+def _run_classes() -> frozenset[type]:
+    return frozenset(c for c in RunOptions.__mro__ if dataclasses.is_dataclass(c))
+
+
+def accepted_options(names: Iterable[str] | str) -> set[str]:
+    """The option fields a run of ``--attacks NAMES`` takes (:func:`option_attacks`, and every run's)."""
+    return {name for _, fields, _ in option_sections(option_attacks(names)) for name in fields}
+
+
+def option_flag(name: str) -> str:
+    """The command-line spelling of an option field (its ``flag`` metadata, else ``--field-name``)."""
+    for cls in (RunOptions, *(c.Config for c in registered_classes())):
+        for f in dataclasses.fields(cls):
+            if f.name == name:
+                return f.metadata.get("flag") or "--" + name.replace("_", "-")
+    return "--" + name.replace("_", "-")
+
+
+def check_options(given: Iterable[str], names: Iterable[str] | str) -> None:
+    """Refuse, in one line, an option that is no attack's, or one of an attack that ``--attacks NAMES`` does not
+    run (it would change nothing: a misplaced ``--min-k`` was silently ignored).
+
+    Raises:
+        UserInputError: naming the option, the attacks that take it and what to do.
+    """
+    given = list(given)
+    if not given:
+        return
+    accepted = accepted_options(names)
+    every = option_sections(registered_classes())
+    known = {name for _, fields, _ in every for name in fields}
+    for name in given:
+        if name in accepted:
+            continue
+        flag = option_flag(name)
+        if name not in known:
+            raise UserInputError(f"{name}: not an option of dpaudit attack; the options are "
+                                 f"{', '.join(sorted(known))}.")
+        owners = [a for _, fields, users in every if name in fields for a in users]
+        shown = ",".join(_split(names))
+        default = " (the default)" if tuple(_split(names)) == DEFAULT_ATTACKS else ""
+        raise UserInputError(f"{flag} is an option of --attacks {', '.join(owners)}, which --attacks {shown}{default} "
+                             f"does not run; add {owners[0]} to --attacks, or remove {flag}.")
+
+
+class AttackOptions:
+    """The options of one attack run: :class:`~dpaudit.attacks.options.RunOptions` and every registered attack's
+    Config, each built (and so validated) from the values given.
+
+    ``AttackOptions(**values)`` hands each value to every Config that has the field (a shared option to each attack
+    that takes it); ``options.NAME`` reads a field whichever Config declares it (``context.options.min_k``,
+    ``options.claimed_epsilon``); ``options.of(attack)`` is an attack's own Config; :meth:`to_dict` is the flat
+    record of every option that the manifest keeps.
+
+    Raises:
+        TypeError: an unknown option.
+        ValueError: a value a Config refuses (``--shadow-models must be >= 1, got 0.``).
+    """
+
+    __slots__ = ("_configs", "_by_name")
+
+    def __init__(self, **values: Any) -> None:
+        classes = [RunOptions, *dict.fromkeys(c.Config for c in registered_classes())]
+        known = {f.name for cls in classes for f in dataclasses.fields(cls)}
+        unknown = sorted(set(values) - known)
+        if unknown:
+            raise TypeError(f"unknown attack option(s) {', '.join(unknown)}; the options are {', '.join(sorted(known))}.")
+        option_sections(registered_classes())  # one meaning per option name
+        configs = {}
+        for cls in classes:
+            names = {f.name for f in dataclasses.fields(cls)}
+            configs[cls] = cls(**{k: v for k, v in values.items() if k in names})
+        by_name = {}
+        for config in configs.values():
+            for f in dataclasses.fields(config):
+                by_name.setdefault(f.name, config)
+        object.__setattr__(self, "_configs", configs)
+        object.__setattr__(self, "_by_name", by_name)
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        try:
+            return getattr(self._by_name[name], name)
+        except KeyError:
+            raise AttributeError(f"{type(self).__name__} has no option {name!r}") from None
+
+    def __setattr__(self, name: str, value: Any) -> None:
+        raise dataclasses.FrozenInstanceError(f"cannot assign to option {name!r}: options are frozen")
+
+    def of(self, attack: type) -> Any:
+        """The attack's own Config instance (``RunOptions`` for ``RunOptions``)."""
+        return self._configs[attack if attack is RunOptions else attack.Config]
+
+    def to_dict(self) -> dict[str, Any]:
+        """Every option by name (the attacks' that did not run at their defaults), as the manifest records them."""
+        out: dict[str, Any] = {}
+        for config in self._configs.values():
+            for name, value in dataclasses.asdict(config).items():
+                out.setdefault(name, value)
+        return out
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, AttackOptions) and self.to_dict() == other.to_dict()
+
+    def __hash__(self) -> int:
+        return hash(repr(sorted(self.to_dict().items(), key=lambda kv: kv[0])))
+
+    def __repr__(self) -> str:
+        given = ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items())
+        return f"AttackOptions({given})"
+

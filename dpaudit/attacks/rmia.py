@@ -50,13 +50,13 @@ References:
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import numpy as np
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome
 from dpaudit.attacks.mia import audit_tasks, membership_tasks
-from dpaudit.attacks.shadow_models import ShadowPool, check_trained_like_target, models_info, pool_label_ids, public_shadows
+from dpaudit.attacks.shadow_models import ShadowPool, ShadowTrainedAttack, models_info, pool_label_ids, public_shadows
 from dpaudit.scoring.source import CAUSAL_LM, CLASSIFIER, MASKED_LM
 
 #: Offline scaling of the reference average (Zarifzadeh et al. section 4) for a classifier's true-label probability.
@@ -115,16 +115,12 @@ def rmia_scores(p_target_x: np.ndarray, p_refs_x: np.ndarray, p_target_z: np.nda
     return np.searchsorted(lr_z, lr_x, side="left") / lr_z.size
 
 
-class RmiaAttack:
+class RmiaAttack(ShadowTrainedAttack):
     """Zarifzadeh et al. 2024, offline, with the public-half shadows as reference models."""
 
     name: ClassVar[str] = "rmia"
     model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER, CAUSAL_LM})
-
-    @classmethod
-    def check(cls, options: Any, source: Any, run: Any) -> None:
-        """Shadow models are trained like the target: its manifest must name the trainer and Config."""
-        check_trained_like_target(cls.name, options, source, run)
+    order: ClassVar[int] = 80
 
     def run(self, context: AttackContext) -> AttackOutcome:
         seed = context.options.seed

@@ -22,11 +22,20 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dpaudit.attacks.base import AttackContext, AttackOptions
+from dpaudit.attacks.base import AttackContext
 from dpaudit.attacks.blind import blind_comparison
 from dpaudit.attacks.claim import options_claim
 from dpaudit.attacks.mia import coin_flip_mode
-from dpaudit.attacks.registry import DEFAULT_ATTACKS, default_attacks, resolve_attacks
+from dpaudit.attacks.registry import (
+    DEFAULT_ATTACKS,
+    AttackOptions,
+    attack_class,
+    available_attacks,
+    check_options,
+    default_attacks,
+    prop,
+    resolve_attacks,
+)
 from dpaudit.attacks.results import (
     SCHEMA,
     AttackResults,
@@ -108,10 +117,10 @@ def truncation_warning(tokenizer: Any, canaries: Sequence[Any], train_manifest: 
             f"{max(ends)} or more for a meaningful audit of them.")
 
 
-def attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks: Iterable[str] = DEFAULT_ATTACKS, *,
-           out: str | os.PathLike[str] | None = None, overwrite: bool = False, batch_size: int = 32, reveal: int = 0,
-           top_k: int = 10, seed: int = 0, device: str | None = None, progress: bool = True,
-           command: list[str] | None = None, pages: PageWriter | None = None, **mia_options: Any) -> AttackResults:
+def attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks: Iterable[str] | str = DEFAULT_ATTACKS,
+           *, out: str | os.PathLike[str] | None = None, overwrite: bool = False, device: str | None = None,
+           progress: bool = True, command: list[str] | None = None, pages: PageWriter | None = None,
+           **options: Any) -> AttackResults:
     """Run canary attacks on a model and (with ``out``) write the attack directory.
 
     Args:
@@ -121,72 +130,69 @@ def attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks:
             when the canaries are coin-flip ones and the model a masked LM.
         out: attack directory to write (nothing is written when None).
         overwrite: replace a non-empty ``out``.
-        batch_size, reveal, top_k, seed: see :class:`dpaudit.attacks.base.AttackOptions`.
         device: ``"cuda"``/``"cpu"``; default: the GPU when present.
         progress: progress bars on stderr.
         command: the command line recorded in the manifest.
         pages: extra files rendered into ``out`` before its manifest (see :func:`write_attack_dir`).
-        mia_options: membership-inference options, fields of :class:`dpaudit.attacks.base.AttackOptions`
-            (``shadow_models``, ``attack_model``, ``reference_model``, ``max_shadow_minutes``, ``shadow_cache``,
-            ``fprs``, ``mia_examples``, ``lira_global_variance``, ``shadow_overrides``).
+        options: the attacks' options by field name (``batch_size``, ``seed``, ``shadow_models``, ``min_k``, ...):
+            the fields of :class:`~dpaudit.attacks.options.RunOptions` and of the Config of each attack run
+            (:class:`~dpaudit.attacks.registry.AttackOptions`), as ``dpaudit attack --attacks NAME --help`` lists them.
 
     Returns:
         The typed results (``results["exposure"]``, ``results.canaries``, ...).
 
     Raises:
-        UserInputError: bad input, before anything is loaded or written.
+        UserInputError: bad input (an option of an attack that does not run included), before anything is loaded
+            or written.
     """
-    if mia_options.get("shadow_cache") is None and not os.environ.get("DPAUDIT_CACHE"):
+    check_options(options, attacks)
+    if options.get("shadow_cache") is None and not os.environ.get("DPAUDIT_CACHE"):
         # models trained on private rows stay beside the attack's output (docs/privacy.md); without one, in a private
         # temporary folder removed when the attack ends
         if out is not None:
             from dpaudit.attacks.shadow_models import default_cache
 
-            mia_options["shadow_cache"] = str(default_cache(out))
+            options["shadow_cache"] = str(default_cache(out))
         else:
             import tempfile
 
             with tempfile.TemporaryDirectory(prefix="dpaudit-shadows-") as temporary:  # mode 0700 (mkdtemp)
-                return _attack(model, data, attacks, out=None, overwrite=overwrite, batch_size=batch_size,
-                               reveal=reveal, top_k=top_k, seed=seed, device=device, progress=progress,
-                               command=command, pages=pages, **{**mia_options, "shadow_cache": temporary})
+                return _attack(model, data, attacks, out=None, overwrite=overwrite, device=device, progress=progress,
+                               command=command, pages=pages, **{**options, "shadow_cache": temporary})
     if out is None:
-        return _attack(model, data, attacks, out=None, overwrite=overwrite, batch_size=batch_size, reveal=reveal,
-                       top_k=top_k, seed=seed, device=device, progress=progress, command=command, pages=pages,
-                       **mia_options)
+        return _attack(model, data, attacks, out=None, overwrite=overwrite, device=device, progress=progress,
+                       command=command, pages=pages, **options)
     with run_dir_lock(out, stage="attack"):  # one stage per output directory at a time
-        return _attack(model, data, attacks, out=out, overwrite=overwrite, batch_size=batch_size, reveal=reveal,
-                       top_k=top_k, seed=seed, device=device, progress=progress, command=command, pages=pages,
-                       **mia_options)
+        return _attack(model, data, attacks, out=out, overwrite=overwrite, device=device, progress=progress,
+                       command=command, pages=pages, **options)
 
 
-#: Attacks that score the inject directory's canaries (nothing to do without them).
-CANARY_ATTACKS = frozenset({"exposure", "reconstruction", "extraction", "canary"})
-
-
-def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks: Iterable[str], *,
-            out: str | os.PathLike[str] | None, overwrite: bool, batch_size: int, reveal: int, top_k: int, seed: int,
-            device: str | None, progress: bool, command: list[str] | None, pages: PageWriter | None = None,
-            **mia_options: Any) -> AttackResults:
+def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks: Iterable[str] | str, *,
+            out: str | os.PathLike[str] | None, overwrite: bool, device: str | None, progress: bool,
+            command: list[str] | None, pages: PageWriter | None = None, **values: Any) -> AttackResults:
     from dpaudit.inject_run import load_inject_run
     from dpaudit.scoring import load, resolve_model
 
     try:
-        options = AttackOptions(batch_size=batch_size, reveal=reveal, top_k=top_k, seed=seed, **mia_options)
+        options = AttackOptions(**values)
     except (TypeError, ValueError) as err:
         raise UserInputError(str(err)) from None
+    batch_size, reveal, seed = options.batch_size, options.reveal, options.seed
     names = [attacks] if isinstance(attacks, str) else list(attacks)
     names = [n for name in names for n in name.split(",")]
     run = load_inject_run(data)
     source = resolve_model(model)
     names = default_attacks(names, coin_flip=coin_flip_mode(run), model_kind=source.kind)
     classes = resolve_attacks(names, source.kind, model=str(model), blind=options.blind_baseline)
+    design = (run.manifest.get("secret_space") or {}).get("kind")
     kept, skipped = [], []
     for cls in classes:  # attack-specific option checks (e.g. LiRA's shadow count), before anything is loaded
-        check = getattr(cls, "check", None)
         try:
-            if check is not None:
-                check(options, source, run)
+            designs = prop(cls, "designs")
+            if designs is not None and design not in designs:
+                raise UserInputError(f"--data {run.path}: the {cls.name} attack knows no score for secret space "
+                                     f"{design!r}; rerun dpaudit inject.")
+            prop(cls, "check")(options, source, run)
         except UserInputError as err:
             if cls.name in {n.strip() for n in names}:  # named explicitly: refuse; from "all": skip it and say why
                 raise
@@ -194,12 +200,12 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
             continue
         kept.append(cls)
     classes = kept
-    needs_canaries = [c.name for c in classes if c.name in CANARY_ATTACKS]
+    needs_canaries = [c.name for c in classes if prop(c, "scores_canaries")]
     if needs_canaries and not run.canaries:
         raise UserInputError(f"--data {data} has no canaries (inject --no-canaries): --attacks "
                              f"{','.join(needs_canaries)} would have nothing to score; pass --attacks loss (or shadow, "
                              "ref, lira, rmia), the membership attacks on train.jsonl vs heldout.jsonl.")
-    config = {"attacks": [c.name for c in classes], "model": str(model), "data": str(data), **dataclasses.asdict(options)}
+    config = {"attacks": [c.name for c in classes], "model": str(model), "data": str(data), **options.to_dict()}
     inputs = {**{str(Path(model) / k): v for k, v in source.files.items()},
               **{str(Path(data) / k): v for k, v in run.manifest.get("outputs", {}).items()}}
     if out is not None and not overwrite and (done := finished_attack(out, config=config, inputs=inputs, seed=seed)):
@@ -335,6 +341,11 @@ def read_attack_dir(path: str | os.PathLike[str]) -> AttackResults:
     path = Path(path)
     manifest = verify_run_dir(path, schema_prefix="dpaudit.attack/")
     obj = json.loads((path / RESULTS).read_text(encoding="utf-8"))
+    registered = available_attacks()
+    for entry in obj.get("attacks") or ():  # a plug-in's result type is known once its attack is imported
+        name = entry.get("attack") if isinstance(entry, dict) else None
+        if name in registered:
+            attack_class(name)
     canaries = tuple(CanaryScore.from_json(r) for r in read_jsonl(path / CANARY_SCORES))
     results = AttackResults.from_json(obj, canaries)
     extra = {name: list(read_jsonl(path / name)) for name in manifest.get("outputs", {}) if name.startswith("scores/mia_")}

@@ -63,10 +63,12 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
 import numpy as np
 
+from dpaudit.attacks.mia import MembershipAttack, precheck
+from dpaudit.attacks.options import ShadowOptions
 from dpaudit.errors import UserInputError
 from dpaudit.scoring.source import CAUSAL_LM, CLASSIFIER, MASKED_LM
 
@@ -146,8 +148,6 @@ def check_trained_like_target(attack: str, options: Any, source: Any, run: Any) 
     """The checks of every attack that trains shadow or reference models like the target, run before any
     model is loaded: a measurable ``--fpr`` (:func:`dpaudit.attacks.mia.precheck`) and either usable
     ``--shadow-dirs`` or a recipe (:func:`target_recipe`: the target's manifest or ``--shadow-trainer``)."""
-    from dpaudit.attacks.mia import precheck
-
     precheck(options, run)
     if getattr(options, "shadow_dirs", None):
         shadow_dir_paths(options)
@@ -158,6 +158,48 @@ def check_trained_like_target(attack: str, options: Any, source: Any, run: Any) 
         config, _, _ = plan_config(trainer, recipe, train_size=max(recipe.rows or 2, 2),
                                    overrides=getattr(options, "shadow_overrides", None))
         check_named_recipe(trainer, recipe, config, source, options=options)
+
+
+class ShadowTrainedAttack(MembershipAttack):
+    """A membership attack that compares the target with models trained like it (shadow or reference models), or
+    with the user's ``--shadow-dirs``: its options add :class:`~dpaudit.attacks.options.ShadowOptions`, and its one
+    check (:meth:`check`) is every such attack's.
+
+    Attributes:
+        min_shadows: the models it needs (``--shadow-models`` or ``--shadow-dirs``), and why (``min_shadows_why``).
+    """
+
+    Config: ClassVar[type] = ShadowOptions
+    min_shadows: ClassVar[int] = 1
+    min_shadows_why: ClassVar[str] = ""
+
+    @classmethod
+    def uses_shadows(cls, options: Any) -> bool:
+        """Whether, with these options, it compares the target with shadow or reference models (always, unless a
+        subclass is given its model another way)."""
+        del options
+        return True
+
+    @classmethod
+    def trains_models(cls, options: Any) -> bool:
+        """It trains them unless the user gave them (``--shadow-dirs``)."""
+        return cls.uses_shadows(options) and not options.shadow_dirs
+
+    @classmethod
+    def check(cls, options: Any, source: Any, run: Any) -> None:
+        """Before any model is loaded: enough models (:attr:`min_shadows`), then what every attack that trains models
+        like the target checks (:func:`check_trained_like_target`); without shadow models, the membership checks."""
+        if not cls.uses_shadows(options):
+            precheck(options, run)
+            return
+        why = f" ({cls.min_shadows_why})" if cls.min_shadows_why else ""
+        if options.shadow_dirs:
+            if len(shadow_dir_paths(options)) < cls.min_shadows:
+                raise UserInputError(f"--attacks {cls.name} needs >= {cls.min_shadows} --shadow-dirs{why}.")
+        elif options.shadow_models < cls.min_shadows:
+            raise UserInputError(f"--attacks {cls.name} needs --shadow-models >= {cls.min_shadows}{why}, got "
+                                 f"{options.shadow_models}.")
+        check_trained_like_target(cls.name, options, source, run)
 
 
 def heldout_utility(manifest: dict[str, Any] | None) -> tuple[str, float] | None:
@@ -627,7 +669,7 @@ def train_shadows(*, source: Any, run: Any, pool: ShadowPool, specs: Sequence[Sh
 
     With ``max_minutes``, no new model is started once that much time has passed and at least one
     model exists (cached models are always used). Returns the models that exist and notes (what differs
-    from the target). ``options`` (:class:`dpaudit.attacks.base.AttackOptions`) gives ``workers``,
+    from the target). ``options`` (:class:`dpaudit.attacks.registry.AttackOptions`) gives ``workers``,
     ``ray_address``, ``shadow_trainer``/``shadow_config`` and ``seed``.
     """
     from dpaudit.inject_run import HELDOUT, PUBLIC

@@ -19,13 +19,15 @@ References:
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from dataclasses import dataclass, field
+from typing import Any, ClassVar, Literal
 
 import numpy as np
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome
 from dpaudit.attacks.mia import audit_tasks, membership_tasks
-from dpaudit.attacks.shadow_models import check_trained_like_target, models_info, pool_label_ids, public_shadows
+from dpaudit.attacks.options import ShadowOptions, option
+from dpaudit.attacks.shadow_models import ShadowTrainedAttack, models_info, pool_label_ids, public_shadows
 from dpaudit.scoring.source import CAUSAL_LM, CLASSIFIER, MASKED_LM
 
 #: Top-k masked-token probabilities in MLM features.
@@ -49,16 +51,25 @@ def attack_classifier(kind: str, seed: int) -> Any:
     return make_pipeline(StandardScaler(), LogisticRegression(max_iter=2000))
 
 
-class ShadowAttack:
+@dataclass(frozen=True, kw_only=True)
+class ShokriConfig(ShadowOptions):
+    """The shadow attack's options.
+
+    Attributes:
+        attack_model: its classifier: ``logreg`` or ``gbdt``.
+    """
+
+    attack_model: Literal["logreg", "gbdt"] = field(default="logreg", metadata=option(
+        "The shadow attack's classifier: logistic regression or gradient boosting."))
+
+
+class ShadowAttack(ShadowTrainedAttack):
     """Shokri et al.: an attack classifier trained on shadow models' in/out features."""
 
     name: ClassVar[str] = "shadow"
     model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER, CAUSAL_LM})
-
-    @classmethod
-    def check(cls, options: Any, source: Any, run: Any) -> None:
-        """Shadow models are trained like the target: its manifest must name the trainer and Config."""
-        check_trained_like_target(cls.name, options, source, run)
+    Config: ClassVar[type] = ShokriConfig
+    order: ClassVar[int] = 50
 
     def run(self, context: AttackContext) -> AttackOutcome:
         options = context.options

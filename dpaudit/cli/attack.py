@@ -2,6 +2,12 @@
 
 A thin shell over the attack stage (:func:`dpaudit.stages.attack.attack`): options in, a summary table (or JSON with
 ``--json``) out, warnings on stderr. Never imports jax (models load through transformers/torch).
+
+The command knows no attack's options: it reads ``--attacks`` first (the defaults when absent) and turns the fields
+of :class:`~dpaudit.attacks.options.RunOptions` and of the Configs of those attacks into options, as ``dpaudit
+train`` does with a trainer's Config (:func:`dpaudit.cli.params.config_options`), so ``dpaudit attack --attacks lira
+--help`` lists LiRA's options beside the shared ones. Every registered attack's options are read, and one of an
+attack that does not run is refused in one line (:func:`dpaudit.attacks.registry.check_options`).
 """
 
 from __future__ import annotations
@@ -10,15 +16,19 @@ import json
 import sys
 import warnings
 from pathlib import Path
+from typing import Any
 
 import click
+from click.core import ParameterSource
 
-from dpaudit.attacks.lira import LIRA_HELP as _LIRA_HELP
-from dpaudit.cli.params import FiniteFloat
-from dpaudit.training.config_types import seed_type
+from dpaudit.attacks.registry import DEFAULT_ATTACKS
+from dpaudit.cli import params as cli_params
 
 _EPILOG = ("Example: dpaudit attack --model runs/np --data runs/data --out runs/np-attack "
            "--attacks exposure,reconstruction")
+#: The command's own options (the others are generated from the Configs).
+_OWN = frozenset({"model", "data", "out", "attack_names", "overwrite", "as_json"})
+_SECTIONS = "dpaudit.attack.sections"
 
 
 def _fmt(x: float | None, spec: str = ".2f") -> str:
@@ -80,96 +90,83 @@ def _summary(results) -> str:  # noqa: ANN001
     return "\n".join(lines)
 
 
-@click.command(epilog=_EPILOG, context_settings={"max_content_width": 100})
+def _peek_attacks(args: list[str]) -> str | None:
+    """The value of the last ``--attacks`` among ``args`` (click keeps the last), before parsing."""
+    found = None
+    for i, arg in enumerate(args):
+        if arg == "--":
+            break
+        if arg == "--attacks" and i + 1 < len(args):
+            found = args[i + 1]
+        elif arg.startswith("--attacks="):
+            found = arg.split("=", 1)[1]
+    return found
+
+
+def _section_title(config_cls: type, attacks: tuple[str, ...]) -> str:
+    """A Config's help section: the first line of its docstring, and the attacks that take its options."""
+    title = ((config_cls.__doc__ or config_cls.__name__).strip().splitlines() or [config_cls.__name__])[0].rstrip(".")
+    return f"{title} ({', '.join(attacks)})" if attacks else title
+
+
+class AttackCommand(click.Command):
+    """Adds the attacks' options before parsing: every registered attack's (a misplaced one is then refused by name,
+    in one line, rather than as an unknown word), those of the attacks asked for (``--attacks``, else the defaults)
+    shown in ``--help``, one section per Config."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        from dpaudit.attacks.registry import check_options, option_attacks, option_sections, registered_classes
+
+        names = _peek_attacks(args) or ",".join(DEFAULT_ATTACKS)
+        shown = {name for _, fields, _ in option_sections(option_attacks(names)) for name in fields}
+        generated: list[click.Option] = []
+        sections: list[tuple[str, list[click.Option]]] = []
+        for config_cls, fields, attacks in option_sections(registered_classes()):
+            options = cli_params.config_options(config_cls, reserved=_OWN, fields=fields)
+            for option in options:
+                option.hidden = option.hidden or option.name not in shown
+            generated += options
+            if any(o.name in shown for o in options):
+                sections.append((_section_title(config_cls, attacks), [o for o in options if o.name in shown]))
+        self.params = [p for p in self.params if p.name in _OWN] + generated
+        ctx.meta[_SECTIONS] = sections
+        rest = super().parse_args(ctx, args)
+        check_options([o.name for o in generated if ctx.get_parameter_source(o.name) is ParameterSource.COMMANDLINE],
+                      names)
+        return rest
+
+    def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        sections = ctx.meta.get(_SECTIONS, [])
+        generated = {o.name for _, options in sections for o in options}
+        own = [r for p in self.get_params(ctx) if p.name not in generated and (r := p.get_help_record(ctx))]
+        for title, params in [("Options", None), *sections]:
+            rows = own if params is None else [r for p in params if (r := p.get_help_record(ctx))]
+            if rows:
+                with formatter.section(title):
+                    formatter.write_dl(rows)
+
+    def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        from dpaudit.attacks.registry import available_attacks
+
+        formatter.write_paragraph()
+        formatter.write_text(f"Registered attacks: {', '.join(sorted(available_attacks())) or 'none'}. Add --attacks "
+                             "NAME --help for an attack's options (--attacks all --help: every attack's).")
+        super().format_epilog(ctx, formatter)
+
+
+@click.command(cls=AttackCommand, epilog=_EPILOG, context_settings={"max_content_width": 100})
 @click.option("--model", required=True, type=click.Path(path_type=Path),
               help="Train run directory (dpaudit train) or a Hugging Face model directory (safetensors + tokenizer).")
 @click.option("--data", required=True, type=click.Path(path_type=Path), help="Inject run directory (dpaudit inject).")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Attack directory to write.")
-@click.option("--attacks", "attack_names", default="exposure,reconstruction", show_default=True,
-              help="Comma-separated attacks, or 'all' (every attack the model type supports).")
-@click.option("--batch-size", type=click.IntRange(min=1), default=32, show_default=True, help="Canaries per forward pass.")
-@click.option("--reveal", type=click.IntRange(min=0), default=0, show_default=True,
-              help="Partial reveal: show the first K secret tokens, mask and rank the rest.")
-@click.option("--top-k", type=click.IntRange(min=0), default=10, show_default=True,
-              help="Beam width for the true secret's rank among the best fills (0: off).")
-@click.option("--seed", type=seed_type(), default=0, show_default=True, help="Seed of the bootstrap intervals.")
-@click.option("--shadow-models", type=click.IntRange(min=1), default=4, show_default=True,
-              help="Shadow/reference models for the shadow, lira (>= 2) and rmia attacks. Each trains like the target "
-                   "(its trainer and recipe, as many rows and optimizer steps): about the target's own training time "
-                   "each. shadow and rmia share theirs, lira has its own, ref trains 1: --attacks shadow,lira,rmia,ref "
-                   "--shadow-models 8 trains 8 + 8 + 1 = 17 models (cached: a rerun trains none). The phase, the count "
-                   "and the estimated cost are printed before training starts. 4 by default: with few shadows LiRA "
-                   "fits one shared variance, which Carlini et al. 2022 find works from a handful of shadows; "
-                   "per-example variances need about 64.")
-@click.option("--attack-model", type=click.Choice(["logreg", "gbdt"]), default="logreg", show_default=True,
-              help="The shadow attack's classifier: logistic regression or gradient boosting.")
-@click.option("--reference-model", type=click.Path(path_type=Path), default=None,
-              help="Reference model for --attacks ref (same tokenizer as the target); default: one trained like the "
-                   "target on public.jsonl.")
-@click.option("--max-shadow-minutes", type=FiniteFloat(min=0, min_open=True), default=None,
-              help="Stop starting new shadow models after this many minutes (the ones trained are used).")
-@click.option("--shadow-cache", type=click.Path(path_type=Path), default=None,
-              help="Where shadow and reference models are kept (they train on private rows: created mode 0700, their "
-                   "data folders reference the rows, never copy them) [default: $DPAUDIT_CACHE/shadows when set, else "
-                   "OUT-shadows beside --out].")
-@click.option("--workers", type=click.IntRange(min=1), default=None,
-              help="Shadow/reference models trained at once (each in its own process: Ray when installed, else a "
-                   "process pool). Default: one at a time in this process.")
-@click.option("--ray-address", default=None, metavar="ADDR",
-              help="Train the shadow/reference models on this Ray cluster (e.g. ray://host:10001; its nodes must see "
-                   "--shadow-cache and have dpaudit installed).")
-@click.option("--shadow-trainer", default=None, metavar="NAME",
-              help="The registered dpaudit trainer that trains shadow/reference models of a model trained elsewhere "
-                   "(a Hugging Face directory without a dpaudit manifest), with --shadow-config's recipe.")
-@click.option("--shadow-config", type=click.Path(path_type=Path, dir_okay=False), default=None, metavar="FILE.json",
-              help="A JSON object of --shadow-trainer's Config fields (the target's recipe, e.g. "
-                   '{"mode": "sgd", "epochs": 3, "batch_size": 32}); shadows train on as many rows as train.jsonl.')
-@click.option("--shadow-dirs", multiple=True, metavar="DIR", default=(),
-              help="A shadow model trained by you (repeatable; or a text file listing directories, one per line): a "
-                   "model directory with the target's tokenizer holding members.json, a JSON list of the texts it "
-                   "trained on (or \"sha256:<hex>\" of each text's UTF-8). No shadow is trained; lira needs >= 2.")
-@click.option("--claimed-epsilon", type=FiniteFloat(min=0, min_open=True), default=None, metavar="E",
-              help="The privacy claim of a model trained elsewhere (no privacy.json): epsilon, tested as given.")
-@click.option("--claimed-delta", type=FiniteFloat(min=0, max=1, min_open=True, max_open=True), default=None, metavar="D",
-              help="The delta of the stated claim (--claimed-epsilon or --claimed-from-opacus).")
-@click.option("--claimed-from-opacus", type=click.Path(path_type=Path, dir_okay=False), default=None, metavar="FILE",
-              help="The claim of a model trained with Opacus: its accountant's state_dict() saved as JSON (or with "
-                   "torch.save); its history of (noise multiplier, sample rate, steps) is accounted here (PLD) at "
-                   "--claimed-delta.")
-@click.option("--fpr", "fprs", type=FiniteFloat(min=0, max=1, min_open=True, max_open=True), multiple=True,
-              help="Report TPR at this FPR (repeatable); refused if heldout.jsonl has too few non-members to measure it. "
-                   "Default: 0.1% and 1%, with a warning when unmeasurable.")
-@click.option("--mia-examples", type=click.IntRange(min=2), default=None,
-              help="At most this many members (and as many non-members) in the examples membership task.")
-@click.option("--lira-global-variance", is_flag=True, hidden=True, help="Same as --lira-variance global (kept for old commands).")
-@click.option("--lira-variance", type=click.Choice(["auto", "global", "per-example"]), default="auto", show_default=True,
-              help=_LIRA_HELP)
-@click.option("--lira-offline", type=click.Choice(["one-sided", "two-sided"]), default="one-sided", show_default=True,
-              help="Offline LiRA's test: the paper's one-sided log Phi, or the reference code's two-sided density "
-                   "(see --lira-variance).")
-@click.option("--min-k", type=FiniteFloat(min=0, max=1, min_open=True), default=0.2, show_default=True, metavar="K",
-              help="min-k and min-k++ (causal LMs): average each text's fraction K of lowest-scoring tokens.")
-@click.option("--beam-width", type=click.IntRange(min=1), default=5, show_default=True,
-              help="extraction (causal LMs): beams of the beam search beside greedy decoding from each canary's prefix.")
-@click.option("--exposure-limit", type=click.IntRange(min=1), default=10**5, show_default=True, metavar="N",
-              help="exposure (causal LMs): exact (every candidate scored by a prefix tree) up to |R| = N; above, Carlini "
-                   "et al.'s sampled estimates from --exposure-samples candidates.")
-@click.option("--exposure-samples", type=click.IntRange(min=3), default=1000, show_default=True, metavar="M",
-              help="exposure (causal LMs): candidates drawn uniformly for the sampled estimates (resolve at most log2 M bits).")
-@click.option("--blind-baseline/--no-blind-baseline", default=True, show_default=True,
-              help="Beside every membership attack, a classifier that never looks at the model (word and character "
-                   "n-grams, length, label; Das et al. 2024), cross-fitted: when an attack does not beat it, the "
-                   "membership signal may be distribution shift, not memorization.")
+@click.option("--attacks", "attack_names", default=",".join(DEFAULT_ATTACKS), show_default=True,
+              help="Comma-separated attacks, or 'all' (every attack the model type supports); --attacks NAME --help "
+                   "lists its options.")
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists and is not empty.")
 @click.option("--json", "as_json", is_flag=True, help="Print results.json on stdout instead of the summary.")
-def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: int, reveal: int, top_k: int, seed: int,
-           shadow_models: int, attack_model: str, reference_model: Path | None, max_shadow_minutes: float | None,
-           shadow_cache: Path | None, fprs: tuple[float, ...], mia_examples: int | None, lira_global_variance: bool,
-           overwrite: bool, as_json: bool, workers: int | None = None, ray_address: str | None = None,
-           shadow_trainer: str | None = None, shadow_config: Path | None = None, shadow_dirs: tuple[str, ...] = (),
-           claimed_epsilon: float | None = None, claimed_delta: float | None = None, lira_variance: str = "auto",
-           lira_offline: str = "one-sided", blind_baseline: bool = True, claimed_from_opacus: Path | None = None,
-           min_k: float = 0.2, beam_width: int = 5, exposure_limit: int = 10**5, exposure_samples: int = 1000) -> None:
+@click.pass_context
+def attack(ctx: click.Context, model: Path, data: Path, out: Path, attack_names: str, overwrite: bool, as_json: bool,
+           **params: Any) -> None:
     """Attack a model's canaries and write results.json, scores/canaries.jsonl and manifest.json.
 
     Exposure (Carlini et al. 2019) is exact: all secret tokens are masked at once and the secret's
@@ -191,36 +188,26 @@ def attack(model: Path, data: Path, out: Path, attack_names: str, batch_size: in
     Threads: scoring and torch-trained shadow models use the cores actually free (CPU affinity minus the 1-minute
     load average, at least 1); set OMP_NUM_THREADS=N (or DPAUDIT_THREADS=N) to choose.
     """
-    from dpaudit.cli.params import attack_extras
     from dpaudit.extras import require_extras
 
+    # The options given on the command line, by field name (the others keep their Configs' defaults).
+    values = {name: value for name, value in params.items()
+              if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE}
     # Before any work: the extras the attacks need, and the cluster (one line each, not a traceback or minutes).
-    require_extras("dpaudit attack", *attack_extras(model, attack_names, shadow_trainer=shadow_trainer,
-                                                     shadow_dirs=shadow_dirs, reference_model=reference_model))
-    if ray_address is not None:
+    require_extras("dpaudit attack", *cli_params.attack_extras(
+        model, attack_names, shadow_trainer=values.get("shadow_trainer"), shadow_dirs=values.get("shadow_dirs", ()),
+        reference_model=values.get("reference_model")))
+    if values.get("ray_address") is not None:
         from dpaudit.training.fleet import check_ray_address
 
-        ray_address = check_ray_address(ray_address)
+        values["ray_address"] = check_ray_address(values["ray_address"])
     from dpaudit.attacks.run import AttackWarning, FinishedAttack
     from dpaudit.stages.attack import attack as run_attack
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", AttackWarning)
-        results = run_attack(model, data, attack_names.split(","), out=out, overwrite=overwrite, batch_size=batch_size,
-                             reveal=reveal, top_k=top_k, seed=seed, command=["dpaudit", *sys.argv[1:]],
-                             shadow_models=shadow_models, attack_model=attack_model,
-                             reference_model=None if reference_model is None else str(reference_model),
-                             max_shadow_minutes=max_shadow_minutes,
-                             shadow_cache=None if shadow_cache is None else str(shadow_cache),
-                             fprs=tuple(fprs) or None, mia_examples=mia_examples,
-                             lira_global_variance=lira_global_variance, workers=workers, ray_address=ray_address,
-                             shadow_trainer=shadow_trainer,
-                             shadow_config=None if shadow_config is None else str(shadow_config),
-                             shadow_dirs=tuple(shadow_dirs) or None, claimed_epsilon=claimed_epsilon,
-                             claimed_delta=claimed_delta, lira_variance=lira_variance, lira_offline=lira_offline,
-                             blind_baseline=blind_baseline, min_k=min_k, beam_width=beam_width,
-                             exposure_limit=exposure_limit, exposure_samples=exposure_samples,
-                             claimed_from_opacus=None if claimed_from_opacus is None else str(claimed_from_opacus))
+        results = run_attack(model, data, attack_names.split(","), out=out, overwrite=overwrite,
+                             command=["dpaudit", *sys.argv[1:]], **values)
     for w in caught:
         if issubclass(w.category, AttackWarning):  # a rerun of a finished attack says so in a note
             click.echo(f"{'note' if issubclass(w.category, FinishedAttack) else 'warning'}: {w.message}", err=True)

@@ -1,15 +1,23 @@
-"""Option types shared by the ``dpaudit`` commands.
+"""Option types shared by the ``dpaudit`` commands, and the options generated from a Config dataclass.
 
 click's ``FLOAT`` reads ``nan`` and ``inf`` (Python's ``float()`` does), and its ``FloatRange`` lets
 ``nan`` through every bound (each comparison with nan is false), so a range alone does not keep them
 out. :class:`FiniteFloat` refuses both first, naming nan as not a number, with a one-line error that
 names the option (a :class:`~dpaudit.errors.UserInputError`, exit code 2, like every other bad input).
+
+:func:`config_options` is the one generator of command-line options from a frozen Config: ``dpaudit train``'s
+from the trainer's Config, ``dpaudit attack``'s from :class:`~dpaudit.attacks.options.RunOptions` and the
+attacks' Configs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
-from typing import Any
+import types
+import typing
+from collections.abc import Collection
+from typing import Any, Literal
 
 import click
 
@@ -39,25 +47,24 @@ class FiniteFloat(click.FloatRange):
         return f"{'(' if self.min_open else '['}{low}, {high}{')' if self.max_open else ']'}"
 
 
-#: Attacks that train models with the target's trainer (or ``--shadow-trainer``), unless given their models.
-TRAINING_ATTACKS = frozenset({"shadow", "ref", "lira", "rmia"})
-
-
 def attack_extras(model: Any, attack_names: str, *, shadow_trainer: str | None, shadow_dirs: tuple[str, ...],
                   reference_model: Any) -> tuple[str, ...]:
     """The extras ``dpaudit attack`` needs (README, "Which extra each command needs"): ``torch`` always (scoring
     loads the model with transformers), and the trainer's extra when an attack trains shadow or reference models
-    (``jax`` for a jax-bert target). Read from the options and the target's manifest alone, before any work."""
+    (``jax`` for a jax-bert target: an attack class's ``trains_models(options)``). Read from the options and the
+    target's manifest alone, before any work."""
     import json
     from pathlib import Path
+    from types import SimpleNamespace
 
+    from dpaudit.attacks.registry import attack_class, available_attacks, prop, registered_classes
     from dpaudit.extras import trainer_extras
 
     names = {name.strip() for name in str(attack_names).split(",")}
-    every = "all" in names
-    trains = ((every or bool(names & (TRAINING_ATTACKS - {"ref"}))) and not shadow_dirs
-              or (every or "ref" in names) and reference_model is None)
-    if not trains:
+    classes = registered_classes() if "all" in names else [attack_class(n) for n in names if n in available_attacks()]
+    options = SimpleNamespace(shadow_trainer=shadow_trainer, shadow_dirs=tuple(shadow_dirs or ()),
+                              reference_model=reference_model)
+    if not any(prop(cls, "trains_models")(options) for cls in classes):
         return ("torch",)
     trainer = shadow_trainer
     if trainer is None:
@@ -88,3 +95,81 @@ class NoiseMultiplier(FiniteFloat):
 
     def _describe_range(self) -> str:
         return "0 or [1e-10, 1e10]"
+
+
+def _click_type(annotation: Any, metadata: typing.Mapping[str, Any]) -> tuple[Any, bool, bool]:
+    """The click type of a Config field, whether it is a boolean flag, and whether the option repeats (a
+    ``tuple[X, ...]`` field), from its annotation and its metadata's ``min``/``max``/``min_open``/``max_open``,
+    ``path``/``file`` and ``seed`` (:func:`dpaudit.attacks.options.option`)."""
+    origin = typing.get_origin(annotation)
+    if origin in (typing.Union, types.UnionType):
+        members = [a for a in typing.get_args(annotation) if a is not type(None)]
+        if len(members) == 1:
+            return _click_type(members[0], metadata)
+        return str, False, False
+    if origin is tuple and typing.get_args(annotation)[-1:] == (Ellipsis,):
+        return _click_type(typing.get_args(annotation)[0], metadata)[0], False, True
+    if origin is Literal:
+        return click.Choice([str(v) for v in typing.get_args(annotation)]), False, False
+    if annotation is bool:
+        return bool, True, False
+    bounds = {k: metadata[k] for k in ("min", "max", "min_open", "max_open") if k in metadata}
+    if metadata.get("seed"):
+        from dpaudit.training.config_types import seed_type
+
+        return seed_type(), False, False
+    if metadata.get("path") or metadata.get("file"):
+        return click.Path(dir_okay=not metadata.get("file")), False, False
+    if annotation is int and bounds:
+        return click.IntRange(**bounds), False, False
+    if annotation is float and bounds:
+        return FiniteFloat(**bounds), False, False
+    if annotation in (int, float, str):
+        return annotation, False, False
+    return str, False, False
+
+
+def config_options(config_cls: type, *, reserved: Collection[str] = (), fields: Collection[str] | None = None
+                   ) -> list[click.Option]:
+    """One click option per field of a Config dataclass (a trainer's, an attack's), or of ``fields`` only.
+
+    The field's metadata gives the help (``help``) and, when set, the option's spelling (``flag``), ``metavar``,
+    a range, a path or seed type (:func:`_click_type`), ``hidden``; a ``python_only`` field gets no option. A
+    boolean field is a flag (``--x/--no-x`` when it defaults to True); a ``tuple[X, ...]`` field repeats. Former
+    field names (the Config's ``RENAMED_FIELDS``) are hidden options that the caller warns about. The Config's own
+    fields come first, then each shared base's, nearest first.
+
+    Raises:
+        TypeError: a field named like one of the command's own options (``reserved``).
+    """
+    hints = typing.get_type_hints(config_cls)
+    options = []
+    # How far up the bases a field was first declared: 0 for the Config's own, then each shared base, nearest first
+    # (a trainer's fields, then the torch trainers' shared ones, then DpOptions'); a redeclared field stays with its base.
+    depth = {f.name: i for i, base in enumerate(config_cls.__mro__) if dataclasses.is_dataclass(base)
+             for f in dataclasses.fields(base)}
+    chosen = [f for f in dataclasses.fields(config_cls) if (fields is None or f.name in fields)
+              and not f.metadata.get("python_only")]
+    for f in sorted(chosen, key=lambda f: depth[f.name]):
+        if f.name in reserved:
+            raise TypeError(f"{config_cls.__qualname__}.{f.name} clashes with one of the command's own options.")
+        click_type, is_flag, multiple = _click_type(hints[f.name], f.metadata)
+        default = f.default if f.default is not dataclasses.MISSING else None
+        flag = f.metadata.get("flag") or "--" + f.name.replace("_", "-")
+        common = {"help": f.metadata.get("help", ""), "hidden": bool(f.metadata.get("hidden"))}
+        if "metavar" in f.metadata:
+            common["metavar"] = f.metadata["metavar"]
+        if is_flag and not default:
+            options.append(click.Option([flag, f.name], is_flag=True, default=False, **common))
+        elif is_flag:
+            options.append(click.Option([f"{flag}/--no-{flag[2:]}", f.name], default=default, show_default=True,
+                                        **common))
+        elif multiple:
+            options.append(click.Option([flag, f.name], type=click_type, multiple=True, **common))
+        else:
+            options.append(click.Option([flag, f.name], type=click_type, default=default, show_default=True, **common))
+    if fields is None:
+        for old, new in dict(getattr(config_cls, "RENAMED_FIELDS", {})).items():  # hidden; the caller warns
+            options.append(click.Option(["--" + old.replace("_", "-"), old],
+                                        type=_click_type(hints[new], {})[0], default=None, hidden=True))
+    return options

@@ -14,14 +14,13 @@ import errno
 import json
 import re
 import tomllib
-import types
-import typing
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any
 
 import click
 from click.core import ParameterSource
 
+from dpaudit.cli import params
 from dpaudit.training.config_types import ConfigTypeError, config_keys, option_name, seed_type
 from dpaudit.errors import UserInputError
 from dpaudit.extras import MissingExtraError
@@ -46,47 +45,10 @@ _EPILOG = (
 )
 
 
-def _click_type(annotation: Any) -> tuple[Any, bool]:
-    """The click type for a Config field annotation, and whether it is a boolean flag."""
-    origin = typing.get_origin(annotation)
-    if origin in (typing.Union, types.UnionType):
-        members = [a for a in typing.get_args(annotation) if a is not type(None)]
-        if len(members) == 1:
-            return _click_type(members[0])
-        return str, False
-    if origin is Literal:
-        return click.Choice([str(v) for v in typing.get_args(annotation)]), False
-    if annotation is bool:
-        return bool, True
-    if annotation in (int, float, str):
-        return annotation, False
-    return str, False
-
-
 def config_options(config_cls: type) -> list[click.Option]:
-    """One click option per field of a trainer's Config dataclass (help from field metadata)."""
-    hints = typing.get_type_hints(config_cls)
-    options = []
-    # The trainer's own settings (its mode, rank...) first, then each shared base's, nearest first (the torch
-    # trainers' shared fields, then DpOptions'): the base that first declared a field keeps it, redeclared or not.
-    depth = {f.name: i for i, base in enumerate(config_cls.__mro__) if dataclasses.is_dataclass(base)
-             for f in dataclasses.fields(base)}
-    for f in sorted(dataclasses.fields(config_cls), key=lambda f: depth[f.name]):
-        if f.name in _COMMON:
-            raise TypeError(f"{config_cls.__qualname__}.{f.name} clashes with a common `dpaudit train` option.")
-        click_type, is_flag = _click_type(hints[f.name])
-        default = f.default if f.default is not dataclasses.MISSING else None
-        help_text = f.metadata.get("help", "")
-        flag = "--" + f.name.replace("_", "-")
-        if is_flag and not default:
-            options.append(click.Option([flag, f.name], is_flag=True, default=False, help=help_text))
-        elif is_flag:
-            options.append(click.Option([f"{flag}/--no-{flag[2:]}", f.name], default=default, help=help_text, show_default=True))
-        else:
-            options.append(click.Option([flag, f.name], type=click_type, default=default, help=help_text, show_default=True))
-    for old, new in _renamed(config_cls).items():  # former spellings: hidden, warned about in build_config
-        options.append(click.Option([option_name(old), old], type=_click_type(hints[new])[0], default=None, hidden=True))
-    return options
+    """One click option per field of a trainer's Config dataclass (:func:`dpaudit.cli.params.config_options`, the
+    generator ``dpaudit attack`` shares)."""
+    return params.config_options(config_cls, reserved=_COMMON)
 
 
 def _renamed(config_cls: type) -> dict[str, str]:

@@ -191,8 +191,10 @@ def attack(model: Any, data: str | os.PathLike[str], attacks: Iterable[str] | st
         save_to: for a model object: the directory it is saved to and kept in (it must not exist or be empty); by
             default a temporary directory, removed after the attack.
         out: the attack directory to write (``results.json``, scores, ``index.html``); None writes nothing.
-        options: as :func:`dpaudit.attacks.run.attack` (``batch_size``, ``reveal``, ``top_k``, ``seed``, ``device``,
-            ``progress``, ``overwrite`` and the membership-inference options).
+        options: as :func:`dpaudit.attacks.run.attack`: ``device``, ``progress``, ``overwrite``, and the attacks'
+            options by field name (``batch_size``, ``seed``, ``shadow_models``, ``min_k``, ...: the fields of
+            :class:`~dpaudit.attacks.options.RunOptions` and of the Configs of the attacks run, which ``dpaudit attack
+            --attacks NAME --help`` lists); an option of an attack that does not run is refused.
 
     Raises:
         UserInputError: bad input, before anything is loaded or written.

@@ -43,8 +43,8 @@ def attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks:
            out: str | os.PathLike[str] | None = None, **options: Any) -> AttackResults:
     """Run canary attacks on a model and (with ``out``) write the attack directory with its ``index.html``.
 
-    Arguments as :func:`dpaudit.attacks.run.attack` (``overwrite``, ``batch_size``, ``reveal``, ``top_k``,
-    ``seed``, ``device``, ``progress``, ``command`` and the membership-inference options).
+    Arguments as :func:`dpaudit.attacks.run.attack` (``overwrite``, ``device``, ``progress``, ``command`` and the
+    attacks' options by field name).
 
     Raises:
         UserInputError: bad input, before anything is loaded or written.

@@ -8,7 +8,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from dpaudit.attacks.base import AttackOptions
+from dpaudit.attacks.registry import AttackOptions
 from dpaudit.attacks.blind import BlindAttack, blind_comparison, blind_scores
 from dpaudit.attacks.mia import MembershipTask
 from dpaudit.audit import roc_curve

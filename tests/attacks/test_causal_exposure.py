@@ -74,7 +74,8 @@ def test_symbols_that_are_not_single_tokens_are_refused_by_the_exact_path(tiny):
 def test_a_space_whose_symbols_split_is_sampled_from_the_texts(tiny, tiny_causal_dir):
     """The exposure attack on a causal LM whose tokenizer splits a symbol: every candidate's text scored (the sampled
     path's text branch), the secret among them scored the same way, the reason recorded."""
-    from dpaudit.attacks.base import AttackContext, AttackOptions
+    from dpaudit.attacks.base import AttackContext
+    from dpaudit.attacks.registry import AttackOptions
     from dpaudit.attacks.exposure import ExposureAttack
 
     model, tokenizer = tiny

@@ -13,7 +13,7 @@ import pytest
 from click.testing import CliRunner
 
 from dpaudit.cli import cli
-from tests.test_bad_inputs_runs import assert_one_line_error
+from tests.bad_inputs.test_train_runs import assert_one_line_error
 
 
 def test_score_functions_on_known_numbers():
@@ -121,9 +121,9 @@ def test_pickle_only_causal_directory_is_refused_in_one_line(tiny_causal_dir, da
 
 
 def test_an_attack_that_does_not_run_on_a_causal_lm_is_refused_in_one_line(tiny_causal_dir, data_dir, tmp_path):
-    from dpaudit.attacks.registry import ATTACKS, attack_class
+    from dpaudit.attacks.registry import attack_class, available_attacks
 
-    unsupported = sorted(name for name in ATTACKS if "causal-lm" not in attack_class(name).model_kinds)
+    unsupported = sorted(name for name in available_attacks() if "causal-lm" not in attack_class(name).model_kinds)
     assert unsupported, "every attack runs on a causal LM: pick another refusal to test"
     result = CliRunner().invoke(cli, ["attack", "--model", str(tiny_causal_dir), "--data", str(data_dir), "--out",
                                       str(tmp_path / "out"), "--attacks", f"loss,{unsupported[0]}"])

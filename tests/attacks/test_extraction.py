@@ -34,7 +34,8 @@ def fitted(tmp_path_factory):
 def _context(data, model_dir):
     import transformers
 
-    from dpaudit.attacks.base import AttackContext, AttackOptions
+    from dpaudit.attacks.base import AttackContext
+    from dpaudit.attacks.registry import AttackOptions
     from dpaudit.inject_run import load_inject_run
 
     run = load_inject_run(data)
@@ -108,7 +109,8 @@ def test_phrases_are_decoded_over_the_vocabulary(fitted):
     """With no finite alphabet (phrases) the continuation runs over the whole vocabulary and is compared as decoded
     text: the last 3 words of training rows come back exactly (edit distance 0, though WordPiece decodes '69827' as
     '6 9 8 2 7'), those of held-out rows do not."""
-    from dpaudit.attacks.base import AttackContext, AttackOptions
+    from dpaudit.attacks.base import AttackContext
+    from dpaudit.attacks.registry import AttackOptions
     from dpaudit.attacks.extraction import ExtractionAttack
 
     data, model_dir = fitted

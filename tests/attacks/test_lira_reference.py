@@ -127,7 +127,7 @@ def test_defaults_follow_the_measurements():
 
 
 def test_choices_are_checked_and_mirror_the_options():
-    from dpaudit.attacks.base import AttackOptions
+    from dpaudit.attacks.registry import AttackOptions
 
     phi, keep, target, _ = toy(4, 10, seed=0)
     with pytest.raises(ValueError, match="variance must be"):

@@ -114,7 +114,7 @@ def test_a_bound_above_the_claim_is_flagged_loudly():
     one-run bound, a proof), as "investigate" from the examples of one model (Clopper-Pearson, a heuristic)."""
     from types import SimpleNamespace
 
-    from dpaudit.attacks.base import AttackOptions
+    from dpaudit.attacks.registry import AttackOptions
     from dpaudit.attacks.mia import MembershipTask, audit_tasks
 
     n, k = 2000, 200
