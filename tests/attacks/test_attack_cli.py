@@ -168,7 +168,7 @@ def test_out_that_is_a_file_is_refused(canary_model, canary_data, tmp_path):
 def test_classifier_given_to_masked_lm_attack_is_refused(classifier_model, canary_data, tmp_path):
     out = tmp_path / "out"
     _refused(_attack("--model", str(classifier_model), "--data", str(canary_data), "--out", str(out), "--attacks", "exposure"),
-             out, "needs a causal-lm or masked-lm model")
+             out, "needs a causal LM or masked LM")
 
 
 @pytest.mark.parametrize("damage, match", [("pickle", "pickle"), ("tokenizer", "no tokenizer"), ("weights", "no model.safetensors")])
