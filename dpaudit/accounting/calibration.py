@@ -33,9 +33,11 @@ from dpaudit.accounting.pld import (
     PLD_MIN_DELTA,
     PLD_MAX_GRID_POINTS,
     PldGridTooLargeError,
+    _PldItem,
     _check_grid,
     _check_pld_delta,
     _flatten_for_pld,
+    _Level,
     _NotFlat,
 )
 from dpaudit.accounting.tan import _tan_eta_for_epsilon
@@ -58,7 +60,7 @@ class _Ladder:
     Only the last rung (the accountant of record) decides feasibility.
     """
 
-    def __init__(self, evaluate: Callable[[float, tuple], float], target: float, *, increasing: bool,
+    def __init__(self, evaluate: Callable[[float, _Level], float], target: float, *, increasing: bool,
                  rtol: float, integer: bool, bounds: tuple[float, float]) -> None:
         self.evaluate = evaluate
         self.target = target
@@ -67,7 +69,7 @@ class _Ladder:
         self.integer = integer
         xs = sorted(self.sign * math.log(b) for b in bounds)
         self.x_min, self.x_max = xs
-        self.evaluations: list[tuple[tuple, float, float]] = []
+        self.evaluations: list[tuple[_Level, float, float]] = []
 
     # p <-> x -----------------------------------------------------------------------------------------
     def _param(self, x: float, toward_feasible: bool) -> float:
@@ -81,7 +83,7 @@ class _Ladder:
         lo, hi = sorted(math.exp(self.sign * b) for b in (self.x_min, self.x_max))
         return float(min(max(p, round(lo)), round(hi)))
 
-    def _point(self, level: tuple, p: float) -> _Point:
+    def _point(self, level: _Level, p: float) -> _Point:
         eps = self.evaluate(p, level)
         self.evaluations.append((level, p, eps))
         if eps <= 0.0:
@@ -93,7 +95,7 @@ class _Ladder:
         return _Point(self.sign * math.log(p), p, g)
 
     # one rung ------------------------------------------------------------------------------------------
-    def solve(self, level: tuple, x0: float, slope: float, *, final: bool, certify: bool = False,
+    def solve(self, level: _Level, x0: float, slope: float, *, final: bool, certify: bool = False,
               root_tol: float = 0.0, max_evals: int = 60) -> tuple[_Point | None, _Point | None, float, float]:
         """Returns (feasible point closest to the boundary, infeasible point, root estimate, slope).
 
@@ -173,6 +175,7 @@ class _Ladder:
             return last.x + (math.log(4.0) if last.g > 0 else -math.log(4.0))
         candidates = [p for p in (lo, hi, last) if p is not None and math.isfinite(p.g)]
         if not candidates:
+            assert lo is not None and hi is not None  # last.g is infinite and both sides are known (above)
             return 0.5 * (lo.x + hi.x)
         anchor = min(candidates, key=lambda p: abs(p.g))
         step = max(min(anchor.g / slope, math.log(8.0)), -math.log(8.0))  # at most x8 per step
@@ -182,8 +185,8 @@ class _Ladder:
         return root
 
 
-def _ladder_levels(accountant: str, *, medium: bool) -> list[tuple]:
-    levels: list[tuple] = [("rdp", _BRACKET_RDP_ORDERS)]
+def _ladder_levels(accountant: str, *, medium: bool) -> list[_Level]:
+    levels: list[_Level] = [("rdp", _BRACKET_RDP_ORDERS)]
     if accountant == "pld":
         if medium:
             levels.append(("pld", _PLD_MEDIUM_DISCRETIZATION))
@@ -193,7 +196,7 @@ def _ladder_levels(accountant: str, *, medium: bool) -> list[tuple]:
     return levels
 
 
-def _run_ladder(ladder: _Ladder, levels: list[tuple], p0: float, *, certify: bool) -> _Point | None:
+def _run_ladder(ladder: _Ladder, levels: list[_Level], p0: float, *, certify: bool) -> _Point | None:
     x, slope = ladder.sign * math.log(p0), 1.5
     hi: _Point | None = None
     for index, level in enumerate(levels):
@@ -226,7 +229,7 @@ def _check_target(target_epsilon: float, delta: float, tolerance: float) -> tupl
     return target, delta, tolerance
 
 
-def _epsilon_with_tail(event: DpEvent, delta: float, level: tuple, noise_reach: float | None) -> float:
+def _epsilon_with_tail(event: DpEvent, delta: float, level: _Level, noise_reach: float | None) -> float:
     """Epsilon of ``event`` at ``delta`` minus its noise tail figure (:mod:`.noise_tail`) for a sampler of reach
     ``noise_reach`` (None: no tail); inf when the tail alone reaches delta (or leaves PLD a delta below the one
     it can evaluate). The tail falls as sigma grows and rises with the steps and the batch, so epsilon stays
@@ -239,8 +242,8 @@ def _epsilon_with_tail(event: DpEvent, delta: float, level: tuple, noise_reach: 
     return _value(event, "epsilon", accountant_delta, level)
 
 
-def _poisson_items(event: DpEvent) -> list[tuple] | None:
-    items: list[tuple] = []
+def _poisson_items(event: DpEvent) -> list[_PldItem] | None:
+    items: list[_PldItem] = []
     try:
         _flatten_for_pld(event, 1, items)
     except _NotFlat:
@@ -301,7 +304,7 @@ def calibrate_noise(build_event: Callable[[float], DpEvent], target_epsilon: flo
     if accountant == "pld":
         _check_pld_delta(delta)
 
-    def evaluate(sigma: float, level: tuple) -> float:
+    def evaluate(sigma: float, level: _Level) -> float:
         event = build_event(sigma)
         if level[0] == "pld" and final_level[0] == "pld":
             # Refuse before any rung builds a PLD for a sigma the accountant of record cannot evaluate.
@@ -314,9 +317,10 @@ def calibrate_noise(build_event: Callable[[float], DpEvent], target_epsilon: flo
     if accountant == "pld" and is_fixed_size(probe):
         raise UserInputError("PLD cannot account for fixed-size sampling without replacement; use accountant='rdp'.")
     sigma0 = 1.0
-    items = _poisson_items(probe)
-    if items and all(item[0] == "poisson" for item in items):
-        eta_at_one = math.sqrt(sum(c * q * q / (2.0 * s * s) for _, q, s, c in items))
+    items = _poisson_items(probe) or []
+    poisson = [item for item in items if item[0] == "poisson"]
+    if items and len(poisson) == len(items):
+        eta_at_one = math.sqrt(sum(c * q * q / (2.0 * s * s) for _, q, s, c in poisson))
         if eta_at_one > 0:
             sigma0 = eta_at_one / _tan_eta_for_epsilon(target, delta)
     low, high = sigma_bounds
@@ -338,7 +342,7 @@ def calibrate_noise(build_event: Callable[[float], DpEvent], target_epsilon: flo
         if floor is None:
             raise
         floor = floor * (1.0 + 1e-9)
-        coarse = ("pld", _PLD_MEDIUM_DISCRETIZATION)
+        coarse: _Level = ("pld", _PLD_MEDIUM_DISCRETIZATION)
         eps_floor = _epsilon_with_tail(build_event(floor), delta, coarse, noise_reach)
         why = (f"where PLD accounting would need more than {PLD_MAX_GRID_POINTS:,} grid points at discretization "
                f"{PLD_DISCRETIZATION:g}")
@@ -380,7 +384,7 @@ def max_steps(*, sampling_probability: float, noise_multiplier: float, target_ep
     step = Segment(steps=1, sampling_probability=sampling_probability, noise_multiplier=noise_multiplier)
     preceding = list(preceding)
 
-    def evaluate(steps: float, level: tuple) -> float:
+    def evaluate(steps: float, level: _Level) -> float:
         return _epsilon_with_tail(schedule_event([*preceding, step.with_steps(int(steps))]), delta, level, noise_reach)
 
     eta_t = _tan_eta_for_epsilon(target, delta)
@@ -405,7 +409,7 @@ def max_batch_size(*, dataset_size: int, steps: int, noise_multiplier: float, ta
     n = _require_int("dataset_size", dataset_size, 1)
     Segment(steps=steps, sampling_probability=1.0, noise_multiplier=noise_multiplier)  # validates the rest
 
-    def evaluate(batch: float, level: tuple) -> float:
+    def evaluate(batch: float, level: _Level) -> float:
         event = dpsgd_event(noise_multiplier=noise_multiplier, sampling_probability=int(batch) / n, steps=steps)
         return _epsilon_with_tail(event, delta, level, noise_reach)
 

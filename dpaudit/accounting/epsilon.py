@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Literal
 
 from absl import logging as absl_logging
@@ -18,11 +18,14 @@ from dpaudit.accounting.pld import (
     _REPLACE_ONE,
     _RESULTS,
     PLD_DISCRETIZATION,
+    _PldItem,
     _check_grid,
     _check_pld_delta,
     _flatten_for_pld,
+    _Level,
     _NotFlat,
     _pld_value,
+    _ResultKey,
 )
 from dpaudit.accounting.serialization import _event_key
 from dpaudit.errors import UserInputError
@@ -50,7 +53,7 @@ def _rdp_value(event: DpEvent, kind: str, value: float, orders: Sequence[float] 
 
 
 @contextlib.contextmanager
-def _quiet_absl():
+def _quiet_absl() -> Iterator[None]:
     """Silence dp_accounting's absl warnings while RDP is evaluated.
 
     At small sigma the fractional-order series can fail to converge; RdpAccountant then drops that
@@ -70,7 +73,7 @@ def _check_accountant(accountant: str) -> None:
         raise UserInputError(f"accountant must be one of {', '.join(ACCOUNTANTS)}, got {accountant!r}.")
 
 
-def _value(event: DpEvent, kind: str, value: float, level: tuple) -> float:
+def _value(event: DpEvent, kind: str, value: float, level: _Level) -> float:
     """epsilon (kind="epsilon", value=delta) or delta (kind="delta", value=epsilon) at one accountant level.
 
     level: ("pld", discretization) or ("rdp", orders or None for dp_accounting's defaults).
@@ -88,7 +91,7 @@ def _value(event: DpEvent, kind: str, value: float, level: tuple) -> float:
     return cached
 
 
-def _level(accountant: str) -> tuple:
+def _level(accountant: str) -> _Level:
     return ("pld", PLD_DISCRETIZATION) if accountant == "pld" else ("rdp", None)
 
 
@@ -148,8 +151,7 @@ def epsilon_replace_one(event: DpEvent, delta: float) -> float:
         raise TypeError(f"event must be a dp_accounting DpEvent, got {type(event).__name__}.")
     if is_fixed_size(event):
         return epsilon(event, delta, "rdp")
-    level = ("pld-replace-one", PLD_DISCRETIZATION)
-    key = (_event_key(event), "epsilon", delta, level)
+    key: _ResultKey = (_event_key(event), "epsilon", delta, ("pld-replace-one", PLD_DISCRETIZATION))
     cached = _RESULTS.get(key)
     if cached is None:
         cached = _pld_replace_one(event, delta)
@@ -161,7 +163,7 @@ def _pld_replace_one(event: DpEvent, delta: float) -> float:
     from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
 
     _check_pld_delta(delta)
-    items: list[tuple] = []
+    items: list[_PldItem] = []
     try:
         _flatten_for_pld(event, 1, items)
         # A replace-one step spans about twice the add/remove privacy-loss range: guard at half the grid step.

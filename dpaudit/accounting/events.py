@@ -13,9 +13,8 @@ from __future__ import annotations
 import dataclasses
 import math
 import numbers
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from dp_accounting.dp_event import (
     ComposedDpEvent,
@@ -26,6 +25,7 @@ from dp_accounting.dp_event import (
     SelfComposedDpEvent,
 )
 
+from dpaudit.accounting.serialization import Json
 from dpaudit.errors import UserInputError
 
 FIXED_SIZE_LABEL = ("fixed-size batches sampled without replacement: replace-one adjacency (sensitivity twice one "
@@ -37,16 +37,16 @@ FIXED_SIZE_LABEL = ("fixed-size batches sampled without replacement: replace-one
 REPLACE_ONE_FACTOR = 2.0
 
 
-def _require_real(name: str, value: Any) -> float:
+def _require_real(name: str, value: object) -> float:
     if isinstance(value, bool) or not isinstance(value, numbers.Real):
         raise ValueError(f"{name} must be a number, got {value!r}.")
-    value = float(value)
-    if not math.isfinite(value):
-        raise ValueError(f"{name} must be finite, got {value}.")
-    return value
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be finite, got {number}.")
+    return number
 
 
-def _require_int(name: str, value: Any, minimum: int) -> int:
+def _require_int(name: str, value: object, minimum: int) -> int:
     if isinstance(value, bool) or not isinstance(value, numbers.Integral) or int(value) < minimum:
         raise ValueError(f"{name} must be an integer >= {minimum}, got {value!r}.")
     return int(value)
@@ -119,11 +119,11 @@ class Segment:
     def with_steps(self, steps: int) -> Segment:
         return dataclasses.replace(self, steps=steps)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> Json:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, obj: Any, *, where: str = "segment") -> Segment:
+    def from_json(cls, obj: object, *, where: str = "segment") -> Segment:
         """Inverse of :meth:`to_json`; bad input raises :class:`UserInputError` naming `where`."""
         if not isinstance(obj, dict):
             raise UserInputError(f"{where}: expected an object with steps, sampling_probability, "
@@ -298,7 +298,7 @@ def fixed_size_event(*, dataset_size: int, batch_size: int, steps: int, noise_mu
     return SelfComposedDpEvent(SampledWithoutReplacementDpEvent(n, b, GaussianDpEvent(effective)), s)
 
 
-def _walk(event: DpEvent):
+def _walk(event: DpEvent) -> Iterator[DpEvent]:
     yield event
     if isinstance(event, (SelfComposedDpEvent, PoissonSampledDpEvent, SampledWithoutReplacementDpEvent)):
         yield from _walk(event.event)
@@ -315,7 +315,8 @@ def segments_of_event(event: DpEvent) -> tuple[Segment, ...] | None:
     def one(sub: DpEvent) -> Segment | None:
         steps = 1
         if isinstance(sub, SelfComposedDpEvent):
-            sub, steps = sub.event, int(sub.count)
+            steps = int(sub.count)
+            sub = sub.event
         if isinstance(sub, PoissonSampledDpEvent) and isinstance(sub.event, GaussianDpEvent) and steps >= 1:
             return Segment(steps=steps, sampling_probability=float(sub.sampling_probability),
                            noise_multiplier=float(sub.event.noise_multiplier))

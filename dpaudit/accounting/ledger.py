@@ -28,8 +28,7 @@ A ledger with a target and no steps is a DP run that has not started (epsilon 0)
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Mapping, Sequence
 
 from dp_accounting.dp_event import DpEvent, NonPrivateDpEvent
 
@@ -37,7 +36,7 @@ from dpaudit.accounting.calibration import max_steps
 from dpaudit.accounting.epsilon import ACCOUNTANTS, Accountant, epsilon
 from dpaudit.accounting.events import Segment, schedule_event
 from dpaudit.figures import format_up
-from dpaudit.accounting.serialization import event_from_json, event_to_json
+from dpaudit.accounting.serialization import Json, event_from_json, event_to_json
 from dpaudit.errors import UserInputError
 
 __all__ = ["BudgetExceededError", "PrivacyLedger", "SAMPLING_METHODS", "SCHEMA"]
@@ -250,7 +249,7 @@ class PrivacyLedger:
         self._certified_epsilon = self._epsilon_of(_segments_of(certified))
 
     # ------------------------------------------------------------------------------------ persistence
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> Json:
         """Everything needed to resume: settings, recorded segments, certificate, and the event."""
         certificate = None
         if self._certificate is not None:
@@ -272,7 +271,7 @@ class PrivacyLedger:
         }
 
     @classmethod
-    def from_json(cls, obj: Any) -> PrivacyLedger:
+    def from_json(cls, obj: object) -> PrivacyLedger:
         """Rebuild a ledger saved by :meth:`to_json` (or by version 1, converted); a malformed file raises
         UserInputError."""
         if isinstance(obj, dict) and obj.get("schema") == _SCHEMA_V1:
@@ -303,10 +302,10 @@ class PrivacyLedger:
         return ledger
 
 
-def _from_v1(obj: dict[str, Any]) -> dict[str, Any]:
+def _from_v1(obj: Mapping[str, object]) -> dict[str, object]:
     """A /1 ledger in /2 terms: each segment's noise_multiplier (std / C) divided by its sensitivity_factor."""
 
-    def converted(segments: Any) -> Any:
+    def converted(segments: object) -> object:
         if not isinstance(segments, list):
             return segments
         out = []
@@ -319,6 +318,7 @@ def _from_v1(obj: dict[str, Any]) -> dict[str, Any]:
         return out
 
     new = {**obj, "schema": _SCHEMA_V2, "segments": converted(obj.get("segments", []))}
-    if isinstance(obj.get("certificate"), dict):
-        new["certificate"] = {**obj["certificate"], "segments": converted(obj["certificate"].get("segments", []))}
+    certificate = obj.get("certificate")
+    if isinstance(certificate, dict):
+        new["certificate"] = {**certificate, "segments": converted(certificate.get("segments", []))}
     return new

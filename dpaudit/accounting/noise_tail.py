@@ -59,12 +59,12 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from dp_accounting.dp_event import DpEvent
 
 from dpaudit.accounting.events import Segment
-from dpaudit.accounting.pld import _flatten_for_pld, _NotFlat
+from dpaudit.accounting.pld import _PldItem, _flatten_for_pld, _NotFlat
+from dpaudit.accounting.serialization import Json
 from dpaudit.errors import UserInputError
 from dpaudit.figures import format_up
 
@@ -131,7 +131,7 @@ def event_tail_figure(event: DpEvent, z_max: float) -> float:
     step. ValueError for an event of another kind (e.g. fixed-size sampling: no figure is defined)."""
     if math.isinf(z_max):
         return 0.0
-    items: list[tuple] = []
+    items: list[_PldItem] = []
     try:
         _flatten_for_pld(event, 1, items)
     except _NotFlat:
@@ -184,7 +184,7 @@ def split_delta(requested: float, tail: float, *, accept: bool = False, option: 
     return DeltaSplit(delta=requested + tail, accountant=requested, tail=tail, accepted=True)
 
 
-def noise_tail_entry(sampler: str) -> dict[str, Any]:
+def noise_tail_entry(sampler: str) -> Json:
     """The ``privacy.json`` ``noise_tail`` entry of a private run: which sampler drew the noise, its reach
     and the formula of the figure (the figure itself is the record's ``noise_tail_delta``)."""
     words, z_max = SAMPLERS[sampler] if sampler in SAMPLERS else (None, sampler_reach(sampler))

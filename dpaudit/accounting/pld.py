@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import collections
 import math
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Hashable, Sequence
+from typing import Generic, Literal, Protocol, TypeAlias, TypeVar, cast
 
 import numpy as np
 from dp_accounting.dp_event import (
@@ -17,9 +17,11 @@ from dp_accounting.dp_event import (
     PoissonSampledDpEvent,
     SelfComposedDpEvent,
 )
+from dp_accounting.pld import pld_pmf
 from dp_accounting.pld import privacy_loss_distribution as pld_lib
 from dp_accounting.pld import privacy_loss_mechanism as plm
 from dp_accounting.privacy_accountant import NeighboringRelation
+from numpy.typing import NDArray
 
 from dpaudit.errors import UserInputError
 
@@ -60,6 +62,18 @@ _ADD_OR_REMOVE = NeighboringRelation.ADD_OR_REMOVE_ONE
 _REPLACE_ONE = NeighboringRelation.REPLACE_ONE
 
 
+#: The composition items ``PLDAccountant`` builds (:func:`_flatten_for_pld`): a non-private step, ``count``
+#: Gaussian steps at sigma, or ``count`` Poisson-subsampled Gaussian steps at (q, sigma).
+_NonPrivateItem: TypeAlias = tuple[Literal["nonprivate"]]
+_GaussianItem: TypeAlias = tuple[Literal["gaussian"], float, int]
+_PoissonItem: TypeAlias = tuple[Literal["poisson"], float, float, int]
+_NoisyItem: TypeAlias = _GaussianItem | _PoissonItem
+_PldItem: TypeAlias = _NonPrivateItem | _NoisyItem
+#: An accountant level of :func:`dpaudit.accounting.epsilon._value`: PLD at a discretization, or RDP at some orders
+#: (None: dp_accounting's defaults).
+_Level: TypeAlias = tuple[Literal["pld"], float] | tuple[Literal["rdp"], tuple[float, ...] | None]
+
+
 class PldGridTooLargeError(UserInputError):
     """The PLD of an event would exceed :data:`PLD_MAX_GRID_POINTS` (a noise multiplier far too small).
 
@@ -75,20 +89,24 @@ class PldGridTooLargeError(UserInputError):
         self.points = points
 
 
-class _Lru:
+_K = TypeVar("_K", bound=Hashable)
+_V = TypeVar("_V")
+
+
+class _Lru(Generic[_K, _V]):
     """A tiny least-recently-used map (functools.lru_cache cannot key on unhashable DpEvents)."""
 
     def __init__(self, maxsize: int) -> None:
         self.maxsize = maxsize
-        self.data: collections.OrderedDict[Any, Any] = collections.OrderedDict()
+        self.data: collections.OrderedDict[_K, _V] = collections.OrderedDict()
 
-    def get(self, key: Any) -> Any:
+    def get(self, key: _K) -> _V | None:
         if key in self.data:
             self.data.move_to_end(key)
             return self.data[key]
         return None
 
-    def put(self, key: Any, value: Any) -> None:
+    def put(self, key: _K, value: _V) -> None:
         self.data[key] = value
         self.data.move_to_end(key)
         while len(self.data) > self.maxsize:
@@ -98,19 +116,25 @@ class _Lru:
         self.data.clear()
 
 
-_RESULTS = _Lru(512)          # (event key, kind, value, accountant/level) -> float
+#: (event key, kind, value, accountant level or replace-one PLD's) of a result of :mod:`dpaudit.accounting.epsilon`.
+_ResultKey: TypeAlias = tuple[str, str, float, _Level | tuple[Literal["pld-replace-one"], float]]
+_RESULTS: _Lru[_ResultKey, float] = _Lru(512)  # result key -> float
 
 
-_SINGLE_STEP_PLDS = _Lru(32)  # (q, sigma, discretization) -> PLD of one step
+#: (q, sigma, discretization) -> PLD of one step
+_SINGLE_STEP_PLDS: _Lru[tuple[float, float, float], pld_lib.PrivacyLossDistribution] = _Lru(32)
 
 
-_SEGMENT_PLDS = _Lru(16)      # (q, sigma, count, discretization) -> PLD of `count` steps
+#: (q, sigma, count, discretization) -> PLD of `count` steps
+_SEGMENT_PLDS: _Lru[tuple[float, float, int, float], pld_lib.PrivacyLossDistribution] = _Lru(16)
 
 
-_PREFIX_PLDS = _Lru(8)        # (tuple of items, discretization) -> composed PLD
+#: (tuple of items, discretization) -> composed PLD
+_PREFIX_PLDS: _Lru[tuple[tuple[_NoisyItem, ...], float], pld_lib.PrivacyLossDistribution] = _Lru(8)
 
 
-_GRID_POINTS = _Lru(256)      # item -> its privacy-loss span (no PLD built; see _item_loss_span)
+#: item -> its privacy-loss span (no PLD built; see _item_loss_span)
+_GRID_POINTS: _Lru[_NoisyItem, tuple[float, float, float]] = _Lru(256)
 
 
 def clear_caches() -> None:
@@ -123,7 +147,7 @@ class _NotFlat(Exception):
     pass
 
 
-def _flatten_for_pld(event: DpEvent, count: int, out: list[tuple]) -> None:
+def _flatten_for_pld(event: DpEvent, count: int, out: list[_PldItem]) -> None:
     """Mirror ``PLDAccountant._maybe_compose``: the composition items it would build, in order.
 
     Items: ("poisson", q, sigma, count), ("gaussian", sigma, count) or ("nonprivate",).
@@ -150,6 +174,10 @@ def _flatten_for_pld(event: DpEvent, count: int, out: list[tuple]) -> None:
         raise _NotFlat
 
 
+#: A function of a whole array of values, element by element.
+_ArrayMap: TypeAlias = Callable[[NDArray[np.float64]], NDArray[np.float64]]
+
+
 class _VectorizedGaussianPrivacyLoss(plm.GaussianPrivacyLoss):
     """``GaussianPrivacyLoss`` whose hockey-stick divergence is evaluated on a whole grid at once.
 
@@ -164,7 +192,7 @@ class _VectorizedGaussianPrivacyLoss(plm.GaussianPrivacyLoss):
     sooner. Anything other than a subsampled add/remove grid goes to the library's own code.
     """
 
-    def get_delta_for_epsilon(self, epsilon):  # same contract as the parent
+    def get_delta_for_epsilon(self, epsilon: float | Sequence[float]) -> float | Sequence[float]:  # as the parent
         q = self.sampling_prob
         add = self.adjacency_type == plm.AdjacencyType.ADD
         if q == 1.0 or not (add or self.adjacency_type == plm.AdjacencyType.REMOVE) or np.ndim(epsilon) != 1:
@@ -179,9 +207,10 @@ class _VectorizedGaussianPrivacyLoss(plm.GaussianPrivacyLoss):
         eps = epsilons[inverse]
         cutoffs = self._inverse_privacy_losses(eps, add)
         deltas[inverse] = self.mu_upper_cdf(cutoffs) - np.exp(eps + self.mu_lower_log_cdf(cutoffs))
-        return np.clip(deltas, 0, 1)
+        # an array, as the parent returns for list-like epsilons (its annotation says Sequence)
+        return cast("Sequence[float]", np.clip(deltas, 0, 1))
 
-    def _inverse_privacy_losses(self, losses: np.ndarray, add: bool) -> np.ndarray:
+    def _inverse_privacy_losses(self, losses: NDArray[np.float64], add: bool) -> NDArray[np.float64]:
         q = self.sampling_prob
         edge = -math.log(1 - q) if add else math.log(1 - q)
         # loss without subsampling = +-log(a exp(b) + c) with a = 1/q, b = -+loss, c = 1 - 1/q < 0.
@@ -194,13 +223,23 @@ class _VectorizedGaussianPrivacyLoss(plm.GaussianPrivacyLoss):
         with np.errstate(divide="ignore"):
             unsampled = np.where(b == 0, np.log(a + c), d + np.log1p(-np.exp(log_minus_c - d)))
         close = np.abs(losses - edge) <= 1e-9 * np.maximum(np.abs(losses), abs(edge))  # math.isclose
+        # dp_accounting annotates these two for one float; their arithmetic is numpy's, so they take a whole array.
         if add:
-            return self._inverse_privacy_loss_without_subsampling_add(np.where(close, math.inf, -unsampled))
-        return self._inverse_privacy_loss_without_subsampling_remove(np.where(close, -math.inf, unsampled))
+            inverse = cast(_ArrayMap, self._inverse_privacy_loss_without_subsampling_add)
+            return inverse(np.where(close, math.inf, -unsampled))
+        inverse = cast(_ArrayMap, self._inverse_privacy_loss_without_subsampling_remove)
+        return inverse(np.where(close, -math.inf, unsampled))
+
+
+class _CreatePmf(Protocol):
+    """dp_accounting's ``_create_pld_pmf_from_monotone_privacy_loss``, as it is called here."""
+
+    def __call__(self, monotone_privacy_loss: plm.MonotonePrivacyLoss, *, pessimistic_estimate: bool,
+                 value_discretization_interval: float, use_connect_dots: bool) -> pld_pmf.PLDPmf: ...
 
 
 #: dp_accounting's own PMF construction from a monotone privacy loss (private; absent -> slow path).
-_CREATE_PMF = getattr(pld_lib, "_create_pld_pmf_from_monotone_privacy_loss", None)
+_CREATE_PMF: _CreatePmf | None = getattr(pld_lib, "_create_pld_pmf_from_monotone_privacy_loss", None)
 
 
 def subsampled_gaussian_pld(noise_multiplier: float, sampling_probability: float,
@@ -212,14 +251,17 @@ def subsampled_gaussian_pld(noise_multiplier: float, sampling_probability: float
         return pld_lib.from_gaussian_mechanism(standard_deviation=sigma, value_discretization_interval=discretization,
                                                sampling_prob=q, neighboring_relation=_ADD_OR_REMOVE)
 
-    def pmf(adjacency: plm.AdjacencyType):
+    create = _CREATE_PMF
+
+    def pmf(adjacency: plm.AdjacencyType) -> pld_pmf.PLDPmf:
         loss = _VectorizedGaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency)
-        return _CREATE_PMF(loss, pessimistic_estimate=True, value_discretization_interval=discretization, use_connect_dots=True)
+        return create(loss, pessimistic_estimate=True, value_discretization_interval=discretization,
+                      use_connect_dots=True)
 
     return pld_lib.PrivacyLossDistribution(pmf(plm.AdjacencyType.REMOVE), pmf(plm.AdjacencyType.ADD))
 
 
-def _chernoff_range(probs: np.ndarray, count: int, tail_mass: float) -> int:
+def _chernoff_range(probs: NDArray[np.float64], count: int, tail_mass: float) -> int:
     """Length of the range ``pld_common.compute_self_convolve_bounds`` keeps when self-composing `probs`
     `count` times (same orders and bound, all orders in one array operation)."""
     n = len(probs)
@@ -231,8 +273,8 @@ def _chernoff_range(probs: np.ndarray, count: int, tail_mass: float) -> int:
     log_mgf = (peak + np.log(np.exp(exponents - peak).sum(axis=1, keepdims=True)))[:, 0]
     with np.errstate(over="ignore", invalid="ignore"):
         bounds = (count * log_mgf + math.log(2.0 / tail_mass)) / orders
-    upper = min([(n - 1) * count, *(math.ceil(b) for b, o in zip(bounds, orders) if o > 0 and math.isfinite(b))])
-    lower = max([0, *(math.floor(b) for b, o in zip(bounds, orders) if o < 0 and math.isfinite(b))])
+    upper: int = min([(n - 1) * count, *(math.ceil(b) for b, o in zip(bounds, orders) if o > 0 and math.isfinite(b))])
+    lower: int = max([0, *(math.floor(b) for b, o in zip(bounds, orders) if o < 0 and math.isfinite(b))])
     return upper - lower + 1
 
 
@@ -240,7 +282,7 @@ def _chernoff_range(probs: np.ndarray, count: int, tail_mass: float) -> int:
 _SPAN_SIGMA_STEP = math.log1p(0.04)
 
 
-def _item_loss_span(item: tuple) -> tuple[float, float, float]:
+def _item_loss_span(item: _NoisyItem) -> tuple[float, float, float]:
     """(lowest, highest single-step privacy loss on the PLD grid, width in loss units of the self-composed
     PLD's kept range). No PLD is built at the accountant's discretization: the single step's bounds are
     dp_accounting's connect-the-dots bounds, and the composed width is dp_accounting's Chernoff range
@@ -248,6 +290,7 @@ def _item_loss_span(item: tuple) -> tuple[float, float, float]:
     cached = _GRID_POINTS.get(item)
     if cached is not None:
         return cached
+    losses: list[plm.GaussianPrivacyLoss]
     if item[0] == "gaussian":
         losses = [plm.GaussianPrivacyLoss(item[1] / math.sqrt(item[2]))]
         count, q = 1, 1.0
@@ -256,8 +299,9 @@ def _item_loss_span(item: tuple) -> tuple[float, float, float]:
         losses = [_VectorizedGaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency)
                   for adjacency in (plm.AdjacencyType.REMOVE, plm.AdjacencyType.ADD)]
     bounds = [loss.connect_dots_bounds() for loss in losses]
-    low = min(b.epsilon_lower for b in bounds)
-    high = max(b.epsilon_upper for b in bounds)
+    # a continuous privacy loss always sets its epsilon bounds (dp_accounting leaves them None for discrete ones)
+    low = min(cast(float, b.epsilon_lower) for b in bounds)
+    high = max(cast(float, b.epsilon_upper) for b in bounds)
     width = (high - low) * count
     if count > 1 and _CREATE_PMF is not None and q < 1.0:
         coarse = (high - low) / 1024
@@ -276,7 +320,7 @@ def _item_loss_span(item: tuple) -> tuple[float, float, float]:
     return span
 
 
-def _item_grid_points(item: tuple, discretization: float) -> int:
+def _item_grid_points(item: _NoisyItem, discretization: float) -> int:
     """Points of the item's PLD at `discretization` once self-composed, estimated without building it.
 
     The span is measured at sigma rounded down to a 4% grid: a slight over-estimate (the grid grows as
@@ -285,13 +329,15 @@ def _item_grid_points(item: tuple, discretization: float) -> int:
     """
     sigma = item[-2]
     rounded = math.exp(math.floor(math.log(sigma) / _SPAN_SIGMA_STEP) * _SPAN_SIGMA_STEP)
-    low, high, width = _item_loss_span((*item[:-2], rounded, item[-1]))
+    at_rounded: _NoisyItem = (("gaussian", rounded, item[2]) if item[0] == "gaussian"
+                              else ("poisson", item[1], rounded, item[3]))
+    low, high, width = _item_loss_span(at_rounded)
     single = math.ceil(high / discretization) - math.floor(low / discretization) + 1
     count = item[-1] if item[0] == "poisson" else 1
     return min(max(single, math.ceil(width / discretization) + 1), (single - 1) * count + 1)
 
 
-def _check_grid(items: Sequence[tuple], discretization: float) -> None:
+def _check_grid(items: Sequence[_PldItem], discretization: float) -> None:
     """Raise :class:`PldGridTooLargeError` if some PLD array of this composition would be too large.
 
     Composing two PMFs convolves them (the lengths add before the tails are truncated), so the running
@@ -307,7 +353,7 @@ def _check_grid(items: Sequence[tuple], discretization: float) -> None:
             raise PldGridTooLargeError(total, discretization, sigma)
 
 
-def _item_pld(item: tuple, discretization: float):
+def _item_pld(item: _NoisyItem, discretization: float) -> pld_lib.PrivacyLossDistribution:
     if item[0] == "gaussian":
         _, sigma, count = item
         return pld_lib.from_gaussian_mechanism(standard_deviation=sigma / math.sqrt(count),
@@ -326,7 +372,13 @@ def _item_pld(item: tuple, discretization: float):
     return composed
 
 
-def _composed_pld(items: tuple[tuple, ...], discretization: float):
+def _noisy(items: Sequence[_PldItem]) -> list[_NoisyItem] | None:
+    """The items, all of them noisy steps; None when one is a non-private step (no PLD to build)."""
+    noisy = [item for item in items if item[0] != "nonprivate"]
+    return noisy if len(noisy) == len(items) else None
+
+
+def _composed_pld(items: tuple[_NoisyItem, ...], discretization: float) -> pld_lib.PrivacyLossDistribution:
     """identity.compose(item_1).compose(item_2)... exactly as PLDAccountant does, reusing prefixes."""
     start, pld = 0, None
     for end in range(len(items), 0, -1):
@@ -354,7 +406,7 @@ def _check_pld_delta(delta: float) -> None:
 def _pld_value(event: DpEvent, kind: str, value: float, discretization: float) -> float:
     if kind == "epsilon":
         _check_pld_delta(value)
-    items: list[tuple] = []
+    items: list[_PldItem] = []
     try:
         _flatten_for_pld(event, 1, items)
     except _NotFlat:
@@ -363,16 +415,17 @@ def _pld_value(event: DpEvent, kind: str, value: float, discretization: float) -
         accountant = PLDAccountant(_ADD_OR_REMOVE, value_discretization_interval=discretization)
         accountant.compose(event)
         return float(accountant.get_epsilon(value) if kind == "epsilon" else accountant.get_delta(value))
-    if any(item[0] == "nonprivate" for item in items):
+    noisy = _noisy(items)
+    if noisy is None:
         return math.inf if kind == "epsilon" else 1.0
-    if _PREFIX_PLDS.get((tuple(items), discretization)) is None:
-        _check_grid(items, discretization)
-    pld = _composed_pld(tuple(items), discretization)
+    if _PREFIX_PLDS.get((tuple(noisy), discretization)) is None:
+        _check_grid(noisy, discretization)
+    pld = _composed_pld(tuple(noisy), discretization)
     return float(pld.get_epsilon_for_delta(value) if kind == "epsilon" else pld.get_delta_for_epsilon(value))
 
 
 def privacy_profile(event: DpEvent, *, reach_delta: float, points: int = 200,
-                    discretization: float = PLD_DISCRETIZATION) -> tuple[np.ndarray, np.ndarray]:
+                    discretization: float = PLD_DISCRETIZATION) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """(epsilons, delta(epsilon)) of ``event`` (add/remove-one, both directions) from one PLD, on a grid
     from 0 to 3 x epsilon(reach_delta) + 4 (linear, plus a geometric part near 0).
 
@@ -381,22 +434,23 @@ def privacy_profile(event: DpEvent, *, reach_delta: float, points: int = 200,
     trade-off curve built from these points (:class:`dpaudit.audit.tradeoff.TradeOff`) is then never
     above the mechanism's own, which is what an audit that tests the claim needs.
     """
-    items: list[tuple] = []
+    items: list[_PldItem] = []
     _flatten_for_pld(event, 1, items)  # _NotFlat: an event no trainer of ours produces
-    if any(item[0] == "nonprivate" for item in items):
+    noisy = _noisy(items)
+    if noisy is None:
         return np.zeros(1), np.ones(1)
-    _check_grid(items, discretization)
-    pld = _composed_pld(tuple(items), discretization)
+    _check_grid(noisy, discretization)
+    pld = _composed_pld(tuple(noisy), discretization)
     top = min(3.0 * float(pld.get_epsilon_for_delta(reach_delta)) + 4.0, 700.0)  # e^700 is still a finite double
     grid = np.unique(np.concatenate([np.linspace(0.0, top, points), np.geomspace(1e-3, top, max(points // 4, 2))]))
     try:
         deltas = np.maximum(_hockey_stick(pld._pmf_remove, grid), _hockey_stick(pld._pmf_add, grid))  # noqa: SLF001
     except AttributeError:  # another dp_accounting layout: its own (slower) evaluation, same numbers
-        deltas = np.asarray(pld.get_delta_for_epsilon(grid), dtype=np.float64)
+        deltas = np.asarray(pld.get_delta_for_epsilon(cast("Sequence[float]", grid)), dtype=np.float64)  # takes arrays
     return grid, np.clip(deltas, 0.0, 1.0)
 
 
-def _hockey_stick(pmf: Any, epsilons: np.ndarray) -> np.ndarray:
+def _hockey_stick(pmf: pld_pmf.PLDPmf, epsilons: NDArray[np.float64]) -> NDArray[np.float64]:
     """delta(eps) = P[L = inf] + sum_{l > eps} p(l) (1 - e^(eps - l)) of a PLD pmf, for every eps >= 0 at once:
     suffix sums over the losses above 0, one searchsorted (dp_accounting's formula, without its
     per-element work)."""
@@ -408,4 +462,5 @@ def _hockey_stick(pmf: Any, epsilons: np.ndarray) -> np.ndarray:
     tail = np.concatenate([np.cumsum(probs[::-1])[::-1], [0.0]])
     weighted = np.concatenate([np.cumsum((probs * np.exp(-losses))[::-1])[::-1], [0.0]])
     k = np.searchsorted(losses, epsilons, side="right")  # first loss above eps
-    return inf_mass + np.maximum(tail[k] - np.exp(epsilons) * weighted[k], 0.0)
+    deltas: NDArray[np.float64] = inf_mass + np.maximum(tail[k] - np.exp(epsilons) * weighted[k], 0.0)
+    return deltas

@@ -5,7 +5,8 @@ from __future__ import annotations
 import json
 import math
 import numbers
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import TypeAlias
 
 import attr
 from dp_accounting import dp_event
@@ -15,8 +16,14 @@ from dp_accounting.dp_event import (
 
 from dpaudit.errors import UserInputError
 
+#: A JSON value as :mod:`json` writes and reads it (a tuple or any other sequence is written as an array). The one
+#: spelling of JSON data in dpaudit's typed packages: :data:`Json` is a JSON object.
+JsonValue: TypeAlias = "str | int | float | bool | None | Sequence[JsonValue] | Mapping[str, JsonValue]"
+#: A JSON object: what every ``to_json`` returns.
+Json: TypeAlias = "dict[str, JsonValue]"
 
-def _to_json_value(value: Any, path: str) -> Any:
+
+def _to_json_value(value: object, path: str) -> JsonValue:
     if isinstance(value, DpEvent):
         return _event_to_json(value, path)
     if isinstance(value, bool) or value is None or isinstance(value, str):
@@ -33,17 +40,17 @@ def _to_json_value(value: Any, path: str) -> Any:
     raise ValueError(f"{path}: cannot serialize {type(value).__name__} {value!r}.")
 
 
-def _event_to_json(event: DpEvent, path: str) -> dict[str, Any]:
+def _event_to_json(event: DpEvent, path: str) -> Json:
     cls = type(event)
     if getattr(dp_event, cls.__name__, None) is not cls:
         raise ValueError(f"{path}: only dp_accounting.dp_event classes serialize, got {cls.__module__}.{cls.__name__}.")
-    out: dict[str, Any] = {"class_name": cls.__name__}
+    out: Json = {"class_name": cls.__name__}
     for field in attr.fields(cls):
         out[field.name] = _to_json_value(getattr(event, field.name), f"{path}.{field.name}")
     return out
 
 
-def event_to_json(event: DpEvent) -> dict[str, Any]:
+def event_to_json(event: DpEvent) -> Json:
     """A JSON-ready dict: ``{"class_name": "ComposedDpEvent", "events": [...]}``, recursively.
 
     Only classes of ``dp_accounting.dp_event`` are written (and read back), so loading a
@@ -55,7 +62,7 @@ def event_to_json(event: DpEvent) -> dict[str, Any]:
     return _event_to_json(event, "event")
 
 
-def _from_json_value(value: Any, path: str) -> Any:
+def _from_json_value(value: object, path: str) -> object:
     if isinstance(value, dict):
         return _event_from_json(value, path)
     if isinstance(value, list):
@@ -63,10 +70,10 @@ def _from_json_value(value: Any, path: str) -> Any:
     return value
 
 
-def _event_from_json(obj: dict[str, Any], path: str) -> DpEvent:
+def _event_from_json(obj: Mapping[str, object], path: str) -> DpEvent:
     name = obj.get("class_name")
-    cls = getattr(dp_event, name, None) if isinstance(name, str) else None
-    if not (isinstance(cls, type) and issubclass(cls, DpEvent) and attr.has(cls)):
+    cls: object = getattr(dp_event, name, None) if isinstance(name, str) else None
+    if not (isinstance(cls, type) and attr.has(cls) and issubclass(cls, DpEvent)):
         raise UserInputError(f"{path}: unknown DpEvent class_name {name!r}; expected a dp_accounting.dp_event class.")
     fields = [f.name for f in attr.fields(cls)]
     given = set(obj) - {"class_name"}
@@ -79,7 +86,7 @@ def _event_from_json(obj: dict[str, Any], path: str) -> DpEvent:
         raise UserInputError(f"{path}: cannot build {name}: {err}") from None
 
 
-def event_from_json(obj: dict[str, Any]) -> DpEvent:
+def event_from_json(obj: object) -> DpEvent:
     """Inverse of :func:`event_to_json`; malformed input raises :class:`UserInputError`."""
     if not isinstance(obj, dict):
         raise UserInputError(f"event: expected a JSON object with class_name, got {type(obj).__name__}.")

@@ -7,9 +7,9 @@ import math
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from dpaudit.accounting.events import Segment, _require_int, _require_real
+from dpaudit.accounting.serialization import Json
 
 #: The TAN approximation of Sander et al. holds only above this noise multiplier ("privacy wall").
 TAN_VALID_ABOVE = 2.0
@@ -128,7 +128,7 @@ class TanSimulation:
     def simulated_sampling_probability(self) -> float:
         return self.simulated_batch_size / self.dataset_size
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> Json:
         out = dataclasses.asdict(self)
         out["reference_sampling_probability"] = self.reference_sampling_probability
         out["simulated_sampling_probability"] = self.simulated_sampling_probability

@@ -90,42 +90,50 @@ References:
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from dpaudit.audit.bootstrap import BootstrapCI
-    from dpaudit.audit.bounds import GUARANTEE_DP, GUARANTEE_GDP, EpsilonBound, epsilon_lower_bound_clopper_pearson
-    from dpaudit.audit.gdp import gdp_delta, gdp_epsilon, gdp_mu
-    from dpaudit.audit.intervals import (
-        BOOTSTRAP_RESAMPLES,
-        LEVEL,
-        Interval,
-        OneSidedTest,
-        bootstrap_interval,
-        clopper_pearson,
-        log_frequency_slope,
-        mann_whitney_greater,
+if TYPE_CHECKING:  # for type checkers (``X as X``: re-exported); at run time each is imported on first use
+    from dpaudit.audit.bootstrap import BootstrapCI as BootstrapCI
+    from dpaudit.audit.bounds import (
+        GUARANTEE_DP as GUARANTEE_DP,
+        GUARANTEE_GDP as GUARANTEE_GDP,
+        EpsilonBound as EpsilonBound,
+        epsilon_lower_bound_clopper_pearson as epsilon_lower_bound_clopper_pearson,
     )
-    from dpaudit.audit.one_run import epsilon_lower_bound_one_run, epsilon_lower_bound_one_run_fdp
-    from dpaudit.audit.result import SCHEMA, AuditResult, audit_scores
+    from dpaudit.audit.gdp import gdp_delta as gdp_delta, gdp_epsilon as gdp_epsilon, gdp_mu as gdp_mu
+    from dpaudit.audit.intervals import (
+        BOOTSTRAP_RESAMPLES as BOOTSTRAP_RESAMPLES,
+        LEVEL as LEVEL,
+        Interval as Interval,
+        OneSidedTest as OneSidedTest,
+        bootstrap_interval as bootstrap_interval,
+        clopper_pearson as clopper_pearson,
+        log_frequency_slope as log_frequency_slope,
+        mann_whitney_greater as mann_whitney_greater,
+    )
+    from dpaudit.audit.one_run import (
+        epsilon_lower_bound_one_run as epsilon_lower_bound_one_run,
+        epsilon_lower_bound_one_run_fdp as epsilon_lower_bound_one_run_fdp,
+    )
+    from dpaudit.audit.result import SCHEMA as SCHEMA, AuditResult as AuditResult, audit_scores as audit_scores
     from dpaudit.audit.roc import (
-        Estimate,
-        Roc,
-        TprAtFpr,
-        attacker_advantage,
-        auc,
-        min_nonmembers_for,
-        roc_curve,
-        tpr_at_fpr,
+        Estimate as Estimate,
+        Roc as Roc,
+        TprAtFpr as TprAtFpr,
+        attacker_advantage as attacker_advantage,
+        auc as auc,
+        min_nonmembers_for as min_nonmembers_for,
+        roc_curve as roc_curve,
+        tpr_at_fpr as tpr_at_fpr,
     )
     from dpaudit.audit.thresholds import (
-        DEFAULT_GUESS_FRACTIONS,
-        BonferroniThresholds,
-        FixedGuesses,
-        FixedThreshold,
-        GuessGrid,
-        SplitGuesses,
-        SplitThreshold,
+        DEFAULT_GUESS_FRACTIONS as DEFAULT_GUESS_FRACTIONS,
+        BonferroniThresholds as BonferroniThresholds,
+        FixedGuesses as FixedGuesses,
+        FixedThreshold as FixedThreshold,
+        GuessGrid as GuessGrid,
+        SplitGuesses as SplitGuesses,
+        SplitThreshold as SplitThreshold,
     )
 
 #: public name -> the module of this package that defines it.
@@ -171,7 +179,7 @@ _HOME = {
 __all__ = sorted(_HOME)
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     if name in _HOME:
         value = getattr(importlib.import_module(f"{__name__}.{_HOME[name]}"), name)
         globals()[name] = value

@@ -8,13 +8,22 @@ jax-privacy applies a bias correction instead.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, TypeAlias
 
 import numpy as np
+from numpy.typing import NDArray
 
-from dpaudit.audit.checks import _check_unit
+from dpaudit.audit.checks import _check_unit, _json_int, _json_number
 from dpaudit.audit.counts import _counts, _pool
+
+if TYPE_CHECKING:
+    from dpaudit.accounting.serialization import Json
+
+#: A statistic of many ROCs at once: (true positives, false positives) at every vertex of each row (one resample
+#: per row), n_members, n_nonmembers -> one value per row.
+Statistic: TypeAlias = Callable[[NDArray[np.int64], NDArray[np.int64], int, int], NDArray[np.float64]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -37,21 +46,21 @@ class BootstrapCI:
     num_samples: int
     seed: int
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> Json:
         return dataclasses.asdict(self)
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> BootstrapCI:
-        return cls(low=float(obj["low"]), high=float(obj["high"]), level=float(obj["level"]),
-                   num_samples=int(obj["num_samples"]), seed=int(obj["seed"]))
+    def from_json(cls, obj: Mapping[str, object]) -> BootstrapCI:
+        return cls(low=_json_number(obj["low"]), high=_json_number(obj["high"]), level=_json_number(obj["level"]),
+                   num_samples=_json_int(obj["num_samples"]), seed=_json_int(obj["seed"]))
 
 
 #: Bootstrap rows evaluated per block (bounds the memory of the vectorized bootstrap).
 _BOOTSTRAP_CELLS = 4_000_000
 
 
-def _bootstrap(member: np.ndarray, nonmember: np.ndarray, statistics: dict, *, seed: int,
-               num_samples: int, level: float) -> dict[str, BootstrapCI]:
+def _bootstrap(member: NDArray[np.float64], nonmember: NDArray[np.float64], statistics: Mapping[str, Statistic], *,
+               seed: int, num_samples: int, level: float) -> dict[str, BootstrapCI]:
     """Stratified percentile bootstrap CIs of ``statistics`` (name -> fn(tp, fp, n_m, n_n) -> (B,)).
 
     Resamples are drawn as multiplicity weights on the original scores, so every resample's ROC
@@ -68,7 +77,7 @@ def _bootstrap(member: np.ndarray, nonmember: np.ndarray, statistics: dict, *, s
     member_pos = np.flatnonzero(pool.is_member)  # sorted positions of the members
     nonmember_pos = np.flatnonzero(~pool.is_member)
     block = max(1, _BOOTSTRAP_CELLS // n)
-    values: dict[str, list[np.ndarray]] = {name: [] for name in statistics}
+    values: dict[str, list[NDArray[np.float64]]] = {name: [] for name in statistics}
     for start in range(0, num_samples, block):
         b = min(block, num_samples - start)
         offsets = (np.arange(b) * n)[:, None]
@@ -79,7 +88,7 @@ def _bootstrap(member: np.ndarray, nonmember: np.ndarray, statistics: dict, *, s
         tp, fp = _counts(pool, w_m, w_n)
         for name, fn in statistics.items():
             values[name].append(fn(tp, fp, n_m, n_n))
-    out = {}
+    out: dict[str, BootstrapCI] = {}
     for name, chunks in values.items():
         low, high = np.quantile(np.concatenate(chunks), [(1 - level) / 2, (1 + level) / 2])
         out[name] = BootstrapCI(low=float(low), high=float(high), level=level, num_samples=num_samples,

@@ -9,16 +9,20 @@ training run, the customary but heuristic audit on the examples of ONE model. Th
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import scipy.special
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 
-from dpaudit.audit.checks import _check_unit, _float_or_none, _json_float, _scores, _unjson_float
+from dpaudit.audit.checks import _check_unit, _float_or_none, _json_float, _json_number, _scores, _unjson_float
 from dpaudit.audit.counts import _counts, _pool
 from dpaudit.audit.thresholds import BonferroniThresholds, FixedThreshold, SplitThreshold
+
+if TYPE_CHECKING:
+    from dpaudit.accounting.serialization import Json
 
 
 #: (epsilon, delta)-DP: the bound refutes any (epsilon', delta) claim with epsilon' below it.
@@ -76,34 +80,36 @@ class EpsilonBound:
     split_fraction: float | None = None
     one_sided: bool = True
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> Json:
         out = dataclasses.asdict(self)
         out["threshold"] = _json_float(self.threshold)
         out["threshold_minus"] = _json_float(self.threshold_minus)
         return out
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> EpsilonBound:
+    def from_json(cls, obj: Mapping[str, object]) -> EpsilonBound:
         kw = dict(obj)
         kw["threshold"] = _unjson_float(kw["threshold"])
         kw["threshold_minus"] = _unjson_float(kw.get("threshold_minus"))
         kw.setdefault("scale", None)
         for name in ("epsilon", "delta", "confidence"):
-            kw[name] = float(kw[name])
+            kw[name] = _json_number(kw[name])
         for name in ("tpr_lower", "fpr_upper", "mu", "scale", "split_fraction"):
             kw[name] = _float_or_none(kw.get(name))
         names = {f.name for f in dataclasses.fields(cls)}
-        return cls(**{k: v for k, v in kw.items() if k in names})
+        fields = {k: v for k, v in kw.items() if k in names}
+        return cls(**fields)  # type: ignore[arg-type]  # the counts, names and flags as the file holds them
 
 
-def _cp_upper(k: ArrayLike, n: int, alpha: ArrayLike) -> np.ndarray:
+def _cp_upper(k: ArrayLike, n: int, alpha: ArrayLike) -> NDArray[np.float64]:
     """One-sided Clopper-Pearson upper bound p with P[Binomial(n, p) <= k] = alpha (1 when k = n)."""
     k = np.asarray(k, dtype=np.float64)
     # scipy.special.betaincinv(a, b, y) = scipy.stats.beta.ppf(y, a, b), without scipy.stats' overhead
     return np.where(k < n, scipy.special.betaincinv(k + 1, np.maximum(n - k, 1), 1 - np.asarray(alpha)), 1.0)
 
 
-def _cp_eps(tp, fp, n_m: int, n_n: int, alpha_tpr, alpha_fpr, delta: float, one_sided: bool):
+def _cp_eps(tp: ArrayLike, fp: ArrayLike, n_m: int, n_n: int, alpha_tpr: ArrayLike, alpha_fpr: ArrayLike, delta: float,
+            one_sided: bool) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
     """Raw epsilon (may be negative, -inf when TPR_low <= delta) at each count pair, both bounds."""
     tp, fp = np.asarray(tp, float), np.asarray(fp, float)
     tpr_low = 1 - _cp_upper(n_m - tp, n_m, alpha_tpr)  # TPR lower = 1 - FNR upper
@@ -118,7 +124,7 @@ def _cp_eps(tp, fp, n_m: int, n_n: int, alpha_tpr, alpha_fpr, delta: float, one_
     return eps, tpr_low, fpr_up
 
 
-def _count_at(member: np.ndarray, nonmember: np.ndarray, t: float) -> tuple[int, int]:
+def _count_at(member: NDArray[np.float64], nonmember: NDArray[np.float64], t: float) -> tuple[int, int]:
     return int(np.sum(member >= t)), int(np.sum(nonmember >= t))
 
 
@@ -157,15 +163,16 @@ def epsilon_lower_bound_clopper_pearson(
     alpha = 1 - confidence
     if alpha >= 0.5:
         raise ValueError(f"confidence must be > 0.5, got {confidence}.")
-    common = {"method": "clopper_pearson", "guarantee": GUARANTEE_DP, "delta": delta, "confidence": confidence,
-                  "one_sided": one_sided}
-
-    def at_threshold(m, n, t, a_tpr, a_fpr, **extra) -> EpsilonBound:
+    def at_threshold(m: NDArray[np.float64], n: NDArray[np.float64], t: float, a_tpr: float, a_fpr: float, *,
+                     selection: str, num_hypotheses: int, split_seed: int | None = None,
+                     split_fraction: float | None = None) -> EpsilonBound:
         tp, fp = _count_at(m, n, t)
         eps, tl, fu = _cp_eps(tp, fp, m.size, n.size, a_tpr, a_fpr, delta, one_sided)
-        return EpsilonBound(epsilon=float(max(0.0, eps)), threshold=float(t), n_members=m.size,
+        return EpsilonBound(epsilon=max(0.0, float(eps)), threshold=float(t), n_members=m.size,
                             n_nonmembers=n.size, true_positives=tp, false_positives=fp,
-                            tpr_lower=float(tl), fpr_upper=float(fu), **common, **extra)
+                            tpr_lower=float(tl), fpr_upper=float(fu), method="clopper_pearson", guarantee=GUARANTEE_DP,
+                            delta=delta, confidence=confidence, one_sided=one_sided, selection=selection,
+                            num_hypotheses=num_hypotheses, split_seed=split_seed, split_fraction=split_fraction)
 
     if isinstance(selection, FixedThreshold):
         return at_threshold(member, nonmember, selection.threshold, alpha / 2, alpha / 2,
@@ -194,7 +201,8 @@ def epsilon_lower_bound_clopper_pearson(
                     f"{type(selection).__name__}.")
 
 
-def _best_threshold(member, nonmember, a_tpr, a_fpr, delta, one_sided) -> tuple[float, float]:
+def _best_threshold(member: NDArray[np.float64], nonmember: NDArray[np.float64], a_tpr: float, a_fpr: float,
+                    delta: float, one_sided: bool) -> tuple[float, float]:
     """The threshold (and its raw epsilon) maximizing the Clopper-Pearson bound, lowest first on ties;
     +inf (no member guesses) when no threshold has TPR_low > delta."""
     roc_pool = _pool(member, nonmember)

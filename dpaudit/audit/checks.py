@@ -1,16 +1,19 @@
-"""Input checks and the JSON spelling of floats, shared by every module of :mod:`dpaudit.audit`.
+"""Input checks and the JSON spelling of floats, shared by every module of :mod:`dpaudit.audit`; the readers of the
+JSON values the records' ``from_json`` take (as ``float()``, ``int()`` and indexing would: a TypeError or ValueError
+for a value of the wrong kind).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Any
+from collections.abc import Iterable, Mapping
+from typing import SupportsFloat, SupportsIndex, SupportsInt
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 
 
-def _scores(values: ArrayLike, name: str) -> np.ndarray:
+def _scores(values: ArrayLike, name: str) -> NDArray[np.float64]:
     """Scores as a 1-D float64 array; empty, NaN or infinite scores are a ValueError naming the array."""
     arr = np.asarray(values, dtype=np.float64)
     if arr.ndim != 1:
@@ -36,8 +39,36 @@ def _check_unit(x: float, name: str, *, low_open: bool = True, high_open: bool =
     return x
 
 
-def _float_or_none(x: Any) -> float | None:
-    return None if x is None else float(x)
+def _json_number(x: object) -> float:
+    """``float(x)`` of a JSON number (or of the "inf" / "-inf" :func:`_json_float` writes)."""
+    if isinstance(x, (str, SupportsFloat, SupportsIndex)):
+        return float(x)
+    raise TypeError(f"float() argument must be a string or a real number, not '{type(x).__name__}'")
+
+
+def _json_int(x: object) -> int:
+    """``int(x)`` of a JSON number."""
+    if isinstance(x, (str, SupportsInt, SupportsIndex)):
+        return int(x)
+    raise TypeError(f"int() argument must be a string or a real number, not '{type(x).__name__}'")
+
+
+def _json_object(x: object) -> Mapping[str, object]:
+    """A JSON object (any mapping)."""
+    if isinstance(x, Mapping):
+        return x
+    raise TypeError(f"expected a JSON object, got '{type(x).__name__}'")
+
+
+def _json_array(x: object) -> Iterable[object]:
+    """A JSON array (anything iterable)."""
+    if isinstance(x, Iterable):
+        return x
+    raise TypeError(f"'{type(x).__name__}' object is not iterable")
+
+
+def _float_or_none(x: object) -> float | None:
+    return None if x is None else _json_number(x)
 
 
 def _json_float(x: float | None) -> float | str | None:
@@ -48,5 +79,5 @@ def _json_float(x: float | None) -> float | str | None:
     return ("inf" if x > 0 else "-inf") if math.isinf(x) else x
 
 
-def _unjson_float(x: Any) -> float | None:
-    return None if x is None else float(x)
+def _unjson_float(x: object) -> float | None:
+    return None if x is None else _json_number(x)

@@ -14,9 +14,11 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any, Protocol
+from typing import Protocol
 
 import numpy as np
+from dp_accounting.dp_event import DpEvent
+from numpy.typing import NDArray
 
 from dpaudit import accounting
 from dpaudit.accounting.events import Segment
@@ -55,19 +57,31 @@ class FamilyBound:
 class StatedMechanism(Protocol):
     """What an audit needs of a claim that states its mechanism (:class:`dpaudit.claim.Claim` is one): its
     Poisson-subsampled Gaussian ``segments``, its ``epsilon`` and the ``delta`` it states, the delta that epsilon
-    is at on the privacy profile (``curve_delta``), its clip norm and the clipping unit's ``sensitivity_factor``."""
+    is at on the privacy profile (``curve_delta``), its clip norm and the clipping unit's ``sensitivity_factor``.
+    Read only, and hashable: the plans of one claim are cached on it."""
 
-    segments: tuple[Segment, ...]
-    epsilon: float | None
-    delta: float | None
-    clip_norm: float
-    sensitivity_factor: float
+    @property
+    def segments(self) -> tuple[Segment, ...]: ...
+
+    @property
+    def epsilon(self) -> float | None: ...
+
+    @property
+    def delta(self) -> float | None: ...
+
+    @property
+    def clip_norm(self) -> float: ...
+
+    @property
+    def sensitivity_factor(self) -> float: ...
 
     @property
     def curve_delta(self) -> float: ...
 
+    def __hash__(self) -> int: ...
 
-def per_step(mechanism: StatedMechanism) -> tuple[np.ndarray, np.ndarray]:
+
+def per_step(mechanism: StatedMechanism) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """(q_t, noise std_t) of every step: the claimed sampling rate and the claimed noise std on the clipped sum
     (sigma_t x sensitivity_factor x C)."""
     q = np.concatenate([np.full(s.steps, s.sampling_probability) for s in mechanism.segments])
@@ -76,12 +90,12 @@ def per_step(mechanism: StatedMechanism) -> tuple[np.ndarray, np.ndarray]:
     return q, std
 
 
-def scaled_event(mechanism: StatedMechanism, scale: float) -> Any:
+def scaled_event(mechanism: StatedMechanism, scale: float) -> DpEvent:
     """The DpEvent of the claim with every sigma times ``scale``."""
     return _scaled_event(tuple(mechanism.segments), float(scale))
 
 
-def _scaled_event(segments: tuple[Segment, ...], scale: float) -> Any:
+def _scaled_event(segments: tuple[Segment, ...], scale: float) -> DpEvent:
     return accounting.schedule_event([Segment(steps=s.steps, sampling_probability=s.sampling_probability,
                                               noise_multiplier=s.noise_multiplier * scale,
                                               sensitivity_factor=s.sensitivity_factor) for s in segments])
@@ -178,11 +192,13 @@ def _curve(segments: tuple[Segment, ...], delta: float, scale: float) -> TradeOf
 def _optimistic_epsilon(segments: tuple[Segment, ...], delta: float, scale: float) -> float:
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
-    total = None
+    total: pld_lib.PrivacyLossDistribution | None = None
     for seg in segments:
         step = pld_lib.from_gaussian_mechanism(standard_deviation=seg.noise_multiplier * scale,
                                                sampling_prob=seg.sampling_probability, pessimistic_estimate=False,
                                                use_connect_dots=False,
                                                value_discretization_interval=EPSILON_DISCRETIZATION).self_compose(seg.steps)
         total = step if total is None else total.compose(step)
+    if total is None:
+        raise ValueError("a claim without segments states no mechanism to account.")
     return float(max(0.0, total.get_epsilon_for_delta(delta)))

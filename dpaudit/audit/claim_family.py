@@ -33,10 +33,11 @@ last iterate can reach under the claim.
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from typing import TypeAlias
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 
 from dpaudit.audit.bounds import EpsilonBound
 from dpaudit.audit.checks import _check_unit, _scores
@@ -54,6 +55,9 @@ GUARANTEE_CLAIM = "the claimed mechanism's trade-off curve (the figure: mechanis
 PLAN_FRACTIONS = tuple(float(f) for f in np.geomspace(0.004, 0.5, 22))
 #: Standard deviations of the correct count a plan gives up (a one-run audit must not count on a lucky draw).
 PLAN_SPREAD = 1.0
+#: A pair's guesses: (guesses, correct, t_plus, t_minus) of "member" on the scores >= t_plus, "non-member" on the
+#: scores <= t_minus.
+GuessCounts: TypeAlias = tuple[int, int, float, float]
 #: The last-iterate plan's simulated canaries per class, and its own seed (the plan is a fixed function of the claim).
 LAST_ITERATE_PLAN_CANARIES = 200_000
 PLAN_SEED = 20240527
@@ -64,8 +68,8 @@ def candidate_pairs(m: int) -> tuple[tuple[int, int], ...]:
     return guess_pairs(PLAN_FRACTIONS, m)
 
 
-def _expected_counts(member: np.ndarray, nonmember: np.ndarray, pooled: np.ndarray, m: int, k_plus: int,
-                     k_minus: int) -> tuple[int, int]:
+def _expected_counts(member: NDArray[np.float64], nonmember: NDArray[np.float64], pooled: NDArray[np.float64], m: int,
+                     k_plus: int, k_minus: int) -> tuple[int, int]:
     """(r, v): the guesses and the planned correct ones (expected less :data:`PLAN_SPREAD` standard deviations),
     from sorted simulated ``member`` and ``nonmember`` scores and ``pooled``, both sorted together."""
     n = pooled.size
@@ -85,23 +89,29 @@ def _expected_counts(member: np.ndarray, nonmember: np.ndarray, pooled: np.ndarr
     return k_plus + k_minus, int(np.floor(v_mean - PLAN_SPREAD * np.sqrt(v_var)))
 
 
-def planned_pair(claim: StatedMechanism, member: np.ndarray, nonmember: np.ndarray, m: int,
+def _rejects(m: int, r: int, v: int, alpha: float) -> Callable[[TradeOff], bool]:
+    """The test: v correct of r guesses on m canaries reject a curve at significance ``alpha``."""
+    return lambda curve: one_run_margin(curve.blow_up_inverse, m, r, v, alpha) > 0
+
+
+def planned_pair(claim: StatedMechanism, member: NDArray[np.float64], nonmember: NDArray[np.float64], m: int,
                  alpha: float) -> tuple[int, int]:
     """The (k+, k-) whose planned correct count, on simulated ``member`` / ``nonmember`` scores (sorted) of the
     claimed mechanism, rejects the least private scaled claim at significance ``alpha`` (the largest pair when
     none rejects any)."""
     pooled = np.sort(np.concatenate([member, nonmember]))
-    pairs, tests = [], []
+    pairs: list[tuple[int, int]] = []
+    tests: list[Callable[[TradeOff], bool]] = []
     for k_plus, k_minus in candidate_pairs(m):
         r, v = _expected_counts(member, nonmember, pooled, m, k_plus, k_minus)
         if v > 0:
             pairs.append((k_plus, k_minus))
-            tests.append(lambda curve, r=r, v=v: one_run_margin(curve.blow_up_inverse, m, r, v, alpha) > 0)
+            tests.append(_rejects(m, r, v, alpha))
     best, _ = best_test(claim, tests)
     return pairs[best] if best is not None else candidate_pairs(m)[-1]
 
 
-def _last_iterate_scores(claim: StatedMechanism, n: int) -> tuple[np.ndarray, np.ndarray]:
+def _last_iterate_scores(claim: StatedMechanism, n: int) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """n simulated member and non-member last-iterate scores of the claim (sorted), in units of one privacy
     unit's sensitivity (each segment's noise multiplier is the noise std in those units)."""
     rng = np.random.default_rng(PLAN_SEED)
@@ -123,7 +133,7 @@ def planned_last_iterate_pair(claim: StatedMechanism, m: int, alpha: float) -> t
     return planned_pair(claim, member, nonmember, m, alpha)
 
 
-def _guess_counts(member: np.ndarray, nonmember: np.ndarray, pair: tuple[int, int]):
+def _guess_counts(member: NDArray[np.float64], nonmember: NDArray[np.float64], pair: tuple[int, int]) -> GuessCounts:
     """(guesses, correct, t_plus, t_minus) of "member" on the k+ highest and "non-member" on the k- lowest scores."""
     desc = np.sort(np.concatenate([member, nonmember]))[::-1]
     t_plus, t_minus = _thresholds_for(desc, *pair)
@@ -131,9 +141,9 @@ def _guess_counts(member: np.ndarray, nonmember: np.ndarray, pair: tuple[int, in
     return guesses, correct, t_plus, t_minus
 
 
-def claim_family_test(member: np.ndarray, nonmember: np.ndarray, claim: StatedMechanism,
+def claim_family_test(member: NDArray[np.float64], nonmember: NDArray[np.float64], claim: StatedMechanism,
                       pairs: Sequence[tuple[int, int]], alpha: float, *,
-                      min_scale: float | None = None) -> tuple[FamilyBound, list[tuple]]:
+                      min_scale: float | None = None) -> tuple[FamilyBound, list[GuessCounts]]:
     """The family bound of guesses on ``pairs`` (each at ``alpha / len(pairs)``, Bonferroni) and each pair's
     (guesses, correct, t_plus, t_minus); ``min_scale`` as :func:`dpaudit.audit.claim_curves.lower_bound`'s."""
     m = member.size + nonmember.size
@@ -182,6 +192,8 @@ def epsilon_lower_bound_one_run_claim(
         raise ValueError(f"the guess counts {pair} do not fit {m} canaries.")
     found, counts = claim_family_test(member, nonmember, claim, [pair], alpha, min_scale=min_scale)
     guesses, correct, t_plus, t_minus = counts[0]
+    if claim.delta is None:
+        raise ValueError("the claim states no delta: no one-run bound against it.")
     return EpsilonBound(method="one_run_claim", selection="planned", guarantee=GUARANTEE_CLAIM,
                         epsilon=float(max(0.0, found.epsilon)), delta=claim.delta, confidence=confidence,
                         num_hypotheses=1, threshold=t_plus, threshold_minus=t_minus, n_members=member.size,

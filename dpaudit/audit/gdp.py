@@ -6,12 +6,12 @@ from __future__ import annotations
 import numpy as np
 import scipy.optimize
 import scipy.special
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 
 from dpaudit.audit.checks import _check_unit
 
 
-def gdp_delta(epsilon: ArrayLike, mu: ArrayLike) -> np.ndarray:
+def gdp_delta(epsilon: ArrayLike, mu: ArrayLike) -> NDArray[np.float64]:
     """delta(epsilon) of mu-GDP: Phi(-eps/mu + mu/2) - e^eps Phi(-eps/mu - mu/2) (their Cor. 2.13).
 
     Computed in the log domain so that large epsilon does not overflow.

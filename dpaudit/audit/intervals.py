@@ -13,10 +13,11 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 import numpy as np
+from numpy.typing import ArrayLike, NDArray
 
 #: Confidence level of every interval unless a caller says otherwise.
 LEVEL = 0.95
@@ -46,7 +47,13 @@ class OneSidedTest:
     method: str
 
 
-def bootstrap_interval(values: Sequence[float] | np.ndarray, statistic: Callable[[np.ndarray], np.ndarray] = np.mean, *,
+class VectorStatistic(Protocol):
+    """A statistic of many samples at once, one per row along ``axis`` (``np.mean``, ``np.median``)."""
+
+    def __call__(self, a: NDArray[np.float64], /, axis: int) -> NDArray[np.float64]: ...
+
+
+def bootstrap_interval(values: ArrayLike, statistic: VectorStatistic = np.mean, *,
                        seed: int, level: float = LEVEL, resamples: int = BOOTSTRAP_RESAMPLES) -> Interval | None:
     """Percentile bootstrap interval of ``statistic`` (vectorized: it must take ``axis=-1``).
 
@@ -81,7 +88,7 @@ def clopper_pearson(successes: int, trials: int, *, level: float = LEVEL) -> Int
     return Interval(low=low, high=high, level=level, method="Clopper-Pearson")
 
 
-def mann_whitney_greater(group: Sequence[float] | np.ndarray, baseline: Sequence[float] | np.ndarray) -> OneSidedTest | None:
+def mann_whitney_greater(group: ArrayLike, baseline: ArrayLike) -> OneSidedTest | None:
     """One-sided Mann-Whitney U test that ``group`` tends to exceed ``baseline``; None if either is empty."""
     from scipy.stats import mannwhitneyu
 
@@ -106,7 +113,7 @@ def fisher_greater(hits: int, n: int, control_hits: int, n_controls: int) -> One
                         alternative="greater", method="Fisher exact (scipy), rate difference")
 
 
-def log_frequency_slope(frequencies: Sequence[int] | np.ndarray, values: Sequence[float] | np.ndarray) -> float | None:
+def log_frequency_slope(frequencies: ArrayLike, values: ArrayLike) -> float | None:
     """Least-squares slope of ``values`` against log2(frequency) over inserted canaries (frequency > 0).
 
     Memorization grows roughly linearly in the log of the repetition count (Carlini et al. 2019,

@@ -17,7 +17,7 @@ from collections.abc import Sequence
 import numpy as np
 import scipy.optimize
 import scipy.special
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 
 from dpaudit.audit.bounds import GUARANTEE_DP, GUARANTEE_GDP, EpsilonBound
 from dpaudit.audit.checks import _check_unit, _scores
@@ -29,7 +29,8 @@ from dpaudit.audit.tradeoff import one_run_margin
 _STANDARD_NORMAL = statistics.NormalDist()
 
 
-def _one_run_guesses(member: np.ndarray, nonmember: np.ndarray, t_plus: float, t_minus: float):
+def _one_run_guesses(member: NDArray[np.float64], nonmember: NDArray[np.float64], t_plus: float,
+                     t_minus: float) -> tuple[int, int]:
     """(guesses, correct) for "member iff score >= t_plus", "non-member iff score <= t_minus" (and not
     already guessed member), abstain otherwise."""
     guess_in_m, guess_in_n = member >= t_plus, nonmember >= t_plus
@@ -40,7 +41,7 @@ def _one_run_guesses(member: np.ndarray, nonmember: np.ndarray, t_plus: float, t
     return guesses, correct
 
 
-def _thresholds_for(pooled_desc: np.ndarray, k_plus: int, k_minus: int) -> tuple[float, float]:
+def _thresholds_for(pooled_desc: NDArray[np.float64], k_plus: int, k_minus: int) -> tuple[float, float]:
     t_plus = float(pooled_desc[k_plus - 1]) if k_plus > 0 else float("inf")
     t_minus = float(pooled_desc[-k_minus]) if k_minus > 0 else float("-inf")
     return t_plus, t_minus
@@ -64,7 +65,7 @@ def _steinke_pvalue(eps: float, m: int, r: int, v: int, delta: float) -> float:
     return min(beta + 2 * m * delta * float(np.max(tail, initial=0.0)), 1.0)
 
 
-def _steinke_epsilons(m: int, counts: np.ndarray, delta: float, alpha: float) -> np.ndarray:
+def _steinke_epsilons(m: int, counts: NDArray[np.int64], delta: float, alpha: float) -> NDArray[np.float64]:
     """:func:`_steinke_epsilon` of each (guesses, correct) row, where only the best row needs to be exact.
 
     The delta = 0 bound (a plain binomial test, cheap) is never below the delta > 0 one, so a row
@@ -129,14 +130,16 @@ def _fdp_mu(m: int, r: int, v: int, delta: float, alpha: float) -> float:
                                        rtol=1e-13))
 
 
-def _one_run(member_scores, nonmember_scores, *, delta, confidence, guesses, fdp: bool) -> EpsilonBound:
+def _one_run(member_scores: ArrayLike, nonmember_scores: ArrayLike, *, delta: float, confidence: float,
+             guesses: GuessGrid | FixedGuesses | SplitGuesses, fdp: bool) -> EpsilonBound:
     member = _scores(member_scores, "member_scores")
     nonmember = _scores(nonmember_scores, "nonmember_scores")
     delta = _check_unit(delta, "delta")
     confidence = _check_unit(confidence, "confidence")
     alpha = 1 - confidence
 
-    def evaluate(m_s, n_s, cands: Sequence[tuple[float, float]], a: float):
+    def evaluate(m_s: NDArray[np.float64], n_s: NDArray[np.float64], cands: Sequence[tuple[float, float]],
+                 a: float) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]]:
         """(epsilon, mu, guesses, correct) per candidate (t_plus, t_minus) at significance a."""
         counts = np.array([_one_run_guesses(m_s, n_s, tp, tm) for tp, tm in cands], dtype=np.int64)
         total = m_s.size + n_s.size
@@ -150,18 +153,22 @@ def _one_run(member_scores, nonmember_scores, *, delta, confidence, guesses, fdp
             eps = _steinke_epsilons(int(total), counts, delta, a)
         return eps, mus, counts
 
-    def candidates(m_s, n_s, pairs):
+    def candidates(m_s: NDArray[np.float64], n_s: NDArray[np.float64],
+                   pairs: Sequence[tuple[int, int]]) -> list[tuple[float, float]]:
         desc = np.sort(np.concatenate([m_s, n_s]))[::-1]
         return [_thresholds_for(desc, kp, km) for kp, km in pairs]
 
-    def record(m_s, n_s, cand, eps, mu, count, **extra) -> EpsilonBound:
+    def record(m_s: NDArray[np.float64], n_s: NDArray[np.float64], cand: tuple[float, float], eps: float, mu: float,
+               count: NDArray[np.int64], *, selection: str, num_hypotheses: int, split_seed: int | None = None,
+               split_fraction: float | None = None) -> EpsilonBound:
         g, c = int(count[0]), int(count[1])
         return EpsilonBound(
             method="one_run_fdp" if fdp else "one_run", guarantee=GUARANTEE_GDP if fdp else GUARANTEE_DP,
             epsilon=float(max(0.0, eps)), delta=delta, confidence=confidence, threshold=cand[0],
             threshold_minus=cand[1], n_members=m_s.size, n_nonmembers=n_s.size,
             true_positives=int(np.sum(m_s >= cand[0])), false_positives=int(np.sum(n_s >= cand[0])),
-            guesses=g, correct=c, mu=None if not fdp else float(mu), **extra)
+            guesses=g, correct=c, mu=None if not fdp else float(mu), selection=selection,
+            num_hypotheses=num_hypotheses, split_seed=split_seed, split_fraction=split_fraction)
 
     if isinstance(guesses, (FixedGuesses, GuessGrid)):
         m_total = member.size + nonmember.size

@@ -8,15 +8,23 @@ whole attack run (several audits, corrected for how many) is :mod:`dpaudit.headl
 from __future__ import annotations
 
 import functools
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING
 
 from numpy.typing import ArrayLike
 
-from dpaudit.audit.bootstrap import _bootstrap
+from dpaudit.audit.bootstrap import Statistic, _bootstrap
 from dpaudit.audit.bounds import GUARANTEE_DP, GUARANTEE_GDP, EpsilonBound, epsilon_lower_bound_clopper_pearson
-from dpaudit.audit.checks import _check_unit, _float_or_none, _scores
+from dpaudit.audit.checks import (
+    _check_unit,
+    _float_or_none,
+    _json_array,
+    _json_int,
+    _json_number,
+    _json_object,
+    _scores,
+)
 from dpaudit.audit.one_run import epsilon_lower_bound_one_run, epsilon_lower_bound_one_run_fdp
 from dpaudit.audit.roc import (
     Estimate,
@@ -30,6 +38,8 @@ from dpaudit.audit.roc import (
 )
 from dpaudit.audit.thresholds import BonferroniThresholds, SplitThreshold
 
+if TYPE_CHECKING:
+    from dpaudit.accounting.serialization import Json
 
 SCHEMA = "dpaudit.audit/1"
 
@@ -75,7 +85,7 @@ class AuditResult:
     warnings: tuple[str, ...] = field(default=())
     coin_flip: bool = False
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> Json:
         return {
             "schema": SCHEMA, "n_members": self.n_members, "n_nonmembers": self.n_nonmembers,
             "roc": self.roc.to_json(), "auc": self.auc.to_json(),
@@ -87,19 +97,20 @@ class AuditResult:
         }
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> AuditResult:
+    def from_json(cls, obj: Mapping[str, object]) -> AuditResult:
         if obj.get("schema") != SCHEMA:
             raise ValueError(f"not an audit result of schema {SCHEMA}: got schema {obj.get('schema')!r}.")
         return cls(
-            n_members=int(obj["n_members"]), n_nonmembers=int(obj["n_nonmembers"]),
-            roc=Roc.from_json(obj["roc"]), auc=Estimate.from_json(obj["auc"]),
-            tpr_at_fpr=tuple(TprAtFpr.from_json(t) for t in obj["tpr_at_fpr"]),
-            advantage=Estimate.from_json(obj["advantage"]),
-            bounds=tuple(EpsilonBound.from_json(b) for b in obj["bounds"]),
-            epsilon_lower_bound=float(obj["epsilon_lower_bound"]), delta=float(obj["delta"]),
-            confidence=float(obj["confidence"]), seed=int(obj["seed"]),
+            n_members=_json_int(obj["n_members"]), n_nonmembers=_json_int(obj["n_nonmembers"]),
+            roc=Roc.from_json(_json_object(obj["roc"])), auc=Estimate.from_json(_json_object(obj["auc"])),
+            tpr_at_fpr=tuple(TprAtFpr.from_json(_json_object(t)) for t in _json_array(obj["tpr_at_fpr"])),
+            advantage=Estimate.from_json(_json_object(obj["advantage"])),
+            bounds=tuple(EpsilonBound.from_json(_json_object(b)) for b in _json_array(obj["bounds"])),
+            epsilon_lower_bound=_json_number(obj["epsilon_lower_bound"]), delta=_json_number(obj["delta"]),
+            confidence=_json_number(obj["confidence"]), seed=_json_int(obj["seed"]),
             claimed_epsilon=_float_or_none(obj["claimed_epsilon"]), exceeds_claim=bool(obj["exceeds_claim"]),
-            warnings=tuple(obj.get("warnings", ())), coin_flip=bool(obj.get("coin_flip", False)),
+            warnings=tuple(str(w) for w in _json_array(obj.get("warnings", ()))),
+            coin_flip=bool(obj.get("coin_flip", False)),
         )
 
 
@@ -171,12 +182,12 @@ def audit_scores(
     lower = max(b.epsilon for b in bounds if b.guarantee == GUARANTEE_DP)
     if isinstance(group_size, bool) or not isinstance(group_size, int) or group_size < 1:
         raise ValueError(f"group_size must be an integer >= 1, got {group_size!r}.")
-    compare = claimed_epsilon is not None and group_size == 1
+    compared = claimed_epsilon if group_size == 1 else None  # the claim the bounds are compared with
     proofs = [b for b in bounds if b.method == "one_run"] if coin_flip else []
     proof = max((b.epsilon for b in proofs), default=0.0)
-    exceeds = compare and proof > claimed_epsilon
+    exceeds = compared is not None and proof > compared
     fprs = tuple(_check_unit(f, "fpr", high_open=False) for f in fprs)
-    stats = {"auc": _auc_stat, "advantage": _advantage_stat}
+    stats: dict[str, Statistic] = {"auc": _auc_stat, "advantage": _advantage_stat}
     stats.update({f"tpr@{f!r}": _tpr_at_stat(f) for f in fprs})
     cis = _bootstrap(member, nonmember, stats, seed=seed, num_samples=num_bootstrap, level=confidence)
     roc = roc_curve(member, nonmember)
@@ -192,7 +203,7 @@ def audit_scores(
             "or the accountant has a bug, or the scores are not from the model the claim is about.")
     heuristic = [b for b in bounds if b.method == "clopper_pearson"]
     best_h = max(heuristic, key=lambda b: b.epsilon)
-    if compare and best_h.epsilon > claimed_epsilon:
+    if compared is not None and best_h.epsilon > compared:
         warnings.append(
             f"heuristic bound above the claim: investigate. Clopper-Pearson {format_down(best_h.epsilon)} > claimed "
             f"epsilon {claim} ({best_h.selection}), on the examples of one model, which are not independent trials: "
@@ -206,7 +217,7 @@ def audit_scores(
             warnings.append(f"TPR at FPR {t.fpr:g} needs >= {t.min_nonmembers} non-members, have "
                             f"{t.n_nonmembers}: it is TPR at zero false positives.")
     gdp = [b for b in bounds if b.guarantee == GUARANTEE_GDP]
-    if compare and gdp and gdp[0].epsilon > claimed_epsilon:
+    if compared is not None and gdp and gdp[0].epsilon > compared:
         warnings.append(
             f"The f-DP one-run bound {format_down(gdp[0].epsilon)} (refutes mu-GDP, Gaussian mechanisms only; not an "
             f"(epsilon, delta) bound) is above the claimed epsilon {claim}: the mechanism is not the mu-GDP a "

@@ -14,15 +14,27 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 
-from dpaudit.audit.bootstrap import BootstrapCI, _bootstrap
-from dpaudit.audit.checks import _check_unit, _json_float, _scores, _unjson_float
+from dpaudit.audit.bootstrap import BootstrapCI, Statistic, _bootstrap
+from dpaudit.audit.checks import (
+    _check_unit,
+    _json_array,
+    _json_float,
+    _json_int,
+    _json_number,
+    _json_object,
+    _scores,
+)
 from dpaudit.audit.counts import _counts, _pool
+
+if TYPE_CHECKING:
+    from dpaudit.accounting.serialization import Json
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -32,12 +44,12 @@ class Estimate:
     value: float
     ci: BootstrapCI
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> Json:
         return {"value": self.value, "ci": self.ci.to_json()}
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> Estimate:
-        return cls(value=float(obj["value"]), ci=BootstrapCI.from_json(obj["ci"]))
+    def from_json(cls, obj: Mapping[str, object]) -> Estimate:
+        return cls(value=_json_number(obj["value"]), ci=BootstrapCI.from_json(_json_object(obj["ci"])))
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -66,18 +78,18 @@ class TprAtFpr:
     min_nonmembers: int
     enough_nonmembers: bool
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> Json:
         out = dataclasses.asdict(self)
         out["ci"] = self.ci.to_json()
         out["threshold"] = _json_float(self.threshold)
         return out
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> TprAtFpr:
-        return cls(fpr=float(obj["fpr"]), tpr=float(obj["tpr"]), ci=BootstrapCI.from_json(obj["ci"]),
-                   threshold=_unjson_float(obj["threshold"]), achieved_fpr=float(obj["achieved_fpr"]),
-                   n_nonmembers=int(obj["n_nonmembers"]), min_nonmembers=int(obj["min_nonmembers"]),
-                   enough_nonmembers=bool(obj["enough_nonmembers"]))
+    def from_json(cls, obj: Mapping[str, object]) -> TprAtFpr:
+        return cls(fpr=_json_number(obj["fpr"]), tpr=_json_number(obj["tpr"]),
+                   ci=BootstrapCI.from_json(_json_object(obj["ci"])), threshold=_json_number(obj["threshold"]),
+                   achieved_fpr=_json_number(obj["achieved_fpr"]), n_nonmembers=_json_int(obj["n_nonmembers"]),
+                   min_nonmembers=_json_int(obj["min_nonmembers"]), enough_nonmembers=bool(obj["enough_nonmembers"]))
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -93,9 +105,9 @@ class Roc:
         n_members, n_nonmembers: the numbers of scores behind the rates.
     """
 
-    fpr: np.ndarray
-    tpr: np.ndarray
-    thresholds: np.ndarray
+    fpr: NDArray[np.float64]
+    tpr: NDArray[np.float64]
+    thresholds: NDArray[np.float64]
     n_members: int
     n_nonmembers: int
 
@@ -147,7 +159,7 @@ class Roc:
         return Roc(fpr=x[idx], tpr=y[idx], thresholds=t[idx], n_members=self.n_members,
                    n_nonmembers=self.n_nonmembers)
 
-    def rank_scores(self) -> tuple[np.ndarray, np.ndarray]:
+    def rank_scores(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """(member, non-member) scores with exactly this ROC: vertex j's new members and non-members
         all score ``len(thresholds) - j``.
 
@@ -173,16 +185,16 @@ class Roc:
         hull = self.convex_hull()
         return float(np.interp(fpr, hull.fpr, hull.tpr))
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> Json:
         return {"fpr": self.fpr.tolist(), "tpr": self.tpr.tolist(),
                 "thresholds": [_json_float(t) for t in self.thresholds],
                 "n_members": self.n_members, "n_nonmembers": self.n_nonmembers}
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> Roc:
+    def from_json(cls, obj: Mapping[str, object]) -> Roc:
         return cls(fpr=np.asarray(obj["fpr"], float), tpr=np.asarray(obj["tpr"], float),
-                   thresholds=np.asarray([float(t) for t in obj["thresholds"]], float),
-                   n_members=int(obj["n_members"]), n_nonmembers=int(obj["n_nonmembers"]))
+                   thresholds=np.asarray([_json_number(t) for t in _json_array(obj["thresholds"])], float),
+                   n_members=_json_int(obj["n_members"]), n_nonmembers=_json_int(obj["n_nonmembers"]))
 
 
 def roc_curve(member_scores: ArrayLike, nonmember_scores: ArrayLike) -> Roc:
@@ -204,19 +216,22 @@ def roc_curve(member_scores: ArrayLike, nonmember_scores: ArrayLike) -> Roc:
                n_nonmembers=pool.n_nonmembers)
 
 
-def _auc_stat(tp, fp, n_m, n_n):
-    return np.sum(np.diff(fp, axis=1) * (tp[:, 1:] + tp[:, :-1]), axis=1) / (2.0 * n_m * n_n)
+def _auc_stat(tp: NDArray[np.int64], fp: NDArray[np.int64], n_m: int, n_n: int) -> NDArray[np.float64]:
+    area: NDArray[np.float64] = np.sum(np.diff(fp, axis=1) * (tp[:, 1:] + tp[:, :-1]), axis=1) / (2.0 * n_m * n_n)
+    return area
 
 
-def _advantage_stat(tp, fp, n_m, n_n):
-    return np.maximum(0.0, np.max(tp / n_m - fp / n_n, axis=1))
+def _advantage_stat(tp: NDArray[np.int64], fp: NDArray[np.int64], n_m: int, n_n: int) -> NDArray[np.float64]:
+    advantage: NDArray[np.float64] = np.maximum(0.0, np.max(tp / n_m - fp / n_n, axis=1))
+    return advantage
 
 
-def _tpr_at_stat(fpr: float):
-    def stat(tp, fp, n_m, n_n):
+def _tpr_at_stat(fpr: float) -> Statistic:
+    def stat(tp: NDArray[np.int64], fp: NDArray[np.int64], n_m: int, n_n: int) -> NDArray[np.float64]:
         allowed = math.floor(fpr * n_n + 1e-9)  # false positives allowed at FPR <= fpr
         k = np.sum(fp <= allowed + 1e-9, axis=1)  # fp is non-decreasing along each row
-        return tp[np.arange(tp.shape[0]), k - 1] / n_m
+        tpr: NDArray[np.float64] = tp[np.arange(tp.shape[0]), k - 1] / n_m
+        return tpr
     return stat
 
 

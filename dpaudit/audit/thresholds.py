@@ -13,10 +13,16 @@ from __future__ import annotations
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import TypeAlias
 
 import numpy as np
+from numpy.typing import NDArray
 
 from dpaudit.audit.checks import _check_unit
+
+#: Scores split into a part that chooses and a part that is evaluated: ((members, non-members), (members, non-members)).
+Partition: TypeAlias = tuple[tuple[NDArray[np.float64], NDArray[np.float64]],
+                             tuple[NDArray[np.float64], NDArray[np.float64]]]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -39,14 +45,14 @@ class SplitThreshold:
     def __post_init__(self) -> None:
         _check_unit(self.fraction, "fraction")
 
-    def partition(self, member: np.ndarray, nonmember: np.ndarray):
+    def partition(self, member: NDArray[np.float64], nonmember: NDArray[np.float64]) -> Partition:
         """((member_choose, nonmember_choose), (member_eval, nonmember_eval))."""
         return _partition(self.fraction, self.seed, member, nonmember)
 
 
-def _partition(fraction: float, seed: int, member: np.ndarray, nonmember: np.ndarray):
+def _partition(fraction: float, seed: int, member: NDArray[np.float64], nonmember: NDArray[np.float64]) -> Partition:
     rng = np.random.default_rng(seed)
-    parts = []
+    parts: list[tuple[NDArray[np.float64], NDArray[np.float64]]] = []
     for arr in (member, nonmember):
         perm = rng.permutation(arr.size)
         cut = int(arr.size * fraction)
@@ -153,7 +159,7 @@ class GuessGrid:
 def guess_pairs(fractions: Sequence[float], m: int) -> tuple[tuple[int, int], ...]:
     """The distinct (k_plus, k_minus) guess counts for m canaries: for each fraction f of them, k = round(f m) guesses
     all "member" (k, 0), and split half and half (k - k // 2, k // 2)."""
-    pairs = []
+    pairs: list[tuple[int, int]] = []
     for f in fractions:
         k = max(1, round(f * m))
         pairs.append((k, 0))

@@ -31,7 +31,7 @@ from __future__ import annotations
 from collections.abc import Callable
 
 import numpy as np
-from numpy.typing import ArrayLike
+from numpy.typing import ArrayLike, NDArray
 
 __all__ = ["TradeOff", "one_run_margin", "point_rejects"]
 
@@ -55,7 +55,7 @@ class TradeOff:
         self.epsilons, self.deltas = eps, delta
         self._up, self._down = np.exp(eps), np.exp(-eps)
 
-    def __call__(self, alpha: ArrayLike) -> np.ndarray:
+    def __call__(self, alpha: ArrayLike) -> NDArray[np.float64]:
         """f(alpha): the smallest type II error a test of type I error alpha can have (in chunks of
         :data:`CHUNK` values, so that memory stays linear in the number of alphas: a pooled audit evaluates
         millions of them)."""

@@ -20,13 +20,18 @@ import dataclasses
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, TypedDict
 
 from dpaudit.accounting.events import Segment
 from dpaudit.errors import UserInputError
 from dpaudit.figures import format_up
 
 if TYPE_CHECKING:
+    import numpy as np
+    from dp_accounting.dp_event import DpEvent
+    from numpy.typing import NDArray
+
+    from dpaudit.accounting.serialization import Json
     from dpaudit.audit.claim_curves import FamilyBound
     from dpaudit.audit.tradeoff import TradeOff
     from dpaudit.claim.record import PrivacyRecord
@@ -163,17 +168,17 @@ class Claim:
     def steps(self) -> int:
         return sum(s.steps for s in self.segments)
 
-    def mechanism_key(self) -> tuple[Any, ...]:
+    def mechanism_key(self) -> tuple[tuple[Segment, ...], float | None, float | None, float | None, float, float]:
         """What makes two claims the same mechanism under test (segments, deltas, epsilon, C and its factor)."""
         return (self.segments, self.delta, self.accountant_delta, self.epsilon, self.clip_norm, self.sensitivity_factor)
 
-    def per_step(self) -> tuple[Any, Any]:
+    def per_step(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """(q_t, noise std_t in units of C) of every step (:func:`dpaudit.audit.claim_curves.per_step`)."""
         from dpaudit.audit import claim_curves
 
         return claim_curves.per_step(self)
 
-    def scaled_event(self, scale: float) -> Any:
+    def scaled_event(self, scale: float) -> DpEvent:
         from dpaudit.audit import claim_curves
 
         return claim_curves.scaled_event(self, scale)
@@ -203,7 +208,7 @@ class Claim:
 
     # -- results.json ---------------------------------------------------------------------------------------
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> Json:
         """``results.json``'s ``claimed_privacy`` (and ``whitebox.json``'s ``claim``)."""
         out = dataclasses.asdict(self)
         out["segments"] = [s.to_json() for s in self.segments] or None
@@ -213,7 +218,7 @@ class Claim:
         return out
 
     @classmethod
-    def from_json(cls, obj: Mapping[str, Any], *, where: str = "results.json") -> Claim:
+    def from_json(cls, obj: object, *, where: str = "results.json") -> Claim:
         """Inverse of :meth:`to_json`; also reads the claim objects written before this type (``results.json``'s
         ``claimed_privacy`` without ``source``; ``whitebox.json``'s ``claim``, which held a proven claim's epsilon,
         delta, steps, clip norm, sensitivity factor and segments). A result written before shuffle runs were
@@ -264,11 +269,12 @@ def stated_claim(epsilon: float, delta: float) -> Claim:
 def replace_one_epsilon(record: PrivacyRecord) -> float | None:
     """Epsilon of the stored event under replace-one adjacency (PLD, at the accountant's delta; None when non-private):
     what holds against an adversary who knows N (:func:`dpaudit.accounting.epsilon_replace_one`)."""
-    if record.event is None or record.delta is None:
+    parts = record.delta_parts()
+    if record.event is None or parts is None:
         return None
     from dpaudit import accounting  # dp_accounting is heavy: only when asked
 
-    return float(accounting.epsilon_replace_one(accounting.event_from_json(record.event), record.delta_parts().accountant))
+    return float(accounting.epsilon_replace_one(accounting.event_from_json(record.event), parts.accountant))
 
 
 def claim_conditions(record: PrivacyRecord) -> tuple[str, ...]:
@@ -308,7 +314,7 @@ def _stated_segments(record: PrivacyRecord, where: str) -> tuple[Segment, ...]:
     derived = accounting.segments_of_event(event)
     if derived is None:  # not Poisson-subsampled Gaussian steps (sampling without replacement): no curve to test
         return ()
-    stored = []
+    stored: list[Segment] = []
     for i, raw in enumerate(record.segments):
         try:
             stored.append(Segment.from_json({k: v for k, v in dict(raw).items() if k != "expected_batch_size"},
@@ -317,14 +323,15 @@ def _stated_segments(record: PrivacyRecord, where: str) -> tuple[Segment, ...]:
             raise UserInputError(f"{where}: segments[{i}] is not an object; rerun dpaudit train.") from None
 
     def steps_by_mechanism(segments: Sequence[Segment]) -> list[tuple[float, float, int]]:
-        merged: list[list[Any]] = []
+        merged: list[tuple[float, float, int]] = []
         for seg in segments:
             if merged and math.isclose(merged[-1][0], seg.sampling_probability, rel_tol=_SIGMA_RTOL) \
                     and math.isclose(merged[-1][1], seg.noise_multiplier, rel_tol=_SIGMA_RTOL):
-                merged[-1][2] += seg.steps
+                q, sigma, steps = merged[-1]
+                merged[-1] = (q, sigma, steps + seg.steps)
             else:
-                merged.append([seg.sampling_probability, seg.noise_multiplier, seg.steps])
-        return [(q, sigma, steps) for q, sigma, steps in merged]
+                merged.append((seg.sampling_probability, seg.noise_multiplier, seg.steps))
+        return merged
 
     def same(a: Sequence[tuple[float, float, int]], b: Sequence[tuple[float, float, int]]) -> bool:
         return len(a) == len(b) and all(
@@ -346,6 +353,35 @@ def _stated_segments(record: PrivacyRecord, where: str) -> tuple[Segment, ...]:
     return derived
 
 
+class _RecordFacts(TypedDict):
+    """What the claim of a record says beside its figures (the report's provenance, caveats and releases)."""
+
+    trainer: str | None
+    privacy_unit: str | None
+    adjacency: str | None
+    mechanism_words: str | None
+    notes: tuple[str, ...]
+    telemetry: str | None
+    unaccounted_releases: tuple[str, ...]
+    scale_from_private: bool
+    sampling: str | None
+
+
+class _PrivateRecordFacts(_RecordFacts):
+    """The facts, and what the claim of a private record states whether it proves an epsilon or not."""
+
+    known: bool
+    private: bool
+    source: str
+    delta: float
+    accountant_delta: float
+    accountant: str
+    clip_norm: float
+    sensitivity_factor: float
+    conditions: tuple[str, ...]
+    guarantee: str
+
+
 def claim_of_record(record: PrivacyRecord | None, *, where: str = "privacy.json") -> Claim:
     """The claim of a training run's ``privacy.json``: epsilon recomputed from its DpEvent (never copied), its segments
     derived from the event and checked against the file's other statements of sigma, its conditions, and the facts
@@ -357,14 +393,15 @@ def claim_of_record(record: PrivacyRecord | None, *, where: str = "privacy.json"
     """
     if record is None:
         return unknown_claim()
-    facts = {"trainer": record.trainer, "privacy_unit": record.privacy_unit, "adjacency": record.adjacency,
-             "mechanism_words": record.mechanism, "notes": tuple(str(n) for n in record.notes),
-             "telemetry": record.telemetry, "unaccounted_releases": tuple(str(r) for r in record.unaccounted_releases),
-             "scale_from_private": _scale_from_private(record), "sampling": record.sampling,
-             "guarantee": record.guarantee}
+    facts: _RecordFacts = {
+        "trainer": record.trainer, "privacy_unit": record.privacy_unit, "adjacency": record.adjacency,
+        "mechanism_words": record.mechanism, "notes": tuple(str(n) for n in record.notes),
+        "telemetry": record.telemetry, "unaccounted_releases": tuple(str(r) for r in record.unaccounted_releases),
+        "scale_from_private": _scale_from_private(record), "sampling": record.sampling}
     if not record.private:
-        return Claim(known=True, private=False, **{**facts, "guarantee": record.guarantee or "non-private: epsilon = inf."})
-    if record.delta is None:
+        return Claim(known=True, private=False, guarantee=record.guarantee or "non-private: epsilon = inf.", **facts)
+    parts = record.delta_parts()
+    if parts is None:
         raise UserInputError(f"{where}: a private run's record has no delta; rerun dpaudit train.")
     segments = _stated_segments(record, where)
     try:
@@ -372,11 +409,11 @@ def claim_of_record(record: PrivacyRecord | None, *, where: str = "privacy.json"
         replace_one = replace_one_epsilon(record) if record.n_public and record.proven else None
     except (KeyError, TypeError, ValueError) as err:
         raise UserInputError(f"{where}: cannot read the DpEvent ({err}); rerun dpaudit train.") from None
-    parts = record.delta_parts()
-    common = dict(known=True, private=True, source="privacy.json", delta=float(parts.delta),
-                  accountant_delta=float(parts.accountant), accountant=record.accountant or "pld",
-                  clip_norm=float(record.clip_norm or 1.0), sensitivity_factor=float(record.sensitivity_factor or 1.0),
-                  conditions=claim_conditions(record), **facts)
+    common: _PrivateRecordFacts = {
+        **facts, "known": True, "private": True, "source": "privacy.json", "delta": float(parts.delta),
+        "accountant_delta": float(parts.accountant), "accountant": record.accountant or "pld",
+        "clip_norm": float(record.clip_norm or 1.0), "sensitivity_factor": float(record.sensitivity_factor or 1.0),
+        "conditions": claim_conditions(record), "guarantee": record.guarantee}
     if not record.proven:  # shuffled fixed-size batches: the figure is as-if-Poisson, never a claim
         return Claim(**common, epsilon=None, recorded_epsilon=None, epsilon_if_poisson=recomputed)
     return Claim(**common, epsilon=recomputed, recorded_epsilon=record.epsilon, n_public=record.n_public,

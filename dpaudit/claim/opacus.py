@@ -47,7 +47,7 @@ def opacus_history(path: str | os.PathLike[str]) -> list[tuple[float, float, int
     if not isinstance(history, (list, tuple)) or not history:
         raise UserInputError(f"{where}: no 'history' of (noise_multiplier, sample_rate, steps); pass the state_dict() "
                              "of an Opacus RDP, PRV or GDP accountant after training.")
-    rows = []
+    rows: list[tuple[float, float, int]] = []
     for i, row in enumerate(history):
         try:
             sigma, q, steps = row
@@ -62,7 +62,7 @@ def opacus_claim(path: str | os.PathLike[str], delta: float) -> Claim:
     """The claim of a model trained with Opacus, from its accountant's history: Poisson-sampled Gaussian steps
     (what Opacus's DP-SGD runs and its accountants assume: add/remove adjacency, one example's clipped gradient of
     norm at most C, noise std sigma C), accounted here by PLD at ``delta`` (not copied from Opacus)."""
-    import dp_accounting
+    from dp_accounting.dp_event import ComposedDpEvent
 
     from dpaudit import accounting
     from dpaudit.accounting.events import Segment
@@ -73,7 +73,7 @@ def opacus_claim(path: str | os.PathLike[str], delta: float) -> Claim:
                     for sigma, q, steps in opacus_history(path)]
     except ValueError as err:
         raise UserInputError(f"--claimed-from-opacus {path}: {err}") from None
-    event = dp_accounting.ComposedDpEvent([s.event() for s in segments])
+    event = ComposedDpEvent([s.event() for s in segments])
     epsilon = float(accounting.epsilon(event, delta))
     steps = sum(s.steps for s in segments)
     return Claim(known=True, private=True, source="opacus", epsilon=epsilon, recorded_epsilon=epsilon, delta=float(delta),

@@ -43,15 +43,18 @@ import dataclasses
 import json
 import os
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, ClassVar, Literal, NamedTuple
+from typing import TYPE_CHECKING, ClassVar, Literal, NamedTuple, TypedDict, cast
 
 from dpaudit.errors import UserInputError
 
-__all__ = ["DeltaParts", "PRIVATE_FILES", "PrivacyRecord", "RELEASED_FILES", "SCHEMA", "group_privacy_rows",
-           "group_privacy_text"]
+if TYPE_CHECKING:
+    from dpaudit.accounting.serialization import Json
+
+__all__ = ["DeltaParts", "GroupPrivacyRow", "PRIVATE_FILES", "PrivacyRecord", "RELEASED_FILES", "SCHEMA",
+           "group_privacy_rows", "group_privacy_text"]
 
 SCHEMA = "dpaudit.privacy/4"
 #: Schema /3: ``delta`` was the accountant's, the noise tail a caveat beside it (``noise_tail["figure"]``).
@@ -90,6 +93,17 @@ class DeltaParts(NamedTuple):
     delta: float
     accountant: float
     noise_tail: float | None
+
+
+class GroupPrivacyRow(TypedDict):
+    """One ``group_privacy`` row (:func:`group_privacy_rows`): the group bound for a canary inserted ``frequency``
+    times; ``delta`` None with an epsilon: the group delta reaches 1 (no guarantee); ``epsilon`` None: nothing
+    proven."""
+
+    frequency: int
+    epsilon: float | None
+    delta: float | None
+    bound: str
 
 
 TELEMETRY_NOTE = (
@@ -176,7 +190,7 @@ class PrivacyRecord:
     adjacency: Adjacency = "add_remove"
     sampling: Sampling = "poisson"
     accountant: str | None = None
-    event: dict[str, Any] | None = None
+    event: Json | None = None
     epsilon: float | None = None
     epsilon_if_poisson: float | None = None
     delta: float | None = None
@@ -195,13 +209,13 @@ class PrivacyRecord:
     public_parameters: str = ""
     epsilon_replace_one: float | None = None
     proven: bool | None = None
-    noise_tail: dict[str, Any] | None = None
+    noise_tail: Json | None = None
     stopped_at_budget: bool = False
-    segments: list[dict[str, Any]] = field(default_factory=list)
+    segments: list[Json] = field(default_factory=list)
     randomness: str = ""
     noise_seed_explicit: bool = False
-    group_privacy: list[dict[str, Any]] = field(default_factory=list)
-    paper_claim: dict[str, Any] | None = None
+    group_privacy: list[GroupPrivacyRow] = field(default_factory=list)
+    paper_claim: Json | None = None
     unaccounted_releases: list[str] = field(default_factory=list)
     guarantee: str = ""
     notes: list[str] = field(default_factory=list)
@@ -209,10 +223,10 @@ class PrivacyRecord:
     released_files: list[str] = field(default_factory=lambda: list(RELEASED_FILES))
     private_files: list[str] = field(default_factory=lambda: list(PRIVATE_FILES))
     telemetry: str = TELEMETRY_NOTE
-    details: dict[str, Any] = field(default_factory=dict)
+    details: Json = field(default_factory=dict)
     data_split: DataSplit = "train"
     public_data_only: bool = False
-    init_from: dict[str, Any] | None = None
+    init_from: Json | None = None
 
     def __post_init__(self) -> None:
         if self.data_split not in ("train", "public"):
@@ -244,8 +258,9 @@ class PrivacyRecord:
             object.__setattr__(self, "accountant_delta", self.delta - (self.noise_tail_delta or 0.0))
         if self.delta is not None:
             tail = self.noise_tail_delta or 0.0
-            if not (0.0 < self.accountant_delta and tail >= 0.0
-                    and self.accountant_delta + tail <= self.delta * (1.0 + 1e-9)):
+            accountant = self.accountant_delta  # set just above
+            if not (accountant is not None and 0.0 < accountant and tail >= 0.0
+                    and accountant + tail <= self.delta * (1.0 + 1e-9)):
                 raise ValueError(f"delta {self.delta!r} must hold accountant_delta {self.accountant_delta!r} and "
                                  f"noise_tail_delta {self.noise_tail_delta!r} (delta >= their sum > 0).")
 
@@ -254,7 +269,7 @@ class PrivacyRecord:
         one (non-private). The one reader of the split: the claim's delta is ``delta``, an epsilon
         recomputed from the event is at ``accountant``, and ``noise_tail`` is what the float sampler's reach
         costs (None: not characterised)."""
-        if self.delta is None:
+        if self.delta is None or self.accountant_delta is None:  # __post_init__ sets the second with the first
             return None
         return DeltaParts(delta=float(self.delta), accountant=float(self.accountant_delta),
                           noise_tail=None if self.noise_tail_delta is None else float(self.noise_tail_delta))
@@ -270,19 +285,19 @@ class PrivacyRecord:
 
         For ``sampling="shuffle"`` this is the as-if-Poisson figure, not a proven one.
         """
-        if self.event is None or self.delta is None:
+        if self.event is None or self.delta is None or self.accountant_delta is None:
             return None
         from dpaudit import accounting  # dp_accounting is heavy: only when asked
 
         return float(accounting.epsilon(accounting.event_from_json(self.event), self.accountant_delta,
-                                        self.accountant or "pld"))
+                                        cast("accounting.Accountant", self.accountant or "pld")))  # epsilon() checks it
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> Json:
         """A JSON-serializable dict with ``schema`` first."""
         return {"schema": SCHEMA, **dataclasses.asdict(self)}
 
     @classmethod
-    def from_json(cls, obj: Any, *, where: str = "privacy.json") -> PrivacyRecord:
+    def from_json(cls, obj: object, *, where: str = "privacy.json") -> PrivacyRecord:
         """Inverse of :meth:`to_json`; a wrong schema or a bad field is a one-line UserInputError.
 
         A schema /2 file is converted (:func:`_from_v2`): its segments' noise_multiplier was std / C; a /3 file
@@ -302,12 +317,12 @@ class PrivacyRecord:
         if unknown:
             raise UserInputError(f"{where}: unknown field(s) {', '.join(unknown)}; the file was edited or is from another version.")
         try:
-            return cls(**values)
+            return cls(**values)  # type: ignore[arg-type]  # the file's values: __post_init__ checks what must agree
         except (TypeError, ValueError) as err:
             raise UserInputError(f"{where}: {err}") from None
 
 
-def _from_v2(obj: dict[str, Any], where: str) -> dict[str, Any]:
+def _from_v2(obj: Mapping[str, object], where: str) -> dict[str, object]:
     """A /2 record in /3 terms: each segment's noise_multiplier (std / C there) divided by its
     sensitivity_factor, so that it is sigma, as ``noise_multipliers`` always was. The event is unchanged."""
     segments = obj.get("segments", [])
@@ -329,7 +344,7 @@ V3_TAIL_NOTE = (" [Read from a {schema} file, which stated the float noise sampl
                 "beside delta {old}: counted inside delta, the claim is ({eps}, {new})-DP.]")
 
 
-def _from_v3(obj: dict[str, Any], where: str) -> dict[str, Any]:
+def _from_v3(obj: Mapping[str, object], where: str) -> dict[str, object]:
     """A /3 record in /4 terms: its delta was the accountant's, and its ``noise_tail`` caveat (when it had one)
     held the run's figure beside it. The stated delta becomes the sum (what held), the guarantee says so and the
     group rows are recomputed at it; the event, and so the epsilon, are unchanged."""
@@ -358,7 +373,7 @@ def _from_v3(obj: dict[str, Any], where: str) -> dict[str, Any]:
     return obj
 
 
-def group_privacy_text(row: dict[str, Any]) -> str:
+def group_privacy_text(row: GroupPrivacyRow) -> str:
     """One ``group_privacy`` row in words, rounded up: ``(eps_f, delta_f)``, ``no guarantee`` when the
     group delta reaches 1 (stored as ``delta=None`` with an epsilon), ``none proven`` when the run
     proves no epsilon (``epsilon=None``)."""
@@ -371,7 +386,7 @@ def group_privacy_text(row: dict[str, Any]) -> str:
     return f"({format_up(row['epsilon'])}, {format_up(row['delta'], 2)})"
 
 
-def group_privacy_rows(epsilon: float | None, delta: float | None, frequencies: Sequence[int]) -> list[dict[str, Any]]:
+def group_privacy_rows(epsilon: float | None, delta: float | None, frequencies: Sequence[int]) -> list[GroupPrivacyRow]:
     """The group bound for each canary frequency f: ``{"frequency", "epsilon", "delta", "bound"}``.
 
     A canary inserted f times is f rows, covered only by group privacy. ``delta`` is None with an
@@ -379,7 +394,7 @@ def group_privacy_rows(epsilon: float | None, delta: float | None, frequencies: 
     """
     from dpaudit import accounting  # dp_accounting is heavy: only when asked
 
-    rows = []
+    rows: list[GroupPrivacyRow] = []
     for f in frequencies:
         if epsilon is None or delta is None:
             rows.append({"frequency": f, "epsilon": None, "delta": None, "bound": accounting.GROUP_PRIVACY_BOUND})
