@@ -3,7 +3,7 @@
 A package shaped like dp_accounting and jax_privacy, one job per module, its public API re-exported
 here: :mod:`.events` (mechanisms as DpEvents, segments, schedules, sensitivity factors),
 :mod:`.guarantees` (the default delta and group privacy), :mod:`.serialization` (DpEvents to and
-from JSON), :mod:`.pld` (the fast whole-grid PLD and its caches), :mod:`.epsilon` (epsilon and delta
+from JSON), :mod:`.pld` (the fast whole-grid PLD and its caches), :mod:`.accountants` (epsilon and delta
 by PLD or RDP), :mod:`.tan` (Sander et al.'s eps_TAN) and :mod:`.calibration` (noise, steps and
 batch size for a target), and :mod:`.ledger` (what a run actually spent, step by step, against its
 budget).
@@ -55,83 +55,150 @@ References:
 
 from __future__ import annotations
 
-from dpaudit.accounting.calibration import (
-    calibrate_noise,
-    max_batch_size,
-    max_steps,
-)
-from dpaudit.accounting.epsilon import (
-    ACCOUNTANTS,
-    Accountant,
-    delta_for_epsilon,
-    epsilon,
-    epsilon_replace_one,
-)
-from dpaudit.accounting.events import (
-    FIXED_SIZE_LABEL,
-    REPLACE_ONE_FACTOR,
-    Segment,
-    batch_schedule_segments,
-    combined_clip_norm,
-    dpsgd_event,
-    exponential_decay_sigmas,
-    fixed_size_event,
-    is_fixed_size,
-    segments_of_event,
-    linear_decay_sigmas,
-    microbatch_sensitivity_factor,
-    noise_schedule_segments,
-    parse_batch_schedule,
-    schedule_event,
-    sliced_microbatch_sensitivity_factor,
-)
-from dpaudit.accounting.guarantees import (
-    DEFAULT_DELTA_RULE,
-    GROUP_PRIVACY_BOUND,
-    default_delta,
-    delta_warning,
-    group_privacy,
-)
-from dpaudit.accounting.ledger import BudgetExceededError, PrivacyLedger  # noqa: E402  (last: it uses the rest)
-from dpaudit.accounting.noise_tail import (
-    BM96_REACH,
-    RETIRED_MIN_REACH,
-    RETIRED_SAMPLERS,
-    DeltaSplit,
-    event_tail_figure,
-    noise_tail_entry,
-    sampler_reach,
-    split_delta,
-    tail_figure,
-)
-from dpaudit.accounting.noise_tail import (
-    SAMPLERS as NOISE_SAMPLERS,
-)
-from dpaudit.accounting.pld import (
-    PLD_DISCRETIZATION,
-    PLD_MAX_GRID_POINTS,
-    PLD_MIN_DELTA,
-    PldGridTooLargeError,
-    clear_caches,
-    privacy_profile,
-    subsampled_gaussian_pld,
-)
-from dpaudit.accounting.serialization import (
-    event_from_json,
-    event_to_json,
-)
-from dpaudit.accounting.tan import (
-    SIMULATION_LABEL,
-    TAN_VALID_ABOVE,
-    TanReport,
-    TanSimulation,
-    TanValidityWarning,
-    tan_epsilon,
-    tan_eta,
-    tan_eta_segments,
-    tan_report,
-    tan_simulate,
-)
+import importlib
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:  # the names, for type checkers; at run time each is imported on first use (below)
+    from dpaudit.accounting.calibration import (
+        calibrate_noise,
+        max_batch_size,
+        max_steps,
+    )
+    from dpaudit.accounting.accountants import (
+        ACCOUNTANTS,
+        Accountant,
+        delta_for_epsilon,
+        epsilon,
+        epsilon_replace_one,
+    )
+    from dpaudit.accounting.events import (
+        FIXED_SIZE_LABEL,
+        REPLACE_ONE_FACTOR,
+        Segment,
+        batch_schedule_segments,
+        combined_clip_norm,
+        dpsgd_event,
+        exponential_decay_sigmas,
+        fixed_size_event,
+        is_fixed_size,
+        segments_of_event,
+        linear_decay_sigmas,
+        microbatch_sensitivity_factor,
+        noise_schedule_segments,
+        parse_batch_schedule,
+        schedule_event,
+        sliced_microbatch_sensitivity_factor,
+    )
+    from dpaudit.accounting.guarantees import (
+        DEFAULT_DELTA_RULE,
+        GROUP_PRIVACY_BOUND,
+        default_delta,
+        delta_warning,
+        group_privacy,
+    )
+    from dpaudit.accounting.ledger import BudgetExceededError, PrivacyLedger
+    from dpaudit.accounting.noise_tail import (
+        BM96_REACH,
+        RETIRED_MIN_REACH,
+        RETIRED_SAMPLERS,
+        DeltaSplit,
+        event_tail_figure,
+        noise_tail_entry,
+        sampler_reach,
+        split_delta,
+        tail_figure,
+    )
+    from dpaudit.accounting.noise_tail import (
+        SAMPLERS as NOISE_SAMPLERS,
+    )
+    from dpaudit.accounting.pld import (
+        PLD_DISCRETIZATION,
+        PLD_MAX_GRID_POINTS,
+        PLD_MIN_DELTA,
+        PldGridTooLargeError,
+        clear_caches,
+        privacy_profile,
+        subsampled_gaussian_pld,
+    )
+    from dpaudit.accounting.serialization import (
+        event_from_json,
+        event_to_json,
+    )
+    from dpaudit.accounting.tan import (
+        SIMULATION_LABEL,
+        TAN_VALID_ABOVE,
+        TanReport,
+        TanSimulation,
+        TanValidityWarning,
+        tan_epsilon,
+        tan_eta,
+        tan_eta_segments,
+        tan_report,
+        tan_simulate,
+    )
+
+_EXPORTS: dict[str, tuple[str, str]] = {  # name -> (module of this package, its name there)
+    "calibrate_noise": ("calibration", "calibrate_noise"),
+    "max_batch_size": ("calibration", "max_batch_size"),
+    "max_steps": ("calibration", "max_steps"),
+    "ACCOUNTANTS": ("accountants", "ACCOUNTANTS"),
+    "Accountant": ("accountants", "Accountant"),
+    "delta_for_epsilon": ("accountants", "delta_for_epsilon"),
+    "epsilon": ("accountants", "epsilon"),
+    "epsilon_replace_one": ("accountants", "epsilon_replace_one"),
+    "FIXED_SIZE_LABEL": ("events", "FIXED_SIZE_LABEL"),
+    "REPLACE_ONE_FACTOR": ("events", "REPLACE_ONE_FACTOR"),
+    "Segment": ("events", "Segment"),
+    "batch_schedule_segments": ("events", "batch_schedule_segments"),
+    "combined_clip_norm": ("events", "combined_clip_norm"),
+    "dpsgd_event": ("events", "dpsgd_event"),
+    "exponential_decay_sigmas": ("events", "exponential_decay_sigmas"),
+    "fixed_size_event": ("events", "fixed_size_event"),
+    "is_fixed_size": ("events", "is_fixed_size"),
+    "segments_of_event": ("events", "segments_of_event"),
+    "linear_decay_sigmas": ("events", "linear_decay_sigmas"),
+    "microbatch_sensitivity_factor": ("events", "microbatch_sensitivity_factor"),
+    "noise_schedule_segments": ("events", "noise_schedule_segments"),
+    "parse_batch_schedule": ("events", "parse_batch_schedule"),
+    "schedule_event": ("events", "schedule_event"),
+    "sliced_microbatch_sensitivity_factor": ("events", "sliced_microbatch_sensitivity_factor"),
+    "DEFAULT_DELTA_RULE": ("guarantees", "DEFAULT_DELTA_RULE"),
+    "GROUP_PRIVACY_BOUND": ("guarantees", "GROUP_PRIVACY_BOUND"),
+    "default_delta": ("guarantees", "default_delta"),
+    "delta_warning": ("guarantees", "delta_warning"),
+    "group_privacy": ("guarantees", "group_privacy"),
+    "BudgetExceededError": ("ledger", "BudgetExceededError"),
+    "PrivacyLedger": ("ledger", "PrivacyLedger"),
+    "BM96_REACH": ("noise_tail", "BM96_REACH"),
+    "RETIRED_MIN_REACH": ("noise_tail", "RETIRED_MIN_REACH"),
+    "RETIRED_SAMPLERS": ("noise_tail", "RETIRED_SAMPLERS"),
+    "DeltaSplit": ("noise_tail", "DeltaSplit"),
+    "event_tail_figure": ("noise_tail", "event_tail_figure"),
+    "noise_tail_entry": ("noise_tail", "noise_tail_entry"),
+    "sampler_reach": ("noise_tail", "sampler_reach"),
+    "split_delta": ("noise_tail", "split_delta"),
+    "tail_figure": ("noise_tail", "tail_figure"),
+    "NOISE_SAMPLERS": ("noise_tail", "SAMPLERS"),
+    "PLD_DISCRETIZATION": ("pld", "PLD_DISCRETIZATION"),
+    "PLD_MAX_GRID_POINTS": ("pld", "PLD_MAX_GRID_POINTS"),
+    "PLD_MIN_DELTA": ("pld", "PLD_MIN_DELTA"),
+    "PldGridTooLargeError": ("pld", "PldGridTooLargeError"),
+    "clear_caches": ("pld", "clear_caches"),
+    "privacy_profile": ("pld", "privacy_profile"),
+    "subsampled_gaussian_pld": ("pld", "subsampled_gaussian_pld"),
+    "event_from_json": ("serialization", "event_from_json"),
+    "event_to_json": ("serialization", "event_to_json"),
+    "SIMULATION_LABEL": ("tan", "SIMULATION_LABEL"),
+    "TAN_VALID_ABOVE": ("tan", "TAN_VALID_ABOVE"),
+    "TanReport": ("tan", "TanReport"),
+    "TanSimulation": ("tan", "TanSimulation"),
+    "TanValidityWarning": ("tan", "TanValidityWarning"),
+    "tan_epsilon": ("tan", "tan_epsilon"),
+    "tan_eta": ("tan", "tan_eta"),
+    "tan_eta_segments": ("tan", "tan_eta_segments"),
+    "tan_report": ("tan", "tan_report"),
+    "tan_simulate": ("tan", "tan_simulate"),
+}
 
 __all__ = [
     "BudgetExceededError",
@@ -195,3 +262,14 @@ __all__ = [
     "tan_report",
     "tan_simulate",
 ]
+
+
+def __getattr__(name: str) -> object:
+    """The public names, imported on first use (PEP 562): importing one module of this package (a Segment for a
+    claim, say) does not import dp_accounting and scipy with the rest of it."""
+    if name in _EXPORTS:
+        module, attribute = _EXPORTS[name]
+        value = getattr(importlib.import_module(f"{__name__}.{module}"), attribute)
+        globals()[name] = value
+        return value
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")

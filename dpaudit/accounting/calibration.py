@@ -11,7 +11,7 @@ from dp_accounting.dp_event import (
     DpEvent,
 )
 
-from dpaudit.accounting.epsilon import (
+from dpaudit.accounting.accountants import (
     _BRACKET_RDP_ORDERS,
     Accountant,
     _check_accountant,
@@ -20,12 +20,11 @@ from dpaudit.accounting.epsilon import (
 )
 from dpaudit.accounting.events import (
     Segment,
-    _require_int,
-    _require_real,
     dpsgd_event,
     is_fixed_size,
     schedule_event,
 )
+from dpaudit.accounting.segment import _require_int, _require_real
 from dpaudit.accounting.noise_tail import event_tail_figure
 from dpaudit.accounting.pld import (
     _PLD_MEDIUM_DISCRETIZATION,

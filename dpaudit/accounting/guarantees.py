@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 
-from dpaudit.accounting.events import _require_int, _require_real
+from dpaudit.accounting.segment import _require_int, _require_real
 
 #: The default-delta rule, as stated in every ``--help``.
 DEFAULT_DELTA_RULE = ("default min(1e-5, 1/(10 N)): well below 1/N, since a mechanism that publishes one "

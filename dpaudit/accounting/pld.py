@@ -69,7 +69,7 @@ _GaussianItem: TypeAlias = tuple[Literal["gaussian"], float, int]
 _PoissonItem: TypeAlias = tuple[Literal["poisson"], float, float, int]
 _NoisyItem: TypeAlias = _GaussianItem | _PoissonItem
 _PldItem: TypeAlias = _NonPrivateItem | _NoisyItem
-#: An accountant level of :func:`dpaudit.accounting.epsilon._value`: PLD at a discretization, or RDP at some orders
+#: An accountant level of :func:`dpaudit.accounting.accountants._value`: PLD at a discretization, or RDP at some orders
 #: (None: dp_accounting's defaults).
 _Level: TypeAlias = tuple[Literal["pld"], float] | tuple[Literal["rdp"], tuple[float, ...] | None]
 
@@ -116,7 +116,7 @@ class _Lru(Generic[_K, _V]):
         self.data.clear()
 
 
-#: (event key, kind, value, accountant level or replace-one PLD's) of a result of :mod:`dpaudit.accounting.epsilon`.
+#: (event key, kind, value, accountant level or replace-one PLD's) of a result of :mod:`dpaudit.accounting.accountants`.
 _ResultKey: TypeAlias = tuple[str, str, float, _Level | tuple[Literal["pld-replace-one"], float]]
 _RESULTS: _Lru[_ResultKey, float] = _Lru(512)  # result key -> float
 

@@ -8,7 +8,7 @@ import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from dpaudit.accounting.events import Segment, _require_int, _require_real
+from dpaudit.accounting.segment import Segment, _require_int, _require_real
 from dpaudit.accounting.serialization import Json
 
 #: The TAN approximation of Sander et al. holds only above this noise multiplier ("privacy wall").

@@ -22,7 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
-from dpaudit.accounting.events import Segment
+from dpaudit.accounting.segment import Segment
 from dpaudit.errors import UserInputError
 from dpaudit.figures import format_up
 

@@ -65,7 +65,7 @@ def opacus_claim(path: str | os.PathLike[str], delta: float) -> Claim:
     from dp_accounting.dp_event import ComposedDpEvent
 
     from dpaudit import accounting
-    from dpaudit.accounting.events import Segment
+    from dpaudit.accounting.segment import Segment
     from dpaudit.figures import format_up
 
     try:

@@ -1,7 +1,7 @@
 """edp-sgd's ``privacy.json``: the core record filled in for sgd / dp-sgd / eDP-SGD, and the paper's claim.
 
 The plan, the ledger and the record are the core's (:mod:`dpaudit.training.privacy_plan`,
-:mod:`dpaudit.training.privacy_record`); this module only says, in the record's fields, what this trainer's
+:mod:`dpaudit.claim.record`); this module only says, in the record's fields, what this trainer's
 mechanism is, and adds what is specific to eDP-SGD:
 
 - :func:`paper_claim`: Dupuy et al. 2021 (section 3) account the noise std divided by C (what dpaudit
@@ -9,7 +9,7 @@ mechanism is, and adds what is specific to eDP-SGD:
   micro-batch clipping one example moves a clipped micro-batch gradient by up to 2C (McMahan et al.
   2018; TF Privacy ``used_microbatching``), so that figure is NOT proven; it is stated next to the
   proven one so the user sees the difference.
-- group privacy (:func:`dpaudit.training.privacy_record.group_privacy_rows`): a canary inserted f times is f rows; the per-row guarantee covers it only
+- group privacy (:func:`dpaudit.claim.record.group_privacy_rows`): a canary inserted f times is f rows; the per-row guarantee covers it only
   through the group bound (Dwork & Roth 2014, Thm 2.2), stated for each frequency of the inject
   manifest.
 

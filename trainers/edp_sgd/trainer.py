@@ -6,7 +6,7 @@ The one place that composes the pieces: the torch loop shared with the ``rgp`` t
 and micro-batch assignment, noise, processes, checkpoints and the Hugging Face export are in
 :mod:`trainers.torch_common`), clipping with its own sensitivity (:mod:`dpaudit.trainers.torch_common.clipping`), the privacy plan
 and ledger (the core's :mod:`dpaudit.training.privacy_plan`), privacy.json (:mod:`.privacy`, filling the
-core's :class:`~dpaudit.training.privacy_record.PrivacyRecord`) and the run directory (the core's
+core's :class:`~dpaudit.claim.record.PrivacyRecord`) and the run directory (the core's
 :mod:`dpaudit.training.run_dir`).
 
 A run (docs/trainers.md, "The run skeleton"):

@@ -1,7 +1,7 @@
 """rgp's ``privacy.json``: the core record filled in for reparametrized gradient perturbation.
 
 The plan, the ledger and the record are the core's (:mod:`dpaudit.training.privacy_plan`,
-:mod:`dpaudit.training.privacy_record`); this module only says, in the record's fields, what RGP's mechanism
+:mod:`dpaudit.claim.record`); this module only says, in the record's fields, what RGP's mechanism
 is. Each step is ONE Poisson-subsampled Gaussian mechanism: the per-example vector (carrier
 gradients of every reparametrized matrix and the non-matrix parameters' gradients) is clipped to C,
 summed, and N(0, (sigma_e C)^2) is added to every coordinate (Yu et al. 2021, Algorithm 1, lines

@@ -12,7 +12,8 @@ from dp_accounting.dp_event import (
 )
 from dp_accounting.rdp import rdp_privacy_accountant
 
-from dpaudit.accounting.events import _require_real, is_fixed_size
+from dpaudit.accounting.events import is_fixed_size
+from dpaudit.accounting.segment import _require_real
 from dpaudit.accounting.pld import (
     _ADD_OR_REMOVE,
     _REPLACE_ONE,
