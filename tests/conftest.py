@@ -166,3 +166,21 @@ def mia_noisy_model(mia_data, tmp_path_factory):
     _cli("train", *MIA_TRAIN, "--steps", "12", "--noise-multiplier", "20", *noise_seed, "--data", str(mia_data),
          "--out", str(path))
     return path
+
+
+#: Tiny torch runs on :func:`data_dir`: 96 rows, batch 16 -> 6 steps, one epoch (a few seconds each on one thread).
+TORCH_TINY = ["--epochs", "1", "--batch-size", "16", "--max-length", "16", "--vocab-size", "128", "--eval-examples", "8",
+              "--noise-multiplier", "1", "--noise-seed", "5", "--seed", "3"]
+TORCH_ARGS = {"edp-sgd": ["--mode", "dp-sgd", *TORCH_TINY], "rgp": ["--rank", "2", *TORCH_TINY]}
+
+
+@pytest.fixture(scope="session")
+def torch_runs(data_dir, tmp_path_factory):
+    """trainer -> a finished tiny run of edp-sgd and rgp (:data:`TORCH_ARGS`), trained by the CLI with ``--data``
+    absolute (read-only: the bad-input tests copy what they damage)."""
+    runs = {}
+    for trainer, args in TORCH_ARGS.items():
+        out = tmp_path_factory.mktemp(f"finished-{trainer}") / "run"
+        _cli("train", "--trainer", trainer, "--data", str(data_dir.resolve()), "--out", str(out), *args)
+        runs[trainer] = out
+    return runs

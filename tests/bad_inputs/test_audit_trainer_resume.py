@@ -141,7 +141,7 @@ def test_a_second_audit_on_the_same_out_is_refused(fake, tmp_path):
 
 def test_a_read_only_out_is_refused_before_any_run(tmp_path):
     """A real read-only folder: the child drops the capabilities that let root write anywhere (as
-    tests/test_bad_inputs_files.py does), then runs dpaudit on a registered trainer."""
+    tests/bad_inputs/file_faults.py does), then runs dpaudit on a registered trainer."""
     pytest.importorskip("torch")
     launcher = ("import ctypes, os, sys\n"
                 "libc = ctypes.CDLL(None, use_errno=True)\n"

@@ -5,6 +5,8 @@ records where the plan writes and stops."""
 
 from __future__ import annotations
 
+import errno
+import os
 from pathlib import Path
 
 import pytest
@@ -55,3 +57,51 @@ def test_quick_and_full_demo_have_their_own_default_folders(planned, tmp_path):
 def test_given_folders_are_kept(planned):
     given = planned("--quick", "--out", "mine", "--report", "page.html")
     assert given["state"].parent == Path("mine") and given["report"] == Path("page.html")
+
+
+# ------------------------------------------------------------------------------------------------
+# --report under a file and a read-only --out: one line before any stage (hardening, round two; moved from
+# tests/test_bad_inputs_round2.py).
+
+
+def tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+def one_line_error(args: list[str], *needles: str, cwd: Path | None = None) -> str:
+    """Run ``dpaudit ARGS`` in this process and return its one error line, checking exit code 2 and the needles."""
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, (result.output, result.exception)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+def test_demo_report_under_a_file_is_refused_before_any_stage(tmp_path, monkeypatch):
+    pytest.importorskip("jax")
+    pytest.importorskip("transformers")
+    monkeypatch.chdir(tmp_path)
+    (tmp_path / "notes.txt").write_text("mine\n")
+    one_line_error(["demo", "--quick", "--out", "runs", "--report", "notes.txt/index.html"],
+                   "--report notes.txt/index.html", "is a file, not a folder")
+    assert tree(tmp_path) == ["notes.txt"]
+
+
+def test_demo_into_a_read_only_folder_is_one_line(tmp_path, monkeypatch):
+    """As root a chmod 0555 folder stops nothing: the demo's first write (its .demo state folder) is made to
+    fail as it would for a user: EACCES."""
+    pytest.importorskip("jax")
+    pytest.importorskip("transformers")
+    monkeypatch.chdir(tmp_path)
+    real_mkdir = os.mkdir
+
+    def mkdir(path, *args, **kwargs):
+        if str(path).startswith(str(tmp_path / "ro")):
+            raise PermissionError(errno.EACCES, os.strerror(errno.EACCES), str(path))
+        return real_mkdir(path, *args, **kwargs)
+
+    monkeypatch.setattr(os, "mkdir", mkdir)
+    one_line_error(["demo", "--quick", "--out", str(tmp_path / "ro" / "demo")], "dpaudit demo: cannot access",
+                   str(tmp_path / "ro"), "Permission denied")
+    assert tree(tmp_path) == []

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
 import shutil
 from pathlib import Path
 
@@ -22,6 +23,7 @@ from click.testing import CliRunner
 
 from dpaudit.cli import cli
 from dpaudit.errors import UserInputError
+from tests.conftest import TORCH_ARGS
 
 pytest.importorskip("torch")
 pytest.importorskip("transformers")
@@ -272,3 +274,58 @@ def test_the_check_is_one_rule_for_every_loader(tiny_causal_dir, tmp_path):
         resolve_start(model, layout=transformers_layout)
     assert str(attack.value).split(": ", 1)[1] == str(start.value).split(": ", 1)[1]
     assert "transformer.ln_f.weight" in str(attack.value)
+
+
+# ------------------------------------------------------------------------------------------------
+# Model files that are not safetensors: pickle, truncated and random-bytes checkpoints (moved from
+# tests/test_bad_inputs_runs.py).
+
+
+def tree(root: Path) -> dict[str, int]:
+    """Every entry under ``root`` with its mtime: a rerun that trains or rewrites anything changes it."""
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in sorted(root.rglob("*"))}
+
+def invoke(args: list[str]):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+def assert_one_line_error(result, *needles: str) -> str:
+    assert result.exit_code == 2, result.output[-3000:]
+    assert "Traceback" not in result.output, result.output[-3000:]
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and result.output.strip().splitlines()[-1] == errors[0], result.output[-3000:]
+    for needle in needles:
+        assert needle in errors[0], (needle, errors[0])
+    return errors[0]
+
+def _damaged_model(kind: str, source: Path, path: Path) -> Path:
+    shutil.copytree(source / "model", path)
+    weights = path / "model.safetensors"
+    if kind == "pickle":
+        import torch
+        from safetensors.torch import load_file
+
+        torch.save(load_file(weights), path / "pytorch_model.bin")
+        weights.unlink()
+    elif kind == "truncated":
+        weights.write_bytes(weights.read_bytes()[: weights.stat().st_size // 2])
+    else:
+        weights.write_bytes(os.urandom(4096))
+    return path
+
+
+@pytest.mark.parametrize("kind", ["pickle", "truncated", "random"])
+@pytest.mark.parametrize("command", ["train", "attack"])
+def test_a_model_that_is_not_safetensors_is_one_line(kind, command, torch_runs, data_dir, tmp_path):
+    model = _damaged_model(kind, torch_runs["edp-sgd"], tmp_path / "hf")
+    out = tmp_path / "out"
+    option = "--init-from" if command == "train" else "--model"
+    if command == "train":
+        args = ["train", "--trainer", "edp-sgd", "--init-from", model, "--data", data_dir, "--out", out,
+                *TORCH_ARGS["edp-sgd"]]
+    else:
+        args = ["attack", "--model", model, "--data", data_dir, "--out", out, "--attacks", "loss"]
+    before = tree(tmp_path)
+    message = assert_one_line_error(invoke(args), f"{option} {model} is not a safetensors model directory")
+    assert ("pytorch_model.bin" if kind == "pickle" else str(model / "model.safetensors")) in message
+    assert "Unpickl" not in message and "SafetensorError" not in message
+    assert tree(tmp_path) == before

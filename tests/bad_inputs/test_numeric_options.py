@@ -11,6 +11,7 @@ after training.
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 from click.testing import CliRunner
@@ -119,3 +120,76 @@ def test_verdict_of_a_zero_claim_has_no_share(tmp_path):
             "confidence": 0.95, "refuted": False}
     text = _verdict_text(body, "edp-sgd", tmp_path)
     assert "the claim is 0: no share" in text
+
+
+# ------------------------------------------------------------------------------------------------
+# Numbers of inject, attack and account, and --frequencies '' (hardening, round two; moved from
+# tests/test_bad_inputs_round2.py).
+
+
+SMALL = ["--corpus", "builtin:assistant", "--corpus-size", "60", "--frequencies", "1", "--per-frequency", "2"]
+
+
+def tree(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
+
+def one_line_error(args: list[str], *needles: str, cwd: Path | None = None) -> str:
+    """Run ``dpaudit ARGS`` in this process and return its one error line, checking exit code 2 and the needles."""
+    result = CliRunner().invoke(cli, args)
+    assert result.exit_code == 2, (result.output, result.exception)
+    lines = [line for line in result.output.splitlines() if line.strip()]
+    assert len(lines) == 1 and lines[0].startswith("Error: "), result.output
+    for needle in needles:
+        assert needle in lines[0], (needle, lines[0])
+    return lines[0]
+
+
+NUMBER_CASES = [
+    ("unicode superscript", ["inject", *SMALL, "--frequencies", "\u00b2"],
+     ["--frequencies '\u00b2'", "not a positive integer in the digits 0-9"]),
+    ("arabic-indic digit", ["inject", *SMALL, "--frequencies", "\u0661"], ["--frequencies", "digits 0-9"]),
+    ("empty frequencies", ["inject", *SMALL, "--frequencies", ""], ["--frequencies is empty"]),
+    ("empty item", ["inject", *SMALL, "--frequencies", "1,,2"], ["--frequencies '1,,2'", "an empty item"]),
+    ("frequency 1e9", ["inject", *SMALL, "--frequencies", "1000000000", "--force"],
+     ["--frequencies '1000000000'", "1,000,000,000 is above the limit of 1,000,000"]),
+    ("total insertions", ["inject", *SMALL, "--frequencies", "1000000", "--per-frequency", "101", "--force"],
+     ["101,000,000 canary rows", "limit of 100,000,000"]),
+    ("format digits superscript", ["inject", *SMALL, "--format", "digits:\u00b2"], ["--format", "an integer from 1 to 64"]),
+    ("heldout nan", ["inject", *SMALL, "--heldout-fraction", "nan"],
+     ["--heldout-fraction must be a finite number, got nan", "not a number", "[0, 1)"]),
+    ("public inf", ["inject", *SMALL, "--public-fraction", "inf"], ["--public-fraction", "got inf", "infinite"]),
+    ("attack fpr nan", ["attack", "--model", "m", "--data", "d", "--out", "o", "--fpr", "nan"],
+     ["--fpr must be a finite number, got nan", "not a number"]),
+    ("account sigma 1e-9", ["account", "-N", "1000", "-B", "10", "-S", "10", "--noise-multiplier", "1e-9"],
+     ["noise multiplier 1e-09 is too small for it", "use the RDP accountant"]),
+    ("account N 1e30", ["account", "-N", "1" + "0" * 30, "-B", "10", "-S", "10", "--noise-multiplier", "1"],
+     ["--dataset-size/-N", "above the limit of 1,000,000,000,000"]),
+    ("account microbatch > batch", ["account", "-N", "1000", "-B", "10", "-S", "10", "--noise-multiplier", "1",
+                                    "--microbatch-size", "32"],
+     ["--microbatch-size 32 is larger than the (expected) batch size 10"]),
+    ("account microbatch > q N", ["account", "-N", "1000", "-q", "0.01", "-S", "10", "--noise-multiplier", "1",
+                                  "--microbatch-size", "32"], ["--microbatch-size 32"]),
+]
+
+
+@pytest.mark.parametrize(("args", "needles"), [c[1:] for c in NUMBER_CASES], ids=[c[0] for c in NUMBER_CASES])
+def test_bad_number_is_one_line_and_writes_nothing(tmp_path, monkeypatch, args, needles):
+    monkeypatch.chdir(tmp_path)
+    one_line_error([*args, "--out", "out"] if args[0] == "inject" else args, *needles)
+    assert tree(tmp_path) == []
+
+
+def test_account_tiny_sigma_is_accounted_by_rdp():
+    result = CliRunner().invoke(cli, ["account", "-N", "1000", "-B", "10", "-S", "10", "--noise-multiplier", "1e-9",
+                                      "--accountant", "rdp", "--json"])
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.stdout)["epsilon"]["rdp"] > 1e15  # no noise to speak of: enormous, not an error
+
+
+def test_train_with_a_noise_multiplier_too_small_to_account_is_one_line(data_dir, tmp_path):
+    """dp_accounting's PLD overflowed (OverflowError) for sigma 1e-9 before the grid-size check could refuse it."""
+    out = tmp_path / "model"
+    one_line_error(["train", "--trainer", "jax-bert", "--data", str(data_dir), "--out", str(out), "--noise-multiplier",
+                    "1e-9", "--steps", "2", "--batch-size", "16", "--max-length", "16", "--vocab-size", "128",
+                    "--physical-batch", "8"], "noise multiplier 1e-09 is too small for it")
+    assert tree(tmp_path) == []

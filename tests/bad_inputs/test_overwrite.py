@@ -11,6 +11,7 @@ recorded writing itself, and refuses anything else before its first stage.
 from __future__ import annotations
 
 import hashlib
+import json
 import shutil
 from pathlib import Path
 
@@ -179,3 +180,96 @@ def test_demo_replaces_only_the_page_it_recorded_writing(attacks, tmp_path):
     page.write_text(page.read_text() + "<!-- edited -->")
     with pytest.raises(UserInputError, match="did not write"):
         _check_report(page, state)
+
+
+# ------------------------------------------------------------------------------------------------
+# Never a folder dpaudit did not write (moved from tests/test_bad_inputs_runs.py): the demo refuses a non-empty
+# --out that is not its own earlier run, and every --overwrite (inject, attack, the demo's stages) removes only
+# what a manifest lists.
+
+
+def tree(root: Path) -> dict[str, int]:
+    """Every entry under ``root`` with its mtime: a rerun that trains or rewrites anything changes it."""
+    return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in sorted(root.rglob("*"))}
+
+def invoke(args: list[str]):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+def assert_one_line_error(result, *needles: str) -> str:
+    assert result.exit_code == 2, result.output[-3000:]
+    assert "Traceback" not in result.output, result.output[-3000:]
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and result.output.strip().splitlines()[-1] == errors[0], result.output[-3000:]
+    for needle in needles:
+        assert needle in errors[0], (needle, errors[0])
+    return errors[0]
+
+def _small_corpus(path: Path) -> Path:
+    path.write_text("".join(f"line {i} of the small test corpus\n" for i in range(300)), encoding="utf-8")
+    return path
+
+
+def test_demo_refuses_an_out_that_is_not_its_own_and_deletes_nothing(tmp_path):
+    out = tmp_path / "o"
+    (out / "data").mkdir(parents=True)
+    (out / "data" / "myfile.txt").write_text("the user's own file\n")
+    before = tree(tmp_path)
+    result = invoke(["demo", "--quick", "--out", out, "--report", tmp_path / "r" / "index.html"])
+    assert_one_line_error(result, f"--out {out} exists, is not empty and is not an earlier dpaudit demo run")
+    assert tree(tmp_path) == before
+    assert (out / "data" / "myfile.txt").read_text() == "the user's own file\n"
+
+
+def test_a_demo_stage_never_removes_a_folder_holding_a_users_file(tmp_path):
+    """An earlier demo run whose data/ the user added a file to: a changed command (another size) would
+    replace data/; it refuses instead, and keeps everything."""
+    from dpaudit.demo.plan import Stage
+    from dpaudit.demo.stages import run_stages
+    from dpaudit.errors import UserInputError
+
+    def inject(size: int) -> Stage:
+        data = tmp_path / "data"
+        return Stage(name="inject", title="inject", output=data, schema_prefix="dpaudit.inject/",
+                     args=("inject", "--corpus", "builtin:assistant", "--corpus-size", str(size), "--out", str(data),
+                           "--frequencies", "1", "--per-frequency", "2", "--overwrite"))
+
+    def run(stage):
+        cli.main(args=list(stage.args), prog_name="dpaudit", standalone_mode=False)
+
+    run_stages([inject(150)], state=tmp_path / ".demo", run=run, echo=lambda _: None)
+    (tmp_path / "data" / "notes.txt").write_text("mine\n")
+    before = tree(tmp_path)
+    with pytest.raises(UserInputError, match="notes.txt, which no dpaudit manifest lists"):
+        run_stages([inject(160)], state=tmp_path / ".demo", run=run, echo=lambda _: None)
+    assert tree(tmp_path) == before
+
+
+@pytest.mark.parametrize("command", ["inject", "attack"])
+def test_overwrite_replaces_only_what_a_manifest_lists(command, tmp_path, data_dir, torch_runs):
+    out = tmp_path / "out"
+    out.mkdir()
+    if command == "attack":  # an earlier attack directory the user put a file into
+        args = ["attack", "--model", torch_runs["edp-sgd"], "--data", data_dir, "--out", out, "--attacks", "loss"]
+        first = invoke([*args[:5], "--out", tmp_path / "first", "--attacks", "loss"])
+        assert first.exit_code == 0, first.output
+        shutil.rmtree(out)
+        shutil.copytree(tmp_path / "first", out)
+        shutil.rmtree(tmp_path / "first")
+    else:
+        args = ["inject", "--corpus", _small_corpus(tmp_path / "c.txt"), "--out", out, "--frequencies", "1",
+                "--per-frequency", "2"]
+        (out / "train.jsonl").write_text('{"text": "my own rows"}\n')  # a folder with no manifest at all
+    (out / "mine.txt").write_text("keep me\n")
+    before = tree(tmp_path)
+    result = invoke([*args, "--overwrite"])
+    assert_one_line_error(result, f"--out {out} holds", "which no dpaudit manifest lists", "move your files away")
+    assert tree(tmp_path) == before
+
+
+def test_overwrite_still_replaces_a_run_directory_dpaudit_wrote(tmp_path):
+    corpus = _small_corpus(tmp_path / "c.txt")
+    args = ["inject", "--corpus", corpus, "--out", tmp_path / "out", "--frequencies", "1", "--per-frequency", "2"]
+    assert invoke(args).exit_code == 0
+    result = invoke([*args, "--seed", "1", "--overwrite"])
+    assert result.exit_code == 0, result.output
+    assert json.loads((tmp_path / "out" / "manifest.json").read_text())["seed"] == 1

@@ -9,7 +9,10 @@ what it printed (stdout byte for byte, a note on stderr), exits 0 and touches no
 
 from __future__ import annotations
 
+import dataclasses
 import json
+import shutil
+import time
 from pathlib import Path
 
 import pytest
@@ -17,6 +20,7 @@ from click.testing import CliRunner
 
 from dpaudit.cli import cli
 from tests.bad_inputs import audit_fake
+from tests.conftest import TORCH_ARGS
 
 
 def _invoke(*args: object):
@@ -92,3 +96,69 @@ def test_audit_trainer_rerun_returns_the_finished_audit(fake, tmp_path):
     assert fake.trained == ["run-0"] and tree(out) == before
     _refused_as_not_empty(_invoke(*args[:-2], "--confidence", "0.9", "--out", out), out)
     assert fake.trained == ["run-0"] and tree(out) == before
+
+
+# ------------------------------------------------------------------------------------------------
+# train: a finished run's own command returns it, every trainer, --data by another path (moved from
+# tests/test_bad_inputs_runs.py).
+
+
+def invoke(args: list[str]):
+    return CliRunner().invoke(cli, [str(a) for a in args])
+
+def assert_one_line_error(result, *needles: str) -> str:
+    assert result.exit_code == 2, result.output[-3000:]
+    assert "Traceback" not in result.output, result.output[-3000:]
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and result.output.strip().splitlines()[-1] == errors[0], result.output[-3000:]
+    for needle in needles:
+        assert needle in errors[0], (needle, errors[0])
+    return errors[0]
+
+
+@pytest.mark.parametrize("trainer", list(TORCH_ARGS))
+def test_rerun_of_a_finished_torch_run_returns_it_by_any_path_to_the_same_data(trainer, torch_runs, data_dir, tmp_path,
+                                                                              monkeypatch):
+    out = tmp_path / "run"
+    shutil.copytree(torch_runs[trainer], out)
+    before = tree(out)
+    copy = tmp_path / "elsewhere" / "data"  # the same files at another path, given relative
+    shutil.copytree(data_dir, copy)
+    monkeypatch.chdir(copy.parent)
+    start = time.perf_counter()
+    result = invoke(["train", "--trainer", trainer, "--data", "data", "--out", out, *TORCH_ARGS[trainer]])
+    elapsed = time.perf_counter() - start
+    assert result.exit_code == 0, result.output
+    assert tree(out) == before  # nothing trained, nothing rewritten (no new metrics rows, same model file)
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert f"trained {trainer} for {manifest['steps']} steps" in result.output
+    assert elapsed < 10, elapsed  # setup only: ~0.3 s alone on the 2-core CPU; training the run took seconds
+    # Other settings, or other data, are refused without touching it.
+    other = invoke(["train", "--trainer", trainer, "--data", "data", "--out", out, *TORCH_ARGS[trainer], "--epochs", "2"])
+    assert_one_line_error(other, f"--out {out} holds a finished run with different settings", "--epochs 1 -> 2")
+    with open(copy / "heldout.jsonl", "a", encoding="utf-8") as handle:
+        handle.write('{"text": "one more row", "label": "weather"}\n')
+    changed = invoke(["train", "--trainer", trainer, "--data", "data", "--out", out, *TORCH_ARGS[trainer]])
+    assert_one_line_error(changed, f"{Path('data') / 'heldout.jsonl'}")  # the inject hash check names the file
+    assert tree(out) == before
+
+
+def test_rerun_of_a_finished_jax_bert_run_returns_it_by_a_relative_path(mia_noisy_model, mia_data, tmp_path,
+                                                                        monkeypatch):
+    """The shared session run (conftest ``mia_noisy_model``), rerun with its own settings through the API."""
+    from dpaudit.trainers.jax_bert.config import JaxBertConfig
+    from dpaudit.trainers.jax_bert.trainer import JaxBertTrainer
+
+    out = tmp_path / "run"
+    shutil.copytree(mia_noisy_model, out)
+    manifest = json.loads((out / "manifest.json").read_text())
+    fields = {f.name for f in dataclasses.fields(JaxBertConfig)}
+    stored = {k: v for k, v in manifest["config"].items() if k in fields}
+    config = JaxBertConfig(**{**stored, "noise_seed": 0})  # the secret seed is redacted in the manifest
+    before = tree(out)
+    monkeypatch.chdir(mia_data.parent)
+    start = time.perf_counter()
+    result = JaxBertTrainer().train(Path(mia_data.name), out, config, seed=manifest["seed"])
+    assert time.perf_counter() - start < 10
+    assert tree(out) == before
+    assert result.steps == manifest["steps"] and result.epsilon == json.loads((out / "privacy.json").read_text())["epsilon"]

@@ -1,7 +1,9 @@
-"""Bad-input probe (hardening): each case runs the real command and asserts
-exit code 2, a one-line message naming the culprit (file and key, or option), and nothing written.
-
-Items 3, 4, 6, 7 and 8 live in ``tests/test_bad_inputs_files.py``.
+"""``dpaudit account``'s options and schedule files (hardening; moved from tests/test_bad_inputs.py and
+tests/test_bad_inputs_files.py): a target epsilon or noise multiplier it cannot take, a delta below PLD's
+range, a schedule file that is not UTF-8 or holds text for a number, ``--batch-schedule`` beside ``-B``/``-S``: each
+is a one-line error, exit code 2, naming the option or file. The calibration repro stays bounded in
+memory and time; a tiny delta is accounted by RDP and never reads as no noise; a decreasing batch schedule is
+accepted and accounted in order.
 """
 
 from __future__ import annotations
@@ -17,67 +19,7 @@ from click.testing import CliRunner
 from dp_accounting import dp_event, rdp
 
 from dpaudit.cli import cli
-
-#: A tiny jax-bert run (preset tiny is the default; no --preset or --steps here, since the command line
-#: would override the file's bad value). Every case below fails before any training.
-TRAIN = ["--batch-size", "16", "--max-length", "16", "--vocab-size", "128", "--physical-batch", "8"]
-
-# (case id, TOML text or bytes for --config (None: no file), extra options, substrings, substrings that must not appear)
-TRAIN_CASES = [
-    # The reported repro (trained with shuffled batches under a Poisson label, exit 0).
-    ("sampling-bogus", 'sampling = "bogus"\nnoise_multiplier = 1.0\n', [],
-     ["--config", "b.toml", "key 'sampling'", "must be one of poisson, shuffle, got 'bogus'."], []),
-    # A TOML string is not a boolean: "false" is truthy and trained without privacy.
-    ("non-private-string", 'non_private = "false"\n', [],
-     ["b.toml", "key 'non_private'", "true or false", "got 'false'"], []),
-    ("preset-huge", 'preset = "huge"\nnoise_multiplier = 1.0\n', [],
-     ["b.toml", "key 'preset'", "one of tiny, mini, small, base, large", "'huge'"], []),
-    ("batch-schedule-int", "batch_schedule = 5\nnoise_multiplier = 1.0\n", [],
-     ["b.toml", "key 'batch_schedule'", "must be a string", "5 (int)"], []),
-    ("learning-rate-string", 'learning_rate = "fast"\nnoise_multiplier = 1.0\n', [],
-     ["b.toml", "key 'learning_rate'", "must be a number", "'fast'"], []),
-    ("steps-float", "steps = 2.5\nnoise_multiplier = 1.0\n", [],
-     ["b.toml", "key 'steps'", "must be an integer", "2.5 (float)"], []),
-    ("sigma-bool", "noise_multiplier = true\n", [],
-     ["b.toml", "key 'noise_multiplier'", "must be a number", "True (bool)"], []),
-    # Range checks of values from the file name the key as the user wrote it (dashes kept).
-    ("clip-norm-range", "clip-norm = -1\nnoise_multiplier = 1.0\n", [],
-     ["b.toml", "key 'clip-norm'", "--clip-norm must be a finite number > 0, got -1.0."], []),
-    ("target-epsilon-inf-toml", "target_epsilon = inf\n", [],
-     ["b.toml", "key 'target_epsilon'", "--target-epsilon must be > 0, got inf."], []),
-    # The command line overrides the file: the error is then about the option, not the file.
-    ("command-line-wins", "clip_norm = -1\nnoise_multiplier = 1.0\n", ["--clip-norm", "-2"],
-     ["--clip-norm must be a finite number > 0, got -2.0."], ["b.toml"]),
-    ("config-not-utf8", b'sampling = "caf\xe9"\nnoise_multiplier = 1.0\n', [],
-     ["--config", "b.toml", "not UTF-8", "0xe9"], []),
-    # Item 2 (train side of the calibration).
-    ("target-epsilon-inf", None, ["--steps", "3", "--target-epsilon", "inf"], ["--target-epsilon must be > 0, got inf."], []),
-    ("target-epsilon-nan", None, ["--steps", "3", "--target-epsilon", "nan"], ["--target-epsilon must be > 0, got nan."], []),
-    ("target-epsilon-huge", None, ["--steps", "3", "--target-epsilon", "1000"],
-     ["target epsilon 1000", "noise multipliers below", "lower the target"], []),
-    # Item 5 (train side): PLD refuses a delta where its round-off exceeds delta, instead of "inf".
-    ("delta-1e-17", None, ["--steps", "3", "--noise-multiplier", "1", "--delta", "1e-17"], ["delta 1e-17 is below 1e-10"], []),
-]
-
-
-@pytest.mark.parametrize(("config", "args", "expected", "absent"), [case[1:] for case in TRAIN_CASES],
-                         ids=[case[0] for case in TRAIN_CASES])
-def test_train_bad_input_is_one_line_exit_2_and_writes_nothing(data_dir, tmp_path, config, args, expected, absent):
-    options = []
-    if config is not None:
-        path = tmp_path / "b.toml"
-        path.write_bytes(config if isinstance(config, bytes) else config.encode())
-        options = ["--config", str(path)]
-    out = tmp_path / "model"
-    result = CliRunner().invoke(cli, ["train", "--trainer", "jax-bert", "--data", str(data_dir), "--out", str(out),
-                                      *TRAIN, *options, *args])
-    assert result.exit_code == 2, result.output
-    assert len(result.output.strip().splitlines()) == 1, result.output
-    for text in expected:
-        assert text in result.output, (text, result.output)
-    for text in absent:
-        assert text not in result.output, (text, result.output)
-    assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == (["b.toml"] if config else [])
+from tests.bad_inputs.file_faults import Case, Ctx, assert_one_line_error, run_cli, scratch, tree  # scratch: a fixture
 
 
 ACCOUNT = ["-N", "1000", "--batch-size", "10", "--steps", "100"]
@@ -161,3 +103,66 @@ def test_tiny_delta_is_accounted_by_rdp_and_never_reads_as_no_noise(args):
     assert 3.0 < expected < 5.0  # 4.65 at delta 1e-17, 3.52 at 1e-13 (the reported figure at delta 1e-16 is 4.37)
     text = CliRunner().invoke(cli, ["account", *args], catch_exceptions=False).output
     assert "no noise" not in text and "epsilon (RDP)" in text and "delta below 1e-10" in text
+
+
+# ------------------------------------------------------------------------------------------------
+# Schedule files and --batch-schedule (from the file cases of tests/test_bad_inputs_files.py).
+
+
+def _account_schedule_not_utf8(ctx: Ctx):
+    path = ctx.base / "s.json"
+    path.write_bytes(b'[{"steps": 10, "batch_size": 10}]\n# caf\xe9\n')
+    return ["account", "-N", "1000", "--sigma", "1", "--schedule", str(path)], [f"--schedule {path}: not UTF-8", "0xe9"], None
+
+def _account_schedule_batch_size_is_text(ctx: Ctx):
+    path = ctx.base / "s.toml"
+    path.write_text('[[segments]]\nsteps = 10\nbatch_size = "ten"\n', encoding="utf-8")
+    return (["account", "-N", "1000", "--sigma", "1", "--schedule", str(path)],
+            [f"--schedule {path}: segment 1: batch_size must be an integer, got 'ten'"], None)
+
+def _account_batch_schedule_with_b_and_s(ctx: Ctx):
+    return (["account", "-N", "1000", "--sigma", "1", "--batch-schedule", "10:10,10:20", "-B", "10", "-S", "5"],
+            ["--batch-schedule sets every segment's steps and batch", "--batch-size/-B", "--steps/-S"], None)
+
+
+CASES: dict[str, Case] = {
+    "account: --schedule not UTF-8": _account_schedule_not_utf8,
+    "account: schedule batch_size = 'ten'": _account_schedule_batch_size_is_text,
+    "account: --batch-schedule with -B and -S": _account_batch_schedule_with_b_and_s,
+}
+
+
+@pytest.mark.parametrize("name", list(CASES))
+def test_bad_input_is_one_line_exit_2_and_leaves_nothing(name, scratch, data_dir, monkeypatch):
+    base = scratch / name.replace(" ", "_").replace(":", "").replace("'", "").replace("/", "_")
+    base.mkdir()
+    ctx = Ctx(base=base, scratch=scratch, data_dir=data_dir, trained_run=None)
+    args, needles, limits = CASES[name](ctx)
+    monkeypatch.chdir(base)
+    before = tree(scratch)
+    outcome = run_cli(args, subprocess_with=limits, cwd=base)
+    assert_one_line_error(outcome, *needles)
+    assert tree(scratch) == before  # no output, no staging folder, no lock file
+
+
+def test_a_decreasing_batch_schedule_is_accepted_documented_and_accounted_in_order():
+    """Decision: any order is accepted (the accountant composes the segments as run); both helps say so."""
+    import dp_accounting
+    from dp_accounting import pld
+
+    result = CliRunner().invoke(cli, ["account", "-N", "1000", "--sigma", "1.5", "--batch-schedule", "20:100,30:10",
+                                      "--json"], catch_exceptions=False)
+    assert result.exit_code == 0, result.output
+    out = json.loads(result.output)
+    assert [(s["steps"], s["sampling_probability"]) for s in out["segments"]] == [(20, 0.1), (30, 0.01)]
+    gaussian = dp_accounting.GaussianDpEvent(1.5)
+    event = dp_accounting.ComposedDpEvent([
+        dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(0.1, gaussian), 20),
+        dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(0.01, gaussian), 30),
+    ])
+    accountant = pld.PLDAccountant()
+    accountant.compose(event)
+    assert out["delta"] == pytest.approx(1e-5)  # the default: min(1e-5, 1/(10 N))
+    assert out["epsilon"]["pld"] == pytest.approx(accountant.get_epsilon(1e-5), rel=1e-9)
+    for args in (["account", "--help"], ["train", "--trainer", "jax-bert", "--help"]):
+        assert "any order" in " ".join(CliRunner().invoke(cli, args).output.split()), args
