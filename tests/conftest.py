@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import atexit
+import fcntl
 import os
 import shutil
 import tempfile
+from pathlib import Path
 
 # Two CPU devices for the data-parallel tests; must be set before jax is first imported.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=2")
@@ -19,9 +21,59 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # a developer's own cache wins
     os.environ["JAX_COMPILATION_CACHE_DIR"] = tempfile.mkdtemp(prefix="dpaudit-tests-xla-")
     atexit.register(shutil.rmtree, os.environ["JAX_COMPILATION_CACHE_DIR"], ignore_errors=True)
-os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0.5")
+# Every program is cached, however fast it compiled: a jax-bert run compiles ~50 programs, most under 0.5 s, and
+# with only the slow ones cached a tiny run's first use in another worker or process took 7.0 s of CPU instead of
+# 4.8 s (measured on the 2-core machine).
+os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 
 import pytest  # noqa: E402
+
+
+def pytest_configure(config):
+    """pytest-xdist hands a file at a time to each worker (``--dist loadfile``), by default the files with the most
+    tests first. Then a file of a few slow tests (the demo's end to end: minutes) came last and one worker ran it
+    while the other waited; :func:`pytest_collection_modifyitems` orders the files instead."""
+    if getattr(config.option, "dist", "no") in ("loadfile", "loadscope") and hasattr(config.option, "loadscopereorder"):
+        config.option.loadscopereorder = False
+
+
+def pytest_collection_modifyitems(config, items):
+    """The files with the most tests marked ``slow`` first, then the files with the most tests (xdist's own order),
+    each file's tests in their own order: the longest work is handed out first, and what is left at the end is
+    short, so that the workers finish together. Every worker sorts the same collection the same way."""
+    files: dict[str, list] = {}
+    for item in items:
+        files.setdefault(item.nodeid.split("::")[0], []).append(item)
+
+    def weight(name: str) -> tuple[int, int]:
+        tests = files[name]
+        return (-sum(1 for t in tests if t.get_closest_marker("slow") is not None), -len(tests))
+
+    items[:] = [item for name in sorted(files, key=weight) for item in files[name]]
+
+
+def _built_once(tmp_path_factory, name: str, build) -> Path:
+    """``build(folder)`` once for the whole test run, and ``folder`` (read-only) to every caller.
+
+    Under pytest-xdist each worker runs the session fixtures of its own files, so a tiny run that files on two
+    workers needed was trained twice. The folder lives where every worker of the run sees it (their common base
+    temporary folder), and a lock makes the first worker build it while another that needs it waits; a build that
+    failed half-way is removed and made again by the next caller."""
+    base = tmp_path_factory.getbasetemp()
+    if os.environ.get("PYTEST_XDIST_WORKER"):
+        base = base.parent  # the run's own base folder, shared by its workers
+    root = base / "built-once"
+    root.mkdir(exist_ok=True)
+    folder, done = root / name, root / f"{name}.done"
+    with open(root / f"{name}.lock", "w") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)  # released when the file closes, and by the kernel if the worker dies
+        if not done.exists():
+            shutil.rmtree(folder, ignore_errors=True)
+            folder.mkdir()
+            build(folder)
+            done.touch()
+    return folder
+
 
 #: Trainer options shared by the jax-bert test files: the same shapes and optimizer settings
 #: everywhere, so each XLA program is compiled once per process. ``noise_seed`` fixes the secret
@@ -39,12 +91,14 @@ def data_dir(tmp_path_factory):
 
     from dpaudit.cli import cli
 
-    path = tmp_path_factory.mktemp("inject") / "data"
-    result = CliRunner().invoke(cli, ["inject", "--corpus", "builtin:assistant", "--corpus-size", "210", "--heldout-size",
-                                      "24", "--public-size", "96", "--frequencies", "1,2,3", "--per-frequency", "1",
-                                      "--out", str(path), "--seed", "0"], catch_exceptions=False)
-    assert result.exit_code == 0, result.output
-    return path
+    def build(folder: Path) -> None:
+        result = CliRunner().invoke(cli, ["inject", "--corpus", "builtin:assistant", "--corpus-size", "210",
+                                          "--heldout-size", "24", "--public-size", "96", "--frequencies", "1,2,3",
+                                          "--per-frequency", "1", "--out", str(folder / "data"), "--seed", "0"],
+                                    catch_exceptions=False)
+        assert result.exit_code == 0, result.output
+
+    return _built_once(tmp_path_factory, "inject", build) / "data"
 
 
 #: The texts of :func:`tiny_causal_dir`'s tokenizer: a few sentences with digits (one token each).
@@ -58,7 +112,10 @@ def tiny_causal_dir(tmp_path_factory):
     (read-only; see tests/causal_fixtures.py). Do not edit: other helpers' tests use it."""
     from tests.causal_fixtures import build_tiny_causal
 
-    return build_tiny_causal(tmp_path_factory.mktemp("causal") / "model", TINY_CAUSAL_TEXTS, seed=0)
+    def build(folder: Path) -> None:
+        build_tiny_causal(folder / "model", TINY_CAUSAL_TEXTS, seed=0)
+
+    return _built_once(tmp_path_factory, "causal", build) / "model"
 
 
 @pytest.fixture(scope="session")
@@ -94,17 +151,20 @@ def _cli(*args: str) -> str:
 @pytest.fixture(scope="session")
 def canary_data(tmp_path_factory):
     """The inject directory of :data:`CANARY_INJECT` (read-only)."""
-    path = tmp_path_factory.mktemp("canary") / "data"
-    _cli("inject", *CANARY_INJECT, "--out", str(path))
-    return path
+    def build(folder: Path) -> None:
+        _cli("inject", *CANARY_INJECT, "--out", str(folder / "data"))
+
+    return _built_once(tmp_path_factory, "canary-data", build) / "data"
 
 
 @pytest.fixture(scope="session")
 def canary_model(canary_data, tmp_path_factory):
     """A train run directory: the tiny non-private model trained on :func:`canary_data` (read-only)."""
-    path = tmp_path_factory.mktemp("canary") / "model"
-    _cli("train", *CANARY_TRAIN, "--steps", "250", "--non-private", "--data", str(canary_data), "--out", str(path))
-    return path
+    def build(folder: Path) -> None:
+        _cli("train", *CANARY_TRAIN, "--steps", "250", "--non-private", "--data", str(canary_data), "--out",
+             str(folder / "model"))
+
+    return _built_once(tmp_path_factory, "canary-model", build) / "model"
 
 
 @pytest.fixture(scope="session")
@@ -117,10 +177,11 @@ def noisy_canary_model(canary_data, tmp_path_factory):
     0-3, alike at noise multipliers 50 and 500, so not a signal that passed through the noise), while
     init seeds 1-5 give p = 0.47, 0.77, 0.72, 0.53, 0.11 at noise multiplier 500.
     """
-    path = tmp_path_factory.mktemp("canary") / "noisy"
-    _cli("train", *CANARY_TRAIN, "--seed", "1", "--steps", "40", "--noise-multiplier", "50", "--data",
-         str(canary_data), "--out", str(path))
-    return path
+    def build(folder: Path) -> None:
+        _cli("train", *CANARY_TRAIN, "--seed", "1", "--steps", "40", "--noise-multiplier", "50", "--data",
+             str(canary_data), "--out", str(folder / "noisy"))
+
+    return _built_once(tmp_path_factory, "canary-noisy", build) / "noisy"
 
 
 #: The membership-inference run shared by the MIA tests: a small corpus (124 training rows, 64 heldout,
@@ -137,9 +198,10 @@ MIA_TRAIN = ["--trainer", "jax-bert", "--seed", "0", "--preset", "tiny", "--batc
 @pytest.fixture(scope="session")
 def mia_data(tmp_path_factory):
     """The inject directory of :data:`MIA_INJECT` (read-only)."""
-    path = tmp_path_factory.mktemp("mia") / "data"
-    _cli("inject", *MIA_INJECT, "--out", str(path))
-    return path
+    def build(folder: Path) -> None:
+        _cli("inject", *MIA_INJECT, "--out", str(folder / "data"))
+
+    return _built_once(tmp_path_factory, "mia-data", build) / "data"
 
 
 @pytest.fixture(scope="session")
@@ -148,10 +210,11 @@ def mia_model(mia_data, tmp_path_factory):
     fixes its batch order (drawn from the secret stream even without noise): the attack AUCs on 64 + 64
     rows have a standard error of ~0.04, and a model that changed with every run made their known-answer
     thresholds flaky (shadow AUC 0.599 against > 0.6 in one CI run)."""
-    path = tmp_path_factory.mktemp("mia") / "model"
-    _cli("train", *MIA_TRAIN, "--steps", "200", "--non-private", "--noise-seed", "0", "--data", str(mia_data),
-         "--out", str(path))
-    return path
+    def build(folder: Path) -> None:
+        _cli("train", *MIA_TRAIN, "--steps", "200", "--non-private", "--noise-seed", "0", "--data", str(mia_data),
+             "--out", str(folder / "model"))
+
+    return _built_once(tmp_path_factory, "mia-model", build) / "model"
 
 
 @pytest.fixture(scope="session")
@@ -161,11 +224,13 @@ def mia_noisy_model(mia_data, tmp_path_factory):
 
     from dpaudit.trainers.jax_bert.config import JaxBertConfig
 
-    path = tmp_path_factory.mktemp("mia") / "noisy"
     noise_seed = ["--noise-seed", "0"] if "noise_seed" in {f.name for f in dataclasses.fields(JaxBertConfig)} else []
-    _cli("train", *MIA_TRAIN, "--steps", "12", "--noise-multiplier", "20", *noise_seed, "--data", str(mia_data),
-         "--out", str(path))
-    return path
+
+    def build(folder: Path) -> None:
+        _cli("train", *MIA_TRAIN, "--steps", "12", "--noise-multiplier", "20", *noise_seed, "--data", str(mia_data),
+             "--out", str(folder / "noisy"))
+
+    return _built_once(tmp_path_factory, "mia-noisy", build) / "noisy"
 
 
 #: Tiny torch runs on :func:`data_dir`: 96 rows, batch 16 -> 6 steps, one epoch (a few seconds each on one thread).
@@ -178,9 +243,10 @@ TORCH_ARGS = {"edp-sgd": ["--mode", "dp-sgd", *TORCH_TINY], "rgp": ["--rank", "2
 def torch_runs(data_dir, tmp_path_factory):
     """trainer -> a finished tiny run of edp-sgd and rgp (:data:`TORCH_ARGS`), trained by the CLI with ``--data``
     absolute (read-only: the bad-input tests copy what they damage)."""
-    runs = {}
-    for trainer, args in TORCH_ARGS.items():
-        out = tmp_path_factory.mktemp(f"finished-{trainer}") / "run"
-        _cli("train", "--trainer", trainer, "--data", str(data_dir.resolve()), "--out", str(out), *args)
-        runs[trainer] = out
-    return runs
+    def build(folder: Path) -> None:
+        for trainer, args in TORCH_ARGS.items():
+            _cli("train", "--trainer", trainer, "--data", str(data_dir.resolve()), "--out",
+                 str(folder / f"finished-{trainer}" / "run"), *args)
+
+    folder = _built_once(tmp_path_factory, "torch-runs", build)
+    return {trainer: folder / f"finished-{trainer}" / "run" for trainer in TORCH_ARGS}

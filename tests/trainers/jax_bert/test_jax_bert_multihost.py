@@ -13,6 +13,7 @@ from pathlib import Path
 
 import jax
 import numpy as np
+import pytest
 from safetensors.numpy import load_file
 
 from dpaudit.trainers.jax_bert.trainer import JaxBertTrainer
@@ -68,6 +69,7 @@ def _launch(script: Path, data_dir: Path, out: Path, *, port: int, process_id: i
     return proc
 
 
+@pytest.mark.slow  # two processes that each import jax and compile the run: ~50 s of CPU on the 2-core machine
 def test_two_process_run_matches_two_device_run_and_only_process_0_writes(data_dir, tmp_path,
                                                                           tiny_config):
     assert jax.device_count() == 2  # tests/conftest.py: the in-process reference uses two local devices
