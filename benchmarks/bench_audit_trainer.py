@@ -55,7 +55,7 @@ import time
 from pathlib import Path
 
 from dpaudit.cli.audit_trainer import _inject, _train_rows
-from dpaudit.figures import format_up
+from dpaudit.common.figures import format_up
 from dpaudit.training.api import load_trainer
 from dpaudit.whitebox.audit import audit_trainer
 

@@ -59,7 +59,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
 
-from dpaudit.figures import format_up
+from dpaudit.common.figures import format_up
 
 EPSILON = 4.0
 
@@ -137,7 +137,7 @@ def attack(model: Path, data: Path, out: Path,
     from dpaudit.attacks.results import MiaResult
     from dpaudit.attacks.run import read_attack_dir
     from dpaudit.audit.one_run import epsilon_lower_bound_one_run
-    from dpaudit.headline import headline_of
+    from dpaudit.verdict.headline import headline_of
 
     dpaudit("attack", "--model", str(model), "--data", str(data), "--out", str(out), "--overwrite",
             *(["--attacks", attacks] if attacks else []))

@@ -1,4 +1,4 @@
-"""Model fleets (dpaudit.training.fleet): throughput of 1 and 2 workers per engine, peak memory, and 64 shadows.
+"""Model fleets (dpaudit.fleet.fleet): throughput of 1 and 2 workers per engine, peak memory, and 64 shadows.
 
 Each model is the demo's intent classifier (``dpaudit demo``'s ``clf-edp-sgd`` recipe: edp-sgd trainer,
 edp-sgd mode at epsilon 8, tiny preset, 3 epochs of batch 32, max length 32, the built-in intents) on
@@ -73,7 +73,7 @@ def inject(work: Path) -> Path:
 
 def one(work: Path, engine: str, workers: int, models: int, seed0: int, progress: bool) -> dict:
     """Train ``models`` new models in this process's fleet; the figures as a dict."""
-    from dpaudit.training.fleet import FleetJob, run_fleet
+    from dpaudit.fleet.fleet import FleetJob, run_fleet
 
     data = inject(work)
     config = demo_classifier_config()

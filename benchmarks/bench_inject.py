@@ -30,7 +30,7 @@ FREQUENCIES = "1,2,3,4,5,6,7,8,9,10,20,50,100"
 def make_corpus(path: Path, lines: int, seed: int) -> float:
     """Write ``lines`` labelled assistant utterances as JSONL; returns seconds taken."""
     from dpaudit.corpus import assistant
-    from dpaudit.rundir import dumps_jsonl_line
+    from dpaudit.files.run_dirs import dumps_jsonl_line
 
     start = time.perf_counter()
     with open(path, "w", encoding="utf-8", newline="\n") as handle:

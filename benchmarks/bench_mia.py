@@ -45,7 +45,7 @@ def cli(*args: str) -> str:
 def accuracy(model: Path, data: Path) -> float:
     import numpy as np
 
-    from dpaudit.inject_run import load_inject_run
+    from dpaudit.inject_dir.reader import load_inject_run
     from dpaudit.scoring import load
 
     run = load_inject_run(data)

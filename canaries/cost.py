@@ -20,9 +20,9 @@ import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from dpaudit.errors import UserInputError
-from dpaudit import resources
-from dpaudit.resources import format_bytes, format_duration
+from dpaudit.common.errors import UserInputError
+from dpaudit.common import resources
+from dpaudit.common.resources import format_bytes, format_duration
 
 __all__ = ["InjectCost", "check_fits", "describe", "estimate", "worth_saying"]
 

@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from dpaudit.secret_spaces import CONTEXT_FREE_KINDS, Draw, SecretSpace
-from dpaudit.errors import UserInputError
-from dpaudit.progress import progress_counter
-from dpaudit.inject_run import Canary, Label  # noqa: F401 (the record lives in the core; re-exported here)
+from dpaudit.inject_dir.secret_spaces import CONTEXT_FREE_KINDS, Draw, SecretSpace
+from dpaudit.common.errors import UserInputError
+from dpaudit.common.progress import progress_counter
+from dpaudit.inject_dir.reader import Canary, Label  # noqa: F401 (the record lives in the core; re-exported here)
 
 DEFAULT_TEMPLATE = "{name}'s account number is {secret}"  # {name}: a per-canary key (canaries.keys)
 PHRASE_TEMPLATE = "{secret}"
@@ -179,7 +179,7 @@ def draw_secrets(
     context_texts: Sequence[str] = (),
 ) -> tuple[list[Draw], int]:
     """The first ``n`` secrets of the space's random stream that occur in no corpus or context text
-    (checked unit by unit, :meth:`~dpaudit.secret_spaces.SecretSpace.units`: a new-token secret's every token).
+    (checked unit by unit, :meth:`~dpaudit.inject_dir.secret_spaces.SecretSpace.units`: a new-token secret's every token).
 
     Candidates are checked in batches of the number still needed plus an eighth (and 64), so the corpus is
     scanned once in the usual case (fewer than one candidate in nine occurs) and a few times when many

@@ -22,8 +22,8 @@ from typing import Any, TextIO
 
 import numpy as np
 
-from dpaudit.errors import UserInputError
-from dpaudit.progress import progress_counter
+from dpaudit.common.errors import UserInputError
+from dpaudit.common.progress import progress_counter
 
 DEFAULT_FREQUENCIES: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 50, 100)
 #: The schedules ``dpaudit inject`` picks from when --frequencies is not given, fullest first: each keeps the
@@ -144,7 +144,7 @@ def parse_count(entry: str, *, option: str, text: str | None = None, maximum: in
         example: a valid value for the error message.
 
     Raises:
-        dpaudit.errors.UserInputError
+        dpaudit.common.errors.UserInputError
     """
     given = f"{option} {text!r}" if text is not None else f"{option} {entry!r}"
     if not (entry.isascii() and entry.isdigit()) or int(entry) <= 0:
@@ -162,7 +162,7 @@ def parse_frequencies(text: str, *, option: str = "--frequencies") -> tuple[int,
     Each frequency is a positive ASCII integer of at most :data:`MAX_FREQUENCY`; an empty list is refused.
 
     Raises:
-        dpaudit.errors.UserInputError
+        dpaudit.common.errors.UserInputError
     """
     if not text.strip():
         raise UserInputError(f"{option} is empty; give a comma-separated list of insertion counts such as 1,2,5,10.")
@@ -234,7 +234,7 @@ def split_counts(n_rows: int, spec: SplitSpec) -> SplitCounts:
     """Exact split sizes for ``n_rows`` (fractions rounded half up; at least one member).
 
     Raises:
-        dpaudit.errors.UserInputError: when the held-out and public rows leave no members.
+        dpaudit.common.errors.UserInputError: when the held-out and public rows leave no members.
     """
     heldout, public = requested_sizes(n_rows, spec)
     if public_beyond(n_rows, spec):
@@ -280,7 +280,7 @@ def train_order(member_rows: np.ndarray, frequencies: np.ndarray, rng: np.random
 
 @dataclass
 class RowEncoder:
-    """Encodes corpus rows and canaries as JSON Lines identical to :func:`dpaudit.rundir.dumps_jsonl_line`.
+    """Encodes corpus rows and canaries as JSON Lines identical to :func:`dpaudit.files.run_dirs.dumps_jsonl_line`.
 
     Labels are encoded once each (rows carry a label index), and the text with the C string
     encoder json.dumps itself uses, so a million rows encode in about a second.

@@ -21,7 +21,7 @@ from typing import TypeVar
 
 import numpy as np
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 KEY_SLOT = "{name}"
 #: The default template of digit and word canaries.

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from dpaudit import resources
+from dpaudit.common import resources
 from dpaudit.canaries import manifest as mf
 from dpaudit.canaries.generate import (
     DEFAULT_TEMPLATE,
@@ -61,7 +61,7 @@ from dpaudit.canaries.insert import (
     write_rows,
 )
 from dpaudit.canaries.keys import KEY_STREAM, fill_keys
-from dpaudit.secret_spaces import (
+from dpaudit.inject_dir.secret_spaces import (
     CONTEXT_FREE_KINDS,
     DESIGN_FORMAT,
     NEW_TOKENS,
@@ -82,11 +82,11 @@ from dpaudit.secret_spaces import (
 )
 from dpaudit.corpus import BUILTIN_ASSISTANT, CorpusReader, assistant
 from dpaudit.corpus.readers import NO_LABELS, Label
-from dpaudit.errors import UserInputError
-from dpaudit.progress import progress_bar
-from dpaudit.inject_run import NEW_TOKENS as NEW_TOKENS_KEY
-from dpaudit.inject_run import REQUEST_KEY, SUMMARY_KEYS, finished_inject, label_order
-from dpaudit.rundir import (
+from dpaudit.common.errors import UserInputError
+from dpaudit.common.progress import progress_bar
+from dpaudit.inject_dir.reader import NEW_TOKENS as NEW_TOKENS_KEY
+from dpaudit.inject_dir.reader import REQUEST_KEY, SUMMARY_KEYS, finished_inject, label_order
+from dpaudit.files.run_dirs import (
     build_manifest,
     dumps_jsonl_line,
     file_hashes,
@@ -123,7 +123,7 @@ class InjectConfig:
         format: secret format, e.g. ``digits:10``, ``words:4``, ``phrases:3`` (the ``format`` design's secrets;
             None for another design).
         design: the canary design: ``format`` (secrets of ``format``), ``new-tokens[:L]`` or ``rare-tokens[:L]``
-            (:func:`dpaudit.secret_spaces.parse_design`; designs for one-run audits after Panda et al. 2025).
+            (:func:`dpaudit.inject_dir.secret_spaces.parse_design`; designs for one-run audits after Panda et al. 2025).
         template: canary template with one ``{secret}``; None picks the format's default (``{secret}`` alone for
             phrases and new tokens, else a per-canary ``{name}`` context).
         word_list: for ``words:N``: None (shipped list), a file, or ``"public"``.
@@ -516,10 +516,10 @@ def inject(config: InjectConfig, out: str | Path, *, overwrite: bool = False, fo
            command: list[str] | None = None) -> dict[str, Any]:
     """Run the inject stage into ``out`` and return the summary (also stored in the manifest).
 
-    The whole stage holds :func:`dpaudit.rundir.run_dir_lock` on ``out`` (a second inject into the same
+    The whole stage holds :func:`dpaudit.files.run_dirs.run_dir_lock` on ``out`` (a second inject into the same
     directory is refused, naming this process), which also removes staging folders a killed inject of
     the same ``out`` left behind. An ``out`` that holds a finished run of this very command (the same options,
-    inputs unchanged; :func:`dpaudit.inject_run.finished_inject`) is returned as it is, its summary marked
+    inputs unchanged; :func:`dpaudit.inject_dir.reader.finished_inject`) is returned as it is, its summary marked
     ``already_done``, unless ``overwrite``.
 
     Args:
@@ -668,7 +668,7 @@ def _check_cost(space: SecretSpace, n_canaries: int, canary_rows: int, texts: Se
 def labels_missing_from_public(corpus: LoadedCorpus, codes: np.ndarray) -> list[Label]:
     """The labels of train.jsonl's corpus rows that no public.jsonl row has, in the corpus's label order.
 
-    A classifier's label set comes from ``public.jsonl`` (or ``--labels``): :func:`dpaudit.inject_run.public_label_set`.
+    A classifier's label set comes from ``public.jsonl`` (or ``--labels``): :func:`dpaudit.inject_dir.reader.public_label_set`.
     Such a label is refused only when the private model trains, after a public model trained on the shorter set;
     inject knows both splits, so it says so first. Empty for an unlabelled corpus or an empty public split (which
     inject's summary already says ``dpaudit train`` cannot use).
@@ -767,7 +767,7 @@ def _write(out: Path, *, overwrite: bool, config: InjectConfig, corpus: LoadedCo
                     "tokenizer": mf.TOKENIZER_NOTE if not declared else f"{mf.TOKENIZER_NOTE} {NEW_TOKENS_NOTE}",
                     **declared,
                     "random_streams": "numpy SeedSequence(seed, spawn_key=(k,)): 1 split, 2 secrets, 3 coin, 4 labels, 5 shuffle, 6 keys",
-                    # a rerun of the same command returns this run (dpaudit.inject_run.finished_inject)
+                    # a rerun of the same command returns this run (dpaudit.inject_dir.reader.finished_inject)
                     **({REQUEST_KEY: request, SUMMARY_KEYS: list(summary)} if request is not None else {}),
                 },
             )

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 
 import dpaudit
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 LABELS = ("alarm", "music", "weather")
 ROWS = [(f"{verb} number {i} please", LABELS[i % 3]) for i, verb in zip(range(150), ["wake me", "play", "forecast"] * 50)]
@@ -204,7 +204,7 @@ def test_an_opacus_accountants_history_states_the_claim_accounted_here(api_run, 
     assert results.claimed.private and results.claimed.delta == 1e-5
     assert results.claimed.epsilon == pytest.approx(expected, rel=0.02)
     assert "Opacus accountant's history" in results.claimed.guarantee
-    from dpaudit.figures import format_up
+    from dpaudit.common.figures import format_up
 
     assert results.claimed.guarantee.startswith(f"({format_up(results.claimed.epsilon)}, 1e-05)-DP")  # rounded up
     (tmp_path / "bad.json").write_text('{"history": [[1.0, 0.1]]}', encoding="utf-8")

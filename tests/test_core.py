@@ -16,10 +16,10 @@ from dp_accounting.pld import pld_privacy_accountant
 
 from dpaudit import accounting
 from dpaudit.accounting.ledger import BudgetExceededError
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 from dpaudit.training.privacy_plan import decay_schedule, new_ledger, plan_privacy
 from dpaudit.claim.record import PrivacyRecord
-from dpaudit.training.run_dir import (
+from dpaudit.training.train_dir import (
     MetricsLog,
     check_out_dir,
     check_resume,
@@ -36,8 +36,8 @@ def _pld_epsilon(event, delta: float) -> float:
 def test_core_modules_import_neither_jax_nor_torch():
     code = (
         "import sys\n"
-        "import dpaudit.accounting, dpaudit.training.privacy_plan, dpaudit.claim.record, dpaudit.training.run_dir\n"
-        "import dpaudit.inject_run, dpaudit.rundir, dpaudit.training.api, dpaudit.training.secret_rng, dpaudit.audit\n"
+        "import dpaudit.accounting, dpaudit.training.privacy_plan, dpaudit.claim.record, dpaudit.training.train_dir\n"
+        "import dpaudit.inject_dir.reader, dpaudit.files.run_dirs, dpaudit.training.api, dpaudit.training.noise_source, dpaudit.audit\n"
         "import dpaudit.accounting.ledger, dpaudit.training.config_types, dpaudit.training.tokenizer, dpaudit.training.presets\n"
         "heavy = sorted(m for m in sys.modules if m.split('.')[0] in {'torch', 'jax', 'jaxlib', 'flax', 'transformers'})\n"
         "print('HEAVY=' + ','.join(heavy))\n"

@@ -20,7 +20,7 @@ import pytest
 REPO = Path(__file__).resolve().parents[1]
 FOLDERS = {"dpaudit": "dpaudit", "canaries": "dpaudit.canaries", "trainers": "dpaudit.trainers"}
 #: Packages one floor below the report, the command line and the stages: they never import those.
-LOWER = ("dpaudit.attacks", "dpaudit.scoring", "dpaudit.audit", "dpaudit.headline")
+LOWER = ("dpaudit.attacks", "dpaudit.scoring", "dpaudit.audit", "dpaudit.verdict.headline")
 UPPER = ("dpaudit.report", "dpaudit.cli", "dpaudit.stages", "dpaudit.demo")
 
 
@@ -112,7 +112,7 @@ def cycles(edges: dict[str, frozenset[str]]) -> list[list[str]]:
 
 
 def unit(module: str) -> str:
-    """The package a module belongs to: ``dpaudit.attacks``, ``dpaudit.headline``, ``dpaudit.trainers.rgp``."""
+    """The package a module belongs to: ``dpaudit.attacks``, ``dpaudit.verdict.headline``, ``dpaudit.trainers.rgp``."""
     parts = module.split(".")
     depth = 3 if parts[1:2] == ["trainers"] and len(parts) > 2 else 2
     return ".".join(parts[:depth])
@@ -146,7 +146,7 @@ def package_cycles() -> list[list[str]]:
 
 
 def test_no_package_cycle_through_the_attack_side():
-    mine = ("dpaudit.attacks", "dpaudit.report", "dpaudit.scoring", "dpaudit.audit", "dpaudit.headline", "dpaudit.stages",
+    mine = ("dpaudit.attacks", "dpaudit.report", "dpaudit.scoring", "dpaudit.audit", "dpaudit.verdict.headline", "dpaudit.stages",
             "dpaudit.demo")
     assert [c for c in package_cycles() if any(p in mine for p in c)] == []
 
@@ -162,3 +162,44 @@ def test_attacks_scoring_and_audit_never_import_the_report_the_cli_or_the_stages
     report = sorted((module, target) for module, targets in graph().items() if module.startswith("dpaudit.report")
                     for target in targets if target.startswith(("dpaudit.cli", "dpaudit.stages", "dpaudit.demo")))
     assert report == []
+
+
+# -- the floors of docs/architecture.md ------------------------------------------------------------
+
+
+def documented_floors() -> dict[str, int]:
+    """``docs/architecture.md``'s floor list: package (``dpaudit.X``) -> its floor."""
+    text = (REPO / "docs" / "architecture.md").read_text(encoding="utf-8")
+    section = text.split("## Floors", 1)[1]
+    floors: dict[str, int] = {}
+    for line in section.splitlines():
+        parts = line.split()
+        if len(parts) >= 3 and parts[0] == "floor" and parts[1].isdigit():
+            for name in parts[2:]:
+                assert f"dpaudit.{name}" not in floors, f"{name} is on two floors"
+                floors[f"dpaudit.{name}"] = int(parts[1])
+    return floors
+
+
+def top_package(module: str) -> str:
+    """``dpaudit.attacks.lira`` -> ``dpaudit.attacks`` (``dpaudit.trainers.rgp.config`` -> ``dpaudit.trainers``)."""
+    return ".".join(module.split(".")[:2])
+
+
+def test_every_package_stands_on_a_documented_floor():
+    floors = documented_floors()
+    assert floors, "docs/architecture.md has no floor list under '## Floors'"
+    packages = {top_package(m) for m in modules()} - {"dpaudit", "dpaudit.__main__"}
+    # a folder of data only (word lists, templates) holds no module: nothing to place
+    assert sorted(packages - set(floors)) == [], "packages docs/architecture.md does not place on a floor"
+    assert sorted(set(floors) - packages) == [], "floors name packages the code does not have"
+
+
+def test_every_import_goes_down_the_documented_floors():
+    """An import between two packages goes to a lower floor: never sideways (the same floor), never up."""
+    floors = documented_floors()
+    wrong = sorted((module, target, floors.get(top_package(module)), floors.get(top_package(target)))
+                   for module, targets in graph().items() if top_package(module) in floors
+                   for target in targets if top_package(target) in floors and top_package(target) != top_package(module)
+                   and floors[top_package(target)] >= floors[top_package(module)])
+    assert wrong == [], "imports that go sideways or up (module, target, floor, target floor)"

@@ -18,9 +18,9 @@ from click.testing import CliRunner
 
 from dpaudit.cli import cli
 from dpaudit.cli.train import build_config, utility_lines
-from dpaudit.errors import UserInputError
-from dpaudit.inject_run import load_inject_run, public_label_set
-from dpaudit.rundir import read_jsonl, sha256_file
+from dpaudit.common.errors import UserInputError
+from dpaudit.inject_dir.reader import load_inject_run, public_label_set
+from dpaudit.files.run_dirs import read_jsonl, sha256_file
 from dpaudit.training.api import load_trainer
 from dpaudit.training.baselines import (
     CLASSIFY_BASELINE_KEY,

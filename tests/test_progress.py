@@ -5,7 +5,7 @@ from __future__ import annotations
 import io
 import sys
 
-from dpaudit import progress
+from dpaudit.common import progress
 
 
 class _Log(io.StringIO):

@@ -14,9 +14,9 @@ import json
 
 import pytest
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 from dpaudit.claim.record import PrivacyRecord
-from dpaudit.rundir import verify_run_dir
+from dpaudit.files.run_dirs import verify_run_dir
 from dpaudit.training import ClippedSumStep
 from dpaudit.training.api import available_trainers, load_trainer
 
@@ -147,8 +147,8 @@ def _linear_plugin(data_dir, noise_seed: int, die_at: int = -1):
     import numpy as np
     from safetensors.numpy import load_file, save_file
 
-    from dpaudit.inject_run import canary_frequencies, load_inject_run
-    from dpaudit.training.run_dir import write_checkpoint
+    from dpaudit.inject_dir.reader import canary_frequencies, load_inject_run
+    from dpaudit.training.train_dir import write_checkpoint
     from dpaudit.training import RecordParts, RunData, RunSettings, TrainerPlugin
 
     class LinearPlugin(TrainerPlugin):
@@ -244,7 +244,7 @@ def test_a_third_party_plugin_runs_on_the_skeleton_with_a_correct_privacy_record
 def test_a_sequential_sampler_never_restarts_its_stream_on_resume():
     """A resumed run without the generator's saved state would redraw the batches of the steps already
     taken (correlated, not independent Poisson samples): refused, not silently restarted."""
-    from dpaudit.training.secret_rng import NoiseSource
+    from dpaudit.training.noise_source import NoiseSource
     from dpaudit.training.sampling import SequentialPoisson
 
     first = SequentialPoisson(NoiseSource(seed=5, explicit=True), 0)

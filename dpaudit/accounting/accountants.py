@@ -29,7 +29,7 @@ from dpaudit.accounting.pld import (
     _ResultKey,
 )
 from dpaudit.accounting.serialization import _event_key
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 Accountant = Literal["pld", "rdp"]
 

@@ -40,7 +40,7 @@ from dpaudit.accounting.pld import (
     _NotFlat,
 )
 from dpaudit.accounting.tan import _tan_eta_for_epsilon
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 
 @dataclass

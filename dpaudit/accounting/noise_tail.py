@@ -65,8 +65,8 @@ from dp_accounting.dp_event import DpEvent
 from dpaudit.accounting.events import Segment
 from dpaudit.accounting.pld import _PldItem, _flatten_for_pld, _NotFlat
 from dpaudit.accounting.serialization import Json
-from dpaudit.errors import UserInputError
-from dpaudit.figures import format_up
+from dpaudit.common.errors import UserInputError
+from dpaudit.common.figures import format_up
 
 __all__ = ["BM96_REACH", "DeltaSplit", "RETIRED_MIN_REACH", "RETIRED_SAMPLERS", "SAMPLERS", "event_tail_figure", "noise_tail_entry",
            "sampler_reach", "split_delta", "tail_figure"]

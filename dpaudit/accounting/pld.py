@@ -23,7 +23,7 @@ from dp_accounting.pld import privacy_loss_mechanism as plm
 from dp_accounting.privacy_accountant import NeighboringRelation
 from numpy.typing import NDArray
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 #: ``PLDAccountant``'s default value discretization: the final epsilon is always computed at it.
 PLD_DISCRETIZATION = 1e-4

@@ -12,7 +12,7 @@ import numbers
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 if TYPE_CHECKING:
     from dp_accounting.dp_event import DpEvent

@@ -14,7 +14,7 @@ from dp_accounting.dp_event import (
     DpEvent,
 )
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 #: A JSON value as :mod:`json` writes and reads it (a tuple or any other sequence is written as an array). The one
 #: spelling of JSON data in dpaudit's typed packages: :data:`Json` is a JSON object.

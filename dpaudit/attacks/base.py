@@ -144,7 +144,7 @@ class BaseAttack:
     @classmethod
     def check(cls, options: Any, source: Any, run: Any) -> None:
         """Checks that need only the options, the model's directory and the inject run, before any model is loaded
-        (raise :class:`~dpaudit.errors.UserInputError`); nothing by default."""
+        (raise :class:`~dpaudit.common.errors.UserInputError`); nothing by default."""
         del options, source, run
 
     @classmethod

@@ -42,7 +42,7 @@ from dpaudit.attacks.base import AttackContext, AttackOutcome, BaseAttack
 from dpaudit.attacks.exposure import ExposureConfig, causal_exposure_intervals
 from dpaudit.attacks.mia import audit_tasks, canary_task
 from dpaudit.attacks.results import RESULT_CLASSES
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 from dpaudit.scoring.source import CAUSAL_LM, MASKED_LM
 
 

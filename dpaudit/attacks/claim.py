@@ -9,7 +9,7 @@ from __future__ import annotations
 import os
 
 from dpaudit.claim import Claim, claim_of_record, opacus_claim, stated_claim
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 __all__ = ["model_claim", "options_claim"]
 

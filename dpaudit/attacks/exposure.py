@@ -39,9 +39,9 @@ from dpaudit.audit.intervals import (
     log_frequency_slope,
     mann_whitney_greater,
 )
-from dpaudit.progress import progress_bar
+from dpaudit.common.progress import progress_bar
 from dpaudit.attacks.exposure_rank import RankInterval, sampled_exposure
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 from dpaudit.scoring.source import CAUSAL_LM, MASKED_LM
 
 PHRASES_WARNING = ("exposure needs a secret space with a finite per-position alphabet (digits:N, words:N); phrase and "

@@ -38,7 +38,7 @@ from dpaudit.attacks.results import (
     ExtractionRow,
 )
 from dpaudit.audit.intervals import clopper_pearson, fisher_greater
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 from dpaudit.scoring.source import CAUSAL_LM, MASKED_LM
 
 

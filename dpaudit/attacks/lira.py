@@ -46,7 +46,7 @@ from dpaudit.attacks.shadow_models import (
     train_shadows,
     user_shadows,
 )
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 from dpaudit.scoring.source import CAUSAL_LM, CLASSIFIER, MASKED_LM
 
 _P_CLIP = 1e-12
@@ -176,7 +176,7 @@ def fit_and_score(phi_shadow: np.ndarray, member: np.ndarray, phi_target: np.nda
 
 def audit_universe(context: AttackContext, tasks: list[Any]) -> tuple[ShadowPool, list[np.ndarray]]:
     """The distinct (text, label) rows of every task and of public.jsonl, and each task's row indices in it."""
-    from dpaudit.inject_run import PUBLIC
+    from dpaudit.inject_dir.reader import PUBLIC
 
     run = context.data
     label_set = context.scorer.source.label_set()  # the model's labels: task label ids index them

@@ -34,7 +34,7 @@ import numpy as np
 from dpaudit.attacks.base import AttackOutcome, BaseAttack
 from dpaudit.attacks.options import MembershipOptions
 from dpaudit.attacks.results import RESULT_CLASSES, MiaTaskResult
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 #: ROC points kept in the summary (the full ROC stays in ``audit``).
 ROC_POINTS = 200
@@ -107,7 +107,7 @@ def example_task(run: Any, *, seed: int, max_per_side: int | None = None, label_
     ``label_set`` (a classifier's, :meth:`dpaudit.scoring.ModelSource.label_set`) encodes the rows' labels;
     rows whose label the model never saw are left out before sampling, counted, and said in ``warnings``.
     """
-    from dpaudit.inject_run import HELDOUT, TRAIN
+    from dpaudit.inject_dir.reader import HELDOUT, TRAIN
 
     canary_texts = {c.text for c in run.canaries}
     train, held = run.split(TRAIN), run.split(HELDOUT)
@@ -345,8 +345,8 @@ def task_result(task: MembershipTask, audit: Any, *, scores_file: str, extra_war
 def _bound_label(bound: Any) -> str:
     """One bound in words, rounded down, saying what it refutes (the f-DP one only mu-GDP)."""
     from dpaudit.audit import GUARANTEE_GDP
-    from dpaudit.figures import format_down
-    from dpaudit.headline import FDP_LABEL
+    from dpaudit.common.figures import format_down
+    from dpaudit.verdict.headline import FDP_LABEL
 
     what = FDP_LABEL if bound.guarantee == GUARANTEE_GDP else bound.guarantee
     return f"{bound.method}/{bound.selection}: {format_down(bound.epsilon, 4)} ({what})"
@@ -355,7 +355,7 @@ def _bound_label(bound: Any) -> str:
 def _group_size(task: MembershipTask) -> int | None:
     """Rows each member is: 1 for the examples task; the most a canary was inserted for the canaries task;
     None when the task does not record it (such an audit is never compared with the per-example claim)."""
-    from dpaudit.headline import group_size_of
+    from dpaudit.verdict.headline import group_size_of
 
     return group_size_of(task.name, task.info)
 
@@ -403,13 +403,13 @@ def audit_tasks(context: Any, attack: str, scored: Sequence[tuple[MembershipTask
     exceeds = any(r.exceeds_claim for r in results)
     notes = list(warnings) + [w for task, _ in scored for w in task.warnings]
     if exceeds:
-        from dpaudit.figures import format_down, format_up
+        from dpaudit.common.figures import format_down, format_up
 
         def proof_of(r: Any) -> float:
             return max(b.epsilon for b in r.audit_result().bounds if b.method == "one_run")
 
         worst = max((r for r in results if r.exceeds_claim), key=proof_of)
-        # Per audit, uncorrected: not the alarm. The headline (dpaudit.headline), corrected for every audit of
+        # Per audit, uncorrected: not the alarm. The headline (dpaudit.verdict.headline), corrected for every audit of
         # the run, is what says whether the claim is contradicted.
         notes.insert(0, f"one-run proof bound {format_down(proof_of(worst))} on {worst.task} is above the claimed epsilon "
                         f"{format_up(claimed)} at {context.options.level:.0%} for this audit alone (not corrected for "

@@ -181,7 +181,7 @@ class ShadowOptions(MembershipOptions):
         max_shadow_minutes: stop starting new shadow models after this many minutes (None: no limit).
         shadow_cache: the shadow-model cache directory (the attack stage sets its default: ``$DPAUDIT_CACHE/shadows``,
             else ``<out>-shadows``, else a temporary folder removed afterwards).
-        workers: shadow/reference models trained at once (:func:`dpaudit.training.fleet.run_fleet`; None: one at a
+        workers: shadow/reference models trained at once (:func:`dpaudit.fleet.fleet.run_fleet`; None: one at a
             time in this process).
         ray_address: a Ray cluster to train them on (None: a local instance when ``workers`` asks for one).
         shadow_trainer, shadow_config: the registered trainer and a JSON file of its Config fields, for shadows of a

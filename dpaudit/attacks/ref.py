@@ -47,7 +47,7 @@ def reference_scorer(context: AttackContext, attack: str) -> tuple[object, str, 
     if options.reference_model:
         source = resolve_model(options.reference_model, option="--reference-model")
         if source.kind != context.scorer.kind:
-            from dpaudit.errors import UserInputError
+            from dpaudit.common.errors import UserInputError
 
             raise UserInputError(f"--reference-model {options.reference_model} is a {source.kind}, the target a "
                                  f"{context.scorer.kind}; pass a reference of the same kind.")

@@ -25,7 +25,7 @@ from typing import Any
 
 from dpaudit.attacks.base import Attack, BaseAttack
 from dpaudit.attacks.options import RunOptions
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 ENTRY_POINT_GROUP = "dpaudit.attacks"
 DEFAULT_ATTACKS: tuple[str, ...] = ("exposure", "reconstruction")

@@ -490,9 +490,9 @@ class AttackResults:
     #: Attacks that failed while the others ran: ``{"attack", "error"}`` each (their results are absent).
     errors: tuple[dict[str, str], ...] = ()
     group_privacy: str = GROUP_PRIVACY_NOTE
-    #: The headline lower bound and verdict (:class:`dpaudit.headline.Headline`), computed once when the attacks ran
+    #: The headline lower bound and verdict (:class:`dpaudit.verdict.headline.Headline`), computed once when the attacks ran
     #: (:meth:`with_headline`) and stored in ``results.json``; None: not computed (read it with
-    #: :func:`dpaudit.headline.headline_of`, which computes it then).
+    #: :func:`dpaudit.verdict.headline.headline_of`, which computes it then).
     headline: Any = None
     canaries: tuple[CanaryScore, ...] = field(default=(), metadata={"json": False})
     score_files: dict[str, Any] = field(default_factory=dict, metadata={"json": False})
@@ -519,8 +519,8 @@ class AttackResults:
         }
 
     def with_headline(self) -> AttackResults:
-        """These results with their headline computed (:func:`dpaudit.headline.headline_of`) and stored."""
-        from dpaudit.headline import audit_sources, headline
+        """These results with their headline computed (:func:`dpaudit.verdict.headline.headline_of`) and stored."""
+        from dpaudit.verdict.headline import audit_sources, headline
 
         head = headline(audit_sources(self), self.claimed)
         return dataclasses.replace(self, headline=head)
@@ -533,7 +533,7 @@ class AttackResults:
         claimed = Claim.from_json(obj["claimed_privacy"])
         head = None
         if obj.get("headline") is not None:
-            from dpaudit.headline import Headline
+            from dpaudit.verdict.headline import Headline
 
             head = Headline.from_json(obj["headline"], claimed)
         return cls(

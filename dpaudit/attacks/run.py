@@ -43,9 +43,9 @@ from dpaudit.attacks.results import (
     DataInfo,
     ModelInfo,
 )
-from dpaudit.errors import UserInputError
-from dpaudit.secret_spaces import CONTEXT_FREE_KINDS
-from dpaudit.rundir import (
+from dpaudit.common.errors import UserInputError
+from dpaudit.inject_dir.secret_spaces import CONTEXT_FREE_KINDS
+from dpaudit.files.run_dirs import (
     atomic_write_json,
     atomic_write_text,
     build_manifest,
@@ -170,7 +170,7 @@ def attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks:
 def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks: Iterable[str] | str, *,
             out: str | os.PathLike[str] | None, overwrite: bool, device: str | None, progress: bool,
             command: list[str] | None, pages: PageWriter | None = None, **values: Any) -> AttackResults:
-    from dpaudit.inject_run import load_inject_run
+    from dpaudit.inject_dir.reader import load_inject_run
     from dpaudit.scoring import load, resolve_model
 
     try:
@@ -314,7 +314,7 @@ def finished_attack(out: str | os.PathLike[str], *, config: Mapping[str, Any], i
     A rerun of a finished ``dpaudit attack`` returns them (their warnings re-issued, then a
     :class:`FinishedAttack` note) instead of refusing the non-empty ``--out``; ``--overwrite`` runs it again.
     """
-    from dpaudit.rundir import finished_output, same_json
+    from dpaudit.files.run_dirs import finished_output, same_json
 
     manifest = finished_output(out, schema_prefix="dpaudit.attack/")
     if manifest is None or manifest.get("seed") != seed or not same_json(manifest.get("config"), config) \
@@ -336,7 +336,7 @@ def read_attack_dir(path: str | os.PathLike[str]) -> AttackResults:
     """Read an attack directory back (verified against its manifest)."""
     import json
 
-    from dpaudit.rundir import read_jsonl, verify_run_dir
+    from dpaudit.files.run_dirs import read_jsonl, verify_run_dir
 
     path = Path(path)
     manifest = verify_run_dir(path, schema_prefix="dpaudit.attack/")

@@ -33,7 +33,7 @@ their mean differs from the target's by more than :data:`ACCURACY_MARGIN`.
 Each model lives in a cache directory keyed by a hash of (trainer, config, the rows of its split,
 seed), reused across runs. A finished model is a complete train run directory (manifest verified);
 an unfinished one is resumed by the trainer from its checkpoints after a kill. The models of one attack
-train through :func:`dpaudit.training.fleet.run_fleet` when it is installed and ``--workers`` or
+train through :func:`dpaudit.fleet.fleet.run_fleet` when it is installed and ``--workers`` or
 ``--ray-address`` ask for parallel workers; otherwise one after the other in this process (jax-bert then
 imports jax; the compiled step is shared by every shadow of the same shapes).
 
@@ -45,7 +45,7 @@ text's UTF-8 bytes. A pool row is IN for that model when its text (or its hash) 
 Cache root: ``--shadow-cache DIR``; by default ``<out>-shadows`` beside the attack's output (a private temporary folder,
 removed afterwards, when the attack writes no output), or ``$DPAUDIT_CACHE/shadows`` when that is set. Folders are
 created with mode 0700, and a shadow's data directory holds only references to the target's rows (file, line and the
-text's sha256, resolved against the inject directory by :func:`dpaudit.inject_run.load_inject_run`), never the private
+text's sha256, resolved against the inject directory by :func:`dpaudit.inject_dir.reader.load_inject_run`), never the private
 rows themselves; ``public.jsonl`` (public by design) is copied. The announcement says where the models go.
 """
 
@@ -69,7 +69,7 @@ import numpy as np
 
 from dpaudit.attacks.mia import MembershipAttack, precheck
 from dpaudit.attacks.options import ShadowOptions
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 from dpaudit.scoring.source import CAUSAL_LM, CLASSIFIER, MASKED_LM
 
 #: Shadow (or reference) models whose mean held-out accuracy differs from the target's by more than this,
@@ -222,7 +222,7 @@ def _target_rows(source: Any, run: Any) -> int | None:
         if isinstance(value, int) and value > 0:
             return value
     if run is not None:
-        from dpaudit.inject_run import TRAIN
+        from dpaudit.inject_dir.reader import TRAIN
 
         return len(run.split(TRAIN).texts) or None
     return None
@@ -355,7 +355,7 @@ def check_named_recipe(trainer: Any, recipe: TargetRecipe, config: Any, source: 
     Raises:
         UserInputError: one line naming the option or file and what to do.
     """
-    from dpaudit.model_dir import architecture_difference, read_config
+    from dpaudit.files.model_dirs import architecture_difference, read_config
 
     named = f"--shadow-trainer {recipe.trainer}"
     where = f"--shadow-config {getattr(options, 'shadow_config', None)}" if getattr(options, "shadow_config", None) \
@@ -416,7 +416,7 @@ def check_named_recipe(trainer: Any, recipe: TargetRecipe, config: Any, source: 
 
 def _fresh_start_identity(model_dir: Path, seed: int) -> dict[str, Any]:
     """What a fresh start is, for a cache key: the imitated config.json and tokenizer files by content, and the seed."""
-    from dpaudit.rundir import sha256_file
+    from dpaudit.files.run_dirs import sha256_file
     from dpaudit.scoring.architecture import TOKENIZER_FILES
 
     files = ("config.json", *TOKENIZER_FILES)
@@ -523,13 +523,13 @@ def _rows(texts: Sequence[str], labels: Sequence[Any] | None, idx: np.ndarray) -
 def write_shadow_data(path: Path, *, train: list[dict[str, Any]], heldout: list[dict[str, Any]],
                       public: list[dict[str, Any]], labelled: bool, target_manifest: dict[str, Any],
                       source: Any = None) -> Path:
-    """An inject-format directory (verifiable by :func:`dpaudit.inject_run.load_inject_run`), no canaries.
+    """An inject-format directory (verifiable by :func:`dpaudit.inject_dir.reader.load_inject_run`), no canaries.
 
     With ``source`` (the target's inject run), each train and held-out row found there is written as a reference
     (its file and line, and its text's sha256), never as the row: the private rows stay in the user's inject directory.
     The label set is the trainer's Config ``labels`` (the target's), never read from these rows.
     """
-    from dpaudit.inject_run import (
+    from dpaudit.inject_dir.reader import (
         CANARIES,
         HELDOUT,
         OUTPUT_FILES,
@@ -538,7 +538,7 @@ def write_shadow_data(path: Path, *, train: list[dict[str, Any]], heldout: list[
         SCHEMA,
         TRAIN,
     )
-    from dpaudit.rundir import (
+    from dpaudit.files.run_dirs import (
         build_manifest,
         file_hashes,
         staged_directory,
@@ -562,9 +562,9 @@ def write_shadow_data(path: Path, *, train: list[dict[str, Any]], heldout: list[
 
 
 def _references(rows: list[dict[str, Any]], source: Any) -> list[dict[str, Any]]:
-    """Each row as a reference into ``source`` (:meth:`dpaudit.inject_run.InjectRun.reference_of`), its label kept only
+    """Each row as a reference into ``source`` (:meth:`dpaudit.inject_dir.reader.InjectRun.reference_of`), its label kept only
     where it differs from the source row's; a row ``source`` does not hold is written as it is."""
-    from dpaudit.inject_run import text_hash as sha256_of_text
+    from dpaudit.inject_dir.reader import text_hash as sha256_of_text
 
     where = source.reference_of()
     out = []
@@ -583,7 +583,7 @@ def _references(rows: list[dict[str, Any]], source: Any) -> list[dict[str, Any]]
 
 def _finished(model_dir: Path) -> bool:
     """A finished, verified cache entry: the model fleet's own test (one definition of a cache hit)."""
-    from dpaudit.training.fleet import finished_run_dir
+    from dpaudit.fleet.fleet import finished_run_dir
 
     return finished_run_dir(model_dir)
 
@@ -653,9 +653,9 @@ def announce(what: str, recipe: TargetRecipe, planned: Sequence[_Planned], cache
 
 
 def _fleet() -> Any:
-    """:mod:`dpaudit.training.fleet` when it is installed, else None (models then train one after the other here)."""
+    """:mod:`dpaudit.fleet.fleet` when it is installed, else None (models then train one after the other here)."""
     try:
-        from dpaudit.training import fleet
+        from dpaudit.fleet import fleet
     except ImportError:
         return None
     return fleet if hasattr(fleet, "run_fleet") else None
@@ -672,7 +672,7 @@ def train_shadows(*, source: Any, run: Any, pool: ShadowPool, specs: Sequence[Sh
     from the target). ``options`` (:class:`dpaudit.attacks.registry.AttackOptions`) gives ``workers``,
     ``ray_address``, ``shadow_trainer``/``shadow_config`` and ``seed``.
     """
-    from dpaudit.inject_run import HELDOUT, PUBLIC
+    from dpaudit.inject_dir.reader import HELDOUT, PUBLIC
     from dpaudit.training.api import load_trainer
 
     start = time.monotonic()
@@ -770,9 +770,9 @@ def train_shadows(*, source: Any, run: Any, pool: ShadowPool, specs: Sequence[Sh
 def _prepare(p: _Planned, public: list[dict[str, Any]], pool: ShadowPool, run: Any) -> None:
     """The cache entry's identity and data directory (kept when already written: an interrupted run resumes from its
     checkpoints; a leftover without any is removed, as this cache wrote it)."""
-    from dpaudit.inject_run import load_inject_run
+    from dpaudit.inject_dir.reader import load_inject_run
 
-    from dpaudit.training.run_dir import CHECKPOINT_DIR
+    from dpaudit.training.train_dir import CHECKPOINT_DIR
 
     if p.model_dir.is_dir() and not (p.model_dir / CHECKPOINT_DIR).is_dir():
         shutil.rmtree(p.model_dir)  # this cache entry's unfinished leftover with nothing to resume: start it over
@@ -896,8 +896,8 @@ def read_members(path: Path) -> set[str]:
 
 
 def text_hash(text: str) -> str:
-    """The ``sha256:<hex>`` entry of a text in a :data:`MEMBERS_FILE` (:func:`dpaudit.inject_run.text_hash`, prefixed)."""
-    from dpaudit.inject_run import text_hash as sha256_of_text
+    """The ``sha256:<hex>`` entry of a text in a :data:`MEMBERS_FILE` (:func:`dpaudit.inject_dir.reader.text_hash`, prefixed)."""
+    from dpaudit.inject_dir.reader import text_hash as sha256_of_text
 
     return "sha256:" + sha256_of_text(text)
 
@@ -943,7 +943,7 @@ def load_scorers(context: Any, models: Sequence[TrainedShadow]) -> list[Any]:
 def public_pool(run: Any, label_set: Any = None) -> ShadowPool:
     """``public.jsonl``'s rows; with a classifier's ``label_set``, only those whose label the model has
     (a shadow trained like the target would refuse the others, and their loss is undefined)."""
-    from dpaudit.inject_run import PUBLIC
+    from dpaudit.inject_dir.reader import PUBLIC
 
     split = run.split(PUBLIC)
     if split.labels is None or label_set is None:

@@ -38,7 +38,7 @@ def measure_heldout_utility(scorer: Any, run: Any, *, seed: int, label_set: Any 
         seed: the attack's public seed (the masked LM's masking, as the loss attack's).
         label_set: a classifier's labels (:meth:`dpaudit.scoring.ModelSource.label_set`).
     """
-    from dpaudit.inject_run import HELDOUT
+    from dpaudit.inject_dir.reader import HELDOUT
 
     held = run.split(HELDOUT)
     texts = list(held.texts)

@@ -40,7 +40,7 @@ What it computes, and the convention each follows:
 - :func:`audit_scores`: all of the above for ONE set of scores in one typed :class:`AuditResult`,
   with ``exceeds_claim`` set (and a loud warning) when a proof (one-run bound on coin-flip
   canaries) is above the accountant's epsilon. The headline of a whole attack run (the best of
-  several audits, corrected for how many) is :mod:`dpaudit.headline`.
+  several audits, corrected for how many) is :mod:`dpaudit.verdict.headline`.
 
 When is a bound a proof? An (epsilon, delta) lower bound at 95% confidence means: if the mechanism
 really were (epsilon, delta)-DP, the bound would exceed epsilon with probability at most 5%.

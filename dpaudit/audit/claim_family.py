@@ -12,7 +12,7 @@ private member the guesses reject. What it proves:
   curve f, so it is not the mechanism the claim states. That is all it proves: a mechanism within the claim's
   (epsilon, delta) but of another form (a full-batch Gaussian, say) can be rejected too, so the figure is then no
   lower bound of its epsilon; the headline prints Steinke's bound on the same guesses instead
-  (:mod:`dpaudit.headline`);
+  (:mod:`dpaudit.verdict.headline`);
 - otherwise: a lower bound for mechanisms of the claimed form (the claimed sampling rates and steps, any
   noise).
 

@@ -2,7 +2,7 @@
 
 ``exceeds_claim`` is set (with a loud warning) only when a proof of the claim's unit (the one-run
 bound on coin-flip canaries inserted once) is above the accountant's epsilon; the headline of a
-whole attack run (several audits, corrected for how many) is :mod:`dpaudit.headline`.
+whole attack run (several audits, corrected for how many) is :mod:`dpaudit.verdict.headline`.
 """
 
 from __future__ import annotations
@@ -58,7 +58,7 @@ class AuditResult:
             so that all hold together at ``confidence``.
         epsilon_lower_bound: the largest (epsilon, delta)-DP bound in ``bounds`` (valid at
             ``confidence`` for this one audit; the maximum over several audits is not: see
-            :mod:`dpaudit.headline`). It includes the heuristic Clopper-Pearson bounds.
+            :mod:`dpaudit.verdict.headline`). It includes the heuristic Clopper-Pearson bounds.
         delta, confidence, seed: the audit's parameters (seed: bootstrap and split).
         claimed_epsilon: the accountant's epsilon at ``delta`` (None: not given or nothing proven).
         exceeds_claim: True when a PROOF of the claim's unit (the one-run bound of Steinke et al. on
@@ -135,7 +135,7 @@ def audit_scores(
     Steinke et al. (2023) and Mahloujifar et al. (2024) over the default guess grid. All bounds of
     this one audit share the error budget 1 - confidence (Bonferroni), so ``epsilon_lower_bound``
     (their maximum) is valid at ``confidence`` for THIS audit alone. The maximum over several audits
-    (attacks x tasks) is not: the headline over a whole attack run is :mod:`dpaudit.headline`, which
+    (attacks x tasks) is not: the headline over a whole attack run is :mod:`dpaudit.verdict.headline`, which
     recomputes every bound corrected for the number of audits.
 
     What may say "the claim is wrong" (``exceeds_claim``): only a proof, i.e. the Steinke et al.
@@ -161,7 +161,7 @@ def audit_scores(
     Returns:
         :class:`AuditResult`; ``exceeds_claim`` and ``warnings[0]`` flag a proof above the claim.
     """
-    from dpaudit.figures import format_down, format_up
+    from dpaudit.common.figures import format_down, format_up
 
     member = _scores(member_scores, "member_scores")
     nonmember = _scores(nonmember_scores, "nonmember_scores")

@@ -165,7 +165,7 @@ class Roc:
 
         Every bound in this module depends on the scores only through their order (counts above
         thresholds, guesses on the top and bottom scores), so bounds recomputed on these scores equal
-        those on the original ones; :mod:`dpaudit.headline` uses them to recompute stored audits at a
+        those on the original ones; :mod:`dpaudit.verdict.headline` uses them to recompute stored audits at a
         corrected confidence without the score files. (A split draws its own partition of them: an
         equally valid, not identical, split.)
         """

@@ -23,8 +23,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, TypedDict
 
 from dpaudit.accounting.segment import Segment
-from dpaudit.errors import UserInputError
-from dpaudit.figures import format_up
+from dpaudit.common.errors import UserInputError
+from dpaudit.common.figures import format_up
 
 if TYPE_CHECKING:
     import numpy as np

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 
 from dpaudit.claim.claim import Claim
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 __all__ = ["opacus_claim", "opacus_history"]
 
@@ -66,7 +66,7 @@ def opacus_claim(path: str | os.PathLike[str], delta: float) -> Claim:
 
     from dpaudit import accounting
     from dpaudit.accounting.segment import Segment
-    from dpaudit.figures import format_up
+    from dpaudit.common.figures import format_up
 
     try:
         segments = [Segment(steps=steps, sampling_probability=q, noise_multiplier=sigma)

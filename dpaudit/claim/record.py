@@ -48,7 +48,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, ClassVar, Literal, NamedTuple, TypedDict, cast
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 if TYPE_CHECKING:
     from dpaudit.accounting.serialization import Json
@@ -160,7 +160,7 @@ class PrivacyRecord:
         segments: the ledger's accounting segments (steps, q, sigma, factor) of what ran; their sigma
             is the same noise multiplier as ``noise_multipliers``.
         randomness: where the sampling and noise randomness came from, and the condition it puts on
-            the guarantee (see :mod:`dpaudit.training.secret_rng`).
+            the guarantee (see :mod:`dpaudit.training.noise_source`).
         noise_seed_explicit: True when ``--noise-seed`` was given.
         group_privacy: per canary repetition count f of the inject manifest, the group bound for f
             rows: ``{"frequency", "epsilon", "delta", "bound"}``.
@@ -358,7 +358,7 @@ def _from_v3(obj: Mapping[str, object], where: str) -> dict[str, object]:
     obj["accountant_delta"] = float(delta)
     if not isinstance(figure, (int, float)) or isinstance(figure, bool) or figure < 0:
         return obj
-    from dpaudit.figures import format_up
+    from dpaudit.common.figures import format_up
 
     stated = float(delta) + float(figure)
     obj.update(delta=stated, noise_tail_delta=float(figure))
@@ -377,7 +377,7 @@ def group_privacy_text(row: GroupPrivacyRow) -> str:
     """One ``group_privacy`` row in words, rounded up: ``(eps_f, delta_f)``, ``no guarantee`` when the
     group delta reaches 1 (stored as ``delta=None`` with an epsilon), ``none proven`` when the run
     proves no epsilon (``epsilon=None``)."""
-    from dpaudit.figures import format_up
+    from dpaudit.common.figures import format_up
 
     if row.get("epsilon") is None:
         return "none proven"

@@ -15,7 +15,7 @@ import sys
 import click
 
 from dpaudit import __version__
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 #: name -> ("module:attribute", one-line summary shown by ``dpaudit --help`` without importing it).
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
@@ -58,7 +58,7 @@ _ENVIRONMENT_ERRNOS: dict[int, tuple[str, str]] = {
 def os_error_message(command: str, err: OSError) -> str:
     """The one line for a file-system failure during ``dpaudit COMMAND``: the path, the system's reason, the fix.
 
-    The writers of :mod:`dpaudit.rundir` name the output a failed write was for (not a temporary file), so
+    The writers of :mod:`dpaudit.files.run_dirs` name the output a failed write was for (not a temporary file), so
     the path here is one the user gave or will recognize. Nothing is left half-written: staged
     directories and temporary files are removed before the error reaches this point.
     """

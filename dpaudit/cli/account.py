@@ -4,7 +4,7 @@ Leave exactly one of noise multiplier, steps or batch size out and give ``--targ
 one is solved for (smallest sigma, most steps, largest batch within the budget). Give them all and
 the command prints epsilon (and, with a target, whether the run fits). Everything printed is
 recomputed from the run's DpEvent by :mod:`dpaudit.accounting`, and printed epsilons and deltas are
-rounded UP (:func:`dpaudit.figures.format_up`).
+rounded UP (:func:`dpaudit.common.figures.format_up`).
 
 ``--noise-multiplier`` is sigma as everywhere in dpaudit (``dp_accounting``'s meaning): the noise std
 over the bound on one example's contribution, C for per-example clipping and 2C for micro-batch
@@ -34,8 +34,8 @@ from typing import Any
 import click
 
 from dpaudit.cli.params import FiniteFloat, NoiseMultiplier
-from dpaudit.errors import UserInputError
-from dpaudit.figures import format_up
+from dpaudit.common.errors import UserInputError
+from dpaudit.common.figures import format_up
 
 #: Stated in --help (kept in sync with dpaudit.accounting.DEFAULT_DELTA_RULE, which a test checks).
 _DELTA_HELP = ("delta of the guarantee  [default: min(1e-5, 1/(10 N)): well below 1/N, since a mechanism that "

@@ -37,9 +37,9 @@ def _fmt(x: float | None, spec: str = ".2f") -> str:
 
 def _summary(results) -> str:  # noqa: ANN001
     from dpaudit.attacks.results import ExposureResult, MiaResult, ReconstructionResult
-    from dpaudit.figures import format_down, format_up
+    from dpaudit.common.figures import format_down, format_up
     from dpaudit.report.notes import tpr_cell
-    from dpaudit.headline import headline_of
+    from dpaudit.verdict.headline import headline_of
 
     head = headline_of(results)
     lines = [f"model {results.model.path} ({results.model.architecture}); claimed: {head.claim.text()}"]
@@ -188,7 +188,7 @@ def attack(ctx: click.Context, model: Path, data: Path, out: Path, attack_names:
     Threads: scoring and torch-trained shadow models use the cores actually free (CPU affinity minus the 1-minute
     load average, at least 1); set OMP_NUM_THREADS=N (or DPAUDIT_THREADS=N) to choose.
     """
-    from dpaudit.extras import require_extras
+    from dpaudit.common.extras import require_extras
 
     # The options given on the command line, by field name (the others keep their Configs' defaults).
     values = {name: value for name, value in params.items()
@@ -198,7 +198,7 @@ def attack(ctx: click.Context, model: Path, data: Path, out: Path, attack_names:
         model, attack_names, shadow_trainer=values.get("shadow_trainer"), shadow_dirs=values.get("shadow_dirs", ()),
         reference_model=values.get("reference_model")))
     if values.get("ray_address") is not None:
-        from dpaudit.training.fleet import check_ray_address
+        from dpaudit.fleet.fleet import check_ray_address
 
         values["ray_address"] = check_ray_address(values["ray_address"])
     from dpaudit.attacks.run import AttackWarning, FinishedAttack

@@ -68,7 +68,7 @@ def _overrides(config_cls: type, settings: tuple[str, ...]) -> dict[str, Any]:
 
 def _set_items(config_cls: type, settings: tuple[str, ...]) -> dict[str, tuple[str, Any]]:
     """``--set KEY=VALUE`` items by field: (the item as given, its typed value); a one-line error naming the item."""
-    from dpaudit.errors import UserInputError
+    from dpaudit.common.errors import UserInputError
 
     fields = {f.name: f for f in dataclasses.fields(config_cls)}
     out: dict[str, tuple[str, Any]] = {}
@@ -97,7 +97,7 @@ def audit_config(trainer: Any, *, target_epsilon: float, rows: int, noise_seed: 
             the audit-trainer option the plan's value comes from (``--sampling-rate`` sets the batch size,
             ``--steps`` the steps or epochs), never ``--set`` for a value it did not set.
     """
-    from dpaudit.errors import UserInputError
+    from dpaudit.common.errors import UserInputError
     from dpaudit.training.config_types import ConfigTypeError, option_name
 
     names = {f.name for f in dataclasses.fields(trainer.Config)}
@@ -192,8 +192,8 @@ def audit_trainer(trainer_name: str, out: Path, target_epsilon: float, canaries:
     bound over all canaries (valid when the trainer treats canaries independently, as DP-SGD does);
     Steinke et al.'s one-run bound and the last-iterate view are reported beside them.
     """
-    from dpaudit.errors import UserInputError
-    from dpaudit.rundir import REDACTED, redact_config, run_dir_lock
+    from dpaudit.common.errors import UserInputError
+    from dpaudit.files.run_dirs import REDACTED, redact_config, run_dir_lock
     from dpaudit.training.api import load_trainer
 
     if target_epsilon < MIN_TARGET_EPSILON:
@@ -201,7 +201,7 @@ def audit_trainer(trainer_name: str, out: Path, target_epsilon: float, canaries:
                              "epsilon on a grid of 1e-4, so such a claim reads as about 0 and no audit bound can be "
                              f"compared with it; audit a claim of at least {MIN_TARGET_EPSILON:g}.")
     if ray_address is not None:  # before anything starts: Ray's own answer is a traceback, or minutes of retries
-        from dpaudit.training.fleet import check_ray_address
+        from dpaudit.fleet.fleet import check_ray_address
 
         ray_address = check_ray_address(ray_address)
     trainer = load_trainer(trainer_name)
@@ -284,7 +284,7 @@ WORK_SCHEMA = "dpaudit.whitebox-runs/1"
 def _check_sampling(trainer: Any, trainer_name: str, settings: tuple[str, ...]) -> None:
     """Refuse, before any run, a config whose batches are not Poisson-sampled: its ``privacy.json`` states no epsilon
     (``proven: false``), so there is no claim to audit (the run used to train, then fail with a traceback)."""
-    from dpaudit.errors import UserInputError
+    from dpaudit.common.errors import UserInputError
 
     fields = {f.name: f for f in dataclasses.fields(trainer.Config)}
     if "sampling" not in fields:
@@ -305,7 +305,7 @@ def _noise_seed_option(noise_seed: int | None, overrides: dict[str, Any]) -> str
     Raises:
         UserInputError: both ways at once.
     """
-    from dpaudit.errors import UserInputError
+    from dpaudit.common.errors import UserInputError
 
     by_set = overrides.get("noise_seed") is not None
     if noise_seed is not None and by_set:
@@ -327,7 +327,7 @@ def _read_identity(work: Path) -> dict[str, Any] | None:
 
 
 def _write_identity(work: Path, identity: dict[str, Any]) -> None:
-    from dpaudit.rundir import atomic_write_json
+    from dpaudit.files.run_dirs import atomic_write_json
 
     if _read_identity(work) is None:
         atomic_write_json(work / WORK_IDENTITY, {"schema": WORK_SCHEMA, "audit": identity,
@@ -348,8 +348,8 @@ def check_out(out: Path, identity: dict[str, Any], *, overwrite: bool, locked: b
     """
     import shutil
 
-    from dpaudit.errors import UserInputError
-    from dpaudit.rundir import prepare_output_dir, refuse_foreign, same_json
+    from dpaudit.common.errors import UserInputError
+    from dpaudit.files.run_dirs import prepare_output_dir, refuse_foreign, same_json
 
     prepare_output_dir(out, overwrite=True, only_own=False)  # a file, the current directory, a parent that is a file
     work = out / WORK_DIR
@@ -377,7 +377,7 @@ def finished_audit(out: Path, identity: dict[str, Any]) -> dict[str, Any] | None
     settings and every file verifies), or None."""
     import json
 
-    from dpaudit.rundir import finished_output, same_json
+    from dpaudit.files.run_dirs import finished_output, same_json
 
     manifest = finished_output(out, schema_prefix="dpaudit.whitebox/")
     if manifest is None or not same_json(manifest.get("config"), identity):
@@ -512,7 +512,7 @@ def _inject(data_dir: Path) -> None:
     from click.testing import CliRunner
 
     from dpaudit.cli import cli
-    from dpaudit.rundir import finished_output
+    from dpaudit.files.run_dirs import finished_output
 
     if data_dir.exists() and finished_output(data_dir, schema_prefix="dpaudit.inject/") is not None:
         return
@@ -523,7 +523,7 @@ def _inject(data_dir: Path) -> None:
 
 
 def _train_rows(data_dir: Path) -> int:
-    from dpaudit.inject_run import load_inject_run
+    from dpaudit.inject_dir.reader import load_inject_run
 
     return len(load_inject_run(data_dir).train_texts)
 
@@ -531,7 +531,7 @@ def _train_rows(data_dir: Path) -> int:
 def _verdict_text(body: dict[str, Any], trainer: str, out: Path) -> str:
     """What the audit prints: its claim, its verdict's bound and the verdict, from the summary ``whitebox.json``
     holds (:func:`dpaudit.whitebox.analysis.summary`), so that a rerun of a finished audit prints the same lines."""
-    from dpaudit.figures import format_down, format_up
+    from dpaudit.common.figures import format_down, format_up
 
     claim, primary = body["claim"], body["primary"]
     bound = float(primary["epsilon"])

@@ -19,9 +19,9 @@ from dpaudit.training.api import available_trainers
 def _model_summary(model: Path) -> str:
     """Epsilon (recomputed from the stored DpEvent, rounded up) with its caveats, and the last held-out
     accuracy (telemetry on private data) of a train run."""
-    from dpaudit.figures import format_up
+    from dpaudit.common.figures import format_up
     from dpaudit.claim.record import group_privacy_text
-    from dpaudit.rundir import read_jsonl
+    from dpaudit.files.run_dirs import read_jsonl
     from dpaudit.scoring.source import read_privacy_record
     from dpaudit.training.baselines import UTILITY_KINDS, eval_rows_text
 
@@ -76,8 +76,8 @@ def _check_report(path: Path, state: Path) -> bool:
     The demo replaces only its own page (its sha256 recorded in ``state`` when it was written): a user's file, a
     link, a path inside a run directory or a report page of another command is refused in one line.
     """
-    from dpaudit.errors import UserInputError
-    from dpaudit.rundir import check_page_target, sha256_file
+    from dpaudit.common.errors import UserInputError
+    from dpaudit.files.run_dirs import check_page_target, sha256_file
 
     if not check_page_target(path, option="--report"):
         return False
@@ -98,14 +98,14 @@ def _read_pages(state: Path) -> dict[str, str]:
 
 def _record_page(path: Path, state: Path) -> None:
     """Record the page the demo just wrote (so that the next demo may replace it)."""
-    from dpaudit.rundir import atomic_write_json, sha256_file
+    from dpaudit.files.run_dirs import atomic_write_json, sha256_file
 
     atomic_write_json(state / PAGES_RECORD, {**_read_pages(state), str(path.resolve()): sha256_file(path)})
 
 
 def _classifier_gap() -> str | None:
     """Why the edp-sgd classifiers cannot run here (None: they can)."""
-    from dpaudit.extras import missing_extra_message, missing_modules
+    from dpaudit.common.extras import missing_extra_message, missing_modules
 
     if "edp-sgd" not in available_trainers() or missing_modules(["torch"]):
         return missing_extra_message("the edp-sgd trainer", ["torch"], missing_modules(["torch"]) or ["dpaudit's trainers"])
@@ -155,9 +155,9 @@ def demo(out: Path | None, quick: bool, seed: int, noise_seed: int | None, class
     from dpaudit.demo.plan import AUDIT_SUFFIX, FULL, QUICK, Stage, build_plan
     from dpaudit.demo.stages import STATE_DIR, check_out, run_stages
     from dpaudit.demo.verdict import verdict_lines
-    from dpaudit.rundir import atomic_write_json
+    from dpaudit.files.run_dirs import atomic_write_json
 
-    from dpaudit.extras import require_extras
+    from dpaudit.common.extras import require_extras
 
     require_extras("dpaudit demo", "jax", "torch")  # jax-bert trains, transformers loads every model: one line if not
     # --quick has folders of its own: a quick demo after the full one (or before) must not replace it.
@@ -168,7 +168,7 @@ def demo(out: Path | None, quick: bool, seed: int, noise_seed: int | None, class
     for option, path in (("--out", out), ("--report", report_path)):  # before minutes of training, not after
         blocked = next((p for p in path.absolute().parents if p.exists() and not p.is_dir()), None)
         if blocked is not None:
-            from dpaudit.errors import UserInputError
+            from dpaudit.common.errors import UserInputError
 
             raise UserInputError(f"{option} {path}: {blocked} is a file, not a folder; choose another path.")
     gap = _classifier_gap() if classifiers else "--no-classifiers"
@@ -180,7 +180,7 @@ def demo(out: Path | None, quick: bool, seed: int, noise_seed: int | None, class
     inside = next((s.output for s in plan.stages if s.schema_prefix is not None
                    and report_path.resolve().is_relative_to(s.output.resolve())), None)
     if inside is not None:
-        from dpaudit.errors import UserInputError
+        from dpaudit.common.errors import UserInputError
 
         raise UserInputError(f"--report {report_path} is inside the demo's run directory {inside}; dpaudit never writes a "
                              "report into a run directory: choose a path outside it.")

@@ -119,7 +119,7 @@ def inject(corpus: str | None, train_file: str | None, heldout_file: str | None,
     """
     from dpaudit.canaries.options import InjectOptions, inject_config, summary_lines
     from dpaudit.canaries.pipeline import inject as run_inject
-    from dpaudit.inject_run import ALREADY_DONE
+    from dpaudit.inject_dir.reader import ALREADY_DONE
 
     config = inject_config(InjectOptions(
         corpus=corpus, train=train_file, heldout=heldout_file, public=public_file, corpus_format=corpus_format,

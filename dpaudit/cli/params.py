@@ -3,7 +3,7 @@
 click's ``FLOAT`` reads ``nan`` and ``inf`` (Python's ``float()`` does), and its ``FloatRange`` lets
 ``nan`` through every bound (each comparison with nan is false), so a range alone does not keep them
 out. :class:`FiniteFloat` refuses both first, naming nan as not a number, with a one-line error that
-names the option (a :class:`~dpaudit.errors.UserInputError`, exit code 2, like every other bad input).
+names the option (a :class:`~dpaudit.common.errors.UserInputError`, exit code 2, like every other bad input).
 
 :func:`config_options` is the one generator of command-line options from a frozen Config: ``dpaudit train``'s
 from the trainer's Config, ``dpaudit attack``'s from :class:`~dpaudit.attacks.options.RunOptions` and the
@@ -21,7 +21,7 @@ from typing import Any, Literal
 
 import click
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 
 class FiniteFloat(click.FloatRange):
@@ -58,7 +58,7 @@ def attack_extras(model: Any, attack_names: str, *, shadow_trainer: str | None, 
     from types import SimpleNamespace
 
     from dpaudit.attacks.registry import attack_class, available_attacks, prop, registered_classes
-    from dpaudit.extras import trainer_extras
+    from dpaudit.common.extras import trainer_extras
 
     names = {name.strip() for name in str(attack_names).split(",")}
     classes = registered_classes() if "all" in names else [attack_class(n) for n in names if n in available_attacks()]

@@ -44,7 +44,7 @@ def parse_labels(labels: tuple[str, ...], run_dirs: tuple[Path, ...]) -> dict[st
     Raises:
         UserInputError: a value without "=", an empty name, or a DIR that is not one of the RUN_DIRs.
     """
-    from dpaudit.errors import UserInputError
+    from dpaudit.common.errors import UserInputError
 
     given = {Path(d).resolve(): str(d) for d in run_dirs}
     out: dict[str, str] = {}
@@ -87,7 +87,7 @@ def report(run_dirs: tuple[Path, ...], out: Path | None, labels: tuple[str, ...]
     --out is never a file dpaudit did not write, nor a file inside a run directory; an earlier page is replaced
     only with --overwrite (rerunning the same command finds the same page and writes nothing).
     """
-    from dpaudit.errors import UserInputError
+    from dpaudit.common.errors import UserInputError
     from dpaudit.report import write_report
 
     names = parse_labels(labels, run_dirs)

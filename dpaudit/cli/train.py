@@ -22,11 +22,11 @@ from click.core import ParameterSource
 
 from dpaudit.cli import params
 from dpaudit.training.config_types import ConfigTypeError, config_keys, option_name, seed_type
-from dpaudit.errors import UserInputError
-from dpaudit.extras import MissingExtraError
-from dpaudit.figures import format_up
+from dpaudit.common.errors import UserInputError
+from dpaudit.common.extras import MissingExtraError
+from dpaudit.common.figures import format_up
 from dpaudit.claim.record import PrivacyRecord, group_privacy_text, read_privacy_record
-from dpaudit.rundir import run_dir_lock
+from dpaudit.files.run_dirs import run_dir_lock
 from dpaudit.training.api import (
     Trainer,
     available_trainers,

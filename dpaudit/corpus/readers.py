@@ -38,7 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, NamedTuple
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 #: A label as it appears in a corpus: a string (intent name) or an integer class id.
 Label = str | int

@@ -28,8 +28,8 @@ from pathlib import Path
 from typing import Any
 
 from dpaudit.demo.plan import Stage
-from dpaudit.errors import UserInputError
-from dpaudit.rundir import MANIFEST_NAME, atomic_write_json, redact_command, refuse_foreign, sha256_file, verify_run_dir
+from dpaudit.common.errors import UserInputError
+from dpaudit.files.run_dirs import MANIFEST_NAME, atomic_write_json, redact_command, refuse_foreign, sha256_file, verify_run_dir
 
 STATE_DIR = ".demo"
 
@@ -100,7 +100,7 @@ def check_out(out: Path) -> None:
 def _prepare(stage: Stage, state: Path) -> None:
     """Remove an output left by another command (or by nothing this demo recorded), then record this one.
 
-    Only what dpaudit wrote is removed (:func:`dpaudit.rundir.refuse_foreign`): an output folder holding a
+    Only what dpaudit wrote is removed (:func:`dpaudit.files.run_dirs.refuse_foreign`): an output folder holding a
     file no manifest lists (the user's own) is a one-line error, and nothing is deleted.
     """
     path = _record_path(state, stage)

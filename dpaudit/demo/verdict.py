@@ -5,7 +5,7 @@ One line per comparison: the non-private masked LM, the epsilon-8 masked LM, the
 exposure, greedy extraction by repetition count, membership beside the blind baseline) when they ran, and the
 intent classifiers (sgd vs edp-sgd mode) when they ran. Exposure is the secret's rank among all |R|
 candidates in bits (Carlini et al. 2019), compared with never-inserted controls by a one-sided
-Mann-Whitney test; the empirical epsilon lower bound is the headline of :mod:`dpaudit.headline` (the
+Mann-Whitney test; the empirical epsilon lower bound is the headline of :mod:`dpaudit.verdict.headline` (the
 report's and ``dpaudit attack``'s too): valid at 95% over every audit it is chosen from, only audits
 of the claim's unit, its kind named (proof or heuristic), rounded down; claims rounded up.
 
@@ -62,7 +62,7 @@ def read_utility(attack_dir: Path) -> str | None:
     """The held-out utility of the model an attack directory audited (:func:`utility_text` of the train run's last
     evaluation in the ``metrics.jsonl`` its manifest lists, else the train manifest's summary); None when neither
     is there or the file changed since the attack."""
-    from dpaudit.rundir import MANIFEST_NAME, load_manifest, read_jsonl, sha256_file
+    from dpaudit.files.run_dirs import MANIFEST_NAME, load_manifest, read_jsonl, sha256_file
 
     inputs = load_manifest(attack_dir).get("inputs") or {}
     recorded = next((p for p in sorted(inputs) if Path(p).as_posix().endswith("metrics.jsonl")), None)
@@ -88,7 +88,7 @@ def _claim(results: AttackResults) -> str:
 
 
 def _bound_text(results: AttackResults) -> str:
-    from dpaudit.headline import headline_of
+    from dpaudit.verdict.headline import headline_of
 
     head = headline_of(results)
     if not head.bounds:
@@ -193,7 +193,7 @@ def classifier_line(pairs: Sequence[tuple[str, AttackResults]], utilities: Seque
         tasks = [(t.auc, r.attack, t.task) for r in results.attacks if isinstance(r, MiaResult) and not r.baseline
                  for t in r.tasks]
         auc, attack, task = max(tasks, default=(float("nan"), "-", "-"))
-        from dpaudit.headline import headline_of
+        from dpaudit.verdict.headline import headline_of
 
         head = headline_of(results)
         claim = _claim(results)

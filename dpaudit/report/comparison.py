@@ -3,12 +3,12 @@
 Columns (every figure from the typed results, rounded as everywhere: claims up, lower bounds down):
 
 - the model's label (:func:`dpaudit.report.models.label_runs`) and the attack directories it comes from;
-- the claimed epsilon (:meth:`dpaudit.headline.Claim.short`, rounded up by :func:`dpaudit.figures.format_up`);
+- the claimed epsilon (:meth:`dpaudit.verdict.headline.Claim.short`, rounded up by :func:`dpaudit.common.figures.format_up`);
 - the held-out utility (MLM or intent accuracy) beside its trivial baseline (:mod:`dpaudit.training.baselines`);
 - the most-repeated canaries' mean exposure against the never-inserted controls' (with the one-sided p-value);
 - the secrets reconstructed exactly (a causal LM: extracted greedily from their prefix), at the top frequency and over
   every inserted canary;
-- the best valid per-example lower bound (:mod:`dpaudit.headline`, 95% over every audit of the model), with why
+- the best valid per-example lower bound (:mod:`dpaudit.verdict.headline`, 95% over every audit of the model), with why
   it is uninformative when it is 0 and the audit was too small (:mod:`dpaudit.report.measurable`);
 - the strongest membership attack's AUC and its TPR at 1% FPR (n/a when the non-members cannot resolve 1%).
 """
@@ -19,8 +19,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from dpaudit.attacks.results import ExposureResult, ReconstructionResult
-from dpaudit.figures import format_down
-from dpaudit.headline import PROOF, Headline
+from dpaudit.common.figures import format_down
+from dpaudit.verdict.headline import PROOF, Headline
 from dpaudit.report.load import ReportRun
 from dpaudit.report.measurable import percents, tpr_rate, zero_bound_reason
 from dpaudit.report.membership import MembershipAudit, strongest

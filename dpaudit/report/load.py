@@ -32,10 +32,10 @@ import numpy as np
 
 from dpaudit.attacks.results import SCHEMA as ATTACK_SCHEMA
 from dpaudit.attacks.results import AttackResults
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 from dpaudit.training.baselines import UTILITY_KINDS, eval_rows_text
 from dpaudit.claim import Claim, PrivacyRecord
-from dpaudit.rundir import MANIFEST_NAME, load_manifest, sha256_file
+from dpaudit.files.run_dirs import MANIFEST_NAME, load_manifest, sha256_file
 
 #: Files of the attack directory that the report does not show the hash of (it is the report itself).
 REPORT_FILE = "index.html"
@@ -236,7 +236,7 @@ def load_run(path: str | os.PathLike[str], *, label: str | None = None) -> Repor
             unknown schema version, or an upstream file that changed.
     """
     from dpaudit.attacks.run import read_attack_dir
-    from dpaudit.rundir import verify_run_dir
+    from dpaudit.files.run_dirs import verify_run_dir
 
     directory = Path(path)
     manifest = load_manifest(directory)
@@ -392,7 +392,7 @@ def _with_upstream(directory: Path, results: AttackResults, manifest: Mapping[st
     metrics = None
     rows: list[dict[str, Any]] = []
     if metrics_path is not None:
-        from dpaudit.rundir import read_jsonl
+        from dpaudit.files.run_dirs import read_jsonl
 
         rows = [r for r in read_jsonl(metrics_path) if isinstance(r, dict) and isinstance(r.get("step"), int)]
         metrics = tuple(_metric_row(r) for r in rows)
@@ -404,7 +404,7 @@ def _with_upstream(directory: Path, results: AttackResults, manifest: Mapping[st
     privacy = run_claim(results, record)
     canary_text: dict[str, CanaryText] = {}
     if canary_path is not None:
-        from dpaudit.rundir import read_jsonl
+        from dpaudit.files.run_dirs import read_jsonl
 
         canary_text = {str(r["id"]): CanaryText(prefix=str(r.get("prefix", "")), suffix=str(r.get("suffix", "")))
                        for r in read_jsonl(canary_path)}

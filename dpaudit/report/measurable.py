@@ -130,7 +130,7 @@ def members_needed(kind: str, *, confidence: float, delta: float) -> int | None:
 
 
 def zero_bound_reason(bound: Any, audit: Any = None) -> str | None:
-    """Why a headline bound (:class:`dpaudit.headline.HeadlineBound`) of 0 is uninformative, or None when it is
+    """Why a headline bound (:class:`dpaudit.verdict.headline.HeadlineBound`) of 0 is uninformative, or None when it is
     positive or the audit was large enough that a perfect attack would have shown leakage (then 0 means the
     attack found none, which is a finding). ``audit``: its scores' counts (default: the bound's own)."""
     if bound is None or bound.epsilon > 0:

@@ -50,7 +50,7 @@ def attack_notes(results: Any, out: str | os.PathLike[str] | None = None) -> lis
     ``out``: the attack directory just written; its upstream train run gives the held-out figure of the
     undertrained hint (read and hash-checked as the report reads it; left out when unreadable).
     """
-    from dpaudit.headline import headline_of
+    from dpaudit.verdict.headline import headline_of
     from dpaudit.report.measurable import zero_bound_reason
 
     lines = _unmeasurable(results) + [f"note: {w}" for w in _task_warnings(results)]
@@ -65,7 +65,7 @@ def attack_notes(results: Any, out: str | os.PathLike[str] | None = None) -> lis
 
 def _undertrained(results: Any, out: str | os.PathLike[str] | None) -> str | None:
     from dpaudit.attacks.results import ExposureResult
-    from dpaudit.errors import UserInputError
+    from dpaudit.common.errors import UserInputError
     from dpaudit.report.membership import membership_audits, strongest
     from dpaudit.report.sections import undertrained_hint, utility_view
 

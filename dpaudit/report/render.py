@@ -56,9 +56,9 @@ def load_dir(path: str | os.PathLike[str]) -> Any:
     Raises:
         UserInputError: neither kind of directory, a changed file, or results of an unknown schema version.
     """
-    from dpaudit.errors import UserInputError
+    from dpaudit.common.errors import UserInputError
     from dpaudit.report.whitebox_load import is_whitebox_dir, load_whitebox
-    from dpaudit.rundir import load_manifest
+    from dpaudit.files.run_dirs import load_manifest
 
     manifest = load_manifest(path)
     if is_whitebox_dir(manifest):
@@ -99,15 +99,15 @@ def write_report(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike
     """Render and write ``out`` atomically (``labels``: as :func:`render_report`).
 
     ``out`` is never a file dpaudit did not write, nor a path inside a run directory
-    (:func:`dpaudit.rundir.check_page_target`, checked before rendering). A page dpaudit wrote is replaced only with
+    (:func:`dpaudit.files.run_dirs.check_page_target`, checked before rendering). A page dpaudit wrote is replaced only with
     ``overwrite``; one that already holds exactly this page is left as it is (rendering is deterministic, so
     rerunning the same command writes nothing).
 
     Raises:
         UserInputError: naming ``option`` (the caller's name for ``out``) and what to do.
     """
-    from dpaudit.errors import UserInputError
-    from dpaudit.rundir import atomic_write_text, check_page_target
+    from dpaudit.common.errors import UserInputError
+    from dpaudit.files.run_dirs import atomic_write_text, check_page_target
 
     out = Path(out)
     exists = check_page_target(out, option=option)

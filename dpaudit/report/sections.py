@@ -15,9 +15,9 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpaudit.attacks.results import GROUP_PRIVACY_NOTE, ExposureResult, ExposureRow, ReconstructionResult
-from dpaudit.figures import format_down, format_up
-from dpaudit.headline import PROOF, Headline, HeadlineBound, headline_of
-from dpaudit.rundir import redact_command, redact_config
+from dpaudit.common.figures import format_down, format_up
+from dpaudit.verdict.headline import PROOF, Headline, HeadlineBound, headline_of
+from dpaudit.files.run_dirs import redact_command, redact_config
 from dpaudit.claim.record import TELEMETRY_NOTE
 from dpaudit.report import plots
 from dpaudit.report.load import REPORT_FILE, ReportRun, Utility
@@ -80,7 +80,7 @@ def utility_view(label: str, utility: Utility | None) -> UtilityView | None:
 
 @dataclass(frozen=True, kw_only=True)
 class Verdict:
-    """One run's verdict. ``headline`` is :func:`dpaudit.headline.headline_of` (valid at 95% over every
+    """One run's verdict. ``headline`` is :func:`dpaudit.verdict.headline.headline_of` (valid at 95% over every
     audit of the run, per-example unit only, proof before heuristic); ``exceeds`` only when a PROOF of
     the claim's unit is above the proven epsilon."""
 

@@ -3,7 +3,7 @@
 One environment for every page (the attack report, the comparison page, the white-box audit page):
 autoescaping on (every string from data, configs or command lines is escaped), undefined names an
 error, and the filters that print figures: ``up`` rounds a claimed epsilon or delta UP and ``down``
-rounds an empirical lower bound DOWN (:mod:`dpaudit.figures`), never to nearest.
+rounds an empirical lower bound DOWN (:mod:`dpaudit.common.figures`), never to nearest.
 """
 
 from __future__ import annotations
@@ -26,15 +26,15 @@ def _num(value: Any, spec: str = ".3g") -> str:
 
 
 def _up(value: Any, digits: int = 3) -> str:
-    """A claimed epsilon or delta, rounded up (:func:`dpaudit.figures.format_up`); "–" when absent."""
-    from dpaudit.figures import format_up
+    """A claimed epsilon or delta, rounded up (:func:`dpaudit.common.figures.format_up`); "–" when absent."""
+    from dpaudit.common.figures import format_up
 
     return "–" if value is None else format_up(value, digits)
 
 
 def _down(value: Any, digits: int = 3) -> str:
-    """An empirical lower bound, rounded down (:func:`dpaudit.figures.format_down`); "–" when absent."""
-    from dpaudit.figures import format_down
+    """An empirical lower bound, rounded down (:func:`dpaudit.common.figures.format_down`); "–" when absent."""
+    from dpaudit.common.figures import format_down
 
     return "–" if value is None else format_down(value, digits)
 

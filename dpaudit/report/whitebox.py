@@ -30,7 +30,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from dpaudit.figures import format_down, format_up
+from dpaudit.common.figures import format_down, format_up
 from dpaudit.report import plots
 from dpaudit.report.sections import Stage, redact_config, stage_view
 from dpaudit.report.templating import environment, stylesheet
@@ -416,12 +416,12 @@ def write_page(directory: str | os.PathLike[str], *, command: Sequence[str] | No
     No manifest is needed: ``dpaudit audit-trainer`` calls it in the staged directory, before the
     manifest is written; the provenance then shows ``command`` (default: this process's command line,
     which is what the manifest records unless the caller passes its own to ``write_audit``)."""
-    from dpaudit.rundir import atomic_write_text
+    from dpaudit.files.run_dirs import atomic_write_text
 
     directory = Path(directory)
     manifest = None
     if (directory / "manifest.json").is_file():
-        from dpaudit.rundir import load_manifest
+        from dpaudit.files.run_dirs import load_manifest
 
         manifest = load_manifest(directory)
     html = render_whitebox([read_whitebox(directory, label=directory.name, manifest=manifest)], command=command)

@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 from dpaudit.claim import Claim
 from dpaudit.report.load import type_problem
 from dpaudit.whitebox.bounds import Bound
-from dpaudit.rundir import MANIFEST_NAME, load_manifest, sha256_file
+from dpaudit.files.run_dirs import MANIFEST_NAME, load_manifest, sha256_file
 
 __all__ = ["RESULTS_FILE", "SCHEMA", "SCORES_FILE", "VIEWS", "WhiteboxRun", "WhiteboxScores", "is_whitebox_dir",
            "load_whitebox", "read_whitebox"]
@@ -180,7 +180,7 @@ def _check(path: Path, run: WhiteboxRun) -> None:
 
 
 def _scores(path: Path, *, canaries: int, runs: int) -> WhiteboxScores:
-    from dpaudit.rundir import read_jsonl
+    from dpaudit.files.run_dirs import read_jsonl
 
     run, member, values = [], [], {view: [] for view in VIEWS}
     try:
@@ -247,7 +247,7 @@ def load_whitebox(path: str | os.PathLike[str], *, label: str | None = None) -> 
         UserInputError: not an audit-trainer directory, a file changed since it was written, or results of
             another schema version.
     """
-    from dpaudit.rundir import verify_run_dir
+    from dpaudit.files.run_dirs import verify_run_dir
 
     directory = Path(path)
     manifest = load_manifest(directory)

@@ -1,7 +1,7 @@
 """A model directory's architecture as transformers builds it: the tensors it reads, and a fresh copy.
 
 :func:`transformers_layout` is the loader's side of the one model directory check
-(:func:`dpaudit.model_dir.check_model_dir`) for everything that loads a directory with transformers (the
+(:func:`dpaudit.files.model_dirs.check_model_dir`) for everything that loads a directory with transformers (the
 attacks' scorer, the torch trainers' ``--init-from``): the class ``config.json`` names, built on the meta
 device (no memory, no init), says which tensors ``from_pretrained`` would fill and with what shapes. Tensors
 it ties to another one (a tied LM head, the decoder bias tied to the head's bias), buffers it recomputes
@@ -27,8 +27,8 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
 
-from dpaudit.errors import UserInputError
-from dpaudit.model_dir import CONFIG, ExpectedTensors, architecture_kind
+from dpaudit.common.errors import UserInputError
+from dpaudit.files.model_dirs import CONFIG, ExpectedTensors, architecture_kind
 
 #: File tensors transformers drops on purpose beyond a class's own ignore list: the pooler and next-sentence head of
 #: a BERT pre-training checkpoint (bert-base-uncased's own files) loaded as a masked LM; jax-bert drops the same.
@@ -125,7 +125,7 @@ def _exhaustive(model: Any) -> bool:
 
 
 def transformers_layout(model_dir: Path, config: dict[str, Any]) -> ExpectedTensors | None:
-    """The tensors ``from_pretrained`` fills for ``config.json`` (:data:`dpaudit.model_dir.Layout`), from the class it
+    """The tensors ``from_pretrained`` fills for ``config.json`` (:data:`dpaudit.files.model_dirs.Layout`), from the class it
     names built on the meta device; None when transformers is not installed or has no such class (the torch-free
     checks still run).
 
@@ -171,7 +171,7 @@ def write_fresh_start(model_dir: Path, out_dir: Path, *, seed: int) -> Path:
     """
     import torch
 
-    from dpaudit.rundir import staged_directory
+    from dpaudit.files.run_dirs import staged_directory
 
     model_dir, out_dir = Path(model_dir), Path(out_dir)
     config = hf_config(model_dir)

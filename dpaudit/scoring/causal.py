@@ -37,7 +37,7 @@ from typing import Any
 
 import numpy as np
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 from dpaudit.scoring.scorer import EXAMPLE_MAX_LENGTH, ExampleFeatures, Scorer
 from dpaudit.scoring.source import CAUSAL_LM, ModelSource
 from dpaudit.scoring.targets import CanaryLike, SpaceLike, alphabet_token_ids, check_secret_tokens, locate_secrets, locate_spans

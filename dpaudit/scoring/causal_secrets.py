@@ -35,7 +35,7 @@ from typing import Any
 
 import numpy as np
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 from dpaudit.scoring.targets import (
     CanaryLike,
     CanaryTokens,

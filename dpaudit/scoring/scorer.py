@@ -25,8 +25,8 @@ from typing import Any
 
 import numpy as np
 
-from dpaudit.errors import UserInputError
-from dpaudit.progress import progress_bar
+from dpaudit.common.errors import UserInputError
+from dpaudit.common.progress import progress_bar
 from dpaudit.scoring.source import CAUSAL_LM, CLASSIFIER, MASKED_LM, ModelSource
 from dpaudit.scoring.targets import (
     CanaryLike,

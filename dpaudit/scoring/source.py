@@ -1,8 +1,8 @@
 """Where a model comes from: a train run directory or a bare Hugging Face directory, checked.
 
 Bad input (no weights, a pickle-only checkpoint, no tokenizer, a damaged run directory) is refused with a
-one-line :class:`~dpaudit.errors.UserInputError` before torch or transformers is imported; then the one
-check of a model directory (:mod:`dpaudit.model_dir`, with transformers' tensors for its config.json as the
+one-line :class:`~dpaudit.common.errors.UserInputError` before torch or transformers is imported; then the one
+check of a model directory (:mod:`dpaudit.files.model_dirs`, with transformers' tensors for its config.json as the
 layout) refuses weights that do not fit it. A train run directory (``manifest.json`` with schema
 ``dpaudit.train/*``) is verified against its manifest; its ``privacy.json`` is read for the audit,
 through :func:`read_privacy_record` (the one reader of that file outside the trainers).
@@ -15,8 +15,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
-from dpaudit.errors import UserInputError
-from dpaudit.model_dir import (  # noqa: F401 - re-exported: the trainers and the scorer import them from here
+from dpaudit.common.errors import UserInputError
+from dpaudit.files.model_dirs import (  # noqa: F401 - re-exported: the trainers and the scorer import them from here
     CAUSAL_LM,
     CLASSIFIER,
     MASKED_LM,
@@ -31,7 +31,7 @@ from dpaudit.model_dir import (  # noqa: F401 - re-exported: the trainers and th
     check_weights,
     read_config,
 )
-from dpaudit.rundir import MANIFEST_NAME, verify_run_dir
+from dpaudit.files.run_dirs import MANIFEST_NAME, verify_run_dir
 from dpaudit.claim.record import read_privacy_record  # the one file reader, re-exported
 
 if TYPE_CHECKING:
@@ -69,9 +69,9 @@ class ModelSource:
     unknown_label: str | None = None
 
     def label_set(self) -> Any:
-        """The model's :class:`dpaudit.inject_run.LabelSet` (its unknown-label mapping included), or None for a
+        """The model's :class:`dpaudit.inject_dir.reader.LabelSet` (its unknown-label mapping included), or None for a
         masked LM: what the attacks encode the data's labels with."""
-        from dpaudit.inject_run import LabelSet
+        from dpaudit.inject_dir.reader import LabelSet
 
         if self.labels is None:
             return None
@@ -96,7 +96,7 @@ def resolve_model(path: str | os.PathLike[str], *, option: str = "--model") -> M
     """Check a model path and say what it is.
 
     The cheap checks (files, config.json, the architecture's kind) run before torch is imported; then the one model
-    directory check (:func:`dpaudit.model_dir.check_model_dir`) compares the weights with the tensors transformers
+    directory check (:func:`dpaudit.files.model_dirs.check_model_dir`) compares the weights with the tensors transformers
     builds for config.json on the meta device (no model is loaded), the tokenizer with the embedding table, and
     reads the weights once for NaN or infinite values.
 
@@ -138,13 +138,13 @@ def resolve_model(path: str | os.PathLike[str], *, option: str = "--model") -> M
             "(*ForSequenceClassification) or causal LM (*ForCausalLM, *LMHeadModel); dpaudit audits those model types."
         )
     architecture, kind = kinds[0]
-    # The one up-front check of the directory (dpaudit.model_dir): weights that fit config.json (transformers' own
+    # The one up-front check of the directory (dpaudit.files.model_dirs): weights that fit config.json (transformers' own
     # tensors for it, built on the meta device), a tokenizer within the embedding table, finite values.
     from dpaudit.scoring.architecture import transformers_layout
 
     check_model_dir(model_dir, where=f"{option} {model_dir}", layout=transformers_layout, option=option)
     if manifest is None:
-        from dpaudit.rundir import sha256_file
+        from dpaudit.files.run_dirs import sha256_file
 
         files = {p.relative_to(path).as_posix(): sha256_file(p) for p in sorted(model_dir.rglob("*")) if p.is_file()}
     labels = _id2label(config, config_path) if kind == CLASSIFIER else None

@@ -16,7 +16,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 
 class CanaryLike(Protocol):

@@ -63,7 +63,7 @@ def apply_torch_threads() -> int:
     follow the load again). Returns the count torch now uses."""
     import torch
 
-    from dpaudit.errors import UserInputError
+    from dpaudit.common.errors import UserInputError
 
     try:
         n, _why = torch_threads()

@@ -1,7 +1,7 @@
 """The Python API: ``dpaudit.inject``, ``dpaudit.attack`` and ``dpaudit.report`` for notebooks and scripts.
 
 Each function is its command with keyword arguments named as the options (``--label-column`` is
-``label_column``), the same checks and the same one-line errors (:class:`~dpaudit.errors.UserInputError`),
+``label_column``), the same checks and the same one-line errors (:class:`~dpaudit.common.errors.UserInputError`),
 and writes the same run directories. What they return can become a table: ``to_pandas()`` (pandas
 is optional, not a dependency of dpaudit; ``rows()`` gives the same table as plain dicts).
 
@@ -22,7 +22,7 @@ from typing import Any
 
 from dpaudit.attacks.registry import DEFAULT_ATTACKS
 from dpaudit.attacks.results import AttackResults
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 __all__ = ["AuditResults", "InjectResult", "Report", "attack", "inject", "report"]
 
@@ -68,7 +68,7 @@ class InjectResult:
         return "\n".join(self.lines)
 
     def rows(self) -> list[dict[str, Any]]:
-        from dpaudit.inject_run import load_inject_run
+        from dpaudit.inject_dir.reader import load_inject_run
 
         return [c.to_record() for c in load_inject_run(self.path).canaries]
 

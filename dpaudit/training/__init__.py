@@ -13,15 +13,14 @@ What the run is made of:
 - :mod:`.api`: the trainer protocol and the entry-point registry (``dpaudit.trainers``);
 - :mod:`.privacy_plan` (what a run will spend, fixed before the first step) and
   :mod:`dpaudit.claim` (``privacy.json``, its one typed reader and writer, and the one Claim type);
-- :mod:`.secret_rng`: the secret randomness the guarantee rests on;
-- :mod:`.run_dir`: the train run directory (finished-run return, resume identity, checkpoints, metrics);
+- :mod:`.noise_source`: the secret randomness the guarantee rests on (the noise source: sampling and noise);
+- :mod:`.train_dir`: the train run directory (finished-run return, resume identity, checkpoints, metrics);
 - :mod:`.config_types`: the frozen Config dataclasses' types, option names, the one seed range;
 - :mod:`.dp_options`: :class:`~dpaudit.training.dp_options.DpOptions`, the DP options every trainer's Config
   inherits (each declared once), with their one validator;
 - :mod:`.presets`, :mod:`.tokenizer` (WordPiece trained on public.jsonl), :mod:`.host_allocator`.
 
-Many runs: :mod:`.fleet` trains a fleet of models (shadow and reference models, the runs of a multi-run
-audit) in parallel: Ray, a process pool, or in this process, with a content-keyed cache.
+Many runs are trained by :mod:`dpaudit.fleet` (its own package: Ray, a process pool, or in this process).
 
 The names below are imported on first use (PEP 562), so that reading a ``privacy.json`` record does not
 import the run loop and its dependencies.
@@ -37,7 +36,6 @@ _EXPORTS = {
     "TrainerPlugin": "plugin",
     "RecordParts": "record", "RunFacts": "record", "build_record": "record",
     "RunSkeleton": "skeleton",
-    "FleetJob": "fleet", "FleetOutcome": "fleet", "run_fleet": "fleet",
 }
 
 __all__ = sorted(_EXPORTS)

@@ -8,7 +8,7 @@ module (and its framework) until that trainer is asked for.
 
 Optionally, a trainer whose run spans several processes defines ``writes_run_dir() -> bool``: True only
 in the process that writes the run directory (see :func:`writes_run_dir`); that process alone takes the
-run-directory lock (:func:`dpaudit.rundir.run_dir_lock`) around ``train``.
+run-directory lock (:func:`dpaudit.files.run_dirs.run_dir_lock`) around ``train``.
 
 A trainer need not write its own run: :mod:`dpaudit.training` holds the one run skeleton (run
 directory, privacy plan and ledger, secret Poisson sampling, loop, checkpoints, metrics and
@@ -29,7 +29,7 @@ from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 ENTRY_POINT_GROUP = "dpaudit.trainers"
 
@@ -95,13 +95,13 @@ def load_trainer(name: str) -> Trainer:
     Raises:
         UserInputError: if no trainer of that name is registered, listing the ones that are.
         MissingExtraError: its framework is not installed (the extra it needs and the pip command that installs it,
-            :mod:`dpaudit.extras`).
+            :mod:`dpaudit.common.extras`).
     """
     registry = available_trainers()
     if name not in registry:
         known = ", ".join(sorted(registry)) or "none (is dpaudit installed with `pip install -e .`?)"
         raise UserInputError(f"--trainer {name!r} is not a registered trainer; choose one of: {known}.")
-    from dpaudit.extras import MissingExtraError, extra_of_module, missing_extra_message, require_extras, \
+    from dpaudit.common.extras import MissingExtraError, extra_of_module, missing_extra_message, require_extras, \
         trainer_extras
 
     require_extras(f"--trainer {name}", *trainer_extras(name))  # before the import: one line, only its extra

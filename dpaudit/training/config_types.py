@@ -36,7 +36,7 @@ import typing
 from collections.abc import Callable, Mapping
 from typing import Any, Literal
 
-from dpaudit.rundir import SECRET_FIELDS as _SECRET_FIELDS
+from dpaudit.files.run_dirs import SECRET_FIELDS as _SECRET_FIELDS
 
 __all__ = ["NOISE_MULTIPLIER_MAX", "NOISE_MULTIPLIER_MIN", "SECRET_FIELDS", "SEED_MAX", "ConfigTypeError",
            "check_int", "check_noise_multiplier", "check_real", "check_seed", "check_types", "config_keys",
@@ -112,12 +112,12 @@ def check_real(name: str, value: float, *, low: float, low_open: bool, high: flo
 def seed_type() -> Any:
     """The click type of every ``--seed`` option: :func:`check_seed` as a one-line error.
 
-    An out-of-range seed is a :class:`~dpaudit.errors.UserInputError` (``Error: --seed must be ...``,
+    An out-of-range seed is a :class:`~dpaudit.common.errors.UserInputError` (``Error: --seed must be ...``,
     exit 2), not click's usage block; text that is not an integer is click's usual usage error.
     """
     import click
 
-    from dpaudit.errors import UserInputError
+    from dpaudit.common.errors import UserInputError
 
     class _Seed(click.ParamType):
         name = "integer"
@@ -176,7 +176,7 @@ def config_keys(raw: Mapping[str, Any], config_cls: type, where: str, *,
     Raises:
         UserInputError: an unknown key (the valid ones listed) or a field set twice, naming ``where`` and the key.
     """
-    from dpaudit.errors import UserInputError
+    from dpaudit.common.errors import UserInputError
 
     names = {f.name for f in dataclasses.fields(config_cls)}
     renamed = dict(getattr(config_cls, "RENAMED_FIELDS", {}))
@@ -318,20 +318,20 @@ def check_types(config: Any) -> None:
 
 #: Config fields whose value is secret: the guarantee holds only while they stay unknown (``--noise-seed``
 #: seeds the Poisson sampling and the DP noise). :func:`redacted_dict` never writes their value. The one list
-#: is :data:`dpaudit.rundir.SECRET_FIELDS` (manifests, commands and ``--set`` words are redacted from it too).
+#: is :data:`dpaudit.files.run_dirs.SECRET_FIELDS` (manifests, commands and ``--set`` words are redacted from it too).
 SECRET_FIELDS = _SECRET_FIELDS
 
 
 def redacted_dict(config: Any) -> dict[str, Any]:
     """Every trainer Config's ``to_dict()``: the field values (JSON-serializable) with each of
-    :data:`SECRET_FIELDS` replaced by :meth:`~dpaudit.training.secret_rng.NoiseSource.redact` (``None`` when
+    :data:`SECRET_FIELDS` replaced by :meth:`~dpaudit.training.noise_source.NoiseSource.redact` (``None`` when
     unset, a fixed marker when set, never the number). The manifest's config and the resume check read
     this; the secret itself lives only in the checkpoints' noise state (private to the data owner).
 
     Raises:
       TypeError: `config` is not a dataclass instance.
     """
-    from dpaudit.training.secret_rng import NoiseSource  # numpy only; imported here to keep this module light
+    from dpaudit.training.noise_source import NoiseSource  # numpy only; imported here to keep this module light
 
     if not dataclasses.is_dataclass(config) or isinstance(config, type):
         raise TypeError(f"redacted_dict needs a dataclass instance, got {type(config).__name__}.")

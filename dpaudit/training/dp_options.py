@@ -178,7 +178,7 @@ class DpOptions:
         (:attr:`ADDED_FIELDS`) at the value that run had, and a secret seed that older checkpoints stored as a
         number replaced by its redaction, as :meth:`to_dict` writes it (a resume continues with the checkpoint's
         secret noise state, not with this field). A current config passes through unchanged."""
-        from dpaudit.training.secret_rng import NoiseSource  # numpy only; imported here to keep this module light
+        from dpaudit.training.noise_source import NoiseSource  # numpy only; imported here to keep this module light
 
         out = {cls.RENAMED_FIELDS.get(name, name): value for name, value in config.items()}
         for name, default in cls.ADDED_FIELDS.items():  # a run checkpointed before they existed had their default

@@ -33,7 +33,7 @@ from typing import Any, Protocol, runtime_checkable
 import numpy as np
 
 from dpaudit.training.privacy_plan import PrivacyPlan
-from dpaudit.training.secret_rng import NoiseSource
+from dpaudit.training.noise_source import NoiseSource
 from dpaudit.training.record import RecordParts
 from dpaudit.training.sampling import Sampler, StepKeyedPoisson
 from dpaudit.training.starting_point import StartingPoint

@@ -62,7 +62,7 @@ from typing import Any
 
 from dpaudit import accounting
 from dpaudit.accounting.ledger import PrivacyLedger
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 __all__ = ["PrivacyPlan", "Stage", "constant_noise", "decay_schedule", "declared_size_warning", "new_ledger", "plan_privacy",
            "truncate_stages"]

@@ -4,7 +4,7 @@ The accountant assumes Poisson sampling: each example joins a step's batch indep
 probability q (Abadi et al. 2016; Mironov et al. 2019, "Renyi DP of the Sampled Gaussian
 Mechanism"). One uniform draw per example, ``rng.random(N) < q``, keeps the batch exactly that
 mechanism. The generator is numpy's, seeded from the SECRET noise seed
-(:meth:`dpaudit.training.secret_rng.NoiseSource.numpy_generator`, a ``SeedSequence`` of all its bits), never
+(:meth:`dpaudit.training.noise_source.NoiseSource.numpy_generator`, a ``SeedSequence`` of all its bits), never
 from the public ``--seed``: an adversary who knew the batches would not face a subsampled mechanism.
 
 Two ways to key the generator, both kept because seeded runs must stay byte-identical:
@@ -23,7 +23,7 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from dpaudit.training.secret_rng import NoiseSource
+from dpaudit.training.noise_source import NoiseSource
 
 __all__ = ["Sampler", "SequentialPoisson", "StepKeyedPoisson", "poisson_sample"]
 

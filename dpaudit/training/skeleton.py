@@ -39,11 +39,11 @@ import numpy as np
 from tqdm.auto import tqdm
 
 from dpaudit.accounting.ledger import BudgetExceededError, PrivacyLedger
-from dpaudit.errors import UserInputError
-from dpaudit.figures import format_up
+from dpaudit.common.errors import UserInputError
+from dpaudit.common.figures import format_up
 from dpaudit.training.privacy_plan import declared_size_warning, new_ledger, plan_privacy
-from dpaudit.training.secret_rng import NoiseSource
-from dpaudit.training.run_dir import (
+from dpaudit.training.noise_source import NoiseSource
+from dpaudit.training.train_dir import (
     CHECKPOINT_DIR,
     CHECKPOINT_STATE,
     MetricsLog,

@@ -35,9 +35,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
-from dpaudit.errors import UserInputError
-from dpaudit.model_dir import Layout, check_model_dir
-from dpaudit.rundir import MANIFEST_NAME, load_manifest, sha256_file, verify_run_dir
+from dpaudit.common.errors import UserInputError
+from dpaudit.files.model_dirs import Layout, check_model_dir
+from dpaudit.files.run_dirs import MANIFEST_NAME, load_manifest, sha256_file, verify_run_dir
 
 __all__ = ["DATA_SPLITS", "DP_ON_PUBLIC_NOTE", "DataSplit", "PUBLIC_START_REQUIREMENT", "SPLIT_FILES", "StartingPoint",
            "private_training_inputs", "public_data_only", "refuse_private_start", "resolve_start"]
@@ -129,7 +129,7 @@ def resolve_start(value: str | Path, *, option: str = "--init-from", layout: Lay
     """Check ``value`` and say what it is: a dpaudit train run (or its ``model/``), else a Hugging Face directory.
 
     A run directory is verified against its manifest (a changed weight file is refused). The model directory then
-    passes the one up-front check of every model directory (:func:`dpaudit.model_dir.check_model_dir`: safetensors
+    passes the one up-front check of every model directory (:func:`dpaudit.files.model_dirs.check_model_dir`: safetensors
     only, weights that fit ``config.json`` by the loading trainer's ``layout``, a tokenizer within the embedding
     table, finite values), before the trainer builds anything or writes anything.
 
@@ -274,13 +274,13 @@ def run_inputs(data: Any, *, init_from: str | None, data_split: str, layout: Lay
                ) -> tuple[dict[str, str], Any, tuple[int, ...], StartingPoint | None]:
     """What a trainer's ``load_data`` reports of its inputs: (inputs, identity, canary frequencies, start).
 
-    ``layout``: the trainer's expectation of a start's weights (:data:`dpaudit.model_dir.Layout`), for the up-front
+    ``layout``: the trainer's expectation of a start's weights (:data:`dpaudit.files.model_dirs.Layout`), for the up-front
     check of ``--init-from``.
 
     The start's weights are an input, and a checkpoint belongs to this start only (its hashes join the
     identity); canaries live in ``train.jsonl`` only, so a run on ``public.jsonl`` holds none.
     """
-    from dpaudit.inject_run import canary_frequencies
+    from dpaudit.inject_dir.reader import canary_frequencies
 
     inputs, identity = dict(data.inputs), data.identity
     start = None

@@ -182,7 +182,7 @@ def train_wordpiece(texts: Iterable[str], *, vocab_size: int = 8000, min_frequen
             of merges that occur ``min_frequency`` times), before the new tokens.
         min_frequency: a merge must occur at least this often.
         new_tokens: declared canary tokens (an inject manifest's ``new_tokens``,
-            :attr:`dpaudit.inject_run.InjectRun.new_tokens`), added after the learned vocabulary as whole
+            :attr:`dpaudit.inject_dir.reader.InjectRun.new_tokens`), added after the learned vocabulary as whole
             words; one already learned keeps its id.
 
     Returns:
@@ -221,7 +221,7 @@ def train_wordpiece(texts: Iterable[str], *, vocab_size: int = 8000, min_frequen
 
 def missing_new_tokens(tok: Tokenizer, new_tokens: Sequence[str], *, option: str) -> None:
     """Refuse a given tokenizer (a ``--init-from`` start's) that lacks a token an inject manifest declares for
-    new-token canaries (:attr:`dpaudit.inject_run.InjectRun.new_tokens`): those canaries would be ``[UNK]`` in
+    new-token canaries (:attr:`dpaudit.inject_dir.reader.InjectRun.new_tokens`): those canaries would be ``[UNK]`` in
     training and in the audit, which could then not tell members from controls.
 
     Raises:

@@ -33,13 +33,13 @@ SCHEMA = "dpaudit.whitebox/1"
 
 @dataclass(frozen=True)
 class RegisteredRuns:
-    """The audit's runs as jobs of the model fleet (:func:`dpaudit.training.fleet.run_fleet`), trained at once.
+    """The audit's runs as jobs of the model fleet (:func:`dpaudit.fleet.fleet.run_fleet`), trained at once.
 
     Attributes:
         trainer: the registered trainer's name.
         config: its Config's fields (rebuilt in each worker).
         data_dir: the audit's dataset (an inject directory).
-        workers, ray_address, engine: as :func:`~dpaudit.training.fleet.run_fleet`'s.
+        workers, ray_address, engine: as :func:`~dpaudit.fleet.fleet.run_fleet`'s.
     """
 
     trainer: str
@@ -116,8 +116,8 @@ def run_coins(seed: int | None, runs: int) -> list[list[int]]:
 def finished_run(base: Path, run: int) -> bool:
     """Whether run ``run`` under ``base`` finished: its evidence file was written (last, atomically) and its run
     directory still verifies against its manifest."""
-    from dpaudit.errors import UserInputError
-    from dpaudit.rundir import verify_run_dir
+    from dpaudit.common.errors import UserInputError
+    from dpaudit.files.run_dirs import verify_run_dir
 
     out = base / f"run-{run}"
     if not evidence_path(out).is_file():
@@ -154,7 +154,7 @@ def _fleet_runs(spec: RegisteredRuns, base: Path, todo: list[int], *, canaries: 
                 coins: list[list[int]], progress: Callable[[int, int], None] | None) -> None:
     """Train runs ``todo`` as fleet jobs, each leaving its evidence beside its run directory (each run's coins from
     :func:`run_coins`)."""
-    from dpaudit.training.fleet import FleetJob, run_fleet
+    from dpaudit.fleet.fleet import FleetJob, run_fleet
 
     jobs = [FleetJob(trainer=spec.trainer, config=run_config(spec.config, r), data_dir=Path(spec.data_dir),
                      out_dir=base / f"run-{r}", seed=0, label=f"audit run {r + 1}/{runs}", runner=RUNNER,
@@ -189,12 +189,12 @@ def write_audit(out_dir: Path, analysis: Analysis, evidence: list[RunEvidence], 
 
     ``page(staged_dir)``, when given, renders ``index.html`` from the staged files (the CLI passes the
     report's renderer: the report sits above this package). ``config`` and ``settings`` are written with every
-    secret redacted (:func:`dpaudit.rundir.redact_config`), the command line too (:func:`dpaudit.rundir.redact_command`).
+    secret redacted (:func:`dpaudit.files.run_dirs.redact_config`), the command line too (:func:`dpaudit.files.run_dirs.redact_command`).
 
     ``work``: the folder inside ``out_dir`` where the runs were kept (``dpaudit audit-trainer``'s ``runs/``): it goes
     with the directory it is in when the audit replaces it, and everything else there must be dpaudit's (with
     ``overwrite``) or absent."""
-    from dpaudit.rundir import atomic_write_json, build_manifest, file_hashes, redact_config, staged_directory, \
+    from dpaudit.files.run_dirs import atomic_write_json, build_manifest, file_hashes, redact_config, staged_directory, \
         write_jsonl, write_manifest
 
     # Secrets (a noise seed given by --noise-seed or --set noise_seed=N) never reach a written file.
@@ -206,8 +206,8 @@ def write_audit(out_dir: Path, analysis: Analysis, evidence: list[RunEvidence], 
     names = ["whitebox.json", "scores/whitebox.jsonl"]
     only_own = True
     if work is not None and (Path(out_dir) / work).is_dir():
-        from dpaudit.errors import UserInputError
-        from dpaudit.rundir import refuse_foreign
+        from dpaudit.common.errors import UserInputError
+        from dpaudit.files.run_dirs import refuse_foreign
 
         if not overwrite and any(p.name != work for p in Path(out_dir).iterdir()):
             raise UserInputError(f"--out {out_dir} exists and is not empty; pass --overwrite to replace it or choose "

@@ -23,9 +23,9 @@ import math
 import os
 from dataclasses import dataclass
 
-from dpaudit.errors import UserInputError
-from dpaudit import resources
-from dpaudit.resources import format_bytes, format_duration
+from dpaudit.common.errors import UserInputError
+from dpaudit.common import resources
+from dpaudit.common.resources import format_bytes, format_duration
 
 __all__ = ["AuditCost", "check_fits", "describe", "estimate", "worth_saying"]
 
@@ -130,7 +130,7 @@ def check_fits(cost: AuditCost, *, fleet: bool, worker_memory_gb: float | None =
                available: float | None = None) -> None:
     """Refuse, before any run, what cannot fit: with ``fleet`` (``--workers`` > 1 or ``--ray-address``) a run above
     the workers' memory bound (``worker_memory_gb``, default ``$DPAUDIT_WORKER_MEMORY_GB`` or the fleet's
-    :data:`~dpaudit.training.fleet.WORKER_MEMORY_GB`: its watchdog would stop it after its training), and any
+    :data:`~dpaudit.fleet.fleet.WORKER_MEMORY_GB`: its watchdog would stop it after its training), and any
     audit whose own process needs more than ``available`` bytes (default ``MemAvailable``).
 
     Raises:
@@ -139,7 +139,7 @@ def check_fits(cost: AuditCost, *, fleet: bool, worker_memory_gb: float | None =
     available = resources.available_memory() if available is None else available
     if fleet:
         if worker_memory_gb is None:
-            from dpaudit.training.fleet import WORKER_MEMORY_GB
+            from dpaudit.fleet.fleet import WORKER_MEMORY_GB
 
             try:
                 worker_memory_gb = float(os.environ.get("DPAUDIT_WORKER_MEMORY_GB") or WORKER_MEMORY_GB)

@@ -89,7 +89,7 @@ def evidence_path(out_dir: Path) -> Path:
 
 
 def run_job(job: Any) -> None:
-    """Train one audit run described by a :class:`dpaudit.training.fleet.FleetJob` (in a fleet worker) and save its
+    """Train one audit run described by a :class:`dpaudit.fleet.fleet.FleetJob` (in a fleet worker) and save its
     evidence (:func:`evidence_path`).
 
     ``job.runner_args``: ``canaries``, ``partners`` and ``coins`` (the entropy of this run's own coin generator,

@@ -16,7 +16,7 @@ from hypothesis import strategies as st
 
 from dpaudit import accounting as A
 from dpaudit.accounting import pld as pld_module
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 DELTA = 1e-5
 

@@ -13,7 +13,7 @@ from dp_accounting import pld
 
 from dpaudit import accounting as A
 from dpaudit.accounting.ledger import PrivacyLedger
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 from dpaudit.training.privacy_plan import new_ledger, plan_privacy
 from dpaudit.claim.record import SCHEMA, PrivacyRecord
 

@@ -11,7 +11,7 @@ from dp_accounting import pld
 
 from dpaudit import accounting as A
 from dpaudit.accounting.ledger import BudgetExceededError, PrivacyLedger
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 DELTA = 1e-5
 Q, SIGMA = 0.05, 2.0

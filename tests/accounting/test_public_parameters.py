@@ -10,7 +10,7 @@ from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
 from dp_accounting.privacy_accountant import NeighboringRelation
 
 from dpaudit import accounting as A
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 from dpaudit.training.privacy_plan import plan_privacy
 
 

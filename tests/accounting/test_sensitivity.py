@@ -19,7 +19,7 @@ from hypothesis import strategies as st
 from scipy import optimize, stats
 
 from dpaudit import accounting as A
-from dpaudit.figures import format_up
+from dpaudit.common.figures import format_up
 
 DELTA = 1e-5
 

@@ -16,7 +16,7 @@ from click.testing import CliRunner
 
 from dpaudit.canaries.manifest import load_inject_run
 from dpaudit.cli import cli
-from dpaudit.rundir import read_jsonl, verify_run_dir
+from dpaudit.files.run_dirs import read_jsonl, verify_run_dir
 
 LOG2_R = math.log2(10**4)
 

@@ -27,7 +27,7 @@ from dpaudit.attacks.registry import (
     registered_classes,
 )
 from dpaudit.cli import cli
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 REPO = Path(__file__).resolve().parents[2]
 

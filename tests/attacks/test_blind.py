@@ -125,7 +125,7 @@ def test_comparison_is_one_sentence_per_task_naming_the_attacks_that_do_not_beat
 def test_blind_runs_beside_every_membership_attack_and_stays_out_of_the_headline():
     from dpaudit.attacks.registry import resolve_attacks
     from dpaudit.attacks.results import AttackResults, DataInfo, ModelInfo
-    from dpaudit.headline import audit_sources
+    from dpaudit.verdict.headline import audit_sources
     from dpaudit.report.membership import distribution_shift_notes, membership_audits, strongest
 
     assert [c.name for c in resolve_attacks(["loss"], "classifier")] == ["loss", "blind"]

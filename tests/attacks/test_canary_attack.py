@@ -12,7 +12,7 @@ from click.testing import CliRunner
 
 from dpaudit.attacks.registry import DEFAULT_ATTACKS, default_attacks
 from dpaudit.cli import cli
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 NEW = ("qzvxkbwmtr", "plorfniqaz", "hjdwqeyuxo", "bnmcvkzlpq")
 
@@ -44,7 +44,7 @@ def crafted(tmp_path_factory):
 
 
 def _canary(i: int, secret: str, prefix: str = "my code is "):
-    from dpaudit.inject_run import Canary
+    from dpaudit.inject_dir.reader import Canary
 
     return Canary(id=f"c{i}", prefix=prefix, secret=secret, suffix="", format="new-tokens:2", frequency=1, member=True)
 
@@ -130,7 +130,7 @@ def designed_and_digits(tmp_path_factory):
 @pytest.mark.slow  # two tiny trainings and attacks: ~24 s on an idle 2-core CPU
 def test_new_token_canaries_are_told_apart_where_digit_canaries_barely_are(designed_and_digits):
     from dpaudit.attacks.run import read_attack_dir
-    from dpaudit.headline import headline_of
+    from dpaudit.verdict.headline import headline_of
 
     designed = read_attack_dir(designed_and_digits["new-tokens"] / "attack")
     assert [r.attack for r in designed.attacks] == ["exposure", "reconstruction", "canary"]  # the one-run audit by default

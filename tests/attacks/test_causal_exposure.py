@@ -9,9 +9,9 @@ import pytest
 
 from dpaudit.attacks.exposure import tree_rank
 from dpaudit.attacks.exposure_rank import sampled_exposure
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 from dpaudit.scoring import causal_secrets as cs
-from dpaudit.secret_spaces import ProductSpace
+from dpaudit.inject_dir.secret_spaces import ProductSpace
 
 DIGITS3 = ProductSpace(kind="digits", alphabet=[str(i) for i in range(10)], length=3)
 #: A canary of the tiny model's own texts (tests/conftest.py TINY_CAUSAL_TEXTS), with a suffix that is not scored.

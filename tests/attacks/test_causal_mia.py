@@ -45,7 +45,7 @@ def test_fitted_offline_a_recovers_the_line():
 
 def test_attack_cli_runs_loss_zlib_min_k_and_min_k_pp_with_the_blind_baseline(tiny_causal_dir, data_dir, tmp_path):
     from dpaudit.attacks.causal_mia import min_k_scores, zlib_scores
-    from dpaudit.inject_run import HELDOUT, PUBLIC, TRAIN, load_inject_run
+    from dpaudit.inject_dir.reader import HELDOUT, PUBLIC, TRAIN, load_inject_run
     from dpaudit.scoring import load
 
     out = tmp_path / "attack"
@@ -79,7 +79,7 @@ def test_attack_cli_runs_loss_zlib_min_k_and_min_k_pp_with_the_blind_baseline(ti
 def test_ref_and_rmia_run_on_a_causal_target_with_given_models(tiny_causal_dir, data_dir, tmp_path):
     """No clm trainer needed: --reference-model and --shadow-dirs give the reference models (same tokenizer)."""
     from dpaudit.attacks.run import attack
-    from dpaudit.inject_run import HELDOUT, PUBLIC, TRAIN, load_inject_run
+    from dpaudit.inject_dir.reader import HELDOUT, PUBLIC, TRAIN, load_inject_run
     from dpaudit.scoring import load
     from tests.causal_fixtures import build_tiny_causal
     from tests.conftest import TINY_CAUSAL_TEXTS
@@ -131,7 +131,7 @@ def test_an_attack_that_does_not_run_on_a_causal_lm_is_refused_in_one_line(tiny_
     assert not (tmp_path / "out").exists()
     # ... and the causal attacks refuse a masked LM the same way (they read next-token probabilities).
     from dpaudit.attacks.registry import resolve_attacks
-    from dpaudit.errors import UserInputError
+    from dpaudit.common.errors import UserInputError
 
     with pytest.raises(UserInputError, match="--attacks min-k\\+\\+ needs a causal LM"):
         resolve_attacks(["min-k++"], "masked-lm")

@@ -76,7 +76,7 @@ def test_token_statistics_losses_and_features(scorer):
 
 
 def test_secret_scores_sum_the_secret_positions_given_the_prefix(scorer):
-    from dpaudit.secret_spaces import digit_space
+    from dpaudit.inject_dir.secret_spaces import digit_space
 
     a = Canary("a", "my pin code is ", "4 8 1 5", " and that is all")
     b = Canary("b", "my pin code is ", "4 8 1 5", ", call me")  # another suffix: not scored
@@ -90,8 +90,8 @@ def test_secret_scores_sum_the_secret_positions_given_the_prefix(scorer):
 
 
 def test_masked_lm_methods_refuse_a_causal_model_in_one_line(scorer):
-    from dpaudit.errors import UserInputError
-    from dpaudit.secret_spaces import digit_space
+    from dpaudit.common.errors import UserInputError
+    from dpaudit.inject_dir.secret_spaces import digit_space
 
     with pytest.raises(UserInputError, match="needs a masked-lm model") as err:
         scorer.masked_log_probs([Canary("a", "pin ", "1 2", "")], digit_space(2))

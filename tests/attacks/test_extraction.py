@@ -36,7 +36,7 @@ def _context(data, model_dir):
 
     from dpaudit.attacks.base import AttackContext
     from dpaudit.attacks.registry import AttackOptions
-    from dpaudit.inject_run import load_inject_run
+    from dpaudit.inject_dir.reader import load_inject_run
 
     run = load_inject_run(data)
     scorer = SimpleNamespace(model=transformers.AutoModelForCausalLM.from_pretrained(model_dir).eval(),

@@ -20,7 +20,7 @@ from click.testing import CliRunner
 
 import dpaudit
 from dpaudit.cli import cli
-from dpaudit.rundir import sha256_file
+from dpaudit.files.run_dirs import sha256_file
 
 pytest.importorskip("torch")
 
@@ -169,7 +169,7 @@ def test_the_mismatch_warning_needs_a_gap_beyond_the_margin():
 
 def test_rmia_population_rows_trained_no_reference_model(uneven, matched):
     from dpaudit.attacks.shadow_models import public_pool, split_public
-    from dpaudit.inject_run import load_inject_run
+    from dpaudit.inject_dir.reader import load_inject_run
     from dpaudit.scoring import resolve_model
 
     data, target, _ = uneven
@@ -271,7 +271,7 @@ def test_user_shadow_dirs_give_membership_from_their_members_file(uneven, matche
     """--shadow-dirs: the cached LiRA shadows given back as user models, each with a members.json of sha256 entries
     written from its own train.jsonl; LiRA then trains nothing and reads the same membership."""
     from dpaudit.attacks.shadow_models import MEMBERS_FILE, text_hash
-    from dpaudit.inject_run import load_inject_run
+    from dpaudit.inject_dir.reader import load_inject_run
 
     data, target, _ = uneven
     results, _, _ = matched
@@ -297,7 +297,7 @@ def test_the_shadow_cache_holds_references_not_private_rows(uneven, matched):
     them; every folder the cache created is private to this user (mode 0700); the references read back the rows."""
     import stat
 
-    from dpaudit.inject_run import load_inject_run
+    from dpaudit.inject_dir.reader import load_inject_run
 
     data, _, _ = uneven
     _, _, cache = matched
@@ -324,7 +324,7 @@ def test_an_attack_writing_out_keeps_its_shadows_beside_it(uneven, tmp_path, mon
 
     monkeypatch.delenv("DPAUDIT_CACHE", raising=False)
     assert default_cache(tmp_path / "att") == tmp_path / "att-shadows"
-    from dpaudit.errors import UserInputError
+    from dpaudit.common.errors import UserInputError
 
     with pytest.raises(UserInputError, match="--shadow-cache"):
         cache_root(None)

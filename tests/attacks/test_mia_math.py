@@ -94,7 +94,7 @@ def test_downsampled_roc_keeps_ends_and_low_fpr_detail():
 
 def test_examples_task_removes_duplicates_and_balances(tmp_path):
     from dpaudit.attacks.shadow_models import write_shadow_data
-    from dpaudit.inject_run import load_inject_run
+    from dpaudit.inject_dir.reader import load_inject_run
 
     train = [{"text": f"member {i}"} for i in range(10)] + [{"text": "shared row"}, {"text": "shared row"}]
     heldout = [{"text": f"other {i}"} for i in range(6)] + [{"text": "shared row"}]

@@ -14,7 +14,7 @@ import numpy as np
 
 from dpaudit.claim import opacus_claim
 from dpaudit.audit import audit_scores
-from dpaudit.headline import AuditSource, headline
+from dpaudit.verdict.headline import AuditSource, headline
 from dpaudit.claim import Claim
 
 

@@ -7,7 +7,7 @@ import pytest
 from dpaudit.attacks import results
 from dpaudit.attacks.base import Attack
 from dpaudit.attacks.registry import AttackOptions, attack_class, available_attacks, resolve_attacks
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 
 ATTACKS = sorted(available_attacks())

@@ -10,7 +10,7 @@ import pytest
 
 from dpaudit.canaries.manifest import load_inject_run
 from dpaudit import scoring
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 
 @pytest.fixture(scope="module")

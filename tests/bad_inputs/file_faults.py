@@ -49,7 +49,7 @@ os.execv(sys.executable, [sys.executable, "-m", "dpaudit", *sys.argv[3:]])
 # Holds the run-directory lock of argv[1] as stage argv[2] until killed or its stdin closes.
 HOLDER = """
 import sys
-from dpaudit.rundir import run_dir_lock
+from dpaudit.files.run_dirs import run_dir_lock
 with run_dir_lock(sys.argv[1], stage=sys.argv[2]):
     print("locked", flush=True)
     sys.stdin.read()

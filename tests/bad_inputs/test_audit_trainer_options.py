@@ -11,7 +11,7 @@ from click.testing import CliRunner
 
 from dpaudit.cli import cli
 from dpaudit.cli.audit_trainer import audit_config
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 
 @pytest.mark.parametrize(("args", "expected", "absent"), [

@@ -23,8 +23,8 @@ import pytest
 from click.testing import CliRunner
 
 from dpaudit.cli import cli
-from dpaudit.errors import UserInputError
-from dpaudit.rundir import lock_path, verify_run_dir
+from dpaudit.common.errors import UserInputError
+from dpaudit.files.run_dirs import lock_path, verify_run_dir
 from tests.bad_inputs import audit_fake
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -91,7 +91,7 @@ def test_ctrl_c_keeps_the_finished_run_and_the_same_command_resumes_it(fake, tmp
 def test_a_worker_that_died_keeps_the_finished_runs_and_the_rerun_trains_only_the_rest(fake, tmp_path, monkeypatch):
     """--workers: the runs are fleet jobs (here the inline engine); a worker that dies is the fleet's one-line error,
     which now also says where the finished runs are, and they are really kept."""
-    import dpaudit.training.fleet as fleet
+    import dpaudit.fleet.fleet as fleet
 
     monkeypatch.setattr(fleet, "_choose_engine", lambda *args, **kwargs: "inline")
     out = tmp_path / "audit"
@@ -124,7 +124,7 @@ def test_a_failure_before_any_run_finished_leaves_nothing(fake, tmp_path):
 
 def test_a_second_audit_on_the_same_out_is_refused(fake, tmp_path):
     out = tmp_path / "audit"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys\nfrom dpaudit.rundir import run_dir_lock\n"
+    holder = subprocess.Popen([sys.executable, "-c", "import sys\nfrom dpaudit.files.run_dirs import run_dir_lock\n"
                                "with run_dir_lock(sys.argv[1], stage='audit-trainer'):\n"
                                "    print('locked', flush=True)\n    sys.stdin.read()\n", str(out)],
                               cwd=REPO_ROOT, env=_child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)

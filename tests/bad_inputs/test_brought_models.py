@@ -75,7 +75,7 @@ def _vocab(model_dir: Path) -> dict[str, int]:
 
 
 def test_shadows_and_references_of_a_brought_model_take_its_tokenizer_and_architecture(brought, attacked):
-    from dpaudit.model_dir import architecture_difference, read_config
+    from dpaudit.files.model_dirs import architecture_difference, read_config
 
     result, out, cache = attacked
     assert result.exit_code == 0, result.output[-3000:]

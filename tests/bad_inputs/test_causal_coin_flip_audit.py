@@ -33,7 +33,7 @@ def coin_flip_causal(tmp_path_factory):
     import torch
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from dpaudit.inject_run import load_inject_run
+    from dpaudit.inject_dir.reader import load_inject_run
     from dpaudit.trainers.torch_common.hf_export import save_hf
     from dpaudit.training.tokenizer import special_token_ids, train_wordpiece
 

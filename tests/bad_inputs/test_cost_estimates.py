@@ -15,7 +15,7 @@ import pytest
 from click.testing import CliRunner
 
 from dpaudit.cli import cli
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 INJECT = ["inject", "--corpus", "builtin:assistant", "--coin-flip", "--design", "new-tokens", "--force"]
 
@@ -48,7 +48,7 @@ def no_drawing(monkeypatch):
 
 
 def test_inject_too_big_for_memory_is_refused_before_any_draw(tmp_path, monkeypatch, no_drawing):
-    from dpaudit import resources
+    from dpaudit.common import resources
 
     room = resources.resident_bytes() + 200_000_000  # a machine with 0.2 GB free beyond what this process holds
     monkeypatch.setattr(resources, "available_memory", lambda: room)
@@ -62,7 +62,7 @@ def test_inject_too_big_for_memory_is_refused_before_any_draw(tmp_path, monkeypa
 
 
 def test_inject_too_big_for_the_disk_is_refused_before_any_draw(tmp_path, monkeypatch, no_drawing):
-    from dpaudit import resources
+    from dpaudit.common import resources
 
     monkeypatch.setattr(resources, "free_disk", lambda out: 1_000_000)
     out = tmp_path / "data"
@@ -105,9 +105,9 @@ def test_inject_is_quiet_when_the_work_is_small(tmp_path):
 def test_inject_shows_progress_in_a_log(tmp_path, monkeypatch):
     """Off a terminal the bars print plain lines (every LOG_INTERVAL_S seconds; here at once): the draws and the
     rows written (tqdm alone printed nothing off a terminal)."""
-    import dpaudit.progress
+    import dpaudit.common.progress
 
-    monkeypatch.setattr(dpaudit.progress, "LOG_INTERVAL_S", 0.0)
+    monkeypatch.setattr(dpaudit.common.progress, "LOG_INTERVAL_S", 0.0)
     result = CliRunner().invoke(cli, [*INJECT, "--per-frequency", "3000", "--out", str(tmp_path / "data")])
     assert result.exit_code == 0, result.output
     err = _stderr(result)
@@ -132,7 +132,7 @@ def test_draws_are_the_same_whatever_the_batch(monkeypatch):
     import numpy as np
 
     from dpaudit.canaries.generate import draw_secrets
-    from dpaudit.secret_spaces import digit_space
+    from dpaudit.inject_dir.secret_spaces import digit_space
 
     space = digit_space(3)
     taken = {" ".join(f"{i:03d}") for i in range(0, 1000, 3)}  # a third of the secrets occur: many rejections
@@ -175,7 +175,7 @@ def test_audit_run_above_the_worker_bound_is_refused_before_any_run(tmp_path, no
 
 
 def test_audit_too_big_for_this_machine_is_refused_before_any_run(tmp_path, no_runs, monkeypatch):
-    from dpaudit import resources
+    from dpaudit.common import resources
 
     monkeypatch.setattr(resources, "available_memory", lambda: 1e9)  # a 1 GB machine
     out = tmp_path / "audit"

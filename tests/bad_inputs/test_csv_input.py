@@ -17,7 +17,7 @@ from click.testing import CliRunner
 
 from dpaudit.cli import cli
 from dpaudit.corpus import CorpusReader, readers
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 
 def _csv(path, rows, *, header="text,label", ending="\n"):

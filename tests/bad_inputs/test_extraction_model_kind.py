@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from dpaudit.attacks.registry import resolve_attacks
 from dpaudit.cli import cli
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 
 @pytest.fixture(scope="module")

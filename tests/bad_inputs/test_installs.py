@@ -3,7 +3,7 @@
 A missing extra is simulated, never uninstalled: the child process gets a ``sitecustomize`` whose meta-path finder
 refuses to find the blocked modules (``import torch`` raises ``ModuleNotFoundError`` as in an install without it).
 Every command that needs an extra names it in one line at once, before any work, with the command that installs
-only that extra for this installation (``dpaudit.extras``; README, "Which extra each command needs").
+only that extra for this installation (``dpaudit.common.extras``; README, "Which extra each command needs").
 """
 
 from __future__ import annotations
@@ -111,7 +111,7 @@ def test_base_install_commands_need_no_extra(blocker, tmp_path):
 def test_install_command_follows_the_installation(tmp_path, monkeypatch):
     """A wheel user is told ``pip install 'dpaudit[torch]'``; a source checkout ``pip install -e`` of the checkout
     (``.`` when run there). Only the extras named."""
-    import dpaudit.extras as extras
+    import dpaudit.common.extras as extras
 
     monkeypatch.chdir(REPO)
     assert extras.install_command(["torch"]) == "pip install -e '.[torch]'"

@@ -1,4 +1,4 @@
-"""One up-front check of every model directory (dpaudit/model_dir.py), shared by ``dpaudit attack --model``,
+"""One up-front check of every model directory (dpaudit/files/model_dirs.py), shared by ``dpaudit attack --model``,
 ``dpaudit train --init-from`` (every trainer) and ``dpaudit audit-trainer --set init_from=DIR``.
 
 Each broken directory is built here from the tiny GPT-2 of tests/causal_fixtures.py (copied, never edited in
@@ -22,7 +22,7 @@ import pytest
 from click.testing import CliRunner
 
 from dpaudit.cli import cli
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 from tests.conftest import TORCH_ARGS
 
 pytest.importorskip("torch")
@@ -242,7 +242,7 @@ def _transformers_dirs(root: Path) -> dict[str, Path]:
 
 
 def test_legitimate_layouts_pass_the_check(tiny_causal_dir, jax_export, tmp_path):
-    from dpaudit.model_dir import check_model_dir
+    from dpaudit.files.model_dirs import check_model_dir
     from dpaudit.scoring.architecture import transformers_layout
     from dpaudit.trainers.jax_bert.hf_io import expected_layout
 

@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from dpaudit.cli import cli
-from dpaudit.rundir import verify_run_dir
+from dpaudit.files.run_dirs import verify_run_dir
 from dpaudit.claim import Claim
 
 
@@ -166,7 +166,7 @@ def test_demo_replaces_only_the_page_it_recorded_writing(attacks, tmp_path):
     """The demo records each page it writes (sha256, in its state folder); the next demo replaces that page and no
     other: a report page of another command, or its own page edited since, is refused."""
     from dpaudit.cli.demo import _check_report, _record_page
-    from dpaudit.errors import UserInputError
+    from dpaudit.common.errors import UserInputError
 
     state = tmp_path / "demo" / ".demo"
     state.mkdir(parents=True)
@@ -225,7 +225,7 @@ def test_a_demo_stage_never_removes_a_folder_holding_a_users_file(tmp_path):
     replace data/; it refuses instead, and keeps everything."""
     from dpaudit.demo.plan import Stage
     from dpaudit.demo.stages import run_stages
-    from dpaudit.errors import UserInputError
+    from dpaudit.common.errors import UserInputError
 
     def inject(size: int) -> Stage:
         data = tmp_path / "data"

@@ -1,4 +1,4 @@
-"""``--ray-address`` is checked before anything starts (``dpaudit.training.fleet.check_ray_address``, shared by
+"""``--ray-address`` is checked before anything starts (``dpaudit.fleet.fleet.check_ray_address``, shared by
 ``attack``, ``audit-trainer`` and ``run_fleet``): a malformed address, a ``ray://`` address without the Ray Client,
 a port where nothing listens and a port where something that is not Ray listens are each one line, exit code 2,
 nothing written, in seconds. (They were Ray's tracebacks, ``ValueError: Invalid address format`` and ``Ray Client
@@ -20,8 +20,8 @@ import pytest
 from click.testing import CliRunner
 
 from dpaudit.cli import cli
-from dpaudit.errors import UserInputError
-from dpaudit.training import fleet
+from dpaudit.common.errors import UserInputError
+from dpaudit.fleet import fleet
 
 pytest.importorskip("ray")  # the fleet extra: without it the option is refused for that reason (test_installs)
 
@@ -65,10 +65,10 @@ def test_malformed_address_is_one_line_before_anything(tmp_path, command, addres
 
 @pytest.mark.parametrize("command", ["audit-trainer", "attack"])
 def test_ray_client_address_without_the_client_names_the_package(tmp_path, command, monkeypatch):
-    import dpaudit.extras
+    import dpaudit.common.extras
 
-    real = dpaudit.extras.installed
-    monkeypatch.setattr(dpaudit.extras, "installed", lambda module: module != "grpc" and real(module))
+    real = dpaudit.common.extras.installed
+    monkeypatch.setattr(dpaudit.common.extras, "installed", lambda module: module != "grpc" and real(module))
     line = _one_line(CliRunner().invoke(cli, _commands(tmp_path, "ray://127.0.0.1:10001")[command]),
                      "ray://127.0.0.1:10001", "Ray Client", "pip install 'ray[client]'")
     assert "Traceback" not in line

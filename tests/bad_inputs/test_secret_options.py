@@ -5,7 +5,7 @@ Before: ``dpaudit audit-trainer --set noise_seed=N`` wrote N in clear into ``man
 the settings), ``whitebox.json`` (``settings.set``) and ``index.html``, beside the trainer config's
 ``"noise_seed": "<given: secret>"``; and it slipped past the refusal of a fixed noise seed with ``--runs > 1``
 (every run would draw the same noise and sampling: not the independent trials the pooled bound counts). The one
-list of secrets is ``dpaudit.rundir.SECRET_FIELDS``; its redactors (``redact_command`` for command lines,
+list of secrets is ``dpaudit.files.run_dirs.SECRET_FIELDS``; its redactors (``redact_command`` for command lines,
 ``redact_config`` for configs, settings and ``--set`` words) are what every manifest, the audit's files, the
 report's provenance and the demo's stage records go through.
 """
@@ -19,7 +19,7 @@ import pytest
 from click.testing import CliRunner
 
 from dpaudit.cli import cli
-from dpaudit.rundir import REDACTED
+from dpaudit.files.run_dirs import REDACTED
 from tests.bad_inputs import audit_fake
 
 SECRET = "987654321987654321"
@@ -87,13 +87,13 @@ def test_an_audits_noise_seed_given_by_set_is_written_nowhere(fake, tmp_path, mo
     (["--set", "noise_multiplier=5", "--seed", "5"], ["--set", "noise_multiplier=5", "--seed", "5"]),
 ])
 def test_every_spelling_is_redacted_from_a_command_line(argv, shown):
-    from dpaudit.rundir import redact_command
+    from dpaudit.files.run_dirs import redact_command
 
     assert redact_command(["dpaudit", "audit-trainer", *argv]) == ["dpaudit", "audit-trainer", *shown]
 
 
 def test_configs_settings_and_manifests_are_redacted_by_the_same_list():
-    from dpaudit.rundir import build_manifest, redact_config
+    from dpaudit.files.run_dirs import build_manifest, redact_config
 
     settings = {"set": ["noise_seed=5", "mode=dp-sgd"], "trainer": {"noise_seed": 5, "noise_multiplier": 1.0},
                 "seed": 3, "noise_seed": None}

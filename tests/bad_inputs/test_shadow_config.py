@@ -10,7 +10,7 @@ import pytest
 from click.testing import CliRunner
 
 from dpaudit.cli import cli
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 from dpaudit.training.api import load_trainer
 
 

@@ -18,7 +18,7 @@ import pytest
 from click.testing import CliRunner
 
 from dpaudit.cli import cli
-from dpaudit.rundir import DIR_MODE, FILE_MODE, lock_path
+from dpaudit.files.run_dirs import DIR_MODE, FILE_MODE, lock_path
 from tests.bad_inputs.file_faults import (TINY, Case, Ctx, _copy_data, _edit_manifest, _file_size_limit, _READ_ONLY,
                                           _start_holder, _train_args, assert_one_line_error, run_cli, scratch, tree)  # scratch: a fixture
 

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 def test_truncation_warning_counts_cut_secrets_and_says_what_their_numbers_mean():
     from dpaudit.attacks.run import truncation_warning
-    from dpaudit.inject_run import Canary
+    from dpaudit.inject_dir.reader import Canary
 
     def tokenizer(texts):  # one token per word, plus [CLS] and [SEP], as the trainers encode rows
         return {"input_ids": [[0] * (len(t.split()) + 2) for t in texts]}

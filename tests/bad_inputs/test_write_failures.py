@@ -126,7 +126,7 @@ def test_attack_disk_full_leaves_no_directory_staging_or_lock(tmp_path, monkeypa
     """``dpaudit attack`` through its real lock, staged directory and writers; only the scoring is replaced
     (by the minimal results above), and the disk fills while scores/canaries.jsonl is written."""
     import dpaudit.attacks.run as run
-    import dpaudit.rundir as rundir
+    import dpaudit.files.run_dirs as rundir
 
     def fake_attack(model, data, attacks, *, out, overwrite, **_):
         write_attack_dir = run.write_attack_dir
@@ -145,7 +145,7 @@ def test_attack_disk_full_leaves_no_directory_staging_or_lock(tmp_path, monkeypa
 
 
 def test_atomic_write_removes_its_temporary_file_and_new_folders(tmp_path, monkeypatch):
-    from dpaudit.rundir import atomic_write_text
+    from dpaudit.files.run_dirs import atomic_write_text
 
     monkeypatch.setattr(os, "fsync", _raise(errno.EFBIG))
     with pytest.raises(OSError) as info:

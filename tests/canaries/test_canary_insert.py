@@ -30,9 +30,9 @@ from dpaudit.canaries.insert import (
     split_counts,
     train_order,
 )
-from dpaudit.secret_spaces import digit_space
-from dpaudit.errors import UserInputError
-from dpaudit.rundir import dumps_jsonl_line
+from dpaudit.inject_dir.secret_spaces import digit_space
+from dpaudit.common.errors import UserInputError
+from dpaudit.files.run_dirs import dumps_jsonl_line
 
 frequency_lists = st.lists(st.integers(min_value=1, max_value=200), min_size=1, max_size=13, unique=True)
 
@@ -170,7 +170,7 @@ def test_canaries_and_labels():
 
 
 def test_phrase_canaries_do_not_carry_each_others_secrets():
-    from dpaudit.secret_spaces import PhraseSpace
+    from dpaudit.inject_dir.secret_spaces import PhraseSpace
 
     shared = "the blue heron flies over the river"
     sentences = [f"on day {i} {shared} at dawn" for i in range(200)]

@@ -9,7 +9,7 @@ from click.testing import CliRunner
 from dpaudit.canaries.generate import Canary
 from dpaudit.canaries.keys import KEY_SLOT, draw_keys, fill_keys, shipped_names
 from dpaudit.cli import cli
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 
 def _canary(i: int, prefix: str, secret: str = "1 2 3") -> Canary:

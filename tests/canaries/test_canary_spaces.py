@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 import dpaudit
-from dpaudit.secret_spaces import (
+from dpaudit.inject_dir.secret_spaces import (
     PhraseSpace,
     digit_space,
     parse_format,
@@ -22,7 +22,7 @@ from dpaudit.secret_spaces import (
     words_from_texts,
     words_sha256,
 )
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 
 def test_digit_space_size_positions_and_split():

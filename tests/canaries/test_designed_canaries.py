@@ -14,10 +14,10 @@ from click.testing import CliRunner
 
 from dpaudit.canaries.generate import normalize_tokens
 from dpaudit.cli import cli
-from dpaudit.errors import UserInputError
-from dpaudit.inject_run import load_inject_run
-from dpaudit.rundir import read_jsonl, verify_run_dir
-from dpaudit.secret_spaces import NewTokenSpace, new_token_space, parse_design, rare_words
+from dpaudit.common.errors import UserInputError
+from dpaudit.inject_dir.reader import load_inject_run
+from dpaudit.files.run_dirs import read_jsonl, verify_run_dir
+from dpaudit.inject_dir.secret_spaces import NewTokenSpace, new_token_space, parse_design, rare_words
 
 SMALL = ["--corpus", "builtin:assistant", "--corpus-size", "400", "--seed", "2"]
 
@@ -107,7 +107,7 @@ def test_rare_token_and_default_designs(tmp_path):
 
 
 def test_a_manifest_with_bad_new_tokens_is_refused(new_token_run, tmp_path):
-    from dpaudit.inject_run import InjectRun
+    from dpaudit.inject_dir.reader import InjectRun
 
     out, _ = new_token_run
     manifest = json.loads((out / "manifest.json").read_text())

@@ -14,8 +14,8 @@ from click.testing import CliRunner
 from dpaudit.canaries.insert import SplitSpec, public_beyond, split_counts
 from dpaudit.canaries.manifest import OUTPUT_FILES, load_inject_run
 from dpaudit.cli import cli
-from dpaudit.errors import UserInputError
-from dpaudit.rundir import read_jsonl, verify_run_dir
+from dpaudit.common.errors import UserInputError
+from dpaudit.files.run_dirs import read_jsonl, verify_run_dir
 
 SMALL = ["--frequencies", "1,5", "--per-frequency", "3", "--holdout", "3"]
 #: 300 utterances: 30 held out, so any public size >= 270 leaves no member and is generated beside them.

@@ -15,7 +15,7 @@ from dp_accounting import dp_event
 from dpaudit import accounting
 from dpaudit.accounting.events import Segment
 from dpaudit.claim import Claim, PrivacyRecord, claim_of_record, stated_claim, unknown_claim
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 SEGMENTS = (Segment(steps=100, sampling_probability=0.02, noise_multiplier=1.1, sensitivity_factor=2.0),
             Segment(steps=50, sampling_probability=0.04, noise_multiplier=0.9, sensitivity_factor=2.0))
@@ -78,7 +78,7 @@ def test_one_claim_type_everywhere() -> None:
     import typing
 
     from dpaudit.attacks.results import AttackResults
-    from dpaudit.headline import Headline
+    from dpaudit.verdict.headline import Headline
     from dpaudit.report.load import ReportRun
     from dpaudit.report.whitebox_load import WhiteboxRun
     from dpaudit.whitebox.harness import RunEvidence

@@ -12,7 +12,7 @@ from dp_accounting.privacy_accountant import NeighboringRelation
 
 from dpaudit import accounting as A
 from dpaudit.cli import cli
-from dpaudit.figures import format_up
+from dpaudit.common.figures import format_up
 
 
 def run(args, expect=0):

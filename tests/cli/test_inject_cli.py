@@ -14,7 +14,7 @@ from click.testing import CliRunner
 from dpaudit.canaries.generate import normalize_tokens
 from dpaudit.canaries.manifest import OUTPUT_FILES, SCHEMA, load_inject_run
 from dpaudit.cli import cli
-from dpaudit.rundir import read_jsonl, verify_run_dir
+from dpaudit.files.run_dirs import read_jsonl, verify_run_dir
 
 SMALL = ["--frequencies", "1,3,7", "--per-frequency", "4", "--holdout", "5"]
 
@@ -174,7 +174,7 @@ def test_words_format_with_public_word_list(tmp_path):
 
 def test_phrase_format_uses_sentences_of_the_phrase_corpus(tmp_path):
     phrases = tmp_path / "phrases.txt"
-    from dpaudit.secret_spaces import shipped_words
+    from dpaudit.inject_dir.secret_spaces import shipped_words
 
     words = shipped_words()
     sentences = [" ".join(words[(i * 37 + k * 101) % len(words)] for k in range(9)) for i in range(60)]

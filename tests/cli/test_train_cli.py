@@ -10,9 +10,9 @@ from click.testing import CliRunner
 
 from dpaudit import accounting
 from dpaudit.cli import cli
-from dpaudit.figures import format_up
+from dpaudit.common.figures import format_up
 from dpaudit.claim.record import PrivacyRecord
-from dpaudit.rundir import read_jsonl, verify_run_dir
+from dpaudit.files.run_dirs import read_jsonl, verify_run_dir
 
 TINY = ["--preset", "tiny", "--max-length", "16", "--vocab-size", "128", "--physical-batch", "8",
         "--eval-examples", "16", "--log-every", "2", "--eval-every", "3", "--checkpoint-every", "3"]
@@ -249,7 +249,7 @@ def test_the_manifest_never_records_the_noise_seed(data_dir, tmp_path, monkeypat
 
 
 def test_redact_command_hides_both_spellings():
-    from dpaudit.rundir import redact_command
+    from dpaudit.files.run_dirs import redact_command
 
     assert redact_command(["dpaudit", "demo", "--noise-seed", "7", "--noise-seed=8", "--seed", "9"]) == [
         "dpaudit", "demo", "--noise-seed", "<given: secret>", "--noise-seed=<given: secret>", "--seed", "9"]

@@ -13,7 +13,7 @@ from click.testing import CliRunner
 from dpaudit import accounting
 from dpaudit.accounting import noise_tail
 from dpaudit.cli import cli
-from dpaudit.figures import format_up
+from dpaudit.common.figures import format_up
 from dpaudit.claim.record import PrivacyRecord
 
 EDP = ["--trainer", "edp-sgd", "--mode", "dp-sgd", "--epochs", "1", "--batch-size", "16", "--vocab-size", "300",

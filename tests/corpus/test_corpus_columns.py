@@ -7,7 +7,7 @@ from click.testing import CliRunner
 
 from dpaudit.cli import cli
 from dpaudit.corpus import CorpusReader
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 
 def rows(path, **kw):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from dpaudit.corpus import CorpusReader, detect_format, read_corpus
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 
 def _rows(path, **kw):

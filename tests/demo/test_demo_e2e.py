@@ -49,9 +49,9 @@ from dpaudit.attacks.results import MiaResult
 from dpaudit.attacks.run import read_attack_dir
 from dpaudit.cli import cli
 from dpaudit.demo import plan as demo_plan
-from dpaudit.figures import format_up
+from dpaudit.common.figures import format_up
 from dpaudit.report.membership import membership_audits
-from dpaudit.rundir import verify_run_dir
+from dpaudit.files.run_dirs import verify_run_dir
 
 #: "By a wide margin": bits of mean exposure above the controls' (|R| = 10^4: at most 13.3 bits).
 MARGIN_BITS = 4.0
@@ -134,7 +134,7 @@ def test_one_run_audit_proves_the_nonprivate_leak_and_stays_below_the_dp_claim(d
     """The designed canaries' one-run audit: coin-flip new-token canaries inserted once. The
     non-private model's are told apart (its proof bound is well above 0); the epsilon-8 model's bound stays below
     its claim (a proof bound above it would say the trainer broke its guarantee)."""
-    from dpaudit.headline import headline_of
+    from dpaudit.verdict.headline import headline_of
 
     out, _, _, output = demo_run
     nonprivate = read_attack_dir(out / "attack-nonprivate-audit")

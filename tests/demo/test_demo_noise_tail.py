@@ -19,7 +19,7 @@ from dpaudit import accounting as A
 from dpaudit.cli import cli
 from dpaudit.cli.train import build_config
 from dpaudit.demo.plan import FULL, TARGET_EPSILON, build_plan
-from dpaudit.rundir import read_jsonl
+from dpaudit.files.run_dirs import read_jsonl
 
 
 @pytest.fixture(scope="module")

@@ -42,7 +42,7 @@ from dpaudit.audit.intervals import (
     mann_whitney_greater,
 )
 from dpaudit.audit import AuditResult, audit_scores
-from dpaudit.rundir import sha256_file
+from dpaudit.files.run_dirs import sha256_file
 from dpaudit.claim import Claim
 
 SCRIPT = "<script>alert(1)</script>"
@@ -252,7 +252,7 @@ def split_attack_dir(attack: Path, root: Path) -> tuple[Path, Path]:
     import dataclasses
 
     from dpaudit.attacks.run import read_attack_dir
-    from dpaudit.rundir import load_manifest
+    from dpaudit.files.run_dirs import load_manifest
 
     results, inputs = read_attack_dir(attack), load_manifest(attack)["inputs"]
     canary = tuple(a for a in results.attacks if a.attack in ("exposure", "reconstruction"))

@@ -11,9 +11,9 @@ import json
 from pathlib import Path
 
 from dpaudit.attacks.run import read_attack_dir
-from dpaudit.figures import format_down
-from dpaudit.headline import HEADLINE_SCHEMA, headline_of
-from dpaudit.rundir import sha256_file
+from dpaudit.common.figures import format_down
+from dpaudit.verdict.headline import HEADLINE_SCHEMA, headline_of
+from dpaudit.files.run_dirs import sha256_file
 from dpaudit.stages.attack import write_attack_dir
 from tests.report.conftest import make_attack_dir
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from click.testing import CliRunner
 
 from dpaudit.cli import cli
-from dpaudit.rundir import sha256_file
+from dpaudit.files.run_dirs import sha256_file
 
 
 def _report(*args: str) -> tuple[int, str]:

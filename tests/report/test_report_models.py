@@ -16,7 +16,7 @@ from click.testing import CliRunner
 from dpaudit.attacks.reconstruction import symbol_edit_distances
 from dpaudit.audit import audit_scores
 from dpaudit.cli import cli
-from dpaudit.headline import AuditSource, headline
+from dpaudit.verdict.headline import AuditSource, headline
 from dpaudit.report import plots
 from dpaudit.report.measurable import members_needed, tpr_rate, zero_bound_reason
 from dpaudit.report.sections import grouped_warnings
@@ -156,7 +156,7 @@ def test_the_claimed_epsilon_prints_identically_in_train_attack_and_report(noisy
 
     from tests.conftest import CANARY_TRAIN  # the session fixture's own command: rerunning it returns the finished run
 
-    from dpaudit.figures import format_up
+    from dpaudit.common.figures import format_up
 
     train = CliRunner().invoke(cli, ["train", *CANARY_TRAIN, "--seed", "1", "--steps", "40", "--noise-multiplier", "50",
                                      "--data", str(canary_data), "--out", str(noisy_canary_model)], catch_exceptions=False)

@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from dpaudit.cli import cli
-from dpaudit.figures import format_down, format_up
-from dpaudit.rundir import sha256_file
+from dpaudit.common.figures import format_down, format_up
+from dpaudit.files.run_dirs import sha256_file
 
 RUNS, CANARIES = 2, 2000
 SECTIONS = ["verdict", "bounds", "scores", "mechanism", "limits", "provenance"]

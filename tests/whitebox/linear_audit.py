@@ -141,7 +141,7 @@ class LinearAuditPlugin(TrainerPlugin):
         return _Step(self)
 
     def save(self, directory, step, state):  # the skeleton checkpoints the end of a run; never resumed here
-        from dpaudit.training.run_dir import write_checkpoint
+        from dpaudit.training.train_dir import write_checkpoint
 
         write_checkpoint(directory, step=step, write_arrays=lambda path: Path(path).write_bytes(self.w.tobytes()), state=state)
 

@@ -9,7 +9,7 @@ import pytest
 from click.testing import CliRunner
 
 from dpaudit.cli import cli
-from dpaudit.rundir import verify_run_dir
+from dpaudit.files.run_dirs import verify_run_dir
 
 pytest.importorskip("torch")
 

@@ -7,7 +7,7 @@ and micro-batch assignment, noise, processes, checkpoints and the Hugging Face e
 :mod:`trainers.torch_common`), clipping with its own sensitivity (:mod:`dpaudit.trainers.torch_common.clipping`), the privacy plan
 and ledger (the core's :mod:`dpaudit.training.privacy_plan`), privacy.json (:mod:`.privacy`, filling the
 core's :class:`~dpaudit.claim.record.PrivacyRecord`) and the run directory (the core's
-:mod:`dpaudit.training.run_dir`).
+:mod:`dpaudit.training.train_dir`).
 
 A run (docs/trainers.md, "The run skeleton"):
 
@@ -42,7 +42,7 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 from dpaudit.training.privacy_plan import PrivacyPlan
 from dpaudit.training import RecordParts
 from dpaudit.training.gradient_canaries import UNIT_EXAMPLE, UNIT_MICROBATCH

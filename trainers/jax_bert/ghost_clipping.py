@@ -209,41 +209,41 @@ def make_ghost_clipped_sum_fn(
         mask = jnp.asarray(mask, jnp.float32)
         params_flat = traverse_util.flatten_dict(params)
 
-        def forward(micro_batch: PyTree, perturbations: PyTree | None, mutable: list[str]):
+        def forward(step_batch: PyTree, perturbations: PyTree | None, mutable: list[str]):
             variables = {"params": params} if perturbations is None else {"params": params, "perturbations": perturbations}
             return model.apply(
                 variables,
-                micro_batch["input_ids"],
-                micro_batch["attention_mask"],
-                micro_batch.get("token_type_ids"),
-                micro_batch["masked_positions"],
+                step_batch["input_ids"],
+                step_batch["attention_mask"],
+                step_batch.get("token_type_ids"),
+                step_batch["masked_positions"],
                 mutable=mutable,
             )
 
         def micro_step(carry, xs):
             acc, stats = carry
-            micro_batch, micro_mask = xs
-            m = micro_mask.shape[0]
-            shapes = jax.eval_shape(lambda: forward(micro_batch, None, ["perturbations"])[1]["perturbations"])
+            step_batch, step_mask = xs
+            m = step_mask.shape[0]
+            shapes = jax.eval_shape(lambda: forward(step_batch, None, ["perturbations"])[1]["perturbations"])
             zeros = jax.tree.map(lambda s: jnp.zeros(s.shape, s.dtype), shapes)
 
             def summed_loss(perturbations):
-                logits, state = forward(micro_batch, perturbations, ["tape"])
+                logits, state = forward(step_batch, perturbations, ["tape"])
                 loss, n_correct, n_predictions = masked_lm_terms(
-                    logits, micro_batch["masked_labels"], micro_batch["masked_weights"]
+                    logits, step_batch["masked_labels"], step_batch["masked_weights"]
                 )
                 aux = {"n_correct": n_correct, "n_predictions": n_predictions}
-                return jnp.sum(micro_mask * loss), (loss, aux, state["tape"])
+                return jnp.sum(step_mask * loss), (loss, aux, state["tape"])
 
             grads, (loss, aux, tape) = jax.grad(summed_loss, has_aux=True)(zeros)
-            recorded = _Tape(tape, grads, micro_batch, m)
+            recorded = _Tape(tape, grads, step_batch, m)
             sq_norms, small = _ghost_terms(recorded, params_flat)
             norms = jnp.sqrt(sq_norms)
-            weights = micro_mask * factors_of(norms)
+            weights = step_mask * factors_of(norms)
             sums = traverse_util.unflatten_dict(_weighted_sums(recorded, weights, small, params_flat))
             acc = dp_step.tree_add(acc, sums)
-            n_clipped = jnp.sum(micro_mask * (norms > clip_norm))
-            stats = dp_step.tree_add(stats, dp_step.micro_stats(loss, aux, micro_mask, n_clipped))
+            n_clipped = jnp.sum(step_mask * (norms > clip_norm))
+            stats = dp_step.tree_add(stats, dp_step.step_stats(loss, aux, step_mask, n_clipped))
             return acc, stats
 
         (acc, stats), _ = jax.lax.scan(

@@ -32,9 +32,9 @@ from flax import traverse_util
 from safetensors import SafetensorError
 from safetensors.numpy import load_file, save_file
 
-from dpaudit.errors import UserInputError
-from dpaudit.model_dir import MASKED_LM, ExpectedTensors, architecture_kind
-from dpaudit.rundir import FILE_MODE, staged_directory
+from dpaudit.common.errors import UserInputError
+from dpaudit.files.model_dirs import MASKED_LM, ExpectedTensors, architecture_kind
+from dpaudit.files.run_dirs import FILE_MODE, staged_directory
 from dpaudit.training.tokenizer import SPECIAL_TOKENS
 from dpaudit.trainers.jax_bert.model import BertConfig, FlaxBertForMaskedLM
 
@@ -76,7 +76,7 @@ def _param_shapes(config: BertConfig) -> dict[tuple[str, ...], tuple[int, ...]]:
 
 
 def expected_layout(model_dir: Path, config: dict[str, Any]) -> ExpectedTensors:
-    """The tensors :func:`from_hf_state_dict` reads for ``config.json`` (:data:`dpaudit.model_dir.Layout`): jax-bert's
+    """The tensors :func:`from_hf_state_dict` reads for ``config.json`` (:data:`dpaudit.files.model_dirs.Layout`): jax-bert's
     side of the one up-front model directory check of ``--init-from``, from the Flax parameter tree traced for the
     config (no transformers, no torch).
 

@@ -22,7 +22,7 @@ import numpy as np
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 #: Name of the mesh axis the micro-batch is sharded over.
 DATA_AXIS = "data"

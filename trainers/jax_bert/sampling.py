@@ -44,9 +44,9 @@ def _check_probability(sampling_probability: float) -> None:
         raise ValueError(f"sampling_probability must be in (0, 1], got {sampling_probability}.")
 
 
-def _check_micro_batch(micro_batch: int) -> None:
-    if int(micro_batch) != micro_batch or micro_batch < 1:
-        raise ValueError(f"micro_batch must be a positive integer, got {micro_batch}.")
+def _check_physical_batch(physical_batch: int) -> None:
+    if int(physical_batch) != physical_batch or physical_batch < 1:
+        raise ValueError(f"physical_batch must be a positive integer, got {physical_batch}.")
 
 
 def shuffle_batches(
@@ -78,7 +78,7 @@ def overflow_probability(capacity: int, *, dataset_size: int, sampling_probabili
 
 def microstep_capacity(
     expected_batch_size: float,
-    micro_batch: int,
+    physical_batch: int,
     *,
     dataset_size: int,
     sampling_probability: float,
@@ -92,7 +92,7 @@ def microstep_capacity(
     """
     _check_dataset_size(dataset_size)
     _check_probability(sampling_probability)
-    _check_micro_batch(micro_batch)
+    _check_physical_batch(physical_batch)
     mean = dataset_size * sampling_probability
     if not math.isclose(expected_batch_size, mean, rel_tol=1e-6, abs_tol=1e-9):
         raise ValueError(
@@ -110,11 +110,11 @@ def microstep_capacity(
         k, dataset_size=dataset_size, sampling_probability=sampling_probability
     ) >= OVERFLOW_PROBABILITY:
         k += 1
-    return max(1, math.ceil(k / micro_batch))
+    return max(1, math.ceil(k / physical_batch))
 
 
 def pack_microsteps(
-    indices: np.ndarray, micro_batch: int, num_microsteps: int
+    indices: np.ndarray, physical_batch: int, num_microsteps: int
 ) -> list[tuple[np.ndarray, np.ndarray]]:
     """Packs sampled indices into fixed-shape chunks ``(idx [S, m] int64, mask [S, m] float32)``.
 
@@ -123,7 +123,7 @@ def pack_microsteps(
     still yields one all-padding chunk so that every step runs the same compiled code (and the
     noise is still added).
     """
-    _check_micro_batch(micro_batch)
+    _check_physical_batch(physical_batch)
     if int(num_microsteps) != num_microsteps or num_microsteps < 1:
         raise ValueError(f"num_microsteps must be a positive integer, got {num_microsteps}.")
     indices = np.asarray(indices)
@@ -131,12 +131,12 @@ def pack_microsteps(
         raise ValueError(f"indices must be a 1-D array, got shape {indices.shape}.")
     if indices.size and (not np.issubdtype(indices.dtype, np.integer) or indices.min() < 0):
         raise ValueError("indices must be non-negative integers.")
-    slots = int(micro_batch) * int(num_microsteps)
+    slots = int(physical_batch) * int(num_microsteps)
     n_chunks = max(1, -(-indices.size // slots))
     flat_idx = np.zeros(n_chunks * slots, dtype=np.int64)
     flat_mask = np.zeros(n_chunks * slots, dtype=np.float32)
     flat_idx[: indices.size] = indices
     flat_mask[: indices.size] = 1.0
-    shape = (n_chunks, int(num_microsteps), int(micro_batch))
+    shape = (n_chunks, int(num_microsteps), int(physical_batch))
     idx, mask = flat_idx.reshape(shape), flat_mask.reshape(shape)
     return [(idx[c], mask[c]) for c in range(n_chunks)]

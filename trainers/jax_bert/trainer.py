@@ -30,7 +30,7 @@ A run, in order (docs/trainers.md, "The run skeleton"):
    its result without training.
 
 Randomness (docs/privacy.md, "The randomness the guarantee relies on is secret"). The mechanism's randomness is secret and comes from
-:class:`dpaudit.training.secret_rng.NoiseSource` (OS entropy, or ``--noise-seed``), never from ``--seed``:
+:class:`dpaudit.training.noise_source.NoiseSource` (OS entropy, or ``--noise-seed``), never from ``--seed``:
 
 - Poisson sampling: ``numpy.random.default_rng([noise_seed, 0])``; shuffled batches of schedule
   segment ``s``: ``default_rng([noise_seed, 1, s])``;
@@ -75,8 +75,8 @@ import jax.numpy as jnp
 import numpy as np
 
 from dpaudit import accounting
-from dpaudit.errors import UserInputError
-from dpaudit.inject_run import (
+from dpaudit.common.errors import UserInputError
+from dpaudit.inject_dir.reader import (
     PUBLIC,
     InjectRun,
     canary_frequencies,
@@ -86,7 +86,7 @@ from dpaudit.training.baselines import MLM_BASELINE_KEY, MLM_BASELINE_RULE, cons
 from dpaudit.training.starting_point import SPLIT_FILES, StartingPoint, run_inputs
 from dpaudit.training.gradient_canaries import UNIT_EXAMPLE, GradientCanaries
 from dpaudit.training.privacy_plan import PrivacyPlan, plan_privacy
-from dpaudit.training.secret_rng import NoiseSource
+from dpaudit.training.noise_source import NoiseSource
 from dpaudit.training.tokenizer import missing_new_tokens, special_token_ids, train_wordpiece
 from dpaudit.training.api import TrainResult
 from dpaudit.training import ClippedSumStep, RecordParts, RunData, RunSettings, RunSkeleton, TrainerPlugin
@@ -122,7 +122,7 @@ def noise_key_of(source: NoiseSource) -> jax.Array:
     """The JAX key of the DP noise: the raw threefry key ``uint32[2]`` ``source.hashed_words(2, "jax-noise")``.
 
     JAX's default key holds 64 bits, so the key cannot carry a 128-bit seed: it is 64 bits of a
-    BLAKE2b hash of the whole seed (:meth:`~dpaudit.training.secret_rng.NoiseSource.hashed_words`), so every
+    BLAKE2b hash of the whole seed (:meth:`~dpaudit.training.noise_source.NoiseSource.hashed_words`), so every
     seed bit changes it (the former ``fold_in(PRNGKey(w0), w1)`` of two XOR-folded words used at most
     64 bits: seeds ``s`` and ``s ^ x ^ (x << 64)`` gave the same noise). An adversary must still search
     2**64 keys. Step ``t`` draws its noise from ``fold_in(noise_key_of(source), t)``.
@@ -164,7 +164,7 @@ class JaxBertTrainer:
 
 
 def load_inject_dir(data_dir: Path, *, split: str = "train") -> InjectRun:
-    """The verified inject directory (:func:`dpaudit.inject_run.load_inject_run`), whose split trained on
+    """The verified inject directory (:func:`dpaudit.inject_dir.reader.load_inject_run`), whose split trained on
     (``split``: ``train`` or ``public``) and public split must not be empty."""
     data = load_inject_run(data_dir)
     if not data.split(SPLIT_FILES[split]).texts:

@@ -17,9 +17,9 @@ from typing import Any
 import torch
 from safetensors.torch import load_file, save_file
 
-from dpaudit.errors import UserInputError
-from dpaudit.rundir import sha256_file
-from dpaudit.training.run_dir import (
+from dpaudit.common.errors import UserInputError
+from dpaudit.files.run_dirs import sha256_file
+from dpaudit.training.train_dir import (
     CHECKPOINT_ARRAYS,
     CHECKPOINT_STATE,
     write_checkpoint,

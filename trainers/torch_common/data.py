@@ -1,7 +1,7 @@
 """The tasks' data: inject-directory rows -> token tensors, labels, and MLM masking.
 
 - ``classify``: ``{"text", "label"}`` rows (``dpaudit inject`` keeps the corpus labels), read by the
-  core inject reader (:mod:`dpaudit.inject_run`). The label set, released in the model's
+  core inject reader (:mod:`dpaudit.inject_dir.reader`). The label set, released in the model's
   ``config.json`` (``id2label``, and the head's width), comes from public information only:
   ``public.jsonl``'s labels or the user's ``--labels`` (:func:`resolve_label_set`), never from
   ``train.jsonl``.
@@ -36,8 +36,8 @@ import numpy as np
 import torch
 from tokenizers import Tokenizer
 
-from dpaudit.errors import UserInputError
-from dpaudit.inject_run import (
+from dpaudit.common.errors import UserInputError
+from dpaudit.inject_dir.reader import (
     HELDOUT,
     LABELS_DECLARED,
     PUBLIC,
@@ -52,7 +52,7 @@ from dpaudit.inject_run import (
 
 @dataclass(frozen=True, kw_only=True)
 class InjectData:
-    """The verified inject directory (:class:`dpaudit.inject_run.InjectRun`) as the torch trainers read it.
+    """The verified inject directory (:class:`dpaudit.inject_dir.reader.InjectRun`) as the torch trainers read it.
 
     ``train`` holds the rows trained on (``public.jsonl``'s with ``--data-split public``). For ``classify``,
     ``label_set`` is the model's label set and ``label_ids`` maps each split name
@@ -133,7 +133,7 @@ def load_inject_dir(data_dir: Path, *, task: str, labels: Sequence[str] | None =
 
 def resolve_label_set(run: InjectRun, *, labels: Sequence[str] | None, unknown_label: str | None) -> LabelSet:
     """The classifier's label set from public information only: the declared ``labels`` (``--labels``, ids
-    in the order given), else the labels of ``public.jsonl`` in :func:`dpaudit.inject_run.label_order`.
+    in the order given), else the labels of ``public.jsonl`` in :func:`dpaudit.inject_dir.reader.label_order`.
 
     Never the labels of ``train.jsonl``: the set is released un-noised in ``config.json`` (``id2label``
     and the head's width), so a set that grew with one extra private row's new label would have infinite

@@ -38,7 +38,7 @@ def resolve_device(choice: str) -> torch.device:
     if choice == "cpu":
         return torch.device("cpu")
     if not torch.cuda.is_available():
-        from dpaudit.errors import UserInputError
+        from dpaudit.common.errors import UserInputError
 
         raise UserInputError("--device cuda: torch sees no CUDA device here; use --device cpu or auto.")
     index = int(os.environ.get("LOCAL_RANK", "0")) % torch.cuda.device_count()

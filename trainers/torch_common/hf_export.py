@@ -2,7 +2,7 @@
 
 ``model/`` holds ``config.json`` and ``model.safetensors`` (``save_pretrained``), and the tokenizer as
 ``tokenizer.json`` + ``tokenizer_config.json`` + ``special_tokens_map.json``. The directory is built
-under a temporary name and renamed into place (:func:`dpaudit.rundir.staged_directory`).
+under a temporary name and renamed into place (:func:`dpaudit.files.run_dirs.staged_directory`).
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 from tokenizers import Tokenizer
 
-from dpaudit.rundir import staged_directory
+from dpaudit.files.run_dirs import staged_directory
 from dpaudit.scoring.source import CAUSAL_LM, architecture_kind
 from dpaudit.training.tokenizer import SPECIAL_TOKENS
 

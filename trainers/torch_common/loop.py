@@ -36,11 +36,11 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 from dpaudit.training.host_allocator import tune_host_allocator
-from dpaudit.inject_run import canary_frequencies
+from dpaudit.inject_dir.reader import canary_frequencies
 from dpaudit.training.privacy_plan import PrivacyPlan, decay_schedule
-from dpaudit.training.secret_rng import NoiseSource
+from dpaudit.training.noise_source import NoiseSource
 from dpaudit.training.baselines import (
     CLASSIFY_BASELINE_KEY,
     CLASSIFY_BASELINE_RULE,

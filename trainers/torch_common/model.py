@@ -34,7 +34,7 @@ import torch
 import torch.nn.functional as F
 from tokenizers import Tokenizer
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 from dpaudit.training.presets import CAUSAL_PRESETS, PRESETS
 from dpaudit.scoring.source import CAUSAL_LM, architecture_kind
 from dpaudit.training.tokenizer import special_token_ids

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 import torch
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 from dpaudit.trainers.edp_sgd.trainer import EdpSgdTrainer, _Plugin
 from dpaudit.trainers.torch_common.model import build_model, causal_losses
 

@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 import torch
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 from dpaudit.trainers.edp_sgd.trainer import _Plugin
 from dpaudit.trainers.torch_common import distributed, noise
 from dpaudit.trainers.torch_common.clipping.ghost import GhostClipper, UnsupportedModel

@@ -13,10 +13,10 @@ import torch
 from click.testing import CliRunner
 
 from dpaudit.cli import cli
-from dpaudit.errors import UserInputError
-from dpaudit.figures import format_up
-from dpaudit.rundir import verify_run_dir
-from dpaudit.training.run_dir import list_checkpoints
+from dpaudit.common.errors import UserInputError
+from dpaudit.common.figures import format_up
+from dpaudit.files.run_dirs import verify_run_dir
+from dpaudit.training.train_dir import list_checkpoints
 from dpaudit.trainers.edp_sgd.trainer import EdpSgdTrainer
 
 SECRET_SEED = 987654321123

@@ -13,7 +13,7 @@ import numpy as np
 import optax
 import pytest
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 from dpaudit.trainers.jax_bert import dp_step, model, optimizer, parallel, sampling
 
 

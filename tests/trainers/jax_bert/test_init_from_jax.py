@@ -14,8 +14,8 @@ import pytest
 import torch
 import transformers
 
-from dpaudit.errors import UserInputError
-from dpaudit.inject_run import load_inject_run
+from dpaudit.common.errors import UserInputError
+from dpaudit.inject_dir.reader import load_inject_run
 from dpaudit.trainers.jax_bert.config import JaxBertConfig
 from dpaudit.trainers.jax_bert.hf_io import load_pretrained, save_pretrained
 from dpaudit.trainers.jax_bert.model import FlaxBertForMaskedLM, init_params, preset_config

@@ -14,7 +14,7 @@ import torch
 import transformers
 from safetensors.numpy import load_file
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 from dpaudit.trainers.jax_bert.hf_io import load_pretrained, save_pretrained
 from dpaudit.trainers.jax_bert.model import BertConfig, FlaxBertForMaskedLM, init_params, preset_config
 from dpaudit.training.tokenizer import train_wordpiece

@@ -14,8 +14,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from dpaudit.errors import UserInputError
-from dpaudit.training.run_dir import list_checkpoints
+from dpaudit.common.errors import UserInputError
+from dpaudit.training.train_dir import list_checkpoints
 from dpaudit.trainers.jax_bert import checkpoint as ckpt
 from dpaudit.trainers.jax_bert.trainer import JaxBertTrainer
 

@@ -13,10 +13,10 @@ import pytest
 from safetensors.numpy import load_file
 
 from dpaudit import accounting
-from dpaudit.errors import UserInputError
-from dpaudit.figures import format_up
-from dpaudit.rundir import read_jsonl
-from dpaudit.training.run_dir import list_checkpoints
+from dpaudit.common.errors import UserInputError
+from dpaudit.common.figures import format_up
+from dpaudit.files.run_dirs import read_jsonl
+from dpaudit.training.train_dir import list_checkpoints
 from dpaudit.training.api import Trainer, load_trainer
 from dpaudit.trainers.jax_bert import checkpoint as ckpt
 from dpaudit.trainers.jax_bert.config import JaxBertConfig, parse_batch_schedule

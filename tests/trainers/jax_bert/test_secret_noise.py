@@ -18,8 +18,8 @@ import numpy as np
 import pytest
 from safetensors.numpy import load_file
 
-from dpaudit.rundir import read_jsonl
-from dpaudit.training.secret_rng import REDACTED, NoiseSource
+from dpaudit.files.run_dirs import read_jsonl
+from dpaudit.training.noise_source import REDACTED, NoiseSource
 from dpaudit.trainers.jax_bert import dp_step, sampling
 from dpaudit.trainers.jax_bert.model import BertConfig, init_params
 from dpaudit.trainers.jax_bert.trainer import JaxBertTrainer, noise_key_of

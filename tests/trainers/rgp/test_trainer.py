@@ -16,7 +16,7 @@ from safetensors.torch import load_file
 
 from dpaudit.cli import cli
 from dpaudit.claim.record import PrivacyRecord
-from dpaudit.rundir import verify_run_dir
+from dpaudit.files.run_dirs import verify_run_dir
 from dpaudit.trainers.rgp.trainer import RgpTrainer, _Plugin
 from dpaudit.trainers.torch_common import noise
 from dpaudit.trainers.torch_common.model import build_model

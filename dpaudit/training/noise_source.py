@@ -21,7 +21,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpaudit.rundir import REDACTED  # what a released manifest records instead of a --noise-seed
+from dpaudit.files.run_dirs import REDACTED  # what a released manifest records instead of a --noise-seed
 
 #: Bits of OS entropy in a drawn noise seed.
 SEED_BITS = 128

@@ -25,10 +25,10 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 from dpaudit.claim.record import PrivacyRecord
 from dpaudit.training.api import TrainResult
-from dpaudit.rundir import (
+from dpaudit.files.run_dirs import (
     DIR_MODE,
     FILE_MODE,
     MANIFEST_NAME,
@@ -215,7 +215,7 @@ def finished_run(out: Path, *, trainer: str, config: Mapping[str, Any], seed: in
             raise UserInputError(f"--out {out} holds a finished run whose {path} {what} since it was trained; "
                                  "restore it or use a new --out.")
     skip = set(run_only)
-    from dpaudit.rundir import redact_config  # the manifest holds secrets redacted: compare like with like
+    from dpaudit.files.run_dirs import redact_config  # the manifest holds secrets redacted: compare like with like
 
     mine = {k: v for k, v in redact_config(dict(config)).items() if k not in skip}
     stored = {k: v for k, v in stored.items() if k not in skip}

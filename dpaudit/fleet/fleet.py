@@ -38,12 +38,12 @@ The cache is the caller's: each job's ``out_dir`` is keyed by the content of wha
 config, rows, seed). A job whose ``out_dir`` already holds a finished, verified train run is never
 trained again (:func:`finished_run_dir`; ``cached=True``); an interrupted one is resumed by its trainer
 from its checkpoints, as rerunning ``dpaudit train`` on the same ``--out`` does; two jobs with one
-``out_dir`` train once. Each job holds the run directory's lock (:func:`dpaudit.rundir.run_dir_lock`)
+``out_dir`` train once. Each job holds the run directory's lock (:func:`dpaudit.files.run_dirs.run_dir_lock`)
 while it trains, so two fleets sharing a cache never write one model together.
 
 A job that fails stops the fleet: the other running jobs are interrupted (they keep their checkpoints
 and resume on the next call; the trainers write their run directory atomically, so nothing half-written
-is left) and a :class:`~dpaudit.errors.UserInputError` names the job's label and the trainer's message.
+is left) and a :class:`~dpaudit.common.errors.UserInputError` names the job's label and the trainer's message.
 """
 
 from __future__ import annotations
@@ -64,7 +64,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 __all__ = ["ENGINES", "MODELS_PER_WORKER", "RAY_CONNECT_TIMEOUT_S", "WORKER_MEMORY_GB", "FleetJob", "FleetOutcome",
            "check_ray_address", "finished_run_dir", "run_fleet"]
@@ -139,7 +139,7 @@ class FleetOutcome:
 
 def finished_run_dir(out_dir: str | os.PathLike[str]) -> bool:
     """Whether ``out_dir`` holds a finished train run whose files match its manifest (a cache hit)."""
-    from dpaudit.rundir import MANIFEST_NAME, verify_run_dir
+    from dpaudit.files.run_dirs import MANIFEST_NAME, verify_run_dir
 
     if not (Path(out_dir) / MANIFEST_NAME).is_file():
         return False
@@ -176,7 +176,7 @@ def check_ray_address(address: str, *, option: str = "--ray-address", timeout_s:
     Raises:
         UserInputError: naming ``option``, the address and what to do.
     """
-    from dpaudit.extras import MissingExtraError, install_command, installed
+    from dpaudit.common.extras import MissingExtraError, install_command, installed
 
     text = str(address).strip()
     if not text:
@@ -325,7 +325,7 @@ def run_fleet(jobs: Sequence[FleetJob], *, workers: int | None = None, ray_addre
     if per_worker < 1:
         raise UserInputError(f"models_per_worker must be >= 1, got {models_per_worker}.")
     if engine == "ray":
-        from dpaudit.extras import require_extras
+        from dpaudit.common.extras import require_extras
 
         require_extras("the ray fleet engine", "fleet")
     if ray_address is not None:  # before any job starts: Ray's own answer is a traceback, or minutes of retries
@@ -403,7 +403,7 @@ def _usable_cpus() -> int:
 def _local_workers(workers: int | None, pending: int, memory_gb: float, note: Callable[[str], None]) -> int:
     """Workers to run here: asked (default the usable CPUs), at most one per job, at most what free memory holds."""
     n = min(workers or _usable_cpus(), pending)
-    from dpaudit.resources import available_memory
+    from dpaudit.common.resources import available_memory
 
     free_bytes = available_memory()
     free = None if free_bytes is None else free_bytes / _GIB
@@ -424,7 +424,7 @@ def _train_job(job: FleetJob, *, one_thread: bool) -> None:
     ``one_thread``: a worker process of the fleet (torch then uses one thread); never the caller's process,
     whose thread settings are its own.
     """
-    from dpaudit.rundir import foreign_files, run_dir_lock
+    from dpaudit.files.run_dirs import foreign_files, run_dir_lock
     from dpaudit.training.api import load_trainer, writes_run_dir
 
     trainer = load_trainer(job.trainer)

@@ -41,7 +41,7 @@ from typing import Any, Literal
 
 import numpy as np
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 __all__ = ["CAUSAL_LM", "CLASSIFIER", "ExpectedTensors", "Layout", "MASKED_LM", "ModelDirCheck", "ModelKind",
            "TensorHeader", "architecture_difference", "architecture_kind", "check_model_dir", "check_weights", "compare_tensors",

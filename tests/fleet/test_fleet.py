@@ -1,4 +1,4 @@
-"""The model fleet (dpaudit.training.fleet): real edp-sgd models trained on a local Ray instance with 2
+"""The model fleet (dpaudit.fleet.fleet): real edp-sgd models trained on a local Ray instance with 2
 workers and in the process pool; the cache (a finished model is never trained twice, an interrupted one
 resumes from its checkpoint, one out_dir trains once); a failing job's error; max_minutes.
 
@@ -16,8 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from dpaudit.errors import UserInputError
-from dpaudit.training.fleet import FleetJob, finished_run_dir, run_fleet
+from dpaudit.common.errors import UserInputError
+from dpaudit.fleet.fleet import FleetJob, finished_run_dir, run_fleet
 
 
 class Killed(BaseException):

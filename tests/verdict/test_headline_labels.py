@@ -15,9 +15,9 @@ import pytest
 from dpaudit.attacks.mia import MembershipTask, task_result
 from dpaudit.attacks.results import AttackResults, DataInfo, LossResult, ModelInfo
 from dpaudit.audit import audit_scores
-from dpaudit.figures import format_down, format_up
-from dpaudit.headline import FDP_LABEL, headline_of
-from dpaudit.rundir import redact_command
+from dpaudit.common.figures import format_down, format_up
+from dpaudit.verdict.headline import FDP_LABEL, headline_of
+from dpaudit.files.run_dirs import redact_command
 from dpaudit.claim import Claim
 
 DELTA = 1e-5
@@ -142,7 +142,7 @@ def test_claim_with_n_treated_as_public_states_the_replace_one_epsilon_recompute
 
 
 def test_lira_offline_examples_are_single_rows_not_a_group() -> None:
-    from dpaudit.headline import group_size_of
+    from dpaudit.verdict.headline import group_size_of
 
     assert group_size_of("examples", None) == 1 and group_size_of("examples-offline", None) == 1
     assert group_size_of("canaries-offline", {"frequencies": [1, 10]}) == 10

@@ -47,9 +47,9 @@ demo verdict print:
 - **Claims.** A run with fixed-size shuffled batches proves no epsilon (``privacy.json`` epsilon
   null): it reads "no proven epsilon (as-if-Poisson: X)", nothing is compared with it, and nothing
   says that the claim stands. Claimed figures are rounded up, lower bounds down
-  (:mod:`dpaudit.figures`).
+  (:mod:`dpaudit.common.figures`).
 
-The validity of the whole pipeline is tested by simulation (tests/test_headline_validity.py): on
+The validity of the whole pipeline is tested by simulation (tests/verdict/test_headline_validity.py): on
 mechanisms with a known epsilon the headline exceeds it in at most alpha of the trials.
 
 References:
@@ -78,7 +78,7 @@ from dpaudit.audit import (
 from dpaudit.audit.claim_family import epsilon_lower_bound_one_run_claim
 from dpaudit.audit.claim_curves import CEILING_MIN_SCALE
 from dpaudit.claim import Claim
-from dpaudit.figures import format_down, format_up
+from dpaudit.common.figures import format_down, format_up
 
 __all__ = ["AuditSource", "FDP_LABEL", "Headline", "HeadlineBound", "HEURISTIC_LABEL", "PROOF_LABEL",
            "audit_sources", "headline", "headline_of"]
@@ -92,7 +92,7 @@ REFUTED_CURVE_LABEL = ("proof (one run, coin-flip canaries; Steinke et al. 2023)
 HEURISTIC_LABEL = "heuristic (Clopper-Pearson on the examples of one model: not independent trials)"
 FDP_LABEL = "refutes mu-GDP (Gaussian mechanisms only), not an (epsilon, delta) bound"
 #: The schema of ``results.json``'s ``headline``.
-HEADLINE_SCHEMA = "dpaudit.headline/1"
+HEADLINE_SCHEMA = "dpaudit.verdict.headline/1"
 #: The membership task of single training examples (train.jsonl vs heldout.jsonl): one row each.
 EXAMPLES_TASK = "examples"
 

@@ -7,8 +7,8 @@ import os
 
 import pytest
 
-from dpaudit.errors import UserInputError
-from dpaudit.rundir import (
+from dpaudit.common.errors import UserInputError
+from dpaudit.files.run_dirs import (
     build_manifest,
     file_hashes,
     read_jsonl,
@@ -80,7 +80,7 @@ def test_outputs_get_umask_modes_not_private_temp_modes(tmp_path):
 
 
 def test_run_dir_lock_nests_cleans_up_and_removes_stale_staging(tmp_path):
-    from dpaudit.rundir import lock_path, run_dir_lock
+    from dpaudit.files.run_dirs import lock_path, run_dir_lock
 
     out = tmp_path / "new" / "deeper" / "run"
     with run_dir_lock(out, stage="test") as path:

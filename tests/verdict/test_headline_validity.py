@@ -1,6 +1,6 @@
 """The headline lower bound is valid at its stated confidence over everything it maximizes over.
 
-Simulation of the whole headline pipeline (:func:`dpaudit.headline.headline`, what the report, the
+Simulation of the whole headline pipeline (:func:`dpaudit.verdict.headline.headline`, what the report, the
 attack CLI and the demo verdict print) on mechanisms whose epsilon is known exactly:
 
 - randomized response with epsilon 2: a member's score is 1 with probability e^2 / (1 + e^2), a
@@ -24,7 +24,7 @@ import math
 import numpy as np
 
 from dpaudit.audit import audit_scores
-from dpaudit.headline import AuditSource, headline
+from dpaudit.verdict.headline import AuditSource, headline
 from dpaudit.claim import Claim
 
 TRUE_EPSILON = 2.0

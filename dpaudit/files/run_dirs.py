@@ -36,7 +36,7 @@ from pathlib import Path
 from typing import Any
 
 from dpaudit import __version__
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 MANIFEST_NAME = "manifest.json"
 _HASH_CHUNK = 1 << 20
@@ -187,7 +187,7 @@ def prepare_output_dir(out: str | os.PathLike[str], *, overwrite: bool, option: 
     return out
 
 
-#: What a train directory holds before its manifest is written (dpaudit.training.run_dir): checkpoints,
+#: What a train directory holds before its manifest is written (dpaudit.training.train_dir): checkpoints,
 #: their partial metrics and the staging folders of a killed checkpoint write.
 _CHECKPOINT_ENTRY = re.compile(r"^checkpoints(/(metrics\.partial\.jsonl|step_\d{8}(/(state\.json|arrays\.safetensors))?|\.[^/]+(/.*)?))?$")
 

@@ -22,7 +22,7 @@ import os
 from collections.abc import Iterable
 from pathlib import Path
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 __all__ = ["EXTRA_MODULES", "TRAINER_EXTRAS", "MissingExtraError", "extra_of_module", "install_command", "installed",
            "missing_extra_message", "missing_modules", "require_extras", "trainer_extras"]

@@ -1,4 +1,4 @@
-"""The core's one reader of inject run directories (``dpaudit.inject_run``): verification, required files,
+"""The core's one reader of inject run directories (``dpaudit.inject_dir.reader``): verification, required files,
 texts and labels, canaries, and the input identity a train manifest records."""
 
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 from click.testing import CliRunner
 
 from dpaudit.cli import cli
-from dpaudit.errors import UserInputError
-from dpaudit.inject_run import (
+from dpaudit.common.errors import UserInputError
+from dpaudit.inject_dir.reader import (
     CANARIES,
     HELDOUT,
     PUBLIC,
@@ -26,7 +26,7 @@ from dpaudit.inject_run import (
     label_order,
     load_inject_run,
 )
-from dpaudit.rundir import read_jsonl, sha256_file
+from dpaudit.files.run_dirs import read_jsonl, sha256_file
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 
@@ -115,7 +115,7 @@ def test_edited_split_and_damaged_outputs_are_refused(labelled_run, tmp_path):
 
 
 def test_importing_the_reader_loads_neither_jax_nor_torch():
-    code = ("import sys, dpaudit.inject_run, dpaudit.rundir; "
+    code = ("import sys, dpaudit.inject_dir.reader, dpaudit.files.run_dirs; "
             "bad = sorted(m for m in ('jax', 'torch', 'flax', 'transformers') if m in sys.modules); "
             "print(bad); sys.exit(1 if bad else 0)")
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)

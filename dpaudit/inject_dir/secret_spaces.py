@@ -50,7 +50,7 @@ from typing import Any
 
 import numpy as np
 
-from dpaudit.errors import UserInputError
+from dpaudit.common.errors import UserInputError
 
 #: Product spaces up to this size are sampled by a lazy permutation of all indices; larger ones by
 #: rejection of repeats (a permutation of 10^12 indices would not fit in memory).

@@ -37,8 +37,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from dpaudit.errors import UserInputError
-from dpaudit.rundir import MANIFEST_NAME, read_jsonl, sha256_file, verify_run_dir
+from dpaudit.common.errors import UserInputError
+from dpaudit.files.run_dirs import MANIFEST_NAME, read_jsonl, sha256_file, verify_run_dir
 
 SCHEMA = "dpaudit.inject/1"
 SCHEMA_PREFIX = "dpaudit.inject/"
@@ -369,9 +369,9 @@ class InjectRun:
 
     @functools.cached_property
     def space(self) -> Any:
-        """The secret space rebuilt from the manifest (a :class:`dpaudit.secret_spaces.SecretSpace`), or None for
+        """The secret space rebuilt from the manifest (a :class:`dpaudit.inject_dir.secret_spaces.SecretSpace`), or None for
         phrase spaces, which need their phrase corpus. Imported lazily: spaces belong to the writing side."""
-        from dpaudit.secret_spaces import space_from_manifest
+        from dpaudit.inject_dir.secret_spaces import space_from_manifest
 
         entry = self.manifest.get("secret_space")
         if not isinstance(entry, dict) or "kind" not in entry:
@@ -468,7 +468,7 @@ def finished_inject(out: str | os.PathLike[str], request: Mapping[str, Any]) -> 
     nothing added. The summary is the one the run printed, read back from the manifest, with
     ``already_done: True``; ``dpaudit inject`` then prints it again and writes nothing, as train and the demo do.
     """
-    from dpaudit.rundir import finished_output, inputs_unchanged, same_json
+    from dpaudit.files.run_dirs import finished_output, inputs_unchanged, same_json
 
     manifest = finished_output(out, schema_prefix=SCHEMA_PREFIX)
     if manifest is None or REQUEST_KEY not in manifest or not same_json(manifest[REQUEST_KEY], request):

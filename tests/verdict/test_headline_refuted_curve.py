@@ -30,7 +30,7 @@ import scipy.stats
 
 from dpaudit.accounting.events import Segment
 from dpaudit.audit import audit_scores
-from dpaudit.headline import AuditSource, headline
+from dpaudit.verdict.headline import AuditSource, headline
 from dpaudit.claim import Claim
 
 Q, STEPS, SIGMA, DELTA = 0.02, 10, 0.576, 1e-5
