@@ -95,8 +95,10 @@ def estimate(*, canaries: int, canary_rows: int, text_chars: int, corpus_rows: i
 
 
 def worth_saying(cost: InjectCost) -> bool:
-    """Whether the cost is large enough to be said before the work starts."""
-    return cost.seconds >= SAY_SECONDS or cost.memory_bytes >= SAY_BYTES or cost.new_tokens >= SAY_NEW_TOKENS
+    """Whether the cost is large enough to be said before the work starts: the canaries' own memory, not what the
+    process held before them (a test worker or notebook holding a framework would otherwise announce 9 canaries)."""
+    return (cost.seconds >= SAY_SECONDS or cost.memory_bytes - cost.base_bytes >= SAY_BYTES
+            or cost.new_tokens >= SAY_NEW_TOKENS)
 
 
 

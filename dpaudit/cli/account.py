@@ -460,7 +460,11 @@ def _result(o: _Options, setup: _Setup, solution: _Solution) -> dict[str, Any]:
         # the float noise sampler's tail figure counted inside delta, and the delta the epsilons are computed at
         "noise_tail": None if tail is None else {"z_max": o.noise_reach, "figure": tail,
                                                  "formula": "sum over steps of q P(Z > z_max - 1/sigma)"},
-        "accountant_delta": accountant_delta,
+        # None when the tail alone reaches delta: no epsilon holds there (every epsilon is then inf, said why)
+        "accountant_delta": accountant_delta if accountant_delta > 0.0 else None,
+        "epsilon_infinite_because": (None if accountant_delta > 0.0 and all(math.isfinite(e) for e in epsilons.values())
+                                     else "the noise sampler's tail alone reaches delta" if accountant_delta <= 0.0
+                                     else "no noise: not differentially private"),
         # dp_accounting's sigma: noise std over one example's bound (C, or 2C with micro-batches), as privacy.json.
         "noise_multiplier": sigma,
         "noise_std_over_clip": None if sigma is None else sigma * o.clipping_factor,
@@ -589,7 +593,7 @@ def _render(r: dict[str, Any]) -> str:
     if r["noise_tail"] is not None and r["noise_tail"]["figure"] > 0:
         tail = r["noise_tail"]
         lines.append(f"  noise tail           {format_up(tail['figure'], 2)} inside delta (reach {tail['z_max']:g} sigma); "
-                     f"epsilon at delta - tail{'' if r['accountant_delta'] > 0 else ' <= 0: none holds'}")
+                     f"epsilon at delta - tail{'' if r['accountant_delta'] is not None else ' <= 0: none holds'}")
     fixed = r["sampling"] != "poisson"
     if r["sensitivity_factor"] != 1.0:
         why = "replace-one: the accountant sees sigma / 2" if fixed else "noise std = sigma x this"
@@ -615,7 +619,7 @@ def _render(r: dict[str, Any]) -> str:
         lines.append(f"  largest batch        {_fmt_int(solved['batch_size'])}  (within epsilon {r['target_epsilon']:g})")
     for name, value in r["epsilon"].items():
         text = format_up(value, 5) if value is not None else (
-            "inf (no noise: not differentially private)" if r["accountant_delta"] > 0
+            "inf (no noise: not differentially private)" if r["accountant_delta"] is not None
             else "inf (the noise sampler's tail alone reaches delta)")
         lines.append(f"  {'epsilon (' + name.upper() + ')':20s} {text}")
     if r["within_target"] is not None:

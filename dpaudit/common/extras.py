@@ -37,7 +37,7 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
 #: The extra each shipped trainer needs (a third-party trainer's is found from its import error).
 TRAINER_EXTRAS: dict[str, tuple[str, ...]] = {"jax-bert": ("jax",), "edp-sgd": ("torch",), "rgp": ("torch",)}
 
-_ROOT = Path(__file__).resolve().parent.parent
+_ROOT = Path(__file__).resolve().parents[2]  # dpaudit/common/extras.py -> the checkout (an editable install)
 
 
 class MissingExtraError(UserInputError):

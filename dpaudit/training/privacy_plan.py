@@ -368,6 +368,20 @@ def plan_privacy(
                 f"(delta {split.delta:.3g}); raise the noise, lower the batch size or raise the target."
             )
     planned = accounting.epsilon(plan.event(affordable), accountant_delta)
+    if plan.n_public:  # the record states the replace-one epsilon too: it must be accountable before a step runs
+        try:
+            accounting.epsilon_replace_one(plan.event(affordable), accountant_delta)
+        except accounting.PldGridTooLargeError as err:
+            if noise_multiplier is None:
+                raise UserInputError(
+                    f"target epsilon {target_epsilon:g} at delta {delta:g} is met only by noise multipliers below "
+                    f"{sigma:.4g}, too small for the replace-one epsilon the record states with N treated as public "
+                    f"({err.points:,} PLD grid points); a guarantee this weak protects no one: lower the target, or "
+                    "set the noise multiplier yourself.") from None
+            raise UserInputError(
+                f"--noise-multiplier {sigma:g} is too small to account the replace-one epsilon the record states with N "
+                f"treated as public ({err.points:,} PLD grid points); add noise, or declare --dataset-size (then no "
+                "replace-one figure is stated).") from None
     return dataclasses.replace(plan, affordable_steps=affordable, planned_epsilon=float(planned), delta=split.delta,
                                accountant_delta=accountant_delta, noise_sampler=noise_sampler, noise_tail=split.tail,
                                noise_tail_accepted=split.accepted)

@@ -33,10 +33,6 @@ ACCOUNT_CASES = [
     ("target-1000", ["--target-epsilon", "1000"],
      ["target epsilon 1000 at delta 1e-05", "noise multipliers below", "grid points", "lower the target"]),
     ("target-1e6", ["--target-epsilon", "1e6"], ["target epsilon 1e+06", "lower the target"]),
-    # RDP needs no grid, but a root below the search's lower end has no proven minimality either.
-    ("target-1e6-rdp", ["--target-epsilon", "1e6", "--accountant", "rdp"],
-     ["target epsilon 1e+06", "RDP gives epsilon", "the lower end of the search (0.01)"]),
-    ("sigma-tiny", ["--noise-multiplier", "0.003"], ["grid points", "noise multiplier 0.003", "RDP accountant"]),
     # Item 5: PLD asked for explicitly below its reliable range.
     ("tiny-delta-pld", ["--noise-multiplier", "1", "--delta", "1e-17", "--accountant", "pld"],
      ["--delta 1e-17 is below 1e-10", "--accountant rdp"]),
@@ -55,6 +51,21 @@ def test_account_bad_input_is_one_line_exit_2(args, expected):
     assert len(message) == 1, result.stderr
     for text in expected:
         assert text in message[0], (text, message[0])
+
+
+def test_the_noise_tail_bounds_what_tiny_noise_can_claim():
+    """Noise far too small: the float sampler's tail alone reaches delta, so no epsilon holds at that delta, which
+    `account` says as an answer, not an error (it used to refuse on PLD's grid); a huge target calibrates to the
+    smallest sigma whose tail stays inside delta (RDP needs no grid: it used to refuse below its search's lower end)."""
+    tiny = CliRunner().invoke(cli, ["account", *ACCOUNT, "--noise-multiplier", "0.003"])
+    assert tiny.exit_code == 0, tiny.output
+    assert "inf (the noise sampler's tail alone reaches delta)" in tiny.stdout and "<= 0: none holds" in tiny.stdout
+    huge = CliRunner().invoke(cli, ["account", *ACCOUNT, "--target-epsilon", "1e6", "--accountant", "rdp", "--json"])
+    assert huge.exit_code == 0, huge.output
+    out = json.loads(huge.stdout)
+    sigma, tail = out["noise_multiplier"], out["noise_tail"]["figure"]
+    assert 0.1 < sigma < 0.2 and 0 < tail < out["delta"] and out["accountant_delta"] == pytest.approx(out["delta"] - tail)
+    assert out["epsilon"]["rdp"] <= 1e6 and out["within_target"] is True
 
 
 def test_calibration_repro_is_bounded_in_memory_and_time():
@@ -98,7 +109,7 @@ def test_tiny_delta_is_accounted_by_rdp_and_never_reads_as_no_noise(args):
     out = json.loads(result.stdout)
     assert out["delta"] <= 1e-13  # below PLD_MIN_DELTA (1e-10): only RDP can state it
     assert set(out["epsilon"]) == {"rdp"}
-    expected = rdp_epsilon(0.01, 1.0, 100, out["delta"])
+    expected = rdp_epsilon(0.01, 1.0, 100, out["accountant_delta"])  # delta less the noise tail counted inside it
     assert math.isfinite(expected) and out["epsilon"]["rdp"] == pytest.approx(expected, rel=1e-12)
     assert 3.0 < expected < 5.0  # 4.65 at delta 1e-17, 3.52 at 1e-13 (the reported figure at delta 1e-16 is 4.37)
     text = CliRunner().invoke(cli, ["account", *args], catch_exceptions=False).output

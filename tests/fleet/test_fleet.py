@@ -168,7 +168,7 @@ def test_a_worker_that_aborts_past_its_memory_bound_is_still_named_as_past_it(da
     """The watchdog records what it saw before interrupting: a worker that dies of the interrupt (exit code -6) is
     reported as past its memory bound, not as an unexplained death."""
     job = dataclasses.replace(_job(data_dir, tmp_path / "m", 5, "shadow 1/1"),
-                              runner="tests.test_fleet:abort_when_interrupted")
+                              runner="tests.fleet.test_fleet:abort_when_interrupted")
     with pytest.raises(UserInputError, match=r"^shadow 1/1: its worker passed its memory bound \(.* > 1 GiB\).*"
                                              r"exit code -6\)$"):
         run_fleet([job], workers=1, engine="process", progress=False, worker_memory_gb=1.0)
