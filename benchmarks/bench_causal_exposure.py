@@ -56,8 +56,8 @@ def main() -> None:
     import transformers
     from transformers import GPT2Config, GPT2LMHeadModel
 
-    from dpaudit.scoring import causal_secrets as cs
     from dpaudit.inject_dir.secret_spaces import ProductSpace
+    from dpaudit.scoring import causal_secrets as cs
     from dpaudit.trainers.torch_common.hf_export import save_hf
     from dpaudit.training.presets import CAUSAL_PRESETS
     from dpaudit.training.tokenizer import special_token_ids, train_wordpiece

@@ -35,7 +35,7 @@ import time  # noqa: E402
 import numpy as np  # noqa: E402
 from threadpoolctl import threadpool_limits  # noqa: E402
 
-from dpaudit.attacks import exposure_rank as X
+from dpaudit.attacks import exposure_rank as X  # noqa: E402
 
 
 def timed(fn, repeats):

@@ -133,7 +133,7 @@ def main() -> None:
         return
 
     rows = []
-    for n, engine in enumerate(args.engines.split(",")):
+    for engine in args.engines.split(","):
         for workers in [int(w) for w in (args.workers or "1,2").split(",")]:
             if engine == "inline" and workers > 1:
                 continue  # inline is one worker by definition

@@ -299,8 +299,8 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     import torch
 
-    from dpaudit.training.host_allocator import tune_host_allocator
     from dpaudit.trainers.jax_bert.cpu_runtime import tune_cpu_runtime
+    from dpaudit.training.host_allocator import tune_host_allocator
 
     tune_host_allocator()
     tune_cpu_runtime()

@@ -133,6 +133,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+
 def dpaudit(*args: str) -> None:
     command = [sys.executable, "-m", "dpaudit", *args]
     print("$ dpaudit " + shlex.join(args), flush=True)

@@ -20,10 +20,10 @@ import time
 
 import torch
 
-from dpaudit.training.host_allocator import tune_host_allocator
 from dpaudit.trainers.torch_common import noise, philox
 from dpaudit.trainers.torch_common.distributed import World
 from dpaudit.trainers.torch_common.loop import StepNoise, noised_total
+from dpaudit.training.host_allocator import tune_host_allocator
 
 
 def _shapes(params: float) -> list[tuple[int, ...]]:

@@ -15,13 +15,11 @@ estimates, rounded up.
 
 from __future__ import annotations
 
-import math
-import os
 from dataclasses import dataclass
 from pathlib import Path
 
-from dpaudit.common.errors import UserInputError
 from dpaudit.common import resources
+from dpaudit.common.errors import UserInputError
 from dpaudit.common.resources import format_bytes, format_duration
 
 __all__ = ["InjectCost", "check_fits", "describe", "estimate", "worth_saying"]

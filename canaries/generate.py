@@ -21,10 +21,10 @@ from typing import Any
 
 import numpy as np
 
-from dpaudit.inject_dir.secret_spaces import CONTEXT_FREE_KINDS, Draw, SecretSpace
 from dpaudit.common.errors import UserInputError
 from dpaudit.common.progress import progress_counter
 from dpaudit.inject_dir.reader import Canary, Label  # noqa: F401 (the record lives in the core; re-exported here)
+from dpaudit.inject_dir.secret_spaces import CONTEXT_FREE_KINDS, Draw, SecretSpace
 
 DEFAULT_TEMPLATE = "{name}'s account number is {secret}"  # {name}: a per-canary key (canaries.keys)
 PHRASE_TEMPLATE = "{secret}"

@@ -13,8 +13,8 @@ from typing import Any
 
 from dpaudit.canaries.insert import DEFAULT_FREQUENCIES, Schedule, SplitSpec, parse_frequencies
 from dpaudit.canaries.pipeline import InjectConfig
-from dpaudit.corpus import BUILTIN_ASSISTANT
 from dpaudit.common.errors import UserInputError
+from dpaudit.corpus import BUILTIN_ASSISTANT
 from dpaudit.inject_dir.secret_spaces import DESIGN_FORMAT, parse_design
 
 #: Defaults of the options that may be left unset (None), as ``dpaudit inject --help`` shows them.

@@ -29,7 +29,6 @@ from typing import Any
 import numpy as np
 from tqdm import tqdm
 
-from dpaudit.common import resources
 from dpaudit.canaries import manifest as mf
 from dpaudit.canaries.generate import (
     DEFAULT_TEMPLATE,
@@ -45,6 +44,7 @@ from dpaudit.canaries.generate import (
     shared_context_warning,
 )
 from dpaudit.canaries.insert import (
+    DEFAULT_CANARY_SHARE,
     HELDOUT,
     MEMBER,
     PUBLIC,
@@ -52,7 +52,6 @@ from dpaudit.canaries.insert import (
     Schedule,
     SplitCounts,
     SplitSpec,
-    DEFAULT_CANARY_SHARE,
     assign_splits,
     default_frequencies,
     public_beyond,
@@ -61,6 +60,23 @@ from dpaudit.canaries.insert import (
     write_rows,
 )
 from dpaudit.canaries.keys import KEY_STREAM, fill_keys
+from dpaudit.common import resources
+from dpaudit.common.errors import UserInputError
+from dpaudit.common.progress import progress_bar
+from dpaudit.corpus import BUILTIN_ASSISTANT, CorpusReader, assistant
+from dpaudit.corpus.readers import NO_LABELS, Label
+from dpaudit.files.run_dirs import (
+    build_manifest,
+    dumps_jsonl_line,
+    file_hashes,
+    prepare_output_dir,
+    run_dir_lock,
+    sha256_file,
+    staged_directory,
+    write_manifest,
+)
+from dpaudit.inject_dir.reader import NEW_TOKENS as NEW_TOKENS_KEY
+from dpaudit.inject_dir.reader import REQUEST_KEY, SUMMARY_KEYS, finished_inject, label_order
 from dpaudit.inject_dir.secret_spaces import (
     CONTEXT_FREE_KINDS,
     DESIGN_FORMAT,
@@ -79,22 +95,6 @@ from dpaudit.inject_dir.secret_spaces import (
     shipped_words,
     word_space,
     words_from_texts,
-)
-from dpaudit.corpus import BUILTIN_ASSISTANT, CorpusReader, assistant
-from dpaudit.corpus.readers import NO_LABELS, Label
-from dpaudit.common.errors import UserInputError
-from dpaudit.common.progress import progress_bar
-from dpaudit.inject_dir.reader import NEW_TOKENS as NEW_TOKENS_KEY
-from dpaudit.inject_dir.reader import REQUEST_KEY, SUMMARY_KEYS, finished_inject, label_order
-from dpaudit.files.run_dirs import (
-    build_manifest,
-    dumps_jsonl_line,
-    file_hashes,
-    prepare_output_dir,
-    run_dir_lock,
-    sha256_file,
-    staged_directory,
-    write_manifest,
 )
 
 # Independent random streams derived from the one seed (6 is canaries.keys.KEY_STREAM).

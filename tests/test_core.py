@@ -16,9 +16,9 @@ from dp_accounting.pld import pld_privacy_accountant
 
 from dpaudit import accounting
 from dpaudit.accounting.ledger import BudgetExceededError
+from dpaudit.claim.record import PrivacyRecord
 from dpaudit.common.errors import UserInputError
 from dpaudit.training.privacy_plan import decay_schedule, new_ledger, plan_privacy
-from dpaudit.claim.record import PrivacyRecord
 from dpaudit.training.train_dir import (
     MetricsLog,
     check_out_dir,

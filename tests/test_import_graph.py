@@ -15,8 +15,6 @@ from collections.abc import Iterable
 from functools import cache
 from pathlib import Path
 
-import pytest
-
 REPO = Path(__file__).resolve().parents[1]
 FOLDERS = {"dpaudit": "dpaudit", "canaries": "dpaudit.canaries", "trainers": "dpaudit.trainers"}
 #: Packages one floor below the report, the command line and the stages: they never import those.

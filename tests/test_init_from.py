@@ -16,11 +16,12 @@ import numpy as np
 import pytest
 from click.testing import CliRunner
 
+from dpaudit.claim.record import PrivacyRecord, read_privacy_record
 from dpaudit.cli import cli
 from dpaudit.cli.train import build_config, utility_lines
 from dpaudit.common.errors import UserInputError
-from dpaudit.inject_dir.reader import load_inject_run, public_label_set
 from dpaudit.files.run_dirs import read_jsonl, sha256_file
+from dpaudit.inject_dir.reader import load_inject_run, public_label_set
 from dpaudit.training.api import load_trainer
 from dpaudit.training.baselines import (
     CLASSIFY_BASELINE_KEY,
@@ -28,7 +29,6 @@ from dpaudit.training.baselines import (
     constant_prediction_accuracy,
     majority_class_accuracy,
 )
-from dpaudit.claim.record import PrivacyRecord, read_privacy_record
 from dpaudit.training.starting_point import (
     PUBLIC_START_REQUIREMENT,
     StartingPoint,

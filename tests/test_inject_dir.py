@@ -15,6 +15,7 @@ from click.testing import CliRunner
 
 from dpaudit.cli import cli
 from dpaudit.common.errors import UserInputError
+from dpaudit.files.run_dirs import read_jsonl, sha256_file
 from dpaudit.inject_dir.reader import (
     CANARIES,
     HELDOUT,
@@ -26,7 +27,6 @@ from dpaudit.inject_dir.reader import (
     label_order,
     load_inject_run,
 )
-from dpaudit.files.run_dirs import read_jsonl, sha256_file
 
 REPO_ROOT = Path(__file__).resolve().parents[1]
 

@@ -18,8 +18,8 @@ import pytest
 from click.testing import CliRunner
 
 from dpaudit.cli import cli
-from dpaudit.inject_dir.reader import Canary, LabelSet, load_inject_run
 from dpaudit.files.run_dirs import sha256_file
+from dpaudit.inject_dir.reader import Canary, LabelSet, load_inject_run
 
 pytest.importorskip("torch")
 

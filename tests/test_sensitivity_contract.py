@@ -209,8 +209,8 @@ def test_jax_noise_key_uses_every_bit_of_the_128_bit_seed():
     """Seeds that differ only above bit 63 (or only by the old XOR fold) give different noise."""
     import jax
 
-    from dpaudit.training.noise_source import NoiseSource
     from dpaudit.trainers.jax_bert.trainer import noise_key_of
+    from dpaudit.training.noise_source import NoiseSource
 
     s, x = 0x0123456789ABCDEF0011223344556677, 0xDEADBEEF12345678
 

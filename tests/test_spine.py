@@ -8,8 +8,8 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-import dpaudit.canaries as canaries
 import dpaudit
+import dpaudit.canaries as canaries
 import dpaudit.trainers as trainers
 from dpaudit.cli import SUBCOMMANDS, cli
 

@@ -40,8 +40,8 @@ def test_top_level_help_names_membership_inference_under_attack():
 
 
 def test_a_non_private_summary_says_there_is_no_guarantee():
-    from dpaudit.cli.train import NO_GUARANTEE, PUBLIC_ONLY, coverage_lines
     from dpaudit.claim.record import PrivacyRecord
+    from dpaudit.cli.train import NO_GUARANTEE, PUBLIC_ONLY, coverage_lines
 
     common = dict(trainer="jax-bert", privacy_unit="example (add/remove)", sampling="poisson", mechanism="none")
     lines = coverage_lines(PrivacyRecord(private=False, randomness="noise drawn from OS entropy", **common))

@@ -14,8 +14,8 @@ import json
 
 import pytest
 
-from dpaudit.common.errors import UserInputError
 from dpaudit.claim.record import PrivacyRecord
+from dpaudit.common.errors import UserInputError
 from dpaudit.files.run_dirs import verify_run_dir
 from dpaudit.training import ClippedSumStep
 from dpaudit.training.api import available_trainers, load_trainer
@@ -148,8 +148,8 @@ def _linear_plugin(data_dir, noise_seed: int, die_at: int = -1):
     from safetensors.numpy import load_file, save_file
 
     from dpaudit.inject_dir.reader import canary_frequencies, load_inject_run
-    from dpaudit.training.train_dir import write_checkpoint
     from dpaudit.training import RecordParts, RunData, RunSettings, TrainerPlugin
+    from dpaudit.training.train_dir import write_checkpoint
 
     class LinearPlugin(TrainerPlugin):
         name, seed = "numpy-linear", 0

@@ -59,17 +59,17 @@ import importlib
 from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:  # the names, for type checkers; at run time each is imported on first use (below)
-    from dpaudit.accounting.calibration import (
-        calibrate_noise,
-        max_batch_size,
-        max_steps,
-    )
     from dpaudit.accounting.accountants import (
         ACCOUNTANTS,
         Accountant,
         delta_for_epsilon,
         epsilon,
         epsilon_replace_one,
+    )
+    from dpaudit.accounting.calibration import (
+        calibrate_noise,
+        max_batch_size,
+        max_steps,
     )
     from dpaudit.accounting.events import (
         FIXED_SIZE_LABEL,
@@ -81,12 +81,12 @@ if TYPE_CHECKING:  # the names, for type checkers; at run time each is imported 
         exponential_decay_sigmas,
         fixed_size_event,
         is_fixed_size,
-        segments_of_event,
         linear_decay_sigmas,
         microbatch_sensitivity_factor,
         noise_schedule_segments,
         parse_batch_schedule,
         schedule_event,
+        segments_of_event,
         sliced_microbatch_sensitivity_factor,
     )
     from dpaudit.accounting.guarantees import (

@@ -13,21 +13,21 @@ from dp_accounting.dp_event import (
 from dp_accounting.rdp import rdp_privacy_accountant
 
 from dpaudit.accounting.events import is_fixed_size
-from dpaudit.accounting.segment import _require_real
 from dpaudit.accounting.pld import (
     _ADD_OR_REMOVE,
     _REPLACE_ONE,
     _RESULTS,
     PLD_DISCRETIZATION,
-    _PldItem,
     _check_grid,
     _check_pld_delta,
     _flatten_for_pld,
     _Level,
     _NotFlat,
     _pld_value,
+    _PldItem,
     _ResultKey,
 )
+from dpaudit.accounting.segment import _require_real
 from dpaudit.accounting.serialization import _event_key
 from dpaudit.common.errors import UserInputError
 

@@ -24,21 +24,21 @@ from dpaudit.accounting.events import (
     is_fixed_size,
     schedule_event,
 )
-from dpaudit.accounting.segment import _require_int, _require_real
 from dpaudit.accounting.noise_tail import event_tail_figure
 from dpaudit.accounting.pld import (
     _PLD_MEDIUM_DISCRETIZATION,
     PLD_DISCRETIZATION,
-    PLD_MIN_DELTA,
     PLD_MAX_GRID_POINTS,
+    PLD_MIN_DELTA,
     PldGridTooLargeError,
-    _PldItem,
     _check_grid,
     _check_pld_delta,
     _flatten_for_pld,
     _Level,
     _NotFlat,
+    _PldItem,
 )
+from dpaudit.accounting.segment import _require_int, _require_real
 from dpaudit.accounting.tan import _tan_eta_for_epsilon
 from dpaudit.common.errors import UserInputError
 

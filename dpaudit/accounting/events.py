@@ -10,11 +10,8 @@ unit is one example) is :attr:`Segment.noise_std_over_clip` = sigma x sensitivit
 
 from __future__ import annotations
 
-import dataclasses
 import math
-import numbers
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass
 
 from dp_accounting.dp_event import (
     ComposedDpEvent,

@@ -32,12 +32,12 @@ from collections.abc import Mapping, Sequence
 
 from dp_accounting.dp_event import DpEvent, NonPrivateDpEvent
 
-from dpaudit.accounting.calibration import max_steps
 from dpaudit.accounting.accountants import ACCOUNTANTS, Accountant, epsilon
+from dpaudit.accounting.calibration import max_steps
 from dpaudit.accounting.events import Segment, schedule_event
-from dpaudit.common.figures import format_up
 from dpaudit.accounting.serialization import Json, event_from_json, event_to_json
 from dpaudit.common.errors import UserInputError
+from dpaudit.common.figures import format_up
 
 __all__ = ["BudgetExceededError", "PrivacyLedger", "SAMPLING_METHODS", "SCHEMA"]
 

@@ -63,7 +63,7 @@ from dataclasses import dataclass
 from dp_accounting.dp_event import DpEvent
 
 from dpaudit.accounting.events import Segment
-from dpaudit.accounting.pld import _PldItem, _flatten_for_pld, _NotFlat
+from dpaudit.accounting.pld import _flatten_for_pld, _NotFlat, _PldItem
 from dpaudit.accounting.serialization import Json
 from dpaudit.common.errors import UserInputError
 from dpaudit.common.figures import format_up

@@ -32,6 +32,7 @@ from typing import ClassVar
 import numpy as np
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome, BaseAttack, by_frequency
+from dpaudit.attacks.exposure_rank import RankInterval, sampled_exposure
 from dpaudit.attacks.options import SecretOptions, option
 from dpaudit.attacks.results import ExposureParameters, ExposureResult, ExposureRow
 from dpaudit.audit.intervals import (
@@ -39,9 +40,8 @@ from dpaudit.audit.intervals import (
     log_frequency_slope,
     mann_whitney_greater,
 )
-from dpaudit.common.progress import progress_bar
-from dpaudit.attacks.exposure_rank import RankInterval, sampled_exposure
 from dpaudit.common.errors import UserInputError
+from dpaudit.common.progress import progress_bar
 from dpaudit.scoring.source import CAUSAL_LM, MASKED_LM
 
 PHRASES_WARNING = ("exposure needs a secret space with a finite per-position alphabet (digits:N, words:N); phrase and "

@@ -70,7 +70,7 @@ def reference_scorer(context: AttackContext, attack: str) -> tuple[object, str, 
                                   cache=cache_root(options.shadow_cache), options=options,
                                   overrides=options.shadow_overrides, what="reference", recipe=recipe)
     data = (f"{int(member.sum())} random rows of public.jsonl ({len(pool.texts)} rows; --seed {options.seed})"
-            + (f", as many as the target trained on" if recipe.rows and member.sum() == recipe.rows else ""))
+            + (", as many as the target trained on" if recipe.rows and member.sum() == recipe.rows else ""))
     info, notes = models_info(recipe, models, role="reference", data=data, notes=notes)
     return load_scorers(context, models)[0], f"trained like the target on {data}", notes, info
 

@@ -44,7 +44,6 @@ from dpaudit.attacks.results import (
     ModelInfo,
 )
 from dpaudit.common.errors import UserInputError
-from dpaudit.inject_dir.secret_spaces import CONTEXT_FREE_KINDS
 from dpaudit.files.run_dirs import (
     atomic_write_json,
     atomic_write_text,
@@ -55,6 +54,7 @@ from dpaudit.files.run_dirs import (
     staged_directory,
     write_jsonl,
 )
+from dpaudit.inject_dir.secret_spaces import CONTEXT_FREE_KINDS
 
 RESULTS, CANARY_SCORES = "results.json", "scores/canaries.jsonl"
 

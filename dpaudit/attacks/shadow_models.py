@@ -529,6 +529,13 @@ def write_shadow_data(path: Path, *, train: list[dict[str, Any]], heldout: list[
     (its file and line, and its text's sha256), never as the row: the private rows stay in the user's inject directory.
     The label set is the trainer's Config ``labels`` (the target's), never read from these rows.
     """
+    from dpaudit.files.run_dirs import (
+        build_manifest,
+        file_hashes,
+        staged_directory,
+        write_jsonl,
+        write_manifest,
+    )
     from dpaudit.inject_dir.reader import (
         CANARIES,
         HELDOUT,
@@ -537,13 +544,6 @@ def write_shadow_data(path: Path, *, train: list[dict[str, Any]], heldout: list[
         ROW_SOURCE,
         SCHEMA,
         TRAIN,
-    )
-    from dpaudit.files.run_dirs import (
-        build_manifest,
-        file_hashes,
-        staged_directory,
-        write_jsonl,
-        write_manifest,
     )
 
     with staged_directory(path, overwrite=True) as stage:
@@ -771,7 +771,6 @@ def _prepare(p: _Planned, public: list[dict[str, Any]], pool: ShadowPool, run: A
     """The cache entry's identity and data directory (kept when already written: an interrupted run resumes from its
     checkpoints; a leftover without any is removed, as this cache wrote it)."""
     from dpaudit.inject_dir.reader import load_inject_run
-
     from dpaudit.training.train_dir import CHECKPOINT_DIR
 
     if p.model_dir.is_dir() and not (p.model_dir / CHECKPOINT_DIR).is_dir():

@@ -96,43 +96,95 @@ if TYPE_CHECKING:  # for type checkers (``X as X``: re-exported); at run time ea
     from dpaudit.audit.bootstrap import BootstrapCI as BootstrapCI
     from dpaudit.audit.bounds import (
         GUARANTEE_DP as GUARANTEE_DP,
+    )
+    from dpaudit.audit.bounds import (
         GUARANTEE_GDP as GUARANTEE_GDP,
+    )
+    from dpaudit.audit.bounds import (
         EpsilonBound as EpsilonBound,
+    )
+    from dpaudit.audit.bounds import (
         epsilon_lower_bound_clopper_pearson as epsilon_lower_bound_clopper_pearson,
     )
-    from dpaudit.audit.gdp import gdp_delta as gdp_delta, gdp_epsilon as gdp_epsilon, gdp_mu as gdp_mu
+    from dpaudit.audit.gdp import gdp_delta as gdp_delta
+    from dpaudit.audit.gdp import gdp_epsilon as gdp_epsilon
+    from dpaudit.audit.gdp import gdp_mu as gdp_mu
     from dpaudit.audit.intervals import (
         BOOTSTRAP_RESAMPLES as BOOTSTRAP_RESAMPLES,
+    )
+    from dpaudit.audit.intervals import (
         LEVEL as LEVEL,
+    )
+    from dpaudit.audit.intervals import (
         Interval as Interval,
+    )
+    from dpaudit.audit.intervals import (
         OneSidedTest as OneSidedTest,
+    )
+    from dpaudit.audit.intervals import (
         bootstrap_interval as bootstrap_interval,
+    )
+    from dpaudit.audit.intervals import (
         clopper_pearson as clopper_pearson,
+    )
+    from dpaudit.audit.intervals import (
         log_frequency_slope as log_frequency_slope,
+    )
+    from dpaudit.audit.intervals import (
         mann_whitney_greater as mann_whitney_greater,
     )
     from dpaudit.audit.one_run import (
         epsilon_lower_bound_one_run as epsilon_lower_bound_one_run,
+    )
+    from dpaudit.audit.one_run import (
         epsilon_lower_bound_one_run_fdp as epsilon_lower_bound_one_run_fdp,
     )
-    from dpaudit.audit.result import SCHEMA as SCHEMA, AuditResult as AuditResult, audit_scores as audit_scores
+    from dpaudit.audit.result import SCHEMA as SCHEMA
+    from dpaudit.audit.result import AuditResult as AuditResult
+    from dpaudit.audit.result import audit_scores as audit_scores
     from dpaudit.audit.roc import (
         Estimate as Estimate,
+    )
+    from dpaudit.audit.roc import (
         Roc as Roc,
+    )
+    from dpaudit.audit.roc import (
         TprAtFpr as TprAtFpr,
+    )
+    from dpaudit.audit.roc import (
         attacker_advantage as attacker_advantage,
+    )
+    from dpaudit.audit.roc import (
         auc as auc,
+    )
+    from dpaudit.audit.roc import (
         min_nonmembers_for as min_nonmembers_for,
+    )
+    from dpaudit.audit.roc import (
         roc_curve as roc_curve,
+    )
+    from dpaudit.audit.roc import (
         tpr_at_fpr as tpr_at_fpr,
     )
     from dpaudit.audit.thresholds import (
         DEFAULT_GUESS_FRACTIONS as DEFAULT_GUESS_FRACTIONS,
+    )
+    from dpaudit.audit.thresholds import (
         BonferroniThresholds as BonferroniThresholds,
+    )
+    from dpaudit.audit.thresholds import (
         FixedGuesses as FixedGuesses,
+    )
+    from dpaudit.audit.thresholds import (
         FixedThreshold as FixedThreshold,
+    )
+    from dpaudit.audit.thresholds import (
         GuessGrid as GuessGrid,
+    )
+    from dpaudit.audit.thresholds import (
         SplitGuesses as SplitGuesses,
+    )
+    from dpaudit.audit.thresholds import (
         SplitThreshold as SplitThreshold,
     )
 

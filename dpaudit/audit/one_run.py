@@ -25,7 +25,6 @@ from dpaudit.audit.gdp import gdp_epsilon, gdp_mu
 from dpaudit.audit.thresholds import FixedGuesses, GuessGrid, SplitGuesses, _partition
 from dpaudit.audit.tradeoff import one_run_margin
 
-
 _STANDARD_NORMAL = statistics.NormalDist()
 
 

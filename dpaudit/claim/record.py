@@ -41,8 +41,8 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import math
+import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path

@@ -25,7 +25,6 @@ from typing import Any
 
 import click
 
-
 _EPILOG = ("Example: dpaudit audit-trainer --trainer edp-sgd --set mode=dp-sgd --target-epsilon 4 --runs 5 "
            "--out audits/dpsgd-eps4")
 

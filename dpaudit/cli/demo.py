@@ -12,15 +12,15 @@ from pathlib import Path
 
 import click
 
-from dpaudit.training.config_types import seed_type
 from dpaudit.training.api import available_trainers
+from dpaudit.training.config_types import seed_type
 
 
 def _model_summary(model: Path) -> str:
     """Epsilon (recomputed from the stored DpEvent, rounded up) with its caveats, and the last held-out
     accuracy (telemetry on private data) of a train run."""
-    from dpaudit.common.figures import format_up
     from dpaudit.claim.record import group_privacy_text
+    from dpaudit.common.figures import format_up
     from dpaudit.files.run_dirs import read_jsonl
     from dpaudit.scoring.source import read_privacy_record
     from dpaudit.training.baselines import UTILITY_KINDS, eval_rows_text
@@ -152,12 +152,11 @@ def demo(out: Path | None, quick: bool, seed: int, noise_seed: int | None, class
     from its prefix, and the causal membership attacks. Ctrl-C is safe: rerun the same command to resume.
     """
     from dpaudit.cli import cli
+    from dpaudit.common.extras import require_extras
     from dpaudit.demo.plan import AUDIT_SUFFIX, FULL, QUICK, Stage, build_plan
     from dpaudit.demo.stages import STATE_DIR, check_out, run_stages
     from dpaudit.demo.verdict import verdict_lines
     from dpaudit.files.run_dirs import atomic_write_json
-
-    from dpaudit.common.extras import require_extras
 
     require_extras("dpaudit demo", "jax", "torch")  # jax-bert trains, transformers loads every model: one line if not
     # --quick has folders of its own: a quick demo after the full one (or before) must not replace it.

@@ -20,12 +20,11 @@ from typing import Any
 import click
 from click.core import ParameterSource
 
+from dpaudit.claim.record import PrivacyRecord, group_privacy_text, read_privacy_record
 from dpaudit.cli import params
-from dpaudit.training.config_types import ConfigTypeError, config_keys, option_name, seed_type
 from dpaudit.common.errors import UserInputError
 from dpaudit.common.extras import MissingExtraError
 from dpaudit.common.figures import format_up
-from dpaudit.claim.record import PrivacyRecord, group_privacy_text, read_privacy_record
 from dpaudit.files.run_dirs import run_dir_lock
 from dpaudit.training.api import (
     Trainer,
@@ -33,6 +32,7 @@ from dpaudit.training.api import (
     load_trainer,
     writes_run_dir,
 )
+from dpaudit.training.config_types import ConfigTypeError, config_keys, option_name, seed_type
 
 #: errno values of a write that failed for lack of room: reported in one line, not as a traceback.
 _NO_ROOM = {errno.ENOSPC, errno.EFBIG, errno.EDQUOT, errno.EROFS}

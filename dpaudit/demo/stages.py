@@ -27,9 +27,16 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dpaudit.demo.plan import Stage
 from dpaudit.common.errors import UserInputError
-from dpaudit.files.run_dirs import MANIFEST_NAME, atomic_write_json, redact_command, refuse_foreign, sha256_file, verify_run_dir
+from dpaudit.demo.plan import Stage
+from dpaudit.files.run_dirs import (
+    MANIFEST_NAME,
+    atomic_write_json,
+    redact_command,
+    refuse_foreign,
+    sha256_file,
+    verify_run_dir,
+)
 
 STATE_DIR = ".demo"
 

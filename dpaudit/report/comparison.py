@@ -20,10 +20,10 @@ from dataclasses import dataclass
 
 from dpaudit.attacks.results import ExposureResult, ReconstructionResult
 from dpaudit.common.figures import format_down
-from dpaudit.verdict.headline import PROOF, Headline
 from dpaudit.report.load import ReportRun
 from dpaudit.report.measurable import percents, tpr_rate, zero_bound_reason
 from dpaudit.report.membership import MembershipAudit, strongest
+from dpaudit.verdict.headline import PROOF, Headline
 
 __all__ = ["ComparisonRow", "comparison_rows"]
 

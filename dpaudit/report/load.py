@@ -32,10 +32,10 @@ import numpy as np
 
 from dpaudit.attacks.results import SCHEMA as ATTACK_SCHEMA
 from dpaudit.attacks.results import AttackResults
-from dpaudit.common.errors import UserInputError
-from dpaudit.training.baselines import UTILITY_KINDS, eval_rows_text
 from dpaudit.claim import Claim, PrivacyRecord
+from dpaudit.common.errors import UserInputError
 from dpaudit.files.run_dirs import MANIFEST_NAME, load_manifest, sha256_file
+from dpaudit.training.baselines import UTILITY_KINDS, eval_rows_text
 
 #: Files of the attack directory that the report does not show the hash of (it is the report itself).
 REPORT_FILE = "index.html"

@@ -50,8 +50,8 @@ def attack_notes(results: Any, out: str | os.PathLike[str] | None = None) -> lis
     ``out``: the attack directory just written; its upstream train run gives the held-out figure of the
     undertrained hint (read and hash-checked as the report reads it; left out when unreadable).
     """
-    from dpaudit.verdict.headline import headline_of
     from dpaudit.report.measurable import zero_bound_reason
+    from dpaudit.verdict.headline import headline_of
 
     lines = _unmeasurable(results) + [f"note: {w}" for w in _task_warnings(results)]
     why = zero_bound_reason(headline_of(results).best)

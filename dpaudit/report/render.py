@@ -57,8 +57,8 @@ def load_dir(path: str | os.PathLike[str]) -> Any:
         UserInputError: neither kind of directory, a changed file, or results of an unknown schema version.
     """
     from dpaudit.common.errors import UserInputError
-    from dpaudit.report.whitebox_load import is_whitebox_dir, load_whitebox
     from dpaudit.files.run_dirs import load_manifest
+    from dpaudit.report.whitebox_load import is_whitebox_dir, load_whitebox
 
     manifest = load_manifest(path)
     if is_whitebox_dir(manifest):

@@ -15,15 +15,15 @@ from dataclasses import dataclass
 from typing import Any
 
 from dpaudit.attacks.results import GROUP_PRIVACY_NOTE, ExposureResult, ExposureRow, ReconstructionResult
-from dpaudit.common.figures import format_down, format_up
-from dpaudit.verdict.headline import PROOF, Headline, HeadlineBound, headline_of
-from dpaudit.files.run_dirs import redact_command, redact_config
 from dpaudit.claim.record import TELEMETRY_NOTE
+from dpaudit.common.figures import format_down, format_up
+from dpaudit.files.run_dirs import redact_command, redact_config
 from dpaudit.report import plots
-from dpaudit.report.load import REPORT_FILE, ReportRun, Utility
 from dpaudit.report.comparison import ComparisonRow, comparison_rows
+from dpaudit.report.load import REPORT_FILE, ReportRun, Utility
 from dpaudit.report.measurable import Rate, percents, tpr_rate, zero_bound_reason
 from dpaudit.report.membership import MembershipAudit, distribution_shift_notes, membership_audits, strongest
+from dpaudit.verdict.headline import PROOF, Headline, HeadlineBound, headline_of
 
 #: p-value below which the most-repeated canaries count as memorized (one-sided test vs controls).
 ALPHA = 0.05

@@ -22,11 +22,11 @@ from typing import Any
 
 import numpy as np
 
-from dpaudit.common.errors import UserInputError
 from dpaudit.claim import Claim
+from dpaudit.common.errors import UserInputError
+from dpaudit.files.run_dirs import MANIFEST_NAME, load_manifest, sha256_file
 from dpaudit.report.load import type_problem
 from dpaudit.whitebox.bounds import Bound
-from dpaudit.files.run_dirs import MANIFEST_NAME, load_manifest, sha256_file
 
 __all__ = ["RESULTS_FILE", "SCHEMA", "SCORES_FILE", "VIEWS", "WhiteboxRun", "WhiteboxScores", "is_whitebox_dir",
            "load_whitebox", "read_whitebox"]

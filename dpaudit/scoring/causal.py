@@ -40,7 +40,14 @@ import numpy as np
 from dpaudit.common.errors import UserInputError
 from dpaudit.scoring.scorer import EXAMPLE_MAX_LENGTH, ExampleFeatures, Scorer
 from dpaudit.scoring.source import CAUSAL_LM, ModelSource
-from dpaudit.scoring.targets import CanaryLike, SpaceLike, alphabet_token_ids, check_secret_tokens, locate_secrets, locate_spans
+from dpaudit.scoring.targets import (
+    CanaryLike,
+    SpaceLike,
+    alphabet_token_ids,
+    check_secret_tokens,
+    locate_secrets,
+    locate_spans,
+)
 
 #: Float64 elements of one chunk of vocabulary logits (positions x vocabulary): 128 MiB.
 CHUNK_ELEMENTS = 2**24

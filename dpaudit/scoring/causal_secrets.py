@@ -38,7 +38,6 @@ import numpy as np
 from dpaudit.common.errors import UserInputError
 from dpaudit.scoring.targets import (
     CanaryLike,
-    CanaryTokens,
     SpaceLike,
     _overlapping,
     alphabet_token_ids,

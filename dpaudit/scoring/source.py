@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
+from dpaudit.claim.record import read_privacy_record  # the one file reader, re-exported
 from dpaudit.common.errors import UserInputError
 from dpaudit.files.model_dirs import (  # noqa: F401 - re-exported: the trainers and the scorer import them from here
     CAUSAL_LM,
@@ -32,7 +33,6 @@ from dpaudit.files.model_dirs import (  # noqa: F401 - re-exported: the trainers
     read_config,
 )
 from dpaudit.files.run_dirs import MANIFEST_NAME, verify_run_dir
-from dpaudit.claim.record import read_privacy_record  # the one file reader, re-exported
 
 if TYPE_CHECKING:
     from dpaudit.claim.record import PrivacyRecord

@@ -101,8 +101,13 @@ def load_trainer(name: str) -> Trainer:
     if name not in registry:
         known = ", ".join(sorted(registry)) or "none (is dpaudit installed with `pip install -e .`?)"
         raise UserInputError(f"--trainer {name!r} is not a registered trainer; choose one of: {known}.")
-    from dpaudit.common.extras import MissingExtraError, extra_of_module, missing_extra_message, require_extras, \
-        trainer_extras
+    from dpaudit.common.extras import (
+        MissingExtraError,
+        extra_of_module,
+        missing_extra_message,
+        require_extras,
+        trainer_extras,
+    )
 
     require_extras(f"--trainer {name}", *trainer_extras(name))  # before the import: one line, only its extra
     try:

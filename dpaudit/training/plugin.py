@@ -32,8 +32,8 @@ from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
-from dpaudit.training.privacy_plan import PrivacyPlan
 from dpaudit.training.noise_source import NoiseSource
+from dpaudit.training.privacy_plan import PrivacyPlan
 from dpaudit.training.record import RecordParts
 from dpaudit.training.sampling import Sampler, StepKeyedPoisson
 from dpaudit.training.starting_point import StartingPoint
@@ -219,7 +219,7 @@ class TrainerPlugin(abc.ABC):
 
     # -- optional (single-process defaults) -----------------------------------------------------
 
-    def start(self) -> None:
+    def start(self) -> None:  # noqa: B027 - an optional hook: a single-process trainer does nothing here
         """Initialize processes and devices (called first, before anything is read)."""
 
     @property

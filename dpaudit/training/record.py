@@ -18,10 +18,10 @@ from typing import Any
 from dpaudit import accounting
 from dpaudit.accounting.noise_tail import FORMULA as TAIL_FORMULA
 from dpaudit.accounting.noise_tail import RETIRED_MIN_REACH
-from dpaudit.common.figures import format_up
-from dpaudit.training.privacy_plan import PrivacyPlan
 from dpaudit.claim.record import PrivacyRecord, group_privacy_rows
+from dpaudit.common.figures import format_up
 from dpaudit.training.noise_source import NoiseSource
+from dpaudit.training.privacy_plan import PrivacyPlan
 from dpaudit.training.starting_point import (
     DP_ON_PUBLIC_NOTE,
     PUBLIC_START_REQUIREMENT,

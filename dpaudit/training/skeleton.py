@@ -27,7 +27,6 @@ In order (docs/trainers.md, "The run skeleton"; docs/run-directories.md):
 from __future__ import annotations
 
 import dataclasses
-
 import shutil
 import sys
 import time
@@ -41,8 +40,12 @@ from tqdm.auto import tqdm
 from dpaudit.accounting.ledger import BudgetExceededError, PrivacyLedger
 from dpaudit.common.errors import UserInputError
 from dpaudit.common.figures import format_up
-from dpaudit.training.privacy_plan import declared_size_warning, new_ledger, plan_privacy
+from dpaudit.training.api import TrainResult
 from dpaudit.training.noise_source import NoiseSource
+from dpaudit.training.plugin import RunData, RunSettings, TrainerPlugin
+from dpaudit.training.privacy_plan import declared_size_warning, new_ledger, plan_privacy
+from dpaudit.training.record import RunFacts, build_record
+from dpaudit.training.starting_point import private_training_inputs, public_data_only, refuse_private_start
 from dpaudit.training.train_dir import (
     CHECKPOINT_DIR,
     CHECKPOINT_STATE,
@@ -56,10 +59,6 @@ from dpaudit.training.train_dir import (
     list_checkpoints,
     remove_checkpoints,
 )
-from dpaudit.training.api import TrainResult
-from dpaudit.training.plugin import RunData, RunSettings, TrainerPlugin
-from dpaudit.training.record import RunFacts, build_record
-from dpaudit.training.starting_point import private_training_inputs, public_data_only, refuse_private_start
 
 __all__ = ["RunSkeleton"]
 

@@ -25,9 +25,8 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
-from dpaudit.common.errors import UserInputError
 from dpaudit.claim.record import PrivacyRecord
-from dpaudit.training.api import TrainResult
+from dpaudit.common.errors import UserInputError
 from dpaudit.files.run_dirs import (
     DIR_MODE,
     FILE_MODE,
@@ -43,6 +42,7 @@ from dpaudit.files.run_dirs import (
     sha256_file,
     write_manifest,
 )
+from dpaudit.training.api import TrainResult
 
 __all__ = [
     "CHECKPOINT_DIR",

@@ -75,8 +75,8 @@ from dpaudit.audit import (
     epsilon_lower_bound_clopper_pearson,
     epsilon_lower_bound_one_run,
 )
-from dpaudit.audit.claim_family import epsilon_lower_bound_one_run_claim
 from dpaudit.audit.claim_curves import CEILING_MIN_SCALE
+from dpaudit.audit.claim_family import epsilon_lower_bound_one_run_claim
 from dpaudit.claim import Claim
 from dpaudit.common.figures import format_down, format_up
 

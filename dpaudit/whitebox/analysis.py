@@ -35,8 +35,8 @@ from typing import Any
 import numpy as np
 
 from dpaudit.audit.claim_curves import CEILING_MIN_SCALE
-from dpaudit.claim import Claim
 from dpaudit.audit.roc import roc_curve
+from dpaudit.claim import Claim
 from dpaudit.whitebox.bounds import Bound, multi_run_bounds, multi_run_family, one_run_bounds, one_run_family
 from dpaudit.whitebox.harness import RunEvidence
 from dpaudit.whitebox.plan import planned_guesses

@@ -20,8 +20,14 @@ from typing import Any
 import numpy as np
 
 from dpaudit.whitebox.analysis import VIEWS, Analysis, analyse, summary
-from dpaudit.whitebox.harness import PluginFactory, RunEvidence, evidence_path, load_evidence, run_with_canaries, \
-    save_evidence
+from dpaudit.whitebox.harness import (
+    PluginFactory,
+    RunEvidence,
+    evidence_path,
+    load_evidence,
+    run_with_canaries,
+    save_evidence,
+)
 
 #: The fleet runner of one audit run (:func:`dpaudit.whitebox.harness.run_job`).
 RUNNER = "dpaudit.whitebox.harness:run_job"
@@ -194,8 +200,15 @@ def write_audit(out_dir: Path, analysis: Analysis, evidence: list[RunEvidence], 
     ``work``: the folder inside ``out_dir`` where the runs were kept (``dpaudit audit-trainer``'s ``runs/``): it goes
     with the directory it is in when the audit replaces it, and everything else there must be dpaudit's (with
     ``overwrite``) or absent."""
-    from dpaudit.files.run_dirs import atomic_write_json, build_manifest, file_hashes, redact_config, staged_directory, \
-        write_jsonl, write_manifest
+    from dpaudit.files.run_dirs import (
+        atomic_write_json,
+        build_manifest,
+        file_hashes,
+        redact_config,
+        staged_directory,
+        write_jsonl,
+        write_manifest,
+    )
 
     # Secrets (a noise seed given by --noise-seed or --set noise_seed=N) never reach a written file.
     config, settings = redact_config(dict(config)), redact_config(dict(settings))

@@ -28,12 +28,12 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpaudit.audit.bounds import _cp_upper, epsilon_lower_bound_clopper_pearson
-from dpaudit.audit.claim_family import claim_family_test
 from dpaudit.audit.claim_curves import FamilyBound
-from dpaudit.claim import Claim
+from dpaudit.audit.claim_family import claim_family_test
 from dpaudit.audit.one_run import epsilon_lower_bound_one_run, epsilon_lower_bound_one_run_fdp
 from dpaudit.audit.thresholds import BonferroniThresholds, GuessGrid
 from dpaudit.audit.tradeoff import TradeOff
+from dpaudit.claim import Claim
 
 __all__ = ["Bound", "multi_run_bounds", "one_run_bounds"]
 

@@ -23,8 +23,8 @@ import math
 import os
 from dataclasses import dataclass
 
-from dpaudit.common.errors import UserInputError
 from dpaudit.common import resources
+from dpaudit.common.errors import UserInputError
 from dpaudit.common.resources import format_bytes, format_duration
 
 __all__ = ["AuditCost", "check_fits", "describe", "estimate", "worth_saying"]

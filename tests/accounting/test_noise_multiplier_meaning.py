@@ -13,9 +13,9 @@ from dp_accounting import pld
 
 from dpaudit import accounting as A
 from dpaudit.accounting.ledger import PrivacyLedger
+from dpaudit.claim.record import SCHEMA, PrivacyRecord
 from dpaudit.common.errors import UserInputError
 from dpaudit.training.privacy_plan import new_ledger, plan_privacy
-from dpaudit.claim.record import SCHEMA, PrivacyRecord
 
 N, BATCH, STEPS, SIGMA, DELTA = 400, 20, 12, 0.8, 1e-5
 

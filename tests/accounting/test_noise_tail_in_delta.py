@@ -18,9 +18,9 @@ from dp_accounting import pld
 
 from dpaudit import accounting as A
 from dpaudit.accounting import noise_tail
+from dpaudit.claim.record import PrivacyRecord
 from dpaudit.common.errors import UserInputError
 from dpaudit.training.privacy_plan import new_ledger, plan_privacy
-from dpaudit.claim.record import PrivacyRecord
 
 Q, STEPS, DELTA = 0.02, 500, 1e-5
 

@@ -8,9 +8,9 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from dpaudit.attacks.registry import AttackOptions
 from dpaudit.attacks.blind import BlindAttack, blind_comparison, blind_scores
 from dpaudit.attacks.mia import MembershipTask
+from dpaudit.attacks.registry import AttackOptions
 from dpaudit.audit import roc_curve
 from dpaudit.claim import Claim
 
@@ -125,8 +125,8 @@ def test_comparison_is_one_sentence_per_task_naming_the_attacks_that_do_not_beat
 def test_blind_runs_beside_every_membership_attack_and_stays_out_of_the_headline():
     from dpaudit.attacks.registry import resolve_attacks
     from dpaudit.attacks.results import AttackResults, DataInfo, ModelInfo
-    from dpaudit.verdict.headline import audit_sources
     from dpaudit.report.membership import distribution_shift_notes, membership_audits, strongest
+    from dpaudit.verdict.headline import audit_sources
 
     assert [c.name for c in resolve_attacks(["loss"], "classifier")] == ["loss", "blind"]
     assert [c.name for c in resolve_attacks(["loss"], "classifier", blind=False)] == ["loss"]

@@ -10,8 +10,8 @@ import pytest
 from dpaudit.attacks.exposure import tree_rank
 from dpaudit.attacks.exposure_rank import sampled_exposure
 from dpaudit.common.errors import UserInputError
-from dpaudit.scoring import causal_secrets as cs
 from dpaudit.inject_dir.secret_spaces import ProductSpace
+from dpaudit.scoring import causal_secrets as cs
 
 DIGITS3 = ProductSpace(kind="digits", alphabet=[str(i) for i in range(10)], length=3)
 #: A canary of the tiny model's own texts (tests/conftest.py TINY_CAUSAL_TEXTS), with a suffix that is not scored.
@@ -75,8 +75,8 @@ def test_a_space_whose_symbols_split_is_sampled_from_the_texts(tiny, tiny_causal
     """The exposure attack on a causal LM whose tokenizer splits a symbol: every candidate's text scored (the sampled
     path's text branch), the secret among them scored the same way, the reason recorded."""
     from dpaudit.attacks.base import AttackContext
-    from dpaudit.attacks.registry import AttackOptions
     from dpaudit.attacks.exposure import ExposureAttack
+    from dpaudit.attacks.registry import AttackOptions
 
     model, tokenizer = tiny
     space = ProductSpace(kind="words", alphabet=["quick", "zebrafish", "dog"], length=2)

@@ -45,7 +45,7 @@ def test_fitted_offline_a_recovers_the_line():
 
 def test_attack_cli_runs_loss_zlib_min_k_and_min_k_pp_with_the_blind_baseline(tiny_causal_dir, data_dir, tmp_path):
     from dpaudit.attacks.causal_mia import min_k_scores, zlib_scores
-    from dpaudit.inject_dir.reader import HELDOUT, PUBLIC, TRAIN, load_inject_run
+    from dpaudit.inject_dir.reader import HELDOUT, TRAIN, load_inject_run
     from dpaudit.scoring import load
 
     out = tmp_path / "attack"

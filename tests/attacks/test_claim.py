@@ -8,8 +8,8 @@ from dp_accounting.pld import pld_privacy_accountant as pld
 
 from dpaudit.accounting import event_to_json
 from dpaudit.claim import claim_of_record
-from dpaudit.common.errors import UserInputError
 from dpaudit.claim.record import PrivacyRecord
+from dpaudit.common.errors import UserInputError
 
 EVENT = dp_event.SelfComposedDpEvent(dp_event.PoissonSampledDpEvent(0.02, dp_event.GaussianDpEvent(1.2)), 300)
 

@@ -110,8 +110,8 @@ def test_phrases_are_decoded_over_the_vocabulary(fitted):
     text: the last 3 words of training rows come back exactly (edit distance 0, though WordPiece decodes '69827' as
     '6 9 8 2 7'), those of held-out rows do not."""
     from dpaudit.attacks.base import AttackContext
-    from dpaudit.attacks.registry import AttackOptions
     from dpaudit.attacks.extraction import ExtractionAttack
+    from dpaudit.attacks.registry import AttackOptions
 
     data, model_dir = fitted
     context = _context(data, model_dir)

@@ -114,8 +114,8 @@ def test_a_bound_above_the_claim_is_flagged_loudly():
     one-run bound, a proof), as "investigate" from the examples of one model (Clopper-Pearson, a heuristic)."""
     from types import SimpleNamespace
 
-    from dpaudit.attacks.registry import AttackOptions
     from dpaudit.attacks.mia import MembershipTask, audit_tasks
+    from dpaudit.attacks.registry import AttackOptions
 
     n, k = 2000, 200
     task = MembershipTask("examples", [""] * 2 * n, None, np.r_[np.ones(n, bool), np.zeros(n, bool)],

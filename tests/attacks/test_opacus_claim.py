@@ -12,10 +12,9 @@ import json
 
 import numpy as np
 
-from dpaudit.claim import opacus_claim
 from dpaudit.audit import audit_scores
+from dpaudit.claim import Claim, opacus_claim
 from dpaudit.verdict.headline import AuditSource, headline
-from dpaudit.claim import Claim
 
 
 def _leaky_coin_flip_audit() -> AuditSource:

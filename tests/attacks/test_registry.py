@@ -9,7 +9,6 @@ from dpaudit.attacks.base import Attack
 from dpaudit.attacks.registry import AttackOptions, attack_class, available_attacks, resolve_attacks
 from dpaudit.common.errors import UserInputError
 
-
 ATTACKS = sorted(available_attacks())
 
 

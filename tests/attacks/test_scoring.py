@@ -8,8 +8,8 @@ import json
 import numpy as np
 import pytest
 
-from dpaudit.canaries.manifest import load_inject_run
 from dpaudit import scoring
+from dpaudit.canaries.manifest import load_inject_run
 from dpaudit.common.errors import UserInputError
 
 

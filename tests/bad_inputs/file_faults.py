@@ -15,16 +15,13 @@ import os
 import shutil
 import subprocess
 import sys
-import tempfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-import pytest
 from click.testing import CliRunner
 
 from dpaudit.cli import cli
-
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["--frequencies", "1,2", "--per-frequency", "2", "--holdout", "1"]
@@ -122,18 +119,7 @@ def assert_one_line_error(outcome: Outcome, *needles: str) -> str:
 
 
 # ------------------------------------------------------------------------------------------------
-# Shared inputs: a scratch folder and the tiny inject directory of conftest.
-
-
-@pytest.fixture(scope="module")
-def scratch():
-    base = Path(tempfile.mkdtemp(prefix="dpaudit-bad-inputs-"))
-    base.chmod(0o755)
-    yield base
-    for path in base.rglob("*"):  # undo read-only folders before removing
-        if path.is_dir() and not path.is_symlink():
-            path.chmod(0o755)
-    shutil.rmtree(base, ignore_errors=True)
+# Shared inputs (the scratch folder fixture is in tests/bad_inputs/conftest.py).
 
 
 @dataclass

@@ -19,8 +19,7 @@ from click.testing import CliRunner
 from dp_accounting import dp_event, rdp
 
 from dpaudit.cli import cli
-from tests.bad_inputs.file_faults import Case, Ctx, assert_one_line_error, run_cli, scratch, tree  # scratch: a fixture
-
+from tests.bad_inputs.file_faults import Case, Ctx, assert_one_line_error, run_cli, tree
 
 ACCOUNT = ["-N", "1000", "--batch-size", "10", "--steps", "100"]
 

@@ -16,8 +16,8 @@ import pytest
 from click.testing import CliRunner
 
 from dpaudit.cli import cli
-from dpaudit.corpus import CorpusReader, readers
 from dpaudit.common.errors import UserInputError
+from dpaudit.corpus import CorpusReader, readers
 
 
 def _csv(path, rows, *, header="text,label", ending="\n"):

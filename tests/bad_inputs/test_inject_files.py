@@ -21,8 +21,20 @@ from click.testing import CliRunner
 
 from dpaudit.cli import cli
 from dpaudit.files.run_dirs import lock_path
-from tests.bad_inputs.file_faults import (REPO_ROOT, SMALL, Case, Ctx, _child_env, _file_size_limit, _READ_ONLY,
-                                          _start_holder, assert_one_line_error, run_cli, scratch, small_corpus, tree)  # scratch: a fixture
+from tests.bad_inputs.file_faults import (
+    _READ_ONLY,
+    REPO_ROOT,
+    SMALL,
+    Case,
+    Ctx,
+    _child_env,
+    _file_size_limit,
+    _start_holder,
+    assert_one_line_error,
+    run_cli,
+    small_corpus,
+    tree,
+)
 
 
 def _inject_swamped(ctx: Ctx):

@@ -13,7 +13,6 @@ from click.testing import CliRunner
 
 from dpaudit.cli import cli
 
-
 SMALL = ["--corpus", "builtin:assistant", "--corpus-size", "60", "--frequencies", "1", "--per-frequency", "2"]
 
 

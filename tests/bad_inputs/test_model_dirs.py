@@ -262,9 +262,9 @@ def test_legitimate_layouts_pass_the_check(tiny_causal_dir, jax_export, tmp_path
 
 def test_the_check_is_one_rule_for_every_loader(tiny_causal_dir, tmp_path):
     """The same broken directory gives the same refusal through the attack's door and the trainers' (one check)."""
+    from dpaudit.scoring.architecture import transformers_layout
     from dpaudit.scoring.source import resolve_model
     from dpaudit.training.starting_point import resolve_start
-    from dpaudit.scoring.architecture import transformers_layout
 
     model = _copy(Path(tiny_causal_dir), tmp_path / "m")
     _edit_weights(model, lambda w: w.pop("transformer.ln_f.weight"))

@@ -18,9 +18,9 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
+from dpaudit.claim import Claim
 from dpaudit.cli import cli
 from dpaudit.files.run_dirs import verify_run_dir
-from dpaudit.claim import Claim
 
 
 def _results(secret: str):
@@ -223,9 +223,9 @@ def test_demo_refuses_an_out_that_is_not_its_own_and_deletes_nothing(tmp_path):
 def test_a_demo_stage_never_removes_a_folder_holding_a_users_file(tmp_path):
     """An earlier demo run whose data/ the user added a file to: a changed command (another size) would
     replace data/; it refuses instead, and keeps everything."""
+    from dpaudit.common.errors import UserInputError
     from dpaudit.demo.plan import Stage
     from dpaudit.demo.stages import run_stages
-    from dpaudit.common.errors import UserInputError
 
     def inject(size: int) -> Stage:
         data = tmp_path / "data"

@@ -19,8 +19,20 @@ from click.testing import CliRunner
 
 from dpaudit.cli import cli
 from dpaudit.files.run_dirs import DIR_MODE, FILE_MODE, lock_path
-from tests.bad_inputs.file_faults import (TINY, Case, Ctx, _copy_data, _edit_manifest, _file_size_limit, _READ_ONLY,
-                                          _start_holder, _train_args, assert_one_line_error, run_cli, scratch, tree)  # scratch: a fixture
+from tests.bad_inputs.file_faults import (
+    _READ_ONLY,
+    TINY,
+    Case,
+    Ctx,
+    _copy_data,
+    _edit_manifest,
+    _file_size_limit,
+    _start_holder,
+    _train_args,
+    assert_one_line_error,
+    run_cli,
+    tree,
+)
 
 
 @pytest.fixture(scope="module")

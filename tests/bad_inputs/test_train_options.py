@@ -12,7 +12,6 @@ from click.testing import CliRunner
 
 from dpaudit.cli import cli
 
-
 #: A tiny jax-bert run (preset tiny is the default; no --preset or --steps here, since the command line
 #: would override the file's bad value). Every case below fails before any training.
 TRAIN = ["--batch-size", "16", "--max-length", "16", "--vocab-size", "128", "--physical-batch", "8"]

@@ -17,7 +17,6 @@ from click.testing import CliRunner
 from dpaudit.cli import cli
 from tests.conftest import TORCH_ARGS
 
-
 #: The tiny jax-bert run of tests/test_bad_inputs_files.py (same shapes: compiled once per session).
 JAX_TINY = ["--preset", "tiny", "--max-length", "16", "--vocab-size", "128", "--physical-batch", "8", "--eval-examples", "16",
             "--log-every", "2", "--eval-every", "3", "--checkpoint-every", "3", "--steps", "6", "--batch-size", "16",

@@ -22,9 +22,8 @@ from pathlib import Path
 import pytest
 from click.testing import CliRunner
 
-from dpaudit.cli import cli
 from dpaudit.claim import Claim
-
+from dpaudit.cli import cli
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -80,7 +79,7 @@ def attack_dir(tmp_path_factory) -> Path:
 def test_report_write_failure_is_one_line_and_leaves_nothing(attack_dir, tmp_path, monkeypatch, code, reason):
     out = tmp_path / "pages" / "deep" / "page.html"
     monkeypatch.setattr(os, "fsync", _raise(code))  # the page's data never reaches the disk
-    one_line_error(["report", str(attack_dir), "--out", str(out)], f"dpaudit report: cannot", f"{out}: {reason}")
+    one_line_error(["report", str(attack_dir), "--out", str(out)], "dpaudit report: cannot", f"{out}: {reason}")
     assert tree(tmp_path) == []  # no page, no temporary file, not even the folders made for it
 
 
@@ -95,7 +94,7 @@ def test_report_into_a_folder_it_may_not_write_is_one_line(attack_dir, tmp_path,
 
     out = tmp_path / "page.html"
     monkeypatch.setattr(tempfile, "mkstemp", _raise(code, str(tmp_path / ".page.html.x1y2.tmp")))
-    line = one_line_error(["report", str(attack_dir), "--out", str(out)], f"dpaudit report: cannot", str(out), *needles)
+    line = one_line_error(["report", str(attack_dir), "--out", str(out)], "dpaudit report: cannot", str(out), *needles)
     assert ".tmp" not in line
     assert tree(tmp_path) == []
 

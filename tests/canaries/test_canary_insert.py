@@ -30,9 +30,9 @@ from dpaudit.canaries.insert import (
     split_counts,
     train_order,
 )
-from dpaudit.inject_dir.secret_spaces import digit_space
 from dpaudit.common.errors import UserInputError
 from dpaudit.files.run_dirs import dumps_jsonl_line
+from dpaudit.inject_dir.secret_spaces import digit_space
 
 frequency_lists = st.lists(st.integers(min_value=1, max_value=200), min_size=1, max_size=13, unique=True)
 

@@ -11,6 +11,7 @@ import numpy as np
 import pytest
 
 import dpaudit
+from dpaudit.common.errors import UserInputError
 from dpaudit.inject_dir.secret_spaces import (
     PhraseSpace,
     digit_space,
@@ -22,7 +23,6 @@ from dpaudit.inject_dir.secret_spaces import (
     words_from_texts,
     words_sha256,
 )
-from dpaudit.common.errors import UserInputError
 
 
 def test_digit_space_size_positions_and_split():

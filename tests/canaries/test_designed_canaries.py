@@ -6,7 +6,6 @@ from __future__ import annotations
 import json
 import re
 from collections import Counter
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,8 +14,8 @@ from click.testing import CliRunner
 from dpaudit.canaries.generate import normalize_tokens
 from dpaudit.cli import cli
 from dpaudit.common.errors import UserInputError
-from dpaudit.inject_dir.reader import load_inject_run
 from dpaudit.files.run_dirs import read_jsonl, verify_run_dir
+from dpaudit.inject_dir.reader import load_inject_run
 from dpaudit.inject_dir.secret_spaces import NewTokenSpace, new_token_space, parse_design, rare_words
 
 SMALL = ["--corpus", "builtin:assistant", "--corpus-size", "400", "--seed", "2"]
@@ -113,7 +112,7 @@ def test_a_manifest_with_bad_new_tokens_is_refused(new_token_run, tmp_path):
     manifest = json.loads((out / "manifest.json").read_text())
     for bad in (["Upper"], ["same", "same"], "notalist", ["two words"]):
         with pytest.raises(UserInputError, match="new_tokens"):
-            InjectRun(path=out, manifest={**manifest, "new_tokens": bad}).new_tokens
+            InjectRun(path=out, manifest={**manifest, "new_tokens": bad}).new_tokens  # noqa: B018 - reading it raises
 
 
 BAD = {

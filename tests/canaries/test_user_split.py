@@ -12,8 +12,8 @@ from click.testing import CliRunner
 
 from dpaudit.canaries.insert import DEFAULT_FREQUENCIES, default_frequencies
 from dpaudit.cli import cli
-from dpaudit.inject_dir.reader import canary_frequencies, load_inject_run
 from dpaudit.files.run_dirs import read_jsonl
+from dpaudit.inject_dir.reader import canary_frequencies, load_inject_run
 from tests.cli.test_inject_cli import one_line_error  # the inject CLI's one-line error check
 
 

@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 
 import pytest
-from dp_accounting import dp_event
 
 from dpaudit import accounting
 from dpaudit.accounting.events import Segment
@@ -78,9 +77,9 @@ def test_one_claim_type_everywhere() -> None:
     import typing
 
     from dpaudit.attacks.results import AttackResults
-    from dpaudit.verdict.headline import Headline
     from dpaudit.report.load import ReportRun
     from dpaudit.report.whitebox_load import WhiteboxRun
+    from dpaudit.verdict.headline import Headline
     from dpaudit.whitebox.harness import RunEvidence
 
     for cls, name in ((AttackResults, "claimed"), (Headline, "claim"), (WhiteboxRun, "claim"), (RunEvidence, "claim"),

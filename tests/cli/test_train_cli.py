@@ -9,9 +9,9 @@ import pytest
 from click.testing import CliRunner
 
 from dpaudit import accounting
+from dpaudit.claim.record import PrivacyRecord
 from dpaudit.cli import cli
 from dpaudit.common.figures import format_up
-from dpaudit.claim.record import PrivacyRecord
 from dpaudit.files.run_dirs import read_jsonl, verify_run_dir
 
 TINY = ["--preset", "tiny", "--max-length", "16", "--vocab-size", "128", "--physical-batch", "8",

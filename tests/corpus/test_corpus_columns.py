@@ -6,8 +6,8 @@ import pytest
 from click.testing import CliRunner
 
 from dpaudit.cli import cli
-from dpaudit.corpus import CorpusReader
 from dpaudit.common.errors import UserInputError
+from dpaudit.corpus import CorpusReader
 
 
 def rows(path, **kw):

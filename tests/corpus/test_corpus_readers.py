@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from dpaudit.corpus import CorpusReader, detect_format, read_corpus
 from dpaudit.common.errors import UserInputError
+from dpaudit.corpus import CorpusReader, detect_format, read_corpus
 
 
 def _rows(path, **kw):

@@ -48,10 +48,10 @@ from dpaudit import accounting
 from dpaudit.attacks.results import MiaResult
 from dpaudit.attacks.run import read_attack_dir
 from dpaudit.cli import cli
-from dpaudit.demo import plan as demo_plan
 from dpaudit.common.figures import format_up
-from dpaudit.report.membership import membership_audits
+from dpaudit.demo import plan as demo_plan
 from dpaudit.files.run_dirs import verify_run_dir
+from dpaudit.report.membership import membership_audits
 
 #: "By a wide margin": bits of mean exposure above the controls' (|R| = 10^4: at most 13.3 bits).
 MARGIN_BITS = 4.0

@@ -34,16 +34,16 @@ from dpaudit.attacks.results import (
     ReconstructionRow,
     register_result,
 )
-from dpaudit.claim.record import PrivacyRecord
-from dpaudit.stages.attack import write_attack_dir
+from dpaudit.audit import AuditResult, audit_scores
 from dpaudit.audit.intervals import (
     bootstrap_interval,
     clopper_pearson,
     mann_whitney_greater,
 )
-from dpaudit.audit import AuditResult, audit_scores
-from dpaudit.files.run_dirs import sha256_file
 from dpaudit.claim import Claim
+from dpaudit.claim.record import PrivacyRecord
+from dpaudit.files.run_dirs import sha256_file
+from dpaudit.stages.attack import write_attack_dir
 
 SCRIPT = "<script>alert(1)</script>"
 IMG = '"><img src=x onerror=alert(1)>'

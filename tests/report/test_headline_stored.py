@@ -12,9 +12,9 @@ from pathlib import Path
 
 from dpaudit.attacks.run import read_attack_dir
 from dpaudit.common.figures import format_down
-from dpaudit.verdict.headline import HEADLINE_SCHEMA, headline_of
 from dpaudit.files.run_dirs import sha256_file
 from dpaudit.stages.attack import write_attack_dir
+from dpaudit.verdict.headline import HEADLINE_SCHEMA, headline_of
 from tests.report.conftest import make_attack_dir
 
 

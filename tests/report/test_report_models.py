@@ -7,7 +7,6 @@ from __future__ import annotations
 import dataclasses
 import re
 from html import unescape
-from pathlib import Path
 
 import numpy as np
 import pytest
@@ -15,12 +14,12 @@ from click.testing import CliRunner
 
 from dpaudit.attacks.reconstruction import symbol_edit_distances
 from dpaudit.audit import audit_scores
+from dpaudit.claim import Claim
 from dpaudit.cli import cli
-from dpaudit.verdict.headline import AuditSource, headline
 from dpaudit.report import plots
 from dpaudit.report.measurable import members_needed, tpr_rate, zero_bound_reason
 from dpaudit.report.sections import grouped_warnings
-from dpaudit.claim import Claim
+from dpaudit.verdict.headline import AuditSource, headline
 
 
 def _text(html: str) -> str:
@@ -154,9 +153,8 @@ def test_attack_summary_notes_print_na_stored_warnings_and_the_undertrained_hint
 def test_the_claimed_epsilon_prints_identically_in_train_attack_and_report(noisy_canary_model, canary_data, tmp_path):
     import json
 
-    from tests.conftest import CANARY_TRAIN  # the session fixture's own command: rerunning it returns the finished run
-
     from dpaudit.common.figures import format_up
+    from tests.conftest import CANARY_TRAIN  # the session fixture's own command: rerunning it returns the finished run
 
     train = CliRunner().invoke(cli, ["train", *CANARY_TRAIN, "--seed", "1", "--steps", "40", "--noise-multiplier", "50",
                                      "--data", str(canary_data), "--out", str(noisy_canary_model)], catch_exceptions=False)

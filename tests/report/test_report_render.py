@@ -10,10 +10,10 @@ import numpy as np
 from click.testing import CliRunner
 
 from dpaudit.cli import cli
+from dpaudit.files.run_dirs import sha256_file
 from dpaudit.report import render_report
 from dpaudit.report.load import load_run
 from dpaudit.report.membership import membership_audits, strongest
-from dpaudit.files.run_dirs import sha256_file
 
 SCRIPT = "<script>alert(1)</script>"
 IMG = '"><img src=x onerror=alert(1)>'

@@ -15,9 +15,9 @@ from click.testing import CliRunner
 
 from dpaudit.cli import cli
 from dpaudit.cli.train import build_config
+from dpaudit.training.api import load_trainer
 from dpaudit.training.noise_source import REDACTED
 from dpaudit.training.train_dir import check_resume
-from dpaudit.training.api import load_trainer
 
 SECRET = 987_654_321_123
 

@@ -12,8 +12,8 @@ import numpy as np
 
 from dpaudit.attacks.mia import MembershipTask, per_frequency
 from dpaudit.audit import audit_scores
-from dpaudit.verdict.headline import AuditSource, group_size_of, headline
 from dpaudit.claim import Claim
+from dpaudit.verdict.headline import AuditSource, group_size_of, headline
 
 STATED = Claim(known=True, private=True, epsilon=8.0, recorded_epsilon=8.0, delta=1e-5, accountant="stated")
 

@@ -25,8 +25,8 @@ from dpaudit.accounting.events import Segment
 from dpaudit.audit import audit_scores
 from dpaudit.audit.claim_family import planned_last_iterate_pair
 from dpaudit.audit.one_run import epsilon_lower_bound_one_run
-from dpaudit.verdict.headline import CLAIM_PROOF_LABEL, PROOF_LABEL, AuditSource, headline
 from dpaudit.claim import Claim
+from dpaudit.verdict.headline import CLAIM_PROOF_LABEL, PROOF_LABEL, AuditSource, headline
 
 Q, STEPS, SIGMA = 0.5, 10, 3.435364344268516  # epsilon 2 at delta 1e-5 (PLD; checked below)
 EPSILON, DELTA, ALPHA = 2.0, 1e-5, 0.05

@@ -15,10 +15,10 @@ import pytest
 from dpaudit.attacks.mia import MembershipTask, task_result
 from dpaudit.attacks.results import AttackResults, DataInfo, LossResult, ModelInfo
 from dpaudit.audit import audit_scores
-from dpaudit.common.figures import format_down, format_up
-from dpaudit.verdict.headline import FDP_LABEL, headline_of
-from dpaudit.files.run_dirs import redact_command
 from dpaudit.claim import Claim
+from dpaudit.common.figures import format_down, format_up
+from dpaudit.files.run_dirs import redact_command
+from dpaudit.verdict.headline import FDP_LABEL, headline_of
 
 DELTA = 1e-5
 

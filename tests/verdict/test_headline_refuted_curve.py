@@ -30,8 +30,8 @@ import scipy.stats
 
 from dpaudit.accounting.events import Segment
 from dpaudit.audit import audit_scores
-from dpaudit.verdict.headline import AuditSource, headline
 from dpaudit.claim import Claim
+from dpaudit.verdict.headline import AuditSource, headline
 
 Q, STEPS, SIGMA, DELTA = 0.02, 10, 0.576, 1e-5
 M, TRIALS, ALPHA = 1000, 20, 0.05

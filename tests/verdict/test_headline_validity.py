@@ -24,8 +24,8 @@ import math
 import numpy as np
 
 from dpaudit.audit import audit_scores
-from dpaudit.verdict.headline import AuditSource, headline
 from dpaudit.claim import Claim
+from dpaudit.verdict.headline import AuditSource, headline
 
 TRUE_EPSILON = 2.0
 DELTA = 1e-5

@@ -11,9 +11,9 @@ import pytest
 
 from dpaudit.accounting.events import Segment
 from dpaudit.audit.tradeoff import one_run_margin
+from dpaudit.claim import Claim
 from dpaudit.whitebox.bounds import one_run_family
 from dpaudit.whitebox.layout import CanaryLayout
-from dpaudit.claim import Claim
 from dpaudit.whitebox.plan import candidate_pairs, planned_guesses
 from dpaudit.whitebox.scores import all_iterates_scores
 

@@ -71,7 +71,7 @@ def test_a_full_batch_gaussian_within_the_claim_is_not_a_refuted_claim(tmp_path)
     results = []
     for seed in range(3):
         evidence = run_with_canaries(
-            lambda out: FullBatchGaussian(target_epsilon=CLAIM, noise_seed=20_000 + seed, steps=STEPS, batch=1),
+            lambda out, seed=seed: FullBatchGaussian(target_epsilon=CLAIM, noise_seed=20_000 + seed, steps=STEPS, batch=1),
             tmp_path / f"run-{seed}", canaries=10_000, partners=16, rng=np.random.default_rng(seed))
         results.append(analyse([evidence], confidence=0.95, full=False))
     claim = results[0].claim

@@ -63,7 +63,8 @@ def test_best_test_finds_the_test_that_rejects_the_least_private_scaling():
     claim = Claim(known=True, private=True, segments=(Segment(steps=1, sampling_probability=1.0, noise_multiplier=2.0),),
                              delta=1e-5, epsilon=0.0, clip_norm=1.0, sensitivity_factor=1.0)
     # test j rejects a scaled claim when its f(0.1) reaches that of scale s_j: every scale >= s_j
-    tests = [lambda curve, t=float(claim.curve(s)(0.1)): curve(0.1) >= t - 1e-12 for s in (2.0, 0.8, 1.3)]
+    thresholds = [float(claim.curve(s)(0.1)) for s in (2.0, 0.8, 1.3)]
+    tests = [lambda curve, t=t: curve(0.1) >= t - 1e-12 for t in thresholds]
     best, scale = claim.best_test(tests)
     assert best == 1 and scale == claim.lower_bound(tests[1]).scale and 0.79 < scale < 0.82
     assert claim.best_test([lambda curve: False]) == (None, None)

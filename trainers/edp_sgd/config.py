@@ -21,10 +21,10 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
-from dpaudit.training.config_types import check_int, check_types
-from dpaudit.training.dp_options import help_text as _help
 from dpaudit.trainers.torch_common.config import TorchTrainConfig
 from dpaudit.trainers.torch_common.options import DEFAULT_VOCAB_SIZE
+from dpaudit.training.config_types import check_int, check_types
+from dpaudit.training.dp_options import help_text as _help
 
 Mode = Literal["sgd", "dp-sgd", "edp-sgd"]
 ScaleFrom = Literal["public", "private"]

@@ -24,9 +24,9 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from dpaudit import accounting
+from dpaudit.trainers.torch_common.privacy import private_parts, sampling_rate, schedule_text
 from dpaudit.training.privacy_plan import PrivacyPlan
 from dpaudit.training.record import RecordParts
-from dpaudit.trainers.torch_common.privacy import private_parts, sampling_rate, schedule_text
 
 __all__ = ["paper_claim", "record_parts"]
 

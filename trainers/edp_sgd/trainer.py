@@ -43,9 +43,6 @@ import numpy as np
 import torch
 
 from dpaudit.common.errors import UserInputError
-from dpaudit.training.privacy_plan import PrivacyPlan
-from dpaudit.training import RecordParts
-from dpaudit.training.gradient_canaries import UNIT_EXAMPLE, UNIT_MICROBATCH
 from dpaudit.trainers.edp_sgd import privacy
 from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
 from dpaudit.trainers.torch_common import noise, sampling
@@ -64,6 +61,9 @@ from dpaudit.trainers.torch_common.loop import (
 )
 from dpaudit.trainers.torch_common.model import layer_groups, per_example_losses
 from dpaudit.trainers.torch_common.plugin import TorchTrainer
+from dpaudit.training import RecordParts
+from dpaudit.training.gradient_canaries import UNIT_EXAMPLE, UNIT_MICROBATCH
+from dpaudit.training.privacy_plan import PrivacyPlan
 
 #: The contract suite's run (:meth:`EdpSgdTrainer.tiny_config`): eDP-SGD classification of a 2-layer
 #: BERT on 16-token texts, one epoch of 16-example batches in 4 micro-batches (6 steps).

@@ -30,12 +30,12 @@ from safetensors.numpy import load_file, save_file
 
 from dpaudit.common.errors import UserInputError
 from dpaudit.files.run_dirs import sha256_file
+from dpaudit.trainers.jax_bert.config import JaxBertConfig
 from dpaudit.training.train_dir import (
     CHECKPOINT_ARRAYS,
     CHECKPOINT_STATE,
     write_checkpoint,
 )
-from dpaudit.trainers.jax_bert.config import JaxBertConfig
 
 ARRAYS_NAME = CHECKPOINT_ARRAYS
 STATE_NAME = CHECKPOINT_STATE

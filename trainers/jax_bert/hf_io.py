@@ -35,8 +35,8 @@ from safetensors.numpy import load_file, save_file
 from dpaudit.common.errors import UserInputError
 from dpaudit.files.model_dirs import MASKED_LM, ExpectedTensors, architecture_kind
 from dpaudit.files.run_dirs import FILE_MODE, staged_directory
-from dpaudit.training.tokenizer import SPECIAL_TOKENS
 from dpaudit.trainers.jax_bert.model import BertConfig, FlaxBertForMaskedLM
+from dpaudit.training.tokenizer import SPECIAL_TOKENS
 
 CONFIG_NAME = "config.json"
 WEIGHTS_NAME = "model.safetensors"

@@ -26,7 +26,6 @@ import jax.numpy as jnp
 import optax
 from optax import tree_utils
 
-
 #: The learning-rate decays after warmup: ``quadratic`` to 0 at the last step (Anil et al. 2021), or ``none`` (the
 #: peak rate to the end). A decay weights late steps less; the last iterate of a DP run then carries less of the
 #: early steps' signal against the same noise, which is why a black-box audit of released weights trains with none.

@@ -79,18 +79,8 @@ from dpaudit.common.errors import UserInputError
 from dpaudit.inject_dir.reader import (
     PUBLIC,
     InjectRun,
-    canary_frequencies,
     load_inject_run,
 )
-from dpaudit.training.baselines import MLM_BASELINE_KEY, MLM_BASELINE_RULE, constant_prediction_accuracy, eval_rows
-from dpaudit.training.starting_point import SPLIT_FILES, StartingPoint, run_inputs
-from dpaudit.training.gradient_canaries import UNIT_EXAMPLE, GradientCanaries
-from dpaudit.training.privacy_plan import PrivacyPlan, plan_privacy
-from dpaudit.training.noise_source import NoiseSource
-from dpaudit.training.tokenizer import missing_new_tokens, special_token_ids, train_wordpiece
-from dpaudit.training.api import TrainResult
-from dpaudit.training import ClippedSumStep, RecordParts, RunData, RunSettings, RunSkeleton, TrainerPlugin
-from dpaudit.training.sampling import Sampler, SequentialPoisson
 from dpaudit.trainers.jax_bert import checkpoint as ckpt
 from dpaudit.trainers.jax_bert import cpu_runtime, dp_step, hf_io, parallel, sampling
 from dpaudit.trainers.jax_bert.config import TINY_SETTINGS, JaxBertConfig
@@ -103,6 +93,15 @@ from dpaudit.trainers.jax_bert.model import (
     preset_config,
 )
 from dpaudit.trainers.jax_bert.optimizer import init_optimizer, make_optimizer
+from dpaudit.training import ClippedSumStep, RecordParts, RunData, RunSettings, RunSkeleton, TrainerPlugin
+from dpaudit.training.api import TrainResult
+from dpaudit.training.baselines import MLM_BASELINE_KEY, MLM_BASELINE_RULE, constant_prediction_accuracy, eval_rows
+from dpaudit.training.gradient_canaries import UNIT_EXAMPLE, GradientCanaries
+from dpaudit.training.noise_source import NoiseSource
+from dpaudit.training.privacy_plan import PrivacyPlan, plan_privacy
+from dpaudit.training.sampling import Sampler, SequentialPoisson
+from dpaudit.training.starting_point import SPLIT_FILES, StartingPoint, run_inputs
+from dpaudit.training.tokenizer import missing_new_tokens, special_token_ids, train_wordpiece
 
 SHUFFLE_NOTE = (
     "fixed-size shuffled batches were used (--sampling shuffle): no epsilon is proven for them, so 'epsilon' "

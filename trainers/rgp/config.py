@@ -20,9 +20,9 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import ClassVar
 
+from dpaudit.trainers.torch_common.config import TorchTrainConfig
 from dpaudit.training.config_types import check_int
 from dpaudit.training.dp_options import help_text
-from dpaudit.trainers.torch_common.config import TorchTrainConfig
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -16,9 +16,9 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+from dpaudit.trainers.torch_common.privacy import private_parts, sampling_rate, schedule_text
 from dpaudit.training.privacy_plan import PrivacyPlan
 from dpaudit.training.record import RecordParts
-from dpaudit.trainers.torch_common.privacy import private_parts, sampling_rate, schedule_text
 
 __all__ = ["TRAINER", "record_parts"]
 

@@ -28,8 +28,6 @@ from typing import Any, ClassVar
 import numpy as np
 import torch
 
-from dpaudit.training.privacy_plan import PrivacyPlan
-from dpaudit.training import RecordParts
 from dpaudit.trainers.rgp import privacy
 from dpaudit.trainers.rgp.carriers import power_method, random_carriers, reconstruct
 from dpaudit.trainers.rgp.clipping import CarrierClipper, Reparametrization
@@ -44,6 +42,8 @@ from dpaudit.trainers.torch_common.loop import (
 )
 from dpaudit.trainers.torch_common.model import per_example_losses
 from dpaudit.trainers.torch_common.plugin import TorchTrainer
+from dpaudit.training import RecordParts
+from dpaudit.training.privacy_plan import PrivacyPlan
 
 #: The contract suite's run (:meth:`RgpTrainer.tiny_config`): rank-4 RGP classification of a 2-layer
 #: BERT on 16-token texts, one epoch of 16-example batches (6 steps, 2 of them warm-up).

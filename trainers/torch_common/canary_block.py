@@ -36,8 +36,8 @@ from collections.abc import Sequence
 import numpy as np
 import torch
 
-from dpaudit.training.gradient_canaries import GradientCanaries
 from dpaudit.trainers.torch_common.distributed import to_device
+from dpaudit.training.gradient_canaries import GradientCanaries
 
 __all__ = ["AuditBlock", "MicrobatchAudit"]
 

@@ -28,10 +28,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar, Literal
 
+from dpaudit.trainers.torch_common.options import DEFAULT_VOCAB_SIZE, Decay, Preset, Task
 from dpaudit.training.config_types import check_int, check_noise_multiplier, check_real, option_name
 from dpaudit.training.dp_options import DpOptions, help_text, init_from_help
 from dpaudit.training.presets import CAUSAL_PRESETS
-from dpaudit.trainers.torch_common.options import DEFAULT_VOCAB_SIZE, Decay, Preset, Task
 
 Device = Literal["auto", "cpu", "cuda"]
 

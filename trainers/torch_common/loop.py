@@ -37,10 +37,20 @@ import numpy as np
 import torch
 
 from dpaudit.common.errors import UserInputError
-from dpaudit.training.host_allocator import tune_host_allocator
-from dpaudit.inject_dir.reader import canary_frequencies
-from dpaudit.training.privacy_plan import PrivacyPlan, decay_schedule
-from dpaudit.training.noise_source import NoiseSource
+from dpaudit.scoring.architecture import transformers_layout
+from dpaudit.trainers.torch_common import checkpoint as ckpt
+from dpaudit.trainers.torch_common import data as data_mod
+from dpaudit.trainers.torch_common import distributed, noise, privacy, sampling
+from dpaudit.trainers.torch_common.canary_block import AuditBlock
+from dpaudit.trainers.torch_common.distributed import to_device
+from dpaudit.trainers.torch_common.model import (
+    build_model,
+    load_model,
+    per_example_losses,
+    special_ids,
+)
+from dpaudit.training import ClippedSumStep, RecordParts, RunData, RunSettings, RunSkeleton, TrainerPlugin
+from dpaudit.training.api import TrainResult
 from dpaudit.training.baselines import (
     CLASSIFY_BASELINE_KEY,
     CLASSIFY_BASELINE_RULE,
@@ -54,23 +64,12 @@ from dpaudit.training.baselines import (
     majority_class_accuracy,
     unigram_loss,
 )
-from dpaudit.scoring.architecture import transformers_layout
+from dpaudit.training.gradient_canaries import UNIT_EXAMPLE, UNIT_MICROBATCH, GradientCanaries
+from dpaudit.training.host_allocator import tune_host_allocator
+from dpaudit.training.noise_source import NoiseSource
+from dpaudit.training.privacy_plan import PrivacyPlan, decay_schedule
 from dpaudit.training.starting_point import StartingPoint, run_inputs
 from dpaudit.training.tokenizer import missing_new_tokens, special_token_ids, train_wordpiece
-from dpaudit.training.api import TrainResult
-from dpaudit.training import ClippedSumStep, RecordParts, RunData, RunSettings, RunSkeleton, TrainerPlugin
-from dpaudit.training.gradient_canaries import UNIT_EXAMPLE, UNIT_MICROBATCH, GradientCanaries
-from dpaudit.trainers.torch_common import checkpoint as ckpt
-from dpaudit.trainers.torch_common import data as data_mod
-from dpaudit.trainers.torch_common import distributed, noise, privacy, sampling
-from dpaudit.trainers.torch_common.canary_block import AuditBlock
-from dpaudit.trainers.torch_common.distributed import to_device
-from dpaudit.trainers.torch_common.model import (
-    build_model,
-    load_model,
-    per_example_losses,
-    special_ids,
-)
 
 _MASK_STREAM, _EVAL_STREAM = 11, 12  # public --seed streams (masking is not part of the mechanism; each
 # example's mask is keyed by its content hash and these: data.mask_tokens)

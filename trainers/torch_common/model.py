@@ -35,8 +35,8 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 
 from dpaudit.common.errors import UserInputError
-from dpaudit.training.presets import CAUSAL_PRESETS, PRESETS
 from dpaudit.scoring.source import CAUSAL_LM, architecture_kind
+from dpaudit.training.presets import CAUSAL_PRESETS, PRESETS
 from dpaudit.training.tokenizer import special_token_ids
 
 _LAYER = re.compile(r"^(.*?\.(?:layers?|h)\.\d+)\.")  # BERT's encoder.layer.i, Llama's layers.i, GPT-2's h.i

@@ -12,8 +12,8 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from dpaudit.training.api import TrainResult
 from dpaudit.trainers.torch_common import distributed
+from dpaudit.training.api import TrainResult
 
 __all__ = ["TorchTrainer"]
 

@@ -11,9 +11,9 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from dpaudit.trainers.torch_common import philox
 from dpaudit.training.privacy_plan import PrivacyPlan
 from dpaudit.training.record import RecordParts
-from dpaudit.trainers.torch_common import philox
 
 __all__ = ["noise_sampler", "private_parts", "sampling_rate", "schedule_text"]
 

@@ -23,7 +23,6 @@ from typing import Any
 
 import numpy as np
 
-
 #: Streams of the secret seed (sampling and noise never share random numbers).
 SAMPLING_STREAM, NOISE_STREAM = 1, 2
 

@@ -15,7 +15,8 @@ from dpaudit.trainers.torch_common import distributed, noise
 from dpaudit.trainers.torch_common.clipping.ghost import GhostClipper, UnsupportedModel
 from dpaudit.trainers.torch_common.clipping.per_example import PerExampleClipper, trainable
 from dpaudit.trainers.torch_common.model import layer_groups, per_example_losses
-from tests.trainers.edp_sgd.ghost_oracle import max_error as _max_error, microbatch_sums
+from tests.trainers.edp_sgd.ghost_oracle import max_error as _max_error
+from tests.trainers.edp_sgd.ghost_oracle import microbatch_sums
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 

@@ -12,7 +12,8 @@ from dpaudit.trainers.torch_common.clipping.ghost import GhostClipper
 from dpaudit.trainers.torch_common.clipping.per_example import PerExampleClipper, trainable
 from dpaudit.trainers.torch_common.data import additive_mask
 from dpaudit.trainers.torch_common.model import build_model, layer_groups, per_example_losses
-from tests.trainers.edp_sgd.ghost_oracle import max_error as _max_error, microbatch_sums
+from tests.trainers.edp_sgd.ghost_oracle import max_error as _max_error
+from tests.trainers.edp_sgd.ghost_oracle import microbatch_sums
 
 
 @pytest.fixture(scope="module")

@@ -16,8 +16,8 @@ from dpaudit.cli import cli
 from dpaudit.common.errors import UserInputError
 from dpaudit.common.figures import format_up
 from dpaudit.files.run_dirs import verify_run_dir
-from dpaudit.training.train_dir import list_checkpoints
 from dpaudit.trainers.edp_sgd.trainer import EdpSgdTrainer
+from dpaudit.training.train_dir import list_checkpoints
 
 SECRET_SEED = 987654321123
 
@@ -138,8 +138,8 @@ def test_bad_options_exit_2_with_one_line(data_dir, tmp_path, args, message):
 
 
 def test_config_types_are_checked_from_every_source(edp_config):
-    from dpaudit.training.config_types import ConfigTypeError
     from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
+    from dpaudit.training.config_types import ConfigTypeError
 
     # A TOML string is not a boolean, nor a choice of another type; an integer number is a float.
     with pytest.raises(ConfigTypeError, match="--keep-checkpoints must be true or false"):

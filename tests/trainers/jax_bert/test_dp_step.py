@@ -146,7 +146,7 @@ def test_vmap_per_example_grads_equal_loop_oracle(case) -> None:
     batch = gather(data, np.arange(n))
     got = jax.jit(functools.partial(dp_step.per_example_grads, loss_fn))(params, batch)
     for i, want in enumerate(loop_grads(loss_fn, params, batch, n)):
-        assert_trees_close(jax.tree.map(lambda g: g[i], got), want, rtol=1e-4, atol=1e-6)
+        assert_trees_close(jax.tree.map(lambda g, i=i: g[i], got), want, rtol=1e-4, atol=1e-6)
 
 
 def test_clipped_norms_bounded_and_clipped_sum_equals_loop_oracle(clip_case) -> None:
@@ -160,7 +160,7 @@ def test_clipped_norms_bounded_and_clipped_sum_equals_loop_oracle(clip_case) -> 
     )
     np.testing.assert_allclose(np.asarray(got_norms), norms, rtol=1e-4)
     for i in range(n):
-        assert tree_norm(jax.tree.map(lambda g: g[i], clipped)) <= clip * (1 + 1e-5)
+        assert tree_norm(jax.tree.map(lambda g, i=i: g[i], clipped)) <= clip * (1 + 1e-5)
     # Through the scan: 2 micro-steps of 4.
     idx, mask = sampling.pack_microsteps(np.arange(n), M, S)[0]
     got, stats = _jitted_clipped_sum(loss_fn, clip)(params, gather(data, idx), mask)

@@ -20,9 +20,8 @@ DIGITS = 4
 
 
 def test_non_private_model_ranks_100x_canaries_far_above_controls(canary_model, canary_data):
-    from dpaudit.attacks.exposure_rank import exposure_rank
-
     from dpaudit import scoring
+    from dpaudit.attacks.exposure_rank import exposure_rank
 
     run = load_inject_run(canary_data)
     tables = scoring.load(canary_model, progress=False).masked_log_probs(run.canaries, run.space)

@@ -15,9 +15,9 @@ import pytest
 from safetensors.numpy import load_file
 
 from dpaudit.common.errors import UserInputError
-from dpaudit.training.train_dir import list_checkpoints
 from dpaudit.trainers.jax_bert import checkpoint as ckpt
 from dpaudit.trainers.jax_bert.trainer import JaxBertTrainer
+from dpaudit.training.train_dir import list_checkpoints
 
 
 class _Killed(BaseException):

@@ -16,11 +16,11 @@ from dpaudit import accounting
 from dpaudit.common.errors import UserInputError
 from dpaudit.common.figures import format_up
 from dpaudit.files.run_dirs import read_jsonl
-from dpaudit.training.train_dir import list_checkpoints
-from dpaudit.training.api import Trainer, load_trainer
 from dpaudit.trainers.jax_bert import checkpoint as ckpt
 from dpaudit.trainers.jax_bert.config import JaxBertConfig, parse_batch_schedule
 from dpaudit.trainers.jax_bert.trainer import JaxBertTrainer, plan_run_privacy
+from dpaudit.training.api import Trainer, load_trainer
+from dpaudit.training.train_dir import list_checkpoints
 
 # -- plug-in and config --------------------------------------------------------------------------
 

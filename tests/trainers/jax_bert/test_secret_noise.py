@@ -19,10 +19,10 @@ import pytest
 from safetensors.numpy import load_file
 
 from dpaudit.files.run_dirs import read_jsonl
-from dpaudit.training.noise_source import REDACTED, NoiseSource
 from dpaudit.trainers.jax_bert import dp_step, sampling
 from dpaudit.trainers.jax_bert.model import BertConfig, init_params
 from dpaudit.trainers.jax_bert.trainer import JaxBertTrainer, noise_key_of
+from dpaudit.training.noise_source import REDACTED, NoiseSource
 
 SECRET = 123_456_789_012  # an explicit --noise-seed; must never appear in a released file
 SEED = 0  # the public --seed: the same for every run here

@@ -14,8 +14,8 @@ from dp_accounting import dp_event
 from dp_accounting.pld import pld_privacy_accountant
 from safetensors.torch import load_file
 
-from dpaudit.cli import cli
 from dpaudit.claim.record import PrivacyRecord
+from dpaudit.cli import cli
 from dpaudit.files.run_dirs import verify_run_dir
 from dpaudit.trainers.rgp.trainer import RgpTrainer, _Plugin
 from dpaudit.trainers.torch_common import noise
