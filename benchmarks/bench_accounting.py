@@ -31,10 +31,14 @@ VARIABLE = [(1_875, 262_144), (1_875, 458_752), (1_875, 655_360), (1_875, 851_96
 
 
 def raw_event(schedule, sigma):
-    return dp_accounting.ComposedDpEvent([
-        dp_accounting.SelfComposedDpEvent(
-            dp_accounting.PoissonSampledDpEvent(batch / N, dp_accounting.GaussianDpEvent(sigma)), steps)
-        for steps, batch in schedule])
+    return dp_accounting.ComposedDpEvent(
+        [
+            dp_accounting.SelfComposedDpEvent(
+                dp_accounting.PoissonSampledDpEvent(batch / N, dp_accounting.GaussianDpEvent(sigma)), steps
+            )
+            for steps, batch in schedule
+        ]
+    )
 
 
 def pld_epsilon(event):
@@ -57,25 +61,51 @@ def main() -> None:
     rows = []
     for name, schedule in (("constant 65K", CONSTANT), ("262K->1M", VARIABLE)):
         A.clear_caches()
-        ours, t_ours = timed(lambda: A.calibrate_noise(
-            lambda s: A.schedule_event(A.batch_schedule_segments(dataset_size=N, schedule=schedule, noise_multiplier=s)),
-            TARGET, DELTA))
+        ours, t_ours = timed(
+            lambda: A.calibrate_noise(
+                lambda s: A.schedule_event(
+                    A.batch_schedule_segments(dataset_size=N, schedule=schedule, noise_multiplier=s)
+                ),
+                TARGET,
+                DELTA,
+            )
+        )
         A.clear_caches()
-        ours_cert, t_cert = timed(lambda: A.calibrate_noise(
-            lambda s: A.schedule_event(A.batch_schedule_segments(dataset_size=N, schedule=schedule, noise_multiplier=s)),
-            TARGET, DELTA, certify_minimal=True))
+        ours_cert, t_cert = timed(
+            lambda: A.calibrate_noise(
+                lambda s: A.schedule_event(
+                    A.batch_schedule_segments(dataset_size=N, schedule=schedule, noise_multiplier=s)
+                ),
+                TARGET,
+                DELTA,
+                certify_minimal=True,
+            )
+        )
         eps_ours, t_one = timed(lambda: pld_epsilon(raw_event(schedule, ours)))
         A.clear_caches()
         eps_one_ours, t_one_ours = timed(lambda: A.epsilon(raw_event(schedule, ours), DELTA))
         assert eps_one_ours == eps_ours, (eps_one_ours, eps_ours)  # same PLD, bit for bit
-        row = {"name": name, "ours": ours, "t_ours": t_ours, "eps_ours": eps_ours, "t_one": t_one,
-               "t_one_ours": t_one_ours,
-               "ours_cert": ours_cert, "t_cert": t_cert}
+        row = {
+            "name": name,
+            "ours": ours,
+            "t_ours": t_ours,
+            "eps_ours": eps_ours,
+            "t_one": t_one,
+            "t_one_ours": t_one_ours,
+            "ours_cert": ours_cert,
+            "t_cert": t_cert,
+        }
         if not args.skip_naive:
-            row["naive"], row["t_naive"] = timed(lambda: dp_accounting.calibrate_dp_mechanism(
-                pld.PLDAccountant, lambda s: raw_event(schedule, s), TARGET, DELTA))
-            row["naive_tol"], row["t_naive_tol"] = timed(lambda: dp_accounting.calibrate_dp_mechanism(
-                pld.PLDAccountant, lambda s: raw_event(schedule, s), TARGET, DELTA, tol=1e-3 * ours))
+            row["naive"], row["t_naive"] = timed(
+                lambda: dp_accounting.calibrate_dp_mechanism(
+                    pld.PLDAccountant, lambda s: raw_event(schedule, s), TARGET, DELTA
+                )
+            )
+            row["naive_tol"], row["t_naive_tol"] = timed(
+                lambda: dp_accounting.calibrate_dp_mechanism(
+                    pld.PLDAccountant, lambda s: raw_event(schedule, s), TARGET, DELTA, tol=1e-3 * ours
+                )
+            )
             row["eps_naive"] = pld_epsilon(raw_event(schedule, row["naive"]))
         rows.append(row)
 
@@ -86,19 +116,29 @@ def main() -> None:
     for r in rows:
         base = r.get("t_naive")
         if base is not None:
-            print(f"{r['name']:14s} {'naive (tol 1e-6)':28s} {r['naive']:10.6f} {r['eps_naive']:12.5f} {base:8.2f} {'1.0x':>9s}")
-            print(f"{'':14s} {'naive (tol 1e-3 relative)':28s} {r['naive_tol']:10.6f} {'':12s} "
-                  f"{r['t_naive_tol']:8.2f} {base / r['t_naive_tol']:8.1f}x")
+            print(
+                f"{r['name']:14s} {'naive (tol 1e-6)':28s} {r['naive']:10.6f} {r['eps_naive']:12.5f} {base:8.2f} {'1.0x':>9s}"
+            )
+            print(
+                f"{'':14s} {'naive (tol 1e-3 relative)':28s} {r['naive_tol']:10.6f} {'':12s} "
+                f"{r['t_naive_tol']:8.2f} {base / r['t_naive_tol']:8.1f}x"
+            )
         speed = f"{base / r['t_ours']:8.1f}x" if base else ""
-        print(f"{'' if base else r['name']:14s} {'dpaudit calibrate_noise':28s} {r['ours']:10.6f} {r['eps_ours']:12.5f} "
-              f"{r['t_ours']:8.2f} {speed:>9s}")
+        print(
+            f"{'' if base else r['name']:14s} {'dpaudit calibrate_noise':28s} {r['ours']:10.6f} {r['eps_ours']:12.5f} "
+            f"{r['t_ours']:8.2f} {speed:>9s}"
+        )
         speed = f"{base / r['t_cert']:8.1f}x" if base else ""
-        print(f"{'':14s} {'dpaudit, certify_minimal':28s} {r['ours_cert']:10.6f} {'':12s} {r['t_cert']:8.2f} {speed:>9s}")
+        print(
+            f"{'':14s} {'dpaudit, certify_minimal':28s} {r['ours_cert']:10.6f} {'':12s} {r['t_cert']:8.2f} {speed:>9s}"
+        )
         print(f"{'':14s} {'(one PLDAccountant call)':28s} {'':10s} {'':12s} {r['t_one']:8.2f}")
         print(f"{'':14s} {'(one dpaudit epsilon, cold)':28s} {'':10s} {'':12s} {r['t_one_ours']:8.2f}")
-    print("\nTarget: under 5 s for both. Every dpaudit sigma is re-checked above with a fresh PLDAccountant"
-          " (default discretization 1e-4): its epsilon is <= the target, and dpaudit's own epsilon of the same"
-          " event is bit-identical to it.")
+    print(
+        "\nTarget: under 5 s for both. Every dpaudit sigma is re-checked above with a fresh PLDAccountant"
+        " (default discretization 1e-4): its epsilon is <= the target, and dpaudit's own epsilon of the same"
+        " event is bit-identical to it."
+    )
 
 
 if __name__ == "__main__":

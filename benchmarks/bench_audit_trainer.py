@@ -63,11 +63,22 @@ from dpaudit.whitebox.audit import audit_trainer
 MICROBATCHES = 100000
 
 
-def config_for(trainer, mode: str | None, eps: float, rows: int, share: float, noise_seed: int | None,
-               microbatches: int = MICROBATCHES):
+def config_for(
+    trainer,
+    mode: str | None,
+    eps: float,
+    rows: int,
+    share: float,
+    noise_seed: int | None,
+    microbatches: int = MICROBATCHES,
+):
     names = {f for f in trainer.Config.__dataclass_fields__}
-    kw = {"target_epsilon": eps, "noise_multiplier": None, "noise_seed": noise_seed,
-          "batch_size": max(2, math.floor(share * rows))}
+    kw = {
+        "target_epsilon": eps,
+        "noise_multiplier": None,
+        "noise_seed": noise_seed,
+        "batch_size": max(2, math.floor(share * rows)),
+    }
     if "epochs" in names:
         kw["epochs"] = 2
     else:
@@ -86,12 +97,18 @@ def main() -> None:
     parser.add_argument("--epsilons", default="1,2,4,8")
     parser.add_argument("--trainers", default="jax-bert,edp-sgd:dp-sgd,edp-sgd:edp-sgd,rgp")
     parser.add_argument("--share", type=float, default=0.9)
-    parser.add_argument("--microbatches", type=int, default=MICROBATCHES,
-                        help="edp-sgd mode: micro-batches per step = canaries per run (one each)")
+    parser.add_argument(
+        "--microbatches",
+        type=int,
+        default=MICROBATCHES,
+        help="edp-sgd mode: micro-batches per step = canaries per run (one each)",
+    )
     args = parser.parse_args()
     epsilons = [float(e) for e in args.epsilons.split(",")]
-    print(f"| trainer | mode | claim eps | m | q | steps | one-run f-DP | f-DP min / mean of {args.runs} | "
-          f"one-run Steinke | last iterate | one-run pooled | {args.runs} runs pooled | s/run |")
+    print(
+        f"| trainer | mode | claim eps | m | q | steps | one-run f-DP | f-DP min / mean of {args.runs} | "
+        f"one-run Steinke | last iterate | one-run pooled | {args.runs} runs pooled | s/run |"
+    )
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as work:
         data = Path(work) / "data"
@@ -104,12 +121,18 @@ def main() -> None:
             partners = 16 if mode == "edp-sgd" else 0
             rows = real + m * (1 + partners)
             for eps in epsilons:
-                config = config_for(trainer, mode or None, eps, rows, args.share, noise_seed=None,
-                                    microbatches=args.microbatches)
+                config = config_for(
+                    trainer, mode or None, eps, rows, args.share, noise_seed=None, microbatches=args.microbatches
+                )
                 start = time.perf_counter()
-                analysis, _ = audit_trainer(lambda out: trainer.Plugin(data, out, config, seed=0), canaries=m,
-                                            runs=args.runs, partners=max(partners, 1), seed=int(eps * 100),
-                                            workdir=Path(work) / f"{name}-{mode}-{eps}")
+                analysis, _ = audit_trainer(
+                    lambda out: trainer.Plugin(data, out, config, seed=0),
+                    canaries=m,
+                    runs=args.runs,
+                    partners=max(partners, 1),
+                    seed=int(eps * 100),
+                    workdir=Path(work) / f"{name}-{mode}-{eps}",
+                )
                 per_run = (time.perf_counter() - start) / args.runs
                 claim = analysis.claim.epsilon
                 first = analysis.one_run["all_iterates"][0]
@@ -117,19 +140,23 @@ def main() -> None:
                 from dpaudit.whitebox.bounds import multi_run_family
 
                 s = analysis.scores["all_iterates"]
-                pooled_one = multi_run_family(s.member[0], s.nonmember[0], analysis.claim,
-                                              confidence=analysis.bound_confidence).epsilon
+                pooled_one = multi_run_family(
+                    s.member[0], s.nonmember[0], analysis.claim, confidence=analysis.bound_confidence
+                ).epsilon
                 pooled = analysis.pooled["all_iterates"]["claim_family"].epsilon
                 q = analysis.claim.segments[0].sampling_probability
                 each = [run["claim_family"].epsilon / claim for run in analysis.one_run["all_iterates"]]
+
                 def down(x: float) -> str:  # a lower bound's share of the claim, rounded down as dpaudit prints bounds
                     return f"{math.floor(x * 1000) / 1000:.3f}"
 
-                print(f"| {name} | {mode or '-'} | {format_up(claim)} | {m} | {q:.2f} | {analysis.claim.steps} | "
-                      f"{down(first['claim_family'].epsilon / claim)} | {down(min(each))} / {down(sum(each) / len(each))} | "
-                      f"{down(first['steinke'].epsilon / claim)} | "
-                      f"{down(last / claim)} | {down(pooled_one / claim)} | {down(pooled / claim)} | {per_run:.1f} |",
-                      flush=True)
+                print(
+                    f"| {name} | {mode or '-'} | {format_up(claim)} | {m} | {q:.2f} | {analysis.claim.steps} | "
+                    f"{down(first['claim_family'].epsilon / claim)} | {down(min(each))} / {down(sum(each) / len(each))} | "
+                    f"{down(first['steinke'].epsilon / claim)} | "
+                    f"{down(last / claim)} | {down(pooled_one / claim)} | {down(pooled / claim)} | {per_run:.1f} |",
+                    flush=True,
+                )
 
 
 if __name__ == "__main__":

@@ -31,7 +31,9 @@ def read_tsv(path: Path) -> tuple[list[str], list[str]]:
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--snips", type=Path, required=True, help="Folder with SNIPS train.tsv and test.tsv (read in place).")
+    parser.add_argument(
+        "--snips", type=Path, required=True, help="Folder with SNIPS train.tsv and test.tsv (read in place)."
+    )
     parser.add_argument("--per-side", type=int, default=700)
     parser.add_argument("--seeds", type=int, default=3)
     args = parser.parse_args()
@@ -43,10 +45,17 @@ def main() -> None:
     names = sorted(set(train_y) | set(test_y))
     code = {name: i for i, name in enumerate(names)}
     n = min(args.per_side, len(test_x))
-    variants = {"text + length + label": ("text", "length", "label"), "text only": ("text",),
-                "length only": ("length",), "label only": ("label",), "text + length": ("text", "length")}
-    print(f"SNIPS blind baseline: {n} train rows (members) vs {n} test rows (non-members), {args.seeds} draws; "
-          "AUC mean over draws, [95% CI] of draw 0")
+    variants = {
+        "text + length + label": ("text", "length", "label"),
+        "text only": ("text",),
+        "length only": ("length",),
+        "label only": ("label",),
+        "text + length": ("text", "length"),
+    }
+    print(
+        f"SNIPS blind baseline: {n} train rows (members) vs {n} test rows (non-members), {args.seeds} draws; "
+        "AUC mean over draws, [95% CI] of draw 0"
+    )
     print(f"{'setting':>28} {'features':>22} {'AUC':>6} {'95% CI':>16} {'seconds':>8}")
     for setting in ("train vs test", "train vs train (control)"):
         for label, features in variants.items():
@@ -60,7 +69,7 @@ def main() -> None:
                     texts = [train_x[i] for i in members] + [test_x[i] for i in others]
                     labels = [code[train_y[i]] for i in members] + [code[test_y[i]] for i in others]
                 else:
-                    others = pick[n:2 * n]
+                    others = pick[n : 2 * n]
                     texts = [train_x[i] for i in np.r_[members, others]]
                     labels = [code[train_y[i]] for i in np.r_[members, others]]
                 member = np.r_[np.ones(n, bool), np.zeros(n, bool)]
@@ -69,7 +78,9 @@ def main() -> None:
                 aucs.append(audit.auc.value)
                 ci = ci or (audit.auc.ci.low, audit.auc.ci.high)
             seconds = (time.perf_counter() - start) / args.seeds
-            print(f"{setting:>28} {label:>22} {np.mean(aucs):>6.3f} {f'[{ci[0]:.3f}, {ci[1]:.3f}]':>16} {seconds:>8.2f}")
+            print(
+                f"{setting:>28} {label:>22} {np.mean(aucs):>6.3f} {f'[{ci[0]:.3f}, {ci[1]:.3f}]':>16} {seconds:>8.2f}"
+            )
 
 
 if __name__ == "__main__":

@@ -30,8 +30,12 @@ from types import SimpleNamespace  # noqa: E402
 
 import numpy as np  # noqa: E402
 
-TEXTS = ["the quick brown fox jumps over the lazy dog", "alice smith's account number is 4 8 1 5 9 0 2 3 6 7",
-         "please call me back at 5 5 5 0 1 9 9 tomorrow", "the meeting moved to room 1 2 on friday"]
+TEXTS = [
+    "the quick brown fox jumps over the lazy dog",
+    "alice smith's account number is 4 8 1 5 9 0 2 3 6 7",
+    "please call me back at 5 5 5 0 1 9 9 tomorrow",
+    "the meeting moved to room 1 2 on friday",
+]
 PREFIX = "alice smith's account number is "
 
 
@@ -65,29 +69,46 @@ def main() -> None:
     torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
     tokenizer = train_wordpiece(TEXTS, vocab_size=200, min_frequency=1)
     ids = special_token_ids(tokenizer)
-    config = GPT2Config(vocab_size=tokenizer.get_vocab_size(), bos_token_id=ids["cls"], eos_token_id=ids["sep"],
-                        pad_token_id=ids["pad"], tie_word_embeddings=True, **CAUSAL_PRESETS[args.preset])
+    config = GPT2Config(
+        vocab_size=tokenizer.get_vocab_size(),
+        bos_token_id=ids["cls"],
+        eos_token_id=ids["sep"],
+        pad_token_id=ids["pad"],
+        tie_word_embeddings=True,
+        **CAUSAL_PRESETS[args.preset],
+    )
     torch.manual_seed(0)
     with tempfile.TemporaryDirectory() as tmp:
         save_hf(Path(tmp), GPT2LMHeadModel(config).eval(), tokenizer)
         model = transformers.AutoModelForCausalLM.from_pretrained(tmp).eval()
         hf_tokenizer = transformers.AutoTokenizer.from_pretrained(tmp)
-    print(f"preset {args.preset}, {sum(p.numel() for p in model.parameters()):,} parameters, torch threads "
-          f"{torch.get_num_threads()}, load average {os.getloadavg()[0]:.2f}")
-    print(f"{'space':>9} {'|R|':>8} {'tree wall s':>11} {'tree cpu s':>10} {'brute wall s':>12} {'brute cpu s':>11} "
-          f"{'ratio':>6} {'max |diff|':>10}")
+    print(
+        f"preset {args.preset}, {sum(p.numel() for p in model.parameters()):,} parameters, torch threads "
+        f"{torch.get_num_threads()}, load average {os.getloadavg()[0]:.2f}"
+    )
+    print(
+        f"{'space':>9} {'|R|':>8} {'tree wall s':>11} {'tree cpu s':>10} {'brute wall s':>12} {'brute cpu s':>11} "
+        f"{'ratio':>6} {'max |diff|':>10}"
+    )
     for length in (int(x) for x in args.lengths.split(",")):
         space = ProductSpace(kind="digits", alphabet=[str(i) for i in range(10)], length=length)
-        canary = SimpleNamespace(id="c", prefix=PREFIX, secret=space.secret_of([4, 8, 1, 5, 9, 0, 2][:length]), suffix="")
+        canary = SimpleNamespace(
+            id="c", prefix=PREFIX, secret=space.secret_of([4, 8, 1, 5, 9, 0, 2][:length]), suffix=""
+        )
         (secret,), alphabet = cs.alphabet_secrets(hf_tokenizer, [canary], space, max_length=128)
-        tree, t_wall, t_cpu = _timed(lambda: cs.prefix_tree_scores(model, secret.context, alphabet, length, device="cpu"),
-                                     args.repeats)
+        tree, t_wall, t_cpu = _timed(
+            lambda: cs.prefix_tree_scores(model, secret.context, alphabet, length, device="cpu"), args.repeats
+        )
         row = f"{space.format:>9} {space.size:>8,} {t_wall:>11.3f} {t_cpu:>10.3f}"
         if length <= args.brute_max:
-            candidates = [cs.CausalSecret(context=secret.context, secret=alphabet[list(d)].tolist())
-                          for d in np.ndindex(*(10,) * length)]
-            brute, b_wall, b_cpu = _timed(lambda: cs.sequence_log_likelihoods(
-                model, hf_tokenizer, candidates, device="cpu", batch_size=256), args.repeats)
+            candidates = [
+                cs.CausalSecret(context=secret.context, secret=alphabet[list(d)].tolist())
+                for d in np.ndindex(*(10,) * length)
+            ]
+            brute, b_wall, b_cpu = _timed(
+                lambda: cs.sequence_log_likelihoods(model, hf_tokenizer, candidates, device="cpu", batch_size=256),
+                args.repeats,
+            )
             row += f" {b_wall:>12.3f} {b_cpu:>11.3f} {b_wall / t_wall:>6.1f} {np.abs(tree - brute).max():>10.2e}"
         print(row, flush=True)
 

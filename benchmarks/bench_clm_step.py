@@ -44,9 +44,27 @@ def make_inject_dir(root: Path, rows: int) -> Path:
     from dpaudit.cli import cli
 
     out = root / "data"
-    result = CliRunner().invoke(cli, ["inject", "--corpus", "builtin:assistant", "--corpus-size", str(rows),
-                                      "--public-size", str(rows), "--out", str(out), "--seed", "0", "--frequencies",
-                                      "1,2", "--per-frequency", "1"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "inject",
+            "--corpus",
+            "builtin:assistant",
+            "--corpus-size",
+            str(rows),
+            "--public-size",
+            str(rows),
+            "--out",
+            str(out),
+            "--seed",
+            "0",
+            "--frequencies",
+            "1,2",
+            "--per-frequency",
+            "1",
+        ],
+        catch_exceptions=False,
+    )
     if result.exit_code != 0:
         raise SystemExit(result.output)
     return out
@@ -72,8 +90,13 @@ class OpacusStep:
         model = copy.deepcopy(run.model).train()  # Opacus captures activations only in training mode
         self.run = run
         self.module = GradSampleModule(model, batch_first=True, loss_reduction="sum")
-        self.optimizer = DPOptimizer(torch.optim.Adam(self.module.parameters(), lr=1e-3), noise_multiplier=noise_multiplier,
-                                     max_grad_norm=clip_norm, expected_batch_size=batch_size, loss_reduction="sum")
+        self.optimizer = DPOptimizer(
+            torch.optim.Adam(self.module.parameters(), lr=1e-3),
+            noise_multiplier=noise_multiplier,
+            max_grad_norm=clip_norm,
+            expected_batch_size=batch_size,
+            loss_reduction="sum",
+        )
 
     def step(self, step: int, indices: np.ndarray) -> None:
         del step
@@ -109,14 +132,22 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     print(f"before: {uptime()}")
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads")
-    common = dict(preset=args.preset, max_length=args.max_length, batch_size=args.batch, epochs=1, eval_examples=0,
-                  learning_rate=1e-3, checkpoint_every=10**6)
+    common = dict(
+        preset=args.preset,
+        max_length=args.max_length,
+        batch_size=args.batch,
+        epochs=1,
+        eval_examples=0,
+        learning_rate=1e-3,
+        checkpoint_every=10**6,
+    )
     with tempfile.TemporaryDirectory() as tmp:
         root = Path(tmp)
         data = make_inject_dir(root, args.rows)
         sgd = build_run(data, root, mode="sgd", **common)
-        dp = build_run(data, root, mode="dp-sgd", noise_multiplier=1.0, clip_engine=args.clip_engine, noise_seed=1,
-                       **common)
+        dp = build_run(
+            data, root, mode="dp-sgd", noise_multiplier=1.0, clip_engine=args.clip_engine, noise_seed=1, **common
+        )
         assert args.clip_engine != "ghost" or dp.ghost is not None, dp.ghost_refused
         dp.model.load_state_dict(sgd.model.state_dict())  # the same weights (both from --seed 0 anyway)
         steppers = {"sgd": sgd.step, "dp-sgd": dp.step}
@@ -125,8 +156,10 @@ def main(argv: list[str] | None = None) -> int:
         n = len(sgd.data.train.texts)
         params = sum(p.numel() for p in sgd.params)
         lengths = sgd.encoded["train"].lengths.float()
-        print(f"{args.preset} GPT-2: {params / 1e6:.2f}M parameters, vocabulary {sgd.vocab_size}, {n} rows of mean "
-              f"{float(lengths.mean()):.1f} tokens (max {args.max_length}), batch {args.batch}, engine {args.clip_engine}")
+        print(
+            f"{args.preset} GPT-2: {params / 1e6:.2f}M parameters, vocabulary {sgd.vocab_size}, {n} rows of mean "
+            f"{float(lengths.mean()):.1f} tokens (max {args.max_length}), batch {args.batch}, engine {args.clip_engine}"
+        )
         rng = np.random.default_rng(0)
         batches = [rng.choice(n, size=args.batch, replace=False) for _ in range(args.warmup + args.steps)]
         wall: dict[str, list[float]] = {m: [] for m in steppers}
@@ -137,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                 for i in range(args.warmup):
                     steppers[mode](i, batches[i])
             for i in range(args.warmup, args.warmup + args.steps):
-                order = names[(i + r) % len(names):] + names[:(i + r) % len(names)]
+                order = names[(i + r) % len(names) :] + names[: (i + r) % len(names)]
                 for mode in order:
                     start, cpu_start = time.perf_counter(), time.process_time()
                     steppers[mode](i, batches[i])
@@ -148,11 +181,15 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{'mode':8} {'wall ms/step':>13} {'cpu ms/step':>12}   ({args.rounds} rounds x {args.steps} steps)")
     for mode in names:
         print(f"{mode:8} {1e3 * med[mode]:13.1f} {1e3 * med_cpu[mode]:12.1f}")
-    print(f"\ndp-sgd / sgd: {med['dp-sgd'] / med['sgd']:.2f}x wall, {med_cpu['dp-sgd'] / med_cpu['sgd']:.2f}x cpu "
-          "(goal <= 1.1x)")
+    print(
+        f"\ndp-sgd / sgd: {med['dp-sgd'] / med['sgd']:.2f}x wall, {med_cpu['dp-sgd'] / med_cpu['sgd']:.2f}x cpu "
+        "(goal <= 1.1x)"
+    )
     if "opacus" in med:
-        print(f"opacus / dp-sgd: {med['opacus'] / med['dp-sgd']:.2f}x wall, "
-              f"{med_cpu['opacus'] / med_cpu['dp-sgd']:.2f}x cpu (goal >= 2x)")
+        print(
+            f"opacus / dp-sgd: {med['opacus'] / med['dp-sgd']:.2f}x wall, "
+            f"{med_cpu['opacus'] / med_cpu['dp-sgd']:.2f}x cpu (goal >= 2x)"
+        )
     print(f"after: {uptime()}")
     return 0
 

@@ -67,8 +67,18 @@ def main() -> int:
 
     workdir = args.workdir or Path(tempfile.mkdtemp(prefix="bench-demo-"))
     out, report = workdir / "demo", workdir / "report.html"
-    command = [sys.executable, "-m", "dpaudit", "demo", "--out", str(out), "--report", str(report),
-               *(["--quick"] if args.quick else []), *(["--no-classifiers"] if args.no_classifiers else [])]
+    command = [
+        sys.executable,
+        "-m",
+        "dpaudit",
+        "demo",
+        "--out",
+        str(out),
+        "--report",
+        str(report),
+        *(["--quick"] if args.quick else []),
+        *(["--no-classifiers"] if args.no_classifiers else []),
+    ]
     before = resource.getrusage(resource.RUSAGE_CHILDREN)
     start = time.perf_counter()
     done = subprocess.run(command, check=False, stdout=subprocess.PIPE, text=True)  # progress bars go to stderr

@@ -81,8 +81,11 @@ class Row:
 def _env() -> dict[str, str]:
     env = dict(os.environ)
     # One thread per job: the machine is shared, and --jobs runs trainings side by side.
-    env.update(XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1", OMP_NUM_THREADS="1",
-               TOKENIZERS_PARALLELISM="false")
+    env.update(
+        XLA_FLAGS="--xla_cpu_multi_thread_eigen=false intra_op_parallelism_threads=1",
+        OMP_NUM_THREADS="1",
+        TOKENIZERS_PARALLELISM="false",
+    )
     return env
 
 
@@ -97,8 +100,22 @@ def inject(out: Path, design: str, *, seed: int, canaries: int) -> Path:
 
     if not (out / "manifest.json").is_file():
         chosen = ["--format", design] if design.startswith("digits") else ["--design", design]
-        dpaudit("inject", "--corpus", "builtin:assistant", "--corpus-size", str(FULL.corpus_size), "--seed", str(seed),
-                "--coin-flip", "--per-frequency", str(canaries), *chosen, "--out", str(out), "--overwrite")
+        dpaudit(
+            "inject",
+            "--corpus",
+            "builtin:assistant",
+            "--corpus-size",
+            str(FULL.corpus_size),
+            "--seed",
+            str(seed),
+            "--coin-flip",
+            "--per-frequency",
+            str(canaries),
+            *chosen,
+            "--out",
+            str(out),
+            "--overwrite",
+        )
     return out
 
 
@@ -114,7 +131,9 @@ class Recipe:
     def demo(cls) -> Recipe:
         from dpaudit.demo.plan import FULL as s
 
-        return cls(steps=s.audit_steps or s.steps, batch_size=s.audit_batch_size or s.batch_size, lr_decay=s.audit_lr_decay)
+        return cls(
+            steps=s.audit_steps or s.steps, batch_size=s.audit_batch_size or s.batch_size, lr_decay=s.audit_lr_decay
+        )
 
 
 def train(data: Path, out: Path, *, private: bool, noise_seed: int, recipe: Recipe) -> Path:
@@ -122,16 +141,46 @@ def train(data: Path, out: Path, *, private: bool, noise_seed: int, recipe: Reci
 
     if not (out / "privacy.json").is_file():
         privacy = ["--target-epsilon", f"{EPSILON:g}"] if private else ["--non-private"]
-        dpaudit("train", "--trainer", "jax-bert", "--data", str(data), "--out", str(out), "--seed", "0", "--preset", "tiny",
-                "--steps", str(recipe.steps), "--batch-size", str(recipe.batch_size), "--lr-decay", recipe.lr_decay,
-                "--max-length", str(s.max_length), "--learning-rate", f"{s.learning_rate:g}", "--weight-decay", "0",
-                "--mask-prob", f"{s.mask_prob:g}", "--eval-every", str(recipe.steps), "--eval-examples", "256",
-                "--noise-seed", str(noise_seed), *privacy)
+        dpaudit(
+            "train",
+            "--trainer",
+            "jax-bert",
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--seed",
+            "0",
+            "--preset",
+            "tiny",
+            "--steps",
+            str(recipe.steps),
+            "--batch-size",
+            str(recipe.batch_size),
+            "--lr-decay",
+            recipe.lr_decay,
+            "--max-length",
+            str(s.max_length),
+            "--learning-rate",
+            f"{s.learning_rate:g}",
+            "--weight-decay",
+            "0",
+            "--mask-prob",
+            f"{s.mask_prob:g}",
+            "--eval-every",
+            str(recipe.steps),
+            "--eval-examples",
+            "256",
+            "--noise-seed",
+            str(noise_seed),
+            *privacy,
+        )
     return out
 
 
-def attack(model: Path, data: Path, out: Path,
-           attacks: str | None) -> list[tuple[str, float, float, float, float, float | None]]:
+def attack(
+    model: Path, data: Path, out: Path, attacks: str | None
+) -> list[tuple[str, float, float, float, float, float | None]]:
     """(attack, AUC, TPR at 1% FPR, headline bound, Steinke's bound, claim) of each attack's canaries task; Steinke's
     at the headline's corrected confidence (the headline's own bound for a claim without a mechanism)."""
     from dpaudit.attacks.results import MiaResult
@@ -139,8 +188,17 @@ def attack(model: Path, data: Path, out: Path,
     from dpaudit.audit.one_run import epsilon_lower_bound_one_run
     from dpaudit.verdict.headline import headline_of
 
-    dpaudit("attack", "--model", str(model), "--data", str(data), "--out", str(out), "--overwrite",
-            *(["--attacks", attacks] if attacks else []))
+    dpaudit(
+        "attack",
+        "--model",
+        str(model),
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--overwrite",
+        *(["--attacks", attacks] if attacks else []),
+    )
     results = read_attack_dir(out)
     head = headline_of(results)
     rows = []
@@ -152,25 +210,45 @@ def attack(model: Path, data: Path, out: Path,
                 continue
             shown = next(b for b in head.bounds if b.attack == r.attack and b.task == t.task)
             member, nonmember = t.audit_result().roc.rank_scores()
-            steinke = epsilon_lower_bound_one_run(member, nonmember, delta=shown.bound.delta,
-                                                  confidence=shown.bound.confidence).epsilon
+            steinke = epsilon_lower_bound_one_run(
+                member, nonmember, delta=shown.bound.delta, confidence=shown.bound.confidence
+            ).epsilon
             tpr = next(x["tpr"] for x in t.tpr_at if abs(x["fpr"] - 0.01) < 1e-12)
             rows.append((r.attack, t.auc, tpr, shown.epsilon, steinke, head.claim.epsilon))
     return rows
 
 
-def run_one(work: Path, design: str, *, private: bool, seed: int, canaries: int, attacks: str | None,
-            recipe: Recipe) -> list[Row]:
+def run_one(
+    work: Path, design: str, *, private: bool, seed: int, canaries: int, attacks: str | None, recipe: Recipe
+) -> list[Row]:
     start = time.perf_counter()
     name = design.replace(":", "")
     data = inject(work / f"data-{name}-s{seed}", design, seed=seed, canaries=canaries)
-    model = train(data, work / f"model-{name}-{'eps4' if private else 'np'}-s{seed}", private=private, noise_seed=seed,
-                  recipe=recipe)
+    model = train(
+        data,
+        work / f"model-{name}-{'eps4' if private else 'np'}-s{seed}",
+        private=private,
+        noise_seed=seed,
+        recipe=recipe,
+    )
     scored = attack(model, data, work / f"attack-{name}-{'eps4' if private else 'np'}-s{seed}", attacks)
     wall = time.perf_counter() - start
     label = f"eps {EPSILON:g}" if private else "non-private"
-    return [Row(design=design, model=label, score=a, seed=seed, auc=auc, tpr_at_1=tpr, bound=bound, steinke=steinke,
-                claim=claim, wall_s=wall) for a, auc, tpr, bound, steinke, claim in scored]
+    return [
+        Row(
+            design=design,
+            model=label,
+            score=a,
+            seed=seed,
+            auc=auc,
+            tpr_at_1=tpr,
+            bound=bound,
+            steinke=steinke,
+            claim=claim,
+            wall_s=wall,
+        )
+        for a, auc, tpr, bound, steinke, claim in scored
+    ]
 
 
 def _down(x: float) -> str:
@@ -182,7 +260,9 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=10, help="Epsilon-4 runs (inject seed = noise seed = 0..n-1).")
     parser.add_argument("--jobs", type=int, default=1, help="Runs side by side (one thread each).")
-    parser.add_argument("--designs", default="new-tokens", help="Comma-separated designs (new-tokens, rare-tokens, ...).")
+    parser.add_argument(
+        "--designs", default="new-tokens", help="Comma-separated designs (new-tokens, rare-tokens, ...)."
+    )
     parser.add_argument("--canaries", type=int, default=1000, help="Coin-flip canaries per inject directory.")
     parser.add_argument("--no-baseline", action="store_true", help="Skip the digits:4 baseline (today's canaries).")
     parser.add_argument("--workdir", type=Path, default=None, help="Folder for the runs (default: a temporary one).")
@@ -200,38 +280,55 @@ def main() -> int:
     jobs += [dict(design=d, private=False, seed=0, attacks=None) for d in designs]  # None: the default attacks
     jobs += [dict(design=d, private=True, seed=s, attacks="canary") for d in designs for s in range(args.seeds)]
     demo = Recipe.demo()
-    recipe = Recipe(steps=args.steps or demo.steps, batch_size=args.batch_size or demo.batch_size,
-                    lr_decay=args.lr_decay or demo.lr_decay)
+    recipe = Recipe(
+        steps=args.steps or demo.steps,
+        batch_size=args.batch_size or demo.batch_size,
+        lr_decay=args.lr_decay or demo.lr_decay,
+    )
     start = time.perf_counter()
     for job in jobs:  # every inject directory first: two jobs of one seed share theirs
-        inject(work / f"data-{job['design'].replace(':', '')}-s{job['seed']}", job["design"], seed=job["seed"],
-               canaries=args.canaries)
+        inject(
+            work / f"data-{job['design'].replace(':', '')}-s{job['seed']}",
+            job["design"],
+            seed=job["seed"],
+            canaries=args.canaries,
+        )
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
         futures = [pool.submit(run_one, work, canaries=args.canaries, recipe=recipe, **job) for job in jobs]
         rows = [row for f in futures for row in f.result()]
     total = time.perf_counter() - start
-    print(f"{args.canaries} coin-flip canaries, {len(jobs)} runs in {total / 60:.1f} min (wall, {args.jobs} at a time); "
-          f"recipe: {recipe.steps} steps, batch {recipe.batch_size}, lr decay {recipe.lr_decay}; bound = the attack's "
-          "headline, 95% (one run; against the claimed curve where the claim states its mechanism), Steinke = Steinke et "
-          "al. 2023 at the same confidence; rounded down")
-    print(f"{'design':<15} {'model':<12} {'score':<7} {'seed':>4} {'AUC':>6} {'TPR@1%FPR':>10} {'bound':>7} {'Steinke':>7} "
-          f"{'claim':>6} {'ratio':>6} {'wall s':>7}")
+    print(
+        f"{args.canaries} coin-flip canaries, {len(jobs)} runs in {total / 60:.1f} min (wall, {args.jobs} at a time); "
+        f"recipe: {recipe.steps} steps, batch {recipe.batch_size}, lr decay {recipe.lr_decay}; bound = the attack's "
+        "headline, 95% (one run; against the claimed curve where the claim states its mechanism), Steinke = Steinke et "
+        "al. 2023 at the same confidence; rounded down"
+    )
+    print(
+        f"{'design':<15} {'model':<12} {'score':<7} {'seed':>4} {'AUC':>6} {'TPR@1%FPR':>10} {'bound':>7} {'Steinke':>7} "
+        f"{'claim':>6} {'ratio':>6} {'wall s':>7}"
+    )
     for r in rows:
         claim = "-" if r.claim is None else format_up(r.claim)  # a claim rounded up, as dpaudit prints claims
         ratio = "-" if r.claim is None else _down(r.bound / r.claim)
-        print(f"{r.design:<15} {r.model:<12} {r.score:<7} {r.seed:>4} {r.auc:>6.3f} {r.tpr_at_1:>10.1%} "
-              f"{_down(r.bound):>7} {_down(r.steinke):>7} {claim:>6} {ratio:>6} {r.wall_s:>7.0f}")
+        print(
+            f"{r.design:<15} {r.model:<12} {r.score:<7} {r.seed:>4} {r.auc:>6.3f} {r.tpr_at_1:>10.1%} "
+            f"{_down(r.bound):>7} {_down(r.steinke):>7} {claim:>6} {ratio:>6} {r.wall_s:>7.0f}"
+        )
     for design in designs:
         private = [r for r in rows if r.design == design and r.claim is not None]
         if private:
             n = len(private)
             for label, values in (("bound", [r.bound for r in private]), ("Steinke", [r.steinke for r in private])):
                 above = sum(v > r.claim for v, r in zip(values, private))
-                print(f"{design} at epsilon {EPSILON:g}, {n} seeds, {label}: mean {_down(sum(values) / n)} (ratio "
-                      f"{_down(sum(values) / n / private[0].claim)}), min {_down(min(values))}, max {_down(max(values))}; "
-                      f"above the claim in {above} of {n}")
-            print(f"  mean AUC {sum(r.auc for r in private) / n:.3f}, mean TPR at 1% FPR "
-                  f"{sum(r.tpr_at_1 for r in private) / n:.1%}")
+                print(
+                    f"{design} at epsilon {EPSILON:g}, {n} seeds, {label}: mean {_down(sum(values) / n)} (ratio "
+                    f"{_down(sum(values) / n / private[0].claim)}), min {_down(min(values))}, max {_down(max(values))}; "
+                    f"above the claim in {above} of {n}"
+                )
+            print(
+                f"  mean AUC {sum(r.auc for r in private) / n:.3f}, mean TPR at 1% FPR "
+                f"{sum(r.tpr_at_1 for r in private) / n:.1%}"
+            )
     if not args.keep and args.workdir is None:
         shutil.rmtree(work, ignore_errors=True)
     else:

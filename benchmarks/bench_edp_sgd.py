@@ -63,8 +63,23 @@ def make_inject_dir(snips: Path, root: Path, *, frequencies: str = "1,2") -> Pat
     from dpaudit.cli import cli
 
     out = root / "data"
-    result = CliRunner().invoke(cli, ["inject", "--corpus", str(snips / "train.tsv"), "--out", str(out), "--seed", "0",
-                                      "--frequencies", frequencies, "--per-frequency", "1"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "inject",
+            "--corpus",
+            str(snips / "train.tsv"),
+            "--out",
+            str(out),
+            "--seed",
+            "0",
+            "--frequencies",
+            frequencies,
+            "--per-frequency",
+            "1",
+        ],
+        catch_exceptions=False,
+    )
     if result.exit_code != 0:
         raise SystemExit(result.output)
     return out
@@ -98,8 +113,13 @@ class OpacusStep:
             del cls.predictions._parameters["bias"]
         self.run, self.loss_fn = run, per_example_losses
         self.module = GradSampleModule(model, loss_reduction="sum")
-        self.optimizer = DPOptimizer(torch.optim.Adam(self.module.parameters(), lr=1e-3), noise_multiplier=noise_multiplier,
-                                     max_grad_norm=clip_norm, expected_batch_size=batch_size, loss_reduction="sum")
+        self.optimizer = DPOptimizer(
+            torch.optim.Adam(self.module.parameters(), lr=1e-3),
+            noise_multiplier=noise_multiplier,
+            max_grad_norm=clip_norm,
+            expected_batch_size=batch_size,
+            loss_reduction="sum",
+        )
 
     def step(self, step: int, indices: np.ndarray) -> None:
         gen = torch.Generator().manual_seed(step)
@@ -127,8 +147,11 @@ def _explicit_ids(kwargs):
     """Explicit [B, L] position and token-type ids: HF's default [1, L] buffers would give Opacus's
     per-sample embedding hooks a batch of 1."""
     ids = kwargs["input_ids"]
-    return {**kwargs, "position_ids": torch.arange(ids.shape[1], device=ids.device).expand_as(ids).contiguous(),
-            "token_type_ids": torch.zeros_like(ids)}
+    return {
+        **kwargs,
+        "position_ids": torch.arange(ids.shape[1], device=ids.device).expand_as(ids).contiguous(),
+        "token_type_ids": torch.zeros_like(ids),
+    }
 
 
 class _Encoder:
@@ -147,10 +170,34 @@ def time_in_fresh_process(args: argparse.Namespace, data: Path, task: str, mode:
     interleaved in one process fragmented each other's heap and tripled the per-example step)."""
     import subprocess
 
-    cmd = [sys.executable, __file__, "--snips", str(args.snips), "--worker", mode, "--worker-data", str(data),
-           "--tasks", task, "--preset", args.preset, "--batch-size", str(args.batch_size), "--micro-batches",
-           str(args.micro_batches), "--max-length", str(args.max_length), "--steps", str(args.steps), "--warmup",
-           str(args.warmup), "--device", args.device, "--clip-engine", args.clip_engine]
+    cmd = [
+        sys.executable,
+        __file__,
+        "--snips",
+        str(args.snips),
+        "--worker",
+        mode,
+        "--worker-data",
+        str(data),
+        "--tasks",
+        task,
+        "--preset",
+        args.preset,
+        "--batch-size",
+        str(args.batch_size),
+        "--micro-batches",
+        str(args.micro_batches),
+        "--max-length",
+        str(args.max_length),
+        "--steps",
+        str(args.steps),
+        "--warmup",
+        str(args.warmup),
+        "--device",
+        args.device,
+        "--clip-engine",
+        args.clip_engine,
+    ]
     if args.threads:
         cmd += ["--threads", str(args.threads)]
     done = subprocess.run(cmd, capture_output=True, text=True)
@@ -233,7 +280,7 @@ def interleaved(args: argparse.Namespace, data: Path, task: str) -> dict[str, tu
         modes = list(runs)
         try:
             for i in range(args.warmup + args.steps):
-                order = modes[i % len(modes):] + modes[:i % len(modes)]
+                order = modes[i % len(modes) :] + modes[: i % len(modes)]
                 for mode in order:
                     run = runs[mode]
                     trainer_module.StepNoise = _without_noise(real) if mode == NO_NOISE else real
@@ -247,14 +294,30 @@ def interleaved(args: argparse.Namespace, data: Path, task: str) -> dict[str, tu
         finally:
             trainer_module.StepNoise = real
     sgd = [w for w, _ in times["sgd"]]
-    return {mode: (statistics.median(w for w, _ in v), statistics.median(c for _, c in v),
-                   statistics.median(w / base for (w, _), base in zip(v, sgd))) for mode, v in times.items()}
+    return {
+        mode: (
+            statistics.median(w for w, _ in v),
+            statistics.median(c for _, c in v),
+            statistics.median(w / base for (w, _), base in zip(v, sgd)),
+        )
+        for mode, v in times.items()
+    }
 
 
 def _common(args: argparse.Namespace, task: str) -> dict:
-    return dict(task=task, preset=args.preset, batch_size=args.batch_size, micro_batches=args.micro_batches,
-                max_length=args.max_length, epochs=1, eval_examples=0, noise_seed=1, physical_batch=args.batch_size,
-                device=args.device, clip_engine=args.clip_engine)
+    return dict(
+        task=task,
+        preset=args.preset,
+        batch_size=args.batch_size,
+        micro_batches=args.micro_batches,
+        max_length=args.max_length,
+        epochs=1,
+        eval_examples=0,
+        noise_seed=1,
+        physical_batch=args.batch_size,
+        device=args.device,
+        clip_engine=args.clip_engine,
+    )
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -267,17 +330,32 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-length", type=int, default=32)
     parser.add_argument("--steps", type=int, default=8, help="Timed steps per mode (after --warmup).")
     parser.add_argument("--warmup", type=int, default=2)
-    parser.add_argument("--rounds", type=int, default=2,
-                        help="Fresh-process measurements per mode, in alternating order; the fastest is kept.")
+    parser.add_argument(
+        "--rounds",
+        type=int,
+        default=2,
+        help="Fresh-process measurements per mode, in alternating order; the fastest is kept.",
+    )
     parser.add_argument("--threads", type=int, default=None, help="torch.set_num_threads (default: torch's default).")
     parser.add_argument("--no-opacus", action="store_true")
-    parser.add_argument("--interleaved", action="store_true",
-                        help="Also time sgd, dp-sgd, edp-sgd and edp-sgd without its noise draw (a diagnostic) interleaved "
-                             "step by step in one process; their 'x sgd' is the median of per-round ratios.")
-    parser.add_argument("--device", choices=("auto", "cpu", "cuda"), default="auto",
-                        help="The trainer's --device (Opacus runs on the same device).")
-    parser.add_argument("--clip-engine", choices=("ghost", "vmap"), default="ghost",
-                        help="The trainer's --clip-engine for dp-sgd and edp-sgd.")
+    parser.add_argument(
+        "--interleaved",
+        action="store_true",
+        help="Also time sgd, dp-sgd, edp-sgd and edp-sgd without its noise draw (a diagnostic) interleaved "
+        "step by step in one process; their 'x sgd' is the median of per-round ratios.",
+    )
+    parser.add_argument(
+        "--device",
+        choices=("auto", "cpu", "cuda"),
+        default="auto",
+        help="The trainer's --device (Opacus runs on the same device).",
+    )
+    parser.add_argument(
+        "--clip-engine",
+        choices=("ghost", "vmap"),
+        default="ghost",
+        help="The trainer's --clip-engine for dp-sgd and edp-sgd.",
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--worker", choices=MODES, default=None, help=argparse.SUPPRESS)
     parser.add_argument("--worker-data", default=None, help=argparse.SUPPRESS)
@@ -295,39 +373,68 @@ def main(argv: list[str] | None = None) -> int:
         for task in args.tasks.split(","):
             rounds: dict[str, list[tuple[float, float]]] = {mode: [] for mode in modes}
             for r in range(args.rounds):  # alternate the order so load drift does not favour one mode
-                for mode in (modes if r % 2 == 0 else modes[::-1]):
+                for mode in modes if r % 2 == 0 else modes[::-1]:
                     rounds[mode].append(time_in_fresh_process(args, data, task, mode))
-                    print(f"[{task}] round {r + 1} {mode}: {rounds[mode][-1][0]:.3f} s/step "
-                          f"(cpu {rounds[mode][-1][1]:.3f} s)", file=sys.stderr)
+                    print(
+                        f"[{task}] round {r + 1} {mode}: {rounds[mode][-1][0]:.3f} s/step "
+                        f"(cpu {rounds[mode][-1][1]:.3f} s)",
+                        file=sys.stderr,
+                    )
             best = {mode: min(values) for mode, values in rounds.items()}  # least-disturbed round (by wall time)
             times = {mode: wall for mode, (wall, _) in best.items()}
             for mode, (med, cpu) in best.items():
-                results.append({"task": task, "mode": mode, "median_step_s": med, "epoch_s_estimate": med * per_epoch,
-                                "ratio_to_sgd": med / times["sgd"], "cpu_step_s": cpu,
-                                "cpu_ratio_to_sgd": cpu / best["sgd"][1], "timed_steps": args.steps,
-                                "steps_per_epoch": per_epoch, "dataset_size": n})
+                results.append(
+                    {
+                        "task": task,
+                        "mode": mode,
+                        "median_step_s": med,
+                        "epoch_s_estimate": med * per_epoch,
+                        "ratio_to_sgd": med / times["sgd"],
+                        "cpu_step_s": cpu,
+                        "cpu_ratio_to_sgd": cpu / best["sgd"][1],
+                        "timed_steps": args.steps,
+                        "steps_per_epoch": per_epoch,
+                        "dataset_size": n,
+                    }
+                )
             if args.interleaved:
                 inter = interleaved(args, data, task)
                 for mode, (wall, cpu, ratio) in inter.items():
-                    results.append({"task": task, "mode": f"{mode} (interleaved)", "median_step_s": wall,
-                                    "epoch_s_estimate": wall * per_epoch, "ratio_to_sgd": ratio,
-                                    "cpu_step_s": cpu, "cpu_ratio_to_sgd": cpu / inter["sgd"][1],
-                                    "timed_steps": args.steps, "steps_per_epoch": per_epoch, "dataset_size": n})
+                    results.append(
+                        {
+                            "task": task,
+                            "mode": f"{mode} (interleaved)",
+                            "median_step_s": wall,
+                            "epoch_s_estimate": wall * per_epoch,
+                            "ratio_to_sgd": ratio,
+                            "cpu_step_s": cpu,
+                            "cpu_ratio_to_sgd": cpu / inter["sgd"][1],
+                            "timed_steps": args.steps,
+                            "steps_per_epoch": per_epoch,
+                            "dataset_size": n,
+                        }
+                    )
             for ref in ("opacus", "opacus-tuned"):
                 if ref in times:
-                    results.append({"task": task, "mode": f"dp-sgd speed-up over {ref}", "ratio": times[ref] / times["dp-sgd"]})
+                    results.append(
+                        {"task": task, "mode": f"dp-sgd speed-up over {ref}", "ratio": times[ref] / times["dp-sgd"]}
+                    )
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
-    print(f"edp-sgd trainer, preset {args.preset}, batch {args.batch_size}, k = {args.micro_batches} micro-batches, "
-          f"device {args.device}, clip engine {args.clip_engine}, "
-          f"max length {args.max_length}, threads {torch.get_num_threads()}; epoch time = median of {args.steps} timed "
-          f"steps (best of {args.rounds} fresh-process rounds) x steps per epoch (not whole epochs)")
+    print(
+        f"edp-sgd trainer, preset {args.preset}, batch {args.batch_size}, k = {args.micro_batches} micro-batches, "
+        f"device {args.device}, clip engine {args.clip_engine}, "
+        f"max length {args.max_length}, threads {torch.get_num_threads()}; epoch time = median of {args.steps} timed "
+        f"steps (best of {args.rounds} fresh-process rounds) x steps per epoch (not whole epochs)"
+    )
     print(f"{'task':9} {'mode':50} {'step s':>8} {'epoch s (est.)':>15} {'x sgd':>7} {'cpu s':>7} {'cpu x sgd':>9}")
     for r in results:
         if "ratio_to_sgd" in r:
-            print(f"{r['task']:9} {r['mode']:50} {r['median_step_s']:8.3f} {r['epoch_s_estimate']:15.1f} "
-                  f"{r['ratio_to_sgd']:7.2f} {r['cpu_step_s']:7.3f} {r['cpu_ratio_to_sgd']:9.2f}")
+            print(
+                f"{r['task']:9} {r['mode']:50} {r['median_step_s']:8.3f} {r['epoch_s_estimate']:15.1f} "
+                f"{r['ratio_to_sgd']:7.2f} {r['cpu_step_s']:7.3f} {r['cpu_ratio_to_sgd']:9.2f}"
+            )
         else:
             print(f"{r['task']:9} {r['mode']:72} {r['ratio']:5.2f}x")
     return 0

@@ -89,8 +89,11 @@ def main() -> None:
     batch = np.log(rng.dirichlet(np.ones(10), size=(8, 12)))  # 8 canaries, random secrets
     secrets = rng.integers(0, 10, (8, 12))
     reference = None
-    cases = (("merge, 1 thread", True, 1), ("binary searches (before), 1 thread", False, 1),
-             ("merge, workers=2", True, 2))
+    cases = (
+        ("merge, 1 thread", True, 1),
+        ("binary searches (before), 1 thread", False, 1),
+        ("merge, workers=2", True, 2),
+    )
     for label, merged, workers in cases:
         walls, cpus = [], []
         saved = X._MERGED_MAX
@@ -106,16 +109,24 @@ def main() -> None:
             X._MERGED_MAX = saved
         reference = reference or got
         assert got == reference, "the merge and the binary searches must give identical intervals"
-        row(f"digits:12 exact, batch of 8, {label}", min(walls) * 1e3, statistics.median(walls) * 1e3,
-            f"per canary; CPU time median {statistics.median(cpus) * 1e3:.1f} ms per canary")
+        row(
+            f"digits:12 exact, batch of 8, {label}",
+            min(walls) * 1e3,
+            statistics.median(walls) * 1e3,
+            f"per canary; CPU time median {statistics.median(cpus) * 1e3:.1f} ms per canary",
+        )
 
     for name, positions, alphabet in (("digits:20", 20, 10), ("words:6 (1,695 words)", 6, 1695)):
         table = np.log(rng.dirichlet(np.ones(alphabet), size=positions))
         secret = rng.integers(0, alphabet, positions)
         got, t_min, t_med = timed(lambda: X.exposure_rank(table, secret, method="bounds"), args.repeats)
-        row(f"{name} bounds, random secret", t_min * 1e3, t_med * 1e3,
+        row(
+            f"{name} bounds, random secret",
+            t_min * 1e3,
+            t_med * 1e3,
             f"exposure [{got.exposure_low:.3f}, {got.exposure_high:.3f}] "
-            f"(width {got.exposure_high - got.exposure_low:.4f} bits)")
+            f"(width {got.exposure_high - got.exposure_low:.4f} bits)",
+        )
 
     table = np.log(rng.dirichlet(np.ones(10), size=12))
     pool = rng.integers(0, 10, (1000, 12))  # a secret in the top 0.1% of 1,000 random candidates
@@ -126,8 +137,12 @@ def main() -> None:
         refs = table[np.arange(12), rng.integers(0, 10, (m, 12))].sum(axis=1)
         for method in ("interpolation", "skewnorm"):
             got, t_min, t_med = timed(lambda: X.sampled_exposure(score, refs, 10**12, method=method), args.repeats)
-            row(f"digits:12 sampled-{method}, m={m}", t_min * 1e3, t_med * 1e3,
-                f"exposure {got.exposure_high:.3f} vs exact {exact.exposure_high:.3f}")
+            row(
+                f"digits:12 sampled-{method}, m={m}",
+                t_min * 1e3,
+                t_med * 1e3,
+                f"exposure {got.exposure_high:.3f} vs exact {exact.exposure_high:.3f}",
+            )
 
 
 if __name__ == "__main__":

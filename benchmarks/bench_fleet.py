@@ -50,10 +50,17 @@ def demo_classifier_config() -> dict:
     from dpaudit.training.api import load_trainer
 
     trainer = load_trainer("edp-sgd")
-    config = trainer.Config(mode="edp-sgd", task="classify", preset="tiny", max_length=FULL.max_length,
-                            epochs=FULL.classifier_epochs, batch_size=FULL.classifier_batch_size,
-                            learning_rate=FULL.learning_rate, labels=",".join(i.name for i in INTENTS),
-                            target_epsilon=TARGET_EPSILON)
+    config = trainer.Config(
+        mode="edp-sgd",
+        task="classify",
+        preset="tiny",
+        max_length=FULL.max_length,
+        epochs=FULL.classifier_epochs,
+        batch_size=FULL.classifier_batch_size,
+        learning_rate=FULL.learning_rate,
+        labels=",".join(i.name for i in INTENTS),
+        target_epsilon=TARGET_EPSILON,
+    )
     return dataclasses.asdict(config)
 
 
@@ -63,11 +70,33 @@ def inject(work: Path) -> Path:
 
     data = work / "data"
     if not (data / "manifest.json").is_file():
-        subprocess.run([sys.executable, "-m", "dpaudit", "inject", "--corpus", "builtin:assistant", "--corpus-size",
-                        str(FULL.classifier_corpus_size), "--out", str(data), "--seed", "0", "--format",
-                        FULL.secret_format, "--frequencies", ",".join(map(str, FULL.classifier_frequencies)),
-                        "--per-frequency", str(FULL.per_frequency), "--public-size", str(FULL.classifier_public_size),
-                        "--overwrite"], check=True, stdout=subprocess.DEVNULL)
+        subprocess.run(
+            [
+                sys.executable,
+                "-m",
+                "dpaudit",
+                "inject",
+                "--corpus",
+                "builtin:assistant",
+                "--corpus-size",
+                str(FULL.classifier_corpus_size),
+                "--out",
+                str(data),
+                "--seed",
+                "0",
+                "--format",
+                FULL.secret_format,
+                "--frequencies",
+                ",".join(map(str, FULL.classifier_frequencies)),
+                "--per-frequency",
+                str(FULL.per_frequency),
+                "--public-size",
+                str(FULL.classifier_public_size),
+                "--overwrite",
+            ],
+            check=True,
+            stdout=subprocess.DEVNULL,
+        )
     return data
 
 
@@ -78,23 +107,37 @@ def one(work: Path, engine: str, workers: int, models: int, seed0: int, progress
     data = inject(work)
     config = demo_classifier_config()
     out = Path(tempfile.mkdtemp(prefix=f"{engine}-{workers}-", dir=work))
-    jobs = [FleetJob(trainer="edp-sgd", config=config, data_dir=data, out_dir=out / f"m{i}", seed=seed0 + i,
-                     label=f"model {i + 1}/{models}") for i in range(models)]
+    jobs = [
+        FleetJob(
+            trainer="edp-sgd",
+            config=config,
+            data_dir=data,
+            out_dir=out / f"m{i}",
+            seed=seed0 + i,
+            label=f"model {i + 1}/{models}",
+        )
+        for i in range(models)
+    ]
     t0 = time.monotonic()
     outcomes = run_fleet(jobs, workers=workers, engine=engine, progress=progress, desc="models")
     wall = time.monotonic() - t0
     assert len(outcomes) == models and not any(o.cached for o in outcomes)
-    return {"engine": engine, "workers": workers, "models": models, "wall_s": wall,
-            "per_model_s": [round(o.seconds, 1) for o in outcomes],
-            "worker_peak_rss_mb": max(o.peak_rss_mb or 0 for o in outcomes),
-            "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024}
+    return {
+        "engine": engine,
+        "workers": workers,
+        "models": models,
+        "wall_s": wall,
+        "per_model_s": [round(o.seconds, 1) for o in outcomes],
+        "worker_peak_rss_mb": max(o.peak_rss_mb or 0 for o in outcomes),
+        "driver_peak_rss_mb": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024,
+    }
 
 
 def warm_rate(row: dict) -> float:
     """Models per minute of ``row``'s workers once started: workers / median time of a model after the first ones."""
     import statistics
 
-    warm = row["per_model_s"][row["workers"]:] or row["per_model_s"]
+    warm = row["per_model_s"][row["workers"] :] or row["per_model_s"]
     return 60 * row["workers"] / statistics.median(warm)
 
 
@@ -126,9 +169,11 @@ def main() -> None:
         workers = int(args.workers or 2)
         t0 = time.monotonic()
         result = one(work, args.engine, workers, args.shadows, 1000, progress=True)
-        print(f"{args.shadows} demo-classifier shadows, engine {args.engine}, {workers} workers: "
-              f"{(time.monotonic() - t0) / 60:.2f} min wall ({result['wall_s'] / 60:.2f} min in run_fleet); "
-              f"worker peak RSS {result['worker_peak_rss_mb']:.0f} MiB, driver {result['driver_peak_rss_mb']:.0f} MiB")
+        print(
+            f"{args.shadows} demo-classifier shadows, engine {args.engine}, {workers} workers: "
+            f"{(time.monotonic() - t0) / 60:.2f} min wall ({result['wall_s'] / 60:.2f} min in run_fleet); "
+            f"worker peak RSS {result['worker_peak_rss_mb']:.0f} MiB, driver {result['driver_peak_rss_mb']:.0f} MiB"
+        )
         print(f"load after: {uptime()}")
         return
 
@@ -138,8 +183,22 @@ def main() -> None:
             if engine == "inline" and workers > 1:
                 continue  # inline is one worker by definition
             seed0 = 100 * len(rows)
-            proc = subprocess.run([sys.executable, __file__, "--work", str(work), "--models", str(args.models),
-                                   "--one", engine, str(workers), str(seed0)], capture_output=True, text=True)
+            proc = subprocess.run(
+                [
+                    sys.executable,
+                    __file__,
+                    "--work",
+                    str(work),
+                    "--models",
+                    str(args.models),
+                    "--one",
+                    engine,
+                    str(workers),
+                    str(seed0),
+                ],
+                capture_output=True,
+                text=True,
+            )
             if proc.returncode:
                 sys.exit(f"{engine} x{workers} failed:\n{proc.stderr[-3000:]}")
             row = json.loads(proc.stdout.strip().splitlines()[-1])
@@ -148,8 +207,10 @@ def main() -> None:
     base = {r["engine"]: r for r in rows if r["workers"] == 1}
     inline = base.get("inline")
     print(f"\n{args.models} new demo-classifier models per configuration (edp-sgd, epsilon 8, 3 epochs of 1,010 rows)")
-    print(f"{'engine':8} {'workers':>7} {'wall s':>7} {'models/min':>10} {'vs 1 worker':>11} {'vs inline':>9} "
-          f"{'warm models/min':>15} {'vs 1 worker':>11} {'worker RSS MiB':>14} {'driver RSS MiB':>14}")
+    print(
+        f"{'engine':8} {'workers':>7} {'wall s':>7} {'models/min':>10} {'vs 1 worker':>11} {'vs inline':>9} "
+        f"{'warm models/min':>15} {'vs 1 worker':>11} {'worker RSS MiB':>14} {'driver RSS MiB':>14}"
+    )
     for r in rows:
         rate = 60 * r["models"] / r["wall_s"]
         own = base.get(r["engine"])
@@ -157,8 +218,10 @@ def main() -> None:
         vs_inline = rate / (60 * inline["models"] / inline["wall_s"]) if inline else float("nan")
         warm = warm_rate(r)
         warm_one = warm / warm_rate(own) if own else float("nan")
-        print(f"{r['engine']:8} {r['workers']:>7} {r['wall_s']:>7.1f} {rate:>10.2f} {vs_one:>10.2f}x {vs_inline:>8.2f}x "
-              f"{warm:>15.2f} {warm_one:>10.2f}x {r['worker_peak_rss_mb']:>14.0f} {r['driver_peak_rss_mb']:>14.0f}")
+        print(
+            f"{r['engine']:8} {r['workers']:>7} {r['wall_s']:>7.1f} {rate:>10.2f} {vs_one:>10.2f}x {vs_inline:>8.2f}x "
+            f"{warm:>15.2f} {warm_one:>10.2f}x {r['worker_peak_rss_mb']:>14.0f} {r['driver_peak_rss_mb']:>14.0f}"
+        )
     print(f"load after: {uptime()}")
 
 

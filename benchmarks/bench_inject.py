@@ -60,8 +60,22 @@ def main() -> int:
         print(f"generated {corpus} ({args.lines:,} lines, {corpus.stat().st_size / 2**20:.1f} MiB) in {seconds:.1f} s")
     out = workdir / "run"
     command = [
-        sys.executable, "-m", "dpaudit", "inject", "--corpus", str(corpus), "--out", str(out), "--seed", "0",
-        "--frequencies", FREQUENCIES, "--per-frequency", str(args.per_frequency), "--overwrite", "--json",
+        sys.executable,
+        "-m",
+        "dpaudit",
+        "inject",
+        "--corpus",
+        str(corpus),
+        "--out",
+        str(out),
+        "--seed",
+        "0",
+        "--frequencies",
+        FREQUENCIES,
+        "--per-frequency",
+        str(args.per_frequency),
+        "--overwrite",
+        "--json",
     ]
     start = time.perf_counter()
     result = subprocess.run(command, capture_output=True, text=True)
@@ -74,14 +88,18 @@ def main() -> int:
     cpu = usage.ru_utime + usage.ru_stime  # less sensitive than wall time to other load on a shared box
     counts = json.loads(result.stdout)["counts"]
 
-    print(f"inject: {args.lines:,} corpus lines, 13 frequencies x {args.per_frequency} canaries "
-          f"(+{args.per_frequency} controls), {counts['train_rows']:,} train rows, "
-          f"{counts['canary_insertions']:,} canary insertions")
+    print(
+        f"inject: {args.lines:,} corpus lines, 13 frequencies x {args.per_frequency} canaries "
+        f"(+{args.per_frequency} controls), {counts['train_rows']:,} train rows, "
+        f"{counts['canary_insertions']:,} canary insertions"
+    )
     print(f"{'metric':<14}{'measured':>14}{'target':>14}  verdict")
     print(f"{'wall time':<14}{wall:>12.1f} s{TARGET_SECONDS:>12.0f} s  {'ok' if wall < TARGET_SECONDS else 'MISSED'}")
     print(f"{'CPU time':<14}{cpu:>12.1f} s{'':>14}  (user+sys; wall > CPU means the box was busy)")
-    print(f"{'peak RSS':<14}{rss / 2**20:>11.0f} MiB{TARGET_RSS_BYTES / 2**20:>10.0f} MiB  "
-          f"{'ok' if rss < TARGET_RSS_BYTES else 'MISSED'}")
+    print(
+        f"{'peak RSS':<14}{rss / 2**20:>11.0f} MiB{TARGET_RSS_BYTES / 2**20:>10.0f} MiB  "
+        f"{'ok' if rss < TARGET_RSS_BYTES else 'MISSED'}"
+    )
     if not args.keep and args.workdir is None:
         shutil.rmtree(workdir, ignore_errors=True)
     return 0 if wall < TARGET_SECONDS and rss < TARGET_RSS_BYTES else 1

@@ -98,9 +98,12 @@ def bench_jax(args: argparse.Namespace) -> list[Row]:
     loss_fn = functools.partial(model.example_mlm_loss, model=net)
     params = model.init_params(cfg, jax.random.key(0), seq_len=args.seq_len)
     n_params = sum(x.size for x in jax.tree.leaves(params))
-    print(f"jax {jax.__version__} on {jax.devices()[0].platform} x{jax.device_count()}; "
-          f"{args.preset} BERT, {n_params / 1e6:.1f}M parameters, seq {args.seq_len}, "
-          f"{args.n_pred} masked positions", file=sys.stderr)
+    print(
+        f"jax {jax.__version__} on {jax.devices()[0].platform} x{jax.device_count()}; "
+        f"{args.preset} BERT, {n_params / 1e6:.1f}M parameters, seq {args.seq_len}, "
+        f"{args.n_pred} masked positions",
+        file=sys.stderr,
+    )
     opt = optimizer.make_optimizer(learning_rate=1e-4, warmup_steps=10, total_steps=10_000, weight_decay=0.01)
     data = synthetic_examples(max(args.batch_sizes), seq_len=args.seq_len, n_pred=args.n_pred, vocab=args.vocab)
     rows = []
@@ -108,12 +111,15 @@ def bench_jax(args: argparse.Namespace) -> list[Row]:
         m = min(args.physical_batch, batch)
         if batch % m:
             raise SystemExit(f"--batch-sizes {batch} must be a multiple of --physical-batch {m}.")
-        (idx, mask), = sampling.pack_microsteps(np.arange(batch), m, batch // m)
+        ((idx, mask),) = sampling.pack_microsteps(np.arange(batch), m, batch // m)
         chunks = [({k: v[idx] for k, v in data.items()}, mask)]
         steps = {
             "nonprivate": dp_step.make_nonprivate_train_step(loss_fn, opt, donate_state=True),
             "dp": dp_step.make_dp_train_step(
-                loss_fn, opt, clip_norm=1.0, donate_state=True,
+                loss_fn,
+                opt,
+                clip_norm=1.0,
+                donate_state=True,
                 clipped_sum_fn=ghost_clipping.make_ghost_clipped_sum_fn(net, clip_norm=1.0),
             ),
             "dp_vmap": dp_step.make_dp_train_step(
@@ -157,12 +163,14 @@ def bench_jax(args: argparse.Namespace) -> list[Row]:
             dp_minor_faults_per_step=statistics.median(faults["dp"]),
             nonprivate_minor_faults_per_step=statistics.median(faults["nonprivate"]),
         )
-        print(f"  batch {batch}: DP {row.dp_examples_per_s:.1f} ex/s, non-private "
-              f"{row.nonprivate_examples_per_s:.1f} ex/s, ratio {row.dp_over_nonprivate_time:.2f}x; plain vmap DP "
-              f"{row.dp_vmap_examples_per_s:.1f} ex/s ({row.dp_vmap_over_nonprivate_time:.2f}x) "
-              f"(times dp {[round(t, 2) for t in times['dp']]}, vmap {[round(t, 2) for t in times['dp_vmap']]}, "
-              f"np {[round(t, 2) for t in times['nonprivate']]})",
-              file=sys.stderr)
+        print(
+            f"  batch {batch}: DP {row.dp_examples_per_s:.1f} ex/s, non-private "
+            f"{row.nonprivate_examples_per_s:.1f} ex/s, ratio {row.dp_over_nonprivate_time:.2f}x; plain vmap DP "
+            f"{row.dp_vmap_examples_per_s:.1f} ex/s ({row.dp_vmap_over_nonprivate_time:.2f}x) "
+            f"(times dp {[round(t, 2) for t in times['dp']]}, vmap {[round(t, 2) for t in times['dp_vmap']]}, "
+            f"np {[round(t, 2) for t in times['nonprivate']]})",
+            file=sys.stderr,
+        )
         rows.append(row)
     return rows
 
@@ -190,8 +198,10 @@ def bench_opacus(args: argparse.Namespace) -> dict[str, Any]:
         attn_implementation="eager",
     )
     batch = args.opacus_batch
-    data = {k: torch.from_numpy(v) for k, v in synthetic_examples(
-        batch, seq_len=args.seq_len, n_pred=args.n_pred, vocab=args.vocab).items()}
+    data = {
+        k: torch.from_numpy(v)
+        for k, v in synthetic_examples(batch, seq_len=args.seq_len, n_pred=args.n_pred, vocab=args.vocab).items()
+    }
 
     ids_long = data["input_ids"].long()
     stock_labels = torch.full_like(ids_long, -100)
@@ -201,8 +211,13 @@ def bench_opacus(args: argparse.Namespace) -> dict[str, Any]:
         # What a user writes: HF's own forward with labels (-100 off the masked positions), which
         # runs the [hidden x vocabulary] decoder at every position.
         positions = torch.arange(ids_long.shape[1]).expand_as(ids_long).contiguous()
-        return net(input_ids=ids_long, attention_mask=data["attention_mask"].long(), token_type_ids=torch.zeros_like(ids_long),
-                   position_ids=positions, labels=stock_labels).loss
+        return net(
+            input_ids=ids_long,
+            attention_mask=data["attention_mask"].long(),
+            token_type_ids=torch.zeros_like(ids_long),
+            position_ids=positions,
+            labels=stock_labels,
+        ).loss
 
     def mlm_loss(net: torch.nn.Module) -> torch.Tensor:
         # Logits only at the masked positions, as in the JAX model (HF's forward does all positions).
@@ -252,7 +267,11 @@ def bench_opacus(args: argparse.Namespace) -> dict[str, Any]:
         dp_opt = torch.optim.SGD(dp_model.parameters(), lr=1e-4)
         loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(data["input_ids"]), batch_size=batch)
         gsm, dp_opt, _ = PrivacyEngine().make_private(
-            module=dp_model, optimizer=dp_opt, data_loader=loader, noise_multiplier=1.0, max_grad_norm=1.0,
+            module=dp_model,
+            optimizer=dp_opt,
+            data_loader=loader,
+            noise_multiplier=1.0,
+            max_grad_norm=1.0,
             poisson_sampling=False,
         )
         rates = {}
@@ -291,12 +310,28 @@ def opacus_in_default_process(args: argparse.Namespace) -> dict[str, Any]:
     Opacus user gets (the JAX trainer tunes its own process; see ``cpu_runtime``)."""
     import subprocess
 
-    command = [sys.executable, os.path.abspath(__file__), "--no-jax", "--json", "--no-tune-runtime",
-               "--preset", args.preset, "--vocab", str(args.vocab), "--seq-len", str(args.seq_len),
-               "--n-pred", str(args.n_pred), "--opacus-batch", str(args.opacus_batch),
-               "--batch-sizes", ",".join(str(b) for b in args.batch_sizes),
-               "--opacus-repeats", str(args.opacus_repeats),
-               "--opacus-stock" if args.opacus_stock else "--no-opacus-stock"]
+    command = [
+        sys.executable,
+        os.path.abspath(__file__),
+        "--no-jax",
+        "--json",
+        "--no-tune-runtime",
+        "--preset",
+        args.preset,
+        "--vocab",
+        str(args.vocab),
+        "--seq-len",
+        str(args.seq_len),
+        "--n-pred",
+        str(args.n_pred),
+        "--opacus-batch",
+        str(args.opacus_batch),
+        "--batch-sizes",
+        ",".join(str(b) for b in args.batch_sizes),
+        "--opacus-repeats",
+        str(args.opacus_repeats),
+        "--opacus-stock" if args.opacus_stock else "--no-opacus-stock",
+    ]
     out = subprocess.run(command, capture_output=True, text=True, check=False)
     if out.returncode != 0:
         raise SystemExit(f"the Opacus benchmark process failed:\n{out.stderr[-2000:]}")
@@ -304,28 +339,44 @@ def opacus_in_default_process(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0], epilog="Example: python benchmarks/bench_jax_bert_step.py --batch-sizes 32,256")
+    parser = argparse.ArgumentParser(
+        description=__doc__.split("\n\n")[0],
+        epilog="Example: python benchmarks/bench_jax_bert_step.py --batch-sizes 32,256",
+    )
     parser.add_argument("--preset", default=DEFAULT_PRESET)
     parser.add_argument("--vocab", type=int, default=30522)
     parser.add_argument("--seq-len", type=int, default=64)
     parser.add_argument("--n-pred", type=int, default=10, help="masked positions per example (15%% of 64)")
     parser.add_argument("--batch-sizes", default="32,256", help="comma-separated logical batch sizes")
-    parser.add_argument("--physical-batch", type=int, default=32,
-                        help="examples per micro-step (the trainer's --physical-batch)")
+    parser.add_argument(
+        "--physical-batch", type=int, default=32, help="examples per micro-step (the trainer's --physical-batch)"
+    )
     parser.add_argument("--repeats", type=int, default=3, help="timed steps per configuration")
     parser.add_argument("--opacus-batch", type=int, default=32)
     parser.add_argument("--opacus-repeats", type=int, default=2)
     parser.add_argument("--no-opacus", action="store_true")
-    parser.add_argument("--opacus-in-process", action="store_true",
-                        help="time Opacus in this process, after the JAX part and with its runtime tuning "
-                             "(default: a fresh process with default malloc, as an Opacus user runs it)")
-    parser.add_argument("--opacus-stock", action=argparse.BooleanOptionalAction, default=True,
-                        help="also time Opacus on HF's stock forward with labels (decoder at every position)")
+    parser.add_argument(
+        "--opacus-in-process",
+        action="store_true",
+        help="time Opacus in this process, after the JAX part and with its runtime tuning "
+        "(default: a fresh process with default malloc, as an Opacus user runs it)",
+    )
+    parser.add_argument(
+        "--opacus-stock",
+        action=argparse.BooleanOptionalAction,
+        default=True,
+        help="also time Opacus on HF's stock forward with labels (decoder at every position)",
+    )
     parser.add_argument("--no-jax", action="store_true", help="only the torch/Opacus part")
-    parser.add_argument("--vmap-size", type=int, default=None, help="examples per vmap(grad), plain vmap DP (default: auto)")
-    parser.add_argument("--no-tune-runtime", action="store_true",
-                        help="keep glibc's default malloc and JAX's rolled CPU Threefry (the trainer tunes both; "
-                             "see trainers/jax_bert/cpu_runtime.py)")
+    parser.add_argument(
+        "--vmap-size", type=int, default=None, help="examples per vmap(grad), plain vmap DP (default: auto)"
+    )
+    parser.add_argument(
+        "--no-tune-runtime",
+        action="store_true",
+        help="keep glibc's default malloc and JAX's rolled CPU Threefry (the trainer tunes both; "
+        "see trainers/jax_bert/cpu_runtime.py)",
+    )
     parser.add_argument("--json", action="store_true", help="print the results as JSON on stdout")
     args = parser.parse_args(argv)
     args.batch_sizes = [int(b) for b in args.batch_sizes.split(",")]
@@ -356,26 +407,37 @@ def main(argv: list[str] | None = None) -> int:
         for variant in ("opacus", "opacus_stock"):
             rates = opacus_res.get(f"{variant}_examples_per_s", {})
             result[f"dp_over_{variant}_examples_per_s"] = {
-                str(r.batch): r.dp_examples_per_s / rates[str(r.batch)] for r in rows if str(r.batch) in rates}
+                str(r.batch): r.dp_examples_per_s / rates[str(r.batch)] for r in rows if str(r.batch) in rates
+            }
     if args.json:
         print(json.dumps(result, indent=2))
         return 0
-    print("DP = the trainer's step (ghost norms + book-keeping: no per-example gradient is formed); "
-          "vmap DP = per-example vmap(grad) of every parameter (the generic recipe).")
-    print(f"{'batch':>6} {'micro':>5} {'DP ex/s':>8} {'non-priv ex/s':>13} {'DP/non-priv':>11} {'vmap DP ex/s':>12} "
-          f"{'vmap/non-priv':>13} {'peak RSS MiB (np / dp)':>22} {'minor faults/step (dp / np)':>28}")
+    print(
+        "DP = the trainer's step (ghost norms + book-keeping: no per-example gradient is formed); "
+        "vmap DP = per-example vmap(grad) of every parameter (the generic recipe)."
+    )
+    print(
+        f"{'batch':>6} {'micro':>5} {'DP ex/s':>8} {'non-priv ex/s':>13} {'DP/non-priv':>11} {'vmap DP ex/s':>12} "
+        f"{'vmap/non-priv':>13} {'peak RSS MiB (np / dp)':>22} {'minor faults/step (dp / np)':>28}"
+    )
     for r in rows:
-        print(f"{r.batch:>6} {r.physical_batch:>5} {r.dp_examples_per_s:>8.1f} {r.nonprivate_examples_per_s:>13.1f} "
-              f"{r.dp_over_nonprivate_time:>10.2f}x {r.dp_vmap_examples_per_s:>12.1f} {r.dp_vmap_over_nonprivate_time:>12.2f}x "
-              f"{r.peak_rss_mib_after_nonprivate:>10.0f} / {r.peak_rss_mib_after_dp:<9.0f} "
-              f"{r.dp_minor_faults_per_step:>13.0f} / {r.nonprivate_minor_faults_per_step:<12.0f}")
+        print(
+            f"{r.batch:>6} {r.physical_batch:>5} {r.dp_examples_per_s:>8.1f} {r.nonprivate_examples_per_s:>13.1f} "
+            f"{r.dp_over_nonprivate_time:>10.2f}x {r.dp_vmap_examples_per_s:>12.1f} {r.dp_vmap_over_nonprivate_time:>12.2f}x "
+            f"{r.peak_rss_mib_after_nonprivate:>10.0f} / {r.peak_rss_mib_after_dp:<9.0f} "
+            f"{r.dp_minor_faults_per_step:>13.0f} / {r.nonprivate_minor_faults_per_step:<12.0f}"
+        )
     if opacus_res is not None:
-        print(f"\nOpacus {opacus_res['opacus_version']} DP-SGD (hooks) on torch {opacus_res['torch_version']} BertForMaskedLM, "
-              f"physical batch {opacus_res['physical_batch']} (virtual steps up to the logical batch), separate process "
-              "with default settings" + (" (here: in-process)" if args.opacus_in_process or args.no_jax else "") + ":")
+        print(
+            f"\nOpacus {opacus_res['opacus_version']} DP-SGD (hooks) on torch {opacus_res['torch_version']} BertForMaskedLM, "
+            f"physical batch {opacus_res['physical_batch']} (virtual steps up to the logical batch), separate process "
+            "with default settings" + (" (here: in-process)" if args.opacus_in_process or args.no_jax else "") + ":"
+        )
         stock = "opacus_stock_examples_per_s" in opacus_res
-        print(f"{'batch':>6} {'JAX DP ex/s':>11} {'Opacus twin ex/s':>16} {'JAX/Opacus twin':>15}"
-              + (f" {'Opacus stock ex/s':>17} {'JAX/Opacus stock':>16}" if stock else ""))
+        print(
+            f"{'batch':>6} {'JAX DP ex/s':>11} {'Opacus twin ex/s':>16} {'JAX/Opacus twin':>15}"
+            + (f" {'Opacus stock ex/s':>17} {'JAX/Opacus stock':>16}" if stock else "")
+        )
         for batch in args.batch_sizes:
             key = str(batch)
             jax_rate = next((r.dp_examples_per_s for r in rows if r.batch == batch), None)
@@ -388,12 +450,16 @@ def main(argv: list[str] | None = None) -> int:
                 stock_rate = opacus_res["opacus_stock_examples_per_s"][key]
                 line += f" {stock_rate:>17.1f} {result.get('dp_over_opacus_stock_examples_per_s', {}).get(key, float('nan')):>15.1f}x"
             print(line)
-        print(f"torch non-private, batch {opacus_res['physical_batch']}: twin {opacus_res['torch_nonprivate_examples_per_s']:.1f} ex/s"
-              + (f", stock {opacus_res['torch_stock_nonprivate_examples_per_s']:.1f} ex/s" if stock else "")
-              + ". twin = MLM logits only at the masked positions (as the JAX model); stock = HF forward with labels.")
+        print(
+            f"torch non-private, batch {opacus_res['physical_batch']}: twin {opacus_res['torch_nonprivate_examples_per_s']:.1f} ex/s"
+            + (f", stock {opacus_res['torch_stock_nonprivate_examples_per_s']:.1f} ex/s" if stock else "")
+            + ". twin = MLM logits only at the masked positions (as the JAX model); stock = HF forward with labels."
+        )
         print(f"Opacus fix applied: {opacus_res['fix_applied']}.")
-    print(f"CPU runtime tuning (cpu_runtime.tune_cpu_runtime, as in the trainer): {tuned}; "
-          f"vmap size: {args.vmap_size or 'auto'}.")
+    print(
+        f"CPU runtime tuning (cpu_runtime.tune_cpu_runtime, as in the trainer): {tuned}; "
+        f"vmap size: {args.vmap_size or 'auto'}."
+    )
     print("Note: the 2 cores are shared; absolute figures are noisy, compare same-run ratios.")
     return 0
 

@@ -34,7 +34,9 @@ def simulate(k: int, n: int, seed: int, *, gain: float, spread: float):
     member = balanced_membership(k, n, seed)
 
     def draw(inside: np.ndarray) -> np.ndarray:
-        return np.where(inside, mu + g + s_in * rng.normal(size=inside.shape), mu + s_out * rng.normal(size=inside.shape))
+        return np.where(
+            inside, mu + g + s_in * rng.normal(size=inside.shape), mu + s_out * rng.normal(size=inside.shape)
+        )
 
     truth = rng.random(n) < 0.5
     return draw(member), member, draw(truth), truth
@@ -56,13 +58,19 @@ def main() -> None:
     parser.add_argument("--gain", type=float, default=1.0)
     parser.add_argument("--spread", default="0,0.25,0.5,1", help="comma-separated log-sd of s_j (one table each)")
     args = parser.parse_args()
-    variants = {"online shared": ("global", "online"), "online per-example": ("per-example", "online"),
-                "offline 1-sided shared": ("global", "one-sided"), "offline 2-sided shared": ("global", "two-sided"),
-                "offline 1-sided per-ex.": ("per-example", "one-sided"),
-                "offline 2-sided per-ex.": ("per-example", "two-sided")}
+    variants = {
+        "online shared": ("global", "online"),
+        "online per-example": ("per-example", "online"),
+        "offline 1-sided shared": ("global", "one-sided"),
+        "offline 2-sided shared": ("global", "two-sided"),
+        "offline 1-sided per-ex.": ("per-example", "one-sided"),
+        "offline 2-sided per-ex.": ("per-example", "two-sided"),
+    }
     for spread in (float(x) for x in args.spread.split(",")):
-        print(f"Gaussian toy: n = {args.n}, gain {args.gain}, spread {spread:g}, {args.repeats} seeds; "
-              "AUC (TPR at 1% FPR)")
+        print(
+            f"Gaussian toy: n = {args.n}, gain {args.gain}, spread {spread:g}, {args.repeats} seeds; "
+            "AUC (TPR at 1% FPR)"
+        )
         print(f"{'variant':>24} " + " ".join(f"{'k=' + k:>13}" for k in args.shadows.split(",")))
         for name, cells in run_table(args, spread, variants).items():
             print(f"{name:>24} " + " ".join(f"{c:>13}" for c in cells))
@@ -78,13 +86,15 @@ def run_table(args: argparse.Namespace, spread: float, variants: dict[str, tuple
         for seed in range(args.repeats):
             phi, member, target, truth = simulate(k, args.n, seed, gain=args.gain, spread=spread)
             for name, (variance, which) in variants.items():
-                out = fit_and_score(phi, member, target, variance=variance,
-                                    offline="one-sided" if which == "online" else which)
+                out = fit_and_score(
+                    phi, member, target, variance=variance, offline="one-sided" if which == "online" else which
+                )
                 sums[name] += metrics(out.online if which == "online" else out.offline, truth)
         for name in variants:
             auc, tpr = sums[name] / args.repeats
             table[name].append(f"{auc:.3f} ({tpr:.2f})")
     return table
+
 
 if __name__ == "__main__":
     main()

@@ -79,7 +79,9 @@ def main() -> int:
     parser.add_argument("--examples", type=int, default=1000, help="Members (and as many non-members) audited.")
     parser.add_argument("--public-size", type=int, default=6000)
     parser.add_argument("--epochs", type=int, default=3)
-    parser.add_argument("--corpus-size", type=int, default=None, help="Rows drawn at random from train.tsv (default: all).")
+    parser.add_argument(
+        "--corpus-size", type=int, default=None, help="Rows drawn at random from train.tsv (default: all)."
+    )
     parser.add_argument("--heldout-size", type=int, default=1378, help="Non-member rows of the inject directory.")
     parser.add_argument("--workdir", type=Path, default=None)
     args = parser.parse_args()
@@ -93,13 +95,50 @@ def main() -> int:
         corpus = root / f"snips-{args.corpus_size}.tsv"
         corpus.write_text("\n".join([lines[0], *(lines[i] for i in keep)]) + "\n", encoding="utf-8")
     if not (data / "manifest.json").is_file():
-        dpaudit_cli("inject", "--corpus", str(corpus), "--out", str(data), "--seed", "0",
-                    "--format", "digits:4", "--frequencies", "1", "--per-frequency", "10",
-                    "--public-size", str(args.public_size), "--heldout-size", str(args.heldout_size),
-                    )
-    dpaudit_cli("train", "--trainer", "edp-sgd", "--task", "classify", "--mode", "sgd", "--data", str(data), "--out",
-                str(target), "--seed", "0", "--preset", "tiny", "--max-length", "32", "--batch-size", "32",
-                "--epochs", str(args.epochs), "--learning-rate", "3e-3")
+        dpaudit_cli(
+            "inject",
+            "--corpus",
+            str(corpus),
+            "--out",
+            str(data),
+            "--seed",
+            "0",
+            "--format",
+            "digits:4",
+            "--frequencies",
+            "1",
+            "--per-frequency",
+            "10",
+            "--public-size",
+            str(args.public_size),
+            "--heldout-size",
+            str(args.heldout_size),
+        )
+    dpaudit_cli(
+        "train",
+        "--trainer",
+        "edp-sgd",
+        "--task",
+        "classify",
+        "--mode",
+        "sgd",
+        "--data",
+        str(data),
+        "--out",
+        str(target),
+        "--seed",
+        "0",
+        "--preset",
+        "tiny",
+        "--max-length",
+        "32",
+        "--batch-size",
+        "32",
+        "--epochs",
+        str(args.epochs),
+        "--learning-rate",
+        "3e-3",
+    )
 
     import dpaudit
     from dpaudit.attacks import lira
@@ -114,20 +153,34 @@ def main() -> int:
 
     lira.fit_and_score = capture
     start = time.perf_counter()
-    results = dpaudit.attack(target, data, ["loss", "lira"], shadow_models=args.shadows, workers=args.workers,
-                             mia_examples=args.examples, shadow_cache=str(root / "cache"), seed=0,
-                             blind_baseline=True, out=root / "attack", overwrite=True)
+    results = dpaudit.attack(
+        target,
+        data,
+        ["loss", "lira"],
+        shadow_models=args.shadows,
+        workers=args.workers,
+        mia_examples=args.examples,
+        shadow_cache=str(root / "cache"),
+        seed=0,
+        blind_baseline=True,
+        out=root / "attack",
+        overwrite=True,
+    )
     seconds = time.perf_counter() - start
     lira.fit_and_score = fit_and_score
 
     lira_result = results["lira"]
-    print(f"\nSNIPS, {args.shadows} matched shadows, {args.workers} workers: attack wall {seconds / 60:.1f} min "
-          f"(shadows cached: {lira_result.parameters.get('cached')})")
+    print(
+        f"\nSNIPS, {args.shadows} matched shadows, {args.workers} workers: attack wall {seconds / 60:.1f} min "
+        f"(shadows cached: {lira_result.parameters.get('cached')})"
+    )
     info = lira_result.shadow_models
     if info is not None:
         accs = [m.heldout_accuracy for m in info.models if m.heldout_accuracy is not None]
-        print(f"target held-out accuracy {info.target_heldout_accuracy}, shadows mean {np.mean(accs):.3f} "
-              f"(min {min(accs):.3f}, max {max(accs):.3f})")
+        print(
+            f"target held-out accuracy {info.target_heldout_accuracy}, shadows mean {np.mean(accs):.3f} "
+            f"(min {min(accs):.3f}, max {max(accs):.3f})"
+        )
     print(f"\n  {'attack / task':<34} {'AUC [95% CI]':<24} {'TPR@0.1%':>9} {'TPR@1%':>8}")
     for result in results.attacks:
         for t in result.tasks:
@@ -139,13 +192,17 @@ def main() -> int:
                 x = tprs.get(f)
                 return "-" if x is None else (f"{x['tpr']:.3f}" if x.get("enough_nonmembers", True) else "n/a")
 
-            print(f"  {result.attack + ' / ' + t.task:<34} {t.auc:.3f} [{t.auc_ci[0]:.3f}, {t.auc_ci[1]:.3f}]   "
-                  f"{cell(0.001):>9} {cell(0.01):>8}")
+            print(
+                f"  {result.attack + ' / ' + t.task:<34} {t.auc:.3f} [{t.auc_ci[0]:.3f}, {t.auc_ci[1]:.3f}]   "
+                f"{cell(0.001):>9} {cell(0.01):>8}"
+            )
 
     reference_scores = reference_oracle()
     # The examples task is scored first (membership_tasks' order): its captured fit and the attack's own truth.
     phi_s, member, phi_t = captured[0]
-    rows = [json.loads(line) for line in (root / "attack" / "scores" / "mia_lira.jsonl").read_text().splitlines() if line]
+    rows = [
+        json.loads(line) for line in (root / "attack" / "scores" / "mia_lira.jsonl").read_text().splitlines() if line
+    ]
     rows = [r for r in rows if r.get("task") == "examples"]
     truth = np.array([bool(r["member"]) for r in rows])
     ours = np.array([r["score"] for r in rows])
@@ -155,8 +212,10 @@ def main() -> int:
     online, _ = reference_scores(member, phi_s, phi_t, fix_variance=fix)
     ref_auc = roc_curve(-online[truth], -online[~truth]).auc()  # the reference's LOW = member
     our_auc = roc_curve(ours[truth], ours[~truth]).auc()
-    print(f"\n  LiRA online, examples: ours {our_auc:.4f}, reference code's scoring on the same shadows {ref_auc:.4f} "
-          f"(|diff| {abs(our_auc - ref_auc):.4f}; goal <= 0.01; variance {'fixed' if fix else 'per-example'})")
+    print(
+        f"\n  LiRA online, examples: ours {our_auc:.4f}, reference code's scoring on the same shadows {ref_auc:.4f} "
+        f"(|diff| {abs(our_auc - ref_auc):.4f}; goal <= 0.01; variance {'fixed' if fix else 'per-example'})"
+    )
     return 0
 
 

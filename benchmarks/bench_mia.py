@@ -61,17 +61,30 @@ def accuracy(model: Path, data: Path) -> float:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--snips", type=Path, required=True, help="SNIPS directory holding train.tsv (read in place).")
-    parser.add_argument("--heldout", type=int, default=1000, help="Non-member rows (>= 1000 measures TPR at 0.1%% FPR).")
+    parser.add_argument(
+        "--heldout", type=int, default=1000, help="Non-member rows (>= 1000 measures TPR at 0.1%% FPR)."
+    )
     parser.add_argument("--public", type=int, default=2000, help="Public rows (shadow models train on halves).")
     parser.add_argument("--epsilon", type=float, default=8.0, help="Target epsilon of the private modes.")
     parser.add_argument("--shadow-models", type=int, default=2)
     parser.add_argument("--out", type=Path, default=Path("/tmp/dpaudit_bench_mia"))
-    parser.add_argument("--modes", default=None,
-                        help=f"Comma-separated subset of {','.join(MODES)} (default: all whose trainer is registered).")
-    parser.add_argument("--train-arg", action="append", default=[],
-                        help="Extra 'dpaudit train' option of every mode (repeatable), e.g. --train-arg=--epochs=3.")
-    parser.add_argument("--edp-arg", action="append", default=[], help="Extra option of the edp-sgd trainer's modes only.")
-    parser.add_argument("--rgp-arg", action="append", default=[], help="Extra option of the rgp mode only, e.g. --rank=8.")
+    parser.add_argument(
+        "--modes",
+        default=None,
+        help=f"Comma-separated subset of {','.join(MODES)} (default: all whose trainer is registered).",
+    )
+    parser.add_argument(
+        "--train-arg",
+        action="append",
+        default=[],
+        help="Extra 'dpaudit train' option of every mode (repeatable), e.g. --train-arg=--epochs=3.",
+    )
+    parser.add_argument(
+        "--edp-arg", action="append", default=[], help="Extra option of the edp-sgd trainer's modes only."
+    )
+    parser.add_argument(
+        "--rgp-arg", action="append", default=[], help="Extra option of the rgp mode only, e.g. --rank=8."
+    )
     args = parser.parse_args()
 
     from dpaudit.training.api import available_trainers
@@ -88,8 +101,10 @@ def main() -> int:
         if missing:
             raise SystemExit(f"--modes {','.join(missing)}: trainer {TRAINER_OF[missing[0]]} is not registered here.")
     if not modes:
-        print("bench_mia: neither the edp-sgd nor the rgp trainer is registered in this install; skipping. "
-              f"Registered trainers: {', '.join(sorted(registered)) or 'none'}.")
+        print(
+            "bench_mia: neither the edp-sgd nor the rgp trainer is registered in this install; skipping. "
+            f"Registered trainers: {', '.join(sorted(registered)) or 'none'}."
+        )
         return 0
     corpus = args.snips / "train.tsv"
     if not corpus.is_file():
@@ -97,8 +112,23 @@ def main() -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     data = args.out / "data"
     if not data.exists():
-        cli("inject", "--corpus", str(corpus), "--heldout-size", str(args.heldout), "--public-size", str(args.public),
-            "--frequencies", "1", "--per-frequency", "4", "--seed", "0", "--out", str(data))
+        cli(
+            "inject",
+            "--corpus",
+            str(corpus),
+            "--heldout-size",
+            str(args.heldout),
+            "--public-size",
+            str(args.public),
+            "--frequencies",
+            "1",
+            "--per-frequency",
+            "4",
+            "--seed",
+            "0",
+            "--out",
+            str(data),
+        )
     rows = []
     for mode in modes:
         model = args.out / f"model-{mode}"
@@ -107,23 +137,54 @@ def main() -> int:
         specific = ["--mode", mode, *args.edp_arg] if trainer == "edp-sgd" else list(args.rgp_arg)
         start = time.perf_counter()
         if not (model / "manifest.json").is_file():
-            cli("train", "--trainer", trainer, "--task", "classify", *specific, *privacy, *args.train_arg,
-                "--seed", "0", "--data", str(data), "--out", str(model))
+            cli(
+                "train",
+                "--trainer",
+                trainer,
+                "--task",
+                "classify",
+                *specific,
+                *privacy,
+                *args.train_arg,
+                "--seed",
+                "0",
+                "--data",
+                str(data),
+                "--out",
+                str(model),
+            )
         train_s = time.perf_counter() - start
         attack = args.out / f"attack-{mode}"
-        cli("attack", "--model", str(model), "--data", str(data), "--out", str(attack), "--overwrite",
-            "--attacks", "loss,shadow", "--shadow-models", str(args.shadow_models),
-            "--shadow-cache", str(args.out / "shadows"))
+        cli(
+            "attack",
+            "--model",
+            str(model),
+            "--data",
+            str(data),
+            "--out",
+            str(attack),
+            "--overwrite",
+            "--attacks",
+            "loss,shadow",
+            "--shadow-models",
+            str(args.shadow_models),
+            "--shadow-cache",
+            str(args.out / "shadows"),
+        )
         results = json.loads((attack / "results.json").read_text())
         mia = {a["attack"]: a["tasks"][0] for a in results["attacks"]}
         eps = results["claimed_privacy"].get("epsilon")
         rows.append((mode, eps, accuracy(model, data), mia, train_s))
-    print(f"{'mode':>8} {'epsilon':>8} {'accuracy':>9} {'loss AUC [CI]':>22} {'shadow AUC [CI]':>22} {'eps LB':>7} {'train s':>8}")
+    print(
+        f"{'mode':>8} {'epsilon':>8} {'accuracy':>9} {'loss AUC [CI]':>22} {'shadow AUC [CI]':>22} {'eps LB':>7} {'train s':>8}"
+    )
     for mode, eps, acc, mia, train_s in rows:
         cells = [f"{m['auc']:.3f} [{m['auc_ci'][0]:.3f}, {m['auc_ci'][1]:.3f}]" for m in (mia["loss"], mia["shadow"])]
         lb = max(mia["loss"]["epsilon_lower_bound"], mia["shadow"]["epsilon_lower_bound"])
-        print(f"{mode:>8} {'inf' if eps is None else f'{eps:.2f}':>8} {acc:>9.3f} {cells[0]:>22} {cells[1]:>22} "
-              f"{lb:>7.3f} {train_s:>8.1f}")
+        print(
+            f"{mode:>8} {'inf' if eps is None else f'{eps:.2f}':>8} {acc:>9.3f} {cells[0]:>22} {cells[1]:>22} "
+            f"{lb:>7.3f} {train_s:>8.1f}"
+        )
     return 0
 
 

@@ -61,24 +61,31 @@ def _interleaved(fns: dict, repeats: int) -> dict[str, float]:
     wall: dict[str, list[float]] = {name: [] for name in fns}
     names = list(fns)
     for r in range(repeats):
-        for name in names[r % len(names):] + names[:r % len(names)]:
+        for name in names[r % len(names) :] + names[: r % len(names)]:
             start, cpu_start = time.perf_counter(), time.process_time()
             fns[name]()
             cpu[name].append(time.process_time() - cpu_start)
             wall[name].append(time.perf_counter() - start)
-    return {**{name: statistics.median(v) for name, v in cpu.items()},
-            **{f"{name} wall": statistics.median(v) for name, v in wall.items()}}
+    return {
+        **{name: statistics.median(v) for name, v in cpu.items()},
+        **{f"{name} wall": statistics.median(v) for name, v in wall.items()},
+    }
 
 
 # -- the former samplers -------------------------------------------------------------------------------------------
+
 
 def former_philox() -> ctypes.CDLL | None:
     """The former C sampler (32-bit uniform), built from git with the flags philox.py uses; None without git."""
     from dpaudit.trainers.torch_common import philox
 
     try:
-        source = subprocess.run(["git", "-C", str(ROOT), "show", f"{FORMER}:trainers/torch_common/philox_normal.c"],
-                                check=True, capture_output=True, text=True).stdout
+        source = subprocess.run(
+            ["git", "-C", str(ROOT), "show", f"{FORMER}:trainers/torch_common/philox_normal.c"],
+            check=True,
+            capture_output=True,
+            text=True,
+        ).stdout
     except (OSError, subprocess.CalledProcessError):
         return None
     with tempfile.TemporaryDirectory(prefix="former-philox-") as tmp:
@@ -86,8 +93,16 @@ def former_philox() -> ctypes.CDLL | None:
         path.write_text(source)
         subprocess.run(["cc", *philox._FLAGS, *philox._NATIVE, "-o", str(target), str(path)], check=True)
         library = ctypes.CDLL(str(target))
-    library.dpaudit_philox_normal.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_float, ctypes.c_int]
-    library.dpaudit_philox_add_ranges.argtypes = [ctypes.c_int64] + [ctypes.c_void_p] * 4 + [ctypes.c_float, ctypes.c_void_p]
+    library.dpaudit_philox_normal.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+        ctypes.c_float,
+        ctypes.c_int,
+    ]
+    library.dpaudit_philox_add_ranges.argtypes = (
+        [ctypes.c_int64] + [ctypes.c_void_p] * 4 + [ctypes.c_float, ctypes.c_void_p]
+    )
     library.dpaudit_philox4x32_10.argtypes = [ctypes.c_void_p] * 3
     return library
 
@@ -104,6 +119,7 @@ def _former_gaussian_like(key, tree):
 
 # -- 1. per number -------------------------------------------------------------------------------------------------
 
+
 def per_number(args, former) -> list[tuple[str, float]]:
     import jax
     import torch
@@ -118,16 +134,17 @@ def per_number(args, former) -> list[tuple[str, float]]:
     old_jax = jax.jit(lambda k: jax.random.normal(k, (n,), jax.numpy.float32))
     fns = {
         "C Philox, 96-bit Box-Muller, float64 (new)": lambda: philox.normal_(out, key, 1.0),
-        "torch words, 96-bit Box-Muller, float64 (new fallback)":
-            lambda: noise.torch_normal(n, noise.keyed_generator(5, 1)),
+        "torch words, 96-bit Box-Muller, float64 (new fallback)": lambda: noise.torch_normal(
+            n, noise.keyed_generator(5, 1)
+        ),
         "torch normal_ (former fallback)": lambda: out.normal_(0.0, 1.0, generator=noise.keyed_generator(5, 1)),
-        "JAX Threefry, 96-bit Box-Muller, float32 (new)":
-            lambda: new_jax(jax.random.PRNGKey(0)).block_until_ready(),
+        "JAX Threefry, 96-bit Box-Muller, float32 (new)": lambda: new_jax(jax.random.PRNGKey(0)).block_until_ready(),
         "JAX jax.random.normal float32 (former)": lambda: old_jax(jax.random.PRNGKey(0)).block_until_ready(),
     }
     if former is not None:
         fns["C Philox, 32-bit Box-Muller, float32 (former)"] = lambda: former.dpaudit_philox_normal(
-            out.data_ptr(), n, key.ctypes.data, 1.0, 0)
+            out.data_ptr(), n, key.ctypes.data, 1.0, 0
+        )
     threads = torch.get_num_threads()
     torch.set_num_threads(1)
     try:
@@ -139,6 +156,7 @@ def per_number(args, former) -> list[tuple[str, float]]:
 
 # -- 2. jax-bert ---------------------------------------------------------------------------------------------------
 
+
 def jax_bert_steps(args) -> list[dict]:
     import jax
 
@@ -148,8 +166,9 @@ def jax_bert_steps(args) -> list[dict]:
     from bench_jax_bert_step import synthetic_examples
 
     seq, vocab, n_pred = 32, 2000, 11  # the demo: --max-length 32, --mask-prob 0.3 (ceil(32 x 0.3) + 1 predictions)
-    cfg = model.preset_config("tiny", vocab_size=vocab, max_position_embeddings=128, hidden_dropout_prob=0.0,
-                              attention_probs_dropout_prob=0.0)
+    cfg = model.preset_config(
+        "tiny", vocab_size=vocab, max_position_embeddings=128, hidden_dropout_prob=0.0, attention_probs_dropout_prob=0.0
+    )
     net = model.FlaxBertForMaskedLM(cfg)
     loss_fn = functools.partial(model.example_mlm_loss, model=net)
     params = model.init_params(cfg, jax.random.key(0), seq_len=seq)
@@ -159,15 +178,20 @@ def jax_bert_steps(args) -> list[dict]:
     for label, batch in (("epsilon-8 model, batch 64", 64), ("audit recipe, batch 1,024", 1024)):
         data = synthetic_examples(batch, seq_len=seq, n_pred=n_pred, vocab=vocab)
         m = min(32, batch)
-        (idx, mask), = sampling.pack_microsteps(np.arange(batch), m, batch // m)
+        ((idx, mask),) = sampling.pack_microsteps(np.arange(batch), m, batch // m)
         chunks = [({k: v[idx] for k, v in data.items()}, mask)]
         steps, states = {}, {}
         real = dp_step._gaussian_like
         for name, draw in (("new", real), ("former", _former_gaussian_like)):
             dp_step._gaussian_like = draw  # read when the finish is traced (below, in the warm-up call)
             try:
-                step = dp_step.make_dp_train_step(loss_fn, opt, clip_norm=1.0, donate_state=True,
-                                                  clipped_sum_fn=ghost_clipping.make_ghost_clipped_sum_fn(net, clip_norm=1.0))
+                step = dp_step.make_dp_train_step(
+                    loss_fn,
+                    opt,
+                    clip_norm=1.0,
+                    donate_state=True,
+                    clipped_sum_fn=ghost_clipping.make_ghost_clipped_sum_fn(net, clip_norm=1.0),
+                )
                 p = jax.tree.map(lambda x: x.copy(), params)
                 states[name] = step(p, opt.init(p), chunks, jax.random.key(0), 1.0, float(batch))[:2]
                 jax.block_until_ready(states[name])
@@ -182,16 +206,21 @@ def jax_bert_steps(args) -> list[dict]:
 
         new_noise = jax.jit(dp_step._gaussian_like)
         old_noise = jax.jit(_former_gaussian_like)
-        times = _interleaved({
-            "step new": functools.partial(run, "new"), "step former": functools.partial(run, "former"),
-            "noise new": lambda: jax.block_until_ready(new_noise(jax.random.key(3), params)),
-            "noise former": lambda: jax.block_until_ready(old_noise(jax.random.key(3), params)),
-        }, args.repeats)
+        times = _interleaved(
+            {
+                "step new": functools.partial(run, "new"),
+                "step former": functools.partial(run, "former"),
+                "noise new": lambda: jax.block_until_ready(new_noise(jax.random.key(3), params)),
+                "noise former": lambda: jax.block_until_ready(old_noise(jax.random.key(3), params)),
+            },
+            args.repeats,
+        )
         rows.append({"trainer": "jax-bert", "what": label, "params": n_params, **times})
     return rows
 
 
 # -- 3. edp-sgd ----------------------------------------------------------------------------------------------------
+
 
 def edp_sgd_steps(args, former) -> list[dict]:
     import torch
@@ -209,19 +238,48 @@ def edp_sgd_steps(args, former) -> list[dict]:
         root = Path(tmp)
         clf, lm = root / "clf", root / "lm"  # the demo's two inject directories (classifiers; masked and causal LMs)
         for out, size, public, freqs in ((clf, 1000, 3000, "1,10"), (lm, 3000, 20000, "1,10,100")):
-            result = CliRunner().invoke(cli, ["inject", "--corpus", "builtin:assistant", "--corpus-size", str(size),
-                                              "--out", str(out), "--seed", "0", "--format", "digits:4", "--frequencies",
-                                              freqs, "--per-frequency", "10", "--public-size", str(public)],
-                                        catch_exceptions=False)
+            result = CliRunner().invoke(
+                cli,
+                [
+                    "inject",
+                    "--corpus",
+                    "builtin:assistant",
+                    "--corpus-size",
+                    str(size),
+                    "--out",
+                    str(out),
+                    "--seed",
+                    "0",
+                    "--format",
+                    "digits:4",
+                    "--frequencies",
+                    freqs,
+                    "--per-frequency",
+                    "10",
+                    "--public-size",
+                    str(public),
+                ],
+                catch_exceptions=False,
+            )
             if result.exit_code != 0:
                 raise SystemExit(result.output)
         labels = ",".join(intent.name for intent in INTENTS)
-        cases = (("classifier, dp-sgd, batch 32", clf, dict(task="classify", mode="dp-sgd", batch_size=32, labels=labels)),
-                 ("classifier, edp-sgd, batch 32", clf, dict(task="classify", mode="edp-sgd", batch_size=32, labels=labels)),
-                 ("causal LM, dp-sgd, batch 64", lm, dict(task="clm", mode="dp-sgd", batch_size=64)))
+        cases = (
+            ("classifier, dp-sgd, batch 32", clf, dict(task="classify", mode="dp-sgd", batch_size=32, labels=labels)),
+            ("classifier, edp-sgd, batch 32", clf, dict(task="classify", mode="edp-sgd", batch_size=32, labels=labels)),
+            ("causal LM, dp-sgd, batch 64", lm, dict(task="clm", mode="dp-sgd", batch_size=64)),
+        )
         for label, data, options in cases:
-            config = EdpSgdConfig(preset="tiny", max_length=32, epochs=1, learning_rate=1e-3, noise_multiplier=1.0,
-                                  noise_seed=2**80 + 1, eval_examples=0, **options)
+            config = EdpSgdConfig(
+                preset="tiny",
+                max_length=32,
+                epochs=1,
+                learning_rate=1e-3,
+                noise_multiplier=1.0,
+                noise_seed=2**80 + 1,
+                eval_examples=0,
+                **options,
+            )
             run = _Plugin(data, root / f"out-{len(rows)}", config, seed=0)
             run._setup()
             grads = [torch.zeros_like(p) for p in run.params]
@@ -245,12 +303,15 @@ def edp_sgd_steps(args, former) -> list[dict]:
 
             fns = {"step new": functools.partial(step, built()), "noise new": functools.partial(draw, built())}
             if former is not None:
-                fns.update({"step former": functools.partial(step, former), "noise former": functools.partial(draw, former)})
+                fns.update(
+                    {"step former": functools.partial(step, former), "noise former": functools.partial(draw, former)}
+                )
             rows.append({"trainer": "edp-sgd", "what": label, "params": n_params, **_interleaved(fns, args.repeats)})
     return rows
 
 
 # -- 4. max over 10^8 ------------------------------------------------------------------------------------------------
+
 
 def maxima(args, former) -> list[tuple[str, float, float]]:
     import jax
@@ -280,9 +341,11 @@ def maxima(args, former) -> list[tuple[str, float, float]]:
 
     new_jax = jax.jit(lambda k: jax.numpy.abs(dp_step.wide_normal(k, (chunk,))).max())
     old_jax = jax.jit(lambda k: jax.numpy.abs(jax.random.normal(k, (chunk,), jax.numpy.float32)).max())
-    samplers = [("C Philox, 96-bit Box-Muller (new)", functools.partial(c_draw, None)),
-                ("JAX, 96-bit Box-Muller (new)", lambda c: float(new_jax(jax.random.PRNGKey(c)))),
-                ("JAX jax.random.normal float32 (former)", lambda c: float(old_jax(jax.random.PRNGKey(c))))]
+    samplers = [
+        ("C Philox, 96-bit Box-Muller (new)", functools.partial(c_draw, None)),
+        ("JAX, 96-bit Box-Muller (new)", lambda c: float(new_jax(jax.random.PRNGKey(c)))),
+        ("JAX jax.random.normal float32 (former)", lambda c: float(old_jax(jax.random.PRNGKey(c)))),
+    ]
     if former is not None:
         samplers.insert(1, ("C Philox, 32-bit Box-Muller (former)", functools.partial(c_draw, former)))
     for name, draw in samplers:
@@ -305,25 +368,35 @@ def main(argv: list[str] | None = None) -> int:
     tune_host_allocator()
     tune_cpu_runtime()
     former = former_philox()
-    print(f"threads: torch {torch.get_num_threads()}; medians of {args.repeats}, interleaved; former C sampler: "
-          f"{'git ' + FORMER if former is not None else 'not available (no git)'}")
+    print(
+        f"threads: torch {torch.get_num_threads()}; medians of {args.repeats}, interleaved; former C sampler: "
+        f"{'git ' + FORMER if former is not None else 'not available (no git)'}"
+    )
     print("\n1. Cost per number, process CPU time (4M numbers, one thread for the C and torch samplers)")
     for name, ns in per_number(args, former):
         print(f"  {name:58s} {ns:7.2f} ns")
     if not args.skip_steps:
-        print("\n2-3. A DP step at the demo's sizes, process CPU ms (wall ms of the new step in brackets): the step with "
-              "the new sampler and with the former, and the noise draw alone as a share of the new step")
-        print(f"  {'trainer':9s} {'case':32s} {'params':>9s} {'step ms':>16s} {'former':>8s} {'ratio':>6s} "
-              f"{'noise ms':>9s} {'former':>7s} {'noise share':>11s}")
+        print(
+            "\n2-3. A DP step at the demo's sizes, process CPU ms (wall ms of the new step in brackets): the step with "
+            "the new sampler and with the former, and the noise draw alone as a share of the new step"
+        )
+        print(
+            f"  {'trainer':9s} {'case':32s} {'params':>9s} {'step ms':>16s} {'former':>8s} {'ratio':>6s} "
+            f"{'noise ms':>9s} {'former':>7s} {'noise share':>11s}"
+        )
         for row in [*jax_bert_steps(args), *edp_sgd_steps(args, former)]:
             step_old, noise_old = row.get("step former"), row.get("noise former")
             step = f"{row['step new'] * 1e3:.1f} ({row['step new wall'] * 1e3:.1f})"
-            print(f"  {row['trainer']:9s} {row['what']:32s} {row['params']:9,d} {step:>16s} "
-                  f"{(step_old or math.nan) * 1e3:8.1f} {row['step new'] / (step_old or math.nan):6.3f} "
-                  f"{row['noise new'] * 1e3:9.2f} {(noise_old or math.nan) * 1e3:7.2f} "
-                  f"{row['noise new'] / row['step new']:11.2%}")
-    print(f"\n4. Largest |z| over {args.draws:.0e} draws (a true Gaussian's exceeds 6 with probability ~0.18; the new "
-          f"reach, 11.596, is measured with the extreme words in tests/trainers/test_noise_reach.py)")
+            print(
+                f"  {row['trainer']:9s} {row['what']:32s} {row['params']:9,d} {step:>16s} "
+                f"{(step_old or math.nan) * 1e3:8.1f} {row['step new'] / (step_old or math.nan):6.3f} "
+                f"{row['noise new'] * 1e3:9.2f} {(noise_old or math.nan) * 1e3:7.2f} "
+                f"{row['noise new'] / row['step new']:11.2%}"
+            )
+    print(
+        f"\n4. Largest |z| over {args.draws:.0e} draws (a true Gaussian's exceeds 6 with probability ~0.18; the new "
+        f"reach, 11.596, is measured with the extreme words in tests/trainers/test_noise_reach.py)"
+    )
     for name, top, seconds in maxima(args, former):
         print(f"  {name:44s} {top:8.4f}   ({seconds:.1f} s)")
     return 0

@@ -146,7 +146,10 @@ def dpaudit(*args: str) -> None:
 def utility(model: Path) -> tuple[float, float | None]:
     """The last held-out figure of a train run and its trivial baseline (metrics.jsonl)."""
     rows = [json.loads(line) for line in (model / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line]
-    for key, base in (("mlm_accuracy", "heldout_mlm_accuracy_baseline"), ("eval_accuracy", "heldout_accuracy_baseline")):
+    for key, base in (
+        ("mlm_accuracy", "heldout_mlm_accuracy_baseline"),
+        ("eval_accuracy", "heldout_accuracy_baseline"),
+    ):
         found = [r for r in rows if r.get(key) is not None]
         if found:
             return found[-1][key], found[-1].get(base)
@@ -161,56 +164,205 @@ def labels() -> str:
 
 def run_mlm(root: Path, args: argparse.Namespace, corpus: list[str]) -> list[tuple[str, Path, str]]:
     data = root / "data-mlm"
-    dpaudit("inject", *corpus, "--out", str(data), "--seed", "0", "--format", "digits:4", "--frequencies", "1,10,100",
-            "--per-frequency", "10", "--public-size", str(args.public_size), "--overwrite")
-    common = ["train", "--trainer", "jax-bert", "--data", str(data), "--seed", "0", "--preset", "tiny",
-              "--batch-size", "64", "--max-length", "32", "--weight-decay", "0", "--mask-prob", "0.3",
-              "--eval-every", str(args.steps), "--eval-examples", "512"]
+    dpaudit(
+        "inject",
+        *corpus,
+        "--out",
+        str(data),
+        "--seed",
+        "0",
+        "--format",
+        "digits:4",
+        "--frequencies",
+        "1,10,100",
+        "--per-frequency",
+        "10",
+        "--public-size",
+        str(args.public_size),
+        "--overwrite",
+    )
+    common = [
+        "train",
+        "--trainer",
+        "jax-bert",
+        "--data",
+        str(data),
+        "--seed",
+        "0",
+        "--preset",
+        "tiny",
+        "--batch-size",
+        "64",
+        "--max-length",
+        "32",
+        "--weight-decay",
+        "0",
+        "--mask-prob",
+        "0.3",
+        "--eval-every",
+        str(args.steps),
+        "--eval-examples",
+        "512",
+    ]
     public = root / "mlm-public"
-    dpaudit(*common, "--out", str(public), "--data-split", "public", "--non-private", "--steps", str(args.public_steps),
-            "--learning-rate", "3e-3")
+    dpaudit(
+        *common,
+        "--out",
+        str(public),
+        "--data-split",
+        "public",
+        "--non-private",
+        "--steps",
+        str(args.public_steps),
+        "--learning-rate",
+        "3e-3",
+    )
     runs = [("public model (public.jsonl only)", public, "-")]
-    for name, start, rate, privacy in (("non-private", public, "3e-3", ["--non-private"]),
-                                       ("DP-SGD eps 8", public, args.dp_learning_rate, ["--target-epsilon", "8"]),
-                                       ("non-private, from scratch", None, "3e-3", ["--non-private"]),
-                                       ("DP-SGD eps 8, from scratch", None, "3e-3", ["--target-epsilon", "8"])):
+    for name, start, rate, privacy in (
+        ("non-private", public, "3e-3", ["--non-private"]),
+        ("DP-SGD eps 8", public, args.dp_learning_rate, ["--target-epsilon", "8"]),
+        ("non-private, from scratch", None, "3e-3", ["--non-private"]),
+        ("DP-SGD eps 8, from scratch", None, "3e-3", ["--target-epsilon", "8"]),
+    ):
         if start is None and not args.scratch:
             continue
         out = root / f"mlm-{len(runs)}"
-        dpaudit(*common, "--out", str(out), *(["--init-from", str(start)] if start else []), "--steps", str(args.steps),
-                "--learning-rate", rate, *privacy)
+        dpaudit(
+            *common,
+            "--out",
+            str(out),
+            *(["--init-from", str(start)] if start else []),
+            "--steps",
+            str(args.steps),
+            "--learning-rate",
+            rate,
+            *privacy,
+        )
         runs.append((name, out, "public" if start else "scratch"))
     if args.rgp:
         out = root / "mlm-rgp"
-        torch_common = ["train", "--trainer", "rgp", "--task", "mlm", "--data", str(data), "--seed", "0",
-                        "--batch-size", "64", "--max-length", "32", "--mask-prob", "0.3", "--eval-examples", "512"]
-        dpaudit(*torch_common, "--out", str(out), "--init-from", str(public), "--epochs", str(args.rgp_mlm_epochs),
-                "--learning-rate", args.rgp_learning_rate, "--target-epsilon", "8")
+        torch_common = [
+            "train",
+            "--trainer",
+            "rgp",
+            "--task",
+            "mlm",
+            "--data",
+            str(data),
+            "--seed",
+            "0",
+            "--batch-size",
+            "64",
+            "--max-length",
+            "32",
+            "--mask-prob",
+            "0.3",
+            "--eval-examples",
+            "512",
+        ]
+        dpaudit(
+            *torch_common,
+            "--out",
+            str(out),
+            "--init-from",
+            str(public),
+            "--epochs",
+            str(args.rgp_mlm_epochs),
+            "--learning-rate",
+            args.rgp_learning_rate,
+            "--target-epsilon",
+            "8",
+        )
         runs.append(("rgp eps 8 (torch, from the jax start)", out, "public"))
     return runs
 
 
-def run_classify(root: Path, args: argparse.Namespace, corpus: list[str], label_args: list[str]) -> list[tuple[str, Path, str]]:
+def run_classify(
+    root: Path, args: argparse.Namespace, corpus: list[str], label_args: list[str]
+) -> list[tuple[str, Path, str]]:
     data = root / "data-clf"
-    dpaudit("inject", *corpus, "--out", str(data), "--seed", "0", "--format", "digits:4", "--frequencies", "1,10",
-            "--per-frequency", "10", "--public-size", str(args.classifier_public_size), "--overwrite")
-    common = ["train", "--trainer", "edp-sgd", "--task", "classify", "--data", str(data), "--seed", "0", "--preset", "tiny",
-              "--max-length", "32", "--batch-size", str(args.classifier_batch_size), *label_args]
+    dpaudit(
+        "inject",
+        *corpus,
+        "--out",
+        str(data),
+        "--seed",
+        "0",
+        "--format",
+        "digits:4",
+        "--frequencies",
+        "1,10",
+        "--per-frequency",
+        "10",
+        "--public-size",
+        str(args.classifier_public_size),
+        "--overwrite",
+    )
+    common = [
+        "train",
+        "--trainer",
+        "edp-sgd",
+        "--task",
+        "classify",
+        "--data",
+        str(data),
+        "--seed",
+        "0",
+        "--preset",
+        "tiny",
+        "--max-length",
+        "32",
+        "--batch-size",
+        str(args.classifier_batch_size),
+        *label_args,
+    ]
     public = root / "clf-public"
-    dpaudit(*common, "--out", str(public), "--data-split", "public", "--non-private", "--epochs",
-            str(args.classifier_public_epochs), "--learning-rate", "3e-3")
+    dpaudit(
+        *common,
+        "--out",
+        str(public),
+        "--data-split",
+        "public",
+        "--non-private",
+        "--epochs",
+        str(args.classifier_public_epochs),
+        "--learning-rate",
+        "3e-3",
+    )
     runs = [("public classifier (public.jsonl only)", public, "-")]
     for mode, private in (("sgd", False), ("dp-sgd", True), ("edp-sgd", True)):
         out = root / f"clf-{mode}"
-        dpaudit(*common, "--out", str(out), "--mode", mode, "--init-from", str(public), "--epochs",
-                str(args.classifier_epochs), "--learning-rate", args.dp_learning_rate if private else "3e-3",
-                *(["--target-epsilon", "8"] if private else []))
+        dpaudit(
+            *common,
+            "--out",
+            str(out),
+            "--mode",
+            mode,
+            "--init-from",
+            str(public),
+            "--epochs",
+            str(args.classifier_epochs),
+            "--learning-rate",
+            args.dp_learning_rate if private else "3e-3",
+            *(["--target-epsilon", "8"] if private else []),
+        )
         runs.append((f"{mode}{' eps 8' if private else ''}", out, "public"))
     if args.rgp:
         out = root / "clf-rgp"
         rgp = [("rgp" if previous == "--trainer" else arg) for previous, arg in zip(["", *common], common)]
-        dpaudit(*rgp, "--out", str(out), "--init-from", str(public), "--epochs",
-                str(args.classifier_epochs), "--learning-rate", args.rgp_learning_rate, "--target-epsilon", "8")
+        dpaudit(
+            *rgp,
+            "--out",
+            str(out),
+            "--init-from",
+            str(public),
+            "--epochs",
+            str(args.classifier_epochs),
+            "--learning-rate",
+            args.rgp_learning_rate,
+            "--target-epsilon",
+            "8",
+        )
         runs.append(("rgp eps 8", out, "public"))
     return runs
 
@@ -244,8 +396,12 @@ def main() -> int:
     parser.add_argument("--classifier-epochs", type=int, default=3)
     parser.add_argument("--classifier-batch-size", type=int, default=32)
     parser.add_argument("--rgp", action="store_true", help="Also train rgp (epsilon 8) from the same public start.")
-    parser.add_argument("--rgp-mlm-epochs", type=int, default=10,
-                        help="Epochs of the rgp MLM (batch 64: about 1,000 steps on SNIPS' ~6,500 private rows).")
+    parser.add_argument(
+        "--rgp-mlm-epochs",
+        type=int,
+        default=10,
+        help="Epochs of the rgp MLM (batch 64: about 1,000 steps on SNIPS' ~6,500 private rows).",
+    )
     parser.add_argument("--rgp-learning-rate", default="1e-3", help="Learning rate of the rgp models.")
     args = parser.parse_args()
     root = args.workdir or Path(tempfile.mkdtemp(prefix="bench-public-"))
@@ -259,11 +415,15 @@ def main() -> int:
         label_args = ["--labels", labels()]
     what = "SNIPS" if args.snips is not None else "built-in corpus"
     if args.task in ("mlm", "both"):
-        table(f"jax-bert MLM ({what}): held-out MLM accuracy (baseline: always the most frequent token)",
-              run_mlm(root, args, corpus))
+        table(
+            f"jax-bert MLM ({what}): held-out MLM accuracy (baseline: always the most frequent token)",
+            run_mlm(root, args, corpus),
+        )
     if args.task in ("classify", "both"):
-        table(f"edp-sgd intent classifier ({what}): held-out accuracy (baseline: always the majority class)",
-              run_classify(root, args, clf_corpus, label_args))
+        table(
+            f"edp-sgd intent classifier ({what}): held-out accuracy (baseline: always the majority class)",
+            run_classify(root, args, clf_corpus, label_args),
+        )
     return 0
 
 

@@ -45,16 +45,29 @@ def worker(args: argparse.Namespace) -> int:
 
     if args.threads:
         torch.set_num_threads(args.threads)
-    common = {"task": args.task, "preset": args.preset, "batch_size": args.batch_size, "max_length": args.max_length,
-              "epochs": 1, "eval_examples": 0, "noise_seed": 1, "noise_multiplier": 1.0, "clip_norm": 1.0}
+    common = {
+        "task": args.task,
+        "preset": args.preset,
+        "batch_size": args.batch_size,
+        "max_length": args.max_length,
+        "epochs": 1,
+        "eval_examples": 0,
+        "noise_seed": 1,
+        "noise_multiplier": 1.0,
+        "clip_norm": 1.0,
+    }
     with tempfile.TemporaryDirectory(prefix="bench_rgp_worker.") as tmp:
         if args.worker.startswith("dp-sgd"):
             from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
             from dpaudit.trainers.edp_sgd.trainer import _Plugin as EdpRun
 
             engine = args.worker.split("-")[-1]
-            run = EdpRun(Path(args.worker_data), Path(tmp) / "out",
-                         EdpSgdConfig(mode="dp-sgd", physical_batch=args.batch_size, clip_engine=engine, **common), seed=0)
+            run = EdpRun(
+                Path(args.worker_data),
+                Path(tmp) / "out",
+                EdpSgdConfig(mode="dp-sgd", physical_batch=args.batch_size, clip_engine=engine, **common),
+                seed=0,
+            )
             run._setup()
             # The ghost engine forms no per-example gradient (norms only): 0 materialized floats.
             per_example = sum(p.numel() for p in run.params) if engine == "vmap" else 0
@@ -63,8 +76,12 @@ def worker(args: argparse.Namespace) -> int:
             from dpaudit.trainers.rgp.trainer import _Plugin as RgpRun
 
             rank = int(args.worker.split("-r")[1])
-            run = RgpRun(Path(args.worker_data), Path(tmp) / "out",
-                         RgpConfig(rank=rank, physical_batch=args.batch_size, warmup_steps=0, **common), seed=0)
+            run = RgpRun(
+                Path(args.worker_data),
+                Path(tmp) / "out",
+                RgpConfig(rank=rank, physical_batch=args.batch_size, warmup_steps=0, **common),
+                seed=0,
+            )
             run._setup()
             k = len(run.reparam.matrices)
             per_example = sum(min(rank, *w.shape) * sum(w.shape) for w in run.reparam.matrices)
@@ -87,8 +104,18 @@ def worker(args: argparse.Namespace) -> int:
             cpu += time.process_time() - start_cpu
             examples += len(indices)
         peak = _status("VmHWM") - before
-    print(json.dumps({"mode": args.worker, "examples": examples, "wall_s": wall, "cpu_s": cpu, "peak_mb": peak,
-                      "per_example_floats": per_example}))
+    print(
+        json.dumps(
+            {
+                "mode": args.worker,
+                "examples": examples,
+                "wall_s": wall,
+                "cpu_s": cpu,
+                "peak_mb": peak,
+                "per_example_floats": per_example,
+            }
+        )
+    )
     return 0
 
 
@@ -102,7 +129,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ranks", default="1,4,16", help="RGP ranks to measure (comma-separated).")
     parser.add_argument("--steps", type=int, default=4, help="Timed steps per mode (after --warmup).")
     parser.add_argument("--warmup", type=int, default=1)
-    parser.add_argument("--threads", type=int, default=1, help="torch.set_num_threads in each worker (0 = torch's default).")
+    parser.add_argument(
+        "--threads", type=int, default=1, help="torch.set_num_threads in each worker (0 = torch's default)."
+    )
     parser.add_argument("--json", action="store_true")
     parser.add_argument("--worker", default=None, help=argparse.SUPPRESS)
     parser.add_argument("--worker-data", default=None, help=argparse.SUPPRESS)
@@ -119,10 +148,30 @@ def main(argv: list[str] | None = None) -> int:
 
         data = make_inject_dir(args.snips, Path(tmp), frequencies="1")
         for mode in modes:
-            cmd = [sys.executable, __file__, "--snips", str(args.snips), "--worker", mode, "--worker-data", str(data),
-                   "--task", args.task, "--preset", args.preset, "--batch-size", str(args.batch_size), "--max-length",
-                   str(args.max_length), "--steps", str(args.steps), "--warmup", str(args.warmup), "--threads",
-                   str(args.threads)]
+            cmd = [
+                sys.executable,
+                __file__,
+                "--snips",
+                str(args.snips),
+                "--worker",
+                mode,
+                "--worker-data",
+                str(data),
+                "--task",
+                args.task,
+                "--preset",
+                args.preset,
+                "--batch-size",
+                str(args.batch_size),
+                "--max-length",
+                str(args.max_length),
+                "--steps",
+                str(args.steps),
+                "--warmup",
+                str(args.warmup),
+                "--threads",
+                str(args.threads),
+            ]
             done = subprocess.run(cmd, capture_output=True, text=True, check=False)
             if done.returncode != 0:
                 raise SystemExit(f"the {mode} worker failed:\n{done.stderr[-3000:]}")
@@ -138,14 +187,20 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(results, indent=2))
         return 0
-    print(f"preset {args.preset}, task {args.task}, batch {args.batch_size}, max length {args.max_length}, "
-          f"{args.steps} timed steps, {args.threads or 'default'} torch thread(s)")
-    print(f"{'mode':>10} {'ex/s':>8} {'ex/cpu-s':>9} {'x dp-sgd':>9} {'x cpu':>7} {'peak MB':>8} {'x peak':>7} "
-          f"{'per-ex floats':>14} {'x floats':>9}")
+    print(
+        f"preset {args.preset}, task {args.task}, batch {args.batch_size}, max length {args.max_length}, "
+        f"{args.steps} timed steps, {args.threads or 'default'} torch thread(s)"
+    )
+    print(
+        f"{'mode':>10} {'ex/s':>8} {'ex/cpu-s':>9} {'x dp-sgd':>9} {'x cpu':>7} {'peak MB':>8} {'x peak':>7} "
+        f"{'per-ex floats':>14} {'x floats':>9}"
+    )
     for r in results:
-        print(f"{r['mode']:>10} {r['examples_per_s']:>8.1f} {r['examples_per_cpu_s']:>9.1f} {r['speedup_vs_dp_sgd']:>9.2f} "
-              f"{r['cpu_speedup_vs_dp_sgd']:>7.2f} {r['peak_mb']:>8.0f} {r['peak_ratio_to_dp_sgd']:>7.3f} "
-              f"{r['per_example_floats']:>14,} {r['per_example_ratio_to_dp_sgd']:>9.4f}")
+        print(
+            f"{r['mode']:>10} {r['examples_per_s']:>8.1f} {r['examples_per_cpu_s']:>9.1f} {r['speedup_vs_dp_sgd']:>9.2f} "
+            f"{r['cpu_speedup_vs_dp_sgd']:>7.2f} {r['peak_mb']:>8.0f} {r['peak_ratio_to_dp_sgd']:>7.3f} "
+            f"{r['per_example_floats']:>14,} {r['per_example_ratio_to_dp_sgd']:>9.4f}"
+        )
     return 0
 
 

@@ -71,6 +71,7 @@ def main(argv: list[str] | None = None) -> int:
             finally:
                 torch.set_num_threads(threads)
                 philox._library = built
+
         return draw
 
     grads = [torch.randn(t.shape) for t in like]  # a clipped sum to noise, for the two steps below
@@ -87,6 +88,7 @@ def main(argv: list[str] | None = None) -> int:
                 noised_total(grads, step_noise, (0.0, 0.0, 0.0, 0.0), world=World(0, 1), device=torch.device("cpu"))
             finally:
                 noise.fusable = fusable
+
         return run
 
     rows = [("one manual_seed generator (former)", _time(former, args.repeats))]

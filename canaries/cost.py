@@ -74,49 +74,67 @@ class InjectCost:
 
     @property
     def bytes_per_canary(self) -> float:
-        return BYTES_PER_CANARY + BYTES_PER_CHAR * self.text_chars + BYTES_PER_ROW * self.canary_rows / max(self.canaries, 1)
+        return (
+            BYTES_PER_CANARY
+            + BYTES_PER_CHAR * self.text_chars
+            + BYTES_PER_ROW * self.canary_rows / max(self.canaries, 1)
+        )
 
 
-def estimate(*, canaries: int, canary_rows: int, text_chars: int, corpus_rows: int, corpus_chars: int,
-             new_tokens: int, base_bytes: int) -> InjectCost:
+def estimate(
+    *,
+    canaries: int,
+    canary_rows: int,
+    text_chars: int,
+    corpus_rows: int,
+    corpus_chars: int,
+    new_tokens: int,
+    base_bytes: int,
+) -> InjectCost:
     """The cost of drawing ``canaries`` secrets whose canary text is about ``text_chars`` long and writing
     ``canary_rows`` canary lines beside ``corpus_rows`` corpus rows (``corpus_chars`` characters in all);
     ``base_bytes``: the memory the process holds already (its corpus loaded)."""
     rows = canary_rows + corpus_rows
-    seconds = (BASE_SECONDS + canaries * (SECONDS_PER_CANARY + SECONDS_PER_CHAR * text_chars)
-               + rows * SECONDS_PER_ROW)
+    seconds = BASE_SECONDS + canaries * (SECONDS_PER_CANARY + SECONDS_PER_CHAR * text_chars) + rows * SECONDS_PER_ROW
     memory = base_bytes + canaries * (BYTES_PER_CANARY + BYTES_PER_CHAR * text_chars) + rows * BYTES_PER_ROW
     line = text_chars + 16  # {"text": "..."} and the newline
     disk = canary_rows * line + canaries * (2 * text_chars + 160) + corpus_chars + corpus_rows * 16
-    return InjectCost(canaries=canaries, canary_rows=canary_rows, text_chars=text_chars, seconds=seconds,
-                      memory_bytes=int(memory), disk_bytes=int(disk), new_tokens=new_tokens, base_bytes=int(base_bytes))
+    return InjectCost(
+        canaries=canaries,
+        canary_rows=canary_rows,
+        text_chars=text_chars,
+        seconds=seconds,
+        memory_bytes=int(memory),
+        disk_bytes=int(disk),
+        new_tokens=new_tokens,
+        base_bytes=int(base_bytes),
+    )
 
 
 def worth_saying(cost: InjectCost) -> bool:
     """Whether the cost is large enough to be said before the work starts: the canaries' own memory, not what the
     process held before them (a test worker or notebook holding a framework would otherwise announce 9 canaries)."""
-    return (cost.seconds >= SAY_SECONDS or cost.memory_bytes - cost.base_bytes >= SAY_BYTES
-            or cost.new_tokens >= SAY_NEW_TOKENS)
-
-
-
-
+    return (
+        cost.seconds >= SAY_SECONDS
+        or cost.memory_bytes - cost.base_bytes >= SAY_BYTES
+        or cost.new_tokens >= SAY_NEW_TOKENS
+    )
 
 
 def describe(cost: InjectCost) -> str:
     """One line: what the inject will take, and what its new tokens will cost every model trained on it."""
-    text = (f"inject: {cost.canaries:,} canaries ({cost.canary_rows:,} canary rows): about {format_duration(cost.seconds)}, "
-            f"{format_bytes(cost.memory_bytes)} of memory and {format_bytes(cost.disk_bytes)} of files (upper estimates)")
+    text = (
+        f"inject: {cost.canaries:,} canaries ({cost.canary_rows:,} canary rows): about {format_duration(cost.seconds)}, "
+        f"{format_bytes(cost.memory_bytes)} of memory and {format_bytes(cost.disk_bytes)} of files (upper estimates)"
+    )
     if cost.new_tokens:
         weights = cost.new_tokens * HIDDEN * 4
-        text += (f"; the vocabulary gains {cost.new_tokens:,} declared new tokens: every model trained on this directory "
-                 f"adds {cost.new_tokens:,} embedding rows ({format_bytes(weights)} of float32 weights at hidden {HIDDEN}, about "
-                 "4x that while training with Adam)")
+        text += (
+            f"; the vocabulary gains {cost.new_tokens:,} declared new tokens: every model trained on this directory "
+            f"adds {cost.new_tokens:,} embedding rows ({format_bytes(weights)} of float32 weights at hidden {HIDDEN}, about "
+            "4x that while training with Adam)"
+        )
     return text + "."
-
-
-
-
 
 
 def check_fits(cost: InjectCost, out: Path, *, available: int | None = None, free_disk: int | None = None) -> None:
@@ -131,11 +149,14 @@ def check_fits(cost: InjectCost, out: Path, *, available: int | None = None, fre
     if available is not None and cost.memory_bytes > available:
         fit = max(0, int((available - cost.base_bytes) / cost.bytes_per_canary))
         fit -= fit % 10 ** max(0, len(str(fit)) - 2)  # two significant digits, rounded down
-        raise UserInputError(f"--per-frequency: {cost.canaries:,} canaries need about {format_bytes(cost.memory_bytes)} of "
-                             f"memory and {format_bytes(available)} is available here (about {cost.bytes_per_canary / 1e3:,.1f} kB "
-                             f"a canary of {cost.text_chars} characters); use at most about {fit:,} canaries, or a machine "
-                             "with more memory.")
+        raise UserInputError(
+            f"--per-frequency: {cost.canaries:,} canaries need about {format_bytes(cost.memory_bytes)} of "
+            f"memory and {format_bytes(available)} is available here (about {cost.bytes_per_canary / 1e3:,.1f} kB "
+            f"a canary of {cost.text_chars} characters); use at most about {fit:,} canaries, or a machine "
+            "with more memory."
+        )
     if free_disk is not None and cost.disk_bytes > free_disk:
-        raise UserInputError(f"--out {out}: the inject writes about {format_bytes(cost.disk_bytes)} and {format_bytes(free_disk)} is "
-                             "free there; free disk space, choose another --out, or use fewer canaries.")
-
+        raise UserInputError(
+            f"--out {out}: the inject writes about {format_bytes(cost.disk_bytes)} and {format_bytes(free_disk)} is "
+            "free there; free disk space, choose another --out, or use fewer canaries."
+        )

@@ -57,15 +57,19 @@ def parse_template(template: str, *, option: str = "--template") -> tuple[str, s
     every canary and drop the key); a format-string escape (``{{secret}}``, which would put braces around
     the secret); and a stray brace (``{name's ...``), which is a broken placeholder.
     """
-    example = f"e.g. {option} \"{DEFAULT_TEMPLATE}\""
+    example = f'e.g. {option} "{DEFAULT_TEMPLATE}"'
     if "{{" in template or "}}" in template:
-        raise UserInputError(f"{option} {template!r}: doubled braces ({{{{ or }}}}); the template is not a format string "
-                             f"and needs no escapes: write the placeholders {PLACEHOLDER} and {KEY_PLACEHOLDER} as they are, "
-                             f"{example}.")
+        raise UserInputError(
+            f"{option} {template!r}: doubled braces ({{{{ or }}}}); the template is not a format string "
+            f"and needs no escapes: write the placeholders {PLACEHOLDER} and {KEY_PLACEHOLDER} as they are, "
+            f"{example}."
+        )
     unknown = sorted({f"{{{m}}}" for m in _FIELD.findall(template)} - set(_KNOWN))
     if unknown:
-        raise UserInputError(f"{option} {template!r}: unknown placeholder {', '.join(unknown)}; a template knows {PLACEHOLDER} "
-                             f"(the secret) and {KEY_PLACEHOLDER} (a distinct name per canary), {example}.")
+        raise UserInputError(
+            f"{option} {template!r}: unknown placeholder {', '.join(unknown)}; a template knows {PLACEHOLDER} "
+            f"(the secret) and {KEY_PLACEHOLDER} (a distinct name per canary), {example}."
+        )
     rest = template
     for known in _KNOWN:
         rest = rest.replace(known, "")
@@ -75,13 +79,15 @@ def parse_template(template: str, *, option: str = "--template") -> tuple[str, s
         if depth < 0 or depth > 1:
             break
     if depth != 0:
-        raise UserInputError(f"{option} {template!r}: a stray brace (an unclosed or unopened {{...}}); the placeholders "
-                             f"are {PLACEHOLDER} and {KEY_PLACEHOLDER}, {example}.")
+        raise UserInputError(
+            f"{option} {template!r}: a stray brace (an unclosed or unopened {{...}}); the placeholders "
+            f"are {PLACEHOLDER} and {KEY_PLACEHOLDER}, {example}."
+        )
     count = template.count(PLACEHOLDER)
     if count != 1:
         raise UserInputError(
             f"{option} {template!r} needs exactly one {PLACEHOLDER} placeholder (found {count}), "
-            f"e.g. {option} \"{DEFAULT_TEMPLATE}\"."
+            f'e.g. {option} "{DEFAULT_TEMPLATE}".'
         )
     prefix, _, suffix = template.partition(PLACEHOLDER)
     return prefix, suffix
@@ -97,9 +103,11 @@ def check_context(template: str, *, kind: str, option: str = "--template") -> No
     them masks one token at a time with the others shown.
     """
     if kind not in CONTEXT_FREE_KINDS and not template.replace(PLACEHOLDER, "").strip():
-        raise UserInputError(f"{option} {template!r} gives {kind}:N canaries no context: with the secret masked the model "
-                             f"would see only mask tokens; add words and {KEY_PLACEHOLDER}, e.g. {option} "
-                             f"\"{DEFAULT_TEMPLATE}\".")
+        raise UserInputError(
+            f"{option} {template!r} gives {kind}:N canaries no context: with the secret masked the model "
+            f"would see only mask tokens; add words and {KEY_PLACEHOLDER}, e.g. {option} "
+            f'"{DEFAULT_TEMPLATE}".'
+        )
 
 
 def shared_context_warning(template: str, *, kind: str, n_canaries: int, option: str = "--template") -> str | None:
@@ -115,10 +123,12 @@ def shared_context_warning(template: str, *, kind: str, n_canaries: int, option:
     if kind in CONTEXT_FREE_KINDS or n_canaries < 2 or KEY_PLACEHOLDER in template:
         return None
     context = template.replace(PLACEHOLDER, "").strip()
-    return (f"{option} {template!r} has no {KEY_PLACEHOLDER}: all {n_canaries} canaries share the context {context!r}, so once the secret "
-            "is masked a masked LM sees one input for all of them and exposure measures the mixture of their secrets, "
-            f"not memorization of one canary; add {KEY_PLACEHOLDER} for a distinct name per canary, e.g. "
-            f"\"{DEFAULT_TEMPLATE}\".")
+    return (
+        f"{option} {template!r} has no {KEY_PLACEHOLDER}: all {n_canaries} canaries share the context {context!r}, so once the secret "
+        "is masked a masked LM sees one input for all of them and exposure measures the mixture of their secrets, "
+        f"not memorization of one canary; add {KEY_PLACEHOLDER} for a distinct name per canary, e.g. "
+        f'"{DEFAULT_TEMPLATE}".'
+    )
 
 
 def canary_ids(n: int) -> list[str]:
@@ -295,14 +305,16 @@ def build_canaries(
         raise ValueError(f"labels must have one entry per draw, got {len(labels)} for {len(draws)}.")
     out = []
     for i, (cid, draw, freq) in enumerate(zip(canary_ids(len(draws)), draws, frequencies)):
-        out.append(Canary(
-            id=cid,
-            prefix=template_prefix + draw.left,
-            secret=draw.secret,
-            suffix=draw.right + template_suffix,
-            format=format,
-            frequency=int(freq),
-            member=int(freq) > 0,
-            label=None if labels is None else labels[i],
-        ))
+        out.append(
+            Canary(
+                id=cid,
+                prefix=template_prefix + draw.left,
+                secret=draw.secret,
+                suffix=draw.right + template_suffix,
+                format=format,
+                frequency=int(freq),
+                member=int(freq) > 0,
+                label=None if labels is None else labels[i],
+            )
+        )
     return out

@@ -30,8 +30,14 @@ DEFAULT_FREQUENCIES: tuple[int, ...] = (1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 50, 1
 #: repetition counts spread from 1 up (Carlini et al. 2019 and Anil et al. 2021 read memorization off such a
 #: ladder), thinned and then shortened from the top for a smaller corpus.
 DEFAULT_LADDERS: tuple[tuple[int, ...], ...] = (
-    DEFAULT_FREQUENCIES, (1, 2, 5, 10, 20, 50, 100), (1, 2, 5, 10, 20, 50), (1, 2, 5, 10, 20), (1, 2, 5, 10), (1, 2, 5),
-    (1, 2), (1,),
+    DEFAULT_FREQUENCIES,
+    (1, 2, 5, 10, 20, 50, 100),
+    (1, 2, 5, 10, 20, 50),
+    (1, 2, 5, 10, 20),
+    (1, 2, 5, 10),
+    (1, 2, 5),
+    (1, 2),
+    (1,),
 )
 #: The most canary rows a default schedule may make of train.jsonl: a quarter, so the training set stays mostly the
 #: corpus the audit is about (the full ladder at 20 canaries per frequency is 24.3% of a 20,000-row built-in corpus).
@@ -69,17 +75,25 @@ class Schedule:
         if self.holdout < 0:
             raise ValueError(f"holdout must be >= 0, got {self.holdout}.")
         if max(self.frequencies) > MAX_FREQUENCY:
-            raise ValueError(f"frequencies must be at most {MAX_FREQUENCY:,} insertions each, got {max(self.frequencies):,}.")
+            raise ValueError(
+                f"frequencies must be at most {MAX_FREQUENCY:,} insertions each, got {max(self.frequencies):,}."
+            )
         if self.n_canaries > MAX_CANARIES:
-            raise ValueError(f"--per-frequency x frequencies + --holdout: {self.n_canaries:,} canaries, above the limit of "
-                             f"{MAX_CANARIES:,} (each is a secret drawn without collision); audits use tens to thousands.")
+            raise ValueError(
+                f"--per-frequency x frequencies + --holdout: {self.n_canaries:,} canaries, above the limit of "
+                f"{MAX_CANARIES:,} (each is a secret drawn without collision); audits use tens to thousands."
+            )
         if self.per_frequency * sum(self.frequencies) > MAX_INSERTIONS:
-            raise ValueError(f"--per-frequency x frequencies: {self.per_frequency * sum(self.frequencies):,} canary rows, above "
-                             f"the limit of {MAX_INSERTIONS:,} rows of train.jsonl; lower the frequencies or --per-frequency.")
+            raise ValueError(
+                f"--per-frequency x frequencies: {self.per_frequency * sum(self.frequencies):,} canary rows, above "
+                f"the limit of {MAX_INSERTIONS:,} rows of train.jsonl; lower the frequencies or --per-frequency."
+            )
         if self.coin_flip and len(self.frequencies) != 1:
             raise ValueError(f"coin_flip needs exactly one frequency, got {self.frequencies}.")
         if self.coin_flip and self.holdout:
-            raise ValueError(f"holdout must be 0 in coin-flip mode (the coin picks the non-members), got {self.holdout}.")
+            raise ValueError(
+                f"holdout must be 0 in coin-flip mode (the coin picks the non-members), got {self.holdout}."
+            )
 
     @property
     def mode(self) -> str:
@@ -168,8 +182,14 @@ def parse_frequencies(text: str, *, option: str = "--frequencies") -> tuple[int,
         raise UserInputError(f"{option} is empty; give a comma-separated list of insertion counts such as 1,2,5,10.")
     out: list[int] = []
     for entry in (e.strip() for e in text.split(",")):
-        value = parse_count(entry, option=option, text=text, maximum=MAX_FREQUENCY, example="1,2,5,10",
-                            why="each insertion is one row of train.jsonl; memorization studies use at most a few hundred")
+        value = parse_count(
+            entry,
+            option=option,
+            text=text,
+            maximum=MAX_FREQUENCY,
+            example="1,2,5,10",
+            why="each insertion is one row of train.jsonl; memorization studies use at most a few hundred",
+        )
         if value in out:
             raise UserInputError(f"{option} {text!r}: {entry} is listed twice; give each frequency once.")
         out.append(value)

@@ -53,8 +53,10 @@ def draw_keys(n: int, rng: np.random.Generator, *, avoid: set[str] = frozenset()
     lasts = [s for s in lasts if s.lower() not in avoid]
     total = len(firsts) * len(lasts)
     if n > total:
-        raise UserInputError(f"--template {KEY_SLOT}: only {total} distinct names for {n} canaries; use fewer canaries "
-                             "or a template without {name}.")
+        raise UserInputError(
+            f"--template {KEY_SLOT}: only {total} distinct names for {n} canaries; use fewer canaries "
+            "or a template without {name}."
+        )
     picks = rng.choice(total, size=n, replace=False)
     return [f"{firsts[i // len(lasts)]} {lasts[i % len(lasts)]}" for i in picks.tolist()]
 

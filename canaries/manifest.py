@@ -26,6 +26,18 @@ from dpaudit.inject_dir.reader import (
 )
 
 __all__ = [
-    "CANARIES", "HELDOUT", "OUTPUT_FILES", "PUBLIC", "REQUIRED_FILES", "SCHEMA", "SCHEMA_PREFIX", "SPLITS",
-    "TOKENIZER_NOTE", "TRAIN", "Canary", "InjectRun", "load_inject_run", "read_canaries",
+    "CANARIES",
+    "HELDOUT",
+    "OUTPUT_FILES",
+    "PUBLIC",
+    "REQUIRED_FILES",
+    "SCHEMA",
+    "SCHEMA_PREFIX",
+    "SPLITS",
+    "TOKENIZER_NOTE",
+    "TRAIN",
+    "Canary",
+    "InjectRun",
+    "load_inject_run",
+    "read_canaries",
 ]

@@ -53,11 +53,24 @@ class InjectOptions:
     encoding_errors: str = "strict"
 
 
-_SPLITTING = {"corpus_size": "--corpus-size", "heldout_fraction": "--heldout-fraction",
-              "public_fraction": "--public-fraction", "heldout_size": "--heldout-size", "public_size": "--public-size"}
-_CANARY_OPTIONS = {"secret_format": "--format", "design": "--design", "template": "--template",
-                   "word_list": "--word-list", "phrase_corpus": "--phrase-corpus", "frequencies": "--frequencies",
-                   "per_frequency": "--per-frequency", "holdout": "--holdout", "coin_flip": "--coin-flip"}
+_SPLITTING = {
+    "corpus_size": "--corpus-size",
+    "heldout_fraction": "--heldout-fraction",
+    "public_fraction": "--public-fraction",
+    "heldout_size": "--heldout-size",
+    "public_size": "--public-size",
+}
+_CANARY_OPTIONS = {
+    "secret_format": "--format",
+    "design": "--design",
+    "template": "--template",
+    "word_list": "--word-list",
+    "phrase_corpus": "--phrase-corpus",
+    "frequencies": "--frequencies",
+    "per_frequency": "--per-frequency",
+    "holdout": "--holdout",
+    "coin_flip": "--coin-flip",
+}
 
 
 def _given(options: InjectOptions, names: dict[str, str]) -> list[str]:
@@ -67,24 +80,33 @@ def _given(options: InjectOptions, names: dict[str, str]) -> list[str]:
 def check_sources(o: InjectOptions) -> None:
     """Where the rows come from: ``--corpus`` or ``--train`` with ``--heldout`` (and ``--public``), not both."""
     if o.corpus is None and o.train is None and o.heldout is None:
-        raise UserInputError("dpaudit inject needs rows: --corpus FILE|builtin:assistant (split by inject) or --train "
-                             "FILE --heldout FILE (your own split).")
+        raise UserInputError(
+            "dpaudit inject needs rows: --corpus FILE|builtin:assistant (split by inject) or --train "
+            "FILE --heldout FILE (your own split)."
+        )
     if o.corpus is not None and (o.train is not None or o.heldout is not None):
         which = "--train" if o.train is not None else "--heldout"
-        raise UserInputError(f"--corpus and {which} both name the rows; pass --corpus (inject splits it) or --train and "
-                             "--heldout (your own split), not both.")
+        raise UserInputError(
+            f"--corpus and {which} both name the rows; pass --corpus (inject splits it) or --train and "
+            "--heldout (your own split), not both."
+        )
     if o.corpus is None and (o.train is None) != (o.heldout is None):
         given, missing = ("--train", "--heldout") if o.train is not None else ("--heldout", "--train")
-        raise UserInputError(f"{given} needs {missing} FILE too: the members are the --train rows, the non-members the "
-                             "--heldout rows.")
+        raise UserInputError(
+            f"{given} needs {missing} FILE too: the members are the --train rows, the non-members the --heldout rows."
+        )
     if o.public is not None and o.corpus is not None:
-        raise UserInputError("--public applies to your own split (--train/--heldout); --corpus is split by inject: set "
-                             "its public share with --public-size or --public-fraction.")
+        raise UserInputError(
+            "--public applies to your own split (--train/--heldout); --corpus is split by inject: set "
+            "its public share with --public-size or --public-fraction."
+        )
     if o.train is not None:
         splitting = _given(o, _SPLITTING)
         if splitting:
-            raise UserInputError(f"{splitting[0]} splits --corpus; with --train/--heldout the files are the splits: "
-                                 f"remove {splitting[0]}.")
+            raise UserInputError(
+                f"{splitting[0]} splits --corpus; with --train/--heldout the files are the splits: "
+                f"remove {splitting[0]}."
+            )
     if o.corpus == BUILTIN_ASSISTANT:
         for name, flag in (("text_column", "--text-column"), ("label_column", "--label-column")):
             if getattr(o, name) is not None:
@@ -104,18 +126,23 @@ def inject_config(o: InjectOptions) -> InjectConfig:
     if o.no_canaries:
         canary_options = _given(o, _CANARY_OPTIONS)
         if canary_options:
-            raise UserInputError(f"{canary_options[0]} sets the canaries, and --no-canaries writes none; remove one of them.")
+            raise UserInputError(
+                f"{canary_options[0]} sets the canaries, and --no-canaries writes none; remove one of them."
+            )
     design = DESIGN_FORMAT if o.design is None else o.design
     design_name, _ = parse_design(design)
     if design_name != DESIGN_FORMAT and o.secret_format is not None:
-        raise UserInputError(f"--format applies to --design format only; --design {design} makes its own secrets: remove "
-                             "--format.")
+        raise UserInputError(
+            f"--format applies to --design format only; --design {design} makes its own secrets: remove --format."
+        )
     per_frequency = DEFAULT_PER_FREQUENCY if o.per_frequency is None else o.per_frequency
     holdout = o.holdout
     from_size = False
     if o.coin_flip:
         if holdout:
-            raise UserInputError("--holdout has no meaning with --coin-flip (the coin picks the non-members); remove it.")
+            raise UserInputError(
+                "--holdout has no meaning with --coin-flip (the coin picks the non-members); remove it."
+            )
         freqs = parse_frequencies("1" if o.frequencies is None else o.frequencies)
         if len(freqs) != 1:
             raise UserInputError(
@@ -141,14 +168,22 @@ def inject_config(o: InjectOptions) -> InjectConfig:
             corpus_format=o.corpus_format,
             corpus_size=o.corpus_size,
             seed=o.seed,
-            format=o.secret_format if o.secret_format is not None else "digits:10" if design_name == DESIGN_FORMAT else None,
+            format=o.secret_format
+            if o.secret_format is not None
+            else "digits:10"
+            if design_name == DESIGN_FORMAT
+            else None,
             design=design,
             template=o.template,
             word_list=o.word_list,
             phrase_corpus=o.phrase_corpus,
             schedule=Schedule(frequencies=freqs, per_frequency=per_frequency, holdout=holdout, coin_flip=o.coin_flip),
-            splits=SplitSpec(heldout_fraction=heldout_fraction, public_fraction=public_fraction,
-                             heldout_size=o.heldout_size, public_size=o.public_size),
+            splits=SplitSpec(
+                heldout_fraction=heldout_fraction,
+                public_fraction=public_fraction,
+                heldout_size=o.heldout_size,
+                public_size=o.public_size,
+            ),
             encoding_errors=o.encoding_errors,
             text_column=o.text_column,
             label_column=o.label_column,
@@ -164,31 +199,45 @@ def summary_lines(summary: dict[str, Any], out: str) -> list[str]:
     from dpaudit.canaries.pipeline import format_share
 
     c = summary["counts"]
-    lines = [f"Wrote {out}: train.jsonl {c['train_rows']} rows ({c['members']} members + {c['canary_insertions']} "
-             f"canary insertions = {format_share(c['canary_share'])} canary rows), heldout.jsonl {c['heldout']}, "
-             f"public.jsonl {c['public']}."]
+    lines = [
+        f"Wrote {out}: train.jsonl {c['train_rows']} rows ({c['members']} members + {c['canary_insertions']} "
+        f"canary insertions = {format_share(c['canary_share'])} canary rows), heldout.jsonl {c['heldout']}, "
+        f"public.jsonl {c['public']}."
+    ]
     if c.get("public_generated"):
-        lines.append(f"public.jsonl: {c['public_generated']} utterances generated beyond --corpus-size "
-                     f"{c['members'] + c['heldout']} (members and held-out rows), none of them a private row or a canary.")
+        lines.append(
+            f"public.jsonl: {c['public_generated']} utterances generated beyond --corpus-size "
+            f"{c['members'] + c['heldout']} (members and held-out rows), none of them a private row or a canary."
+        )
     overlap = c.get("overlap_removed")
     if overlap is not None:
-        lines.append(f"Your split: members = the --train rows, non-members = the --heldout rows; exact duplicates removed: "
-                     f"{overlap['heldout_in_train']} --heldout rows equal to a --train row, "
-                     f"{overlap['public_in_train_or_heldout']} --public rows equal to a --train or --heldout row.")
+        lines.append(
+            f"Your split: members = the --train rows, non-members = the --heldout rows; exact duplicates removed: "
+            f"{overlap['heldout_in_train']} --heldout rows equal to a --train row, "
+            f"{overlap['public_in_train_or_heldout']} --public rows equal to a --train or --heldout row."
+        )
     if summary.get("mode") == "no-canaries":
-        lines.append("No canaries (--no-canaries): canaries.jsonl is empty; the audit is membership inference on the rows "
-                     "(dpaudit attack --attacks loss, or shadow, ref, lira, rmia).")
+        lines.append(
+            "No canaries (--no-canaries): canaries.jsonl is empty; the audit is membership inference on the rows "
+            "(dpaudit attack --attacks loss, or shadow, ref, lira, rmia)."
+        )
     else:
-        lines.append(f"Canaries: {c['canaries']} ({c['canaries_inserted']} inserted, {c['canaries_control']} never "
-                     f"inserted), format {summary['format']}, log2|R| = {summary['log2_size']:.2f}, mode {summary['mode']}.")
+        lines.append(
+            f"Canaries: {c['canaries']} ({c['canaries_inserted']} inserted, {c['canaries_control']} never "
+            f"inserted), format {summary['format']}, log2|R| = {summary['log2_size']:.2f}, mode {summary['mode']}."
+        )
         if summary.get("frequencies_chosen"):
             lines.append(summary["frequencies_chosen"] + ".")
         design = summary["design"]
-        lines.append(f"Design {design['name']}: a canary reads {design['example_canary']!r}; fitting score: "
-                     f"{design['fitting_score']}.")
+        lines.append(
+            f"Design {design['name']}: a canary reads {design['example_canary']!r}; fitting score: "
+            f"{design['fitting_score']}."
+        )
         if "new_tokens" in design:
-            lines.append(f"New tokens: {design['new_tokens']}, declared in manifest.json (new_tokens) for the tokenizer: "
-                         "their set is public, which canary was inserted is not.")
+            lines.append(
+                f"New tokens: {design['new_tokens']}, declared in manifest.json (new_tokens) for the tokenizer: "
+                "their set is public, which canary was inserted is not."
+            )
     public_split = summary.get("public_split")
     if public_split is not None and c["public"] == 0:
         lines.append(public_split)

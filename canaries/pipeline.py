@@ -192,8 +192,15 @@ class InjectConfig:
 
 
 #: InjectConfig fields added after dpaudit.inject/1's first manifests, with their defaults.
-_LATER_FIELDS = {"train": None, "heldout": None, "public": None, "text_column": None, "label_column": None,
-                 "canaries": True, "frequencies_from_size": False}
+_LATER_FIELDS = {
+    "train": None,
+    "heldout": None,
+    "public": None,
+    "text_column": None,
+    "label_column": None,
+    "canaries": True,
+    "frequencies_from_size": False,
+}
 
 
 @dataclass
@@ -217,7 +224,9 @@ def _load_phrase_sentences(config: InjectConfig) -> list[str]:
     reader = CorpusReader(config.phrase_corpus, errors=config.encoding_errors, option="--phrase-corpus")  # type: ignore[arg-type]
     sentences = [row.text.strip() for row in reader]
     if not sentences:
-        raise UserInputError(f"--phrase-corpus {config.phrase_corpus} has no sentences; pass a file with one sentence per line.")
+        raise UserInputError(
+            f"--phrase-corpus {config.phrase_corpus} has no sentences; pass a file with one sentence per line."
+        )
     return sentences
 
 
@@ -271,8 +280,13 @@ def load_corpus(config: InjectConfig, *, forbidden: dict[str, int] | None = None
             raise UserInputError(
                 f"--corpus-size applies only to --corpus {BUILTIN_ASSISTANT}; remove it or use the built-in corpus."
             )
-        reader = CorpusReader(config.corpus, format=config.corpus_format, errors=config.encoding_errors,  # type: ignore[arg-type]
-                              text_column=config.text_column, label_column=config.label_column)
+        reader = CorpusReader(
+            config.corpus,
+            format=config.corpus_format,
+            errors=config.encoding_errors,  # type: ignore[arg-type]
+            text_column=config.text_column,
+            label_column=config.label_column,
+        )
         rows, total, stats = iter(reader), None, reader
         input_value = sha256_file(config.corpus)
     with tqdm(total=total, desc="reading corpus", unit="rows", file=sys.stderr, disable=None, leave=False) as bar:
@@ -290,12 +304,21 @@ def load_corpus(config: InjectConfig, *, forbidden: dict[str, int] | None = None
         raise UserInputError(f"--corpus {config.corpus} {what}; pass a corpus with at least one non-blank example.")
     info: dict[str, Any] = {"source": config.corpus, "rows": len(texts), "labelled": bool(labelled)}
     if stats is not None:
-        info.update(format=stats.format, blank_skipped=stats.stats.blank_skipped, replaced_lines=stats.stats.replaced_lines)
+        info.update(
+            format=stats.format, blank_skipped=stats.stats.blank_skipped, replaced_lines=stats.stats.replaced_lines
+        )
     return _finish(texts, label_ids if labelled else None, label_index, inputs={config.corpus: input_value}, info=info)  # type: ignore[dict-item]
 
 
-def _finish(texts: list[str], label_ids: list[int] | None, label_index: dict[Label, int], *, inputs: dict[str, str],
-            info: dict[str, Any], codes: np.ndarray | None = None) -> LoadedCorpus:
+def _finish(
+    texts: list[str],
+    label_ids: list[int] | None,
+    label_index: dict[Label, int],
+    *,
+    inputs: dict[str, str],
+    info: dict[str, Any],
+    codes: np.ndarray | None = None,
+) -> LoadedCorpus:
     """The corpus with its labels in canonical order (integers, then strings), so label ids do not depend on which
     label came first."""
     labels = label_counts = None
@@ -308,16 +331,25 @@ def _finish(texts: list[str], label_ids: list[int] | None, label_index: dict[Lab
         label_counts = np.bincount(ids, minlength=len(labels)).tolist()
         label_ids = ids.tolist()
         info["labels"] = dict(zip(map(str, labels), label_counts))
-    return LoadedCorpus(texts=texts, label_ids=label_ids, labels=labels, label_counts=label_counts, inputs=inputs,
-                        info=info, codes=codes)
+    return LoadedCorpus(
+        texts=texts,
+        label_ids=label_ids,
+        labels=labels,
+        label_counts=label_counts,
+        inputs=inputs,
+        info=info,
+        codes=codes,
+    )
 
 
 def _check_phrase_disjoint(text: str, forbidden: dict[str, int] | None, *, where: str) -> None:
     if forbidden is not None:
         key = " ".join(normalize_tokens(text))
         if key in forbidden:
-            raise UserInputError(f"--phrase-corpus line {forbidden[key]} also occurs in {where}; the phrase corpus must be "
-                                 "disjoint from the training corpus.")
+            raise UserInputError(
+                f"--phrase-corpus line {forbidden[key]} also occurs in {where}; the phrase corpus must be "
+                "disjoint from the training corpus."
+            )
 
 
 def load_user_split(config: InjectConfig, *, forbidden: dict[str, int] | None = None) -> LoadedCorpus:
@@ -346,8 +378,14 @@ def load_user_split(config: InjectConfig, *, forbidden: dict[str, int] | None = 
     per_file: dict[str, Any] = {}
     inputs: dict[str, str] = {}
     for option, path, code in files:
-        reader = CorpusReader(path, format=config.corpus_format, errors=config.encoding_errors, option=option,  # type: ignore[arg-type]
-                              text_column=config.text_column, label_column=config.label_column)
+        reader = CorpusReader(
+            path,
+            format=config.corpus_format,
+            errors=config.encoding_errors,
+            option=option,  # type: ignore[arg-type]
+            text_column=config.text_column,
+            label_column=config.label_column,
+        )
         kept = 0
         this: set[str] = set()
         for line, text, label in reader:
@@ -356,8 +394,10 @@ def load_user_split(config: InjectConfig, *, forbidden: dict[str, int] | None = 
                 labelled, first = label is not None, f"{option} {path}"
             elif (label is not None) != labelled:
                 has = "has labels" if label is not None else "has no labels"
-                raise UserInputError(f"{option} {path} {has} but {first} {'has labels' if labelled else 'has none'}; label every "
-                                     f"split or none (--label-column NAME, or --label-column {NO_LABELS}).")
+                raise UserInputError(
+                    f"{option} {path} {has} but {first} {'has labels' if labelled else 'has none'}; label every "
+                    f"split or none (--label-column NAME, or --label-column {NO_LABELS})."
+                )
             if code != MEMBER and text in seen:
                 removed["heldout_in_train" if code == HELDOUT else "public_in_train_or_heldout"] += 1
                 continue
@@ -368,22 +408,41 @@ def load_user_split(config: InjectConfig, *, forbidden: dict[str, int] | None = 
             if labelled:
                 label_ids.append(label_index.setdefault(label, len(label_index)))  # type: ignore[arg-type]
         if reader.stats.rows == 0:
-            raise UserInputError(f"{option} {path} has no examples (empty or only blank lines); pass a file with at least "
-                                 "one non-blank example.")
+            raise UserInputError(
+                f"{option} {path} has no examples (empty or only blank lines); pass a file with at least "
+                "one non-blank example."
+            )
         if kept == 0:
-            raise UserInputError(f"{option} {path}: every one of its {reader.stats.rows} rows is an exact duplicate of a "
-                                 f"{'--train' if code == HELDOUT else '--train or --heldout'} row; pass rows the model was "
-                                 "not trained on.")
+            raise UserInputError(
+                f"{option} {path}: every one of its {reader.stats.rows} rows is an exact duplicate of a "
+                f"{'--train' if code == HELDOUT else '--train or --heldout'} row; pass rows the model was "
+                "not trained on."
+            )
         seen |= this
         inputs[str(path)] = sha256_file(path)  # type: ignore[arg-type]
-        per_file[option.lstrip("-")] = {"path": str(path), "format": reader.format, "rows": reader.stats.rows,
-                                        "kept": kept, "blank_skipped": reader.stats.blank_skipped,
-                                        "replaced_lines": reader.stats.replaced_lines}
-    info: dict[str, Any] = {"source": "the user's own split (--train, --heldout" + (", --public)" if config.public else ")"),
-                            "rows": len(texts), "labelled": bool(labelled), "files": per_file,
-                            "overlap_removed": removed}
-    return _finish(texts, label_ids if labelled else None, label_index, inputs=inputs, info=info,
-                   codes=np.asarray(codes, dtype=np.int8))
+        per_file[option.lstrip("-")] = {
+            "path": str(path),
+            "format": reader.format,
+            "rows": reader.stats.rows,
+            "kept": kept,
+            "blank_skipped": reader.stats.blank_skipped,
+            "replaced_lines": reader.stats.replaced_lines,
+        }
+    info: dict[str, Any] = {
+        "source": "the user's own split (--train, --heldout" + (", --public)" if config.public else ")"),
+        "rows": len(texts),
+        "labelled": bool(labelled),
+        "files": per_file,
+        "overlap_removed": removed,
+    }
+    return _finish(
+        texts,
+        label_ids if labelled else None,
+        label_index,
+        inputs=inputs,
+        info=info,
+        codes=np.asarray(codes, dtype=np.int8),
+    )
 
 
 def check_format_options(config: InjectConfig) -> tuple[str, int]:
@@ -406,7 +465,9 @@ def check_format_options(config: InjectConfig) -> tuple[str, int]:
     if config.phrase_corpus is not None and kind != "phrases":
         raise UserInputError(f"--phrase-corpus applies only to --format phrases, not {config.format}; remove it.")
     if config.phrase_corpus is None and kind == "phrases":
-        raise UserInputError("--format phrases needs --phrase-corpus FILE: a corpus disjoint from --corpus to take phrases from.")
+        raise UserInputError(
+            "--format phrases needs --phrase-corpus FILE: a corpus disjoint from --corpus to take phrases from."
+        )
     return kind, count
 
 
@@ -440,9 +501,11 @@ def build_space(
 
 
 #: What the manifest's tokenizer note adds for new-token canaries.
-NEW_TOKENS_NOTE = ("The new-token canaries' tokens (new_tokens: every canary's, inserted or not, drawn before the coin "
-                   "flips) are public design information: tokenizers add them to the vocabulary learned from "
-                   "public.jsonl, so each is one whole token.")
+NEW_TOKENS_NOTE = (
+    "The new-token canaries' tokens (new_tokens: every canary's, inserted or not, drawn before the coin "
+    "flips) are public design information: tokenizers add them to the vocabulary learned from "
+    "public.jsonl, so each is one whole token."
+)
 #: The score that fits each design's secrets (``dpaudit attack``'s canary attack uses it).
 FITTING_SCORES = {
     "digits": "exposure (the secret's rank among all |R| candidates)",
@@ -463,8 +526,12 @@ def design_record(config: InjectConfig, space: SecretSpace, canaries: Sequence[C
     and one canary as it reads in train.jsonl (every canary is drawn the same way; which one was inserted is
     not shown by this choice: the first canary, member or not)."""
     name, _ = parse_design(config.design)
-    record: dict[str, Any] = {"name": name, "secret_format": space.format, "fitting_score": FITTING_SCORES[space.kind],
-                              "example_canary": canaries[0].text if canaries else None}
+    record: dict[str, Any] = {
+        "name": name,
+        "secret_format": space.format,
+        "fitting_score": FITTING_SCORES[space.kind],
+        "example_canary": canaries[0].text if canaries else None,
+    }
     if isinstance(space, NewTokenSpace):
         record["new_tokens"] = len(canaries) * space.distinct
     return record
@@ -506,14 +573,22 @@ def check_canary_share(canary_insertions: int, members: int, *, force: bool) -> 
 
 #: What the manifest and the summary say about public.jsonl in the user's own split.
 PUBLIC_GIVEN = "public.jsonl holds the --public rows (less exact duplicates of train or held-out rows)."
-NO_PUBLIC = ("no --public: public.jsonl is empty. Attacks on a model trained elsewhere (its tokenizer and labels come "
-             "with it) need no public rows: loss, exposure, reconstruction, canary. dpaudit train (its tokenizer and "
-             "label set come from public.jsonl only) and the shadow, ref, lira and rmia attacks (their models train on "
-             "public rows) need --public FILE.")
+NO_PUBLIC = (
+    "no --public: public.jsonl is empty. Attacks on a model trained elsewhere (its tokenizer and labels come "
+    "with it) need no public rows: loss, exposure, reconstruction, canary. dpaudit train (its tokenizer and "
+    "label set come from public.jsonl only) and the shadow, ref, lira and rmia attacks (their models train on "
+    "public rows) need --public FILE."
+)
 
 
-def inject(config: InjectConfig, out: str | Path, *, overwrite: bool = False, force: bool = False,
-           command: list[str] | None = None) -> dict[str, Any]:
+def inject(
+    config: InjectConfig,
+    out: str | Path,
+    *,
+    overwrite: bool = False,
+    force: bool = False,
+    command: list[str] | None = None,
+) -> dict[str, Any]:
     """Run the inject stage into ``out`` and return the summary (also stored in the manifest).
 
     The whole stage holds :func:`dpaudit.files.run_dirs.run_dir_lock` on ``out`` (a second inject into the same
@@ -538,18 +613,25 @@ def inject(config: InjectConfig, out: str | Path, *, overwrite: bool = False, fo
         return _inject(config, Path(out), overwrite=overwrite, force=force, command=command)
 
 
-def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, command: list[str] | None) -> dict[str, Any]:
+def _inject(
+    config: InjectConfig, out: Path, *, overwrite: bool, force: bool, command: list[str] | None
+) -> dict[str, Any]:
     out = prepare_output_dir(out, overwrite=overwrite)  # again, under the lock: another run may have just finished
     request = config.to_json()
     kind, _ = check_format_options(config)
-    template = config.template if config.template is not None else (
-        PHRASE_TEMPLATE if kind in CONTEXT_FREE_KINDS else DEFAULT_TEMPLATE)
+    template = (
+        config.template
+        if config.template is not None
+        else (PHRASE_TEMPLATE if kind in CONTEXT_FREE_KINDS else DEFAULT_TEMPLATE)
+    )
     prefix, suffix = parse_template(template)
     check_context(template, kind=kind)
     # Record resolved defaults, so the manifest's config alone reproduces the run.
     design, length = parse_design(config.design)
     config = dataclasses.replace(
-        config, template=template, design=design if length is None else f"{design}:{length}",
+        config,
+        template=template,
+        design=design if length is None else f"{design}:{length}",
         format=config.format if design == DESIGN_FORMAT else None,
         corpus_size=(config.corpus_size or DEFAULT_CORPUS_SIZE) if config.builtin else config.corpus_size,
     )
@@ -561,16 +643,24 @@ def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, co
             forbidden.setdefault(" ".join(normalize_tokens(sentence)), lineno)
 
     more_public = 0 if config.user_split else generated_public(config)
-    corpus = load_user_split(config, forbidden=forbidden) if config.user_split else \
-        load_corpus(config, forbidden=forbidden, more_public=more_public)
+    corpus = (
+        load_user_split(config, forbidden=forbidden)
+        if config.user_split
+        else load_corpus(config, forbidden=forbidden, more_public=more_public)
+    )
     if corpus.codes is not None:  # the user's own split: the files fix it
         codes = corpus.codes
-        counts = SplitCounts(members=int((codes == MEMBER).sum()), heldout=int((codes == HELDOUT).sum()),
-                             public=int((codes == PUBLIC).sum()))
+        counts = SplitCounts(
+            members=int((codes == MEMBER).sum()),
+            heldout=int((codes == HELDOUT).sum()),
+            public=int((codes == PUBLIC).sum()),
+        )
     elif more_public:  # the corpus is the private part, split as with --public-size 0; the generated rows are public
         private = split_counts(len(corpus.texts) - more_public, dataclasses.replace(config.splits, public_size=0))
         counts = SplitCounts(members=private.members, heldout=private.heldout, public=more_public)
-        codes = np.concatenate([assign_splits(private, _rng(config.seed, _SPLIT)), np.full(more_public, PUBLIC, np.int8)])
+        codes = np.concatenate(
+            [assign_splits(private, _rng(config.seed, _SPLIT)), np.full(more_public, PUBLIC, np.int8)]
+        )
     else:
         counts = split_counts(len(corpus.texts), config.splits)
         codes = assign_splits(counts, _rng(config.seed, _SPLIT))
@@ -582,7 +672,8 @@ def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, co
     public_rows = np.flatnonzero(codes == PUBLIC)
     needs_public = config.word_list == WORD_LIST_PUBLIC or kind == RARE_TOKENS
     space, extra_inputs = build_space(
-        config, public_texts=[corpus.texts[i] for i in public_rows.tolist()] if needs_public else (),
+        config,
+        public_texts=[corpus.texts[i] for i in public_rows.tolist()] if needs_public else (),
         phrase_sentences=phrase_sentences,
     )
 
@@ -599,7 +690,10 @@ def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, co
     # and are kept absent from the whole corpus.
     scanned = [corpus.texts[i] for i in public_rows.tolist()] if isinstance(space, NewTokenSpace) else corpus.texts
     draws, rejected = draw_secrets(
-        space, n_canaries, rng=_rng(config.seed, _SECRETS), corpus_texts=scanned,
+        space,
+        n_canaries,
+        rng=_rng(config.seed, _SECRETS),
+        corpus_texts=scanned,
         context_texts=[prefix, suffix],
     )
     labels = None
@@ -607,12 +701,16 @@ def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, co
         # Canary labels follow the PUBLIC split's label counts: a classifier's label set comes from public.jsonl
         # (docs/privacy.md, "Nothing released is computed from private data"), so a canary must not carry
         # a label only private rows have (it would be refused at train time). Without public rows, the corpus counts.
-        public_counts = np.bincount(np.asarray(corpus.label_ids, dtype=np.int64)[public_rows],  # type: ignore[arg-type]
-                                    minlength=len(corpus.labels)).tolist()
+        public_counts = np.bincount(
+            np.asarray(corpus.label_ids, dtype=np.int64)[public_rows],  # type: ignore[arg-type]
+            minlength=len(corpus.labels),
+        ).tolist()
         weights = public_counts if sum(public_counts) > 0 else corpus.label_counts
         picks = draw_labels(weights, len(draws), rng=_rng(config.seed, _LABELS))  # type: ignore[arg-type]
         labels = [corpus.labels[i] for i in picks.tolist()]
-    canaries = build_canaries(draws, frequencies, template_prefix=prefix, template_suffix=suffix, format=space.format, labels=labels)
+    canaries = build_canaries(
+        draws, frequencies, template_prefix=prefix, template_suffix=suffix, format=space.format, labels=labels
+    )
     canaries = fill_keys(canaries, _rng(config.seed, KEY_STREAM))  # a unique {name} per canary
     order = train_order(np.flatnonzero(codes == MEMBER), frequencies, _rng(config.seed, _SHUFFLE))
 
@@ -625,29 +723,46 @@ def _inject(config: InjectConfig, out: Path, *, overwrite: bool, force: bool, co
         summary["counts"]["overlap_removed"] = corpus.info["overlap_removed"]
         summary["public_split"] = PUBLIC_GIVEN if config.public is not None else NO_PUBLIC
     if config.frequencies_from_size and config.canaries:
-        chosen_text = f"--frequencies {','.join(map(str, schedule.frequencies))} chosen for {counts.members:,} training rows"
+        chosen_text = (
+            f"--frequencies {','.join(map(str, schedule.frequencies))} chosen for {counts.members:,} training rows"
+        )
         if share <= DEFAULT_CANARY_SHARE:
             summary["frequencies_chosen"] = (
                 f"{chosen_text}: the fullest default schedule whose canary rows stay within {DEFAULT_CANARY_SHARE:.0%} "
-                "of train.jsonl (pass --frequencies to choose)")
+                "of train.jsonl (pass --frequencies to choose)"
+            )
         else:
             summary["frequencies_chosen"] = (
                 f"{chosen_text}: the shortest default schedule, and still {format_share(share)} canary rows, above the "
-                f"{DEFAULT_CANARY_SHARE:.0%} a default aims at; lower --per-frequency or use more training rows")
+                f"{DEFAULT_CANARY_SHARE:.0%} a default aims at; lower --per-frequency or use more training rows"
+            )
     shared = shared_context_warning(template, kind=kind, n_canaries=len(canaries)) if canaries else None
     if shared:
         summary["warnings"] = [shared]  # printed by dpaudit inject, kept in the manifest
     unlisted = labels_missing_from_public(corpus, codes)
     if unlisted:
         summary.setdefault("warnings", []).append(missing_labels_warning(unlisted))
-    _write(out, overwrite=overwrite, config=config, corpus=corpus, codes=codes, order=order, canaries=canaries,
-           space=space, template=(template, prefix, suffix), extra_inputs=extra_inputs, summary=summary, command=command,
-           request=request)
+    _write(
+        out,
+        overwrite=overwrite,
+        config=config,
+        corpus=corpus,
+        codes=codes,
+        order=order,
+        canaries=canaries,
+        space=space,
+        template=(template, prefix, suffix),
+        extra_inputs=extra_inputs,
+        summary=summary,
+        command=command,
+        request=request,
+    )
     return summary
 
 
-def _check_cost(space: SecretSpace, n_canaries: int, canary_rows: int, texts: Sequence[str], context: str,
-                out: Path) -> None:
+def _check_cost(
+    space: SecretSpace, n_canaries: int, canary_rows: int, texts: Sequence[str], context: str, out: Path
+) -> None:
     """Say what drawing ``n_canaries`` secrets and writing ``canary_rows`` canary lines will cost when it is long, and
     refuse it when this machine cannot hold it (:mod:`dpaudit.canaries.cost`), before any secret is drawn."""
     from dpaudit.canaries import cost as inject_cost
@@ -657,9 +772,15 @@ def _check_cost(space: SecretSpace, n_canaries: int, canary_rows: int, texts: Se
     example = next(iter(space.draws(np.random.default_rng(0))), None)  # its length only: not the secret stream
     text_chars = len(context) + (len(example.secret) if example is not None else 0) + 16  # a {name} filled in
     distinct = getattr(space, "distinct", 1) if isinstance(space, NewTokenSpace) else 0
-    cost = inject_cost.estimate(canaries=n_canaries, canary_rows=canary_rows, text_chars=text_chars,
-                                corpus_rows=len(texts), corpus_chars=sum(map(len, texts)),
-                                new_tokens=n_canaries * distinct, base_bytes=resources.resident_bytes())
+    cost = inject_cost.estimate(
+        canaries=n_canaries,
+        canary_rows=canary_rows,
+        text_chars=text_chars,
+        corpus_rows=len(texts),
+        corpus_chars=sum(map(len, texts)),
+        new_tokens=n_canaries * distinct,
+        base_bytes=resources.resident_bytes(),
+    )
     inject_cost.check_fits(cost, out)
     if inject_cost.worth_saying(cost):
         print(inject_cost.describe(cost), file=sys.stderr, flush=True)
@@ -685,16 +806,25 @@ def labels_missing_from_public(corpus: LoadedCorpus, codes: np.ndarray) -> list[
 
 def missing_labels_warning(missing: Sequence[Label]) -> str:
     """One line naming the labels public.jsonl lacks and what to pass (``dpaudit train --labels``)."""
-    shown = ", ".join(repr(str(label)) for label in missing[:8]) + (f" and {len(missing) - 8} more" if len(missing) > 8
-                                                                     else "")
-    return (f"{len(missing)} label(s) of train.jsonl never occur in public.jsonl ({shown}): a classifier's label set "
-            "comes from public.jsonl, so dpaudit train would refuse those rows only at the private training, after the "
-            "public model trained without them; give every training --labels with the whole set (--labels a,b,c or "
-            "@FILE), or add public rows with those labels.")
+    shown = ", ".join(repr(str(label)) for label in missing[:8]) + (
+        f" and {len(missing) - 8} more" if len(missing) > 8 else ""
+    )
+    return (
+        f"{len(missing)} label(s) of train.jsonl never occur in public.jsonl ({shown}): a classifier's label set "
+        "comes from public.jsonl, so dpaudit train would refuse those rows only at the private training, after the "
+        "public model trained without them; give every training --labels with the whole set (--labels a,b,c or "
+        "@FILE), or add public rows with those labels."
+    )
 
 
-def _summary(config: InjectConfig, counts: SplitCounts, canaries: list[Canary], train_rows: int,
-             space: SecretSpace, rejected: int) -> dict[str, Any]:
+def _summary(
+    config: InjectConfig,
+    counts: SplitCounts,
+    canaries: list[Canary],
+    train_rows: int,
+    space: SecretSpace,
+    rejected: int,
+) -> dict[str, Any]:
     inserted = [c for c in canaries if c.member]
     by_frequency: dict[str, int] = {}
     for c in canaries:
@@ -719,12 +849,26 @@ def _summary(config: InjectConfig, counts: SplitCounts, canaries: list[Canary], 
     }
 
 
-def _write(out: Path, *, overwrite: bool, config: InjectConfig, corpus: LoadedCorpus, codes: np.ndarray,
-           order: np.ndarray, canaries: list[Canary], space: SecretSpace, template: tuple[str, str, str],
-           extra_inputs: dict[str, str], summary: dict[str, Any], command: list[str] | None,
-           request: dict[str, Any] | None = None) -> None:
+def _write(
+    out: Path,
+    *,
+    overwrite: bool,
+    config: InjectConfig,
+    corpus: LoadedCorpus,
+    codes: np.ndarray,
+    order: np.ndarray,
+    canaries: list[Canary],
+    space: SecretSpace,
+    template: tuple[str, str, str],
+    extra_inputs: dict[str, str],
+    summary: dict[str, Any],
+    command: list[str] | None,
+    request: dict[str, Any] | None = None,
+) -> None:
     encoder = RowEncoder(labels=corpus.labels)
-    canary_lines = [encoder.line(c.text, None if corpus.labels is None else corpus.labels.index(c.label)) for c in canaries]
+    canary_lines = [
+        encoder.line(c.text, None if corpus.labels is None else corpus.labels.index(c.label)) for c in canaries
+    ]
     write = dict(texts=corpus.texts, label_ids=corpus.label_ids, encoder=encoder)
     current = mf.TRAIN
     try:
@@ -741,8 +885,11 @@ def _write(out: Path, *, overwrite: bool, config: InjectConfig, corpus: LoadedCo
                     write_rows(handle, rows, desc=name, **write)
             current = mf.CANARIES
             with open(stage / mf.CANARIES, "w", encoding="utf-8", newline="\n") as handle:
-                handle.write("".join(dumps_jsonl_line(c.to_record())
-                                     for c in progress_bar(canaries, desc=mf.CANARIES, unit="canary")))
+                handle.write(
+                    "".join(
+                        dumps_jsonl_line(c.to_record()) for c in progress_bar(canaries, desc=mf.CANARIES, unit="canary")
+                    )
+                )
             text, prefix, suffix = template
             declared = {NEW_TOKENS_KEY: new_tokens(space, canaries)} if isinstance(space, NewTokenSpace) else {}
             manifest = build_manifest(
@@ -756,7 +903,9 @@ def _write(out: Path, *, overwrite: bool, config: InjectConfig, corpus: LoadedCo
                     **summary,
                     "secret_space": space.describe(),
                     "template": {"template": text, "prefix": prefix, "suffix": suffix},
-                    "splits": {"from": "the user's own files (--train, --heldout, --public)"} if config.user_split else {
+                    "splits": {"from": "the user's own files (--train, --heldout, --public)"}
+                    if config.user_split
+                    else {
                         "heldout_fraction": config.splits.heldout_fraction,
                         "public_fraction": config.splits.public_fraction,
                         "heldout_size": config.splits.heldout_size,

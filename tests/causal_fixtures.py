@@ -16,8 +16,15 @@ from pathlib import Path
 TINY_CAUSAL = dict(n_layer=2, n_embd=64, n_head=2, n_positions=64)
 
 
-def build_tiny_causal(path: Path, texts: Sequence[str], *, steps: int = 0, seed: int = 0, vocab_size: int = 200,
-                      learning_rate: float = 1e-2) -> Path:
+def build_tiny_causal(
+    path: Path,
+    texts: Sequence[str],
+    *,
+    steps: int = 0,
+    seed: int = 0,
+    vocab_size: int = 200,
+    learning_rate: float = 1e-2,
+) -> Path:
     """Write a tiny GPT-2 causal LM (tokenizer learned from ``texts``) to ``path``; returns ``path``.
 
     ``steps`` full-batch Adam steps on all ``texts`` (0: random weights, seeded by ``seed``).
@@ -30,8 +37,14 @@ def build_tiny_causal(path: Path, texts: Sequence[str], *, steps: int = 0, seed:
 
     tokenizer = train_wordpiece(texts, vocab_size=vocab_size, min_frequency=1)
     ids = special_token_ids(tokenizer)
-    config = GPT2Config(vocab_size=tokenizer.get_vocab_size(), bos_token_id=ids["cls"], eos_token_id=ids["sep"],
-                        pad_token_id=ids["pad"], tie_word_embeddings=True, **TINY_CAUSAL)
+    config = GPT2Config(
+        vocab_size=tokenizer.get_vocab_size(),
+        bos_token_id=ids["cls"],
+        eos_token_id=ids["sep"],
+        pad_token_id=ids["pad"],
+        tie_word_embeddings=True,
+        **TINY_CAUSAL,
+    )
     torch.manual_seed(seed)
     model = GPT2LMHeadModel(config)
     if steps > 0:

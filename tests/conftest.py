@@ -78,9 +78,20 @@ def _built_once(tmp_path_factory, name: str, build) -> Path:
 #: Trainer options shared by the jax-bert test files: the same shapes and optimizer settings
 #: everywhere, so each XLA program is compiled once per process. ``noise_seed`` fixes the secret
 #: sampling and noise (OS entropy otherwise) so that tests can compare two runs bit for bit.
-TINY_JAX_BERT = dict(preset="tiny", steps=6, batch_size=16, physical_batch=8, max_length=16, vocab_size=128,
-                     noise_multiplier=1.0, checkpoint_every=3, log_every=2, eval_every=3, eval_examples=16,
-                     noise_seed=11)
+TINY_JAX_BERT = dict(
+    preset="tiny",
+    steps=6,
+    batch_size=16,
+    physical_batch=8,
+    max_length=16,
+    vocab_size=128,
+    noise_multiplier=1.0,
+    checkpoint_every=3,
+    log_every=2,
+    eval_every=3,
+    eval_examples=16,
+    noise_seed=11,
+)
 
 
 @pytest.fixture(scope="session")
@@ -92,18 +103,41 @@ def data_dir(tmp_path_factory):
     from dpaudit.cli import cli
 
     def build(folder: Path) -> None:
-        result = CliRunner().invoke(cli, ["inject", "--corpus", "builtin:assistant", "--corpus-size", "210",
-                                          "--heldout-size", "24", "--public-size", "96", "--frequencies", "1,2,3",
-                                          "--per-frequency", "1", "--out", str(folder / "data"), "--seed", "0"],
-                                    catch_exceptions=False)
+        result = CliRunner().invoke(
+            cli,
+            [
+                "inject",
+                "--corpus",
+                "builtin:assistant",
+                "--corpus-size",
+                "210",
+                "--heldout-size",
+                "24",
+                "--public-size",
+                "96",
+                "--frequencies",
+                "1,2,3",
+                "--per-frequency",
+                "1",
+                "--out",
+                str(folder / "data"),
+                "--seed",
+                "0",
+            ],
+            catch_exceptions=False,
+        )
         assert result.exit_code == 0, result.output
 
     return _built_once(tmp_path_factory, "inject", build) / "data"
 
 
 #: The texts of :func:`tiny_causal_dir`'s tokenizer: a few sentences with digits (one token each).
-TINY_CAUSAL_TEXTS = ["the quick brown fox jumps over the lazy dog", "my pin code is 4 8 1 5 and my card is 9 2 7 3",
-                     "please call me back at 555 0199 tomorrow", "the meeting moved to room 12 on friday"]
+TINY_CAUSAL_TEXTS = [
+    "the quick brown fox jumps over the lazy dog",
+    "my pin code is 4 8 1 5 and my card is 9 2 7 3",
+    "please call me back at 555 0199 tomorrow",
+    "the meeting moved to room 12 on friday",
+]
 
 
 @pytest.fixture(scope="session")
@@ -130,12 +164,53 @@ def tiny_config():
 #: and 8 never-inserted controls, each with its own {name} key, in a 400-row corpus; a tiny BERT
 #: trained non-privately for 250 steps memorizes the 100x canaries (max-length 32 keeps every
 #: canary whole: the keyed canaries are 24-30 tokens with this small vocabulary).
-CANARY_INJECT = ["--corpus", "builtin:assistant", "--corpus-size", "400", "--seed", "1", "--format", "digits:4",
-                 "--frequencies", "100", "--per-frequency", "4", "--holdout", "8", "--force"]
-CANARY_TRAIN = ["--trainer", "jax-bert", "--seed", "0", "--preset", "tiny", "--batch-size", "64", "--physical-batch", "32",
-                "--max-length", "32", "--learning-rate", "3e-3", "--warmup-steps", "10", "--weight-decay", "0",
-                "--mask-prob", "0.3", "--log-every", "50", "--eval-every", "1000", "--checkpoint-every", "1000",
-                "--noise-seed", "0"]
+CANARY_INJECT = [
+    "--corpus",
+    "builtin:assistant",
+    "--corpus-size",
+    "400",
+    "--seed",
+    "1",
+    "--format",
+    "digits:4",
+    "--frequencies",
+    "100",
+    "--per-frequency",
+    "4",
+    "--holdout",
+    "8",
+    "--force",
+]
+CANARY_TRAIN = [
+    "--trainer",
+    "jax-bert",
+    "--seed",
+    "0",
+    "--preset",
+    "tiny",
+    "--batch-size",
+    "64",
+    "--physical-batch",
+    "32",
+    "--max-length",
+    "32",
+    "--learning-rate",
+    "3e-3",
+    "--warmup-steps",
+    "10",
+    "--weight-decay",
+    "0",
+    "--mask-prob",
+    "0.3",
+    "--log-every",
+    "50",
+    "--eval-every",
+    "1000",
+    "--checkpoint-every",
+    "1000",
+    "--noise-seed",
+    "0",
+]
 
 
 def _cli(*args: str) -> str:
@@ -151,6 +226,7 @@ def _cli(*args: str) -> str:
 @pytest.fixture(scope="session")
 def canary_data(tmp_path_factory):
     """The inject directory of :data:`CANARY_INJECT` (read-only)."""
+
     def build(folder: Path) -> None:
         _cli("inject", *CANARY_INJECT, "--out", str(folder / "data"))
 
@@ -160,9 +236,19 @@ def canary_data(tmp_path_factory):
 @pytest.fixture(scope="session")
 def canary_model(canary_data, tmp_path_factory):
     """A train run directory: the tiny non-private model trained on :func:`canary_data` (read-only)."""
+
     def build(folder: Path) -> None:
-        _cli("train", *CANARY_TRAIN, "--steps", "250", "--non-private", "--data", str(canary_data), "--out",
-             str(folder / "model"))
+        _cli(
+            "train",
+            *CANARY_TRAIN,
+            "--steps",
+            "250",
+            "--non-private",
+            "--data",
+            str(canary_data),
+            "--out",
+            str(folder / "model"),
+        )
 
     return _built_once(tmp_path_factory, "canary-model", build) / "model"
 
@@ -177,9 +263,22 @@ def noisy_canary_model(canary_data, tmp_path_factory):
     0-3, alike at noise multipliers 50 and 500, so not a signal that passed through the noise), while
     init seeds 1-5 give p = 0.47, 0.77, 0.72, 0.53, 0.11 at noise multiplier 500.
     """
+
     def build(folder: Path) -> None:
-        _cli("train", *CANARY_TRAIN, "--seed", "1", "--steps", "40", "--noise-multiplier", "50", "--data",
-             str(canary_data), "--out", str(folder / "noisy"))
+        _cli(
+            "train",
+            *CANARY_TRAIN,
+            "--seed",
+            "1",
+            "--steps",
+            "40",
+            "--noise-multiplier",
+            "50",
+            "--data",
+            str(canary_data),
+            "--out",
+            str(folder / "noisy"),
+        )
 
     return _built_once(tmp_path_factory, "canary-noisy", build) / "noisy"
 
@@ -188,16 +287,59 @@ def noisy_canary_model(canary_data, tmp_path_factory):
 #: 64 public) and 8 coin-flip canaries (each inserted once iff its fair coin says so), on which a tiny
 #: BERT trained non-privately for 200 steps (~50 epochs) overfits: its loss separates members from
 #: heldout rows (AUC ~0.67 with seed 3).
-MIA_INJECT = ["--corpus", "builtin:assistant", "--corpus-size", "250", "--heldout-size", "64", "--public-size", "64",
-              "--frequencies", "1", "--per-frequency", "8", "--holdout", "0", "--coin-flip", "--seed", "3"]
-MIA_TRAIN = ["--trainer", "jax-bert", "--seed", "0", "--preset", "tiny", "--batch-size", "32", "--physical-batch", "32",
-             "--max-length", "16", "--learning-rate", "3e-3", "--warmup-steps", "10", "--weight-decay", "0",
-             "--mask-prob", "0.3", "--log-every", "50", "--eval-every", "1000", "--checkpoint-every", "1000"]
+MIA_INJECT = [
+    "--corpus",
+    "builtin:assistant",
+    "--corpus-size",
+    "250",
+    "--heldout-size",
+    "64",
+    "--public-size",
+    "64",
+    "--frequencies",
+    "1",
+    "--per-frequency",
+    "8",
+    "--holdout",
+    "0",
+    "--coin-flip",
+    "--seed",
+    "3",
+]
+MIA_TRAIN = [
+    "--trainer",
+    "jax-bert",
+    "--seed",
+    "0",
+    "--preset",
+    "tiny",
+    "--batch-size",
+    "32",
+    "--physical-batch",
+    "32",
+    "--max-length",
+    "16",
+    "--learning-rate",
+    "3e-3",
+    "--warmup-steps",
+    "10",
+    "--weight-decay",
+    "0",
+    "--mask-prob",
+    "0.3",
+    "--log-every",
+    "50",
+    "--eval-every",
+    "1000",
+    "--checkpoint-every",
+    "1000",
+]
 
 
 @pytest.fixture(scope="session")
 def mia_data(tmp_path_factory):
     """The inject directory of :data:`MIA_INJECT` (read-only)."""
+
     def build(folder: Path) -> None:
         _cli("inject", *MIA_INJECT, "--out", str(folder / "data"))
 
@@ -210,9 +352,21 @@ def mia_model(mia_data, tmp_path_factory):
     fixes its batch order (drawn from the secret stream even without noise): the attack AUCs on 64 + 64
     rows have a standard error of ~0.04, and a model that changed with every run made their known-answer
     thresholds flaky (shadow AUC 0.599 against > 0.6 in one CI run)."""
+
     def build(folder: Path) -> None:
-        _cli("train", *MIA_TRAIN, "--steps", "200", "--non-private", "--noise-seed", "0", "--data", str(mia_data),
-             "--out", str(folder / "model"))
+        _cli(
+            "train",
+            *MIA_TRAIN,
+            "--steps",
+            "200",
+            "--non-private",
+            "--noise-seed",
+            "0",
+            "--data",
+            str(mia_data),
+            "--out",
+            str(folder / "model"),
+        )
 
     return _built_once(tmp_path_factory, "mia-model", build) / "model"
 
@@ -227,15 +381,42 @@ def mia_noisy_model(mia_data, tmp_path_factory):
     noise_seed = ["--noise-seed", "0"] if "noise_seed" in {f.name for f in dataclasses.fields(JaxBertConfig)} else []
 
     def build(folder: Path) -> None:
-        _cli("train", *MIA_TRAIN, "--steps", "12", "--noise-multiplier", "20", *noise_seed, "--data", str(mia_data),
-             "--out", str(folder / "noisy"))
+        _cli(
+            "train",
+            *MIA_TRAIN,
+            "--steps",
+            "12",
+            "--noise-multiplier",
+            "20",
+            *noise_seed,
+            "--data",
+            str(mia_data),
+            "--out",
+            str(folder / "noisy"),
+        )
 
     return _built_once(tmp_path_factory, "mia-noisy", build) / "noisy"
 
 
 #: Tiny torch runs on :func:`data_dir`: 96 rows, batch 16 -> 6 steps, one epoch (a few seconds each on one thread).
-TORCH_TINY = ["--epochs", "1", "--batch-size", "16", "--max-length", "16", "--vocab-size", "128", "--eval-examples", "8",
-              "--noise-multiplier", "1", "--noise-seed", "5", "--seed", "3"]
+TORCH_TINY = [
+    "--epochs",
+    "1",
+    "--batch-size",
+    "16",
+    "--max-length",
+    "16",
+    "--vocab-size",
+    "128",
+    "--eval-examples",
+    "8",
+    "--noise-multiplier",
+    "1",
+    "--noise-seed",
+    "5",
+    "--seed",
+    "3",
+]
 TORCH_ARGS = {"edp-sgd": ["--mode", "dp-sgd", *TORCH_TINY], "rgp": ["--rank", "2", *TORCH_TINY]}
 
 
@@ -243,10 +424,19 @@ TORCH_ARGS = {"edp-sgd": ["--mode", "dp-sgd", *TORCH_TINY], "rgp": ["--rank", "2
 def torch_runs(data_dir, tmp_path_factory):
     """trainer -> a finished tiny run of edp-sgd and rgp (:data:`TORCH_ARGS`), trained by the CLI with ``--data``
     absolute (read-only: the bad-input tests copy what they damage)."""
+
     def build(folder: Path) -> None:
         for trainer, args in TORCH_ARGS.items():
-            _cli("train", "--trainer", trainer, "--data", str(data_dir.resolve()), "--out",
-                 str(folder / f"finished-{trainer}" / "run"), *args)
+            _cli(
+                "train",
+                "--trainer",
+                trainer,
+                "--data",
+                str(data_dir.resolve()),
+                "--out",
+                str(folder / f"finished-{trainer}" / "run"),
+                *args,
+            )
 
     folder = _built_once(tmp_path_factory, "torch-runs", build)
     return {trainer: folder / f"finished-{trainer}" / "run" for trainer in TORCH_ARGS}

@@ -16,7 +16,9 @@ import dpaudit
 from dpaudit.common.errors import UserInputError
 
 LABELS = ("alarm", "music", "weather")
-ROWS = [(f"{verb} number {i} please", LABELS[i % 3]) for i, verb in zip(range(150), ["wake me", "play", "forecast"] * 50)]
+ROWS = [
+    (f"{verb} number {i} please", LABELS[i % 3]) for i, verb in zip(range(150), ["wake me", "play", "forecast"] * 50)
+]
 
 
 def _csv(path: Path, rows) -> Path:
@@ -33,16 +35,34 @@ def api_run(tmp_path_factory):
     from dpaudit.training.tokenizer import train_wordpiece
 
     root = tmp_path_factory.mktemp("api")
-    train, heldout, public = (_csv(root / "train.csv", ROWS[:60]), _csv(root / "test.csv", ROWS[55:110]),
-                              _csv(root / "public.csv", ROWS[110:]))
-    data = dpaudit.inject(root / "data", train=train, heldout=heldout, public=public, label_column="category",
-                          per_frequency=2, seed=1)
+    train, heldout, public = (
+        _csv(root / "train.csv", ROWS[:60]),
+        _csv(root / "test.csv", ROWS[55:110]),
+        _csv(root / "public.csv", ROWS[110:]),
+    )
+    data = dpaudit.inject(
+        root / "data", train=train, heldout=heldout, public=public, label_column="category", per_frequency=2, seed=1
+    )
     tok = train_wordpiece([t for t, _ in ROWS[110:]], vocab_size=128, min_frequency=1)
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                        sep_token="[SEP]", mask_token="[MASK]")
-    config = BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=16, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=32, max_position_embeddings=32, num_labels=3,
-                        id2label=dict(enumerate(LABELS)), label2id={name: i for i, name in enumerate(LABELS)})
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+    )
+    config = BertConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=32,
+        max_position_embeddings=32,
+        num_labels=3,
+        id2label=dict(enumerate(LABELS)),
+        label2id={name: i for i, name in enumerate(LABELS)},
+    )
     return root, data, BertForSequenceClassification(config), tokenizer
 
 
@@ -63,8 +83,9 @@ def test_inject_returns_the_summary_and_the_canaries(api_run):
 def test_attack_an_in_memory_model_then_report_and_tables(api_run):
     root, data, model, tokenizer = api_run
     kept = root / "saved"
-    results = dpaudit.attack(model, data.path, ["loss"], tokenizer=tokenizer, save_to=kept, out=root / "attack",
-                             progress=False)
+    results = dpaudit.attack(
+        model, data.path, ["loss"], tokenizer=tokenizer, save_to=kept, out=root / "attack", progress=False
+    )
     assert (kept / "config.json").is_file() and (kept / "model.safetensors").is_file()
     loss = results["loss"]
     assert {t.task for t in loss.tasks} >= {"examples"}
@@ -79,7 +100,9 @@ def test_attack_an_in_memory_model_then_report_and_tables(api_run):
     try:
         import pandas  # noqa: F401
     except ImportError:  # not a dependency of dpaudit: the message says how to get it
-        with pytest.raises(ImportError, match=r"to_pandas\(\) needs pandas, which dpaudit does not install: pip install pandas"):
+        with pytest.raises(
+            ImportError, match=r"to_pandas\(\) needs pandas, which dpaudit does not install: pip install pandas"
+        ):
             results.to_pandas()
     else:
         frame = results.to_pandas()
@@ -121,8 +144,13 @@ def test_a_torch_model_is_audited_without_jax(api_run, tmp_path):
         tokenizer.save_pretrained(saved)
     out = tmp_path / "attack"
     env = {**os.environ, "OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
-    done = subprocess.run([sys.executable, "-c", _NO_JAX, str(saved), str(data.path), str(out)], capture_output=True,
-                          text=True, env=env, timeout=300)
+    done = subprocess.run(
+        [sys.executable, "-c", _NO_JAX, str(saved), str(data.path), str(out)],
+        capture_output=True,
+        text=True,
+        env=env,
+        timeout=300,
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     assert done.stdout.strip().splitlines()[-1] == "True"  # torch did the scoring
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
@@ -133,8 +161,14 @@ def test_canary_attacks_on_a_run_without_canaries_are_refused_in_one_line(api_ru
     """inject --no-canaries, then the default canary attacks: a one-line refusal naming the membership attacks,
     before anything is written (it crashed with an IndexError deep in exposure)."""
     root, _, _, _ = api_run
-    bare = dpaudit.inject(root / "bare", train=root / "train.csv", heldout=root / "test.csv", label_column="none",
-                          no_canaries=True, seed=1)
+    bare = dpaudit.inject(
+        root / "bare",
+        train=root / "train.csv",
+        heldout=root / "test.csv",
+        label_column="none",
+        no_canaries=True,
+        seed=1,
+    )
     out = tmp_path / "attack"
     with pytest.raises(UserInputError, match=r"has no canaries .*--attacks exposure,reconstruction.*--attacks loss"):
         dpaudit.attack(canary_model, bare.path, ["exposure", "reconstruction"], out=out)
@@ -169,13 +203,32 @@ def test_a_transformers_trained_model_gets_every_attack_with_a_stated_claim(api_
     saved = tmp_path / "hf-model"
     trained.save_pretrained(saved)
     tokenizer.save_pretrained(saved)
-    recipe = {"task": "classify", "labels": list(LABELS), "preset": "tiny", "vocab_size": 128, "max_length": 16,
-              "epochs": 2, "batch_size": 16, "mode": "sgd", "learning_rate": 3e-3}
+    recipe = {
+        "task": "classify",
+        "labels": list(LABELS),
+        "preset": "tiny",
+        "vocab_size": 128,
+        "max_length": 16,
+        "epochs": 2,
+        "batch_size": 16,
+        "mode": "sgd",
+        "learning_rate": 3e-3,
+    }
     (tmp_path / "recipe.json").write_text(json.dumps(recipe), encoding="utf-8")
     attacks = ["loss", "shadow", "ref", "lira", "rmia"]
-    results = dpaudit.attack(saved, data.path, attacks, shadow_models=2, shadow_trainer="edp-sgd",
-                             shadow_config=str(tmp_path / "recipe.json"), shadow_cache=str(tmp_path / "cache"),
-                             claimed_epsilon=8.0, claimed_delta=1e-5, out=tmp_path / "attack", progress=False)
+    results = dpaudit.attack(
+        saved,
+        data.path,
+        attacks,
+        shadow_models=2,
+        shadow_trainer="edp-sgd",
+        shadow_config=str(tmp_path / "recipe.json"),
+        shadow_cache=str(tmp_path / "cache"),
+        claimed_epsilon=8.0,
+        claimed_delta=1e-5,
+        out=tmp_path / "attack",
+        progress=False,
+    )
     assert not results.errors
     assert {r.attack for r in results.attacks} == {*attacks, "blind"}  # the blind baseline rides along
     assert results.claimed.epsilon == 8.0 and results.claimed.delta == 1e-5
@@ -195,8 +248,16 @@ def test_an_opacus_accountants_history_states_the_claim_accounted_here(api_run, 
     history = [[1.1, 0.01, 300], [0.9, 0.02, 100]]  # (noise_multiplier, sample_rate, steps), as Opacus stores it
     state = tmp_path / "accountant.json"
     state.write_text(json.dumps({"history": history, "mechanism": "rdp"}), encoding="utf-8")
-    results = dpaudit.attack(model, data.path, ["loss"], tokenizer=tokenizer, claimed_from_opacus=str(state),
-                             claimed_delta=1e-5, progress=False, blind_baseline=False)
+    results = dpaudit.attack(
+        model,
+        data.path,
+        ["loss"],
+        tokenizer=tokenizer,
+        claimed_from_opacus=str(state),
+        claimed_delta=1e-5,
+        progress=False,
+        blind_baseline=False,
+    )
     pld = dp_accounting.pld.PLDAccountant()
     for sigma, q, steps in history:
         pld.compose(dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps)
@@ -209,7 +270,14 @@ def test_an_opacus_accountants_history_states_the_claim_accounted_here(api_run, 
     assert results.claimed.guarantee.startswith(f"({format_up(results.claimed.epsilon)}, 1e-05)-DP")  # rounded up
     (tmp_path / "bad.json").write_text('{"history": [[1.0, 0.1]]}', encoding="utf-8")
     with pytest.raises(UserInputError, match=r"--claimed-from-opacus .*bad.json: history entry 0"):
-        dpaudit.attack(model, data.path, ["loss"], tokenizer=tokenizer, claimed_from_opacus=str(tmp_path / "bad.json"),
-                       claimed_delta=1e-5, progress=False)
+        dpaudit.attack(
+            model,
+            data.path,
+            ["loss"],
+            tokenizer=tokenizer,
+            claimed_from_opacus=str(tmp_path / "bad.json"),
+            claimed_delta=1e-5,
+            progress=False,
+        )
     with pytest.raises(UserInputError, match="needs --claimed-delta"):
         dpaudit.attack(model, data.path, ["loss"], tokenizer=tokenizer, claimed_from_opacus=str(state), progress=False)

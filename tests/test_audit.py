@@ -97,8 +97,9 @@ def test_clopper_pearson_matches_jax_privacy(scores, jax_auditing, one_sided):
     J = jax_auditing
 
     def ours(selection):
-        return A.epsilon_lower_bound_clopper_pearson(member, nonmember, delta=DELTA, confidence=1 - SIG,
-                                                     selection=selection, one_sided=one_sided)
+        return A.epsilon_lower_bound_clopper_pearson(
+            member, nonmember, delta=DELTA, confidence=1 - SIG, selection=selection, one_sided=one_sided
+        )
 
     for t in (0.5, 1.0, 2.0, 3.0):  # explicit thresholds
         want = aud.epsilon_clopper_pearson(SIG, DELTA, one_sided, threshold_strategy=J.Explicit(t))
@@ -112,8 +113,7 @@ def test_clopper_pearson_matches_jax_privacy(scores, jax_auditing, one_sided):
     assert got.num_hypotheses == len(hull)
     for seed in range(4):  # split thresholds: the same partition, the same threshold, the same bound
         for fraction in (0.5, 0.3):
-            want = aud.epsilon_clopper_pearson(SIG, DELTA, one_sided,
-                                               threshold_strategy=J.Split(fraction, seed))
+            want = aud.epsilon_clopper_pearson(SIG, DELTA, one_sided, threshold_strategy=J.Split(fraction, seed))
             got = ours(A.SplitThreshold(fraction=fraction, seed=seed))
             assert got.epsilon == pytest.approx(want, rel=1e-12, abs=1e-12), (seed, fraction)
             assert (got.split_seed, got.split_fraction) == (seed, fraction)
@@ -144,8 +144,13 @@ def test_one_run_bounds_match_jax_privacy(scores, jax_auditing, fdp):
     split = A.SplitThreshold(fraction=fraction, seed=seed)
     (m1, n1), (m2, n2) = split.partition(member, nonmember)
     grid = A.GuessGrid(pairs=tuple((k, 0) for k in range(1, m1.size + n1.size + 1)))
-    got = ours_fn(member, nonmember, delta=DELTA, confidence=1 - SIG,
-                  guesses=A.SplitGuesses(fraction=fraction, seed=seed, grid=grid))
+    got = ours_fn(
+        member,
+        nonmember,
+        delta=DELTA,
+        confidence=1 - SIG,
+        guesses=A.SplitGuesses(fraction=fraction, seed=seed, grid=grid),
+    )
     want = jax_fn(SIG, DELTA, threshold_strategy=J.Split(fraction, seed))
     assert (got.n_members, got.n_nonmembers) == (m2.size, n2.size)
     # jax-privacy's choice (2.0.0, private helper): it skips thresholds whose precision is below
@@ -243,11 +248,18 @@ def test_validity_clopper_pearson_randomized_response():
     n = 300
     members = (rng.random((TRIALS, n)) < p).astype(float)
     nonmembers = (rng.random((TRIALS, n)) < 1 - p).astype(float)
-    selections = {"fixed": lambda s: A.FixedThreshold(threshold=1.0), "split": lambda s: A.SplitThreshold(seed=s),
-                  "bonferroni": lambda s: A.BonferroniThresholds()}
+    selections = {
+        "fixed": lambda s: A.FixedThreshold(threshold=1.0),
+        "split": lambda s: A.SplitThreshold(seed=s),
+        "bonferroni": lambda s: A.BonferroniThresholds(),
+    }
     for name, make in selections.items():
-        eps = np.array([A.epsilon_lower_bound_clopper_pearson(members[s], nonmembers[s], delta=DELTA,
-                                                              selection=make(s)).epsilon for s in range(TRIALS)])
+        eps = np.array(
+            [
+                A.epsilon_lower_bound_clopper_pearson(members[s], nonmembers[s], delta=DELTA, selection=make(s)).epsilon
+                for s in range(TRIALS)
+            ]
+        )
         exceed = int(np.sum(eps > eps_true))
         print(f"CP {name}: exceedances {exceed}/{TRIALS}, median bound {np.median(eps):.3f} (true {eps_true:.3f})")
         assert exceed <= MAX_EXCEEDANCES, name
@@ -265,8 +277,9 @@ def test_validity_clopper_pearson_randomized_response():
         for fp in fps:
             member = np.r_[np.ones(tp), np.zeros(n - tp)]
             nonmember = np.r_[np.ones(fp), np.zeros(n - fp)]
-            b = A.epsilon_lower_bound_clopper_pearson(member, nonmember, delta=DELTA,
-                                                      selection=A.FixedThreshold(threshold=1.0))
+            b = A.epsilon_lower_bound_clopper_pearson(
+                member, nonmember, delta=DELTA, selection=A.FixedThreshold(threshold=1.0)
+            )
             if b.epsilon > eps_true:
                 prob += scipy.stats.binom.pmf(tp, n, p) * scipy.stats.binom.pmf(fp, n, 1 - p)
     print(f"CP fixed: exact P[bound > true epsilon] = {prob:.4f}")
@@ -279,11 +292,18 @@ def test_validity_clopper_pearson_gaussian_mechanism():
     rng = np.random.default_rng(7)
     n = 400
     members, nonmembers = rng.normal(mu, 1, (TRIALS, n)), rng.normal(0, 1, (TRIALS, n))
-    eps = np.array([A.epsilon_lower_bound_clopper_pearson(members[s], nonmembers[s], delta=DELTA,
-                                                          selection=A.SplitThreshold(seed=s)).epsilon
-                    for s in range(TRIALS)])
-    print(f"CP split, Gaussian: exceedances {int(np.sum(eps > eps_true))}/{TRIALS}, "
-          f"median {np.median(eps):.3f} (true {eps_true:.3f})")
+    eps = np.array(
+        [
+            A.epsilon_lower_bound_clopper_pearson(
+                members[s], nonmembers[s], delta=DELTA, selection=A.SplitThreshold(seed=s)
+            ).epsilon
+            for s in range(TRIALS)
+        ]
+    )
+    print(
+        f"CP split, Gaussian: exceedances {int(np.sum(eps > eps_true))}/{TRIALS}, "
+        f"median {np.median(eps):.3f} (true {eps_true:.3f})"
+    )
     assert int(np.sum(eps > eps_true)) <= MAX_EXCEEDANCES
     assert np.median(eps) > 1.0
 
@@ -319,8 +339,9 @@ def test_validity_one_run_steinke_randomized_response():
         member = np.r_[np.ones(w // 2), np.zeros(m // 2 - w // 2)]  # correct: the ones ...
         nonmember = np.r_[np.zeros(w - w // 2), np.ones(m // 2 - (w - w // 2))]  # ... and these zeros
         ones = int(member.sum() + nonmember.sum())
-        b = A.epsilon_lower_bound_one_run(member, nonmember, delta=delta,
-                                          guesses=A.FixedGuesses(k_plus=ones, k_minus=m - ones))
+        b = A.epsilon_lower_bound_one_run(
+            member, nonmember, delta=delta, guesses=A.FixedGuesses(k_plus=ones, k_minus=m - ones)
+        )
         assert b.correct == w and b.guesses == m
         if b.epsilon > eps_true:
             prob += scipy.stats.binom.pmf(w, m, p)
@@ -346,8 +367,10 @@ def test_validity_one_run_fdp_gaussian_mechanism():
         eps.append(b.epsilon)
         eps_steinke.append(A.epsilon_lower_bound_one_run(member, nonmember, delta=DELTA, guesses=guesses).epsilon)
     mus, eps, eps_steinke = map(np.array, (mus, eps, eps_steinke))
-    print(f"one-run f-DP: mu exceedances {int(np.sum(mus > mu))}/{TRIALS}, median mu {np.median(mus):.3f} "
-          f"(true {mu}); median eps {np.median(eps):.3f}, Steinke {np.median(eps_steinke):.3f} (true {eps_true:.3f})")
+    print(
+        f"one-run f-DP: mu exceedances {int(np.sum(mus > mu))}/{TRIALS}, median mu {np.median(mus):.3f} "
+        f"(true {mu}); median eps {np.median(eps):.3f}, Steinke {np.median(eps_steinke):.3f} (true {eps_true:.3f})"
+    )
     assert int(np.sum(mus > mu)) <= MAX_EXCEEDANCES
     assert int(np.sum(eps > eps_true)) <= MAX_EXCEEDANCES
     assert int(np.sum(eps_steinke > eps_true)) <= MAX_EXCEEDANCES
@@ -376,8 +399,9 @@ def test_all_scores_tied():
     roc = A.roc_curve(member, nonmember)
     np.testing.assert_allclose(roc.fpr, [0, 1])
     np.testing.assert_allclose(roc.tpr, [0, 1])
-    result = A.audit_scores(member, nonmember, delta=DELTA, seed=0, coin_flip=True, claimed_epsilon=0.1,
-                            num_bootstrap=100)
+    result = A.audit_scores(
+        member, nonmember, delta=DELTA, seed=0, coin_flip=True, claimed_epsilon=0.1, num_bootstrap=100
+    )
     assert result.auc.value == 0.5 and result.auc.ci.low == result.auc.ci.high == 0.5
     assert result.advantage.value == 0.0
     assert all(t.tpr == 0.0 for t in result.tpr_at_fpr)
@@ -393,15 +417,19 @@ def test_one_score_each_still_audits():
     assert result.epsilon_lower_bound == 0.0  # one trial proves nothing at 95%
 
 
-@pytest.mark.parametrize("fn", [
-    lambda m, n: A.roc_curve(m, n),
-    lambda m, n: A.auc(m, n, seed=0),
-    lambda m, n: A.tpr_at_fpr(m, n, 0.01, seed=0),
-    lambda m, n: A.epsilon_lower_bound_clopper_pearson(m, n, delta=DELTA),
-    lambda m, n: A.epsilon_lower_bound_one_run(m, n, delta=DELTA),
-    lambda m, n: A.epsilon_lower_bound_one_run_fdp(m, n, delta=DELTA),
-    lambda m, n: A.audit_scores(m, n, delta=DELTA, seed=0),
-], ids=["roc", "auc", "tpr", "cp", "one_run", "fdp", "audit"])
+@pytest.mark.parametrize(
+    "fn",
+    [
+        lambda m, n: A.roc_curve(m, n),
+        lambda m, n: A.auc(m, n, seed=0),
+        lambda m, n: A.tpr_at_fpr(m, n, 0.01, seed=0),
+        lambda m, n: A.epsilon_lower_bound_clopper_pearson(m, n, delta=DELTA),
+        lambda m, n: A.epsilon_lower_bound_one_run(m, n, delta=DELTA),
+        lambda m, n: A.epsilon_lower_bound_one_run_fdp(m, n, delta=DELTA),
+        lambda m, n: A.audit_scores(m, n, delta=DELTA, seed=0),
+    ],
+    ids=["roc", "auc", "tpr", "cp", "one_run", "fdp", "audit"],
+)
 def test_bad_scores_are_value_errors(fn):
     good = np.arange(10.0)
     with pytest.raises(ValueError, match="member_scores is empty"):
@@ -455,17 +483,19 @@ def test_split_bound_is_evaluated_on_the_held_apart_part():
     assert (b.n_members, b.n_nonmembers) == (m2.size, n2.size) == (301 - 150, 401 - 200)
     assert (b.true_positives, b.false_positives) == (np.sum(m2 >= b.threshold), np.sum(n2 >= b.threshold))
     # The threshold is the best one of the choosing part, not of the evaluation part.
-    on_choice = [A.epsilon_lower_bound_clopper_pearson(m1, n1, delta=DELTA,
-                                                       selection=A.FixedThreshold(threshold=t)).epsilon
-                 for t in np.unique(np.r_[m1, n1])]
+    on_choice = [
+        A.epsilon_lower_bound_clopper_pearson(m1, n1, delta=DELTA, selection=A.FixedThreshold(threshold=t)).epsilon
+        for t in np.unique(np.r_[m1, n1])
+    ]
     at_b = A.epsilon_lower_bound_clopper_pearson(m1, n1, delta=DELTA, selection=A.FixedThreshold(threshold=b.threshold))
     assert at_b.epsilon == pytest.approx(max(on_choice))
 
 
 def test_exceeds_claim_is_flagged_loudly_and_json_round_trips():
     member, nonmember = _gauss(5, 1000, 1000, mu=4.0)
-    result = A.audit_scores(member, nonmember, delta=DELTA, claimed_epsilon=0.5, seed=0, coin_flip=True,
-                            num_bootstrap=200)
+    result = A.audit_scores(
+        member, nonmember, delta=DELTA, claimed_epsilon=0.5, seed=0, coin_flip=True, num_bootstrap=200
+    )
     assert result.exceeds_claim and result.epsilon_lower_bound > 0.5
     assert result.warnings[0].startswith("EMPIRICAL EPSILON LOWER BOUND")
     assert any("f-DP one-run bound" in w for w in result.warnings)
@@ -484,7 +514,9 @@ def test_audit_imports_neither_jax_nor_torch():
     import subprocess
     import sys
 
-    code = ("import sys, dpaudit.audit\n"
-            "print(sorted(m for m in sys.modules if m.split('.')[0] in {'jax', 'torch', 'flax', 'jax_privacy'}))")
+    code = (
+        "import sys, dpaudit.audit\n"
+        "print(sorted(m for m in sys.modules if m.split('.')[0] in {'jax', 'torch', 'flax', 'jax_privacy'}))"
+    )
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
     assert out.strip() == "[]", out

@@ -27,22 +27,28 @@ class Example:
         check_types(self)
 
 
-@pytest.mark.parametrize(("kwargs", "message"), [
-    ({"sampling": "bogus"}, "--sampling must be one of poisson, shuffle, got 'bogus'."),
-    ({"steps": 2.5}, "--steps must be an integer, got 2.5 (float)."),
-    ({"steps": True}, "--steps must be an integer, got True (bool)."),
-    ({"learning_rate": "fast"}, "--learning-rate must be a number, got 'fast'."),
-    ({"learning_rate": False}, "--learning-rate must be a number, got False (bool)."),
-    ({"name": 5}, "--name must be a string, got 5 (int)."),
-    ({"non_private": "false"}, "--non-private must be true or false (a boolean, not a string or number), got 'false'."),
-    ({"non_private": 0}, "--non-private must be true or false (a boolean, not a string or number), got 0 (int)."),
-    ({"delta": "1e-5"}, "--delta must be a number (or left unset), got '1e-5'."),
-    ({"batch_schedule": 5}, "--batch-schedule must be a string (or left unset), got 5 (int)."),
-    ({"sizes": [1, "2"]}, "--sizes must be a list whose items are each an integer, got [1, '2'] (list)."),
-    ({"sizes": "12"}, "--sizes must be a list whose items are each an integer, got '12'."),
-    ({"pair": (1, 2)}, "--pair must be a list of 2 items: an integer; a string, got (1, 2) (tuple)."),
-    ({"either": "1"}, "--either must be an integer or a number, got '1'."),
-])
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"sampling": "bogus"}, "--sampling must be one of poisson, shuffle, got 'bogus'."),
+        ({"steps": 2.5}, "--steps must be an integer, got 2.5 (float)."),
+        ({"steps": True}, "--steps must be an integer, got True (bool)."),
+        ({"learning_rate": "fast"}, "--learning-rate must be a number, got 'fast'."),
+        ({"learning_rate": False}, "--learning-rate must be a number, got False (bool)."),
+        ({"name": 5}, "--name must be a string, got 5 (int)."),
+        (
+            {"non_private": "false"},
+            "--non-private must be true or false (a boolean, not a string or number), got 'false'.",
+        ),
+        ({"non_private": 0}, "--non-private must be true or false (a boolean, not a string or number), got 0 (int)."),
+        ({"delta": "1e-5"}, "--delta must be a number (or left unset), got '1e-5'."),
+        ({"batch_schedule": 5}, "--batch-schedule must be a string (or left unset), got 5 (int)."),
+        ({"sizes": [1, "2"]}, "--sizes must be a list whose items are each an integer, got [1, '2'] (list)."),
+        ({"sizes": "12"}, "--sizes must be a list whose items are each an integer, got '12'."),
+        ({"pair": (1, 2)}, "--pair must be a list of 2 items: an integer; a string, got (1, 2) (tuple)."),
+        ({"either": "1"}, "--either must be an integer or a number, got '1'."),
+    ],
+)
 def test_bad_values_name_the_option_and_what_it_takes(kwargs, message):
     with pytest.raises(ConfigTypeError) as err:
         Example(**kwargs)

@@ -50,36 +50,67 @@ def test_micro_batch_plan_is_accounted_at_sigma_with_noise_two_sigma_c():
     # Micro-batch clipping: one example moves the clipped sum by 2C, the step adds std sigma * 2C, so
     # the Gaussian mechanism's noise multiplier (std / sensitivity) is sigma: worked out here directly.
     n, batch, steps, sigma = 1000, 50, 40, 1.3
-    plan = plan_privacy(dataset_size=n, stages=[(steps, batch)], non_private=False, noise_multiplier=sigma,
-                        target_epsilon=None, delta=1e-5, sensitivity_factor=2.0)
+    plan = plan_privacy(
+        dataset_size=n,
+        stages=[(steps, batch)],
+        non_private=False,
+        noise_multiplier=sigma,
+        target_epsilon=None,
+        delta=1e-5,
+        sensitivity_factor=2.0,
+    )
     assert plan.noise_std(0, clip_norm=0.5) == pytest.approx(sigma * 2.0 * 0.5)
-    expected = _pld_epsilon(dp_accounting.SelfComposedDpEvent(
-        dp_accounting.PoissonSampledDpEvent(batch / n, dp_accounting.GaussianDpEvent(sigma)), steps), 1e-5)
+    expected = _pld_epsilon(
+        dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(batch / n, dp_accounting.GaussianDpEvent(sigma)), steps
+        ),
+        1e-5,
+    )
     assert plan.planned_epsilon == pytest.approx(expected, rel=1e-9)
     # What an accounting that ignores the factor would claim for the same noise (std/C = 2 sigma): smaller.
     naive = accounting.epsilon(plan.event(accounted_factor=1.0), 1e-5)
-    assert naive == pytest.approx(_pld_epsilon(dp_accounting.SelfComposedDpEvent(
-        dp_accounting.PoissonSampledDpEvent(batch / n, dp_accounting.GaussianDpEvent(2 * sigma)), steps), 1e-5), rel=1e-9)
+    assert naive == pytest.approx(
+        _pld_epsilon(
+            dp_accounting.SelfComposedDpEvent(
+                dp_accounting.PoissonSampledDpEvent(batch / n, dp_accounting.GaussianDpEvent(2 * sigma)), steps
+            ),
+            1e-5,
+        ),
+        rel=1e-9,
+    )
     assert naive < plan.planned_epsilon
 
 
 def test_decayed_plan_composes_one_segment_per_epoch_and_calibrates_to_the_target():
     n, batch, per_epoch, epochs = 2000, 100, 20, 3
-    plan = plan_privacy(dataset_size=n, stages=[(per_epoch, batch)] * epochs, non_private=False, noise_multiplier=None,
-                        target_epsilon=3.0, delta=1e-5, sensitivity_factor=1.0,
-                        noise_schedule=decay_schedule("exp", epochs=epochs, rate=0.3))
+    plan = plan_privacy(
+        dataset_size=n,
+        stages=[(per_epoch, batch)] * epochs,
+        non_private=False,
+        noise_multiplier=None,
+        target_epsilon=3.0,
+        delta=1e-5,
+        sensitivity_factor=1.0,
+        noise_schedule=decay_schedule("exp", epochs=epochs, rate=0.3),
+    )
     assert plan.noise_calibrated and plan.sigmas[0] > plan.sigmas[1] > plan.sigmas[2]
-    event = dp_accounting.ComposedDpEvent([
-        dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(batch / n, dp_accounting.GaussianDpEvent(s)),
-                                          per_epoch) for s in plan.sigmas])
+    event = dp_accounting.ComposedDpEvent(
+        [
+            dp_accounting.SelfComposedDpEvent(
+                dp_accounting.PoissonSampledDpEvent(batch / n, dp_accounting.GaussianDpEvent(s)), per_epoch
+            )
+            for s in plan.sigmas
+        ]
+    )
     eps = _pld_epsilon(event, 1e-5)
     assert eps <= 3.0 and eps == pytest.approx(3.0, rel=2e-2)
     assert plan.sigma_at(per_epoch) == plan.sigmas[1] and plan.batch_at(2 * per_epoch) == batch
 
 
 def test_budget_caps_the_plan_and_the_ledger_refuses_the_next_step():
-    plan = plan_privacy(dataset_size=500, stages=[(400, 50)], non_private=False, noise_multiplier=1.0,
-                        target_epsilon=2.0, delta=1e-5)
+    plan = plan_privacy(
+        dataset_size=500, stages=[(400, 50)], non_private=False, noise_multiplier=1.0, target_epsilon=2.0, delta=1e-5
+    )
     assert 0 < plan.affordable_steps < 400 and plan.planned_epsilon <= 2.0
     ledger = new_ledger(plan)
     for step in range(plan.affordable_steps):
@@ -92,17 +123,31 @@ def test_budget_caps_the_plan_and_the_ledger_refuses_the_next_step():
 
 def test_plan_refuses_a_batch_larger_than_the_data_and_defaults_delta_below_one_over_n():
     with pytest.raises(UserInputError, match="--batch-size: expected batch 600 exceeds the 500"):
-        plan_privacy(dataset_size=500, stages=[(10, 600)], non_private=False, noise_multiplier=1.0,
-                     target_epsilon=None, delta=None)
-    plan = plan_privacy(dataset_size=500, stages=[(10, 50)], non_private=False, noise_multiplier=1.0,
-                        target_epsilon=None, delta=None)
+        plan_privacy(
+            dataset_size=500,
+            stages=[(10, 600)],
+            non_private=False,
+            noise_multiplier=1.0,
+            target_epsilon=None,
+            delta=None,
+        )
+    plan = plan_privacy(
+        dataset_size=500, stages=[(10, 50)], non_private=False, noise_multiplier=1.0, target_epsilon=None, delta=None
+    )
     assert plan.delta == pytest.approx(1e-5) and plan.delta < 1 / 500
 
 
 def _record(**overrides) -> PrivacyRecord:
     event = accounting.dpsgd_event(noise_multiplier=1.0, sampling_probability=0.01, steps=10)
-    values = dict(trainer="t", private=True, mechanism="Poisson-subsampled Gaussian", accountant="pld",
-                  event=accounting.event_to_json(event), epsilon=accounting.epsilon(event, 1e-5), delta=1e-5)
+    values = dict(
+        trainer="t",
+        private=True,
+        mechanism="Poisson-subsampled Gaussian",
+        accountant="pld",
+        event=accounting.event_to_json(event),
+        epsilon=accounting.epsilon(event, 1e-5),
+        delta=1e-5,
+    )
     return PrivacyRecord(**{**values, **overrides})
 
 
@@ -144,10 +189,17 @@ def test_out_dir_and_resume_checks(tmp_path):
     stored = {"trainer": "t", "config": {"lr": 1.0}, "seed": 0, "data": "abc"}
     check_resume(out=tmp_path, checkpoint=tmp_path / "c", trainer="t", stored=stored, current=dict(stored))
     with pytest.raises(UserInputError, match=r"--lr 1.0 -> 2.0"):
-        check_resume(out=tmp_path, checkpoint=tmp_path / "c", trainer="t", stored=stored,
-                     current={**stored, "config": {"lr": 2.0}})
+        check_resume(
+            out=tmp_path,
+            checkpoint=tmp_path / "c",
+            trainer="t",
+            stored=stored,
+            current={**stored, "config": {"lr": 2.0}},
+        )
     with pytest.raises(UserInputError, match="different --data"):
-        check_resume(out=tmp_path, checkpoint=tmp_path / "c", trainer="t", stored=stored, current={**stored, "data": "x"})
+        check_resume(
+            out=tmp_path, checkpoint=tmp_path / "c", trainer="t", stored=stored, current={**stored, "data": "x"}
+        )
 
 
 def test_checkpoints_are_removed_unless_kept_with_a_warning(tmp_path, capsys):

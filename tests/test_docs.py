@@ -40,8 +40,13 @@ MARKDOWN_LINK = re.compile(r"\]\(([^)#\s]+\.md)(#[^)]*)?\)")
 def _repository_files() -> list[Path]:
     """The files a clone holds (tracked, and new ones git does not ignore), else every file under the root."""
     try:
-        out = subprocess.run(["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"], cwd=ROOT,
-                             capture_output=True, check=True, timeout=60).stdout.decode("utf-8")
+        out = subprocess.run(
+            ["git", "ls-files", "--cached", "--others", "--exclude-standard", "-z"],
+            cwd=ROOT,
+            capture_output=True,
+            check=True,
+            timeout=60,
+        ).stdout.decode("utf-8")
         names = sorted({name for name in out.split("\0") if name})
     except (OSError, subprocess.SubprocessError):
         names = sorted(p.relative_to(ROOT).as_posix() for p in ROOT.rglob("*") if p.is_file())
@@ -96,8 +101,10 @@ def test_no_pointer_leaves_the_repository(texts):
         for lineno, line in enumerate(text.splitlines(), 1):
             if any(p.search(line) for p in OUTSIDE_POINTERS):
                 found.append(f"{name}:{lineno}: {line.strip()[:120]}")
-    assert not found, ("pointers to a design document or an issue a reader of the repository cannot open; point at "
-                       "the docs/ page that holds the content, or drop the number:\n" + "\n".join(found))
+    assert not found, (
+        "pointers to a design document or an issue a reader of the repository cannot open; point at "
+        "the docs/ page that holds the content, or drop the number:\n" + "\n".join(found)
+    )
 
 
 def test_every_docs_path_named_exists(texts):

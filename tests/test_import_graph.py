@@ -69,8 +69,9 @@ def graph() -> dict[str, frozenset[str]]:
     edges = {name: set(imports_of(name, path)) for name, path in modules().items()}
     from dpaudit.attacks.registry import available_attacks  # plug-ins named by string are arrows too
 
-    edges["dpaudit.attacks.registry"] |= {ep.value.split(":")[0] for ep in available_attacks().values()
-                                          if ep.value.startswith("dpaudit.")}
+    edges["dpaudit.attacks.registry"] |= {
+        ep.value.split(":")[0] for ep in available_attacks().values() if ep.value.startswith("dpaudit.")
+    }
     return {name: frozenset(targets - {"dpaudit"}) for name, targets in edges.items() if name != "dpaudit"}
 
 
@@ -120,7 +121,9 @@ def test_the_walker_sees_lazy_and_string_imports():
     # a function-level import (the stage renders the page) and a registry string are arrows
     assert "dpaudit.report.render" in graph()["dpaudit.stages.attack"]
     assert "dpaudit.attacks.shokri" in graph()["dpaudit.attacks.registry"]
-    assert cycles({"a": frozenset({"b"}), "b": frozenset({"c"}), "c": frozenset({"a"}), "d": frozenset({"a"})}) == [["a", "b", "c"]]
+    assert cycles({"a": frozenset({"b"}), "b": frozenset({"c"}), "c": frozenset({"a"}), "d": frozenset({"a"})}) == [
+        ["a", "b", "c"]
+    ]
 
 
 def test_the_root_package_is_only_a_door():
@@ -144,8 +147,15 @@ def package_cycles() -> list[list[str]]:
 
 
 def test_no_package_cycle_through_the_attack_side():
-    mine = ("dpaudit.attacks", "dpaudit.report", "dpaudit.scoring", "dpaudit.audit", "dpaudit.verdict.headline", "dpaudit.stages",
-            "dpaudit.demo")
+    mine = (
+        "dpaudit.attacks",
+        "dpaudit.report",
+        "dpaudit.scoring",
+        "dpaudit.audit",
+        "dpaudit.verdict.headline",
+        "dpaudit.stages",
+        "dpaudit.demo",
+    )
     assert [c for c in package_cycles() if any(p in mine for p in c)] == []
 
 
@@ -154,11 +164,21 @@ def test_no_package_cycle():
 
 
 def test_attacks_scoring_and_audit_never_import_the_report_the_cli_or_the_stages():
-    upward = sorted((module, target) for module, targets in graph().items() if module.startswith(LOWER)
-                    for target in targets if target.startswith(UPPER))
+    upward = sorted(
+        (module, target)
+        for module, targets in graph().items()
+        if module.startswith(LOWER)
+        for target in targets
+        if target.startswith(UPPER)
+    )
     assert upward == []
-    report = sorted((module, target) for module, targets in graph().items() if module.startswith("dpaudit.report")
-                    for target in targets if target.startswith(("dpaudit.cli", "dpaudit.stages", "dpaudit.demo")))
+    report = sorted(
+        (module, target)
+        for module, targets in graph().items()
+        if module.startswith("dpaudit.report")
+        for target in targets
+        if target.startswith(("dpaudit.cli", "dpaudit.stages", "dpaudit.demo"))
+    )
     assert report == []
 
 
@@ -196,8 +216,13 @@ def test_every_package_stands_on_a_documented_floor():
 def test_every_import_goes_down_the_documented_floors():
     """An import between two packages goes to a lower floor: never sideways (the same floor), never up."""
     floors = documented_floors()
-    wrong = sorted((module, target, floors.get(top_package(module)), floors.get(top_package(target)))
-                   for module, targets in graph().items() if top_package(module) in floors
-                   for target in targets if top_package(target) in floors and top_package(target) != top_package(module)
-                   and floors[top_package(target)] >= floors[top_package(module)])
+    wrong = sorted(
+        (module, target, floors.get(top_package(module)), floors.get(top_package(target)))
+        for module, targets in graph().items()
+        if top_package(module) in floors
+        for target in targets
+        if top_package(target) in floors
+        and top_package(target) != top_package(module)
+        and floors[top_package(target)] >= floors[top_package(module)]
+    )
     assert wrong == [], "imports that go sideways or up (module, target, floor, target floor)"

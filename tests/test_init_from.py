@@ -37,13 +37,36 @@ from dpaudit.training.starting_point import (
 )
 
 #: The tiny runs of the other test files (same shapes: compiled once per session).
-JAX = ["--trainer", "jax-bert", "--preset", "tiny", "--max-length", "16", "--physical-batch", "8", "--eval-examples", "16",
-       "--log-every", "2", "--eval-every", "3", "--checkpoint-every", "3", "--steps", "6", "--batch-size", "16",
-       "--seed", "3"]
+JAX = [
+    "--trainer",
+    "jax-bert",
+    "--preset",
+    "tiny",
+    "--max-length",
+    "16",
+    "--physical-batch",
+    "8",
+    "--eval-examples",
+    "16",
+    "--log-every",
+    "2",
+    "--eval-every",
+    "3",
+    "--checkpoint-every",
+    "3",
+    "--steps",
+    "6",
+    "--batch-size",
+    "16",
+    "--seed",
+    "3",
+]
 TORCH = ["--epochs", "1", "--batch-size", "16", "--max-length", "16", "--eval-examples", "8", "--seed", "3"]
-PRIVATE = {"jax-bert": [*JAX, "--noise-multiplier", "1.0"],
-           "edp-sgd": ["--trainer", "edp-sgd", "--mode", "dp-sgd", *TORCH, "--noise-multiplier", "1"],
-           "rgp": ["--trainer", "rgp", "--rank", "2", *TORCH, "--noise-multiplier", "1"]}
+PRIVATE = {
+    "jax-bert": [*JAX, "--noise-multiplier", "1.0"],
+    "edp-sgd": ["--trainer", "edp-sgd", "--mode", "dp-sgd", *TORCH, "--noise-multiplier", "1"],
+    "rgp": ["--trainer", "rgp", "--rank", "2", *TORCH, "--noise-multiplier", "1"],
+}
 #: Which public run each trainer starts from.
 PUBLIC_OF = {"jax-bert": "jax-bert", "edp-sgd": "edp-sgd", "rgp": "edp-sgd"}
 
@@ -63,10 +86,32 @@ def public_runs(data_dir, tmp_path_factory):
     """The public models of the inject directory: jax-bert and edp-sgd on public.jsonl, non-private."""
     root = tmp_path_factory.mktemp("public")
     runs = {"jax-bert": root / "jax", "edp-sgd": root / "edp"}
-    _train(*JAX, "--vocab-size", "128", "--data-split", "public", "--non-private", "--data", data_dir,
-           "--out", runs["jax-bert"])
-    _train("--trainer", "edp-sgd", *TORCH, "--vocab-size", "128", "--data-split", "public", "--non-private",
-           "--data", data_dir, "--out", runs["edp-sgd"])
+    _train(
+        *JAX,
+        "--vocab-size",
+        "128",
+        "--data-split",
+        "public",
+        "--non-private",
+        "--data",
+        data_dir,
+        "--out",
+        runs["jax-bert"],
+    )
+    _train(
+        "--trainer",
+        "edp-sgd",
+        *TORCH,
+        "--vocab-size",
+        "128",
+        "--data-split",
+        "public",
+        "--non-private",
+        "--data",
+        data_dir,
+        "--out",
+        runs["edp-sgd"],
+    )
     return runs
 
 
@@ -94,15 +139,28 @@ def test_a_run_on_the_public_split_is_marked_public_and_claims_no_epsilon(traine
     assert record.group_privacy == []  # canaries live in train.jsonl only
     assert record.init_from is None
     manifest = _manifest(run)
-    assert (manifest["data_split"], manifest["public_data_only"], manifest["private_training_inputs"]) == ("public", True, {})
+    assert (manifest["data_split"], manifest["public_data_only"], manifest["private_training_inputs"]) == (
+        "public",
+        True,
+        {},
+    )
     assert manifest["summary"]["public_data_only"] is True
     # It trained on public.jsonl's rows: N is their number.
     assert record.dataset_size == len(load_inject_run(data_dir).public_texts)
 
 
 def test_dp_on_the_public_split_says_it_protects_nothing(data_dir, tmp_path):
-    out = _train(*PRIVATE["edp-sgd"], "--vocab-size", "128", "--data-split", "public", "--data", data_dir,
-                 "--out", tmp_path / "run")
+    out = _train(
+        *PRIVATE["edp-sgd"],
+        "--vocab-size",
+        "128",
+        "--data-split",
+        "public",
+        "--data",
+        data_dir,
+        "--out",
+        tmp_path / "run",
+    )
     record = read_privacy_record(tmp_path / "run" / "privacy.json")
     assert record.private and record.epsilon is not None and record.data_split == "public"
     assert record.public_data_only  # public data from a fresh init: the model holds no private data either way
@@ -123,9 +181,14 @@ def test_each_trainer_starts_from_a_public_run_and_records_it(trainer, started_r
     assert (record.data_split, record.public_data_only) == ("train", False)
     weights = sha256_file(start / "model" / "model.safetensors")
     assert record.init_from == {
-        "path": str(start), "weights_sha256": {"model.safetensors": weights}, "dpaudit_run": True,
-        "trainer": PUBLIC_OF[trainer], "trained_on": "public.jsonl", "public_data_only": True,
-        "requirement": PUBLIC_START_REQUIREMENT}
+        "path": str(start),
+        "weights_sha256": {"model.safetensors": weights},
+        "dpaudit_run": True,
+        "trainer": PUBLIC_OF[trainer],
+        "trained_on": "public.jsonl",
+        "public_data_only": True,
+        "requirement": PUBLIC_START_REQUIREMENT,
+    }
     assert "the starting point must be public (trained on public data only)" in record.guarantee
     assert f"--init-from {start}" in record.guarantee
     manifest = _manifest(run)
@@ -137,8 +200,9 @@ def test_each_trainer_starts_from_a_public_run_and_records_it(trainer, started_r
     assert (run / "model" / "tokenizer.json").read_text() == (start / "model" / "tokenizer.json").read_text()
 
 
-def test_a_classifier_from_a_masked_lm_gets_a_fresh_head_and_one_from_its_own_labels_keeps_it(started_runs, data_dir,
-                                                                                             public_runs, tmp_path):
+def test_a_classifier_from_a_masked_lm_gets_a_fresh_head_and_one_from_its_own_labels_keeps_it(
+    started_runs, data_dir, public_runs, tmp_path
+):
     assert read_privacy_record(started_runs["edp-sgd"] / "privacy.json").details["classifier_head"] == "reused"
     _train(*PRIVATE["edp-sgd"], "--init-from", public_runs["jax-bert"], "--data", data_dir, "--out", tmp_path / "run")
     assert read_privacy_record(tmp_path / "run" / "privacy.json").details["classifier_head"] == "fresh"
@@ -146,8 +210,9 @@ def test_a_classifier_from_a_masked_lm_gets_a_fresh_head_and_one_from_its_own_la
 
 def test_the_former_model_option_still_sets_the_start(public_runs, capsys):
     trainer = load_trainer("edp-sgd")
-    config = build_config(trainer, {"model": str(public_runs["edp-sgd"]), "mode": "dp-sgd", "noise_multiplier": 1.0},
-                          None, None)
+    config = build_config(
+        trainer, {"model": str(public_runs["edp-sgd"]), "mode": "dp-sgd", "noise_multiplier": 1.0}, None, None
+    )
     assert config.init_from == str(public_runs["edp-sgd"])
     assert "--model is deprecated" in capsys.readouterr().err
     assert "model" not in config.to_dict()
@@ -174,28 +239,64 @@ def _refused(args, *needles) -> str:
     return lines[0]
 
 
-@pytest.mark.parametrize(("trainer", "start_of"), [("jax-bert", "jax-bert"), ("edp-sgd", "edp-sgd"), ("rgp", "edp-sgd")])
-def test_a_start_trained_on_the_same_train_split_is_refused_writing_nothing(trainer, start_of, started_runs, data_dir,
-                                                                           tmp_path):
+@pytest.mark.parametrize(
+    ("trainer", "start_of"), [("jax-bert", "jax-bert"), ("edp-sgd", "edp-sgd"), ("rgp", "edp-sgd")]
+)
+def test_a_start_trained_on_the_same_train_split_is_refused_writing_nothing(
+    trainer, start_of, started_runs, data_dir, tmp_path
+):
     for start in (started_runs[start_of], started_runs[start_of] / "model"):  # the run, or its model/ folder
         before = sorted(tmp_path.rglob("*"))
-        _refused([*PRIVATE[trainer], "--init-from", start, "--data", data_dir, "--out", tmp_path / "out"],
-                 "this start was trained on", "the same content as this run's train.jsonl", "--data-split public")
+        _refused(
+            [*PRIVATE[trainer], "--init-from", start, "--data", data_dir, "--out", tmp_path / "out"],
+            "this start was trained on",
+            "the same content as this run's train.jsonl",
+            "--data-split public",
+        )
         assert sorted(tmp_path.rglob("*")) == before
         # Neither may a public model start from it: that model would hold the private data.
-        _refused([*PRIVATE[trainer], "--data-split", "public", "--init-from", start, "--data", data_dir,
-                  "--out", tmp_path / "out"], "this start was trained on")
+        _refused(
+            [
+                *PRIVATE[trainer],
+                "--data-split",
+                "public",
+                "--init-from",
+                start,
+                "--data",
+                data_dir,
+                "--out",
+                tmp_path / "out",
+            ],
+            "this start was trained on",
+        )
 
 
 def test_a_start_trained_on_an_earlier_train_split_of_the_same_inject_directory_is_refused(tmp_path):
     data = tmp_path / "data"
-    inject = ["inject", "--corpus", "builtin:assistant", "--corpus-size", "210", "--heldout-size", "24",
-              "--public-size", "96", "--frequencies", "1,2", "--per-frequency", "1", "--out", str(data)]
+    inject = [
+        "inject",
+        "--corpus",
+        "builtin:assistant",
+        "--corpus-size",
+        "210",
+        "--heldout-size",
+        "24",
+        "--public-size",
+        "96",
+        "--frequencies",
+        "1,2",
+        "--per-frequency",
+        "1",
+        "--out",
+        str(data),
+    ]
     assert CliRunner().invoke(cli, [*inject, "--seed", "0"]).exit_code == 0
     _train(*PRIVATE["edp-sgd"], "--vocab-size", "128", "--data", data, "--out", tmp_path / "first")
     assert CliRunner().invoke(cli, [*inject, "--seed", "1", "--overwrite"]).exit_code == 0  # other rows, same folder
-    _refused([*PRIVATE["edp-sgd"], "--init-from", tmp_path / "first", "--data", data, "--out", tmp_path / "second"],
-             "a train split of this run's inject directory")
+    _refused(
+        [*PRIVATE["edp-sgd"], "--init-from", tmp_path / "first", "--data", data, "--out", tmp_path / "second"],
+        "a train split of this run's inject directory",
+    )
     assert not (tmp_path / "second").exists()
 
 
@@ -203,12 +304,23 @@ def test_the_refusal_follows_the_start_s_own_start(tmp_path):
     train = tmp_path / "data" / "train.jsonl"
     mine = {str(train): "a" * 64, str(tmp_path / "data" / "public.jsonl"): "b" * 64}
     # The start trained on public data, but from a start trained on these very rows (elsewhere).
-    start = StartingPoint(given="s", model_dir=tmp_path, run_dir=tmp_path, trained_on="public.jsonl",
-                          public_data_only=False, private_inputs={"/elsewhere/train.jsonl": "a" * 64})
+    start = StartingPoint(
+        given="s",
+        model_dir=tmp_path,
+        run_dir=tmp_path,
+        trained_on="public.jsonl",
+        public_data_only=False,
+        private_inputs={"/elsewhere/train.jsonl": "a" * 64},
+    )
     with pytest.raises(UserInputError, match="the same content as this run's train.jsonl"):
         refuse_private_start(start, mine)
-    other = StartingPoint(given="s", model_dir=tmp_path, run_dir=tmp_path, trained_on="train.jsonl",
-                          private_inputs={"/elsewhere/train.jsonl": "c" * 64})
+    other = StartingPoint(
+        given="s",
+        model_dir=tmp_path,
+        run_dir=tmp_path,
+        trained_on="train.jsonl",
+        private_inputs={"/elsewhere/train.jsonl": "c" * 64},
+    )
     # another data set's private rows: refused unless declared, and then marked so that the claim says it first
     with pytest.raises(UserInputError, match="did not train on public data only.*--accept-private-start"):
         refuse_private_start(other, mine)
@@ -223,16 +335,52 @@ def test_a_non_private_start_on_another_inject_of_the_same_rows_is_refused_unles
     from dpaudit.claim import claim_of_record
 
     again = tmp_path / "again"
-    inject = ["inject", "--corpus", "builtin:assistant", "--corpus-size", "210", "--heldout-size", "24",
-              "--public-size", "96", "--frequencies", "1,2,3", "--per-frequency", "1", "--out", str(again)]
+    inject = [
+        "inject",
+        "--corpus",
+        "builtin:assistant",
+        "--corpus-size",
+        "210",
+        "--heldout-size",
+        "24",
+        "--public-size",
+        "96",
+        "--frequencies",
+        "1,2,3",
+        "--per-frequency",
+        "1",
+        "--out",
+        str(again),
+    ]
     assert CliRunner().invoke(cli, [*inject, "--seed", "5"]).exit_code == 0
-    _train("--trainer", "edp-sgd", *TORCH, "--vocab-size", "128", "--non-private", "--data", again,
-           "--out", tmp_path / "np")
-    line = _refused([*PRIVATE["edp-sgd"], "--init-from", tmp_path / "np", "--data", data_dir, "--out", tmp_path / "dp"],
-                    "did not train on public data only", "--accept-private-start")
+    _train(
+        "--trainer",
+        "edp-sgd",
+        *TORCH,
+        "--vocab-size",
+        "128",
+        "--non-private",
+        "--data",
+        again,
+        "--out",
+        tmp_path / "np",
+    )
+    line = _refused(
+        [*PRIVATE["edp-sgd"], "--init-from", tmp_path / "np", "--data", data_dir, "--out", tmp_path / "dp"],
+        "did not train on public data only",
+        "--accept-private-start",
+    )
     assert "train.jsonl" in line and not (tmp_path / "dp").exists()
-    _train(*PRIVATE["edp-sgd"], "--init-from", tmp_path / "np", "--accept-private-start", "--data", data_dir,
-           "--out", tmp_path / "dp")
+    _train(
+        *PRIVATE["edp-sgd"],
+        "--init-from",
+        tmp_path / "np",
+        "--accept-private-start",
+        "--data",
+        data_dir,
+        "--out",
+        tmp_path / "dp",
+    )
     record = read_privacy_record(tmp_path / "dp" / "privacy.json")
     assert record.guarantee.startswith("This epsilon does NOT cover what the --init-from start")
     assert record.init_from["accepted_private"] is True and record.epsilon is not None
@@ -276,13 +424,16 @@ def test_constant_baselines_on_a_crafted_case():
     assert majority_class_accuracy([2, 0, 2, 1, 2]) == pytest.approx(3 / 5)
     assert majority_class_accuracy([]) is None
     assert utility_lines({"mlm_accuracy": 0.5, MLM_BASELINE_KEY: 0.0625}) == [
-        "held-out MLM accuracy 0.5000 (trivial baseline 0.0625: always the most frequent token)"]
+        "held-out MLM accuracy 0.5000 (trivial baseline 0.0625: always the most frequent token)"
+    ]
 
 
 @pytest.mark.parametrize("trainer", ["jax-bert", "edp-sgd", "rgp"])
 def test_every_evaluation_row_and_the_summary_carry_the_baseline(trainer, started_runs, data_dir):
     run = started_runs[trainer]
-    key, figure = (MLM_BASELINE_KEY, "mlm_accuracy") if trainer == "jax-bert" else (CLASSIFY_BASELINE_KEY, "eval_accuracy")
+    key, figure = (
+        (MLM_BASELINE_KEY, "mlm_accuracy") if trainer == "jax-bert" else (CLASSIFY_BASELINE_KEY, "eval_accuracy")
+    )
     rows = [row for row in read_jsonl(run / "metrics.jsonl") if figure in row]
     assert rows and all(0.0 < row[key] <= 1.0 for row in rows)
     summary = _manifest(run)["summary"]

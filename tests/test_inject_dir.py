@@ -37,11 +37,33 @@ def labelled_run(tmp_path_factory):
     root = tmp_path_factory.mktemp("labelled")
     labels = ["b", 10, "a", 2]
     corpus = root / "corpus.jsonl"
-    corpus.write_text("".join(json.dumps({"text": f"utterance {i} about topic {i % 7}", "label": labels[i % 4]}) + "\n"
-                              for i in range(200)), encoding="utf-8")
+    corpus.write_text(
+        "".join(
+            json.dumps({"text": f"utterance {i} about topic {i % 7}", "label": labels[i % 4]}) + "\n"
+            for i in range(200)
+        ),
+        encoding="utf-8",
+    )
     out = root / "run"
-    result = CliRunner().invoke(cli, ["inject", "--corpus", str(corpus), "--out", str(out), "--frequencies", "1,2",
-                                      "--per-frequency", "2", "--holdout", "2", "--seed", "1"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "inject",
+            "--corpus",
+            str(corpus),
+            "--out",
+            str(out),
+            "--frequencies",
+            "1,2",
+            "--per-frequency",
+            "2",
+            "--holdout",
+            "2",
+            "--seed",
+            "1",
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     return out
 
@@ -115,8 +137,10 @@ def test_edited_split_and_damaged_outputs_are_refused(labelled_run, tmp_path):
 
 
 def test_importing_the_reader_loads_neither_jax_nor_torch():
-    code = ("import sys, dpaudit.inject_dir.reader, dpaudit.files.run_dirs; "
-            "bad = sorted(m for m in ('jax', 'torch', 'flax', 'transformers') if m in sys.modules); "
-            "print(bad); sys.exit(1 if bad else 0)")
+    code = (
+        "import sys, dpaudit.inject_dir.reader, dpaudit.files.run_dirs; "
+        "bad = sorted(m for m in ('jax', 'torch', 'flax', 'transformers') if m in sys.modules); "
+        "print(bad); sys.exit(1 if bad else 0)"
+    )
     result = subprocess.run([sys.executable, "-c", code], cwd=REPO_ROOT, capture_output=True, text=True, timeout=120)
     assert result.returncode == 0, result.stdout + result.stderr

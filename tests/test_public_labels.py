@@ -25,8 +25,26 @@ pytest.importorskip("torch")
 
 NEW = "order_pizza"
 #: The smallest classify run: tiny preset, 96 rows at batch 64 = 2 sgd steps (:func:`_train` fixes the secret seed).
-TINY = ["--trainer", "edp-sgd", "--mode", "sgd", "--task", "classify", "--preset", "tiny", "--vocab-size", "300",
-        "--max-length", "16", "--epochs", "1", "--batch-size", "64", "--eval-examples", "24"]
+TINY = [
+    "--trainer",
+    "edp-sgd",
+    "--mode",
+    "sgd",
+    "--task",
+    "classify",
+    "--preset",
+    "tiny",
+    "--vocab-size",
+    "300",
+    "--max-length",
+    "16",
+    "--epochs",
+    "1",
+    "--batch-size",
+    "64",
+    "--eval-examples",
+    "24",
+]
 
 
 def _neighbour(data_dir: Path, out: Path, *, train: list[dict] = (), heldout: list[dict] = ()) -> Path:
@@ -42,14 +60,19 @@ def _neighbour(data_dir: Path, out: Path, *, train: list[dict] = (), heldout: li
 
 
 def _train(data: Path, out: Path, *extra: str):
-    return CliRunner().invoke(cli, ["train", *TINY, "--noise-seed", "1", "--data", str(data), "--out", str(out), *extra])
+    return CliRunner().invoke(
+        cli, ["train", *TINY, "--noise-seed", "1", "--data", str(data), "--out", str(out), *extra]
+    )
 
 
 @pytest.fixture(scope="module")
 def plus_one(data_dir, tmp_path_factory) -> Path:
     """data_dir + ONE train row whose label no split of data_dir has."""
-    return _neighbour(data_dir, tmp_path_factory.mktemp("labels") / "plus_one",
-                      train=[{"text": "order a large pizza with extra cheese", "label": NEW}])
+    return _neighbour(
+        data_dir,
+        tmp_path_factory.mktemp("labels") / "plus_one",
+        train=[{"text": "order a large pizza with extra cheese", "label": NEW}],
+    )
 
 
 @pytest.fixture(scope="module")
@@ -85,14 +108,20 @@ def test_by_default_the_row_is_refused_in_one_line_before_anything_is_written(pl
     result = CliRunner().invoke(cli, ["train", *args, "--data", str(plus_one), "--out", str(out)])
     assert result.exit_code == 2, result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
-    assert (f"{plus_one / 'train.jsonl'}:97: label '{NEW}' is not in the public label set (from public.jsonl); "
-            "declare it with --labels or map unknown labels with --unknown-label NAME.") in result.output
+    assert (
+        f"{plus_one / 'train.jsonl'}:97: label '{NEW}' is not in the public label set (from public.jsonl); "
+        "declare it with --labels or map unknown labels with --unknown-label NAME."
+    ) in result.output
     assert not out.exists()
 
 
 def test_declared_labels_are_the_head_in_their_order_and_unknown_heldout_rows_are_left_out(data_dir, tmp_path):
-    data = _neighbour(data_dir, tmp_path / "data", train=[{"text": "order a large pizza", "label": NEW}],
-                      heldout=[{"text": "order some sushi", "label": "order_sushi"}])
+    data = _neighbour(
+        data_dir,
+        tmp_path / "data",
+        train=[{"text": "order a large pizza", "label": NEW}],
+        heldout=[{"text": "order some sushi", "label": "order_sushi"}],
+    )
     declared = [NEW, *reversed(_public_labels(data_dir))]
     (tmp_path / "labels.txt").write_text("\n".join(declared) + "\n\n", encoding="utf-8")
     out = tmp_path / "model"
@@ -109,8 +138,9 @@ def test_declared_labels_are_the_head_in_their_order_and_unknown_heldout_rows_ar
 
 def test_attack_leaves_out_rows_whose_label_the_model_never_saw_and_says_so(model_on_d, plus_one, tmp_path):
     out = tmp_path / "attack"
-    result = CliRunner().invoke(cli, ["attack", "--model", str(model_on_d), "--data", str(plus_one), "--out", str(out),
-                                      "--attacks", "loss"])
+    result = CliRunner().invoke(
+        cli, ["attack", "--model", str(model_on_d), "--data", str(plus_one), "--out", str(out), "--attacks", "loss"]
+    )
     assert result.exit_code == 0, result.output
     loss = next(a for a in json.loads((out / "results.json").read_text())["attacks"] if a["attack"] == "loss")
     note = "1 examples-task rows (1 of train.jsonl, 0 of heldout.jsonl) have a label the model never saw"
@@ -125,11 +155,20 @@ def test_canary_task_maps_or_leaves_out_canaries_by_the_models_policy():
     from dpaudit.attacks.mia import canary_task
 
     def canary(i, frequency, label):
-        return Canary(id=f"c{i}", prefix="p ", secret=str(i), suffix="", format="digits:1", frequency=frequency,
-                      member=frequency > 0, label=label)
+        return Canary(
+            id=f"c{i}",
+            prefix="p ",
+            secret=str(i),
+            suffix="",
+            format="digits:1",
+            frequency=frequency,
+            member=frequency > 0,
+            label=label,
+        )
 
-    run = SimpleNamespace(canaries=[canary(0, 1, "a"), canary(1, 0, "b"), canary(2, 0, "zz"), canary(3, 2, 7)],
-                          manifest={})
+    run = SimpleNamespace(
+        canaries=[canary(0, 1, "a"), canary(1, 0, "b"), canary(2, 0, "zz"), canary(3, 2, 7)], manifest={}
+    )
     task = canary_task(run, label_set=LabelSet(names=("7", "a", "b"), source="test"))
     assert task.ids == ["c0", "c1", "c3"] and task.labels == [1, 2, 0] and task.info["unseen_labels_left_out"] == 1
     assert "1 canaries (1 of 4) have a label the model never saw" in task.warnings[0]
@@ -147,12 +186,14 @@ def test_labels_option_is_parsed_and_checked_in_the_config(tmp_path):
     assert EdpSgdConfig(mode="sgd", labels=f"@{tmp_path / 'l.txt'}").labels == ["b", "a"]
     assert EdpSgdConfig(mode="sgd", labels="x, y", unknown_label="y").to_dict()["labels"] == ["x", "y"]
     assert EdpSgdConfig(mode="sgd", labels=["x", "y"]).labels == ["x", "y"]  # a TOML list
-    for kwargs, message in ((dict(labels="a,a,b"), "declares 'a' more than once"),
-                            (dict(labels="a"), "needs at least 2"),
-                            (dict(labels="a,,b"), "empty label name"),
-                            (dict(labels="a,b", unknown_label="c"), "--unknown-label 'c' is not in --labels"),
-                            (dict(labels="a,b", task="mlm"), "--labels applies to --task classify only"),
-                            (dict(unknown_label="a", task="mlm"), "--unknown-label applies to --task classify only"),
-                            (dict(labels=f"@{tmp_path / 'missing.txt'}"), "cannot read")):
+    for kwargs, message in (
+        (dict(labels="a,a,b"), "declares 'a' more than once"),
+        (dict(labels="a"), "needs at least 2"),
+        (dict(labels="a,,b"), "empty label name"),
+        (dict(labels="a,b", unknown_label="c"), "--unknown-label 'c' is not in --labels"),
+        (dict(labels="a,b", task="mlm"), "--labels applies to --task classify only"),
+        (dict(unknown_label="a", task="mlm"), "--unknown-label applies to --task classify only"),
+        (dict(labels=f"@{tmp_path / 'missing.txt'}"), "cannot read"),
+    ):
         with pytest.raises(ValueError, match=message):
             EdpSgdConfig(mode="sgd", **kwargs)

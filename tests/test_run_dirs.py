@@ -22,8 +22,17 @@ from dpaudit.files.run_dirs import (
 def _make_run(out, *, overwrite=False):
     with staged_directory(out, overwrite=overwrite) as stage:
         write_jsonl(stage / "a.jsonl", [{"text": "hello"}, {"text": "wörld"}])
-        write_manifest(stage, build_manifest(schema="dpaudit.test/1", config={"k": 1}, seed=3, inputs={},
-                                             outputs=file_hashes(stage, ["a.jsonl"]), command=["x"]))
+        write_manifest(
+            stage,
+            build_manifest(
+                schema="dpaudit.test/1",
+                config={"k": 1},
+                seed=3,
+                inputs={},
+                outputs=file_hashes(stage, ["a.jsonl"]),
+                command=["x"],
+            ),
+        )
     return out
 
 

@@ -28,7 +28,7 @@ BASE = list(range(10))
 X, MIDDLE = 10, 5  # the added row; the removed one
 NEIGHBOURS = {
     "add": BASE[:MIDDLE] + [X] + BASE[MIDDLE:],
-    "remove": BASE[:MIDDLE] + BASE[MIDDLE + 1:],
+    "remove": BASE[:MIDDLE] + BASE[MIDDLE + 1 :],
     "duplicate": BASE[:MIDDLE] + [MIDDLE - 1] + BASE[MIDDLE:],
 }
 
@@ -36,9 +36,16 @@ NEIGHBOURS = {
 CASES = [
     ("jax-bert", "mlm", {"clip_engine": "ghost"}),
     ("jax-bert", "mlm", {"clip_engine": "vmap"}),
-    *[("edp-sgd", task, settings) for task in ("classify", "mlm", "clm") for settings in (
-        {"mode": "dp-sgd", "clip_engine": "ghost"}, {"mode": "dp-sgd", "clip_engine": "vmap"},
-        {"mode": "edp-sgd", "clip_engine": "ghost"}, {"mode": "edp-sgd", "clip_engine": "vmap"})],
+    *[
+        ("edp-sgd", task, settings)
+        for task in ("classify", "mlm", "clm")
+        for settings in (
+            {"mode": "dp-sgd", "clip_engine": "ghost"},
+            {"mode": "dp-sgd", "clip_engine": "vmap"},
+            {"mode": "edp-sgd", "clip_engine": "ghost"},
+            {"mode": "edp-sgd", "clip_engine": "vmap"},
+        )
+    ],
     ("rgp", "classify", {}),
     ("rgp", "mlm", {}),
     ("rgp", "clm", {}),  # GPT-2: the causal loss reads only the example's own tokens
@@ -92,8 +99,9 @@ class _NoNoise:
         return 0.0
 
 
-def _torch_sums(data_dir: Path, out: Path, name: str, task: str, settings: dict,
-                monkeypatch) -> tuple[float, dict[str, np.ndarray]]:
+def _torch_sums(
+    data_dir: Path, out: Path, name: str, task: str, settings: dict, monkeypatch
+) -> tuple[float, dict[str, np.ndarray]]:
     """edp-sgd / rgp: the run's own ``aggregate`` (batch building, masking, clipping), its clipped sum
     captured where the trainer hands it to ``noised_total`` (noise off)."""
     import importlib
@@ -131,32 +139,37 @@ def _torch_sums(data_dir: Path, out: Path, name: str, task: str, settings: dict,
         if base_slots is not None:  # each example's micro-batch is a hash of its own content
             texts = [run.data.train.texts[i] for i in rows]
             labels = None if run.data.train.labels is None else [run.data.train.labels[i] for i in rows]
-            run.slots = example_slots(texts, labels, run.config.micro_batches,
-                                      salt=run.seed)
+            run.slots = example_slots(texts, labels, run.config.micro_batches, salt=run.seed)
             assert np.array_equal(run.slots, base_slots[np.asarray(rows)])
         captured.clear()
         run.aggregate(0, np.arange(len(rows)))
-        (total, stats), = captured
+        ((total, stats),) = captured
         _, _, units, clipped = stats
         assert int(clipped) == int(units)  # every unit clipped: the bound is tight
         sums[variant] = total
     return float(run.clipper.sensitivity), sums
 
 
-@pytest.mark.parametrize(("name", "task", "settings"), CASES,
-                         ids=[f"{n}-{t}-{'-'.join(s.values()) or 'default'}" for n, t, s in CASES])
-def test_one_example_moves_the_clipped_sum_by_at_most_the_claimed_sensitivity(name, task, settings, data_dir, tmp_path,
-                                                                              monkeypatch):
+@pytest.mark.parametrize(
+    ("name", "task", "settings"), CASES, ids=[f"{n}-{t}-{'-'.join(s.values()) or 'default'}" for n, t, s in CASES]
+)
+def test_one_example_moves_the_clipped_sum_by_at_most_the_claimed_sensitivity(
+    name, task, settings, data_dir, tmp_path, monkeypatch
+):
     if name == "jax-bert":
         sensitivity, sums = _jax_sums(data_dir, tmp_path / "out", task, settings)
     else:
         sensitivity, sums = _torch_sums(data_dir, tmp_path / "out", name, task, settings, monkeypatch)
     ratios = {variant: float(np.linalg.norm(sums[variant] - sums["S"])) / CLIP for variant in NEIGHBOURS}
-    print(f"\n{name} {task} {settings}: sensitivity {sensitivity / CLIP:g}C, moved by "
-          + ", ".join(f"{v} {r:.3f}C" for v, r in ratios.items()))
+    print(
+        f"\n{name} {task} {settings}: sensitivity {sensitivity / CLIP:g}C, moved by "
+        + ", ".join(f"{v} {r:.3f}C" for v, r in ratios.items())
+    )
     assert all(r > 1e-3 for r in ratios.values()), ratios  # the changed row did reach the sum
     for variant, ratio in ratios.items():
-        assert ratio * CLIP <= sensitivity * (1 + 1e-4), f"{variant}: moved by {ratio:.3f}C > claimed {sensitivity / CLIP:g}C"
+        assert ratio * CLIP <= sensitivity * (1 + 1e-4), (
+            f"{variant}: moved by {ratio:.3f}C > claimed {sensitivity / CLIP:g}C"
+        )
 
 
 # -- the rule at the masking functions themselves ------------------------------------------------
@@ -168,8 +181,16 @@ def _torch_mask(ids, lengths, seed=7):
     from dpaudit.trainers.torch_common.data import mask_tokens
 
     mask = (torch.arange(ids.shape[1])[None, :] < lengths[:, None]).long()
-    return mask_tokens(ids * mask, mask, generator=torch.Generator().manual_seed(seed), mask_id=4, vocab_size=100,
-                       special_ids=[0, 1, 2, 3, 4], mask_prob=0.3, n_predictions=6)
+    return mask_tokens(
+        ids * mask,
+        mask,
+        generator=torch.Generator().manual_seed(seed),
+        mask_id=4,
+        vocab_size=100,
+        special_ids=[0, 1, 2, 3, 4],
+        mask_prob=0.3,
+        n_predictions=6,
+    )
 
 
 def test_torch_mask_of_a_row_ignores_its_position_the_other_rows_and_the_padding_width():

@@ -30,7 +30,9 @@ def test_the_distribution_installs_no_top_level_canaries_or_trainers():
     dist = distribution("dpaudit")
     entry_points = {ep.name: ep.value for ep in dist.entry_points if ep.group == "dpaudit.trainers"}
     assert entry_points and all(value.startswith("dpaudit.trainers.") for value in entry_points.values()), entry_points
-    code = "import importlib.util, sys; print(importlib.util.find_spec('canaries'), importlib.util.find_spec('trainers'))"
+    code = (
+        "import importlib.util, sys; print(importlib.util.find_spec('canaries'), importlib.util.find_spec('trainers'))"
+    )
     elsewhere = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True, cwd="/")
     assert elsewhere.stdout.split() == ["None", "None"], elsewhere.stdout
 
@@ -74,7 +76,9 @@ def test_python_dash_m_runs_the_cli():
 
 def test_unknown_trainer_is_a_one_line_usage_error(tmp_path):
     (tmp_path / "data").mkdir()
-    result = CliRunner().invoke(cli, ["train", "--trainer", "nope", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "m")])
+    result = CliRunner().invoke(
+        cli, ["train", "--trainer", "nope", "--data", str(tmp_path / "data"), "--out", str(tmp_path / "m")]
+    )
     assert result.exit_code == 2
     assert "not a registered trainer" in result.output
     assert not (tmp_path / "m").exists()

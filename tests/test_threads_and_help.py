@@ -10,8 +10,9 @@ from dpaudit.cli import cli
 from dpaudit.scoring.threads import free_cores, torch_threads
 
 
-@pytest.mark.parametrize(("cores", "load", "expected"), [(2, 0.17, 2), (2, 10.0, 1), (16, 3.4, 13), (4, 0.0, 4),
-                                                         (4, float("nan"), 4)])
+@pytest.mark.parametrize(
+    ("cores", "load", "expected"), [(2, 0.17, 2), (2, 10.0, 1), (16, 3.4, 13), (4, 0.0, 4), (4, float("nan"), 4)]
+)
 def test_threads_are_the_cores_left_free(cores, load, expected):
     assert free_cores(cores=cores, load=load) == expected
 

@@ -37,7 +37,17 @@ def test_special_token_ids_are_fixed(tokenizer):
 def test_digits_are_single_tokens_and_words_are_learned(tokenizer):
     encoding = tokenizer.encode("My Account number is 2818653197, call 007!")
     assert encoding.tokens == [
-        "[CLS]", "my", "account", "number", "is", *"2818653197", ",", "call", *"007", "!", "[SEP]"
+        "[CLS]",
+        "my",
+        "account",
+        "number",
+        "is",
+        *"2818653197",
+        ",",
+        "call",
+        *"007",
+        "!",
+        "[SEP]",
     ]
     # Digits are in the vocabulary even when the corpus never had them.
     no_digits = train_wordpiece(["the cat sat on the mat"] * 5, vocab_size=200)
@@ -47,7 +57,11 @@ def test_digits_are_single_tokens_and_words_are_learned(tokenizer):
     assert tokenizer.encode("quickly").tokens == ["[CLS]", "quickly", "[SEP]"]
     assert any(t.startswith("##") for t in tokenizer.encode("foxdogzz").tokens)
     # [MASK] written in text is the mask token (scorers mask secrets this way); lowercasing applies.
-    assert tokenizer.encode("FOX [MASK] dog").ids[1:4] == [tokenizer.token_to_id("fox"), 4, tokenizer.token_to_id("dog")]
+    assert tokenizer.encode("FOX [MASK] dog").ids[1:4] == [
+        tokenizer.token_to_id("fox"),
+        4,
+        tokenizer.token_to_id("dog"),
+    ]
     assert tokenizer.decode(tokenizer.encode("The quick fox 42").ids) == "the quick fox 4 2"
 
 
@@ -94,7 +108,13 @@ def test_autotokenizer_loads_it_with_the_same_ids(tmp_path, tokenizer):
     text = "My account number is 281 865 3197, secret!"
     assert auto(text)["input_ids"] == tokenizer.encode(text).ids
     assert auto.tokenize("call 2024") == ["call", "2", "0", "2", "4"]
-    assert (auto.pad_token_id, auto.unk_token_id, auto.cls_token_id, auto.sep_token_id, auto.mask_token_id) == (0, 1, 2, 3, 4)
+    assert (auto.pad_token_id, auto.unk_token_id, auto.cls_token_id, auto.sep_token_id, auto.mask_token_id) == (
+        0,
+        1,
+        2,
+        3,
+        4,
+    )
     assert auto.model_max_length == 32
 
 

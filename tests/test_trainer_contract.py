@@ -44,8 +44,14 @@ def test_at_least_the_shipped_trainers_are_registered():
 def test_run_directory_layout(contract_run):
     _, _, out, result = contract_run
     assert result.out_dir == out
-    for name in ("model/config.json", "model/model.safetensors", "model/tokenizer.json", "privacy.json",
-                 "metrics.jsonl", "manifest.json"):
+    for name in (
+        "model/config.json",
+        "model/model.safetensors",
+        "model/tokenizer.json",
+        "privacy.json",
+        "metrics.jsonl",
+        "manifest.json",
+    ):
         assert (out / name).is_file(), name
     assert not (out / "checkpoints").exists(), "checkpoints hold the secret noise state: deleted at the end"
     manifest = verify_run_dir(out, schema_prefix="dpaudit.train/")
@@ -111,8 +117,10 @@ def test_privacy_record_states_the_steps_own_sensitivity(contract_run):
     _, config, out, _ = contract_run
     record = PrivacyRecord.from_json(json.loads((out / "privacy.json").read_text()))
     assert record.sensitivity_factor >= 1.0 and record.clip_norm > 0
-    assert all(seg["expected_batch_size"] == pytest.approx(seg["sampling_probability"] * record.dataset_size)
-               for seg in record.segments)  # the one builder: every trainer's segments say their batch
+    assert all(
+        seg["expected_batch_size"] == pytest.approx(seg["sampling_probability"] * record.dataset_size)
+        for seg in record.segments
+    )  # the one builder: every trainer's segments say their batch
 
 
 class _Killed(Exception):
@@ -159,17 +167,30 @@ def _linear_plugin(data_dir, noise_seed: int, die_at: int = -1):
             self.x = self.y = None
 
         def settings(self):
-            return RunSettings(config={"noise_seed": "<secret>"}, noise_seed=noise_seed, checkpoint_every=2,
-                               plan={"stages": [(6, 16)], "noise_multiplier": 1.5, "non_private": False,
-                                     "target_epsilon": None, "delta": None})
+            return RunSettings(
+                config={"noise_seed": "<secret>"},
+                noise_seed=noise_seed,
+                checkpoint_every=2,
+                plan={
+                    "stages": [(6, 16)],
+                    "noise_multiplier": 1.5,
+                    "non_private": False,
+                    "target_epsilon": None,
+                    "delta": None,
+                },
+            )
 
         def load_data(self):
             data = load_inject_run(data_dir)
             texts = data.train_texts
             self.x = np.array([[len(t) / 50, t.count(" ") / 10, 1.0] for t in texts])
             self.y = np.array([t.count("e") / 10 for t in texts])
-            return RunData(size=len(texts), inputs=data.inputs, identity=data.identity,
-                           frequencies=canary_frequencies(data.manifest))
+            return RunData(
+                size=len(texts),
+                inputs=data.inputs,
+                identity=data.identity,
+                frequencies=canary_frequencies(data.manifest),
+            )
 
         def share_source(self, source):
             self.source = source
@@ -199,8 +220,10 @@ def _linear_plugin(data_dir, noise_seed: int, die_at: int = -1):
             return [{"step": s + 1, "loss": loss / max(n, 1), "batch_size": n} for s, (loss, n) in pending]
 
         def record_parts(self, plan, steps):
-            return RecordParts(mechanism="DP-SGD linear regression, per-example clipping to C = 0.5",
-                               details={"model": "linear, 3 features"})
+            return RecordParts(
+                mechanism="DP-SGD linear regression, per-example clipping to C = 0.5",
+                details={"model": "linear, 3 features"},
+            )
 
     return LinearPlugin()
 
@@ -223,7 +246,8 @@ def test_a_third_party_plugin_runs_on_the_skeleton_with_a_correct_privacy_record
     # subsampled Gaussian, q = 16 / N, noise multiplier 1.5 (std over the sensitivity).
     q = 16 / record.dataset_size
     event = dp_accounting.SelfComposedDpEvent(
-        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(1.5)), 6)
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(1.5)), 6
+    )
     pld = dp_accounting.pld.PLDAccountant()
     pld.compose(event)
     assert record.epsilon == pytest.approx(pld.get_epsilon(record.delta), rel=1e-3)

@@ -22,10 +22,13 @@ INSTALL = "pip install -e '.[test]' -c constraints.txt (mypy is in the test extr
 
 #: ``Any`` as a type: imported, ``typing.Any``, after ``:``, ``->``, ``[``, ``|`` or ``,`` (inside brackets), or
 #: before ``]`` or ``|``. The word in prose ("Any object that ...") is not matched.
-_ANY = re.compile(r"^\s*from\s+typing(?:_extensions)?\s+import\b.*\bAny\b"
-                  r"|\btyping(?:_extensions)?\.Any\b"
-                  r"|(?:->|:|\[|\||,)\s*Any\b"
-                  r"|\bAny\s*[\]|]", re.MULTILINE)
+_ANY = re.compile(
+    r"^\s*from\s+typing(?:_extensions)?\s+import\b.*\bAny\b"
+    r"|\btyping(?:_extensions)?\.Any\b"
+    r"|(?:->|:|\[|\||,)\s*Any\b"
+    r"|\bAny\s*[\]|]",
+    re.MULTILINE,
+)
 
 
 def _sources() -> list[Path]:
@@ -37,8 +40,19 @@ def _sources() -> list[Path]:
 def test_the_strict_packages_pass_mypy(tmp_path: Path) -> None:
     if importlib.util.find_spec("mypy") is None:
         pytest.fail(f"mypy is not installed in {sys.executable}: {INSTALL}.")
-    command = [sys.executable, "-m", "mypy", "--config-file", str(ROOT / "pyproject.toml"), "--follow-imports=silent",
-               "--cache-dir", str(tmp_path / "mypy_cache"), "--no-color-output", "--no-error-summary", *PACKAGES]
+    command = [
+        sys.executable,
+        "-m",
+        "mypy",
+        "--config-file",
+        str(ROOT / "pyproject.toml"),
+        "--follow-imports=silent",
+        "--cache-dir",
+        str(tmp_path / "mypy_cache"),
+        "--no-color-output",
+        "--no-error-summary",
+        *PACKAGES,
+    ]
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     report = (result.stdout + result.stderr).strip()
     assert result.returncode == 0, f"mypy {' '.join(PACKAGES)} failed (exit {result.returncode}):\n{report}"
@@ -54,8 +68,12 @@ def test_the_strict_packages_write_no_any() -> None:
             line = text.count("\n", 0, match.start()) + 1
             found.append(f"{where}:{line}: {text.splitlines()[line - 1].strip()}")
         for node in ast.walk(ast.parse(text, filename=str(path))):  # from typing import (..., Any, ...) over lines
-            if isinstance(node, ast.ImportFrom) and node.module in ("typing", "typing_extensions") \
-                    and any(alias.name == "Any" for alias in node.names):
+            if (
+                isinstance(node, ast.ImportFrom)
+                and node.module in ("typing", "typing_extensions")
+                and any(alias.name == "Any" for alias in node.names)
+            ):
                 found.append(f"{where}:{node.lineno}: imports Any")
     assert not found, "Any in the strictly typed packages (use a real type, object, or a Protocol):\n" + "\n".join(
-        sorted(set(found)))
+        sorted(set(found))
+    )

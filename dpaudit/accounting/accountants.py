@@ -38,16 +38,38 @@ ACCOUNTANTS: tuple[str, ...] = ("pld", "rdp")
 
 
 #: A few RDP orders: a valid (looser) upper bound on epsilon, ~20x cheaper than the default 156.
-_BRACKET_RDP_ORDERS = (1.25, 1.5, 1.75, 2.0, 2.5, 3.0, 4.0, 5.0, 6.0, 8.0, 10.0, 12.0, 16.0, 20.0, 24.0,
-                       32.0, 48.0, 64.0, 128.0, 256.0)
+_BRACKET_RDP_ORDERS = (
+    1.25,
+    1.5,
+    1.75,
+    2.0,
+    2.5,
+    3.0,
+    4.0,
+    5.0,
+    6.0,
+    8.0,
+    10.0,
+    12.0,
+    16.0,
+    20.0,
+    24.0,
+    32.0,
+    48.0,
+    64.0,
+    128.0,
+    256.0,
+)
 
 
 def _rdp_value(event: DpEvent, kind: str, value: float, orders: Sequence[float] | None) -> float:
     relation = _REPLACE_ONE if is_fixed_size(event) else _ADD_OR_REMOVE
     accountant = rdp_privacy_accountant.RdpAccountant(list(orders) if orders else None, relation)
     if not accountant.supports(event):
-        raise UserInputError("the RDP accountant cannot account for this event (sampling without replacement "
-                             "cannot be mixed with Poisson sampling in one run).")
+        raise UserInputError(
+            "the RDP accountant cannot account for this event (sampling without replacement "
+            "cannot be mixed with Poisson sampling in one run)."
+        )
     with _quiet_absl():
         accountant.compose(event)
         return float(accountant.get_epsilon(value) if kind == "epsilon" else accountant.get_delta(value))
@@ -82,12 +104,16 @@ def _value(event: DpEvent, kind: str, value: float, level: _Level) -> float:
     if not isinstance(event, DpEvent):
         raise TypeError(f"event must be a dp_accounting DpEvent, got {type(event).__name__}.")
     if level[0] == "pld" and is_fixed_size(event):
-        raise UserInputError("PLD cannot account for fixed-size sampling without replacement in dp_accounting; "
-                             "use the RDP accountant (replace-one adjacency) or Poisson sampling.")
+        raise UserInputError(
+            "PLD cannot account for fixed-size sampling without replacement in dp_accounting; "
+            "use the RDP accountant (replace-one adjacency) or Poisson sampling."
+        )
     key = (_event_key(event), kind, value, level)
     cached = _RESULTS.get(key)
     if cached is None:
-        cached = _pld_value(event, kind, value, level[1]) if level[0] == "pld" else _rdp_value(event, kind, value, level[1])
+        cached = (
+            _pld_value(event, kind, value, level[1]) if level[0] == "pld" else _rdp_value(event, kind, value, level[1])
+        )
         _RESULTS.put(key, cached)
     return cached
 

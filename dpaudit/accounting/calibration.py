@@ -45,9 +45,9 @@ from dpaudit.common.errors import UserInputError
 
 @dataclass
 class _Point:
-    x: float       # search coordinate; epsilon decreases as x grows (feasible side is high x)
-    param: float   # the parameter value actually evaluated
-    g: float       # log(epsilon / target); <= 0 means within budget
+    x: float  # search coordinate; epsilon decreases as x grows (feasible side is high x)
+    param: float  # the parameter value actually evaluated
+    g: float  # log(epsilon / target); <= 0 means within budget
 
 
 class _Ladder:
@@ -59,8 +59,16 @@ class _Ladder:
     Only the last rung (the accountant of record) decides feasibility.
     """
 
-    def __init__(self, evaluate: Callable[[float, _Level], float], target: float, *, increasing: bool,
-                 rtol: float, integer: bool, bounds: tuple[float, float]) -> None:
+    def __init__(
+        self,
+        evaluate: Callable[[float, _Level], float],
+        target: float,
+        *,
+        increasing: bool,
+        rtol: float,
+        integer: bool,
+        bounds: tuple[float, float],
+    ) -> None:
         self.evaluate = evaluate
         self.target = target
         self.sign = -1.0 if increasing else 1.0
@@ -94,8 +102,17 @@ class _Ladder:
         return _Point(self.sign * math.log(p), p, g)
 
     # one rung ------------------------------------------------------------------------------------------
-    def solve(self, level: _Level, x0: float, slope: float, *, final: bool, certify: bool = False,
-              root_tol: float = 0.0, max_evals: int = 60) -> tuple[_Point | None, _Point | None, float, float]:
+    def solve(
+        self,
+        level: _Level,
+        x0: float,
+        slope: float,
+        *,
+        final: bool,
+        certify: bool = False,
+        root_tol: float = 0.0,
+        max_evals: int = 60,
+    ) -> tuple[_Point | None, _Point | None, float, float]:
         """Returns (feasible point closest to the boundary, infeasible point, root estimate, slope).
 
         A rung that is not `final` only locates the root: it evaluates at its root estimates and stops
@@ -141,8 +158,9 @@ class _Ladder:
             if lo is not None and hi is not None:  # stay strictly inside the bracket
                 inner_lo, inner_hi = lo.x + 0.05 * width, hi.x - 0.05 * width
                 x_next = min(max(x_next, inner_lo), inner_hi)
-            if (x_next >= self.x_max and hi is None and point.x >= self.x_max) or \
-               (x_next <= self.x_min and lo is None and point.x <= self.x_min):
+            if (x_next >= self.x_max and hi is None and point.x >= self.x_max) or (
+                x_next <= self.x_min and lo is None and point.x <= self.x_min
+            ):
                 break  # the whole search range lies on one side of the boundary
         else:
             raise RuntimeError(f"search did not converge in {max_evals} evaluations at {level}.")
@@ -156,8 +174,9 @@ class _Ladder:
             return None
         first = finite[0]
         other_side = [p for p in finite[1:] if (p.g > 0) != (first.g > 0)]
-        return first, (other_side[0] if other_side and abs(other_side[0].g) < 4 * abs(finite[1].g) + 0.05
-                       else finite[1])
+        return first, (
+            other_side[0] if other_side and abs(other_side[0].g) < 4 * abs(finite[1].g) + 0.05 else finite[1]
+        )
 
     def _slope(self, points: dict[float, _Point], previous: float) -> float:
         pair = self._nearest_pair(points)
@@ -212,10 +231,15 @@ def _run_ladder(ladder: _Ladder, levels: list[_Level], p0: float, *, certify: bo
 
 
 def _check_target(target_epsilon: float, delta: float, tolerance: float) -> tuple[float, float, float]:
-    if isinstance(target_epsilon, bool) or not isinstance(target_epsilon, numbers.Real) \
-            or not math.isfinite(target_epsilon):
-        raise UserInputError(f"target epsilon must be a finite number > 0, got {target_epsilon!r} (an infinite "
-                             f"budget is no privacy guarantee: train without privacy instead).")
+    if (
+        isinstance(target_epsilon, bool)
+        or not isinstance(target_epsilon, numbers.Real)
+        or not math.isfinite(target_epsilon)
+    ):
+        raise UserInputError(
+            f"target epsilon must be a finite number > 0, got {target_epsilon!r} (an infinite "
+            f"budget is no privacy guarantee: train without privacy instead)."
+        )
     target = float(target_epsilon)
     if target <= 0.0:
         raise UserInputError(f"target epsilon must be > 0, got {target}.")
@@ -270,9 +294,17 @@ def _grid_floor(build_event: Callable[[float], DpEvent], low: float, high: float
     return math.exp(hi)
 
 
-def calibrate_noise(build_event: Callable[[float], DpEvent], target_epsilon: float, delta: float, *,
-                    accountant: Accountant = "pld", tolerance: float = 1e-3, certify_minimal: bool = False,
-                    sigma_bounds: tuple[float, float] = (1e-2, 1e6), noise_reach: float | None = None) -> float:
+def calibrate_noise(
+    build_event: Callable[[float], DpEvent],
+    target_epsilon: float,
+    delta: float,
+    *,
+    accountant: Accountant = "pld",
+    tolerance: float = 1e-3,
+    certify_minimal: bool = False,
+    sigma_bounds: tuple[float, float] = (1e-2, 1e6),
+    noise_reach: float | None = None,
+) -> float:
     """Smallest noise multiplier sigma whose epsilon (by `accountant`) is at most `target_epsilon`.
 
     With ``noise_reach`` (the reach z_max of the float sampler that will draw the noise,
@@ -329,7 +361,8 @@ def calibrate_noise(build_event: Callable[[float], DpEvent], target_epsilon: flo
         return UserInputError(
             f"target epsilon {target:g} at delta {delta:g} is met by noise multipliers below {sigma:.4g} ({how} "
             f"gives epsilon {eps:.4g} there), {why}; a guarantee this weak protects no one: lower the target, "
-            f"or set the noise multiplier yourself.")
+            f"or set the noise multiplier yourself."
+        )
 
     try:
         ladder = _Ladder(evaluate, target, increasing=False, rtol=tolerance, integer=False, bounds=(low, high))
@@ -343,11 +376,14 @@ def calibrate_noise(build_event: Callable[[float], DpEvent], target_epsilon: flo
         floor = floor * (1.0 + 1e-9)
         coarse: _Level = ("pld", _PLD_MEDIUM_DISCRETIZATION)
         eps_floor = _epsilon_with_tail(build_event(floor), delta, coarse, noise_reach)
-        why = (f"where PLD accounting would need more than {PLD_MAX_GRID_POINTS:,} grid points at discretization "
-               f"{PLD_DISCRETIZATION:g}")
+        why = (
+            f"where PLD accounting would need more than {PLD_MAX_GRID_POINTS:,} grid points at discretization "
+            f"{PLD_DISCRETIZATION:g}"
+        )
         if eps_floor <= target:
-            raise too_large_target(floor, eps_floor, f"PLD at discretization {_PLD_MEDIUM_DISCRETIZATION:g}",
-                                   why) from None
+            raise too_large_target(
+                floor, eps_floor, f"PLD at discretization {_PLD_MEDIUM_DISCRETIZATION:g}", why
+            ) from None
         low = floor
         try:
             ladder = _Ladder(evaluate, target, increasing=False, rtol=tolerance, integer=False, bounds=(low, high))
@@ -355,22 +391,38 @@ def calibrate_noise(build_event: Callable[[float], DpEvent], target_epsilon: flo
         except PldGridTooLargeError:
             best = None
         if best is None or best.param <= low * (1.0 + tolerance):
-            raise UserInputError(f"target epsilon {target:g} at delta {delta:g} needs a noise multiplier close to "
-                                 f"{floor:.4g} or below, {why}; lower the target, or set the noise multiplier "
-                                 f"yourself.") from None
+            raise UserInputError(
+                f"target epsilon {target:g} at delta {delta:g} needs a noise multiplier close to "
+                f"{floor:.4g} or below, {why}; lower the target, or set the noise multiplier "
+                f"yourself."
+            ) from None
     if best is None:
-        raise UserInputError(f"no noise multiplier up to {high:g} reaches epsilon {target:g} at "
-                             f"delta {delta:g}; raise the target or lower the sampling rate or steps.")
+        raise UserInputError(
+            f"no noise multiplier up to {high:g} reaches epsilon {target:g} at "
+            f"delta {delta:g}; raise the target or lower the sampling rate or steps."
+        )
     if best.param <= low * (1.0 + tolerance):
-        raise too_large_target(best.param, _epsilon_with_tail(build_event(best.param), delta, final_level, noise_reach),
-                               accountant.upper(), f"the lower end of the search ({low:g})")
+        raise too_large_target(
+            best.param,
+            _epsilon_with_tail(build_event(best.param), delta, final_level, noise_reach),
+            accountant.upper(),
+            f"the lower end of the search ({low:g})",
+        )
     return best.param
 
 
-def max_steps(*, sampling_probability: float, noise_multiplier: float, target_epsilon: float, delta: float,
-              accountant: Accountant = "pld",
-              preceding: Sequence[Segment] = (), tolerance: float = 1e-3, limit: int = 10**9,
-              noise_reach: float | None = None) -> int:
+def max_steps(
+    *,
+    sampling_probability: float,
+    noise_multiplier: float,
+    target_epsilon: float,
+    delta: float,
+    accountant: Accountant = "pld",
+    preceding: Sequence[Segment] = (),
+    tolerance: float = 1e-3,
+    limit: int = 10**9,
+    noise_reach: float | None = None,
+) -> int:
     """Largest number of steps of one mechanism, after `preceding` segments, within the budget.
 
     The returned count is certified (its epsilon by the accountant of record is <= target) and is
@@ -395,9 +447,17 @@ def max_steps(*, sampling_probability: float, noise_multiplier: float, target_ep
     return 0 if best is None else int(best.param)
 
 
-def max_batch_size(*, dataset_size: int, steps: int, noise_multiplier: float, target_epsilon: float, delta: float,
-                   accountant: Accountant = "pld",
-                   tolerance: float = 1e-3, noise_reach: float | None = None) -> int:
+def max_batch_size(
+    *,
+    dataset_size: int,
+    steps: int,
+    noise_multiplier: float,
+    target_epsilon: float,
+    delta: float,
+    accountant: Accountant = "pld",
+    tolerance: float = 1e-3,
+    noise_reach: float | None = None,
+) -> int:
     """Largest expected batch size B (q = B / N) for `steps` steps at sigma within the budget.
 
     Certified like :func:`max_steps`; 0 if not even B = 1 fits, N if everything fits. ``noise_reach``: epsilon

@@ -26,9 +26,11 @@ from dpaudit.accounting.segment import Segment as Segment
 from dpaudit.accounting.segment import _require_int as _require_int
 from dpaudit.accounting.segment import _require_real as _require_real
 
-FIXED_SIZE_LABEL = ("fixed-size batches sampled without replacement: replace-one adjacency (sensitivity twice one "
-                    "unit's bound, 2C per example: the accountant sees sigma / 2), RDP accountant only; NOT the "
-                    "add/remove Poisson guarantee the rest of dpaudit reports")
+FIXED_SIZE_LABEL = (
+    "fixed-size batches sampled without replacement: replace-one adjacency (sensitivity twice one "
+    "unit's bound, 2C per example: the accountant sees sigma / 2), RDP accountant only; NOT the "
+    "add/remove Poisson guarantee the rest of dpaudit reports"
+)
 
 
 #: Replace-one adjacency: one example swapped for another moves the clipped sum by up to 2C.
@@ -66,8 +68,9 @@ def schedule_event(segments: Sequence[Segment]) -> DpEvent:
     return ComposedDpEvent([segment.event() for segment in _merge_adjacent(segments)])
 
 
-def batch_schedule_segments(*, dataset_size: int, schedule: Sequence[tuple[int, int]], noise_multiplier: float,
-                            sensitivity_factor: float = 1.0) -> list[Segment]:
+def batch_schedule_segments(
+    *, dataset_size: int, schedule: Sequence[tuple[int, int]], noise_multiplier: float, sensitivity_factor: float = 1.0
+) -> list[Segment]:
     """Segments for a batch-size schedule ``[(steps, expected_batch_size), ...]`` at one sigma (q = B / N)."""
     n = _require_int("dataset_size", dataset_size, 1)
     segments = []
@@ -78,8 +81,14 @@ def batch_schedule_segments(*, dataset_size: int, schedule: Sequence[tuple[int, 
         batch = _require_int(f"schedule[{index}] batch size", batch, 1)
         if batch > n:
             raise ValueError(f"schedule[{index}] batch size must be <= dataset_size {n}, got {batch}.")
-        segments.append(Segment(steps=steps, sampling_probability=batch / n, noise_multiplier=noise_multiplier,
-                                sensitivity_factor=sensitivity_factor))
+        segments.append(
+            Segment(
+                steps=steps,
+                sampling_probability=batch / n,
+                noise_multiplier=noise_multiplier,
+                sensitivity_factor=sensitivity_factor,
+            )
+        )
     return segments
 
 
@@ -98,19 +107,29 @@ def parse_batch_schedule(text: str, *, option: str = "--batch-schedule") -> list
                 raise ValueError
             steps, batch = int(pieces[0]), int(pieces[1])
         except ValueError:
-            raise ValueError(f"{option} item {index + 1} {part!r}: expected STEPS:BATCH items separated by commas, "
-                             f"e.g. '100:64,100:128'.") from None
+            raise ValueError(
+                f"{option} item {index + 1} {part!r}: expected STEPS:BATCH items separated by commas, "
+                f"e.g. '100:64,100:128'."
+            ) from None
         if steps <= 0 or batch <= 0:
             raise ValueError(f"{option} item {index + 1} {part!r}: steps and batch sizes must be > 0.")
         segments.append((steps, batch))
     return segments
 
 
-def noise_schedule_segments(*, sampling_probability: float, steps_per_epoch: int, sigmas: Sequence[float],
-                            sensitivity_factor: float = 1.0) -> list[Segment]:
+def noise_schedule_segments(
+    *, sampling_probability: float, steps_per_epoch: int, sigmas: Sequence[float], sensitivity_factor: float = 1.0
+) -> list[Segment]:
     """One segment per epoch (or per stage) with its own sigma, e.g. eDP-SGD's decayed sigmas."""
-    return [Segment(steps=steps_per_epoch, sampling_probability=sampling_probability, noise_multiplier=sigma,
-                    sensitivity_factor=sensitivity_factor) for sigma in sigmas]
+    return [
+        Segment(
+            steps=steps_per_epoch,
+            sampling_probability=sampling_probability,
+            noise_multiplier=sigma,
+            sensitivity_factor=sensitivity_factor,
+        )
+        for sigma in sigmas
+    ]
 
 
 def _check_decay(sigma0: float, k: float, epochs: int) -> tuple[float, float, int]:
@@ -209,14 +228,18 @@ def segments_of_event(event: DpEvent) -> tuple[Segment, ...] | None:
     ``PoissonSampledDpEvent(q, GaussianDpEvent(sigma))``, or one such step alone); None for any other event (sampling
     without replacement, a bare Gaussian): its trade-off curve is not one of Poisson-subsampled Gaussian steps.
     The sensitivity factor is not part of an event: the segments carry 1 (the accountant's sigma already divides it)."""
+
     def one(sub: DpEvent) -> Segment | None:
         steps = 1
         if isinstance(sub, SelfComposedDpEvent):
             steps = int(sub.count)
             sub = sub.event
         if isinstance(sub, PoissonSampledDpEvent) and isinstance(sub.event, GaussianDpEvent) and steps >= 1:
-            return Segment(steps=steps, sampling_probability=float(sub.sampling_probability),
-                           noise_multiplier=float(sub.event.noise_multiplier))
+            return Segment(
+                steps=steps,
+                sampling_probability=float(sub.sampling_probability),
+                noise_multiplier=float(sub.event.noise_multiplier),
+            )
         return None
 
     parts = event.events if isinstance(event, ComposedDpEvent) else [event]

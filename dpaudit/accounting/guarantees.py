@@ -7,8 +7,10 @@ import math
 from dpaudit.accounting.segment import _require_int, _require_real
 
 #: The default-delta rule, as stated in every ``--help``.
-DEFAULT_DELTA_RULE = ("default min(1e-5, 1/(10 N)): well below 1/N, since a mechanism that publishes one "
-                      "random row verbatim already satisfies delta = 1/N")
+DEFAULT_DELTA_RULE = (
+    "default min(1e-5, 1/(10 N)): well below 1/N, since a mechanism that publishes one "
+    "random row verbatim already satisfies delta = 1/N"
+)
 
 
 def default_delta(dataset_size: int) -> float:
@@ -26,15 +28,19 @@ def delta_warning(delta: float, dataset_size: int | None) -> str | None:
     """A one-line warning when ``delta >= 1/N`` (None when delta is small enough or N is unknown)."""
     if dataset_size is None or delta < 1.0 / dataset_size:
         return None
-    return (f"delta {delta:.3g} >= 1/N = {1.0 / dataset_size:.3g}: a mechanism that publishes one random training row "
-            f"verbatim satisfies this delta; use a delta well below 1/N ({DEFAULT_DELTA_RULE}).")
+    return (
+        f"delta {delta:.3g} >= 1/N = {1.0 / dataset_size:.3g}: a mechanism that publishes one random training row "
+        f"verbatim satisfies this delta; use a delta well below 1/N ({DEFAULT_DELTA_RULE})."
+    )
 
 
 #: Which group-privacy bound :func:`group_privacy` gives (stated next to every figure it produces).
-GROUP_PRIVACY_BOUND = ("group privacy of (epsilon, delta)-DP for a group of f rows, by chaining the definition f "
-                       "times: (f * epsilon, delta * sum_{i<f} e^(i * epsilon)), which is at most "
-                       "(f * epsilon, f * e^((f-1) * epsilon) * delta) (Dwork & Roth 2014, Thm 2.2; Vadhan 2017, "
-                       "Lemma 2.2); a delta >= 1 means no guarantee")
+GROUP_PRIVACY_BOUND = (
+    "group privacy of (epsilon, delta)-DP for a group of f rows, by chaining the definition f "
+    "times: (f * epsilon, delta * sum_{i<f} e^(i * epsilon)), which is at most "
+    "(f * epsilon, f * e^((f-1) * epsilon) * delta) (Dwork & Roth 2014, Thm 2.2; Vadhan 2017, "
+    "Lemma 2.2); a delta >= 1 means no guarantee"
+)
 
 
 def group_privacy(epsilon: float, delta: float, group_size: int) -> tuple[float, float]:

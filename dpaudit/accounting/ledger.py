@@ -53,8 +53,10 @@ _SCHEMA_V1 = "dpaudit.privacy_ledger/1"
 #: "poisson": what the accountant assumes. "shuffle": shuffled fixed-size batches, accounted AS IF
 #: Poisson (q = batch / N) and labelled so in every report (the honest-accounting rules).
 SAMPLING_METHODS = ("poisson", "shuffle")
-_SHUFFLE_NOTE = ("batches were fixed-size and shuffled; the epsilon assumes Poisson sampling with q = batch / N, "
-                    "which these batches do not satisfy")
+_SHUFFLE_NOTE = (
+    "batches were fixed-size and shuffled; the epsilon assumes Poisson sampling with q = batch / N, "
+    "which these batches do not satisfy"
+)
 
 Mechanism = tuple[float, float]
 
@@ -93,12 +95,23 @@ class PrivacyLedger:
         the stated delta (``delta + noise_tail``); 0 when the sampler has none stated.
     """
 
-    def __init__(self, *, delta: float, target_epsilon: float | None, accountant: Accountant = "pld",
-                 privacy_unit: str = "example", sampling: str = "poisson", noise_tail: float = 0.0) -> None:
+    def __init__(
+        self,
+        *,
+        delta: float,
+        target_epsilon: float | None,
+        accountant: Accountant = "pld",
+        privacy_unit: str = "example",
+        sampling: str = "poisson",
+        noise_tail: float = 0.0,
+    ) -> None:
         if isinstance(delta, bool) or not isinstance(delta, (int, float)) or not 0.0 < float(delta) < 1.0:
             raise ValueError(f"delta must be in (0, 1), got {delta!r}.")
-        if target_epsilon is not None and (isinstance(target_epsilon, bool) or not isinstance(target_epsilon, (int, float))
-                                           or not 0.0 < float(target_epsilon) < math.inf):
+        if target_epsilon is not None and (
+            isinstance(target_epsilon, bool)
+            or not isinstance(target_epsilon, (int, float))
+            or not 0.0 < float(target_epsilon) < math.inf
+        ):
             raise ValueError(f"target_epsilon must be a positive number or None, got {target_epsilon!r}.")
         if accountant not in ACCOUNTANTS:
             raise ValueError(f"accountant must be one of {', '.join(ACCOUNTANTS)}, got {accountant!r}.")
@@ -106,7 +119,11 @@ class PrivacyLedger:
             raise ValueError(f"privacy_unit must be a non-empty string, got {privacy_unit!r}.")
         if sampling not in SAMPLING_METHODS:
             raise ValueError(f"sampling must be one of {', '.join(SAMPLING_METHODS)}, got {sampling!r}.")
-        if isinstance(noise_tail, bool) or not isinstance(noise_tail, (int, float)) or not 0.0 <= float(noise_tail) < 1.0:
+        if (
+            isinstance(noise_tail, bool)
+            or not isinstance(noise_tail, (int, float))
+            or not 0.0 <= float(noise_tail) < 1.0
+        ):
             raise ValueError(f"noise_tail must be in [0, 1), got {noise_tail!r}.")
         self.delta = float(delta)
         self.noise_tail = float(noise_tail)
@@ -141,8 +158,10 @@ class PrivacyLedger:
         """'at delta D' for messages: the stated delta, and its two parts when the tail is counted."""
         if not self.noise_tail:
             return f"at delta {self.delta:g}"
-        return (f"at delta {self.stated_delta:g} (the accountant's {self.delta:g} plus the noise sampler's tail "
-                f"{format_up(self.noise_tail, 2)})")
+        return (
+            f"at delta {self.stated_delta:g} (the accountant's {self.delta:g} plus the noise sampler's tail "
+            f"{format_up(self.noise_tail, 2)})"
+        )
 
     @property
     def is_private(self) -> bool:
@@ -170,9 +189,14 @@ class PrivacyLedger:
         """How many more steps at (q, sigma) fit the budget (None without a target)."""
         if self.target_epsilon is None:
             return None
-        return max_steps(sampling_probability=sampling_probability, noise_multiplier=noise_multiplier,
-                         target_epsilon=self.target_epsilon,
-                         delta=self.delta, accountant=self.accountant, preceding=self._segments)
+        return max_steps(
+            sampling_probability=sampling_probability,
+            noise_multiplier=noise_multiplier,
+            target_epsilon=self.target_epsilon,
+            delta=self.delta,
+            accountant=self.accountant,
+            preceding=self._segments,
+        )
 
     # --------------------------------------------------------------------------------------- spending
     def _epsilon_of(self, segments: Sequence[Segment]) -> float:
@@ -191,21 +215,28 @@ class PrivacyLedger:
                 raise TypeError(f"plan takes Segment instances, got {type(segment).__name__}.")
         eps = self._epsilon_of(segments)
         if self.target_epsilon is not None and eps > self.target_epsilon:
-            raise BudgetExceededError(f"the planned run spends epsilon {format_up(eps, 4)} > target {self.target_epsilon:g} "
-                                      f"{self._at_delta()}; add noise, sample less or take fewer steps.")
+            raise BudgetExceededError(
+                f"the planned run spends epsilon {format_up(eps, 4)} > target {self.target_epsilon:g} "
+                f"{self._at_delta()}; add noise, sample less or take fewer steps."
+            )
         self._certificate = _counts(segments)
         self._certified_epsilon = eps
         return eps
 
-    def record(self, *, sampling_probability: float, noise_multiplier: float, steps: int = 1,
-               sensitivity_factor: float = 1.0) -> None:
+    def record(
+        self, *, sampling_probability: float, noise_multiplier: float, steps: int = 1, sensitivity_factor: float = 1.0
+    ) -> None:
         """Append `steps` realized steps, or raise BudgetExceededError and append nothing.
 
         ``noise_multiplier`` is sigma (std over ``sensitivity_factor * C``, see :class:`Segment`);
         ``sensitivity_factor`` is stored with it so that std / C stays derivable.
         """
-        new = Segment(steps=steps, sampling_probability=sampling_probability, noise_multiplier=noise_multiplier,
-                      sensitivity_factor=sensitivity_factor)
+        new = Segment(
+            steps=steps,
+            sampling_probability=sampling_probability,
+            noise_multiplier=noise_multiplier,
+            sensitivity_factor=sensitivity_factor,
+        )
         candidate = self._appended(new)
         if self.target_epsilon is not None and not _within(_counts(candidate), self._certificate):
             self._certify_after(candidate, new)
@@ -234,15 +265,22 @@ class PrivacyLedger:
             return
         q, sigma = new.mechanism
         self.accountant_calls += 1
-        allowed = max_steps(sampling_probability=q, noise_multiplier=sigma, target_epsilon=self.target_epsilon,
-                            delta=self.delta, accountant=self.accountant, preceding=_segments_of(others),
-                            limit=2 * mine)
+        allowed = max_steps(
+            sampling_probability=q,
+            noise_multiplier=sigma,
+            target_epsilon=self.target_epsilon,
+            delta=self.delta,
+            accountant=self.accountant,
+            preceding=_segments_of(others),
+            limit=2 * mine,
+        )
         if allowed < mine:
             eps = self._epsilon_of(candidate)
             raise BudgetExceededError(
                 f"recording {new.steps} more step(s) (q={q:.4g}, sigma={sigma:.4g}) would spend epsilon "
                 f"{format_up(eps, 4)} > target {self.target_epsilon:g} {self._at_delta()}; "
-                f"{self.steps} steps recorded so far")
+                f"{self.steps} steps recorded so far"
+            )
         certified = dict(others)
         certified[new.mechanism] = allowed
         self._certificate = certified
@@ -253,8 +291,10 @@ class PrivacyLedger:
         """Everything needed to resume: settings, recorded segments, certificate, and the event."""
         certificate = None
         if self._certificate is not None:
-            certificate = {"segments": [s.to_json() for s in _segments_of(self._certificate)],
-                           "epsilon": self._certified_epsilon}
+            certificate = {
+                "segments": [s.to_json() for s in _segments_of(self._certificate)],
+                "epsilon": self._certified_epsilon,
+            }
         return {
             "schema": SCHEMA,
             "delta": self.delta,
@@ -282,23 +322,35 @@ class PrivacyLedger:
             found = obj.get("schema") if isinstance(obj, dict) else type(obj).__name__
             raise UserInputError(f"privacy ledger: expected schema {SCHEMA!r}, got {found!r}.")
         try:
-            ledger = cls(delta=obj["delta"], target_epsilon=obj["target_epsilon"], accountant=obj["accountant"],
-                         privacy_unit=obj["privacy_unit"], sampling=obj["sampling"], noise_tail=obj.get("noise_tail", 0.0))
+            ledger = cls(
+                delta=obj["delta"],
+                target_epsilon=obj["target_epsilon"],
+                accountant=obj["accountant"],
+                privacy_unit=obj["privacy_unit"],
+                sampling=obj["sampling"],
+                noise_tail=obj.get("noise_tail", 0.0),
+            )
         except (KeyError, ValueError) as err:
             raise UserInputError(f"privacy ledger: bad settings ({err}).") from None
-        ledger._segments = [Segment.from_json(s, where=f"privacy ledger segment {i}")
-                            for i, s in enumerate(obj.get("segments", []))]
-        ledger.former_segments = [Segment.from_json(s, where=f"privacy ledger former segment {i}")
-                                  for i, s in enumerate(obj.get("former_segments", []))]
+        ledger._segments = [
+            Segment.from_json(s, where=f"privacy ledger segment {i}") for i, s in enumerate(obj.get("segments", []))
+        ]
+        ledger.former_segments = [
+            Segment.from_json(s, where=f"privacy ledger former segment {i}")
+            for i, s in enumerate(obj.get("former_segments", []))
+        ]
         certificate = obj.get("certificate")
         if certificate is not None:
-            segments = [Segment.from_json(s, where=f"privacy ledger certificate segment {i}")
-                        for i, s in enumerate(certificate.get("segments", []))]
+            segments = [
+                Segment.from_json(s, where=f"privacy ledger certificate segment {i}")
+                for i, s in enumerate(certificate.get("segments", []))
+            ]
             ledger._certificate = _counts(segments)
             ledger._certified_epsilon = certificate.get("epsilon")
         if "event" in obj and event_from_json(obj["event"]) != ledger.event():
-            raise UserInputError("privacy ledger: the stored event does not match the stored segments; "
-                                 "the file was edited or corrupted.")
+            raise UserInputError(
+                "privacy ledger: the stored event does not match the stored segments; the file was edited or corrupted."
+            )
         return ledger
 
 

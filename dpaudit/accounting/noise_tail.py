@@ -68,8 +68,18 @@ from dpaudit.accounting.serialization import Json
 from dpaudit.common.errors import UserInputError
 from dpaudit.common.figures import format_up
 
-__all__ = ["BM96_REACH", "DeltaSplit", "RETIRED_MIN_REACH", "RETIRED_SAMPLERS", "SAMPLERS", "event_tail_figure", "noise_tail_entry",
-           "sampler_reach", "split_delta", "tail_figure"]
+__all__ = [
+    "BM96_REACH",
+    "DeltaSplit",
+    "RETIRED_MIN_REACH",
+    "RETIRED_SAMPLERS",
+    "SAMPLERS",
+    "event_tail_figure",
+    "noise_tail_entry",
+    "sampler_reach",
+    "split_delta",
+    "tail_figure",
+]
 
 #: The reach of Box-Muller with a 96-bit radius uniform: sqrt(194 ln 2) = 11.59614, rounded down.
 BM96_REACH = 11.596
@@ -78,14 +88,23 @@ FORMULA = "sum over steps of q P(Z > z_max - 1/sigma)"
 
 #: sampler -> (words, its reach z_max in standard deviations: the smaller one-sided edge).
 SAMPLERS: dict[str, tuple[str, float]] = {
-    "jax-bm96": ("JAX Threefry words, Box-Muller with a 96-bit radius uniform in float32 arithmetic "
-                 "(u >= 2^-97)", BM96_REACH),
-    "philox-c-bm96": ("dpaudit's Philox4x32-10 words, Box-Muller with a 96-bit radius uniform in C, double precision "
-                      "(u >= 2^-97)", BM96_REACH),
-    "torch-cpu-bm96": ("torch CPU generator words (keyed mt19937), Box-Muller with a 96-bit radius uniform in torch "
-                       "float64 (u >= 2^-97)", BM96_REACH),
-    "torch-cuda-bm96": ("torch CUDA Philox words, Box-Muller with a 96-bit radius uniform in torch float64 "
-                        "(u >= 2^-97)", BM96_REACH),
+    "jax-bm96": (
+        "JAX Threefry words, Box-Muller with a 96-bit radius uniform in float32 arithmetic (u >= 2^-97)",
+        BM96_REACH,
+    ),
+    "philox-c-bm96": (
+        "dpaudit's Philox4x32-10 words, Box-Muller with a 96-bit radius uniform in C, double precision (u >= 2^-97)",
+        BM96_REACH,
+    ),
+    "torch-cpu-bm96": (
+        "torch CPU generator words (keyed mt19937), Box-Muller with a 96-bit radius uniform in torch "
+        "float64 (u >= 2^-97)",
+        BM96_REACH,
+    ),
+    "torch-cuda-bm96": (
+        "torch CUDA Philox words, Box-Muller with a 96-bit radius uniform in torch float64 (u >= 2^-97)",
+        BM96_REACH,
+    ),
     # The samplers of earlier dpaudit versions, named in the privacy.json files they wrote.
     "jax-float32": ("jax.random.normal in float32 (sqrt(2) erfinv of a 23-bit uniform)", 5.220),
     "philox-c": ("dpaudit's Philox4x32-10 Box-Muller in C (u >= 2^-32)", 6.660),
@@ -160,8 +179,14 @@ class DeltaSplit:
     accepted: bool = False
 
 
-def split_delta(requested: float, tail: float, *, accept: bool = False, option: str = "--noise-multiplier",
-                delta_option: str = "--delta") -> DeltaSplit:
+def split_delta(
+    requested: float,
+    tail: float,
+    *,
+    accept: bool = False,
+    option: str = "--noise-multiplier",
+    delta_option: str = "--delta",
+) -> DeltaSplit:
     """The accountant's delta for a run whose sampler's tail figure is ``tail``: ``requested - tail``, the
     claim stating ``requested``.
 
@@ -177,10 +202,13 @@ def split_delta(requested: float, tail: float, *, accept: bool = False, option: 
         raise UserInputError(
             f"{option}: the noise sampler's tail figure {format_up(tail, 3)} ({FORMULA}) alone reaches {delta_option} "
             f"{requested:g}, so no epsilon holds at that delta; raise the noise multiplier (or take fewer or smaller "
-            f"steps), or pass --accept-noise-tail to state delta = {format_up(requested + tail, 3)} instead.")
+            f"steps), or pass --accept-noise-tail to state delta = {format_up(requested + tail, 3)} instead."
+        )
     if requested + tail >= 1.0:
-        raise UserInputError(f"{option}: the noise sampler's tail figure {format_up(tail, 3)} leaves no guarantee even "
-                             f"with --accept-noise-tail (delta would reach 1); raise the noise multiplier.")
+        raise UserInputError(
+            f"{option}: the noise sampler's tail figure {format_up(tail, 3)} leaves no guarantee even "
+            f"with --accept-noise-tail (delta would reach 1); raise the noise multiplier."
+        )
     return DeltaSplit(delta=requested + tail, accountant=requested, tail=tail, accepted=True)
 
 
@@ -193,8 +221,10 @@ def noise_tail_entry(sampler: str) -> Json:
         "sampler_text": words,
         "z_max": z_max,
         "formula": FORMULA,
-        "text": (f"the noise sampler ({words}) never draws |z| beyond {z_max:g} standard deviations, so a neighbour "
-                 f"alone on a gradient coordinate is revealed when its shift carries the noise past that reach: "
-                 f"probability at most {FORMULA} over the run (noise_tail_delta), counted inside delta "
-                 f"(the accountant's epsilon is at accountant_delta = delta - noise_tail_delta)."),
+        "text": (
+            f"the noise sampler ({words}) never draws |z| beyond {z_max:g} standard deviations, so a neighbour "
+            f"alone on a gradient coordinate is revealed when its shift carries the noise past that reach: "
+            f"probability at most {FORMULA} over the run (noise_tail_delta), counted inside delta "
+            f"(the accountant's epsilon is at accountant_delta = delta - noise_tail_delta)."
+        ),
     }

@@ -85,7 +85,8 @@ class PldGridTooLargeError(UserInputError):
         super().__init__(
             f"PLD accounting of this run would need ~{points:,} grid points (limit {PLD_MAX_GRID_POINTS:,}) at "
             f"discretization {discretization:g}: noise multiplier {sigma:.4g} is too small for it (its epsilon is "
-            f"enormous anyway); add noise, or use the RDP accountant.")
+            f"enormous anyway); add noise, or use the RDP accountant."
+        )
         self.points = points
 
 
@@ -162,7 +163,9 @@ def _flatten_for_pld(event: DpEvent, count: int, out: list[_PldItem]) -> None:
         for sub in event.events:
             _flatten_for_pld(sub, count, out)
     elif isinstance(event, GaussianDpEvent):
-        out.append(("nonprivate",) if event.noise_multiplier == 0 else ("gaussian", float(event.noise_multiplier), count))
+        out.append(
+            ("nonprivate",) if event.noise_multiplier == 0 else ("gaussian", float(event.noise_multiplier), count)
+        )
     elif isinstance(event, PoissonSampledDpEvent) and type(event.event) is GaussianDpEvent:
         if event.sampling_probability == 0:
             return
@@ -234,29 +237,41 @@ class _VectorizedGaussianPrivacyLoss(plm.GaussianPrivacyLoss):
 class _CreatePmf(Protocol):
     """dp_accounting's ``_create_pld_pmf_from_monotone_privacy_loss``, as it is called here."""
 
-    def __call__(self, monotone_privacy_loss: plm.MonotonePrivacyLoss, *, pessimistic_estimate: bool,
-                 value_discretization_interval: float, use_connect_dots: bool) -> pld_pmf.PLDPmf: ...
+    def __call__(
+        self,
+        monotone_privacy_loss: plm.MonotonePrivacyLoss,
+        *,
+        pessimistic_estimate: bool,
+        value_discretization_interval: float,
+        use_connect_dots: bool,
+    ) -> pld_pmf.PLDPmf: ...
 
 
 #: dp_accounting's own PMF construction from a monotone privacy loss (private; absent -> slow path).
 _CREATE_PMF: _CreatePmf | None = getattr(pld_lib, "_create_pld_pmf_from_monotone_privacy_loss", None)
 
 
-def subsampled_gaussian_pld(noise_multiplier: float, sampling_probability: float,
-                            discretization: float = PLD_DISCRETIZATION) -> pld_lib.PrivacyLossDistribution:
+def subsampled_gaussian_pld(
+    noise_multiplier: float, sampling_probability: float, discretization: float = PLD_DISCRETIZATION
+) -> pld_lib.PrivacyLossDistribution:
     """``pld_lib.from_gaussian_mechanism(sigma, sampling_prob=q)`` (add/remove, connect-the-dots,
     pessimistic), bit for bit, built with :class:`_VectorizedGaussianPrivacyLoss`."""
     sigma, q = float(noise_multiplier), float(sampling_probability)
     if q == 1.0 or _CREATE_PMF is None:
-        return pld_lib.from_gaussian_mechanism(standard_deviation=sigma, value_discretization_interval=discretization,
-                                               sampling_prob=q, neighboring_relation=_ADD_OR_REMOVE)
+        return pld_lib.from_gaussian_mechanism(
+            standard_deviation=sigma,
+            value_discretization_interval=discretization,
+            sampling_prob=q,
+            neighboring_relation=_ADD_OR_REMOVE,
+        )
 
     create = _CREATE_PMF
 
     def pmf(adjacency: plm.AdjacencyType) -> pld_pmf.PLDPmf:
         loss = _VectorizedGaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency)
-        return create(loss, pessimistic_estimate=True, value_discretization_interval=discretization,
-                      use_connect_dots=True)
+        return create(
+            loss, pessimistic_estimate=True, value_discretization_interval=discretization, use_connect_dots=True
+        )
 
     return pld_lib.PrivacyLossDistribution(pmf(plm.AdjacencyType.REMOVE), pmf(plm.AdjacencyType.ADD))
 
@@ -296,8 +311,10 @@ def _item_loss_span(item: _NoisyItem) -> tuple[float, float, float]:
         count, q = 1, 1.0
     else:
         _, q, sigma, count = item
-        losses = [_VectorizedGaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency)
-                  for adjacency in (plm.AdjacencyType.REMOVE, plm.AdjacencyType.ADD)]
+        losses = [
+            _VectorizedGaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency)
+            for adjacency in (plm.AdjacencyType.REMOVE, plm.AdjacencyType.ADD)
+        ]
     bounds = [loss.connect_dots_bounds() for loss in losses]
     # a continuous privacy loss always sets its epsilon bounds (dp_accounting leaves them None for discrete ones)
     low = min(cast(float, b.epsilon_lower) for b in bounds)
@@ -308,8 +325,9 @@ def _item_loss_span(item: _NoisyItem) -> tuple[float, float, float]:
         try:
             width = 0.0
             for loss in losses:
-                pmf = _CREATE_PMF(loss, pessimistic_estimate=True, value_discretization_interval=coarse,
-                                  use_connect_dots=True)
+                pmf = _CREATE_PMF(
+                    loss, pessimistic_estimate=True, value_discretization_interval=coarse, use_connect_dots=True
+                )
                 dense = pmf if hasattr(pmf, "_probs") else pmf.to_dense_pmf()
                 probs = dense._probs  # pylint: disable=protected-access
                 width = max(width, _chernoff_range(probs, count, _TAIL_MASS_TRUNCATION) * coarse)
@@ -329,8 +347,9 @@ def _item_grid_points(item: _NoisyItem, discretization: float) -> int:
     """
     sigma = item[-2]
     rounded = math.exp(math.floor(math.log(sigma) / _SPAN_SIGMA_STEP) * _SPAN_SIGMA_STEP)
-    at_rounded: _NoisyItem = (("gaussian", rounded, item[2]) if item[0] == "gaussian"
-                              else ("poisson", item[1], rounded, item[3]))
+    at_rounded: _NoisyItem = (
+        ("gaussian", rounded, item[2]) if item[0] == "gaussian" else ("poisson", item[1], rounded, item[3])
+    )
     low, high, width = _item_loss_span(at_rounded)
     single = math.ceil(high / discretization) - math.floor(low / discretization) + 1
     count = item[-1] if item[0] == "poisson" else 1
@@ -356,9 +375,11 @@ def _check_grid(items: Sequence[_PldItem], discretization: float) -> None:
 def _item_pld(item: _NoisyItem, discretization: float) -> pld_lib.PrivacyLossDistribution:
     if item[0] == "gaussian":
         _, sigma, count = item
-        return pld_lib.from_gaussian_mechanism(standard_deviation=sigma / math.sqrt(count),
-                                               value_discretization_interval=discretization,
-                                               neighboring_relation=_ADD_OR_REMOVE)
+        return pld_lib.from_gaussian_mechanism(
+            standard_deviation=sigma / math.sqrt(count),
+            value_discretization_interval=discretization,
+            neighboring_relation=_ADD_OR_REMOVE,
+        )
     _, q, sigma, count = item
     key = (q, sigma, count, discretization)
     composed = _SEGMENT_PLDS.get(key)
@@ -400,7 +421,8 @@ def _check_pld_delta(delta: float) -> None:
         raise UserInputError(
             f"delta {delta:g} is below {PLD_MIN_DELTA:g}, where the PLD accountant is not reliable (its FFT "
             f"round-off, ~1e-16 per grid point, can exceed delta and even make epsilon too small); use the RDP "
-            f"accountant, a valid bound at any delta, or a larger delta.")
+            f"accountant, a valid bound at any delta, or a larger delta."
+        )
 
 
 def _pld_value(event: DpEvent, kind: str, value: float, discretization: float) -> float:
@@ -424,8 +446,9 @@ def _pld_value(event: DpEvent, kind: str, value: float, discretization: float) -
     return float(pld.get_epsilon_for_delta(value) if kind == "epsilon" else pld.get_delta_for_epsilon(value))
 
 
-def privacy_profile(event: DpEvent, *, reach_delta: float, points: int = 200,
-                    discretization: float = PLD_DISCRETIZATION) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
+def privacy_profile(
+    event: DpEvent, *, reach_delta: float, points: int = 200, discretization: float = PLD_DISCRETIZATION
+) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
     """(epsilons, delta(epsilon)) of ``event`` (add/remove-one, both directions) from one PLD, on a grid
     from 0 to 3 x epsilon(reach_delta) + 4 (linear, plus a geometric part near 0).
 

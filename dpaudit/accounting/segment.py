@@ -71,8 +71,9 @@ class Segment:
             raise ValueError(f"noise_multiplier must be >= 0, got {self.noise_multiplier}.")
         factor = _require_real("sensitivity_factor", self.sensitivity_factor)
         if factor < 1.0:
-            raise ValueError(f"sensitivity_factor must be >= 1 (1 per-example, 2 micro-batch), "
-                             f"got {self.sensitivity_factor}.")
+            raise ValueError(
+                f"sensitivity_factor must be >= 1 (1 per-example, 2 micro-batch), got {self.sensitivity_factor}."
+            )
         # Store plain Python numbers so that JSON and equality behave (numpy scalars, ints for floats).
         object.__setattr__(self, "steps", int(self.steps))
         object.__setattr__(self, "sampling_probability", q)
@@ -115,8 +116,9 @@ class Segment:
     def from_json(cls, obj: object, *, where: str = "segment") -> Segment:
         """Inverse of :meth:`to_json`; bad input raises :class:`UserInputError` naming `where`."""
         if not isinstance(obj, dict):
-            raise UserInputError(f"{where}: expected an object with steps, sampling_probability, "
-                                 f"noise_multiplier, got {obj!r}.")
+            raise UserInputError(
+                f"{where}: expected an object with steps, sampling_probability, noise_multiplier, got {obj!r}."
+            )
         names = {f.name for f in dataclasses.fields(cls)}
         unknown = sorted(set(obj) - names)
         if unknown:

@@ -15,8 +15,10 @@ from dpaudit.accounting.serialization import Json
 TAN_VALID_ABOVE = 2.0
 
 
-SIMULATION_LABEL = ("NON-PRIVATE TAN simulation: same per-step signal-to-noise ratio and steps as the "
-                    "reference run, but its own epsilon is far larger; never report it as private")
+SIMULATION_LABEL = (
+    "NON-PRIVATE TAN simulation: same per-step signal-to-noise ratio and steps as the "
+    "reference run, but its own epsilon is far larger; never report it as private"
+)
 
 
 class TanValidityWarning(UserWarning):
@@ -39,7 +41,7 @@ def tan_eta_segments(segments: Sequence[Segment]) -> float:
     for segment in segments:
         if segment.noise_multiplier <= 0.0:
             return math.inf
-        total += segment.sampling_probability ** 2 * segment.steps / (2.0 * segment.noise_multiplier ** 2)
+        total += segment.sampling_probability**2 * segment.steps / (2.0 * segment.noise_multiplier**2)
     return math.sqrt(total)
 
 
@@ -48,8 +50,10 @@ def _tan_epsilon_of_eta(eta: float, delta: float) -> float:
 
 
 def _wall_message(sigma: float) -> str:
-    return (f"eps_TAN is only valid for sigma > {TAN_VALID_ABOVE:g} (Sander et al.'s privacy wall); here sigma = "
-            f"{sigma:.4g}, so the true epsilon can be far larger. Use epsilon().")
+    return (
+        f"eps_TAN is only valid for sigma > {TAN_VALID_ABOVE:g} (Sander et al.'s privacy wall); here sigma = "
+        f"{sigma:.4g}, so the true epsilon can be far larger. Use epsilon()."
+    )
 
 
 def _warn_wall(sigma: float) -> None:
@@ -77,8 +81,12 @@ def tan_report(segments: Sequence[Segment], delta: float) -> TanReport:
     sigma_min = min(s.noise_multiplier for s in segments)
     eps = _tan_epsilon_of_eta(eta, delta) if math.isfinite(eta) else math.inf
     valid = sigma_min > TAN_VALID_ABOVE
-    return TanReport(eta=eta, epsilon_tan=eps if math.isfinite(eps) else None, valid=valid,
-                     warning=None if valid else _wall_message(sigma_min))
+    return TanReport(
+        eta=eta,
+        epsilon_tan=eps if math.isfinite(eps) else None,
+        valid=valid,
+        warning=None if valid else _wall_message(sigma_min),
+    )
 
 
 def tan_epsilon(*, sampling_probability: float, steps: int, noise_multiplier: float, delta: float) -> float:
@@ -135,8 +143,9 @@ class TanSimulation:
         return out
 
 
-def tan_simulate(*, dataset_size: int, batch_size: int, noise_multiplier: float, steps: int,
-                 simulated_batch_size: int) -> TanSimulation:
+def tan_simulate(
+    *, dataset_size: int, batch_size: int, noise_multiplier: float, steps: int, simulated_batch_size: int
+) -> TanSimulation:
     """The (B, sigma) that keeps eta_step and steps of a reference run: sigma_B = sigma * B / B_ref."""
     n = _require_int("dataset_size", dataset_size, 1)
     b_ref = _require_int("batch_size", batch_size, 1)
@@ -148,6 +157,14 @@ def tan_simulate(*, dataset_size: int, batch_size: int, noise_multiplier: float,
     if sigma <= 0.0:
         raise ValueError(f"noise_multiplier must be > 0, got {noise_multiplier}.")
     eta_step = (b_ref / n) / (math.sqrt(2.0) * sigma)
-    return TanSimulation(dataset_size=n, steps=s, reference_batch_size=b_ref, reference_noise_multiplier=sigma,
-                         simulated_batch_size=b, simulated_noise_multiplier=sigma * b / b_ref, eta_step=eta_step,
-                         eta=eta_step * math.sqrt(s), compute_saving=b_ref / b)
+    return TanSimulation(
+        dataset_size=n,
+        steps=s,
+        reference_batch_size=b_ref,
+        reference_noise_multiplier=sigma,
+        simulated_batch_size=b,
+        simulated_noise_multiplier=sigma * b / b_ref,
+        eta_step=eta_step,
+        eta=eta_step * math.sqrt(s),
+        compute_saving=b_ref / b,
+    )

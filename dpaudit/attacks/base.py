@@ -65,9 +65,13 @@ class AttackContext:
 
         from dpaudit.attacks.exposure_rank import exposure_ranks
 
-        secrets = self.secret_indices[:, self.options.reveal:]
-        return exposure_ranks(self.masked_log_probs, secrets, tolerance=self.options.tolerance,
-                              workers=max(1, min(4, os.cpu_count() or 1)))
+        secrets = self.secret_indices[:, self.options.reveal :]
+        return exposure_ranks(
+            self.masked_log_probs,
+            secrets,
+            tolerance=self.options.tolerance,
+            workers=max(1, min(4, os.cpu_count() or 1)),
+        )
 
     @cached_property
     def is_causal(self) -> bool:

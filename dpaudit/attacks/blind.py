@@ -62,8 +62,9 @@ def _text_features(texts: Sequence[str]) -> Any:
     from sklearn.feature_extraction.text import HashingVectorizer
 
     words = HashingVectorizer(n_features=WORD_FEATURES, ngram_range=(1, 2), alternate_sign=False, norm="l2")
-    chars = HashingVectorizer(n_features=CHAR_FEATURES, analyzer="char_wb", ngram_range=(2, 4), alternate_sign=False,
-                              norm="l2")
+    chars = HashingVectorizer(
+        n_features=CHAR_FEATURES, analyzer="char_wb", ngram_range=(2, 4), alternate_sign=False, norm="l2"
+    )
     return hstack([words.transform(texts), chars.transform(texts)]).tocsr()
 
 
@@ -88,8 +89,15 @@ def folds_for(member: np.ndarray, folds: int = FOLDS) -> int:
     return min(folds, smaller) if smaller >= 2 else 0
 
 
-def blind_scores(texts: Sequence[str], labels: Sequence[int] | None, member: np.ndarray, *, seed: int,
-                 folds: int = FOLDS, features: Sequence[str] = FEATURES) -> np.ndarray:
+def blind_scores(
+    texts: Sequence[str],
+    labels: Sequence[int] | None,
+    member: np.ndarray,
+    *,
+    seed: int,
+    folds: int = FOLDS,
+    features: Sequence[str] = FEATURES,
+) -> np.ndarray:
     """[n] cross-fitted member scores from the text (and label) alone; higher = member.
 
     ``features``: the groups of :data:`FEATURES` to use (the attack uses all; fewer say which one carries a signal).
@@ -106,8 +114,10 @@ def blind_scores(texts: Sequence[str], labels: Sequence[int] | None, member: np.
     member = np.asarray(member, dtype=bool)
     k = folds_for(member, folds)
     if k < 2:
-        raise ValueError(f"the blind baseline needs >= 2 members and >= 2 non-members, got {int(member.sum())} and "
-                         f"{int((~member).sum())}.")
+        raise ValueError(
+            f"the blind baseline needs >= 2 members and >= 2 non-members, got {int(member.sum())} and "
+            f"{int((~member).sum())}."
+        )
     n = len(texts)
     text_x = _text_features(texts) if "text" in features else csr_matrix((n, 0))
     label_x = _label_features(labels if "label" in features else None, n)
@@ -140,19 +150,30 @@ class BlindAttack(MembershipAttack):
         scored, notes = [], []
         for task in membership_tasks(context):
             if folds_for(task.member) < 2:
-                notes.append(f"{task.name}: {task.n_members} members and {task.n_nonmembers} non-members are too few "
-                             "for a cross-fitted blind baseline (>= 2 each); not scored.")
+                notes.append(
+                    f"{task.name}: {task.n_members} members and {task.n_nonmembers} non-members are too few "
+                    "for a cross-fitted blind baseline (>= 2 each); not scored."
+                )
                 continue
             plain = dataclasses.replace(task, coin_flip=False)  # no one-run bound from cross-fitted scores
             scored.append((plain, blind_scores(task.texts, task.labels, task.member, seed=seed)))
         labels = context.scorer.kind == CLASSIFIER
-        params = {"score": "logistic regression on hashed word 1-2-grams and char 2-4-grams of the text, log length"
-                           + (", label one-hot" if labels else "") + "; higher = member; never queries the model",
-                  "cross_fitting": f"stratified {FOLDS}-fold (fewer for a smaller side), shuffled by --seed; each "
-                                   "candidate scored by the model fitted on the other folds",
-                  "features": {"word_ngrams": [1, 2], "char_ngrams": [2, 4], "hashed_dims": WORD_FEATURES + CHAR_FEATURES,
-                               "length": ["log1p chars", "log1p words"], "label_one_hot": labels},
-                  "C": C, "baseline": "not about the model: no bound of it enters the headline or meets the claim"}
+        params = {
+            "score": "logistic regression on hashed word 1-2-grams and char 2-4-grams of the text, log length"
+            + (", label one-hot" if labels else "")
+            + "; higher = member; never queries the model",
+            "cross_fitting": f"stratified {FOLDS}-fold (fewer for a smaller side), shuffled by --seed; each "
+            "candidate scored by the model fitted on the other folds",
+            "features": {
+                "word_ngrams": [1, 2],
+                "char_ngrams": [2, 4],
+                "hashed_dims": WORD_FEATURES + CHAR_FEATURES,
+                "length": ["log1p chars", "log1p words"],
+                "label_one_hot": labels,
+            },
+            "C": C,
+            "baseline": "not about the model: no bound of it enters the headline or meets the claim",
+        }
         return audit_tasks(context, self.name, scored, parameters=params, warnings=notes, compare_with_claim=False)
 
 
@@ -181,8 +202,12 @@ def blind_comparison(results: Sequence[Any]) -> list[str]:
             ref = base.get(_base_task(t.task))
             if ref is not None and not t.auc_ci[0] > ref.auc:
                 name = r.attack + (" (offline)" if "-offline" in t.task else "")
-                weak.setdefault(_base_task(t.task), []).append(f"{name} {t.auc:.3f} [{t.auc_ci[0]:.3f}, {t.auc_ci[1]:.3f}]")
-    return [f"{task}: {', '.join(names)} {'does' if len(names) == 1 else 'do'} not beat the blind baseline (AUC "
-            f"{base[task].auc:.3f} [{base[task].auc_ci[0]:.3f}, {base[task].auc_ci[1]:.3f}] from the text alone): the "
-            "membership signal may be distribution shift between members and non-members, not memorization."
-            for task, names in weak.items()]
+                weak.setdefault(_base_task(t.task), []).append(
+                    f"{name} {t.auc:.3f} [{t.auc_ci[0]:.3f}, {t.auc_ci[1]:.3f}]"
+                )
+    return [
+        f"{task}: {', '.join(names)} {'does' if len(names) == 1 else 'do'} not beat the blind baseline (AUC "
+        f"{base[task].auc:.3f} [{base[task].auc_ci[0]:.3f}, {base[task].auc_ci[1]:.3f}] from the text alone): the "
+        "membership signal may be distribution shift between members and non-members, not memorization."
+        for task, names in weak.items()
+    ]

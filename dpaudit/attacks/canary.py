@@ -50,14 +50,18 @@ def _declared_new_token_ids(context: AttackContext) -> list[int]:
     """The token ids of the inject manifest's declared new tokens; a one-line error when the model lacks any."""
     tokenizer, declared = context.scorer.tokenizer, list(context.data.new_tokens)
     if not declared:
-        raise UserInputError(f"--data {context.data.path}: new-token canaries but the manifest declares no new_tokens; "
-                             "rerun dpaudit inject.")
+        raise UserInputError(
+            f"--data {context.data.path}: new-token canaries but the manifest declares no new_tokens; "
+            "rerun dpaudit inject."
+        )
     ids = tokenizer.convert_tokens_to_ids(declared)
     unknown = [t for t, i in zip(declared, ids) if i is None or i == tokenizer.unk_token_id]
     if unknown:
-        raise UserInputError(f"--model {context.scorer.source.path}: its tokenizer lacks {len(unknown)} of the "
-                             f"{len(declared)} new tokens of --data (e.g. {unknown[0]!r}); it was not trained on this "
-                             "inject directory (trainers add the manifest's new_tokens to the vocabulary).")
+        raise UserInputError(
+            f"--model {context.scorer.source.path}: its tokenizer lacks {len(unknown)} of the "
+            f"{len(declared)} new tokens of --data (e.g. {unknown[0]!r}); it was not trained on this "
+            "inject directory (trainers add the manifest's new_tokens to the vocabulary)."
+        )
     return ids
 
 
@@ -95,8 +99,10 @@ def _exposure(context: AttackContext) -> np.ndarray:
 
 #: Secret-space kind (the manifest's ``secret_space.kind``) -> (the score in words, how it is computed).
 SCORES: dict[str, tuple[str, Callable[[AttackContext], np.ndarray]]] = {
-    "new-tokens": ("masked pseudo-log-likelihood of the secret, each token normalized over the declared new tokens",
-                   _new_token_pll),
+    "new-tokens": (
+        "masked pseudo-log-likelihood of the secret, each token normalized over the declared new tokens",
+        _new_token_pll,
+    ),
     "rare-tokens": ("masked pseudo-log-likelihood of the secret over the vocabulary", _vocab_pll),
     "phrases": ("masked pseudo-log-likelihood of the secret over the vocabulary", _vocab_pll),
     "digits": ("exposure (lower end): the secret's exact rank among all |R| candidates", _exposure),
@@ -120,8 +126,9 @@ def secret_kind(run: Any) -> str:
     entry = run.manifest.get("secret_space")
     kind = entry.get("kind") if isinstance(entry, dict) else None
     if kind not in SCORES:
-        raise UserInputError(f"--data {run.path}: the canary attack knows no score for secret space {kind!r}; rerun "
-                             "dpaudit inject.")
+        raise UserInputError(
+            f"--data {run.path}: the canary attack knows no score for secret space {kind!r}; rerun dpaudit inject."
+        )
     return kind
 
 
@@ -143,8 +150,15 @@ class CanaryAttack(BaseAttack):
         parameters = {"score": f"{words}; higher = member", "design": kind}
         task = canary_task(context.data)
         if task is None:
-            result = RESULT_CLASSES[self.name](parameters=parameters, tasks=(), claimed_epsilon=None, exceeds_claim=False,
-                                               warnings=("no canary task: every canary was inserted, or none was.",))
+            result = RESULT_CLASSES[self.name](
+                parameters=parameters,
+                tasks=(),
+                claimed_epsilon=None,
+                exceeds_claim=False,
+                warnings=("no canary task: every canary was inserted, or none was.",),
+            )
             return AttackOutcome(result)
         scores = dict(zip((c.id for c in context.canaries), score_fn(context).tolist()))
-        return audit_tasks(context, self.name, [(task, np.asarray([scores[i] for i in task.ids]))], parameters=parameters)
+        return audit_tasks(
+            context, self.name, [(task, np.asarray([scores[i] for i in task.ids]))], parameters=parameters
+        )

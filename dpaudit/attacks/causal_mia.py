@@ -47,8 +47,13 @@ def zlib_entropy(text: str) -> int:
 
 def zlib_scores(token_log_probs: Sequence[np.ndarray], texts: Sequence[str]) -> np.ndarray:
     """[n] -(mean NLL) / zlib entropy; NaN for a text with no scored token. Higher = member."""
-    return np.asarray([float(lp.mean()) / zlib_entropy(t) if lp.size else np.nan
-                       for lp, t in zip(token_log_probs, texts, strict=True)], dtype=np.float64)
+    return np.asarray(
+        [
+            float(lp.mean()) / zlib_entropy(t) if lp.size else np.nan
+            for lp, t in zip(token_log_probs, texts, strict=True)
+        ],
+        dtype=np.float64,
+    )
 
 
 def lowest_mean(values: np.ndarray, k: float) -> float:
@@ -64,8 +69,9 @@ def min_k_scores(token_log_probs: Sequence[np.ndarray], k: float) -> np.ndarray:
     return np.asarray([lowest_mean(lp, k) for lp in token_log_probs], dtype=np.float64)
 
 
-def min_k_plus_plus_scores(log_probs: Sequence[np.ndarray], mean: Sequence[np.ndarray], std: Sequence[np.ndarray],
-                           k: float) -> np.ndarray:
+def min_k_plus_plus_scores(
+    log_probs: Sequence[np.ndarray], mean: Sequence[np.ndarray], std: Sequence[np.ndarray], k: float
+) -> np.ndarray:
     """[n] Min-K%++: the mean of the k fraction of lowest (log p - mu) / sigma per text. Higher = member."""
     out = []
     for lp, mu, sigma in zip(log_probs, mean, std, strict=True):
@@ -82,9 +88,16 @@ class MinKConfig(MembershipOptions):
         min_k: the fraction k of each text's lowest-scoring tokens they average.
     """
 
-    min_k: float = field(default=0.2, metadata=option(
-        "min-k and min-k++ (causal LMs): average each text's fraction K of lowest-scoring tokens.", metavar="K", min=0,
-        max=1, min_open=True))
+    min_k: float = field(
+        default=0.2,
+        metadata=option(
+            "min-k and min-k++ (causal LMs): average each text's fraction K of lowest-scoring tokens.",
+            metavar="K",
+            min=0,
+            max=1,
+            min_open=True,
+        ),
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -107,10 +120,17 @@ class _CausalMia(MembershipAttack):
 
     def run(self, context: AttackContext) -> AttackOutcome:
         scored = [(t, self.scores(context, t.texts)) for t in membership_tasks(context)]
-        return audit_tasks(context, self.name, scored, parameters={
-            "score": f"{self.score_words}; higher = member",
-            "max_tokens": EXAMPLE_MAX_LENGTH, **self.parameters(context),
-            "threshold": "chosen on a seeded half of the scores (audit split), evaluated on the other half"})
+        return audit_tasks(
+            context,
+            self.name,
+            scored,
+            parameters={
+                "score": f"{self.score_words}; higher = member",
+                "max_tokens": EXAMPLE_MAX_LENGTH,
+                **self.parameters(context),
+                "threshold": "chosen on a seeded half of the scores (audit split), evaluated on the other half",
+            },
+        )
 
 
 class ZlibAttack(_CausalMia):
@@ -145,8 +165,10 @@ class MinKPlusPlusAttack(_CausalMia):
     name: ClassVar[str] = "min-k++"
     Config: ClassVar[type] = MinKConfig
     order: ClassVar[int] = 130
-    score_words: ClassVar[str] = ("mean of the k% lowest (log p(x_t) - mu_t) / sigma_t, mu_t and sigma_t the mean and "
-                                  "std of log p(z) for z drawn from the model's next-token distribution")
+    score_words: ClassVar[str] = (
+        "mean of the k% lowest (log p(x_t) - mu_t) / sigma_t, mu_t and sigma_t the mean and "
+        "std of log p(z) for z drawn from the model's next-token distribution"
+    )
 
     def scores(self, context: AttackContext, texts: list[str]) -> np.ndarray:
         stats = context.scorer.token_statistics(texts, max_length=EXAMPLE_MAX_LENGTH)

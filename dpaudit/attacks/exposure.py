@@ -44,26 +44,38 @@ from dpaudit.common.errors import UserInputError
 from dpaudit.common.progress import progress_bar
 from dpaudit.scoring.source import CAUSAL_LM, MASKED_LM
 
-PHRASES_WARNING = ("exposure needs a secret space with a finite per-position alphabet (digits:N, words:N); phrase and "
-                   "designed (new-tokens, rare-tokens) canaries have none, so exposure was not computed (see the "
-                   "reconstruction attack, and the canary attack's pseudo-log-likelihood).")
+PHRASES_WARNING = (
+    "exposure needs a secret space with a finite per-position alphabet (digits:N, words:N); phrase and "
+    "designed (new-tokens, rare-tokens) canaries have none, so exposure was not computed (see the "
+    "reconstruction attack, and the canary attack's pseudo-log-likelihood)."
+)
 #: :data:`PHRASES_WARNING` for a causal LM (nothing is masked: extraction, and the canary attack's log-likelihood).
-CAUSAL_PHRASES_WARNING = PHRASES_WARNING.replace("reconstruction attack, and the canary attack's pseudo-log-likelihood",
-                                                 "extraction attack, and the canary attack's log-likelihood")
+CAUSAL_PHRASES_WARNING = PHRASES_WARNING.replace(
+    "reconstruction attack, and the canary attack's pseudo-log-likelihood",
+    "extraction attack, and the canary attack's log-likelihood",
+)
 
 
-def exposure_rows(exposures: np.ndarray, frequencies: np.ndarray, *, seed: int, level: float) -> tuple[ExposureRow, ...]:
+def exposure_rows(
+    exposures: np.ndarray, frequencies: np.ndarray, *, seed: int, level: float
+) -> tuple[ExposureRow, ...]:
     """Statistics of per-canary exposures by frequency; each inserted group tested against the controls."""
     controls = exposures[frequencies == 0]
     rows = []
     for f, idx in by_frequency(frequencies):
         x = exposures[idx]
-        rows.append(ExposureRow(
-            frequency=f, n=int(x.size), mean=float(x.mean()), median=float(np.median(x)), max=float(x.max()),
-            mean_ci=bootstrap_interval(x, np.mean, seed=seed, level=level),
-            median_ci=bootstrap_interval(x, np.median, seed=seed, level=level),
-            vs_controls=None if f == 0 else mann_whitney_greater(x, controls),
-        ))
+        rows.append(
+            ExposureRow(
+                frequency=f,
+                n=int(x.size),
+                mean=float(x.mean()),
+                median=float(np.median(x)),
+                max=float(x.max()),
+                mean_ci=bootstrap_interval(x, np.mean, seed=seed, level=level),
+                median_ci=bootstrap_interval(x, np.median, seed=seed, level=level),
+                vs_controls=None if f == 0 else mann_whitney_greater(x, controls),
+            )
+        )
     return tuple(rows)
 
 
@@ -101,13 +113,23 @@ def _causal_exposure_intervals(context: AttackContext) -> tuple[list[RankInterva
     try:
         secrets, alphabet = cs.alphabet_secrets(tokenizer, canaries, space, max_length=context.scorer.max_length)
         single = True
-        note = None if size <= options.exposure_limit else (
-            f"|R| = {size:,} is above --exposure-limit {options.exposure_limit:,}: exposure is Carlini et al.'s sampled "
-            f"estimate from {options.exposure_samples:,} uniformly drawn candidates (it cannot exceed log2 of that)")
+        note = (
+            None
+            if size <= options.exposure_limit
+            else (
+                f"|R| = {size:,} is above --exposure-limit {options.exposure_limit:,}: exposure is Carlini et al.'s sampled "
+                f"estimate from {options.exposure_samples:,} uniformly drawn candidates (it cannot exceed log2 of that)"
+            )
+        )
     except UserInputError as err:
-        single, note = False, (f"the secret's symbols are not single tokens for this tokenizer ({err}): exposure is "
-                               f"Carlini et al.'s sampled estimate from {options.exposure_samples:,} uniformly drawn "
-                               "candidates")
+        single, note = (
+            False,
+            (
+                f"the secret's symbols are not single tokens for this tokenizer ({err}): exposure is "
+                f"Carlini et al.'s sampled estimate from {options.exposure_samples:,} uniformly drawn "
+                "candidates"
+            ),
+        )
     intervals, skew = [], []
     if single and note is None:
         bar = progress_bar(list(zip(canaries, secrets)), desc="exposure (prefix tree)", unit="canary")
@@ -124,11 +146,14 @@ def _causal_exposure_intervals(context: AttackContext) -> tuple[list[RankInterva
         if single:
             scores = cs.candidate_scores(model, secrets[i].context, alphabet[rows], device=device)
         else:
-            texts = [SimpleNamespace(id=canary.id, prefix=canary.prefix, secret=space.secret_of(r), suffix=canary.suffix)
-                     for r in rows.tolist()]
+            texts = [
+                SimpleNamespace(id=canary.id, prefix=canary.prefix, secret=space.secret_of(r), suffix=canary.suffix)
+                for r in rows.tolist()
+            ]
             scores = scorer.secret_log_likelihoods(texts)  # the scorer's own: each secret's tokens given its prefix
-        intervals.append(sampled_exposure(scores[0], scores[1:], size, method="interpolation",
-                                          tolerance=options.tolerance))
+        intervals.append(
+            sampled_exposure(scores[0], scores[1:], size, method="interpolation", tolerance=options.tolerance)
+        )
         try:
             skew.append(sampled_exposure(scores[0], scores[1:], size, method="skewnorm").exposure_low)
         except ValueError:  # all reference scores equal: no fit
@@ -148,19 +173,32 @@ class ExposureConfig(SecretOptions):
         exposure_samples: candidates drawn uniformly from R for the sampled estimates (causal LMs).
     """
 
-    exposure_limit: int = field(default=10**5, metadata=option(
-        "exposure (causal LMs): exact (every candidate scored by a prefix tree) up to |R| = N; above, Carlini et al.'s "
-        "sampled estimates from --exposure-samples candidates.", metavar="N", min=1))
-    exposure_samples: int = field(default=1000, metadata=option(
-        "exposure (causal LMs): candidates drawn uniformly for the sampled estimates (resolve at most log2 M bits).",
-        metavar="M", min=3))
+    exposure_limit: int = field(
+        default=10**5,
+        metadata=option(
+            "exposure (causal LMs): exact (every candidate scored by a prefix tree) up to |R| = N; above, Carlini et al.'s "
+            "sampled estimates from --exposure-samples candidates.",
+            metavar="N",
+            min=1,
+        ),
+    )
+    exposure_samples: int = field(
+        default=1000,
+        metadata=option(
+            "exposure (causal LMs): candidates drawn uniformly for the sampled estimates (resolve at most log2 M bits).",
+            metavar="M",
+            min=3,
+        ),
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.exposure_limit < 1:
             raise ValueError(f"--exposure-limit must be >= 1, got {self.exposure_limit}.")
         if self.exposure_samples < 3:
-            raise ValueError(f"--exposure-samples must be >= 3 (a skew-normal fit needs 3), got {self.exposure_samples}.")
+            raise ValueError(
+                f"--exposure-samples must be >= 3 (a skew-normal fit needs 3), got {self.exposure_samples}."
+            )
 
 
 class ExposureAttack(BaseAttack):
@@ -175,12 +213,18 @@ class ExposureAttack(BaseAttack):
     def run(self, context: AttackContext) -> AttackOutcome:
         options, space = context.options, context.space
         if context.is_causal and options.reveal:
-            raise UserInputError(f"--reveal {options.reveal}: a causal LM is scored from the secret's prefix, with "
-                                 "nothing masked; remove --reveal.")
+            raise UserInputError(
+                f"--reveal {options.reveal}: a causal LM is scored from the secret's prefix, with "
+                "nothing masked; remove --reveal."
+            )
         if space is None or (context.is_causal and getattr(space, "alphabet", None) is None):
-            params = ExposureParameters(secret_format=context.canaries[0].format if context.canaries else "phrases",
-                                        log2_space_size=None, reveal=options.reveal, tolerance=options.tolerance,
-                                        bootstrap_seed=options.seed)
+            params = ExposureParameters(
+                secret_format=context.canaries[0].format if context.canaries else "phrases",
+                log2_space_size=None,
+                reveal=options.reveal,
+                tolerance=options.tolerance,
+                bootstrap_seed=options.seed,
+            )
             warning = CAUSAL_PHRASES_WARNING if context.is_causal else PHRASES_WARNING
             return AttackOutcome(ExposureResult(parameters=params, warnings=(warning,)))
         notes: tuple[str, ...] = ()
@@ -193,16 +237,30 @@ class ExposureAttack(BaseAttack):
         bar = progress_bar(context.canaries, desc="exposure ranks", unit="canary")
         for i, (canary, interval) in enumerate(zip(bar, intervals)):
             low[i] = interval.exposure_low
-            fields[canary.id] = {"rank_low": int(interval.rank_low), "rank_high": int(interval.rank_high),
-                                 "rank_method": interval.method, "exposure_low": float(interval.exposure_low),
-                                 "exposure_high": float(interval.exposure_high)}
+            fields[canary.id] = {
+                "rank_low": int(interval.rank_low),
+                "rank_high": int(interval.rank_high),
+                "rank_method": interval.method,
+                "exposure_low": float(interval.exposure_low),
+                "exposure_high": float(interval.exposure_high),
+            }
             if not np.isnan(skew[i]):
                 fields[canary.id]["exposure_skewnorm"] = skew[i]
         freqs = context.frequencies
-        params = ExposureParameters(secret_format=space.format,
-                                    log2_space_size=(space.length - options.reveal) * math.log2(len(space.alphabet)),
-                                    reveal=options.reveal, tolerance=options.tolerance, bootstrap_seed=options.seed)
-        warnings = notes + (() if (freqs == 0).any() else ("no control canaries (frequency 0): no baseline to compare with.",))
-        result = ExposureResult(parameters=params, rows=exposure_rows(low, freqs, seed=options.seed, level=options.level),
-                                slope_per_doubling=log_frequency_slope(freqs, low), warnings=warnings)
+        params = ExposureParameters(
+            secret_format=space.format,
+            log2_space_size=(space.length - options.reveal) * math.log2(len(space.alphabet)),
+            reveal=options.reveal,
+            tolerance=options.tolerance,
+            bootstrap_seed=options.seed,
+        )
+        warnings = notes + (
+            () if (freqs == 0).any() else ("no control canaries (frequency 0): no baseline to compare with.",)
+        )
+        result = ExposureResult(
+            parameters=params,
+            rows=exposure_rows(low, freqs, seed=options.seed, level=options.level),
+            slope_per_doubling=log_frequency_slope(freqs, low),
+            warnings=warnings,
+        )
         return AttackOutcome(result, fields)

@@ -94,8 +94,7 @@ class RankInterval:
         if self.better < 0 or self.tied < 0:
             raise ValueError(f"better and tied must be >= 0, got {self.better} and {self.tied}.")
         if self.better + self.tied + 1 > self.space_size:
-            raise ValueError(f"better + tied + 1 = {self.better + self.tied + 1} exceeds space_size "
-                             f"{self.space_size}.")
+            raise ValueError(f"better + tied + 1 = {self.better + self.tied + 1} exceeds space_size {self.space_size}.")
         if self.method not in METHODS:
             raise ValueError(f"method must be one of {METHODS}, got {self.method!r}.")
 
@@ -121,22 +120,35 @@ class RankInterval:
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready dict; ints stay exact Python ints (json writes them digit for digit)."""
-        return {"method": self.method, "space_size": self.space_size, "better": self.better,
-                "tied": self.tied, "rank_low": self.rank_low, "rank_high": self.rank_high,
-                "exposure_low": self.exposure_low, "exposure_high": self.exposure_high}
+        return {
+            "method": self.method,
+            "space_size": self.space_size,
+            "better": self.better,
+            "tied": self.tied,
+            "rank_low": self.rank_low,
+            "rank_high": self.rank_high,
+            "exposure_low": self.exposure_low,
+            "exposure_high": self.exposure_high,
+        }
 
     @classmethod
     def from_json(cls, data: dict[str, Any]) -> "RankInterval":
         """Inverse of :meth:`to_json` (the derived fields are recomputed, and checked if present)."""
         try:
-            out = cls(better=int(data["better"]), tied=int(data["tied"]),
-                      space_size=int(data["space_size"]), method=str(data["method"]))
+            out = cls(
+                better=int(data["better"]),
+                tied=int(data["tied"]),
+                space_size=int(data["space_size"]),
+                method=str(data["method"]),
+            )
         except KeyError as err:
             raise ValueError(f"rank interval JSON lacks the field {err.args[0]!r}.") from None
         for name in ("rank_low", "rank_high"):
             if name in data and int(data[name]) != getattr(out, name):
-                raise ValueError(f"rank interval JSON has {name}={data[name]}, inconsistent with "
-                                 f"better={out.better}, tied={out.tied}.")
+                raise ValueError(
+                    f"rank interval JSON has {name}={data[name]}, inconsistent with "
+                    f"better={out.better}, tied={out.tied}."
+                )
         return out
 
 
@@ -148,8 +160,9 @@ def _tables(log_probs: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarray]:
     """Per-position score rows as contiguous float64 1-D arrays, checked."""
     if isinstance(log_probs, np.ndarray):
         if log_probs.ndim != 2:
-            raise ValueError(f"log_probs must be [positions, alphabet] (or a list of 1-D arrays), "
-                             f"got shape {log_probs.shape}.")
+            raise ValueError(
+                f"log_probs must be [positions, alphabet] (or a list of 1-D arrays), got shape {log_probs.shape}."
+            )
         rows = list(log_probs)
     else:
         rows = list(log_probs)
@@ -158,8 +171,7 @@ def _tables(log_probs: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarray]:
     tables = []
     for i, row in enumerate(rows):
         arr = np.asarray(row)
-        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.floating)
-                                       or np.issubdtype(arr.dtype, np.integer)):
+        if arr.dtype == object or not (np.issubdtype(arr.dtype, np.floating) or np.issubdtype(arr.dtype, np.integer)):
             raise ValueError(f"log_probs position {i} must be numeric, got dtype {arr.dtype}.")
         arr = np.ascontiguousarray(arr, dtype=np.float64)
         if arr.ndim != 1 or arr.size == 0:
@@ -167,8 +179,10 @@ def _tables(log_probs: np.ndarray | Sequence[np.ndarray]) -> list[np.ndarray]:
         bad = ~np.isfinite(arr)
         if bad.any():
             j = int(np.argmax(bad))
-            raise ValueError(f"log_probs position {i}, symbol {j} is {arr[j]}: scores must be finite "
-                             f"(a NaN or inf log-probability has no rank).")
+            raise ValueError(
+                f"log_probs position {i}, symbol {j} is {arr[j]}: scores must be finite "
+                f"(a NaN or inf log-probability has no rank)."
+            )
         tables.append(arr)
     return tables
 
@@ -274,8 +288,9 @@ def _count_between(sorted_y: np.ndarray, n_le_hi: np.ndarray, z_lo: np.ndarray) 
     return int((n_le_hi - np.searchsorted(sorted_y, z_lo, side="left")).sum(dtype=np.int64))
 
 
-def _half(tables: Sequence[np.ndarray], secret: Sequence[int],
-          part: Sequence[int]) -> tuple[np.ndarray, np.ndarray, float]:
+def _half(
+    tables: Sequence[np.ndarray], secret: Sequence[int], part: Sequence[int]
+) -> tuple[np.ndarray, np.ndarray, float]:
     """A half's partial sums as runs ``last[:, None] + base[None, :]`` and the secret's partial sum.
 
     ``base`` holds the sorted sums of the half's positions but its last one, ``last`` the scores of
@@ -301,8 +316,9 @@ def _window_items(lo: np.ndarray, hi: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return window, np.arange(int(lengths.sum())) - offsets[window] + lo[window]
 
 
-def _merged_counts(y_last: np.ndarray, y_base: np.ndarray, x_last: np.ndarray, x_base: np.ndarray,
-                   t_hi: float, t_lo: float) -> tuple[int, int] | None:
+def _merged_counts(
+    y_last: np.ndarray, y_base: np.ndarray, x_last: np.ndarray, x_base: np.ndarray, t_hi: float, t_lo: float
+) -> tuple[int, int] | None:
     """(#pairs y > fl(t_hi - x), #pairs fl(t_lo - x) <= y <= fl(t_hi - x)) by one merge, or None.
 
     y = fl(y_last[l] + y_base) and x = fl(x_last[k] + x_base): the halves as ascending runs.
@@ -350,8 +366,9 @@ def _merged_counts(y_last: np.ndarray, y_base: np.ndarray, x_last: np.ndarray, x
     return None if between is None else (better, between)
 
 
-def _merge_windows(y_last: np.ndarray, y_base: np.ndarray, x_last: np.ndarray, x_base: np.ndarray, t_hi: float,
-                   t_lo: float) -> tuple[int, list[int], list[int], list[int]]:
+def _merge_windows(
+    y_last: np.ndarray, y_base: np.ndarray, x_last: np.ndarray, x_base: np.ndarray, t_hi: float, t_lo: float
+) -> tuple[int, list[int], list[int], list[int]]:
     """(pairs better by pruning alone, the x runs left to merge, each run's window [starts, stops)).
 
     Per run, thresholds below every y (all y better) are a suffix and thresholds whose lower end is
@@ -363,15 +380,24 @@ def _merge_windows(y_last: np.ndarray, y_base: np.ndarray, x_last: np.ndarray, x
     starts, stops = [], []
     for r in x_last:
         stops.append(bisect.bisect_right(x_base, -y_min, key=lambda b, r=r: -(t_hi - (r + b))))
-        starts.append(min(bisect.bisect_left(x_base, -y_max, key=lambda b, r=r: -(t_lo - (r + b))),
-                          stops[-1]))
+        starts.append(min(bisect.bisect_left(x_base, -y_max, key=lambda b, r=r: -(t_lo - (r + b))), stops[-1]))
     better = sum(x_base.size - stop for stop in stops) * n_y
     rows = [k for k in range(x_last.size) if starts[k] < stops[k]]
     return better, rows, starts, stops
 
 
-def _merge_keys(y_last: np.ndarray, y_base: np.ndarray, y_lo: list[int], y_hi: list[int], x_last: np.ndarray,
-                x_base: np.ndarray, rows: list[int], starts: list[int], stops: list[int], t_hi: float) -> np.ndarray:
+def _merge_keys(
+    y_last: np.ndarray,
+    y_base: np.ndarray,
+    y_lo: list[int],
+    y_hi: list[int],
+    x_last: np.ndarray,
+    x_base: np.ndarray,
+    rows: list[int],
+    starts: list[int],
+    stops: list[int],
+    t_hi: float,
+) -> np.ndarray:
     """The thresholds' keys (low bit 0) then the y's (low bit 1), merged by one stable sort.
 
     Keys are written in place, run by run (fresh large temporaries cost page faults here).
@@ -381,14 +407,14 @@ def _merge_keys(y_last: np.ndarray, y_base: np.ndarray, y_lo: list[int], y_hi: l
     keys = np.empty(n_ym + n_z, dtype=np.uint64)
     at = 0
     for k in rows:  # z = fl(t_hi - fl(base + r)), descending values: ascending magnitudes
-        seg = keys[at:at + stops[k] - starts[k]]
+        seg = keys[at : at + stops[k] - starts[k]]
         as_float = seg.view(np.float64)
-        np.add(x_base[starts[k]:stops[k]], x_last[k], out=as_float)
+        np.add(x_base[starts[k] : stops[k]], x_last[k], out=as_float)
         np.subtract(t_hi, as_float, out=as_float)
         np.left_shift(seg, 1, out=seg)
         at += seg.size
     for r, lo, hi in zip(y_last, y_lo, y_hi):  # y = fl(base + r), reversed: ascending magnitudes
-        seg = keys[at:at + hi - lo]
+        seg = keys[at : at + hi - lo]
         as_float = seg.view(np.float64)
         np.add(y_base[lo:hi][::-1], r, out=as_float)
         np.left_shift(seg, 1, out=seg)
@@ -417,12 +443,12 @@ def _scan_merged(keys: np.ndarray, n_ym: int, width: float) -> tuple[int, np.nda
     step = 1 << 16
     scratch = np.empty(step, dtype=np.uint64)
     for c0 in range(0, keys.size, step):
-        chunk = keys[c0:c0 + step]
-        bits = np.bitwise_and(chunk, 1, out=scratch[:chunk.size]).astype(bool)
+        chunk = keys[c0 : c0 + step]
+        bits = np.bitwise_and(chunk, 1, out=scratch[: chunk.size]).astype(bool)
         pos = np.flatnonzero(bits)
         y_pos_sum += int(pos.sum(dtype=np.int64)) + c0 * pos.size
-        nxt = keys[c0 + 1:c0 + step + 1]
-        diff = np.subtract(nxt, chunk[:nxt.size], out=scratch[:nxt.size])
+        nxt = keys[c0 + 1 : c0 + step + 1]
+        diff = np.subtract(nxt, chunk[: nxt.size], out=scratch[: nxt.size])
         hits = np.flatnonzero(diff <= gap)
         if hits.size:
             hits = hits[~bits[hits] | ((nxt[hits] & np.uint64(1)) == 0)]  # pairs with a threshold
@@ -434,8 +460,9 @@ def _scan_merged(keys: np.ndarray, n_ym: int, width: float) -> tuple[int, np.nda
     return better, (np.concatenate(close_parts) if close_parts else None)
 
 
-def _merged_ties(keys: np.ndarray, close: np.ndarray, width: float, x_last: np.ndarray, x_base: np.ndarray,
-                 t_hi: float, t_lo: float) -> int | None:
+def _merged_ties(
+    keys: np.ndarray, close: np.ndarray, width: float, x_last: np.ndarray, x_base: np.ndarray, t_hi: float, t_lo: float
+) -> int | None:
     """Pairs fl(t_lo - x) <= y <= fl(t_hi - x) among the close key pairs of :func:`_scan_merged` (None: searches).
 
     Every x whose threshold may be one of the close values (bracketed by value, so each x once): its
@@ -443,7 +470,7 @@ def _merged_ties(keys: np.ndarray, close: np.ndarray, width: float, x_last: np.n
     """
     m = x_base.size
     magnitude = (keys[np.concatenate([close, close + 1])] >> np.uint64(1)).view(np.float64)
-    close = close[magnitude[close.size:] - magnitude[:close.size] <= width]
+    close = close[magnitude[close.size :] - magnitude[: close.size] <= width]
     if close.size == 0:
         return 0
     near = np.union1d(close, close + 1)
@@ -474,8 +501,10 @@ def _exact(tables: list[np.ndarray], secret: tuple[int, ...], tol: float) -> Ran
     part_a, part_b = _split(sizes)
     half = max(math.prod(sizes[i] for i in part_a), math.prod(sizes[i] for i in part_b))
     if half > _EXACT_HALF_MAX:
-        raise ValueError(f"method 'exact' would enumerate {half} half-sums (|R| = {total}); use "
-                         f"'bounds' (or 'auto') for spaces this large.")
+        raise ValueError(
+            f"method 'exact' would enumerate {half} half-sums (|R| = {total}); use "
+            f"'bounds' (or 'auto') for spaces this large."
+        )
     if math.prod(sizes[i] for i in part_a) > math.prod(sizes[i] for i in part_b):
         part_a, part_b = part_b, part_a
     # y: the smaller half; x: the larger half, as runs x = r + base for each symbol score r of its
@@ -497,15 +526,15 @@ def _exact(tables: list[np.ndarray], secret: tuple[int, ...], tol: float) -> Ran
     # t - x pushed it across (possible only with a tolerance below an ulp of the score).
     own_better = bool(own_y > t_hi - own_x)
     own_between = (not own_better) and bool(own_y >= t_lo - own_x)
-    return RankInterval(better=better - own_better, tied=between - own_between, space_size=total,
-                        method="exact")
+    return RankInterval(better=better - own_better, tied=between - own_between, space_size=total, method="exact")
 
 
-def _searched_counts(ys: np.ndarray, x_last: np.ndarray, x_base: np.ndarray, t_hi: float,
-                     t_lo: float) -> tuple[int, int]:
+def _searched_counts(
+    ys: np.ndarray, x_last: np.ndarray, x_base: np.ndarray, t_hi: float, t_lo: float
+) -> tuple[int, int]:
     """The counts of :func:`_merged_counts` by ascending binary searches of the thresholds in ys."""
     if x_last.size == 1 and x_last[0] == 0.0:  # one run: chunks of it bound the memory
-        runs = [(0.0, x_base[start:start + _CHUNK]) for start in range(0, x_base.size, _CHUNK)]
+        runs = [(0.0, x_base[start : start + _CHUNK]) for start in range(0, x_base.size, _CHUNK)]
     else:
         runs = [(float(r), x_base) for r in x_last]
     x_min, x_max = float(x_last.min() + x_base[0]), float(x_last.max() + x_base[-1])
@@ -516,7 +545,7 @@ def _searched_counts(ys: np.ndarray, x_last: np.ndarray, x_base: np.ndarray, t_h
     lo = int(np.searchsorted(ys, t_lo - x_max, side="left"))  # ys[:lo] < t_lo - max(x)
     hi = int(np.searchsorted(ys, t_hi - x_min, side="right"))  # ys[hi:] > t_hi - min(x)
     n_always = n_y - max(hi, lo)
-    ys = ys[lo:max(hi, lo)]
+    ys = ys[lo : max(hi, lo)]
     n_mid = ys.size
     better = between = 0  # pairs with y > t_hi - x; pairs with t_lo - x <= y <= t_hi - x
     for shift, rest in runs:
@@ -563,15 +592,14 @@ def _grid_distribution(rows: list[np.ndarray]) -> tuple[np.ndarray, int, int]:
         if nonzero.size <= 32:  # a few shifted copies beat a dense convolution
             out = np.zeros(counts.size + hist.size - 1)
             for k in nonzero:
-                out[k:k + counts.size] += hist[k] * counts
+                out[k : k + counts.size] += hist[k] * counts
             counts = out
         else:
             counts = np.convolve(counts, hist)
     return counts, offset, terms
 
 
-def _bounds(tables: list[np.ndarray], secret: tuple[int, ...], tol: float,
-            grid_cells: int) -> RankInterval:
+def _bounds(tables: list[np.ndarray], secret: tuple[int, ...], tol: float, grid_cells: int) -> RankInterval:
     """Guaranteed rank bracket from the floor/ceil grid convolution.
 
     Why it is guaranteed: with h a power of two, v / h is exact, so floor(v/h) h <= v <= ceil(v/h) h
@@ -603,8 +631,8 @@ def _bounds(tables: list[np.ndarray], secret: tuple[int, ...], tol: float,
     # Surely better: lo >= m_better (lo h > s + tol + delta). Possibly as good: hi >= m_atleast.
     m_better = math.floor((score + tol + delta) / h) + 1
     m_atleast = math.ceil((score - tol - delta) / h)
-    tail_lo = lo_counts[max(0, m_better - lo_offset):]
-    tail_hi = hi_counts[max(0, m_atleast - hi_offset):]
+    tail_lo = lo_counts[max(0, m_better - lo_offset) :]
+    tail_hi = hi_counts[max(0, m_atleast - hi_offset) :]
     est_better = math.fsum(tail_lo.tolist()) if m_better - lo_offset < lo_counts.size else 0.0
     est_atleast = math.fsum(tail_hi.tolist()) if m_atleast - hi_offset < hi_counts.size else 0.0
     rel_lo = 1.01 * math.expm1((lo_terms + 2) * math.log1p(_U)) + 2 * _U
@@ -612,13 +640,17 @@ def _bounds(tables: list[np.ndarray], secret: tuple[int, ...], tol: float,
     better_low, _ = _round_count(est_better, rel_lo)
     _, atleast_high = _round_count(est_atleast, rel_hi)
     atleast_high = min(max(atleast_high, better_low + 1), total)  # the secret itself is at least as good
-    return RankInterval(better=better_low, tied=atleast_high - better_low - 1, space_size=total,
-                        method="bounds")
+    return RankInterval(better=better_low, tied=atleast_high - better_low - 1, space_size=total, method="bounds")
 
 
-def exposure_rank(log_probs: np.ndarray | Sequence[np.ndarray], secret: Sequence[int], *,
-                  tolerance: float = DEFAULT_TOLERANCE, method: str = "auto",
-                  grid_cells: int = DEFAULT_GRID_CELLS) -> RankInterval:
+def exposure_rank(
+    log_probs: np.ndarray | Sequence[np.ndarray],
+    secret: Sequence[int],
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    method: str = "auto",
+    grid_cells: int = DEFAULT_GRID_CELLS,
+) -> RankInterval:
     """Rank interval of ``secret`` among all candidates of a factorizing secret space.
 
     Args:
@@ -647,8 +679,9 @@ def exposure_rank(log_probs: np.ndarray | Sequence[np.ndarray], secret: Sequence
         method = "enumerate" if total <= ENUMERATE_MAX else "exact" if total <= EXACT_MAX else "bounds"
     if method == "enumerate":
         if total > 10 * ENUMERATE_MAX:
-            raise ValueError(f"method 'enumerate' scores every candidate; |R| = {total} is too many "
-                             f"(use 'exact' or 'auto').")
+            raise ValueError(
+                f"method 'enumerate' scores every candidate; |R| = {total} is too many (use 'exact' or 'auto')."
+            )
         return _enumerate(tables, idx, tol)
     if method == "exact":
         return _exact(tables, idx, tol)
@@ -659,9 +692,15 @@ def exposure_rank(log_probs: np.ndarray | Sequence[np.ndarray], secret: Sequence
     raise ValueError(f"method must be 'auto', 'enumerate', 'exact' or 'bounds', got {method!r}.")
 
 
-def exposure_ranks(log_probs: np.ndarray | Sequence[Any], secrets: np.ndarray | Sequence[Sequence[int]], *,
-                   tolerance: float = DEFAULT_TOLERANCE, method: str = "auto",
-                   grid_cells: int = DEFAULT_GRID_CELLS, workers: int = 1) -> list[RankInterval]:
+def exposure_ranks(
+    log_probs: np.ndarray | Sequence[Any],
+    secrets: np.ndarray | Sequence[Sequence[int]],
+    *,
+    tolerance: float = DEFAULT_TOLERANCE,
+    method: str = "auto",
+    grid_cells: int = DEFAULT_GRID_CELLS,
+    workers: int = 1,
+) -> list[RankInterval]:
     """:func:`exposure_rank` for n canaries: log_probs [n, positions, alphabet], secrets [n, positions].
 
     ``workers`` > 1 ranks canaries in that many threads: numpy releases the GIL in the sorts, binary
@@ -697,14 +736,14 @@ def exposure_ranks(log_probs: np.ndarray | Sequence[Any], secrets: np.ndarray | 
 _SNAP_REL_TOL = 1e-12
 
 
-def _scaled_rank_interval(log2_fraction_low: float, log2_fraction_high: float, total: int,
-                          method: str) -> RankInterval:
+def _scaled_rank_interval(log2_fraction_low: float, log2_fraction_high: float, total: int, method: str) -> RankInterval:
     """Integer ranks bracketing |R| * fraction (fractions given as log2), clamped to [1, |R|].
 
     A scaled rank within :data:`_SNAP_REL_TOL` (relative) of an integer is that integer before rounding:
     the log2 round trip leaves float error (|R| = 1000 and fraction 1/10 give 100.00000000000004), and a
     ceiling of it would put the interval's upper end one rank too high, a floor its lower end one too low.
     """
+
     def scaled(log2_fraction: float, rounding) -> int:
         log2_rank = math.log2(total) + log2_fraction
         if log2_rank <= 0:
@@ -722,8 +761,14 @@ def _scaled_rank_interval(log2_fraction_low: float, log2_fraction_high: float, t
     return RankInterval(better=low - 1, tied=high - low, space_size=total, method=method)
 
 
-def sampled_exposure(secret_score: float, reference_scores: np.ndarray, space_size: int, *,
-                     method: str = "interpolation", tolerance: float = DEFAULT_TOLERANCE) -> RankInterval:
+def sampled_exposure(
+    secret_score: float,
+    reference_scores: np.ndarray,
+    space_size: int,
+    *,
+    method: str = "interpolation",
+    tolerance: float = DEFAULT_TOLERANCE,
+) -> RankInterval:
     """Estimated rank of a secret from the scores of m candidates sampled uniformly from R.
 
     Carlini et al. 2019, sec. 4.2, for scorers that do not factorize over positions:
@@ -755,8 +800,9 @@ def sampled_exposure(secret_score: float, reference_scores: np.ndarray, space_si
     if method == "interpolation":
         better = int(np.count_nonzero(refs > score + tol))
         tied = int(np.count_nonzero(refs >= score - tol)) - better
-        return _scaled_rank_interval(math.log2((better + 1) / m), math.log2((better + tied + 1) / m), total,
-                                     "sampled-interpolation")
+        return _scaled_rank_interval(
+            math.log2((better + 1) / m), math.log2((better + tied + 1) / m), total, "sampled-interpolation"
+        )
     if method == "skewnorm":
         from scipy import stats
 

@@ -42,8 +42,17 @@ from dpaudit.common.errors import UserInputError
 from dpaudit.scoring.source import CAUSAL_LM, MASKED_LM
 
 
-def extraction_rows(frequencies: np.ndarray, greedy_exact: np.ndarray, beam_exact: np.ndarray, edit: np.ndarray,
-                    normalized: np.ndarray, beam_hit: np.ndarray, *, seed: int, level: float) -> tuple[ExtractionRow, ...]:
+def extraction_rows(
+    frequencies: np.ndarray,
+    greedy_exact: np.ndarray,
+    beam_exact: np.ndarray,
+    edit: np.ndarray,
+    normalized: np.ndarray,
+    beam_hit: np.ndarray,
+    *,
+    seed: int,
+    level: float,
+) -> tuple[ExtractionRow, ...]:
     """Reconstruction's statistics by frequency (the greedy continuation as the fill, the final beam as the top-k),
     plus the beam's exact-match rate and a Fisher test of the greedy extraction rate against the controls'."""
     base = reconstruction_rows(frequencies, greedy_exact, edit, normalized, beam_hit, seed=seed, level=level)
@@ -52,10 +61,16 @@ def extraction_rows(frequencies: np.ndarray, greedy_exact: np.ndarray, beam_exac
     rows = []
     for row, (f, idx) in zip(base, by_frequency(frequencies)):
         beam_hits = int(beam_exact[idx].sum())
-        rows.append(ExtractionRow(
-            **{name: getattr(row, name) for name in row.__dataclass_fields__},
-            beam_exact_matches=beam_hits, beam_exact_match_ci=clopper_pearson(beam_hits, int(idx.size), level=level),
-            fisher_vs_controls=None if f == 0 else fisher_greater(row.exact_matches, row.n, control_hits, n_controls)))
+        rows.append(
+            ExtractionRow(
+                **{name: getattr(row, name) for name in row.__dataclass_fields__},
+                beam_exact_matches=beam_hits,
+                beam_exact_match_ci=clopper_pearson(beam_hits, int(idx.size), level=level),
+                fisher_vs_controls=None
+                if f == 0
+                else fisher_greater(row.exact_matches, row.n, control_hits, n_controls),
+            )
+        )
     return tuple(rows)
 
 
@@ -67,8 +82,12 @@ class ExtractionConfig(SecretOptions):
         beam_width: the beam search's width (greedy decoding is always run beside it).
     """
 
-    beam_width: int = field(default=5, metadata=option(
-        "extraction (causal LMs): beams of the beam search beside greedy decoding from each canary's prefix.", min=1))
+    beam_width: int = field(
+        default=5,
+        metadata=option(
+            "extraction (causal LMs): beams of the beam search beside greedy decoding from each canary's prefix.", min=1
+        ),
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -83,10 +102,16 @@ class ExtractionAttack(BaseAttack):
     model_kinds: ClassVar[frozenset[str]] = frozenset({CAUSAL_LM})
     Config: ClassVar[type] = ExtractionConfig
     scores_canaries: ClassVar[bool] = True
-    counterparts: ClassVar[Mapping[str, tuple[str, str]]] = MappingProxyType({MASKED_LM: (
-        "reconstruction", "--attacks extraction decodes a secret from its prefix, which needs a causal LM, and {model} "
-                          "is a masked LM; use --attacks reconstruction (the masked secret filled in: extraction's "
-                          "counterpart for a masked LM).")})
+    counterparts: ClassVar[Mapping[str, tuple[str, str]]] = MappingProxyType(
+        {
+            MASKED_LM: (
+                "reconstruction",
+                "--attacks extraction decodes a secret from its prefix, which needs a causal LM, and {model} "
+                "is a masked LM; use --attacks reconstruction (the masked secret filled in: extraction's "
+                "counterpart for a masked LM).",
+            )
+        }
+    )
     order: ClassVar[int] = 30
 
     def run(self, context: AttackContext) -> AttackOutcome:
@@ -94,16 +119,19 @@ class ExtractionAttack(BaseAttack):
 
         options, canaries, scorer = context.options, context.canaries, context.scorer
         if options.reveal:
-            raise UserInputError(f"--reveal {options.reveal}: extraction decodes the whole secret from its prefix; "
-                                 "remove --reveal.")
+            raise UserInputError(
+                f"--reveal {options.reveal}: extraction decodes the whole secret from its prefix; remove --reveal."
+            )
         space = context.space if getattr(context.space, "alphabet", None) is not None else None
         max_length, alphabet, warnings = context.scorer.max_length, None, ()
         if space is not None:
             try:
                 secrets, alphabet = cs.alphabet_secrets(scorer.tokenizer, canaries, space, max_length=max_length)
             except UserInputError as err:
-                warnings = (f"the secret's symbols are not single tokens for this tokenizer ({err}): decoded over the "
-                            "whole vocabulary and compared as text.",)
+                warnings = (
+                    f"the secret's symbols are not single tokens for this tokenizer ({err}): decoded over the "
+                    "whole vocabulary and compared as text.",
+                )
         if alphabet is None:
             secrets = cs.span_secrets(scorer.tokenizer, canaries, max_length=max_length)
         contexts, lengths = [s.context for s in secrets], [len(s.secret) for s in secrets]
@@ -122,8 +150,10 @@ class ExtractionAttack(BaseAttack):
             fills = [scorer.tokenizer.decode(g.beams[0]).strip() for g in greedy]
             fill_symbols = [_normalize(f).split() for f in fills]
             secret_symbols = [d.split() for d in decoded]
-            kind = ("greedy continuation of the prefix over the vocabulary, as many tokens as the secret has, decoded "
-                    "(edit distance over the words of the decoded fill and of the secret's own tokens decoded)")
+            kind = (
+                "greedy continuation of the prefix over the vocabulary, as many tokens as the secret has, decoded "
+                "(edit distance over the words of the decoded fill and of the secret's own tokens decoded)"
+            )
 
         def matches(tokens: list[int], i: int) -> bool:
             if tokens == secrets[i].secret:
@@ -132,22 +162,43 @@ class ExtractionAttack(BaseAttack):
 
         greedy_exact = np.asarray([matches(g.beams[0], i) for i, g in enumerate(greedy)], dtype=bool)
         beam_exact = np.asarray([matches(b.beams[0], i) for i, b in enumerate(beam)], dtype=bool)
-        beam_rank = [next((r + 1 for r, tokens in enumerate(b.beams) if matches(tokens, i)), None)
-                     for i, b in enumerate(beam)]
+        beam_rank = [
+            next((r + 1 for r, tokens in enumerate(b.beams) if matches(tokens, i)), None) for i, b in enumerate(beam)
+        ]
         edit, normalized = symbol_edit_distances(list(zip(fill_symbols, secret_symbols)))
-        fields = {c.id: {"fill": fills[i], "exact": bool(greedy_exact[i]), "edit_distance": int(edit[i]),
-                         "normalized_edit_distance": float(normalized[i]), "top_k_rank": beam_rank[i]}
-                  for i, c in enumerate(canaries)}
+        fields = {
+            c.id: {
+                "fill": fills[i],
+                "exact": bool(greedy_exact[i]),
+                "edit_distance": int(edit[i]),
+                "normalized_edit_distance": float(normalized[i]),
+                "top_k_rank": beam_rank[i],
+            }
+            for i, c in enumerate(canaries)
+        }
         beam_hit = np.asarray([r is not None for r in beam_rank], dtype=bool)
         params = ExtractionParameters(
             secret_format=space.format if space is not None else (canaries[0].format if canaries else "phrases"),
-            reveal=0, top_k=options.beam_width, fill=kind, bootstrap_seed=options.seed, beam_width=options.beam_width,
+            reveal=0,
+            top_k=options.beam_width,
+            fill=kind,
+            bootstrap_seed=options.seed,
+            beam_width=options.beam_width,
             decoding=f"greedy (extractable) and beam search of width {options.beam_width} (top_k_rank: the secret's "
-                     "place in the final beam), log-probabilities over the vocabulary",
+            "place in the final beam), log-probabilities over the vocabulary",
             context_tokens_min=min((len(c) for c in contexts), default=None),
-            context_tokens_max=max((len(c) for c in contexts), default=None))
-        rows = extraction_rows(context.frequencies, greedy_exact, beam_exact, edit, normalized, beam_hit,
-                               seed=options.seed, level=options.level)
+            context_tokens_max=max((len(c) for c in contexts), default=None),
+        )
+        rows = extraction_rows(
+            context.frequencies,
+            greedy_exact,
+            beam_exact,
+            edit,
+            normalized,
+            beam_hit,
+            seed=options.seed,
+            level=options.level,
+        )
         if not (context.frequencies == 0).any():
             warnings += ("no control canaries (frequency 0): no baseline to compare with.",)
         return AttackOutcome(ExtractionResult(parameters=params, rows=rows, warnings=warnings), fields)

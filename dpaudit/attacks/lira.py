@@ -77,12 +77,14 @@ DEFAULT_OFFLINE = OFFLINE_ONE_SIDED
 _S_FLOOR = 1e-6
 
 #: The LiRA choices as ``dpaudit attack --help`` states them (the CLI shows this text).
-LIRA_HELP = (f"LiRA variance: auto (default) fits one variance shared by IN and OUT and by every candidate below "
-             f"{PER_EXAMPLE_VARIANCE_FROM} shadow models, each candidate its own IN and OUT variances from "
-             f"{PER_EXAMPLE_VARIANCE_FROM} up, as Carlini et al. 2022 advise; per-example variances from a few shadows "
-             "are noisy and made the score fall as confidence rose (demo canaries, 8 shadows: AUC 0.58 vs 0.755 "
-             "shared). Offline LiRA: one-sided (default, the paper's log Phi: only a confidence above the OUT models' "
-             "counts; demo canaries 0.87 vs 0.725) or two-sided (the reference code's density).")
+LIRA_HELP = (
+    f"LiRA variance: auto (default) fits one variance shared by IN and OUT and by every candidate below "
+    f"{PER_EXAMPLE_VARIANCE_FROM} shadow models, each candidate its own IN and OUT variances from "
+    f"{PER_EXAMPLE_VARIANCE_FROM} up, as Carlini et al. 2022 advise; per-example variances from a few shadows "
+    "are noisy and made the score fall as confidence rose (demo canaries, 8 shadows: AUC 0.58 vs 0.755 "
+    "shared). Offline LiRA: one-sided (default, the paper's log Phi: only a confidence above the OUT models' "
+    "counts; demo canaries 0.87 vs 0.725) or two-sided (the reference code's density)."
+)
 
 
 def logit_confidence(loss: np.ndarray) -> np.ndarray:
@@ -126,8 +128,14 @@ def resolve_variance(variance: str, k: int, n_in: np.ndarray, n_out: np.ndarray)
     return variance
 
 
-def fit_and_score(phi_shadow: np.ndarray, member: np.ndarray, phi_target: np.ndarray, *,
-                  variance: str = VARIANCE_AUTO, offline: str = DEFAULT_OFFLINE) -> LiraScores:
+def fit_and_score(
+    phi_shadow: np.ndarray,
+    member: np.ndarray,
+    phi_target: np.ndarray,
+    *,
+    variance: str = VARIANCE_AUTO,
+    offline: str = DEFAULT_OFFLINE,
+) -> LiraScores:
     """Online and offline LiRA scores from [k, n] shadow confidences and their [k, n] IN flags.
 
     Per candidate, the means of its IN and OUT confidences. The variance (see :data:`LIRA_HELP`):
@@ -226,8 +234,9 @@ def lira_specs(pool_size: int, candidates: np.ndarray, k: int, seed: int, train_
     return specs
 
 
-def lira_shadows(context: AttackContext, pool: ShadowPool, positions: list[np.ndarray]
-                 ) -> tuple[list[Any], list[Any], list[str], Any]:
+def lira_shadows(
+    context: AttackContext, pool: ShadowPool, positions: list[np.ndarray]
+) -> tuple[list[Any], list[Any], list[str], Any]:
     """The k shadow models (trained like the target, or ``--shadow-dirs``), their scorers, notes and
     :class:`~dpaudit.attacks.results.ShadowModelsInfo`."""
     options = context.options
@@ -240,18 +249,31 @@ def lira_shadows(context: AttackContext, pool: ShadowPool, positions: list[np.nd
     else:
         recipe = target_recipe(context.scorer.source, LiraAttack.name, options=options, run=context.data)
         specs = lira_specs(len(pool.texts), candidates, k, options.seed, recipe.rows)
-        models, notes = train_shadows(source=context.scorer.source, run=context.data, pool=pool, specs=specs,
-                                      attack=LiraAttack.name, cache=cache_root(options.shadow_cache), options=options,
-                                      max_minutes=options.max_shadow_minutes, overrides=options.shadow_overrides,
-                                      what="lira shadow", recipe=recipe)
+        models, notes = train_shadows(
+            source=context.scorer.source,
+            run=context.data,
+            pool=pool,
+            specs=specs,
+            attack=LiraAttack.name,
+            cache=cache_root(options.shadow_cache),
+            options=options,
+            max_minutes=options.max_shadow_minutes,
+            overrides=options.shadow_overrides,
+            what="lira shadow",
+            recipe=recipe,
+        )
         rows = sorted({m.train_rows for m in models})
-        data = (f"online protocol over the audit universe ({len(pool.texts)} rows: task candidates + public.jsonl): "
-                f"each candidate IN for {k // 2} of {k} shadows (balanced), each shadow filled with random public.jsonl "
-                f"rows that are no candidate to {'/'.join(map(str, rows))} rows"
-                + (f" (the target trained on {recipe.rows})" if recipe.rows else ""))
+        data = (
+            f"online protocol over the audit universe ({len(pool.texts)} rows: task candidates + public.jsonl): "
+            f"each candidate IN for {k // 2} of {k} shadows (balanced), each shadow filled with random public.jsonl "
+            f"rows that are no candidate to {'/'.join(map(str, rows))} rows"
+            + (f" (the target trained on {recipe.rows})" if recipe.rows else "")
+        )
     if len(models) < 2:
-        raise UserInputError(f"--attacks lira: only {len(models)} shadow model(s) were trained within "
-                             f"--max-shadow-minutes {options.max_shadow_minutes}; LiRA needs >= 2, raise the limit.")
+        raise UserInputError(
+            f"--attacks lira: only {len(models)} shadow model(s) were trained within "
+            f"--max-shadow-minutes {options.max_shadow_minutes}; LiRA needs >= 2, raise the limit."
+        )
     info, warnings = models_info(recipe, models, role="shadow", data=data, notes=notes)
     return models, load_scorers(context, models), warnings, info
 
@@ -271,11 +293,16 @@ class LiraConfig(ShadowOptions):
     """
 
     lira_variance: Literal["auto", "global", "per-example"] = field(default=VARIANCE_AUTO, metadata=option(LIRA_HELP))
-    lira_offline: Literal["one-sided", "two-sided"] = field(default=DEFAULT_OFFLINE, metadata=option(
-        "Offline LiRA's test: the paper's one-sided log Phi, or the reference code's two-sided density (see "
-        "--lira-variance)."))
-    lira_global_variance: bool = field(default=False, metadata=option(
-        "Same as --lira-variance global (kept for old commands).", hidden=True))
+    lira_offline: Literal["one-sided", "two-sided"] = field(
+        default=DEFAULT_OFFLINE,
+        metadata=option(
+            "Offline LiRA's test: the paper's one-sided log Phi, or the reference code's two-sided density (see "
+            "--lira-variance)."
+        ),
+    )
+    lira_global_variance: bool = field(
+        default=False, metadata=option("Same as --lira-variance global (kept for old commands).", hidden=True)
+    )
 
 
 class LiraAttack(ShadowTrainedAttack):
@@ -299,30 +326,49 @@ class LiraAttack(ShadowTrainedAttack):
         scored, fits = [], {}
         for task, pos in zip(tasks, positions):
             phi_t = logit_confidence(context.scorer.example_losses(task.texts, task.labels, seed=options.seed))
-            phi_s = np.stack([logit_confidence(s.example_losses(task.texts, task.labels, seed=options.seed))
-                              for s in scorers])
+            phi_s = np.stack(
+                [logit_confidence(s.example_losses(task.texts, task.labels, seed=options.seed)) for s in scorers]
+            )
             in_task = member[:, pos]
             ok = in_task.any(0) & (~in_task).any(0)
             online, offline = np.full(len(pos), -np.inf), np.full(len(pos), -np.inf)
             if ok.any():
-                fit = fit_and_score(phi_s[:, ok], in_task[:, ok], phi_t[ok], variance=variance,
-                                    offline=options.lira_offline)
+                fit = fit_and_score(
+                    phi_s[:, ok], in_task[:, ok], phi_t[ok], variance=variance, offline=options.lira_offline
+                )
                 online[ok], offline[ok], fits[task.name] = fit.online, fit.offline, fit.variance
             if not ok.all():
-                notes.append(f"{task.name}: {int((~ok).sum())} candidates were IN (or OUT of) every trained shadow; "
-                             "scored lowest.")
+                notes.append(
+                    f"{task.name}: {int((~ok).sum())} candidates were IN (or OUT of) every trained shadow; "
+                    "scored lowest."
+                )
             scored.append((task, online))
             scored.append((dataclasses.replace(task, name=f"{task.name}-offline"), offline))
-        what = {CLASSIFIER: "p = probability of the true label",
-                CAUSAL_LM: "p = exp(-mean next-token NLL) (geometric mean probability of the text's tokens)"}.get(
-            context.scorer.kind, "p = exp(-MLM loss) (geometric mean probability of the masked tokens, seeded 15% masking)")
-        offline_score = ("log Phi((phi - mu_out) / s_out), one-sided" if options.lira_offline == OFFLINE_ONE_SIDED
-                         else "-log N(phi; mu_out, s_out), two-sided")
-        params = {"score": f"online: log N(phi; in) - log N(phi; out); offline (tasks '*-offline'): {offline_score}; "
-                           "higher = member",
-                  "scaling": f"phi = log(p / (1 - p)), {what}", "shadow_models": len(models), "shadow_models_asked": k,
-                  "shadow_data": shadow_info.data,
-                  "variance": variance, "variance_used": fits, "offline_test": options.lira_offline,
-                  "per_example_variance_from": PER_EXAMPLE_VARIANCE_FROM, "universe": len(pool.texts), "cached": sum(m.cached for m in models),
-                  "shadow_overrides": options.shadow_overrides or {}}
+        what = {
+            CLASSIFIER: "p = probability of the true label",
+            CAUSAL_LM: "p = exp(-mean next-token NLL) (geometric mean probability of the text's tokens)",
+        }.get(
+            context.scorer.kind,
+            "p = exp(-MLM loss) (geometric mean probability of the masked tokens, seeded 15% masking)",
+        )
+        offline_score = (
+            "log Phi((phi - mu_out) / s_out), one-sided"
+            if options.lira_offline == OFFLINE_ONE_SIDED
+            else "-log N(phi; mu_out, s_out), two-sided"
+        )
+        params = {
+            "score": f"online: log N(phi; in) - log N(phi; out); offline (tasks '*-offline'): {offline_score}; "
+            "higher = member",
+            "scaling": f"phi = log(p / (1 - p)), {what}",
+            "shadow_models": len(models),
+            "shadow_models_asked": k,
+            "shadow_data": shadow_info.data,
+            "variance": variance,
+            "variance_used": fits,
+            "offline_test": options.lira_offline,
+            "per_example_variance_from": PER_EXAMPLE_VARIANCE_FROM,
+            "universe": len(pool.texts),
+            "cached": sum(m.cached for m in models),
+            "shadow_overrides": options.shadow_overrides or {},
+        }
         return audit_tasks(context, self.name, scored, parameters=params, warnings=notes, shadow_models=shadow_info)

@@ -38,9 +38,16 @@ class LossAttack(MembershipAttack):
     def run(self, context: AttackContext) -> AttackOutcome:
         tasks = membership_tasks(context)
         scored = [(t, -task_losses(context.scorer, t, seed=context.options.seed)) for t in tasks]
-        what = {MASKED_LM: "mean MLM loss over a seeded 15% masking of each text",
-                CAUSAL_LM: "mean next-token NLL of each text's tokens after the first"}.get(context.scorer.kind,
-                                                                                          "cross-entropy of the true label")
-        return audit_tasks(context, self.name, scored, parameters={
-            "score": f"-loss ({what}); higher = member",
-            "threshold": "chosen on a seeded half of the scores (audit split), evaluated on the other half"})
+        what = {
+            MASKED_LM: "mean MLM loss over a seeded 15% masking of each text",
+            CAUSAL_LM: "mean next-token NLL of each text's tokens after the first",
+        }.get(context.scorer.kind, "cross-entropy of the true label")
+        return audit_tasks(
+            context,
+            self.name,
+            scored,
+            parameters={
+                "score": f"-loss ({what}); higher = member",
+                "threshold": "chosen on a seeded half of the scores (audit split), evaluated on the other half",
+            },
+        )

@@ -41,13 +41,17 @@ ROC_POINTS = 200
 EXAMPLES, CANARIES = "examples", "canaries"
 DEFAULT_FPRS = (0.001, 0.01)
 
-HEURISTIC_NOTE = ("Clopper-Pearson bounds on the examples or canaries of ONE model are a heuristic audit: members and "
-                  "non-members of one training run are not independent trials. Only the one-run bounds on coin-flip "
-                  "canaries (Steinke et al. 2023; Mahloujifar et al. 2024) are proofs for a single training run.")
-PROOF_NOTE = ("Coin-flip canaries: the one-run bound of Steinke et al. (2023) is an (epsilon, delta) lower bound for this "
-              "single training run at the stated confidence; the f-DP bound (Mahloujifar et al. 2024) refutes mu-GDP "
-              "(Gaussian mechanisms only), not an (epsilon, delta) bound. Canaries inserted f > 1 times bound the "
-              "epsilon of a group of f rows, not the per-example claim.")
+HEURISTIC_NOTE = (
+    "Clopper-Pearson bounds on the examples or canaries of ONE model are a heuristic audit: members and "
+    "non-members of one training run are not independent trials. Only the one-run bounds on coin-flip "
+    "canaries (Steinke et al. 2023; Mahloujifar et al. 2024) are proofs for a single training run."
+)
+PROOF_NOTE = (
+    "Coin-flip canaries: the one-run bound of Steinke et al. (2023) is an (epsilon, delta) lower bound for this "
+    "single training run at the stated confidence; the f-DP bound (Mahloujifar et al. 2024) refutes mu-GDP "
+    "(Gaussian mechanisms only), not an (epsilon, delta) bound. Canaries inserted f > 1 times bound the "
+    "epsilon of a group of f rows, not the per-example claim."
+)
 
 
 @dataclass(frozen=True)
@@ -96,9 +100,11 @@ def _label_ids(label_set: Any, labels: Sequence[Any] | None) -> list[int | None]
 def unseen_labels_note(what: str, count: int, label_set: Any) -> str:
     """The warning for ``count`` rows left out of a classifier attack: their labels are not the model's."""
     names = ", ".join(label_set.names[:6]) + (", ..." if len(label_set.names) > 6 else "")
-    return (f"{count} {what} have a label the model never saw (its labels: {names}) and are left out of the "
-            "classifier attacks: a loss of a class the head does not have is undefined. The results are about the "
-            "remaining rows only.")
+    return (
+        f"{count} {what} have a label the model never saw (its labels: {names}) and are left out of the "
+        "classifier attacks: a loss of a class the head does not have is undefined. The results are about the "
+        "remaining rows only."
+    )
 
 
 def example_task(run: Any, *, seed: int, max_per_side: int | None = None, label_set: Any = None) -> MembershipTask:
@@ -126,19 +132,28 @@ def example_task(run: Any, *, seed: int, max_per_side: int | None = None, label_
         unseen = {"train_rows": len(m_idx) - len(kept_m), "heldout_rows": len(h_idx) - len(kept_h)}
         m_idx, h_idx = kept_m, kept_h
         if unseen["train_rows"] or unseen["heldout_rows"]:
-            warnings.append(unseen_labels_note(f"examples-task rows ({unseen['train_rows']} of train.jsonl, "
-                                               f"{unseen['heldout_rows']} of heldout.jsonl)",
-                                               unseen["train_rows"] + unseen["heldout_rows"], label_set))
+            warnings.append(
+                unseen_labels_note(
+                    f"examples-task rows ({unseen['train_rows']} of train.jsonl, "
+                    f"{unseen['heldout_rows']} of heldout.jsonl)",
+                    unseen["train_rows"] + unseen["heldout_rows"],
+                    label_set,
+                )
+            )
             if not m_idx or not h_idx:
-                raise UserInputError(f"--data {run.path}: no {'train.jsonl' if not m_idx else 'heldout.jsonl'} row has a "
-                                     f"label of the model ({', '.join(label_set.names[:6])}...); attack a classifier "
-                                     "trained on this data's labels.")
+                raise UserInputError(
+                    f"--data {run.path}: no {'train.jsonl' if not m_idx else 'heldout.jsonl'} row has a "
+                    f"label of the model ({', '.join(label_set.names[:6])}...); attack a classifier "
+                    "trained on this data's labels."
+                )
     n = min(len(m_idx), len(h_idx))
     if max_per_side is not None:
         n = min(n, max_per_side)
     if n < 2:
-        raise UserInputError(f"--data {run.path}: only {n} usable member/non-member example pairs (train.jsonl non-canary "
-                             "rows vs heldout.jsonl after removing duplicates); re-inject with a larger --heldout-size.")
+        raise UserInputError(
+            f"--data {run.path}: only {n} usable member/non-member example pairs (train.jsonl non-canary "
+            "rows vs heldout.jsonl after removing duplicates); re-inject with a larger --heldout-size."
+        )
     rng = np.random.default_rng([seed, 0x4D4941])  # "MIA"
     pick_m = np.sort(rng.choice(len(m_idx), size=n, replace=False))
     pick_h = np.sort(rng.choice(len(h_idx), size=n, replace=False))
@@ -150,10 +165,17 @@ def example_task(run: Any, *, seed: int, max_per_side: int | None = None, label_
         labels = [m_ids[i] for i in m_rows] + [h_ids[i] for i in h_rows]
     member = np.r_[np.ones(n, bool), np.zeros(n, bool)]
     ids = [f"train:{i}" for i in m_rows] + [f"heldout:{i}" for i in h_rows]
-    info = {"sample_seed": int(seed), "members_available": len(m_idx), "nonmembers_available": len(h_idx),
-            "duplicates_removed": {"texts": len(both), "train_rows": int(dropped_m),
-                                   "heldout_rows": int(sum(t in both for t in held.texts))},
-            "per_side": n}
+    info = {
+        "sample_seed": int(seed),
+        "members_available": len(m_idx),
+        "nonmembers_available": len(h_idx),
+        "duplicates_removed": {
+            "texts": len(both),
+            "train_rows": int(dropped_m),
+            "heldout_rows": int(sum(t in both for t in held.texts)),
+        },
+        "per_side": n,
+    }
     if labels is not None:
         info["unseen_labels_left_out"] = unseen
     return MembershipTask(EXAMPLES, texts, labels, member, ids, info=info, warnings=tuple(warnings))
@@ -186,13 +208,24 @@ def canary_task(run: Any, *, label_set: Any = None, notes: list[str] | None = No
         if notes is not None:
             notes.extend(warnings)
         return None
-    info = {"inserted": int(member.sum()), "controls": int((~member).sum()),
-            "frequencies": sorted({int(c.frequency) for c in canaries if c.member})}
+    info = {
+        "inserted": int(member.sum()),
+        "controls": int((~member).sum()),
+        "frequencies": sorted({int(c.frequency) for c in canaries if c.member}),
+    }
     if labels is not None:
         info["unseen_labels_left_out"] = unseen
-    return MembershipTask(CANARIES, [c.text for c in canaries], labels, member, [c.id for c in canaries],
-                          coin_flip=coin_flip_mode(run), info=info, warnings=tuple(warnings),
-                          frequencies=np.asarray([int(c.frequency) if c.member else 0 for c in canaries], dtype=np.int64))
+    return MembershipTask(
+        CANARIES,
+        [c.text for c in canaries],
+        labels,
+        member,
+        [c.id for c in canaries],
+        coin_flip=coin_flip_mode(run),
+        info=info,
+        warnings=tuple(warnings),
+        frequencies=np.asarray([int(c.frequency) if c.member else 0 for c in canaries], dtype=np.int64),
+    )
 
 
 def per_frequency(task: MembershipTask, scores: np.ndarray) -> list[tuple[MembershipTask, np.ndarray]]:
@@ -210,10 +243,16 @@ def per_frequency(task: MembershipTask, scores: np.ndarray) -> list[tuple[Member
         keep = ~task.member | (freqs == f)
         idx = np.flatnonzero(keep)
         info = {**task.info, "frequencies": [f], "inserted": int((task.member & keep).sum()), "split_from": task.name}
-        sub = dataclasses.replace(task, name=f"{task.name}-f{f}", texts=[task.texts[i] for i in idx],
-                                  labels=None if task.labels is None else [task.labels[i] for i in idx],
-                                  member=task.member[idx], ids=[task.ids[i] for i in idx], info=info,
-                                  frequencies=freqs[idx])
+        sub = dataclasses.replace(
+            task,
+            name=f"{task.name}-f{f}",
+            texts=[task.texts[i] for i in idx],
+            labels=None if task.labels is None else [task.labels[i] for i in idx],
+            member=task.member[idx],
+            ids=[task.ids[i] for i in idx],
+            info=info,
+            frequencies=freqs[idx],
+        )
         out.append((sub, np.asarray(scores)[idx]))
     return out
 
@@ -296,9 +335,11 @@ def check_fprs(options: Any, tasks: Sequence[MembershipTask]) -> tuple[float, ..
         for fpr in options.fprs:
             need = min_nonmembers_for(fpr)
             if task.n_nonmembers < need:
-                raise UserInputError(f"--fpr {fpr:g} needs >= {need} non-members but the examples task has "
-                                     f"{task.n_nonmembers} (heldout.jsonl after de-duplication); ask for --fpr "
-                                     f">= {1 / task.n_nonmembers:.2g} or re-inject with a larger --heldout-size.")
+                raise UserInputError(
+                    f"--fpr {fpr:g} needs >= {need} non-members but the examples task has "
+                    f"{task.n_nonmembers} (heldout.jsonl after de-duplication); ask for --fpr "
+                    f">= {1 / task.n_nonmembers:.2g} or re-inject with a larger --heldout-size."
+                )
     return tuple(options.fprs)
 
 
@@ -320,26 +361,49 @@ def _downsample_roc(fpr: np.ndarray, tpr: np.ndarray, points: int = ROC_POINTS) 
         by_log = np.clip(np.searchsorted(fpr, targets, side="right") - 1, 0, n - 1)
     keep = np.unique(np.r_[0, by_index, by_log, n - 1])
     while keep.size > points:  # rare: drop interior points evenly
-        keep = np.unique(np.r_[keep[0], keep[1:-1][:: 2], keep[-1]])
+        keep = np.unique(np.r_[keep[0], keep[1:-1][::2], keep[-1]])
     return fpr[keep].tolist(), tpr[keep].tolist()
 
 
-def task_result(task: MembershipTask, audit: Any, *, scores_file: str, extra_warnings: Sequence[str] = ()) -> MiaTaskResult:
+def task_result(
+    task: MembershipTask, audit: Any, *, scores_file: str, extra_warnings: Sequence[str] = ()
+) -> MiaTaskResult:
     """The :class:`~dpaudit.attacks.results.MiaTaskResult` of one task's :class:`dpaudit.audit.AuditResult`."""
     fpr, tpr = _downsample_roc(audit.roc.fpr, audit.roc.tpr)
-    tprs = tuple({"fpr": t.fpr, "tpr": t.tpr, "ci": [t.ci.low, t.ci.high], "achieved_fpr": t.achieved_fpr,
-                  "n_nonmembers": t.n_nonmembers, "min_nonmembers": t.min_nonmembers,
-                  "enough_nonmembers": t.enough_nonmembers}
-                 for t in audit.tpr_at_fpr)
-    return MiaTaskResult(task=task.name, n_members=audit.n_members, n_nonmembers=audit.n_nonmembers, auc=audit.auc.value,
-                         auc_ci=(audit.auc.ci.low, audit.auc.ci.high), tpr_at=tprs, advantage=audit.advantage.value,
-                         roc={"fpr": fpr, "tpr": tpr, "points": len(fpr), "full_points": int(audit.roc.fpr.size)},
-                         epsilon_lower_bound=audit.epsilon_lower_bound,
-                         bound_methods=tuple(_bound_label(b) for b in audit.bounds),
-                         bound_is_proof=bool(task.coin_flip), bound_note=PROOF_NOTE if task.coin_flip else HEURISTIC_NOTE,
-                         claimed_epsilon=audit.claimed_epsilon, delta=audit.delta, exceeds_claim=audit.exceeds_claim,
-                         coin_flip=audit.coin_flip, scores_file=scores_file, info=dict(task.info),
-                         warnings=tuple(audit.warnings) + tuple(extra_warnings), audit=audit.to_json())
+    tprs = tuple(
+        {
+            "fpr": t.fpr,
+            "tpr": t.tpr,
+            "ci": [t.ci.low, t.ci.high],
+            "achieved_fpr": t.achieved_fpr,
+            "n_nonmembers": t.n_nonmembers,
+            "min_nonmembers": t.min_nonmembers,
+            "enough_nonmembers": t.enough_nonmembers,
+        }
+        for t in audit.tpr_at_fpr
+    )
+    return MiaTaskResult(
+        task=task.name,
+        n_members=audit.n_members,
+        n_nonmembers=audit.n_nonmembers,
+        auc=audit.auc.value,
+        auc_ci=(audit.auc.ci.low, audit.auc.ci.high),
+        tpr_at=tprs,
+        advantage=audit.advantage.value,
+        roc={"fpr": fpr, "tpr": tpr, "points": len(fpr), "full_points": int(audit.roc.fpr.size)},
+        epsilon_lower_bound=audit.epsilon_lower_bound,
+        bound_methods=tuple(_bound_label(b) for b in audit.bounds),
+        bound_is_proof=bool(task.coin_flip),
+        bound_note=PROOF_NOTE if task.coin_flip else HEURISTIC_NOTE,
+        claimed_epsilon=audit.claimed_epsilon,
+        delta=audit.delta,
+        exceeds_claim=audit.exceeds_claim,
+        coin_flip=audit.coin_flip,
+        scores_file=scores_file,
+        info=dict(task.info),
+        warnings=tuple(audit.warnings) + tuple(extra_warnings),
+        audit=audit.to_json(),
+    )
 
 
 def _bound_label(bound: Any) -> str:
@@ -364,9 +428,17 @@ def scores_file(attack: str) -> str:
     return f"scores/mia_{attack}.jsonl"
 
 
-def audit_tasks(context: Any, attack: str, scored: Sequence[tuple[MembershipTask, np.ndarray]], *,
-                parameters: dict[str, Any], warnings: Sequence[str] = (), shadow_models: Any = None,
-                compare_with_claim: bool = True, result_class: type | None = None) -> Any:
+def audit_tasks(
+    context: Any,
+    attack: str,
+    scored: Sequence[tuple[MembershipTask, np.ndarray]],
+    *,
+    parameters: dict[str, Any],
+    warnings: Sequence[str] = (),
+    shadow_models: Any = None,
+    compare_with_claim: bool = True,
+    result_class: type | None = None,
+) -> Any:
     """Audit each task's scores and build the attack's outcome (result + ``scores/mia_<attack>.jsonl`` rows).
 
     ``result_class``: the attack's :class:`~dpaudit.attacks.results.MiaResult` subclass (registered with
@@ -389,17 +461,28 @@ def audit_tasks(context: Any, attack: str, scored: Sequence[tuple[MembershipTask
         bad = ~np.isfinite(scores)
         extra = []
         if bad.any():  # an example the scorer could not mask (no token left): least member-like, said so
-            extra.append(f"{int(bad.sum())} {task.name} scores were not finite (e.g. no maskable token) and were "
-                         "set to the lowest score.")
+            extra.append(
+                f"{int(bad.sum())} {task.name} scores were not finite (e.g. no maskable token) and were "
+                "set to the lowest score."
+            )
             scores = np.where(bad, np.nanmin(np.where(bad, np.nan, scores)) if (~bad).any() else 0.0, scores)
         group = _group_size(task)
-        audit = audit_scores(scores[task.member], scores[~task.member], delta=delta,
-                             claimed_epsilon=claimed if group is not None else None,
-                             seed=context.options.seed, coin_flip=task.coin_flip, fprs=fprs,
-                             confidence=context.options.level, group_size=group or 1)
+        audit = audit_scores(
+            scores[task.member],
+            scores[~task.member],
+            delta=delta,
+            claimed_epsilon=claimed if group is not None else None,
+            seed=context.options.seed,
+            coin_flip=task.coin_flip,
+            fprs=fprs,
+            confidence=context.options.level,
+            group_size=group or 1,
+        )
         results.append(task_result(task, audit, scores_file=scores_file(attack), extra_warnings=extra))
-        rows.extend({"task": task.name, "id": i, "member": bool(m), "score": float(s)}
-                    for i, m, s in zip(task.ids, task.member.tolist(), scores.tolist()))
+        rows.extend(
+            {"task": task.name, "id": i, "member": bool(m), "score": float(s)}
+            for i, m, s in zip(task.ids, task.member.tolist(), scores.tolist())
+        )
     exceeds = any(r.exceeds_claim for r in results)
     notes = list(warnings) + [w for task, _ in scored for w in task.warnings]
     if exceeds:
@@ -411,12 +494,25 @@ def audit_tasks(context: Any, attack: str, scored: Sequence[tuple[MembershipTask
         worst = max((r for r in results if r.exceeds_claim), key=proof_of)
         # Per audit, uncorrected: not the alarm. The headline (dpaudit.verdict.headline), corrected for every audit of
         # the run, is what says whether the claim is contradicted.
-        notes.insert(0, f"one-run proof bound {format_down(proof_of(worst))} on {worst.task} is above the claimed epsilon "
-                        f"{format_up(claimed)} at {context.options.level:.0%} for this audit alone (not corrected for "
-                        "the other audits of the run): see the headline bound for the verdict.")
-    params = {**parameters, "fprs": list(fprs), "delta": delta, "bootstrap_seed": context.options.seed,
-              "score": parameters.get("score", "higher = member")}
-    result = (result_class or RESULT_CLASSES[attack])(parameters=params, tasks=tuple(results), claimed_epsilon=claimed,
-                                    exceeds_claim=exceeds, warnings=tuple(notes), shadow_models=shadow_models)
+        notes.insert(
+            0,
+            f"one-run proof bound {format_down(proof_of(worst))} on {worst.task} is above the claimed epsilon "
+            f"{format_up(claimed)} at {context.options.level:.0%} for this audit alone (not corrected for "
+            "the other audits of the run): see the headline bound for the verdict.",
+        )
+    params = {
+        **parameters,
+        "fprs": list(fprs),
+        "delta": delta,
+        "bootstrap_seed": context.options.seed,
+        "score": parameters.get("score", "higher = member"),
+    }
+    result = (result_class or RESULT_CLASSES[attack])(
+        parameters=params,
+        tasks=tuple(results),
+        claimed_epsilon=claimed,
+        exceeds_claim=exceeds,
+        warnings=tuple(notes),
+        shadow_models=shadow_models,
+    )
     return AttackOutcome(result, score_files={scores_file(attack): rows})
-

@@ -24,8 +24,16 @@ from typing import Any
 
 from dpaudit.training.config_types import check_seed, check_types
 
-__all__ = ["AttackConfig", "ClaimOptions", "MembershipOptions", "NoOptions", "RunOptions", "SecretOptions",
-           "ShadowOptions", "option"]
+__all__ = [
+    "AttackConfig",
+    "ClaimOptions",
+    "MembershipOptions",
+    "NoOptions",
+    "RunOptions",
+    "SecretOptions",
+    "ShadowOptions",
+    "option",
+]
 
 
 def option(help: str, **cli: Any) -> dict[str, Any]:  # noqa: A002 - the word every Config's metadata uses
@@ -50,7 +58,9 @@ class AttackConfig:
             if isinstance(value, os.PathLike):
                 object.__setattr__(self, f.name, os.fspath(value))
             elif isinstance(value, (list, tuple)):
-                object.__setattr__(self, f.name, tuple(os.fspath(v) if isinstance(v, os.PathLike) else v for v in value))
+                object.__setattr__(
+                    self, f.name, tuple(os.fspath(v) if isinstance(v, os.PathLike) else v for v in value)
+                )
         check_types(self)
 
 
@@ -67,28 +77,53 @@ class ClaimOptions(AttackConfig):
     attack's result, so they are options of every run.
     """
 
-    claimed_epsilon: float | None = field(default=None, metadata=option(
-        "The privacy claim of a model trained elsewhere (no privacy.json): epsilon, tested as given.",
-        metavar="E", min=0, min_open=True))
-    claimed_delta: float | None = field(default=None, metadata=option(
-        "The delta of the stated claim (--claimed-epsilon or --claimed-from-opacus).",
-        metavar="D", min=0, max=1, min_open=True, max_open=True))
-    claimed_from_opacus: str | None = field(default=None, metadata=option(
-        "The claim of a model trained with Opacus: its accountant's state_dict() saved as JSON (or with torch.save); "
-        "its history of (noise multiplier, sample rate, steps) is accounted here (PLD) at --claimed-delta.",
-        metavar="FILE", file=True))
+    claimed_epsilon: float | None = field(
+        default=None,
+        metadata=option(
+            "The privacy claim of a model trained elsewhere (no privacy.json): epsilon, tested as given.",
+            metavar="E",
+            min=0,
+            min_open=True,
+        ),
+    )
+    claimed_delta: float | None = field(
+        default=None,
+        metadata=option(
+            "The delta of the stated claim (--claimed-epsilon or --claimed-from-opacus).",
+            metavar="D",
+            min=0,
+            max=1,
+            min_open=True,
+            max_open=True,
+        ),
+    )
+    claimed_from_opacus: str | None = field(
+        default=None,
+        metadata=option(
+            "The claim of a model trained with Opacus: its accountant's state_dict() saved as JSON (or with torch.save); "
+            "its history of (noise multiplier, sample rate, steps) is accounted here (PLD) at --claimed-delta.",
+            metavar="FILE",
+            file=True,
+        ),
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.claimed_from_opacus is not None:
             if self.claimed_epsilon is not None:
-                raise ValueError("--claimed-from-opacus states the claim through its accountant's history; remove "
-                                 "--claimed-epsilon (keep --claimed-delta: the delta to read epsilon at).")
+                raise ValueError(
+                    "--claimed-from-opacus states the claim through its accountant's history; remove "
+                    "--claimed-epsilon (keep --claimed-delta: the delta to read epsilon at)."
+                )
             if self.claimed_delta is None:
-                raise ValueError("--claimed-from-opacus needs --claimed-delta D: the delta at which the history's "
-                                 "epsilon is read (Opacus's get_epsilon(delta)).")
+                raise ValueError(
+                    "--claimed-from-opacus needs --claimed-delta D: the delta at which the history's "
+                    "epsilon is read (Opacus's get_epsilon(delta))."
+                )
         elif (self.claimed_epsilon is None) != (self.claimed_delta is None):
-            raise ValueError("--claimed-epsilon and --claimed-delta go together: state the whole (epsilon, delta) claim.")
+            raise ValueError(
+                "--claimed-epsilon and --claimed-delta go together: state the whole (epsilon, delta) claim."
+            )
         if self.claimed_epsilon is not None and not (self.claimed_epsilon > 0 and self.claimed_epsilon < float("inf")):
             raise ValueError(f"--claimed-epsilon must be a finite number > 0, got {self.claimed_epsilon}.")
         if self.claimed_delta is not None and not 0 < self.claimed_delta < 1:
@@ -109,10 +144,18 @@ class RunOptions(ClaimOptions):
     batch_size: int = field(default=32, metadata=option("Canaries per forward pass.", min=1))
     seed: int = field(default=0, metadata=option("Seed of the bootstrap intervals.", seed=True))
     level: float = field(default=0.95, metadata=option("Confidence level of every interval.", python_only=True))
-    fprs: tuple[float, ...] | None = field(default=None, metadata=option(
-        "Report TPR at this FPR (repeatable); refused if heldout.jsonl has too few non-members to measure it. "
-        "Default: 0.1% and 1%, with a warning when unmeasurable.", flag="--fpr", min=0, max=1, min_open=True,
-        max_open=True))
+    fprs: tuple[float, ...] | None = field(
+        default=None,
+        metadata=option(
+            "Report TPR at this FPR (repeatable); refused if heldout.jsonl has too few non-members to measure it. "
+            "Default: 0.1% and 1%, with a warning when unmeasurable.",
+            flag="--fpr",
+            min=0,
+            max=1,
+            min_open=True,
+            max_open=True,
+        ),
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -134,10 +177,13 @@ class SecretOptions(AttackConfig):
         tolerance: score difference below which a candidate ties the secret (exposure ranks; Python API).
     """
 
-    reveal: int = field(default=0, metadata=option(
-        "Partial reveal: show the first K secret tokens, mask and rank the rest.", min=0))
-    tolerance: float = field(default=1e-9, metadata=option(
-        "Score difference below which a candidate ties the secret (exposure ranks).", python_only=True))
+    reveal: int = field(
+        default=0, metadata=option("Partial reveal: show the first K secret tokens, mask and rank the rest.", min=0)
+    )
+    tolerance: float = field(
+        default=1e-9,
+        metadata=option("Score difference below which a candidate ties the secret (exposure ranks).", python_only=True),
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -156,12 +202,18 @@ class MembershipOptions(AttackConfig):
         blind_baseline: run the blind baseline (:mod:`dpaudit.attacks.blind`) beside any membership attack.
     """
 
-    mia_examples: int | None = field(default=None, metadata=option(
-        "At most this many members (and as many non-members) in the examples membership task.", min=2))
-    blind_baseline: bool = field(default=True, metadata=option(
-        "Beside every membership attack, a classifier that never looks at the model (word and character n-grams, "
-        "length, label; Das et al. 2024), cross-fitted: when an attack does not beat it, the membership signal may be "
-        "distribution shift, not memorization."))
+    mia_examples: int | None = field(
+        default=None,
+        metadata=option("At most this many members (and as many non-members) in the examples membership task.", min=2),
+    )
+    blind_baseline: bool = field(
+        default=True,
+        metadata=option(
+            "Beside every membership attack, a classifier that never looks at the model (word and character n-grams, "
+            "length, label; Das et al. 2024), cross-fitted: when an attack does not beat it, the membership signal may be "
+            "distribution shift, not memorization."
+        ),
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -192,38 +244,79 @@ class ShadowOptions(MembershipOptions):
             in tests; the result records them, since shadows then differ from the target's recipe).
     """
 
-    shadow_models: int = field(default=4, metadata=option(
-        "Shadow/reference models for the shadow, lira (>= 2) and rmia attacks. Each trains like the target (its "
-        "trainer and recipe, as many rows and optimizer steps): about the target's own training time each. shadow and "
-        "rmia share theirs, lira has its own, ref trains 1: --attacks shadow,lira,rmia,ref --shadow-models 8 trains "
-        "8 + 8 + 1 = 17 models (cached: a rerun trains none). The phase, the count and the estimated cost are printed "
-        "before training starts. 4 by default: with few shadows LiRA fits one shared variance, which Carlini et al. "
-        "2022 find works from a handful of shadows; per-example variances need about 64.", min=1))
-    max_shadow_minutes: float | None = field(default=None, metadata=option(
-        "Stop starting new shadow models after this many minutes (the ones trained are used).", min=0, min_open=True))
-    shadow_cache: str | None = field(default=None, metadata=option(
-        "Where shadow and reference models are kept (they train on private rows: created mode 0700, their data "
-        "folders reference the rows, never copy them) [default: $DPAUDIT_CACHE/shadows when set, else OUT-shadows "
-        "beside --out].", path=True))
-    workers: int | None = field(default=None, metadata=option(
-        "Shadow/reference models trained at once (each in its own process: Ray when installed, else a process pool). "
-        "Default: one at a time in this process.", min=1))
-    ray_address: str | None = field(default=None, metadata=option(
-        "Train the shadow/reference models on this Ray cluster (e.g. ray://host:10001; its nodes must see "
-        "--shadow-cache and have dpaudit installed).", metavar="ADDR"))
-    shadow_trainer: str | None = field(default=None, metadata=option(
-        "The registered dpaudit trainer that trains shadow/reference models of a model trained elsewhere (a Hugging "
-        "Face directory without a dpaudit manifest), with --shadow-config's recipe.", metavar="NAME"))
-    shadow_config: str | None = field(default=None, metadata=option(
-        "A JSON object of --shadow-trainer's Config fields (the target's recipe, e.g. "
-        '{"mode": "sgd", "epochs": 3, "batch_size": 32}); shadows train on as many rows as train.jsonl.',
-        metavar="FILE.json", file=True))
-    shadow_dirs: tuple[str, ...] | None = field(default=None, metadata=option(
-        "A shadow model trained by you (repeatable; or a text file listing directories, one per line): a model "
-        "directory with the target's tokenizer holding members.json, a JSON list of the texts it trained on (or "
-        "\"sha256:<hex>\" of each text's UTF-8). No shadow is trained; lira needs >= 2.", metavar="DIR", path=True))
-    shadow_overrides: dict | None = field(default=None, metadata=option(
-        "Config fields replaced in every shadow and reference model.", python_only=True))
+    shadow_models: int = field(
+        default=4,
+        metadata=option(
+            "Shadow/reference models for the shadow, lira (>= 2) and rmia attacks. Each trains like the target (its "
+            "trainer and recipe, as many rows and optimizer steps): about the target's own training time each. shadow and "
+            "rmia share theirs, lira has its own, ref trains 1: --attacks shadow,lira,rmia,ref --shadow-models 8 trains "
+            "8 + 8 + 1 = 17 models (cached: a rerun trains none). The phase, the count and the estimated cost are printed "
+            "before training starts. 4 by default: with few shadows LiRA fits one shared variance, which Carlini et al. "
+            "2022 find works from a handful of shadows; per-example variances need about 64.",
+            min=1,
+        ),
+    )
+    max_shadow_minutes: float | None = field(
+        default=None,
+        metadata=option(
+            "Stop starting new shadow models after this many minutes (the ones trained are used).", min=0, min_open=True
+        ),
+    )
+    shadow_cache: str | None = field(
+        default=None,
+        metadata=option(
+            "Where shadow and reference models are kept (they train on private rows: created mode 0700, their data "
+            "folders reference the rows, never copy them) [default: $DPAUDIT_CACHE/shadows when set, else OUT-shadows "
+            "beside --out].",
+            path=True,
+        ),
+    )
+    workers: int | None = field(
+        default=None,
+        metadata=option(
+            "Shadow/reference models trained at once (each in its own process: Ray when installed, else a process pool). "
+            "Default: one at a time in this process.",
+            min=1,
+        ),
+    )
+    ray_address: str | None = field(
+        default=None,
+        metadata=option(
+            "Train the shadow/reference models on this Ray cluster (e.g. ray://host:10001; its nodes must see "
+            "--shadow-cache and have dpaudit installed).",
+            metavar="ADDR",
+        ),
+    )
+    shadow_trainer: str | None = field(
+        default=None,
+        metadata=option(
+            "The registered dpaudit trainer that trains shadow/reference models of a model trained elsewhere (a Hugging "
+            "Face directory without a dpaudit manifest), with --shadow-config's recipe.",
+            metavar="NAME",
+        ),
+    )
+    shadow_config: str | None = field(
+        default=None,
+        metadata=option(
+            "A JSON object of --shadow-trainer's Config fields (the target's recipe, e.g. "
+            '{"mode": "sgd", "epochs": 3, "batch_size": 32}); shadows train on as many rows as train.jsonl.',
+            metavar="FILE.json",
+            file=True,
+        ),
+    )
+    shadow_dirs: tuple[str, ...] | None = field(
+        default=None,
+        metadata=option(
+            "A shadow model trained by you (repeatable; or a text file listing directories, one per line): a model "
+            "directory with the target's tokenizer holding members.json, a JSON list of the texts it trained on (or "
+            '"sha256:<hex>" of each text\'s UTF-8). No shadow is trained; lira needs >= 2.',
+            metavar="DIR",
+            path=True,
+        ),
+    )
+    shadow_overrides: dict | None = field(
+        default=None, metadata=option("Config fields replaced in every shadow and reference model.", python_only=True)
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -235,4 +328,3 @@ class ShadowOptions(MembershipOptions):
             raise ValueError(f"--workers must be >= 1, got {self.workers}.")
         if self.shadow_config is not None and self.shadow_trainer is None:
             raise ValueError("--shadow-config needs --shadow-trainer NAME (the registered trainer the config is for).")
-

@@ -75,21 +75,35 @@ def symbol_edit_distances(pairs: list[tuple[list[str], list[str]]]) -> tuple[np.
     return edit, edit / np.asarray([max(len(s), 1) for _, s in pairs], dtype=np.float64)
 
 
-def reconstruction_rows(frequencies: np.ndarray, exact: np.ndarray, edit: np.ndarray, normalized: np.ndarray,
-                        top_k_hit: np.ndarray | None, *, seed: int, level: float) -> tuple[ReconstructionRow, ...]:
+def reconstruction_rows(
+    frequencies: np.ndarray,
+    exact: np.ndarray,
+    edit: np.ndarray,
+    normalized: np.ndarray,
+    top_k_hit: np.ndarray | None,
+    *,
+    seed: int,
+    level: float,
+) -> tuple[ReconstructionRow, ...]:
     """Statistics by frequency; each inserted group's normalized edit distance tested (lower) against the controls."""
     controls = normalized[frequencies == 0]
     rows = []
     for f, idx in by_frequency(frequencies):
         hits = int(exact[idx].sum())
-        rows.append(ReconstructionRow(
-            frequency=f, n=int(idx.size), exact_matches=hits, exact_match_rate=hits / idx.size,
-            exact_match_ci=clopper_pearson(hits, int(idx.size), level=level),
-            edit_distance_mean=float(edit[idx].mean()), normalized_edit_distance_mean=float(normalized[idx].mean()),
-            normalized_edit_distance_ci=bootstrap_interval(normalized[idx], np.mean, seed=seed, level=level),
-            top_k_hits=None if top_k_hit is None else int(top_k_hit[idx].sum()),
-            vs_controls=None if f == 0 else mann_whitney_greater(-normalized[idx], -controls),
-        ))
+        rows.append(
+            ReconstructionRow(
+                frequency=f,
+                n=int(idx.size),
+                exact_matches=hits,
+                exact_match_rate=hits / idx.size,
+                exact_match_ci=clopper_pearson(hits, int(idx.size), level=level),
+                edit_distance_mean=float(edit[idx].mean()),
+                normalized_edit_distance_mean=float(normalized[idx].mean()),
+                normalized_edit_distance_ci=bootstrap_interval(normalized[idx], np.mean, seed=seed, level=level),
+                top_k_hits=None if top_k_hit is None else int(top_k_hit[idx].sum()),
+                vs_controls=None if f == 0 else mann_whitney_greater(-normalized[idx], -controls),
+            )
+        )
     return tuple(rows)
 
 
@@ -101,8 +115,9 @@ class ReconstructionConfig(SecretOptions):
         top_k: beam width for the rank of the true secret among the top-k fills (0 = off).
     """
 
-    top_k: int = field(default=10, metadata=option(
-        "Beam width for the true secret's rank among the best fills (0: off).", min=0))
+    top_k: int = field(
+        default=10, metadata=option("Beam width for the true secret's rank among the best fills (0: off).", min=0)
+    )
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -117,9 +132,15 @@ class ReconstructionAttack(BaseAttack):
     model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM})
     Config: ClassVar[type] = ReconstructionConfig
     scores_canaries: ClassVar[bool] = True
-    counterparts: ClassVar[Mapping[str, tuple[str, str]]] = MappingProxyType({CAUSAL_LM: (
-        "extraction", "--attacks reconstruction fills a masked secret, and {model} is a causal-lm with no mask; use "
-                      "--attacks extraction (the secret decoded from its prefix, greedy and beam).")})
+    counterparts: ClassVar[Mapping[str, tuple[str, str]]] = MappingProxyType(
+        {
+            CAUSAL_LM: (
+                "extraction",
+                "--attacks reconstruction fills a masked secret, and {model} is a causal-lm with no mask; use "
+                "--attacks extraction (the secret decoded from its prefix, greedy and beam).",
+            )
+        }
+    )
     order: ClassVar[int] = 20
 
     def run(self, context: AttackContext) -> AttackOutcome:
@@ -152,12 +173,24 @@ class ReconstructionAttack(BaseAttack):
         else:  # phrases: words of the normalized texts
             pairs = [(_normalize(f).split(), _normalize(s).split()) for f, s in zip(fills, secrets)]
         edit, normalized = symbol_edit_distances(pairs)
-        fields = {c.id: {"fill": fills[i], "exact": bool(exact[i]), "edit_distance": int(edit[i]),
-                         "normalized_edit_distance": float(normalized[i]), "top_k_rank": top_k_rank[i]}
-                  for i, c in enumerate(canaries)}
-        params = ReconstructionParameters(secret_format=space.format if space is not None else canaries[0].format,
-                                          reveal=reveal, top_k=options.top_k if space is not None else None,
-                                          fill=fill_kind, bootstrap_seed=options.seed)
-        rows = reconstruction_rows(context.frequencies, exact, edit, normalized, top_k_hit, seed=options.seed,
-                                   level=options.level)
+        fields = {
+            c.id: {
+                "fill": fills[i],
+                "exact": bool(exact[i]),
+                "edit_distance": int(edit[i]),
+                "normalized_edit_distance": float(normalized[i]),
+                "top_k_rank": top_k_rank[i],
+            }
+            for i, c in enumerate(canaries)
+        }
+        params = ReconstructionParameters(
+            secret_format=space.format if space is not None else canaries[0].format,
+            reveal=reveal,
+            top_k=options.top_k if space is not None else None,
+            fill=fill_kind,
+            bootstrap_seed=options.seed,
+        )
+        rows = reconstruction_rows(
+            context.frequencies, exact, edit, normalized, top_k_hit, seed=options.seed, level=options.level
+        )
         return AttackOutcome(ReconstructionResult(parameters=params, rows=rows), fields)

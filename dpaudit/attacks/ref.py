@@ -49,28 +49,41 @@ def reference_scorer(context: AttackContext, attack: str) -> tuple[object, str, 
         if source.kind != context.scorer.kind:
             from dpaudit.common.errors import UserInputError
 
-            raise UserInputError(f"--reference-model {options.reference_model} is a {source.kind}, the target a "
-                                 f"{context.scorer.kind}; pass a reference of the same kind.")
+            raise UserInputError(
+                f"--reference-model {options.reference_model} is a {source.kind}, the target a "
+                f"{context.scorer.kind}; pass a reference of the same kind."
+            )
         scorer = load(source, batch_size=context.scorer.batch_size, device=context.scorer.device, progress=False)
         check_same_tokenizer(context.scorer, scorer, option="--reference-model")
         return scorer, f"--reference-model {options.reference_model}", [], None
     pool = public_pool(context.data, context.scorer.source.label_set())
     if options.shadow_dirs:  # the first user-supplied model is the reference
         models = user_shadows(options, pool)[:1]
-        info, notes = models_info(None, models, role="reference", notes=[],
-                                  data=f"--shadow-dirs: the first directory ({models[0].path})")
+        info, notes = models_info(
+            None, models, role="reference", notes=[], data=f"--shadow-dirs: the first directory ({models[0].path})"
+        )
         return load_scorers(context, models)[0], f"--shadow-dirs {models[0].path}", notes, info
     recipe = target_recipe(context.scorer.source, attack, options=options, run=context.data)
     member = np.ones(len(pool.texts), bool)
     if recipe.rows and recipe.rows < len(pool.texts):  # as many rows as the target trained on
         member[:] = False
-        member[np.random.default_rng([options.seed, 0x524546]).permutation(len(pool.texts))[:recipe.rows]] = True
+        member[np.random.default_rng([options.seed, 0x524546]).permutation(len(pool.texts))[: recipe.rows]] = True
     spec = ShadowSpec(index=0, member=member, seed=options.seed * 1000 + 999)
-    models, notes = train_shadows(source=context.scorer.source, run=context.data, pool=pool, specs=[spec], attack=attack,
-                                  cache=cache_root(options.shadow_cache), options=options,
-                                  overrides=options.shadow_overrides, what="reference", recipe=recipe)
-    data = (f"{int(member.sum())} random rows of public.jsonl ({len(pool.texts)} rows; --seed {options.seed})"
-            + (", as many as the target trained on" if recipe.rows and member.sum() == recipe.rows else ""))
+    models, notes = train_shadows(
+        source=context.scorer.source,
+        run=context.data,
+        pool=pool,
+        specs=[spec],
+        attack=attack,
+        cache=cache_root(options.shadow_cache),
+        options=options,
+        overrides=options.shadow_overrides,
+        what="reference",
+        recipe=recipe,
+    )
+    data = f"{int(member.sum())} random rows of public.jsonl ({len(pool.texts)} rows; --seed {options.seed})" + (
+        ", as many as the target trained on" if recipe.rows and member.sum() == recipe.rows else ""
+    )
     info, notes = models_info(recipe, models, role="reference", data=data, notes=notes)
     return load_scorers(context, models)[0], f"trained like the target on {data}", notes, info
 
@@ -83,9 +96,14 @@ class RefConfig(ShadowOptions):
         reference_model: a reference model directory (None: one trained like the target on public.jsonl).
     """
 
-    reference_model: str | None = field(default=None, metadata=option(
-        "Reference model for --attacks ref (same tokenizer as the target); default: one trained like the target on "
-        "public.jsonl.", path=True))
+    reference_model: str | None = field(
+        default=None,
+        metadata=option(
+            "Reference model for --attacks ref (same tokenizer as the target); default: one trained like the target on "
+            "public.jsonl.",
+            path=True,
+        ),
+    )
 
 
 class RefAttack(ShadowTrainedAttack):
@@ -106,6 +124,15 @@ class RefAttack(ShadowTrainedAttack):
         reference, described, notes, info = reference_scorer(context, self.name)
         seed = context.options.seed
         scored = [(t, task_losses(reference, t, seed=seed) - task_losses(context.scorer, t, seed=seed)) for t in tasks]
-        return audit_tasks(context, self.name, scored, warnings=notes, shadow_models=info, parameters={
-            "score": "loss under the reference model - loss under the target (same seeded masking); higher = member",
-            "reference_model": described, "shadow_overrides": context.options.shadow_overrides or {}})
+        return audit_tasks(
+            context,
+            self.name,
+            scored,
+            warnings=notes,
+            shadow_models=info,
+            parameters={
+                "score": "loss under the reference model - loss under the target (same seeded masking); higher = member",
+                "reference_model": described,
+                "shadow_overrides": context.options.shadow_overrides or {},
+            },
+        )

@@ -69,14 +69,22 @@ def _load(entry: EntryPoint) -> type[Attack]:
     try:
         cls = entry.load()
     except ImportError as err:
-        raise UserInputError(f"--attacks {entry.name}: cannot import {entry.value} ({err}); install the package it "
-                             "needs.") from None
-    problem = (None if isinstance(cls, type) and isinstance(cls(), Attack) and dataclasses.is_dataclass(cls.Config)
-               and getattr(cls, "name", None) == entry.name and cls.model_kinds else
-               f"a class with name = {entry.name!r}, model_kinds, a Config dataclass and run(context)")
+        raise UserInputError(
+            f"--attacks {entry.name}: cannot import {entry.value} ({err}); install the package it needs."
+        ) from None
+    problem = (
+        None
+        if isinstance(cls, type)
+        and isinstance(cls(), Attack)
+        and dataclasses.is_dataclass(cls.Config)
+        and getattr(cls, "name", None) == entry.name
+        and cls.model_kinds
+        else f"a class with name = {entry.name!r}, model_kinds, a Config dataclass and run(context)"
+    )
     if problem:
-        raise UserInputError(f"--attacks {entry.name}: entry point {entry.value} does not follow the Attack protocol "
-                             f"({problem}).")
+        raise UserInputError(
+            f"--attacks {entry.name}: entry point {entry.value} does not follow the Attack protocol ({problem})."
+        )
     return cls
 
 
@@ -99,13 +107,17 @@ def default_attacks(names: Sequence[str], *, coin_flip: bool, model_kind: str) -
         return names
     out = [prop(attack_class(n), "counterparts").get(model_kind, (n,))[0] for n in names]
     if coin_flip:
-        out += [c.name for c in registered_classes()
-                if prop(c, "one_run_default") and model_kind in c.model_kinds and c.name not in out]
+        out += [
+            c.name
+            for c in registered_classes()
+            if prop(c, "one_run_default") and model_kind in c.model_kinds and c.name not in out
+        ]
     return out
 
 
-def resolve_attacks(names: Iterable[str], model_kind: str, *, model: str = "the model", blind: bool = True
-                    ) -> list[type[Attack]]:
+def resolve_attacks(
+    names: Iterable[str], model_kind: str, *, model: str = "the model", blind: bool = True
+) -> list[type[Attack]]:
     """Attack classes for ``names`` (``"all"`` = every attack supporting ``model_kind``), in order; with ``blind``,
     the baseline last when a membership attack is among them (and it is not already).
 
@@ -127,9 +139,11 @@ def resolve_attacks(names: Iterable[str], model_kind: str, *, model: str = "the 
         if model_kind not in cls.model_kinds:
             needs = " or ".join(_KIND_WORDS.get(kind, kind) for kind in sorted(cls.model_kinds))
             fitting = [c.name for c in registered_classes() if not prop(c, "baseline") and model_kind in c.model_kinds]
-            raise UserInputError(f"--attacks {name} needs a {needs}, but {model} is a "
-                                 f"{_KIND_WORDS.get(model_kind, model_kind)}; pass a {needs}, or choose an attack for "
-                                 f"it: {', '.join(fitting)}.")
+            raise UserInputError(
+                f"--attacks {name} needs a {needs}, but {model} is a "
+                f"{_KIND_WORDS.get(model_kind, model_kind)}; pass a {needs}, or choose an attack for "
+                f"it: {', '.join(fitting)}."
+            )
         if cls not in out:
             out.append(cls)
     if not out:
@@ -191,12 +205,18 @@ def option_sections(classes: Sequence[type]) -> list[tuple[type, tuple[str, ...]
             seen = owner.setdefault(f.name, (declaring, "every run" if attack is None else f"--attacks {attack.name}"))
             if seen[0] is not declaring:
                 where = "every run" if attack is None else f"--attacks {attack.name}"
-                raise UserInputError(f"{where}: its option {f.name} ({declaring.__qualname__}) is already an option of "
-                                     f"{seen[1]} ({seen[0].__qualname__}) with another meaning; rename it, or share "
-                                     f"{seen[0].__qualname__}.")
+                raise UserInputError(
+                    f"{where}: its option {f.name} ({declaring.__qualname__}) is already an option of "
+                    f"{seen[1]} ({seen[0].__qualname__}) with another meaning; rename it, or share "
+                    f"{seen[0].__qualname__}."
+                )
             if f.name not in sections.setdefault(declaring, []):
                 sections[declaring].append(f.name)
-            if attack is not None and declaring not in _run_classes() and attack.name not in users.setdefault(declaring, []):
+            if (
+                attack is not None
+                and declaring not in _run_classes()
+                and attack.name not in users.setdefault(declaring, [])
+            ):
                 users[declaring].append(attack.name)
     ordered = sorted(sections, key=lambda cls: cls is not RunOptions)  # every run's own options first
     return [(cls, tuple(sections[cls]), tuple(users.get(cls, ()))) for cls in ordered]
@@ -238,13 +258,16 @@ def check_options(given: Iterable[str], names: Iterable[str] | str) -> None:
             continue
         flag = option_flag(name)
         if name not in known:
-            raise UserInputError(f"{name}: not an option of dpaudit attack; the options are "
-                                 f"{', '.join(sorted(known))}.")
+            raise UserInputError(
+                f"{name}: not an option of dpaudit attack; the options are {', '.join(sorted(known))}."
+            )
         owners = [a for _, fields, users in every if name in fields for a in users]
         shown = ",".join(_split(names))
         default = " (the default)" if tuple(_split(names)) == DEFAULT_ATTACKS else ""
-        raise UserInputError(f"{flag} is an option of --attacks {', '.join(owners)}, which --attacks {shown}{default} "
-                             f"does not run; add {owners[0]} to --attacks, or remove {flag}.")
+        raise UserInputError(
+            f"{flag} is an option of --attacks {', '.join(owners)}, which --attacks {shown}{default} "
+            f"does not run; add {owners[0]} to --attacks, or remove {flag}."
+        )
 
 
 class AttackOptions:
@@ -268,7 +291,9 @@ class AttackOptions:
         known = {f.name for cls in classes for f in dataclasses.fields(cls)}
         unknown = sorted(set(values) - known)
         if unknown:
-            raise TypeError(f"unknown attack option(s) {', '.join(unknown)}; the options are {', '.join(sorted(known))}.")
+            raise TypeError(
+                f"unknown attack option(s) {', '.join(unknown)}; the options are {', '.join(sorted(known))}."
+            )
         option_sections(registered_classes())  # one meaning per option name
         configs = {}
         for cls in classes:
@@ -313,4 +338,3 @@ class AttackOptions:
     def __repr__(self) -> str:
         given = ", ".join(f"{k}={v!r}" for k, v in self.to_dict().items())
         return f"AttackOptions({given})"
-

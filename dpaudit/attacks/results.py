@@ -36,7 +36,9 @@ def _to_json(value: Any) -> Any:
     if not isinstance(value, (type, JsonRecord)) and callable(getattr(value, "to_json", None)):
         return value.to_json()  # a record with its own format (e.g. dpaudit.audit.AuditResult), as _from_json reads it
     if dataclasses.is_dataclass(value) and not isinstance(value, type):
-        return {f.name: _to_json(getattr(value, f.name)) for f in dataclasses.fields(value) if f.metadata.get("json", True)}
+        return {
+            f.name: _to_json(getattr(value, f.name)) for f in dataclasses.fields(value) if f.metadata.get("json", True)
+        }
     if isinstance(value, (list, tuple)):
         return [_to_json(v) for v in value]
     if isinstance(value, dict):
@@ -61,8 +63,11 @@ def _from_json(tp: Any, value: Any) -> Any:
         if hasattr(tp, "from_json") and tp.from_json.__func__ is not JsonRecord.from_json.__func__:  # type: ignore[attr-defined]
             return tp.from_json(value)
         hints = typing.get_type_hints(tp)
-        kwargs = {f.name: _from_json(hints[f.name], value[f.name]) for f in dataclasses.fields(tp)
-                  if f.init and f.metadata.get("json", True) and f.name in value}
+        kwargs = {
+            f.name: _from_json(hints[f.name], value[f.name])
+            for f in dataclasses.fields(tp)
+            if f.init and f.metadata.get("json", True) and f.name in value
+        }
         return tp(**kwargs)
     if tp is float and value is not None:
         return float(value)
@@ -111,8 +116,10 @@ class HeldoutUtility(JsonRecord):
     def where(self) -> str:
         """Where the figure comes from, in words (the terminal, the report)."""
         left = f"; {self.left_out}" if self.left_out else ""
-        return (f"measured by dpaudit attack on {self.rows} of {self.heldout_rows} heldout.jsonl rows "
-                f"({self.predictions} predictions{left})")
+        return (
+            f"measured by dpaudit attack on {self.rows} of {self.heldout_rows} heldout.jsonl rows "
+            f"({self.predictions} predictions{left})"
+        )
 
     def text(self) -> str:
         """One line: the figure, its trivial baseline and where it comes from."""
@@ -239,8 +246,10 @@ class ReconstructionParameters(JsonRecord):
     reveal: int
     top_k: int | None
     fill: str
-    edit_distance: str = ("Levenshtein over the secret's symbols (digits or words), normalized by the true secret's length "
-                          "in symbols (1.0: every symbol wrong)")
+    edit_distance: str = (
+        "Levenshtein over the secret's symbols (digits or words), normalized by the true secret's length "
+        "in symbols (1.0: every symbol wrong)"
+    )
     bootstrap_seed: int = 0
 
 
@@ -274,9 +283,11 @@ class ExtractionParameters(ReconstructionParameters):
     decoding: str = ""
     context_tokens_min: int | None = None
     context_tokens_max: int | None = None
-    extractable: str = ("greedy decoding from the canary's prefix (its k context tokens, k from context_tokens_min to "
-                        "context_tokens_max) emits the secret exactly: Carlini et al. 2021's extraction, k-extractable in "
-                        "Carlini et al. 2023's terms")
+    extractable: str = (
+        "greedy decoding from the canary's prefix (its k context tokens, k from context_tokens_min to "
+        "context_tokens_max) emits the secret exactly: Carlini et al. 2021's extraction, k-extractable in "
+        "Carlini et al. 2023's terms"
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -416,10 +427,16 @@ class MiaResult(AttackResult):
     shadow_models: ShadowModelsInfo | None = None
 
     def to_json(self) -> dict[str, Any]:
-        obj = {"attack": self.attack, "kind": "membership-inference", "reference": self.reference,
-               "parameters": self.parameters, "claimed_epsilon": self.claimed_epsilon,
-               "exceeds_claim": self.exceeds_claim, "warnings": list(self.warnings),
-               "tasks": [t.to_json() for t in self.tasks]}
+        obj = {
+            "attack": self.attack,
+            "kind": "membership-inference",
+            "reference": self.reference,
+            "parameters": self.parameters,
+            "claimed_epsilon": self.claimed_epsilon,
+            "exceeds_claim": self.exceeds_claim,
+            "warnings": list(self.warnings),
+            "tasks": [t.to_json() for t in self.tasks],
+        }
         if self.shadow_models is not None:
             obj["shadow_models"] = self.shadow_models.to_json()
         return obj
@@ -427,10 +444,14 @@ class MiaResult(AttackResult):
     @classmethod
     def from_json(cls, obj: dict[str, Any]):
         shadows = obj.get("shadow_models")
-        return cls(parameters=obj["parameters"], tasks=tuple(MiaTaskResult.from_json(t) for t in obj["tasks"]),
-                   claimed_epsilon=obj.get("claimed_epsilon"), exceeds_claim=bool(obj.get("exceeds_claim")),
-                   warnings=tuple(obj.get("warnings", ())),
-                   shadow_models=None if shadows is None else ShadowModelsInfo.from_json(shadows))
+        return cls(
+            parameters=obj["parameters"],
+            tasks=tuple(MiaTaskResult.from_json(t) for t in obj["tasks"]),
+            claimed_epsilon=obj.get("claimed_epsilon"),
+            exceeds_claim=bool(obj.get("exceeds_claim")),
+            warnings=tuple(obj.get("warnings", ())),
+            shadow_models=None if shadows is None else ShadowModelsInfo.from_json(shadows),
+        )
 
     def membership_audits(self) -> dict[str, Any]:
         """task -> :class:`dpaudit.audit.AuditResult` (what the report's membership section renders)."""
@@ -444,8 +465,11 @@ class MiaResult(AttackResult):
 
 
 def _result_class(name: str, reference: str, *, baseline: bool = False) -> type[MiaResult]:
-    cls = type(f"{name.capitalize()}MiaResult", (MiaResult,), {"attack": name, "reference": reference,
-                                                                "baseline": baseline, "__module__": __name__})
+    cls = type(
+        f"{name.capitalize()}MiaResult",
+        (MiaResult,),
+        {"attack": name, "reference": reference, "baseline": baseline, "__module__": __name__},
+    )
     cls = dataclass(frozen=True, kw_only=True)(cls)
     register_result(cls)
     return cls
@@ -456,17 +480,40 @@ ShadowResult = _result_class("shadow", "Shokri et al. 2017, as in Dupuy et al. 2
 RefResult = _result_class("ref", "Mireshghallah et al. 2022, 'Quantifying Privacy Risks of Masked Language Models'")
 LiraResult = _result_class("lira", "Carlini et al. 2022, 'Membership Inference Attacks From First Principles'")
 RmiaResult = _result_class("rmia", "Zarifzadeh et al. 2024, 'Low-Cost High-Power Membership Inference Attacks'")
-CanaryResult = _result_class("canary", "Panda et al. 2025, 'Privacy Auditing of Large Language Models' (designed "
-                                       "canaries); Steinke et al. 2023 (one run)")
-BlindResult = _result_class("blind", "Das, Zhang & Tramer 2024, 'Blind Baselines Beat Membership Inference Attacks "
-                                     "for Foundation Models'", baseline=True)
-ZlibResult = _result_class("zlib", "Carlini et al. 2021, 'Extracting Training Data from Large Language Models', section 5.1")
-MinKResult = _result_class("min-k", "Shi et al. 2024, 'Detecting Pretraining Data from Large Language Models' (Min-K% Prob)")
-MinKPlusPlusResult = _result_class("min-k++", "Zhang et al. 2024, 'Min-K%++: Improved Baseline for Detecting Pre-Training "
-                                              "Data from Large Language Models'")
-RESULT_CLASSES: dict[str, type[MiaResult]] = {c.attack: c for c in (LossResult, ShadowResult, RefResult, LiraResult,
-                                                                      RmiaResult, CanaryResult, BlindResult, ZlibResult,
-                                                                      MinKResult, MinKPlusPlusResult)}
+CanaryResult = _result_class(
+    "canary",
+    "Panda et al. 2025, 'Privacy Auditing of Large Language Models' (designed canaries); Steinke et al. 2023 (one run)",
+)
+BlindResult = _result_class(
+    "blind",
+    "Das, Zhang & Tramer 2024, 'Blind Baselines Beat Membership Inference Attacks for Foundation Models'",
+    baseline=True,
+)
+ZlibResult = _result_class(
+    "zlib", "Carlini et al. 2021, 'Extracting Training Data from Large Language Models', section 5.1"
+)
+MinKResult = _result_class(
+    "min-k", "Shi et al. 2024, 'Detecting Pretraining Data from Large Language Models' (Min-K% Prob)"
+)
+MinKPlusPlusResult = _result_class(
+    "min-k++",
+    "Zhang et al. 2024, 'Min-K%++: Improved Baseline for Detecting Pre-Training Data from Large Language Models'",
+)
+RESULT_CLASSES: dict[str, type[MiaResult]] = {
+    c.attack: c
+    for c in (
+        LossResult,
+        ShadowResult,
+        RefResult,
+        LiraResult,
+        RmiaResult,
+        CanaryResult,
+        BlindResult,
+        ZlibResult,
+        MinKResult,
+        MinKPlusPlusResult,
+    )
+}
 
 
 def result_from_json(obj: dict[str, Any]) -> AttackResult:

@@ -99,14 +99,22 @@ def fitted_offline_a(p_refs: np.ndarray, member: np.ndarray) -> float | None:
     return float(np.clip(((1 - p_in) * (1 - p_out)).sum() / denominator, 0.0, 1.0))
 
 
-def rmia_scores(p_target_x: np.ndarray, p_refs_x: np.ndarray, p_target_z: np.ndarray, p_refs_z: np.ndarray, *,
-                a: float = OFFLINE_A, gamma: float = GAMMA) -> np.ndarray:
+def rmia_scores(
+    p_target_x: np.ndarray,
+    p_refs_x: np.ndarray,
+    p_target_z: np.ndarray,
+    p_refs_z: np.ndarray,
+    *,
+    a: float = OFFLINE_A,
+    gamma: float = GAMMA,
+) -> np.ndarray:
     """score(x) = Pr_z[LR(x) / LR(z) > gamma] from target and [refs, n] reference probabilities.
 
     LR(x) = p_target(x) / (1/2 [(1 + a) mean_r p_ref(x) + (1 - a)]); ``a`` in [0, 1] (module docstring).
     """
     if not 0 <= a <= 1:
         raise ValueError(f"a must be in [0, 1], got {a}.")
+
     def lr(p_t: np.ndarray, p_r: np.ndarray) -> np.ndarray:
         marginal = 0.5 * ((1 + a) * p_r.mean(0) + (1 - a))
         return p_t / marginal
@@ -127,8 +135,10 @@ class RmiaAttack(ShadowTrainedAttack):
         tasks = membership_tasks(context)
         shadows = public_shadows(context, self.name, what="rmia reference")
         models, refs = shadows.models, shadows.scorers
-        pool = ShadowPool(texts=[shadows.pool.texts[i] for i in shadows.population],  # z: rows no reference trained on
-                          labels=None if shadows.pool.labels is None else [shadows.pool.labels[i] for i in shadows.population])
+        pool = ShadowPool(
+            texts=[shadows.pool.texts[i] for i in shadows.population],  # z: rows no reference trained on
+            labels=None if shadows.pool.labels is None else [shadows.pool.labels[i] for i in shadows.population],
+        )
         info, notes = models_info(shadows.recipe, models, role="reference", data=shadows.data, notes=shadows.notes)
         z_labels = pool_label_ids(context.scorer.source.label_set(), pool)
 
@@ -142,26 +152,51 @@ class RmiaAttack(ShadowTrainedAttack):
             member = np.stack([m.spec.member for m in models])
             rows = np.flatnonzero(member.any(0) & (~member).any(0))
             texts = [shadows.pool.texts[i] for i in rows]
-            fitted = fitted_offline_a(np.stack([prob(r, texts, None) for r in refs]), member[:, rows]) if texts else None
+            fitted = (
+                fitted_offline_a(np.stack([prob(r, texts, None) for r in refs]), member[:, rows]) if texts else None
+            )
             a = MASKED_LM_A if fitted is None else fitted
-            a_reason = (f"least-squares fit of p_in = a p_out + (1 - a) on the {rows.size} public rows IN some reference "
-                        "and OUT of another (the references alone)" if fitted is not None else
-                        "no public row is IN one reference and OUT of another to fit a on: a = 1, the few-epochs regime "
-                        "of a language model (p_in ~ c p_out, small)")
-        scored = [(t, rmia_scores(prob(context.scorer, t.texts, t.labels),
-                                  np.stack([prob(r, t.texts, t.labels) for r in refs]), p_tz, p_rz, a=a)) for t in tasks]
-        what = {CLASSIFIER: "probability of the true label",
-                CAUSAL_LM: "exp(-mean next-token NLL): geometric-mean probability of the text's tokens"}.get(
-            context.scorer.kind, "exp(-MLM loss): geometric-mean masked-token probability (seeded masking)")
-        params = {"score": "fraction of population samples z with LR(x)/LR(z) > gamma; higher = member",
-                  "probability": what, "reference_models": len(models), "offline_a": a,
-                  "offline_a_reason": a_reason or ("a language model's geometric-mean token probabilities are ~1e-3: an IN model "
-                                       "multiplies them, the constant (1 - a) / 2 would swamp the references; a = 1 "
-                                       "ranks by p_target / mean p_ref" if a == MASKED_LM_A else
-                                       "the paper's offline a for a classifier's true-label probability"),
-                  "gamma": GAMMA,
-                  "population": f"the population part of public.jsonl ({len(pool.texts)} rows), disjoint from every "
-                                "reference model's training rows",
-                  "reference_data": shadows.data,
-                  "shadow_overrides": context.options.shadow_overrides or {}}
+            a_reason = (
+                f"least-squares fit of p_in = a p_out + (1 - a) on the {rows.size} public rows IN some reference "
+                "and OUT of another (the references alone)"
+                if fitted is not None
+                else "no public row is IN one reference and OUT of another to fit a on: a = 1, the few-epochs regime "
+                "of a language model (p_in ~ c p_out, small)"
+            )
+        scored = [
+            (
+                t,
+                rmia_scores(
+                    prob(context.scorer, t.texts, t.labels),
+                    np.stack([prob(r, t.texts, t.labels) for r in refs]),
+                    p_tz,
+                    p_rz,
+                    a=a,
+                ),
+            )
+            for t in tasks
+        ]
+        what = {
+            CLASSIFIER: "probability of the true label",
+            CAUSAL_LM: "exp(-mean next-token NLL): geometric-mean probability of the text's tokens",
+        }.get(context.scorer.kind, "exp(-MLM loss): geometric-mean masked-token probability (seeded masking)")
+        params = {
+            "score": "fraction of population samples z with LR(x)/LR(z) > gamma; higher = member",
+            "probability": what,
+            "reference_models": len(models),
+            "offline_a": a,
+            "offline_a_reason": a_reason
+            or (
+                "a language model's geometric-mean token probabilities are ~1e-3: an IN model "
+                "multiplies them, the constant (1 - a) / 2 would swamp the references; a = 1 "
+                "ranks by p_target / mean p_ref"
+                if a == MASKED_LM_A
+                else "the paper's offline a for a classifier's true-label probability"
+            ),
+            "gamma": GAMMA,
+            "population": f"the population part of public.jsonl ({len(pool.texts)} rows), disjoint from every "
+            "reference model's training rows",
+            "reference_data": shadows.data,
+            "shadow_overrides": context.options.shadow_overrides or {},
+        }
         return audit_tasks(context, self.name, scored, parameters=params, warnings=notes, shadow_models=info)

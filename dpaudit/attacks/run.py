@@ -86,10 +86,12 @@ def shared_context_warning(canaries: Sequence[Any], space: Any, reveal: int) -> 
         return None
     n = sum(len(ids) for ids in shared)
     (prefix, suffix), _ = max(groups.items(), key=lambda kv: len(kv[1]))
-    return (f"{n} of {len(canaries)} canaries share their unmasked context with another canary (e.g. {prefix!r}...{suffix!r}, "
-            f"{max(len(ids) for ids in shared)} canaries): with the secret masked the model sees identical inputs, so exposure "
-            "measures the mixture of their secrets, not memorization of one canary. Re-inject with a per-canary key "
-            "(the default template \"{name}'s account number is {secret}\") or add --reveal K as a second view.")
+    return (
+        f"{n} of {len(canaries)} canaries share their unmasked context with another canary (e.g. {prefix!r}...{suffix!r}, "
+        f"{max(len(ids) for ids in shared)} canaries): with the secret masked the model sees identical inputs, so exposure "
+        "measures the mixture of their secrets, not memorization of one canary. Re-inject with a per-canary key "
+        '(the default template "{name}\'s account number is {secret}") or add --reveal K as a second view.'
+    )
 
 
 def truncation_warning(tokenizer: Any, canaries: Sequence[Any], train_manifest: dict[str, Any] | None) -> str | None:
@@ -110,17 +112,28 @@ def truncation_warning(tokenizer: Any, canaries: Sequence[Any], train_manifest: 
         return None
     inserted = sorted({c.frequency for c in cut if c.frequency > 0})
     where = f"inserted {', '.join(map(str, inserted))} times" if inserted else "controls only"
-    return (f"{len(cut)} of {len(canaries)} canaries ({where}, e.g. {cut[0].id}) end their secret beyond the max_length "
-            f"{max_length} the model was trained with (at token {max(ends)}): training cut their secret off, so the model "
-            f"never saw it whole. Their exposure and reconstruction read like never-inserted controls whatever the "
-            f"model's privacy: they understate memorization and are not evidence of privacy. Retrain with --max-length "
-            f"{max(ends)} or more for a meaningful audit of them.")
+    return (
+        f"{len(cut)} of {len(canaries)} canaries ({where}, e.g. {cut[0].id}) end their secret beyond the max_length "
+        f"{max_length} the model was trained with (at token {max(ends)}): training cut their secret off, so the model "
+        f"never saw it whole. Their exposure and reconstruction read like never-inserted controls whatever the "
+        f"model's privacy: they understate memorization and are not evidence of privacy. Retrain with --max-length "
+        f"{max(ends)} or more for a meaningful audit of them."
+    )
 
 
-def attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks: Iterable[str] | str = DEFAULT_ATTACKS,
-           *, out: str | os.PathLike[str] | None = None, overwrite: bool = False, device: str | None = None,
-           progress: bool = True, command: list[str] | None = None, pages: PageWriter | None = None,
-           **options: Any) -> AttackResults:
+def attack(
+    model: str | os.PathLike[str],
+    data: str | os.PathLike[str],
+    attacks: Iterable[str] | str = DEFAULT_ATTACKS,
+    *,
+    out: str | os.PathLike[str] | None = None,
+    overwrite: bool = False,
+    device: str | None = None,
+    progress: bool = True,
+    command: list[str] | None = None,
+    pages: PageWriter | None = None,
+    **options: Any,
+) -> AttackResults:
     """Run canary attacks on a model and (with ``out``) write the attack directory.
 
     Args:
@@ -157,19 +170,59 @@ def attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks:
             import tempfile
 
             with tempfile.TemporaryDirectory(prefix="dpaudit-shadows-") as temporary:  # mode 0700 (mkdtemp)
-                return _attack(model, data, attacks, out=None, overwrite=overwrite, device=device, progress=progress,
-                               command=command, pages=pages, **{**options, "shadow_cache": temporary})
+                return _attack(
+                    model,
+                    data,
+                    attacks,
+                    out=None,
+                    overwrite=overwrite,
+                    device=device,
+                    progress=progress,
+                    command=command,
+                    pages=pages,
+                    **{**options, "shadow_cache": temporary},
+                )
     if out is None:
-        return _attack(model, data, attacks, out=None, overwrite=overwrite, device=device, progress=progress,
-                       command=command, pages=pages, **options)
+        return _attack(
+            model,
+            data,
+            attacks,
+            out=None,
+            overwrite=overwrite,
+            device=device,
+            progress=progress,
+            command=command,
+            pages=pages,
+            **options,
+        )
     with run_dir_lock(out, stage="attack"):  # one stage per output directory at a time
-        return _attack(model, data, attacks, out=out, overwrite=overwrite, device=device, progress=progress,
-                       command=command, pages=pages, **options)
+        return _attack(
+            model,
+            data,
+            attacks,
+            out=out,
+            overwrite=overwrite,
+            device=device,
+            progress=progress,
+            command=command,
+            pages=pages,
+            **options,
+        )
 
 
-def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks: Iterable[str] | str, *,
-            out: str | os.PathLike[str] | None, overwrite: bool, device: str | None, progress: bool,
-            command: list[str] | None, pages: PageWriter | None = None, **values: Any) -> AttackResults:
+def _attack(
+    model: str | os.PathLike[str],
+    data: str | os.PathLike[str],
+    attacks: Iterable[str] | str,
+    *,
+    out: str | os.PathLike[str] | None,
+    overwrite: bool,
+    device: str | None,
+    progress: bool,
+    command: list[str] | None,
+    pages: PageWriter | None = None,
+    **values: Any,
+) -> AttackResults:
     from dpaudit.inject_dir.reader import load_inject_run
     from dpaudit.scoring import load, resolve_model
 
@@ -190,8 +243,10 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
         try:
             designs = prop(cls, "designs")
             if designs is not None and design not in designs:
-                raise UserInputError(f"--data {run.path}: the {cls.name} attack knows no score for secret space "
-                                     f"{design!r}; rerun dpaudit inject.")
+                raise UserInputError(
+                    f"--data {run.path}: the {cls.name} attack knows no score for secret space "
+                    f"{design!r}; rerun dpaudit inject."
+                )
             prop(cls, "check")(options, source, run)
         except UserInputError as err:
             if cls.name in {n.strip() for n in names}:  # named explicitly: refuse; from "all": skip it and say why
@@ -202,20 +257,26 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
     classes = kept
     needs_canaries = [c.name for c in classes if prop(c, "scores_canaries")]
     if needs_canaries and not run.canaries:
-        raise UserInputError(f"--data {data} has no canaries (inject --no-canaries): --attacks "
-                             f"{','.join(needs_canaries)} would have nothing to score; pass --attacks loss (or shadow, "
-                             "ref, lira, rmia), the membership attacks on train.jsonl vs heldout.jsonl.")
+        raise UserInputError(
+            f"--data {data} has no canaries (inject --no-canaries): --attacks "
+            f"{','.join(needs_canaries)} would have nothing to score; pass --attacks loss (or shadow, "
+            "ref, lira, rmia), the membership attacks on train.jsonl vs heldout.jsonl."
+        )
     config = {"attacks": [c.name for c in classes], "model": str(model), "data": str(data), **options.to_dict()}
-    inputs = {**{str(Path(model) / k): v for k, v in source.files.items()},
-              **{str(Path(data) / k): v for k, v in run.manifest.get("outputs", {}).items()}}
+    inputs = {
+        **{str(Path(model) / k): v for k, v in source.files.items()},
+        **{str(Path(data) / k): v for k, v in run.manifest.get("outputs", {}).items()},
+    }
     if out is not None and not overwrite and (done := finished_attack(out, config=config, inputs=inputs, seed=seed)):
         return done
     if out is not None:
         prepare_output_dir(out, overwrite=overwrite)
     space = run.space
     if space is not None and reveal >= space.length:
-        raise UserInputError(f"--reveal {reveal}: {space.format} secrets have {space.length} positions; reveal at most "
-                             f"{space.length - 1}.")
+        raise UserInputError(
+            f"--reveal {reveal}: {space.format} secrets have {space.length} positions; reveal at most "
+            f"{space.length - 1}."
+        )
     if space is None and reveal:
         raise UserInputError("--reveal applies to digits:N and words:N secrets, not phrases; remove it.")
     claimed = options_claim(source, options)
@@ -260,28 +321,48 @@ def _attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks
     for note in blind_comparison(results):  # a model-based attack no better than the text alone: say so
         notes.append(note)
         warnings.warn(note, AttackWarning, stacklevel=2)
-    scores = tuple(CanaryScore(id=c.id, frequency=c.frequency, secret=c.secret, reveal=reveal, **fields[c.id]) for c in canaries)
+    scores = tuple(
+        CanaryScore(id=c.id, frequency=c.frequency, secret=c.secret, reveal=reveal, **fields[c.id]) for c in canaries
+    )
     template = run.manifest.get("template", {}).get("template")
     n_controls = sum(c.frequency == 0 for c in canaries)
     results_obj = AttackResults(
         model=ModelInfo(path=str(model), kind=source.kind, architecture=source.architecture, utility=utility),
-        data=DataInfo(path=str(data), secret_format=run.manifest.get("secret_space", {}).get("format", ""),
-                      log2_space_size=None if space is None else float(space.log2_size), canaries=len(canaries),
-                      controls=n_controls, template=template),
-        claimed=claimed, attacks=tuple(results), warnings=tuple(notes), errors=tuple(errors), canaries=scores,
+        data=DataInfo(
+            path=str(data),
+            secret_format=run.manifest.get("secret_space", {}).get("format", ""),
+            log2_space_size=None if space is None else float(space.log2_size),
+            canaries=len(canaries),
+            controls=n_controls,
+            template=template,
+        ),
+        claimed=claimed,
+        attacks=tuple(results),
+        warnings=tuple(notes),
+        errors=tuple(errors),
+        canaries=scores,
         score_files=score_files,
     ).with_headline()  # computed once, stored in results.json, read from there by every reader
     if failures and all(getattr(r, "baseline", False) for r in results):  # no attack left: its error is the answer
         raise failures[0]
     if out is not None:
-        write_attack_dir(out, results_obj, config=config, inputs=inputs, seed=seed, overwrite=overwrite, command=command,
-                         pages=pages)
+        write_attack_dir(
+            out, results_obj, config=config, inputs=inputs, seed=seed, overwrite=overwrite, command=command, pages=pages
+        )
     return results_obj
 
 
-def write_attack_dir(out: str | os.PathLike[str], results: AttackResults, *, config: dict[str, Any],
-                     inputs: dict[str, str], seed: int, overwrite: bool, command: list[str] | None,
-                     pages: PageWriter | None = None) -> Path:
+def write_attack_dir(
+    out: str | os.PathLike[str],
+    results: AttackResults,
+    *,
+    config: dict[str, Any],
+    inputs: dict[str, str],
+    seed: int,
+    overwrite: bool,
+    command: list[str] | None,
+    pages: PageWriter | None = None,
+) -> Path:
     """Write ``results.json``, ``scores/canaries.jsonl``, the ``pages`` and ``manifest.json`` into ``out`` atomically.
 
     ``pages`` (the attack stage passes the report's ``index.html``) renders from exactly what the staged
@@ -295,7 +376,9 @@ def write_attack_dir(out: str | os.PathLike[str], results: AttackResults, *, con
         for name, rows in results.score_files.items():  # scores/mia_<attack>.jsonl
             write_jsonl(stage / name, rows)
         outputs = file_hashes(stage, [RESULTS, CANARY_SCORES, *results.score_files])
-        manifest = build_manifest(schema=SCHEMA, config=config, seed=seed, inputs=inputs, outputs=outputs, command=command)
+        manifest = build_manifest(
+            schema=SCHEMA, config=config, seed=seed, inputs=inputs, outputs=outputs, command=command
+        )
         manifest = json.loads(json.dumps(manifest))  # exactly what a reader of manifest.json will see
         if pages is not None:
             rendered = dict(pages(stage, results, manifest))
@@ -306,8 +389,9 @@ def write_attack_dir(out: str | os.PathLike[str], results: AttackResults, *, con
     return Path(out)
 
 
-def finished_attack(out: str | os.PathLike[str], *, config: Mapping[str, Any], inputs: Mapping[str, str],
-                    seed: int) -> AttackResults | None:
+def finished_attack(
+    out: str | os.PathLike[str], *, config: Mapping[str, Any], inputs: Mapping[str, str], seed: int
+) -> AttackResults | None:
     """The results in ``out`` when it holds a finished attack of this very command (its manifest records the same
     config, seed and input hashes, and every file verifies), else None.
 
@@ -317,8 +401,12 @@ def finished_attack(out: str | os.PathLike[str], *, config: Mapping[str, Any], i
     from dpaudit.files.run_dirs import finished_output, same_json
 
     manifest = finished_output(out, schema_prefix="dpaudit.attack/")
-    if manifest is None or manifest.get("seed") != seed or not same_json(manifest.get("config"), config) \
-            or not same_json(manifest.get("inputs"), inputs):
+    if (
+        manifest is None
+        or manifest.get("seed") != seed
+        or not same_json(manifest.get("config"), config)
+        or not same_json(manifest.get("inputs"), inputs)
+    ):
         return None
     results = read_attack_dir(out)
     for note in results.warnings:
@@ -326,9 +414,12 @@ def finished_attack(out: str | os.PathLike[str], *, config: Mapping[str, Any], i
     for result in results.attacks:
         for note in getattr(result, "warnings", ()):
             warnings.warn(f"{result.attack}: {note}", AttackWarning, stacklevel=2)
-    warnings.warn(f"--out {out} holds the results of this very command (the same options, model and data; its files "
-                  "verified): nothing was recomputed or written; pass --overwrite to run it again.", FinishedAttack,
-                  stacklevel=2)
+    warnings.warn(
+        f"--out {out} holds the results of this very command (the same options, model and data; its files "
+        "verified): nothing was recomputed or written; pass --overwrite to run it again.",
+        FinishedAttack,
+        stacklevel=2,
+    )
     return results
 
 
@@ -348,5 +439,7 @@ def read_attack_dir(path: str | os.PathLike[str]) -> AttackResults:
             attack_class(name)
     canaries = tuple(CanaryScore.from_json(r) for r in read_jsonl(path / CANARY_SCORES))
     results = AttackResults.from_json(obj, canaries)
-    extra = {name: list(read_jsonl(path / name)) for name in manifest.get("outputs", {}) if name.startswith("scores/mia_")}
+    extra = {
+        name: list(read_jsonl(path / name)) for name in manifest.get("outputs", {}) if name.startswith("scores/mia_")
+    }
     return dataclasses.replace(results, score_files=extra) if extra else results

@@ -89,8 +89,10 @@ def cache_root(option: str | os.PathLike[str] | None = None) -> Path:
     env = os.environ.get("DPAUDIT_CACHE")
     if env:
         return Path(env) / "shadows"
-    raise UserInputError("shadow and reference models need a cache directory: pass --shadow-cache DIR (or --out, whose "
-                         "sibling DIR-shadows is the default), or set $DPAUDIT_CACHE.")
+    raise UserInputError(
+        "shadow and reference models need a cache directory: pass --shadow-cache DIR (or --out, whose "
+        "sibling DIR-shadows is the default), or set $DPAUDIT_CACHE."
+    )
 
 
 def default_cache(out: str | os.PathLike[str]) -> Path:
@@ -155,8 +157,9 @@ def check_trained_like_target(attack: str, options: Any, source: Any, run: Any) 
     recipe = target_recipe(source, attack, options=options, run=run)
     if getattr(options, "shadow_trainer", None):
         trainer = _shadow_trainer(recipe.trainer)
-        config, _, _ = plan_config(trainer, recipe, train_size=max(recipe.rows or 2, 2),
-                                   overrides=getattr(options, "shadow_overrides", None))
+        config, _, _ = plan_config(
+            trainer, recipe, train_size=max(recipe.rows or 2, 2), overrides=getattr(options, "shadow_overrides", None)
+        )
         check_named_recipe(trainer, recipe, config, source, options=options)
 
 
@@ -197,8 +200,9 @@ class ShadowTrainedAttack(MembershipAttack):
             if len(shadow_dir_paths(options)) < cls.min_shadows:
                 raise UserInputError(f"--attacks {cls.name} needs >= {cls.min_shadows} --shadow-dirs{why}.")
         elif options.shadow_models < cls.min_shadows:
-            raise UserInputError(f"--attacks {cls.name} needs --shadow-models >= {cls.min_shadows}{why}, got "
-                                 f"{options.shadow_models}.")
+            raise UserInputError(
+                f"--attacks {cls.name} needs --shadow-models >= {cls.min_shadows}{why}, got {options.shadow_models}."
+            )
         check_trained_like_target(cls.name, options, source, run)
 
 
@@ -243,14 +247,20 @@ def read_shadow_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         obj = json.loads(Path(path).read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as err:
-        raise UserInputError(f"--shadow-config {path}: cannot read it ({getattr(err, 'strerror', None) or err}); give "
-                             "a JSON file of the trainer's Config fields.") from None
+        raise UserInputError(
+            f"--shadow-config {path}: cannot read it ({getattr(err, 'strerror', None) or err}); give "
+            "a JSON file of the trainer's Config fields."
+        ) from None
     except ValueError as err:
-        raise UserInputError(f"--shadow-config {path}: not valid JSON ({err}); give a JSON object of the trainer's "
-                             "Config fields, e.g. {\"mode\": \"sgd\", \"epochs\": 3, \"batch_size\": 32}.") from None
+        raise UserInputError(
+            f"--shadow-config {path}: not valid JSON ({err}); give a JSON object of the trainer's "
+            'Config fields, e.g. {"mode": "sgd", "epochs": 3, "batch_size": 32}.'
+        ) from None
     if not isinstance(obj, dict):
-        raise UserInputError(f"--shadow-config {path}: expected a JSON object of the trainer's Config fields, got a "
-                             f"{type(obj).__name__}.")
+        raise UserInputError(
+            f"--shadow-config {path}: expected a JSON object of the trainer's Config fields, got a "
+            f"{type(obj).__name__}."
+        )
     obj.pop("trainer", None)
     return obj
 
@@ -260,8 +270,10 @@ def _shadow_trainer(name: str) -> Any:
     from dpaudit.training.api import available_trainers, load_trainer
 
     if name not in available_trainers():
-        raise UserInputError(f"--shadow-trainer {name!r} is not a registered trainer; choose one of: "
-                             f"{', '.join(sorted(available_trainers()))}.")
+        raise UserInputError(
+            f"--shadow-trainer {name!r} is not a registered trainer; choose one of: "
+            f"{', '.join(sorted(available_trainers()))}."
+        )
     return load_trainer(name)
 
 
@@ -306,14 +318,23 @@ def target_recipe(source: Any, attack: str, *, options: Any = None, run: Any = N
                 f"--attacks {attack} trains shadow models like the target, but --model {source.path} is not a dpaudit "
                 "train run directory (no manifest naming its trainer and config); pass a train run directory, name the "
                 "recipe with --shadow-trainer NAME --shadow-config FILE.json, or give trained models with --shadow-dirs"
-                + (" or --reference-model DIR." if attack == "ref" else "."))
+                + (" or --reference-model DIR." if attack == "ref" else ".")
+            )
         trainer = str(config.pop("trainer"))
         seed = int(manifest.get("seed") or 0)
         origin = "the target's manifest"
     steps = (manifest or {}).get("steps")
     steps = steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
-    recipe = TargetRecipe(trainer=trainer, config=config, seed=seed, rows=_target_rows(source, run), steps=steps,
-                          utility=heldout_utility(manifest), origin=origin, imitate=imitate)
+    recipe = TargetRecipe(
+        trainer=trainer,
+        config=config,
+        seed=seed,
+        rows=_target_rows(source, run),
+        steps=steps,
+        utility=heldout_utility(manifest),
+        origin=origin,
+        imitate=imitate,
+    )
     return dataclasses.replace(recipe, seconds=_seconds_per_model(manifest, steps, recipe.batch_size))
 
 
@@ -358,18 +379,25 @@ def check_named_recipe(trainer: Any, recipe: TargetRecipe, config: Any, source: 
     from dpaudit.files.model_dirs import architecture_difference, read_config
 
     named = f"--shadow-trainer {recipe.trainer}"
-    where = f"--shadow-config {getattr(options, 'shadow_config', None)}" if getattr(options, "shadow_config", None) \
+    where = (
+        f"--shadow-config {getattr(options, 'shadow_config', None)}"
+        if getattr(options, "shadow_config", None)
         else named
+    )
     fields = {f.name for f in dataclasses.fields(trainer.Config)}
     kind, model = source.kind, f"--model {source.path}"
     if "task" in fields:
         task = getattr(config, "task", None)
         if task != TASK_OF_KIND.get(kind):
-            raise UserInputError(f"{where}: task {task!r}, but {model} is a {kind} ({source.architecture}); its shadow "
-                                 f"models must be {kind}s too: set \"task\": \"{TASK_OF_KIND.get(kind)}\" or leave task out.")
+            raise UserInputError(
+                f"{where}: task {task!r}, but {model} is a {kind} ({source.architecture}); its shadow "
+                f'models must be {kind}s too: set "task": "{TASK_OF_KIND.get(kind)}" or leave task out.'
+            )
     elif kind != MASKED_LM:
-        raise UserInputError(f"{named} trains masked LMs only, but {model} is a {kind} ({source.architecture}); name a "
-                             "trainer of that kind (--shadow-trainer edp-sgd), or bring shadows with --shadow-dirs.")
+        raise UserInputError(
+            f"{named} trains masked LMs only, but {model} is a {kind} ({source.architecture}); name a "
+            "trainer of that kind (--shadow-trainer edp-sgd), or bring shadows with --shadow-dirs."
+        )
     target_config = read_config(source.model_dir, where=model)
     start = getattr(config, "init_from", None)
     if start:  # the recipe's own (public) start: it must be the target's architecture and tokenizer
@@ -381,17 +409,21 @@ def check_named_recipe(trainer: Any, recipe: TargetRecipe, config: Any, source: 
         if difference is None and _vocabulary(start_dir) != _vocabulary(source.model_dir):
             difference = "its tokenizer differs"
         if difference is not None:
-            raise UserInputError(f"{where}: init_from {start} is not {model}'s architecture and tokenizer ({difference}); "
-                                 "shadow models would not score the target's tokens: start them from the public model "
-                                 "the target was trained from, or leave init_from out (a fresh copy of the target's "
-                                 "architecture and tokenizer).")
+            raise UserInputError(
+                f"{where}: init_from {start} is not {model}'s architecture and tokenizer ({difference}); "
+                "shadow models would not score the target's tokens: start them from the public model "
+                "the target was trained from, or leave init_from out (a fresh copy of the target's "
+                "architecture and tokenizer)."
+            )
         return
     if recipe.imitate is None:
         return
     if not (source.model_dir / "tokenizer.json").is_file():
-        raise UserInputError(f"{model}: no tokenizer.json; its shadow models start from its architecture and tokenizer "
-                             "and the trainers read the fast tokenizer file: save it there "
-                             "(AutoTokenizer.from_pretrained(dir).save_pretrained(dir)).")
+        raise UserInputError(
+            f"{model}: no tokenizer.json; its shadow models start from its architecture and tokenizer "
+            "and the trainers read the fast tokenizer file: save it there "
+            "(AutoTokenizer.from_pretrained(dir).save_pretrained(dir))."
+        )
     if kind != CAUSAL_LM:
         from tokenizers import Tokenizer
 
@@ -400,18 +432,26 @@ def check_named_recipe(trainer: Any, recipe: TargetRecipe, config: Any, source: 
         try:
             special_token_ids(Tokenizer.from_file(str(source.model_dir / "tokenizer.json")))
         except ValueError as err:
-            raise UserInputError(f"{model}: {err} {named} trains shadows of a BERT-family model with its WordPiece "
-                                 "tokenizer ([PAD] [UNK] [CLS] [SEP] [MASK]); bring shadows with --shadow-dirs.") from None
+            raise UserInputError(
+                f"{model}: {err} {named} trains shadows of a BERT-family model with its WordPiece "
+                "tokenizer ([PAD] [UNK] [CLS] [SEP] [MASK]); bring shadows with --shadow-dirs."
+            ) from None
         except Exception as err:  # noqa: BLE001 - the Rust reader's own error type
-            raise UserInputError(f"{model}: tokenizer.json is not a tokenizers file ({err}); save the model's fast "
-                                 "tokenizer there (tokenizer.save_pretrained(dir)).") from None
+            raise UserInputError(
+                f"{model}: tokenizer.json is not a tokenizers file ({err}); save the model's fast "
+                "tokenizer there (tokenizer.save_pretrained(dir))."
+            ) from None
     if "task" not in fields and target_config.get("model_type", "bert") != "bert":
-        raise UserInputError(f"{named} trains BERT masked LMs, but {model} is a {target_config.get('model_type')!r} model; "
-                             "name a torch trainer (--shadow-trainer edp-sgd), or bring shadows with --shadow-dirs.")
+        raise UserInputError(
+            f"{named} trains BERT masked LMs, but {model} is a {target_config.get('model_type')!r} model; "
+            "name a torch trainer (--shadow-trainer edp-sgd), or bring shadows with --shadow-dirs."
+        )
     positions, length = _positions(target_config), getattr(config, "max_length", None)
     if positions is not None and isinstance(length, int) and length > positions:
-        raise UserInputError(f"{where}: max_length {length} exceeds {model}'s position table ({positions} positions); "
-                             f"set \"max_length\" to at most {positions}.")
+        raise UserInputError(
+            f"{where}: max_length {length} exceeds {model}'s position table ({positions} positions); "
+            f'set "max_length" to at most {positions}.'
+        )
 
 
 def _fresh_start_identity(model_dir: Path, seed: int) -> dict[str, Any]:
@@ -420,8 +460,10 @@ def _fresh_start_identity(model_dir: Path, seed: int) -> dict[str, Any]:
     from dpaudit.scoring.architecture import TOKENIZER_FILES
 
     files = ("config.json", *TOKENIZER_FILES)
-    return {"fresh_copy_of": {name: sha256_file(model_dir / name) for name in files if (model_dir / name).is_file()},
-            "seed": int(seed)}
+    return {
+        "fresh_copy_of": {name: sha256_file(model_dir / name) for name in files if (model_dir / name).is_file()},
+        "seed": int(seed),
+    }
 
 
 def planned_steps(config: Any, train_size: int) -> int | None:
@@ -438,8 +480,14 @@ def planned_steps(config: Any, train_size: int) -> int | None:
     return None
 
 
-def plan_config(trainer: Any, recipe: TargetRecipe, *, train_size: int, overrides: dict[str, Any] | None = None,
-                fixed: dict[str, Any] | None = None) -> tuple[Any, list[str], int | None]:
+def plan_config(
+    trainer: Any,
+    recipe: TargetRecipe,
+    *,
+    train_size: int,
+    overrides: dict[str, Any] | None = None,
+    fixed: dict[str, Any] | None = None,
+) -> tuple[Any, list[str], int | None]:
     """The target's Config for a model of ``train_size`` rows, what differs from the target (notes), and its steps.
 
     Fields the Config does not have are dropped; a redacted ``noise_seed`` (a string) is dropped. On fewer
@@ -458,16 +506,24 @@ def plan_config(trainer: Any, recipe: TargetRecipe, *, train_size: int, override
     notes = []
     same_size = recipe.rows is None or train_size == recipe.rows
     if kw.get("dataset_size") is not None and not same_size:
-        notes.append(f"the target declared --dataset-size {kw['dataset_size']}; shadow models of {train_size} rows use "
-                     "their own row count (their expected batch stays the target's).")
+        notes.append(
+            f"the target declared --dataset-size {kw['dataset_size']}; shadow models of {train_size} rows use "
+            "their own row count (their expected batch stays the target's)."
+        )
         kw["dataset_size"] = None
     batch = kw.get("batch_size")
     if isinstance(batch, int) and batch > train_size and not kw.get("batch_schedule"):
         new = max(1, train_size // 2)
         notes.append(f"the target's batch size {batch} exceeds a shadow's {train_size} rows; shadows use {new}.")
         kw["batch_size"] = batch = new
-    if (not same_size and recipe.steps and "epochs" in fields and "epochs" not in overrides
-            and isinstance(batch, int) and batch > 0):
+    if (
+        not same_size
+        and recipe.steps
+        and "epochs" in fields
+        and "epochs" not in overrides
+        and isinstance(batch, int)
+        and batch > 0
+    ):
         per_epoch = math.ceil(train_size / batch)
         kw["epochs"] = max(1, round(recipe.steps / per_epoch))
     kw.update(fixed or {})
@@ -475,8 +531,9 @@ def plan_config(trainer: Any, recipe: TargetRecipe, *, train_size: int, override
     try:
         config = trainer.Config(**kw)
     except (TypeError, ValueError) as err:
-        raise UserInputError(f"cannot build the {recipe.trainer} config for shadow models from {recipe.origin} "
-                             f"({err}).") from None
+        raise UserInputError(
+            f"cannot build the {recipe.trainer} config for shadow models from {recipe.origin} ({err})."
+        ) from None
     if overrides:
         notes.append(f"shadow models' Config overridden (Python API shadow_overrides): {overrides}.")
     return config, notes, planned_steps(config, train_size)
@@ -492,13 +549,17 @@ def size_notes(recipe: TargetRecipe, what: str, rows: Sequence[int], steps: Sequ
     notes = []
     off_rows = [n for n in rows if recipe.rows is not None and n != recipe.rows]
     if off_rows:
-        notes.append(f"{what} models train on {_span(off_rows)} rows, the target on {recipe.rows}: the pool they are "
-                     f"drawn from sets the count (see the shadow data); epochs are chosen so that the optimizer steps "
-                     "come closest to the target's.")
+        notes.append(
+            f"{what} models train on {_span(off_rows)} rows, the target on {recipe.rows}: the pool they are "
+            f"drawn from sets the count (see the shadow data); epochs are chosen so that the optimizer steps "
+            "come closest to the target's."
+        )
     off_steps = [s for s in steps if s is not None and recipe.steps is not None and s != recipe.steps]
     if off_steps:
-        notes.append(f"{what} models run {_span(off_steps)} optimizer steps, the target ran {recipe.steps} (whole "
-                     "epochs of their rows at the target's batch size, or shadow_overrides).")
+        notes.append(
+            f"{what} models run {_span(off_steps)} optimizer steps, the target ran {recipe.steps} (whole "
+            "epochs of their rows at the target's batch size, or shadow_overrides)."
+        )
     return notes
 
 
@@ -520,9 +581,16 @@ def _rows(texts: Sequence[str], labels: Sequence[Any] | None, idx: np.ndarray) -
     return [{"text": texts[i], "label": labels[i]} for i in idx.tolist()]
 
 
-def write_shadow_data(path: Path, *, train: list[dict[str, Any]], heldout: list[dict[str, Any]],
-                      public: list[dict[str, Any]], labelled: bool, target_manifest: dict[str, Any],
-                      source: Any = None) -> Path:
+def write_shadow_data(
+    path: Path,
+    *,
+    train: list[dict[str, Any]],
+    heldout: list[dict[str, Any]],
+    public: list[dict[str, Any]],
+    labelled: bool,
+    target_manifest: dict[str, Any],
+    source: Any = None,
+) -> Path:
     """An inject-format directory (verifiable by :func:`dpaudit.inject_dir.reader.load_inject_run`), no canaries.
 
     With ``source`` (the target's inject run), each train and held-out row found there is written as a reference
@@ -548,15 +616,27 @@ def write_shadow_data(path: Path, *, train: list[dict[str, Any]], heldout: list[
 
     with staged_directory(path, overwrite=True) as stage:
         for name, rows in ((TRAIN, train), (HELDOUT, heldout), (PUBLIC, public), (CANARIES, [])):
-            write_jsonl(stage / name, rows if source is None or name in (PUBLIC, CANARIES) else _references(rows, source))
-        extra = {"corpus": {"labelled": labelled, "source": "dpaudit shadow split"}, "mode": "shadow",
-                 "secret_space": target_manifest.get("secret_space"), "canaries": 0,
-                 "tokenizer": "public.jsonl is the target's public split (the same tokenizer as the target)."}
+            write_jsonl(
+                stage / name, rows if source is None or name in (PUBLIC, CANARIES) else _references(rows, source)
+            )
+        extra = {
+            "corpus": {"labelled": labelled, "source": "dpaudit shadow split"},
+            "mode": "shadow",
+            "secret_space": target_manifest.get("secret_space"),
+            "canaries": 0,
+            "tokenizer": "public.jsonl is the target's public split (the same tokenizer as the target).",
+        }
         if source is not None:
             extra[ROW_SOURCE] = str(Path(source.path).resolve())
-        manifest = build_manifest(schema=SCHEMA, config={"shadow": True, "coin_flip": False}, seed=None, inputs={},
-                                  outputs=file_hashes(stage, OUTPUT_FILES), command=["dpaudit", "attack", "(shadow data)"],
-                                  extra=extra)
+        manifest = build_manifest(
+            schema=SCHEMA,
+            config={"shadow": True, "coin_flip": False},
+            seed=None,
+            inputs={},
+            outputs=file_hashes(stage, OUTPUT_FILES),
+            command=["dpaudit", "attack", "(shadow data)"],
+            extra=extra,
+        )
         write_manifest(stage, manifest)
     return path
 
@@ -640,13 +720,18 @@ def announce(what: str, recipe: TargetRecipe, planned: Sequence[_Planned], cache
     todo = len(planned) - cached
     rows = sorted({len(p.rows_in) for p in planned})
     steps = sorted({p.steps for p in planned if p.steps is not None})
-    how = (f"{recipe.trainer}, {'/'.join(map(str, rows))} rows" + (f", {'/'.join(map(str, steps))} steps" if steps else "")
-           + (f"; the target: {recipe.rows} rows" if recipe.rows else "")
-           + (f", {recipe.steps} steps" if recipe.steps else ""))
+    how = (
+        f"{recipe.trainer}, {'/'.join(map(str, rows))} rows"
+        + (f", {'/'.join(map(str, steps))} steps" if steps else "")
+        + (f"; the target: {recipe.rows} rows" if recipe.rows else "")
+        + (f", {recipe.steps} steps" if recipe.steps else "")
+    )
     line = f"{what} models: {len(planned)} ({how}): {cached} cached, {todo} to train"
     if todo and recipe.seconds is not None:
-        line += (f", about {_duration(recipe.seconds)} each (the target's training throughput; start-up not "
-                 f"included), about {_duration(recipe.seconds * todo)} in all")
+        line += (
+            f", about {_duration(recipe.seconds)} each (the target's training throughput; start-up not "
+            f"included), about {_duration(recipe.seconds * todo)} in all"
+        )
     elif todo:
         line += ", each about as long as training the target"
     return line + "."
@@ -661,10 +746,20 @@ def _fleet() -> Any:
     return fleet if hasattr(fleet, "run_fleet") else None
 
 
-def train_shadows(*, source: Any, run: Any, pool: ShadowPool, specs: Sequence[ShadowSpec], attack: str,
-                  cache: Path, options: Any = None, max_minutes: float | None = None,
-                  overrides: dict[str, Any] | None = None, what: str = "shadow", recipe: TargetRecipe | None = None
-                  ) -> tuple[list[TrainedShadow], list[str]]:
+def train_shadows(
+    *,
+    source: Any,
+    run: Any,
+    pool: ShadowPool,
+    specs: Sequence[ShadowSpec],
+    attack: str,
+    cache: Path,
+    options: Any = None,
+    max_minutes: float | None = None,
+    overrides: dict[str, Any] | None = None,
+    what: str = "shadow",
+    recipe: TargetRecipe | None = None,
+) -> tuple[list[TrainedShadow], list[str]]:
     """Train (or reuse from the cache) one model per spec, announced first; one progress line per model on stderr.
 
     With ``max_minutes``, no new model is started once that much time has passed and at least one
@@ -691,8 +786,11 @@ def train_shadows(*, source: Any, run: Any, pool: ShadowPool, specs: Sequence[Sh
     public = _rows(public_split.texts, public_split.labels, np.arange(len(public_split.texts)))
     public_hash = hashlib.sha256(json.dumps(public, sort_keys=True).encode()).hexdigest()
     held = run.split(HELDOUT)
-    evaluation = _rows(held.texts, held.labels, np.arange(len(held.texts))) if pool.labels is not None or \
-        held.labels is None else []
+    evaluation = (
+        _rows(held.texts, held.labels, np.arange(len(held.texts)))
+        if pool.labels is not None or held.labels is None
+        else []
+    )
     notes: list[str] = []
     planned: list[_Planned] = []
     for spec in specs:
@@ -704,10 +802,14 @@ def train_shadows(*, source: Any, run: Any, pool: ShadowPool, specs: Sequence[Sh
         if evaluation and any(r["text"] not in trained for r in evaluation):
             # evaluated on the target's own held-out rows (those it did not train on): accuracies compare row for row
             rows_out = [r for r in evaluation if r["text"] not in trained]
-        ident = {"trainer": recipe.trainer, "config": dataclasses.asdict(config), "seed": spec.seed,
-                 "train": hashlib.sha256(json.dumps(rows_in, sort_keys=True).encode()).hexdigest(),
-                 "heldout": hashlib.sha256(json.dumps(rows_out, sort_keys=True).encode()).hexdigest(),
-                 "public": public_hash}
+        ident = {
+            "trainer": recipe.trainer,
+            "config": dataclasses.asdict(config),
+            "seed": spec.seed,
+            "train": hashlib.sha256(json.dumps(rows_in, sort_keys=True).encode()).hexdigest(),
+            "heldout": hashlib.sha256(json.dumps(rows_out, sort_keys=True).encode()).hexdigest(),
+            "public": public_hash,
+        }
         if recipe.imitate is not None:  # a fresh copy of the target's architecture and tokenizer, by content and seed
             ident["start"] = _fresh_start_identity(Path(recipe.imitate), spec.seed)
         key = hashlib.sha256(json.dumps(ident, sort_keys=True, default=str).encode()).hexdigest()[:24]
@@ -721,9 +823,12 @@ def train_shadows(*, source: Any, run: Any, pool: ShadowPool, specs: Sequence[Sh
     print(f"{attack}: " + announce(what, recipe, planned, sum(done)), file=sys.stderr, flush=True)
     if not all(done):
         private_dir(cache)
-        print(f"{attack}: {what} models trained on rows of {run.path} are written to {cache} (mode 0700; their data "
-              "folders hold references to those rows, not the rows): remove it when the audit is done.",
-              file=sys.stderr, flush=True)
+        print(
+            f"{attack}: {what} models trained on rows of {run.path} are written to {cache} (mode 0700; their data "
+            "folders hold references to those rows, not the rows): remove it when the audit is done.",
+            file=sys.stderr,
+            flush=True,
+        )
     fresh = [p for p, finished in zip(planned, done) if not finished and not p.home.exists()]
     for p, finished in zip(planned, done):
         if not finished:
@@ -734,36 +839,69 @@ def train_shadows(*, source: Any, run: Any, pool: ShadowPool, specs: Sequence[Sh
         workers = getattr(options, "workers", None)
         ray_address = getattr(options, "ray_address", None)
         parallel = (workers or 1) > 1 or ray_address is not None
-        jobs = [fleet.FleetJob(trainer=recipe.trainer, config=dataclasses.asdict(p.config), data_dir=p.home / "data",
-                               out_dir=p.model_dir, seed=p.spec.seed, label=label) for p, label in zip(planned, labels)]
-        fleet.run_fleet(jobs, workers=workers if parallel else 1, ray_address=ray_address,
-                        engine="auto" if parallel else "inline", progress=True, desc=f"{what} models",
-                        max_minutes=max_minutes)
+        jobs = [
+            fleet.FleetJob(
+                trainer=recipe.trainer,
+                config=dataclasses.asdict(p.config),
+                data_dir=p.home / "data",
+                out_dir=p.model_dir,
+                seed=p.spec.seed,
+                label=label,
+            )
+            for p, label in zip(planned, labels)
+        ]
+        fleet.run_fleet(
+            jobs,
+            workers=workers if parallel else 1,
+            ray_address=ray_address,
+            engine="auto" if parallel else "inline",
+            progress=True,
+            desc=f"{what} models",
+            max_minutes=max_minutes,
+        )
     else:  # the sequential path: one model after the other in this process
         for n, (p, finished, label) in enumerate(zip(planned, done, labels), start=1):
             if finished:
                 print(f"{what} models {n}/{len(planned)}: cached ({label}: {p.model_dir})", file=sys.stderr, flush=True)
                 continue
-            if max_minutes is not None and (time.monotonic() - start) / 60 >= max_minutes and any(
-                    _finished(q.model_dir) for q in planned):
+            if (
+                max_minutes is not None
+                and (time.monotonic() - start) / 60 >= max_minutes
+                and any(_finished(q.model_dir) for q in planned)
+            ):
                 break
             t0 = time.monotonic()
             _train_one(trainer, p)
-            print(f"{what} models {n}/{len(planned)}: trained in {time.monotonic() - t0:.1f} s ({label}: {p.model_dir})",
-                  file=sys.stderr, flush=True)
+            print(
+                f"{what} models {n}/{len(planned)}: trained in {time.monotonic() - t0:.1f} s ({label}: {p.model_dir})",
+                file=sys.stderr,
+                flush=True,
+            )
     for p in fresh:  # prepared in this call but never started (--max-shadow-minutes): leave the cache as it was
         if not p.model_dir.exists():
             shutil.rmtree(p.home, ignore_errors=True)
     for p in planned:  # a finished model needs its fresh start no more (it is rebuilt, identical, if ever needed)
         if p.fresh_from is not None and _finished(p.model_dir):
             shutil.rmtree(p.home / FRESH_START, ignore_errors=True)
-    out = [TrainedShadow(p.spec, p.model_dir, finished, train_rows=len(p.rows_in), steps=_ran_steps(p),
-                         batch_size=getattr(p.config, "batch_size", None), utility=_model_utility(p.model_dir))
-           for p, finished in zip(planned, done) if _finished(p.model_dir)]
+    out = [
+        TrainedShadow(
+            p.spec,
+            p.model_dir,
+            finished,
+            train_rows=len(p.rows_in),
+            steps=_ran_steps(p),
+            batch_size=getattr(p.config, "batch_size", None),
+            utility=_model_utility(p.model_dir),
+        )
+        for p, finished in zip(planned, done)
+        if _finished(p.model_dir)
+    ]
     stopped = len(out) < len(planned)
     if (len(out) < len(planned) or stopped) and max_minutes is not None:
-        notes.append(f"--max-shadow-minutes {max_minutes:g}: stopped after {len(out)} of {len(planned)} {what} models; "
-                     f"{len(out)} used.")
+        notes.append(
+            f"--max-shadow-minutes {max_minutes:g}: stopped after {len(out)} of {len(planned)} {what} models; "
+            f"{len(out)} used."
+        )
     return out, notes
 
 
@@ -784,8 +922,15 @@ def _prepare(p: _Planned, public: list[dict[str, Any]], pool: ShadowPool, run: A
     try:
         load_inject_run(p.home / "data")
     except UserInputError:
-        write_shadow_data(p.home / "data", train=p.rows_in, heldout=p.rows_out, public=public,
-                          labelled=pool.labels is not None, target_manifest=run.manifest, source=run)
+        write_shadow_data(
+            p.home / "data",
+            train=p.rows_in,
+            heldout=p.rows_out,
+            public=public,
+            labelled=pool.labels is not None,
+            target_manifest=run.manifest,
+            source=run,
+        )
 
 
 def _train_one(trainer: Any, p: _Planned) -> None:
@@ -817,8 +962,15 @@ def _model_utility(model_dir: Path) -> tuple[str, float] | None:
 # -- what the results say about the models ----------------------------------------------------------
 
 
-def models_info(recipe: TargetRecipe | None, models: Sequence[TrainedShadow], *, role: str, data: str,
-                notes: Sequence[str], origin: str | None = None) -> tuple[Any, list[str]]:
+def models_info(
+    recipe: TargetRecipe | None,
+    models: Sequence[TrainedShadow],
+    *,
+    role: str,
+    data: str,
+    notes: Sequence[str],
+    origin: str | None = None,
+) -> tuple[Any, list[str]]:
     """The :class:`~dpaudit.attacks.results.ShadowModelsInfo` of an attack's models, and its warnings: the
     differences from the target, and a mismatch of mean held-out accuracy beyond :data:`ACCURACY_MARGIN`."""
     from dpaudit.attacks.results import ShadowModel, ShadowModelsInfo
@@ -830,22 +982,40 @@ def models_info(recipe: TargetRecipe | None, models: Sequence[TrainedShadow], *,
     mismatch = bool(target is not None and mean is not None and abs(mean - target[1]) > ACCURACY_MARGIN)
     warnings = list(notes)
     if mismatch:
-        warnings.insert(0, f"the {role} models' mean {target[0]} {mean:.1%} differs from the target's {target[1]:.1%} by "
-                           f"{abs(mean - target[1]) * 100:.1f} points (more than {ACCURACY_MARGIN * 100:.0f}): the attack "
-                           f"is calibrated on models unlike the target, so its figures may understate (or misstate) "
-                           "what matched models would show.")
+        warnings.insert(
+            0,
+            f"the {role} models' mean {target[0]} {mean:.1%} differs from the target's {target[1]:.1%} by "
+            f"{abs(mean - target[1]) * 100:.1f} points (more than {ACCURACY_MARGIN * 100:.0f}): the attack "
+            f"is calibrated on models unlike the target, so its figures may understate (or misstate) "
+            "what matched models would show.",
+        )
     info = ShadowModelsInfo(
-        role=role, origin=origin or (recipe.origin if recipe is not None else "--shadow-dirs"),
-        trainer=None if recipe is None else recipe.trainer, data=data,
+        role=role,
+        origin=origin or (recipe.origin if recipe is not None else "--shadow-dirs"),
+        trainer=None if recipe is None else recipe.trainer,
+        data=data,
         utility=target[0] if target is not None else (next(iter(names)) if len(names) == 1 else None),
-        target_heldout_accuracy=None if target is None else target[1], mean_heldout_accuracy=mean,
-        margin=ACCURACY_MARGIN, mismatch=mismatch,
-        target_rows=None if recipe is None else recipe.rows, target_steps=None if recipe is None else recipe.steps,
+        target_heldout_accuracy=None if target is None else target[1],
+        mean_heldout_accuracy=mean,
+        margin=ACCURACY_MARGIN,
+        mismatch=mismatch,
+        target_rows=None if recipe is None else recipe.rows,
+        target_steps=None if recipe is None else recipe.steps,
         target_batch_size=None if recipe is None else recipe.batch_size,
-        models=tuple(ShadowModel(index=m.spec.index, path=str(m.path), train_rows=m.train_rows, steps=m.steps,
-                                 batch_size=m.batch_size, heldout_accuracy=None if m.utility is None else m.utility[1],
-                                 cached=m.cached) for m in models),
-        differences=tuple(notes))
+        models=tuple(
+            ShadowModel(
+                index=m.spec.index,
+                path=str(m.path),
+                train_rows=m.train_rows,
+                steps=m.steps,
+                batch_size=m.batch_size,
+                heldout_accuracy=None if m.utility is None else m.utility[1],
+                cached=m.cached,
+            )
+            for m in models
+        ),
+        differences=tuple(notes),
+    )
     return info, warnings
 
 
@@ -862,18 +1032,24 @@ def shadow_dir_paths(options: Any) -> list[Path]:
             try:
                 lines = path.read_text(encoding="utf-8").splitlines()
             except (OSError, UnicodeDecodeError) as err:
-                raise UserInputError(f"--shadow-dirs {value}: cannot read it ({err}); give model directories or a "
-                                     "file listing them, one per line.") from None
+                raise UserInputError(
+                    f"--shadow-dirs {value}: cannot read it ({err}); give model directories or a "
+                    "file listing them, one per line."
+                ) from None
             paths.extend(Path(line.strip()) for line in lines if line.strip() and not line.startswith("#"))
         else:
             paths.append(path)
     for path in paths:
         if not path.is_dir():
-            raise UserInputError(f"--shadow-dirs: {path} is not a directory; give shadow model directories (each with "
-                                 f"its {MEMBERS_FILE}).")
+            raise UserInputError(
+                f"--shadow-dirs: {path} is not a directory; give shadow model directories (each with "
+                f"its {MEMBERS_FILE})."
+            )
         if not (path / MEMBERS_FILE).is_file():
-            raise UserInputError(f"--shadow-dirs: {path} has no {MEMBERS_FILE}; write the JSON list of the texts it "
-                                 "trained on (or \"sha256:<hex>\" of each text's UTF-8) beside its weights.")
+            raise UserInputError(
+                f"--shadow-dirs: {path} has no {MEMBERS_FILE}; write the JSON list of the texts it "
+                'trained on (or "sha256:<hex>" of each text\'s UTF-8) beside its weights.'
+            )
         from dpaudit.scoring.source import resolve_model
 
         resolve_model(path, option="--shadow-dirs")  # weights, tokenizer, no pickle: refused before anything loads
@@ -887,10 +1063,11 @@ def read_members(path: Path) -> set[str]:
     try:
         obj = json.loads(file.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError, ValueError) as err:
-        raise UserInputError(f"{file}: not a readable JSON list ({err}); write the list of the texts the model trained "
-                             "on.") from None
+        raise UserInputError(
+            f"{file}: not a readable JSON list ({err}); write the list of the texts the model trained on."
+        ) from None
     if not isinstance(obj, list) or not all(isinstance(x, str) for x in obj):
-        raise UserInputError(f"{file}: expected a JSON list of strings (texts, or \"sha256:<hex>\").")
+        raise UserInputError(f'{file}: expected a JSON list of strings (texts, or "sha256:<hex>").')
     return set(obj)
 
 
@@ -911,8 +1088,15 @@ def user_shadows(options: Any, pool: ShadowPool) -> list[TrainedShadow]:
         utility = None
         if (path / "manifest.json").is_file():
             utility = _model_utility(path)
-        out.append(TrainedShadow(ShadowSpec(index=i, member=member, seed=-1), model_dir, True,
-                                 train_rows=int(member.sum()), utility=utility))
+        out.append(
+            TrainedShadow(
+                ShadowSpec(index=i, member=member, seed=-1),
+                model_dir,
+                True,
+                train_rows=int(member.sum()),
+                utility=utility,
+            )
+        )
     return out
 
 
@@ -920,8 +1104,10 @@ def check_same_tokenizer(target: Any, other: Any, *, option: str) -> None:
     """Refuse a reference model whose tokenizer differs from the target's (token-level scores would not compare)."""
     a, b = target.tokenizer, other.tokenizer
     if a.get_vocab() != b.get_vocab():
-        raise UserInputError(f"{option} {other.source.path}: its tokenizer differs from the target's ({len(b.get_vocab())} "
-                             f"vs {len(a.get_vocab())} tokens); a reference model must use the target's tokenizer.")
+        raise UserInputError(
+            f"{option} {other.source.path}: its tokenizer differs from the target's ({len(b.get_vocab())} "
+            f"vs {len(a.get_vocab())} tokens); a reference model must use the target's tokenizer."
+        )
 
 
 def load_scorers(context: Any, models: Sequence[TrainedShadow]) -> list[Any]:
@@ -1015,38 +1201,62 @@ def public_shadows(context: Any, attack: str, *, what: str = "shadow") -> Public
     options = context.options
     pool = public_pool(context.data, context.scorer.source.label_set())
     if len(pool.texts) < 4:
-        raise UserInputError(f"--attacks {attack}: public.jsonl has {len(pool.texts)} rows; shadow models need at least 4 "
-                             "(re-inject with a larger --public-size).")
+        raise UserInputError(
+            f"--attacks {attack}: public.jsonl has {len(pool.texts)} rows; shadow models need at least 4 "
+            "(re-inject with a larger --public-size)."
+        )
     if getattr(options, "shadow_dirs", None):
         models = user_shadows(options, pool)
         trained = np.zeros(len(pool.texts), bool)
         for m in models:
             trained |= m.spec.member
         population = np.flatnonzero(~trained)
-        notes = [] if population.size else [
-            "every public.jsonl row trained some --shadow-dirs model: RMIA's population rows are not fresh."]
+        notes = (
+            []
+            if population.size
+            else ["every public.jsonl row trained some --shadow-dirs model: RMIA's population rows are not fresh."]
+        )
         if not population.size:
             population = np.arange(len(pool.texts))
-        result = PublicShadows(models, load_scorers(context, models), pool, np.flatnonzero(trained), population,
-                               notes, None, f"--shadow-dirs ({len(models)} models; membership from their "
-                                            f"{MEMBERS_FILE})")
+        result = PublicShadows(
+            models,
+            load_scorers(context, models),
+            pool,
+            np.flatnonzero(trained),
+            population,
+            notes,
+            None,
+            f"--shadow-dirs ({len(models)} models; membership from their {MEMBERS_FILE})",
+        )
         context._public_shadows = result
         return result
     recipe = target_recipe(context.scorer.source, attack, options=options, run=context.data)
     reference, population = split_public(len(pool.texts), recipe.rows, options.seed)
     n_in = min(recipe.rows or reference.size // 2, reference.size // 2)
     specs = public_specs(reference, len(pool.texts), n_in, options.shadow_models, options.seed)
-    models, notes = train_shadows(source=context.scorer.source, run=context.data, pool=pool, specs=specs, attack=attack,
-                                  cache=cache_root(options.shadow_cache), options=options,
-                                  max_minutes=options.max_shadow_minutes, overrides=options.shadow_overrides, what=what,
-                                  recipe=recipe)
+    models, notes = train_shadows(
+        source=context.scorer.source,
+        run=context.data,
+        pool=pool,
+        specs=specs,
+        attack=attack,
+        cache=cache_root(options.shadow_cache),
+        options=options,
+        max_minutes=options.max_shadow_minutes,
+        overrides=options.shadow_overrides,
+        what=what,
+        recipe=recipe,
+    )
     if not models:
-        raise UserInputError(f"--max-shadow-minutes {options.max_shadow_minutes:g}: no shadow model could be trained in "
-                             "time; raise it.")
-    data = (f"public.jsonl ({len(pool.texts)} rows) split by --seed {options.seed} into a reference part of "
-            f"{reference.size} rows and a disjoint population part of {population.size} rows (RMIA's z, never trained "
-            f"on); each model trains on {n_in} random rows of the reference part"
-            + (f" (the target trained on {recipe.rows})" if recipe.rows else ""))
+        raise UserInputError(
+            f"--max-shadow-minutes {options.max_shadow_minutes:g}: no shadow model could be trained in time; raise it."
+        )
+    data = (
+        f"public.jsonl ({len(pool.texts)} rows) split by --seed {options.seed} into a reference part of "
+        f"{reference.size} rows and a disjoint population part of {population.size} rows (RMIA's z, never trained "
+        f"on); each model trains on {n_in} random rows of the reference part"
+        + (f" (the target trained on {recipe.rows})" if recipe.rows else "")
+    )
     result = PublicShadows(models, load_scorers(context, models), pool, reference, population, notes, recipe, data)
     context._public_shadows = result
     return result

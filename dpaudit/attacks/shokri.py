@@ -59,8 +59,9 @@ class ShokriConfig(ShadowOptions):
         attack_model: its classifier: ``logreg`` or ``gbdt``.
     """
 
-    attack_model: Literal["logreg", "gbdt"] = field(default="logreg", metadata=option(
-        "The shadow attack's classifier: logistic regression or gradient boosting."))
+    attack_model: Literal["logreg", "gbdt"] = field(
+        default="logreg", metadata=option("The shadow attack's classifier: logistic regression or gradient boosting.")
+    )
 
 
 class ShadowAttack(ShadowTrainedAttack):
@@ -83,13 +84,24 @@ class ShadowAttack(ShadowTrainedAttack):
             xs.append(features(scorer, pool.texts, labels, options.seed))
             ys.append(model.spec.member.astype(int))
         clf = attack_classifier(options.attack_model, options.seed).fit(np.concatenate(xs), np.concatenate(ys))
-        scored = [(t, clf.predict_proba(features(context.scorer, t.texts, t.labels, options.seed))[:, 1]) for t in tasks]
-        feature_names = ("sorted class probabilities, loss, entropy" if context.scorer.kind == CLASSIFIER else
-                         f"top-{TOP_K} next-token probabilities (sorted, averaged over the text's positions), loss, entropy"
-                         if context.scorer.kind == CAUSAL_LM else
-                         f"top-{TOP_K} masked-token probabilities (sorted, averaged over masked positions), loss, entropy")
-        params = {"score": "attack-model member probability; higher = member", "shadow_models": len(models),
-                  "shadow_models_asked": options.shadow_models, "shadow_data": shadows.data,
-                  "attack_model": options.attack_model, "features": feature_names,
-                  "cached": sum(m.cached for m in models), "shadow_overrides": options.shadow_overrides or {}}
+        scored = [
+            (t, clf.predict_proba(features(context.scorer, t.texts, t.labels, options.seed))[:, 1]) for t in tasks
+        ]
+        feature_names = (
+            "sorted class probabilities, loss, entropy"
+            if context.scorer.kind == CLASSIFIER
+            else f"top-{TOP_K} next-token probabilities (sorted, averaged over the text's positions), loss, entropy"
+            if context.scorer.kind == CAUSAL_LM
+            else f"top-{TOP_K} masked-token probabilities (sorted, averaged over masked positions), loss, entropy"
+        )
+        params = {
+            "score": "attack-model member probability; higher = member",
+            "shadow_models": len(models),
+            "shadow_models_asked": options.shadow_models,
+            "shadow_data": shadows.data,
+            "attack_model": options.attack_model,
+            "features": feature_names,
+            "cached": sum(m.cached for m in models),
+            "shadow_overrides": options.shadow_overrides or {},
+        }
         return audit_tasks(context, self.name, scored, parameters=params, warnings=notes, shadow_models=info)

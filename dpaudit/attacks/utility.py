@@ -70,5 +70,13 @@ def measure_heldout_utility(scorer: Any, run: Any, *, seed: int, label_set: Any 
         for i, t in enumerate(targets):
             padded[i, : t.size], weights[i, : t.size] = t, 1.0
         baseline = constant_prediction_accuracy(padded, weights, per_example=True)
-    return HeldoutUtility(name=kind.name, value=value, baseline=baseline, rule=kind.rule, rows=len(texts),
-                          heldout_rows=total, predictions=int(sum(h.size for h in hits)), left_out=left_out)
+    return HeldoutUtility(
+        name=kind.name,
+        value=value,
+        baseline=baseline,
+        rule=kind.rule,
+        rows=len(texts),
+        heldout_rows=total,
+        predictions=int(sum(h.size for h in hits)),
+        left_out=left_out,
+    )

@@ -51,16 +51,28 @@ class BootstrapCI:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, object]) -> BootstrapCI:
-        return cls(low=_json_number(obj["low"]), high=_json_number(obj["high"]), level=_json_number(obj["level"]),
-                   num_samples=_json_int(obj["num_samples"]), seed=_json_int(obj["seed"]))
+        return cls(
+            low=_json_number(obj["low"]),
+            high=_json_number(obj["high"]),
+            level=_json_number(obj["level"]),
+            num_samples=_json_int(obj["num_samples"]),
+            seed=_json_int(obj["seed"]),
+        )
 
 
 #: Bootstrap rows evaluated per block (bounds the memory of the vectorized bootstrap).
 _BOOTSTRAP_CELLS = 4_000_000
 
 
-def _bootstrap(member: NDArray[np.float64], nonmember: NDArray[np.float64], statistics: Mapping[str, Statistic], *,
-               seed: int, num_samples: int, level: float) -> dict[str, BootstrapCI]:
+def _bootstrap(
+    member: NDArray[np.float64],
+    nonmember: NDArray[np.float64],
+    statistics: Mapping[str, Statistic],
+    *,
+    seed: int,
+    num_samples: int,
+    level: float,
+) -> dict[str, BootstrapCI]:
     """Stratified percentile bootstrap CIs of ``statistics`` (name -> fn(tp, fp, n_m, n_n) -> (B,)).
 
     Resamples are drawn as multiplicity weights on the original scores, so every resample's ROC
@@ -91,6 +103,5 @@ def _bootstrap(member: NDArray[np.float64], nonmember: NDArray[np.float64], stat
     out: dict[str, BootstrapCI] = {}
     for name, chunks in values.items():
         low, high = np.quantile(np.concatenate(chunks), [(1 - level) / 2, (1 + level) / 2])
-        out[name] = BootstrapCI(low=float(low), high=float(high), level=level, num_samples=num_samples,
-                                seed=int(seed))
+        out[name] = BootstrapCI(low=float(low), high=float(high), level=level, num_samples=num_samples, seed=int(seed))
     return out

@@ -108,8 +108,16 @@ def _cp_upper(k: ArrayLike, n: int, alpha: ArrayLike) -> NDArray[np.float64]:
     return np.where(k < n, scipy.special.betaincinv(k + 1, np.maximum(n - k, 1), 1 - np.asarray(alpha)), 1.0)
 
 
-def _cp_eps(tp: ArrayLike, fp: ArrayLike, n_m: int, n_n: int, alpha_tpr: ArrayLike, alpha_fpr: ArrayLike, delta: float,
-            one_sided: bool) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
+def _cp_eps(
+    tp: ArrayLike,
+    fp: ArrayLike,
+    n_m: int,
+    n_n: int,
+    alpha_tpr: ArrayLike,
+    alpha_fpr: ArrayLike,
+    delta: float,
+    one_sided: bool,
+) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.float64]]:
     """Raw epsilon (may be negative, -inf when TPR_low <= delta) at each count pair, both bounds."""
     tp, fp = np.asarray(tp, float), np.asarray(fp, float)
     tpr_low = 1 - _cp_upper(n_m - tp, n_m, alpha_tpr)  # TPR lower = 1 - FNR upper
@@ -118,8 +126,7 @@ def _cp_eps(tp: ArrayLike, fp: ArrayLike, n_m: int, n_n: int, alpha_tpr: ArrayLi
         eps = np.where(tpr_low > delta, np.log(np.maximum(tpr_low - delta, 1e-300)) - np.log(fpr_up), -np.inf)
         if not one_sided:  # reverse rule "score < t => non-member": TNR <= e^eps FNR + delta
             tnr_low, fnr_up = 1 - fpr_up, 1 - tpr_low
-            rev = np.where(tnr_low > delta,
-                           np.log(np.maximum(tnr_low - delta, 1e-300)) - np.log(fnr_up), -np.inf)
+            rev = np.where(tnr_low > delta, np.log(np.maximum(tnr_low - delta, 1e-300)) - np.log(fnr_up), -np.inf)
             eps = np.maximum(eps, rev)
     return eps, tpr_low, fpr_up
 
@@ -163,46 +170,88 @@ def epsilon_lower_bound_clopper_pearson(
     alpha = 1 - confidence
     if alpha >= 0.5:
         raise ValueError(f"confidence must be > 0.5, got {confidence}.")
-    def at_threshold(m: NDArray[np.float64], n: NDArray[np.float64], t: float, a_tpr: float, a_fpr: float, *,
-                     selection: str, num_hypotheses: int, split_seed: int | None = None,
-                     split_fraction: float | None = None) -> EpsilonBound:
+
+    def at_threshold(
+        m: NDArray[np.float64],
+        n: NDArray[np.float64],
+        t: float,
+        a_tpr: float,
+        a_fpr: float,
+        *,
+        selection: str,
+        num_hypotheses: int,
+        split_seed: int | None = None,
+        split_fraction: float | None = None,
+    ) -> EpsilonBound:
         tp, fp = _count_at(m, n, t)
         eps, tl, fu = _cp_eps(tp, fp, m.size, n.size, a_tpr, a_fpr, delta, one_sided)
-        return EpsilonBound(epsilon=max(0.0, float(eps)), threshold=float(t), n_members=m.size,
-                            n_nonmembers=n.size, true_positives=tp, false_positives=fp,
-                            tpr_lower=float(tl), fpr_upper=float(fu), method="clopper_pearson", guarantee=GUARANTEE_DP,
-                            delta=delta, confidence=confidence, one_sided=one_sided, selection=selection,
-                            num_hypotheses=num_hypotheses, split_seed=split_seed, split_fraction=split_fraction)
+        return EpsilonBound(
+            epsilon=max(0.0, float(eps)),
+            threshold=float(t),
+            n_members=m.size,
+            n_nonmembers=n.size,
+            true_positives=tp,
+            false_positives=fp,
+            tpr_lower=float(tl),
+            fpr_upper=float(fu),
+            method="clopper_pearson",
+            guarantee=GUARANTEE_DP,
+            delta=delta,
+            confidence=confidence,
+            one_sided=one_sided,
+            selection=selection,
+            num_hypotheses=num_hypotheses,
+            split_seed=split_seed,
+            split_fraction=split_fraction,
+        )
 
     if isinstance(selection, FixedThreshold):
-        return at_threshold(member, nonmember, selection.threshold, alpha / 2, alpha / 2,
-                            selection="fixed", num_hypotheses=1)
+        return at_threshold(
+            member, nonmember, selection.threshold, alpha / 2, alpha / 2, selection="fixed", num_hypotheses=1
+        )
     if isinstance(selection, BonferroniThresholds):
         if selection.thresholds is not None:
             ts = np.asarray(selection.thresholds)
             k = ts.size
             tp = np.sum(member[None, :] >= ts[:, None], axis=1)
             fp = np.sum(nonmember[None, :] >= ts[:, None], axis=1)
-            eps, _, _ = _cp_eps(tp, fp, member.size, nonmember.size, alpha / 2 / k, alpha / 2 / k,
-                                delta, one_sided)
+            eps, _, _ = _cp_eps(tp, fp, member.size, nonmember.size, alpha / 2 / k, alpha / 2 / k, delta, one_sided)
             best = ts[int(np.argmax(eps))]
-            return at_threshold(member, nonmember, best, alpha / 2 / k, alpha / 2 / k,
-                                selection="bonferroni", num_hypotheses=k)
+            return at_threshold(
+                member, nonmember, best, alpha / 2 / k, alpha / 2 / k, selection="bonferroni", num_hypotheses=k
+            )
         a_tpr, a_fpr = alpha / 2 / member.size, alpha / 2 / nonmember.size
         t, _ = _best_threshold(member, nonmember, a_tpr, a_fpr, delta, one_sided)
-        return at_threshold(member, nonmember, t, a_tpr, a_fpr, selection="bonferroni",
-                            num_hypotheses=member.size + nonmember.size)
+        return at_threshold(
+            member, nonmember, t, a_tpr, a_fpr, selection="bonferroni", num_hypotheses=member.size + nonmember.size
+        )
     if isinstance(selection, SplitThreshold):
         (m1, n1), (m2, n2) = selection.partition(member, nonmember)
         t, _ = _best_threshold(m1, n1, alpha / 2, alpha / 2, delta, one_sided)
-        return at_threshold(m2, n2, t, alpha / 2, alpha / 2, selection="split", num_hypotheses=1,
-                            split_seed=selection.seed, split_fraction=selection.fraction)
-    raise TypeError(f"selection must be SplitThreshold, BonferroniThresholds or FixedThreshold, got "
-                    f"{type(selection).__name__}.")
+        return at_threshold(
+            m2,
+            n2,
+            t,
+            alpha / 2,
+            alpha / 2,
+            selection="split",
+            num_hypotheses=1,
+            split_seed=selection.seed,
+            split_fraction=selection.fraction,
+        )
+    raise TypeError(
+        f"selection must be SplitThreshold, BonferroniThresholds or FixedThreshold, got {type(selection).__name__}."
+    )
 
 
-def _best_threshold(member: NDArray[np.float64], nonmember: NDArray[np.float64], a_tpr: float, a_fpr: float,
-                    delta: float, one_sided: bool) -> tuple[float, float]:
+def _best_threshold(
+    member: NDArray[np.float64],
+    nonmember: NDArray[np.float64],
+    a_tpr: float,
+    a_fpr: float,
+    delta: float,
+    one_sided: bool,
+) -> tuple[float, float]:
     """The threshold (and its raw epsilon) maximizing the Clopper-Pearson bound, lowest first on ties;
     +inf (no member guesses) when no threshold has TPR_low > delta."""
     roc_pool = _pool(member, nonmember)

@@ -24,8 +24,17 @@ from dpaudit import accounting
 from dpaudit.accounting.events import Segment
 from dpaudit.audit.tradeoff import TradeOff
 
-__all__ = ["CEILING_MIN_SCALE", "FamilyBound", "StatedMechanism", "best_test", "curve", "epsilon_at", "lower_bound",
-           "per_step", "scaled_event"]
+__all__ = [
+    "CEILING_MIN_SCALE",
+    "FamilyBound",
+    "StatedMechanism",
+    "best_test",
+    "curve",
+    "epsilon_at",
+    "lower_bound",
+    "per_step",
+    "scaled_event",
+]
 
 #: PLD discretization of the audit's trade-off curves: dp_accounting's pessimistic PLD over-states
 #: every delta at any discretization, so a coarse one is valid, faster, and looser by ~1e-3 in epsilon.
@@ -85,8 +94,12 @@ def per_step(mechanism: StatedMechanism) -> tuple[NDArray[np.float64], NDArray[n
     """(q_t, noise std_t) of every step: the claimed sampling rate and the claimed noise std on the clipped sum
     (sigma_t x sensitivity_factor x C)."""
     q = np.concatenate([np.full(s.steps, s.sampling_probability) for s in mechanism.segments])
-    std = np.concatenate([np.full(s.steps, s.noise_multiplier * mechanism.sensitivity_factor * mechanism.clip_norm)
-                          for s in mechanism.segments])
+    std = np.concatenate(
+        [
+            np.full(s.steps, s.noise_multiplier * mechanism.sensitivity_factor * mechanism.clip_norm)
+            for s in mechanism.segments
+        ]
+    )
     return q, std
 
 
@@ -96,9 +109,17 @@ def scaled_event(mechanism: StatedMechanism, scale: float) -> DpEvent:
 
 
 def _scaled_event(segments: tuple[Segment, ...], scale: float) -> DpEvent:
-    return accounting.schedule_event([Segment(steps=s.steps, sampling_probability=s.sampling_probability,
-                                              noise_multiplier=s.noise_multiplier * scale,
-                                              sensitivity_factor=s.sensitivity_factor) for s in segments])
+    return accounting.schedule_event(
+        [
+            Segment(
+                steps=s.steps,
+                sampling_probability=s.sampling_probability,
+                noise_multiplier=s.noise_multiplier * scale,
+                sensitivity_factor=s.sensitivity_factor,
+            )
+            for s in segments
+        ]
+    )
 
 
 def epsilon_at(mechanism: StatedMechanism, scale: float) -> float:
@@ -113,8 +134,9 @@ def curve(mechanism: StatedMechanism, scale: float = 1.0) -> TradeOff:
     return _curve(tuple(mechanism.segments), float(mechanism.curve_delta), float(scale))
 
 
-def lower_bound(mechanism: StatedMechanism, rejects: Callable[[TradeOff], bool], *,
-                min_scale: float | None = None) -> FamilyBound:
+def lower_bound(
+    mechanism: StatedMechanism, rejects: Callable[[TradeOff], bool], *, min_scale: float | None = None
+) -> FamilyBound:
     """The least private scaled claim that ``rejects`` (a test, monotone: a rejected curve's more private scalings
     are rejected too) rejects: a binary search over :data:`SCALES` (a fixed grid, so that audits of the same claim
     share their curves). The bound is the epsilon of the smallest REJECTED grid scale: the grid only ever lowers it.
@@ -140,7 +162,9 @@ def lower_bound(mechanism: StatedMechanism, rejects: Callable[[TradeOff], bool],
     return FamilyBound(epsilon=_optimistic_epsilon(segments, delta, SCALES[hi]), scale=SCALES[hi])
 
 
-def best_test(mechanism: StatedMechanism, tests: Sequence[Callable[[TradeOff], bool]]) -> tuple[int | None, float | None]:
+def best_test(
+    mechanism: StatedMechanism, tests: Sequence[Callable[[TradeOff], bool]]
+) -> tuple[int | None, float | None]:
     """Which of several monotone ``tests`` (as :func:`lower_bound`'s) rejects the least private scaled claim: (its
     index, that smallest rejected grid scale), (None, None) when none rejects any. One binary search for all of them
     (at each scale only the tests that still reject go on), so it builds as few curves as one :func:`lower_bound`;
@@ -183,8 +207,9 @@ def _curve_fits(segments: tuple[Segment, ...], delta: float, scale: float) -> bo
 
 @functools.lru_cache(maxsize=256)
 def _curve(segments: tuple[Segment, ...], delta: float, scale: float) -> TradeOff:
-    grid, deltas = accounting.privacy_profile(_scaled_event(segments, scale), reach_delta=delta,
-                                              points=CURVE_POINTS, discretization=CURVE_DISCRETIZATION)
+    grid, deltas = accounting.privacy_profile(
+        _scaled_event(segments, scale), reach_delta=delta, points=CURVE_POINTS, discretization=CURVE_DISCRETIZATION
+    )
     return TradeOff(grid, deltas)
 
 
@@ -194,10 +219,13 @@ def _optimistic_epsilon(segments: tuple[Segment, ...], delta: float, scale: floa
 
     total: pld_lib.PrivacyLossDistribution | None = None
     for seg in segments:
-        step = pld_lib.from_gaussian_mechanism(standard_deviation=seg.noise_multiplier * scale,
-                                               sampling_prob=seg.sampling_probability, pessimistic_estimate=False,
-                                               use_connect_dots=False,
-                                               value_discretization_interval=EPSILON_DISCRETIZATION).self_compose(seg.steps)
+        step = pld_lib.from_gaussian_mechanism(
+            standard_deviation=seg.noise_multiplier * scale,
+            sampling_prob=seg.sampling_probability,
+            pessimistic_estimate=False,
+            use_connect_dots=False,
+            value_discretization_interval=EPSILON_DISCRETIZATION,
+        ).self_compose(seg.steps)
         total = step if total is None else total.compose(step)
     if total is None:
         raise ValueError("a claim without segments states no mechanism to account.")

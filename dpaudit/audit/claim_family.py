@@ -46,8 +46,15 @@ from dpaudit.audit.one_run import _one_run_guesses, _thresholds_for
 from dpaudit.audit.thresholds import guess_pairs
 from dpaudit.audit.tradeoff import TradeOff, one_run_margin
 
-__all__ = ["GUARANTEE_CLAIM", "PLAN_FRACTIONS", "candidate_pairs", "claim_family_test",
-           "epsilon_lower_bound_one_run_claim", "planned_last_iterate_pair", "planned_pair"]
+__all__ = [
+    "GUARANTEE_CLAIM",
+    "PLAN_FRACTIONS",
+    "candidate_pairs",
+    "claim_family_test",
+    "epsilon_lower_bound_one_run_claim",
+    "planned_last_iterate_pair",
+    "planned_pair",
+]
 
 #: What a claim-family bound refutes (the ``guarantee`` of its :class:`~dpaudit.audit.bounds.EpsilonBound`).
 GUARANTEE_CLAIM = "the claimed mechanism's trade-off curve (the figure: mechanisms of the claimed form)"
@@ -68,8 +75,14 @@ def candidate_pairs(m: int) -> tuple[tuple[int, int], ...]:
     return guess_pairs(PLAN_FRACTIONS, m)
 
 
-def _expected_counts(member: NDArray[np.float64], nonmember: NDArray[np.float64], pooled: NDArray[np.float64], m: int,
-                     k_plus: int, k_minus: int) -> tuple[int, int]:
+def _expected_counts(
+    member: NDArray[np.float64],
+    nonmember: NDArray[np.float64],
+    pooled: NDArray[np.float64],
+    m: int,
+    k_plus: int,
+    k_minus: int,
+) -> tuple[int, int]:
     """(r, v): the guesses and the planned correct ones (expected less :data:`PLAN_SPREAD` standard deviations),
     from sorted simulated ``member`` and ``nonmember`` scores and ``pooled``, both sorted together."""
     n = pooled.size
@@ -94,8 +107,9 @@ def _rejects(m: int, r: int, v: int, alpha: float) -> Callable[[TradeOff], bool]
     return lambda curve: one_run_margin(curve.blow_up_inverse, m, r, v, alpha) > 0
 
 
-def planned_pair(claim: StatedMechanism, member: NDArray[np.float64], nonmember: NDArray[np.float64], m: int,
-                 alpha: float) -> tuple[int, int]:
+def planned_pair(
+    claim: StatedMechanism, member: NDArray[np.float64], nonmember: NDArray[np.float64], m: int, alpha: float
+) -> tuple[int, int]:
     """The (k+, k-) whose planned correct count, on simulated ``member`` / ``nonmember`` scores (sorted) of the
     claimed mechanism, rejects the least private scaled claim at significance ``alpha`` (the largest pair when
     none rejects any)."""
@@ -118,7 +132,7 @@ def _last_iterate_scores(claim: StatedMechanism, n: int) -> tuple[NDArray[np.flo
     counts = np.zeros(n)
     for seg in claim.segments:  # one binomial draw per canary and segment: the steps that sampled it
         counts += rng.binomial(seg.steps, seg.sampling_probability, size=n)
-    noise = float(np.sqrt(sum(seg.steps * seg.noise_multiplier ** 2 for seg in claim.segments)))
+    noise = float(np.sqrt(sum(seg.steps * seg.noise_multiplier**2 for seg in claim.segments)))
     member = counts + rng.standard_normal(n) * noise
     nonmember = rng.standard_normal(n) * noise
     return np.sort(member), np.sort(nonmember)
@@ -141,9 +155,15 @@ def _guess_counts(member: NDArray[np.float64], nonmember: NDArray[np.float64], p
     return guesses, correct, t_plus, t_minus
 
 
-def claim_family_test(member: NDArray[np.float64], nonmember: NDArray[np.float64], claim: StatedMechanism,
-                      pairs: Sequence[tuple[int, int]], alpha: float, *,
-                      min_scale: float | None = None) -> tuple[FamilyBound, list[GuessCounts]]:
+def claim_family_test(
+    member: NDArray[np.float64],
+    nonmember: NDArray[np.float64],
+    claim: StatedMechanism,
+    pairs: Sequence[tuple[int, int]],
+    alpha: float,
+    *,
+    min_scale: float | None = None,
+) -> tuple[FamilyBound, list[GuessCounts]]:
     """The family bound of guesses on ``pairs`` (each at ``alpha / len(pairs)``, Bonferroni) and each pair's
     (guesses, correct, t_plus, t_minus); ``min_scale`` as :func:`dpaudit.audit.claim_curves.lower_bound`'s."""
     m = member.size + nonmember.size
@@ -194,9 +214,21 @@ def epsilon_lower_bound_one_run_claim(
     guesses, correct, t_plus, t_minus = counts[0]
     if claim.delta is None:
         raise ValueError("the claim states no delta: no one-run bound against it.")
-    return EpsilonBound(method="one_run_claim", selection="planned", guarantee=GUARANTEE_CLAIM,
-                        epsilon=float(max(0.0, found.epsilon)), delta=claim.delta, confidence=confidence,
-                        num_hypotheses=1, threshold=t_plus, threshold_minus=t_minus, n_members=member.size,
-                        n_nonmembers=nonmember.size, true_positives=int(np.sum(member >= t_plus)),
-                        false_positives=int(np.sum(nonmember >= t_plus)), guesses=guesses, correct=correct,
-                        scale=found.scale)
+    return EpsilonBound(
+        method="one_run_claim",
+        selection="planned",
+        guarantee=GUARANTEE_CLAIM,
+        epsilon=float(max(0.0, found.epsilon)),
+        delta=claim.delta,
+        confidence=confidence,
+        num_hypotheses=1,
+        threshold=t_plus,
+        threshold_minus=t_minus,
+        n_members=member.size,
+        n_nonmembers=nonmember.size,
+        true_positives=int(np.sum(member >= t_plus)),
+        false_positives=int(np.sum(nonmember >= t_plus)),
+        guesses=guesses,
+        correct=correct,
+        scale=found.scale,
+    )

@@ -31,12 +31,19 @@ def _pool(member: NDArray[np.float64], nonmember: NDArray[np.float64]) -> _Pool:
     order = np.argsort(-scores, kind="stable")
     s = scores[order]
     ends = np.flatnonzero(np.r_[s[1:] != s[:-1], True])
-    return _Pool(order=order, is_member=labels[order], ends=ends, thresholds=s[ends],
-                 n_members=member.size, n_nonmembers=nonmember.size)
+    return _Pool(
+        order=order,
+        is_member=labels[order],
+        ends=ends,
+        thresholds=s[ends],
+        n_members=member.size,
+        n_nonmembers=nonmember.size,
+    )
 
 
-def _counts(pool: _Pool, member_w: NDArray[np.int64] | None = None,
-            nonmember_w: NDArray[np.int64] | None = None) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
+def _counts(
+    pool: _Pool, member_w: NDArray[np.int64] | None = None, nonmember_w: NDArray[np.int64] | None = None
+) -> tuple[NDArray[np.int64], NDArray[np.int64]]:
     """(TP, FP) at every ROC vertex, with a leading (0, 0) vertex for threshold +inf.
 
     ``member_w`` / ``nonmember_w`` (B, n_members + n_nonmembers) are multiplicities at the SORTED

@@ -1,5 +1,4 @@
-"""Gaussian differential privacy (Dong, Roth & Su 2022): the mu-GDP epsilon-delta curve and its inverses.
-"""
+"""Gaussian differential privacy (Dong, Roth & Su 2022): the mu-GDP epsilon-delta curve and its inverses."""
 
 from __future__ import annotations
 
@@ -34,8 +33,9 @@ def gdp_epsilon(mu: float, delta: float) -> float:
     while gdp_delta(hi, mu) > delta:
         hi *= 2
     with np.errstate(divide="ignore"):
-        return float(scipy.optimize.brentq(lambda e: np.log(gdp_delta(e, mu)) - np.log(delta), 0.0, hi,
-                                           xtol=1e-12, rtol=1e-13))
+        return float(
+            scipy.optimize.brentq(lambda e: np.log(gdp_delta(e, mu)) - np.log(delta), 0.0, hi, xtol=1e-12, rtol=1e-13)
+        )
 
 
 def gdp_mu(epsilon: float, delta: float) -> float:
@@ -52,5 +52,8 @@ def gdp_mu(epsilon: float, delta: float) -> float:
     while gdp_delta(epsilon, lo) > delta:
         lo /= 10
     with np.errstate(divide="ignore"):
-        return float(scipy.optimize.brentq(lambda m: np.log(gdp_delta(epsilon, m)) - np.log(delta), lo,
-                                           hi, xtol=1e-13, rtol=1e-14))
+        return float(
+            scipy.optimize.brentq(
+                lambda m: np.log(gdp_delta(epsilon, m)) - np.log(delta), lo, hi, xtol=1e-13, rtol=1e-14
+            )
+        )

@@ -53,8 +53,14 @@ class VectorStatistic(Protocol):
     def __call__(self, a: NDArray[np.float64], /, axis: int) -> NDArray[np.float64]: ...
 
 
-def bootstrap_interval(values: ArrayLike, statistic: VectorStatistic = np.mean, *,
-                       seed: int, level: float = LEVEL, resamples: int = BOOTSTRAP_RESAMPLES) -> Interval | None:
+def bootstrap_interval(
+    values: ArrayLike,
+    statistic: VectorStatistic = np.mean,
+    *,
+    seed: int,
+    level: float = LEVEL,
+    resamples: int = BOOTSTRAP_RESAMPLES,
+) -> Interval | None:
     """Percentile bootstrap interval of ``statistic`` (vectorized: it must take ``axis=-1``).
 
     Returns None for an empty sample; a single value gives the degenerate interval [v, v].
@@ -71,7 +77,9 @@ def bootstrap_interval(values: ArrayLike, statistic: VectorStatistic = np.mean, 
     stats = statistic(draws, axis=-1)
     tail = (1 - level) / 2
     low, high = np.quantile(stats, [tail, 1 - tail])
-    return Interval(low=float(low), high=float(high), level=level, method=f"percentile bootstrap ({resamples} resamples)")
+    return Interval(
+        low=float(low), high=float(high), level=level, method=f"percentile bootstrap ({resamples} resamples)"
+    )
 
 
 def clopper_pearson(successes: int, trials: int, *, level: float = LEVEL) -> Interval | None:
@@ -96,8 +104,14 @@ def mann_whitney_greater(group: ArrayLike, baseline: ArrayLike) -> OneSidedTest 
     if x.size == 0 or y.size == 0:
         return None
     result = mannwhitneyu(x, y, alternative="greater")
-    return OneSidedTest(statistic=float(result.statistic), p_value=float(result.pvalue), n=int(x.size),
-                        n_baseline=int(y.size), alternative="greater", method="Mann-Whitney U (scipy)")
+    return OneSidedTest(
+        statistic=float(result.statistic),
+        p_value=float(result.pvalue),
+        n=int(x.size),
+        n_baseline=int(y.size),
+        alternative="greater",
+        method="Mann-Whitney U (scipy)",
+    )
 
 
 def fisher_greater(hits: int, n: int, control_hits: int, n_controls: int) -> OneSidedTest | None:
@@ -109,8 +123,14 @@ def fisher_greater(hits: int, n: int, control_hits: int, n_controls: int) -> One
         return None
     table = [[hits, n - hits], [control_hits, n_controls - control_hits]]
     p_value = float(fisher_exact(table, alternative="greater").pvalue)
-    return OneSidedTest(statistic=hits / n - control_hits / n_controls, p_value=p_value, n=n, n_baseline=n_controls,
-                        alternative="greater", method="Fisher exact (scipy), rate difference")
+    return OneSidedTest(
+        statistic=hits / n - control_hits / n_controls,
+        p_value=p_value,
+        n=n,
+        n_baseline=n_controls,
+        alternative="greater",
+        method="Fisher exact (scipy), rate difference",
+    )
 
 
 def log_frequency_slope(frequencies: ArrayLike, values: ArrayLike) -> float | None:

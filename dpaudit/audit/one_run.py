@@ -28,8 +28,9 @@ from dpaudit.audit.tradeoff import one_run_margin
 _STANDARD_NORMAL = statistics.NormalDist()
 
 
-def _one_run_guesses(member: NDArray[np.float64], nonmember: NDArray[np.float64], t_plus: float,
-                     t_minus: float) -> tuple[int, int]:
+def _one_run_guesses(
+    member: NDArray[np.float64], nonmember: NDArray[np.float64], t_plus: float, t_minus: float
+) -> tuple[int, int]:
     """(guesses, correct) for "member iff score >= t_plus", "non-member iff score <= t_minus" (and not
     already guessed member), abstain otherwise."""
     guess_in_m, guess_in_n = member >= t_plus, nonmember >= t_plus
@@ -87,6 +88,7 @@ def _steinke_epsilons(m: int, counts: NDArray[np.int64], delta: float, alpha: fl
 def _steinke_epsilon(m: int, r: int, v: int, delta: float, alpha: float) -> float:
     """The largest epsilon whose (epsilon, delta) claim the guesses reject at significance alpha (0 if
     none)."""
+
     def margin(eps: float) -> float:
         return alpha - _steinke_pvalue(eps, m, r, v, delta)
 
@@ -125,63 +127,101 @@ def _fdp_mu(m: int, r: int, v: int, delta: float, alpha: float) -> float:
     hi = max(1.0, 2 * lo)
     while _fdp_margin(hi, m, r, v, alpha) > 0:
         lo, hi = hi, 2 * hi
-    return float(scipy.optimize.brentq(_fdp_margin, lo, hi, args=(m, r, v, alpha), xtol=1e-12,
-                                       rtol=1e-13))
+    return float(scipy.optimize.brentq(_fdp_margin, lo, hi, args=(m, r, v, alpha), xtol=1e-12, rtol=1e-13))
 
 
-def _one_run(member_scores: ArrayLike, nonmember_scores: ArrayLike, *, delta: float, confidence: float,
-             guesses: GuessGrid | FixedGuesses | SplitGuesses, fdp: bool) -> EpsilonBound:
+def _one_run(
+    member_scores: ArrayLike,
+    nonmember_scores: ArrayLike,
+    *,
+    delta: float,
+    confidence: float,
+    guesses: GuessGrid | FixedGuesses | SplitGuesses,
+    fdp: bool,
+) -> EpsilonBound:
     member = _scores(member_scores, "member_scores")
     nonmember = _scores(nonmember_scores, "nonmember_scores")
     delta = _check_unit(delta, "delta")
     confidence = _check_unit(confidence, "confidence")
     alpha = 1 - confidence
 
-    def evaluate(m_s: NDArray[np.float64], n_s: NDArray[np.float64], cands: Sequence[tuple[float, float]],
-                 a: float) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]]:
+    def evaluate(
+        m_s: NDArray[np.float64], n_s: NDArray[np.float64], cands: Sequence[tuple[float, float]], a: float
+    ) -> tuple[NDArray[np.float64], NDArray[np.float64], NDArray[np.int64]]:
         """(epsilon, mu, guesses, correct) per candidate (t_plus, t_minus) at significance a."""
         counts = np.array([_one_run_guesses(m_s, n_s, tp, tm) for tp, tm in cands], dtype=np.int64)
         total = m_s.size + n_s.size
         ms = np.full(len(cands), total)
         if fdp:
-            mus = np.array([_fdp_mu(int(m_), int(r_), int(v_), delta, a)
-                            for m_, r_, v_ in zip(ms, counts[:, 0], counts[:, 1])])
+            mus = np.array(
+                [_fdp_mu(int(m_), int(r_), int(v_), delta, a) for m_, r_, v_ in zip(ms, counts[:, 0], counts[:, 1])]
+            )
             eps = np.array([gdp_epsilon(mu, delta) for mu in mus])
         else:
             mus = np.full(len(cands), np.nan)
             eps = _steinke_epsilons(int(total), counts, delta, a)
         return eps, mus, counts
 
-    def candidates(m_s: NDArray[np.float64], n_s: NDArray[np.float64],
-                   pairs: Sequence[tuple[int, int]]) -> list[tuple[float, float]]:
+    def candidates(
+        m_s: NDArray[np.float64], n_s: NDArray[np.float64], pairs: Sequence[tuple[int, int]]
+    ) -> list[tuple[float, float]]:
         desc = np.sort(np.concatenate([m_s, n_s]))[::-1]
         return [_thresholds_for(desc, kp, km) for kp, km in pairs]
 
-    def record(m_s: NDArray[np.float64], n_s: NDArray[np.float64], cand: tuple[float, float], eps: float, mu: float,
-               count: NDArray[np.int64], *, selection: str, num_hypotheses: int, split_seed: int | None = None,
-               split_fraction: float | None = None) -> EpsilonBound:
+    def record(
+        m_s: NDArray[np.float64],
+        n_s: NDArray[np.float64],
+        cand: tuple[float, float],
+        eps: float,
+        mu: float,
+        count: NDArray[np.int64],
+        *,
+        selection: str,
+        num_hypotheses: int,
+        split_seed: int | None = None,
+        split_fraction: float | None = None,
+    ) -> EpsilonBound:
         g, c = int(count[0]), int(count[1])
         return EpsilonBound(
-            method="one_run_fdp" if fdp else "one_run", guarantee=GUARANTEE_GDP if fdp else GUARANTEE_DP,
-            epsilon=float(max(0.0, eps)), delta=delta, confidence=confidence, threshold=cand[0],
-            threshold_minus=cand[1], n_members=m_s.size, n_nonmembers=n_s.size,
-            true_positives=int(np.sum(m_s >= cand[0])), false_positives=int(np.sum(n_s >= cand[0])),
-            guesses=g, correct=c, mu=None if not fdp else float(mu), selection=selection,
-            num_hypotheses=num_hypotheses, split_seed=split_seed, split_fraction=split_fraction)
+            method="one_run_fdp" if fdp else "one_run",
+            guarantee=GUARANTEE_GDP if fdp else GUARANTEE_DP,
+            epsilon=float(max(0.0, eps)),
+            delta=delta,
+            confidence=confidence,
+            threshold=cand[0],
+            threshold_minus=cand[1],
+            n_members=m_s.size,
+            n_nonmembers=n_s.size,
+            true_positives=int(np.sum(m_s >= cand[0])),
+            false_positives=int(np.sum(n_s >= cand[0])),
+            guesses=g,
+            correct=c,
+            mu=None if not fdp else float(mu),
+            selection=selection,
+            num_hypotheses=num_hypotheses,
+            split_seed=split_seed,
+            split_fraction=split_fraction,
+        )
 
     if isinstance(guesses, (FixedGuesses, GuessGrid)):
         m_total = member.size + nonmember.size
         pairs = ((guesses.k_plus, guesses.k_minus),) if isinstance(guesses, FixedGuesses) else guesses.resolve(m_total)
         if isinstance(guesses, FixedGuesses) and guesses.k_plus + guesses.k_minus > m_total:
-            raise ValueError(f"k_plus + k_minus = {guesses.k_plus + guesses.k_minus} exceeds the "
-                             f"{m_total} canaries.")
+            raise ValueError(f"k_plus + k_minus = {guesses.k_plus + guesses.k_minus} exceeds the {m_total} canaries.")
         cands = candidates(member, nonmember, pairs)
         a = alpha / len(cands)
         eps, mus, counts = evaluate(member, nonmember, cands, a)
         j = int(np.argmax(eps))
-        return record(member, nonmember, cands[j], eps[j], mus[j], counts[j],
-                      selection="fixed" if isinstance(guesses, FixedGuesses) else "bonferroni",
-                      num_hypotheses=len(cands))
+        return record(
+            member,
+            nonmember,
+            cands[j],
+            eps[j],
+            mus[j],
+            counts[j],
+            selection="fixed" if isinstance(guesses, FixedGuesses) else "bonferroni",
+            num_hypotheses=len(cands),
+        )
     if isinstance(guesses, SplitGuesses):
         (m1, n1), (m2, n2) = _partition(guesses.fraction, guesses.seed, member, nonmember)
         pairs = guesses.grid.resolve(m1.size + n1.size)
@@ -189,8 +229,18 @@ def _one_run(member_scores: ArrayLike, nonmember_scores: ArrayLike, *, delta: fl
         eps1, _, _ = evaluate(m1, n1, cands, alpha)
         cand = cands[int(np.argmax(eps1))]
         eps, mus, counts = evaluate(m2, n2, [cand], alpha)
-        return record(m2, n2, cand, eps[0], mus[0], counts[0], selection="split", num_hypotheses=1,
-                      split_seed=guesses.seed, split_fraction=guesses.fraction)
+        return record(
+            m2,
+            n2,
+            cand,
+            eps[0],
+            mus[0],
+            counts[0],
+            selection="split",
+            num_hypotheses=1,
+            split_seed=guesses.seed,
+            split_fraction=guesses.fraction,
+        )
     raise TypeError(f"guesses must be GuessGrid, FixedGuesses or SplitGuesses, got {type(guesses).__name__}.")
 
 
@@ -218,8 +268,7 @@ def epsilon_lower_bound_one_run(
         guesses: :class:`GuessGrid` (default; Bonferroni over the grid), :class:`FixedGuesses`, or
             :class:`SplitGuesses` (guess counts chosen on a split, applied as thresholds).
     """
-    return _one_run(member_scores, nonmember_scores, delta=delta, confidence=confidence, guesses=guesses,
-                    fdp=False)
+    return _one_run(member_scores, nonmember_scores, delta=delta, confidence=confidence, guesses=guesses, fdp=False)
 
 
 def epsilon_lower_bound_one_run_fdp(
@@ -238,5 +287,4 @@ def epsilon_lower_bound_one_run_fdp(
     violation only for mechanisms with a Gaussian privacy profile (``guarantee = "mu-GDP"``).
     Arguments as :func:`epsilon_lower_bound_one_run`.
     """
-    return _one_run(member_scores, nonmember_scores, delta=delta, confidence=confidence, guesses=guesses,
-                    fdp=True)
+    return _one_run(member_scores, nonmember_scores, delta=delta, confidence=confidence, guesses=guesses, fdp=True)

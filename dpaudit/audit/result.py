@@ -87,13 +87,22 @@ class AuditResult:
 
     def to_json(self) -> Json:
         return {
-            "schema": SCHEMA, "n_members": self.n_members, "n_nonmembers": self.n_nonmembers,
-            "roc": self.roc.to_json(), "auc": self.auc.to_json(),
-            "tpr_at_fpr": [t.to_json() for t in self.tpr_at_fpr], "advantage": self.advantage.to_json(),
-            "bounds": [b.to_json() for b in self.bounds], "epsilon_lower_bound": self.epsilon_lower_bound,
-            "delta": self.delta, "confidence": self.confidence, "seed": self.seed,
-            "claimed_epsilon": self.claimed_epsilon, "exceeds_claim": self.exceeds_claim,
-            "warnings": list(self.warnings), "coin_flip": self.coin_flip,
+            "schema": SCHEMA,
+            "n_members": self.n_members,
+            "n_nonmembers": self.n_nonmembers,
+            "roc": self.roc.to_json(),
+            "auc": self.auc.to_json(),
+            "tpr_at_fpr": [t.to_json() for t in self.tpr_at_fpr],
+            "advantage": self.advantage.to_json(),
+            "bounds": [b.to_json() for b in self.bounds],
+            "epsilon_lower_bound": self.epsilon_lower_bound,
+            "delta": self.delta,
+            "confidence": self.confidence,
+            "seed": self.seed,
+            "claimed_epsilon": self.claimed_epsilon,
+            "exceeds_claim": self.exceeds_claim,
+            "warnings": list(self.warnings),
+            "coin_flip": self.coin_flip,
         }
 
     @classmethod
@@ -101,14 +110,19 @@ class AuditResult:
         if obj.get("schema") != SCHEMA:
             raise ValueError(f"not an audit result of schema {SCHEMA}: got schema {obj.get('schema')!r}.")
         return cls(
-            n_members=_json_int(obj["n_members"]), n_nonmembers=_json_int(obj["n_nonmembers"]),
-            roc=Roc.from_json(_json_object(obj["roc"])), auc=Estimate.from_json(_json_object(obj["auc"])),
+            n_members=_json_int(obj["n_members"]),
+            n_nonmembers=_json_int(obj["n_nonmembers"]),
+            roc=Roc.from_json(_json_object(obj["roc"])),
+            auc=Estimate.from_json(_json_object(obj["auc"])),
             tpr_at_fpr=tuple(TprAtFpr.from_json(_json_object(t)) for t in _json_array(obj["tpr_at_fpr"])),
             advantage=Estimate.from_json(_json_object(obj["advantage"])),
             bounds=tuple(EpsilonBound.from_json(_json_object(b)) for b in _json_array(obj["bounds"])),
-            epsilon_lower_bound=_json_number(obj["epsilon_lower_bound"]), delta=_json_number(obj["delta"]),
-            confidence=_json_number(obj["confidence"]), seed=_json_int(obj["seed"]),
-            claimed_epsilon=_float_or_none(obj["claimed_epsilon"]), exceeds_claim=bool(obj["exceeds_claim"]),
+            epsilon_lower_bound=_json_number(obj["epsilon_lower_bound"]),
+            delta=_json_number(obj["delta"]),
+            confidence=_json_number(obj["confidence"]),
+            seed=_json_int(obj["seed"]),
+            claimed_epsilon=_float_or_none(obj["claimed_epsilon"]),
+            exceeds_claim=bool(obj["exceeds_claim"]),
             warnings=tuple(str(w) for w in _json_array(obj.get("warnings", ()))),
             coin_flip=bool(obj.get("coin_flip", False)),
         )
@@ -200,33 +214,49 @@ def audit_scores(
             f"EMPIRICAL EPSILON LOWER BOUND {format_down(proof)} EXCEEDS THE CLAIMED EPSILON {claim} "
             f"(delta={format_up(delta, 2)}, {confidence:.0%} confidence for this audit alone, proof: "
             f"{worst.method}/{worst.selection} on coin-flip canaries, Steinke et al. 2023): the trainer "
-            "or the accountant has a bug, or the scores are not from the model the claim is about.")
+            "or the accountant has a bug, or the scores are not from the model the claim is about."
+        )
     heuristic = [b for b in bounds if b.method == "clopper_pearson"]
     best_h = max(heuristic, key=lambda b: b.epsilon)
     if compared is not None and best_h.epsilon > compared:
         warnings.append(
             f"heuristic bound above the claim: investigate. Clopper-Pearson {format_down(best_h.epsilon)} > claimed "
             f"epsilon {claim} ({best_h.selection}), on the examples of one model, which are not independent trials: "
-            "not a proof that the claim is wrong.")
+            "not a proof that the claim is wrong."
+        )
     if group_size > 1:
-        warnings.append(f"group bound: members were inserted up to {group_size} times, so these bounds are on the "
-                        f"epsilon of a group of {group_size} rows (at most {group_size} x the per-example epsilon), "
-                        "not on the per-example claim.")
+        warnings.append(
+            f"group bound: members were inserted up to {group_size} times, so these bounds are on the "
+            f"epsilon of a group of {group_size} rows (at most {group_size} x the per-example epsilon), "
+            "not on the per-example claim."
+        )
     for t in tprs:
         if not t.enough_nonmembers:
-            warnings.append(f"TPR at FPR {t.fpr:g} needs >= {t.min_nonmembers} non-members, have "
-                            f"{t.n_nonmembers}: it is TPR at zero false positives.")
+            warnings.append(
+                f"TPR at FPR {t.fpr:g} needs >= {t.min_nonmembers} non-members, have "
+                f"{t.n_nonmembers}: it is TPR at zero false positives."
+            )
     gdp = [b for b in bounds if b.guarantee == GUARANTEE_GDP]
     if compared is not None and gdp and gdp[0].epsilon > compared:
         warnings.append(
             f"The f-DP one-run bound {format_down(gdp[0].epsilon)} (refutes mu-GDP, Gaussian mechanisms only; not an "
             f"(epsilon, delta) bound) is above the claimed epsilon {claim}: the mechanism is not the mu-GDP a "
-            "Gaussian mechanism with this claim would be; not a proof that the (epsilon, delta) claim is wrong.")
+            "Gaussian mechanism with this claim would be; not a proof that the (epsilon, delta) claim is wrong."
+        )
     return AuditResult(
-        n_members=member.size, n_nonmembers=nonmember.size, roc=roc,
-        auc=Estimate(value=roc.auc(), ci=cis["auc"]), tpr_at_fpr=tprs,
+        n_members=member.size,
+        n_nonmembers=nonmember.size,
+        roc=roc,
+        auc=Estimate(value=roc.auc(), ci=cis["auc"]),
+        tpr_at_fpr=tprs,
         advantage=Estimate(value=roc.advantage(), ci=cis["advantage"]),
-        bounds=tuple(bounds), epsilon_lower_bound=float(lower), delta=delta, confidence=confidence,
-        seed=int(seed), claimed_epsilon=None if claimed_epsilon is None else float(claimed_epsilon),
-        exceeds_claim=bool(exceeds), warnings=tuple(warnings), coin_flip=coin_flip,
+        bounds=tuple(bounds),
+        epsilon_lower_bound=float(lower),
+        delta=delta,
+        confidence=confidence,
+        seed=int(seed),
+        claimed_epsilon=None if claimed_epsilon is None else float(claimed_epsilon),
+        exceeds_claim=bool(exceeds),
+        warnings=tuple(warnings),
+        coin_flip=coin_flip,
     )

@@ -86,10 +86,16 @@ class TprAtFpr:
 
     @classmethod
     def from_json(cls, obj: Mapping[str, object]) -> TprAtFpr:
-        return cls(fpr=_json_number(obj["fpr"]), tpr=_json_number(obj["tpr"]),
-                   ci=BootstrapCI.from_json(_json_object(obj["ci"])), threshold=_json_number(obj["threshold"]),
-                   achieved_fpr=_json_number(obj["achieved_fpr"]), n_nonmembers=_json_int(obj["n_nonmembers"]),
-                   min_nonmembers=_json_int(obj["min_nonmembers"]), enough_nonmembers=bool(obj["enough_nonmembers"]))
+        return cls(
+            fpr=_json_number(obj["fpr"]),
+            tpr=_json_number(obj["tpr"]),
+            ci=BootstrapCI.from_json(_json_object(obj["ci"])),
+            threshold=_json_number(obj["threshold"]),
+            achieved_fpr=_json_number(obj["achieved_fpr"]),
+            n_nonmembers=_json_int(obj["n_nonmembers"]),
+            min_nonmembers=_json_int(obj["min_nonmembers"]),
+            enough_nonmembers=bool(obj["enough_nonmembers"]),
+        )
 
 
 @dataclass(frozen=True, kw_only=True, eq=False)
@@ -156,8 +162,7 @@ class Roc:
                     break
             keep.append(i)
         idx = np.asarray(keep)
-        return Roc(fpr=x[idx], tpr=y[idx], thresholds=t[idx], n_members=self.n_members,
-                   n_nonmembers=self.n_nonmembers)
+        return Roc(fpr=x[idx], tpr=y[idx], thresholds=t[idx], n_members=self.n_members, n_nonmembers=self.n_nonmembers)
 
     def rank_scores(self) -> tuple[NDArray[np.float64], NDArray[np.float64]]:
         """(member, non-member) scores with exactly this ROC: vertex j's new members and non-members
@@ -186,15 +191,23 @@ class Roc:
         return float(np.interp(fpr, hull.fpr, hull.tpr))
 
     def to_json(self) -> Json:
-        return {"fpr": self.fpr.tolist(), "tpr": self.tpr.tolist(),
-                "thresholds": [_json_float(t) for t in self.thresholds],
-                "n_members": self.n_members, "n_nonmembers": self.n_nonmembers}
+        return {
+            "fpr": self.fpr.tolist(),
+            "tpr": self.tpr.tolist(),
+            "thresholds": [_json_float(t) for t in self.thresholds],
+            "n_members": self.n_members,
+            "n_nonmembers": self.n_nonmembers,
+        }
 
     @classmethod
     def from_json(cls, obj: Mapping[str, object]) -> Roc:
-        return cls(fpr=np.asarray(obj["fpr"], float), tpr=np.asarray(obj["tpr"], float),
-                   thresholds=np.asarray([_json_number(t) for t in _json_array(obj["thresholds"])], float),
-                   n_members=_json_int(obj["n_members"]), n_nonmembers=_json_int(obj["n_nonmembers"]))
+        return cls(
+            fpr=np.asarray(obj["fpr"], float),
+            tpr=np.asarray(obj["tpr"], float),
+            thresholds=np.asarray([_json_number(t) for t in _json_array(obj["thresholds"])], float),
+            n_members=_json_int(obj["n_members"]),
+            n_nonmembers=_json_int(obj["n_nonmembers"]),
+        )
 
 
 def roc_curve(member_scores: ArrayLike, nonmember_scores: ArrayLike) -> Roc:
@@ -211,9 +224,13 @@ def roc_curve(member_scores: ArrayLike, nonmember_scores: ArrayLike) -> Roc:
     nonmember = _scores(nonmember_scores, "nonmember_scores")
     pool = _pool(member, nonmember)
     tp, fp = _counts(pool)
-    return Roc(fpr=fp[0] / pool.n_nonmembers, tpr=tp[0] / pool.n_members,
-               thresholds=np.r_[np.inf, pool.thresholds], n_members=pool.n_members,
-               n_nonmembers=pool.n_nonmembers)
+    return Roc(
+        fpr=fp[0] / pool.n_nonmembers,
+        tpr=tp[0] / pool.n_members,
+        thresholds=np.r_[np.inf, pool.thresholds],
+        n_members=pool.n_members,
+        n_nonmembers=pool.n_nonmembers,
+    )
 
 
 def _auc_stat(tp: NDArray[np.int64], fp: NDArray[np.int64], n_m: int, n_n: int) -> NDArray[np.float64]:
@@ -232,11 +249,13 @@ def _tpr_at_stat(fpr: float) -> Statistic:
         k = np.sum(fp <= allowed + 1e-9, axis=1)  # fp is non-decreasing along each row
         tpr: NDArray[np.float64] = tp[np.arange(tp.shape[0]), k - 1] / n_m
         return tpr
+
     return stat
 
 
-def auc(member_scores: ArrayLike, nonmember_scores: ArrayLike, *, seed: int, level: float = 0.95,
-        num_samples: int = 1000) -> Estimate:
+def auc(
+    member_scores: ArrayLike, nonmember_scores: ArrayLike, *, seed: int, level: float = 0.95, num_samples: int = 1000
+) -> Estimate:
     """AUC of the empirical ROC (ties count 1/2) with a seeded stratified bootstrap CI.
 
     Args:
@@ -248,19 +267,20 @@ def auc(member_scores: ArrayLike, nonmember_scores: ArrayLike, *, seed: int, lev
     member = _scores(member_scores, "member_scores")
     nonmember = _scores(nonmember_scores, "nonmember_scores")
     value = roc_curve(member, nonmember).auc()
-    ci = _bootstrap(member, nonmember, {"auc": _auc_stat}, seed=seed, num_samples=num_samples,
-                    level=level)["auc"]
+    ci = _bootstrap(member, nonmember, {"auc": _auc_stat}, seed=seed, num_samples=num_samples, level=level)["auc"]
     return Estimate(value=value, ci=ci)
 
 
-def attacker_advantage(member_scores: ArrayLike, nonmember_scores: ArrayLike, *, seed: int,
-                       level: float = 0.95, num_samples: int = 1000) -> Estimate:
+def attacker_advantage(
+    member_scores: ArrayLike, nonmember_scores: ArrayLike, *, seed: int, level: float = 0.95, num_samples: int = 1000
+) -> Estimate:
     """Membership advantage max_t (TPR - FPR) (Yeom et al. 2018) with a bootstrap CI."""
     member = _scores(member_scores, "member_scores")
     nonmember = _scores(nonmember_scores, "nonmember_scores")
     value = roc_curve(member, nonmember).advantage()
-    ci = _bootstrap(member, nonmember, {"advantage": _advantage_stat}, seed=seed,
-                    num_samples=num_samples, level=level)["advantage"]
+    ci = _bootstrap(member, nonmember, {"advantage": _advantage_stat}, seed=seed, num_samples=num_samples, level=level)[
+        "advantage"
+    ]
     return Estimate(value=value, ci=ci)
 
 
@@ -281,8 +301,15 @@ def min_nonmembers_for(fpr: float, *, false_positives: int = 1) -> int:
     return math.ceil(false_positives / fpr - 1e-9)
 
 
-def tpr_at_fpr(member_scores: ArrayLike, nonmember_scores: ArrayLike, fpr: float, *, seed: int,
-               level: float = 0.95, num_samples: int = 1000) -> TprAtFpr:
+def tpr_at_fpr(
+    member_scores: ArrayLike,
+    nonmember_scores: ArrayLike,
+    fpr: float,
+    *,
+    seed: int,
+    level: float = 0.95,
+    num_samples: int = 1000,
+) -> TprAtFpr:
     """TPR at a low FPR (Carlini et al. 2022) with a bootstrap CI and the non-member count it needs.
 
     Deterministic thresholds: the largest TPR of a rule "score >= t" whose empirical FPR is <= fpr.
@@ -292,8 +319,9 @@ def tpr_at_fpr(member_scores: ArrayLike, nonmember_scores: ArrayLike, fpr: float
     fpr = _check_unit(fpr, "fpr", high_open=False)
     member = _scores(member_scores, "member_scores")
     nonmember = _scores(nonmember_scores, "nonmember_scores")
-    ci = _bootstrap(member, nonmember, {"tpr": _tpr_at_stat(fpr)}, seed=seed, num_samples=num_samples,
-                    level=level)["tpr"]
+    ci = _bootstrap(member, nonmember, {"tpr": _tpr_at_stat(fpr)}, seed=seed, num_samples=num_samples, level=level)[
+        "tpr"
+    ]
     return _tpr_at_fpr_point(roc_curve(member, nonmember), fpr, ci)
 
 
@@ -302,6 +330,13 @@ def _tpr_at_fpr_point(roc: Roc, fpr: float, ci: BootstrapCI) -> TprAtFpr:
     ok = np.flatnonzero(roc.fpr <= allowed + 1e-12)
     j = ok[np.argmax(roc.tpr[ok])]
     need = min_nonmembers_for(fpr)
-    return TprAtFpr(fpr=fpr, tpr=float(roc.tpr[j]), ci=ci, threshold=float(roc.thresholds[j]),
-                    achieved_fpr=float(roc.fpr[j]), n_nonmembers=roc.n_nonmembers, min_nonmembers=need,
-                    enough_nonmembers=roc.n_nonmembers >= need)
+    return TprAtFpr(
+        fpr=fpr,
+        tpr=float(roc.tpr[j]),
+        ci=ci,
+        threshold=float(roc.thresholds[j]),
+        achieved_fpr=float(roc.fpr[j]),
+        n_nonmembers=roc.n_nonmembers,
+        min_nonmembers=need,
+        enough_nonmembers=roc.n_nonmembers >= need,
+    )

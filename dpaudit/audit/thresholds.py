@@ -21,8 +21,9 @@ from numpy.typing import NDArray
 from dpaudit.audit.checks import _check_unit
 
 #: Scores split into a part that chooses and a part that is evaluated: ((members, non-members), (members, non-members)).
-Partition: TypeAlias = tuple[tuple[NDArray[np.float64], NDArray[np.float64]],
-                             tuple[NDArray[np.float64], NDArray[np.float64]]]
+Partition: TypeAlias = tuple[
+    tuple[NDArray[np.float64], NDArray[np.float64]], tuple[NDArray[np.float64], NDArray[np.float64]]
+]
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -60,8 +61,10 @@ def _partition(fraction: float, seed: int, member: NDArray[np.float64], nonmembe
     (m1, m2), (n1, n2) = parts
     for name, part in (("member", m1), ("member", m2), ("non-member", n1), ("non-member", n2)):
         if part.size == 0:
-            raise ValueError(f"a split with fraction={fraction} leaves an empty {name} part: too few "
-                             "scores to split; use a Bonferroni correction instead.")
+            raise ValueError(
+                f"a split with fraction={fraction} leaves an empty {name} part: too few "
+                "scores to split; use a Bonferroni correction instead."
+            )
     return (m1, n1), (m2, n2)
 
 
@@ -119,8 +122,10 @@ class FixedGuesses:
 
     def __post_init__(self) -> None:
         if self.k_plus < 0 or self.k_minus < 0 or self.k_plus + self.k_minus < 1:
-            raise ValueError(f"k_plus and k_minus must be >= 0 with at least one guess, got "
-                             f"k_plus={self.k_plus}, k_minus={self.k_minus}.")
+            raise ValueError(
+                f"k_plus and k_minus must be >= 0 with at least one guess, got "
+                f"k_plus={self.k_plus}, k_minus={self.k_minus}."
+            )
 
 
 #: Shares of the canaries guessed by the default :class:`GuessGrid`: one-sided (k+ = f m) and

@@ -51,7 +51,9 @@ class TradeOff:
         eps = np.asarray(epsilons, dtype=np.float64).ravel()
         delta = np.asarray(deltas, dtype=np.float64).ravel()
         if eps.shape != delta.shape or eps.size == 0 or (eps < 0).any() or ((delta < 0) | (delta > 1)).any():
-            raise ValueError("epsilons and deltas must be non-empty arrays of one length, epsilons >= 0, deltas in [0, 1].")
+            raise ValueError(
+                "epsilons and deltas must be non-empty arrays of one length, epsilons >= 0, deltas in [0, 1]."
+            )
         self.epsilons, self.deltas = eps, delta
         self._up, self._down = np.exp(eps), np.exp(-eps)
 
@@ -62,9 +64,9 @@ class TradeOff:
         a = np.clip(np.asarray(alpha, dtype=np.float64), 0.0, 1.0)
         flat, out = a.ravel(), np.empty(a.size)
         for start in range(0, flat.size, CHUNK):
-            x = flat[start:start + CHUNK, None]
+            x = flat[start : start + CHUNK, None]
             lines = np.maximum(1 - self.deltas - self._up * x, self._down * (1 - self.deltas - x))
-            out[start:start + CHUNK] = lines.max(axis=-1)
+            out[start : start + CHUNK] = lines.max(axis=-1)
         return np.maximum(out, 0.0).reshape(a.shape)
 
     def blow_up_inverse(self, y: float) -> float:

@@ -22,5 +22,15 @@ from dpaudit.claim.claim import (
 from dpaudit.claim.opacus import opacus_claim, opacus_history
 from dpaudit.claim.record import PrivacyRecord, read_privacy_record
 
-__all__ = ["Claim", "PrivacyRecord", "claim_conditions", "claim_of_record", "opacus_claim", "opacus_history",
-           "read_privacy_record", "replace_one_epsilon", "stated_claim", "unknown_claim"]
+__all__ = [
+    "Claim",
+    "PrivacyRecord",
+    "claim_conditions",
+    "claim_of_record",
+    "opacus_claim",
+    "opacus_history",
+    "read_privacy_record",
+    "replace_one_epsilon",
+    "stated_claim",
+    "unknown_claim",
+]

@@ -36,8 +36,16 @@ if TYPE_CHECKING:
     from dpaudit.audit.tradeoff import TradeOff
     from dpaudit.claim.record import PrivacyRecord
 
-__all__ = ["Claim", "SOURCES", "TAIL_SHOWN_ABOVE", "claim_conditions", "claim_of_record", "replace_one_epsilon",
-           "stated_claim", "unknown_claim"]
+__all__ = [
+    "Claim",
+    "SOURCES",
+    "TAIL_SHOWN_ABOVE",
+    "claim_conditions",
+    "claim_of_record",
+    "replace_one_epsilon",
+    "stated_claim",
+    "unknown_claim",
+]
 
 #: Where a claim comes from.
 SOURCES = ("privacy.json", "stated", "opacus", "none")
@@ -140,11 +148,15 @@ class Claim:
             return "none: non-private training (epsilon = infinity)"
         delta = "" if self.delta is None else f" at delta = {format_up(self.delta, 2)}"
         if self.epsilon is None:
-            poisson = "" if self.epsilon_if_poisson is None else f" (as-if-Poisson: {format_up(self.epsilon_if_poisson)})"
+            poisson = (
+                "" if self.epsilon_if_poisson is None else f" (as-if-Poisson: {format_up(self.epsilon_if_poisson)})"
+            )
             return f"no proven epsilon{poisson}"
         notes = list(self.conditions)  # what it holds only under first (a start it does not cover leads)
         if self.epsilon_replace_one is not None:
-            notes.append(f"add/remove; N treated as public: replace-one epsilon = {format_up(self.epsilon_replace_one)}")
+            notes.append(
+                f"add/remove; N treated as public: replace-one epsilon = {format_up(self.epsilon_replace_one)}"
+            )
         return f"epsilon = {format_up(self.epsilon)}{delta}" + (f" ({'; '.join(notes)})" if notes else "")
 
     def short(self) -> str:
@@ -159,8 +171,14 @@ class Claim:
         """This claim read as proving nothing (a shuffle run): its figure becomes the as-if-Poisson one."""
         if not self.private or self.epsilon is None:
             return self
-        return dataclasses.replace(self, epsilon=None, epsilon_if_poisson=self.epsilon, epsilon_replace_one=None,
-                                   sampling=self.sampling or "shuffle", segments=())
+        return dataclasses.replace(
+            self,
+            epsilon=None,
+            epsilon_if_poisson=self.epsilon,
+            epsilon_replace_one=None,
+            sampling=self.sampling or "shuffle",
+            segments=(),
+        )
 
     # -- the mechanism, as the audits test it -----------------------------------------------------------
 
@@ -232,14 +250,19 @@ class Claim:
             values.update(known=True, private=True, recorded_epsilon=obj.get("epsilon"))
         segments = obj.get("segments") or ()
         try:
-            values["segments"] = tuple(Segment.from_json({k: v for k, v in dict(s).items() if k != "expected_batch_size"},
-                                                         where=f"{where}: segment {i}")
-                                       for i, s in enumerate(segments))
+            values["segments"] = tuple(
+                Segment.from_json(
+                    {k: v for k, v in dict(s).items() if k != "expected_batch_size"}, where=f"{where}: segment {i}"
+                )
+                for i, s in enumerate(segments)
+            )
             for name in ("conditions", "notes", "unaccounted_releases"):
                 values[name] = tuple(str(x) for x in (obj.get(name) or ()))
             claim = cls(**values)
         except (TypeError, ValueError) as err:
-            raise UserInputError(f"{where}: the claim does not read ({err}); rerun the command that wrote it.") from None
+            raise UserInputError(
+                f"{where}: the claim does not read ({err}); rerun the command that wrote it."
+            ) from None
         legacy = "source" not in obj and not whitebox
         if legacy and claim.private and claim.sampling is None and claim.recorded_epsilon is None:
             return claim.unproven()
@@ -259,11 +282,21 @@ def unknown_claim() -> Claim:
 def stated_claim(epsilon: float, delta: float) -> Claim:
     """The claim of a model trained elsewhere as its trainer states it (``--claimed-epsilon E --claimed-delta D``):
     tested as given; dpaudit did not account it and knows no mechanism."""
-    return Claim(known=True, private=True, source="stated", epsilon=float(epsilon), recorded_epsilon=float(epsilon),
-                 delta=float(delta), accountant="stated", sampling=None,
-                 guarantee=(f"({epsilon:g}, {delta:g})-DP as stated with --claimed-epsilon/--claimed-delta for a model "
-                            "trained elsewhere; dpaudit did not account it (no privacy.json): the attacks test the claim "
-                            "as given."))
+    return Claim(
+        known=True,
+        private=True,
+        source="stated",
+        epsilon=float(epsilon),
+        recorded_epsilon=float(epsilon),
+        delta=float(delta),
+        accountant="stated",
+        sampling=None,
+        guarantee=(
+            f"({epsilon:g}, {delta:g})-DP as stated with --claimed-epsilon/--claimed-delta for a model "
+            "trained elsewhere; dpaudit did not account it (no privacy.json): the attacks test the claim "
+            "as given."
+        ),
+    )
 
 
 def replace_one_epsilon(record: PrivacyRecord) -> float | None:
@@ -287,8 +320,10 @@ def claim_conditions(record: PrivacyRecord) -> tuple[str, ...]:
         where = start.get("path") or "the --init-from start"
         if start.get("accepted_private"):
             trained = start.get("trained_on") or "private data"
-            out.append(f"it does NOT cover what the --init-from start {where} learned: that start trained on {trained}, "
-                       "not public data only (declared with --accept-private-start)")
+            out.append(
+                f"it does NOT cover what the --init-from start {where} learned: that start trained on {trained}, "
+                "not public data only (declared with --accept-private-start)"
+            )
         elif start.get("public_data_only") is not True:
             out.append(f"it holds only if the --init-from start {where} was trained on public data only")
     if record.noise_seed_explicit:
@@ -317,16 +352,22 @@ def _stated_segments(record: PrivacyRecord, where: str) -> tuple[Segment, ...]:
     stored: list[Segment] = []
     for i, raw in enumerate(record.segments):
         try:
-            stored.append(Segment.from_json({k: v for k, v in dict(raw).items() if k != "expected_batch_size"},
-                                            where=f"{where}: segments[{i}]"))
+            stored.append(
+                Segment.from_json(
+                    {k: v for k, v in dict(raw).items() if k != "expected_batch_size"}, where=f"{where}: segments[{i}]"
+                )
+            )
         except TypeError:
             raise UserInputError(f"{where}: segments[{i}] is not an object; rerun dpaudit train.") from None
 
     def steps_by_mechanism(segments: Sequence[Segment]) -> list[tuple[float, float, int]]:
         merged: list[tuple[float, float, int]] = []
         for seg in segments:
-            if merged and math.isclose(merged[-1][0], seg.sampling_probability, rel_tol=_SIGMA_RTOL) \
-                    and math.isclose(merged[-1][1], seg.noise_multiplier, rel_tol=_SIGMA_RTOL):
+            if (
+                merged
+                and math.isclose(merged[-1][0], seg.sampling_probability, rel_tol=_SIGMA_RTOL)
+                and math.isclose(merged[-1][1], seg.noise_multiplier, rel_tol=_SIGMA_RTOL)
+            ):
                 q, sigma, steps = merged[-1]
                 merged[-1] = (q, sigma, steps + seg.steps)
             else:
@@ -335,21 +376,29 @@ def _stated_segments(record: PrivacyRecord, where: str) -> tuple[Segment, ...]:
 
     def same(a: Sequence[tuple[float, float, int]], b: Sequence[tuple[float, float, int]]) -> bool:
         return len(a) == len(b) and all(
-            math.isclose(x[0], y[0], rel_tol=_SIGMA_RTOL) and math.isclose(x[1], y[1], rel_tol=_SIGMA_RTOL) and x[2] == y[2]
-            for x, y in zip(a, b))
+            math.isclose(x[0], y[0], rel_tol=_SIGMA_RTOL)
+            and math.isclose(x[1], y[1], rel_tol=_SIGMA_RTOL)
+            and x[2] == y[2]
+            for x, y in zip(a, b)
+        )
 
     if stored and not same(steps_by_mechanism(stored), steps_by_mechanism(derived)):
-        raise UserInputError(f"{where}: its segments disagree with its DpEvent (the (q, sigma, steps) they state differ); "
-                             "the file was edited or damaged: rerun dpaudit train.")
+        raise UserInputError(
+            f"{where}: its segments disagree with its DpEvent (the (q, sigma, steps) they state differ); "
+            "the file was edited or damaged: rerun dpaudit train."
+        )
     sigmas = {round(s.noise_multiplier, 12) for s in derived}
     listed = [float(x) for x in (record.noise_multipliers or ())]
     if any(not any(math.isclose(x, s, rel_tol=_SIGMA_RTOL) for s in sigmas) for x in listed) and derived:
-        raise UserInputError(f"{where}: its noise_multipliers {listed} are not the sigmas of its DpEvent "
-                             f"{sorted(sigmas)}; the file was edited or damaged: rerun dpaudit train.")
+        raise UserInputError(
+            f"{where}: its noise_multipliers {listed} are not the sigmas of its DpEvent "
+            f"{sorted(sigmas)}; the file was edited or damaged: rerun dpaudit train."
+        )
     if stored:  # each stored segment keeps its clipping unit's factor (the event divides it out)
         factors = {(s.sampling_probability, s.noise_multiplier): s.sensitivity_factor for s in stored}
-        derived = tuple(dataclasses.replace(s, sensitivity_factor=factors.get(s.mechanism, s.sensitivity_factor))
-                        for s in derived)
+        derived = tuple(
+            dataclasses.replace(s, sensitivity_factor=factors.get(s.mechanism, s.sensitivity_factor)) for s in derived
+        )
     return derived
 
 
@@ -394,10 +443,16 @@ def claim_of_record(record: PrivacyRecord | None, *, where: str = "privacy.json"
     if record is None:
         return unknown_claim()
     facts: _RecordFacts = {
-        "trainer": record.trainer, "privacy_unit": record.privacy_unit, "adjacency": record.adjacency,
-        "mechanism_words": record.mechanism, "notes": tuple(str(n) for n in record.notes),
-        "telemetry": record.telemetry, "unaccounted_releases": tuple(str(r) for r in record.unaccounted_releases),
-        "scale_from_private": _scale_from_private(record), "sampling": record.sampling}
+        "trainer": record.trainer,
+        "privacy_unit": record.privacy_unit,
+        "adjacency": record.adjacency,
+        "mechanism_words": record.mechanism,
+        "notes": tuple(str(n) for n in record.notes),
+        "telemetry": record.telemetry,
+        "unaccounted_releases": tuple(str(r) for r in record.unaccounted_releases),
+        "scale_from_private": _scale_from_private(record),
+        "sampling": record.sampling,
+    }
     if not record.private:
         return Claim(known=True, private=False, guarantee=record.guarantee or "non-private: epsilon = inf.", **facts)
     parts = record.delta_parts()
@@ -410,14 +465,28 @@ def claim_of_record(record: PrivacyRecord | None, *, where: str = "privacy.json"
     except (KeyError, TypeError, ValueError) as err:
         raise UserInputError(f"{where}: cannot read the DpEvent ({err}); rerun dpaudit train.") from None
     common: _PrivateRecordFacts = {
-        **facts, "known": True, "private": True, "source": "privacy.json", "delta": float(parts.delta),
-        "accountant_delta": float(parts.accountant), "accountant": record.accountant or "pld",
-        "clip_norm": float(record.clip_norm or 1.0), "sensitivity_factor": float(record.sensitivity_factor or 1.0),
-        "conditions": claim_conditions(record), "guarantee": record.guarantee}
+        **facts,
+        "known": True,
+        "private": True,
+        "source": "privacy.json",
+        "delta": float(parts.delta),
+        "accountant_delta": float(parts.accountant),
+        "accountant": record.accountant or "pld",
+        "clip_norm": float(record.clip_norm or 1.0),
+        "sensitivity_factor": float(record.sensitivity_factor or 1.0),
+        "conditions": claim_conditions(record),
+        "guarantee": record.guarantee,
+    }
     if not record.proven:  # shuffled fixed-size batches: the figure is as-if-Poisson, never a claim
         return Claim(**common, epsilon=None, recorded_epsilon=None, epsilon_if_poisson=recomputed)
-    return Claim(**common, epsilon=recomputed, recorded_epsilon=record.epsilon, n_public=record.n_public,
-                 epsilon_replace_one=replace_one, segments=segments)
+    return Claim(
+        **common,
+        epsilon=recomputed,
+        recorded_epsilon=record.epsilon,
+        n_public=record.n_public,
+        epsilon_replace_one=replace_one,
+        segments=segments,
+    )
 
 
 def _scale_from_private(record: PrivacyRecord) -> bool:

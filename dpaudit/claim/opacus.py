@@ -37,24 +37,29 @@ def opacus_history(path: str | os.PathLike[str]) -> list[tuple[float, float, int
 
             state = torch.load(path, weights_only=True)
         except Exception as err:  # noqa: BLE001 - any unreadable file is one line
-            raise UserInputError(f"{where}: neither JSON nor a torch-saved state dict ({type(err).__name__}); save it "
-                                 "with json.dump(accountant.state_dict(), f).") from None
+            raise UserInputError(
+                f"{where}: neither JSON nor a torch-saved state dict ({type(err).__name__}); save it "
+                "with json.dump(accountant.state_dict(), f)."
+            ) from None
     except OSError as err:
         raise UserInputError(f"{where}: cannot read it ({err.strerror or err}).") from None
     except ValueError as err:
         raise UserInputError(f"{where}: not valid JSON ({err}).") from None
     history = state.get("history") if isinstance(state, dict) else None
     if not isinstance(history, (list, tuple)) or not history:
-        raise UserInputError(f"{where}: no 'history' of (noise_multiplier, sample_rate, steps); pass the state_dict() "
-                             "of an Opacus RDP, PRV or GDP accountant after training.")
+        raise UserInputError(
+            f"{where}: no 'history' of (noise_multiplier, sample_rate, steps); pass the state_dict() "
+            "of an Opacus RDP, PRV or GDP accountant after training."
+        )
     rows: list[tuple[float, float, int]] = []
     for i, row in enumerate(history):
         try:
             sigma, q, steps = row
             rows.append((float(sigma), float(q), int(steps)))
         except (TypeError, ValueError):
-            raise UserInputError(f"{where}: history entry {i} is {row!r}, not (noise_multiplier, sample_rate, steps)."
-                                 ) from None
+            raise UserInputError(
+                f"{where}: history entry {i} is {row!r}, not (noise_multiplier, sample_rate, steps)."
+            ) from None
     return rows
 
 
@@ -69,16 +74,29 @@ def opacus_claim(path: str | os.PathLike[str], delta: float) -> Claim:
     from dpaudit.common.figures import format_up
 
     try:
-        segments = [Segment(steps=steps, sampling_probability=q, noise_multiplier=sigma)
-                    for sigma, q, steps in opacus_history(path)]
+        segments = [
+            Segment(steps=steps, sampling_probability=q, noise_multiplier=sigma)
+            for sigma, q, steps in opacus_history(path)
+        ]
     except ValueError as err:
         raise UserInputError(f"--claimed-from-opacus {path}: {err}") from None
     event = ComposedDpEvent([s.event() for s in segments])
     epsilon = float(accounting.epsilon(event, delta))
     steps = sum(s.steps for s in segments)
-    return Claim(known=True, private=True, source="opacus", epsilon=epsilon, recorded_epsilon=epsilon, delta=float(delta),
-                 accountant="pld", sampling="poisson", segments=tuple(segments),
-                 guarantee=(f"({format_up(epsilon)}, {delta:g})-DP for one example (add/remove), accounted by dpaudit "
-                            f"(PLD) from the Opacus accountant's history in {path}: {steps} Poisson-sampled "
-                            "Gaussian steps. It holds if the training ran what that history says (per-example "
-                            "clipping, Poisson sampling, secret noise); dpaudit did not see the training."))
+    return Claim(
+        known=True,
+        private=True,
+        source="opacus",
+        epsilon=epsilon,
+        recorded_epsilon=epsilon,
+        delta=float(delta),
+        accountant="pld",
+        sampling="poisson",
+        segments=tuple(segments),
+        guarantee=(
+            f"({format_up(epsilon)}, {delta:g})-DP for one example (add/remove), accounted by dpaudit "
+            f"(PLD) from the Opacus accountant's history in {path}: {steps} Poisson-sampled "
+            "Gaussian steps. It holds if the training ran what that history says (per-example "
+            "clipping, Poisson sampling, secret noise); dpaudit did not see the training."
+        ),
+    )

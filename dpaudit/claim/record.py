@@ -53,8 +53,16 @@ from dpaudit.common.errors import UserInputError
 if TYPE_CHECKING:
     from dpaudit.accounting.serialization import Json
 
-__all__ = ["DeltaParts", "GroupPrivacyRow", "PRIVATE_FILES", "PrivacyRecord", "RELEASED_FILES", "SCHEMA",
-           "group_privacy_rows", "group_privacy_text"]
+__all__ = [
+    "DeltaParts",
+    "GroupPrivacyRow",
+    "PRIVATE_FILES",
+    "PrivacyRecord",
+    "RELEASED_FILES",
+    "SCHEMA",
+    "group_privacy_rows",
+    "group_privacy_text",
+]
 
 SCHEMA = "dpaudit.privacy/4"
 #: Schema /3: ``delta`` was the accountant's, the noise tail a caveat beside it (``noise_tail["figure"]``).
@@ -77,14 +85,20 @@ COVERAGE_NOTE = (
     "the data owner only and are NOT covered."
 )
 #: What ``public_parameters`` says when N came from the data.
-N_PUBLIC_TEXT = ("N is treated as public: q = expected batch / N{steps} computed from the number of training rows "
-                 "N = {n}, which privacy.json states and the release reveals. The add/remove epsilon holds only "
-                 "against an adversary who does not know N; against one who knows N (and the other rows), the "
-                 "guarantee is the replace-one epsilon. Declare a public size with --dataset-size to fix q{and_steps} "
-                 "in advance instead.")
+N_PUBLIC_TEXT = (
+    "N is treated as public: q = expected batch / N{steps} computed from the number of training rows "
+    "N = {n}, which privacy.json states and the release reveals. The add/remove epsilon holds only "
+    "against an adversary who does not know N; against one who knows N (and the other rows), the "
+    "guarantee is the replace-one epsilon. Declare a public size with --dataset-size to fix q{and_steps} "
+    "in advance instead."
+)
 #: What ``public_parameters`` says when a public size was declared.
-N_DECLARED_TEXT = ("q = expected batch / {n}{steps} computed from the declared public --dataset-size {n}, fixed in advance; "
-                   "the real number of training rows is private and not written here.")
+N_DECLARED_TEXT = (
+    "q = expected batch / {n}{steps} computed from the declared public --dataset-size {n}, fixed in advance; "
+    "the real number of training rows is private and not written here."
+)
+
+
 class DeltaParts(NamedTuple):
     """A record's delta and its parts (:meth:`PrivacyRecord.delta_parts`): ``delta`` the claim states,
     ``accountant`` the delta epsilon was computed at, ``noise_tail`` the float noise sampler's tail figure of the
@@ -242,14 +256,18 @@ class PrivacyRecord:
         if self.sampling == "shuffle" and self.epsilon is not None:
             raise ValueError("shuffled fixed-size batches prove no epsilon: store it as epsilon_if_poisson.")
         if not self.n_public and self.dataset_size is not None:
-            raise ValueError("dataset_size must be None when N is private (n_public false): the real N is never released.")
+            raise ValueError(
+                "dataset_size must be None when N is private (n_public false): the real N is never released."
+            )
         if self.n_public and self.declared_dataset_size is not None:
             raise ValueError("a declared --dataset-size makes N private: n_public must be false.")
         proven = bool(self.private and self.epsilon is not None)
         if self.proven is None:
             object.__setattr__(self, "proven", proven)
         elif self.proven != proven:
-            raise ValueError(f"proven must be {proven} for this record (a private run with a proven epsilon), got {self.proven}.")
+            raise ValueError(
+                f"proven must be {proven} for this record (a private run with a proven epsilon), got {self.proven}."
+            )
         for name in ("epsilon", "epsilon_if_poisson", "epsilon_replace_one"):
             value = getattr(self, name)
             if value is not None and not math.isfinite(value):
@@ -259,10 +277,16 @@ class PrivacyRecord:
         if self.delta is not None:
             tail = self.noise_tail_delta or 0.0
             accountant = self.accountant_delta  # set just above
-            if not (accountant is not None and 0.0 < accountant and tail >= 0.0
-                    and accountant + tail <= self.delta * (1.0 + 1e-9)):
-                raise ValueError(f"delta {self.delta!r} must hold accountant_delta {self.accountant_delta!r} and "
-                                 f"noise_tail_delta {self.noise_tail_delta!r} (delta >= their sum > 0).")
+            if not (
+                accountant is not None
+                and 0.0 < accountant
+                and tail >= 0.0
+                and accountant + tail <= self.delta * (1.0 + 1e-9)
+            ):
+                raise ValueError(
+                    f"delta {self.delta!r} must hold accountant_delta {self.accountant_delta!r} and "
+                    f"noise_tail_delta {self.noise_tail_delta!r} (delta >= their sum > 0)."
+                )
 
     def delta_parts(self) -> DeltaParts | None:
         """(delta stated, the accountant's delta, the noise tail figure) of a record with a delta; None without
@@ -271,8 +295,11 @@ class PrivacyRecord:
         costs (None: not characterised)."""
         if self.delta is None or self.accountant_delta is None:  # __post_init__ sets the second with the first
             return None
-        return DeltaParts(delta=float(self.delta), accountant=float(self.accountant_delta),
-                          noise_tail=None if self.noise_tail_delta is None else float(self.noise_tail_delta))
+        return DeltaParts(
+            delta=float(self.delta),
+            accountant=float(self.accountant_delta),
+            noise_tail=None if self.noise_tail_delta is None else float(self.noise_tail_delta),
+        )
 
     @property
     def claimed_epsilon(self) -> float | None:
@@ -289,8 +316,13 @@ class PrivacyRecord:
             return None
         from dpaudit import accounting  # dp_accounting is heavy: only when asked
 
-        return float(accounting.epsilon(accounting.event_from_json(self.event), self.accountant_delta,
-                                        cast("accounting.Accountant", self.accountant or "pld")))  # epsilon() checks it
+        return float(
+            accounting.epsilon(
+                accounting.event_from_json(self.event),
+                self.accountant_delta,
+                cast("accounting.Accountant", self.accountant or "pld"),
+            )
+        )  # epsilon() checks it
 
     def to_json(self) -> Json:
         """A JSON-serializable dict with ``schema`` first."""
@@ -310,12 +342,16 @@ class PrivacyRecord:
         if obj.get("schema") == _SCHEMA_V3:
             obj = _from_v3(obj, where)
         if obj.get("schema") != SCHEMA:
-            raise UserInputError(f"{where}: schema {obj.get('schema')!r} is not {SCHEMA!r}; retrain with this dpaudit version.")
+            raise UserInputError(
+                f"{where}: schema {obj.get('schema')!r} is not {SCHEMA!r}; retrain with this dpaudit version."
+            )
         names = {f.name for f in dataclasses.fields(cls)}
         values = {k: v for k, v in obj.items() if k != "schema"}
         unknown = sorted(set(values) - names)
         if unknown:
-            raise UserInputError(f"{where}: unknown field(s) {', '.join(unknown)}; the file was edited or is from another version.")
+            raise UserInputError(
+                f"{where}: unknown field(s) {', '.join(unknown)}; the file was edited or is from another version."
+            )
         try:
             return cls(**values)  # type: ignore[arg-type]  # the file's values: __post_init__ checks what must agree
         except (TypeError, ValueError) as err:
@@ -333,15 +369,19 @@ def _from_v2(obj: Mapping[str, object], where: str) -> dict[str, object]:
         seg = seg if isinstance(seg, dict) else {}
         sigma, factor = seg.get("noise_multiplier"), seg.get("sensitivity_factor", 1.0)
         if not all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in (sigma, factor)) or factor < 1.0:
-            raise UserInputError(f"{where}: segments[{index}] of a {_SCHEMA_V2} file needs numeric noise_multiplier and "
-                                 f"sensitivity_factor >= 1 to convert; retrain with this dpaudit version.")
+            raise UserInputError(
+                f"{where}: segments[{index}] of a {_SCHEMA_V2} file needs numeric noise_multiplier and "
+                f"sensitivity_factor >= 1 to convert; retrain with this dpaudit version."
+            )
         converted.append({**seg, "noise_multiplier": sigma / factor})
     return {**obj, "schema": _SCHEMA_V3, "segments": converted}
 
 
 #: What a converted /3 record's guarantee adds: the claim with its old tail caveat counted in.
-V3_TAIL_NOTE = (" [Read from a {schema} file, which stated the float noise sampler's tail figure {tail} as a caveat "
-                "beside delta {old}: counted inside delta, the claim is ({eps}, {new})-DP.]")
+V3_TAIL_NOTE = (
+    " [Read from a {schema} file, which stated the float noise sampler's tail figure {tail} as a caveat "
+    "beside delta {old}: counted inside delta, the claim is ({eps}, {new})-DP.]"
+)
 
 
 def _from_v3(obj: Mapping[str, object], where: str) -> dict[str, object]:
@@ -365,8 +405,12 @@ def _from_v3(obj: Mapping[str, object], where: str) -> dict[str, object]:
     epsilon = obj.get("epsilon")
     if isinstance(epsilon, (int, float)) and not isinstance(epsilon, bool):
         obj["guarantee"] = str(obj.get("guarantee", "")) + V3_TAIL_NOTE.format(
-            schema=_SCHEMA_V3, tail=format_up(float(figure), 3), old=format_up(float(delta), 2), eps=format_up(epsilon),
-            new=format_up(stated, 3))
+            schema=_SCHEMA_V3,
+            tail=format_up(float(figure), 3),
+            old=format_up(float(delta), 2),
+            eps=format_up(epsilon),
+            new=format_up(stated, 3),
+        )
         rows = obj.get("group_privacy")
         if isinstance(rows, list) and all(isinstance(r, dict) and isinstance(r.get("frequency"), int) for r in rows):
             obj["group_privacy"] = group_privacy_rows(float(epsilon), stated, [r["frequency"] for r in rows])
@@ -400,8 +444,14 @@ def group_privacy_rows(epsilon: float | None, delta: float | None, frequencies: 
             rows.append({"frequency": f, "epsilon": None, "delta": None, "bound": accounting.GROUP_PRIVACY_BOUND})
             continue
         eps_f, delta_f = accounting.group_privacy(epsilon, delta, f)
-        rows.append({"frequency": f, "epsilon": eps_f, "delta": None if delta_f >= 1.0 else delta_f,
-                     "bound": accounting.GROUP_PRIVACY_BOUND})
+        rows.append(
+            {
+                "frequency": f,
+                "epsilon": eps_f,
+                "delta": None if delta_f >= 1.0 else delta_f,
+                "bound": accounting.GROUP_PRIVACY_BOUND,
+            }
+        )
     return rows
 
 

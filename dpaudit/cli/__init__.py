@@ -19,14 +19,28 @@ from dpaudit.common.errors import UserInputError
 
 #: name -> ("module:attribute", one-line summary shown by ``dpaudit --help`` without importing it).
 SUBCOMMANDS: dict[str, tuple[str, str]] = {
-    "inject": ("dpaudit.cli.inject:inject", "Plant secret canaries in a corpus and write the train/heldout/public splits."),
-    "account": ("dpaudit.cli.account:account", "Compute, calibrate and explain the privacy budget (epsilon) of a DP-SGD run."),
+    "inject": (
+        "dpaudit.cli.inject:inject",
+        "Plant secret canaries in a corpus and write the train/heldout/public splits.",
+    ),
+    "account": (
+        "dpaudit.cli.account:account",
+        "Compute, calibrate and explain the privacy budget (epsilon) of a DP-SGD run.",
+    ),
     "train": ("dpaudit.cli.train:train", "Train a model on an inject directory with a pluggable (DP) trainer."),
-    "audit-trainer": ("dpaudit.cli.audit_trainer:audit_trainer",
-                      "Audit a DP trainer's implementation white-box with gradient canaries (claim vs lower bound)."),
-    "attack": ("dpaudit.cli.attack:attack", "Attack a model: exposure and reconstruction of its canaries, membership "
-                                            "inference (loss, shadow, ref, LiRA, RMIA) and an empirical epsilon lower bound."),
-    "report": ("dpaudit.cli.report:report", "Render the HTML audit report of one or several attack directories (a comparison table, a row per model)."),
+    "audit-trainer": (
+        "dpaudit.cli.audit_trainer:audit_trainer",
+        "Audit a DP trainer's implementation white-box with gradient canaries (claim vs lower bound).",
+    ),
+    "attack": (
+        "dpaudit.cli.attack:attack",
+        "Attack a model: exposure and reconstruction of its canaries, membership "
+        "inference (loss, shadow, ref, LiRA, RMIA) and an empirical epsilon lower bound.",
+    ),
+    "report": (
+        "dpaudit.cli.report:report",
+        "Render the HTML audit report of one or several attack directories (a comparison table, a row per model).",
+    ),
     "demo": ("dpaudit.cli.demo:demo", "Run the whole pipeline end to end on the built-in corpus."),
 }
 
@@ -43,7 +57,10 @@ class UserError(click.ClickException):
 _ENVIRONMENT_ERRNOS: dict[int, tuple[str, str]] = {
     errno.ENOSPC: ("write", "free disk space, then rerun the same command"),
     errno.EDQUOT: ("write", "free space within your disk quota, then rerun the same command"),
-    errno.EFBIG: ("write", "the file-size limit was reached: raise it (ulimit -f) or free space, then rerun the same command"),
+    errno.EFBIG: (
+        "write",
+        "the file-size limit was reached: raise it (ulimit -f) or free space, then rerun the same command",
+    ),
     errno.EIO: ("access", "the device reported an input/output error: check the disk (dmesg) or use another location"),
     errno.EACCES: ("access", "choose a location you may use or fix its permissions"),
     errno.EPERM: ("access", "choose a location you may use or fix its permissions"),

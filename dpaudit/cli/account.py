@@ -38,8 +38,10 @@ from dpaudit.common.errors import UserInputError
 from dpaudit.common.figures import format_up
 
 #: Stated in --help (kept in sync with dpaudit.accounting.DEFAULT_DELTA_RULE, which a test checks).
-_DELTA_HELP = ("delta of the guarantee  [default: min(1e-5, 1/(10 N)): well below 1/N, since a mechanism that "
-               "publishes one random row verbatim already satisfies delta = 1/N; a delta >= 1/N is warned about]")
+_DELTA_HELP = (
+    "delta of the guarantee  [default: min(1e-5, 1/(10 N)): well below 1/N, since a mechanism that "
+    "publishes one random row verbatim already satisfies delta = 1/N; a delta >= 1/N is warned about]"
+)
 
 EPILOG = """\b
 Worked examples (the settings of the papers dpaudit reproduces):
@@ -74,8 +76,8 @@ Example: dpaudit account -N 60000 --batch-size 256 --epochs 15 --noise-multiplie
 class _Plan:
     """What the options describe: segments as a function of the (global) noise multiplier."""
 
-    build: Callable[[float], list]   # sigma -> list[Segment]
-    uses_sigma: bool                 # False when every segment names its own sigma
+    build: Callable[[float], list]  # sigma -> list[Segment]
+    uses_sigma: bool  # False when every segment names its own sigma
     description: str
 
 
@@ -92,8 +94,10 @@ def _load_schedule(path: Path) -> list[dict[str, Any]]:
     try:
         text = path.read_text(encoding="utf-8")
     except UnicodeDecodeError as err:
-        _fail(f"--schedule {path}: not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start}); "
-              "save it as UTF-8 JSON or TOML.")
+        _fail(
+            f"--schedule {path}: not UTF-8 text (byte {err.object[err.start]:#04x} at offset {err.start}); "
+            "save it as UTF-8 JSON or TOML."
+        )
     try:
         data = tomllib.loads(text) if path.suffix.lower() == ".toml" else json.loads(text)
     except (json.JSONDecodeError, tomllib.TOMLDecodeError) as err:
@@ -157,44 +161,100 @@ def _fmt_int(n: int | float) -> str:
 
 
 @click.command(epilog=EPILOG, context_settings={"max_content_width": 110})
-@click.option("--dataset-size", "-N", type=click.IntRange(min=1), help=f"Number of examples (privacy units) N, at most {MAX_DATASET_SIZE:.0e}.")
+@click.option(
+    "--dataset-size",
+    "-N",
+    type=click.IntRange(min=1),
+    help=f"Number of examples (privacy units) N, at most {MAX_DATASET_SIZE:.0e}.",
+)
 @click.option("--batch-size", "-B", type=click.IntRange(min=1), help="Expected batch size; q = B / N.")
-@click.option("--sampling-probability", "-q", type=FiniteFloat(0, 1, min_open=True),
-              help="Poisson sampling probability q (instead of --batch-size).")
+@click.option(
+    "--sampling-probability",
+    "-q",
+    type=FiniteFloat(0, 1, min_open=True),
+    help="Poisson sampling probability q (instead of --batch-size).",
+)
 @click.option("--steps", "-S", type=click.IntRange(min=1), help="Number of DP-SGD steps.")
 @click.option("--epochs", type=click.IntRange(min=1), help="Epochs instead of --steps (ceil(N / B) steps each).")
-@click.option("--noise-multiplier", "--sigma", "noise_multiplier", type=NoiseMultiplier(),
-              help="Noise multiplier sigma, dp_accounting's: noise std on the summed clipped gradients / the bound on one "
-                   "example's contribution (C; 2C with --microbatch-size > 1). privacy.json's noise_multipliers.")
-@click.option("--noise-std-over-clip", type=NoiseMultiplier(),
-              help="Instead of --noise-multiplier: noise std / C (what Dupuy et al. and Opacus call the noise "
-                   "multiplier); sigma = this / 2 with --microbatch-size > 1, else this.")
+@click.option(
+    "--noise-multiplier",
+    "--sigma",
+    "noise_multiplier",
+    type=NoiseMultiplier(),
+    help="Noise multiplier sigma, dp_accounting's: noise std on the summed clipped gradients / the bound on one "
+    "example's contribution (C; 2C with --microbatch-size > 1). privacy.json's noise_multipliers.",
+)
+@click.option(
+    "--noise-std-over-clip",
+    type=NoiseMultiplier(),
+    help="Instead of --noise-multiplier: noise std / C (what Dupuy et al. and Opacus call the noise "
+    "multiplier); sigma = this / 2 with --microbatch-size > 1, else this.",
+)
 @click.option("--delta", type=FiniteFloat(0, 1, min_open=True, max_open=True), help=_DELTA_HELP)
-@click.option("--target-epsilon", type=FiniteFloat(min=0, min_open=True),
-              help="Budget: solve for the one missing quantity (sigma, steps or batch), or check the run against it.")
-@click.option("--schedule", "schedule_file", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="JSON or TOML list of segments (steps + batch_size or sampling_probability [+ noise_multiplier]).")
-@click.option("--batch-schedule", help='Inline batch-size schedule "STEPS:BATCH,STEPS:BATCH,...", segments in the order '
-                                       'run (any order: increasing as in Anil et al. 2021, or not; each is accounted as given).')
-@click.option("--noise-decay", help="Per-epoch sigma decay fixed in advance: linear:K:SIGMA_MIN or exp:K (needs --epochs).")
-@click.option("--microbatch-size", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Micro-batch clipping: any size > 1 doubles one example's bound to 2C (the noise std is sigma x 2C; "
-                   "the same sigma gives the same epsilon).")
-@click.option("--fixed-size", is_flag=True,
-              help="Fixed-size batches sampled without replacement: replace-one adjacency (sensitivity twice one "
-                   "example's bound: the accountant sees sigma / 2), RDP only (labelled).")
-@click.option("--noise-reach", type=click.FloatRange(min=1.0), default=11.596, show_default=True, metavar="Z",
-              help="Reach of the float noise sampler in standard deviations; its tail figure (sum over steps of q P(Z > "
-                   "Z - 1/sigma)) is counted inside --delta: epsilon is at delta minus it. 11.596: every dpaudit trainer "
-                   "(Box-Muller with a 96-bit radius uniform); jax.random.normal float32 5.22, torch CPU normal_ 5.768, "
-                   "CUDA 6.764; inf: an exact sampler, no tail.")
-@click.option("--accountant", type=click.Choice(["pld", "rdp", "both"]), default=None,
-              help="Accountant of record  [default: pld; rdp with --fixed-size]")
+@click.option(
+    "--target-epsilon",
+    type=FiniteFloat(min=0, min_open=True),
+    help="Budget: solve for the one missing quantity (sigma, steps or batch), or check the run against it.",
+)
+@click.option(
+    "--schedule",
+    "schedule_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    help="JSON or TOML list of segments (steps + batch_size or sampling_probability [+ noise_multiplier]).",
+)
+@click.option(
+    "--batch-schedule",
+    help='Inline batch-size schedule "STEPS:BATCH,STEPS:BATCH,...", segments in the order '
+    "run (any order: increasing as in Anil et al. 2021, or not; each is accounted as given).",
+)
+@click.option(
+    "--noise-decay", help="Per-epoch sigma decay fixed in advance: linear:K:SIGMA_MIN or exp:K (needs --epochs)."
+)
+@click.option(
+    "--microbatch-size",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Micro-batch clipping: any size > 1 doubles one example's bound to 2C (the noise std is sigma x 2C; "
+    "the same sigma gives the same epsilon).",
+)
+@click.option(
+    "--fixed-size",
+    is_flag=True,
+    help="Fixed-size batches sampled without replacement: replace-one adjacency (sensitivity twice one "
+    "example's bound: the accountant sees sigma / 2), RDP only (labelled).",
+)
+@click.option(
+    "--noise-reach",
+    type=click.FloatRange(min=1.0),
+    default=11.596,
+    show_default=True,
+    metavar="Z",
+    help="Reach of the float noise sampler in standard deviations; its tail figure (sum over steps of q P(Z > "
+    "Z - 1/sigma)) is counted inside --delta: epsilon is at delta minus it. 11.596: every dpaudit trainer "
+    "(Box-Muller with a 96-bit radius uniform); jax.random.normal float32 5.22, torch CPU normal_ 5.768, "
+    "CUDA 6.764; inf: an exact sampler, no tail.",
+)
+@click.option(
+    "--accountant",
+    type=click.Choice(["pld", "rdp", "both"]),
+    default=None,
+    help="Accountant of record  [default: pld; rdp with --fixed-size]",
+)
 @click.option("--tan", is_flag=True, help="Also print eta and eps_TAN (Sander et al.; valid only for sigma > 2).")
-@click.option("--simulate", type=click.IntRange(min=1), metavar="B",
-              help="TAN simulation at batch B: same eta_step and steps, labelled NON-PRIVATE.")
-@click.option("--tolerance", type=FiniteFloat(0, 0.1, min_open=True), default=1e-3, show_default=True,
-              help="Relative tolerance of calibrations and reverse searches.")
+@click.option(
+    "--simulate",
+    type=click.IntRange(min=1),
+    metavar="B",
+    help="TAN simulation at batch B: same eta_step and steps, labelled NON-PRIVATE.",
+)
+@click.option(
+    "--tolerance",
+    type=FiniteFloat(0, 0.1, min_open=True),
+    default=1e-3,
+    show_default=True,
+    help="Relative tolerance of calibrations and reverse searches.",
+)
 @click.option("--json", "as_json", is_flag=True, help="Print one JSON object instead of text.")
 def account(**options: Any) -> None:
     """Compute epsilon for a DP-SGD run, calibrate sigma for a target epsilon, or find the most steps / largest
@@ -203,13 +263,22 @@ def account(**options: Any) -> None:
     try:
         result = _run(given)  # a UserInputError becomes one line and exit 2 in the command group
     except OverflowError:  # dp_accounting's PLD construction: exp() of a tiny sigma's privacy loss, or a huge sigma^2
-        which = ("the noise multiplier" if given.sigma is None else f"--noise-multiplier {given.sigma:g}"
-                 if given.noise_std_over_clip is None else f"--noise-std-over-clip {given.noise_std_over_clip:g}")
+        which = (
+            "the noise multiplier"
+            if given.sigma is None
+            else f"--noise-multiplier {given.sigma:g}"
+            if given.noise_std_over_clip is None
+            else f"--noise-std-over-clip {given.noise_std_over_clip:g}"
+        )
         if given.sigma is not None and given.sigma > 1:  # huge noise: epsilon is ~0, never "add noise"
-            raise UserInputError(f"{which} is too large for PLD's float arithmetic (its privacy loss is ~0: epsilon is "
-                                 "effectively 0); give a noise multiplier between 1e-10 and 1e10.") from None
-        raise UserInputError(f"{which} is too small to account with PLD (its privacy loss overflows a float: epsilon "
-                             "is effectively unbounded); add noise, or use --accountant rdp.") from None
+            raise UserInputError(
+                f"{which} is too large for PLD's float arithmetic (its privacy loss is ~0: epsilon is "
+                "effectively 0); give a noise multiplier between 1e-10 and 1e10."
+            ) from None
+        raise UserInputError(
+            f"{which} is too small to account with PLD (its privacy loss overflows a float: epsilon "
+            "is effectively unbounded); add noise, or use --accountant rdp."
+        ) from None
     if given.as_json:
         click.echo(json.dumps(result, indent=2, sort_keys=True))
     else:
@@ -305,22 +374,33 @@ def _run(o: _Options) -> dict[str, Any]:
 def _check_options(o: _Options) -> None:
     """Refuse contradictory or out-of-range options, each with one line naming them."""
     n = o.dataset_size
-    for flag, value in (("--target-epsilon", o.target_epsilon), ("--noise-multiplier", o.noise_multiplier),
-                        ("--noise-std-over-clip", o.noise_std_over_clip), ("--delta", o.delta),
-                        ("--sampling-probability", o.sampling_probability), ("--tolerance", o.tolerance)):
+    for flag, value in (
+        ("--target-epsilon", o.target_epsilon),
+        ("--noise-multiplier", o.noise_multiplier),
+        ("--noise-std-over-clip", o.noise_std_over_clip),
+        ("--delta", o.delta),
+        ("--sampling-probability", o.sampling_probability),
+        ("--tolerance", o.tolerance),
+    ):
         if value is not None and not math.isfinite(value):  # click's FloatRange lets inf and nan through
             _fail(f"{flag} must be a finite number, got {value}.")
     if math.isnan(o.noise_reach):
         _fail("--noise-reach must be a number of standard deviations (inf for an exact sampler), got nan.")
     if o.noise_multiplier is not None and o.noise_std_over_clip is not None:
-        _fail("--noise-multiplier and --noise-std-over-clip both given; pass one (sigma = noise std / C / the "
-              "sensitivity factor).")
+        _fail(
+            "--noise-multiplier and --noise-std-over-clip both given; pass one (sigma = noise std / C / the "
+            "sensitivity factor)."
+        )
     if n is not None and n > MAX_DATASET_SIZE:
-        _fail(f"--dataset-size/-N {n:,} is above the limit of {MAX_DATASET_SIZE:,} examples (10^12); pass the number of "
-              "privacy units of the training set.")
+        _fail(
+            f"--dataset-size/-N {n:,} is above the limit of {MAX_DATASET_SIZE:,} examples (10^12); pass the number of "
+            "privacy units of the training set."
+        )
     if o.microbatch_size > 1 and o.expected_batch is not None and o.microbatch_size > o.expected_batch:
-        _fail(f"--microbatch-size {o.microbatch_size} is larger than the (expected) batch size {o.expected_batch:g}: a "
-              "micro-batch is a part of one batch; pass a size <= the batch size (1 for per-example clipping).")
+        _fail(
+            f"--microbatch-size {o.microbatch_size} is larger than the (expected) batch size {o.expected_batch:g}: a "
+            "micro-batch is a part of one batch; pass a size <= the batch size (1 for per-example clipping)."
+        )
     if o.batch_size is not None and o.sampling_probability is not None:
         _fail("--batch-size and --sampling-probability both given; pass one (q = B / N).")
     if o.batch_size is not None and n is None:
@@ -334,9 +414,16 @@ def _check_options(o: _Options) -> None:
     if o.schedule_file is not None and o.batch_schedule is not None:
         _fail("--schedule and --batch-schedule both given; pass one.")
     if o.schedule_file is not None or o.batch_schedule is not None:
-        clashing = [name for name, value in (("--batch-size/-B", o.batch_size),
-                                             ("--sampling-probability/-q", o.sampling_probability),
-                                             ("--steps/-S", o.steps), ("--epochs", o.epochs)) if value is not None]
+        clashing = [
+            name
+            for name, value in (
+                ("--batch-size/-B", o.batch_size),
+                ("--sampling-probability/-q", o.sampling_probability),
+                ("--steps/-S", o.steps),
+                ("--epochs", o.epochs),
+            )
+            if value is not None
+        ]
         if clashing:
             which = "--schedule" if o.schedule_file is not None else "--batch-schedule"
             _fail(f"{which} sets every segment's steps and batch; remove {' and '.join(clashing)} (or drop {which}).")
@@ -348,33 +435,47 @@ def _setup(o: _Options) -> _Setup:
 
     delta = A.default_delta(o.dataset_size) if o.delta is None else o.delta
     tiny_delta = delta < A.PLD_MIN_DELTA  # PLD's FFT round-off exceeds such a delta: RDP is the accountant of record
-    accountants = {"pld": ["pld"], "rdp": ["rdp"], "both": ["pld", "rdp"],
-                   None: ["rdp" if o.fixed_size or tiny_delta else "pld"]}[o.accountant]
+    accountants = {
+        "pld": ["pld"],
+        "rdp": ["rdp"],
+        "both": ["pld", "rdp"],
+        None: ["rdp" if o.fixed_size or tiny_delta else "pld"],
+    }[o.accountant]
     if tiny_delta and "pld" in accountants:
-        _fail(f"--delta {delta:g} is below {A.PLD_MIN_DELTA:g}, where the PLD accountant is not reliable (FFT "
-              f"round-off can exceed delta); use --accountant rdp (the default there).")
+        _fail(
+            f"--delta {delta:g} is below {A.PLD_MIN_DELTA:g}, where the PLD accountant is not reliable (FFT "
+            f"round-off can exceed delta); use --accountant rdp (the default there)."
+        )
     if o.fixed_size and "pld" in accountants:
-        _fail("--fixed-size is accounted by RDP only (replace-one adjacency); use --accountant rdp or drop --accountant.")
+        _fail(
+            "--fixed-size is accounted by RDP only (replace-one adjacency); use --accountant rdp or drop --accountant."
+        )
     notes: list[str] = []
     delta_warning = A.delta_warning(delta, o.dataset_size)
     if delta_warning:
         click.echo(f"warning: {delta_warning}", err=True)
         notes.append(f"warning: {delta_warning}")
     if o.clipping_factor != 1.0:
-        notes.append(f"micro-batch clipping (micro-batch size {o.microbatch_size}): one example moves one clipped "
-                     f"micro-batch sum by up to 2C, so the noise std is sigma x 2C; sigma is the noise multiplier of "
-                     f"that bound (dp_accounting's), and the same sigma gives the same epsilon as per-example clipping")
+        notes.append(
+            f"micro-batch clipping (micro-batch size {o.microbatch_size}): one example moves one clipped "
+            f"micro-batch sum by up to 2C, so the noise std is sigma x 2C; sigma is the noise multiplier of "
+            f"that bound (dp_accounting's), and the same sigma gives the same epsilon as per-example clipping"
+        )
     if o.clipping_factor != 1.0 and o.noise_multiplier is not None:
-        changed = ("--noise-multiplier is sigma, the noise std over one example's bound (2C here), as privacy.json "
-                   "stores it since dpaudit.privacy/3; before, with --microbatch-size it meant std/C: for that, pass "
-                   "--noise-std-over-clip")
+        changed = (
+            "--noise-multiplier is sigma, the noise std over one example's bound (2C here), as privacy.json "
+            "stores it since dpaudit.privacy/3; before, with --microbatch-size it meant std/C: for that, pass "
+            "--noise-std-over-clip"
+        )
         click.echo(f"warning: {changed}", err=True)
         notes.append(f"warning: {changed}")
     if o.fixed_size:
         notes.append(A.FIXED_SIZE_LABEL)
     if tiny_delta and o.accountant is None:
-        notes.append(f"delta below {A.PLD_MIN_DELTA:g}: epsilon by RDP, a valid bound at any delta (the PLD "
-                     f"accountant's FFT round-off can exceed such a delta)")
+        notes.append(
+            f"delta below {A.PLD_MIN_DELTA:g}: epsilon by RDP, a valid bound at any delta (the PLD "
+            f"accountant's FFT round-off can exceed such a delta)"
+        )
     return _Setup(delta=delta, accountants=accountants, notes=notes)
 
 
@@ -392,10 +493,17 @@ def _solve_fixed_size(o: _Options) -> _Solution:
     event = A.fixed_size_event(dataset_size=n, batch_size=batch_size, steps=steps, noise_multiplier=sigma)
     factor = o.clipping_factor * A.REPLACE_ONE_FACTOR  # what the segments (and --tan/--simulate) must see
     # The segment states the accountant's sigma under replace-one (std over the 2x bound): sigma / 2.
-    segments = [A.Segment(steps=steps, sampling_probability=batch_size / n,
-                          noise_multiplier=sigma / A.REPLACE_ONE_FACTOR, sensitivity_factor=factor)]
-    return _Solution(event=event, segments=segments, sigma=sigma, sensitivity_factor=factor, batch_size=batch_size,
-                     solved={})
+    segments = [
+        A.Segment(
+            steps=steps,
+            sampling_probability=batch_size / n,
+            noise_multiplier=sigma / A.REPLACE_ONE_FACTOR,
+            sensitivity_factor=factor,
+        )
+    ]
+    return _Solution(
+        event=event, segments=segments, sigma=sigma, sensitivity_factor=factor, batch_size=batch_size, solved={}
+    )
 
 
 def _solve_poisson(o: _Options, setup: _Setup) -> _Solution:
@@ -404,39 +512,82 @@ def _solve_poisson(o: _Options, setup: _Setup) -> _Solution:
 
     n, factor, sigma, batch_size = o.dataset_size, o.clipping_factor, o.sigma, o.batch_size
     q = o.sampling_probability if o.sampling_probability is not None else (batch_size / n if batch_size else None)
-    plan = _plan(n=n, q=q, steps=o.steps, epochs=o.epochs, schedule_file=o.schedule_file,
-                 batch_schedule=o.batch_schedule, noise_decay=o.noise_decay, factor=factor)
+    plan = _plan(
+        n=n,
+        q=q,
+        steps=o.steps,
+        epochs=o.epochs,
+        schedule_file=o.schedule_file,
+        batch_schedule=o.batch_schedule,
+        noise_decay=o.noise_decay,
+        factor=factor,
+    )
     missing = _missing(plan=plan, q=q, steps=o.steps, epochs=o.epochs, sigma=sigma, n=n)
     target, delta, solved = o.target_epsilon, setup.delta, {}
     if missing and target is None:
         _fail(f"missing {missing}: pass it, or pass --target-epsilon to solve for it.")
     if missing == "--noise-multiplier":
         click.echo("calibrating the noise multiplier ...", err=True)
-        sigma = A.calibrate_noise(lambda s: A.schedule_event(plan.build(s)), target, delta,
-                                  accountant=setup.primary, tolerance=o.tolerance, noise_reach=o.noise_reach)
+        sigma = A.calibrate_noise(
+            lambda s: A.schedule_event(plan.build(s)),
+            target,
+            delta,
+            accountant=setup.primary,
+            tolerance=o.tolerance,
+            noise_reach=o.noise_reach,
+        )
         solved["noise_multiplier"] = sigma
     elif missing == "--steps":
-        steps = A.max_steps(sampling_probability=q, noise_multiplier=sigma, target_epsilon=target, delta=delta,
-                            accountant=setup.primary, tolerance=o.tolerance, noise_reach=o.noise_reach)
+        steps = A.max_steps(
+            sampling_probability=q,
+            noise_multiplier=sigma,
+            target_epsilon=target,
+            delta=delta,
+            accountant=setup.primary,
+            tolerance=o.tolerance,
+            noise_reach=o.noise_reach,
+        )
         if steps == 0:
             _fail(f"not even one step fits epsilon {target:g}; add noise or sample less.")
         solved["steps"] = steps
-        plan = _plan(n=n, q=q, steps=steps, epochs=None, schedule_file=None, batch_schedule=None,
-                     noise_decay=None, factor=factor)
+        plan = _plan(
+            n=n, q=q, steps=steps, epochs=None, schedule_file=None, batch_schedule=None, noise_decay=None, factor=factor
+        )
     elif missing == "--batch-size":
-        batch_size = A.max_batch_size(dataset_size=n, steps=o.steps, noise_multiplier=sigma, target_epsilon=target,
-                                      delta=delta, accountant=setup.primary, tolerance=o.tolerance,
-                                      noise_reach=o.noise_reach)
+        batch_size = A.max_batch_size(
+            dataset_size=n,
+            steps=o.steps,
+            noise_multiplier=sigma,
+            target_epsilon=target,
+            delta=delta,
+            accountant=setup.primary,
+            tolerance=o.tolerance,
+            noise_reach=o.noise_reach,
+        )
         if batch_size == 0:
             _fail(f"not even a batch of 1 fits epsilon {target:g} in {o.steps} steps; add noise.")
         solved["batch_size"] = batch_size
-        plan = _plan(n=n, q=batch_size / n, steps=o.steps, epochs=None, schedule_file=None, batch_schedule=None,
-                     noise_decay=None, factor=factor)
+        plan = _plan(
+            n=n,
+            q=batch_size / n,
+            steps=o.steps,
+            epochs=None,
+            schedule_file=None,
+            batch_schedule=None,
+            noise_decay=None,
+            factor=factor,
+        )
     if plan.uses_sigma and sigma is None:
         _fail("--noise-multiplier is required.")
     segments = plan.build(sigma if sigma is not None else 1.0)
-    return _Solution(event=A.schedule_event(segments), segments=segments, sigma=sigma, sensitivity_factor=factor,
-                     batch_size=batch_size, solved=solved)
+    return _Solution(
+        event=A.schedule_event(segments),
+        segments=segments,
+        sigma=sigma,
+        sensitivity_factor=factor,
+        batch_size=batch_size,
+        solved=solved,
+    )
 
 
 def _result(o: _Options, setup: _Setup, solution: _Solution) -> dict[str, Any]:
@@ -458,13 +609,18 @@ def _result(o: _Options, setup: _Setup, solution: _Solution) -> dict[str, Any]:
         "dataset_size": o.dataset_size,
         "delta": setup.delta,
         # the float noise sampler's tail figure counted inside delta, and the delta the epsilons are computed at
-        "noise_tail": None if tail is None else {"z_max": o.noise_reach, "figure": tail,
-                                                 "formula": "sum over steps of q P(Z > z_max - 1/sigma)"},
+        "noise_tail": None
+        if tail is None
+        else {"z_max": o.noise_reach, "figure": tail, "formula": "sum over steps of q P(Z > z_max - 1/sigma)"},
         # None when the tail alone reaches delta: no epsilon holds there (every epsilon is then inf, said why)
         "accountant_delta": accountant_delta if accountant_delta > 0.0 else None,
-        "epsilon_infinite_because": (None if accountant_delta > 0.0 and all(math.isfinite(e) for e in epsilons.values())
-                                     else "the noise sampler's tail alone reaches delta" if accountant_delta <= 0.0
-                                     else "no noise: not differentially private"),
+        "epsilon_infinite_because": (
+            None
+            if accountant_delta > 0.0 and all(math.isfinite(e) for e in epsilons.values())
+            else "the noise sampler's tail alone reaches delta"
+            if accountant_delta <= 0.0
+            else "no noise: not differentially private"
+        ),
         # dp_accounting's sigma: noise std over one example's bound (C, or 2C with micro-batches), as privacy.json.
         "noise_multiplier": sigma,
         "noise_std_over_clip": None if sigma is None else sigma * o.clipping_factor,
@@ -497,8 +653,13 @@ def _simulation(o: _Options, solution: _Solution) -> dict[str, Any]:
         _fail("--simulate needs one constant segment with --dataset-size and --batch-size (or a solved batch).")
     if o.simulate > n:
         _fail(f"--simulate {o.simulate} is larger than --dataset-size {n}.")
-    return A.tan_simulate(dataset_size=n, batch_size=solution.batch_size, noise_multiplier=segments[0].noise_multiplier,
-                          steps=segments[0].steps, simulated_batch_size=o.simulate).to_json()
+    return A.tan_simulate(
+        dataset_size=n,
+        batch_size=solution.batch_size,
+        noise_multiplier=segments[0].noise_multiplier,
+        steps=segments[0].steps,
+        simulated_batch_size=o.simulate,
+    ).to_json()
 
 
 def _plan(*, n, q, steps, epochs, schedule_file, batch_schedule, noise_decay, factor) -> _Plan:
@@ -512,6 +673,7 @@ def _plan(*, n, q, steps, epochs, schedule_file, batch_schedule, noise_decay, fa
                 if isinstance(err, UserInputError):
                     raise
                 raise UserInputError(f"{where}: {err}") from None
+
         return wrapped
 
     if schedule_file is not None:
@@ -524,8 +686,14 @@ def _plan(*, n, q, steps, epochs, schedule_file, batch_schedule, noise_decay, fa
             out = []
             for item in items:
                 q_i = item["sampling_probability"] if "sampling_probability" in item else item["batch_size"] / n
-                out.append(A.Segment(steps=item["steps"], sampling_probability=q_i,
-                                     noise_multiplier=item.get("noise_multiplier", sigma), sensitivity_factor=factor))
+                out.append(
+                    A.Segment(
+                        steps=item["steps"],
+                        sampling_probability=q_i,
+                        noise_multiplier=item.get("noise_multiplier", sigma),
+                        sensitivity_factor=factor,
+                    )
+                )
             return out
 
         return _Plan(checked(build, f"--schedule {schedule_file}"), uses_sigma, f"schedule file {schedule_file}")
@@ -536,23 +704,43 @@ def _plan(*, n, q, steps, epochs, schedule_file, batch_schedule, noise_decay, fa
             pairs = A.parse_batch_schedule(batch_schedule)
         except ValueError as err:
             _fail(str(err))
-        return _Plan(checked(lambda s: A.batch_schedule_segments(dataset_size=n, schedule=pairs, noise_multiplier=s,
-                                                                 sensitivity_factor=factor), "--batch-schedule"),
-                     True, "batch-size schedule")
+        return _Plan(
+            checked(
+                lambda s: A.batch_schedule_segments(
+                    dataset_size=n, schedule=pairs, noise_multiplier=s, sensitivity_factor=factor
+                ),
+                "--batch-schedule",
+            ),
+            True,
+            "batch-size schedule",
+        )
     if noise_decay is not None:
         if epochs is None or q is None:
             _fail("--noise-decay needs --epochs and --batch-size or --sampling-probability.")
         sigmas = _decay(noise_decay, epochs)
         per_epoch = math.ceil(1.0 / q - 1e-9)
-        return _Plan(checked(lambda s: A.noise_schedule_segments(sampling_probability=q, steps_per_epoch=per_epoch,
-                                                                 sigmas=sigmas(s), sensitivity_factor=factor),
-                             "--noise-decay"), True, f"noise decay {noise_decay}")
+        return _Plan(
+            checked(
+                lambda s: A.noise_schedule_segments(
+                    sampling_probability=q, steps_per_epoch=per_epoch, sigmas=sigmas(s), sensitivity_factor=factor
+                ),
+                "--noise-decay",
+            ),
+            True,
+            f"noise decay {noise_decay}",
+        )
     if epochs is not None and q is not None:
         steps = epochs * math.ceil(1.0 / q - 1e-9)
     if q is None or steps is None:
         return _Plan(lambda s: [], True, "incomplete")
-    return _Plan(checked(lambda s: [A.Segment(steps=steps, sampling_probability=q, noise_multiplier=s,
-                                              sensitivity_factor=factor)], "options"), True, "constant")
+    return _Plan(
+        checked(
+            lambda s: [A.Segment(steps=steps, sampling_probability=q, noise_multiplier=s, sensitivity_factor=factor)],
+            "options",
+        ),
+        True,
+        "constant",
+    )
 
 
 def _missing(*, plan: _Plan, q, steps, epochs, sigma, n) -> str | None:
@@ -584,58 +772,83 @@ def _tan(segments: list, delta: float) -> dict[str, Any]:
 
 def _render(r: dict[str, Any]) -> str:
     lines = []
-    head = ("Privacy accounting: Poisson sampling, add/remove-one adjacency" if r["sampling"] == "poisson"
-            else "Privacy accounting: FIXED-SIZE sampling without replacement, replace-one adjacency")
+    head = (
+        "Privacy accounting: Poisson sampling, add/remove-one adjacency"
+        if r["sampling"] == "poisson"
+        else "Privacy accounting: FIXED-SIZE sampling without replacement, replace-one adjacency"
+    )
     lines.append(head)
     if r["dataset_size"] is not None:
         lines.append(f"  dataset size N       {_fmt_int(r['dataset_size'])}")
     lines.append(f"  delta                {format_up(r['delta'], 3)}")
     if r["noise_tail"] is not None and r["noise_tail"]["figure"] > 0:
         tail = r["noise_tail"]
-        lines.append(f"  noise tail           {format_up(tail['figure'], 2)} inside delta (reach {tail['z_max']:g} sigma); "
-                     f"epsilon at delta - tail{'' if r['accountant_delta'] is not None else ' <= 0: none holds'}")
+        lines.append(
+            f"  noise tail           {format_up(tail['figure'], 2)} inside delta (reach {tail['z_max']:g} sigma); "
+            f"epsilon at delta - tail{'' if r['accountant_delta'] is not None else ' <= 0: none holds'}"
+        )
     fixed = r["sampling"] != "poisson"
     if r["sensitivity_factor"] != 1.0:
         why = "replace-one: the accountant sees sigma / 2" if fixed else "noise std = sigma x this"
         lines.append(f"  sensitivity          {r['sensitivity_factor']:g}C ({why})")
     if r["noise_multiplier"] is not None:
-        lines.append(f"  noise multiplier     sigma = {r['noise_multiplier']:.5g} (noise std / C = "
-                     f"{r['noise_std_over_clip']:.5g})")
+        lines.append(
+            f"  noise multiplier     sigma = {r['noise_multiplier']:.5g} (noise std / C = "
+            f"{r['noise_std_over_clip']:.5g})"
+        )
     for i, s in enumerate(r["segments"]):
         label = "schedule" if i == 0 else ""
-        batch = (f" (batch {_fmt_int(round(s['sampling_probability'] * r['dataset_size']))})"
-                 if r["dataset_size"] else "")
-        lines.append(f"  {label:20s} {_fmt_int(s['steps'])} steps at q = {s['sampling_probability']:.4g}{batch}, "
-                     f"{'sigma / 2' if fixed else 'sigma'} = {s['noise_multiplier']:.5g}")
+        batch = (
+            f" (batch {_fmt_int(round(s['sampling_probability'] * r['dataset_size']))})" if r["dataset_size"] else ""
+        )
+        lines.append(
+            f"  {label:20s} {_fmt_int(s['steps'])} steps at q = {s['sampling_probability']:.4g}{batch}, "
+            f"{'sigma / 2' if fixed else 'sigma'} = {s['noise_multiplier']:.5g}"
+        )
     if len(r["segments"]) > 1:
         lines.append(f"  {'total steps':20s} {_fmt_int(r['steps'])}")
     solved = r["solved"] or {}
     if "noise_multiplier" in solved:
-        lines.append(f"  calibrated sigma     {solved['noise_multiplier']:.6g}  (smallest within epsilon "
-                     f"{r['target_epsilon']:g}, to a relative tolerance)")
+        lines.append(
+            f"  calibrated sigma     {solved['noise_multiplier']:.6g}  (smallest within epsilon "
+            f"{r['target_epsilon']:g}, to a relative tolerance)"
+        )
     if "steps" in solved:
         lines.append(f"  most steps           {_fmt_int(solved['steps'])}  (within epsilon {r['target_epsilon']:g})")
     if "batch_size" in solved:
-        lines.append(f"  largest batch        {_fmt_int(solved['batch_size'])}  (within epsilon {r['target_epsilon']:g})")
+        lines.append(
+            f"  largest batch        {_fmt_int(solved['batch_size'])}  (within epsilon {r['target_epsilon']:g})"
+        )
     for name, value in r["epsilon"].items():
-        text = format_up(value, 5) if value is not None else (
-            "inf (no noise: not differentially private)" if r["accountant_delta"] is not None
-            else "inf (the noise sampler's tail alone reaches delta)")
+        text = (
+            format_up(value, 5)
+            if value is not None
+            else (
+                "inf (no noise: not differentially private)"
+                if r["accountant_delta"] is not None
+                else "inf (the noise sampler's tail alone reaches delta)"
+            )
+        )
         lines.append(f"  {'epsilon (' + name.upper() + ')':20s} {text}")
     if r["within_target"] is not None:
-        lines.append(f"  target epsilon       {r['target_epsilon']:g}: "
-                     f"{'within budget' if r['within_target'] else 'EXCEEDED'}")
+        lines.append(
+            f"  target epsilon       {r['target_epsilon']:g}: {'within budget' if r['within_target'] else 'EXCEEDED'}"
+        )
     if r["tan"] is not None:
         t = r["tan"]
         eps = "inf" if t["epsilon_tan"] is None else format_up(t["epsilon_tan"], 5)
-        lines.append(f"  TAN                  eta = {t['eta']:.5g}, eps_TAN = {eps} (an approximation; PLD is the claim)")
+        lines.append(
+            f"  TAN                  eta = {t['eta']:.5g}, eps_TAN = {eps} (an approximation; PLD is the claim)"
+        )
         if t["warning"]:
             lines.append(f"  warning: {t['warning']}")
     if r["simulation"] is not None:
         s = r["simulation"]
-        lines.append(f"  TAN simulation       batch {_fmt_int(s['simulated_batch_size'])}, sigma = "
-                     f"{s['simulated_noise_multiplier']:.5g}, {_fmt_int(s['steps'])} steps, eta_step = "
-                     f"{s['eta_step']:.4g}, {s['compute_saving']:.4g}x cheaper")
+        lines.append(
+            f"  TAN simulation       batch {_fmt_int(s['simulated_batch_size'])}, sigma = "
+            f"{s['simulated_noise_multiplier']:.5g}, {_fmt_int(s['steps'])} steps, eta_step = "
+            f"{s['eta_step']:.4g}, {s['compute_saving']:.4g}x cheaper"
+        )
         lines.append(f"  {s['label']}")
     for note in r["notes"]:
         lines.append(f"  {note}" if note.startswith("warning:") else f"  note: {note}")

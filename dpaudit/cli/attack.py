@@ -24,8 +24,9 @@ from click.core import ParameterSource
 from dpaudit.attacks.registry import DEFAULT_ATTACKS
 from dpaudit.cli import params as cli_params
 
-_EPILOG = ("Example: dpaudit attack --model runs/np --data runs/data --out runs/np-attack "
-           "--attacks exposure,reconstruction")
+_EPILOG = (
+    "Example: dpaudit attack --model runs/np --data runs/data --out runs/np-attack --attacks exposure,reconstruction"
+)
 #: The command's own options (the others are generated from the Configs).
 _OWN = frozenset({"model", "data", "out", "attack_names", "overwrite", "as_json"})
 _SECTIONS = "dpaudit.attack.sections"
@@ -47,31 +48,44 @@ def _summary(results) -> str:  # noqa: ANN001
         lines.append(results.model.utility.text())
     for result in results.attacks:
         if isinstance(result, ExposureResult) and result.rows:
-            lines.append(f"exposure (log2|R| = {result.parameters.log2_space_size:.2f}, reveal {result.parameters.reveal}):")
+            lines.append(
+                f"exposure (log2|R| = {result.parameters.log2_space_size:.2f}, reveal {result.parameters.reveal}):"
+            )
             lines.append(f"  {'freq':>5} {'n':>4} {'mean':>7} {'95% CI':>17} {'median':>7} {'p vs controls':>13}")
             for r in result.rows:
                 ci = f"[{_fmt(r.mean_ci and r.mean_ci.low)}, {_fmt(r.mean_ci and r.mean_ci.high)}]"
                 p = "baseline" if r.vs_controls is None else f"{r.vs_controls.p_value:.2g}"
                 lines.append(f"  {r.frequency:>5} {r.n:>4} {r.mean:>7.2f} {ci:>17} {r.median:>7.2f} {p:>13}")
         elif isinstance(result, ReconstructionResult) and result.rows:
-            lines.append("extraction (greedy from the prefix; top-k: in the final beam):" if result.attack == "extraction"
-                         else "reconstruction (top-1 fill):")
+            lines.append(
+                "extraction (greedy from the prefix; top-k: in the final beam):"
+                if result.attack == "extraction"
+                else "reconstruction (top-1 fill):"
+            )
             lines.append(f"  {'freq':>5} {'n':>4} {'exact':>7} {'95% CI':>15} {'norm. edit':>10} {'top-k hits':>10}")
             for r in result.rows:
                 ci = f"[{_fmt(r.exact_match_ci and r.exact_match_ci.low)}, {_fmt(r.exact_match_ci and r.exact_match_ci.high)}]"
                 hits = "-" if r.top_k_hits is None else str(r.top_k_hits)
-                lines.append(f"  {r.frequency:>5} {r.n:>4} {r.exact_match_rate:>7.2f} {ci:>15} "
-                             f"{r.normalized_edit_distance_mean:>10.3f} {hits:>10}")
+                lines.append(
+                    f"  {r.frequency:>5} {r.n:>4} {r.exact_match_rate:>7.2f} {ci:>15} "
+                    f"{r.normalized_edit_distance_mean:>10.3f} {hits:>10}"
+                )
     mia = [r for r in results.attacks if isinstance(r, MiaResult)]
     if mia:
         # Bounds as the headline recomputes them: each at 1 - 0.05/m (m audits), so that all hold together.
         by_name = {b.name: b for b in head.bounds}
-        lines.append(f"membership inference (AUC [95% CI], TPR at FPR; epsilon lower bound {head.label}, rounded down; "
-                     "P = proof, H = heuristic, G = group of f rows; ceiling: the bound of a perfect attack at these sizes):")
-        lines.append(f"  {'attack':>7} {'task':>17} {'AUC':>6} {'CI':>15} {'TPR@0.1%':>9} {'TPR@1%':>8} {'eps LB':>9} {'ceiling':>8} {'vs':>7}")
+        lines.append(
+            f"membership inference (AUC [95% CI], TPR at FPR; epsilon lower bound {head.label}, rounded down; "
+            "P = proof, H = heuristic, G = group of f rows; ceiling: the bound of a perfect attack at these sizes):"
+        )
+        lines.append(
+            f"  {'attack':>7} {'task':>17} {'AUC':>6} {'CI':>15} {'TPR@0.1%':>9} {'TPR@1%':>8} {'eps LB':>9} {'ceiling':>8} {'vs':>7}"
+        )
         for r in mia:
             for t in r.tasks:
-                tpr = {round(x["fpr"], 6): tpr_cell(x, t.n_members, t.n_nonmembers) for x in t.tpr_at}  # n/a: too few non-members
+                tpr = {
+                    round(x["fpr"], 6): tpr_cell(x, t.n_members, t.n_nonmembers) for x in t.tpr_at
+                }  # n/a: too few non-members
                 b = by_name.get(f"{r.attack}/{t.task}")
                 lb, ceiling, vs, flag = "-", "-", "-", ""
                 if b is not None:
@@ -80,10 +94,17 @@ def _summary(results) -> str:  # noqa: ANN001
                     ceiling = "-" if b.ceiling is None else format_down(b.ceiling)
                     vs = "-" if b.compared_with is None else format_up(b.compared_with)
                     if b.above:
-                        flag = ("  <-- EXCEEDS CLAIM" if b.eligible and b.kind == "proof" else
-                                "  <-- above: investigate (heuristic)" if b.eligible else "  <-- above f x epsilon: investigate")
-                lines.append(f"  {r.attack:>7} {t.task:>17} {t.auc:>6.3f} {'[' + _fmt(t.auc_ci[0], '.3f') + ', ' + _fmt(t.auc_ci[1], '.3f') + ']':>15} "
-                             f"{tpr.get(0.001, '-'):>9} {tpr.get(0.01, '-'):>8} {lb:>9} {ceiling:>8} {vs:>7}{flag}")
+                        flag = (
+                            "  <-- EXCEEDS CLAIM"
+                            if b.eligible and b.kind == "proof"
+                            else "  <-- above: investigate (heuristic)"
+                            if b.eligible
+                            else "  <-- above f x epsilon: investigate"
+                        )
+                lines.append(
+                    f"  {r.attack:>7} {t.task:>17} {t.auc:>6.3f} {'[' + _fmt(t.auc_ci[0], '.3f') + ', ' + _fmt(t.auc_ci[1], '.3f') + ']':>15} "
+                    f"{tpr.get(0.001, '-'):>9} {tpr.get(0.01, '-'):>8} {lb:>9} {ceiling:>8} {vs:>7}{flag}"
+                )
     if head.bounds:  # the headline as results.json stores it (every reader prints this line)
         lines.append(head.text())
         lines.extend(f"  {note}" for note in head.investigate)
@@ -131,8 +152,9 @@ class AttackCommand(click.Command):
         self.params = [p for p in self.params if p.name in _OWN] + generated
         ctx.meta[_SECTIONS] = sections
         rest = super().parse_args(ctx, args)
-        check_options([o.name for o in generated if ctx.get_parameter_source(o.name) is ParameterSource.COMMANDLINE],
-                      names)
+        check_options(
+            [o.name for o in generated if ctx.get_parameter_source(o.name) is ParameterSource.COMMANDLINE], names
+        )
         return rest
 
     def format_options(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -149,24 +171,43 @@ class AttackCommand(click.Command):
         from dpaudit.attacks.registry import available_attacks
 
         formatter.write_paragraph()
-        formatter.write_text(f"Registered attacks: {', '.join(sorted(available_attacks())) or 'none'}. Add --attacks "
-                             "NAME --help for an attack's options (--attacks all --help: every attack's).")
+        formatter.write_text(
+            f"Registered attacks: {', '.join(sorted(available_attacks())) or 'none'}. Add --attacks "
+            "NAME --help for an attack's options (--attacks all --help: every attack's)."
+        )
         super().format_epilog(ctx, formatter)
 
 
 @click.command(cls=AttackCommand, epilog=_EPILOG, context_settings={"max_content_width": 100})
-@click.option("--model", required=True, type=click.Path(path_type=Path),
-              help="Train run directory (dpaudit train) or a Hugging Face model directory (safetensors + tokenizer).")
+@click.option(
+    "--model",
+    required=True,
+    type=click.Path(path_type=Path),
+    help="Train run directory (dpaudit train) or a Hugging Face model directory (safetensors + tokenizer).",
+)
 @click.option("--data", required=True, type=click.Path(path_type=Path), help="Inject run directory (dpaudit inject).")
 @click.option("--out", required=True, type=click.Path(path_type=Path), help="Attack directory to write.")
-@click.option("--attacks", "attack_names", default=",".join(DEFAULT_ATTACKS), show_default=True,
-              help="Comma-separated attacks, or 'all' (every attack the model type supports); --attacks NAME --help "
-                   "lists its options.")
+@click.option(
+    "--attacks",
+    "attack_names",
+    default=",".join(DEFAULT_ATTACKS),
+    show_default=True,
+    help="Comma-separated attacks, or 'all' (every attack the model type supports); --attacks NAME --help "
+    "lists its options.",
+)
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists and is not empty.")
 @click.option("--json", "as_json", is_flag=True, help="Print results.json on stdout instead of the summary.")
 @click.pass_context
-def attack(ctx: click.Context, model: Path, data: Path, out: Path, attack_names: str, overwrite: bool, as_json: bool,
-           **params: Any) -> None:
+def attack(
+    ctx: click.Context,
+    model: Path,
+    data: Path,
+    out: Path,
+    attack_names: str,
+    overwrite: bool,
+    as_json: bool,
+    **params: Any,
+) -> None:
     """Attack a model's canaries and write results.json, scores/canaries.jsonl and manifest.json.
 
     Exposure (Carlini et al. 2019) is exact: all secret tokens are masked at once and the secret's
@@ -191,12 +232,20 @@ def attack(ctx: click.Context, model: Path, data: Path, out: Path, attack_names:
     from dpaudit.common.extras import require_extras
 
     # The options given on the command line, by field name (the others keep their Configs' defaults).
-    values = {name: value for name, value in params.items()
-              if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE}
+    values = {
+        name: value for name, value in params.items() if ctx.get_parameter_source(name) is ParameterSource.COMMANDLINE
+    }
     # Before any work: the extras the attacks need, and the cluster (one line each, not a traceback or minutes).
-    require_extras("dpaudit attack", *cli_params.attack_extras(
-        model, attack_names, shadow_trainer=values.get("shadow_trainer"), shadow_dirs=values.get("shadow_dirs", ()),
-        reference_model=values.get("reference_model")))
+    require_extras(
+        "dpaudit attack",
+        *cli_params.attack_extras(
+            model,
+            attack_names,
+            shadow_trainer=values.get("shadow_trainer"),
+            shadow_dirs=values.get("shadow_dirs", ()),
+            reference_model=values.get("reference_model"),
+        ),
+    )
     if values.get("ray_address") is not None:
         from dpaudit.fleet.fleet import check_ray_address
 
@@ -206,8 +255,15 @@ def attack(ctx: click.Context, model: Path, data: Path, out: Path, attack_names:
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", AttackWarning)
-        results = run_attack(model, data, attack_names.split(","), out=out, overwrite=overwrite,
-                             command=["dpaudit", *sys.argv[1:]], **values)
+        results = run_attack(
+            model,
+            data,
+            attack_names.split(","),
+            out=out,
+            overwrite=overwrite,
+            command=["dpaudit", *sys.argv[1:]],
+            **values,
+        )
     for w in caught:
         if issubclass(w.category, AttackWarning):  # a rerun of a finished attack says so in a note
             click.echo(f"{'note' if issubclass(w.category, FinishedAttack) else 'warning'}: {w.message}", err=True)

@@ -25,13 +25,29 @@ from typing import Any
 
 import click
 
-_EPILOG = ("Example: dpaudit audit-trainer --trainer edp-sgd --set mode=dp-sgd --target-epsilon 4 --runs 5 "
-           "--out audits/dpsgd-eps4")
+_EPILOG = (
+    "Example: dpaudit audit-trainer --trainer edp-sgd --set mode=dp-sgd --target-epsilon 4 --runs 5 "
+    "--out audits/dpsgd-eps4"
+)
 
 #: The audit's training data: a tiny inject directory of the built-in corpus (its rows matter little:
 #: the canaries live on coordinates of their own).
-AUDIT_INJECT = ("--corpus", "builtin:assistant", "--corpus-size", "210", "--heldout-size", "24", "--public-size", "96",
-                "--frequencies", "1", "--per-frequency", "1", "--seed", "0")
+AUDIT_INJECT = (
+    "--corpus",
+    "builtin:assistant",
+    "--corpus-size",
+    "210",
+    "--heldout-size",
+    "24",
+    "--public-size",
+    "96",
+    "--frequencies",
+    "1",
+    "--per-frequency",
+    "1",
+    "--seed",
+    "0",
+)
 #: Default sampling rate q of the audit runs: high enough that the claimed mechanism is nearly Gaussian
 #: (one-run audits are tightest there), low enough that a sampling rate under-stated by half still shows.
 SAMPLING_RATE = 0.5
@@ -57,7 +73,9 @@ def _field_value(field: dataclasses.Field, text: str, config_cls: type) -> Any:
         try:
             return base(text)
         except ValueError:
-            raise ValueError(f"{field.name} must be {'an integer' if base is int else 'a number'}, got {text!r}") from None
+            raise ValueError(
+                f"{field.name} must be {'an integer' if base is int else 'a number'}, got {text!r}"
+            ) from None
     return text
 
 
@@ -76,8 +94,9 @@ def _set_items(config_cls: type, settings: tuple[str, ...]) -> dict[str, tuple[s
         name = key.strip().replace("-", "_")
         if not sep or name not in fields:
             known = ", ".join(sorted(fields))
-            raise UserInputError(f"--set {item!r}: expected KEY=VALUE with KEY a field of the trainer's config "
-                                 f"({known}).")
+            raise UserInputError(
+                f"--set {item!r}: expected KEY=VALUE with KEY a field of the trainer's config ({known})."
+            )
         try:
             out[name] = (item, _field_value(fields[name], value.strip(), config_cls))
         except ValueError as err:
@@ -85,8 +104,16 @@ def _set_items(config_cls: type, settings: tuple[str, ...]) -> dict[str, tuple[s
     return out
 
 
-def audit_config(trainer: Any, *, target_epsilon: float, rows: int, noise_seed: int | None,
-                 settings: tuple[str, ...], sampling_rate: float = SAMPLING_RATE, steps: int = AUDIT_STEPS) -> Any:
+def audit_config(
+    trainer: Any,
+    *,
+    target_epsilon: float,
+    rows: int,
+    noise_seed: int | None,
+    settings: tuple[str, ...],
+    sampling_rate: float = SAMPLING_RATE,
+    steps: int = AUDIT_STEPS,
+) -> Any:
     """The trainer's smallest config (``tiny_config``) with the audit's plan: ``target_epsilon``, about
     ``steps`` steps at q ~ ``sampling_rate`` over ``rows`` rows (trainers that count epochs: epochs of
     ceil(1 / q) steps); ``--set`` overrides last.
@@ -101,11 +128,18 @@ def audit_config(trainer: Any, *, target_epsilon: float, rows: int, noise_seed: 
 
     names = {f.name for f in dataclasses.fields(trainer.Config)}
     batch = max(2, math.floor(rows * sampling_rate))
-    plan: dict[str, Any] = {"target_epsilon": target_epsilon, "noise_multiplier": None, "noise_seed": noise_seed,
-                            "batch_size": batch}
+    plan: dict[str, Any] = {
+        "target_epsilon": target_epsilon,
+        "noise_multiplier": None,
+        "noise_seed": noise_seed,
+        "batch_size": batch,
+    }
     # Where each planned value comes from, as the user can find it on their command line.
-    origin = {"target_epsilon": f"--target-epsilon {target_epsilon:g}", "noise_seed": "--noise-seed",
-              "batch_size": f"--sampling-rate {sampling_rate:g} (the audit's batch size {batch} of {rows} rows)"}
+    origin = {
+        "target_epsilon": f"--target-epsilon {target_epsilon:g}",
+        "noise_seed": "--noise-seed",
+        "batch_size": f"--sampling-rate {sampling_rate:g} (the audit's batch size {batch} of {rows} rows)",
+    }
     if "non_private" in names:
         plan["non_private"] = False
     if "epochs" in names:
@@ -131,8 +165,11 @@ def audit_config(trainer: Any, *, target_epsilon: float, rows: int, noise_seed: 
     # unless the plan fails without them; and the planned values the message names (ConfigTypeError's field, or
     # the option spelling of a field).
     text = str(error)
-    named = [error.field] if isinstance(error, ConfigTypeError) else [
-        name for name in names if re.search(re.escape(option_name(name)) + r"(?![\w-])", text)]
+    named = (
+        [error.field]
+        if isinstance(error, ConfigTypeError)
+        else [name for name in names if re.search(re.escape(option_name(name)) + r"(?![\w-])", text)]
+    )
     blamed: list[str] = []
     if items and not isinstance(build({}), Exception):
         alone = [name for name, item in items.items() if isinstance(build({name: item}), Exception)]
@@ -148,39 +185,113 @@ def audit_config(trainer: Any, *, target_epsilon: float, rows: int, noise_seed: 
 
 @click.command("audit-trainer", epilog=_EPILOG, context_settings={"max_content_width": 100})
 @click.option("--trainer", "trainer_name", required=True, help="A registered trainer (see `dpaudit train --help`).")
-@click.option("--out", type=click.Path(path_type=Path, file_okay=False), required=True,
-              help="Audit directory to write (whitebox.json, scores/, index.html).")
-@click.option("--target-epsilon", type=click.FloatRange(min=0, min_open=True), default=4.0, show_default=True,
-              help="The epsilon each audit run is calibrated to (the claim under test).")
-@click.option("--canaries", type=click.IntRange(min=2, max=10**6), default=100000, show_default=True,
-              help="Gradient canaries per run, each a member by a fair coin (they cost no model work: more is "
-                   "tighter). Micro-batch trainers: at most their micro-batches per step (see --set micro_batches=K).")
-@click.option("--sampling-rate", type=click.FloatRange(min=0, max=1, min_open=True), default=SAMPLING_RATE,
-              show_default=True, help="q of the audit runs (the expected batch over all rows, real and audit).")
-@click.option("--steps", type=click.IntRange(min=1, max=10**5), default=AUDIT_STEPS, show_default=True,
-              help="Steps of each audit run (about: trainers that count epochs round to whole epochs).")
-@click.option("--runs", type=click.IntRange(min=1, max=10**4), default=1, show_default=True,
-              help="Independent training runs; more pool their canaries (the many-run audit).")
-@click.option("--workers", type=click.IntRange(min=1), default=1, show_default=True,
-              help="Runs trained at once on the model fleet (Ray when installed, else a process pool), each in its own "
-                   "worker process; 1: one after another in this process (a jax trainer then compiles its step once).")
-@click.option("--ray-address", default=None, metavar="ADDR",
-              help="Train the runs on this Ray cluster (e.g. ray://host:10001); every node needs dpaudit installed.")
-@click.option("--partners", type=click.IntRange(min=1, max=1000), default=16, show_default=True,
-              help="Micro-batch trainers: partner rows per canary (so one example's move can reach 2C).")
-@click.option("--confidence", type=click.FloatRange(min=0.5, max=1, min_open=True, max_open=True), default=0.95,
-              show_default=True, help="Confidence of the verdict (each of its two bounds at half the risk).")
-@click.option("--set", "settings", multiple=True, metavar="KEY=VALUE",
-              help="Override a field of the trainer's config (repeatable), e.g. --set mode=dp-sgd.")
-@click.option("--seed", type=click.IntRange(min=0, max=2**63 - 1), default=None,
-              help="Seed of the auditor's coin flips [default: OS entropy]. The trainer's noise stays secret.")
-@click.option("--noise-seed", type=click.IntRange(min=0, max=2**63 - 1), default=None,
-              help="Fix the trainer's secret noise (reproducible audits of the implementation; never recorded).")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, file_okay=False),
+    required=True,
+    help="Audit directory to write (whitebox.json, scores/, index.html).",
+)
+@click.option(
+    "--target-epsilon",
+    type=click.FloatRange(min=0, min_open=True),
+    default=4.0,
+    show_default=True,
+    help="The epsilon each audit run is calibrated to (the claim under test).",
+)
+@click.option(
+    "--canaries",
+    type=click.IntRange(min=2, max=10**6),
+    default=100000,
+    show_default=True,
+    help="Gradient canaries per run, each a member by a fair coin (they cost no model work: more is "
+    "tighter). Micro-batch trainers: at most their micro-batches per step (see --set micro_batches=K).",
+)
+@click.option(
+    "--sampling-rate",
+    type=click.FloatRange(min=0, max=1, min_open=True),
+    default=SAMPLING_RATE,
+    show_default=True,
+    help="q of the audit runs (the expected batch over all rows, real and audit).",
+)
+@click.option(
+    "--steps",
+    type=click.IntRange(min=1, max=10**5),
+    default=AUDIT_STEPS,
+    show_default=True,
+    help="Steps of each audit run (about: trainers that count epochs round to whole epochs).",
+)
+@click.option(
+    "--runs",
+    type=click.IntRange(min=1, max=10**4),
+    default=1,
+    show_default=True,
+    help="Independent training runs; more pool their canaries (the many-run audit).",
+)
+@click.option(
+    "--workers",
+    type=click.IntRange(min=1),
+    default=1,
+    show_default=True,
+    help="Runs trained at once on the model fleet (Ray when installed, else a process pool), each in its own "
+    "worker process; 1: one after another in this process (a jax trainer then compiles its step once).",
+)
+@click.option(
+    "--ray-address",
+    default=None,
+    metavar="ADDR",
+    help="Train the runs on this Ray cluster (e.g. ray://host:10001); every node needs dpaudit installed.",
+)
+@click.option(
+    "--partners",
+    type=click.IntRange(min=1, max=1000),
+    default=16,
+    show_default=True,
+    help="Micro-batch trainers: partner rows per canary (so one example's move can reach 2C).",
+)
+@click.option(
+    "--confidence",
+    type=click.FloatRange(min=0.5, max=1, min_open=True, max_open=True),
+    default=0.95,
+    show_default=True,
+    help="Confidence of the verdict (each of its two bounds at half the risk).",
+)
+@click.option(
+    "--set",
+    "settings",
+    multiple=True,
+    metavar="KEY=VALUE",
+    help="Override a field of the trainer's config (repeatable), e.g. --set mode=dp-sgd.",
+)
+@click.option(
+    "--seed",
+    type=click.IntRange(min=0, max=2**63 - 1),
+    default=None,
+    help="Seed of the auditor's coin flips [default: OS entropy]. The trainer's noise stays secret.",
+)
+@click.option(
+    "--noise-seed",
+    type=click.IntRange(min=0, max=2**63 - 1),
+    default=None,
+    help="Fix the trainer's secret noise (reproducible audits of the implementation; never recorded).",
+)
 @click.option("--overwrite", is_flag=True, help="Replace an existing audit directory written by dpaudit.")
-def audit_trainer(trainer_name: str, out: Path, target_epsilon: float, canaries: int, sampling_rate: float,
-                  steps: int, runs: int, partners: int, confidence: float, settings: tuple[str, ...],
-                  seed: int | None, noise_seed: int | None, overwrite: bool, workers: int = 1,
-                  ray_address: str | None = None) -> None:
+def audit_trainer(
+    trainer_name: str,
+    out: Path,
+    target_epsilon: float,
+    canaries: int,
+    sampling_rate: float,
+    steps: int,
+    runs: int,
+    partners: int,
+    confidence: float,
+    settings: tuple[str, ...],
+    seed: int | None,
+    noise_seed: int | None,
+    overwrite: bool,
+    workers: int = 1,
+    ray_address: str | None = None,
+) -> None:
     """Audit a DP trainer's implementation with white-box gradient canaries (Nasr et al. 2023).
 
     Each run trains the trainer on a tiny built-in dataset plus CANARIES audit rows: a canary's gradient
@@ -196,37 +307,57 @@ def audit_trainer(trainer_name: str, out: Path, target_epsilon: float, canaries:
     from dpaudit.training.api import load_trainer
 
     if target_epsilon < MIN_TARGET_EPSILON:
-        raise UserInputError(f"--target-epsilon {target_epsilon:g} is below {MIN_TARGET_EPSILON:g}: the accountant states "
-                             "epsilon on a grid of 1e-4, so such a claim reads as about 0 and no audit bound can be "
-                             f"compared with it; audit a claim of at least {MIN_TARGET_EPSILON:g}.")
+        raise UserInputError(
+            f"--target-epsilon {target_epsilon:g} is below {MIN_TARGET_EPSILON:g}: the accountant states "
+            "epsilon on a grid of 1e-4, so such a claim reads as about 0 and no audit bound can be "
+            f"compared with it; audit a claim of at least {MIN_TARGET_EPSILON:g}."
+        )
     if ray_address is not None:  # before anything starts: Ray's own answer is a traceback, or minutes of retries
         from dpaudit.fleet.fleet import check_ray_address
 
         ray_address = check_ray_address(ray_address)
     trainer = load_trainer(trainer_name)
     plugin_cls = trainer.Plugin
-    if not all(hasattr(plugin_cls, name) for name in ("gradient_canary_unit", "host_gradient_canaries",
-                                                       "canary_parameters")):
-        raise UserInputError(f"--trainer {trainer_name}: its plug-in does not host gradient canaries "
-                             "(dpaudit.training.gradient_canaries.GradientCanaryHost); it cannot be audited white-box.")
+    if not all(
+        hasattr(plugin_cls, name) for name in ("gradient_canary_unit", "host_gradient_canaries", "canary_parameters")
+    ):
+        raise UserInputError(
+            f"--trainer {trainer_name}: its plug-in does not host gradient canaries "
+            "(dpaudit.training.gradient_canaries.GradientCanaryHost); it cannot be audited white-box."
+        )
     _check_sampling(trainer, trainer_name, settings)
     given = _noise_seed_option(noise_seed, _overrides(trainer.Config, settings))
     if given is not None and runs > 1:  # every run would draw the same noise and sampling: not independent
-        raise UserInputError(f"{given} with --runs {runs}: a fixed noise seed makes every run draw the same noise "
-                             "and Poisson sampling, so the runs are not the independent trials the many-run bound "
-                             f"pools; drop {given} (OS entropy) or use --runs 1.")
+        raise UserInputError(
+            f"{given} with --runs {runs}: a fixed noise seed makes every run draw the same noise "
+            "and Poisson sampling, so the runs are not the independent trials the many-run bound "
+            f"pools; drop {given} (OS entropy) or use --runs 1."
+        )
     # What the manifest records (secrets redacted): a rerun with the same settings is this very audit.
-    audit_settings = redact_config({"target_epsilon": target_epsilon, "canaries": canaries,
-                                    "sampling_rate": sampling_rate, "steps": steps, "runs": runs, "partners": partners,
-                                    "confidence": confidence, "seed": seed, "set": list(settings),
-                                    "noise_seed": None if given is None else REDACTED})
+    audit_settings = redact_config(
+        {
+            "target_epsilon": target_epsilon,
+            "canaries": canaries,
+            "sampling_rate": sampling_rate,
+            "steps": steps,
+            "runs": runs,
+            "partners": partners,
+            "confidence": confidence,
+            "seed": seed,
+            "set": list(settings),
+            "noise_seed": None if given is None else REDACTED,
+        }
+    )
     identity = {"trainer": trainer_name, **audit_settings}
     check_out(out, identity, overwrite=overwrite)  # refuse a bad --out before any training, and again under the lock
     with run_dir_lock(out, stage=f"audit-trainer --trainer {trainer_name}"):
         body = None if overwrite else finished_audit(out, identity)
         if body is not None:  # this very command finished here: its result, nothing run or written
-            click.echo(f"note: --out {out} holds this audit, finished (the same command; its files verified): nothing "
-                       "was run or written; pass --overwrite to run it again.", err=True)
+            click.echo(
+                f"note: --out {out} holds this audit, finished (the same command; its files verified): nothing "
+                "was run or written; pass --overwrite to run it again.",
+                err=True,
+            )
             click.echo(_verdict_text(body, trainer_name, out))
             return
         work = check_out(out, identity, overwrite=overwrite, locked=True)
@@ -237,13 +368,27 @@ def audit_trainer(trainer_name: str, out: Path, target_epsilon: float, canaries:
             _write_identity(work, identity)
         except OSError as err:
             _discard(work, out if created else None)
-            raise UserInputError(f"--out {out}: cannot write in it ({err.strerror or err}); choose a writable "
-                                 "location.") from None
+            raise UserInputError(
+                f"--out {out}: cannot write in it ({err.strerror or err}); choose a writable location."
+            ) from None
         try:
             analysis, evidence, config = _audit(
-                trainer, trainer_name, work, target_epsilon=target_epsilon, canaries=canaries,
-                sampling_rate=sampling_rate, steps=steps, runs=runs, partners=partners, confidence=confidence,
-                settings=settings, seed=seed, noise_seed=noise_seed, workers=workers, ray_address=ray_address)
+                trainer,
+                trainer_name,
+                work,
+                target_epsilon=target_epsilon,
+                canaries=canaries,
+                sampling_rate=sampling_rate,
+                steps=steps,
+                runs=runs,
+                partners=partners,
+                confidence=confidence,
+                settings=settings,
+                seed=seed,
+                noise_seed=noise_seed,
+                workers=workers,
+                ray_address=ray_address,
+            )
         except (KeyboardInterrupt, click.Abort):
             kept = _kept_runs(work, runs)
             if not kept:
@@ -268,8 +413,17 @@ def audit_trainer(trainer_name: str, out: Path, target_epsilon: float, canaries:
         from dpaudit.whitebox.audit import write_audit
 
         public_config = config.to_dict() if hasattr(config, "to_dict") else dataclasses.asdict(config)
-        write_audit(out, analysis, evidence, trainer=trainer_name, config=public_config, settings=audit_settings,
-                    overwrite=overwrite, page=write_page, work=work.name)
+        write_audit(
+            out,
+            analysis,
+            evidence,
+            trainer=trainer_name,
+            config=public_config,
+            settings=audit_settings,
+            overwrite=overwrite,
+            page=write_page,
+            work=work.name,
+        )
     click.echo(_verdict_text(summary(analysis), trainer_name, out))
 
 
@@ -292,10 +446,14 @@ def _check_sampling(trainer: Any, trainer_name: str, settings: tuple[str, ...]) 
     sampling = _overrides(trainer.Config, settings).get("sampling", default)
     if sampling in ("poisson", dataclasses.MISSING):
         return
-    given = next((f"--set {item}" for item in settings if item.partition("=")[0].strip().replace("-", "_") == "sampling"),
-                 f"--trainer {trainer_name} (sampling={sampling} by default)")
-    raise UserInputError(f"{given}: {sampling} batches have no proven epsilon (privacy.json states none), so the run "
-                         "makes no claim to audit; audit Poisson sampling (--set sampling=poisson).")
+    given = next(
+        (f"--set {item}" for item in settings if item.partition("=")[0].strip().replace("-", "_") == "sampling"),
+        f"--trainer {trainer_name} (sampling={sampling} by default)",
+    )
+    raise UserInputError(
+        f"{given}: {sampling} batches have no proven epsilon (privacy.json states none), so the run "
+        "makes no claim to audit; audit Poisson sampling (--set sampling=poisson)."
+    )
 
 
 def _noise_seed_option(noise_seed: int | None, overrides: dict[str, Any]) -> str | None:
@@ -329,9 +487,15 @@ def _write_identity(work: Path, identity: dict[str, Any]) -> None:
     from dpaudit.files.run_dirs import atomic_write_json
 
     if _read_identity(work) is None:
-        atomic_write_json(work / WORK_IDENTITY, {"schema": WORK_SCHEMA, "audit": identity,
-                                                 "note": "the finished runs of an unfinished dpaudit audit-trainer: "
-                                                         "rerun its command to resume (private to the data owner)."})
+        atomic_write_json(
+            work / WORK_IDENTITY,
+            {
+                "schema": WORK_SCHEMA,
+                "audit": identity,
+                "note": "the finished runs of an unfinished dpaudit audit-trainer: "
+                "rerun its command to resume (private to the data owner).",
+            },
+        )
 
 
 def check_out(out: Path, identity: dict[str, Any], *, overwrite: bool, locked: bool = False) -> Path:
@@ -357,14 +521,17 @@ def check_out(out: Path, identity: dict[str, Any], *, overwrite: bool, locked: b
         if not overwrite:
             differing = sorted(k for k in set(stored) | set(identity) if not same_json(stored.get(k), identity.get(k)))
             detail = ", ".join(f"{k} {stored.get(k)!r} -> {identity.get(k)!r}" for k in differing[:4])
-            raise UserInputError(f"--out {out} keeps the finished runs of an audit with other settings ({detail}) in "
-                                 f"{work}; rerun that command to finish it, or pass --overwrite to discard them.")
+            raise UserInputError(
+                f"--out {out} keeps the finished runs of an audit with other settings ({detail}) in "
+                f"{work}; rerun that command to finish it, or pass --overwrite to discard them."
+            )
     ours = stored is not None
     others = [p for p in out.iterdir() if not (ours and p == work)] if out.is_dir() else []
     if others:
         if not overwrite and finished_audit(out, identity) is None:
-            raise UserInputError(f"--out {out} exists and is not empty; pass --overwrite to replace it or choose "
-                                 "another path.")
+            raise UserInputError(
+                f"--out {out} exists and is not empty; pass --overwrite to replace it or choose another path."
+            )
         refuse_foreign(out, ignore=(WORK_DIR,) if ours else ())
     if ours and overwrite and locked and not same_json(stored, identity):
         shutil.rmtree(work)
@@ -420,13 +587,30 @@ def _kept_runs(work: Path, runs: int) -> int:
 def _kept_text(kept: int, runs: int, work: Path) -> str:
     if not kept:
         return "no audit run had finished; nothing is kept."
-    return (f"{kept} of {runs} audit runs finished and are kept in {work}; run the same dpaudit audit-trainer command "
-            "again to resume (--overwrite discards them).")
+    return (
+        f"{kept} of {runs} audit runs finished and are kept in {work}; run the same dpaudit audit-trainer command "
+        "again to resume (--overwrite discards them)."
+    )
 
 
-def _audit(trainer: Any, trainer_name: str, work: Path, *, target_epsilon: float, canaries: int, sampling_rate: float,
-           steps: int, runs: int, partners: int, confidence: float, settings: tuple[str, ...], seed: int | None,
-           noise_seed: int | None, workers: int, ray_address: str | None) -> tuple[Any, Any, Any]:
+def _audit(
+    trainer: Any,
+    trainer_name: str,
+    work: Path,
+    *,
+    target_epsilon: float,
+    canaries: int,
+    sampling_rate: float,
+    steps: int,
+    runs: int,
+    partners: int,
+    confidence: float,
+    settings: tuple[str, ...],
+    seed: int | None,
+    noise_seed: int | None,
+    workers: int,
+    ray_address: str | None,
+) -> tuple[Any, Any, Any]:
     """The audit's runs in ``work`` (its dataset in ``work/data``, run r in ``work/run-r``; finished ones kept and read
     back): (analysis, evidence, the trainer config of the runs)."""
     from dpaudit.whitebox.audit import RegisteredRuns
@@ -436,47 +620,82 @@ def _audit(trainer: Any, trainer_name: str, work: Path, *, target_epsilon: float
     data_dir = work / "data"
     _inject(data_dir)
     real_rows = _train_rows(data_dir)
-    plan = {"target_epsilon": target_epsilon, "noise_seed": noise_seed, "settings": settings,
-            "sampling_rate": sampling_rate, "steps": steps}
+    plan = {
+        "target_epsilon": target_epsilon,
+        "noise_seed": noise_seed,
+        "settings": settings,
+        "sampling_rate": sampling_rate,
+        "steps": steps,
+    }
     probe = audit_config(trainer, rows=real_rows + canaries, **plan)
     with tempfile.TemporaryDirectory(prefix="dpaudit-audit-probe-") as scratch:
         unit, slots = plugin_cls(data_dir, Path(scratch) / "probe", probe, seed=0).gradient_canary_unit()
-    if unit == "micro-batch" and canaries > slots and not any(s.split("=")[0].strip().replace("-", "_") ==
-                                                              "micro_batches" for s in settings):
+    if (
+        unit == "micro-batch"
+        and canaries > slots
+        and not any(s.split("=")[0].strip().replace("-", "_") == "micro_batches" for s in settings)
+    ):
         # One canary per micro-batch: the micro-batch count is a public parameter that the claim (2C per
         # example) does not depend on, so the audit may choose it.
-        click.echo(f"note: micro-batch clipping: the audit runs {canaries} micro-batches per step, one per canary "
-                   "(--set micro_batches=K to choose).", err=True)
+        click.echo(
+            f"note: micro-batch clipping: the audit runs {canaries} micro-batches per step, one per canary "
+            "(--set micro_batches=K to choose).",
+            err=True,
+        )
         plan["settings"] = (*settings, f"micro_batches={canaries}")
         slots = canaries
     if unit == "micro-batch" and canaries > slots:
-        click.echo(f"warning: {canaries} canaries share {slots} micro-batches: canaries in one micro-batch are "
-                   f"clipped together, which costs power (--set micro_batches={canaries} gives each its own).",
-                   err=True)
+        click.echo(
+            f"warning: {canaries} canaries share {slots} micro-batches: canaries in one micro-batch are "
+            f"clipped together, which costs power (--set micro_batches={canaries} gives each its own).",
+            err=True,
+        )
     rows = real_rows + canaries * (1 + (partners if unit == "micro-batch" else 0))
     config = audit_config(trainer, rows=rows, **plan)
-    cost = _announce_cost(config, canaries=canaries, runs=runs, partners=partners if unit == "micro-batch" else 0,
-                          sampling_rate=sampling_rate, workers=workers, fleet=workers > 1 or bool(ray_address))
+    cost = _announce_cost(
+        config,
+        canaries=canaries,
+        runs=runs,
+        partners=partners if unit == "micro-batch" else 0,
+        sampling_rate=sampling_rate,
+        workers=workers,
+        fleet=workers > 1 or bool(ray_address),
+    )
     if workers > 1 or ray_address:  # the runs as jobs of the model fleet (its own progress bar)
         # The fields as they are (a --noise-seed travels to the workers in memory, never to a file).
         fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
-        runs_spec = RegisteredRuns(trainer=trainer_name, config=fields, data_dir=data_dir, workers=workers,
-                                   ray_address=ray_address)
-        analysis, evidence = run_audit(runs_spec, canaries=canaries, runs=runs, partners=partners,
-                                       confidence=confidence, seed=seed, workdir=work,
-                                       progress=lambda done, total: _analysis_note(done, total, cost))
+        runs_spec = RegisteredRuns(
+            trainer=trainer_name, config=fields, data_dir=data_dir, workers=workers, ray_address=ray_address
+        )
+        analysis, evidence = run_audit(
+            runs_spec,
+            canaries=canaries,
+            runs=runs,
+            partners=partners,
+            confidence=confidence,
+            seed=seed,
+            workdir=work,
+            progress=lambda done, total: _analysis_note(done, total, cost),
+        )
     else:
         bar = click.progressbar(length=runs, label=f"audit-trainer {trainer_name}: runs", file=sys.stderr)
         with bar:
             analysis, evidence = run_audit(
-                lambda run_out: plugin_cls(data_dir, run_out, config, seed=0), canaries=canaries, runs=runs,
-                partners=partners, confidence=confidence, seed=seed, workdir=work,
-                progress=lambda done, total: _runs_done(bar, done, total, cost))
+                lambda run_out: plugin_cls(data_dir, run_out, config, seed=0),
+                canaries=canaries,
+                runs=runs,
+                partners=partners,
+                confidence=confidence,
+                seed=seed,
+                workdir=work,
+                progress=lambda done, total: _runs_done(bar, done, total, cost),
+            )
     return analysis, evidence, config
 
 
-def _announce_cost(config: Any, *, canaries: int, runs: int, partners: int, sampling_rate: float, workers: int,
-                   fleet: bool) -> Any:
+def _announce_cost(
+    config: Any, *, canaries: int, runs: int, partners: int, sampling_rate: float, workers: int, fleet: bool
+) -> Any:
     """The audit's cost (:mod:`dpaudit.whitebox.cost`): refused before any run when it cannot fit (a worker's memory
     bound, this machine's memory), said first when it is long."""
     from dpaudit.whitebox import cost as audit_cost
@@ -500,8 +719,11 @@ def _runs_done(bar: Any, done: int, total: int, cost: Any) -> None:
 
 def _analysis_note(done: int, total: int, cost: Any, *, newline: bool = False) -> None:
     if done == total and cost.analysis_seconds >= 15:
-        click.echo(f"{chr(10) if newline else ''}audit-trainer: analysing {cost.runs * cost.canaries:,} canaries (about "
-                   f"{math.ceil(cost.analysis_seconds):,} s) ...", err=True)
+        click.echo(
+            f"{chr(10) if newline else ''}audit-trainer: analysing {cost.runs * cost.canaries:,} canaries (about "
+            f"{math.ceil(cost.analysis_seconds):,} s) ...",
+            err=True,
+        )
 
 
 def _inject(data_dir: Path) -> None:
@@ -534,14 +756,22 @@ def _verdict_text(body: dict[str, Any], trainer: str, out: Path) -> str:
 
     claim, primary = body["claim"], body["primary"]
     bound = float(primary["epsilon"])
-    lines = [f"{trainer}: claimed epsilon {format_up(claim['epsilon'])} (delta {claim['delta']:g}, {claim['steps']} steps).",
-             f"white-box lower bound ({primary['kind']}, all iterates, {body['confidence']:.0%} with its twin): "
-             f"epsilon >= {format_down(bound)}" + (f" = {math.floor(100 * bound / claim['epsilon']) / 100:.2f} of the "
-                                                   "claim." if claim["epsilon"] > 0 else " (the claim is 0: no share).")]
+    lines = [
+        f"{trainer}: claimed epsilon {format_up(claim['epsilon'])} (delta {claim['delta']:g}, {claim['steps']} steps).",
+        f"white-box lower bound ({primary['kind']}, all iterates, {body['confidence']:.0%} with its twin): "
+        f"epsilon >= {format_down(bound)}"
+        + (
+            f" = {math.floor(100 * bound / claim['epsilon']) / 100:.2f} of the claim."
+            if claim["epsilon"] > 0
+            else " (the claim is 0: no share)."
+        ),
+    ]
     if body["refuted"]:
         lines.append("VERDICT: the claim is REFUTED: the trainer leaks more than its privacy.json says.")
     else:
-        lines.append("verdict: consistent with the claim (the audit found no violation; a bound below the claim "
-                     "proves nothing more).")
+        lines.append(
+            "verdict: consistent with the claim (the audit found no violation; a bound below the claim "
+            "proves nothing more)."
+        )
     lines.append(f"written: {out}/index.html")
     return "\n".join(lines)

@@ -51,8 +51,12 @@ def _model_summary(model: Path) -> str:
         last = [row for row in rows if row.get(key) is not None][-1]
         base = last.get(kind.baseline_key)
         evaluated = eval_rows_text(last)  # "on 512 of 880 held-out rows" (not the metrics rows the loop reads)
-        claim += (f"; {kind.name} {last[key]:.1%}" + ("" if evaluated is None else f" {evaluated}")
-                  + (f" ({kind.rule} {base:.1%})" if base is not None else "") + " (telemetry, not covered)")
+        claim += (
+            f"; {kind.name} {last[key]:.1%}"
+            + ("" if evaluated is None else f" {evaluated}")
+            + (f" ({kind.rule} {base:.1%})" if base is not None else "")
+            + " (telemetry, not covered)"
+        )
     return claim
 
 
@@ -83,8 +87,10 @@ def _check_report(path: Path, state: Path) -> bool:
         return False
     recorded = _read_pages(state).get(str(path.resolve()))
     if recorded is None or recorded != sha256_file(path):
-        raise UserInputError(f"--report {path} holds a report page this demo did not write (or one changed since); "
-                             "choose another --report, or remove that page if you no longer need it.")
+        raise UserInputError(
+            f"--report {path} holds a report page this demo did not write (or one changed since); "
+            "choose another --report, or remove that page if you no longer need it."
+        )
     return True
 
 
@@ -108,7 +114,9 @@ def _classifier_gap() -> str | None:
     from dpaudit.common.extras import missing_extra_message, missing_modules
 
     if "edp-sgd" not in available_trainers() or missing_modules(["torch"]):
-        return missing_extra_message("the edp-sgd trainer", ["torch"], missing_modules(["torch"]) or ["dpaudit's trainers"])
+        return missing_extra_message(
+            "the edp-sgd trainer", ["torch"], missing_modules(["torch"]) or ["dpaudit's trainers"]
+        )
     return None
 
 
@@ -119,26 +127,60 @@ DEFAULT_REPORT, QUICK_REPORT = Path("reports/demo/index.html"), Path("reports/de
 
 
 @click.command(epilog="Example: dpaudit demo --quick", context_settings={"max_content_width": 100})
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help=f"Folder for the demo's run directories; rerunning the same command resumes there [default: "
-                   f"{DEFAULT_OUT}, or {QUICK_OUT} with --quick].")
-@click.option("--quick", is_flag=True, help="Smaller corpus, fewer canaries and steps, no LiRA/RMIA (~2 minutes instead of ~10).")
-@click.option("--seed", type=seed_type(), default=0, show_default=True,
-              help="Public seed of every stage (data, initialization, masking).")
-@click.option("--noise-seed", type=click.IntRange(min=0), default=None,
-              help="Seed of the DP noise and Poisson sampling of every training, for tests only (default: OS "
-                   "entropy; with it the guarantees hold only while the number stays secret).")
-@click.option("--classifiers/--no-classifiers", default=True, show_default=True,
-              help="Also fine-tune and attack the edp-sgd intent classifiers (needs torch).")
-@click.option("--causal", is_flag=True,
-              help="Also train and attack GPT-2-shaped causal LMs on the same canaries (edp-sgd --task clm, needs "
-                   "torch): pretrained on the public utterances, then non-private and DP-SGD at epsilon 8; exposure, "
-                   "greedy extraction from the prefix, loss, zlib and Min-K%++ (about 2 more minutes with --quick).")
-@click.option("--report", "report_path", type=click.Path(dir_okay=False, path_type=Path), default=None,
-              help=f"Where to write the comparison report: a new file, or the page an earlier demo wrote there (never a "
-                   f"file of your own, nor any other page) [default: {DEFAULT_REPORT}, or {QUICK_REPORT} with --quick].")
-def demo(out: Path | None, quick: bool, seed: int, noise_seed: int | None, classifiers: bool, causal: bool,
-         report_path: Path | None) -> None:
+@click.option(
+    "--out",
+    type=click.Path(file_okay=False, path_type=Path),
+    default=None,
+    help=f"Folder for the demo's run directories; rerunning the same command resumes there [default: "
+    f"{DEFAULT_OUT}, or {QUICK_OUT} with --quick].",
+)
+@click.option(
+    "--quick", is_flag=True, help="Smaller corpus, fewer canaries and steps, no LiRA/RMIA (~2 minutes instead of ~10)."
+)
+@click.option(
+    "--seed",
+    type=seed_type(),
+    default=0,
+    show_default=True,
+    help="Public seed of every stage (data, initialization, masking).",
+)
+@click.option(
+    "--noise-seed",
+    type=click.IntRange(min=0),
+    default=None,
+    help="Seed of the DP noise and Poisson sampling of every training, for tests only (default: OS "
+    "entropy; with it the guarantees hold only while the number stays secret).",
+)
+@click.option(
+    "--classifiers/--no-classifiers",
+    default=True,
+    show_default=True,
+    help="Also fine-tune and attack the edp-sgd intent classifiers (needs torch).",
+)
+@click.option(
+    "--causal",
+    is_flag=True,
+    help="Also train and attack GPT-2-shaped causal LMs on the same canaries (edp-sgd --task clm, needs "
+    "torch): pretrained on the public utterances, then non-private and DP-SGD at epsilon 8; exposure, "
+    "greedy extraction from the prefix, loss, zlib and Min-K%++ (about 2 more minutes with --quick).",
+)
+@click.option(
+    "--report",
+    "report_path",
+    type=click.Path(dir_okay=False, path_type=Path),
+    default=None,
+    help=f"Where to write the comparison report: a new file, or the page an earlier demo wrote there (never a "
+    f"file of your own, nor any other page) [default: {DEFAULT_REPORT}, or {QUICK_REPORT} with --quick].",
+)
+def demo(
+    out: Path | None,
+    quick: bool,
+    seed: int,
+    noise_seed: int | None,
+    classifiers: bool,
+    causal: bool,
+    report_path: Path | None,
+) -> None:
     """Show memorization and what DP does about it, on the built-in voice-assistant corpus.
 
     Plants digit canaries (inserted 1, 10 and 100 times, plus never-inserted controls) beside public
@@ -174,15 +216,24 @@ def demo(out: Path | None, quick: bool, seed: int, noise_seed: int | None, class
     if causal and _classifier_gap() is not None:
         raise click.ClickException(f"--causal: {_classifier_gap()}")
     sizes = QUICK if quick else FULL
-    plan = build_plan(out, sizes, seed=seed, report=report_path, classifiers=gap is None, noise_seed=noise_seed,
-                      causal=causal)
-    inside = next((s.output for s in plan.stages if s.schema_prefix is not None
-                   and report_path.resolve().is_relative_to(s.output.resolve())), None)
+    plan = build_plan(
+        out, sizes, seed=seed, report=report_path, classifiers=gap is None, noise_seed=noise_seed, causal=causal
+    )
+    inside = next(
+        (
+            s.output
+            for s in plan.stages
+            if s.schema_prefix is not None and report_path.resolve().is_relative_to(s.output.resolve())
+        ),
+        None,
+    )
     if inside is not None:
         from dpaudit.common.errors import UserInputError
 
-        raise UserInputError(f"--report {report_path} is inside the demo's run directory {inside}; dpaudit never writes a "
-                             "report into a run directory: choose a path outside it.")
+        raise UserInputError(
+            f"--report {report_path} is inside the demo's run directory {inside}; dpaudit never writes a "
+            "report into a run directory: choose a path outside it."
+        )
 
     def run(stage: Stage) -> None:
         args = list(stage.args)
@@ -196,18 +247,25 @@ def demo(out: Path | None, quick: bool, seed: int, noise_seed: int | None, class
     try:
         times = run_stages(plan.stages, state=out / STATE_DIR, run=run, echo=click.echo)
     except (KeyboardInterrupt, click.Abort):
-        click.echo("\ninterrupted: finished stages are kept and the unfinished one left nothing that looks complete; "
-                   "run the same dpaudit demo command again to resume.", err=True)
+        click.echo(
+            "\ninterrupted: finished stages are kept and the unfinished one left nothing that looks complete; "
+            "run the same dpaudit demo command again to resume.",
+            err=True,
+        )
         raise SystemExit(130) from None
-    atomic_write_json(out / "stage-times.json", {"quick": quick, "stages": _merge_times(out / "stage-times.json", times)})
+    atomic_write_json(
+        out / "stage-times.json", {"quick": quick, "stages": _merge_times(out / "stage-times.json", times)}
+    )
 
     click.echo("\nModels:")
     for stage in plan.public_models:
         click.echo(f"  - {stage.output.name.removeprefix('model-')}: {_model_summary(stage.output)}")
     for model in plan.models:
         click.echo(f"  - {model.label}: {_model_summary(model.train.output)}")
-    click.echo("  - privacy: epsilons and deltas are rounded up; they cover each model/ only. manifest.json, "
-               "metrics.jsonl and checkpoints/ are private to the data owner (not covered).")
+    click.echo(
+        "  - privacy: epsilons and deltas are rounded up; they cover each model/ only. manifest.json, "
+        "metrics.jsonl and checkpoints/ are private to the data owner (not covered)."
+    )
     mlm = [(m.label, m.attack.output) for m in plan.models if m.label in ("nonprivate", "dp-eps8")]
     audits = [(m.label, m.attack.output) for m in plan.models if m.label.endswith(AUDIT_SUFFIX)]
     clf = [(m.label, m.attack.output) for m in plan.models if m.label.startswith("clf-")]

@@ -35,8 +35,9 @@ class FiniteFloat(click.FloatRange):
             option = param.opts[0] if param is not None and param.opts else "the value"
             what = "not a number (NaN)" if math.isnan(number) else "infinite"
             within = f" in {self._describe_range()}" if self.min is not None or self.max is not None else ""
-            raise UserInputError(f"{option} must be a finite number, got {number}. {number} is {what}; "
-                                 f"give a number{within}.")
+            raise UserInputError(
+                f"{option} must be a finite number, got {number}. {number} is {what}; give a number{within}."
+            )
         return super().convert(number, param, ctx)
 
     def _describe_range(self) -> str:
@@ -47,8 +48,9 @@ class FiniteFloat(click.FloatRange):
         return f"{'(' if self.min_open else '['}{low}, {high}{')' if self.max_open else ']'}"
 
 
-def attack_extras(model: Any, attack_names: str, *, shadow_trainer: str | None, shadow_dirs: tuple[str, ...],
-                  reference_model: Any) -> tuple[str, ...]:
+def attack_extras(
+    model: Any, attack_names: str, *, shadow_trainer: str | None, shadow_dirs: tuple[str, ...], reference_model: Any
+) -> tuple[str, ...]:
     """The extras ``dpaudit attack`` needs (README, "Which extra each command needs"): ``torch`` always (scoring
     loads the model with transformers), and the trainer's extra when an attack trains shadow or reference models
     (``jax`` for a jax-bert target: an attack class's ``trains_models(options)``). Read from the options and the
@@ -62,8 +64,9 @@ def attack_extras(model: Any, attack_names: str, *, shadow_trainer: str | None, 
 
     names = {name.strip() for name in str(attack_names).split(",")}
     classes = registered_classes() if "all" in names else [attack_class(n) for n in names if n in available_attacks()]
-    options = SimpleNamespace(shadow_trainer=shadow_trainer, shadow_dirs=tuple(shadow_dirs or ()),
-                              reference_model=reference_model)
+    options = SimpleNamespace(
+        shadow_trainer=shadow_trainer, shadow_dirs=tuple(shadow_dirs or ()), reference_model=reference_model
+    )
     if not any(prop(cls, "trains_models")(options) for cls in classes):
         return ("torch",)
     trainer = shadow_trainer
@@ -129,8 +132,9 @@ def _click_type(annotation: Any, metadata: typing.Mapping[str, Any]) -> tuple[An
     return str, False, False
 
 
-def config_options(config_cls: type, *, reserved: Collection[str] = (), fields: Collection[str] | None = None
-                   ) -> list[click.Option]:
+def config_options(
+    config_cls: type, *, reserved: Collection[str] = (), fields: Collection[str] | None = None
+) -> list[click.Option]:
     """One click option per field of a Config dataclass (a trainer's, an attack's), or of ``fields`` only.
 
     The field's metadata gives the help (``help``) and, when set, the option's spelling (``flag``), ``metavar``,
@@ -146,10 +150,17 @@ def config_options(config_cls: type, *, reserved: Collection[str] = (), fields: 
     options = []
     # How far up the bases a field was first declared: 0 for the Config's own, then each shared base, nearest first
     # (a trainer's fields, then the torch trainers' shared ones, then DpOptions'); a redeclared field stays with its base.
-    depth = {f.name: i for i, base in enumerate(config_cls.__mro__) if dataclasses.is_dataclass(base)
-             for f in dataclasses.fields(base)}
-    chosen = [f for f in dataclasses.fields(config_cls) if (fields is None or f.name in fields)
-              and not f.metadata.get("python_only")]
+    depth = {
+        f.name: i
+        for i, base in enumerate(config_cls.__mro__)
+        if dataclasses.is_dataclass(base)
+        for f in dataclasses.fields(base)
+    }
+    chosen = [
+        f
+        for f in dataclasses.fields(config_cls)
+        if (fields is None or f.name in fields) and not f.metadata.get("python_only")
+    ]
     for f in sorted(chosen, key=lambda f: depth[f.name]):
         if f.name in reserved:
             raise TypeError(f"{config_cls.__qualname__}.{f.name} clashes with one of the command's own options.")
@@ -162,14 +173,18 @@ def config_options(config_cls: type, *, reserved: Collection[str] = (), fields: 
         if is_flag and not default:
             options.append(click.Option([flag, f.name], is_flag=True, default=False, **common))
         elif is_flag:
-            options.append(click.Option([f"{flag}/--no-{flag[2:]}", f.name], default=default, show_default=True,
-                                        **common))
+            options.append(
+                click.Option([f"{flag}/--no-{flag[2:]}", f.name], default=default, show_default=True, **common)
+            )
         elif multiple:
             options.append(click.Option([flag, f.name], type=click_type, multiple=True, **common))
         else:
             options.append(click.Option([flag, f.name], type=click_type, default=default, show_default=True, **common))
     if fields is None:
         for old, new in dict(getattr(config_cls, "RENAMED_FIELDS", {})).items():  # hidden; the caller warns
-            options.append(click.Option(["--" + old.replace("_", "-"), old],
-                                        type=_click_type(hints[new], {})[0], default=None, hidden=True))
+            options.append(
+                click.Option(
+                    ["--" + old.replace("_", "-"), old], type=_click_type(hints[new], {})[0], default=None, hidden=True
+                )
+            )
     return options

@@ -16,11 +16,13 @@ from pathlib import Path
 
 import click
 
-_EPILOG = ("\b\nExample: dpaudit report runs/eps1-attack runs/eps8-attack runs/nonprivate-attack --out "
-           "reports/epsilons.html\n"
-           "Example: dpaudit report runs/np-attack runs/np-mia runs/dp8-attack --label non-private=runs/np-attack "
-           "--label 'DP eps 8'=runs/dp8-attack\n"
-           "Example: dpaudit report audits/dpsgd-eps4 runs/eps4-attack --out reports/whitebox-and-attack.html")
+_EPILOG = (
+    "\b\nExample: dpaudit report runs/eps1-attack runs/eps8-attack runs/nonprivate-attack --out "
+    "reports/epsilons.html\n"
+    "Example: dpaudit report runs/np-attack runs/np-mia runs/dp8-attack --label non-private=runs/np-attack "
+    "--label 'DP eps 8'=runs/dp8-attack\n"
+    "Example: dpaudit report audits/dpsgd-eps4 runs/eps4-attack --out reports/whitebox-and-attack.html"
+)
 
 
 def default_output(run_dirs: tuple[Path, ...]) -> Path:
@@ -54,22 +56,35 @@ def parse_labels(labels: tuple[str, ...], run_dirs: tuple[Path, ...]) -> dict[st
             raise UserInputError(f"--label {value!r}: expected NAME=DIR, e.g. --label non-private=runs/np-attack.")
         match = given.get(Path(directory).resolve())
         if match is None:
-            raise UserInputError(f"--label {value!r}: {directory} is not one of the RUN_DIRs; name one of "
-                                 f"{', '.join(str(d) for d in run_dirs)}.")
+            raise UserInputError(
+                f"--label {value!r}: {directory} is not one of the RUN_DIRs; name one of "
+                f"{', '.join(str(d) for d in run_dirs)}."
+            )
         out[match] = name.strip()
     return out
 
 
 @click.command(epilog=_EPILOG, context_settings={"max_content_width": 100})
 @click.argument("run_dirs", nargs=-1, required=True, type=click.Path(path_type=Path))
-@click.option("--out", type=click.Path(path_type=Path, dir_okay=False),
-              help="HTML file to write [default: reports/<run name>.html].")
-@click.option("--label", "labels", multiple=True, metavar="NAME=DIR",
-              help="Name the model of RUN_DIR DIR on the page (repeatable) [default: the model's directory name, e.g. "
-                   "runs/np -> np].")
-@click.option("--overwrite", is_flag=True,
-              help="Replace --out if it holds another report page dpaudit wrote (never a file it did not write, nor a "
-                   "file inside a run directory).")
+@click.option(
+    "--out",
+    type=click.Path(path_type=Path, dir_okay=False),
+    help="HTML file to write [default: reports/<run name>.html].",
+)
+@click.option(
+    "--label",
+    "labels",
+    multiple=True,
+    metavar="NAME=DIR",
+    help="Name the model of RUN_DIR DIR on the page (repeatable) [default: the model's directory name, e.g. "
+    "runs/np -> np].",
+)
+@click.option(
+    "--overwrite",
+    is_flag=True,
+    help="Replace --out if it holds another report page dpaudit wrote (never a file it did not write, nor a "
+    "file inside a run directory).",
+)
 def report(run_dirs: tuple[Path, ...], out: Path | None, labels: tuple[str, ...], overwrite: bool = False) -> None:
     """Render the audit report of one attack or audit-trainer directory, or a comparison page of several.
 
@@ -109,7 +124,9 @@ def report(run_dirs: tuple[Path, ...], out: Path | None, labels: tuple[str, ...]
                 break
         raise
     if before is not None and _identity(path) == before:  # the same page was there: nothing was written
-        click.echo(f"{path} is up to date: it holds this very page ({path.stat().st_size / 1024:.0f} KiB); nothing written")
+        click.echo(
+            f"{path} is up to date: it holds this very page ({path.stat().st_size / 1024:.0f} KiB); nothing written"
+        )
         return
     click.echo(f"wrote {path} ({path.stat().st_size / 1024:.0f} KiB)")
 

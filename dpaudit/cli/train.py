@@ -69,8 +69,10 @@ def _load_toml(path: Path, config_cls: type) -> dict[str, tuple[str, Any]]:
     try:
         raw = tomllib.loads(path.read_bytes().decode("utf-8"))
     except UnicodeDecodeError as err:
-        raise UserInputError(f"--config {path}: not UTF-8 text (byte {err.object[err.start]:#04x} at offset "
-                             f"{err.start}); save it as UTF-8.") from None
+        raise UserInputError(
+            f"--config {path}: not UTF-8 text (byte {err.object[err.start]:#04x} at offset "
+            f"{err.start}); save it as UTF-8."
+        ) from None
     except OSError as err:
         raise UserInputError(f"--config {path}: cannot read it ({err.strerror or err}).") from None
     except tomllib.TOMLDecodeError as err:
@@ -107,7 +109,9 @@ def build_config(trainer: Trainer, params: dict[str, Any], ctx: click.Context | 
         if params.get(old) is None:
             continue
         if ctx is not None and ctx.get_parameter_source(new) == ParameterSource.COMMANDLINE:
-            raise UserInputError(f"{option_name(old)} and {option_name(new)} are the same setting; keep {option_name(new)}.")
+            raise UserInputError(
+                f"{option_name(old)} and {option_name(new)} are the same setting; keep {option_name(new)}."
+            )
         click.echo(_deprecated(option_name(old), option_name(new)), err=True)
         values[new] = params[old]
         from_file.pop(new, None)
@@ -165,23 +169,44 @@ class TrainCommand(click.Command):
 @click.command(cls=TrainCommand, epilog=_EPILOG)
 @click.option("--trainer", required=True, help="Registered trainer name (entry point group dpaudit.trainers).")
 @click.option(
-    "--data", type=click.Path(exists=True, file_okay=False, path_type=Path), required=True,
+    "--data",
+    type=click.Path(exists=True, file_okay=False, path_type=Path),
+    required=True,
     help="Inject run directory (train.jsonl, heldout.jsonl, public.jsonl, manifest.json).",
 )
 @click.option(
-    "--out", type=click.Path(path_type=Path), required=True,
+    "--out",
+    type=click.Path(path_type=Path),
+    required=True,
     help="Train run directory to write; rerunning the same command on it resumes from its last checkpoint.",
 )
-@click.option("--seed", type=seed_type(), default=0, show_default=True,
-              help="Public seed (written to the manifest) for initialization, masking and the tokenizer; never the "
-                   "DP noise or sampling, which come from OS entropy (or the trainer's --noise-seed).")
 @click.option(
-    "--config", "config_file", type=click.Path(exists=True, dir_okay=False, path_type=Path), default=None,
+    "--seed",
+    type=seed_type(),
+    default=0,
+    show_default=True,
+    help="Public seed (written to the manifest) for initialization, masking and the tokenizer; never the "
+    "DP noise or sampling, which come from OS entropy (or the trainer's --noise-seed).",
+)
+@click.option(
+    "--config",
+    "config_file",
+    type=click.Path(exists=True, dir_okay=False, path_type=Path),
+    default=None,
     help="TOML file of trainer options (field names as keys); command-line options override it.",
 )
 @click.option("--json", "as_json", is_flag=True, help="Print the result summary as JSON on stdout.")
 @click.pass_context
-def train(ctx: click.Context, trainer: str, data: Path, out: Path, seed: int, config_file: Path | None, as_json: bool, **params: Any) -> None:
+def train(
+    ctx: click.Context,
+    trainer: str,
+    data: Path,
+    out: Path,
+    seed: int,
+    config_file: Path | None,
+    as_json: bool,
+    **params: Any,
+) -> None:
     """Train a model on DATA with a pluggable trainer and write a train run directory.
 
     The run directory holds model/ (Hugging Face layout) and privacy.json (the DpEvent that actually
@@ -200,7 +225,11 @@ def train(ctx: click.Context, trainer: str, data: Path, out: Path, seed: int, co
         click.echo(warning, err=True)
     # The whole run holds the lock of --out (a second train on it is refused, naming this process); only
     # the process that writes the directory takes it (the others of a multi-process run do not).
-    lock = run_dir_lock(out, stage=f"train --trainer {plugin.name}") if writes_run_dir(plugin) else contextlib.nullcontext()
+    lock = (
+        run_dir_lock(out, stage=f"train --trainer {plugin.name}")
+        if writes_run_dir(plugin)
+        else contextlib.nullcontext()
+    )
     with lock:
         try:
             result = plugin.train(data, out, config, seed=seed)
@@ -252,9 +281,11 @@ def train(ctx: click.Context, trainer: str, data: Path, out: Path, seed: int, co
     click.echo(f"trained {plugin.name} for {result.steps} steps -> {result.out_dir} ({_claim(result, record)})")
     parts = record.delta_parts() if record is not None and record.private else None
     if parts is not None and parts.noise_tail is not None:  # the float noise sampler's tail, counted inside delta
-        click.echo(f"  delta {format_up(parts.delta, 2)} includes the noise sampler's tail figure {format_up(parts.noise_tail, 2)} "
-                   f"(reach {record.noise_tail['z_max']:g} sigma); epsilon is the accountant's at delta - tail "
-                   f"({format_up(parts.accountant, 3)})")
+        click.echo(
+            f"  delta {format_up(parts.delta, 2)} includes the noise sampler's tail figure {format_up(parts.noise_tail, 2)} "
+            f"(reach {record.noise_tail['z_max']:g} sigma); epsilon is the accountant's at delta - tail "
+            f"({format_up(parts.accountant, 3)})"
+        )
     for line in utility_lines(summary):
         click.echo(f"  {line}")
     if record is not None and record.init_from is not None:
@@ -275,10 +306,16 @@ def train(ctx: click.Context, trainer: str, data: Path, out: Path, seed: int, co
 
 
 #: Held-out utility figures and their trivial baselines (:mod:`dpaudit.training.baselines`), as the summary keys them.
-_UTILITY = (("mlm_accuracy", "heldout_mlm_accuracy_baseline", "held-out MLM accuracy", "always the most frequent token"),
-            ("next_token_accuracy", "heldout_next_token_accuracy_baseline", "held-out next-token accuracy",
-             "always the most frequent next token"),
-            ("eval_accuracy", "heldout_accuracy_baseline", "held-out accuracy", "always the majority class"))
+_UTILITY = (
+    ("mlm_accuracy", "heldout_mlm_accuracy_baseline", "held-out MLM accuracy", "always the most frequent token"),
+    (
+        "next_token_accuracy",
+        "heldout_next_token_accuracy_baseline",
+        "held-out next-token accuracy",
+        "always the most frequent next token",
+    ),
+    ("eval_accuracy", "heldout_accuracy_baseline", "held-out accuracy", "always the majority class"),
+)
 
 
 def utility_lines(summary: dict[str, Any]) -> list[str]:
@@ -300,8 +337,10 @@ def utility_lines(summary: dict[str, Any]) -> list[str]:
 
 
 #: What a non-private run on private rows says instead of what a guarantee covers: there is none.
-NO_GUARANTEE = ("no privacy guarantee: trained without DP on train.jsonl, so model/ and every file of this run may "
-                "reveal its rows (canaries included); treat all of them as private data.")
+NO_GUARANTEE = (
+    "no privacy guarantee: trained without DP on train.jsonl, so model/ and every file of this run may "
+    "reveal its rows (canaries included); treat all of them as private data."
+)
 #: What a public run says: nothing private went in, so there is nothing for a guarantee to cover.
 PUBLIC_ONLY = "no privacy guarantee needed: trained on public.jsonl only (no private row, no canary)."
 
@@ -334,9 +373,11 @@ def short_noise_seed_warning(noise_seed: int | None) -> str | None:
     small seeds can regenerate the noise and sampling, and then the guarantee is void."""
     if noise_seed is None or noise_seed >= SHORT_SEED_BOUND:
         return None
-    return ("warning: --noise-seed is below 2^64 (at most 64 bits of entropy): it can be found by searching small "
-            "seeds, which regenerates the noise and the sampling and voids the guarantee. Use it for tests only; "
-            "omit it (OS entropy) or pass a secret number of >= 128 random bits.")
+    return (
+        "warning: --noise-seed is below 2^64 (at most 64 bits of entropy): it can be found by searching small "
+        "seeds, which regenerates the noise and the sampling and voids the guarantee. Use it for tests only; "
+        "omit it (OS entropy) or pass a secret number of >= 128 random bits."
+    )
 
 
 def _claim(result: Any, record: PrivacyRecord | None) -> str:
@@ -350,8 +391,11 @@ def _claim(result: Any, record: PrivacyRecord | None) -> str:
         epsilon = claim.epsilon if claim is not None and claim.epsilon is not None else result.epsilon
         text = f"epsilon = {format_up(epsilon)} at delta = {format_up(result.delta, 2)}, for model/ only"
         if record is not None and record.n_public and record.epsilon_replace_one is not None:
-            replace_one = claim.epsilon_replace_one if claim is not None and claim.epsilon_replace_one is not None \
+            replace_one = (
+                claim.epsilon_replace_one
+                if claim is not None and claim.epsilon_replace_one is not None
                 else record.epsilon_replace_one
+            )
             text += f" (add/remove, N treated as public; replace-one epsilon = {format_up(replace_one)})"
         elif record is not None and not record.n_public:
             text += f" (add/remove; q and steps from the declared public --dataset-size {record.declared_dataset_size})"
@@ -361,9 +405,11 @@ def _claim(result: Any, record: PrivacyRecord | None) -> str:
             text += "; " + "; ".join(claim.conditions)
         return text
     if record is not None and record.epsilon_if_poisson is not None:
-        return (f"NO proven epsilon: {record.sampling} sampling; epsilon_if_poisson = "
-                f"{format_up(record.epsilon_if_poisson)} at delta = {format_up(result.delta, 2)} only if batches "
-                f"had been Poisson-sampled")
+        return (
+            f"NO proven epsilon: {record.sampling} sampling; epsilon_if_poisson = "
+            f"{format_up(record.epsilon_if_poisson)} at delta = {format_up(result.delta, 2)} only if batches "
+            f"had been Poisson-sampled"
+        )
     if record is not None and record.public_data_only:
         return "public run: trained on public data only, no epsilon needed"
     return "non-private (epsilon = inf)"

@@ -24,8 +24,18 @@ from pathlib import Path
 
 from dpaudit.common.errors import UserInputError
 
-__all__ = ["EXTRA_MODULES", "TRAINER_EXTRAS", "MissingExtraError", "extra_of_module", "install_command", "installed",
-           "missing_extra_message", "missing_modules", "require_extras", "trainer_extras"]
+__all__ = [
+    "EXTRA_MODULES",
+    "TRAINER_EXTRAS",
+    "MissingExtraError",
+    "extra_of_module",
+    "install_command",
+    "installed",
+    "missing_extra_message",
+    "missing_modules",
+    "require_extras",
+    "trainer_extras",
+]
 
 #: The modules each extra of ``pyproject.toml`` provides (the ones dpaudit imports).
 EXTRA_MODULES: dict[str, tuple[str, ...]] = {

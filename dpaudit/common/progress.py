@@ -20,12 +20,16 @@ LOG_INTERVAL_S = 15.0
 
 def _options() -> dict[str, Any]:
     tty = sys.stderr.isatty()
-    return ({"leave": False} if tty else
-            {"leave": True, "mininterval": LOG_INTERVAL_S, "delay": LOG_INTERVAL_S, "ascii": True})
+    return (
+        {"leave": False}
+        if tty
+        else {"leave": True, "mininterval": LOG_INTERVAL_S, "delay": LOG_INTERVAL_S, "ascii": True}
+    )
 
 
-def progress_bar(iterable: Iterable[T], *, desc: str, unit: str, enabled: bool = True,
-                 total: int | None = None) -> Iterable[T]:
+def progress_bar(
+    iterable: Iterable[T], *, desc: str, unit: str, enabled: bool = True, total: int | None = None
+) -> Iterable[T]:
     """``iterable`` wrapped in a bar on stderr (nothing when ``enabled`` is False)."""
     from tqdm import tqdm
 

@@ -50,10 +50,10 @@ def resident_bytes() -> int:
 
 
 def format_bytes(n: float) -> str:
-    """"2.6 GB" (one decimal, rounded up) from 0.1 GB, "815 MB" below."""
+    """ "2.6 GB" (one decimal, rounded up) from 0.1 GB, "815 MB" below."""
     return f"{math.ceil(n / _GB * 10) / 10:.1f} GB" if n >= 0.1 * _GB else f"{math.ceil(n / 1e6):,} MB"
 
 
 def format_duration(seconds: float) -> str:
-    """"45 s" below two minutes, "4 min" above (rounded up)."""
+    """ "45 s" below two minutes, "4 min" above (rounded up)."""
     return f"{math.ceil(seconds):,} s" if seconds < 120 else f"{math.ceil(seconds / 60):,} min"

@@ -124,12 +124,20 @@ class CorpusReader:
         for name, value in (("--text-column", text_column), ("--label-column", label_column)):
             if value is not None and not value.strip():
                 raise UserInputError(f"{name} is empty; name a column of {self.path} (its header or JSONL key).")
-        if text_column is not None and label_column is not None and text_column.strip().lower() == label_column.strip().lower():
-            raise UserInputError(f"--text-column and --label-column both name {text_column!r}; the label must be another column.")
+        if (
+            text_column is not None
+            and label_column is not None
+            and text_column.strip().lower() == label_column.strip().lower()
+        ):
+            raise UserInputError(
+                f"--text-column and --label-column both name {text_column!r}; the label must be another column."
+            )
         if self.format == "text" and (text_column is not None or label_column not in (None, NO_LABELS)):
             option_name = "--text-column" if text_column is not None else "--label-column"
-            raise UserInputError(f"{option_name} applies to JSONL, CSV and TSV files, not to the plain-text {option} "
-                                 f"{self.path} (one example per line); remove it or pass --corpus-format.")
+            raise UserInputError(
+                f"{option_name} applies to JSONL, CSV and TSV files, not to the plain-text {option} "
+                f"{self.path} (one example per line); remove it or pass --corpus-format."
+            )
         if not self.path.exists():
             raise UserInputError(f"{option} {self.path}: no such file; check the path.")
         if not self.path.is_file():
@@ -204,11 +212,15 @@ class CorpusReader:
             try:
                 record = json.loads(line)
             except json.JSONDecodeError as err:
-                raise UserInputError(f"{self._where(lineno)}: not valid JSON ({err.msg}); fix or remove that line.") from None
+                raise UserInputError(
+                    f"{self._where(lineno)}: not valid JSON ({err.msg}); fix or remove that line."
+                ) from None
             if not isinstance(record, dict) or not isinstance(record.get(text_key), str):
                 if isinstance(record, dict) and text_key not in record and self.text_column is None:
-                    raise UserInputError(f"{self._where(lineno)}: no \"text\" key (found {_names(record)}); name the text's "
-                                         "key with --text-column KEY.")
+                    raise UserInputError(
+                        f'{self._where(lineno)}: no "text" key (found {_names(record)}); name the text\'s '
+                        "key with --text-column KEY."
+                    )
                 raise UserInputError(
                     f"{self._where(lineno)}: expected an object with a string {json.dumps(text_key)} field, e.g. "
                     f'{{{json.dumps(text_key)}: "call mom", {json.dumps(label_key or LABEL_COLUMN)}: "call"}}.'
@@ -240,13 +252,17 @@ class CorpusReader:
                 them may hold the labels): the message lists them and names the option to pass.
         """
         if self.label_column is not None:
-            raise UserInputError(f"{where}: --label-column {self.label_column}: no such {kind} (found {_names(found)}); "
-                                 f"pass one of them, or --label-column {NO_LABELS} for an unlabelled corpus.")
+            raise UserInputError(
+                f"{where}: --label-column {self.label_column}: no such {kind} (found {_names(found)}); "
+                f"pass one of them, or --label-column {NO_LABELS} for an unlabelled corpus."
+            )
         others = [n for n in found if n != text]
         if others:
-            raise UserInputError(f"{where}: no 'label' {kind} but others beside the text ({_names(others)}): if one "
-                                 f"holds the labels, pass --label-column {others[0]}; to read the file as unlabelled, "
-                                 f"pass --label-column {NO_LABELS}.")
+            raise UserInputError(
+                f"{where}: no 'label' {kind} but others beside the text ({_names(others)}): if one "
+                f"holds the labels, pass --label-column {others[0]}; to read the file as unlabelled, "
+                f"pass --label-column {NO_LABELS}."
+            )
 
     def _csv_rows(self) -> Iterator[CorpusRow]:
         tsv = self.format == "tsv"
@@ -266,8 +282,10 @@ class CorpusReader:
         if wanted not in names:
             found = _names(shown) if shown else "nothing"
             if self.text_column is not None:
-                raise UserInputError(f"{self._where(1)}: --text-column {self.text_column}: the header has no such column "
-                                     f"(found {found}); pass one of them.")
+                raise UserInputError(
+                    f"{self._where(1)}: --text-column {self.text_column}: the header has no such column "
+                    f"(found {found}); pass one of them."
+                )
             raise UserInputError(
                 f"{self._where(1)}: the header has no 'text' column (found {found}); name the text column with "
                 "--text-column NAME, or add a header row naming it 'text'."
@@ -303,7 +321,9 @@ class CorpusReader:
             if label_col is not None:
                 raw_label = fields[label_col].strip()
                 if not raw_label:
-                    raise UserInputError(f"{self._where(lineno)}: empty label; every row needs a label when the header has one.")
+                    raise UserInputError(
+                        f"{self._where(lineno)}: empty label; every row needs a label when the header has one."
+                    )
                 label = raw_label
             yield CorpusRow(lineno, fields[text_col], label)
 
@@ -315,8 +335,10 @@ class CorpusReader:
         found = [i for i, n in enumerate(names) if n == name]
         if len(found) > 1:
             columns = ", ".join(str(i + 1) for i in found)
-            raise UserInputError(f"{self._where(1)}: the header names {name!r} {len(found)} times (columns {columns}); "
-                                 f"rename every one of them but the column that holds the {role}.")
+            raise UserInputError(
+                f"{self._where(1)}: the header names {name!r} {len(found)} times (columns {columns}); "
+                f"rename every one of them but the column that holds the {role}."
+            )
         return found[0]
 
     def _csv_error(self, err: csv.Error, numbered: _LineTracker, *, start: int, header: bool = False) -> UserInputError:
@@ -333,23 +355,31 @@ class CorpusReader:
             opened = self._unclosed_quote_line(start)
             if opened is not None:
                 return self._unclosed_quote(opened)
-            return UserInputError(f"{self._where(start)}: a field of {record} is over {CSV_FIELD_LIMIT:,} characters; "
-                                  "split that text into shorter examples (a trainer keeps only its first --max-length "
-                                  "tokens).")
+            return UserInputError(
+                f"{self._where(start)}: a field of {record} is over {CSV_FIELD_LIMIT:,} characters; "
+                "split that text into shorter examples (a trainer keeps only its first --max-length "
+                "tokens)."
+            )
         if message == "unexpected end of data":
             return self._unclosed_quote(self._unclosed_quote_line(start) or start)
         expected = re.fullmatch(r"'(.)' expected after '(.)'", message)
         if expected:
-            return UserInputError(f"{self._where(numbered.lineno)}: a quoted field's closing quote is followed by more "
-                                  "text; write a quote inside a quoted field as two quotes (\"\"), or quote the whole "
-                                  "field.")
-        return UserInputError(f"{self._where(numbered.lineno)}: malformed {kind} ({message}); check the quoting and "
-                              "delimiters on that line.")
+            return UserInputError(
+                f"{self._where(numbered.lineno)}: a quoted field's closing quote is followed by more "
+                'text; write a quote inside a quoted field as two quotes (""), or quote the whole '
+                "field."
+            )
+        return UserInputError(
+            f"{self._where(numbered.lineno)}: malformed {kind} ({message}); check the quoting and "
+            "delimiters on that line."
+        )
 
     def _unclosed_quote(self, line: int) -> UserInputError:
-        return UserInputError(f"{self._where(line)}: a quoted field opens here and never closes (the file ends inside "
-                              "it); add the closing quote, or write a quote that is part of the text as two quotes "
-                              "(\"\") inside a quoted field.")
+        return UserInputError(
+            f"{self._where(line)}: a quoted field opens here and never closes (the file ends inside "
+            "it); add the closing quote, or write a quote that is part of the text as two quotes "
+            '("") inside a quoted field.'
+        )
 
     def _unclosed_quote_line(self, start: int) -> int | None:
         """The line where the quoted field left open at the end of the file opens, reading on from ``start``.
@@ -395,7 +425,9 @@ class CorpusReader:
 
     def _check_label(self, label: object, lineno: int) -> Label:
         if isinstance(label, bool) or not isinstance(label, (str, int)):
-            raise UserInputError(f"{self._where(lineno)}: label must be a string or an integer, got {json.dumps(label)}.")
+            raise UserInputError(
+                f"{self._where(lineno)}: label must be a string or an integer, got {json.dumps(label)}."
+            )
         return label
 
 
@@ -476,5 +508,8 @@ def read_corpus(
     label_column: str | None = None,
 ) -> Iterator[CorpusRow]:
     """Stream the rows of a corpus file (see :class:`CorpusReader` for the rules)."""
-    return iter(CorpusReader(path, format=format, errors=errors, option=option, text_column=text_column,
-                             label_column=label_column))
+    return iter(
+        CorpusReader(
+            path, format=format, errors=errors, option=option, text_column=text_column, label_column=label_column
+        )
+    )

@@ -147,11 +147,25 @@ class DemoSizes:
         for name in ("frequencies", "classifier_frequencies"):
             if not getattr(self, name) or min(getattr(self, name)) < 1:
                 raise ValueError(f"{name} must be positive counts, got {getattr(self, name)}.")
-        for name in ("classifier_corpus_size", "per_frequency", "steps", "batch_size", "classifier_batch_size",
-                     "max_length", "eval_every", "shadow_models"):
+        for name in (
+            "classifier_corpus_size",
+            "per_frequency",
+            "steps",
+            "batch_size",
+            "classifier_batch_size",
+            "max_length",
+            "eval_every",
+            "shadow_models",
+        ):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
-        for name in ("audit_canaries", "public_size", "public_steps", "classifier_public_size", "classifier_public_epochs"):
+        for name in (
+            "audit_canaries",
+            "public_size",
+            "public_steps",
+            "classifier_public_size",
+            "classifier_public_epochs",
+        ):
             if getattr(self, name) < 0:
                 raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")
         if self.public_steps and not self.public_size:
@@ -171,7 +185,9 @@ class DemoSizes:
         if self.causal_public_epochs < 0:
             raise ValueError(f"causal_public_epochs must be >= 0, got {self.causal_public_epochs}.")
         if self.causal_public_epochs and not self.public_size:
-            raise ValueError("causal_public_epochs needs public_size > 0 (the public causal LM trains on public.jsonl).")
+            raise ValueError(
+                "causal_public_epochs needs public_size > 0 (the public causal LM trains on public.jsonl)."
+            )
         if not (self.causal_learning_rate > 0 and self.causal_dp_learning_rate > 0):
             raise ValueError("causal_learning_rate and causal_dp_learning_rate must be > 0.")
         if self.classifier_epochs < 0:
@@ -182,18 +198,60 @@ class DemoSizes:
             raise ValueError(f"learning_rate must be > 0, got {self.learning_rate}.")
 
 
-FULL = DemoSizes(corpus_size=3000, secret_format="digits:4", frequencies=(1, 10, 100), per_frequency=10, steps=1000,
-                 batch_size=64, max_length=32, learning_rate=3e-3, mask_prob=0.3, eval_every=250,
-                 classifier_corpus_size=1000, classifier_frequencies=(1, 10), classifier_epochs=3, classifier_batch_size=32,
-                 shadow_models=4, classifier_attacks=("loss", "shadow", "lira", "rmia"), audit_canaries=1000,
-                 public_size=20000, public_steps=1000, dp_learning_rate=1e-3, classifier_public_size=3000,
-                 classifier_public_epochs=2, audit_steps=63, audit_batch_size=1024, audit_lr_decay="none")
-QUICK = DemoSizes(corpus_size=1000, secret_format="digits:4", frequencies=(1, 10, 100), per_frequency=5, steps=500,
-                  batch_size=64, max_length=32, learning_rate=3e-3, mask_prob=0.3, eval_every=200,
-                  classifier_corpus_size=600, classifier_frequencies=(1, 10), classifier_epochs=2, classifier_batch_size=32,
-                  shadow_models=2, classifier_attacks=("loss", "shadow"), audit_canaries=200,
-                  public_size=10000, public_steps=300, dp_learning_rate=1e-3, classifier_public_size=1500,
-                  classifier_public_epochs=3, audit_steps=63, audit_batch_size=256, audit_lr_decay="none")
+FULL = DemoSizes(
+    corpus_size=3000,
+    secret_format="digits:4",
+    frequencies=(1, 10, 100),
+    per_frequency=10,
+    steps=1000,
+    batch_size=64,
+    max_length=32,
+    learning_rate=3e-3,
+    mask_prob=0.3,
+    eval_every=250,
+    classifier_corpus_size=1000,
+    classifier_frequencies=(1, 10),
+    classifier_epochs=3,
+    classifier_batch_size=32,
+    shadow_models=4,
+    classifier_attacks=("loss", "shadow", "lira", "rmia"),
+    audit_canaries=1000,
+    public_size=20000,
+    public_steps=1000,
+    dp_learning_rate=1e-3,
+    classifier_public_size=3000,
+    classifier_public_epochs=2,
+    audit_steps=63,
+    audit_batch_size=1024,
+    audit_lr_decay="none",
+)
+QUICK = DemoSizes(
+    corpus_size=1000,
+    secret_format="digits:4",
+    frequencies=(1, 10, 100),
+    per_frequency=5,
+    steps=500,
+    batch_size=64,
+    max_length=32,
+    learning_rate=3e-3,
+    mask_prob=0.3,
+    eval_every=200,
+    classifier_corpus_size=600,
+    classifier_frequencies=(1, 10),
+    classifier_epochs=2,
+    classifier_batch_size=32,
+    shadow_models=2,
+    classifier_attacks=("loss", "shadow"),
+    audit_canaries=200,
+    public_size=10000,
+    public_steps=300,
+    dp_learning_rate=1e-3,
+    classifier_public_size=1500,
+    classifier_public_epochs=3,
+    audit_steps=63,
+    audit_batch_size=256,
+    audit_lr_decay="none",
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -226,156 +284,467 @@ class Model:
     attack: Stage
 
 
-def _inject(name: str, data: Path, corpus_size: int, frequencies: tuple[int, ...], sizes: DemoSizes, seed: int,
-            what: str, public_size: int = 0) -> Stage:
+def _inject(
+    name: str,
+    data: Path,
+    corpus_size: int,
+    frequencies: tuple[int, ...],
+    sizes: DemoSizes,
+    seed: int,
+    what: str,
+    public_size: int = 0,
+) -> Stage:
     public = ("--public-size", str(public_size)) if public_size else ()
-    title = f"inject canaries into {corpus_size} built-in utterances" + (f", {public_size} public ones beside them"
-                                                                         if public_size else "")
-    return Stage(name=name, title=f"{title} ({what})", output=data, schema_prefix="dpaudit.inject/",
-                 args=("inject", "--corpus", "builtin:assistant", "--corpus-size", str(corpus_size), "--out", str(data),
-                       "--seed", str(seed), "--format", sizes.secret_format, "--frequencies",
-                       ",".join(map(str, frequencies)), "--per-frequency", str(sizes.per_frequency), *public,
-                       "--overwrite"))
+    title = f"inject canaries into {corpus_size} built-in utterances" + (
+        f", {public_size} public ones beside them" if public_size else ""
+    )
+    return Stage(
+        name=name,
+        title=f"{title} ({what})",
+        output=data,
+        schema_prefix="dpaudit.inject/",
+        args=(
+            "inject",
+            "--corpus",
+            "builtin:assistant",
+            "--corpus-size",
+            str(corpus_size),
+            "--out",
+            str(data),
+            "--seed",
+            str(seed),
+            "--format",
+            sizes.secret_format,
+            "--frequencies",
+            ",".join(map(str, frequencies)),
+            "--per-frequency",
+            str(sizes.per_frequency),
+            *public,
+            "--overwrite",
+        ),
+    )
 
 
 def _public_mlm(out: Path, data: Path, sizes: DemoSizes, seed: int) -> Stage:
     """The public masked LM: jax-bert, non-private, on the inject directory's ``public.jsonl`` only (marked public)."""
     model = out / "model-public"
-    return Stage(name="train-public", title=f"pretrain jax-bert MLM on {sizes.public_size} public utterances "
-                                            "(non-private, public data only)",
-                 output=model, schema_prefix="dpaudit.train/", inputs=(data,),
-                 args=("train", "--trainer", "jax-bert", "--data", str(data), "--out", str(model), "--seed", str(seed),
-                       "--preset", "tiny", "--data-split", "public", "--non-private", "--steps", str(sizes.public_steps),
-                       "--batch-size", str(sizes.batch_size), "--max-length", str(sizes.max_length),
-                       "--learning-rate", f"{sizes.learning_rate:g}", "--weight-decay", "0", "--mask-prob",
-                       f"{sizes.mask_prob:g}", "--eval-every", str(sizes.eval_every), "--eval-examples", "512"))
+    return Stage(
+        name="train-public",
+        title=f"pretrain jax-bert MLM on {sizes.public_size} public utterances (non-private, public data only)",
+        output=model,
+        schema_prefix="dpaudit.train/",
+        inputs=(data,),
+        args=(
+            "train",
+            "--trainer",
+            "jax-bert",
+            "--data",
+            str(data),
+            "--out",
+            str(model),
+            "--seed",
+            str(seed),
+            "--preset",
+            "tiny",
+            "--data-split",
+            "public",
+            "--non-private",
+            "--steps",
+            str(sizes.public_steps),
+            "--batch-size",
+            str(sizes.batch_size),
+            "--max-length",
+            str(sizes.max_length),
+            "--learning-rate",
+            f"{sizes.learning_rate:g}",
+            "--weight-decay",
+            "0",
+            "--mask-prob",
+            f"{sizes.mask_prob:g}",
+            "--eval-every",
+            str(sizes.eval_every),
+            "--eval-examples",
+            "512",
+        ),
+    )
 
 
-def _public_edp_sgd(out: Path, data: Path, seed: int, *, short: str, what: str, rows: int, task: str, epochs: int,
-                    batch_size: int, learning_rate: float, max_length: int, extra: tuple[str, ...] = ()) -> Stage:
+def _public_edp_sgd(
+    out: Path,
+    data: Path,
+    seed: int,
+    *,
+    short: str,
+    what: str,
+    rows: int,
+    task: str,
+    epochs: int,
+    batch_size: int,
+    learning_rate: float,
+    max_length: int,
+    extra: tuple[str, ...] = (),
+) -> Stage:
     """A public torch model (``model-<short>-public``): edp-sgd in sgd mode on ``public.jsonl`` only (marked public)."""
     model = out / f"model-{short}-public"
-    return Stage(name=f"train-{short}-public", title=f"pretrain {what} on {rows} public utterances (edp-sgd trainer, "
-                                                   f"--task {task}, non-private, public data only)",
-                 output=model, schema_prefix="dpaudit.train/", inputs=(data,),
-                 args=("train", "--trainer", "edp-sgd", "--task", task, "--data", str(data), "--out", str(model),
-                       "--seed", str(seed), "--preset", "tiny", "--data-split", "public", "--non-private",
-                       "--max-length", str(max_length), "--epochs", str(epochs), "--batch-size", str(batch_size),
-                       "--learning-rate", f"{learning_rate:g}", *extra))
+    return Stage(
+        name=f"train-{short}-public",
+        title=f"pretrain {what} on {rows} public utterances (edp-sgd trainer, "
+        f"--task {task}, non-private, public data only)",
+        output=model,
+        schema_prefix="dpaudit.train/",
+        inputs=(data,),
+        args=(
+            "train",
+            "--trainer",
+            "edp-sgd",
+            "--task",
+            task,
+            "--data",
+            str(data),
+            "--out",
+            str(model),
+            "--seed",
+            str(seed),
+            "--preset",
+            "tiny",
+            "--data-split",
+            "public",
+            "--non-private",
+            "--max-length",
+            str(max_length),
+            "--epochs",
+            str(epochs),
+            "--batch-size",
+            str(batch_size),
+            "--learning-rate",
+            f"{learning_rate:g}",
+            *extra,
+        ),
+    )
 
 
 def _public_classifier(out: Path, data: Path, sizes: DemoSizes, seed: int) -> Stage:
     """The public intent classifier, on the classifiers' inject directory (its label set declared)."""
-    return _public_edp_sgd(out, data, seed, short="clf", what="an intent classifier", rows=sizes.classifier_public_size,
-                           task="classify", epochs=sizes.classifier_public_epochs,
-                           batch_size=sizes.classifier_batch_size, learning_rate=sizes.learning_rate,
-                           max_length=sizes.max_length, extra=("--labels", ",".join(i.name for i in INTENTS)))
+    return _public_edp_sgd(
+        out,
+        data,
+        seed,
+        short="clf",
+        what="an intent classifier",
+        rows=sizes.classifier_public_size,
+        task="classify",
+        epochs=sizes.classifier_public_epochs,
+        batch_size=sizes.classifier_batch_size,
+        learning_rate=sizes.learning_rate,
+        max_length=sizes.max_length,
+        extra=("--labels", ",".join(i.name for i in INTENTS)),
+    )
 
 
 def _audit_inject(data: Path, sizes: DemoSizes, seed: int) -> Stage:
-    return Stage(name="inject-audit", title=f"inject {sizes.audit_canaries} coin-flip {AUDIT_DESIGN} canaries into "
-                                            f"{sizes.corpus_size} built-in utterances (one-run audit)",
-                 output=data, schema_prefix="dpaudit.inject/",
-                 args=("inject", "--corpus", "builtin:assistant", "--corpus-size", str(sizes.corpus_size), "--out",
-                       str(data), "--seed", str(seed), "--coin-flip", "--per-frequency", str(sizes.audit_canaries),
-                       "--design", AUDIT_DESIGN, "--overwrite"))
+    return Stage(
+        name="inject-audit",
+        title=f"inject {sizes.audit_canaries} coin-flip {AUDIT_DESIGN} canaries into "
+        f"{sizes.corpus_size} built-in utterances (one-run audit)",
+        output=data,
+        schema_prefix="dpaudit.inject/",
+        args=(
+            "inject",
+            "--corpus",
+            "builtin:assistant",
+            "--corpus-size",
+            str(sizes.corpus_size),
+            "--out",
+            str(data),
+            "--seed",
+            str(seed),
+            "--coin-flip",
+            "--per-frequency",
+            str(sizes.audit_canaries),
+            "--design",
+            AUDIT_DESIGN,
+            "--overwrite",
+        ),
+    )
 
 
 def _dp_learning_rate(sizes: DemoSizes) -> float:
     return sizes.learning_rate if sizes.dp_learning_rate is None else sizes.dp_learning_rate
 
 
-def _jax_bert(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int | None, *, suffix: str = "",
-              attacks: str = "exposure,reconstruction,loss", start: Path | None = None,
-              steps: int | None = None, batch_size: int | None = None, lr_decay: str = "quadratic") -> list[Model]:
+def _jax_bert(
+    out: Path,
+    data: Path,
+    sizes: DemoSizes,
+    seed: int,
+    noise_seed: int | None,
+    *,
+    suffix: str = "",
+    attacks: str = "exposure,reconstruction,loss",
+    start: Path | None = None,
+    steps: int | None = None,
+    batch_size: int | None = None,
+    lr_decay: str = "quadratic",
+) -> list[Model]:
     steps = sizes.steps if steps is None else steps
     batch_size = sizes.batch_size if batch_size is None else batch_size
     models = []
     init = ["--init-from", str(start)] if start is not None else []
-    for label, title, privacy, rate in (("nonprivate", "jax-bert MLM, non-private", ["--non-private"], sizes.learning_rate),
-                                        ("dp-eps8", "jax-bert MLM, DP-SGD at epsilon 8",
-                                         ["--target-epsilon", f"{TARGET_EPSILON:g}"],
-                                         _dp_learning_rate(sizes) if start is not None else sizes.learning_rate)):
+    for label, title, privacy, rate in (
+        ("nonprivate", "jax-bert MLM, non-private", ["--non-private"], sizes.learning_rate),
+        (
+            "dp-eps8",
+            "jax-bert MLM, DP-SGD at epsilon 8",
+            ["--target-epsilon", f"{TARGET_EPSILON:g}"],
+            _dp_learning_rate(sizes) if start is not None else sizes.learning_rate,
+        ),
+    ):
         label = label + suffix
         what = title + (", from the public model" if start is not None else "") + (", one-run audit" if suffix else "")
         model, attacked = out / f"model-{label}", out / f"attack-{label}"
-        train = ["train", "--trainer", "jax-bert", "--data", str(data), "--out", str(model), "--seed", str(seed),
-                 "--preset", "tiny", *init, "--steps", str(steps), "--batch-size", str(batch_size), "--lr-decay", lr_decay,
-                 "--max-length", str(sizes.max_length), "--learning-rate", f"{rate:g}",
-                 "--weight-decay", "0", "--mask-prob", f"{sizes.mask_prob:g}", "--eval-every", str(sizes.eval_every), "--eval-examples", "512", *privacy]
+        train = [
+            "train",
+            "--trainer",
+            "jax-bert",
+            "--data",
+            str(data),
+            "--out",
+            str(model),
+            "--seed",
+            str(seed),
+            "--preset",
+            "tiny",
+            *init,
+            "--steps",
+            str(steps),
+            "--batch-size",
+            str(batch_size),
+            "--lr-decay",
+            lr_decay,
+            "--max-length",
+            str(sizes.max_length),
+            "--learning-rate",
+            f"{rate:g}",
+            "--weight-decay",
+            "0",
+            "--mask-prob",
+            f"{sizes.mask_prob:g}",
+            "--eval-every",
+            str(sizes.eval_every),
+            "--eval-examples",
+            "512",
+            *privacy,
+        ]
         if noise_seed is not None:
             train += ["--noise-seed", str(noise_seed)]
-        attack = ["attack", "--model", str(model), "--data", str(data), "--out", str(attacked),
-                  "--attacks", attacks, "--seed", str(seed), "--overwrite"]
-        models.append(_model(label, data, model, attacked, train, attack, train_title=f"train {what}",
-                             attack_title=f"attack {what} ({attacks.replace(',', ', ')})", start=start))
+        attack = [
+            "attack",
+            "--model",
+            str(model),
+            "--data",
+            str(data),
+            "--out",
+            str(attacked),
+            "--attacks",
+            attacks,
+            "--seed",
+            str(seed),
+            "--overwrite",
+        ]
+        models.append(
+            _model(
+                label,
+                data,
+                model,
+                attacked,
+                train,
+                attack,
+                train_title=f"train {what}",
+                attack_title=f"attack {what} ({attacks.replace(',', ', ')})",
+                start=start,
+            )
+        )
     return models
 
 
-def _model(label: str, data: Path, model: Path, attacked: Path, train: list[str], attack: list[str], *,
-           train_title: str, attack_title: str, start: Path | None = None) -> Model:
+def _model(
+    label: str,
+    data: Path,
+    model: Path,
+    attacked: Path,
+    train: list[str],
+    attack: list[str],
+    *,
+    train_title: str,
+    attack_title: str,
+    start: Path | None = None,
+) -> Model:
     """A model's two stages: train ``model`` from ``data`` (and ``start``, the public model), then attack it."""
-    return Model(label=label,
-                 train=Stage(name=f"train-{label}", title=train_title, output=model, schema_prefix="dpaudit.train/",
-                             args=tuple(train), inputs=(data,) if start is None else (data, start)),
-                 attack=Stage(name=f"attack-{label}", title=attack_title, output=attacked, schema_prefix="dpaudit.attack/",
-                              args=tuple(attack), inputs=(data, model)))
+    return Model(
+        label=label,
+        train=Stage(
+            name=f"train-{label}",
+            title=train_title,
+            output=model,
+            schema_prefix="dpaudit.train/",
+            args=tuple(train),
+            inputs=(data,) if start is None else (data, start),
+        ),
+        attack=Stage(
+            name=f"attack-{label}",
+            title=attack_title,
+            output=attacked,
+            schema_prefix="dpaudit.attack/",
+            args=tuple(attack),
+            inputs=(data, model),
+        ),
+    )
 
 
-def _edp_sgd_train(model: Path, data: Path, seed: int, noise_seed: int | None, *, task: str, mode: str, private: bool,
-                   init: list[str], max_length: int, epochs: int, batch_size: int, learning_rate: float,
-                   extra: tuple[str, ...] = ()) -> list[str]:
+def _edp_sgd_train(
+    model: Path,
+    data: Path,
+    seed: int,
+    noise_seed: int | None,
+    *,
+    task: str,
+    mode: str,
+    private: bool,
+    init: list[str],
+    max_length: int,
+    epochs: int,
+    batch_size: int,
+    learning_rate: float,
+    extra: tuple[str, ...] = (),
+) -> list[str]:
     """The ``dpaudit train --trainer edp-sgd`` command of one attacked torch model (classifier or causal LM)."""
-    train = ["train", "--trainer", "edp-sgd", "--mode", mode, "--task", task, "--data", str(data), "--out", str(model),
-             "--seed", str(seed), "--preset", "tiny", *init, "--max-length", str(max_length), "--epochs", str(epochs),
-             "--batch-size", str(batch_size), "--learning-rate", f"{learning_rate:g}", *extra,
-             *(["--target-epsilon", f"{TARGET_EPSILON:g}"] if private else [])]
+    train = [
+        "train",
+        "--trainer",
+        "edp-sgd",
+        "--mode",
+        mode,
+        "--task",
+        task,
+        "--data",
+        str(data),
+        "--out",
+        str(model),
+        "--seed",
+        str(seed),
+        "--preset",
+        "tiny",
+        *init,
+        "--max-length",
+        str(max_length),
+        "--epochs",
+        str(epochs),
+        "--batch-size",
+        str(batch_size),
+        "--learning-rate",
+        f"{learning_rate:g}",
+        *extra,
+        *(["--target-epsilon", f"{TARGET_EPSILON:g}"] if private else []),
+    ]
     return train + (["--noise-seed", str(noise_seed)] if noise_seed is not None else [])
 
 
 #: The classifiers: (mode, label, title, private).
-CLASSIFIER_MODES = (("sgd", "clf-sgd", "edp-sgd trainer, sgd mode (non-private)", False),
-                    ("dp-sgd", "clf-dp-sgd", "edp-sgd trainer, dp-sgd mode at epsilon 8", True),
-                    ("edp-sgd", "clf-edp-sgd", "edp-sgd trainer, edp-sgd mode at epsilon 8", True))
+CLASSIFIER_MODES = (
+    ("sgd", "clf-sgd", "edp-sgd trainer, sgd mode (non-private)", False),
+    ("dp-sgd", "clf-dp-sgd", "edp-sgd trainer, dp-sgd mode at epsilon 8", True),
+    ("edp-sgd", "clf-edp-sgd", "edp-sgd trainer, edp-sgd mode at epsilon 8", True),
+)
 
 
-def _classifiers(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int | None,
-                 start: Path | None = None) -> list[Model]:
+def _classifiers(
+    out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int | None, start: Path | None = None
+) -> list[Model]:
     models = []
     attacks = ",".join(sizes.classifier_attacks)
     init = ["--init-from", str(start)] if start is not None else []
     for mode, label, title, private in CLASSIFIER_MODES:
         model, attacked = out / f"model-{label}", out / f"attack-{label}"
         rate = _dp_learning_rate(sizes) if private and start is not None else sizes.learning_rate
-        train = _edp_sgd_train(model, data, seed, noise_seed, task="classify", mode=mode, private=private, init=init,
-                               max_length=sizes.max_length, epochs=sizes.classifier_epochs,
-                               batch_size=sizes.classifier_batch_size, learning_rate=rate,
-                               extra=("--labels", ",".join(intent.name for intent in INTENTS)))
-        attack = ["attack", "--model", str(model), "--data", str(data), "--out", str(attacked), "--attacks", attacks,
-                  "--shadow-models", str(sizes.shadow_models), "--shadow-cache", str(out / "shadows"),
-                  "--seed", str(seed), "--overwrite"]
+        train = _edp_sgd_train(
+            model,
+            data,
+            seed,
+            noise_seed,
+            task="classify",
+            mode=mode,
+            private=private,
+            init=init,
+            max_length=sizes.max_length,
+            epochs=sizes.classifier_epochs,
+            batch_size=sizes.classifier_batch_size,
+            learning_rate=rate,
+            extra=("--labels", ",".join(intent.name for intent in INTENTS)),
+        )
+        attack = [
+            "attack",
+            "--model",
+            str(model),
+            "--data",
+            str(data),
+            "--out",
+            str(attacked),
+            "--attacks",
+            attacks,
+            "--shadow-models",
+            str(sizes.shadow_models),
+            "--shadow-cache",
+            str(out / "shadows"),
+            "--seed",
+            str(seed),
+            "--overwrite",
+        ]
         if "lira" in sizes.classifier_attacks:
             attack.append("--lira-global-variance")  # a handful of shadows: one shared variance is the stable estimate
         what = title + (", from the public classifier" if start is not None else "")
-        models.append(_model(label, data, model, attacked, train, attack, train_title=f"train intent classifier, {what}",
-                             attack_title=f"attack intent classifier, {mode} ({attacks})", start=start))
+        models.append(
+            _model(
+                label,
+                data,
+                model,
+                attacked,
+                train,
+                attack,
+                train_title=f"train intent classifier, {what}",
+                attack_title=f"attack intent classifier, {mode} ({attacks})",
+                start=start,
+            )
+        )
     return models
 
 
 #: The causal LMs: (mode, label, title, private).
-CAUSAL_MODES = (("sgd", "clm-nonprivate", "GPT-2-shaped causal LM, non-private", False),
-                ("dp-sgd", "clm-dp-eps8", "GPT-2-shaped causal LM, DP-SGD at epsilon 8", True))
+CAUSAL_MODES = (
+    ("sgd", "clm-nonprivate", "GPT-2-shaped causal LM, non-private", False),
+    ("dp-sgd", "clm-dp-eps8", "GPT-2-shaped causal LM, DP-SGD at epsilon 8", True),
+)
 
 
 def _public_causal(out: Path, data: Path, sizes: DemoSizes, seed: int) -> Stage:
     """The public causal LM, on the masked LMs' inject directory's ``public.jsonl``."""
-    return _public_edp_sgd(out, data, seed, short="clm", what="a GPT-2-shaped causal LM", rows=sizes.public_size,
-                           task="clm", epochs=sizes.causal_public_epochs, batch_size=sizes.causal_batch_size,
-                           learning_rate=sizes.causal_learning_rate, max_length=sizes.max_length)
+    return _public_edp_sgd(
+        out,
+        data,
+        seed,
+        short="clm",
+        what="a GPT-2-shaped causal LM",
+        rows=sizes.public_size,
+        task="clm",
+        epochs=sizes.causal_public_epochs,
+        batch_size=sizes.causal_batch_size,
+        learning_rate=sizes.causal_learning_rate,
+        max_length=sizes.max_length,
+    )
 
 
-def _causal(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int | None,
-            start: Path | None = None) -> list[Model]:
+def _causal(
+    out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int | None, start: Path | None = None
+) -> list[Model]:
     """The causal LMs: trained on the masked LMs' inject directory (the same digit canaries, 1, 10 and 100
     times), non-private and with DP-SGD at epsilon 8, attacked with exposure (the Secret Sharer's own setting),
     greedy extraction of each secret from its prefix and the causal membership attacks."""
@@ -384,15 +753,48 @@ def _causal(out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int 
     init = ["--init-from", str(start)] if start is not None else []
     for mode, label, title, private in CAUSAL_MODES:
         model, attacked = out / f"model-{label}", out / f"attack-{label}"
-        train = _edp_sgd_train(model, data, seed, noise_seed, task="clm", mode=mode, private=private, init=init,
-                               max_length=sizes.max_length, epochs=sizes.causal_epochs,
-                               batch_size=sizes.causal_batch_size,
-                               learning_rate=sizes.causal_dp_learning_rate if private else sizes.causal_learning_rate)
-        attack = ["attack", "--model", str(model), "--data", str(data), "--out", str(attacked), "--attacks", attacks,
-                  "--seed", str(seed), "--overwrite"]
+        train = _edp_sgd_train(
+            model,
+            data,
+            seed,
+            noise_seed,
+            task="clm",
+            mode=mode,
+            private=private,
+            init=init,
+            max_length=sizes.max_length,
+            epochs=sizes.causal_epochs,
+            batch_size=sizes.causal_batch_size,
+            learning_rate=sizes.causal_dp_learning_rate if private else sizes.causal_learning_rate,
+        )
+        attack = [
+            "attack",
+            "--model",
+            str(model),
+            "--data",
+            str(data),
+            "--out",
+            str(attacked),
+            "--attacks",
+            attacks,
+            "--seed",
+            str(seed),
+            "--overwrite",
+        ]
         what = title + (", from the public causal LM" if start is not None else "")
-        models.append(_model(label, data, model, attacked, train, attack, train_title=f"train {what}",
-                             attack_title=f"attack {what} ({attacks.replace(',', ', ')})", start=start))
+        models.append(
+            _model(
+                label,
+                data,
+                model,
+                attacked,
+                train,
+                attack,
+                train_title=f"train {what}",
+                attack_title=f"attack {what} ({attacks.replace(',', ', ')})",
+                start=start,
+            )
+        )
     return models
 
 
@@ -414,12 +816,26 @@ class DemoPlan:
 def _with_noise_seed(stage: Stage, noise_seed: int | None) -> Stage:
     if noise_seed is None:
         return stage
-    return Stage(name=stage.name, title=stage.title, output=stage.output, schema_prefix=stage.schema_prefix,
-                 args=(*stage.args, "--noise-seed", str(noise_seed)), inputs=stage.inputs)
+    return Stage(
+        name=stage.name,
+        title=stage.title,
+        output=stage.output,
+        schema_prefix=stage.schema_prefix,
+        args=(*stage.args, "--noise-seed", str(noise_seed)),
+        inputs=stage.inputs,
+    )
 
 
-def build_plan(out: Path, sizes: DemoSizes, *, seed: int, report: Path, classifiers: bool,
-               noise_seed: int | None = None, causal: bool = False) -> DemoPlan:
+def build_plan(
+    out: Path,
+    sizes: DemoSizes,
+    *,
+    seed: int,
+    report: Path,
+    classifiers: bool,
+    noise_seed: int | None = None,
+    causal: bool = False,
+) -> DemoPlan:
     """The stages for ``sizes`` under ``out``: inject, pretrain the public models, then train and attack each model
     from them, then the report.
 
@@ -432,8 +848,9 @@ def build_plan(out: Path, sizes: DemoSizes, *, seed: int, report: Path, classifi
     from a public causal LM when ``sizes.causal_public_epochs``.
     """
     data, clf_data, audit_data = out / "data", out / "data-classifier", out / "data-audit"
-    injects = [_inject("inject", data, sizes.corpus_size, sizes.frequencies, sizes, seed, "masked LMs",
-                       sizes.public_size)]
+    injects = [
+        _inject("inject", data, sizes.corpus_size, sizes.frequencies, sizes, seed, "masked LMs", sizes.public_size)
+    ]
     publics: list[Stage] = []
     start = None
     if sizes.public_steps:
@@ -442,11 +859,31 @@ def build_plan(out: Path, sizes: DemoSizes, *, seed: int, report: Path, classifi
     models = _jax_bert(out, data, sizes, seed, noise_seed, start=start)
     if sizes.audit_canaries:
         injects.append(_audit_inject(audit_data, sizes, seed))
-        models += _jax_bert(out, audit_data, sizes, seed, noise_seed, suffix=AUDIT_SUFFIX, attacks="canary",
-                            steps=sizes.audit_steps, batch_size=sizes.audit_batch_size, lr_decay=sizes.audit_lr_decay)
+        models += _jax_bert(
+            out,
+            audit_data,
+            sizes,
+            seed,
+            noise_seed,
+            suffix=AUDIT_SUFFIX,
+            attacks="canary",
+            steps=sizes.audit_steps,
+            batch_size=sizes.audit_batch_size,
+            lr_decay=sizes.audit_lr_decay,
+        )
     if classifiers and sizes.classifier_epochs:
-        injects.append(_inject("inject-classifier", clf_data, sizes.classifier_corpus_size, sizes.classifier_frequencies,
-                               sizes, seed, "intent classifiers", sizes.classifier_public_size))
+        injects.append(
+            _inject(
+                "inject-classifier",
+                clf_data,
+                sizes.classifier_corpus_size,
+                sizes.classifier_frequencies,
+                sizes,
+                seed,
+                "intent classifiers",
+                sizes.classifier_public_size,
+            )
+        )
         clf_start = None
         if sizes.classifier_public_epochs:
             publics.append(_with_noise_seed(_public_classifier(out, clf_data, sizes, seed), noise_seed))
@@ -459,9 +896,19 @@ def build_plan(out: Path, sizes: DemoSizes, *, seed: int, report: Path, classifi
             causal_start = publics[-1].output
         models += _causal(out, data, sizes, seed, noise_seed, causal_start)
     attacks = [m.attack.output for m in models]
-    report_stage = Stage(name="report", title=f"report comparing {len(models)} models", output=report,
-                         schema_prefix=None, args=("report", *map(str, attacks), "--out", str(report),
-                                                   *(a for m in models for a in ("--label", f"{m.label}={m.attack.output}"))),
-                         inputs=tuple(attacks))
+    report_stage = Stage(
+        name="report",
+        title=f"report comparing {len(models)} models",
+        output=report,
+        schema_prefix=None,
+        args=(
+            "report",
+            *map(str, attacks),
+            "--out",
+            str(report),
+            *(a for m in models for a in ("--label", f"{m.label}={m.attack.output}")),
+        ),
+        inputs=tuple(attacks),
+    )
     stages = [*injects, *publics, *(s for m in models for s in (m.train, m.attack)), report_stage]
     return DemoPlan(data=data, models=tuple(models), report=report, stages=tuple(stages), public_models=tuple(publics))

@@ -52,7 +52,13 @@ class StageTime:
     cpu_s: float
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "title": self.title, "skipped": self.skipped, "wall_s": self.wall_s, "cpu_s": self.cpu_s}
+        return {
+            "name": self.name,
+            "title": self.title,
+            "skipped": self.skipped,
+            "wall_s": self.wall_s,
+            "cpu_s": self.cpu_s,
+        }
 
 
 def _input_hashes(stage: Stage) -> dict[str, str | None]:
@@ -100,8 +106,10 @@ def check_out(out: Path) -> None:
     if out.exists() and not out.is_dir():
         raise UserInputError(f"--out {out} is a file, not a folder; choose a folder path.")
     if out.is_dir() and any(out.iterdir()) and not (out / STATE_DIR).is_dir():
-        raise UserInputError(f"--out {out} exists, is not empty and is not an earlier dpaudit demo run (no {STATE_DIR}/ "
-                             "in it); choose a new or empty folder.")
+        raise UserInputError(
+            f"--out {out} exists, is not empty and is not an earlier dpaudit demo run (no {STATE_DIR}/ "
+            "in it); choose a new or empty folder."
+        )
 
 
 def _prepare(stage: Stage, state: Path) -> None:
@@ -113,15 +121,18 @@ def _prepare(stage: Stage, state: Path) -> None:
     path = _record_path(state, stage)
     if _read_record(path) != _record(stage) and stage.schema_prefix is not None and stage.output.exists():
         if not stage.output.is_dir():
-            raise UserInputError(f"{stage.output} is a file, where the demo writes its {stage.name} folder; move it away "
-                                 "or choose another --out.")
+            raise UserInputError(
+                f"{stage.output} is a file, where the demo writes its {stage.name} folder; move it away "
+                "or choose another --out."
+            )
         refuse_foreign(stage.output, option=f"the demo's {stage.name} folder")
         shutil.rmtree(stage.output)
     atomic_write_json(path, _record(stage))
 
 
-def run_stages(stages: Sequence[Stage], *, state: Path, run: Callable[[Stage], None],
-               echo: Callable[[str], None]) -> list[StageTime]:
+def run_stages(
+    stages: Sequence[Stage], *, state: Path, run: Callable[[Stage], None], echo: Callable[[str], None]
+) -> list[StageTime]:
     """Run ``stages`` in order, skipping complete ones; ``run(stage)`` executes one stage's command.
 
     Prints a stage line (``[i/n] title``) before each stage and its wall/CPU time after it.
@@ -139,7 +150,9 @@ def run_stages(stages: Sequence[Stage], *, state: Path, run: Callable[[Stage], N
         run(stage)
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         if stage.schema_prefix is not None:
-            verify_run_dir(stage.output, schema_prefix=stage.schema_prefix)  # the stage's own contract, checked once more
+            verify_run_dir(
+                stage.output, schema_prefix=stage.schema_prefix
+            )  # the stage's own contract, checked once more
         echo(f"      done in {wall:.1f} s (CPU {cpu:.1f} s)")
         times.append(StageTime(name=stage.name, title=stage.title, skipped=False, wall_s=wall, cpu_s=cpu))
     return times

@@ -118,8 +118,10 @@ def mlm_line(label: str, results: AttackResults, utility: str | None = None) -> 
         return row.vs_controls.p_value if row.vs_controls else float("nan")
 
     found = "MEMORIZED" if p(top) < ALPHA else "indistinguishable from the controls"
-    text = (f"{head}{top.frequency}x canaries {top.mean:.1f} bits of exposure vs "
-            f"{controls.mean:.1f} for controls (p = {p(top):.2g})")
+    text = (
+        f"{head}{top.frequency}x canaries {top.mean:.1f} bits of exposure vs "
+        f"{controls.mean:.1f} for controls (p = {p(top):.2g})"
+    )
     if exact is not None:
         text += f", {exact.exact_matches}/{exact.n} reconstructed exactly"
     text += f": {found}"
@@ -146,24 +148,42 @@ def causal_line(label: str, results: AttackResults, utility: str | None = None) 
         found = "MEMORIZED" if p < ALPHA else "indistinguishable from the controls"
         if found == "MEMORIZED" and results.claimed.private:
             found += f" (a group of {top.frequency} rows, beyond what the per-example claim covers)"
-        lower = ", ".join(f"{rows[f].frequency}x {rows[f].mean:.1f} bits (p = "
-                          f"{rows[f].vs_controls.p_value if rows[f].vs_controls else float('nan'):.2g})"
-                          for f in inserted[:-1])
-        parts.append(f"{top.frequency}x canaries {top.mean:.1f} bits of exposure vs {controls.mean:.1f} for controls "
-                     f"(p = {p:.2g}): {found}" + (f"; {lower}" if lower else ""))
+        lower = ", ".join(
+            f"{rows[f].frequency}x {rows[f].mean:.1f} bits (p = "
+            f"{rows[f].vs_controls.p_value if rows[f].vs_controls else float('nan'):.2g})"
+            for f in inserted[:-1]
+        )
+        parts.append(
+            f"{top.frequency}x canaries {top.mean:.1f} bits of exposure vs {controls.mean:.1f} for controls "
+            f"(p = {p:.2g}): {found}" + (f"; {lower}" if lower else "")
+        )
     recon = next((r for r in results.attacks if isinstance(r, ReconstructionResult)), None)
     if recon is not None and recon.rows:
-        counts = ", ".join(f"{'controls' if r.frequency == 0 else f'{r.frequency}x'} {r.exact_matches}/{r.n}"
-                           for r in sorted(recon.rows, key=lambda r: -r.frequency))
+        counts = ", ".join(
+            f"{'controls' if r.frequency == 0 else f'{r.frequency}x'} {r.exact_matches}/{r.n}"
+            for r in sorted(recon.rows, key=lambda r: -r.frequency)
+        )
         parts.append(f"secrets extracted greedily from their prefix: {counts}")
-    mia = [(t.auc, r.attack) for r in results.attacks if isinstance(r, MiaResult) and not r.baseline
-           for t in r.tasks if t.task == "examples"]
-    blind = [t.auc for r in results.attacks if isinstance(r, MiaResult) and r.baseline for t in r.tasks
-             if t.task == "examples"]
+    mia = [
+        (t.auc, r.attack)
+        for r in results.attacks
+        if isinstance(r, MiaResult) and not r.baseline
+        for t in r.tasks
+        if t.task == "examples"
+    ]
+    blind = [
+        t.auc
+        for r in results.attacks
+        if isinstance(r, MiaResult) and r.baseline
+        for t in r.tasks
+        if t.task == "examples"
+    ]
     if mia:
         auc, attack = max(mia)
-        parts.append(f"best membership AUC on members vs held-out rows {auc:.2f} ({attack})"
-                     + (f", blind baseline {blind[0]:.2f}" if blind else ""))
+        parts.append(
+            f"best membership AUC on members vs held-out rows {auc:.2f} ({attack})"
+            + (f", blind baseline {blind[0]:.2f}" if blind else "")
+        )
     return head + ("; ".join(parts) if parts else "no canary or membership result") + _bound_text(results)
 
 
@@ -178,11 +198,16 @@ def audit_line(label: str, results: AttackResults) -> str:
 
     tpr = next((x["tpr"] for x in task.tpr_at if abs(x["fpr"] - 0.01) < 1e-12), float("nan"))
     need = min_nonmembers_for(0.01)  # with fewer non-members it would be TPR at zero false positives: not shown
-    tpr_text = (f"TPR {tpr:.0%} at 1% FPR" if task.n_nonmembers >= need else
-                f"TPR at 1% FPR n/a (needs >= {need} non-members, have {task.n_nonmembers})")
+    tpr_text = (
+        f"TPR {tpr:.0%} at 1% FPR"
+        if task.n_nonmembers >= need
+        else f"TPR at 1% FPR n/a (needs >= {need} non-members, have {task.n_nonmembers})"
+    )
     design = canary.parameters.get("design", "designed")
-    return (f"{label} ({_claim(results)}): {task.n_members + task.n_nonmembers} coin-flip {design} canaries, "
-            f"{task.n_members} inserted once: AUC {task.auc:.2f}, {tpr_text}{_bound_text(results)}")
+    return (
+        f"{label} ({_claim(results)}): {task.n_members + task.n_nonmembers} coin-flip {design} canaries, "
+        f"{task.n_members} inserted once: AUC {task.auc:.2f}, {tpr_text}{_bound_text(results)}"
+    )
 
 
 def classifier_line(pairs: Sequence[tuple[str, AttackResults]], utilities: Sequence[str | None] = ()) -> str:
@@ -190,8 +215,12 @@ def classifier_line(pairs: Sequence[tuple[str, AttackResults]], utilities: Seque
     membership attack (AUC) and lower bound."""
     parts = []
     for i, (label, results) in enumerate(pairs):
-        tasks = [(t.auc, r.attack, t.task) for r in results.attacks if isinstance(r, MiaResult) and not r.baseline
-                 for t in r.tasks]
+        tasks = [
+            (t.auc, r.attack, t.task)
+            for r in results.attacks
+            if isinstance(r, MiaResult) and not r.baseline
+            for t in r.tasks
+        ]
         auc, attack, task = max(tasks, default=(float("nan"), "-", "-"))
         from dpaudit.verdict.headline import headline_of
 
@@ -199,14 +228,20 @@ def classifier_line(pairs: Sequence[tuple[str, AttackResults]], utilities: Seque
         claim = _claim(results)
         bound = head.text() if head.best is not None else "no eligible lower bound"
         utility = utilities[i] if i < len(utilities) else None
-        parts.append(f"{label} ({claim}) {f'{utility}, ' if utility else ''}best membership AUC {auc:.2f} ({attack}/{task}), "
-                     f"{bound}")
+        parts.append(
+            f"{label} ({claim}) {f'{utility}, ' if utility else ''}best membership AUC {auc:.2f} ({attack}/{task}), "
+            f"{bound}"
+        )
     return "intent classifiers: " + "; ".join(parts)
 
 
-def verdict_lines(mlm: Sequence[tuple[str, Path]], classifiers: Sequence[tuple[str, Path]],
-                  missing_classifiers: str | None, audits: Sequence[tuple[str, Path]] = (),
-                  causal: Sequence[tuple[str, Path]] = ()) -> list[str]:
+def verdict_lines(
+    mlm: Sequence[tuple[str, Path]],
+    classifiers: Sequence[tuple[str, Path]],
+    missing_classifiers: str | None,
+    audits: Sequence[tuple[str, Path]] = (),
+    causal: Sequence[tuple[str, Path]] = (),
+) -> list[str]:
     """The lines: each masked LM, each one-run audit, each causal LM, then the classifiers (or why they did not run)."""
     from dpaudit.attacks.run import read_attack_dir
 
@@ -214,8 +249,12 @@ def verdict_lines(mlm: Sequence[tuple[str, Path]], classifiers: Sequence[tuple[s
     lines += [audit_line(label, read_attack_dir(path)) for label, path in audits]
     lines += [causal_line(label, read_attack_dir(path), read_utility(Path(path))) for label, path in causal]
     if classifiers:
-        lines.append(classifier_line([(label, read_attack_dir(path)) for label, path in classifiers],
-                                     [read_utility(Path(path)) for _, path in classifiers]))
+        lines.append(
+            classifier_line(
+                [(label, read_attack_dir(path)) for label, path in classifiers],
+                [read_utility(Path(path)) for _, path in classifiers],
+            )
+        )
     else:
         lines.append(f"intent classifiers: not run ({missing_classifiers})")
     return lines

@@ -43,9 +43,23 @@ import numpy as np
 
 from dpaudit.common.errors import UserInputError
 
-__all__ = ["CAUSAL_LM", "CLASSIFIER", "ExpectedTensors", "Layout", "MASKED_LM", "ModelDirCheck", "ModelKind",
-           "TensorHeader", "architecture_difference", "architecture_kind", "check_model_dir", "check_weights", "compare_tensors",
-           "read_config", "tokenizer_size"]
+__all__ = [
+    "CAUSAL_LM",
+    "CLASSIFIER",
+    "ExpectedTensors",
+    "Layout",
+    "MASKED_LM",
+    "ModelDirCheck",
+    "ModelKind",
+    "TensorHeader",
+    "architecture_difference",
+    "architecture_kind",
+    "check_model_dir",
+    "check_weights",
+    "compare_tensors",
+    "read_config",
+    "tokenizer_size",
+]
 
 ModelKind = Literal["masked-lm", "classifier", "causal-lm"]
 MASKED_LM: ModelKind = "masked-lm"
@@ -76,13 +90,38 @@ def architecture_kind(architecture: str) -> ModelKind | None:
 # -- config.json -------------------------------------------------------------------------------------
 
 #: Shape fields of the common Hugging Face configs (BERT, GPT-2, Llama and their kin): positive integers.
-_POSITIVE_INTS = ("vocab_size", "hidden_size", "num_hidden_layers", "num_attention_heads", "intermediate_size",
-                  "max_position_embeddings", "type_vocab_size", "n_embd", "n_layer", "n_head", "n_positions", "n_ctx",
-                  "n_inner", "num_key_value_heads", "head_dim", "num_labels", "d_model")
+_POSITIVE_INTS = (
+    "vocab_size",
+    "hidden_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "intermediate_size",
+    "max_position_embeddings",
+    "type_vocab_size",
+    "n_embd",
+    "n_layer",
+    "n_head",
+    "n_positions",
+    "n_ctx",
+    "n_inner",
+    "num_key_value_heads",
+    "head_dim",
+    "num_labels",
+    "d_model",
+)
 #: Of those, the ones a config may leave null (the model then derives them).
 _NULLABLE = frozenset({"n_inner", "num_key_value_heads", "head_dim"})
-_NUMBERS = ("layer_norm_eps", "layer_norm_epsilon", "rms_norm_eps", "initializer_range", "hidden_dropout_prob",
-            "attention_probs_dropout_prob", "resid_pdrop", "embd_pdrop", "attn_pdrop")
+_NUMBERS = (
+    "layer_norm_eps",
+    "layer_norm_epsilon",
+    "rms_norm_eps",
+    "initializer_range",
+    "hidden_dropout_prob",
+    "attention_probs_dropout_prob",
+    "resid_pdrop",
+    "embd_pdrop",
+    "attn_pdrop",
+)
 _TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id")
 
 
@@ -104,14 +143,19 @@ def read_config(model_dir: str | os.PathLike[str], *, where: str) -> dict[str, A
     try:
         config = json.loads(path.read_text(encoding="utf-8"))
     except (OSError, UnicodeDecodeError) as err:
-        raise UserInputError(f"{path}: cannot read it ({getattr(err, 'strerror', None) or err}); re-save the model "
-                             "(model.save_pretrained(dir)).") from None
+        raise UserInputError(
+            f"{path}: cannot read it ({getattr(err, 'strerror', None) or err}); re-save the model "
+            "(model.save_pretrained(dir))."
+        ) from None
     except json.JSONDecodeError as err:
-        raise UserInputError(f"{path}: not valid JSON ({err.msg}, line {err.lineno}); re-save the model "
-                             "(model.save_pretrained(dir)).") from None
+        raise UserInputError(
+            f"{path}: not valid JSON ({err.msg}, line {err.lineno}); re-save the model (model.save_pretrained(dir))."
+        ) from None
     if not isinstance(config, dict):
-        raise UserInputError(f"{path}: expected a JSON object, got a {type(config).__name__}; re-save the model "
-                             "(model.save_pretrained(dir)).")
+        raise UserInputError(
+            f"{path}: expected a JSON object, got a {type(config).__name__}; re-save the model "
+            "(model.save_pretrained(dir))."
+        )
     fix = "correct config.json, or re-save the model (model.save_pretrained(dir))"
     for key in _POSITIVE_INTS:
         if key in config and not (config[key] is None and key in _NULLABLE):
@@ -120,8 +164,9 @@ def read_config(model_dir: str | os.PathLike[str], *, where: str) -> dict[str, A
                 raise UserInputError(f"{path}: {key} must be a positive integer, got {value!r}; {fix}.")
     for key in _NUMBERS:
         value = config.get(key)
-        if key in config and not (isinstance(value, (int, float)) and not isinstance(value, bool)
-                                  and math.isfinite(value) and value >= 0):
+        if key in config and not (
+            isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value) and value >= 0
+        ):
             raise UserInputError(f"{path}: {key} must be a non-negative number, got {value!r}; {fix}.")
     for key in _TOKEN_IDS:
         value = config.get(key)
@@ -129,13 +174,17 @@ def read_config(model_dir: str | os.PathLike[str], *, where: str) -> dict[str, A
         if value is not None and not all(_int(v) and v >= 0 for v in values):
             raise UserInputError(f"{path}: {key} must be a token id (an integer >= 0) or null, got {value!r}; {fix}.")
     if "tie_word_embeddings" in config and not isinstance(config["tie_word_embeddings"], bool):
-        raise UserInputError(f"{path}: tie_word_embeddings must be true or false, got "
-                             f"{config['tie_word_embeddings']!r}; {fix}.")
+        raise UserInputError(
+            f"{path}: tie_word_embeddings must be true or false, got {config['tie_word_embeddings']!r}; {fix}."
+        )
     architectures = config.get("architectures")
-    if architectures is not None and not (isinstance(architectures, list)
-                                          and all(isinstance(a, str) for a in architectures)):
-        raise UserInputError(f"{path}: architectures must be a list of class names (e.g. [\"BertForMaskedLM\"]), got "
-                             f"{architectures!r}; {fix}.")
+    if architectures is not None and not (
+        isinstance(architectures, list) and all(isinstance(a, str) for a in architectures)
+    ):
+        raise UserInputError(
+            f'{path}: architectures must be a list of class names (e.g. ["BertForMaskedLM"]), got '
+            f"{architectures!r}; {fix}."
+        )
     if "model_type" in config and not isinstance(config["model_type"], str):
         raise UserInputError(f"{path}: model_type must be a string, got {config['model_type']!r}; {fix}.")
     return config
@@ -156,8 +205,23 @@ def architecture_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> str |
 
 _SAFETENSORS_HEADER_MAX = 100 * 1024 * 1024  # the safetensors reader's own limit on its JSON header
 #: safetensors dtype name -> bytes per element (the format's list).
-_ITEMSIZE = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "F8_E4M3": 1, "F8_E5M2": 1, "I64": 8, "I32": 4, "I16": 2,
-             "I8": 1, "U64": 8, "U32": 4, "U16": 2, "U8": 1, "BOOL": 1}
+_ITEMSIZE = {
+    "F64": 8,
+    "F32": 4,
+    "F16": 2,
+    "BF16": 2,
+    "F8_E4M3": 1,
+    "F8_E5M2": 1,
+    "I64": 8,
+    "I32": 4,
+    "I16": 2,
+    "I8": 1,
+    "U64": 8,
+    "U32": 4,
+    "U16": 2,
+    "U8": 1,
+    "BOOL": 1,
+}
 
 
 @dataclass(frozen=True)
@@ -202,16 +266,24 @@ def _read_header(path: Path) -> tuple[dict[str, Any] | None, int, str | None]:
         if name == "__metadata__":
             continue
         offsets = entry.get("data_offsets") if isinstance(entry, dict) else None
-        if (not isinstance(offsets, list) or len(offsets) != 2 or not all(_int(o) for o in offsets)
-                or not 0 <= offsets[0] <= offsets[1]):
+        if (
+            not isinstance(offsets, list)
+            or len(offsets) != 2
+            or not all(_int(o) for o in offsets)
+            or not 0 <= offsets[0] <= offsets[1]
+        ):
             return None, 0, f"tensor {name!r} has no valid data_offsets"
         shape = entry.get("shape")
         if not isinstance(shape, list) or not all(_int(d) and d >= 0 for d in shape):
             return None, 0, f"tensor {name!r} has no valid shape"
         itemsize = _ITEMSIZE.get(entry.get("dtype"))
         if itemsize is not None and offsets[1] - offsets[0] != itemsize * math.prod(shape):
-            return None, 0, f"tensor {name!r} holds {offsets[1] - offsets[0]} bytes, its shape {shape} needs " \
-                            f"{itemsize * math.prod(shape)}"
+            return (
+                None,
+                0,
+                f"tensor {name!r} holds {offsets[1] - offsets[0]} bytes, its shape {shape} needs "
+                f"{itemsize * math.prod(shape)}",
+            )
         end = max(end, offsets[1])
     if 8 + length + end != size:
         return None, 0, f"its tensors need {8 + length + end} bytes, the file has {size} (truncated or padded)"
@@ -244,13 +316,17 @@ def check_weights(model_dir: str | os.PathLike[str], *, option: str = "--model")
             index = json.loads(index_path.read_text(encoding="utf-8"))
             shards = sorted({str(v) for v in index["weight_map"].values()})
         except (OSError, UnicodeDecodeError, json.JSONDecodeError, KeyError, TypeError, AttributeError):
-            raise UserInputError(f"{option} {model_dir} is not a safetensors model directory ({index_path.name} has no "
-                                 f"weight_map); {fix}.") from None
+            raise UserInputError(
+                f"{option} {model_dir} is not a safetensors model directory ({index_path.name} has no "
+                f"weight_map); {fix}."
+            ) from None
         files = [model_dir / shard for shard in shards]
         missing = [f for f in files if not f.is_file() or f.parent != model_dir]
         if not shards or missing:
-            raise UserInputError(f"{option} {model_dir} is not a safetensors model directory ({index_path.name} names "
-                                 f"{missing[0].name if missing else 'no shard'}, which is not there); {fix}.")
+            raise UserInputError(
+                f"{option} {model_dir} is not a safetensors model directory ({index_path.name} names "
+                f"{missing[0].name if missing else 'no shard'}, which is not there); {fix}."
+            )
     else:
         pickled = [name for name in PICKLE_WEIGHTS if (model_dir / name).is_file()]
         if pickled:
@@ -263,8 +339,10 @@ def check_weights(model_dir: str | os.PathLike[str], *, option: str = "--model")
     for path in files:
         problem = _safetensors_problem(path)
         if problem is not None:
-            raise UserInputError(f"{option} {model_dir} is not a safetensors model directory: {path} is not a whole "
-                                 f"safetensors file ({problem}); {fix}.")
+            raise UserInputError(
+                f"{option} {model_dir} is not a safetensors model directory: {path} is not a whole "
+                f"safetensors file ({problem}); {fix}."
+            )
     return files
 
 
@@ -277,8 +355,14 @@ def read_tensor_headers(files: list[Path]) -> dict[str, TensorHeader]:
             if name == "__metadata__":
                 continue
             begin, end = entry["data_offsets"]
-            tensors[name] = TensorHeader(name=name, dtype=str(entry.get("dtype")), shape=tuple(entry["shape"]),
-                                         file=path, begin=8 + length + begin, end=8 + length + end)
+            tensors[name] = TensorHeader(
+                name=name,
+                dtype=str(entry.get("dtype")),
+                shape=tuple(entry["shape"]),
+                file=path,
+                begin=8 + length + begin,
+                end=8 + length + end,
+            )
     return tensors
 
 
@@ -298,11 +382,15 @@ def tokenizer_size(model_dir: str | os.PathLike[str], *, where: str) -> int | No
         try:
             obj = json.loads(path.read_text(encoding="utf-8"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as err:
-            raise UserInputError(f"{where}: {path.name} is not a tokenizers file ({type(err).__name__}); save the "
-                                 "model's tokenizer there (tokenizer.save_pretrained(dir)).") from None
+            raise UserInputError(
+                f"{where}: {path.name} is not a tokenizers file ({type(err).__name__}); save the "
+                "model's tokenizer there (tokenizer.save_pretrained(dir))."
+            ) from None
         if not isinstance(obj, dict):
-            raise UserInputError(f"{where}: {path.name} is not a tokenizers file (not a JSON object); save the "
-                                 "model's tokenizer there (tokenizer.save_pretrained(dir)).")
+            raise UserInputError(
+                f"{where}: {path.name} is not a tokenizers file (not a JSON object); save the "
+                "model's tokenizer there (tokenizer.save_pretrained(dir))."
+            )
         vocab = (obj.get("model") or {}).get("vocab") if isinstance(obj.get("model"), dict) else None
         ids: list[int] = []
         if isinstance(vocab, dict):  # WordPiece, BPE, WordLevel: token -> id
@@ -368,8 +456,8 @@ def _canonical(name: str, expected: ExpectedTensors) -> str:
         return name
     if f"{expected.prefix}.{name}" in known:
         return f"{expected.prefix}.{name}"
-    if name.startswith(expected.prefix + ".") and name[len(expected.prefix) + 1:] in known:
-        return name[len(expected.prefix) + 1:]
+    if name.startswith(expected.prefix + ".") and name[len(expected.prefix) + 1 :] in known:
+        return name[len(expected.prefix) + 1 :]
     return name
 
 
@@ -395,13 +483,14 @@ def compare_tensors(found: Mapping[str, tuple[int, ...]], expected: ExpectedTens
     for name, shape in by_name.items():
         want = expected.required.get(name, expected.optional.get(name))
         if want is not None and tuple(want) != shape:
-            raise UserInputError(f"{where}: tensor {name} has shape {list(shape)} in the weights, but config.json's "
-                                 f"{expected.architecture} needs {list(want)}: config.json and the weights are not of "
-                                 f"one model; {RESAVE}.")
+            raise UserInputError(
+                f"{where}: tensor {name} has shape {list(shape)} in the weights, but config.json's "
+                f"{expected.architecture} needs {list(want)}: config.json and the weights are not of "
+                f"one model; {RESAVE}."
+            )
     if not expected.exhaustive:
         return
-    missing = sorted(n for n in expected.required if n not in by_name
-                     and expected.fallbacks.get(n) not in by_name)
+    missing = sorted(n for n in expected.required if n not in by_name and expected.fallbacks.get(n) not in by_name)
     ignored = re.compile("|".join(f"(?:{p})" for p in expected.ignored)) if expected.ignored else None
     known = expected.required.keys() | expected.optional.keys() | set(expected.fallbacks.values())
     unexpected = sorted(n for n in by_name if n not in known and not (ignored and ignored.search(n)))
@@ -409,13 +498,19 @@ def compare_tensors(found: Mapping[str, tuple[int, ...]], expected: ExpectedTens
         return
     parts = []
     if missing:
-        parts.append(f"{len(missing)} of the {len(expected.required)} tensors it needs "
-                     f"{'is' if len(missing) == 1 else 'are'} missing ({_names(missing)}) and would start at random values")
+        parts.append(
+            f"{len(missing)} of the {len(expected.required)} tensors it needs "
+            f"{'is' if len(missing) == 1 else 'are'} missing ({_names(missing)}) and would start at random values"
+        )
     if unexpected:
-        parts.append(f"{_count(len(unexpected), 'tensor')} of the weights {'has' if len(unexpected) == 1 else 'have'} "
-                     f"no place in it ({_names(unexpected)})")
-    raise UserInputError(f"{where}: the weights do not fit config.json's {expected.architecture}: {'; '.join(parts)}. "
-                         f"config.json and the weights are not of one model; {RESAVE}.")
+        parts.append(
+            f"{_count(len(unexpected), 'tensor')} of the weights {'has' if len(unexpected) == 1 else 'have'} "
+            f"no place in it ({_names(unexpected)})"
+        )
+    raise UserInputError(
+        f"{where}: the weights do not fit config.json's {expected.architecture}: {'; '.join(parts)}. "
+        f"config.json and the weights are not of one model; {RESAVE}."
+    )
 
 
 # -- finite values -----------------------------------------------------------------------------------
@@ -435,7 +530,7 @@ def _nonfinite(tensor: TensorHeader) -> tuple[int, int]:
         if tensor.dtype == "BF16":  # no numpy dtype: the exponent bits all set is inf (mantissa 0) or NaN
             bits = raw.view(np.uint16)
             for start in range(0, bits.size, _CHUNK):
-                chunk = bits[start:start + _CHUNK]
+                chunk = bits[start : start + _CHUNK]
                 special = (chunk & 0x7F80) == 0x7F80
                 mantissa = (chunk & 0x007F) != 0
                 nan += int(np.count_nonzero(special & mantissa))
@@ -443,7 +538,7 @@ def _nonfinite(tensor: TensorHeader) -> tuple[int, int]:
         else:
             values = raw.view(_FLOATS[tensor.dtype])
             for start in range(0, values.size, _CHUNK):
-                chunk = values[start:start + _CHUNK]
+                chunk = values[start : start + _CHUNK]
                 nan += int(np.count_nonzero(np.isnan(chunk)))
                 inf += int(np.count_nonzero(np.isinf(chunk)))
     finally:
@@ -461,9 +556,11 @@ def _check_finite(tensors: Mapping[str, TensorHeader], *, where: str) -> None:
         name, nan, inf = bad[0]
         what = " and ".join(x for x in (f"{nan} NaN" if nan else "", f"{inf} infinite" if inf else "") if x)
         others = f" ({_count(len(bad) - 1, 'more tensor')} likewise)" if len(bad) > 1 else ""
-        raise UserInputError(f"{where}: tensor {name} holds {what} value{'' if nan + inf == 1 else 's'}{others}: every score and gradient of this "
-                             "model would be NaN (a diverged or damaged training run); pass a model whose weights are "
-                             "finite (an earlier checkpoint, or retrain with a lower learning rate).")
+        raise UserInputError(
+            f"{where}: tensor {name} holds {what} value{'' if nan + inf == 1 else 's'}{others}: every score and gradient of this "
+            "model would be NaN (a diverged or damaged training run); pass a model whose weights are "
+            "finite (an earlier checkpoint, or retrain with a lower learning rate)."
+        )
 
 
 # -- the check ---------------------------------------------------------------------------------------
@@ -492,8 +589,14 @@ class ModelDirCheck:
 
 
 #: Input-embedding names of the common architectures, for a check without a layout (torch-free).
-_EMBEDDING_SUFFIXES = ("word_embeddings.weight", "wte.weight", "embed_tokens.weight", "embed_in.weight",
-                       "tok_embeddings.weight", "shared.weight")
+_EMBEDDING_SUFFIXES = (
+    "word_embeddings.weight",
+    "wte.weight",
+    "embed_tokens.weight",
+    "embed_in.weight",
+    "tok_embeddings.weight",
+    "shared.weight",
+)
 
 
 def _embedding(tensors: Mapping[str, TensorHeader], layout: ExpectedTensors | None) -> tuple[str, int] | None:
@@ -509,8 +612,9 @@ def _embedding(tensors: Mapping[str, TensorHeader], layout: ExpectedTensors | No
     return None
 
 
-def check_model_dir(model_dir: str | os.PathLike[str], *, where: str, layout: Layout | None = None,
-                    option: str | None = None) -> ModelDirCheck:
+def check_model_dir(
+    model_dir: str | os.PathLike[str], *, where: str, layout: Layout | None = None, option: str | None = None
+) -> ModelDirCheck:
     """Check a Hugging Face model directory once, up front (see the module docstring for every case).
 
     Args:
@@ -536,17 +640,26 @@ def check_model_dir(model_dir: str | os.PathLike[str], *, where: str, layout: La
     embedding = _embedding(tensors, expected)
     vocab = config.get("vocab_size")
     if embedding is not None and _int(vocab) and vocab != embedding[1]:
-        raise UserInputError(f"{model_dir / CONFIG}: vocab_size {vocab} disagrees with the weights' embedding table "
-                             f"({embedding[0]} has {embedding[1]} rows): config.json and the weights are not of one "
-                             f"model; {RESAVE}.")
+        raise UserInputError(
+            f"{model_dir / CONFIG}: vocab_size {vocab} disagrees with the weights' embedding table "
+            f"({embedding[0]} has {embedding[1]} rows): config.json and the weights are not of one "
+            f"model; {RESAVE}."
+        )
     if expected is not None:
         compare_tensors({name: t.shape for name, t in tensors.items()}, expected, where=where)
     rows = embedding[1] if embedding is not None else (vocab if _int(vocab) else None)
     if size is not None and rows is not None and size > rows:
-        table = f"the embedding table ({embedding[0]}) has {rows} rows" if embedding else f"config.json's vocab_size is {rows}"
-        raise UserInputError(f"{where}: its tokenizer has {size} tokens but {table}: token ids {rows}..{size - 1} would "
-                             "index past it. Use the tokenizer the model was trained with, or resize the embeddings "
-                             "(model.resize_token_embeddings(len(tokenizer))) and save both again.")
+        table = (
+            f"the embedding table ({embedding[0]}) has {rows} rows"
+            if embedding
+            else f"config.json's vocab_size is {rows}"
+        )
+        raise UserInputError(
+            f"{where}: its tokenizer has {size} tokens but {table}: token ids {rows}..{size - 1} would "
+            "index past it. Use the tokenizer the model was trained with, or resize the embeddings "
+            "(model.resize_token_embeddings(len(tokenizer))) and save both again."
+        )
     _check_finite(tensors, where=where)
-    return ModelDirCheck(model_dir=model_dir, config=config, tensors=tensors, tokenizer_size=size, embedding=embedding,
-                         layout=expected)
+    return ModelDirCheck(
+        model_dir=model_dir, config=config, tensors=tensors, tokenizer_size=size, embedding=embedding, layout=expected
+    )

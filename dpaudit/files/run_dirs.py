@@ -157,8 +157,9 @@ def read_jsonl(path: str | os.PathLike[str]) -> Iterator[dict[str, Any]]:
             yield record
 
 
-def prepare_output_dir(out: str | os.PathLike[str], *, overwrite: bool, option: str = "--out",
-                       only_own: bool = True) -> Path:
+def prepare_output_dir(
+    out: str | os.PathLike[str], *, overwrite: bool, option: str = "--out", only_own: bool = True
+) -> Path:
     """Check that ``out`` may be written: not a file, and empty unless ``overwrite``.
 
     With ``overwrite`` a non-empty ``out`` is replaced only when dpaudit wrote everything in it
@@ -178,7 +179,9 @@ def prepare_output_dir(out: str | os.PathLike[str], *, overwrite: bool, option: 
             f"so name a new subdirectory instead, e.g. {option} runs/NAME."
         )
     if out.is_dir() and any(out.iterdir()) and not overwrite:
-        raise UserInputError(f"{option} {out} exists and is not empty; pass --overwrite to replace it or choose another path.")
+        raise UserInputError(
+            f"{option} {out} exists and is not empty; pass --overwrite to replace it or choose another path."
+        )
     if overwrite and only_own and out.is_dir():
         refuse_foreign(out, option=option)
     parent = out.resolve().parent
@@ -189,7 +192,9 @@ def prepare_output_dir(out: str | os.PathLike[str], *, overwrite: bool, option: 
 
 #: What a train directory holds before its manifest is written (dpaudit.training.train_dir): checkpoints,
 #: their partial metrics and the staging folders of a killed checkpoint write.
-_CHECKPOINT_ENTRY = re.compile(r"^checkpoints(/(metrics\.partial\.jsonl|step_\d{8}(/(state\.json|arrays\.safetensors))?|\.[^/]+(/.*)?))?$")
+_CHECKPOINT_ENTRY = re.compile(
+    r"^checkpoints(/(metrics\.partial\.jsonl|step_\d{8}(/(state\.json|arrays\.safetensors))?|\.[^/]+(/.*)?))?$"
+)
 
 
 def foreign_files(directory: str | os.PathLike[str], *, ignore: Iterable[str] = ()) -> list[Path]:
@@ -209,8 +214,11 @@ def foreign_files(directory: str | os.PathLike[str], *, ignore: Iterable[str] = 
         manifest = json.loads((directory / MANIFEST_NAME).read_text(encoding="utf-8"))
     except (OSError, ValueError):
         manifest = None
-    if isinstance(manifest, dict) and str(manifest.get("schema", "")).startswith("dpaudit.") \
-            and isinstance(manifest.get("outputs"), dict):
+    if (
+        isinstance(manifest, dict)
+        and str(manifest.get("schema", "")).startswith("dpaudit.")
+        and isinstance(manifest.get("outputs"), dict)
+    ):
         listed = {MANIFEST_NAME, *map(str, manifest["outputs"])}
     parents = {parent.as_posix() for name in listed for parent in Path(name).parents}
     foreign = []
@@ -236,8 +244,9 @@ def refuse_foreign(directory: str | os.PathLike[str], *, option: str = "--out", 
 
 
 @contextlib.contextmanager
-def staged_directory(out: str | os.PathLike[str], *, overwrite: bool, option: str = "--out",
-                     only_own: bool = True) -> Iterator[Path]:
+def staged_directory(
+    out: str | os.PathLike[str], *, overwrite: bool, option: str = "--out", only_own: bool = True
+) -> Iterator[Path]:
     """Build a run directory under a temporary name and move it into place only on success.
 
     Yields the temporary directory to write into. On any exception it is deleted and ``out`` is left
@@ -258,7 +267,7 @@ def staged_directory(out: str | os.PathLike[str], *, overwrite: bool, option: st
         if isinstance(err, OSError):  # name the output, not the staging folder that is now gone
             name = os.fsdecode(err.filename) if err.filename is not None else None
             inside = name is not None and (name == str(staging) or name.startswith(str(staging) + os.sep))
-            raise _naming(err, out / name[len(str(staging)) + 1:] if inside else (name or out)) from None
+            raise _naming(err, out / name[len(str(staging)) + 1 :] if inside else (name or out)) from None
         raise
 
 
@@ -312,7 +321,11 @@ def _read_holder(fd: int, *, wait_s: float = 1.0) -> str:
         time.sleep(0.02)
     if not text:
         return "pid unknown (it is starting up)"
-    return f"pid {text[0]}" + (f" on {text[1]}" if len(text) > 1 else "") + (f", dpaudit {text[2].strip()}" if len(text) > 2 else "")
+    return (
+        f"pid {text[0]}"
+        + (f" on {text[1]}" if len(text) > 1 else "")
+        + (f", dpaudit {text[2].strip()}" if len(text) > 2 else "")
+    )
 
 
 def remove_stale_staging(out: str | os.PathLike[str]) -> list[Path]:
@@ -486,7 +499,9 @@ def redact_config(value: Any) -> Any:
     KEY (the ``--set`` words an audit records). An older manifest may hold a secret verbatim: the report shows it
     through here too."""
     if isinstance(value, Mapping):
-        return {k: (REDACTED if is_secret_name(str(k)) and v is not None else redact_config(v)) for k, v in value.items()}
+        return {
+            k: (REDACTED if is_secret_name(str(k)) and v is not None else redact_config(v)) for k, v in value.items()
+        }
     if isinstance(value, list):
         return [redact_config(v) for v in value]
     if isinstance(value, tuple):
@@ -547,7 +562,9 @@ def load_manifest(directory: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         manifest = json.loads(path.read_text(encoding="utf-8"))
     except (json.JSONDecodeError, UnicodeDecodeError) as err:
-        raise UserInputError(f"{path}: not valid JSON ({err}); the run directory is damaged, rerun the stage.") from None
+        raise UserInputError(
+            f"{path}: not valid JSON ({err}); the run directory is damaged, rerun the stage."
+        ) from None
     if not isinstance(manifest, dict) or "schema" not in manifest:
         raise UserInputError(f"{path}: no 'schema' field; not a dpaudit manifest.")
     return manifest
@@ -578,7 +595,9 @@ def verify_run_dir(directory: str | os.PathLike[str], *, schema_prefix: str | No
     for name, expected in sorted(outputs.items()):
         path = directory / name
         if not path.is_file():
-            raise UserInputError(f"{path} is listed in the manifest but missing; rerun the stage that wrote {directory}.")
+            raise UserInputError(
+                f"{path} is listed in the manifest but missing; rerun the stage that wrote {directory}."
+            )
         actual = sha256_file(path)
         if actual != expected:
             raise UserInputError(
@@ -593,6 +612,7 @@ def verify_run_dir(directory: str | os.PathLike[str], *, schema_prefix: str | No
 def same_json(a: Any, b: Any) -> bool:
     """Whether two JSON-like values are equal as a manifest stores them (tuples as lists, secrets redacted, keys whose
     value is None the same as absent ones: a field added later with its default matches an older manifest)."""
+
     def norm(value: Any) -> Any:
         if isinstance(value, Mapping):
             return {str(k): norm(v) for k, v in value.items() if v is not None}
@@ -600,8 +620,9 @@ def same_json(a: Any, b: Any) -> bool:
             return [norm(v) for v in value]
         return value
 
-    return norm(json.loads(json.dumps(redact_config(a), default=str))) == \
-        norm(json.loads(json.dumps(redact_config(b), default=str)))
+    return norm(json.loads(json.dumps(redact_config(a), default=str))) == norm(
+        json.loads(json.dumps(redact_config(b), default=str))
+    )
 
 
 def finished_output(out: str | os.PathLike[str], *, schema_prefix: str) -> dict[str, Any] | None:
@@ -686,8 +707,10 @@ def check_page_target(out: str | os.PathLike[str], *, option: str = "--out") -> 
         manifest = load_manifest(run_dir)
         listed = name == MANIFEST_NAME or name in (manifest.get("outputs") or {})
         what = "a file its manifest lists" if listed else "a page there would be a file its manifest does not list"
-        raise UserInputError(f"{option} {out} is inside the dpaudit run directory {run_dir} ({what}); dpaudit never "
-                             "writes a report into a run directory: choose a path outside it, e.g. reports/NAME.html.")
+        raise UserInputError(
+            f"{option} {out} is inside the dpaudit run directory {run_dir} ({what}); dpaudit never "
+            "writes a report into a run directory: choose a path outside it, e.g. reports/NAME.html."
+        )
     if out.is_symlink():
         raise UserInputError(f"{option} {out} is a symbolic link; dpaudit does not replace links: choose another path.")
     if not out.exists():
@@ -695,6 +718,8 @@ def check_page_target(out: str | os.PathLike[str], *, option: str = "--out") -> 
     if out.is_dir():
         raise UserInputError(f"{option} {out} is a directory; pass a file name such as {out / 'report.html'}.")
     if not written_page(out):
-        raise UserInputError(f"{option} {out} exists and is not a report page dpaudit wrote; dpaudit never replaces a "
-                             "file it did not write: choose another path or move that file away.")
+        raise UserInputError(
+            f"{option} {out} exists and is not a report page dpaudit wrote; dpaudit never replaces a "
+            "file it did not write: choose another path or move that file away."
+        )
     return True

@@ -66,8 +66,17 @@ from typing import Any
 
 from dpaudit.common.errors import UserInputError
 
-__all__ = ["ENGINES", "MODELS_PER_WORKER", "RAY_CONNECT_TIMEOUT_S", "WORKER_MEMORY_GB", "FleetJob", "FleetOutcome",
-           "check_ray_address", "finished_run_dir", "run_fleet"]
+__all__ = [
+    "ENGINES",
+    "MODELS_PER_WORKER",
+    "RAY_CONNECT_TIMEOUT_S",
+    "WORKER_MEMORY_GB",
+    "FleetJob",
+    "FleetOutcome",
+    "check_ray_address",
+    "finished_run_dir",
+    "run_fleet",
+]
 
 #: The engines :func:`run_fleet` knows ("auto" picks one of the others).
 ENGINES = ("auto", "ray", "process", "inline")
@@ -84,8 +93,12 @@ WORKER_MEMORY_GB = 2.0
 MODELS_PER_WORKER = 8
 
 #: Each worker runs one thread: the fleet's parallelism is across models.
-_THREAD_ENV = {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1", "OPENBLAS_NUM_THREADS": "1",
-               "TOKENIZERS_PARALLELISM": "false"}
+_THREAD_ENV = {
+    "OMP_NUM_THREADS": "1",
+    "MKL_NUM_THREADS": "1",
+    "OPENBLAS_NUM_THREADS": "1",
+    "TOKENIZERS_PARALLELISM": "false",
+}
 _GIB = 1 << 30
 _CANCEL_GRACE_S = 30.0  # how long an interrupted worker gets to clean up before it is killed
 
@@ -153,8 +166,10 @@ def finished_run_dir(out_dir: str | os.PathLike[str]) -> bool:
 #: Seconds :func:`check_ray_address` waits for the cluster's port to answer (``$DPAUDIT_RAY_CONNECT_TIMEOUT_S``).
 RAY_CONNECT_TIMEOUT_S = 5.0
 
-_RAY_FORMS = ("HOST:PORT (the head node's GCS address, e.g. 10.0.0.5:6379) or ray://HOST:PORT (the Ray Client "
-              "server, port 10001 by default)")
+_RAY_FORMS = (
+    "HOST:PORT (the head node's GCS address, e.g. 10.0.0.5:6379) or ray://HOST:PORT (the Ray Client "
+    "server, port 10001 by default)"
+)
 _HOST_PORT = re.compile(r"^(?:\[(?P<ip6>[0-9A-Fa-f:.]+)\]|(?P<host>[A-Za-z0-9._-]+)):(?P<port>[0-9]{1,5})$")
 
 
@@ -182,8 +197,9 @@ def check_ray_address(address: str, *, option: str = "--ray-address", timeout_s:
     if not text:
         raise UserInputError(f"{option} is empty; give {_RAY_FORMS}.")
     if not installed("ray"):
-        raise MissingExtraError(f"{option} {text} needs the fleet extra (ray is not installed): "
-                                f"{install_command(['fleet'])}.")
+        raise MissingExtraError(
+            f"{option} {text} needs the fleet extra (ray is not installed): {install_command(['fleet'])}."
+        )
     if text == "auto":  # the cluster this machine runs ($RAY_ADDRESS, else the last `ray start`)
         return _check_auto(option, timeout_s)
     scheme, sep, rest = text.partition("://")
@@ -196,9 +212,11 @@ def check_ray_address(address: str, *, option: str = "--ray-address", timeout_s:
     if match is None or not 1 <= port <= 65535:
         raise UserInputError(f"{option} {text!r} is not a Ray cluster address; give {_RAY_FORMS}.")
     if scheme == "ray" and not installed("grpc"):
-        raise MissingExtraError(f"{option} {text}: a ray:// address connects through the Ray Client, which is not "
-                                "installed: pip install 'ray[client]' (or give the head node's GCS address "
-                                "HOST:6379).")
+        raise MissingExtraError(
+            f"{option} {text}: a ray:// address connects through the Ray Client, which is not "
+            "installed: pip install 'ray[client]' (or give the head node's GCS address "
+            "HOST:6379)."
+        )
     _probe(option, text, match["ip6"] or match["host"], port, timeout_s, client=scheme == "ray")
     return text
 
@@ -218,8 +236,10 @@ def _check_auto(option: str, timeout_s: float | None) -> str:
     except (ConnectionError, ValueError, RuntimeError):
         found = None
     if not found:
-        raise UserInputError(f"{option} auto: no running Ray cluster found on this machine; start one (ray start "
-                             f"--head) or give {_RAY_FORMS}.")
+        raise UserInputError(
+            f"{option} auto: no running Ray cluster found on this machine; start one (ray start "
+            f"--head) or give {_RAY_FORMS}."
+        )
     host, _, port = str(found).rpartition(":")
     _probe(f"{option} auto", str(found), host.strip("[]"), int(port), timeout_s)
     return "auto"
@@ -235,7 +255,9 @@ def _probe(option: str, text: str, host: str, port: int, timeout_s: float | None
         try:
             timeout_s = RAY_CONNECT_TIMEOUT_S if env is None else float(env)
         except ValueError:
-            raise UserInputError(f"DPAUDIT_RAY_CONNECT_TIMEOUT_S={env!r} is not a number of seconds; e.g. 10.") from None
+            raise UserInputError(
+                f"DPAUDIT_RAY_CONNECT_TIMEOUT_S={env!r} is not a number of seconds; e.g. 10."
+            ) from None
     try:
         with socket.create_connection((host, port), timeout=timeout_s) as conn:
             # Ray's GCS and its Client server speak gRPC (HTTP/2): the client preface and an empty SETTINGS frame
@@ -243,21 +265,30 @@ def _probe(option: str, text: str, host: str, port: int, timeout_s: float | None
             conn.sendall(_HTTP2_PREFACE)
             reply = _read(conn, 9)
     except socket.gaierror as err:
-        raise UserInputError(f"{option} {text}: cannot resolve host {host!r} ({err.strerror}); check the address.") \
-            from None
+        raise UserInputError(
+            f"{option} {text}: cannot resolve host {host!r} ({err.strerror}); check the address."
+        ) from None
     except (socket.timeout, TimeoutError):
-        raise UserInputError(f"{option} {text}: no answer from {host}:{port} within {timeout_s:g} s; check that the Ray "
-                             "head runs there and that its port is reachable from here (firewall).") from None
+        raise UserInputError(
+            f"{option} {text}: no answer from {host}:{port} within {timeout_s:g} s; check that the Ray "
+            "head runs there and that its port is reachable from here (firewall)."
+        ) from None
     except OSError as err:
-        start = ("ray start --head; its Ray Client server listens on port 10001" if client else
-                 f"ray start --head --port={port}")
-        raise UserInputError(f"{option} {text}: nothing accepts connections at {host}:{port} "
-                             f"({err.strerror or err}); start the cluster there ({start}) or correct the address.") \
-            from None
+        start = (
+            "ray start --head; its Ray Client server listens on port 10001"
+            if client
+            else f"ray start --head --port={port}"
+        )
+        raise UserInputError(
+            f"{option} {text}: nothing accepts connections at {host}:{port} "
+            f"({err.strerror or err}); start the cluster there ({start}) or correct the address."
+        ) from None
     if len(reply) < 9 or reply[3] != 4:
         what = "Ray Client server (port 10001 by default)" if client else "Ray head's GCS port (6379 by default)"
-        raise UserInputError(f"{option} {text}: {host}:{port} accepts connections but does not answer as a Ray cluster "
-                             f"(no gRPC handshake); give the {what}.")
+        raise UserInputError(
+            f"{option} {text}: {host}:{port} accepts connections but does not answer as a Ray cluster "
+            f"(no gRPC handshake); give the {what}."
+        )
 
 
 #: The HTTP/2 client connection preface and an empty SETTINGS frame (RFC 9113, sections 3.4 and 6.5).
@@ -275,9 +306,18 @@ def _read(conn: Any, size: int) -> bytes:
     return data
 
 
-def run_fleet(jobs: Sequence[FleetJob], *, workers: int | None = None, ray_address: str | None = None,
-              engine: str = "auto", progress: bool = True, desc: str = "models", max_minutes: float | None = None,
-              worker_memory_gb: float | None = None, models_per_worker: int | None = None) -> list[FleetOutcome]:
+def run_fleet(
+    jobs: Sequence[FleetJob],
+    *,
+    workers: int | None = None,
+    ray_address: str | None = None,
+    engine: str = "auto",
+    progress: bool = True,
+    desc: str = "models",
+    max_minutes: float | None = None,
+    worker_memory_gb: float | None = None,
+    models_per_worker: int | None = None,
+) -> list[FleetOutcome]:
     """Train every job not already finished in its ``out_dir``; resume unfinished ones; return outcomes in job order.
 
     Args:
@@ -319,8 +359,10 @@ def run_fleet(jobs: Sequence[FleetJob], *, workers: int | None = None, ray_addre
     else:
         memory_gb = float(worker_memory_gb)
     if not memory_gb > 0:
-        raise UserInputError(f"the worker memory bound must be > 0 GiB, got {memory_gb:g} "
-                             "(worker_memory_gb or DPAUDIT_WORKER_MEMORY_GB).")
+        raise UserInputError(
+            f"the worker memory bound must be > 0 GiB, got {memory_gb:g} "
+            "(worker_memory_gb or DPAUDIT_WORKER_MEMORY_GB)."
+        )
     per_worker = MODELS_PER_WORKER if models_per_worker is None else int(models_per_worker)
     if per_worker < 1:
         raise UserInputError(f"models_per_worker must be >= 1, got {models_per_worker}.")
@@ -336,10 +378,16 @@ def run_fleet(jobs: Sequence[FleetJob], *, workers: int | None = None, ray_addre
         key = Path(job.out_dir).resolve()
         if key in first:
             other = jobs[first[key]]
-            if (other.trainer, other.config, Path(other.data_dir).resolve(), other.seed) != \
-                    (job.trainer, job.config, Path(job.data_dir).resolve(), job.seed):
-                raise ValueError(f"{job.label} and {other.label} share out_dir {job.out_dir} but differ; "
-                                 "a fleet's out_dir must be keyed by everything it trains.")
+            if (other.trainer, other.config, Path(other.data_dir).resolve(), other.seed) != (
+                job.trainer,
+                job.config,
+                Path(job.data_dir).resolve(),
+                job.seed,
+            ):
+                raise ValueError(
+                    f"{job.label} and {other.label} share out_dir {job.out_dir} but differ; "
+                    "a fleet's out_dir must be keyed by everything it trains."
+                )
         else:
             first[key] = i
 
@@ -367,8 +415,16 @@ def run_fleet(jobs: Sequence[FleetJob], *, workers: int | None = None, ray_addre
         if todo:
             chosen = _choose_engine(engine, workers, len(todo), ray_address)
             runner = {"inline": _run_inline, "process": _run_processes, "ray": _run_ray}[chosen]
-            runner([(i, jobs[i]) for i in todo], workers=workers, ray_address=ray_address, memory_gb=memory_gb,
-                   models_per_worker=per_worker, may_start=may_start, finished=finished, note=bar.note)
+            runner(
+                [(i, jobs[i]) for i in todo],
+                workers=workers,
+                ray_address=ray_address,
+                memory_gb=memory_gb,
+                models_per_worker=per_worker,
+                may_start=may_start,
+                finished=finished,
+                note=bar.note,
+            )
             skipped = sum(i not in done for i in todo)
             if skipped:
                 bar.note(f"{desc}: {skipped} of {len(first)} not started (max_minutes {max_minutes:g} reached).")
@@ -545,8 +601,10 @@ def _listen_to_interrupts() -> None:
 
 
 def _memory_message(rss: int, memory_bytes: int | None) -> str:
-    return (f"its worker passed its memory bound ({rss / _GIB:.2f} GiB resident > {(memory_bytes or 0) / _GIB:g} GiB); "
-            "raise it (DPAUDIT_WORKER_MEMORY_GB) or train fewer models at once (--workers). Finished models are kept.")
+    return (
+        f"its worker passed its memory bound ({rss / _GIB:.2f} GiB resident > {(memory_bytes or 0) / _GIB:g} GiB); "
+        "raise it (DPAUDIT_WORKER_MEMORY_GB) or train fewer models at once (--workers). Finished models are kept."
+    )
 
 
 def _worker(job: FleetJob, memory_bytes: int | None, fds: bool, record: Any = None) -> dict[str, Any]:
@@ -569,11 +627,18 @@ def _worker(job: FleetJob, memory_bytes: int | None, fds: bool, record: Any = No
     except UserInputError as err:
         return {"status": "user", "message": str(err), "retire": True}
     except MemoryError:
-        return {"status": "user", "message": "its worker ran out of memory; train fewer models at once (--workers).",
-                "retire": True}
+        return {
+            "status": "user",
+            "message": "its worker ran out of memory; train fewer models at once (--workers).",
+            "retire": True,
+        }
     except Exception as err:  # a bug: keep its traceback for the driver
-        return {"status": "error", "message": f"{type(err).__name__}: {err}", "traceback": traceback.format_exc(),
-                "retire": True}
+        return {
+            "status": "error",
+            "message": f"{type(err).__name__}: {err}",
+            "traceback": traceback.format_exc(),
+            "retire": True,
+        }
     peak = _peak_rss_mb()
     retire = memory_bytes is not None and peak * (1 << 20) > memory_bytes / 2
     return {"status": "ok", "seconds": time.monotonic() - t0, "peak_rss_mb": peak, "retire": retire}
@@ -584,8 +649,10 @@ def _outcome(job: FleetJob, result: dict[str, Any]) -> FleetOutcome:
     if result["status"] == "user":
         raise UserInputError(f"{job.label}: {result['message']}")
     if result["status"] == "error":
-        raise RuntimeError(f"{job.label}: training failed with {result['message']}\n--- worker traceback ---\n"
-                           f"{result.get('traceback', '')}")
+        raise RuntimeError(
+            f"{job.label}: training failed with {result['message']}\n--- worker traceback ---\n"
+            f"{result.get('traceback', '')}"
+        )
     return FleetOutcome(job, cached=False, seconds=float(result["seconds"]), peak_rss_mb=result.get("peak_rss_mb"))
 
 
@@ -594,8 +661,14 @@ def _outcome(job: FleetJob, result: dict[str, Any]) -> FleetOutcome:
 Finished = Callable[[int, FleetOutcome], None]
 
 
-def _run_inline(todo: list[tuple[int, FleetJob]], *, may_start: Callable[[], bool], finished: Finished,
-                note: Callable[[str], None], **_: Any) -> None:
+def _run_inline(
+    todo: list[tuple[int, FleetJob]],
+    *,
+    may_start: Callable[[], bool],
+    finished: Finished,
+    note: Callable[[str], None],
+    **_: Any,
+) -> None:
     """One job after the other in this process (no memory cap: it is the caller's process)."""
     for i, job in todo:
         if not may_start():
@@ -637,8 +710,11 @@ class _Child:
         self.conn, theirs = ctx.Pipe()
         self.memory_bytes = memory_bytes
         self.tripped = ctx.Value("q", 0, lock=False)  # the watchdog's resident bytes when it fired (0: never)
-        self.proc = ctx.Process(target=_process_main, args=(theirs, memory_bytes, models_per_worker, self.tripped),
-                                name="dpaudit-fleet-worker")
+        self.proc = ctx.Process(
+            target=_process_main,
+            args=(theirs, memory_bytes, models_per_worker, self.tripped),
+            name="dpaudit-fleet-worker",
+        )
         self.proc.start()
         theirs.close()
         self.left = models_per_worker
@@ -660,8 +736,17 @@ class _Child:
         self.conn.close()
 
 
-def _run_processes(todo: list[tuple[int, FleetJob]], *, workers: int | None, memory_gb: float, models_per_worker: int,
-                   may_start: Callable[[], bool], finished: Finished, note: Callable[[str], None], **_: Any) -> None:
+def _run_processes(
+    todo: list[tuple[int, FleetJob]],
+    *,
+    workers: int | None,
+    memory_gb: float,
+    models_per_worker: int,
+    may_start: Callable[[], bool],
+    finished: Finished,
+    note: Callable[[str], None],
+    **_: Any,
+) -> None:
     """A pool of spawn processes, at most ``workers`` at once, each replaced after ``models_per_worker`` models."""
     import multiprocessing
     import signal
@@ -689,11 +774,15 @@ def _run_processes(todo: list[tuple[int, FleetJob]], *, workers: int | None, mem
                 except EOFError:  # the process died without a word (killed, out of memory, aborted by the watchdog)
                     child.proc.join()
                     if child.tripped.value:
-                        raise UserInputError(f"{job.label}: {_memory_message(child.tripped.value, child.memory_bytes)} "
-                                             f"(the worker stopped with exit code {child.proc.exitcode})") from None
-                    raise UserInputError(f"{job.label}: its worker process died (exit code {child.proc.exitcode}); if it "
-                                         "ran out of memory, train fewer models at once (--workers). Finished models "
-                                         "are kept.") from None
+                        raise UserInputError(
+                            f"{job.label}: {_memory_message(child.tripped.value, child.memory_bytes)} "
+                            f"(the worker stopped with exit code {child.proc.exitcode})"
+                        ) from None
+                    raise UserInputError(
+                        f"{job.label}: its worker process died (exit code {child.proc.exitcode}); if it "
+                        "ran out of memory, train fewer models at once (--workers). Finished models "
+                        "are kept."
+                    ) from None
                 child.job = None
                 if result.get("retire") or child.left == 0:
                     child.stop(time.monotonic() + _CANCEL_GRACE_S)
@@ -710,9 +799,17 @@ def _run_processes(todo: list[tuple[int, FleetJob]], *, workers: int | None, mem
             child.stop(deadline)
 
 
-def _run_ray(todo: list[tuple[int, FleetJob]], *, workers: int | None, ray_address: str | None, memory_gb: float,
-             models_per_worker: int, may_start: Callable[[], bool], finished: Finished, note: Callable[[str], None]
-             ) -> None:
+def _run_ray(
+    todo: list[tuple[int, FleetJob]],
+    *,
+    workers: int | None,
+    ray_address: str | None,
+    memory_gb: float,
+    models_per_worker: int,
+    may_start: Callable[[], bool],
+    finished: Finished,
+    note: Callable[[str], None],
+) -> None:
     """A Ray task per job, at most ``workers`` at once, a worker process replaced after ``models_per_worker``."""
     ray = importlib.import_module("ray")
     started = False
@@ -726,17 +823,23 @@ def _run_ray(todo: list[tuple[int, FleetJob]], *, workers: int | None, ray_addre
                 ray.init(address=ray_address, **quiet)
             except (ConnectionError, TimeoutError, ValueError, RuntimeError) as err:  # it answered, but not as Ray
                 first = (str(err).strip().splitlines() or [type(err).__name__])[0]
-                raise UserInputError(f"--ray-address {ray_address}: Ray could not connect ({type(err).__name__}: "
-                                     f"{first}); check that a Ray cluster of the same version runs there.") from None
+                raise UserInputError(
+                    f"--ray-address {ray_address}: Ray could not connect ({type(err).__name__}: "
+                    f"{first}); check that a Ray cluster of the same version runs there."
+                ) from None
         started = True
     try:
         cpus = int(ray.cluster_resources().get("CPU", 1))
         n = min(workers or cpus, cpus, len(todo))
         memory_bytes = int(memory_gb * _GIB)
-        largest = max((node.get("Resources", {}).get("memory", 0) for node in ray.nodes() if node.get("Alive")), default=0)
+        largest = max(
+            (node.get("Resources", {}).get("memory", 0) for node in ray.nodes() if node.get("Alive")), default=0
+        )
         if largest < memory_bytes:  # no node could ever run a task: Ray would wait forever
-            raise UserInputError(f"no Ray node has {memory_gb:g} GiB of memory for one worker (largest "
-                                 f"{largest / _GIB:.1f} GiB); lower the per-worker memory bound (DPAUDIT_WORKER_MEMORY_GB).")
+            raise UserInputError(
+                f"no Ray node has {memory_gb:g} GiB of memory for one worker (largest "
+                f"{largest / _GIB:.1f} GiB); lower the per-worker memory bound (DPAUDIT_WORKER_MEMORY_GB)."
+            )
         task = ray.remote(max_calls=models_per_worker)(_worker).options(num_cpus=1, memory=memory_bytes, max_retries=0)
         queue = list(todo)
         running: dict[Any, tuple[int, FleetJob]] = {}
@@ -754,9 +857,11 @@ def _run_ray(todo: list[tuple[int, FleetJob]], *, workers: int | None, ray_addre
                         result = ray.get(ref)
                     except ray.exceptions.RayError as err:  # the worker died (killed, out of memory) or Ray failed
                         first_line = str(err).strip().splitlines()[0] if str(err).strip() else type(err).__name__
-                        raise UserInputError(f"{job.label}: its Ray worker failed ({type(err).__name__}: {first_line}); "
-                                             "if it ran out of memory, train fewer models at once (--workers). "
-                                             "Finished models are kept.") from None
+                        raise UserInputError(
+                            f"{job.label}: its Ray worker failed ({type(err).__name__}: {first_line}); "
+                            "if it ran out of memory, train fewer models at once (--workers). "
+                            "Finished models are kept."
+                        ) from None
                     finished(i, _outcome(job, result))
         finally:
             for ref in running:  # a failure or Ctrl-C: KeyboardInterrupt in the rest (their cleanup runs)
@@ -794,8 +899,11 @@ class _Progress:
             self.bar.update(1)
         elif self.enabled:
             what = "cached" if outcome.cached else f"trained in {outcome.seconds:.1f} s"
-            print(f"{self.desc} {self.done}/{self.total}: {what} ({outcome.job.label}: {outcome.job.out_dir})",
-                  file=sys.stderr, flush=True)
+            print(
+                f"{self.desc} {self.done}/{self.total}: {what} ({outcome.job.label}: {outcome.job.out_dir})",
+                file=sys.stderr,
+                flush=True,
+            )
 
     def note(self, text: str) -> None:
         if self.bar is not None:

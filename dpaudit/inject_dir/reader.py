@@ -111,9 +111,11 @@ class LabelSet:
     def details(self) -> dict[str, Any]:
         """What ``privacy.json``'s ``details`` says about the label set and the unknown-label policy."""
         if self.unknown is None:
-            policy = ("train.jsonl rows (inserted canaries included) with a label outside the set are refused "
-                      "before training; heldout.jsonl and public.jsonl rows with one are left out wherever labels "
-                      "are used (held-out accuracy, clip scaling on public rows)")
+            policy = (
+                "train.jsonl rows (inserted canaries included) with a label outside the set are refused "
+                "before training; heldout.jsonl and public.jsonl rows with one are left out wherever labels "
+                "are used (held-out accuracy, clip scaling on public rows)"
+            )
         else:
             policy = f"rows of any split with a label outside the set are mapped to {self.unknown!r}"
         return {"labels_from": self.source, "num_labels": len(self.names), "unknown_labels": policy}
@@ -130,14 +132,20 @@ def public_label_set(run: InjectRun, *, unknown: str | None = None) -> LabelSet:
     labels = label_order(run.split(PUBLIC).labels or ())
     names = tuple(str(label) for label in labels)
     if len(names) < 2:
-        raise UserInputError(f"{path} holds {len(names)} distinct label(s) ({', '.join(names) or 'none'}); a classifier "
-                             "needs at least 2: declare the label set with --labels a,b,c.")
+        raise UserInputError(
+            f"{path} holds {len(names)} distinct label(s) ({', '.join(names) or 'none'}); a classifier "
+            "needs at least 2: declare the label set with --labels a,b,c."
+        )
     if len(set(names)) != len(names):
-        raise UserInputError(f"{path} holds labels that are equal as text (e.g. 1 and \"1\"); make them distinct or "
-                             "declare the label set with --labels.")
+        raise UserInputError(
+            f'{path} holds labels that are equal as text (e.g. 1 and "1"); make them distinct or '
+            "declare the label set with --labels."
+        )
     if unknown is not None and unknown not in names:
-        raise UserInputError(f"--unknown-label {unknown!r} is not a label of {path} ({', '.join(names)}); pick one of "
-                             "them or declare the set with --labels.")
+        raise UserInputError(
+            f"--unknown-label {unknown!r} is not a label of {path} ({', '.join(names)}); pick one of "
+            "them or declare the set with --labels."
+        )
     return LabelSet(names=names, source=LABELS_FROM_PUBLIC, unknown=unknown)
 
 
@@ -163,7 +171,9 @@ class Canary:
         if self.frequency < 0:
             raise ValueError(f"frequency must be >= 0, got {self.frequency}.")
         if self.member != (self.frequency > 0):
-            raise ValueError(f"member must be True exactly when frequency > 0, got member={self.member}, frequency={self.frequency}.")
+            raise ValueError(
+                f"member must be True exactly when frequency > 0, got member={self.member}, frequency={self.frequency}."
+            )
 
     @property
     def text(self) -> str:
@@ -189,8 +199,13 @@ class Canary:
     def from_record(cls, record: dict[str, Any]) -> Canary:
         """Inverse of :meth:`to_record`; checks that ``text`` is prefix + secret + suffix."""
         canary = cls(
-            id=record["id"], prefix=record["prefix"], secret=record["secret"], suffix=record["suffix"],
-            format=record["format"], frequency=int(record["frequency"]), member=bool(record["member"]),
+            id=record["id"],
+            prefix=record["prefix"],
+            secret=record["secret"],
+            suffix=record["suffix"],
+            format=record["format"],
+            frequency=int(record["frequency"]),
+            member=bool(record["member"]),
             label=record.get("label"),
         )
         if record.get("text") != canary.text:
@@ -242,7 +257,9 @@ def read_split(path: str | os.PathLike[str], *, labelled: bool, source: InjectRu
         if labelled:
             label = row.get("label")
             if isinstance(label, bool) or not isinstance(label, (str, int)):
-                raise UserInputError(f"{path}:{lineno}: expected a string or integer 'label' field; rerun dpaudit inject.")
+                raise UserInputError(
+                    f"{path}:{lineno}: expected a string or integer 'label' field; rerun dpaudit inject."
+                )
             labels.append(label)
     return SplitRows(texts=texts, labels=labels if labelled else None)
 
@@ -251,17 +268,23 @@ def _resolve(path: Path, lineno: int, row: Mapping[str, Any], source: InjectRun 
     """The row a reference points to: ``{"text", "label"}`` from ``source`` (its label unless the reference has one)."""
     where = f"{path}:{lineno}"
     if source is None:
-        raise UserInputError(f"{where}: a row reference but the manifest names no row_source; remove this directory "
-                             "(a shadow cache entry) and rerun.")
+        raise UserInputError(
+            f"{where}: a row reference but the manifest names no row_source; remove this directory "
+            "(a shadow cache entry) and rerun."
+        )
     ref = row.get("ref")
     name, _, line = str(ref).rpartition(":")
     if name not in (*SPLITS, CANARIES) or not line.isdigit():
-        raise UserInputError(f"{where}: bad row reference {ref!r}; remove this directory (a shadow cache entry) and rerun.")
+        raise UserInputError(
+            f"{where}: bad row reference {ref!r}; remove this directory (a shadow cache entry) and rerun."
+        )
     rows = source.reference_rows(name)
     index = int(line) - 1
     if not 0 <= index < len(rows) or text_hash(rows[index]["text"]) != row.get("sha256"):
-        raise UserInputError(f"{where}: its row reference {ref} no longer matches {source.path / name}; remove this "
-                             "directory (a shadow cache entry) and rerun.")
+        raise UserInputError(
+            f"{where}: its row reference {ref} no longer matches {source.path / name}; remove this "
+            "directory (a shadow cache entry) and rerun."
+        )
     found = dict(rows[index])
     if "label" in row:
         found["label"] = row["label"]
@@ -315,11 +338,15 @@ class InjectRun:
         cache = self.__dict__.setdefault("_reference_rows", {})
         if name not in cache:
             if name == CANARIES:
-                cache[name] = [{"text": c.text, **({} if c.label is None else {"label": c.label})} for c in self.canaries]
+                cache[name] = [
+                    {"text": c.text, **({} if c.label is None else {"label": c.label})} for c in self.canaries
+                ]
             else:
                 split = self.split(name)
-                cache[name] = [{"text": t, **({} if split.labels is None else {"label": split.labels[i]})}
-                               for i, t in enumerate(split.texts)]
+                cache[name] = [
+                    {"text": t, **({} if split.labels is None else {"label": split.labels[i]})}
+                    for i, t in enumerate(split.texts)
+                ]
         return cache[name]
 
     def reference_of(self) -> dict[str, str]:
@@ -390,10 +417,15 @@ class InjectRun:
             UserInputError: an entry that is not a distinct lowercase ASCII word.
         """
         tokens = self.manifest.get(NEW_TOKENS) or []
-        if not isinstance(tokens, list) or not all(isinstance(t, str) and _NEW_TOKEN.fullmatch(t) for t in tokens) \
-                or len(set(tokens)) != len(tokens):
-            raise UserInputError(f"{self.path / MANIFEST_NAME}: '{NEW_TOKENS}' must list distinct lowercase ASCII words; "
-                                 "rerun dpaudit inject.")
+        if (
+            not isinstance(tokens, list)
+            or not all(isinstance(t, str) and _NEW_TOKEN.fullmatch(t) for t in tokens)
+            or len(set(tokens)) != len(tokens)
+        ):
+            raise UserInputError(
+                f"{self.path / MANIFEST_NAME}: '{NEW_TOKENS}' must list distinct lowercase ASCII words; "
+                "rerun dpaudit inject."
+            )
         return tuple(tokens)
 
     @functools.cached_property
@@ -407,7 +439,9 @@ class InjectRun:
     @functools.cached_property
     def identity(self) -> str:
         """One hash naming the data (the splits and the manifest, by file name): what a checkpoint belongs to."""
-        return hashlib.sha256(json.dumps(sorted((Path(k).name, v) for k, v in self.inputs.items())).encode()).hexdigest()
+        return hashlib.sha256(
+            json.dumps(sorted((Path(k).name, v) for k, v in self.inputs.items())).encode()
+        ).hexdigest()
 
 
 def load_inject_run(path: str | os.PathLike[str]) -> InjectRun:

@@ -301,8 +301,15 @@ class NewTokenSpace(SecretSpace):
                 yield Draw(" ".join(tokens[i % self.distinct] for i in range(self.length)))
 
     def describe(self) -> dict[str, Any]:
-        return {"format": self.format, "kind": self.kind, "positions": self.length, "distinct_tokens": self.distinct,
-                "token_letters": self.letters, "size": self.size, "log2_size": self.log2_size}
+        return {
+            "format": self.format,
+            "kind": self.kind,
+            "positions": self.length,
+            "distinct_tokens": self.distinct,
+            "token_letters": self.letters,
+            "size": self.size,
+            "log2_size": self.log2_size,
+        }
 
 
 def new_token_space(length: int) -> NewTokenSpace:
@@ -318,8 +325,10 @@ def rare_token_space(length: int, public_texts: Iterable[str]) -> ProductSpace:
     """
     words = rare_words(public_texts)
     if len(words) < 2:
-        raise UserInputError(f"--design {RARE_TOKENS}: the public split has {len(words)} distinct word(s) to draw rare "
-                             "tokens from; use a corpus with a larger public split.")
+        raise UserInputError(
+            f"--design {RARE_TOKENS}: the public split has {len(words)} distinct word(s) to draw rare "
+            "tokens from; use a corpus with a larger public split."
+        )
     return ProductSpace(kind=RARE_TOKENS, alphabet=words, length=length, source="public.jsonl (rarest words)")
 
 
@@ -343,7 +352,9 @@ def read_word_list(path: str, *, option: str = "--word-list") -> list[str]:
         with open(path, encoding="utf-8") as handle:
             lines = handle.read().splitlines()
     except FileNotFoundError:
-        raise UserInputError(f"{option} {path}: no such file; pass a word list (one word per line) or 'public'.") from None
+        raise UserInputError(
+            f"{option} {path}: no such file; pass a word list (one word per line) or 'public'."
+        ) from None
     except UnicodeDecodeError:
         raise UserInputError(f"{option} {path}: not valid UTF-8; save the word list as UTF-8.") from None
     words, seen = [], {}
@@ -422,8 +433,10 @@ def parse_design(spec: str) -> tuple[str, int | None]:
         raise UserInputError(f"--design {spec!r}: unknown canary design; {hint}.")
     if name == DESIGN_FORMAT:
         if colon:
-            raise UserInputError(f"--design {spec!r}: the format design takes its secret from --format; write --design "
-                                 f"{DESIGN_FORMAT} --format digits:N.")
+            raise UserInputError(
+                f"--design {spec!r}: the format design takes its secret from --format; write --design "
+                f"{DESIGN_FORMAT} --format digits:N."
+            )
         return name, None
     if not colon:
         return name, DEFAULT_DESIGN_LENGTH[name]
@@ -454,6 +467,8 @@ def space_from_manifest(entry: dict[str, Any]) -> SecretSpace:
     if kind == "words":
         wl = entry["word_list"]
         if words_sha256(wl["words"]) != wl["sha256"]:
-            raise UserInputError("manifest word list does not match its sha256; the run directory is damaged, rerun inject.")
+            raise UserInputError(
+                "manifest word list does not match its sha256; the run directory is damaged, rerun inject."
+            )
         return word_space(int(length), wl["words"], source=wl["source"])
     raise UserInputError(f"secret space {entry.get('format')!r} cannot be rebuilt from a manifest alone.")

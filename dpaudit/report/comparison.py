@@ -103,8 +103,9 @@ def _membership(audits: Sequence[MembershipAudit]) -> tuple[str, str | None, str
     return f"{auc.value:.2f} [{auc.ci.low:.2f}, {auc.ci.high:.2f}]", best.name, tpr
 
 
-def comparison_rows(runs: Sequence[ReportRun], heads: dict[str, Headline],
-                    audits: dict[str, Sequence[MembershipAudit]]) -> tuple[ComparisonRow, ...]:
+def comparison_rows(
+    runs: Sequence[ReportRun], heads: dict[str, Headline], audits: dict[str, Sequence[MembershipAudit]]
+) -> tuple[ComparisonRow, ...]:
     """One :class:`ComparisonRow` per run (labels unique, as :func:`dpaudit.report.models.label_runs` makes them)."""
     rows = []
     for run in runs:
@@ -118,9 +119,24 @@ def comparison_rows(runs: Sequence[ReportRun], heads: dict[str, Headline],
         recon, recon_all = _reconstructed(run)
         bound, note = _bound(head, audits[run.label])
         auc, attack, tpr = _membership(audits[run.label])
-        rows.append(ComparisonRow(
-            label=run.label, directories=run.directories, claimed=head.claim.short(), claim=head.claim.text(),
-            utility=value, utility_baseline=baseline, utility_name=utility.name if utility else None,
-            exposure=exposure, exposure_controls=controls, reconstructed=recon, reconstructed_all=recon_all,
-            bound=bound, bound_note=note, auc=auc, auc_attack=attack, tpr=tpr))
+        rows.append(
+            ComparisonRow(
+                label=run.label,
+                directories=run.directories,
+                claimed=head.claim.short(),
+                claim=head.claim.text(),
+                utility=value,
+                utility_baseline=baseline,
+                utility_name=utility.name if utility else None,
+                exposure=exposure,
+                exposure_controls=controls,
+                reconstructed=recon,
+                reconstructed_all=recon_all,
+                bound=bound,
+                bound_note=note,
+                auc=auc,
+                auc_attack=attack,
+                tpr=tpr,
+            )
+        )
     return tuple(rows)

@@ -86,8 +86,14 @@ def utility_of(row: Mapping[str, Any], *, step: int | None = None) -> Utility | 
     for kind in UTILITY_KINDS:
         value = next((_finite(row.get(key)) for key in kind.keys if _finite(row.get(key)) is not None), None)
         if value is not None:
-            return Utility(name=kind.name, value=value, baseline=_finite(row.get(kind.baseline_key)), rule=kind.rule,
-                           step=step, rows=eval_rows_text(row))
+            return Utility(
+                name=kind.name,
+                value=value,
+                baseline=_finite(row.get(kind.baseline_key)),
+                rule=kind.rule,
+                step=step,
+                rows=eval_rows_text(row),
+            )
     return None
 
 
@@ -154,12 +160,20 @@ def _finite(value: Any) -> float | None:
 def _metric_row(row: Mapping[str, Any]) -> MetricRow:
     accuracy = row.get("accuracy", row.get("train_mlm_accuracy", row.get("train_accuracy")))
     utility = utility_of(row)
-    return MetricRow(step=int(row["step"]), loss=_finite(row.get("loss")), accuracy=_finite(accuracy),
-                     grad_snr=_finite(row.get("grad_snr")), epsilon=_finite(row.get("epsilon")),
-                     heldout=utility.value if utility else None, heldout_baseline=utility.baseline if utility else None)
+    return MetricRow(
+        step=int(row["step"]),
+        loss=_finite(row.get("loss")),
+        accuracy=_finite(accuracy),
+        grad_snr=_finite(row.get("grad_snr")),
+        epsilon=_finite(row.get("epsilon")),
+        heldout=utility.value if utility else None,
+        heldout_baseline=utility.baseline if utility else None,
+    )
 
 
-def run_utility(metrics: Sequence[Mapping[str, Any]] | None, train_manifest: Mapping[str, Any] | None) -> Utility | None:
+def run_utility(
+    metrics: Sequence[Mapping[str, Any]] | None, train_manifest: Mapping[str, Any] | None
+) -> Utility | None:
     """The held-out utility at the end of training: the last evaluation row of ``metrics.jsonl`` (hash-checked), else
     the train manifest's summary; None when neither holds one."""
     for row in reversed(metrics or ()):
@@ -175,8 +189,13 @@ def measured_utility(results: AttackResults) -> Utility | None:
     measured = getattr(results.model, "utility", None)
     if measured is None:
         return None
-    return Utility(name=measured.name, value=measured.value, baseline=measured.baseline, rule=measured.rule,
-                   measured=measured.where())
+    return Utility(
+        name=measured.name,
+        value=measured.value,
+        baseline=measured.baseline,
+        rule=measured.rule,
+        measured=measured.where(),
+    )
 
 
 def _find_input(manifest: Mapping[str, Any], suffix: str) -> tuple[str, str] | None:
@@ -196,7 +215,9 @@ def _locate(recorded: str, attack_dir: Path) -> Path | None:
     return None
 
 
-def _read_upstream(role: str, suffix: str, manifest: Mapping[str, Any], attack_dir: Path) -> tuple[Upstream, Path | None]:
+def _read_upstream(
+    role: str, suffix: str, manifest: Mapping[str, Any], attack_dir: Path
+) -> tuple[Upstream, Path | None]:
     found = _find_input(manifest, suffix)
     if found is None:
         return Upstream(role=role, path="", sha256="", status="not recorded"), None
@@ -206,8 +227,10 @@ def _read_upstream(role: str, suffix: str, manifest: Mapping[str, Any], attack_d
         return Upstream(role=role, path=recorded, sha256=digest, status="missing"), None
     actual = sha256_file(path)
     if actual != digest:
-        raise UserInputError(f"{path} changed after {attack_dir} was computed (sha256 {actual[:12]} != attack manifest "
-                             f"{digest[:12]}); rerun dpaudit attack on the current run.")
+        raise UserInputError(
+            f"{path} changed after {attack_dir} was computed (sha256 {actual[:12]} != attack manifest "
+            f"{digest[:12]}); rerun dpaudit attack on the current run."
+        )
     return Upstream(role=role, path=recorded, sha256=digest, status="read"), path
 
 
@@ -241,8 +264,10 @@ def load_run(path: str | os.PathLike[str], *, label: str | None = None) -> Repor
     directory = Path(path)
     manifest = load_manifest(directory)
     if not str(manifest["schema"]).startswith("dpaudit.attack/"):
-        raise UserInputError(f"{directory} is a {manifest['schema']!r} directory, not an attack directory; pass the --out "
-                             "of dpaudit attack.")
+        raise UserInputError(
+            f"{directory} is a {manifest['schema']!r} directory, not an attack directory; pass the --out "
+            "of dpaudit attack."
+        )
     verify_run_dir(directory, schema_prefix="dpaudit.attack/")  # hashes first: a changed file is named as such
     try:
         raw = json.loads((directory / "results.json").read_text(encoding="utf-8"))
@@ -250,36 +275,56 @@ def load_run(path: str | os.PathLike[str], *, label: str | None = None) -> Repor
         raw = None
     results_schema = raw.get("schema") if isinstance(raw, dict) else None
     if isinstance(raw, dict):  # the top-level shape first: a number where an object belongs names the field
-        for key, expected, kind in (("model", dict, "an object"), ("data", dict, "an object"),
-                                    ("claimed_privacy", dict, "an object"), ("attacks", list, "a list")):
+        for key, expected, kind in (
+            ("model", dict, "an object"),
+            ("data", dict, "an object"),
+            ("claimed_privacy", dict, "an object"),
+            ("attacks", list, "a list"),
+        ):
             if key in raw and not isinstance(raw[key], expected):
-                raise UserInputError(f"{directory / 'results.json'}: field {key} must be {kind}, got {_short(raw[key])}; "
-                                     "rerun dpaudit attack (the files were edited or written by another program).")
+                raise UserInputError(
+                    f"{directory / 'results.json'}: field {key} must be {kind}, got {_short(raw[key])}; "
+                    "rerun dpaudit attack (the files were edited or written by another program)."
+                )
         for i, item in enumerate(raw.get("attacks") or ()):
             if not isinstance(item, dict):
-                raise UserInputError(f"{directory / 'results.json'}: field attacks[{i}] must be an object, got {_short(item)}; "
-                                     "rerun dpaudit attack (the files were edited or written by another program).")
+                raise UserInputError(
+                    f"{directory / 'results.json'}: field attacks[{i}] must be an object, got {_short(item)}; "
+                    "rerun dpaudit attack (the files were edited or written by another program)."
+                )
     if results_schema is not None and results_schema != ATTACK_SCHEMA:
-        raise UserInputError(f"{directory / 'results.json'}: results schema {results_schema!r} is not {ATTACK_SCHEMA!r}, "
-                             "the version this dpaudit reads; render it with the dpaudit that wrote it or rerun dpaudit attack.")
+        raise UserInputError(
+            f"{directory / 'results.json'}: results schema {results_schema!r} is not {ATTACK_SCHEMA!r}, "
+            "the version this dpaudit reads; render it with the dpaudit that wrote it or rerun dpaudit attack."
+        )
     try:
         results = read_attack_dir(directory)
     except UserInputError:
         raise
-    except (ValueError, KeyError, TypeError, AttributeError, IndexError) as err:  # e.g. a number where an object belongs
-        raise UserInputError(f"{directory / 'results.json'}: cannot read the results ({err}); rerun dpaudit attack with "
-                             "this dpaudit version.") from None
+    except (
+        ValueError,
+        KeyError,
+        TypeError,
+        AttributeError,
+        IndexError,
+    ) as err:  # e.g. a number where an object belongs
+        raise UserInputError(
+            f"{directory / 'results.json'}: cannot read the results ({err}); rerun dpaudit attack with "
+            "this dpaudit version."
+        ) from None
     problem = type_problem(results)
     if problem is not None:
         where, expected, value = problem
         name = "scores/canaries.jsonl" if where.startswith("canaries[") else "results.json"
         if where.startswith("canaries["):  # one record per line of scores/canaries.jsonl
-            index, _, rest = where[len("canaries["):].partition("]")
+            index, _, rest = where[len("canaries[") :].partition("]")
             where = f"{rest.lstrip('.')} (line {int(index) + 1})"
         elif where.split(".")[0] == "claimed":  # the JSON key of AttackResults.claimed
-            where = "claimed_privacy" + where[len("claimed"):]
-        raise UserInputError(f"{directory / name}: field {where} must be {expected}, got {_short(value)}; rerun dpaudit "
-                             "attack (the files were edited or written by another program).")
+            where = "claimed_privacy" + where[len("claimed") :]
+        raise UserInputError(
+            f"{directory / name}: field {where} must be {expected}, got {_short(value)}; rerun dpaudit "
+            "attack (the files were edited or written by another program)."
+        )
     return _with_upstream(directory, results, manifest, label=str(path) if label is None else label)
 
 
@@ -349,7 +394,9 @@ def type_problem(value: Any, tp: Any = None, where: str = "") -> tuple[str, str,
         except Exception:  # noqa: BLE001  (an annotation this module cannot resolve: not checked)
             return None
         for f in dataclasses.fields(value):
-            found = type_problem(getattr(value, f.name), hints.get(f.name, Any), f"{where}.{f.name}" if where else f.name)
+            found = type_problem(
+                getattr(value, f.name), hints.get(f.name, Any), f"{where}.{f.name}" if where else f.name
+            )
             if found:
                 return found
         return None
@@ -362,7 +409,9 @@ def _words(tp: Any) -> str:
         return "a list"
     if origin is dict or (isinstance(tp, type) and dataclasses.is_dataclass(tp)):
         return "an object"
-    return {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}.get(tp, str(tp))
+    return {bool: "true or false", int: "an integer", float: "a number", str: "a string", type(None): "null"}.get(
+        tp, str(tp)
+    )
 
 
 def run_claim(results: AttackResults, record: PrivacyRecord | None) -> Claim | None:
@@ -378,8 +427,9 @@ def run_claim(results: AttackResults, record: PrivacyRecord | None) -> Claim | N
     return claim_of_record(record)
 
 
-def run_from_results(directory: str | os.PathLike[str], results: AttackResults, manifest: Mapping[str, Any], *,
-                     label: str) -> ReportRun:
+def run_from_results(
+    directory: str | os.PathLike[str], results: AttackResults, manifest: Mapping[str, Any], *, label: str
+) -> ReportRun:
     """A :class:`ReportRun` of results still in memory (``dpaudit attack`` renders its ``index.html``
     in the staged directory, before the manifest is final)."""
     return _with_upstream(Path(directory), results, manifest, label=label)
@@ -406,11 +456,26 @@ def _with_upstream(directory: Path, results: AttackResults, manifest: Mapping[st
     if canary_path is not None:
         from dpaudit.files.run_dirs import read_jsonl
 
-        canary_text = {str(r["id"]): CanaryText(prefix=str(r.get("prefix", "")), suffix=str(r.get("suffix", "")))
-                       for r in read_jsonl(canary_path)}
-    upstream_manifests = {role: m for role, m in (("train", _read_manifest_near(privacy_path or metrics_path)),
-                                                   ("inject", _read_manifest_near(canary_path))) if m is not None}
-    return ReportRun(label=label, results=results, manifest=manifest, metrics=metrics, canary_text=canary_text,
-                     privacy=privacy, upstream_manifests=upstream_manifests,
-                     upstream=(metrics_up, privacy_up, canary_up),
-                     utility=run_utility(rows, upstream_manifests.get("train")) or measured_utility(results))
+        canary_text = {
+            str(r["id"]): CanaryText(prefix=str(r.get("prefix", "")), suffix=str(r.get("suffix", "")))
+            for r in read_jsonl(canary_path)
+        }
+    upstream_manifests = {
+        role: m
+        for role, m in (
+            ("train", _read_manifest_near(privacy_path or metrics_path)),
+            ("inject", _read_manifest_near(canary_path)),
+        )
+        if m is not None
+    }
+    return ReportRun(
+        label=label,
+        results=results,
+        manifest=manifest,
+        metrics=metrics,
+        canary_text=canary_text,
+        privacy=privacy,
+        upstream_manifests=upstream_manifests,
+        upstream=(metrics_up, privacy_up, canary_up),
+        utility=run_utility(rows, upstream_manifests.get("train")) or measured_utility(results),
+    )

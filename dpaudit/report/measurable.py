@@ -51,7 +51,7 @@ class Rate:
         return self.value is not None
 
     def text(self, spec: str = ".3f", *, interval: bool = True) -> str:
-        """"0.420 [0.301, 0.547]" or "n/a (needs >= 1000 non-members, have 10)"."""
+        """ "0.420 [0.301, 0.547]" or "n/a (needs >= 1000 non-members, have 10)"."""
         if self.value is None:
             return f"n/a ({self.reason})" if self.reason else "n/a"
         if not interval or self.low is None or self.high is None:
@@ -59,8 +59,9 @@ class Rate:
         return f"{self.value:{spec}} [{self.low:{spec}}, {self.high:{spec}}]"
 
 
-def _rate(tpr: float, fpr: float, n_members: int, n_nonmembers: int, need: int, enough: bool,
-          level: float = 0.95) -> Rate:
+def _rate(
+    tpr: float, fpr: float, n_members: int, n_nonmembers: int, need: int, enough: bool, level: float = 0.95
+) -> Rate:
     from dpaudit.audit.intervals import clopper_pearson
 
     if not enough:
@@ -110,8 +111,9 @@ def members_needed(kind: str, *, confidence: float, delta: float) -> int | None:
         if kind == "proof":
             bound = epsilon_lower_bound_one_run(member, nonmember, delta=delta, confidence=confidence)
         else:
-            bound = epsilon_lower_bound_clopper_pearson(member, nonmember, delta=delta, confidence=confidence,
-                                                        selection=BonferroniThresholds())
+            bound = epsilon_lower_bound_clopper_pearson(
+                member, nonmember, delta=delta, confidence=confidence, selection=BonferroniThresholds()
+            )
         return bound.epsilon > 0
 
     high = 1
@@ -143,16 +145,22 @@ def zero_bound_reason(bound: Any, audit: Any = None) -> str | None:
     have = min(audit.n_members, audit.n_nonmembers)
     pct = f"{confidence * 100:.4g}%"
     if need is None:
-        return (f"uninformative: no attack could prove leakage at {pct} with fewer than {SEARCH_LIMIT:,} members and "
-                "as many non-members")
+        return (
+            f"uninformative: no attack could prove leakage at {pct} with fewer than {SEARCH_LIMIT:,} members and "
+            "as many non-members"
+        )
     if have >= need:
         return None
     if bound.kind == "proof":
-        return (f"uninformative: even a perfect attack needs >= {2 * need} coin-flip canaries ({need} members, {need} "
-                f"non-members) for a positive one-run bound at {pct}; this audit has {audit.n_members} and "
-                f"{audit.n_nonmembers}")
-    return (f"uninformative: even a perfect attack needs >= {need} members and {need} non-members for a positive bound "
-            f"at {pct}; this audit has {audit.n_members} and {audit.n_nonmembers}")
+        return (
+            f"uninformative: even a perfect attack needs >= {2 * need} coin-flip canaries ({need} members, {need} "
+            f"non-members) for a positive one-run bound at {pct}; this audit has {audit.n_members} and "
+            f"{audit.n_nonmembers}"
+        )
+    return (
+        f"uninformative: even a perfect attack needs >= {need} members and {need} non-members for a positive bound "
+        f"at {pct}; this audit has {audit.n_members} and {audit.n_nonmembers}"
+    )
 
 
 def percents(value: float, baseline: float | None) -> tuple[str, str | None]:

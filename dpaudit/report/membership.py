@@ -71,8 +71,9 @@ def membership_audits(results: AttackResults) -> tuple[MembershipAudit, ...]:
         else:
             pairs = [pair for f in dataclasses.fields(result) for pair in _walk(getattr(result, f.name), "")]
         baseline = bool(getattr(result, "baseline", False))
-        found.extend(MembershipAudit(attack=result.attack, task=task, audit=audit, baseline=baseline)
-                     for task, audit in pairs)
+        found.extend(
+            MembershipAudit(attack=result.attack, task=task, audit=audit, baseline=baseline) for task, audit in pairs
+        )
     return tuple(found)
 
 

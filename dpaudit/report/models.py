@@ -44,8 +44,11 @@ def _merge_canaries(runs: Sequence[ReportRun]) -> tuple:
                 merged[c.id] = c
                 continue
             old = merged[c.id]
-            fill = {f.name: getattr(c, f.name) for f in dataclasses.fields(c)
-                    if getattr(old, f.name) is None and getattr(c, f.name) is not None}
+            fill = {
+                f.name: getattr(c, f.name)
+                for f in dataclasses.fields(c)
+                if getattr(old, f.name) is None and getattr(c, f.name) is not None
+            }
             if fill:
                 merged[c.id] = dataclasses.replace(old, **fill)
     return tuple(merged.values())
@@ -58,18 +61,29 @@ def _merge(group: Sequence[ReportRun]) -> ReportRun:
     attacks = tuple(a for run in group for a in run.results.attacks)
     warnings = tuple(dict.fromkeys(w for run in group for w in run.results.warnings))
     # headline=None: the merged page's headline is over every audit of the group (its own correction), computed anew
-    results = dataclasses.replace(first.results, attacks=attacks, warnings=warnings, canaries=_merge_canaries(group),
-                                  headline=None,
-                                  score_files={k: v for run in reversed(group) for k, v in run.results.score_files.items()})
+    results = dataclasses.replace(
+        first.results,
+        attacks=attacks,
+        warnings=warnings,
+        canaries=_merge_canaries(group),
+        headline=None,
+        score_files={k: v for run in reversed(group) for k, v in run.results.score_files.items()},
+    )
 
     def first_of(name: str):  # noqa: ANN202
         return next((getattr(r, name) for r in group if getattr(r, name)), getattr(first, name))
 
     return dataclasses.replace(
-        first, results=results, metrics=first_of("metrics"), canary_text=first_of("canary_text"),
-        privacy=first_of("privacy"), upstream_manifests=first_of("upstream_manifests"), utility=first_of("utility"),
+        first,
+        results=results,
+        metrics=first_of("metrics"),
+        canary_text=first_of("canary_text"),
+        privacy=first_of("privacy"),
+        upstream_manifests=first_of("upstream_manifests"),
+        utility=first_of("utility"),
         upstream=tuple(dict.fromkeys(u for r in group for u in r.upstream)),
-        parts=tuple(p for r in group for p in (r.parts or (r,))))
+        parts=tuple(p for r in group for p in (r.parts or (r,))),
+    )
 
 
 def merge_models(runs: Sequence[ReportRun]) -> list[ReportRun]:
@@ -80,7 +94,9 @@ def merge_models(runs: Sequence[ReportRun]) -> list[ReportRun]:
         groups.setdefault(model_key(run), []).append(run)
     out = []
     for group in groups.values():
-        merged: list[list[ReportRun]] = []  # runs of one model: a run joins the first set whose attacks it does not repeat
+        merged: list[
+            list[ReportRun]
+        ] = []  # runs of one model: a run joins the first set whose attacks it does not repeat
         for run in group:
             names = {a.attack for a in run.results.attacks}
             target = next((m for m in merged if not names & {a.attack for r in m for a in r.results.attacks}), None)
@@ -94,7 +110,7 @@ def merge_models(runs: Sequence[ReportRun]) -> list[ReportRun]:
 
 
 def _directory(run: ReportRun) -> str:
-    return (run.parts[0].label if run.parts else run.label)
+    return run.parts[0].label if run.parts else run.label
 
 
 def label_runs(runs: Sequence[ReportRun], labels: Mapping[str, str] | None = None) -> list[ReportRun]:

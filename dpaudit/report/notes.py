@@ -30,18 +30,28 @@ def _task_warnings(results: Any) -> list[str]:
     from dpaudit.report.membership import membership_audits
     from dpaudit.report.sections import _restated, _tpr_warning, grouped_warnings
 
-    pairs = [(f"{a.attack}/{a.task}", w) for a in membership_audits(results) for w in a.audit.warnings
-             if not _restated(w) and not _tpr_warning(w)]
+    pairs = [
+        (f"{a.attack}/{a.task}", w)
+        for a in membership_audits(results)
+        for w in a.audit.warnings
+        if not _restated(w) and not _tpr_warning(w)
+    ]
     return list(grouped_warnings(pairs))
 
 
 def _unmeasurable(results: Any) -> list[str]:
     from dpaudit.report.membership import membership_audits
 
-    needs = {(t.fpr, t.min_nonmembers, t.n_nonmembers): None for a in membership_audits(results)
-             for t in a.audit.tpr_at_fpr if not t.enough_nonmembers}
-    return [f"n/a: TPR at {fpr:.3g} FPR needs >= {need} non-members, have {have} (it would be TPR at zero false "
-            "positives)" for fpr, need, have in needs]
+    needs = {
+        (t.fpr, t.min_nonmembers, t.n_nonmembers): None
+        for a in membership_audits(results)
+        for t in a.audit.tpr_at_fpr
+        if not t.enough_nonmembers
+    }
+    return [
+        f"n/a: TPR at {fpr:.3g} FPR needs >= {need} non-members, have {have} (it would be TPR at zero false positives)"
+        for fpr, need, have in needs
+    ]
 
 
 def attack_notes(results: Any, out: str | os.PathLike[str] | None = None) -> list[str]:
@@ -70,7 +80,9 @@ def _undertrained(results: Any, out: str | os.PathLike[str] | None) -> str | Non
     from dpaudit.report.sections import undertrained_hint, utility_view
 
     exposure = next((r for r in results.attacks if isinstance(r, ExposureResult)), None)
-    top = max((r for r in (exposure.rows if exposure else ()) if r.frequency > 0), key=lambda r: r.frequency, default=None)
+    top = max(
+        (r for r in (exposure.rows if exposure else ()) if r.frequency > 0), key=lambda r: r.frequency, default=None
+    )
     mia = strongest(membership_audits(results))
     utility = None
     if out is not None and results.claimed.private is False:

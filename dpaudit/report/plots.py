@@ -49,6 +49,8 @@ def thin_ticks(xs: Sequence[float], *, min_gap: float) -> list[float]:
         if math.log2(x) - math.log2(kept[-1]) >= min_gap and math.log2(xs[-1]) - math.log2(x) >= min_gap:
             kept.append(x)
     return [*kept, xs[-1]]
+
+
 #: At most this many vertices of an ROC curve are drawn (log-spaced in FPR: the low-FPR end is what matters).
 ROC_POINTS = 400
 
@@ -107,10 +109,12 @@ def _to_svg(fig, name: str) -> Markup:
         buf = io.StringIO()
         fig.savefig(buf, format="svg", metadata={"Date": None, "Creator": None, "Format": None, "Type": None})
     svg = buf.getvalue()
-    svg = svg[svg.index("<svg"):]  # inline: no XML prolog or DOCTYPE
+    svg = svg[svg.index("<svg") :]  # inline: no XML prolog or DOCTYPE
     svg = re.sub(r"<metadata>.*?</metadata>\s*", "", svg, flags=re.DOTALL)
     # Font stack: matplotlib names only the resolved family; let the browser fall back to system fonts.
-    svg = re.sub(r"font-family:[^;\"]*", "font-family: " + ", ".join(f"'{f}'" if " " in f else f for f in FONT_STACK), svg)
+    svg = re.sub(
+        r"font-family:[^;\"]*", "font-family: " + ", ".join(f"'{f}'" if " " in f else f for f in FONT_STACK), svg
+    )
     svg = re.sub(r'<g id="[^"]*"', "<g", svg)  # group ids repeat across figures; only salted defs ids are referenced
     svg = svg.replace("*{stroke-linejoin", "svg.plot *{stroke-linejoin")  # inline <style> is page-global in HTML
     svg = svg.replace("<svg ", f'<svg role="img" aria-label="{escape(name)}" class="plot" ', 1)
@@ -127,8 +131,13 @@ def _figure(width: float, height: float, ncols: int = 1, **margins: float):
     ctx.__enter__()
     fig = Figure(figsize=(width, height))
     inches = {"left": 0.55, "right": 0.15, "top": 0.25, "bottom": 0.5, **margins}
-    fig.subplots_adjust(left=inches["left"] / width, right=1 - inches["right"] / width, top=1 - inches["top"] / height,
-                        bottom=inches["bottom"] / height, wspace=margins.get("wspace", 0.2))
+    fig.subplots_adjust(
+        left=inches["left"] / width,
+        right=1 - inches["right"] / width,
+        top=1 - inches["top"] / height,
+        bottom=inches["bottom"] / height,
+        wspace=margins.get("wspace", 0.2),
+    )
     axes = fig.subplots(1, ncols, squeeze=False)[0]
     return ctx, fig, axes
 
@@ -140,8 +149,18 @@ def _errorbars(ax, s: Series, i: int) -> None:
         low, high = np.asarray(s.low, float), np.asarray(s.high, float)
         ok = np.isfinite(low) & np.isfinite(high)
         yerr = np.vstack([np.where(ok, y - low, 0.0), np.where(ok, high - y, 0.0)]).clip(min=0)
-        ax.errorbar(x, y, yerr=yerr, color=color, marker=marker, capsize=3, linewidth=1.5, linestyle=style, markersize=5,
-                    label=s.label)
+        ax.errorbar(
+            x,
+            y,
+            yerr=yerr,
+            color=color,
+            marker=marker,
+            capsize=3,
+            linewidth=1.5,
+            linestyle=style,
+            markersize=5,
+            label=s.label,
+        )
     else:
         ax.plot(x, y, color=color, marker=marker, linewidth=1.5, linestyle=style, markersize=5, label=s.label)
 
@@ -150,9 +169,16 @@ def _errorbars(ax, s: Series, i: int) -> None:
 _CEILING_STYLES = [("#444444", (0, (5, 3))), ("#777777", (0, (2, 2))), ("#222222", (0, (8, 2, 1, 2)))]
 
 
-def by_frequency(name: str, series: Sequence[Series], *, ylabel: str, bands: Sequence[Band] = (),
-                 ceiling: float | None = None, ylim: tuple[float, float] | None = None,
-                 ceilings: Sequence[tuple[float, str]] = ()) -> str:
+def by_frequency(
+    name: str,
+    series: Sequence[Series],
+    *,
+    ylabel: str,
+    bands: Sequence[Band] = (),
+    ceiling: float | None = None,
+    ylim: tuple[float, float] | None = None,
+    ceilings: Sequence[tuple[float, str]] = (),
+) -> str:
     """A metric vs repetition count (log2 x axis), one series per run, control bands and ceilings.
 
     ``ceilings`` are (log2|R|, label) pairs, one dashed line each (runs with different ``--reveal`` rank over
@@ -170,8 +196,13 @@ def by_frequency(name: str, series: Sequence[Series], *, ylabel: str, bands: Seq
             ax.axhline(band.center, color=color, linestyle=":", linewidth=1, label=band.label)
         for i, (c, label) in enumerate(lines):
             color, dashes = _CEILING_STYLES[i % len(_CEILING_STYLES)]
-            ax.axhline(c, color=color, linestyle=dashes, linewidth=1,
-                       label=f"ceiling log2|R| = {c:.3g}" + (f" ({label})" if label else ""))
+            ax.axhline(
+                c,
+                color=color,
+                linestyle=dashes,
+                linewidth=1,
+                label=f"ceiling log2|R| = {c:.3g}" + (f" ({label})" if label else ""),
+            )
         xs = sorted({float(x) for s in series for x in s.x if x > 0})
         for i, s in enumerate(series):
             _errorbars(ax, s, i)
@@ -192,15 +223,17 @@ def by_frequency(name: str, series: Sequence[Series], *, ylabel: str, bands: Seq
         ctx.__exit__(None, None, None)
 
 
-def thin_roc(fpr: np.ndarray, tpr: np.ndarray, floor: float,
-             keep: Sequence[float] = (1e-3, 1e-2, 1e-1)) -> tuple[np.ndarray, np.ndarray]:
+def thin_roc(
+    fpr: np.ndarray, tpr: np.ndarray, floor: float, keep: Sequence[float] = (1e-3, 1e-2, 1e-1)
+) -> tuple[np.ndarray, np.ndarray]:
     """At most :data:`ROC_POINTS` vertices, log-spaced in FPR (the step shape kept by taking, at each
     grid FPR, the vertex with the largest FPR <= it); the FPRs in ``keep`` are grid points, so the drawn
     curve there is exactly the ROC's TPR. FPR and TPR are clipped below at ``floor`` for log axes."""
     fpr, tpr = np.asarray(fpr, float), np.asarray(tpr, float)
     if fpr.size > ROC_POINTS:
-        grid = np.unique(np.r_[np.geomspace(floor, 1.0, ROC_POINTS - 1 - len(keep)), list(keep),
-                               fpr[fpr > 0].min(initial=1.0)])
+        grid = np.unique(
+            np.r_[np.geomspace(floor, 1.0, ROC_POINTS - 1 - len(keep)), list(keep), fpr[fpr > 0].min(initial=1.0)]
+        )
         idx = np.searchsorted(fpr, grid + 1e-15, side="right") - 1
         idx = idx[idx >= 0]
         best = np.maximum.accumulate(tpr)[idx]
@@ -252,16 +285,33 @@ def training(name: str, panels: Sequence[tuple[str, Sequence[Series], bool]]) ->
                 x, y = np.asarray(s.x, float), np.asarray(s.y, float)
                 ok = np.isfinite(y) & (y > 0 if log_y else True)
                 if ok.any():
-                    ax.plot(x[ok], y[ok], color=curve_style(i)[0], linestyle=curve_style(i)[1], linewidth=1.4,
-                            marker="o" if ok.sum() < 12 else None, markersize=3, label=s.label)
+                    ax.plot(
+                        x[ok],
+                        y[ok],
+                        color=curve_style(i)[0],
+                        linestyle=curve_style(i)[1],
+                        linewidth=1.4,
+                        marker="o" if ok.sum() < 12 else None,
+                        markersize=3,
+                        label=s.label,
+                    )
                     drawn = True
                     if s.baseline is not None and math.isfinite(s.baseline):
                         ax.axhline(s.baseline, color=PALETTE[i % len(PALETTE)], linestyle=":", linewidth=1.2)
             if log_y and drawn:
                 ax.set_yscale("log")
             if not drawn:
-                ax.text(0.5, 0.5, "not logged\n(none for a non-private run)" if "epsilon" in title or "SNR" in title
-                        else "not logged", ha="center", va="center", transform=ax.transAxes, color="#666666")
+                ax.text(
+                    0.5,
+                    0.5,
+                    "not logged\n(none for a non-private run)"
+                    if "epsilon" in title or "SNR" in title
+                    else "not logged",
+                    ha="center",
+                    va="center",
+                    transform=ax.transAxes,
+                    color="#666666",
+                )
                 ax.set_xticks([])
                 ax.set_yticks([])
             ax.set_title(title, fontsize=9)
@@ -272,7 +322,9 @@ def training(name: str, panels: Sequence[tuple[str, Sequence[Series], bool]]) ->
                 ax.xaxis.set_major_locator(MaxNLocator(nbins=4, integer=True))
         if runs > 1:
             handles, labels = axes[0].get_legend_handles_labels()
-            fig.legend(handles, labels, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncols=4, frameon=False)
+            fig.legend(
+                handles, labels, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncols=4, frameon=False
+            )
         return _to_svg(fig, name)
     finally:
         ctx.__exit__(None, None, None)
@@ -282,7 +334,9 @@ def training(name: str, panels: Sequence[tuple[str, Sequence[Series], bool]]) ->
 HIST_BINS = 40
 
 
-def histograms(name: str, panels: Sequence[tuple[str, Sequence[tuple[str, np.ndarray]]]], *, xlabel: str = "score") -> str:
+def histograms(
+    name: str, panels: Sequence[tuple[str, Sequence[tuple[str, np.ndarray]]]], *, xlabel: str = "score"
+) -> str:
     """Small multiples of overlaid histograms: per panel (title, one (label, values) per group), the
     groups binned on the same :data:`HIST_BINS` edges over their common range (e.g. the scores of member
     and non-member canaries, higher = member)."""
@@ -309,7 +363,9 @@ def histograms(name: str, panels: Sequence[tuple[str, Sequence[tuple[str, np.nda
             ax.set_ylabel("canaries")
         if groups > 1:
             handles, labels = axes[0].get_legend_handles_labels()
-            fig.legend(handles, labels, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncols=groups, frameon=False)
+            fig.legend(
+                handles, labels, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncols=groups, frameon=False
+            )
         return _to_svg(fig, name)
     finally:
         ctx.__exit__(None, None, None)

@@ -29,8 +29,9 @@ from dpaudit.report.templating import environment, stylesheet
 DEFAULT_DIR = Path("reports")
 
 
-def render_runs(runs: Sequence[ReportRun], *, whitebox: Sequence[Any] = (),
-                labels: Mapping[str, str] | None = None) -> str:
+def render_runs(
+    runs: Sequence[ReportRun], *, whitebox: Sequence[Any] = (), labels: Mapping[str, str] | None = None
+) -> str:
     """The HTML page of one run, or the comparison page of several; ``whitebox`` audits
     (:class:`~dpaudit.report.whitebox_load.WhiteboxRun`) lead its verdict and get a section of their own.
 
@@ -64,8 +65,10 @@ def load_dir(path: str | os.PathLike[str]) -> Any:
     if is_whitebox_dir(manifest):
         return load_whitebox(path)
     if not str(manifest["schema"]).startswith("dpaudit.attack/"):
-        raise UserInputError(f"{path} is a {manifest['schema']!r} directory, not an attack directory (the --out of dpaudit "
-                             "attack) or an audit-trainer directory (the --out of dpaudit audit-trainer).")
+        raise UserInputError(
+            f"{path} is a {manifest['schema']!r} directory, not an attack directory (the --out of dpaudit "
+            "attack) or an audit-trainer directory (the --out of dpaudit audit-trainer)."
+        )
     return load_run(path)
 
 
@@ -94,8 +97,14 @@ def render_report(paths: Sequence[str | os.PathLike[str]], *, labels: Mapping[st
     return render_runs(runs, whitebox=whitebox, labels=labels)
 
 
-def write_report(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], *,
-                 labels: Mapping[str, str] | None = None, overwrite: bool = False, option: str = "--out") -> Path:
+def write_report(
+    paths: Sequence[str | os.PathLike[str]],
+    out: str | os.PathLike[str],
+    *,
+    labels: Mapping[str, str] | None = None,
+    overwrite: bool = False,
+    option: str = "--out",
+) -> Path:
     """Render and write ``out`` atomically (``labels``: as :func:`render_report`).
 
     ``out`` is never a file dpaudit did not write, nor a path inside a run directory
@@ -116,7 +125,9 @@ def write_report(paths: Sequence[str | os.PathLike[str]], out: str | os.PathLike
         if out.read_bytes() == html.encode("utf-8"):
             return out  # the same page: nothing to write
         if not overwrite:
-            raise UserInputError(f"{option} {out} holds another report page dpaudit wrote; pass --overwrite to replace "
-                                 "it or choose another path.")
+            raise UserInputError(
+                f"{option} {out} holds another report page dpaudit wrote; pass --overwrite to replace "
+                "it or choose another path."
+            )
     out.parent.mkdir(parents=True, exist_ok=True)
     return atomic_write_text(out, html)

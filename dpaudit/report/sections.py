@@ -70,9 +70,18 @@ def utility_view(label: str, utility: Utility | None) -> UtilityView | None:
         return None
     value, baseline = percents(utility.value, utility.baseline)
     margin = None if utility.baseline is None else f"{(utility.value - utility.baseline) * 100:+.1f} points"
-    return UtilityView(run=label, name=utility.name, value=value, baseline=baseline, rule=utility.rule,
-                       step=utility.step, margin=margin, beats_baseline=utility.beats_baseline, rows=utility.rows,
-                       measured=utility.measured)
+    return UtilityView(
+        run=label,
+        name=utility.name,
+        value=value,
+        baseline=baseline,
+        rule=utility.rule,
+        step=utility.step,
+        margin=margin,
+        beats_baseline=utility.beats_baseline,
+        rows=utility.rows,
+        measured=utility.measured,
+    )
 
 
 # -- 1. verdict ------------------------------------------------------------------------------------
@@ -128,64 +137,103 @@ def _unaccounted(run: ReportRun) -> tuple[str, ...]:
         return ()
     out = list(facts.unaccounted_releases)
     if facts.scale_from_private and not any("clip norm" in r for r in out):
-        out.append("per-layer clip norms were computed from the first-iteration gradient on private train.jsonl "
-                   "(--scale-from private): an extra release of private data NOT covered by the epsilon.")
+        out.append(
+            "per-layer clip norms were computed from the first-iteration gradient on private train.jsonl "
+            "(--scale-from private): an extra release of private data NOT covered by the epsilon."
+        )
     return tuple(out)
 
 
-def _sentence(head: Headline, private: bool | None, top: ExposureRow | None, controls: ExposureRow | None,
-              mia: MembershipAudit | None, log2_space: float | None, utility: UtilityView | None = None) -> str:
+def _sentence(
+    head: Headline,
+    private: bool | None,
+    top: ExposureRow | None,
+    controls: ExposureRow | None,
+    mia: MembershipAudit | None,
+    log2_space: float | None,
+    utility: UtilityView | None = None,
+) -> str:
     if head.contradicted:
-        return ("A proof (the one-run bound on coin-flip canaries, 95% corrected for every audit, valid for any mechanism) "
-                "shows more leakage than the claimed epsilon allows, so the claim is wrong: the trainer or the accountant "
-                "has a bug, or the model audited is not the one the claim is about.")
+        return (
+            "A proof (the one-run bound on coin-flip canaries, 95% corrected for every audit, valid for any mechanism) "
+            "shows more leakage than the claimed epsilon allows, so the claim is wrong: the trainer or the accountant "
+            "has a bug, or the model audited is not the one the claim is about."
+        )
     if head.mechanism_refuted:
-        return (f"The trained model is not the mechanism privacy.json states: the coin-flip canaries refute its trade-off "
-                f"curve ({head.label}). For any mechanism the bound is epsilon ≥ {format_down(head.best.epsilon)}, within "
-                f"the claimed {format_up(head.claim.epsilon)}, so the epsilon may still hold, but what ran is not what was "
-                "accounted: the trainer's clipping, noise, sampling or accounting differs from its record.")
+        return (
+            f"The trained model is not the mechanism privacy.json states: the coin-flip canaries refute its trade-off "
+            f"curve ({head.label}). For any mechanism the bound is epsilon ≥ {format_down(head.best.epsilon)}, within "
+            f"the claimed {format_up(head.claim.epsilon)}, so the epsilon may still hold, but what ran is not what was "
+            "accounted: the trainer's clipping, noise, sampling or accounting differs from its record."
+        )
     parts = []
     memorized = top is not None and top.vs_controls is not None and top.vs_controls.p_value < ALPHA
     if memorized:
         ceiling = f" of at most {log2_space:.3g}" if log2_space is not None else ""
-        parts.append(f"The model memorized canaries inserted {top.frequency} times: their secrets score a mean exposure of "
-                     f"{top.mean:.1f} bits{ceiling}, against {controls.mean:.1f} for never-seen controls" if controls else
-                     f"The model memorized canaries inserted {top.frequency} times (mean exposure {top.mean:.1f} bits{ceiling})")
-        parts[-1] += (" — DP covers a canary repeated f times only as a group of f rows." if private else
-                      " — and nothing bounds this: the model has no privacy guarantee.")
+        parts.append(
+            f"The model memorized canaries inserted {top.frequency} times: their secrets score a mean exposure of "
+            f"{top.mean:.1f} bits{ceiling}, against {controls.mean:.1f} for never-seen controls"
+            if controls
+            else f"The model memorized canaries inserted {top.frequency} times (mean exposure {top.mean:.1f} bits{ceiling})"
+        )
+        parts[-1] += (
+            " — DP covers a canary repeated f times only as a group of f rows."
+            if private
+            else " — and nothing bounds this: the model has no privacy guarantee."
+        )
     elif top is not None:
-        parts.append(f"Canaries inserted up to {top.frequency} times are not distinguishable from never-seen controls "
-                     "(no measurable memorization).")
+        parts.append(
+            f"Canaries inserted up to {top.frequency} times are not distinguishable from never-seen controls "
+            "(no measurable memorization)."
+        )
     if mia is not None:
         auc = mia.audit.auc
-        strength = ("no better than guessing" if auc.ci.low <= 0.5 <= auc.ci.high else
-                    "weakly better than guessing" if auc.value < 0.6 else "clearly better than guessing")
+        strength = (
+            "no better than guessing"
+            if auc.ci.low <= 0.5 <= auc.ci.high
+            else "weakly better than guessing"
+            if auc.value < 0.6
+            else "clearly better than guessing"
+        )
         parts.append(f"The strongest membership attack ({mia.name}) has AUC {auc.value:.2f}: {strength}.")
     claim = head.claim
     if private is False and head.best is not None and head.best.kind == PROOF and head.best.epsilon > 0:
-        parts.append(f"The one-run audit proves that this model leaks: no epsilon below "
-                     f"{format_down(head.best.epsilon)} describes it ({head.label}; a proof for this training run).")
+        parts.append(
+            f"The one-run audit proves that this model leaks: no epsilon below "
+            f"{format_down(head.best.epsilon)} describes it ({head.label}; a proof for this training run)."
+        )
     if private and not claim.proven:
-        parts.append(f"This run proves no epsilon ({claim.text()}): there is no claim for an audit to confirm or contradict.")
+        parts.append(
+            f"This run proves no epsilon ({claim.text()}): there is no claim for an audit to confirm or contradict."
+        )
     elif private and head.best is not None and head.best.above:
-        parts.append(f"A heuristic lower bound is above the claimed epsilon {format_up(claim.epsilon)}: investigate "
-                     "(heuristic bounds treat the examples of one model as independent trials, so this is not a proof).")
+        parts.append(
+            f"A heuristic lower bound is above the claimed epsilon {format_up(claim.epsilon)}: investigate "
+            "(heuristic bounds treat the examples of one model as independent trials, so this is not a proof)."
+        )
     elif private and head.powerless:
-        parts.append(f"Nothing found contradicts the claimed epsilon {format_up(claim.epsilon)}, but {head.ceiling_sentence()}.")
+        parts.append(
+            f"Nothing found contradicts the claimed epsilon {format_up(claim.epsilon)}, but {head.ceiling_sentence()}."
+        )
     elif private and not memorized:
-        parts.append(f"Nothing found contradicts the claimed epsilon {format_up(claim.epsilon)}; a lower bound is not a "
-                     "proof of privacy.")
+        parts.append(
+            f"Nothing found contradicts the claimed epsilon {format_up(claim.epsilon)}; a lower bound is not a "
+            "proof of privacy."
+        )
     if utility is not None and utility.beats_baseline is False:
-        parts.append(f"Its {utility.name} ({utility.value}) is no better than the trivial baseline ({utility.baseline}: "
-                     f"{utility.rule}): the model learned nothing usable, so its privacy says little.")
+        parts.append(
+            f"Its {utility.name} ({utility.value}) is no better than the trivial baseline ({utility.baseline}: "
+            f"{utility.rule}): the model learned nothing usable, so its privacy says little."
+        )
     hint = undertrained_hint(private, top, mia, utility)
     if hint:
         parts.append(hint)
     return " ".join(parts) or "No attack result to summarize."
 
 
-def undertrained_hint(private: bool | None, top: ExposureRow | None, mia: MembershipAudit | None,
-                      utility: UtilityView | None) -> str | None:
+def undertrained_hint(
+    private: bool | None, top: ExposureRow | None, mia: MembershipAudit | None, utility: UtilityView | None
+) -> str | None:
     """When a NON-private model shows nothing (canaries with the controls, no attack clearly above guessing), the
     likelier reason is too little training, not privacy: say so, with its held-out figure."""
     if private is not False or (top is None and mia is None):
@@ -198,8 +246,10 @@ def undertrained_hint(private: bool | None, top: ExposureRow | None, mia: Member
     if utility is not None:
         beside = f", trivial baseline {utility.baseline}" if utility.baseline is not None else ""
         figure = f" (its {utility.name} is {utility.value}{beside})"
-    return (f"A non-private model that shows no memorization may be undertrained{figure}: train longer, or on a smaller "
-            "corpus with canaries repeated more often (the README's tour and dpaudit demo use sizes at which it leaks).")
+    return (
+        f"A non-private model that shows no memorization may be undertrained{figure}: train longer, or on a smaller "
+        "corpus with canaries repeated more often (the README's tour and dpaudit demo use sizes at which it leaks)."
+    )
 
 
 def run_headline(run: ReportRun) -> Headline:
@@ -216,28 +266,50 @@ def verdict(run: ReportRun, audits: Sequence[MembershipAudit], head: Headline | 
     head = run_headline(run) if head is None else head
     alarms = []
     if head.contradicted:
-        alarms.extend(f"{b.text()} > claimed {format_up(b.compared_with)}" for b in head.bounds
-                      if b.above and b.eligible and b.kind == "proof")
+        alarms.extend(
+            f"{b.text()} > claimed {format_up(b.compared_with)}"
+            for b in head.bounds
+            if b.above and b.eligible and b.kind == "proof"
+        )
     alarms.extend(head.investigate)
     mia = strongest(tuple(audits))
     # the exposure's own ceiling: with --reveal K the rank is over the masked positions only (|R| of the rest)
     log2_space = exposure.parameters.log2_space_size if exposure else None
     utility = utility_view(run.label, run.utility)
-    best_audit = None if head.best is None else next(
-        (a.audit for a in audits if (a.attack, a.task) == (head.best.attack, head.best.task)), None)
+    best_audit = (
+        None
+        if head.best is None
+        else next((a.audit for a in audits if (a.attack, a.task) == (head.best.attack, head.best.task)), None)
+    )
     rates = {}
     for fpr in (0.001, 0.01):
         t = mia.tpr(fpr) if mia is not None else None
         rates[fpr] = None if t is None else tpr_rate(t, mia.audit.n_members)
-    return Verdict(tpr_low=rates[0.001], tpr_one=rates[0.01],
-                   bound_note=zero_bound_reason(head.best, best_audit) if best_audit is not None else None,
-                   label=run.label, claim=head.claim.text(), claimed_epsilon=head.claim.epsilon, private=c.private,
-                   delta=c.delta, accountant=c.accountant, privacy_unit=run.privacy.privacy_unit if run.privacy else None,
-                   sampling=run.privacy.sampling if run.privacy else None, guarantee=c.guarantee, headline=head,
-                   exceeds=head.contradicted, alarms=tuple(dict.fromkeys(alarms)), unaccounted=_unaccounted(run),
-                   top_frequency=top.frequency if top else None, top_exposure=top, control_exposure=controls,
-                   log2_space=log2_space, mia=mia, sentence=_sentence(head, c.private, top, controls, mia, log2_space, utility),
-                   utility=utility)
+    return Verdict(
+        tpr_low=rates[0.001],
+        tpr_one=rates[0.01],
+        bound_note=zero_bound_reason(head.best, best_audit) if best_audit is not None else None,
+        label=run.label,
+        claim=head.claim.text(),
+        claimed_epsilon=head.claim.epsilon,
+        private=c.private,
+        delta=c.delta,
+        accountant=c.accountant,
+        privacy_unit=run.privacy.privacy_unit if run.privacy else None,
+        sampling=run.privacy.sampling if run.privacy else None,
+        guarantee=c.guarantee,
+        headline=head,
+        exceeds=head.contradicted,
+        alarms=tuple(dict.fromkeys(alarms)),
+        unaccounted=_unaccounted(run),
+        top_frequency=top.frequency if top else None,
+        top_exposure=top,
+        control_exposure=controls,
+        log2_space=log2_space,
+        mia=mia,
+        sentence=_sentence(head, c.private, top, controls, mia, log2_space, utility),
+        utility=utility,
+    )
 
 
 # -- 2. memorization -------------------------------------------------------------------------------
@@ -285,51 +357,101 @@ def memorization(runs: Sequence[ReportRun]) -> Memorization:
                 key = (round(exposure.parameters.log2_space_size, 6), exposure.parameters.reveal)
                 ceilings.setdefault(key, []).append(name)
             pos = [r for r in exposure.rows if r.frequency > 0]
-            exp_series.append(plots.Series(label=name, x=[r.frequency for r in pos], y=[r.mean for r in pos],
-                                           low=[_nan(r.mean_ci and r.mean_ci.low) for r in pos],
-                                           high=[_nan(r.mean_ci and r.mean_ci.high) for r in pos]))
+            exp_series.append(
+                plots.Series(
+                    label=name,
+                    x=[r.frequency for r in pos],
+                    y=[r.mean for r in pos],
+                    low=[_nan(r.mean_ci and r.mean_ci.low) for r in pos],
+                    high=[_nan(r.mean_ci and r.mean_ci.high) for r in pos],
+                )
+            )
             for r in exposure.rows:
                 by_f.setdefault(r.frequency, {})["exposure"] = r
                 if r.frequency == 0:
                     lo, hi = (r.mean_ci.low, r.mean_ci.high) if r.mean_ci else (r.mean, r.mean)
-                    exp_bands.append(plots.Band(label=f"controls: {name}" if len(runs) > 1 else "controls (never inserted)",
-                                                center=r.mean, low=lo, high=hi))
+                    exp_bands.append(
+                        plots.Band(
+                            label=f"controls: {name}" if len(runs) > 1 else "controls (never inserted)",
+                            center=r.mean,
+                            low=lo,
+                            high=hi,
+                        )
+                    )
         if recon:
             pos = [r for r in recon.rows if r.frequency > 0]
-            edit_series.append(plots.Series(
-                label=name, x=[r.frequency for r in pos], y=[r.normalized_edit_distance_mean for r in pos],
-                low=[_nan(r.normalized_edit_distance_ci and r.normalized_edit_distance_ci.low) for r in pos],
-                high=[_nan(r.normalized_edit_distance_ci and r.normalized_edit_distance_ci.high) for r in pos]))
+            edit_series.append(
+                plots.Series(
+                    label=name,
+                    x=[r.frequency for r in pos],
+                    y=[r.normalized_edit_distance_mean for r in pos],
+                    low=[_nan(r.normalized_edit_distance_ci and r.normalized_edit_distance_ci.low) for r in pos],
+                    high=[_nan(r.normalized_edit_distance_ci and r.normalized_edit_distance_ci.high) for r in pos],
+                )
+            )
             for r in recon.rows:
                 by_f.setdefault(r.frequency, {})["recon"] = r
                 if r.frequency == 0:
                     ci = r.normalized_edit_distance_ci
-                    edit_bands.append(plots.Band(label=f"controls: {name}" if len(runs) > 1 else "controls (never inserted)",
-                                                 center=r.normalized_edit_distance_mean, low=ci.low if ci else r.normalized_edit_distance_mean,
-                                                 high=ci.high if ci else r.normalized_edit_distance_mean))
+                    edit_bands.append(
+                        plots.Band(
+                            label=f"controls: {name}" if len(runs) > 1 else "controls (never inserted)",
+                            center=r.normalized_edit_distance_mean,
+                            low=ci.low if ci else r.normalized_edit_distance_mean,
+                            high=ci.high if ci else r.normalized_edit_distance_mean,
+                        )
+                    )
         for f in sorted(by_f):
             e, rc = by_f[f].get("exposure"), by_f[f].get("recon")
             test = (e.vs_controls if e else None) or (rc.vs_controls if rc else None)
-            rows.append(FrequencyRow(
-                run=short[run.label], frequency=f, n=(e or rc).n, exposure=e,
-                exact=f"{rc.exact_matches}/{rc.n}" if rc else "–",
-                exact_ci=(rc.exact_match_ci.low, rc.exact_match_ci.high) if rc and rc.exact_match_ci else None,
-                edit=rc.normalized_edit_distance_mean if rc else None,
-                edit_ci=(rc.normalized_edit_distance_ci.low, rc.normalized_edit_distance_ci.high)
-                if rc and rc.normalized_edit_distance_ci else None,
-                p_value=test.p_value if test else None))
-    lines = [(c, "" if len(ceilings) == 1 and not reveal else f"reveal {reveal}: {', '.join(names)}")
-             for (c, reveal), names in sorted(ceilings.items())]
+            rows.append(
+                FrequencyRow(
+                    run=short[run.label],
+                    frequency=f,
+                    n=(e or rc).n,
+                    exposure=e,
+                    exact=f"{rc.exact_matches}/{rc.n}" if rc else "–",
+                    exact_ci=(rc.exact_match_ci.low, rc.exact_match_ci.high) if rc and rc.exact_match_ci else None,
+                    edit=rc.normalized_edit_distance_mean if rc else None,
+                    edit_ci=(rc.normalized_edit_distance_ci.low, rc.normalized_edit_distance_ci.high)
+                    if rc and rc.normalized_edit_distance_ci
+                    else None,
+                    p_value=test.p_value if test else None,
+                )
+            )
+    lines = [
+        (c, "" if len(ceilings) == 1 and not reveal else f"reveal {reveal}: {', '.join(names)}")
+        for (c, reveal), names in sorted(ceilings.items())
+    ]
     ceiling = max(c for c, _ in ceilings) if ceilings else None
-    exp_svg = plots.by_frequency("exposure by repetition count", exp_series, ylabel="exposure (bits)", bands=exp_bands,
-                                 ceilings=lines) if exp_series else None
-    edit_svg = plots.by_frequency("normalized edit distance by repetition count", edit_series,
-                                  ylabel="norm. edit distance (top-1 fill)", bands=edit_bands,
-                                  ylim=(-0.02, 1.02)) if edit_series else None
+    exp_svg = (
+        plots.by_frequency(
+            "exposure by repetition count", exp_series, ylabel="exposure (bits)", bands=exp_bands, ceilings=lines
+        )
+        if exp_series
+        else None
+    )
+    edit_svg = (
+        plots.by_frequency(
+            "normalized edit distance by repetition count",
+            edit_series,
+            ylabel="norm. edit distance (top-1 fill)",
+            bands=edit_bands,
+            ylim=(-0.02, 1.02),
+        )
+        if edit_series
+        else None
+    )
     note = runs[0].results.group_privacy if runs else GROUP_PRIVACY_NOTE
-    return Memorization(present=bool(rows), exposure_svg=exp_svg, edit_svg=edit_svg, rows=tuple(rows),
-                        log2_space=ceiling if len(ceilings) <= 1 else None, group_note=note,
-                        ceilings=tuple(f"{c:.3g} bits ({label})" if label else f"{c:.3g} bits" for c, label in lines))
+    return Memorization(
+        present=bool(rows),
+        exposure_svg=exp_svg,
+        edit_svg=edit_svg,
+        rows=tuple(rows),
+        log2_space=ceiling if len(ceilings) <= 1 else None,
+        group_note=note,
+        ceilings=tuple(f"{c:.3g} bits ({label})" if label else f"{c:.3g} bits" for c, label in lines),
+    )
 
 
 # -- 3. membership inference -----------------------------------------------------------------------
@@ -362,8 +484,11 @@ class Mia:
     warnings: tuple[str, ...]
 
 
-def mia(runs: Sequence[ReportRun], audits: Mapping[str, Sequence[MembershipAudit]],
-        heads: Mapping[str, Headline] | None = None) -> Mia:
+def mia(
+    runs: Sequence[ReportRun],
+    audits: Mapping[str, Sequence[MembershipAudit]],
+    heads: Mapping[str, Headline] | None = None,
+) -> Mia:
     figures, rows, warns, shift = [], [], [], []
     heads = heads if heads is not None else {run.label: run_headline(run) for run in runs}
     short = short_names(runs)
@@ -378,16 +503,27 @@ def mia(runs: Sequence[ReportRun], audits: Mapping[str, Sequence[MembershipAudit
         for a in found:
             low, one = a.tpr(0.001), a.tpr(0.01)
             bound = by_task.get((a.attack, a.task))
-            rows.append(MiaRow(run=short[run.label], audit=a, claim=head.claim.short(), bound=bound,
-                               tpr_low=None if low is None else tpr_rate(low, a.audit.n_members),
-                               tpr_one=None if one is None else tpr_rate(one, a.audit.n_members),
-                               bound_note=zero_bound_reason(bound, a.audit) if bound is not None else None))
+            rows.append(
+                MiaRow(
+                    run=short[run.label],
+                    audit=a,
+                    claim=head.claim.short(),
+                    bound=bound,
+                    tpr_low=None if low is None else tpr_rate(low, a.audit.n_members),
+                    tpr_one=None if one is None else tpr_rate(one, a.audit.n_members),
+                    bound_note=zero_bound_reason(bound, a.audit) if bound is not None else None,
+                )
+            )
             source = f"{short[run.label]}: {a.name}" if len(runs) > 1 else a.name
             warns.extend((source, w) for w in a.audit.warnings if not _restated(w) and not _tpr_warning(w))
         where = f"{short[run.label]}, " if len(runs) > 1 else ""
         shift.extend(where + note for note in distribution_shift_notes(run.results))  # one per task, shown first
-    return Mia(present=bool(rows), plots=tuple(figures), rows=tuple(rows),
-               warnings=tuple(dict.fromkeys(shift)) + grouped_warnings(warns))
+    return Mia(
+        present=bool(rows),
+        plots=tuple(figures),
+        rows=tuple(rows),
+        warnings=tuple(dict.fromkeys(shift)) + grouped_warnings(warns),
+    )
 
 
 def _tpr_warning(warning: str) -> bool:
@@ -432,10 +568,20 @@ def training(runs: Sequence[ReportRun]) -> Training:
     if not with_metrics:
         return Training(present=False, svg=None, missing=missing, note=note, utility=utility)
     panels = []
-    for title, attr, log_y in (("training loss", "loss", False), ("accuracy", "accuracy", False),
-                               ("gradient SNR", "grad_snr", True), ("epsilon spent", "epsilon", False)):
-        series = [plots.Series(label=_label(short[r.label]), x=[m.step for m in r.metrics],
-                               y=[_nan(getattr(m, attr)) for m in r.metrics]) for r in with_metrics]
+    for title, attr, log_y in (
+        ("training loss", "loss", False),
+        ("accuracy", "accuracy", False),
+        ("gradient SNR", "grad_snr", True),
+        ("epsilon spent", "epsilon", False),
+    ):
+        series = [
+            plots.Series(
+                label=_label(short[r.label]),
+                x=[m.step for m in r.metrics],
+                y=[_nan(getattr(m, attr)) for m in r.metrics],
+            )
+            for r in with_metrics
+        ]
         panels.append((title, series, log_y))
     heldout = any(m.heldout is not None for r in with_metrics for m in r.metrics)
     if heldout:  # the utility plot: held-out figure vs step, the trivial baseline as a dotted line in the run's colour
@@ -443,11 +589,23 @@ def training(runs: Sequence[ReportRun]) -> Training:
         for r in with_metrics:
             rows = [m for m in r.metrics if m.heldout is not None]
             baseline = next((m.heldout_baseline for m in reversed(rows) if m.heldout_baseline is not None), None)
-            series.append(plots.Series(label=_label(short[r.label]), x=[m.step for m in rows], y=[m.heldout for m in rows],
-                                       baseline=baseline))
+            series.append(
+                plots.Series(
+                    label=_label(short[r.label]),
+                    x=[m.step for m in rows],
+                    y=[m.heldout for m in rows],
+                    baseline=baseline,
+                )
+            )
         panels.insert(2, ("held-out accuracy", series, False))
-    return Training(present=True, svg=plots.training("training telemetry", panels), missing=missing, note=note,
-                    utility=utility, heldout_panel=heldout)
+    return Training(
+        present=True,
+        svg=plots.training("training telemetry", panels),
+        missing=missing,
+        note=note,
+        utility=utility,
+        heldout_panel=heldout,
+    )
 
 
 # -- 5. per-canary table ---------------------------------------------------------------------------
@@ -483,18 +641,35 @@ def _interval(low: float | None, high: float | None, spec: str) -> str:
 def canary_tables(runs: Sequence[ReportRun]) -> tuple[CanaryTable, ...]:
     tables = []
     for run in runs:
-        ordered = sorted(run.results.canaries, key=lambda c: (-c.frequency, -(c.exposure_low if c.exposure_low is not None
-                                                                              else -math.inf), c.id))
+        ordered = sorted(
+            run.results.canaries,
+            key=lambda c: (-c.frequency, -(c.exposure_low if c.exposure_low is not None else -math.inf), c.id),
+        )
         rows = []
         for c in ordered:
             text = run.canary_text.get(c.id)
-            edit = "–" if c.edit_distance is None else (
-                f"{c.edit_distance} ({c.normalized_edit_distance:.2f})" if c.normalized_edit_distance is not None
-                else str(c.edit_distance))
-            rows.append(CanaryRow(id=c.id, frequency=c.frequency, prefix=text.prefix if text else "", secret=c.secret,
-                                  fill="–" if c.fill is None else c.fill, edit=edit,
-                                  exposure=_interval(c.exposure_low, c.exposure_high, ".2f"),
-                                  rank=_interval(c.rank_low, c.rank_high, "d"), exact=bool(c.exact)))
+            edit = (
+                "–"
+                if c.edit_distance is None
+                else (
+                    f"{c.edit_distance} ({c.normalized_edit_distance:.2f})"
+                    if c.normalized_edit_distance is not None
+                    else str(c.edit_distance)
+                )
+            )
+            rows.append(
+                CanaryRow(
+                    id=c.id,
+                    frequency=c.frequency,
+                    prefix=text.prefix if text else "",
+                    secret=c.secret,
+                    fill="–" if c.fill is None else c.fill,
+                    edit=edit,
+                    exposure=_interval(c.exposure_low, c.exposure_high, ".2f"),
+                    rank=_interval(c.rank_low, c.rank_high, "d"),
+                    exact=bool(c.exact),
+                )
+            )
         tables.append(CanaryTable(run=run.label, rows=tuple(rows), has_prefix=bool(run.canary_text)))
     return tuple(tables)
 
@@ -536,9 +711,14 @@ def stage_view(name: str, manifest: Mapping[str, Any]) -> Stage:
             shown = shlex.join(redact_command(shlex.split(text)))
         except ValueError:  # unbalanced quotes: redact word by word
             shown = " ".join(redact_command(text.split()))
-    return Stage(name=name, schema=str(manifest.get("schema", "")), version=str(manifest.get("dpaudit_version", "?")),
-                 command=shown, seed=str(manifest.get("seed")),
-                 config=json.dumps(redact_config(manifest.get("config", {})), indent=2, sort_keys=True, default=str))
+    return Stage(
+        name=name,
+        schema=str(manifest.get("schema", "")),
+        version=str(manifest.get("dpaudit_version", "?")),
+        command=shown,
+        seed=str(manifest.get("seed")),
+        config=json.dumps(redact_config(manifest.get("config", {})), indent=2, sort_keys=True, default=str),
+    )
 
 
 def provenance(run: ReportRun, label: str | None = None) -> Provenance:
@@ -553,16 +733,28 @@ def provenance(run: ReportRun, label: str | None = None) -> Provenance:
     elif isinstance(train.get("tokenizer"), str) and train["tokenizer"]:  # the torch trainers: their own sentence
         tokenizer = train["tokenizer"]
     else:
-        tokenizer = ("unknown: the train run's manifest is not available (for a bare Hugging Face model: whatever its "
-                     "authors used)")
+        tokenizer = (
+            "unknown: the train run's manifest is not available (for a bare Hugging Face model: whatever its "
+            "authors used)"
+        )
     m = run.results.model
     return Provenance(
-        run=run.label if label is None else label, directory=run.label, stages=tuple(stages),
+        run=run.label if label is None else label,
+        directory=run.label,
+        stages=tuple(stages),
         inputs=tuple(sorted((str(k), str(v)) for k, v in (run.manifest.get("inputs") or {}).items())),
-        outputs=tuple(sorted((str(k), str(v)) for k, v in (run.manifest.get("outputs") or {}).items() if k != REPORT_FILE)),
-        upstream=run.upstream, tokenizer=tokenizer, model=f"{m.path} ({m.architecture}, {m.kind})",
-        warnings=tuple(w for w in tuple(run.results.warnings) + tuple(w for a in run.results.attacks for w in a.warnings)
-                       if not _restated(w)))
+        outputs=tuple(
+            sorted((str(k), str(v)) for k, v in (run.manifest.get("outputs") or {}).items() if k != REPORT_FILE)
+        ),
+        upstream=run.upstream,
+        tokenizer=tokenizer,
+        model=f"{m.path} ({m.architecture}, {m.kind})",
+        warnings=tuple(
+            w
+            for w in tuple(run.results.warnings) + tuple(w for a in run.results.attacks for w in a.warnings)
+            if not _restated(w)
+        ),
+    )
 
 
 # -- the page --------------------------------------------------------------------------------------
@@ -579,7 +771,9 @@ class Page:
     training: Training
     canaries: tuple[CanaryTable, ...]
     provenance: tuple[Provenance, ...]
-    whitebox: tuple[Any, ...] = ()  # white-box audits on the page (dpaudit.report.whitebox.WhiteboxView): their verdicts lead
+    whitebox: tuple[
+        Any, ...
+    ] = ()  # white-box audits on the page (dpaudit.report.whitebox.WhiteboxView): their verdicts lead
     models: tuple[ComparisonRow, ...] = ()  # the comparison table: a row per model (comparison pages)
 
 
@@ -590,9 +784,16 @@ def build_page(runs: Sequence[ReportRun], *, whitebox: Sequence[Any] = ()) -> Pa
     audits = {run.label: membership_audits(run.results) for run in runs}
     heads = {run.label: run_headline(run) for run in runs}
     labels = ", ".join([*(w.label for w in whitebox), *(r.label for r in runs)])
-    return Page(title=f"dpaudit report: {labels}", comparison=len(runs) > 1, version=__version__,
-                verdicts=tuple(verdict(r, audits[r.label], heads[r.label]) for r in runs), memorization=memorization(runs),
-                mia=mia(runs, audits, heads), training=training(runs), canaries=canary_tables(runs),
-                provenance=tuple(provenance(p, r.label) for r in runs for p in (r.parts or (r,))), whitebox=tuple(whitebox),
-                models=comparison_rows(runs, heads, audits) if len(runs) > 1 else ())
-
+    return Page(
+        title=f"dpaudit report: {labels}",
+        comparison=len(runs) > 1,
+        version=__version__,
+        verdicts=tuple(verdict(r, audits[r.label], heads[r.label]) for r in runs),
+        memorization=memorization(runs),
+        mia=mia(runs, audits, heads),
+        training=training(runs),
+        canaries=canary_tables(runs),
+        provenance=tuple(provenance(p, r.label) for r in runs for p in (r.parts or (r,))),
+        whitebox=tuple(whitebox),
+        models=comparison_rows(runs, heads, audits) if len(runs) > 1 else (),
+    )

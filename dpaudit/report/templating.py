@@ -54,8 +54,14 @@ def environment():
     """The Jinja2 environment of the report's templates (package data under ``dpaudit/report/templates/``)."""
     import jinja2
 
-    env = jinja2.Environment(loader=jinja2.PackageLoader("dpaudit.report", "templates"), autoescape=True,
-                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True, keep_trailing_newline=True)
+    env = jinja2.Environment(
+        loader=jinja2.PackageLoader("dpaudit.report", "templates"),
+        autoescape=True,
+        undefined=jinja2.StrictUndefined,
+        trim_blocks=True,
+        lstrip_blocks=True,
+        keep_trailing_newline=True,
+    )
     env.filters.update(num=_num, ci=_ci, pair=_pair, up=_up, down=_down)
     return env
 

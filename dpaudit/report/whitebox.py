@@ -37,8 +37,15 @@ from dpaudit.report.templating import environment, stylesheet
 from dpaudit.report.whitebox_load import SCHEMA, VIEWS, WhiteboxRun, read_whitebox
 from dpaudit.whitebox.bounds import Bound
 
-__all__ = ["BoundRow", "WhiteboxPage", "WhiteboxVerdict", "WhiteboxView", "render_whitebox", "whitebox_view",
-           "write_page"]
+__all__ = [
+    "BoundRow",
+    "WhiteboxPage",
+    "WhiteboxVerdict",
+    "WhiteboxView",
+    "render_whitebox",
+    "whitebox_view",
+    "write_page",
+]
 
 PAGE_FILE = "index.html"
 VIEW_WORDS = {"all_iterates": "all iterates", "last_iterate": "last iterate"}
@@ -50,8 +57,10 @@ METHOD_WORDS = {
     ("pooled", "clopper_pearson"): "Clopper-Pearson, every threshold",
     ("pooled", "claim_family"): "claimed curve: Clopper-Pearson points",
 }
-PROOF_WORDS = ("for this one training run: the f-DP recursion on its coin-flip canaries, which assumes nothing about "
-               "how the trainer treats them")
+PROOF_WORDS = (
+    "for this one training run: the f-DP recursion on its coin-flip canaries, which assumes nothing about "
+    "how the trainer treats them"
+)
 
 
 def _pct(x: float) -> str:
@@ -77,8 +86,10 @@ def _kind_words(kind: str, run: WhiteboxRun) -> str:
     if kind == "one-run":
         return PROOF_WORDS
     runs = f"{run.runs} run{'s' if run.runs != 1 else ''}"
-    return (f"over {runs} × {run.canaries} canaries, valid when the trainer treats the canaries as independent "
-            "trials, as a correct DP-SGD does with Dirac canaries on their own coordinates; a heuristic otherwise")
+    return (
+        f"over {runs} × {run.canaries} canaries, valid when the trainer treats the canaries as independent "
+        "trials, as a correct DP-SGD does with Dirac canaries on their own coordinates; a heuristic otherwise"
+    )
 
 
 # -- the verdict -----------------------------------------------------------------------------------
@@ -120,38 +131,66 @@ def _verdict(run: WhiteboxRun) -> WhiteboxVerdict:
     twin = ""
     if twins:
         k, b = twins[0]
-        twin = (f"the one-run proof (run 1): epsilon ≥ {_down(b.epsilon)}" if k == "one-run" else
-                f"the pooled bound: epsilon ≥ {_down(b.epsilon)}")
+        twin = (
+            f"the one-run proof (run 1): epsilon ≥ {_down(b.epsilon)}"
+            if k == "one-run"
+            else f"the pooled bound: epsilon ≥ {_down(b.epsilon)}"
+        )
     view = VIEW_WORDS.get(run.primary_view, run.primary_view)
-    what = "the one-run proof" if kind == "one-run" else "the pooled bound, valid if the canaries are independent trials"
+    what = (
+        "the one-run proof" if kind == "one-run" else "the pooled bound, valid if the canaries are independent trials"
+    )
     ceiling = run.ceilings.get(kind)
     if run.refuted:
-        sentence = (f"The claim is REFUTED: epsilon ≥ {bound} ({what}, valid for any mechanism; {view}) is above the "
-                    f"claimed epsilon {claimed}: the trainer leaks more than its privacy.json says (a bug in clipping, "
-                    "noise, sampling or accounting).")
+        sentence = (
+            f"The claim is REFUTED: epsilon ≥ {bound} ({what}, valid for any mechanism; {view}) is above the "
+            f"claimed epsilon {claimed}: the trainer leaks more than its privacy.json says (a bug in clipping, "
+            "noise, sampling or accounting)."
+        )
         word = "REFUTED"
     elif run.mechanism_refuted:
-        sentence = (f"MECHANISM REFUTED: the trained model is not the mechanism privacy.json states: its trade-off curve "
-                    f"is refuted at {_pct(run.confidence)} ({what}; {view}). For any mechanism the bound is epsilon ≥ "
-                    f"{bound}, within the claimed {claimed}: the (epsilon, delta) figure may still hold, but what ran is not "
-                    "what was accounted (a bug in clipping, noise, sampling or accounting, or a mechanism of another form).")
+        sentence = (
+            f"MECHANISM REFUTED: the trained model is not the mechanism privacy.json states: its trade-off curve "
+            f"is refuted at {_pct(run.confidence)} ({what}; {view}). For any mechanism the bound is epsilon ≥ "
+            f"{bound}, within the claimed {claimed}: the (epsilon, delta) figure may still hold, but what ran is not "
+            "what was accounted (a bug in clipping, noise, sampling or accounting, or a mechanism of another form)."
+        )
         word = "MECHANISM REFUTED"
     else:
-        sentence = (f"Consistent with the claim: the strongest white-box bound, epsilon ≥ {bound} ({what}; {view}), is "
-                    f"{ratio} of the claimed epsilon {claimed}. The audit found no violation; a lower bound below the "
-                    "claim is not a proof of privacy.")
+        sentence = (
+            f"Consistent with the claim: the strongest white-box bound, epsilon ≥ {bound} ({what}; {view}), is "
+            f"{ratio} of the claimed epsilon {claimed}. The audit found no violation; a lower bound below the "
+            "claim is not a proof of privacy."
+        )
         if ceiling is not None and ceiling <= claim.epsilon:
-            sentence += (f" This audit could not have refuted {claimed}: its ceiling (a perfect attack at these sizes) is "
-                         f"{_down(ceiling)}; use more canaries (--canaries) or runs (--runs).")
+            sentence += (
+                f" This audit could not have refuted {claimed}: its ceiling (a perfect attack at these sizes) is "
+                f"{_down(ceiling)}; use more canaries (--canaries) or runs (--runs)."
+            )
         elif ceiling is not None:
             sentence += f" Its ceiling (a perfect attack at these sizes) is {_down(ceiling)}."
         word = "consistent"
-    return WhiteboxVerdict(label=run.label, trainer=run.trainer, claimed=claimed, delta=format_up(claim.delta, 2),
-                           steps=claim.steps, bound=bound, kind=kind, kind_words=_kind_words(kind, run),
-                           proof=kind == "one-run", method=_method(kind, figure.method), proves=figure.proves, view=view,
-                           refuted=run.refuted or run.mechanism_refuted, word=word, ratio=ratio,
-                           confidence=_pct(run.confidence), bound_confidence=_pct(run.bound_confidence), twin=twin,
-                           sentence=sentence)
+    return WhiteboxVerdict(
+        label=run.label,
+        trainer=run.trainer,
+        claimed=claimed,
+        delta=format_up(claim.delta, 2),
+        steps=claim.steps,
+        bound=bound,
+        kind=kind,
+        kind_words=_kind_words(kind, run),
+        proof=kind == "one-run",
+        method=_method(kind, figure.method),
+        proves=figure.proves,
+        view=view,
+        refuted=run.refuted or run.mechanism_refuted,
+        word=word,
+        ratio=ratio,
+        confidence=_pct(run.confidence),
+        bound_confidence=_pct(run.bound_confidence),
+        twin=twin,
+        sentence=sentence,
+    )
 
 
 # -- every bound -----------------------------------------------------------------------------------
@@ -187,10 +226,21 @@ def _row(run: WhiteboxRun, scope: str, kind: str, view: str, bound: Bound, *, ve
     if bound.scale is not None:
         evidence = ("" if evidence == "–" else evidence + "; ") + f"rejects sigma × {bound.scale:.3g}"
     primary = verdict and kind == run.primary_kind
-    return BoundRow(scope=scope, kind=kind, view=VIEW_WORDS.get(view, view), method=_method(kind, bound.method),
-                    proves=bound.proves, epsilon=_down(bound.epsilon), ratio=_ratio(bound.epsilon, run.claim.epsilon),
-                    confidence=_pct(bound.confidence), evidence=evidence, verdict=verdict, primary=primary,
-                    above=bound.epsilon > run.claim.epsilon, capped=bound.capped)
+    return BoundRow(
+        scope=scope,
+        kind=kind,
+        view=VIEW_WORDS.get(view, view),
+        method=_method(kind, bound.method),
+        proves=bound.proves,
+        epsilon=_down(bound.epsilon),
+        ratio=_ratio(bound.epsilon, run.claim.epsilon),
+        confidence=_pct(bound.confidence),
+        evidence=evidence,
+        verdict=verdict,
+        primary=primary,
+        above=bound.epsilon > run.claim.epsilon,
+        capped=bound.capped,
+    )
 
 
 def bound_rows(run: WhiteboxRun) -> tuple[BoundRow, ...]:
@@ -200,14 +250,30 @@ def bound_rows(run: WhiteboxRun) -> tuple[BoundRow, ...]:
     pooled_scope = f"pooled: {run.runs} run{'s' if run.runs != 1 else ''} × {run.canaries} canaries"
     for view in views:
         for method, bound in run.pooled[view].items():
-            rows.append(_row(run, pooled_scope, "pooled", view, bound,
-                             verdict=view == "all_iterates" and method == "claim_family"))
+            rows.append(
+                _row(
+                    run,
+                    pooled_scope,
+                    "pooled",
+                    view,
+                    bound,
+                    verdict=view == "all_iterates" and method == "claim_family",
+                )
+            )
     views = [v for v in VIEWS if v in run.one_run] + sorted(v for v in run.one_run if v not in VIEWS)
     for r in range(run.runs):
         for view in views:
             for method, bound in run.one_run[view][r].items():
-                rows.append(_row(run, f"run {r + 1}", "one-run", view, bound,
-                                 verdict=r == 0 and view == "all_iterates" and method == "claim_family"))
+                rows.append(
+                    _row(
+                        run,
+                        f"run {r + 1}",
+                        "one-run",
+                        view,
+                        bound,
+                        verdict=r == 0 and view == "all_iterates" and method == "claim_family",
+                    )
+                )
     return tuple(rows)
 
 
@@ -251,24 +317,48 @@ class Mechanism:
 
 def _mechanism(run: WhiteboxRun) -> Mechanism:
     c = run.claim
-    segments = tuple(SegmentRow(steps=s.steps, q=f"{s.sampling_probability:.4g}", sigma=f"{s.noise_multiplier:.4g}",
-                                noise_std=f"{s.noise_multiplier * c.sensitivity_factor * c.clip_norm:.4g}")
-                     for s in c.segments)
+    segments = tuple(
+        SegmentRow(
+            steps=s.steps,
+            q=f"{s.sampling_probability:.4g}",
+            sigma=f"{s.noise_multiplier:.4g}",
+            noise_std=f"{s.noise_multiplier * c.sensitivity_factor * c.clip_norm:.4g}",
+        )
+        for s in c.segments
+    )
     if run.unit == "micro-batch":
-        words = (f"micro-batch clipping ({run.slots} micro-batches per step): canary j sits in micro-batch j mod "
-                 f"{run.slots} with {run.partners} partner rows pointing the other way, so one example can move its "
-                 f"coordinate by 2C (the claimed sensitivity factor {c.sensitivity_factor:g})"
-                 + ("; canaries sharing a micro-batch share its clipping, which costs power, not validity"
-                    if run.canaries > run.slots else ""))
+        words = (
+            f"micro-batch clipping ({run.slots} micro-batches per step): canary j sits in micro-batch j mod "
+            f"{run.slots} with {run.partners} partner rows pointing the other way, so one example can move its "
+            f"coordinate by 2C (the claimed sensitivity factor {c.sensitivity_factor:g})"
+            + (
+                "; canaries sharing a micro-batch share its clipping, which costs power, not validity"
+                if run.canaries > run.slots
+                else ""
+            )
+        )
     elif run.unit == "example":
-        words = ("per-example clipping: each canary is one audit row whose gradient is a Dirac vector on a coordinate "
-                 "reserved for it, so clipping moves that coordinate by exactly C when the canary is sampled")
+        words = (
+            "per-example clipping: each canary is one audit row whose gradient is a Dirac vector on a coordinate "
+            "reserved for it, so clipping moves that coordinate by exactly C when the canary is sampled"
+        )
     else:
         words = f"clipping unit {run.unit!r}"
-    return Mechanism(claimed=format_up(c.epsilon), delta=format_up(c.delta, 2), steps=c.steps, clip_norm=f"{c.clip_norm:g}",
-                     sensitivity_factor=f"{c.sensitivity_factor:g}", sensitivity=f"{c.sensitivity_factor * c.clip_norm:g}",
-                     segments=segments, unit=run.unit, unit_words=words, slots=run.slots, partners=run.partners,
-                     canaries=run.canaries, runs=run.runs)
+    return Mechanism(
+        claimed=format_up(c.epsilon),
+        delta=format_up(c.delta, 2),
+        steps=c.steps,
+        clip_norm=f"{c.clip_norm:g}",
+        sensitivity_factor=f"{c.sensitivity_factor:g}",
+        sensitivity=f"{c.sensitivity_factor * c.clip_norm:g}",
+        segments=segments,
+        unit=run.unit,
+        unit_words=words,
+        slots=run.slots,
+        partners=run.partners,
+        canaries=run.canaries,
+        runs=run.runs,
+    )
 
 
 def _steinke_ceiling(run: WhiteboxRun) -> float | None:
@@ -283,45 +373,73 @@ def _steinke_ceiling(run: WhiteboxRun) -> float | None:
     members = int(first.sum())
     if members == 0 or members == first.size:
         return None
-    return float(epsilon_lower_bound_one_run(np.ones(members), np.zeros(first.size - members), delta=run.claim.delta,
-                                             confidence=run.bound_confidence).epsilon)
+    return float(
+        epsilon_lower_bound_one_run(
+            np.ones(members), np.zeros(first.size - members), delta=run.claim.delta, confidence=run.bound_confidence
+        ).epsilon
+    )
 
 
 def limits(run: WhiteboxRun) -> tuple[str, ...]:
     """What each figure assumes and what limits it, in words, with this audit's numbers."""
     out = []
     runs = f"{run.runs} run{'s' if run.runs != 1 else ''}"
-    out.append(f"The pooled bound assumes independent canaries: it treats the {runs} × {run.canaries} canaries as "
-               "independent trials. Across runs that holds; within a run it holds for Dirac canaries on their own "
-               "coordinates under per-example Poisson sampling and coordinate-wise noise, which is what a correct "
-               "DP-SGD does. A trainer that couples canaries (shared clipping, correlated noise) breaks it; the one-run "
-               "proof does not need it.")
+    out.append(
+        f"The pooled bound assumes independent canaries: it treats the {runs} × {run.canaries} canaries as "
+        "independent trials. Across runs that holds; within a run it holds for Dirac canaries on their own "
+        "coordinates under per-example Poisson sampling and coordinate-wise noise, which is what a correct "
+        "DP-SGD does. A trainer that couples canaries (shared clipping, correlated noise) breaks it; the one-run "
+        "proof does not need it."
+    )
     ceiling = _steinke_ceiling(run)
-    cap = (f" With these {run.canaries} canaries even a perfect attack cannot lift Steinke et al.'s one-run bound above "
-           f"{_down(ceiling)} at {_pct(run.bound_confidence)}." if ceiling is not None else "")
-    out.append(f"One-run bounds are limited by the number of canaries: a one-run bound counts correct guesses among "
-               f"the canaries of one run, so its confidence interval, not the trainer, caps it.{cap} More canaries "
-               "(--canaries) raise the one-run ceiling; more runs (--runs) tighten the pooled bound.")
-    out.append("The claimed-curve bounds (claim_family) test the claimed mechanism's own trade-off curve: whether the claim "
-               "is rejected holds for any mechanism; the epsilon printed is a lower bound only for mechanisms of the claimed "
-               "form (Poisson-subsampled Gaussian steps with the claimed q and steps).")
-    out.append("The Gaussian f-DP bound (fdp_gaussian) refutes mu-GDP (Gaussian mechanisms only), read at delta; it is "
-               "not an (epsilon, delta) bound for any mechanism.")
-    out.append(f"Only the verdict's two bounds (the one-run claimed curve of run 1 and the pooled claimed curve, all "
-               f"iterates) were fixed before the audit; they hold together at {_pct(run.confidence)}. Every other row "
-               f"holds at its own confidence ({_pct(run.bound_confidence)}) and is evidence: the largest of all rows is "
-               "not a bound at any stated confidence.")
-    out.append("The all-iterates view sees every noisy update of the canary coordinates (the threat model DP-SGD's "
-               "accounting assumes); the last-iterate view sees only the final parameters, closer to a released model, "
-               "and gives lower bounds.")
-    out.append(f"The audit tests the trainer's implementation at the audit's configuration ({run.claim.steps} steps, the "
-               "sampling rate and noise above, a tiny built-in dataset); another configuration is covered only as far "
-               "as it runs the same code.")
+    cap = (
+        f" With these {run.canaries} canaries even a perfect attack cannot lift Steinke et al.'s one-run bound above "
+        f"{_down(ceiling)} at {_pct(run.bound_confidence)}."
+        if ceiling is not None
+        else ""
+    )
+    out.append(
+        f"One-run bounds are limited by the number of canaries: a one-run bound counts correct guesses among "
+        f"the canaries of one run, so its confidence interval, not the trainer, caps it.{cap} More canaries "
+        "(--canaries) raise the one-run ceiling; more runs (--runs) tighten the pooled bound."
+    )
+    out.append(
+        "The claimed-curve bounds (claim_family) test the claimed mechanism's own trade-off curve: whether the claim "
+        "is rejected holds for any mechanism; the epsilon printed is a lower bound only for mechanisms of the claimed "
+        "form (Poisson-subsampled Gaussian steps with the claimed q and steps)."
+    )
+    out.append(
+        "The Gaussian f-DP bound (fdp_gaussian) refutes mu-GDP (Gaussian mechanisms only), read at delta; it is "
+        "not an (epsilon, delta) bound for any mechanism."
+    )
+    out.append(
+        f"Only the verdict's two bounds (the one-run claimed curve of run 1 and the pooled claimed curve, all "
+        f"iterates) were fixed before the audit; they hold together at {_pct(run.confidence)}. Every other row "
+        f"holds at its own confidence ({_pct(run.bound_confidence)}) and is evidence: the largest of all rows is "
+        "not a bound at any stated confidence."
+    )
+    out.append(
+        "The all-iterates view sees every noisy update of the canary coordinates (the threat model DP-SGD's "
+        "accounting assumes); the last-iterate view sees only the final parameters, closer to a released model, "
+        "and gives lower bounds."
+    )
+    out.append(
+        f"The audit tests the trainer's implementation at the audit's configuration ({run.claim.steps} steps, the "
+        "sampling rate and noise above, a tiny built-in dataset); another configuration is covered only as far "
+        "as it runs the same code."
+    )
     out.append("A lower bound below the claim is not a proof of privacy: a weaker test gives a lower number.")
-    if any(b.capped for b in [*(b for v in run.pooled.values() for b in v.values()),
-                              *(b for v in run.one_run.values() for r in v for b in r.values())]):
-        out.append("Bounds marked capped rejected even the least private member of the scale grid searched: the true "
-                   "bound may be higher.")
+    if any(
+        b.capped
+        for b in [
+            *(b for v in run.pooled.values() for b in v.values()),
+            *(b for v in run.one_run.values() for r in v for b in r.values()),
+        ]
+    ):
+        out.append(
+            "Bounds marked capped rejected even the least private member of the scale grid searched: the true "
+            "bound may be higher."
+        )
     return tuple(out)
 
 
@@ -337,13 +455,18 @@ def _provenance(run: WhiteboxRun, command: Sequence[str] | None = None) -> White
 
     manifest = run.manifest
     if manifest is None:  # rendered in the staged directory: the manifest, written next, records this command line
-        manifest = {"schema": SCHEMA, "dpaudit_version": __version__,
-                    "command": list(sys.argv if command is None else command),
-                    "config": {"trainer": run.trainer, **run.settings}, "seed": run.settings.get("seed")}
-    return WhiteboxProvenance(stage=stage_view("audit-trainer", manifest),
-                              trainer_config=json.dumps(redact_config(dict(run.config)), indent=2, sort_keys=True,
-                                                        default=str),
-                              files=run.files)
+        manifest = {
+            "schema": SCHEMA,
+            "dpaudit_version": __version__,
+            "command": list(sys.argv if command is None else command),
+            "config": {"trainer": run.trainer, **run.settings},
+            "seed": run.settings.get("seed"),
+        }
+    return WhiteboxProvenance(
+        stage=stage_view("audit-trainer", manifest),
+        trainer_config=json.dumps(redact_config(dict(run.config)), indent=2, sort_keys=True, default=str),
+        files=run.files,
+    )
 
 
 # -- the view and the page -------------------------------------------------------------------------
@@ -367,14 +490,19 @@ class WhiteboxView:
 def _histogram(run: WhiteboxRun, index: int) -> str | None:
     if run.scores is None:
         return None
-    panels = [(f"{VIEW_WORDS[view]} (AUC {run.auc[view]:.3f})" if view in run.auc else VIEW_WORDS[view],
-               [("members", run.scores.of(view, member=True)), ("non-members", run.scores.of(view, member=False))])
-              for view in VIEWS]
+    panels = [
+        (
+            f"{VIEW_WORDS[view]} (AUC {run.auc[view]:.3f})" if view in run.auc else VIEW_WORDS[view],
+            [("members", run.scores.of(view, member=True)), ("non-members", run.scores.of(view, member=False))],
+        )
+        for view in VIEWS
+    ]
     return plots.histograms(f"white-box canary scores {index + 1}", panels, xlabel="score (higher = member)")
 
 
-def whitebox_view(run: WhiteboxRun, *, index: int = 0, histograms: bool = True,
-                  command: Sequence[str] | None = None) -> WhiteboxView:
+def whitebox_view(
+    run: WhiteboxRun, *, index: int = 0, histograms: bool = True, command: Sequence[str] | None = None
+) -> WhiteboxView:
     """The view of one audit; ``index`` keeps the figure ids of several audits on one page apart; ``command``:
     the command line shown when the audit has no manifest yet (default: this process's, as the manifest records)."""
     auc = []
@@ -382,11 +510,20 @@ def whitebox_view(run: WhiteboxRun, *, index: int = 0, histograms: bool = True,
         if view in run.auc:
             members = int(run.scores.member.sum()) if run.scores is not None else 0
             total = int(run.scores.member.size) if run.scores is not None else 0
-            auc.append(AucRow(view=VIEW_WORDS[view], auc=f"{run.auc[view]:.3f}", members=members,
-                              nonmembers=total - members))
-    return WhiteboxView(label=run.label, trainer=run.trainer, verdict=_verdict(run), bounds=bound_rows(run),
-                        auc=tuple(auc), histogram_svg=_histogram(run, index) if histograms else None,
-                        mechanism=_mechanism(run), limits=limits(run), provenance=_provenance(run, command))
+            auc.append(
+                AucRow(view=VIEW_WORDS[view], auc=f"{run.auc[view]:.3f}", members=members, nonmembers=total - members)
+            )
+    return WhiteboxView(
+        label=run.label,
+        trainer=run.trainer,
+        verdict=_verdict(run),
+        bounds=bound_rows(run),
+        auc=tuple(auc),
+        histogram_svg=_histogram(run, index) if histograms else None,
+        mechanism=_mechanism(run),
+        limits=limits(run),
+        provenance=_provenance(run, command),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -405,7 +542,11 @@ def render_whitebox(runs: Sequence[WhiteboxRun], *, command: Sequence[str] | Non
         raise ValueError("render_whitebox needs at least one audit.")
     audits = tuple(whitebox_view(run, index=i, command=command) for i, run in enumerate(runs))
     trainers = ", ".join(dict.fromkeys(a.trainer for a in audits))
-    title = f"dpaudit audit-trainer: {trainers}" if len(runs) == 1 else f"dpaudit report: {', '.join(r.label for r in runs)}"
+    title = (
+        f"dpaudit audit-trainer: {trainers}"
+        if len(runs) == 1
+        else f"dpaudit report: {', '.join(r.label for r in runs)}"
+    )
     page = WhiteboxPage(title=title, version=__version__, comparison=len(runs) > 1, audits=audits)
     return environment().get_template("whitebox.html.j2").render(page=page, css=stylesheet())
 

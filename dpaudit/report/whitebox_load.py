@@ -28,8 +28,17 @@ from dpaudit.files.run_dirs import MANIFEST_NAME, load_manifest, sha256_file
 from dpaudit.report.load import type_problem
 from dpaudit.whitebox.bounds import Bound
 
-__all__ = ["RESULTS_FILE", "SCHEMA", "SCORES_FILE", "VIEWS", "WhiteboxRun", "WhiteboxScores", "is_whitebox_dir",
-           "load_whitebox", "read_whitebox"]
+__all__ = [
+    "RESULTS_FILE",
+    "SCHEMA",
+    "SCORES_FILE",
+    "VIEWS",
+    "WhiteboxRun",
+    "WhiteboxScores",
+    "is_whitebox_dir",
+    "load_whitebox",
+    "read_whitebox",
+]
 
 #: The schema of ``whitebox.json`` (and of the directory's manifest) this dpaudit reads.
 SCHEMA = "dpaudit.whitebox/1"
@@ -123,15 +132,22 @@ def is_whitebox_dir(manifest: Mapping[str, Any]) -> bool:
 def _problem(path: Path, field: str, expected: str, value: Any) -> UserInputError:
     text = json.dumps(value) if isinstance(value, (str, int, float, bool, type(None), list, dict)) else repr(value)
     text = text if len(text) <= 40 else text[:37] + "..."
-    return UserInputError(f"{path}: field {field} must be {expected}, got {text}; rerun dpaudit audit-trainer (the files "
-                          "were edited or written by another program).")
+    return UserInputError(
+        f"{path}: field {field} must be {expected}, got {text}; rerun dpaudit audit-trainer (the files "
+        "were edited or written by another program)."
+    )
 
 
 def _bound(obj: Any) -> Bound:
     if not isinstance(obj, dict):
         raise TypeError("a bound must be an object")
-    return Bound(**{k: obj.get(k) for k in ("method", "proves", "epsilon", "confidence", "guesses", "correct",
-                                                     "scale", "selection")}, capped=obj.get("capped", False))
+    return Bound(
+        **{
+            k: obj.get(k)
+            for k in ("method", "proves", "epsilon", "confidence", "guesses", "correct", "scale", "selection")
+        },
+        capped=obj.get("capped", False),
+    )
 
 
 def _bounds(obj: Any) -> dict[str, Bound]:
@@ -144,12 +160,20 @@ def _fields(raw: Mapping[str, Any]) -> dict[str, Any]:
     claim = raw["claim"]
     primary = raw["primary"]
     return {
-        "trainer": raw["trainer"], "config": raw.get("config", {}), "settings": raw.get("settings", {}),
-        "unit": raw["unit"], "slots": raw["slots"], "partners": raw["partners"], "canaries": raw["canaries"],
+        "trainer": raw["trainer"],
+        "config": raw.get("config", {}),
+        "settings": raw.get("settings", {}),
+        "unit": raw["unit"],
+        "slots": raw["slots"],
+        "partners": raw["partners"],
+        "canaries": raw["canaries"],
         "runs": raw["runs"],
         "claim": Claim.from_json(claim, where="whitebox.json: claim"),
-        "confidence": raw["confidence"], "bound_confidence": raw["bound_confidence"],
-        "primary_kind": primary["kind"], "primary_view": primary["view"], "primary": _bound(primary),
+        "confidence": raw["confidence"],
+        "bound_confidence": raw["bound_confidence"],
+        "primary_kind": primary["kind"],
+        "primary_view": primary["view"],
+        "primary": _bound(primary),
         # a file from before mechanism_refuted was recorded: its "refuted" meant the curve was rejected
         "refuted": raw["refuted"] if "mechanism_refuted" in raw else False,
         "mechanism_refuted": raw.get("mechanism_refuted", raw["refuted"]),
@@ -165,15 +189,23 @@ def _check(path: Path, run: WhiteboxRun) -> None:
     problem = type_problem(run)
     if problem is not None:
         raise _problem(path, *problem)
-    finite = [("claim.epsilon", run.claim.epsilon), ("claim.delta", run.claim.delta), ("primary.epsilon", run.primary.epsilon)]
+    finite = [
+        ("claim.epsilon", run.claim.epsilon),
+        ("claim.delta", run.claim.delta),
+        ("primary.epsilon", run.primary.epsilon),
+    ]
     for where, value in finite:
         if not math.isfinite(value) or value < 0:
             raise _problem(path, where, "a finite number >= 0", value)
     if run.primary_kind not in KINDS:
         raise _problem(path, "primary.kind", "one of " + ", ".join(map(repr, KINDS)), run.primary_kind)
     if run.runs < 1 or run.canaries < 2:
-        raise _problem(path, "runs" if run.runs < 1 else "canaries", "a count of runs >= 1 and canaries >= 2",
-                       run.runs if run.runs < 1 else run.canaries)
+        raise _problem(
+            path,
+            "runs" if run.runs < 1 else "canaries",
+            "a count of runs >= 1 and canaries >= 2",
+            run.runs if run.runs < 1 else run.canaries,
+        )
     for view, runs in run.one_run.items():
         if len(runs) != run.runs:
             raise _problem(path, f"one_run.{view}", f"a list of {run.runs} runs' bounds", f"{len(runs)} runs")
@@ -185,10 +217,15 @@ def _scores(path: Path, *, canaries: int, runs: int) -> WhiteboxScores:
     run, member, values = [], [], {view: [] for view in VIEWS}
     try:
         for line, row in enumerate(read_jsonl(path), start=1):
-            if not (isinstance(row.get("run"), int) and isinstance(row.get("member"), bool)
-                    and all(isinstance(row.get(v), (int, float)) and not isinstance(row.get(v), bool) for v in VIEWS)):
-                raise UserInputError(f"{path}: line {line} must have an integer run, a true/false member and a number "
-                                     f"per view ({', '.join(VIEWS)}); rerun dpaudit audit-trainer.")
+            if not (
+                isinstance(row.get("run"), int)
+                and isinstance(row.get("member"), bool)
+                and all(isinstance(row.get(v), (int, float)) and not isinstance(row.get(v), bool) for v in VIEWS)
+            ):
+                raise UserInputError(
+                    f"{path}: line {line} must have an integer run, a true/false member and a number "
+                    f"per view ({', '.join(VIEWS)}); rerun dpaudit audit-trainer."
+                )
             run.append(row["run"])
             member.append(row["member"])
             for view in VIEWS:
@@ -196,14 +233,20 @@ def _scores(path: Path, *, canaries: int, runs: int) -> WhiteboxScores:
     except (OSError, ValueError) as err:
         raise UserInputError(f"{path}: cannot read the canary scores ({err}); rerun dpaudit audit-trainer.") from None
     if len(run) != canaries * runs:
-        raise UserInputError(f"{path}: {len(run)} score rows, expected {canaries} canaries x {runs} runs = "
-                             f"{canaries * runs}; rerun dpaudit audit-trainer.")
-    return WhiteboxScores(run=np.asarray(run, int), member=np.asarray(member, bool),
-                          values={view: np.asarray(v, float) for view, v in values.items()})
+        raise UserInputError(
+            f"{path}: {len(run)} score rows, expected {canaries} canaries x {runs} runs = "
+            f"{canaries * runs}; rerun dpaudit audit-trainer."
+        )
+    return WhiteboxScores(
+        run=np.asarray(run, int),
+        member=np.asarray(member, bool),
+        values={view: np.asarray(v, float) for view, v in values.items()},
+    )
 
 
-def read_whitebox(directory: str | os.PathLike[str], *, label: str | None = None,
-                  manifest: Mapping[str, Any] | None = None) -> WhiteboxRun:
+def read_whitebox(
+    directory: str | os.PathLike[str], *, label: str | None = None, manifest: Mapping[str, Any] | None = None
+) -> WhiteboxRun:
     """Read an audit directory's ``whitebox.json`` and scores (no hash check: see :func:`load_whitebox`).
 
     Raises:
@@ -220,12 +263,17 @@ def read_whitebox(directory: str | os.PathLike[str], *, label: str | None = None
     if not isinstance(raw, dict):
         raise UserInputError(f"{path}: not a JSON object; rerun dpaudit audit-trainer.")
     if raw.get("schema") != SCHEMA:
-        raise UserInputError(f"{path}: schema {raw.get('schema')!r} is not {SCHEMA!r}, the version this dpaudit reads; "
-                             "render it with the dpaudit that wrote it or rerun dpaudit audit-trainer.")
+        raise UserInputError(
+            f"{path}: schema {raw.get('schema')!r} is not {SCHEMA!r}, the version this dpaudit reads; "
+            "render it with the dpaudit that wrote it or rerun dpaudit audit-trainer."
+        )
     try:
         claim = raw["claim"]
-        if isinstance(claim, dict) and "steps" in claim and (not isinstance(claim["steps"], int)
-                                                             or isinstance(claim["steps"], bool)):
+        if (
+            isinstance(claim, dict)
+            and "steps" in claim
+            and (not isinstance(claim["steps"], int) or isinstance(claim["steps"], bool))
+        ):
             raise _problem(path, "claim.steps", "an integer", claim["steps"])
         fields = _fields(raw)
     except KeyError as err:
@@ -233,7 +281,9 @@ def read_whitebox(directory: str | os.PathLike[str], *, label: str | None = None
     except (TypeError, AttributeError, ValueError) as err:
         raise UserInputError(f"{path}: cannot read the audit ({err}); rerun dpaudit audit-trainer.") from None
     names = [RESULTS_FILE, SCORES_FILE]
-    run = WhiteboxRun(label=str(directory) if label is None else label, scores=None, manifest=manifest, files=(), **fields)
+    run = WhiteboxRun(
+        label=str(directory) if label is None else label, scores=None, manifest=manifest, files=(), **fields
+    )
     _check(path, run)
     scores = _scores(directory / SCORES_FILE, canaries=run.canaries, runs=run.runs)
     files = tuple((name, sha256_file(directory / name)) for name in names)
@@ -252,12 +302,16 @@ def load_whitebox(path: str | os.PathLike[str], *, label: str | None = None) -> 
     directory = Path(path)
     manifest = load_manifest(directory)
     if not is_whitebox_dir(manifest):
-        raise UserInputError(f"{directory} is a {manifest['schema']!r} directory, not an audit-trainer directory; pass the "
-                             "--out of dpaudit audit-trainer.")
+        raise UserInputError(
+            f"{directory} is a {manifest['schema']!r} directory, not an audit-trainer directory; pass the "
+            "--out of dpaudit audit-trainer."
+        )
     verify_run_dir(directory, schema_prefix="dpaudit.whitebox/")  # a changed file is named as such
     outputs = manifest.get("outputs") or {}
     for name in (RESULTS_FILE, SCORES_FILE):
         if name not in outputs:
-            raise UserInputError(f"{directory / MANIFEST_NAME} does not list {name}; the directory is damaged, rerun "
-                                 "dpaudit audit-trainer.")
+            raise UserInputError(
+                f"{directory / MANIFEST_NAME} does not list {name}; the directory is damaged, rerun "
+                "dpaudit audit-trainer."
+            )
     return read_whitebox(directory, label=str(path) if label is None else label, manifest=manifest)

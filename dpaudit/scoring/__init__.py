@@ -23,12 +23,27 @@ from dpaudit.scoring.source import (
 if TYPE_CHECKING:
     from dpaudit.scoring.scorer import ExampleFeatures, Scorer, VocabFill
 
-__all__ = ["CAUSAL_LM", "CLASSIFIER", "MASKED_LM", "ExampleFeatures", "ModelKind", "ModelSource", "Scorer", "VocabFill", "load",
-           "resolve_model"]
+__all__ = [
+    "CAUSAL_LM",
+    "CLASSIFIER",
+    "MASKED_LM",
+    "ExampleFeatures",
+    "ModelKind",
+    "ModelSource",
+    "Scorer",
+    "VocabFill",
+    "load",
+    "resolve_model",
+]
 
 
-def load(path: str | os.PathLike[str] | ModelSource, *, batch_size: int = 32, device: str | None = None,
-         progress: bool = True) -> Scorer:
+def load(
+    path: str | os.PathLike[str] | ModelSource,
+    *,
+    batch_size: int = 32,
+    device: str | None = None,
+    progress: bool = True,
+) -> Scorer:
     """Load a train run directory (its ``model/``) or a bare Hugging Face model directory.
 
     Args:

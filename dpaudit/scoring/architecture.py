@@ -36,8 +36,15 @@ PRETRAINING_LEFTOVERS = (r"(^|\.)pooler\.", r"(^|\.)cls\.seq_relationship\.")
 #: Buffers that older transformers versions saved and newer ones recompute.
 OLD_BUFFERS = (r"(^|\.)position_ids$", r"rotary_emb\.inv_freq$", r"(^|\.)attn\.masked_bias$")
 #: Tokenizer files a fresh start copies from the model it imitates.
-TOKENIZER_FILES = ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json", "vocab.txt", "merges.txt",
-                   "vocab.json", "added_tokens.json")
+TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "vocab.txt",
+    "merges.txt",
+    "vocab.json",
+    "added_tokens.json",
+)
 
 
 @contextmanager
@@ -78,8 +85,10 @@ def hf_config(model_dir: Path) -> Any:
         with _quiet_transformers():
             return transformers.AutoConfig.from_pretrained(str(model_dir), local_files_only=True)
     except Exception as err:  # noqa: BLE001 - transformers raises ValueError, TypeError, its own validation errors
-        raise UserInputError(f"{model_dir / CONFIG}: transformers cannot read it ({_first_line(err)}); correct "
-                             "config.json, or re-save the model (model.save_pretrained(dir)).") from None
+        raise UserInputError(
+            f"{model_dir / CONFIG}: transformers cannot read it ({_first_line(err)}); correct "
+            "config.json, or re-save the model (model.save_pretrained(dir))."
+        ) from None
 
 
 def _skeleton(model_dir: Path, cls: Any, config: Any) -> Any:
@@ -90,9 +99,11 @@ def _skeleton(model_dir: Path, cls: Any, config: Any) -> Any:
         with _quiet_transformers(), torch.device("meta"):
             return cls(config)
     except Exception as err:  # noqa: BLE001 - a config the class cannot build (heads that do not divide the width)
-        raise UserInputError(f"{model_dir / CONFIG}: transformers cannot build {cls.__name__} from it "
-                             f"({_first_line(err)}); correct config.json, or re-save the model "
-                             "(model.save_pretrained(dir)).") from None
+        raise UserInputError(
+            f"{model_dir / CONFIG}: transformers cannot build {cls.__name__} from it "
+            f"({_first_line(err)}); correct config.json, or re-save the model "
+            "(model.save_pretrained(dir))."
+        ) from None
 
 
 def _tied_names(model: Any) -> set[str]:
@@ -155,11 +166,20 @@ def transformers_layout(model_dir: Path, config: dict[str, Any]) -> ExpectedTens
         embedding = next((k for k, p in model.named_parameters() if p is table), None)
     except (AttributeError, NotImplementedError):
         pass
-    ignored = (*_patterns(getattr(model, "_keys_to_ignore_on_load_unexpected", None)), *OLD_BUFFERS,
-               *(PRETRAINING_LEFTOVERS if architecture_kind(name) == "masked-lm" else ()))
-    return ExpectedTensors(architecture=name, required=required, optional=optional, ignored=ignored,
-                           prefix=str(getattr(model, "base_model_prefix", "") or ""), embedding=embedding,
-                           exhaustive=_exhaustive(model))
+    ignored = (
+        *_patterns(getattr(model, "_keys_to_ignore_on_load_unexpected", None)),
+        *OLD_BUFFERS,
+        *(PRETRAINING_LEFTOVERS if architecture_kind(name) == "masked-lm" else ()),
+    )
+    return ExpectedTensors(
+        architecture=name,
+        required=required,
+        optional=optional,
+        ignored=ignored,
+        prefix=str(getattr(model, "base_model_prefix", "") or ""),
+        embedding=embedding,
+        exhaustive=_exhaustive(model),
+    )
 
 
 def write_fresh_start(model_dir: Path, out_dir: Path, *, seed: int) -> Path:
@@ -177,8 +197,10 @@ def write_fresh_start(model_dir: Path, out_dir: Path, *, seed: int) -> Path:
     config = hf_config(model_dir)
     found = _model_class({"architectures": list(getattr(config, "architectures", None) or [])})
     if found is None:
-        raise UserInputError(f"{model_dir / CONFIG}: architectures names no class transformers has; shadows of this "
-                             "model cannot be built with its architecture.")
+        raise UserInputError(
+            f"{model_dir / CONFIG}: architectures names no class transformers has; shadows of this "
+            "model cannot be built with its architecture."
+        )
     _, cls = found
     torch.manual_seed(seed)
     with _quiet_transformers():

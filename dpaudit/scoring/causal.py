@@ -79,8 +79,13 @@ class BosFirstTokenizer:
             return enc
         single = isinstance(enc["input_ids"], list) and (not enc["input_ids"] or isinstance(enc["input_ids"][0], int))
         rows = [enc["input_ids"]] if single else enc["input_ids"]
-        first = {"input_ids": self.bos_id, "attention_mask": 1, "offset_mapping": (0, 0), "token_type_ids": 0,
-                 "special_tokens_mask": 1}
+        first = {
+            "input_ids": self.bos_id,
+            "attention_mask": 1,
+            "offset_mapping": (0, 0),
+            "token_type_ids": 0,
+            "special_tokens_mask": 1,
+        }
         for key, value in first.items():
             if key not in enc:
                 continue
@@ -108,10 +113,12 @@ class CausalScorer(Scorer):
     :meth:`example_features` give the membership attacks (loss, shadow, ref, LiRA, RMIA) what they need.
     """
 
-    def __init__(self, source: ModelSource, model: Any, tokenizer: Any, *, batch_size: int, device: str,
-                 progress: bool = True) -> None:
-        super().__init__(source, model, BosFirstTokenizer(tokenizer), batch_size=batch_size, device=device,
-                         progress=progress)
+    def __init__(
+        self, source: ModelSource, model: Any, tokenizer: Any, *, batch_size: int, device: str, progress: bool = True
+    ) -> None:
+        super().__init__(
+            source, model, BosFirstTokenizer(tokenizer), batch_size=batch_size, device=device, progress=progress
+        )
 
     # -- model plumbing ------------------------------------------------------------------------
 
@@ -119,7 +126,9 @@ class CausalScorer(Scorer):
     def _vocab(self) -> int:
         """The output layer's width (the config's ``vocab_size``; the embedding table's rows without one)."""
         size = getattr(self.model.config, "vocab_size", None)
-        return int(size) if isinstance(size, int) and size > 0 else int(self.model.get_input_embeddings().num_embeddings)
+        return (
+            int(size) if isinstance(size, int) and size > 0 else int(self.model.get_input_embeddings().num_embeddings)
+        )
 
     def _split_head(self) -> tuple[Any, Any]:
         """(transformer, output layer) when their composition is the model's logits on a probe, else (None, None)."""
@@ -148,8 +157,15 @@ class CausalScorer(Scorer):
         rows = self.tokenizer(list(texts), add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
         return [list(r[:limit]) for r in rows]
 
-    def _scan(self, rows: Sequence[Sequence[int]], positions: Sequence[Sequence[int]], *, stats: bool = False,
-              top_k: int = 0, desc: str = "scoring texts") -> dict[str, list[np.ndarray]]:
+    def _scan(
+        self,
+        rows: Sequence[Sequence[int]],
+        positions: Sequence[Sequence[int]],
+        *,
+        stats: bool = False,
+        top_k: int = 0,
+        desc: str = "scoring texts",
+    ) -> dict[str, list[np.ndarray]]:
         """Per row, at each of its ``positions`` t (>= 1): log p(row[t] | row[:t]) (``"log_probs"``), and with
         ``stats`` mu_t and sigma_t (``"mean"``, ``"std"``), with ``top_k`` the k largest next-token
         probabilities (``"top"``, [len(positions), k]). Rows are batched by length (padding right)."""
@@ -162,7 +178,9 @@ class CausalScorer(Scorer):
             batch = order[sl]
             need = [max(positions[i], default=0) + 1 for i in batch]  # tokens after the last scored one are not needed
             ids, mask = self._pad([list(rows[i][:k]) for i, k in zip(batch, need)])
-            r = torch.tensor([j for j, i in enumerate(batch) for _ in positions[i]], dtype=torch.long, device=self.device)
+            r = torch.tensor(
+                [j for j, i in enumerate(batch) for _ in positions[i]], dtype=torch.long, device=self.device
+            )
             c = torch.tensor([t for i in batch for t in positions[i]], dtype=torch.long, device=self.device)
             parts: dict[str, list[Any]] = {key: [] for key in keys}
             if r.numel():
@@ -227,11 +245,15 @@ class CausalScorer(Scorer):
             check_secret_tokens(self.tokenizer, canaries, located, space, alphabet_token_ids(self.tokenizer, space))
         for c, t in zip(canaries, located):
             if t.secret_positions[0] == 0:
-                raise UserInputError(f"canary {c.id}: its secret is the text's first token and this tokenizer has no BOS "
-                                     "token, so nothing precedes it to score it from; give the canaries a prefix.")
+                raise UserInputError(
+                    f"canary {c.id}: its secret is the text's first token and this tokenizer has no BOS "
+                    "token, so nothing precedes it to score it from; give the canaries a prefix."
+                )
         return located
 
-    def secret_token_log_probs(self, canaries: Sequence[CanaryLike], space: SpaceLike | None = None) -> list[np.ndarray]:
+    def secret_token_log_probs(
+        self, canaries: Sequence[CanaryLike], space: SpaceLike | None = None
+    ) -> list[np.ndarray]:
         """Per canary, log p(secret token i | every token before it) at each of the secret's positions, float64.
 
         ``space`` (digits:N, words:N): also check that the secret is one alphabet token per position, as the
@@ -243,8 +265,9 @@ class CausalScorer(Scorer):
         """
         self._require(CAUSAL_LM, "causal secret scoring")
         located = self._locate(canaries, space)
-        return self._scan([t.input_ids for t in located], [t.secret_positions for t in located],
-                          desc="scoring canaries")["log_probs"]
+        return self._scan(
+            [t.input_ids for t in located], [t.secret_positions for t in located], desc="scoring canaries"
+        )["log_probs"]
 
     def secret_log_likelihoods(self, canaries: Sequence[CanaryLike], space: SpaceLike | None = None) -> np.ndarray:
         """[n] log-likelihood of each canary's secret given its prefix (the sum of :meth:`secret_token_log_probs`);
@@ -260,8 +283,9 @@ class CausalScorer(Scorer):
         logs = self.token_log_probs(texts, max_length=EXAMPLE_MAX_LENGTH)
         return np.asarray([-float(x.mean()) if x.size else np.nan for x in logs], dtype=np.float64)
 
-    def prediction_hits(self, texts: Sequence[str], labels: Sequence[int] | None = None, *,
-                        seed: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def prediction_hits(
+        self, texts: Sequence[str], labels: Sequence[int] | None = None, *, seed: int = 0
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Per text, its tokens after the first (its first :data:`EXAMPLE_MAX_LENGTH`, as :meth:`example_losses`
         scores them) and whether the model's most likely next token was each (:meth:`Scorer.prediction_hits`);
         ``labels`` and ``seed`` are unused."""
@@ -271,12 +295,15 @@ class CausalScorer(Scorer):
         out = self._scan(rows, positions, top_k=1, desc="held-out predictions")
         targets = [np.asarray([row[t] for t in pos], dtype=np.int64) for row, pos in zip(rows, positions)]
         # the target is the top prediction when its probability is the largest one (ties count: measure zero)
-        hits = [lp >= np.log(top[:, 0]) - 1e-9 if lp.size else np.zeros(0, bool)
-                for lp, top in zip(out["log_probs"], out["top"])]
+        hits = [
+            lp >= np.log(top[:, 0]) - 1e-9 if lp.size else np.zeros(0, bool)
+            for lp, top in zip(out["log_probs"], out["top"])
+        ]
         return targets, hits
 
-    def example_features(self, texts: Sequence[str], labels: Sequence[int] | None = None, *, seed: int = 0,
-                         top_k: int = 10) -> ExampleFeatures:
+    def example_features(
+        self, texts: Sequence[str], labels: Sequence[int] | None = None, *, seed: int = 0, top_k: int = 10
+    ) -> ExampleFeatures:
         """Per-text MIA features, each averaged over the scored positions: the mean NLL, the mean entropy of the
         next-token distribution, and its ``top_k`` largest probabilities (as the masked LM's, over positions)."""
         self._require(CAUSAL_LM, "causal example features")

@@ -75,25 +75,32 @@ def _split(tokenizer: Any, canary: CanaryLike, ids: list[int], positions: list[i
     ids, shift = _with_bos(tokenizer, ids)
     positions = [p + shift for p in positions]
     if not positions:
-        raise UserInputError(f"canary {canary.id}: its secret {canary.secret!r} has no token of its own for this "
-                             "tokenizer; it cannot be scored.")
+        raise UserInputError(
+            f"canary {canary.id}: its secret {canary.secret!r} has no token of its own for this "
+            "tokenizer; it cannot be scored."
+        )
     if positions != list(range(positions[0], positions[-1] + 1)):
         raise UserInputError(f"canary {canary.id}: its secret's tokens are not contiguous for this tokenizer.")
     if positions[0] == 0:
-        raise UserInputError(f"canary {canary.id}: its secret is the first token and the tokenizer has no BOS token, "
-                             "so a causal LM has no context to score it from; give the template a prefix.")
+        raise UserInputError(
+            f"canary {canary.id}: its secret is the first token and the tokenizer has no BOS token, "
+            "so a causal LM has no context to score it from; give the template a prefix."
+        )
     if positions[-1] + 1 > max_length:
-        raise UserInputError(f"canary {canary.id}: its secret ends at token {positions[-1] + 1}, beyond the model's "
-                             f"{max_length}; use a shorter --template.")
-    return CausalSecret(context=ids[:positions[0]], secret=ids[positions[0]:positions[-1] + 1])
+        raise UserInputError(
+            f"canary {canary.id}: its secret ends at token {positions[-1] + 1}, beyond the model's "
+            f"{max_length}; use a shorter --template."
+        )
+    return CausalSecret(context=ids[: positions[0]], secret=ids[positions[0] : positions[-1] + 1])
 
 
 #: Random candidates per canary whose tokens are checked against the in-context alphabet (beside the true secret).
 CANDIDATE_CHECKS = 16
 
 
-def in_context_alphabet(tokenizer: Any, canaries: Sequence[CanaryLike], space: SpaceLike, *,
-                        max_length: int) -> np.ndarray:
+def in_context_alphabet(
+    tokenizer: Any, canaries: Sequence[CanaryLike], space: SpaceLike, *, max_length: int
+) -> np.ndarray:
     """The token id of each alphabet symbol where a secret's symbols stand: in each canary's sentence, at every position.
 
     A symbol's token can depend on what precedes it: a byte-level BPE writes the digit 4 as ``"4"`` at the start of a
@@ -107,8 +114,11 @@ def in_context_alphabet(tokenizer: Any, canaries: Sequence[CanaryLike], space: S
             canaries: the candidates' scores would not be the tree's, so the exact methods do not apply.
     """
     a, length = len(space.alphabet), space.length
-    texts = [SimpleNamespace(id=c.id, prefix=c.prefix, secret=space.secret_of([k] * length), suffix=c.suffix)
-             for c in canaries for k in range(a)]
+    texts = [
+        SimpleNamespace(id=c.id, prefix=c.prefix, secret=space.secret_of([k] * length), suffix=c.suffix)
+        for c in canaries
+        for k in range(a)
+    ]
     located = locate_secrets(tokenizer, texts, space, max_length=max_length)
     tokens = np.asarray([[t.input_ids[p] for p in t.secret_positions] for t in located], dtype=np.int64)
     tokens = tokens.reshape(len(canaries), a, length)
@@ -116,18 +126,23 @@ def in_context_alphabet(tokenizer: Any, canaries: Sequence[CanaryLike], space: S
     differ = tokens != alphabet[None, :, None]
     if differ.any():
         i, k, j = (int(x) for x in np.argwhere(differ)[0])
-        raise UserInputError(f"canary {canaries[i].id}: the symbol {space.alphabet[k]!r} is token "
-                             f"{tokenizer.convert_ids_to_tokens(int(tokens[i, k, j]))!r} at secret position {j} but "
-                             f"{tokenizer.convert_ids_to_tokens(int(alphabet[k]))!r} elsewhere: this tokenizer reads a "
-                             "symbol differently by its context, so candidates cannot be scored by one alphabet.")
+        raise UserInputError(
+            f"canary {canaries[i].id}: the symbol {space.alphabet[k]!r} is token "
+            f"{tokenizer.convert_ids_to_tokens(int(tokens[i, k, j]))!r} at secret position {j} but "
+            f"{tokenizer.convert_ids_to_tokens(int(alphabet[k]))!r} elsewhere: this tokenizer reads a "
+            "symbol differently by its context, so candidates cannot be scored by one alphabet."
+        )
     if len(set(alphabet.tolist())) != a:
-        raise UserInputError(f"this model's tokenizer maps two symbols of the {space.format} space to one token in "
-                             "context; the secrets cannot be told apart.")
+        raise UserInputError(
+            f"this model's tokenizer maps two symbols of the {space.format} space to one token in "
+            "context; the secrets cannot be told apart."
+        )
     return alphabet
 
 
-def alphabet_secrets(tokenizer: Any, canaries: Sequence[CanaryLike], space: SpaceLike, *, max_length: int,
-                     seed: int = 0) -> tuple[list[CausalSecret], np.ndarray]:
+def alphabet_secrets(
+    tokenizer: Any, canaries: Sequence[CanaryLike], space: SpaceLike, *, max_length: int, seed: int = 0
+) -> tuple[list[CausalSecret], np.ndarray]:
     """Canaries whose every secret symbol is one alphabet token in context, and the alphabet's token ids in context.
 
     Checked: every symbol is one token alone (:func:`alphabet_token_ids`) and in each sentence at every position
@@ -145,13 +160,20 @@ def alphabet_secrets(tokenizer: Any, canaries: Sequence[CanaryLike], space: Spac
     alphabet = in_context_alphabet(tokenizer, canaries, space, max_length=max_length)
     located = locate_secrets(tokenizer, canaries, space, max_length=max_length)
     check_secret_tokens(tokenizer, canaries, located, space, alphabet)
-    draws = np.random.default_rng(seed).integers(0, len(space.alphabet), size=(len(canaries), CANDIDATE_CHECKS,
-                                                                                space.length))
-    probes = [SimpleNamespace(id=c.id, prefix=c.prefix, secret=space.secret_of(d), suffix=c.suffix)
-              for c, rows in zip(canaries, draws.tolist()) for d in rows]
-    check_secret_tokens(tokenizer, probes, locate_secrets(tokenizer, probes, space, max_length=max_length), space,
-                        alphabet)
-    return [_split(tokenizer, c, t.input_ids, t.secret_positions, max_length) for c, t in zip(canaries, located)], alphabet
+    draws = np.random.default_rng(seed).integers(
+        0, len(space.alphabet), size=(len(canaries), CANDIDATE_CHECKS, space.length)
+    )
+    probes = [
+        SimpleNamespace(id=c.id, prefix=c.prefix, secret=space.secret_of(d), suffix=c.suffix)
+        for c, rows in zip(canaries, draws.tolist())
+        for d in rows
+    ]
+    check_secret_tokens(
+        tokenizer, probes, locate_secrets(tokenizer, probes, space, max_length=max_length), space, alphabet
+    )
+    return [
+        _split(tokenizer, c, t.input_ids, t.secret_positions, max_length) for c, t in zip(canaries, located)
+    ], alphabet
 
 
 def span_secrets(tokenizer: Any, canaries: Sequence[CanaryLike], *, max_length: int) -> list[CausalSecret]:
@@ -185,15 +207,16 @@ def _last_log_probs(model: Any, rows: Sequence[Sequence[int]], *, device: str, p
     ids = torch.full((len(rows), width), pad, dtype=torch.long)
     mask = torch.zeros((len(rows), width), dtype=torch.long)
     for i, r in enumerate(rows):
-        ids[i, :len(r)] = torch.tensor(list(r), dtype=torch.long)
-        mask[i, :len(r)] = 1
+        ids[i, : len(r)] = torch.tensor(list(r), dtype=torch.long)
+        mask[i, : len(r)] = 1
     last = torch.tensor([len(r) - 1 for r in rows])
     logits = model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits
     return torch.log_softmax(logits[torch.arange(len(rows)), last.to(logits.device)].double(), dim=-1)
 
 
-def sequence_log_likelihoods(model: Any, tokenizer: Any, secrets: Sequence[CausalSecret], *, device: str,
-                             batch_size: int) -> np.ndarray:
+def sequence_log_likelihoods(
+    model: Any, tokenizer: Any, secrets: Sequence[CausalSecret], *, device: str, batch_size: int
+) -> np.ndarray:
     """Each secret's score given its context: sum over its tokens of log p(token | all tokens before it).
 
     One forward pass per batch of full texts (right-padded), every position's full log-softmax: the brute-force
@@ -205,16 +228,17 @@ def sequence_log_likelihoods(model: Any, tokenizer: Any, secrets: Sequence[Causa
     pad, out = _pad_id(tokenizer), np.zeros(len(secrets))
     with torch.inference_mode():
         for start in range(0, len(secrets), batch_size):
-            batch = secrets[start:start + batch_size]
+            batch = secrets[start : start + batch_size]
             rows = [s.context + s.secret for s in batch]
             width = max(len(r) for r in rows)
             ids = torch.full((len(rows), width), pad, dtype=torch.long)
             mask = torch.zeros((len(rows), width), dtype=torch.long)
             for i, r in enumerate(rows):
-                ids[i, :len(r)] = torch.tensor(r, dtype=torch.long)
-                mask[i, :len(r)] = 1
-            log_probs = torch.log_softmax(model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.double(),
-                                          dim=-1)
+                ids[i, : len(r)] = torch.tensor(r, dtype=torch.long)
+                mask[i, : len(r)] = 1
+            log_probs = torch.log_softmax(
+                model(input_ids=ids.to(device), attention_mask=mask.to(device)).logits.double(), dim=-1
+            )
             for i, s in enumerate(batch):
                 positions = torch.arange(len(s.context), len(s.context) + len(s.secret), device=log_probs.device)
                 true = torch.tensor(s.secret, device=log_probs.device)
@@ -281,15 +305,22 @@ def _continuations(model: Any, cache: Any, tokens: np.ndarray, pick: Any, *, dev
 
     outs = []
     for start in range(0, tokens.shape[0], node_batch):
-        rows = tokens[start:start + node_batch]
+        rows = tokens[start : start + node_batch]
         chunk = torch.as_tensor(rows, dtype=torch.long, device=device)
         logits = model(input_ids=chunk, past_key_values=_repeat_cache(cache, chunk.shape[0]), use_cache=True).logits
         outs.append(pick(torch.log_softmax(logits.double(), dim=-1), rows))
     return torch.cat(outs)
 
 
-def prefix_tree_scores(model: Any, context: Sequence[int], alphabet_ids: np.ndarray, length: int, *, device: str,
-                       node_batch: int = NODE_BATCH) -> np.ndarray:
+def prefix_tree_scores(
+    model: Any,
+    context: Sequence[int],
+    alphabet_ids: np.ndarray,
+    length: int,
+    *,
+    device: str,
+    node_batch: int = NODE_BATCH,
+) -> np.ndarray:
     """The score of every candidate secret of a product space, by a prefix tree over the alphabet's tokens.
 
     The context runs once and its key/value cache is kept. The candidates sharing their first k symbols share the
@@ -311,12 +342,31 @@ def prefix_tree_scores(model: Any, context: Sequence[int], alphabet_ids: np.ndar
     with torch.inference_mode():
         cache, first = _prefix_cache(model, context, device)
         cols = torch.as_tensor(alphabet_ids, device=first.device)
-        return _expand(model, cache, first[None, cols].cpu().numpy(), np.zeros(1), cols, length - 1, device=device,
-                       node_batch=node_batch, keep=_logits_to_keep(model))
+        return _expand(
+            model,
+            cache,
+            first[None, cols].cpu().numpy(),
+            np.zeros(1),
+            cols,
+            length - 1,
+            device=device,
+            node_batch=node_batch,
+            keep=_logits_to_keep(model),
+        )
 
 
-def _expand(model: Any, cache: Any, following: np.ndarray, scores: np.ndarray, cols: Any, remaining: int, *,
-            device: str, node_batch: int, keep: dict[str, int]) -> np.ndarray:
+def _expand(
+    model: Any,
+    cache: Any,
+    following: np.ndarray,
+    scores: np.ndarray,
+    cols: Any,
+    remaining: int,
+    *,
+    device: str,
+    node_batch: int,
+    keep: dict[str, int],
+) -> np.ndarray:
     """The scores of every completion below B tree nodes, in order: ``cache`` holds the nodes' B rows, ``following``
     [B, |A|] their next symbol's log-probabilities, ``scores`` [B] their own; ``remaining`` symbols still to place
     after the next one."""
@@ -335,13 +385,25 @@ def _expand(model: Any, cache: Any, following: np.ndarray, scores: np.ndarray, c
         tokens = cols.repeat(count)[:, None].to(device)
         logits = model(input_ids=tokens, past_key_values=child_cache, use_cache=True, **keep).logits[:, -1]
         next_lp = torch.log_softmax(logits.double(), dim=-1)[:, cols.to(logits.device)].cpu().numpy()
-        out.append(_expand(model, child_cache, next_lp, children[start * a:(start + count) * a], cols, remaining - 1,
-                           device=device, node_batch=node_batch, keep=keep))
+        out.append(
+            _expand(
+                model,
+                child_cache,
+                next_lp,
+                children[start * a : (start + count) * a],
+                cols,
+                remaining - 1,
+                device=device,
+                node_batch=node_batch,
+                keep=keep,
+            )
+        )
     return np.concatenate(out)
 
 
-def candidate_scores(model: Any, context: Sequence[int], candidates: np.ndarray, *, device: str,
-                     node_batch: int = NODE_BATCH) -> np.ndarray:
+def candidate_scores(
+    model: Any, context: Sequence[int], candidates: np.ndarray, *, device: str, node_batch: int = NODE_BATCH
+) -> np.ndarray:
     """Scores of given candidate token sequences [m, L] after one context (its cache reused): the sampled
     references of a space whose symbols are single tokens but too many to enumerate."""
     import torch
@@ -352,9 +414,16 @@ def candidate_scores(model: Any, context: Sequence[int], candidates: np.ndarray,
         tokens = torch.as_tensor(candidates, device=first.device)
         scores = first[tokens[:, 0]]
         if candidates.shape[1] > 1:
-            following = _continuations(model, cache, candidates, lambda lp, rows: lp[:, :-1].gather(
-                2, torch.as_tensor(rows[:, 1:], device=lp.device)[..., None])[..., 0].sum(dim=1),
-                device=device, node_batch=node_batch)
+            following = _continuations(
+                model,
+                cache,
+                candidates,
+                lambda lp, rows: (
+                    lp[:, :-1].gather(2, torch.as_tensor(rows[:, 1:], device=lp.device)[..., None])[..., 0].sum(dim=1)
+                ),
+                device=device,
+                node_batch=node_batch,
+            )
             scores = scores + following
     return scores.cpu().numpy()
 
@@ -367,8 +436,17 @@ class Decoded:
     scores: list[float]
 
 
-def beam_decode(model: Any, tokenizer: Any, contexts: Sequence[Sequence[int]], lengths: Sequence[int], *, width: int,
-                allowed: np.ndarray | None, device: str, batch_size: int) -> list[Decoded]:
+def beam_decode(
+    model: Any,
+    tokenizer: Any,
+    contexts: Sequence[Sequence[int]],
+    lengths: Sequence[int],
+    *,
+    width: int,
+    allowed: np.ndarray | None,
+    device: str,
+    batch_size: int,
+) -> list[Decoded]:
     """Continue each context by ``lengths[i]`` tokens: greedy (``width`` 1) or beam search of ``width`` beams.
 
     Each step runs every live beam's full text (right-padded, batched ``batch_size`` rows at a time) and extends
@@ -389,7 +467,7 @@ def beam_decode(model: Any, tokenizer: Any, contexts: Sequence[Sequence[int]], l
             rows = [list(contexts[i]) + beams[i][j][0] for i, j in live]
             parts = []
             for start in range(0, len(rows), batch_size):
-                lp = _last_log_probs(model, rows[start:start + batch_size], device=device, pad=pad)
+                lp = _last_log_probs(model, rows[start : start + batch_size], device=device, pad=pad)
                 parts.append((lp if cols is None else lp[:, torch.as_tensor(cols, device=lp.device)]).cpu().numpy())
             log_probs = np.concatenate(parts) if parts else np.zeros((0, 0))
             by_canary: dict[int, list[int]] = {}
@@ -401,8 +479,10 @@ def beam_decode(model: Any, tokenizer: Any, contexts: Sequence[Sequence[int]], l
                 order = np.argsort(-total, axis=None, kind="stable")[:width]
                 b, t = np.divmod(order, total.shape[1])
                 ids = t if cols is None else cols[t]
-                beams[i] = [(beams[i][live[rs[bb]][1]][0] + [int(tok)], float(total[bb, tt]))
-                            for bb, tt, tok in zip(b.tolist(), t.tolist(), ids.tolist())]
+                beams[i] = [
+                    (beams[i][live[rs[bb]][1]][0] + [int(tok)], float(total[bb, tt]))
+                    for bb, tt, tok in zip(b.tolist(), t.tolist(), ids.tolist())
+                ]
     return [Decoded(beams=[s for s, _ in bs], scores=[v for _, v in bs]) for bs in beams]
 
 

@@ -76,7 +76,9 @@ def _segment_mean(values: Any, owner: Any, n: int) -> np.ndarray:
     """Mean of ``values`` rows per owner index (the masked positions of each example), as numpy."""
     import torch
 
-    sums = torch.zeros((n,) + tuple(values.shape[1:]), dtype=values.dtype, device=values.device).index_add_(0, owner, values)
+    sums = torch.zeros((n,) + tuple(values.shape[1:]), dtype=values.dtype, device=values.device).index_add_(
+        0, owner, values
+    )
     counts = torch.bincount(owner, minlength=n).to(values.dtype).reshape((-1,) + (1,) * (values.dim() - 1))
     return (sums / counts).cpu().numpy()
 
@@ -97,8 +99,9 @@ class Scorer:
         device: ``"cuda"`` when a GPU is present, else ``"cpu"``.
     """
 
-    def __init__(self, source: ModelSource, model: Any, tokenizer: Any, *, batch_size: int, device: str,
-                 progress: bool = True) -> None:
+    def __init__(
+        self, source: ModelSource, model: Any, tokenizer: Any, *, batch_size: int, device: str, progress: bool = True
+    ) -> None:
         import torch
 
         self.source = source
@@ -109,8 +112,14 @@ class Scorer:
         self.progress = progress
         self._torch = torch
         # transformers uses a huge sentinel for "no limit" in model_max_length: keep only real limits.
-        limits = [x for x in (getattr(model.config, "max_position_embeddings", None),
-                              getattr(tokenizer, "model_max_length", None)) if isinstance(x, int) and 0 < x < 1_000_000]
+        limits = [
+            x
+            for x in (
+                getattr(model.config, "max_position_embeddings", None),
+                getattr(tokenizer, "model_max_length", None),
+            )
+            if isinstance(x, int) and 0 < x < 1_000_000
+        ]
         self.max_length = min(limits, default=512)
         self._encoder, self._head = self._split_head()
 
@@ -132,8 +141,10 @@ class Scorer:
 
     def _require(self, kind: str, what: str) -> None:
         if self.kind != kind:
-            raise UserInputError(f"{what} needs a {kind} model, but {self.source.path} is a {self.kind} "
-                                 f"({self.source.architecture}); pass a {kind} model directory.")
+            raise UserInputError(
+                f"{what} needs a {kind} model, but {self.source.path} is a {self.kind} "
+                f"({self.source.architecture}); pass a {kind} model directory."
+            )
 
     def _batches(self, n: int, desc: str) -> Iterator[slice]:
         starts = range(0, n, self.batch_size)
@@ -221,13 +232,13 @@ class Scorer:
                 ids = best[k : k + n].tolist()
                 text = self.tokenizer.decode(ids).strip()
                 text = text[2:] if text.startswith("##") else text  # a fill may start with a WordPiece continuation
-                fills.append(VocabFill(text=text, token_ids=ids,
-                                       true_log_prob=float(true_lp[k : k + n].sum())))
+                fills.append(VocabFill(text=text, token_ids=ids, true_log_prob=float(true_lp[k : k + n].sum())))
                 k += n
         return fills
 
-    def pseudo_log_likelihoods(self, canaries: Sequence[CanaryLike], *, whole: bool = False,
-                               within: Sequence[int] | None = None) -> np.ndarray:
+    def pseudo_log_likelihoods(
+        self, canaries: Sequence[CanaryLike], *, whole: bool = False, within: Sequence[int] | None = None
+    ) -> np.ndarray:
         """Masked pseudo-log-likelihood of each canary's secret (or, ``whole``, of the whole canary).
 
         The sum, over the secret's token positions (every non-special position with ``whole``), of the
@@ -263,8 +274,10 @@ class Scorer:
             column = {int(x): j for j, x in enumerate(cols.tolist())}
             missing = next((i for i, ids, p in rows if ids[p] not in column), None)
             if missing is not None:
-                raise UserInputError(f"canary {canaries[missing].id}: a scored token is not among the candidate tokens; "
-                                     "score it over the whole vocabulary.")
+                raise UserInputError(
+                    f"canary {canaries[missing].id}: a scored token is not among the candidate tokens; "
+                    "score it over the whole vocabulary."
+                )
         out = np.zeros(len(located), dtype=np.float64)
         for sl in self._batches(len(rows), "pseudo-log-likelihoods"):
             batch = rows[sl]
@@ -355,8 +368,9 @@ class Scorer:
             return self._classifier_stats(texts, labels)[1]
         return self._mlm_stats(texts, seed, 1).loss
 
-    def prediction_hits(self, texts: Sequence[str], labels: Sequence[int] | None = None, *,
-                        seed: int = 0) -> tuple[list[np.ndarray], list[np.ndarray]]:
+    def prediction_hits(
+        self, texts: Sequence[str], labels: Sequence[int] | None = None, *, seed: int = 0
+    ) -> tuple[list[np.ndarray], list[np.ndarray]]:
         """Per text, what the model is asked to predict and whether its top prediction is right: the held-out
         accuracy of a model trained elsewhere (``dpaudit attack`` measures it; a dpaudit run logs its own).
 
@@ -395,8 +409,9 @@ class Scorer:
                 k += true.size
         return targets, hits
 
-    def example_features(self, texts: Sequence[str], labels: Sequence[int] | None = None, *, seed: int = 0,
-                         top_k: int = 10) -> ExampleFeatures:
+    def example_features(
+        self, texts: Sequence[str], labels: Sequence[int] | None = None, *, seed: int = 0, top_k: int = 10
+    ) -> ExampleFeatures:
         """Per-example MIA features (see :class:`ExampleFeatures`)."""
         if self.kind == CLASSIFIER:
             log_probs, loss = self._classifier_stats(texts, labels)
@@ -406,8 +421,14 @@ class Scorer:
         return self._mlm_stats(texts, seed, top_k)
 
 
-def build_scorer(source: ModelSource, *, batch_size: int = 32, device: str | None = None, progress: bool = True,
-                 scorer_class: type[Scorer] = Scorer) -> Scorer:
+def build_scorer(
+    source: ModelSource,
+    *,
+    batch_size: int = 32,
+    device: str | None = None,
+    progress: bool = True,
+    scorer_class: type[Scorer] = Scorer,
+) -> Scorer:
     """Load the model and tokenizer of a checked :class:`ModelSource` (local files, safetensors only).
 
     The ``AutoModelFor...`` class follows the source's kind (masked LM, classifier, causal LM); ``scorer_class``
@@ -419,7 +440,8 @@ def build_scorer(source: ModelSource, *, batch_size: int = 32, device: str | Non
     from dpaudit.scoring.threads import apply_torch_threads
 
     auto = {MASKED_LM: transformers.AutoModelForMaskedLM, CAUSAL_LM: transformers.AutoModelForCausalLM}.get(
-        source.kind, transformers.AutoModelForSequenceClassification)
+        source.kind, transformers.AutoModelForSequenceClassification
+    )
     device = device or ("cuda" if torch.cuda.is_available() else "cpu")
     apply_torch_threads()  # the cores actually free, unless OMP_NUM_THREADS / DPAUDIT_THREADS says
     hf_logging = transformers.utils.logging

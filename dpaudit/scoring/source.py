@@ -87,8 +87,10 @@ def _id2label(config: dict[str, Any], config_path: Path) -> tuple[str, ...]:
     except (AttributeError, TypeError, ValueError):
         pairs = None
     if not pairs or [i for i, _ in pairs] != list(range(len(pairs))) or len({v for _, v in pairs}) != len(pairs):
-        raise UserInputError(f"{config_path}: id2label must map the class ids 0..n-1 to distinct label names, got "
-                             f"{raw!r}; re-save the model with its labels.")
+        raise UserInputError(
+            f"{config_path}: id2label must map the class ids 0..n-1 to distinct label names, got "
+            f"{raw!r}; re-save the model with its labels."
+        )
     return tuple(v for _, v in pairs)
 
 
@@ -107,7 +109,9 @@ def resolve_model(path: str | os.PathLike[str], *, option: str = "--model") -> M
     """
     path = Path(path)
     if not path.is_dir():
-        raise UserInputError(f"{option} {path} is not a directory; pass a train run directory or a Hugging Face model directory.")
+        raise UserInputError(
+            f"{option} {path} is not a directory; pass a train run directory or a Hugging Face model directory."
+        )
     manifest = privacy = None
     model_dir = path
     files: dict[str, str] = {}
@@ -119,10 +123,14 @@ def resolve_model(path: str | os.PathLike[str], *, option: str = "--model") -> M
         if privacy_path.is_file():
             privacy = read_privacy_record(privacy_path)
     if not model_dir.is_dir():
-        raise UserInputError(f"{option} {path}: no model/ directory; the train run did not finish, rerun dpaudit train.")
+        raise UserInputError(
+            f"{option} {path}: no model/ directory; the train run did not finish, rerun dpaudit train."
+        )
     config_path = model_dir / "config.json"
     if not config_path.is_file():
-        raise UserInputError(f"{option} {model_dir} has no config.json; pass a Hugging Face model directory (save_pretrained).")
+        raise UserInputError(
+            f"{option} {model_dir} has no config.json; pass a Hugging Face model directory (save_pretrained)."
+        )
     check_weights(model_dir, option=option)
     if not any((model_dir / name).is_file() for name in TOKENIZER_FILES):
         raise UserInputError(
@@ -149,6 +157,14 @@ def resolve_model(path: str | os.PathLike[str], *, option: str = "--model") -> M
         files = {p.relative_to(path).as_posix(): sha256_file(p) for p in sorted(model_dir.rglob("*")) if p.is_file()}
     labels = _id2label(config, config_path) if kind == CLASSIFIER else None
     unknown = ((manifest or {}).get("config") or {}).get("unknown_label") if labels is not None else None
-    return ModelSource(path=path, model_dir=model_dir, kind=kind, architecture=architecture, privacy=privacy,  # type: ignore[arg-type]
-                       manifest=manifest, files=files, labels=labels,
-                       unknown_label=unknown if isinstance(unknown, str) else None)
+    return ModelSource(
+        path=path,
+        model_dir=model_dir,
+        kind=kind,
+        architecture=architecture,
+        privacy=privacy,  # type: ignore[arg-type]
+        manifest=manifest,
+        files=files,
+        labels=labels,
+        unknown_label=unknown if isinstance(unknown, str) else None,
+    )

@@ -92,12 +92,16 @@ def alphabet_token_ids(tokenizer: Any, space: SpaceLike) -> np.ndarray:
         out.append(ids[tokens[0]])
         start = end + 1
     if len(set(out)) != len(out):
-        raise UserInputError(f"this model's tokenizer maps two symbols of the {space.format} space to one token; "
-                             "the secrets cannot be told apart.")
+        raise UserInputError(
+            f"this model's tokenizer maps two symbols of the {space.format} space to one token; "
+            "the secrets cannot be told apart."
+        )
     return np.asarray(out, dtype=np.int64)
 
 
-def locate_secrets(tokenizer: Any, canaries: Sequence[CanaryLike], space: SpaceLike, *, max_length: int) -> list[CanaryTokens]:
+def locate_secrets(
+    tokenizer: Any, canaries: Sequence[CanaryLike], space: SpaceLike, *, max_length: int
+) -> list[CanaryTokens]:
     """Tokenize canaries (one batched call) and find each secret's tokens, one per position.
 
     Raises:
@@ -119,14 +123,20 @@ def locate_secrets(tokenizer: Any, canaries: Sequence[CanaryLike], space: SpaceL
                 "keeps each digit or word whole."
             )
         if len(ids) > max_length:
-            raise UserInputError(f"canary {c.id} is {len(ids)} tokens, longer than the model's {max_length}; "
-                                 "use a shorter --template.")
+            raise UserInputError(
+                f"canary {c.id} is {len(ids)} tokens, longer than the model's {max_length}; use a shorter --template."
+            )
         out.append(CanaryTokens(input_ids=list(ids), secret_positions=positions))
     return out
 
 
-def check_secret_tokens(tokenizer: Any, canaries: Sequence[CanaryLike], located: Sequence[CanaryTokens], space: SpaceLike,
-                        alphabet_ids: np.ndarray) -> None:
+def check_secret_tokens(
+    tokenizer: Any,
+    canaries: Sequence[CanaryLike],
+    located: Sequence[CanaryTokens],
+    space: SpaceLike,
+    alphabet_ids: np.ndarray,
+) -> None:
     """Each secret position's token, in context, must be the alphabet token of that symbol.
 
     Raises:
@@ -138,8 +148,10 @@ def check_secret_tokens(tokenizer: Any, canaries: Sequence[CanaryLike], located:
         actual = [t.input_ids[p] for p in t.secret_positions]
         if actual != [id_of.get(part) for part in space.split(c.secret)]:
             tokens = [tokenizer.convert_ids_to_tokens(i) for i in actual]
-            raise UserInputError(f"canary {c.id}: its secret {c.secret!r} tokenizes in its sentence as {tokens}, not as "
-                                 f"the {space.format} alphabet's tokens; audit with a tokenizer that keeps each symbol whole.")
+            raise UserInputError(
+                f"canary {c.id}: its secret {c.secret!r} tokenizes in its sentence as {tokens}, not as "
+                f"the {space.format} alphabet's tokens; audit with a tokenizer that keeps each symbol whole."
+            )
 
 
 def locate_spans(tokenizer: Any, canaries: Sequence[CanaryLike], *, max_length: int) -> list[CanaryTokens]:
@@ -156,8 +168,10 @@ def locate_spans(tokenizer: Any, canaries: Sequence[CanaryLike], *, max_length: 
         positions = _overlapping(offsets, start, start + len(c.secret))
         inside = all(offsets[p][0] >= start and offsets[p][1] <= start + len(c.secret) for p in positions)
         if not positions or not inside:
-            raise UserInputError(f"canary {c.id}: its secret {c.secret!r} shares a token with its context for this "
-                                 "tokenizer; the secret cannot be masked on its own.")
+            raise UserInputError(
+                f"canary {c.id}: its secret {c.secret!r} shares a token with its context for this "
+                "tokenizer; the secret cannot be masked on its own."
+            )
         if len(ids) > max_length:
             raise UserInputError(f"canary {c.id} is {len(ids)} tokens, longer than the model's {max_length}.")
         out.append(CanaryTokens(input_ids=list(ids), secret_positions=positions))

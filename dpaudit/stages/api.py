@@ -26,8 +26,10 @@ from dpaudit.common.errors import UserInputError
 
 __all__ = ["AuditResults", "InjectResult", "Report", "attack", "inject", "report"]
 
-PANDAS_MISSING = ("to_pandas() needs pandas, which dpaudit does not install: pip install pandas (or use .rows(), the "
-                  "same table as a list of dicts).")
+PANDAS_MISSING = (
+    "to_pandas() needs pandas, which dpaudit does not install: pip install pandas (or use .rows(), the "
+    "same table as a list of dicts)."
+)
 
 
 def _data_frame(rows: list[dict[str, Any]]) -> Any:
@@ -76,8 +78,14 @@ class InjectResult:
         return _data_frame(self.rows())
 
 
-def inject(out: str | os.PathLike[str], *, overwrite: bool = False, force: bool = False,
-           frequencies: str | Sequence[int] | None = None, **options: Any) -> InjectResult:
+def inject(
+    out: str | os.PathLike[str],
+    *,
+    overwrite: bool = False,
+    force: bool = False,
+    frequencies: str | Sequence[int] | None = None,
+    **options: Any,
+) -> InjectResult:
     """``dpaudit inject``: write an inject run directory into ``out``.
 
     Examples:
@@ -104,7 +112,9 @@ def inject(out: str | os.PathLike[str], *, overwrite: bool = False, force: bool 
     names = {f.name for f in dataclasses.fields(InjectOptions)}
     unknown = sorted(set(options) - names)
     if unknown:
-        raise TypeError(f"dpaudit.inject() got unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}.")
+        raise TypeError(
+            f"dpaudit.inject() got unknown option(s) {', '.join(unknown)}; known: {', '.join(sorted(names))}."
+        )
     if frequencies is not None and not isinstance(frequencies, str):
         frequencies = ",".join(str(f) for f in frequencies)
     for name in ("corpus", "train", "heldout", "public", "phrase_corpus", "word_list"):
@@ -164,20 +174,30 @@ def save_model(model: Any, tokenizer: Any, directory: str | os.PathLike[str]) ->
         UserInputError: an object without ``save_pretrained``, or no tokenizer.
     """
     if not callable(getattr(model, "save_pretrained", None)):
-        raise UserInputError(f"model: expected a model directory or a Hugging Face model (save_pretrained), got "
-                             f"{type(model).__name__}.")
+        raise UserInputError(
+            f"model: expected a model directory or a Hugging Face model (save_pretrained), got {type(model).__name__}."
+        )
     if tokenizer is None or not callable(getattr(tokenizer, "save_pretrained", None)):
-        raise UserInputError("tokenizer: an in-memory model needs its tokenizer (tokenizer=..., a Hugging Face tokenizer "
-                             "with save_pretrained): the attacks tokenize the rows and canaries with it.")
+        raise UserInputError(
+            "tokenizer: an in-memory model needs its tokenizer (tokenizer=..., a Hugging Face tokenizer "
+            "with save_pretrained): the attacks tokenize the rows and canaries with it."
+        )
     directory = Path(directory)
     model.save_pretrained(str(directory), safe_serialization=True)
     tokenizer.save_pretrained(str(directory))
     return directory
 
 
-def attack(model: Any, data: str | os.PathLike[str], attacks: Iterable[str] | str = DEFAULT_ATTACKS, *,
-           tokenizer: Any = None, save_to: str | os.PathLike[str] | None = None,
-           out: str | os.PathLike[str] | None = None, **options: Any) -> AuditResults:
+def attack(
+    model: Any,
+    data: str | os.PathLike[str],
+    attacks: Iterable[str] | str = DEFAULT_ATTACKS,
+    *,
+    tokenizer: Any = None,
+    save_to: str | os.PathLike[str] | None = None,
+    out: str | os.PathLike[str] | None = None,
+    **options: Any,
+) -> AuditResults:
     """``dpaudit attack``: attack ``model`` with the rows and canaries of the inject directory ``data``.
 
     Examples:
@@ -203,7 +223,9 @@ def attack(model: Any, data: str | os.PathLike[str], attacks: Iterable[str] | st
 
     if _is_path(model):
         if tokenizer is not None or save_to is not None:
-            raise UserInputError("tokenizer and save_to apply to an in-memory model; a model directory holds its tokenizer.")
+            raise UserInputError(
+                "tokenizer and save_to apply to an in-memory model; a model directory holds its tokenizer."
+            )
         return AuditResults.of(run_attack(model, data, attacks, out=out, **options))
     if save_to is not None:
         target = Path(save_to)
@@ -241,8 +263,9 @@ class Report:
         return _data_frame(self.rows())
 
 
-def report(runs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], out: str | os.PathLike[str],
-           **options: Any) -> Report:
+def report(
+    runs: str | os.PathLike[str] | Sequence[str | os.PathLike[str]], out: str | os.PathLike[str], **options: Any
+) -> Report:
     """``dpaudit report``: render the page of one attack or audit-trainer directory, or the comparison of several.
 
     Example: ``dpaudit.report(["runs/np-attack", "runs/dp8-attack"], "reports/np-vs-dp8.html").to_pandas()``.

@@ -39,8 +39,14 @@ def _pages_for(out: str | os.PathLike[str]):  # noqa: ANN202
     return lambda stage, results, manifest: index_page(stage, results, manifest, label=str(out))
 
 
-def attack(model: str | os.PathLike[str], data: str | os.PathLike[str], attacks: Iterable[str] = DEFAULT_ATTACKS, *,
-           out: str | os.PathLike[str] | None = None, **options: Any) -> AttackResults:
+def attack(
+    model: str | os.PathLike[str],
+    data: str | os.PathLike[str],
+    attacks: Iterable[str] = DEFAULT_ATTACKS,
+    *,
+    out: str | os.PathLike[str] | None = None,
+    **options: Any,
+) -> AttackResults:
     """Run canary attacks on a model and (with ``out``) write the attack directory with its ``index.html``.
 
     Arguments as :func:`dpaudit.attacks.run.attack` (``overwrite``, ``device``, ``progress``, ``command`` and the

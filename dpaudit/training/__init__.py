@@ -32,9 +32,14 @@ import importlib
 from typing import Any
 
 _EXPORTS = {
-    "ClippedStep": "plugin", "ClippedSumStep": "plugin", "RunData": "plugin", "RunSettings": "plugin",
+    "ClippedStep": "plugin",
+    "ClippedSumStep": "plugin",
+    "RunData": "plugin",
+    "RunSettings": "plugin",
     "TrainerPlugin": "plugin",
-    "RecordParts": "record", "RunFacts": "record", "build_record": "record",
+    "RecordParts": "record",
+    "RunFacts": "record",
+    "build_record": "record",
     "RunSkeleton": "skeleton",
 }
 

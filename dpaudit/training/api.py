@@ -116,9 +116,12 @@ def load_trainer(name: str) -> Trainer:
         extra = extra_of_module(getattr(err, "name", None))
         if extra is not None:
             raise MissingExtraError(missing_extra_message(f"--trainer {name}", [extra], [err.name])) from None
-        raise UserInputError(f"--trainer {name}: cannot import its framework ({err}); install the package it "
-                             "needs.") from None
+        raise UserInputError(
+            f"--trainer {name}: cannot import its framework ({err}); install the package it needs."
+        ) from None
     trainer = factory() if isinstance(factory, type) else factory
     if not isinstance(trainer, Trainer) or not dataclasses.is_dataclass(trainer.Config):
-        raise UserInputError(f"--trainer {name}: entry point {registry[name].value} does not follow the Trainer protocol.")
+        raise UserInputError(
+            f"--trainer {name}: entry point {registry[name].value} does not follow the Trainer protocol."
+        )
     return trainer

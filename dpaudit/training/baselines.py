@@ -24,24 +24,43 @@ from typing import Any
 
 import numpy as np
 
-__all__ = ["CLASSIFY_BASELINE_KEY", "CLASSIFY_BASELINE_RULE", "CLM_BASELINE_KEY", "CLM_BASELINE_RULE",
-           "CLM_LOSS_BASELINE_KEY", "EVAL_ROWS_KEY", "HELDOUT_ROWS_KEY", "MLM_BASELINE_KEY", "MLM_BASELINE_RULE",
-           "UTILITY_KINDS", "UtilityKind", "constant_prediction_accuracy", "eval_rows", "eval_rows_text",
-           "majority_class_accuracy", "unigram_loss"]
+__all__ = [
+    "CLASSIFY_BASELINE_KEY",
+    "CLASSIFY_BASELINE_RULE",
+    "CLM_BASELINE_KEY",
+    "CLM_BASELINE_RULE",
+    "CLM_LOSS_BASELINE_KEY",
+    "EVAL_ROWS_KEY",
+    "HELDOUT_ROWS_KEY",
+    "MLM_BASELINE_KEY",
+    "MLM_BASELINE_RULE",
+    "UTILITY_KINDS",
+    "UtilityKind",
+    "constant_prediction_accuracy",
+    "eval_rows",
+    "eval_rows_text",
+    "majority_class_accuracy",
+    "unigram_loss",
+]
 
 #: The key of the masked-LM baseline beside ``mlm_accuracy``.
 MLM_BASELINE_KEY = "heldout_mlm_accuracy_baseline"
 #: The key of the classifier baseline beside ``eval_accuracy``.
 CLASSIFY_BASELINE_KEY = "heldout_accuracy_baseline"
-MLM_BASELINE_RULE = ("always predicting the most frequent token among the masked heldout.jsonl positions that are "
-                     "evaluated (the best constant prediction there), scored like the model")
+MLM_BASELINE_RULE = (
+    "always predicting the most frequent token among the masked heldout.jsonl positions that are "
+    "evaluated (the best constant prediction there), scored like the model"
+)
 #: The causal-LM baselines beside ``next_token_accuracy`` and ``eval_loss`` (``--task clm``).
 CLM_BASELINE_KEY = "heldout_next_token_accuracy_baseline"
 CLM_LOSS_BASELINE_KEY = "heldout_next_token_loss_baseline"
-CLM_BASELINE_RULE = ("always predicting the most frequent next token among the evaluated heldout.jsonl positions; the "
-                     "loss beside it is the unigram distribution of those tokens', scored like the model")
-CLASSIFY_BASELINE_RULE = ("always predicting the majority class of the evaluated heldout.jsonl rows (the best constant "
-                          "prediction there)")
+CLM_BASELINE_RULE = (
+    "always predicting the most frequent next token among the evaluated heldout.jsonl positions; the "
+    "loss beside it is the unigram distribution of those tokens', scored like the model"
+)
+CLASSIFY_BASELINE_RULE = (
+    "always predicting the majority class of the evaluated heldout.jsonl rows (the best constant prediction there)"
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -57,12 +76,24 @@ class UtilityKind:
 #: The held-out figures and their trivial baselines, keyed as ``metrics.jsonl`` evaluation rows and the
 #: train manifest's summary key them (the report and the demo's verdict read them through this table).
 UTILITY_KINDS = (
-    UtilityKind(keys=("heldout_mlm_accuracy", "mlm_accuracy"), baseline_key=MLM_BASELINE_KEY,
-                name="held-out MLM accuracy", rule="always the most frequent token"),
-    UtilityKind(keys=("heldout_next_token_accuracy", "next_token_accuracy"), baseline_key=CLM_BASELINE_KEY,
-                name="held-out next-token accuracy", rule="always the most frequent next token"),
-    UtilityKind(keys=("heldout_accuracy", "eval_accuracy"), baseline_key=CLASSIFY_BASELINE_KEY,
-                name="held-out accuracy", rule="always the majority class"),
+    UtilityKind(
+        keys=("heldout_mlm_accuracy", "mlm_accuracy"),
+        baseline_key=MLM_BASELINE_KEY,
+        name="held-out MLM accuracy",
+        rule="always the most frequent token",
+    ),
+    UtilityKind(
+        keys=("heldout_next_token_accuracy", "next_token_accuracy"),
+        baseline_key=CLM_BASELINE_KEY,
+        name="held-out next-token accuracy",
+        rule="always the most frequent next token",
+    ),
+    UtilityKind(
+        keys=("heldout_accuracy", "eval_accuracy"),
+        baseline_key=CLASSIFY_BASELINE_KEY,
+        name="held-out accuracy",
+        rule="always the majority class",
+    ),
 )
 
 
@@ -104,8 +135,9 @@ def constant_prediction_accuracy(targets: Any, weights: Any, *, per_example: boo
     targets = np.asarray(targets, dtype=np.int64)
     weights = np.asarray(weights, dtype=np.float64)
     if targets.shape != weights.shape or targets.ndim != 2:
-        raise ValueError(f"targets and weights must be [rows, positions] of one shape, got {targets.shape} and "
-                         f"{weights.shape}.")
+        raise ValueError(
+            f"targets and weights must be [rows, positions] of one shape, got {targets.shape} and {weights.shape}."
+        )
     if per_example:
         rows = targets.shape[0]
         if rows == 0:
@@ -140,8 +172,9 @@ def unigram_loss(targets: Any, weights: Any) -> float | None:
     targets = np.asarray(targets, dtype=np.int64)
     weights = np.asarray(weights, dtype=np.float64)
     if targets.shape != weights.shape or targets.ndim != 2:
-        raise ValueError(f"targets and weights must be [rows, positions] of one shape, got {targets.shape} and "
-                         f"{weights.shape}.")
+        raise ValueError(
+            f"targets and weights must be [rows, positions] of one shape, got {targets.shape} and {weights.shape}."
+        )
     used = weights > 0
     if targets.shape[0] == 0 or not used.any():
         return None

@@ -38,9 +38,22 @@ from typing import Any, Literal
 
 from dpaudit.files.run_dirs import SECRET_FIELDS as _SECRET_FIELDS
 
-__all__ = ["NOISE_MULTIPLIER_MAX", "NOISE_MULTIPLIER_MIN", "SECRET_FIELDS", "SEED_MAX", "ConfigTypeError",
-           "check_int", "check_noise_multiplier", "check_real", "check_seed", "check_types", "config_keys",
-           "option_name", "redacted_dict", "seed_type"]
+__all__ = [
+    "NOISE_MULTIPLIER_MAX",
+    "NOISE_MULTIPLIER_MIN",
+    "SECRET_FIELDS",
+    "SEED_MAX",
+    "ConfigTypeError",
+    "check_int",
+    "check_noise_multiplier",
+    "check_real",
+    "check_seed",
+    "check_types",
+    "config_keys",
+    "option_name",
+    "redacted_dict",
+    "seed_type",
+]
 
 #: The largest public seed any command takes. Every ``--seed`` (inject, train with every trainer, attack,
 #: demo) is an integer in ``[0, SEED_MAX]``: the range every framework that gets it accepts
@@ -85,7 +98,8 @@ def check_noise_multiplier(value: Any, option: str = "--noise-multiplier", *, no
             why = "a noise multiplier is a standard deviation over a bound: never negative"
         elif number < NOISE_MULTIPLIER_MIN:
             why = "below 1e-10 one step alone has epsilon above 1e19: no privacy" + (
-                f"; for no noise use {no_noise}" if no_noise else "")
+                f"; for no noise use {no_noise}" if no_noise else ""
+            )
         else:
             why = "above 1e10 the noise drowns every gradient and epsilon is ~0"
         zero = "0 (no noise) or " if no_noise is None else ""
@@ -128,7 +142,7 @@ def seed_type() -> Any:
                     value = int(value.strip(), 10)
                 except ValueError:
                     self.fail(f"{value!r} is not a valid integer.", param, ctx)
-            option = (param.opts[0] if param is not None and param.opts else "--seed")
+            option = param.opts[0] if param is not None and param.opts else "--seed"
             try:
                 return check_seed(value, option)
             except ValueError as err:
@@ -156,8 +170,9 @@ def option_name(field: str) -> str:
     return "--" + field.replace("_", "-")
 
 
-def config_keys(raw: Mapping[str, Any], config_cls: type, where: str, *,
-                warn: Callable[[str], None] | None = None) -> dict[str, tuple[str, Any]]:
+def config_keys(
+    raw: Mapping[str, Any], config_cls: type, where: str, *, warn: Callable[[str], None] | None = None
+) -> dict[str, tuple[str, Any]]:
     """The Config fields a config file sets: ``{field name: (key as written, value)}``.
 
     The one reader of a config file's keys, shared by ``dpaudit train --config FILE.toml`` and ``dpaudit attack
@@ -185,8 +200,10 @@ def config_keys(raw: Mapping[str, Any], config_cls: type, where: str, *,
         name = str(key).replace("-", "_")
         if name in renamed:
             if warn is not None:
-                warn(f"warning: {where}: key {key!r} is deprecated and will be removed; use {renamed[name]!r} "
-                     "(the same setting).")
+                warn(
+                    f"warning: {where}: key {key!r} is deprecated and will be removed; use {renamed[name]!r} "
+                    "(the same setting)."
+                )
             name = renamed[name]
         if name not in names:
             raise UserInputError(f"{where}: unknown key {key!r}; valid keys are {', '.join(sorted(names))}.")
@@ -270,8 +287,9 @@ def _coerce(value: Any, annotation: Any, *, lenient: bool = True) -> Any:
         if isinstance(value, annotation):
             return value
         raise _Mismatch(f"a {annotation.__name__}")
-    raise TypeError(f"check_types cannot check the annotation {annotation!r}; use a simple type, Literal, "
-                    f"Optional, list or tuple.")
+    raise TypeError(
+        f"check_types cannot check the annotation {annotation!r}; use a simple type, Literal, Optional, list or tuple."
+    )
 
 
 def _expected(annotation: Any) -> str:
@@ -286,8 +304,13 @@ def _expected(annotation: Any) -> str:
         return f"a list of {len(args)} items: " + "; ".join(_expected(a) for a in args)
     if origin in (list, tuple):
         return f"a list whose items are each {_expected(args[0])}" if args else "a list"
-    words = {bool: "true or false (a boolean, not a string or number)", int: "an integer", float: "a number",
-             str: "a string", type(None): "None"}
+    words = {
+        bool: "true or false (a boolean, not a string or number)",
+        int: "an integer",
+        float: "a number",
+        str: "a string",
+        type(None): "None",
+    }
     if annotation in words:
         return words[annotation]
     return f"a {getattr(annotation, '__name__', annotation)}"

@@ -52,9 +52,11 @@ def help_text(text: str) -> dict[str, str]:
 def init_from_help(models: str, *, more: str = "") -> str:
     """The help of ``--init-from``: what a trainer starts from (``models``: the model directories it reads, and
     what it takes from them) with the public-start rule every trainer shares; ``more`` follows the rule."""
-    return (f"Start from this model instead of a random init: a dpaudit train run directory (its model/) or {models}. "
-            "It must be public (trained on public data only) for the guarantee to mean what it says; a start trained "
-            "on this run's train.jsonl is refused." + (f" {more}" if more else ""))
+    return (
+        f"Start from this model instead of a random init: a dpaudit train run directory (its model/) or {models}. "
+        "It must be public (trained on public data only) for the guarantee to mean what it says; a start trained "
+        "on this run's train.jsonl is refused." + (f" {more}" if more else "")
+    )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -63,51 +65,97 @@ class DpOptions:
     with its help once, and their one validator (:meth:`__post_init__`)."""
 
     # -- what the run starts from and trains on
-    init_from: str | None = field(default=None, metadata=help_text(init_from_help(
-        "a Hugging Face model directory of a kind the trainer reads (safetensors, with its tokenizer.json)")))
-    data_split: DataSplit = field(default="train", metadata=help_text(
-        "What to train on: train (train.jsonl, the private data) or public (public.jsonl: a public model to start "
-        "private runs from, trained without noise where the trainer can; DP on public data protects nothing). "
-        "Evaluation stays on heldout.jsonl."))
-    accept_private_start: bool = field(default=False, metadata=help_text(
-        "Train from an --init-from dpaudit run that did not train on public data only (e.g. a non-private run on "
-        "another copy of private rows): refused without this. With it, privacy.json's guarantee and every claim line "
-        "say first that the epsilon does NOT cover what that start learned. A start trained on this run's own "
-        "train.jsonl is refused always."))
+    init_from: str | None = field(
+        default=None,
+        metadata=help_text(
+            init_from_help(
+                "a Hugging Face model directory of a kind the trainer reads (safetensors, with its tokenizer.json)"
+            )
+        ),
+    )
+    data_split: DataSplit = field(
+        default="train",
+        metadata=help_text(
+            "What to train on: train (train.jsonl, the private data) or public (public.jsonl: a public model to start "
+            "private runs from, trained without noise where the trainer can; DP on public data protects nothing). "
+            "Evaluation stays on heldout.jsonl."
+        ),
+    )
+    accept_private_start: bool = field(
+        default=False,
+        metadata=help_text(
+            "Train from an --init-from dpaudit run that did not train on public data only (e.g. a non-private run on "
+            "another copy of private rows): refused without this. With it, privacy.json's guarantee and every claim line "
+            "say first that the epsilon does NOT cover what that start learned. A start trained on this run's own "
+            "train.jsonl is refused always."
+        ),
+    )
     # -- the mechanism: what sets the guarantee
-    dataset_size: int | None = field(default=None, metadata=help_text(
-        "Declared PUBLIC dataset size N: q = batch-size / N, the default delta and, for a trainer counting epochs, "
-        "the steps per epoch ceil(N / batch-size) come from it, fixed in advance, and the real number of rows is not "
-        "released. Default: the number of rows in train.jsonl, which is then treated as public (privacy.json states "
-        "it and the replace-one epsilon beside the add/remove one)."))
-    clip_norm: float = field(default=1.0, metadata=help_text(
-        "Clip norm C: each example's gradient is clipped to L2 norm C, so one example moves the summed gradient by "
-        "at most C (the step's sensitivity)."))
-    noise_multiplier: float | None = field(default=None, metadata=help_text(
-        "Noise multiplier sigma (dp_accounting's, as privacy.json and `dpaudit account` state it): noise std on the "
-        "summed clipped gradient / the step's sensitivity, one example's bound on that sum (see --clip-norm); under a "
-        "noise decay schedule, sigma_0, the first epoch's. With --target-epsilon too, that epsilon is a cap: training "
-        "stops at it."))
-    target_epsilon: float | None = field(default=None, metadata=help_text(
-        "Privacy budget; alone, the noise multiplier is calibrated so the whole run (with any noise decay schedule) "
-        "spends exactly this (PLD)."))
-    delta: float | None = field(default=None, metadata=help_text(
-        "Delta of the (epsilon, delta) guarantee; default min(1e-5, 1/(10 N)) for N training examples "
-        "(well below 1/N: releasing one random row verbatim already satisfies delta = 1/N). A delta >= 1/N is warned "
-        "about. It includes the float noise sampler's tail figure (privacy.json noise_tail_delta); the accountant's "
-        "delta is the rest."))
-    accept_noise_tail: bool = field(default=False, metadata=help_text(
-        "Train even when the noise sampler's tail figure (sum over steps of q P(Z > 11.596 - 1/sigma)) alone reaches "
-        "--delta (a tiny noise multiplier): the stated delta is then --delta plus that figure, what holds. Without "
-        "it such a run is refused."))
+    dataset_size: int | None = field(
+        default=None,
+        metadata=help_text(
+            "Declared PUBLIC dataset size N: q = batch-size / N, the default delta and, for a trainer counting epochs, "
+            "the steps per epoch ceil(N / batch-size) come from it, fixed in advance, and the real number of rows is not "
+            "released. Default: the number of rows in train.jsonl, which is then treated as public (privacy.json states "
+            "it and the replace-one epsilon beside the add/remove one)."
+        ),
+    )
+    clip_norm: float = field(
+        default=1.0,
+        metadata=help_text(
+            "Clip norm C: each example's gradient is clipped to L2 norm C, so one example moves the summed gradient by "
+            "at most C (the step's sensitivity)."
+        ),
+    )
+    noise_multiplier: float | None = field(
+        default=None,
+        metadata=help_text(
+            "Noise multiplier sigma (dp_accounting's, as privacy.json and `dpaudit account` state it): noise std on the "
+            "summed clipped gradient / the step's sensitivity, one example's bound on that sum (see --clip-norm); under a "
+            "noise decay schedule, sigma_0, the first epoch's. With --target-epsilon too, that epsilon is a cap: training "
+            "stops at it."
+        ),
+    )
+    target_epsilon: float | None = field(
+        default=None,
+        metadata=help_text(
+            "Privacy budget; alone, the noise multiplier is calibrated so the whole run (with any noise decay schedule) "
+            "spends exactly this (PLD)."
+        ),
+    )
+    delta: float | None = field(
+        default=None,
+        metadata=help_text(
+            "Delta of the (epsilon, delta) guarantee; default min(1e-5, 1/(10 N)) for N training examples "
+            "(well below 1/N: releasing one random row verbatim already satisfies delta = 1/N). A delta >= 1/N is warned "
+            "about. It includes the float noise sampler's tail figure (privacy.json noise_tail_delta); the accountant's "
+            "delta is the rest."
+        ),
+    )
+    accept_noise_tail: bool = field(
+        default=False,
+        metadata=help_text(
+            "Train even when the noise sampler's tail figure (sum over steps of q P(Z > 11.596 - 1/sigma)) alone reaches "
+            "--delta (a tiny noise multiplier): the stated delta is then --delta plus that figure, what holds. Without "
+            "it such a run is refused."
+        ),
+    )
     # -- the secret randomness and the files that hold it
-    noise_seed: int | None = field(default=None, metadata=help_text(
-        "Seed of the DP noise and the batch sampling, for tests and reproducible research only. Default: OS "
-        "entropy (never --seed). With it, the guarantee holds only while this number stays secret; it is never "
-        "written to a released file."))
-    keep_checkpoints: bool = field(default=False, metadata=help_text(
-        "Keep checkpoints/ after a finished run (default: deleted; they hold the secret noise and sampling state, "
-        "private to the data owner)."))
+    noise_seed: int | None = field(
+        default=None,
+        metadata=help_text(
+            "Seed of the DP noise and the batch sampling, for tests and reproducible research only. Default: OS "
+            "entropy (never --seed). With it, the guarantee holds only while this number stays secret; it is never "
+            "written to a released file."
+        ),
+    )
+    keep_checkpoints: bool = field(
+        default=False,
+        metadata=help_text(
+            "Keep checkpoints/ after a finished run (default: deleted; they hold the secret noise and sampling state, "
+            "private to the data owner)."
+        ),
+    )
 
     #: Fields that do not change what is trained (a rerun may differ in them; the run skeleton's ``run_only``).
     RUN_ONLY_FIELDS: ClassVar[tuple[str, ...]] = ("keep_checkpoints",)
@@ -116,8 +164,12 @@ class DpOptions:
     RENAMED_FIELDS: ClassVar[Mapping[str, str]] = {}
     #: Fields added since runs were first checkpointed, with the value an older checkpoint's run had (a trainer
     #: adds its own: ``{**DpOptions.ADDED_FIELDS, ...}``).
-    ADDED_FIELDS: ClassVar[Mapping[str, Any]] = {"init_from": None, "data_split": "train", "accept_noise_tail": False,
-                                                 "accept_private_start": False}
+    ADDED_FIELDS: ClassVar[Mapping[str, Any]] = {
+        "init_from": None,
+        "data_split": "train",
+        "accept_noise_tail": False,
+        "accept_private_start": False,
+    }
     #: Fields a run without noise refuses when set (differ from their default): it has no (epsilon, delta) guarantee.
     PRIVATE_ONLY_FIELDS: ClassVar[tuple[str, ...]] = ("noise_multiplier", "target_epsilon", "delta")
     #: How a user asks this trainer for a run without noise, as the refusals say it ("for no noise use ...").
@@ -159,11 +211,14 @@ class DpOptions:
             given = [name for name in self.PRIVATE_ONLY_FIELDS if getattr(self, name) != defaults[name]]
             if given:
                 flags = ", ".join(option_name(name) for name in given)
-                raise ValueError(f"{self.NO_NOISE} takes no {flags}: a non-private run has no (epsilon, delta) "
-                                 "guarantee.")
+                raise ValueError(
+                    f"{self.NO_NOISE} takes no {flags}: a non-private run has no (epsilon, delta) guarantee."
+                )
         elif self.noise_multiplier is None and self.target_epsilon is None:
-            raise ValueError(f"{self.private_run_words()} needs --target-epsilon (calibrate the noise) or "
-                             f"--noise-multiplier (for no noise use {self.NO_NOISE}).")
+            raise ValueError(
+                f"{self.private_run_words()} needs --target-epsilon (calibrate the noise) or "
+                f"--noise-multiplier (for no noise use {self.NO_NOISE})."
+            )
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-serializable field values with the secret ``noise_seed`` redacted

@@ -95,8 +95,10 @@ class GradientCanaries:
             split = np.flatnonzero(one[coordinate] != slot)
             if split.size:
                 j = int(coordinate[split[0]])
-                raise ValueError(f"coordinate {j} has audit rows in slots {sorted(set(slot[coordinate == j].tolist()))}: "
-                                 "all rows of one coordinate (a canary and its partners) must share one slot.")
+                raise ValueError(
+                    f"coordinate {j} has audit rows in slots {sorted(set(slot[coordinate == j].tolist()))}: "
+                    "all rows of one coordinate (a canary and its partners) must share one slot."
+                )
             object.__setattr__(self, "slot", slot)
 
     @property
@@ -125,6 +127,8 @@ class GradientCanaryHost(Protocol):
 def canary_host(plugin: object) -> GradientCanaryHost:
     """``plugin`` as a :class:`GradientCanaryHost`, or a TypeError that says what it lacks."""
     if not isinstance(plugin, GradientCanaryHost):
-        raise TypeError(f"{type(plugin).__name__} does not host gradient canaries: a white-box audit needs its plug-in "
-                        "to implement dpaudit.training.gradient_canaries.GradientCanaryHost.")
+        raise TypeError(
+            f"{type(plugin).__name__} does not host gradient canaries: a white-box audit needs its plug-in "
+            "to implement dpaudit.training.gradient_canaries.GradientCanaryHost."
+        )
     return plugin

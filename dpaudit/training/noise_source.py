@@ -102,6 +102,7 @@ class NoiseSource:
         if not 1 <= n <= 16:
             raise ValueError(f"n must be in [1, 16] (a 64-byte BLAKE2b digest), got {n}.")
         size = max(SEED_BITS // 8, (self.seed.bit_length() + 7) // 8)
-        digest = hashlib.blake2b(self.seed.to_bytes(size, "little"), digest_size=4 * n,
-                                 person=purpose.encode("utf-8")).digest()
-        return [int.from_bytes(digest[4 * i: 4 * i + 4], "little") for i in range(n)]
+        digest = hashlib.blake2b(
+            self.seed.to_bytes(size, "little"), digest_size=4 * n, person=purpose.encode("utf-8")
+        ).digest()
+        return [int.from_bytes(digest[4 * i : 4 * i + 4], "little") for i in range(n)]

@@ -83,8 +83,9 @@ class ClippedSumStep(abc.ABC):
     sensitivity_factor: float
     sensitivity: float | None
 
-    def __init__(self, *, clip_norm: float | None, sensitivity_factor: float = 1.0,
-                 sensitivity: float | None = None) -> None:
+    def __init__(
+        self, *, clip_norm: float | None, sensitivity_factor: float = 1.0, sensitivity: float | None = None
+    ) -> None:
         """Args:
             clip_norm: C, or None for a step that clips nothing (non-private).
             sensitivity_factor: clip norms one example can move the clipped sum by (>= 1).
@@ -106,8 +107,10 @@ class ClippedSumStep(abc.ABC):
             raise ValueError(f"sensitivity_factor must be a finite number >= 1, got {sensitivity_factor!r}.")
         product = factor * norm
         if sensitivity is not None and not math.isclose(float(sensitivity), product, rel_tol=1e-12):
-            raise ValueError(f"the clipper's sensitivity {sensitivity!r} is not sensitivity_factor x clip_norm = "
-                             f"{factor:g} x {norm:g}.")
+            raise ValueError(
+                f"the clipper's sensitivity {sensitivity!r} is not sensitivity_factor x clip_norm = "
+                f"{factor:g} x {norm:g}."
+            )
         self.clip_norm, self.sensitivity_factor = norm, factor
         self.sensitivity = float(sensitivity) if sensitivity is not None else product
 

@@ -64,8 +64,16 @@ from dpaudit import accounting
 from dpaudit.accounting.ledger import PrivacyLedger
 from dpaudit.common.errors import UserInputError
 
-__all__ = ["PrivacyPlan", "Stage", "constant_noise", "decay_schedule", "declared_size_warning", "new_ledger", "plan_privacy",
-           "truncate_stages"]
+__all__ = [
+    "PrivacyPlan",
+    "Stage",
+    "constant_noise",
+    "decay_schedule",
+    "declared_size_warning",
+    "new_ledger",
+    "plan_privacy",
+    "truncate_stages",
+]
 
 #: (steps, expected batch size) of one stage of the run.
 Stage = tuple[int, int]
@@ -87,8 +95,9 @@ def decay_schedule(decay: str, *, epochs: int, rate: float = 0.0, sigma_min: flo
     if decay == "none":
         return lambda sigma0: [float(sigma0)] * epochs
     if decay == "linear":
-        return lambda sigma0: accounting.linear_decay_sigmas(sigma0, rate, epochs,
-                                                             sigma_min if sigma_min is not None else sigma0 / 10.0)
+        return lambda sigma0: accounting.linear_decay_sigmas(
+            sigma0, rate, epochs, sigma_min if sigma_min is not None else sigma0 / 10.0
+        )
     if decay == "exp":
         return lambda sigma0: accounting.exponential_decay_sigmas(sigma0, rate, epochs)
     raise ValueError(f"noise decay must be none, linear or exp, got {decay!r}.")
@@ -97,10 +106,12 @@ def decay_schedule(decay: str, *, epochs: int, rate: float = 0.0, sigma_min: flo
 def declared_size_warning(declared: int, actual: int, batch: int) -> str:
     """The data owner's warning (stderr only, never a released file: it states the private N) when a declared
     ``--dataset-size`` differs from the real number of rows."""
-    return (f"warning (for the data owner only; not written to privacy.json): --dataset-size {declared} declared, "
-            f"train.jsonl has {actual} rows. Poisson sampling at the public rate q = {batch} / {declared} is still the "
-            f"accounted mechanism, but the expected batch is q x {actual} = {batch * actual / declared:.4g} rows, "
-            f"not {batch}; the gradient is still divided by {batch}.")
+    return (
+        f"warning (for the data owner only; not written to privacy.json): --dataset-size {declared} declared, "
+        f"train.jsonl has {actual} rows. Poisson sampling at the public rate q = {batch} / {declared} is still the "
+        f"accounted mechanism, but the expected batch is q x {actual} = {batch * actual / declared:.4g} rows, "
+        f"not {batch}; the gradient is still divided by {batch}."
+    )
 
 
 def truncate_stages(stages: Sequence[Stage], steps: int) -> list[Stage]:
@@ -218,19 +229,33 @@ class PrivacyPlan:
             raise ValueError("a non-private plan has no accounting segments")
         kept = truncate_stages(self.stages, self.total_steps if steps is None else steps)
         if accounted_factor is None:
-            return [accounting.Segment(steps=s, sampling_probability=b / self.accounting_size, noise_multiplier=sigma,
-                                       sensitivity_factor=self.sensitivity_factor)
-                    for (s, b), sigma in zip(kept, self.sigmas)]
-        return [accounting.Segment(steps=s, sampling_probability=b / self.accounting_size,
-                                   noise_multiplier=sigma * self.sensitivity_factor / accounted_factor,
-                                   sensitivity_factor=accounted_factor)
-                for (s, b), sigma in zip(kept, self.sigmas)]
+            return [
+                accounting.Segment(
+                    steps=s,
+                    sampling_probability=b / self.accounting_size,
+                    noise_multiplier=sigma,
+                    sensitivity_factor=self.sensitivity_factor,
+                )
+                for (s, b), sigma in zip(kept, self.sigmas)
+            ]
+        return [
+            accounting.Segment(
+                steps=s,
+                sampling_probability=b / self.accounting_size,
+                noise_multiplier=sigma * self.sensitivity_factor / accounted_factor,
+                sensitivity_factor=accounted_factor,
+            )
+            for (s, b), sigma in zip(kept, self.sigmas)
+        ]
 
     def record_step(self, ledger: PrivacyLedger, step: int) -> None:
         """Record step ``step`` in ``ledger`` BEFORE it runs (raises BudgetExceededError, recording nothing,
         if it would overspend)."""
-        ledger.record(sampling_probability=self.sampling_probability(step), noise_multiplier=self.sigma_at(step),
-                      sensitivity_factor=self.sensitivity_factor)
+        ledger.record(
+            sampling_probability=self.sampling_probability(step),
+            noise_multiplier=self.sigma_at(step),
+            sensitivity_factor=self.sensitivity_factor,
+        )
 
     def noise_std_over_clip(self, step: int) -> float:
         """The noise std of step ``step`` over the clip norm C: sigma * factor (not a noise multiplier)."""
@@ -244,8 +269,9 @@ class PrivacyPlan:
         """The DpEvent of the first ``steps`` steps."""
         return accounting.schedule_event(self.segments(steps, accounted_factor=accounted_factor))
 
-    def public_fields(self, *, steps_from_n: bool, event: accounting.DpEvent | None = None,
-                      delta: float | None = None) -> dict[str, Any]:
+    def public_fields(
+        self, *, steps_from_n: bool, event: accounting.DpEvent | None = None, delta: float | None = None
+    ) -> dict[str, Any]:
         """The :class:`~dpaudit.claim.record.PrivacyRecord` fields that say what N is to the claim.
 
         ``steps_from_n``: the step count was derived from N too (epochs x ceil(N / batch)). ``event``
@@ -257,15 +283,24 @@ class PrivacyPlan:
         steps = " and the steps per epoch ceil(N / batch)" if steps_from_n else ""
         if not self.n_public:
             text = N_DECLARED_TEXT.format(n=self.declared_size, steps=steps.replace("N /", f"{self.declared_size} /"))
-            return {"dataset_size": None, "n_public": False, "declared_dataset_size": self.declared_size,
-                    "public_parameters": text}
+            return {
+                "dataset_size": None,
+                "n_public": False,
+                "declared_dataset_size": self.declared_size,
+                "public_parameters": text,
+            }
         replace_one = None
         if event is not None and delta is not None:
             replace_one = float(accounting.epsilon_replace_one(event, delta))
-        return {"dataset_size": self.dataset_size, "n_public": True, "declared_dataset_size": None,
-                "public_parameters": N_PUBLIC_TEXT.format(n=self.dataset_size, steps=steps,
-                                                          and_steps=" and the steps" if steps_from_n else ""),
-                "epsilon_replace_one": replace_one}
+        return {
+            "dataset_size": self.dataset_size,
+            "n_public": True,
+            "declared_dataset_size": None,
+            "public_parameters": N_PUBLIC_TEXT.format(
+                n=self.dataset_size, steps=steps, and_steps=" and the steps" if steps_from_n else ""
+            ),
+            "epsilon_replace_one": replace_one,
+        }
 
 
 def plan_privacy(
@@ -309,15 +344,20 @@ def plan_privacy(
     size = dataset_size if declared_size is None else int(declared_size)
     for _, batch in stages:
         if batch > size and declared_size is None:
-            raise UserInputError(f"{batch_option}: expected batch {batch} exceeds the {dataset_size} training examples; "
-                                 f"use a batch <= {dataset_size}.")
+            raise UserInputError(
+                f"{batch_option}: expected batch {batch} exceeds the {dataset_size} training examples; "
+                f"use a batch <= {dataset_size}."
+            )
         if batch > size:  # the message names the public size only
-            raise UserInputError(f"{batch_option}: expected batch {batch} exceeds --dataset-size {size} (q = batch / "
-                                 f"dataset size must be <= 1); use a batch <= {size} or declare a larger size.")
+            raise UserInputError(
+                f"{batch_option}: expected batch {batch} exceeds --dataset-size {size} (q = batch / "
+                f"dataset size must be <= 1); use a batch <= {size} or declare a larger size."
+            )
     total = sum(s for s, _ in stages)
     if non_private:
-        return PrivacyPlan(dataset_size=dataset_size, stages=stages, sigmas=None, affordable_steps=total,
-                           declared_size=declared_size)
+        return PrivacyPlan(
+            dataset_size=dataset_size, stages=stages, sigmas=None, affordable_steps=total, declared_size=declared_size
+        )
     schedule = noise_schedule or constant_noise(len(stages))
     delta_option = "the default delta" if delta is None else "--delta"
     delta = accounting.default_delta(size) if delta is None else float(delta)
@@ -332,22 +372,37 @@ def plan_privacy(
         return values
 
     def plan_for(sigma: float) -> PrivacyPlan:
-        return PrivacyPlan(dataset_size=dataset_size, declared_size=declared_size, stages=stages, sigmas=sigmas_for(sigma),
-                           sensitivity_factor=sensitivity_factor, delta=delta, target_epsilon=target_epsilon,
-                           noise_calibrated=noise_multiplier is None)
+        return PrivacyPlan(
+            dataset_size=dataset_size,
+            declared_size=declared_size,
+            stages=stages,
+            sigmas=sigmas_for(sigma),
+            sensitivity_factor=sensitivity_factor,
+            delta=delta,
+            target_epsilon=target_epsilon,
+            noise_calibrated=noise_multiplier is None,
+        )
 
     if noise_multiplier is None:
         if target_epsilon is None:
             raise ValueError("a private plan needs a noise multiplier or a target epsilon")
-        sigma = float(accounting.calibrate_noise(lambda s: plan_for(s).event(), target_epsilon, delta, noise_reach=reach))
+        sigma = float(
+            accounting.calibrate_noise(lambda s: plan_for(s).event(), target_epsilon, delta, noise_reach=reach)
+        )
     else:
         sigma = float(noise_multiplier)
     plan = plan_for(sigma)
     # The tail of every planned step is reserved: whatever prefix runs, its tail is no larger.
     tail = 0.0 if reach is None else accounting.tail_figure(plan.segments(), reach)
-    split = accounting.split_delta(delta, tail, accept=accept_noise_tail, delta_option=delta_option,
-                                   option=(f"--noise-multiplier {sigma:g}" if noise_multiplier is not None
-                                           else f"--target-epsilon {target_epsilon:g}"))
+    split = accounting.split_delta(
+        delta,
+        tail,
+        accept=accept_noise_tail,
+        delta_option=delta_option,
+        option=(
+            f"--noise-multiplier {sigma:g}" if noise_multiplier is not None else f"--target-epsilon {target_epsilon:g}"
+        ),
+    )
     accountant_delta = split.accountant
     affordable = total
     if target_epsilon is not None and accounting.epsilon(plan.event(), accountant_delta) > target_epsilon:
@@ -377,14 +432,23 @@ def plan_privacy(
                     f"target epsilon {target_epsilon:g} at delta {delta:g} is met only by noise multipliers below "
                     f"{sigma:.4g}, too small for the replace-one epsilon the record states with N treated as public "
                     f"({err.points:,} PLD grid points); a guarantee this weak protects no one: lower the target, or "
-                    "set the noise multiplier yourself.") from None
+                    "set the noise multiplier yourself."
+                ) from None
             raise UserInputError(
                 f"--noise-multiplier {sigma:g} is too small to account the replace-one epsilon the record states with N "
                 f"treated as public ({err.points:,} PLD grid points); add noise, or declare --dataset-size (then no "
-                "replace-one figure is stated).") from None
-    return dataclasses.replace(plan, affordable_steps=affordable, planned_epsilon=float(planned), delta=split.delta,
-                               accountant_delta=accountant_delta, noise_sampler=noise_sampler, noise_tail=split.tail,
-                               noise_tail_accepted=split.accepted)
+                "replace-one figure is stated)."
+            ) from None
+    return dataclasses.replace(
+        plan,
+        affordable_steps=affordable,
+        planned_epsilon=float(planned),
+        delta=split.delta,
+        accountant_delta=accountant_delta,
+        noise_sampler=noise_sampler,
+        noise_tail=split.tail,
+        noise_tail_accepted=split.accepted,
+    )
 
 
 def new_ledger(plan: PrivacyPlan, *, sampling: str = "poisson", privacy_unit: str = "example") -> PrivacyLedger:
@@ -392,7 +456,12 @@ def new_ledger(plan: PrivacyPlan, *, sampling: str = "poisson", privacy_unit: st
     plan's accountant delta, with the plan's reserved noise tail."""
     if not plan.private or plan.delta is None or plan.accountant_delta is None:
         raise ValueError("a non-private plan has no ledger")
-    ledger = PrivacyLedger(delta=plan.accountant_delta, target_epsilon=plan.target_epsilon, privacy_unit=privacy_unit,
-                           sampling=sampling, noise_tail=plan.noise_tail)
+    ledger = PrivacyLedger(
+        delta=plan.accountant_delta,
+        target_epsilon=plan.target_epsilon,
+        privacy_unit=privacy_unit,
+        sampling=sampling,
+        noise_tail=plan.noise_tail,
+    )
     ledger.plan(plan.segments(plan.affordable_steps))
     return ledger

@@ -62,8 +62,9 @@ from dpaudit.training.train_dir import (
 
 __all__ = ["RunSkeleton"]
 
-TELEMETRY_SUMMARY_NOTE = ("wall-clock throughput and loss: telemetry, not privacy figures and not covered by the "
-                          "epsilon.")
+TELEMETRY_SUMMARY_NOTE = (
+    "wall-clock throughput and loss: telemetry, not privacy figures and not covered by the epsilon."
+)
 
 
 class RunSkeleton:
@@ -103,11 +104,18 @@ class RunSkeleton:
         self.data = plugin.load_data()
         self.settings = settings = plugin.settings()
         if self.data.start is not None:  # a start trained on private data: refused (or declared), nothing written
-            start = refuse_private_start(self.data.start, self.data.inputs,
-                                         accept_private=bool(settings.config.get("accept_private_start")))
+            start = refuse_private_start(
+                self.data.start, self.data.inputs, accept_private=bool(settings.config.get("accept_private_start"))
+            )
             self.data = dataclasses.replace(self.data, start=start)
-        self.finished = finished_run(self.out_dir, trainer=plugin.name, config=dict(settings.config), seed=plugin.seed,
-                                     inputs=self.data.inputs, run_only=tuple(settings.run_only))
+        self.finished = finished_run(
+            self.out_dir,
+            trainer=plugin.name,
+            config=dict(settings.config),
+            seed=plugin.seed,
+            inputs=self.data.inputs,
+            run_only=tuple(settings.run_only),
+        )
         if self.finished is not None:
             return
         if found:
@@ -126,8 +134,12 @@ class RunSkeleton:
 
     def _identity(self) -> dict[str, Any]:
         config = self.settings.identity_config if self.settings.identity_config is not None else self.settings.config
-        return {"trainer": self.plugin.name, "config": dict(config), "seed": self.plugin.seed,
-                "data": self.data.identity}
+        return {
+            "trainer": self.plugin.name,
+            "config": dict(config),
+            "seed": self.plugin.seed,
+            "data": self.data.identity,
+        }
 
     def _check_resume(self, state: Mapping[str, Any], path: Path) -> None:
         run_only = set(self.settings.run_only)
@@ -136,8 +148,13 @@ class RunSkeleton:
             config = {k: v for k, v in dict(identity.get("config") or {}).items() if k not in run_only}
             return {**identity, "config": config}
 
-        check_resume(out=self.out_dir, checkpoint=path, trainer=self.plugin.name,
-                     stored=comparable(dict(state.get("identity") or {})), current=comparable(self._identity()))
+        check_resume(
+            out=self.out_dir,
+            checkpoint=path,
+            trainer=self.plugin.name,
+            stored=comparable(dict(state.get("identity") or {})),
+            current=comparable(self._identity()),
+        )
         self.plugin.check_resume(state, path)
 
     def _source(self) -> NoiseSource:
@@ -148,8 +165,10 @@ class RunSkeleton:
         try:
             source = NoiseSource.from_state(self.resume_state.get("noise_source"))
         except ValueError:
-            raise UserInputError(f"{self.resume_path}: the checkpoint holds no secret noise state (written by an older "
-                                 "dpaudit); use a new --out.") from None
+            raise UserInputError(
+                f"{self.resume_path}: the checkpoint holds no secret noise state (written by an older "
+                "dpaudit); use a new --out."
+            ) from None
         if wanted is not None and source.seed != wanted:
             raise UserInputError(f"--out {self.out_dir} holds a run with a different --noise-seed; use a new --out.")
         return source
@@ -157,8 +176,9 @@ class RunSkeleton:
     def _plan(self) -> None:
         """Plan the whole run from the step's own sensitivity factor (nothing is written before this passes)."""
         n = self.data.size
-        self.plan = plan_privacy(dataset_size=n, sensitivity_factor=self.step_fn.sensitivity_factor,
-                                 **self.settings.plan)
+        self.plan = plan_privacy(
+            dataset_size=n, sensitivity_factor=self.step_fn.sensitivity_factor, **self.settings.plan
+        )
         declared = self.plan.declared_size
         if declared is not None and declared != n and self.plugin.primary:
             print(declared_size_warning(declared, n, self.plan.batch_at(0)), file=sys.stderr)
@@ -173,18 +193,24 @@ class RunSkeleton:
         try:
             self.sampler.restore(state.get("sampler"))
         except (ValueError, TypeError, KeyError) as err:
-            raise UserInputError(f"{path / CHECKPOINT_STATE}: {err}; delete {path} to resume from an older checkpoint, "
-                                 "or use a new --out.") from None
+            raise UserInputError(
+                f"{path / CHECKPOINT_STATE}: {err}; delete {path} to resume from an older checkpoint, "
+                "or use a new --out."
+            ) from None
         if not self.plan.private:
             return
         try:  # the ledger keeps its plan certificate: recording the rest costs no accountant call
             self.ledger = PrivacyLedger.from_json(state.get("ledger"))
         except (UserInputError, KeyError, TypeError, ValueError, AttributeError) as err:
-            raise UserInputError(f"{path / CHECKPOINT_STATE}: damaged privacy ledger ({err}); delete {path} to resume "
-                                 "from an older checkpoint.") from None
+            raise UserInputError(
+                f"{path / CHECKPOINT_STATE}: damaged privacy ledger ({err}); delete {path} to resume "
+                "from an older checkpoint."
+            ) from None
         if self.ledger.steps != self.start_step:
-            raise UserInputError(f"{path}: its privacy ledger holds {self.ledger.steps} steps, not {self.start_step}; "
-                                 "the checkpoint is damaged, delete it to resume from an older one.")
+            raise UserInputError(
+                f"{path}: its privacy ledger holds {self.ledger.steps} steps, not {self.start_step}; "
+                "the checkpoint is damaged, delete it to resume from an older one."
+            )
 
     # -- the loop ----------------------------------------------------------------------------
 
@@ -211,8 +237,16 @@ class RunSkeleton:
     def _loop(self) -> int:
         plan, total = self.plan, self.plan.total_steps
         step = self.start_step
-        bar = tqdm(total=total, initial=step, desc=self.settings.progress_label or self.plugin.name, unit="step",
-                   file=sys.stderr, dynamic_ncols=True, leave=False, disable=not self.plugin.primary)
+        bar = tqdm(
+            total=total,
+            initial=step,
+            desc=self.settings.progress_label or self.plugin.name,
+            unit="step",
+            file=sys.stderr,
+            dynamic_ncols=True,
+            leave=False,
+            disable=not self.plugin.primary,
+        )
         pending: list[tuple[int, Any]] = []
         self.clock.restart()
         try:
@@ -311,32 +345,56 @@ class RunSkeleton:
     def record(self, steps: int) -> Any:
         """The run's ``privacy.json`` record from the one builder."""
         step_fn = self.step_fn
-        facts = RunFacts(trainer=self.plugin.name, plan=self.plan, ledger=self.ledger, epsilon=self.epsilon(),
-                         clip_norm=step_fn.clip_norm, sensitivity_factor=step_fn.sensitivity_factor,
-                         noise_source=self.noise_source, steps=steps, stopped_at_budget=self.stopped_at_budget,
-                         frequencies=self.data.frequencies, data_split=self.data.split, start=self.data.start)
+        facts = RunFacts(
+            trainer=self.plugin.name,
+            plan=self.plan,
+            ledger=self.ledger,
+            epsilon=self.epsilon(),
+            clip_norm=step_fn.clip_norm,
+            sensitivity_factor=step_fn.sensitivity_factor,
+            noise_source=self.noise_source,
+            steps=steps,
+            stopped_at_budget=self.stopped_at_budget,
+            frequencies=self.data.frequencies,
+            data_split=self.data.split,
+            start=self.data.start,
+        )
         return build_record(facts, self.plugin.record_parts(self.plan, steps))
 
     def _summary(self, record: Any, rows: list[dict[str, Any]]) -> dict[str, Any]:
-        return {"noise_multiplier": self.plan.noise_multiplier, "planned_epsilon": self.plan.planned_epsilon,
-                "epsilon_if_poisson": record.epsilon_if_poisson, "stopped_at_budget": self.stopped_at_budget,
-                "resumed_from_step": self.start_step or None, **self.final_eval,
-                "telemetry": {"examples_per_s": last_value(rows, "examples_per_s"), "note": TELEMETRY_SUMMARY_NOTE},
-                **self._provenance(), **self.plugin.summary()}
+        return {
+            "noise_multiplier": self.plan.noise_multiplier,
+            "planned_epsilon": self.plan.planned_epsilon,
+            "epsilon_if_poisson": record.epsilon_if_poisson,
+            "stopped_at_budget": self.stopped_at_budget,
+            "resumed_from_step": self.start_step or None,
+            **self.final_eval,
+            "telemetry": {"examples_per_s": last_value(rows, "examples_per_s"), "note": TELEMETRY_SUMMARY_NOTE},
+            **self._provenance(),
+            **self.plugin.summary(),
+        }
 
     def _provenance(self) -> dict[str, Any]:
         """What the run trained on and where it started (summary and manifest)."""
         data = self.data
-        return {"data_split": data.split, "public_data_only": public_data_only(data.split, data.start),
-                "init_from": data.start.given if data.start is not None else None}
+        return {
+            "data_split": data.split,
+            "public_data_only": public_data_only(data.split, data.start),
+            "init_from": data.start.given if data.start is not None else None,
+        }
 
     def _provenance_manifest(self) -> dict[str, Any]:
         """The manifest's record of the start and of the train.jsonl files in this model (private: their
         hashes), which a later run started from this one is checked against."""
         data = self.data
-        start = None if data.start is None else {**data.start.record(), "private_inputs": dict(data.start.private_inputs)}
-        return {**self._provenance(), "init_from": start,
-                "private_training_inputs": private_training_inputs(data.split, data.inputs, data.start)}
+        start = (
+            None if data.start is None else {**data.start.record(), "private_inputs": dict(data.start.private_inputs)}
+        )
+        return {
+            **self._provenance(),
+            "init_from": start,
+            "private_training_inputs": private_training_inputs(data.split, data.inputs, data.start),
+        }
 
     def _finish(self, steps: int) -> TrainResult:
         out, plugin = self.out_dir, self.plugin
@@ -348,13 +406,24 @@ class RunSkeleton:
             rows = self.metrics.rows()
         summary = self._summary(record, rows)
         if plugin.primary:
-            finish_run(out, trainer=plugin.name, config=dict(self.settings.config), seed=plugin.seed,
-                       inputs=self.data.inputs, record=record,
-                       extra={"steps": steps, "summary": summary, **self._provenance_manifest(),
-                              **plugin.manifest_extra()})
+            finish_run(
+                out,
+                trainer=plugin.name,
+                config=dict(self.settings.config),
+                seed=plugin.seed,
+                inputs=self.data.inputs,
+                record=record,
+                extra={"steps": steps, "summary": summary, **self._provenance_manifest(), **plugin.manifest_extra()},
+            )
             remove_checkpoints(out, keep=self.settings.keep_checkpoints)
-        return TrainResult(out_dir=out, steps=steps, epsilon=record.epsilon, delta=record.delta,
-                           final_loss=last_value(rows, "loss"), summary=summary)
+        return TrainResult(
+            out_dir=out,
+            steps=steps,
+            epsilon=record.epsilon,
+            delta=record.delta,
+            final_loss=last_value(rows, "loss"),
+            summary=summary,
+        )
 
 
 class _Clock:

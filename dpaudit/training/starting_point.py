@@ -39,8 +39,18 @@ from dpaudit.common.errors import UserInputError
 from dpaudit.files.model_dirs import Layout, check_model_dir
 from dpaudit.files.run_dirs import MANIFEST_NAME, load_manifest, sha256_file, verify_run_dir
 
-__all__ = ["DATA_SPLITS", "DP_ON_PUBLIC_NOTE", "DataSplit", "PUBLIC_START_REQUIREMENT", "SPLIT_FILES", "StartingPoint",
-           "private_training_inputs", "public_data_only", "refuse_private_start", "resolve_start"]
+__all__ = [
+    "DATA_SPLITS",
+    "DP_ON_PUBLIC_NOTE",
+    "DataSplit",
+    "PUBLIC_START_REQUIREMENT",
+    "SPLIT_FILES",
+    "StartingPoint",
+    "private_training_inputs",
+    "public_data_only",
+    "refuse_private_start",
+    "resolve_start",
+]
 
 DataSplit = Literal["train", "public"]
 #: The inject splits a run may train on, and their files.
@@ -56,11 +66,13 @@ MODEL_DIR = "model"
 PUBLIC_START_REQUIREMENT = (
     "the starting point must be public (trained on public data only) for the guarantee to mean what it says: its "
     "parameters enter this model as they are, and whatever private data it was trained on is NOT covered by this "
-    "run's epsilon.")
+    "run's epsilon."
+)
 #: The note of a DP run on the public split.
 DP_ON_PUBLIC_NOTE = (
     "DP on public data protects nothing: this run trained on public.jsonl (--data-split public), which is public; "
-    "its epsilon describes the mechanism, not a protection anyone needs.")
+    "its epsilon describes the mechanism, not a protection anyone needs."
+)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -120,8 +132,11 @@ class StartingPoint:
     def describe(self) -> str:
         """One phrase naming the start, for the guarantee sentence and notes."""
         digest = next(iter(sorted(self.weights.items())), ("weights", "?"))
-        what = (f"a dpaudit {self.trainer} run trained on {self.trained_on}" if self.dpaudit_run
-                else "a Hugging Face model directory")
+        what = (
+            f"a dpaudit {self.trainer} run trained on {self.trained_on}"
+            if self.dpaudit_run
+            else "a Hugging Face model directory"
+        )
         return f"--init-from {self.given} ({what}; {digest[0]} sha256 {digest[1][:16]})"
 
 
@@ -140,8 +155,10 @@ def resolve_start(value: str | Path, *, option: str = "--init-from", layout: Lay
     given = str(value)
     path = Path(value)
     if not path.is_dir():
-        raise UserInputError(f"{option} {given}: no such directory; pass a dpaudit train run directory or a Hugging Face "
-                             "model directory.")
+        raise UserInputError(
+            f"{option} {given}: no such directory; pass a dpaudit train run directory or a Hugging Face "
+            "model directory."
+        )
     run_dir = None
     if (path / MANIFEST_NAME).is_file():
         run_dir = path
@@ -149,8 +166,10 @@ def resolve_start(value: str | Path, *, option: str = "--init-from", layout: Lay
         run_dir = path.parent  # the model/ of a run: the run's own record applies (and its refusal)
     if run_dir is None:
         if not (path / "config.json").is_file():
-            raise UserInputError(f"{option} {given}: no config.json; pass a dpaudit train run directory or a Hugging "
-                                 "Face model directory.")
+            raise UserInputError(
+                f"{option} {given}: no config.json; pass a dpaudit train run directory or a Hugging "
+                "Face model directory."
+            )
         check_model_dir(path, where=f"{option} {given}", layout=layout, option=option)
         return StartingPoint(given=given, model_dir=path, weights=_weight_hashes(path))
     try:
@@ -158,15 +177,25 @@ def resolve_start(value: str | Path, *, option: str = "--init-from", layout: Lay
     except UserInputError as err:
         raise UserInputError(f"{option} {given}: {err}") from None
     outputs = manifest.get("outputs") or {}
-    weights = {name.split("/", 1)[1]: digest for name, digest in outputs.items()
-               if name.startswith(f"{MODEL_DIR}/") and name.split("/", 1)[1] in _weight_names(outputs)}
+    weights = {
+        name.split("/", 1)[1]: digest
+        for name, digest in outputs.items()
+        if name.startswith(f"{MODEL_DIR}/") and name.split("/", 1)[1] in _weight_names(outputs)
+    }
     split = manifest.get("data_split", "train")
     trained_on = SPLIT_FILES.get(split, str(split))
     trainer = (manifest.get("config") or {}).get("trainer") if isinstance(manifest.get("config"), dict) else None
     check_model_dir(run_dir / MODEL_DIR, where=f"{option} {given}", layout=layout, option=option)
-    return StartingPoint(given=given, model_dir=run_dir / MODEL_DIR, run_dir=run_dir, weights=weights,
-                         trained_on=trained_on, public_data_only=bool(manifest.get("public_data_only", False)),
-                         trainer=trainer, private_inputs=_recorded_private_inputs(manifest))
+    return StartingPoint(
+        given=given,
+        model_dir=run_dir / MODEL_DIR,
+        run_dir=run_dir,
+        weights=weights,
+        trained_on=trained_on,
+        public_data_only=bool(manifest.get("public_data_only", False)),
+        trainer=trainer,
+        private_inputs=_recorded_private_inputs(manifest),
+    )
 
 
 def _is_train_run(directory: Path) -> bool:
@@ -214,8 +243,11 @@ def _recorded_private_inputs(manifest: Mapping[str, Any]) -> dict[str, str]:
 def private_training_inputs(split: str, inputs: Mapping[str, str], start: StartingPoint | None) -> dict[str, str]:
     """The ``train.jsonl`` files (path -> sha256) that went into a run's model: its own when it trains on
     the train split, and its start's, transitively (for the private manifest, and the next run's refusal)."""
-    own = ({str(_resolved(Path(k))): v for k, v in inputs.items() if Path(k).name == TRAIN_FILE}
-           if split == "train" else {})
+    own = (
+        {str(_resolved(Path(k))): v for k, v in inputs.items() if Path(k).name == TRAIN_FILE}
+        if split == "train"
+        else {}
+    )
     return {**(dict(start.private_inputs) if start is not None else {}), **own}
 
 
@@ -225,8 +257,9 @@ def public_data_only(split: str, start: StartingPoint | None) -> bool:
     return split == "public" and (start is None or start.public_data_only is True)
 
 
-def refuse_private_start(start: StartingPoint, inputs: Mapping[str, str], *, option: str = "--init-from",
-                         accept_private: bool = False) -> StartingPoint:
+def refuse_private_start(
+    start: StartingPoint, inputs: Mapping[str, str], *, option: str = "--init-from", accept_private: bool = False
+) -> StartingPoint:
     """Refuse a start trained on this run's private data, as its dpaudit manifest shows, and a dpaudit start that did
     not train on public data only unless ``accept_private`` (``--accept-private-start``) declares it; returns the start
     (marked ``accepted_private`` then, so that the record says first that the epsilon does not cover it).
@@ -247,18 +280,23 @@ def refuse_private_start(start: StartingPoint, inputs: Mapping[str, str], *, opt
     for path, digest in start.private_inputs.items():
         same_content = digest in hashes
         if same_content or _resolved(Path(path).parent) in folders:
-            why = ("the same content as this run's train.jsonl" if same_content
-                   else "a train split of this run's inject directory")
+            why = (
+                "the same content as this run's train.jsonl"
+                if same_content
+                else "a train split of this run's inject directory"
+            )
             raise UserInputError(
                 f"{option} {start.given}: this start was trained on {path} ({why}), this run's private data; a start "
-                "must be public (train one with --data-split public), or the guarantee would not cover that data.")
+                "must be public (train one with --data-split public), or the guarantee would not cover that data."
+            )
     if start.dpaudit_run and start.public_data_only is not True:
         if not accept_private:
             raise UserInputError(
                 f"{option} {start.given}: this start is a dpaudit run that did not train on public data only (it trained "
                 f"on {start.trained_on or 'an unrecorded split'}), so the new run's epsilon would not cover what it "
                 "learned; train a public start with --data-split public, or pass --accept-private-start to declare it "
-                "(the claim then says so first).")
+                "(the claim then says so first)."
+            )
         return dataclasses.replace(start, accepted_private=True)
     return start
 
@@ -270,8 +308,9 @@ def _resolved(path: Path) -> Path:
         return path.absolute()
 
 
-def run_inputs(data: Any, *, init_from: str | None, data_split: str, layout: Layout | None = None
-               ) -> tuple[dict[str, str], Any, tuple[int, ...], StartingPoint | None]:
+def run_inputs(
+    data: Any, *, init_from: str | None, data_split: str, layout: Layout | None = None
+) -> tuple[dict[str, str], Any, tuple[int, ...], StartingPoint | None]:
     """What a trainer's ``load_data`` reports of its inputs: (inputs, identity, canary frequencies, start).
 
     ``layout``: the trainer's expectation of a start's weights (:data:`dpaudit.files.model_dirs.Layout`), for the up-front

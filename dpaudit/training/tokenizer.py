@@ -161,16 +161,19 @@ def check_new_tokens(tokens: Sequence[str]) -> tuple[str, ...]:
             raise ValueError(f"new tokens must be non-empty strings, got {token!r}.")
         words = [w for w, _ in pre_tokenizer.pre_tokenize_str(normalizer.normalize_str(token))]
         if words != [token] or token.startswith(_PREFIX) or token in SPECIAL_TOKENS:
-            raise ValueError(f"new token {token!r} would not stay one whole word (it is lowercased, split or special); "
-                             "use lowercase ASCII letters.")
+            raise ValueError(
+                f"new token {token!r} would not stay one whole word (it is lowercased, split or special); "
+                "use lowercase ASCII letters."
+            )
         if token in seen:
             raise ValueError(f"new token {token!r} is listed twice.")
         seen.add(token)
     return tuple(tokens)
 
 
-def train_wordpiece(texts: Iterable[str], *, vocab_size: int = 8000, min_frequency: int = 2,
-                    new_tokens: Sequence[str] = ()) -> Tokenizer:
+def train_wordpiece(
+    texts: Iterable[str], *, vocab_size: int = 8000, min_frequency: int = 2, new_tokens: Sequence[str] = ()
+) -> Tokenizer:
     """Learn a lowercasing BERT WordPiece tokenizer from ``texts``; deterministic.
 
     The same multiset of texts gives the same tokenizer (byte-identical ``to_str()``), whatever
@@ -191,7 +194,9 @@ def train_wordpiece(texts: Iterable[str], *, vocab_size: int = 8000, min_frequen
     """
     minimum = len(SPECIAL_TOKENS) + len(_INITIAL_ALPHABET) + len(_CONTINUATION_ALPHABET)
     if isinstance(vocab_size, bool) or not isinstance(vocab_size, int) or vocab_size < minimum:
-        raise ValueError(f"vocab_size must be an integer >= {minimum} (specials and the base alphabet), got {vocab_size!r}.")
+        raise ValueError(
+            f"vocab_size must be an integer >= {minimum} (specials and the base alphabet), got {vocab_size!r}."
+        )
     if isinstance(min_frequency, bool) or not isinstance(min_frequency, int) or min_frequency < 1:
         raise ValueError(f"min_frequency must be a positive integer, got {min_frequency!r}.")
     new_tokens = check_new_tokens(new_tokens)
@@ -229,9 +234,11 @@ def missing_new_tokens(tok: Tokenizer, new_tokens: Sequence[str], *, option: str
     """
     missing = [token for token in new_tokens if tok.token_to_id(token) is None]
     if missing:
-        raise ValueError(f"{option}: its tokenizer lacks {len(missing)} of the {len(new_tokens)} tokens the inject "
-                         f"manifest declares for new-token canaries (e.g. {missing[0]!r}); start from a run trained with "
-                         "--data-split public on this inject directory, whose tokenizer has them.")
+        raise ValueError(
+            f"{option}: its tokenizer lacks {len(missing)} of the {len(new_tokens)} tokens the inject "
+            f"manifest declares for new-token canaries (e.g. {missing[0]!r}); start from a run trained with "
+            "--data-split public on this inject directory, whose tokenizer has them."
+        )
 
 
 def special_token_ids(tok: Tokenizer) -> dict[str, int]:

@@ -95,8 +95,14 @@ def list_checkpoints(directory: str | os.PathLike[str]) -> list[tuple[int, Path]
     return sorted(found)
 
 
-def write_checkpoint(directory: str | os.PathLike[str], *, step: int, write_arrays: Callable[[Path], None],
-                     state: Mapping[str, Any], keep: int = 2) -> Path:
+def write_checkpoint(
+    directory: str | os.PathLike[str],
+    *,
+    step: int,
+    write_arrays: Callable[[Path], None],
+    state: Mapping[str, Any],
+    keep: int = 2,
+) -> Path:
     """Commit checkpoint ``step`` into ``directory`` atomically and keep only the newest ``keep``.
 
     The trainer owns the format of its tensors: ``write_arrays(path)`` writes them to
@@ -154,7 +160,9 @@ def check_out_dir(out: Path, *, trainer: str, resumable: bool) -> None:
         )
 
 
-def check_resume(*, out: Path, checkpoint: Path, trainer: str, stored: Mapping[str, Any], current: Mapping[str, Any]) -> None:
+def check_resume(
+    *, out: Path, checkpoint: Path, trainer: str, stored: Mapping[str, Any], current: Mapping[str, Any]
+) -> None:
     """Refuse to resume a checkpoint whose identity (trainer, config, seed, data) differs from this run's.
 
     ``stored``/``current`` are ``{"trainer", "config", "seed", "data"}`` dicts; ``config`` maps
@@ -180,14 +188,22 @@ def check_resume(*, out: Path, checkpoint: Path, trainer: str, stored: Mapping[s
 def same_data(stored: Mapping[str, str], current: Mapping[str, str]) -> bool:
     """Whether two manifests' ``inputs`` (path -> sha256) name the same data: the same file names with the
     same content hashes, wherever the directory was (``--data d`` and ``--data /abs/d`` are one data set)."""
+
     def by_name(inputs: Mapping[str, str]) -> list[tuple[str, str]]:
         return sorted((Path(path).name, str(digest)) for path, digest in inputs.items())
 
     return by_name(stored) == by_name(current)
 
 
-def finished_run(out: Path, *, trainer: str, config: Mapping[str, Any], seed: int, inputs: Mapping[str, str],
-                 run_only: Iterable[str] = ()) -> dict[str, Any] | None:
+def finished_run(
+    out: Path,
+    *,
+    trainer: str,
+    config: Mapping[str, Any],
+    seed: int,
+    inputs: Mapping[str, str],
+    run_only: Iterable[str] = (),
+) -> dict[str, Any] | None:
     """The manifest of a finished run of this very command in ``out``, or None when ``out`` holds none.
 
     A run is finished when its ``manifest.json`` is written (last) and its checkpoints are gone (they held
@@ -201,7 +217,9 @@ def finished_run(out: Path, *, trainer: str, config: Mapping[str, Any], seed: in
     manifest = load_manifest(out)
     stored = dict(manifest.get("config") or {}) if isinstance(manifest.get("config"), dict) else {}
     if not str(manifest["schema"]).startswith("dpaudit.train/"):
-        raise UserInputError(f"--out {out} holds a {manifest['schema']} run directory, not a train run; choose a new --out.")
+        raise UserInputError(
+            f"--out {out} holds a {manifest['schema']} run directory, not a train run; choose a new --out."
+        )
     if stored.pop("trainer", None) != trainer:
         raise UserInputError(f"--out {out} holds a finished run of another trainer; choose a new --out.")
     outputs = manifest.get("outputs")
@@ -211,9 +229,15 @@ def finished_run(out: Path, *, trainer: str, config: Mapping[str, Any], seed: in
         path = out / str(name)
         actual = sha256_file(path) if path.is_file() else None
         if actual != expected:
-            what = "is missing" if actual is None else f"was changed (sha256 {actual[:12]} != manifest {str(expected)[:12]})"
-            raise UserInputError(f"--out {out} holds a finished run whose {path} {what} since it was trained; "
-                                 "restore it or use a new --out.")
+            what = (
+                "is missing"
+                if actual is None
+                else f"was changed (sha256 {actual[:12]} != manifest {str(expected)[:12]})"
+            )
+            raise UserInputError(
+                f"--out {out} holds a finished run whose {path} {what} since it was trained; "
+                "restore it or use a new --out."
+            )
     skip = set(run_only)
     from dpaudit.files.run_dirs import redact_config  # the manifest holds secrets redacted: compare like with like
 
@@ -222,11 +246,15 @@ def finished_run(out: Path, *, trainer: str, config: Mapping[str, Any], seed: in
     differing = sorted(n for n in set(mine) | set(stored) if mine.get(n) != stored.get(n))
     if differing:
         detail = ", ".join(f"--{n.replace('_', '-')} {stored.get(n)!r} -> {mine.get(n)!r}" for n in differing[:4])
-        raise UserInputError(f"--out {out} holds a finished run with different settings ({detail}); "
-                             "rerun with the same options or use a new --out.")
+        raise UserInputError(
+            f"--out {out} holds a finished run with different settings ({detail}); "
+            "rerun with the same options or use a new --out."
+        )
     if manifest.get("seed") != seed:
-        raise UserInputError(f"--out {out} holds a finished run with --seed {manifest.get('seed')}, not {seed}; "
-                             "use the same seed or a new --out.")
+        raise UserInputError(
+            f"--out {out} holds a finished run with --seed {manifest.get('seed')}, not {seed}; "
+            "use the same seed or a new --out."
+        )
     if not same_data(dict(manifest.get("inputs") or {}), inputs):
         raise UserInputError(f"--out {out} was trained on different --data (inject files changed); use a new --out.")
     return manifest
@@ -240,9 +268,14 @@ def finished_result(out: Path, manifest: Mapping[str, Any]) -> TrainResult:
     except (OSError, json.JSONDecodeError) as err:
         raise UserInputError(f"{path}: unreadable ({err}); use a new --out.") from None
     rows = list(read_jsonl(out / "metrics.jsonl"))
-    return TrainResult(out_dir=out, steps=int(manifest.get("steps") or 0), epsilon=record.epsilon,
-                       delta=record.delta, final_loss=last_value(rows, "loss"),
-                       summary=dict(manifest.get("summary") or {}))
+    return TrainResult(
+        out_dir=out,
+        steps=int(manifest.get("steps") or 0),
+        epsilon=record.epsilon,
+        delta=record.delta,
+        final_loss=last_value(rows, "loss"),
+        summary=dict(manifest.get("summary") or {}),
+    )
 
 
 class MetricsLog:

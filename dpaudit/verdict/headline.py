@@ -80,15 +80,28 @@ from dpaudit.audit.claim_family import epsilon_lower_bound_one_run_claim
 from dpaudit.claim import Claim
 from dpaudit.common.figures import format_down, format_up
 
-__all__ = ["AuditSource", "FDP_LABEL", "Headline", "HeadlineBound", "HEURISTIC_LABEL", "PROOF_LABEL",
-           "audit_sources", "headline", "headline_of"]
+__all__ = [
+    "AuditSource",
+    "FDP_LABEL",
+    "Headline",
+    "HeadlineBound",
+    "HEURISTIC_LABEL",
+    "PROOF_LABEL",
+    "audit_sources",
+    "headline",
+    "headline_of",
+]
 
 PROOF, HEURISTIC = "proof", "heuristic"
 PROOF_LABEL = "proof (one run, coin-flip canaries; Steinke et al. 2023)"
-CLAIM_PROOF_LABEL = ("proof (one run, coin-flip canaries) against the claimed mechanism's trade-off curve (f-DP, "
-                     "Mahloujifar et al. 2024); the figure holds for mechanisms of the claimed form")
-REFUTED_CURVE_LABEL = ("proof (one run, coin-flip canaries; Steinke et al. 2023), valid for any mechanism; the same guesses "
-                       "refute the claimed mechanism's trade-off curve (Mahloujifar et al. 2024)")
+CLAIM_PROOF_LABEL = (
+    "proof (one run, coin-flip canaries) against the claimed mechanism's trade-off curve (f-DP, "
+    "Mahloujifar et al. 2024); the figure holds for mechanisms of the claimed form"
+)
+REFUTED_CURVE_LABEL = (
+    "proof (one run, coin-flip canaries; Steinke et al. 2023), valid for any mechanism; the same guesses "
+    "refute the claimed mechanism's trade-off curve (Mahloujifar et al. 2024)"
+)
 HEURISTIC_LABEL = "heuristic (Clopper-Pearson on the examples of one model: not independent trials)"
 FDP_LABEL = "refutes mu-GDP (Gaussian mechanisms only), not an (epsilon, delta) bound"
 #: The schema of ``results.json``'s ``headline``.
@@ -132,7 +145,9 @@ def group_size_of(task: str, info: Mapping[str, Any] | None) -> int | None:
     return None
 
 
-def _walk(value: Any, task: str, info: Mapping[str, Any] | None) -> Iterable[tuple[str, Mapping[str, Any] | None, AuditResult]]:
+def _walk(
+    value: Any, task: str, info: Mapping[str, Any] | None
+) -> Iterable[tuple[str, Mapping[str, Any] | None, AuditResult]]:
     if isinstance(value, AuditResult):
         yield task, info, value
     elif isinstance(value, Mapping) and value.get("schema") == "dpaudit.audit/1":
@@ -163,8 +178,9 @@ def audit_sources(results: Any) -> tuple[AuditSource, ...]:
             continue
         for f in dataclasses.fields(result):
             for task, info, audit in _walk(getattr(result, f.name), "", None):
-                found.append(AuditSource(attack=result.attack, task=task, audit=audit,
-                                         group_size=group_size_of(task, info)))
+                found.append(
+                    AuditSource(attack=result.attack, task=task, audit=audit, group_size=group_size_of(task, info))
+                )
     return tuple(found)
 
 
@@ -246,29 +262,48 @@ class HeadlineBound:
         return CLAIM_PROOF_LABEL if self.bound.method == "one_run_claim" else PROOF_LABEL
 
     def ceiling_text(self) -> str:
-        """"ceiling 4.34": the most a perfect attack could have shown here, rounded down ("" when unknown)."""
+        """ "ceiling 4.34": the most a perfect attack could have shown here, rounded down ("" when unknown)."""
         return "" if self.ceiling is None else f"ceiling {format_down(self.ceiling)}"
 
     def text(self) -> str:
-        """"epsilon >= 1.23 (loss/canaries; proof ...; ceiling 4.34)", rounded down."""
+        """ "epsilon >= 1.23 (loss/canaries; proof ...; ceiling 4.34)", rounded down."""
         group = "" if self.eligible else f"; {self.unit}"
         ceiling = f"; {self.ceiling_text()}" if self.ceiling is not None else ""
         return f"epsilon >= {format_down(self.epsilon)} ({self.name}; {self.kind_label}{group}{ceiling})"
 
     def to_json(self) -> dict[str, Any]:
-        return {"attack": self.attack, "task": self.task, "group_size": self.group_size, "kind": self.kind,
-                "epsilon": self.epsilon, "holds_for": self.holds_for, "label": self.kind_label,
-                "bound": self.bound.to_json(), "compared_with": self.compared_with, "above": self.above,
-                "ceiling": self.ceiling, "curve_refuted": self.curve_refuted,
-                "any_mechanism": None if self.any_mechanism is None else self.any_mechanism.to_json()}
+        return {
+            "attack": self.attack,
+            "task": self.task,
+            "group_size": self.group_size,
+            "kind": self.kind,
+            "epsilon": self.epsilon,
+            "holds_for": self.holds_for,
+            "label": self.kind_label,
+            "bound": self.bound.to_json(),
+            "compared_with": self.compared_with,
+            "above": self.above,
+            "ceiling": self.ceiling,
+            "curve_refuted": self.curve_refuted,
+            "any_mechanism": None if self.any_mechanism is None else self.any_mechanism.to_json(),
+        }
 
     @classmethod
     def from_json(cls, obj: Mapping[str, Any]) -> HeadlineBound:
-        return cls(attack=obj["attack"], task=obj["task"], group_size=obj.get("group_size"), kind=obj["kind"],
-                   bound=EpsilonBound.from_json(dict(obj["bound"])), compared_with=obj.get("compared_with"),
-                   above=bool(obj["above"]), ceiling=obj.get("ceiling"), curve_refuted=bool(obj.get("curve_refuted")),
-                   any_mechanism=(None if obj.get("any_mechanism") is None
-                                  else EpsilonBound.from_json(dict(obj["any_mechanism"]))))
+        return cls(
+            attack=obj["attack"],
+            task=obj["task"],
+            group_size=obj.get("group_size"),
+            kind=obj["kind"],
+            bound=EpsilonBound.from_json(dict(obj["bound"])),
+            compared_with=obj.get("compared_with"),
+            above=bool(obj["above"]),
+            ceiling=obj.get("ceiling"),
+            curve_refuted=bool(obj.get("curve_refuted")),
+            any_mechanism=(
+                None if obj.get("any_mechanism") is None else EpsilonBound.from_json(dict(obj["any_mechanism"]))
+            ),
+        )
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -309,7 +344,7 @@ class Headline:
 
     @property
     def label(self) -> str:
-        """"95%, corrected for 10 audits"."""
+        """ "95%, corrected for 10 audits"."""
         pct = f"{self.confidence * 100:.10g}%"
         return pct if self.num_audits <= 1 else f"{pct}, corrected for {self.num_audits} audits"
 
@@ -320,18 +355,24 @@ class Headline:
     @property
     def powerless(self) -> bool:
         """The claim is proven but even a perfect attack on these audits could not have refuted it."""
-        return (self.claim.proven and self.ceiling is not None and self.claim.epsilon is not None
-                and self.ceiling <= self.claim.epsilon)
+        return (
+            self.claim.proven
+            and self.ceiling is not None
+            and self.claim.epsilon is not None
+            and self.ceiling <= self.claim.epsilon
+        )
 
     def ceiling_sentence(self) -> str:
-        """"this audit could not have refuted 8.00: its ceiling is 2.10 (...); with 1,000 coin-flip canaries it would
+        """ "this audit could not have refuted 8.00: its ceiling is 2.10 (...); with 1,000 coin-flip canaries it would
         be 4.34" when the ceiling is at or below the claim; "" otherwise."""
         if not self.powerless:
             return ""
         assert self.best is not None and self.ceiling is not None and self.claim.epsilon is not None
-        text = (f"this audit could not have refuted {format_up(self.claim.epsilon)}: its ceiling is "
-                f"{format_down(self.ceiling)} (the bound a perfect attack would reach with these audits' sizes at "
-                f"{self.label})")
+        text = (
+            f"this audit could not have refuted {format_up(self.claim.epsilon)}: its ceiling is "
+            f"{format_down(self.ceiling)} (the bound a perfect attack would reach with these audits' sizes at "
+            f"{self.label})"
+        )
         if self.suggestion is not None:
             n, value = self.suggestion
             text += f"; with {n:,} coin-flip canaries inserted once it would be {format_down(value)}"
@@ -344,14 +385,18 @@ class Headline:
         if self.contradicted:
             return "CLAIM CONTRADICTED"
         if self.mechanism_refuted:
-            return (f"MECHANISM REFUTED: the trained model is not the mechanism privacy.json states (its trade-off curve "
-                    f"is refuted at {self.label}); for any mechanism the bound is epsilon >= "
-                    f"{format_down(self.best.epsilon)}, within the claimed {format_up(self.claim.epsilon)}")
+            return (
+                f"MECHANISM REFUTED: the trained model is not the mechanism privacy.json states (its trade-off curve "
+                f"is refuted at {self.label}); for any mechanism the bound is epsilon >= "
+                f"{format_down(self.best.epsilon)}, within the claimed {format_up(self.claim.epsilon)}"
+            )
         if not self.claim.proven:
             if self.claim.known and not self.claim.private:
                 if self.best.kind == PROOF and self.best.epsilon > 0:  # what the audit proved about this model
-                    return (f"non-private training: proven leakage, no epsilon below {format_down(self.best.epsilon)} "
-                            "describes this model")
+                    return (
+                        f"non-private training: proven leakage, no epsilon below {format_down(self.best.epsilon)} "
+                        "describes this model"
+                    )
                 return "no claim to compare with (non-private training)"
             return f"no claim to compare with ({self.claim.text()})"
         if self.best.above:
@@ -388,10 +433,15 @@ class Headline:
             "contradicted": self.contradicted,
             "mechanism_refuted": self.mechanism_refuted,
             "ceiling": self.ceiling,
-            "suggestion": None if self.suggestion is None else {"canaries": self.suggestion[0],
-                                                               "ceiling": self.suggestion[1]},
-            "claim": {"text": self.claim.text(), "epsilon": self.claim.epsilon, "delta": self.claim.delta,
-                      "proven": self.claim.proven},
+            "suggestion": None
+            if self.suggestion is None
+            else {"canaries": self.suggestion[0], "ceiling": self.suggestion[1]},
+            "claim": {
+                "text": self.claim.text(),
+                "epsilon": self.claim.epsilon,
+                "delta": self.claim.delta,
+                "proven": self.claim.proven,
+            },
             "investigate": list(self.investigate),
             "bounds": [b.to_json() for b in self.bounds],
             "best": None if best is None else self.bounds.index(best),
@@ -404,23 +454,41 @@ class Headline:
             raise ValueError(f"headline schema is {obj.get('schema')!r}, this dpaudit reads {HEADLINE_SCHEMA!r}.")
         bounds = tuple(HeadlineBound.from_json(b) for b in obj["bounds"])
         suggestion = obj.get("suggestion")
-        return cls(claim=claim, confidence=float(obj["confidence"]), num_audits=int(obj["num_audits"]), bounds=bounds,
-                   best=None if obj.get("best") is None else bounds[int(obj["best"])],
-                   contradicted=bool(obj["contradicted"]), mechanism_refuted=bool(obj.get("mechanism_refuted")),
-                   investigate=tuple(obj.get("investigate", ())), ceiling=obj.get("ceiling"),
-                   suggestion=None if suggestion is None else (int(suggestion["canaries"]), float(suggestion["ceiling"])))
+        return cls(
+            claim=claim,
+            confidence=float(obj["confidence"]),
+            num_audits=int(obj["num_audits"]),
+            bounds=bounds,
+            best=None if obj.get("best") is None else bounds[int(obj["best"])],
+            contradicted=bool(obj["contradicted"]),
+            mechanism_refuted=bool(obj.get("mechanism_refuted")),
+            investigate=tuple(obj.get("investigate", ())),
+            ceiling=obj.get("ceiling"),
+            suggestion=None if suggestion is None else (int(suggestion["canaries"]), float(suggestion["ceiling"])),
+        )
 
 
-def _bound_of(kind: str, member: np.ndarray, nonmember: np.ndarray, *, delta: float, confidence: float,
-              mechanism: Claim | None, min_scale: float | None = None) -> EpsilonBound:
+def _bound_of(
+    kind: str,
+    member: np.ndarray,
+    nonmember: np.ndarray,
+    *,
+    delta: float,
+    confidence: float,
+    mechanism: Claim | None,
+    min_scale: float | None = None,
+) -> EpsilonBound:
     """The bound of ``kind`` on these scores: against ``mechanism``'s curve (a proof with a stated mechanism),
     Steinke's (a proof without one), or Clopper-Pearson over every threshold (a heuristic)."""
     if kind == PROOF and mechanism is not None:
-        return epsilon_lower_bound_one_run_claim(member, nonmember, mechanism, confidence=confidence, min_scale=min_scale)
+        return epsilon_lower_bound_one_run_claim(
+            member, nonmember, mechanism, confidence=confidence, min_scale=min_scale
+        )
     if kind == PROOF:
         return epsilon_lower_bound_one_run(member, nonmember, delta=delta, confidence=confidence)
-    return epsilon_lower_bound_clopper_pearson(member, nonmember, delta=delta, confidence=confidence,
-                                               selection=BonferroniThresholds())
+    return epsilon_lower_bound_clopper_pearson(
+        member, nonmember, delta=delta, confidence=confidence, selection=BonferroniThresholds()
+    )
 
 
 def _perfect(n_members: int, n_nonmembers: int) -> tuple[np.ndarray, np.ndarray]:
@@ -428,13 +496,20 @@ def _perfect(n_members: int, n_nonmembers: int) -> tuple[np.ndarray, np.ndarray]
     return np.ones(n_members), np.zeros(n_nonmembers)
 
 
-def _ceiling(kind: str, n_members: int, n_nonmembers: int, *, delta: float, confidence: float,
-             mechanism: Claim | None) -> float | None:
+def _ceiling(
+    kind: str, n_members: int, n_nonmembers: int, *, delta: float, confidence: float, mechanism: Claim | None
+) -> float | None:
     """The bound a perfect attack reaches with these sizes (None when the sizes allow no bound at all)."""
     if n_members < 1 or n_nonmembers < 1:
         return None
-    return _bound_of(kind, *_perfect(n_members, n_nonmembers), delta=delta, confidence=confidence,
-                     mechanism=mechanism, min_scale=CEILING_MIN_SCALE).epsilon
+    return _bound_of(
+        kind,
+        *_perfect(n_members, n_nonmembers),
+        delta=delta,
+        confidence=confidence,
+        mechanism=mechanism,
+        min_scale=CEILING_MIN_SCALE,
+    ).epsilon
 
 
 #: Coin-flip canary counts a powerless verdict suggests: the smallest whose ceiling exceeds the claim, else the largest.
@@ -447,7 +522,9 @@ def _suggestion(claim: Claim, confidence: float) -> tuple[int, float] | None:
         return None
     found = None
     for n in SUGGESTED_CANARIES:
-        ceiling = _ceiling(PROOF, n // 2, n - n // 2, delta=claim.delta, confidence=confidence, mechanism=_mechanism(claim))
+        ceiling = _ceiling(
+            PROOF, n // 2, n - n // 2, delta=claim.delta, confidence=confidence, mechanism=_mechanism(claim)
+        )
         if ceiling is None:
             continue
         found = (n, ceiling)
@@ -456,8 +533,9 @@ def _suggestion(claim: Claim, confidence: float) -> tuple[int, float] | None:
     return found
 
 
-def _recompute(source: AuditSource, *, delta: float, confidence: float,
-               mechanism: Claim | None = None) -> tuple[str, EpsilonBound, float | None]:
+def _recompute(
+    source: AuditSource, *, delta: float, confidence: float, mechanism: Claim | None = None
+) -> tuple[str, EpsilonBound, float | None]:
     """The audit's (kind, bound, ceiling) at ``confidence``: against ``mechanism``'s curve (coin-flip canaries of the
     claim's unit and a stated mechanism), Steinke's (other coin-flip canaries), or Clopper-Pearson over every
     threshold; the ceiling is the same bound for a perfect attack."""
@@ -514,24 +592,39 @@ def headline(sources: Sequence[AuditSource], claim: Claim, *, confidence: float 
                 target = None
         else:
             target, delta = None, claim.delta if claim.delta is not None else source.audit.delta
-        kind, bound, ceiling = _recompute(source, delta=delta, confidence=each,
-                                          mechanism=_mechanism(claim) if f == 1 else None)
-        refuted = (bound.method == "one_run_claim" and target is not None
-                   and (bound.scale is not None and bound.scale <= 1.0 or bound.epsilon > target))
+        kind, bound, ceiling = _recompute(
+            source, delta=delta, confidence=each, mechanism=_mechanism(claim) if f == 1 else None
+        )
+        refuted = (
+            bound.method == "one_run_claim"
+            and target is not None
+            and (bound.scale is not None and bound.scale <= 1.0 or bound.epsilon > target)
+        )
         any_mechanism = None
         if refuted:
             member, nonmember = source.audit.roc.rank_scores()
             any_mechanism = epsilon_lower_bound_one_run(member, nonmember, delta=delta, confidence=each)
-        hb = HeadlineBound(attack=source.attack, task=source.task, group_size=f, kind=kind, bound=bound,
-                           compared_with=target, above=False, ceiling=ceiling, curve_refuted=refuted,
-                           any_mechanism=any_mechanism)
+        hb = HeadlineBound(
+            attack=source.attack,
+            task=source.task,
+            group_size=f,
+            kind=kind,
+            bound=bound,
+            compared_with=target,
+            above=False,
+            ceiling=ceiling,
+            curve_refuted=refuted,
+            any_mechanism=any_mechanism,
+        )
         hb = dataclasses.replace(hb, above=target is not None and hb.epsilon > target)
         bounds.append(hb)
         if hb.above and f == 1 and kind == HEURISTIC:
             notes.append(f"heuristic bound above the claim: investigate ({hb.text()} > claimed {format_up(target)})")
         elif hb.above and f is not None and f > 1:
-            notes.append(f"group bound above the group guarantee: investigate ({hb.text()} > {f} x epsilon = "
-                         f"{format_up(target)} at delta {format_up(delta, 2)})")
+            notes.append(
+                f"group bound above the group guarantee: investigate ({hb.text()} > {f} x epsilon = "
+                f"{format_up(target)} at delta {format_up(delta, 2)})"
+            )
     eligible = [b for b in bounds if b.eligible]
     proofs = [b for b in eligible if b.kind == PROOF]
     pool = proofs or eligible
@@ -545,9 +638,18 @@ def headline(sources: Sequence[AuditSource], claim: Claim, *, confidence: float 
     suggestion = None
     if claim.proven and ceiling is not None and claim.epsilon is not None and ceiling <= claim.epsilon:
         suggestion = _suggestion(claim, each)
-    return Headline(claim=claim, confidence=confidence, num_audits=m, bounds=tuple(bounds), best=best,
-                    contradicted=contradicted, investigate=tuple(notes), mechanism_refuted=refuted, ceiling=ceiling,
-                    suggestion=suggestion)
+    return Headline(
+        claim=claim,
+        confidence=confidence,
+        num_audits=m,
+        bounds=tuple(bounds),
+        best=best,
+        contradicted=contradicted,
+        investigate=tuple(notes),
+        mechanism_refuted=refuted,
+        ceiling=ceiling,
+        suggestion=suggestion,
+    )
 
 
 def headline_of(results: Any, *, sampling: str | None = None, confidence: float = 0.95) -> Headline:

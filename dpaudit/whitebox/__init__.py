@@ -24,8 +24,15 @@ from __future__ import annotations
 import importlib
 from typing import Any
 
-_EXPORTS = {"audit_trainer": "audit", "write_audit": "audit", "analyse": "analysis", "Analysis": "analysis",
-            "run_with_canaries": "harness", "RunEvidence": "harness", "CanaryLayout": "layout"}
+_EXPORTS = {
+    "audit_trainer": "audit",
+    "write_audit": "audit",
+    "analyse": "analysis",
+    "Analysis": "analysis",
+    "run_with_canaries": "harness",
+    "RunEvidence": "harness",
+    "CanaryLayout": "layout",
+}
 
 __all__ = sorted(_EXPORTS)
 

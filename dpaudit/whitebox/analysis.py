@@ -118,11 +118,13 @@ def curve_rejected(bound: Bound, claimed_epsilon: float) -> bool:
     """Whether a claim-family ``bound`` rejects the claim itself: its smallest rejected scale is at most 1 (or its
     epsilon, read from an optimistic PLD, is above the claim)."""
     return bound.method == "claim_family" and (
-        (bound.scale is not None and bound.scale <= 1.0) or bound.epsilon > claimed_epsilon)
+        (bound.scale is not None and bound.scale <= 1.0) or bound.epsilon > claimed_epsilon
+    )
 
 
-def _any_mechanism(kind: str, first: tuple[np.ndarray, np.ndarray], pooled: tuple[np.ndarray, np.ndarray],
-                   claim: Claim, level: float) -> Bound:
+def _any_mechanism(
+    kind: str, first: tuple[np.ndarray, np.ndarray], pooled: tuple[np.ndarray, np.ndarray], claim: Claim, level: float
+) -> Bound:
     """The bound of the verdict's ``kind`` of test valid for any mechanism: Steinke's on the first run (one-run) or
     Clopper-Pearson (epsilon, delta) on the pooled canaries, at ``level``."""
     if kind == "one-run":
@@ -130,21 +132,24 @@ def _any_mechanism(kind: str, first: tuple[np.ndarray, np.ndarray], pooled: tupl
     return multi_run_bounds(*pooled, claim, confidence=level)["clopper_pearson"]
 
 
-def _ceilings(claim: Claim, sizes: list[tuple[int, int]], plan: tuple[int, int], level: float
-              ) -> dict[str, float]:
+def _ceilings(claim: Claim, sizes: list[tuple[int, int]], plan: tuple[int, int], level: float) -> dict[str, float]:
     """The verdict bounds for a perfect attack (every member above every non-member) at these sizes."""
     first = (np.ones(sizes[0][0]), np.zeros(sizes[0][1]))
     pooled = (np.ones(sum(m for m, _ in sizes)), np.zeros(sum(n for _, n in sizes)))
-    return {"one-run": one_run_family(*first, claim, confidence=level, planned=plan, min_scale=CEILING_MIN_SCALE).epsilon,
-            "pooled": multi_run_family(*pooled, claim, confidence=level, min_scale=CEILING_MIN_SCALE).epsilon}
+    return {
+        "one-run": one_run_family(*first, claim, confidence=level, planned=plan, min_scale=CEILING_MIN_SCALE).epsilon,
+        "pooled": multi_run_family(*pooled, claim, confidence=level, min_scale=CEILING_MIN_SCALE).epsilon,
+    }
 
 
 def _same_claim(evidence: Sequence[RunEvidence]) -> Claim:
     claim = evidence[0].claim
     for run in evidence[1:]:
         if run.claim.mechanism_key() != claim.mechanism_key():
-            raise ValueError("the runs made different claims (segments, delta, clip norm or sensitivity): pooling them "
-                             "would test no single mechanism; run the audit with one configuration.")
+            raise ValueError(
+                "the runs made different claims (segments, delta, clip norm or sensitivity): pooling them "
+                "would test no single mechanism; run the audit with one configuration."
+            )
     return claim
 
 
@@ -167,23 +172,36 @@ def analyse(evidence: Sequence[RunEvidence], *, confidence: float = 0.95, full: 
             members.append(s[run.layout.member])
             nonmembers.append(s[~run.layout.member])
         scores[view] = ViewScores(tuple(members), tuple(nonmembers))
-    plans = [planned_guesses(claim, run.layout.unit, run.layout.partners, run.layout.size, 1 - level)
-             for run in evidence]  # from the claim and the layout alone: fixed before any score is seen
+    plans = [
+        planned_guesses(claim, run.layout.unit, run.layout.partners, run.layout.size, 1 - level) for run in evidence
+    ]  # from the claim and the layout alone: fixed before any score is seen
     if full:
-        one_run = {view: [one_run_bounds(m, n, claim, confidence=level,
-                                         planned=plan if view == "all_iterates" else None)
-                          for m, n, plan in zip(vs.member, vs.nonmember, plans)] for view, vs in scores.items()}
+        one_run = {
+            view: [
+                one_run_bounds(m, n, claim, confidence=level, planned=plan if view == "all_iterates" else None)
+                for m, n, plan in zip(vs.member, vs.nonmember, plans)
+            ]
+            for view, vs in scores.items()
+        }
         pooled = {view: multi_run_bounds(*vs.pooled(), claim, confidence=level) for view, vs in scores.items()}
     else:
         first = scores["all_iterates"]
-        one_run = {"all_iterates": [{"claim_family": one_run_family(first.member[0], first.nonmember[0], claim,
-                                                                    confidence=level, planned=plans[0])}]}
+        one_run = {
+            "all_iterates": [
+                {
+                    "claim_family": one_run_family(
+                        first.member[0], first.nonmember[0], claim, confidence=level, planned=plans[0]
+                    )
+                }
+            ]
+        }
         pooled = {"all_iterates": {"claim_family": multi_run_family(*first.pooled(), claim, confidence=level)}}
     auc = {view: float(roc_curve(*vs.pooled()).auc()) for view, vs in scores.items()}
     first = scores["all_iterates"]
     ceilings = _ceilings(claim, [(m.size, n.size) for m, n in zip(first.member, first.nonmember)], plans[0], level)
-    analysis = Analysis(claim=claim, confidence=confidence, scores=scores, one_run=one_run, pooled=pooled, auc=auc,
-                        ceilings=ceilings)
+    analysis = Analysis(
+        claim=claim, confidence=confidence, scores=scores, one_run=one_run, pooled=pooled, auc=auc, ceilings=ceilings
+    )
     if analysis.mechanism_refuted:  # the figure printed must then hold for any mechanism
         kind = analysis.primary[0]
         bound = _any_mechanism(kind, (first.member[0], first.nonmember[0]), first.pooled(), claim, level)
@@ -205,7 +223,8 @@ def summary(analysis: Analysis) -> dict[str, Any]:
         "any_mechanism": None if analysis.any_mechanism is None else analysis.any_mechanism.to_json(),
         "ceilings": dict(analysis.ceilings),
         "auc": analysis.auc,
-        "one_run": {view: [{k: b.to_json() for k, b in run.items()} for run in runs]
-                    for view, runs in analysis.one_run.items()},
+        "one_run": {
+            view: [{k: b.to_json() for k, b in run.items()} for run in runs] for view, runs in analysis.one_run.items()
+        },
         "pooled": {view: {k: b.to_json() for k, b in bounds.items()} for view, bounds in analysis.pooled.items()},
     }

@@ -56,9 +56,17 @@ class RegisteredRuns:
     engine: str = "auto"
 
 
-def audit_trainer(factory: PluginFactory | RegisteredRuns, *, canaries: int = 1000, runs: int = 1, partners: int = 16,
-                  confidence: float = 0.95, seed: int | None = None, workdir: Path | None = None,
-                  progress: Callable[[int, int], None] | None = None) -> tuple[Analysis, list[RunEvidence]]:
+def audit_trainer(
+    factory: PluginFactory | RegisteredRuns,
+    *,
+    canaries: int = 1000,
+    runs: int = 1,
+    partners: int = 16,
+    confidence: float = 0.95,
+    seed: int | None = None,
+    workdir: Path | None = None,
+    progress: Callable[[int, int], None] | None = None,
+) -> tuple[Analysis, list[RunEvidence]]:
     """Run the audit: ``runs`` trainings, each with ``canaries`` coin-flip gradient canaries.
 
     Args:
@@ -89,8 +97,9 @@ def audit_trainer(factory: PluginFactory | RegisteredRuns, *, canaries: int = 10
             progress(len(kept), runs)
         if isinstance(factory, RegisteredRuns):
             todo = [r for r in range(runs) if r not in kept]
-            _fleet_runs(factory, base, todo, canaries=canaries, runs=runs, partners=partners, coins=coins,
-                        progress=progress)
+            _fleet_runs(
+                factory, base, todo, canaries=canaries, runs=runs, partners=partners, coins=coins, progress=progress
+            )
             if progress is not None and todo:
                 progress(runs, runs)  # every run is in: the analysis starts (the caller may say so)
             evidence = [kept[r] if r in kept else load_evidence(base / f"run-{r}") for r in range(runs)]
@@ -151,24 +160,49 @@ def run_config(config: dict[str, Any], run: int) -> dict[str, Any]:
     as independent trials)."""
     config = dict(config)
     if config.get("noise_seed") is not None:
-        config["noise_seed"] = int(np.random.SeedSequence([int(config["noise_seed"]), run]).generate_state(1, np.uint64)[0]
-                                   >> np.uint64(1))
+        config["noise_seed"] = int(
+            np.random.SeedSequence([int(config["noise_seed"]), run]).generate_state(1, np.uint64)[0] >> np.uint64(1)
+        )
     return config
 
 
-def _fleet_runs(spec: RegisteredRuns, base: Path, todo: list[int], *, canaries: int, runs: int, partners: int,
-                coins: list[list[int]], progress: Callable[[int, int], None] | None) -> None:
+def _fleet_runs(
+    spec: RegisteredRuns,
+    base: Path,
+    todo: list[int],
+    *,
+    canaries: int,
+    runs: int,
+    partners: int,
+    coins: list[list[int]],
+    progress: Callable[[int, int], None] | None,
+) -> None:
     """Train runs ``todo`` as fleet jobs, each leaving its evidence beside its run directory (each run's coins from
     :func:`run_coins`)."""
     from dpaudit.fleet.fleet import FleetJob, run_fleet
 
-    jobs = [FleetJob(trainer=spec.trainer, config=run_config(spec.config, r), data_dir=Path(spec.data_dir),
-                     out_dir=base / f"run-{r}", seed=0, label=f"audit run {r + 1}/{runs}", runner=RUNNER,
-                     runner_args={"canaries": canaries, "partners": partners, "coins": coins[r]})
-            for r in todo]
+    jobs = [
+        FleetJob(
+            trainer=spec.trainer,
+            config=run_config(spec.config, r),
+            data_dir=Path(spec.data_dir),
+            out_dir=base / f"run-{r}",
+            seed=0,
+            label=f"audit run {r + 1}/{runs}",
+            runner=RUNNER,
+            runner_args={"canaries": canaries, "partners": partners, "coins": coins[r]},
+        )
+        for r in todo
+    ]
     if jobs:
-        run_fleet(jobs, workers=spec.workers, ray_address=spec.ray_address, engine=spec.engine,
-                  progress=progress is not None, desc="audit runs")  # the fleet's own bar
+        run_fleet(
+            jobs,
+            workers=spec.workers,
+            ray_address=spec.ray_address,
+            engine=spec.engine,
+            progress=progress is not None,
+            desc="audit runs",
+        )  # the fleet's own bar
 
 
 def score_rows(analysis: Analysis, evidence: list[RunEvidence]) -> list[dict[str, Any]]:
@@ -182,15 +216,26 @@ def score_rows(analysis: Analysis, evidence: list[RunEvidence]) -> list[dict[str
             s[member] = analysis.scores[view].member[r]
             s[~member] = analysis.scores[view].nonmember[r]
             per_view[view] = s
-        rows.extend({"run": r, "canary": j, "member": bool(member[j]),
-                     **{view: float(per_view[view][j]) for view in VIEWS}} for j in range(member.size))
+        rows.extend(
+            {"run": r, "canary": j, "member": bool(member[j]), **{view: float(per_view[view][j]) for view in VIEWS}}
+            for j in range(member.size)
+        )
     return rows
 
 
-def write_audit(out_dir: Path, analysis: Analysis, evidence: list[RunEvidence], *, trainer: str,
-                config: dict[str, Any], settings: dict[str, Any], overwrite: bool = False,
-                command: list[str] | None = None, page: Callable[[Path], Any] | None = None,
-                work: str | None = None) -> Path:
+def write_audit(
+    out_dir: Path,
+    analysis: Analysis,
+    evidence: list[RunEvidence],
+    *,
+    trainer: str,
+    config: dict[str, Any],
+    settings: dict[str, Any],
+    overwrite: bool = False,
+    command: list[str] | None = None,
+    page: Callable[[Path], Any] | None = None,
+    work: str | None = None,
+) -> Path:
     """Write the audit directory (staged, then renamed into place: nothing half-written on failure).
 
     ``page(staged_dir)``, when given, renders ``index.html`` from the staged files (the CLI passes the
@@ -212,10 +257,18 @@ def write_audit(out_dir: Path, analysis: Analysis, evidence: list[RunEvidence], 
 
     # Secrets (a noise seed given by --noise-seed or --set noise_seed=N) never reach a written file.
     config, settings = redact_config(dict(config)), redact_config(dict(settings))
-    body = {"schema": SCHEMA, "trainer": trainer, "config": config, "settings": settings,
-            "unit": evidence[0].layout.unit, "slots": evidence[0].layout.slots,
-            "partners": evidence[0].layout.partners, "canaries": evidence[0].layout.size, "runs": len(evidence),
-            **summary(analysis)}
+    body = {
+        "schema": SCHEMA,
+        "trainer": trainer,
+        "config": config,
+        "settings": settings,
+        "unit": evidence[0].layout.unit,
+        "slots": evidence[0].layout.slots,
+        "partners": evidence[0].layout.partners,
+        "canaries": evidence[0].layout.size,
+        "runs": len(evidence),
+        **summary(analysis),
+    }
     names = ["whitebox.json", "scores/whitebox.jsonl"]
     only_own = True
     if work is not None and (Path(out_dir) / work).is_dir():
@@ -223,8 +276,9 @@ def write_audit(out_dir: Path, analysis: Analysis, evidence: list[RunEvidence], 
         from dpaudit.files.run_dirs import refuse_foreign
 
         if not overwrite and any(p.name != work for p in Path(out_dir).iterdir()):
-            raise UserInputError(f"--out {out_dir} exists and is not empty; pass --overwrite to replace it or choose "
-                                 "another path.")
+            raise UserInputError(
+                f"--out {out_dir} exists and is not empty; pass --overwrite to replace it or choose another path."
+            )
         refuse_foreign(out_dir, ignore=(work,))
         overwrite, only_own = True, False  # the kept runs are replaced with the rest, once the audit is written
     with staged_directory(out_dir, overwrite=overwrite, only_own=only_own) as stage:
@@ -234,7 +288,15 @@ def write_audit(out_dir: Path, analysis: Analysis, evidence: list[RunEvidence], 
         if page is not None:
             page(stage)
             names.append("index.html")
-        write_manifest(stage, build_manifest(schema=SCHEMA, config={"trainer": trainer, **settings},
-                                             seed=settings.get("seed"), inputs={}, outputs=file_hashes(stage, names),
-                                             command=command))
+        write_manifest(
+            stage,
+            build_manifest(
+                schema=SCHEMA,
+                config={"trainer": trainer, **settings},
+                seed=settings.get("seed"),
+                inputs={},
+                outputs=file_hashes(stage, names),
+                command=command,
+            ),
+        )
     return Path(out_dir)

@@ -62,13 +62,27 @@ class Bound:
 
 
 def _family(found: FamilyBound, confidence: float, **extra) -> Bound:
-    return Bound(method="claim_family", proves=PROOF_FAMILY, epsilon=float(found.epsilon), confidence=confidence,
-                 scale=found.scale, capped=found.capped, **extra)
+    return Bound(
+        method="claim_family",
+        proves=PROOF_FAMILY,
+        epsilon=float(found.epsilon),
+        confidence=confidence,
+        scale=found.scale,
+        capped=found.capped,
+        **extra,
+    )
 
 
-def one_run_family(member: np.ndarray, nonmember: np.ndarray, claim: Claim, *, confidence: float,
-                   grid: GuessGrid = GuessGrid(), planned: tuple[int, int] | None = None,
-                   min_scale: float | None = None) -> Bound:
+def one_run_family(
+    member: np.ndarray,
+    nonmember: np.ndarray,
+    claim: Claim,
+    *,
+    confidence: float,
+    grid: GuessGrid = GuessGrid(),
+    planned: tuple[int, int] | None = None,
+    min_scale: float | None = None,
+) -> Bound:
     """The claim-family bound of one run: the f-DP recursion, the scaled claim's curve as f, on the guess
     counts ``planned`` from the claim before the scores were seen (:func:`dpaudit.whitebox.plan.planned_guesses`:
     one test at the full risk), or else on every pair of ``grid`` (Bonferroni)."""
@@ -76,12 +90,18 @@ def one_run_family(member: np.ndarray, nonmember: np.ndarray, claim: Claim, *, c
     pairs = (planned,) if planned is not None else grid.resolve(member.size + nonmember.size)
     found, counts = claim_family_test(member, nonmember, claim, pairs, 1 - confidence, min_scale=min_scale)
     best = max(((r, v) for r, v, _, _ in counts), key=lambda rv: (rv[1] / rv[0] if rv[0] else 0.0, rv[0]))
-    return _family(found, confidence, guesses=int(best[0]), correct=int(best[1]),
-                   selection="planned" if planned is not None else f"bonferroni over {len(pairs)}")
+    return _family(
+        found,
+        confidence,
+        guesses=int(best[0]),
+        correct=int(best[1]),
+        selection="planned" if planned is not None else f"bonferroni over {len(pairs)}",
+    )
 
 
-def multi_run_family(member: np.ndarray, nonmember: np.ndarray, claim: Claim, *,
-                     confidence: float, min_scale: float | None = None) -> Bound:
+def multi_run_family(
+    member: np.ndarray, nonmember: np.ndarray, claim: Claim, *, confidence: float, min_scale: float | None = None
+) -> Bound:
     """The claim-family bound of pooled trials: at every threshold, Clopper-Pearson upper bounds on FPR
     and FNR (each count at (1 - confidence) / 2 / n: uniform over all thresholds, see
     :class:`~dpaudit.audit.thresholds.BonferroniThresholds`); a curve is rejected when some point is below it."""
@@ -102,26 +122,44 @@ def multi_run_family(member: np.ndarray, nonmember: np.ndarray, claim: Claim, *,
     return _family(claim.lower_bound(rejects, min_scale=min_scale), confidence)
 
 
-def one_run_bounds(member: np.ndarray, nonmember: np.ndarray, claim: Claim, *,
-                   confidence: float, planned: tuple[int, int] | None = None) -> dict[str, Bound]:
+def one_run_bounds(
+    member: np.ndarray,
+    nonmember: np.ndarray,
+    claim: Claim,
+    *,
+    confidence: float,
+    planned: tuple[int, int] | None = None,
+) -> dict[str, Bound]:
     """Steinke, the Gaussian f-DP reading and the claim family (on the ``planned`` guesses when given), on one
     run's coin-flip canaries."""
     steinke = epsilon_lower_bound_one_run(member, nonmember, delta=claim.delta, confidence=confidence)
     gdp = epsilon_lower_bound_one_run_fdp(member, nonmember, delta=claim.delta, confidence=confidence)
     return {
-        "steinke": Bound(method="steinke", proves=PROOF_DP, epsilon=steinke.epsilon, confidence=confidence,
-                         guesses=steinke.guesses, correct=steinke.correct),
-        "fdp_gaussian": Bound(method="fdp_gaussian", proves=PROOF_GDP, epsilon=gdp.epsilon, confidence=confidence,
-                              guesses=gdp.guesses, correct=gdp.correct),
+        "steinke": Bound(
+            method="steinke",
+            proves=PROOF_DP,
+            epsilon=steinke.epsilon,
+            confidence=confidence,
+            guesses=steinke.guesses,
+            correct=steinke.correct,
+        ),
+        "fdp_gaussian": Bound(
+            method="fdp_gaussian",
+            proves=PROOF_GDP,
+            epsilon=gdp.epsilon,
+            confidence=confidence,
+            guesses=gdp.guesses,
+            correct=gdp.correct,
+        ),
         "claim_family": one_run_family(member, nonmember, claim, confidence=confidence, planned=planned),
     }
 
 
-def multi_run_bounds(member: np.ndarray, nonmember: np.ndarray, claim: Claim, *,
-                     confidence: float) -> dict[str, Bound]:
+def multi_run_bounds(member: np.ndarray, nonmember: np.ndarray, claim: Claim, *, confidence: float) -> dict[str, Bound]:
     """Clopper-Pearson (epsilon, delta) and the claim family on pooled trials."""
-    cp = epsilon_lower_bound_clopper_pearson(member, nonmember, delta=claim.delta, confidence=confidence,
-                                             selection=BonferroniThresholds(), one_sided=False)
+    cp = epsilon_lower_bound_clopper_pearson(
+        member, nonmember, delta=claim.delta, confidence=confidence, selection=BonferroniThresholds(), one_sided=False
+    )
     return {
         "clopper_pearson": Bound(method="clopper_pearson", proves=PROOF_DP, epsilon=cp.epsilon, confidence=confidence),
         "claim_family": multi_run_family(member, nonmember, claim, confidence=confidence),

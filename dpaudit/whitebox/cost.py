@@ -91,8 +91,15 @@ def estimate(*, canaries: int, runs: int, steps: int, partners: int) -> AuditCos
     seconds = BASE_SECONDS + runs * canaries * (SECONDS_PER_CANARY + steps * per_step)
     run_bytes = BASE_BYTES + canaries * (BYTES_PER_CANARY + BYTES_PER_PARTNER * partners)
     pooled = BYTES_PER_POOLED_CANARY * runs * canaries if runs > 1 else 0
-    return AuditCost(canaries=canaries, runs=runs, steps=steps, partners=partners, seconds=seconds, run_bytes=run_bytes,
-                     peak_bytes=run_bytes + pooled)
+    return AuditCost(
+        canaries=canaries,
+        runs=runs,
+        steps=steps,
+        partners=partners,
+        seconds=seconds,
+        run_bytes=run_bytes,
+        peak_bytes=run_bytes + pooled,
+    )
 
 
 def worth_saying(cost: AuditCost) -> bool:
@@ -100,21 +107,21 @@ def worth_saying(cost: AuditCost) -> bool:
     return cost.seconds >= SAY_SECONDS or cost.peak_bytes >= SAY_BYTES
 
 
-
-
-
-
 def describe(cost: AuditCost, *, workers: int = 1) -> str:
     """One line: the audit's time and memory, before its first run."""
-    layout = (f"{cost.canaries:,} canaries" + (f" (+{cost.partners} partner rows each)" if cost.partners else "")
-              + f" x {cost.runs:,} run{'s' if cost.runs > 1 else ''} of {cost.steps} steps")
+    layout = (
+        f"{cost.canaries:,} canaries"
+        + (f" (+{cost.partners} partner rows each)" if cost.partners else "")
+        + f" x {cost.runs:,} run{'s' if cost.runs > 1 else ''} of {cost.steps} steps"
+    )
     at_once = min(workers, cost.runs)
-    wall = f"about {format_duration(cost.seconds)}" + (f" one run after another ({at_once} at once: less)" if at_once > 1 else "")
-    memory = f"{format_bytes(cost.run_bytes)} per run" + (f", {format_bytes(cost.peak_bytes)} for the pooled analysis"
-                                                   if cost.runs > 1 else "")
+    wall = f"about {format_duration(cost.seconds)}" + (
+        f" one run after another ({at_once} at once: less)" if at_once > 1 else ""
+    )
+    memory = f"{format_bytes(cost.run_bytes)} per run" + (
+        f", {format_bytes(cost.peak_bytes)} for the pooled analysis" if cost.runs > 1 else ""
+    )
     return f"audit-trainer: {layout}: {wall}, {memory} (upper estimates; fewer --canaries is faster and looser)."
-
-
 
 
 def _fit(cost: AuditCost, room: float, *, pooled: bool) -> int:
@@ -126,8 +133,9 @@ def _fit(cost: AuditCost, room: float, *, pooled: bool) -> int:
     return fit // unit * unit
 
 
-def check_fits(cost: AuditCost, *, fleet: bool, worker_memory_gb: float | None = None,
-               available: float | None = None) -> None:
+def check_fits(
+    cost: AuditCost, *, fleet: bool, worker_memory_gb: float | None = None, available: float | None = None
+) -> None:
     """Refuse, before any run, what cannot fit: with ``fleet`` (``--workers`` > 1 or ``--ray-address``) a run above
     the workers' memory bound (``worker_memory_gb``, default ``$DPAUDIT_WORKER_MEMORY_GB`` or the fleet's
     :data:`~dpaudit.fleet.fleet.WORKER_MEMORY_GB`: its watchdog would stop it after its training), and any
@@ -148,15 +156,19 @@ def check_fits(cost: AuditCost, *, fleet: bool, worker_memory_gb: float | None =
         bound = worker_memory_gb * (1 << 30)
         if cost.run_bytes > bound:
             need = math.ceil(cost.run_bytes / (1 << 30) * 10) / 10
-            raise UserInputError(f"--canaries {cost.canaries:,}: each run needs about {need:g} GiB in its worker, above "
-                                 f"the workers' memory bound of {worker_memory_gb:g} GiB (its watchdog would stop the "
-                                 f"run after training); set DPAUDIT_WORKER_MEMORY_GB={need:g} or use at most about "
-                                 f"{_fit(cost, bound, pooled=False):,} canaries.")
+            raise UserInputError(
+                f"--canaries {cost.canaries:,}: each run needs about {need:g} GiB in its worker, above "
+                f"the workers' memory bound of {worker_memory_gb:g} GiB (its watchdog would stop the "
+                f"run after training); set DPAUDIT_WORKER_MEMORY_GB={need:g} or use at most about "
+                f"{_fit(cost, bound, pooled=False):,} canaries."
+            )
     if available is None:
         return
     own = cost.peak_bytes - (cost.run_bytes - BASE_BYTES if fleet else 0)  # the runs train elsewhere in a fleet
     if own > available:
-        raise UserInputError(f"--canaries {cost.canaries:,} x --runs {cost.runs:,}: the audit needs about {format_bytes(own)} "
-                             f"of memory and {format_bytes(available)} is available here; use at most about "
-                             f"{_fit(cost, available, pooled=True):,} canaries (or fewer --runs), or a machine with more "
-                             "memory.")
+        raise UserInputError(
+            f"--canaries {cost.canaries:,} x --runs {cost.runs:,}: the audit needs about {format_bytes(own)} "
+            f"of memory and {format_bytes(available)} is available here; use at most about "
+            f"{_fit(cost, available, pooled=True):,} canaries (or fewer --runs), or a machine with more "
+            "memory."
+        )

@@ -20,8 +20,15 @@ from dpaudit.claim import Claim, claim_of_record, read_privacy_record
 from dpaudit.training.gradient_canaries import canary_host
 from dpaudit.whitebox.layout import CanaryLayout
 
-__all__ = ["PluginFactory", "RunEvidence", "evidence_path", "load_evidence", "run_job", "run_with_canaries",
-           "save_evidence"]
+__all__ = [
+    "PluginFactory",
+    "RunEvidence",
+    "evidence_path",
+    "load_evidence",
+    "run_job",
+    "run_with_canaries",
+    "save_evidence",
+]
 
 #: Builds the trainer's plug-in for one run writing ``out_dir`` (e.g. ``trainer.Plugin(data, out, config, seed=s)``).
 PluginFactory = Callable[[Path], Any]
@@ -46,8 +53,9 @@ def _audited_claim(record: Any) -> Claim:
     return claim
 
 
-def run_with_canaries(factory: PluginFactory, out_dir: Path, *, canaries: int, partners: int,
-                      rng: np.random.Generator) -> RunEvidence:
+def run_with_canaries(
+    factory: PluginFactory, out_dir: Path, *, canaries: int, partners: int, rng: np.random.Generator
+) -> RunEvidence:
     """Train once in ``out_dir`` (fresh) hosting ``canaries`` gradient canaries; return the evidence."""
     from dpaudit.training.skeleton import RunSkeleton
 
@@ -67,8 +75,10 @@ def run_with_canaries(factory: PluginFactory, out_dir: Path, *, canaries: int, p
     steps = claim.steps
     missing = [t for t in range(steps) if t not in seen or seen[t].shape != (canaries,)]
     if missing:
-        raise RuntimeError(f"the trainer reported {len(seen)} canary observations for {steps} steps (first missing: "
-                           f"step {missing[0]}); its gradient-canary hook does not observe every step.")
+        raise RuntimeError(
+            f"the trainer reported {len(seen)} canary observations for {steps} steps (first missing: "
+            f"step {missing[0]}); its gradient-canary hook does not observe every step."
+        )
     final = np.asarray(host.canary_parameters(), dtype=np.float64).reshape(-1)
     if final.shape != (canaries,):
         raise RuntimeError(f"canary_parameters() returned shape {final.shape}, not ({canaries},).")
@@ -102,9 +112,13 @@ def run_job(job: Any) -> None:
     config = trainer.Config(**job.config)
     args = dict(job.runner_args or {})
     rng = np.random.default_rng(np.random.SeedSequence(args["coins"]))
-    evidence = run_with_canaries(lambda out: trainer.Plugin(Path(job.data_dir), out, config, seed=job.seed),
-                                 Path(job.out_dir), canaries=int(args["canaries"]), partners=int(args["partners"]),
-                                 rng=rng)
+    evidence = run_with_canaries(
+        lambda out: trainer.Plugin(Path(job.data_dir), out, config, seed=job.seed),
+        Path(job.out_dir),
+        canaries=int(args["canaries"]),
+        partners=int(args["partners"]),
+        rng=rng,
+    )
     save_evidence(Path(job.out_dir), evidence)
 
 
@@ -114,8 +128,15 @@ def save_evidence(out_dir: Path, evidence: RunEvidence) -> Path:
     layout = evidence.layout
     target = evidence_path(out_dir)
     staged = target.with_name(target.name + ".tmp.npz")
-    np.savez(staged, member=layout.member, unit=np.array(layout.unit), slots=np.array(layout.slots),
-             partners=np.array(layout.partners), observations=evidence.observations, final=evidence.final)
+    np.savez(
+        staged,
+        member=layout.member,
+        unit=np.array(layout.unit),
+        slots=np.array(layout.slots),
+        partners=np.array(layout.partners),
+        observations=evidence.observations,
+        final=evidence.final,
+    )
     staged.replace(target)
     return target
 
@@ -123,8 +144,12 @@ def save_evidence(out_dir: Path, evidence: RunEvidence) -> Path:
 def load_evidence(out_dir: Path) -> RunEvidence:
     """The evidence :func:`run_job` saved for the run in ``out_dir`` (the claim re-read from its ``privacy.json``)."""
     with np.load(evidence_path(out_dir)) as saved:
-        layout = CanaryLayout(member=saved["member"].astype(bool), unit=str(saved["unit"]), slots=int(saved["slots"]),
-                              partners=int(saved["partners"]))
+        layout = CanaryLayout(
+            member=saved["member"].astype(bool),
+            unit=str(saved["unit"]),
+            slots=int(saved["slots"]),
+            partners=int(saved["partners"]),
+        )
         observations, final = saved["observations"], saved["final"]
     claim = _audited_claim(read_privacy_record(Path(out_dir) / "privacy.json"))
     return RunEvidence(layout=layout, claim=claim, observations=observations, final=final)

@@ -57,8 +57,9 @@ class CanaryLayout:
         if unit not in (UNIT_EXAMPLE, UNIT_MICROBATCH):
             raise ValueError(f"unknown clipping unit {unit!r}.")
         member = rng.integers(0, 2, size=m).astype(bool)
-        return cls(member=member, unit=unit, slots=max(1, int(slots)),
-                   partners=int(partners) if unit == UNIT_MICROBATCH else 0)
+        return cls(
+            member=member, unit=unit, slots=max(1, int(slots)), partners=int(partners) if unit == UNIT_MICROBATCH else 0
+        )
 
     @property
     def size(self) -> int:

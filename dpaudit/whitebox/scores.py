@@ -20,8 +20,9 @@ from dpaudit.whitebox.layout import CanaryLayout
 __all__ = ["all_iterates_scores", "last_iterate_scores"]
 
 
-def all_iterates_scores(observations: np.ndarray, layout: CanaryLayout, q: np.ndarray, std: np.ndarray,
-                        shift: float) -> np.ndarray:
+def all_iterates_scores(
+    observations: np.ndarray, layout: CanaryLayout, q: np.ndarray, std: np.ndarray, shift: float
+) -> np.ndarray:
     """The log-likelihood ratio of each canary's T observations (``observations``: (T, m))."""
     y = np.asarray(observations, dtype=np.float64)
     std = np.asarray(std, dtype=np.float64)

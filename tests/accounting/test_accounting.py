@@ -35,10 +35,12 @@ def rdp_direct(event, delta=DELTA, relation=NeighboringRelation.ADD_OR_REMOVE_ON
 
 def raw_dpsgd(q, sigma, steps):
     return dp_accounting.SelfComposedDpEvent(
-        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps)
+        dp_accounting.PoissonSampledDpEvent(q, dp_accounting.GaussianDpEvent(sigma)), steps
+    )
 
 
 # ------------------------------------------------------------------------------------------ golden values
+
 
 @pytest.mark.parametrize("q,sigma,steps", [(0.01, 1.0, 100), (0.1, 3.0, 60), (1.0, 5.0, 3)])
 def test_epsilon_equals_dp_accounting_exactly(q, sigma, steps):
@@ -54,16 +56,21 @@ def _dense_parts(pld_pmf):
     return dense._lower_loss, dense._infinity_mass, dense._probs
 
 
-@pytest.mark.parametrize("sigma,q,discretization", [
-    (0.76, 3.03e-3, 1e-4),  # Anil et al.'s regime, at the accountant's own discretization
-    (0.3, 0.05, 1e-4),      # small sigma: the widest loss range
-    (5.0, 1e-6, 1e-3),      # tiny q: the q -> 0 branch
-    (2.0, 0.999, 1e-3),     # q near 1: the other end of the mixture
-    (20.0, 0.5, 1e-4),      # large sigma: a narrow grid
-])
+@pytest.mark.parametrize(
+    "sigma,q,discretization",
+    [
+        (0.76, 3.03e-3, 1e-4),  # Anil et al.'s regime, at the accountant's own discretization
+        (0.3, 0.05, 1e-4),  # small sigma: the widest loss range
+        (5.0, 1e-6, 1e-3),  # tiny q: the q -> 0 branch
+        (2.0, 0.999, 1e-3),  # q near 1: the other end of the mixture
+        (20.0, 0.5, 1e-4),  # large sigma: a narrow grid
+    ],
+)
 def test_vectorized_single_step_pld_is_bit_identical_to_dp_accounting(sigma, q, discretization):
     ours = A.subsampled_gaussian_pld(sigma, q, discretization)
-    theirs = pld.privacy_loss_distribution.from_gaussian_mechanism(sigma, sampling_prob=q, value_discretization_interval=discretization)
+    theirs = pld.privacy_loss_distribution.from_gaussian_mechanism(
+        sigma, sampling_prob=q, value_discretization_interval=discretization
+    )
     for side in ("_pmf_remove", "_pmf_add"):
         lower, infinity, probs = _dense_parts(getattr(ours, side))
         lower_ref, infinity_ref, probs_ref = _dense_parts(getattr(theirs, side))
@@ -75,8 +82,9 @@ def test_single_step_pld_falls_back_to_the_library_build(monkeypatch):
     """Without dp_accounting's private PMF hook (a future version), the library builds the same PLD."""
     monkeypatch.setattr(pld_module, "_CREATE_PMF", None)
     ours = A.subsampled_gaussian_pld(1.0, 0.01, 1e-3)
-    theirs = pld.privacy_loss_distribution.from_gaussian_mechanism(1.0, sampling_prob=0.01,
-                                                                   value_discretization_interval=1e-3)
+    theirs = pld.privacy_loss_distribution.from_gaussian_mechanism(
+        1.0, sampling_prob=0.01, value_discretization_interval=1e-3
+    )
     for side in ("_pmf_remove", "_pmf_add"):
         lower, infinity, probs = _dense_parts(getattr(ours, side))
         lower_ref, infinity_ref, probs_ref = _dense_parts(getattr(theirs, side))
@@ -99,8 +107,11 @@ def test_schedule_and_nested_events_equal_dp_accounting_exactly():
     assert A.epsilon(event, DELTA) == pld_direct(event)
     assert A.epsilon(event, DELTA, "rdp") == rdp_direct(event)
     nested = dp_accounting.SelfComposedDpEvent(
-        dp_accounting.ComposedDpEvent([raw_dpsgd(0.02, 2.0, 10), dp_accounting.GaussianDpEvent(20.0),
-                                       dp_accounting.NoOpDpEvent()]), 3)
+        dp_accounting.ComposedDpEvent(
+            [raw_dpsgd(0.02, 2.0, 10), dp_accounting.GaussianDpEvent(20.0), dp_accounting.NoOpDpEvent()]
+        ),
+        3,
+    )
     assert A.epsilon(nested, DELTA) == pld_direct(nested)
     # The cached prefix of the schedule is reused for a longer run: still exact.
     longer = A.schedule_event(segments + [A.Segment(steps=5, sampling_probability=0.08, noise_multiplier=2.0)])
@@ -127,6 +138,7 @@ def test_non_private_steps_have_infinite_epsilon():
 
 # -------------------------------------------------------------------------------------------- orderings
 
+
 @pytest.mark.parametrize("q", [0.01, 0.1])
 @pytest.mark.parametrize("sigma", [0.9, 3.0])
 def test_pld_at_most_rdp(q, sigma):
@@ -148,8 +160,9 @@ def test_epsilon_monotone_in_sigma_q_and_steps(accountant):
 
 
 def test_schedule_of_identical_segments_equals_single_event():
-    segments = A.batch_schedule_segments(dataset_size=50_000, schedule=[(100, 500), (200, 500), (50, 500)],
-                                         noise_multiplier=2.0)
+    segments = A.batch_schedule_segments(
+        dataset_size=50_000, schedule=[(100, 500), (200, 500), (50, 500)], noise_multiplier=2.0
+    )
     single = A.dpsgd_event(noise_multiplier=2.0, sampling_probability=0.01, steps=350)
     merged = A.schedule_event(segments)
     assert merged == dp_accounting.ComposedDpEvent([single])
@@ -165,14 +178,24 @@ def test_microbatch_segment_accounts_sigma_and_states_the_noise_std_over_c():
     assert A.microbatch_sensitivity_factor(8) == 2.0
     assert A.sliced_microbatch_sensitivity_factor(4) == 8.0
     # Noise std 2.4C with micro-batch clipping (bound 2C): sigma 1.2, the per-example mechanism at sigma 1.2.
-    micro = A.Segment(steps=150, sampling_probability=0.02, noise_multiplier=1.2,
-                      sensitivity_factor=A.microbatch_sensitivity_factor(16))
+    micro = A.Segment(
+        steps=150,
+        sampling_probability=0.02,
+        noise_multiplier=1.2,
+        sensitivity_factor=A.microbatch_sensitivity_factor(16),
+    )
     assert micro.noise_std_over_clip == pytest.approx(2.4)
     per_example = A.dpsgd_event(noise_multiplier=1.2, sampling_probability=0.02, steps=150)
-    assert micro.event() == per_example == dp_accounting.SelfComposedDpEvent(
-        dp_accounting.PoissonSampledDpEvent(0.02, dp_accounting.GaussianDpEvent(1.2)), 150)
-    assert A.epsilon(micro.event(), DELTA) > A.epsilon(A.dpsgd_event(noise_multiplier=2.4, sampling_probability=0.02,
-                                                                     steps=150), DELTA)
+    assert (
+        micro.event()
+        == per_example
+        == dp_accounting.SelfComposedDpEvent(
+            dp_accounting.PoissonSampledDpEvent(0.02, dp_accounting.GaussianDpEvent(1.2)), 150
+        )
+    )
+    assert A.epsilon(micro.event(), DELTA) > A.epsilon(
+        A.dpsgd_event(noise_multiplier=2.4, sampling_probability=0.02, steps=150), DELTA
+    )
     assert A.combined_clip_norm([3.0, 4.0]) == 5.0
     assert A.combined_clip_norm([1.0] * 4) == 2.0
 
@@ -187,8 +210,9 @@ def test_noise_schedules():
     segments = A.noise_schedule_segments(sampling_probability=0.01, steps_per_epoch=100, sigmas=linear)
     event = A.schedule_event(segments)
     assert len(event.events) == 4  # the two floor epochs merge
-    direct = dp_accounting.ComposedDpEvent([raw_dpsgd(0.01, s, n) for s, n in
-                                            [(3.0, 100), (linear[1], 100), (linear[2], 100), (1.5, 200)]])
+    direct = dp_accounting.ComposedDpEvent(
+        [raw_dpsgd(0.01, s, n) for s, n in [(3.0, 100), (linear[1], 100), (linear[2], 100), (1.5, 200)]]
+    )
     assert event == direct
     assert A.epsilon(event, DELTA) == pld_direct(direct)
     # Decay spends more than holding sigma0, less than holding the floor.
@@ -202,8 +226,9 @@ def test_fixed_size_is_rdp_replace_one_only_and_labelled():
     assert A.is_fixed_size(event)
     assert "replace-one" in A.FIXED_SIZE_LABEL and "RDP" in A.FIXED_SIZE_LABEL
     # Replace-one: sensitivity 2C, so plain dp_accounting must be handed sigma / 2.
-    plain = dp_accounting.SelfComposedDpEvent(dp_accounting.SampledWithoutReplacementDpEvent(
-        10_000, 100, dp_accounting.GaussianDpEvent(1.1 / 2)), 300)
+    plain = dp_accounting.SelfComposedDpEvent(
+        dp_accounting.SampledWithoutReplacementDpEvent(10_000, 100, dp_accounting.GaussianDpEvent(1.1 / 2)), 300
+    )
     expected = rdp_direct(plain, relation=NeighboringRelation.REPLACE_ONE)
     assert A.epsilon(event, DELTA, "rdp") == expected
     with pytest.raises(UserInputError, match="PLD cannot account"):
@@ -212,13 +237,16 @@ def test_fixed_size_is_rdp_replace_one_only_and_labelled():
     assert expected > A.epsilon(poisson, DELTA, "rdp")  # replace-one is the stronger neighbour relation
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(steps=0, sampling_probability=0.1, noise_multiplier=1.0), "steps must be an integer >= 1"),
-    (dict(steps=1, sampling_probability=1.5, noise_multiplier=1.0), "sampling_probability must be in"),
-    (dict(steps=1, sampling_probability=0.1, noise_multiplier=-1.0), "noise_multiplier must be >= 0"),
-    (dict(steps=1, sampling_probability=0.1, noise_multiplier=1.0, sensitivity_factor=0.5), "sensitivity_factor"),
-    (dict(steps=True, sampling_probability=0.1, noise_multiplier=1.0), "steps must be an integer"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(steps=0, sampling_probability=0.1, noise_multiplier=1.0), "steps must be an integer >= 1"),
+        (dict(steps=1, sampling_probability=1.5, noise_multiplier=1.0), "sampling_probability must be in"),
+        (dict(steps=1, sampling_probability=0.1, noise_multiplier=-1.0), "noise_multiplier must be >= 0"),
+        (dict(steps=1, sampling_probability=0.1, noise_multiplier=1.0, sensitivity_factor=0.5), "sensitivity_factor"),
+        (dict(steps=True, sampling_probability=0.1, noise_multiplier=1.0), "steps must be an integer"),
+    ],
+)
 def test_segment_validation(kwargs, message):
     with pytest.raises(ValueError, match=message):
         A.Segment(**kwargs)
@@ -234,11 +262,12 @@ def test_bad_accountant_and_delta_are_user_errors():
 
 # ------------------------------------------------------------------------------------------------- TAN
 
+
 def test_tan_formulas():
     eta = A.tan_eta(sampling_probability=0.01, steps=2000, noise_multiplier=5.0)
     assert eta == pytest.approx(0.01 * math.sqrt(1000) / 5.0)
     eps = A.tan_epsilon(sampling_probability=0.01, steps=2000, noise_multiplier=5.0, delta=1e-5)
-    assert eps == pytest.approx(eta ** 2 + 2 * eta * math.sqrt(math.log(1e5)))
+    assert eps == pytest.approx(eta**2 + 2 * eta * math.sqrt(math.log(1e5)))
     # eta^2 adds over segments: two halves give the eta of the whole.
     half = A.Segment(steps=1000, sampling_probability=0.01, noise_multiplier=5.0)
     assert A.tan_eta_segments([half, half]) == pytest.approx(eta)
@@ -278,8 +307,9 @@ def test_tan_overestimates_pld_above_the_wall_but_not_wildly(sigma, eta):
     steps = _steps_for_eta(eta, sigma, q)
     event = A.dpsgd_event(noise_multiplier=sigma, sampling_probability=q, steps=steps)
     for delta in (1e-5, 1e-8):
-        ratio = A.tan_epsilon(sampling_probability=q, steps=steps, noise_multiplier=sigma,
-                              delta=delta) / A.epsilon(event, delta)
+        ratio = A.tan_epsilon(sampling_probability=q, steps=steps, noise_multiplier=sigma, delta=delta) / A.epsilon(
+            event, delta
+        )
         assert 1.0 < ratio < 1.3
 
 
@@ -291,12 +321,14 @@ def test_tan_badly_underestimates_below_the_wall():
 
 
 def test_tan_simulation_keeps_eta_step_and_is_labelled_non_private():
-    sim = A.tan_simulate(dataset_size=1_000_000, batch_size=65_536, noise_multiplier=4.0, steps=1000,
-                         simulated_batch_size=1024)
+    sim = A.tan_simulate(
+        dataset_size=1_000_000, batch_size=65_536, noise_multiplier=4.0, steps=1000, simulated_batch_size=1024
+    )
     assert sim.private is False and "NON-PRIVATE" in sim.label
     assert sim.simulated_noise_multiplier == pytest.approx(4.0 * 1024 / 65_536)
     assert sim.simulated_sampling_probability / sim.simulated_noise_multiplier == pytest.approx(
-        sim.reference_sampling_probability / sim.reference_noise_multiplier)
+        sim.reference_sampling_probability / sim.reference_noise_multiplier
+    )
     assert sim.eta_step == pytest.approx(0.065536 / (math.sqrt(2) * 4.0))
     assert sim.eta == pytest.approx(A.tan_eta(sampling_probability=0.065536, steps=1000, noise_multiplier=4.0))
     assert sim.compute_saving == 64.0
@@ -307,12 +339,14 @@ def test_tan_simulation_keeps_eta_step_and_is_labelled_non_private():
 
 EVENTS = [
     A.dpsgd_event(noise_multiplier=1.1, sampling_probability=0.013, steps=77),
-    A.schedule_event(A.batch_schedule_segments(dataset_size=10_000, schedule=[(10, 100), (20, 300)],
-                                               noise_multiplier=2.0)),
+    A.schedule_event(
+        A.batch_schedule_segments(dataset_size=10_000, schedule=[(10, 100), (20, 300)], noise_multiplier=2.0)
+    ),
     A.fixed_size_event(dataset_size=1000, batch_size=10, steps=5, noise_multiplier=2.0),
     dp_accounting.NonPrivateDpEvent(),
-    dp_accounting.SelfComposedDpEvent(dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(3.0),
-                                                                     dp_accounting.NoOpDpEvent()]), 4),
+    dp_accounting.SelfComposedDpEvent(
+        dp_accounting.ComposedDpEvent([dp_accounting.GaussianDpEvent(3.0), dp_accounting.NoOpDpEvent()]), 4
+    ),
 ]
 
 
@@ -341,8 +375,11 @@ def test_event_json_refuses_unknown_classes_and_fields():
 
 
 @settings(max_examples=40, deadline=None)
-@given(st.lists(st.tuples(st.integers(1, 500), st.integers(1, 1000), st.sampled_from([0.5, 1.0, 2.0])),
-                min_size=0, max_size=6))
+@given(
+    st.lists(
+        st.tuples(st.integers(1, 500), st.integers(1, 1000), st.sampled_from([0.5, 1.0, 2.0])), min_size=0, max_size=6
+    )
+)
 def test_schedule_events_merge_and_round_trip(parts):
     segments = [A.Segment(steps=s, sampling_probability=b / 1000, noise_multiplier=sigma) for s, b, sigma in parts]
     event = A.schedule_event(segments)
@@ -353,6 +390,7 @@ def test_schedule_events_merge_and_round_trip(parts):
 
 
 # ---------------------------------------------------------------------------- calibration, reverse search
+
 
 def test_calibrate_noise_is_feasible_and_minimal():
     q, steps, target = 0.1, 60, 1.2
@@ -367,18 +405,25 @@ def test_calibrate_noise_is_feasible_and_minimal():
 
 def test_calibrate_noise_rdp_matches_dp_accounting_calibration():
     q, steps, target = 0.02, 300, 2.0
-    sigma = A.calibrate_noise(lambda s: A.dpsgd_event(noise_multiplier=s, sampling_probability=q, steps=steps),
-                              target, DELTA, accountant="rdp", tolerance=1e-4)
-    reference = dp_accounting.calibrate_dp_mechanism(rdp.RdpAccountant, lambda s: raw_dpsgd(q, s, steps), target,
-                                                     DELTA, tol=1e-6)
+    sigma = A.calibrate_noise(
+        lambda s: A.dpsgd_event(noise_multiplier=s, sampling_probability=q, steps=steps),
+        target,
+        DELTA,
+        accountant="rdp",
+        tolerance=1e-4,
+    )
+    reference = dp_accounting.calibrate_dp_mechanism(
+        rdp.RdpAccountant, lambda s: raw_dpsgd(q, s, steps), target, DELTA, tol=1e-6
+    )
     assert sigma == pytest.approx(reference, rel=1e-4)
     assert rdp_direct(raw_dpsgd(q, sigma, steps)) <= target
 
 
 def test_calibrate_noise_certified_and_rdp():
     def build(sigma):
-        return A.schedule_event(A.batch_schedule_segments(dataset_size=2_000, schedule=[(30, 100), (30, 200)],
-                                                          noise_multiplier=sigma))
+        return A.schedule_event(
+            A.batch_schedule_segments(dataset_size=2_000, schedule=[(30, 100), (30, 200)], noise_multiplier=sigma)
+        )
 
     sigma = A.calibrate_noise(build, 1.5, DELTA, certify_minimal=True, tolerance=2e-3)
     assert pld_direct(build(sigma)) <= 1.5 < pld_direct(build(sigma / 1.002))
@@ -389,27 +434,38 @@ def test_calibrate_noise_certified_and_rdp():
 
 def test_calibrate_noise_for_micro_batches_gives_the_same_sigma_and_doubles_the_std():
     def build(factor):
-        return lambda s: A.schedule_event([A.Segment(steps=60, sampling_probability=0.1, noise_multiplier=s,
-                                                     sensitivity_factor=factor)])
+        return lambda s: A.schedule_event(
+            [A.Segment(steps=60, sampling_probability=0.1, noise_multiplier=s, sensitivity_factor=factor)]
+        )
 
     per_example = A.calibrate_noise(build(1.0), 1.2, DELTA, certify_minimal=True)
     micro = A.calibrate_noise(build(2.0), 1.2, DELTA, certify_minimal=True)
     assert micro == per_example  # sigma is std over the unit's own bound: the unit does not change it
-    assert A.Segment(steps=60, sampling_probability=0.1, noise_multiplier=micro,
-                     sensitivity_factor=2.0).noise_std_over_clip == 2 * per_example
+    assert (
+        A.Segment(
+            steps=60, sampling_probability=0.1, noise_multiplier=micro, sensitivity_factor=2.0
+        ).noise_std_over_clip
+        == 2 * per_example
+    )
 
 
 def test_calibrate_noise_unreachable_target_is_a_user_error():
     with pytest.raises(UserInputError, match="no noise multiplier"):
-        A.calibrate_noise(lambda s: A.dpsgd_event(noise_multiplier=s, sampling_probability=1.0, steps=10**6),
-                          1e-4, DELTA, accountant="rdp", sigma_bounds=(0.1, 10.0))
+        A.calibrate_noise(
+            lambda s: A.dpsgd_event(noise_multiplier=s, sampling_probability=1.0, steps=10**6),
+            1e-4,
+            DELTA,
+            accountant="rdp",
+            sigma_bounds=(0.1, 10.0),
+        )
 
 
 @pytest.mark.parametrize("accountant", ["pld", "rdp"])
 def test_max_steps_is_the_exact_boundary(accountant):
     q, sigma, target = 0.05, 2.0, 2.0
-    n = A.max_steps(sampling_probability=q, noise_multiplier=sigma, target_epsilon=target, delta=DELTA,
-                    accountant=accountant)
+    n = A.max_steps(
+        sampling_probability=q, noise_multiplier=sigma, target_epsilon=target, delta=DELTA, accountant=accountant
+    )
     direct = pld_direct if accountant == "pld" else rdp_direct
     assert 50 < n < 10_000
     assert direct(raw_dpsgd(q, sigma, n)) <= target < direct(raw_dpsgd(q, sigma, n + 1))
@@ -417,20 +473,22 @@ def test_max_steps_is_the_exact_boundary(accountant):
 
 def test_max_steps_after_preceding_segments_and_edge_cases():
     first = A.Segment(steps=100, sampling_probability=0.05, noise_multiplier=2.0)
-    n = A.max_steps(sampling_probability=0.1, noise_multiplier=2.0, target_epsilon=2.0, delta=DELTA,
-                    preceding=[first])
+    n = A.max_steps(sampling_probability=0.1, noise_multiplier=2.0, target_epsilon=2.0, delta=DELTA, preceding=[first])
     within = A.schedule_event([first, A.Segment(steps=n, sampling_probability=0.1, noise_multiplier=2.0)])
     beyond = A.schedule_event([first, A.Segment(steps=n + 1, sampling_probability=0.1, noise_multiplier=2.0)])
     assert pld_direct(within) <= 2.0 < pld_direct(beyond)
     assert A.max_steps(sampling_probability=1.0, noise_multiplier=0.3, target_epsilon=0.1, delta=DELTA) == 0
-    assert A.max_steps(sampling_probability=1e-4, noise_multiplier=50.0, target_epsilon=5.0, delta=DELTA,
-                       limit=1000) == 1000
+    assert (
+        A.max_steps(sampling_probability=1e-4, noise_multiplier=50.0, target_epsilon=5.0, delta=DELTA, limit=1000)
+        == 1000
+    )
 
 
 def test_max_batch_size_is_the_boundary():
     n_data, steps, sigma, target = 10_000, 100, 2.0, 1.5
-    batch = A.max_batch_size(dataset_size=n_data, steps=steps, noise_multiplier=sigma, target_epsilon=target,
-                             delta=DELTA)
+    batch = A.max_batch_size(
+        dataset_size=n_data, steps=steps, noise_multiplier=sigma, target_epsilon=target, delta=DELTA
+    )
     assert 1 < batch < n_data
     assert pld_direct(raw_dpsgd(batch / n_data, sigma, steps)) <= target
     assert pld_direct(raw_dpsgd((batch + 1) / n_data, sigma, steps)) > target
@@ -445,8 +503,14 @@ def test_calibrate_noise_refuses_targets_below_the_grid_floor_with_a_true_claim(
     with pytest.raises(UserInputError, match="lower the target") as err:
         A.calibrate_noise(build, 1000.0, 1e-3)
     message = str(err.value)
-    sigma, eps = (float(v) for v in re.search(r"below ([\d.e+-]+) \(PLD at discretization 0.001 gives epsilon "
-                                                 r"([\d.e+-]+) there\)", message).groups())
+    sigma, eps = (
+        float(v)
+        for v in re.search(
+            r"below ([\d.e+-]+) \(PLD at discretization 0.001 gives epsilon "
+            r"([\d.e+-]+) there\)",
+            message,
+        ).groups()
+    )
     assert f"more than {A.PLD_MAX_GRID_POINTS:,} grid points" in message
     # The claim, checked with a fresh dp_accounting PLDAccountant at that discretization.
     accountant = pld.PLDAccountant(value_discretization_interval=1e-3)
@@ -454,13 +518,17 @@ def test_calibrate_noise_refuses_targets_below_the_grid_floor_with_a_true_claim(
     assert accountant.get_epsilon(1e-3) == pytest.approx(eps, rel=1e-3) and eps <= 1000.0
     # ... and that sigma really is where the accountant of record's PLD stops fitting.
     assert pld_module._item_grid_points(("poisson", 0.01, sigma, 100), A.PLD_DISCRETIZATION) <= A.PLD_MAX_GRID_POINTS
-    assert pld_module._item_grid_points(("poisson", 0.01, sigma * 0.9, 100), A.PLD_DISCRETIZATION) > A.PLD_MAX_GRID_POINTS
+    assert (
+        pld_module._item_grid_points(("poisson", 0.01, sigma * 0.9, 100), A.PLD_DISCRETIZATION) > A.PLD_MAX_GRID_POINTS
+    )
 
 
 @pytest.mark.parametrize("target", [math.inf, math.nan, True])
 def test_calibrate_noise_target_must_be_a_finite_number(target):
     with pytest.raises(UserInputError, match="finite number > 0"):
-        A.calibrate_noise(lambda s: A.dpsgd_event(noise_multiplier=s, sampling_probability=0.01, steps=10), target, DELTA)
+        A.calibrate_noise(
+            lambda s: A.dpsgd_event(noise_multiplier=s, sampling_probability=0.01, steps=10), target, DELTA
+        )
 
 
 def test_pld_refuses_a_tiny_sigma_instead_of_exhausting_memory():
@@ -495,6 +563,7 @@ def test_pld_refuses_delta_below_its_reliable_range_and_rdp_answers():
     assert 4.0 < A.epsilon(event, 1e-16, "rdp") < 5.0
     with pytest.raises(UserInputError, match="below 1e-10"):
         A.calibrate_noise(lambda s: A.dpsgd_event(noise_multiplier=s, sampling_probability=0.01, steps=100), 3.0, 1e-17)
-    sigma = A.calibrate_noise(lambda s: A.dpsgd_event(noise_multiplier=s, sampling_probability=0.01, steps=100),
-                              3.0, 1e-17, accountant="rdp")
+    sigma = A.calibrate_noise(
+        lambda s: A.dpsgd_event(noise_multiplier=s, sampling_probability=0.01, steps=100), 3.0, 1e-17, accountant="rdp"
+    )
     assert rdp_direct(raw_dpsgd(0.01, sigma, 100), 1e-17) <= 3.0 < rdp_direct(raw_dpsgd(0.01, sigma / 1.01, 100), 1e-17)

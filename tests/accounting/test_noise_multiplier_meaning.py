@@ -21,8 +21,15 @@ N, BATCH, STEPS, SIGMA, DELTA = 400, 20, 12, 0.8, 1e-5
 
 
 def _micro_batch_plan():
-    return plan_privacy(dataset_size=N, stages=[(STEPS, BATCH)], non_private=False, noise_multiplier=SIGMA,
-                        target_epsilon=None, delta=DELTA, sensitivity_factor=2.0)
+    return plan_privacy(
+        dataset_size=N,
+        stages=[(STEPS, BATCH)],
+        non_private=False,
+        noise_multiplier=SIGMA,
+        target_epsilon=None,
+        delta=DELTA,
+        sensitivity_factor=2.0,
+    )
 
 
 def _golden(sigma: float, steps: int = STEPS) -> float:
@@ -52,10 +59,22 @@ def test_plan_ledger_and_segments_carry_sigma_and_the_noise_std_over_c_is_sigma_
 
 
 def _record(ledger) -> PrivacyRecord:
-    return PrivacyRecord(trainer="edp-sgd", private=True, mechanism="micro-batch clipping, sensitivity 2C",
-                         accountant="pld", event=A.event_to_json(ledger.event()), epsilon=ledger.epsilon(), delta=DELTA,
-                         clip_norm=1.0, sensitivity_factor=2.0, noise_multipliers=[SIGMA], steps=STEPS,
-                         planned_steps=STEPS, dataset_size=N, segments=[s.to_json() for s in ledger.segments])
+    return PrivacyRecord(
+        trainer="edp-sgd",
+        private=True,
+        mechanism="micro-batch clipping, sensitivity 2C",
+        accountant="pld",
+        event=A.event_to_json(ledger.event()),
+        epsilon=ledger.epsilon(),
+        delta=DELTA,
+        clip_norm=1.0,
+        sensitivity_factor=2.0,
+        noise_multipliers=[SIGMA],
+        steps=STEPS,
+        planned_steps=STEPS,
+        dataset_size=N,
+        segments=[s.to_json() for s in ledger.segments],
+    )
 
 
 def test_privacy_json_v2_is_converted_so_its_segments_state_sigma():

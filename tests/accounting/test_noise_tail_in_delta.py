@@ -61,20 +61,30 @@ def test_calibration_meets_the_target_at_delta_minus_the_tail(reach):
 
 def test_the_reverse_searches_count_the_tail_too():
     sigma = 0.8
-    steps = A.max_steps(sampling_probability=Q, noise_multiplier=sigma, target_epsilon=50.0, delta=DELTA, noise_reach=5.22)
+    steps = A.max_steps(
+        sampling_probability=Q, noise_multiplier=sigma, target_epsilon=50.0, delta=DELTA, noise_reach=5.22
+    )
     tail = steps * Q * _upper(5.22 - 1 / sigma)
     assert tail < DELTA and (steps + 1) * Q * _upper(5.22 - 1 / sigma) * (1 + 2e-3) >= DELTA * 0.999
     assert steps < A.max_steps(sampling_probability=Q, noise_multiplier=sigma, target_epsilon=50.0, delta=DELTA)
-    batch = A.max_batch_size(dataset_size=10_000, steps=STEPS, noise_multiplier=sigma, target_epsilon=50.0, delta=DELTA,
-                             noise_reach=5.22)
+    batch = A.max_batch_size(
+        dataset_size=10_000, steps=STEPS, noise_multiplier=sigma, target_epsilon=50.0, delta=DELTA, noise_reach=5.22
+    )
     assert STEPS * batch / 10_000 * _upper(5.22 - 1 / sigma) < DELTA
-    assert batch < A.max_batch_size(dataset_size=10_000, steps=STEPS, noise_multiplier=sigma, target_epsilon=50.0,
-                                    delta=DELTA)
+    assert batch < A.max_batch_size(
+        dataset_size=10_000, steps=STEPS, noise_multiplier=sigma, target_epsilon=50.0, delta=DELTA
+    )
 
 
 def _plan(**kw):
-    args = dict(dataset_size=2000, stages=[(STEPS, 40)], non_private=False, noise_multiplier=None, target_epsilon=None,
-                delta=DELTA)
+    args = dict(
+        dataset_size=2000,
+        stages=[(STEPS, 40)],
+        non_private=False,
+        noise_multiplier=None,
+        target_epsilon=None,
+        delta=DELTA,
+    )
     return plan_privacy(**{**args, **kw})
 
 
@@ -84,7 +94,11 @@ def test_the_plan_states_delta_and_hands_the_accountant_delta_minus_the_reserved
     assert plan.delta == DELTA and plan.noise_tail == tail and plan.accountant_delta == DELTA - tail
     assert plan.planned_epsilon == A.epsilon(plan.event(), plan.accountant_delta) <= 4.0
     ledger = new_ledger(plan)
-    assert ledger.delta == plan.accountant_delta and ledger.noise_tail == tail and ledger.stated_delta == pytest.approx(DELTA)
+    assert (
+        ledger.delta == plan.accountant_delta
+        and ledger.noise_tail == tail
+        and ledger.stated_delta == pytest.approx(DELTA)
+    )
     assert PrivacyLedger_roundtrip(ledger) == (ledger.delta, ledger.noise_tail)
     # no sampler named: nothing counted, as for a third-party trainer's uncharacterised sampler
     bare = _plan(target_epsilon=4.0)
@@ -136,18 +150,37 @@ def _v3_record() -> dict:
     event = _event(0.9)
     eps = A.epsilon(event, DELTA)
     figure = STEPS * Q * _upper(5.22 - 1 / 0.9)
-    record = PrivacyRecord(trainer="jax-bert", private=True, mechanism="DP-SGD", accountant="pld",
-                           event=A.event_to_json(event), epsilon=eps, delta=DELTA, clip_norm=1.0, sensitivity_factor=1.0,
-                           noise_multipliers=[0.9], steps=STEPS, planned_steps=STEPS, dataset_size=2000,
-                           segments=[A.Segment(steps=STEPS, sampling_probability=Q, noise_multiplier=0.9).to_json()],
-                           guarantee="(eps, 1e-05)-DP ...", group_privacy=[{"frequency": 10, "epsilon": 1.0,
-                                                                            "delta": 1e-4, "bound": "x"}])
+    record = PrivacyRecord(
+        trainer="jax-bert",
+        private=True,
+        mechanism="DP-SGD",
+        accountant="pld",
+        event=A.event_to_json(event),
+        epsilon=eps,
+        delta=DELTA,
+        clip_norm=1.0,
+        sensitivity_factor=1.0,
+        noise_multipliers=[0.9],
+        steps=STEPS,
+        planned_steps=STEPS,
+        dataset_size=2000,
+        segments=[A.Segment(steps=STEPS, sampling_probability=Q, noise_multiplier=0.9).to_json()],
+        guarantee="(eps, 1e-05)-DP ...",
+        group_privacy=[{"frequency": 10, "epsilon": 1.0, "delta": 1e-4, "bound": "x"}],
+    )
     old = record.to_json()
     del old["accountant_delta"], old["noise_tail_delta"]
     old["schema"] = "dpaudit.privacy/3"
-    old["noise_tail"] = {"sampler": "jax-float32", "sampler_text": "jax.random.normal in float32", "z_max": 5.22,
-                         "figure": figure, "delta": DELTA, "exceeds_delta": figure > DELTA, "formula": "...",
-                         "caveat": "the noise sampler ..."}
+    old["noise_tail"] = {
+        "sampler": "jax-float32",
+        "sampler_text": "jax.random.normal in float32",
+        "z_max": 5.22,
+        "figure": figure,
+        "delta": DELTA,
+        "exceeds_delta": figure > DELTA,
+        "formula": "...",
+        "caveat": "the noise sampler ...",
+    }
     return old
 
 

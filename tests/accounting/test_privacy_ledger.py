@@ -31,9 +31,13 @@ def test_record_compresses_runs_and_event_matches_schedule():
     ledger.record(sampling_probability=Q, noise_multiplier=SIGMA, sensitivity_factor=2.0)  # same mechanism, std 2x
     assert ledger.steps == 6
     assert [s.steps for s in ledger.segments] == [3, 2, 1]
-    expected = A.schedule_event([A.Segment(steps=3, sampling_probability=Q, noise_multiplier=SIGMA),
-                                 A.Segment(steps=2, sampling_probability=0.1, noise_multiplier=SIGMA),
-                                 A.Segment(steps=1, sampling_probability=Q, noise_multiplier=SIGMA)])
+    expected = A.schedule_event(
+        [
+            A.Segment(steps=3, sampling_probability=Q, noise_multiplier=SIGMA),
+            A.Segment(steps=2, sampling_probability=0.1, noise_multiplier=SIGMA),
+            A.Segment(steps=1, sampling_probability=Q, noise_multiplier=SIGMA),
+        ]
+    )
     assert ledger.event() == expected
     assert ledger.epsilon() == pld_direct(expected)
     assert ledger.accountant_calls == 1  # no target: recording never asked the accountant
@@ -134,12 +138,15 @@ def test_rdp_ledger_and_remaining_steps():
     assert ledger.epsilon() <= 2.0
 
 
-@pytest.mark.parametrize("kwargs,message", [
-    (dict(delta=0.0, target_epsilon=1.0), "delta must be in"),
-    (dict(delta=1e-5, target_epsilon=-1.0), "target_epsilon must be"),
-    (dict(delta=1e-5, target_epsilon=1.0, accountant="gdp"), "accountant must be one of"),
-    (dict(delta=1e-5, target_epsilon=1.0, sampling="fixed_size"), "sampling must be one of"),
-])
+@pytest.mark.parametrize(
+    "kwargs,message",
+    [
+        (dict(delta=0.0, target_epsilon=1.0), "delta must be in"),
+        (dict(delta=1e-5, target_epsilon=-1.0), "target_epsilon must be"),
+        (dict(delta=1e-5, target_epsilon=1.0, accountant="gdp"), "accountant must be one of"),
+        (dict(delta=1e-5, target_epsilon=1.0, sampling="fixed_size"), "sampling must be one of"),
+    ],
+)
 def test_ledger_validation(kwargs, message):
     with pytest.raises(ValueError, match=message):
         PrivacyLedger(**kwargs)

@@ -15,8 +15,16 @@ from dpaudit.training.privacy_plan import plan_privacy
 
 
 def _plan(n, declared=None, **kw):
-    return plan_privacy(dataset_size=n, stages=[(5, 8)], non_private=False, noise_multiplier=kw.pop("sigma", 1.0),
-                        target_epsilon=kw.pop("target", None), delta=None, declared_size=declared, **kw)
+    return plan_privacy(
+        dataset_size=n,
+        stages=[(5, 8)],
+        non_private=False,
+        noise_multiplier=kw.pop("sigma", 1.0),
+        target_epsilon=kw.pop("target", None),
+        delta=None,
+        declared_size=declared,
+        **kw,
+    )
 
 
 def test_a_declared_size_fixes_q_delta_and_sigma_whatever_the_real_n():
@@ -43,16 +51,19 @@ def test_replace_one_epsilon_matches_dp_accounting_and_respects_the_sensitivity_
     at multiplier sigma under replace-one exactly as under add/remove."""
     golden = PLDAccountant(NeighboringRelation.REPLACE_ONE)
     golden.compose(dp_event.PoissonSampledDpEvent(0.01, dp_event.GaussianDpEvent(1.0)), 1000)
-    event = A.schedule_event([A.Segment(steps=1000, sampling_probability=0.01, noise_multiplier=1.0,
-                                        sensitivity_factor=2.0)])
+    event = A.schedule_event(
+        [A.Segment(steps=1000, sampling_probability=0.01, noise_multiplier=1.0, sensitivity_factor=2.0)]
+    )
     assert A.epsilon_replace_one(event, 1e-5) == pytest.approx(golden.get_epsilon(1e-5), rel=1e-9)
     assert A.epsilon_replace_one(event, 1e-5) == pytest.approx(2.8434, abs=1e-3)
     assert A.epsilon(event, 1e-5) == pytest.approx(1.8282, abs=1e-3)
 
 
 def test_tail_figure_sums_each_segment():
-    segments = [A.Segment(steps=100, sampling_probability=0.1, noise_multiplier=0.5),
-                A.Segment(steps=50, sampling_probability=0.2, noise_multiplier=1.0, sensitivity_factor=2.0)]
+    segments = [
+        A.Segment(steps=100, sampling_probability=0.1, noise_multiplier=0.5),
+        A.Segment(steps=50, sampling_probability=0.2, noise_multiplier=1.0, sensitivity_factor=2.0),
+    ]
     upper = lambda x: 0.5 * math.erfc(x / math.sqrt(2))  # noqa: E731
     want = 100 * 0.1 * upper(5.768 - 2.0) + 50 * 0.2 * upper(5.768 - 1.0)
     assert A.tail_figure(segments, 5.768) == pytest.approx(want, rel=1e-12)
@@ -72,8 +83,9 @@ def test_jax_float32_normal_reach_is_measured_on_jax_itself():
 
     def transform(bits):  # jax._src.random: uniform from the top 23 bits in [nextafter(-1, 0), 1), then erfinv
         one = np.array(1.0, np.float32).view(np.uint32)
-        floats = lax.bitcast_convert_type(lax.bitwise_or(lax.shift_right_logical(bits, np.uint32(9)), one),
-                                          jnp.float32) - np.float32(1.0)
+        floats = lax.bitcast_convert_type(
+            lax.bitwise_or(lax.shift_right_logical(bits, np.uint32(9)), one), jnp.float32
+        ) - np.float32(1.0)
         lo = np.nextafter(np.float32(-1.0), np.float32(0.0))
         return np.float32(math.sqrt(2)) * lax.erf_inv(lax.max(lo, floats * (np.float32(1.0) - lo) + lo))
 

@@ -21,8 +21,15 @@ def classifier_model(canary_model, tmp_path_factory):
     from transformers import BertConfig, BertForSequenceClassification
 
     path = tmp_path_factory.mktemp("classifier") / "hf"
-    config = BertConfig(vocab_size=512, hidden_size=32, num_hidden_layers=1, num_attention_heads=2, intermediate_size=64,
-                        max_position_embeddings=64, num_labels=3)
+    config = BertConfig(
+        vocab_size=512,
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=64,
+        num_labels=3,
+    )
     BertForSequenceClassification(config).save_pretrained(path)
     for name in ("tokenizer.json", "tokenizer_config.json", "special_tokens_map.json"):
         shutil.copy(canary_model / "model" / name, path / name)

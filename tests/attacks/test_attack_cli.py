@@ -53,7 +53,12 @@ def test_non_private_model_memorizes_the_100x_canaries(attacked):
     assert exposure[100]["vs_controls"]["p_value"] < 0.01
     assert recon[100]["exact_matches"] >= 1 and recon[0]["exact_matches"] == 0, recon
     assert recon[100]["normalized_edit_distance_mean"] < recon[0]["normalized_edit_distance_mean"]
-    assert results["claimed_privacy"] == {**results["claimed_privacy"], "known": True, "private": False, "epsilon": None}
+    assert results["claimed_privacy"] == {
+        **results["claimed_privacy"],
+        "known": True,
+        "private": False,
+        "epsilon": None,
+    }
     assert "group privacy" in results["group_privacy"]
     assert results["warnings"] == []  # every canary has its own {name} key
     assert "exposure" in result.output and "reconstruction" in result.output
@@ -120,8 +125,19 @@ def test_python_api_matches_the_command(attacked, canary_model, canary_data):
 
 def test_partial_reveal(canary_model, canary_data, tmp_path):
     out = tmp_path / "reveal"
-    result = _attack("--model", str(canary_model), "--data", str(canary_data), "--out", str(out), "--reveal", "2",
-                     "--top-k", "3", "--json")
+    result = _attack(
+        "--model",
+        str(canary_model),
+        "--data",
+        str(canary_data),
+        "--out",
+        str(out),
+        "--reveal",
+        "2",
+        "--top-k",
+        "3",
+        "--json",
+    )
     assert result.exit_code == 0, result.output
     results = json.loads(result.stdout)
     assert results["attacks"][0]["parameters"]["log2_space_size"] == pytest.approx(2 * math.log2(10))
@@ -132,11 +148,31 @@ def test_partial_reveal(canary_model, canary_data, tmp_path):
 
 def test_shared_context_is_warned(canary_model, tmp_path):
     data, out = tmp_path / "shared", tmp_path / "out"
-    inject = CliRunner().invoke(cli, ["inject", "--corpus", "builtin:assistant", "--corpus-size", "60", "--format",
-                                      "digits:4", "--frequencies", "1", "--per-frequency", "3", "--template",
-                                      "my account number is {secret}", "--out", str(data)], catch_exceptions=False)
+    inject = CliRunner().invoke(
+        cli,
+        [
+            "inject",
+            "--corpus",
+            "builtin:assistant",
+            "--corpus-size",
+            "60",
+            "--format",
+            "digits:4",
+            "--frequencies",
+            "1",
+            "--per-frequency",
+            "3",
+            "--template",
+            "my account number is {secret}",
+            "--out",
+            str(data),
+        ],
+        catch_exceptions=False,
+    )
     assert inject.exit_code == 0, inject.output
-    result = _attack("--model", str(canary_model), "--data", str(data), "--out", str(out), "--attacks", "reconstruction")
+    result = _attack(
+        "--model", str(canary_model), "--data", str(data), "--out", str(out), "--attacks", "reconstruction"
+    )
     assert result.exit_code == 0, result.output
     assert "share their unmasked context" in result.stderr
     warnings = json.loads((out / "results.json").read_text())["warnings"]
@@ -167,11 +203,18 @@ def test_out_that_is_a_file_is_refused(canary_model, canary_data, tmp_path):
 
 def test_classifier_given_to_masked_lm_attack_is_refused(classifier_model, canary_data, tmp_path):
     out = tmp_path / "out"
-    _refused(_attack("--model", str(classifier_model), "--data", str(canary_data), "--out", str(out), "--attacks", "exposure"),
-             out, "needs a causal LM or masked LM")
+    _refused(
+        _attack(
+            "--model", str(classifier_model), "--data", str(canary_data), "--out", str(out), "--attacks", "exposure"
+        ),
+        out,
+        "needs a causal LM or masked LM",
+    )
 
 
-@pytest.mark.parametrize("damage, match", [("pickle", "pickle"), ("tokenizer", "no tokenizer"), ("weights", "no model.safetensors")])
+@pytest.mark.parametrize(
+    "damage, match", [("pickle", "pickle"), ("tokenizer", "no tokenizer"), ("weights", "no model.safetensors")]
+)
 def test_bad_model_directories_are_refused(bare_model, canary_data, tmp_path, damage, match):
     out = tmp_path / "out"
     if damage == "pickle":
@@ -194,10 +237,12 @@ def test_tokenizer_splitting_the_digits_is_refused(bare_model, canary_data, tmp_
 
 
 def test_attack_command_never_imports_jax(canary_model, canary_data, tmp_path):
-    code = ("import sys\nfrom click.testing import CliRunner\nfrom dpaudit.cli import cli\n"
-            f"r = CliRunner().invoke(cli, ['attack', '--model', {str(canary_model)!r}, '--data', {str(canary_data)!r}, "
-            f"'--out', {str(tmp_path / 'o')!r}, '--attacks', 'reconstruction'])\n"
-            "assert r.exit_code == 0, r.output\nprint(sorted(m for m in ('jax', 'flax', 'optax') if m in sys.modules))")
+    code = (
+        "import sys\nfrom click.testing import CliRunner\nfrom dpaudit.cli import cli\n"
+        f"r = CliRunner().invoke(cli, ['attack', '--model', {str(canary_model)!r}, '--data', {str(canary_data)!r}, "
+        f"'--out', {str(tmp_path / 'o')!r}, '--attacks', 'reconstruction'])\n"
+        "assert r.exit_code == 0, r.output\nprint(sorted(m for m in ('jax', 'flax', 'optax') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-2000:]
     assert done.stdout.strip().splitlines()[-1] == "[]"
@@ -205,12 +250,32 @@ def test_attack_command_never_imports_jax(canary_model, canary_data, tmp_path):
 
 def test_phrase_canaries_are_reconstructed_over_the_vocabulary(canary_model, tmp_path):
     phrases = tmp_path / "phrases.txt"
-    phrases.write_text("the quick brown fox jumps over the lazy dog\nshe sells sea shells by the sea shore today\n"
-                       "an apple a day keeps the doctor away now\nall that glitters is not gold my friend\n")
+    phrases.write_text(
+        "the quick brown fox jumps over the lazy dog\nshe sells sea shells by the sea shore today\n"
+        "an apple a day keeps the doctor away now\nall that glitters is not gold my friend\n"
+    )
     data, out = tmp_path / "data", tmp_path / "out"
-    inject = CliRunner().invoke(cli, ["inject", "--corpus", "builtin:assistant", "--corpus-size", "60", "--format", "phrases",
-                                      "--phrase-corpus", str(phrases), "--frequencies", "1", "--per-frequency", "2",
-                                      "--out", str(data)], catch_exceptions=False)
+    inject = CliRunner().invoke(
+        cli,
+        [
+            "inject",
+            "--corpus",
+            "builtin:assistant",
+            "--corpus-size",
+            "60",
+            "--format",
+            "phrases",
+            "--phrase-corpus",
+            str(phrases),
+            "--frequencies",
+            "1",
+            "--per-frequency",
+            "2",
+            "--out",
+            str(data),
+        ],
+        catch_exceptions=False,
+    )
     assert inject.exit_code == 0, inject.output
     result = _attack("--model", str(canary_model), "--data", str(data), "--out", str(out))
     assert result.exit_code == 0, result.output

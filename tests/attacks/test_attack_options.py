@@ -34,12 +34,33 @@ REPO = Path(__file__).resolve().parents[2]
 #: Every option of ``dpaudit attack`` when its list was written by hand, with its default (None: none shown): the
 #: generated command keeps each name and default.
 HAND_WRITTEN = {
-    "--batch-size": 32, "--reveal": 0, "--top-k": 10, "--seed": 0, "--shadow-models": 4, "--attack-model": "logreg",
-    "--reference-model": None, "--max-shadow-minutes": None, "--shadow-cache": None, "--workers": None,
-    "--ray-address": None, "--shadow-trainer": None, "--shadow-config": None, "--shadow-dirs": None,
-    "--claimed-epsilon": None, "--claimed-delta": None, "--claimed-from-opacus": None, "--fpr": None,
-    "--mia-examples": None, "--lira-global-variance": False, "--lira-variance": "auto", "--lira-offline": "one-sided",
-    "--min-k": 0.2, "--beam-width": 5, "--exposure-limit": 10**5, "--exposure-samples": 1000, "--blind-baseline": True,
+    "--batch-size": 32,
+    "--reveal": 0,
+    "--top-k": 10,
+    "--seed": 0,
+    "--shadow-models": 4,
+    "--attack-model": "logreg",
+    "--reference-model": None,
+    "--max-shadow-minutes": None,
+    "--shadow-cache": None,
+    "--workers": None,
+    "--ray-address": None,
+    "--shadow-trainer": None,
+    "--shadow-config": None,
+    "--shadow-dirs": None,
+    "--claimed-epsilon": None,
+    "--claimed-delta": None,
+    "--claimed-from-opacus": None,
+    "--fpr": None,
+    "--mia-examples": None,
+    "--lira-global-variance": False,
+    "--lira-variance": "auto",
+    "--lira-offline": "one-sided",
+    "--min-k": 0.2,
+    "--beam-width": 5,
+    "--exposure-limit": 10**5,
+    "--exposure-samples": 1000,
+    "--blind-baseline": True,
 }
 #: Fields of the Python API that have no option (a dict, or knobs the command line never offered).
 PYTHON_ONLY = {"level", "tolerance", "shadow_overrides"}
@@ -48,14 +69,21 @@ PYTHON_ONLY = {"level", "tolerance", "shadow_overrides"}
 def _generated() -> dict[str, object]:
     from dpaudit.cli.params import config_options
 
-    return {o.opts[0]: o for cls, fields, _ in option_sections(registered_classes())
-            for o in config_options(cls, fields=fields)}
+    return {
+        o.opts[0]: o
+        for cls, fields, _ in option_sections(registered_classes())
+        for o in config_options(cls, fields=fields)
+    }
 
 
 def test_every_config_field_is_an_option_and_every_hand_written_option_kept_its_name_and_default():
     generated = _generated()
-    fields = {f.name: f for cls, names, _ in option_sections(registered_classes())
-              for f in dataclasses.fields(cls) if f.name in names}
+    fields = {
+        f.name: f
+        for cls, names, _ in option_sections(registered_classes())
+        for f in dataclasses.fields(cls)
+        if f.name in names
+    }
     assert {f.name for f in fields.values() if f.metadata.get("python_only")} == PYTHON_ONLY
     assert {o.name for o in generated.values()} == set(fields) - PYTHON_ONLY  # one option per field, none other
     assert set(generated) == set(HAND_WRITTEN)
@@ -64,7 +92,11 @@ def test_every_config_field_is_an_option_and_every_hand_written_option_kept_its_
         assert (option.default if not option.multiple else None) == default, flag
         assert fields[option.name].default == default, flag  # the Config's default is the option's
     assert generated["--blind-baseline"].secondary_opts == ["--no-blind-baseline"]
-    assert generated["--lira-global-variance"].hidden and generated["--fpr"].multiple and generated["--shadow-dirs"].multiple
+    assert (
+        generated["--lira-global-variance"].hidden
+        and generated["--fpr"].multiple
+        and generated["--shadow-dirs"].multiple
+    )
     help_text = CliRunner().invoke(cli, ["attack", "--attacks", "all", "--help"], terminal_width=200).output
     for flag, option in generated.items():
         assert option.hidden or flag in help_text, flag
@@ -77,8 +109,17 @@ def test_each_attacks_help_shows_its_options_and_the_shared_ones():
         return result.output.split("\nOptions:\n", 1)[1]  # the option sections and the epilog, not the description
 
     lira = shown("--attacks", "lira")
-    for flag in ("--lira-variance", "--lira-offline", "--shadow-models", "--shadow-dirs", "--mia-examples",
-                 "--batch-size", "--seed", "--fpr", "--claimed-epsilon"):
+    for flag in (
+        "--lira-variance",
+        "--lira-offline",
+        "--shadow-models",
+        "--shadow-dirs",
+        "--mia-examples",
+        "--batch-size",
+        "--seed",
+        "--fpr",
+        "--claimed-epsilon",
+    ):
         assert flag in lira, flag
     for flag in ("--min-k", "--beam-width", "--exposure-limit", "--reveal", "--attack-model", "--reference-model"):
         assert flag not in lira, flag
@@ -106,18 +147,31 @@ def test_attack_help_imports_no_framework():
     assert out.stdout.strip() == "", out.stdout
 
 
-@pytest.mark.parametrize(("args", "needles"), [
-    (["--attacks", "lira", "--beam-width", "3"],
-     ["--beam-width is an option of --attacks extraction, which --attacks lira does not run",
-      "add extraction to --attacks, or remove --beam-width"]),
-    (["--min-k=0.5"], ["--min-k is an option of --attacks min-k, min-k++", "exposure,reconstruction (the default)"]),
-    (["--attacks", "exposure", "--no-blind-baseline"], ["--blind-baseline is an option of --attacks loss,",
-                                                        "which --attacks exposure does not run"]),
-])
+@pytest.mark.parametrize(
+    ("args", "needles"),
+    [
+        (
+            ["--attacks", "lira", "--beam-width", "3"],
+            [
+                "--beam-width is an option of --attacks extraction, which --attacks lira does not run",
+                "add extraction to --attacks, or remove --beam-width",
+            ],
+        ),
+        (
+            ["--min-k=0.5"],
+            ["--min-k is an option of --attacks min-k, min-k++", "exposure,reconstruction (the default)"],
+        ),
+        (
+            ["--attacks", "exposure", "--no-blind-baseline"],
+            ["--blind-baseline is an option of --attacks loss,", "which --attacks exposure does not run"],
+        ),
+    ],
+)
 def test_an_option_of_an_attack_that_does_not_run_is_refused_in_one_line(tmp_path, args, needles):
     out = tmp_path / "out"
-    result = CliRunner().invoke(cli, ["attack", "--model", str(tmp_path / "m"), "--data", str(tmp_path / "d"),
-                                      "--out", str(out), *args])
+    result = CliRunner().invoke(
+        cli, ["attack", "--model", str(tmp_path / "m"), "--data", str(tmp_path / "d"), "--out", str(out), *args]
+    )
     assert result.exit_code == 2 and "Traceback" not in result.output, result.output
     assert len(result.output.strip().splitlines()) == 1 and result.output.startswith("Error: "), result.output
     for needle in needles:
@@ -152,11 +206,23 @@ def test_the_entry_point_group_lists_the_built_in_attacks_and_their_properties_a
     installed = {name: ep.value for name, ep in available_attacks().items()}
     assert installed == declared  # the installed metadata is pyproject's (reinstall with `pip install -e .` if not)
     by_name = {c.name: c for c in registered_classes()}
-    assert {n for n, c in by_name.items() if prop(c, "membership")} == {"loss", "shadow", "ref", "lira", "rmia", "zlib",
-                                                                       "min-k", "min-k++"}
+    assert {n for n, c in by_name.items() if prop(c, "membership")} == {
+        "loss",
+        "shadow",
+        "ref",
+        "lira",
+        "rmia",
+        "zlib",
+        "min-k",
+        "min-k++",
+    }
     assert [n for n, c in by_name.items() if prop(c, "baseline")] == ["blind"]
-    assert {n for n, c in by_name.items() if prop(c, "scores_canaries")} == {"exposure", "reconstruction",
-                                                                            "extraction", "canary"}
+    assert {n for n, c in by_name.items() if prop(c, "scores_canaries")} == {
+        "exposure",
+        "reconstruction",
+        "extraction",
+        "canary",
+    }
     from types import SimpleNamespace
 
     trains = SimpleNamespace(shadow_dirs=(), reference_model=None)
@@ -218,9 +284,11 @@ def test_a_third_party_attack_plugs_in_through_the_entry_point_group(tiny_causal
     (site / "length_loss_attack-0.1.dist-info").mkdir(parents=True)
     (site / "length_loss_attack.py").write_text(PLUGIN, encoding="utf-8")
     (site / "length_loss_attack-0.1.dist-info" / "METADATA").write_text(
-        "Metadata-Version: 2.1\nName: length-loss-attack\nVersion: 0.1\n", encoding="utf-8")
+        "Metadata-Version: 2.1\nName: length-loss-attack\nVersion: 0.1\n", encoding="utf-8"
+    )
     (site / "length_loss_attack-0.1.dist-info" / "entry_points.txt").write_text(
-        f"[{ENTRY_POINT_GROUP}]\nlength-loss = length_loss_attack:LengthLossAttack\n", encoding="utf-8")
+        f"[{ENTRY_POINT_GROUP}]\nlength-loss = length_loss_attack:LengthLossAttack\n", encoding="utf-8"
+    )
     monkeypatch.syspath_prepend(str(site))  # as `pip install` of its package would
     assert "length-loss" in available_attacks()
 
@@ -230,16 +298,62 @@ def test_a_third_party_attack_plugs_in_through_the_entry_point_group(tiny_causal
     assert "The length-loss attack's options (length-loss):" in shown and "--length-weight" in shown
     assert "--mia-examples" in shown and "--beam-width" not in shown
     out = tmp_path / "attack"
-    result = runner.invoke(cli, ["attack", "--model", str(tiny_causal_dir), "--data", str(data_dir), "--out", str(out),
-                                 "--attacks", "length-loss", "--length-weight", "0.5", "--no-blind-baseline"])
+    result = runner.invoke(
+        cli,
+        [
+            "attack",
+            "--model",
+            str(tiny_causal_dir),
+            "--data",
+            str(data_dir),
+            "--out",
+            str(out),
+            "--attacks",
+            "length-loss",
+            "--length-weight",
+            "0.5",
+            "--no-blind-baseline",
+        ],
+    )
     assert result.exit_code == 0, result.output
     results = json.loads((out / "results.json").read_text(encoding="utf-8"))
     assert [a["attack"] for a in results["attacks"]] == ["length-loss"]
     assert results["attacks"][0]["parameters"]["length_weight"] == 0.5
     assert json.loads((out / "manifest.json").read_text(encoding="utf-8"))["config"]["length_weight"] == 0.5
-    again = runner.invoke(cli, ["attack", "--model", str(tiny_causal_dir), "--data", str(data_dir), "--out", str(out),
-                                "--attacks", "length-loss", "--length-weight", "0.5", "--no-blind-baseline"])
-    assert again.exit_code == 0 and "holds the results of this very command" in again.output  # read back, its type known
-    refused = runner.invoke(cli, ["attack", "--model", str(tiny_causal_dir), "--data", str(data_dir), "--out",
-                                  str(tmp_path / "other"), "--attacks", "loss", "--length-weight", "1"])
+    again = runner.invoke(
+        cli,
+        [
+            "attack",
+            "--model",
+            str(tiny_causal_dir),
+            "--data",
+            str(data_dir),
+            "--out",
+            str(out),
+            "--attacks",
+            "length-loss",
+            "--length-weight",
+            "0.5",
+            "--no-blind-baseline",
+        ],
+    )
+    assert (
+        again.exit_code == 0 and "holds the results of this very command" in again.output
+    )  # read back, its type known
+    refused = runner.invoke(
+        cli,
+        [
+            "attack",
+            "--model",
+            str(tiny_causal_dir),
+            "--data",
+            str(data_dir),
+            "--out",
+            str(tmp_path / "other"),
+            "--attacks",
+            "loss",
+            "--length-weight",
+            "1",
+        ],
+    )
     assert refused.exit_code == 2 and "--length-weight is an option of --attacks length-loss" in refused.output

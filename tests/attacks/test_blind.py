@@ -23,14 +23,20 @@ def texts(rng: np.random.Generator, n: int, low: int, high: int) -> list[str]:
 
 def task(members: list[str], nonmembers: list[str], labels: list[int] | None = None) -> MembershipTask:
     n, m = len(members), len(nonmembers)
-    return MembershipTask("examples", members + nonmembers, labels, np.r_[np.ones(n, bool), np.zeros(m, bool)],
-                          [f"r{i}" for i in range(n + m)])
+    return MembershipTask(
+        "examples",
+        members + nonmembers,
+        labels,
+        np.r_[np.ones(n, bool), np.zeros(m, bool)],
+        [f"r{i}" for i in range(n + m)],
+    )
 
 
 def run_blind(t: MembershipTask, kind: str = "masked-lm"):
     """BlindAttack.run on one task, through the audit like any attack (claim as claim_of caches it)."""
-    context = SimpleNamespace(options=AttackOptions(seed=3), _mia_claim=(1.0, 1e-5), _mia_tasks=[t],
-                              scorer=SimpleNamespace(kind=kind))
+    context = SimpleNamespace(
+        options=AttackOptions(seed=3), _mia_claim=(1.0, 1e-5), _mia_tasks=[t], scorer=SimpleNamespace(kind=kind)
+    )
     return BlindAttack().run(context).result
 
 
@@ -79,10 +85,12 @@ def test_scores_are_seeded_and_tiny_tasks_are_skipped_with_a_note():
     assert not np.array_equal(a, blind_scores(t.texts, None, t.member, seed=1))  # another fold split
     with pytest.raises(ValueError, match=">= 2 members"):
         blind_scores(["a", "b", "c"], None, np.array([True, False, False]), seed=0)
-    tiny = MembershipTask("canaries", ["a", "b", "c"], None, np.array([True, False, False]), ["1", "2", "3"],
-                          coin_flip=True)
-    context = SimpleNamespace(options=AttackOptions(), _mia_claim=(1.0, 1e-5), _mia_tasks=[t, tiny],
-                              scorer=SimpleNamespace(kind="masked-lm"))
+    tiny = MembershipTask(
+        "canaries", ["a", "b", "c"], None, np.array([True, False, False]), ["1", "2", "3"], coin_flip=True
+    )
+    context = SimpleNamespace(
+        options=AttackOptions(), _mia_claim=(1.0, 1e-5), _mia_tasks=[t, tiny], scorer=SimpleNamespace(kind="masked-lm")
+    )
     result = BlindAttack().run(context).result
     assert [x.task for x in result.tasks] == ["examples"] and any("too few" in w for w in result.warnings)
 
@@ -91,8 +99,9 @@ def test_coin_flip_canaries_get_no_one_run_bound_and_nothing_meets_the_claim():
     rng = np.random.default_rng(5)
     t = task(texts(rng, 40, 8, 16), texts(rng, 40, 2, 6))  # very separable
     flips = MembershipTask("canaries", t.texts, None, t.member, t.ids, coin_flip=True, info={"frequencies": [1]})
-    context = SimpleNamespace(options=AttackOptions(), _mia_claim=(0.1, 1e-5), _mia_tasks=[t, flips],
-                              scorer=SimpleNamespace(kind="masked-lm"))
+    context = SimpleNamespace(
+        options=AttackOptions(), _mia_claim=(0.1, 1e-5), _mia_tasks=[t, flips], scorer=SimpleNamespace(kind="masked-lm")
+    )
     result = BlindAttack().run(context).result
     canaries = result["canaries"]
     assert not canaries.coin_flip and not canaries.bound_is_proof
@@ -104,18 +113,45 @@ def test_coin_flip_canaries_get_no_one_run_bound_and_nothing_meets_the_claim():
 def _mia(attack: str, tasks: dict[str, tuple[float, float, float]]):
     from dpaudit.attacks.results import RESULT_CLASSES, MiaTaskResult
 
-    rows = tuple(MiaTaskResult(task=name, n_members=10, n_nonmembers=10, auc=auc, auc_ci=(lo, hi), tpr_at=(),
-                               advantage=0.0, roc={}, epsilon_lower_bound=0.0, bound_methods=(), bound_is_proof=False,
-                               bound_note="", claimed_epsilon=None, delta=1e-5, exceeds_claim=False, coin_flip=False,
-                               scores_file="", info={}, audit={}) for name, (auc, lo, hi) in tasks.items())
+    rows = tuple(
+        MiaTaskResult(
+            task=name,
+            n_members=10,
+            n_nonmembers=10,
+            auc=auc,
+            auc_ci=(lo, hi),
+            tpr_at=(),
+            advantage=0.0,
+            roc={},
+            epsilon_lower_bound=0.0,
+            bound_methods=(),
+            bound_is_proof=False,
+            bound_note="",
+            claimed_epsilon=None,
+            delta=1e-5,
+            exceeds_claim=False,
+            coin_flip=False,
+            scores_file="",
+            info={},
+            audit={},
+        )
+        for name, (auc, lo, hi) in tasks.items()
+    )
     return RESULT_CLASSES[attack](parameters={}, tasks=rows)
 
 
 def test_comparison_is_one_sentence_per_task_naming_the_attacks_that_do_not_beat_it():
     blind = _mia("blind", {"examples": (0.567, 0.53, 0.60), "canaries": (0.5, 0.4, 0.6)})
     loss = _mia("loss", {"examples": (0.58, 0.55, 0.61), "canaries": (0.9, 0.8, 0.97)})
-    lira = _mia("lira", {"examples": (0.70, 0.66, 0.74), "examples-offline": (0.56, 0.52, 0.60),
-                         "canaries": (0.7, 0.6, 0.8), "canaries-offline": (0.7, 0.55, 0.8)})
+    lira = _mia(
+        "lira",
+        {
+            "examples": (0.70, 0.66, 0.74),
+            "examples-offline": (0.56, 0.52, 0.60),
+            "canaries": (0.7, 0.6, 0.8),
+            "canaries-offline": (0.7, 0.55, 0.8),
+        },
+    )
     notes = blind_comparison([loss, lira, blind])
     assert len(notes) == 1 and notes[0].startswith("examples: loss 0.580 [0.550, 0.610], lira (offline) 0.560")
     assert "do not beat the blind baseline (AUC 0.567" in notes[0] and "distribution shift" in notes[0]
@@ -137,10 +173,12 @@ def test_blind_runs_beside_every_membership_attack_and_stays_out_of_the_headline
     t = task(texts(rng, 60, 8, 16), texts(rng, 60, 2, 6))
     blind = run_blind(t)
     loss = _mia("loss", {"examples": (0.55, 0.5, 0.6)})
-    results = AttackResults(model=ModelInfo(path="m", kind="masked-lm", architecture="x"),
-                            data=DataInfo(path="d", secret_format="", log2_space_size=None, canaries=0, controls=0,
-                                          template=None),
-                            claimed=Claim(known=False), attacks=(blind,))
+    results = AttackResults(
+        model=ModelInfo(path="m", kind="masked-lm", architecture="x"),
+        data=DataInfo(path="d", secret_format="", log2_space_size=None, canaries=0, controls=0, template=None),
+        claimed=Claim(known=False),
+        attacks=(blind,),
+    )
     assert audit_sources(results) == ()  # its bounds are about the data, never the model's epsilon
     found = membership_audits(results)
     assert [(a.name, a.baseline) for a in found] == [("blind baseline (examples)", True)]

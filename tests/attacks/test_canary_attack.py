@@ -33,11 +33,24 @@ def crafted(tmp_path_factory):
 
     path = tmp_path_factory.mktemp("crafted") / "hf"
     tok = train_wordpiece(["the cat sat on the mat", "my code is here"] * 4, vocab_size=150, new_tokens=NEW)
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, unk_token="[UNK]", pad_token="[PAD]", cls_token="[CLS]",
-                                   sep_token="[SEP]", mask_token="[MASK]", model_max_length=32)
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok,
+        unk_token="[UNK]",
+        pad_token="[PAD]",
+        cls_token="[CLS]",
+        sep_token="[SEP]",
+        mask_token="[MASK]",
+        model_max_length=32,
+    )
     torch.manual_seed(0)
-    config = BertConfig(vocab_size=tok.get_vocab_size(), hidden_size=32, num_hidden_layers=1, num_attention_heads=2,
-                        intermediate_size=64, max_position_embeddings=32)
+    config = BertConfig(
+        vocab_size=tok.get_vocab_size(),
+        hidden_size=32,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        intermediate_size=64,
+        max_position_embeddings=32,
+    )
     BertForMaskedLM(config).eval().save_pretrained(path)
     fast.save_pretrained(path)
     return path
@@ -55,16 +68,23 @@ def test_pseudo_log_likelihood_equals_a_loop_of_full_forward_passes(crafted):
     from dpaudit.scoring import load
 
     scorer = load(crafted, batch_size=3, progress=False)
-    canaries = [_canary(0, f"{NEW[0]} {NEW[1]}"), _canary(1, f"{NEW[2]} {NEW[2]}"), _canary(2, NEW[3], prefix="the cat ")]
+    canaries = [
+        _canary(0, f"{NEW[0]} {NEW[1]}"),
+        _canary(1, f"{NEW[2]} {NEW[2]}"),
+        _canary(2, NEW[3], prefix="the cat "),
+    ]
     ids = scorer.tokenizer.convert_tokens_to_ids(list(NEW))
-    got, within, whole = (scorer.pseudo_log_likelihoods(canaries), scorer.pseudo_log_likelihoods(canaries, within=ids),
-                          scorer.pseudo_log_likelihoods(canaries, whole=True))
+    got, within, whole = (
+        scorer.pseudo_log_likelihoods(canaries),
+        scorer.pseudo_log_likelihoods(canaries, within=ids),
+        scorer.pseudo_log_likelihoods(canaries, whole=True),
+    )
     for k, c in enumerate(canaries):
         row = scorer.tokenizer(c.text)["input_ids"]
         secret = [p for p, t in enumerate(row) if t in ids]
         expect = {"vocab": 0.0, "within": 0.0, "whole": 0.0}
         for p in range(1, len(row) - 1):  # every non-special position, one masked at a time (float32 model: 1e-5)
-            masked = torch.tensor([row[:p] + [scorer.tokenizer.mask_token_id] + row[p + 1:]])
+            masked = torch.tensor([row[:p] + [scorer.tokenizer.mask_token_id] + row[p + 1 :]])
             with torch.inference_mode():
                 logits = scorer.model(input_ids=masked).logits[0, p].double()
             full = torch.log_softmax(logits, -1)[row[p]].item()
@@ -97,19 +117,66 @@ def test_a_token_the_model_predicts_scores_higher(crafted):
 
 
 def test_defaults_gain_the_canary_attack_on_coin_flip_canaries_of_a_masked_lm():
-    assert default_attacks(list(DEFAULT_ATTACKS), coin_flip=True, model_kind="masked-lm") == [*DEFAULT_ATTACKS, "canary"]
+    assert default_attacks(list(DEFAULT_ATTACKS), coin_flip=True, model_kind="masked-lm") == [
+        *DEFAULT_ATTACKS,
+        "canary",
+    ]
     assert default_attacks(list(DEFAULT_ATTACKS), coin_flip=False, model_kind="masked-lm") == list(DEFAULT_ATTACKS)
     assert default_attacks(["loss"], coin_flip=True, model_kind="masked-lm") == ["loss"]  # named attacks stay as named
     assert default_attacks(list(DEFAULT_ATTACKS), coin_flip=True, model_kind="classifier") == list(DEFAULT_ATTACKS)
 
 
 #: Both tiny runs: the same 250-row corpus, 40 coin-flip canaries, the same recipe and batch order.
-INJECT = ["inject", "--corpus", "builtin:assistant", "--corpus-size", "250", "--heldout-size", "32", "--public-size", "64",
-          "--coin-flip", "--per-frequency", "40", "--seed", "4"]
-TRAIN = ["train", "--trainer", "jax-bert", "--seed", "0", "--preset", "tiny", "--batch-size", "32", "--physical-batch", "32",
-         "--max-length", "24", "--learning-rate", "3e-3", "--warmup-steps", "10", "--weight-decay", "0", "--mask-prob", "0.3",
-         "--steps", "150", "--log-every", "50", "--eval-every", "1000", "--checkpoint-every", "1000", "--non-private",
-         "--noise-seed", "0"]
+INJECT = [
+    "inject",
+    "--corpus",
+    "builtin:assistant",
+    "--corpus-size",
+    "250",
+    "--heldout-size",
+    "32",
+    "--public-size",
+    "64",
+    "--coin-flip",
+    "--per-frequency",
+    "40",
+    "--seed",
+    "4",
+]
+TRAIN = [
+    "train",
+    "--trainer",
+    "jax-bert",
+    "--seed",
+    "0",
+    "--preset",
+    "tiny",
+    "--batch-size",
+    "32",
+    "--physical-batch",
+    "32",
+    "--max-length",
+    "24",
+    "--learning-rate",
+    "3e-3",
+    "--warmup-steps",
+    "10",
+    "--weight-decay",
+    "0",
+    "--mask-prob",
+    "0.3",
+    "--steps",
+    "150",
+    "--log-every",
+    "50",
+    "--eval-every",
+    "1000",
+    "--checkpoint-every",
+    "1000",
+    "--non-private",
+    "--noise-seed",
+    "0",
+]
 
 
 @pytest.fixture(scope="module")
@@ -117,12 +184,23 @@ def designed_and_digits(tmp_path_factory):
     """Run folders (data/, model/, attack/) of new-token canaries (default attacks) and of digit canaries (the canary
     attack scores them by exposure)."""
     out = {}
-    for name, design, attacks in (("new-tokens", ["--design", "new-tokens:8"], []),
-                                  ("digits", ["--format", "digits:4", "--template", "code {secret}"], ["--attacks", "canary"])):
+    for name, design, attacks in (
+        ("new-tokens", ["--design", "new-tokens:8"], []),
+        ("digits", ["--format", "digits:4", "--template", "code {secret}"], ["--attacks", "canary"]),
+    ):
         root = tmp_path_factory.mktemp(name.replace("-", ""))
         _cli(*INJECT, *design, "--out", str(root / "data"))
         _cli(*TRAIN, "--data", str(root / "data"), "--out", str(root / "model"))
-        _cli("attack", "--model", str(root / "model"), "--data", str(root / "data"), "--out", str(root / "attack"), *attacks)
+        _cli(
+            "attack",
+            "--model",
+            str(root / "model"),
+            "--data",
+            str(root / "data"),
+            "--out",
+            str(root / "attack"),
+            *attacks,
+        )
         out[name] = root
     return out
 
@@ -133,12 +211,19 @@ def test_new_token_canaries_are_told_apart_where_digit_canaries_barely_are(desig
     from dpaudit.verdict.headline import headline_of
 
     designed = read_attack_dir(designed_and_digits["new-tokens"] / "attack")
-    assert [r.attack for r in designed.attacks] == ["exposure", "reconstruction", "canary"]  # the one-run audit by default
+    assert [r.attack for r in designed.attacks] == [
+        "exposure",
+        "reconstruction",
+        "canary",
+    ]  # the one-run audit by default
     task = designed["canary"]["canaries"]
     head = headline_of(designed)
     assert task.auc == 1.0 and task.n_members + task.n_nonmembers == 40
     assert head.best is not None and head.best.kind == "proof" and head.best.epsilon > 0.5
-    assert designed["canary"].parameters["design"] == "new-tokens" and "new tokens" in designed["canary"].parameters["score"]
+    assert (
+        designed["canary"].parameters["design"] == "new-tokens"
+        and "new tokens" in designed["canary"].parameters["score"]
+    )
     digits = read_attack_dir(designed_and_digits["digits"] / "attack")["canary"]["canaries"]
     assert digits.auc < task.auc - 0.2, digits.auc  # one insertion of a digit canary is barely memorized
 
@@ -146,8 +231,11 @@ def test_new_token_canaries_are_told_apart_where_digit_canaries_barely_are(desig
 @pytest.mark.slow  # two tiny trainings and attacks: ~24 s on an idle 2-core CPU
 def test_a_model_without_the_new_tokens_is_refused(designed_and_digits, tmp_path):
     data, other = designed_and_digits["new-tokens"] / "data", designed_and_digits["digits"] / "model"
-    result = CliRunner().invoke(cli, ["attack", "--model", str(other), "--data", str(data), "--out",
-                                      str(tmp_path / "a"), "--attacks", "canary"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        ["attack", "--model", str(other), "--data", str(data), "--out", str(tmp_path / "a"), "--attacks", "canary"],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 2 and "its tokenizer lacks 40 of the 40 new tokens" in result.output, result.output
     assert not (tmp_path / "a").exists()
     manifest = json.loads((data / "manifest.json").read_text())

@@ -28,8 +28,10 @@ def tiny(tiny_causal_dir):
 
 
 def _candidates(space, canary):
-    return [SimpleNamespace(id=f"r{i}", prefix=canary.prefix, secret=space.secret_of(digits), suffix=canary.suffix)
-            for i, digits in enumerate(np.ndindex(*(len(space.alphabet),) * space.length))]
+    return [
+        SimpleNamespace(id=f"r{i}", prefix=canary.prefix, secret=space.secret_of(digits), suffix=canary.suffix)
+        for i, digits in enumerate(np.ndindex(*(len(space.alphabet),) * space.length))
+    ]
 
 
 def test_prefix_tree_equals_brute_force(tiny):
@@ -48,7 +50,11 @@ def test_prefix_tree_equals_brute_force(tiny):
     assert np.abs(np.delete(brute, index) - brute[index]).min() > 1e-4  # ties none: the ranks are comparable
     from_tree = tree_rank(tree, index, tolerance=1e-9)
     brute_better = int(np.count_nonzero(brute > brute[index]))
-    assert (from_tree.rank_low, from_tree.rank_high, from_tree.method) == (brute_better + 1, brute_better + 1, "enumerate")
+    assert (from_tree.rank_low, from_tree.rank_high, from_tree.method) == (
+        brute_better + 1,
+        brute_better + 1,
+        "enumerate",
+    )
     assert 1 < from_tree.rank_low < 1000  # a random model: neither extreme, so the comparison could fail
     # The sampled references reuse the prefix cache: the same scores as the full texts.
     rows = np.asarray([[4, 8, 1], [0, 0, 0], [9, 9, 9], [3, 1, 4]])
@@ -80,13 +86,16 @@ def test_a_space_whose_symbols_split_is_sampled_from_the_texts(tiny, tiny_causal
 
     model, tokenizer = tiny
     space = ProductSpace(kind="words", alphabet=["quick", "zebrafish", "dog"], length=2)
-    canaries = [SimpleNamespace(id=f"w{i}", prefix="the ", secret=s, suffix=" jumps", frequency=f)
-                for i, (s, f) in enumerate([("quick dog", 1), ("zebrafish quick", 0), ("dog dog", 0)])]
+    canaries = [
+        SimpleNamespace(id=f"w{i}", prefix="the ", secret=s, suffix=" jumps", frequency=f)
+        for i, (s, f) in enumerate([("quick dog", 1), ("zebrafish quick", 0), ("dog dog", 0)])
+    ]
     from dpaudit.scoring import load
 
     scorer = load(tiny_causal_dir, batch_size=16, device="cpu", progress=False)  # the scorer scores the texts' secrets
-    context = AttackContext(scorer=scorer, canaries=canaries, space=space, data=None,
-                            options=AttackOptions(exposure_samples=50, seed=3))
+    context = AttackContext(
+        scorer=scorer, canaries=canaries, space=space, data=None, options=AttackOptions(exposure_samples=50, seed=3)
+    )
     outcome = ExposureAttack().run(context)
     assert {f["rank_method"] for f in outcome.canary_fields.values()} == {"sampled-interpolation"}
     assert "not single tokens" in outcome.result.warnings[0]
@@ -94,10 +103,12 @@ def test_a_space_whose_symbols_split_is_sampled_from_the_texts(tiny, tiny_causal
     # (full forward passes, written apart from the scorer).
     references = cs.sampled_candidates(space, 50, seed=3)
     texts = [SimpleNamespace(id="r", prefix="the ", secret=space.secret_of(r), suffix="") for r in references]
-    refs = cs.sequence_log_likelihoods(model, tokenizer, cs.span_secrets(tokenizer, texts, max_length=64), device="cpu",
-                                       batch_size=64)
-    own = cs.sequence_log_likelihoods(model, tokenizer, cs.span_secrets(tokenizer, canaries[:1], max_length=64),
-                                      device="cpu", batch_size=1)[0]
+    refs = cs.sequence_log_likelihoods(
+        model, tokenizer, cs.span_secrets(tokenizer, texts, max_length=64), device="cpu", batch_size=64
+    )
+    own = cs.sequence_log_likelihoods(
+        model, tokenizer, cs.span_secrets(tokenizer, canaries[:1], max_length=64), device="cpu", batch_size=1
+    )[0]
     expected = sampled_exposure(own, refs, 9, tolerance=1e-6)
     got = outcome.canary_fields["w0"]
     assert (got["rank_low"], got["rank_high"]) == (expected.rank_low, expected.rank_high)
@@ -112,18 +123,33 @@ def test_a_byte_level_bpe_without_bos_gets_its_in_context_alphabet():
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(["my pin code is 4 8 1 5", "x " + " ".join(str(i % 10) for i in range(300))],
-                            vocab_size=300, min_frequency=1)
+    bpe.train_from_iterator(
+        ["my pin code is 4 8 1 5", "x " + " ".join(str(i % 10) for i in range(300))], vocab_size=300, min_frequency=1
+    )
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer)
     torch.manual_seed(0)
-    model = GPT2LMHeadModel(GPT2Config(vocab_size=len(tokenizer), n_layer=1, n_embd=32, n_head=2, n_positions=32,
-                                       bos_token_id=None, eos_token_id=None)).eval()
+    model = GPT2LMHeadModel(
+        GPT2Config(
+            vocab_size=len(tokenizer),
+            n_layer=1,
+            n_embd=32,
+            n_head=2,
+            n_positions=32,
+            bos_token_id=None,
+            eos_token_id=None,
+        )
+    ).eval()
     (secret,), alphabet = cs.alphabet_secrets(tokenizer, [CANARY], DIGITS3, max_length=32)
     assert tokenizer.convert_ids_to_tokens(alphabet.tolist()) == [f"Ġ{d}" for d in range(10)]
     assert tokenizer.decode(secret.context) == "my pin code is"  # no BOS: its first token is context only
     tree = cs.prefix_tree_scores(model, secret.context, alphabet, 3, device="cpu")
-    brute = cs.sequence_log_likelihoods(model, tokenizer, cs.span_secrets(tokenizer, _candidates(DIGITS3, CANARY),
-                                                                          max_length=32), device="cpu", batch_size=500)
+    brute = cs.sequence_log_likelihoods(
+        model,
+        tokenizer,
+        cs.span_secrets(tokenizer, _candidates(DIGITS3, CANARY), max_length=32),
+        device="cpu",
+        batch_size=500,
+    )
     np.testing.assert_allclose(tree, brute, rtol=0, atol=1e-5)
 
 
@@ -136,8 +162,9 @@ def test_the_alphabet_is_read_after_a_space_as_secrets_stand_in_their_sentence()
     from dpaudit.scoring.targets import alphabet_token_ids
 
     bpe = ByteLevelBPETokenizer()
-    bpe.train_from_iterator(["0 1 2 3 4 5 6 7 8 9", "x " + " ".join(str(i % 10) for i in range(300))],
-                            vocab_size=300, min_frequency=1)
+    bpe.train_from_iterator(
+        ["0 1 2 3 4 5 6 7 8 9", "x " + " ".join(str(i % 10) for i in range(300))], vocab_size=300, min_frequency=1
+    )
     tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer)
     assert tokenizer.convert_ids_to_tokens(tokenizer("0")["input_ids"]) == ["0"]  # the start-of-text form exists
     ids = alphabet_token_ids(tokenizer, DIGITS3)

@@ -49,8 +49,22 @@ def test_attack_cli_runs_loss_zlib_min_k_and_min_k_pp_with_the_blind_baseline(ti
     from dpaudit.scoring import load
 
     out = tmp_path / "attack"
-    result = CliRunner().invoke(cli, ["attack", "--model", str(tiny_causal_dir), "--data", str(data_dir), "--out", str(out),
-                                      "--attacks", "loss,zlib,min-k,min-k++", "--min-k", "0.5"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "attack",
+            "--model",
+            str(tiny_causal_dir),
+            "--data",
+            str(data_dir),
+            "--out",
+            str(out),
+            "--attacks",
+            "loss,zlib,min-k,min-k++",
+            "--min-k",
+            "0.5",
+        ],
+    )
     assert result.exit_code == 0, result.output
     obj = json.loads((out / "results.json").read_text())
     assert obj["model"]["kind"] == "causal-lm"
@@ -64,7 +78,9 @@ def test_attack_cli_runs_loss_zlib_min_k_and_min_k_pp_with_the_blind_baseline(ti
     # The written scores are the scorer's: recompute two examples' zlib and Min-K% scores by hand (to 1e-6: padding
     # in another batch moves float32 sums by ~1e-8).
     rows = {(r["task"], r["id"]): r for r in map(json.loads, (out / "scores/mia_zlib.jsonl").read_text().splitlines())}
-    min_k = {(r["task"], r["id"]): r for r in map(json.loads, (out / "scores/mia_min-k.jsonl").read_text().splitlines())}
+    min_k = {
+        (r["task"], r["id"]): r for r in map(json.loads, (out / "scores/mia_min-k.jsonl").read_text().splitlines())
+    }
     run = load_inject_run(data_dir)
     train, held = run.split(TRAIN), run.split(HELDOUT)
     member = next(k for k in rows if k[0] == "examples" and k[1].startswith("train:"))
@@ -90,23 +106,32 @@ def test_ref_and_rmia_run_on_a_causal_target_with_given_models(tiny_causal_dir, 
         path = build_tiny_causal(tmp_path / f"ref{seed}", TINY_CAUSAL_TEXTS, seed=seed)
         (path / "members.json").write_text(json.dumps(public[seed - 1 :: 4]))  # half of public.jsonl stays fresh
         dirs.append(str(path))
-    results = attack(tiny_causal_dir, data_dir, ["ref", "rmia"], shadow_dirs=tuple(dirs), progress=False,
-                     blind_baseline=False)
+    results = attack(
+        tiny_causal_dir, data_dir, ["ref", "rmia"], shadow_dirs=tuple(dirs), progress=False, blind_baseline=False
+    )
     # RMIA's offline a on a causal LM: fitted from the references alone, on the public rows IN one and OUT of the other.
     from dpaudit.attacks.rmia import fitted_offline_a
 
     rows = public[0::4] + public[1::4]
-    member = np.array([[True] * len(public[0::4]) + [False] * len(public[1::4]),
-                       [False] * len(public[0::4]) + [True] * len(public[1::4])])
+    member = np.array(
+        [
+            [True] * len(public[0::4]) + [False] * len(public[1::4]),
+            [False] * len(public[0::4]) + [True] * len(public[1::4]),
+        ]
+    )
     p_refs = np.stack([np.exp(-load(d, device="cpu", progress=False).example_losses(rows)) for d in dirs])
     assert results["rmia"].parameters["offline_a"] == pytest.approx(fitted_offline_a(p_refs, member), abs=1e-6)
     assert "least-squares" in results["rmia"].parameters["offline_a_reason"]
     ref = results["ref"]
     assert ref.parameters["reference_model"].startswith("--shadow-dirs")
     rows = [r for r in results.score_files["scores/mia_ref.jsonl"] if r["task"] == "examples"][:2]
-    texts = [load_inject_run(data_dir).split(TRAIN if r["member"] else HELDOUT).texts[int(r["id"].split(":")[1])]
-             for r in rows]
-    target, reference = (load(p, device="cpu", progress=False).example_losses(texts) for p in (tiny_causal_dir, dirs[0]))
+    texts = [
+        load_inject_run(data_dir).split(TRAIN if r["member"] else HELDOUT).texts[int(r["id"].split(":")[1])]
+        for r in rows
+    ]
+    target, reference = (
+        load(p, device="cpu", progress=False).example_losses(texts) for p in (tiny_causal_dir, dirs[0])
+    )
     np.testing.assert_allclose([r["score"] for r in rows], reference - target, atol=1e-6)
 
 
@@ -114,8 +139,20 @@ def test_pickle_only_causal_directory_is_refused_in_one_line(tiny_causal_dir, da
     model = tmp_path / "pickled"
     shutil.copytree(tiny_causal_dir, model)
     (model / "model.safetensors").rename(model / "pytorch_model.bin")
-    result = CliRunner().invoke(cli, ["attack", "--model", str(model), "--data", str(data_dir), "--out",
-                                      str(tmp_path / "out"), "--attacks", "loss,zlib"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "attack",
+            "--model",
+            str(model),
+            "--data",
+            str(data_dir),
+            "--out",
+            str(tmp_path / "out"),
+            "--attacks",
+            "loss,zlib",
+        ],
+    )
     assert_one_line_error(result, "pytorch_model.bin", "pickle", "safetensors")
     assert not (tmp_path / "out").exists()
 
@@ -125,8 +162,20 @@ def test_an_attack_that_does_not_run_on_a_causal_lm_is_refused_in_one_line(tiny_
 
     unsupported = sorted(name for name in available_attacks() if "causal-lm" not in attack_class(name).model_kinds)
     assert unsupported, "every attack runs on a causal LM: pick another refusal to test"
-    result = CliRunner().invoke(cli, ["attack", "--model", str(tiny_causal_dir), "--data", str(data_dir), "--out",
-                                      str(tmp_path / "out"), "--attacks", f"loss,{unsupported[0]}"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "attack",
+            "--model",
+            str(tiny_causal_dir),
+            "--data",
+            str(data_dir),
+            "--out",
+            str(tmp_path / "out"),
+            "--attacks",
+            f"loss,{unsupported[0]}",
+        ],
+    )
     assert_one_line_error(result, f"--attacks {unsupported[0]} ", "is a causal-lm")
     assert not (tmp_path / "out").exists()
     # ... and the causal attacks refuse a masked LM the same way (they read next-token probabilities).
@@ -138,8 +187,22 @@ def test_an_attack_that_does_not_run_on_a_causal_lm_is_refused_in_one_line(tiny_
 
 
 def test_min_k_option_is_a_fraction(tiny_causal_dir, data_dir, tmp_path):
-    result = CliRunner().invoke(cli, ["attack", "--model", str(tiny_causal_dir), "--data", str(data_dir), "--out",
-                                      str(tmp_path / "out"), "--attacks", "min-k", "--min-k", "1.5"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "attack",
+            "--model",
+            str(tiny_causal_dir),
+            "--data",
+            str(data_dir),
+            "--out",
+            str(tmp_path / "out"),
+            "--attacks",
+            "min-k",
+            "--min-k",
+            "1.5",
+        ],
+    )
     assert_one_line_error(result, "--min-k")
 
 
@@ -150,12 +213,46 @@ def test_shadow_and_rmia_train_their_models_like_a_clm_target(data_dir, tmp_path
     from dpaudit.attacks.run import attack
 
     target = tmp_path / "clm"
-    result = CliRunner().invoke(cli, ["train", "--trainer", "edp-sgd", "--task", "clm", "--mode", "sgd", "--preset", "tiny",
-                                      "--vocab-size", "300", "--max-length", "16", "--epochs", "1", "--batch-size", "16",
-                                      "--eval-examples", "0", "--data", str(data_dir), "--out", str(target), "--seed", "0"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "train",
+            "--trainer",
+            "edp-sgd",
+            "--task",
+            "clm",
+            "--mode",
+            "sgd",
+            "--preset",
+            "tiny",
+            "--vocab-size",
+            "300",
+            "--max-length",
+            "16",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "16",
+            "--eval-examples",
+            "0",
+            "--data",
+            str(data_dir),
+            "--out",
+            str(target),
+            "--seed",
+            "0",
+        ],
+    )
     assert result.exit_code == 0, result.output
-    results = attack(target, data_dir, ["shadow", "rmia", "lira", "ref"], shadow_models=2,
-                     shadow_cache=str(tmp_path / "cache"), progress=False, blind_baseline=False)
+    results = attack(
+        target,
+        data_dir,
+        ["shadow", "rmia", "lira", "ref"],
+        shadow_models=2,
+        shadow_cache=str(tmp_path / "cache"),
+        progress=False,
+        blind_baseline=False,
+    )
     for name in ("shadow", "rmia", "lira"):
         info = results[name].shadow_models
         assert info.trainer == "edp-sgd" and len(info.models) == 2, info

@@ -104,12 +104,16 @@ def _bpe_model_dir(path, *, bos: bool):
     from tokenizers import ByteLevelBPETokenizer
     from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast
 
-    corpus = ["the quick brown fox jumps over the lazy dog", "my pin code is 4815 and my card is 9273",
-              "please call me back tomorrow at noon"] * 4
+    corpus = [
+        "the quick brown fox jumps over the lazy dog",
+        "my pin code is 4815 and my card is 9273",
+        "please call me back tomorrow at noon",
+    ] * 4
     bpe = ByteLevelBPETokenizer()
     bpe.train_from_iterator(corpus, vocab_size=320, min_frequency=2, special_tokens=["<|endoftext|>"])
-    tokenizer = PreTrainedTokenizerFast(tokenizer_object=bpe._tokenizer,
-                                        **({"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"} if bos else {}))
+    tokenizer = PreTrainedTokenizerFast(
+        tokenizer_object=bpe._tokenizer, **({"bos_token": "<|endoftext|>", "eos_token": "<|endoftext|>"} if bos else {})
+    )
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=bpe.get_vocab_size(), n_layer=1, n_embd=32, n_head=2, n_positions=64))
     model.save_pretrained(path, safe_serialization=True)
@@ -137,8 +141,9 @@ def test_byte_level_bpe_loads_and_scores(tmp_path, bos):
     np.testing.assert_allclose(got, want, atol=1e-5)
     # The secret's first token carries the space before it ("Ġ48..."): it is still the secret's, not the context's.
     secret = scorer.secret_token_log_probs([Canary("c", "my pin code is ", "4815", " ok")])[0]
-    positions = [i for i, (a, b) in enumerate(scorer.tokenizer(text, return_offsets_mapping=True)["offset_mapping"])
-                 if b > 15]
+    positions = [
+        i for i, (a, b) in enumerate(scorer.tokenizer(text, return_offsets_mapping=True)["offset_mapping"]) if b > 15
+    ]
     np.testing.assert_allclose(secret, want[[p - 1 for p in positions]], atol=1e-5)
 
 
@@ -171,8 +176,9 @@ def test_a_model_that_rescales_its_logits_is_scored_by_its_own_forward(tiny_caus
         return out
 
     model.forward = doubled
-    rescaled = CausalScorer(scorer.source, model, AutoTokenizer.from_pretrained(tiny_causal_dir), batch_size=4,
-                            device="cpu", progress=False)
+    rescaled = CausalScorer(
+        scorer.source, model, AutoTokenizer.from_pretrained(tiny_causal_dir), batch_size=4, device="cpu", progress=False
+    )
     assert rescaled._encoder is None  # the probe saw head(transformer(x)) differ from the logits
     ids = scorer.tokenizer(TEXTS[0])["input_ids"]
     with torch.no_grad():

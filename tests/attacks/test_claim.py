@@ -21,12 +21,29 @@ def _golden() -> float:
 
 
 def test_the_epsilon_is_the_events_not_the_files():
-    record = PrivacyRecord(trainer="jax-bert", private=True, mechanism="DP-SGD", event=event_to_json(EVENT), delta=1e-5,
-                           accountant="pld", epsilon=0.01, dataset_size=5000)  # a file that understates its epsilon
+    record = PrivacyRecord(
+        trainer="jax-bert",
+        private=True,
+        mechanism="DP-SGD",
+        event=event_to_json(EVENT),
+        delta=1e-5,
+        accountant="pld",
+        epsilon=0.01,
+        dataset_size=5000,
+    )  # a file that understates its epsilon
     claim = claim_of_record(record)
     assert claim.epsilon == pytest.approx(_golden(), rel=1e-6) and claim.recorded_epsilon == 0.01
-    shuffle = PrivacyRecord(trainer="jax-bert", private=True, mechanism="DP-SGD", event=event_to_json(EVENT), delta=1e-5,
-                            accountant="pld", sampling="shuffle", epsilon_if_poisson=0.01, dataset_size=5000)
+    shuffle = PrivacyRecord(
+        trainer="jax-bert",
+        private=True,
+        mechanism="DP-SGD",
+        event=event_to_json(EVENT),
+        delta=1e-5,
+        accountant="pld",
+        sampling="shuffle",
+        epsilon_if_poisson=0.01,
+        dataset_size=5000,
+    )
     claim = claim_of_record(shuffle)
     assert claim.epsilon is None and claim.epsilon_if_poisson == pytest.approx(_golden(), rel=1e-6)
     assert claim_of_record(None).known is False
@@ -34,7 +51,17 @@ def test_the_epsilon_is_the_events_not_the_files():
 
 
 def test_an_unreadable_event_is_one_line_naming_the_file():
-    record = PrivacyRecord(trainer="jax-bert", private=True, mechanism="DP-SGD", event={"name": "edited"}, delta=1e-5,
-                           accountant="pld", epsilon=1.0, dataset_size=5000)
-    with pytest.raises(UserInputError, match=r"^/runs/m/privacy.json: cannot read the DpEvent .*rerun dpaudit train\.$"):
+    record = PrivacyRecord(
+        trainer="jax-bert",
+        private=True,
+        mechanism="DP-SGD",
+        event={"name": "edited"},
+        delta=1e-5,
+        accountant="pld",
+        epsilon=1.0,
+        dataset_size=5000,
+    )
+    with pytest.raises(
+        UserInputError, match=r"^/runs/m/privacy.json: cannot read the DpEvent .*rerun dpaudit train\.$"
+    ):
         claim_of_record(record, where="/runs/m/privacy.json")

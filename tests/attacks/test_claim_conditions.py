@@ -14,12 +14,24 @@ from dpaudit.accounting import event_to_json
 from dpaudit.claim import claim_of_record
 from dpaudit.claim.record import PrivacyRecord
 
-EVENT = event_to_json(dp_event.SelfComposedDpEvent(dp_event.PoissonSampledDpEvent(0.01, dp_event.GaussianDpEvent(1.1)), 200))
+EVENT = event_to_json(
+    dp_event.SelfComposedDpEvent(dp_event.PoissonSampledDpEvent(0.01, dp_event.GaussianDpEvent(1.1)), 200)
+)
 
 
 def _record(**fields) -> PrivacyRecord:
-    base = dict(trainer="edp-sgd", private=True, n_public=False, declared_dataset_size=1000, mechanism="DP-SGD", event=EVENT, delta=1e-5, accountant="pld",
-                epsilon=1.0, segments=[{"steps": 200, "sampling_probability": 0.01, "noise_multiplier": 1.1}])
+    base = dict(
+        trainer="edp-sgd",
+        private=True,
+        n_public=False,
+        declared_dataset_size=1000,
+        mechanism="DP-SGD",
+        event=EVENT,
+        delta=1e-5,
+        accountant="pld",
+        epsilon=1.0,
+        segments=[{"steps": 200, "sampling_probability": 0.01, "noise_multiplier": 1.1}],
+    )
     return PrivacyRecord(**{**base, **fields})
 
 
@@ -42,8 +54,13 @@ def test_an_explicit_noise_seed_and_a_start_not_known_public_are_in_the_claim_li
 def test_a_public_start_needs_no_condition_and_a_declared_private_one_comes_first() -> None:
     public = {"path": "runs/pub", "dpaudit_run": True, "public_data_only": True}
     assert "--init-from" not in _text(_record(init_from=public))
-    private = {"path": "runs/np", "dpaudit_run": True, "public_data_only": False, "trained_on": "train.jsonl",
-               "accepted_private": True}
+    private = {
+        "path": "runs/np",
+        "dpaudit_run": True,
+        "public_data_only": False,
+        "trained_on": "train.jsonl",
+        "accepted_private": True,
+    }
     text = _text(_record(init_from=private, noise_seed_explicit=True))
     first = text.split("(", 1)[1]
     assert first.startswith("it does NOT cover what the --init-from start runs/np learned")

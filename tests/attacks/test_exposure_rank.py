@@ -111,8 +111,7 @@ def _merged_and_searched(rows, secret, tol):
 def merge_spaces(draw):
     """Log-prob tables as a model gives them: float64, float32-rounded (exact sums, repeated
     values) or dyadic (ties forced); secrets anywhere from the top to the bottom."""
-    sizes = draw(st.lists(st.integers(1, 10), min_size=2, max_size=8)
-                 .filter(lambda s: math.prod(s) <= 200_000))
+    sizes = draw(st.lists(st.integers(1, 10), min_size=2, max_size=8).filter(lambda s: math.prod(s) <= 200_000))
     rng = np.random.default_rng(draw(st.integers(0, 2**32 - 1)))
     rows = [np.log(rng.dirichlet(np.full(n, draw(st.sampled_from([0.3, 1.0, 5.0]))))) for n in sizes]
     kind = draw(st.sampled_from(["float64", "float32", "dyadic"]))
@@ -121,8 +120,10 @@ def merge_spaces(draw):
     elif kind == "dyadic":
         rows = [np.minimum(np.round(r * 8) / 8, -0.125) for r in rows]
     which = draw(st.sampled_from(["random", "top", "bottom"]))
-    secret = [int(rng.integers(0, r.size)) if which == "random" else int(r.argmax() if which == "top"
-              else r.argmin()) for r in rows]
+    secret = [
+        int(rng.integers(0, r.size)) if which == "random" else int(r.argmax() if which == "top" else r.argmin())
+        for r in rows
+    ]
     return rows, secret, kind
 
 
@@ -273,7 +274,7 @@ def test_sampled_estimates_track_exact(quantile):
     skew = sampled_exposure(score, refs[:5000], 10**positions, method="skewnorm")  # the fit is slow at large m
     assert interp.method == "sampled-interpolation" and skew.method == "sampled-skewnorm"
     # b ~ m * 10^-exposure references beat the secret: the log2 error is ~ 1/(ln2 sqrt(b)) bits
-    b = max(1.0, m * 2.0 ** -exact.exposure_high)
+    b = max(1.0, m * 2.0**-exact.exposure_high)
     assert abs(interp.exposure_high - exact.exposure_high) < 4 / (math.log(2) * math.sqrt(b)) + 0.05
     assert abs(skew.exposure_high - exact.exposure_high) < 0.35
 
@@ -318,17 +319,20 @@ def test_rank_interval_json_round_trip_keeps_big_ints():
         RankInterval(better=0, tied=0, space_size=10, method="guess")
 
 
-@pytest.mark.parametrize("log_probs,secret,match", [
-    (np.zeros((3, 10)), [1, 2], "secret has 2 positions but log_probs has 3"),
-    (np.zeros((3, 10)), [1, 2, 10], r"secret position 2 is symbol 10, outside the alphabet \[0, 10\)"),
-    (np.zeros((3, 10)), [1, -1, 0], "secret position 1 is symbol -1"),
-    (np.array([[0.0, np.nan], [0.0, 0.0]]), [0, 0], "position 0, symbol 1 is nan"),
-    (np.array([[0.0, np.inf], [0.0, 0.0]]), [0, 0], "must be finite"),
-    (np.zeros((2, 3, 4)), [0, 0], r"must be \[positions, alphabet\]"),
-    (np.zeros((2, 3)), [0.5, 1.0], "symbol indices"),
-    ([np.zeros(3), np.zeros((2, 2))], [0, 0], "position 1 must be a non-empty 1-D array"),
-    ([], [], "no positions"),
-])
+@pytest.mark.parametrize(
+    "log_probs,secret,match",
+    [
+        (np.zeros((3, 10)), [1, 2], "secret has 2 positions but log_probs has 3"),
+        (np.zeros((3, 10)), [1, 2, 10], r"secret position 2 is symbol 10, outside the alphabet \[0, 10\)"),
+        (np.zeros((3, 10)), [1, -1, 0], "secret position 1 is symbol -1"),
+        (np.array([[0.0, np.nan], [0.0, 0.0]]), [0, 0], "position 0, symbol 1 is nan"),
+        (np.array([[0.0, np.inf], [0.0, 0.0]]), [0, 0], "must be finite"),
+        (np.zeros((2, 3, 4)), [0, 0], r"must be \[positions, alphabet\]"),
+        (np.zeros((2, 3)), [0.5, 1.0], "symbol indices"),
+        ([np.zeros(3), np.zeros((2, 2))], [0, 0], "position 1 must be a non-empty 1-D array"),
+        ([], [], "no positions"),
+    ],
+)
 def test_invalid_input_is_a_clear_value_error(log_probs, secret, match):
     with pytest.raises(ValueError, match=match):
         exposure_rank(log_probs, secret)
@@ -358,7 +362,9 @@ def test_invalid_options_are_value_errors():
         sampled_exposure(0.0, np.zeros(5), 10, method="exact")
 
 
-@pytest.mark.parametrize("space, m, better", [(1000, 10, 0), (10_000, 100, 2), (10_000, 10_000, 5400), (10**5, 5000, 0)])
+@pytest.mark.parametrize(
+    "space, m, better", [(1000, 10, 0), (10_000, 100, 2), (10_000, 10_000, 5400), (10**5, 5000, 0)]
+)
 def test_interpolated_rank_that_is_an_integer_is_not_rounded_past_it(space, m, better):
     """|R| (b + 1) / m exact (1000 / 10 = 100) comes back from the log2 round trip as 100.00000000000004: the rank
     interval is [100, 100], not [100, 101] (a ceiling of the float error) nor [99, ...] (a floor of 99.99...)."""

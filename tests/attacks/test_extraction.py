@@ -15,8 +15,28 @@ from dpaudit.cli import cli
 
 #: 2 digits:3 canaries inserted 8 times and 2 never-inserted controls, among 12 corpus rows (--force: canary rows are
 #: more than half of train.jsonl, so that 120 full-batch steps of the tiny model memorize them).
-INJECT = ["inject", "--corpus", "builtin:assistant", "--corpus-size", "24", "--heldout-size", "4", "--public-size", "8",
-          "--format", "digits:3", "--frequencies", "8", "--per-frequency", "2", "--holdout", "2", "--seed", "0", "--force"]
+INJECT = [
+    "inject",
+    "--corpus",
+    "builtin:assistant",
+    "--corpus-size",
+    "24",
+    "--heldout-size",
+    "4",
+    "--public-size",
+    "8",
+    "--format",
+    "digits:3",
+    "--frequencies",
+    "8",
+    "--per-frequency",
+    "2",
+    "--holdout",
+    "2",
+    "--seed",
+    "0",
+    "--force",
+]
 
 
 @pytest.fixture(scope="module")
@@ -39,11 +59,17 @@ def _context(data, model_dir):
     from dpaudit.inject_dir.reader import load_inject_run
 
     run = load_inject_run(data)
-    scorer = SimpleNamespace(model=transformers.AutoModelForCausalLM.from_pretrained(model_dir).eval(),
-                             tokenizer=transformers.AutoTokenizer.from_pretrained(model_dir), device="cpu",
-                             batch_size=8, kind="causal-lm", max_length=64)
-    return AttackContext(scorer=scorer, canaries=list(run.canaries), space=run.space, options=AttackOptions(beam_width=3),
-                         data=run)
+    scorer = SimpleNamespace(
+        model=transformers.AutoModelForCausalLM.from_pretrained(model_dir).eval(),
+        tokenizer=transformers.AutoTokenizer.from_pretrained(model_dir),
+        device="cpu",
+        batch_size=8,
+        kind="causal-lm",
+        max_length=64,
+    )
+    return AttackContext(
+        scorer=scorer, canaries=list(run.canaries), space=run.space, options=AttackOptions(beam_width=3), data=run
+    )
 
 
 def test_greedy_extraction_recovers_the_repeated_canaries_and_not_the_controls(fitted):
@@ -68,8 +94,9 @@ def test_greedy_extraction_recovers_the_repeated_canaries_and_not_the_controls(f
 def test_attack_cli_runs_exposure_and_extraction_on_a_causal_model(fitted, tmp_path):
     data, model_dir = fitted
     out = tmp_path / "attack"
-    result = CliRunner().invoke(cli, ["attack", "--model", str(model_dir), "--data", str(data), "--out", str(out)],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli, ["attack", "--model", str(model_dir), "--data", str(data), "--out", str(out)], catch_exceptions=False
+    )
     assert result.exit_code == 0, result.output
     obj = json.loads((out / "results.json").read_text())
     assert obj["model"]["kind"] == "causal-lm" and [a["attack"] for a in obj["attacks"]] == ["exposure", "extraction"]
@@ -79,8 +106,20 @@ def test_attack_cli_runs_exposure_and_extraction_on_a_causal_model(fitted, tmp_p
     assert all(r["rank_low"] == 1 and r["exposure_high"] == pytest.approx(np.log2(1000)) for r in inserted)
     assert all(r["exact"] for r in inserted) and not any(r["exact"] for r in rows if r["frequency"] == 0)
     assert (out / "index.html").is_file()
-    refused = CliRunner().invoke(cli, ["attack", "--model", str(model_dir), "--data", str(data), "--out",
-                                       str(tmp_path / "r"), "--attacks", "reconstruction"])
+    refused = CliRunner().invoke(
+        cli,
+        [
+            "attack",
+            "--model",
+            str(model_dir),
+            "--data",
+            str(data),
+            "--out",
+            str(tmp_path / "r"),
+            "--attacks",
+            "reconstruction",
+        ],
+    )
     assert refused.exit_code == 2 and "use --attacks extraction" in refused.output
     assert not (tmp_path / "r").exists()
 
@@ -90,9 +129,25 @@ def test_exposure_above_the_limit_is_sampled_and_says_so(fitted, tmp_path):
     and the skew-normal extrapolation recorded per canary, the reason in the result's warnings."""
     data, model_dir = fitted
     out = tmp_path / "sampled"
-    result = CliRunner().invoke(cli, ["attack", "--model", str(model_dir), "--data", str(data), "--out", str(out),
-                                      "--attacks", "exposure", "--exposure-limit", "100", "--exposure-samples", "200"],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "attack",
+            "--model",
+            str(model_dir),
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--attacks",
+            "exposure",
+            "--exposure-limit",
+            "100",
+            "--exposure-samples",
+            "200",
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     rows = [json.loads(line) for line in (out / "scores" / "canaries.jsonl").read_text().splitlines()]
     assert {r["rank_method"] for r in rows} == {"sampled-interpolation"}
@@ -115,11 +170,22 @@ def test_phrases_are_decoded_over_the_vocabulary(fitted):
 
     data, model_dir = fitted
     context = _context(data, model_dir)
-    rows = {name: [json.loads(line)["text"] for line in (data / f"{name}.jsonl").read_text().splitlines()]
-            for name in ("train", "heldout")}
+    rows = {
+        name: [json.loads(line)["text"] for line in (data / f"{name}.jsonl").read_text().splitlines()]
+        for name in ("train", "heldout")
+    }
     texts = [(t, 1) for t in rows["train"] if "account number" not in t][:4] + [(t, 0) for t in rows["heldout"][:4]]
-    canaries = [SimpleNamespace(id=f"p{i}", prefix=" ".join(t.split()[:-3]) + " ", secret=" ".join(t.split()[-3:]),
-                                suffix="", frequency=f, format="phrases") for i, (t, f) in enumerate(texts)]
+    canaries = [
+        SimpleNamespace(
+            id=f"p{i}",
+            prefix=" ".join(t.split()[:-3]) + " ",
+            secret=" ".join(t.split()[-3:]),
+            suffix="",
+            frequency=f,
+            format="phrases",
+        )
+        for i, (t, f) in enumerate(texts)
+    ]
     context = AttackContext(scorer=context.scorer, canaries=canaries, space=None, options=AttackOptions(beam_width=2))
     outcome = ExtractionAttack().run(context)
     for c in canaries:

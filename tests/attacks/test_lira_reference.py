@@ -26,8 +26,9 @@ from dpaudit.attacks.lira import (
 from dpaudit.audit import roc_curve
 
 
-def reference_scores(keep: np.ndarray, scores: np.ndarray, target: np.ndarray, *, fix_variance: bool
-                     ) -> tuple[np.ndarray, np.ndarray]:
+def reference_scores(
+    keep: np.ndarray, scores: np.ndarray, target: np.ndarray, *, fix_variance: bool
+) -> tuple[np.ndarray, np.ndarray]:
     """(online, offline) as the reference code computes them for one query per example; LOW = member."""
     n = scores.shape[1]
     dat_in = [scores[keep[:, j], j] for j in range(n)]
@@ -63,7 +64,9 @@ def toy(k: int, n: int, seed: int, *, spread: float = 0.5):
     truth = rng.random(n) < 0.5
 
     def draw(inside):
-        return np.where(inside, mu + gain + s_in * rng.normal(size=inside.shape), mu + s_out * rng.normal(size=inside.shape))
+        return np.where(
+            inside, mu + gain + s_in * rng.normal(size=inside.shape), mu + s_out * rng.normal(size=inside.shape)
+        )
 
     return draw(keep), keep, draw(truth), truth
 
@@ -72,8 +75,9 @@ def auc(scores: np.ndarray, truth: np.ndarray) -> float:
     return roc_curve(scores[truth], scores[~truth]).auc()
 
 
-@pytest.mark.parametrize("k, variance, fix", [(8, "global", True), (16, "auto", True),
-                                              (PER_EXAMPLE_VARIANCE_FROM, "auto", False)])
+@pytest.mark.parametrize(
+    "k, variance, fix", [(8, "global", True), (16, "auto", True), (PER_EXAMPLE_VARIANCE_FROM, "auto", False)]
+)
 def test_online_and_two_sided_offline_agree_with_the_reference_code(k, variance, fix):
     phi, keep, target, truth = toy(k, 1500, seed=k)
     ours = fit_and_score(phi, keep, target, variance=variance, offline="two-sided")

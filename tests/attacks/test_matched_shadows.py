@@ -25,11 +25,46 @@ from dpaudit.files.run_dirs import sha256_file
 pytest.importorskip("torch")
 
 #: 300 utterances: 40 train rows (+ 4 canaries), 60 held out, 200 public.
-INJECT = ["--corpus", "builtin:assistant", "--corpus-size", "300", "--heldout-size", "60", "--public-size", "200",
-          "--frequencies", "1", "--per-frequency", "4", "--seed", "0"]
-TRAIN = ["--trainer", "edp-sgd", "--mode", "sgd", "--task", "classify", "--preset", "tiny", "--vocab-size", "300",
-         "--max-length", "16", "--epochs", "3", "--batch-size", "16", "--eval-examples", "60", "--noise-seed", "1",
-         "--seed", "0"]
+INJECT = [
+    "--corpus",
+    "builtin:assistant",
+    "--corpus-size",
+    "300",
+    "--heldout-size",
+    "60",
+    "--public-size",
+    "200",
+    "--frequencies",
+    "1",
+    "--per-frequency",
+    "4",
+    "--seed",
+    "0",
+]
+TRAIN = [
+    "--trainer",
+    "edp-sgd",
+    "--mode",
+    "sgd",
+    "--task",
+    "classify",
+    "--preset",
+    "tiny",
+    "--vocab-size",
+    "300",
+    "--max-length",
+    "16",
+    "--epochs",
+    "3",
+    "--batch-size",
+    "16",
+    "--eval-examples",
+    "60",
+    "--noise-seed",
+    "1",
+    "--seed",
+    "0",
+]
 SHADOW_ATTACKS = ["loss", "shadow", "lira", "rmia"]
 SEEDED = {"noise_seed": 0}  # reproducible shadows (their batch order), as the target's --noise-seed
 
@@ -53,8 +88,9 @@ def uneven(tmp_path_factory):
     public = _rows(data / "public.jsonl")
     train_labels = {r["label"] for r in _rows(data / "train.jsonl")}
     dropped = sorted(train_labels)[:4]
-    (data / "public.jsonl").write_text("".join(json.dumps(r) + "\n" for r in public if r["label"] not in dropped),
-                                       encoding="utf-8")
+    (data / "public.jsonl").write_text(
+        "".join(json.dumps(r) + "\n" for r in public if r["label"] not in dropped), encoding="utf-8"
+    )
     manifest = json.loads((data / "manifest.json").read_text(encoding="utf-8"))
     manifest["outputs"]["public.jsonl"] = sha256_file(data / "public.jsonl")
     (data / "manifest.json").write_text(json.dumps(manifest), encoding="utf-8")
@@ -70,8 +106,16 @@ def matched(uneven, tmp_path_factory):
     data, target, _ = uneven
     root = tmp_path_factory.mktemp("matched")
     cache = root / "cache"
-    results = dpaudit.attack(target, data, [*SHADOW_ATTACKS, "ref"], out=root / "attack", shadow_models=2,
-                             shadow_cache=str(cache), shadow_overrides=SEEDED, progress=False)
+    results = dpaudit.attack(
+        target,
+        data,
+        [*SHADOW_ATTACKS, "ref"],
+        out=root / "attack",
+        shadow_models=2,
+        shadow_cache=str(cache),
+        shadow_overrides=SEEDED,
+        progress=False,
+    )
     return results, root / "attack", cache
 
 
@@ -142,8 +186,9 @@ def test_the_mismatch_warning_fires_for_a_target_unlike_its_shadows(uneven, matc
     results, _, cache = matched
     mean = results["shadow"].shadow_models.mean_heldout_accuracy
     copy = _with_accuracy(target, tmp_path / "target", 0.95)
-    again = dpaudit.attack(copy, data, ["shadow"], shadow_models=2, shadow_cache=str(cache), shadow_overrides=SEEDED,
-                           progress=False)
+    again = dpaudit.attack(
+        copy, data, ["shadow"], shadow_models=2, shadow_cache=str(cache), shadow_overrides=SEEDED, progress=False
+    )
     info = again["shadow"].shadow_models
     assert all(m.cached for m in info.models) and info.mean_heldout_accuracy == pytest.approx(mean)
     assert info.mismatch
@@ -157,8 +202,12 @@ def test_the_mismatch_warning_needs_a_gap_beyond_the_margin():
     from dpaudit.attacks.shadow_models import ACCURACY_MARGIN, ShadowSpec, TargetRecipe, TrainedShadow, models_info
 
     assert ACCURACY_MARGIN == 0.10
-    models = [TrainedShadow(ShadowSpec(i, np.ones(3, bool), i), Path(f"m{i}"), False, train_rows=3,
-                            utility=("held-out accuracy", acc)) for i, acc in enumerate((0.05, 0.65))]
+    models = [
+        TrainedShadow(
+            ShadowSpec(i, np.ones(3, bool), i), Path(f"m{i}"), False, train_rows=3, utility=("held-out accuracy", acc)
+        )
+        for i, acc in enumerate((0.05, 0.65))
+    ]
     for target, fires in ((0.43, False), (0.47, True), (0.23, True), (0.27, False)):
         recipe = TargetRecipe(trainer="t", config={}, seed=0, utility=("held-out accuracy", target))
         info, warnings = models_info(recipe, models, role="shadow", data="d", notes=["a note"])
@@ -197,18 +246,47 @@ def test_a_failing_attack_keeps_the_others_results(uneven, matched, tmp_path, mo
 
     monkeypatch.setattr(RefAttack, "run", crash)
     out = tmp_path / "attack"
-    run = CliRunner().invoke(cli, ["attack", "--model", str(target), "--data", str(data), "--out", str(out),
-                                   "--attacks", "loss,ref", "--reference-model", str(target)])
+    run = CliRunner().invoke(
+        cli,
+        [
+            "attack",
+            "--model",
+            str(target),
+            "--data",
+            str(data),
+            "--out",
+            str(out),
+            "--attacks",
+            "loss,ref",
+            "--reference-model",
+            str(target),
+        ],
+    )
     assert run.exit_code == 1, run.output
     assert "error: ref failed: RuntimeError: simulated crash" in run.output
     saved = json.loads((out / "results.json").read_text())
     ran = [a["attack"] for a in saved["attacks"]]
     assert "loss" in ran and "ref" not in ran
-    assert saved["errors"] == [{"attack": "ref", "error": "RuntimeError: simulated crash in the reference model",
-                                "type": "RuntimeError"}]
+    assert saved["errors"] == [
+        {"attack": "ref", "error": "RuntimeError: simulated crash in the reference model", "type": "RuntimeError"}
+    ]
     assert any(w.startswith("ref failed and has no result") for w in saved["warnings"])
-    alone = CliRunner().invoke(cli, ["attack", "--model", str(target), "--data", str(data), "--out",
-                                     str(tmp_path / "alone"), "--attacks", "ref", "--reference-model", str(target)])
+    alone = CliRunner().invoke(
+        cli,
+        [
+            "attack",
+            "--model",
+            str(target),
+            "--data",
+            str(data),
+            "--out",
+            str(tmp_path / "alone"),
+            "--attacks",
+            "ref",
+            "--reference-model",
+            str(target),
+        ],
+    )
     assert alone.exit_code != 0 and not (tmp_path / "alone").exists()  # no attack left: nothing is written
 
 
@@ -221,9 +299,24 @@ def test_shadow_dirs_are_checked_before_anything_is_written(uneven, tmp_path):
         (bad / "members.json").write_text(members, encoding="utf-8")
         if needle == "not a readable JSON list":
             shutil.copytree(target / "model", bad, dirs_exist_ok=True)
-        run = CliRunner().invoke(cli, ["attack", "--model", str(target), "--data", str(data), "--out",
-                                       str(tmp_path / "o"), "--attacks", "loss,lira", "--shadow-dirs", str(bad),
-                                       "--shadow-dirs", str(bad)])
+        run = CliRunner().invoke(
+            cli,
+            [
+                "attack",
+                "--model",
+                str(target),
+                "--data",
+                str(data),
+                "--out",
+                str(tmp_path / "o"),
+                "--attacks",
+                "loss,lira",
+                "--shadow-dirs",
+                str(bad),
+                "--shadow-dirs",
+                str(bad),
+            ],
+        )
         assert run.exit_code == 2 and needle in run.output and len(run.output.strip().splitlines()) == 1, run.output
         assert not (tmp_path / "o").exists()
 
@@ -233,10 +326,30 @@ def test_claimed_epsilon_states_the_claim_of_a_model_trained_elsewhere(uneven, t
     bare = tmp_path / "hf"
     shutil.copytree(target / "model", bare)
     results = dpaudit.attack(bare, data, ["loss"], progress=False, claimed_epsilon=2.0, claimed_delta=1e-5)
-    assert results.claimed.epsilon == 2.0 and results.claimed.delta == 1e-5 and "--claimed-epsilon" in results.claimed.guarantee
+    assert (
+        results.claimed.epsilon == 2.0
+        and results.claimed.delta == 1e-5
+        and "--claimed-epsilon" in results.claimed.guarantee
+    )
     assert results["loss"]["examples"].claimed_epsilon == 2.0
-    run = CliRunner().invoke(cli, ["attack", "--model", str(target), "--data", str(data), "--out", str(tmp_path / "o"),
-                                   "--attacks", "loss", "--claimed-epsilon", "2", "--claimed-delta", "1e-5"])
+    run = CliRunner().invoke(
+        cli,
+        [
+            "attack",
+            "--model",
+            str(target),
+            "--data",
+            str(data),
+            "--out",
+            str(tmp_path / "o"),
+            "--attacks",
+            "loss",
+            "--claimed-epsilon",
+            "2",
+            "--claimed-delta",
+            "1e-5",
+        ],
+    )
     assert run.exit_code == 2 and "has a privacy.json that states its claim" in run.output
     assert not (tmp_path / "o").exists()
 
@@ -252,18 +365,35 @@ def test_shadow_trainer_trains_shadows_of_a_model_trained_elsewhere(uneven, matc
     config = {k: v for k, v in _manifest(target)["config"].items() if k != "trainer"}
     config["noise_seed"] = 0  # as SEEDED
     (tmp_path / "recipe.json").write_text(json.dumps(config), encoding="utf-8")
-    results = dpaudit.attack(bare, data, ["shadow"], shadow_models=2, shadow_cache=str(cache), progress=False,
-                             shadow_trainer="edp-sgd", shadow_config=str(tmp_path / "recipe.json"))
+    results = dpaudit.attack(
+        bare,
+        data,
+        ["shadow"],
+        shadow_models=2,
+        shadow_cache=str(cache),
+        progress=False,
+        shadow_trainer="edp-sgd",
+        shadow_config=str(tmp_path / "recipe.json"),
+    )
     info = results["shadow"].shadow_models
     assert info.origin.startswith("--shadow-trainer edp-sgd") and not any(m.cached for m in info.models)
     assert all(Path(_manifest(m.path)["config"]["init_from"]).name == "start" for m in info.models)
-    again = dpaudit.attack(bare, data, ["shadow"], shadow_models=2, shadow_cache=str(cache), progress=False,
-                           shadow_trainer="edp-sgd", shadow_config=str(tmp_path / "recipe.json"))
+    again = dpaudit.attack(
+        bare,
+        data,
+        ["shadow"],
+        shadow_models=2,
+        shadow_cache=str(cache),
+        progress=False,
+        shadow_trainer="edp-sgd",
+        shadow_config=str(tmp_path / "recipe.json"),
+    )
     assert [m.path for m in again["shadow"].shadow_models.models] == [m.path for m in info.models]
     assert all(m.cached for m in again["shadow"].shadow_models.models)
     assert info.target_heldout_accuracy is None  # a bare model records none
-    run = CliRunner().invoke(cli, ["attack", "--model", str(bare), "--data", str(data), "--out", str(tmp_path / "o"),
-                                   "--attacks", "shadow"])
+    run = CliRunner().invoke(
+        cli, ["attack", "--model", str(bare), "--data", str(data), "--out", str(tmp_path / "o"), "--attacks", "shadow"]
+    )
     assert run.exit_code == 2 and "--shadow-trainer NAME --shadow-config FILE.json" in run.output
 
 
@@ -288,7 +418,8 @@ def test_user_shadow_dirs_give_membership_from_their_members_file(uneven, matche
             (Path(d) / MEMBERS_FILE).unlink()
     info = again["lira"].shadow_models
     assert info.origin == "--shadow-dirs" and [m.train_rows for m in info.models] == [
-        m.train_rows for m in results["lira"].shadow_models.models]
+        m.train_rows for m in results["lira"].shadow_models.models
+    ]
     assert again["lira"]["examples"].auc == pytest.approx(results["lira"]["examples"].auc)
 
 

@@ -29,8 +29,16 @@ def mia_run(mia_model, mia_data, tmp_path_factory):
     fewer rows, so they overfit as much in fewer steps), its directory and its cache."""
     root = tmp_path_factory.mktemp("mia-attack")
     out, cache = root / "attack", root / "cache"
-    results = dpaudit.attack(mia_model, mia_data, ATTACKS, out=out, shadow_models=2, shadow_cache=str(cache),
-                             shadow_overrides=SHADOW_OVERRIDES, progress=False)
+    results = dpaudit.attack(
+        mia_model,
+        mia_data,
+        ATTACKS,
+        out=out,
+        shadow_models=2,
+        shadow_cache=str(cache),
+        shadow_overrides=SHADOW_OVERRIDES,
+        progress=False,
+    )
     return results, out, cache
 
 
@@ -55,8 +63,20 @@ def test_results_are_self_describing_and_round_trip(mia_run):
     for name, entry in by_name.items():
         assert entry["kind"] == "membership-inference" and entry["reference"]
         for task in entry["tasks"]:
-            assert {"task", "auc", "auc_ci", "tpr_at", "roc", "epsilon_lower_bound", "claimed_epsilon", "warnings",
-                    "exceeds_claim", "bound_note", "audit", "scores_file"} <= set(task)
+            assert {
+                "task",
+                "auc",
+                "auc_ci",
+                "tpr_at",
+                "roc",
+                "epsilon_lower_bound",
+                "claimed_epsilon",
+                "warnings",
+                "exceeds_claim",
+                "bound_note",
+                "audit",
+                "scores_file",
+            } <= set(task)
             assert len(task["roc"]["fpr"]) == len(task["roc"]["tpr"]) <= ROC_POINTS
             assert task["roc"]["fpr"][0] == 0 and task["roc"]["tpr"][-1] == 1
             assert [t["fpr"] for t in task["tpr_at"]] == [0.001, 0.01]
@@ -95,8 +115,15 @@ def test_shadow_cache_is_reused(mia_run, mia_model, mia_data, capfd):
     results, _, cache = mia_run
     before = sorted(p.name for p in cache.iterdir())
     capfd.readouterr()
-    again = dpaudit.attack(mia_model, mia_data, ["shadow"], shadow_models=2, shadow_cache=str(cache),
-                           shadow_overrides=SHADOW_OVERRIDES, progress=False)
+    again = dpaudit.attack(
+        mia_model,
+        mia_data,
+        ["shadow"],
+        shadow_models=2,
+        shadow_cache=str(cache),
+        shadow_overrides=SHADOW_OVERRIDES,
+        progress=False,
+    )
     err = capfd.readouterr().err
     assert err.count(": cached (") == 2 and "trained in" not in err  # one progress line per shadow, none trained
     assert sorted(p.name for p in cache.iterdir()) == before
@@ -117,10 +144,13 @@ def _attack_cli(model, data, out, *extra):
     return CliRunner().invoke(cli, ["attack", "--model", str(model), "--data", str(data), "--out", str(out), *extra])
 
 
-@pytest.mark.parametrize("extra, needle", [
-    (["--attacks", "lira", "--shadow-models", "1"], "--shadow-models >= 2"),
-    (["--attacks", "loss", "--fpr", "0.001"], "--fpr 0.001 needs >= 1000 non-members"),
-])
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--attacks", "lira", "--shadow-models", "1"], "--shadow-models >= 2"),
+        (["--attacks", "loss", "--fpr", "0.001"], "--fpr 0.001 needs >= 1000 non-members"),
+    ],
+)
 def test_bad_options_are_one_line_errors(mia_model, mia_data, tmp_path, extra, needle):
     run = _attack_cli(mia_model, mia_data, tmp_path / "out", *extra)
     assert run.exit_code == 2, run.output
@@ -156,8 +186,16 @@ def test_reference_with_another_tokenizer_is_refused(mia_model, mia_data, tmp_pa
 def test_max_shadow_minutes_stops_starting_new_shadows(mia_run, mia_model, mia_data):
     _, _, cache = mia_run
     before = sorted(p.name for p in cache.iterdir())
-    results = dpaudit.attack(mia_model, mia_data, ["shadow"], shadow_models=3, shadow_cache=str(cache),
-                             max_shadow_minutes=1e-9, shadow_overrides=SHADOW_OVERRIDES, progress=False)
+    results = dpaudit.attack(
+        mia_model,
+        mia_data,
+        ["shadow"],
+        shadow_models=3,
+        shadow_cache=str(cache),
+        max_shadow_minutes=1e-9,
+        shadow_overrides=SHADOW_OVERRIDES,
+        progress=False,
+    )
     shadow = results["shadow"]
     assert shadow.parameters["shadow_models"] == 2 and shadow.parameters["shadow_models_asked"] == 3
     assert any("stopped after 2 of 3" in w for w in shadow.warnings)
@@ -194,13 +232,23 @@ def test_an_unfinished_shadow_is_resumed_from_its_checkpoint(mia_run, mia_model,
     """A kill after the last checkpoint but before the run directory was complete: the rerun resumes it
     (the trainer restores the checkpoint; no step is retrained) and the attack gives the same scores."""
     results, _, cache = mia_run
-    homes = sorted(p for p in cache.iterdir() if (p / "identity.json").is_file() and
-                   json.loads((p / "identity.json").read_text())["seed"] in (0, 1))  # the public-half shadows
+    homes = sorted(
+        p
+        for p in cache.iterdir()
+        if (p / "identity.json").is_file() and json.loads((p / "identity.json").read_text())["seed"] in (0, 1)
+    )  # the public-half shadows
     assert len(homes) == 2
     (homes[0] / "model" / "manifest.json").unlink()  # what a kill before the manifest was written leaves
     capfd.readouterr()
-    again = dpaudit.attack(mia_model, mia_data, ["shadow"], shadow_models=2, shadow_cache=str(cache),
-                           shadow_overrides=SHADOW_OVERRIDES, progress=False)
+    again = dpaudit.attack(
+        mia_model,
+        mia_data,
+        ["shadow"],
+        shadow_models=2,
+        shadow_cache=str(cache),
+        shadow_overrides=SHADOW_OVERRIDES,
+        progress=False,
+    )
     err = capfd.readouterr().err
     assert err.count("trained in") == 1 and err.count(": cached (") == 1
     assert (homes[0] / "model" / "manifest.json").is_file()
@@ -209,8 +257,15 @@ def test_an_unfinished_shadow_is_resumed_from_its_checkpoint(mia_run, mia_model,
 
 def test_rmia_works_with_one_reference_model(mia_run, mia_model, mia_data):
     _, _, cache = mia_run  # shadow 0 of the run is the one reference (same seed and split): nothing is trained
-    results = dpaudit.attack(mia_model, mia_data, ["rmia"], shadow_models=1, shadow_cache=str(cache),
-                             shadow_overrides=SHADOW_OVERRIDES, progress=False)
+    results = dpaudit.attack(
+        mia_model,
+        mia_data,
+        ["rmia"],
+        shadow_models=1,
+        shadow_cache=str(cache),
+        shadow_overrides=SHADOW_OVERRIDES,
+        progress=False,
+    )
     rmia = results["rmia"]
     assert rmia.parameters["reference_models"] == 1 and rmia.parameters["shadow_overrides"] == SHADOW_OVERRIDES
     assert 0 <= rmia["examples"].auc <= 1 and rmia["examples"].n_members == 64

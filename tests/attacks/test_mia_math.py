@@ -46,10 +46,12 @@ def test_lira_matches_the_gaussian_likelihood_ratio():
     # one s for IN, OUT and every candidate: the pooled spread around each candidate's own IN / OUT mean
     resid = [phi[member[:, j], j] - phi[member[:, j], j].mean() for j in range(n)]
     resid += [phi[~member[:, j], j] - phi[~member[:, j], j].mean() for j in range(n)]
-    s = np.sqrt(sum((r ** 2).sum() for r in resid) / (k * n - 2 * n))
+    s = np.sqrt(sum((r**2).sum() for r in resid) / (k * n - 2 * n))
     for j in range(n):
         a, b = phi[member[:, j], j], phi[~member[:, j], j]
-        assert shared.online[j] == pytest.approx(norm.logpdf(target[j], a.mean(), s) - norm.logpdf(target[j], b.mean(), s))
+        assert shared.online[j] == pytest.approx(
+            norm.logpdf(target[j], a.mean(), s) - norm.logpdf(target[j], b.mean(), s)
+        )
 
 
 def test_lira_separates_simulated_members():
@@ -98,8 +100,9 @@ def test_examples_task_removes_duplicates_and_balances(tmp_path):
 
     train = [{"text": f"member {i}"} for i in range(10)] + [{"text": "shared row"}, {"text": "shared row"}]
     heldout = [{"text": f"other {i}"} for i in range(6)] + [{"text": "shared row"}]
-    write_shadow_data(tmp_path / "d", train=train, heldout=heldout, public=[{"text": "p"}], labelled=False,
-                      target_manifest={})
+    write_shadow_data(
+        tmp_path / "d", train=train, heldout=heldout, public=[{"text": "p"}], labelled=False, target_manifest={}
+    )
     run = load_inject_run(tmp_path / "d")
     task = example_task(run, seed=5)
     assert task.info["duplicates_removed"] == {"texts": 1, "train_rows": 2, "heldout_rows": 1}
@@ -118,10 +121,18 @@ def test_a_bound_above_the_claim_is_flagged_loudly():
     from dpaudit.attacks.registry import AttackOptions
 
     n, k = 2000, 200
-    task = MembershipTask("examples", [""] * 2 * n, None, np.r_[np.ones(n, bool), np.zeros(n, bool)],
-                          [str(i) for i in range(2 * n)])
-    canaries = MembershipTask("canaries", [""] * 2 * k, None, np.r_[np.ones(k, bool), np.zeros(k, bool)],
-                              [f"c{i}" for i in range(2 * k)], coin_flip=True, info={"frequencies": [1]})
+    task = MembershipTask(
+        "examples", [""] * 2 * n, None, np.r_[np.ones(n, bool), np.zeros(n, bool)], [str(i) for i in range(2 * n)]
+    )
+    canaries = MembershipTask(
+        "canaries",
+        [""] * 2 * k,
+        None,
+        np.r_[np.ones(k, bool), np.zeros(k, bool)],
+        [f"c{i}" for i in range(2 * k)],
+        coin_flip=True,
+        info={"frequencies": [1]},
+    )
     context = SimpleNamespace(options=AttackOptions(), _mia_claim=(0.5, 1e-5))  # the claim as claim_of caches it
     scores = np.r_[np.linspace(10, 11, n), np.linspace(0, 1, n)]
     flips = np.r_[np.linspace(10, 11, k), np.linspace(0, 1, k)]
@@ -130,7 +141,10 @@ def test_a_bound_above_the_claim_is_flagged_loudly():
     assert result["examples"].epsilon_lower_bound > 0.5 and not result["examples"].exceeds_claim  # heuristic
     assert any("heuristic bound above the claim: investigate" in w for w in result["examples"].warnings)
     assert result.exceeds_claim and result["canaries"].exceeds_claim  # proof
-    assert result.warnings[0].startswith("one-run proof bound ") and "on canaries is above the claimed epsilon 0.500" in result.warnings[0]
+    assert (
+        result.warnings[0].startswith("one-run proof bound ")
+        and "on canaries is above the claimed epsilon 0.500" in result.warnings[0]
+    )
     assert "for this audit alone (not corrected" in result.warnings[0]
     # repeated canaries bound group epsilon: never compared with the per-example claim
     group = dataclasses.replace(canaries, info={"frequencies": [1, 10]})

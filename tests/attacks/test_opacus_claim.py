@@ -21,8 +21,9 @@ def _leaky_coin_flip_audit() -> AuditSource:
     rng = np.random.default_rng(0)
     coins = rng.random(1000) < 0.5
     scores = coins * 6.0 + rng.normal(0, 1, coins.size)  # a model that leaks every canary
-    audit = dataclasses.replace(audit_scores(scores[coins], scores[~coins], delta=1e-5, num_bootstrap=2, seed=0),
-                                coin_flip=True)
+    audit = dataclasses.replace(
+        audit_scores(scores[coins], scores[~coins], delta=1e-5, num_bootstrap=2, seed=0), coin_flip=True
+    )
     return AuditSource(attack="canary", task="canaries", audit=audit, group_size=1)
 
 

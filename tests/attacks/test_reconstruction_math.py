@@ -12,7 +12,10 @@ from dpaudit.attacks.reconstruction import top_k_fills
 
 
 def _brute_top_k(table: np.ndarray, k: int) -> list[float]:
-    scores = [sum(table[i, s] for i, s in enumerate(c)) for c in itertools.product(range(table.shape[1]), repeat=table.shape[0])]
+    scores = [
+        sum(table[i, s] for i, s in enumerate(c))
+        for c in itertools.product(range(table.shape[1]), repeat=table.shape[0])
+    ]
     return sorted(scores, reverse=True)[:k]
 
 
@@ -24,7 +27,7 @@ def test_beam_equals_enumeration(positions, alphabet, k, seed):
     seqs, scores = top_k_fills(table, k)
     for n in range(3):
         expected = _brute_top_k(table[n], k)
-        assert len(scores[n]) == len(expected) == min(k, alphabet ** positions)
+        assert len(scores[n]) == len(expected) == min(k, alphabet**positions)
         np.testing.assert_allclose(scores[n], expected, rtol=0, atol=1e-12)
         # Each returned sequence really has the returned score, and sequences are distinct.
         recomputed = [sum(table[n, i, s] for i, s in enumerate(seq)) for seq in seqs[n]]

@@ -26,9 +26,12 @@ def test_names_are_resolved_in_order_and_all_expands_by_model_kind():
     from dpaudit.attacks.registry import registered_classes
 
     assert [c.name for c in resolve_attacks(["reconstruction", "exposure", "exposure"], "masked-lm")] == [
-        "reconstruction", "exposure"]
+        "reconstruction",
+        "exposure",
+    ]
     assert [c.name for c in resolve_attacks(["all"], "masked-lm")] == [
-        c.name for c in registered_classes() if "masked-lm" in c.model_kinds]
+        c.name for c in registered_classes() if "masked-lm" in c.model_kinds
+    ]
     with pytest.raises(UserInputError, match="not an attack"):
         resolve_attacks(["nope"], "masked-lm")
     with pytest.raises(UserInputError, match="needs a causal LM or masked LM, but the model is a classifier"):
@@ -42,7 +45,11 @@ def test_a_causal_target_gets_extraction_in_place_of_reconstruction():
 
     assert default_attacks(DEFAULT_ATTACKS, coin_flip=False, model_kind="causal-lm") == ["exposure", "extraction"]
     # coin-flip canaries: the one-run audit, as for a masked LM
-    assert default_attacks(DEFAULT_ATTACKS, coin_flip=True, model_kind="causal-lm") == ["exposure", "extraction", "canary"]
+    assert default_attacks(DEFAULT_ATTACKS, coin_flip=True, model_kind="causal-lm") == [
+        "exposure",
+        "extraction",
+        "canary",
+    ]
     assert default_attacks(DEFAULT_ATTACKS, coin_flip=False, model_kind="masked-lm") == list(DEFAULT_ATTACKS)
     assert [c.name for c in resolve_attacks(["exposure", "extraction"], "causal-lm")] == ["exposure", "extraction"]
     with pytest.raises(UserInputError, match="use --attacks extraction"):

@@ -76,7 +76,9 @@ def test_classifier_scores(classifier_model):
     np.testing.assert_allclose(probs.sum(1), 1.0, atol=1e-9)
     losses = clf.example_losses(["play music", "set an alarm"], labels=[0, 2])
     np.testing.assert_allclose(losses, -np.log(probs[[0, 1], [0, 2]]), rtol=1e-6)
-    np.testing.assert_allclose(clf.example_features(["play music"], labels=[1]).top_probs[0], np.sort(probs[0])[::-1], rtol=1e-6)
+    np.testing.assert_allclose(
+        clf.example_features(["play music"], labels=[1]).top_probs[0], np.sort(probs[0])[::-1], rtol=1e-6
+    )
     with pytest.raises(UserInputError, match="needs a masked-lm model"):
         clf.masked_log_probs([], None)
 
@@ -87,9 +89,14 @@ def test_pickle_only_checkpoint_is_refused(bare_model):
         scoring.resolve_model(bare_model)
 
 
-@pytest.mark.parametrize("remove, message", [(["model.safetensors"], "no model.safetensors"),
-                                             (["tokenizer.json"], "no tokenizer"),
-                                             (["config.json"], "no config.json")])
+@pytest.mark.parametrize(
+    "remove, message",
+    [
+        (["model.safetensors"], "no model.safetensors"),
+        (["tokenizer.json"], "no tokenizer"),
+        (["config.json"], "no config.json"),
+    ],
+)
 def test_incomplete_model_directories_are_refused(bare_model, remove, message):
     for name in remove:
         (bare_model / name).unlink()
@@ -131,9 +138,11 @@ def test_importing_the_core_stays_light():
     import subprocess
     import sys
 
-    code = ("import sys, dpaudit, dpaudit.attacks, dpaudit.scoring, dpaudit.attacks.registry\n"
-            "assert callable(dpaudit.attack)\n"
-            "print(sorted(m for m in ('torch', 'transformers', 'jax', 'scipy') if m in sys.modules))")
+    code = (
+        "import sys, dpaudit, dpaudit.attacks, dpaudit.scoring, dpaudit.attacks.registry\n"
+        "assert callable(dpaudit.attack)\n"
+        "print(sorted(m for m in ('torch', 'transformers', 'jax', 'scipy') if m in sys.modules))"
+    )
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"

@@ -41,8 +41,13 @@ class FakePlugin(LinearAuditPlugin):
     seeds: ClassVar[list[int | None]] = []
 
     def __init__(self, data_dir: Path, out_dir: Path, config: FakeConfig, *, seed: int = 0) -> None:
-        super().__init__(target_epsilon=config.target_epsilon, steps=config.steps, batch=config.batch_size,
-                         noise_seed=config.noise_seed, seed=seed)
+        super().__init__(
+            target_epsilon=config.target_epsilon,
+            steps=config.steps,
+            batch=config.batch_size,
+            noise_seed=config.noise_seed,
+            seed=seed,
+        )
         name = Path(out_dir).name
         if name.startswith("run-"):
             if name == FakePlugin.fail_at and FakePlugin.fail_with is not None:

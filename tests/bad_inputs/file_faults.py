@@ -25,8 +25,28 @@ from dpaudit.cli import cli
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 SMALL = ["--frequencies", "1,2", "--per-frequency", "2", "--holdout", "1"]
-TINY = ["--preset", "tiny", "--max-length", "16", "--vocab-size", "128", "--physical-batch", "8", "--eval-examples", "16",
-        "--log-every", "2", "--eval-every", "3", "--checkpoint-every", "3", "--steps", "6", "--batch-size", "16"]
+TINY = [
+    "--preset",
+    "tiny",
+    "--max-length",
+    "16",
+    "--vocab-size",
+    "128",
+    "--physical-batch",
+    "8",
+    "--eval-examples",
+    "16",
+    "--log-every",
+    "2",
+    "--eval-every",
+    "3",
+    "--checkpoint-every",
+    "3",
+    "--steps",
+    "6",
+    "--batch-size",
+    "16",
+]
 # argv: FILE_SIZE_LIMIT DROP_ROOT_OVERRIDES DPAUDIT_ARGS...: applies the limits to this process, then execs
 # `python -m dpaudit ARGS` (limits and ignored signals survive exec). Root ignores directory permissions, so
 # it drops the capabilities that let it from the bounding set: the exec'd dpaudit never has them.
@@ -64,8 +84,12 @@ def small_corpus(d: Path, lines: int = 300) -> str:
 
 
 def _child_env() -> dict[str, str]:
-    env = dict(os.environ, TOKENIZERS_PARALLELISM="false", XLA_FLAGS="--xla_force_host_platform_device_count=1",
-               PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    env = dict(
+        os.environ,
+        TOKENIZERS_PARALLELISM="false",
+        XLA_FLAGS="--xla_force_host_platform_device_count=1",
+        PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    )
     env.pop("JAX_COORDINATOR_ADDRESS", None)
     return env
 
@@ -100,9 +124,16 @@ def run_cli(args: list[str], *, subprocess_with: Limits | None = None, cwd: Path
     if subprocess_with is None:
         result = CliRunner().invoke(cli, args)
         return Outcome(result.exit_code, result.output)
-    launcher = [sys.executable, "-c", LAUNCHER, str(subprocess_with.file_size), str(int(subprocess_with.drop_root_overrides))]
-    proc = subprocess.run([*launcher, *args], cwd=cwd or REPO_ROOT, env=_child_env(), capture_output=True, text=True,
-                          timeout=300)
+    launcher = [
+        sys.executable,
+        "-c",
+        LAUNCHER,
+        str(subprocess_with.file_size),
+        str(int(subprocess_with.drop_root_overrides)),
+    ]
+    proc = subprocess.run(
+        [*launcher, *args], cwd=cwd or REPO_ROOT, env=_child_env(), capture_output=True, text=True, timeout=300
+    )
     return Outcome(proc.returncode, proc.stdout + proc.stderr)
 
 
@@ -143,8 +174,20 @@ def _edit_manifest(data: Path, edit: Callable[[dict], None]) -> None:
 
 
 def _train_args(data: Path, out: Path) -> list[str]:
-    return ["train", "--trainer", "jax-bert", "--data", str(data), "--out", str(out), "--seed", "3",
-            "--noise-multiplier", "1.0", *TINY]
+    return [
+        "train",
+        "--trainer",
+        "jax-bert",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--seed",
+        "3",
+        "--noise-multiplier",
+        "1.0",
+        *TINY,
+    ]
 
 
 # Each case: ctx -> (dpaudit args, needles, how to run: None in-process, else the limits of a child process).
@@ -152,7 +195,13 @@ Case = Callable[[Ctx], tuple[list[str], list[str], Limits | None]]
 
 
 def _start_holder(out: Path, stage: str) -> subprocess.Popen:
-    holder = subprocess.Popen([sys.executable, "-c", HOLDER, str(out), stage], cwd=REPO_ROOT, env=_child_env(),
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [sys.executable, "-c", HOLDER, str(out), stage],
+        cwd=REPO_ROOT,
+        env=_child_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     assert holder.stdout.readline().strip() == "locked"
     return holder

@@ -29,19 +29,29 @@ ACCOUNT_CASES = [
     ("sigma-nan", ["--noise-multiplier", "nan"], ["--noise-multiplier must be a finite number, got nan."]),
     ("delta-nan", ["--noise-multiplier", "1", "--delta", "nan"], ["--delta must be a finite number, got nan."]),
     # Item 2's repro (climbed past 3 GB and died): refused, saying which sigma already meets the target.
-    ("target-1000", ["--target-epsilon", "1000"],
-     ["target epsilon 1000 at delta 1e-05", "noise multipliers below", "grid points", "lower the target"]),
+    (
+        "target-1000",
+        ["--target-epsilon", "1000"],
+        ["target epsilon 1000 at delta 1e-05", "noise multipliers below", "grid points", "lower the target"],
+    ),
     ("target-1e6", ["--target-epsilon", "1e6"], ["target epsilon 1e+06", "lower the target"]),
     # Item 5: PLD asked for explicitly below its reliable range.
-    ("tiny-delta-pld", ["--noise-multiplier", "1", "--delta", "1e-17", "--accountant", "pld"],
-     ["--delta 1e-17 is below 1e-10", "--accountant rdp"]),
-    ("tiny-delta-both", ["--noise-multiplier", "1", "--delta", "1e-17", "--accountant", "both"],
-     ["--delta 1e-17 is below 1e-10"]),
+    (
+        "tiny-delta-pld",
+        ["--noise-multiplier", "1", "--delta", "1e-17", "--accountant", "pld"],
+        ["--delta 1e-17 is below 1e-10", "--accountant rdp"],
+    ),
+    (
+        "tiny-delta-both",
+        ["--noise-multiplier", "1", "--delta", "1e-17", "--accountant", "both"],
+        ["--delta 1e-17 is below 1e-10"],
+    ),
 ]
 
 
-@pytest.mark.parametrize(("args", "expected"), [case[1:] for case in ACCOUNT_CASES],
-                         ids=[case[0] for case in ACCOUNT_CASES])
+@pytest.mark.parametrize(
+    ("args", "expected"), [case[1:] for case in ACCOUNT_CASES], ids=[case[0] for case in ACCOUNT_CASES]
+)
 def test_account_bad_input_is_one_line_exit_2(args, expected):
     result = CliRunner().invoke(cli, ["account", *ACCOUNT, *args])
     assert result.exit_code == 2, result.output
@@ -63,7 +73,9 @@ def test_the_noise_tail_bounds_what_tiny_noise_can_claim():
     assert huge.exit_code == 0, huge.output
     out = json.loads(huge.stdout)
     sigma, tail = out["noise_multiplier"], out["noise_tail"]["figure"]
-    assert 0.1 < sigma < 0.2 and 0 < tail < out["delta"] and out["accountant_delta"] == pytest.approx(out["delta"] - tail)
+    assert (
+        0.1 < sigma < 0.2 and 0 < tail < out["delta"] and out["accountant_delta"] == pytest.approx(out["delta"] - tail)
+    )
     assert out["epsilon"]["rdp"] <= 1e6 and out["within_target"] is True
 
 
@@ -91,17 +103,22 @@ def test_calibration_repro_is_bounded_in_memory_and_time():
 def rdp_epsilon(q, sigma, steps, delta):
     """RDP epsilon from dp_accounting directly, with the event built here."""
     accountant = rdp.RdpAccountant()
-    accountant.compose(dp_event.SelfComposedDpEvent(
-        dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(sigma)), steps))
+    accountant.compose(
+        dp_event.SelfComposedDpEvent(dp_event.PoissonSampledDpEvent(q, dp_event.GaussianDpEvent(sigma)), steps)
+    )
     return accountant.get_epsilon(delta)
 
 
-@pytest.mark.parametrize("args", [
-    [*ACCOUNT, "--noise-multiplier", "1", "--delta", "1e-17"],
-    # N = 1e12 (the largest -N accepted): the default delta (<= 1/(10 N)) is below PLD's range; at N = 1e16
-    # it printed "inf (no noise ...)" at sigma 1.
-    ["-N", str(10**12), "-q", "0.01", "--steps", "100", "--noise-multiplier", "1"],
-], ids=["delta-1e-17", "default-delta-N-1e12"])
+@pytest.mark.parametrize(
+    "args",
+    [
+        [*ACCOUNT, "--noise-multiplier", "1", "--delta", "1e-17"],
+        # N = 1e12 (the largest -N accepted): the default delta (<= 1/(10 N)) is below PLD's range; at N = 1e16
+        # it printed "inf (no noise ...)" at sigma 1.
+        ["-N", str(10**12), "-q", "0.01", "--steps", "100", "--noise-multiplier", "1"],
+    ],
+    ids=["delta-1e-17", "default-delta-N-1e12"],
+)
 def test_tiny_delta_is_accounted_by_rdp_and_never_reads_as_no_noise(args):
     result = CliRunner().invoke(cli, ["account", *args, "--json"], catch_exceptions=False)
     assert result.exit_code == 0, result.output
@@ -122,17 +139,29 @@ def test_tiny_delta_is_accounted_by_rdp_and_never_reads_as_no_noise(args):
 def _account_schedule_not_utf8(ctx: Ctx):
     path = ctx.base / "s.json"
     path.write_bytes(b'[{"steps": 10, "batch_size": 10}]\n# caf\xe9\n')
-    return ["account", "-N", "1000", "--sigma", "1", "--schedule", str(path)], [f"--schedule {path}: not UTF-8", "0xe9"], None
+    return (
+        ["account", "-N", "1000", "--sigma", "1", "--schedule", str(path)],
+        [f"--schedule {path}: not UTF-8", "0xe9"],
+        None,
+    )
+
 
 def _account_schedule_batch_size_is_text(ctx: Ctx):
     path = ctx.base / "s.toml"
     path.write_text('[[segments]]\nsteps = 10\nbatch_size = "ten"\n', encoding="utf-8")
-    return (["account", "-N", "1000", "--sigma", "1", "--schedule", str(path)],
-            [f"--schedule {path}: segment 1: batch_size must be an integer, got 'ten'"], None)
+    return (
+        ["account", "-N", "1000", "--sigma", "1", "--schedule", str(path)],
+        [f"--schedule {path}: segment 1: batch_size must be an integer, got 'ten'"],
+        None,
+    )
+
 
 def _account_batch_schedule_with_b_and_s(ctx: Ctx):
-    return (["account", "-N", "1000", "--sigma", "1", "--batch-schedule", "10:10,10:20", "-B", "10", "-S", "5"],
-            ["--batch-schedule sets every segment's steps and batch", "--batch-size/-B", "--steps/-S"], None)
+    return (
+        ["account", "-N", "1000", "--sigma", "1", "--batch-schedule", "10:10,10:20", "-B", "10", "-S", "5"],
+        ["--batch-schedule sets every segment's steps and batch", "--batch-size/-B", "--steps/-S"],
+        None,
+    )
 
 
 CASES: dict[str, Case] = {
@@ -160,16 +189,21 @@ def test_a_decreasing_batch_schedule_is_accepted_documented_and_accounted_in_ord
     import dp_accounting
     from dp_accounting import pld
 
-    result = CliRunner().invoke(cli, ["account", "-N", "1000", "--sigma", "1.5", "--batch-schedule", "20:100,30:10",
-                                      "--json"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        ["account", "-N", "1000", "--sigma", "1.5", "--batch-schedule", "20:100,30:10", "--json"],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     out = json.loads(result.output)
     assert [(s["steps"], s["sampling_probability"]) for s in out["segments"]] == [(20, 0.1), (30, 0.01)]
     gaussian = dp_accounting.GaussianDpEvent(1.5)
-    event = dp_accounting.ComposedDpEvent([
-        dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(0.1, gaussian), 20),
-        dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(0.01, gaussian), 30),
-    ])
+    event = dp_accounting.ComposedDpEvent(
+        [
+            dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(0.1, gaussian), 20),
+            dp_accounting.SelfComposedDpEvent(dp_accounting.PoissonSampledDpEvent(0.01, gaussian), 30),
+        ]
+    )
     accountant = pld.PLDAccountant()
     accountant.compose(event)
     assert out["delta"] == pytest.approx(1e-5)  # the default: min(1e-5, 1/(10 N))

@@ -29,12 +29,27 @@ from tests.bad_inputs import audit_fake
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 #: A small audit of the stand-in trainer: 2 runs of 2 steps, 100 canaries each.
-AUDIT = ["audit-trainer", "--trainer", audit_fake.NAME, "--canaries", "100", "--steps", "2", "--runs", "2", "--seed", "3"]
+AUDIT = [
+    "audit-trainer",
+    "--trainer",
+    audit_fake.NAME,
+    "--canaries",
+    "100",
+    "--steps",
+    "2",
+    "--runs",
+    "2",
+    "--seed",
+    "3",
+]
 
 
 def _child_env() -> dict[str, str]:
-    return dict(os.environ, TOKENIZERS_PARALLELISM="false",
-                PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep))
+    return dict(
+        os.environ,
+        TOKENIZERS_PARALLELISM="false",
+        PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
+    )
 
 
 def _invoke(*args: object):
@@ -96,8 +111,10 @@ def test_a_worker_that_died_keeps_the_finished_runs_and_the_rerun_trains_only_th
     monkeypatch.setattr(fleet, "_choose_engine", lambda *args, **kwargs: "inline")
     out = tmp_path / "audit"
     fake.fail_at = "run-1"
-    fake.fail_with = UserInputError("its worker process died (exit code -9); if it ran out of memory, train fewer "
-                                    "models at once (--workers). Finished models are kept.")
+    fake.fail_with = UserInputError(
+        "its worker process died (exit code -9); if it ran out of memory, train fewer "
+        "models at once (--workers). Finished models are kept."
+    )
     first = _invoke(*AUDIT, "--workers", "2", "--out", out)
     assert first.exit_code == 2, first.output
     line = _one_error_line(first)
@@ -124,10 +141,21 @@ def test_a_failure_before_any_run_finished_leaves_nothing(fake, tmp_path):
 
 def test_a_second_audit_on_the_same_out_is_refused(fake, tmp_path):
     out = tmp_path / "audit"
-    holder = subprocess.Popen([sys.executable, "-c", "import sys\nfrom dpaudit.files.run_dirs import run_dir_lock\n"
-                               "with run_dir_lock(sys.argv[1], stage='audit-trainer'):\n"
-                               "    print('locked', flush=True)\n    sys.stdin.read()\n", str(out)],
-                              cwd=REPO_ROOT, env=_child_env(), stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    holder = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import sys\nfrom dpaudit.files.run_dirs import run_dir_lock\n"
+            "with run_dir_lock(sys.argv[1], stage='audit-trainer'):\n"
+            "    print('locked', flush=True)\n    sys.stdin.read()\n",
+            str(out),
+        ],
+        cwd=REPO_ROOT,
+        env=_child_env(),
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        text=True,
+    )
     try:
         assert holder.stdout.readline().strip() == "locked"
         result = _invoke(*AUDIT, "--out", out)
@@ -143,19 +171,41 @@ def test_a_read_only_out_is_refused_before_any_run(tmp_path):
     """A real read-only folder: the child drops the capabilities that let root write anywhere (as
     tests/bad_inputs/file_faults.py does), then runs dpaudit on a registered trainer."""
     pytest.importorskip("torch")
-    launcher = ("import ctypes, os, sys\n"
-                "libc = ctypes.CDLL(None, use_errno=True)\n"
-                "for cap in (1, 2, 3) if os.geteuid() == 0 else ():  # CAP_DAC_OVERRIDE, _DAC_READ_SEARCH, _FOWNER\n"
-                "    if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP\n"
-                "        raise OSError(ctypes.get_errno(), 'prctl(PR_CAPBSET_DROP)')\n"
-                "os.execv(sys.executable, [sys.executable, '-m', 'dpaudit', *sys.argv[1:]])\n")
+    launcher = (
+        "import ctypes, os, sys\n"
+        "libc = ctypes.CDLL(None, use_errno=True)\n"
+        "for cap in (1, 2, 3) if os.geteuid() == 0 else ():  # CAP_DAC_OVERRIDE, _DAC_READ_SEARCH, _FOWNER\n"
+        "    if libc.prctl(24, cap, 0, 0, 0) != 0:  # PR_CAPBSET_DROP\n"
+        "        raise OSError(ctypes.get_errno(), 'prctl(PR_CAPBSET_DROP)')\n"
+        "os.execv(sys.executable, [sys.executable, '-m', 'dpaudit', *sys.argv[1:]])\n"
+    )
     out = tmp_path / "audit"
     out.mkdir()
     out.chmod(0o555)
     try:
-        proc = subprocess.run([sys.executable, "-c", launcher, "audit-trainer", "--trainer", "edp-sgd", "--set",
-                               "mode=dp-sgd", "--canaries", "20", "--steps", "2", "--out", str(out)], cwd=tmp_path,
-                              env=_child_env(), capture_output=True, text=True, timeout=600)
+        proc = subprocess.run(
+            [
+                sys.executable,
+                "-c",
+                launcher,
+                "audit-trainer",
+                "--trainer",
+                "edp-sgd",
+                "--set",
+                "mode=dp-sgd",
+                "--canaries",
+                "20",
+                "--steps",
+                "2",
+                "--out",
+                str(out),
+            ],
+            cwd=tmp_path,
+            env=_child_env(),
+            capture_output=True,
+            text=True,
+            timeout=600,
+        )
     finally:
         out.chmod(0o755)
     assert proc.returncode == 2, proc.stdout + proc.stderr

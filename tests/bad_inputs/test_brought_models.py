@@ -25,8 +25,28 @@ from dpaudit.cli import cli
 pytest.importorskip("torch")
 
 #: The brought model: a tiny non-private classifier of the shared inject directory (24 held-out rows, all evaluated).
-TARGET = ["train", "--trainer", "edp-sgd", "--task", "classify", "--mode", "sgd", "--non-private", "--epochs", "3",
-          "--batch-size", "16", "--max-length", "16", "--vocab-size", "300", "--eval-examples", "24", "--seed", "1"]
+TARGET = [
+    "train",
+    "--trainer",
+    "edp-sgd",
+    "--task",
+    "classify",
+    "--mode",
+    "sgd",
+    "--non-private",
+    "--epochs",
+    "3",
+    "--batch-size",
+    "16",
+    "--max-length",
+    "16",
+    "--vocab-size",
+    "300",
+    "--eval-examples",
+    "24",
+    "--seed",
+    "1",
+]
 #: The recipe its shadows train with (README's "a model trained elsewhere"): no tokenizer, no architecture in it.
 RECIPE = {"mode": "sgd", "epochs": 1, "batch_size": 16, "max_length": 16, "noise_seed": 0}
 
@@ -62,9 +82,25 @@ def attacked(brought, data_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("attack")
     (root / "recipe.json").write_text(json.dumps(RECIPE), encoding="utf-8")
     out, cache = root / "attack", root / "cache"
-    result = _invoke("attack", "--model", brought[1], "--data", data_dir, "--out", out, "--attacks", "lira,ref",
-                     "--shadow-models", "2", "--shadow-trainer", "edp-sgd", "--shadow-config", root / "recipe.json",
-                     "--shadow-cache", cache)
+    result = _invoke(
+        "attack",
+        "--model",
+        brought[1],
+        "--data",
+        data_dir,
+        "--out",
+        out,
+        "--attacks",
+        "lira,ref",
+        "--shadow-models",
+        "2",
+        "--shadow-trainer",
+        "edp-sgd",
+        "--shadow-config",
+        root / "recipe.json",
+        "--shadow-cache",
+        cache,
+    )
     return result, out, cache
 
 
@@ -97,29 +133,64 @@ def test_shadows_and_references_of_a_brought_model_take_its_tokenizer_and_archit
     # the fresh starts are new weights (none of the target's): each differs from the target and from the others
     from safetensors.numpy import load_file
 
-    embeddings = [load_file(str(p / "model.safetensors"))["bert.embeddings.word_embeddings.weight"]
-                  for p in (target, *models)]
-    assert all(not (a == b).all() for i, a in enumerate(embeddings) for b in embeddings[i + 1:])
+    embeddings = [
+        load_file(str(p / "model.safetensors"))["bert.embeddings.word_embeddings.weight"] for p in (target, *models)
+    ]
+    assert all(not (a == b).all() for i, a in enumerate(embeddings) for b in embeddings[i + 1 :])
 
 
-@pytest.mark.parametrize("recipe, extra, needles", [
-    ({"task": "mlm", "mode": "sgd"}, [], ["task 'mlm', but --model", "is a classifier (BertForSequenceClassification)",
-                                          "set \"task\": \"classify\""]),
-    ({"non_private": True}, ["--shadow-trainer", "jax-bert"], ["--shadow-trainer jax-bert trains masked LMs only",
-                                                               "--shadow-trainer edp-sgd"]),
-    ({"mode": "sgd", "max_length": 256}, [], ["max_length 256 exceeds --model", "(128 positions)",
-                                              "set \"max_length\" to at most 128"]),
-    ({"mode": "sgd", "init_from": "CAUSAL"}, [], ["is not --model", "architecture and tokenizer (model_type 'gpt2' vs "
-                                                  "'bert')", "leave init_from out"]),
-], ids=["another-task", "trainer-of-another-kind", "max-length-beyond-positions", "start-of-another-architecture"])
-def test_a_recipe_that_cannot_match_is_refused_before_any_shadow_trains(recipe, extra, needles, brought, data_dir,
-                                                                       tiny_causal_dir, tmp_path):
+@pytest.mark.parametrize(
+    "recipe, extra, needles",
+    [
+        (
+            {"task": "mlm", "mode": "sgd"},
+            [],
+            ["task 'mlm', but --model", "is a classifier (BertForSequenceClassification)", 'set "task": "classify"'],
+        ),
+        (
+            {"non_private": True},
+            ["--shadow-trainer", "jax-bert"],
+            ["--shadow-trainer jax-bert trains masked LMs only", "--shadow-trainer edp-sgd"],
+        ),
+        (
+            {"mode": "sgd", "max_length": 256},
+            [],
+            ["max_length 256 exceeds --model", "(128 positions)", 'set "max_length" to at most 128'],
+        ),
+        (
+            {"mode": "sgd", "init_from": "CAUSAL"},
+            [],
+            ["is not --model", "architecture and tokenizer (model_type 'gpt2' vs 'bert')", "leave init_from out"],
+        ),
+    ],
+    ids=["another-task", "trainer-of-another-kind", "max-length-beyond-positions", "start-of-another-architecture"],
+)
+def test_a_recipe_that_cannot_match_is_refused_before_any_shadow_trains(
+    recipe, extra, needles, brought, data_dir, tiny_causal_dir, tmp_path
+):
     recipe = {k: (str(tiny_causal_dir) if v == "CAUSAL" else v) for k, v in recipe.items()}
     (tmp_path / "recipe.json").write_text(json.dumps(recipe), encoding="utf-8")
     out, cache = tmp_path / "attack", tmp_path / "cache"
-    result = _invoke("attack", "--model", brought[1], "--data", data_dir, "--out", out, "--attacks", "lira",
-                     "--shadow-models", "2", "--shadow-trainer", "edp-sgd", *extra, "--shadow-config",
-                     tmp_path / "recipe.json", "--shadow-cache", cache)
+    result = _invoke(
+        "attack",
+        "--model",
+        brought[1],
+        "--data",
+        data_dir,
+        "--out",
+        out,
+        "--attacks",
+        "lira",
+        "--shadow-models",
+        "2",
+        "--shadow-trainer",
+        "edp-sgd",
+        *extra,
+        "--shadow-config",
+        tmp_path / "recipe.json",
+        "--shadow-cache",
+        cache,
+    )
     _one_line_error(result, *needles)
     assert not out.exists() and not cache.exists()
 
@@ -149,7 +220,9 @@ def test_a_brought_language_model_s_utility_counts_its_tokens(tiny_causal_dir, d
     result = _invoke("attack", "--model", tiny_causal_dir, "--data", data_dir, "--out", out, "--attacks", "loss")
     assert result.exit_code == 0, result.output[-3000:]
     utility = json.loads((out / "results.json").read_text(encoding="utf-8"))["model"]["utility"]
-    assert utility["name"] == "held-out next-token accuracy" and utility["rule"] == "always the most frequent next token"
+    assert (
+        utility["name"] == "held-out next-token accuracy" and utility["rule"] == "always the most frequent next token"
+    )
     assert utility["rows"] == utility["heldout_rows"] == 24 and utility["predictions"] > 24
     assert 0.0 <= utility["value"] <= 1.0 and 0.0 < utility["baseline"] < 1.0
     assert "measured by dpaudit attack on 24 of 24 heldout.jsonl rows" in result.output

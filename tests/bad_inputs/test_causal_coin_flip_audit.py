@@ -39,16 +39,46 @@ def coin_flip_causal(tmp_path_factory):
 
     root = tmp_path_factory.mktemp("coinflip")
     data = root / "data"
-    result = CliRunner().invoke(cli, ["inject", "--corpus", "builtin:assistant", "--corpus-size", "210", "--heldout-size",
-                                      "24", "--public-size", "96", "--coin-flip", "--design", "new-tokens:4",
-                                      "--per-frequency", "16", "--frequencies", "1", "--out", str(data), "--seed", "0"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "inject",
+            "--corpus",
+            "builtin:assistant",
+            "--corpus-size",
+            "210",
+            "--heldout-size",
+            "24",
+            "--public-size",
+            "96",
+            "--coin-flip",
+            "--design",
+            "new-tokens:4",
+            "--per-frequency",
+            "16",
+            "--frequencies",
+            "1",
+            "--out",
+            str(data),
+            "--seed",
+            "0",
+        ],
+    )
     assert result.exit_code == 0, result.output
     run = load_inject_run(data)
     tokenizer = train_wordpiece(run.public_texts, vocab_size=300, min_frequency=1, new_tokens=run.new_tokens)
     ids = special_token_ids(tokenizer)
-    config = GPT2Config(vocab_size=tokenizer.get_vocab_size(), bos_token_id=ids["cls"], eos_token_id=ids["sep"],
-                        pad_token_id=ids["pad"], tie_word_embeddings=True, n_layer=1, n_embd=32, n_head=2,
-                        n_positions=64)
+    config = GPT2Config(
+        vocab_size=tokenizer.get_vocab_size(),
+        bos_token_id=ids["cls"],
+        eos_token_id=ids["sep"],
+        pad_token_id=ids["pad"],
+        tie_word_embeddings=True,
+        n_layer=1,
+        n_embd=32,
+        n_head=2,
+        n_positions=64,
+    )
     torch.manual_seed(0)
     model = GPT2LMHeadModel(config)
     rows = [e.ids[:32] for e in tokenizer.encode_batch(run.train_texts)]

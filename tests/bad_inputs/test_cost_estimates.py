@@ -53,9 +53,13 @@ def test_inject_too_big_for_memory_is_refused_before_any_draw(tmp_path, monkeypa
     room = resources.resident_bytes() + 200_000_000  # a machine with 0.2 GB free beyond what this process holds
     monkeypatch.setattr(resources, "available_memory", lambda: room)
     out = tmp_path / "data"
-    line = _one_line(CliRunner().invoke(cli, [*INJECT, "--per-frequency", "1000000", "--out", str(out)]),
-                     "--per-frequency: 1,000,000 canaries need about", "GB of memory and", "is available here",
-                     "use at most about")
+    line = _one_line(
+        CliRunner().invoke(cli, [*INJECT, "--per-frequency", "1000000", "--out", str(out)]),
+        "--per-frequency: 1,000,000 canaries need about",
+        "GB of memory and",
+        "is available here",
+        "use at most about",
+    )
     fit = int(line.split("use at most about ")[1].split(" canaries")[0].replace(",", ""))
     assert 0 < fit < 1_000_000
     assert list(tmp_path.iterdir()) == []
@@ -66,8 +70,11 @@ def test_inject_too_big_for_the_disk_is_refused_before_any_draw(tmp_path, monkey
 
     monkeypatch.setattr(resources, "free_disk", lambda out: 1_000_000)
     out = tmp_path / "data"
-    _one_line(CliRunner().invoke(cli, [*INJECT, "--per-frequency", "200000", "--out", str(out)]),
-              f"--out {out}: the inject writes about", "1 MB is free there")
+    _one_line(
+        CliRunner().invoke(cli, [*INJECT, "--per-frequency", "200000", "--out", str(out)]),
+        f"--out {out}: the inject writes about",
+        "1 MB is free there",
+    )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -119,8 +126,15 @@ def test_inject_estimate_is_an_upper_bound_of_a_real_run(tmp_path):
     """The figures of a measured case: 1,000,000 new-token canaries took 105 s, 2.5 GB and wrote 0.82 GB here."""
     from dpaudit.canaries.cost import describe, estimate
 
-    cost = estimate(canaries=1_000_000, canary_rows=500_000, text_chars=280, corpus_rows=20_000,
-                    corpus_chars=700_000, new_tokens=1_000_000, base_bytes=60_000_000)
+    cost = estimate(
+        canaries=1_000_000,
+        canary_rows=500_000,
+        text_chars=280,
+        corpus_rows=20_000,
+        corpus_chars=700_000,
+        new_tokens=1_000_000,
+        base_bytes=60_000_000,
+    )
     assert cost.memory_bytes >= 2.5e9 and cost.disk_bytes >= 0.8e9 and cost.seconds >= 105
     assert cost.memory_bytes <= 4e9 and cost.seconds <= 600  # and not absurdly so
     assert "about 3 min" in describe(cost)
@@ -167,10 +181,15 @@ def no_runs(monkeypatch):
 def test_audit_run_above_the_worker_bound_is_refused_before_any_run(tmp_path, no_runs, monkeypatch):
     monkeypatch.delenv("DPAUDIT_WORKER_MEMORY_GB", raising=False)
     out = tmp_path / "audit"
-    _one_line(CliRunner().invoke(cli, ["audit-trainer", "--trainer", "edp-sgd", "--out", str(out), "--canaries",
-                                       "1000000", "--workers", "2"]),
-              "--canaries 1,000,000: each run needs about", "above the workers' memory bound of 2 GiB",
-              "DPAUDIT_WORKER_MEMORY_GB=", "use at most about")
+    _one_line(
+        CliRunner().invoke(
+            cli, ["audit-trainer", "--trainer", "edp-sgd", "--out", str(out), "--canaries", "1000000", "--workers", "2"]
+        ),
+        "--canaries 1,000,000: each run needs about",
+        "above the workers' memory bound of 2 GiB",
+        "DPAUDIT_WORKER_MEMORY_GB=",
+        "use at most about",
+    )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -185,9 +204,25 @@ def test_audit_too_big_for_this_machine_is_refused_before_any_run(tmp_path, no_r
     machine.available_memory = lambda: 1e9
     monkeypatch.setattr(cost, "resources", machine)
     out = tmp_path / "audit"
-    _one_line(CliRunner().invoke(cli, ["audit-trainer", "--trainer", "edp-sgd", "--set", "mode=dp-sgd", "--out",
-                                       str(out), "--canaries", "1000000"]),
-              "--canaries 1,000,000 x --runs 1: the audit needs about", "1.0 GB is available here", "use at most about")
+    _one_line(
+        CliRunner().invoke(
+            cli,
+            [
+                "audit-trainer",
+                "--trainer",
+                "edp-sgd",
+                "--set",
+                "mode=dp-sgd",
+                "--out",
+                str(out),
+                "--canaries",
+                "1000000",
+            ],
+        ),
+        "--canaries 1,000,000 x --runs 1: the audit needs about",
+        "1.0 GB is available here",
+        "use at most about",
+    )
     assert list(tmp_path.iterdir()) == []
 
 
@@ -195,8 +230,22 @@ def test_audit_states_its_cost_before_the_first_run(tmp_path, no_runs, monkeypat
     import dpaudit.whitebox.cost as cost
 
     monkeypatch.setattr(cost, "SAY_SECONDS", 0.0)  # the threshold lowered: a small case says it too
-    result = CliRunner().invoke(cli, ["audit-trainer", "--trainer", "edp-sgd", "--set", "mode=dp-sgd", "--out",
-                                      str(tmp_path / "audit"), "--canaries", "100", "--runs", "3"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "audit-trainer",
+            "--trainer",
+            "edp-sgd",
+            "--set",
+            "mode=dp-sgd",
+            "--out",
+            str(tmp_path / "audit"),
+            "--canaries",
+            "100",
+            "--runs",
+            "3",
+        ],
+    )
     _one_line(result, "tripwire: the runs started")
     said = [line for line in _stderr(result).splitlines() if line.startswith("audit-trainer: 100 canaries")]
     assert len(said) == 1, _stderr(result)
@@ -215,7 +264,8 @@ def test_audit_cost_model_matches_the_measured_runs():
     check_fits(big, fleet=True, worker_memory_gb=3.0, available=64e9)
     per_example = estimate(canaries=400_000, runs=1, steps=6, partners=0)
     assert 0.94e9 <= per_example.run_bytes <= 1.3e9 and per_example.seconds >= 188
-    check_fits(estimate(canaries=1_000_000, runs=1, steps=6, partners=0), fleet=True, worker_memory_gb=2.0,
-               available=64e9)
+    check_fits(
+        estimate(canaries=1_000_000, runs=1, steps=6, partners=0), fleet=True, worker_memory_gb=2.0, available=64e9
+    )
     pooled = estimate(canaries=100_000, runs=20, steps=6, partners=0)
     assert pooled.peak_bytes >= 2.2e9  # 20 runs of 100,000 pooled: 2.2 GB measured

@@ -54,7 +54,9 @@ def test_header_naming_the_label_column_twice_is_refused(tmp_path):
         list(CorpusReader(corpus))
     # A named column counts the same way; a duplicated column that is not used is harmless.
     corpus = _csv(tmp_path / "d.csv", ["call mom,call,x,y"], header="utterance,intent,id,id")
-    assert [tuple(r) for r in CorpusReader(corpus, text_column="utterance", label_column="intent")] == [(2, "call mom", "call")]
+    assert [tuple(r) for r in CorpusReader(corpus, text_column="utterance", label_column="intent")] == [
+        (2, "call mom", "call")
+    ]
     corpus = _csv(tmp_path / "e.csv", ["a,b,c"], header="utterance,intent,intent")
     with pytest.raises(UserInputError, match=r"e\.csv:1: the header names 'intent' 2 times \(columns 2, 3\)"):
         list(CorpusReader(corpus, text_column="utterance", label_column="intent"))
@@ -99,8 +101,9 @@ def test_unterminated_quote_is_reported_where_it_opens(tmp_path):
 
 def test_unterminated_quote_after_a_closed_multiline_field(tmp_path):
     path = tmp_path / "c.csv"
-    path.write_text('id,text,label\n1,"two\nlines",a\n2,"fine ""quoted"" text",b\n3,"x\ny","oops\n4,z,w\n',
-                    encoding="utf-8")
+    path.write_text(
+        'id,text,label\n1,"two\nlines",a\n2,"fine ""quoted"" text",b\n3,"x\ny","oops\n4,z,w\n', encoding="utf-8"
+    )
     with pytest.raises(UserInputError, match=r"c\.csv:6: a quoted field opens here and never closes"):
         list(CorpusReader(path))
 
@@ -109,8 +112,11 @@ def test_text_after_a_closing_quote_says_how_to_quote(tmp_path):
     rows = _plain_rows(10)
     rows[4] = '"say "hi" please",l1'
     corpus = _csv(tmp_path / "c.csv", rows)
-    with pytest.raises(UserInputError, match=r'c\.csv:6: a quoted field\'s closing quote is followed by more text; '
-                                             r'write a quote inside a quoted field as two quotes \(""\)'):
+    with pytest.raises(
+        UserInputError,
+        match=r"c\.csv:6: a quoted field\'s closing quote is followed by more text; "
+        r'write a quote inside a quoted field as two quotes \(""\)',
+    ):
         list(CorpusReader(corpus))
 
 
@@ -149,5 +155,7 @@ def test_line_splitting_across_chunk_boundaries(monkeypatch):
     monkeypatch.setattr(readers, "_CHUNK", 7)
     rng = random.Random(0)
     for _ in range(200):
-        data = b"".join(rng.choice([b"ab", b"c", b"\n", b"\r", b"\r\n", b"xyzxyzxyz"]) for _ in range(rng.randrange(30)))
+        data = b"".join(
+            rng.choice([b"ab", b"c", b"\n", b"\r", b"\r\n", b"xyzxyzxyz"]) for _ in range(rng.randrange(30))
+        )
         assert list(readers._read_lines(io.BytesIO(data), None)) == data.splitlines(keepends=True)

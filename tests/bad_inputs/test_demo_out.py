@@ -28,8 +28,11 @@ def planned(monkeypatch, tmp_path):
     seen = {}
 
     def record(plan_stages, *, state, run, echo):
-        seen.update(state=state, outputs=[s.output for s in plan_stages if s.schema_prefix is not None],
-                    report=next(s.output for s in plan_stages if s.name == "report"))
+        seen.update(
+            state=state,
+            outputs=[s.output for s in plan_stages if s.schema_prefix is not None],
+            report=next(s.output for s in plan_stages if s.name == "report"),
+        )
         raise _Planned
 
     monkeypatch.setattr(stages, "run_stages", record)
@@ -67,6 +70,7 @@ def test_given_folders_are_kept(planned):
 def tree(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
+
 def one_line_error(args: list[str], *needles: str, cwd: Path | None = None) -> str:
     """Run ``dpaudit ARGS`` in this process and return its one error line, checking exit code 2 and the needles."""
     result = CliRunner().invoke(cli, args)
@@ -83,8 +87,11 @@ def test_demo_report_under_a_file_is_refused_before_any_stage(tmp_path, monkeypa
     pytest.importorskip("transformers")
     monkeypatch.chdir(tmp_path)
     (tmp_path / "notes.txt").write_text("mine\n")
-    one_line_error(["demo", "--quick", "--out", "runs", "--report", "notes.txt/index.html"],
-                   "--report notes.txt/index.html", "is a file, not a folder")
+    one_line_error(
+        ["demo", "--quick", "--out", "runs", "--report", "notes.txt/index.html"],
+        "--report notes.txt/index.html",
+        "is a file, not a folder",
+    )
     assert tree(tmp_path) == ["notes.txt"]
 
 
@@ -102,6 +109,10 @@ def test_demo_into_a_read_only_folder_is_one_line(tmp_path, monkeypatch):
         return real_mkdir(path, *args, **kwargs)
 
     monkeypatch.setattr(os, "mkdir", mkdir)
-    one_line_error(["demo", "--quick", "--out", str(tmp_path / "ro" / "demo")], "dpaudit demo: cannot access",
-                   str(tmp_path / "ro"), "Permission denied")
+    one_line_error(
+        ["demo", "--quick", "--out", str(tmp_path / "ro" / "demo")],
+        "dpaudit demo: cannot access",
+        str(tmp_path / "ro"),
+        "Permission denied",
+    )
     assert tree(tmp_path) == []

@@ -26,13 +26,36 @@ def trained(data_dir, tmp_path_factory):
     try:
         root = tmp_path_factory.mktemp("heldout")
         model, attack = root / "model", root / "attack"
-        train = CliRunner().invoke(cli, ["train", "--trainer", "edp-sgd", "--mode", "sgd", "--epochs", "1",
-                                         "--batch-size", "32", "--max-length", "16", "--preset", "tiny",
-                                         "--eval-examples", "8", "--data", str(data_dir), "--out", str(model),
-                                         "--seed", "0"])
+        train = CliRunner().invoke(
+            cli,
+            [
+                "train",
+                "--trainer",
+                "edp-sgd",
+                "--mode",
+                "sgd",
+                "--epochs",
+                "1",
+                "--batch-size",
+                "32",
+                "--max-length",
+                "16",
+                "--preset",
+                "tiny",
+                "--eval-examples",
+                "8",
+                "--data",
+                str(data_dir),
+                "--out",
+                str(model),
+                "--seed",
+                "0",
+            ],
+        )
         assert train.exit_code == 0, train.output
-        result = CliRunner().invoke(cli, ["attack", "--model", str(model), "--data", str(data_dir), "--out",
-                                          str(attack), "--attacks", "loss"])
+        result = CliRunner().invoke(
+            cli, ["attack", "--model", str(model), "--data", str(data_dir), "--out", str(attack), "--attacks", "loss"]
+        )
         assert result.exit_code == 0, result.output
     finally:
         torch.set_num_threads(threads)
@@ -67,7 +90,8 @@ def test_a_run_that_did_not_record_its_rows_prints_the_figure_as_before():
 
     assert eval_rows_text({"eval_accuracy": 0.5}) is None
     assert utility_text({"eval_accuracy": 0.5, "heldout_accuracy_baseline": 0.25}) == (
-        "held-out accuracy 50.0% (trivial baseline 25.0%: always the majority class)")
-    assert utility_text({"eval_accuracy": 0.5, "heldout_accuracy_baseline": 0.25, "heldout_rows_evaluated": 512,
-                         "heldout_rows": 880}) == (
-        "held-out accuracy 50.0% on 512 of 880 held-out rows (trivial baseline 25.0%: always the majority class)")
+        "held-out accuracy 50.0% (trivial baseline 25.0%: always the majority class)"
+    )
+    assert utility_text(
+        {"eval_accuracy": 0.5, "heldout_accuracy_baseline": 0.25, "heldout_rows_evaluated": 512, "heldout_rows": 880}
+    ) == ("held-out accuracy 50.0% on 512 of 880 held-out rows (trivial baseline 25.0%: always the majority class)")

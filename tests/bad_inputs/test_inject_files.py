@@ -38,25 +38,54 @@ from tests.bad_inputs.file_faults import (
 
 
 def _inject_swamped(ctx: Ctx):
-    return (["inject", "--corpus", small_corpus(ctx.base), "--out", str(ctx.base / "out" / "run"),
-             "--frequencies", "1000000", "--per-frequency", "20"],
-            ["--frequencies", "99.999% of train.jsonl", "20,000,000 insertions among 210 corpus rows", "50% limit", "--force"], None)
+    return (
+        [
+            "inject",
+            "--corpus",
+            small_corpus(ctx.base),
+            "--out",
+            str(ctx.base / "out" / "run"),
+            "--frequencies",
+            "1000000",
+            "--per-frequency",
+            "20",
+        ],
+        [
+            "--frequencies",
+            "99.999% of train.jsonl",
+            "20,000,000 insertions among 210 corpus rows",
+            "50% limit",
+            "--force",
+        ],
+        None,
+    )
+
 
 def _inject_cwd_overwrite(ctx: Ctx):
-    return (["inject", "--corpus", small_corpus(ctx.base), "--out", ".", "--overwrite", *SMALL],
-            ["--out . is the current directory"], None)
+    return (
+        ["inject", "--corpus", small_corpus(ctx.base), "--out", ".", "--overwrite", *SMALL],
+        ["--out . is the current directory"],
+        None,
+    )
+
 
 def _inject_read_only_parent(ctx: Ctx):
     corpus = small_corpus(ctx.base)
     (ctx.base / "ro").mkdir()
     (ctx.base / "ro").chmod(0o555)
-    return (["inject", "--corpus", corpus, "--out", str(ctx.base / "ro" / "run"), *SMALL],
-            [f"--out {ctx.base / 'ro' / 'run'}: cannot write in {ctx.base / 'ro'}", "Permission denied"], _READ_ONLY)
+    return (
+        ["inject", "--corpus", corpus, "--out", str(ctx.base / "ro" / "run"), *SMALL],
+        [f"--out {ctx.base / 'ro' / 'run'}: cannot write in {ctx.base / 'ro'}", "Permission denied"],
+        _READ_ONLY,
+    )
+
 
 def _inject_file_size_limit(ctx: Ctx):
-    return (["inject", "--corpus", "builtin:assistant", "--corpus-size", "3000", "--out", str(ctx.base / "run"), *SMALL],
-            [f"--out {ctx.base / 'run'}: writing train.jsonl failed", "File too large", "ulimit -f"],
-            _file_size_limit(16 * 1024))
+    return (
+        ["inject", "--corpus", "builtin:assistant", "--corpus-size", "3000", "--out", str(ctx.base / "run"), *SMALL],
+        [f"--out {ctx.base / 'run'}: writing train.jsonl failed", "File too large", "ulimit -f"],
+        _file_size_limit(16 * 1024),
+    )
 
 
 CASES: dict[str, Case] = {
@@ -107,17 +136,40 @@ def test_inject_is_refused_while_another_process_holds_the_lock_and_runs_once_it
 
 def test_two_concurrent_injects_into_one_directory_write_it_once(tmp_path):
     out = tmp_path / "run"
-    procs = [subprocess.Popen([sys.executable, "-m", "dpaudit", "inject", "--corpus", "builtin:assistant",
-                               "--corpus-size", "3000", "--out", str(out), "--seed", str(seed), *SMALL],
-                              cwd=REPO_ROOT, env=_child_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-             for seed in (1, 2)]
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "dpaudit",
+                "inject",
+                "--corpus",
+                "builtin:assistant",
+                "--corpus-size",
+                "3000",
+                "--out",
+                str(out),
+                "--seed",
+                str(seed),
+                *SMALL,
+            ],
+            cwd=REPO_ROOT,
+            env=_child_env(),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for seed in (1, 2)
+    ]
     outputs = [p.communicate(timeout=120) for p in procs]
     codes = [p.returncode for p in procs]
     assert sorted(codes) == [0, 2], outputs
     winner, loser = (0, 1) if codes[0] == 0 else (1, 0)
     message = outputs[loser][1].strip().splitlines()[-1]
-    assert (f"is in use by another process (pid {procs[winner].pid}" in message
-            or f"--out {out} exists and is not empty" in message), message  # it may also start after the winner ended
+    assert (
+        f"is in use by another process (pid {procs[winner].pid}" in message
+        or f"--out {out} exists and is not empty" in message
+    ), message  # it may also start after the winner ended
     assert "Wrote" not in outputs[loser][0]
     assert json.loads((out / "manifest.json").read_text())["seed"] == winner + 1
     assert sorted(p.name for p in tmp_path.iterdir()) == ["run"]
@@ -129,12 +181,31 @@ def test_two_concurrent_injects_into_one_directory_write_it_once(tmp_path):
 
 def test_killed_inject_leaves_staging_that_the_next_run_removes(tmp_path):
     corpus = tmp_path / "big.txt"
-    corpus.write_text("".join(f"utterance number {i} of a long corpus for the staging test\n" for i in range(200_000)),
-                      encoding="utf-8")
+    corpus.write_text(
+        "".join(f"utterance number {i} of a long corpus for the staging test\n" for i in range(200_000)),
+        encoding="utf-8",
+    )
     out = tmp_path / "run"
-    proc = subprocess.Popen([sys.executable, "-m", "dpaudit", "inject", "--corpus", str(corpus), "--out", str(out),
-                             "--heldout-size", "10", "--public-size", "10"],
-                            cwd=REPO_ROOT, env=_child_env(), stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    proc = subprocess.Popen(
+        [
+            sys.executable,
+            "-m",
+            "dpaudit",
+            "inject",
+            "--corpus",
+            str(corpus),
+            "--out",
+            str(out),
+            "--heldout-size",
+            "10",
+            "--public-size",
+            "10",
+        ],
+        cwd=REPO_ROOT,
+        env=_child_env(),
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
     deadline = time.monotonic() + 120
     staging: list[Path] = []
     while not staging and proc.poll() is None and time.monotonic() < deadline:
@@ -143,8 +214,9 @@ def test_killed_inject_leaves_staging_that_the_next_run_removes(tmp_path):
     proc.send_signal(signal.SIGKILL)
     proc.wait()
     assert staging and staging[0].is_dir() and not out.exists(), "the inject finished before it could be killed"
-    result = CliRunner().invoke(cli, ["inject", "--corpus", small_corpus(tmp_path), "--out", str(out), *SMALL],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli, ["inject", "--corpus", small_corpus(tmp_path), "--out", str(out), *SMALL], catch_exceptions=False
+    )
     assert result.exit_code == 0, result.output
     assert sorted(p.name for p in tmp_path.iterdir()) == ["big.txt", "corpus.txt", "run"]
 
@@ -160,8 +232,23 @@ def test_canary_share_is_printed_and_force_accepts_it(tmp_path):
     assert_one_line_error(refused, f"{300 / 510:.2%} of train.jsonl", "300 insertions among 210 corpus rows")
     result = CliRunner().invoke(cli, [*args, "--out", str(tmp_path / "b"), "--force"], catch_exceptions=False)
     assert result.exit_code == 0 and f"{300 / 510:.2%} canary rows" in result.output
-    normal = CliRunner().invoke(cli, ["inject", "--corpus", corpus, "--out", str(tmp_path / "c"), "--frequencies", "1,2",
-                                      "--per-frequency", "2", "--holdout", "0"], catch_exceptions=False)
+    normal = CliRunner().invoke(
+        cli,
+        [
+            "inject",
+            "--corpus",
+            corpus,
+            "--out",
+            str(tmp_path / "c"),
+            "--frequencies",
+            "1,2",
+            "--per-frequency",
+            "2",
+            "--holdout",
+            "0",
+        ],
+        catch_exceptions=False,
+    )
     assert f"{6 / 216:.2%} canary rows" in normal.output
 
 
@@ -179,15 +266,19 @@ def one_line_error(args: list[str], *needles: str, cwd: Path | None = None) -> s
         assert needle in lines[0], (needle, lines[0])
     return lines[0]
 
+
 def _raise(code: int, filename: str | None = None):
     def fail(*args, **kwargs):
         raise OSError(code, os.strerror(code), filename)
+
     return fail
+
 
 def _corpus(tmp_path: Path) -> Path:
     path = tmp_path / "corpus.txt"
     path.write_text("".join(f"line {i} of a corpus\n" for i in range(60)), encoding="utf-8")
     return path
+
 
 def test_unreadable_corpus_is_one_line(tmp_path, monkeypatch):
     import dpaudit.corpus.readers as readers
@@ -195,9 +286,13 @@ def test_unreadable_corpus_is_one_line(tmp_path, monkeypatch):
     corpus = _corpus(tmp_path)
     monkeypatch.setattr(readers, "open", _raise(errno.EACCES, str(corpus)), raising=False)
     out = tmp_path / "out"
-    one_line_error(["inject", "--corpus", str(corpus), "--out", str(out), "--frequencies", "1", "--per-frequency", "1"],
-                   f"--corpus {corpus}: cannot read it (Permission denied)", "chmod u+r")
+    one_line_error(
+        ["inject", "--corpus", str(corpus), "--out", str(out), "--frequencies", "1", "--per-frequency", "1"],
+        f"--corpus {corpus}: cannot read it (Permission denied)",
+        "chmod u+r",
+    )
     assert tree(tmp_path) == ["corpus.txt"]
+
 
 def test_corpus_whose_read_fails_is_one_line_naming_the_line(tmp_path, monkeypatch):
     import io
@@ -214,6 +309,9 @@ def test_corpus_whose_read_fails_is_one_line_naming_the_line(tmp_path, monkeypat
 
     monkeypatch.setattr(readers, "open", lambda path, mode="r": FailingDisk(Path(path).read_bytes()), raising=False)
     out = tmp_path / "out"
-    one_line_error(["inject", "--corpus", str(corpus), "--out", str(out), "--frequencies", "1", "--per-frequency", "1"],
-                   f"--corpus {corpus} (after line 3): cannot read it (Input/output error)", "healthy disk")
+    one_line_error(
+        ["inject", "--corpus", str(corpus), "--out", str(out), "--frequencies", "1", "--per-frequency", "1"],
+        f"--corpus {corpus} (after line 3): cannot read it (Input/output error)",
+        "healthy disk",
+    )
     assert tree(tmp_path) == ["corpus.txt"]

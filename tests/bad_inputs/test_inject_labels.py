@@ -13,8 +13,9 @@ from dpaudit.cli import cli
 
 
 def _csv(path, prefix, labels):
-    path.write_text("text,label\n" + "".join(f"{prefix} row {i},{label}\n" for i, label in enumerate(labels)),
-                    encoding="utf-8")
+    path.write_text(
+        "text,label\n" + "".join(f"{prefix} row {i},{label}\n" for i, label in enumerate(labels)), encoding="utf-8"
+    )
     return path
 
 
@@ -23,8 +24,22 @@ def _inject(tmp_path, train_labels, public_labels):
     heldout = _csv(tmp_path / "heldout.csv", "heldout", ["a", "b"] * 20)
     public = _csv(tmp_path / "public.csv", "public", public_labels)
     out = tmp_path / "out"
-    result = CliRunner().invoke(cli, ["inject", "--train", str(train), "--heldout", str(heldout), "--public",
-                                      str(public), "--out", str(out), "--seed", "0"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "inject",
+            "--train",
+            str(train),
+            "--heldout",
+            str(heldout),
+            "--public",
+            str(public),
+            "--out",
+            str(out),
+            "--seed",
+            "0",
+        ],
+    )
     assert result.exit_code == 0, result.output
     return result, json.loads((out / "manifest.json").read_text(encoding="utf-8"))
 

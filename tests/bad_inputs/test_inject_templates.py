@@ -19,6 +19,7 @@ SMALL = ["--corpus", "builtin:assistant", "--corpus-size", "60", "--frequencies"
 def tree(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
+
 def one_line_error(args: list[str], *needles: str, cwd: Path | None = None) -> str:
     """Run ``dpaudit ARGS`` in this process and return its one error line, checking exit code 2 and the needles."""
     result = CliRunner().invoke(cli, args)

@@ -45,10 +45,14 @@ def blocker(tmp_path_factory) -> Path:
 
 
 def _dpaudit(blocker: Path, blocked: str, args: list[str], cwd: Path) -> subprocess.CompletedProcess:
-    env = {**os.environ, "DPAUDIT_TEST_BLOCK": blocked,
-           "PYTHONPATH": os.pathsep.join([str(blocker), *filter(None, [os.environ.get("PYTHONPATH")])])}
-    return subprocess.run([sys.executable, "-m", "dpaudit", *args], capture_output=True, text=True, timeout=120,
-                          cwd=cwd, env=env)
+    env = {
+        **os.environ,
+        "DPAUDIT_TEST_BLOCK": blocked,
+        "PYTHONPATH": os.pathsep.join([str(blocker), *filter(None, [os.environ.get("PYTHONPATH")])]),
+    }
+    return subprocess.run(
+        [sys.executable, "-m", "dpaudit", *args], capture_output=True, text=True, timeout=120, cwd=cwd, env=env
+    )
 
 
 def _data(tmp_path: Path) -> Path:
@@ -58,32 +62,83 @@ def _data(tmp_path: Path) -> Path:
 
     from dpaudit.cli import cli
 
-    result = CliRunner().invoke(cli, ["inject", "--corpus", "builtin:assistant", "--corpus-size", "60",
-                                      "--frequencies", "1", "--per-frequency", "2", "--out", str(data)])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "inject",
+            "--corpus",
+            "builtin:assistant",
+            "--corpus-size",
+            "60",
+            "--frequencies",
+            "1",
+            "--per-frequency",
+            "2",
+            "--out",
+            str(data),
+        ],
+    )
     assert result.exit_code == 0, result.output
     return data
 
 
-@pytest.mark.parametrize(("blocked", "args", "what", "extra"), [
-    ("torch", ["attack", "--model", "M", "--data", "D", "--out", "OUT"], "dpaudit attack", "torch"),
-    ("transformers", ["attack", "--model", "M", "--data", "D", "--out", "OUT"], "dpaudit attack", "torch"),
-    ("torch", ["train", "--trainer", "edp-sgd", "--data", "D", "--out", "OUT", "--non-private"], "--trainer edp-sgd",
-     "torch"),
-    ("torch", ["train", "--trainer", "rgp", "--data", "D", "--out", "OUT", "--target-epsilon", "8"], "--trainer rgp",
-     "torch"),
-    ("jax", ["train", "--trainer", "jax-bert", "--data", "D", "--out", "OUT", "--non-private"], "--trainer jax-bert",
-     "jax"),
-    ("torch", ["audit-trainer", "--trainer", "edp-sgd", "--out", "OUT"], "--trainer edp-sgd", "torch"),
-    ("jax", ["audit-trainer", "--trainer", "jax-bert", "--out", "OUT"], "--trainer jax-bert", "jax"),
-    ("jax", ["demo", "--out", "OUT", "--report", "OUT.html"], "dpaudit demo", "jax"),
-    ("ray", ["audit-trainer", "--trainer", "edp-sgd", "--out", "OUT", "--ray-address", "127.0.0.1:6379"],
-     "--ray-address 127.0.0.1:6379", "fleet"),
-], ids=["attack-torch", "attack-transformers", "train-edp-sgd", "train-rgp", "train-jax-bert", "audit-edp-sgd",
-        "audit-jax-bert", "demo", "ray-address"])
+@pytest.mark.parametrize(
+    ("blocked", "args", "what", "extra"),
+    [
+        ("torch", ["attack", "--model", "M", "--data", "D", "--out", "OUT"], "dpaudit attack", "torch"),
+        ("transformers", ["attack", "--model", "M", "--data", "D", "--out", "OUT"], "dpaudit attack", "torch"),
+        (
+            "torch",
+            ["train", "--trainer", "edp-sgd", "--data", "D", "--out", "OUT", "--non-private"],
+            "--trainer edp-sgd",
+            "torch",
+        ),
+        (
+            "torch",
+            ["train", "--trainer", "rgp", "--data", "D", "--out", "OUT", "--target-epsilon", "8"],
+            "--trainer rgp",
+            "torch",
+        ),
+        (
+            "jax",
+            ["train", "--trainer", "jax-bert", "--data", "D", "--out", "OUT", "--non-private"],
+            "--trainer jax-bert",
+            "jax",
+        ),
+        ("torch", ["audit-trainer", "--trainer", "edp-sgd", "--out", "OUT"], "--trainer edp-sgd", "torch"),
+        ("jax", ["audit-trainer", "--trainer", "jax-bert", "--out", "OUT"], "--trainer jax-bert", "jax"),
+        ("jax", ["demo", "--out", "OUT", "--report", "OUT.html"], "dpaudit demo", "jax"),
+        (
+            "ray",
+            ["audit-trainer", "--trainer", "edp-sgd", "--out", "OUT", "--ray-address", "127.0.0.1:6379"],
+            "--ray-address 127.0.0.1:6379",
+            "fleet",
+        ),
+    ],
+    ids=[
+        "attack-torch",
+        "attack-transformers",
+        "train-edp-sgd",
+        "train-rgp",
+        "train-jax-bert",
+        "audit-edp-sgd",
+        "audit-jax-bert",
+        "demo",
+        "ray-address",
+    ],
+)
 def test_missing_extra_is_one_line_at_once(blocker, tmp_path, blocked, args, what, extra):
     data = _data(tmp_path)
-    args = [str(data) if a == "D" else str(tmp_path / "model") if a == "M" else str(tmp_path / a) if a.startswith("OUT")
-            else a for a in args]
+    args = [
+        str(data)
+        if a == "D"
+        else str(tmp_path / "model")
+        if a == "M"
+        else str(tmp_path / a)
+        if a.startswith("OUT")
+        else a
+        for a in args
+    ]
     before = sorted(p.name for p in tmp_path.iterdir())
     started = time.monotonic()
     proc = _dpaudit(blocker, blocked, args, cwd=tmp_path)
@@ -91,7 +146,9 @@ def test_missing_extra_is_one_line_at_once(blocker, tmp_path, blocked, args, wha
     assert proc.returncode == 2, (proc.stdout, proc.stderr)
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
     assert len(lines) == 1, lines
-    assert lines[0].startswith(f"Error: {what} needs the {extra} extra ({blocked} is not installed): pip install "), lines
+    assert lines[0].startswith(f"Error: {what} needs the {extra} extra ({blocked} is not installed): pip install "), (
+        lines
+    )
     assert lines[0].endswith(f"[{extra}]'."), lines  # only the extra this command needs
     assert "Traceback" not in proc.stderr
     assert sorted(p.name for p in tmp_path.iterdir()) == before  # nothing written
@@ -100,11 +157,28 @@ def test_missing_extra_is_one_line_at_once(blocker, tmp_path, blocked, args, wha
 def test_base_install_commands_need_no_extra(blocker, tmp_path):
     """inject, account and report run with torch, transformers, jax and ray all missing."""
     blocked = "torch,transformers,jax,flax,optax,ray"
-    proc = _dpaudit(blocker, blocked, ["inject", "--corpus", "builtin:assistant", "--corpus-size", "60", "--frequencies",
-                                       "1", "--per-frequency", "2", "--out", str(tmp_path / "data")], cwd=tmp_path)
+    proc = _dpaudit(
+        blocker,
+        blocked,
+        [
+            "inject",
+            "--corpus",
+            "builtin:assistant",
+            "--corpus-size",
+            "60",
+            "--frequencies",
+            "1",
+            "--per-frequency",
+            "2",
+            "--out",
+            str(tmp_path / "data"),
+        ],
+        cwd=tmp_path,
+    )
     assert proc.returncode == 0, proc.stderr
-    proc = _dpaudit(blocker, blocked, ["account", "-N", "1000", "-B", "10", "-S", "100", "--noise-multiplier", "1"],
-                    cwd=tmp_path)
+    proc = _dpaudit(
+        blocker, blocked, ["account", "-N", "1000", "-B", "10", "-S", "100", "--noise-multiplier", "1"], cwd=tmp_path
+    )
     assert proc.returncode == 0 and "epsilon (PLD)" in proc.stdout, proc.stderr
 
 
@@ -179,10 +253,14 @@ def test_wheel_builds_without_warnings_and_ships_the_data(tmp_path):
         shutil.copy2(REPO / name, src / name)
     for folder in FOLDERS:
         shutil.copytree(REPO / folder, src / folder, ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-    code = ("import setuptools.build_meta as b, sys; d = sys.argv[1]; print(b.build_sdist(d)); "
-            "print(b.build_wheel(d))")
-    proc = subprocess.run([sys.executable, "-W", "always", "-c", code, str(tmp_path / "dist")], cwd=src,
-                          capture_output=True, text=True, timeout=300)
+    code = "import setuptools.build_meta as b, sys; d = sys.argv[1]; print(b.build_sdist(d)); print(b.build_wheel(d))"
+    proc = subprocess.run(
+        [sys.executable, "-W", "always", "-c", code, str(tmp_path / "dist")],
+        cwd=src,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 0, proc.stderr[-3000:]
     output = proc.stdout + proc.stderr
     assert "absent from the `packages` configuration" not in output, output[-3000:]

@@ -29,14 +29,35 @@ pytest.importorskip("torch")
 pytest.importorskip("transformers")
 
 #: The tiny edp-sgd causal run every --init-from case uses (it is refused before anything trains).
-CLM_TRAIN = ["train", "--trainer", "edp-sgd", "--task", "clm", "--mode", "sgd", "--non-private", "--epochs", "1",
-             "--batch-size", "16", "--max-length", "16", "--eval-examples", "8", "--seed", "3"]
+CLM_TRAIN = [
+    "train",
+    "--trainer",
+    "edp-sgd",
+    "--task",
+    "clm",
+    "--mode",
+    "sgd",
+    "--non-private",
+    "--epochs",
+    "1",
+    "--batch-size",
+    "16",
+    "--max-length",
+    "16",
+    "--eval-examples",
+    "8",
+    "--seed",
+    "3",
+]
 
 
 def _snapshot(root: Path) -> dict[str, str]:
     """Every file under ``root`` with its content hash: a refusal leaves the user's directory as it was."""
-    return {str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest() for p in sorted(root.rglob("*"))
-            if p.is_file()}
+    return {
+        str(p.relative_to(root)): hashlib.sha256(p.read_bytes()).hexdigest()
+        for p in sorted(root.rglob("*"))
+        if p.is_file()
+    }
 
 
 def _one_line_error(result, *needles: str) -> str:
@@ -85,8 +106,16 @@ def _gpt2_config_over_bert_weights(src: Path, dst: Path) -> Path:
 
     _copy(src, dst)
     vocab = json.loads((src / "config.json").read_text(encoding="utf-8"))["vocab_size"]
-    bert = BertForMaskedLM(BertConfig(vocab_size=vocab, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                      intermediate_size=64, max_position_embeddings=64))
+    bert = BertForMaskedLM(
+        BertConfig(
+            vocab_size=vocab,
+            hidden_size=32,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            intermediate_size=64,
+            max_position_embeddings=64,
+        )
+    )
     bert.save_pretrained(dst.parent / "bert-tmp")
     shutil.copyfile(dst.parent / "bert-tmp" / "model.safetensors", dst / "model.safetensors")
     return dst
@@ -102,25 +131,45 @@ def _inf(weights):  # noqa: ANN001, ANN202
 
 #: name -> (builder of the broken directory from the tiny GPT-2, what the one error line names).
 CASES = {
-    "tokenizer-beyond-embeddings": (_small_table, ("its tokenizer has 167 tokens",
-                                                   "the embedding table (transformer.wte.weight) has 100 rows",
-                                                   "resize_token_embeddings")),
-    "config-field-type": (lambda s, d: (_copy(s, d), _edit_config(d, n_layer="two"))[0],
-                          ("config.json: n_layer must be a positive integer, got 'two'",)),
-    "config-vocab-vs-weights": (lambda s, d: (_copy(s, d), _edit_config(d, vocab_size=300))[0],
-                                ("config.json: vocab_size 300 disagrees with the weights' embedding table",
-                                 "transformer.wte.weight has 167 rows")),
-    "nan-weights": (lambda s, d: (_copy(s, d), _edit_weights(d, _nan))[0],
-                    ("tensor transformer.h.0.mlp.c_fc.weight holds 1 NaN value",)),
-    "inf-weights": (lambda s, d: (_copy(s, d), _edit_weights(d, _inf))[0],
-                    ("tensor transformer.wpe.weight holds 1 infinite value",)),
-    "one-missing-tensor": (lambda s, d: (_copy(s, d), _edit_weights(d, lambda w: w.pop("transformer.h.1.ln_2.bias")))[0],
-                           ("1 of the 28 tensors it needs is missing (transformer.h.1.ln_2.bias)",
-                            "would start at random values")),
-    "gpt2-config-over-bert-weights": (_gpt2_config_over_bert_weights,
-                                      ("weights do not fit config.json's GPT2LMHeadModel",
-                                       "28 of the 28 tensors it needs are missing",
-                                       "have no place in it (bert.embeddings")),
+    "tokenizer-beyond-embeddings": (
+        _small_table,
+        (
+            "its tokenizer has 167 tokens",
+            "the embedding table (transformer.wte.weight) has 100 rows",
+            "resize_token_embeddings",
+        ),
+    ),
+    "config-field-type": (
+        lambda s, d: (_copy(s, d), _edit_config(d, n_layer="two"))[0],
+        ("config.json: n_layer must be a positive integer, got 'two'",),
+    ),
+    "config-vocab-vs-weights": (
+        lambda s, d: (_copy(s, d), _edit_config(d, vocab_size=300))[0],
+        (
+            "config.json: vocab_size 300 disagrees with the weights' embedding table",
+            "transformer.wte.weight has 167 rows",
+        ),
+    ),
+    "nan-weights": (
+        lambda s, d: (_copy(s, d), _edit_weights(d, _nan))[0],
+        ("tensor transformer.h.0.mlp.c_fc.weight holds 1 NaN value",),
+    ),
+    "inf-weights": (
+        lambda s, d: (_copy(s, d), _edit_weights(d, _inf))[0],
+        ("tensor transformer.wpe.weight holds 1 infinite value",),
+    ),
+    "one-missing-tensor": (
+        lambda s, d: (_copy(s, d), _edit_weights(d, lambda w: w.pop("transformer.h.1.ln_2.bias")))[0],
+        ("1 of the 28 tensors it needs is missing (transformer.h.1.ln_2.bias)", "would start at random values"),
+    ),
+    "gpt2-config-over-bert-weights": (
+        _gpt2_config_over_bert_weights,
+        (
+            "weights do not fit config.json's GPT2LMHeadModel",
+            "28 of the 28 tensors it needs are missing",
+            "have no place in it (bert.embeddings",
+        ),
+    ),
 }
 
 
@@ -136,8 +185,9 @@ def test_attack_refuses_a_broken_model_dir_up_front(case, broken, data_dir, tmp_
     model = broken[case]
     before = _snapshot(model)
     out = tmp_path / "attack"
-    result = CliRunner().invoke(cli, ["attack", "--model", str(model), "--data", str(data_dir), "--out", str(out),
-                                      "--attacks", "loss"])
+    result = CliRunner().invoke(
+        cli, ["attack", "--model", str(model), "--data", str(data_dir), "--out", str(out), "--attacks", "loss"]
+    )
     line = _one_line_error(result, *CASES[case][1])
     assert str(model) in line  # the directory (or its config.json) is named
     assert not out.exists() and _snapshot(model) == before
@@ -148,26 +198,67 @@ def test_train_init_from_refuses_a_broken_model_dir_before_writing(case, broken,
     model = broken[case]
     before = _snapshot(model)
     out = tmp_path / "run"
-    result = CliRunner().invoke(cli, [*CLM_TRAIN, "--init-from", str(model), "--data", str(data_dir), "--out", str(out)])
+    result = CliRunner().invoke(
+        cli, [*CLM_TRAIN, "--init-from", str(model), "--data", str(data_dir), "--out", str(out)]
+    )
     _one_line_error(result, *CASES[case][1])
     assert not out.exists() and _snapshot(model) == before
 
 
 def test_classify_from_a_causal_lm_is_refused_with_what_to_do(tiny_causal_dir, data_dir, tmp_path):
     out = tmp_path / "run"
-    result = CliRunner().invoke(cli, ["train", "--trainer", "edp-sgd", "--task", "classify", "--mode", "sgd",
-                                      "--non-private", "--epochs", "1", "--batch-size", "16", "--max-length", "16",
-                                      "--init-from", str(tiny_causal_dir), "--data", str(data_dir), "--out", str(out)])
-    _one_line_error(result, "config.json names a causal LM (GPT2LMHeadModel)", "--task classify starts from a BERT",
-                    "--task clm")
+    result = CliRunner().invoke(
+        cli,
+        [
+            "train",
+            "--trainer",
+            "edp-sgd",
+            "--task",
+            "classify",
+            "--mode",
+            "sgd",
+            "--non-private",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "16",
+            "--max-length",
+            "16",
+            "--init-from",
+            str(tiny_causal_dir),
+            "--data",
+            str(data_dir),
+            "--out",
+            str(out),
+        ],
+    )
+    _one_line_error(
+        result, "config.json names a causal LM (GPT2LMHeadModel)", "--task classify starts from a BERT", "--task clm"
+    )
     assert not out.exists()
 
 
 def test_audit_trainer_start_passes_the_same_check(broken, tmp_path):
     out = tmp_path / "audit"
     model = broken["gpt2-config-over-bert-weights"]
-    result = CliRunner().invoke(cli, ["audit-trainer", "--trainer", "edp-sgd", "--out", str(out), "--canaries", "16",
-                                      "--steps", "2", "--set", "task=clm", "--set", f"init_from={model}"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "audit-trainer",
+            "--trainer",
+            "edp-sgd",
+            "--out",
+            str(out),
+            "--canaries",
+            "16",
+            "--steps",
+            "2",
+            "--set",
+            "task=clm",
+            "--set",
+            f"init_from={model}",
+        ],
+    )
     _one_line_error(result, f"--init-from {model}: the weights do not fit config.json's GPT2LMHeadModel")
     assert not out.exists()
 
@@ -183,9 +274,29 @@ def test_jax_bert_init_from_passes_the_same_check(jax_export, tmp_path, data_dir
     bert = _copy(jax_export, tmp_path / "jax")
     _edit_weights(bert, lambda w: w.pop("bert.encoder.layer.1.output.dense.bias"))
     out = tmp_path / "run"
-    result = CliRunner().invoke(cli, ["train", "--trainer", "jax-bert", "--preset", "tiny", "--max-length", "16",
-                                      "--steps", "2", "--batch-size", "16", "--non-private", "--init-from", str(bert),
-                                      "--data", str(data_dir), "--out", str(out)])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "train",
+            "--trainer",
+            "jax-bert",
+            "--preset",
+            "tiny",
+            "--max-length",
+            "16",
+            "--steps",
+            "2",
+            "--batch-size",
+            "16",
+            "--non-private",
+            "--init-from",
+            str(bert),
+            "--data",
+            str(data_dir),
+            "--out",
+            str(out),
+        ],
+    )
     _one_line_error(result, "1 of the 42 tensors it needs is missing (bert.encoder.layer.1.output.dense.bias)")
     assert not out.exists()
 
@@ -216,8 +327,14 @@ def _torch_export(path: Path, task: str) -> Path:
     from tests.conftest import TINY_CAUSAL_TEXTS
 
     tokenizer = train_wordpiece(TINY_CAUSAL_TEXTS * 4, vocab_size=128, min_frequency=1)
-    model = build_model(task, preset="tiny", vocab_size=tokenizer.get_vocab_size(), max_length=16,
-                        label_names=["a", "b"] if task == "classify" else None, seed=0)
+    model = build_model(
+        task,
+        preset="tiny",
+        vocab_size=tokenizer.get_vocab_size(),
+        max_length=16,
+        label_names=["a", "b"] if task == "classify" else None,
+        seed=0,
+    )
     save_hf(path, model, tokenizer)
     return path
 
@@ -229,14 +346,24 @@ def _transformers_dirs(root: Path) -> dict[str, Path]:
     from transformers import BertConfig, BertForPreTraining, GPT2Config, GPT2Model, LlamaConfig, LlamaForCausalLM
 
     out = {}
-    LlamaForCausalLM(LlamaConfig(vocab_size=100, hidden_size=32, intermediate_size=64, num_hidden_layers=2,
-                                 num_attention_heads=2, num_key_value_heads=1, tie_word_embeddings=True)
-                     ).save_pretrained(out.setdefault("llama-tied", root / "llama"))
-    BertForPreTraining(BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2,
-                                  intermediate_size=64)).save_pretrained(out.setdefault("bert-pretraining", root / "bert"))
+    LlamaForCausalLM(
+        LlamaConfig(
+            vocab_size=100,
+            hidden_size=32,
+            intermediate_size=64,
+            num_hidden_layers=2,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            tie_word_embeddings=True,
+        )
+    ).save_pretrained(out.setdefault("llama-tied", root / "llama"))
+    BertForPreTraining(
+        BertConfig(vocab_size=100, hidden_size=32, num_hidden_layers=2, num_attention_heads=2, intermediate_size=64)
+    ).save_pretrained(out.setdefault("bert-pretraining", root / "bert"))
     _edit_config(out["bert-pretraining"], architectures=["BertForMaskedLM"])
-    GPT2Model(GPT2Config(vocab_size=100, n_layer=2, n_embd=32, n_head=2, n_positions=64, bos_token_id=0,
-                         eos_token_id=0)).save_pretrained(out.setdefault("gpt2-base-names", root / "gpt2"))
+    GPT2Model(
+        GPT2Config(vocab_size=100, n_layer=2, n_embd=32, n_head=2, n_positions=64, bos_token_id=0, eos_token_id=0)
+    ).save_pretrained(out.setdefault("gpt2-base-names", root / "gpt2"))
     _edit_config(out["gpt2-base-names"], architectures=["GPT2LMHeadModel"])
     return out
 
@@ -247,17 +374,23 @@ def test_legitimate_layouts_pass_the_check(tiny_causal_dir, jax_export, tmp_path
     from dpaudit.trainers.jax_bert.hf_io import expected_layout
 
     jax_dir = jax_export
-    dirs = {"tiny-causal (tied head)": Path(tiny_causal_dir), "jax-bert export (tied decoder)": jax_dir,
-            "edp-sgd classify export": _torch_export(tmp_path / "edp-classify", "classify"),
-            "edp-sgd mlm export": _torch_export(tmp_path / "edp-mlm", "mlm"),
-            "edp-sgd clm export": _torch_export(tmp_path / "edp-clm", "clm"), **_transformers_dirs(tmp_path)}
+    dirs = {
+        "tiny-causal (tied head)": Path(tiny_causal_dir),
+        "jax-bert export (tied decoder)": jax_dir,
+        "edp-sgd classify export": _torch_export(tmp_path / "edp-classify", "classify"),
+        "edp-sgd mlm export": _torch_export(tmp_path / "edp-mlm", "mlm"),
+        "edp-sgd clm export": _torch_export(tmp_path / "edp-clm", "clm"),
+        **_transformers_dirs(tmp_path),
+    }
     for name, path in dirs.items():
         checked = check_model_dir(path, where=name, layout=transformers_layout)
         assert checked.layout is not None and checked.layout.exhaustive, name
         assert checked.embedding is not None and checked.embedding[1] == checked.config["vocab_size"], name
     # jax-bert reads its own export and a BERT pre-training checkpoint by its own (torch-free) layout
     for path in (jax_dir, dirs["bert-pretraining"]):
-        assert check_model_dir(path, where="jax", layout=expected_layout).layout.architecture.startswith("BertForMaskedLM")
+        assert check_model_dir(path, where="jax", layout=expected_layout).layout.architecture.startswith(
+            "BertForMaskedLM"
+        )
 
 
 def test_the_check_is_one_rule_for_every_loader(tiny_causal_dir, tmp_path):
@@ -285,8 +418,10 @@ def tree(root: Path) -> dict[str, int]:
     """Every entry under ``root`` with its mtime: a rerun that trains or rewrites anything changes it."""
     return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in sorted(root.rglob("*"))}
 
+
 def invoke(args: list[str]):
     return CliRunner().invoke(cli, [str(a) for a in args])
+
 
 def assert_one_line_error(result, *needles: str) -> str:
     assert result.exit_code == 2, result.output[-3000:]
@@ -296,6 +431,7 @@ def assert_one_line_error(result, *needles: str) -> str:
     for needle in needles:
         assert needle in errors[0], (needle, errors[0])
     return errors[0]
+
 
 def _damaged_model(kind: str, source: Path, path: Path) -> Path:
     shutil.copytree(source / "model", path)
@@ -320,8 +456,18 @@ def test_a_model_that_is_not_safetensors_is_one_line(kind, command, torch_runs, 
     out = tmp_path / "out"
     option = "--init-from" if command == "train" else "--model"
     if command == "train":
-        args = ["train", "--trainer", "edp-sgd", "--init-from", model, "--data", data_dir, "--out", out,
-                *TORCH_ARGS["edp-sgd"]]
+        args = [
+            "train",
+            "--trainer",
+            "edp-sgd",
+            "--init-from",
+            model,
+            "--data",
+            data_dir,
+            "--out",
+            out,
+            *TORCH_ARGS["edp-sgd"],
+        ]
     else:
         args = ["attack", "--model", model, "--data", data_dir, "--out", out, "--attacks", "loss"]
     before = tree(tmp_path)

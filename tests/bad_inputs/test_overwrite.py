@@ -26,19 +26,29 @@ from dpaudit.files.run_dirs import verify_run_dir
 def _results(secret: str):
     from dpaudit.attacks.results import AttackResults, CanaryScore, DataInfo, ModelInfo
 
-    return AttackResults(model=ModelInfo(path="m", kind="masked-lm", architecture="BertForMaskedLM"),
-                         data=DataInfo(path="d", secret_format="digits:4", log2_space_size=13.3, canaries=1, controls=0,
-                                       template="{name} has {secret}"),
-                         claimed=Claim(known=False), attacks=(),
-                         canaries=(CanaryScore(id="c0000", frequency=1, secret=secret),))
+    return AttackResults(
+        model=ModelInfo(path="m", kind="masked-lm", architecture="BertForMaskedLM"),
+        data=DataInfo(
+            path="d",
+            secret_format="digits:4",
+            log2_space_size=13.3,
+            canaries=1,
+            controls=0,
+            template="{name} has {secret}",
+        ),
+        claimed=Claim(known=False),
+        attacks=(),
+        canaries=(CanaryScore(id="c0000", frequency=1, secret=secret),),
+    )
 
 
 def _attack_dir(out: Path, secret: str = "1 2 3 4") -> Path:
     """An attack directory written by the product's own writer from minimal results (no model)."""
     from dpaudit.stages.attack import write_attack_dir
 
-    return write_attack_dir(out, _results(secret), config={}, inputs={}, seed=0, overwrite=False,
-                            command=["dpaudit", "attack"])
+    return write_attack_dir(
+        out, _results(secret), config={}, inputs={}, seed=0, overwrite=False, command=["dpaudit", "attack"]
+    )
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +84,12 @@ def test_report_never_replaces_a_users_file(attacks, tmp_path, overwrite):
     users = tmp_path / "scores.csv"
     users.write_text("id,score\n1,0.5\n")
     before = _digest(users)
-    _one_line_error(_report(attacks[0], "--out", users, *overwrite), f"--out {users}",
-                    "not a report page dpaudit wrote", "choose another path")
+    _one_line_error(
+        _report(attacks[0], "--out", users, *overwrite),
+        f"--out {users}",
+        "not a report page dpaudit wrote",
+        "choose another path",
+    )
     assert _digest(users) == before and sorted(p.name for p in tmp_path.iterdir()) == ["scores.csv"]
 
 
@@ -85,8 +99,11 @@ def test_report_never_writes_into_a_run_directory_even_with_overwrite(attacks, t
     new file beside them (a file no manifest lists: --overwrite of that directory would then be refused)."""
     run = shutil.copytree(attacks[0], tmp_path / "attack")
     before = {p.name: _digest(p) for p in run.rglob("*") if p.is_file()}
-    line = _one_line_error(_report(run, "--out", run / target, "--overwrite"),
-                           f"--out {run / target}", f"inside the dpaudit run directory {run.resolve()}")
+    line = _one_line_error(
+        _report(run, "--out", run / target, "--overwrite"),
+        f"--out {run / target}",
+        f"inside the dpaudit run directory {run.resolve()}",
+    )
     assert ("a file its manifest lists" in line) == (target != "new-page.html")
     assert {p.name: _digest(p) for p in run.rglob("*") if p.is_file()} == before
     verify_run_dir(run, schema_prefix="dpaudit.attack/")  # still the run it was
@@ -95,8 +112,11 @@ def test_report_never_writes_into_a_run_directory_even_with_overwrite(attacks, t
 def test_report_never_replaces_an_inject_directorys_train_jsonl(attacks, data_dir, tmp_path):
     data = shutil.copytree(data_dir, tmp_path / "data")
     before = _digest(data / "train.jsonl")
-    _one_line_error(_report(attacks[0], "--out", data / "train.jsonl", "--overwrite"),
-                    f"--out {data / 'train.jsonl'}", "inside the dpaudit run directory")
+    _one_line_error(
+        _report(attacks[0], "--out", data / "train.jsonl", "--overwrite"),
+        f"--out {data / 'train.jsonl'}",
+        "inside the dpaudit run directory",
+    )
     assert _digest(data / "train.jsonl") == before
     verify_run_dir(data, schema_prefix="dpaudit.inject/")
 
@@ -192,8 +212,10 @@ def tree(root: Path) -> dict[str, int]:
     """Every entry under ``root`` with its mtime: a rerun that trains or rewrites anything changes it."""
     return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in sorted(root.rglob("*"))}
 
+
 def invoke(args: list[str]):
     return CliRunner().invoke(cli, [str(a) for a in args])
+
 
 def assert_one_line_error(result, *needles: str) -> str:
     assert result.exit_code == 2, result.output[-3000:]
@@ -203,6 +225,7 @@ def assert_one_line_error(result, *needles: str) -> str:
     for needle in needles:
         assert needle in errors[0], (needle, errors[0])
     return errors[0]
+
 
 def _small_corpus(path: Path) -> Path:
     path.write_text("".join(f"line {i} of the small test corpus\n" for i in range(300)), encoding="utf-8")
@@ -229,9 +252,26 @@ def test_a_demo_stage_never_removes_a_folder_holding_a_users_file(tmp_path):
 
     def inject(size: int) -> Stage:
         data = tmp_path / "data"
-        return Stage(name="inject", title="inject", output=data, schema_prefix="dpaudit.inject/",
-                     args=("inject", "--corpus", "builtin:assistant", "--corpus-size", str(size), "--out", str(data),
-                           "--frequencies", "1", "--per-frequency", "2", "--overwrite"))
+        return Stage(
+            name="inject",
+            title="inject",
+            output=data,
+            schema_prefix="dpaudit.inject/",
+            args=(
+                "inject",
+                "--corpus",
+                "builtin:assistant",
+                "--corpus-size",
+                str(size),
+                "--out",
+                str(data),
+                "--frequencies",
+                "1",
+                "--per-frequency",
+                "2",
+                "--overwrite",
+            ),
+        )
 
     def run(stage):
         cli.main(args=list(stage.args), prog_name="dpaudit", standalone_mode=False)
@@ -256,8 +296,17 @@ def test_overwrite_replaces_only_what_a_manifest_lists(command, tmp_path, data_d
         shutil.copytree(tmp_path / "first", out)
         shutil.rmtree(tmp_path / "first")
     else:
-        args = ["inject", "--corpus", _small_corpus(tmp_path / "c.txt"), "--out", out, "--frequencies", "1",
-                "--per-frequency", "2"]
+        args = [
+            "inject",
+            "--corpus",
+            _small_corpus(tmp_path / "c.txt"),
+            "--out",
+            out,
+            "--frequencies",
+            "1",
+            "--per-frequency",
+            "2",
+        ]
         (out / "train.jsonl").write_text('{"text": "my own rows"}\n')  # a folder with no manifest at all
     (out / "mine.txt").write_text("keep me\n")
     before = tree(tmp_path)

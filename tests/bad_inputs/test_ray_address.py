@@ -44,20 +44,44 @@ def _one_line(result, *needles: str) -> str:
 
 def _commands(tmp_path: Path, address: str) -> dict[str, list[str]]:
     return {
-        "audit-trainer": ["audit-trainer", "--trainer", "edp-sgd", "--out", str(tmp_path / "audit"), "--canaries", "2",
-                          "--ray-address", address],
-        "attack": ["attack", "--model", str(tmp_path / "model"), "--data", str(tmp_path / "data"), "--out",
-                   str(tmp_path / "attack"), "--attacks", "shadow", "--ray-address", address],
+        "audit-trainer": [
+            "audit-trainer",
+            "--trainer",
+            "edp-sgd",
+            "--out",
+            str(tmp_path / "audit"),
+            "--canaries",
+            "2",
+            "--ray-address",
+            address,
+        ],
+        "attack": [
+            "attack",
+            "--model",
+            str(tmp_path / "model"),
+            "--data",
+            str(tmp_path / "data"),
+            "--out",
+            str(tmp_path / "attack"),
+            "--attacks",
+            "shadow",
+            "--ray-address",
+            address,
+        ],
     }
 
 
 @pytest.mark.parametrize("command", ["audit-trainer", "attack"])
-@pytest.mark.parametrize(("address", "needles"), [
-    ("garbage", ["--ray-address 'garbage' is not a Ray cluster address", "HOST:PORT", "ray://HOST:PORT"]),
-    ("http://head:8265", ["http:// is not a Ray cluster address"]),
-    ("head:99999", ["not a Ray cluster address"]),
-    ("", ["--ray-address is empty"]),
-], ids=["garbage", "http", "port-range", "empty"])
+@pytest.mark.parametrize(
+    ("address", "needles"),
+    [
+        ("garbage", ["--ray-address 'garbage' is not a Ray cluster address", "HOST:PORT", "ray://HOST:PORT"]),
+        ("http://head:8265", ["http:// is not a Ray cluster address"]),
+        ("head:99999", ["not a Ray cluster address"]),
+        ("", ["--ray-address is empty"]),
+    ],
+    ids=["garbage", "http", "port-range", "empty"],
+)
 def test_malformed_address_is_one_line_before_anything(tmp_path, command, address, needles):
     _one_line(CliRunner().invoke(cli, _commands(tmp_path, address)[command]), *needles)
     assert list(tmp_path.iterdir()) == []
@@ -69,8 +93,12 @@ def test_ray_client_address_without_the_client_names_the_package(tmp_path, comma
 
     real = dpaudit.common.extras.installed
     monkeypatch.setattr(dpaudit.common.extras, "installed", lambda module: module != "grpc" and real(module))
-    line = _one_line(CliRunner().invoke(cli, _commands(tmp_path, "ray://127.0.0.1:10001")[command]),
-                     "ray://127.0.0.1:10001", "Ray Client", "pip install 'ray[client]'")
+    line = _one_line(
+        CliRunner().invoke(cli, _commands(tmp_path, "ray://127.0.0.1:10001")[command]),
+        "ray://127.0.0.1:10001",
+        "Ray Client",
+        "pip install 'ray[client]'",
+    )
     assert "Traceback" not in line
     assert list(tmp_path.iterdir()) == []
 
@@ -80,14 +108,21 @@ def test_nothing_listening_fails_in_seconds(tmp_path, command):
     """A subprocess with a deadline: before the check, Ray retried for minutes (the test would time out)."""
     port = _free_port()
     started = time.monotonic()
-    proc = subprocess.run([sys.executable, "-m", "dpaudit", *_commands(tmp_path, f"127.0.0.1:{port}")[command]],
-                          capture_output=True, text=True, timeout=60, env={**os.environ, "PYTHONWARNINGS": "ignore"})
+    proc = subprocess.run(
+        [sys.executable, "-m", "dpaudit", *_commands(tmp_path, f"127.0.0.1:{port}")[command]],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        env={**os.environ, "PYTHONWARNINGS": "ignore"},
+    )
     assert time.monotonic() - started < 30
     assert proc.returncode == 2, proc.stderr
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
-    assert lines == [f"Error: --ray-address 127.0.0.1:{port}: nothing accepts connections at 127.0.0.1:{port} "
-                     f"(Connection refused); start the cluster there (ray start --head --port={port}) or correct the "
-                     "address."], lines
+    assert lines == [
+        f"Error: --ray-address 127.0.0.1:{port}: nothing accepts connections at 127.0.0.1:{port} "
+        f"(Connection refused); start the cluster there (ray start --head --port={port}) or correct the "
+        "address."
+    ], lines
     assert list(tmp_path.iterdir()) == []
 
 
@@ -161,8 +196,9 @@ def test_a_silent_port_times_out_with_the_timeout_named(monkeypatch):
 
 
 def test_run_fleet_checks_the_address_before_any_job(tmp_path):
-    job = fleet.FleetJob(trainer="edp-sgd", config={}, data_dir=tmp_path / "data", out_dir=tmp_path / "run",
-                         seed=0, label="job 1/1")
+    job = fleet.FleetJob(
+        trainer="edp-sgd", config={}, data_dir=tmp_path / "data", out_dir=tmp_path / "run", seed=0, label="job 1/1"
+    )
     with pytest.raises(UserInputError, match="is not a Ray cluster address"):
         fleet.run_fleet([job], ray_address="garbage", progress=False)
     assert list(tmp_path.iterdir()) == []

@@ -39,8 +39,10 @@ def _refused_as_not_empty(result, out: Path) -> None:
 
 def test_inject_rerun_returns_the_finished_run(tmp_path):
     corpus = tmp_path / "corpus.txt"
-    corpus.write_text("".join(f"please set an alarm for {h} in the morning number {i}\n" for i in range(40)
-                              for h in (6, 7)), encoding="utf-8")
+    corpus.write_text(
+        "".join(f"please set an alarm for {h} in the morning number {i}\n" for i in range(40) for h in (6, 7)),
+        encoding="utf-8",
+    )
     out = tmp_path / "data"
     args = ["inject", "--corpus", corpus, "--frequencies", "1,2", "--per-frequency", "2", "--seed", "4", "--out", out]
     first = _invoke(*args)
@@ -83,8 +85,19 @@ def fake(monkeypatch):
 
 def test_audit_trainer_rerun_returns_the_finished_audit(fake, tmp_path):
     out = tmp_path / "audit"
-    args = ["audit-trainer", "--trainer", audit_fake.NAME, "--canaries", "100", "--steps", "2", "--seed", "5",
-            "--out", out]
+    args = [
+        "audit-trainer",
+        "--trainer",
+        audit_fake.NAME,
+        "--canaries",
+        "100",
+        "--steps",
+        "2",
+        "--seed",
+        "5",
+        "--out",
+        out,
+    ]
     first = _invoke(*args)
     assert first.exit_code == 0, first.output
     assert fake.trained == ["run-0"]
@@ -106,6 +119,7 @@ def test_audit_trainer_rerun_returns_the_finished_audit(fake, tmp_path):
 def invoke(args: list[str]):
     return CliRunner().invoke(cli, [str(a) for a in args])
 
+
 def assert_one_line_error(result, *needles: str) -> str:
     assert result.exit_code == 2, result.output[-3000:]
     assert "Traceback" not in result.output, result.output[-3000:]
@@ -117,8 +131,9 @@ def assert_one_line_error(result, *needles: str) -> str:
 
 
 @pytest.mark.parametrize("trainer", list(TORCH_ARGS))
-def test_rerun_of_a_finished_torch_run_returns_it_by_any_path_to_the_same_data(trainer, torch_runs, data_dir, tmp_path,
-                                                                              monkeypatch):
+def test_rerun_of_a_finished_torch_run_returns_it_by_any_path_to_the_same_data(
+    trainer, torch_runs, data_dir, tmp_path, monkeypatch
+):
     out = tmp_path / "run"
     shutil.copytree(torch_runs[trainer], out)
     before = tree(out)
@@ -134,7 +149,9 @@ def test_rerun_of_a_finished_torch_run_returns_it_by_any_path_to_the_same_data(t
     assert f"trained {trainer} for {manifest['steps']} steps" in result.output
     assert elapsed < 10, elapsed  # setup only: ~0.3 s alone on the 2-core CPU; training the run took seconds
     # Other settings, or other data, are refused without touching it.
-    other = invoke(["train", "--trainer", trainer, "--data", "data", "--out", out, *TORCH_ARGS[trainer], "--epochs", "2"])
+    other = invoke(
+        ["train", "--trainer", trainer, "--data", "data", "--out", out, *TORCH_ARGS[trainer], "--epochs", "2"]
+    )
     assert_one_line_error(other, f"--out {out} holds a finished run with different settings", "--epochs 1 -> 2")
     with open(copy / "heldout.jsonl", "a", encoding="utf-8") as handle:
         handle.write('{"text": "one more row", "label": "weather"}\n')
@@ -143,8 +160,9 @@ def test_rerun_of_a_finished_torch_run_returns_it_by_any_path_to_the_same_data(t
     assert tree(out) == before
 
 
-def test_rerun_of_a_finished_jax_bert_run_returns_it_by_a_relative_path(mia_noisy_model, mia_data, tmp_path,
-                                                                        monkeypatch):
+def test_rerun_of_a_finished_jax_bert_run_returns_it_by_a_relative_path(
+    mia_noisy_model, mia_data, tmp_path, monkeypatch
+):
     """The shared session run (conftest ``mia_noisy_model``), rerun with its own settings through the API."""
     from dpaudit.trainers.jax_bert.config import JaxBertConfig
     from dpaudit.trainers.jax_bert.trainer import JaxBertTrainer
@@ -161,4 +179,7 @@ def test_rerun_of_a_finished_jax_bert_run_returns_it_by_a_relative_path(mia_nois
     result = JaxBertTrainer().train(Path(mia_data.name), out, config, seed=manifest["seed"])
     assert time.perf_counter() - start < 10
     assert tree(out) == before
-    assert result.steps == manifest["steps"] and result.epsilon == json.loads((out / "privacy.json").read_text())["epsilon"]
+    assert (
+        result.steps == manifest["steps"]
+        and result.epsilon == json.loads((out / "privacy.json").read_text())["epsilon"]
+    )

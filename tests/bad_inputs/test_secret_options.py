@@ -31,12 +31,28 @@ def fake(monkeypatch):
 
 
 def _audit(out: Path, *args: str):
-    return CliRunner().invoke(cli, ["audit-trainer", "--trainer", audit_fake.NAME, "--canaries", "100", "--steps", "2",
-                                    "--seed", "2", *args, "--out", str(out)])
+    return CliRunner().invoke(
+        cli,
+        [
+            "audit-trainer",
+            "--trainer",
+            audit_fake.NAME,
+            "--canaries",
+            "100",
+            "--steps",
+            "2",
+            "--seed",
+            "2",
+            *args,
+            "--out",
+            str(out),
+        ],
+    )
 
 
-@pytest.mark.parametrize("given", [["--noise-seed", "7"], ["--set", "noise_seed=7"], ["--set", "noise-seed=7"],
-                                   ["--set= noise_seed = 7"]])
+@pytest.mark.parametrize(
+    "given", [["--noise-seed", "7"], ["--set", "noise_seed=7"], ["--set", "noise-seed=7"], ["--set= noise_seed = 7"]]
+)
 def test_a_fixed_noise_seed_with_several_runs_is_refused_however_it_is_given(fake, tmp_path, given):
     out = tmp_path / "audit"
     result = _audit(out, "--runs", "3", *given)
@@ -79,13 +95,19 @@ def test_an_audits_noise_seed_given_by_set_is_written_nowhere(fake, tmp_path, mo
     assert html.escape(f"noise_seed={REDACTED}") in (out / "index.html").read_text(encoding="utf-8")
 
 
-@pytest.mark.parametrize("argv, shown", [
-    (["--set", "noise_seed=5", "--set", "mode=dp-sgd"], ["--set", f"noise_seed={REDACTED}", "--set", "mode=dp-sgd"]),
-    (["--set=noise-seed=5"], [f"--set=noise-seed={REDACTED}"]),
-    (["--set", " noise_seed = 5"], ["--set", f" noise_seed ={REDACTED}"]),
-    (["--noise-seed", "5", "--noise-seed=6"], ["--noise-seed", REDACTED, f"--noise-seed={REDACTED}"]),
-    (["--set", "noise_multiplier=5", "--seed", "5"], ["--set", "noise_multiplier=5", "--seed", "5"]),
-])
+@pytest.mark.parametrize(
+    "argv, shown",
+    [
+        (
+            ["--set", "noise_seed=5", "--set", "mode=dp-sgd"],
+            ["--set", f"noise_seed={REDACTED}", "--set", "mode=dp-sgd"],
+        ),
+        (["--set=noise-seed=5"], [f"--set=noise-seed={REDACTED}"]),
+        (["--set", " noise_seed = 5"], ["--set", f" noise_seed ={REDACTED}"]),
+        (["--noise-seed", "5", "--noise-seed=6"], ["--noise-seed", REDACTED, f"--noise-seed={REDACTED}"]),
+        (["--set", "noise_multiplier=5", "--seed", "5"], ["--set", "noise_multiplier=5", "--seed", "5"]),
+    ],
+)
 def test_every_spelling_is_redacted_from_a_command_line(argv, shown):
     from dpaudit.files.run_dirs import redact_command
 
@@ -95,24 +117,45 @@ def test_every_spelling_is_redacted_from_a_command_line(argv, shown):
 def test_configs_settings_and_manifests_are_redacted_by_the_same_list():
     from dpaudit.files.run_dirs import build_manifest, redact_config
 
-    settings = {"set": ["noise_seed=5", "mode=dp-sgd"], "trainer": {"noise_seed": 5, "noise_multiplier": 1.0},
-                "seed": 3, "noise_seed": None}
-    assert redact_config(settings) == {"set": [f"noise_seed={REDACTED}", "mode=dp-sgd"],
-                                       "trainer": {"noise_seed": REDACTED, "noise_multiplier": 1.0}, "seed": 3,
-                                       "noise_seed": None}
-    manifest = build_manifest(schema="dpaudit.test/1", config={"noise_seed": 5, "set": ["noise-seed=5"]}, seed=3,
-                              inputs={}, outputs={}, command=["dpaudit", "x", "--set", "noise_seed=5"],
-                              extra={"settings": {"noise_seed": 5}})
-    assert "5" not in json.dumps({k: manifest[k] for k in ("config", "command", "settings")}).replace("dpaudit.test", "")
+    settings = {
+        "set": ["noise_seed=5", "mode=dp-sgd"],
+        "trainer": {"noise_seed": 5, "noise_multiplier": 1.0},
+        "seed": 3,
+        "noise_seed": None,
+    }
+    assert redact_config(settings) == {
+        "set": [f"noise_seed={REDACTED}", "mode=dp-sgd"],
+        "trainer": {"noise_seed": REDACTED, "noise_multiplier": 1.0},
+        "seed": 3,
+        "noise_seed": None,
+    }
+    manifest = build_manifest(
+        schema="dpaudit.test/1",
+        config={"noise_seed": 5, "set": ["noise-seed=5"]},
+        seed=3,
+        inputs={},
+        outputs={},
+        command=["dpaudit", "x", "--set", "noise_seed=5"],
+        extra={"settings": {"noise_seed": 5}},
+    )
+    assert "5" not in json.dumps({k: manifest[k] for k in ("config", "command", "settings")}).replace(
+        "dpaudit.test", ""
+    )
 
 
 def test_the_reports_provenance_redacts_an_older_manifests_set_words():
     """A directory written before this change holds ``--set noise_seed=N`` in clear: the page never shows it."""
     from dpaudit.report.sections import stage_view
 
-    stage = stage_view("audit-trainer", {"schema": "dpaudit.whitebox/1", "command": ["dpaudit", "audit-trainer", "--set",
-                                                                                      f"noise_seed={SECRET}"],
-                                         "config": {"set": [f"noise_seed={SECRET}"]}, "seed": 1})
+    stage = stage_view(
+        "audit-trainer",
+        {
+            "schema": "dpaudit.whitebox/1",
+            "command": ["dpaudit", "audit-trainer", "--set", f"noise_seed={SECRET}"],
+            "config": {"set": [f"noise_seed={SECRET}"]},
+            "seed": 1,
+        },
+    )
     assert SECRET not in stage.command and SECRET not in stage.config and REDACTED in stage.config
 
 
@@ -120,6 +163,11 @@ def test_the_demos_stage_records_redact_its_noise_seed():
     from dpaudit.demo.plan import Stage
     from dpaudit.demo.stages import _record
 
-    stage = Stage(name="train", title="train", output=Path("runs/demo/model"), schema_prefix="dpaudit.train/",
-                  args=("train", "--trainer", "jax-bert", "--noise-seed", SECRET, "--seed", "0"))
+    stage = Stage(
+        name="train",
+        title="train",
+        output=Path("runs/demo/model"),
+        schema_prefix="dpaudit.train/",
+        args=("train", "--trainer", "jax-bert", "--noise-seed", SECRET, "--seed", "0"),
+    )
     assert _record(stage)["args"] == ["train", "--trainer", "jax-bert", "--noise-seed", REDACTED, "--seed", "0"]

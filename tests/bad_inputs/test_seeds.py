@@ -15,6 +15,7 @@ from dpaudit.training.config_types import SEED_MAX, check_seed
 def invoke(args: list[str]):
     return CliRunner().invoke(cli, [str(a) for a in args])
 
+
 def assert_one_line_error(result, *needles: str) -> str:
     assert result.exit_code == 2, result.output[-3000:]
     assert "Traceback" not in result.output, result.output[-3000:]

@@ -38,9 +38,25 @@ from tests.bad_inputs.file_faults import (
 @pytest.fixture(scope="module")
 def trained_run(data_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("trained") / "model"
-    result = CliRunner().invoke(cli, ["train", "--trainer", "jax-bert", "--data", str(data_dir), "--out", str(out),
-                                      "--seed", "3", "--noise-multiplier", "1.0", "--keep-checkpoints", *TINY],
-                                catch_exceptions=False)  # kept: the damaged-checkpoint cases edit them
+    result = CliRunner().invoke(
+        cli,
+        [
+            "train",
+            "--trainer",
+            "jax-bert",
+            "--data",
+            str(data_dir),
+            "--out",
+            str(out),
+            "--seed",
+            "3",
+            "--noise-multiplier",
+            "1.0",
+            "--keep-checkpoints",
+            *TINY,
+        ],
+        catch_exceptions=False,
+    )  # kept: the damaged-checkpoint cases edit them
     assert result.exit_code == 0, result.output
     return out
 
@@ -52,12 +68,14 @@ def _damaged_checkpoint(ctx: Ctx, damage: Callable[[Path], None]) -> tuple[list[
     damage(latest)
     return _train_args(ctx.data_dir, run), latest
 
+
 def _truncate_arrays_and_patch_hash(step_dir: Path) -> None:
     arrays = step_dir / "arrays.safetensors"
     arrays.write_bytes(arrays.read_bytes()[: arrays.stat().st_size // 2])
     state = json.loads((step_dir / "state.json").read_text(encoding="utf-8"))
     state["arrays_sha256"] = hashlib.sha256(arrays.read_bytes()).hexdigest()
     (step_dir / "state.json").write_text(json.dumps(state), encoding="utf-8")
+
 
 def _damage_ledger(step_dir: Path) -> None:
     state = json.loads((step_dir / "state.json").read_text(encoding="utf-8"))
@@ -70,6 +88,7 @@ def _train_manifest_outputs_is_a_list(ctx: Ctx):
     _edit_manifest(data, lambda m: m.update(outputs=sorted(m["outputs"])))
     return _train_args(data, ctx.base / "model"), [f"{data / 'manifest.json'}: 'outputs' must map", "got list"], None
 
+
 def _train_manifest_omits_train_jsonl(ctx: Ctx):
     data = _copy_data(ctx)
     _edit_manifest(data, lambda m: m["outputs"].pop("train.jsonl"))
@@ -77,9 +96,31 @@ def _train_manifest_omits_train_jsonl(ctx: Ctx):
         handle.write('{"text": "sneaked in"}\n')
     return _train_args(data, ctx.base / "model"), [f"{data / 'manifest.json'} does not list train.jsonl"], None
 
+
 def _classify_args(data: Path, out: Path, *extra: str) -> list[str]:
-    return ["train", "--trainer", "edp-sgd", "--mode", "sgd", "--task", "classify", "--data", str(data), "--out", str(out),
-            "--preset", "tiny", "--vocab-size", "300", "--max-length", "16", "--epochs", "1", *extra]
+    return [
+        "train",
+        "--trainer",
+        "edp-sgd",
+        "--mode",
+        "sgd",
+        "--task",
+        "classify",
+        "--data",
+        str(data),
+        "--out",
+        str(out),
+        "--preset",
+        "tiny",
+        "--vocab-size",
+        "300",
+        "--max-length",
+        "16",
+        "--epochs",
+        "1",
+        *extra,
+    ]
+
 
 def _train_row_with_an_undeclared_label(ctx: Ctx):
     """A private row whose label is outside the public label set
@@ -90,30 +131,53 @@ def _train_row_with_an_undeclared_label(ctx: Ctx):
         f.write(json.dumps({"text": "order a pizza", "label": "order_pizza"}) + "\n")
     digest = hashlib.sha256((data / "train.jsonl").read_bytes()).hexdigest()
     _edit_manifest(data, lambda m: m["outputs"].update({"train.jsonl": digest}))
-    return _classify_args(data, ctx.base / "model"), [
-        f"{data / 'train.jsonl'}:97: label 'order_pizza' is not in the public label set (from public.jsonl); declare it "
-        "with --labels or map unknown labels with --unknown-label NAME."], None
+    return (
+        _classify_args(data, ctx.base / "model"),
+        [
+            f"{data / 'train.jsonl'}:97: label 'order_pizza' is not in the public label set (from public.jsonl); declare it "
+            "with --labels or map unknown labels with --unknown-label NAME."
+        ],
+        None,
+    )
+
 
 def _train_unknown_label_outside_public_labels(ctx: Ctx):
     pytest.importorskip("torch")
-    return _classify_args(ctx.data_dir, ctx.base / "model", "--unknown-label", "other"), [
-        "--unknown-label 'other' is not a label of", "public.jsonl", "pick one of them or declare the set with --labels"], None
+    return (
+        _classify_args(ctx.data_dir, ctx.base / "model", "--unknown-label", "other"),
+        [
+            "--unknown-label 'other' is not a label of",
+            "public.jsonl",
+            "pick one of them or declare the set with --labels",
+        ],
+        None,
+    )
+
 
 def _train_labels_file_missing(ctx: Ctx):
     pytest.importorskip("torch")
-    return _classify_args(ctx.data_dir, ctx.base / "model", "--labels", f"@{ctx.base / 'labels.txt'}"), [
-        "--labels @", "labels.txt: cannot read", "one label per line"], None
+    return (
+        _classify_args(ctx.data_dir, ctx.base / "model", "--labels", f"@{ctx.base / 'labels.txt'}"),
+        ["--labels @", "labels.txt: cannot read", "one label per line"],
+        None,
+    )
+
 
 def _train_read_only_parent(ctx: Ctx):
     data = _copy_data(ctx)
     (ctx.base / "ro").mkdir()
     (ctx.base / "ro").chmod(0o555)
-    return (_train_args(data, ctx.base / "ro" / "model"),
-            [f"--out {ctx.base / 'ro' / 'model'}: cannot write in {ctx.base / 'ro'}", "Permission denied"], _READ_ONLY)
+    return (
+        _train_args(data, ctx.base / "ro" / "model"),
+        [f"--out {ctx.base / 'ro' / 'model'}: cannot write in {ctx.base / 'ro'}", "Permission denied"],
+        _READ_ONLY,
+    )
+
 
 def _train_truncated_checkpoint(ctx: Ctx):
     args, latest = _damaged_checkpoint(ctx, _truncate_arrays_and_patch_hash)
     return args, [f"{latest / 'arrays.safetensors'}: unreadable checkpoint arrays", f"delete {latest}"], None
+
 
 def _train_damaged_ledger(ctx: Ctx):
     args, latest = _damaged_checkpoint(ctx, _damage_ledger)
@@ -154,12 +218,38 @@ def test_train_under_a_file_size_limit_is_one_line_and_leaves_no_finished_or_sta
     base = scratch / "train_fsize"
     base.mkdir()
     out = base / "model"
-    args = ["train", "--trainer", "jax-bert", "--data", str(data_dir), "--out", str(out), "--non-private",
-            "--preset", "tiny", "--max-length", "16", "--vocab-size", "128", "--physical-batch", "8", "--eval-examples", "0",
-            "--steps", "2", "--batch-size", "16"]
+    args = [
+        "train",
+        "--trainer",
+        "jax-bert",
+        "--data",
+        str(data_dir),
+        "--out",
+        str(out),
+        "--non-private",
+        "--preset",
+        "tiny",
+        "--max-length",
+        "16",
+        "--vocab-size",
+        "128",
+        "--physical-batch",
+        "8",
+        "--eval-examples",
+        "0",
+        "--steps",
+        "2",
+        "--batch-size",
+        "16",
+    ]
     outcome = run_cli(args, subprocess_with=_file_size_limit(4096), cwd=base)
-    assert_one_line_error(outcome, f"{out / 'checkpoints'}", "arrays.safetensors: could not write the checkpoint",
-                          "File too large", "rerun the same command to resume")
+    assert_one_line_error(
+        outcome,
+        f"{out / 'checkpoints'}",
+        "arrays.safetensors: could not write the checkpoint",
+        "File too large",
+        "rerun the same command to resume",
+    )
     left = tree(base)
     assert not [p for p in left if Path(p).name.startswith(".")]  # no staging folder, no lock file
     assert not (out / "manifest.json").exists() and not (out / "model").exists()
@@ -176,8 +266,9 @@ def test_train_is_refused_while_another_process_holds_the_lock(data_dir, tmp_pat
     try:
         before = tree(tmp_path)
         outcome = run_cli(_train_args(data_dir, out))
-        assert_one_line_error(outcome, f"--out {out} is in use by another process (pid {holder.pid}",
-                              "dpaudit train --trainer jax-bert")
+        assert_one_line_error(
+            outcome, f"--out {out} is in use by another process (pid {holder.pid}", "dpaudit train --trainer jax-bert"
+        )
         assert tree(tmp_path) == before
     finally:
         holder.stdin.close()  # a clean exit releases and removes the lock file
@@ -204,8 +295,12 @@ def test_the_jax_bert_lock_is_taken_by_process_0_only(monkeypatch):
 
 
 def test_model_and_checkpoint_files_get_the_modes_of_every_other_output(trained_run):
-    files = [trained_run / "model" / "model.safetensors", trained_run / "privacy.json", trained_run / "manifest.json",
-             *(trained_run / "checkpoints").glob("step_*/*")]
+    files = [
+        trained_run / "model" / "model.safetensors",
+        trained_run / "privacy.json",
+        trained_run / "manifest.json",
+        *(trained_run / "checkpoints").glob("step_*/*"),
+    ]
     assert len(files) > 5
     for path in files:
         assert stat.S_IMODE(path.stat().st_mode) == FILE_MODE, path

@@ -18,17 +18,42 @@ from dpaudit.cli import cli
 from tests.conftest import TORCH_ARGS
 
 #: The tiny jax-bert run of tests/test_bad_inputs_files.py (same shapes: compiled once per session).
-JAX_TINY = ["--preset", "tiny", "--max-length", "16", "--vocab-size", "128", "--physical-batch", "8", "--eval-examples", "16",
-            "--log-every", "2", "--eval-every", "3", "--checkpoint-every", "3", "--steps", "6", "--batch-size", "16",
-            "--seed", "3", "--noise-multiplier", "1.0"]
+JAX_TINY = [
+    "--preset",
+    "tiny",
+    "--max-length",
+    "16",
+    "--vocab-size",
+    "128",
+    "--physical-batch",
+    "8",
+    "--eval-examples",
+    "16",
+    "--log-every",
+    "2",
+    "--eval-every",
+    "3",
+    "--checkpoint-every",
+    "3",
+    "--steps",
+    "6",
+    "--batch-size",
+    "16",
+    "--seed",
+    "3",
+    "--noise-multiplier",
+    "1.0",
+]
 
 
 def tree(root: Path) -> dict[str, int]:
     """Every entry under ``root`` with its mtime: a rerun that trains or rewrites anything changes it."""
     return {str(p.relative_to(root)): p.stat().st_mtime_ns for p in sorted(root.rglob("*"))}
 
+
 def invoke(args: list[str]):
     return CliRunner().invoke(cli, [str(a) for a in args])
+
 
 def assert_one_line_error(result, *needles: str) -> str:
     assert result.exit_code == 2, result.output[-3000:]
@@ -51,8 +76,9 @@ def test_a_finished_run_with_a_changed_model_file_is_reported_as_changed(trainer
         handle.write(bytes([last[0] ^ 1]))
     before = tree(out)
     result = invoke(["train", "--trainer", trainer, "--data", data_dir, "--out", out, *TORCH_ARGS[trainer]])
-    message = assert_one_line_error(result, f"--out {out} holds a finished run whose {out / 'model' / 'model.safetensors'} "
-                                            "was changed")
+    message = assert_one_line_error(
+        result, f"--out {out} holds a finished run whose {out / 'model' / 'model.safetensors'} was changed"
+    )
     assert "no checkpoint" not in message
     assert tree(out) == before
 
@@ -62,16 +88,19 @@ def test_a_finished_run_with_a_changed_model_file_is_reported_as_changed(trainer
 
 
 @pytest.mark.parametrize("trainer", ["edp-sgd", pytest.param("jax-bert", marks=pytest.mark.slow)])
-def test_data_deleted_after_the_first_checkpoint_still_finishes_on_what_was_read(trainer, data_dir, tmp_path,
-                                                                                monkeypatch):
+def test_data_deleted_after_the_first_checkpoint_still_finishes_on_what_was_read(
+    trainer, data_dir, tmp_path, monkeypatch
+):
     """Every input file is read and hashed before step 1: deleting --data 3 steps in (after the first
     checkpoint) ended a jax-bert run in a FileNotFoundError traceback when the manifest hashed it at the end.
     (jax-bert is marked slow: ~60 s alone, compiling; in the whole suite its programs are cached.)"""
     if trainer == "jax-bert":
         import dpaudit.trainers.jax_bert.checkpoint as ckpt
+
         saver, args = "write_checkpoint", JAX_TINY
     else:
         import dpaudit.trainers.torch_common.checkpoint as ckpt
+
         saver, args = "save_checkpoint", [*TORCH_ARGS["edp-sgd"], "--checkpoint-every", "3"]
 
     data = tmp_path / "data"
@@ -91,7 +120,8 @@ def test_data_deleted_after_the_first_checkpoint_still_finishes_on_what_was_read
     assert not data.exists()
     inputs = json.loads((out / "manifest.json").read_text())["inputs"]
     assert {Path(k).name: v for k, v in inputs.items() if not k.endswith("manifest.json")} == {
-        name: recorded[name] for name in ("train.jsonl", "heldout.jsonl", "public.jsonl")}
+        name: recorded[name] for name in ("train.jsonl", "heldout.jsonl", "public.jsonl")
+    }
 
 
 def test_an_input_that_vanishes_during_a_run_is_one_line_naming_it(data_dir, tmp_path, monkeypatch):

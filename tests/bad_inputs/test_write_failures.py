@@ -31,6 +31,7 @@ REPO_ROOT = Path(__file__).resolve().parents[2]
 def tree(root: Path) -> list[str]:
     return sorted(str(p.relative_to(root)) for p in root.rglob("*"))
 
+
 def one_line_error(args: list[str], *needles: str, cwd: Path | None = None) -> str:
     """Run ``dpaudit ARGS`` in this process and return its one error line, checking exit code 2 and the needles."""
     result = CliRunner().invoke(cli, args)
@@ -41,9 +42,11 @@ def one_line_error(args: list[str], *needles: str, cwd: Path | None = None) -> s
         assert needle in lines[0], (needle, lines[0])
     return lines[0]
 
+
 def _raise(code: int, filename: str | None = None):
     def fail(*args, **kwargs):
         raise OSError(code, os.strerror(code), filename)
+
     return fail
 
 
@@ -55,16 +58,29 @@ def _raise(code: int, filename: str | None = None):
 def _results():
     from dpaudit.attacks.results import AttackResults, CanaryScore, DataInfo, ModelInfo
 
-    return AttackResults(model=ModelInfo(path="m", kind="masked-lm", architecture="BertForMaskedLM"),
-                         data=DataInfo(path="d", secret_format="digits:4", log2_space_size=13.3, canaries=1, controls=0,
-                                       template="{name} has {secret}"),
-                         claimed=Claim(known=False), attacks=(),
-                         canaries=(CanaryScore(id="c0000", frequency=1, secret="1 2 3 4"),))
+    return AttackResults(
+        model=ModelInfo(path="m", kind="masked-lm", architecture="BertForMaskedLM"),
+        data=DataInfo(
+            path="d",
+            secret_format="digits:4",
+            log2_space_size=13.3,
+            canaries=1,
+            controls=0,
+            template="{name} has {secret}",
+        ),
+        claimed=Claim(known=False),
+        attacks=(),
+        canaries=(CanaryScore(id="c0000", frequency=1, secret="1 2 3 4"),),
+    )
+
 
 def _write_attack(out: Path) -> Path:
     from dpaudit.attacks.run import write_attack_dir
 
-    return write_attack_dir(out, _results(), config={}, inputs={}, seed=0, overwrite=False, command=["dpaudit", "attack"])
+    return write_attack_dir(
+        out, _results(), config={}, inputs={}, seed=0, overwrite=False, command=["dpaudit", "attack"]
+    )
+
 
 @pytest.fixture(scope="module")
 def attack_dir(tmp_path_factory) -> Path:
@@ -75,7 +91,9 @@ def attack_dir(tmp_path_factory) -> Path:
 # Disk full, file-size limit, read-only folder, --out under a file: one line, nothing left.
 
 
-@pytest.mark.parametrize(("code", "reason"), [(errno.ENOSPC, "No space left on device"), (errno.EIO, "Input/output error")])
+@pytest.mark.parametrize(
+    ("code", "reason"), [(errno.ENOSPC, "No space left on device"), (errno.EIO, "Input/output error")]
+)
 def test_report_write_failure_is_one_line_and_leaves_nothing(attack_dir, tmp_path, monkeypatch, code, reason):
     out = tmp_path / "pages" / "deep" / "page.html"
     monkeypatch.setattr(os, "fsync", _raise(code))  # the page's data never reaches the disk
@@ -83,10 +101,13 @@ def test_report_write_failure_is_one_line_and_leaves_nothing(attack_dir, tmp_pat
     assert tree(tmp_path) == []  # no page, no temporary file, not even the folders made for it
 
 
-@pytest.mark.parametrize(("code", "needles"), [
-    (errno.EACCES, ["Permission denied", "fix its permissions"]),
-    (errno.EROFS, ["Read-only file system", "choose a writable location"]),
-])
+@pytest.mark.parametrize(
+    ("code", "needles"),
+    [
+        (errno.EACCES, ["Permission denied", "fix its permissions"]),
+        (errno.EROFS, ["Read-only file system", "choose a writable location"]),
+    ],
+)
 def test_report_into_a_folder_it_may_not_write_is_one_line(attack_dir, tmp_path, monkeypatch, code, needles):
     """A read-only folder (EACCES) or file system (EROFS): creating the temporary file fails; the error names
     the page, not the temporary file."""
@@ -102,19 +123,29 @@ def test_report_into_a_folder_it_may_not_write_is_one_line(attack_dir, tmp_path,
 def test_report_out_under_a_file_is_refused_before_rendering(attack_dir, tmp_path):
     (tmp_path / "notes.txt").write_text("mine\n")
     out = tmp_path / "notes.txt" / "sub" / "page.html"
-    one_line_error(["report", str(attack_dir), "--out", str(out)], f"--out {out}", f"{tmp_path / 'notes.txt'} is a file")
+    one_line_error(
+        ["report", str(attack_dir), "--out", str(out)], f"--out {out}", f"{tmp_path / 'notes.txt'} is a file"
+    )
     assert tree(tmp_path) == ["notes.txt"]
 
 
 def test_report_under_a_real_file_size_limit(attack_dir, tmp_path):
     """RLIMIT_FSIZE in a child process (SIGXFSZ ignored, as the shell's ulimit -f): the write gets EFBIG."""
-    launcher = ("import resource, signal, sys, runpy; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
-                "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096)); sys.argv = ['dpaudit', *sys.argv[1:]]; "
-                "runpy.run_module('dpaudit', run_name='__main__')")
+    launcher = (
+        "import resource, signal, sys, runpy; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+        "resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096)); sys.argv = ['dpaudit', *sys.argv[1:]]; "
+        "runpy.run_module('dpaudit', run_name='__main__')"
+    )
     out = tmp_path / "r" / "page.html"
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.run([sys.executable, "-c", launcher, "report", str(attack_dir), "--out", str(out)], cwd=tmp_path,
-                          env=env, capture_output=True, text=True, timeout=300)
+    proc = subprocess.run(
+        [sys.executable, "-c", launcher, "report", str(attack_dir), "--out", str(out)],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
     assert proc.returncode == 2, proc.stderr[-2000:]
     lines = [line for line in (proc.stdout + proc.stderr).splitlines() if line.strip()]
     assert len(lines) == 1 and f"cannot write {out}: File too large" in lines[0] and "ulimit -f" in lines[0], lines
@@ -137,9 +168,11 @@ def test_attack_disk_full_leaves_no_directory_staging_or_lock(tmp_path, monkeypa
     monkeypatch.setattr(run, "_attack", fake_attack)
     monkeypatch.setattr(rundir, "dumps_jsonl_line", full)
     out = tmp_path / "attack"
-    one_line_error(["attack", "--model", str(tmp_path / "m"), "--data", str(tmp_path / "d"), "--out", str(out)],
-                   f"dpaudit attack: cannot write {out / 'scores' / 'canaries.jsonl'}: No space left on device",
-                   "free disk space")
+    one_line_error(
+        ["attack", "--model", str(tmp_path / "m"), "--data", str(tmp_path / "d"), "--out", str(out)],
+        f"dpaudit attack: cannot write {out / 'scores' / 'canaries.jsonl'}: No space left on device",
+        "free disk space",
+    )
     assert tree(tmp_path) == []
 
 
@@ -157,13 +190,16 @@ def test_atomic_write_removes_its_temporary_file_and_new_folders(tmp_path, monke
 # Report on a results.json with wrong types, the manifest re-hashed to match.
 
 
-@pytest.mark.parametrize(("field", "value", "needle"), [
-    (("model",), 5, "field model must be an object, got 5"),
-    (("data", "canaries"), "ten", 'field data.canaries must be an integer, got "ten"'),
-    (("claimed_privacy", "private"), "no", "field claimed_privacy.private must be true or false"),
-    (("attacks",), {"a": 1}, "field attacks must be a list"),
-    (("warnings",), [3], "field warnings[0] must be a string, got 3"),
-])
+@pytest.mark.parametrize(
+    ("field", "value", "needle"),
+    [
+        (("model",), 5, "field model must be an object, got 5"),
+        (("data", "canaries"), "ten", 'field data.canaries must be an integer, got "ten"'),
+        (("claimed_privacy", "private"), "no", "field claimed_privacy.private must be true or false"),
+        (("attacks",), {"a": 1}, "field attacks must be a list"),
+        (("warnings",), [3], "field warnings[0] must be a string, got 3"),
+    ],
+)
 def test_report_on_results_with_wrong_types_names_the_field(attack_dir, tmp_path, field, value, needle):
     import shutil
 
@@ -178,5 +214,7 @@ def test_report_on_results_with_wrong_types_names_the_field(attack_dir, tmp_path
     manifest["outputs"]["results.json"] = hashlib.sha256((copy / "results.json").read_bytes()).hexdigest()
     (copy / "manifest.json").write_text(json.dumps(manifest))
     out = tmp_path / "page.html"
-    one_line_error(["report", str(copy), "--out", str(out)], f"{copy / 'results.json'}: {needle}", "rerun dpaudit attack")
+    one_line_error(
+        ["report", str(copy), "--out", str(out)], f"{copy / 'results.json'}: {needle}", "rerun dpaudit attack"
+    )
     assert not out.exists()

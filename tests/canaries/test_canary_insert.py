@@ -38,8 +38,13 @@ frequency_lists = st.lists(st.integers(min_value=1, max_value=200), min_size=1, 
 
 
 @settings(max_examples=80, deadline=None)
-@given(freqs=frequency_lists, per=st.integers(1, 30), holdout=st.integers(0, 30), members=st.integers(0, 500),
-       seed=st.integers(0, 2**32 - 1))
+@given(
+    freqs=frequency_lists,
+    per=st.integers(1, 30),
+    holdout=st.integers(0, 30),
+    members=st.integers(0, 500),
+    seed=st.integers(0, 2**32 - 1),
+)
 def test_schedule_and_train_order_counts_are_exact(freqs, per, holdout, members, seed):
     schedule = Schedule(frequencies=tuple(freqs), per_frequency=per, holdout=holdout)
     f = schedule.canary_frequencies()
@@ -158,8 +163,9 @@ def test_draw_secrets_is_deterministic_and_collision_free():
 
 def test_canaries_and_labels():
     draws, _ = draw_secrets(digit_space(4), 3, rng=np.random.default_rng(0), corpus_texts=[])
-    built = build_canaries(draws, [2, 1, 0], template_prefix="pin ", template_suffix=".", format="digits:4",
-                           labels=["a", "b", "a"])
+    built = build_canaries(
+        draws, [2, 1, 0], template_prefix="pin ", template_suffix=".", format="digits:4", labels=["a", "b", "a"]
+    )
     assert [c.id for c in built] == ["c0000", "c0001", "c0002"]
     assert built[0].text == "pin " + draws[0].secret + "." and built[2].member is False
     assert Canary.from_record(built[1].to_record()) == built[1]

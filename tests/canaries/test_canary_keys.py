@@ -50,8 +50,23 @@ def test_inject_default_gives_every_digit_canary_its_own_context(tmp_path):
     from dpaudit.canaries.manifest import load_inject_run
 
     out = tmp_path / "data"
-    result = CliRunner().invoke(cli, ["inject", "--corpus", "builtin:assistant", "--corpus-size", "100", "--frequencies",
-                                      "1,2", "--per-frequency", "5", "--out", str(out)], catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "inject",
+            "--corpus",
+            "builtin:assistant",
+            "--corpus-size",
+            "100",
+            "--frequencies",
+            "1,2",
+            "--per-frequency",
+            "5",
+            "--out",
+            str(out),
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     run = load_inject_run(out)
     contexts = [(c.prefix, c.suffix) for c in run.canaries]

@@ -96,8 +96,12 @@ def test_words_from_texts_ranks_by_count():
 
 
 def test_phrase_space_draws_real_phrases_with_context():
-    sentences = ["the quick brown fox jumps over the lazy dog", "she sells sea shells by the shore",
-                 "too short", "a cat sat on a warm mat today"]
+    sentences = [
+        "the quick brown fox jumps over the lazy dog",
+        "she sells sea shells by the shore",
+        "too short",
+        "a cat sat on a warm mat today",
+    ]
     space = PhraseSpace(sentences=sentences, words=3, source="p.txt")
     assert space.format == "phrases:3" and space.positions() is None
     draws = list(space.draws(np.random.default_rng(0)))
@@ -112,7 +116,12 @@ def test_phrase_space_draws_real_phrases_with_context():
 
 @pytest.mark.parametrize(
     ("spec", "expected"),
-    [("digits:10", ("digits", 10)), ("words:4", ("words", 4)), ("phrases", ("phrases", 3)), ("phrases:5", ("phrases", 5))],
+    [
+        ("digits:10", ("digits", 10)),
+        ("words:4", ("words", 4)),
+        ("phrases", ("phrases", 3)),
+        ("phrases:5", ("phrases", 5)),
+    ],
 )
 def test_parse_format(spec, expected):
     assert parse_format(spec) == expected

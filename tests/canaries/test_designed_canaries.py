@@ -52,8 +52,12 @@ def test_design_names_and_rare_words():
     assert parse_design("format") == ("format", None)
     assert parse_design("new-tokens") == ("new-tokens", 24) and parse_design("NEW-TOKENS:3") == ("new-tokens", 3)
     assert parse_design("rare-tokens") == ("rare-tokens", 4)
-    for bad, needle in (("nope", "unknown canary design"), ("new-tokens:0", "from 1 to 64"), ("rare-tokens:x", "from 1 to 64"),
-                        ("format:3", "takes its secret from --format")):
+    for bad, needle in (
+        ("nope", "unknown canary design"),
+        ("new-tokens:0", "from 1 to 64"),
+        ("rare-tokens:x", "from 1 to 64"),
+        ("format:3", "takes its secret from --format"),
+    ):
         with pytest.raises(UserInputError, match=needle):
             parse_design(bad)
     texts = ["the cat sat", "the cat ran", "the dog sat", "a zebra"]  # counts: the 3, cat 2, sat 2, dog/ran/zebra 1
@@ -65,14 +69,18 @@ def test_new_token_canaries_declare_their_token_set_and_appear_nowhere_else(new_
     manifest = verify_run_dir(out, schema_prefix="dpaudit.inject/")
     run = load_inject_run(out)
     canaries = run.canaries
-    assert len(canaries) == 60 and 0 < sum(c.member for c in canaries) < 60 and {c.frequency for c in canaries} <= {0, 1}
+    assert (
+        len(canaries) == 60 and 0 < sum(c.member for c in canaries) < 60 and {c.frequency for c in canaries} <= {0, 1}
+    )
     tokens = {c.secret.split()[0] for c in canaries}
     # The set of EVERY canary's token (members and non-members alike), sorted: the public design information.
     assert run.new_tokens == tuple(sorted(tokens)) and len(tokens) == 60
     assert manifest["config"]["design"] == "new-tokens:24" and manifest["config"]["format"] is None
     assert manifest["design"]["name"] == "new-tokens" and manifest["design"]["new_tokens"] == 60
     assert manifest["secret_space"]["kind"] == "new-tokens" and "new_tokens" in manifest["tokenizer"]
-    assert all(c.text == c.secret == " ".join([c.secret.split()[0]] * 24) and c.format == "new-tokens:24" for c in canaries)
+    assert all(
+        c.text == c.secret == " ".join([c.secret.split()[0]] * 24) and c.format == "new-tokens:24" for c in canaries
+    )
     # Each token occurs only in its own canary's rows: never in a corpus row of any split.
     rows = Counter()
     for name in ("train.jsonl", "heldout.jsonl", "public.jsonl"):
@@ -117,10 +125,16 @@ def test_a_manifest_with_bad_new_tokens_is_refused(new_token_run, tmp_path):
 
 BAD = {
     "unknown design": (["--design", "novel"], ["--design 'novel'", "unknown canary design"]),
-    "format with a design": (["--design", "new-tokens", "--format", "digits:4"], ["--format applies to --design format only"]),
+    "format with a design": (
+        ["--design", "new-tokens", "--format", "digits:4"],
+        ["--format applies to --design format only"],
+    ),
     "zero repetitions": (["--design", "new-tokens:0"], ["--design 'new-tokens:0'", "from 1 to 64"]),
     "count on format": (["--design", "format:2"], ["--design 'format:2'", "--format"]),
-    "word list with a design": (["--design", "rare-tokens", "--word-list", "public"], ["--word-list applies only to --design format"]),
+    "word list with a design": (
+        ["--design", "rare-tokens", "--word-list", "public"],
+        ["--word-list applies only to --design format"],
+    ),
 }
 
 
@@ -143,8 +157,21 @@ def test_the_declared_new_tokens_never_depend_on_a_private_row(tmp_path):
     texts = [u["text"] for u in generate(300, seed=7)]
     base = tmp_path / "corpus.txt"
     base.write_text("\n".join(texts) + "\n", encoding="utf-8")
-    args = ["--corpus", str(base), "--coin-flip", "--per-frequency", "20", "--design", "new-tokens",
-            "--heldout-size", "30", "--public-size", "100", "--seed", "3"]
+    args = [
+        "--corpus",
+        str(base),
+        "--coin-flip",
+        "--per-frequency",
+        "20",
+        "--design",
+        "new-tokens",
+        "--heldout-size",
+        "30",
+        "--public-size",
+        "100",
+        "--seed",
+        "3",
+    ]
     first = tmp_path / "a"
     assert invoke(*args, "--out", str(first)).exit_code == 0
     tokens = load_inject_run(first).new_tokens

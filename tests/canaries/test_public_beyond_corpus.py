@@ -50,8 +50,10 @@ def test_sizes_and_manifest(beyond):
     assert (counts["members"], counts["heldout"], counts["public"], counts["public_generated"]) == (270, 30, 1200, 1200)
     assert counts["corpus"] == 1500 and counts["train_rows"] == 270 + 3 * (1 + 5)
     assert len(texts(beyond / "public.jsonl")) == 1200 and len(texts(beyond / "heldout.jsonl")) == 30
-    assert manifest["inputs"] == {"builtin:assistant": "dpaudit.corpus.assistant v1 (seed 4, 300 utterances and 1200 more "
-                                                       "beside them, 15 intents)"}
+    assert manifest["inputs"] == {
+        "builtin:assistant": "dpaudit.corpus.assistant v1 (seed 4, 300 utterances and 1200 more "
+        "beside them, 15 intents)"
+    }
     assert manifest["config"]["corpus_size"] == 300 and manifest["splits"]["public_size"] == 1200
     labels = {r["label"] for r in read_jsonl(beyond / "public.jsonl")}
     assert len(labels) == 15  # every intent is public: a classifier's label set comes from public.jsonl
@@ -116,21 +118,57 @@ GOLDEN_FILE = {
 
 
 def _labelled_corpus(path: Path) -> Path:
-    path.write_text("text\tlabel\n" + "".join(f"utterance {i} about thing {k}\tintent{k}\n"
-                                             for k in range(4) for i in range(150)), encoding="utf-8")
+    path.write_text(
+        "text\tlabel\n" + "".join(f"utterance {i} about thing {k}\tintent{k}\n" for k in range(4) for i in range(150)),
+        encoding="utf-8",
+    )
     return path
 
 
 def test_existing_option_combinations_write_the_bytes_they_wrote_before(tmp_path):
     out = tmp_path / "builtin"
-    assert invoke("--corpus", "builtin:assistant", "--corpus-size", "600", "--out", str(out), "--heldout-size", "50",
-                  "--public-size", "200", "--per-frequency", "2", "--frequencies", "1,5", "--seed", "3").exit_code == 0
+    assert (
+        invoke(
+            "--corpus",
+            "builtin:assistant",
+            "--corpus-size",
+            "600",
+            "--out",
+            str(out),
+            "--heldout-size",
+            "50",
+            "--public-size",
+            "200",
+            "--per-frequency",
+            "2",
+            "--frequencies",
+            "1,5",
+            "--seed",
+            "3",
+        ).exit_code
+        == 0
+    )
     assert {name: sha(out / name) for name in GOLDEN_BUILTIN} == GOLDEN_BUILTIN
     assert "public_generated" not in json.loads((out / "manifest.json").read_text())["counts"]
     out = tmp_path / "file"
     corpus = _labelled_corpus(tmp_path / "corpus.tsv")
-    assert invoke("--corpus", str(corpus), "--out", str(out), "--heldout-size", "100", "--public-size", "100",
-                  "--per-frequency", "2", "--frequencies", "1,2").exit_code == 0
+    assert (
+        invoke(
+            "--corpus",
+            str(corpus),
+            "--out",
+            str(out),
+            "--heldout-size",
+            "100",
+            "--public-size",
+            "100",
+            "--per-frequency",
+            "2",
+            "--frequencies",
+            "1,2",
+        ).exit_code
+        == 0
+    )
     assert {name: sha(out / name) for name in GOLDEN_FILE} == GOLDEN_FILE
 
 
@@ -147,8 +185,9 @@ def test_a_users_corpus_gets_a_one_line_error_and_nothing_written(tmp_path):
 
 def test_too_many_generated_public_rows_is_a_one_line_error(tmp_path):
     out = tmp_path / "run"
-    result = invoke("--corpus", "builtin:assistant", "--corpus-size", "300", "--public-size", "99999999",
-                    "--out", str(out), *SMALL)
+    result = invoke(
+        "--corpus", "builtin:assistant", "--corpus-size", "300", "--public-size", "99999999", "--out", str(out), *SMALL
+    )
     assert result.exit_code == 2 and "--public-size 99999999" in result.output and "at most" in result.output
     assert not out.exists()
 

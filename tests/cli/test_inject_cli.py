@@ -51,7 +51,9 @@ def test_run_directory_contents_and_counts(builtin_run):
     out = builtin_run
     manifest = verify_run_dir(out, schema_prefix="dpaudit.inject/")
     assert manifest["schema"] == SCHEMA and set(manifest["outputs"]) == set(OUTPUT_FILES)
-    assert manifest["inputs"] == {"builtin:assistant": "dpaudit.corpus.assistant v1 (seed 3, 1500 utterances, 15 intents)"}
+    assert manifest["inputs"] == {
+        "builtin:assistant": "dpaudit.corpus.assistant v1 (seed 3, 1500 utterances, 15 intents)"
+    }
     run = load_inject_run(out)
     canaries = run.canaries
     assert len(canaries) == 3 * 4 + 5
@@ -84,8 +86,18 @@ def test_run_directory_contents_and_counts(builtin_run):
 def test_same_seed_gives_identical_bytes_and_other_seed_differs(builtin_run, tmp_path):
     again = tmp_path / "again"
     other = tmp_path / "other"
-    assert invoke("--corpus", "builtin:assistant", "--corpus-size", "1500", "--out", str(again), "--seed", "3", *SMALL).exit_code == 0
-    assert invoke("--corpus", "builtin:assistant", "--corpus-size", "1500", "--out", str(other), "--seed", "4", *SMALL).exit_code == 0
+    assert (
+        invoke(
+            "--corpus", "builtin:assistant", "--corpus-size", "1500", "--out", str(again), "--seed", "3", *SMALL
+        ).exit_code
+        == 0
+    )
+    assert (
+        invoke(
+            "--corpus", "builtin:assistant", "--corpus-size", "1500", "--out", str(other), "--seed", "4", *SMALL
+        ).exit_code
+        == 0
+    )
 
     def digest(run, name):
         return hashlib.sha256((run / name).read_bytes()).hexdigest()
@@ -103,14 +115,35 @@ def test_user_text_corpus_json_summary_and_tamper_detection(tmp_path):
     corpus = tmp_path / "corpus.txt"
     corpus.write_text("".join(f"utterance number {i} for the test\n" for i in range(300)), encoding="utf-8")
     out = tmp_path / "run"
-    result = invoke("--corpus", str(corpus), "--out", str(out), "--json", "--frequencies", "2,5", "--per-frequency", "3",
-                    "--heldout-size", "40", "--public-size", "60")
+    result = invoke(
+        "--corpus",
+        str(corpus),
+        "--out",
+        str(out),
+        "--json",
+        "--frequencies",
+        "2,5",
+        "--per-frequency",
+        "3",
+        "--heldout-size",
+        "40",
+        "--public-size",
+        "60",
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads(result.output)
     assert summary["counts"] == {
-        "corpus": 300, "members": 200, "heldout": 40, "public": 60, "train_rows": 200 + 3 * 7, "canaries": 9,
-        "canaries_inserted": 6, "canaries_control": 3, "canary_insertions": 21,
-        "canaries_by_frequency": {"2": 3, "5": 3, "0": 3}, "secrets_rejected_in_corpus": 0,
+        "corpus": 300,
+        "members": 200,
+        "heldout": 40,
+        "public": 60,
+        "train_rows": 200 + 3 * 7,
+        "canaries": 9,
+        "canaries_inserted": 6,
+        "canaries_control": 3,
+        "canary_insertions": 21,
+        "canaries_by_frequency": {"2": 3, "5": 3, "0": 3},
+        "secrets_rejected_in_corpus": 0,
         "canary_share": 21 / 221,
     }
     manifest = json.loads((out / "manifest.json").read_text())
@@ -131,8 +164,20 @@ def test_heldout_and_public_rows_are_shuffled_so_every_prefix_is_a_uniform_sampl
     rows = [(f"utterance {i} of intent {k}", f"intent{k}") for k in range(5) for i in range(120)]  # sorted by label
     corpus.write_text("text\tlabel\n" + "".join(f"{t}\t{label}\n" for t, label in rows), encoding="utf-8")
     out = tmp_path / "run"
-    result = invoke("--corpus", str(corpus), "--out", str(out), "--frequencies", "1", "--per-frequency", "2",
-                    "--heldout-size", "100", "--public-size", "100")
+    result = invoke(
+        "--corpus",
+        str(corpus),
+        "--out",
+        str(out),
+        "--frequencies",
+        "1",
+        "--per-frequency",
+        "2",
+        "--heldout-size",
+        "100",
+        "--public-size",
+        "100",
+    )
     assert result.exit_code == 0, result.output
     for name in ("heldout.jsonl", "public.jsonl"):
         split = list(read_jsonl(out / name))
@@ -140,15 +185,41 @@ def test_heldout_and_public_rows_are_shuffled_so_every_prefix_is_a_uniform_sampl
         numbers = [int(r["text"].split()[1]) + 1000 * int(r["label"][-1]) for r in split]
         assert numbers != sorted(numbers), name
     again = tmp_path / "again"
-    assert invoke("--corpus", str(corpus), "--out", str(again), "--frequencies", "1", "--per-frequency", "2",
-                  "--heldout-size", "100", "--public-size", "100").exit_code == 0
+    assert (
+        invoke(
+            "--corpus",
+            str(corpus),
+            "--out",
+            str(again),
+            "--frequencies",
+            "1",
+            "--per-frequency",
+            "2",
+            "--heldout-size",
+            "100",
+            "--public-size",
+            "100",
+        ).exit_code
+        == 0
+    )
     assert (again / "heldout.jsonl").read_bytes() == (out / "heldout.jsonl").read_bytes()  # the seed fixes the order
 
 
 def test_coin_flip_mode(tmp_path):
     out = tmp_path / "run"
-    result = invoke("--corpus", "builtin:assistant", "--corpus-size", "400", "--out", str(out), "--coin-flip",
-                    "--frequencies", "2", "--per-frequency", "200")
+    result = invoke(
+        "--corpus",
+        "builtin:assistant",
+        "--corpus-size",
+        "400",
+        "--out",
+        str(out),
+        "--coin-flip",
+        "--frequencies",
+        "2",
+        "--per-frequency",
+        "200",
+    )
     assert result.exit_code == 0, result.output
     manifest = verify_run_dir(out)
     assert manifest["mode"] == "coin-flip" and manifest["config"]["schedule"]["coin_flip"] is True
@@ -161,8 +232,21 @@ def test_coin_flip_mode(tmp_path):
 
 def test_words_format_with_public_word_list(tmp_path):
     out = tmp_path / "run"
-    result = invoke("--corpus", "builtin:assistant", "--corpus-size", "600", "--out", str(out), "--format", "words:3",
-                    "--word-list", "public", "--template", "the code word is {secret} ok", *SMALL)
+    result = invoke(
+        "--corpus",
+        "builtin:assistant",
+        "--corpus-size",
+        "600",
+        "--out",
+        str(out),
+        "--format",
+        "words:3",
+        "--word-list",
+        "public",
+        "--template",
+        "the code word is {secret} ok",
+        *SMALL,
+    )
     assert result.exit_code == 0, result.output
     run = load_inject_run(out)
     words = run.manifest["secret_space"]["word_list"]["words"]
@@ -180,8 +264,24 @@ def test_phrase_format_uses_sentences_of_the_phrase_corpus(tmp_path):
     sentences = [" ".join(words[(i * 37 + k * 101) % len(words)] for k in range(9)) for i in range(60)]
     phrases.write_text("\n".join(sentences) + "\n", encoding="utf-8")
     out = tmp_path / "run"
-    result = invoke("--corpus", "builtin:assistant", "--corpus-size", "300", "--out", str(out), "--format", "phrases:3",
-                    "--phrase-corpus", str(phrases), "--frequencies", "1,2", "--per-frequency", "5", "--holdout", "5")
+    result = invoke(
+        "--corpus",
+        "builtin:assistant",
+        "--corpus-size",
+        "300",
+        "--out",
+        str(out),
+        "--format",
+        "phrases:3",
+        "--phrase-corpus",
+        str(phrases),
+        "--frequencies",
+        "1,2",
+        "--per-frequency",
+        "5",
+        "--holdout",
+        "5",
+    )
     assert result.exit_code == 0, result.output
     run = load_inject_run(out)
     assert run.space is None and run.manifest["secret_space"]["kind"] == "phrases"
@@ -217,24 +317,67 @@ def test_help_ends_with_a_worked_example():
 BAD_INPUTS = {
     "empty corpus": (lambda d: ["--corpus", _write(d / "empty.txt", "\n \n")], ["empty.txt", "no examples"]),
     "missing file": (lambda d: ["--corpus", str(d / "nope.txt")], ["nope.txt", "no such file"]),
-    "undecodable bytes": (lambda d: ["--corpus", _write(d / "bad.txt", b"ok line\nbad \xff line\n")], ["bad.txt:2", "--encoding-errors replace"]),
-    "csv without text": (lambda d: ["--corpus", _write(d / "c.csv", "sentence\nhello\n")], ["c.csv:1", "no 'text' column"]),
-    "frequency zero": (lambda d: ["--corpus", _corpus(d), "--frequencies", "1,0"], ["--frequencies", "'0' is not a positive integer"]),
+    "undecodable bytes": (
+        lambda d: ["--corpus", _write(d / "bad.txt", b"ok line\nbad \xff line\n")],
+        ["bad.txt:2", "--encoding-errors replace"],
+    ),
+    "csv without text": (
+        lambda d: ["--corpus", _write(d / "c.csv", "sentence\nhello\n")],
+        ["c.csv:1", "no 'text' column"],
+    ),
+    "frequency zero": (
+        lambda d: ["--corpus", _corpus(d), "--frequencies", "1,0"],
+        ["--frequencies", "'0' is not a positive integer"],
+    ),
     "frequency not integer": (lambda d: ["--corpus", _corpus(d), "--frequencies", "1,2.5"], ["--frequencies", "'2.5'"]),
-    "template without secret": (lambda d: ["--corpus", _corpus(d), "--template", "my pin is"], ["--template", "{secret}"]),
-    "space too small": (lambda d: ["--corpus", _corpus(d), "--format", "digits:2", "--frequencies", "1", "--per-frequency", "500"],
-                        ["digits:2 has only 100 possible secrets but 1000"]),
-    "too many held out": (lambda d: ["--corpus", _corpus(d), "--heldout-size", "500"], ["500 held-out", "no training members"]),
-    "phrase corpus overlaps": (lambda d: ["--corpus", _corpus(d), "--format", "phrases",
-                                          "--phrase-corpus", _write(d / "p.txt", "a fresh sentence with many words\nLine 7 of the corpus!\n")],
-                               ["--phrase-corpus line 2", "line 8", "disjoint"]),
-    "output is a file": (lambda d: ["--corpus", _corpus(d), "--out", _write(d / "out.txt", "x")], ["out.txt is a file"]),
-    "corpus size on a file": (lambda d: ["--corpus", _corpus(d), "--corpus-size", "10"], ["--corpus-size applies only"]),
-    "corpus size too large": (lambda d: ["--corpus", "builtin:assistant", "--corpus-size", "99999999"], ["--corpus-size 99999999", "at most"]),
+    "template without secret": (
+        lambda d: ["--corpus", _corpus(d), "--template", "my pin is"],
+        ["--template", "{secret}"],
+    ),
+    "space too small": (
+        lambda d: ["--corpus", _corpus(d), "--format", "digits:2", "--frequencies", "1", "--per-frequency", "500"],
+        ["digits:2 has only 100 possible secrets but 1000"],
+    ),
+    "too many held out": (
+        lambda d: ["--corpus", _corpus(d), "--heldout-size", "500"],
+        ["500 held-out", "no training members"],
+    ),
+    "phrase corpus overlaps": (
+        lambda d: [
+            "--corpus",
+            _corpus(d),
+            "--format",
+            "phrases",
+            "--phrase-corpus",
+            _write(d / "p.txt", "a fresh sentence with many words\nLine 7 of the corpus!\n"),
+        ],
+        ["--phrase-corpus line 2", "line 8", "disjoint"],
+    ),
+    "output is a file": (
+        lambda d: ["--corpus", _corpus(d), "--out", _write(d / "out.txt", "x")],
+        ["out.txt is a file"],
+    ),
+    "corpus size on a file": (
+        lambda d: ["--corpus", _corpus(d), "--corpus-size", "10"],
+        ["--corpus-size applies only"],
+    ),
+    "corpus size too large": (
+        lambda d: ["--corpus", "builtin:assistant", "--corpus-size", "99999999"],
+        ["--corpus-size 99999999", "at most"],
+    ),
     "phrases without corpus": (lambda d: ["--corpus", _corpus(d), "--format", "phrases"], ["needs --phrase-corpus"]),
-    "word list with digits": (lambda d: ["--corpus", _corpus(d), "--word-list", "public"], ["--word-list applies only"]),
-    "holdout with coin flip": (lambda d: ["--corpus", _corpus(d), "--coin-flip", "--holdout", "3", "--frequencies", "1"], ["--holdout", "--coin-flip"]),
-    "coin flip with two frequencies": (lambda d: ["--corpus", _corpus(d), "--coin-flip", "--frequencies", "1,2"], ["--coin-flip", "one value"]),
+    "word list with digits": (
+        lambda d: ["--corpus", _corpus(d), "--word-list", "public"],
+        ["--word-list applies only"],
+    ),
+    "holdout with coin flip": (
+        lambda d: ["--corpus", _corpus(d), "--coin-flip", "--holdout", "3", "--frequencies", "1"],
+        ["--holdout", "--coin-flip"],
+    ),
+    "coin flip with two frequencies": (
+        lambda d: ["--corpus", _corpus(d), "--coin-flip", "--frequencies", "1,2"],
+        ["--coin-flip", "one value"],
+    ),
 }
 
 
@@ -261,7 +404,9 @@ def test_bad_input_is_a_one_line_error_and_writes_nothing(tmp_path, case):
 
 
 def test_encoding_errors_replace_accepts_the_file(tmp_path):
-    corpus = _write(tmp_path / "bad.txt", b"".join(b"line %d \xff ok\n" % i for i in range(100)))  # canaries < 50% of train
+    corpus = _write(
+        tmp_path / "bad.txt", b"".join(b"line %d \xff ok\n" % i for i in range(100))
+    )  # canaries < 50% of train
     out = tmp_path / "run"
     assert invoke("--corpus", corpus, "--out", str(out), "--encoding-errors", "replace", *SMALL).exit_code == 0
     manifest = verify_run_dir(out)
@@ -279,8 +424,21 @@ def test_canary_labels_come_from_the_public_split_only(tmp_path):
     rows += [(f"rare utterance {i}", f"rare{i}") for i in range(12)]  # 12 one-row labels
     corpus.write_text("text\tlabel\n" + "".join(f"{t}\t{label}\n" for t, label in rows), encoding="utf-8")
     out = tmp_path / "run"
-    result = invoke("--corpus", str(corpus), "--out", str(out), "--frequencies", "1", "--per-frequency", "500",
-                    "--holdout", "100", "--public-size", "100", "--force")
+    result = invoke(
+        "--corpus",
+        str(corpus),
+        "--out",
+        str(out),
+        "--frequencies",
+        "1",
+        "--per-frequency",
+        "500",
+        "--holdout",
+        "100",
+        "--public-size",
+        "100",
+        "--force",
+    )
     assert result.exit_code == 0, result.output
     public = {r["label"] for r in read_jsonl(out / "public.jsonl")}
     rare_private = {f"rare{i}" for i in range(12)} - public

@@ -14,12 +14,24 @@ from dpaudit.cli import cli
 from dpaudit.common.figures import format_up
 from dpaudit.files.run_dirs import read_jsonl, verify_run_dir
 
-TINY = ["--preset", "tiny", "--max-length", "16", "--vocab-size", "128", "--physical-batch", "8",
-        "--eval-examples", "16", "--log-every", "2", "--eval-every", "3", "--checkpoint-every", "3"]
-
-
-
-
+TINY = [
+    "--preset",
+    "tiny",
+    "--max-length",
+    "16",
+    "--vocab-size",
+    "128",
+    "--physical-batch",
+    "8",
+    "--eval-examples",
+    "16",
+    "--log-every",
+    "2",
+    "--eval-every",
+    "3",
+    "--checkpoint-every",
+    "3",
+]
 
 
 @pytest.fixture(scope="module")
@@ -27,8 +39,25 @@ def dp_run(data_dir, tmp_path_factory):
     out = tmp_path_factory.mktemp("cli-run") / "model"
     result = CliRunner().invoke(
         cli,
-        ["train", "--trainer", "jax-bert", "--data", str(data_dir), "--out", str(out), "--seed", "3",
-         "--steps", "6", "--batch-size", "16", "--target-epsilon", "4", "--json", *TINY],
+        [
+            "train",
+            "--trainer",
+            "jax-bert",
+            "--data",
+            str(data_dir),
+            "--out",
+            str(out),
+            "--seed",
+            "3",
+            "--steps",
+            "6",
+            "--batch-size",
+            "16",
+            "--target-epsilon",
+            "4",
+            "--json",
+            *TINY,
+        ],
         catch_exceptions=False,
     )
     assert result.exit_code == 0, result.output
@@ -38,8 +67,14 @@ def dp_run(data_dir, tmp_path_factory):
 def test_run_directory_is_complete_and_verifies(dp_run):
     out, summary = dp_run
     assert summary["trainer"] == "jax-bert" and summary["steps"] == 6
-    for name in ("model/config.json", "model/model.safetensors", "model/tokenizer.json", "privacy.json",
-                 "metrics.jsonl", "manifest.json"):
+    for name in (
+        "model/config.json",
+        "model/model.safetensors",
+        "model/tokenizer.json",
+        "privacy.json",
+        "metrics.jsonl",
+        "manifest.json",
+    ):
         assert (out / name).is_file(), name
     assert not (out / "checkpoints").exists()  # deleted at the end: they hold the secret noise state
     manifest = verify_run_dir(out, schema_prefix="dpaudit.train/")
@@ -90,8 +125,11 @@ def test_epsilon_recomputes_from_the_stored_event(dp_run):
     # calibrated to spend the target, not more
     assert privacy["epsilon"] <= 4.0 and privacy["epsilon"] > 3.5
     # the stored event is the schedule the trainer reports: 6 steps at q = 16/96 with its sigma
-    expected = accounting.schedule_event(accounting.batch_schedule_segments(
-        dataset_size=96, schedule=[(6, 16)], noise_multiplier=privacy["noise_multipliers"][0]))
+    expected = accounting.schedule_event(
+        accounting.batch_schedule_segments(
+            dataset_size=96, schedule=[(6, 16)], noise_multiplier=privacy["noise_multipliers"][0]
+        )
+    )
     assert accounting.epsilon(expected, privacy["delta"]) == pytest.approx(eps, rel=1e-9)
 
 
@@ -114,8 +152,22 @@ def test_metrics_rows(dp_run):
 def test_help_lists_the_trainer_options_and_ends_with_an_example():
     result = CliRunner().invoke(cli, ["train", "--trainer", "jax-bert", "--help"], catch_exceptions=False)
     assert result.exit_code == 0
-    for option in ("--preset", "--steps", "--batch-size", "--batch-schedule", "--physical-batch", "--clip-engine", "--target-epsilon",
-                   "--delta", "--noise-multiplier", "--clip-norm", "--non-private", "--sampling", "--config", "--json"):
+    for option in (
+        "--preset",
+        "--steps",
+        "--batch-size",
+        "--batch-schedule",
+        "--physical-batch",
+        "--clip-engine",
+        "--target-epsilon",
+        "--delta",
+        "--noise-multiplier",
+        "--clip-norm",
+        "--non-private",
+        "--sampling",
+        "--config",
+        "--json",
+    ):
         assert option in result.output, option
     last_paragraph = " ".join(result.output.strip().split("\n\n")[-1].split())  # click wraps the epilog
     assert last_paragraph.startswith("Example: dpaudit train --trainer jax-bert"), last_paragraph
@@ -129,15 +181,41 @@ def test_help_lists_the_trainer_options_and_ends_with_an_example():
         (["--noise-multiplier", "1", "--clip-norm", "-1"], "--clip-norm must be a finite number > 0, got -1.0."),
         (["--noise-multiplier", "1", "--batch-schedule", "10:abc"], "--batch-schedule item 1"),
         (["--noise-multiplier", "1", "--batch-size", "500"], "expected batch 500 exceeds the 96 training examples"),
-        (["--noise-multiplier", "0.3", "--target-epsilon", "0.01"], "spends more than --target-epsilon 0.01 on the first step"),
-        (["--noise-multiplier", "1", "--physical-batch", "3"], "--physical-batch 3 must be a multiple of the number of devices"),
+        (
+            ["--noise-multiplier", "0.3", "--target-epsilon", "0.01"],
+            "spends more than --target-epsilon 0.01 on the first step",
+        ),
+        (
+            ["--noise-multiplier", "1", "--physical-batch", "3"],
+            "--physical-batch 3 must be a multiple of the number of devices",
+        ),
     ],
 )
 def test_bad_config_is_one_line_exit_2_and_writes_nothing(data_dir, tmp_path, args, message):
     out = tmp_path / "model"
-    result = CliRunner().invoke(cli, ["train", "--trainer", "jax-bert", "--data", str(data_dir), "--out", str(out),
-                                      "--preset", "tiny", "--steps", "3", "--batch-size", "16", "--max-length", "16",
-                                      "--vocab-size", "128", *args])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "train",
+            "--trainer",
+            "jax-bert",
+            "--data",
+            str(data_dir),
+            "--out",
+            str(out),
+            "--preset",
+            "tiny",
+            "--steps",
+            "3",
+            "--batch-size",
+            "16",
+            "--max-length",
+            "16",
+            "--vocab-size",
+            "128",
+            *args,
+        ],
+    )
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert len(result.output.strip().splitlines()) == 1, result.output
@@ -146,11 +224,29 @@ def test_bad_config_is_one_line_exit_2_and_writes_nothing(data_dir, tmp_path, ar
 
 def test_config_file_supplies_options_and_the_command_line_overrides_it(data_dir, tmp_path):
     toml = tmp_path / "trainer.toml"
-    toml.write_text('preset = "tiny"\nsteps = 50\nbatch-size = 16\nnon_private = true\nmax_length = 16\n'
-                    'vocab_size = 128\nphysical_batch = 8\neval_examples = 0\n')
+    toml.write_text(
+        'preset = "tiny"\nsteps = 50\nbatch-size = 16\nnon_private = true\nmax_length = 16\n'
+        "vocab_size = 128\nphysical_batch = 8\neval_examples = 0\n"
+    )
     out = tmp_path / "model"
-    result = CliRunner().invoke(cli, ["train", "--trainer", "jax-bert", "--data", str(data_dir), "--out", str(out),
-                                      "--config", str(toml), "--steps", "2", "--json"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "train",
+            "--trainer",
+            "jax-bert",
+            "--data",
+            str(data_dir),
+            "--out",
+            str(out),
+            "--config",
+            str(toml),
+            "--steps",
+            "2",
+            "--json",
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     summary = json.loads(result.stdout)
     assert summary["steps"] == 2 and summary["epsilon"] is None
@@ -162,9 +258,31 @@ def test_config_file_supplies_options_and_the_command_line_overrides_it(data_dir
 def test_text_output_states_the_guarantee_rounded_up_with_its_labels(data_dir, tmp_path):
     out = tmp_path / "model"
     result = CliRunner().invoke(
-        cli, ["train", "--trainer", "jax-bert", "--data", str(data_dir), "--out", str(out), "--seed", "3",
-              "--steps", "6", "--batch-size", "16", "--noise-multiplier", "1", "--delta", "0.05", "--noise-seed", "5",
-              *TINY], catch_exceptions=False)
+        cli,
+        [
+            "train",
+            "--trainer",
+            "jax-bert",
+            "--data",
+            str(data_dir),
+            "--out",
+            str(out),
+            "--seed",
+            "3",
+            "--steps",
+            "6",
+            "--batch-size",
+            "16",
+            "--noise-multiplier",
+            "1",
+            "--delta",
+            "0.05",
+            "--noise-seed",
+            "5",
+            *TINY,
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     privacy = json.loads((out / "privacy.json").read_text())
     eps = privacy["epsilon"]
@@ -236,8 +354,23 @@ def test_the_manifest_never_records_the_noise_seed(data_dir, tmp_path, monkeypat
     noise. A short seed is accepted with a warning (it can be found by search)."""
     out = tmp_path / "run"
     secret = "918273645546372819"  # < 2**64: also warned about
-    args = ["train", "--trainer", "jax-bert", "--data", str(data_dir), "--out", str(out), "--steps", "2",
-            "--batch-size", "16", "--noise-multiplier", "1.0", f"--noise-seed={secret}", *TINY]
+    args = [
+        "train",
+        "--trainer",
+        "jax-bert",
+        "--data",
+        str(data_dir),
+        "--out",
+        str(out),
+        "--steps",
+        "2",
+        "--batch-size",
+        "16",
+        "--noise-multiplier",
+        "1.0",
+        f"--noise-seed={secret}",
+        *TINY,
+    ]
     monkeypatch.setattr("sys.argv", ["dpaudit", *args[:-2], "--noise-seed", secret, *args[-2:]])
     result = CliRunner().invoke(cli, args, catch_exceptions=False)
     assert result.exit_code == 0, result.output
@@ -252,7 +385,14 @@ def test_redact_command_hides_both_spellings():
     from dpaudit.files.run_dirs import redact_command
 
     assert redact_command(["dpaudit", "demo", "--noise-seed", "7", "--noise-seed=8", "--seed", "9"]) == [
-        "dpaudit", "demo", "--noise-seed", "<given: secret>", "--noise-seed=<given: secret>", "--seed", "9"]
+        "dpaudit",
+        "demo",
+        "--noise-seed",
+        "<given: secret>",
+        "--noise-seed=<given: secret>",
+        "--seed",
+        "9",
+    ]
 
 
 def test_scale_from_private_prints_the_unaccounted_release_beside_the_claim(data_dir, tmp_path):
@@ -260,10 +400,42 @@ def test_scale_from_private_prints_the_unaccounted_release_beside_the_claim(data
     does not cover it, and the release is listed (a plain "epsilon = ... for model/ only" overstated it)."""
     out = tmp_path / "model"
     result = CliRunner().invoke(
-        cli, ["train", "--trainer", "edp-sgd", "--mode", "edp-sgd", "--task", "classify", "--scale-from", "private",
-              "--data", str(data_dir), "--out", str(out), "--seed", "0", "--preset", "tiny", "--vocab-size", "300",
-              "--max-length", "16", "--epochs", "1", "--batch-size", "16", "--micro-batches", "4",
-              "--noise-multiplier", "1", "--eval-examples", "8"], catch_exceptions=False)
+        cli,
+        [
+            "train",
+            "--trainer",
+            "edp-sgd",
+            "--mode",
+            "edp-sgd",
+            "--task",
+            "classify",
+            "--scale-from",
+            "private",
+            "--data",
+            str(data_dir),
+            "--out",
+            str(out),
+            "--seed",
+            "0",
+            "--preset",
+            "tiny",
+            "--vocab-size",
+            "300",
+            "--max-length",
+            "16",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "16",
+            "--micro-batches",
+            "4",
+            "--noise-multiplier",
+            "1",
+            "--eval-examples",
+            "8",
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     head = result.stdout.splitlines()[0]
     assert "epsilon = " in head and "NOT covering 1 unaccounted release" in head, head

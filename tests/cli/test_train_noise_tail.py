@@ -16,8 +16,22 @@ from dpaudit.claim.record import PrivacyRecord
 from dpaudit.cli import cli
 from dpaudit.common.figures import format_up
 
-EDP = ["--trainer", "edp-sgd", "--mode", "dp-sgd", "--epochs", "1", "--batch-size", "16", "--vocab-size", "300",
-       "--max-length", "16", "--eval-examples", "8"]  # 96 rows: 6 steps at q = 1/6, delta 1e-5
+EDP = [
+    "--trainer",
+    "edp-sgd",
+    "--mode",
+    "dp-sgd",
+    "--epochs",
+    "1",
+    "--batch-size",
+    "16",
+    "--vocab-size",
+    "300",
+    "--max-length",
+    "16",
+    "--eval-examples",
+    "8",
+]  # 96 rows: 6 steps at q = 1/6, delta 1e-5
 
 
 def _train(data_dir, out, *args):

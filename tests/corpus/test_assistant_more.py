@@ -21,7 +21,8 @@ def test_more_utterances_are_distinct_and_disjoint_from_the_corpus():
 
 def test_more_quotas_share_equally_and_keep_each_intent_at_most_half_full():
     assert Counter(r["label"] for r in assistant.generate_more(1500, 0, after=100)) == Counter(
-        assistant.more_quotas(1500, after=100))
+        assistant.more_quotas(1500, after=100)
+    )
     assert set(assistant.more_quotas(1500, after=100).values()) == {100}
     after = assistant.max_size() - 1000
     quotas = assistant.more_quotas(assistant.max_more(after), after=after)

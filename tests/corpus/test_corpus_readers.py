@@ -16,7 +16,11 @@ def test_plain_text_skips_blank_lines_and_keeps_line_numbers(tmp_path):
     path = tmp_path / "c.txt"
     path.write_bytes(b"\xef\xbb\xbfcall mom\r\n\n   \nplay jazz\nlast line without newline")
     reader = CorpusReader(path)
-    assert [tuple(r) for r in reader] == [(1, "call mom", None), (4, "play jazz", None), (5, "last line without newline", None)]
+    assert [tuple(r) for r in reader] == [
+        (1, "call mom", None),
+        (4, "play jazz", None),
+        (5, "last line without newline", None),
+    ]
     assert reader.stats.rows == 3 and reader.stats.blank_skipped == 2 and reader.stats.labelled is False
 
 
@@ -30,8 +34,14 @@ def test_jsonl_with_labels_and_detection(tmp_path):
 @pytest.mark.parametrize(
     ("content", "match"),
     [
-        ('{"text": "a"}\n{"text": "b", "label": "x"}\n', r"c\.jsonl:2: this record has a \"label\" but line 1 had none"),
-        ('{"text": "a", "label": "x"}\n{"text": "b"}\n', r"c\.jsonl:2: this record has no \"label\" but line 1 had one"),
+        (
+            '{"text": "a"}\n{"text": "b", "label": "x"}\n',
+            r"c\.jsonl:2: this record has a \"label\" but line 1 had none",
+        ),
+        (
+            '{"text": "a", "label": "x"}\n{"text": "b"}\n',
+            r"c\.jsonl:2: this record has no \"label\" but line 1 had one",
+        ),
         ('{"text": "a"}\n{"text": "b"\n', r"c\.jsonl:2: not valid JSON"),
         ('{"text": "a"}\n["b"]\n', r"c\.jsonl:2: expected an object with a string \"text\" field"),
         ('{"text": 5}\n', r"c\.jsonl:1: expected an object"),
@@ -60,7 +70,9 @@ def test_tsv_keeps_quotes_literally(tmp_path):
 def test_csv_without_text_column_is_an_error(tmp_path):
     path = tmp_path / "c.csv"
     path.write_text("sentence,label\ncall mom,call\n", encoding="utf-8")
-    with pytest.raises(UserInputError, match=r"c\.csv:1: the header has no 'text' column \(found 'sentence', 'label'\)"):
+    with pytest.raises(
+        UserInputError, match=r"c\.csv:1: the header has no 'text' column \(found 'sentence', 'label'\)"
+    ):
         _rows(path)
 
 

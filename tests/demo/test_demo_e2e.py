@@ -121,9 +121,11 @@ def test_dp_model_canaries_sit_with_the_controls_and_no_bound_beats_the_claim(de
     # N came from the data (treated as public): the replace-one epsilon, recomputed from the event, is stated too
     replace_one = accounting.epsilon_replace_one(accounting.event_from_json(private["event"]), private["delta"])
     # the test's explicit --noise-seed is a condition of the epsilon, said in the claim line
-    head = (f"dp-eps8 (epsilon = {format_up(eps)} at delta = {format_up(private['delta'], 2)} (it holds only while the "
-            f"--noise-seed given to training stays secret; add/remove; N treated as public: replace-one epsilon = "
-            f"{format_up(replace_one)})): ")
+    head = (
+        f"dp-eps8 (epsilon = {format_up(eps)} at delta = {format_up(private['delta'], 2)} (it holds only while the "
+        f"--noise-seed given to training stays secret; add/remove; N treated as public: replace-one epsilon = "
+        f"{format_up(replace_one)})): "
+    )
     assert re.search("^  " + re.escape(head) + r"(.*; )?100x canaries", output, re.M)
     assert private["init_from"]["path"] == str(out / "model-public")  # from the public model
     assert f"<= claimed {format_up(eps)}" in output  # the headline (corrected over audits) stays below the claim
@@ -142,7 +144,9 @@ def test_one_run_audit_proves_the_nonprivate_leak_and_stays_below_the_dp_claim(d
     assert [r.attack for r in nonprivate.attacks] == ["canary"] and nonprivate["canary"]["canaries"].auc > 0.95
     assert head.best.kind == "proof" and head.best.epsilon >= 2.0, head.text()
     private = headline_of(read_attack_dir(out / "attack-dp-eps8-audit"))
-    assert private.claim.epsilon is not None and private.best.epsilon < private.claim.epsilon and not private.contradicted
+    assert (
+        private.claim.epsilon is not None and private.best.epsilon < private.claim.epsilon and not private.contradicted
+    )
     assert "nonprivate-audit (non-private): 200 coin-flip new-tokens canaries" in output
     assert f"<= claimed {format_up(private.claim.epsilon)}" in output
 

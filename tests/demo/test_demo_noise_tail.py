@@ -63,7 +63,13 @@ def _plan(trainer, config, data, tmp_path):
 def test_every_dp_model_of_the_demo_has_its_noise_tail_below_delta_over_100(demo, epsilon, tmp_path):
     trains = [m.train for m in demo.models if "--target-epsilon" in m.train.args]
     names = {stage.name for stage in trains}
-    assert names == {"train-dp-eps8", "train-dp-eps8-audit", "train-clf-dp-sgd", "train-clf-edp-sgd", "train-clm-dp-eps8"}
+    assert names == {
+        "train-dp-eps8",
+        "train-dp-eps8-audit",
+        "train-clf-dp-sgd",
+        "train-clf-edp-sgd",
+        "train-clm-dp-eps8",
+    }
     for stage in trains:
         args = list(stage.args)
         assert float(args[args.index("--target-epsilon") + 1]) == TARGET_EPSILON

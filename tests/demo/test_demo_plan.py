@@ -15,11 +15,28 @@ from dpaudit.demo.plan import FULL, QUICK, DemoSizes, build_plan
 def test_every_stage_parses_as_the_command_a_user_would_type(sizes, tmp_path):
     plan = build_plan(tmp_path / "demo", sizes, seed=3, report=tmp_path / "r.html", classifiers=True, noise_seed=5)
     names = [s.name for s in plan.stages]
-    assert names == ["inject", "inject-audit", "inject-classifier", "train-public", "train-clf-public",
-                     "train-nonprivate", "attack-nonprivate", "train-dp-eps8", "attack-dp-eps8",
-                     "train-nonprivate-audit", "attack-nonprivate-audit", "train-dp-eps8-audit", "attack-dp-eps8-audit",
-                     "train-clf-sgd", "attack-clf-sgd", "train-clf-dp-sgd", "attack-clf-dp-sgd",
-                     "train-clf-edp-sgd", "attack-clf-edp-sgd", "report"]
+    assert names == [
+        "inject",
+        "inject-audit",
+        "inject-classifier",
+        "train-public",
+        "train-clf-public",
+        "train-nonprivate",
+        "attack-nonprivate",
+        "train-dp-eps8",
+        "attack-dp-eps8",
+        "train-nonprivate-audit",
+        "attack-nonprivate-audit",
+        "train-dp-eps8-audit",
+        "attack-dp-eps8-audit",
+        "train-clf-sgd",
+        "attack-clf-sgd",
+        "train-clf-dp-sgd",
+        "attack-clf-dp-sgd",
+        "train-clf-edp-sgd",
+        "attack-clf-edp-sgd",
+        "report",
+    ]
     for stage in plan.stages:  # --data must exist for click; inject's outputs stand in for themselves
         if stage.schema_prefix == "dpaudit.inject/":
             stage.output.mkdir(parents=True)
@@ -35,19 +52,28 @@ def test_every_stage_parses_as_the_command_a_user_would_type(sizes, tmp_path):
         assert trains[f"train-clf-{mode}"][trains[f"train-clf-{mode}"].index("--mode") + 1] == mode
     from dpaudit.corpus.assistant import INTENTS
 
-    for name in ("train-clf-public", "train-clf-sgd", "train-clf-dp-sgd", "train-clf-edp-sgd"):  # the label set is declared (public)
+    for name in (
+        "train-clf-public",
+        "train-clf-sgd",
+        "train-clf-dp-sgd",
+        "train-clf-edp-sgd",
+    ):  # the label set is declared (public)
         assert trains[name][trains[name].index("--labels") + 1].split(",") == [intent.name for intent in INTENTS]
     # Public pretraining: the public models train on public.jsonl only, non-private, and every attacked
     # model of the canary picture starts from its public model (a stage input: a new public model retrains it).
     demo = tmp_path / "demo"
-    for public, data, models in (("train-public", "data", ("nonprivate", "dp-eps8")),
-                                 ("train-clf-public", "data-classifier", ("clf-sgd", "clf-dp-sgd", "clf-edp-sgd"))):
+    for public, data, models in (
+        ("train-public", "data", ("nonprivate", "dp-eps8")),
+        ("train-clf-public", "data-classifier", ("clf-sgd", "clf-dp-sgd", "clf-edp-sgd")),
+    ):
         args = trains[public]
         assert args[args.index("--data-split") + 1] == "public" and "--non-private" in args
         assert args[args.index("--data") + 1] == str(demo / data)
         for label in models:
             stage = next(s for s in plan.stages if s.name == f"train-{label}")
-            assert stage.args[stage.args.index("--init-from") + 1] == str(demo / f"model-{public.removeprefix('train-')}")
+            assert stage.args[stage.args.index("--init-from") + 1] == str(
+                demo / f"model-{public.removeprefix('train-')}"
+            )
             assert stage.inputs == (demo / data, demo / f"model-{public.removeprefix('train-')}")
     inject = {s.name: s.args for s in plan.stages}
     assert inject["inject"][inject["inject"].index("--public-size") + 1] == str(sizes.public_size)
@@ -62,19 +88,25 @@ def test_every_stage_parses_as_the_command_a_user_would_type(sizes, tmp_path):
     for label in ("nonprivate", "dp-eps8"):  # the same recipe, from random weights (the start lacks the new tokens)
         args = stages[f"train-{label}"]
         start = args.index("--init-from")
-        same = [a for i, a in enumerate(args) if i not in (start, start + 1)
-                and a not in (str(tmp_path / "demo" / "data"), str(tmp_path / "demo" / f"model-{label}"))]
+        same = [
+            a
+            for i, a in enumerate(args)
+            if i not in (start, start + 1)
+            and a not in (str(tmp_path / "demo" / "data"), str(tmp_path / "demo" / f"model-{label}"))
+        ]
         audit_args = [a for a in stages[f"train-{label}-audit"] if "audit" not in a]
         # what the audit recipe sets apart: its steps, batch and learning-rate decay (fewer, larger batches at the
         # peak rate: what a black-box look at the last iterate needs); everything else is the masked LMs' recipe
-        for option, value in (("--steps", sizes.audit_steps or sizes.steps),
-                              ("--batch-size", sizes.audit_batch_size or sizes.batch_size),
-                              ("--lr-decay", sizes.audit_lr_decay)):
+        for option, value in (
+            ("--steps", sizes.audit_steps or sizes.steps),
+            ("--batch-size", sizes.audit_batch_size or sizes.batch_size),
+            ("--lr-decay", sizes.audit_lr_decay),
+        ):
             at = same.index(option) + 1
             assert audit_args[at] == str(value)
             same[at] = audit_args[at]
         rate = same.index("--learning-rate") + 1
-        assert audit_args[:rate] + audit_args[rate + 1:] == same[:rate] + same[rate + 1:]
+        assert audit_args[:rate] + audit_args[rate + 1 :] == same[:rate] + same[rate + 1 :]
         assert audit_args[rate] == f"{sizes.learning_rate:g}" and "--init-from" not in audit_args
         attack = stages[f"attack-{label}-audit"]
         assert attack[attack.index("--attacks") + 1] == "canary" and str(tmp_path / "demo" / "data-audit") in attack
@@ -94,14 +126,31 @@ def test_sizes_are_validated():
         DemoSizes(**{**QUICK.__dict__, "frequencies": ()})
     with pytest.raises(ValueError, match="audit_canaries"):
         DemoSizes(**{**QUICK.__dict__, "audit_canaries": -1})
-    no_audit = build_plan(Path("demo"), DemoSizes(**{**QUICK.__dict__, "audit_canaries": 0}), seed=0, report=Path("r.html"),
-                          classifiers=False)
-    assert [s.name for s in no_audit.stages] == ["inject", "train-public", "train-nonprivate", "attack-nonprivate",
-                                                 "train-dp-eps8", "attack-dp-eps8", "report"]
+    no_audit = build_plan(
+        Path("demo"),
+        DemoSizes(**{**QUICK.__dict__, "audit_canaries": 0}),
+        seed=0,
+        report=Path("r.html"),
+        classifiers=False,
+    )
+    assert [s.name for s in no_audit.stages] == [
+        "inject",
+        "train-public",
+        "train-nonprivate",
+        "attack-nonprivate",
+        "train-dp-eps8",
+        "attack-dp-eps8",
+        "report",
+    ]
     with pytest.raises(ValueError, match="public_steps needs public_size"):
         DemoSizes(**{**QUICK.__dict__, "public_size": 0})
-    scratch = build_plan(Path("demo"), DemoSizes(**{**QUICK.__dict__, "public_steps": 0, "classifier_public_epochs": 0}),
-                         seed=0, report=Path("r.html"), classifiers=True)
+    scratch = build_plan(
+        Path("demo"),
+        DemoSizes(**{**QUICK.__dict__, "public_steps": 0, "classifier_public_epochs": 0}),
+        seed=0,
+        report=Path("r.html"),
+        classifiers=True,
+    )
     assert not scratch.public_models and not any("--init-from" in s.args for s in scratch.stages)
 
 
@@ -112,8 +161,13 @@ def test_causal_stages_train_gpt2_shaped_models_on_the_same_canaries(sizes, tmp_
     demo = tmp_path / "demo"
     plan = build_plan(demo, sizes, seed=3, report=tmp_path / "r.html", classifiers=False, causal=True)
     names = [s.name for s in plan.stages]
-    assert names[-5:] == ["train-clm-nonprivate", "attack-clm-nonprivate", "train-clm-dp-eps8", "attack-clm-dp-eps8",
-                          "report"]
+    assert names[-5:] == [
+        "train-clm-nonprivate",
+        "attack-clm-nonprivate",
+        "train-clm-dp-eps8",
+        "attack-clm-dp-eps8",
+        "report",
+    ]
     assert [s.name for s in plan.public_models] == ["train-public", "train-clm-public"]
     (demo / "data").mkdir(parents=True)
     stages = {s.name: s for s in plan.stages}

@@ -15,9 +15,26 @@ from dpaudit.demo.stages import is_complete, run_stages
 
 
 def _inject(out, size=150):
-    return Stage(name="inject", title="inject", output=out, schema_prefix="dpaudit.inject/",
-                 args=("inject", "--corpus", "builtin:assistant", "--corpus-size", str(size), "--out", str(out),
-                       "--frequencies", "1", "--per-frequency", "2", "--overwrite"))
+    return Stage(
+        name="inject",
+        title="inject",
+        output=out,
+        schema_prefix="dpaudit.inject/",
+        args=(
+            "inject",
+            "--corpus",
+            "builtin:assistant",
+            "--corpus-size",
+            str(size),
+            "--out",
+            str(out),
+            "--frequencies",
+            "1",
+            "--per-frequency",
+            "2",
+            "--overwrite",
+        ),
+    )
 
 
 class Runner:
@@ -73,10 +90,27 @@ def test_stage_is_stale_when_its_input_changes(tmp_path):
     state, data = tmp_path / ".demo", tmp_path / "data"
     runner = Runner()
     run_stages([_inject(data)], state=state, run=runner, echo=lambda _: None)
-    downstream = Stage(name="copy", title="copy", output=tmp_path / "copy", schema_prefix="dpaudit.inject/",
-                       args=("inject", "--corpus", "builtin:assistant", "--corpus-size", "150", "--out",
-                             str(tmp_path / "copy"), "--frequencies", "1", "--per-frequency", "2", "--overwrite"),
-                       inputs=(data,))
+    downstream = Stage(
+        name="copy",
+        title="copy",
+        output=tmp_path / "copy",
+        schema_prefix="dpaudit.inject/",
+        args=(
+            "inject",
+            "--corpus",
+            "builtin:assistant",
+            "--corpus-size",
+            "150",
+            "--out",
+            str(tmp_path / "copy"),
+            "--frequencies",
+            "1",
+            "--per-frequency",
+            "2",
+            "--overwrite",
+        ),
+        inputs=(data,),
+    )
     run_stages([downstream], state=state, run=runner, echo=lambda _: None)
     assert is_complete(downstream, state)
     run_stages([_inject(data, size=170)], state=state, run=runner, echo=lambda _: None)  # upstream redone

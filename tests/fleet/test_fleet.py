@@ -28,8 +28,9 @@ class Killed(BaseException):
 def local_ray():
     """A local Ray instance with 2 CPUs, shared by the module; run_fleet uses it (and leaves it running)."""
     ray = pytest.importorskip("ray")  # the `fleet` extra (in `all`, so CI has it)
-    ray.init(num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False,
-             object_store_memory=100 << 20)
+    ray.init(
+        num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False, object_store_memory=100 << 20
+    )
     yield ray
     ray.shutdown()
 
@@ -167,8 +168,12 @@ def abort_when_interrupted(job) -> None:
 def test_a_worker_that_aborts_past_its_memory_bound_is_still_named_as_past_it(data_dir, tmp_path):
     """The watchdog records what it saw before interrupting: a worker that dies of the interrupt (exit code -6) is
     reported as past its memory bound, not as an unexplained death."""
-    job = dataclasses.replace(_job(data_dir, tmp_path / "m", 5, "shadow 1/1"),
-                              runner="tests.fleet.test_fleet:abort_when_interrupted")
-    with pytest.raises(UserInputError, match=r"^shadow 1/1: its worker passed its memory bound \(.* > 1 GiB\).*"
-                                             r"exit code -6\)$"):
+    job = dataclasses.replace(
+        _job(data_dir, tmp_path / "m", 5, "shadow 1/1"), runner="tests.fleet.test_fleet:abort_when_interrupted"
+    )
+    with pytest.raises(
+        UserInputError,
+        match=r"^shadow 1/1: its worker passed its memory bound \(.* > 1 GiB\).*"
+        r"exit code -6\)$",
+    ):
         run_fleet([job], workers=1, engine="process", progress=False, worker_memory_gb=1.0)

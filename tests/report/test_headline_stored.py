@@ -23,8 +23,15 @@ def test_results_json_carries_the_headline_every_reader_prints(tmp_path: Path) -
 
     source = read_attack_dir(make_attack_dir(tmp_path, "src"))
     results = source.with_headline()
-    out = write_attack_dir(tmp_path / "attack", results, config={"attacks": []}, inputs={}, seed=0, overwrite=False,
-                           command=["dpaudit", "attack"])
+    out = write_attack_dir(
+        tmp_path / "attack",
+        results,
+        config={"attacks": []},
+        inputs={},
+        seed=0,
+        overwrite=False,
+        command=["dpaudit", "attack"],
+    )
     stored = json.loads((out / "results.json").read_text(encoding="utf-8"))["headline"]
     head = results.headline
     assert stored["schema"] == HEADLINE_SCHEMA and stored["text"] == head.text()
@@ -43,8 +50,15 @@ def test_readers_take_the_stored_headline_not_a_recomputation(tmp_path: Path) ->
     from dpaudit.cli.attack import _summary
 
     results = read_attack_dir(make_attack_dir(tmp_path, "src")).with_headline()
-    out = write_attack_dir(tmp_path / "attack", results, config={"attacks": []}, inputs={}, seed=0, overwrite=False,
-                           command=["dpaudit", "attack"])
+    out = write_attack_dir(
+        tmp_path / "attack",
+        results,
+        config={"attacks": []},
+        inputs={},
+        seed=0,
+        overwrite=False,
+        command=["dpaudit", "attack"],
+    )
     obj = json.loads((out / "results.json").read_text(encoding="utf-8"))
     best = obj["headline"]["best"]
     obj["headline"]["bounds"][best]["bound"]["epsilon"] = 1.23456

@@ -55,7 +55,9 @@ def test_unknown_results_schema_is_refused(tmp_path: Path, attack_dir: Path) -> 
     results["schema"] = "dpaudit.attack/99"
     (copy / "results.json").write_text(json.dumps(results))
     manifest = json.loads((copy / "manifest.json").read_text())
-    manifest["outputs"]["results.json"] = sha256_file(copy / "results.json")  # a consistent directory of a future version
+    manifest["outputs"]["results.json"] = sha256_file(
+        copy / "results.json"
+    )  # a consistent directory of a future version
     (copy / "manifest.json").write_text(json.dumps(manifest))
     out = tmp_path / "page.html"
     _one_line_error(*_report(str(copy), "--out", str(out)), "dpaudit.attack/99", "dpaudit.attack/1")
@@ -84,9 +86,13 @@ def test_a_privacy_record_of_another_version_or_damaged_is_one_line(tmp_path: Pa
     manifest_path = attack / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
     out = tmp_path / "page.html"
-    for text, needles in ((json.dumps({**json.loads(privacy.read_text()), "schema": "dpaudit.privacy/1"}),
-                           ["dpaudit.privacy/1", "retrain"]),
-                          ('{"schema": "dpaudit.privacy/2", "trainer": ', ["not valid JSON", "rerun dpaudit train"])):
+    for text, needles in (
+        (
+            json.dumps({**json.loads(privacy.read_text()), "schema": "dpaudit.privacy/1"}),
+            ["dpaudit.privacy/1", "retrain"],
+        ),
+        ('{"schema": "dpaudit.privacy/2", "trainer": ', ["not valid JSON", "rerun dpaudit train"]),
+    ):
         privacy.write_text(text)
         manifest["inputs"][str(privacy)] = sha256_file(privacy)  # the attack ran on this very file
         manifest_path.write_text(json.dumps(manifest))

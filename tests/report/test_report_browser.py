@@ -16,8 +16,16 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--no-first-run", "--disable-background-networking",
-         "--disable-component-update", "--disable-sync", "--hide-scrollbars"]
+FLAGS = [
+    "--headless",
+    "--no-sandbox",
+    "--disable-gpu",
+    "--no-first-run",
+    "--disable-background-networking",
+    "--disable-component-update",
+    "--disable-sync",
+    "--hide-scrollbars",
+]
 SECTIONS = ["verdict", "memorization", "mia", "training", "canaries", "provenance"]
 
 
@@ -27,16 +35,24 @@ def _chromium() -> str:
         if found:
             return found
     if shutil.which("apt-get"):
-        pytest.fail("chromium is missing but apt-get is available: install it with "
-                    "`apt-get update && apt-get install -y chromium` (.ci/run does this).")
+        pytest.fail(
+            "chromium is missing but apt-get is available: install it with "
+            "`apt-get update && apt-get install -y chromium` (.ci/run does this)."
+        )
     reason = "headless browser test skipped: chromium is not installed and apt-get is not available to install it"
     print(reason)
     pytest.skip(reason)
 
 
 def _run(browser: str, profile: Path, *args: str) -> subprocess.CompletedProcess:
-    return subprocess.run([browser, *FLAGS, f"--user-data-dir={profile}", *args], capture_output=True, text=True,
-                          timeout=120, check=False, env={**os.environ, "HOME": str(profile)})
+    return subprocess.run(
+        [browser, *FLAGS, f"--user-data-dir={profile}", *args],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+        env={**os.environ, "HOME": str(profile)},
+    )
 
 
 def _dump_dom(browser: str, tmp_path: Path, page: Path) -> str:
@@ -54,8 +70,10 @@ def test_detector_sees_a_script_that_runs(tmp_path: Path, parse_html) -> None:
     """Positive control: without the CSP the same payload runs and the DOM check below catches it."""
     browser = _chromium()
     page = tmp_path / "control.html"
-    page.write_text("<!DOCTYPE html><html><body><p>x</p>"
-                    "<script>document.documentElement.setAttribute('data-pwned','1')</script></body></html>")
+    page.write_text(
+        "<!DOCTYPE html><html><body><p>x</p>"
+        "<script>document.documentElement.setAttribute('data-pwned','1')</script></body></html>"
+    )
     dom = parse_html(_dump_dom(browser, tmp_path, page))
     assert any(tag == "html" and attrs.get("data-pwned") == "1" for tag, attrs in dom.tags)
 
@@ -65,7 +83,9 @@ def test_report_in_headless_chromium(attack_dir: Path, tmp_path: Path, parse_htm
     page = attack_dir / "index.html"
     shot = tmp_path / "report.png"
     # one browser run: the DOM after load on stdout, and the screenshot
-    result = _run(browser, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,3000", "--dump-dom", page.as_uri())
+    result = _run(
+        browser, tmp_path / "profile", f"--screenshot={shot}", "--window-size=1280,3000", "--dump-dom", page.as_uri()
+    )
     assert result.returncode == 0, result.stderr[-2000:]
     if not shot.is_file():  # an older headless mode does one action per run
         _run(browser, tmp_path / "profile-shot", f"--screenshot={shot}", "--window-size=1280,3000", page.as_uri())
@@ -106,11 +126,16 @@ def _cells(dom_html: str) -> list[list[str]]:
     """The rows of the comparison table as the browser's DOM holds them, each a list of its cells' text."""
     import html as html_lib
 
-    table = dom_html[dom_html.index('<table id="models-table">'):]
-    table = table[:table.index("</table>")]
+    table = dom_html[dom_html.index('<table id="models-table">') :]
+    table = table[: table.index("</table>")]
     rows = re.findall(r'<tr class="model-row">(.*?)</tr>', table, flags=re.DOTALL)
-    return [[" ".join(html_lib.unescape(re.sub(r"<[^>]+>", " ", c)).split())
-             for c in re.findall(r"<td[^>]*>(.*?)</td>", row, flags=re.DOTALL)] for row in rows]
+    return [
+        [
+            " ".join(html_lib.unescape(re.sub(r"<[^>]+>", " ", c)).split())
+            for c in re.findall(r"<td[^>]*>(.*?)</td>", row, flags=re.DOTALL)
+        ]
+        for row in rows
+    ]
 
 
 def test_comparison_table_rows_in_headless_chromium(models_page, tmp_path: Path, parse_html) -> None:
@@ -122,7 +147,11 @@ def test_comparison_table_rows_in_headless_chromium(models_page, tmp_path: Path,
     ids = [attrs.get("id") for tag, attrs in parse_html(dom).tags if tag == "section"]
     assert ids == ["models", *SECTIONS]  # the table comes first
     rows = _cells(dom)
-    assert [(r[0].split()[0], r[1]) for r in rows] == [("eps2-model", "2.00"), ("non-private", "inf"), ("eps8-model", "8.00")]
+    assert [(r[0].split()[0], r[1]) for r in rows] == [
+        ("eps2-model", "2.00"),
+        ("non-private", "inf"),
+        ("eps8-model", "8.00"),
+    ]
     assert all(len(r) == 8 for r in rows)
     assert str(dirs["eps2-membership"]) in rows[0][0] and rows[0][7].startswith("n/a (needs >= 100 non-members")
     assert rows[1][2].startswith("45.0% (5.0%)")

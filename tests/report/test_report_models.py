@@ -28,19 +28,27 @@ def _text(html: str) -> str:
 
 
 def _rows(html: str) -> list[list[str]]:
-    table = html[html.index('<table id="models-table">'):]
-    table = table[:table.index("</table>")]
-    return [[_text(cell) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, flags=re.DOTALL)]
-            for row in re.findall(r'<tr class="model-row">(.*?)</tr>', table, flags=re.DOTALL)]
+    table = html[html.index('<table id="models-table">') :]
+    table = table[: table.index("</table>")]
+    return [
+        [_text(cell) for cell in re.findall(r"<td[^>]*>(.*?)</td>", row, flags=re.DOTALL)]
+        for row in re.findall(r'<tr class="model-row">(.*?)</tr>', table, flags=re.DOTALL)
+    ]
 
 
 def test_comparison_table_has_one_row_per_model_and_merges_one_models_two_directories(models_page):
     page, dirs = models_page
     html = page.read_text(encoding="utf-8")
     rows = _rows(html)
-    assert [r[0].split()[0] for r in rows] == ["eps2-model", "non-private", "eps8-model"]  # label: --label, else the model's
+    assert [r[0].split()[0] for r in rows] == [
+        "eps2-model",
+        "non-private",
+        "eps8-model",
+    ]  # label: --label, else the model's
     eps2, nonprivate, eps8 = rows
-    assert str(dirs["eps2-canary"]) in eps2[0] and str(dirs["eps2-membership"]) in eps2[0]  # one model, both directories
+    assert (
+        str(dirs["eps2-canary"]) in eps2[0] and str(dirs["eps2-membership"]) in eps2[0]
+    )  # one model, both directories
     assert eps2[1] == "2.00" and nonprivate[1] == "inf" and eps8[1] == "8.00"  # claimed epsilon, rounded up
     assert nonprivate[2].startswith("45.0% (5.0%)") and eps2[2] == "–"  # utility beside its trivial baseline
     assert re.match(r"\d+\.\d\d bits of 13\.3 \(16×, p = ", eps2[3]) and "controls" in eps2[3]
@@ -58,16 +66,20 @@ def test_only_what_can_be_measured_and_each_repeated_note_once(models_page):
     text = _text(html)
     assert "n/a (needs >= 1000 non-members, have 40)" in text  # TPR at 0.1% FPR, in the table and the verdict
     assert "it is TPR at zero false positives" not in text  # the stored per-audit warning is not repeated
-    mia = _text(html[html.index('<section id="mia">'):html.index('<section id="training">')])
+    mia = _text(html[html.index('<section id="mia">') : html.index('<section id="training">')])
     assert "[0.000, 0.000]" not in mia and "exact 95% CI" in mia  # TPR intervals are exact: never a point
     assert "TPR at FPR 0.001 needs" not in text and "* fewer non-members" not in text  # no note per audit
 
 
 def test_labels_name_directories_that_were_given(models_page, tmp_path):
     _, dirs = models_page
-    bad = CliRunner().invoke(cli, ["report", str(dirs["eps8"]), "--label", f"x={tmp_path}", "--out", str(tmp_path / "p.html")])
+    bad = CliRunner().invoke(
+        cli, ["report", str(dirs["eps8"]), "--label", f"x={tmp_path}", "--out", str(tmp_path / "p.html")]
+    )
     assert bad.exit_code == 2 and "is not one of the RUN_DIRs" in bad.output and not (tmp_path / "p.html").exists()
-    bad = CliRunner().invoke(cli, ["report", str(dirs["eps8"]), "--label", str(dirs["eps8"]), "--out", str(tmp_path / "p.html")])
+    bad = CliRunner().invoke(
+        cli, ["report", str(dirs["eps8"]), "--label", str(dirs["eps8"]), "--out", str(tmp_path / "p.html")]
+    )
     assert bad.exit_code == 2 and "expected NAME=DIR" in bad.output
 
 
@@ -95,12 +107,16 @@ def test_a_zero_bound_says_how_many_canaries_a_perfect_attack_would_need():
         positive = epsilon_lower_bound_one_run(np.ones(n), np.zeros(n), delta=1e-5, confidence=0.95).epsilon > 0
         assert positive == (n >= need)
     small = audit_scores(np.ones(2), np.zeros(2), delta=1e-5, seed=0, num_bootstrap=20, coin_flip=True)
-    head = headline([AuditSource(attack="loss", task="coin-flip canaries", audit=small, group_size=1)],
-                    Claim(known=True, private=True, epsilon=8.0, delta=1e-5))
+    head = headline(
+        [AuditSource(attack="loss", task="coin-flip canaries", audit=small, group_size=1)],
+        Claim(known=True, private=True, epsilon=8.0, delta=1e-5),
+    )
     assert head.best.epsilon == 0
     why = zero_bound_reason(head.best)
-    assert why == (f"uninformative: even a perfect attack needs >= {2 * need} coin-flip canaries ({need} members, {need} "
-                   "non-members) for a positive one-run bound at 95%; this audit has 2 and 2")
+    assert why == (
+        f"uninformative: even a perfect attack needs >= {2 * need} coin-flip canaries ({need} members, {need} "
+        "non-members) for a positive one-run bound at 95%; this audit has 2 and 2"
+    )
     big = audit_scores(np.zeros(400), np.zeros(400), delta=1e-5, seed=0, num_bootstrap=20, coin_flip=True)
     head = headline([AuditSource(attack="loss", task="c", audit=big, group_size=1)], Claim(known=True, private=False))
     assert head.best.epsilon == 0 and zero_bound_reason(head.best) is None  # large enough: 0 is a finding
@@ -112,14 +128,17 @@ def test_repeated_warnings_become_one_line_naming_their_sources():
 
 
 def test_edit_distance_is_over_symbols_and_reaches_one():
-    edit, normalized = symbol_edit_distances([(list("5678"), list("1234")), (list("1234"), list("1234")),
-                                              (["the", "red", "fox"], ["the", "big", "fox"])])
+    edit, normalized = symbol_edit_distances(
+        [(list("5678"), list("1234")), (list("1234"), list("1234")), (["the", "red", "fox"], ["the", "big", "fox"])]
+    )
     assert edit.tolist() == [4, 0, 1] and normalized.tolist() == [1.0, 0.0, pytest.approx(1 / 3)]
 
 
 def test_each_reveal_gets_its_own_labelled_ceiling_and_styles_do_not_repeat():
     series = [plots.Series(label="a", x=[1, 10], y=[1, 2]), plots.Series(label="b", x=[1, 10], y=[1, 3])]
-    svg = plots.by_frequency("x", series, ylabel="bits", ceilings=[(4 * np.log2(10), ""), (7 * np.log2(10), "reveal 3: b")])
+    svg = plots.by_frequency(
+        "x", series, ylabel="bits", ceilings=[(4 * np.log2(10), ""), (7 * np.log2(10), "reveal 3: b")]
+    )
     assert "ceiling log2|R| = 13.3" in svg and "ceiling log2|R| = 23.3 (reveal 3: b)" in svg  # 3 significant digits
     assert len({plots.curve_style(i) for i in range(32)}) == 32
     ticks = plots.thin_ticks([1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 20, 50, 100], min_gap=0.45)
@@ -133,10 +152,15 @@ def test_attack_summary_notes_print_na_stored_warnings_and_the_undertrained_hint
 
     _, dirs = models_page
     results = read_attack_dir(dirs["eps2-membership"])
-    assert tpr_cell({"fpr": 0.001, "tpr": 0.4}, 40, 40) == "n/a" and tpr_cell({"fpr": 0.01, "tpr": 0.4}, 40, 100) == "0.400"
+    assert (
+        tpr_cell({"fpr": 0.001, "tpr": 0.4}, 40, 40) == "n/a"
+        and tpr_cell({"fpr": 0.01, "tpr": 0.4}, 40, 100) == "0.400"
+    )
     mia = results.attacks[-1]  # its canaries task as an attack stores it: a group audit, with the group-bound warning
     rng = np.random.default_rng(1)
-    group = audit_scores(rng.normal(1, 1, 40), rng.normal(0, 1, 40), delta=1e-5, seed=0, num_bootstrap=20, group_size=16)
+    group = audit_scores(
+        rng.normal(1, 1, 40), rng.normal(0, 1, 40), delta=1e-5, seed=0, num_bootstrap=20, group_size=16
+    )
     tasks = tuple(dataclasses.replace(t, audit=group) if i else t for i, t in enumerate(mia.tasks))
     results = dataclasses.replace(results, attacks=(*results.attacks[:-1], dataclasses.replace(mia, tasks=tasks)))
     lines = attack_notes(results, dirs["eps2-membership"])
@@ -156,12 +180,41 @@ def test_the_claimed_epsilon_prints_identically_in_train_attack_and_report(noisy
     from dpaudit.common.figures import format_up
     from tests.conftest import CANARY_TRAIN  # the session fixture's own command: rerunning it returns the finished run
 
-    train = CliRunner().invoke(cli, ["train", *CANARY_TRAIN, "--seed", "1", "--steps", "40", "--noise-multiplier", "50",
-                                     "--data", str(canary_data), "--out", str(noisy_canary_model)], catch_exceptions=False)
+    train = CliRunner().invoke(
+        cli,
+        [
+            "train",
+            *CANARY_TRAIN,
+            "--seed",
+            "1",
+            "--steps",
+            "40",
+            "--noise-multiplier",
+            "50",
+            "--data",
+            str(canary_data),
+            "--out",
+            str(noisy_canary_model),
+        ],
+        catch_exceptions=False,
+    )
     assert train.exit_code == 0, train.output
     out = tmp_path / "attack"
-    attack = CliRunner().invoke(cli, ["attack", "--model", str(noisy_canary_model), "--data", str(canary_data), "--out",
-                                      str(out), "--attacks", "reconstruction"], catch_exceptions=False)
+    attack = CliRunner().invoke(
+        cli,
+        [
+            "attack",
+            "--model",
+            str(noisy_canary_model),
+            "--data",
+            str(canary_data),
+            "--out",
+            str(out),
+            "--attacks",
+            "reconstruction",
+        ],
+        catch_exceptions=False,
+    )
     assert attack.exit_code == 0, attack.output
     eps = json.loads((out / "results.json").read_text())["claimed_privacy"]["epsilon"]
     shown = format_up(eps)

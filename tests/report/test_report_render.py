@@ -38,7 +38,7 @@ def test_sections_in_order_and_content(parse_html, attack_dir: Path) -> None:
     assert "the claim gives a group of 16 rows no guarantee (group delta ≥ 1)" in text  # 16 e^30 1e-5 > 1
     assert "Group privacy." in text and "Not covered by epsilon." in text
     assert "trained on public.jsonl only" in text  # the tokenizer, from the train manifest
-    assert html.count('<svg ') == 4  # exposure, edit distance, ROC, training
+    assert html.count("<svg ") == 4  # exposure, edit distance, ROC, training
     assert "EXCEEDS" not in html  # the lower bound is far below epsilon 2
     # every canary is a row of the per-canary table
     assert len(re.findall(r'<td class="mono">c\d{4}</td>', html)) == len(run.results.canaries) == 40
@@ -65,7 +65,7 @@ def test_self_contained_no_network(parse_html, attack_dir: Path) -> None:
     urls = set(re.findall(r"https?://[^\s\"'<>)]+", html))
     assert urls <= {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}, urls
     assert not re.findall(r"url\((?!#)", html), "only same-document url(#id) references (SVG clip paths)"
-    assert "@import" not in html and "<script" not in html and "xlink:href=\"http" not in html
+    assert "@import" not in html and "<script" not in html and 'xlink:href="http' not in html
     # no dates: nothing that looks like a timestamp of rendering
     assert not re.search(r"20\d\d-\d\d-\d\d[T ]\d\d:\d\d", html)
     assert "@media print" in html and "prefers-color-scheme: dark" in html
@@ -88,9 +88,11 @@ def test_rendering_is_deterministic_and_equals_index(attack_dir: Path, tmp_path:
 
 
 def test_comparison_page_overlays_runs(parse_html, make_attack, tmp_path: Path, monkeypatch) -> None:
-    runs = [make_attack(tmp_path, "eps1", epsilon=1.0, strength=0.3, seed=1),
-            make_attack(tmp_path, "buggy", epsilon=0.05, strength=1.5, seed=2),
-            make_attack(tmp_path, "nonprivate", epsilon=None, strength=2.0, seed=3, mia=False, metrics=False)]
+    runs = [
+        make_attack(tmp_path, "eps1", epsilon=1.0, strength=0.3, seed=1),
+        make_attack(tmp_path, "buggy", epsilon=0.05, strength=1.5, seed=2),
+        make_attack(tmp_path, "nonprivate", epsilon=None, strength=2.0, seed=3, mia=False, metrics=False),
+    ]
     monkeypatch.chdir(tmp_path)
     result = CliRunner().invoke(cli, ["report", *map(str, runs)], catch_exceptions=False)
     assert result.exit_code == 0, result.output
@@ -164,13 +166,22 @@ def test_nested_audit_results_round_trip_through_results_json(attack_dir: Path) 
     assert result_from_json(obj).to_json() == obj
 
 
-def test_heuristic_bound_above_the_claim_asks_to_investigate_and_labels_never_overstate(parse_html, make_attack,
-                                                                                         tmp_path: Path) -> None:
+def test_heuristic_bound_above_the_claim_asks_to_investigate_and_labels_never_overstate(
+    parse_html, make_attack, tmp_path: Path
+) -> None:
     """Examples and repeated canaries only (no coin-flip canaries): a Clopper-Pearson bound far above a tiny claim
     is a heuristic, so no "claim is wrong" alarm; claims print rounded up; the noise seed of an old manifest that
     recorded it verbatim never reaches the page; --scale-from private is shown as a release epsilon does not cover."""
-    run = make_attack(tmp_path, "heuristic", epsilon=0.050345, strength=1.5, coin_flip=False, noise_seed=48213,
-                      scale_from_private=True, evil=False)
+    run = make_attack(
+        tmp_path,
+        "heuristic",
+        epsilon=0.050345,
+        strength=1.5,
+        coin_flip=False,
+        noise_seed=48213,
+        scale_from_private=True,
+        evil=False,
+    )
     html = (run / "index.html").read_text(encoding="utf-8")
     text = " ".join(parse_html(html).text)
     assert 'class="alarm"' not in html and "CLAIM CONTRADICTED" not in text and "EXCEEDS" not in text

@@ -33,15 +33,22 @@ def training_svg(html: str) -> str:
 
 def test_baseline_beside_the_heldout_figure_everywhere_the_page_shows_it(parse_html, make_attack, tmp_path: Path):
     run = make_attack(tmp_path, "mlm", evaluation=MLM)
-    assert load_run(run).utility == Utility(name="held-out MLM accuracy", value=0.488, baseline=0.06,
-                                            rule="always the most frequent token", step=200)
+    assert load_run(run).utility == Utility(
+        name="held-out MLM accuracy", value=0.488, baseline=0.06, rule="always the most frequent token", step=200
+    )
     html = (run / "index.html").read_text(encoding="utf-8")
     text = page_text(parse_html, html)
-    verdict = text[text.index("Held-out utility"):text.index("Strongest membership attack")]
-    assert verdict == "Held-out utility held-out MLM accuracy 48.8% (trivial baseline 6.0%: always the most frequent token) "
-    table = html[html.index("<h3>Held-out utility</h3>"):]
-    assert re.search(r"<td class=\"num\">200</td><td class=\"num\">48.8%</td><td class=\"num\">6.0%</td>"
-                     r"<td class=\"num\">\+42.8 points</td><td>always the most frequent token</td>", table)
+    verdict = text[text.index("Held-out utility") : text.index("Strongest membership attack")]
+    assert (
+        verdict
+        == "Held-out utility held-out MLM accuracy 48.8% (trivial baseline 6.0%: always the most frequent token) "
+    )
+    table = html[html.index("<h3>Held-out utility</h3>") :]
+    assert re.search(
+        r"<td class=\"num\">200</td><td class=\"num\">48.8%</td><td class=\"num\">6.0%</td>"
+        r"<td class=\"num\">\+42.8 points</td><td>always the most frequent token</td>",
+        table,
+    )
     svg = training_svg(html)
     assert "held-out accuracy" in svg and "stroke-dasharray" in svg  # the held-out panel, the baseline dotted
     assert "no better than the trivial baseline" not in text
@@ -51,16 +58,20 @@ def test_baseline_beside_the_heldout_figure_everywhere_the_page_shows_it(parse_h
 def test_a_model_below_its_baseline_is_called_out(parse_html, make_attack, tmp_path: Path):
     run = make_attack(tmp_path, "clf", evaluation=CLASSIFIER_BELOW)
     text = page_text(parse_html, (run / "index.html").read_text(encoding="utf-8"))
-    assert ("held-out accuracy 4.6% (trivial baseline 4.8%: always the majority class): no better than the trivial "
-            "baseline") in text
-    assert ("Its held-out accuracy (4.6%) is no better than the trivial baseline (4.8%: always the majority class): the "
-            "model learned nothing usable") in text
+    assert (
+        "held-out accuracy 4.6% (trivial baseline 4.8%: always the majority class): no better than the trivial baseline"
+    ) in text
+    assert (
+        "Its held-out accuracy (4.6%) is no better than the trivial baseline (4.8%: always the majority class): the "
+        "model learned nothing usable"
+    ) in text
 
 
 def test_older_runs_show_the_figure_alone_and_runs_without_one_show_nothing(parse_html, make_attack, tmp_path: Path):
     old = make_attack(tmp_path, "old", evaluation=OLD_MLM)
-    assert load_run(old).utility == Utility(name="held-out MLM accuracy", value=0.488, baseline=None,
-                                            rule="always the most frequent token", step=200)
+    assert load_run(old).utility == Utility(
+        name="held-out MLM accuracy", value=0.488, baseline=None, rule="always the most frequent token", step=200
+    )
     html = (old / "index.html").read_text(encoding="utf-8")
     text = page_text(parse_html, html)
     assert "Held-out utility held-out MLM accuracy 48.8% Strongest membership attack" in text
@@ -72,21 +83,32 @@ def test_older_runs_show_the_figure_alone_and_runs_without_one_show_nothing(pars
 
 
 def test_manifest_summary_when_metrics_are_not_recorded(parse_html, make_attack, tmp_path: Path):
-    run = make_attack(tmp_path, "summary", metrics=False, train_summary={"mlm_accuracy": 0.3, **{
-        "heldout_mlm_accuracy_baseline": 0.05, "baselines": {"heldout_mlm_accuracy_baseline": "rule"}}})
-    assert load_run(run).utility == Utility(name="held-out MLM accuracy", value=0.3, baseline=0.05,
-                                            rule="always the most frequent token", step=None)
+    run = make_attack(
+        tmp_path,
+        "summary",
+        metrics=False,
+        train_summary={
+            "mlm_accuracy": 0.3,
+            **{"heldout_mlm_accuracy_baseline": 0.05, "baselines": {"heldout_mlm_accuracy_baseline": "rule"}},
+        },
+    )
+    assert load_run(run).utility == Utility(
+        name="held-out MLM accuracy", value=0.3, baseline=0.05, rule="always the most frequent token", step=None
+    )
     text = page_text(parse_html, (run / "index.html").read_text(encoding="utf-8"))
     assert "held-out MLM accuracy 30.0% (trivial baseline 5.0%: always the most frequent token)" in text
     assert "final 30.0% 5.0% +25.0 points" in text
 
 
 def test_comparison_table_has_a_row_per_run_with_a_heldout_figure(parse_html, make_attack, tmp_path: Path):
-    runs = [make_attack(tmp_path, "new", evaluation=MLM, seed=1), make_attack(tmp_path, "old", evaluation=OLD_MLM, seed=2),
-            make_attack(tmp_path, "none", seed=3)]
+    runs = [
+        make_attack(tmp_path, "new", evaluation=MLM, seed=1),
+        make_attack(tmp_path, "old", evaluation=OLD_MLM, seed=2),
+        make_attack(tmp_path, "none", seed=3),
+    ]
     html = render_report([str(r) for r in runs], labels={str(r): r.name for r in runs})  # --label NAME=DIR
-    table = html[html.index("<h3>Held-out utility</h3>"):]
-    table = table[:table.index("</table>")]
+    table = html[html.index("<h3>Held-out utility</h3>") :]
+    table = table[: table.index("</table>")]
     rows = re.findall(r"<tr><td class=\"text\">(\w+)</td>", table)
     assert rows == ["new", "old"]
     text = page_text(parse_html, table)
@@ -103,26 +125,37 @@ def test_percents_show_enough_digits_to_tell_the_figures_apart():
 
 
 def test_demo_verdict_lines_carry_the_baseline(make_attack, tmp_path: Path):
-    mlm, clf, old = (make_attack(tmp_path, "mlm", evaluation=MLM), make_attack(tmp_path, "clf", evaluation=CLASSIFIER_BELOW),
-                     make_attack(tmp_path, "old", evaluation=OLD_MLM))
+    mlm, clf, old = (
+        make_attack(tmp_path, "mlm", evaluation=MLM),
+        make_attack(tmp_path, "clf", evaluation=CLASSIFIER_BELOW),
+        make_attack(tmp_path, "old", evaluation=OLD_MLM),
+    )
     bare = make_attack(tmp_path, "bare")
     assert read_utility(mlm) == "held-out MLM accuracy 48.8% (trivial baseline 6.0%: always the most frequent token)"
     assert read_utility(clf) == "held-out accuracy 4.6% (trivial baseline 4.8%: always the majority class, no better)"
     assert read_utility(old) == "held-out MLM accuracy 48.8%" and read_utility(bare) is None
     lines = verdict_lines([("dp", mlm), ("old", old), ("bare", bare)], [("clf-dp", clf)], None)
-    assert lines[0].startswith("dp (epsilon = 2.00 at delta = 1.0e-5): held-out MLM accuracy 48.8% (trivial baseline "
-                               "6.0%: always the most frequent token); 16x canaries")
+    assert lines[0].startswith(
+        "dp (epsilon = 2.00 at delta = 1.0e-5): held-out MLM accuracy 48.8% (trivial baseline "
+        "6.0%: always the most frequent token); 16x canaries"
+    )
     assert lines[1].startswith("old (epsilon = 2.00 at delta = 1.0e-5): held-out MLM accuracy 48.8%; 16x canaries")
     assert lines[2] == mlm_line("bare", read_attack_dir(bare))  # nothing logged: the line as before
     assert "clf-dp (epsilon = 2.00 at delta = 1.0e-5) held-out accuracy 4.6% (trivial baseline 4.8%" in lines[3]
     assert classifier_line([("x", read_attack_dir(bare))]) == classifier_line([("x", read_attack_dir(bare))], [None])
 
 
-@pytest.mark.parametrize("row, expected", [
-    ({"heldout_accuracy": 0.9, "eval_accuracy": 0.1, "heldout_accuracy_baseline": 0.5},
-     "held-out accuracy 90.0% (trivial baseline 50.0%: always the majority class)"),  # the newest key first
-    ({"eval_accuracy": float("nan")}, None), ({"loss": 1.0}, None),
-])
+@pytest.mark.parametrize(
+    "row, expected",
+    [
+        (
+            {"heldout_accuracy": 0.9, "eval_accuracy": 0.1, "heldout_accuracy_baseline": 0.5},
+            "held-out accuracy 90.0% (trivial baseline 50.0%: always the majority class)",
+        ),  # the newest key first
+        ({"eval_accuracy": float("nan")}, None),
+        ({"loss": 1.0}, None),
+    ],
+)
 def test_utility_text_keys(row, expected):
     assert utility_text(row) == expected
 
@@ -131,16 +164,23 @@ def test_demo_causal_line_reads_exposure_extraction_membership_and_utility(make_
     """dpaudit demo --causal: a causal LM's line, read back from its attack directory."""
     from dpaudit.demo.verdict import causal_line
 
-    clm = make_attack(tmp_path, "clm", evaluation={"eval_loss": 1.9, "next_token_accuracy": 0.515,
-                                                   "heldout_next_token_accuracy_baseline": 0.083})
+    clm = make_attack(
+        tmp_path,
+        "clm",
+        evaluation={"eval_loss": 1.9, "next_token_accuracy": 0.515, "heldout_next_token_accuracy_baseline": 0.083},
+    )
     results = read_attack_dir(clm)
     line = verdict_lines([], [], None, (), [("clm-dp", clm)])[0]
     assert line == causal_line("clm-dp", results, read_utility(clm))
-    assert line.startswith("clm-dp (epsilon = 2.00 at delta = 1.0e-5): held-out next-token accuracy 51.5% (trivial "
-                           "baseline 8.3%: always the most frequent next token); 16x canaries")
+    assert line.startswith(
+        "clm-dp (epsilon = 2.00 at delta = 1.0e-5): held-out next-token accuracy 51.5% (trivial "
+        "baseline 8.3%: always the most frequent next token); 16x canaries"
+    )
     recon = next(r for r in results.attacks if r.attack == "reconstruction")
-    counts = ", ".join(f"{'controls' if r.frequency == 0 else f'{r.frequency}x'} {r.exact_matches}/{r.n}"
-                       for r in sorted(recon.rows, key=lambda r: -r.frequency))
+    counts = ", ".join(
+        f"{'controls' if r.frequency == 0 else f'{r.frequency}x'} {r.exact_matches}/{r.n}"
+        for r in sorted(recon.rows, key=lambda r: -r.frequency)
+    )
     assert f"secrets extracted greedily from their prefix: {counts}" in line and counts.endswith(f"/{recon.rows[0].n}")
     top = next(r for r in results.attacks if r.attack == "exposure").rows[-1]
     assert top.frequency == 16 and (("MEMORIZED (a group of 16 rows" in line) == (top.vs_controls.p_value < 0.05))

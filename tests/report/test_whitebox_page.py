@@ -30,11 +30,22 @@ def audit_dir(tmp_path_factory) -> Path:
     from dpaudit.whitebox.audit import audit_trainer, write_audit
     from tests.whitebox.linear_audit import LinearAuditPlugin
 
-    analysis, evidence = audit_trainer(lambda out: LinearAuditPlugin(target_epsilon=2, steps=20, batch=512, noise_seed=1),
-                                       canaries=CANARIES, runs=RUNS, seed=0)
+    analysis, evidence = audit_trainer(
+        lambda out: LinearAuditPlugin(target_epsilon=2, steps=20, batch=512, noise_seed=1),
+        canaries=CANARIES,
+        runs=RUNS,
+        seed=0,
+    )
     out = tmp_path_factory.mktemp("whitebox") / "audit"
-    return write_audit(out, analysis, evidence, trainer="linear-audit", config={"steps": 20, "noise_seed": 1},
-                       settings={"target_epsilon": 2, "canaries": CANARIES, "runs": RUNS, "seed": 0}, page=write_page)
+    return write_audit(
+        out,
+        analysis,
+        evidence,
+        trainer="linear-audit",
+        config={"steps": 20, "noise_seed": 1},
+        settings={"target_epsilon": 2, "canaries": CANARIES, "runs": RUNS, "seed": 0},
+        page=write_page,
+    )
 
 
 def _body(directory: Path) -> dict:
@@ -47,7 +58,7 @@ def _report(*args: str) -> tuple[int, str]:
 
 
 def _verdict_block(html: str) -> str:
-    return html[html.index('<section id="verdict">'):html.index("</section>")]
+    return html[html.index('<section id="verdict">') : html.index("</section>")]
 
 
 def test_page_leads_with_the_verdict_and_its_numbers(audit_dir: Path, parse_html) -> None:
@@ -63,17 +74,20 @@ def test_page_leads_with_the_verdict_and_its_numbers(audit_dir: Path, parse_html
     assert f"epsilon ≥ {format_down(primary['epsilon'])} ({primary['kind']}, all iterates;" in verdict
     assert f"the bound is {format_down(primary['epsilon'] / claim, 2)} of the claim" in verdict
     # the kind: the pooled bound with its assumption, or the one-run proof
-    assert ("pooled: over 2 runs × 2000 canaries, valid when the trainer treats the canaries as independent trials"
-            if primary["kind"] == "pooled" else "proof: for this one training run") in verdict
+    assert (
+        "pooled: over 2 runs × 2000 canaries, valid when the trainer treats the canaries as independent trials"
+        if primary["kind"] == "pooled"
+        else "proof: for this one training run"
+    ) in verdict
     assert "CLAIM REFUTED" not in html and 'class="alarm"' not in html
 
 
 def test_every_bound_is_a_row_rounded_down(audit_dir: Path, parse_html) -> None:
     html = (audit_dir / "index.html").read_text(encoding="utf-8")
     body = _body(audit_dir)
-    table = html[html.index('<table class="bounds">'):]
-    table = table[:table.index("</table>")]
-    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", table[table.index("<tbody>"):], flags=re.DOTALL)
+    table = html[html.index('<table class="bounds">') :]
+    table = table[: table.index("</table>")]
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", table[table.index("<tbody>") :], flags=re.DOTALL)
     bounds = [b for view in body["pooled"].values() for b in view.values()]
     bounds += [b for view in body["one_run"].values() for run in view for b in run.values()]
     assert len(rows) == len(bounds) == 2 * 2 + RUNS * 2 * 3  # pooled (2 methods) and one-run (3) per view
@@ -85,8 +99,11 @@ def test_every_bound_is_a_row_rounded_down(audit_dir: Path, parse_html) -> None:
     planned = [b for b in bounds if b.get("selection") == "planned"]  # the one-run proof's guess counts (whitebox.plan)
     assert planned and sum("planned from the claim before any score was seen" in c for c in cells) == len(planned)
     text = " ".join(parse_html(html).text)
-    for needle in ("the pooled bound assumes independent canaries", "One-run bounds are limited by the number of canaries",
-                   "Steinke et al.'s one-run bound above"):
+    for needle in (
+        "the pooled bound assumes independent canaries",
+        "One-run bounds are limited by the number of canaries",
+        "Steinke et al.'s one-run bound above",
+    ):
         assert needle.lower() in text.lower(), needle
 
 
@@ -106,7 +123,10 @@ def test_histograms_auc_mechanism_and_self_containment(audit_dir: Path, parse_ht
     assert "<script" not in html
     csp = [a for t, a in parse_html(html).tags if t == "meta" and a.get("http-equiv") == "Content-Security-Policy"]
     assert csp and csp[0]["content"] == "default-src 'none'; style-src 'unsafe-inline'; img-src data:"
-    assert set(re.findall(r"https?://[^\s\"'<>)]+", html)) <= {"http://www.w3.org/2000/svg", "http://www.w3.org/1999/xlink"}
+    assert set(re.findall(r"https?://[^\s\"'<>)]+", html)) <= {
+        "http://www.w3.org/2000/svg",
+        "http://www.w3.org/1999/xlink",
+    }
     assert '"noise_seed": 1' not in html  # the trainer's secret noise seed never reaches the page
 
 
@@ -161,8 +181,9 @@ def test_refuted_claim_is_loud(audit_dir: Path, tmp_path: Path, parse_html) -> N
     assert html.index('class="alarm"') < html.index('<section id="bounds">')
 
 
-def test_mixed_with_an_attack_directory_leads_with_the_white_box_bound(audit_dir: Path, make_attack, tmp_path: Path,
-                                                                       parse_html) -> None:
+def test_mixed_with_an_attack_directory_leads_with_the_white_box_bound(
+    audit_dir: Path, make_attack, tmp_path: Path, parse_html
+) -> None:
     attack = make_attack(tmp_path, "eps2", evil=False)
     out = tmp_path / "mixed.html"
     code, output = _report(str(audit_dir), str(attack), "--out", str(out))
@@ -213,8 +234,14 @@ def test_a_refuted_curve_within_the_claim_reads_mechanism_refuted(audit_dir: Pat
     claim = body["claim"]["epsilon"]
     body["primary"]["epsilon"], body["primary"]["scale"] = claim * 1.2, 0.9
     body["refuted"], body["mechanism_refuted"] = False, True
-    body["any_mechanism"] = {"method": "steinke", "proves": "(epsilon, delta)-DP, any mechanism", "epsilon": claim * 0.4,
-                             "confidence": body["bound_confidence"], "guesses": 100, "correct": 90}
+    body["any_mechanism"] = {
+        "method": "steinke",
+        "proves": "(epsilon, delta)-DP, any mechanism",
+        "epsilon": claim * 0.4,
+        "confidence": body["bound_confidence"],
+        "guesses": 100,
+        "correct": 90,
+    }
     (copy / "whitebox.json").write_text(json.dumps(body))
     html = write_page(copy).read_text(encoding="utf-8")
     verdict = "".join(parse_html(_verdict_block(html)).text)

@@ -38,8 +38,9 @@ def token_batches():
     ids = ids * mask
     ids[:, 0] = 2
     clf_batch = {"input_ids": ids, "labels": torch.tensor([0, 1, 2, 1, 0, 2]), "mask4": additive_mask(mask)}
-    mlm_batch = mask_tokens(ids, mask, generator=gen, mask_id=4, vocab_size=100, special_ids=[0, 1, 2, 3, 4],
-                            mask_prob=0.3, n_predictions=5)
+    mlm_batch = mask_tokens(
+        ids, mask, generator=gen, mask_id=4, vocab_size=100, special_ids=[0, 1, 2, 3, 4], mask_prob=0.3, n_predictions=5
+    )
     mlm_batch["mask4"] = additive_mask(mask)
     clm_batch = {"input_ids": ids, "next_weights": mask.float(), "mask4": additive_mask(mask)}
     return {"classify": clf_batch, "mlm": mlm_batch, "clm": clm_batch}
@@ -62,12 +63,23 @@ def gloo_pair():
     ``out``; checks both exited 0 and that neither imported jax (a torch trainer never does)."""
 
     def run(data_dir, out, args, rendezvous):
-        env = {**os.environ, "OMP_NUM_THREADS": "1", "TOKENIZERS_PARALLELISM": "false", "WORLD_SIZE": "2",
-               "DPAUDIT_DIST_INIT_METHOD": f"file://{rendezvous}"}
-        procs = [subprocess.Popen([sys.executable, "-c", _WORKER, str(data_dir), str(out), *args],
-                                  env={**env, "RANK": str(rank)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                                  text=True)
-                 for rank in range(2)]
+        env = {
+            **os.environ,
+            "OMP_NUM_THREADS": "1",
+            "TOKENIZERS_PARALLELISM": "false",
+            "WORLD_SIZE": "2",
+            "DPAUDIT_DIST_INIT_METHOD": f"file://{rendezvous}",
+        }
+        procs = [
+            subprocess.Popen(
+                [sys.executable, "-c", _WORKER, str(data_dir), str(out), *args],
+                env={**env, "RANK": str(rank)},
+                stdout=subprocess.PIPE,
+                stderr=subprocess.PIPE,
+                text=True,
+            )
+            for rank in range(2)
+        ]
         outputs = [p.communicate(timeout=300) for p in procs]
         for p, (stdout, stderr) in zip(procs, outputs):
             assert p.returncode == 0, stderr[-3000:]

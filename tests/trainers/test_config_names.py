@@ -58,11 +58,27 @@ def test_old_and_new_option_together_is_one_line_error_and_the_old_one_is_hidden
     help_text = runner.invoke(cli, ["train", "--trainer", "jax-bert", "--help"]).output
     assert "--physical-batch" in help_text and "--clip-engine" in help_text
     assert not re.search(r"^\s+(--micro-batch|--clipping)\b", help_text, re.MULTILINE)  # hidden (named in the help)
-    result = runner.invoke(cli, ["train", "--trainer", "jax-bert", "--data", str(tmp_path), "--out", str(tmp_path / "m"),
-                                 "--non-private", "--micro-batch", "8", "--physical-batch", "8"])
+    result = runner.invoke(
+        cli,
+        [
+            "train",
+            "--trainer",
+            "jax-bert",
+            "--data",
+            str(tmp_path),
+            "--out",
+            str(tmp_path / "m"),
+            "--non-private",
+            "--micro-batch",
+            "8",
+            "--physical-batch",
+            "8",
+        ],
+    )
     assert result.exit_code == 2
     assert result.output.strip().splitlines() == [
-        "Error: --micro-batch and --physical-batch are the same setting; keep --physical-batch."]
+        "Error: --micro-batch and --physical-batch are the same setting; keep --physical-batch."
+    ]
     assert not (tmp_path / "m").exists()
 
 

@@ -86,18 +86,27 @@ def test_the_dp_options_come_last_in_the_help_in_their_declared_order(name):
     from dpaudit.cli.train import config_options
 
     names = [o.name for o in config_options(_config_cls(name)) if not o.hidden]
-    assert names[-len(DP_FIELDS):] == DP_FIELDS
+    assert names[-len(DP_FIELDS) :] == DP_FIELDS
 
 
 # (overrides, the refusal every trainer gives). {no_noise} is the trainer's NO_NOISE, {run} its private run's words.
 BAD = [
-    ({"noise_multiplier": 0.0}, "--noise-multiplier must be between 1e-10 and 1e10, got 0.0 (below 1e-10 one step "
-                                "alone has epsilon above 1e19: no privacy; for no noise use {no_noise})."),
-    ({"noise_multiplier": -1.0}, "--noise-multiplier must be between 1e-10 and 1e10, got -1.0 (a noise multiplier is "
-                                 "a standard deviation over a bound: never negative)."),
+    (
+        {"noise_multiplier": 0.0},
+        "--noise-multiplier must be between 1e-10 and 1e10, got 0.0 (below 1e-10 one step "
+        "alone has epsilon above 1e19: no privacy; for no noise use {no_noise}).",
+    ),
+    (
+        {"noise_multiplier": -1.0},
+        "--noise-multiplier must be between 1e-10 and 1e10, got -1.0 (a noise multiplier is "
+        "a standard deviation over a bound: never negative).",
+    ),
     ({"noise_multiplier": math.nan}, "--noise-multiplier must be between 1e-10 and 1e10, got nan (not a number)."),
-    ({"noise_multiplier": 1e11}, "--noise-multiplier must be between 1e-10 and 1e10, got 100000000000.0 (above 1e10 "
-                                 "the noise drowns every gradient and epsilon is ~0)."),
+    (
+        {"noise_multiplier": 1e11},
+        "--noise-multiplier must be between 1e-10 and 1e10, got 100000000000.0 (above 1e10 "
+        "the noise drowns every gradient and epsilon is ~0).",
+    ),
     ({"noise_multiplier": None, "target_epsilon": 0.0}, "--target-epsilon must be > 0, got 0.0."),
     ({"noise_multiplier": None, "target_epsilon": math.inf}, "--target-epsilon must be > 0, got inf."),
     ({"delta": 1.0}, "--delta must be in (0, 1), got 1.0."),
@@ -108,11 +117,15 @@ BAD = [
     ({"noise_seed": -1}, "--noise-seed must be an integer >= 0, got -1."),
     ({"init_from": " "}, "--init-from must be a directory path, got ' '."),
     ({"data_split": "private"}, "--data-split must be one of train, public, got 'private'."),
-    ({"accept_noise_tail": "yes"}, "--accept-noise-tail must be true or false (a boolean, not a string or number), "
-                                   "got 'yes'."),
+    (
+        {"accept_noise_tail": "yes"},
+        "--accept-noise-tail must be true or false (a boolean, not a string or number), got 'yes'.",
+    ),
     ({"delta": "1e-5"}, "--delta must be a number (or left unset), got '1e-5'."),
-    ({"noise_multiplier": None, "target_epsilon": None},
-     "{run} needs --target-epsilon (calibrate the noise) or --noise-multiplier (for no noise use {no_noise})."),
+    (
+        {"noise_multiplier": None, "target_epsilon": None},
+        "{run} needs --target-epsilon (calibrate the noise) or --noise-multiplier (for no noise use {no_noise}).",
+    ),
 ]
 
 
@@ -127,8 +140,10 @@ def test_the_validator_refuses_the_same_values_in_every_trainer(name, overrides,
 
 
 @pytest.mark.parametrize("name", TRAINERS)
-@pytest.mark.parametrize("given", [{"noise_multiplier": 1.0}, {"target_epsilon": 3.0}, {"delta": 1e-5},
-                                   {"noise_multiplier": 1.0, "delta": 1e-6}])
+@pytest.mark.parametrize(
+    "given",
+    [{"noise_multiplier": 1.0}, {"target_epsilon": 3.0}, {"delta": 1e-5}, {"noise_multiplier": 1.0, "delta": 1e-6}],
+)
 def test_a_run_without_noise_refuses_the_guarantee_options_in_every_trainer(name, given):
     """Where a trainer has a non-private mode (``--non-private``), the refusal of sigma, epsilon or delta is one."""
     cls = _config_cls(name)
@@ -151,7 +166,9 @@ def test_the_edges_every_trainer_accepts(name):
     capped = trainer.tiny_config(noise_multiplier=1.0, target_epsilon=8.0, delta=0.5)  # both: the target is a cap
     assert (capped.target_epsilon, capped.delta) == (8.0, 0.5)
     assert trainer.tiny_config(noise_multiplier=None, target_epsilon=8.0, dataset_size=1, noise_seed=0).private
-    assert trainer.tiny_config(clip_norm=1).clip_norm == 1.0 and isinstance(trainer.tiny_config(clip_norm=1).clip_norm, float)
+    assert trainer.tiny_config(clip_norm=1).clip_norm == 1.0 and isinstance(
+        trainer.tiny_config(clip_norm=1).clip_norm, float
+    )
 
 
 @pytest.mark.parametrize("name", TRAINERS)
@@ -217,8 +234,15 @@ def test_the_step_adapters_agree_on_a_non_private_run():
     assert _figures(steps[0]) == _figures(steps[1]) == (None, 1.0, None)
     assert not any(step.private for step in steps)
     for step in steps:
-        plan = plan_privacy(dataset_size=100, stages=[(5, 10)], non_private=True, noise_multiplier=None,
-                            target_epsilon=None, delta=None, sensitivity_factor=step.sensitivity_factor)
+        plan = plan_privacy(
+            dataset_size=100,
+            stages=[(5, 10)],
+            non_private=True,
+            noise_multiplier=None,
+            target_epsilon=None,
+            delta=None,
+            sensitivity_factor=step.sensitivity_factor,
+        )
         assert not plan.private and not plan.sigmas
 
 

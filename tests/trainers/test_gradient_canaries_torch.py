@@ -70,10 +70,12 @@ def _model_part(grads) -> list:
 
 
 def test_both_torch_plugins_are_gradient_canary_hosts(data_dir, tmp_path):
-    for name, settings, unit in (("edp-sgd", {"mode": "dp-sgd"}, (UNIT_EXAMPLE, 1)),
-                                 ("edp-sgd", {"mode": "edp-sgd", "micro_batches": 3}, (UNIT_MICROBATCH, 3)),
-                                 ("edp-sgd", {"mode": "sgd", "noise_multiplier": None}, (UNIT_EXAMPLE, 1)),
-                                 ("rgp", {}, (UNIT_EXAMPLE, 1))):
+    for name, settings, unit in (
+        ("edp-sgd", {"mode": "dp-sgd"}, (UNIT_EXAMPLE, 1)),
+        ("edp-sgd", {"mode": "edp-sgd", "micro_batches": 3}, (UNIT_MICROBATCH, 3)),
+        ("edp-sgd", {"mode": "sgd", "noise_multiplier": None}, (UNIT_EXAMPLE, 1)),
+        ("rgp", {}, (UNIT_EXAMPLE, 1)),
+    ):
         trainer = load_trainer(name)
         plugin = trainer.Plugin(data_dir, tmp_path / "out", trainer.tiny_config(**settings), seed=0)
         assert isinstance(plugin, GradientCanaryHost)
@@ -117,12 +119,12 @@ def test_the_micro_batch_block_matches_a_dense_per_micro_batch_table():
     engine_factors = torch.tensor([[0.5, 0.25], [1.0, 0.125], [0.75, 1.0]])
 
     audit = block.microbatches(rows, units, engine)
-    weights = bounds / np.sqrt((bounds ** 2).sum())
+    weights = bounds / np.sqrt((bounds**2).sum())
     dense = np.zeros((len(units), size))  # b_s: the summed gains of micro-batch s per coordinate
     for r in rows:
         if canaries.slot[r] in units:
             dense[units.index(canaries.slot[r]), coordinate[r]] += gain[r]
-    sq = weights[:, None] ** 2 * (dense ** 2).sum(1)[None, :]
+    sq = weights[:, None] ** 2 * (dense**2).sum(1)[None, :]
     np.testing.assert_allclose(audit.sq.numpy(), sq, rtol=1e-6)
     np.testing.assert_allclose(audit.engine_sq().numpy(), sq[:, engine], rtol=1e-6)
     factors = np.minimum(1.0, bounds[:, None] / np.maximum(np.sqrt(sq), 1e-12))
@@ -136,7 +138,7 @@ def test_the_micro_batch_block_matches_a_dense_per_micro_batch_table():
     factors = np.minimum(1.0, bounds[:, None] / np.maximum(np.sqrt(sq), 1e-12))
     np.testing.assert_allclose(alone.numpy(), weights[:, None] * (factors @ dense), rtol=1e-6, atol=1e-12)
     # a lone clipped canary (slot 0: canary 6 and its partner 12) projects to C
-    np.testing.assert_allclose(block.project(alone)[6], np.sqrt((bounds ** 2).sum()), rtol=1e-6)
+    np.testing.assert_allclose(block.project(alone)[6], np.sqrt((bounds**2).sum()), rtol=1e-6)
     assert not block.microbatches(rows, [], np.zeros(0, np.int64)).clipped(None).any()  # no micro-batch here
 
 
@@ -162,7 +164,7 @@ def test_per_example_audit_rows_move_the_block_by_their_clipped_gradient_and_not
     want = np.array([shift[0], shift[1] + shift[2], shift[3], 0.0])
     np.testing.assert_allclose(run.audit.project(both[-1]), want, rtol=1e-6, atol=1e-7)
     run.step(0, with_audit, sigma=0.0, expected_batch=16.0)  # the observation happens in the step
-    (step, values), = observed.calls
+    ((step, values),) = observed.calls
     assert step == 0 and values.dtype == np.float64 and values.shape == (4,)
     np.testing.assert_allclose(values, want, rtol=1e-6, atol=1e-7)
 
@@ -218,18 +220,22 @@ def test_the_block_is_noised_with_sigma_times_the_sensitivity_of_privacy_json(ca
     size, used = 3000, 4
     observed = _Observed()
     slot = [0, 1, 2, 3] if case in MICROBATCH else None
-    canaries = GradientCanaries(size=size, coordinate=np.arange(used), gain=np.full(used, 1e3), slot=slot,
-                                observe=observed)
+    canaries = GradientCanaries(
+        size=size, coordinate=np.arange(used), gain=np.full(used, 1e3), slot=slot, observe=observed
+    )
     out = tmp_path / "out"
-    run = _plugin(data_dir, out, name, settings, canaries, micro_batches=4) if case in MICROBATCH else \
-        _plugin(data_dir, out, name, settings, canaries)
+    run = (
+        _plugin(data_dir, out, name, settings, canaries, micro_batches=4)
+        if case in MICROBATCH
+        else _plugin(data_dir, out, name, settings, canaries)
+    )
     result = run.skeleton.execute()
     record = json.loads((out / "privacy.json").read_text())
     assert record["dataset_size"] == run.real_rows + used  # the audit rows are sampled like the real ones
     assert [s for s, _ in observed.calls] == list(range(result.steps)) and result.steps >= 5
     noise = np.stack([v for _, v in observed.calls])[:, used:]
     want = record["noise_multipliers"][0] * record["sensitivity_factor"] * record["clip_norm"]
-    std = float(np.sqrt(np.mean(noise ** 2)))
+    std = float(np.sqrt(np.mean(noise**2)))
     assert abs(std / want - 1.0) < 0.05, (std, want)  # SE 1 / sqrt(2 x ~15,000) ~ 0.6%
     assert abs(float(noise.mean())) < 5 * want / np.sqrt(noise.size)  # nothing but zero-mean noise there
     last = run.canary_parameters()

@@ -15,8 +15,9 @@ from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
 from dpaudit.trainers.rgp.config import RgpConfig
 
 
-@pytest.mark.parametrize(("mode", "expected"), [
-    ("sgd", (32, 3, 1e-3)), ("dp-sgd", (512, 20, 2e-3)), ("edp-sgd", (512, 20, 2e-3))])
+@pytest.mark.parametrize(
+    ("mode", "expected"), [("sgd", (32, 3, 1e-3)), ("dp-sgd", (512, 20, 2e-3)), ("edp-sgd", (512, 20, 2e-3))]
+)
 def test_edp_sgd_defaults_follow_the_mode(mode, expected):
     config = EdpSgdConfig(mode=mode) if mode == "sgd" else EdpSgdConfig(mode=mode, target_epsilon=8.0)
     assert (config.batch_size, config.epochs, config.learning_rate) == expected
@@ -24,8 +25,9 @@ def test_edp_sgd_defaults_follow_the_mode(mode, expected):
     assert (stored["batch_size"], stored["epochs"], stored["learning_rate"]) == expected
     # Spelling the defaults out is the same run (resume identity), and explicit values win.
     assert EdpSgdConfig(**{**stored, "noise_seed": None}).to_dict() == stored
-    explicit = EdpSgdConfig(mode=mode, batch_size=64, epochs=2, learning_rate=5e-4,
-                            **({} if mode == "sgd" else {"target_epsilon": 8.0}))
+    explicit = EdpSgdConfig(
+        mode=mode, batch_size=64, epochs=2, learning_rate=5e-4, **({} if mode == "sgd" else {"target_epsilon": 8.0})
+    )
     assert (explicit.batch_size, explicit.epochs, explicit.learning_rate) == (64, 2, 5e-4)
 
 
@@ -50,9 +52,26 @@ def test_help_states_the_mode_dependent_defaults():
 
 
 def test_default_private_batch_larger_than_the_data_is_refused_in_one_line(data_dir, tmp_path):
-    result = CliRunner().invoke(cli, ["train", "--trainer", "edp-sgd", "--data", str(data_dir), "--out",
-                                      str(tmp_path / "x"), "--mode", "dp-sgd", "--target-epsilon", "8",
-                                      "--vocab-size", "300", "--max-length", "16"])
+    result = CliRunner().invoke(
+        cli,
+        [
+            "train",
+            "--trainer",
+            "edp-sgd",
+            "--data",
+            str(data_dir),
+            "--out",
+            str(tmp_path / "x"),
+            "--mode",
+            "dp-sgd",
+            "--target-epsilon",
+            "8",
+            "--vocab-size",
+            "300",
+            "--max-length",
+            "16",
+        ],
+    )
     assert result.exit_code == 2, result.output
     line = [ln for ln in result.output.splitlines() if "exceeds" in ln]
     assert len(line) == 1 and "--batch-size: expected batch 512 exceeds the" in line[0] and "use a batch <=" in line[0]

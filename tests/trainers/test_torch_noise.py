@@ -75,7 +75,7 @@ def test_seeds_equal_modulo_two_to_the_32_give_different_noise():
 def test_the_cpu_generator_holds_the_whole_keyed_state():
     """All 624 mt19937 words come from the keyed PCG64 stream (not from a 32-bit seed)."""
     generator = noise.keyed_generator(2**100 + 5, 4, 2)
-    words = generator.get_state().numpy()[24:24 + 8 * 624].view(np.uint64)
+    words = generator.get_state().numpy()[24 : 24 + 8 * 624].view(np.uint64)
     expected = step_rng(2**100 + 5, NOISE_STREAM, 4, 2).integers(0, 1 << 32, size=624, dtype=np.uint64)
     expected[0] |= 1 << 31
     assert np.array_equal(words, expected)

@@ -38,7 +38,7 @@ def test_the_numbers_are_standard_normal():
     # The tails are not cut short (torch's CPU sampler stops at 5.8): ~127 of 2e6 beyond 4, s.e. 11.
     assert 80 < np.sum(np.abs(z) > 4) < 180
     # Each of the 2 planes of a pass (the cosines and the sines of its 256 Box-Muller pairs) is standard normal.
-    planes = z[:512 * 3900].reshape(-1, 2, 256).transpose(1, 0, 2).reshape(2, -1)
+    planes = z[: 512 * 3900].reshape(-1, 2, 256).transpose(1, 0, 2).reshape(2, -1)
     assert np.all(np.abs(planes.mean(1)) < 0.004) and np.allclose(planes.std(1), 1.0, atol=0.003)
     assert stats.kstest(z, "norm").pvalue > 1e-4
     assert stats.kstest(_draw(100_000, std=0.25).double().numpy() / 0.25, "norm").pvalue > 1e-4
@@ -108,15 +108,15 @@ def test_add_normal_adds_any_stretches_of_the_stream_and_sums_both_squares():
     for start, base in zip((s for s, _ in stretches), bases):  # one stretch per call
         out = base.clone()
         before, added = philox.add_normal_([out], [start], KEY, 0.5)
-        part = stream[start:start + len(base)]
+        part = stream[start : start + len(base)]
         assert torch.equal(out, base + part.float())
         assert before == pytest.approx(float(base.double().pow(2).sum()), rel=1e-6)
         assert added == pytest.approx(float(part.pow(2).sum()), rel=1e-6)
     outs = [b.clone() for b in bases]  # all in one call
     before, added = philox.add_normal_(outs, [s for s, _ in stretches], KEY, 0.5)
     for out, base, (start, n) in zip(outs, bases, stretches):
-        assert torch.equal(out, base + stream[start:start + n].float())
-    assert added == pytest.approx(sum(float(stream[s:s + n].pow(2).sum()) for s, n in stretches), rel=1e-6)
+        assert torch.equal(out, base + stream[start : start + n].float())
+    assert added == pytest.approx(sum(float(stream[s : s + n].pow(2).sum()) for s, n in stretches), rel=1e-6)
     with pytest.raises(ValueError, match=">= 0"):
         philox.add_normal_([torch.zeros(3)], [-1], KEY, 1.0)
     with pytest.raises(ValueError, match="one stream position per tensor"):

@@ -23,8 +23,15 @@ def _leaky_canaries(rng: np.random.Generator) -> tuple[MembershipTask, np.ndarra
     freqs = np.array([1] * 10 + [4] * 10 + [0] * 20)
     member = freqs > 0
     scores = np.where(member, 3.0, 0.0) + rng.normal(0, 0.5, freqs.size)
-    task = MembershipTask("canaries", [f"c{i}" for i in range(freqs.size)], None, member,
-                          [f"c{i}" for i in range(freqs.size)], info={"frequencies": [1, 4]}, frequencies=freqs)
+    task = MembershipTask(
+        "canaries",
+        [f"c{i}" for i in range(freqs.size)],
+        None,
+        member,
+        [f"c{i}" for i in range(freqs.size)],
+        info={"frequencies": [1, 4]},
+        frequencies=freqs,
+    )
     return task, scores
 
 
@@ -32,7 +39,9 @@ def _sources(parts: list[tuple[MembershipTask, np.ndarray]]) -> list[AuditSource
     out = []
     for task, scores in parts:
         audit = audit_scores(scores[task.member], scores[~task.member], delta=1e-5, num_bootstrap=2, seed=0)
-        out.append(AuditSource(attack="loss", task=task.name, audit=audit, group_size=group_size_of(task.name, task.info)))
+        out.append(
+            AuditSource(attack="loss", task=task.name, audit=audit, group_size=group_size_of(task.name, task.info))
+        )
     return out
 
 
@@ -43,8 +52,12 @@ def test_canaries_inserted_at_several_counts_are_audited_per_frequency() -> None
     for t, s in parts:
         assert t.n_nonmembers == 20 and t.n_members == 10 and s.size == 30
     assert [group_size_of(t.name, t.info) for t, _ in parts] == [1, 4]  # the once-inserted group: the claim's unit
-    offline = per_frequency(MembershipTask("canaries-offline", task.texts, None, task.member, task.ids,
-                                           info=task.info, frequencies=task.frequencies), scores)
+    offline = per_frequency(
+        MembershipTask(
+            "canaries-offline", task.texts, None, task.member, task.ids, info=task.info, frequencies=task.frequencies
+        ),
+        scores,
+    )
     assert [t.name for t, _ in offline] == ["canaries-offline-f1", "canaries-offline-f4"]
 
 

@@ -35,8 +35,16 @@ M = 1000  # coin-flip canaries per run
 
 def _claimed(sigma: float = SIGMA) -> Claim:
     seg = Segment(steps=STEPS, sampling_probability=Q, noise_multiplier=sigma)
-    return Claim(known=True, private=True, epsilon=EPSILON, recorded_epsilon=EPSILON, delta=DELTA,
-                          accountant="pld", sampling="poisson", segments=(seg,))
+    return Claim(
+        known=True,
+        private=True,
+        epsilon=EPSILON,
+        recorded_epsilon=EPSILON,
+        delta=DELTA,
+        accountant="pld",
+        sampling="poisson",
+        segments=(seg,),
+    )
 
 
 def _run(rng: np.random.Generator, *, sigma: float, view: str) -> tuple[np.ndarray, np.ndarray]:
@@ -47,7 +55,7 @@ def _run(rng: np.random.Generator, *, sigma: float, view: str) -> tuple[np.ndarr
     if view == "last":
         s = y.sum(axis=1)
     else:  # log likelihood ratio of "member" over "non-member" under the CLAIM (q, SIGMA), every iterate
-        s = np.log1p(Q * np.expm1((2 * y - 1) / (2 * SIGMA ** 2))).sum(axis=1)
+        s = np.log1p(Q * np.expm1((2 * y - 1) / (2 * SIGMA**2))).sum(axis=1)
     return s[coins], s[~coins]
 
 
@@ -78,8 +86,10 @@ def test_valid_at_its_confidence_with_the_strongest_attack_and_well_above_steink
         steinke.append(epsilon_lower_bound_one_run(member, nonmember, delta=DELTA).epsilon)
     family, steinke = np.array(family), np.array(steinke)
     limit = ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / trials)
-    print(f"claim family: mean {family.mean():.2f}, max {family.max():.2f}, above the claim "
-          f"{(family > EPSILON).mean():.2f} (limit {limit:.2f}); Steinke mean {steinke.mean():.2f}")
+    print(
+        f"claim family: mean {family.mean():.2f}, max {family.max():.2f}, above the claim "
+        f"{(family > EPSILON).mean():.2f} (limit {limit:.2f}); Steinke mean {steinke.mean():.2f}"
+    )
     assert (family > EPSILON).mean() <= limit  # the claimed curve is rejected at most alpha of the time
     assert (np.array(printed) > EPSILON).mean() <= limit
     assert family.mean() >= 0.35 * EPSILON and family.mean() > 1.3 * steinke.mean()

@@ -27,8 +27,15 @@ def _task(name: str, n: int, shift: float, *, coin_flip: bool, frequencies=None,
     rng = np.random.default_rng(seed)
     member = np.r_[np.ones(n, bool), np.zeros(n, bool)]
     scores = np.r_[rng.normal(shift, 1, n), rng.normal(0, 1, n)]
-    task = MembershipTask(name, [""] * 2 * n, None, member, [str(i) for i in range(2 * n)], coin_flip=coin_flip,
-                          info={} if frequencies is None else {"frequencies": list(frequencies)})
+    task = MembershipTask(
+        name,
+        [""] * 2 * n,
+        None,
+        member,
+        [str(i) for i in range(2 * n)],
+        coin_flip=coin_flip,
+        info={} if frequencies is None else {"frequencies": list(frequencies)},
+    )
     return task, scores
 
 
@@ -36,18 +43,29 @@ def _results(claimed: Claim, specs) -> AttackResults:
     tasks = []
     for name, n, shift, flip, freqs in specs:
         task, scores = _task(name, n, shift, coin_flip=flip, frequencies=freqs)
-        audit = audit_scores(scores[task.member], scores[~task.member], delta=DELTA, claimed_epsilon=claimed.epsilon,
-                             seed=0, coin_flip=flip, num_bootstrap=20)
+        audit = audit_scores(
+            scores[task.member],
+            scores[~task.member],
+            delta=DELTA,
+            claimed_epsilon=claimed.epsilon,
+            seed=0,
+            coin_flip=flip,
+            num_bootstrap=20,
+        )
         tasks.append(task_result(task, audit, scores_file="scores/mia_loss.jsonl"))
     loss = LossResult(parameters={}, tasks=tuple(tasks), claimed_epsilon=claimed.epsilon)
-    return AttackResults(model=ModelInfo(path="m", kind="masked-lm", architecture="BertForMaskedLM"),
-                         data=DataInfo(path="d", secret_format="digits:4", log2_space_size=13.3, canaries=8, controls=4,
-                                       template="t"), claimed=claimed, attacks=(loss,))
+    return AttackResults(
+        model=ModelInfo(path="m", kind="masked-lm", architecture="BertForMaskedLM"),
+        data=DataInfo(path="d", secret_format="digits:4", log2_space_size=13.3, canaries=8, controls=4, template="t"),
+        claimed=claimed,
+        attacks=(loss,),
+    )
 
 
 def _claim(epsilon: float | None, **kw) -> Claim:
-    return Claim(known=True, private=True, epsilon=epsilon, recorded_epsilon=epsilon, delta=DELTA,
-                          accountant="pld", **kw)
+    return Claim(
+        known=True, private=True, epsilon=epsilon, recorded_epsilon=epsilon, delta=DELTA, accountant="pld", **kw
+    )
 
 
 def test_format_down_never_prints_more() -> None:
@@ -61,8 +79,14 @@ def test_attack_table_and_demo_round_claims_up_and_bounds_down() -> None:
     from dpaudit.cli.attack import _summary
     from dpaudit.demo.verdict import classifier_line
 
-    results = _results(_claim(3.880454), [("examples", 300, 1.0, False, None), ("canaries", 100, 1.0, True, [1]),
-                                          ("canaries-f10", 50, 3.0, True, [1, 10])])
+    results = _results(
+        _claim(3.880454),
+        [
+            ("examples", 300, 1.0, False, None),
+            ("canaries", 100, 1.0, True, [1]),
+            ("canaries-f10", 50, 3.0, True, [1, 10]),
+        ],
+    )
     head = headline_of(results)
     text = _summary(results)
     assert "claimed: epsilon = 3.89 at delta = 1.0e-5" in text and "3.880" not in text
@@ -93,8 +117,16 @@ def test_shuffle_claim_is_no_proven_epsilon_everywhere() -> None:
     from dpaudit.cli.attack import _summary
     from dpaudit.demo.verdict import classifier_line
 
-    shuffle = Claim(known=True, private=True, epsilon=None, recorded_epsilon=None, delta=DELTA,
-                             accountant="pld", sampling="shuffle", epsilon_if_poisson=0.1487)
+    shuffle = Claim(
+        known=True,
+        private=True,
+        epsilon=None,
+        recorded_epsilon=None,
+        delta=DELTA,
+        accountant="pld",
+        sampling="shuffle",
+        epsilon_if_poisson=0.1487,
+    )
     results = _results(shuffle, [("examples", 200, 0.2, False, None)])
     for text in (_summary(results), classifier_line([("clf", results)]), headline_of(results).text()):
         assert "no proven epsilon (as-if-Poisson: 0.149)" in text
@@ -104,11 +136,17 @@ def test_shuffle_claim_is_no_proven_epsilon_everywhere() -> None:
     assert headline_of(old, sampling="shuffle").claim.text() == "no proven epsilon (as-if-Poisson: 0.149)"
 
 
-@pytest.mark.parametrize("args, shown", [
-    (["dpaudit", "train", "--noise-seed", "5", "--seed", "1"], ["dpaudit", "train", "--noise-seed", "<given: secret>", "--seed", "1"]),
-    (["dpaudit", "train", "--noise-seed=5"], ["dpaudit", "train", "--noise-seed=<given: secret>"]),
-    (["dpaudit", "train", "--seed", "5"], ["dpaudit", "train", "--seed", "5"]),
-])
+@pytest.mark.parametrize(
+    "args, shown",
+    [
+        (
+            ["dpaudit", "train", "--noise-seed", "5", "--seed", "1"],
+            ["dpaudit", "train", "--noise-seed", "<given: secret>", "--seed", "1"],
+        ),
+        (["dpaudit", "train", "--noise-seed=5"], ["dpaudit", "train", "--noise-seed=<given: secret>"]),
+        (["dpaudit", "train", "--seed", "5"], ["dpaudit", "train", "--seed", "5"]),
+    ],
+)
 def test_noise_seed_is_redacted_from_commands_shown(args, shown) -> None:
     assert redact_command(args) == shown  # the one redactor: manifests and the report alike
 
@@ -130,14 +168,28 @@ def test_claim_with_n_treated_as_public_states_the_replace_one_epsilon_recompute
         accountant = pld.PLDAccountant(neighboring_relation=relation)
         accountant.compose(event)
         golden.append(accountant.get_epsilon(1e-5))
-    privacy = PrivacyRecord(trainer="jax-bert", private=True, mechanism="DP-SGD", event=event_to_json(event), delta=1e-5,
-                            accountant="pld", epsilon=golden[0], sampling="poisson", n_public=True, dataset_size=100_000)
+    privacy = PrivacyRecord(
+        trainer="jax-bert",
+        private=True,
+        mechanism="DP-SGD",
+        event=event_to_json(event),
+        delta=1e-5,
+        accountant="pld",
+        epsilon=golden[0],
+        sampling="poisson",
+        n_public=True,
+        dataset_size=100_000,
+    )
     claimed = claim_of_record(privacy)
     assert claimed.epsilon == pytest.approx(golden[0], rel=1e-6)
     assert claimed.epsilon_replace_one == pytest.approx(golden[1], rel=1e-6) and golden[1] > golden[0] + 0.5
-    assert claimed.text() == (f"epsilon = {format_up(golden[0])} at delta = 1.0e-5 (add/remove; N treated as public: "
-                              f"replace-one epsilon = {format_up(golden[1])})")
-    private_n = claim_of_record(dataclasses.replace(privacy, n_public=False, dataset_size=None, declared_dataset_size=100_000))
+    assert claimed.text() == (
+        f"epsilon = {format_up(golden[0])} at delta = 1.0e-5 (add/remove; N treated as public: "
+        f"replace-one epsilon = {format_up(golden[1])})"
+    )
+    private_n = claim_of_record(
+        dataclasses.replace(privacy, n_public=False, dataset_size=None, declared_dataset_size=100_000)
+    )
     assert private_n.epsilon_replace_one is None and "replace-one" not in private_n.text()
 
 
@@ -150,12 +202,13 @@ def test_lira_offline_examples_are_single_rows_not_a_group() -> None:
 
 
 def test_a_non_private_model_states_the_leakage_the_proof_shows() -> None:
-    nonprivate = Claim(known=True, private=False, epsilon=None, recorded_epsilon=None, delta=DELTA,
-                                accountant=None)
+    nonprivate = Claim(known=True, private=False, epsilon=None, recorded_epsilon=None, delta=DELTA, accountant=None)
     strong = headline_of(_results(nonprivate, [("canaries", 200, 4.0, True, [1])]))
     assert strong.best.kind == "proof" and strong.best.epsilon > 1
-    assert strong.verdict() == (f"non-private training: proven leakage, no epsilon below "
-                                f"{format_down(strong.best.epsilon)} describes this model")
+    assert strong.verdict() == (
+        f"non-private training: proven leakage, no epsilon below "
+        f"{format_down(strong.best.epsilon)} describes this model"
+    )
     # a heuristic bound proves nothing: no leakage is claimed from it
     weak = headline_of(_results(nonprivate, [("examples", 200, 4.0, False, None)]))
     assert weak.best.kind == "heuristic" and weak.verdict() == "no claim to compare with (non-private training)"

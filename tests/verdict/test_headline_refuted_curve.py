@@ -39,9 +39,13 @@ M, TRIALS, ALPHA = 1000, 20, 0.05
 
 def _gaussian_epsilon(mu: float, delta: float) -> float:
     """Epsilon at delta of a full-batch Gaussian mechanism with mu = sensitivity / std (Balle & Wang 2018, exact)."""
+
     def delta_at(eps: float) -> float:
-        return float(np.exp(scipy.special.log_ndtr(-eps / mu + mu / 2))
-                     - np.exp(eps + scipy.special.log_ndtr(-eps / mu - mu / 2)))
+        return float(
+            np.exp(scipy.special.log_ndtr(-eps / mu + mu / 2))
+            - np.exp(eps + scipy.special.log_ndtr(-eps / mu - mu / 2))
+        )
+
     return scipy.optimize.brentq(lambda e: delta_at(e) - delta, 0.0, 200.0)
 
 
@@ -53,21 +57,31 @@ def _mu_of(epsilon: float) -> float:
 def _claim_epsilon() -> float:
     from dpaudit import accounting
 
-    return float(accounting.epsilon(accounting.schedule_event(
-        [Segment(steps=STEPS, sampling_probability=Q, noise_multiplier=SIGMA)]), DELTA))
+    return float(
+        accounting.epsilon(
+            accounting.schedule_event([Segment(steps=STEPS, sampling_probability=Q, noise_multiplier=SIGMA)]), DELTA
+        )
+    )
 
 
 def _claimed() -> Claim:
     eps = _claim_epsilon()
     seg = Segment(steps=STEPS, sampling_probability=Q, noise_multiplier=SIGMA)
-    return Claim(known=True, private=True, epsilon=eps, recorded_epsilon=eps, delta=DELTA, accountant="pld",
-                          sampling="poisson", segments=(seg,))
+    return Claim(
+        known=True,
+        private=True,
+        epsilon=eps,
+        recorded_epsilon=eps,
+        delta=DELTA,
+        accountant="pld",
+        sampling="poisson",
+        segments=(seg,),
+    )
 
 
 def _headline(member: np.ndarray, nonmember: np.ndarray):
     audit = dataclasses.replace(audit_scores(member, nonmember, delta=DELTA, num_bootstrap=2, seed=0), coin_flip=True)
-    return headline([AuditSource(attack="canary", task="canaries", audit=audit, group_size=1)],
-                    _claimed())
+    return headline([AuditSource(attack="canary", task="canaries", audit=audit, group_size=1)], _claimed())
 
 
 def _gaussian_audit(rng: np.random.Generator, mu: float):
@@ -89,8 +103,10 @@ def test_a_gaussian_within_the_claim_but_not_of_its_form(true_epsilon: float, le
     printed = np.array([h.best.epsilon for h in heads])
     limit = ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / TRIALS)
     refuted = [h for h in heads if h.mechanism_refuted]
-    print(f"true epsilon {true_epsilon}: curve refuted in {len(refuted)}/{TRIALS}; printed figure mean "
-          f"{printed.mean():.2f}, max {printed.max():.2f}, above the truth {(printed > true_epsilon).mean():.2f}")
+    print(
+        f"true epsilon {true_epsilon}: curve refuted in {len(refuted)}/{TRIALS}; printed figure mean "
+        f"{printed.mean():.2f}, max {printed.max():.2f}, above the truth {(printed > true_epsilon).mean():.2f}"
+    )
     any_mechanism = np.array([h.best.holds_for == "any mechanism" for h in heads])
     assert (any_mechanism & (printed > true_epsilon)).mean() <= limit
     assert not (printed > _claim_epsilon()).any()
@@ -110,7 +126,7 @@ def test_the_claimed_mechanism_itself_is_rarely_refuted() -> None:
     for _ in range(TRIALS):  # the ideal (likelihood-ratio) score of the claimed mechanism, every iterate
         coins = rng.random(M) < 0.5
         y = ((rng.random((M, STEPS)) < Q) & coins[:, None]) + rng.standard_normal((M, STEPS)) * SIGMA
-        s = np.log1p(Q * np.expm1((2 * y - 1) / (2 * SIGMA ** 2))).sum(axis=1)
+        s = np.log1p(Q * np.expm1((2 * y - 1) / (2 * SIGMA**2))).sum(axis=1)
         heads.append(_headline(s[coins], s[~coins]))
     limit = ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / TRIALS)
     assert np.mean([h.mechanism_refuted or h.contradicted for h in heads]) <= limit

@@ -53,8 +53,9 @@ def _trial(rng: np.random.Generator) -> tuple[float, float, float]:
             s = _scores(rng, member, variant)
             # num_bootstrap=2: the CIs are not what is tested; coin_flip=False skips the slow f-DP bound
             # here (the headline recomputes the one-run bound from the ROC on its own).
-            audit = audit_scores(s[member], s[~member], delta=DELTA, claimed_epsilon=TRUE_EPSILON, seed=k,
-                                 num_bootstrap=2)
+            audit = audit_scores(
+                s[member], s[~member], delta=DELTA, claimed_epsilon=TRUE_EPSILON, seed=k, num_bootstrap=2
+            )
             old.append(audit.epsilon_lower_bound)  # the per-audit 95% bound the old headline maximized
             if coin_flip:
                 audit = _as_coin_flip(audit)
@@ -76,9 +77,11 @@ def test_headline_exceeds_the_true_epsilon_at_most_alpha_of_the_time() -> None:
     rates = (runs > TRUE_EPSILON).mean(axis=0)
     headline_rate, shown_rate, old_rate = rates
     limit = ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / TRIALS)
-    print(f"exceedance over {TRIALS} trials of 10 audits: headline {headline_rate:.3f}, any bound shown "
-          f"{shown_rate:.3f}, old max without correction {old_rate:.3f} (limit {limit:.3f}); "
-          f"median headline {np.median(runs[:, 0]):.2f}")
+    print(
+        f"exceedance over {TRIALS} trials of 10 audits: headline {headline_rate:.3f}, any bound shown "
+        f"{shown_rate:.3f}, old max without correction {old_rate:.3f} (limit {limit:.3f}); "
+        f"median headline {np.median(runs[:, 0]):.2f}"
+    )
     assert headline_rate <= limit and shown_rate <= limit
     # Contrast: the old headline (the largest of ten per-audit 95% bounds) exceeds the truth more often.
     assert old_rate > shown_rate
@@ -103,13 +106,20 @@ def test_the_maximum_of_uncorrected_exact_tests_is_not_a_95_percent_bound() -> N
             s = _scores(rng, coins, "bit")
             guesses = FixedGuesses(k_plus=int(s.sum()), k_minus=m - int(s.sum()))  # every canary guessed
             for out, conf in ((at95, 1 - ALPHA), (at_corrected, 1 - ALPHA / audits)):
-                out.append(epsilon_lower_bound_one_run(s[coins], s[~coins], delta=DELTA, confidence=conf,
-                                                       guesses=guesses).epsilon if 0 < s.sum() < m else 0.0)
+                out.append(
+                    epsilon_lower_bound_one_run(
+                        s[coins], s[~coins], delta=DELTA, confidence=conf, guesses=guesses
+                    ).epsilon
+                    if 0 < s.sum() < m
+                    else 0.0
+                )
         plain.append(max(at95))
         corrected.append(max(at_corrected))
     plain_rate = float(np.mean(np.array(plain) > TRUE_EPSILON))
     corrected_rate = float(np.mean(np.array(corrected) > TRUE_EPSILON))
     limit = ALPHA + 3 * math.sqrt(ALPHA * (1 - ALPHA) / trials)
-    print(f"max of {audits} exact one-run tests: uncorrected {plain_rate:.3f}, Bonferroni {corrected_rate:.3f} "
-          f"(limit {limit:.3f})")
+    print(
+        f"max of {audits} exact one-run tests: uncorrected {plain_rate:.3f}, Bonferroni {corrected_rate:.3f} "
+        f"(limit {limit:.3f})"
+    )
     assert plain_rate > limit and corrected_rate <= limit

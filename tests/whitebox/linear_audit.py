@@ -44,12 +44,12 @@ class _Step:
             real_unit, audit_unit = np.arange(len(real)), len(real) + np.arange(len(audit))
         unit_w = np.zeros((units, FEATURES))
         np.add.at(unit_w, real_unit, grads)
-        sq = (unit_w ** 2).sum(1)
+        sq = (unit_w**2).sum(1)
         m = p.canaries.size if p.canaries is not None else 0
         if len(audit):  # each audit row is gain x e_coordinate: sum per (unit, coordinate), sparsely
             keys, inverse = np.unique(audit_unit * m + p.canaries.coordinate[audit], return_inverse=True)
             cell = np.bincount(inverse, weights=p.canaries.gain[audit])
-            sq += np.bincount(keys // m, weights=cell ** 2, minlength=units)
+            sq += np.bincount(keys // m, weights=cell**2, minlength=units)
         scale = np.minimum(1.0, self.clip_norm / np.maximum(np.sqrt(sq), 1e-12))
         gen = p.source.numpy_generator(2, step)
         std = sigma * self.sensitivity * p.noise_fraction
@@ -88,16 +88,27 @@ class LinearAuditPlugin(TrainerPlugin):
     claimed_factor_override: float | None = None  # broken: 1.0 with micro-batches
     double_sampling = False  # broken: True
 
-    def __init__(self, *, target_epsilon: float, steps: int, batch: int, noise_seed: int, microbatches: int = 0,
-                 clip_norm: float = 1.0, lr: float = 0.05, seed: int = 0) -> None:
+    def __init__(
+        self,
+        *,
+        target_epsilon: float,
+        steps: int,
+        batch: int,
+        noise_seed: int,
+        microbatches: int = 0,
+        clip_norm: float = 1.0,
+        lr: float = 0.05,
+        seed: int = 0,
+    ) -> None:
         self.target_epsilon, self.steps, self.batch, self.noise_seed = target_epsilon, steps, batch, noise_seed
         self.microbatches, self.clip_norm, self.lr, self.seed = microbatches, clip_norm, lr, seed
         self.claimed_factor = self.claimed_factor_override or (2.0 if microbatches else 1.0)
         data = np.random.default_rng(seed)
         self.x = data.normal(size=(REAL_ROWS, FEATURES))
         self.y = self.x @ np.array([0.5, -1.0, 2.0]) + data.normal(0, 0.1, REAL_ROWS)
-        self.slots = np.array([int(hashlib.sha256(str(i).encode()).hexdigest(), 16) % max(microbatches, 1)
-                               for i in range(REAL_ROWS)])
+        self.slots = np.array(
+            [int(hashlib.sha256(str(i).encode()).hexdigest(), 16) % max(microbatches, 1) for i in range(REAL_ROWS)]
+        )
         self.w = np.zeros(FEATURES)
         self.canaries: GradientCanaries | None = None
         self.block = np.zeros(0)
@@ -116,11 +127,24 @@ class LinearAuditPlugin(TrainerPlugin):
 
     # -- the plug-in surface --------------------------------------------------------------------
     def settings(self):
-        return RunSettings(config={"target_epsilon": self.target_epsilon, "steps": self.steps, "batch": self.batch,
-                                   "microbatches": self.microbatches}, noise_seed=self.noise_seed,
-                           checkpoint_every=10 ** 9, log_every=10 ** 9,
-                           plan={"stages": [(self.steps, self.batch)], "noise_multiplier": None, "non_private": False,
-                                 "target_epsilon": self.target_epsilon, "delta": 1e-5})
+        return RunSettings(
+            config={
+                "target_epsilon": self.target_epsilon,
+                "steps": self.steps,
+                "batch": self.batch,
+                "microbatches": self.microbatches,
+            },
+            noise_seed=self.noise_seed,
+            checkpoint_every=10**9,
+            log_every=10**9,
+            plan={
+                "stages": [(self.steps, self.batch)],
+                "noise_multiplier": None,
+                "non_private": False,
+                "target_epsilon": self.target_epsilon,
+                "delta": 1e-5,
+            },
+        )
 
     def load_data(self):
         rows = self.canaries.rows if self.canaries is not None else 0
@@ -143,7 +167,9 @@ class LinearAuditPlugin(TrainerPlugin):
     def save(self, directory, step, state):  # the skeleton checkpoints the end of a run; never resumed here
         from dpaudit.training.train_dir import write_checkpoint
 
-        write_checkpoint(directory, step=step, write_arrays=lambda path: Path(path).write_bytes(self.w.tobytes()), state=state)
+        write_checkpoint(
+            directory, step=step, write_arrays=lambda path: Path(path).write_bytes(self.w.tobytes()), state=state
+        )
 
     def read_state(self, path):
         raise AssertionError("no checkpoints in an audit run")

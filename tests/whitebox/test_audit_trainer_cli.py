@@ -20,8 +20,22 @@ def _run(*args: str):
 
 def test_audit_trainer_audits_edp_sgd_dp_sgd_and_writes_the_audit_directory(tmp_path):
     out = tmp_path / "audit"
-    result = _run("--trainer", "edp-sgd", "--set", "mode=dp-sgd", "--target-epsilon", "4", "--canaries", "2000",
-                  "--seed", "3", "--noise-seed", "987654321", "--out", str(out))
+    result = _run(
+        "--trainer",
+        "edp-sgd",
+        "--set",
+        "mode=dp-sgd",
+        "--target-epsilon",
+        "4",
+        "--canaries",
+        "2000",
+        "--seed",
+        "3",
+        "--noise-seed",
+        "987654321",
+        "--out",
+        str(out),
+    )
     assert result.exit_code == 0, result.output
     manifest = verify_run_dir(out, schema_prefix="dpaudit.whitebox/")
     assert {"whitebox.json", "scores/whitebox.jsonl", "index.html"} <= set(manifest["outputs"])
@@ -45,20 +59,31 @@ def test_a_real_trainer_adding_half_the_noise_is_refuted_in_one_run(data_dir, tm
         def _sigma(self, step, sigma):
             return 0.5 * super()._sigma(step, sigma)
 
-    config = trainer.tiny_config(mode="dp-sgd", task="classify", target_epsilon=2.0, noise_multiplier=None,
-                                 epochs=5, batch_size=1024, noise_seed=5)
-    analysis, _ = audit_trainer(lambda out: HalfNoise(data_dir, out, config, seed=0), canaries=4000, seed=0,
-                                workdir=tmp_path)
+    config = trainer.tiny_config(
+        mode="dp-sgd",
+        task="classify",
+        target_epsilon=2.0,
+        noise_multiplier=None,
+        epochs=5,
+        batch_size=1024,
+        noise_seed=5,
+    )
+    analysis, _ = audit_trainer(
+        lambda out: HalfNoise(data_dir, out, config, seed=0), canaries=4000, seed=0, workdir=tmp_path
+    )
     assert analysis.claim.epsilon == pytest.approx(2.0, abs=0.01)
     assert analysis.alarm, (analysis.primary, analysis.claim.epsilon)  # the stated mechanism (or its epsilon) refuted
 
 
-@pytest.mark.parametrize("args, words", [
-    (["--trainer", "no-such"], "--trainer 'no-such' is not a registered trainer"),
-    (["--trainer", "edp-sgd", "--set", "colour=blue"], "--set 'colour=blue'"),
-    (["--trainer", "edp-sgd", "--set", "epochs=many"], "--set 'epochs=many'"),
-    (["--trainer", "edp-sgd", "--runs", "3", "--noise-seed", "7"], "--noise-seed with --runs 3"),  # not independent
-])
+@pytest.mark.parametrize(
+    "args, words",
+    [
+        (["--trainer", "no-such"], "--trainer 'no-such' is not a registered trainer"),
+        (["--trainer", "edp-sgd", "--set", "colour=blue"], "--set 'colour=blue'"),
+        (["--trainer", "edp-sgd", "--set", "epochs=many"], "--set 'epochs=many'"),
+        (["--trainer", "edp-sgd", "--runs", "3", "--noise-seed", "7"], "--noise-seed with --runs 3"),  # not independent
+    ],
+)
 def test_bad_input_is_one_line_exit_2_and_writes_nothing(args, words, tmp_path):
     out = tmp_path / "audit"
     result = CliRunner().invoke(cli, ["audit-trainer", *args, "--out", str(out)])
@@ -78,8 +103,15 @@ def test_the_runs_as_fleet_jobs_are_the_same_runs_with_their_own_coins(data_dir,
     from dpaudit.whitebox.harness import run_with_canaries
 
     trainer = load_trainer("edp-sgd")
-    config = trainer.tiny_config(mode="dp-sgd", task="classify", target_epsilon=2.0, noise_multiplier=None,
-                                 epochs=2, batch_size=256, noise_seed=5)
+    config = trainer.tiny_config(
+        mode="dp-sgd",
+        task="classify",
+        target_epsilon=2.0,
+        noise_multiplier=None,
+        epochs=2,
+        batch_size=256,
+        noise_seed=5,
+    )
     fields = {f.name: getattr(config, f.name) for f in dataclasses.fields(config)}
     spec = RegisteredRuns(trainer="edp-sgd", config=fields, data_dir=data_dir, engine="inline")
     analysis, evidence = audit_trainer(spec, canaries=300, runs=2, seed=7, workdir=tmp_path / "fleet")
@@ -89,8 +121,13 @@ def test_the_runs_as_fleet_jobs_are_the_same_runs_with_their_own_coins(data_dir,
     assert seeds[0] != seeds[1] and 5 not in seeds  # a fixed noise seed becomes one per run: independent runs
     coins = [int(x) for x in np.random.SeedSequence(7).spawn(2)[0].generate_state(4)]
     first = dataclasses.replace(config, noise_seed=seeds[0])
-    here = run_with_canaries(lambda out: trainer.Plugin(data_dir, out, first, seed=0), tmp_path / "here",
-                             canaries=300, partners=16, rng=np.random.default_rng(np.random.SeedSequence(coins)))
+    here = run_with_canaries(
+        lambda out: trainer.Plugin(data_dir, out, first, seed=0),
+        tmp_path / "here",
+        canaries=300,
+        partners=16,
+        rng=np.random.default_rng(np.random.SeedSequence(coins)),
+    )
     assert np.array_equal(here.layout.member, evidence[0].layout.member)
     np.testing.assert_array_equal(here.observations, evidence[0].observations)
     np.testing.assert_array_equal(here.final, evidence[0].final)

@@ -29,12 +29,19 @@ def _audit(plugin_cls, layout: dict, seed: int, tmp_path):
     m = settings.pop("canaries")
     evidence = run_with_canaries(
         lambda out: plugin_cls(target_epsilon=CLAIM, noise_seed=10_000 + seed, **settings),
-        tmp_path / f"run-{seed}", canaries=m, partners=16, rng=np.random.default_rng(seed))
+        tmp_path / f"run-{seed}",
+        canaries=m,
+        partners=16,
+        rng=np.random.default_rng(seed),
+    )
     return analyse([evidence], confidence=0.95, full=False)
 
 
-@pytest.mark.parametrize("layout", [PER_EXAMPLE, dict(MICROBATCH, canaries=1024, microbatches=1024, batch=4096)],
-                         ids=["per-example", "micro-batch"])
+@pytest.mark.parametrize(
+    "layout",
+    [PER_EXAMPLE, dict(MICROBATCH, canaries=1024, microbatches=1024, batch=4096)],
+    ids=["per-example", "micro-batch"],
+)
 def test_a_correct_trainer_is_refuted_in_at_most_5_percent_of_20_runs(layout, tmp_path):
     results = [_audit(LinearAuditPlugin, layout, seed, tmp_path) for seed in range(20)]
     claims = {round(a.claim.epsilon, 6) for a in results}
@@ -45,9 +52,11 @@ def test_a_correct_trainer_is_refuted_in_at_most_5_percent_of_20_runs(layout, tm
     assert np.median([a.primary[1].epsilon for a in results]) > 0.25 * CLAIM
 
 
-@pytest.mark.parametrize("broken, layout", [(NoiseHalf, PER_EXAMPLE), (HalfSamplingRate, PER_EXAMPLE),
-                                            (MicrobatchAccountedAsC, MICROBATCH)],
-                         ids=["noise-at-half-sigma", "sampling-rate-reported-at-half", "2C-accounted-as-C"])
+@pytest.mark.parametrize(
+    "broken, layout",
+    [(NoiseHalf, PER_EXAMPLE), (HalfSamplingRate, PER_EXAMPLE), (MicrobatchAccountedAsC, MICROBATCH)],
+    ids=["noise-at-half-sigma", "sampling-rate-reported-at-half", "2C-accounted-as-C"],
+)
 def test_a_broken_trainer_is_flagged_in_one_run_in_9_of_10_seeds(broken, layout, tmp_path):
     results = [_audit(broken, layout, seed, tmp_path) for seed in range(10)]
     flagged = [a.alarm for a in results]

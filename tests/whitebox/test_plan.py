@@ -19,8 +19,15 @@ from dpaudit.whitebox.scores import all_iterates_scores
 
 
 def _claim(q: float, steps: int, sigma: float, epsilon: float) -> Claim:
-    return Claim(known=True, private=True, segments=(Segment(steps=steps, sampling_probability=q, noise_multiplier=sigma),),
-                            delta=1e-5, epsilon=epsilon, clip_norm=1.0, sensitivity_factor=1.0)
+    return Claim(
+        known=True,
+        private=True,
+        segments=(Segment(steps=steps, sampling_probability=q, noise_multiplier=sigma),),
+        delta=1e-5,
+        epsilon=epsilon,
+        clip_norm=1.0,
+        sensitivity_factor=1.0,
+    )
 
 
 #: A Gaussian mechanism (q = 1, one step) at epsilon 2 (delta 1e-5): sigma 1.995 (dp_accounting's PLD).
@@ -44,7 +51,7 @@ def _rejects_claim(claim, pair, member, nonmember, alpha):
     m = member.size + nonmember.size
     scores = np.concatenate([member, nonmember])
     top = np.argsort(-scores, kind="stable")
-    guess_in, guess_out = top[:pair[0]], top[m - pair[1]:] if pair[1] else top[:0]
+    guess_in, guess_out = top[: pair[0]], top[m - pair[1] :] if pair[1] else top[:0]
     correct = int((guess_in < member.size).sum() + (guess_out >= member.size).sum())
     return one_run_margin(claim.curve(1.0).blow_up_inverse, m, pair[0] + pair[1], correct, alpha) > 0
 

@@ -25,9 +25,13 @@ CLAIM, TRUE_EPSILON, DELTA, STEPS = 4.0, 3.9, 1e-5, 2
 
 def _gaussian_mu(epsilon: float, delta: float) -> float:
     """mu of the Gaussian mechanism that is exactly (epsilon, delta)-DP (Balle & Wang 2018)."""
+
     def delta_at(mu: float) -> float:
-        return float(np.exp(scipy.special.log_ndtr(-epsilon / mu + mu / 2))
-                     - np.exp(epsilon + scipy.special.log_ndtr(-epsilon / mu - mu / 2)))
+        return float(
+            np.exp(scipy.special.log_ndtr(-epsilon / mu + mu / 2))
+            - np.exp(epsilon + scipy.special.log_ndtr(-epsilon / mu - mu / 2))
+        )
+
     return scipy.optimize.brentq(lambda mu: delta_at(mu) - delta, 0.05, 20.0)
 
 
@@ -71,8 +75,14 @@ def test_a_full_batch_gaussian_within_the_claim_is_not_a_refuted_claim(tmp_path)
     results = []
     for seed in range(3):
         evidence = run_with_canaries(
-            lambda out, seed=seed: FullBatchGaussian(target_epsilon=CLAIM, noise_seed=20_000 + seed, steps=STEPS, batch=1),
-            tmp_path / f"run-{seed}", canaries=10_000, partners=16, rng=np.random.default_rng(seed))
+            lambda out, seed=seed: FullBatchGaussian(
+                target_epsilon=CLAIM, noise_seed=20_000 + seed, steps=STEPS, batch=1
+            ),
+            tmp_path / f"run-{seed}",
+            canaries=10_000,
+            partners=16,
+            rng=np.random.default_rng(seed),
+        )
         results.append(analyse([evidence], confidence=0.95, full=False))
     claim = results[0].claim
     assert abs(claim.epsilon - CLAIM) < 0.01 and {round(s.sampling_probability, 2) for s in claim.segments} == {0.5}

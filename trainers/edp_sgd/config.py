@@ -38,33 +38,67 @@ __all__ = ["DEFAULT_VOCAB_SIZE", "EdpSgdConfig"]
 class EdpSgdConfig(TorchTrainConfig):
     """Settings of one sgd / dp-sgd / eDP-SGD fine-tuning run (Dupuy et al. 2021)."""
 
-    learning_rate: float | None = field(default=None, metadata=_help(
-        "Adam learning rate (the paper uses Adam in every mode). Default 2e-3 for private modes, 1e-3 for sgd."))
+    learning_rate: float | None = field(
+        default=None,
+        metadata=_help(
+            "Adam learning rate (the paper uses Adam in every mode). Default 2e-3 for private modes, 1e-3 for sgd."
+        ),
+    )
     # Overrides DpOptions.clip_norm: what is clipped depends on --mode (an example, or a micro-batch: sensitivity 2C).
-    clip_norm: float = field(default=1.0, metadata=_help(
-        "Clip norm C: per example (dp-sgd; sensitivity C), or per micro-batch with per-layer norms C_l, "
-        "sum C_l^2 = C^2 (edp-sgd; sensitivity 2C: one example can flip its micro-batch's clipped gradient)."))
-    physical_batch: int = field(default=16, metadata=_help(
-        "dp-sgd and edp-sgd: examples per vectorized per-example-gradient chunk (memory knob only)."))
-    mode: Mode = field(default="edp-sgd", metadata=_help(
-        "sgd: non-private baseline (Adam). dp-sgd: per-example clipping (see --clip-engine), sensitivity C. "
-        "edp-sgd: micro-batch clipping with per-layer clip norms (Algorithm 1 of Dupuy et al.), sensitivity 2C."))
-    non_private: bool = field(default=False, metadata=_help(
-        "Train without clipping or noise: the same run as --mode sgd (e.g. a public model to start from: "
-        "--data-split public --non-private)."))
-    micro_batches: int = field(default=8, metadata=_help(
-        "edp-sgd: micro-batches per logical batch (k); each example goes to micro-batch hash(example) mod k."))
-    scale_from: ScaleFrom = field(default="public", metadata=_help(
-        "edp-sgd per-layer clip norms from the first-iteration gradient on public.jsonl (default) or on private "
-        "train.jsonl (an extra release NOT covered by epsilon; privacy.json says so)."))
-    noise_draw: NoiseDraw = field(default="process", metadata=_help(
-        "edp-sgd performance knob, same distribution either way: process = one Gaussian per process carrying its "
-        "micro-batches' noise (fast); micro-batch = one per micro-batch as in Algorithm 1 (values independent of "
-        "the number of processes)."))
-    clip_engine: ClipEngine = field(default="ghost", metadata=_help(
-        "dp-sgd and edp-sgd performance knob, same clipped sum either way: ghost = per-example / per-micro-batch norms "
-        "from activations and output gradients in one backward pass (Li et al. 2022; Bu et al. 2023); vmap = "
-        "materialized per-example gradients (torch.func). ghost falls back to vmap for unsupported layers."))
+    clip_norm: float = field(
+        default=1.0,
+        metadata=_help(
+            "Clip norm C: per example (dp-sgd; sensitivity C), or per micro-batch with per-layer norms C_l, "
+            "sum C_l^2 = C^2 (edp-sgd; sensitivity 2C: one example can flip its micro-batch's clipped gradient)."
+        ),
+    )
+    physical_batch: int = field(
+        default=16,
+        metadata=_help("dp-sgd and edp-sgd: examples per vectorized per-example-gradient chunk (memory knob only)."),
+    )
+    mode: Mode = field(
+        default="edp-sgd",
+        metadata=_help(
+            "sgd: non-private baseline (Adam). dp-sgd: per-example clipping (see --clip-engine), sensitivity C. "
+            "edp-sgd: micro-batch clipping with per-layer clip norms (Algorithm 1 of Dupuy et al.), sensitivity 2C."
+        ),
+    )
+    non_private: bool = field(
+        default=False,
+        metadata=_help(
+            "Train without clipping or noise: the same run as --mode sgd (e.g. a public model to start from: "
+            "--data-split public --non-private)."
+        ),
+    )
+    micro_batches: int = field(
+        default=8,
+        metadata=_help(
+            "edp-sgd: micro-batches per logical batch (k); each example goes to micro-batch hash(example) mod k."
+        ),
+    )
+    scale_from: ScaleFrom = field(
+        default="public",
+        metadata=_help(
+            "edp-sgd per-layer clip norms from the first-iteration gradient on public.jsonl (default) or on private "
+            "train.jsonl (an extra release NOT covered by epsilon; privacy.json says so)."
+        ),
+    )
+    noise_draw: NoiseDraw = field(
+        default="process",
+        metadata=_help(
+            "edp-sgd performance knob, same distribution either way: process = one Gaussian per process carrying its "
+            "micro-batches' noise (fast); micro-batch = one per micro-batch as in Algorithm 1 (values independent of "
+            "the number of processes)."
+        ),
+    )
+    clip_engine: ClipEngine = field(
+        default="ghost",
+        metadata=_help(
+            "dp-sgd and edp-sgd performance knob, same clipped sum either way: ghost = per-example / per-micro-batch norms "
+            "from activations and output gradients in one backward pass (Li et al. 2022; Bu et al. 2023); vmap = "
+            "materialized per-example gradients (torch.func). ghost falls back to vmap for unsupported layers."
+        ),
+    )
 
     #: The refusals name --mode sgd (--non-private is its other spelling, which --mode dp-sgd contradicts).
     NO_NOISE: ClassVar[str] = "--mode sgd"

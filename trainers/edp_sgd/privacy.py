@@ -51,23 +51,46 @@ def paper_claim(plan: PrivacyPlan, steps: int) -> dict[str, Any]:
     }
 
 
-def record_parts(*, plan: PrivacyPlan, steps: int, mode: str, clipper: Any, micro_batches: int,
-                 unaccounted_releases: Sequence[str] = (), details: Mapping[str, Any] | None = None) -> RecordParts:
+def record_parts(
+    *,
+    plan: PrivacyPlan,
+    steps: int,
+    mode: str,
+    clipper: Any,
+    micro_batches: int,
+    unaccounted_releases: Sequence[str] = (),
+    details: Mapping[str, Any] | None = None,
+) -> RecordParts:
     """What edp-sgd says in ``privacy.json`` for a run of ``steps`` steps (the core builds the record)."""
     details = dict(details or {})
     if not plan.private:
-        return RecordParts(mechanism="", nonprivate_mechanism="non-private training (--mode sgd): no clipping, no noise.",
-                           details=details, steps_from_n=True)
+        return RecordParts(
+            mechanism="",
+            nonprivate_mechanism="non-private training (--mode sgd): no clipping, no noise.",
+            details=details,
+            steps_from_n=True,
+        )
     q = sampling_rate(plan)
     if mode == "dp-sgd":
-        clipping = (f"per-example clipping to C = {clipper.clip_norm:g} (torch.func per-example gradients), "
-                    f"sensitivity C = {clipper.sensitivity:g}")
+        clipping = (
+            f"per-example clipping to C = {clipper.clip_norm:g} (torch.func per-example gradients), "
+            f"sensitivity C = {clipper.sensitivity:g}"
+        )
     else:
-        clipping = (f"micro-batch clipping (k = {micro_batches} micro-batches per step, each example in micro-batch "
-                    f"sha256(--seed, text, label) mod k, independent of the other examples) with per-layer clip norms "
-                    f"C_l, C = sqrt(sum C_l^2) = {clipper.clip_norm:.6g}; sensitivity {clipper.sensitivity_factor:g}C = "
-                    f"{clipper.sensitivity:.6g}")
-    mechanism = (f"Poisson-subsampled Gaussian (q = {q:.4g}), {clipping}; Gaussian noise of std sigma_e x sensitivity "
-                 f"on the summed gradient (sigma_e {schedule_text(plan)}), add/remove one example")
-    return private_parts(mechanism=mechanism, clipper=clipper, details=details, paper_claim=paper_claim(plan, steps),
-                         unaccounted_releases=list(unaccounted_releases))
+        clipping = (
+            f"micro-batch clipping (k = {micro_batches} micro-batches per step, each example in micro-batch "
+            f"sha256(--seed, text, label) mod k, independent of the other examples) with per-layer clip norms "
+            f"C_l, C = sqrt(sum C_l^2) = {clipper.clip_norm:.6g}; sensitivity {clipper.sensitivity_factor:g}C = "
+            f"{clipper.sensitivity:.6g}"
+        )
+    mechanism = (
+        f"Poisson-subsampled Gaussian (q = {q:.4g}), {clipping}; Gaussian noise of std sigma_e x sensitivity "
+        f"on the summed gradient (sigma_e {schedule_text(plan)}), add/remove one example"
+    )
+    return private_parts(
+        mechanism=mechanism,
+        clipper=clipper,
+        details=details,
+        paper_claim=paper_claim(plan, steps),
+        unaccounted_releases=list(unaccounted_releases),
+    )

@@ -67,10 +67,20 @@ from dpaudit.training.privacy_plan import PrivacyPlan
 
 #: The contract suite's run (:meth:`EdpSgdTrainer.tiny_config`): eDP-SGD classification of a 2-layer
 #: BERT on 16-token texts, one epoch of 16-example batches in 4 micro-batches (6 steps).
-TINY_SETTINGS: dict[str, Any] = {"mode": "edp-sgd", "task": "classify", "preset": "tiny", "vocab_size": 300,
-                                  "max_length": 16, "epochs": 1, "batch_size": 16, "micro_batches": 4,
-                                  "learning_rate": 1e-3, "noise_multiplier": 1.0, "eval_examples": 8,
-                                  "checkpoint_every": 1000}
+TINY_SETTINGS: dict[str, Any] = {
+    "mode": "edp-sgd",
+    "task": "classify",
+    "preset": "tiny",
+    "vocab_size": 300,
+    "max_length": 16,
+    "epochs": 1,
+    "batch_size": 16,
+    "micro_batches": 4,
+    "learning_rate": 1e-3,
+    "noise_multiplier": 1.0,
+    "eval_examples": 8,
+    "checkpoint_every": 1000,
+}
 _PROCESS_NOISE_KEY = 1 << 20  # keys of per-process noise draws, apart from micro-batch indices
 
 
@@ -117,10 +127,11 @@ class _Plugin(TorchPlugin):
         """The clipper (it owns the sensitivity) and, for edp-sgd, the fixed micro-batch slots."""
         config = self.config
         self.clipper = None
-        model_names = self.names[:len(self.model_params)]  # without a white-box audit's block
+        model_names = self.names[: len(self.model_params)]  # without a white-box audit's block
         if config.mode == "dp-sgd":
-            self.clipper = PerExampleClipper(self.model, per_example_losses, clip_norm=config.clip_norm,
-                                             physical_batch=config.physical_batch)
+            self.clipper = PerExampleClipper(
+                self.model, per_example_losses, clip_norm=config.clip_norm, physical_batch=config.physical_batch
+            )
         elif config.mode == "edp-sgd":
             k = config.micro_batches
             self.slots = sampling.example_slots(self.data.train.texts, self.data.train.labels, k, salt=self.seed)
@@ -132,14 +143,24 @@ class _Plugin(TorchPlugin):
                 size = min(len(self.encoded[split].lengths), max(1, round(config.batch_size / k)))
                 idx = self.data.labelled_rows(split)[:size]  # classify: public rows with a class id
                 if not idx.size:
-                    raise UserInputError(f"--scale-from public: no row of {self.data_dir / 'public.jsonl'} has a label in "
-                                         "the label set; declare --labels that cover them or map them with --unknown-label.")
+                    raise UserInputError(
+                        f"--scale-from public: no row of {self.data_dir / 'public.jsonl'} has a label in "
+                        "the label set; declare --labels that cover them or map them with --unknown-label."
+                    )
                 batch = self._on_device(self._batch(split, idx, generator=_seeded(self.seed, _EVAL_STREAM, 1)))
-                norms = layer_clip_norms(self.model, per_example_losses, batch, clip_norm=config.clip_norm,
-                                         param_groups=groups, num_groups=len(self.group_names))
+                norms = layer_clip_norms(
+                    self.model,
+                    per_example_losses,
+                    batch,
+                    clip_norm=config.clip_norm,
+                    param_groups=groups,
+                    num_groups=len(self.group_names),
+                )
             self.layer_norms = norms
             # Sensitivity 2C from the clipping function alone, never from the private slot occupancy.
-            self.clipper = MicrobatchClipper(self.model, per_example_losses, layer_clip_norms=norms, param_groups=groups)
+            self.clipper = MicrobatchClipper(
+                self.model, per_example_losses, layer_clip_norms=norms, param_groups=groups
+            )
             if self.audit is not None:  # the block's group l is clipped to C_l like the model's layer group l
                 self.audit.clip_microbatches(k, norms)
         if self.clipper is not None and config.clip_engine == "ghost":  # the same clipped sums, one backward pass
@@ -150,7 +171,9 @@ class _Plugin(TorchPlugin):
             except UnsupportedModel as err:  # fall back to the vmap clippers
                 self.ghost_refused = str(err)
 
-    def aggregate(self, step: int, indices: np.ndarray, sigma: float | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:
+    def aggregate(
+        self, step: int, indices: np.ndarray, sigma: float | None = None
+    ) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The summed, clipped and noised gradient of the batch ``indices`` over all processes, and
         [loss sum, correct sum, clipped units, units clipped, clipped-sum norm, noise norm] telemetry
         (a float64 tensor on the run's device: no host sync). ``sigma``: :meth:`TorchPlugin.aggregate`."""
@@ -173,9 +196,15 @@ class _Plugin(TorchPlugin):
         zero = torch.zeros((), dtype=torch.float64, device=self.device)
         return zero, zero, 0, zero  # loss sum, correct sum, units, units clipped
 
-    def _microbatch_share(self, step: int, indices: np.ndarray, audit_rows: np.ndarray, sigma: float,
-                          cpu: dict[str, torch.Tensor] | None,
-                          full: dict[str, torch.Tensor] | None) -> tuple[list[torch.Tensor] | None, list[noise.Draw], tuple]:
+    def _microbatch_share(
+        self,
+        step: int,
+        indices: np.ndarray,
+        audit_rows: np.ndarray,
+        sigma: float,
+        cpu: dict[str, torch.Tensor] | None,
+        full: dict[str, torch.Tensor] | None,
+    ) -> tuple[list[torch.Tensor] | None, list[noise.Draw], tuple]:
         """eDP-SGD: this process's micro-batches (j = rank mod processes), each clipped per layer, and
         their noise draws of std sigma x sensitivity / sqrt(k) each (Dupuy et al. 2021, Algorithm 1).
         ``audit_rows`` (a white-box audit's) join their slots' micro-batches before these are clipped."""
@@ -200,19 +229,28 @@ class _Plugin(TorchPlugin):
         if self.ghost is not None:
             result = self._ghost_sum(cpu, full, [groups[j] for j in mine], extra_sq=extra_sq)
         else:
-            result = self.clipper.clipped_sum(full, [groups[j] for j in mine], chunk_examples=config.physical_batch,
-                                              extra_sq=extra_sq)
+            result = self.clipper.clipped_sum(
+                full, [groups[j] for j in mine], chunk_examples=config.physical_batch, extra_sq=extra_sq
+            )
         grads = self._with_block(result.grads, audit.clipped(result.factors) if audit is not None else None)
         return grads, draws, (result.loss_sum, result.correct_sum, result.units, result.clipped)
 
-    def _example_share(self, step: int, indices: np.ndarray, audit_rows: np.ndarray, sigma: float,
-                       cpu: dict[str, torch.Tensor] | None,
-                       full: dict[str, torch.Tensor] | None) -> tuple[list[torch.Tensor] | None, list[noise.Draw], tuple]:
+    def _example_share(
+        self,
+        step: int,
+        indices: np.ndarray,
+        audit_rows: np.ndarray,
+        sigma: float,
+        cpu: dict[str, torch.Tensor] | None,
+        full: dict[str, torch.Tensor] | None,
+    ) -> tuple[list[torch.Tensor] | None, list[noise.Draw], tuple]:
         """sgd / dp-sgd: this process's slice of the batch, summed (dp-sgd: each example clipped to C;
         process 0 draws the noise of std sigma x C). ``audit_rows`` (a white-box audit's) are units of
         their own, clipped by the same rule and added by process 0."""
         mode, world = self.config.mode, self.world
-        draws = [(sigma * self.clipper.sensitivity, (step,))] if mode == "dp-sgd" and world.primary and sigma > 0 else []
+        draws = (
+            [(sigma * self.clipper.sensitivity, (step,))] if mode == "dp-sgd" and world.primary and sigma > 0 else []
+        )
         block = self._audit_example_sum(audit_rows, self.clipper.clip_norm if mode == "dp-sgd" else None)
         share = np.array_split(np.arange(len(indices)), world.size)[world.rank] if len(indices) else np.arange(0)
         if not len(share):
@@ -227,8 +265,11 @@ class _Plugin(TorchPlugin):
             result = self.ghost.clipped_sum(sub, np.arange(len(share)), len(share), valid=valid)
         else:
             result = self.clipper.clipped_sum(sub)
-        return self._with_block(result.grads, block), draws, (result.loss_sum, result.correct_sum, result.units,
-                                                              result.clipped)
+        return (
+            self._with_block(result.grads, block),
+            draws,
+            (result.loss_sum, result.correct_sum, result.units, result.clipped),
+        )
 
     def _plain_sum(self, sub: dict[str, torch.Tensor]) -> tuple[list[torch.Tensor], tuple]:
         """sgd: the unclipped gradient sum of the examples ``sub`` (one backward pass)."""
@@ -241,8 +282,14 @@ class _Plugin(TorchPlugin):
         zero = torch.zeros((), dtype=torch.float64, device=self.device)
         return grads, (losses.detach().sum().double(), correct.sum().double(), len(losses), zero)
 
-    def _ghost_sum(self, cpu: dict[str, torch.Tensor], full: dict[str, torch.Tensor], groups: list[np.ndarray], *,
-                   extra_sq: torch.Tensor | None = None) -> Clipped:
+    def _ghost_sum(
+        self,
+        cpu: dict[str, torch.Tensor],
+        full: dict[str, torch.Tensor],
+        groups: list[np.ndarray],
+        *,
+        extra_sq: torch.Tensor | None = None,
+    ) -> Clipped:
         """The ghost clipper's sum over the micro-batches ``groups`` (index arrays into the batch);
         ``extra_sq`` [L, non-empty groups]: :meth:`GhostClipper.clipped_sum`'s (a white-box audit's block)."""
         groups = [g for g in groups if len(g)]  # none: the clipper returns zeros for an empty batch
@@ -250,8 +297,9 @@ class _Plugin(TorchPlugin):
         owner = np.repeat(np.arange(len(groups)), [len(g) for g in groups])
         on_device = to_device(rows, self.device)
         sub = {key: v[on_device] for key, v in full.items()}
-        return self.ghost.clipped_sum(sub, owner, len(groups), valid=cpu["mask4"][rows, 0, 0, :] == 0,
-                                      extra_sq=extra_sq)
+        return self.ghost.clipped_sum(
+            sub, owner, len(groups), valid=cpu["mask4"][rows, 0, 0, :] == 0, extra_sq=extra_sq
+        )
 
     # -- outputs -----------------------------------------------------------------------------
 
@@ -260,8 +308,9 @@ class _Plugin(TorchPlugin):
         unaccounted: list[str] = []
         if config.mode == "edp-sgd":
             details["micro_batches"] = config.micro_batches
-            details["microbatch_assignment"] = ("sha256(--seed, text, label) mod k: fixed per example, independent of "
-                                                "other examples")
+            details["microbatch_assignment"] = (
+                "sha256(--seed, text, label) mod k: fixed per example, independent of other examples"
+            )
             if config.scale_from == "public":
                 details["layer_clip_norms_from"] = "public.jsonl"
                 details["layer_clip_norms"] = dict(zip(self.group_names, self.layer_norms))
@@ -269,10 +318,17 @@ class _Plugin(TorchPlugin):
                 details["layer_clip_norms_from"] = "train.jsonl (private; the values are in manifest.json only)"
                 unaccounted.append(
                     "per-layer clip norms were computed from the first-iteration gradient on private train.jsonl "
-                    "(--scale-from private): an extra release of private data NOT covered by the epsilon.")
-        return privacy.record_parts(plan=plan, steps=steps, mode=config.mode, clipper=self.clipper,
-                                    micro_batches=config.micro_batches, unaccounted_releases=unaccounted,
-                                    details=details)
+                    "(--scale-from private): an extra release of private data NOT covered by the epsilon."
+                )
+        return privacy.record_parts(
+            plan=plan,
+            steps=steps,
+            mode=config.mode,
+            clipper=self.clipper,
+            micro_batches=config.micro_batches,
+            unaccounted_releases=unaccounted,
+            details=details,
+        )
 
 
 class EdpSgdTrainer(TorchTrainer):
@@ -281,8 +337,10 @@ class EdpSgdTrainer(TorchTrainer):
 
     name: ClassVar[str] = "edp-sgd"
     #: The last line of ``dpaudit train --trainer edp-sgd --help``.
-    example: ClassVar[str] = ("Example: dpaudit train --trainer edp-sgd --data runs/data --out runs/clf-dp8 --mode edp-sgd "
-                              "--micro-batches 4 --epochs 3 --batch-size 32 --target-epsilon 8")
+    example: ClassVar[str] = (
+        "Example: dpaudit train --trainer edp-sgd --data runs/data --out runs/clf-dp8 --mode edp-sgd "
+        "--micro-batches 4 --epochs 3 --batch-size 32 --target-epsilon 8"
+    )
     Config: ClassVar[type] = EdpSgdConfig
     Plugin: ClassVar[type] = _Plugin
     TINY_SETTINGS: ClassVar[dict[str, Any]] = TINY_SETTINGS

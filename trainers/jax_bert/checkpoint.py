@@ -55,7 +55,9 @@ class Checkpoint:
 def flatten_with_names(tree: Any, prefix: str) -> dict[str, np.ndarray]:
     """Leaves of ``tree`` as host numpy arrays keyed ``prefix/<key path>``."""
     leaves = jax.tree_util.tree_flatten_with_path(tree)[0]
-    return {f"{prefix}/{jax.tree_util.keystr(path)}": np.array(jax.device_get(leaf), order="C") for path, leaf in leaves}
+    return {
+        f"{prefix}/{jax.tree_util.keystr(path)}": np.array(jax.device_get(leaf), order="C") for path, leaf in leaves
+    }
 
 
 def unflatten_like(template: Any, arrays: dict[str, np.ndarray], prefix: str, *, source: Path) -> Any:
@@ -81,8 +83,6 @@ def unflatten_like(template: Any, arrays: dict[str, np.ndarray], prefix: str, *,
     return jax.tree_util.tree_unflatten(treedef, leaves)
 
 
-
-
 def save_checkpoint(
     directory: str | os.PathLike[str],
     *,
@@ -102,8 +102,9 @@ def save_checkpoint(
         keep: how many checkpoints to keep (older ones are deleted after the new one is in place).
     """
     arrays = {**flatten_with_names(params, "params"), **flatten_with_names(opt_state, "opt_state")}
-    return write_checkpoint(directory, step=step, write_arrays=lambda path: save_file(arrays, str(path)), state=state,
-                            keep=keep)
+    return write_checkpoint(
+        directory, step=step, write_arrays=lambda path: save_file(arrays, str(path)), state=state, keep=keep
+    )
 
 
 def read_state(path: str | os.PathLike[str]) -> dict[str, Any]:
@@ -114,7 +115,9 @@ def read_state(path: str | os.PathLike[str]) -> dict[str, Any]:
     try:
         state = json.loads(state_path.read_text(encoding="utf-8"))
     except (OSError, json.JSONDecodeError) as err:
-        raise UserInputError(f"{state_path}: unreadable checkpoint state ({err}); delete that checkpoint folder.") from None
+        raise UserInputError(
+            f"{state_path}: unreadable checkpoint state ({err}); delete that checkpoint folder."
+        ) from None
     identity = state.get("identity") if isinstance(state, dict) else None
     if isinstance(identity, dict) and isinstance(identity.get("config"), dict):
         identity["config"] = JaxBertConfig.upgrade_stored(identity["config"])
@@ -131,11 +134,15 @@ def restore_checkpoint(path: str | os.PathLike[str], *, params_template: Any, op
     state = read_state(path)
     arrays_path = path / ARRAYS_NAME
     if sha256_file(arrays_path) != state.get("arrays_sha256"):
-        raise UserInputError(f"{arrays_path} does not match its state.json hash; delete {path} to resume from an older one.")
+        raise UserInputError(
+            f"{arrays_path} does not match its state.json hash; delete {path} to resume from an older one."
+        )
     try:
         arrays = load_file(str(arrays_path))
     except (SafetensorError, OSError) as err:  # truncated or garbled, though its recorded hash was rewritten to match
-        raise UserInputError(f"{arrays_path}: unreadable checkpoint arrays ({err}); delete {path} to resume from an older one.") from None
+        raise UserInputError(
+            f"{arrays_path}: unreadable checkpoint arrays ({err}); delete {path} to resume from an older one."
+        ) from None
     params = unflatten_like(params_template, arrays, "params", source=arrays_path)
     opt_state = unflatten_like(opt_state_template, arrays, "opt_state", source=arrays_path)
     return Checkpoint(step=int(state["step"]), params=params, opt_state=opt_state, state=state, path=path)

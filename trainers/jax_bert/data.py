@@ -46,8 +46,11 @@ def encode_texts(tokenizer: tokenizers.Tokenizer, texts: Sequence[str], *, max_l
         return {"input_ids": empty, "attention_mask": empty.copy(), "content_key": np.zeros((0, 2), np.uint32)}
     input_ids = np.asarray([e.ids for e in encodings], dtype=np.int32)
     attention_mask = np.asarray([e.attention_mask for e in encodings], dtype=np.int32)
-    return {"input_ids": input_ids, "attention_mask": attention_mask,
-            "content_key": content_keys(input_ids, attention_mask)}
+    return {
+        "input_ids": input_ids,
+        "attention_mask": attention_mask,
+        "content_key": content_keys(input_ids, attention_mask),
+    }
 
 
 _MASK_PERSON = b"dpaudit.mlm-mask"  # BLAKE2b personalization: the same content hash as the torch trainers'

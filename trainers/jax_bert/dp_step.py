@@ -116,9 +116,7 @@ def per_example_grads(loss_fn: LossFn, params: PyTree, batch: PyTree) -> PyTree:
 def per_example_global_norms(grads: PyTree) -> jax.Array:
     """L2 norm of each example's whole gradient (all leaves together), shape ``[m]``."""
     leaves = jax.tree.leaves(grads)
-    sq = sum(
-        jnp.sum(jnp.square(g.astype(jnp.float32)).reshape(g.shape[0], -1), axis=1) for g in leaves
-    )
+    sq = sum(jnp.sum(jnp.square(g.astype(jnp.float32)).reshape(g.shape[0], -1), axis=1) for g in leaves)
     return jnp.sqrt(sq)
 
 
@@ -154,18 +152,14 @@ def clip_by_global_norm_per_example(grads: PyTree, clip_norm: float) -> tuple[Py
     clip_norm = check_clip_norm(clip_norm)
     norms = per_example_global_norms(grads)
     factors = clip_factors(norms, clip_norm)
-    clipped = jax.tree.map(
-        lambda g: (g * factors.reshape((-1,) + (1,) * (g.ndim - 1))).astype(g.dtype), grads
-    )
+    clipped = jax.tree.map(lambda g: (g * factors.reshape((-1,) + (1,) * (g.ndim - 1))).astype(g.dtype), grads)
     return clipped, norms
 
 
 def _weighted_sum(weights: jax.Array, grads: PyTree) -> PyTree:
     """sum_k weights[k] * grads[k] per leaf, in float32 (elementwise: exact, fused, no matmul precision)."""
     return jax.tree.map(
-        lambda g: jnp.sum(
-            weights.reshape((-1,) + (1,) * (g.ndim - 1)) * g.astype(jnp.float32), axis=0
-        ),
+        lambda g: jnp.sum(weights.reshape((-1,) + (1,) * (g.ndim - 1)) * g.astype(jnp.float32), axis=0),
         grads,
     )
 
@@ -186,9 +180,7 @@ def tree_add(a: PyTree, b: PyTree) -> PyTree:
     return jax.tree.map(jnp.add, a, b)
 
 
-def step_stats(
-    loss: jax.Array, aux: dict[str, jax.Array], mask: jax.Array, n_clipped: jax.Array
-) -> ChunkStats:
+def step_stats(loss: jax.Array, aux: dict[str, jax.Array], mask: jax.Array, n_clipped: jax.Array) -> ChunkStats:
     """One micro-step's masked loss sum, MLM counts, batch size and clipped count."""
     return ChunkStats(
         loss_sum=jnp.sum(mask * loss.astype(jnp.float32)),
@@ -229,9 +221,7 @@ def check_chunk(batch: PyTree, mask: Any) -> None:
         raise ValueError(f"mask must have shape [S, m], got {shape}.")
     for leaf in jax.tree.leaves(batch):
         if tuple(leaf.shape[:2]) != shape:
-            raise ValueError(
-                f"every batch array must start with the mask's shape {shape}, got {leaf.shape}."
-            )
+            raise ValueError(f"every batch array must start with the mask's shape {shape}, got {leaf.shape}.")
 
 
 #: Default number of examples per vmap(grad) call inside the scan (see ``make_clipped_sum_fn``):
@@ -332,9 +322,7 @@ def _make_grad_sum_fn(
             stats = tree_add(stats, step_stats(loss, aux, step_mask, jnp.zeros((), jnp.float32)))
             return acc, stats
 
-        (acc, stats), _ = jax.lax.scan(
-            skip_if_empty(micro_step), (zeros_f32(params), zero_stats()), (batch, mask)
-        )
+        (acc, stats), _ = jax.lax.scan(skip_if_empty(micro_step), (zeros_f32(params), zero_stats()), (batch, mask))
         return acc, stats
 
     return grad_sum
@@ -459,9 +447,7 @@ def dirac_norms(gain: jax.Array) -> jax.Array:
     return jnp.sqrt(jnp.square(gain.astype(jnp.float32)))
 
 
-def audit_clipped_sum(
-    block_size: int, clip_factors_of: Callable[[jax.Array], jax.Array], rows: AuditRows
-) -> jax.Array:
+def audit_clipped_sum(block_size: int, clip_factors_of: Callable[[jax.Array], jax.Array], rows: AuditRows) -> jax.Array:
     """The audit block's clipped sum over one chunk's audit slots, vectorized (no loop over rows).
 
     Audit row r's gradient is ``gain[r] * e_{coordinate[r]}`` on the block and zero on the model
@@ -613,8 +599,9 @@ class _Engine:
         the division and the optimizer (what the audit observes). Nothing is synced to the host.
         """
         if self._audit_finish is None:
-            raise ValueError("this step hosts no gradient canaries (non-private, or its clipped sum carries no "
-                             "clipping rule).")
+            raise ValueError(
+                "this step hosts no gradient canaries (non-private, or its clipped sum carries no clipping rule)."
+            )
         params, opt_state, block, key = self._place(params, opt_state, block, key)
         acc, stats = self._clipped_sums(params, chunks)
         block_acc = self._zeros(block.values)
@@ -674,7 +661,9 @@ def make_dp_train_step(
     else:
         clipped_sum = clipped_sum_fn
         if getattr(clipped_sum, "sensitivity", None) != clip_norm:
-            raise ValueError(f"clipped_sum_fn.sensitivity must equal clip_norm={clip_norm}, got {getattr(clipped_sum, 'sensitivity', None)}.")
+            raise ValueError(
+                f"clipped_sum_fn.sensitivity must equal clip_norm={clip_norm}, got {getattr(clipped_sum, 'sensitivity', None)}."
+            )
 
     def finish(params, opt_state, acc, stats, key, noise_std, expected_batch_size):
         noisy, z = _add_noise(acc, key, noise_std)

@@ -143,13 +143,19 @@ def _ghost_terms(tape: _Tape, params_flat: dict[Key, jax.Array]) -> tuple[jax.Ar
     # Tied word table: input rows (scatter of e by token id) plus the decoder's G^T Hd, and their cross term.
     g_at_ids = jnp.take_along_axis(logits_grad, ids[:, None, :].astype(jnp.int32), axis=2)  # [m, P, L]
     sq = sq + _same_id_gram_sq_norms(ids, e)
-    sq = sq + jnp.sum(_einsum("mpv,mqv->mpq", logits_grad, logits_grad) * _einsum("mpd,mqd->mpq", decoder_in, decoder_in), axis=(1, 2))
+    sq = sq + jnp.sum(
+        _einsum("mpv,mqv->mpq", logits_grad, logits_grad) * _einsum("mpd,mqd->mpq", decoder_in, decoder_in), axis=(1, 2)
+    )
     sq = sq + 2.0 * jnp.sum(_einsum("mld,mpd->mpl", e, decoder_in) * g_at_ids, axis=(1, 2))
-    covered = set(small) | {module + ("kernel",) for module in tape.dense} | {
-        _EMBEDDINGS + ("word_embeddings", "embedding"),
-        _EMBEDDINGS + ("position_embeddings", "embedding"),
-        _EMBEDDINGS + ("token_type_embeddings", "embedding"),
-    }
+    covered = (
+        set(small)
+        | {module + ("kernel",) for module in tape.dense}
+        | {
+            _EMBEDDINGS + ("word_embeddings", "embedding"),
+            _EMBEDDINGS + ("position_embeddings", "embedding"),
+            _EMBEDDINGS + ("token_type_embeddings", "embedding"),
+        }
+    )
     missing = set(params_flat) - covered
     if missing:
         raise ValueError(f"ghost clipping does not cover parameters {sorted('/'.join(k) for k in missing)}.")
@@ -161,8 +167,9 @@ def _token_types(batch: PyTree) -> jax.Array:
     return jnp.zeros_like(batch["input_ids"]) if types is None else types
 
 
-def _weighted_sums(tape: _Tape, weights: jax.Array, small: dict[Key, jax.Array],
-                   params_flat: dict[Key, jax.Array]) -> dict[Key, jax.Array]:
+def _weighted_sums(
+    tape: _Tape, weights: jax.Array, small: dict[Key, jax.Array], params_flat: dict[Key, jax.Array]
+) -> dict[Key, jax.Array]:
     """sum_i weights_i * grad_i for every parameter, without forming any per-example gradient.
 
     The weight of example i is applied to whichever factor of its gradient is smallest (the
@@ -210,7 +217,9 @@ def make_ghost_clipped_sum_fn(
         params_flat = traverse_util.flatten_dict(params)
 
         def forward(step_batch: PyTree, perturbations: PyTree | None, mutable: list[str]):
-            variables = {"params": params} if perturbations is None else {"params": params, "perturbations": perturbations}
+            variables = (
+                {"params": params} if perturbations is None else {"params": params, "perturbations": perturbations}
+            )
             return model.apply(
                 variables,
                 step_batch["input_ids"],

@@ -86,26 +86,37 @@ def expected_layout(model_dir: Path, config: dict[str, Any]) -> ExpectedTensors:
     architectures = [str(a) for a in config.get("architectures") or ()]
     other = [a for a in architectures if architecture_kind(a) not in (None, MASKED_LM)]
     if other and not any(architecture_kind(a) == MASKED_LM for a in architectures):
-        raise UserInputError(f"{Path(model_dir) / CONFIG_NAME}: architectures names {other[0]}, but jax-bert trains a "
-                             "masked LM and starts from a BERT masked LM (BertForMaskedLM, BertForPreTraining); pass "
-                             "one, or train this model with a torch trainer (--trainer edp-sgd).")
+        raise UserInputError(
+            f"{Path(model_dir) / CONFIG_NAME}: architectures names {other[0]}, but jax-bert trains a "
+            "masked LM and starts from a BERT masked LM (BertForMaskedLM, BertForPreTraining); pass "
+            "one, or train this model with a torch trainer (--trainer edp-sgd)."
+        )
     try:
         bert = BertConfig.from_hf_dict(config)
     except (ValueError, TypeError) as err:
         raise UserInputError(f"{Path(model_dir) / CONFIG_NAME}: {err}") from None
-    required = {hf_name(path): (shape[::-1] if path[-1] == "kernel" else shape)
-                for path, shape in _param_shapes(bert).items()}
+    required = {
+        hf_name(path): (shape[::-1] if path[-1] == "kernel" else shape) for path, shape in _param_shapes(bert).items()
+    }
     vocab, hidden = bert.vocab_size, bert.hidden_size
-    optional: dict[str, tuple[int, ...] | None] = {"cls.predictions.decoder.weight": (vocab, hidden),
-                                                   _TIED_BIAS: (vocab,)}
+    optional: dict[str, tuple[int, ...] | None] = {
+        "cls.predictions.decoder.weight": (vocab, hidden),
+        _TIED_BIAS: (vocab,),
+    }
     optional.update({name: None for name in _IGNORED_KEYS if name not in optional})
-    return ExpectedTensors(architecture="BertForMaskedLM (jax-bert)", required=required, optional=optional,
-                           ignored=tuple("^" + re.escape(p) for p in _IGNORED_PREFIXES),
-                           fallbacks={"cls.predictions.bias": _TIED_BIAS},
-                           embedding="bert.embeddings.word_embeddings.weight")
+    return ExpectedTensors(
+        architecture="BertForMaskedLM (jax-bert)",
+        required=required,
+        optional=optional,
+        ignored=tuple("^" + re.escape(p) for p in _IGNORED_PREFIXES),
+        fallbacks={"cls.predictions.bias": _TIED_BIAS},
+        embedding="bert.embeddings.word_embeddings.weight",
+    )
 
 
-def from_hf_state_dict(state: Mapping[str, np.ndarray], config: BertConfig, *, source: str = "state dict") -> dict[str, Any]:
+def from_hf_state_dict(
+    state: Mapping[str, np.ndarray], config: BertConfig, *, source: str = "state dict"
+) -> dict[str, Any]:
     """``{hf_name: array}`` (a ``BertForMaskedLM`` / ``BertForPreTraining`` checkpoint) -> Flax params.
 
     Also accepts the very old ``LayerNorm.gamma`` / ``LayerNorm.beta`` names and a bias stored only
@@ -125,7 +136,9 @@ def from_hf_state_dict(state: Mapping[str, np.ndarray], config: BertConfig, *, s
     for path, shape in _param_shapes(config).items():
         name = hf_name(path)
         if name not in renamed:
-            raise UserInputError(f"{source}: tensor {name} is missing; this is not a BertForMaskedLM checkpoint of this config.")
+            raise UserInputError(
+                f"{source}: tensor {name} is missing; this is not a BertForMaskedLM checkpoint of this config."
+            )
         array = np.asarray(renamed[name])
         if not np.issubdtype(array.dtype, np.floating):
             raise UserInputError(f"{source}: tensor {name} has dtype {array.dtype}, expected floating point.")
@@ -167,7 +180,9 @@ def _tokenizer_config(config: BertConfig) -> dict[str, Any]:
     }
 
 
-def save_pretrained(out_dir: str | os.PathLike[str], params: Mapping[str, Any], config: BertConfig, tokenizer: tokenizers.Tokenizer) -> None:
+def save_pretrained(
+    out_dir: str | os.PathLike[str], params: Mapping[str, Any], config: BertConfig, tokenizer: tokenizers.Tokenizer
+) -> None:
     """Write a Hugging Face model directory (weights, config and tokenizer), replacing ``out_dir`` atomically.
 
     Args:
@@ -183,7 +198,9 @@ def save_pretrained(out_dir: str | os.PathLike[str], params: Mapping[str, Any], 
     state = to_hf_state_dict(params)
     expected = {hf_name(path) for path in _param_shapes(config)}
     if set(state) != expected:
-        raise ValueError(f"params must match config's parameter tree, got differences in {sorted(set(state) ^ expected)[:3]}.")
+        raise ValueError(
+            f"params must match config's parameter tree, got differences in {sorted(set(state) ^ expected)[:3]}."
+        )
     special_map = {key: value for key, value in _tokenizer_config(config).items() if key.endswith("_token")}
     # only_own=False: model/ is this trainer's own, inside the train directory it holds locked.
     with staged_directory(out_dir, overwrite=True, option="model directory", only_own=False) as staging:
@@ -243,7 +260,9 @@ def _read_tokenizer(model_dir: Path) -> tokenizers.Tokenizer | None:
     return None
 
 
-def load_pretrained(model_dir: str | os.PathLike[str]) -> tuple[dict[str, Any], BertConfig, tokenizers.Tokenizer | None]:
+def load_pretrained(
+    model_dir: str | os.PathLike[str],
+) -> tuple[dict[str, Any], BertConfig, tokenizers.Tokenizer | None]:
     """Read a Hugging Face BERT masked-LM directory into Flax params.
 
     Reads directories written by :func:`save_pretrained` and by transformers' own

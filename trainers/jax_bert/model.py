@@ -103,8 +103,14 @@ class BertConfig:
             raise ValueError(
                 f"hidden_size must be a multiple of num_attention_heads ({self.num_attention_heads}), got {self.hidden_size}."
             )
-        if isinstance(self.pad_token_id, bool) or not isinstance(self.pad_token_id, int) or not 0 <= self.pad_token_id < self.vocab_size:
-            raise ValueError(f"pad_token_id must be an integer in [0, vocab_size={self.vocab_size}), got {self.pad_token_id!r}.")
+        if (
+            isinstance(self.pad_token_id, bool)
+            or not isinstance(self.pad_token_id, int)
+            or not 0 <= self.pad_token_id < self.vocab_size
+        ):
+            raise ValueError(
+                f"pad_token_id must be an integer in [0, vocab_size={self.vocab_size}), got {self.pad_token_id!r}."
+            )
         if not self.layer_norm_eps > 0:
             raise ValueError(f"layer_norm_eps must be > 0, got {self.layer_norm_eps}.")
         if not self.initializer_range > 0:
@@ -197,7 +203,10 @@ class TapedDense(nn.Module):
     @nn.compact
     def __call__(self, inputs: jnp.ndarray) -> jnp.ndarray:
         kernel = self.param(
-            "kernel", nn.initializers.normal(stddev=self.initializer_range), (inputs.shape[-1], self.features), jnp.float32
+            "kernel",
+            nn.initializers.normal(stddev=self.initializer_range),
+            (inputs.shape[-1], self.features),
+            jnp.float32,
         )
         bias = self.param("bias", nn.initializers.zeros, (self.features,), jnp.float32)
         self.sow("tape", "inputs", inputs)
@@ -255,7 +264,9 @@ class BertEmbeddings(nn.Module):
         seq_len = input_ids.shape[-1]
         words = _embed(cfg.vocab_size, cfg, "word_embeddings")(input_ids)
         types = _embed(cfg.type_vocab_size, cfg, "token_type_embeddings")(token_type_ids)
-        positions = _embed(cfg.max_position_embeddings, cfg, "position_embeddings")(jnp.arange(seq_len, dtype=jnp.int32))
+        positions = _embed(cfg.max_position_embeddings, cfg, "position_embeddings")(
+            jnp.arange(seq_len, dtype=jnp.int32)
+        )
         # The perturbation's gradient, dL/d(sum of embeddings), is what all three tables receive.
         hidden = _layer_norm(cfg, "LayerNorm")(self.perturb("embedding_sum", words + types + positions))
         return nn.Dropout(cfg.hidden_dropout_prob)(hidden, deterministic=deterministic)

@@ -43,9 +43,7 @@ def _check(learning_rate: float, warmup_steps: int, total_steps: int) -> None:
     if int(total_steps) != total_steps or total_steps < 1:
         raise ValueError(f"total_steps must be a positive integer, got {total_steps}.")
     if int(warmup_steps) != warmup_steps or not 0 <= warmup_steps < total_steps:
-        raise ValueError(
-            f"warmup_steps must be an integer in [0, total_steps={total_steps}), got {warmup_steps}."
-        )
+        raise ValueError(f"warmup_steps must be an integer in [0, total_steps={total_steps}), got {warmup_steps}.")
 
 
 def learning_rate_schedule(
@@ -75,8 +73,9 @@ def learning_rate_schedule(
     return schedule
 
 
-def _scheduled_rate(count: jax.Array, total_steps: jax.Array, *, lr: float, warm: int,
-                    decay: str = "quadratic") -> jax.Array:
+def _scheduled_rate(
+    count: jax.Array, total_steps: jax.Array, *, lr: float, warm: int, decay: str = "quadratic"
+) -> jax.Array:
     """The rate of :func:`learning_rate_schedule` at ``count`` with ``total_steps`` an (int32) array.
 
     Bit-identical to the schedule with ``total_steps`` a Python constant as it compiled before: XLA
@@ -101,8 +100,9 @@ class ScheduleState(NamedTuple):
     total_steps: jax.Array  # int32 scalar; set by init_optimizer
 
 
-def scale_by_runtime_schedule(*, learning_rate: float, warmup_steps: int,
-                              decay: str = "quadratic") -> optax.GradientTransformation:
+def scale_by_runtime_schedule(
+    *, learning_rate: float, warmup_steps: int, decay: str = "quadratic"
+) -> optax.GradientTransformation:
     """``optax.scale_by_learning_rate(schedule)`` with ``total_steps`` read from the state at run time.
 
     The same ops as optax's ``scale_by_schedule(lambda c: -1 * schedule(c))``: the negated rate cast
@@ -171,6 +171,4 @@ def make_optimizer(
     schedule = learning_rate_schedule(
         learning_rate=learning_rate, warmup_steps=warmup_steps, total_steps=total_steps, decay=decay
     )
-    return optax.adamw(
-        learning_rate=schedule, b1=b1, b2=b2, eps=eps, weight_decay=float(weight_decay)
-    )
+    return optax.adamw(learning_rate=schedule, b1=b1, b2=b2, eps=eps, weight_decay=float(weight_decay))

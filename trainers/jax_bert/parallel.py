@@ -65,9 +65,7 @@ def maybe_initialize_distributed(env: Mapping[str, str] | None = None) -> bool:
         return False
     process_id = _env_int(env, _ENV_PROCESS_ID)
     if not 0 <= process_id < num_processes:
-        raise UserInputError(
-            f"{_ENV_PROCESS_ID} must be in [0, {num_processes}), got {process_id}."
-        )
+        raise UserInputError(f"{_ENV_PROCESS_ID} must be in [0, {num_processes}), got {process_id}.")
     local = env.get(_ENV_LOCAL_DEVICES, "").strip()
     local_ids = [int(x) for x in local.split(",")] if local else None
     if jax.distributed.is_initialized():
@@ -115,10 +113,7 @@ def check_physical_batch(mesh: Mesh, physical_batch: int) -> None:
     """Raises if a micro-step's examples (``--physical-batch``) cannot be split evenly over the mesh's devices."""
     n = mesh.shape[DATA_AXIS]
     if physical_batch % n:
-        raise UserInputError(
-            f"--physical-batch {physical_batch} must be a multiple of the number of devices ({n})."
-        )
-
+        raise UserInputError(f"--physical-batch {physical_batch} must be a multiple of the number of devices ({n}).")
 
 
 def place_chunk(mesh: Mesh, batch: Any, mask: Any) -> tuple[Any, jax.Array]:

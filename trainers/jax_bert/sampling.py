@@ -49,9 +49,7 @@ def _check_physical_batch(physical_batch: int) -> None:
         raise ValueError(f"physical_batch must be a positive integer, got {physical_batch}.")
 
 
-def shuffle_batches(
-    rng: np.random.Generator, dataset_size: int, batch_size: int
-) -> Iterator[np.ndarray]:
+def shuffle_batches(rng: np.random.Generator, dataset_size: int, batch_size: int) -> Iterator[np.ndarray]:
     """Yields fixed-size batches of sorted int64 indices from shuffled epochs, forever.
 
     This is the non-Poisson variant, allowed only behind ``--sampling shuffle``: the epsilon the
@@ -61,9 +59,7 @@ def shuffle_batches(
     """
     _check_dataset_size(dataset_size)
     if int(batch_size) != batch_size or not 1 <= batch_size <= dataset_size:
-        raise ValueError(
-            f"batch_size must be an integer in [1, dataset_size={dataset_size}], got {batch_size}."
-        )
+        raise ValueError(f"batch_size must be an integer in [1, dataset_size={dataset_size}], got {batch_size}.")
     per_epoch = dataset_size // batch_size
     while True:
         order = rng.permutation(int(dataset_size))
@@ -96,19 +92,21 @@ def microstep_capacity(
     mean = dataset_size * sampling_probability
     if not math.isclose(expected_batch_size, mean, rel_tol=1e-6, abs_tol=1e-9):
         raise ValueError(
-            f"expected_batch_size must equal dataset_size * sampling_probability = {mean}, "
-            f"got {expected_batch_size}."
+            f"expected_batch_size must equal dataset_size * sampling_probability = {mean}, got {expected_batch_size}."
         )
     # Smallest K with P(X > K) < target; isf is a good first guess, then make it exact.
     k = int(stats.binom.isf(OVERFLOW_PROBABILITY, dataset_size, sampling_probability))
     k = max(0, min(k, dataset_size))
-    while k > 0 and overflow_probability(
-        k - 1, dataset_size=dataset_size, sampling_probability=sampling_probability
-    ) < OVERFLOW_PROBABILITY:
+    while (
+        k > 0
+        and overflow_probability(k - 1, dataset_size=dataset_size, sampling_probability=sampling_probability)
+        < OVERFLOW_PROBABILITY
+    ):
         k -= 1
-    while overflow_probability(
-        k, dataset_size=dataset_size, sampling_probability=sampling_probability
-    ) >= OVERFLOW_PROBABILITY:
+    while (
+        overflow_probability(k, dataset_size=dataset_size, sampling_probability=sampling_probability)
+        >= OVERFLOW_PROBABILITY
+    ):
         k += 1
     return max(1, math.ceil(k / physical_batch))
 

@@ -169,7 +169,9 @@ def load_inject_dir(data_dir: Path, *, split: str = "train") -> InjectRun:
     if not data.split(SPLIT_FILES[split]).texts:
         raise UserInputError(f"{data_dir / SPLIT_FILES[split]} is empty; there is nothing to train on.")
     if not data.public_texts:
-        raise UserInputError(f"{data_dir / PUBLIC} is empty; the tokenizer is trained on it only (rerun inject with a public split).")
+        raise UserInputError(
+            f"{data_dir / PUBLIC} is empty; the tokenizer is trained on it only (rerun inject with a public split)."
+        )
     return data
 
 
@@ -181,10 +183,17 @@ NOISE_SAMPLER = "jax-bm96"
 def plan_options(config: JaxBertConfig) -> dict[str, Any]:
     """The keyword arguments of :func:`~dpaudit.training.privacy_plan.plan_privacy` this config sets: its
     (steps, batch) schedule, sigma given or calibrated for ``--target-epsilon``, the declared size."""
-    return {"stages": config.schedule, "non_private": config.non_private, "noise_multiplier": config.noise_multiplier,
-            "target_epsilon": config.target_epsilon, "delta": config.delta, "declared_size": config.dataset_size,
-            "batch_option": "--batch-schedule" if config.batch_schedule else "--batch-size",
-            "noise_sampler": NOISE_SAMPLER, "accept_noise_tail": config.accept_noise_tail}
+    return {
+        "stages": config.schedule,
+        "non_private": config.non_private,
+        "noise_multiplier": config.noise_multiplier,
+        "target_epsilon": config.target_epsilon,
+        "delta": config.delta,
+        "declared_size": config.dataset_size,
+        "batch_option": "--batch-schedule" if config.batch_schedule else "--batch-size",
+        "noise_sampler": NOISE_SAMPLER,
+        "accept_noise_tail": config.accept_noise_tail,
+    }
 
 
 def plan_run_privacy(config: JaxBertConfig, dataset_size: int) -> PrivacyPlan:
@@ -218,9 +227,19 @@ class _Compiled:
 
 @functools.lru_cache(maxsize=8)
 def compiled_functions(
-    bert_config: Any, *, private: bool, clip_norm: float, clipping: str, learning_rate: float, warmup_steps: int,
+    bert_config: Any,
+    *,
+    private: bool,
+    clip_norm: float,
+    clipping: str,
+    learning_rate: float,
+    warmup_steps: int,
     lr_decay: str,
-    weight_decay: float, mesh: Any, mask_token_id: int, special_ids: tuple[int, ...], mask_prob: float,
+    weight_decay: float,
+    mesh: Any,
+    mask_token_id: int,
+    special_ids: tuple[int, ...],
+    mask_prob: float,
     max_predictions: int,
 ) -> _Compiled:
     """The model, optimizer, step, masking and evaluation functions of one configuration.
@@ -232,20 +251,29 @@ def compiled_functions(
     what a 6-step run compiled.
     """
     model = FlaxBertForMaskedLM(bert_config)
-    optimizer = make_optimizer(learning_rate=learning_rate, warmup_steps=warmup_steps, weight_decay=weight_decay,
-                               decay=lr_decay)
+    optimizer = make_optimizer(
+        learning_rate=learning_rate, warmup_steps=warmup_steps, weight_decay=weight_decay, decay=lr_decay
+    )
     loss_fn = functools.partial(example_mlm_loss, model=model)
     if private:
         clipped_sum = make_ghost_clipped_sum_fn(model, clip_norm=clip_norm) if clipping == "ghost" else None
-        step = dp_step.make_dp_train_step(loss_fn, optimizer, clip_norm=clip_norm, mesh=mesh, clipped_sum_fn=clipped_sum)
+        step = dp_step.make_dp_train_step(
+            loss_fn, optimizer, clip_norm=clip_norm, mesh=mesh, clipped_sum_fn=clipped_sum
+        )
     else:
         step = dp_step.make_nonprivate_train_step(loss_fn, optimizer, mesh=mesh)
-    mask_one = functools.partial(mask_tokens, mask_token_id=mask_token_id, vocab_size=bert_config.vocab_size,
-                                 special_ids=jnp.asarray(special_ids, jnp.int32), mask_prob=mask_prob,
-                                 max_predictions=max_predictions)
+    mask_one = functools.partial(
+        mask_tokens,
+        mask_token_id=mask_token_id,
+        vocab_size=bert_config.vocab_size,
+        special_ids=jnp.asarray(special_ids, jnp.int32),
+        mask_prob=mask_prob,
+        max_predictions=max_predictions,
+    )
 
-    def mask_batch(key: jax.Array, content_key: jax.Array, input_ids: jax.Array,
-                   attention_mask: jax.Array) -> dict[str, jax.Array]:
+    def mask_batch(
+        key: jax.Array, content_key: jax.Array, input_ids: jax.Array, attention_mask: jax.Array
+    ) -> dict[str, jax.Array]:
         # docs/privacy.md, "One example's contribution": each example's mask key is the step's public key with its own content key
         # (a hash of its token ids, data.content_keys) folded in: never its index in the file nor its
         # slot, so one example joining, leaving or repeating cannot change another example's mask.
@@ -261,8 +289,9 @@ def compiled_functions(
         w_pred = weights * aux["n_predictions"]
         return jnp.stack([jnp.sum(w_pred * losses), jnp.sum(weights * aux["n_correct"]), jnp.sum(w_pred)])
 
-    return _Compiled(model=model, optimizer=optimizer, step=step, mask_batch=jax.jit(mask_batch),
-                     eval_sums=jax.jit(eval_sums))
+    return _Compiled(
+        model=model, optimizer=optimizer, step=step, mask_batch=jax.jit(mask_batch), eval_sums=jax.jit(eval_sums)
+    )
 
 
 # ----------------------------------------------------------------------------------------------
@@ -290,8 +319,9 @@ class _Step(ClippedSumStep):
         noise_key = jax.random.fold_in(run.noise_key, step)
         if run.mesh is not None:
             noise_key = parallel.replicate(run.mesh, noise_key)
-        run.params, run.opt_state, metrics = run.fns.step(run.params, run.opt_state, chunks, noise_key, sigma,
-                                                          expected_batch)
+        run.params, run.opt_state, metrics = run.fns.step(
+            run.params, run.opt_state, chunks, noise_key, sigma, expected_batch
+        )
         return metrics
 
     def _audit_call(self, step: int, indices: np.ndarray, sigma: float, expected_batch: float) -> Any:
@@ -304,7 +334,8 @@ class _Step(ClippedSumStep):
         if run.mesh is not None:
             noise_key = parallel.replicate(run.mesh, noise_key)
         run.params, run.opt_state, run.canary_block, metrics, noisy = run.fns.step.audit_step(
-            run.params, run.opt_state, run.canary_block, chunks, audit_rows, noise_key, sigma, expected_batch)
+            run.params, run.opt_state, run.canary_block, chunks, audit_rows, noise_key, sigma, expected_batch
+        )
         run.canaries.observe(step, np.asarray(jax.device_get(noisy), dtype=np.float64))
         return metrics
 
@@ -329,8 +360,9 @@ class _ShuffleSampler:
         plan = self.plan_of()
         segment, offset = plan.stage_at(step)
         if step != self.next_step or offset == 0:
-            self.stream = sampling.shuffle_batches(self.source.numpy_generator(_SHUFFLE_STREAM, segment), dataset_size,
-                                                   plan.batch_at(step))
+            self.stream = sampling.shuffle_batches(
+                self.source.numpy_generator(_SHUFFLE_STREAM, segment), dataset_size, plan.batch_at(step)
+            )
             for _ in range(offset):
                 next(self.stream)
         self.next_step = step + 1
@@ -448,19 +480,32 @@ class _Plugin(TrainerPlugin):
         self.train_texts = self.data.split(SPLIT_FILES[config.data_split]).texts
         self.real_size = len(self.train_texts)
         audit_rows = self.canaries.rows if self.canaries is not None else 0
-        inputs, identity, frequencies, self.starting_point = run_inputs(self.data, init_from=config.init_from,
-                                                                        data_split=config.data_split,
-                                                                        layout=hf_io.expected_layout)
-        return RunData(size=self.real_size + audit_rows, inputs=inputs, identity=identity, frequencies=frequencies,
-                       split=config.data_split, start=self.starting_point)
+        inputs, identity, frequencies, self.starting_point = run_inputs(
+            self.data, init_from=config.init_from, data_split=config.data_split, layout=hf_io.expected_layout
+        )
+        return RunData(
+            size=self.real_size + audit_rows,
+            inputs=inputs,
+            identity=identity,
+            frequencies=frequencies,
+            split=config.data_split,
+            start=self.starting_point,
+        )
 
     def settings(self) -> RunSettings:
         config = self.config
         return RunSettings(
-            config=config.to_dict(), run_only=JaxBertConfig.RUN_ONLY_FIELDS, noise_seed=config.noise_seed,
-            keep_checkpoints=config.keep_checkpoints, plan=plan_options(config),
-            ledger={"sampling": ledger_sampling(config), "privacy_unit": "example"}, log_every=config.log_every,
-            checkpoint_every=config.checkpoint_every, eval_every=config.eval_every, progress_label=self.name)
+            config=config.to_dict(),
+            run_only=JaxBertConfig.RUN_ONLY_FIELDS,
+            noise_seed=config.noise_seed,
+            keep_checkpoints=config.keep_checkpoints,
+            plan=plan_options(config),
+            ledger={"sampling": ledger_sampling(config), "privacy_unit": "example"},
+            log_every=config.log_every,
+            checkpoint_every=config.checkpoint_every,
+            eval_every=config.eval_every,
+            progress_label=self.name,
+        )
 
     def init_model(self, resume_state: Mapping[str, Any] | None) -> None:
         """Mesh, tokenizer (public.jsonl only, or the start's), encoded training split, parameters from --seed (or
@@ -476,27 +521,43 @@ class _Plugin(TrainerPlugin):
             self._check_tokenizer(resume_state)
         else:
             self._train_tokenizer(resume_state)
-            self.bert_config = preset_config(config.preset, vocab_size=self.tokenizer.get_vocab_size(),
-                                             max_position_embeddings=max(128, config.max_length))
-            self.params = init_params(self.bert_config, jax.random.fold_in(base_key, _INIT_STREAM),
-                                      seq_len=config.max_length,
-                                      zero_rows=[self.tokenizer.token_to_id(t) for t in self.data.new_tokens])
+            self.bert_config = preset_config(
+                config.preset,
+                vocab_size=self.tokenizer.get_vocab_size(),
+                max_position_embeddings=max(128, config.max_length),
+            )
+            self.params = init_params(
+                self.bert_config,
+                jax.random.fold_in(base_key, _INIT_STREAM),
+                seq_len=config.max_length,
+                zero_rows=[self.tokenizer.token_to_id(t) for t in self.data.new_tokens],
+            )
         specials = special_token_ids(self.tokenizer)
         self.train_enc = encode_texts(self.tokenizer, self.train_texts, max_length=config.max_length)
         self.train_key = jax.random.fold_in(base_key, _TRAIN_STREAM)
         self.fns = compiled_functions(
-            self.bert_config, private=not config.non_private, clip_norm=config.clip_norm, clipping=config.clip_engine,
-            learning_rate=config.learning_rate, warmup_steps=config.warmup_steps, lr_decay=config.lr_decay,
+            self.bert_config,
+            private=not config.non_private,
+            clip_norm=config.clip_norm,
+            clipping=config.clip_engine,
+            learning_rate=config.learning_rate,
+            warmup_steps=config.warmup_steps,
+            lr_decay=config.lr_decay,
             weight_decay=config.weight_decay,
-            mesh=self.mesh, mask_token_id=specials["mask"], special_ids=tuple(sorted(set(specials.values()))),
-            mask_prob=config.mask_prob, max_predictions=config.resolved_max_predictions)
+            mesh=self.mesh,
+            mask_token_id=specials["mask"],
+            special_ids=tuple(sorted(set(specials.values()))),
+            mask_prob=config.mask_prob,
+            max_predictions=config.resolved_max_predictions,
+        )
         self._setup_eval()
 
     def _train_tokenizer(self, resume_state: Mapping[str, Any] | None) -> None:
         config = self.config
         try:
-            self.tokenizer = train_wordpiece(self.data.public_texts, vocab_size=config.resolved_vocab_size,
-                                             new_tokens=self.data.new_tokens)
+            self.tokenizer = train_wordpiece(
+                self.data.public_texts, vocab_size=config.resolved_vocab_size, new_tokens=self.data.new_tokens
+            )
         except ValueError as err:
             raise UserInputError(f"--vocab-size {config.resolved_vocab_size}: {err}") from None
         self._check_tokenizer(resume_state)
@@ -504,8 +565,11 @@ class _Plugin(TrainerPlugin):
     def _check_tokenizer(self, resume_state: Mapping[str, Any] | None) -> None:
         self.tokenizer_sha = hashlib.sha256(self.tokenizer.to_str().encode("utf-8")).hexdigest()
         if resume_state is not None and resume_state.get("tokenizer_sha256") != self.tokenizer_sha:
-            where = ("the start's tokenizer" if self.starting_point is not None
-                     else "the tokenizer retrained on public.jsonl")
+            where = (
+                "the start's tokenizer"
+                if self.starting_point is not None
+                else "the tokenizer retrained on public.jsonl"
+            )
             raise UserInputError(f"--out {self.out_dir}: {where} differs from the checkpoint's; use a new --out.")
 
     def make_step(self, dataset_size: int, resume_state: Mapping[str, Any] | None) -> _Step:
@@ -540,9 +604,13 @@ class _Plugin(TrainerPlugin):
         if self.canaries is not None:
             values = jnp.zeros((self.canaries.size,), jnp.float32)
             self.canary_block = dp_step.AuditBlock(
-                values, init_optimizer(self.fns.optimizer, values, total_steps=plan.total_steps))
+                values, init_optimizer(self.fns.optimizer, values, total_steps=plan.total_steps)
+            )
         if self.mesh is not None:  # global replicated arrays (device_put cannot span processes)
-            self.params, self.opt_state = parallel.replicate(self.mesh, self.params), parallel.replicate(self.mesh, self.opt_state)
+            self.params, self.opt_state = (
+                parallel.replicate(self.mesh, self.params),
+                parallel.replicate(self.mesh, self.opt_state),
+            )
             if self.canary_block is not None:
                 self.canary_block = parallel.replicate(self.mesh, self.canary_block)
 
@@ -550,8 +618,11 @@ class _Plugin(TrainerPlugin):
         ckpt.save_checkpoint(directory, step=step, params=self.params, opt_state=self.opt_state, state=dict(state))
 
     def extra_state(self) -> dict[str, Any]:
-        return {"jax_key": np.asarray(jax.random.key_data(self.train_key)).tolist(),  # public (--seed)
-                "tokenizer_sha256": self.tokenizer_sha, "noise_multiplier": self.plan.noise_multiplier}
+        return {
+            "jax_key": np.asarray(jax.random.key_data(self.train_key)).tolist(),  # public (--seed)
+            "tokenizer_sha256": self.tokenizer_sha,
+            "noise_multiplier": self.plan.noise_multiplier,
+        }
 
     # -- batches and evaluation ------------------------------------------------------------------
 
@@ -591,15 +662,20 @@ class _Plugin(TrainerPlugin):
 
     def _masked(self, mask_key: jax.Array, idx: np.ndarray) -> dict[str, jax.Array]:
         """The real rows ``idx [S, m]``, masked on device."""
-        return self.fns.mask_batch(mask_key, self.train_enc["content_key"][idx], self.train_enc["input_ids"][idx],
-                                   self.train_enc["attention_mask"][idx])
+        return self.fns.mask_batch(
+            mask_key,
+            self.train_enc["content_key"][idx],
+            self.train_enc["input_ids"][idx],
+            self.train_enc["attention_mask"][idx],
+        )
 
     def _chunks(self, step: int, indices: np.ndarray) -> list[tuple[dict[str, jax.Array], np.ndarray]]:
         mask_key = self._mask_key(step)
         return [(self._masked(mask_key, idx), mask) for idx, mask in self._packed(step, indices)]
 
-    def _audit_chunks(self, step: int, indices: np.ndarray) -> tuple[list[tuple[dict[str, jax.Array], np.ndarray]],
-                                                                      list[dp_step.AuditRows]]:
+    def _audit_chunks(
+        self, step: int, indices: np.ndarray
+    ) -> tuple[list[tuple[dict[str, jax.Array], np.ndarray]], list[dp_step.AuditRows]]:
         """The chunks of a run with gradient canaries (real rows only), and the step's audit rows.
 
         A sampled index ``i >= N`` is audit row ``i - N``. Only the real rows go through the model: they
@@ -617,12 +693,15 @@ class _Plugin(TrainerPlugin):
         chunks = [(self._masked(mask_key, idx), mask) for idx, mask in packed]
         pieces = []
         for start in range(0, len(audit), AUDIT_PIECE):
-            rows = audit[start:start + AUDIT_PIECE]
+            rows = audit[start : start + AUDIT_PIECE]
             pad = AUDIT_PIECE - len(rows)
-            pieces.append(dp_step.AuditRows(
-                gain=np.pad(canaries.gain[rows].astype(np.float32), (0, pad))[None, :],
-                coordinate=np.pad(canaries.coordinate[rows].astype(np.int32), (0, pad))[None, :],
-                mask=np.pad(np.ones(len(rows), np.float32), (0, pad))[None, :]))
+            pieces.append(
+                dp_step.AuditRows(
+                    gain=np.pad(canaries.gain[rows].astype(np.float32), (0, pad))[None, :],
+                    coordinate=np.pad(canaries.coordinate[rows].astype(np.int32), (0, pad))[None, :],
+                    mask=np.pad(np.ones(len(rows), np.float32), (0, pad))[None, :],
+                )
+            )
         return chunks, pieces
 
     def _chunk_capacity(self, step: int, n: int, m: int) -> int:
@@ -643,14 +722,20 @@ class _Plugin(TrainerPlugin):
         private = plan.private
         rows = []
         for (step, _), metrics in zip(pending, jax.device_get([m for _, m in pending])):
-            rows.append({
-                "step": step + 1, "loss": _num(metrics.loss),
-                "train_accuracy": _num(metrics.n_correct / max(float(metrics.n_predictions), 1.0)),
-                "batch_size": int(metrics.batch_size), "expected_batch_size": plan.batch_at(step),
-                "grad_snr": _num(metrics.grad_snr) if private else None,
-                "clip_fraction": _num(metrics.clip_fraction) if private else None,
-                "clipped_sum_norm": _num(metrics.clipped_sum_norm),
-                "noise_norm": _num(metrics.noise_norm) if private else None, "telemetry_private": True})
+            rows.append(
+                {
+                    "step": step + 1,
+                    "loss": _num(metrics.loss),
+                    "train_accuracy": _num(metrics.n_correct / max(float(metrics.n_predictions), 1.0)),
+                    "batch_size": int(metrics.batch_size),
+                    "expected_batch_size": plan.batch_at(step),
+                    "grad_snr": _num(metrics.grad_snr) if private else None,
+                    "clip_fraction": _num(metrics.clip_fraction) if private else None,
+                    "clipped_sum_norm": _num(metrics.clipped_sum_norm),
+                    "noise_norm": _num(metrics.noise_norm) if private else None,
+                    "telemetry_private": True,
+                }
+            )
         return rows
 
     def evaluate(self) -> dict[str, float]:
@@ -658,8 +743,12 @@ class _Plugin(TrainerPlugin):
             return {}
         total = sum(self.fns.eval_sums(self.params, batch, w) for batch, w in self.eval_batches)
         loss_sum, correct, preds = (float(x) for x in jax.device_get(total))
-        return {"eval_loss": loss_sum / max(preds, 1.0), "mlm_accuracy": correct / max(preds, 1.0),
-                MLM_BASELINE_KEY: self.eval_baseline, **self.eval_rows}
+        return {
+            "eval_loss": loss_sum / max(preds, 1.0),
+            "mlm_accuracy": correct / max(preds, 1.0),
+            MLM_BASELINE_KEY: self.eval_baseline,
+            **self.eval_rows,
+        }
 
     # -- outputs ---------------------------------------------------------------------------------
 
@@ -670,20 +759,34 @@ class _Plugin(TrainerPlugin):
         """jax-bert's words for privacy.json: DP-SGD with per-example clipping (Abadi et al. 2016)."""
         config = self.config
         shuffle = config.sampling == "shuffle"
-        sampled = ("fixed-size shuffled batches (--sampling shuffle)" if shuffle
-                   else "Poisson-subsampled with rate q = expected batch / N")
-        mechanism = (f"DP-SGD (Abadi et al. 2016): {sampled}; each example's gradient clipped to L2 norm "
-                     f"C = {config.clip_norm:g} (sensitivity C under add/remove of one example); Gaussian noise of std "
-                     f"sigma * C added once to the clipped sum per step; {steps} steps.")
-        delta_rule = ("given by --delta" if config.delta is not None
-                      else accounting.DEFAULT_DELTA_RULE.replace("default ", "default: ", 1))
+        sampled = (
+            "fixed-size shuffled batches (--sampling shuffle)"
+            if shuffle
+            else "Poisson-subsampled with rate q = expected batch / N"
+        )
+        mechanism = (
+            f"DP-SGD (Abadi et al. 2016): {sampled}; each example's gradient clipped to L2 norm "
+            f"C = {config.clip_norm:g} (sensitivity C under add/remove of one example); Gaussian noise of std "
+            f"sigma * C added once to the clipped sum per step; {steps} steps."
+        )
+        delta_rule = (
+            "given by --delta"
+            if config.delta is not None
+            else accounting.DEFAULT_DELTA_RULE.replace("default ", "default: ", 1)
+        )
         tokenizer_note = self._tokenizer_note()
         notes = (["caveat: " + SHUFFLE_NOTE] if shuffle else []) + [f"delta: {delta_rule}", tokenizer_note]
         return RecordParts(
-            mechanism=mechanism, noise_sampler=NOISE_SAMPLER, notes=notes, steps_from_n=False, sampling=config.sampling,
-            guarantee_mechanism=(", Poisson-subsampled Gaussian mechanism with per-example clipping to "
-                                 f"C = {config.clip_norm:g}"),
-            nonprivate_notes=[tokenizer_note])
+            mechanism=mechanism,
+            noise_sampler=NOISE_SAMPLER,
+            notes=notes,
+            steps_from_n=False,
+            sampling=config.sampling,
+            guarantee_mechanism=(
+                f", Poisson-subsampled Gaussian mechanism with per-example clipping to C = {config.clip_norm:g}"
+            ),
+            nonprivate_notes=[tokenizer_note],
+        )
 
     def _tokenizer_note(self) -> str:
         start = self.starting_point
@@ -691,16 +794,24 @@ class _Plugin(TrainerPlugin):
 
     def summary(self) -> dict[str, Any]:
         shuffle = self.config.sampling == "shuffle"
-        return {**({"planned_epsilon": None} if shuffle else {}), "sampling": self.config.sampling,
-                "devices": 1 if self.mesh is None else int(self.mesh.devices.size),
-                "cpu_runtime_tuning": self.runtime_tuning, "checkpoints_kept": bool(self.config.keep_checkpoints),
-                **({"baselines": {MLM_BASELINE_KEY: MLM_BASELINE_RULE}} if self.eval_batches else {})}
+        return {
+            **({"planned_epsilon": None} if shuffle else {}),
+            "sampling": self.config.sampling,
+            "devices": 1 if self.mesh is None else int(self.mesh.devices.size),
+            "cpu_runtime_tuning": self.runtime_tuning,
+            "checkpoints_kept": bool(self.config.keep_checkpoints),
+            **({"baselines": {MLM_BASELINE_KEY: MLM_BASELINE_RULE}} if self.eval_batches else {}),
+        }
 
     def manifest_extra(self) -> dict[str, Any]:
         start = self.starting_point
         tokenizer = "public.jsonl" if start is None else f"the start's tokenizer.json ({start.given})"
-        return {"model": self.bert_config.to_hf_dict(), "tokenizer_trained_on": tokenizer,
-                "private_to_data_owner": True, "noise_seed_note": self.noise.note}
+        return {
+            "model": self.bert_config.to_hf_dict(),
+            "tokenizer_trained_on": tokenizer,
+            "private_to_data_owner": True,
+            "noise_seed_note": self.noise.note,
+        }
 
 
 # ----------------------------------------------------------------------------------------------
@@ -722,15 +833,18 @@ def _load_start(start: StartingPoint, config: JaxBertConfig, new_tokens: Sequenc
     except UserInputError as err:
         raise UserInputError(f"{option}: {err}") from None
     if tokenizer is None or not (start.model_dir / hf_io.TOKENIZER_NAME).is_file():
-        raise UserInputError(f"{option}: no tokenizer.json; the start's fast tokenizer file is needed "
-                             "(tokenizer.save_pretrained(dir)).")
+        raise UserInputError(
+            f"{option}: no tokenizer.json; the start's fast tokenizer file is needed (tokenizer.save_pretrained(dir))."
+        )
     try:
         special_token_ids(tokenizer)
     except ValueError as err:
         raise UserInputError(f"{option}: {err} Use a BERT WordPiece tokenizer.") from None
     if config.max_length > bert_config.max_position_embeddings:
-        raise UserInputError(f"--max-length {config.max_length} exceeds the start's position table "
-                             f"(max_position_embeddings {bert_config.max_position_embeddings}); lower --max-length.")
+        raise UserInputError(
+            f"--max-length {config.max_length} exceeds the start's position table "
+            f"(max_position_embeddings {bert_config.max_position_embeddings}); lower --max-length."
+        )
     try:
         missing_new_tokens(tokenizer, new_tokens, option=option)
     except ValueError as err:
@@ -753,8 +867,10 @@ def check_canary_gains(gain: np.ndarray) -> None:
     with np.errstate(over="ignore"):  # an overflow to inf is what this check reports
         as_f32 = np.abs(np.asarray(gain, np.float64).astype(np.float32))
     if as_f32.size and not (np.all(np.isfinite(as_f32)) and as_f32.max() <= MAX_CANARY_GAIN):
-        raise ValueError(f"canary gains must be finite with |gain| <= {MAX_CANARY_GAIN:.7g} (float32: a larger "
-                         "gain's squared norm overflows and clipping would zero it).")
+        raise ValueError(
+            f"canary gains must be finite with |gain| <= {MAX_CANARY_GAIN:.7g} (float32: a larger "
+            "gain's squared norm overflows and clipping would zero it)."
+        )
 
 
 def _num(x: Any) -> float | None:

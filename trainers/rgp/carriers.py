@@ -32,7 +32,9 @@ def orthonormal_columns(matrix: torch.Tensor) -> torch.Tensor:
     return torch.linalg.qr(matrix, mode="reduced").Q
 
 
-def power_method(delta: torch.Tensor, rank: int, iters: int, generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+def power_method(
+    delta: torch.Tensor, rank: int, iters: int, generator: torch.Generator
+) -> tuple[torch.Tensor, torch.Tensor]:
     """Algorithm 2: carriers L (p x r, orthonormal columns), R (r x d, orthonormal rows) spanning the
     top-r principal subspaces of ``delta`` approximately, after ``iters`` power iterations; r is
     capped at min(p, d)."""
@@ -48,8 +50,9 @@ def power_method(delta: torch.Tensor, rank: int, iters: int, generator: torch.Ge
     return left, orthonormal_columns(right.T).T
 
 
-def random_carriers(shape: tuple[int, int], rank: int, generator: torch.Generator,
-                    dtype: torch.dtype = torch.float32) -> tuple[torch.Tensor, torch.Tensor]:
+def random_carriers(
+    shape: tuple[int, int], rank: int, generator: torch.Generator, dtype: torch.dtype = torch.float32
+) -> tuple[torch.Tensor, torch.Tensor]:
     """RGP-random: orthonormal L (p x r) and R (r x d) of Gaussian matrices, independent of any data."""
     p, d = shape
     r = min(rank, p, d)
@@ -58,14 +61,16 @@ def random_carriers(shape: tuple[int, int], rank: int, generator: torch.Generato
     return left, right.contiguous()
 
 
-def reconstruct(grad_left: torch.Tensor, grad_right: torch.Tensor, left: torch.Tensor,
-                right: torch.Tensor) -> torch.Tensor:
+def reconstruct(
+    grad_left: torch.Tensor, grad_right: torch.Tensor, left: torch.Tensor, right: torch.Tensor
+) -> torch.Tensor:
     """Eq. 3: the update of W from the (noisy) carrier gradients dL (p x r) and dR (r x d)."""
     return grad_left @ right + left @ grad_right - left @ ((left.T @ grad_left) @ right)
 
 
-def reparametrized_linear(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, left: torch.Tensor,
-                          right: torch.Tensor) -> torch.Tensor:
+def reparametrized_linear(
+    x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None, left: torch.Tensor, right: torch.Tensor
+) -> torch.Tensor:
     """Eq. 1 literally: ``x (L R + (W - L R).stop_gradient())^T + b``, in factored form (the carrier
     term costs r (p + d) per row, the p x d product L R is never formed for the batch).
 

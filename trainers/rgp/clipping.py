@@ -84,8 +84,8 @@ class Reparametrization:
         self.names = [name_of[id(p)] for p in self.params]
         trained = {id(p) for p in self.params}
         self.frozen = sorted({name_of[id(p)] for p in model.parameters() if id(p) not in trained})
-        self.unit_names = [f"{n}.{side}" for n in self.names[:len(self.matrices)] for side in ("L", "R")]
-        self.unit_names += self.names[len(self.matrices):]
+        self.unit_names = [f"{n}.{side}" for n in self.names[: len(self.matrices)] for side in ("L", "R")]
+        self.unit_names += self.names[len(self.matrices) :]
         self.embeddings = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)]
 
     def matrix(self, i: int, tensor: torch.Tensor) -> torch.Tensor:
@@ -109,8 +109,15 @@ class CarrierClipper:
     most its clipped vector, of norm <= C, whatever the carriers (they do not depend on the batch).
     """
 
-    def __init__(self, model: torch.nn.Module, loss_fn: LossFn, reparam: Reparametrization, *, clip_norm: float,
-                 physical_batch: int) -> None:
+    def __init__(
+        self,
+        model: torch.nn.Module,
+        loss_fn: LossFn,
+        reparam: Reparametrization,
+        *,
+        clip_norm: float,
+        physical_batch: int,
+    ) -> None:
         self.model, self.loss_fn, self.reparam = model, loss_fn, reparam
         self.clip_norm = float(clip_norm)
         self.sensitivity_factor = 1.0
@@ -171,8 +178,9 @@ class CarrierClipper:
 
     # -- per-example gradients and their clipped sum ----------------------------------------------
 
-    def per_example_grads(self, batch: dict[str, torch.Tensor], lefts: list[torch.Tensor],
-                          rights: list[torch.Tensor]) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
+    def per_example_grads(
+        self, batch: dict[str, torch.Tensor], lefts: list[torch.Tensor], rights: list[torch.Tensor]
+    ) -> tuple[list[torch.Tensor], torch.Tensor, torch.Tensor]:
         """Per-example units ([B, ...] each, in :attr:`Reparametrization.unit_names` order), losses, correct."""
         reparam = self.reparam
         self._linear_out = [None] * len(reparam.linears)
@@ -199,8 +207,9 @@ class CarrierClipper:
         self._linear_out, self._norm_out = [], []
         return units, losses.detach(), correct
 
-    def clipped_sum(self, batch: dict[str, torch.Tensor], lefts: list[torch.Tensor],
-                    rights: list[torch.Tensor]) -> Clipped:
+    def clipped_sum(
+        self, batch: dict[str, torch.Tensor], lefts: list[torch.Tensor], rights: list[torch.Tensor]
+    ) -> Clipped:
         """Sum of the per-example vectors, each scaled to norm <= C, in chunks of ``physical_batch`` examples."""
         device = lefts[0].device
         acc = [torch.zeros(s, device=device) for s in self.reparam.shapes([left.shape[1] for left in lefts])]
@@ -208,10 +217,11 @@ class CarrierClipper:
         # Telemetry stays on the device (no host sync per chunk): float64 0-d tensors.
         loss_sum = correct_sum = clipped = torch.zeros((), dtype=torch.float64, device=device)
         for start in range(0, size, self.physical_batch):
-            chunk = {k: v[start:start + self.physical_batch] for k, v in batch.items()}
+            chunk = {k: v[start : start + self.physical_batch] for k, v in batch.items()}
             units, losses, correct = self.per_example_grads(chunk, lefts, rights)
-            norms = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(u.flatten(1), dim=1) for u in units]),
-                                             dim=0)
+            norms = torch.linalg.vector_norm(
+                torch.stack([torch.linalg.vector_norm(u.flatten(1), dim=1) for u in units]), dim=0
+            )
             factor = (self.clip_norm / norms.clamp(min=_TINY)).clamp(max=1.0)
             for a, u in zip(acc, units):
                 a.add_(torch.tensordot(factor, u, dims=1))

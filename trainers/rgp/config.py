@@ -29,26 +29,56 @@ from dpaudit.training.dp_options import help_text
 class RgpConfig(TorchTrainConfig):
     """Settings of one RGP fine-tuning run (Yu et al. 2021, Algorithm 1)."""
 
-    epochs: int = field(default=20, metadata=help_text("Epochs; one epoch is ceil(N / batch-size) Poisson-sampled steps."))
-    batch_size: int = field(default=512, metadata=help_text(
-        "Expected logical batch size; Poisson sampling rate q = batch-size / number of training examples."))
+    epochs: int = field(
+        default=20, metadata=help_text("Epochs; one epoch is ceil(N / batch-size) Poisson-sampled steps.")
+    )
+    batch_size: int = field(
+        default=512,
+        metadata=help_text(
+            "Expected logical batch size; Poisson sampling rate q = batch-size / number of training examples."
+        ),
+    )
     learning_rate: float = field(default=5e-3, metadata=help_text("Adam learning rate of the reconstructed updates."))
     # Overrides DpOptions.clip_norm: RGP clips each example's joint vector of carrier gradients, not its gradient.
-    clip_norm: float = field(default=1.0, metadata=help_text(
-        "Clip norm C of each example's joint vector (carrier gradients of every matrix, biases, layer norms): "
-        "sensitivity C; the noise is added to each summed carrier gradient."))
-    physical_batch: int = field(default=64, metadata=help_text(
-        "Examples per forward/backward chunk of the per-example carrier gradients (memory knob only)."))
-    rank: int = field(default=16, metadata=help_text(
-        "Reparametrization rank r of the gradient carriers L (p x r), R (r x d) of every weight matrix (Yu et al. use "
-        "1..8); capped at min(p, d) per matrix, where RGP recovers the full gradient."))
-    power_iters: int = field(default=1, metadata=help_text(
-        "K power iterations of Algorithm 2 computing the carriers from the historical update (K = 1 in the paper)."))
-    warmup_steps: int = field(default=10, metadata=help_text(
-        "Steps whose carriers come from the weight W_t itself (Algorithm 1's warm-up); afterwards from the historical "
-        "update W_t - W_0."))
-    random_carriers: bool = field(default=False, metadata=help_text(
-        "RGP-random (the paper's ablation): random orthonormal carriers each step instead of the historical update's."))
+    clip_norm: float = field(
+        default=1.0,
+        metadata=help_text(
+            "Clip norm C of each example's joint vector (carrier gradients of every matrix, biases, layer norms): "
+            "sensitivity C; the noise is added to each summed carrier gradient."
+        ),
+    )
+    physical_batch: int = field(
+        default=64,
+        metadata=help_text(
+            "Examples per forward/backward chunk of the per-example carrier gradients (memory knob only)."
+        ),
+    )
+    rank: int = field(
+        default=16,
+        metadata=help_text(
+            "Reparametrization rank r of the gradient carriers L (p x r), R (r x d) of every weight matrix (Yu et al. use "
+            "1..8); capped at min(p, d) per matrix, where RGP recovers the full gradient."
+        ),
+    )
+    power_iters: int = field(
+        default=1,
+        metadata=help_text(
+            "K power iterations of Algorithm 2 computing the carriers from the historical update (K = 1 in the paper)."
+        ),
+    )
+    warmup_steps: int = field(
+        default=10,
+        metadata=help_text(
+            "Steps whose carriers come from the weight W_t itself (Algorithm 1's warm-up); afterwards from the historical "
+            "update W_t - W_0."
+        ),
+    )
+    random_carriers: bool = field(
+        default=False,
+        metadata=help_text(
+            "RGP-random (the paper's ablation): random orthonormal carriers each step instead of the historical update's."
+        ),
+    )
 
     #: rgp is always private: a run without noise is another trainer's.
     NO_NOISE: ClassVar[str] = "--trainer edp-sgd --mode sgd"

@@ -25,16 +25,26 @@ __all__ = ["TRAINER", "record_parts"]
 TRAINER = "rgp"
 
 
-def record_parts(*, plan: PrivacyPlan, clipper: Any, rank: int, random_carriers: bool,
-                 details: Mapping[str, Any] | None = None) -> RecordParts:
+def record_parts(
+    *, plan: PrivacyPlan, clipper: Any, rank: int, random_carriers: bool, details: Mapping[str, Any] | None = None
+) -> RecordParts:
     """What rgp says in ``privacy.json`` (the core builds the record)."""
-    origin = ("random orthonormal carriers drawn from the public --seed (RGP-random)" if random_carriers else
-              "carriers from the released historical update by the power method (Algorithm 2)")
-    mechanism = (f"Poisson-subsampled Gaussian (q = {sampling_rate(plan):.4g}), per-example clipping to C = "
-                 f"{clipper.clip_norm:g} of the joint vector of carrier gradients (rank <= {rank}, {origin}) and "
-                 f"non-matrix parameter gradients, sensitivity C = {clipper.sensitivity:g}; Gaussian noise of std "
-                 f"sigma_e x C on every summed coordinate (sigma_e {schedule_text(plan)}); the weight update (Eq. 3) "
-                 "is post-processing; add/remove one example")
-    notes = [("carriers: computed from already released weights (or the public seed), never from this step's batch: "
-              "post-processing, no privacy cost.")]
+    origin = (
+        "random orthonormal carriers drawn from the public --seed (RGP-random)"
+        if random_carriers
+        else "carriers from the released historical update by the power method (Algorithm 2)"
+    )
+    mechanism = (
+        f"Poisson-subsampled Gaussian (q = {sampling_rate(plan):.4g}), per-example clipping to C = "
+        f"{clipper.clip_norm:g} of the joint vector of carrier gradients (rank <= {rank}, {origin}) and "
+        f"non-matrix parameter gradients, sensitivity C = {clipper.sensitivity:g}; Gaussian noise of std "
+        f"sigma_e x C on every summed coordinate (sigma_e {schedule_text(plan)}); the weight update (Eq. 3) "
+        "is post-processing; add/remove one example"
+    )
+    notes = [
+        (
+            "carriers: computed from already released weights (or the public seed), never from this step's batch: "
+            "post-processing, no privacy cost."
+        )
+    ]
     return private_parts(mechanism=mechanism, clipper=clipper, notes=notes, details=details)

@@ -47,10 +47,20 @@ from dpaudit.training.privacy_plan import PrivacyPlan
 
 #: The contract suite's run (:meth:`RgpTrainer.tiny_config`): rank-4 RGP classification of a 2-layer
 #: BERT on 16-token texts, one epoch of 16-example batches (6 steps, 2 of them warm-up).
-TINY_SETTINGS: dict[str, Any] = {"task": "classify", "preset": "tiny", "vocab_size": 300, "max_length": 16,
-                                  "epochs": 1, "batch_size": 16, "rank": 4, "warmup_steps": 2,
-                                  "learning_rate": 1e-3, "noise_multiplier": 1.0, "eval_examples": 8,
-                                  "checkpoint_every": 1000}
+TINY_SETTINGS: dict[str, Any] = {
+    "task": "classify",
+    "preset": "tiny",
+    "vocab_size": 300,
+    "max_length": 16,
+    "epochs": 1,
+    "batch_size": 16,
+    "rank": 4,
+    "warmup_steps": 2,
+    "learning_rate": 1e-3,
+    "noise_multiplier": 1.0,
+    "eval_examples": 8,
+    "checkpoint_every": 1000,
+}
 _CARRIER_STREAM = 13  # public --seed stream of the carriers' Gaussian draws
 
 
@@ -71,8 +81,13 @@ class _Plugin(TorchPlugin):
         return self.reparam.names, self.reparam.params
 
     def _setup_mechanism(self, n: int, resume_state: Mapping[str, Any] | None) -> None:
-        self.clipper = CarrierClipper(self.model, per_example_losses, self.reparam, clip_norm=self.config.clip_norm,
-                                      physical_batch=self.config.physical_batch)
+        self.clipper = CarrierClipper(
+            self.model,
+            per_example_losses,
+            self.reparam,
+            clip_norm=self.config.clip_norm,
+            physical_batch=self.config.physical_batch,
+        )
 
     def carriers(self, step: int) -> tuple[list[torch.Tensor], list[torch.Tensor]]:
         """L and R of every weight matrix at ``step`` (a function of the current weights and the public seed)."""
@@ -93,7 +108,9 @@ class _Plugin(TorchPlugin):
                 rights.append(right)
         return lefts, rights
 
-    def aggregate(self, step: int, indices: np.ndarray, sigma: float | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:
+    def aggregate(
+        self, step: int, indices: np.ndarray, sigma: float | None = None
+    ) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The noised update of every trained tensor (aligned with ``self.params``) and telemetry.
         ``sigma``: :meth:`TorchPlugin.aggregate`."""
         world = self.world
@@ -120,23 +137,32 @@ class _Plugin(TorchPlugin):
             result = self.clipper.clipped_sum(sub, lefts, rights)
             sums = self._with_block(result.grads, block)
             loss_sum, correct_sum, units, clipped = result.loss_sum, result.correct_sum, result.units, result.clipped
-        sums, stats = noised_total(sums, step_noise, (loss_sum, correct_sum, units, clipped), world=world, device=device)
+        sums, stats = noised_total(
+            sums, step_noise, (loss_sum, correct_sum, units, clipped), world=world, device=device
+        )
         k = len(lefts)
-        updates = [self.reparam.matrix(i, reconstruct(sums[2 * i], sums[2 * i + 1], lefts[i], rights[i])).contiguous()
-                   for i in range(k)]  # Eq. 3, in each weight's stored layout
-        return updates + sums[2 * k:], stats
+        updates = [
+            self.reparam.matrix(i, reconstruct(sums[2 * i], sums[2 * i + 1], lefts[i], rights[i])).contiguous()
+            for i in range(k)
+        ]  # Eq. 3, in each weight's stored layout
+        return updates + sums[2 * k :], stats
 
     def _mechanism_parts(self, plan: PrivacyPlan, steps: int, details: dict[str, Any]) -> RecordParts:
         config = self.config
-        details.update({
-            "rank": config.rank, "power_iters": config.power_iters, "warmup_steps": config.warmup_steps,
-            "carriers": "random (public --seed)" if config.random_carriers else "historical update (power method)",
-            "reparametrized_weights": self.reparam.names[:len(self.reparam.matrices)],
-            "clipped_with_the_carriers": self.reparam.names[len(self.reparam.matrices):],
-            "frozen": self.reparam.frozen,
-        })
-        return privacy.record_parts(plan=plan, clipper=self.clipper, rank=config.rank,
-                                    random_carriers=config.random_carriers, details=details)
+        details.update(
+            {
+                "rank": config.rank,
+                "power_iters": config.power_iters,
+                "warmup_steps": config.warmup_steps,
+                "carriers": "random (public --seed)" if config.random_carriers else "historical update (power method)",
+                "reparametrized_weights": self.reparam.names[: len(self.reparam.matrices)],
+                "clipped_with_the_carriers": self.reparam.names[len(self.reparam.matrices) :],
+                "frozen": self.reparam.frozen,
+            }
+        )
+        return privacy.record_parts(
+            plan=plan, clipper=self.clipper, rank=config.rank, random_carriers=config.random_carriers, details=details
+        )
 
 
 class RgpTrainer(TorchTrainer):
@@ -145,8 +171,10 @@ class RgpTrainer(TorchTrainer):
 
     name: ClassVar[str] = "rgp"
     #: The last line of ``dpaudit train --trainer rgp --help``.
-    example: ClassVar[str] = ("Example: dpaudit train --trainer rgp --data runs/data --out runs/clf-rgp8 --rank 16 "
-                              "--epochs 3 --batch-size 32 --target-epsilon 8")
+    example: ClassVar[str] = (
+        "Example: dpaudit train --trainer rgp --data runs/data --out runs/clf-rgp8 --rank 16 "
+        "--epochs 3 --batch-size 32 --target-epsilon 8"
+    )
     Config: ClassVar[type] = RgpConfig
     Plugin: ClassVar[type] = _Plugin
     TINY_SETTINGS: ClassVar[dict[str, Any]] = TINY_SETTINGS

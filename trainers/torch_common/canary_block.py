@@ -70,8 +70,15 @@ class MicrobatchAudit:
     ``(C_l / C)^2 sum_{j in s} b_j^2`` (summed by ``index_add_`` over the positions).
     """
 
-    def __init__(self, gains: torch.Tensor, position: torch.Tensor, units: int, bounds: torch.Tensor,
-                 weights: torch.Tensor, engine_units: np.ndarray) -> None:
+    def __init__(
+        self,
+        gains: torch.Tensor,
+        position: torch.Tensor,
+        units: int,
+        bounds: torch.Tensor,
+        weights: torch.Tensor,
+        engine_units: np.ndarray,
+    ) -> None:
         self.gains, self.position, self.bounds, self.weights = gains, position, bounds, weights
         per_unit = torch.zeros(units, dtype=gains.dtype, device=gains.device)
         if units:
@@ -109,8 +116,15 @@ class AuditBlock:
     #: The block's name among the trained tensors (checkpoints); never a model parameter.
     NAME = "gradient_canaries.audit_block"
 
-    def __init__(self, canaries: GradientCanaries, real_rows: int, *, groups: int | None, device: torch.device,
-                 dtype: torch.dtype = torch.float32) -> None:
+    def __init__(
+        self,
+        canaries: GradientCanaries,
+        real_rows: int,
+        *,
+        groups: int | None,
+        device: torch.device,
+        dtype: torch.dtype = torch.float32,
+    ) -> None:
         self.canaries, self.real_rows, self.groups = canaries, int(real_rows), groups
         shape = (canaries.size,) if groups is None else (groups, canaries.size)
         self.param = torch.nn.Parameter(torch.zeros(shape, dtype=dtype, device=device))

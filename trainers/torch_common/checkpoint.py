@@ -29,17 +29,29 @@ ARRAYS_NAME = CHECKPOINT_ARRAYS
 STATE_NAME = CHECKPOINT_STATE
 
 
-
-def save_checkpoint(directory: Path, *, step: int, names: list[str], params: list[torch.Tensor],
-                    optimizer: torch.optim.Optimizer, state: dict[str, Any], keep: int = 2) -> Path:
+def save_checkpoint(
+    directory: Path,
+    *,
+    step: int,
+    names: list[str],
+    params: list[torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    state: dict[str, Any],
+    keep: int = 2,
+) -> Path:
     """Write checkpoint ``step`` atomically and keep only the newest ``keep`` (:func:`write_checkpoint`)."""
     arrays = {f"params/{n}": p.detach().cpu().contiguous() for n, p in zip(names, params)}
     opt = optimizer.state_dict()
     for index, slots in opt["state"].items():
         for key, value in slots.items():
             arrays[f"opt/{index}/{key}"] = torch.as_tensor(value).detach().cpu().contiguous()
-    return write_checkpoint(directory, step=step, write_arrays=lambda path: save_file(arrays, str(path)),
-                            state={**state, "param_groups": opt["param_groups"]}, keep=keep)
+    return write_checkpoint(
+        directory,
+        step=step,
+        write_arrays=lambda path: save_file(arrays, str(path)),
+        state={**state, "param_groups": opt["param_groups"]},
+        keep=keep,
+    )
 
 
 def read_state(path: Path) -> dict[str, Any]:
@@ -49,23 +61,30 @@ def read_state(path: Path) -> dict[str, Any]:
         raise UserInputError(f"{path / STATE_NAME}: unreadable checkpoint state ({err}); delete that folder.") from None
 
 
-def restore_checkpoint(path: Path, *, names: list[str], params: list[torch.Tensor],
-                       optimizer: torch.optim.Optimizer) -> dict[str, Any]:
+def restore_checkpoint(
+    path: Path, *, names: list[str], params: list[torch.Tensor], optimizer: torch.optim.Optimizer
+) -> dict[str, Any]:
     """Load parameters and optimizer state in place; returns the JSON state."""
     state = read_state(path)
     arrays_path = path / ARRAYS_NAME
     if sha256_file(arrays_path) != state.get("arrays_sha256"):
-        raise UserInputError(f"{arrays_path} does not match its state.json hash; delete {path} to resume from an older one.")
+        raise UserInputError(
+            f"{arrays_path} does not match its state.json hash; delete {path} to resume from an older one."
+        )
     arrays = load_file(str(arrays_path))
     expected = {f"params/{n}" for n in names}
     stored = {k for k in arrays if k.startswith("params/")}
     if expected != stored:
-        raise UserInputError(f"{path}: checkpoint does not match this model "
-                             f"(differences {sorted(expected ^ stored)[:3]}); use a new --out.")
+        raise UserInputError(
+            f"{path}: checkpoint does not match this model "
+            f"(differences {sorted(expected ^ stored)[:3]}); use a new --out."
+        )
     with torch.no_grad():
         for n, p in zip(names, params):
             if arrays[f"params/{n}"].shape != p.shape:
-                raise UserInputError(f"{path}: {n} has shape {list(arrays[f'params/{n}'].shape)}, expected {list(p.shape)}.")
+                raise UserInputError(
+                    f"{path}: {n} has shape {list(arrays[f'params/{n}'].shape)}, expected {list(p.shape)}."
+                )
             p.copy_(arrays[f"params/{n}"])
     opt_state: dict[int, dict[str, torch.Tensor]] = {}
     for key, value in arrays.items():

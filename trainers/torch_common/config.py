@@ -51,13 +51,16 @@ def parse_labels(value: str | list[str]) -> list[str]:
             text = Path(path).read_text(encoding="utf-8")
         except (OSError, UnicodeDecodeError) as err:
             reason = getattr(err, "strerror", None) or str(err)
-            raise ValueError(f"--labels {value}: cannot read {path} ({reason}); give a UTF-8 file of one label per line.") from None
+            raise ValueError(
+                f"--labels {value}: cannot read {path} ({reason}); give a UTF-8 file of one label per line."
+            ) from None
         names = [line.strip() for line in text.splitlines() if line.strip()]
     else:
         names = [part.strip() for part in value.split(",")]
     if any(not name for name in names):
         raise ValueError(f"--labels {value!r} has an empty label name; list names separated by commas.")
     return names
+
 
 __all__ = ["Device", "TorchTrainConfig", "parse_labels"]
 
@@ -76,50 +79,103 @@ class TorchTrainConfig(DpOptions):
     #: A run without noise also refuses a noise decay and its floor.
     PRIVATE_ONLY_FIELDS: ClassVar[tuple[str, ...]] = (*DpOptions.PRIVATE_ONLY_FIELDS, "sigma_min", "noise_decay")
 
-    task: Task = field(default="classify", metadata=help_text(
-        "classify: sequence classification of {'text','label'} rows (intent). mlm: masked-LM fine-tuning on the texts. "
-        "clm: causal-LM (next-token) training of a GPT-2-shaped model (--preset tiny or mini) or any --init-from causal LM."))
-    labels: str | list[str] | None = field(default=None, metadata=help_text(
-        "classify: the label set, a,b,c or @FILE (one label per line); class ids follow this order. Default: the "
-        "labels of public.jsonl. Never taken from train.jsonl: config.json releases it un-noised."))
-    unknown_label: str | None = field(default=None, metadata=help_text(
-        "classify: map rows whose label is outside the label set to NAME (one of the set). Default: such a "
-        "train.jsonl row is refused; heldout/public rows are left out of evaluation."))
+    task: Task = field(
+        default="classify",
+        metadata=help_text(
+            "classify: sequence classification of {'text','label'} rows (intent). mlm: masked-LM fine-tuning on the texts. "
+            "clm: causal-LM (next-token) training of a GPT-2-shaped model (--preset tiny or mini) or any --init-from causal LM."
+        ),
+    )
+    labels: str | list[str] | None = field(
+        default=None,
+        metadata=help_text(
+            "classify: the label set, a,b,c or @FILE (one label per line); class ids follow this order. Default: the "
+            "labels of public.jsonl. Never taken from train.jsonl: config.json releases it un-noised."
+        ),
+    )
+    unknown_label: str | None = field(
+        default=None,
+        metadata=help_text(
+            "classify: map rows whose label is outside the label set to NAME (one of the set). Default: such a "
+            "train.jsonl row is refused; heldout/public rows are left out of evaluation."
+        ),
+    )
     # Overrides DpOptions.init_from: which model directories the torch trainers start from, per --task.
-    init_from: str | None = field(default=None, metadata=help_text(init_from_help(
-        "a Hugging Face BERT directory (masked LM or sequence classifier, safetensors; its tokenizer.json is used), "
-        "or for --task clm any Hugging Face causal LM directory (AutoModelForCausalLM); classify reuses its encoder, "
-        "and its head only when its id2label is this run's label set", more="Formerly --model.")))
-    preset: Preset = field(default="tiny", metadata=help_text(
-        "Architecture when no --init-from is given: tiny (tests), mini (Dupuy et al. 4x312), small, base, large; "
-        "--task clm: tiny or mini, GPT-2-shaped (2x64; 4x256, 128 positions)."))
-    vocab_size: int | None = field(default=None, metadata=help_text(
-        "WordPiece vocabulary trained on public.jsonl when no --init-from is given; default by preset (2000 tiny, "
-        "8000 mini/small)."))
+    init_from: str | None = field(
+        default=None,
+        metadata=help_text(
+            init_from_help(
+                "a Hugging Face BERT directory (masked LM or sequence classifier, safetensors; its tokenizer.json is used), "
+                "or for --task clm any Hugging Face causal LM directory (AutoModelForCausalLM); classify reuses its encoder, "
+                "and its head only when its id2label is this run's label set",
+                more="Formerly --model.",
+            )
+        ),
+    )
+    preset: Preset = field(
+        default="tiny",
+        metadata=help_text(
+            "Architecture when no --init-from is given: tiny (tests), mini (Dupuy et al. 4x312), small, base, large; "
+            "--task clm: tiny or mini, GPT-2-shaped (2x64; 4x256, 128 positions)."
+        ),
+    )
+    vocab_size: int | None = field(
+        default=None,
+        metadata=help_text(
+            "WordPiece vocabulary trained on public.jsonl when no --init-from is given; default by preset (2000 tiny, "
+            "8000 mini/small)."
+        ),
+    )
     max_length: int = field(default=32, metadata=help_text("Tokens per example (longer texts are truncated)."))
-    epochs: int | None = field(default=None, metadata=help_text(
-        "Epochs; one epoch is ceil(N / batch-size) Poisson-sampled steps. Default 20 for private modes, 3 for sgd."))
-    batch_size: int | None = field(default=None, metadata=help_text(
-        "Expected logical batch size; Poisson sampling rate q = batch-size / number of training examples. "
-        "Default 512 for private modes (the noise is fixed, the signal grows with the batch), 32 for sgd."))
-    learning_rate: float | None = field(default=None, metadata=help_text(
-        "Adam learning rate. Default 2e-3 for private modes, 1e-3 for sgd."))
+    epochs: int | None = field(
+        default=None,
+        metadata=help_text(
+            "Epochs; one epoch is ceil(N / batch-size) Poisson-sampled steps. Default 20 for private modes, 3 for sgd."
+        ),
+    )
+    batch_size: int | None = field(
+        default=None,
+        metadata=help_text(
+            "Expected logical batch size; Poisson sampling rate q = batch-size / number of training examples. "
+            "Default 512 for private modes (the noise is fixed, the signal grows with the batch), 32 for sgd."
+        ),
+    )
+    learning_rate: float | None = field(
+        default=None, metadata=help_text("Adam learning rate. Default 2e-3 for private modes, 1e-3 for sgd.")
+    )
     weight_decay: float = field(default=0.0, metadata=help_text("Decoupled (AdamW) weight decay; 0 = Adam."))
-    noise_decay: Decay = field(default="none", metadata=help_text(
-        "Per-epoch noise decay fixed in advance: none, linear sigma_e = max(sigma_0 (1 - k e), sigma_min), exp sigma_0 exp(-k e)."))
+    noise_decay: Decay = field(
+        default="none",
+        metadata=help_text(
+            "Per-epoch noise decay fixed in advance: none, linear sigma_e = max(sigma_0 (1 - k e), sigma_min), exp sigma_0 exp(-k e)."
+        ),
+    )
     decay_rate: float = field(default=0.0, metadata=help_text("k of --noise-decay (>= 0)."))
-    sigma_min: float | None = field(default=None, metadata=help_text(
-        "Positive floor of linear decay (zero noise is not DP); default sigma_0 / 10."))
-    device: Device = field(default="auto", metadata=help_text(
-        "Where the model, batches, noise and accumulators live: auto = cuda when available, else cpu."))
-    log_every: int = field(default=10, metadata=help_text(
-        "Steps between host syncs for the progress bar and metrics.jsonl (rows are still written per step)."))
-    physical_batch: int = field(default=16, metadata=help_text(
-        "Examples per vectorized per-example-gradient chunk (memory knob only)."))
+    sigma_min: float | None = field(
+        default=None, metadata=help_text("Positive floor of linear decay (zero noise is not DP); default sigma_0 / 10.")
+    )
+    device: Device = field(
+        default="auto",
+        metadata=help_text(
+            "Where the model, batches, noise and accumulators live: auto = cuda when available, else cpu."
+        ),
+    )
+    log_every: int = field(
+        default=10,
+        metadata=help_text(
+            "Steps between host syncs for the progress bar and metrics.jsonl (rows are still written per step)."
+        ),
+    )
+    physical_batch: int = field(
+        default=16, metadata=help_text("Examples per vectorized per-example-gradient chunk (memory knob only).")
+    )
     mask_prob: float = field(default=0.15, metadata=help_text("mlm: fraction of tokens masked (80/10/10)."))
-    eval_examples: int = field(default=512, metadata=help_text("heldout.jsonl examples evaluated after each epoch (0 = skip)."))
-    checkpoint_every: int = field(default=50, metadata=help_text(
-        "Steps between checkpoints (one is always written at each epoch end)."))
+    eval_examples: int = field(
+        default=512, metadata=help_text("heldout.jsonl examples evaluated after each epoch (0 = skip).")
+    )
+    checkpoint_every: int = field(
+        default=50, metadata=help_text("Steps between checkpoints (one is always written at each epoch end).")
+    )
 
     def __post_init__(self) -> None:
         """The DP options (:class:`DpOptions`), the mode-dependent defaults, then the range checks of the shared
@@ -131,10 +187,19 @@ class TorchTrainConfig(DpOptions):
                 object.__setattr__(self, name, value)
         self._check_labels()
         if self.task == "clm" and self.init_from is None and self.preset not in CAUSAL_PRESETS:
-            raise ValueError(f"--preset {self.preset} has no causal (GPT-2) shape; --task clm takes "
-                             f"{' or '.join(CAUSAL_PRESETS)}, or --init-from a causal LM.")
-        minimums = {"max_length": 8, "epochs": 1, "batch_size": 1, "physical_batch": 1, "eval_examples": 0,
-                    "checkpoint_every": 1, "log_every": 1}
+            raise ValueError(
+                f"--preset {self.preset} has no causal (GPT-2) shape; --task clm takes "
+                f"{' or '.join(CAUSAL_PRESETS)}, or --init-from a causal LM."
+            )
+        minimums = {
+            "max_length": 8,
+            "epochs": 1,
+            "batch_size": 1,
+            "physical_batch": 1,
+            "eval_examples": 0,
+            "checkpoint_every": 1,
+            "log_every": 1,
+        }
         for name, minimum in minimums.items():
             check_int(name, getattr(self, name), minimum)
         if self.vocab_size is not None:
@@ -167,9 +232,13 @@ class TorchTrainConfig(DpOptions):
             raise ValueError(f"--labels declares {len(names)} label(s); a classifier needs at least 2.")
         repeated = sorted({n for n in names if names.count(n) > 1})
         if repeated:
-            raise ValueError(f"--labels declares {', '.join(map(repr, repeated))} more than once; list each label once.")
+            raise ValueError(
+                f"--labels declares {', '.join(map(repr, repeated))} more than once; list each label once."
+            )
         if self.unknown_label is not None and self.unknown_label not in names:
-            raise ValueError(f"--unknown-label {self.unknown_label!r} is not in --labels ({', '.join(names)}); add it there.")
+            raise ValueError(
+                f"--unknown-label {self.unknown_label!r} is not in --labels ({', '.join(names)}); add it there."
+            )
         object.__setattr__(self, "labels", names)
 
     @property

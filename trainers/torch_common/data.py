@@ -102,8 +102,14 @@ class InjectData:
         return self.run.manifest
 
 
-def load_inject_dir(data_dir: Path, *, task: str, labels: Sequence[str] | None = None,
-                    unknown_label: str | None = None, split: str = "train") -> InjectData:
+def load_inject_dir(
+    data_dir: Path,
+    *,
+    task: str,
+    labels: Sequence[str] | None = None,
+    unknown_label: str | None = None,
+    split: str = "train",
+) -> InjectData:
     """Verify an inject directory (the core reader) and read its three splits for ``task``.
 
     ``split`` is the one trained on (``--data-split``): ``train`` (``train.jsonl``) or ``public``
@@ -115,8 +121,10 @@ def load_inject_dir(data_dir: Path, *, task: str, labels: Sequence[str] | None =
     run = load_inject_run(data_dir)
     labelled = task == "classify"
     if labelled and not run.labelled:
-        raise UserInputError(f"--data {data_dir}: the corpus has no labels; use --task mlm or inject a labelled corpus "
-                             "(dpaudit inject --corpus x.tsv).")
+        raise UserInputError(
+            f"--data {data_dir}: the corpus has no labels; use --task mlm or inject a labelled corpus "
+            "(dpaudit inject --corpus x.tsv)."
+        )
     trained = TRAIN if split == "train" else PUBLIC
     train, heldout, public = (run.split(name) for name in (trained, HELDOUT, PUBLIC))
     if not train.texts:
@@ -126,8 +134,10 @@ def load_inject_dir(data_dir: Path, *, task: str, labels: Sequence[str] | None =
     if not labelled:
         return InjectData(run=run, train=train, heldout=heldout, public=public)
     label_set = resolve_label_set(run, labels=labels, unknown_label=unknown_label)
-    ids = {name: split_label_ids(rows, label_set, path=Path(data_dir) / file, private=name == "train")
-           for name, file, rows in (("train", trained, train), ("heldout", HELDOUT, heldout), ("public", PUBLIC, public))}
+    ids = {
+        name: split_label_ids(rows, label_set, path=Path(data_dir) / file, private=name == "train")
+        for name, file, rows in (("train", trained, train), ("heldout", HELDOUT, heldout), ("public", PUBLIC, public))
+    }
     return InjectData(run=run, train=train, heldout=heldout, public=public, label_set=label_set, label_ids=ids)
 
 
@@ -158,8 +168,10 @@ def split_label_ids(split: SplitRows, label_set: LabelSet, *, path: Path, privat
         class_id = label_set.id_of(label)
         if class_id is None and private:
             origin = "from public.jsonl" if label_set.source != LABELS_DECLARED else "from --labels"
-            raise UserInputError(f"{path}:{i + 1}: label {label!r} is not in the public label set ({origin}); declare "
-                                 "it with --labels or map unknown labels with --unknown-label NAME.")
+            raise UserInputError(
+                f"{path}:{i + 1}: label {label!r} is not in the public label set ({origin}); declare "
+                "it with --labels or map unknown labels with --unknown-label NAME."
+            )
         out[i] = -1 if class_id is None else class_id
     return out
 
@@ -268,9 +280,18 @@ def max_predictions(max_length: int, mask_prob: float) -> int:
     return min(max_length, math.ceil(max_length * mask_prob) + 1)
 
 
-def mask_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor, *, generator: torch.Generator, mask_id: int,
-                vocab_size: int, special_ids: list[int], mask_prob: float, n_predictions: int,
-                content: torch.Tensor | None = None) -> dict[str, torch.Tensor]:
+def mask_tokens(
+    input_ids: torch.Tensor,
+    attention_mask: torch.Tensor,
+    *,
+    generator: torch.Generator,
+    mask_id: int,
+    vocab_size: int,
+    special_ids: list[int],
+    mask_prob: float,
+    n_predictions: int,
+    content: torch.Tensor | None = None,
+) -> dict[str, torch.Tensor]:
     """BERT masking (80% [MASK], 10% random token, 10% kept), vectorized over the batch.
 
     The rule (docs/privacy.md, "One example's contribution"): an example's mask is a function of that example alone and public
@@ -308,7 +329,9 @@ def mask_tokens(input_ids: torch.Tensor, attention_mask: torch.Tensor, *, genera
     targets = input_ids.gather(1, positions)
     r = _uniform(_draws(keys, 1, p))  # slot s: the row's s-th chosen position in uniform order
     n_special = len(special_ids)
-    random_tokens = torch.from_numpy((_draws(keys, 2, p) % np.uint64(vocab_size - n_special)).astype(np.int64) + n_special)
+    random_tokens = torch.from_numpy(
+        (_draws(keys, 2, p) % np.uint64(vocab_size - n_special)).astype(np.int64) + n_special
+    )
     replacement = torch.where(r < 0.8, torch.full_like(targets, mask_id), torch.where(r < 0.9, random_tokens, targets))
     replacement = torch.where(weights.bool(), replacement, targets)
     masked = input_ids.scatter(1, positions, replacement)

@@ -75,7 +75,7 @@ def all_reduce_sum_(tensors: list[torch.Tensor], world: World) -> None:
     offset = 0
     for t in tensors:
         n = t.numel()
-        t.copy_(flat[offset:offset + n].view_as(t))
+        t.copy_(flat[offset : offset + n].view_as(t))
         offset += n
 
 

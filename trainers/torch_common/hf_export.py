@@ -36,8 +36,11 @@ def save_hf(out_dir: Path, model: Any, tokenizer: Tokenizer, *, start_dir: Path 
     if causal:
         names.update(bos_token=SPECIAL_TOKENS[2], eos_token=SPECIAL_TOKENS[3])
     foreign = causal and start_dir is not None and any(tokenizer.token_to_id(t) is None for t in SPECIAL_TOKENS)
-    kept = {name: (start_dir / name).read_text(encoding="utf-8") for name in _TOKEN_FILES
-            if foreign and (start_dir / name).is_file()}
+    kept = {
+        name: (start_dir / name).read_text(encoding="utf-8")
+        for name in _TOKEN_FILES
+        if foreign and (start_dir / name).is_file()
+    }
     tok_config = {
         # PreTrainedTokenizerFast loads tokenizer.json exactly as written (BertTokenizer would rebuild
         # a stock pipeline from the vocabulary and drop the one-token-per-digit splitter).

@@ -110,8 +110,9 @@ class StepNoise:
         return noise.gaussian_sum(self.like, self.draws, self.seed) if self.private else []
 
 
-def noised_total(grad_sum: list[torch.Tensor], step_noise: StepNoise, stats: tuple, *,
-                 world: distributed.World, device: torch.device) -> tuple[list[torch.Tensor], torch.Tensor]:
+def noised_total(
+    grad_sum: list[torch.Tensor], step_noise: StepNoise, stats: tuple, *, world: distributed.World, device: torch.device
+) -> tuple[list[torch.Tensor], torch.Tensor]:
     """This process's clipped sum plus its noise (:class:`StepNoise`), summed over all processes, and the
     step's telemetry.
 
@@ -150,8 +151,11 @@ class TorchStep(ClippedSumStep):
         if clipper is None:
             super().__init__(clip_norm=None)
         else:
-            super().__init__(clip_norm=clipper.clip_norm, sensitivity_factor=clipper.sensitivity_factor,
-                             sensitivity=clipper.sensitivity)
+            super().__init__(
+                clip_norm=clipper.clip_norm,
+                sensitivity_factor=clipper.sensitivity_factor,
+                sensitivity=clipper.sensitivity,
+            )
         self.run = run
 
     def __call__(self, step: int, indices: np.ndarray, sigma: float, expected_batch: float) -> dict[str, Any]:
@@ -233,7 +237,9 @@ class TorchPlugin(TrainerPlugin):
         """Set ``self.clipper`` (it owns the sensitivity) and whatever else the mechanism needs."""
         raise NotImplementedError
 
-    def aggregate(self, step: int, indices: np.ndarray, sigma: float | None = None) -> tuple[list[torch.Tensor], torch.Tensor]:
+    def aggregate(
+        self, step: int, indices: np.ndarray, sigma: float | None = None
+    ) -> tuple[list[torch.Tensor], torch.Tensor]:
         """The summed, clipped and noised gradient (aligned with ``self.params``) of the batch ``indices``
         over all processes, and its telemetry tensor (:func:`noised_total`). ``sigma``: the skeleton's
         noise multiplier of this step (None: the plan's, ``sigma_at(step)``; 0 when non-private)."""
@@ -333,27 +339,44 @@ class TorchPlugin(TrainerPlugin):
     def settings(self) -> RunSettings:
         config = self.config
         return RunSettings(
-            config=config.to_dict(), noise_seed=config.noise_seed, keep_checkpoints=config.keep_checkpoints,
-            plan=self._plan_request(), log_every=config.log_every, checkpoint_every=config.checkpoint_every,
-            eval_every=self.steps_per_epoch, checkpoint_at_eval=True,
-            progress_label=f"{self.trainer_name} {config.mode}")
+            config=config.to_dict(),
+            noise_seed=config.noise_seed,
+            keep_checkpoints=config.keep_checkpoints,
+            plan=self._plan_request(),
+            log_every=config.log_every,
+            checkpoint_every=config.checkpoint_every,
+            eval_every=self.steps_per_epoch,
+            checkpoint_at_eval=True,
+            progress_label=f"{self.trainer_name} {config.mode}",
+        )
 
     def _plan_request(self) -> dict[str, Any]:
         """One epoch is ceil(N / batch) Poisson-sampled steps, N the declared public --dataset-size when
         given (q and the steps then never depend on the private row count), else the real N, treated as public."""
         config = self.config
-        return {"declared_size": config.dataset_size, "stages": [(self.steps_per_epoch, config.batch_size)] * config.epochs,
-                "non_private": not config.private, "noise_multiplier": config.noise_multiplier,
-                "target_epsilon": config.target_epsilon, "delta": config.delta,
-                "noise_schedule": decay_schedule(config.noise_decay, epochs=config.epochs, rate=config.decay_rate,
-                                                 sigma_min=config.sigma_min),
-                "noise_sampler": privacy.noise_sampler(self.device.type if self.device is not None else "cpu"),
-                "accept_noise_tail": config.accept_noise_tail}
+        return {
+            "declared_size": config.dataset_size,
+            "stages": [(self.steps_per_epoch, config.batch_size)] * config.epochs,
+            "non_private": not config.private,
+            "noise_multiplier": config.noise_multiplier,
+            "target_epsilon": config.target_epsilon,
+            "delta": config.delta,
+            "noise_schedule": decay_schedule(
+                config.noise_decay, epochs=config.epochs, rate=config.decay_rate, sigma_min=config.sigma_min
+            ),
+            "noise_sampler": privacy.noise_sampler(self.device.type if self.device is not None else "cpu"),
+            "accept_noise_tail": config.accept_noise_tail,
+        }
 
     def load_data(self) -> RunData:
         config = self.config
-        self.data = data_mod.load_inject_dir(self.data_dir, task=config.task, labels=config.labels,
-                                             unknown_label=config.unknown_label, split=config.data_split)
+        self.data = data_mod.load_inject_dir(
+            self.data_dir,
+            task=config.task,
+            labels=config.labels,
+            unknown_label=config.unknown_label,
+            split=config.data_split,
+        )
         self.real_rows = len(self.data.train.texts)
         # A white-box audit's rows follow the real ones (indices N .. N + rows - 1) and are sampled like them.
         n = self.real_rows + (self.canaries.rows if self.canaries is not None else 0)
@@ -361,16 +384,24 @@ class TorchPlugin(TrainerPlugin):
         self.steps_per_epoch = math.ceil(size / config.batch_size)
         # (data.inputs is hashed here, once: the manifest needs it at the end, when --data may be gone.)
         # (--init-from passes the one model directory check here, against transformers' tensors for its config.json.)
-        inputs, identity, frequencies, self.starting_point = run_inputs(self.data, init_from=config.init_from,
-                                                                        data_split=config.data_split,
-                                                                        layout=transformers_layout)
-        return RunData(size=n, inputs=inputs, identity=identity, frequencies=frequencies, split=config.data_split,
-                       start=self.starting_point)
+        inputs, identity, frequencies, self.starting_point = run_inputs(
+            self.data, init_from=config.init_from, data_split=config.data_split, layout=transformers_layout
+        )
+        return RunData(
+            size=n,
+            inputs=inputs,
+            identity=identity,
+            frequencies=frequencies,
+            split=config.data_split,
+            start=self.starting_point,
+        )
 
     def check_resume(self, state: Mapping[str, Any], path: Path) -> None:
         if state.get("world_size") != self.world.size:
-            raise UserInputError(f"--out {self.out_dir} was trained by {state.get('world_size')} processes, not "
-                                 f"{self.world.size}; resume with the same number.")
+            raise UserInputError(
+                f"--out {self.out_dir} was trained by {state.get('world_size')} processes, not "
+                f"{self.world.size}; resume with the same number."
+            )
 
     def init_model(self, resume_state: Mapping[str, Any] | None) -> None:
         """Tokenizer and model (from --seed or --init-from), encoded splits, the trained tensors and AdamW."""
@@ -384,34 +415,46 @@ class TorchPlugin(TrainerPlugin):
         self.specials = {} if causal and self.starting_point is not None else special_ids(self.tokenizer, where=where)
         bos = getattr(self.model.config, "bos_token_id", None) if causal and self.starting_point is not None else None
         self.vocab_size = int(self.model.config.vocab_size)
-        self.encoded = {name: data_mod.encode(self.tokenizer, split.texts, max_length=config.max_length, bos_id=bos)
-                        for name, split in (("train", self.data.train), ("heldout", self.data.heldout),
-                                            ("public", self.data.public))}
+        self.encoded = {
+            name: data_mod.encode(self.tokenizer, split.texts, max_length=config.max_length, bos_id=bos)
+            for name, split in (
+                ("train", self.data.train),
+                ("heldout", self.data.heldout),
+                ("public", self.data.public),
+            )
+        }
         self.labels = {name: torch.from_numpy(ids) for name, ids in self.data.label_ids.items()}  # classify only
         left_out = self.data.label_details().get("rows_left_out_for_unknown_labels", {})
         if self.world.primary and any(left_out.values()):
-            print(f"warning: {left_out.get('heldout', 0)} heldout.jsonl and {left_out.get('public', 0)} public.jsonl rows have "
-                  "a label outside the label set and are left out of evaluation (--unknown-label NAME maps them).",
-                  file=sys.stderr, flush=True)
+            print(
+                f"warning: {left_out.get('heldout', 0)} heldout.jsonl and {left_out.get('public', 0)} public.jsonl rows have "
+                "a label outside the label set and are left out of evaluation (--unknown-label NAME maps them).",
+                file=sys.stderr,
+                flush=True,
+            )
         self.n_predictions = data_mod.max_predictions(config.max_length, config.mask_prob)
         self.names, self.params = self._trainable()
         if self.canaries is not None:  # the audit block: trained, noised and decayed like the model's tensors
             self.audit = AuditBlock(self.canaries, self.real_rows, groups=self._audit_groups(), device=self.device)
             self.names, self.params = [*self.names, AuditBlock.NAME], [*self.params, self.audit.param]
-        self.optimizer = torch.optim.AdamW(self.params, lr=config.learning_rate, weight_decay=config.weight_decay,
-                                           foreach=True)
+        self.optimizer = torch.optim.AdamW(
+            self.params, lr=config.learning_rate, weight_decay=config.weight_decay, foreach=True
+        )
 
     def _build_model(self) -> None:
         config = self.config
         start = self.starting_point
         if start is not None:
             option = f"--init-from {start.given}"
-            self.model, self.tokenizer, self.head = load_model(start.model_dir, config.task, option=option,
-                                                               label_names=self.data.label_names, seed=self.seed)
+            self.model, self.tokenizer, self.head = load_model(
+                start.model_dir, config.task, option=option, label_names=self.data.label_names, seed=self.seed
+            )
             if config.max_length > int(getattr(self.model.config, "max_position_embeddings", config.max_length)):
-                raise UserInputError(f"--max-length {config.max_length} exceeds the start's position table "
-                                     f"(max_position_embeddings {self.model.config.max_position_embeddings}); lower "
-                                     "--max-length.")
+                raise UserInputError(
+                    f"--max-length {config.max_length} exceeds the start's position table "
+                    f"(max_position_embeddings {self.model.config.max_position_embeddings}); lower "
+                    "--max-length."
+                )
             try:
                 missing_new_tokens(self.tokenizer, self.data.run.new_tokens, option=option)
             except ValueError as err:
@@ -419,15 +462,22 @@ class TorchPlugin(TrainerPlugin):
             self.tokenizer_source = f"the starting point's tokenizer.json ({start.describe()}), as it came."
             return
         try:
-            self.tokenizer = train_wordpiece(self.data.public.texts, vocab_size=config.resolved_vocab_size,
-                                             new_tokens=self.data.run.new_tokens)
+            self.tokenizer = train_wordpiece(
+                self.data.public.texts, vocab_size=config.resolved_vocab_size, new_tokens=self.data.run.new_tokens
+            )
         except ValueError as err:
             raise UserInputError(f"--vocab-size {config.resolved_vocab_size}: {err}") from None
         specials = special_token_ids(self.tokenizer) if config.task == "clm" else None  # bos/eos/pad of the GPT-2
-        self.model = build_model(config.task, preset=config.preset, vocab_size=self.tokenizer.get_vocab_size(),
-                                 max_length=config.max_length, label_names=self.data.label_names, seed=self.seed,
-                                 specials=specials,
-                                 zero_rows=[self.tokenizer.token_to_id(t) for t in self.data.run.new_tokens])
+        self.model = build_model(
+            config.task,
+            preset=config.preset,
+            vocab_size=self.tokenizer.get_vocab_size(),
+            max_length=config.max_length,
+            label_names=self.data.label_names,
+            seed=self.seed,
+            specials=specials,
+            zero_rows=[self.tokenizer.token_to_id(t) for t in self.data.run.new_tokens],
+        )
         self.tokenizer_source = "WordPiece trained on public.jsonl only (never on train.jsonl or the canaries)."
 
     def make_step(self, dataset_size: int, resume_state: Mapping[str, Any] | None) -> TorchStep:
@@ -453,8 +503,9 @@ class TorchPlugin(TrainerPlugin):
         return int(state["step"])
 
     def save(self, directory: Path, step: int, state: Mapping[str, Any]) -> None:
-        ckpt.save_checkpoint(directory, step=step, names=self.names, params=self.params, optimizer=self.optimizer,
-                             state=dict(state))
+        ckpt.save_checkpoint(
+            directory, step=step, names=self.names, params=self.params, optimizer=self.optimizer, state=dict(state)
+        )
 
     def extra_state(self) -> dict[str, Any]:
         return {"world_size": self.world.size}
@@ -466,26 +517,42 @@ class TorchPlugin(TrainerPlugin):
         save_hf(model_dir, self.model, self.tokenizer, start_dir=start)
 
     def summary(self) -> dict[str, Any]:
-        key, rule = {"classify": (CLASSIFY_BASELINE_KEY, CLASSIFY_BASELINE_RULE),
-                     "clm": (CLM_BASELINE_KEY, CLM_BASELINE_RULE)}.get(self.config.task, (MLM_BASELINE_KEY, MLM_BASELINE_RULE))
+        key, rule = {
+            "classify": (CLASSIFY_BASELINE_KEY, CLASSIFY_BASELINE_RULE),
+            "clm": (CLM_BASELINE_KEY, CLM_BASELINE_RULE),
+        }.get(self.config.task, (MLM_BASELINE_KEY, MLM_BASELINE_RULE))
         rules = {key: rule, **({CLM_LOSS_BASELINE_KEY: CLM_BASELINE_RULE} if self.config.task == "clm" else {})}
-        return {"mode": self.config.mode, "task": self.config.task, "processes": self.world.size,
-                "host_allocator_tuned": self.allocator_tuned,
-                **({"baselines": rules} if self.eval_baseline is not None else {})}
+        return {
+            "mode": self.config.mode,
+            "task": self.config.task,
+            "processes": self.world.size,
+            "host_allocator_tuned": self.allocator_tuned,
+            **({"baselines": rules} if self.eval_baseline is not None else {}),
+        }
 
     def manifest_extra(self) -> dict[str, Any]:
         return {"model": self.model.config.to_dict(), "tokenizer": self.tokenizer_source}
 
     def record_parts(self, plan: PrivacyPlan, steps: int) -> RecordParts:
         config = self.config
-        details: dict[str, Any] = {"mode": config.mode, "task": config.task, "epochs": config.epochs,
-                                   "steps_per_epoch": self.steps_per_epoch, "expected_batch_size": config.batch_size,
-                                   "tokenizer": self.tokenizer_source, **self.data.label_details()}
+        details: dict[str, Any] = {
+            "mode": config.mode,
+            "task": config.task,
+            "epochs": config.epochs,
+            "steps_per_epoch": self.steps_per_epoch,
+            "expected_batch_size": config.batch_size,
+            "tokenizer": self.tokenizer_source,
+            **self.data.label_details(),
+        }
         if self.head is not None:
             details["classifier_head"] = self.head
         if plan.private:
-            details["noise_decay"] = {"kind": config.noise_decay, "rate": config.decay_rate,
-                                      "sigma_min": config.sigma_min, "fixed_in_advance": True}
+            details["noise_decay"] = {
+                "kind": config.noise_decay,
+                "rate": config.decay_rate,
+                "sigma_min": config.sigma_min,
+                "fixed_in_advance": True,
+            }
             details["noise_generator"] = noise.describe()
         return self._mechanism_parts(plan, steps, details)
 
@@ -501,10 +568,17 @@ class TorchPlugin(TrainerPlugin):
         elif self.config.task == "classify":
             batch = {"input_ids": ids, "labels": self.labels[split][torch.as_tensor(indices, dtype=torch.long)]}
         else:
-            batch = data_mod.mask_tokens(ids, mask, generator=generator, mask_id=self.specials["mask"],
-                                         vocab_size=self.vocab_size, special_ids=sorted(set(self.specials.values())),
-                                         mask_prob=self.config.mask_prob, n_predictions=self.n_predictions,
-                                         content=self.encoded[split].content[torch.as_tensor(indices, dtype=torch.long)])
+            batch = data_mod.mask_tokens(
+                ids,
+                mask,
+                generator=generator,
+                mask_id=self.specials["mask"],
+                vocab_size=self.vocab_size,
+                special_ids=sorted(set(self.specials.values())),
+                mask_prob=self.config.mask_prob,
+                n_predictions=self.n_predictions,
+                content=self.encoded[split].content[torch.as_tensor(indices, dtype=torch.long)],
+            )
         batch["mask4"] = data_mod.additive_mask(mask)
         return batch
 
@@ -514,8 +588,9 @@ class TorchPlugin(TrainerPlugin):
 
     # -- one step ----------------------------------------------------------------------------
 
-    def step(self, step: int, indices: np.ndarray, *, sigma: float | None = None,
-             expected_batch: float | None = None) -> dict[str, Any]:
+    def step(
+        self, step: int, indices: np.ndarray, *, sigma: float | None = None, expected_batch: float | None = None
+    ) -> dict[str, Any]:
         """Compute the (noised) aggregate of this step's batch and apply Adam; returns telemetry with a
         device tensor of statistics (:meth:`_telemetry` turns it into numbers at log intervals)."""
         grad_sum, stats = self.aggregate(step, indices, sigma)
@@ -535,8 +610,15 @@ class TorchPlugin(TrainerPlugin):
     def fetch(self, pending: Sequence[tuple[int, Any]]) -> list[dict[str, Any]]:
         """Metric rows of the pending steps: their statistics fetched in one copy (the loop's only host sync)."""
         fetched = torch.stack([out["stats"] for _, out in pending]).cpu().tolist()
-        return [{"step": step + 1, "epoch": self.plan.stage_at(step)[0], **self._telemetry(out, stats),
-                 "telemetry_private": True} for (step, out), stats in zip(pending, fetched)]
+        return [
+            {
+                "step": step + 1,
+                "epoch": self.plan.stage_at(step)[0],
+                **self._telemetry(out, stats),
+                "telemetry_private": True,
+            }
+            for (step, out), stats in zip(pending, fetched)
+        ]
 
     def _telemetry(self, metrics: dict[str, Any], stats: list[float]) -> dict[str, Any]:
         """A metrics row from :meth:`step`'s output and its fetched statistics.
@@ -547,23 +629,29 @@ class TorchPlugin(TrainerPlugin):
         loss_sum, correct_sum, units, clipped, sum_norm, noise_norm = stats
         n = metrics["batch_size"]
         private = self.plan.private
-        return {"loss": loss_sum / n if n else None, "train_accuracy": correct_sum / n if n else None,
-                "batch_size": n, "clip_fraction": clipped / units if (self.clipper is not None and units) else None,
-                "sigma": metrics["sigma"], "clipped_sum_norm": sum_norm, "noise_norm": noise_norm if private else None,
-                "grad_snr": (sum_norm / noise_norm if noise_norm > 0 else None) if private else None}  # inf: not JSON
+        return {
+            "loss": loss_sum / n if n else None,
+            "train_accuracy": correct_sum / n if n else None,
+            "batch_size": n,
+            "clip_fraction": clipped / units if (self.clipper is not None and units) else None,
+            "sigma": metrics["sigma"],
+            "clipped_sum_norm": sum_norm,
+            "noise_norm": noise_norm if private else None,
+            "grad_snr": (sum_norm / noise_norm if noise_norm > 0 else None) if private else None,
+        }  # inf: not JSON
 
     # -- evaluation --------------------------------------------------------------------------
 
     @torch.no_grad()
     def evaluate(self) -> dict[str, float]:
         available = self.data.labelled_rows("heldout")  # classify: rows with a class id
-        rows = available[:self.config.eval_examples]
+        rows = available[: self.config.eval_examples]
         n = len(rows)
         if n == 0:
             return {}
         gen = _seeded(self.seed, _EVAL_STREAM, 0)
         loss_sum = correct = 0.0
-        batches = [self._batch("heldout", rows[start:start + 64], generator=gen) for start in range(0, n, 64)]
+        batches = [self._batch("heldout", rows[start : start + 64], generator=gen) for start in range(0, n, 64)]
         for cpu in batches:
             losses, right = per_example_losses(self.model, self._on_device(cpu))
             loss_sum += float(losses.sum())
@@ -586,8 +674,10 @@ class TorchPlugin(TrainerPlugin):
             pad = lambda t: torch.nn.functional.pad(t[:, 1:], (0, width - t.shape[1])).numpy()
             targets = np.concatenate([pad(b["input_ids"]) for b in batches])
             weights = np.concatenate([pad(b["next_weights"]) for b in batches])
-            return {CLM_BASELINE_KEY: constant_prediction_accuracy(targets, weights, per_example=True),
-                    CLM_LOSS_BASELINE_KEY: unigram_loss(targets, weights)}
+            return {
+                CLM_BASELINE_KEY: constant_prediction_accuracy(targets, weights, per_example=True),
+                CLM_LOSS_BASELINE_KEY: unigram_loss(targets, weights),
+            }
         targets = np.concatenate([b["targets"].numpy() for b in batches])
         weights = np.concatenate([b["weights"].numpy() for b in batches])
         return {MLM_BASELINE_KEY: constant_prediction_accuracy(targets, weights, per_example=True)}

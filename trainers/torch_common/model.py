@@ -51,34 +51,63 @@ def special_ids(tokenizer: Tokenizer, *, where: str) -> dict[str, int]:
         raise UserInputError(f"{where}: {err} Use a BERT WordPiece tokenizer.") from None
 
 
-def build_model(task: str, *, preset: str, vocab_size: int, max_length: int, label_names: list[str] | None,
-                seed: int, specials: dict[str, int] | None = None, zero_rows: Sequence[int] = ()) -> Any:
+def build_model(
+    task: str,
+    *,
+    preset: str,
+    vocab_size: int,
+    max_length: int,
+    label_names: list[str] | None,
+    seed: int,
+    specials: dict[str, int] | None = None,
+    zero_rows: Sequence[int] = (),
+) -> Any:
     """A randomly initialized BERT of ``preset`` (init seeded by the public ``--seed``); for ``clm`` a
     GPT-2 of the causal ``preset`` whose bos/eos/pad are ``specials``' [CLS]/[SEP]/[PAD].
 
     ``zero_rows``: word-embedding rows that start at zero, the declared new tokens of new-token canaries, as in
     jax-bert (:func:`trainers.jax_bert.model.init_params` says why: a random start per canary token is score
     spread unrelated to membership)."""
-    model = _fresh_model(task, preset=preset, vocab_size=vocab_size, max_length=max_length, label_names=label_names,
-                         seed=seed, specials=specials)
+    model = _fresh_model(
+        task,
+        preset=preset,
+        vocab_size=vocab_size,
+        max_length=max_length,
+        label_names=label_names,
+        seed=seed,
+        specials=specials,
+    )
     if len(zero_rows):
         with torch.no_grad():
             model.get_input_embeddings().weight[torch.as_tensor(list(zero_rows), dtype=torch.long)] = 0.0
     return model
 
 
-def _fresh_model(task: str, *, preset: str, vocab_size: int, max_length: int, label_names: list[str] | None,
-                 seed: int, specials: dict[str, int] | None) -> Any:
+def _fresh_model(
+    task: str,
+    *,
+    preset: str,
+    vocab_size: int,
+    max_length: int,
+    label_names: list[str] | None,
+    seed: int,
+    specials: dict[str, int] | None,
+) -> Any:
     if task == "clm":
-        return build_causal_model(preset=preset, vocab_size=vocab_size, max_length=max_length, specials=specials or {},
-                                  seed=seed)
+        return build_causal_model(
+            preset=preset, vocab_size=vocab_size, max_length=max_length, specials=specials or {}, seed=seed
+        )
     from transformers import BertConfig, BertForMaskedLM, BertForSequenceClassification
 
-    kwargs: dict[str, Any] = dict(PRESETS[preset], vocab_size=vocab_size, max_position_embeddings=max(128, max_length),
-                                  pad_token_id=0)
+    kwargs: dict[str, Any] = dict(
+        PRESETS[preset], vocab_size=vocab_size, max_position_embeddings=max(128, max_length), pad_token_id=0
+    )
     if task == "classify":
-        kwargs.update(num_labels=len(label_names), id2label=dict(enumerate(label_names)),
-                      label2id={n: i for i, n in enumerate(label_names)})
+        kwargs.update(
+            num_labels=len(label_names),
+            id2label=dict(enumerate(label_names)),
+            label2id={n: i for i, n in enumerate(label_names)},
+        )
     config = BertConfig(**kwargs)
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
@@ -93,9 +122,17 @@ def build_causal_model(*, preset: str, vocab_size: int, max_length: int, special
 
     shape = dict(CAUSAL_PRESETS[preset])
     shape["n_positions"] = max(shape["n_positions"], max_length)
-    config = GPT2Config(**shape, vocab_size=vocab_size, bos_token_id=specials.get("cls"),
-                        eos_token_id=specials.get("sep"), pad_token_id=specials.get("pad"), tie_word_embeddings=True,
-                        resid_pdrop=0.0, embd_pdrop=0.0, attn_pdrop=0.0)
+    config = GPT2Config(
+        **shape,
+        vocab_size=vocab_size,
+        bos_token_id=specials.get("cls"),
+        eos_token_id=specials.get("sep"),
+        pad_token_id=specials.get("pad"),
+        tie_word_embeddings=True,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+    )
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
     return GPT2LMHeadModel(config).eval()
@@ -107,8 +144,9 @@ def _first_line(err: BaseException) -> str:
     return text[0] if text else type(err).__name__
 
 
-def load_model(path: Path, task: str, *, label_names: list[str] | None, seed: int,
-               option: str = "--init-from") -> tuple[Any, Tokenizer, str | None]:
+def load_model(
+    path: Path, task: str, *, label_names: list[str] | None, seed: int, option: str = "--init-from"
+) -> tuple[Any, Tokenizer, str | None]:
     """A Hugging Face BERT directory (masked LM or sequence classifier) as the run's model, and its tokenizer.
 
     ``path`` passed the one model directory check first (:func:`dpaudit.training.starting_point.resolve_start`:
@@ -131,26 +169,38 @@ def load_model(path: Path, task: str, *, label_names: list[str] | None, seed: in
     try:
         tokenizer = Tokenizer.from_file(str(path / "tokenizer.json"))
     except Exception as err:  # the Rust reader's own error type  # noqa: BLE001
-        raise UserInputError(f"{option}: tokenizer.json is not a tokenizers file ({_first_line(err)}); "
-                             "save the model's fast tokenizer there (tokenizer.save_pretrained(dir)).") from None
+        raise UserInputError(
+            f"{option}: tokenizer.json is not a tokenizers file ({_first_line(err)}); "
+            "save the model's fast tokenizer there (tokenizer.save_pretrained(dir))."
+        ) from None
     if task == "clm" and not _is_causal(path / "config.json"):
-        raise UserInputError(f"{option}: config.json names no causal LM architecture (*ForCausalLM or *LMHeadModel); "
-                             "--task clm starts from a causal language model.")
+        raise UserInputError(
+            f"{option}: config.json names no causal LM architecture (*ForCausalLM or *LMHeadModel); "
+            "--task clm starts from a causal language model."
+        )
     if task != "clm" and _is_causal(path / "config.json"):
         # A causal LM's sequence classifier (GPT2ForSequenceClassification) pools the last non-padding token with its own
         # head ("score") and needs a pad token id: not the BERT-style head, masks and tokenizer this trainer trains.
-        raise UserInputError(f"{option}: config.json names a causal LM ({_architecture(path / 'config.json')}); --task "
-                             f"{task} starts from a BERT-family masked LM or sequence classifier: pass one, or train "
-                             "this causal LM with --task clm.")
+        raise UserInputError(
+            f"{option}: config.json names a causal LM ({_architecture(path / 'config.json')}); --task "
+            f"{task} starts from a BERT-family masked LM or sequence classifier: pass one, or train "
+            "this causal LM with --task clm."
+        )
     head = None
     torch.manual_seed(seed)
     try:
         if task == "classify":
             head = "reused" if _same_labels(path / "config.json", label_names) else "fresh"
             model = AutoModelForSequenceClassification.from_pretrained(
-                str(path), num_labels=len(label_names), id2label=dict(enumerate(label_names)),
-                label2id={n: i for i, n in enumerate(label_names)}, attn_implementation="eager",
-                ignore_mismatched_sizes=True, use_safetensors=True, local_files_only=True)
+                str(path),
+                num_labels=len(label_names),
+                id2label=dict(enumerate(label_names)),
+                label2id={n: i for i, n in enumerate(label_names)},
+                attn_implementation="eager",
+                ignore_mismatched_sizes=True,
+                use_safetensors=True,
+                local_files_only=True,
+            )
             if head == "fresh":  # a head of the same shape but other labels would be kept by the load: redrawn
                 torch.manual_seed(seed)
                 classifier = model.classifier
@@ -159,8 +209,9 @@ def load_model(path: Path, task: str, *, label_names: list[str] | None, seed: in
                     classifier.bias.zero_()
         else:
             auto = AutoModelForCausalLM if task == "clm" else AutoModelForMaskedLM
-            model = auto.from_pretrained(str(path), attn_implementation="eager", use_safetensors=True,
-                                         local_files_only=True)
+            model = auto.from_pretrained(
+                str(path), attn_implementation="eager", use_safetensors=True, local_files_only=True
+            )
     except (OSError, ValueError, RuntimeError, KeyError) as err:
         raise UserInputError(f"{option}: cannot load it with transformers ({_first_line(err)}).") from None
     return model.eval(), tokenizer, head
@@ -192,7 +243,9 @@ def _same_labels(config_path: Path, label_names: list[str] | None) -> bool:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError, AttributeError, TypeError, ValueError):
         return False
     classifier = any(str(a).endswith("ForSequenceClassification") for a in architectures)
-    return classifier and label_names is not None and [id2label.get(i) for i in range(len(id2label))] == list(label_names)
+    return (
+        classifier and label_names is not None and [id2label.get(i) for i in range(len(id2label))] == list(label_names)
+    )
 
 
 def layer_groups(names: list[str]) -> tuple[list[str], list[int]]:

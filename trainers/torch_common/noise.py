@@ -59,11 +59,15 @@ from dpaudit.trainers.torch_common.sampling import NOISE_STREAM, derived_seed, s
 
 #: Pieces of one draw, each from its own keyed generator (fixed: the values never depend on threads).
 NOISE_CHUNKS = 16
-_PIECES = (f"each step's draw in {NOISE_CHUNKS} fixed pieces, each from its own generator keyed by (secret seed, noise "
-           "stream, step, ..., piece)")
+_PIECES = (
+    f"each step's draw in {NOISE_CHUNKS} fixed pieces, each from its own generator keyed by (secret seed, noise "
+    "stream, step, ..., piece)"
+)
 _CUDA = "on CUDA the words from torch's Philox seeded with 63 bits, transformed by torch in float64"
-_TRANSFORM = ("Box-Muller with a 96-bit radius uniform (u = (w0 2^64 + w1 2^32 + w2 + 1/2) 2^-96 from three 32-bit words, "
-              "the angle from a fourth; double precision; reach 11.596 sigma)")
+_TRANSFORM = (
+    "Box-Muller with a 96-bit radius uniform (u = (w0 2^64 + w1 2^32 + w2 + 1/2) 2^-96 from three 32-bit words, "
+    "the angle from a fourth; double precision; reach 11.596 sigma)"
+)
 #: (std, key) of one Gaussian draw; ``key`` extends (secret seed, noise stream).
 Draw = tuple[float, tuple[int, ...]]
 
@@ -77,7 +81,7 @@ def _cpu_state_layout_ok() -> bool:
     state = torch.Generator().manual_seed(5489).get_state().numpy()
     if state.size != 5056:
         return False
-    words = state[_STATE_OFFSET:_STATE_OFFSET + 16].view(np.uint64)
+    words = state[_STATE_OFFSET : _STATE_OFFSET + 16].view(np.uint64)
     return int(words[0]) == 5489 and int(words[1]) == (1812433253 * (5489 ^ (5489 >> 30)) + 1) & 0xFFFFFFFF
 
 
@@ -95,13 +99,15 @@ def keyed_generator(seed: int, *key: int, device: torch.device | str = "cpu") ->
     if device.type != "cpu":
         return torch.Generator(device=device).manual_seed(derived_seed(seed, NOISE_STREAM, *key))
     if not _FULL_STATE:
-        raise RuntimeError("this torch's CPU generator state has an unknown layout: cannot key it with a "
-                           "full-entropy state (a 32-bit manual seed would make the noise guessable).")
+        raise RuntimeError(
+            "this torch's CPU generator state has an unknown layout: cannot key it with a "
+            "full-entropy state (a 32-bit manual seed would make the noise guessable)."
+        )
     generator = torch.Generator()
     state = generator.get_state().clone()
     words = step_rng(seed, NOISE_STREAM, *key).integers(0, 1 << 32, size=_MT_WORDS, dtype=np.uint64)
     words[0] |= 1 << 31  # mt19937 needs a nonzero top bit in word 0 or any bit elsewhere: never all-zero
-    state.numpy()[_STATE_OFFSET:_STATE_OFFSET + 8 * _MT_WORDS] = words.view(np.uint8)
+    state.numpy()[_STATE_OFFSET : _STATE_OFFSET + 8 * _MT_WORDS] = words.view(np.uint8)
     generator.set_state(state)  # left = 1: the state is twisted before the first output
     return generator
 
@@ -109,10 +115,14 @@ def keyed_generator(seed: int, *key: int, device: torch.device | str = "cpu") ->
 def describe() -> str:
     """How this process draws the noise, for ``privacy.json``'s ``details.noise_generator``."""
     if philox.available():
-        return (f"Philox4x32-10 words, {_TRANSFORM}, in C, {_PIECES}: on the CPU each piece under a 128-bit key from "
-                f"PCG64 keyed by the whole secret; {_CUDA}")
-    return (f"torch generator words, {_TRANSFORM}, transformed by torch, {_PIECES}: on the CPU an mt19937 given a full "
-            f"19,968-bit state from PCG64 keyed by the whole secret (torch's manual_seed keeps only 32 bits); {_CUDA}")
+        return (
+            f"Philox4x32-10 words, {_TRANSFORM}, in C, {_PIECES}: on the CPU each piece under a 128-bit key from "
+            f"PCG64 keyed by the whole secret; {_CUDA}"
+        )
+    return (
+        f"torch generator words, {_TRANSFORM}, transformed by torch, {_PIECES}: on the CPU an mt19937 given a full "
+        f"19,968-bit state from PCG64 keyed by the whole secret (torch's manual_seed keeps only 32 bits); {_CUDA}"
+    )
 
 
 def wide_normal_pairs(words: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
@@ -217,8 +227,11 @@ def gaussian_sum(like: Sequence[torch.Tensor], draws: Sequence[Draw], seed: int)
     sizes = [t.numel() for t in like]
     flat = torch.empty(sum(sizes), dtype=like[0].dtype, device=like[0].device)
     stds = [std for std, _ in draws]
-    jobs = [(flat[lo:hi], [_source(seed, (*key, c), flat) for _, key in draws])
-            for c, (lo, hi) in enumerate(_piece_bounds(flat.numel())) if hi > lo]
+    jobs = [
+        (flat[lo:hi], [_source(seed, (*key, c), flat) for _, key in draws])
+        for c, (lo, hi) in enumerate(_piece_bounds(flat.numel()))
+        if hi > lo
+    ]
     _each_piece(lambda job: _draw_piece(job[0], job[1], stds), jobs, cpu=flat.device.type == "cpu")
     return [part.view(t.shape) for part, t in zip(flat.split(sizes), like)]
 
@@ -234,9 +247,13 @@ def _each_piece(work, jobs: list, *, cpu: bool = True) -> list:
 def fusable(tensors: Sequence[torch.Tensor], draws: Sequence[Draw]) -> bool:
     """Whether :func:`add_gaussian_` can noise ``tensors`` in place: one draw, distinct contiguous
     float32 CPU tensors, and the Philox sampler built."""
-    return (len(draws) == 1 and len(tensors) > 0 and philox.available()
-            and all(t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in tensors)
-            and len({t.data_ptr() for t in tensors}) == len(tensors))  # no tensor noised twice
+    return (
+        len(draws) == 1
+        and len(tensors) > 0
+        and philox.available()
+        and all(t.device.type == "cpu" and t.dtype == torch.float32 and t.is_contiguous() for t in tensors)
+        and len({t.data_ptr() for t in tensors}) == len(tensors)
+    )  # no tensor noised twice
 
 
 def add_gaussian_(tensors: Sequence[torch.Tensor], draw: Draw, seed: int) -> tuple[float, float]:
@@ -261,7 +278,7 @@ def add_gaussian_(tensors: Sequence[torch.Tensor], draw: Draw, seed: int) -> tup
             if a >= hi:
                 break
             if a < b:
-                segments.append((tensors[i].view(-1)[a - offsets[i]:b - offsets[i]], a - lo))
+                segments.append((tensors[i].view(-1)[a - offsets[i] : b - offsets[i]], a - lo))
         jobs.append((philox_key(seed, *key, c), segments))
 
     def add_piece(job: tuple[np.ndarray, list]) -> tuple[float, float]:

@@ -57,8 +57,11 @@ _NATIVE = ("-march=native", "-fopenmp-simd")  # this CPU's vector width; honour 
 _KNOWN_ANSWERS = (
     ((0, 0, 0, 0), (0, 0), (0x6627E8D5, 0xE169C58D, 0xBC57AC4C, 0x9B00DBD8)),
     ((0xFFFFFFFF,) * 4, (0xFFFFFFFF,) * 2, (0x408F276D, 0x41C83B0E, 0xA20BC7C6, 0x6D5451FD)),
-    ((0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344), (0xA4093822, 0x299F31D0),
-     (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1)),
+    (
+        (0x243F6A88, 0x85A308D3, 0x13198A2E, 0x03707344),
+        (0xA4093822, 0x299F31D0),
+        (0xD16CFE09, 0x94FDCCEB, 0x5001E420, 0x24126EA1),
+    ),
 )
 
 
@@ -74,16 +77,26 @@ def build(native: bool = True) -> ctypes.CDLL | None:
         target = Path(tmp) / "philox_normal.so"
         flags = (*_FLAGS, *_NATIVE) if native else _FLAGS
         try:
-            subprocess.run([compiler, *command[1:], *flags, "-o", str(target), str(_SOURCE)], check=True,
-                           capture_output=True, timeout=120)
+            subprocess.run(
+                [compiler, *command[1:], *flags, "-o", str(target), str(_SOURCE)],
+                check=True,
+                capture_output=True,
+                timeout=120,
+            )
             library = ctypes.CDLL(str(target))  # mapped: the file may go with the directory
         except (OSError, subprocess.SubprocessError):
             return None
-    library.dpaudit_philox_normal.argtypes = [ctypes.c_void_p, ctypes.c_int64, ctypes.c_void_p, ctypes.c_double,
-                                              ctypes.c_int]
+    library.dpaudit_philox_normal.argtypes = [
+        ctypes.c_void_p,
+        ctypes.c_int64,
+        ctypes.c_void_p,
+        ctypes.c_double,
+        ctypes.c_int,
+    ]
     library.dpaudit_philox_normal.restype = None
-    library.dpaudit_philox_add_ranges.argtypes = [ctypes.c_int64] + [ctypes.c_void_p] * 4 + [ctypes.c_double,
-                                                                                          ctypes.c_void_p]
+    library.dpaudit_philox_add_ranges.argtypes = (
+        [ctypes.c_int64] + [ctypes.c_void_p] * 4 + [ctypes.c_double, ctypes.c_void_p]
+    )
     library.dpaudit_philox_add_ranges.restype = None
     library.dpaudit_gaussian_pairs.argtypes = [ctypes.c_int64, ctypes.c_void_p, ctypes.c_void_p]
     library.dpaudit_gaussian_pairs.restype = None
@@ -138,8 +151,9 @@ def pairs(words: np.ndarray, library: ctypes.CDLL | None = None) -> np.ndarray:
     return out
 
 
-def normal_(out: torch.Tensor, key: Sequence[int], std: float, *, add: bool = False,
-            library: ctypes.CDLL | None = None) -> torch.Tensor:
+def normal_(
+    out: torch.Tensor, key: Sequence[int], std: float, *, add: bool = False, library: ctypes.CDLL | None = None
+) -> torch.Tensor:
     """Fill ``out`` (contiguous float32 on the CPU) with N(0, std^2) numbers, or add them when ``add``.
 
     ``key`` is 4 secret 32-bit words: the Philox key and the two counter words that are not the
@@ -151,8 +165,14 @@ def normal_(out: torch.Tensor, key: Sequence[int], std: float, *, add: bool = Fa
     return out
 
 
-def add_normal_(outs: Sequence[torch.Tensor], starts: Sequence[int], key: Sequence[int], std: float, *,
-                library: ctypes.CDLL | None = None) -> tuple[float, float]:
+def add_normal_(
+    outs: Sequence[torch.Tensor],
+    starts: Sequence[int],
+    key: Sequence[int],
+    std: float,
+    *,
+    library: ctypes.CDLL | None = None,
+) -> tuple[float, float]:
     """Add to each ``outs[j]`` the numbers ``starts[j] .. starts[j] + outs[j].numel() - 1`` of the stream
     that :func:`normal_` draws under ``key`` (so a stream's numbers can go straight into the tensors
     they noise), in one call.
@@ -170,8 +190,15 @@ def add_normal_(outs: Sequence[torch.Tensor], starts: Sequence[int], key: Sequen
     pointers = np.array([t.data_ptr() for t in outs], np.uint64)
     positions, lengths = np.array(starts, np.int64), np.array([t.numel() for t in outs], np.int64)
     sums = np.zeros(2, np.float64)
-    library.dpaudit_philox_add_ranges(len(outs), pointers.ctypes.data, positions.ctypes.data, lengths.ctypes.data,
-                                      words.ctypes.data, float(std), sums.ctypes.data)
+    library.dpaudit_philox_add_ranges(
+        len(outs),
+        pointers.ctypes.data,
+        positions.ctypes.data,
+        lengths.ctypes.data,
+        words.ctypes.data,
+        float(std),
+        sums.ctypes.data,
+    )
     return float(sums[0]), float(sums[1])
 
 

@@ -44,13 +44,20 @@ def schedule_text(plan: PrivacyPlan) -> str:
     return "constant" if len(set(plan.sigmas or ())) <= 1 else "decayed per epoch, fixed in advance"
 
 
-def private_parts(*, mechanism: str, clipper: Any, notes: Sequence[str] = (),
-                  details: Mapping[str, Any] | None = None, **extra: Any) -> RecordParts:
+def private_parts(
+    *, mechanism: str, clipper: Any, notes: Sequence[str] = (), details: Mapping[str, Any] | None = None, **extra: Any
+) -> RecordParts:
     """The :class:`~dpaudit.training.RecordParts` of a private torch run of ``mechanism`` (the record
     itself is the core's one builder, :func:`dpaudit.training.build_record`).
 
     ``notes`` follow a delta warning when delta is not well below 1/N; ``extra`` are further
     :class:`RecordParts` fields (``paper_claim``, ``unaccounted_releases``).
     """
-    return RecordParts(mechanism=mechanism, noise_sampler=noise_sampler(_device_of(clipper)), notes=list(notes),
-                       details=dict(details or {}), steps_from_n=True, **extra)
+    return RecordParts(
+        mechanism=mechanism,
+        noise_sampler=noise_sampler(_device_of(clipper)),
+        notes=list(notes),
+        details=dict(details or {}),
+        steps_from_n=True,
+        **extra,
+    )

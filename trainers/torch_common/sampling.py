@@ -38,7 +38,9 @@ def derived_seed(seed: int, stream: int, *key: int) -> int:
     return int((int(state[0]) << 1 ^ int(state[1])) & ((1 << 63) - 1))
 
 
-def example_slots(texts: Sequence[str], labels: Sequence[Any] | None, num_microbatches: int, *, salt: int) -> np.ndarray:
+def example_slots(
+    texts: Sequence[str], labels: Sequence[Any] | None, num_microbatches: int, *, salt: int
+) -> np.ndarray:
     """Micro-batch index of every example: sha256(salt, text, label) mod k, independent of other rows."""
     out = np.empty(len(texts), dtype=np.int64)
     for i, text in enumerate(texts):  # once per run, at setup

@@ -11,8 +11,18 @@ def _one_torch_thread(one_torch_thread):
 
 
 #: Trainer options shared by the edp-sgd test files (tiny model, short runs).
-TINY_EDP = dict(preset="tiny", vocab_size=300, max_length=16, epochs=2, batch_size=16, micro_batches=4,
-                eval_examples=24, checkpoint_every=3, noise_seed=1234, learning_rate=1e-3)
+TINY_EDP = dict(
+    preset="tiny",
+    vocab_size=300,
+    max_length=16,
+    epochs=2,
+    batch_size=16,
+    micro_batches=4,
+    eval_examples=24,
+    checkpoint_every=3,
+    noise_seed=1234,
+    learning_rate=1e-3,
+)
 
 
 @pytest.fixture(scope="session")

@@ -24,11 +24,13 @@ def max_error(got: list[torch.Tensor], want: list[torch.Tensor]) -> float:
 
 def microbatch_sums(model: Any, batch: dict, bounds: list[float], groups: list[int]) -> tuple[Any, Any]:
     """(ghost, vmap) clipped sums of :data:`MICROBATCHES` of a 6-row ``batch`` with per-layer ``bounds``."""
-    want = MicrobatchClipper(model, per_example_losses, layer_clip_norms=bounds,
-                             param_groups=groups).clipped_sum(batch, list(MICROBATCHES))
+    want = MicrobatchClipper(model, per_example_losses, layer_clip_norms=bounds, param_groups=groups).clipped_sum(
+        batch, list(MICROBATCHES)
+    )
     owner = np.zeros(6, dtype=np.int64)
     for unit, members in enumerate(MICROBATCHES):
         owner[members] = unit
-    got = GhostClipper(model, per_example_losses, bounds=bounds, param_groups=groups).clipped_sum(batch, owner,
-                                                                                                  len(MICROBATCHES))
+    got = GhostClipper(model, per_example_losses, bounds=bounds, param_groups=groups).clipped_sum(
+        batch, owner, len(MICROBATCHES)
+    )
     return got, want

@@ -67,8 +67,9 @@ def test_micro_batch_is_clipped_per_layer(tiny_batches):
     names, params = trainable(clf)
     group_names, groups = layer_groups(names)
     assert "bert.encoder.layer.0" in group_names and "classifier" in group_names
-    norms = layer_clip_norms(clf, per_example_losses, batch, clip_norm=0.5, param_groups=groups,
-                             num_groups=len(group_names))
+    norms = layer_clip_norms(
+        clf, per_example_losses, batch, clip_norm=0.5, param_groups=groups, num_groups=len(group_names)
+    )
     assert math.fsum(c * c for c in norms) == pytest.approx(0.25)
     small = [c * 0.1 for c in norms]  # force clipping of every layer
     clipper = MicrobatchClipper(clf, per_example_losses, layer_clip_norms=small, param_groups=groups)
@@ -88,8 +89,9 @@ def test_micro_batch_sensitivity_is_2c_whatever_the_occupancy(tiny_batches):
     clf, *_ = tiny_batches
     names, _ = trainable(clf)
     _, groups = layer_groups(names)
-    clipper = MicrobatchClipper(clf, per_example_losses, layer_clip_norms=[0.3, 0.4] + [0.0001] * (max(groups) - 1),
-                                param_groups=groups)
+    clipper = MicrobatchClipper(
+        clf, per_example_losses, layer_clip_norms=[0.3, 0.4] + [0.0001] * (max(groups) - 1), param_groups=groups
+    )
     assert clipper.sensitivity_factor == 2.0 and clipper.sensitivity == pytest.approx(2 * clipper.clip_norm)
 
 
@@ -112,7 +114,9 @@ def test_removing_one_example_moves_the_aggregate_by_at_most_the_sensitivity(tin
     names, _ = trainable(clf)
     group_names, groups = layer_groups(names)
     c = 0.2
-    norms = layer_clip_norms(clf, per_example_losses, batch, clip_norm=c, param_groups=groups, num_groups=len(group_names))
+    norms = layer_clip_norms(
+        clf, per_example_losses, batch, clip_norm=c, param_groups=groups, num_groups=len(group_names)
+    )
     full, sensitivity = _edp_aggregate(clf, batch, slots, k, norms, groups)
     assert sensitivity == pytest.approx(2 * c)  # worked out: both micro-batch gradients have norm <= C
     dp = PerExampleClipper(clf, per_example_losses, clip_norm=c, physical_batch=4)
@@ -121,8 +125,9 @@ def test_removing_one_example_moves_the_aggregate_by_at_most_the_sensitivity(tin
     for x in range(n):
         keep = [i for i in range(n) if i != x]
         # The other examples keep their micro-batch: the rule depends on each example alone.
-        np.testing.assert_array_equal(example_slots([texts[i] for i in keep], [labels[i] for i in keep], k, salt=0),
-                                      slots[keep])
+        np.testing.assert_array_equal(
+            example_slots([texts[i] for i in keep], [labels[i] for i in keep], k, salt=0), slots[keep]
+        )
         reduced, _ = _edp_aggregate(clf, _sub(batch, keep), slots[keep], k, norms, groups)
         moved = _norm([a - b for a, b in zip(full, reduced)])
         assert moved <= 2 * c * (1 + 1e-5)
@@ -151,7 +156,11 @@ def test_zero_noise_and_infinite_clip_equal_sgd_step_for_step(tiny_batches):
                 per_example_losses(model, sub)[0].sum().backward()
                 agg = [p.grad.clone() if p.grad is not None else torch.zeros_like(p) for p in params]
             elif mode == "dp-sgd":
-                agg = PerExampleClipper(model, per_example_losses, clip_norm=math.inf, physical_batch=4).clipped_sum(sub).grads
+                agg = (
+                    PerExampleClipper(model, per_example_losses, clip_norm=math.inf, physical_batch=4)
+                    .clipped_sum(sub)
+                    .grads
+                )
             else:
                 _, groups = layer_groups(names)
                 agg, _ = _edp_aggregate(model, sub, slots[idx], k, [math.inf] * (max(groups) + 1), groups)
@@ -170,8 +179,9 @@ def test_vectorized_micro_batches_equal_sequential_backward_passes(tiny_batches,
     model, batch = (clf, clf_batch) if task == "classify" else (mlm, mlm_batch)
     names, params = trainable(model)
     group_names, groups = layer_groups(names)
-    norms = layer_clip_norms(model, per_example_losses, batch, clip_norm=0.3, param_groups=groups,
-                             num_groups=len(group_names))
+    norms = layer_clip_norms(
+        model, per_example_losses, batch, clip_norm=0.3, param_groups=groups, num_groups=len(group_names)
+    )
     clipper = MicrobatchClipper(model, per_example_losses, layer_clip_norms=norms, param_groups=groups)
     microbatches = [np.array([0, 3, 5]), np.array([], dtype=np.int64), np.array([1]), np.array([2, 4])]
     sequential = [torch.zeros_like(p) for p in params]

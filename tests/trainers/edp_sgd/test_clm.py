@@ -26,14 +26,26 @@ def clm_run(data_dir, tmp_path_factory, edp_config):
 def test_the_loss_is_transformers_own_shifted_nll():
     """One unpadded row: the mean NLL over the tokens after the first is GPT2LMHeadModel's labels loss; a
     padded row's loss is its unpadded loss (nothing reads the padding)."""
-    model = build_model("clm", preset="tiny", vocab_size=50, max_length=16, label_names=None, seed=0,
-                        specials={"pad": 0, "cls": 2, "sep": 3})
+    model = build_model(
+        "clm",
+        preset="tiny",
+        vocab_size=50,
+        max_length=16,
+        label_names=None,
+        seed=0,
+        specials={"pad": 0, "cls": 2, "sep": 3},
+    )
     ids = torch.tensor([[2, 11, 17, 5, 40, 3]])
     with torch.no_grad():
         ours, correct = causal_losses(model, {"input_ids": ids, "next_weights": torch.ones(1, 6)})
         theirs = model(input_ids=ids, labels=ids).loss
-        padded, _ = causal_losses(model, {"input_ids": torch.cat([ids, torch.zeros(1, 4, dtype=torch.long)], 1),
-                                          "next_weights": torch.tensor([[1.0] * 6 + [0.0] * 4])})
+        padded, _ = causal_losses(
+            model,
+            {
+                "input_ids": torch.cat([ids, torch.zeros(1, 4, dtype=torch.long)], 1),
+                "next_weights": torch.tensor([[1.0] * 6 + [0.0] * 4]),
+            },
+        )
     assert float(ours[0]) == pytest.approx(float(theirs), rel=1e-6)
     assert float(padded[0]) == pytest.approx(float(theirs), rel=1e-5)
     assert 0.0 <= float(correct[0]) <= 1.0
@@ -48,8 +60,11 @@ def test_clm_run_exports_a_gpt2_that_transformers_reloads_with_its_tokenizer(clm
     assert type(model).__name__ == "GPT2LMHeadModel" and config.tie_word_embeddings
     assert model.lm_head.weight.data_ptr() == model.transformer.wte.weight.data_ptr()
     vocab = tokenizer.get_vocab()
-    assert (config.bos_token_id, config.eos_token_id, config.pad_token_id) == (vocab["[CLS]"], vocab["[SEP]"],
-                                                                               vocab["[PAD]"])
+    assert (config.bos_token_id, config.eos_token_id, config.pad_token_id) == (
+        vocab["[CLS]"],
+        vocab["[SEP]"],
+        vocab["[PAD]"],
+    )
     assert (tokenizer.bos_token, tokenizer.eos_token) == ("[CLS]", "[SEP]")
     enc = tokenizer(["set an alarm for 7 15"])
     assert "token_type_ids" not in enc  # GPT-2 would add an embedding of them
@@ -77,8 +92,13 @@ def test_the_ghost_engine_hosts_gpt2(data_dir, tmp_path, edp_config, mode):
     run._setup()
     assert run.ghost is not None and run.ghost_refused is None
     if mode == "edp-sgd":  # one clip norm per GPT-2 block, and the embeddings and final LayerNorm
-        assert run.group_names == ["transformer.wte", "transformer.wpe", "transformer.h.0", "transformer.h.1",
-                                   "transformer.ln_f"]
+        assert run.group_names == [
+            "transformer.wte",
+            "transformer.wpe",
+            "transformer.h.0",
+            "transformer.h.1",
+            "transformer.ln_f",
+        ]
 
 
 def test_a_start_trained_on_this_runs_train_jsonl_is_refused(clm_run, data_dir, tmp_path, edp_config):
@@ -104,23 +124,39 @@ def bpe_causal_dir(tmp_path_factory, data_dir):
     tokenizer = Tokenizer(models.BPE())
     tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
     tokenizer.decoder = decoders.ByteLevel()
-    tokenizer.train_from_iterator(texts, trainers.BpeTrainer(vocab_size=400, special_tokens=["<|endoftext|>"],
-                                                             initial_alphabet=pre_tokenizers.ByteLevel.alphabet()))
+    tokenizer.train_from_iterator(
+        texts,
+        trainers.BpeTrainer(
+            vocab_size=400, special_tokens=["<|endoftext|>"], initial_alphabet=pre_tokenizers.ByteLevel.alphabet()
+        ),
+    )
     eot = tokenizer.token_to_id("<|endoftext|>")
-    config = GPT2Config(vocab_size=tokenizer.get_vocab_size(), n_layer=1, n_embd=32, n_head=2, n_positions=64,
-                        bos_token_id=eot, eos_token_id=eot)
+    config = GPT2Config(
+        vocab_size=tokenizer.get_vocab_size(),
+        n_layer=1,
+        n_embd=32,
+        n_head=2,
+        n_positions=64,
+        bos_token_id=eot,
+        eos_token_id=eot,
+    )
     torch.manual_seed(0)
     path = tmp_path_factory.mktemp("bpe") / "gpt2"
     GPT2LMHeadModel(config).save_pretrained(path, safe_serialization=True)
     tokenizer.save(str(path / "tokenizer.json"))
-    tok_config = {"tokenizer_class": "PreTrainedTokenizerFast", "bos_token": "<|endoftext|>",
-                  "eos_token": "<|endoftext|>", "model_max_length": 64}
+    tok_config = {
+        "tokenizer_class": "PreTrainedTokenizerFast",
+        "bos_token": "<|endoftext|>",
+        "eos_token": "<|endoftext|>",
+        "model_max_length": 64,
+    }
     (path / "tokenizer_config.json").write_text(json.dumps(tok_config), encoding="utf-8")
     return path, eot
 
 
-def test_a_foreign_causal_start_keeps_its_tokenizer_and_gets_its_bos_first(bpe_causal_dir, data_dir, tmp_path,
-                                                                           edp_config):
+def test_a_foreign_causal_start_keeps_its_tokenizer_and_gets_its_bos_first(
+    bpe_causal_dir, data_dir, tmp_path, edp_config
+):
     start, eot = bpe_causal_dir
     run = _Plugin(data_dir, tmp_path / "out", edp_config(task="clm", mode="dp-sgd", init_from=str(start)), seed=0)
     run._setup()
@@ -131,7 +167,8 @@ def test_a_foreign_causal_start_keeps_its_tokenizer_and_gets_its_bos_first(bpe_c
     run.step(0, np.arange(8))  # one clipped, noised step on the foreign start
     run.export(tmp_path / "model")
     assert (tmp_path / "model" / "tokenizer_config.json").read_text(encoding="utf-8") == (
-        start / "tokenizer_config.json").read_text(encoding="utf-8")  # its own token names, as it came
+        start / "tokenizer_config.json"
+    ).read_text(encoding="utf-8")  # its own token names, as it came
     assert not (tmp_path / "model" / "special_tokens_map.json").exists()  # no BERT names for a BPE tokenizer
 
 
@@ -142,7 +179,8 @@ def test_unigram_loss_baseline_worked_out():
 
     # one row: p(1) = 3/4, p(2) = 1/4 over its 4 targets; the padded slot (weight 0) is not a target
     assert unigram_loss([[1, 1, 1, 2, 7]], [[1, 1, 1, 1, 0]]) == pytest.approx(
-        (3 * -math.log(0.75) - math.log(0.25)) / 4, rel=1e-12)
+        (3 * -math.log(0.75) - math.log(0.25)) / 4, rel=1e-12
+    )
     # two rows: each row's mean, averaged over rows (as the model is scored); p(1) = p(2) = 1/2
     assert unigram_loss([[1, 1, 2], [2, 0, 0]], [[1, 1, 1], [1, 0, 0]]) == pytest.approx(math.log(2), rel=1e-12)
     assert unigram_loss(np.zeros((0, 3)), np.zeros((0, 3))) is None
@@ -158,15 +196,23 @@ def test_a_masked_lm_start_is_refused_for_clm(tmp_path, data_dir, edp_config):
     save_hf(tmp_path / "bert", bert, train_wordpiece(texts, vocab_size=300))
     out = tmp_path / "out"
     with pytest.raises(UserInputError, match="--init-from .*no causal LM"):
-        EdpSgdTrainer().train(data_dir, out, edp_config(task="clm", mode="sgd", init_from=str(tmp_path / "bert")), seed=0)
+        EdpSgdTrainer().train(
+            data_dir, out, edp_config(task="clm", mode="sgd", init_from=str(tmp_path / "bert")), seed=0
+        )
     assert not out.exists()
 
 
 @pytest.mark.parametrize("task", ["mlm", "clm"])
 def test_declared_new_token_rows_start_at_zero_and_nothing_else_moves(task):
     """As jax-bert: the word-embedding rows of declared new tokens (tied to the output layer) start at zero."""
-    kw = dict(preset="tiny", vocab_size=60, max_length=16, label_names=None, seed=0,
-              specials={"cls": 1, "sep": 2, "pad": 0} if task == "clm" else None)
+    kw = dict(
+        preset="tiny",
+        vocab_size=60,
+        max_length=16,
+        label_names=None,
+        seed=0,
+        specials={"cls": 1, "sep": 2, "pad": 0} if task == "clm" else None,
+    )
     plain, zeroed = build_model(task, **kw), build_model(task, **kw, zero_rows=[7, 59])
     before, after = plain.get_input_embeddings().weight.detach(), zeroed.get_input_embeddings().weight.detach()
     assert torch.all(after[[7, 59]] == 0) and before[[7, 59]].abs().sum() > 0

@@ -11,18 +11,56 @@ import json
 
 from dpaudit.trainers.edp_sgd.trainer import EdpSgdTrainer
 
-ARGS = ["--trainer", "edp-sgd", "--mode", "edp-sgd", "--noise-multiplier", "1.0", "--noise-draw", "micro-batch",
-        "--noise-seed", "77", "--micro-batches", "4", "--epochs", "1", "--batch-size", "24", "--learning-rate", "1e-3",
-        "--preset", "tiny", "--vocab-size", "300", "--max-length", "16", "--eval-examples", "8", "--seed", "2"]
+ARGS = [
+    "--trainer",
+    "edp-sgd",
+    "--mode",
+    "edp-sgd",
+    "--noise-multiplier",
+    "1.0",
+    "--noise-draw",
+    "micro-batch",
+    "--noise-seed",
+    "77",
+    "--micro-batches",
+    "4",
+    "--epochs",
+    "1",
+    "--batch-size",
+    "24",
+    "--learning-rate",
+    "1e-3",
+    "--preset",
+    "tiny",
+    "--vocab-size",
+    "300",
+    "--max-length",
+    "16",
+    "--eval-examples",
+    "8",
+    "--seed",
+    "2",
+]
 
 
 def test_two_gloo_processes_equal_one_process(data_dir, tmp_path, gloo_pair, assert_same_model):
     from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
 
     single = tmp_path / "single"
-    config = EdpSgdConfig(mode="edp-sgd", noise_multiplier=1.0, noise_draw="micro-batch", noise_seed=77, micro_batches=4,
-                          epochs=1, batch_size=24, learning_rate=1e-3, preset="tiny", vocab_size=300, max_length=16,
-                          eval_examples=8)
+    config = EdpSgdConfig(
+        mode="edp-sgd",
+        noise_multiplier=1.0,
+        noise_draw="micro-batch",
+        noise_seed=77,
+        micro_batches=4,
+        epochs=1,
+        batch_size=24,
+        learning_rate=1e-3,
+        preset="tiny",
+        vocab_size=300,
+        max_length=16,
+        eval_examples=8,
+    )
     one = EdpSgdTrainer().train(data_dir, single, config, seed=2)
 
     out = tmp_path / "pair"

@@ -60,12 +60,16 @@ def test_ghost_per_layer_microbatch_sum_equals_vmap(tiny_batches, task, scale, f
     monkeypatch.setattr(ghost_module._Units, "linear_sq", counting_linear_sq)
     tables = []
     embedding_sq = ghost_module._Units.embedding_sq
-    monkeypatch.setattr(ghost_module._Units, "embedding_sq",
-                        lambda self, *args: tables.append(args[-1]) or embedding_sq(self, *args))
+    monkeypatch.setattr(
+        ghost_module._Units, "embedding_sq", lambda self, *args: tables.append(args[-1]) or embedding_sq(self, *args)
+    )
     ran = []
     gram_norms = ghost_module._Units.gram_norms
-    monkeypatch.setattr(ghost_module._Units, "gram_norms",
-                        lambda self, entries, r, seq: ran.append(entries) or gram_norms(self, entries, r, seq))
+    monkeypatch.setattr(
+        ghost_module._Units,
+        "gram_norms",
+        lambda self, entries, r, seq: ran.append(entries) or gram_norms(self, entries, r, seq),
+    )
     clf, clf_batch, mlm, mlm_batch = tiny_batches
     model, batch = (clf, clf_batch) if task == "classify" else (mlm, mlm_batch)
     names, _ = trainable(model)
@@ -110,8 +114,12 @@ def test_grad_snr_is_the_clipped_sum_norm_over_the_noise_norm(data_dir, tmp_path
     """dp-sgd on ONE example clipped to C: the clipped sum has norm exactly C; the noise is sigma C z with
     z the step's keyed standard normal draw, so SNR = 1 / (sigma ||z||) ~ 1 / (sigma sqrt(D))."""
     sigma, clip = 0.7, 1e-4  # C so small that the example is certainly clipped
-    run = _Plugin(data_dir, tmp_path / "out", edp_config(mode="dp-sgd", noise_multiplier=sigma, clip_norm=clip,
-                                                     device=device), seed=0)
+    run = _Plugin(
+        data_dir,
+        tmp_path / "out",
+        edp_config(mode="dp-sgd", noise_multiplier=sigma, clip_norm=clip, device=device),
+        seed=0,
+    )
     run._setup()
     step = 3
     grads, stats = run.aggregate(step, np.array([5]))
@@ -155,10 +163,18 @@ def test_batched_gram_norms_equal_each_units_gradient_norm(monkeypatch):
     valid[2] = False
     valid[2, 0] = True  # unit 2: exactly one real row
     n = len(owner) * r
-    x_shared, x_wide = torch.randn(n, 5, generator=gen, dtype=torch.float64), torch.randn(n, 9, generator=gen, dtype=torch.float64)
+    x_shared, x_wide = (
+        torch.randn(n, 5, generator=gen, dtype=torch.float64),
+        torch.randn(n, 9, generator=gen, dtype=torch.float64),
+    )
     gs = [torch.randn(n, w, generator=gen, dtype=torch.float64) * valid.reshape(-1, 1) for w in (5, 4, 9, 5)]
     ids = torch.randint(0, 3, (n,), generator=gen)
-    entries = [(0, False, x_shared, gs[0]), (1, False, x_shared, gs[1]), (2, False, x_wide, gs[2]), (3, True, ids, gs[3])]
+    entries = [
+        (0, False, x_shared, gs[0]),
+        (1, False, x_shared, gs[1]),
+        (2, False, x_wide, gs[2]),
+        (3, True, ids, gs[3]),
+    ]
     units = _Units(torch.tensor(owner), 4, valid, per_example=False, device=torch.device("cpu"))
     got, bias = units.gram_norms(entries, r, True)
     assert sorted(bias) == [0, 1, 2]  # a bias norm for each Linear capture
@@ -167,7 +183,11 @@ def test_batched_gram_norms_equal_each_units_gradient_norm(monkeypatch):
         want, want_bias = [], []
         for u in range(4):
             rows = (row_unit == u) & valid.reshape(-1)
-            grad = torch.zeros(3, g.shape[1], dtype=g.dtype).index_add_(0, x[rows], g[rows]) if is_emb else x[rows].T @ g[rows]
+            grad = (
+                torch.zeros(3, g.shape[1], dtype=g.dtype).index_add_(0, x[rows], g[rows])
+                if is_emb
+                else x[rows].T @ g[rows]
+            )
             want.append(float(grad.pow(2).sum()))
             want_bias.append(float(g[rows].sum(0).pow(2).sum()))  # a bias gradient: the sum of the rows
         assert got[j].tolist() == pytest.approx(want, rel=1e-9, abs=1e-12)

@@ -19,8 +19,15 @@ from tests.trainers.edp_sgd.ghost_oracle import microbatch_sums
 @pytest.fixture(scope="module")
 def gpt2_batch():
     """A tiny GPT-2 (vocabulary 100, tied lm_head) and 6 right-padded rows of unequal lengths."""
-    model = build_model("clm", preset="tiny", vocab_size=100, max_length=16, label_names=None, seed=0,
-                        specials={"pad": 0, "cls": 2, "sep": 3})
+    model = build_model(
+        "clm",
+        preset="tiny",
+        vocab_size=100,
+        max_length=16,
+        label_names=None,
+        seed=0,
+        specials={"pad": 0, "cls": 2, "sep": 3},
+    )
     gen = torch.Generator().manual_seed(0)
     lengths = torch.tensor([12, 7, 9, 12, 5, 10])
     mask = (torch.arange(12)[None, :] < lengths[:, None]).long()
@@ -45,7 +52,8 @@ def test_gpt2_ghost_per_example_sum_equals_vmap(gpt2_batch, clip):
     _, params = trainable(model)
     want = PerExampleClipper(model, per_example_losses, clip_norm=clip, physical_batch=6).clipped_sum(batch)
     got = GhostClipper(model, per_example_losses, bounds=[clip], param_groups=[0] * len(params)).clipped_sum(
-        batch, np.arange(6), 6)
+        batch, np.arange(6), 6
+    )
     assert _max_error(got.grads, want.grads) < 1e-5
     assert [g.shape for g in got.grads] == [p.shape for p in params]  # Conv1D sums in its own [in, out] layout
     assert float(got.loss_sum) == pytest.approx(float(want.loss_sum), rel=1e-6)
@@ -63,8 +71,13 @@ def test_gpt2_ghost_per_layer_microbatch_sum_equals_vmap(gpt2_batch, scale, form
     model, batch = gpt2_batch
     names, _ = trainable(model)
     group_names, groups = layer_groups(names)
-    assert group_names == ["transformer.wte", "transformer.wpe", "transformer.h.0", "transformer.h.1",
-                           "transformer.ln_f"]
+    assert group_names == [
+        "transformer.wte",
+        "transformer.wpe",
+        "transformer.h.0",
+        "transformer.h.1",
+        "transformer.ln_f",
+    ]
     bounds = [scale * (i + 1) / 10 for i in range(len(group_names))]
     got, want = microbatch_sums(model, batch, bounds, groups)
     assert _max_error(got.grads, want.grads) < 1e-5
@@ -77,5 +90,7 @@ def test_padding_width_changes_no_example_loss(gpt2_batch):
     with torch.no_grad():
         together, _ = per_example_losses(model, batch)
         n = 5  # row 4's length
-        alone, _ = per_example_losses(model, {k: v[4:5, :n] if v.dim() == 2 else v[4:5, ..., :n] for k, v in batch.items()})
+        alone, _ = per_example_losses(
+            model, {k: v[4:5, :n] if v.dim() == 2 else v[4:5, ..., :n] for k, v in batch.items()}
+        )
     assert float(alone[0]) == pytest.approx(float(together[4]), rel=1e-5)

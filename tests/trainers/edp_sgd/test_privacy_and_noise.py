@@ -47,7 +47,10 @@ def test_privacy_json_epsilon_equals_an_independent_computation(data_dir, tmp_pa
     record = PrivacyRecord.from_json(raw)
     assert record.to_json() == raw
     # Not a 32-bit manual_seed stream: 128-bit Philox keys (the C sampler builds here).
-    assert record.details["noise_generator"].startswith("Philox4x32-10") and "128-bit key" in record.details["noise_generator"]
+    assert (
+        record.details["noise_generator"].startswith("Philox4x32-10")
+        and "128-bit key" in record.details["noise_generator"]
+    )
     n, batch = 96, 16
     q, per_epoch = batch / n, math.ceil(n / batch)
     delta = min(1e-5, 1 / (10 * n))  # the default: well below 1/N
@@ -77,8 +80,9 @@ def test_privacy_json_epsilon_equals_an_independent_computation(data_dir, tmp_pa
 
 
 def test_target_epsilon_calibrates_the_whole_schedule(data_dir, tmp_path, edp_config):
-    config = edp_config(mode="dp-sgd", noise_multiplier=None, target_epsilon=2.0, noise_decay="exp", decay_rate=0.5,
-                        epochs=2)
+    config = edp_config(
+        mode="dp-sgd", noise_multiplier=None, target_epsilon=2.0, noise_decay="exp", decay_rate=0.5, epochs=2
+    )
     result = EdpSgdTrainer().train(data_dir, tmp_path / "run", config, seed=0)
     record = json.loads((tmp_path / "run" / "privacy.json").read_text())
     assert record["noise_calibrated"] and result.epsilon <= 2.0 and result.epsilon == pytest.approx(2.0, rel=0.01)

@@ -36,9 +36,11 @@ def _rows_dir(data_dir, dest, pick):
 @pytest.fixture(scope="module")
 def neighbours(data_dir, tmp_path_factory):
     root = tmp_path_factory.mktemp("neighbours")
-    return {"40": _rows_dir(data_dir, root / "n40", lambda rows: rows[:40]),
-            "41": _rows_dir(data_dir, root / "n41", lambda rows: rows[:41]),
-            "40+dup": _rows_dir(data_dir, root / "dup", lambda rows: rows[:40] + rows[:1])}
+    return {
+        "40": _rows_dir(data_dir, root / "n40", lambda rows: rows[:40]),
+        "41": _rows_dir(data_dir, root / "n41", lambda rows: rows[:41]),
+        "40+dup": _rows_dir(data_dir, root / "dup", lambda rows: rows[:40] + rows[:1]),
+    }
 
 
 FAST = dict(mode="dp-sgd", epochs=1, batch_size=8, eval_examples=0, checkpoint_every=1000)
@@ -94,12 +96,19 @@ def test_edp_sgd_sensitivity_factor_does_not_depend_on_the_slot_occupancy(neighb
     (today: factor 1 and std 0.673, then 2 and 1.381)."""
     seen = []
     for name in ("40", "40+dup"):
-        config = edp_config(mode="edp-sgd", micro_batches=100000, target_epsilon=4.0, noise_multiplier=None,
-                            epochs=1, batch_size=8, dataset_size=48, eval_examples=0)
+        config = edp_config(
+            mode="edp-sgd",
+            micro_batches=100000,
+            target_epsilon=4.0,
+            noise_multiplier=None,
+            epochs=1,
+            batch_size=8,
+            dataset_size=48,
+            eval_examples=0,
+        )
         run = _Plugin(neighbours[name], tmp_path / name, config, seed=0)
         run._setup()
-        seen.append((run.clipper.sensitivity_factor, run.plan.noise_std(0, run.clipper.clip_norm),
-                     run.plan.event()))
+        seen.append((run.clipper.sensitivity_factor, run.plan.noise_std(0, run.clipper.clip_norm), run.plan.event()))
     assert seen[0][0] == seen[1][0] == 2.0
     assert seen[0][1] == seen[1][1] and seen[0][2] == seen[1][2]
 

@@ -32,8 +32,13 @@ def classify_run(data_dir, tmp_path_factory, edp_config):
 def test_run_directory_is_complete_and_releases_no_secret(classify_run):
     out, result = classify_run
     manifest = verify_run_dir(out, schema_prefix="dpaudit.train/")
-    assert {"model/config.json", "model/model.safetensors", "model/tokenizer.json", "metrics.jsonl",
-            "privacy.json"} <= set(manifest["outputs"])
+    assert {
+        "model/config.json",
+        "model/model.safetensors",
+        "model/tokenizer.json",
+        "metrics.jsonl",
+        "privacy.json",
+    } <= set(manifest["outputs"])
     assert not (out / "checkpoints").exists()  # it held the secret seed; deleted without --keep-checkpoints
     assert manifest["config"]["noise_seed"] == "<given: secret>"
     for path in out.rglob("*"):
@@ -98,8 +103,9 @@ def _rows(out):
     return [{k: v for k, v in r.items() if k != "examples_per_s"} for r in rows]
 
 
-def test_killed_then_resumed_equals_straight(data_dir, tmp_path, edp_config, killed_after_checkpoint,
-                                            assert_same_model):
+def test_killed_then_resumed_equals_straight(
+    data_dir, tmp_path, edp_config, killed_after_checkpoint, assert_same_model
+):
     config = edp_config(mode="dp-sgd", epochs=1, checkpoint_every=2)
     straight = EdpSgdTrainer().train(data_dir, tmp_path / "straight", config, seed=5)
     killed_after_checkpoint(lambda: EdpSgdTrainer().train(data_dir, tmp_path / "resumed", config, seed=5), step=4)
@@ -123,15 +129,22 @@ def test_resume_refuses_different_settings(data_dir, tmp_path, edp_config, kille
         EdpSgdTrainer().train(data_dir, tmp_path / "run", edp_config(mode="sgd", epochs=2), seed=5)
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--mode", "sgd", "--noise-multiplier", "1"], "--mode sgd takes no --noise-multiplier"),
-    (["--mode", "dp-sgd"], "needs --target-epsilon"),
-    (["--mode", "edp-sgd", "--noise-multiplier", "1", "--micro-batches", "0"], "--micro-batches must be an integer >= 1"),
-    (["--mode", "edp-sgd", "--noise-multiplier", "1", "--decay-rate", "0.5"], "needs --noise-decay"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--mode", "sgd", "--noise-multiplier", "1"], "--mode sgd takes no --noise-multiplier"),
+        (["--mode", "dp-sgd"], "needs --target-epsilon"),
+        (
+            ["--mode", "edp-sgd", "--noise-multiplier", "1", "--micro-batches", "0"],
+            "--micro-batches must be an integer >= 1",
+        ),
+        (["--mode", "edp-sgd", "--noise-multiplier", "1", "--decay-rate", "0.5"], "needs --noise-decay"),
+    ],
+)
 def test_bad_options_exit_2_with_one_line(data_dir, tmp_path, args, message):
-    result = CliRunner().invoke(cli, ["train", "--trainer", "edp-sgd", "--data", str(data_dir), "--out",
-                                      str(tmp_path / "x"), *args])
+    result = CliRunner().invoke(
+        cli, ["train", "--trainer", "edp-sgd", "--data", str(data_dir), "--out", str(tmp_path / "x"), *args]
+    )
     assert result.exit_code == 2
     assert message in result.output
     assert not (tmp_path / "x").exists()
@@ -155,18 +168,46 @@ def test_config_types_are_checked_from_every_source(edp_config):
 def test_toml_string_is_not_a_boolean(data_dir, tmp_path):
     toml = tmp_path / "edp.toml"
     toml.write_text('mode = "dp-sgd"\nnoise_multiplier = 1.0\nkeep_checkpoints = "false"\n')
-    result = CliRunner().invoke(cli, ["train", "--trainer", "edp-sgd", "--data", str(data_dir), "--out",
-                                      str(tmp_path / "x"), "--config", str(toml)])
+    result = CliRunner().invoke(
+        cli,
+        ["train", "--trainer", "edp-sgd", "--data", str(data_dir), "--out", str(tmp_path / "x"), "--config", str(toml)],
+    )
     assert result.exit_code == 2 and "keep_checkpoints" in result.output and "true or false" in result.output
     assert not (tmp_path / "x").exists()
 
 
 def test_cli_prints_the_guarantee_and_group_privacy(data_dir, tmp_path):
-    result = CliRunner().invoke(cli, ["train", "--trainer", "edp-sgd", "--data", str(data_dir), "--out",
-                                      str(tmp_path / "run"), "--mode", "edp-sgd", "--noise-multiplier", "2",
-                                      "--epochs", "1", "--batch-size", "16", "--micro-batches", "4", "--vocab-size",
-                                      "300", "--max-length", "16", "--eval-examples", "8", "--noise-seed", "5"],
-                                catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "train",
+            "--trainer",
+            "edp-sgd",
+            "--data",
+            str(data_dir),
+            "--out",
+            str(tmp_path / "run"),
+            "--mode",
+            "edp-sgd",
+            "--noise-multiplier",
+            "2",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "16",
+            "--micro-batches",
+            "4",
+            "--vocab-size",
+            "300",
+            "--max-length",
+            "16",
+            "--eval-examples",
+            "8",
+            "--noise-seed",
+            "5",
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     record = json.loads((tmp_path / "run" / "privacy.json").read_text())
     assert f"epsilon = {format_up(record['epsilon'])}" in result.output
@@ -188,8 +229,24 @@ def test_classify_needs_labels(tmp_path, edp_config):
     runner = CliRunner()
     corpus = tmp_path / "c.txt"
     corpus.write_text("\n".join(f"line number {i} of plain text" for i in range(120)) + "\n")
-    done = runner.invoke(cli, ["inject", "--corpus", str(corpus), "--out", str(tmp_path / "d"), "--frequencies", "1",
-                               "--per-frequency", "1", "--heldout-size", "10", "--public-size", "20"])
+    done = runner.invoke(
+        cli,
+        [
+            "inject",
+            "--corpus",
+            str(corpus),
+            "--out",
+            str(tmp_path / "d"),
+            "--frequencies",
+            "1",
+            "--per-frequency",
+            "1",
+            "--heldout-size",
+            "10",
+            "--public-size",
+            "20",
+        ],
+    )
     assert done.exit_code == 0, done.output
     with pytest.raises(UserInputError, match="no labels"):
         EdpSgdTrainer().train(tmp_path / "d", tmp_path / "out", edp_config(mode="sgd"), seed=0)

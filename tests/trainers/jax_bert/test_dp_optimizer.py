@@ -145,6 +145,8 @@ def test_no_decay_keeps_the_peak_rate_after_warmup_in_both_schedules() -> None:
         u_run, s_run = runtime.update(grads, s_run, params)
         u_fixed, s_fixed = fixed.update(grads, s_fixed, params)
         np.testing.assert_array_equal(np.asarray(u_run["w"]), np.asarray(u_fixed["w"]))
-    np.testing.assert_allclose(np.asarray(u_run["w"]), -0.5, rtol=1e-5)  # Adam's direction 1 at the peak rate, last step
+    np.testing.assert_allclose(
+        np.asarray(u_run["w"]), -0.5, rtol=1e-5
+    )  # Adam's direction 1 at the peak rate, last step
     with pytest.raises(ValueError, match="decay"):
         optimizer.make_optimizer(learning_rate=0.5, warmup_steps=0, weight_decay=0.0, decay="cosine")

@@ -128,13 +128,13 @@ def test_physical_batch_must_divide_over_devices() -> None:
 
 def test_maybe_initialize_distributed_single_host_and_bad_env() -> None:
     assert parallel.maybe_initialize_distributed({}) is False
-    assert parallel.maybe_initialize_distributed(
-        {"JAX_COORDINATOR_ADDRESS": "localhost:1234", "JAX_NUM_PROCESSES": "1"}
-    ) is False
+    assert (
+        parallel.maybe_initialize_distributed({"JAX_COORDINATOR_ADDRESS": "localhost:1234", "JAX_NUM_PROCESSES": "1"})
+        is False
+    )
     with pytest.raises(UserInputError, match="JAX_PROCESS_ID"):
         parallel.maybe_initialize_distributed(
             {"JAX_COORDINATOR_ADDRESS": "localhost:1234", "JAX_NUM_PROCESSES": "2", "JAX_PROCESS_ID": "5"}
         )
     with pytest.raises(UserInputError, match="JAX_NUM_PROCESSES"):
         parallel.maybe_initialize_distributed({"JAX_COORDINATOR_ADDRESS": "h:1", "JAX_NUM_PROCESSES": "two"})
-

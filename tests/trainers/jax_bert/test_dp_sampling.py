@@ -120,9 +120,7 @@ def test_pack_empty_batch_yields_one_padding_chunk() -> None:
     s=st.integers(1, 8),
     seed=st.integers(0, 2**31 - 1),
 )
-def test_pack_property_covers_exactly_the_sample_with_static_shapes(
-    n: int, m: int, s: int, seed: int
-) -> None:
+def test_pack_property_covers_exactly_the_sample_with_static_shapes(n: int, m: int, s: int, seed: int) -> None:
     rng = np.random.default_rng(seed)
     indices = np.sort(rng.choice(10_000, size=n, replace=False)).astype(np.int64)
     chunks = sampling.pack_microsteps(indices, m, s)

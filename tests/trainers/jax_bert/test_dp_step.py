@@ -55,7 +55,10 @@ BERT_L, BERT_P, BERT_V = 8, 2, 40
 @functools.lru_cache(maxsize=1)
 def tiny_bert():
     cfg = model.preset_config(
-        "tiny", vocab_size=BERT_V, max_position_embeddings=16, hidden_dropout_prob=0.0,
+        "tiny",
+        vocab_size=BERT_V,
+        max_position_embeddings=16,
+        hidden_dropout_prob=0.0,
         attention_probs_dropout_prob=0.0,
     )
     net = model.FlaxBertForMaskedLM(cfg)
@@ -213,7 +216,8 @@ def test_noise_std_matches_sigma_times_c() -> None:
 
     def zero_loss(p, ex):  # gradient exactly zero: the update is the noise alone
         return 0.0 * (jnp.sum(p["a"]) + jnp.sum(p["b"])) + 0.0 * ex["x"], {
-            "n_correct": jnp.float32(0), "n_predictions": jnp.float32(0)
+            "n_correct": jnp.float32(0),
+            "n_predictions": jnp.float32(0),
         }
 
     sigma, clip, ebs = 1.3, 0.7, 2.0

@@ -85,7 +85,9 @@ def test_dp_step_with_ghost_clipping_matches_vmap_step_and_shards_over_two_devic
     ghost = ghost_clipping.make_ghost_clipped_sum_fn(net, clip_norm=0.5)
     vmap_step = dp_step.make_dp_train_step(loss_fn, opt, clip_norm=0.5)
     ghost_step = dp_step.make_dp_train_step(loss_fn, opt, clip_norm=0.5, clipped_sum_fn=ghost)
-    sharded = dp_step.make_dp_train_step(loss_fn, opt, clip_norm=0.5, clipped_sum_fn=ghost, mesh=parallel.make_data_mesh())
+    sharded = dp_step.make_dp_train_step(
+        loss_fn, opt, clip_norm=0.5, clipped_sum_fn=ghost, mesh=parallel.make_data_mesh()
+    )
     flat, _ = batch(3, s=1, m=16)
     data = {k: v[0] for k, v in flat.items()}
     states = [(params, opt.init(params)) for _ in range(3)]
@@ -94,10 +96,15 @@ def test_dp_step_with_ghost_clipping_matches_vmap_step_and_shards_over_two_devic
         idx = sampling.poisson_sample(rng, 16, 0.5)
         chunks = [({k: v[i] for k, v in data.items()}, m) for i, m in sampling.pack_microsteps(idx, 4, 2)]
         key = jax.random.key(t)
-        states = [step(p, s, chunks, key, 0.4, 8.0)[:2] for step, (p, s) in zip((vmap_step, ghost_step, sharded), states)]
+        states = [
+            step(p, s, chunks, key, 0.4, 8.0)[:2] for step, (p, s) in zip((vmap_step, ghost_step, sharded), states)
+        ]
     for other in states[1:]:
-        jax.tree.map(lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5),
-                     states[0][0], other[0])
+        jax.tree.map(
+            lambda a, b: np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5),
+            states[0][0],
+            other[0],
+        )
 
 
 def test_sensitivity_must_match_the_clip_norm():
@@ -106,5 +113,9 @@ def test_sensitivity_must_match_the_clip_norm():
     ghost = ghost_clipping.make_ghost_clipped_sum_fn(net, clip_norm=1.0)
     assert ghost.sensitivity == 1.0
     with pytest.raises(ValueError, match="sensitivity must equal clip_norm"):
-        dp_step.make_dp_train_step(loss_fn, optimizer.make_optimizer(
-            learning_rate=1e-3, warmup_steps=0, total_steps=2, weight_decay=0.0), clip_norm=2.0, clipped_sum_fn=ghost)
+        dp_step.make_dp_train_step(
+            loss_fn,
+            optimizer.make_optimizer(learning_rate=1e-3, warmup_steps=0, total_steps=2, weight_decay=0.0),
+            clip_norm=2.0,
+            clipped_sum_fn=ghost,
+        )

@@ -32,8 +32,12 @@ def _config(**overrides):
 
 
 def _canaries(seen: list[tuple[int, np.ndarray]]) -> GradientCanaries:
-    return GradientCanaries(size=SIZE, coordinate=np.array(COORDINATE), gain=np.array(GAIN),
-                            observe=lambda step, values: seen.append((step, values)))
+    return GradientCanaries(
+        size=SIZE,
+        coordinate=np.array(COORDINATE),
+        gain=np.array(GAIN),
+        observe=lambda step, values: seen.append((step, values)),
+    )
 
 
 def _audited_plugin(data_dir: Path, out: Path, seen: list, **overrides):
@@ -50,8 +54,9 @@ def noise_off(request, data_dir, tmp_path_factory):
     chunks), alone (a micro-step without real rows), and sharing a micro-step with 5 real rows."""
     engine, parallel = request.param
     seen: list[tuple[int, np.ndarray]] = []
-    plugin = _audited_plugin(data_dir, tmp_path_factory.mktemp("noise-off") / "out", seen, clip_engine=engine,
-                             data_parallel=parallel)
+    plugin = _audited_plugin(
+        data_dir, tmp_path_factory.mktemp("noise-off") / "out", seen, clip_engine=engine, data_parallel=parallel
+    )
     plugin._setup()
     n = plugin.real_size
     audit = n + np.arange(3)
@@ -69,8 +74,9 @@ def test_plugin_is_a_gradient_canary_host_clipping_each_example(data_dir, tmp_pa
 
 def test_hosting_refuses_non_private_runs_overflowing_gains_and_late_calls(data_dir, tmp_path):
     trainer = load_trainer("jax-bert")
-    non_private = trainer.Plugin(data_dir, tmp_path / "a", trainer.tiny_config(non_private=True, noise_multiplier=None),
-                                 seed=0)
+    non_private = trainer.Plugin(
+        data_dir, tmp_path / "a", trainer.tiny_config(non_private=True, noise_multiplier=None), seed=0
+    )
     with pytest.raises(ValueError, match="non-private"):
         non_private.host_gradient_canaries(_canaries([]))
     plugin = trainer.Plugin(data_dir, tmp_path / "b", _config(), seed=0)

@@ -36,8 +36,9 @@ def _batch(vocab_size: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
 
 
 def _logits(config, params, ids, mask, types) -> np.ndarray:
-    return np.asarray(FlaxBertForMaskedLM(config).apply({"params": params}, jnp.asarray(ids), jnp.asarray(mask),
-                                                        jnp.asarray(types)))
+    return np.asarray(
+        FlaxBertForMaskedLM(config).apply({"params": params}, jnp.asarray(ids), jnp.asarray(mask), jnp.asarray(types))
+    )
 
 
 @pytest.fixture(scope="module")
@@ -48,8 +49,10 @@ def tokenizer(data_dir):
 def test_export_then_import_gives_identical_parameters_and_logits(tmp_path, tokenizer):
     config = preset_config("tiny", vocab_size=tokenizer.get_vocab_size(), max_position_embeddings=32)
     rng = np.random.default_rng(3)  # every parameter perturbed: zero biases and unit LayerNorms hide layout mistakes
-    params = jax.tree_util.tree_map(lambda x: jnp.asarray(np.asarray(x) + 0.1 * rng.standard_normal(x.shape), jnp.float32),
-                                    init_params(config, jax.random.key(0)))
+    params = jax.tree_util.tree_map(
+        lambda x: jnp.asarray(np.asarray(x) + 0.1 * rng.standard_normal(x.shape), jnp.float32),
+        init_params(config, jax.random.key(0)),
+    )
     save_pretrained(tmp_path / "model", params, config, tokenizer)
     loaded, loaded_config, loaded_tokenizer = load_pretrained(tmp_path / "model")
     assert loaded_config == config and loaded_tokenizer.to_str() == tokenizer.to_str()
@@ -63,8 +66,14 @@ def test_export_then_import_gives_identical_parameters_and_logits(tmp_path, toke
 
 def test_a_transformers_masked_lm_is_the_run_s_start(tmp_path, data_dir, tokenizer):
     torch.manual_seed(0)
-    hf = transformers.BertConfig(vocab_size=tokenizer.get_vocab_size() + 5, hidden_size=32, num_hidden_layers=2,
-                                 num_attention_heads=4, intermediate_size=48, max_position_embeddings=32)
+    hf = transformers.BertConfig(
+        vocab_size=tokenizer.get_vocab_size() + 5,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=48,
+        max_position_embeddings=32,
+    )
     model = transformers.BertForMaskedLM(hf).eval()
     with torch.no_grad():  # non-trivial biases and LayerNorms
         for name, tensor in model.named_parameters():

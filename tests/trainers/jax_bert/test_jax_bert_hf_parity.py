@@ -81,7 +81,11 @@ def test_exported_model_in_transformers_gives_the_flax_logits(tmp_path, tokenize
     out = tmp_path / "model"
     save_pretrained(out, params, config, tokenizer)
     assert sorted(p.name for p in out.iterdir()) == [
-        "config.json", "model.safetensors", "special_tokens_map.json", "tokenizer.json", "tokenizer_config.json"
+        "config.json",
+        "model.safetensors",
+        "special_tokens_map.json",
+        "tokenizer.json",
+        "tokenizer_config.json",
     ]
     assert not [p for p in tmp_path.iterdir() if p.name != "model"]  # no staging leftovers
     hf_config = json.loads((out / "config.json").read_text())
@@ -89,7 +93,8 @@ def test_exported_model_in_transformers_gives_the_flax_logits(tmp_path, tokenize
     state = load_file(str(out / "model.safetensors"))
     assert "cls.predictions.decoder.weight" not in state  # tied, as transformers 5 writes it
     np.testing.assert_array_equal(
-        state["cls.predictions.transform.dense.weight"], np.asarray(params["cls"]["predictions"]["transform"]["dense"]["kernel"]).T
+        state["cls.predictions.transform.dense.weight"],
+        np.asarray(params["cls"]["predictions"]["transform"]["dense"]["kernel"]).T,
     )
 
     model, info = transformers.AutoModelForMaskedLM.from_pretrained(out, output_loading_info=True)
@@ -110,7 +115,9 @@ def test_exported_model_in_transformers_gives_the_flax_logits(tmp_path, tokenize
     # Default token types are zeros in both.
     with torch.no_grad():
         no_types = model(input_ids=torch.tensor(ids), attention_mask=torch.tensor(mask)).logits.numpy()
-    np.testing.assert_allclose(_flax_logits(config, params, ids, mask, np.zeros_like(types)), no_types, atol=TOL, rtol=0)
+    np.testing.assert_allclose(
+        _flax_logits(config, params, ids, mask, np.zeros_like(types)), no_types, atol=TOL, rtol=0
+    )
 
 
 def test_round_trip_is_exact_and_replaces_the_directory(tmp_path, tokenizer, flax_model):
@@ -140,8 +147,15 @@ def test_round_trip_is_exact_and_replaces_the_directory(tmp_path, tokenizer, fla
 def test_imports_a_model_that_transformers_saved(tmp_path, architecture, hidden_act):
     torch.manual_seed(0)
     hf_config = transformers.BertConfig(
-        vocab_size=77, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=48,
-        max_position_embeddings=24, type_vocab_size=3, hidden_act=hidden_act, layer_norm_eps=1e-7,
+        vocab_size=77,
+        hidden_size=32,
+        num_hidden_layers=2,
+        num_attention_heads=4,
+        intermediate_size=48,
+        max_position_embeddings=24,
+        type_vocab_size=3,
+        hidden_act=hidden_act,
+        layer_norm_eps=1e-7,
     )
     model = getattr(transformers, architecture)(hf_config).eval()
     with torch.no_grad():  # non-trivial biases and LayerNorms
@@ -151,7 +165,12 @@ def test_imports_a_model_that_transformers_saved(tmp_path, architecture, hidden_
     model.save_pretrained(tmp_path)
     params, config, tok = load_pretrained(tmp_path)
     assert tok is None  # transformers saves no tokenizer with a bare model
-    assert (config.vocab_size, config.type_vocab_size, config.hidden_act, config.layer_norm_eps) == (77, 3, hidden_act, 1e-7)
+    assert (config.vocab_size, config.type_vocab_size, config.hidden_act, config.layer_norm_eps) == (
+        77,
+        3,
+        hidden_act,
+        1e-7,
+    )
     ids, mask, types = _inputs(77, seed=1)
     types[0] = 2
     with torch.no_grad():

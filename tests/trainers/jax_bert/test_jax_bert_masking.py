@@ -26,7 +26,7 @@ def _examples(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
     for i, length in enumerate(lengths):
         body = rng.integers(5, VOCAB, size=length - 2)
         body[rng.random(length - 2) < 0.05] = UNK
-        ids[i, : length] = [CLS, *body, SEP]
+        ids[i, :length] = [CLS, *body, SEP]
     mask = (ids != PAD).astype(np.int32)
     return ids, mask
 
@@ -34,7 +34,12 @@ def _examples(n: int, seed: int = 0) -> tuple[np.ndarray, np.ndarray]:
 @functools.lru_cache
 def _masker(max_predictions: int = P, mask_prob: float = 0.15):
     fn = functools.partial(
-        mask_tokens, mask_token_id=MASK, vocab_size=VOCAB, special_ids=SPECIAL, mask_prob=mask_prob, max_predictions=max_predictions
+        mask_tokens,
+        mask_token_id=MASK,
+        vocab_size=VOCAB,
+        special_ids=SPECIAL,
+        mask_prob=mask_prob,
+        max_predictions=max_predictions,
     )
     return jax.jit(jax.vmap(fn))
 
@@ -54,15 +59,32 @@ def test_static_shapes_dtypes_and_single_example():
     np.testing.assert_array_equal(out["attention_mask"], mask)
     # One example, unbatched, is the documented call.
     single = jax.jit(functools.partial(mask_tokens, mask_token_id=MASK, vocab_size=VOCAB, max_predictions=P))(
-        jax.random.key(0), jnp.asarray(ids[0]), jnp.asarray(mask[0]), special_ids=SPECIAL  # special ids may be traced
+        jax.random.key(0),
+        jnp.asarray(ids[0]),
+        jnp.asarray(mask[0]),
+        special_ids=SPECIAL,  # special ids may be traced
     )
     assert single["masked_positions"].shape == (P,)
     with pytest.raises(ValueError, match="one example of shape"):
-        mask_tokens(jax.random.key(0), jnp.asarray(ids), jnp.asarray(mask), mask_token_id=MASK, vocab_size=VOCAB,
-                    special_ids=SPECIAL, max_predictions=P)
+        mask_tokens(
+            jax.random.key(0),
+            jnp.asarray(ids),
+            jnp.asarray(mask),
+            mask_token_id=MASK,
+            vocab_size=VOCAB,
+            special_ids=SPECIAL,
+            max_predictions=P,
+        )
     with pytest.raises(ValueError, match="max_predictions must be in"):
-        mask_tokens(jax.random.key(0), jnp.asarray(ids[0]), jnp.asarray(mask[0]), mask_token_id=MASK,
-                    vocab_size=VOCAB, special_ids=SPECIAL, max_predictions=SEQ + 1)
+        mask_tokens(
+            jax.random.key(0),
+            jnp.asarray(ids[0]),
+            jnp.asarray(mask[0]),
+            mask_token_id=MASK,
+            vocab_size=VOCAB,
+            special_ids=SPECIAL,
+            max_predictions=SEQ + 1,
+        )
 
 
 def test_positions_labels_weights_are_consistent_and_never_special_or_padding():
@@ -138,7 +160,18 @@ def test_deterministic_given_key_and_different_keys_differ():
 def test_duplicate_and_unsorted_special_ids_are_handled():
     ids, mask = _examples(200, seed=7)
     specials = jnp.array([MASK, PAD, SEP, CLS, UNK, PAD], jnp.int32)
-    fn = jax.jit(jax.vmap(functools.partial(mask_tokens, mask_token_id=MASK, vocab_size=VOCAB, special_ids=specials, mask_prob=0.5, max_predictions=SEQ)))
+    fn = jax.jit(
+        jax.vmap(
+            functools.partial(
+                mask_tokens,
+                mask_token_id=MASK,
+                vocab_size=VOCAB,
+                special_ids=specials,
+                mask_prob=0.5,
+                max_predictions=SEQ,
+            )
+        )
+    )
     out = fn(jax.random.split(jax.random.key(8), len(ids)), jnp.asarray(ids), jnp.asarray(mask))
     masked_ids = np.asarray(out["input_ids"])
     assert masked_ids.max() < VOCAB

@@ -73,7 +73,12 @@ def _batch(seed: int, batch: int = 3, predictions: int = 4) -> dict[str, jnp.nda
 
 
 def test_presets_have_the_documented_shapes():
-    assert PRESETS["mini"] == {"num_hidden_layers": 4, "hidden_size": 312, "num_attention_heads": 12, "intermediate_size": 1200}
+    assert PRESETS["mini"] == {
+        "num_hidden_layers": 4,
+        "hidden_size": 312,
+        "num_attention_heads": 12,
+        "intermediate_size": 1200,
+    }
     assert PRESETS["base"]["hidden_size"] == 768 and PRESETS["large"]["num_hidden_layers"] == 24
     config = preset_config("mini", vocab_size=30522, max_position_embeddings=64)
     assert (config.vocab_size, config.max_position_embeddings, config.head_dim) == (30522, 64, 26)
@@ -174,7 +179,11 @@ def test_sequence_longer_than_positions_is_refused(tiny):
 
 def _reference_loss(logits: np.ndarray, labels: np.ndarray, weights: np.ndarray) -> tuple[float, float, float]:
     logits = logits.astype(np.float64)
-    logp = logits - np.log(np.sum(np.exp(logits - logits.max(-1, keepdims=True)), -1, keepdims=True)) - logits.max(-1, keepdims=True)
+    logp = (
+        logits
+        - np.log(np.sum(np.exp(logits - logits.max(-1, keepdims=True)), -1, keepdims=True))
+        - logits.max(-1, keepdims=True)
+    )
     nll = -logp[np.arange(len(labels)), labels]
     n = weights.sum()
     loss = (nll * weights).sum() / n if n > 0 else 0.0
@@ -185,13 +194,21 @@ def test_example_loss_matches_numpy_reference_and_batch_loss(tiny):
     _, model, params = tiny
     batch = _batch(3)
     # Make one prediction correct by construction, so n_correct is exercised.
-    full = _jitted(model).apply({"params": params}, batch["input_ids"], batch["attention_mask"], batch["token_type_ids"], batch["masked_positions"])
+    full = _jitted(model).apply(
+        {"params": params},
+        batch["input_ids"],
+        batch["attention_mask"],
+        batch["token_type_ids"],
+        batch["masked_positions"],
+    )
     batch["masked_labels"] = batch["masked_labels"].at[0, 0].set(jnp.argmax(full[0, 0]))
     losses = []
     for i in range(3):
         example = {k: v[i] for k, v in batch.items()}
         loss, aux = _jitted(model).loss(params, example)
-        ref_loss, ref_correct, ref_n = _reference_loss(np.asarray(full[i]), np.asarray(batch["masked_labels"][i]), np.asarray(batch["masked_weights"][i]))
+        ref_loss, ref_correct, ref_n = _reference_loss(
+            np.asarray(full[i]), np.asarray(batch["masked_labels"][i]), np.asarray(batch["masked_weights"][i])
+        )
         np.testing.assert_allclose(float(loss), ref_loss, rtol=1e-5)
         assert float(aux["n_correct"]) == ref_correct and float(aux["n_predictions"]) == ref_n
         losses.append(float(loss))

@@ -23,7 +23,7 @@ TIMEOUT_S = 240
 
 # Each process runs this with the tiny settings of tests/conftest.py (copied literally: the child
 # processes do not import the test package).
-_SCRIPT = '''
+_SCRIPT = """
 import json, sys
 from pathlib import Path
 
@@ -40,7 +40,7 @@ result = JaxBertTrainer().train(Path(sys.argv[1]), Path(sys.argv[2]), JaxBertCon
 print("RESULT " + json.dumps({"process_index": jax.process_index(), "process_count": jax.process_count(),
                               "device_count": jax.device_count(), "steps": result.steps,
                               "devices": result.summary["devices"], "final_loss": result.final_loss}), flush=True)
-'''
+"""
 
 
 def _free_port() -> int:
@@ -63,15 +63,19 @@ def _launch(script: Path, data_dir: Path, out: Path, *, port: int, process_id: i
     )
     env.pop("JAX_LOCAL_DEVICE_IDS", None)
     handle = open(log, "w", encoding="utf-8")  # noqa: SIM115 (closed with the process below)
-    proc = subprocess.Popen([sys.executable, str(script), str(data_dir), str(out)], cwd=REPO_ROOT, env=env,
-                            stdout=handle, stderr=subprocess.STDOUT)
+    proc = subprocess.Popen(
+        [sys.executable, str(script), str(data_dir), str(out)],
+        cwd=REPO_ROOT,
+        env=env,
+        stdout=handle,
+        stderr=subprocess.STDOUT,
+    )
     proc.log_handle = handle  # type: ignore[attr-defined]
     return proc
 
 
 @pytest.mark.slow  # two processes that each import jax and compile the run: ~50 s of CPU on the 2-core machine
-def test_two_process_run_matches_two_device_run_and_only_process_0_writes(data_dir, tmp_path,
-                                                                          tiny_config):
+def test_two_process_run_matches_two_device_run_and_only_process_0_writes(data_dir, tmp_path, tiny_config):
     assert jax.device_count() == 2  # tests/conftest.py: the in-process reference uses two local devices
     script = tmp_path / "train_one_process.py"
     script.write_text(_SCRIPT, encoding="utf-8")
@@ -95,8 +99,10 @@ def test_two_process_run_matches_two_device_run_and_only_process_0_writes(data_d
     outputs = [log.read_text(encoding="utf-8") for log in logs]
     for i, (proc, text) in enumerate(zip(procs, outputs)):
         assert proc.returncode == 0, f"process {i} exited {proc.returncode}:\n{text[-4000:]}"
-    results = [json.loads(next(line for line in text.splitlines() if line.startswith("RESULT "))[len("RESULT "):])
-               for text in outputs]
+    results = [
+        json.loads(next(line for line in text.splitlines() if line.startswith("RESULT "))[len("RESULT ") :])
+        for text in outputs
+    ]
     for i, result in enumerate(results):
         assert result["process_index"] == i and result["process_count"] == 2 and result["device_count"] == 2
         assert result["steps"] == reference.steps == 6 and result["devices"] == 2
@@ -135,7 +141,7 @@ def test_a_non_zero_process_writes_nothing(data_dir, tmp_path, tiny_config, monk
     assert result.epsilon == reference.epsilon and untimed(result.summary) == untimed(reference.summary)
 
 
-_BROADCAST_SCRIPT = '''
+_BROADCAST_SCRIPT = """
 import secrets
 
 import jax
@@ -145,7 +151,7 @@ from dpaudit.trainers.jax_bert import parallel
 parallel.maybe_initialize_distributed()
 mine = secrets.randbits(128)  # what each process's NoiseSource draws from OS entropy
 print(f"SEED {jax.process_index()} {mine} {parallel.broadcast_from_primary(mine)}", flush=True)
-'''
+"""
 
 
 def test_the_os_entropy_noise_seed_is_process_0s_on_every_process(tmp_path):

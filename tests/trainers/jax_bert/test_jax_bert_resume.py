@@ -35,8 +35,6 @@ def _rows(out):
     return rows
 
 
-
-
 def test_interrupted_then_resumed_equals_straight(data_dir, tmp_path, monkeypatch, tiny_config):
     config = tiny_config()
     straight = JaxBertTrainer().train(data_dir, tmp_path / "straight", config, seed=7)

@@ -62,10 +62,12 @@ def test_batch_schedule_overrides_steps_and_batch_size():
 def test_schedule_plan_accounts_each_segment():
     config = JaxBertConfig(noise_multiplier=1.1, batch_schedule="30:16,20:32")
     plan = plan_run_privacy(config, 320)
-    event = accounting.schedule_event([
-        accounting.Segment(steps=30, sampling_probability=16 / 320, noise_multiplier=1.1),
-        accounting.Segment(steps=20, sampling_probability=32 / 320, noise_multiplier=1.1),
-    ])
+    event = accounting.schedule_event(
+        [
+            accounting.Segment(steps=30, sampling_probability=16 / 320, noise_multiplier=1.1),
+            accounting.Segment(steps=20, sampling_probability=32 / 320, noise_multiplier=1.1),
+        ]
+    )
     assert plan.affordable_steps == 50 and plan.delta == 1e-5  # default min(1e-5, 1/(10 N))
     assert plan.planned_epsilon == pytest.approx(accounting.epsilon(event, 1e-5), rel=1e-9)
     assert plan_run_privacy(config, 10**6).delta == pytest.approx(1e-7)
@@ -75,8 +77,9 @@ def test_batch_schedule_run_records_one_segment_per_stage(data_dir, tmp_path, ti
     result = JaxBertTrainer().train(data_dir, tmp_path / "run", tiny_config(batch_schedule="3:16,3:32"), seed=0)
     privacy = json.loads((tmp_path / "run" / "privacy.json").read_text())
     assert [(s["steps"], s["expected_batch_size"]) for s in privacy["segments"]] == [(3, 16), (3, 32)]
-    expected = accounting.schedule_event(accounting.batch_schedule_segments(
-        dataset_size=96, schedule=[(3, 16), (3, 32)], noise_multiplier=1.0))
+    expected = accounting.schedule_event(
+        accounting.batch_schedule_segments(dataset_size=96, schedule=[(3, 16), (3, 32)], noise_multiplier=1.0)
+    )
     assert accounting.epsilon(expected, 1e-5) == pytest.approx(result.epsilon, rel=1e-9)
     rows = list(read_jsonl(tmp_path / "run" / "metrics.jsonl"))
     assert [r["expected_batch_size"] for r in rows] == [16, 16, 16, 32, 32, 32]
@@ -95,15 +98,17 @@ def test_checkpoint_round_trip_is_exact_and_keeps_the_newest(tmp_path):
         ckpt.save_checkpoint(tmp_path, step=step, params=params, opt_state=opt_state, state=state)
     assert [s for s, _ in list_checkpoints(tmp_path)] == [2, 3]
     zeros = jax.tree.map(jnp.zeros_like, params)
-    restored = ckpt.restore_checkpoint(tmp_path / "step_00000003", params_template=zeros,
-                                       opt_state_template=opt.init(zeros))
+    restored = ckpt.restore_checkpoint(
+        tmp_path / "step_00000003", params_template=zeros, opt_state_template=opt.init(zeros)
+    )
     assert restored.step == 3 and restored.state["ledger"] == {"x": 1}
     for a, b in zip(jax.tree.leaves((params, opt_state)), jax.tree.leaves((restored.params, restored.opt_state))):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
     assert jax.tree.structure(restored.opt_state) == jax.tree.structure(opt_state)
     with pytest.raises(UserInputError, match="does not match this model"):
-        ckpt.restore_checkpoint(tmp_path / "step_00000003", params_template={"other": jnp.zeros(3)},
-                                opt_state_template=opt.init(zeros))
+        ckpt.restore_checkpoint(
+            tmp_path / "step_00000003", params_template={"other": jnp.zeros(3)}, opt_state_template=opt.init(zeros)
+        )
     (tmp_path / "step_00000003" / "arrays.safetensors").write_bytes(b"garbage")
     with pytest.raises(UserInputError, match="does not match its state.json hash"):
         ckpt.restore_checkpoint(tmp_path / "step_00000003", params_template=zeros, opt_state_template=opt.init(zeros))
@@ -114,8 +119,10 @@ def test_checkpoint_round_trip_is_exact_and_keeps_the_newest(tmp_path):
 
 def test_run_stops_at_the_budget_and_never_steps_past_it(data_dir, tmp_path, tiny_config):
     sigma, q, delta = 1.0, 16 / 96, 1e-5
-    eps_of = [accounting.epsilon(accounting.dpsgd_event(noise_multiplier=sigma, sampling_probability=q, steps=k), delta)
-              for k in range(1, 7)]
+    eps_of = [
+        accounting.epsilon(accounting.dpsgd_event(noise_multiplier=sigma, sampling_probability=q, steps=k), delta)
+        for k in range(1, 7)
+    ]
     target = (eps_of[2] + eps_of[3]) / 2  # affords 3 of the 6 planned steps
     config = tiny_config(noise_multiplier=sigma, target_epsilon=target)
     result = JaxBertTrainer().train(data_dir, tmp_path / "run", config, seed=0)
@@ -134,7 +141,9 @@ def test_run_stops_at_the_budget_and_never_steps_past_it(data_dir, tmp_path, tin
 
 def test_a_budget_too_small_for_one_step_is_refused_up_front(data_dir, tmp_path, tiny_config):
     with pytest.raises(UserInputError, match="on the first step"):
-        JaxBertTrainer().train(data_dir, tmp_path / "run", tiny_config(noise_multiplier=0.5, target_epsilon=0.05), seed=0)
+        JaxBertTrainer().train(
+            data_dir, tmp_path / "run", tiny_config(noise_multiplier=0.5, target_epsilon=0.05), seed=0
+        )
     assert not (tmp_path / "run").exists()
 
 
@@ -146,8 +155,9 @@ def test_shuffle_sampling_has_no_proven_epsilon(data_dir, tmp_path, tiny_config)
     privacy = json.loads((tmp_path / "run" / "privacy.json").read_text())
     assert privacy["sampling"] == "shuffle" and "did NOT use" in privacy["notes"][0]
     assert privacy["epsilon"] is None and result.epsilon is None  # no proven figure
-    poisson = accounting.epsilon(accounting.dpsgd_event(noise_multiplier=1.0, sampling_probability=16 / 96, steps=6),
-                                 privacy["delta"])
+    poisson = accounting.epsilon(
+        accounting.dpsgd_event(noise_multiplier=1.0, sampling_probability=16 / 96, steps=6), privacy["delta"]
+    )
     assert privacy["epsilon_if_poisson"] == pytest.approx(poisson, rel=1e-9)
     assert result.summary["epsilon_if_poisson"] == privacy["epsilon_if_poisson"]
     assert privacy["guarantee"].startswith("no proven epsilon") and privacy["notes"][0].startswith("caveat:")
@@ -175,7 +185,10 @@ def test_privacy_json_labels_files_group_privacy_and_delta(data_dir, tmp_path, t
     assert privacy["epsilon"] == eps and "(" + format_up(eps) + ", " in privacy["guarantee"]
     assert float(format_up(eps)) >= eps  # rounded up
     manifest = json.loads((tmp_path / "run" / "manifest.json").read_text())
-    assert manifest["summary"]["telemetry"]["examples_per_s"] > 0 and "telemetry" in manifest["summary"]["telemetry"]["note"]
+    assert (
+        manifest["summary"]["telemetry"]["examples_per_s"] > 0
+        and "telemetry" in manifest["summary"]["telemetry"]["note"]
+    )
     # delta >= 1/N is warned about in privacy.json (the CLI prints the warning on stderr).
     JaxBertTrainer().train(data_dir, tmp_path / "big-delta", tiny_config(delta=1 / 96), seed=0)
     warned = json.loads((tmp_path / "big-delta" / "privacy.json").read_text())

@@ -38,8 +38,10 @@ def runs(data_dir, tmp_path_factory, tiny_config):
         "explicit_a": tiny_config(noise_seed=SECRET, keep_checkpoints=True),
         "explicit_b": tiny_config(noise_seed=SECRET),
     }
-    return {name: (JaxBertTrainer().train(data_dir, root / name, config, seed=SEED), root / name)
-            for name, config in configs.items()}
+    return {
+        name: (JaxBertTrainer().train(data_dir, root / name, config, seed=SEED), root / name)
+        for name, config in configs.items()
+    }
 
 
 def _rows(out):
@@ -137,14 +139,18 @@ def _attack(out, noise_seed_guesses):
     params = jax.tree.map(lambda s: np.zeros(s.shape, s.dtype), params)
     norm = jax.jit(lambda key: dp_step._global_norm(dp_step._gaussian_like(key, params)))  # compiled once
     train_key = jax.random.fold_in(jax.random.PRNGKey(seed), 1)
-    old = (_batch_sizes(np.random.default_rng([seed, 1]), n, q, steps),
-           _noise_norms(norm, lambda t: jax.random.fold_in(jax.random.fold_in(train_key, t), 1), noise_std, steps))
+    old = (
+        _batch_sizes(np.random.default_rng([seed, 1]), n, q, steps),
+        _noise_norms(norm, lambda t: jax.random.fold_in(jax.random.fold_in(train_key, t), 1), noise_std, steps),
+    )
     guesses = {}
     for guess in noise_seed_guesses:
         source = NoiseSource(seed=guess, explicit=True)
         key = noise_key_of(source)
-        guesses[guess] = (_batch_sizes(source.numpy_generator(0), n, q, steps),
-                          _noise_norms(norm, lambda t, key=key: jax.random.fold_in(key, t), noise_std, steps))
+        guesses[guess] = (
+            _batch_sizes(source.numpy_generator(0), n, q, steps),
+            _noise_norms(norm, lambda t, key=key: jax.random.fold_in(key, t), noise_std, steps),
+        )
     return old, guesses
 
 

@@ -38,8 +38,14 @@ def test_second_model_in_a_process_equals_it_trained_in_a_fresh_process(data_dir
         JaxBertTrainer().train({str(data_dir)!r}, {str(tmp_path / "alone")!r}, config, seed=4)
     """)
     env = dict(os.environ)  # the same XLA_FLAGS (device count) as this process
-    done = subprocess.run([sys.executable, "-c", script, json.dumps(dataclasses.asdict(tiny_config(**SECOND)))], env=env, capture_output=True, text=True, check=False,
-                          timeout=600)
+    done = subprocess.run(
+        [sys.executable, "-c", script, json.dumps(dataclasses.asdict(tiny_config(**SECOND)))],
+        env=env,
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=600,
+    )
     assert done.returncode == 0, done.stderr[-2000:]
     alone = (tmp_path / "alone" / "model" / "model.safetensors").read_bytes()
     assert alone == in_process

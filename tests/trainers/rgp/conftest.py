@@ -11,9 +11,20 @@ def _one_torch_thread(one_torch_thread):
 
 
 #: Trainer options shared by the rgp test files (tiny model, short runs).
-TINY_RGP = {"preset": "tiny", "vocab_size": 300, "max_length": 16, "epochs": 1, "batch_size": 16, "rank": 4,
-            "warmup_steps": 2, "eval_examples": 24, "checkpoint_every": 3, "noise_seed": 1234, "noise_multiplier": 1.0,
-            "learning_rate": 1e-3}
+TINY_RGP = {
+    "preset": "tiny",
+    "vocab_size": 300,
+    "max_length": 16,
+    "epochs": 1,
+    "batch_size": 16,
+    "rank": 4,
+    "warmup_steps": 2,
+    "eval_examples": 24,
+    "checkpoint_every": 3,
+    "noise_seed": 1234,
+    "noise_multiplier": 1.0,
+    "learning_rate": 1e-3,
+}
 
 
 @pytest.fixture(scope="session")
@@ -40,7 +51,14 @@ def make_model():
 
     def make(task, preset="tiny"):
         labels = ["a", "b", "c"] if task == "classify" else None
-        return build_model(task, preset=preset, vocab_size=100, max_length=16, label_names=labels, seed=0,
-                           specials={"pad": 0, "cls": 2, "sep": 3})  # clm: a GPT-2
+        return build_model(
+            task,
+            preset=preset,
+            vocab_size=100,
+            max_length=16,
+            label_names=labels,
+            seed=0,
+            specials={"pad": 0, "cls": 2, "sep": 3},
+        )  # clm: a GPT-2
 
     return make

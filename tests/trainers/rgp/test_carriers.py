@@ -54,7 +54,9 @@ def test_reconstruction_is_the_projection_of_the_gradient(p, d, rank):
     torch.testing.assert_close(right @ right.T, torch.eye(rank, dtype=torch.float64), atol=1e-12, rtol=0)
     update = reconstruct(grad_w @ right.T, left.T @ grad_w, left, right)  # Eq. 3 from Theorem 2.1's gradients
     p_left, p_right = left @ left.T, right.T @ right
-    projection = grad_w - (torch.eye(p, dtype=torch.float64) - p_left) @ grad_w @ (torch.eye(d, dtype=torch.float64) - p_right)
+    projection = grad_w - (torch.eye(p, dtype=torch.float64) - p_left) @ grad_w @ (
+        torch.eye(d, dtype=torch.float64) - p_right
+    )
     torch.testing.assert_close(update, projection, atol=1e-12, rtol=1e-12)
     # A projection: applying it again changes nothing, and it is not the identity below full rank.
     again = reconstruct(update @ right.T, left.T @ update, left, right)
@@ -69,7 +71,9 @@ def test_full_rank_recovers_the_full_gradient(p, d):
     history = torch.randn(p, d, generator=gen, dtype=torch.float64)
     left, right = power_method(history, rank=100, iters=1, generator=gen)  # capped at min(p, d)
     assert left.shape == (p, min(p, d)) and right.shape == (min(p, d), d)
-    torch.testing.assert_close(reconstruct(grad_w @ right.T, left.T @ grad_w, left, right), grad_w, atol=1e-10, rtol=1e-10)
+    torch.testing.assert_close(
+        reconstruct(grad_w @ right.T, left.T @ grad_w, left, right), grad_w, atol=1e-10, rtol=1e-10
+    )
 
 
 def test_power_method_finds_the_principal_subspace_of_a_low_rank_history():
@@ -84,8 +88,9 @@ def test_power_method_finds_the_principal_subspace_of_a_low_rank_history():
     torch.testing.assert_close(left @ left.T, u @ u.T, atol=1e-10, rtol=0)
     torch.testing.assert_close(right.T @ right, v @ v.T, atol=1e-10, rtol=0)
     # So the reconstruction of the history's own gradient is exact.
-    torch.testing.assert_close(reconstruct(history @ right.T, left.T @ history, left, right), history, atol=1e-10,
-                               rtol=0)
+    torch.testing.assert_close(
+        reconstruct(history @ right.T, left.T @ history, left, right), history, atol=1e-10, rtol=0
+    )
 
 
 def test_more_power_iterations_align_better_with_the_top_subspace():

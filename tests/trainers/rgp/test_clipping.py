@@ -65,12 +65,15 @@ def test_per_example_carrier_gradients_equal_a_batch_size_one_loop(make_model, t
 
 def test_what_is_trained_clipped_and_frozen(make_model):
     reparam = Reparametrization(make_model("classify"))
-    matrices = reparam.names[:len(reparam.matrices)]
+    matrices = reparam.names[: len(reparam.matrices)]
     assert "bert.encoder.layer.0.attention.self.query.weight" in matrices and "classifier.weight" in matrices
     assert "bert.pooler.dense.weight" in matrices and len(matrices) == 2 * 6 + 2
-    assert all(n.endswith((".bias", "LayerNorm.weight")) for n in reparam.names[len(reparam.matrices):])
-    assert reparam.frozen == ["bert.embeddings.position_embeddings.weight", "bert.embeddings.token_type_embeddings.weight",
-                              "bert.embeddings.word_embeddings.weight"]
+    assert all(n.endswith((".bias", "LayerNorm.weight")) for n in reparam.names[len(reparam.matrices) :])
+    assert reparam.frozen == [
+        "bert.embeddings.position_embeddings.weight",
+        "bert.embeddings.token_type_embeddings.weight",
+        "bert.embeddings.word_embeddings.weight",
+    ]
 
 
 def _norm(tensors):
@@ -118,8 +121,11 @@ def test_no_clipping_at_full_rank_is_the_plain_batch_gradient(make_model, tiny_b
     for j, name in enumerate(reparam.names):
         if name == "transformer.wte.weight":  # lm_head's; the reference adds the input lookup's gradient
             continue
-        got = (reparam.matrix(j, reconstruct(sums.grads[2 * j], sums.grads[2 * j + 1], lefts[j], rights[j])) if j < k
-               else sums.grads[k + j])
+        got = (
+            reparam.matrix(j, reconstruct(sums.grads[2 * j], sums.grads[2 * j + 1], lefts[j], rights[j]))
+            if j < k
+            else sums.grads[k + j]
+        )
         torch.testing.assert_close(got, params[name].grad, atol=1e-5, rtol=1e-4, msg=name)
         checked += 1
     assert checked == len(reparam.names) - (task == "clm")
@@ -130,7 +136,9 @@ def _per_example_bytes(model, batch, rank):
     clipper = CarrierClipper(model, per_example_losses, reparam, clip_norm=1.0, physical_batch=6)
     lefts, rights = _carriers(reparam, rank)
     units, _, _ = clipper.per_example_grads(batch, lefts, rights)
-    carrier = sum(u.numel() * u.element_size() for u in units[:2 * len(reparam.matrices)]) / batch["input_ids"].shape[0]
+    carrier = (
+        sum(u.numel() * u.element_size() for u in units[: 2 * len(reparam.matrices)]) / batch["input_ids"].shape[0]
+    )
     dense = sum(w.numel() * w.element_size() for w in reparam.matrices)  # what one dp-sgd per-example gradient holds
     return carrier, dense
 

@@ -12,15 +12,49 @@ import json
 
 from dpaudit.trainers.rgp.trainer import RgpTrainer
 
-ARGS = ["--trainer", "rgp", "--noise-multiplier", "1.0", "--noise-seed", "77", "--rank", "4", "--warmup-steps", "2",
-        "--epochs", "1", "--batch-size", "24", "--learning-rate", "1e-3", "--preset", "tiny", "--vocab-size", "300",
-        "--max-length", "16", "--eval-examples", "8", "--seed", "2"]
+ARGS = [
+    "--trainer",
+    "rgp",
+    "--noise-multiplier",
+    "1.0",
+    "--noise-seed",
+    "77",
+    "--rank",
+    "4",
+    "--warmup-steps",
+    "2",
+    "--epochs",
+    "1",
+    "--batch-size",
+    "24",
+    "--learning-rate",
+    "1e-3",
+    "--preset",
+    "tiny",
+    "--vocab-size",
+    "300",
+    "--max-length",
+    "16",
+    "--eval-examples",
+    "8",
+    "--seed",
+    "2",
+]
 
 
 def test_two_gloo_processes_equal_one_process(data_dir, tmp_path, rgp_config, gloo_pair, assert_same_model):
     single = tmp_path / "single"
-    config = rgp_config(noise_multiplier=1.0, noise_seed=77, rank=4, warmup_steps=2, epochs=1, batch_size=24,
-                        learning_rate=1e-3, eval_examples=8, checkpoint_every=50)
+    config = rgp_config(
+        noise_multiplier=1.0,
+        noise_seed=77,
+        rank=4,
+        warmup_steps=2,
+        epochs=1,
+        batch_size=24,
+        learning_rate=1e-3,
+        eval_examples=8,
+        checkpoint_every=50,
+    )
     one = RgpTrainer().train(data_dir, single, config, seed=2)
 
     out = tmp_path / "pair"

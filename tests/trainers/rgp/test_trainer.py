@@ -70,13 +70,22 @@ def test_run_directory_and_privacy_record(classify_run):
 def test_weights_move_and_embeddings_stay(classify_run):
     out, _ = classify_run
     trained = load_file(str(out / "model" / "model.safetensors"))
-    initial = build_model("classify", preset="tiny", vocab_size=300, max_length=16,
-                          label_names=json.loads((out / "model" / "config.json").read_text())["id2label"].values(),
-                          seed=3).state_dict()
+    initial = build_model(
+        "classify",
+        preset="tiny",
+        vocab_size=300,
+        max_length=16,
+        label_names=json.loads((out / "model" / "config.json").read_text())["id2label"].values(),
+        seed=3,
+    ).state_dict()
     for name in ("bert.embeddings.word_embeddings.weight", "bert.embeddings.position_embeddings.weight"):
         assert torch.equal(trained[name], initial[name]), name  # frozen
-    for name in ("bert.encoder.layer.0.attention.self.query.weight", "classifier.weight",
-                 "bert.encoder.layer.1.output.LayerNorm.weight", "bert.pooler.dense.bias"):
+    for name in (
+        "bert.encoder.layer.0.attention.self.query.weight",
+        "classifier.weight",
+        "bert.encoder.layer.1.output.LayerNorm.weight",
+        "bert.pooler.dense.bias",
+    ):
         assert not torch.equal(trained[name], initial[name]), name  # trained
 
 
@@ -110,11 +119,14 @@ def test_the_step_noise_is_sigma_c_on_every_summed_coordinate(data_dir, tmp_path
 
 
 def test_target_epsilon_calibrates_the_noise(data_dir, tmp_path, rgp_config):
-    result = RgpTrainer().train(data_dir, tmp_path / "run", rgp_config(noise_multiplier=None, target_epsilon=3.0),
-                                seed=0)
+    result = RgpTrainer().train(
+        data_dir, tmp_path / "run", rgp_config(noise_multiplier=None, target_epsilon=3.0), seed=0
+    )
     record = json.loads((tmp_path / "run" / "privacy.json").read_text())
     assert record["noise_calibrated"] and result.epsilon <= 3.0 and result.epsilon == pytest.approx(3.0, rel=0.01)
-    assert _independent_epsilon(16 / 96, 6, record["noise_multipliers"][0], 1e-5) == pytest.approx(result.epsilon, rel=1e-9)
+    assert _independent_epsilon(16 / 96, 6, record["noise_multipliers"][0], 1e-5) == pytest.approx(
+        result.epsilon, rel=1e-9
+    )
 
 
 def test_mlm_updates_the_tied_word_embeddings_through_the_decoder(data_dir, tmp_path, rgp_config):
@@ -124,16 +136,21 @@ def test_mlm_updates_the_tied_word_embeddings_through_the_decoder(data_dir, tmp_
     assert 0.0 <= result.summary["mlm_accuracy"] <= 1.0
     model, info = AutoModelForMaskedLM.from_pretrained(tmp_path / "mlm" / "model", output_loading_info=True)
     assert not info["missing_keys"]
-    initial = build_model("mlm", preset="tiny", vocab_size=model.config.vocab_size, max_length=16, label_names=None,
-                          seed=0).state_dict()
+    initial = build_model(
+        "mlm", preset="tiny", vocab_size=model.config.vocab_size, max_length=16, label_names=None, seed=0
+    ).state_dict()
     trained = model.state_dict()
-    assert not torch.equal(trained["bert.embeddings.word_embeddings.weight"], initial["bert.embeddings.word_embeddings.weight"])
-    assert torch.equal(trained["bert.embeddings.position_embeddings.weight"],
-                       initial["bert.embeddings.position_embeddings.weight"])
+    assert not torch.equal(
+        trained["bert.embeddings.word_embeddings.weight"], initial["bert.embeddings.word_embeddings.weight"]
+    )
+    assert torch.equal(
+        trained["bert.embeddings.position_embeddings.weight"], initial["bert.embeddings.position_embeddings.weight"]
+    )
 
 
-def test_killed_then_resumed_equals_straight(data_dir, tmp_path, rgp_config, killed_after_checkpoint,
-                                            assert_same_model):
+def test_killed_then_resumed_equals_straight(
+    data_dir, tmp_path, rgp_config, killed_after_checkpoint, assert_same_model
+):
     """W_0 of the historical update is rebuilt from --seed on resume: the carriers, hence the run, are the same."""
     config = rgp_config(checkpoint_every=2, warmup_steps=1)
     straight = RgpTrainer().train(data_dir, tmp_path / "straight", config, seed=5)
@@ -151,26 +168,59 @@ def test_killed_then_resumed_equals_straight(data_dir, tmp_path, rgp_config, kil
 
 def test_cli_random_carriers(data_dir, tmp_path):
     out = tmp_path / "run"
-    result = CliRunner().invoke(cli, ["train", "--trainer", "rgp", "--data", str(data_dir), "--out", str(out),
-                                      "--rank", "2", "--power-iters", "2", "--random-carriers", "--noise-multiplier", "2",
-                                      "--epochs", "1", "--batch-size", "16", "--vocab-size", "300", "--max-length", "16",
-                                      "--eval-examples", "8", "--noise-seed", "5", "--json"], catch_exceptions=False)
+    result = CliRunner().invoke(
+        cli,
+        [
+            "train",
+            "--trainer",
+            "rgp",
+            "--data",
+            str(data_dir),
+            "--out",
+            str(out),
+            "--rank",
+            "2",
+            "--power-iters",
+            "2",
+            "--random-carriers",
+            "--noise-multiplier",
+            "2",
+            "--epochs",
+            "1",
+            "--batch-size",
+            "16",
+            "--vocab-size",
+            "300",
+            "--max-length",
+            "16",
+            "--eval-examples",
+            "8",
+            "--noise-seed",
+            "5",
+            "--json",
+        ],
+        catch_exceptions=False,
+    )
     assert result.exit_code == 0, result.output
     record = json.loads((out / "privacy.json").read_text())
     assert record["details"]["carriers"] == "random (public --seed)" and record["details"]["mode"] == "rgp-random"
     assert "RGP-random" in record["mechanism"]
 
 
-@pytest.mark.parametrize(("args", "message"), [
-    (["--noise-multiplier", "1", "--rank", "0"], "--rank must be an integer >= 1"),
-    (["--noise-multiplier", "1", "--power-iters", "0"], "--power-iters must be an integer >= 1"),
-    ([], "needs --target-epsilon"),
-    (["--noise-multiplier", "0"], "--noise-multiplier must be between 1e-10 and 1e10, got 0.0"),
-    (["--noise-multiplier", "1", "--clip-norm", "inf"], "--clip-norm must be a finite number > 0"),
-])
+@pytest.mark.parametrize(
+    ("args", "message"),
+    [
+        (["--noise-multiplier", "1", "--rank", "0"], "--rank must be an integer >= 1"),
+        (["--noise-multiplier", "1", "--power-iters", "0"], "--power-iters must be an integer >= 1"),
+        ([], "needs --target-epsilon"),
+        (["--noise-multiplier", "0"], "--noise-multiplier must be between 1e-10 and 1e10, got 0.0"),
+        (["--noise-multiplier", "1", "--clip-norm", "inf"], "--clip-norm must be a finite number > 0"),
+    ],
+)
 def test_bad_options_exit_2_with_one_line(data_dir, tmp_path, args, message):
-    result = CliRunner().invoke(cli, ["train", "--trainer", "rgp", "--data", str(data_dir), "--out",
-                                      str(tmp_path / "x"), *args])
+    result = CliRunner().invoke(
+        cli, ["train", "--trainer", "rgp", "--data", str(data_dir), "--out", str(tmp_path / "x"), *args]
+    )
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert not (tmp_path / "x").exists()

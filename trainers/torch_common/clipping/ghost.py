@@ -132,7 +132,9 @@ class GhostClipper:
     class computes the same sum, faster.
     """
 
-    def __init__(self, model: torch.nn.Module, loss_fn: LossFn, *, bounds: list[float], param_groups: list[int]) -> None:
+    def __init__(
+        self, model: torch.nn.Module, loss_fn: LossFn, *, bounds: list[float], param_groups: list[int]
+    ) -> None:
         self.model, self.loss_fn = model, loss_fn
         self.names, self.params = trainable(model)
         uses = _supported_uses(model)
@@ -141,12 +143,16 @@ class GhostClipper:
             kinds = sorted(type(m).__name__ for _, m, _ in uses.get(id(p), []))
             if kinds not in (["Linear"], ["Conv1D"], ["LayerNorm"], ["Embedding"], ["Embedding", "Linear"]):
                 raise UnsupportedModel(f"parameter {n} is used by {kinds or 'no module'}")
-        self.modules = {name: module for name, module in model.named_modules()
-                        if isinstance(module, _KINDS) and any(p.requires_grad for p in module.parameters(recurse=False))}
+        self.modules = {
+            name: module
+            for name, module in model.named_modules()
+            if isinstance(module, _KINDS) and any(p.requires_grad for p in module.parameters(recurse=False))
+        }
         prefix = getattr(model, "base_model_prefix", "")
         causal = architecture_kind(type(model).__name__) == CAUSAL_LM  # every token row: see the docstring
-        self._seq_prefixes = (tuple(f"{prefix}.{part}." for part in ("embeddings", "encoder")) if prefix and not causal
-                              else ("",))
+        self._seq_prefixes = (
+            tuple(f"{prefix}.{part}." for part in ("embeddings", "encoder")) if prefix and not causal else ("",)
+        )
         self.bounds = [float(b) for b in bounds]
         self.param_groups = list(param_groups)
         self._captures: list[_Capture] | None = None
@@ -174,8 +180,10 @@ class GhostClipper:
                 return
             if any(c.module is module for c in self._captures):
                 raise UnsupportedModel(f"module {name} ran twice in one forward pass")
-            self._captures.append(_Capture(name, module, args[0].detach() if args[0].is_floating_point() else args[0],
-                                           output))
+            self._captures.append(
+                _Capture(name, module, args[0].detach() if args[0].is_floating_point() else args[0], output)
+            )
+
         return hook
 
     # -- the clipped sum ---------------------------------------------------------------------
@@ -191,12 +199,20 @@ class GhostClipper:
                 continue
             largest = max(units.counts(r, seq), default=0)
             if (isinstance(m, torch.nn.Embedding) and _embedding_gram_is_cheaper(largest, m.num_embeddings)) or (
-                    isinstance(m, _MATRIX) and _gram_is_cheaper(largest, x.shape[1], g.shape[1])):
+                isinstance(m, _MATRIX) and _gram_is_cheaper(largest, x.shape[1], g.shape[1])
+            ):
                 entries.setdefault((r, seq), []).append((j, isinstance(m, torch.nn.Embedding), x, g))
         return entries
 
-    def clipped_sum(self, batch: dict[str, torch.Tensor], owner: np.ndarray, num_units: int, *,
-                    valid: torch.Tensor | None = None, extra_sq: torch.Tensor | None = None) -> Clipped:
+    def clipped_sum(
+        self,
+        batch: dict[str, torch.Tensor],
+        owner: np.ndarray,
+        num_units: int,
+        *,
+        valid: torch.Tensor | None = None,
+        extra_sq: torch.Tensor | None = None,
+    ) -> Clipped:
         """Clipped sum over ``num_units`` units; ``owner[i]`` is the unit of example i of ``batch``.
 
         ``valid`` [B, T] (CPU, bool) marks real tokens (default: the batch's additive mask);
@@ -212,12 +228,19 @@ class GhostClipper:
         size = len(owner)
         if size == 0 or num_units == 0:
             zero = torch.zeros((), dtype=torch.float64, device=device)
-            return Clipped(grads=[torch.zeros_like(p) for p in self.params], loss_sum=zero, correct_sum=zero.clone(),
-                           units=0, clipped=zero.clone())
+            return Clipped(
+                grads=[torch.zeros_like(p) for p in self.params],
+                loss_sum=zero,
+                correct_sum=zero.clone(),
+                units=0,
+                clipped=zero.clone(),
+            )
         per_example = num_units == size and bool(np.all(owner == np.arange(size)))
         if valid is None:
             valid = (batch["mask4"][:, 0, 0, :] == 0).cpu()
-        units = _Units(torch.as_tensor(owner, dtype=torch.long), num_units, valid, per_example=per_example, device=device)
+        units = _Units(
+            torch.as_tensor(owner, dtype=torch.long), num_units, valid, per_example=per_example, device=device
+        )
         losses, correct, rows = self._captured_rows(batch, size, seq_len=int(valid.shape[1]))
         by_param: dict[int, list[int]] = {}  # trainable parameter -> the rows of the modules that use it
         for j, row in enumerate(rows):
@@ -228,11 +251,18 @@ class GhostClipper:
         factors = self._clip_factors(norms.sq if extra_sq is None else norms.sq + extra_sq.to(norms.sq.dtype))
         grads = self._weighted_sum(rows, by_param, units, norms, factors)
         clipped = (factors < 1.0).any(0).sum().double()
-        return Clipped(grads=grads, loss_sum=losses.detach().sum().double(), correct_sum=correct.detach().sum().double(),
-                       units=num_units, clipped=clipped, factors=factors)
+        return Clipped(
+            grads=grads,
+            loss_sum=losses.detach().sum().double(),
+            correct_sum=correct.detach().sum().double(),
+            units=num_units,
+            clipped=clipped,
+            factors=factors,
+        )
 
-    def _captured_rows(self, batch: dict[str, torch.Tensor], size: int, *,
-                       seq_len: int) -> tuple[torch.Tensor, torch.Tensor, list[_Row]]:
+    def _captured_rows(
+        self, batch: dict[str, torch.Tensor], size: int, *, seq_len: int
+    ) -> tuple[torch.Tensor, torch.Tensor, list[_Row]]:
         """(per-example losses, correct flags, one :class:`_Row` per captured module that got a gradient):
         the forward pass with the hooks capturing, then ONE backward pass asked only for the modules'
         output gradients (autograd skips every weight gradient)."""
@@ -290,8 +320,10 @@ class GhostClipper:
             if i in segments:
                 total = total + segments[i].pow(2).sum(1)
             if len(js) == 2:  # a tied Embedding + Linear weight: the cross term 2 <E_u, D_u>
-                (je,), (jd,) = ([j for j in js if isinstance(rows[j].cap.module, kind)]
-                                for kind in (torch.nn.Embedding, torch.nn.Linear))
+                (je,), (jd,) = (
+                    [j for j in js if isinstance(rows[j].cap.module, kind)]
+                    for kind in (torch.nn.Embedding, torch.nn.Linear)
+                )
                 total = total + 2.0 * units.cross(rows[je], rows[jd])
             sq[self.param_groups[i]] += total
         return _Norms(sq=sq, row_sums=row_sums, segments=segments)
@@ -302,8 +334,9 @@ class GhostClipper:
             self._bounds = to_device(torch.tensor(self.bounds, dtype=torch.float32), sq.device)
         return (self._bounds[:, None] / sq.sqrt().clamp(min=_TINY)).clamp(max=1.0)
 
-    def _weighted_sum(self, rows: list[_Row], by_param: dict[int, list[int]], units: _Units, norms: _Norms,
-                      factors: torch.Tensor) -> list[torch.Tensor]:
+    def _weighted_sum(
+        self, rows: list[_Row], by_param: dict[int, list[int]], units: _Units, norms: _Norms, factors: torch.Tensor
+    ) -> list[torch.Tensor]:
         """``sum_u f_u grad_u`` for every trainable parameter, as weighted row sums (``A^T diag(w) G``
         per Linear, a scatter per Embedding), or from the per-unit gradients already formed for the norms.
 
@@ -417,8 +450,9 @@ _KEEP_BYTES = 1 << 29
 class _Units:
     """Which rows belong to which unit, for each row layout (rows per example ``r``; ``seq`` = token rows)."""
 
-    def __init__(self, owner: torch.Tensor, num_units: int, valid: torch.Tensor, *, per_example: bool,
-                 device: torch.device) -> None:
+    def __init__(
+        self, owner: torch.Tensor, num_units: int, valid: torch.Tensor, *, per_example: bool, device: torch.device
+    ) -> None:
         self.owner_cpu, self.num_units, self.valid = owner, num_units, valid.bool()
         self.per_example, self.device = per_example, device
         self.owner = to_device(owner, device)
@@ -463,11 +497,14 @@ class _Units:
         per_slice = max(1, _KEEP_BYTES // (vocab * d * g.element_size()))
         out, start = [], 0
         for first in range(0, self.num_units, per_slice):
-            units = counts[first:first + per_slice]
+            units = counts[first : first + per_slice]
             n = sum(units)
-            rows = idx[start:start + n]
-            slot = torch.repeat_interleave(to_device(torch.arange(len(units)), self.device),
-                                           to_device(torch.tensor(units), self.device), output_size=n)
+            rows = idx[start : start + n]
+            slot = torch.repeat_interleave(
+                to_device(torch.arange(len(units)), self.device),
+                to_device(torch.tensor(units), self.device),
+                output_size=n,
+            )
             tables = torch.zeros((len(units) * vocab, d), dtype=g.dtype, device=self.device)
             tables.index_add_(0, slot * vocab + ids.index_select(0, rows), g.index_select(0, rows))
             out.append(torch.linalg.vector_norm(tables.view(len(units), -1), dim=1).pow(2))
@@ -516,8 +553,9 @@ class _Units:
         """Rows per unit (real tokens only for token rows)."""
         return self._rows(r, seq)[1]
 
-    def gram_norms(self, entries: list[tuple[int, bool, torch.Tensor, torch.Tensor]], r: int,
-                   seq: bool) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
+    def gram_norms(
+        self, entries: list[tuple[int, bool, torch.Tensor, torch.Tensor]], r: int, seq: bool
+    ) -> tuple[dict[int, torch.Tensor], dict[int, torch.Tensor]]:
         """({capture j: [U] squared norm of each unit's weight gradient}, {Linear capture j: [U] squared
         norm of each unit's bias gradient}) for captures (j, is embedding, x or ids, g) of one row layout
         (``r`` rows per example; ``seq``: token rows, real ones only). The weight's is
@@ -548,12 +586,13 @@ class _Units:
         stacks, base = [], {}
         for width, tensors in feats.items():
             # _GRAM_ROWS - 1 zero rows at the end: the last unit's Gram window reads past its rows too
-            buf = torch.empty((len(tensors), len(idx) + _GRAM_ROWS - 1, width), dtype=tensors[0].dtype,
-                              device=self.device)
-            buf[:, len(idx):].zero_()
+            buf = torch.empty(
+                (len(tensors), len(idx) + _GRAM_ROWS - 1, width), dtype=tensors[0].dtype, device=self.device
+            )
+            buf[:, len(idx) :].zero_()
             for i, t in enumerate(tensors):
-                torch.index_select(t, 0, idx, out=buf[i, :len(idx)])
-                self._split[(t.data_ptr(), tuple(t.shape), r, seq)] = buf[i, :len(idx)]  # reused by the weighted sums
+                torch.index_select(t, 0, idx, out=buf[i, : len(idx)])
+                self._split[(t.data_ptr(), tuple(t.shape), r, seq)] = buf[i, : len(idx)]  # reused by the weighted sums
             base[width] = sum(s.shape[0] for s in stacks)
             stacks.append(buf)
         at = lambda s: base[s[0]] + s[1]
@@ -562,8 +601,9 @@ class _Units:
         as_index = lambda v: to_device(torch.tensor(v, dtype=torch.long), self.device)
         lin_x, lin_g = as_index([x for _, x, _ in lin]), as_index([g for _, _, g in lin])
         emb_g = as_index([g for _, g in emb])
-        ids = (torch.stack([x.reshape(-1).index_select(0, idx) for _, is_emb, x, _ in entries if is_emb])
-               if emb else None)
+        ids = (
+            torch.stack([x.reshape(-1).index_select(0, idx) for _, is_emb, x, _ in entries if is_emb]) if emb else None
+        )
         tensors = sum(len(s) for s in stacks)
         cols_lin, cols_bias, cols_emb, start = [], [], [], 0
         for n in counts:
@@ -575,15 +615,15 @@ class _Units:
             m = n + (-n) % _GRAM_ROWS  # rows of the Gram window; the unit's own Gram matrices are its [:n, :n] corner
             window = torch.empty((tensors, m, m), dtype=stacks[0].dtype, device=self.device)
             for s in stacks:  # each width's Gram matrices straight into their rows of ``window``
-                v, lo = s[:, start:start + m], base[s.shape[2]]
-                torch.bmm(v, v.transpose(1, 2), out=window[lo:lo + len(s)])
+                v, lo = s[:, start : start + m], base[s.shape[2]]
+                torch.bmm(v, v.transpose(1, 2), out=window[lo : lo + len(s)])
             grams = window[:, :n, :n]  # [tensors, n, n]
             if lin:
                 g_grams = grams.index_select(0, lin_g)
                 cols_lin.append((grams.index_select(0, lin_x) * g_grams).sum((1, 2)))
                 cols_bias.append(g_grams.sum((1, 2)))
             if emb:
-                e = ids[:, start:start + n]
+                e = ids[:, start : start + n]
                 cols_emb.append((grams.index_select(0, emb_g) * (e[:, :, None] == e[:, None, :])).sum((1, 2)))
             start += n
         out: dict[int, torch.Tensor] = {}
@@ -613,7 +653,9 @@ class _Units:
         if key not in self._split:
             self._split[key] = torch.repeat_interleave(
                 to_device(torch.arange(self.num_units), self.device),
-                to_device(torch.tensor(counts), self.device), output_size=int(sum(counts)))
+                to_device(torch.tensor(counts), self.device),
+                output_size=int(sum(counts)),
+            )
         return self._select(x, r, seq), self._select(g, r, seq), self._split[key]
 
     def segment_sums(self, term: torch.Tensor, r: int) -> torch.Tensor:
@@ -627,8 +669,9 @@ class _Units:
         if self._membership is None:
             b = len(self.owner_cpu)
             member = torch.zeros((self.num_units, b), dtype=term.dtype, device=self.device)
-            self._membership = member.index_put_((self.owner, torch.arange(b, device=self.device)),
-                                                 torch.ones((), dtype=term.dtype, device=self.device))
+            self._membership = member.index_put_(
+                (self.owner, torch.arange(b, device=self.device)), torch.ones((), dtype=term.dtype, device=self.device)
+            )
         return self._membership @ per_example
 
     def cross(self, emb: tuple, dec: tuple) -> torch.Tensor:
@@ -641,8 +684,12 @@ class _Units:
         # The rows grouped by unit: the copies the Gram norms made already (cached), else made here.
         ge, a, gd = self._select(ge, re, seq_e), self._select(a, rd, seq_d), self._select(gd, rd, seq_d)
         out = []
-        for i_u, ge_u, a_u, gd_u, ne, nd in zip(ids.index_select(0, ie).split(ce), ge.split(ce), a.split(cd),
-                                                gd.split(cd), ce, cd):
-            out.append(_cross(i_u[None], ge_u[None], a_u[None], gd_u[None]) if ne and nd
-                       else torch.zeros(1, device=self.device))
+        for i_u, ge_u, a_u, gd_u, ne, nd in zip(
+            ids.index_select(0, ie).split(ce), ge.split(ce), a.split(cd), gd.split(cd), ce, cd
+        ):
+            out.append(
+                _cross(i_u[None], ge_u[None], a_u[None], gd_u[None])
+                if ne and nd
+                else torch.zeros(1, device=self.device)
+            )
         return torch.cat(out)

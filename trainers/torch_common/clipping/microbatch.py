@@ -49,16 +49,21 @@ class MicrobatchClipper:
     #: Clip norms one example can move the noised sum by (McMahan et al. 2018; TF Privacy ``used_microbatching``).
     SENSITIVITY_FACTOR = 2.0
 
-    def __init__(self, model: torch.nn.Module, loss_fn: LossFn, *, layer_clip_norms: list[float],
-                 param_groups: list[int]) -> None:
+    def __init__(
+        self, model: torch.nn.Module, loss_fn: LossFn, *, layer_clip_norms: list[float], param_groups: list[int]
+    ) -> None:
         self.model, self.loss_fn = model, loss_fn
         self.names, self.params = trainable(model)
         if len(param_groups) != len(self.params):
-            raise ValueError(f"param_groups must have one entry per trainable parameter ({len(self.params)}), "
-                             f"got {len(param_groups)}.")
+            raise ValueError(
+                f"param_groups must have one entry per trainable parameter ({len(self.params)}), "
+                f"got {len(param_groups)}."
+            )
         self.layer_clip_norms = [float(c) for c in layer_clip_norms]
         self.param_groups = torch.as_tensor(param_groups, dtype=torch.long)
-        self._members = [[i for i, g in enumerate(param_groups) if g == group] for group in range(len(self.layer_clip_norms))]
+        self._members = [
+            [i for i, g in enumerate(param_groups) if g == group] for group in range(len(self.layer_clip_norms))
+        ]
         self.clip_norm = _norm_or_inf(self.layer_clip_norms)
         self.sensitivity_factor = self.SENSITIVITY_FACTOR
         self.sensitivity = self.sensitivity_factor * self.clip_norm
@@ -72,8 +77,14 @@ class MicrobatchClipper:
 
         self._per_example = vmap(grad(loss_one, has_aux=True), in_dims=(None, 0))
 
-    def clipped_sum(self, batch: dict[str, torch.Tensor], microbatches: list[np.ndarray], *,
-                    chunk_examples: int = 32, extra_sq: torch.Tensor | None = None) -> Clipped:
+    def clipped_sum(
+        self,
+        batch: dict[str, torch.Tensor],
+        microbatches: list[np.ndarray],
+        *,
+        chunk_examples: int = 32,
+        extra_sq: torch.Tensor | None = None,
+    ) -> Clipped:
         """Sum over ``microbatches`` (index arrays into ``batch``) of their per-layer-clipped gradients.
 
         Vectorized, with the result of :meth:`add_clipped_` on each micro-batch in turn: per-example
@@ -98,16 +109,17 @@ class MicrobatchClipper:
         params = {"model." + n: p.detach() for n, p in zip(self.names, self.params)}
         loss_sum = correct_sum = torch.zeros((), dtype=torch.float64, device=device)
         for start in range(0, len(examples), chunk_examples):
-            chunk = examples[start:start + chunk_examples]
+            chunk = examples[start : start + chunk_examples]
             grads, (losses, correct) = self._per_example(params, {key: value[chunk] for key, value in batch.items()})
-            rows = owner[start:start + chunk_examples]
+            rows = owner[start : start + chunk_examples]
             for total, name in zip(sums, self.names):
                 total.index_add_(0, rows, grads["model." + name])
             loss_sum = loss_sum + losses.sum()
             correct_sum = correct_sum + correct.sum()
         norms = torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in sums])  # [P, k]
         group_sq = torch.zeros(len(self.layer_clip_norms), norms.shape[1], device=device).index_add_(
-            0, self.param_groups.to(device), norms.pow(2))  # [L, k]
+            0, self.param_groups.to(device), norms.pow(2)
+        )  # [L, k]
         if extra_sq is not None:
             group_sq = group_sq + extra_sq.to(group_sq.dtype)
         group_norms = group_sq.sqrt()
@@ -115,24 +127,35 @@ class MicrobatchClipper:
         for a, g, group in zip(acc, sums, self.param_groups.tolist()):
             a.add_(torch.tensordot(factors[group], g, dims=1))
         clipped = (factors < 1.0).any(0).sum()
-        return Clipped(grads=acc, loss_sum=loss_sum, correct_sum=correct_sum, units=len(groups), clipped=clipped,
-                       factors=factors)
+        return Clipped(
+            grads=acc, loss_sum=loss_sum, correct_sum=correct_sum, units=len(groups), clipped=clipped, factors=factors
+        )
 
     def add_clipped_(self, acc: list[torch.Tensor], batch: dict[str, torch.Tensor]) -> tuple[float, float, bool]:
         """acc += clip(gradient of the micro-batch's summed loss); returns (loss sum, correct sum, was clipped)."""
         losses, correct = self.loss_fn(self.model, batch)
         grads = torch.autograd.grad(losses.sum(), self.params, allow_unused=True, materialize_grads=True)
         sq = torch.stack(torch._foreach_norm(grads)).pow(2)  # fused norms, no copies of the gradients
-        group_norms = torch.zeros(len(self.layer_clip_norms), device=sq.device).index_add_(
-            0, self.param_groups.to(sq.device), sq).sqrt()
+        group_norms = (
+            torch.zeros(len(self.layer_clip_norms), device=sq.device)
+            .index_add_(0, self.param_groups.to(sq.device), sq)
+            .sqrt()
+        )
         factors = (self._bounds.to(sq.device) / group_norms.clamp(min=_TINY)).clamp(max=1.0).tolist()
         for group, members in enumerate(self._members):  # acc += factor_l * grad, in place, per layer
             torch._foreach_add_([acc[i] for i in members], [grads[i] for i in members], alpha=factors[group])
         return float(losses.detach().sum()), float(correct.sum()), any(f < 1.0 for f in factors)
 
 
-def layer_clip_norms(model: torch.nn.Module, loss_fn: LossFn, batch: dict[str, torch.Tensor], *, clip_norm: float,
-                     param_groups: list[int], num_groups: int) -> list[float]:
+def layer_clip_norms(
+    model: torch.nn.Module,
+    loss_fn: LossFn,
+    batch: dict[str, torch.Tensor],
+    *,
+    clip_norm: float,
+    param_groups: list[int],
+    num_groups: int,
+) -> list[float]:
     """C_l = C * n_l / ||n|| with n_l layer l's gradient norm on ``batch`` at the current (initial) weights.
 
     A layer with no gradient on this batch gets a small positive floor (1e-3 of the largest), so it is

@@ -48,23 +48,26 @@ class PerExampleClipper:
 
         self._per_example = vmap(grad(loss_one, has_aux=True), in_dims=(None, 0))
 
-    def per_example_grads(self, batch: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
+    def per_example_grads(
+        self, batch: dict[str, torch.Tensor]
+    ) -> tuple[dict[str, torch.Tensor], torch.Tensor, torch.Tensor]:
         params = {"model." + n: p.detach() for n, p in zip(self.names, self.params)}
         grads, (losses, correct) = self._per_example(params, batch)
-        return {n[len("model."):]: g for n, g in grads.items()}, losses, correct
+        return {n[len("model.") :]: g for n, g in grads.items()}, losses, correct
 
     def clipped_sum(self, batch: dict[str, torch.Tensor]) -> Clipped:
         acc = [torch.zeros_like(p) for p in self.params]
         size = batch["input_ids"].shape[0]
         loss_sum = correct_sum = clipped = torch.zeros((), dtype=torch.float64, device=acc[0].device)
         for start in range(0, size, self.physical_batch):
-            chunk = {k: v[start:start + self.physical_batch] for k, v in batch.items()}
+            chunk = {k: v[start : start + self.physical_batch] for k, v in batch.items()}
             grads, losses, correct = self.per_example_grads(chunk)
             flat = [grads[n] for n in self.names]
             # A reduction kernel per tensor: g.pow(2) would allocate a copy of every per-example
             # gradient (page faults on hundreds of MB: 40% of the step in a profile).
-            norms = torch.linalg.vector_norm(torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in flat]),
-                                             dim=0)
+            norms = torch.linalg.vector_norm(
+                torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in flat]), dim=0
+            )
             factor = (self.clip_norm / norms.clamp(min=_TINY)).clamp(max=1.0)
             for a, g in zip(acc, flat):
                 a.add_(torch.tensordot(factor, g, dims=1))
