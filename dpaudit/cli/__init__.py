@@ -10,7 +10,6 @@ from __future__ import annotations
 import errno
 import importlib
 import os
-import sys
 
 import click
 
@@ -134,4 +133,4 @@ def main() -> None:
 
 
 if __name__ == "__main__":  # pragma: no cover
-    sys.exit(main())
+    main()  # click exits with the command's status

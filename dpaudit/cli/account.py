@@ -29,13 +29,16 @@ import tomllib
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any, Literal, NoReturn
 
 import click
 
 from dpaudit.cli.params import FiniteFloat, NoiseMultiplier
 from dpaudit.common.errors import UserInputError
 from dpaudit.common.figures import format_up
+
+if TYPE_CHECKING:
+    from dpaudit.accounting import Accountant
 
 #: Stated in --help (kept in sync with dpaudit.accounting.DEFAULT_DELTA_RULE, which a test checks).
 _DELTA_HELP = (
@@ -86,7 +89,7 @@ class _Plan:
 MAX_DATASET_SIZE = 10**12
 
 
-def _fail(message: str) -> None:
+def _fail(message: str) -> NoReturn:
     raise UserInputError(message)
 
 
@@ -304,7 +307,7 @@ class _Options:
     microbatch_size: int
     fixed_size: bool
     noise_reach: float
-    accountant: str | None
+    accountant: Literal["pld", "rdp", "both"] | None
     tan: bool
     simulate: int | None
     tolerance: float
@@ -343,11 +346,11 @@ class _Setup:
     """What the options fix before anything is solved: delta, the accountants (of record first), the notes."""
 
     delta: float
-    accountants: list[str]
+    accountants: list[Accountant]
     notes: list[str]
 
     @property
-    def primary(self) -> str:
+    def primary(self) -> Accountant:
         return self.accountants[0]
 
 
@@ -405,7 +408,7 @@ def _check_options(o: _Options) -> None:
         _fail("--batch-size and --sampling-probability both given; pass one (q = B / N).")
     if o.batch_size is not None and n is None:
         _fail("--batch-size needs --dataset-size/-N (q = B / N); or pass --sampling-probability/-q.")
-    if o.batch_size is not None and o.batch_size > n:
+    if o.batch_size is not None and n is not None and o.batch_size > n:  # (a batch size without n: refused above)
         _fail(f"--batch-size {o.batch_size} is larger than --dataset-size {n}.")
     if o.steps is not None and o.epochs is not None:
         _fail("--steps and --epochs both given; pass one.")
@@ -433,14 +436,19 @@ def _setup(o: _Options) -> _Setup:
     """delta (default min(1e-5, 1/(10 N))), the accountants and the notes every output carries."""
     from dpaudit import accounting as A
 
-    delta = A.default_delta(o.dataset_size) if o.delta is None else o.delta
+    if o.delta is None:
+        assert o.dataset_size is not None  # _check_options refused --delta and -N both missing
+        delta = A.default_delta(o.dataset_size)
+    else:
+        delta = o.delta
     tiny_delta = delta < A.PLD_MIN_DELTA  # PLD's FFT round-off exceeds such a delta: RDP is the accountant of record
-    accountants = {
+    by_option: dict[str | None, list[Accountant]] = {
         "pld": ["pld"],
         "rdp": ["rdp"],
         "both": ["pld", "rdp"],
         None: ["rdp" if o.fixed_size or tiny_delta else "pld"],
-    }[o.accountant]
+    }
+    accountants = by_option[o.accountant]
     if tiny_delta and "pld" in accountants:
         _fail(
             f"--delta {delta:g} is below {A.PLD_MIN_DELTA:g}, where the PLD accountant is not reliable (FFT "
@@ -511,7 +519,11 @@ def _solve_poisson(o: _Options, setup: _Setup) -> _Solution:
     from dpaudit import accounting as A
 
     n, factor, sigma, batch_size = o.dataset_size, o.clipping_factor, o.sigma, o.batch_size
-    q = o.sampling_probability if o.sampling_probability is not None else (batch_size / n if batch_size else None)
+    q = (
+        o.sampling_probability
+        if o.sampling_probability is not None
+        else (batch_size / n if batch_size and n is not None else None)  # (a batch size without n: refused)
+    )
     plan = _plan(
         n=n,
         q=q,
@@ -527,6 +539,7 @@ def _solve_poisson(o: _Options, setup: _Setup) -> _Solution:
     if missing and target is None:
         _fail(f"missing {missing}: pass it, or pass --target-epsilon to solve for it.")
     if missing == "--noise-multiplier":
+        assert target is not None  # refused just above
         click.echo("calibrating the noise multiplier ...", err=True)
         sigma = A.calibrate_noise(
             lambda s: A.schedule_event(plan.build(s)),
@@ -538,6 +551,7 @@ def _solve_poisson(o: _Options, setup: _Setup) -> _Solution:
         )
         solved["noise_multiplier"] = sigma
     elif missing == "--steps":
+        assert q is not None and sigma is not None and target is not None  # _missing: only the steps are missing
         steps = A.max_steps(
             sampling_probability=q,
             noise_multiplier=sigma,
@@ -554,6 +568,8 @@ def _solve_poisson(o: _Options, setup: _Setup) -> _Solution:
             n=n, q=q, steps=steps, epochs=None, schedule_file=None, batch_schedule=None, noise_decay=None, factor=factor
         )
     elif missing == "--batch-size":
+        # _missing: only the batch size is missing, with -N and --steps given
+        assert n is not None and o.steps is not None and sigma is not None and target is not None
         batch_size = A.max_batch_size(
             dataset_size=n,
             steps=o.steps,
@@ -640,25 +656,25 @@ def _result(o: _Options, setup: _Setup, solution: _Solution) -> dict[str, Any]:
         "simulation": None,
     }
     if o.simulate is not None:
-        result["simulation"] = _simulation(o, solution)
+        result["simulation"] = _simulation(o, solution, o.simulate)
     return result
 
 
-def _simulation(o: _Options, solution: _Solution) -> dict[str, Any]:
-    """TAN's cheap NON-PRIVATE simulation of the one constant segment at batch ``--simulate``."""
+def _simulation(o: _Options, solution: _Solution, simulate: int) -> dict[str, Any]:
+    """TAN's cheap NON-PRIVATE simulation of the one constant segment at batch ``simulate`` (``--simulate``)."""
     from dpaudit import accounting as A
 
     n, segments = o.dataset_size, solution.segments
     if o.schedule_mode or n is None or solution.batch_size is None or len(segments) != 1:
         _fail("--simulate needs one constant segment with --dataset-size and --batch-size (or a solved batch).")
-    if o.simulate > n:
-        _fail(f"--simulate {o.simulate} is larger than --dataset-size {n}.")
+    if simulate > n:
+        _fail(f"--simulate {simulate} is larger than --dataset-size {n}.")
     return A.tan_simulate(
         dataset_size=n,
         batch_size=solution.batch_size,
         noise_multiplier=segments[0].noise_multiplier,
         steps=segments[0].steps,
-        simulated_batch_size=o.simulate,
+        simulated_batch_size=simulate,
     ).to_json()
 
 

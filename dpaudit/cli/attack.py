@@ -53,7 +53,8 @@ def _summary(results) -> str:  # noqa: ANN001
             )
             lines.append(f"  {'freq':>5} {'n':>4} {'mean':>7} {'95% CI':>17} {'median':>7} {'p vs controls':>13}")
             for r in result.rows:
-                ci = f"[{_fmt(r.mean_ci and r.mean_ci.low)}, {_fmt(r.mean_ci and r.mean_ci.high)}]"
+                low, high = (None, None) if r.mean_ci is None else (r.mean_ci.low, r.mean_ci.high)
+                ci = f"[{_fmt(low)}, {_fmt(high)}]"
                 p = "baseline" if r.vs_controls is None else f"{r.vs_controls.p_value:.2g}"
                 lines.append(f"  {r.frequency:>5} {r.n:>4} {r.mean:>7.2f} {ci:>17} {r.median:>7.2f} {p:>13}")
         elif isinstance(result, ReconstructionResult) and result.rows:
@@ -63,12 +64,14 @@ def _summary(results) -> str:  # noqa: ANN001
                 else "reconstruction (top-1 fill):"
             )
             lines.append(f"  {'freq':>5} {'n':>4} {'exact':>7} {'95% CI':>15} {'norm. edit':>10} {'top-k hits':>10}")
-            for r in result.rows:
-                ci = f"[{_fmt(r.exact_match_ci and r.exact_match_ci.low)}, {_fmt(r.exact_match_ci and r.exact_match_ci.high)}]"
-                hits = "-" if r.top_k_hits is None else str(r.top_k_hits)
+            for row in result.rows:
+                match_ci = row.exact_match_ci
+                low, high = (None, None) if match_ci is None else (match_ci.low, match_ci.high)
+                ci = f"[{_fmt(low)}, {_fmt(high)}]"
+                hits = "-" if row.top_k_hits is None else str(row.top_k_hits)
                 lines.append(
-                    f"  {r.frequency:>5} {r.n:>4} {r.exact_match_rate:>7.2f} {ci:>15} "
-                    f"{r.normalized_edit_distance_mean:>10.3f} {hits:>10}"
+                    f"  {row.frequency:>5} {row.n:>4} {row.exact_match_rate:>7.2f} {ci:>15} "
+                    f"{row.normalized_edit_distance_mean:>10.3f} {hits:>10}"
                 )
     mia = [r for r in results.attacks if isinstance(r, MiaResult)]
     if mia:
@@ -81,12 +84,12 @@ def _summary(results) -> str:  # noqa: ANN001
         lines.append(
             f"  {'attack':>7} {'task':>17} {'AUC':>6} {'CI':>15} {'TPR@0.1%':>9} {'TPR@1%':>8} {'eps LB':>9} {'ceiling':>8} {'vs':>7}"
         )
-        for r in mia:
-            for t in r.tasks:
+        for m in mia:
+            for t in m.tasks:
                 tpr = {
                     round(x["fpr"], 6): tpr_cell(x, t.n_members, t.n_nonmembers) for x in t.tpr_at
                 }  # n/a: too few non-members
-                b = by_name.get(f"{r.attack}/{t.task}")
+                b = by_name.get(f"{m.attack}/{t.task}")
                 lb, ceiling, vs, flag = "-", "-", "-", ""
                 if b is not None:
                     tag = ("P" if b.kind == "proof" else "H") + ("" if b.eligible else "G")
@@ -102,7 +105,7 @@ def _summary(results) -> str:  # noqa: ANN001
                             else "  <-- above f x epsilon: investigate"
                         )
                 lines.append(
-                    f"  {r.attack:>7} {t.task:>17} {t.auc:>6.3f} {'[' + _fmt(t.auc_ci[0], '.3f') + ', ' + _fmt(t.auc_ci[1], '.3f') + ']':>15} "
+                    f"  {m.attack:>7} {t.task:>17} {t.auc:>6.3f} {'[' + _fmt(t.auc_ci[0], '.3f') + ', ' + _fmt(t.auc_ci[1], '.3f') + ']':>15} "
                     f"{tpr.get(0.001, '-'):>9} {tpr.get(0.01, '-'):>8} {lb:>9} {ceiling:>8} {vs:>7}{flag}"
                 )
     if head.bounds:  # the headline as results.json stores it (every reader prints this line)
@@ -149,7 +152,7 @@ class AttackCommand(click.Command):
             generated += options
             if any(o.name in shown for o in options):
                 sections.append((_section_title(config_cls, attacks), [o for o in options if o.name in shown]))
-        self.params = [p for p in self.params if p.name in _OWN] + generated
+        self.params = [*(p for p in self.params if p.name in _OWN), *generated]
         ctx.meta[_SECTIONS] = sections
         rest = super().parse_args(ctx, args)
         check_options(

@@ -21,7 +21,7 @@ import tempfile
 import types
 import typing
 from pathlib import Path
-from typing import Any
+from typing import Any, TypedDict
 
 import click
 
@@ -56,6 +56,16 @@ AUDIT_STEPS = 4
 #: The smallest --target-epsilon: ten steps of the PLD accountant's discretization (1e-4). A smaller claim is stated
 #: to worse than 10% and a huge calibrated noise reads as epsilon 0, a claim no audit can be a share of.
 MIN_TARGET_EPSILON = 1e-3
+
+
+class _AuditPlan(TypedDict):
+    """The keywords of :func:`audit_config` every run of one audit shares (the rows differ)."""
+
+    target_epsilon: float
+    noise_seed: int | None
+    settings: tuple[str, ...]
+    sampling_rate: float
+    steps: int
 
 
 def _field_value(field: dataclasses.Field, text: str, config_cls: type) -> Any:
@@ -304,7 +314,7 @@ def audit_trainer(
     """
     from dpaudit.common.errors import UserInputError
     from dpaudit.files.run_dirs import REDACTED, redact_config, run_dir_lock
-    from dpaudit.training.api import load_trainer
+    from dpaudit.training.api import load_trainer, plugin_class
 
     if target_epsilon < MIN_TARGET_EPSILON:
         raise UserInputError(
@@ -317,7 +327,7 @@ def audit_trainer(
 
         ray_address = check_ray_address(ray_address)
     trainer = load_trainer(trainer_name)
-    plugin_cls = trainer.Plugin
+    plugin_cls = plugin_class(trainer)
     if not all(
         hasattr(plugin_cls, name) for name in ("gradient_canary_unit", "host_gradient_canaries", "canary_parameters")
     ):
@@ -620,7 +630,7 @@ def _audit(
     data_dir = work / "data"
     _inject(data_dir)
     real_rows = _train_rows(data_dir)
-    plan = {
+    plan: _AuditPlan = {
         "target_epsilon": target_epsilon,
         "noise_seed": noise_seed,
         "settings": settings,

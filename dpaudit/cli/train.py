@@ -148,7 +148,7 @@ class TrainCommand(click.Command):
             except UserInputError as err:
                 raise click.UsageError(str(err), ctx) from None
             ctx.meta["dpaudit.trainer"] = trainer
-            self.params = [p for p in self.params if p.name in _COMMON] + config_options(trainer.Config)
+            self.params = [*(p for p in self.params if p.name in _COMMON), *config_options(trainer.Config)]
         return super().parse_args(ctx, args)
 
     def format_epilog(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
@@ -281,6 +281,8 @@ def train(
     click.echo(f"trained {plugin.name} for {result.steps} steps -> {result.out_dir} ({_claim(result, record)})")
     parts = record.delta_parts() if record is not None and record.private else None
     if parts is not None and parts.noise_tail is not None:  # the float noise sampler's tail, counted inside delta
+        # the record's tail figure comes with the entry of its sampler (noise_tail: z_max, the formula)
+        assert record is not None and record.noise_tail is not None
         click.echo(
             f"  delta {format_up(parts.delta, 2)} includes the noise sampler's tail figure {format_up(parts.noise_tail, 2)} "
             f"(reach {record.noise_tail['z_max']:g} sigma); epsilon is the accountant's at delta - tail "

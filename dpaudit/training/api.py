@@ -27,7 +27,7 @@ import dataclasses
 from dataclasses import dataclass, field
 from importlib.metadata import EntryPoint, entry_points
 from pathlib import Path
-from typing import Any, ClassVar, Protocol, runtime_checkable
+from typing import Any, ClassVar, Protocol, cast, runtime_checkable
 
 from dpaudit.common.errors import UserInputError
 
@@ -75,6 +75,23 @@ class Trainer(Protocol):
         ...
 
 
+class SkeletonTrainer(Trainer, Protocol):
+    """A trainer that runs on the core's run skeleton and names its :class:`dpaudit.training.TrainerPlugin` class
+    ``Plugin`` (every shipped trainer; a class attribute or a property): what the white-box audit builds, one
+    plug-in per run. Not part of :class:`Trainer`, which a trainer that writes its own run follows."""
+
+    @property
+    def Plugin(self) -> type:
+        """The plug-in class: ``Plugin(data_dir, out_dir, config, seed=seed)``."""
+        ...
+
+
+def plugin_class(trainer: Trainer) -> type:
+    """``trainer.Plugin``, of a trainer that runs on the skeleton (:class:`SkeletonTrainer`); a trainer without
+    one raises AttributeError."""
+    return cast(SkeletonTrainer, trainer).Plugin
+
+
 def writes_run_dir(trainer: Any) -> bool:
     """Whether this process writes ``trainer``'s run directory (and so holds its lock).
 
@@ -114,7 +131,7 @@ def load_trainer(name: str) -> Trainer:
         factory = registry[name].load()
     except ImportError as err:
         extra = extra_of_module(getattr(err, "name", None))
-        if extra is not None:
+        if extra is not None and err.name is not None:  # (an extra is found only for a named module)
             raise MissingExtraError(missing_extra_message(f"--trainer {name}", [extra], [err.name])) from None
         raise UserInputError(
             f"--trainer {name}: cannot import its framework ({err}); install the package it needs."

@@ -58,11 +58,14 @@ from __future__ import annotations
 import dataclasses
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpaudit import accounting
 from dpaudit.accounting.ledger import PrivacyLedger
 from dpaudit.common.errors import UserInputError
+
+if TYPE_CHECKING:  # dpaudit.accounting does not export the class: dp_accounting's own (imported lazily)
+    from dp_accounting.dp_event import DpEvent
 
 __all__ = [
     "PrivacyPlan",
@@ -265,12 +268,12 @@ class PrivacyPlan:
         """The std of the noise step ``step`` adds to the clipped sum: sigma * factor * C."""
         return self.sigma_at(step) * self.sensitivity_factor * clip_norm
 
-    def event(self, steps: int | None = None, *, accounted_factor: float | None = None) -> accounting.DpEvent:
+    def event(self, steps: int | None = None, *, accounted_factor: float | None = None) -> DpEvent:
         """The DpEvent of the first ``steps`` steps."""
         return accounting.schedule_event(self.segments(steps, accounted_factor=accounted_factor))
 
     def public_fields(
-        self, *, steps_from_n: bool, event: accounting.DpEvent | None = None, delta: float | None = None
+        self, *, steps_from_n: bool, event: DpEvent | None = None, delta: float | None = None
     ) -> dict[str, Any]:
         """The :class:`~dpaudit.claim.record.PrivacyRecord` fields that say what N is to the claim.
 

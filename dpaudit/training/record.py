@@ -18,7 +18,7 @@ from typing import Any
 from dpaudit import accounting
 from dpaudit.accounting.noise_tail import FORMULA as TAIL_FORMULA
 from dpaudit.accounting.noise_tail import RETIRED_MIN_REACH
-from dpaudit.claim.record import PrivacyRecord, group_privacy_rows
+from dpaudit.claim.record import PrivacyRecord, Sampling, group_privacy_rows
 from dpaudit.common.figures import format_up
 from dpaudit.training.noise_source import NoiseSource
 from dpaudit.training.privacy_plan import PrivacyPlan
@@ -89,7 +89,7 @@ class RecordParts:
     notes: Sequence[str] = ()
     details: Mapping[str, Any] = field(default_factory=dict)
     steps_from_n: bool = True
-    sampling: str = "poisson"
+    sampling: Sampling = "poisson"
     nonprivate_mechanism: str = "non-private training: no clipping, no noise."
     nonprivate_notes: Sequence[str] = ()
     paper_claim: dict[str, Any] | None = None
@@ -147,7 +147,7 @@ def _nonprivate_record(facts: RunFacts, parts: RecordParts) -> PrivacyRecord:
     if facts.public_data_only:
         guarantee = PUBLIC_GUARANTEE.format(start=f", from {start.describe()}" if start is not None else "")
         first = PUBLIC_NOTE
-    elif facts.data_split == "public":
+    elif facts.data_split == "public" and start is not None:  # (public split, not public only: a private start)
         guarantee, first = PUBLIC_SPLIT_GUARANTEE.format(start=start.describe()), NONPRIVATE_NOTE
     else:
         guarantee, first = NONPRIVATE_GUARANTEE, NONPRIVATE_NOTE
@@ -195,6 +195,7 @@ def delta_of_run(plan: PrivacyPlan, ledger: Any, sampler: str | None) -> tuple[f
 
 def _private_record(facts: RunFacts, parts: RecordParts) -> PrivacyRecord:
     plan, ledger = facts.plan, facts.ledger
+    assert facts.clip_norm is not None  # a private run's step clips (only a non-private one has no C)
     shuffle = parts.sampling == "shuffle"
     sampler = parts.noise_sampler if parts.noise_sampler is not None else plan.noise_sampler
     delta, accountant_delta, tail = delta_of_run(plan, ledger, sampler)

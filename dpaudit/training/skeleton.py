@@ -32,7 +32,7 @@ import sys
 import time
 from collections.abc import Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 from tqdm.auto import tqdm
@@ -61,6 +61,16 @@ from dpaudit.training.train_dir import (
 )
 
 __all__ = ["RunSkeleton"]
+
+_T = TypeVar("_T")
+
+
+def _after_setup(value: _T | None, name: str) -> _T:
+    """``value``, which :meth:`RunSkeleton.setup` sets before any other method reads it."""
+    if value is None:
+        raise RuntimeError(f"RunSkeleton.{name} is read before setup() set it")
+    return value
+
 
 TELEMETRY_SUMMARY_NOTE = (
     "wall-clock throughput and loss: telemetry, not privacy figures and not covered by the epsilon."
@@ -91,6 +101,23 @@ class RunSkeleton:
         self.final_eval: dict[str, float] = {}  # the last evaluation's heldout metrics (for the summary)
         self.clock = _Clock()
 
+    # What setup() sets, for the methods that run after it (the attributes stay None-able: a plug-in reads them).
+    @property
+    def _settings(self) -> RunSettings:
+        return _after_setup(self.settings, "settings")
+
+    @property
+    def _data(self) -> RunData:
+        return _after_setup(self.data, "data")
+
+    @property
+    def _metrics(self) -> MetricsLog:
+        return _after_setup(self.metrics, "metrics")
+
+    @property
+    def _noise_source(self) -> NoiseSource:
+        return _after_setup(self.noise_source, "noise_source")
+
     # -- setup -------------------------------------------------------------------------------
 
     def setup(self) -> None:
@@ -101,19 +128,19 @@ class RunSkeleton:
         self.metrics = MetricsLog(self.ckpt_dir, writer=plugin.primary)
         found = list_checkpoints(self.ckpt_dir)
         check_out_dir(self.out_dir, trainer=plugin.name, resumable=bool(found))
-        self.data = plugin.load_data()
+        self.data = data = plugin.load_data()
         self.settings = settings = plugin.settings()
-        if self.data.start is not None:  # a start trained on private data: refused (or declared), nothing written
+        if data.start is not None:  # a start trained on private data: refused (or declared), nothing written
             start = refuse_private_start(
-                self.data.start, self.data.inputs, accept_private=bool(settings.config.get("accept_private_start"))
+                data.start, data.inputs, accept_private=bool(settings.config.get("accept_private_start"))
             )
-            self.data = dataclasses.replace(self.data, start=start)
+            self.data = data = dataclasses.replace(data, start=start)
         self.finished = finished_run(
             self.out_dir,
             trainer=plugin.name,
             config=dict(settings.config),
             seed=plugin.seed,
-            inputs=self.data.inputs,
+            inputs=data.inputs,
             run_only=tuple(settings.run_only),
         )
         if self.finished is not None:
@@ -125,7 +152,7 @@ class RunSkeleton:
             self._check_resume(self.resume_state, self.resume_path)
         self.noise_source = plugin.share_source(self._source())
         plugin.init_model(self.resume_state)
-        self.step_fn = plugin.make_step(self.data.size, self.resume_state)
+        self.step_fn = plugin.make_step(data.size, self.resume_state)
         self._plan()
         self.sampler = plugin.make_sampler(self.noise_source)
         self._restore_or_start()
@@ -133,16 +160,17 @@ class RunSkeleton:
         plugin.barrier("setup")  # every process has read --out (and any checkpoint) before process 0 writes
 
     def _identity(self) -> dict[str, Any]:
-        config = self.settings.identity_config if self.settings.identity_config is not None else self.settings.config
+        settings = self._settings
+        config = settings.identity_config if settings.identity_config is not None else settings.config
         return {
             "trainer": self.plugin.name,
             "config": dict(config),
             "seed": self.plugin.seed,
-            "data": self.data.identity,
+            "data": self._data.identity,
         }
 
     def _check_resume(self, state: Mapping[str, Any], path: Path) -> None:
-        run_only = set(self.settings.run_only)
+        run_only = set(self._settings.run_only)
 
         def comparable(identity: Mapping[str, Any]) -> dict[str, Any]:  # a resume may change what comes after training
             config = {k: v for k, v in dict(identity.get("config") or {}).items() if k not in run_only}
@@ -159,7 +187,7 @@ class RunSkeleton:
 
     def _source(self) -> NoiseSource:
         """The secret source: a checkpoint's, else OS entropy unless --noise-seed."""
-        wanted = self.settings.noise_seed
+        wanted = self._settings.noise_seed
         if self.resume_state is None:
             return NoiseSource.resolve(wanted)
         try:
@@ -175,9 +203,9 @@ class RunSkeleton:
 
     def _plan(self) -> None:
         """Plan the whole run from the step's own sensitivity factor (nothing is written before this passes)."""
-        n = self.data.size
+        n = self._data.size
         self.plan = plan_privacy(
-            dataset_size=n, sensitivity_factor=self.step_fn.sensitivity_factor, **self.settings.plan
+            dataset_size=n, sensitivity_factor=self.step_fn.sensitivity_factor, **self._settings.plan
         )
         declared = self.plan.declared_size
         if declared is not None and declared != n and self.plugin.primary:
@@ -185,9 +213,9 @@ class RunSkeleton:
 
     def _restore_or_start(self) -> None:
         if self.resume_state is None:
-            self.ledger = new_ledger(self.plan, **self.settings.ledger) if self.plan.private else None
+            self.ledger = new_ledger(self.plan, **self._settings.ledger) if self.plan.private else None
             return
-        state, path = self.resume_state, self.resume_path
+        state, path = self.resume_state, _after_setup(self.resume_path, "resume_path")  # set with resume_state
         self.start_step = self.plugin.restore(path)
         self.stopped_at_budget = bool(state.get("stopped_at_budget"))
         try:
@@ -222,7 +250,7 @@ class RunSkeleton:
             self.ckpt_dir.mkdir(parents=True, exist_ok=True)
             for leftover in self.ckpt_dir.glob(".*"):  # staging folders of a checkpoint write that was killed
                 shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
-        self.metrics.restore(self.start_step)
+        self._metrics.restore(self.start_step)
         step = self._loop()
         if step != self.start_step or not self.has_checkpoint or self.stopped_at_budget:
             self._save(step)
@@ -240,7 +268,7 @@ class RunSkeleton:
         bar = tqdm(
             total=total,
             initial=step,
-            desc=self.settings.progress_label or self.plugin.name,
+            desc=self._settings.progress_label or self.plugin.name,
             unit="step",
             file=sys.stderr,
             dynamic_ncols=True,
@@ -278,7 +306,7 @@ class RunSkeleton:
         return True
 
     def _after_step(self, done: int, pending: list[tuple[int, Any]], bar: Any) -> None:
-        settings, total = self.settings, self.plan.total_steps
+        settings, total = self._settings, self.plan.total_steps
         evaluate = done == total or bool(settings.eval_every and done % settings.eval_every == 0)
         checkpoint = done % settings.checkpoint_every == 0 or (evaluate and settings.checkpoint_at_eval)
         if evaluate or checkpoint or done % settings.log_every == 0:
@@ -296,7 +324,7 @@ class RunSkeleton:
         rows[-1]["examples_per_s"] = examples / self.clock.window()
         rows[-1].update(evaluation or {})
         for row in rows:
-            self.metrics.append(row)
+            self._metrics.append(row)
         pending.clear()
         if rows[-1].get("loss") is not None:
             bar.set_postfix(loss=f"{rows[-1]['loss']:.4g}", eps=self._epsilon_text(), refresh=evaluation is not None)
@@ -326,7 +354,7 @@ class RunSkeleton:
     def _state(self) -> dict[str, Any]:
         return {
             "identity": self._identity(),
-            "noise_source": self.noise_source.to_state(),  # SECRET: checkpoints are private to the data owner
+            "noise_source": self._noise_source.to_state(),  # SECRET: checkpoints are private to the data owner
             "sampler": self.sampler.state(),
             "ledger": self.ledger.to_json() if self.ledger is not None else None,
             "stopped_at_budget": self.stopped_at_budget,
@@ -334,7 +362,7 @@ class RunSkeleton:
         }
 
     def _save(self, step: int) -> None:
-        self.metrics.flush()
+        self._metrics.flush()
         if self.plugin.primary:
             self.plugin.save(self.ckpt_dir, step, self._state())
         self.has_checkpoint = True
@@ -344,7 +372,7 @@ class RunSkeleton:
 
     def record(self, steps: int) -> Any:
         """The run's ``privacy.json`` record from the one builder."""
-        step_fn = self.step_fn
+        step_fn, data = self.step_fn, self._data
         facts = RunFacts(
             trainer=self.plugin.name,
             plan=self.plan,
@@ -352,12 +380,12 @@ class RunSkeleton:
             epsilon=self.epsilon(),
             clip_norm=step_fn.clip_norm,
             sensitivity_factor=step_fn.sensitivity_factor,
-            noise_source=self.noise_source,
+            noise_source=self._noise_source,
             steps=steps,
             stopped_at_budget=self.stopped_at_budget,
-            frequencies=self.data.frequencies,
-            data_split=self.data.split,
-            start=self.data.start,
+            frequencies=data.frequencies,
+            data_split=data.split,
+            start=data.start,
         )
         return build_record(facts, self.plugin.record_parts(self.plan, steps))
 
@@ -376,7 +404,7 @@ class RunSkeleton:
 
     def _provenance(self) -> dict[str, Any]:
         """What the run trained on and where it started (summary and manifest)."""
-        data = self.data
+        data = self._data
         return {
             "data_split": data.split,
             "public_data_only": public_data_only(data.split, data.start),
@@ -386,7 +414,7 @@ class RunSkeleton:
     def _provenance_manifest(self) -> dict[str, Any]:
         """The manifest's record of the start and of the train.jsonl files in this model (private: their
         hashes), which a later run started from this one is checked against."""
-        data = self.data
+        data = self._data
         start = (
             None if data.start is None else {**data.start.record(), "private_inputs": dict(data.start.private_inputs)}
         )
@@ -401,21 +429,21 @@ class RunSkeleton:
         record = self.record(steps)
         if plugin.primary:
             plugin.export(out / "model")
-            rows = self.metrics.publish(out)
+            rows = self._metrics.publish(out)
         else:  # this run's rows as computed here (rows before a resume are only in process 0's file)
-            rows = self.metrics.rows()
+            rows = self._metrics.rows()
         summary = self._summary(record, rows)
         if plugin.primary:
             finish_run(
                 out,
                 trainer=plugin.name,
-                config=dict(self.settings.config),
+                config=dict(self._settings.config),
                 seed=plugin.seed,
-                inputs=self.data.inputs,
+                inputs=self._data.inputs,
                 record=record,
                 extra={"steps": steps, "summary": summary, **self._provenance_manifest(), **plugin.manifest_extra()},
             )
-            remove_checkpoints(out, keep=self.settings.keep_checkpoints)
+            remove_checkpoints(out, keep=self._settings.keep_checkpoints)
         return TrainResult(
             out_dir=out,
             steps=steps,

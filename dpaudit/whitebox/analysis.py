@@ -78,6 +78,13 @@ class Analysis:
     ceilings: dict[str, float] = field(default_factory=dict)
 
     @property
+    def _claimed_epsilon(self) -> float:
+        """The claim's epsilon: an audited claim is proven (harness._audited_claim)."""
+        epsilon = self.claim.epsilon
+        assert epsilon is not None
+        return epsilon
+
+    @property
     def bound_confidence(self) -> float:
         return 1 - (1 - self.confidence) / 2
 
@@ -96,12 +103,12 @@ class Analysis:
     def mechanism_refuted(self) -> bool:
         """Whether the primary bound rejects the claimed curve itself (scale <= 1): the trainer is not the mechanism its
         ``privacy.json`` states."""
-        return curve_rejected(self.primary[1], self.claim.epsilon)
+        return curve_rejected(self.primary[1], self._claimed_epsilon)
 
     @property
     def refuted(self) -> bool:
         """Whether the claimed (epsilon, delta) is contradicted: a bound valid for any mechanism exceeds it."""
-        return self.any_mechanism is not None and self.any_mechanism.epsilon > self.claim.epsilon
+        return self.any_mechanism is not None and self.any_mechanism.epsilon > self._claimed_epsilon
 
     @property
     def alarm(self) -> bool:

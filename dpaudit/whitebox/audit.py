@@ -85,7 +85,7 @@ def audit_trainer(
             afresh (its observations before a kill were never written), so an interrupted audit resumes.
     """
     own = workdir is None
-    base = Path(tempfile.mkdtemp(prefix="dpaudit-whitebox-")) if own else Path(workdir)
+    base = Path(tempfile.mkdtemp(prefix="dpaudit-whitebox-")) if workdir is None else Path(workdir)
     try:
         base.mkdir(parents=True, exist_ok=True)
         coins = run_coins(seed, runs)
@@ -207,7 +207,7 @@ def _fleet_runs(
 
 def score_rows(analysis: Analysis, evidence: list[RunEvidence]) -> list[dict[str, Any]]:
     """One row per canary per run: its coin and its score in each view."""
-    rows = []
+    rows: list[dict[str, Any]] = []
     for r, run in enumerate(evidence):
         member = run.layout.member
         per_view = {}

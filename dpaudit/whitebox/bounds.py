@@ -132,6 +132,7 @@ def one_run_bounds(
 ) -> dict[str, Bound]:
     """Steinke, the Gaussian f-DP reading and the claim family (on the ``planned`` guesses when given), on one
     run's coin-flip canaries."""
+    assert claim.delta is not None  # an audited claim states its mechanism (harness._audited_claim)
     steinke = epsilon_lower_bound_one_run(member, nonmember, delta=claim.delta, confidence=confidence)
     gdp = epsilon_lower_bound_one_run_fdp(member, nonmember, delta=claim.delta, confidence=confidence)
     return {
@@ -157,6 +158,7 @@ def one_run_bounds(
 
 def multi_run_bounds(member: np.ndarray, nonmember: np.ndarray, claim: Claim, *, confidence: float) -> dict[str, Bound]:
     """Clopper-Pearson (epsilon, delta) and the claim family on pooled trials."""
+    assert claim.delta is not None  # an audited claim states its mechanism (harness._audited_claim)
     cp = epsilon_lower_bound_clopper_pearson(
         member, nonmember, delta=claim.delta, confidence=confidence, selection=BonferroniThresholds(), one_sided=False
     )

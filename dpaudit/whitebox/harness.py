@@ -106,14 +106,14 @@ def run_job(job: Any) -> None:
     drawn by the auditor; independent of everything the trainer does). The plug-in is the trainer's own
     (``load_trainer(job.trainer).Plugin(data_dir, out_dir, Config(**job.config), seed=job.seed)``).
     """
-    from dpaudit.training.api import load_trainer
+    from dpaudit.training.api import load_trainer, plugin_class
 
     trainer = load_trainer(job.trainer)
     config = trainer.Config(**job.config)
     args = dict(job.runner_args or {})
     rng = np.random.default_rng(np.random.SeedSequence(args["coins"]))
     evidence = run_with_canaries(
-        lambda out: trainer.Plugin(Path(job.data_dir), out, config, seed=job.seed),
+        lambda out: plugin_class(trainer)(Path(job.data_dir), out, config, seed=job.seed),
         Path(job.out_dir),
         canaries=int(args["canaries"]),
         partners=int(args["partners"]),
