@@ -265,6 +265,30 @@ def _epsilon_with_tail(event: DpEvent, delta: float, level: _Level, noise_reach:
     return _value(event, "epsilon", accountant_delta, level)
 
 
+def _tail_floor(
+    build_event: Callable[[float], DpEvent], delta: float, noise_reach: float, low: float, high: float
+) -> float | None:
+    """The smallest sigma in [low, high] whose noise tail figure leaves PLD a delta it can evaluate (to 1e-6 relative):
+    below it no epsilon holds at ``delta``, so the search need not look (its epsilons there are inf, and a PLD near
+    that edge is expensive). None when the tail is nowhere binding in the range (or not defined for the event)."""
+
+    def room(sigma: float) -> bool:
+        return delta - event_tail_figure(build_event(sigma), noise_reach) >= PLD_MIN_DELTA
+
+    try:
+        if room(low):
+            return None
+        if not room(high):
+            return high
+    except ValueError:  # no figure for this kind of event (fixed-size sampling)
+        return None
+    lo, hi = math.log(low), math.log(high)
+    while hi - lo > 1e-6:
+        mid = 0.5 * (lo + hi)
+        lo, hi = (lo, mid) if room(math.exp(mid)) else (mid, hi)
+    return math.exp(hi)
+
+
 def _poisson_items(event: DpEvent) -> list[_PldItem] | None:
     items: list[_PldItem] = []
     try:
@@ -355,6 +379,11 @@ def calibrate_noise(
         if eta_at_one > 0:
             sigma0 = eta_at_one / _tan_eta_for_epsilon(target, delta)
     low, high = sigma_bounds
+    tail_floored = False
+    if noise_reach is not None:  # below the tail's floor no epsilon holds: the search starts there
+        floor = _tail_floor(build_event, delta, noise_reach, low, high)
+        if floor is not None and floor * (1.0 + 1e-9) > low:
+            low, tail_floored = floor * (1.0 + 1e-9), True
     levels = _ladder_levels(accountant, medium=True)
 
     def too_large_target(sigma: float, eps: float, how: str, why: str) -> UserInputError:
@@ -401,7 +430,9 @@ def calibrate_noise(
             f"no noise multiplier up to {high:g} reaches epsilon {target:g} at "
             f"delta {delta:g}; raise the target or lower the sampling rate or steps."
         )
-    if best.param <= low * (1.0 + tolerance):
+    if best.param <= low * (1.0 + tolerance) and not tail_floored:
+        # (at the tail's floor the answer is that floor: the least noise under which any epsilon holds, its epsilon
+        # within the target; a short-reach sampler gets more noise, not a refusal)
         raise too_large_target(
             best.param,
             _epsilon_with_tail(build_event(best.param), delta, final_level, noise_reach),

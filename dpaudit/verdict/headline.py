@@ -62,6 +62,7 @@ References:
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -496,10 +497,12 @@ def _perfect(n_members: int, n_nonmembers: int) -> tuple[np.ndarray, np.ndarray]
     return np.ones(n_members), np.zeros(n_nonmembers)
 
 
+@functools.lru_cache(maxsize=4096)
 def _ceiling(
     kind: str, n_members: int, n_nonmembers: int, *, delta: float, confidence: float, mechanism: Claim | None
 ) -> float | None:
-    """The bound a perfect attack reaches with these sizes (None when the sizes allow no bound at all)."""
+    """The bound a perfect attack reaches with these sizes (None when the sizes allow no bound at all); a function of
+    the sizes, the confidence and the claim only, so it is cached (audits of one run share their sizes)."""
     if n_members < 1 or n_nonmembers < 1:
         return None
     return _bound_of(

@@ -64,8 +64,10 @@ def test_account_bad_input_is_one_line_exit_2(args, expected):
 
 def test_the_noise_tail_bounds_what_tiny_noise_can_claim():
     """Noise far too small: the float sampler's tail alone reaches delta, so no epsilon holds at that delta, which
-    `account` says as an answer, not an error (it used to refuse on PLD's grid); a huge target calibrates to the
-    smallest sigma whose tail stays inside delta (RDP needs no grid: it used to refuse below its search's lower end)."""
+    `account` says as an answer, not an error (it used to refuse on PLD's grid). A huge target calibrates to the tail's
+    floor, the least noise under which any epsilon holds, its epsilon within the target (RDP needs no grid: it used to
+    refuse below its search's fixed lower end); a train run that must also state a replace-one epsilon it cannot
+    account there is refused before any step (tests/bad_inputs/test_train_options.py)."""
     tiny = CliRunner().invoke(cli, ["account", *ACCOUNT, "--noise-multiplier", "0.003"])
     assert tiny.exit_code == 0, tiny.output
     assert "inf (the noise sampler's tail alone reaches delta)" in tiny.stdout and "<= 0: none holds" in tiny.stdout
