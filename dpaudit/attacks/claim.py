@@ -37,6 +37,7 @@ def model_claim(
                 f"--claimed-from-opacus: --model {path} has a privacy.json that states its claim; "
                 "remove --claimed-from-opacus (it is for a model trained elsewhere)."
             )
+        assert claimed_delta is not None  # RunOptions refuses --claimed-from-opacus without --claimed-delta
         return opacus_claim(claimed_from_opacus, float(claimed_delta))
     if claimed_epsilon is None:
         return claim_of_record(record, where=f"{path}/privacy.json")
@@ -45,6 +46,7 @@ def model_claim(
             f"--claimed-epsilon: --model {path} has a privacy.json that states its claim; remove "
             "--claimed-epsilon/--claimed-delta (they are for a model trained elsewhere)."
         )
+    assert claimed_delta is not None  # RunOptions refuses --claimed-epsilon without --claimed-delta
     return stated_claim(float(claimed_epsilon), float(claimed_delta))
 
 

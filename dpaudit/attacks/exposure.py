@@ -140,8 +140,9 @@ def _causal_exposure_intervals(context: AttackContext) -> tuple[list[RankInterva
             skew.append(float("nan"))
         return intervals, skew, None
     references = cs.sampled_candidates(space, options.exposure_samples, seed=options.seed)
-    bar = progress_bar(list(enumerate(canaries)), desc="exposure (sampled)", unit="canary")
-    for i, canary in bar:
+    assert note is not None  # (the exact case, without a note, returned above)
+    sampled = progress_bar(list(enumerate(canaries)), desc="exposure (sampled)", unit="canary")
+    for i, canary in sampled:
         rows = np.vstack([np.asarray(space.index_of(canary.secret))[None, :], references])
         if single:
             scores = cs.candidate_scores(model, secrets[i].context, alphabet[rows], device=device)

@@ -46,7 +46,7 @@ from __future__ import annotations
 import bisect
 import math
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any, Callable, Sequence
 
 import numpy as np
 
@@ -350,8 +350,8 @@ def _merged_counts(
     width = ((t_hi - t_lo) + 4 * math.ulp(abs(t_hi) + abs(t_lo) + x_abs)) * (1 + 2.0**-40)
     # y above every included threshold is better than all of them; y below every lower end is
     # neither: neither needs merging.
-    y_lo = [bisect.bisect_left(y_base, z_min - 2 * width, key=lambda b, r=r: r + b) for r in y_last]
-    y_hi = [bisect.bisect_right(y_base, z_max, key=lambda b, r=r: r + b) for r in y_last]
+    y_lo = [bisect.bisect_left(y_base, z_min - 2 * width, key=_plus(r)) for r in y_last]
+    y_hi = [bisect.bisect_right(y_base, z_max, key=_plus(r)) for r in y_last]
     n_z = sum(stops[k] - starts[k] for k in rows)
     better += sum(y_base.size - hi for hi in y_hi) * n_z
     keys = _merge_keys(y_last, y_base, y_lo, y_hi, x_last, x_base, rows, starts, stops, t_hi)
@@ -364,6 +364,16 @@ def _merged_counts(
         return better, 0
     between = _merged_ties(keys, close, width, x_last, x_base, t_hi, t_lo)
     return None if between is None else (better, between)
+
+
+def _plus(r: Any) -> Callable[[Any], Any]:
+    """The bisection key ``b -> r + b`` (``r`` bound now)."""
+    return lambda b: r + b
+
+
+def _minus_gap(t: float, r: Any) -> Callable[[Any], Any]:
+    """The bisection key ``b -> -(t - (r + b))`` (``t`` and ``r`` bound now)."""
+    return lambda b: -(t - (r + b))
 
 
 def _merge_windows(
@@ -379,8 +389,8 @@ def _merge_windows(
     y_min, y_max = float((y_last + y_base[0]).min()), float((y_last + y_base[-1]).max())
     starts, stops = [], []
     for r in x_last:
-        stops.append(bisect.bisect_right(x_base, -y_min, key=lambda b, r=r: -(t_hi - (r + b))))
-        starts.append(min(bisect.bisect_left(x_base, -y_max, key=lambda b, r=r: -(t_lo - (r + b))), stops[-1]))
+        stops.append(bisect.bisect_right(x_base, -y_min, key=_minus_gap(t_hi, r)))
+        starts.append(min(bisect.bisect_left(x_base, -y_max, key=_minus_gap(t_lo, r)), stops[-1]))
     better = sum(x_base.size - stop for stop in stops) * n_y
     rows = [k for k in range(x_last.size) if starts[k] < stops[k]]
     return better, rows, starts, stops

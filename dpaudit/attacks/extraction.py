@@ -123,7 +123,8 @@ class ExtractionAttack(BaseAttack):
                 f"--reveal {options.reveal}: extraction decodes the whole secret from its prefix; remove --reveal."
             )
         space = context.space if getattr(context.space, "alphabet", None) is not None else None
-        max_length, alphabet, warnings = context.scorer.max_length, None, ()
+        max_length, alphabet = context.scorer.max_length, None
+        warnings: tuple[str, ...] = ()
         if space is not None:
             try:
                 secrets, alphabet = cs.alphabet_secrets(scorer.tokenizer, canaries, space, max_length=max_length)
@@ -139,7 +140,7 @@ class ExtractionAttack(BaseAttack):
         greedy = cs.beam_decode(scorer.model, scorer.tokenizer, contexts, lengths, width=1, **decode)
         beam = cs.beam_decode(scorer.model, scorer.tokenizer, contexts, lengths, width=options.beam_width, **decode)
 
-        if alphabet is not None:
+        if alphabet is not None and space is not None:  # (an alphabet comes from the space)
             symbol_of = dict(zip(alphabet.tolist(), space.alphabet))
             fill_symbols = [[symbol_of[t] for t in g.beams[0]] for g in greedy]
             secret_symbols = [space.split(c.secret) for c in canaries]

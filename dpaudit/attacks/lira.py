@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import dataclasses
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Literal
+from typing import Any, ClassVar, Final, Literal
 
 import numpy as np
 
@@ -53,7 +53,9 @@ _P_CLIP = 1e-12
 
 #: ``variance`` choices of :func:`fit_and_score`: ``auto`` is ``global`` below :data:`PER_EXAMPLE_VARIANCE_FROM`
 #: shadow models and ``per-example`` from it up.
-VARIANCE_AUTO, VARIANCE_GLOBAL, VARIANCE_PER_EXAMPLE = "auto", "global", "per-example"
+VARIANCE_AUTO: Final = "auto"
+VARIANCE_GLOBAL: Final = "global"
+VARIANCE_PER_EXAMPLE: Final = "per-example"
 VARIANCES = (VARIANCE_AUTO, VARIANCE_GLOBAL, VARIANCE_PER_EXAMPLE)
 #: Shadow models from which ``auto`` fits each candidate its own IN and OUT variances. Carlini et al. (2022,
 #: section VI-A) find the per-example variance helps only with many shadows (they fix it below 64). Measured
@@ -67,13 +69,14 @@ PER_EXAMPLE_VARIANCE_FROM = 64
 #: ``offline`` choices: the paper's one-sided test, log Phi((phi - mu_out) / s_out) (a member's confidence
 #: is higher than the OUT models'), or the reference code's two-sided density, -log N(phi; mu_out, s_out)
 #: (far from the OUT models on either side).
-OFFLINE_ONE_SIDED, OFFLINE_TWO_SIDED = "one-sided", "two-sided"
+OFFLINE_ONE_SIDED: Final = "one-sided"
+OFFLINE_TWO_SIDED: Final = "two-sided"
 OFFLINE_TESTS = (OFFLINE_ONE_SIDED, OFFLINE_TWO_SIDED)
 #: One-sided by measurement: training on x raises its confidence, so a confidence far BELOW the OUT models'
 #: is no evidence of membership; the two-sided density counts it as some. AUC one-sided vs two-sided: 0.87 vs
 #: 0.725 on the demo canaries, 0.744 vs 0.682 on the tiny test fixture's examples (8 shadows); on
 #: the toy, better in every setting and shadow count (e.g. 0.855 vs 0.788 with 8 shadows and equal spreads).
-DEFAULT_OFFLINE = OFFLINE_ONE_SIDED
+DEFAULT_OFFLINE: Final = OFFLINE_ONE_SIDED
 _S_FLOOR = 1e-6
 
 #: The LiRA choices as ``dpaudit attack --help`` states them (the CLI shows this text).
@@ -203,7 +206,12 @@ def audit_universe(context: AttackContext, tasks: list[Any]) -> tuple[ShadowPool
 
     positions = []
     for task in tasks:
-        labs = [None] * len(task.texts) if task.labels is None else [names[i] for i in task.labels]
+        labs: list[Any]
+        if task.labels is None:
+            labs = [None] * len(task.texts)
+        else:
+            assert names is not None  # a task's label ids index the model's labels
+            labs = [names[i] for i in task.labels]
         positions.append(np.asarray([add(t, lab) for t, lab in zip(task.texts, labs)], dtype=np.int64))
     public = run.split(PUBLIC)
     for i, t in enumerate(public.texts):
@@ -242,6 +250,7 @@ def lira_shadows(
     options = context.options
     k = options.shadow_models
     candidates = np.concatenate(positions) if positions else np.zeros(0, np.int64)
+    notes: list[str]
     if options.shadow_dirs:
         models = user_shadows(options, pool)
         recipe, notes = None, []

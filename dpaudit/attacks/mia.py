@@ -194,13 +194,16 @@ def canary_task(run: Any, *, label_set: Any = None, notes: list[str] | None = No
     ``info`` and ``warnings``; appended to ``notes`` too when that leaves no task).
     """
     canaries = list(run.canaries)
-    labels = _label_ids(label_set, [c.label for c in canaries]) if all(c.label is not None for c in canaries) else None
+    label_ids = (
+        _label_ids(label_set, [c.label for c in canaries]) if all(c.label is not None for c in canaries) else None
+    )
     warnings: list[str] = []
     unseen = 0
-    if labels is not None:
-        keep = [i for i, lab in enumerate(labels) if lab is not None]
+    labels: list[int] | None = None
+    if label_ids is not None:
+        keep = [i for i, lab in enumerate(label_ids) if lab is not None]
         unseen = len(canaries) - len(keep)
-        canaries, labels = [canaries[i] for i in keep], [labels[i] for i in keep]
+        canaries, labels = [canaries[i] for i in keep], [lab for lab in label_ids if lab is not None]
         if unseen:
             warnings.append(unseen_labels_note(f"canaries ({unseen} of {unseen + len(canaries)})", unseen, label_set))
     member = np.asarray([c.member for c in canaries], dtype=bool)

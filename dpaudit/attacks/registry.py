@@ -72,13 +72,13 @@ def _load(entry: EntryPoint) -> type[Attack]:
         raise UserInputError(
             f"--attacks {entry.name}: cannot import {entry.value} ({err}); install the package it needs."
         ) from None
+    attack = cls() if isinstance(cls, type) else None  # the protocol is checked on an instance; read from its class
     problem = (
         None
-        if isinstance(cls, type)
-        and isinstance(cls(), Attack)
-        and dataclasses.is_dataclass(cls.Config)
-        and getattr(cls, "name", None) == entry.name
-        and cls.model_kinds
+        if isinstance(attack, Attack)
+        and dataclasses.is_dataclass(type(attack).Config)
+        and getattr(type(attack), "name", None) == entry.name
+        and type(attack).model_kinds
         else f"a class with name = {entry.name!r}, model_kinds, a Config dataclass and run(context)"
     )
     if problem:
@@ -187,7 +187,7 @@ def declared_by(config_cls: type, name: str) -> type:
     return config_cls
 
 
-def option_sections(classes: Sequence[type]) -> list[tuple[type, tuple[str, ...], tuple[str, ...]]]:
+def option_sections(classes: Sequence[type[Attack]]) -> list[tuple[type, tuple[str, ...], tuple[str, ...]]]:
     """The options of these attacks and of every run, grouped by the Config class that declares them: (class, its
     field names, the attacks that take them; empty for every run's), the run's first, then in the attacks' order.
 
@@ -299,7 +299,7 @@ class AttackOptions:
         for cls in classes:
             names = {f.name for f in dataclasses.fields(cls)}
             configs[cls] = cls(**{k: v for k, v in values.items() if k in names})
-        by_name = {}
+        by_name: dict[str, Any] = {}
         for config in configs.values():
             for f in dataclasses.fields(config):
                 by_name.setdefault(f.name, config)
@@ -317,9 +317,9 @@ class AttackOptions:
     def __setattr__(self, name: str, value: Any) -> None:
         raise dataclasses.FrozenInstanceError(f"cannot assign to option {name!r}: options are frozen")
 
-    def of(self, attack: type) -> Any:
+    def of(self, attack: type[Attack] | type[RunOptions]) -> Any:
         """The attack's own Config instance (``RunOptions`` for ``RunOptions``)."""
-        return self._configs[attack if attack is RunOptions else attack.Config]
+        return self._configs[attack if issubclass(attack, RunOptions) else attack.Config]
 
     def to_dict(self) -> dict[str, Any]:
         """Every option by name (the attacks' that did not run at their defaults), as the manifest records them."""

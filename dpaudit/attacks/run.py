@@ -38,6 +38,7 @@ from dpaudit.attacks.registry import (
 )
 from dpaudit.attacks.results import (
     SCHEMA,
+    AttackResult,
     AttackResults,
     CanaryScore,
     DataInfo,
@@ -301,7 +302,11 @@ def _attack(
             utility = measure_heldout_utility(scorer, run, seed=seed, label_set=source.label_set())
         except Exception as err:  # noqa: BLE001 - the attacks still run; the page then shows no utility, and says why
             notes.append(f"the held-out utility could not be measured: {err}")
-    results, fields, score_files, errors, failures = [], {c.id: {} for c in canaries}, {}, [], []
+    results: list[AttackResult] = []
+    fields: dict[str, dict[str, Any]] = {c.id: {} for c in canaries}
+    score_files: dict[str, Sequence[Mapping[str, Any]]] = {}
+    errors: list[dict[str, str]] = []
+    failures: list[Exception] = []
     for cls in classes:
         try:
             outcome = cls().run(context)
@@ -313,8 +318,8 @@ def _attack(
             warnings.warn(f"{cls.name} failed and has no result: {text}", AttackWarning, stacklevel=2)
             continue
         results.append(outcome.result)
-        for cid, values in outcome.canary_fields.items():
-            fields[cid].update(values)
+        for cid, canary_values in outcome.canary_fields.items():
+            fields[cid].update(canary_values)
         score_files.update(outcome.score_files)
         for note in outcome.result.warnings:
             warnings.warn(f"{cls.name}: {note}", AttackWarning, stacklevel=2)

@@ -981,7 +981,7 @@ def models_info(
     mean = float(np.mean(values)) if values else None
     mismatch = bool(target is not None and mean is not None and abs(mean - target[1]) > ACCURACY_MARGIN)
     warnings = list(notes)
-    if mismatch:
+    if mismatch and target is not None and mean is not None:  # (mismatch says both are)
         warnings.insert(
             0,
             f"the {role} models' mean {target[0]} {mean:.1%} differs from the target's {target[1]:.1%} by "

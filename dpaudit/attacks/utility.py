@@ -60,6 +60,7 @@ def measure_heldout_utility(scorer: Any, run: Any, *, seed: int, label_set: Any 
         texts, labels = [texts[i] for i in keep], [ids[i] for i in keep]
     targets, hits = scorer.prediction_hits(texts, labels, seed=seed)
     if scorer.kind == CLASSIFIER:
+        assert labels is not None  # (a classifier's rows have labels: set above)
         value = float(np.mean([h[0] for h in hits]))
         baseline = majority_class_accuracy(labels)
     else:  # each row's accuracy, averaged over the rows (a row with nothing to predict counts as 0, as in the baseline)
