@@ -14,6 +14,7 @@ staged directory and renamed into place only when complete: ``results.json``,
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import os
 import warnings
@@ -163,15 +164,11 @@ def attack(
     if options.get("shadow_cache") is None and not os.environ.get("DPAUDIT_CACHE"):
         # models trained on private rows stay beside the attack's output (docs/privacy.md); without one, in a private
         # temporary folder removed when the attack ends
-        if out is not None:
-            from dpaudit.attacks.shadow_models import default_cache
-
-            options["shadow_cache"] = str(default_cache(out))
-        else:
+        if out is None:
             import tempfile
 
             with tempfile.TemporaryDirectory(prefix="dpaudit-shadows-") as temporary:  # mode 0700 (mkdtemp)
-                return _attack(
+                return attack(
                     model,
                     data,
                     attacks,
@@ -183,32 +180,26 @@ def attack(
                     pages=pages,
                     **{**options, "shadow_cache": temporary},
                 )
+        from dpaudit.attacks.shadow_models import default_cache
+
+        options["shadow_cache"] = str(default_cache(out))
+    run = functools.partial(
+        _attack,
+        model,
+        data,
+        attacks,
+        out=out,
+        overwrite=overwrite,
+        device=device,
+        progress=progress,
+        command=command,
+        pages=pages,
+        **options,
+    )
     if out is None:
-        return _attack(
-            model,
-            data,
-            attacks,
-            out=None,
-            overwrite=overwrite,
-            device=device,
-            progress=progress,
-            command=command,
-            pages=pages,
-            **options,
-        )
+        return run()
     with run_dir_lock(out, stage="attack"):  # one stage per output directory at a time
-        return _attack(
-            model,
-            data,
-            attacks,
-            out=out,
-            overwrite=overwrite,
-            device=device,
-            progress=progress,
-            command=command,
-            pages=pages,
-            **options,
-        )
+        return run()
 
 
 def _attack(
