@@ -266,12 +266,15 @@ class CorpusReader:
 
     def _csv_rows(self) -> Iterator[CorpusRow]:
         tsv = self.format == "tsv"
-        dialect = {"delimiter": "\t", "quoting": csv.QUOTE_NONE} if tsv else {}
         lines = self._lines()
         numbered = _LineTracker(lines)
         if csv.field_size_limit() < CSV_FIELD_LIMIT:  # raised, never lowered: process-wide, see CSV_FIELD_LIMIT
             csv.field_size_limit(CSV_FIELD_LIMIT)
-        reader = csv.reader(numbered, strict=not tsv, **dialect)
+        reader = (
+            csv.reader(numbered, strict=False, delimiter="\t", quoting=csv.QUOTE_NONE)
+            if tsv
+            else csv.reader(numbered, strict=True)
+        )
         try:
             header = next(reader, None)
         except csv.Error as err:

@@ -37,7 +37,7 @@ import re
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, Literal, TypeGuard
 
 import numpy as np
 
@@ -125,7 +125,7 @@ _NUMBERS = (
 _TOKEN_IDS = ("pad_token_id", "bos_token_id", "eos_token_id")
 
 
-def _int(value: Any) -> bool:
+def _int(value: object) -> TypeGuard[int]:
     return isinstance(value, int) and not isinstance(value, bool)
 
 

@@ -266,8 +266,9 @@ def staged_directory(
         shutil.rmtree(staging, ignore_errors=True)
         if isinstance(err, OSError):  # name the output, not the staging folder that is now gone
             name = os.fsdecode(err.filename) if err.filename is not None else None
-            inside = name is not None and (name == str(staging) or name.startswith(str(staging) + os.sep))
-            raise _naming(err, out / name[len(str(staging)) + 1 :] if inside else (name or out)) from None
+            if name is not None and (name == str(staging) or name.startswith(str(staging) + os.sep)):  # inside
+                raise _naming(err, out / name[len(str(staging)) + 1 :]) from None
+            raise _naming(err, name or out) from None
         raise
 
 

@@ -414,7 +414,12 @@ def run_fleet(
     try:
         if todo:
             chosen = _choose_engine(engine, workers, len(todo), ray_address)
-            runner = {"inline": _run_inline, "process": _run_processes, "ray": _run_ray}[chosen]
+            runners: dict[str, Callable[..., None]] = {
+                "inline": _run_inline,
+                "process": _run_processes,
+                "ray": _run_ray,
+            }
+            runner = runners[chosen]
             runner(
                 [(i, jobs[i]) for i in todo],
                 workers=workers,
@@ -556,18 +561,21 @@ class _MemoryWatch:
     def __init__(self, limit: int | None, every_s: float = 0.5, record: Any = None) -> None:
         import threading
 
-        self.limit, self.every_s, self.tripped, self.record = limit, every_s, None, record
+        self.limit, self.every_s, self.record = limit, every_s, record
+        self.tripped: int | None = None  # the resident bytes that tripped it
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, name="dpaudit-fleet-memory", daemon=True)
 
     def _run(self) -> None:
         import _thread
 
+        limit = self.limit
+        assert limit is not None  # __enter__ starts the thread only with a limit
         while True:  # checked at once, then every every_s seconds
             rss = _rss_bytes()
             if rss is None:
                 return
-            if rss > self.limit:
+            if rss > limit:
                 self.tripped = rss
                 if self.record is not None:
                     self.record.value = rss
@@ -768,9 +776,10 @@ def _run_processes(
                 return  # max_minutes: nothing more starts
             for conn in wait(list(busy)):
                 child = busy.pop(conn)
+                assert child.job is not None  # a busy worker trains one
                 i, job = child.job
                 try:
-                    result = conn.recv()
+                    result = child.conn.recv()  # (conn is child.conn)
                 except EOFError:  # the process died without a word (killed, out of memory, aborted by the watchdog)
                     child.proc.join()
                     if child.tripped.value:

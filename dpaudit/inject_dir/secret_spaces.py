@@ -226,7 +226,7 @@ class PhraseSpace(SecretSpace):
     @property
     def size(self) -> int:
         if self._size is None:
-            spans = set()
+            spans: set[str] = set()
             for i in self.eligible:
                 toks = self.sentences[i]
                 spans.update(" ".join(toks[s : s + self.words]) for s in range(len(toks) - self.words + 1))
@@ -357,7 +357,8 @@ def read_word_list(path: str, *, option: str = "--word-list") -> list[str]:
         ) from None
     except UnicodeDecodeError:
         raise UserInputError(f"{option} {path}: not valid UTF-8; save the word list as UTF-8.") from None
-    words, seen = [], {}
+    words: list[str] = []
+    seen: dict[str, int] = {}  # word -> its line
     for lineno, line in enumerate(lines, start=1):
         word = line.strip()
         if not word:
@@ -461,7 +462,8 @@ def space_from_manifest(entry: dict[str, Any]) -> SecretSpace:
     Raises:
         UserInputError: if the entry is damaged (the word list no longer matches its sha256).
     """
-    kind, length = entry["kind"], entry.get("positions")
+    kind = entry["kind"]
+    length: Any = entry.get("positions")  # a JSON value: int() reads it
     if kind == "digits":
         return digit_space(int(length))
     if kind == "words":

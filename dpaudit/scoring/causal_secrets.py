@@ -38,6 +38,7 @@ import numpy as np
 from dpaudit.common.errors import UserInputError
 from dpaudit.scoring.targets import (
     CanaryLike,
+    ProductSpaceLike,
     SpaceLike,
     _overlapping,
     alphabet_token_ids,
@@ -99,7 +100,7 @@ CANDIDATE_CHECKS = 16
 
 
 def in_context_alphabet(
-    tokenizer: Any, canaries: Sequence[CanaryLike], space: SpaceLike, *, max_length: int
+    tokenizer: Any, canaries: Sequence[CanaryLike], space: ProductSpaceLike, *, max_length: int
 ) -> np.ndarray:
     """The token id of each alphabet symbol where a secret's symbols stand: in each canary's sentence, at every position.
 
@@ -141,7 +142,7 @@ def in_context_alphabet(
 
 
 def alphabet_secrets(
-    tokenizer: Any, canaries: Sequence[CanaryLike], space: SpaceLike, *, max_length: int, seed: int = 0
+    tokenizer: Any, canaries: Sequence[CanaryLike], space: ProductSpaceLike, *, max_length: int, seed: int = 0
 ) -> tuple[list[CausalSecret], np.ndarray]:
     """Canaries whose every secret symbol is one alphabet token in context, and the alphabet's token ids in context.
 

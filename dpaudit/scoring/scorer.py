@@ -294,7 +294,7 @@ class Scorer:
 
     def _example_masks(self, rows: Sequence[Sequence[int]], texts: Sequence[str], seed: int) -> list[list[int]]:
         special = set(self.tokenizer.all_special_ids)
-        out = []
+        out: list[list[int]] = []
         for ids, text in zip(rows, texts):
             candidates = np.asarray([i for i, t in enumerate(ids) if t not in special], dtype=np.int64)
             if candidates.size == 0:

@@ -83,7 +83,7 @@ def _id2label(config: dict[str, Any], config_path: Path) -> tuple[str, ...]:
     """A classifier's ``id2label`` as a tuple in class-id order (ids must be 0..n-1, names distinct)."""
     raw = config.get("id2label")
     try:
-        pairs = sorted((int(k), str(v)) for k, v in raw.items())
+        pairs = sorted((int(k), str(v)) for k, v in raw.items()) if isinstance(raw, dict) else None  # JSON: a dict
     except (AttributeError, TypeError, ValueError):
         pairs = None
     if not pairs or [i for i, _ in pairs] != list(range(len(pairs))) or len({v for _, v in pairs}) != len(pairs):
@@ -139,7 +139,7 @@ def resolve_model(path: str | os.PathLike[str], *, option: str = "--model") -> M
         )
     config = read_config(model_dir, where=f"{option} {model_dir}")
     architectures = config.get("architectures") or []
-    kinds = [(a, architecture_kind(a)) for a in architectures if architecture_kind(a) is not None]
+    kinds = [(a, k) for a, k in ((a, architecture_kind(a)) for a in architectures) if k is not None]
     if not kinds:
         raise UserInputError(
             f"{config_path}: architectures {architectures!r} names no masked LM (*ForMaskedLM), sequence classifier "

@@ -38,6 +38,12 @@ class SpaceLike(Protocol):
     def split(self, secret: str) -> list[str]: ...
 
 
+class ProductSpaceLike(SpaceLike, Protocol):
+    """A product space whose secrets scoring also builds from symbol indices (the causal-LM candidates)."""
+
+    def secret_of(self, digits: Sequence[int]) -> str: ...
+
+
 @dataclass(frozen=True)
 class CanaryTokens:
     """A tokenized canary: its token ids and the token positions of its secret, in order."""

@@ -275,7 +275,8 @@ def report(
     """
     from dpaudit.report import write_report
 
-    dirs = [runs] if _is_path(runs) else list(runs)  # type: ignore[list-item, arg-type]
+    # one directory, or several
+    dirs: list[str | os.PathLike[str]] = [runs] if isinstance(runs, (str, os.PathLike)) else list(runs)
     if not dirs:
         raise UserInputError("dpaudit.report: no run directory given; pass an attack directory or a list of them.")
     path = write_report([Path(d) for d in dirs], Path(out), **options)
