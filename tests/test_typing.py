@@ -47,6 +47,9 @@ def test_the_strict_packages_pass_mypy(tmp_path: Path) -> None:
         "--config-file",
         str(ROOT / "pyproject.toml"),
         "--follow-imports=silent",
+        # the overrides for modules only the rest of the core imports are unused here; CI's check of the whole
+        # package (mypy --config-file pyproject.toml dpaudit) reports a stale one
+        "--no-warn-unused-configs",
         "--cache-dir",
         str(tmp_path / "mypy_cache"),
         "--no-color-output",
@@ -56,7 +59,7 @@ def test_the_strict_packages_pass_mypy(tmp_path: Path) -> None:
     result = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=600, check=False)
     report = (result.stdout + result.stderr).strip()
     assert result.returncode == 0, f"mypy {' '.join(PACKAGES)} failed (exit {result.returncode}):\n{report}"
-    assert "unused section" not in report and "Unrecognized option" not in report, report  # a mypy too old or a typo
+    assert "Unrecognized option" not in report, report  # a mypy too old or a typo in [tool.mypy]
 
 
 def test_the_strict_packages_write_no_any() -> None:

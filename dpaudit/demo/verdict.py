@@ -23,7 +23,14 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from dpaudit.attacks.results import AttackResults, CanaryResult, ExposureResult, MiaResult, ReconstructionResult
+from dpaudit.attacks.results import (
+    AttackResults,
+    CanaryResult,
+    ExposureResult,
+    ExposureRow,
+    MiaResult,
+    ReconstructionResult,
+)
 from dpaudit.training.baselines import UTILITY_KINDS, eval_rows_text
 
 #: Significance level of "memorized" (the top group's exposure above the controls').
@@ -144,14 +151,12 @@ def causal_line(label: str, results: AttackResults, utility: str | None = None) 
     parts = []
     if inserted and 0 in rows:
         top, controls = rows[inserted[-1]], rows[0]
-        p = top.vs_controls.p_value if top.vs_controls else float("nan")
+        p = _p_value(top)
         found = "MEMORIZED" if p < ALPHA else "indistinguishable from the controls"
         if found == "MEMORIZED" and results.claimed.private:
             found += f" (a group of {top.frequency} rows, beyond what the per-example claim covers)"
         lower = ", ".join(
-            f"{rows[f].frequency}x {rows[f].mean:.1f} bits (p = "
-            f"{rows[f].vs_controls.p_value if rows[f].vs_controls else float('nan'):.2g})"
-            for f in inserted[:-1]
+            f"{rows[f].frequency}x {rows[f].mean:.1f} bits (p = {_p_value(rows[f]):.2g})" for f in inserted[:-1]
         )
         parts.append(
             f"{top.frequency}x canaries {top.mean:.1f} bits of exposure vs {controls.mean:.1f} for controls "
@@ -187,12 +192,17 @@ def causal_line(label: str, results: AttackResults, utility: str | None = None) 
     return head + ("; ".join(parts) if parts else "no canary or membership result") + _bound_text(results)
 
 
+def _p_value(row: ExposureRow) -> float:
+    """The row's one-sided p-value against the never-inserted controls (NaN when it has none)."""
+    return row.vs_controls.p_value if row.vs_controls is not None else float("nan")
+
+
 def audit_line(label: str, results: AttackResults) -> str:
     """The one-run audit: the canary attack on coin-flip designed canaries (inserted once), its TPR at 1% FPR
     and the headline bound, a proof for this one training run (Steinke et al. 2023)."""
     canary = next((r for r in results.attacks if isinstance(r, CanaryResult)), None)
     task = next((t for t in (canary.tasks if canary else ()) if t.task == "canaries"), None)
-    if task is None:
+    if task is None or canary is None:
         return f"{label} ({_claim(results)}): no one-run canary audit."
     from dpaudit.audit import min_nonmembers_for
 

@@ -15,7 +15,7 @@ Columns (every figure from the typed results, rounded as everywhere: claims up, 
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from dpaudit.attacks.results import ExposureResult, ReconstructionResult
@@ -104,7 +104,7 @@ def _membership(audits: Sequence[MembershipAudit]) -> tuple[str, str | None, str
 
 
 def comparison_rows(
-    runs: Sequence[ReportRun], heads: dict[str, Headline], audits: dict[str, Sequence[MembershipAudit]]
+    runs: Sequence[ReportRun], heads: Mapping[str, Headline], audits: Mapping[str, Sequence[MembershipAudit]]
 ) -> tuple[ComparisonRow, ...]:
     """One :class:`ComparisonRow` per run (labels unique, as :func:`dpaudit.report.models.label_runs` makes them)."""
     rows = []

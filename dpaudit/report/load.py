@@ -275,13 +275,13 @@ def load_run(path: str | os.PathLike[str], *, label: str | None = None) -> Repor
         raw = None
     results_schema = raw.get("schema") if isinstance(raw, dict) else None
     if isinstance(raw, dict):  # the top-level shape first: a number where an object belongs names the field
-        for key, expected, kind in (
+        for key, expected_type, kind in (
             ("model", dict, "an object"),
             ("data", dict, "an object"),
             ("claimed_privacy", dict, "an object"),
             ("attacks", list, "a list"),
         ):
-            if key in raw and not isinstance(raw[key], expected):
+            if key in raw and not isinstance(raw[key], expected_type):
                 raise UserInputError(
                     f"{directory / 'results.json'}: field {key} must be {kind}, got {_short(raw[key])}; "
                     "rerun dpaudit attack (the files were edited or written by another program)."

@@ -20,6 +20,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from pathlib import Path, PurePath
 
+from dpaudit.attacks.results import CanaryScore
 from dpaudit.report.load import ReportRun
 
 __all__ = ["label_runs", "merge_models", "model_key"]
@@ -35,9 +36,9 @@ def model_key(run: ReportRun) -> str:
     return "path:" + PurePath(run.results.model.path).as_posix()
 
 
-def _merge_canaries(runs: Sequence[ReportRun]) -> tuple:
+def _merge_canaries(runs: Sequence[ReportRun]) -> tuple[CanaryScore, ...]:
     """Per-canary records of every run, one per canary id, each field taken from the first run that has it."""
-    merged: dict[str, object] = {}
+    merged: dict[str, CanaryScore] = {}
     for run in runs:
         for c in run.results.canaries:
             if c.id not in merged:
@@ -92,11 +93,10 @@ def merge_models(runs: Sequence[ReportRun]) -> list[ReportRun]:
     groups: dict[str, list[ReportRun]] = {}
     for run in runs:
         groups.setdefault(model_key(run), []).append(run)
-    out = []
+    out: list[ReportRun] = []
     for group in groups.values():
-        merged: list[
-            list[ReportRun]
-        ] = []  # runs of one model: a run joins the first set whose attacks it does not repeat
+        # runs of one model: a run joins the first set whose attacks it does not repeat
+        merged: list[list[ReportRun]] = []
         for run in group:
             names = {a.attack for a in run.results.attacks}
             target = next((m for m in merged if not names & {a.attack for r in m for a in r.results.attacks}), None)

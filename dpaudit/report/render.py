@@ -19,11 +19,14 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from dpaudit.report.load import ReportRun, load_run
 from dpaudit.report.sections import build_page
 from dpaudit.report.templating import environment, stylesheet
+
+if TYPE_CHECKING:
+    from dpaudit.report.whitebox import WhiteboxView
 
 #: Default folder of ``dpaudit report`` pages.
 DEFAULT_DIR = Path("reports")
@@ -41,7 +44,7 @@ def render_runs(
 
     if not runs:
         raise ValueError("render_runs needs at least one run.")
-    views = ()
+    views: tuple[WhiteboxView, ...] = ()
     if whitebox:
         from dpaudit.report.whitebox import whitebox_view
 

@@ -14,7 +14,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from dpaudit.attacks.results import GROUP_PRIVACY_NOTE, ExposureResult, ExposureRow, ReconstructionResult
+from dpaudit.attacks.results import (
+    GROUP_PRIVACY_NOTE,
+    ExposureResult,
+    ExposureRow,
+    ReconstructionResult,
+    ReconstructionRow,
+)
 from dpaudit.claim.record import TELEMETRY_NOTE
 from dpaudit.common.figures import format_down, format_up
 from dpaudit.files.run_dirs import redact_command, redact_config
@@ -160,15 +166,16 @@ def _sentence(
             "has a bug, or the model audited is not the one the claim is about."
         )
     if head.mechanism_refuted:
+        best = head.best.epsilon if head.best is not None else 0.0
         return (
             f"The trained model is not the mechanism privacy.json states: the coin-flip canaries refute its trade-off "
-            f"curve ({head.label}). For any mechanism the bound is epsilon ≥ {format_down(head.best.epsilon)}, within "
+            f"curve ({head.label}). For any mechanism the bound is epsilon ≥ {format_down(best)}, within "
             f"the claimed {format_up(head.claim.epsilon)}, so the epsilon may still hold, but what ran is not what was "
             "accounted: the trainer's clipping, noise, sampling or accounting differs from its record."
         )
     parts = []
     memorized = top is not None and top.vs_controls is not None and top.vs_controls.p_value < ALPHA
-    if memorized:
+    if memorized and top is not None:
         ceiling = f" of at most {log2_space:.3g}" if log2_space is not None else ""
         parts.append(
             f"The model memorized canaries inserted {top.frequency} times: their secrets score a mean exposure of "
@@ -264,7 +271,7 @@ def verdict(run: ReportRun, audits: Sequence[MembershipAudit], head: Headline | 
     controls = next((r for r in rows if r.frequency == 0), None)
     top = max((r for r in rows if r.frequency > 0), key=lambda r: r.frequency, default=None)
     head = run_headline(run) if head is None else head
-    alarms = []
+    alarms: list[str] = []
     if head.contradicted:
         alarms.extend(
             f"{b.text()} > claimed {format_up(b.compared_with)}"
@@ -284,7 +291,7 @@ def verdict(run: ReportRun, audits: Sequence[MembershipAudit], head: Headline | 
     rates = {}
     for fpr in (0.001, 0.01):
         t = mia.tpr(fpr) if mia is not None else None
-        rates[fpr] = None if t is None else tpr_rate(t, mia.audit.n_members)
+        rates[fpr] = None if t is None or mia is None else tpr_rate(t, mia.audit.n_members)
     return Verdict(
         tpr_low=rates[0.001],
         tpr_one=rates[0.01],
@@ -351,7 +358,8 @@ def memorization(runs: Sequence[ReportRun]) -> Memorization:
         exposure: ExposureResult | None = _result(run, ExposureResult)
         recon: ReconstructionResult | None = _result(run, ReconstructionResult)
         name = _label(short[run.label])
-        by_f: dict[int, dict[str, Any]] = {}
+        by_exposure: dict[int, ExposureRow] = {}
+        by_recon: dict[int, ReconstructionRow] = {}
         if exposure:
             if exposure.parameters.log2_space_size is not None:
                 key = (round(exposure.parameters.log2_space_size, 6), exposure.parameters.reveal)
@@ -362,12 +370,12 @@ def memorization(runs: Sequence[ReportRun]) -> Memorization:
                     label=name,
                     x=[r.frequency for r in pos],
                     y=[r.mean for r in pos],
-                    low=[_nan(r.mean_ci and r.mean_ci.low) for r in pos],
-                    high=[_nan(r.mean_ci and r.mean_ci.high) for r in pos],
+                    low=[_nan(r.mean_ci.low if r.mean_ci else None) for r in pos],
+                    high=[_nan(r.mean_ci.high if r.mean_ci else None) for r in pos],
                 )
             )
             for r in exposure.rows:
-                by_f.setdefault(r.frequency, {})["exposure"] = r
+                by_exposure[r.frequency] = r
                 if r.frequency == 0:
                     lo, hi = (r.mean_ci.low, r.mean_ci.high) if r.mean_ci else (r.mean, r.mean)
                     exp_bands.append(
@@ -379,36 +387,43 @@ def memorization(runs: Sequence[ReportRun]) -> Memorization:
                         )
                     )
         if recon:
-            pos = [r for r in recon.rows if r.frequency > 0]
+            recon_pos = [q for q in recon.rows if q.frequency > 0]
             edit_series.append(
                 plots.Series(
                     label=name,
-                    x=[r.frequency for r in pos],
-                    y=[r.normalized_edit_distance_mean for r in pos],
-                    low=[_nan(r.normalized_edit_distance_ci and r.normalized_edit_distance_ci.low) for r in pos],
-                    high=[_nan(r.normalized_edit_distance_ci and r.normalized_edit_distance_ci.high) for r in pos],
+                    x=[q.frequency for q in recon_pos],
+                    y=[q.normalized_edit_distance_mean for q in recon_pos],
+                    low=[
+                        _nan(q.normalized_edit_distance_ci.low if q.normalized_edit_distance_ci else None)
+                        for q in recon_pos
+                    ],
+                    high=[
+                        _nan(q.normalized_edit_distance_ci.high if q.normalized_edit_distance_ci else None)
+                        for q in recon_pos
+                    ],
                 )
             )
-            for r in recon.rows:
-                by_f.setdefault(r.frequency, {})["recon"] = r
-                if r.frequency == 0:
-                    ci = r.normalized_edit_distance_ci
+            for q in recon.rows:
+                by_recon[q.frequency] = q
+                if q.frequency == 0:
+                    ci = q.normalized_edit_distance_ci
                     edit_bands.append(
                         plots.Band(
                             label=f"controls: {name}" if len(runs) > 1 else "controls (never inserted)",
-                            center=r.normalized_edit_distance_mean,
-                            low=ci.low if ci else r.normalized_edit_distance_mean,
-                            high=ci.high if ci else r.normalized_edit_distance_mean,
+                            center=q.normalized_edit_distance_mean,
+                            low=ci.low if ci else q.normalized_edit_distance_mean,
+                            high=ci.high if ci else q.normalized_edit_distance_mean,
                         )
                     )
-        for f in sorted(by_f):
-            e, rc = by_f[f].get("exposure"), by_f[f].get("recon")
+        for f in sorted(by_exposure.keys() | by_recon.keys()):
+            e, rc = by_exposure.get(f), by_recon.get(f)
             test = (e.vs_controls if e else None) or (rc.vs_controls if rc else None)
+            n = e.n if e is not None else rc.n if rc is not None else 0
             rows.append(
                 FrequencyRow(
                     run=short[run.label],
                     frequency=f,
-                    n=(e or rc).n,
+                    n=n,
                     exposure=e,
                     exact=f"{rc.exact_matches}/{rc.n}" if rc else "–",
                     exact_ci=(rc.exact_match_ci.low, rc.exact_match_ci.high) if rc and rc.exact_match_ci else None,
@@ -489,7 +504,10 @@ def mia(
     audits: Mapping[str, Sequence[MembershipAudit]],
     heads: Mapping[str, Headline] | None = None,
 ) -> Mia:
-    figures, rows, warns, shift = [], [], [], []
+    figures: list[MiaRunPlot] = []
+    rows: list[MiaRow] = []
+    warns: list[tuple[str, str]] = []
+    shift: list[str] = []
     heads = heads if heads is not None else {run.label: run_headline(run) for run in runs}
     short = short_names(runs)
     for i, run in enumerate(runs):
@@ -577,23 +595,23 @@ def training(runs: Sequence[ReportRun]) -> Training:
         series = [
             plots.Series(
                 label=_label(short[r.label]),
-                x=[m.step for m in r.metrics],
-                y=[_nan(getattr(m, attr)) for m in r.metrics],
+                x=[m.step for m in r.metrics or ()],
+                y=[_nan(getattr(m, attr)) for m in r.metrics or ()],
             )
             for r in with_metrics
         ]
         panels.append((title, series, log_y))
-    heldout = any(m.heldout is not None for r in with_metrics for m in r.metrics)
+    heldout = any(m.heldout is not None for r in with_metrics for m in r.metrics or ())
     if heldout:  # the utility plot: held-out figure vs step, the trivial baseline as a dotted line in the run's colour
         series = []
         for r in with_metrics:
-            rows = [m for m in r.metrics if m.heldout is not None]
+            rows = [m for m in r.metrics or () if m.heldout is not None]
             baseline = next((m.heldout_baseline for m in reversed(rows) if m.heldout_baseline is not None), None)
             series.append(
                 plots.Series(
                     label=_label(short[r.label]),
                     x=[m.step for m in rows],
-                    y=[m.heldout for m in rows],
+                    y=[_nan(m.heldout) for m in rows],
                     baseline=baseline,
                 )
             )

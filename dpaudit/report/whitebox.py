@@ -126,7 +126,11 @@ class WhiteboxVerdict:
 def _verdict(run: WhiteboxRun) -> WhiteboxVerdict:
     claim, primary, kind = run.claim, run.primary, run.primary_kind
     figure = run.any_mechanism if run.mechanism_refuted and run.any_mechanism is not None else primary
-    claimed, bound, ratio = format_up(claim.epsilon), _down(figure.epsilon), _ratio(figure.epsilon, claim.epsilon)
+    claimed, bound, ratio = (
+        format_up(run.claimed_epsilon),
+        _down(figure.epsilon),
+        _ratio(figure.epsilon, run.claimed_epsilon),
+    )
     twins = [(k, b) for k, b in run.verdict_bounds if k != kind]
     twin = ""
     if twins:
@@ -162,7 +166,7 @@ def _verdict(run: WhiteboxRun) -> WhiteboxVerdict:
             f"{ratio} of the claimed epsilon {claimed}. The audit found no violation; a lower bound below the "
             "claim is not a proof of privacy."
         )
-        if ceiling is not None and ceiling <= claim.epsilon:
+        if ceiling is not None and ceiling <= run.claimed_epsilon:
             sentence += (
                 f" This audit could not have refuted {claimed}: its ceiling (a perfect attack at these sizes) is "
                 f"{_down(ceiling)}; use more canaries (--canaries) or runs (--runs)."
@@ -233,12 +237,12 @@ def _row(run: WhiteboxRun, scope: str, kind: str, view: str, bound: Bound, *, ve
         method=_method(kind, bound.method),
         proves=bound.proves,
         epsilon=_down(bound.epsilon),
-        ratio=_ratio(bound.epsilon, run.claim.epsilon),
+        ratio=_ratio(bound.epsilon, run.claimed_epsilon),
         confidence=_pct(bound.confidence),
         evidence=evidence,
         verdict=verdict,
         primary=primary,
-        above=bound.epsilon > run.claim.epsilon,
+        above=bound.epsilon > run.claimed_epsilon,
         capped=bound.capped,
     )
 
@@ -375,7 +379,7 @@ def _steinke_ceiling(run: WhiteboxRun) -> float | None:
         return None
     return float(
         epsilon_lower_bound_one_run(
-            np.ones(members), np.zeros(first.size - members), delta=run.claim.delta, confidence=run.bound_confidence
+            np.ones(members), np.zeros(first.size - members), delta=run.claimed_delta, confidence=run.bound_confidence
         ).epsilon
     )
 

@@ -113,6 +113,20 @@ class WhiteboxRun:
     files: tuple[tuple[str, str], ...]
 
     @property
+    def claimed_epsilon(self) -> float:
+        """The claim's epsilon (a white-box audit always states one: :func:`read_whitebox_dir` checks it)."""
+        if self.claim.epsilon is None:
+            raise ValueError("the white-box claim states no epsilon")
+        return self.claim.epsilon
+
+    @property
+    def claimed_delta(self) -> float:
+        """The claim's delta (checked on read, as :attr:`claimed_epsilon`)."""
+        if self.claim.delta is None:
+            raise ValueError("the white-box claim states no delta")
+        return self.claim.delta
+
+    @property
     def verdict_bounds(self) -> tuple[tuple[str, Bound], ...]:
         """The verdict's two bounds, fixed before the audit ran: (kind, bound) of the one-run claimed
         curve of the first run and of the pooled claimed curve, all iterates."""
@@ -138,14 +152,23 @@ def _problem(path: Path, field: str, expected: str, value: Any) -> UserInputErro
     )
 
 
+def _field(obj: dict[str, Any], key: str) -> Any:
+    """``obj[key]``, None when absent: the record's types are checked after the read (:func:`type_problem`)."""
+    return obj.get(key)
+
+
 def _bound(obj: Any) -> Bound:
     if not isinstance(obj, dict):
         raise TypeError("a bound must be an object")
     return Bound(
-        **{
-            k: obj.get(k)
-            for k in ("method", "proves", "epsilon", "confidence", "guesses", "correct", "scale", "selection")
-        },
+        method=_field(obj, "method"),  # type_problem checks every field's type after the read
+        proves=_field(obj, "proves"),
+        epsilon=_field(obj, "epsilon"),
+        confidence=_field(obj, "confidence"),
+        guesses=_field(obj, "guesses"),
+        correct=_field(obj, "correct"),
+        scale=_field(obj, "scale"),
+        selection=_field(obj, "selection"),
         capped=obj.get("capped", False),
     )
 
@@ -189,13 +212,13 @@ def _check(path: Path, run: WhiteboxRun) -> None:
     problem = type_problem(run)
     if problem is not None:
         raise _problem(path, *problem)
-    finite = [
+    finite: list[tuple[str, float | None]] = [
         ("claim.epsilon", run.claim.epsilon),
         ("claim.delta", run.claim.delta),
         ("primary.epsilon", run.primary.epsilon),
     ]
     for where, value in finite:
-        if not math.isfinite(value) or value < 0:
+        if value is None or not math.isfinite(value) or value < 0:
             raise _problem(path, where, "a finite number >= 0", value)
     if run.primary_kind not in KINDS:
         raise _problem(path, "primary.kind", "one of " + ", ".join(map(repr, KINDS)), run.primary_kind)
@@ -214,7 +237,9 @@ def _check(path: Path, run: WhiteboxRun) -> None:
 def _scores(path: Path, *, canaries: int, runs: int) -> WhiteboxScores:
     from dpaudit.files.run_dirs import read_jsonl
 
-    run, member, values = [], [], {view: [] for view in VIEWS}
+    run: list[int] = []
+    member: list[bool] = []
+    values: dict[str, list[float]] = {view: [] for view in VIEWS}
     try:
         for line, row in enumerate(read_jsonl(path), start=1):
             if not (
