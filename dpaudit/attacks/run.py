@@ -30,6 +30,7 @@ from dpaudit.attacks.mia import coin_flip_mode
 from dpaudit.attacks.registry import (
     DEFAULT_ATTACKS,
     AttackOptions,
+    accepted_options,
     attack_class,
     available_attacks,
     check_options,
@@ -161,7 +162,8 @@ def attack(
             or written.
     """
     check_options(options, attacks)
-    if options.get("shadow_cache") is None and not os.environ.get("DPAUDIT_CACHE"):
+    trains_shadows = "shadow_cache" in accepted_options(attacks)  # an attack run that trains shadow models
+    if trains_shadows and options.get("shadow_cache") is None and not os.environ.get("DPAUDIT_CACHE"):
         # models trained on private rows stay beside the attack's output (docs/privacy.md); without one, in a private
         # temporary folder removed when the attack ends
         if out is None:
