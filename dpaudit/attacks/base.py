@@ -130,6 +130,8 @@ class BaseAttack:
         counterparts: model kind -> (the attack that does this one's job on that kind, the refusal naming it, with
             ``{model}``): a default attack is replaced by it, an explicit one refused with the message.
         one_run_default: it joins the default attacks when the canaries are coin-flip ones (the one-run audit).
+        default_when_able: it joins the default attacks on the model kinds it supports whenever its :meth:`check`
+            passes on the target (the attacks against the target's base: when that base is known).
         order: its place in ``--attacks all`` (and so in ``results.json`` and the report); plug-ins come after the
             built-in attacks.
     """
@@ -143,6 +145,7 @@ class BaseAttack:
     designs: ClassVar[frozenset[str] | None] = None
     counterparts: ClassVar[Mapping[str, tuple[str, str]]] = MappingProxyType({})
     one_run_default: ClassVar[bool] = False
+    default_when_able: ClassVar[bool] = False
     order: ClassVar[int] = 1000
 
     @classmethod

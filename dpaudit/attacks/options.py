@@ -29,6 +29,7 @@ __all__ = [
     "ClaimOptions",
     "MembershipOptions",
     "NoOptions",
+    "ReferenceOptions",
     "RunOptions",
     "SecretOptions",
     "ShadowOptions",
@@ -219,6 +220,27 @@ class MembershipOptions(AttackConfig):
         super().__post_init__()
         if self.mia_examples is not None and self.mia_examples < 2:
             raise ValueError(f"--mia-examples must be >= 2, got {self.mia_examples}.")
+
+
+@dataclass(frozen=True, kw_only=True)
+class ReferenceOptions(AttackConfig):
+    """The reference model.
+
+    Attributes:
+        reference_model: a model directory with the target's tokenizer that the attacks comparing the target with one
+            reference model use: the base attacks (:mod:`dpaudit.attacks.base_mia`; default: the target's public start,
+            ``privacy.json``'s ``init_from``) and ref (default: one trained like the target on ``public.jsonl``).
+    """
+
+    reference_model: str | None = field(
+        default=None,
+        metadata=option(
+            "A reference model with the target's tokenizer: the base of base-ratio, error-zone and min-k++-base "
+            "[default: the target's public start, privacy.json's init_from] and the reference of ref [default: one "
+            "trained like the target on public.jsonl].",
+            path=True,
+        ),
+    )
 
 
 @dataclass(frozen=True, kw_only=True)

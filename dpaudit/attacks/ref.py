@@ -14,7 +14,7 @@ References:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar
 
 import numpy as np
@@ -22,7 +22,7 @@ import numpy as np
 from dpaudit.attacks.base import AttackContext, AttackOutcome
 from dpaudit.attacks.loss import task_losses
 from dpaudit.attacks.mia import audit_tasks, membership_tasks
-from dpaudit.attacks.options import ShadowOptions, option
+from dpaudit.attacks.options import ReferenceOptions, ShadowOptions
 from dpaudit.attacks.shadow_models import (
     ShadowSpec,
     ShadowTrainedAttack,
@@ -89,21 +89,9 @@ def reference_scorer(context: AttackContext, attack: str) -> tuple[object, str, 
 
 
 @dataclass(frozen=True, kw_only=True)
-class RefConfig(ShadowOptions):
-    """The ref attack's options.
-
-    Attributes:
-        reference_model: a reference model directory (None: one trained like the target on public.jsonl).
-    """
-
-    reference_model: str | None = field(
-        default=None,
-        metadata=option(
-            "Reference model for --attacks ref (same tokenizer as the target); default: one trained like the target on "
-            "public.jsonl.",
-            path=True,
-        ),
-    )
+class RefConfig(ShadowOptions, ReferenceOptions):
+    """The ref attack's options: the shadow options (its reference trains like a shadow) and ``--reference-model``
+    (shared with the base attacks: :class:`~dpaudit.attacks.options.ReferenceOptions`)."""
 
 
 class RefAttack(ShadowTrainedAttack):

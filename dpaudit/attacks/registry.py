@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import dataclasses
 import sys
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from functools import lru_cache
 from importlib.metadata import EntryPoint, entry_points
 from typing import Any
@@ -98,10 +98,19 @@ def _split(names: Iterable[str] | str) -> list[str]:
     return [n.strip() for name in names for n in str(name).split(",") if n.strip()]
 
 
-def default_attacks(names: Sequence[str], *, coin_flip: bool, model_kind: str) -> list[str]:
+def default_attacks(
+    names: Sequence[str],
+    *,
+    coin_flip: bool,
+    model_kind: str,
+    able: Callable[[type[Attack]], bool] | None = None,
+) -> list[str]:
     """``names``; when they are :data:`DEFAULT_ATTACKS`, each replaced by its counterpart for ``model_kind`` (a causal
-    LM gets extraction in place of reconstruction), and the attacks that join the defaults on coin-flip canaries
-    (``one_run_default``: the canary attack's one-run audit) added when the run can be audited in one run."""
+    LM gets extraction in place of reconstruction), the attacks that join the defaults on coin-flip canaries
+    (``one_run_default``: the canary attack's one-run audit) added when the run can be audited in one run, and those
+    that join them when able (``default_when_able``: the attacks against the target's base) added when ``able`` says
+    they can run on this target (their check passes); those of the defaults that cannot run on ``model_kind`` (the
+    canary attacks on a classifier) are then left out."""
     names = _split(names)
     if tuple(names) != DEFAULT_ATTACKS:
         return names
@@ -112,6 +121,14 @@ def default_attacks(names: Sequence[str], *, coin_flip: bool, model_kind: str) -
             for c in registered_classes()
             if prop(c, "one_run_default") and model_kind in c.model_kinds and c.name not in out
         ]
+    if able is not None:
+        joining = [
+            c.name
+            for c in registered_classes()
+            if prop(c, "default_when_able") and model_kind in c.model_kinds and c.name not in out and able(c)
+        ]
+        if joining:  # a classifier has no canary attack: the defaults are then the ones that joined
+            out = [n for n in out if model_kind in attack_class(n).model_kinds] + joining
     return out
 
 
@@ -159,7 +176,7 @@ def resolve_attacks(
 def option_attacks(names: Iterable[str] | str) -> list[type[Attack]]:
     """The attacks whose options a run of ``--attacks NAMES`` takes, before the model's kind is known: the named ones
     (``all``: every registered attack); for :data:`DEFAULT_ATTACKS`, also what they may become (their counterparts
-    for another model kind, the attacks that join them on coin-flip canaries); the baseline beside a membership
+    for another model kind, the attacks that join them on coin-flip canaries or when able); the baseline beside a membership
     attack.
 
     Raises:
@@ -173,7 +190,7 @@ def option_attacks(names: Iterable[str] | str) -> list[type[Attack]]:
     classes = [attack_class(n) for n in names]
     if tuple(names) == DEFAULT_ATTACKS:
         classes += [attack_class(other) for c in list(classes) for other, _ in prop(c, "counterparts").values()]
-        classes += [c for c in registered_classes() if prop(c, "one_run_default")]
+        classes += [c for c in registered_classes() if prop(c, "one_run_default") or prop(c, "default_when_able")]
     if any(prop(c, "membership") for c in classes):
         classes += [c for c in registered_classes() if prop(c, "baseline")]
     return list(dict.fromkeys(classes))

@@ -464,10 +464,83 @@ class MiaResult(AttackResult):
         raise KeyError(f"no {task!r} task in the {self.attack} result.")
 
 
-def _result_class(name: str, reference: str, *, baseline: bool = False) -> type[MiaResult]:
+@dataclass(frozen=True, kw_only=True)
+class LeakingToken(JsonRecord):
+    """One token of a member and how far fine-tuning moved it: ``llr`` = log p_target(x_t) - log p_base(x_t), in nats;
+    ``secret``: the token covers part of a canary's secret."""
+
+    token: str
+    llr: float
+    secret: bool = False
+
+
+@dataclass(frozen=True, kw_only=True)
+class LeakingMember(JsonRecord):
+    """A top-scoring member of a task (its row id, never its text) and its most leaking tokens, largest ``llr``
+    first."""
+
+    task: str
+    id: str
+    score: float
+    tokens: tuple[LeakingToken, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class SecretTokenShift(JsonRecord):
+    """The canaries inserted ``frequency`` times (0: controls, the baseline) of a task: the mean per-token ratio of
+    their secret tokens beside that of their other tokens (None: no such token)."""
+
+    task: str
+    frequency: int
+    canaries: int
+    secret_tokens: int
+    mean_secret_llr: float | None = None
+    mean_other_llr: float | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenLeaks(JsonRecord):
+    """Token-level leakage (``dpaudit.token-leaks/1``; after Tao & Shokri 2025, InfoRMIA): what the report shows of the
+    per-token ratios, whose full table is ``file`` (``scores/tokens.jsonl``, a row per candidate).
+
+    Attributes:
+        top_members: per task, its top-scoring members and each one's most leaking tokens (secret tokens marked).
+        secrets: per task and insertion count, the canaries' secret tokens beside their other tokens.
+    """
+
+    schema: str = "dpaudit.token-leaks/1"
+    what: str = "per-token log-likelihood ratio log p_target(x_t) - log p_base(x_t), in nats"
+    file: str = "scores/tokens.jsonl"
+    top_members: tuple[LeakingMember, ...] = ()
+    secrets: tuple[SecretTokenShift, ...] = ()
+
+
+@dataclass(frozen=True, kw_only=True)
+class TokenLeakMiaResult(MiaResult):
+    """A membership result that also localizes the leak to tokens (``token_leaks``; None on a classifier, whose label
+    has no tokens, and in results written before it)."""
+
+    token_leaks: TokenLeaks | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        obj = super().to_json()
+        if self.token_leaks is not None:
+            obj["token_leaks"] = self.token_leaks.to_json()
+        return obj
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]):  # noqa: ANN206
+        leaks = obj.get("token_leaks")
+        base = super().from_json(obj)
+        return dataclasses.replace(base, token_leaks=None if leaks is None else _from_json(TokenLeaks, leaks))
+
+
+def _result_class(
+    name: str, reference: str, *, baseline: bool = False, base: type[MiaResult] = MiaResult
+) -> type[MiaResult]:
     cls = type(
         f"{name.capitalize()}MiaResult",
-        (MiaResult,),
+        (base,),
         {"attack": name, "reference": reference, "baseline": baseline, "__module__": __name__},
     )
     cls = dataclass(frozen=True, kw_only=True)(cls)
@@ -499,6 +572,20 @@ MinKPlusPlusResult = _result_class(
     "min-k++",
     "Zhang et al. 2024, 'Min-K%++: Improved Baseline for Detecting Pre-Training Data from Large Language Models'",
 )
+_EZ_MIA = (
+    "Ilic, Stanojevic & Cvejoski 2026, 'Powerful Training-Free Membership Inference Against Autoregressive Language "
+    "Models' (EZ-MIA, arXiv 2601.12104)"
+)
+BaseRatioResult = _result_class(
+    "base-ratio",
+    "Mireshghallah et al. 2022 (likelihood ratio against a reference model), the target's base as the reference "
+    "(as in " + _EZ_MIA + "); token level after Tao & Shokri 2025, InfoRMIA (arXiv 2510.05582)",
+    base=TokenLeakMiaResult,
+)
+ErrorZoneResult = _result_class("error-zone", _EZ_MIA)
+MinKPlusPlusBaseResult = _result_class(
+    "min-k++-base", "Zhang et al. 2024, 'Min-K%++', calibrated against the target's base (" + _EZ_MIA + ")"
+)
 RESULT_CLASSES: dict[str, type[MiaResult]] = {
     c.attack: c
     for c in (
@@ -512,6 +599,9 @@ RESULT_CLASSES: dict[str, type[MiaResult]] = {
         ZlibResult,
         MinKResult,
         MinKPlusPlusResult,
+        BaseRatioResult,
+        ErrorZoneResult,
+        MinKPlusPlusBaseResult,
     )
 }
 

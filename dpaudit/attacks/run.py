@@ -229,7 +229,12 @@ def _attack(
     names = [n for name in names for n in name.split(",")]
     run = load_inject_run(data)
     source = resolve_model(model)
-    names = default_attacks(names, coin_flip=coin_flip_mode(run), model_kind=source.kind)
+    names = default_attacks(
+        names,
+        coin_flip=coin_flip_mode(run),
+        model_kind=source.kind,
+        able=lambda cls: _passes(cls, options, source, run),
+    )
     classes = resolve_attacks(names, source.kind, model=str(model), blind=options.blind_baseline)
     design = (run.manifest.get("secret_space") or {}).get("kind")
     kept, skipped = [], []
@@ -348,6 +353,15 @@ def _attack(
             out, results_obj, config=config, inputs=inputs, seed=seed, overwrite=overwrite, command=command, pages=pages
         )
     return results_obj
+
+
+def _passes(cls: Any, options: Any, source: Any, run: Any) -> bool:
+    """Whether an attack's check passes on this target (an attack that joins the defaults when able)."""
+    try:
+        prop(cls, "check")(options, source, run)
+    except UserInputError:
+        return False
+    return True
 
 
 def write_attack_dir(

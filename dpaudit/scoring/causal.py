@@ -106,6 +106,20 @@ class TokenStatistics:
     std: list[np.ndarray]
 
 
+@dataclass(frozen=True)
+class TokenTable:
+    """Per text: ``ids``, its token ids (BOS first when the tokenizer has one, cut); at each scored token t >= 1 (the
+    arrays' entry t - 1), ``log_probs`` = log p(x_t | x_<t), ``mean`` and ``std`` = mu_t and sigma_t
+    (:class:`TokenStatistics`), ``top1`` = x_t is the model's most likely next token (a wrong top-1 is an error
+    position, Ilic et al. 2026)."""
+
+    ids: list[list[int]]
+    log_probs: list[np.ndarray]
+    mean: list[np.ndarray]
+    std: list[np.ndarray]
+    top1: list[np.ndarray]
+
+
 class CausalScorer(Scorer):
     """A loaded causal LM and its tokenizer (:class:`BosFirstTokenizer`). Build with :func:`dpaudit.scoring.load`.
 
@@ -164,14 +178,18 @@ class CausalScorer(Scorer):
         *,
         stats: bool = False,
         top_k: int = 0,
+        hits: bool = False,
         desc: str = "scoring texts",
     ) -> dict[str, list[np.ndarray]]:
         """Per row, at each of its ``positions`` t (>= 1): log p(row[t] | row[:t]) (``"log_probs"``), and with
         ``stats`` mu_t and sigma_t (``"mean"``, ``"std"``), with ``top_k`` the k largest next-token
-        probabilities (``"top"``, [len(positions), k]). Rows are batched by length (padding right)."""
+        probabilities (``"top"``, [len(positions), k]), with ``hits`` whether row[t] is the most likely next token
+        (``"hit"``: the argmax, the first of equal maxima). Rows are batched by length (padding right)."""
         torch = self._torch
         n = len(rows)
-        keys = ["log_probs"] + (["mean", "std"] if stats else []) + (["top"] if top_k else [])
+        keys = (
+            ["log_probs"] + (["mean", "std"] if stats else []) + (["top"] if top_k else []) + (["hit"] if hits else [])
+        )
         out: dict[str, list[Any]] = {key: [None] * n for key in keys}
         order = sorted(range(n), key=lambda i: len(rows[i]))
         for sl in self._batches(n, desc):
@@ -204,6 +222,8 @@ class CausalScorer(Scorer):
                             parts["std"].append((p * (log_p - mu[:, None]) ** 2).sum(-1).sqrt())
                         if top_k:
                             parts["top"].append(log_p.topk(min(top_k, log_p.shape[-1]), dim=-1).values.exp())
+                        if hits:
+                            parts["hit"].append(log_p.argmax(dim=-1) == target[start : start + step])
             flat = {key: torch.cat(v).cpu().numpy() if v else np.zeros((0,)) for key, v in parts.items()}
             k = 0
             for i in batch:
@@ -234,6 +254,20 @@ class CausalScorer(Scorer):
         rows = self._encode(texts, min(self.max_length, max_length or self.max_length))
         out = self._scan(rows, self._after_first(rows), stats=True)
         return TokenStatistics(log_probs=out["log_probs"], mean=out["mean"], std=out["std"])
+
+    def token_table(self, texts: Sequence[str], *, max_length: int | None = None) -> TokenTable:
+        """Per text: its token ids and, at each scored token, log p, mu, sigma and whether it is the model's top-1
+        prediction (:class:`TokenTable`); the texts cut as :meth:`token_log_probs` cuts them."""
+        self._require(CAUSAL_LM, "causal token scoring")
+        rows = self._encode(texts, min(self.max_length, max_length or self.max_length))
+        out = self._scan(rows, self._after_first(rows), stats=True, hits=True)
+        return TokenTable(
+            ids=[list(r) for r in rows],
+            log_probs=out["log_probs"],
+            mean=out["mean"],
+            std=out["std"],
+            top1=[np.asarray(h, dtype=bool) for h in out["hit"]],
+        )
 
     # -- canaries ------------------------------------------------------------------------------
 

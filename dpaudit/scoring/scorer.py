@@ -64,6 +64,16 @@ class ExampleFeatures:
 
 
 @dataclass(frozen=True)
+class TokenPll:
+    """Per text: ``ids`` (its token ids, specials included), ``positions`` (the non-special positions scored) and
+    ``log_probs`` (log p(x_t | the other tokens) at each of them, that one position masked)."""
+
+    ids: list[list[int]]
+    positions: list[list[int]]
+    log_probs: list[np.ndarray]
+
+
+@dataclass(frozen=True)
 class VocabFill:
     """Top-1 fill of a masked span over the whole vocabulary (phrase canaries)."""
 
@@ -289,6 +299,31 @@ class Scorer:
             picked = log_probs.gather(1, torch.tensor(true, device=self.device)[:, None])[:, 0].cpu().numpy()
             np.add.at(out, [i for i, _, _ in batch], picked)
         return out
+
+    def text_pseudo_log_likelihoods(self, texts: Sequence[str], *, max_length: int | None = None) -> TokenPll:
+        """Per text, the pseudo-log-likelihood of each of its tokens (Salazar et al. 2020): log p(x_t | every other
+        token), with that one position masked, at every non-special position of the text cut to ``max_length``
+        tokens (default :data:`EXAMPLE_MAX_LENGTH`); their sum is the text's PLL. One forward pass per token.
+
+        Returns:
+            :class:`TokenPll`: each text's token ids, the positions scored and their log-probabilities (float64).
+        """
+        self._require(MASKED_LM, "pseudo-log-likelihood scoring")
+        torch = self._torch
+        limit = min(self.max_length, max_length or EXAMPLE_MAX_LENGTH)
+        rows = [list(r) for r in self.tokenizer(list(texts), truncation=True, max_length=limit)["input_ids"]]
+        special = set(self.tokenizer.all_special_ids)
+        positions = [[p for p, x in enumerate(r) if x not in special] for r in rows]
+        jobs = [(i, j, p) for i, ps in enumerate(positions) for j, p in enumerate(ps)]
+        out = [np.zeros(len(ps), dtype=np.float64) for ps in positions]
+        for sl in self._batches(len(jobs), "pseudo-log-likelihoods"):
+            batch = jobs[sl]
+            logits = self._masked_logits([rows[i] for i, _, _ in batch], [[p] for _, _, p in batch])
+            true = torch.tensor([rows[i][p] for i, _, p in batch], device=self.device)
+            picked = torch.log_softmax(logits, dim=-1).gather(1, true[:, None])[:, 0].cpu().numpy()
+            for (i, j, _), value in zip(batch, picked):
+                out[i][j] = value
+        return TokenPll(ids=rows, positions=positions, log_probs=out)
 
     # -- examples (membership inference) -------------------------------------------------------
 

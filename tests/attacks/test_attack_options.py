@@ -158,8 +158,11 @@ def test_attack_help_imports_no_framework():
             ],
         ),
         (
-            ["--min-k=0.5"],
-            ["--min-k is an option of --attacks min-k, min-k++", "exposure,reconstruction (the default)"],
+            ["--shadow-models=2"],
+            [
+                "--shadow-models is an option of --attacks shadow, ref, lira, rmia",
+                "exposure,reconstruction (the default)",
+            ],
         ),
         (
             ["--attacks", "exposure", "--no-blind-baseline"],
@@ -215,6 +218,14 @@ def test_the_entry_point_group_lists_the_built_in_attacks_and_their_properties_a
         "zlib",
         "min-k",
         "min-k++",
+        "base-ratio",
+        "error-zone",
+        "min-k++-base",
+    }
+    assert {n for n, c in by_name.items() if prop(c, "default_when_able")} == {
+        "base-ratio",
+        "error-zone",
+        "min-k++-base",
     }
     assert [n for n, c in by_name.items() if prop(c, "baseline")] == ["blind"]
     assert {n for n, c in by_name.items() if prop(c, "scores_canaries")} == {
