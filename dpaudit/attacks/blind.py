@@ -24,8 +24,9 @@ leans against what the other folds learned: SNIPS labels alone, train vs test ro
 claim nowhere, and coin-flip canaries get no one-run bound from it (a cross-fitted score of one canary
 depends on the other canaries' coins, which the one-run analysis does not allow).
 
-:func:`blind_comparison` says, one sentence per task, when a model-based attack does not beat it (the
-lower end of the attack's AUC confidence interval not above the blind AUC).
+:func:`blind_separation` says, one sentence per task, when the baseline itself separates the sides (its AUC
+interval above 1/2: a distribution shift); :func:`blind_comparison` says, one sentence per task, when a model-based
+attack does not beat it (the lower end of the attack's AUC confidence interval not above the blind AUC).
 
 References:
   Das, Zhang & Tramer 2024, "Blind Baselines Beat Membership Inference Attacks for Foundation Models".
@@ -180,6 +181,23 @@ class BlindAttack(MembershipAttack):
 def _base_task(task: str) -> str:
     """LiRA's ``examples-offline`` is the ``examples`` task scored another way (``canaries-offline-f1``: ``canaries-f1``)."""
     return task.replace("-offline", "", 1)
+
+
+def blind_separation(results: Sequence[Any]) -> list[str]:
+    """One sentence per task whose sides the blind baseline itself separates: the lower end of its AUC confidence
+    interval above 1/2, so members and non-members differ in distribution and every attack's numbers on that task
+    measure the shift as well as memorization (nothing without a blind result)."""
+    from dpaudit.attacks.results import MiaResult
+
+    blind = next((r for r in results if isinstance(r, MiaResult) and r.attack == BLIND), None)
+    return [
+        f"{t.task}: the blind baseline tells members from non-members from the text alone (AUC {t.auc:.3f} "
+        f"[{t.auc_ci[0]:.3f}, {t.auc_ci[1]:.3f}], above chance): the two sides differ in distribution, so the "
+        "attacks measure that shift as well as memorization; draw members and non-members at random from one pool "
+        "(a random re-split of train + held-out) where you can."
+        for t in (blind.tasks if blind is not None else ())
+        if t.auc_ci[0] > 0.5
+    ]
 
 
 def blind_comparison(results: Sequence[Any]) -> list[str]:

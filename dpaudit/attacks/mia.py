@@ -107,9 +107,66 @@ def unseen_labels_note(what: str, count: int, label_set: Any) -> str:
     )
 
 
-def example_task(run: Any, *, seed: int, max_per_side: int | None = None, label_set: Any = None) -> MembershipTask:
+def _near_duplicates(
+    train: Any, held: Any, m_idx: list[int], h_idx: list[int], *, threshold: float, mode: str
+) -> tuple[list[int], list[int], dict[str, Any], list[str]]:
+    """The rows of each side that stay once duplicates are treated alike on both sides
+    (:mod:`dpaudit.attacks.near_duplicates`): texts equal after normalization are one candidate within a side, and
+    the member/non-member pairs at or above the 5-gram Jaccard ``threshold`` are left out at both ends
+    (``mode="exclude"``) or kept and counted (``"keep"``); with what was done, and the warning that states it."""
+    from dpaudit.attacks.near_duplicates import cross_pairs, first_of_each
+
+    kept_m = [m_idx[k] for k in first_of_each([train.texts[i] for i in m_idx])]
+    kept_h = [h_idx[k] for k in first_of_each([held.texts[i] for i in h_idx])]
+    pairs = cross_pairs([train.texts[i] for i in kept_m], [held.texts[i] for i in kept_h], threshold=threshold)
+    members, nonmembers = pairs.members, pairs.nonmembers
+    info = {
+        "threshold": threshold,
+        "shingles": "character 5-grams of the normalized text (Jaccard similarity)",
+        "mode": mode,
+        "collapsed_within_train": len(m_idx) - len(kept_m),
+        "collapsed_within_heldout": len(h_idx) - len(kept_h),
+        "pairs": len(pairs.pairs),
+        "members_in_pairs": len(members),
+        "nonmembers_in_pairs": len(nonmembers),
+        "members_excluded": len(members) if mode == "exclude" else 0,
+        "nonmembers_excluded": len(nonmembers) if mode == "exclude" else 0,
+    }
+    notes = []
+    if pairs.pairs:
+        what = (
+            f"{len(pairs.pairs)} member/non-member pairs are near duplicates (character 5-gram Jaccard >= {threshold:g} "
+            f"after normalization; {len(members)} members, {len(nonmembers)} non-members)"
+        )
+        notes.append(
+            f"examples: {what}: both ends left out of the task (--near-duplicates exclude)."
+            if mode == "exclude"
+            else f"examples: {what}: kept (--near-duplicates keep): a non-member whose twin was trained on is not an "
+            "unseen text, so the task's numbers partly measure the split; --near-duplicates exclude leaves them out."
+        )
+    if mode == "exclude":
+        kept_m = [i for k, i in enumerate(kept_m) if k not in members]
+        kept_h = [i for k, i in enumerate(kept_h) if k not in nonmembers]
+    return kept_m, kept_h, info, notes
+
+
+def example_task(
+    run: Any,
+    *,
+    seed: int,
+    max_per_side: int | None = None,
+    label_set: Any = None,
+    sample_seed: int | None = None,
+    near_duplicates: str = "exclude",
+    near_duplicate_threshold: float = 0.8,
+) -> MembershipTask:
     """Task 1: non-canary train rows vs heldout rows, de-duplicated, equal counts, seeded sample.
 
+    Exact duplicates across the sides are removed from both (counted in ``duplicates_removed``); then duplicates are
+    treated alike on both sides (:func:`_near_duplicates`: within a side, texts equal after normalization are one
+    candidate; near-duplicate member/non-member pairs are left out at both ends, or kept with
+    ``near_duplicates="keep"``), counted in ``near_duplicates`` and stated in ``warnings``. The equal numbers of
+    members and non-members are a random draw seeded by ``sample_seed`` (``--mia-sample-seed``; default ``seed``).
     ``label_set`` (a classifier's, :meth:`dpaudit.scoring.ModelSource.label_set`) encodes the rows' labels;
     rows whose label the model never saw are left out before sampling, counted, and said in ``warnings``.
     """
@@ -124,9 +181,11 @@ def example_task(run: Any, *, seed: int, max_per_side: int | None = None, label_
     m_idx = [i for i in m_idx if train.texts[i] not in both]
     h_idx = [i for i, t in enumerate(held.texts) if t not in both]
     dropped_m = sum(train.texts[i] in both for i in range(len(train.texts)) if train.texts[i] not in canary_texts)
+    m_idx, h_idx, near, warnings = _near_duplicates(
+        train, held, m_idx, h_idx, threshold=near_duplicate_threshold, mode=near_duplicates
+    )
     m_ids, h_ids = _label_ids(label_set, train.labels), _label_ids(label_set, held.labels)
     unseen = {"train_rows": 0, "heldout_rows": 0}
-    warnings: list[str] = []
     if m_ids is not None and h_ids is not None:
         kept_m, kept_h = [i for i in m_idx if m_ids[i] is not None], [i for i in h_idx if h_ids[i] is not None]
         unseen = {"train_rows": len(m_idx) - len(kept_m), "heldout_rows": len(h_idx) - len(kept_h)}
@@ -154,7 +213,8 @@ def example_task(run: Any, *, seed: int, max_per_side: int | None = None, label_
             f"--data {run.path}: only {n} usable member/non-member example pairs (train.jsonl non-canary "
             "rows vs heldout.jsonl after removing duplicates); re-inject with a larger --heldout-size."
         )
-    rng = np.random.default_rng([seed, 0x4D4941])  # "MIA"
+    draw = seed if sample_seed is None else sample_seed
+    rng = np.random.default_rng([draw, 0x4D4941])  # "MIA"
     pick_m = np.sort(rng.choice(len(m_idx), size=n, replace=False))
     pick_h = np.sort(rng.choice(len(h_idx), size=n, replace=False))
     m_rows = [m_idx[i] for i in pick_m]
@@ -166,7 +226,7 @@ def example_task(run: Any, *, seed: int, max_per_side: int | None = None, label_
     member = np.r_[np.ones(n, bool), np.zeros(n, bool)]
     ids = [f"train:{i}" for i in m_rows] + [f"heldout:{i}" for i in h_rows]
     info = {
-        "sample_seed": int(seed),
+        "sample_seed": int(draw),
         "members_available": len(m_idx),
         "nonmembers_available": len(h_idx),
         "duplicates_removed": {
@@ -174,6 +234,7 @@ def example_task(run: Any, *, seed: int, max_per_side: int | None = None, label_
             "train_rows": int(dropped_m),
             "heldout_rows": int(sum(t in both for t in held.texts)),
         },
+        "near_duplicates": near,
         "per_side": n,
     }
     if labels is not None:
@@ -267,7 +328,7 @@ def membership_tasks(context: Any) -> list[MembershipTask]:
         return cached
     options = context.options
     label_set = context.scorer.source.label_set()  # the model's own labels (None: a masked LM)
-    tasks = [example_task(context.data, seed=options.seed, max_per_side=options.mia_examples, label_set=label_set)]
+    tasks = [example_task(context.data, label_set=label_set, **example_options(options))]
     dropped: list[str] = []
     canaries = canary_task(context.data, label_set=label_set, notes=dropped)
     if canaries is not None:
@@ -281,7 +342,18 @@ def membership_tasks(context: Any) -> list[MembershipTask]:
 def precheck(options: Any, run: Any) -> None:
     """Checks that need only the data, run before any model is loaded: an explicit ``--fpr`` must be measurable."""
     if options.fprs is not None:
-        check_fprs(options, [example_task(run, seed=options.seed, max_per_side=options.mia_examples)])
+        check_fprs(options, [example_task(run, **example_options(options))])
+
+
+def example_options(options: Any) -> dict[str, Any]:
+    """:func:`example_task`'s keywords from a run's options (:class:`~dpaudit.attacks.options.MembershipOptions`)."""
+    return {
+        "seed": options.seed,
+        "max_per_side": options.mia_examples,
+        "sample_seed": options.mia_sample_seed,
+        "near_duplicates": options.near_duplicates,
+        "near_duplicate_threshold": options.near_duplicate_threshold,
+    }
 
 
 class MembershipAttack(BaseAttack):

@@ -20,7 +20,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, Literal
 
 from dpaudit.training.config_types import check_seed, check_types
 
@@ -201,6 +201,9 @@ class MembershipOptions(AttackConfig):
     Attributes:
         mia_examples: at most this many members (and as many non-members) in the examples task (None: all).
         blind_baseline: run the blind baseline (:mod:`dpaudit.attacks.blind`) beside any membership attack.
+        mia_sample_seed: seeds the random draw of the examples task's members and non-members (None: ``seed``).
+        near_duplicates, near_duplicate_threshold: what the examples task does with member/non-member pairs of near
+            duplicates (:mod:`dpaudit.attacks.near_duplicates`), and from what similarity a pair is one.
     """
 
     mia_examples: int | None = field(
@@ -216,10 +219,41 @@ class MembershipOptions(AttackConfig):
         ),
     )
 
+    mia_sample_seed: int | None = field(
+        default=None,
+        metadata=option(
+            "Seed of the random draw of the examples task's members and non-members (equal numbers of each) "
+            "[default: --seed]; rerun with other seeds to see how much the numbers move with the draw.",
+            seed=True,
+        ),
+    )
+    near_duplicates: Literal["exclude", "keep"] = field(
+        default="exclude",
+        metadata=option(
+            "Member/non-member pairs of the examples task that are near duplicates (--near-duplicate-threshold): "
+            "exclude leaves both ends out, keep keeps them; either way they are counted and stated. Within each side, "
+            "texts equal after normalization are one candidate."
+        ),
+    )
+    near_duplicate_threshold: float = field(
+        default=0.8,
+        metadata=option(
+            "Jaccard similarity of two texts' character 5-grams (after normalization: case, punctuation, spaces) "
+            "from which they are near duplicates; 1 = only texts equal after normalization.",
+            min=0,
+            max=1,
+            min_open=True,
+        ),
+    )
+
     def __post_init__(self) -> None:
         super().__post_init__()
         if self.mia_examples is not None and self.mia_examples < 2:
             raise ValueError(f"--mia-examples must be >= 2, got {self.mia_examples}.")
+        if self.mia_sample_seed is not None:
+            check_seed(self.mia_sample_seed)
+        if not 0 < self.near_duplicate_threshold <= 1:
+            raise ValueError(f"--near-duplicate-threshold must be in (0, 1], got {self.near_duplicate_threshold}.")
 
 
 @dataclass(frozen=True, kw_only=True)

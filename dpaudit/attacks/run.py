@@ -24,7 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from dpaudit.attacks.base import AttackContext
-from dpaudit.attacks.blind import blind_comparison
+from dpaudit.attacks.blind import blind_comparison, blind_separation
 from dpaudit.attacks.claim import options_claim
 from dpaudit.attacks.mia import coin_flip_mode
 from dpaudit.attacks.registry import (
@@ -321,7 +321,8 @@ def _attack(
         score_files.update(outcome.score_files)
         for note in outcome.result.warnings:
             warnings.warn(f"{cls.name}: {note}", AttackWarning, stacklevel=2)
-    for note in blind_comparison(results):  # a model-based attack no better than the text alone: say so
+    # a split the text alone separates, a model-based attack no better than the text alone: say so
+    for note in blind_separation(results) + blind_comparison(results):
         notes.append(note)
         warnings.warn(note, AttackWarning, stacklevel=2)
     scores = tuple(

@@ -61,6 +61,10 @@ HAND_WRITTEN = {
     "--exposure-limit": 10**5,
     "--exposure-samples": 1000,
     "--blind-baseline": True,
+    # added with the generated command
+    "--mia-sample-seed": None,
+    "--near-duplicates": "exclude",
+    "--near-duplicate-threshold": 0.8,
 }
 #: Fields of the Python API that have no option (a dict, or knobs the command line never offered).
 PYTHON_ONLY = {"level", "tolerance", "shadow_overrides"}
@@ -199,7 +203,7 @@ def test_options_are_read_by_name_and_kept_flat_as_the_manifest_records_them():
     lira = registered_classes()[[c.name for c in registered_classes()].index("lira")]
     assert options.of(lira).shadow_models == 2 and options.of(lira).lira_variance == "auto"
     record = options.to_dict()
-    assert len(record) == 30 and record["min_k"] == 0.5 and record["exposure_limit"] == 10**5
+    assert len(record) == 33 and record["min_k"] == 0.5 and record["exposure_limit"] == 10**5
     with pytest.raises(ValueError, match="--shadow-models must be an integer"):
         AttackOptions(shadow_models="4")
 
