@@ -49,6 +49,7 @@ CASES = [
     ("rgp", "classify", {}),
     ("rgp", "mlm", {}),
     ("rgp", "clm", {}),  # GPT-2: the causal loss reads only the example's own tokens
+    ("opacus", "classify", {}),  # Opacus's own per-example hooks and flat clipping
 ]
 
 
@@ -150,6 +151,31 @@ def _torch_sums(
     return float(run.clipper.sensitivity), sums
 
 
+def _opacus_sums(data_dir: Path, task: str) -> tuple[float, dict[str, np.ndarray]]:
+    """opacus: the trainer's model and rows, Opacus's own GradSampleModule hooks and its optimizer's
+    ``clip_and_accumulate`` (flat clipping to C; the noise is added after it)."""
+    import torch
+    from opacus import GradSampleModule
+    from opacus.optimizers import DPOptimizer
+
+    from dpaudit.trainers.opacus.trainer import _inject_setup
+
+    trainer = load_trainer("opacus")
+    built = _inject_setup(data_dir, trainer.tiny_config(clip_norm=CLIP, noise_seed=3), seed=5)
+    model = GradSampleModule(built.setup.model.train())
+    optimizer = DPOptimizer(built.setup.optimizer, noise_multiplier=0.0, max_grad_norm=CLIP, expected_batch_size=10)
+    rows = built.setup.loader.dataset
+    sums = {}
+    for variant, idx in {"S": BASE, **NEIGHBOURS}.items():
+        ids, mask, labels = (t[torch.as_tensor(idx)] for t in rows.tensors)
+        optimizer.zero_grad()
+        loss = torch.nn.functional.cross_entropy(model(ids, mask).logits, labels)
+        loss.backward()
+        optimizer.clip_and_accumulate()
+        sums[variant] = torch.cat([p.summed_grad.detach().double().flatten() for p in optimizer.params]).numpy()
+    return CLIP, sums
+
+
 @pytest.mark.parametrize(
     ("name", "task", "settings"), CASES, ids=[f"{n}-{t}-{'-'.join(s.values()) or 'default'}" for n, t, s in CASES]
 )
@@ -158,6 +184,8 @@ def test_one_example_moves_the_clipped_sum_by_at_most_the_claimed_sensitivity(
 ):
     if name == "jax-bert":
         sensitivity, sums = _jax_sums(data_dir, tmp_path / "out", task, settings)
+    elif name == "opacus":
+        sensitivity, sums = _opacus_sums(data_dir, task)
     else:
         sensitivity, sums = _torch_sums(data_dir, tmp_path / "out", name, task, settings, monkeypatch)
     ratios = {variant: float(np.linalg.norm(sums[variant] - sums["S"])) / CLIP for variant in NEIGHBOURS}

@@ -285,6 +285,12 @@ def audit_config(
     help="Fix the trainer's secret noise (reproducible audits of the implementation; never recorded).",
 )
 @click.option("--overwrite", is_flag=True, help="Replace an existing audit directory written by dpaudit.")
+@click.option(
+    "--setup",
+    default=None,
+    metavar="FILE.py:FUNCTION",
+    help="Library trainers (--trainer opacus): audit your own model, optimizer and loader, built by this function.",
+)
 def audit_trainer(
     trainer_name: str,
     out: Path,
@@ -301,6 +307,7 @@ def audit_trainer(
     overwrite: bool,
     workers: int = 1,
     ray_address: str | None = None,
+    setup: str | None = None,
 ) -> None:
     """Audit a DP trainer's implementation with white-box gradient canaries (Nasr et al. 2023).
 
@@ -327,6 +334,31 @@ def audit_trainer(
 
         ray_address = check_ray_address(ray_address)
     trainer = load_trainer(trainer_name)
+    from dpaudit.training.gradient_path import gradient_path_host
+
+    if gradient_path_host(trainer) is not None:  # the library owns the step: canaries through its gradient path
+        from dpaudit.cli.audit_library import audit_library
+
+        audit_library(
+            trainer,
+            trainer_name,
+            out,
+            setup=setup,
+            target_epsilon=target_epsilon,
+            canaries=canaries,
+            sampling_rate=sampling_rate,
+            steps=steps,
+            runs=runs,
+            confidence=confidence,
+            settings=settings,
+            seed=seed,
+            noise_seed=noise_seed,
+            overwrite=overwrite,
+            helpers=sys.modules[__name__],
+        )
+        return
+    if setup is not None:
+        raise UserInputError(f"--setup {setup}: only a library trainer (--trainer opacus) trains a setup file.")
     plugin_cls = plugin_class(trainer)
     if not all(
         hasattr(plugin_cls, name) for name in ("gradient_canary_unit", "host_gradient_canaries", "canary_parameters")

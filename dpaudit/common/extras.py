@@ -42,10 +42,16 @@ EXTRA_MODULES: dict[str, tuple[str, ...]] = {
     "torch": ("torch", "transformers"),
     "jax": ("jax", "flax", "optax"),
     "fleet": ("ray",),
+    "opacus": ("opacus",),
 }
 
 #: The extra each shipped trainer needs (a third-party trainer's is found from its import error).
-TRAINER_EXTRAS: dict[str, tuple[str, ...]] = {"jax-bert": ("jax",), "edp-sgd": ("torch",), "rgp": ("torch",)}
+TRAINER_EXTRAS: dict[str, tuple[str, ...]] = {
+    "jax-bert": ("jax",),
+    "edp-sgd": ("torch",),
+    "rgp": ("torch",),
+    "opacus": ("torch", "opacus"),
+}
 
 _ROOT = Path(__file__).resolve().parents[2]  # dpaudit/common/extras.py -> the checkout (an editable install)
 

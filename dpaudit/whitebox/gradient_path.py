@@ -1,0 +1,287 @@
+"""The white-box audit through a DP library's real gradient path (non-cooperative canaries).
+
+A trainer that hands its step to a library (:class:`dpaudit.training.gradient_path.GradientPathHost`: Opacus) hosts
+canaries as ordinary training inputs whose per-example gradient, computed and clipped by the library itself, is C
+along a direction reserved for them (``docs/auditing.md``, "Canaries through the real gradient path"). Each run gives
+the noisy clipped sum of every update on those coordinates; the analysis is the one of :mod:`.analysis` with two
+differences, both needed because the library, not dpaudit, states the claim:
+
+- the claim under test is the LIBRARY's (:func:`library_claim`: its accountant's history and its epsilon, from
+  ``privacy.json``'s ``details.library``), while each canary is scored under the mechanism that ran (dpaudit's
+  accounting of it, the record's own event: one noisy observation per optimizer update). A library that accounts
+  another mechanism than it runs (steps counted per micro-step, another sampling rate) is then tested on its own
+  words. Any score keeps the bounds valid (they test guesses, not scores), so the choice costs only power;
+- the score adds, to the likelihood ratio, a test of the noise's independence across updates (:func:`path_scores`):
+  a canary whose observations differ from one update to the next by exactly 0 or the clip norm saw the SAME noise
+  each time (noise drawn once and reused), which the likelihood ratio of independent noise cannot see (reused noise
+  only makes its sum noisier). Under fresh Gaussian noise the test never fires (probability below 1e-9 per canary).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import shutil
+import tempfile
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from dpaudit.audit.claim_curves import CEILING_MIN_SCALE
+from dpaudit.audit.roc import roc_curve
+from dpaudit.claim import Claim, claim_of_record, read_privacy_record
+from dpaudit.claim.record import PrivacyRecord
+from dpaudit.common.errors import UserInputError
+from dpaudit.training.gradient_canaries import UNIT_EXAMPLE
+from dpaudit.training.gradient_path import PATH_GRADIENT, GradientPathHost
+from dpaudit.whitebox.analysis import Analysis, ViewScores, curve_rejected
+from dpaudit.whitebox.bounds import multi_run_bounds, multi_run_family, one_run_bounds, one_run_family
+from dpaudit.whitebox.harness import RunEvidence
+from dpaudit.whitebox.layout import CANARY_GAIN, CanaryLayout
+from dpaudit.whitebox.plan import planned_guesses
+from dpaudit.whitebox.scores import all_iterates_scores, last_iterate_scores
+
+__all__ = [
+    "LATTICE_BONUS",
+    "PathRun",
+    "analyse_path",
+    "audit_gradient_path",
+    "library_claim",
+    "path_scores",
+]
+
+#: Added to a canary's score when its observations sit on the lattice {z, z + C} (reused noise): above any
+#: likelihood ratio of a few updates, finite so that sorting and ties behave.
+LATTICE_BONUS = 1e9
+#: The lattice test's tolerance, in clip norms (float32 arithmetic in the library: about 1e-7 relative).
+LATTICE_TOLERANCE = 1e-3
+
+
+@dataclasses.dataclass(frozen=True)
+class PathRun:
+    """One audited run through the gradient path: the evidence (claim: the library's) and the claim of what ran."""
+
+    evidence: RunEvidence
+    ran: Claim
+    record: PrivacyRecord
+
+
+def library_claim(record: PrivacyRecord, *, where: str = "privacy.json") -> Claim:
+    """The claim the library itself makes for a run (``details.library``: its accountant's history of (sigma, q,
+    steps) and its epsilon at the record's delta), as the audit tests it: Poisson-subsampled Gaussian steps."""
+    from dpaudit.accounting.segment import Segment
+    from dpaudit.common.figures import format_up
+
+    library = record.details.get("library") if isinstance(record.details, dict) else None
+    if not isinstance(library, dict) or not library.get("history") or record.delta is None:
+        raise UserInputError(f"{where}: no details.library history: the run was not trained through a DP library.")
+    try:
+        segments = tuple(
+            Segment(steps=int(t), sampling_probability=float(q), noise_multiplier=float(s))
+            for s, q, t in library["history"]
+        )
+        epsilon = float(library["epsilon"])
+    except (TypeError, ValueError, KeyError) as err:  # a null epsilon: the library's accountant stated none
+        raise UserInputError(f"{where}: details.library is damaged ({err}); train the run again.") from None
+    name, accountant = str(library.get("name", "library")), str(library.get("accountant", "?"))
+    return Claim(
+        known=True,
+        private=True,
+        source="opacus" if name == "opacus" else "stated",
+        epsilon=epsilon,
+        recorded_epsilon=epsilon,
+        delta=float(record.delta),
+        accountant=f"{name}-{accountant}",
+        clip_norm=float(record.clip_norm or 1.0),
+        sampling="poisson",
+        segments=segments,
+        trainer=record.trainer,
+        guarantee=(
+            f"({format_up(epsilon)}, {record.delta:g})-DP as {name} {library.get('version', '')} states it (its "
+            f"{accountant.upper()} accountant over {sum(s.steps for s in segments)} Poisson-sampled Gaussian steps)."
+        ),
+    )
+
+
+def lattice_hits(observations: np.ndarray, shift: float) -> np.ndarray:
+    """(m,) whether each canary's observations take exactly two values C apart (within float tolerance), with both
+    values seen: the signature of one noise draw reused across updates."""
+    y = np.asarray(observations, dtype=np.float64)
+    if y.shape[0] < 2:
+        return np.zeros(y.shape[1], dtype=bool)
+    d = y - y.min(axis=0, keepdims=True)
+    tol = LATTICE_TOLERANCE * shift
+    low, high = np.abs(d) <= tol, np.abs(d - shift) <= tol
+    return np.all(low | high, axis=0) & np.any(high, axis=0)
+
+
+def path_scores(
+    observations: np.ndarray, layout: CanaryLayout, q: np.ndarray, std: np.ndarray, shift: float
+) -> np.ndarray:
+    """The likelihood ratio of each canary's observations under the mechanism that ran, plus :data:`LATTICE_BONUS`
+    where :func:`lattice_hits` fires."""
+    scores = all_iterates_scores(observations, layout, q, std, shift)
+    return scores + LATTICE_BONUS * lattice_hits(observations, shift)
+
+
+def analyse_path(
+    runs: Sequence[PathRun], *, confidence: float = 0.95, full: bool = True, min_scale: float | None = None
+) -> Analysis:
+    """Scores (under what ran) and bounds (against the library's claim) of every run; the verdict as in
+    :func:`dpaudit.whitebox.analysis.analyse`: the larger of the one-run f-DP proof and the pooled bound, each at
+    half the risk.
+
+    ``min_scale`` (with ``full=False``): the verdict bounds' search stops at that scale of the claim; 1.0 gives the
+    verdict (whether the claim's own curve is rejected: :attr:`Analysis.mechanism_refuted`) without the figure of a
+    far smaller scale, whose accounting is the slow part of a broken library's audit (the power tests use it)."""
+    if not runs:
+        raise ValueError("no runs to analyse.")
+    claim = runs[0].evidence.claim
+    for run in runs[1:]:
+        if run.evidence.claim.mechanism_key() != claim.mechanism_key():
+            raise ValueError("the runs made different claims: pooling them would test no single mechanism.")
+    level = 1 - (1 - confidence) / 2
+    members: dict[str, list[np.ndarray]] = {"all_iterates": [], "last_iterate": []}
+    nonmembers: dict[str, list[np.ndarray]] = {"all_iterates": [], "last_iterate": []}
+    for run in runs:
+        ev = run.evidence
+        q, std = run.ran.per_step()
+        views = {"all_iterates": path_scores(ev.observations, ev.layout, q, std, run.ran.clip_norm)}
+        if full:
+            views["last_iterate"] = last_iterate_scores(ev.final)
+        for view, s in views.items():
+            members[view].append(s[ev.layout.member])
+            nonmembers[view].append(s[~ev.layout.member])
+    scores = {view: ViewScores(tuple(members[view]), tuple(nonmembers[view])) for view in members if members[view]}
+    plans = [planned_guesses(claim, UNIT_EXAMPLE, 0, run.evidence.layout.size, 1 - level) for run in runs]
+    first = scores["all_iterates"]
+    if full:
+        one_run = {
+            view: [
+                one_run_bounds(m, n, claim, confidence=level, planned=plan if view == "all_iterates" else None)
+                for m, n, plan in zip(vs.member, vs.nonmember, plans)
+            ]
+            for view, vs in scores.items()
+        }
+        pooled = {view: multi_run_bounds(*vs.pooled(), claim, confidence=level) for view, vs in scores.items()}
+    else:
+        one_run = {
+            "all_iterates": [
+                {
+                    "claim_family": one_run_family(
+                        first.member[0],
+                        first.nonmember[0],
+                        claim,
+                        confidence=level,
+                        planned=plans[0],
+                        min_scale=min_scale,
+                    )
+                }
+            ]
+        }
+        pooled = {
+            "all_iterates": {
+                "claim_family": multi_run_family(*first.pooled(), claim, confidence=level, min_scale=min_scale)
+            }
+        }
+    auc = {view: float(roc_curve(*vs.pooled()).auc()) for view, vs in scores.items()}
+    sizes = [(m.size, n.size) for m, n in zip(first.member, first.nonmember)]
+    perfect_first = (np.ones(sizes[0][0]), np.zeros(sizes[0][1]))
+    perfect_pooled = (np.ones(sum(m for m, _ in sizes)), np.zeros(sum(n for _, n in sizes)))
+    ceilings = {
+        "one-run": one_run_family(
+            *perfect_first, claim, confidence=level, planned=plans[0], min_scale=CEILING_MIN_SCALE
+        ).epsilon,
+        "pooled": multi_run_family(*perfect_pooled, claim, confidence=level, min_scale=CEILING_MIN_SCALE).epsilon,
+    }
+    analysis = Analysis(
+        claim=claim, confidence=confidence, scores=scores, one_run=one_run, pooled=pooled, auc=auc, ceilings=ceilings
+    )
+    kind, primary = analysis.primary
+    assert claim.epsilon is not None
+    if curve_rejected(primary, claim.epsilon) and min_scale is None:  # the printed figure must hold for any mechanism
+        if kind == "one-run":
+            bound = one_run_bounds(first.member[0], first.nonmember[0], claim, confidence=level)["steinke"]
+        else:
+            bound = multi_run_bounds(*first.pooled(), claim, confidence=level)["clopper_pearson"]
+        analysis = dataclasses.replace(analysis, any_mechanism=bound)
+    return analysis
+
+
+def run_coins(seed: int | None, runs: int) -> list[np.random.Generator]:
+    """Each run's own coin generator, a child of the auditor's seed sequence (never the trainer's randomness)."""
+    return [np.random.default_rng(child) for child in np.random.SeedSequence(seed).spawn(runs)]
+
+
+def audit_gradient_path(
+    host: GradientPathHost,
+    data_dir: Path | None,
+    config: Any,
+    *,
+    canaries: int = 1000,
+    runs: int = 1,
+    confidence: float = 0.95,
+    seed: int | None = None,
+    workdir: Path | None = None,
+    full: bool = True,
+    progress: Callable[[int, int], None] | None = None,
+    min_scale: float | None = None,
+) -> tuple[Analysis, list[PathRun]]:
+    """``runs`` trainings of ``host`` with ``canaries`` fair-coin canaries through the real gradient path each, and
+    their analysis (:func:`analyse_path`). The runs train in ``workdir`` (a temporary folder when None, removed)."""
+    if canaries < 2:
+        raise ValueError(f"an audit needs at least 2 canaries, got {canaries}.")
+    own = workdir is None
+    base = Path(tempfile.mkdtemp(prefix="dpaudit-gradient-path-")) if workdir is None else Path(workdir)
+    try:
+        base.mkdir(parents=True, exist_ok=True)
+        done: list[PathRun] = []
+        for r, rng in enumerate(run_coins(seed, runs)):
+            member = rng.integers(0, 2, size=canaries).astype(bool)
+            layout = CanaryLayout(member=member, unit=UNIT_EXAMPLE)
+            out = base / f"run-{r}"
+            shutil.rmtree(out, ignore_errors=True)
+            gains = np.where(member, CANARY_GAIN, 0.0)
+            observations, final = host.train_with_gradient_canaries(data_dir, out, config, gains=gains, seed=0)
+            record = read_privacy_record(out / "privacy.json")
+            ran = claim_of_record(record)
+            claim = library_claim(record, where=str(out / "privacy.json"))
+            observations = np.asarray(observations, dtype=np.float64)
+            if observations.shape != (ran.steps, canaries):
+                raise RuntimeError(
+                    f"the trainer observed {observations.shape} canary updates; {ran.steps} updates of {canaries} "
+                    "canaries ran."
+                )
+            evidence = RunEvidence(
+                layout=layout, claim=claim, observations=observations, final=np.asarray(final, dtype=np.float64)
+            )
+            done.append(PathRun(evidence=evidence, ran=ran, record=record))
+            if progress is not None:
+                progress(r + 1, runs)
+        return analyse_path(done, confidence=confidence, full=full, min_scale=min_scale), done
+    finally:
+        if own:
+            shutil.rmtree(base, ignore_errors=True)
+
+
+def path_settings(runs: Sequence[PathRun]) -> dict[str, Any]:
+    """What ``whitebox.json`` says about the path and the two claims (written into its ``settings``)."""
+    record = runs[0].record
+    found = record.details.get("library") if isinstance(record.details, dict) else None
+    library: dict[str, Any] = dict(found) if isinstance(found, dict) else {}
+    ran = runs[0].ran
+    return {
+        "canary_path": PATH_GRADIENT,
+        "canary_paths": {PATH_GRADIENT: sum(run.evidence.layout.size for run in runs)},
+        "library": library.get("name"),
+        "library_version": library.get("version"),
+        "library_claim": {
+            "accountant": library.get("accountant"),
+            "epsilon": library.get("epsilon"),
+            "history": library.get("history"),
+        },
+        "dpaudit_claim": {"accountant": ran.accountant, "epsilon": ran.epsilon, "steps": ran.steps},
+        "claims_agree": bool(library.get("agrees", True)),
+        "mismatches": list(library.get("mismatches") or []),
+    }

@@ -1,0 +1,91 @@
+"""Canaries through Opacus's real gradient path: the clipping the library itself does, planted library faults
+flagged in one run, and correct Opacus never flagged beyond the verdict's stated 5%.
+
+All runs train the tiny linear setup (:func:`faults.tiny_setup`) with 500 canaries, q = 0.5, 4 updates, sigma 1.43
+(Opacus's PRV epsilon 4.0 at delta 1e-5): the same claim everywhere, so its plan and curves are computed once. The
+power and validity verdicts stop the claim-family search at the claim itself (``min_scale=1.0``): the verdict is the
+same (whether the claim's curve is rejected), without the figure of a far smaller scale.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import pytest
+
+from dpaudit.whitebox.gradient_path import audit_gradient_path, lattice_hits
+from dpaudit.whitebox.layout import CANARY_GAIN
+from tests.trainers.opacus.faults import FAULTS, LightHost, clipping_of, planted, tiny_setup
+
+CANARIES = 500
+POWER_SEEDS = 10
+VALIDITY_SEEDS = 20
+
+
+def _verdicts(fault: str | None, seeds: int, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
+    flags = []
+    with planted(fault, monkeypatch):
+        for seed in range(seeds):
+            analysis, _ = audit_gradient_path(
+                LightHost(noise_seed=10_000 + seed, clipping=clipping_of(fault)),
+                None,
+                None,
+                canaries=CANARIES,
+                seed=seed,
+                full=False,
+                min_scale=1.0,
+            )
+            flags.append(analysis.alarm)
+    return flags
+
+
+def test_the_library_clips_each_canary_to_c_along_its_row():
+    from dpaudit.trainers.opacus.loop import PrivacySettings, run_opacus
+
+    member = np.random.default_rng(0).integers(0, 2, size=200).astype(bool)
+    settings = PrivacySettings(
+        noise_multiplier=1e-4, clip_norm=0.7, steps=3, delta=1e-5, accountant="rdp", noise_seed=1
+    )
+    run = run_opacus(tiny_setup(), settings, gains=np.where(member, CANARY_GAIN, 0.0))
+    assert run.observations is not None and run.final is not None
+    y = run.observations
+    assert y.shape == (3, 200) and run.updates == 3 and run.history == [(1e-4, run.sample_rate, 3)]
+    assert np.all(np.abs(y[:, ~member]) < 1e-3)  # a non-member adds nothing anywhere
+    sampled = np.abs(y[:, member] - 0.7) < 1e-3  # a sampled member adds exactly C (the library's own clipping)
+    assert np.all(sampled | (np.abs(y[:, member]) < 1e-3)) and 0.3 < sampled.mean() < 0.7
+    assert np.all(np.abs(run.final[~member]) < 1e-4) and run.final[member].mean() < -1e-4  # descent moves a member
+
+
+def test_the_lattice_test_never_fires_on_fresh_noise_and_fires_on_reused_noise():
+    rng = np.random.default_rng(0)
+    fresh = rng.standard_normal((4, 100_000)) * 1.43 + rng.integers(0, 2, (4, 100_000))
+    assert not lattice_hits(fresh, 1.0).any()
+    reused = rng.standard_normal(1000)[None, :] * 1.43 + np.array([[0], [1], [1], [0]])
+    assert lattice_hits(reused, 1.0).all()
+
+
+@pytest.mark.parametrize("fault", FAULTS)
+def test_a_planted_library_fault_is_flagged_in_one_run(fault, monkeypatch):
+    flags = _verdicts(fault, POWER_SEEDS, monkeypatch)
+    assert sum(flags) >= 9, (fault, flags)
+
+
+def test_correct_opacus_is_never_flagged_beyond_the_stated_five_percent(monkeypatch):
+    flags = _verdicts(None, VALIDITY_SEEDS, monkeypatch)
+    # At most 5% false alarms are allowed; over 20 seeds 4 or more alarms has probability 1.6% at exactly 5%.
+    assert sum(flags) <= 3, flags
+
+
+def test_privacy_json_flags_an_accountant_that_counts_micro_steps(tmp_path, monkeypatch):
+    import json
+
+    from dpaudit.claim import claim_of_record, read_privacy_record
+    from dpaudit.whitebox.gradient_path import library_claim
+
+    with planted("micro_steps", monkeypatch):
+        LightHost(noise_seed=1).train_with_gradient_canaries(None, tmp_path / "run", None, gains=np.zeros(10), seed=0)
+    raw = json.loads((tmp_path / "run" / "privacy.json").read_text())
+    assert raw["details"]["library"]["agrees"] is False
+    assert any("counted 128 steps, the optimizer took 4 updates" in m for m in raw["details"]["library"]["mismatches"])
+    record = read_privacy_record(tmp_path / "run" / "privacy.json")
+    ran, said = claim_of_record(record), library_claim(record)
+    assert ran.steps == 4 and said.steps == 128 and said.epsilon < ran.epsilon / 2
