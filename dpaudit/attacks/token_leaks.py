@@ -125,3 +125,27 @@ def token_leaks(
                 )
             )
     return TokenLeaks(file=TOKENS_FILE, top_members=tuple(top), secrets=tuple(secrets))
+
+
+def leak_lines(leaks: TokenLeaks, *, members: int = 3) -> list[str]:
+    """The summary in words, for the terminal: per task, its first ``members`` top members' most leaking tokens
+    (``*`` marks a canary's secret token), then the canaries' secret tokens beside their other tokens by insertion
+    count."""
+    lines = []
+    shown: dict[str, int] = {}
+    for member in leaks.top_members:
+        if shown.get(member.task, 0) >= members:
+            continue
+        shown[member.task] = shown.get(member.task, 0) + 1
+        tokens = ", ".join(
+            f"{t.token.strip() or repr(t.token)}{'*' if t.secret else ''} {t.llr:+.2f}" for t in member.tokens
+        )
+        lines.append(f"{member.task} {member.id} (score {member.score:.2f}): {tokens}")
+    for row in leaks.secrets:
+        secret = "-" if row.mean_secret_llr is None else f"{row.mean_secret_llr:+.2f}"
+        other = "-" if row.mean_other_llr is None else f"{row.mean_other_llr:+.2f}"
+        what = "controls" if row.frequency == 0 else f"inserted {row.frequency}x"
+        lines.append(
+            f"{row.task} {what} ({row.canaries} canaries): secret tokens {secret} nats on average, other tokens {other}"
+        )
+    return lines

@@ -82,7 +82,7 @@ def _summary(results) -> str:  # noqa: ANN001
             "P = proof, H = heuristic, G = group of f rows; ceiling: the bound of a perfect attack at these sizes):"
         )
         lines.append(
-            f"  {'attack':>7} {'task':>17} {'AUC':>6} {'CI':>15} {'TPR@0.1%':>9} {'TPR@1%':>8} {'eps LB':>9} {'ceiling':>8} {'vs':>7}"
+            f"  {'attack':>12} {'task':>17} {'AUC':>6} {'CI':>15} {'TPR@0.1%':>9} {'TPR@1%':>8} {'eps LB':>9} {'ceiling':>8} {'vs':>7}"
         )
         for m in mia:
             for t in m.tasks:
@@ -105,9 +105,19 @@ def _summary(results) -> str:  # noqa: ANN001
                             else "  <-- above f x epsilon: investigate"
                         )
                 lines.append(
-                    f"  {m.attack:>7} {t.task:>17} {t.auc:>6.3f} {'[' + _fmt(t.auc_ci[0], '.3f') + ', ' + _fmt(t.auc_ci[1], '.3f') + ']':>15} "
+                    f"  {m.attack:>12} {t.task:>17} {t.auc:>6.3f} {'[' + _fmt(t.auc_ci[0], '.3f') + ', ' + _fmt(t.auc_ci[1], '.3f') + ']':>15} "
                     f"{tpr.get(0.001, '-'):>9} {tpr.get(0.01, '-'):>8} {lb:>9} {ceiling:>8} {vs:>7}{flag}"
                 )
+        for m in mia:  # which tokens leak (the attacks against the target's base)
+            leaks = getattr(m, "token_leaks", None)
+            if leaks is not None and leaks.top_members:
+                from dpaudit.attacks.token_leaks import leak_lines
+
+                lines.append(
+                    f"top leaking tokens ({m.attack}: log p_target - log p_base in nats, * = a canary's secret token; "
+                    f"all in {leaks.file}):"
+                )
+                lines.extend(f"  {line}" for line in leak_lines(leaks))
     if head.bounds:  # the headline as results.json stores it (every reader prints this line)
         lines.append(head.text())
         lines.extend(f"  {note}" for note in head.investigate)

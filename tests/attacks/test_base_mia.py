@@ -87,6 +87,12 @@ def test_token_leaks_are_typed_and_survive_results_json():
             ),
         ),
     )
+    from dpaudit.attacks.token_leaks import leak_lines
+
+    assert leak_lines(leaks) == [
+        "examples train:3 (score 4.50): 7 +2.50",
+        "canaries inserted 1x (4 canaries): secret tokens +1.00 nats on average, other tokens +0.20",
+    ]
     result = BaseRatioResult(parameters={"score": "x"}, token_leaks=leaks)
     back = result_from_json(json.loads(json.dumps(result.to_json())))
     assert isinstance(back, BaseRatioResult) and back.token_leaks == leaks
