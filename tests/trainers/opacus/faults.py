@@ -28,6 +28,10 @@ from dpaudit.trainers.opacus.loop import LibrarySetup, PrivacySettings, run_opac
 from dpaudit.trainers.opacus.privacy import build_record
 
 FAULTS = ("noise_by_batch", "noise_reused", "per_layer_flat", "micro_steps")
+#: A fault that only rescales each release (the noisy sum divided by the realized batch size instead of the expected
+#: one): the canaries' signal-to-noise ratio is unchanged, so this audit is not expected to see it (the benchmark
+#: measures how often it is flagged).
+SCALE_ONLY = "normalized_by_realized"
 #: Opacus's sigma for epsilon 4 at q = 0.5, 4 steps, delta 1e-5 (its PRV accountant).
 SIGMA = 1.43
 DELTA = 1e-5
@@ -109,6 +113,14 @@ def planted(fault: str | None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None
                     optimizer_mod._mark_as_processed(p.summed_grad)
 
             patch.setattr(optimizer_mod.DPOptimizer, "add_noise", add_noise)
+        elif fault == SCALE_ONLY:
+
+            def scale_grad(self: Any) -> None:
+                realized = max(1, len(self.grad_samples[0]))
+                for p in self.params:
+                    p.grad /= realized
+
+            patch.setattr(optimizer_mod.DPOptimizer, "scale_grad", scale_grad)
         elif fault == "noise_reused":
             drawn: dict[tuple[int, ...], torch.Tensor] = {}
             original = optimizer_mod._generate_noise

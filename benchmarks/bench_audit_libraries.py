@@ -1,0 +1,201 @@
+"""Audit Opacus 1.6 through its own gradient path: bound / claim per configuration, planted faults, and cost.
+
+Run: ``nice python benchmarks/bench_audit_libraries.py [--canaries 1000] [--runs 4] [--epsilons 1,4,8]``.
+
+What it measures (everything printed is measured in this run, with the command and the machine's load):
+
+1. Correct configurations of Opacus as installed (its default PRV accountant with SGD; its RDP accountant; Adam),
+   each calibrated by Opacus's own ``get_noise_multiplier`` to epsilon 1, 4 and 8 (q = 0.5, 4 updates, delta 1e-5):
+   the one-run bound (the first run's canaries, the f-DP proof) and the multi-run bound (all runs' canaries pooled)
+   as shares of Opacus's claimed epsilon, and the verdict. A tiny linear model (``tests/trainers/opacus/faults.py``):
+   the canaries' clipped gradients do not depend on the model.
+2. The planted library faults of the power tests: how many of 10 seeds flag each in one run.
+3. Cost: one audit run (a BERT-tiny classifier of the opacus trainer, with the canaries) against the same training
+   without them, and the ratio.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import numpy as np
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+
+def _sigma(epsilon: float, accountant: str) -> float:
+    from opacus.accountants.utils import get_noise_multiplier
+
+    return float(
+        get_noise_multiplier(target_epsilon=epsilon, target_delta=1e-5, sample_rate=0.5, steps=4, accountant=accountant)
+    )
+
+
+class _Host:
+    """The light host of the tests with a chosen sigma, accountant and optimizer."""
+
+    library = "opacus"
+
+    def __init__(self, sigma: float, accountant: str, optimizer: str, noise_seed: int) -> None:
+        self.sigma, self.accountant, self.optimizer, self.noise_seed = sigma, accountant, optimizer, noise_seed
+
+    def train_with_gradient_canaries(self, data_dir, out_dir, config, *, gains, seed):  # noqa: ANN001
+        import json
+
+        import torch
+
+        from dpaudit.trainers.opacus.loop import PrivacySettings, run_opacus
+        from dpaudit.trainers.opacus.privacy import build_record
+        from tests.trainers.opacus.faults import tiny_setup
+
+        setup = tiny_setup()
+        if self.optimizer == "adam":
+            setup.optimizer = torch.optim.Adam(setup.model.parameters(), lr=1e-3)
+        settings = PrivacySettings(
+            noise_multiplier=self.sigma,
+            clip_norm=1.0,
+            steps=4,
+            delta=1e-5,
+            accountant=self.accountant,
+            noise_seed=self.noise_seed,
+        )
+        run = run_opacus(setup, settings, gains=gains)
+        record = build_record(
+            run,
+            delta=1e-5,
+            accountant=self.accountant,
+            grad_sample_mode="hooks",
+            clipping="flat",
+            target_epsilon=None,
+            noise_seed_explicit=True,
+        )
+        Path(out_dir).mkdir(parents=True)
+        (Path(out_dir) / "privacy.json").write_text(json.dumps(record.to_json()))
+        return run.observations, run.final
+
+
+def correct_configurations(canaries: int, runs: int, epsilons: list[float]) -> None:
+    from dpaudit.whitebox.gradient_path import audit_gradient_path
+
+    print(f"\n1. Correct Opacus configurations: {canaries} canaries x {runs} runs, q = 0.5, 4 updates, delta 1e-5")
+    print(
+        f"{'configuration':<28}{'eps':>5}{'sigma':>8}{'claim':>8}{'one-run':>9}{'/claim':>8}{'multi-run':>11}"
+        f"{'/claim':>8}  verdict   seconds"
+    )
+    for name, accountant, optimizer in (
+        ("default (PRV, SGD)", "prv", "sgd"),
+        ("RDP accountant, SGD", "rdp", "sgd"),
+        ("PRV, Adam", "prv", "adam"),
+    ):
+        for epsilon in epsilons:
+            start = time.perf_counter()
+            sigma = _sigma(epsilon, accountant)
+            seeds = iter(range(10_000))
+            host = _Host(sigma, accountant, optimizer, noise_seed=0)
+
+            class _Fresh:  # a fresh secret noise seed per run (the runs must be independent trials)
+                library = "opacus"
+
+                def train_with_gradient_canaries(self, *args, **kwargs):  # noqa: ANN002, ANN003
+                    host.noise_seed = 1000 + next(seeds)
+                    return host.train_with_gradient_canaries(*args, **kwargs)
+
+            analysis, _ = audit_gradient_path(_Fresh(), None, None, canaries=canaries, runs=runs, seed=7, full=False)
+            claim = float(analysis.claim.epsilon)
+            one = analysis.one_run["all_iterates"][0]["claim_family"].epsilon
+            multi = analysis.pooled["all_iterates"]["claim_family"].epsilon
+            verdict = "FLAGGED" if analysis.alarm else "ok"
+            print(
+                f"{name:<28}{epsilon:>5g}{sigma:>8.3f}{claim:>8.2f}{one:>9.2f}{one / claim:>8.2f}{multi:>11.2f}"
+                f"{multi / claim:>8.2f}  {verdict:<9}{time.perf_counter() - start:>6.0f}",
+                flush=True,
+            )
+
+
+def planted_faults(canaries: int) -> None:
+    import pytest
+
+    from dpaudit.whitebox.gradient_path import audit_gradient_path
+    from tests.trainers.opacus.faults import FAULTS, SCALE_ONLY, LightHost, clipping_of, planted
+
+    print(f"\n2. Planted library faults (epsilon 4 claimed): flagged in one run, of 10 seeds ({canaries} canaries)")
+    patch = pytest.MonkeyPatch()
+    for fault in (*FAULTS, SCALE_ONLY):
+        start = time.perf_counter()
+        flags = []
+        with planted(fault, patch):
+            for seed in range(10):
+                analysis, _ = audit_gradient_path(
+                    LightHost(noise_seed=10_000 + seed, clipping=clipping_of(fault)),
+                    None,
+                    None,
+                    canaries=canaries,
+                    seed=seed,
+                    full=False,
+                    min_scale=1.0,
+                )
+                flags.append(analysis.alarm)
+        print(f"{fault:<16} flagged {sum(flags):>2}/10   ({time.perf_counter() - start:.0f} s)", flush=True)
+
+
+def cost(canaries: int) -> None:
+    from click.testing import CliRunner
+
+    from dpaudit.cli import cli
+    from dpaudit.cli.audit_trainer import AUDIT_INJECT
+    from dpaudit.trainers.opacus.trainer import OpacusTrainer
+
+    print(f"\n3. Cost: the opacus trainer's BERT-tiny classifier, 4 updates, q = 0.5, {canaries} canaries")
+    trainer = OpacusTrainer()
+    with tempfile.TemporaryDirectory() as scratch:
+        data = Path(scratch) / "data"
+        CliRunner().invoke(cli, ["inject", *AUDIT_INJECT, "--out", str(data)], catch_exceptions=False)
+        rows = 210
+        plain_cfg = trainer.tiny_config(noise_multiplier=1.0, batch_size=rows // 2, steps=4, noise_seed=1)
+        audit_cfg = trainer.tiny_config(noise_multiplier=1.0, batch_size=(rows + canaries) // 2, steps=4, noise_seed=1)
+        trainer.train(data, Path(scratch) / "warm", plain_cfg, seed=0)  # imports and first-call costs
+        start = time.perf_counter()
+        trainer.train(data, Path(scratch) / "plain", plain_cfg, seed=0)
+        plain = time.perf_counter() - start
+        gains = np.where(np.random.default_rng(0).integers(0, 2, canaries) == 1, 1e6, 0.0)
+        start = time.perf_counter()
+        trainer.train_with_gradient_canaries(data, Path(scratch) / "audit", audit_cfg, gains=gains, seed=0)
+        audited = time.perf_counter() - start
+    print(f"pass without the audit: {plain:.1f} s; one audit run: {audited:.1f} s; ratio {audited / plain:.2f}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--canaries", type=int, default=1000)
+    parser.add_argument("--runs", type=int, default=4)
+    parser.add_argument("--epsilons", default="1,4,8")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: configs, faults, cost")
+    args = parser.parse_args()
+    import torch
+
+    torch.set_num_threads(1)
+    print("command: python " + " ".join(sys.argv))
+    print(f"machine: {os.cpu_count()} cores, load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+    skip = set(filter(None, args.skip.split(",")))
+    with contextlib.suppress(KeyboardInterrupt):
+        if "configs" not in skip:
+            correct_configurations(args.canaries, args.runs, [float(e) for e in args.epsilons.split(",")])
+        if "faults" not in skip:
+            planted_faults(500)
+        if "cost" not in skip:
+            cost(args.canaries)
+    print(f"load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
+
+
+if __name__ == "__main__":
+    import warnings
+
+    warnings.filterwarnings("ignore")
+    main()
