@@ -8,7 +8,7 @@ Every check that can fail on bad input runs before the model is loaded and befor
 the inject directory's hashes, the model directory (weights, tokenizer, no pickle), the attacks' model
 kinds, ``--out`` and ``--reveal``. The attack directory (the run-directory contract) is written in a
 staged directory and renamed into place only when complete: ``results.json``,
-``scores/canaries.jsonl``, the pages a caller adds (``index.html``) and ``manifest.json``.
+``scores/canaries.jsonl`` and ``scores/canaries.csv``, the pages a caller adds (``index.html``) and ``manifest.json``.
 """
 
 from __future__ import annotations
@@ -60,6 +60,9 @@ from dpaudit.files.run_dirs import (
 from dpaudit.inject_dir.secret_spaces import CONTEXT_FREE_KINDS
 
 RESULTS, CANARY_SCORES = "results.json", "scores/canaries.jsonl"
+#: The same per-canary records as CSV (a column per field), for a spreadsheet: the report shows a canary table's first
+#: rows only and links here.
+CANARY_CSV = "scores/canaries.csv"
 
 #: Renders extra files of the attack directory (the report's ``index.html``) from the staged directory,
 #: the results and the manifest as a reader of ``manifest.json`` will see it: name -> text.
@@ -356,6 +359,20 @@ def _attack(
     return results_obj
 
 
+def canary_csv(canaries: Sequence[CanaryScore]) -> str:
+    """``scores/canaries.csv``: a header of :class:`CanaryScore`'s fields, then a row per canary (empty: not measured)."""
+    import csv
+    import io
+
+    fields = [f.name for f in dataclasses.fields(CanaryScore)]
+    buffer = io.StringIO()
+    writer = csv.DictWriter(buffer, fieldnames=fields, lineterminator="\n", extrasaction="ignore")
+    writer.writeheader()
+    for canary in canaries:
+        writer.writerow({k: "" if v is None else v for k, v in canary.to_json().items()})
+    return buffer.getvalue()
+
+
 def _passes(cls: Any, options: Any, source: Any, run: Any) -> bool:
     """Whether an attack's check passes on this target (an attack that joins the defaults when able)."""
     try:
@@ -376,7 +393,8 @@ def write_attack_dir(
     command: list[str] | None,
     pages: PageWriter | None = None,
 ) -> Path:
-    """Write ``results.json``, ``scores/canaries.jsonl``, the ``pages`` and ``manifest.json`` into ``out`` atomically.
+    """Write ``results.json``, ``scores/canaries.jsonl`` (and its CSV), the ``pages`` and ``manifest.json`` into ``out``
+    atomically.
 
     ``pages`` (the attack stage passes the report's ``index.html``) renders from exactly what the staged
     directory holds and the manifest as a reader will see it; the pages' hashes join the manifest's
@@ -386,9 +404,10 @@ def write_attack_dir(
         atomic_write_json(stage / RESULTS, results.to_json())
         (stage / "scores").mkdir()
         write_jsonl(stage / CANARY_SCORES, (c.to_json() for c in results.canaries))
+        atomic_write_text(stage / CANARY_CSV, canary_csv(results.canaries))
         for name, rows in results.score_files.items():  # scores/mia_<attack>.jsonl
             write_jsonl(stage / name, rows)
-        outputs = file_hashes(stage, [RESULTS, CANARY_SCORES, *results.score_files])
+        outputs = file_hashes(stage, [RESULTS, CANARY_SCORES, CANARY_CSV, *results.score_files])
         manifest = build_manifest(
             schema=SCHEMA, config=config, seed=seed, inputs=inputs, outputs=outputs, command=command
         )

@@ -116,6 +116,24 @@ class Upstream:
 
 
 @dataclass(frozen=True, kw_only=True)
+class StartPoint:
+    """The ``--init-from`` start of the model a run attacked, as its ``privacy.json`` records it.
+
+    Attributes:
+        path: the start's directory as recorded.
+        key: its identity: the sha256 of its weight files (``weights_sha256``), else its path.
+        public: the start trained on public data only (its record says so).
+        utility: its own last held-out evaluation (its ``metrics.jsonl``, hash-checked against its manifest, whose
+            weights must be the ones recorded); None when it is not a dpaudit run, is gone or changed.
+    """
+
+    path: str
+    key: str
+    public: bool
+    utility: Utility | None = None
+
+
+@dataclass(frozen=True, kw_only=True)
 class ReportRun:
     """Everything the report shows about one attack directory.
 
@@ -132,6 +150,9 @@ class ReportRun:
         utility: the model's held-out utility and its trivial baseline (None: not logged or unavailable).
         parts: the attack directories this run shows, each as read (one, or several of one model merged by
             :func:`dpaudit.report.models.merge_models`; empty before labelling: the run itself).
+        data_key: the sha256 of the inject run's ``train.jsonl`` the attack read (None: not recorded); runs with the
+            same data and the same start are one family (:mod:`dpaudit.report.answers`).
+        start: the model's ``--init-from`` start (None: a fresh initialization, or no ``privacy.json``).
     """
 
     label: str
@@ -144,6 +165,8 @@ class ReportRun:
     upstream: tuple[Upstream, ...] = ()
     utility: Utility | None = None
     parts: tuple[ReportRun, ...] = ()
+    data_key: str | None = None
+    start: StartPoint | None = None
 
     @property
     def directories(self) -> tuple[str, ...]:
@@ -435,6 +458,34 @@ def run_from_results(
     return _with_upstream(Path(directory), results, manifest, label=label)
 
 
+def read_start(init_from: Mapping[str, Any] | None, attack_dir: Path) -> StartPoint | None:
+    """The :class:`StartPoint` of a record's ``init_from`` (None without one). Its utility is read only when the start
+    is a dpaudit train run whose manifest lists the recorded weights and whose ``metrics.jsonl`` still matches it."""
+    if not isinstance(init_from, Mapping) or not isinstance(init_from.get("path"), str):
+        return None
+    recorded = init_from["path"]
+    weights = init_from.get("weights_sha256")
+    weights = {str(k): str(v) for k, v in weights.items()} if isinstance(weights, Mapping) else {}
+    key = "sha256:" + ",".join(sorted(weights.values())) if weights else "path:" + recorded
+    start = StartPoint(path=recorded, key=key, public=init_from.get("public_data_only") is True)
+    folder = next((c for c in (Path(recorded), attack_dir.parent / recorded) if (c / MANIFEST_NAME).is_file()), None)
+    if folder is None or not weights:
+        return start
+    try:
+        outputs = json.loads((folder / MANIFEST_NAME).read_text(encoding="utf-8")).get("outputs") or {}
+        if any(outputs.get(f"model/{name}") != digest for name, digest in weights.items()):
+            return start  # another model than the one this run started from
+        metrics = folder / "metrics.jsonl"
+        if not metrics.is_file() or outputs.get("metrics.jsonl") != sha256_file(metrics):
+            return start
+        from dpaudit.files.run_dirs import read_jsonl
+
+        rows = [r for r in read_jsonl(metrics) if isinstance(r, dict)]
+    except (OSError, ValueError, AttributeError):
+        return start
+    return dataclasses.replace(start, utility=run_utility(rows, None))
+
+
 def _with_upstream(directory: Path, results: AttackResults, manifest: Mapping[str, Any], *, label: str) -> ReportRun:
     metrics_up, metrics_path = _read_upstream("training telemetry", "metrics.jsonl", manifest, directory)
     privacy_up, privacy_path = _read_upstream("privacy record", "privacy.json", manifest, directory)
@@ -478,4 +529,6 @@ def _with_upstream(directory: Path, results: AttackResults, manifest: Mapping[st
         upstream_manifests=upstream_manifests,
         upstream=(metrics_up, privacy_up, canary_up),
         utility=run_utility(rows, upstream_manifests.get("train")) or measured_utility(results),
+        data_key=(_find_input(manifest, "train.jsonl") or (None, None))[1],
+        start=read_start(record.init_from if record is not None else None, directory),
     )

@@ -80,10 +80,22 @@ def membership_audits(results: AttackResults) -> tuple[MembershipAudit, ...]:
 def distribution_shift_notes(results: AttackResults) -> tuple[str, ...]:
     """One sentence per membership task on which some model-based attack does not beat the blind baseline (the
     lower end of its AUC interval not above the blind AUC): the signal may be distribution shift, not memorization.
-    Computed from the typed results, so attack directories written before the warning was stored get it too."""
-    from dpaudit.attacks.blind import blind_comparison
+    Computed from the typed results, so attack directories written before the warning was stored get it too.
 
-    return tuple(blind_comparison(results.attacks))
+    Only where there is a signal to explain: the blind baseline's or some attack's AUC interval above 1/2 on that
+    task. When neither tells members from non-members there is no signal, shifted or not, and the sentence would
+    suggest one."""
+    from dpaudit.attacks.blind import blind_comparison
+    from dpaudit.attacks.results import MiaResult
+
+    signal = {
+        t.task.replace("-offline", "", 1)
+        for r in results.attacks
+        if isinstance(r, MiaResult)
+        for t in r.tasks
+        if t.auc_ci[0] > 0.5
+    }
+    return tuple(s for s in blind_comparison(results.attacks) if s.split(":", 1)[0] in signal)
 
 
 def strongest(audits: tuple[MembershipAudit, ...]) -> MembershipAudit | None:

@@ -241,21 +241,34 @@ def thin_roc(
     return np.maximum(fpr, floor), np.maximum(tpr, floor)
 
 
-def roc(name: str, curves: Sequence[tuple[str, np.ndarray, np.ndarray, int]]) -> str:
+#: Legend text of the ROC and training figures, in points (7 pt read as 6 px once a figure is scaled to its column).
+LEGEND_PT = 8.5
+
+
+def roc(name: str, curves: Sequence[tuple[str, np.ndarray, np.ndarray, int]], *, baselines: Sequence[bool] = ()) -> str:
     """ROC curves on log-log axes, one per (label, fpr, tpr, n_nonmembers), with the chance diagonal.
 
-    The legend sits below the axes (inside, it covered the low-FPR corner the figure is about), two columns;
-    past 8 curves the colours repeat with another line style (:func:`curve_style`)."""
+    ``baselines[i]`` marks a curve of a baseline that never queried the model (the blind one): drawn grey and dashed,
+    so the attacks' colours stay theirs. The legend sits below the axes (inside, it covered the low-FPR corner the
+    figure is about), two columns; past 8 curves the colours repeat with another line style (:func:`curve_style`)."""
     rows = math.ceil((len(curves) + 1) / 2)
-    legend_in = 0.17 * rows + 0.1
+    legend_in = 0.2 * rows + 0.1
     ctx, fig, (ax,) = _figure(4.6, 4.2 + legend_in, left=0.65, bottom=0.5 + legend_in)
     try:
         n_max = max((n for *_, n in curves), default=100)
         floor = 10 ** math.floor(math.log10(0.5 / max(n_max, 1)))
         ax.plot([floor, 1], [floor, 1], color="#888888", linestyle=(0, (1, 3)), linewidth=1, label="chance")
+        shade = 0
+        attacks = 0
         for i, (label, fpr, tpr, _n) in enumerate(curves):
             x, y = thin_roc(fpr, tpr, floor)
-            color, style = curve_style(i)
+            style: str | tuple[int, tuple[int, int]]
+            if i < len(baselines) and baselines[i]:
+                color, style = ["#555555", "#999999"][shade % 2], (0, (4, 2))
+                shade += 1
+            else:
+                color, style = curve_style(attacks)
+                attacks += 1
             ax.plot(x, y, color=color, linestyle=style, linewidth=1.6, drawstyle="steps-post", label=label)
         for f in (1e-3, 1e-2):
             if f > floor:
@@ -266,7 +279,7 @@ def roc(name: str, curves: Sequence[tuple[str, np.ndarray, np.ndarray, int]]) ->
         ax.set_ylim(floor, 1.05)
         ax.set_xlabel("false positive rate")
         ax.set_ylabel("true positive rate")
-        fig.legend(fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncols=2, frameon=False)
+        fig.legend(fontsize=LEGEND_PT, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncols=2, frameon=False)
         return _to_svg(fig, name)
     finally:
         ctx.__exit__(None, None, None)
@@ -276,7 +289,7 @@ def training(name: str, panels: Sequence[tuple[str, Sequence[Series], bool]]) ->
     """Small multiples vs step: per panel (title, one series per run, log y axis?); a series' baseline is dotted."""
     ncols = max(len(panels), 1)
     runs = len({s.label for _, ss, _ in panels for s in ss})
-    legend_in = 0.18 * math.ceil(runs / 4) if runs > 1 else 0.0
+    legend_in = 0.22 * math.ceil(runs / 4) if runs > 1 else 0.0
     ctx, fig, axes = _figure(min(2.6 * ncols, 10.4), 2.6 + legend_in, ncols=ncols, bottom=0.5 + legend_in, wspace=0.4)
     try:
         for ax, (title, series, log_y) in zip(axes, panels):
@@ -323,7 +336,13 @@ def training(name: str, panels: Sequence[tuple[str, Sequence[Series], bool]]) ->
         if runs > 1:
             handles, labels = axes[0].get_legend_handles_labels()
             fig.legend(
-                handles, labels, fontsize=7, loc="lower center", bbox_to_anchor=(0.5, 0.0), ncols=4, frameon=False
+                handles,
+                labels,
+                fontsize=LEGEND_PT,
+                loc="lower center",
+                bbox_to_anchor=(0.5, 0.0),
+                ncols=4,
+                frameon=False,
             )
         return _to_svg(fig, name)
     finally:

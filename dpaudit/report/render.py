@@ -33,13 +33,18 @@ DEFAULT_DIR = Path("reports")
 
 
 def render_runs(
-    runs: Sequence[ReportRun], *, whitebox: Sequence[Any] = (), labels: Mapping[str, str] | None = None
+    runs: Sequence[ReportRun],
+    *,
+    whitebox: Sequence[Any] = (),
+    labels: Mapping[str, str] | None = None,
+    page_dir: str | os.PathLike[str] | None = None,
 ) -> str:
     """The HTML page of one run, or the comparison page of several; ``whitebox`` audits
     (:class:`~dpaudit.report.whitebox_load.WhiteboxRun`) lead its verdict and get a section of their own.
 
     Attack directories of one model are merged into one run (:func:`dpaudit.report.models.merge_models`) and each
-    model gets a short label (``labels``: directory -> name; else the model's directory name)."""
+    model gets a short label (``labels``: directory -> name; else the model's directory name). ``page_dir``: the
+    folder the page will be written to (a comparison page's links to the attack directories are relative to it)."""
     from dpaudit.report.models import label_runs, merge_models
 
     if not runs:
@@ -49,7 +54,9 @@ def render_runs(
         from dpaudit.report.whitebox import whitebox_view
 
         views = tuple(whitebox_view(w, index=i, histograms=False) for i, w in enumerate(whitebox))
-    page = build_page(label_runs(merge_models(runs), labels), whitebox=views)
+    page = build_page(
+        label_runs(merge_models(runs), labels), whitebox=views, page_dir=None if page_dir is None else Path(page_dir)
+    )
     return environment().get_template("report.html.j2").render(page=page, css=stylesheet())
 
 
@@ -75,10 +82,17 @@ def load_dir(path: str | os.PathLike[str]) -> Any:
     return load_run(path)
 
 
-def render_report(paths: Sequence[str | os.PathLike[str]], *, labels: Mapping[str, str] | None = None) -> str:
+def render_report(
+    paths: Sequence[str | os.PathLike[str]],
+    *,
+    labels: Mapping[str, str] | None = None,
+    page_dir: str | os.PathLike[str] | None = None,
+) -> str:
     """Render the report of one or several attack or audit-trainer directories (verified; no model loaded).
 
-    ``labels`` maps a directory (as given) to the name its model gets on the page (``dpaudit report --label``).
+    ``labels`` maps a directory (as given) to the name its model gets on the page (``dpaudit report --label``);
+    ``page_dir`` is the folder the page will be written to (a comparison page links the attack directories' files
+    relative to it).
 
     Only audit-trainer directories: the white-box page (one audit, or several side by side). Only attack
     directories: the attack report or comparison page. A mix: the comparison page, its verdict led by the
@@ -97,7 +111,7 @@ def render_report(paths: Sequence[str | os.PathLike[str]], *, labels: Mapping[st
         from dpaudit.report.whitebox import render_whitebox
 
         return render_whitebox(whitebox)
-    return render_runs(runs, whitebox=whitebox, labels=labels)
+    return render_runs(runs, whitebox=whitebox, labels=labels, page_dir=page_dir)
 
 
 def write_report(
@@ -123,7 +137,7 @@ def write_report(
 
     out = Path(out)
     exists = check_page_target(out, option=option)
-    html = render_report(paths, labels=labels)
+    html = render_report(paths, labels=labels, page_dir=out.parent)
     if exists:
         if out.read_bytes() == html.encode("utf-8"):
             return out  # the same page: nothing to write

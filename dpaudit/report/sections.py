@@ -9,9 +9,12 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import re
 import shlex
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from dpaudit.attacks.results import (
@@ -175,7 +178,17 @@ def _sentence(
         )
     parts = []
     memorized = top is not None and top.vs_controls is not None and top.vs_controls.p_value < ALPHA
-    if memorized and top is not None:
+    if (
+        memorized and top is not None and private and top.frequency > 1
+    ):  # a DP model: a group of f rows, not one example
+        ceiling = f" of at most {log2_space:.3g}" if log2_space is not None else ""
+        against = f", against {controls.mean:.1f} for never-seen controls" if controls else ""
+        parts.append(
+            f"Its canaries inserted {top.frequency} times, each a group of {top.frequency} rows that the per-example "
+            f"claim covers only through group privacy, sit above the controls: mean exposure {top.mean:.1f} "
+            f"bits{ceiling}{against}."
+        )
+    elif memorized and top is not None:
         ceiling = f" of at most {log2_space:.3g}" if log2_space is not None else ""
         parts.append(
             f"The model memorized canaries inserted {top.frequency} times: their secrets score a mean exposure of "
@@ -194,15 +207,7 @@ def _sentence(
             "(no measurable memorization)."
         )
     if mia is not None:
-        auc = mia.audit.auc
-        strength = (
-            "no better than guessing"
-            if auc.ci.low <= 0.5 <= auc.ci.high
-            else "weakly better than guessing"
-            if auc.value < 0.6
-            else "clearly better than guessing"
-        )
-        parts.append(f"The strongest membership attack ({mia.name}) has AUC {auc.value:.2f}: {strength}.")
+        parts.append(f"The strongest membership attack ({mia.name}) has AUC {auc_strength(mia.audit.auc)}.")
     claim = head.claim
     if private is False and head.best is not None and head.best.kind == PROOF and head.best.epsilon > 0:
         parts.append(
@@ -236,6 +241,22 @@ def _sentence(
     if hint:
         parts.append(hint)
     return " ".join(parts) or "No attack result to summarize."
+
+
+def auc_strength(auc: Any) -> str:
+    """ "0.84 [0.62, 0.99]: clearly better than guessing": "clearly" only when the interval's lower end is at least
+    :data:`dpaudit.report.answers.CLEAR_AUC` (an interval that touches 0.52 is not clear), "no better" when it holds
+    0.5."""
+    from dpaudit.report.answers import CLEAR_AUC
+
+    interval = f"{auc.value:.2f} [{auc.ci.low:.2f}, {auc.ci.high:.2f}]"
+    if auc.ci.low <= 0.5 <= auc.ci.high:
+        return f"{interval}: no better than guessing"
+    if auc.ci.high < 0.5:
+        return f"{interval}: below guessing (its scores are reversed)"
+    if auc.ci.low < CLEAR_AUC:
+        return f"{interval}: barely better than guessing (its interval reaches down to {auc.ci.low:.2f})"
+    return f"{interval}: clearly better than guessing"
 
 
 def undertrained_hint(
@@ -344,6 +365,26 @@ class Memorization:
     log2_space: float | None
     group_note: str
     ceilings: tuple[str, ...] = ()  # one per distinct |R| (runs with different --reveal rank over different spaces)
+
+    @property
+    def chance_bits(self) -> float:
+        """The mean exposure of a secret the model never saw (:func:`chance_exposure` of this page's |R|)."""
+        return chance_exposure(self.log2_space)
+
+
+def chance_exposure(log2_space: float | None) -> float:
+    """The mean exposure, in bits, of a secret at a uniformly random rank among |R| = 2^log2_space candidates: chance.
+
+    Exposure is log2|R| - log2 rank (Carlini et al. 2019); over rank r uniform on 1..|R| its mean is
+    log2|R| - log2(|R|!)/|R|, which Stirling's formula puts at log2(e) - log2(2 pi |R|) / (2 |R|): 1.44 bits for
+    |R| = 10^4, tending to log2(e) = 1.4427 (``None``: that limit). Not 0 bits: a random rank is rarely the last one.
+    """
+    if log2_space is None or not math.isfinite(log2_space) or log2_space > 60:
+        return math.log2(math.e)
+    size = round(2.0**log2_space)
+    if size < 1:
+        return 0.0
+    return math.log2(size) - math.lgamma(size + 1) / math.log(2) / size
 
 
 def _nan(x: float | None) -> float:
@@ -483,6 +524,9 @@ class MiaRow:
     bound: HeadlineBound | None
     claim: str
     bound_note: str | None = None
+    tpr_low_cell: tuple[str, int | None] = ("–", None)
+    tpr_one_cell: tuple[str, int | None] = ("–", None)
+    bound_ref: int | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -497,6 +541,7 @@ class Mia:
     plots: tuple[MiaRunPlot, ...]
     rows: tuple[MiaRow, ...]
     warnings: tuple[str, ...]
+    notes: tuple[str, ...] = ()
 
 
 def mia(
@@ -504,32 +549,43 @@ def mia(
     audits: Mapping[str, Sequence[MembershipAudit]],
     heads: Mapping[str, Headline] | None = None,
 ) -> Mia:
+    from dpaudit.report.comparison import Footnotes, rate_cell
+
     figures: list[MiaRunPlot] = []
     rows: list[MiaRow] = []
     warns: list[tuple[str, str]] = []
     shift: list[str] = []
+    notes = Footnotes()
     heads = heads if heads is not None else {run.label: run_headline(run) for run in runs}
     short = short_names(runs)
     for i, run in enumerate(runs):
         found = audits[run.label]
         if not found:
             continue
-        curves = [(_label(a.name), a.audit.roc.fpr, a.audit.roc.tpr, a.audit.n_nonmembers) for a in found]
-        figures.append(MiaRunPlot(run=run.label, svg=plots.roc(f"ROC {i + 1}", curves)))
+        drawn = [a for a in found if not _group_task(a.task)] or list(found)
+        curves = [(_label(a.name), a.audit.roc.fpr, a.audit.roc.tpr, a.audit.n_nonmembers) for a in drawn]
+        svg = plots.roc(f"ROC {i + 1}", curves, baselines=[a.baseline for a in drawn])
+        figures.append(MiaRunPlot(run=run.label, svg=svg))
         head = heads[run.label]
         by_task = {(b.attack, b.task): b for b in head.bounds}
         for a in found:
             low, one = a.tpr(0.001), a.tpr(0.01)
             bound = by_task.get((a.attack, a.task))
+            low_rate = None if low is None else tpr_rate(low, a.audit.n_members)
+            one_rate = None if one is None else tpr_rate(one, a.audit.n_members)
+            reason = zero_bound_reason(bound, a.audit) if bound is not None else None
             rows.append(
                 MiaRow(
                     run=short[run.label],
                     audit=a,
                     claim=head.claim.short(),
                     bound=bound,
-                    tpr_low=None if low is None else tpr_rate(low, a.audit.n_members),
-                    tpr_one=None if one is None else tpr_rate(one, a.audit.n_members),
-                    bound_note=zero_bound_reason(bound, a.audit) if bound is not None else None,
+                    tpr_low=low_rate,
+                    tpr_one=one_rate,
+                    bound_note=reason,
+                    tpr_low_cell=rate_cell(low_rate, notes),
+                    tpr_one_cell=rate_cell(one_rate, notes),
+                    bound_ref=notes.ref(reason),
                 )
             )
             source = f"{short[run.label]}: {a.name}" if len(runs) > 1 else a.name
@@ -541,7 +597,15 @@ def mia(
         plots=tuple(figures),
         rows=tuple(rows),
         warnings=tuple(dict.fromkeys(shift)) + grouped_warnings(warns),
+        notes=notes.texts,
     )
+
+
+def _group_task(task: str) -> bool:
+    """A task of canaries inserted more than once (``canaries-f10``): a group audit, left out of the ROC plot (its
+    row stays in the table)."""
+    match = re.fullmatch(r"canaries-f(\d+)", task)
+    return match is not None and int(match.group(1)) > 1
 
 
 def _tpr_warning(warning: str) -> bool:
@@ -564,19 +628,35 @@ def grouped_warnings(pairs: Sequence[tuple[str, str]]) -> tuple[str, ...]:
 
 
 @dataclass(frozen=True, kw_only=True)
+class TrainingFigure:
+    """The telemetry of one family of runs (the same data and start: :func:`dpaudit.report.answers.families`), so that
+    runs of 63 and 1,000 steps never share a step axis."""
+
+    runs: tuple[str, ...]
+    svg: str
+
+
+@dataclass(frozen=True, kw_only=True)
 class Training:
-    """The training section: the telemetry plot (with a held-out panel, each run's trivial baseline dotted, when a run
-    logged held-out figures) and the utility table (one row per run with a held-out figure)."""
+    """The training section: a telemetry plot per family of runs (with a held-out panel, each run's trivial baseline
+    dotted, when a run logged held-out figures) and the utility table (one row per run with a held-out figure)."""
 
     present: bool
-    svg: str | None
+    figures: tuple[TrainingFigure, ...]
     missing: tuple[str, ...]
     note: str
     utility: tuple[UtilityView, ...] = ()
     heldout_panel: bool = False
 
+    @property
+    def svg(self) -> str | None:
+        """The first figure (a page of one run has one)."""
+        return self.figures[0].svg if self.figures else None
+
 
 def training(runs: Sequence[ReportRun]) -> Training:
+    from dpaudit.report.answers import families
+
     short = short_names(runs)
     utility = tuple(v for v in (utility_view(short[r.label], r.utility) for r in runs) if v is not None)
     with_metrics = [r for r in runs if r.metrics]
@@ -584,7 +664,35 @@ def training(runs: Sequence[ReportRun]) -> Training:
     notes = {r.privacy.telemetry for r in runs if r.privacy and r.privacy.telemetry}
     note = next(iter(notes)) if len(notes) == 1 else TELEMETRY_NOTE
     if not with_metrics:
-        return Training(present=False, svg=None, missing=missing, note=note, utility=utility)
+        return Training(present=False, figures=(), missing=missing, note=note, utility=utility)
+    family = families(runs)
+    groups: dict[int, list[ReportRun]] = {}
+    for r in with_metrics:
+        groups.setdefault(family[r.label], []).append(r)
+    heldout = any(m.heldout is not None for r in with_metrics for m in r.metrics or ())
+    figures = []
+    for number, members in groups.items():
+        name = "training telemetry" if len(groups) == 1 else f"training telemetry {number}"
+        figures.append(
+            TrainingFigure(
+                runs=tuple(short[r.label] for r in members),
+                svg=plots.training(name, _training_panels(members, short, heldout)),
+            )
+        )
+    return Training(
+        present=True,
+        figures=tuple(figures),
+        missing=missing,
+        note=note,
+        utility=utility,
+        heldout_panel=heldout,
+    )
+
+
+def _training_panels(
+    runs: Sequence[ReportRun], short: Mapping[str, str], heldout: bool
+) -> list[tuple[str, list[plots.Series], bool]]:
+    """Loss, accuracy, (held-out accuracy,) gradient SNR and epsilon spent vs step, one series per run."""
     panels = []
     for title, attr, log_y in (
         ("training loss", "loss", False),
@@ -598,13 +706,12 @@ def training(runs: Sequence[ReportRun]) -> Training:
                 x=[m.step for m in r.metrics or ()],
                 y=[_nan(getattr(m, attr)) for m in r.metrics or ()],
             )
-            for r in with_metrics
+            for r in runs
         ]
         panels.append((title, series, log_y))
-    heldout = any(m.heldout is not None for r in with_metrics for m in r.metrics or ())
     if heldout:  # the utility plot: held-out figure vs step, the trivial baseline as a dotted line in the run's colour
         series = []
-        for r in with_metrics:
+        for r in runs:
             rows = [m for m in r.metrics or () if m.heldout is not None]
             baseline = next((m.heldout_baseline for m in reversed(rows) if m.heldout_baseline is not None), None)
             series.append(
@@ -616,14 +723,7 @@ def training(runs: Sequence[ReportRun]) -> Training:
                 )
             )
         panels.insert(2, ("held-out accuracy", series, False))
-    return Training(
-        present=True,
-        svg=plots.training("training telemetry", panels),
-        missing=missing,
-        note=note,
-        utility=utility,
-        heldout_panel=heldout,
-    )
+    return panels
 
 
 # -- 5. per-canary table ---------------------------------------------------------------------------
@@ -642,11 +742,24 @@ class CanaryRow:
     exact: bool
 
 
+#: Rows of each per-canary table the page shows (most-repeated first, then by exposure; a comparison page: the first
+#: :data:`COMPARISON_CANARY_ROWS` of each model): the demo's 2,000 coin-flip canaries were most of a page's bytes.
+#: Every row stays in the attack directory's ``scores/``, which the table links.
+CANARY_ROWS = 10
+COMPARISON_CANARY_ROWS = 5
+
+
 @dataclass(frozen=True, kw_only=True)
 class CanaryTable:
+    """One model's per-canary table: its first :data:`CANARY_ROWS` rows, how many there are, and the files that hold
+    them all (``(path as shown, href)``: ``scores/canaries.csv``, or ``scores/canaries.jsonl`` in an older
+    directory)."""
+
     run: str
     rows: tuple[CanaryRow, ...]
     has_prefix: bool
+    total: int = 0
+    files: tuple[tuple[str, str], ...] = ()
 
 
 def _interval(low: float | None, high: float | None, spec: str) -> str:
@@ -656,7 +769,49 @@ def _interval(low: float | None, high: float | None, spec: str) -> str:
     return a if a == b else f"[{a}, {b}]"
 
 
-def canary_tables(runs: Sequence[ReportRun]) -> tuple[CanaryTable, ...]:
+#: Characters of a secret, fill or prefix a table cell shows (a new-token canary's secret is 24 long words); the
+#: whole text is in the scores file the table links.
+CELL_CHARS = 48
+
+
+def _clip(text: str, limit: int = CELL_CHARS) -> str:
+    return text if len(text) <= limit else text[: limit - 1].rstrip() + "…"
+
+
+def _score_files(run: ReportRun, page_dir: Path | None, own_page: bool) -> tuple[tuple[str, str], ...]:
+    """(path as shown, href) of the per-canary scores of each attack directory of ``run`` that holds canaries.
+
+    The page of one run lives in its attack directory (``index.html``; ``dpaudit report DIR`` renders the very same
+    bytes), so its link is relative to that directory; a comparison page's is relative to the folder it is written
+    to (``page_dir``), else the path as given."""
+    from urllib.parse import quote
+
+    from dpaudit.attacks.run import CANARY_CSV, CANARY_SCORES
+
+    out = []
+    for part in run.parts or (run,):
+        if not part.results.canaries:
+            continue
+        outputs = part.manifest.get("outputs") or {}
+        name = CANARY_CSV if CANARY_CSV in outputs else CANARY_SCORES
+        shown = (Path(part.label) / name).as_posix()
+        if own_page:
+            href = name
+        elif page_dir is not None:
+            href = Path(os.path.relpath(Path(part.label).absolute() / name, Path(page_dir).absolute())).as_posix()
+        else:
+            href = shown
+        out.append((shown, quote(href)))
+    return tuple(out)
+
+
+def canary_tables(
+    runs: Sequence[ReportRun], page_dir: Path | None = None, *, limit: int | None = None
+) -> tuple[CanaryTable, ...]:
+    """Each run's first ``limit`` canaries (most-repeated first, then by exposure; default :data:`CANARY_ROWS`, or
+    :data:`COMPARISON_CANARY_ROWS` on a page of several runs) and the files holding every one."""
+    if limit is None:
+        limit = CANARY_ROWS if len(runs) == 1 else COMPARISON_CANARY_ROWS
     tables = []
     for run in runs:
         ordered = sorted(
@@ -664,7 +819,7 @@ def canary_tables(runs: Sequence[ReportRun]) -> tuple[CanaryTable, ...]:
             key=lambda c: (-c.frequency, -(c.exposure_low if c.exposure_low is not None else -math.inf), c.id),
         )
         rows = []
-        for c in ordered:
+        for c in ordered[:limit]:
             text = run.canary_text.get(c.id)
             edit = (
                 "–"
@@ -679,16 +834,24 @@ def canary_tables(runs: Sequence[ReportRun]) -> tuple[CanaryTable, ...]:
                 CanaryRow(
                     id=c.id,
                     frequency=c.frequency,
-                    prefix=text.prefix if text else "",
-                    secret=c.secret,
-                    fill="–" if c.fill is None else c.fill,
+                    prefix=_clip(text.prefix) if text else "",
+                    secret=_clip(c.secret),
+                    fill="–" if c.fill is None else _clip(c.fill),
                     edit=edit,
                     exposure=_interval(c.exposure_low, c.exposure_high, ".2f"),
                     rank=_interval(c.rank_low, c.rank_high, "d"),
                     exact=bool(c.exact),
                 )
             )
-        tables.append(CanaryTable(run=run.label, rows=tuple(rows), has_prefix=bool(run.canary_text)))
+        tables.append(
+            CanaryTable(
+                run=run.label,
+                rows=tuple(rows),
+                has_prefix=bool(run.canary_text),
+                total=len(ordered),
+                files=_score_files(run, page_dir, own_page=len(runs) == 1),
+            )
+        )
     return tuple(tables)
 
 
@@ -793,25 +956,37 @@ class Page:
         Any, ...
     ] = ()  # white-box audits on the page (dpaudit.report.whitebox.WhiteboxView): their verdicts lead
     models: tuple[ComparisonRow, ...] = ()  # the comparison table: a row per model (comparison pages)
+    models_notes: tuple[str, ...] = ()  # its footnotes
+    answers: Any = None  # the four answers and a badge per model (comparison pages: dpaudit.report.answers.Answers)
 
 
-def build_page(runs: Sequence[ReportRun], *, whitebox: Sequence[Any] = ()) -> Page:
-    """The page of attack ``runs``; ``whitebox`` audit views (already built) lead its verdict and get a section."""
+def build_page(runs: Sequence[ReportRun], *, whitebox: Sequence[Any] = (), page_dir: Path | None = None) -> Page:
+    """The page of attack ``runs``; ``whitebox`` audit views (already built) lead its verdict and get a section.
+
+    ``page_dir``: the folder the page is written to (its links to each attack directory's files are relative to it);
+    None: a page of one run lives in its attack directory, a comparison page links the paths as given."""
     from dpaudit import __version__
+    from dpaudit.report.answers import answers
+    from dpaudit.report.comparison import Footnotes
 
     audits = {run.label: membership_audits(run.results) for run in runs}
     heads = {run.label: run_headline(run) for run in runs}
     labels = ", ".join([*(w.label for w in whitebox), *(r.label for r in runs)])
+    comparison = len(runs) > 1
+    notes = Footnotes()
+    models = comparison_rows(runs, heads, audits, notes) if comparison else ()
     return Page(
         title=f"dpaudit report: {labels}",
-        comparison=len(runs) > 1,
+        comparison=comparison,
         version=__version__,
         verdicts=tuple(verdict(r, audits[r.label], heads[r.label]) for r in runs),
         memorization=memorization(runs),
         mia=mia(runs, audits, heads),
         training=training(runs),
-        canaries=canary_tables(runs),
+        canaries=canary_tables(runs, page_dir),
         provenance=tuple(provenance(p, r.label) for r in runs for p in (r.parts or (r,))),
         whitebox=tuple(whitebox),
-        models=comparison_rows(runs, heads, audits) if len(runs) > 1 else (),
+        models=models,
+        models_notes=notes.texts,
+        answers=answers(runs, heads, audits) if comparison else None,
     )

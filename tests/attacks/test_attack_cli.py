@@ -90,7 +90,7 @@ def test_attack_directory_is_verified_and_reads_back(attacked, canary_model):
     out, _ = attacked
     manifest = verify_run_dir(out, schema_prefix="dpaudit.attack/")
     assert manifest["schema"] == "dpaudit.attack/1"
-    assert set(manifest["outputs"]) == {"results.json", "scores/canaries.jsonl", "index.html"}
+    assert set(manifest["outputs"]) == {"results.json", "scores/canaries.jsonl", "scores/canaries.csv", "index.html"}
     assert any(k.endswith("model.safetensors") for k in manifest["inputs"])
     assert any(k.endswith("canaries.jsonl") for k in manifest["inputs"])
     results = read_attack_dir(out)

@@ -139,19 +139,104 @@ def _cells(dom_html: str) -> list[list[str]]:
 
 
 def test_comparison_table_rows_in_headless_chromium(models_page, tmp_path: Path, parse_html) -> None:
-    """The comparison page opens with the models table in a real browser: one row per model (the model attacked twice
-    is one row), its label, claim, utility beside the baseline, and n/a where the non-members cannot measure a TPR."""
+    """The comparison page's models table in a real browser: one row per model (the model attacked twice is one row),
+    its label, claim, utility beside the baseline, and n/a where the non-members cannot measure a TPR."""
     browser = _chromium()
     page, dirs = models_page
     dom = _dump_dom(browser, tmp_path, page)
     ids = [attrs.get("id") for tag, attrs in parse_html(dom).tags if tag == "section"]
-    assert ids == ["models", *SECTIONS]  # the table comes first
+    assert ids == ["answers", "models", *SECTIONS]  # the answers at a glance, then the table
     rows = _cells(dom)
     assert [(r[0].split()[0], r[1]) for r in rows] == [
         ("eps2-model", "2.00"),
         ("non-private", "inf"),
         ("eps8-model", "8.00"),
     ]
-    assert all(len(r) == 8 for r in rows)
-    assert str(dirs["eps2-membership"]) in rows[0][0] and rows[0][7].startswith("n/a (needs >= 100 non-members")
+    assert all(len(r) == 9 for r in rows)  # the public start is a column
+    assert str(dirs["eps2-membership"]) in rows[0][0] and re.fullmatch(r"n/a \[\d\]", rows[0][8])  # a footnote
     assert rows[1][2].startswith("45.0% (5.0%)")
+
+
+#: The screen a newcomer sees first (a common laptop's), on which a comparison page must answer its four questions.
+FIRST_SCREEN = (1366, 768)
+_MEASURE = """<script>
+for (const el of document.querySelectorAll('.badge, dl.answers dt, dl.answers dd')) {
+  const r = el.getBoundingClientRect();
+  el.setAttribute('data-rect', [r.left, r.top, r.right, r.bottom].map(Math.round).join(','));
+}
+document.documentElement.setAttribute('data-viewport', innerWidth + 'x' + innerHeight);
+</script>"""
+
+
+def first_screen(browser: str, tmp_path: Path, page: Path) -> tuple[str, list[tuple[str, str, str, tuple[int, ...]]]]:
+    """Lay ``page`` out in the real browser at :data:`FIRST_SCREEN` and return (viewport, elements): each badge and
+    each answer of the "at a glance" block as (class or tag, its ``data-model`` or "", its text, its box left, top,
+    right, bottom in CSS pixels).
+
+    The page itself runs no script (its CSP forbids it); a copy of it without that one meta tag gets a script at the
+    end of its body that writes each element's box into the DOM, which the browser then dumps. Everything else
+    (styles, fonts, inline SVGs) is the page's own."""
+    import html as html_lib
+
+    text = page.read_text(encoding="utf-8")
+    text = re.sub(r'<meta http-equiv="Content-Security-Policy"[^>]*>', "", text)
+    copy = tmp_path / "first-screen.html"
+    copy.write_text(text.replace("</body>", _MEASURE + "</body>"), encoding="utf-8")
+    width, height = FIRST_SCREEN
+    result = _run(browser, tmp_path / "profile-screen", f"--window-size={width},{height}", "--dump-dom", copy.as_uri())
+    assert result.returncode == 0, result.stderr[-2000:]
+    dom = result.stdout
+    viewport = re.search(r'data-viewport="([^"]+)"', dom)
+    assert viewport is not None, "the measuring script did not run"
+    found = []
+    for tag, attrs, inner in re.findall(r"<(span|dt|dd)([^>]*data-rect=\"[^\"]+\"[^>]*)>(.*?)</\1>", dom, re.DOTALL):
+        rect = tuple(int(v) for v in re.search(r'data-rect="([^"]+)"', attrs).group(1).split(","))
+        model = re.search(r'data-model="([^"]*)"', attrs)
+        kind = "badge" if tag == "span" else tag
+        words = " ".join(html_lib.unescape(re.sub(r"<[^>]+>", " ", inner)).split())
+        found.append((kind, html_lib.unescape(model.group(1)) if model else "", words, rect))
+    return viewport.group(1), found
+
+
+def assert_answers_on_first_screen(browser: str, tmp_path: Path, page: Path, models: list[str]) -> dict[str, str]:
+    """The four questions with their answers and a verdict badge per model in ``models``, all inside the first
+    1366 x 768 of ``page`` in the real browser; returns model -> badge word."""
+    viewport, found = first_screen(browser, tmp_path, page)
+    width, height = FIRST_SCREEN
+    assert viewport.startswith(f"{width}x"), viewport
+
+    def inside(rect: tuple[int, ...]) -> bool:
+        left, top, right, bottom = rect
+        return 0 <= left and right <= width and 0 <= top and bottom <= height
+
+    questions = [text for kind, _, text, _ in found if kind == "dt"]
+    assert questions == ["Does it leak?", "Does DP fix it?", "At what cost?", "Is the claim consistent?"]
+    for kind, _, text, rect in found:
+        if kind in ("dt", "dd"):
+            assert inside(rect), (text, rect)
+    answers = [text for kind, _, text, _ in found if kind == "dd"]
+    assert len(answers) == 4 and all(len(a) > 10 for a in answers), answers
+    badges = {model: (text, rect) for kind, model, text, rect in found if kind == "badge"}
+    assert sorted(badges) == sorted(models), badges
+    for model, (text, rect) in badges.items():
+        assert inside(rect), (model, text, rect)
+        assert text in (
+            "consistent",
+            "contradicted",
+            "could not be tested",
+            "mechanism refuted",
+            "investigate",
+            "non-private",
+            "not tested",
+            "claim unknown",
+            "no proven ε",
+        ), text
+    return {model: text for model, (text, _) in badges.items()}
+
+
+def test_comparison_page_answers_on_the_first_screen(models_page, tmp_path: Path) -> None:
+    """The first 1366 x 768 of a comparison page in a real browser: the four answers and a badge per model (the
+    eps2 model's proof is within its claim; the non-private model has none to test)."""
+    page, _ = models_page
+    badges = assert_answers_on_first_screen(_chromium(), tmp_path, page, ["eps2-model", "non-private", "eps8-model"])
+    assert badges["non-private"] == "non-private"

@@ -51,11 +51,16 @@ def test_comparison_table_has_one_row_per_model_and_merges_one_models_two_direct
     )  # one model, both directories
     assert eps2[1] == "2.00" and nonprivate[1] == "inf" and eps8[1] == "8.00"  # claimed epsilon, rounded up
     assert nonprivate[2].startswith("45.0% (5.0%)") and eps2[2] == "–"  # utility beside its trivial baseline
-    assert re.match(r"\d+\.\d\d bits of 13\.3 \(16×, p = ", eps2[3]) and "controls" in eps2[3]
-    assert re.fullmatch(r"\d+/8 at 16× \d+/32 of all inserted", eps2[4])
-    assert eps2[5].startswith("ε ≥ ") and "(proof)" in eps2[5] and eps8[5].startswith("–")  # eps8 ran no MIA
-    assert re.match(r"0\.\d\d \[0\.\d\d, [01]\.\d\d\]", eps2[6])
-    assert eps2[7] == "n/a (needs >= 100 non-members, have 40)"  # the canaries task: 40 a side
+    assert eps2[3] == nonprivate[3] == "–"  # no public start (a fresh initialization)
+    assert re.match(r"\d+\.\d\d bits of 13\.3 \(16×, p = ", eps2[4]) and "controls" in eps2[4]
+    assert re.fullmatch(r"\d+/8 at 16× \d+/32 of all inserted", eps2[5])
+    assert eps2[6].startswith("ε ≥ ") and "(proof)" in eps2[6] and eps8[6].startswith("–")  # eps8 ran no MIA
+    assert re.match(r"0\.\d\d \[0\.\d\d, [01]\.\d\d\]", eps2[7])
+    # the canaries task: 40 a side; the reason is a footnote under the table, printed once
+    note = re.fullmatch(r"n/a \[(\d)\]", eps2[8])
+    assert note is not None
+    notes = re.findall(r"<li>(.*?)</li>", html[html.index('<ol class="footnotes">') :].split("</ol>")[0])
+    assert notes[int(note.group(1)) - 1] == "n/a: needs &gt;= 100 non-members, have 40"
     # one verdict per model, the merged model's membership and canary results in the same card
     assert html.count('<div class="verdict">') == 3 and "3 models compared" in html
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import csv
 import json
 import re
 from pathlib import Path
@@ -14,6 +15,7 @@ from dpaudit.files.run_dirs import sha256_file
 from dpaudit.report import render_report
 from dpaudit.report.load import load_run
 from dpaudit.report.membership import membership_audits, strongest
+from dpaudit.report.sections import CANARY_ROWS
 
 SCRIPT = "<script>alert(1)</script>"
 IMG = '"><img src=x onerror=alert(1)>'
@@ -40,8 +42,12 @@ def test_sections_in_order_and_content(parse_html, attack_dir: Path) -> None:
     assert "trained on public.jsonl only" in text  # the tokenizer, from the train manifest
     assert html.count("<svg ") == 4  # exposure, edit distance, ROC, training
     assert "EXCEEDS" not in html  # the lower bound is far below epsilon 2
-    # every canary is a row of the per-canary table
-    assert len(re.findall(r'<td class="mono">c\d{4}</td>', html)) == len(run.results.canaries) == 40
+    assert "bits on average (chance, not 0" in text and "0 bits is chance" not in text  # a random rank: ~1.44 bits
+    # the per-canary table shows its first rows, most-repeated first; every canary is a row of the CSV it links
+    assert len(re.findall(r'<td class="mono">c\d{4}</td>', html)) == CANARY_ROWS < len(run.results.canaries) == 40
+    assert f"The first {CANARY_ROWS} of 40 canaries" in text and '<a href="scores/canaries.csv">' in html
+    csv_rows = list(csv.DictReader((attack_dir / "scores" / "canaries.csv").open(encoding="utf-8")))
+    assert [r["id"] for r in csv_rows] == [c.id for c in run.results.canaries]
     # every input's hash is listed
     for digest in run.manifest["inputs"].values():
         assert digest in html
@@ -74,7 +80,7 @@ def test_self_contained_no_network(parse_html, attack_dir: Path) -> None:
 def test_attack_writes_index_listed_in_manifest(attack_dir: Path) -> None:
     manifest = json.loads((attack_dir / "manifest.json").read_text())
     assert manifest["outputs"]["index.html"] == sha256_file(attack_dir / "index.html")
-    assert set(manifest["outputs"]) == {"results.json", "scores/canaries.jsonl", "index.html"}
+    assert set(manifest["outputs"]) == {"results.json", "scores/canaries.jsonl", "scores/canaries.csv", "index.html"}
 
 
 def test_rendering_is_deterministic_and_equals_index(attack_dir: Path, tmp_path: Path) -> None:
@@ -109,7 +115,8 @@ def test_comparison_page_overlays_runs(parse_html, make_attack, tmp_path: Path, 
     assert "No training telemetry for" in text
     # overlaid figures: one exposure and one edit-distance plot whose legends name every run
     svgs = re.findall(r"<svg .*?</svg>", html, flags=re.DOTALL)
-    assert len(svgs) == 1 + 1 + 2 + 1  # exposure, edit, a ROC per run with MIA, training
+    # exposure, edit, a ROC per run with MIA, a training figure per family (eps1 and buggy: other data, other steps)
+    assert len(svgs) == 1 + 1 + 2 + 2
     for name in ("eps1", "buggy", "nonprivate"):
         assert name in svgs[0]
     # clip-path ids are unique across the page (each figure has its own salt)
@@ -128,9 +135,12 @@ def test_thousand_canaries_under_two_megabytes(make_attack, tmp_path: Path) -> N
     run = make_attack(tmp_path, "big", n_canaries=1000, frequencies=(1, 2, 4, 8, 16, 32, 64))
     size = (run / "index.html").stat().st_size
     print(f"index.html for 1,000 canaries: {size / 1e6:.3f} MB")
-    assert 200_000 < size < 2_000_000
+    # the page shows the table's first rows; every one of the 1,000 is in the scores/ it links
+    assert size < 400_000
     html = (run / "index.html").read_text(encoding="utf-8")
-    assert len(re.findall(r'<td class="mono">c\d{4}</td>', html)) == 1000
+    assert len(re.findall(r'<td class="mono">c\d{4}</td>', html)) == CANARY_ROWS
+    assert "The first 10 of 1000 canaries" in html and '<a href="scores/canaries.csv">' in html
+    assert len((run / "scores" / "canaries.csv").read_text(encoding="utf-8").splitlines()) == 1 + 1000
 
 
 def test_roc_thinning_keeps_the_low_fpr_operating_points() -> None:
@@ -203,3 +213,19 @@ def test_shuffle_run_shows_no_proven_epsilon(parse_html, make_attack, tmp_path: 
     assert "no proven epsilon (as-if-Poisson: 0.149)" in text
     assert "Nothing found contradicts" not in text and "claimed epsilon 0.149" not in text
     assert 'class="alarm"' not in html and "CLAIM CONTRADICTED" not in text
+
+
+def test_chance_exposure_is_the_mean_over_a_random_rank() -> None:
+    """A secret at a uniformly random rank scores log2|R| - log2 rank on average about log2(e) = 1.44 bits, not 0: the
+    page says what chance is (computed, not assumed)."""
+    import math
+
+    import numpy as np
+
+    from dpaudit.report.sections import chance_exposure
+
+    for size in (10, 1000, 10**4):
+        ranks = np.arange(1, size + 1)
+        exact = float(np.mean(math.log2(size) - np.log2(ranks)))
+        assert abs(chance_exposure(math.log2(size)) - exact) < 1e-9, size
+    assert abs(chance_exposure(math.log2(10**4)) - 1.44) < 0.005 and chance_exposure(None) == math.log2(math.e)
