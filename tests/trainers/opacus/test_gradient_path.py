@@ -38,12 +38,13 @@ def _verdicts(fault: str | None, seeds: int, monkeypatch: pytest.MonkeyPatch) ->
     return flags
 
 
-def test_the_library_clips_each_canary_to_c_along_its_row():
+@pytest.mark.parametrize("mode", ["hooks", "functorch"])
+def test_the_library_clips_each_canary_to_c_along_its_row(mode):
     from dpaudit.trainers.opacus.loop import PrivacySettings, run_opacus
 
     member = np.random.default_rng(0).integers(0, 2, size=200).astype(bool)
     settings = PrivacySettings(
-        noise_multiplier=1e-4, clip_norm=0.7, steps=3, delta=1e-5, accountant="rdp", noise_seed=1
+        noise_multiplier=1e-4, clip_norm=0.7, steps=3, delta=1e-5, accountant="rdp", grad_sample_mode=mode, noise_seed=1
     )
     run = run_opacus(tiny_setup(), settings, gains=np.where(member, CANARY_GAIN, 0.0))
     assert run.observations is not None and run.final is not None
