@@ -46,6 +46,11 @@ CASES = [
             {"mode": "edp-sgd", "clip_engine": "vmap"},
         )
     ],
+    *[  # LoRA adapters (peft) over the frozen model: only they (and a classifier's head) are clipped
+        ("edp-sgd", task, {"peft": "lora", "mode": mode, "clip_engine": "ghost"})
+        for task in ("classify", "mlm", "clm")
+        for mode in ("dp-sgd", "edp-sgd")
+    ],
     ("rgp", "classify", {}),
     ("rgp", "mlm", {}),
     ("rgp", "clm", {}),  # GPT-2: the causal loss reads only the example's own tokens

@@ -22,14 +22,19 @@ from dataclasses import dataclass, field
 from typing import ClassVar, Literal
 
 from dpaudit.trainers.torch_common.config import TorchTrainConfig
+from dpaudit.trainers.torch_common.lora import MISSING_PEFT, peft_installed
 from dpaudit.trainers.torch_common.options import DEFAULT_VOCAB_SIZE
-from dpaudit.training.config_types import check_int, check_types
+from dpaudit.training.config_types import check_int, check_real, check_types, option_name
 from dpaudit.training.dp_options import help_text as _help
 
 Mode = Literal["sgd", "dp-sgd", "edp-sgd"]
 ScaleFrom = Literal["public", "private"]
 NoiseDraw = Literal["process", "micro-batch"]
 ClipEngine = Literal["ghost", "vmap"]
+Peft = Literal["none", "lora"]
+
+#: --peft lora's defaults when --lora-rank / --lora-alpha are not given.
+LORA_DEFAULTS = {"lora_rank": 8, "lora_alpha": 16.0}
 
 __all__ = ["DEFAULT_VOCAB_SIZE", "EdpSgdConfig"]
 
@@ -100,6 +105,26 @@ class EdpSgdConfig(TorchTrainConfig):
         ),
     )
 
+    peft: Peft = field(
+        default="none",
+        metadata=_help(
+            "none: train every parameter. lora: freeze the model (the --init-from start) and train LoRA adapters "
+            "(and a classifier's head) through the peft library: only they are clipped, noised and updated; "
+            "model/ holds the merged model, model/adapter/ the adapter (needs pip install 'dpaudit[peft]')."
+        ),
+    )
+    lora_rank: int | None = field(default=None, metadata=_help("--peft lora: rank r of each adapter (default 8)."))
+    lora_alpha: float | None = field(
+        default=None, metadata=_help("--peft lora: alpha; the update is (alpha / r) B A (default 16).")
+    )
+    lora_targets: str | list[str] | None = field(
+        default=None,
+        metadata=_help(
+            "--peft lora: the Linear modules to adapt by name, comma-separated (e.g. query,value; c_attn; "
+            "q_proj,v_proj). Default: peft's choice for the model type."
+        ),
+    )
+
     #: The refusals name --mode sgd (--non-private is its other spelling, which --mode dp-sgd contradicts).
     NO_NOISE: ClassVar[str] = "--mode sgd"
 
@@ -114,6 +139,32 @@ class EdpSgdConfig(TorchTrainConfig):
         check_int("micro_batches", self.micro_batches, 1)
         if self.mode != "edp-sgd" and self.scale_from != "public":
             raise ValueError("--scale-from applies to --mode edp-sgd only.")
+        self._check_lora()
+
+    def _check_lora(self) -> None:
+        """Resolve --lora-* to their values under --peft lora (stored, so the manifest holds what ran); refuse
+        them without it, and --peft lora without the peft library (one line naming the extra)."""
+        names = ("lora_rank", "lora_alpha", "lora_targets")
+        if self.peft != "lora":
+            for name in names:
+                if getattr(self, name) is not None:
+                    raise ValueError(f"{option_name(name)} applies to --peft lora only; add --peft lora or remove it.")
+            return
+        if not peft_installed():
+            raise ValueError(MISSING_PEFT)
+        for name, value in LORA_DEFAULTS.items():
+            if getattr(self, name) is None:
+                object.__setattr__(self, name, value)
+        check_int("lora_rank", self.lora_rank, 1)
+        check_real("lora_alpha", self.lora_alpha, low=0.0, low_open=True)
+        if self.lora_targets is not None:
+            targets = self.lora_targets
+            parts = [str(t).strip() for t in (targets if isinstance(targets, list) else targets.split(","))]
+            if not parts or any(not t for t in parts):
+                raise ValueError(
+                    f"--lora-targets {targets!r} has an empty module name; list names separated by commas."
+                )
+            object.__setattr__(self, "lora_targets", sorted(set(parts)))
 
     @property
     def private(self) -> bool:

@@ -37,6 +37,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 import numpy as np
@@ -51,6 +52,7 @@ from dpaudit.trainers.torch_common.clipping.ghost import GhostClipper, Unsupport
 from dpaudit.trainers.torch_common.clipping.microbatch import MicrobatchClipper, layer_clip_norms
 from dpaudit.trainers.torch_common.clipping.per_example import PerExampleClipper, trainable
 from dpaudit.trainers.torch_common.distributed import to_device
+from dpaudit.trainers.torch_common.hf_export import save_hf
 from dpaudit.trainers.torch_common.loop import (
     _EVAL_STREAM,
     _MASK_STREAM,
@@ -59,6 +61,7 @@ from dpaudit.trainers.torch_common.loop import (
     _seeded,
     noised_total,
 )
+from dpaudit.trainers.torch_common.lora import LoraAdapters, apply_lora
 from dpaudit.trainers.torch_common.model import layer_groups, per_example_losses
 from dpaudit.trainers.torch_common.plugin import TorchTrainer
 from dpaudit.training import RecordParts
@@ -100,6 +103,42 @@ class _Plugin(TorchPlugin):
         self.slots: np.ndarray | None = None
         self.ghost: GhostClipper | None = None
         self.ghost_refused: str | None = None
+        self.lora: LoraAdapters | None = None
+
+    def _build_model(self) -> None:
+        """The start (or preset), then with --peft lora its adapters: from here on ``self.model`` trains
+        only them (and a classifier's head), and every engine sees only those parameters."""
+        super()._build_model()
+        config = self.config
+        if config.peft != "lora":
+            return
+        start = self.starting_point
+        self.lora = apply_lora(
+            self.model,
+            task=config.task,
+            rank=config.lora_rank,
+            alpha=config.lora_alpha,
+            targets=config.lora_targets,
+            seed=self.seed,
+            base_name=start.given if start is not None else None,
+        )
+        self.model = self.lora.model
+
+    def _lora_base(self) -> dict[str, Any]:
+        """privacy.json's words for the frozen base: the --init-from start and its weight files' sha256, or the
+        preset's random init from the public --seed."""
+        start = self.starting_point
+        if start is not None:
+            return {"init_from": start.given, "weights_sha256": dict(sorted(start.weights.items()))}
+        return {"preset": self.config.preset, "random_init_seed": self.seed}
+
+    def export(self, model_dir: Path) -> None:
+        """model/ (the merged model, Hugging Face layout) and, with --peft lora, model/adapter/ (peft's layout)."""
+        if self.lora is None:
+            super().export(model_dir)
+            return
+        start = self.starting_point.model_dir if self.starting_point is not None else None
+        save_hf(model_dir, self.lora.merged(), self.tokenizer, start_dir=start, adapter=self.lora.peft_model)
 
     def extra_state(self) -> dict[str, Any]:
         return {**super().extra_state(), "layer_clip_norms": self.layer_norms}
@@ -306,6 +345,8 @@ class _Plugin(TorchPlugin):
     def _mechanism_parts(self, plan: PrivacyPlan, steps: int, details: dict[str, Any]) -> RecordParts:
         config = self.config
         unaccounted: list[str] = []
+        if self.lora is not None:
+            details["trained"] = self.lora.record(self._lora_base())
         if config.mode == "edp-sgd":
             details["micro_batches"] = config.micro_batches
             details["microbatch_assignment"] = (

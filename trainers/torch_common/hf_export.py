@@ -22,7 +22,9 @@ _SPECIAL_KEYS = ("pad_token", "unk_token", "cls_token", "sep_token", "mask_token
 _TOKEN_FILES = ("tokenizer_config.json", "special_tokens_map.json")
 
 
-def save_hf(out_dir: Path, model: Any, tokenizer: Tokenizer, *, start_dir: Path | None = None) -> None:
+def save_hf(
+    out_dir: Path, model: Any, tokenizer: Tokenizer, *, start_dir: Path | None = None, adapter: Any = None
+) -> None:
     """Replace ``out_dir`` with the model, its config and its tokenizer.
 
     A causal LM (``--task clm``: a ``*ForCausalLM`` or ``*LMHeadModel``): the tokenizer config also names
@@ -30,6 +32,10 @@ def save_hf(out_dir: Path, model: Any, tokenizer: Tokenizer, *, start_dir: Path 
     mask only); a causal model started from ``start_dir`` whose tokenizer is not a dpaudit WordPiece (GPT-2's
     BPE, Llama's) keeps that start's ``tokenizer_config.json`` and ``special_tokens_map.json`` as they came
     (their token names are its own).
+
+    ``adapter`` (a ``peft.PeftModel``; ``model`` is then its merged copy): the adapter alone goes to ``adapter/``
+    in peft's ``save_pretrained`` layout (``adapter_config.json``, ``adapter_model.safetensors``) with the same
+    tokenizer files, so ``PeftModel.from_pretrained(base, out_dir / "adapter")`` reads it back.
     """
     names = dict(zip(_SPECIAL_KEYS, SPECIAL_TOKENS, strict=True))
     causal = architecture_kind(type(model).__name__) == CAUSAL_LM
@@ -62,9 +68,16 @@ def save_hf(out_dir: Path, model: Any, tokenizer: Tokenizer, *, start_dir: Path 
                 continue  # the start had none: no BERT token names for another tokenizer
             text = kept.get(name, json.dumps(obj, indent=2, sort_keys=True) + "\n")
             (staging / name).write_text(text, encoding="utf-8")
+        if adapter is not None:
+            adapter_dir = staging / "adapter"
+            adapter.save_pretrained(str(adapter_dir), safe_serialization=True)
+            for path in list(staging.iterdir()):  # the tokenizer beside the adapter
+                if path.is_file() and path.name.startswith(("tokenizer", "special_tokens")):
+                    (adapter_dir / path.name).write_bytes(path.read_bytes())
         mode = 0o666 & ~_umask()
-        for path in staging.iterdir():  # save_pretrained may create private (0600) files
-            os.chmod(path, mode)
+        for path in staging.rglob("*"):  # save_pretrained may create private (0600) files
+            if path.is_file():
+                os.chmod(path, mode)
 
 
 def _umask() -> int:

@@ -1,0 +1,252 @@
+"""``--peft lora``: LoRA adapters through peft in edp-sgd (docs/trainers.md, "LoRA adapters").
+
+The ghost engine over the adapters against the vmap engines (its oracle) on BERT, GPT-2 and a Llama-style
+causal LM; runs from tiny random starts saved to a temp dir (only the adapters and a classifier's head change;
+privacy.json names them and the base's hashes; the merged model and the adapter read back by peft give the same
+logits); the refusals (a start trained on this run's private data, peft missing, a target the model lacks).
+The sensitivity contract of LoRA runs is in tests/test_sensitivity_contract.py.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+from click.testing import CliRunner
+
+from dpaudit.cli import cli
+from dpaudit.training.api import load_trainer
+
+pytest.importorskip("peft")
+
+LABELS = ["a", "b", "c"]
+
+
+def _texts(data_dir: Path) -> list[str]:
+    return [json.loads(line)["text"] for line in (data_dir / "public.jsonl").read_text().splitlines()]
+
+
+@pytest.fixture(scope="module")
+def starts(data_dir, tmp_path_factory):
+    """Tiny random starts in Hugging Face layout with a WordPiece tokenizer of public.jsonl: a BERT masked LM,
+    a GPT-2 and a Llama-style causal LM (RMSNorm, rotary positions, SwiGLU)."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from dpaudit.trainers.torch_common.hf_export import save_hf
+    from dpaudit.trainers.torch_common.model import build_causal_model, build_model
+    from dpaudit.training.tokenizer import special_token_ids, train_wordpiece
+
+    root = tmp_path_factory.mktemp("lora_starts")
+    tok = train_wordpiece(_texts(data_dir), vocab_size=300)
+    vocab, ids = tok.get_vocab_size(), special_token_ids(tok)
+    save_hf(
+        root / "bert", build_model("mlm", preset="tiny", vocab_size=vocab, max_length=16, label_names=None, seed=1), tok
+    )
+    specials = {"cls": ids["cls"], "sep": ids["sep"], "pad": ids["pad"]}
+    gpt2 = build_causal_model(preset="tiny", vocab_size=vocab, max_length=16, specials=specials, seed=2)
+    save_hf(root / "gpt2", gpt2, tok)
+    torch.manual_seed(3)
+    llama = LlamaForCausalLM(
+        LlamaConfig(
+            num_hidden_layers=2,
+            hidden_size=32,
+            intermediate_size=64,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            vocab_size=vocab,
+            max_position_embeddings=64,
+            bos_token_id=ids["cls"],
+            eos_token_id=ids["sep"],
+            pad_token_id=ids["pad"],
+        )
+    ).eval()
+    save_hf(root / "llama", llama, tok)
+    return root
+
+
+# -- the ghost engine over the adapters, the vmap engines as its oracle -----------------------------
+
+
+def _lora_model(kind: str, task: str):
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from dpaudit.trainers.torch_common.lora import apply_lora
+    from dpaudit.trainers.torch_common.model import build_causal_model, build_model
+
+    if kind == "bert":
+        model = build_model(task, preset="tiny", vocab_size=100, max_length=16, label_names=LABELS, seed=0)
+    elif kind == "gpt2":
+        model = build_causal_model(preset="tiny", vocab_size=100, max_length=16, specials={}, seed=0)
+    else:
+        torch.manual_seed(0)
+        config = LlamaConfig(
+            num_hidden_layers=2,
+            hidden_size=32,
+            intermediate_size=64,
+            num_attention_heads=2,
+            num_key_value_heads=1,
+            vocab_size=100,
+            max_position_embeddings=32,
+        )
+        config._attn_implementation = "eager"
+        model = LlamaForCausalLM(config).eval()
+    targets = {"llama": ["q_proj", "v_proj", "down_proj"]}.get(kind)
+    lora = apply_lora(model, task=task, rank=4, alpha=8, targets=targets, seed=0)
+    with torch.no_grad():  # B starts at zero: give the adapters a non-trivial gradient path
+        for name, p in lora.model.named_parameters():
+            if "lora_B" in name:
+                p.normal_(0.0, 0.2)
+    return lora.model
+
+
+def _batch(task: str) -> dict[str, torch.Tensor]:
+    from dpaudit.trainers.torch_common.data import additive_mask
+
+    gen = torch.Generator().manual_seed(0)
+    ids = torch.randint(5, 100, (6, 12), generator=gen)
+    mask = torch.ones(6, 12, dtype=torch.long)
+    mask[0, 7:] = 0
+    mask[3, 9:] = 0
+    batch = {"input_ids": ids * mask, "mask4": additive_mask(mask)}
+    if task == "classify":
+        batch["labels"] = torch.tensor([0, 1, 2, 0, 1, 2])
+    elif task == "clm":
+        batch["next_weights"] = mask.float()
+    else:  # mlm: two predicted positions per row
+        batch.update(
+            positions=torch.tensor([[1, 2]] * 6),
+            targets=torch.randint(5, 100, (6, 2), generator=gen),
+            weights=torch.ones(6, 2),
+        )
+    return batch
+
+
+@pytest.mark.parametrize(("kind", "task"), [("bert", "classify"), ("bert", "mlm"), ("gpt2", "clm"), ("llama", "clm")])
+def test_ghost_clipping_over_the_adapters_equals_the_vmap_engines(kind, task):
+    from dpaudit.trainers.torch_common.clipping.ghost import GhostClipper
+    from dpaudit.trainers.torch_common.clipping.microbatch import MicrobatchClipper
+    from dpaudit.trainers.torch_common.clipping.per_example import PerExampleClipper, trainable
+    from dpaudit.trainers.torch_common.model import layer_groups, per_example_losses
+
+    model = _lora_model(kind, task)
+    names, params = trainable(model)
+    assert names and all("lora_" in n or "modules_to_save" in n for n in names), names
+    batch = _batch(task)
+    # Per example (dp-sgd), C small enough that every example is clipped.
+    ghost = GhostClipper(model, per_example_losses, bounds=[0.01], param_groups=[0] * len(params))
+    oracle = PerExampleClipper(model, per_example_losses, clip_norm=0.01, physical_batch=4)
+    got, want = ghost.clipped_sum(batch, np.arange(6), 6), oracle.clipped_sum(batch)
+    assert int(got.clipped) == int(want.clipped) == 6
+    for g, w, n in zip(got.grads, want.grads, names):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-7, msg=n)
+    # Micro-batches with per-layer clip norms (edp-sgd).
+    _, groups = layer_groups(names)
+    bounds = [0.01 * (1 + g) for g in range(max(groups) + 1)]
+    ghost = GhostClipper(model, per_example_losses, bounds=bounds, param_groups=groups)
+    oracle = MicrobatchClipper(model, per_example_losses, layer_clip_norms=bounds, param_groups=groups)
+    owner = np.array([0, 0, 1, 1, 1, 2])
+    got = ghost.clipped_sum(batch, owner, 3)
+    want = oracle.clipped_sum(batch, [np.flatnonzero(owner == u) for u in range(3)], chunk_examples=4)
+    for g, w, n in zip(got.grads, want.grads, names):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-7, msg=n)
+
+
+# -- runs from a start: what is trained, privacy.json, the two exports --------------------------------
+
+
+def _train(data_dir: Path, out: Path, **settings):
+    trainer = load_trainer("edp-sgd")
+    config = trainer.tiny_config(peft="lora", lora_rank=4, noise_seed=7, **settings)
+    return trainer.train(data_dir, out, config, seed=0)
+
+
+def _logits(model, ids: torch.Tensor) -> torch.Tensor:
+    with torch.no_grad():
+        return model(input_ids=ids, attention_mask=torch.ones_like(ids)).logits
+
+
+@pytest.mark.parametrize(
+    ("start", "task", "mode"), [("bert", "classify", "dp-sgd"), ("gpt2", "clm", "edp-sgd"), ("llama", "clm", "dp-sgd")]
+)
+def test_a_lora_run_trains_only_the_adapters_and_exports_the_merged_model_and_the_adapter(
+    start, task, mode, starts, data_dir, tmp_path
+):
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+
+    base_dir = starts / start
+    out = tmp_path / "run"
+    result = _train(data_dir, out, task=task, mode=mode, init_from=str(base_dir), epochs=1)
+    assert result.epsilon is not None and result.epsilon > 0
+    record = json.loads((out / "privacy.json").read_text())
+    trained = record["details"]["trained"]
+    assert trained["peft"] == "lora" and trained["rank"] == 4 and trained["alpha"] == 16.0
+    assert trained["targets"] == {"bert": ["query", "value"], "gpt2": ["c_attn"], "llama": ["q_proj", "v_proj"]}[start]
+    assert trained["base"]["init_from"] == str(base_dir)
+    assert trained["base"]["weights_sha256"] == record["init_from"]["weights_sha256"]
+    assert len(trained["base"]["state_sha256"]) == 64
+    assert 0 < trained["trained_parameters"] < trained["frozen_parameters"] / 10
+    assert trained["modules_trained_in_full"] == (["classifier", "pooler"] if task == "classify" else [])
+
+    # model/: the merged model in the base's class; weights outside the adapted modules (and head) unchanged.
+    merged_state, base_state = load_file(out / "model" / "model.safetensors"), load_file(base_dir / "model.safetensors")
+    adapted = tuple(f"{m}.weight" for m in trained["adapted_modules"])
+    moved = [k for k in base_state if k in merged_state and not torch.equal(base_state[k], merged_state[k])]
+    assert moved and all(k.endswith(adapted) for k in moved), moved
+
+    # model/adapter/: peft's layout, read back over the base: the same logits as the merged model.
+    adapter = out / "model" / "adapter"
+    assert {"adapter_config.json", "adapter_model.safetensors", "tokenizer.json"} <= {p.name for p in adapter.iterdir()}
+    if task == "classify":
+        labels = json.loads((out / "model" / "config.json").read_text())["id2label"]
+        load = lambda d: AutoModelForSequenceClassification.from_pretrained(d, num_labels=len(labels))  # noqa: E731
+    else:
+        load = AutoModelForCausalLM.from_pretrained
+    merged = load(str(out / "model")).eval()
+    reread = PeftModel.from_pretrained(load(str(base_dir)), str(adapter)).eval()
+    ids = torch.randint(5, 200, (3, 10), generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(_logits(reread, ids), _logits(merged, ids), rtol=1e-4, atol=1e-5)
+    assert not torch.allclose(_logits(load(str(base_dir)).eval(), ids), _logits(merged, ids))
+
+
+# -- refusals: one line, exit 2 ------------------------------------------------------------------------
+
+
+def _cli(*args) -> tuple[int, list[str]]:
+    result = CliRunner().invoke(cli, ["train", "--trainer", "edp-sgd", *map(str, args)])
+    return result.exit_code, [line for line in result.output.splitlines() if line.strip()]
+
+
+def test_a_lora_run_from_a_start_trained_on_this_runs_private_data_is_refused(data_dir, tmp_path):
+    common = ["--data", data_dir, "--max-length", "16", "--vocab-size", "300", "--epochs", "1"]
+    code, lines = _cli(*common, "--mode", "sgd", "--batch-size", "48", "--out", tmp_path / "start")
+    assert code == 0, lines
+    code, lines = _cli(
+        *common, "--peft", "lora", "--mode", "dp-sgd", "--noise-multiplier", "1", "--init-from", tmp_path / "start",
+        "--out", tmp_path / "out",
+    )  # fmt: skip
+    assert code == 2 and len(lines) == 1 and lines[0].startswith("Error: --init-from "), lines
+    assert "this start was trained on" in lines[0] and not (tmp_path / "out").exists()
+
+
+def test_without_peft_one_line_names_the_extra(data_dir, tmp_path, monkeypatch):
+    monkeypatch.setattr("dpaudit.trainers.edp_sgd.config.peft_installed", lambda: False)
+    code, lines = _cli("--data", data_dir, "--peft", "lora", "--noise-multiplier", "1", "--out", tmp_path / "out")
+    assert code == 2 and len(lines) == 1 and "pip install 'dpaudit[peft]'" in lines[0], lines
+    assert not (tmp_path / "out").exists()
+
+
+def test_lora_options_without_peft_lora_and_an_unknown_target_are_refused(starts, data_dir, tmp_path):
+    code, lines = _cli("--data", data_dir, "--lora-rank", "4", "--noise-multiplier", "1", "--out", tmp_path / "a")
+    assert code == 2 and len(lines) == 1 and "--lora-rank applies to --peft lora only" in lines[0], lines
+    code, lines = _cli(
+        "--data", data_dir, "--peft", "lora", "--lora-targets", "query,qkv", "--init-from", starts / "bert",
+        "--max-length", "16", "--noise-multiplier", "1", "--out", tmp_path / "b",
+    )  # fmt: skip
+    errors = [line for line in lines if line.startswith("Error:")]  # (transformers' loading bar precedes it)
+    assert code == 2 and len(errors) == 1 and "named qkv; choose among" in errors[0], lines
+    assert not (tmp_path / "b").exists() or not any((tmp_path / "b").iterdir())
