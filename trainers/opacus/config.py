@@ -44,6 +44,13 @@ class OpacusConfig(DpOptions):
     grad_sample_mode: GradSampleMode = field(
         default="hooks", metadata=_help("How Opacus computes per-example gradients: hooks or functorch.")
     )
+    physical_batch: int | None = field(
+        default=None,
+        metadata=_help(
+            "Opacus's BatchMemoryManager max_physical_batch_size: gradient accumulation over physical batches, one "
+            "noisy update per logical batch (a memory knob: the mechanism is unchanged)."
+        ),
+    )
     preset: str = field(default="tiny", metadata=_help("BERT size of the classifier (tiny: 2 layers of 128)."))
     vocab_size: int = field(default=300, metadata=_help("WordPiece vocabulary learned on public.jsonl."))
     max_length: int = field(default=16, metadata=_help("Tokens per example."))
@@ -59,6 +66,8 @@ class OpacusConfig(DpOptions):
         super().__post_init__()
         for name in ("batch_size", "steps", "vocab_size", "max_length"):
             check_int(name, getattr(self, name), 1)
+        if self.physical_batch is not None:
+            check_int("physical_batch", self.physical_batch, 1)
         if not (math.isfinite(self.learning_rate) and self.learning_rate > 0):
             raise ValueError(f"--learning-rate must be > 0, got {self.learning_rate}.")
         if self.accountant not in ("prv", "rdp", "gdp"):

@@ -13,6 +13,7 @@ dpaudit's own accounting beside the library's (:mod:`.privacy`).
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import secrets
@@ -52,6 +53,9 @@ class PrivacySettings:
     grad_sample_mode: str = "hooks"
     clipping: str = "flat"
     noise_seed: int | None = None
+    #: Opacus's ``BatchMemoryManager(max_physical_batch_size=...)``: each logical (Poisson) batch runs as physical
+    #: batches whose clipped gradients accumulate; one noisy update per logical batch (None: one physical batch).
+    physical_batch: int | None = None
 
 
 @dataclass
@@ -184,23 +188,32 @@ def run_opacus(
     criterion = _per_example(setup.criterion)
     losses: list[float] = []
     module.train()
+    if settings.physical_batch is not None:
+        from opacus.utils.batch_memory_manager import BatchMemoryManager
+
+        batches: Any = BatchMemoryManager(
+            data_loader=dp_loader, max_physical_batch_size=settings.physical_batch, optimizer=optimizer
+        )
+    else:
+        batches = contextlib.nullcontext(dp_loader)
     try:
-        while updates < settings.steps:
-            for row in dp_loader:
-                if updates >= settings.steps:
-                    break
-                optimizer.zero_grad()
-                if layer is not None:
-                    canary, *inputs, label = row
-                    out, term = module(canary, *inputs)
-                    real = (canary == 0).to(term.dtype)
-                    loss_each = criterion(_output(out), label) * real + term
-                else:
-                    *inputs, label = row
-                    loss_each = criterion(_output(module(*inputs)), label)
-                loss_each.mean().backward()
-                optimizer.step()
-                losses.append(float(loss_each.detach().sum() / max(1, len(loss_each))))
+        with batches as loader_rows:
+            while updates < settings.steps:
+                for row in loader_rows:
+                    if updates >= settings.steps:
+                        break
+                    optimizer.zero_grad()
+                    if layer is not None:
+                        canary, *inputs, label = row
+                        out, term = module(canary, *inputs)
+                        real = (canary == 0).to(term.dtype)
+                        loss_each = criterion(_output(out), label) * real + term
+                    else:
+                        *inputs, label = row
+                        loss_each = criterion(_output(module(*inputs)), label)
+                    loss_each.mean().backward()
+                    optimizer.step()
+                    losses.append(float(loss_each.detach().sum() / max(1, len(loss_each))))
     finally:
         hook.remove()
     history = [(float(s), float(r), int(t)) for s, r, t in engine.accountant.history]

@@ -198,6 +198,7 @@ class OpacusTrainer:
             accountant=config.accountant,
             grad_sample_mode=config.grad_sample_mode,
             noise_seed=config.noise_seed,
+            physical_batch=config.physical_batch,
         )
         from opacus.validators.errors import UnsupportedModuleError
 

@@ -90,3 +90,20 @@ def test_privacy_json_flags_an_accountant_that_counts_micro_steps(tmp_path, monk
     record = read_privacy_record(tmp_path / "run" / "privacy.json")
     ran, said = claim_of_record(record), library_claim(record)
     assert ran.steps == 4 and said.steps == 128 and said.epsilon < ran.epsilon / 2
+
+
+def test_gradient_accumulation_with_batch_memory_manager_is_one_update_per_logical_batch():
+    """Opacus's BatchMemoryManager splits each Poisson batch into physical ones: the canary still adds exactly C once
+    per update, the hook counts updates (not physical batches) and Opacus's accountant agrees."""
+    from dpaudit.trainers.opacus.loop import PrivacySettings, run_opacus
+    from dpaudit.trainers.opacus.privacy import mismatches
+
+    member = np.random.default_rng(1).integers(0, 2, size=200).astype(bool)
+    settings = PrivacySettings(
+        noise_multiplier=1e-4, clip_norm=0.7, steps=3, delta=1e-5, accountant="rdp", noise_seed=2, physical_batch=16
+    )
+    run = run_opacus(tiny_setup(), settings, gains=np.where(member, CANARY_GAIN, 0.0))
+    assert run.observations is not None and run.observations.shape == (3, 200) and run.updates == 3
+    y = run.observations[:, member]
+    assert np.all((np.abs(y - 0.7) < 1e-3) | (np.abs(y) < 1e-3)) and np.all(np.abs(run.observations[:, ~member]) < 1e-3)
+    assert run.history == [(1e-4, run.sample_rate, 3)] and mismatches(run) == []
