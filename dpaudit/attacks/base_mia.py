@@ -10,8 +10,11 @@ every other token shown; Salazar et al. 2020) for a masked LM.
 
 - ``base-ratio`` (masked LMs, classifiers, causal LMs): the likelihood ratio of target vs base, sum_t d_t (the
   log-likelihood ratio of the whole sequence; for a masked LM the pseudo-log-likelihood ratio), and for a classifier
-  the loss ratio, loss_base(y | x) - loss_target(y | x) (Mireshghallah et al. 2022's test with the base as the
-  reference; Carlini et al. 2021's comparison with a reference model). It also writes the per-token ratios of every
+  the loss ratio on LiRA's logit scale, phi_target - phi_base with phi = log(p_y / (1 - p_y)) of the true label
+  (Mireshghallah et al. 2022's test with the base as the reference; Carlini et al. 2021's comparison with a reference
+  model; the scale of Carlini et al. 2022). The plain loss ratio, loss_base - loss_target, ignores how much of the
+  rest of the mass fine-tuning moved: on SNIPS (600 + 600 rows, ``benchmarks/bench_reference_mia.py --task
+  classify``, two fine-tunings) it reached AUC 0.552 and 0.585, the logit-scaled one 0.607 and 0.681. It also writes the per-token ratios of every
   candidate to ``scores/tokens.jsonl`` and keeps, for the report, the tokens that leak most in the top-scoring members
   and how the canaries' secret tokens moved (:mod:`dpaudit.attacks.token_leaks`: which names and numbers leak,
   after InfoRMIA's token-level view, Tao & Shokri 2025).
@@ -20,10 +23,11 @@ every other token shown; Salazar et al. 2020) for a masked LM.
   up relative to the base. With P the sum of the positive d_t and N the sum of |d_t| of the negative ones over the
   error positions, the paper's Error Zone score is the directional imbalance P / N. Here it is (P + c) / (P + N + 2c),
   c = :data:`EZ_PSEUDO_NATS`: the same order as P / N (P / (P + N) is monotone in it) but bounded, with a pseudo-count
-  that breaks the ties of texts whose few shifts all point one way (P / N is infinite for all of them; on the demo's
-  causal LM two held-out texts tied with 57 members there, and TPR at 1% FPR was 0), and 1/2 for a text with no error
-  position or no shift at them (no evidence either way; the paper's code scores such texts 0, the least member-like,
-  though a text the target predicts whole is the most memorized).
+  that breaks the ties of texts whose shifts all point up (P / N is infinite for all of them), and 1/2 for a text with
+  no error position or no shift at them (no evidence either way). The paper's code scores a text with no negative
+  shift, or fewer than two error positions, 0, the least member-like, though such a text is the most moved: on the
+  causal LM of ``benchmarks/bench_reference_mia.py`` (596 + 596 SNIPS rows) 216 texts scored 0 that way, 196 of them
+  members, and the paper's rule reached AUC 0.665 and 19.3% TPR at 1% FPR where this score reached 0.985 and 64.3%.
 - ``min-k++-base`` (causal LMs): Min-K%++ (Zhang et al. 2024) calibrated against the base: each token's Min-K%++
   statistic z_t = (log p(x_t) - mu_t) / sigma_t (mu_t, sigma_t the mean and standard deviation of log p(z) under the
   model's own next-token distribution) under the target minus the same under the base, and the score the mean of the
@@ -207,7 +211,7 @@ class _BaseAttack(BaseReferenceAttack):
 
 
 class BaseRatioAttack(_BaseAttack):
-    """The likelihood ratio of target vs base (classifiers: the loss ratio), and the per-token ratios."""
+    """The likelihood ratio of target vs base (classifiers: the logit-scaled loss ratio), and the per-token ratios."""
 
     name: ClassVar[str] = "base-ratio"
     model_kinds: ClassVar[frozenset[str]] = frozenset({MASKED_LM, CLASSIFIER, CAUSAL_LM})
@@ -219,15 +223,21 @@ class BaseRatioAttack(_BaseAttack):
             "sequence's log-likelihood ratio)",
             MASKED_LM: "sum over the text's tokens of log p_target(x_t | the rest) - log p_base(x_t | the rest), each "
             "token masked alone (the pseudo-log-likelihood ratio)",
-        }.get(context.scorer.kind, "cross-entropy of the true label under the base - under the target (the loss ratio)")
+        }.get(
+            context.scorer.kind,
+            "phi_target - phi_base, phi = log(p / (1 - p)) of the true label's probability p (the loss ratio on "
+            "LiRA's logit scale)",
+        )
 
     def scores(self, context: AttackContext, task: MembershipTask) -> np.ndarray:
         if context.scorer.kind == CLASSIFIER:
+            from dpaudit.attacks.lira import logit_confidence
             from dpaudit.attacks.loss import task_losses
 
             base, _ = base_scorer(context)
             seed = context.options.seed
-            return task_losses(base, task, seed=seed) - task_losses(context.scorer, task, seed=seed)
+            target_phi = logit_confidence(task_losses(context.scorer, task, seed=seed))
+            return target_phi - logit_confidence(task_losses(base, task, seed=seed))
         shifts = token_shifts(context, task)
         return likelihood_ratio(shifts.target, shifts.base)
 
