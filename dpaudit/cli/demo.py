@@ -12,6 +12,7 @@ from pathlib import Path
 
 import click
 
+from dpaudit.demo.console import Caveats
 from dpaudit.training.api import available_trainers
 from dpaudit.training.config_types import seed_type
 
@@ -58,6 +59,136 @@ def _model_summary(model: Path) -> str:
             + " (telemetry, not covered)"
         )
     return claim
+
+
+def _model_line(model: Path, caveats: Caveats, notes: list[str]) -> str:
+    """One line per model for the compact terminal: its claim and held-out figure, the caveats that apply to it by
+    name; each caveat's full text is appended to ``notes`` the first time the command names it (:class:`Caveats`)."""
+    from dpaudit.claim.record import group_privacy_text
+    from dpaudit.common.figures import format_up
+    from dpaudit.files.run_dirs import read_jsonl
+    from dpaudit.scoring.source import read_privacy_record
+    from dpaudit.training.baselines import UTILITY_KINDS
+
+    record = read_privacy_record(model / "privacy.json")
+    named: list[str] = []
+
+    def name(key: str, text: str) -> None:
+        named.append(key)
+        full = caveats.say(key, text)
+        if full is not None:
+            notes.append(f"[{key}] {full}")
+
+    if record.private:
+        eps, delta = record.recompute_epsilon(), format_up(record.delta, 2)
+        if record.epsilon is None:
+            line = f"NO proven epsilon (epsilon_if_poisson = {format_up(eps, 3)} at delta = {delta})"
+        else:
+            line = f"epsilon = {format_up(eps, 3)} at delta = {delta} for model/ only"
+        groups = [f"{row['frequency']}x {group_privacy_text(row)}" for row in record.group_privacy]
+        if groups:
+            line += "; groups: " + ", ".join(g.replace(" (group delta >= 1)", "") for g in groups)
+            name(
+                "group privacy",
+                "a canary inserted f times is a group of f rows, which the per-example epsilon covers only by group "
+                f"privacy: {record.group_privacy[0].get('bound', '')}",
+            )
+        if record.public_parameters and record.n_public:
+            name("N public", record.public_parameters)
+        if record.noise_seed_explicit:
+            name("noise seed", record.randomness.rstrip("."))
+        name("what epsilon covers", COVERAGE)
+    elif record.public_data_only:
+        line = "public model (trained on public.jsonl only, non-private: nothing private went into it)"
+    else:
+        line = "non-private (epsilon = inf)"
+    if record.init_from:
+        line += f"; started from {Path(str(record.init_from.get('path', 'a public model'))).name}"
+    rows = list(read_jsonl(model / "metrics.jsonl"))
+    for kind in UTILITY_KINDS:
+        key = next((k for k in kind.keys if any(row.get(k) is not None for row in rows)), None)
+        if key is None:
+            continue
+        last = [row for row in rows if row.get(key) is not None][-1]
+        base = last.get(kind.baseline_key)
+        line += f"; {kind.name} {last[key]:.1%}" + (f" (trivial {base:.1%})" if base is not None else "")
+        if not record.public_data_only:
+            name("telemetry", "held-out figures are telemetry on the data owner's rows, not covered by epsilon")
+    return line + (f" [{', '.join(named)}]" if named else "")
+
+
+#: What every private model's epsilon covers (said once per demo).
+COVERAGE = (
+    "epsilons and deltas are rounded up and cover each model/ (and privacy.json) only; manifest.json, metrics.jsonl "
+    "and checkpoints/ are computed from the private rows without noise: for the data owner only, not covered"
+)
+
+
+#: The demo's record of its size in its state folder (``{"quick": bool}``), written when its first stage runs.
+SIZE_RECORD = "size.json"
+
+
+def _recorded_size(out: Path) -> bool | None:
+    """Whether the demo in ``out`` is a quick one (None: no demo there, or one that recorded no size)."""
+    from dpaudit.demo.stages import STATE_DIR
+
+    for path in (out / STATE_DIR / SIZE_RECORD, out / "stage-times.json"):
+        try:
+            quick = json.loads(path.read_text(encoding="utf-8")).get("quick")
+        except (OSError, ValueError, AttributeError):
+            continue
+        if isinstance(quick, bool):
+            return quick
+    return None
+
+
+def _check_size(out: Path, quick: bool) -> None:
+    """Refuse to run a demo of one size in a folder holding the other: its stages' commands differ, so every stage
+    would be replaced (a quick demo silently overwrote a full one)."""
+    recorded = _recorded_size(out)
+    if recorded is None or recorded == quick:
+        return
+    from dpaudit.common.errors import UserInputError
+
+    held, asked = ("quick", "full") if recorded else ("full", "quick")
+    default = QUICK_OUT if quick else DEFAULT_OUT
+    raise UserInputError(
+        f"--out {out} holds a {held} demo, which this {asked} demo would replace stage by stage; choose another "
+        f"--out (the {asked} demo's default is {default}) or remove {out} if you no longer need it."
+    )
+
+
+def _record_size(out: Path, quick: bool) -> None:
+    from dpaudit.demo.stages import STATE_DIR
+    from dpaudit.files.run_dirs import atomic_write_json
+
+    if _recorded_size(out) is None:
+        (out / STATE_DIR).mkdir(parents=True, exist_ok=True)
+        atomic_write_json(out / STATE_DIR / SIZE_RECORD, {"quick": quick})
+
+
+def _run_logged(cli: click.Group, args: list[str], log: Path, caveats: Caveats, *, warnings: bool = True) -> None:
+    """Run one stage's command with its standard output in ``log`` and its standard error filtered
+    (:class:`dpaudit.demo.console.StageStderr`: bars and each new warning on the terminal, all of it in ``log``)."""
+    import contextlib
+    import sys
+
+    from dpaudit.demo.console import StageStderr
+
+    log.parent.mkdir(parents=True, exist_ok=True)
+    with log.open("w", encoding="utf-8") as stream:
+        stream.write(f"$ dpaudit {shlex.join(args)}\n")
+        err = StageStderr(stream, sys.stderr, caveats, warnings=warnings)
+        try:
+            with contextlib.redirect_stdout(stream), contextlib.redirect_stderr(err):  # type: ignore[type-var]
+                cli.main(args=args, prog_name="dpaudit", standalone_mode=False)
+        except BaseException:
+            err.close_line()
+            click.echo(f"      failed; its full output: {log}", err=True)
+            raise
+        err.close_line()
+    if err.repeated:
+        click.echo(f"      warning again (in full above): {'; '.join(err.repeated)}")
 
 
 def _merge_times(path: Path, times: list) -> list[dict]:
@@ -172,6 +303,12 @@ DEFAULT_REPORT, QUICK_REPORT = Path("reports/demo/index.html"), Path("reports/de
     help=f"Where to write the comparison report: a new file, or the page an earlier demo wrote there (never a "
     f"file of your own, nor any other page) [default: {DEFAULT_REPORT}, or {QUICK_REPORT} with --quick].",
 )
+@click.option(
+    "--verbose",
+    is_flag=True,
+    help="Print every stage's command and full output (its caveats each time) and the long verdict; without it "
+    "each stage's output goes to <out>/.demo/logs/ and the terminal says each caveat once.",
+)
 def demo(
     out: Path | None,
     quick: bool,
@@ -180,6 +317,7 @@ def demo(
     classifiers: bool,
     causal: bool,
     report_path: Path | None,
+    verbose: bool,
 ) -> None:
     """Show memorization and what DP does about it, on the built-in voice-assistant corpus.
 
@@ -205,6 +343,7 @@ def demo(
     out = out if out is not None else QUICK_OUT if quick else DEFAULT_OUT
     report_path = report_path if report_path is not None else QUICK_REPORT if quick else DEFAULT_REPORT
     check_out(out)  # before anything is written: never a folder of the user's own
+    _check_size(out, quick)  # nor a demo of the other size, whose stages this one would replace
     own_page = _check_report(report_path, out / STATE_DIR)  # never a file of the user's own either
     for option, path in (("--out", out), ("--report", report_path)):  # before minutes of training, not after
         blocked = next((p for p in path.absolute().parents if p.exists() and not p.is_dir()), None)
@@ -235,17 +374,27 @@ def demo(
             "report into a run directory: choose a path outside it."
         )
 
+    caveats = Caveats()
+    logs = out / STATE_DIR / "logs"
+
     def run(stage: Stage) -> None:
+        _record_size(out, quick)
         args = list(stage.args)
         if stage.name == "report" and own_page and report_path.exists():  # the page this demo wrote before
             args.append("--overwrite")
-        click.echo(f"      $ dpaudit {shlex.join(args)}")
-        cli.main(args=args, prog_name="dpaudit", standalone_mode=False)
+        if verbose:
+            click.echo(f"      $ dpaudit {shlex.join(args)}")
+            cli.main(args=args, prog_name="dpaudit", standalone_mode=False)
+        else:
+            if not logs.is_dir():  # said once, when the first stage's log is written
+                click.echo(f"      each stage's command and full output: {logs}/ (--verbose prints them here)")
+            # an attack's warnings are about its audits: the closing summary reads them from the results
+            _run_logged(cli, args, logs / f"{stage.name}.log", caveats, warnings=not stage.name.startswith("attack"))
         if stage.name == "report":
             _record_page(report_path, out / STATE_DIR)
 
     try:
-        times = run_stages(plan.stages, state=out / STATE_DIR, run=run, echo=click.echo)
+        times = run_stages(plan.stages, state=out / STATE_DIR, run=run, echo=click.echo, compact=not verbose)
     except (KeyboardInterrupt, click.Abort):
         click.echo(
             "\ninterrupted: finished stages are kept and the unfinished one left nothing that looks complete; "
@@ -257,20 +406,35 @@ def demo(
         out / "stage-times.json", {"quick": quick, "stages": _merge_times(out / "stage-times.json", times)}
     )
 
+    models = [(s.output.name.removeprefix("model-"), s.output) for s in plan.public_models]
+    models += [(m.label, m.train.output) for m in plan.models]
     click.echo("\nModels:")
-    for stage in plan.public_models:
-        click.echo(f"  - {stage.output.name.removeprefix('model-')}: {_model_summary(stage.output)}")
-    for model in plan.models:
-        click.echo(f"  - {model.label}: {_model_summary(model.train.output)}")
-    click.echo(
-        "  - privacy: epsilons and deltas are rounded up; they cover each model/ only. manifest.json, "
-        "metrics.jsonl and checkpoints/ are private to the data owner (not covered)."
-    )
+    if verbose:
+        for label, path in models:
+            click.echo(f"  - {label}: {_model_summary(path)}")
+        click.echo(
+            "  - privacy: epsilons and deltas are rounded up; they cover each model/ only. manifest.json, "
+            "metrics.jsonl and checkpoints/ are private to the data owner (not covered)."
+        )
+    else:
+        notes: list[str] = []
+        for label, path in models:
+            click.echo(f"  - {label}: {_model_line(path, caveats, notes)}")
+        for note in notes:  # each caveat in full, once: the lines above name them
+            click.echo(f"  {note}")
     mlm = [(m.label, m.attack.output) for m in plan.models if m.label in ("nonprivate", "dp-eps8")]
     audits = [(m.label, m.attack.output) for m in plan.models if m.label.endswith(AUDIT_SUFFIX)]
     clf = [(m.label, m.attack.output) for m in plan.models if m.label.startswith("clf-")]
     clm = [(m.label, m.attack.output) for m in plan.models if m.label.startswith("clm-")]
     click.echo(f"\nReport: {plan.report}")
-    click.echo("Verdict:")
-    for line in verdict_lines(mlm, clf, gap, audits, clm):
-        click.echo(f"  {line}")
+    if verbose:
+        click.echo("Verdict:")
+        for line in verdict_lines(mlm, clf, gap, audits, clm):
+            click.echo(f"  {line}")
+    elif gap is not None:
+        click.echo(f"intent classifiers: not run ({gap})")
+    from dpaudit.report.answers import terminal_summary
+
+    attacked = [(m.label, m.attack.output) for m in plan.models]
+    for line in terminal_summary([p for _, p in attacked], {str(p): label for label, p in attacked}):
+        click.echo(line)

@@ -294,13 +294,13 @@ def train(
         click.echo(f"  started from --init-from {record.init_from.get('path')}: {record.init_from.get('requirement')}")
     for release in summary["unaccounted_releases"]:
         click.echo(f"  NOT covered by the epsilon (unaccounted release): {release}")
-    if record is not None and record.public_parameters:
+    if record is not None and record.private and record.public_parameters:  # q = batch / N: only where it is DP
         click.echo(f"  {record.public_parameters}")
     for note in summary["notes"]:
         click.echo(f"  {note}")
     for line in coverage_lines(record):
         click.echo(f"  {line}")
-    groups = record.group_privacy if record else []
+    groups = record.group_privacy if record is not None and record.private else []  # non-private: nothing to group
     for row in groups:
         click.echo(f"  group privacy, canary inserted {row['frequency']}x: {group_privacy_text(row)}")
     if groups:

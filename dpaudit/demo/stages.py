@@ -131,18 +131,29 @@ def _prepare(stage: Stage, state: Path) -> None:
 
 
 def run_stages(
-    stages: Sequence[Stage], *, state: Path, run: Callable[[Stage], None], echo: Callable[[str], None]
+    stages: Sequence[Stage],
+    *,
+    state: Path,
+    run: Callable[[Stage], None],
+    echo: Callable[[str], None],
+    compact: bool = False,
 ) -> list[StageTime]:
     """Run ``stages`` in order, skipping complete ones; ``run(stage)`` executes one stage's command.
 
-    Prints a stage line (``[i/n] title``) before each stage and its wall/CPU time after it.
+    Prints a stage line (``[i/n] title``) before each stage and its wall/CPU time after it; ``compact``: a skipped
+    stage in one line.
     """
     state.mkdir(parents=True, exist_ok=True)
     times = []
     for i, stage in enumerate(stages, 1):
-        echo(f"[{i}/{len(stages)}] {stage.title}")
-        if is_complete(stage, state):
-            echo(f"      complete in {stage.output} (verified): skipped")
+        complete = is_complete(stage, state)
+        if complete and compact:
+            echo(f"[{i}/{len(stages)}] {stage.title}: complete in {stage.output} (verified): skipped")
+        else:
+            echo(f"[{i}/{len(stages)}] {stage.title}")
+        if complete:
+            if not compact:
+                echo(f"      complete in {stage.output} (verified): skipped")
             times.append(StageTime(name=stage.name, title=stage.title, skipped=True, wall_s=0.0, cpu_s=0.0))
             continue
         _prepare(stage, state)

@@ -107,9 +107,9 @@ def mlm_line(label: str, results: AttackResults, utility: str | None = None) -> 
     """Held-out utility (:func:`utility_text`, when given), exposure of each inserted group vs the controls, exact
     reconstructions of the top group, lower bound.
 
-    The top group's outcome is named (MEMORIZED, or indistinguishable from the controls); a DP model's
-    canaries repeated f times are a group of f rows, covered only by group privacy (none at 100x and
-    epsilon 8), so the lower groups are listed too.
+    The top group's outcome is named: MEMORIZED for a model without a guarantee, "above the controls" with what it
+    is for a DP model (canaries repeated f times are a group of f rows, covered only by group privacy: none at 100x
+    and epsilon 8), or indistinguishable from the controls; the lower groups are listed too.
     """
     head = f"{label} ({_claim(results)}): " + (f"{utility}; " if utility else "")
     exposure = next((r for r in results.attacks if isinstance(r, ExposureResult)), None)
@@ -124,7 +124,7 @@ def mlm_line(label: str, results: AttackResults, utility: str | None = None) -> 
     def p(row) -> float:
         return row.vs_controls.p_value if row.vs_controls else float("nan")
 
-    found = "MEMORIZED" if p(top) < ALPHA else "indistinguishable from the controls"
+    found = _found(p(top), top.frequency, results.claimed.private)
     text = (
         f"{head}{top.frequency}x canaries {top.mean:.1f} bits of exposure vs "
         f"{controls.mean:.1f} for controls (p = {p(top):.2g})"
@@ -132,12 +132,25 @@ def mlm_line(label: str, results: AttackResults, utility: str | None = None) -> 
     if exact is not None:
         text += f", {exact.exact_matches}/{exact.n} reconstructed exactly"
     text += f": {found}"
-    if found == "MEMORIZED" and results.claimed.private:
-        text += f" (a group of {top.frequency} rows, beyond what the per-example claim covers)"
     lower = [rows[f] for f in inserted[:-1]]
     if lower:
         text += "; " + ", ".join(f"{r.frequency}x {r.mean:.1f} bits (p = {p(r):.2g})" for r in lower)
     return text + _bound_text(results)
+
+
+def _found(p: float, frequency: int, private: bool | None) -> str:
+    """The top group's outcome: MEMORIZED (no guarantee), or for a DP model what its canaries are (a group of f rows
+    the per-example claim covers only by group privacy; "memorized" would read as the claim failing)."""
+    if not p < ALPHA:
+        return "indistinguishable from the controls"
+    if not private:
+        return "MEMORIZED"
+    if frequency == 1:
+        return "above the controls (single rows: the per-example claim covers them; see the lower bound)"
+    return (
+        f"above the controls: each is a group of {frequency} rows, which the per-example claim covers only by "
+        "group privacy"
+    )
 
 
 def causal_line(label: str, results: AttackResults, utility: str | None = None) -> str:
@@ -152,9 +165,7 @@ def causal_line(label: str, results: AttackResults, utility: str | None = None) 
     if inserted and 0 in rows:
         top, controls = rows[inserted[-1]], rows[0]
         p = _p_value(top)
-        found = "MEMORIZED" if p < ALPHA else "indistinguishable from the controls"
-        if found == "MEMORIZED" and results.claimed.private:
-            found += f" (a group of {top.frequency} rows, beyond what the per-example claim covers)"
+        found = _found(p, top.frequency, results.claimed.private)
         lower = ", ".join(
             f"{rows[f].frequency}x {rows[f].mean:.1f} bits (p = {_p_value(rows[f]):.2g})" for f in inserted[:-1]
         )

@@ -27,7 +27,7 @@ def planned(monkeypatch, tmp_path):
     monkeypatch.chdir(tmp_path)
     seen = {}
 
-    def record(plan_stages, *, state, run, echo):
+    def record(plan_stages, *, state, run, echo, **_options):
         seen.update(
             state=state,
             outputs=[s.output for s in plan_stages if s.schema_prefix is not None],
@@ -55,6 +55,25 @@ def test_quick_and_full_demo_have_their_own_default_folders(planned, tmp_path):
     assert full["report"] == Path("reports/demo/index.html")
     assert quick["report"] == Path("reports/demo-quick/index.html")
     assert list(tmp_path.iterdir()) == []  # nothing written before the stages
+
+
+def test_a_demo_of_the_other_size_never_replaces_a_finished_one(planned, tmp_path):
+    """A full demo's folder is refused to --quick (and a quick one's to the full demo) before any stage, in one line:
+    every stage's command differs, so the demo would have replaced them all."""
+    import json
+
+    full = tmp_path / "runs" / "demo"
+    (full / ".demo").mkdir(parents=True)
+    (full / "stage-times.json").write_text(json.dumps({"quick": False, "stages": []}))
+    before = tree(tmp_path)
+    one_line_error(["demo", "--quick", "--out", str(full)], "holds a full demo", "runs/demo-quick")
+    assert tree(tmp_path) == before
+    planned("--out", str(full))  # the full demo itself resumes there
+    quick = tmp_path / "q"
+    (quick / ".demo").mkdir(parents=True)
+    (quick / ".demo" / "size.json").write_text(json.dumps({"quick": True}))
+    one_line_error(["demo", "--out", str(quick)], "holds a quick demo")
+    planned("--quick", "--out", str(quick))
 
 
 def test_given_folders_are_kept(planned):

@@ -40,6 +40,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import re
+from pathlib import Path
+from typing import NamedTuple
 
 import pytest
 from click.testing import CliRunner
@@ -63,6 +65,19 @@ DP_GAP_BITS = 2.0
 TEST_SIZES = dataclasses.replace(demo_plan.QUICK, public_steps=100)
 
 
+class DemoRun(NamedTuple):
+    """The demo's run: its folders and command, the terminal of the run itself (``compact``, without ``--verbose``)
+    and of a ``--verbose`` rerun (``output``: every stage skipped, today's full detail), and each of the non-private
+    model's files' mtimes before that rerun."""
+
+    out: Path
+    report: Path
+    args: list[str]
+    output: str
+    compact: str
+    mtimes: dict[Path, int]
+
+
 @pytest.fixture(scope="module")
 def demo_run(tmp_path_factory):
     tmp = tmp_path_factory.mktemp("demo")
@@ -72,7 +87,10 @@ def demo_run(tmp_path_factory):
         patch.setattr(demo_plan, "QUICK", TEST_SIZES)  # for the module's every demo command (the rerun's too)
         result = CliRunner().invoke(cli, args, catch_exceptions=False)
         assert result.exit_code == 0, result.output
-        yield out, report, args, result.output
+        mtimes = {p: p.stat().st_mtime_ns for p in (out / "model-nonprivate").rglob("*") if p.is_file()}
+        again = CliRunner().invoke(cli, [*args, "--verbose"], catch_exceptions=False)  # resumes: nothing left to run
+        assert again.exit_code == 0, again.output
+        yield DemoRun(out=out, report=report, args=args, output=again.output, compact=result.output, mtimes=mtimes)
 
 
 def _exposure(results):
@@ -82,7 +100,7 @@ def _exposure(results):
 
 @pytest.mark.slow
 def test_nonprivate_model_memorizes_its_most_repeated_canaries(demo_run):
-    out, _, _, output = demo_run
+    out, output = demo_run.out, demo_run.output
     results = read_attack_dir(out / "attack-nonprivate")
     assert not results.claimed.private
     top, controls = _exposure(results)
@@ -101,7 +119,7 @@ def test_nonprivate_model_memorizes_its_most_repeated_canaries(demo_run):
 
 @pytest.mark.slow
 def test_dp_model_canaries_sit_with_the_controls_and_no_bound_beats_the_claim(demo_run):
-    out, _, _, output = demo_run
+    out, output = demo_run.out, demo_run.output
     private = json.loads((out / "model-dp-eps8" / "privacy.json").read_text())
     eps = accounting.epsilon(accounting.event_from_json(private["event"]), private["delta"])
     assert private["private"] and eps <= 8.0 + 1e-9
@@ -127,6 +145,10 @@ def test_dp_model_canaries_sit_with_the_controls_and_no_bound_beats_the_claim(de
         f"{format_up(replace_one)})): "
     )
     assert re.search("^  " + re.escape(head) + r"(.*; )?100x canaries", output, re.M)
+    # what its 100x canaries are (a group the claim does not cover), never "MEMORIZED" as if the claim failed
+    line = next(x for x in output.splitlines() if x.startswith("  dp-eps8 ("))
+    assert "MEMORIZED" not in line
+    assert ("above the controls: each is a group of 100 rows" in line) == (rows[100].vs_controls.p_value < 0.05)
     assert private["init_from"]["path"] == str(out / "model-public")  # from the public model
     assert f"<= claimed {format_up(eps)}" in output  # the headline (corrected over audits) stays below the claim
 
@@ -138,7 +160,7 @@ def test_one_run_audit_proves_the_nonprivate_leak_and_stays_below_the_dp_claim(d
     its claim (a proof bound above it would say the trainer broke its guarantee)."""
     from dpaudit.verdict.headline import headline_of
 
-    out, _, _, output = demo_run
+    out, output = demo_run.out, demo_run.output
     nonprivate = read_attack_dir(out / "attack-nonprivate-audit")
     head = headline_of(nonprivate)
     assert [r.attack for r in nonprivate.attacks] == ["canary"] and nonprivate["canary"]["canaries"].auc > 0.95
@@ -153,27 +175,92 @@ def test_one_run_audit_proves_the_nonprivate_leak_and_stays_below_the_dp_claim(d
 
 @pytest.mark.slow
 def test_one_report_and_a_rerun_skips_every_finished_stage(demo_run):
-    out, report, args, output = demo_run
+    out, report, output = demo_run.out, demo_run.report, demo_run.output
     html = report.read_text(encoding="utf-8")
     assert "attack-nonprivate" in html and "attack-dp-eps8" in html
     assert f"Report: {report}" in output and "intent classifiers: not run (--no-classifiers)" in output
     verify_run_dir(out / "data", schema_prefix="dpaudit.inject/")
-    before = {p: p.stat().st_mtime_ns for p in (out / "model-nonprivate").rglob("*") if p.is_file()}
-    again = CliRunner().invoke(cli, args, catch_exceptions=False)  # resumes: nothing left to train or attack
-    assert again.exit_code == 0, again.output
-    # 2 injects, the public model, 4 trainings, 4 attacks (the one-run audit's included); the report is rewritten
-    assert again.output.count("(verified): skipped") == 11
-    assert {p: p.stat().st_mtime_ns for p in (out / "model-nonprivate").rglob("*") if p.is_file()} == before
+    # the --verbose rerun: 2 injects, the public model, 4 trainings, 4 attacks (the one-run audit's included) skipped;
+    # the report is rewritten
+    assert output.count("(verified): skipped") == 11
+    assert {p: p.stat().st_mtime_ns for p in (out / "model-nonprivate").rglob("*") if p.is_file()} == demo_run.mtimes
+
+
+#: Lines the demo's terminal may print without --verbose, and its closing summary.
+TERMINAL_LINES, SUMMARY_LINES = 80, 25
 
 
 @pytest.mark.slow
-def test_demo_page_opens_with_a_row_per_model_in_headless_chromium(demo_run, tmp_path):
-    """The demo's comparison page in a real browser: the models table comes first, one row per model attacked, each
-    with its claim (rounded up as the verdict prints it), a utility beside its baseline and the 100x exposure."""
+def test_terminal_says_each_caveat_once_and_ends_with_the_four_answers(demo_run):
+    """Without --verbose: at most 80 lines; each stage's full output in its log; each caveat once (the noise-seed
+    warning of four trainings in full once, then by name), none where it does not apply; the summary answers the four
+    questions in at most 25 lines."""
+    compact, out = demo_run.compact, demo_run.out
+    lines = compact.split("\n")
+    print(f"demo terminal: {compact.count(chr(10))} lines without --verbose, {demo_run.output.count(chr(10))} with it")
+    assert compact.count("\n") <= TERMINAL_LINES
+    assert compact.count("warning: --noise-seed is below 2^64") == 1 and "warning again" in compact
+    logs = sorted((out / ".demo" / "logs").glob("*.log"))
+    assert len(logs) == 12 and all(p.read_text(encoding="utf-8").startswith("$ dpaudit ") for p in logs)
+    assert "--noise-seed is below 2^64" in (out / ".demo" / "logs" / "train-dp-eps8.log").read_text(encoding="utf-8")
+    assert "N is treated as public" not in (out / ".demo" / "logs" / "train-public.log").read_text(encoding="utf-8")
+    for caveat in ("[group privacy] ", "[N public] ", "[noise seed] ", "[what epsilon covers] ", "[telemetry] "):
+        assert compact.count(caveat) == 1, caveat  # in full once; each model line names the ones that apply to it
+    models = {line.split(":")[0].strip("- "): line for line in lines if line.startswith("  - ")}
+    assert "[" not in models["public"] and "N public" not in models["nonprivate"]  # no DP: no q = batch/N caveat
+    assert "group privacy" in models["dp-eps8"] and "N public" in models["dp-eps8-audit"]
+    assert "MEMORIZED" not in compact  # the long verdict lines are --verbose's
+    # the blind-baseline note only where the attack or the baseline has a signal to explain
+    from dpaudit.report.membership import distribution_shift_notes
+
+    notes = [n for d in out.glob("attack-*") for n in distribution_shift_notes(read_attack_dir(d))]
+    assert ("distribution shift" in compact) == bool(notes), notes
+    start = next(i for i, line in enumerate(lines) if line.startswith("At a glance"))
+    summary = [line for line in lines[start:] if line.strip()]
+    assert len(summary) <= SUMMARY_LINES
+    text = "\n".join(summary)
+    for question in ("Does it leak?", "Does DP fix it?", "At what cost?", "Is the claim consistent?"):
+        assert question in text
+    rows = {line.split()[0]: line for line in summary if line.startswith("  ") and line.split()[0] in models}
+    assert set(rows) == {"nonprivate", "dp-eps8", "nonprivate-audit", "dp-eps8-audit"}
+    assert "non-private" in rows["nonprivate"] and ("consistent" in rows["dp-eps8-audit"])
+
+
+@pytest.mark.slow
+def test_demo_page_answers_the_four_questions_on_the_first_screen(demo_run, tmp_path):
+    """The first 1366 x 768 of the demo's comparison page in a real browser: does it leak, does DP fix it, at what
+    cost, is the claim consistent, and a verdict badge per model, each read from the attack directories' figures."""
+    from tests.report.test_report_browser import _chromium, assert_answers_on_first_screen, first_screen
+
+    out, report = demo_run.out, demo_run.report
+    browser = _chromium()
+    badges = assert_answers_on_first_screen(
+        browser, tmp_path, report, ["nonprivate", "dp-eps8", "nonprivate-audit", "dp-eps8-audit"]
+    )
+    assert badges["nonprivate"] == badges["nonprivate-audit"] == "non-private"
+    # the DP models' badges are the stored headlines' verdicts, never recomputed
+    for label in ("dp-eps8", "dp-eps8-audit"):
+        head = read_attack_dir(out / f"attack-{label}").headline
+        assert head is not None and not head.contradicted and not head.mechanism_refuted
+        assert badges[label] == ("could not be tested" if head.powerless else "consistent"), (label, badges)
+    leak, fix, cost, claim = [text for kind, _, text, _ in first_screen(browser, tmp_path, report)[1] if kind == "dd"]
+    top, controls = _exposure(read_attack_dir(out / "attack-nonprivate"))
+    assert leak.startswith("Yes") and f"{top.mean:.1f} of 13.3 bits vs {controls.mean:.1f}" in leak
+    dp_top, _ = _exposure(read_attack_dir(out / "attack-dp-eps8"))
+    assert fix.split(" — ")[0] in ("Yes", "Partly") and f"from {top.mean:.1f} to {dp_top.mean:.1f} bits" in fix
+    assert "points vs public start" in cost and "→" in cost  # against the public start the DP model began from
+    assert claim.split(" — ")[0] in ("Yes", "Yes, where testable")
+
+
+@pytest.mark.slow
+def test_demo_page_has_a_row_per_model_in_headless_chromium(demo_run, tmp_path):
+    """The demo's comparison page in a real browser: the models table, one row per model attacked, each with its
+    claim (rounded up as the verdict prints it), a utility beside its baseline and its public start, and the 100x
+    exposure."""
     from dpaudit.demo.verdict import audit_line
     from tests.report.test_report_browser import _cells, _chromium, _dump_dom
 
-    out, report, _args, _output = demo_run
+    out, report = demo_run.out, demo_run.report
     rows = _cells(_dump_dom(_chromium(), tmp_path, report))
     labels = [r[0].split()[0] for r in rows]
     assert labels == ["nonprivate", "dp-eps8", "nonprivate-audit", "dp-eps8-audit"]  # the demo's --label names
@@ -182,8 +269,10 @@ def test_demo_page_opens_with_a_row_per_model_in_headless_chromium(demo_run, tmp
     assert claims["nonprivate"] == "inf" and claims["dp-eps8"] == format_up(eps)
     nonprivate, dp = rows[0], rows[1]
     assert re.match(r"\d+\.\d% \(\d+\.\d%\)", nonprivate[2]) and re.match(r"\d+\.\d% \(\d+\.\d%\)", dp[2])
-    assert "(100×, p = " in nonprivate[3] and re.search(r"\d+/5 at 100×", nonprivate[4])
-    assert rows[2][5].startswith("ε ≥ ") and "(proof)" in rows[2][5]  # the one-run audit: a proof
+    assert re.fullmatch(r"\d+\.\d%", nonprivate[3]) and nonprivate[3] == dp[3]  # both from the public model
+    assert rows[2][3] == "–"  # the one-run audit's models start from random weights
+    assert "(100×, p = " in nonprivate[4] and re.search(r"\d+/5 at 100×", nonprivate[5])
+    assert rows[2][6].startswith("ε ≥ ") and "(proof)" in rows[2][6]  # the one-run audit: a proof
     audit = read_attack_dir(out / "attack-nonprivate-audit")
     task = next(t for r in audit.attacks if r.attack == "canary" for t in r.tasks if t.task == "canaries")
     line = audit_line("audit", audit)  # n/a where the coin flips left fewer than 100 non-members for 1% FPR

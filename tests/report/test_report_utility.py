@@ -183,6 +183,9 @@ def test_demo_causal_line_reads_exposure_extraction_membership_and_utility(make_
     )
     assert f"secrets extracted greedily from their prefix: {counts}" in line and counts.endswith(f"/{recon.rows[0].n}")
     top = next(r for r in results.attacks if r.attack == "exposure").rows[-1]
-    assert top.frequency == 16 and (("MEMORIZED (a group of 16 rows" in line) == (top.vs_controls.p_value < 0.05))
+    # a DP model's canaries above the controls are what they are (a group the per-example claim covers only by group
+    # privacy), never "MEMORIZED" as if the claim failed
+    group = "above the controls: each is a group of 16 rows"
+    assert top.frequency == 16 and ((group in line) == (top.vs_controls.p_value < 0.05)) and "MEMORIZED" not in line
     low = next(r for r in results.attacks if r.attack == "exposure").rows[1]
     assert low.frequency == 1 and f"; 1x {low.mean:.1f} bits (p = {low.vs_controls.p_value:.2g})" in line
