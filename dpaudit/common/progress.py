@@ -42,3 +42,26 @@ def progress_counter(*, total: int | None, desc: str, unit: str, enabled: bool =
     from tqdm import tqdm
 
     return tqdm(total=total, desc=desc, unit=unit, file=sys.stderr, disable=not enabled, **_options())
+
+
+#: Steps a training bar runs before it shows a rate and a time estimate: the first step compiles the step function
+#: (75-109 s for the demo's DP step on 2 cores), so a rate from it reads hours for a run of minutes.
+WARMUP_STEPS = 10
+
+
+def warmup_format(what: str) -> str:
+    """The bar's format while its first :data:`WARMUP_STEPS` run: steps and elapsed time, and what it is doing in place
+    of a meaningless time estimate ("compiling the DP step")."""
+    return (
+        "{desc}: {n_fmt}/{total_fmt} [{elapsed}, " + what + "; a time estimate after " + str(WARMUP_STEPS) + " steps]"
+    )
+
+
+def end_warmup(bar: Any, steps_run: int) -> None:
+    """Give ``bar`` (made with :func:`warmup_format`) its usual rate and time estimate once :data:`WARMUP_STEPS` steps
+    ran in this process, timed from then on (the compile time left out of its rate; its elapsed time restarts)."""
+    if steps_run == WARMUP_STEPS and getattr(bar, "bar_format", None) is not None:
+        bar.bar_format = None
+        if hasattr(bar, "start_t") and hasattr(bar, "_time"):
+            bar.start_t, bar.last_print_n = bar._time(), bar.n
+            bar.initial = bar.n

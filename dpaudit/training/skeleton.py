@@ -265,6 +265,8 @@ class RunSkeleton:
     def _loop(self) -> int:
         plan, total = self.plan, self.plan.total_steps
         step = self.start_step
+        from dpaudit.common.progress import end_warmup, warmup_format
+
         bar = tqdm(
             total=total,
             initial=step,
@@ -274,7 +276,10 @@ class RunSkeleton:
             dynamic_ncols=True,
             leave=False,
             disable=not self.plugin.primary,
+            # no time estimate while the first steps compile: docs/architecture.md (progress.py)
+            bar_format=warmup_format("compiling the DP step" if plan.private else "compiling the training step"),
         )
+        first = step
         pending: list[tuple[int, Any]] = []
         self.clock.restart()
         try:
@@ -286,6 +291,7 @@ class RunSkeleton:
                 pending.append((step, self.step_fn(step, indices, sigma, float(plan.batch_at(step)))))
                 step += 1
                 bar.update(1)
+                end_warmup(bar, step - first)
                 self._after_step(step, pending, bar)
             if pending and self.stopped_at_budget:  # the steps before the budget stop are evaluated too
                 self._sync(pending, bar, self._evaluation(step))
