@@ -1,0 +1,136 @@
+"""Through the real gradient path of dpaudit's own dp-sgd clipping: a classifier head left unclipped is flagged.
+
+The cooperative audit block never passes through the model's per-example gradients, so a clipper that forgets the
+classifier head (an independent review planted it in edp-sgd) passes that audit. Here the canaries are inputs whose
+per-example gradient the clipper itself computes (``PerExampleClipper``, edp-sgd's dp-sgd engine: vmap over the
+model's own autograd) and which lands in the head: canary j (label c, hidden unit k) feeds the one-hot vector e_k
+to ``model.classifier`` and its loss is ``gain * logit_c``, linear in the head; its model loss is multiplied by 0.
+Its gradient is ``gain`` on ``classifier.weight[c, k]`` and on ``classifier.bias[c]`` (shared by the canaries of
+label c, never observed), so correct clipping leaves C / sqrt(2) on its own coordinate. The DP-SGD step around the
+clipper (Poisson sampling at q, Gaussian noise of std sigma C on the clipped sum, 4 steps) is the mechanism
+dp-sgd claims; the audit observes the noisy clipped sum on each canary's coordinate
+(:func:`dpaudit.whitebox.gradient_path.analyse_path`).
+"""
+
+from __future__ import annotations
+
+import numpy as np
+import torch
+import torch.nn.functional as F
+
+from dpaudit.accounting.segment import Segment
+from dpaudit.claim import Claim
+from dpaudit.trainers.torch_common.clipped import Clipped
+from dpaudit.trainers.torch_common.clipping.per_example import PerExampleClipper
+from dpaudit.trainers.torch_common.data import additive_mask
+from dpaudit.trainers.torch_common.model import build_model
+from dpaudit.training.gradient_canaries import UNIT_EXAMPLE
+from dpaudit.whitebox.gradient_path import PathRun, analyse_path
+from dpaudit.whitebox.harness import RunEvidence
+from dpaudit.whitebox.layout import CANARY_GAIN, CanaryLayout
+
+LABELS, HIDDEN = 8, 64  # the tiny preset: 8 x 64 head coordinates, one canary each
+CANARIES = LABELS * HIDDEN
+REAL, LENGTH, STEPS, Q, SIGMA, CLIP, DELTA = 16, 6, 4, 0.5, 4.18, 1.0, 1e-5  # sigma 4.18: epsilon 1 claimed
+
+
+class HeadUnclipped(PerExampleClipper):
+    """The planted fault: the per-example clip factor is computed and applied without the classifier head, whose
+    per-example gradients are summed as they are."""
+
+    def clipped_sum(self, batch: dict[str, torch.Tensor]) -> Clipped:
+        acc = [torch.zeros_like(p) for p in self.params]
+        grads, losses, correct = self.per_example_grads(batch)
+        flat = [grads[n] for n in self.names]
+        body = [g for n, g in zip(self.names, flat) if not n.startswith("classifier.")]
+        norms = torch.linalg.vector_norm(
+            torch.stack([torch.linalg.vector_norm(g.flatten(1), dim=1) for g in body]), dim=0
+        )
+        factor = (self.clip_norm / norms.clamp(min=1e-12)).clamp(max=1.0)
+        for n, a, g in zip(self.names, acc, flat):
+            a.add_(g.sum(0) if n.startswith("classifier.") else torch.tensordot(factor, g, dims=1))
+        zero = torch.zeros((), dtype=torch.float64)
+        return Clipped(grads=acc, loss_sum=losses.sum(), correct_sum=zero, units=len(losses), clipped=zero)
+
+
+def _loss(model: torch.nn.Module, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
+    logits = model(input_ids=batch["input_ids"], attention_mask=batch["mask4"]).logits
+    real = (batch["gain"] == 0).to(logits.dtype)
+    ce = F.cross_entropy(logits, batch["labels"], reduction="none") * real
+    # The canary's head input e_k (one_hot checks its bounds with .item(), which vmap refuses).
+    hidden = (batch["unit"][:, None] == torch.arange(HIDDEN)).to(logits.dtype)
+    head = model.classifier(hidden)
+    term = batch["gain"] * head.gather(1, batch["target"][:, None])[:, 0]
+    return ce + term, torch.zeros_like(ce)
+
+
+def _run(clipper_cls: type, member: np.ndarray, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """T DP-SGD steps around ``clipper_cls`` with the canaries; (observations (T, m), final (m,))."""
+    model = build_model(
+        "classify", preset="tiny", vocab_size=60, max_length=LENGTH, label_names=[str(i) for i in range(LABELS)], seed=0
+    )
+    rng = torch.Generator().manual_seed(seed)
+    n = REAL + CANARIES
+    ids = torch.randint(5, 60, (n, LENGTH), generator=rng)
+    rows = {
+        "input_ids": ids,
+        "mask4": additive_mask(torch.ones(n, LENGTH, dtype=torch.long)),
+        "labels": torch.randint(0, LABELS, (n,), generator=rng),
+        "gain": torch.cat(
+            [torch.zeros(REAL), torch.as_tensor(np.where(member, CANARY_GAIN, 0.0), dtype=torch.float32)]
+        ),
+        "unit": torch.cat([torch.zeros(REAL, dtype=torch.long), torch.arange(CANARIES) % HIDDEN]),
+        "target": torch.cat([torch.zeros(REAL, dtype=torch.long), torch.arange(CANARIES) // HIDDEN]),
+    }
+    clipper = clipper_cls(model, _loss, clip_norm=CLIP, physical_batch=n)
+    coords = (rows["target"][REAL:], rows["unit"][REAL:])
+    seen = []
+    for _ in range(STEPS):
+        take = torch.rand(n, generator=rng) < Q
+        clipped = clipper.clipped_sum({k: v[take] for k, v in rows.items()})
+        noisy = [g + torch.randn(g.shape, generator=rng) * SIGMA * CLIP for g in clipped.grads]
+        weight = dict(zip(clipper.names, noisy))["classifier.weight"]
+        seen.append(weight[coords].double().numpy().copy())
+        with torch.no_grad():
+            for p, g in zip(clipper.params, noisy):
+                p.sub_(0.01 * g / (Q * n))
+    final = dict(zip(clipper.names, clipper.params))["classifier.weight"].detach()[coords].double().numpy()
+    return np.stack(seen), final
+
+
+def _claim() -> Claim:
+    from dpaudit import accounting
+
+    segment = Segment(steps=STEPS, sampling_probability=Q, noise_multiplier=SIGMA)
+    epsilon = float(accounting.epsilon(accounting.schedule_event([segment]), DELTA))
+    return Claim(
+        known=True,
+        private=True,
+        source="stated",
+        epsilon=epsilon,
+        delta=DELTA,
+        accountant="pld",
+        clip_norm=CLIP,
+        sampling="poisson",
+        segments=(segment,),
+    )
+
+
+def _flagged(clipper: type, seed: int) -> bool:
+    claim = _claim()
+    member = np.random.default_rng(seed).integers(0, 2, CANARIES).astype(bool)
+    observations, final = _run(clipper, member, seed=seed)
+    evidence = RunEvidence(
+        layout=CanaryLayout(member=member, unit=UNIT_EXAMPLE), claim=claim, observations=observations, final=final
+    )
+    run = PathRun(evidence=evidence, ran=claim, record=None)  # type: ignore[arg-type]  # no privacy.json here
+    return analyse_path([run], full=False, min_scale=1.0).alarm
+
+
+def test_a_classifier_head_left_unclipped_is_flagged_in_one_run_through_the_gradient_path():
+    flags = [_flagged(HeadUnclipped, seed) for seed in range(5)]
+    assert all(flags), flags
+
+
+def test_the_correct_dp_sgd_clipper_is_not_flagged_through_the_gradient_path():
+    assert not any(_flagged(PerExampleClipper, seed) for seed in range(2))
