@@ -394,7 +394,14 @@ def demo(
             _record_page(report_path, out / STATE_DIR)
 
     try:
-        times = run_stages(plan.stages, state=out / STATE_DIR, run=run, echo=click.echo, compact=not verbose)
+        trained = [s.output.name.removeprefix("model-") for s in plan.public_models] + [m.label for m in plan.models]
+        header = (
+            f"dpaudit demo{' --quick' if quick else ''}: {len(plan.stages)} stages, {len(trained)} models "
+            f"({', '.join(trained)}) in {out}; Ctrl-C is safe (the same command resumes)"
+        )
+        times = run_stages(
+            plan.stages, state=out / STATE_DIR, run=run, echo=click.echo, compact=not verbose, header=header
+        )
     except (KeyboardInterrupt, click.Abort):
         click.echo(
             "\ninterrupted: finished stages are kept and the unfinished one left nothing that looks complete; "

@@ -137,13 +137,16 @@ def run_stages(
     run: Callable[[Stage], None],
     echo: Callable[[str], None],
     compact: bool = False,
+    header: str | None = None,
 ) -> list[StageTime]:
     """Run ``stages`` in order, skipping complete ones; ``run(stage)`` executes one stage's command.
 
     Prints a stage line (``[i/n] title``) before each stage and its wall/CPU time after it; ``compact``: a skipped
-    stage in one line.
+    stage in one line; ``header`` (what is about to run) is printed first, once the state folder could be made.
     """
     state.mkdir(parents=True, exist_ok=True)
+    if header:
+        echo(header)
     times = []
     for i, stage in enumerate(stages, 1):
         complete = is_complete(stage, state)

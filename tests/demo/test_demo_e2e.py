@@ -199,6 +199,8 @@ def test_terminal_says_each_caveat_once_and_ends_with_the_four_answers(demo_run)
     lines = compact.split("\n")
     print(f"demo terminal: {compact.count(chr(10))} lines without --verbose, {demo_run.output.count(chr(10))} with it")
     assert compact.count("\n") <= TERMINAL_LINES
+    # what is about to run, before it runs
+    assert lines[0].startswith("dpaudit demo --quick: 12 stages, 5 models (public, nonprivate, dp-eps8, ")
     assert compact.count("warning: --noise-seed is below 2^64") == 1 and "warning again" in compact
     logs = sorted((out / ".demo" / "logs").glob("*.log"))
     assert len(logs) == 12 and all(p.read_text(encoding="utf-8").startswith("$ dpaudit ") for p in logs)
