@@ -232,11 +232,12 @@ def _attack(
     names = [n for name in names for n in name.split(",")]
     run = load_inject_run(data)
     source = resolve_model(model)
+    unable: dict[str, str] = {}  # attacks that would have joined the defaults: why they cannot run
     names = default_attacks(
         names,
         coin_flip=coin_flip_mode(run),
         model_kind=source.kind,
-        able=lambda cls: _passes(cls, options, source, run),
+        able=lambda cls: _passes(cls, options, source, run, unable),
     )
     classes = resolve_attacks(names, source.kind, model=str(model), blind=options.blind_baseline)
     design = (run.manifest.get("secret_space") or {}).get("kind")
@@ -285,7 +286,7 @@ def _attack(
     canaries = list(run.canaries)
     kind = (run.manifest.get("secret_space") or {}).get("kind")
     shared = None if kind in CONTEXT_FREE_KINDS else shared_context_warning(canaries, space, reveal)
-    notes = [w for w in (shared,) if w] + skipped
+    notes = [w for w in (shared,) if w] + skipped + _start_unusable(unable, source)
     for note in notes:
         warnings.warn(note, AttackWarning, stacklevel=2)
 
@@ -373,13 +374,26 @@ def canary_csv(canaries: Sequence[CanaryScore]) -> str:
     return buffer.getvalue()
 
 
-def _passes(cls: Any, options: Any, source: Any, run: Any) -> bool:
-    """Whether an attack's check passes on this target (an attack that joins the defaults when able)."""
+def _passes(cls: Any, options: Any, source: Any, run: Any, why: dict[str, str]) -> bool:
+    """Whether an attack's check passes on this target (an attack that joins the defaults when able); when not, its
+    refusal is kept in ``why`` under its name."""
     try:
         prop(cls, "check")(options, source, run)
-    except UserInputError:
+    except UserInputError as err:
+        why[cls.name] = str(err)
         return False
     return True
+
+
+def _start_unusable(unable: Mapping[str, str], source: Any) -> list[str]:
+    """The note of a default run whose target records a public start (``init_from``) that the attacks against it
+    could not use (moved, changed, another tokenizer): they would have run, and the user should know why they did
+    not. Nothing for a target trained from scratch or brought without a record."""
+    init_from = getattr(getattr(source, "privacy", None), "init_from", None)
+    if not unable or not init_from:
+        return []
+    names, reason = ", ".join(sorted(unable)), next(iter(unable.values()))
+    return [f"the training-free attacks against the target's public start ({names}) did not run: {reason}"]
 
 
 def write_attack_dir(

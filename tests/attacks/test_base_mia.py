@@ -188,6 +188,25 @@ def test_a_target_with_no_known_base_gets_no_base_attack_and_a_named_one_is_refu
     assert not out.exists()
 
 
+def test_a_default_run_says_why_a_recorded_start_was_not_used(data_dir, tmp_path):
+    """A target whose recorded start is gone: the defaults run without the base attacks, and say why."""
+    import dpaudit
+    from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
+    from dpaudit.trainers.edp_sgd.trainer import EdpSgdTrainer
+
+    common = dict(preset="tiny", mode="sgd", batch_size=16, max_length=16, vocab_size=128, eval_examples=8, epochs=1)
+    start, target = tmp_path / "start", tmp_path / "target"
+    EdpSgdTrainer().train(data_dir, start, EdpSgdConfig(task="clm", data_split="public", **common), seed=0)
+    EdpSgdTrainer().train(data_dir, target, EdpSgdConfig(task="clm", init_from=str(start), **common), seed=0)
+    start.rename(tmp_path / "moved")
+    with pytest.warns(UserWarning, match="did not run"):
+        results = dpaudit.attack(target, data_dir, progress=False)
+    assert [r.attack for r in results.attacks] == ["exposure", "extraction"]
+    (note,) = [w for w in results.warnings if "public start" in w]
+    assert note.startswith("the training-free attacks against the target's public start (base-ratio, error-zone, ")
+    assert "is not found here" in note and "--reference-model DIR" in note
+
+
 def test_a_reference_with_another_tokenizer_or_kind_is_refused_before_loading(
     fine_tuned, data_dir, tiny_causal_dir, tmp_path
 ):
