@@ -24,6 +24,7 @@ from __future__ import annotations
 import copy
 import hashlib
 import importlib.util
+import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -157,7 +158,9 @@ def apply_lora(
         modules_to_save=heads or None,
     )
     torch.manual_seed(seed)  # lora_A's init: public
-    peft_model = peft.get_peft_model(model, lora_config)
+    with warnings.catch_warnings():  # peft asks transformers a deprecated question; nothing for the user to do
+        warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        peft_model = peft.get_peft_model(model, lora_config)
     peft_model.peft_config["default"].base_model_name_or_path = base_name
     inner = peft_model.base_model.model
     inner.eval()

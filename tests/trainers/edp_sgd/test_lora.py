@@ -159,7 +159,8 @@ def test_ghost_clipping_over_the_adapters_equals_the_vmap_engines(kind, task):
 
 def _train(data_dir: Path, out: Path, **settings):
     trainer = load_trainer("edp-sgd")
-    config = trainer.tiny_config(peft="lora", lora_rank=4, noise_seed=7, **settings)
+    seed = {"noise_seed": 7} if settings.get("mode") != "sgd" else {"noise_multiplier": None}
+    config = trainer.tiny_config(peft="lora", lora_rank=4, **seed, **settings)
     return trainer.train(data_dir, out, config, seed=0)
 
 
@@ -169,19 +170,21 @@ def _logits(model, ids: torch.Tensor) -> torch.Tensor:
 
 
 @pytest.mark.parametrize(
-    ("start", "task", "mode"), [("bert", "classify", "dp-sgd"), ("gpt2", "clm", "edp-sgd"), ("llama", "clm", "dp-sgd")]
+    ("start", "task", "mode"),
+    [("bert", "classify", "dp-sgd"), ("bert", "mlm", "sgd"), ("gpt2", "clm", "edp-sgd"), ("llama", "clm", "dp-sgd")],
 )
 def test_a_lora_run_trains_only_the_adapters_and_exports_the_merged_model_and_the_adapter(
     start, task, mode, starts, data_dir, tmp_path
 ):
     from peft import PeftModel
     from safetensors.torch import load_file
-    from transformers import AutoModelForCausalLM, AutoModelForSequenceClassification
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSequenceClassification
 
     base_dir = starts / start
     out = tmp_path / "run"
-    result = _train(data_dir, out, task=task, mode=mode, init_from=str(base_dir), epochs=1)
-    assert result.epsilon is not None and result.epsilon > 0
+    private = {} if mode == "sgd" else {"noise_multiplier": 1.0}
+    result = _train(data_dir, out, task=task, mode=mode, init_from=str(base_dir), epochs=1, **private)
+    assert (result.epsilon is None) == (mode == "sgd")
     record = json.loads((out / "privacy.json").read_text())
     trained = record["details"]["trained"]
     assert trained["peft"] == "lora" and trained["rank"] == 4 and trained["alpha"] == 16.0
@@ -205,12 +208,23 @@ def test_a_lora_run_trains_only_the_adapters_and_exports_the_merged_model_and_th
         labels = json.loads((out / "model" / "config.json").read_text())["id2label"]
         load = lambda d: AutoModelForSequenceClassification.from_pretrained(d, num_labels=len(labels))  # noqa: E731
     else:
-        load = AutoModelForCausalLM.from_pretrained
+        load = AutoModelForCausalLM.from_pretrained if task == "clm" else AutoModelForMaskedLM.from_pretrained
     merged = load(str(out / "model")).eval()
     reread = PeftModel.from_pretrained(load(str(base_dir)), str(adapter)).eval()
     ids = torch.randint(5, 200, (3, 10), generator=torch.Generator().manual_seed(0))
     torch.testing.assert_close(_logits(reread, ids), _logits(merged, ids), rtol=1e-4, atol=1e-5)
     assert not torch.allclose(_logits(load(str(base_dir)).eval(), ids), _logits(merged, ids))
+
+
+def test_a_killed_lora_run_resumes_to_the_same_model(data_dir, tmp_path, killed_after_checkpoint, assert_same_model):
+    """Checkpoints hold the adapters (the trained tensors) and Adam's state; the frozen base is rebuilt from the
+    public --seed, the adapters' A from the same seed, then restored."""
+    settings = dict(task="mlm", mode="edp-sgd", epochs=1, checkpoint_every=2, noise_multiplier=1.0)
+    straight = _train(data_dir, tmp_path / "straight", **settings)
+    killed_after_checkpoint(lambda: _train(data_dir, tmp_path / "resumed", **settings), step=4)
+    resumed = _train(data_dir, tmp_path / "resumed", **settings)
+    assert resumed.summary["resumed_from_step"] == 4 and resumed.steps == straight.steps
+    assert_same_model(tmp_path / "straight", tmp_path / "resumed", atol=0, rtol=0)
 
 
 # -- refusals: one line, exit 2 ------------------------------------------------------------------------
@@ -250,3 +264,26 @@ def test_lora_options_without_peft_lora_and_an_unknown_target_are_refused(starts
     errors = [line for line in lines if line.startswith("Error:")]  # (transformers' loading bar precedes it)
     assert code == 2 and len(errors) == 1 and "named qkv; choose among" in errors[0], lines
     assert not (tmp_path / "b").exists() or not any((tmp_path / "b").iterdir())
+
+
+# -- the white-box audit hosts its canaries in a LoRA run ------------------------------------------------
+
+
+def test_audit_trainer_hosts_its_canaries_in_a_lora_run(tmp_path):
+    """A causal LM's micro-batch run (the harder unit: canaries clipped with their partners); classify and
+    dp-sgd take the same path (the audit block is the last trained tensor after the adapters)."""
+    mode, task = "edp-sgd", "clm"
+    out = tmp_path / "audit"
+    result = CliRunner().invoke(
+        cli,
+        ["audit-trainer", "--trainer", "edp-sgd", "--set", "peft=lora", "--set", f"mode={mode}", "--set",
+         f"task={task}", "--set", "micro_batches=200", "--target-epsilon", "4", "--canaries", "200", "--steps", "2", "--seed", "3",
+         "--noise-seed", "11", "--out", str(out)],
+        catch_exceptions=False,
+    )  # fmt: skip
+    assert result.exit_code == 0, result.output[-2000:]
+    body = json.loads((out / "whitebox.json").read_text())
+    assert body["config"]["peft"] == "lora" and body["config"]["task"] == task
+    assert body["unit"] == "micro-batch"
+    assert body["claim"]["epsilon"] == pytest.approx(4.0, abs=0.01)
+    assert 0.0 < body["primary"]["epsilon"] <= body["claim"]["epsilon"] and not body["refuted"]
