@@ -814,9 +814,12 @@ def terminal_summary(paths: Sequence[Path], labels: Mapping[str, str] | None = N
     from dpaudit.report.load import load_run
     from dpaudit.report.membership import membership_audits
     from dpaudit.report.models import label_runs, merge_models
-    from dpaudit.report.sections import run_headline
+    from dpaudit.verdict.headline import headline_of
 
     runs = label_runs(merge_models([load_run(p) for p in paths]), labels)
-    heads = {run.label: run_headline(run) for run in runs}
+    # the stored headline, as the page reads it (its sampling: a shuffle run's claim is unproven)
+    heads = {
+        run.label: headline_of(run.results, sampling=run.privacy.sampling if run.privacy else None) for run in runs
+    }
     audits = {run.label: membership_audits(run.results) for run in runs}
     return summary_lines(runs, heads, audits, width=width)
