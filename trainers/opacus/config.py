@@ -20,6 +20,7 @@ __all__ = ["OpacusConfig"]
 Accountant = Literal["prv", "rdp", "gdp"]
 GradSampleMode = Literal["hooks", "functorch"]
 OptimizerName = Literal["sgd", "adam"]
+PeftName = Literal["none", "lora"]
 
 
 def _help(text: str) -> dict[str, str]:
@@ -51,6 +52,11 @@ class OpacusConfig(DpOptions):
             "noisy update per logical batch (a memory knob: the mechanism is unchanged)."
         ),
     )
+    peft: PeftName = field(
+        default="none",
+        metadata=_help("lora: train LoRA adapters (peft) on query and value, and the head, over the frozen model."),
+    )
+    lora_rank: int = field(default=4, metadata=_help("LoRA rank r (with --peft lora; alpha = 2r)."))
     preset: str = field(default="tiny", metadata=_help("BERT size of the classifier (tiny: 2 layers of 128)."))
     vocab_size: int = field(default=300, metadata=_help("WordPiece vocabulary learned on public.jsonl."))
     max_length: int = field(default=16, metadata=_help("Tokens per example."))
@@ -64,7 +70,7 @@ class OpacusConfig(DpOptions):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        for name in ("batch_size", "steps", "vocab_size", "max_length"):
+        for name in ("batch_size", "steps", "vocab_size", "max_length", "lora_rank"):
             check_int(name, getattr(self, name), 1)
         if self.physical_batch is not None:
             check_int("physical_batch", self.physical_batch, 1)
@@ -74,6 +80,8 @@ class OpacusConfig(DpOptions):
             raise ValueError(f"--accountant must be prv, rdp or gdp, got {self.accountant!r}.")
         if self.grad_sample_mode not in ("hooks", "functorch"):
             raise ValueError(f"--grad-sample-mode must be hooks or functorch, got {self.grad_sample_mode!r}.")
+        if self.peft not in ("none", "lora"):
+            raise ValueError(f"--peft must be none or lora, got {self.peft!r}.")
         if self.optimizer not in ("sgd", "adam"):
             raise ValueError(f"--optimizer must be sgd or adam, got {self.optimizer!r}.")
         if self.setup is not None and ":" not in self.setup:

@@ -71,9 +71,24 @@ def _inject_setup(data_dir: Path, config: OpacusConfig, seed: int) -> _Built:
     for module in model.modules():  # dropout off, as in every dpaudit trainer (Opacus needs training mode)
         if isinstance(module, torch.nn.Dropout):
             module.p = 0.0
+    if config.peft == "lora":
+        model = with_lora(model, config.lora_rank)
     cls = torch.optim.Adam if config.optimizer == "adam" else torch.optim.SGD
     optimizer = cls([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
     return _Built(LibrarySetup(model, optimizer, loader), tokenizer, dict(data.inputs), len(dataset))
+
+
+def with_lora(model: Any, rank: int) -> Any:
+    """``model`` with LoRA adapters (peft) of rank ``rank`` on every attention query and value, the classifier head
+    trained beside them and everything else frozen (peft's sequence-classification recipe)."""
+    try:
+        from peft import LoraConfig, get_peft_model
+    except ImportError:
+        raise UserInputError("--peft lora needs peft: pip install 'dpaudit[peft]'.") from None
+    config = LoraConfig(
+        task_type="SEQ_CLS", r=rank, lora_alpha=2 * rank, target_modules=["query", "value"], lora_dropout=0.0
+    )
+    return get_peft_model(model, config)
 
 
 def _sigma(config: OpacusConfig, sample_rate: float, delta: float) -> float:
@@ -95,6 +110,8 @@ def _sigma(config: OpacusConfig, sample_rate: float, delta: float) -> float:
 
 
 def _save_model(folder: Path, model: Any, tokenizer: Any) -> None:
+    if hasattr(model, "merge_and_unload"):  # LoRA: the adapters merged into the model, which reloads as it is
+        model = model.merge_and_unload()
     if tokenizer is not None:
         from dpaudit.trainers.torch_common.hf_export import save_hf
 
@@ -220,7 +237,15 @@ class OpacusTrainer:
             clipping="flat",
             target_epsilon=config.target_epsilon,
             noise_seed_explicit=config.noise_seed is not None,
-            extra={"setup": config.setup} if config.setup else None,
+            extra={
+                **({"setup": config.setup} if config.setup else {}),
+                **(
+                    {"trained": f"LoRA adapters (rank {config.lora_rank}, query and value) and the head"}
+                    if config.peft == "lora" and not config.setup
+                    else {}
+                ),
+            }
+            or None,
         )
         if not record.details["library"]["agrees"]:
             print(f"opacus: {record.notes[0]}", file=sys.stderr)

@@ -107,3 +107,38 @@ def test_gradient_accumulation_with_batch_memory_manager_is_one_update_per_logic
     y = run.observations[:, member]
     assert np.all((np.abs(y - 0.7) < 1e-3) | (np.abs(y) < 1e-3)) and np.all(np.abs(run.observations[:, ~member]) < 1e-3)
     assert run.history == [(1e-4, run.sample_rate, 3)] and mismatches(run) == []
+
+
+def test_lora_adapters_through_opacus_train_and_the_canary_still_adds_c(tmp_path):
+    """peft's LoRA adapters (query, value) and the head under Opacus's hooks: the adapters do move (LoRA's B starts
+    at 0), the canary adds exactly C per update, and the exported model is the merged one."""
+    import torch
+
+    from dpaudit.trainers.opacus.loop import LibrarySetup, PrivacySettings, run_opacus
+    from dpaudit.trainers.opacus.trainer import _save_model, with_lora
+    from dpaudit.trainers.torch_common.model import build_model
+
+    model = build_model("classify", preset="tiny", vocab_size=60, max_length=8, label_names=["a", "b"], seed=0)
+    model = with_lora(model, 2)
+    trained = {n: p.detach().clone() for n, p in model.named_parameters() if p.requires_grad}
+    assert trained and all("lora_" in n or "classifier" in n for n in trained)
+    g = torch.Generator().manual_seed(0)
+    rows = torch.utils.data.TensorDataset(
+        torch.randint(5, 60, (32, 8), generator=g), torch.ones(32, 8, dtype=torch.long), torch.randint(0, 2, (32,))
+    )
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+    member = np.random.default_rng(0).integers(0, 2, size=50).astype(bool)
+    settings = PrivacySettings(
+        noise_multiplier=1e-4, clip_norm=0.7, steps=2, delta=1e-5, accountant="rdp", noise_seed=3
+    )
+    setup = LibrarySetup(model, optimizer, torch.utils.data.DataLoader(rows, batch_size=16))
+    run = run_opacus(setup, settings, gains=np.where(member, CANARY_GAIN, 0.0))
+    assert run.observations is not None and run.updates == 2
+    y = run.observations[:, member]
+    assert np.all((np.abs(y - 0.7) < 1e-3) | (np.abs(y) < 1e-3))
+    moved = {n for n, p in model.named_parameters() if n in trained and not torch.equal(p.detach(), trained[n])}
+    assert any("lora_B" in n for n in moved) and any("lora_A" in n for n in moved), moved
+    _save_model(tmp_path / "model", model, None)
+    from safetensors.torch import load_file
+
+    assert not any("lora" in k for k in load_file(tmp_path / "model" / "model.safetensors"))
