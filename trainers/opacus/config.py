@@ -18,7 +18,7 @@ from dpaudit.training.dp_options import DpOptions
 __all__ = ["OpacusConfig"]
 
 Accountant = Literal["prv", "rdp", "gdp"]
-GradSampleMode = Literal["hooks", "functorch"]
+GradSampleMode = Literal["hooks", "functorch", "ghost"]
 OptimizerName = Literal["sgd", "adam"]
 PeftName = Literal["none", "lora"]
 
@@ -43,7 +43,10 @@ class OpacusConfig(DpOptions):
     optimizer: OptimizerName = field(default="sgd", metadata=_help("sgd or adam."))
     accountant: Accountant = field(default="prv", metadata=_help("Opacus's accountant: prv (its default), rdp, gdp."))
     grad_sample_mode: GradSampleMode = field(
-        default="hooks", metadata=_help("How Opacus computes per-example gradients: hooks or functorch.")
+        default="hooks",
+        metadata=_help(
+            "How Opacus computes per-example gradients: hooks, functorch, or ghost (fast gradient clipping)."
+        ),
     )
     physical_batch: int | None = field(
         default=None,
@@ -78,8 +81,8 @@ class OpacusConfig(DpOptions):
             raise ValueError(f"--learning-rate must be > 0, got {self.learning_rate}.")
         if self.accountant not in ("prv", "rdp", "gdp"):
             raise ValueError(f"--accountant must be prv, rdp or gdp, got {self.accountant!r}.")
-        if self.grad_sample_mode not in ("hooks", "functorch"):
-            raise ValueError(f"--grad-sample-mode must be hooks or functorch, got {self.grad_sample_mode!r}.")
+        if self.grad_sample_mode not in ("hooks", "functorch", "ghost"):
+            raise ValueError(f"--grad-sample-mode must be hooks, functorch or ghost, got {self.grad_sample_mode!r}.")
         if self.peft not in ("none", "lora"):
             raise ValueError(f"--peft must be none or lora, got {self.peft!r}.")
         if self.optimizer not in ("sgd", "adam"):

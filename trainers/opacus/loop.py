@@ -102,6 +102,24 @@ def _per_example(criterion: Any) -> Any:
     return criterion
 
 
+class _AuditedLoss(nn.Module):
+    """The run's loss as a criterion module, what Opacus's ghost clipping wraps (``DPLossFastGradientClipping``
+    switches ``reduction`` to "none" to read the per-example losses): ``input`` is (the model's output, the canary
+    terms, the real-row mask) with canaries, else the output alone."""
+
+    def __init__(self, base: Any, canaries: bool) -> None:
+        super().__init__()
+        self.base, self.canaries, self.reduction = base, canaries, "mean"
+
+    def forward(self, input: Any, target: torch.Tensor) -> torch.Tensor:  # noqa: A002 - torch's criterion signature
+        if self.canaries:
+            out, term, real = input
+            each = self.base(_output(out), target) * real + term
+        else:
+            each = self.base(_output(input), target)
+        return each if self.reduction == "none" else each.mean() if self.reduction == "mean" else each.sum()
+
+
 def _output(out: Any) -> Any:
     return out.logits if hasattr(out, "logits") else out
 
@@ -161,9 +179,12 @@ def run_opacus(
         max_grad_norm = norms
     model.train()  # Opacus validates a model in training mode
     engine = PrivacyEngine(accountant=settings.accountant)
-    module, optimizer, dp_loader = engine.make_private(
+    ghost = settings.grad_sample_mode == "ghost"
+    audited_loss = _AuditedLoss(_per_example(setup.criterion), canaries=layer is not None)
+    private = engine.make_private(
         module=model,
         optimizer=setup.optimizer,
+        criterion=audited_loss,
         data_loader=train_loader,
         noise_multiplier=settings.noise_multiplier,
         max_grad_norm=max_grad_norm,
@@ -172,6 +193,11 @@ def run_opacus(
         clipping=settings.clipping,
         noise_generator=noise_rng,
     )
+    if ghost:  # fast gradient (ghost) clipping: Opacus's criterion wrapper runs its two backward passes
+        module, optimizer, dp_criterion, dp_loader = private
+    else:
+        module, optimizer, dp_loader = private
+        dp_criterion = None
     sample_rate = float(getattr(dp_loader.batch_sampler, "sample_rate", 1.0 / len(dp_loader)))
     poisson = type(dp_loader.batch_sampler).__name__ == "UniformWithReplacementSampler"
     normalizer = float(int(n * (1.0 / len(dp_loader))))  # Opacus's documented expected_batch_size, from N and q
@@ -185,7 +211,7 @@ def run_opacus(
             seen.append(layer.released() * normalizer)
 
     hook = optimizer.original_optimizer.register_step_pre_hook(observe)
-    criterion = _per_example(setup.criterion)
+    audited_loss.reduction = "none"  # the hooks path reads per-example losses itself
     losses: list[float] = []
     module.train()
     if settings.physical_batch is not None:
@@ -206,14 +232,19 @@ def run_opacus(
                     if layer is not None:
                         canary, *inputs, label = row
                         out, term = module(canary, *inputs)
-                        real = (canary == 0).to(term.dtype)
-                        loss_each = criterion(_output(out), label) * real + term
+                        output: Any = (out, term, (canary == 0).to(term.dtype))
                     else:
                         *inputs, label = row
-                        loss_each = criterion(_output(module(*inputs)), label)
-                    loss_each.mean().backward()
+                        output = module(*inputs)
+                    if dp_criterion is not None:
+                        loss = dp_criterion(output, label)
+                        loss.backward()
+                        losses.append(float(loss.item()))
+                    else:
+                        loss_each = audited_loss(output, label)
+                        loss_each.mean().backward()
+                        losses.append(float(loss_each.detach().mean()) if len(loss_each) else 0.0)
                     optimizer.step()
-                    losses.append(float(loss_each.detach().sum() / max(1, len(loss_each))))
     finally:
         hook.remove()
     history = [(float(s), float(r), int(t)) for s, r, t in engine.accountant.history]

@@ -38,7 +38,7 @@ def _verdicts(fault: str | None, seeds: int, monkeypatch: pytest.MonkeyPatch) ->
     return flags
 
 
-@pytest.mark.parametrize("mode", ["hooks", "functorch"])
+@pytest.mark.parametrize("mode", ["hooks", "functorch", "ghost"])
 def test_the_library_clips_each_canary_to_c_along_its_row(mode):
     from dpaudit.trainers.opacus.loop import PrivacySettings, run_opacus
 
