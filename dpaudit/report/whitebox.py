@@ -54,6 +54,8 @@ METHOD_WORDS = {
     ("one-run", "steinke"): "Steinke et al. 2023 (one run)",
     ("one-run", "fdp_gaussian"): "Gaussian f-DP (Mahloujifar et al. 2024)",
     ("one-run", "claim_family"): "claimed curve: f-DP recursion (Mahloujifar et al. 2024)",
+    ("one-run", "order_stats"): "claimed curve: order statistics (Xiang et al. 2025)",
+    ("one-run", "order_stats_dp"): "(epsilon, delta): order statistics (Xiang et al. 2025)",
     ("pooled", "clopper_pearson"): "Clopper-Pearson, every threshold",
     ("pooled", "claim_family"): "claimed curve: Clopper-Pearson points",
 }
@@ -225,10 +227,16 @@ def _row(run: WhiteboxRun, scope: str, kind: str, view: str, bound: Bound, *, ve
         evidence = f"{bound.correct} of {bound.guesses} guesses right"
         if bound.selection == "planned":  # whitebox.plan: one pair of guess counts chosen from the claim, no score seen
             evidence += " (guess counts planned from the claim before any score was seen)"
+        elif bound.selection and bound.selection.startswith("planned: "):  # the order statistics' released count
+            evidence += f" ({bound.selection[len('planned: ') :]}; that count fixed from the claim before the run)"
         elif bound.selection:
             evidence += f" (guess counts: {bound.selection})"
     if bound.scale is not None:
         evidence = ("" if evidence == "–" else evidence + "; ") + f"rejects sigma × {bound.scale:.3g}"
+    if bound.ceiling is not None:
+        evidence = ("" if evidence == "–" else evidence + "; ") + f"ceiling {_down(bound.ceiling)} (a perfect attack)"
+        if bound.canaries_needed is not None:
+            evidence += f"; a perfect attack needs {bound.canaries_needed:,} canaries to reject the claim"
     primary = verdict and kind == run.primary_kind
     return BoundRow(
         scope=scope,
@@ -275,7 +283,7 @@ def bound_rows(run: WhiteboxRun) -> tuple[BoundRow, ...]:
                         "one-run",
                         view,
                         bound,
-                        verdict=r == 0 and view == "all_iterates" and method == "claim_family",
+                        verdict=r == 0 and view == "all_iterates" and method == run.one_run_method,
                     )
                 )
     return tuple(rows)
@@ -413,8 +421,10 @@ def limits(run: WhiteboxRun) -> tuple[str, ...]:
         "form (Poisson-subsampled Gaussian steps with the claimed q and steps)."
     )
     out.append(
-        "The Gaussian f-DP bound (fdp_gaussian) refutes mu-GDP (Gaussian mechanisms only), read at delta; it is "
-        "not an (epsilon, delta) bound for any mechanism."
+        "The order-statistics bound (order_stats, Xiang et al. 2025) releases only the most confident membership "
+        "guesses, as many as planned from the claim before the run, and tests their mistakes against the claimed "
+        "curve; its ceiling is the same test with no mistake. When it rejects the claimed curve, the figure printed "
+        "is its (epsilon, delta) reading on the same guesses, which holds for any mechanism."
     )
     out.append(
         f"Only the verdict's two bounds (the one-run claimed curve of run 1 and the pooled claimed curve, all "

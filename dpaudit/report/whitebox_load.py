@@ -106,6 +106,8 @@ class WhiteboxRun:
     mechanism_refuted: bool = False
     any_mechanism: Bound | None = None
     ceilings: dict[str, float] = dataclasses.field(default_factory=dict)
+    #: The one-run bound the verdict rests on (planned from the claim): "claim_family" or "order_stats".
+    one_run_method: str = "claim_family"
     one_run: dict[str, tuple[dict[str, Bound], ...]]
     pooled: dict[str, dict[str, Bound]]
     scores: WhiteboxScores | None
@@ -131,8 +133,9 @@ class WhiteboxRun:
         """The verdict's two bounds, fixed before the audit ran: (kind, bound) of the one-run claimed
         curve of the first run and of the pooled claimed curve, all iterates."""
         out = []
-        if self.one_run.get("all_iterates") and "claim_family" in self.one_run["all_iterates"][0]:
-            out.append(("one-run", self.one_run["all_iterates"][0]["claim_family"]))
+        method = self.one_run_method
+        if self.one_run.get("all_iterates") and method in self.one_run["all_iterates"][0]:
+            out.append(("one-run", self.one_run["all_iterates"][0][method]))
         if "claim_family" in self.pooled.get("all_iterates", {}):
             out.append(("pooled", self.pooled["all_iterates"]["claim_family"]))
         return tuple(out)
@@ -170,6 +173,8 @@ def _bound(obj: Any) -> Bound:
         scale=_field(obj, "scale"),
         selection=_field(obj, "selection"),
         capped=obj.get("capped", False),
+        ceiling=obj.get("ceiling"),
+        canaries_needed=obj.get("canaries_needed"),
     )
 
 
@@ -202,6 +207,7 @@ def _fields(raw: Mapping[str, Any]) -> dict[str, Any]:
         "mechanism_refuted": raw.get("mechanism_refuted", raw["refuted"]),
         "any_mechanism": None if raw.get("any_mechanism") is None else _bound(raw["any_mechanism"]),
         "ceilings": {str(k): float(v) for k, v in (raw.get("ceilings") or {}).items()},
+        "one_run_method": raw.get("one_run_method", "claim_family"),
         "auc": dict(raw["auc"]),
         "one_run": {str(view): tuple(_bounds(run) for run in runs) for view, runs in raw["one_run"].items()},
         "pooled": {str(view): _bounds(bounds) for view, bounds in raw["pooled"].items()},

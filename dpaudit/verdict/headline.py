@@ -78,8 +78,17 @@ from dpaudit.audit import (
 )
 from dpaudit.audit.claim_curves import CEILING_MIN_SCALE
 from dpaudit.audit.claim_family import epsilon_lower_bound_one_run_claim
+from dpaudit.audit.order_stats_claim import (
+    METHOD_ORDER_CLAIM,
+    epsilon_lower_bound_order_stats_claim,
+    order_stats_any_mechanism,
+    planned_last_iterate_test,
+)
 from dpaudit.claim import Claim
 from dpaudit.common.figures import format_down, format_up
+
+#: The methods of one-run proofs against the claimed curve (their figure holds for mechanisms of the claimed form).
+CLAIM_METHODS = ("one_run_claim", METHOD_ORDER_CLAIM)
 
 __all__ = [
     "AuditSource",
@@ -250,7 +259,7 @@ class HeadlineBound:
         """What the figure is a lower bound of: any mechanism, or only mechanisms of the claimed form."""
         if self.kind == HEURISTIC:
             return "the examples of one model taken as independent trials (a heuristic)"
-        if self.figure_bound.method == "one_run_claim":
+        if self.figure_bound.method in CLAIM_METHODS:
             return "mechanisms of the claimed form (the claimed sampling rates and steps, any noise)"
         return "any mechanism"
 
@@ -260,7 +269,7 @@ class HeadlineBound:
             return HEURISTIC_LABEL
         if self.curve_refuted:
             return REFUTED_CURVE_LABEL
-        return CLAIM_PROOF_LABEL if self.bound.method == "one_run_claim" else PROOF_LABEL
+        return CLAIM_PROOF_LABEL if self.bound.method in CLAIM_METHODS else PROOF_LABEL
 
     def ceiling_text(self) -> str:
         """ "ceiling 4.34": the most a perfect attack could have shown here, rounded down ("" when unknown)."""
@@ -482,6 +491,11 @@ def _bound_of(
     """The bound of ``kind`` on these scores: against ``mechanism``'s curve (a proof with a stated mechanism),
     Steinke's (a proof without one), or Clopper-Pearson over every threshold (a heuristic)."""
     if kind == PROOF and mechanism is not None:
+        m = member.size + nonmember.size
+        if planned_last_iterate_test(mechanism, m, round(1 - confidence, 12)) == "order_stats":
+            return epsilon_lower_bound_order_stats_claim(  # a curve rejected at half its noise: capped there (cheap)
+                member, nonmember, mechanism, confidence=confidence, min_scale=min_scale or CEILING_MIN_SCALE
+            )
         return epsilon_lower_bound_one_run_claim(
             member, nonmember, mechanism, confidence=confidence, min_scale=min_scale
         )
@@ -493,8 +507,9 @@ def _bound_of(
 
 
 def _perfect(n_members: int, n_nonmembers: int) -> tuple[np.ndarray, np.ndarray]:
-    """Scores of a perfect attack: every member above every non-member."""
-    return np.ones(n_members), np.zeros(n_nonmembers)
+    """Scores of a perfect attack: every member above every non-member (distinct, symmetric about 0: a guess around
+    the pooled median misplaces at most the least confident canary)."""
+    return np.linspace(1.0, 2.0, n_members), np.linspace(-2.0, -1.0, n_nonmembers)
 
 
 @functools.lru_cache(maxsize=4096)
@@ -599,14 +614,18 @@ def headline(sources: Sequence[AuditSource], claim: Claim, *, confidence: float 
             source, delta=delta, confidence=each, mechanism=_mechanism(claim) if f == 1 else None
         )
         refuted = (
-            bound.method == "one_run_claim"
+            bound.method in CLAIM_METHODS
             and target is not None
             and (bound.scale is not None and bound.scale <= 1.0 or bound.epsilon > target)
         )
         any_mechanism = None
         if refuted:
             member, nonmember = source.audit.roc.rank_scores()
-            any_mechanism = epsilon_lower_bound_one_run(member, nonmember, delta=delta, confidence=each)
+            any_mechanism = (
+                order_stats_any_mechanism(member, nonmember, r=int(bound.guesses or 1), delta=delta, confidence=each)
+                if bound.method == METHOD_ORDER_CLAIM
+                else epsilon_lower_bound_one_run(member, nonmember, delta=delta, confidence=each)
+            )
         hb = HeadlineBound(
             attack=source.attack,
             task=source.task,

@@ -13,6 +13,11 @@ larger of them holds at ``confidence`` (Bonferroni):
   coordinate-wise optimizers); across runs it is the classic many-run audit. It is much stronger:
   a one-run proof pays for not knowing how the canaries interact.
 
+The one-run verdict bound is ONE planned test (:func:`dpaudit.whitebox.plan.planned_one_run`): the order-statistics
+test of Xiang et al. (2025; ``order_stats``, its released count planned from the claim) or the f-DP recursion
+(``claim_family``), whichever the claim's simulation says rejects the less private scaled claim; the choice is a
+function of the claim and the layout, so no correction is paid for it. Both are computed and shown in both views.
+
 Every other bound (Steinke; the Gaussian f-DP reading; Clopper-Pearson (epsilon, delta); the last
 iterate's) is reported beside them at the same confidence, as evidence, not as the verdict.
 
@@ -37,10 +42,17 @@ import numpy as np
 from dpaudit.audit.claim_curves import CEILING_MIN_SCALE
 from dpaudit.audit.roc import roc_curve
 from dpaudit.claim import Claim
-from dpaudit.whitebox.bounds import Bound, multi_run_bounds, multi_run_family, one_run_bounds, one_run_family
+from dpaudit.whitebox.bounds import (
+    Bound,
+    multi_run_bounds,
+    multi_run_family,
+    one_run_bounds,
+    one_run_family,
+    order_stats_bounds,
+)
 from dpaudit.whitebox.harness import RunEvidence
-from dpaudit.whitebox.plan import planned_guesses
-from dpaudit.whitebox.scores import all_iterates_scores, last_iterate_scores
+from dpaudit.whitebox.plan import planned_guesses, planned_one_run, planned_order_stats
+from dpaudit.whitebox.scores import checked_scores, last_iterate_scores
 
 __all__ = ["VIEWS", "Analysis", "analyse"]
 
@@ -76,6 +88,9 @@ class Analysis:
     any_mechanism: Bound | None = None
     #: The verdict bounds' ceilings ("one-run", "pooled"): their values for a perfect attack at these sizes.
     ceilings: dict[str, float] = field(default_factory=dict)
+    #: Which one-run bound of the first run (all iterates) the verdict rests on, planned from the claim:
+    #: "claim_family" (the f-DP recursion) or "order_stats" (:func:`dpaudit.whitebox.plan.planned_one_run`).
+    one_run_method: str = "claim_family"
 
     @property
     def _claimed_epsilon(self) -> float:
@@ -95,7 +110,7 @@ class Analysis:
     @property
     def primary(self) -> tuple[str, Bound]:
         """The larger of the two verdict bounds: ("one-run" | "pooled", its bound)."""
-        one = self.one_run["all_iterates"][0]["claim_family"]
+        one = self.one_run["all_iterates"][0][self.one_run_method]
         pooled = self.pooled["all_iterates"]["claim_family"]
         return ("pooled", pooled) if pooled.epsilon > one.epsilon else ("one-run", one)
 
@@ -124,27 +139,42 @@ class Analysis:
 def curve_rejected(bound: Bound, claimed_epsilon: float) -> bool:
     """Whether a claim-family ``bound`` rejects the claim itself: its smallest rejected scale is at most 1 (or its
     epsilon, read from an optimistic PLD, is above the claim)."""
-    return bound.method == "claim_family" and (
+    return bound.method in ("claim_family", "order_stats") and (
         (bound.scale is not None and bound.scale <= 1.0) or bound.epsilon > claimed_epsilon
     )
 
 
 def _any_mechanism(
-    kind: str, first: tuple[np.ndarray, np.ndarray], pooled: tuple[np.ndarray, np.ndarray], claim: Claim, level: float
+    kind: str,
+    first: tuple[np.ndarray, np.ndarray],
+    pooled: tuple[np.ndarray, np.ndarray],
+    claim: Claim,
+    level: float,
+    one_run: dict[str, Bound] | None = None,
 ) -> Bound:
-    """The bound of the verdict's ``kind`` of test valid for any mechanism: Steinke's on the first run (one-run) or
-    Clopper-Pearson (epsilon, delta) on the pooled canaries, at ``level``."""
+    """The bound of the verdict's ``kind`` of test valid for any mechanism: the order-statistics test's own
+    (epsilon, delta) reading or Steinke's on the first run (one-run), or Clopper-Pearson (epsilon, delta) on the
+    pooled canaries, at ``level``."""
+    if kind == "one-run" and one_run is not None and "order_stats_dp" in one_run:
+        return one_run["order_stats_dp"]
     if kind == "one-run":
         return one_run_bounds(*first, claim, confidence=level)["steinke"]
     return multi_run_bounds(*pooled, claim, confidence=level)["clopper_pearson"]
 
 
-def _ceilings(claim: Claim, sizes: list[tuple[int, int]], plan: tuple[int, int], level: float) -> dict[str, float]:
-    """The verdict bounds for a perfect attack (every member above every non-member) at these sizes."""
+def _ceilings(
+    claim: Claim, sizes: list[tuple[int, int]], plan: tuple[int, int], level: float, one_run: Bound | None = None
+) -> dict[str, float]:
+    """The verdict bounds for a perfect attack (every member above every non-member) at these sizes (the one-run
+    bound's own when it carries its ceiling)."""
     first = (np.ones(sizes[0][0]), np.zeros(sizes[0][1]))
     pooled = (np.ones(sum(m for m, _ in sizes)), np.zeros(sum(n for _, n in sizes)))
+    if one_run is not None and one_run.ceiling is not None:
+        one = one_run.ceiling
+    else:
+        one = one_run_family(*first, claim, confidence=level, planned=plan, min_scale=CEILING_MIN_SCALE).epsilon
     return {
-        "one-run": one_run_family(*first, claim, confidence=level, planned=plan, min_scale=CEILING_MIN_SCALE).epsilon,
+        "one-run": one,
         "pooled": multi_run_family(*pooled, claim, confidence=level, min_scale=CEILING_MIN_SCALE).epsilon,
     }
 
@@ -173,45 +203,84 @@ def analyse(evidence: Sequence[RunEvidence], *, confidence: float = 0.95, full: 
         members, nonmembers = [], []
         for run in evidence:
             if view == "all_iterates":
-                s = all_iterates_scores(run.observations, run.layout, q, std, claim.clip_norm)
+                s = checked_scores(run.observations, run.layout, q, std, claim.clip_norm)
             else:
                 s = last_iterate_scores(run.final)
             members.append(s[run.layout.member])
             nonmembers.append(s[~run.layout.member])
         scores[view] = ViewScores(tuple(members), tuple(nonmembers))
+    layout0 = evidence[0].layout
     plans = [
         planned_guesses(claim, run.layout.unit, run.layout.partners, run.layout.size, 1 - level) for run in evidence
     ]  # from the claim and the layout alone: fixed before any score is seen
+    method = planned_one_run(claim, layout0.unit, layout0.partners, layout0.size, 1 - level)
+
+    def order(view: str, m: np.ndarray, n: np.ndarray, run: RunEvidence) -> dict[str, Bound]:
+        plan = planned_order_stats(claim, run.layout.unit, run.layout.partners, run.layout.size, 1 - level, view)
+        return order_stats_bounds(m, n, claim, confidence=level, r=plan.r, center=plan.center)
+
+    first = scores["all_iterates"]
+    m0, n0 = first.member[0], first.nonmember[0]
+    verdict_order = order("all_iterates", m0, n0, evidence[0]) if method == "order_stats" else {}
     if full:
+        # per run and view: Steinke, the planned f-DP recursion and the order statistics against the claimed curve
+        # (the Gaussian f-DP reading is left out: Gaussian mechanisms only; the order statistics' own (epsilon, delta)
+        # reading is the verdict's figure for any mechanism when the curve is rejected)
         one_run = {
             view: [
-                one_run_bounds(m, n, claim, confidence=level, planned=plan if view == "all_iterates" else None)
-                for m, n, plan in zip(vs.member, vs.nonmember, plans)
+                {
+                    **{
+                        k: b
+                        for k, b in one_run_bounds(
+                            m, n, claim, confidence=level, planned=plan if view == "all_iterates" else None
+                        ).items()
+                        if k != "fdp_gaussian"
+                    },
+                    "order_stats": verdict_order["order_stats"]
+                    if verdict_order and view == "all_iterates" and i == 0
+                    else order(view, m, n, run)["order_stats"],
+                }
+                for i, (m, n, plan, run) in enumerate(zip(vs.member, vs.nonmember, plans, evidence))
             ]
             for view, vs in scores.items()
         }
         pooled = {view: multi_run_bounds(*vs.pooled(), claim, confidence=level) for view, vs in scores.items()}
     else:
-        first = scores["all_iterates"]
         one_run = {
             "all_iterates": [
-                {
-                    "claim_family": one_run_family(
-                        first.member[0], first.nonmember[0], claim, confidence=level, planned=plans[0]
-                    )
-                }
+                {"order_stats": verdict_order["order_stats"]}
+                if verdict_order
+                else {"claim_family": one_run_family(m0, n0, claim, confidence=level, planned=plans[0])}
             ]
         }
-        pooled = {"all_iterates": {"claim_family": multi_run_family(*first.pooled(), claim, confidence=level)}}
+        pooled = {
+            "all_iterates": {
+                "claim_family": multi_run_family(*first.pooled(), claim, confidence=level, min_scale=CEILING_MIN_SCALE)
+            }
+        }
     auc = {view: float(roc_curve(*vs.pooled()).auc()) for view, vs in scores.items()}
-    first = scores["all_iterates"]
-    ceilings = _ceilings(claim, [(m.size, n.size) for m, n in zip(first.member, first.nonmember)], plans[0], level)
+    ceilings = _ceilings(
+        claim,
+        [(m.size, n.size) for m, n in zip(first.member, first.nonmember)],
+        plans[0],
+        level,
+        one_run["all_iterates"][0][method],
+    )
     analysis = Analysis(
-        claim=claim, confidence=confidence, scores=scores, one_run=one_run, pooled=pooled, auc=auc, ceilings=ceilings
+        claim=claim,
+        confidence=confidence,
+        scores=scores,
+        one_run=one_run,
+        pooled=pooled,
+        auc=auc,
+        ceilings=ceilings,
+        one_run_method=method,
     )
     if analysis.mechanism_refuted:  # the figure printed must then hold for any mechanism
         kind = analysis.primary[0]
-        bound = _any_mechanism(kind, (first.member[0], first.nonmember[0]), first.pooled(), claim, level)
+        bound = _any_mechanism(
+            kind, (first.member[0], first.nonmember[0]), first.pooled(), claim, level, verdict_order or None
+        )
         analysis = dataclasses.replace(analysis, any_mechanism=bound)
     return analysis
 
@@ -225,6 +294,7 @@ def summary(analysis: Analysis) -> dict[str, Any]:
         "confidence": analysis.confidence,
         "bound_confidence": analysis.bound_confidence,
         "primary": {"kind": kind, "view": "all_iterates", **primary.to_json()},
+        "one_run_method": analysis.one_run_method,
         "refuted": analysis.refuted,
         "mechanism_refuted": analysis.mechanism_refuted,
         "any_mechanism": None if analysis.any_mechanism is None else analysis.any_mechanism.to_json(),

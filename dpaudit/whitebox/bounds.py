@@ -14,6 +14,12 @@ Every bound comes with what it proves:
   claim itself is rejected, which is a proof whatever the mechanism; the number itself is a lower bound
   for mechanisms of the claimed form (Poisson-subsampled Gaussian steps with the claimed q and steps).
 
+- ``order_stats`` / ``order_stats_dp`` (one run): the order-statistics test of Xiang et al. (2025,
+  :mod:`dpaudit.audit.order_stats`) on a planned number of released guesses (:func:`dpaudit.whitebox.plan.planned_order_stats`),
+  against the claim's scaled curve (``order_stats``: the claimed form) and the (epsilon, delta) channel
+  (``order_stats_dp``: any mechanism). Each carries its ceiling (the same test with no mistake) and the canaries a
+  perfect attack would need to reject the claim.
+
 The pooled many-run bounds treat the R x m canaries as independent trials: true across runs, and
 within a run for Dirac canaries on disjoint coordinates under per-example Poisson sampling and
 coordinate-wise noise, which is what a correct DP-SGD trainer does; R runs of one canary each make it
@@ -27,19 +33,21 @@ from dataclasses import dataclass
 
 import numpy as np
 
+from dpaudit.audit import order_stats
 from dpaudit.audit.bounds import _cp_upper, epsilon_lower_bound_clopper_pearson
-from dpaudit.audit.claim_curves import FamilyBound
+from dpaudit.audit.claim_curves import CEILING_MIN_SCALE, FamilyBound
 from dpaudit.audit.claim_family import claim_family_test
 from dpaudit.audit.one_run import epsilon_lower_bound_one_run, epsilon_lower_bound_one_run_fdp
 from dpaudit.audit.thresholds import BonferroniThresholds, GuessGrid
 from dpaudit.audit.tradeoff import TradeOff
 from dpaudit.claim import Claim
 
-__all__ = ["Bound", "multi_run_bounds", "one_run_bounds"]
+__all__ = ["Bound", "multi_run_bounds", "one_run_bounds", "order_stats_bounds"]
 
 PROOF_DP = "(epsilon, delta)-DP, any mechanism"
 PROOF_GDP = "mu-GDP (Gaussian mechanisms), read at delta"
 PROOF_FAMILY = "the claimed mechanism's trade-off curve; the number: mechanisms of the claimed form"
+PROOF_ORDER_DP = "(epsilon, delta)-DP, any mechanism (order statistics)"
 
 
 @dataclass(frozen=True)
@@ -56,6 +64,11 @@ class Bound:
     scale: float | None = None
     capped: bool = False
     selection: str | None = None
+    #: The same test's bound for a perfect attack at these sizes (None: not computed for this bound).
+    ceiling: float | None = None
+    #: The fewest canaries whose perfect attack would reject the claim with this test (None: not computed, or more
+    #: than 10^8).
+    canaries_needed: int | None = None
 
     def to_json(self) -> dict:
         return dataclasses.asdict(self)
@@ -166,3 +179,54 @@ def multi_run_bounds(member: np.ndarray, nonmember: np.ndarray, claim: Claim, *,
         "clopper_pearson": Bound(method="clopper_pearson", proves=PROOF_DP, epsilon=cp.epsilon, confidence=confidence),
         "claim_family": multi_run_family(member, nonmember, claim, confidence=confidence),
     }
+
+
+def order_stats_bounds(
+    member: np.ndarray, nonmember: np.ndarray, claim: Claim, *, confidence: float, r: int, center: float | None
+) -> dict[str, Bound]:
+    """The order-statistics test of one run (r most confident guesses released, "member" above ``center``; None: the
+    pooled scores' median) against the claim's scaled curve and the (epsilon, delta) channel, each with its ceiling
+    and the canaries a perfect attack would need to reject the claim (releasing the same share)."""
+    assert claim.delta is not None and claim.epsilon is not None  # an audited claim states its mechanism
+    member, nonmember = np.asarray(member, float), np.asarray(nonmember, float)
+    n = member.size + nonmember.size
+    c = float(np.median(np.concatenate([member, nonmember]))) if center is None else center
+    selection = f"planned: {r} most confident of {n} released"
+    out = {}
+    for key, family, proves in (
+        ("order_stats", order_stats.FAMILY_CLAIM, PROOF_FAMILY),
+        ("order_stats_dp", order_stats.FAMILY_DP, PROOF_ORDER_DP),
+    ):
+        found = order_stats.order_stats_bound(  # a claim rejected down to half its noise is capped there (cheap)
+            member,
+            nonmember,
+            r=r,
+            center=c,
+            family=family,
+            delta=claim.delta,
+            confidence=confidence,
+            claim=claim,
+            min_scale=CEILING_MIN_SCALE,
+        )
+        ceiling = order_stats.ceiling(
+            n, r, family=family, delta=claim.delta, confidence=confidence, claim=claim, min_scale=CEILING_MIN_SCALE
+        )
+        null = (
+            order_stats.curve_profile(claim.curve(1.0))
+            if family == order_stats.FAMILY_CLAIM
+            else order_stats.dp_profile(claim.epsilon, claim.delta)
+        )
+        out[key] = Bound(
+            method=key,
+            proves=proves,
+            epsilon=found.epsilon,
+            confidence=confidence,
+            guesses=r,
+            correct=r - found.mistakes,
+            scale=found.theta if family == order_stats.FAMILY_CLAIM else None,
+            capped=found.capped,
+            selection=selection,
+            ceiling=ceiling,
+            canaries_needed=order_stats.canaries_needed(null, confidence=confidence, fraction=r / n),
+        )
+    return out

@@ -20,20 +20,31 @@ Validity needs only that the pair is a function of public inputs (the claim, the
 partners, m) and not of the coins or the noise: the claim never depends on the coins (see
 :meth:`~dpaudit.whitebox.layout.CanaryLayout.canaries`), so the recursion's guarantee holds for the pair as
 for any pair fixed in advance. A wrong claim (a broken trainer) only makes the plan less than optimal.
+
+The same simulation plans the order-statistics test (Xiang et al. 2025; :mod:`dpaudit.audit.order_stats`): how many
+of the most confident guesses to release (r), and, for the verdict's one-run bound, which of the two one-run tests to
+run: the one whose planned counts reject the least private scaled claim (:func:`planned_one_run`). Either way ONE test
+is run at the full alpha, chosen before any score is seen. The last iterate's plan simulates each canary's final
+value (the sum of its observations) and guesses around the pooled scores' median (a function of the run's output,
+which keeps the test valid).
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import numpy as np
 
-from dpaudit.audit.claim_family import candidate_pairs, planned_pair
+from dpaudit.audit.claim_family import _expected_counts, candidate_pairs, planned_pair
+from dpaudit.audit.order_stats_claim import order_test, planned_mistakes
+from dpaudit.audit.tradeoff import TradeOff, one_run_margin
 from dpaudit.claim import Claim
 from dpaudit.whitebox.layout import CanaryLayout
 from dpaudit.whitebox.scores import all_iterates_scores
 
-__all__ = ["candidate_pairs", "planned_guesses"]
+__all__ = ["OrderStatsPlan", "candidate_pairs", "planned_guesses", "planned_one_run", "planned_order_stats"]
 
 #: Simulated observations per class (members, non-members; canaries x steps) the plan estimates the score
 #: distributions from: the planned count moves by about one standard deviation per 1% of precision, so the
@@ -45,8 +56,12 @@ PLAN_CANARIES = 250_000
 PLAN_SEED = 20240527
 
 
-def _simulated_scores(claim: Claim, unit: str, partners: int, n: int) -> tuple[np.ndarray, np.ndarray]:
-    """Scores of n simulated member and n non-member canaries of the claimed mechanism (sorted)."""
+@functools.lru_cache(maxsize=16)
+def _simulated_scores(
+    claim: Claim, unit: str, partners: int, n: int, view: str = "all_iterates"
+) -> tuple[np.ndarray, np.ndarray]:
+    """Scores of n simulated member and n non-member canaries of the claimed mechanism (sorted): the all-iterates
+    likelihood ratio, or (``view="last_iterate"``) the sum of the canary's observations (its final value's move)."""
     q, std = claim.per_step()
     layout = CanaryLayout(member=np.zeros(n, dtype=bool), unit=unit, partners=partners)
     shifts, inside, outside = layout.mixtures(q, claim.clip_norm)
@@ -57,8 +72,15 @@ def _simulated_scores(claim: Claim, unit: str, partners: int, n: int) -> tuple[n
         u = rng.random((q.size, n))
         component = (u[:, :, None] >= cumulative[:, None, :]).sum(axis=2).clip(0, shifts.size - 1)
         y = shifts[component] + rng.standard_normal((q.size, n)) * std[:, None]
-        out.append(np.sort(all_iterates_scores(y, layout, q, std, claim.clip_norm)))
+        if view == "last_iterate":
+            out.append(np.sort(y.sum(axis=0)))
+        else:
+            out.append(np.sort(all_iterates_scores(y, layout, q, std, claim.clip_norm)))
     return out[0], out[1]
+
+
+def _plan_size(claim: Claim) -> int:
+    return max(1_000, min(PLAN_CANARIES, PLAN_OBSERVATIONS // claim.steps))
 
 
 @functools.lru_cache(maxsize=64)
@@ -68,6 +90,50 @@ def planned_guesses(claim: Claim, unit: str, partners: int, m: int, alpha: float
     A function of public inputs only (see the module docstring); cached, so that the R runs of an audit (and
     the seeds of a test) plan once.
     """
-    n = max(1_000, min(PLAN_CANARIES, PLAN_OBSERVATIONS // claim.steps))
-    member, nonmember = _simulated_scores(claim, unit, partners, n)
+    member, nonmember = _simulated_scores(claim, unit, partners, _plan_size(claim))
     return planned_pair(claim, member, nonmember, m, alpha)
+
+
+@dataclass(frozen=True)
+class OrderStatsPlan:
+    """The order-statistics test planned from the claim: release the ``r`` most confident guesses, "member" above
+    ``center`` (None: the median of the run's pooled scores); ``mistakes`` and ``scale``: the planned mistake count and
+    the least private scaled claim it rejects (None: none)."""
+
+    r: int
+    center: float | None
+    mistakes: int
+    scale: float | None
+
+
+@functools.lru_cache(maxsize=64)
+def planned_order_stats(
+    claim: Claim, unit: str, partners: int, m: int, alpha: float, view: str = "all_iterates"
+) -> OrderStatsPlan:
+    """The order-statistics test of m canaries under ``claim`` at significance ``alpha`` for ``view``: the share r
+    whose planned mistakes reject the least private scaled claim. All iterates guess around 0 (the likelihood
+    ratio's sign: the MAP guess under the claim); the last iterate around the pooled median."""
+    center = 0.0 if view == "all_iterates" else None
+    member, nonmember = _simulated_scores(claim, unit, partners, _plan_size(claim), view)
+    candidates = planned_mistakes(member, nonmember, center, m)
+    best, scale = claim.best_test([order_test(m, r, u, alpha) for r, u in candidates])
+    r, u = candidates[best] if best is not None else candidates[-1]
+    return OrderStatsPlan(r=r, center=center, mistakes=u, scale=scale)
+
+
+@functools.lru_cache(maxsize=64)
+def planned_one_run(claim: Claim, unit: str, partners: int, m: int, alpha: float) -> str:
+    """Which one-run test the verdict runs on the first run's canaries (all iterates): "order_stats" or
+    "claim_family" (the f-DP recursion), whichever's planned counts reject the less private scaled claim (ties: the
+    order statistics). A function of the claim and the layout alone."""
+    order = planned_order_stats(claim, unit, partners, m, alpha)
+    member, nonmember = _simulated_scores(claim, unit, partners, _plan_size(claim))
+    pair = planned_guesses(claim, unit, partners, m, alpha)
+    pooled = np.sort(np.concatenate([member, nonmember]))
+    r, v = _expected_counts(member, nonmember, pooled, m, *pair)
+    tests: list[Callable[[TradeOff], bool]] = [
+        order_test(m, order.r, order.mistakes, alpha),
+        lambda curve: v > 0 and one_run_margin(curve.blow_up_inverse, m, r, v, alpha) > 0,
+    ]
+    best, _ = claim.best_test(tests)
+    return "claim_family" if best == 1 else "order_stats"

@@ -5,8 +5,8 @@ A numpy least-squares model written against the plug-in surface only (like the t
 per-example clipping (DP-SGD) or micro-batch clipping (eDP-SGD, sensitivity 2C), noise of std
 sigma x sensitivity on every trained coordinate, the block included. Its steps cost microseconds, so
 the audit's validity and power can be measured over many seeded runs. The broken variants are the
-bugs the audit must catch: noise at sigma / 2; micro-batch clipping accounted as sensitivity C; a
-sampling rate reported at half its true value.
+bugs the audit must catch: noise at sigma / 2, and at 0.8 sigma; micro-batch clipping accounted as sensitivity C; a
+sampling rate reported at half its true value; noise drawn once and reused at every step (its seed reset per step).
 """
 
 from __future__ import annotations
@@ -51,7 +51,7 @@ class _Step:
             cell = np.bincount(inverse, weights=p.canaries.gain[audit])
             sq += np.bincount(keys // m, weights=cell**2, minlength=units)
         scale = np.minimum(1.0, self.clip_norm / np.maximum(np.sqrt(sq), 1e-12))
-        gen = p.source.numpy_generator(2, step)
+        gen = p.source.numpy_generator(2, 0 if p.reuse_noise else step)  # broken: the noise seed reset per step
         std = sigma * self.sensitivity * p.noise_fraction
         noisy_w = (unit_w * scale[:, None]).sum(0) + gen.normal(0.0, std, FEATURES)
         if p.canaries is not None:
@@ -87,6 +87,7 @@ class LinearAuditPlugin(TrainerPlugin):
     noise_fraction = 1.0  # broken: 0.5
     claimed_factor_override: float | None = None  # broken: 1.0 with micro-batches
     double_sampling = False  # broken: True
+    reuse_noise = False  # broken: True (one noise draw, reused at every step)
 
     def __init__(
         self,
@@ -199,3 +200,11 @@ class MicrobatchAccountedAsC(LinearAuditPlugin):
 
 class HalfSamplingRate(LinearAuditPlugin):
     double_sampling = True
+
+
+class NoiseEightTenths(LinearAuditPlugin):
+    noise_fraction = 0.8
+
+
+class NoiseReused(LinearAuditPlugin):
+    reuse_noise = True
