@@ -120,7 +120,7 @@ class _Plugin(TorchPlugin):
             alpha=config.lora_alpha,
             targets=config.lora_targets,
             seed=self.seed,
-            base_name=start.given if start is not None else None,
+            base_name=str(start.model_dir) if start is not None else None,  # what from_pretrained loads
         )
         self.model = self.lora.model
 

@@ -71,6 +71,7 @@ def save_hf(
         if adapter is not None:
             adapter_dir = staging / "adapter"
             adapter.save_pretrained(str(adapter_dir), safe_serialization=True)
+            (adapter_dir / "README.md").unlink(missing_ok=True)  # peft's empty model-card template
             for path in list(staging.iterdir()):  # the tokenizer beside the adapter
                 if path.is_file() and path.name.startswith(("tokenizer", "special_tokens")):
                     (adapter_dir / path.name).write_bytes(path.read_bytes())

@@ -204,6 +204,9 @@ def test_a_lora_run_trains_only_the_adapters_and_exports_the_merged_model_and_th
     # model/adapter/: peft's layout, read back over the base: the same logits as the merged model.
     adapter = out / "model" / "adapter"
     assert {"adapter_config.json", "adapter_model.safetensors", "tokenizer.json"} <= {p.name for p in adapter.iterdir()}
+    adapter_config = json.loads((adapter / "adapter_config.json").read_text())
+    assert Path(adapter_config["base_model_name_or_path"]).resolve() == base_dir.resolve()
+    assert (adapter_config["r"], sorted(adapter_config["target_modules"])) == (4, trained["targets"])
     if task == "classify":
         labels = json.loads((out / "model" / "config.json").read_text())["id2label"]
         load = lambda d: AutoModelForSequenceClassification.from_pretrained(d, num_labels=len(labels))  # noqa: E731
