@@ -14,8 +14,12 @@ and TPR at 1% FPR [95% CI] from :func:`dpaudit.audit.audit_scores`.
 With ``--task classify`` the target is an intent classifier (the start: a classifier trained on the public rows)
 and the shadow-trained comparison is LiRA with 4 shadow models; error-zone and min-k++-base need a causal LM.
 
+With ``--dp-epsilon 8`` it checks validity instead: ``--dp-seeds`` targets fine-tuned with DP-SGD from the one
+start (each its own seed and noise seed), every attack's examples-task lower bound beside the accounted claim.
+
 Run: python benchmarks/bench_reference_mia.py --corpus ../shared/data/snips/train.tsv [--task clm|classify]
   [--members 600] [--public 2000] [--start-epochs 3] [--epochs 12] [--preset tiny] [--seed 0]
+  [--dp-epsilon 8 --dp-seeds 10 --dp-epochs 4]
 """
 
 from __future__ import annotations
@@ -59,6 +63,15 @@ def main() -> None:
     )
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--keep", type=Path, default=None, help="Keep the runs in this folder (default: a temp one).")
+    parser.add_argument(
+        "--dp-epsilon",
+        type=float,
+        default=None,
+        help="Validity instead: fine-tune --dp-seeds targets with DP-SGD at this epsilon from the one start and check "
+        "that no attack's lower bound exceeds the claim.",
+    )
+    parser.add_argument("--dp-seeds", type=int, default=10)
+    parser.add_argument("--dp-epochs", type=int, default=4)
     args = parser.parse_args()
     if not args.corpus.is_file():
         raise SystemExit(
@@ -104,6 +117,8 @@ def _bench(args: argparse.Namespace, root: Path) -> None:
     setup = {}
     if args.keep is not None and (target / "manifest.json").is_file():  # the runs of an earlier call: attacks only
         print(f"reusing the runs in {root} (remove it to train them again)\n", flush=True)
+        if args.dp_epsilon is not None:
+            return _validity(args, root, data, start)
         return _attacks(args, root, data, target)
     files = _random_split(args.corpus, root / "split", sizes=(n, n, args.public), seed=args.seed)
     setup["inject"] = _run(
@@ -124,7 +139,48 @@ def _bench(args: argparse.Namespace, root: Path) -> None:
         f"{os.cpu_count()} cores\n",
         flush=True,
     )
+    if args.dp_epsilon is not None:
+        return _validity(args, root, data, start)
     _attacks(args, root, data, target)
+
+
+def _validity(args: argparse.Namespace, root: Path, data: Path, start: Path) -> None:
+    """DP targets from the one start, one per seed (its own noise seed): each attack's examples-task lower bound
+    (rounded down) beside the accounted claim (rounded up); none may exceed it."""
+    import dpaudit
+    from dpaudit.common.figures import format_down, format_up
+
+    free = ("base-ratio", "error-zone", "min-k++-base") if args.task == "clm" else ("base-ratio",)
+    names = ["loss", *free]
+    print(f"validity: {args.dp_seeds} DP-SGD targets at --target-epsilon {args.dp_epsilon:g}, {args.dp_epochs} epochs")
+    print(f"{'seed':>4} {'claim eps':>9} " + " ".join(f"{n + ' AUC/LB':>22}" for n in names) + f" {'train s':>8}")
+    exceed, worst = 0, 0.0
+    for seed in range(args.dp_seeds):
+        out = root / f"dp-{seed}"
+        seconds = 0.0
+        if not (out / "manifest.json").is_file():
+            run = ["train", "--trainer", "edp-sgd", "--task", args.task, "--preset", args.preset, "--max-length", "48"]
+            run += ["--batch-size", "16", "--seed", str(seed), "--noise-seed", str(1000 + seed), "--data", str(data)]
+            run += ["--init-from", str(start), "--epochs", str(args.dp_epochs)]
+            seconds = _run([*run, "--target-epsilon", f"{args.dp_epsilon:g}", "--out", str(out)])
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            results = dpaudit.attack(out, data, names, progress=False, blind_baseline=False)
+        cells, claim = [], None
+        for name in names:
+            task = results[name]["examples"]
+            claim = task.claimed_epsilon
+            exceed += bool(task.exceeds_claim)
+            worst = max(worst, task.epsilon_lower_bound)
+            cells.append(f"{task.auc:.3f}/{format_down(task.epsilon_lower_bound)}")
+        print(
+            f"{seed:>4} {format_up(claim):>9} " + " ".join(f"{c:>22}" for c in cells) + f" {seconds:8.1f}", flush=True
+        )
+    print(
+        f"\n{args.dp_seeds} targets x {len(names)} attacks: {exceed} lower bounds above the claim; the largest "
+        f"{format_down(worst)} (claim {args.dp_epsilon:g}; each bound at 95% for its audit alone, heuristic: the "
+        "examples of one model)"
+    )
 
 
 def _attacks(args: argparse.Namespace, root: Path, data: Path, target: Path) -> None:
