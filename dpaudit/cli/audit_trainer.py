@@ -339,6 +339,12 @@ def audit_trainer(
     if gradient_path_host(trainer) is not None:  # the library owns the step: canaries through its gradient path
         from dpaudit.cli.audit_library import audit_library
 
+        if workers > 1 or ray_address:
+            raise UserInputError(
+                f"--trainer {trainer_name} trains its audit runs one after another in this process; drop "
+                f"{'--workers' if workers > 1 else '--ray-address'}."
+            )
+
         audit_library(
             trainer,
             trainer_name,
