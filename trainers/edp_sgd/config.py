@@ -18,8 +18,9 @@ mode: 512 / 20 / 2e-3 for dp-sgd and edp-sgd, 32 / 3 / 1e-3 for sgd (resolved on
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import ClassVar, Literal
+from typing import Any, ClassVar, Literal
 
 from dpaudit.trainers.torch_common.config import TorchTrainConfig
 from dpaudit.trainers.torch_common.lora import MISSING_PEFT, peft_installed
@@ -124,6 +125,15 @@ class EdpSgdConfig(TorchTrainConfig):
             "q_proj,v_proj). Default: peft's choice for the model type."
         ),
     )
+
+    #: A run checkpointed before --peft existed trained every parameter: it resumes as --peft none.
+    ADDED_FIELDS: ClassVar[Mapping[str, Any]] = {
+        **TorchTrainConfig.ADDED_FIELDS,
+        "peft": "none",
+        "lora_rank": None,
+        "lora_alpha": None,
+        "lora_targets": None,
+    }
 
     #: The refusals name --mode sgd (--non-private is its other spelling, which --mode dp-sgd contradicts).
     NO_NOISE: ClassVar[str] = "--mode sgd"

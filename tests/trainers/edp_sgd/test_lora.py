@@ -230,6 +230,13 @@ def test_a_killed_lora_run_resumes_to_the_same_model(data_dir, tmp_path, killed_
     assert_same_model(tmp_path / "straight", tmp_path / "resumed", atol=0, rtol=0)
 
 
+def test_a_checkpoint_from_before_peft_resumes_as_a_full_run(edp_config):
+    config = edp_config(mode="dp-sgd")
+    older = {k: v for k, v in config.to_dict().items() if k != "peft" and not k.startswith("lora_")}
+    assert config.mismatches(older) == []
+    assert edp_config(mode="dp-sgd", peft="lora").mismatches(older) == ["lora_alpha", "lora_rank", "peft"]
+
+
 # -- refusals: one line, exit 2 ------------------------------------------------------------------------
 
 
