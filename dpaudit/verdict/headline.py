@@ -42,6 +42,11 @@ demo verdict print:
   have refuted the claim, and what an audit of 1,000 (10,000, 100,000) coin-flip canaries would reach.
 - **Stored.** The headline is computed once, when the attacks ran, and stored in ``results.json``
   (``headline``): the terminal, the page, the demo and a user's script read the same figure from there.
+- **The blind baseline.** An audit of a split the user chose (not coin flips) whose AUC does not beat the blind
+  baseline of the same task (the lower end of its AUC interval not above the blind AUC, the rule of
+  :func:`dpaudit.attacks.blind.blind_comparison`) may measure a distribution shift between members and non-members,
+  not the model: it is left out of the headline and its line says so (:attr:`HeadlineBound.below_blind`). Coin-flip
+  audits are exempt: their sides are random by construction, and a proof is never hidden (docs/threat-model.md).
 - The Gaussian f-DP bound (Mahloujifar et al. 2024) refutes mu-GDP, not (epsilon, delta)-DP (it exceeded the
   true epsilon of randomized response in 99.5% of trials): it never drives the headline or alarm.
 - **Claims.** A run with fixed-size shuffled batches proves no epsilon (``privacy.json`` epsilon
@@ -132,12 +137,14 @@ class AuditSource:
         audit: the stored :class:`dpaudit.audit.AuditResult` (its ROC is all that is reused).
         group_size: rows each member is (1: the claim's unit; f for canaries inserted up to f times;
             None: unknown, e.g. a task that does not record its canaries' frequencies).
+        blind_auc: the blind baseline's AUC on the same task (None: no blind result for it).
     """
 
     attack: str
     task: str
     audit: AuditResult
     group_size: int | None
+    blind_auc: float | None = None
 
     @property
     def name(self) -> str:
@@ -182,6 +189,9 @@ def audit_sources(results: Any) -> tuple[AuditSource, ...]:
     ``tasks[i].audit``), naming the task by the enclosing record's ``task`` and reading the canary
     frequencies from its ``info``.
     """
+    blind = {  # the blind baseline's AUC per task: an audit that does not beat it stays out of the headline
+        t.task: float(t.auc) for r in results.attacks if getattr(r, "baseline", False) for t in getattr(r, "tasks", ())
+    }
     found = []
     for result in results.attacks:
         if getattr(result, "baseline", False):  # the blind baseline never queried the model: its audits bound nothing
@@ -189,9 +199,28 @@ def audit_sources(results: Any) -> tuple[AuditSource, ...]:
         for f in dataclasses.fields(result):
             for task, info, audit in _walk(getattr(result, f.name), "", None):
                 found.append(
-                    AuditSource(attack=result.attack, task=task, audit=audit, group_size=group_size_of(task, info))
+                    AuditSource(
+                        attack=result.attack,
+                        task=task,
+                        audit=audit,
+                        group_size=group_size_of(task, info),
+                        blind_auc=blind.get(task.replace("-offline", "", 1)),
+                    )
                 )
     return tuple(found)
+
+
+def below_blind(source: AuditSource) -> str:
+    """ "" when ``source`` beats the blind baseline of its task (or is a coin-flip audit, or no blind result exists);
+    otherwise the clause its headline line carries: its AUC interval's lower end is not above the blind AUC, so its
+    signal may be the split's distribution shift, and it is left out of the headline."""
+    if source.blind_auc is None or source.audit.coin_flip or source.audit.auc.ci.low > source.blind_auc:
+        return ""
+    auc = source.audit.auc
+    return (
+        f"AUC {auc.value:.3f} [{auc.ci.low:.3f}, {auc.ci.high:.3f}] does not beat the blind baseline's "
+        f"{source.blind_auc:.3f} (from the text alone): left out of the headline"
+    )
 
 
 # -- the headline ----------------------------------------------------------------------------------
@@ -217,6 +246,8 @@ class HeadlineBound:
         any_mechanism: Steinke et al.'s bound on the same guesses, valid for any mechanism; set when ``curve_refuted``.
             Printing it only when the curve is refuted keeps each audit's printed statements valid together at the
             audit's own confidence (docs/auditing.md, "When the claimed curve is refuted").
+        below_blind: "" or why the audit is left out of the headline (:func:`below_blind`: it does not beat the
+            blind baseline); :meth:`text` carries it in the same sentence.
     """
 
     attack: str
@@ -229,6 +260,7 @@ class HeadlineBound:
     ceiling: float | None = None
     curve_refuted: bool = False
     any_mechanism: EpsilonBound | None = None
+    below_blind: str = ""
 
     @property
     def name(self) -> str:
@@ -279,7 +311,8 @@ class HeadlineBound:
         """ "epsilon >= 1.23 (loss/canaries; proof ...; ceiling 4.34)", rounded down."""
         group = "" if self.eligible else f"; {self.unit}"
         ceiling = f"; {self.ceiling_text()}" if self.ceiling is not None else ""
-        return f"epsilon >= {format_down(self.epsilon)} ({self.name}; {self.kind_label}{group}{ceiling})"
+        blind = f"; {self.below_blind}" if self.below_blind else ""
+        return f"epsilon >= {format_down(self.epsilon)} ({self.name}; {self.kind_label}{group}{ceiling}{blind})"
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -296,6 +329,7 @@ class HeadlineBound:
             "ceiling": self.ceiling,
             "curve_refuted": self.curve_refuted,
             "any_mechanism": None if self.any_mechanism is None else self.any_mechanism.to_json(),
+            "below_blind": self.below_blind,
         }
 
     @classmethod
@@ -313,6 +347,7 @@ class HeadlineBound:
             any_mechanism=(
                 None if obj.get("any_mechanism") is None else EpsilonBound.from_json(dict(obj["any_mechanism"]))
             ),
+            below_blind=str(obj.get("below_blind") or ""),
         )
 
 
@@ -328,8 +363,8 @@ class Headline:
         confidence: the joint confidence (0.95).
         num_audits: m, the audits the correction is over.
         bounds: every audit's recomputed bound (eligible, group and unknown-unit ones).
-        best: the headline bound: the best eligible proof, else the best eligible heuristic (None: no
-            eligible audit).
+        best: the headline bound: the best eligible proof, else the best eligible heuristic, leaving out audits that
+            do not beat the blind baseline (None: no such audit).
         contradicted: an eligible PROOF valid for any mechanism is above the proven epsilon: the (epsilon, delta)
             claim is false.
         mechanism_refuted: an eligible proof rejects the claimed mechanism's own trade-off curve: the trained model is
@@ -419,6 +454,9 @@ class Headline:
         """One line: the headline bound, its kind and confidence, and the verdict."""
         if self.best is None:
             extra = f" ({len(self.group_bounds)} group or unknown-unit audit(s) shown apart)" if self.bounds else ""
+            blind = sum(1 for b in self.bounds if b.eligible and b.below_blind)
+            if blind:
+                extra += f" ({blind} audit(s) left out: they do not beat the blind baseline)"
             return f"empirical lower bound: none for the per-example claim{extra}"
         return f"empirical lower bound ({self.label}): {self.best.text()}: {self.verdict()}"
 
@@ -439,7 +477,7 @@ class Headline:
             "confidence": self.confidence,
             "correction": self.label,
             "num_audits": self.num_audits,
-            "chosen_from": [b.name for b in self.bounds if b.eligible],
+            "chosen_from": [b.name for b in self.bounds if b.eligible and not b.below_blind],
             "contradicted": self.contradicted,
             "mechanism_refuted": self.mechanism_refuted,
             "ceiling": self.ceiling,
@@ -637,6 +675,7 @@ def headline(sources: Sequence[AuditSource], claim: Claim, *, confidence: float 
             ceiling=ceiling,
             curve_refuted=refuted,
             any_mechanism=any_mechanism,
+            below_blind=below_blind(source),
         )
         hb = dataclasses.replace(hb, above=target is not None and hb.epsilon > target)
         bounds.append(hb)
@@ -647,7 +686,7 @@ def headline(sources: Sequence[AuditSource], claim: Claim, *, confidence: float 
                 f"group bound above the group guarantee: investigate ({hb.text()} > {f} x epsilon = "
                 f"{format_up(target)} at delta {format_up(delta, 2)})"
             )
-    eligible = [b for b in bounds if b.eligible]
+    eligible = [b for b in bounds if b.eligible and not b.below_blind]  # below the blind baseline: not the model
     proofs = [b for b in eligible if b.kind == PROOF]
     pool = proofs or eligible
     best = max(pool, key=lambda b: b.epsilon) if pool else None
