@@ -26,6 +26,11 @@ A run (docs/trainers.md, "The run skeleton"):
 5. finish: ``model/``, ``metrics.jsonl``, ``privacy.json``, ``manifest.json`` (last), each atomic;
    checkpoints/ (it holds the secret seed) is deleted unless --keep-checkpoints.
 
+``--peft lora`` (docs/trainers.md, "LoRA adapters"): :func:`trainers.torch_common.lora.apply_lora` freezes the model
+and injects peft's LoRA adapters before the trained tensors are listed, so every engine, the noise, the checkpoints
+and the audit block see only the adapters (and a classifier's head); the export writes the merged model and the
+adapter alone.
+
 White-box audits (Nasr et al. 2023; :class:`~dpaudit.training.gradient_canaries.GradientCanaryHost`, in
 the shared loop): in sgd and dp-sgd each audit row is its own unit (clipped to C in dp-sgd), in
 edp-sgd it joins micro-batch ``slot[r]`` and is clipped with that micro-batch's real rows, its block
