@@ -51,6 +51,8 @@ class InjectOptions:
     heldout_size: int | None = None
     public_size: int | None = None
     encoding_errors: str = "strict"
+    resplit: bool = False
+    resplit_seed: int | None = None
 
 
 _SPLITTING = {
@@ -100,6 +102,13 @@ def check_sources(o: InjectOptions) -> None:
             "--public applies to your own split (--train/--heldout); --corpus is split by inject: set "
             "its public share with --public-size or --public-fraction."
         )
+    if (o.resplit or o.resplit_seed is not None) and o.train is None:
+        flag = "--resplit" if o.resplit else "--resplit-seed"
+        raise UserInputError(
+            f"{flag} re-splits your own --train and --heldout rows; --corpus is split at random already: remove {flag}."
+        )
+    if o.resplit_seed is not None and not o.resplit:
+        raise UserInputError("--resplit-seed seeds --resplit; add --resplit or remove --resplit-seed.")
     if o.train is not None:
         splitting = _given(o, _SPLITTING)
         if splitting:
@@ -189,6 +198,8 @@ def inject_config(o: InjectOptions) -> InjectConfig:
             label_column=o.label_column,
             canaries=not o.no_canaries,
             frequencies_from_size=from_size,
+            resplit=o.resplit,
+            resplit_seed=o.resplit_seed,
         )
     except ValueError as err:
         raise UserInputError(f"dpaudit inject: {err}") from None
@@ -211,10 +222,24 @@ def summary_lines(summary: dict[str, Any], out: str) -> list[str]:
         )
     overlap = c.get("overlap_removed")
     if overlap is not None:
+        o = overlap
         lines.append(
-            f"Your split: members = the --train rows, non-members = the --heldout rows; exact duplicates removed: "
-            f"{overlap['heldout_in_train']} --heldout rows equal to a --train row, "
-            f"{overlap['public_in_train_or_heldout']} --public rows equal to a --train or --heldout row."
+            f"Your split: members = the --train rows, non-members = the --heldout rows; duplicates (equal after "
+            f"normalization) treated alike on both sides: {o['train_duplicates_collapsed']} --train and "
+            f"{o['heldout_duplicates_collapsed']} --heldout repeats collapsed to one row; "
+            f"{o['heldout_in_train']} --heldout rows equal to a --train row removed ({o['train_rows_in_heldout']} "
+            f"--train rows had such a copy); {o['public_in_train_or_heldout']} --public rows equal to a --train or "
+            f"--heldout row removed ({o['public_duplicates_collapsed']} --public repeats collapsed); "
+            f"{o['near_duplicate_pairs']} member/non-member pairs of near duplicates kept (dpaudit attack leaves both "
+            "ends out of the examples task)."
+        )
+    resplit = summary.get("resplit")
+    if resplit is not None:
+        lines.append(
+            f"Re-split (--resplit, seed {resplit['seed']}): train + held-out rows pooled and drawn again into "
+            f"{resplit['train']} members and {resplit['heldout']} held-out rows ({resplit['moved_to_train']} held-out "
+            "rows became members). Train the model on train.jsonl: one trained on your --train file is not the one "
+            "these members describe."
         )
     if summary.get("mode") == "no-canaries":
         lines.append(

@@ -3,7 +3,8 @@
 Two sources of rows: one corpus that inject splits into members, held-out and public rows
 (``--corpus``), or the user's own split (``--train``, ``--heldout`` and optionally ``--public``): the
 members are their train rows and the non-members their held-out rows, as in the most common
-membership audit, with the exact duplicates between the splits removed and counted. Canaries are
+membership audit, with duplicates treated alike on both sides (:func:`load_user_split`) and counted, or pooled and
+re-split at random (``--resplit``). Canaries are
 optional (``canaries=False``) and, when drawn, inserted into the members only.
 
 This is the one place that composes the pieces (readers, secret spaces, generation, insertion,
@@ -100,6 +101,7 @@ from dpaudit.inject_dir.secret_spaces import (
 # Independent random streams derived from the one seed (6 is canaries.keys.KEY_STREAM).
 _SPLIT, _SECRETS, _COIN, _LABELS, _SHUFFLE = 1, 2, 3, 4, 5
 _HELDOUT_ORDER, _PUBLIC_ORDER = 7, 8
+_RESPLIT = 9  # --resplit's draw (its own --resplit-seed, --seed by default)
 DEFAULT_CORPUS_SIZE = 20_000
 #: Canary insertions may be at most this share of train.jsonl unless forced (``dpaudit inject --force``):
 #: beyond it the training set is mostly canaries (--frequencies 1000000 once wrote a 1 GB file of one line).
@@ -114,7 +116,9 @@ class InjectConfig:
     Attributes:
         corpus: a corpus file, or ``"builtin:assistant"``; None for a user's own split (``train``/``heldout``).
         train, heldout: the user's own split (``--train``/``--heldout``): the members are the train file's rows,
-            the non-members the held-out file's (less any exact duplicate of a train row).
+            the non-members the held-out file's, duplicates treated by :func:`load_user_split`'s rule.
+        resplit, resplit_seed: pool train and held-out rows and re-split them at random into the same sizes
+            (``--resplit``; :func:`resplit`), drawn with ``resplit_seed`` (None: ``seed``).
         public: with ``train``: the public rows (``--public``; tokenizers, label sets, shadow models); None writes
             an empty ``public.jsonl``, which attacks on a model trained elsewhere accept and trainers refuse.
         corpus_format: ``auto`` (from the suffix), ``text``, ``jsonl``, ``csv`` or ``tsv``.
@@ -157,6 +161,8 @@ class InjectConfig:
     label_column: str | None = None
     canaries: bool = True
     frequencies_from_size: bool = False
+    resplit: bool = False
+    resplit_seed: int | None = None
 
     def __post_init__(self) -> None:
         if (self.corpus is None) == (self.train is None):
@@ -171,6 +177,17 @@ class InjectConfig:
             raise ValueError(f"encoding_errors must be 'strict' or 'replace', got {self.encoding_errors!r}.")
         if self.corpus_size is not None and self.corpus_size < 1:
             raise ValueError(f"corpus_size must be >= 1, got {self.corpus_size}.")
+        if self.resplit and self.train is None:
+            raise ValueError(
+                "resplit pools a user's own split (train and heldout); a corpus is split at random already."
+            )
+        if self.resplit_seed is not None and (not self.resplit or self.resplit_seed < 0):
+            raise ValueError(f"resplit_seed needs resplit and must be >= 0, got {self.resplit_seed}.")
+
+    @property
+    def resplit_seed_value(self) -> int:
+        """The seed of ``--resplit``'s draw: ``--resplit-seed``, else ``--seed``."""
+        return self.seed if self.resplit_seed is None else self.resplit_seed
 
     @property
     def builtin(self) -> bool:
@@ -200,6 +217,8 @@ _LATER_FIELDS = {
     "label_column": None,
     "canaries": True,
     "frequencies_from_size": False,
+    "resplit": False,
+    "resplit_seed": None,
 }
 
 
@@ -355,26 +374,48 @@ def _check_phrase_disjoint(text: str, forbidden: dict[str, int] | None, *, where
 def load_user_split(config: InjectConfig, *, forbidden: dict[str, int] | None = None) -> LoadedCorpus:
     """Read the user's own split (``--train``, ``--heldout``, ``--public``) into one corpus with fixed split codes.
 
-    The members are the train file's rows, every one of them (duplicates within it kept: they are the user's
-    training data). A held-out row whose text is exactly a train row's is no non-member (the model saw that very
-    text), so it is removed, and a public row equal to a train or held-out row is removed too (public.jsonl feeds
-    tokenizers and shadow models and must hold no private text); both are counted in ``info["overlap_removed"]``.
+    Duplicates are treated by one stated rule on both sides (docs/canaries.md, "Splits, labels and randomness"), with
+    the similarity of :mod:`dpaudit.corpus.near_duplicates` (the attack's examples task uses the same one):
+
+    - **within a side**, rows equal after :func:`~dpaudit.corpus.near_duplicates.normalize` are one row (the first
+      kept), in the train and the held-out file alike: a member trained on twice is one member, and a split whose
+      members alone carry repeats lets the text, not the model, tell the sides apart (a blind AUC of 0.611 on real
+      text). Counted in ``train_duplicates_collapsed`` and ``heldout_duplicates_collapsed``.
+    - **across the sides**, a held-out row equal to a train row (after normalization) is no non-member (the model
+      saw that text): it is removed (``heldout_in_train``), and the train rows it copies are counted
+      (``train_rows_in_heldout``). Pairs of near duplicates (character 5-gram Jaccard >= 0.8, not equal) are
+      counted (``near_duplicate_pairs``) and kept: ``dpaudit attack``'s examples task leaves both ends of each out
+      (``--near-duplicates exclude``), which inject cannot do for a member the model trained on.
+    - a public row equal to a train or held-out row is removed (``public_in_train_or_heldout``): public.jsonl feeds
+      tokenizers and shadow models and must hold no private text; within public.jsonl repeats are collapsed too.
+
+    All counts are in ``info["overlap_removed"]``. With ``config.resplit``, train and held-out rows (after the rule
+    above) are pooled and re-split at random into the same sizes (:func:`resplit`).
 
     Raises:
         UserInputError: an unreadable or empty file, files that disagree on having labels, a held-out file with
             nothing left once its duplicates of train rows are removed.
     """
+    from dpaudit.corpus.near_duplicates import DEFAULT_THRESHOLD, cross_pairs, normalize
+
     files = [("--train", config.train, MEMBER), ("--heldout", config.heldout, HELDOUT)]
     if config.public is not None:
         files.append(("--public", config.public, PUBLIC))
-    texts: list[str] = []
-    label_ids: list[int] = []
+    side_texts: dict[int, list[str]] = {}
+    side_labels: dict[int, list[Label]] = {}
     label_index: dict[Label, int] = {}
-    codes: list[int] = []
     labelled: bool | None = None
     first = ""
-    seen: set[str] = set()  # the texts of the splits read so far
-    removed = {"heldout_in_train": 0, "public_in_train_or_heldout": 0}
+    private: dict[str, int] = {}  # normalized text of a private row -> held-out rows that copied it
+    removed = {
+        "train_duplicates_collapsed": 0,
+        "heldout_duplicates_collapsed": 0,
+        "heldout_in_train": 0,
+        "train_rows_in_heldout": 0,
+        "near_duplicate_pairs": 0,
+        "public_duplicates_collapsed": 0,
+        "public_in_train_or_heldout": 0,
+    }
     per_file: dict[str, Any] = {}
     inputs: dict[str, str] = {}
     for option, path, code in files:
@@ -386,8 +427,9 @@ def load_user_split(config: InjectConfig, *, forbidden: dict[str, int] | None = 
             text_column=config.text_column,
             label_column=config.label_column,
         )
-        kept = 0
         this: set[str] = set()
+        kept_texts: list[str] = []
+        kept_labels: list[Label] = []
         for line, text, label in reader:
             _check_phrase_disjoint(text, forbidden, where=f"{option} {path} (line {line})")
             if labelled is None:
@@ -398,43 +440,70 @@ def load_user_split(config: InjectConfig, *, forbidden: dict[str, int] | None = 
                     f"{option} {path} {has} but {first} {'has labels' if labelled else 'has none'}; label every "
                     f"split or none (--label-column NAME, or --label-column {NO_LABELS})."
                 )
-            if code != MEMBER and text in seen:
-                removed["heldout_in_train" if code == HELDOUT else "public_in_train_or_heldout"] += 1
+            key = normalize(text)
+            if key in this:  # a repeat within its own side: one row
+                removed[f"{option.lstrip('-')}_duplicates_collapsed"] += 1
                 continue
-            this.add(text)
-            texts.append(text)
-            codes.append(code)
-            kept += 1
-            if labelled:
-                label_ids.append(label_index.setdefault(label, len(label_index)))  # type: ignore[arg-type]
+            if code != MEMBER and key in private:  # a copy of a private row on the other side
+                if code == HELDOUT:
+                    removed["heldout_in_train"] += 1
+                    private[key] += 1
+                else:
+                    removed["public_in_train_or_heldout"] += 1
+                continue
+            this.add(key)
+            kept_texts.append(text)
+            kept_labels.append(label)  # type: ignore[arg-type]
         if reader.stats.rows == 0:
             raise UserInputError(
                 f"{option} {path} has no examples (empty or only blank lines); pass a file with at least "
                 "one non-blank example."
             )
-        if kept == 0:
+        if not kept_texts:
             raise UserInputError(
                 f"{option} {path}: every one of its {reader.stats.rows} rows is an exact duplicate of a "
                 f"{'--train' if code == HELDOUT else '--train or --heldout'} row; pass rows the model was "
                 "not trained on."
             )
-        seen |= this
+        if code != PUBLIC:
+            for key in this:
+                private.setdefault(key, 0)
+        side_texts[code], side_labels[code] = kept_texts, kept_labels
         inputs[str(path)] = sha256_file(path)  # type: ignore[arg-type]
         per_file[option.lstrip("-")] = {
             "path": str(path),
             "format": reader.format,
             "rows": reader.stats.rows,
-            "kept": kept,
+            "kept": len(kept_texts),
             "blank_skipped": reader.stats.blank_skipped,
             "replaced_lines": reader.stats.replaced_lines,
         }
+    removed["train_rows_in_heldout"] = sum(1 for t in side_texts[MEMBER] if private.get(normalize(t)))
+    near = cross_pairs(side_texts[MEMBER], side_texts[HELDOUT], threshold=DEFAULT_THRESHOLD)
+    removed["near_duplicate_pairs"] = len(near.pairs)  # none equal after normalization: those were removed
+    resplit_info = None
+    if config.resplit:
+        side_texts, side_labels, resplit_info = resplit(side_texts, side_labels, config.resplit_seed_value)
+    texts: list[str] = []
+    label_ids: list[int] = []
+    codes: list[int] = []
+    for code in (MEMBER, HELDOUT, PUBLIC):
+        for text, label in zip(side_texts.get(code, ()), side_labels.get(code, ())):
+            texts.append(text)
+            codes.append(code)
+            if labelled:
+                label_ids.append(label_index.setdefault(label, len(label_index)))
     info: dict[str, Any] = {
         "source": "the user's own split (--train, --heldout" + (", --public)" if config.public else ")"),
         "rows": len(texts),
         "labelled": bool(labelled),
         "files": per_file,
         "overlap_removed": removed,
+        "duplicates_rule": DUPLICATES_RULE,
+        "near_duplicate_threshold": DEFAULT_THRESHOLD,
     }
+    if resplit_info is not None:
+        info["resplit"] = resplit_info
     return _finish(
         texts,
         label_ids if labelled else None,
@@ -443,6 +512,53 @@ def load_user_split(config: InjectConfig, *, forbidden: dict[str, int] | None = 
         info=info,
         codes=np.asarray(codes, dtype=np.int8),
     )
+
+
+#: How the user's split treats duplicates, as the manifest states it (``corpus.duplicates_rule``).
+DUPLICATES_RULE = (
+    "rows equal after normalization (NFKC, case-folded, punctuation as spaces) are one row within each of train, "
+    "held-out and public alike; a held-out row equal to a train row is removed (the train row is counted), a public "
+    "row equal to a train or held-out row is removed; member/non-member pairs of near duplicates (character 5-gram "
+    "Jaccard >= the threshold) are counted and kept: dpaudit attack's examples task leaves both ends out"
+)
+#: What the manifest says about a re-split (``corpus.resplit.note``).
+RESPLIT_NOTE = (
+    "train and held-out rows pooled and re-split at random into the given sizes; the seed is public (the split is "
+    "not a privacy mechanism: it only makes members and non-members one distribution). Retrain on train.jsonl: a "
+    "model trained on the original --train file is not the one these members describe."
+)
+
+
+def resplit(
+    texts: dict[int, list[str]], labels: dict[int, list[Label]], seed: int
+) -> tuple[dict[int, list[str]], dict[int, list[Label]], dict[str, Any]]:
+    """Pool the train and held-out rows and draw a uniformly random re-split of the same sizes (``--resplit``).
+
+    Members and non-members are then exchangeable (one pool, one random draw), so the blind baseline has no shift to
+    find (Das et al. 2024; Duan et al. 2024). The draw is a permutation of the pooled rows from
+    ``numpy.random.default_rng(SeedSequence(seed, spawn_key=(9,)))``: reproducible, and not secret (it protects
+    nothing). Public rows stay where they are.
+
+    Returns:
+        The re-split texts and labels (same keys as given) and the manifest's ``resplit`` record.
+    """
+    pool_texts = texts[MEMBER] + texts[HELDOUT]
+    pool_labels = labels[MEMBER] + labels[HELDOUT]
+    n_train = len(texts[MEMBER])
+    order = _rng(seed, _RESPLIT).permutation(len(pool_texts)).tolist()
+    out_texts, out_labels = dict(texts), dict(labels)
+    out_texts[MEMBER] = [pool_texts[i] for i in order[:n_train]]
+    out_labels[MEMBER] = [pool_labels[i] for i in order[:n_train]]
+    out_texts[HELDOUT] = [pool_texts[i] for i in order[n_train:]]
+    out_labels[HELDOUT] = [pool_labels[i] for i in order[n_train:]]
+    record = {
+        "seed": seed,
+        "train": n_train,
+        "heldout": len(pool_texts) - n_train,
+        "moved_to_train": sum(1 for i in order[:n_train] if i >= n_train),
+        "note": RESPLIT_NOTE,
+    }
+    return out_texts, out_labels, record
 
 
 def check_format_options(config: InjectConfig) -> tuple[str, int]:
@@ -572,7 +688,7 @@ def check_canary_share(canary_insertions: int, members: int, *, force: bool) -> 
 
 
 #: What the manifest and the summary say about public.jsonl in the user's own split.
-PUBLIC_GIVEN = "public.jsonl holds the --public rows (less exact duplicates of train or held-out rows)."
+PUBLIC_GIVEN = "public.jsonl holds the --public rows (less duplicates of train or held-out rows, and of each other)."
 NO_PUBLIC = (
     "no --public: public.jsonl is empty. Attacks on a model trained elsewhere (its tokenizer and labels come "
     "with it) need no public rows: loss, exposure, reconstruction, canary. dpaudit train (its tokenizer and "
@@ -721,6 +837,9 @@ def _inject(
         summary["counts"]["public_generated"] = more_public  # public rows made beyond --corpus-size
     if config.user_split:
         summary["counts"]["overlap_removed"] = corpus.info["overlap_removed"]
+        summary["duplicates_rule"] = corpus.info["duplicates_rule"]
+        if "resplit" in corpus.info:
+            summary["resplit"] = corpus.info["resplit"]
         summary["public_split"] = PUBLIC_GIVEN if config.public is not None else NO_PUBLIC
     if config.frequencies_from_size and config.canaries:
         chosen_text = (

@@ -44,8 +44,22 @@ _EPILOG = (
     "heldout_file",
     default=None,
     metavar="FILE",
-    help="With --train: rows your model never saw (the non-members); exact duplicates of a --train row are "
-    "removed and counted.",
+    help="With --train: rows your model never saw (the non-members). Duplicates are treated alike on both sides: "
+    "rows equal after normalization collapse to one within --train and within --heldout, a --heldout row equal to "
+    "a --train row is removed, near-duplicate pairs are counted (all printed and in manifest.json).",
+)
+@click.option(
+    "--resplit",
+    is_flag=True,
+    help="With --train/--heldout: pool their rows and draw members and held-out rows again at random, in the same "
+    "sizes, so that both sides come from one distribution (for when you can retrain on train.jsonl). The split is "
+    "not a privacy mechanism: the seed is public and recorded in manifest.json.",
+)
+@click.option(
+    "--resplit-seed",
+    type=seed_type(),
+    default=None,
+    help="Seed of --resplit's draw (public, recorded)  [default: --seed].",
 )
 @click.option(
     "--public",
@@ -226,6 +240,8 @@ def inject(
     heldout_size: int | None,
     public_size: int | None,
     encoding_errors: str,
+    resplit: bool,
+    resplit_seed: int | None,
     overwrite: bool,
     force: bool,
     as_json: bool,
@@ -274,6 +290,8 @@ def inject(
             heldout_size=heldout_size,
             public_size=public_size,
             encoding_errors=encoding_errors,
+            resplit=resplit,
+            resplit_seed=resplit_seed,
         )
     )
     summary = run_inject(config, out, overwrite=overwrite, force=force)

@@ -60,10 +60,8 @@ def test_a_users_split_is_kept_and_exact_duplicates_are_removed_and_counted(spli
         "2",
     )
     assert result.exit_code == 0, result.output
-    assert (
-        "10 --heldout rows equal to a --train row, 10 --public rows equal to a --train or --heldout row"
-        in result.output
-    )
+    assert "10 --heldout rows equal to a --train row removed (10 --train rows had such a copy)" in result.output
+    assert "10 --public rows equal to a --train or --heldout row removed" in result.output
     run = load_inject_run(out)
     canaries = run.canaries
     assert Counter(c.frequency for c in canaries) == {1: 2, 3: 2, 0: 2}
@@ -77,7 +75,13 @@ def test_a_users_split_is_kept_and_exact_duplicates_are_removed_and_counted(spli
     assert sorted((r["text"], r["label"]) for r in read_jsonl(out / "heldout.jsonl")) == sorted(ROWS[120:170])
     assert sorted((r["text"], r["label"]) for r in read_jsonl(out / "public.jsonl")) == sorted(ROWS[170:])
     manifest = run.manifest
-    assert manifest["counts"]["overlap_removed"] == {"heldout_in_train": 10, "public_in_train_or_heldout": 10}
+    removed = manifest["counts"]["overlap_removed"]
+    assert (removed["heldout_in_train"], removed["train_rows_in_heldout"], removed["public_in_train_or_heldout"]) == (
+        10,
+        10,
+        10,
+    )
+    assert removed["train_duplicates_collapsed"] == removed["heldout_duplicates_collapsed"] == 0
     assert (manifest["counts"]["members"], manifest["counts"]["heldout"], manifest["counts"]["public"]) == (120, 50, 30)
     assert set(manifest["inputs"]) == {str(train), str(heldout), str(public)}
     assert manifest["corpus"]["files"]["heldout"] == {
