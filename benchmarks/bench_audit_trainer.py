@@ -23,6 +23,34 @@ canaries (m = 100,000 by default: they cost the trainers little); the edp-sgd mo
 per micro-batch, 100,000 by default (its audit block keeps one sum and one micro-batch per canary, O(m):
 trainers/torch_common/canary_block.py; it was a micro-batches x canaries table, 7.6 GB at 24,576).
 
+The order statistics (Xiang et al. 2025; the verdict's one-run test, planned from the claim), 2 runs, 100,000
+canaries, q = 0.9, 4 steps (``OMP_NUM_THREADS=1 python benchmarks/bench_audit_trainer.py --runs 2 --canaries 100000
+--trainers edp-sgd:dp-sgd`` then ``--trainers rgp,jax-bert``, then ``--trainers edp-sgd:edp-sgd``; this 2-core VM
+at load 4.6-9.9, 09:37-09:53 UTC). Bound / claim, one run all iterates (first run; least / mean of 2) and last
+iterate (first run), the released count r in brackets; the f-DP recursion and Steinke on the same first run beside:
+
+| trainer | eps | order stats all iterates | least / mean | last iterate order stats | f-DP | Steinke | last iterate f-DP |
+|---|---|---|---|---|---|---|---|
+| edp-sgd dp-sgd | 1 | 0.976 (39,730) | 0.942 / 0.959 | 0.771 | 0.678 | 0.509 | 0.391 |
+| edp-sgd dp-sgd | 2 | 0.964 (31,569) | 0.941 / 0.952 | 0.776 | 0.714 | 0.507 | 0.385 |
+| edp-sgd dp-sgd | 4 | 0.963 (50,000) | 0.963 / 0.963 | 0.741 | 0.672 | 0.480 | 0.367 |
+| edp-sgd dp-sgd | 8 | 0.973 (100,000) | 0.973 / 0.973 | 0.643 | 0.588 | 0.388 | 0.327 |
+| rgp | 1 | 0.931 (39,730) | 0.878 / 0.904 | 0.736 | 0.639 | 0.470 | 0.373 |
+| rgp | 2 | 0.918 (31,569) | 0.918 / 0.924 | 0.749 | 0.597 | 0.461 | 0.385 |
+| rgp | 4 | 0.951 (50,000) | 0.951 / 0.963 | 0.732 | 0.697 | 0.461 | 0.354 |
+| rgp | 8 | 0.986 (100,000) | 0.973 / 0.980 | 0.660 | 0.635 | 0.397 | 0.331 |
+| jax-bert | 1 | 0.920 (39,730) | 0.899 / 0.909 | 0.450 | 0.575 | 0.433 | 0.336 |
+| jax-bert | 2 | 0.976 (31,569) | 0.941 / 0.958 | 0.429 | 0.714 | 0.501 | 0.429 |
+| jax-bert | 4 | 0.963 (50,000) | 0.963 / 0.975 | 0.450 | 0.640 | 0.472 | 0.502 |
+| jax-bert | 8 | 0.986 (100,000) | 0.973 / 0.980 | 0.596 | 0.627 | 0.397 | 0.463 |
+| edp-sgd edp-sgd | 1 | 0.921 (39,730) | 0.921 / 0.932 | 0.651 | 0.614 | 0.379 | 0.387 |
+| edp-sgd edp-sgd | 2 | 0.964 (39,730) | 0.953 / 0.959 | 0.718 | 0.718 | 0.489 | 0.450 |
+| edp-sgd edp-sgd | 4 | 0.975 (70,000) | 0.963 / 0.969 | 0.719 | 0.719 | 0.477 | 0.496 |
+| edp-sgd edp-sgd | 8 | 0.987 (100,000) | 0.987 / 0.987 | 0.727 | 0.626 | 0.438 | 0.443 |
+
+The one-run ceiling (a perfect attack, searched down to half the claimed noise) is 2.15-2.40 x the claim on every
+row (2.12-2.34 in edp-sgd mode). No run's bound reached the claim (0 alarms in 32 runs of correct trainers). 16-45 s per run (training, then the full analysis of both views).
+
 edp-sgd mode at 100,000 micro-batches (16 partners each: 1.7 million audit rows), this 2-core VM, 13:20-13:35 UTC:
 
 | command (OMP_NUM_THREADS=1) | one-run f-DP | R runs pooled | s/run | peak RSS | load |
