@@ -822,6 +822,11 @@ def train_shadows(
     done = [_finished(p.model_dir) for p in planned]
     print(f"{attack}: " + announce(what, recipe, planned, sum(done)), file=sys.stderr, flush=True)
     if not all(done):
+        from dpaudit.common.cost_model import shadow_lines  # the measured table, scaled to this machine and load
+
+        todo, model_dir = len(done) - sum(done), getattr(source, "model_dir", None)
+        for line in shadow_lines(recipe.trainer, recipe.config, recipe.steps, todo=todo, model_dir=model_dir):
+            print(f"{attack}: {line}", file=sys.stderr, flush=True)
         private_dir(cache)
         print(
             f"{attack}: {what} models trained on rows of {run.path} are written to {cache} (mode 0700; their data "

@@ -8,13 +8,18 @@ from __future__ import annotations
 
 import json
 import shlex
+from collections.abc import Sequence
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import click
 
 from dpaudit.demo.console import Caveats
 from dpaudit.training.api import available_trainers
 from dpaudit.training.config_types import seed_type
+
+if TYPE_CHECKING:
+    from dpaudit.demo.plan import DemoSizes, Stage
 
 
 def _model_summary(model: Path) -> str:
@@ -122,6 +127,22 @@ COVERAGE = (
     "epsilons and deltas are rounded up and cover each model/ (and privacy.json) only; manifest.json, metrics.jsonl "
     "and checkpoints/ are computed from the private rows without noise: for the data owner only, not covered"
 )
+
+
+def _cost_lines(stages: Sequence[Stage], sizes: DemoSizes, state: Path) -> list[str]:
+    """The estimated CPU and wall time of the stages still to run (:mod:`dpaudit.demo.cost`), said before the first
+    one; nothing when every stage is complete (the probe is not run then)."""
+    from dpaudit.common.cost_model import estimate
+    from dpaudit.demo.cost import plan_work
+    from dpaudit.demo.stages import is_complete
+
+    todo = [s for s in stages if not is_complete(s, state)]
+    if not any(s.schema_prefix is not None for s in todo):  # only the report left: seconds
+        return []
+    lines = estimate(plan_work(todo, sizes)).lines()
+    if len(todo) < len(stages):
+        lines[0] = lines[0].replace("in all", f"for the {len(todo)} stages still to run", 1)
+    return lines
 
 
 #: The demo's record of its size in its state folder (``{"quick": bool}``), written when its first stage runs.
@@ -333,7 +354,7 @@ def demo(
     """
     from dpaudit.cli import cli
     from dpaudit.common.extras import require_extras
-    from dpaudit.demo.plan import AUDIT_SUFFIX, FULL, QUICK, Stage, build_plan
+    from dpaudit.demo.plan import AUDIT_SUFFIX, FULL, QUICK, build_plan
     from dpaudit.demo.stages import STATE_DIR, check_out, run_stages
     from dpaudit.demo.verdict import verdict_lines
     from dpaudit.files.run_dirs import atomic_write_json
@@ -399,6 +420,7 @@ def demo(
             f"dpaudit demo{' --quick' if quick else ''}: {len(plan.stages)} stages, {len(trained)} models "
             f"({', '.join(trained)}) in {out}; Ctrl-C is safe (the same command resumes)"
         )
+        header += "".join(f"\n{line}" for line in _cost_lines(plan.stages, sizes, out / STATE_DIR))
         times = run_stages(
             plan.stages, state=out / STATE_DIR, run=run, echo=click.echo, compact=not verbose, header=header
         )

@@ -2,7 +2,10 @@
 
 Long work states its cost before it starts and refuses what cannot fit (``dpaudit inject``'s
 :mod:`dpaudit.canaries.cost`, ``dpaudit audit-trainer``'s :mod:`dpaudit.whitebox.cost`); both read the machine and
-word the figures here, rounded up (an estimate that says less than it costs misleads).
+word the figures here, rounded up (an estimate that says less than it costs misleads). Estimates of CPU time
+measured on one machine are carried to this one by :func:`speed_factor` (a short fixed probe timed now against the
+same probe on the machine the figures were measured on), and turned into wall time at the current load by
+:func:`wall_seconds`.
 """
 
 from __future__ import annotations
@@ -10,9 +13,27 @@ from __future__ import annotations
 import math
 import os
 import shutil
+import time
 from pathlib import Path
 
-__all__ = ["available_memory", "format_bytes", "format_duration", "free_disk", "resident_bytes"]
+__all__ = [
+    "available_memory",
+    "available_cores",
+    "format_bytes",
+    "format_duration",
+    "free_disk",
+    "probe_seconds",
+    "resident_bytes",
+    "speed_factor",
+    "wall_seconds",
+]
+
+#: Iterations of one chunk of the speed probe, and chunks timed (the fastest counts: an interruption only slows one).
+PROBE_CHUNK, PROBE_CHUNKS = 1_000_000, 4
+#: CPU seconds of one probe chunk on the reference machine (the project's 2-core machine, where the cost tables of
+#: :mod:`dpaudit.common.cost_model` and :mod:`dpaudit.whitebox.cost` were measured): the fastest of 5, 0.117-0.120 s,
+#: at load 4.5.
+REFERENCE_PROBE_SECONDS = 0.117
 
 _GB = 1e9
 
@@ -57,3 +78,56 @@ def format_bytes(n: float) -> str:
 def format_duration(seconds: float) -> str:
     """ "45 s" below two minutes, "4 min" above (rounded up)."""
     return f"{math.ceil(seconds):,} s" if seconds < 120 else f"{math.ceil(seconds / 60):,} min"
+
+
+def _probe_chunk(n: int) -> int:
+    """A fixed interpreter-bound workload (integer arithmetic and a small dict): no numpy, no jax, no allocation that
+    grows, so its time depends on the core's speed only."""
+    acc = 0
+    table: dict[int, int] = {}
+    for i in range(n):
+        acc = (acc * 31 + i) % 1_000_003
+        table[acc & 1023] = i
+    return acc + len(table)
+
+
+def probe_seconds(chunks: int = PROBE_CHUNKS) -> float:
+    """CPU seconds of one probe chunk on this machine now (the fastest of ``chunks``; about 0.5 s in all on the
+    reference machine). CPU time, not wall time: the load is accounted for separately (:func:`wall_seconds`)."""
+    best = math.inf
+    for _ in range(chunks):
+        start = time.process_time()
+        _probe_chunk(PROBE_CHUNK)
+        best = min(best, time.process_time() - start)
+    return best
+
+
+def speed_factor(probe: float | None = None) -> float:
+    """How many times slower this machine is than the reference one (> 1: slower; CPU figures measured there are
+    multiplied by it), from ``probe`` (:func:`probe_seconds`; measured now when None)."""
+    probe = probe_seconds() if probe is None else probe
+    return max(probe, 1e-9) / REFERENCE_PROBE_SECONDS
+
+
+def available_cores() -> int:
+    """The cores this process may run on (its CPU affinity; ``os.cpu_count()`` where unknown)."""
+    try:
+        return len(os.sched_getaffinity(0)) or 1
+    except (AttributeError, OSError):
+        return os.cpu_count() or 1
+
+
+def wall_seconds(cpu: float, *, threads: float, load: float | None = None, cores: int | None = None) -> float:
+    """Wall seconds of work costing ``cpu`` CPU seconds that keeps ``threads`` cores busy on a free machine, run now.
+
+    At load L (``os.getloadavg()``'s last minute: runnable processes) on C cores, the scheduler gives the work's
+    ``threads`` about C x threads / (L + threads) cores, never more than ``threads`` nor C: wall = cpu / that.
+    """
+    if load is None:
+        try:
+            load = os.getloadavg()[0]
+        except OSError:
+            load = 0.0
+    cores = available_cores() if cores is None else cores
+    usable = min(threads, cores, cores * threads / (max(load, 0.0) + threads))
+    return cpu / max(usable, 1e-9)

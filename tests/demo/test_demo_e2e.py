@@ -186,6 +186,36 @@ def test_one_report_and_a_rerun_skips_every_finished_stage(demo_run):
     assert {p: p.stat().st_mtime_ns for p in (out / "model-nonprivate").rglob("*") if p.is_file()} == demo_run.mtimes
 
 
+#: How far the estimate said before the demo may be from the CPU its stages measured (either way).
+COST_FACTOR = 3.0
+
+
+@pytest.mark.slow
+def test_the_cost_said_first_is_within_3x_of_the_measured_cpu(demo_run):
+    """The estimate printed before the first stage (the measured table at this machine's probe speed) against the
+    CPU seconds the same run's stages measured (``stage-times.json``): in all and per training, within 3x; the rerun,
+    with nothing left to run, estimates nothing."""
+    from dpaudit.common.cost_model import estimate
+    from dpaudit.demo.cost import plan_work
+
+    lines = demo_run.compact.split("\n")
+    assert lines[1].startswith("estimated CPU time: ") and lines[3].startswith(
+        "estimated wall time at the current load"
+    )
+    assert "estimated CPU" not in demo_run.output
+    measured = {
+        row["name"]: row["cpu_s"] for row in json.loads((demo_run.out / "stage-times.json").read_text())["stages"]
+    }
+    plan = demo_plan.build_plan(demo_run.out, TEST_SIZES, seed=0, report=demo_run.report, classifiers=False)
+    works = dict(zip((s.name for s in plan.stages), plan_work(plan.stages, TEST_SIZES), strict=True))
+    said = estimate(list(works.values()))
+    print(f"demo cost: estimated {said.cpu:.0f} CPU s (speed x{said.speed:.2f}), measured {sum(measured.values()):.0f}")
+    assert 1 / COST_FACTOR < said.cpu / sum(measured.values()) < COST_FACTOR
+    for name, work in works.items():
+        if name.startswith("train-"):
+            assert 1 / COST_FACTOR < work.cpu(said.speed) / measured[name] < COST_FACTOR, name
+
+
 #: Lines the demo's terminal may print without --verbose, and its closing summary.
 TERMINAL_LINES, SUMMARY_LINES = 80, 25
 

@@ -1,0 +1,101 @@
+"""The cost said before the demo (and before shadow models train): the table prices every stage, the probe's speed
+scales it the right way, the load lengthens the wall time, and a demo's measured training replaces the table."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from dpaudit.common import cost_model, resources
+from dpaudit.common.cost_model import Work, estimate, shadow_lines, training_work
+from dpaudit.demo import plan as demo_plan
+from dpaudit.demo.cost import plan_work
+
+
+@pytest.mark.parametrize("sizes", [demo_plan.QUICK, demo_plan.FULL], ids=["quick", "full"])
+def test_every_stage_of_every_plan_is_priced(sizes, tmp_path):
+    plan = demo_plan.build_plan(
+        tmp_path / "d", sizes, seed=0, report=tmp_path / "r.html", classifiers=True, causal=True
+    )
+    works = plan_work(plan.stages, sizes)
+    assert [w.kind for w in works].count("attack-shadows") == 3 and all(w.cpu(1.0) > 0 for w in works)
+    lines = estimate(works, speed=1.0, load=0.0, cores=2).lines()
+    assert lines[0].startswith("estimated CPU time: ") and "public pretraining" in lines[1]
+    assert "DP MLM training" in lines[1] and "causal LM training" in lines[1] and "attacks with shadows" in lines[1]
+
+
+def test_a_slower_probe_raises_the_estimate(monkeypatch):
+    works = [Work("mlm-dp", units=1e6), Work("attack-shadows", units=1e3, shadows=2, trains=Work("classifier", 4e4))]
+    monkeypatch.setattr(resources, "probe_seconds", lambda chunks=4: resources.REFERENCE_PROBE_SECONDS)
+    same = estimate(works, load=0.0, cores=2)
+    monkeypatch.setattr(resources, "probe_seconds", lambda chunks=4: 2 * resources.REFERENCE_PROBE_SECONDS)
+    slower = estimate(works, load=0.0, cores=2)
+    assert same.speed == pytest.approx(1.0) and slower.speed == pytest.approx(2.0)
+    assert slower.cpu == pytest.approx(2 * same.cpu) and slower.wall == pytest.approx(2 * same.wall)
+    assert "0.5x the reference machine's speed" in slower.lines()[0]
+
+
+def test_the_probe_measures_this_machine():
+    probe = resources.probe_seconds(chunks=1)
+    assert 0 < probe < 60 and resources.speed_factor(probe) == pytest.approx(probe / resources.REFERENCE_PROBE_SECONDS)
+
+
+def test_wall_time_grows_with_the_load():
+    assert resources.wall_seconds(60.0, threads=1.5, load=0.0, cores=2) == pytest.approx(40.0)  # 1.5 cores free
+    assert resources.wall_seconds(60.0, threads=1.0, load=0.0, cores=1) == pytest.approx(60.0)
+    loaded = resources.wall_seconds(60.0, threads=1.5, load=4.5, cores=2)
+    assert loaded == pytest.approx(60.0 / (2 * 1.5 / 6.0))  # 0.5 of a core at load 4.5 on 2 cores
+    assert (
+        estimate([Work("mlm", 1e6)], speed=1.0, load=6.0, cores=2).wall
+        > estimate([Work("mlm", 1e6)], speed=1.0, load=1.0, cores=2).wall
+    )
+
+
+def test_shadow_models_cost_the_targets_measured_training(tmp_path: Path, monkeypatch):
+    monkeypatch.setattr(resources, "probe_seconds", lambda chunks=4: resources.REFERENCE_PROBE_SECONDS)
+    config = {"trainer": "edp-sgd", "task": "classify", "mode": "dp-sgd", "batch_size": 32, "max_length": 32}
+    table = training_work("edp-sgd", config, 38)
+    assert table.kind == "classifier-dp" and table.units == 38 * 32 * 32
+    assert training_work("jax-bert", {"non_private": True, "batch_size": 64, "max_length": 32}, 500).kind == "mlm"
+    model = tmp_path / "model-clf-dp-sgd"
+    model.mkdir()
+    stages = [{"name": "train-clf-dp-sgd", "cpu_s": 30.0, "wall_s": 40.0, "skipped": False, "title": ""}]
+    (tmp_path / cost_model.STAGE_TIMES).write_text(json.dumps({"quick": True, "stages": stages}))
+    assert cost_model.measured_training(model) == 30.0
+    lines = shadow_lines("edp-sgd", config, 38, todo=4, model_dir=model)
+    assert lines[0].startswith("estimated CPU time of 4 shadow models: 2.") and "as its demo measured it" in lines[0]
+    assert "estimated wall time at the current load" in lines[1]
+    assert "from the measured table" in shadow_lines("edp-sgd", config, 38, todo=1)[0]
+
+
+def test_attack_says_what_its_shadow_models_cost_before_training_them(
+    mia_model, mia_data, tmp_path, monkeypatch, capfd
+):
+    """``dpaudit attack`` with a shadow attack prints the estimate before the first shadow trains (stopped right
+    after it here: no model is trained)."""
+    import dpaudit
+    from dpaudit.attacks import shadow_models
+
+    class Stop(Exception):
+        pass
+
+    def stop(path: Path) -> None:
+        raise Stop
+
+    monkeypatch.setattr(shadow_models, "private_dir", stop)  # called right after the estimate, before any training
+    monkeypatch.setattr(resources, "probe_seconds", lambda chunks=4: resources.REFERENCE_PROBE_SECONDS)
+    with pytest.raises(Stop):
+        dpaudit.attack(
+            mia_model,
+            mia_data,
+            ["shadow"],
+            out=tmp_path / "a",
+            shadow_models=2,
+            shadow_cache=str(tmp_path / "c"),
+            progress=False,
+        )
+    err = capfd.readouterr().err
+    assert "shadow: estimated CPU time of 2 shadow models: " in err and "non-private MLM training" in err
+    assert "shadow: estimated wall time at the current load" in err
