@@ -104,6 +104,10 @@ def _summary(results) -> str:  # noqa: ANN001
                             if b.eligible
                             else "  <-- above f x epsilon: investigate"
                         )
+                    if b.left_out:  # dpaudit.verdict.headline.below_blind
+                        flag += "  <-- does not beat the blind baseline, which separates the sides: not in the headline"
+                    elif b.below_blind:
+                        flag += "  <-- does not beat the blind baseline"
                 lines.append(
                     f"  {m.attack:>12} {t.task:>17} {t.auc:>6.3f} {'[' + _fmt(t.auc_ci[0], '.3f') + ', ' + _fmt(t.auc_ci[1], '.3f') + ']':>15} "
                     f"{tpr.get(0.001, '-'):>9} {tpr.get(0.01, '-'):>8} {lb:>9} {ceiling:>8} {vs:>7}{flag}"

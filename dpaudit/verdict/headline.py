@@ -42,11 +42,13 @@ demo verdict print:
   have refuted the claim, and what an audit of 1,000 (10,000, 100,000) coin-flip canaries would reach.
 - **Stored.** The headline is computed once, when the attacks ran, and stored in ``results.json``
   (``headline``): the terminal, the page, the demo and a user's script read the same figure from there.
-- **The blind baseline.** An audit of a split the user chose (not coin flips) whose AUC does not beat the blind
-  baseline of the same task (the lower end of its AUC interval not above the blind AUC, the rule of
-  :func:`dpaudit.attacks.blind.blind_comparison`) may measure a distribution shift between members and non-members,
-  not the model: it is left out of the headline and its line says so (:attr:`HeadlineBound.below_blind`). Coin-flip
-  audits are exempt: their sides are random by construction, and a proof is never hidden (docs/threat-model.md).
+- **The blind baseline.** An audit of the examples task (members and non-members as the user's split put them) whose
+  AUC does not beat the blind baseline of the same task (the lower end of its AUC interval not above the blind AUC,
+  the rule of :func:`dpaudit.attacks.blind.blind_comparison`) says so in its line (:attr:`HeadlineBound.below_blind`);
+  when the blind baseline separates the sides (its own interval above 1/2: a distribution shift), the audit may
+  measure that shift, not the model, and it is left out of the headline (:attr:`HeadlineBound.left_out`). Canary
+  audits are exempt: inject draws every canary the same way, member or control, so their sides cannot differ in
+  distribution, and a proof is never hidden (docs/threat-model.md).
 - The Gaussian f-DP bound (Mahloujifar et al. 2024) refutes mu-GDP, not (epsilon, delta)-DP (it exceeded the
   true epsilon of randomized response in 99.5% of trials): it never drives the headline or alarm.
 - **Claims.** A run with fixed-size shuffled batches proves no epsilon (``privacy.json`` epsilon
@@ -137,14 +139,14 @@ class AuditSource:
         audit: the stored :class:`dpaudit.audit.AuditResult` (its ROC is all that is reused).
         group_size: rows each member is (1: the claim's unit; f for canaries inserted up to f times;
             None: unknown, e.g. a task that does not record its canaries' frequencies).
-        blind_auc: the blind baseline's AUC on the same task (None: no blind result for it).
+        blind: the blind baseline's AUC and the lower end of its interval on the same task (None: no blind result).
     """
 
     attack: str
     task: str
     audit: AuditResult
     group_size: int | None
-    blind_auc: float | None = None
+    blind: tuple[float, float] | None = None
 
     @property
     def name(self) -> str:
@@ -189,8 +191,11 @@ def audit_sources(results: Any) -> tuple[AuditSource, ...]:
     ``tasks[i].audit``), naming the task by the enclosing record's ``task`` and reading the canary
     frequencies from its ``info``.
     """
-    blind = {  # the blind baseline's AUC per task: an audit that does not beat it stays out of the headline
-        t.task: float(t.auc) for r in results.attacks if getattr(r, "baseline", False) for t in getattr(r, "tasks", ())
+    blind = {  # the blind baseline's AUC (and its interval's lower end) per task: see below_blind
+        t.task: (float(t.auc), float(t.auc_ci[0]))
+        for r in results.attacks
+        if getattr(r, "baseline", False)
+        for t in getattr(r, "tasks", ())
     }
     found = []
     for result in results.attacks:
@@ -204,23 +209,30 @@ def audit_sources(results: Any) -> tuple[AuditSource, ...]:
                         task=task,
                         audit=audit,
                         group_size=group_size_of(task, info),
-                        blind_auc=blind.get(task.replace("-offline", "", 1)),
+                        blind=blind.get(task.replace("-offline", "", 1)),
                     )
                 )
     return tuple(found)
 
 
-def below_blind(source: AuditSource) -> str:
-    """ "" when ``source`` beats the blind baseline of its task (or is a coin-flip audit, or no blind result exists);
-    otherwise the clause its headline line carries: its AUC interval's lower end is not above the blind AUC, so its
-    signal may be the split's distribution shift, and it is left out of the headline."""
-    if source.blind_auc is None or source.audit.coin_flip or source.audit.auc.ci.low > source.blind_auc:
-        return ""
+def below_blind(source: AuditSource) -> tuple[str, bool]:
+    """("", False) when ``source`` beats the blind baseline of its task, is a canary audit (members and controls drawn
+    alike by inject) or has no blind result; otherwise the clause its headline line carries and whether it is left out of
+    the headline: its AUC interval's lower end is not above the blind AUC, and when the blind baseline itself
+    separates the sides (its interval above 1/2) its signal may be that distribution shift, not the model."""
+    if source.blind is None or source.group_size != 1 or not source.task.startswith(EXAMPLES_TASK):
+        return "", False
+    blind_auc, blind_low = source.blind
     auc = source.audit.auc
-    return (
+    if source.audit.coin_flip or auc.ci.low > blind_auc:
+        return "", False
+    clause = (
         f"AUC {auc.value:.3f} [{auc.ci.low:.3f}, {auc.ci.high:.3f}] does not beat the blind baseline's "
-        f"{source.blind_auc:.3f} (from the text alone): left out of the headline"
+        f"{blind_auc:.3f} (from the text alone)"
     )
+    if blind_low > 0.5:
+        return f"{clause}, which separates the sides: left out of the headline", True
+    return f"{clause}; the blind baseline does not separate the sides (interval covers 1/2): counted", False
 
 
 # -- the headline ----------------------------------------------------------------------------------
@@ -246,8 +258,9 @@ class HeadlineBound:
         any_mechanism: Steinke et al.'s bound on the same guesses, valid for any mechanism; set when ``curve_refuted``.
             Printing it only when the curve is refuted keeps each audit's printed statements valid together at the
             audit's own confidence (docs/auditing.md, "When the claimed curve is refuted").
-        below_blind: "" or why the audit is left out of the headline (:func:`below_blind`: it does not beat the
-            blind baseline); :meth:`text` carries it in the same sentence.
+        below_blind: "" or the clause saying that the audit does not beat the blind baseline (:func:`below_blind`);
+            :meth:`text` carries it in the same sentence.
+        left_out: it does not beat a blind baseline that separates the sides: left out of the headline.
     """
 
     attack: str
@@ -261,6 +274,7 @@ class HeadlineBound:
     curve_refuted: bool = False
     any_mechanism: EpsilonBound | None = None
     below_blind: str = ""
+    left_out: bool = False
 
     @property
     def name(self) -> str:
@@ -330,6 +344,7 @@ class HeadlineBound:
             "curve_refuted": self.curve_refuted,
             "any_mechanism": None if self.any_mechanism is None else self.any_mechanism.to_json(),
             "below_blind": self.below_blind,
+            "left_out": self.left_out,
         }
 
     @classmethod
@@ -348,6 +363,7 @@ class HeadlineBound:
                 None if obj.get("any_mechanism") is None else EpsilonBound.from_json(dict(obj["any_mechanism"]))
             ),
             below_blind=str(obj.get("below_blind") or ""),
+            left_out=bool(obj.get("left_out")),
         )
 
 
@@ -364,7 +380,7 @@ class Headline:
         num_audits: m, the audits the correction is over.
         bounds: every audit's recomputed bound (eligible, group and unknown-unit ones).
         best: the headline bound: the best eligible proof, else the best eligible heuristic, leaving out audits that
-            do not beat the blind baseline (None: no such audit).
+            do not beat a blind baseline that separates the sides (None: no such audit).
         contradicted: an eligible PROOF valid for any mechanism is above the proven epsilon: the (epsilon, delta)
             claim is false.
         mechanism_refuted: an eligible proof rejects the claimed mechanism's own trade-off curve: the trained model is
@@ -454,7 +470,7 @@ class Headline:
         """One line: the headline bound, its kind and confidence, and the verdict."""
         if self.best is None:
             extra = f" ({len(self.group_bounds)} group or unknown-unit audit(s) shown apart)" if self.bounds else ""
-            blind = sum(1 for b in self.bounds if b.eligible and b.below_blind)
+            blind = sum(1 for b in self.bounds if b.eligible and b.left_out)
             if blind:
                 extra += f" ({blind} audit(s) left out: they do not beat the blind baseline)"
             return f"empirical lower bound: none for the per-example claim{extra}"
@@ -477,7 +493,7 @@ class Headline:
             "confidence": self.confidence,
             "correction": self.label,
             "num_audits": self.num_audits,
-            "chosen_from": [b.name for b in self.bounds if b.eligible and not b.below_blind],
+            "chosen_from": [b.name for b in self.bounds if b.eligible and not b.left_out],
             "contradicted": self.contradicted,
             "mechanism_refuted": self.mechanism_refuted,
             "ceiling": self.ceiling,
@@ -648,6 +664,7 @@ def headline(sources: Sequence[AuditSource], claim: Claim, *, confidence: float 
                 target = None
         else:
             target, delta = None, claim.delta if claim.delta is not None else source.audit.delta
+        blind_clause, left_out = below_blind(source)
         kind, bound, ceiling = _recompute(
             source, delta=delta, confidence=each, mechanism=_mechanism(claim) if f == 1 else None
         )
@@ -675,7 +692,8 @@ def headline(sources: Sequence[AuditSource], claim: Claim, *, confidence: float 
             ceiling=ceiling,
             curve_refuted=refuted,
             any_mechanism=any_mechanism,
-            below_blind=below_blind(source),
+            below_blind=blind_clause,
+            left_out=left_out,
         )
         hb = dataclasses.replace(hb, above=target is not None and hb.epsilon > target)
         bounds.append(hb)
@@ -686,7 +704,7 @@ def headline(sources: Sequence[AuditSource], claim: Claim, *, confidence: float 
                 f"group bound above the group guarantee: investigate ({hb.text()} > {f} x epsilon = "
                 f"{format_up(target)} at delta {format_up(delta, 2)})"
             )
-    eligible = [b for b in bounds if b.eligible and not b.below_blind]  # below the blind baseline: not the model
+    eligible = [b for b in bounds if b.eligible and not b.left_out]  # may measure the split's shift, not the model
     proofs = [b for b in eligible if b.kind == PROOF]
     pool = proofs or eligible
     best = max(pool, key=lambda b: b.epsilon) if pool else None

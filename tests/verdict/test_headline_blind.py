@@ -15,7 +15,7 @@ import numpy as np
 from dpaudit.attacks.blind import BlindAttack, blind_comparison, blind_separation
 from dpaudit.attacks.mia import MembershipTask, task_result
 from dpaudit.attacks.registry import AttackOptions
-from dpaudit.attacks.results import AttackResults, DataInfo, LossResult, ModelInfo, RefResult
+from dpaudit.attacks.results import AttackResults, BlindResult, DataInfo, LossResult, ModelInfo, RefResult
 from dpaudit.audit import audit_scores
 from dpaudit.claim import Claim
 from dpaudit.verdict.headline import Headline, audit_sources, headline_of
@@ -82,13 +82,18 @@ def test_a_shifted_split_fires_the_blind_warnings_and_the_headline_leaves_out_wh
     head = headline_of(results)
     assert head.num_audits == 2  # the correction still counts every audit tried
     by_name = {b.name: b for b in head.bounds}
-    assert by_name["loss/examples"].below_blind and not by_name["ref/examples"].below_blind
+    assert by_name["loss/examples"].left_out and not by_name["ref/examples"].below_blind
     assert "does not beat the blind baseline" in by_name["loss/examples"].text()  # in the same sentence
-    assert "left out of the headline" in by_name["loss/examples"].text()
+    assert "which separates the sides: left out of the headline" in by_name["loss/examples"].text()
     assert head.best is not None and head.best.name == "ref/examples"
     assert head.to_json()["chosen_from"] == ["ref/examples"]
     again = Headline.from_json(head.to_json(), claim)  # stored in results.json and read back the same
     assert again.bounds == head.bounds and again.best == head.best
+
+    from dpaudit.cli.attack import _summary
+
+    table = _summary(results).splitlines()  # the terminal's table row says so too
+    assert [line for line in table if "not in the headline" in line][0].split()[0] == "loss"
 
     alone = headline_of(_results(loss, blind, claim=claim))
     assert alone.best is None and "do not beat the blind baseline" in alone.text()
@@ -96,8 +101,22 @@ def test_a_shifted_split_fires_the_blind_warnings_and_the_headline_leaves_out_wh
     assert without_blind.best is not None and without_blind.best.name == "loss/examples"
 
 
-def test_coin_flip_audits_are_never_left_out():
-    """Coin flips decide a coin-flip audit's sides: no shift to measure, and a proof is never hidden."""
+def test_a_blind_baseline_that_does_not_separate_the_sides_is_said_but_leaves_the_audit_in():
+    """No shift shown (the blind interval covers 1/2): an audit below the blind point estimate says so and counts."""
+    claim = Claim(known=True, private=True, epsilon=1.0, recorded_epsilon=1.0, delta=DELTA, accountant="pld")
+    task = shifted_task()
+    rng = np.random.default_rng(4)
+    weak = _attack(LossResult, task, rng.normal(0, 1, 2 * N), claim)
+    blind = _attack(BlindResult, task, rng.normal(0, 1, 2 * N), claim)
+    assert blind["examples"].auc_ci[0] <= 0.5 and weak["examples"].auc_ci[0] <= blind["examples"].auc
+    head = headline_of(_results(weak, blind, claim=claim))
+    assert head.best is not None and head.best.name == "loss/examples" and not head.best.left_out
+    assert "the blind baseline does not separate the sides (interval covers 1/2): counted" in head.text()
+
+
+def test_canary_audits_are_never_left_out():
+    """Inject draws which canaries are members (here by coin flips): no shift to measure, and a proof is never
+    hidden."""
     claim = Claim(known=True, private=True, epsilon=1.0, recorded_epsilon=1.0, delta=DELTA, accountant="pld")
     rng = np.random.default_rng(2)
     member = rng.random(200) < 0.5
@@ -108,9 +127,7 @@ def test_coin_flip_audits_are_never_left_out():
     canary = LossResult(parameters={}, tasks=(task_result(flips, audit, scores_file="s"),))
     blind_task = MembershipTask("canaries", [""] * 200, None, member, [str(i) for i in range(200)])
     blind_audit = audit_scores(scores[member] + 9, scores[~member], delta=DELTA, seed=0)  # a blind AUC of 1
-    from dpaudit.attacks.results import BlindResult
-
     blind = BlindResult(parameters={}, tasks=(task_result(blind_task, blind_audit, scores_file="b"),))
     sources = audit_sources(_results(canary, blind, claim=claim))
-    assert [s.blind_auc for s in sources] == [1.0]
+    assert [s.blind[0] for s in sources] == [1.0]
     assert headline_of(_results(canary, blind, claim=claim)).best is not None
