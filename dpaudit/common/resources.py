@@ -30,6 +30,10 @@ __all__ = [
 
 #: Iterations of one chunk of the speed probe, and chunks timed (the fastest counts: an interruption only slows one).
 PROBE_CHUNK, PROBE_CHUNKS = 1_000_000, 4
+#: Weight of the load average in :func:`wall_seconds`, fitted on two ``dpaudit demo --quick`` runs on the 2-core
+#: machine (wall / CPU 1.9 at load about 6, 1.7 at load 6.8 falling to 3.5: 0.66-0.69; the unweighted load predicted
+#: 2.8).
+LOAD_WEIGHT = 0.67
 #: CPU seconds of one probe chunk on the reference machine (the project's 2-core machine, where the cost tables of
 #: :mod:`dpaudit.common.cost_model` and :mod:`dpaudit.whitebox.cost` were measured): the fastest of 5, 0.117-0.120 s,
 #: at load 4.5.
@@ -120,8 +124,9 @@ def available_cores() -> int:
 def wall_seconds(cpu: float, *, threads: float, load: float | None = None, cores: int | None = None) -> float:
     """Wall seconds of work costing ``cpu`` CPU seconds that keeps ``threads`` cores busy on a free machine, run now.
 
-    At load L (``os.getloadavg()``'s last minute: runnable processes) on C cores, the scheduler gives the work's
-    ``threads`` about C x threads / (L + threads) cores, never more than ``threads`` nor C: wall = cpu / that.
+    At load L (``os.getloadavg()``'s last minute: runnable threads) on C cores, the scheduler gives the work's
+    ``threads`` about C x threads / (w L + threads) cores, never more than ``threads`` nor C: wall = cpu / that.
+    ``w`` (:data:`LOAD_WEIGHT`) is fitted: the load counts threads that do not compete all the time.
     """
     if load is None:
         try:
@@ -129,5 +134,5 @@ def wall_seconds(cpu: float, *, threads: float, load: float | None = None, cores
         except OSError:
             load = 0.0
     cores = available_cores() if cores is None else cores
-    usable = min(threads, cores, cores * threads / (max(load, 0.0) + threads))
+    usable = min(threads, cores, cores * threads / (LOAD_WEIGHT * max(load, 0.0) + threads))
     return cpu / max(usable, 1e-9)

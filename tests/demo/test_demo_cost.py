@@ -46,7 +46,7 @@ def test_wall_time_grows_with_the_load():
     assert resources.wall_seconds(60.0, threads=1.5, load=0.0, cores=2) == pytest.approx(40.0)  # 1.5 cores free
     assert resources.wall_seconds(60.0, threads=1.0, load=0.0, cores=1) == pytest.approx(60.0)
     loaded = resources.wall_seconds(60.0, threads=1.5, load=4.5, cores=2)
-    assert loaded == pytest.approx(60.0 / (2 * 1.5 / 6.0))  # 0.5 of a core at load 4.5 on 2 cores
+    assert loaded == pytest.approx(60.0 / (2 * 1.5 / (resources.LOAD_WEIGHT * 4.5 + 1.5)))
     assert (
         estimate([Work("mlm", 1e6)], speed=1.0, load=6.0, cores=2).wall
         > estimate([Work("mlm", 1e6)], speed=1.0, load=1.0, cores=2).wall
