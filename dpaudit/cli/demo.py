@@ -287,7 +287,10 @@ DEFAULT_REPORT, QUICK_REPORT = Path("reports/demo/index.html"), Path("reports/de
     f"{DEFAULT_OUT}, or {QUICK_OUT} with --quick].",
 )
 @click.option(
-    "--quick", is_flag=True, help="Smaller corpus, fewer canaries and steps, no LiRA/RMIA (~2 minutes instead of ~10)."
+    "--quick",
+    is_flag=True,
+    help="Smaller corpus, fewer canaries and steps, no LiRA/RMIA (about 4 CPU-minutes instead of 10; the demo prints "
+    "its estimate for this machine first).",
 )
 @click.option(
     "--seed",
