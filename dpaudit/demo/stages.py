@@ -9,7 +9,9 @@ inputs' manifests is written to ``<out>/.demo/<stage>.json``. On a rerun a stage
 - its record names the same command and the same input manifests (nothing upstream changed), and
 - its output verifies against its own manifest (every file present with the recorded sha256).
 
-A stage whose record matches but whose output does not verify was interrupted: it is rerun with the
+A command that wrote its whole output and then failed (``dpaudit attack`` writes its directory even when one of
+its attacks failed, then exits with the error) leaves no record: a rerun redoes it. A stage whose record matches but
+whose output does not verify was interrupted: it is rerun with the
 same command, so training resumes from its last checkpoint and the shadow models from their cache. A
 stage whose record differs (other sizes, ``--quick`` switched, new upstream data) starts over: its
 output is removed first, if dpaudit wrote all of it. The demo never adopts a folder it did not write:
@@ -161,7 +163,12 @@ def run_stages(
             continue
         _prepare(stage, state)
         wall, cpu = time.perf_counter(), time.process_time()
-        run(stage)
+        try:
+            run(stage)
+        except BaseException as error:  # Ctrl-C after a complete output leaves it complete
+            if not isinstance(error, KeyboardInterrupt) and is_complete(stage, state):  # written in full, then failed
+                _record_path(state, stage).unlink(missing_ok=True)  # so a rerun redoes it rather than skipping it
+            raise
         wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
         if stage.schema_prefix is not None:
             verify_run_dir(

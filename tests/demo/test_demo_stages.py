@@ -115,3 +115,20 @@ def test_stage_is_stale_when_its_input_changes(tmp_path):
     assert is_complete(downstream, state)
     run_stages([_inject(data, size=170)], state=state, run=runner, echo=lambda _: None)  # upstream redone
     assert not is_complete(downstream, state)
+
+
+def test_a_stage_that_wrote_its_output_and_then_failed_is_redone(tmp_path):
+    """``dpaudit attack`` writes its directory even when one of its attacks failed, then exits with the error: the
+    rerun must redo that stage, not skip it as complete."""
+    state, data = tmp_path / ".demo", tmp_path / "data"
+
+    def written_then_failed(stage):
+        cli.main(args=list(stage.args), prog_name="dpaudit", standalone_mode=False)
+        raise RuntimeError("one of its attacks failed")
+
+    with pytest.raises(RuntimeError):
+        run_stages([_inject(data)], state=state, run=written_then_failed, echo=lambda line: None)
+    assert not is_complete(_inject(data), state)
+    runner = Runner()
+    times = run_stages([_inject(data)], state=state, run=runner, echo=lambda line: None)
+    assert runner.ran == ["inject"] and not times[0].skipped and is_complete(_inject(data), state)
