@@ -702,6 +702,7 @@ def _audit(
     config = audit_config(trainer, rows=rows, **plan)
     cost = _announce_cost(
         config,
+        jax=trainer_name == "jax-bert",
         canaries=canaries,
         runs=runs,
         partners=partners if unit == "micro-batch" else 0,
@@ -742,10 +743,19 @@ def _audit(
 
 
 def _announce_cost(
-    config: Any, *, canaries: int, runs: int, partners: int, sampling_rate: float, workers: int, fleet: bool
+    config: Any,
+    *,
+    jax: bool,
+    canaries: int,
+    runs: int,
+    partners: int,
+    sampling_rate: float,
+    workers: int,
+    fleet: bool,
 ) -> Any:
     """The audit's cost (:mod:`dpaudit.whitebox.cost`): refused before any run when it cannot fit (a worker's memory
-    bound, this machine's memory), said first when it is long."""
+    bound, this machine's memory), said first when it is long: time and memory, then the CPU time from the measured
+    table scaled by this machine's speed and the wall time at the current load."""
     from dpaudit.whitebox import cost as audit_cost
 
     steps = getattr(config, "steps", None)
@@ -754,7 +764,11 @@ def _announce_cost(
     cost = audit_cost.estimate(canaries=canaries, runs=runs, steps=steps, partners=partners)
     audit_cost.check_fits(cost, fleet=fleet)
     if audit_cost.worth_saying(cost):
+        from dpaudit.common import cost_model
+
         click.echo(audit_cost.describe(cost, workers=workers), err=True)
+        for line in cost_model.estimate(audit_cost.cpu_works(cost, jax=jax)).lines():
+            click.echo(line, err=True)
     return cost
 
 

@@ -87,6 +87,13 @@ RATES: dict[str, Rate] = {
     "shadow": Rate("one shadow model's start-up", 1.4, 0.0),
     "shadow-models": Rate("shadow models", 0.0, 0.0),
     "report": Rate("report", 1.0, 0.3),
+    # dpaudit audit-trainer (dpaudit.whitebox.cost.cpu_works): the process and its first run, each further run, and
+    # the canaries in units of the white-box wall model's per-canary seconds (module docstring there)
+    "audit-torch": Rate("white-box audit (start-up and first run)", 13.8, 0.0),
+    "audit-jax": Rate("white-box audit (start-up and first run)", 25.1, 0.0, 1.5),
+    "audit-run-torch": Rate("further runs", 0.0, 1.8),
+    "audit-run-jax": Rate("further runs", 0.0, 5.5, 1.5),
+    "audit-canaries": Rate("canaries (sampling, clipping, scoring, bounds)", 0.0, 0.30),
 }
 
 

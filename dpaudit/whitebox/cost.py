@@ -15,6 +15,14 @@ plus 0.7 kB per per-example canary and 1.9 kB per micro-batch canary (a million:
 worker cannot hold it); 45 s plus 0.35 ms per canary and 5 us per canary and step (17 us with 16 partners; a million
 micro-batch canaries: 226 s measured at load 4, 213 s for 400,000 at load 7). Pooling R runs holds about 0.8 kB
 more per canary of every run (20 runs of 100,000: 2.2 GB).
+
+Those seconds are an upper estimate of wall time on a loaded machine. The CPU estimate printed beside them
+(:func:`cpu_works`, through :mod:`dpaudit.common.cost_model`: scaled by this machine's speed on a 0.5 s probe, then
+turned into wall time at the current load) is fitted on process CPU time (``/usr/bin/time``, user + sys) of
+``dpaudit audit-trainer`` on the same 2-core machine at load 1.5-2: edp-sgd (edp-sgd mode, 16 partners) 13.9 s at
+1,000 canaries and 25.4 s at 100,000; edp-sgd ``--set mode=dp-sgd`` 24.4 s at 100,000; rgp 13.3 s at 1,000;
+jax-bert 25.2 s at 1,000 (all with the default 4 steps); ``--runs 3`` at 1,000: edp-sgd 17.5 s, jax-bert 36.2 s (a further run: 1.8 and 5.5 s).
+The canaries cost 0.28-0.29 CPU seconds per second of :func:`estimate`'s per-canary part (0.30 taken).
 """
 
 from __future__ import annotations
@@ -23,11 +31,11 @@ import math
 import os
 from dataclasses import dataclass
 
-from dpaudit.common import resources
+from dpaudit.common import cost_model, resources
 from dpaudit.common.errors import UserInputError
 from dpaudit.common.resources import format_bytes, format_duration
 
-__all__ = ["AuditCost", "check_fits", "describe", "estimate", "worth_saying"]
+__all__ = ["AuditCost", "check_fits", "cpu_works", "describe", "estimate", "worth_saying"]
 
 #: Seconds of an audit before and after its canaries (imports, the dataset, the model, the page).
 BASE_SECONDS = 45.0
@@ -100,6 +108,18 @@ def estimate(*, canaries: int, runs: int, steps: int, partners: int) -> AuditCos
         run_bytes=run_bytes,
         peak_bytes=run_bytes + pooled,
     )
+
+
+def cpu_works(cost: AuditCost, *, jax: bool) -> list[cost_model.Work]:
+    """The audit as pieces of work of the measured CPU table (:mod:`dpaudit.common.cost_model`): start-up and the
+    first run, the further runs, the canaries (``jax``: a jax-bert audit, whose start-up compiles its step)."""
+    family = "jax" if jax else "torch"
+    variable = cost.seconds - BASE_SECONDS  # the wall model's per-canary part, the canaries' unit
+    return [
+        cost_model.Work(f"audit-{family}"),
+        cost_model.Work(f"audit-run-{family}", units=cost.runs - 1),
+        cost_model.Work("audit-canaries", units=variable),
+    ]
 
 
 def worth_saying(cost: AuditCost) -> bool:

@@ -250,6 +250,11 @@ def test_audit_states_its_cost_before_the_first_run(tmp_path, no_runs, monkeypat
     said = [line for line in _stderr(result).splitlines() if line.startswith("audit-trainer: 100 canaries")]
     assert len(said) == 1, _stderr(result)
     assert " x 3 runs of " in said[0] and "per run" in said[0] and "pooled analysis" in said[0]
+    # then the CPU time from the measured table, scaled by this machine's probe, and the wall time at this load
+    lines = _stderr(result).splitlines()
+    cpu = next(i for i, line in enumerate(lines) if line.startswith("estimated CPU time: "))
+    assert "0.5 s probe" in lines[cpu] and "further runs" in lines[cpu + 1]
+    assert lines[cpu + 2].startswith("estimated wall time at the current load (")
 
 
 def test_audit_cost_model_matches_the_measured_runs():
@@ -269,3 +274,27 @@ def test_audit_cost_model_matches_the_measured_runs():
     )
     pooled = estimate(canaries=100_000, runs=20, steps=6, partners=0)
     assert pooled.peak_bytes >= 2.2e9  # 20 runs of 100,000 pooled: 2.2 GB measured
+
+
+@pytest.mark.parametrize(
+    ("jax", "canaries", "runs", "partners", "measured"),
+    [  # process CPU (user + sys) of dpaudit audit-trainer, 4 steps, on the project's 2-core machine
+        (False, 1_000, 1, 16, 13.9),  # edp-sgd
+        (False, 100_000, 1, 16, 25.4),  # edp-sgd
+        (False, 100_000, 1, 0, 24.4),  # edp-sgd --set mode=dp-sgd
+        (False, 1_000, 3, 16, 17.5),  # edp-sgd --runs 3
+        (True, 1_000, 1, 0, 25.2),  # jax-bert
+        (True, 1_000, 3, 0, 36.2),  # jax-bert --runs 3
+    ],
+)
+def test_audit_cpu_estimate_reproduces_the_measured_runs(jax, canaries, runs, partners, measured):
+    """The CPU table of :func:`dpaudit.whitebox.cost.cpu_works` against the runs it was fitted on (within 15%, on
+    the reference machine's speed); a machine twice as slow on the probe doubles it."""
+    from dpaudit.common import cost_model
+    from dpaudit.whitebox.cost import cpu_works, estimate
+
+    works = cpu_works(estimate(canaries=canaries, runs=runs, steps=4, partners=partners), jax=jax)
+    here = cost_model.estimate(works, speed=1.0, load=0.0, cores=2)
+    assert measured / 1.15 <= here.cpu <= measured * 1.15, (here.cpu, measured)
+    slower = cost_model.estimate(works, speed=2.0, load=0.0, cores=2)
+    assert slower.cpu == pytest.approx(2 * here.cpu) and slower.wall > here.wall
