@@ -479,11 +479,12 @@ def load_user_split(config: InjectConfig, *, forbidden: dict[str, int] | None = 
             "replaced_lines": reader.stats.replaced_lines,
         }
     removed["train_rows_in_heldout"] = sum(1 for t in side_texts[MEMBER] if private.get(normalize(t)))
-    near = cross_pairs(side_texts[MEMBER], side_texts[HELDOUT], threshold=DEFAULT_THRESHOLD)
-    removed["near_duplicate_pairs"] = len(near.pairs)  # none equal after normalization: those were removed
     resplit_info = None
     if config.resplit:
         side_texts, side_labels, resplit_info = resplit(side_texts, side_labels, config.resplit_seed_value)
+    # counted on the split written (after --resplit), the one the attack's examples task sees
+    near = cross_pairs(side_texts[MEMBER], side_texts[HELDOUT], threshold=DEFAULT_THRESHOLD)
+    removed["near_duplicate_pairs"] = len(near.pairs)  # none equal after normalization: those were removed
     texts: list[str] = []
     label_ids: list[int] = []
     codes: list[int] = []

@@ -104,3 +104,21 @@ def test_resplit_options_are_refused_where_they_mean_nothing(tmp_path):
     assert not (tmp_path / "x").exists() and not (tmp_path / "y").exists()
     help_text = " ".join(CliRunner().invoke(cli, ["inject", "--help"]).output.split())
     assert "--resplit-seed" in help_text and "The split is not a privacy mechanism: the seed is public" in help_text
+
+
+def test_resplit_counts_the_near_duplicate_pairs_of_the_split_it_wrote(tmp_path):
+    from dpaudit.corpus.near_duplicates import cross_pairs
+
+    train = write(tmp_path / "train.txt", UNIQUE[:39] + [UNIQUE[0] + " x"])  # a near-duplicate pair within train
+    heldout = write(tmp_path / "test.txt", UNIQUE[40:])
+    counts = []
+    for seed in range(8):
+        out = tmp_path / f"s{seed}"
+        args = ("--train", str(train), "--heldout", str(heldout), "--out", str(out), "--resplit")
+        result = invoke(*args, "--resplit-seed", str(seed))
+        assert result.exit_code == 0, result.output
+        written = cross_pairs(texts_of(out / "train.jsonl"), texts_of(out / "heldout.jsonl"))
+        count = json.loads((out / "manifest.json").read_text())["counts"]["overlap_removed"]["near_duplicate_pairs"]
+        assert count == len(written.pairs)  # the pairs of train.jsonl x heldout.jsonl, not of the files given
+        counts.append(count)
+    assert set(counts) == {0, 1}  # the within-train pair lands on both sides under some seeds, one side under others
