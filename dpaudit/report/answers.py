@@ -203,8 +203,13 @@ def _eps(claim: Claim) -> str:
     """ "ε 8" for a claim of 8.00 (rounded up, trailing zeros dropped)."""
     if claim.epsilon is None:
         return "no proven ε"
-    text = format_up(claim.epsilon)
-    return "ε " + (text.rstrip("0").rstrip(".") if "." in text else text)
+    return "ε " + _claimed(claim.epsilon)
+
+
+def _claimed(epsilon: float | None) -> str:
+    """A claimed epsilon rounded up, trailing decimal zeros dropped ("8" for 8.00, "100" stays "100"; None: "inf")."""
+    text = format_up(epsilon)
+    return text.rstrip("0").rstrip(".") if "." in text else text
 
 
 def _p_text(p: float) -> str:
@@ -476,7 +481,7 @@ def _claim_clause(f: _Facts, b: Badge) -> str | None:
     claim, head = f.claim, f.head
     if not claim.proven or head.best is None:
         return None
-    claimed = format_up(claim.epsilon).rstrip("0").rstrip(".")
+    claimed = _claimed(claim.epsilon)
     bound = f"ε ≥ {format_down(head.best.epsilon)}"
     if b.word == "consistent":
         kind = "proves" if head.best.kind == PROOF else "shows (heuristic)"

@@ -229,3 +229,13 @@ def test_chance_exposure_is_the_mean_over_a_random_rank() -> None:
         exact = float(np.mean(math.log2(size) - np.log2(ranks)))
         assert abs(chance_exposure(math.log2(size)) - exact) < 1e-9, size
     assert abs(chance_exposure(math.log2(10**4)) - 1.44) < 0.005 and chance_exposure(None) == math.log2(math.e)
+
+
+def test_claimed_epsilon_keeps_integer_zeros() -> None:
+    """A claim printed short drops decimal zeros only: 100 stays 100 (not 1), 8.00 is 8, rounded up."""
+    from dpaudit.report.answers import _claimed
+
+    assert _claimed(100.0) == "100"
+    assert _claimed(10.0) == "10"
+    assert _claimed(8.0) == "8"
+    assert _claimed(1.2341) == "1.24"
