@@ -46,6 +46,7 @@ __all__ = [
     "METHOD_ORDER_DP",
     "ORDER_FRACTIONS",
     "epsilon_lower_bound_order_stats_claim",
+    "order_beats_pair",
     "order_stats_any_mechanism",
     "planned_last_iterate_order",
     "planned_last_iterate_test",
@@ -95,14 +96,29 @@ def planned_last_iterate_order(claim: StatedMechanism, m: int, alpha: float) -> 
 def planned_last_iterate_test(claim: StatedMechanism, m: int, alpha: float) -> str:
     """ "order_stats" or "pair": which planned test a black-box one-run proof of m canaries runs (ties: the order
     statistics). A function of public inputs only."""
-    r_o, u_o = planned_last_iterate_order(claim, m, alpha)
     member, nonmember = _last_iterate_scores(claim, LAST_ITERATE_PLAN_CANARIES)
+    order = planned_last_iterate_order(claim, m, alpha)
     pair = planned_last_iterate_pair(claim, m, alpha)
+    return "order_stats" if order_beats_pair(claim, member, nonmember, m, order, pair, alpha) else "pair"
+
+
+def order_beats_pair(
+    claim: StatedMechanism,
+    member: NDArray[np.float64],
+    nonmember: NDArray[np.float64],
+    m: int,
+    order: tuple[int, int],
+    pair: tuple[int, int],
+    alpha: float,
+) -> bool:
+    """Whether the planned order-statistics test ``order`` = (r, mistakes) rejects a less private scaled claim than
+    the f-DP recursion's planned guess-count ``pair`` does on the simulated ``member`` / ``nonmember`` scores (ties: the
+    order statistics). The one choice between the two one-run tests, black-box and white-box alike."""
     r, v = _expected_counts(member, nonmember, np.sort(np.concatenate([member, nonmember])), m, *pair)
-    tests: list[Callable[[TradeOff], bool]] = [order_test(m, r_o, u_o, alpha)]
+    tests: list[Callable[[TradeOff], bool]] = [order_test(m, *order, alpha)]
     tests.append(_rejects(m, r, v, alpha) if v > 0 else (lambda curve: False))
     best, _ = best_test(claim, tests)
-    return "pair" if best == 1 else "order_stats"
+    return best != 1
 
 
 def _record(

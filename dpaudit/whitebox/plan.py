@@ -32,14 +32,12 @@ which keeps the test valid).
 from __future__ import annotations
 
 import functools
-from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
-from dpaudit.audit.claim_family import _expected_counts, candidate_pairs, planned_pair
-from dpaudit.audit.order_stats_claim import order_test, planned_mistakes
-from dpaudit.audit.tradeoff import TradeOff, one_run_margin
+from dpaudit.audit.claim_family import candidate_pairs, planned_pair
+from dpaudit.audit.order_stats_claim import order_beats_pair, order_test, planned_mistakes
 from dpaudit.claim import Claim
 from dpaudit.whitebox.layout import CanaryLayout
 from dpaudit.whitebox.scores import all_iterates_scores
@@ -129,11 +127,5 @@ def planned_one_run(claim: Claim, unit: str, partners: int, m: int, alpha: float
     order = planned_order_stats(claim, unit, partners, m, alpha)
     member, nonmember = _simulated_scores(claim, unit, partners, _plan_size(claim))
     pair = planned_guesses(claim, unit, partners, m, alpha)
-    pooled = np.sort(np.concatenate([member, nonmember]))
-    r, v = _expected_counts(member, nonmember, pooled, m, *pair)
-    tests: list[Callable[[TradeOff], bool]] = [
-        order_test(m, order.r, order.mistakes, alpha),
-        lambda curve: v > 0 and one_run_margin(curve.blow_up_inverse, m, r, v, alpha) > 0,
-    ]
-    best, _ = claim.best_test(tests)
-    return "claim_family" if best == 1 else "order_stats"
+    chosen = order_beats_pair(claim, member, nonmember, m, (order.r, order.mistakes), pair, alpha)
+    return "order_stats" if chosen else "claim_family"
