@@ -94,7 +94,7 @@ def opacus_claim(path: str | os.PathLike[str], delta: float) -> Claim:
         sampling="poisson",
         segments=tuple(segments),
         guarantee=(
-            f"({format_up(epsilon)}, {delta:g})-DP for one example (add/remove), accounted by dpaudit "
+            f"({format_up(epsilon)}, {format_up(delta, 2)})-DP for one example (add/remove), accounted by dpaudit "
             f"(PLD) from the Opacus accountant's history in {path}: {steps} Poisson-sampled "
             "Gaussian steps. It holds if the training ran what that history says (per-example "
             "clipping, Poisson sampling, secret noise); dpaudit did not see the training."

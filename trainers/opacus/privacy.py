@@ -121,7 +121,7 @@ def build_record(
         ),
         noise_seed_explicit=noise_seed_explicit,
         guarantee=(
-            f"({format_up(epsilon)}, {delta:g})-DP for one example (add/remove), accounted by dpaudit (PLD) from "
+            f"({format_up(epsilon)}, {format_up(delta, 2)})-DP for one example (add/remove), accounted by dpaudit (PLD) from "
             f"what ran: {run.updates} updates, Poisson q = {run.sample_rate:g}, sigma = {run.noise_multiplier:g}. "
             f"Opacus's own {accountant.upper()} accountant says epsilon {format_up(run.library_epsilon)}"
             + ("." if not found else " for a mechanism that did not run (see notes).")
