@@ -209,7 +209,8 @@ def split_delta(
             f"{option}: the noise sampler's tail figure {format_up(tail, 3)} leaves no guarantee even "
             f"with --accept-noise-tail (delta would reach 1); raise the noise multiplier."
         )
-    return DeltaSplit(delta=requested + tail, accountant=requested, tail=tail, accepted=True)
+    # the sum rounded up: a float sum rounds to nearest, and the stated delta must hold both parts
+    return DeltaSplit(delta=math.nextafter(requested + tail, math.inf), accountant=requested, tail=tail, accepted=True)
 
 
 def noise_tail_entry(sampler: str) -> Json:

@@ -400,7 +400,7 @@ def _from_v3(obj: Mapping[str, object], where: str) -> dict[str, object]:
         return obj
     from dpaudit.common.figures import format_up
 
-    stated = float(delta) + float(figure)
+    stated = math.nextafter(float(delta) + float(figure), math.inf)  # the sum rounded up: it holds both parts
     obj.update(delta=stated, noise_tail_delta=float(figure))
     epsilon = obj.get("epsilon")
     if isinstance(epsilon, (int, float)) and not isinstance(epsilon, bool):
