@@ -121,20 +121,17 @@ def mlm_line(label: str, results: AttackResults, utility: str | None = None) -> 
     recon = next((r for r in results.attacks if isinstance(r, ReconstructionResult)), None)
     exact = next((r for r in (recon.rows if recon else ()) if r.frequency == top.frequency), None)
 
-    def p(row) -> float:
-        return row.vs_controls.p_value if row.vs_controls else float("nan")
-
-    found = _found(p(top), top.frequency, results.claimed.private)
+    found = _found(_p_value(top), top.frequency, results.claimed.private)
     text = (
         f"{head}{top.frequency}x canaries {top.mean:.1f} bits of exposure vs "
-        f"{controls.mean:.1f} for controls (p = {p(top):.2g})"
+        f"{controls.mean:.1f} for controls (p = {_p_value(top):.2g})"
     )
     if exact is not None:
         text += f", {exact.exact_matches}/{exact.n} reconstructed exactly"
     text += f": {found}"
     lower = [rows[f] for f in inserted[:-1]]
     if lower:
-        text += "; " + ", ".join(f"{r.frequency}x {r.mean:.1f} bits (p = {p(r):.2g})" for r in lower)
+        text += "; " + ", ".join(f"{r.frequency}x {r.mean:.1f} bits (p = {_p_value(r):.2g})" for r in lower)
     return text + _bound_text(results)
 
 
