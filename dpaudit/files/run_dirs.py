@@ -445,8 +445,6 @@ def file_hashes(directory: str | os.PathLike[str], names: Iterable[str]) -> dict
 #: the Poisson sampling and the DP noise). The one list every redaction below reads (a trainer Config's
 #: ``to_dict``, manifests, ``--set KEY=VALUE`` words, the report's provenance): a new secret is added here.
 SECRET_FIELDS = ("noise_seed",)
-#: The options that pass them (``--noise-seed``): a manifest's recorded command line never holds their value.
-SECRET_OPTIONS = tuple("--" + name.replace("_", "-") for name in SECRET_FIELDS)
 #: What a released file records instead of a secret value.
 REDACTED = "<given: secret>"
 
