@@ -123,7 +123,6 @@ class TargetRecipe:
         rows: the target's training rows N (privacy.json, else its declared size, else train.jsonl's rows).
         steps: the optimizer steps the target ran (its manifest; None for a model trained elsewhere).
         utility: (name, value) of the target's last held-out figure (its manifest summary), or None.
-        seconds: estimated training time of one model like it (steps x batch / the target's throughput).
         origin: where the recipe comes from, in words.
         imitate: for a recipe named by ``--shadow-trainer`` without a start of its own, the target's model directory:
             each model starts from a fresh copy of its architecture and tokenizer (:func:`_fresh_start_identity`),
@@ -136,7 +135,6 @@ class TargetRecipe:
     rows: int | None = None
     steps: int | None = None
     utility: tuple[str, float] | None = None
-    seconds: float | None = None
     origin: str = "the target's manifest"
     imitate: str | None = None
 
@@ -232,16 +230,6 @@ def _target_rows(source: Any, run: Any) -> int | None:
     return None
 
 
-def _seconds_per_model(manifest: dict[str, Any] | None, steps: int | None, batch: int | None) -> float | None:
-    """steps x batch / the target's last examples-per-second telemetry (training only: start-up and evaluation
-    not included), or None when the manifest does not record it."""
-    summary = (manifest or {}).get("summary") or {}
-    rate = (summary.get("telemetry") or {}).get("examples_per_s")
-    if not steps or not batch or not isinstance(rate, (int, float)) or not rate > 0:
-        return None
-    return steps * batch / float(rate)
-
-
 def read_shadow_config(path: str | os.PathLike[str]) -> dict[str, Any]:
     """The JSON object of ``--shadow-config FILE.json`` (a trainer's Config fields), or a one-line error."""
     try:
@@ -335,7 +323,7 @@ def target_recipe(source: Any, attack: str, *, options: Any = None, run: Any = N
         origin=origin,
         imitate=imitate,
     )
-    return dataclasses.replace(recipe, seconds=_seconds_per_model(manifest, steps, recipe.batch_size))
+    return recipe
 
 
 #: The torch trainers' ``--task`` of each model kind: a shadow of a model trained elsewhere is a model of its kind.
@@ -709,14 +697,9 @@ class _Planned:
         return self.home / "model"
 
 
-def _duration(seconds: float) -> str:
-    if seconds < 10:
-        return f"{seconds:.1f} s"
-    return f"{seconds:.0f} s" if seconds < 90 else f"{seconds / 60:.1f} min"
-
-
 def announce(what: str, recipe: TargetRecipe, planned: Sequence[_Planned], cached: int) -> str:
-    """The line said before a phase starts: how many models, how they train, what they will cost."""
+    """The line said before a phase starts: how many models and how they train (their cost follows it, from
+    :func:`dpaudit.common.cost_model.shadow_lines`)."""
     todo = len(planned) - cached
     rows = sorted({len(p.rows_in) for p in planned})
     steps = sorted({p.steps for p in planned if p.steps is not None})
@@ -726,15 +709,7 @@ def announce(what: str, recipe: TargetRecipe, planned: Sequence[_Planned], cache
         + (f"; the target: {recipe.rows} rows" if recipe.rows else "")
         + (f", {recipe.steps} steps" if recipe.steps else "")
     )
-    line = f"{what} models: {len(planned)} ({how}): {cached} cached, {todo} to train"
-    if todo and recipe.seconds is not None:
-        line += (
-            f", about {_duration(recipe.seconds)} each (the target's training throughput; start-up not "
-            f"included), about {_duration(recipe.seconds * todo)} in all"
-        )
-    elif todo:
-        line += ", each about as long as training the target"
-    return line + "."
+    return f"{what} models: {len(planned)} ({how}): {cached} cached, {todo} to train."
 
 
 def _fleet() -> Any:
@@ -824,8 +799,14 @@ def train_shadows(
     if not all(done):
         from dpaudit.common.cost_model import shadow_lines  # the measured table, scaled to this machine and load
 
-        todo, model_dir = len(done) - sum(done), getattr(source, "model_dir", None)
-        for line in shadow_lines(recipe.trainer, recipe.config, recipe.steps, todo=todo, model_dir=model_dir):
+        # priced as the models that will train (their config and steps: a halved batch, other epochs); the target's
+        # measured training stands for one only when they run its steps at its batch
+        first = next(p for p, d in zip(planned, done) if not d)
+        config = dataclasses.asdict(first.config)
+        same = first.steps == recipe.steps and config.get("batch_size") == recipe.batch_size
+        model_dir = getattr(source, "model_dir", None) if same else None
+        todo = len(done) - sum(done)
+        for line in shadow_lines(recipe.trainer, config, first.steps, todo=todo, model_dir=model_dir):
             print(f"{attack}: {line}", file=sys.stderr, flush=True)
         private_dir(cache)
         print(
