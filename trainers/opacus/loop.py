@@ -152,13 +152,11 @@ def run_opacus(
     q_user = min(1.0, (loader.batch_size or 1) / n_real)
     layer: CanaryLayer | None = None
     if gains is not None:
-        weights = None
-        layer = CanaryLayer(gains, layers=canary_layers, weights=weights)
+        layer = CanaryLayer(gains, layers=canary_layers)
         model = AuditedModel(model, layer)
         dataset: Any = CanaryDataset(base, len(gains))
-        extra = [p for p in layer.parameters()]
         defaults = {k: v for k, v in setup.optimizer.defaults.items() if k != "params"}
-        setup.optimizer.add_param_group({**defaults, "params": extra, "weight_decay": 0.0})
+        setup.optimizer.add_param_group({**defaults, "params": list(layer.parameters()), "weight_decay": 0.0})
     else:
         dataset = base
     n = len(dataset)
