@@ -67,8 +67,6 @@ def opacus_claim(path: str | os.PathLike[str], delta: float) -> Claim:
     """The claim of a model trained with Opacus, from its accountant's history: Poisson-sampled Gaussian steps
     (what Opacus's DP-SGD runs and its accountants assume: add/remove adjacency, one example's clipped gradient of
     norm at most C, noise std sigma C), accounted here by PLD at ``delta`` (not copied from Opacus)."""
-    from dp_accounting.dp_event import ComposedDpEvent
-
     from dpaudit import accounting
     from dpaudit.accounting.segment import Segment
     from dpaudit.common.figures import format_up
@@ -80,7 +78,7 @@ def opacus_claim(path: str | os.PathLike[str], delta: float) -> Claim:
         ]
     except ValueError as err:
         raise UserInputError(f"--claimed-from-opacus {path}: {err}") from None
-    event = ComposedDpEvent([s.event() for s in segments])
+    event = accounting.schedule_event(segments)
     epsilon = float(accounting.epsilon(event, delta))
     steps = sum(s.steps for s in segments)
     return Claim(
