@@ -50,7 +50,6 @@ from __future__ import annotations
 
 import contextlib
 import importlib
-import importlib.util
 import logging
 import os
 import re
@@ -449,23 +448,19 @@ def run_fleet(
 def _choose_engine(engine: str, workers: int | None, pending: int, ray_address: str | None) -> str:
     if engine != "auto":
         return engine
-    if ray_address is None and min(workers or _usable_cpus(), pending) == 1:
+    from dpaudit.common.extras import installed
+    from dpaudit.common.resources import available_cores
+
+    if ray_address is None and min(workers or available_cores(), pending) == 1:
         return "inline"
-    return "ray" if importlib.util.find_spec("ray") is not None else "process"
-
-
-def _usable_cpus() -> int:
-    try:
-        return len(os.sched_getaffinity(0))
-    except AttributeError:  # not on Linux
-        return os.cpu_count() or 1
+    return "ray" if installed("ray") else "process"
 
 
 def _local_workers(workers: int | None, pending: int, memory_gb: float, note: Callable[[str], None]) -> int:
     """Workers to run here: asked (default the usable CPUs), at most one per job, at most what free memory holds."""
-    n = min(workers or _usable_cpus(), pending)
-    from dpaudit.common.resources import available_memory
+    from dpaudit.common.resources import available_cores, available_memory
 
+    n = min(workers or available_cores(), pending)
     free_bytes = available_memory()
     free = None if free_bytes is None else free_bytes / _GIB
     if free is not None:
