@@ -82,6 +82,7 @@ from dpaudit.audit import (
     EpsilonBound,
     epsilon_lower_bound_clopper_pearson,
     epsilon_lower_bound_one_run,
+    order_stats,
 )
 from dpaudit.audit.claim_curves import CEILING_MIN_SCALE
 from dpaudit.audit.claim_family import epsilon_lower_bound_one_run_claim
@@ -249,9 +250,9 @@ class HeadlineBound:
         compared_with: the epsilon it is compared with (the proven epsilon for the claim's unit,
             group_size x epsilon for a group; None: nothing proven to compare with).
         above: the figure (:attr:`epsilon`) is above ``compared_with``.
-        ceiling: the most this audit could show: the same bound, at the same sizes and confidence, for a perfect
-            attack (every member scored above every non-member). An audit whose ceiling is below the claim could not
-            have refuted it, whatever the model leaks.
+        ceiling: the most this audit could show: the printed figure's bound (:attr:`figure_bound`), at the same sizes
+            and confidence, for a perfect attack (every member scored above every non-member). An audit whose ceiling
+            is below the claim could not have refuted it, whatever the model leaks.
         curve_refuted: a bound against the claimed mechanism's trade-off curve (``bound.method == "one_run_claim"``)
             that rejects the claim itself: the trained model is not the mechanism ``privacy.json`` states. Its figure
             is then :attr:`any_mechanism`, never the family figure (which holds only for mechanisms of the claimed form).
@@ -674,13 +675,17 @@ def headline(sources: Sequence[AuditSource], claim: Claim, *, confidence: float 
             and (bound.scale is not None and bound.scale <= 1.0 or bound.epsilon > target)
         )
         any_mechanism = None
-        if refuted:
+        if refuted:  # the figure is then the any-mechanism bound: its ceiling is that bound's for a perfect attack
             member, nonmember = source.audit.roc.rank_scores()
-            any_mechanism = (
-                order_stats_any_mechanism(member, nonmember, r=int(bound.guesses or 1), delta=delta, confidence=each)
-                if bound.method == METHOD_ORDER_CLAIM
-                else epsilon_lower_bound_one_run(member, nonmember, delta=delta, confidence=each)
-            )
+            if bound.method == METHOD_ORDER_CLAIM:
+                r = int(bound.guesses or 1)
+                any_mechanism = order_stats_any_mechanism(member, nonmember, r=r, delta=delta, confidence=each)
+                ceiling = order_stats.ceiling(
+                    member.size + nonmember.size, r, family=order_stats.FAMILY_DP, delta=delta, confidence=each
+                )
+            else:
+                any_mechanism = epsilon_lower_bound_one_run(member, nonmember, delta=delta, confidence=each)
+                ceiling = _ceiling(PROOF, member.size, nonmember.size, delta=delta, confidence=each, mechanism=None)
         hb = HeadlineBound(
             attack=source.attack,
             task=source.task,

@@ -29,9 +29,9 @@ import scipy.special
 import scipy.stats
 
 from dpaudit.accounting.events import Segment
-from dpaudit.audit import audit_scores
+from dpaudit.audit import audit_scores, order_stats
 from dpaudit.claim import Claim
-from dpaudit.verdict.headline import AuditSource, headline
+from dpaudit.verdict.headline import PROOF, AuditSource, _ceiling, headline
 
 Q, STEPS, SIGMA, DELTA = 0.02, 10, 0.576, 1e-5
 M, TRIALS, ALPHA = 1000, 20, 0.05
@@ -118,6 +118,17 @@ def test_a_gaussian_within_the_claim_but_not_of_its_form(true_epsilon: float, le
         assert h.best.figure_bound.method in ("one_run", "order_stats_dp") and h.best.holds_for == "any mechanism"
         assert "MECHANISM REFUTED" in h.verdict() and "not the mechanism privacy.json states" in h.verdict()
         assert not h.contradicted and "CLAIM CONTRADICTED" not in h.text()
+        # its ceiling is the printed figure's (the any-mechanism bound for a perfect attack), not the claimed curve's
+        fb = h.best.figure_bound
+        n = fb.n_members + fb.n_nonmembers
+        expected = (
+            order_stats.ceiling(
+                n, int(fb.guesses or 1), family=order_stats.FAMILY_DP, delta=DELTA, confidence=fb.confidence
+            )
+            if fb.method == "order_stats_dp"
+            else _ceiling(PROOF, fb.n_members, fb.n_nonmembers, delta=DELTA, confidence=fb.confidence, mechanism=None)
+        )
+        assert h.best.ceiling == pytest.approx(expected) and h.best.epsilon <= h.best.ceiling + 1e-9
 
 
 def test_the_claimed_mechanism_itself_is_rarely_refuted() -> None:
