@@ -173,14 +173,8 @@ def estimate(
 ) -> Estimate:
     """The CPU and wall cost of ``works`` run one after another; ``speed`` (:func:`resources.speed_factor`),
     ``load`` (``os.getloadavg()``'s last minute) and ``cores`` are measured now when None."""
-    import os
-
     speed = resources.speed_factor() if speed is None else speed
-    if load is None:
-        try:
-            load = os.getloadavg()[0]
-        except OSError:
-            load = 0.0
+    load = resources.current_load() if load is None else load
     cores = resources.available_cores() if cores is None else cores
     by_kind: dict[str, float] = {}
     count: dict[str, int] = {}

@@ -19,6 +19,7 @@ from pathlib import Path
 __all__ = [
     "available_memory",
     "available_cores",
+    "current_load",
     "format_bytes",
     "format_duration",
     "free_disk",
@@ -121,6 +122,14 @@ def available_cores() -> int:
         return os.cpu_count() or 1
 
 
+def current_load() -> float:
+    """The machine's load now: ``os.getloadavg()``'s last minute (runnable threads); 0 where unknown."""
+    try:
+        return os.getloadavg()[0]
+    except OSError:
+        return 0.0
+
+
 def wall_seconds(cpu: float, *, threads: float, load: float | None = None, cores: int | None = None) -> float:
     """Wall seconds of work costing ``cpu`` CPU seconds that keeps ``threads`` cores busy on a free machine, run now.
 
@@ -128,11 +137,7 @@ def wall_seconds(cpu: float, *, threads: float, load: float | None = None, cores
     ``threads`` about C x threads / (w L + threads) cores, never more than ``threads`` nor C: wall = cpu / that.
     ``w`` (:data:`LOAD_WEIGHT`) is fitted: the load counts threads that do not compete all the time.
     """
-    if load is None:
-        try:
-            load = os.getloadavg()[0]
-        except OSError:
-            load = 0.0
+    load = current_load() if load is None else load
     cores = available_cores() if cores is None else cores
     usable = min(threads, cores, cores * threads / (LOAD_WEIGHT * max(load, 0.0) + threads))
     return cpu / max(usable, 1e-9)
