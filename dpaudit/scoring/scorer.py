@@ -314,15 +314,16 @@ class Scorer:
         rows = [list(r) for r in self.tokenizer(list(texts), truncation=True, max_length=limit)["input_ids"]]
         special = set(self.tokenizer.all_special_ids)
         positions = [[p for p, x in enumerate(r) if x not in special] for r in rows]
-        jobs = [(i, j, p) for i, ps in enumerate(positions) for j, p in enumerate(ps)]
-        out = [np.zeros(len(ps), dtype=np.float64) for ps in positions]
+        jobs = [(i, p) for i, ps in enumerate(positions) for p in ps]  # text by text, position by position
+        picked: list[np.ndarray] = []
         for sl in self._batches(len(jobs), "pseudo-log-likelihoods"):
             batch = jobs[sl]
-            logits = self._masked_logits([rows[i] for i, _, _ in batch], [[p] for _, _, p in batch])
-            true = torch.tensor([rows[i][p] for i, _, p in batch], device=self.device)
-            picked = torch.log_softmax(logits, dim=-1).gather(1, true[:, None])[:, 0].cpu().numpy()
-            for (i, j, _), value in zip(batch, picked):
-                out[i][j] = value
+            logits = self._masked_logits([rows[i] for i, _ in batch], [[p] for _, p in batch])
+            true = torch.tensor([rows[i][p] for i, p in batch], device=self.device)
+            picked.append(torch.log_softmax(logits, dim=-1).gather(1, true[:, None])[:, 0].cpu().numpy())
+        flat = np.concatenate(picked).astype(np.float64) if picked else np.zeros(0, dtype=np.float64)
+        bounds = np.cumsum([len(ps) for ps in positions])[:-1]
+        out = np.split(flat, bounds) if positions else []  # in jobs' order: one array per text
         return TokenPll(ids=rows, positions=positions, log_probs=out)
 
     # -- examples (membership inference) -------------------------------------------------------
