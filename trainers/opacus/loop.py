@@ -143,9 +143,11 @@ def run_opacus(
     import opacus
     from opacus import PrivacyEngine
 
-    seed = settings.noise_seed if settings.noise_seed is not None else secrets.randbits(63)
-    sampling_rng = torch.Generator().manual_seed(int(seed))
-    noise_rng = torch.Generator().manual_seed(int(seed) ^ 0x5EED)
+    from dpaudit.trainers.torch_common.noise import keyed_generator
+
+    seed = settings.noise_seed if settings.noise_seed is not None else secrets.randbits(128)
+    # full mt19937 states keyed by the whole seed: torch's manual_seed keeps 32 bits, a guessable key
+    sampling_rng, noise_rng = keyed_generator(int(seed), 0), keyed_generator(int(seed), 1)
     model, loader = setup.model, setup.loader
     base = loader.dataset
     n_real = len(base)  # type: ignore[arg-type]
