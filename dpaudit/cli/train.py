@@ -307,34 +307,21 @@ def train(
         click.echo(f"  (group bound: {groups[0]['bound']})")
 
 
-#: Held-out utility figures and their trivial baselines (:mod:`dpaudit.training.baselines`), as the summary keys them.
-_UTILITY = (
-    ("mlm_accuracy", "heldout_mlm_accuracy_baseline", "held-out MLM accuracy", "always the most frequent token"),
-    (
-        "next_token_accuracy",
-        "heldout_next_token_accuracy_baseline",
-        "held-out next-token accuracy",
-        "always the most frequent next token",
-    ),
-    ("eval_accuracy", "heldout_accuracy_baseline", "held-out accuracy", "always the majority class"),
-)
-
-
 def utility_lines(summary: dict[str, Any]) -> list[str]:
     """Each held-out utility figure of a run's summary, on how many held-out rows, with its trivial baseline beside it
     (the best constant prediction on the same rows and positions: a model that does not beat it learned nothing
     usable)."""
-    from dpaudit.training.baselines import eval_rows_text
+    from dpaudit.training.baselines import UTILITY_KINDS, eval_rows_text
 
     lines = []
-    for key, baseline_key, name, rule in _UTILITY:
-        value = summary.get(key)
+    for kind in UTILITY_KINDS:
+        value = next((summary[k] for k in kind.keys if summary.get(k) is not None), None)
         if value is None:
             continue
-        baseline = summary.get(baseline_key)
-        beside = f" (trivial baseline {baseline:.4f}: {rule})" if baseline is not None else ""
+        baseline = summary.get(kind.baseline_key)
+        beside = f" (trivial baseline {baseline:.4f}: {kind.rule})" if baseline is not None else ""
         rows = eval_rows_text(summary)  # the first --eval-examples rows only
-        lines.append(f"{name} {value:.4f}{'' if rows is None else ' ' + rows}{beside}")
+        lines.append(f"{kind.name} {value:.4f}{'' if rows is None else ' ' + rows}{beside}")
     return lines
 
 
