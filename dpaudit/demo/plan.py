@@ -60,7 +60,7 @@ private rows, and a public split that happened to miss an intent cannot make the
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from dpaudit.corpus.assistant import INTENTS
@@ -816,14 +816,7 @@ class DemoPlan:
 def _with_noise_seed(stage: Stage, noise_seed: int | None) -> Stage:
     if noise_seed is None:
         return stage
-    return Stage(
-        name=stage.name,
-        title=stage.title,
-        output=stage.output,
-        schema_prefix=stage.schema_prefix,
-        args=(*stage.args, "--noise-seed", str(noise_seed)),
-        inputs=stage.inputs,
-    )
+    return replace(stage, args=(*stage.args, "--noise-seed", str(noise_seed)))
 
 
 def build_plan(
