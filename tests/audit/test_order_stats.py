@@ -187,3 +187,17 @@ def test_the_ceiling_is_the_perfect_attack_and_the_canaries_it_needs():
         at = ost.ceiling(n, round(0.1 * n), **kw)
         assert found.mistakes == 0 and abs(found.epsilon - at) < 1e-9 and at >= target - 1e-9
         assert ost.ceiling(fewer, round(0.1 * fewer), **kw) <= target + 0.05
+
+
+@pytest.mark.parametrize("profile", [ost.dp_profile(1.0, 1e-3), ost.gdp_profile(1.0)], ids=["dp", "gdp"])
+def test_the_pvalue_is_an_upper_riemann_sum_within_its_stated_slack(profile):
+    """P[T <= u] = E_W[BinCDF(u; r, gbar(W))], W ~ Beta(n - r, r + 1): the quadrature never under-states it (the
+    integrand grows with w, the sum takes each cell's right end) and over-states it by at most 1 / QUADRATURE. The
+    reference is the LOWER Riemann sum on a 32x finer equal-probability grid (each cell's left end): at most E."""
+    n, r, fine = 300, 90, 32 * ost.QUADRATURE
+    left = scipy.special.betaincinv(r + 1, n - r, 1.0 - np.arange(fine) / fine)  # top masses at w = F^-1(k / K')
+    g = profile.mean_error(left)
+    for u in (0, 5, 15, 30):
+        lower = float(scipy.special.bdtr(u, r, g).mean())
+        got = float(ost.pvalue(profile, n, r, [u])[0])
+        assert lower - 1e-12 <= got <= lower + 1.0 / ost.QUADRATURE, (u, lower, got)
