@@ -14,7 +14,7 @@ References:
 
 from __future__ import annotations
 
-from typing import ClassVar
+from typing import Any, ClassVar
 
 import numpy as np
 
@@ -24,8 +24,16 @@ from dpaudit.scoring.source import CAUSAL_LM, CLASSIFIER, MASKED_LM
 
 
 def task_losses(scorer, task, *, seed: int) -> np.ndarray:
-    """[n] per-candidate loss of ``scorer`` on a task (MLM: seeded masking; classifier: true label)."""
-    return np.asarray(scorer.example_losses(task.texts, task.labels, seed=seed), dtype=np.float64)
+    """[n] per-candidate loss of ``scorer`` on a task (MLM: seeded masking; classifier: true label).
+
+    Kept on the scorer by (seed, texts, labels): loss, ref and base-ratio (classifiers) score the same target on the
+    same task, and that pass runs once per run."""
+    labels = None if task.labels is None else tuple(np.asarray(task.labels).tolist())
+    key = (seed, tuple(task.texts), labels)
+    cache: dict[Any, np.ndarray] = scorer.__dict__.setdefault("_task_losses", {})
+    if key not in cache:
+        cache[key] = np.asarray(scorer.example_losses(task.texts, task.labels, seed=seed), dtype=np.float64)
+    return cache[key].copy()
 
 
 class LossAttack(MembershipAttack):
