@@ -267,7 +267,9 @@ def test_an_opacus_accountants_history_states_the_claim_accounted_here(api_run, 
     assert "Opacus accountant's history" in results.claimed.guarantee
     from dpaudit.common.figures import format_up
 
-    assert results.claimed.guarantee.startswith(f"({format_up(results.claimed.epsilon)}, 1e-05)-DP")  # rounded up
+    assert results.claimed.guarantee.startswith(  # epsilon and delta rounded up
+        f"({format_up(results.claimed.epsilon)}, {format_up(1e-5, 2)})-DP"
+    )
     (tmp_path / "bad.json").write_text('{"history": [[1.0, 0.1]]}', encoding="utf-8")
     with pytest.raises(UserInputError, match=r"--claimed-from-opacus .*bad.json: history entry 0"):
         dpaudit.attack(
