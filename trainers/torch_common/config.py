@@ -31,7 +31,7 @@ from typing import Any, ClassVar, Literal
 from dpaudit.trainers.torch_common.options import DEFAULT_VOCAB_SIZE, Decay, Preset, Task
 from dpaudit.training.config_types import check_int, check_noise_multiplier, check_real, option_name
 from dpaudit.training.dp_options import DpOptions, help_text, init_from_help
-from dpaudit.training.presets import CAUSAL_PRESETS
+from dpaudit.training.presets import CAUSAL_PRESET_NAMES, PRESETS
 
 Device = Literal["auto", "cpu", "cuda"]
 
@@ -83,7 +83,8 @@ class TorchTrainConfig(DpOptions):
         default="classify",
         metadata=help_text(
             "classify: sequence classification of {'text','label'} rows (intent). mlm: masked-LM fine-tuning on the texts. "
-            "clm: causal-LM (next-token) training of a GPT-2-shaped model (--preset tiny or mini) or any --init-from causal LM."
+            "clm: causal-LM (next-token) training of a GPT-2-shaped (--preset tiny, mini, gpt2-small) or Llama-style "
+            "(--preset llama-tiny, llama-100m) model, or any --init-from causal LM."
         ),
     )
     labels: str | list[str] | None = field(
@@ -115,8 +116,9 @@ class TorchTrainConfig(DpOptions):
     preset: Preset = field(
         default="tiny",
         metadata=help_text(
-            "Architecture when no --init-from is given: tiny (tests), mini (Dupuy et al. 4x312), small, base, large; "
-            "--task clm: tiny or mini, GPT-2-shaped (2x64; 4x256, 128 positions)."
+            "Architecture when no --init-from is given: tiny (tests), mini (Dupuy et al. 4x312), small, base (= bert-base, "
+            "12x768), large; --task clm: GPT-2-shaped tiny, mini (2x64; 4x256, 128 positions) or gpt2-small (12x768, "
+            "GPT-2's own), or Llama-style (RMSNorm, rotary, SwiGLU) llama-tiny (tests) or llama-100m (12x768, ~110M)."
         ),
     )
     vocab_size: int | None = field(
@@ -186,10 +188,15 @@ class TorchTrainConfig(DpOptions):
             if getattr(self, name) is None:
                 object.__setattr__(self, name, value)
         self._check_labels()
-        if self.task == "clm" and self.init_from is None and self.preset not in CAUSAL_PRESETS:
+        if self.task == "clm" and self.init_from is None and self.preset not in CAUSAL_PRESET_NAMES:
             raise ValueError(
-                f"--preset {self.preset} has no causal (GPT-2) shape; --task clm takes "
-                f"{' or '.join(CAUSAL_PRESETS)}, or --init-from a causal LM."
+                f"--preset {self.preset} has no causal (GPT-2 or Llama) shape; --task clm takes "
+                f"{', '.join(CAUSAL_PRESET_NAMES)}, or --init-from a causal LM."
+            )
+        if self.task != "clm" and self.init_from is None and self.preset not in PRESETS:
+            raise ValueError(
+                f"--preset {self.preset} is a causal LM; --task {self.task} takes a BERT preset "
+                f"({', '.join(PRESETS)}), or use --task clm."
             )
         minimums = {
             "max_length": 8,

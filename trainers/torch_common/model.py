@@ -15,8 +15,9 @@ rule on CPU in torch 2.13 (it falls back to a Python loop over examples).
 micro-batch path sums it and the per-example path vmaps it over single examples.
 
 ``--task clm``: a GPT-2-shaped ``GPT2LMHeadModel`` of a :data:`~dpaudit.training.presets.CAUSAL_PRESETS`
-preset (``bos`` = [CLS], ``eos`` = [SEP], ``pad`` = [PAD], the output layer tied to the word embeddings), or any
-``AutoModelForCausalLM`` directory. Its loss is the mean next-token negative log-likelihood over each example's
+preset or a Llama-style ``LlamaForCausalLM`` (RMSNorm, rotary positions, SwiGLU) of a
+:data:`~dpaudit.training.presets.LLAMA_PRESETS` preset (``bos`` = [CLS], ``eos`` = [SEP], ``pad`` = [PAD], the output
+layer tied to the word embeddings), or any ``AutoModelForCausalLM`` directory. Its loss is the mean next-token negative log-likelihood over each example's
 tokens after the first (Radford et al. 2019); the attention mask is the causal one alone, built from the
 public width: with right padding a real token attends only to real tokens before it, so its loss is the
 same at any padding width and the padding rows get an exactly zero output gradient (nothing reads them).
@@ -36,7 +37,7 @@ from tokenizers import Tokenizer
 
 from dpaudit.common.errors import UserInputError
 from dpaudit.scoring.source import CAUSAL_LM, architecture_kind
-from dpaudit.training.presets import CAUSAL_PRESETS, PRESETS
+from dpaudit.training.presets import CAUSAL_PRESETS, LLAMA_PRESETS, PRESETS
 from dpaudit.training.tokenizer import special_token_ids
 
 _LAYER = re.compile(r"^(.*?\.(?:layers?|h)\.\d+)\.")  # BERT's encoder.layer.i, Llama's layers.i, GPT-2's h.i
@@ -117,7 +118,12 @@ def _fresh_model(
 
 def build_causal_model(*, preset: str, vocab_size: int, max_length: int, specials: dict[str, int], seed: int) -> Any:
     """A randomly initialized ``GPT2LMHeadModel`` of the causal ``preset`` (docs/scoring.md, convention 1): the word
-    embeddings tied to the output layer, dropout 0, eager attention, init seeded by the public ``--seed``."""
+    embeddings tied to the output layer, dropout 0, eager attention, init seeded by the public ``--seed``; a
+    ``LlamaForCausalLM`` for a Llama-style preset (:func:`build_llama_model`)."""
+    if preset in LLAMA_PRESETS:
+        return build_llama_model(
+            preset=preset, vocab_size=vocab_size, max_length=max_length, specials=specials, seed=seed
+        )
     from transformers import GPT2Config, GPT2LMHeadModel
 
     shape = dict(CAUSAL_PRESETS[preset])
@@ -136,6 +142,29 @@ def build_causal_model(*, preset: str, vocab_size: int, max_length: int, special
     config._attn_implementation = "eager"
     torch.manual_seed(seed)
     return GPT2LMHeadModel(config).eval()
+
+
+def build_llama_model(*, preset: str, vocab_size: int, max_length: int, specials: dict[str, int], seed: int) -> Any:
+    """A randomly initialized Llama-style ``LlamaForCausalLM`` of ``preset`` (Touvron et al. 2023: pre-RMSNorm, rotary
+    positions, a SwiGLU feed-forward, no biases): the output layer tied to the word embeddings as in GPT-2 (and
+    Llama 3.2's small models), no dropout, eager attention, init seeded by the public ``--seed``. Its norms are
+    ``LlamaRMSNorm``, which the ghost engine covers (docs/trainers.md, "Clipping engines")."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    shape = dict(LLAMA_PRESETS[preset])
+    shape["max_position_embeddings"] = max(shape["max_position_embeddings"], max_length)
+    config = LlamaConfig(
+        **shape,
+        vocab_size=vocab_size,
+        bos_token_id=specials.get("cls"),
+        eos_token_id=specials.get("sep"),
+        pad_token_id=specials.get("pad"),
+        tie_word_embeddings=True,
+        attention_dropout=0.0,
+    )
+    config._attn_implementation = "eager"
+    torch.manual_seed(seed)
+    return LlamaForCausalLM(config).eval()
 
 
 def _first_line(err: BaseException) -> str:

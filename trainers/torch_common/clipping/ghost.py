@@ -44,7 +44,13 @@ trained with the causal mask alone (:func:`trainers.torch_common.model.causal_lo
 after an example's last one are read by no real token and by no loss, so every module's token rows
 leave them out, as the BERT encoder's do.
 
-Exactness against the vmap clippers is tested (tests/trainers/edp_sgd/test_ghost.py, test_ghost_gpt2.py).
+A Llama-style causal LM (``LlamaForCausalLM``: Touvron et al. 2023) adds only its RMSNorms (Zhang and Sennrich
+2019), whose weight's gradient is, like a LayerNorm's, a sum over rows of ``g`` times the input normalized (here by
+its root mean square, without centring); its rotary positions have no parameter and its SwiGLU feed-forward is three
+Linears.
+
+Exactness against the vmap clippers is tested (tests/trainers/edp_sgd/test_ghost.py, test_ghost_gpt2.py,
+test_presets.py for the Llama-style model).
 A model with a trainable parameter outside these module types, or a module called twice in one forward,
 is refused (:class:`UnsupportedModel`): the trainer then uses the vmap clippers.
 """
@@ -100,6 +106,40 @@ class _Norms:
 
 
 _KINDS = (torch.nn.Linear, Conv1D, torch.nn.LayerNorm, torch.nn.Embedding)
+
+
+def _is_rms_norm(module: torch.nn.Module) -> bool:
+    """torch's ``nn.RMSNorm`` or a Hugging Face ``*RMSNorm`` (Llama's: ``weight * x / rms(x)``, epsilon
+    ``variance_epsilon``, no bias)."""
+    if isinstance(module, torch.nn.RMSNorm):
+        return True
+    return (
+        type(module).__name__.endswith("RMSNorm")
+        and hasattr(module, "variance_epsilon")
+        and [n for n, _ in module.named_parameters(recurse=False)] == ["weight"]
+    )
+
+
+def _supported(module: torch.nn.Module) -> bool:
+    return isinstance(module, _KINDS) or _is_rms_norm(module)
+
+
+def _kind(module: torch.nn.Module) -> str:
+    """The module's kind as the clipper groups them (every RMSNorm class is one kind)."""
+    return "RMSNorm" if _is_rms_norm(module) else type(module).__name__
+
+
+def _normalized(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
+    """A LayerNorm's or an RMSNorm's input normalized, without its weight: what the weight multiplies."""
+    if isinstance(module, torch.nn.LayerNorm):
+        return F.layer_norm(x, module.normalized_shape, None, None, module.eps)
+    eps = getattr(module, "variance_epsilon", None)
+    if eps is None:
+        eps = module.eps if module.eps is not None else torch.finfo(x.dtype).eps
+    x32 = x.float()
+    return (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + eps)).to(x.dtype)
+
+
 _MATRIX = (torch.nn.Linear, Conv1D)  # weight gradients x^T g (Linear: stored as g^T x; Conv1D: as x^T g)
 
 
@@ -113,7 +153,7 @@ def _supported_uses(model: torch.nn.Module) -> dict[int, list[tuple[str, torch.n
         for role, p in module.named_parameters(recurse=False):
             if not p.requires_grad:
                 continue
-            if isinstance(module, _KINDS):
+            if _supported(module):
                 uses.setdefault(id(p), []).append((name, module, role))
             else:
                 other[id(p)] = f"parameter {name}.{role} belongs to a {type(module).__name__}"
@@ -140,13 +180,20 @@ class GhostClipper:
         uses = _supported_uses(model)
         self.param_index = {id(p): i for i, p in enumerate(self.params)}
         for n, p in zip(self.names, self.params):
-            kinds = sorted(type(m).__name__ for _, m, _ in uses.get(id(p), []))
-            if kinds not in (["Linear"], ["Conv1D"], ["LayerNorm"], ["Embedding"], ["Embedding", "Linear"]):
+            kinds = sorted(_kind(m) for _, m, _ in uses.get(id(p), []))
+            if kinds not in (
+                ["Linear"],
+                ["Conv1D"],
+                ["LayerNorm"],
+                ["RMSNorm"],
+                ["Embedding"],
+                ["Embedding", "Linear"],
+            ):
                 raise UnsupportedModel(f"parameter {n} is used by {kinds or 'no module'}")
         self.modules = {
             name: module
             for name, module in model.named_modules()
-            if isinstance(module, _KINDS) and any(p.requires_grad for p in module.parameters(recurse=False))
+            if _supported(module) and any(p.requires_grad for p in module.parameters(recurse=False))
         }
         prefix = getattr(model, "base_model_prefix", "")
         causal = architecture_kind(type(model).__name__) == CAUSAL_LM  # every token row: see the docstring
@@ -313,8 +360,8 @@ class GhostClipper:
                 elif j in gram_bias and p is m.bias and len(js) == 1:
                     total = total + gram_bias[j]
                     row_sums[i] = j
-                else:  # a bias, or a LayerNorm weight (g times the normalized input): per-unit row sums
-                    term = g * F.layer_norm(x, m.normalized_shape, None, None, m.eps) if p is m.weight else g
+                else:  # a bias, or a LayerNorm / RMSNorm weight (g times the normalized input): per-unit row sums
+                    term = g * _normalized(m, x) if p is m.weight else g
                     part = units.segment_sums(term, r)
                     segments[i] = segments[i] + part if i in segments else part
             if i in segments:
