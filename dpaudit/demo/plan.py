@@ -661,7 +661,7 @@ def _classifiers(
     out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int | None, start: Path | None = None
 ) -> list[Model]:
     models = []
-    attacks = ",".join(sizes.classifier_attacks)
+    attacks = ",".join((*sizes.classifier_attacks, *(("base-ratio",) if start is not None else ())))
     init = ["--init-from", str(start)] if start is not None else []
     for mode, label, title, private in CLASSIFIER_MODES:
         model, attacked = out / f"model-{label}", out / f"attack-{label}"
@@ -718,6 +718,10 @@ def _classifiers(
     return models
 
 
+#: The training-free attacks against a model's public start (dpaudit.attacks.base_mia), added to a causal LM's
+#: --attacks when it has one: two forward passes per text, no shadow training.
+BASE_ATTACKS = ("base-ratio", "error-zone", "min-k++-base")
+
 #: The causal LMs: (mode, label, title, private).
 CAUSAL_MODES = (
     ("sgd", "clm-nonprivate", "GPT-2-shaped causal LM, non-private", False),
@@ -749,7 +753,7 @@ def _causal(
     times), non-private and with DP-SGD at epsilon 8, attacked with exposure (the Secret Sharer's own setting),
     greedy extraction of each secret from its prefix and the causal membership attacks."""
     models = []
-    attacks = ",".join(sizes.causal_attacks)
+    attacks = ",".join((*sizes.causal_attacks, *(BASE_ATTACKS if start is not None else ())))
     init = ["--init-from", str(start)] if start is not None else []
     for mode, label, title, private in CAUSAL_MODES:
         model, attacked = out / f"model-{label}", out / f"attack-{label}"
