@@ -7,55 +7,42 @@ the objects that ran (the data loader's sampler and its rate, the optimizer upda
 wrapped optimizer's own step, the noise multiplier the optimizer used). The library's claim (its history, epsilon
 and accountant) is stored beside it in ``details.library``; when the two mechanisms differ (another sampler, another
 rate, steps counted per micro-step, another sigma) the record says so in ``details.library.agrees`` and a note, and
-the trainer prints it. See ``docs/trainers.md`` ("opacus").
+the trainer prints it. The record itself is built by the library trainers' shared
+:mod:`dpaudit.trainers.library_record`. See ``docs/trainers.md`` ("opacus").
 """
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
-from dpaudit.accounting.segment import Segment
 from dpaudit.claim.record import PrivacyRecord
-from dpaudit.common.figures import format_up
+from dpaudit.trainers.library_record import LibraryRun, build_library_record, library_mismatches
 from dpaudit.trainers.opacus.loop import OpacusRun
 
-__all__ = ["build_record", "mismatches"]
-
-_RTOL = 1e-9
+__all__ = ["build_record", "library_run", "mismatches"]
 
 
-def _merged(rows: list[tuple[float, float, int]]) -> list[tuple[float, float, int]]:
-    out: list[tuple[float, float, int]] = []
-    for sigma, q, steps in rows:
-        if out and abs(out[-1][0] - sigma) <= _RTOL * sigma and abs(out[-1][1] - q) <= _RTOL * q:
-            out[-1] = (out[-1][0], out[-1][1], out[-1][2] + steps)
-        else:
-            out.append((sigma, q, steps))
-    return out
+def library_run(run: OpacusRun) -> LibraryRun:
+    """The facts of an Opacus run in the shared shape of :mod:`dpaudit.trainers.library_record`."""
+    return LibraryRun(
+        library="opacus",
+        version=run.library_version,
+        accountant="",
+        library_epsilon=run.library_epsilon,
+        history=list(run.history),
+        updates=run.updates,
+        sample_rate=run.sample_rate,
+        dataset_size=run.dataset_size,
+        noise_multiplier=run.noise_multiplier,
+        clip_norm=run.clip_norm,
+        normalizer=run.normalizer,
+        sampling="poisson" if run.poisson else "non-poisson",
+    )
 
 
 def mismatches(run: OpacusRun) -> list[str]:
     """How the library's accounted mechanism differs from the one that ran (empty: they agree)."""
-    found: list[str] = []
-    if not math.isfinite(run.library_epsilon):
-        found.append("the library's accountant states no finite epsilon for this run")
-    if not run.poisson:
-        found.append("the batches were not Poisson-sampled, which every Opacus accountant assumes")
-    ran = _merged([(run.noise_multiplier, run.sample_rate, run.updates)])
-    said = _merged(run.history)
-    said_steps = sum(s for _, _, s in said)
-    if said_steps != run.updates:
-        found.append(f"the accountant counted {said_steps} steps, the optimizer took {run.updates} updates")
-    if len(said) != len(ran) or any(
-        abs(a[0] - b[0]) > _RTOL * b[0] or abs(a[1] - b[1]) > _RTOL * b[1] for a, b in zip(said, ran)
-    ):
-        found.append(
-            "the accountant's (sigma, q) "
-            + ", ".join(f"({s:g}, {q:g}) x {t}" for s, q, t in said)
-            + f" differ from what ran: sigma {run.noise_multiplier:g}, q {run.sample_rate:g}"
-        )
-    return found
+    return library_mismatches(library_run(run), name="Opacus")
 
 
 def build_record(
@@ -70,27 +57,13 @@ def build_record(
     extra: dict[str, Any] | None = None,
 ) -> PrivacyRecord:
     """The record of a finished Opacus run (dpaudit's accounting of what ran, the library's claim beside it)."""
-    from dpaudit import accounting
-
-    segment = Segment(steps=run.updates, sampling_probability=run.sample_rate, noise_multiplier=run.noise_multiplier)
-    event = accounting.schedule_event([segment])
-    epsilon = float(accounting.epsilon(event, delta))
-    found = mismatches(run)
-    library = {
-        "name": "opacus",
-        "version": run.library_version,
-        "accountant": accountant,
-        "epsilon": run.library_epsilon if math.isfinite(run.library_epsilon) else None,
-        "history": [list(row) for row in run.history],
-        "grad_sample_mode": grad_sample_mode,
-        "clipping": clipping,
-        "agrees": not found,
-        "mismatches": found,
-    }
-    notes = [f"mismatch: Opacus's accountant does not account what ran: {'; '.join(found)}."] if found else []
-    return PrivacyRecord(
+    facts = library_run(run)
+    facts.accountant = accountant
+    return build_library_record(
+        facts,
         trainer="opacus",
-        private=True,
+        display="Opacus",
+        delta=delta,
         mechanism=(
             f"Opacus {run.library_version} DP-SGD (PrivacyEngine.make_private, grad_sample_mode {grad_sample_mode}, "
             f"{clipping} clipping to C = {run.clip_norm:g}): "
@@ -98,21 +71,6 @@ def build_record(
             + f" sampling at q = {run.sample_rate:g}, Gaussian noise of std sigma C on the clipped sum, divided by "
             f"the expected batch size {run.normalizer:g}."
         ),
-        accountant="pld",
-        event=accounting.event_to_json(event),
-        epsilon=epsilon,
-        delta=delta,
-        target_epsilon=target_epsilon,
-        clip_norm=run.clip_norm,
-        sensitivity_factor=1.0,
-        noise_multipliers=[run.noise_multiplier],
-        noise_calibrated=target_epsilon is not None,
-        steps=run.updates,
-        planned_steps=run.updates,
-        dataset_size=run.dataset_size,
-        public_parameters=f"q = {run.sample_rate:g} from Opacus's DPDataLoader (1 / batches per epoch) over N = "
-        f"{run.dataset_size}; N is treated as public.",
-        segments=[dict(segment.to_json(), expected_batch_size=run.sample_rate * run.dataset_size)],
         randomness=(
             "sampling and noise from torch generators seeded by --noise-seed (explicit: reproducible, secret only as "
             "long as the seed is)"
@@ -120,13 +78,12 @@ def build_record(
             else "sampling and noise from torch generators seeded from OS entropy (secret, never written)"
         ),
         noise_seed_explicit=noise_seed_explicit,
-        guarantee=(
-            f"({format_up(epsilon)}, {format_up(delta, 2)})-DP for one example (add/remove), accounted by dpaudit (PLD) from "
-            f"what ran: {run.updates} updates, Poisson q = {run.sample_rate:g}, sigma = {run.noise_multiplier:g}. "
-            f"Opacus's own {accountant.upper()} accountant says epsilon {format_up(run.library_epsilon)}"
-            + ("." if not found else " for a mechanism that did not run (see notes).")
-        ),
-        notes=notes
-        + ["caveat: the noise is torch.normal's float sampler, not characterised: its tail is not counted in delta."],
-        details={"library": library, **(extra or {})},
+        target_epsilon=target_epsilon,
+        library_details={"grad_sample_mode": grad_sample_mode, "clipping": clipping},
+        notes=[
+            "caveat: the noise is torch.normal's float sampler, not characterised: its tail is not counted in delta."
+        ],
+        extra=extra,
+        public_parameters=f"q = {run.sample_rate:g} from Opacus's DPDataLoader (1 / batches per epoch) over N = "
+        f"{run.dataset_size}; N is treated as public.",
     )

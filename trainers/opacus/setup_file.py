@@ -9,9 +9,6 @@ import, a function that raises, or values of the wrong types are one line naming
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-from pathlib import Path
 from typing import Any
 
 import torch
@@ -19,49 +16,21 @@ from torch import nn
 
 from dpaudit.common.errors import UserInputError
 from dpaudit.trainers.opacus.loop import LibrarySetup
+from dpaudit.trainers.setup_call import call_setup
 
 __all__ = ["load_setup"]
 
 _SHAPE = "build() must return (model, optimizer, loader[, criterion]) or a dict with those keys"
 
 
-def _first_line(err: BaseException) -> str:
-    text = str(err).strip().splitlines()
-    return f"{type(err).__name__}: {text[0]}" if text else type(err).__name__
-
-
 def load_setup(spec: str) -> LibrarySetup:
-    """Import ``FILE.py`` of ``spec`` (``FILE.py:FUNCTION``), call the function and check what it returns.
+    """Import ``FILE.py`` of ``spec`` (``FILE.py:FUNCTION``), call the function and check what it returns
+    (:func:`dpaudit.trainers.setup_call.call_setup`, shared with the jax-privacy trainer).
 
     Raises:
         UserInputError: naming ``--setup SPEC`` and the fix.
     """
-    where = f"--setup {spec}"
-    path_text, _, function = spec.rpartition(":")
-    path = Path(path_text)
-    if not path_text or not function.isidentifier():
-        raise UserInputError(f"{where}: expected FILE.py:FUNCTION (e.g. my_setup.py:build).")
-    if not path.is_file():
-        raise UserInputError(f"{where}: {path} is not a file; give the path of your setup file.")
-    name = f"_dpaudit_setup_{abs(hash(str(path.resolve())))}"
-    try:
-        loader = importlib.util.spec_from_file_location(name, path)
-        if loader is None or loader.loader is None:
-            raise ImportError("not a Python file")
-        module = importlib.util.module_from_spec(loader)
-        sys.modules[name] = module
-        loader.loader.exec_module(module)
-    except Exception as err:  # noqa: BLE001 - any failure of the user's file is one line naming it
-        sys.modules.pop(name, None)
-        raise UserInputError(f"{where}: {path} fails to import ({_first_line(err)}); fix the file.") from None
-    build = getattr(module, function, None)
-    if not callable(build):
-        raise UserInputError(f"{where}: {path} defines no function {function}(); define it or name the right one.")
-    try:
-        built = build()
-    except Exception as err:  # noqa: BLE001 - the user's code
-        raise UserInputError(f"{where}: {function}() raised {_first_line(err)}; fix the function.") from None
-    return _checked(built, where)
+    return _checked(call_setup(spec), f"--setup {spec}")
 
 
 def _checked(built: Any, where: str) -> LibrarySetup:

@@ -1,0 +1,280 @@
+"""``dpaudit train --trainer jax-privacy``: jax-bert's Flax BERT masked LM (or your own JAX model) trained with JAX
+Privacy 2.0's DP-SGD.
+
+The run is composed of JAX Privacy's own components as its documentation shows them (:mod:`.loop`: a batch
+selection strategy, Poisson or fixed-size; ``clipped_grad``; ``gaussian_privatizer``; its accountant), on the inject
+directory's training rows (jax-bert's :class:`~dpaudit.trainers.jax_bert.model.FlaxBertForMaskedLM` of
+``--preset``, its WordPiece tokenizer learned on ``public.jsonl``, each row masked once by the public ``--seed``) or
+on what ``--setup FILE.py:build`` returns. dpaudit writes the run directory (``model/``, ``metrics.jsonl``,
+``privacy.json``, ``manifest.json``, staged then renamed: nothing half-written), with dpaudit's accounting of what
+ran beside JAX Privacy's own claim (:mod:`.privacy`); a mismatch between them is printed. The trainer is audited
+white-box through the library's own gradient path (:class:`dpaudit.training.gradient_path.GradientPathHost`,
+:mod:`.canary`; ``docs/auditing.md``). It does not run on dpaudit's run skeleton: JAX Privacy owns sampling,
+clipping, noise and accounting, which is what is under audit.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, ClassVar
+
+import numpy as np
+
+from dpaudit.common.errors import UserInputError
+from dpaudit.trainers.jax_privacy.config import JaxPrivacyConfig
+from dpaudit.trainers.jax_privacy.loop import JaxPrivacyRun, JaxSetup, Settings, run_jax_privacy
+from dpaudit.training.api import TrainResult
+
+__all__ = ["JaxPrivacyTrainer"]
+
+SCHEMA = "dpaudit.train/1"
+#: The contract suite's run: a 2-layer Flax BERT masked LM, 4 updates of 16-example batches.
+TINY_SETTINGS: dict[str, Any] = {"noise_multiplier": 1.2, "batch_size": 16, "steps": 4, "max_length": 16}
+#: The masked-LM recipe of the inject path (BERT's: 15% of the tokens, at most this many per row).
+MASK_PROB, MAX_PREDICTIONS = 0.15, 4
+
+
+@dataclass
+class _Built:
+    setup: JaxSetup
+    tokenizer: Any = None
+    bert_config: Any = None
+    inputs: dict[str, str] | None = None
+
+
+@functools.lru_cache(maxsize=8)
+def _mlm_loss(bert_config: Any) -> Any:
+    """The masked-LM loss of a batch (jax-bert's ``batch_mlm_loss``), one function per architecture so that JAX
+    Privacy's clipped gradient compiles once per process."""
+    from dpaudit.trainers.jax_bert.model import FlaxBertForMaskedLM, batch_mlm_loss
+
+    model = FlaxBertForMaskedLM(bert_config)
+
+    def loss(params: Any, batch: dict[str, Any]) -> Any:
+        return batch_mlm_loss(params, batch, model=model)[0]
+
+    return loss
+
+
+def _inject_setup(data_dir: Path, config: JaxPrivacyConfig, seed: int) -> _Built:
+    """jax-bert's Flax BERT masked LM of ``config.preset`` on the inject directory's training rows."""
+    import jax
+    import jax.numpy as jnp
+
+    from dpaudit.inject_dir.reader import TRAIN
+    from dpaudit.trainers.jax_bert.data import encode_texts, mask_tokens
+    from dpaudit.trainers.jax_bert.model import init_params, preset_config
+    from dpaudit.trainers.jax_bert.trainer import load_inject_dir
+    from dpaudit.training.tokenizer import special_token_ids, train_wordpiece
+
+    data = load_inject_dir(Path(data_dir))
+    tokenizer = train_wordpiece(data.public_texts, vocab_size=config.vocab_size)
+    bert = preset_config(
+        config.preset, vocab_size=tokenizer.get_vocab_size(), max_position_embeddings=config.max_length
+    )
+    encoded = encode_texts(tokenizer, list(data.split(TRAIN).texts), max_length=config.max_length)
+    specials = special_token_ids(tokenizer)
+    keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), 1), len(encoded["input_ids"]))
+    mask = functools.partial(
+        mask_tokens,
+        mask_token_id=specials["mask"],
+        vocab_size=bert.vocab_size,
+        special_ids=jnp.asarray(sorted(specials.values()), jnp.int32),
+        mask_prob=MASK_PROB,
+        max_predictions=min(MAX_PREDICTIONS, config.max_length),
+    )
+    masked = jax.vmap(mask)(keys, jnp.asarray(encoded["input_ids"]), jnp.asarray(encoded["attention_mask"]))
+    rows = {k: np.asarray(v) for k, v in masked.items()}
+    params = init_params(bert, jax.random.fold_in(jax.random.PRNGKey(seed), 0), seq_len=config.max_length)
+    setup = JaxSetup(loss=_mlm_loss(bert), params=params, data=rows, batch_size=config.batch_size)
+    return _Built(setup, tokenizer, bert, dict(data.inputs))
+
+
+def _sigma(config: JaxPrivacyConfig, rows: int, batch: int, delta: float) -> float:
+    """The noise multiplier: given, or JAX Privacy's ``calibrate_noise_multiplier`` for ``target_epsilon`` (its
+    accountant). That function accounts Poisson sampling only (it builds ``DpParams`` without a sampling method);
+    for fixed-size batches, which JAX Privacy accounts as Poisson steps of sigma / 2, the calibrated sigma is
+    doubled so that its own fixed-size accounting meets the target."""
+    if config.noise_multiplier is not None:
+        return float(config.noise_multiplier)
+    from jax_privacy import accounting
+
+    assert config.target_epsilon is not None
+    inner = accounting.PldAccountantConfig() if config.accountant == "pld" else accounting.RdpAccountantConfig()
+    sigma = accounting.calibrate_noise_multiplier(
+        target_epsilon=config.target_epsilon,
+        accountant=accounting.DpsgdTrainingAccountant(inner),
+        batch_sizes=batch,
+        num_updates=config.steps,
+        num_samples=rows,
+        target_delta=delta,
+    )
+    return float(sigma) * (2.0 if config.sampling == "fixed" else 1.0)
+
+
+def _save_model(folder: Path, built: _Built, params: Any) -> None:
+    if built.tokenizer is not None:
+        from dpaudit.trainers.jax_bert.hf_io import save_pretrained
+
+        save_pretrained(folder, params, built.bert_config, built.tokenizer)
+        return
+    import jax
+    from safetensors.numpy import save_file
+
+    flat = {
+        "/".join(str(getattr(k, "key", getattr(k, "idx", k))) for k in path): np.ascontiguousarray(np.asarray(v))
+        for path, v in jax.tree_util.tree_flatten_with_path(params)[0]
+    }
+    folder.mkdir(parents=True, exist_ok=True)
+    save_file(flat, str(folder / "model.safetensors"))
+
+
+class JaxPrivacyTrainer:
+    """The ``jax-privacy`` trainer (entry point ``dpaudit.trainers``)."""
+
+    name: ClassVar[str] = "jax-privacy"
+    Config: ClassVar[type] = JaxPrivacyConfig
+    library: ClassVar[str] = "jax_privacy"
+
+    def tiny_config(self, **overrides: Any) -> JaxPrivacyConfig:
+        settings = {**TINY_SETTINGS, **overrides}
+        if overrides.get("target_epsilon") is not None and "noise_multiplier" not in overrides:
+            settings["noise_multiplier"] = None  # a target alone: JAX Privacy calibrates sigma
+        return JaxPrivacyConfig(**settings)
+
+    def check_setup(self, spec: str) -> None:
+        """Import ``--setup``'s file, call its function and check what it returns (a one-line error otherwise)."""
+        from dpaudit.trainers.jax_privacy.setup_file import load_setup
+
+        load_setup(spec)
+
+    def train(self, data_dir: Path, out_dir: Path, config: Any, *, seed: int) -> TrainResult:
+        run, record = self._run(Path(data_dir), Path(out_dir), config, seed=seed, gains=None)
+        return TrainResult(
+            out_dir=Path(out_dir),
+            steps=run.updates,
+            epsilon=record.epsilon,
+            delta=record.delta,
+            final_loss=run.losses[-1] if run.losses else None,
+            summary={"library_epsilon": run.library_epsilon, "claims_agree": record.details["library"]["agrees"]},
+        )
+
+    def train_with_gradient_canaries(
+        self, data_dir: Path | None, out_dir: Path, config: Any, *, gains: np.ndarray, seed: int
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """One run hosting canaries through JAX Privacy's own gradient path (:mod:`.canary`)."""
+        if config.sampling != "poisson":
+            raise UserInputError(
+                "--set sampling=fixed: the gradient-path audit tests a Poisson-sampled claim; JAX Privacy's "
+                "fixed-size claim is replace-one, which these canaries (present or zeroed) do not test. Audit "
+                "sampling=poisson; dpaudit train --trainer jax-privacy --sampling fixed states both claims."
+            )
+        run, _ = self._run(data_dir, Path(out_dir), config, seed=seed, gains=np.asarray(gains, dtype=np.float64))
+        assert run.observations is not None and run.final is not None
+        return run.observations, run.final
+
+    def _run(
+        self, data_dir: Path | None, out: Path, config: JaxPrivacyConfig, *, seed: int, gains: np.ndarray | None
+    ) -> tuple[JaxPrivacyRun, Any]:
+        from dpaudit.files.run_dirs import (
+            atomic_write_json,
+            build_manifest,
+            file_hashes,
+            prepare_output_dir,
+            staged_directory,
+            write_jsonl,
+            write_manifest,
+        )
+        from dpaudit.trainers.jax_privacy.privacy import build_record
+
+        prepare_output_dir(out, overwrite=False)  # a bad --out is refused before anything trains
+        if config.dataset_size is not None:
+            raise UserInputError(
+                f"--dataset-size {config.dataset_size}: JAX Privacy's accountant takes N from the real rows "
+                "(q = batch / N); drop --dataset-size for the jax-privacy trainer."
+            )
+        if config.noise_multiplier is not None and config.target_epsilon is not None:
+            raise UserInputError(
+                "--target-epsilon with --noise-multiplier: the jax-privacy trainer does not stop at a budget; give "
+                "one of them (the target alone is calibrated by JAX Privacy)."
+            )
+        if config.setup is not None:
+            from dpaudit.trainers.jax_privacy.setup_file import load_setup
+
+            built = _Built(load_setup(config.setup), inputs={})
+            batch = None
+        else:
+            if data_dir is None:
+                raise UserInputError("--data is required unless --setup FILE.py:build gives the training data.")
+            built = _inject_setup(data_dir, config, seed)
+            batch = config.batch_size
+        n_real = len(next(iter(built.setup.data.values())))
+        rows = n_real + (0 if gains is None else len(gains))
+        if batch is not None and batch > rows:
+            raise UserInputError(
+                f"--batch-size {batch} is larger than the {rows} training rows; choose a smaller batch size."
+            )
+        expected = batch if batch is not None else max(1, round(built.setup.batch_size / n_real * rows))
+        delta = config.delta if config.delta is not None else min(1e-5, 1.0 / (10 * rows))
+        settings = Settings(
+            noise_multiplier=_sigma(config, rows, expected, delta),
+            clip_norm=config.clip_norm,
+            steps=config.steps,
+            delta=delta,
+            accountant=config.accountant,
+            sampling=config.sampling,
+            noise_seed=config.noise_seed,
+            physical_batch=config.physical_batch,
+            learning_rate=config.learning_rate,
+            optimizer=config.optimizer,
+        )
+        # the noise tail is checked before anything trains: a refused run writes nothing
+        _check_tail(settings, expected / rows, config.accept_noise_tail)
+        run = run_jax_privacy(built.setup, settings, gains=gains, batch_size=expected)
+        record = build_record(
+            run,
+            delta=delta,
+            accountant=config.accountant,
+            target_epsilon=config.target_epsilon,
+            accept_noise_tail=config.accept_noise_tail,
+            extra={"setup": config.setup} if config.setup else None,
+        )
+        if not record.details["library"]["agrees"]:
+            print(f"jax-privacy: {record.notes[0]}", file=sys.stderr)
+        public = config.to_dict()  # the noise seed redacted
+        with staged_directory(out, overwrite=False) as stage:
+            _save_model(stage / "model", built, run.params)
+            write_jsonl(stage / "metrics.jsonl", [{"step": i + 1, "loss": v} for i, v in enumerate(run.losses)])
+            atomic_write_json(stage / "privacy.json", record.to_json())
+            names = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file())
+            write_manifest(
+                stage,
+                build_manifest(
+                    schema=SCHEMA,
+                    config={"trainer": self.name, **public},
+                    seed=seed,
+                    inputs=built.inputs or {},
+                    outputs=file_hashes(stage, names),
+                ),
+            )
+        return run, record
+
+
+def _check_tail(settings: Settings, q: float, accept: bool) -> None:
+    """Refuse (one line) a run whose noise sampler's tail figure alone reaches delta, unless accepted."""
+    from dpaudit.accounting import noise_tail
+    from dpaudit.accounting.segment import Segment
+    from dpaudit.trainers.jax_privacy.privacy import NOISE_SAMPLER
+
+    sigma = settings.noise_multiplier / (2.0 if settings.sampling == "fixed" else 1.0)
+    if not (math.isfinite(sigma) and sigma > 0):
+        raise UserInputError(f"--noise-multiplier must be > 0 for a private run, got {settings.noise_multiplier:g}.")
+    tail = noise_tail.tail_figure(
+        [Segment(steps=settings.steps, sampling_probability=q, noise_multiplier=sigma)],
+        noise_tail.sampler_reach(NOISE_SAMPLER),
+    )
+    noise_tail.split_delta(settings.delta, tail, accept=accept)
