@@ -1,6 +1,8 @@
-"""Audit Opacus 1.6 through its own gradient path: bound / claim per configuration, planted faults, and cost.
+"""Audit Opacus 1.6 and JAX Privacy 2.0 through their own gradient paths: bound / claim per configuration, planted
+faults, and cost.
 
-Run: ``nice python benchmarks/bench_audit_libraries.py [--canaries 1000] [--runs 4] [--epsilons 1,4,8]``.
+Run: ``nice python benchmarks/bench_audit_libraries.py [--canaries 1000] [--runs 4] [--epsilons 1,4,8]
+[--libraries opacus,jax-privacy] [--skip configs,faults,cost]``.
 
 What it measures (everything printed is measured in this run, with the command and the machine's load):
 
@@ -13,6 +15,14 @@ What it measures (everything printed is measured in this run, with the command a
    in one run (and a scale-only fault no audit of this kind is expected to see).
 3. Cost: one audit run (a BERT-tiny classifier of the opacus trainer, with the canaries) against the same training
    without them, and the ratio.
+
+The same three parts for JAX Privacy (``tests/trainers/jax_privacy/faults.py``): its default (PLD accountant, SGD,
+Poisson sampling), its RDP accountant, Adam, and minibatches (``physical_batch``: padded minibatches accumulated into
+one noisy update), each calibrated by JAX Privacy's own ``calibrate_noise_multiplier``; JAX Privacy as installed over
+20 seeds and its planted faults over 10 (the privacy.json mismatch flag counted beside the audit's); the cost on
+jax-bert's Flax BERT masked LM of the jax-privacy trainer. JAX Privacy's noise is ``jax.random.normal`` float32
+(reach 5.22 sigma): where its tail figure alone reaches delta (epsilon 8 here) the run states delta plus the figure
+(``accept_noise_tail``), and the library's claim is tested at that larger delta (printed).
 """
 
 from __future__ import annotations
@@ -178,12 +188,171 @@ def cost(canaries: int) -> None:
     print(f"pass without the audit: {plain:.1f} s; one audit run: {audited:.1f} s; ratio {audited / plain:.2f}")
 
 
+def _jax_sigma(epsilon: float, accountant: str, rows: int, batch: int) -> float:
+    from jax_privacy import accounting
+
+    inner = accounting.PldAccountantConfig() if accountant == "pld" else accounting.RdpAccountantConfig()
+    return float(
+        accounting.calibrate_noise_multiplier(
+            target_epsilon=epsilon,
+            accountant=accounting.DpsgdTrainingAccountant(inner),
+            batch_sizes=batch,
+            num_updates=4,
+            num_samples=rows,
+            target_delta=1e-5,
+        )
+    )
+
+
+class _JaxHost:
+    """The light JAX Privacy host of the tests with a chosen sigma, accountant, optimizer and minibatch, and a fresh
+    secret noise seed per run (the runs must be independent trials)."""
+
+    library = "jax_privacy"
+
+    def __init__(self, sigma: float, accountant: str, optimizer: str, physical: int | None, first_seed: int) -> None:
+        self.sigma, self.accountant, self.optimizer, self.physical = sigma, accountant, optimizer, physical
+        self.seeds = iter(range(first_seed, first_seed + 10_000))
+
+    def train_with_gradient_canaries(self, data_dir, out_dir, config, *, gains, seed):  # noqa: ANN001
+        import json
+
+        from dpaudit.trainers.jax_privacy.loop import Settings, run_jax_privacy
+        from dpaudit.trainers.jax_privacy.privacy import build_record
+        from tests.trainers.jax_privacy.faults import tiny_setup
+
+        settings = Settings(
+            noise_multiplier=self.sigma,
+            clip_norm=1.0,
+            steps=4,
+            delta=1e-5,
+            accountant=self.accountant,
+            noise_seed=next(self.seeds),
+            physical_batch=self.physical,
+            optimizer=self.optimizer,
+            learning_rate=1e-3 if self.optimizer == "adam" else 0.05,
+        )
+        run = run_jax_privacy(tiny_setup(), settings, gains=gains)
+        record = build_record(run, delta=1e-5, accountant=self.accountant, target_epsilon=None, accept_noise_tail=True)
+        Path(out_dir).mkdir(parents=True)
+        (Path(out_dir) / "privacy.json").write_text(json.dumps(record.to_json()))
+        return run.observations, run.final
+
+
+def jax_correct_configurations(canaries: int, runs: int, epsilons: list[float]) -> None:
+    from dpaudit.whitebox.gradient_path import audit_gradient_path
+
+    rows = 64 + canaries
+    batch = round(0.5 * rows)
+    print(
+        f"\n1j. Correct JAX Privacy configurations: {canaries} canaries x {runs} runs, q = 0.5, 4 updates, delta 1e-5"
+    )
+    print(
+        f"{'configuration':<28}{'eps':>5}{'sigma':>8}{'claim':>8}{'delta':>9}{'one-run':>9}{'/claim':>8}"
+        f"{'multi-run':>11}{'/claim':>8}  verdict   seconds"
+    )
+    for name, accountant, optimizer, physical in (
+        ("default (PLD, SGD, Poisson)", "pld", "sgd", None),
+        ("RDP accountant", "rdp", "sgd", None),
+        ("PLD, Adam", "pld", "adam", None),
+        ("PLD, minibatches of 100", "pld", "sgd", 100),
+    ):
+        for epsilon in epsilons:
+            start = time.perf_counter()
+            sigma = _jax_sigma(epsilon, accountant, rows, batch)
+            host = _JaxHost(sigma, accountant, optimizer, physical, first_seed=1000)
+            analysis, _ = audit_gradient_path(host, None, None, canaries=canaries, runs=runs, seed=7, full=False)
+            claim = float(analysis.claim.epsilon)
+            one = analysis.one_run["all_iterates"][0]["claim_family"].epsilon
+            multi = analysis.pooled["all_iterates"]["claim_family"].epsilon
+            verdict = "FLAGGED" if analysis.alarm else "ok"
+            print(
+                f"{name:<28}{epsilon:>5g}{sigma:>8.3f}{claim:>8.2f}{analysis.claim.delta:>9.2g}{one:>9.2f}"
+                f"{one / claim:>8.2f}{multi:>11.2f}{multi / claim:>8.2f}  {verdict:<9}{time.perf_counter() - start:>6.0f}",
+                flush=True,
+            )
+
+
+def jax_planted_faults() -> None:
+    import pytest
+
+    from dpaudit.claim import read_privacy_record
+    from dpaudit.whitebox.gradient_path import audit_gradient_path
+    from tests.trainers.jax_privacy.faults import CANARIES, FAULTS, LightHost, planted
+
+    print(f"\n2j. JAX Privacy's planted faults (epsilon 4 claimed): flagged in one run ({CANARIES} canaries each)")
+    patch = pytest.MonkeyPatch()
+    for fault, seeds in ((None, 20), *((f, 10) for f in (*FAULTS, "fixed_as_poisson"))):
+        start = time.perf_counter()
+        flags, mismatched = [], 0
+        sampling = "fixed" if fault == "fixed_as_poisson" else "poisson"
+        with planted(fault, patch):
+            for seed in range(seeds):
+                with tempfile.TemporaryDirectory() as work:
+                    if sampling == "fixed":  # the gradient-path audit tests Poisson claims: privacy.json's flag only
+                        LightHost(noise_seed=10_000 + seed, sampling="fixed").train_with_gradient_canaries(
+                            None, Path(work) / "run", None, gains=np.zeros(CANARIES), seed=0
+                        )
+                        record = read_privacy_record(Path(work) / "run" / "privacy.json")
+                        mismatched += not record.details["library"]["agrees"]
+                        continue
+                    analysis, done = audit_gradient_path(
+                        LightHost(noise_seed=10_000 + seed),
+                        None,
+                        None,
+                        canaries=CANARIES,
+                        seed=seed,
+                        full=False,
+                        min_scale=1.0,
+                    )
+                    flags.append(analysis.alarm)
+                    mismatched += not done[0].record.details["library"]["agrees"]
+        name = fault or "none (JAX Privacy as installed)"
+        audit = f"flagged {sum(flags):>2}/{seeds}" if flags else "not audited   "
+        print(
+            f"{name:<32} {audit}   privacy.json mismatch {mismatched:>2}/{seeds}   ({time.perf_counter() - start:.0f} s)",
+            flush=True,
+        )
+
+
+def jax_cost(canaries: int) -> None:
+    from click.testing import CliRunner
+
+    from dpaudit.cli import cli
+    from dpaudit.cli.audit_trainer import AUDIT_INJECT, _train_rows
+    from dpaudit.trainers.jax_privacy.trainer import JaxPrivacyTrainer
+
+    print(f"\n3j. Cost: the jax-privacy trainer's Flax BERT-tiny masked LM, 4 updates, q = 0.5, {canaries} canaries")
+    trainer = JaxPrivacyTrainer()
+    with tempfile.TemporaryDirectory() as scratch:
+        data = Path(scratch) / "data"
+        CliRunner().invoke(cli, ["inject", *AUDIT_INJECT, "--out", str(data)], catch_exceptions=False)
+        rows = _train_rows(data)
+        plain_cfg = trainer.tiny_config(noise_multiplier=1.0, batch_size=rows // 2, steps=4, noise_seed=1)
+        audit_cfg = trainer.tiny_config(noise_multiplier=1.0, batch_size=(rows + canaries) // 2, steps=4, noise_seed=1)
+        trainer.train(data, Path(scratch) / "warm", plain_cfg, seed=0)  # imports and compilation
+        start = time.perf_counter()
+        trainer.train(data, Path(scratch) / "plain", plain_cfg, seed=0)
+        plain = time.perf_counter() - start
+        gains = np.where(np.random.default_rng(0).integers(0, 2, canaries) == 1, 1e6, 0.0)
+        warm = np.zeros(canaries)
+        trainer.train_with_gradient_canaries(data, Path(scratch) / "warm-audit", audit_cfg, gains=warm, seed=0)
+        start = time.perf_counter()
+        trainer.train_with_gradient_canaries(data, Path(scratch) / "audit", audit_cfg, gains=gains, seed=0)
+        audited = time.perf_counter() - start
+    print(
+        f"pass without the audit ({rows} rows): {plain:.1f} s; one audit run ({rows + canaries} rows): {audited:.1f} s; "
+        f"ratio {audited / plain:.2f} (both compiled before timing)"
+    )
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--canaries", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--epsilons", default="1,4,8")
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: configs, faults, cost")
+    parser.add_argument("--libraries", default="opacus,jax-privacy", help="comma-separated: opacus, jax-privacy")
     args = parser.parse_args()
     import torch
 
@@ -191,13 +360,23 @@ def main() -> None:
     print("command: python " + " ".join(sys.argv))
     print(f"machine: {os.cpu_count()} cores, load average {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
     skip = set(filter(None, args.skip.split(",")))
+    libraries = set(filter(None, args.libraries.split(",")))
+    epsilons = [float(e) for e in args.epsilons.split(",")]
     with contextlib.suppress(KeyboardInterrupt):
-        if "configs" not in skip:
-            correct_configurations(args.canaries, args.runs, [float(e) for e in args.epsilons.split(",")])
-        if "faults" not in skip:
-            planted_faults(500)
-        if "cost" not in skip:
-            cost(args.canaries)
+        if "opacus" in libraries:
+            if "configs" not in skip:
+                correct_configurations(args.canaries, args.runs, epsilons)
+            if "faults" not in skip:
+                planted_faults(500)
+            if "cost" not in skip:
+                cost(args.canaries)
+        if "jax-privacy" in libraries:
+            if "configs" not in skip:
+                jax_correct_configurations(args.canaries, args.runs, epsilons)
+            if "faults" not in skip:
+                jax_planted_faults()
+            if "cost" not in skip:
+                jax_cost(args.canaries)
     print(f"load average at the end: {', '.join(f'{x:.1f}' for x in os.getloadavg())}")
 
 
