@@ -102,16 +102,19 @@ def correct_configurations(canaries: int, runs: int, epsilons: list[float]) -> N
         f"{'configuration':<28}{'eps':>5}{'sigma':>8}{'claim':>8}{'one-run':>9}{'/claim':>8}{'multi-run':>11}"
         f"{'/claim':>8}  verdict   seconds"
     )
-    for name, accountant, optimizer, mode in (
-        ("default (PRV, SGD, hooks)", "prv", "sgd", "hooks"),
-        ("RDP accountant", "rdp", "sgd", "hooks"),
-        ("PRV, Adam", "prv", "adam", "hooks"),
-        ("PRV, ghost clipping", "prv", "sgd", "ghost"),
+    for c, (name, accountant, optimizer, mode) in enumerate(
+        (
+            ("default (PRV, SGD, hooks)", "prv", "sgd", "hooks"),
+            ("RDP accountant", "rdp", "sgd", "hooks"),
+            ("PRV, Adam", "prv", "adam", "hooks"),
+            ("PRV, ghost clipping", "prv", "sgd", "ghost"),
+        )
     ):
-        for epsilon in epsilons:
+        for e, epsilon in enumerate(epsilons):
             start = time.perf_counter()
             sigma = _sigma(epsilon, accountant)
-            seeds = iter(range(10_000))
+            # each row its own secret noise seeds: equal seeds would repeat one row's canary observations
+            seeds = iter(range(1000 * (100 * c + 10 * e), 1000 * (100 * c + 10 * e) + 10_000))
             host = _Host(sigma, accountant, optimizer, noise_seed=0, mode=mode)
 
             class _Fresh:  # a fresh secret noise seed per run (the runs must be independent trials)
@@ -121,7 +124,9 @@ def correct_configurations(canaries: int, runs: int, epsilons: list[float]) -> N
                     host.noise_seed = 1000 + next(seeds)
                     return host.train_with_gradient_canaries(*args, **kwargs)
 
-            analysis, _ = audit_gradient_path(_Fresh(), None, None, canaries=canaries, runs=runs, seed=7, full=False)
+            analysis, _ = audit_gradient_path(
+                _Fresh(), None, None, canaries=canaries, runs=runs, seed=7 + 100 * c + 10 * e, full=False
+            )
             claim = float(analysis.claim.epsilon)
             one = analysis.one_run["all_iterates"][0]["claim_family"].epsilon
             multi = analysis.pooled["all_iterates"]["claim_family"].epsilon
@@ -251,17 +256,23 @@ def jax_correct_configurations(canaries: int, runs: int, epsilons: list[float]) 
         f"{'configuration':<28}{'eps':>5}{'sigma':>8}{'claim':>8}{'delta':>9}{'one-run':>9}{'/claim':>8}"
         f"{'multi-run':>11}{'/claim':>8}  verdict   seconds"
     )
-    for name, accountant, optimizer, physical in (
-        ("default (PLD, SGD, Poisson)", "pld", "sgd", None),
-        ("RDP accountant", "rdp", "sgd", None),
-        ("PLD, Adam", "pld", "adam", None),
-        ("PLD, minibatches of 100", "pld", "sgd", 100),
+    for c, (name, accountant, optimizer, physical) in enumerate(
+        (
+            ("default (PLD, SGD, Poisson)", "pld", "sgd", None),
+            ("RDP accountant", "rdp", "sgd", None),
+            ("PLD, Adam", "pld", "adam", None),
+            ("PLD, minibatches of 100", "pld", "sgd", 100),
+        )
     ):
-        for epsilon in epsilons:
+        for e, epsilon in enumerate(epsilons):
             start = time.perf_counter()
             sigma = _jax_sigma(epsilon, accountant, rows, batch)
-            host = _JaxHost(sigma, accountant, optimizer, physical, first_seed=1000)
-            analysis, _ = audit_gradient_path(host, None, None, canaries=canaries, runs=runs, seed=7, full=False)
+            # each row its own secret noise seeds and coins: equal seeds would repeat one row's canary observations
+            trial = 100 * c + 10 * e
+            host = _JaxHost(sigma, accountant, optimizer, physical, first_seed=1000 + 1000 * trial)
+            analysis, _ = audit_gradient_path(
+                host, None, None, canaries=canaries, runs=runs, seed=7 + trial, full=False
+            )
             claim = float(analysis.claim.epsilon)
             one = analysis.one_run["all_iterates"][0]["claim_family"].epsilon
             multi = analysis.pooled["all_iterates"]["claim_family"].epsilon
