@@ -322,7 +322,26 @@ def utility_lines(summary: dict[str, Any]) -> list[str]:
         beside = f" (trivial baseline {baseline:.4f}: {kind.rule})" if baseline is not None else ""
         rows = eval_rows_text(summary)  # the first --eval-examples rows only
         lines.append(f"{kind.name} {value:.4f}{'' if rows is None else ' ' + rows}{beside}")
+        warning = below_start_warning(summary, kind.keys, kind.name, value)
+        if warning is not None:
+            lines.append(warning)
     return lines
+
+
+def below_start_warning(summary: dict[str, Any], keys: tuple[str, ...], name: str, value: float) -> str | None:
+    """The warning of a private run whose held-out figure ends below its public start's on the same rows
+    (``start_eval``: the --init-from model evaluated before the first step): the private data made the model
+    worse, so the recipe (steps, learning rate, batch, trained parameters) needs choosing again on public data."""
+    start = summary.get("start_eval") or {}
+    before = next((start[k] for k in keys if start.get(k) is not None), None)
+    if before is None or value >= before:
+        return None
+    return (
+        f"warning: this private run ends below its public start: {name} {value:.4f} < the start's {before:.4f} on "
+        "the same rows (the private training made the model worse); the start alone is the better release. Choose "
+        "the recipe on public data (--data-split public): fewer steps, a lower learning rate, a larger batch, or "
+        "fewer trained parameters (--peft lora)."
+    )
 
 
 #: What a non-private run on private rows says instead of what a guarantee covers: there is none.

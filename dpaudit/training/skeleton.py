@@ -99,6 +99,7 @@ class RunSkeleton:
         self.metrics: MetricsLog | None = None
         self.eps_cache: dict[int, float] = {}
         self.final_eval: dict[str, float] = {}  # the last evaluation's heldout metrics (for the summary)
+        self.start_eval: dict[str, float] = {}  # the --init-from start's, before the first private step
         self.clock = _Clock()
 
     # What setup() sets, for the methods that run after it (the attributes stay None-able: a plug-in reads them).
@@ -251,6 +252,10 @@ class RunSkeleton:
             for leftover in self.ckpt_dir.glob(".*"):  # staging folders of a checkpoint write that was killed
                 shutil.rmtree(leftover, ignore_errors=True) if leftover.is_dir() else leftover.unlink(missing_ok=True)
         self._metrics.restore(self.start_step)
+        if self.start_step == 0 and self._data.start is not None and self.plan.private:
+            # The public start's held-out utility on the same rows: a private run that ends below it made the
+            # model worse (dpaudit train warns; docs/trainers.md, "Held-out utility").
+            self.start_eval = self.plugin.evaluate()
         step = self._loop()
         if step != self.start_step or not self.has_checkpoint or self.stopped_at_budget:
             self._save(step)
@@ -403,6 +408,7 @@ class RunSkeleton:
             "stopped_at_budget": self.stopped_at_budget,
             "resumed_from_step": self.start_step or None,
             **self.final_eval,
+            "start_eval": self.start_eval or None,
             "telemetry": {"examples_per_s": last_value(rows, "examples_per_s"), "note": TELEMETRY_SUMMARY_NOTE},
             **self._provenance(),
             **self.plugin.summary(),
