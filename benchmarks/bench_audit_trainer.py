@@ -101,6 +101,7 @@ def config_for(
     share: float,
     noise_seed: int | None,
     microbatches: int = MICROBATCHES,
+    lr_decay: str | None = None,
 ):
     names = {f for f in trainer.Config.__dataclass_fields__}
     kw = {
@@ -117,6 +118,8 @@ def config_for(
         kw["mode"] = mode
     if mode == "edp-sgd":
         kw["micro_batches"] = microbatches
+    if lr_decay is not None and "lr_decay" in names:
+        kw["lr_decay"] = lr_decay
     return trainer.tiny_config(**kw)
 
 
@@ -133,14 +136,20 @@ def main() -> None:
         default=MICROBATCHES,
         help="edp-sgd mode: micro-batches per step = canaries per run (one each)",
     )
+    parser.add_argument(
+        "--lr-decay",
+        default=None,
+        help="jax-bert's learning-rate decay (quadratic, its default, or none: every step weighed alike)",
+    )
     args = parser.parse_args()
     epsilons = [float(e) for e in args.epsilons.split(",")]
     print(
         f"| trainer | mode | claim eps | m | q | steps | one-run order stats (r) | order stats min / mean of {args.runs} | "
-        f"last iterate order stats (r) | one-run f-DP | one-run Steinke | last iterate f-DP | one-run pooled | "
+        f"last iterate order stats (r) | last iterate order stats min / mean | gauss pair all iterates (projection) | "
+        f"gauss pair min / mean | gauss pair last iterate | one-run f-DP | one-run Steinke | last iterate f-DP | one-run pooled | "
         f"{args.runs} runs pooled | verdict one-run | ceiling | s/run |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---" * 21 + "|")
     with tempfile.TemporaryDirectory() as work:
         data = Path(work) / "data"
         _inject(data)
@@ -153,7 +162,14 @@ def main() -> None:
             rows = real + m * (1 + partners)
             for eps in epsilons:
                 config = config_for(
-                    trainer, mode or None, eps, rows, args.share, noise_seed=None, microbatches=args.microbatches
+                    trainer,
+                    mode or None,
+                    eps,
+                    rows,
+                    args.share,
+                    noise_seed=None,
+                    microbatches=args.microbatches,
+                    lr_decay=args.lr_decay,
                 )
                 start = time.perf_counter()
                 analysis, _ = audit_trainer(
@@ -178,6 +194,10 @@ def main() -> None:
                 q = analysis.claim.segments[0].sampling_probability
                 order = [run["order_stats"].epsilon / claim for run in analysis.one_run["all_iterates"]]
                 order_last = analysis.one_run["last_iterate"][0]["order_stats"]
+                lasts = [run["order_stats"].epsilon / claim for run in analysis.one_run["last_iterate"]]
+                gauss = [run["gauss_pair"].epsilon / claim for run in analysis.one_run["all_iterates"]]
+                gauss_last = analysis.one_run["last_iterate"][0]["gauss_pair"].epsilon / claim
+                projection = (first["gauss_pair"].selection or "").split(": ")[-1].split(" projection")[0]
 
                 def down(x: float) -> str:  # a lower bound's share of the claim, rounded down as dpaudit prints bounds
                     return f"{math.floor(x * 1000) / 1000:.3f}"
@@ -186,6 +206,8 @@ def main() -> None:
                     f"| {name} | {mode or '-'} | {format_up(claim)} | {m} | {q:.2f} | {analysis.claim.steps} | "
                     f"{down(order[0])} ({first['order_stats'].guesses}) | {down(min(order))} / "
                     f"{down(sum(order) / len(order))} | {down(order_last.epsilon / claim)} ({order_last.guesses}) | "
+                    f"{down(min(lasts))} / {down(sum(lasts) / len(lasts))} | {down(gauss[0])} ({projection}) | "
+                    f"{down(min(gauss))} / {down(sum(gauss) / len(gauss))} | {down(gauss_last)} | "
                     f"{down(first['claim_family'].epsilon / claim)} | {down(first['steinke'].epsilon / claim)} | "
                     f"{down(last / claim)} | {down(pooled_one / claim)} | {down(pooled / claim)} | "
                     f"{analysis.one_run_method} | {down(analysis.ceilings['one-run'] / claim)} | {per_run:.1f} |",

@@ -57,6 +57,7 @@ __all__ = [
     "Moments",
     "canaries_needed",
     "ceiling",
+    "epsilon_of",
     "expected_mu",
     "gauss_pair_bound",
     "moments",
@@ -118,8 +119,8 @@ def mu_lower(member: Moments, nonmember: Moments, alpha: float) -> float:
     return gap / std
 
 
-def _epsilon(mu: float, delta: float) -> float:
-    """mu-GDP's epsilon at delta, rounded down."""
+def epsilon_of(mu: float, delta: float) -> float:
+    """mu-GDP's epsilon at delta, rounded down (the bound's reading of a separation)."""
     if mu <= 0:
         return 0.0
     return max(0.0, gdp_epsilon(mu * (1 - 1e-12), delta) - ROUND_DOWN)
@@ -157,7 +158,7 @@ def gauss_pair_bound(
         raise ValueError("a Gaussian-pair bound needs at least 2 member and 2 non-member scores.")
     mu = mu_lower(moments(member), moments(nonmember), 1 - confidence)
     return GaussPairBound(
-        epsilon=_epsilon(mu, delta),
+        epsilon=epsilon_of(mu, delta),
         mu=mu,
         delta=delta,
         confidence=confidence,
@@ -169,7 +170,7 @@ def gauss_pair_bound(
 
 def ceiling(*, delta: float) -> float:
     """The most this bound prints (a perfect attack's, at any size: the cap :data:`MAX_MU`'s epsilon)."""
-    return _epsilon(MAX_MU, delta)
+    return epsilon_of(MAX_MU, delta)
 
 
 def expected_mu(mu: float, n_members: int, n_nonmembers: int, alpha: float) -> float:
@@ -187,7 +188,7 @@ def canaries_needed(
     alpha = 1 - confidence
 
     def proves(n: int) -> bool:
-        return _epsilon(expected_mu(mu, n - n // 2, n // 2, alpha), delta) >= epsilon
+        return epsilon_of(expected_mu(mu, n - n // 2, n // 2, alpha), delta) >= epsilon
 
     grid = sorted({int(round(2 ** (k / 4))) for k in range(8, int(4 * math.log2(most)) + 1)})
     if not proves(grid[-1]):

@@ -56,6 +56,7 @@ METHOD_WORDS = {
     ("one-run", "claim_family"): "claimed curve: f-DP recursion (Mahloujifar et al. 2024)",
     ("one-run", "order_stats"): "claimed curve: order statistics (Xiang et al. 2025)",
     ("one-run", "order_stats_dp"): "(epsilon, delta): order statistics (Xiang et al. 2025)",
+    ("one-run", "gauss_pair"): "Gaussian pair: the projections' fit (Agrawal et al. 2026)",
     ("pooled", "clopper_pearson"): "Clopper-Pearson, every threshold",
     ("pooled", "claim_family"): "claimed curve: Clopper-Pearson points",
 }
@@ -325,6 +326,27 @@ class Mechanism:
     partners: int
     canaries: int
     runs: int
+    #: Which path the canaries took, with how many canaries each (all runs): (path, its words, count).
+    canary_paths: tuple[tuple[str, str, int], ...] = ()
+
+
+#: What each canary path means (``whitebox.json``'s ``settings.canary_path``; absent in files written before it was
+#: labelled: the cooperative path).
+CANARY_PATHS = {
+    "cooperative": "cooperative: the trainer's audit block writes each canary's clipped gradient onto its reserved "
+    "coordinate",
+    "gradient-path": "the library's real gradient path: canaries are ordinary inputs whose per-example gradient the "
+    "library itself computes and clips",
+}
+
+
+def _canary_paths(run: WhiteboxRun) -> tuple[tuple[str, str, int], ...]:
+    """(path, words, canaries) per path the canaries took, from ``settings`` (the cooperative path when unlabelled)."""
+    path = str(run.settings.get("canary_path") or "cooperative")
+    counts = run.settings.get("canary_paths")
+    if not isinstance(counts, dict) or not counts:
+        counts = {path: run.canaries * run.runs}
+    return tuple((str(p), CANARY_PATHS.get(str(p), str(p)), int(n)) for p, n in counts.items())
 
 
 def _mechanism(run: WhiteboxRun) -> Mechanism:
@@ -370,6 +392,7 @@ def _mechanism(run: WhiteboxRun) -> Mechanism:
         partners=run.partners,
         canaries=run.canaries,
         runs=run.runs,
+        canary_paths=_canary_paths(run),
     )
 
 
@@ -425,6 +448,12 @@ def limits(run: WhiteboxRun) -> tuple[str, ...]:
         "guesses, as many as planned from the claim before the run, and tests their mistakes against the claimed "
         "curve; its ceiling is the same test with no mistake. When it rejects the claimed curve, the figure printed "
         "is its (epsilon, delta) reading on the same guesses, which holds for any mechanism."
+    )
+    out.append(
+        "The Gaussian-pair bound (gauss_pair) fits the canaries' projections as a pair of Gaussians and reads the "
+        "pair's epsilon, paying for the fit's estimation error (confidence intervals on the means and variances); it "
+        "holds for mechanisms whose canary projections are Gaussian pairs, not for mechanisms of other forms, and "
+        "being parametric it has no ceiling below its search's cap."
     )
     out.append(
         f"Only the verdict's two bounds (the one-run claimed curve of run 1 and the pooled claimed curve, all "

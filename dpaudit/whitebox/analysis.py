@@ -16,7 +16,8 @@ larger of them holds at ``confidence`` (Bonferroni):
 The one-run verdict bound is ONE planned test (:func:`dpaudit.whitebox.plan.planned_one_run`): the order-statistics
 test of Xiang et al. (2025; ``order_stats``, its released count planned from the claim) or the f-DP recursion
 (``claim_family``), whichever the claim's simulation says rejects the less private scaled claim; the choice is a
-function of the claim and the layout, so no correction is paid for it. Both are computed and shown in both views.
+function of the claim and the layout, so no correction is paid for it; or the Gaussian-pair bound (``gauss_pair``,
+:mod:`dpaudit.audit.gauss_pair`) when its planned figure is strictly larger. All are computed and shown in both views.
 
 Every other bound (Steinke; the Gaussian f-DP reading; Clopper-Pearson (epsilon, delta); the last
 iterate's) is reported beside them at the same confidence, as evidence, not as the verdict.
@@ -44,6 +45,7 @@ from dpaudit.audit.roc import roc_curve
 from dpaudit.claim import Claim
 from dpaudit.whitebox.bounds import (
     Bound,
+    gauss_pair_bound,
     multi_run_bounds,
     multi_run_family,
     one_run_bounds,
@@ -51,7 +53,7 @@ from dpaudit.whitebox.bounds import (
     order_stats_bounds,
 )
 from dpaudit.whitebox.harness import RunEvidence
-from dpaudit.whitebox.plan import planned_guesses, planned_one_run, planned_order_stats
+from dpaudit.whitebox.plan import planned_gauss_pair, planned_guesses, planned_one_run, planned_order_stats
 from dpaudit.whitebox.scores import checked_scores, last_iterate_scores
 
 __all__ = ["VIEWS", "Analysis", "analyse"]
@@ -139,7 +141,7 @@ class Analysis:
 def curve_rejected(bound: Bound, claimed_epsilon: float) -> bool:
     """Whether a claim-family ``bound`` rejects the claim itself: its smallest rejected scale is at most 1 (or its
     epsilon, read from an optimistic PLD, is above the claim)."""
-    return bound.method in ("claim_family", "order_stats") and (
+    return bound.method in ("claim_family", "order_stats", "gauss_pair") and (
         (bound.scale is not None and bound.scale <= 1.0) or bound.epsilon > claimed_epsilon
     )
 
@@ -219,9 +221,17 @@ def analyse(evidence: Sequence[RunEvidence], *, confidence: float = 0.95, full: 
         plan = planned_order_stats(claim, run.layout.unit, run.layout.partners, run.layout.size, 1 - level, view)
         return order_stats_bounds(m, n, claim, confidence=level, r=plan.r, center=plan.center)
 
+    def gauss(view: str, m: np.ndarray, n: np.ndarray, run: RunEvidence) -> Bound:
+        plan = planned_gauss_pair(claim, run.layout.unit, run.layout.partners, run.layout.size, 1 - level, view)
+        if plan.projection == "sum":  # the canary's summed observations, members shifted up as in the ratio
+            summed = np.asarray(run.observations, dtype=np.float64).sum(axis=0)
+            m, n = summed[run.layout.member], summed[~run.layout.member]
+        return gauss_pair_bound(m, n, claim, confidence=level, projection=plan.projection)
+
     first = scores["all_iterates"]
     m0, n0 = first.member[0], first.nonmember[0]
     verdict_order = order("all_iterates", m0, n0, evidence[0]) if method == "order_stats" else {}
+    verdict_gauss = {"gauss_pair": gauss("all_iterates", m0, n0, evidence[0])} if method == "gauss_pair" else {}
     if full:
         # per run and view: Steinke, the planned f-DP recursion and the order statistics against the claimed curve
         # (the Gaussian f-DP reading is left out: Gaussian mechanisms only; the order statistics' own (epsilon, delta)
@@ -239,6 +249,9 @@ def analyse(evidence: Sequence[RunEvidence], *, confidence: float = 0.95, full: 
                     "order_stats": verdict_order["order_stats"]
                     if verdict_order and view == "all_iterates" and i == 0
                     else order(view, m, n, run)["order_stats"],
+                    "gauss_pair": verdict_gauss["gauss_pair"]
+                    if verdict_gauss and view == "all_iterates" and i == 0
+                    else gauss(view, m, n, run),
                 }
                 for i, (m, n, plan, run) in enumerate(zip(vs.member, vs.nonmember, plans, evidence))
             ]
@@ -250,7 +263,8 @@ def analyse(evidence: Sequence[RunEvidence], *, confidence: float = 0.95, full: 
             "all_iterates": [
                 {"order_stats": verdict_order["order_stats"]}
                 if verdict_order
-                else {"claim_family": one_run_family(m0, n0, claim, confidence=level, planned=plans[0])}
+                else verdict_gauss
+                or {"claim_family": one_run_family(m0, n0, claim, confidence=level, planned=plans[0])}
             ]
         }
         pooled = {

@@ -32,9 +32,12 @@ from dpaudit.whitebox.harness import (
 #: The fleet runner of one audit run (:func:`dpaudit.whitebox.harness.run_job`).
 RUNNER = "dpaudit.whitebox.harness:run_job"
 
-__all__ = ["SCHEMA", "RegisteredRuns", "audit_trainer", "run_config", "write_audit"]
+__all__ = ["PATH_COOPERATIVE", "SCHEMA", "RegisteredRuns", "audit_trainer", "run_config", "write_audit"]
 
 SCHEMA = "dpaudit.whitebox/1"
+#: ``whitebox.json``'s ``settings.canary_path`` of the cooperative audit: the trainer's own audit block writes each
+#: canary's clipped gradient onto its reserved coordinate (the gradient path writes ``"gradient-path"``).
+PATH_COOPERATIVE = "cooperative"
 
 
 @dataclass(frozen=True)
@@ -257,6 +260,9 @@ def write_audit(
 
     # Secrets (a noise seed given by --noise-seed or --set noise_seed=N) never reach a written file.
     config, settings = redact_config(dict(config)), redact_config(dict(settings))
+    if "canary_path" not in settings:  # every canary kind names its path (the gradient path's settings carry theirs)
+        settings["canary_path"] = PATH_COOPERATIVE
+        settings["canary_paths"] = {PATH_COOPERATIVE: sum(run.layout.size for run in evidence)}
     body = {
         "schema": SCHEMA,
         "trainer": trainer,

@@ -19,6 +19,10 @@ Every bound comes with what it proves:
   against the claim's scaled curve (``order_stats``: the claimed form) and the (epsilon, delta) channel
   (``order_stats_dp``: any mechanism). Each carries its ceiling (the same test with no mistake) and the canaries a
   perfect attack would need to reject the claim.
+- ``gauss_pair`` (one run): the canaries' projections fitted as a Gaussian pair, its hockey-stick divergence read with
+  the fitted parameters' estimation error paid (:mod:`dpaudit.audit.gauss_pair`; Agrawal et al. 2026): a bound for
+  mechanisms whose canary projections are Gaussian pairs (DP-SGD's, by the fit's validity tests, at the claim's own
+  form); its ceiling is the search's cap (a parametric bound extrapolates).
 
 The pooled many-run bounds treat the R x m canaries as independent trials: true across runs, and
 within a run for Dirac canaries on disjoint coordinates under per-example Poisson sampling and
@@ -33,7 +37,7 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpaudit.audit import order_stats
+from dpaudit.audit import gauss_pair, order_stats
 from dpaudit.audit.bounds import _cp_upper, epsilon_lower_bound_clopper_pearson
 from dpaudit.audit.claim_curves import CEILING_MIN_SCALE, FamilyBound
 from dpaudit.audit.claim_family import claim_family_test
@@ -42,12 +46,13 @@ from dpaudit.audit.thresholds import BonferroniThresholds, GuessGrid
 from dpaudit.audit.tradeoff import TradeOff
 from dpaudit.claim import Claim
 
-__all__ = ["Bound", "multi_run_bounds", "one_run_bounds", "order_stats_bounds"]
+__all__ = ["Bound", "gauss_pair_bound", "multi_run_bounds", "one_run_bounds", "order_stats_bounds"]
 
 PROOF_DP = "(epsilon, delta)-DP, any mechanism"
 PROOF_GDP = "mu-GDP (Gaussian mechanisms), read at delta"
 PROOF_FAMILY = "the claimed mechanism's trade-off curve; the number: mechanisms of the claimed form"
 PROOF_ORDER_DP = "(epsilon, delta)-DP, any mechanism (order statistics)"
+PROOF_GAUSS_PAIR = gauss_pair.GUARANTEE_GAUSS_PAIR + ", read at delta"
 
 
 @dataclass(frozen=True)
@@ -230,3 +235,22 @@ def order_stats_bounds(
             canaries_needed=order_stats.canaries_needed(null, confidence=confidence, fraction=r / n),
         )
     return out
+
+
+def gauss_pair_bound(
+    member: np.ndarray, nonmember: np.ndarray, claim: Claim, *, confidence: float, projection: str
+) -> Bound:
+    """The Gaussian-pair bound of one run's canary projections (``projection`` names them: "ratio", "sum" or "final"),
+    with its ceiling (the search's cap) and the canaries a perfect attack would need to reach the claim."""
+    assert claim.delta is not None and claim.epsilon is not None  # an audited claim states its mechanism
+    found = gauss_pair.gauss_pair_bound(member, nonmember, delta=claim.delta, confidence=confidence)
+    return Bound(
+        method="gauss_pair",
+        proves=PROOF_GAUSS_PAIR,
+        epsilon=found.epsilon,
+        confidence=confidence,
+        capped=found.capped,
+        selection=f"planned: {projection} projection, mu >= {found.mu:.4f}",
+        ceiling=gauss_pair.ceiling(delta=claim.delta),
+        canaries_needed=gauss_pair.canaries_needed(claim.epsilon, delta=claim.delta, confidence=confidence),
+    )

@@ -27,6 +27,11 @@ run: the one whose planned counts reject the least private scaled claim (:func:`
 is run at the full alpha, chosen before any score is seen. The last iterate's plan simulates each canary's final
 value (the sum of its observations) and guesses around the pooled scores' median (a function of the run's output,
 which keeps the test valid).
+
+The Gaussian-pair bound (:mod:`dpaudit.audit.gauss_pair`) is planned the same way (:func:`planned_gauss_pair`): its
+projection (all iterates: the likelihood ratio or the sum of the canary's observations; last iterate: the final
+value) and its planned figure, the bound the simulated population's moments give at m canaries. It joins the choice
+of the verdict's one test (:func:`planned_one_run`) when its planned figure is strictly the largest.
 """
 
 from __future__ import annotations
@@ -36,13 +41,22 @@ from dataclasses import dataclass
 
 import numpy as np
 
-from dpaudit.audit.claim_family import candidate_pairs, planned_pair
+from dpaudit.audit import gauss_pair
+from dpaudit.audit.claim_family import _expected_counts, _rejects, candidate_pairs, planned_pair
 from dpaudit.audit.order_stats_claim import order_beats_pair, order_test, planned_mistakes
 from dpaudit.claim import Claim
 from dpaudit.whitebox.layout import CanaryLayout
 from dpaudit.whitebox.scores import all_iterates_scores
 
-__all__ = ["OrderStatsPlan", "candidate_pairs", "planned_guesses", "planned_one_run", "planned_order_stats"]
+__all__ = [
+    "GaussPairPlan",
+    "OrderStatsPlan",
+    "candidate_pairs",
+    "planned_gauss_pair",
+    "planned_guesses",
+    "planned_one_run",
+    "planned_order_stats",
+]
 
 #: Simulated observations per class (members, non-members; canaries x steps) the plan estimates the score
 #: distributions from: the planned count moves by about one standard deviation per 1% of precision, so the
@@ -119,13 +133,65 @@ def planned_order_stats(
     return OrderStatsPlan(r=r, center=center, mistakes=u, scale=scale)
 
 
+@dataclass(frozen=True)
+class GaussPairPlan:
+    """The Gaussian-pair bound planned from the claim: the canaries' ``projection`` ("ratio": the all-iterates
+    likelihood ratio; "sum": the sum of the canary's observations; "final": the last iterate's value) and the
+    ``epsilon`` the simulated population's moments give at m canaries (a plan's figure, not a bound)."""
+
+    projection: str
+    epsilon: float
+
+
+def _gauss_pair_figure(member: np.ndarray, nonmember: np.ndarray, m: int, alpha: float, delta: float) -> float:
+    """The Gaussian-pair bound of m canaries (half members) whose sample moments are the simulated population's."""
+
+    def at(x: np.ndarray, n: int) -> gauss_pair.Moments:
+        pop = gauss_pair.moments(x)
+        return gauss_pair.Moments(n=n, mean=pop.mean, var=pop.var, m4=pop.m4)
+
+    mu = gauss_pair.mu_lower(at(member, m - m // 2), at(nonmember, m // 2), alpha)
+    return gauss_pair.epsilon_of(mu, delta)
+
+
+@functools.lru_cache(maxsize=64)
+def planned_gauss_pair(
+    claim: Claim, unit: str, partners: int, m: int, alpha: float, view: str = "all_iterates"
+) -> GaussPairPlan:
+    """The Gaussian-pair bound of m canaries under ``claim`` for ``view``: all iterates read the projection ("ratio" or
+    "sum") whose planned figure is larger (ties: the ratio); the last iterate reads the final value."""
+    assert claim.delta is not None  # an audited claim states its mechanism
+    size = _plan_size(claim)
+    summed = _gauss_pair_figure(*_simulated_scores(claim, unit, partners, size, "last_iterate"), m, alpha, claim.delta)
+    if view == "last_iterate":
+        return GaussPairPlan(projection="final", epsilon=summed)
+    ratio = _gauss_pair_figure(*_simulated_scores(claim, unit, partners, size), m, alpha, claim.delta)
+    return GaussPairPlan("sum", summed) if summed > ratio else GaussPairPlan("ratio", ratio)
+
+
+def _planned_pair_epsilon(claim: Claim, unit: str, partners: int, m: int, alpha: float) -> float:
+    """The claim-family epsilon the f-DP recursion's planned pair rejects on the simulation (0: none)."""
+    member, nonmember = _simulated_scores(claim, unit, partners, _plan_size(claim))
+    pooled = np.sort(np.concatenate([member, nonmember]))
+    r, v = _expected_counts(member, nonmember, pooled, m, *planned_guesses(claim, unit, partners, m, alpha))
+    _, scale = claim.best_test([_rejects(m, r, v, alpha)]) if v > 0 else (None, None)
+    return claim.epsilon_at(scale) if scale is not None else 0.0
+
+
 @functools.lru_cache(maxsize=64)
 def planned_one_run(claim: Claim, unit: str, partners: int, m: int, alpha: float) -> str:
     """Which one-run test the verdict runs on the first run's canaries (all iterates): "order_stats" or
     "claim_family" (the f-DP recursion), whichever's planned counts reject the less private scaled claim (ties: the
-    order statistics). A function of the claim and the layout alone."""
+    order statistics); then "gauss_pair" instead when its planned figure is strictly larger than the winner's. A
+    function of the claim and the layout alone."""
     order = planned_order_stats(claim, unit, partners, m, alpha)
     member, nonmember = _simulated_scores(claim, unit, partners, _plan_size(claim))
     pair = planned_guesses(claim, unit, partners, m, alpha)
     chosen = order_beats_pair(claim, member, nonmember, m, (order.r, order.mistakes), pair, alpha)
+    if chosen:
+        best = claim.epsilon_at(order.scale) if order.scale is not None else 0.0
+    else:
+        best = _planned_pair_epsilon(claim, unit, partners, m, alpha)
+    if planned_gauss_pair(claim, unit, partners, m, alpha).epsilon > best:
+        return "gauss_pair"
     return "order_stats" if chosen else "claim_family"

@@ -42,6 +42,13 @@ def test_audit_trainer_audits_edp_sgd_dp_sgd_and_writes_the_audit_directory(tmp_
     body = json.loads((out / "whitebox.json").read_text())
     assert body["claim"]["epsilon"] == pytest.approx(4.0, abs=0.01) and body["unit"] == "example"
     assert 0.0 < body["primary"]["epsilon"] <= body["claim"]["epsilon"] and not body["refuted"]
+    # the canary path is named for every kind of canary, and the page says which path the canaries took
+    assert body["settings"]["canary_path"] == "cooperative"
+    assert body["settings"]["canary_paths"] == {"cooperative": 2000}
+    page = (out / "index.html").read_text(encoding="utf-8")
+    assert "Canary path" in page and "2000 canaries: cooperative: the trainer&#39;s audit block" in page
+    # every run's Gaussian-pair bound is shown beside the others, below the claim (a correct trainer)
+    assert all(0.0 <= r["gauss_pair"]["epsilon"] <= body["claim"]["epsilon"] for r in body["one_run"]["last_iterate"])
     rows = [json.loads(line) for line in (out / "scores" / "whitebox.jsonl").read_text().splitlines()]
     assert len(rows) == 2000 and 800 < sum(r["member"] for r in rows) < 1200  # fair coins
     assert "consistent with the claim" in result.output
