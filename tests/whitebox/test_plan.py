@@ -95,3 +95,19 @@ def test_the_claims_sigmas_give_their_stated_epsilon(claim):
     from dpaudit import accounting
 
     assert accounting.epsilon(claim.scaled_event(1.0), claim.delta) == pytest.approx(claim.epsilon, abs=0.02)
+
+
+def test_the_gaussian_pair_plan_is_a_function_of_the_claim_and_picks_the_stronger_test():
+    """The Gaussian pair's plan (projection and figure) is the same on every call; at the benchmark's design its
+    planned figure stays below the claim, and the verdict keeps the order statistics or the pair when they plan higher
+    (on a Gaussian claim, where the projections ARE a Gaussian pair, the fit plans most of the claim)."""
+    from dpaudit.whitebox.plan import planned_gauss_pair, planned_one_run
+
+    plan = planned_gauss_pair(GAUSSIAN, "example", 0, 2000, 0.05)
+    planned_gauss_pair.cache_clear()
+    assert planned_gauss_pair(GAUSSIAN, "example", 0, 2000, 0.05) == plan and plan.projection in ("ratio", "sum")
+    assert 0.5 * GAUSSIAN.epsilon < plan.epsilon < GAUSSIAN.epsilon
+    design = planned_gauss_pair(AUDIT_DESIGN, "example", 0, 100_000, 0.025)
+    assert 0.8 * AUDIT_DESIGN.epsilon < design.epsilon < AUDIT_DESIGN.epsilon
+    assert planned_gauss_pair(AUDIT_DESIGN, "example", 0, 100_000, 0.025, "last_iterate").projection == "final"
+    assert planned_one_run(AUDIT_DESIGN, "example", 0, 100_000, 0.025) == "order_stats"  # planned 0.96 of the claim
