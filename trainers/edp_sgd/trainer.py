@@ -118,6 +118,13 @@ class _Plugin(TorchPlugin):
         if config.peft != "lora":
             return
         start = self.starting_point
+        if config.task == "mlm" and self.head == "fresh" and start is not None:
+            # LoRA freezes every base tensor: a masked-LM head drawn at random here would never be trained.
+            raise UserInputError(
+                f"--peft lora: --init-from {start.given} has no masked-LM head, and LoRA would leave the fresh "
+                "random one untrained; fit one first (dpaudit train --task mlm --init-from it --data-split public "
+                "--non-private), start LoRA from that run, or train without --peft."
+            )
         self.lora = apply_lora(
             self.model,
             task=config.task,

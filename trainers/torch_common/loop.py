@@ -449,6 +449,18 @@ class TorchPlugin(TrainerPlugin):
             self.model, self.tokenizer, self.head = load_model(
                 start.model_dir, config.task, option=option, label_names=self.data.label_names, seed=self.seed
             )
+            if self.head == "fresh" and self.world.primary:  # what transformers' silenced load report would say
+                why = (
+                    "no classification head for this run's labels (its config.json's id2label is another label set, "
+                    "or names none)"
+                    if config.task == "classify"
+                    else "no masked-LM head (its weights hold the encoder only)"
+                )
+                print(
+                    f"note: {option} has {why}: a fresh head drawn from --seed is trained with the run.",
+                    file=sys.stderr,
+                    flush=True,
+                )
             if config.max_length > int(getattr(self.model.config, "max_position_embeddings", config.max_length)):
                 raise UserInputError(
                     f"--max-length {config.max_length} exceeds the start's position table "
@@ -545,7 +557,7 @@ class TorchPlugin(TrainerPlugin):
             **self.data.label_details(),
         }
         if self.head is not None:
-            details["classifier_head"] = self.head
+            details["classifier_head" if config.task == "classify" else "mlm_head"] = self.head
         if plan.private:
             details["noise_decay"] = {
                 "kind": config.noise_decay,

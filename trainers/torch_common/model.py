@@ -25,9 +25,10 @@ same at any padding width and the padding rows get an exactly zero output gradie
 
 from __future__ import annotations
 
+import contextlib
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -43,12 +44,24 @@ from dpaudit.training.tokenizer import special_token_ids
 _LAYER = re.compile(r"^(.*?\.(?:layers?|h)\.\d+)\.")  # BERT's encoder.layer.i, Llama's layers.i, GPT-2's h.i
 
 
+#: Special tokens by which a tokenizer of another family announces itself (RoBERTa's, GPT-2's and Llama's BPE).
+_OTHER_FAMILY_TOKENS = ("<s>", "</s>", "<|endoftext|>", "<pad>", "<mask>")
+
+
 def special_ids(tokenizer: Tokenizer, *, where: str) -> dict[str, int]:
     """Ids of [PAD] [UNK] [CLS] [SEP] [MASK] (:func:`dpaudit.training.tokenizer.special_token_ids`); a tokenizer
-    without one is the user's input error, named by ``where``."""
+    without one is the user's input error, named by ``where``: one of another family (a BPE whose specials are
+    ``<s>`` / ``</s>``, RoBERTa's or GPT-2's) is named as such, with the starts that work."""
     try:
         return special_token_ids(tokenizer)
     except ValueError as err:  # names the missing token
+        other = [t for t in _OTHER_FAMILY_TOKENS if tokenizer.token_to_id(t) is not None]
+        if other:
+            raise UserInputError(
+                f"{where}: its tokenizer is of another family than BERT's WordPiece (it has {', '.join(other)}, "
+                "not [CLS] [SEP] [MASK]); --task classify and mlm read BERT's special tokens: start from a BERT-family "
+                "model with a WordPiece tokenizer.json (bert-base-uncased, MiniLM), or train a causal LM with --task clm."
+            ) from None
         raise UserInputError(f"{where}: {err} Use a BERT WordPiece tokenizer.") from None
 
 
@@ -186,11 +199,13 @@ def load_model(
     ``classify`` reuses its encoder; its classification head only when it is a sequence classifier whose
     ``id2label`` is this run's label set in the same order, else a fresh head initialized from the
     public ``--seed`` (a head of other labels, or of the same labels in another order, would predict the
-    wrong classes). Returns the model, the tokenizer and, for ``classify``, ``"reused"`` or ``"fresh"``
-    (None for ``mlm``). ``option`` names the directory in errors (``--init-from DIR``).
+    wrong classes). A config without ``id2label`` (an encoder such as MiniLM's ``BertModel``, or a classifier that
+    names no labels) gives a fresh head likewise. ``mlm`` from an encoder without a masked-LM head (``BertModel``
+    weights only): a fresh head (``cls.predictions``) from the public ``--seed``, its decoder tied to the word
+    embeddings. Returns the model, the tokenizer and the head's origin: ``"reused"`` or ``"fresh"`` (None for
+    ``clm``). ``option`` names the directory in errors (``--init-from DIR``). transformers' load report is
+    silenced: the head's origin is what it would say, and the trainer says it in one line.
     """
-    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSequenceClassification
-
     if not (path / "config.json").is_file():
         raise UserInputError(f"{option}: no config.json; pass a Hugging Face model directory.")
     if not (path / "tokenizer.json").is_file():
@@ -215,35 +230,64 @@ def load_model(
             f"{task} starts from a BERT-family masked LM or sequence classifier: pass one, or train "
             "this causal LM with --task clm."
         )
-    head = None
     torch.manual_seed(seed)
     try:
-        if task == "classify":
-            head = "reused" if _same_labels(path / "config.json", label_names) else "fresh"
-            model = AutoModelForSequenceClassification.from_pretrained(
-                str(path),
-                num_labels=len(label_names),
-                id2label=dict(enumerate(label_names)),
-                label2id={n: i for i, n in enumerate(label_names)},
-                attn_implementation="eager",
-                ignore_mismatched_sizes=True,
-                use_safetensors=True,
-                local_files_only=True,
-            )
-            if head == "fresh":  # a head of the same shape but other labels would be kept by the load: redrawn
-                torch.manual_seed(seed)
-                classifier = model.classifier
-                with torch.no_grad():
-                    classifier.weight.normal_(0.0, float(model.config.initializer_range))
-                    classifier.bias.zero_()
-        else:
-            auto = AutoModelForCausalLM if task == "clm" else AutoModelForMaskedLM
-            model = auto.from_pretrained(
-                str(path), attn_implementation="eager", use_safetensors=True, local_files_only=True
-            )
+        with _quiet_transformers():
+            model, head = _from_pretrained(path, task, label_names=label_names, seed=seed)
     except (OSError, ValueError, RuntimeError, KeyError) as err:
         raise UserInputError(f"{option}: cannot load it with transformers ({_first_line(err)}).") from None
     return model.eval(), tokenizer, head
+
+
+@contextlib.contextmanager
+def _quiet_transformers() -> Iterator[None]:
+    """transformers' logging at error level inside the block (its load report of missing and unexpected keys)."""
+    from transformers.utils import logging as hf_logging
+
+    level = hf_logging.get_verbosity()
+    hf_logging.set_verbosity_error()
+    try:
+        yield
+    finally:
+        hf_logging.set_verbosity(level)
+
+
+def _from_pretrained(path: Path, task: str, *, label_names: list[str] | None, seed: int) -> tuple[Any, str | None]:
+    """The model of ``task`` from ``path`` and its head's origin (:func:`load_model`)."""
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM, AutoModelForSequenceClassification
+
+    head = None
+    if task == "classify":
+        head = "reused" if _same_labels(path / "config.json", label_names) else "fresh"
+        model = AutoModelForSequenceClassification.from_pretrained(
+            str(path),
+            num_labels=len(label_names),
+            id2label=dict(enumerate(label_names)),
+            label2id={n: i for i, n in enumerate(label_names)},
+            attn_implementation="eager",
+            ignore_mismatched_sizes=True,
+            use_safetensors=True,
+            local_files_only=True,
+        )
+        if head == "fresh":  # a head of the same shape but other labels would be kept by the load: redrawn
+            torch.manual_seed(seed)
+            classifier = model.classifier
+            with torch.no_grad():
+                classifier.weight.normal_(0.0, float(model.config.initializer_range))
+                classifier.bias.zero_()
+    else:
+        auto = AutoModelForCausalLM if task == "clm" else AutoModelForMaskedLM
+        model, info = auto.from_pretrained(
+            str(path),
+            attn_implementation="eager",
+            use_safetensors=True,
+            local_files_only=True,
+            output_loading_info=True,
+        )
+        if task == "mlm":  # an encoder without the masked-LM head: the head transformers drew from --seed
+            missing = [k for k in info.get("missing_keys", ()) if k.startswith("cls.")]
+            head = "fresh" if missing else "reused"
+    return model, head
 
 
 def _is_causal(config_path: Path) -> bool:
