@@ -374,6 +374,9 @@ class ShadowModel(JsonRecord):
     batch_size: int | None = None
     heldout_accuracy: float | None = None
     cached: bool = False
+    #: For a ``--peft lora`` model, what it trained (rank, alpha, targets, adapted modules, modules trained in full,
+    #: the base's state sha256: :func:`dpaudit.scoring.adapters.layout`); None for a model that trained every weight.
+    lora: dict[str, Any] | None = None
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -392,6 +395,10 @@ class ShadowModelsInfo(JsonRecord):
         target_rows, target_steps, target_batch_size: what the models were matched to.
         models: one :class:`ShadowModel` each.
         differences: each way the models train differently from the target (also in the warnings).
+        target_lora: the target's LoRA layout when it is a ``--peft lora`` run (the models then train adapters of the
+            same layout over the same base, each model's ``lora``); None otherwise.
+        scored_as_adapters: the models were scored as adapters over one copy of their base in memory
+            (:mod:`dpaudit.scoring.adapters`), not as k merged models.
     """
 
     schema: str = "dpaudit.shadows/1"
@@ -409,6 +416,8 @@ class ShadowModelsInfo(JsonRecord):
     target_batch_size: int | None = None
     models: tuple[ShadowModel, ...] = ()
     differences: tuple[str, ...] = ()
+    target_lora: dict[str, Any] | None = None
+    scored_as_adapters: bool = False
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -127,6 +127,9 @@ class TargetRecipe:
         imitate: for a recipe named by ``--shadow-trainer`` without a start of its own, the target's model directory:
             each model starts from a fresh copy of its architecture and tokenizer (:func:`_fresh_start_identity`),
             so that its scores and the target's index the same tokens; None: the recipe builds its own model.
+        lora: a ``--peft lora`` target's ``privacy.json`` ``details.trained`` (rank, alpha, targets, the frozen base
+            and its hashes): its models are LoRA adapters of the same layout over the same base, which must still be
+            what the target adapted (:func:`check_lora_base`); None for a target that trained every weight.
     """
 
     trainer: str
@@ -137,6 +140,7 @@ class TargetRecipe:
     utility: tuple[str, float] | None = None
     origin: str = "the target's manifest"
     imitate: str | None = None
+    lora: dict[str, Any] | None = None
 
     @property
     def batch_size(self) -> int | None:
@@ -153,6 +157,7 @@ def check_trained_like_target(attack: str, options: Any, source: Any, run: Any) 
         shadow_dir_paths(options)
         return
     recipe = target_recipe(source, attack, options=options, run=run)
+    check_lora_base(attack, recipe)
     if getattr(options, "shadow_trainer", None):
         trainer = _shadow_trainer(recipe.trainer)
         config, _, _ = plan_config(
@@ -313,6 +318,8 @@ def target_recipe(source: Any, attack: str, *, options: Any = None, run: Any = N
         origin = "the target's manifest"
     steps = (manifest or {}).get("steps")
     steps = steps if isinstance(steps, int) and not isinstance(steps, bool) and steps > 0 else None
+    trained = (getattr(getattr(source, "privacy", None), "details", None) or {}).get("trained")
+    lora = trained if not named and isinstance(trained, dict) and trained.get("peft") == "lora" else None
     recipe = TargetRecipe(
         trainer=trainer,
         config=config,
@@ -322,8 +329,51 @@ def target_recipe(source: Any, attack: str, *, options: Any = None, run: Any = N
         utility=heldout_utility(manifest),
         origin=origin,
         imitate=imitate,
+        lora=lora,
     )
     return recipe
+
+
+def lora_words(lora: dict[str, Any]) -> str:
+    """A LoRA layout in words: ``LoRA adapters (rank 8, alpha 16, on c_attn) over <base>``."""
+    base = (lora.get("base") or {}).get("init_from") or "a random initialization"
+    full = lora.get("modules_trained_in_full") or []
+    alpha = lora.get("alpha")
+    return (
+        f"LoRA adapters (rank {lora.get('rank')}"
+        + (f", alpha {alpha:g}" if isinstance(alpha, (int, float)) else "")
+        + f", on {','.join(lora.get('targets') or [])}"
+        + (f"; {', '.join(full)} trained in full" if full else "")
+        + f") over {base}"
+    )
+
+
+def check_lora_base(attack: str, recipe: TargetRecipe) -> None:
+    """A LoRA target's models train adapters over its base: refuse, before any model trains, a base that is gone or
+    whose weights changed since the target adapted it (the models would adapt another model).
+
+    Raises:
+        UserInputError: one line naming the base and what to do.
+    """
+    if recipe.lora is None:
+        return
+    from dpaudit.scoring.adapters import changed_weights
+
+    base = recipe.lora.get("base") or {}
+    given = base.get("init_from")
+    if not isinstance(given, str):
+        return  # adapters over the preset's random init, drawn again from the public seed by the trainer
+    path = Path(given)
+    model_dir = path / "model" if (path / "model").is_dir() else path
+    why = "is not found here" if not path.is_dir() else None
+    if why is None:
+        changed = changed_weights(model_dir, base.get("weights_sha256"))
+        why = None if changed is None else f"changed since the target adapted it ({changed})"
+    if why is not None:
+        raise UserInputError(
+            f"--attacks {attack}: the target is {lora_words(recipe.lora)}, and that base {why}; its shadow "
+            "models are adapters over the same base: restore it there, or bring trained models with --shadow-dirs."
+        )
 
 
 #: The torch trainers' ``--task`` of each model kind: a shadow of a model trained elsewhere is a model of its kind.
@@ -706,6 +756,7 @@ def announce(what: str, recipe: TargetRecipe, planned: Sequence[_Planned], cache
     how = (
         f"{recipe.trainer}, {'/'.join(map(str, rows))} rows"
         + (f", {'/'.join(map(str, steps))} steps" if steps else "")
+        + (f", {lora_words(recipe.lora)}, the base frozen" if recipe.lora is not None else "")
         + (f"; the target: {recipe.rows} rows" if recipe.rows else "")
         + (f", {recipe.steps} steps" if recipe.steps else "")
     )
@@ -747,6 +798,7 @@ def train_shadows(
 
     start = time.monotonic()
     recipe = recipe or target_recipe(source, attack, options=options, run=run)
+    check_lora_base(attack, recipe)
     trainer = load_trainer(recipe.trainer)
     if getattr(source, "labels", None) is not None and "labels" in {f.name for f in dataclasses.fields(trainer.Config)}:
         # A classifier's shadows get the target's own label set (its config.json id2label, the public one), in its
@@ -797,16 +849,25 @@ def train_shadows(
     done = [_finished(p.model_dir) for p in planned]
     print(f"{attack}: " + announce(what, recipe, planned, sum(done)), file=sys.stderr, flush=True)
     if not all(done):
-        from dpaudit.common.cost_model import shadow_lines  # the measured table, scaled to this machine and load
+        from dpaudit.attacks import shadow_cost
+        from dpaudit.common.cost_model import RATES, shadow_lines, training_work
 
-        # priced as the models that will train (their config and steps: a halved batch, other epochs); the target's
-        # measured training stands for one only when they run its steps at its batch
         first = next(p for p, d in zip(planned, done) if not d)
-        config = dataclasses.asdict(first.config)
-        same = first.steps == recipe.steps and config.get("batch_size") == recipe.batch_size
-        model_dir = getattr(source, "model_dir", None) if same else None
         todo = len(done) - sum(done)
-        for line in shadow_lines(recipe.trainer, config, first.steps, todo=todo, model_dir=model_dir):
+        config = dataclasses.asdict(first.config)
+        lines = None
+        one = training_work(recipe.trainer, config, first.steps)
+        steps_cpu = todo * RATES[one.kind].per_unit * one.units  # their steps' CPU in the table, reference machine
+        if shadow_cost.worth_probing(steps_cpu, getattr(source, "model_dir", None)):
+            private_dir(cache)
+            lines = _probe_estimate(trainer, first, todo, public, pool, run, cache, options)
+        if lines is None:  # the measured table, scaled to this machine and load
+            # priced as the models that will train (their config and steps: a halved batch, other epochs); the
+            # target's measured training stands for one only when they run its steps at its batch
+            same = first.steps == recipe.steps and config.get("batch_size") == recipe.batch_size
+            model_dir = getattr(source, "model_dir", None) if same else None
+            lines = shadow_lines(recipe.trainer, config, first.steps, todo=todo, model_dir=model_dir)
+        for line in lines:
             print(f"{attack}: {line}", file=sys.stderr, flush=True)
         private_dir(cache)
         print(
@@ -891,6 +952,47 @@ def train_shadows(
     return out, notes
 
 
+def _probe_estimate(
+    trainer: Any,
+    first: _Planned,
+    todo: int,
+    public: list[dict[str, Any]],
+    pool: ShadowPool,
+    run: Any,
+    cache: Path,
+    options: Any,
+) -> list[str] | None:
+    """The estimate measured on a probe of the first model's recipe (:mod:`dpaudit.attacks.shadow_cost`), or None when
+    no probe can stand for the models (a fresh start per model, parallel workers, too few rows, a failed probe)."""
+    from dpaudit.attacks import shadow_cost
+
+    workers = getattr(options, "workers", None) or 1
+    if first.fresh_from is not None or first.steps is None or workers > 1 or getattr(options, "ray_address", None):
+        return None
+    config, need = shadow_cost.probe_config(first.config, len(first.rows_in))
+    home = cache / f".probe-{first.home.name}"
+    shadow_cost.remove_probe(home)
+    try:
+        private_dir(home)
+        write_shadow_data(
+            home / "data",
+            train=first.rows_in[:need],
+            heldout=first.rows_out,
+            public=public,
+            labelled=pool.labels is not None,
+            target_manifest=run.manifest,
+            source=run,
+        )
+        probe = shadow_cost.probe_cost(trainer, config, home / "data", home / "model", seed=first.spec.seed)
+    except (UserInputError, ValueError, RuntimeError, OSError):
+        probe = None
+    finally:
+        shadow_cost.remove_probe(home)
+    if probe is None:
+        return None
+    return shadow_cost.probe_lines(probe, first.config, first.steps, todo=todo)
+
+
 def _prepare(p: _Planned, public: list[dict[str, Any]], pool: ShadowPool, run: Any) -> None:
     """The cache entry's identity and data directory (kept when already written: an interrupted run resumes from its
     checkpoints; a leftover without any is removed, as this cache wrote it)."""
@@ -960,6 +1062,7 @@ def models_info(
     """The :class:`~dpaudit.attacks.results.ShadowModelsInfo` of an attack's models, and its warnings: the
     differences from the target, and a mismatch of mean held-out accuracy beyond :data:`ACCURACY_MARGIN`."""
     from dpaudit.attacks.results import ShadowModel, ShadowModelsInfo
+    from dpaudit.scoring.adapters import layout, lora_record
 
     values = [m.utility[1] for m in models if m.utility is not None]
     names = {m.utility[0] for m in models if m.utility is not None}
@@ -967,6 +1070,15 @@ def models_info(
     mean = float(np.mean(values)) if values else None
     mismatch = bool(target is not None and mean is not None and abs(mean - target[1]) > ACCURACY_MARGIN)
     warnings = list(notes)
+    lora = recipe.lora if recipe is not None else None
+    target_lora = layout(lora) if lora is not None else None
+    layouts = [None if r is None else layout(r) for r in (lora_record(m.path) for m in models)]
+    if lora is not None and any(x != target_lora for x in layouts):
+        odd = sum(x != target_lora for x in layouts)
+        warnings.append(
+            f"{odd} of the {len(models)} {role} models are not {lora_words(lora)} like the target "
+            "(privacy.json details.trained): the attack is calibrated on models unlike the target."
+        )
     if mismatch and target is not None and mean is not None:  # (mismatch says both are)
         warnings.insert(
             0,
@@ -997,10 +1109,13 @@ def models_info(
                 batch_size=m.batch_size,
                 heldout_accuracy=None if m.utility is None else m.utility[1],
                 cached=m.cached,
+                lora=x,
             )
-            for m in models
+            for m, x in zip(models, layouts)
         ),
         differences=tuple(notes),
+        target_lora=target_lora,
+        scored_as_adapters=bool(models) and _shared_base(tuple(str(m.path) for m in models))[0] is not None,
     )
     return info, warnings
 
@@ -1096,10 +1211,29 @@ def check_same_tokenizer(target: Any, other: Any, *, option: str) -> None:
         )
 
 
-def load_scorers(context: Any, models: Sequence[TrainedShadow]) -> list[Any]:
-    """Scorers for trained shadows, with the target's batch size and device."""
-    from dpaudit.scoring import load
+@functools.lru_cache(maxsize=8)
+def _shared_base(paths: tuple[str, ...]) -> tuple[Any, str]:
+    """:func:`dpaudit.scoring.adapters.shared_base` of these models, once per run (it hashes the base's weights)."""
+    from dpaudit.scoring.adapters import shared_base
 
+    return shared_base([Path(p) for p in paths])
+
+
+def load_scorers(context: Any, models: Sequence[TrainedShadow]) -> list[Any]:
+    """Scorers for trained shadows, with the target's batch size and device: LoRA models over one base (a LoRA
+    target's) as adapters over one copy of it in memory (:mod:`dpaudit.scoring.adapters`), others one by one."""
+    from dpaudit.scoring import load, resolve_model
+
+    base, _ = _shared_base(tuple(str(m.path) for m in models)) if models else (None, "")
+    if base is not None:
+        from dpaudit.scoring.adapters import load_adapter_scorers
+
+        sources = [resolve_model(m.path, option="shadow model") for m in models]
+        scorers = load_adapter_scorers(
+            base, sources, batch_size=context.scorer.batch_size, device=context.scorer.device
+        )
+        check_same_tokenizer(context.scorer, scorers[0], option="shadow model")
+        return scorers
     scorers = []
     for m in models:
         s = load(m.path, batch_size=context.scorer.batch_size, device=context.scorer.device, progress=False)

@@ -1,0 +1,187 @@
+"""What the shadow models will cost, measured before they train: a probe of the first model's recipe, timed here.
+
+The measured table of :mod:`dpaudit.common.cost_model` prices a training by its kind and tokens, fitted on the demo's
+trainings on one machine. On shadow models it was 2-4x off (``benchmarks/bench_lora_shadows.py``: 24-step DP causal
+LM shadows estimated at 5 CPU s each, measured 1.4): a model's fixed cost (loading its start, LoRA's base hash, the
+accountant's calibration, evaluations, export) and its cost per step depend on the preset, the task, the privacy mode
+and ``--peft``, none of which the table's two numbers per kind can hold, and the wall time on a shared machine depends
+on the load of the minutes that follow, not on a load average.
+
+So the estimate of costly models is measured (:func:`worth_probing`: the table prices their steps at a minute of CPU
+or more, or the target is larger than the models the table was fitted on): the first model to train is run once as a
+probe, with its own config, start, held-out rows and batch size, on :data:`PROBE_STEPS` batches of its rows, one
+metrics row per step (``log_every`` 1), by the same trainer, in this process, under the current load. From the
+probe:
+
+- ``step``: the seconds of one optimizer step, the mean of the probe's per-step windows (each metrics row's batch over
+  its examples per second) without the first (the step's warm-up) and the last (it holds the final evaluation);
+- ``evaluation``: the last window less one step (one held-out evaluation);
+- ``fixed``: the probe's wall time less its steps and that evaluation (start-up, loading, accounting, export), the
+  first step counted as a steady one (its excess, compiling the step, is shared by every model of those shapes).
+
+A model of ``steps`` steps and ``e`` evaluations is then ``fixed + steps x step + e x evaluation``; ``k`` models are k
+of them, one after the other. CPU is the same figure times the probe's CPU / wall. The probe's folder is removed; its
+cost is said beside the estimate. When a probe cannot run (a recipe started from a fresh copy of a model trained
+elsewhere, parallel ``--workers``, a trainer error), the measured table's estimate is printed as before.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib.util
+import io
+import json
+import math
+import shutil
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from dpaudit.common.cost_model import format_minutes
+
+__all__ = [
+    "PROBE_STEPS",
+    "ProbeCost",
+    "model_seconds",
+    "probe_config",
+    "probe_cost",
+    "probe_lines",
+    "worth_probing",
+]
+
+#: Optimizer steps of the probe: a warm-up step, steady steps, and the last one with the final evaluation.
+PROBE_STEPS = 6
+#: The probe runs when the measured table prices the models' steps at this many CPU seconds or more on the reference
+#: machine (below, a probe of a second or more is a large share of what it measures, and the table's error is
+#: seconds; the steps only: the table's fixed cost of a jax-bert model, compiling its step, is paid once per process
+#: by models of the same shapes) ...
+PROBE_ABOVE_CPU_S = 60.0
+#: ... or when the target's weights are larger than this: the table was fitted on the demo's tiny models (under 2 MB of
+#: weights), and its price of a token does not grow with the model.
+PROBE_ABOVE_WEIGHT_BYTES = 10 * 2**20
+
+
+def worth_probing(table_cpu: float, model_dir: Path | None) -> bool:
+    """Whether to measure a probe (:data:`PROBE_ABOVE_CPU_S`, :data:`PROBE_ABOVE_WEIGHT_BYTES`) rather than print the
+    measured table's estimate, whose steps cost ``table_cpu`` CPU seconds on the reference machine."""
+    if table_cpu >= PROBE_ABOVE_CPU_S:
+        return True
+    if model_dir is None or not Path(model_dir).is_dir():
+        return False
+    weights = sum(p.stat().st_size for p in Path(model_dir).glob("*.safetensors") if p.is_file())
+    return weights > PROBE_ABOVE_WEIGHT_BYTES
+
+
+@dataclass(frozen=True)
+class ProbeCost:
+    """The probe's measurement: seconds per step, per evaluation and fixed per model; its own wall and CPU."""
+
+    step: float
+    evaluation: float
+    fixed: float
+    wall: float
+    cpu: float
+    steps: int
+
+
+def _fields(config: Any) -> set[str]:
+    return {f.name for f in dataclasses.fields(config)}
+
+
+def probe_config(config: Any, rows: int) -> tuple[Any, int]:
+    """The probe's Config (``config`` run for :data:`PROBE_STEPS` steps, one metrics row per step) and the train rows
+    it needs: a trainer counted in epochs gets one epoch of ``PROBE_STEPS`` batches, one counted in steps (jax-bert)
+    that many steps on ``rows``."""
+    fields = _fields(config)
+    change: dict[str, Any] = {}
+    if "log_every" in fields:
+        change["log_every"] = 1
+    batch = getattr(config, "batch_size", None)
+    if "epochs" in fields and isinstance(batch, int) and batch > 0:
+        change["epochs"] = 1
+        need = batch * PROBE_STEPS
+        if "dataset_size" in fields:
+            change["dataset_size"] = None
+    else:
+        change["steps"] = PROBE_STEPS
+        if "warmup_steps" in fields and getattr(config, "warmup_steps", 0) >= PROBE_STEPS:
+            change["warmup_steps"] = 0
+        if "batch_schedule" in fields:
+            change["batch_schedule"] = None
+        need = rows
+    return dataclasses.replace(config, **change), need
+
+
+def evaluations(config: Any, steps: int) -> int:
+    """Held-out evaluations a run of ``steps`` steps makes besides the last one (``eval_every``; the skeleton's
+    ``_after_step``)."""
+    every = getattr(config, "eval_every", None)
+    return max(0, (steps - 1) // every) if isinstance(every, int) and every > 0 else 0
+
+
+def _read_windows(model_dir: Path) -> list[float]:
+    """Seconds of each metrics row's window (its batch over its examples per second), in step order."""
+    windows = []
+    try:
+        lines = (model_dir / "metrics.jsonl").read_text(encoding="utf-8").splitlines()
+    except OSError:
+        return []
+    for line in lines:
+        try:
+            row = json.loads(line)
+        except ValueError:
+            continue
+        rate, batch = row.get("examples_per_s"), row.get("batch_size")
+        if isinstance(rate, (int, float)) and rate > 0 and isinstance(batch, (int, float)):
+            windows.append(float(batch) / float(rate))
+    return windows
+
+
+def probe_cost(trainer: Any, config: Any, data_dir: Path, out_dir: Path, *, seed: int) -> ProbeCost | None:
+    """Train the probe (``config`` from :func:`probe_config`, data written by the caller) and measure it; None when
+    its metrics hold too few per-step windows."""
+    if getattr(config, "peft", None) == "lora" and importlib.util.find_spec("peft") is not None:
+        import peft  # noqa: F401 - imported once per process: a cost the probe must not count as every model's
+
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # as the fleet's
+        trainer.train(data_dir, out_dir, config, seed=seed)
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    windows = _read_windows(out_dir)
+    if len(windows) < 3:
+        return None
+    steady = windows[1:-1]
+    step = sum(steady) / len(steady)
+    evaluation = max(0.0, windows[-1] - step)
+    # the first step's excess over a steady one (compiling the step: shared by every model of the same shapes in this
+    # process, as jax-bert's) is the probe's alone
+    fixed = max(0.0, wall - windows[0] - step * (len(windows) - 1) - evaluation)
+    return ProbeCost(step=step, evaluation=evaluation, fixed=fixed, wall=wall, cpu=cpu, steps=len(windows))
+
+
+def model_seconds(probe: ProbeCost, config: Any, steps: int) -> float:
+    """Wall seconds of one model of ``steps`` steps under ``config`` (module docstring)."""
+    return probe.fixed + steps * probe.step + (1 + evaluations(config, steps)) * probe.evaluation
+
+
+def probe_lines(probe: ProbeCost, config: Any, steps: int, *, todo: int) -> list[str]:
+    """The estimate's two lines: CPU and wall of ``todo`` models of ``steps`` steps, and how they were measured."""
+    one = model_seconds(probe, config, steps)
+    wall = todo * one
+    cpu = wall * (probe.cpu / probe.wall if probe.wall > 0 else 1.0)
+    plural = "s" if todo > 1 else ""
+    return [
+        f"estimated CPU time of {todo} shadow model{plural}: {format_minutes(cpu)} ({format_minutes(cpu / todo)} "
+        f"each: measured on a {probe.steps}-step probe of the first one's recipe, which took "
+        f"{format_minutes(probe.wall)}: {probe.step * 1000:.0f} ms a step, {math.ceil(probe.fixed * 10) / 10:g} s "
+        "start-up and export)",
+        f"estimated wall time at the current load (measured now, one model after the other): about "
+        f"{format_minutes(wall)}",
+    ]
+
+
+def remove_probe(path: Path) -> None:
+    """The probe's folder, gone (it trained on rows of the target's data)."""
+    shutil.rmtree(path, ignore_errors=True)

@@ -1,0 +1,119 @@
+"""Shadow models of a LoRA target are LoRA adapters of its layout over its one base, scored over one copy of it.
+
+A tiny causal LM start (public rows) and a ``--peft lora`` target fine-tuned from it (in process, about a second
+each); LiRA with two shadows end to end: every shadow records the target's rank, targets and base state sha256, its
+merged weights equal the base's everywhere but the adapted modules (the base was not retrained), the adapter file
+holds only rank-r A and B tensors, and the shadows were scored as adapters over one base (the same logits as their
+merged models). A base changed since the target adapted it is refused before any shadow trains.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+
+import numpy as np
+import pytest
+
+from dpaudit.common.errors import UserInputError
+
+pytest.importorskip("peft")
+
+
+@pytest.fixture(scope="module")
+def lora_target(data_dir, tmp_path_factory):
+    """(public start, LoRA target over it): edp-sgd, tiny, in process."""
+    from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
+    from dpaudit.trainers.edp_sgd.trainer import EdpSgdTrainer
+
+    root = tmp_path_factory.mktemp("lora-shadows")
+    common = dict(
+        preset="tiny", mode="sgd", batch_size=16, max_length=16, vocab_size=128, eval_examples=8, noise_seed=1
+    )
+    start, target = root / "start", root / "target"
+    EdpSgdTrainer().train(data_dir, start, EdpSgdConfig(task="clm", data_split="public", epochs=1, **common), seed=0)
+    config = EdpSgdConfig(
+        task="clm", init_from=str(start), epochs=2, learning_rate=3e-3, peft="lora", lora_rank=4, **common
+    )
+    EdpSgdTrainer().train(data_dir, target, config, seed=0)
+    return start, target
+
+
+def _tensors(path):
+    from safetensors.numpy import load_file
+
+    return load_file(str(path))
+
+
+def test_a_lora_targets_shadows_are_adapters_over_its_base_scored_over_one_copy(lora_target, data_dir, tmp_path):
+    import dpaudit
+    from dpaudit.scoring import load, resolve_model
+    from dpaudit.scoring.adapters import load_adapter_scorers, shared_base
+
+    start, target = lora_target
+    trained = json.loads((target / "privacy.json").read_text())["details"]["trained"]
+    cache = tmp_path / "shadows"
+    results = dpaudit.attack(
+        target,
+        data_dir,
+        ["lira"],
+        progress=False,
+        shadow_models=2,
+        shadow_cache=cache,
+        mia_examples=16,
+        blind_baseline=False,
+    )
+    lira = results["lira"]
+    info = lira.shadow_models
+    assert info.target_lora["rank"] == 4 and info.target_lora["targets"] == trained["targets"]
+    assert info.target_lora["base_state_sha256"] == trained["base"]["state_sha256"]
+    assert len(info.models) == 2 and all(m.lora == info.target_lora for m in info.models)
+    assert info.scored_as_adapters
+    assert not any("not LoRA adapters" in w for w in lira.warnings)
+    assert lira["examples"].n_members == 16  # it ran end to end
+
+    base = _tensors(start / "model" / "model.safetensors")
+    runs = []
+    for m in info.models:
+        run = cache / m.path.split("/")[-2] / "model"
+        runs.append(run)
+        shadow = _tensors(run / "model" / "model.safetensors")
+        assert shadow.keys() == base.keys()
+        adapted = [k for k in base if any(k.startswith(a + ".") for a in trained["adapted_modules"])]
+        assert adapted and all(not np.array_equal(shadow[k], base[k]) for k in adapted if k.endswith("weight"))
+        frozen = [k for k in base if k not in adapted]
+        assert all(np.array_equal(shadow[k], base[k]) for k in frozen)  # the base was not retrained
+        adapter = _tensors(run / "model" / "adapter" / "adapter_model.safetensors")
+        assert adapter and all("lora_A" in k or "lora_B" in k for k in adapter)
+        assert all(4 in v.shape for v in adapter.values())  # rank 4
+
+    # one base in memory, each model's adapter by name: the same losses as the merged models
+    found, why = shared_base(runs)
+    assert found is not None and found.source.model_dir == start / "model", why
+    sources = [resolve_model(r) for r in runs]
+    adapters = load_adapter_scorers(found, sources, batch_size=8, device="cpu")
+    assert adapters[0].model is adapters[1].model  # one model object, two adapters
+    texts = ["set an alarm at 7 am", "play some jazz in the kitchen", "turn off the hallway lights"]
+    merged = [load(s, batch_size=8, device="cpu", progress=False) for s in sources]
+    first = adapters[0].example_losses(texts)
+    for a, m in zip(adapters, merged):
+        assert np.allclose(a.example_losses(texts), m.example_losses(texts), atol=1e-5)
+    assert np.array_equal(adapters[0].example_losses(texts), first)  # switching back restores the first adapter
+    assert not np.allclose(first, adapters[1].example_losses(texts), atol=1e-6)
+
+
+def test_a_lora_targets_changed_base_is_refused_before_any_shadow_trains(lora_target):
+    from dpaudit.attacks.shadow_models import check_lora_base, target_recipe
+    from dpaudit.scoring import resolve_model
+
+    _, target = lora_target
+    recipe = target_recipe(resolve_model(target), "lira")
+    assert recipe.lora is not None and recipe.lora["rank"] == 4
+    check_lora_base("lira", recipe)  # the base as the target adapted it: accepted
+    base = dict(recipe.lora["base"], weights_sha256={"model.safetensors": "0" * 64})
+    changed = dataclasses.replace(recipe, lora=dict(recipe.lora, base=base))
+    with pytest.raises(UserInputError) as err:
+        check_lora_base("lira", changed)
+    message = str(err.value)
+    assert "\n" not in message and "changed since the target adapted it" in message
+    assert "LoRA adapters (rank 4" in message and "--shadow-dirs" in message

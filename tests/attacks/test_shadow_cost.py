@@ -1,0 +1,98 @@
+"""The shadow models' estimate measured on a probe (dpaudit.attacks.shadow_cost): its structure, on a fake trainer.
+
+No wall-clock assert: the fake trainer writes known per-step windows (batch / examples per second) and returns at
+once; the estimate is then linear in the models' steps and count, the evaluations ``eval_every`` adds are priced, the
+probe's config runs one epoch of PROBE_STEPS batches (or that many steps), and the decision to probe follows the
+table's price and the target's size. How close the estimate comes on real trainings is benchmarks/
+bench_lora_shadows.py's to say.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+from dpaudit.attacks import shadow_cost
+from dpaudit.attacks.shadow_cost import PROBE_STEPS, ProbeCost, model_seconds, probe_config, probe_cost, probe_lines
+
+
+@dataclass(frozen=True)
+class EpochConfig:
+    epochs: int = 3
+    batch_size: int = 32
+    log_every: int = 10
+    dataset_size: int | None = 5000
+    eval_every: int | None = None
+
+
+@dataclass(frozen=True)
+class StepConfig:
+    steps: int = 500
+    batch_size: int = 64
+    log_every: int = 10
+    warmup_steps: int = 50
+    batch_schedule: str | None = "64:100,128:400"
+    eval_every: int = 100
+
+
+class FakeTrainer:
+    """Writes a metrics row per step: batch 10 at 100 examples/s (0.1 s), the first at 10/s (1 s: a compile), the
+    last at 10/6 per s (6 s: a step and a 5 s evaluation)."""
+
+    def train(self, data_dir: Path, out_dir: Path, config, *, seed: int) -> None:
+        out_dir.mkdir(parents=True)
+        rates = [10.0] + [100.0] * (PROBE_STEPS - 2) + [10 / 6]
+        rows = [{"step": i + 1, "batch_size": 10, "examples_per_s": r} for i, r in enumerate(rates)]
+        (out_dir / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+
+
+def test_the_probe_measures_a_step_an_evaluation_and_the_rest(tmp_path):
+    probe = probe_cost(FakeTrainer(), EpochConfig(), tmp_path / "data", tmp_path / "model", seed=0)
+    assert probe is not None and probe.steps == PROBE_STEPS
+    assert probe.step == pytest.approx(0.1) and probe.evaluation == pytest.approx(5.9)
+    assert probe.fixed == 0.0  # the fake returned at once: never negative
+
+
+def test_the_estimate_is_linear_in_steps_and_models_and_prices_evaluations():
+    probe = ProbeCost(step=0.5, evaluation=3.0, fixed=10.0, wall=20.0, cpu=30.0, steps=PROBE_STEPS)
+    config = EpochConfig()
+    one, two = model_seconds(probe, config, 100), model_seconds(probe, config, 200)
+    assert one == pytest.approx(10.0 + 50.0 + 3.0) and two - one == pytest.approx(100 * 0.5)
+    assert model_seconds(probe, StepConfig(), 500) == pytest.approx(10.0 + 250.0 + 5 * 3.0)  # 4 more evaluations
+
+    def seconds(line: str) -> float:
+        figure = line.split(": ")[1].split(" (")[0] if "CPU" in line else line.rsplit("about ", 1)[1]
+        number, unit = figure.split()
+        return float(number) * (60 if unit.startswith("min") else 1)
+
+    small = ProbeCost(step=0.1, evaluation=1.0, fixed=2.0, wall=4.0, cpu=6.0, steps=PROBE_STEPS)  # 13 s a model
+    lines1, lines4 = (probe_lines(small, config, 100, todo=k) for k in (1, 4))
+    assert seconds(lines1[1]) == 13 and seconds(lines4[1]) == 52  # wall: k models, one after the other
+    assert seconds(lines1[0]) == 20  # CPU: the wall times the probe's CPU / wall (19.5, rounded up)
+    assert "6-step probe" in lines1[0] and "100 ms a step" in lines1[0]
+
+
+def test_the_probe_config_runs_probe_steps_batches_one_row_each():
+    config, rows = probe_config(EpochConfig(), 10_000)
+    assert (config.epochs, config.log_every, config.dataset_size, config.batch_size) == (1, 1, None, 32)
+    assert rows == 32 * PROBE_STEPS
+    config, rows = probe_config(StepConfig(), 700)
+    assert (config.steps, config.warmup_steps, config.batch_schedule, config.log_every) == (PROBE_STEPS, 0, None, 1)
+    assert rows == 700
+
+
+def test_a_probe_runs_for_costly_or_large_models_only(tmp_path):
+    assert shadow_cost.worth_probing(shadow_cost.PROBE_ABOVE_CPU_S, None)
+    assert not shadow_cost.worth_probing(5.0, None)
+    small = tmp_path / "small"
+    small.mkdir()
+    (small / "model.safetensors").write_bytes(b"0" * 1000)
+    assert not shadow_cost.worth_probing(5.0, small)
+    large = tmp_path / "large"
+    large.mkdir()
+    with open(large / "model.safetensors", "wb") as f:
+        f.truncate(shadow_cost.PROBE_ABOVE_WEIGHT_BYTES + 1)  # sparse: no bytes written
+    assert shadow_cost.worth_probing(5.0, large)
