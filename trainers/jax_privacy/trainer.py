@@ -78,7 +78,11 @@ def _inject_setup(data_dir: Path, config: JaxPrivacyConfig, seed: int) -> _Built
     )
     encoded = encode_texts(tokenizer, list(data.split(TRAIN).texts), max_length=config.max_length)
     specials = special_token_ids(tokenizer)
-    keys = jax.random.split(jax.random.fold_in(jax.random.PRNGKey(seed), 1), len(encoded["input_ids"]))
+    # each row's mask keyed by its own content (jax-bert's content keys), never by its index: one row joining or
+    # leaving must not change another row's mask (docs/privacy.md, "One example's contribution")
+    base = jax.random.fold_in(jax.random.PRNGKey(seed), 1)
+    words = jnp.asarray(encoded["content_key"], jnp.uint32)
+    keys = jax.vmap(lambda w: jax.random.fold_in(jax.random.fold_in(base, w[0]), w[1]))(words)
     mask = functools.partial(
         mask_tokens,
         mask_token_id=specials["mask"],
