@@ -16,8 +16,11 @@ probe:
 - ``step``: the seconds of one optimizer step, the mean of the probe's per-step windows (each metrics row's batch over
   its examples per second) without the first (the step's warm-up) and the last (it holds the final evaluation);
 - ``evaluation``: the last window less one step (one held-out evaluation);
-- ``fixed``: the probe's wall time less its steps and that evaluation (start-up, loading, accounting, export), the
-  first step counted as a steady one (its excess, compiling the step, is shared by every model of those shapes).
+- ``fixed``: the probe's wall time less its steps, that evaluation and its privacy plan (start-up, loading, export),
+  the first step counted as a steady one (its excess, compiling the step, is shared by every model of those shapes);
+- the models' privacy plan (calibrating sigma to the target's epsilon: PLD accounting, tens of seconds on this
+  machine for some (q, steps), and the same for every model) is made now with their own q and steps, timed, and said
+  apart: the accountant keeps its results in this process, so the models reuse it.
 
 A model of ``steps`` steps and ``e`` evaluations is then ``fixed + steps x step + e x evaluation``; ``k`` models are k
 of them, one after the other. CPU is the same figure times the probe's CPU / wall. The probe's folder is removed; its
@@ -84,6 +87,7 @@ class ProbeCost:
     wall: float
     cpu: float
     steps: int
+    planning: float | None = None
 
 
 def _fields(config: Any) -> set[str]:
@@ -139,15 +143,41 @@ def _read_windows(model_dir: Path) -> list[float]:
     return windows
 
 
-def probe_cost(trainer: Any, config: Any, data_dir: Path, out_dir: Path, *, seed: int) -> ProbeCost | None:
+def probe_cost(
+    trainer: Any,
+    config: Any,
+    data_dir: Path,
+    out_dir: Path,
+    *,
+    seed: int,
+    real: Any = None,
+    real_rows: int | None = None,
+) -> ProbeCost | None:
     """Train the probe (``config`` from :func:`probe_config`, data written by the caller) and measure it; None when
-    its metrics hold too few per-step windows."""
+    its metrics hold too few per-step windows. With ``real`` (the models' Config) and ``real_rows``, the models' own
+    privacy plan is made now and timed (:func:`_plan_now`)."""
+    from dpaudit.training import skeleton
+
     if getattr(config, "peft", None) == "lora" and importlib.util.find_spec("peft") is not None:
         import peft  # noqa: F401 - imported once per process: a cost the probe must not count as every model's
 
+    calls: list[tuple[dict[str, Any], float]] = []
+    original = skeleton.plan_privacy
+
+    def timed(**kwargs: Any) -> Any:
+        start = time.perf_counter()
+        try:
+            return original(**kwargs)
+        finally:
+            calls.append((kwargs, time.perf_counter() - start))
+
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # as the fleet's
-        trainer.train(data_dir, out_dir, config, seed=seed)
+    skeleton.plan_privacy = timed  # the probe's plan (its own q and steps) is timed apart: not the models' cost
+    try:
+        with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # as the fleet's
+            trainer.train(data_dir, out_dir, config, seed=seed)
+    finally:
+        skeleton.plan_privacy = original
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     windows = _read_windows(out_dir)
     if len(windows) < 3:
@@ -156,9 +186,47 @@ def probe_cost(trainer: Any, config: Any, data_dir: Path, out_dir: Path, *, seed
     step = sum(steady) / len(steady)
     evaluation = max(0.0, windows[-1] - step)
     # the first step's excess over a steady one (compiling the step: shared by every model of the same shapes in this
-    # process, as jax-bert's) is the probe's alone
-    fixed = max(0.0, wall - windows[0] - step * (len(windows) - 1) - evaluation)
-    return ProbeCost(step=step, evaluation=evaluation, fixed=fixed, wall=wall, cpu=cpu, steps=len(windows))
+    # process, as jax-bert's) is the probe's alone, and so is its privacy plan
+    fixed = max(0.0, wall - windows[0] - step * (len(windows) - 1) - evaluation - sum(t for _, t in calls))
+    planning = _plan_now(original, calls[0][0], real, real_rows) if calls and real is not None and real_rows else None
+    return ProbeCost(
+        step=step, evaluation=evaluation, fixed=fixed, wall=wall, cpu=cpu, steps=len(windows), planning=planning
+    )
+
+
+def _plan_now(plan_privacy: Any, probe_request: dict[str, Any], real: Any, rows: int) -> float | None:
+    """Seconds of the models' own privacy plan, made now: the probe's request with the models' rows and epochs (a
+    trainer counted in epochs, one stage of ceil(N / batch) steps per epoch, its noise decay over its epochs). The accountant keeps
+    its results in this process, so the models reuse it instead of paying it each. None when the request is of
+    another shape (the models then pay their plan, as the probe's own was not counted)."""
+    from dpaudit.training.privacy_plan import decay_schedule
+
+    epochs, batch = getattr(real, "epochs", None), getattr(real, "batch_size", None)
+    if not (isinstance(epochs, int) and isinstance(batch, int) and batch > 0):
+        return None
+    if len(probe_request.get("stages") or ()) != 1:
+        return None
+    schedule = None
+    if probe_request.get("noise_schedule") is not None:  # one sigma per epoch: the models' epochs
+        decay = getattr(real, "noise_decay", None)
+        if not isinstance(decay, str):
+            return None
+        rate, floor = getattr(real, "decay_rate", 0.0), getattr(real, "sigma_min", None)
+        schedule = decay_schedule(decay, epochs=epochs, rate=rate, sigma_min=floor)
+    size = getattr(real, "dataset_size", None) or rows
+    request = dict(
+        probe_request,
+        dataset_size=rows,
+        declared_size=getattr(real, "dataset_size", None),
+        stages=[(math.ceil(size / batch), batch)] * epochs,
+        noise_schedule=schedule,
+    )
+    start = time.perf_counter()
+    try:
+        plan_privacy(**request)
+    except Exception:  # noqa: BLE001 - a plan the models would refuse themselves: they say so when they run
+        return None
+    return time.perf_counter() - start
 
 
 def model_seconds(probe: ProbeCost, config: Any, steps: int) -> float:
@@ -172,11 +240,16 @@ def probe_lines(probe: ProbeCost, config: Any, steps: int, *, todo: int) -> list
     wall = todo * one
     cpu = wall * (probe.cpu / probe.wall if probe.wall > 0 else 1.0)
     plural = "s" if todo > 1 else ""
+    plan = (
+        f"; their privacy plan, made now in {math.ceil(probe.planning * 10) / 10:g} s, is reused by each"
+        if probe.planning is not None
+        else ""
+    )
     return [
         f"estimated CPU time of {todo} shadow model{plural}: {format_minutes(cpu)} ({format_minutes(cpu / todo)} "
         f"each: measured on a {probe.steps}-step probe of the first one's recipe, which took "
         f"{format_minutes(probe.wall)}: {probe.step * 1000:.0f} ms a step, {math.ceil(probe.fixed * 10) / 10:g} s "
-        "start-up and export)",
+        f"start-up and export{plan})",
         f"estimated wall time at the current load (measured now, one model after the other): about "
         f"{format_minutes(wall)}",
     ]

@@ -983,7 +983,15 @@ def _probe_estimate(
             target_manifest=run.manifest,
             source=run,
         )
-        probe = shadow_cost.probe_cost(trainer, config, home / "data", home / "model", seed=first.spec.seed)
+        probe = shadow_cost.probe_cost(
+            trainer,
+            config,
+            home / "data",
+            home / "model",
+            seed=first.spec.seed,
+            real=first.config,
+            real_rows=len(first.rows_in),
+        )
     except (UserInputError, ValueError, RuntimeError, OSError):
         probe = None
     finally:
