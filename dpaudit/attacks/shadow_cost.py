@@ -234,6 +234,11 @@ def model_seconds(probe: ProbeCost, config: Any, steps: int) -> float:
     return probe.fixed + steps * probe.step + (1 + evaluations(config, steps)) * probe.evaluation
 
 
+def _seconds(value: float) -> str:
+    """Seconds rounded up, to a tenth below 10 s (whole seconds would add up to a quarter to a few-second model)."""
+    return f"{math.ceil(value * 10) / 10:.1f} s" if value < 10 else format_minutes(value)
+
+
 def probe_lines(probe: ProbeCost, config: Any, steps: int, *, todo: int) -> list[str]:
     """The estimate's two lines: CPU and wall of ``todo`` models of ``steps`` steps, and how they were measured."""
     one = model_seconds(probe, config, steps)
@@ -246,12 +251,11 @@ def probe_lines(probe: ProbeCost, config: Any, steps: int, *, todo: int) -> list
         else ""
     )
     return [
-        f"estimated CPU time of {todo} shadow model{plural}: {format_minutes(cpu)} ({format_minutes(cpu / todo)} "
+        f"estimated CPU time of {todo} shadow model{plural}: {_seconds(cpu)} ({_seconds(cpu / todo)} "
         f"each: measured on a {probe.steps}-step probe of the first one's recipe, which took "
-        f"{format_minutes(probe.wall)}: {probe.step * 1000:.0f} ms a step, {math.ceil(probe.fixed * 10) / 10:g} s "
-        f"start-up and export{plan})",
-        f"estimated wall time at the current load (measured now, one model after the other): about "
-        f"{format_minutes(wall)}",
+        f"{_seconds(probe.wall)}: {probe.step * 1000:.0f} ms a step, {_seconds(probe.fixed)} start-up and "
+        f"export{plan})",
+        f"estimated wall time at the current load (measured now, one model after the other): about {_seconds(wall)}",
     ]
 
 

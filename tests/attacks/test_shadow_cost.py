@@ -72,6 +72,10 @@ def test_the_estimate_is_linear_in_steps_and_models_and_prices_evaluations():
     lines1, lines4 = (probe_lines(small, config, 100, todo=k) for k in (1, 4))
     assert seconds(lines1[1]) == 13 and seconds(lines4[1]) == 52  # wall: k models, one after the other
     assert seconds(lines1[0]) == 20  # CPU: the wall times the probe's CPU / wall (19.5, rounded up)
+    tenth = probe_lines(
+        ProbeCost(step=0.01, evaluation=0.1, fixed=1.0, wall=2.0, cpu=2.0, steps=6), config, 100, todo=1
+    )
+    assert seconds(tenth[1]) == pytest.approx(2.1)  # below 10 s: to a tenth, rounded up
     assert "6-step probe" in lines1[0] and "100 ms a step" in lines1[0]
 
 
