@@ -71,18 +71,18 @@ def test_the_librarys_claim_matches_dpauditss_recomputation_for_a_correct_run(sa
     from dpaudit.trainers.jax_privacy.loop import Settings, run_jax_privacy
     from dpaudit.trainers.jax_privacy.privacy import build_record
 
-    settings = Settings(
-        noise_multiplier=2 * SIGMA, clip_norm=1.0, steps=4, delta=DELTA, sampling=sampling, noise_seed=3
-    )
+    # sigma as the audits' (Poisson), or twice it (fixed: JAX Privacy's reduction composes Poisson steps of SIGMA)
+    sigma = SIGMA if sampling == "poisson" else 2 * SIGMA
+    settings = Settings(noise_multiplier=sigma, clip_norm=1.0, steps=4, delta=DELTA, sampling=sampling, noise_seed=3)
     run = run_jax_privacy(tiny_setup(), settings, gains=np.zeros(CANARIES))
     record = build_record(run, delta=DELTA, accountant="pld", target_epsilon=None)
     library = record.details["library"]
     assert library["agrees"] and library["mismatches"] == [] and library["name"] == "jax_privacy"
     q = run.sample_rate
     if sampling == "poisson":  # the same mechanism: the library's PLD and dpaudit's agree at the same delta
-        assert library["history"] == [[2 * SIGMA, q, 4]] and record.accountant == "pld"
+        assert library["history"] == [[SIGMA, q, 4]] and record.accountant == "pld"
         ours = accounting.epsilon(
-            accounting.dpsgd_event(noise_multiplier=2 * SIGMA, sampling_probability=q, steps=4), DELTA
+            accounting.dpsgd_event(noise_multiplier=SIGMA, sampling_probability=q, steps=4), DELTA
         )
         assert library["epsilon"] == pytest.approx(ours, rel=2e-3)
         assert record.epsilon >= ours  # dpaudit's is at delta minus the float sampler's tail figure
@@ -99,8 +99,8 @@ def test_privacy_json_flags_a_library_claim_for_a_mechanism_that_did_not_run(fau
     from dpaudit.whitebox.gradient_path import library_claim
 
     sampling = "fixed" if fault == "fixed_as_poisson" else "poisson"
-    with planted(fault, monkeypatch):
-        LightHost(noise_seed=1, sampling=sampling).train_with_gradient_canaries(
+    with planted(fault, monkeypatch):  # JAX Privacy's RDP accountant: its PLD over 128 micro-steps takes seconds
+        LightHost(noise_seed=1, sampling=sampling, accountant="rdp").train_with_gradient_canaries(
             None, tmp_path / "run", None, gains=np.zeros(10), seed=0
         )
     raw = json.loads((tmp_path / "run" / "privacy.json").read_text())
