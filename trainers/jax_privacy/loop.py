@@ -268,12 +268,12 @@ def run_jax_privacy(
 
 
 def _canary_sgd(base: Any, learning_rate: float) -> Any:
-    """The user's optimizer on the model, plain SGD on the canary table (what Opacus's trainer does with a param
-    group of its own: the canary rows' last iterate is then the sum of their noisy updates)."""
+    """The user's optimizer on the model, plain SGD on the canary table: its rows' last iterate is then minus the
+    learning rate times the sum of their released updates, whatever the user's optimizer (Adam would rescale each
+    row by its own noisy moments). The released updates the audit scores are read before any optimizer."""
     import optax
 
-    labels = functools.partial(_labels)
-    return optax.multi_transform({"model": base, "canary": optax.sgd(learning_rate)}, labels)
+    return optax.multi_transform({"model": base, "canary": optax.sgd(learning_rate)}, _labels)
 
 
 def _labels(params: Any) -> Any:
