@@ -60,7 +60,8 @@ def stage_work(stage: Stage, sizes: DemoSizes) -> Work:
         steps = sizes.audit_steps or sizes.steps
         return Work("audit", units=steps * (sizes.audit_batch_size or sizes.batch_size) * tokens)
     if name.startswith("train-"):
-        return Work("mlm-dp" if private else "mlm", units=sizes.steps * sizes.batch_size * tokens)
+        steps = sizes.dp_steps if private and sizes.dp_steps is not None else sizes.steps
+        return Work("mlm-dp" if private else "mlm", units=steps * sizes.batch_size * tokens)
     if name.startswith("attack-clf-"):
         trains = stage_work(
             Stage(

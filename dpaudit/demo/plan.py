@@ -107,6 +107,9 @@ class DemoSizes:
         audit_batch_size: their expected batch size (None: ``batch_size``).
         audit_lr_decay: their learning rate after warmup (``--lr-decay``): ``none`` keeps the peak rate, so the
             released last iterate weighs every step's canary signal alike (a decay to 0 hides the early steps).
+        dp_steps: jax-bert steps of the epsilon-8 masked LM (None: ``steps``, as the demo runs it). A test-sized
+            plan may shorten it: its epsilon is accounted for the steps it runs, and what the test asserts of it
+            (its canaries within the guarantee's scope, every lower bound below the claim) holds at any length.
     """
 
     corpus_size: int
@@ -134,6 +137,7 @@ class DemoSizes:
     audit_steps: int | None = None
     audit_batch_size: int | None = None
     audit_lr_decay: str = "quadratic"
+    dp_steps: int | None = None
     causal_public_epochs: int = 1
     causal_epochs: int = 8
     causal_batch_size: int = 64
@@ -172,7 +176,7 @@ class DemoSizes:
             raise ValueError("public_steps needs public_size > 0 (the public model trains on public.jsonl).")
         if self.classifier_public_epochs and not self.classifier_public_size:
             raise ValueError("classifier_public_epochs needs classifier_public_size > 0.")
-        for name in ("audit_steps", "audit_batch_size"):
+        for name in ("audit_steps", "audit_batch_size", "dp_steps"):
             if getattr(self, name) is not None and getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1 or None, got {getattr(self, name)}.")
         if self.audit_lr_decay not in ("quadratic", "none"):
@@ -485,18 +489,20 @@ def _jax_bert(
     steps: int | None = None,
     batch_size: int | None = None,
     lr_decay: str = "quadratic",
+    dp_steps: int | None = None,
 ) -> list[Model]:
     steps = sizes.steps if steps is None else steps
     batch_size = sizes.batch_size if batch_size is None else batch_size
     models = []
     init = ["--init-from", str(start)] if start is not None else []
-    for label, title, privacy, rate in (
-        ("nonprivate", "jax-bert MLM, non-private", ["--non-private"], sizes.learning_rate),
+    for label, title, privacy, rate, label_steps in (
+        ("nonprivate", "jax-bert MLM, non-private", ["--non-private"], sizes.learning_rate, steps),
         (
             "dp-eps8",
             "jax-bert MLM, DP-SGD at epsilon 8",
             ["--target-epsilon", f"{TARGET_EPSILON:g}"],
             _dp_learning_rate(sizes) if start is not None else sizes.learning_rate,
+            steps if dp_steps is None else dp_steps,
         ),
     ):
         label = label + suffix
@@ -516,7 +522,7 @@ def _jax_bert(
             "tiny",
             *init,
             "--steps",
-            str(steps),
+            str(label_steps),
             "--batch-size",
             str(batch_size),
             "--lr-decay",
@@ -853,7 +859,7 @@ def build_plan(
     if sizes.public_steps:
         publics.append(_with_noise_seed(_public_mlm(out, data, sizes, seed), noise_seed))
         start = publics[-1].output
-    models = _jax_bert(out, data, sizes, seed, noise_seed, start=start)
+    models = _jax_bert(out, data, sizes, seed, noise_seed, start=start, dp_steps=sizes.dp_steps)
     if sizes.audit_canaries:
         injects.append(_audit_inject(audit_data, sizes, seed))
         models += _jax_bert(

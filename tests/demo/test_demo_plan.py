@@ -119,6 +119,30 @@ def test_without_classifiers_only_the_masked_lms_run(tmp_path):
     assert not any("noise-seed" in a for s in plan.stages for a in s.args)  # OS entropy unless asked
 
 
+def test_dp_steps_shorten_only_the_epsilon_8_masked_lm(tmp_path):
+    """A test-sized plan's ``dp_steps``: the epsilon-8 masked LM runs (and is priced at) that many steps; the
+    non-private one and the one-run audit's keep theirs; the demo's own sizes leave it unset."""
+    from dpaudit.demo.cost import stage_work
+
+    assert QUICK.dp_steps is None and FULL.dp_steps is None
+    sizes = DemoSizes(**{**QUICK.__dict__, "dp_steps": 7})
+    plan = build_plan(tmp_path, sizes, seed=0, report=tmp_path / "r.html", classifiers=False)
+    stages = {s.name: s for s in plan.stages}
+    steps = {name: s.args[s.args.index("--steps") + 1] for name, s in stages.items() if name.startswith("train-")}
+    assert steps == {
+        "train-public": str(QUICK.public_steps),
+        "train-nonprivate": str(QUICK.steps),
+        "train-dp-eps8": "7",
+        "train-nonprivate-audit": str(QUICK.audit_steps),
+        "train-dp-eps8-audit": str(QUICK.audit_steps),
+    }
+    assert stage_work(stages["train-dp-eps8"], sizes).units * QUICK.steps == (
+        stage_work(stages["train-nonprivate"], sizes).units * 7
+    )
+    with pytest.raises(ValueError, match="dp_steps"):
+        DemoSizes(**{**QUICK.__dict__, "dp_steps": 0})
+
+
 def test_sizes_are_validated():
     with pytest.raises(ValueError, match="mask_prob"):
         DemoSizes(**{**QUICK.__dict__, "mask_prob": 1.5})
