@@ -117,3 +117,32 @@ def test_a_lora_targets_changed_base_is_refused_before_any_shadow_trains(lora_ta
     message = str(err.value)
     assert "\n" not in message and "changed since the target adapted it" in message
     assert "LoRA adapters (rank 4" in message and "--shadow-dirs" in message
+
+
+@pytest.mark.parametrize("task", ["classify", "mlm"])
+def test_adapters_over_one_base_score_as_the_merged_model(data_dir, tmp_path, task):
+    """A classifier (its head and pooler trained in full, saved with the adapter) and a masked LM: the adapter over
+    the base gives the merged model's losses."""
+    from dpaudit.scoring import load, resolve_model
+    from dpaudit.scoring.adapters import load_adapter_scorers, shared_base
+    from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
+    from dpaudit.trainers.edp_sgd.trainer import EdpSgdTrainer
+
+    common = dict(
+        preset="tiny", mode="sgd", batch_size=16, max_length=16, vocab_size=128, eval_examples=8, noise_seed=1
+    )
+    start, target = tmp_path / "start", tmp_path / "target"
+    EdpSgdTrainer().train(data_dir, start, EdpSgdConfig(task=task, data_split="public", epochs=1, **common), seed=0)
+    config = EdpSgdConfig(
+        task=task, init_from=str(start), epochs=1, learning_rate=1e-2, peft="lora", lora_rank=2, **common
+    )
+    EdpSgdTrainer().train(data_dir, target, config, seed=0)
+    found, why = shared_base([target])
+    assert found is not None, why
+    source = resolve_model(target)
+    (adapter,) = load_adapter_scorers(found, [source], batch_size=8, device="cpu")
+    merged = load(source, batch_size=8, device="cpu", progress=False)
+    texts = ["set an alarm at 7 am", "play some jazz in the kitchen", "turn off the hallway lights"]
+    labels = None if task == "mlm" else [i % len(source.labels) for i in range(len(texts))]
+    a, m = (s.example_losses(texts, labels, seed=0) for s in (adapter, merged))
+    assert np.allclose(a, m, atol=1e-5)
