@@ -1,8 +1,9 @@
 """What the shadow models will cost, measured before they train: a probe of the first model's recipe, timed here.
 
 The measured table of :mod:`dpaudit.common.cost_model` prices a training by its kind and tokens, fitted on the demo's
-trainings on one machine. On shadow models it was 2-4x off (``benchmarks/bench_lora_shadows.py``: 24-step DP causal
-LM shadows estimated at 5 CPU s each, measured 1.4): a model's fixed cost (loading its start, LoRA's base hash, the
+trainings on one machine. On shadow models it was 4.5-7.2x the CPU they took for 24-step DP shadows of tiny models and
+0.65-1.38x for 18-step ones of ``mini`` models (``benchmarks/bench_lora_shadows.py``; the probe's estimate there:
+0.86-1.03x the CPU, 0.82-1.04x the wall at load 9-11): a model's fixed cost (loading its start, LoRA's base hash, the
 accountant's calibration, evaluations, export) and its cost per step depend on the preset, the task, the privacy mode
 and ``--peft``, none of which the table's two numbers per kind can hold, and the wall time on a shared machine depends
 on the load of the minutes that follow, not on a load average.
@@ -24,7 +25,8 @@ probe:
 
 A model of ``steps`` steps and ``e`` evaluations is then ``fixed + steps x step + e x evaluation``; ``k`` models are k
 of them, one after the other. CPU is the same figure times the probe's CPU / wall. The probe's folder is removed; its
-cost is said beside the estimate. When a probe cannot run (a recipe started from a fresh copy of a model trained
+cost is said beside the estimate. Models whose steps the table prices under a CPU-minute (the tiny shadows above, a
+few seconds each) get the table's figure: a probe would cost about as much as they do. When a probe cannot run (a recipe started from a fresh copy of a model trained
 elsewhere, parallel ``--workers``, a trainer error), the measured table's estimate is printed as before.
 """
 
