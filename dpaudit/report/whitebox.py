@@ -59,6 +59,7 @@ METHOD_WORDS = {
     ("one-run", "gauss_pair"): "Gaussian pair: the projections' fit (Agrawal et al. 2026)",
     ("pooled", "clopper_pearson"): "Clopper-Pearson, every threshold",
     ("pooled", "claim_family"): "claimed curve: Clopper-Pearson points",
+    ("pooled", "order_stats"): "claimed curve: order statistics over every run's canaries (Xiang et al. 2025)",
 }
 PROOF_WORDS = (
     "for this one training run: the f-DP recursion on its coin-flip canaries, which assumes nothing about "

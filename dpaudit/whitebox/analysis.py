@@ -257,7 +257,23 @@ def analyse(evidence: Sequence[RunEvidence], *, confidence: float = 0.95, full: 
             ]
             for view, vs in scores.items()
         }
-        pooled = {view: multi_run_bounds(*vs.pooled(), claim, confidence=level) for view, vs in scores.items()}
+        total = sum(run.layout.size for run in evidence)
+
+        def pooled_order(view: str, vs: ViewScores) -> Bound:
+            # the order statistics on every run's canaries as one game (the pooled bounds' independence), its released
+            # count planned for R x m canaries: evidence beside the verdict's pooled bound, at the same confidence
+            plan = planned_order_stats(claim, layout0.unit, layout0.partners, total, 1 - level, view)
+            return order_stats_bounds(*vs.pooled(), claim, confidence=level, r=plan.r, center=plan.center)[
+                "order_stats"
+            ]
+
+        pooled = {
+            view: {
+                **multi_run_bounds(*vs.pooled(), claim, confidence=level),
+                **({"order_stats": pooled_order(view, vs)} if len(evidence) > 1 else {}),
+            }
+            for view, vs in scores.items()
+        }
     else:
         one_run = {
             "all_iterates": [

@@ -90,12 +90,12 @@ def test_every_bound_is_a_row_rounded_down(audit_dir: Path, parse_html) -> None:
     rows = re.findall(r"<tr[^>]*>(.*?)</tr>", table[table.index("<tbody>") :], flags=re.DOTALL)
     bounds = [b for view in body["pooled"].values() for b in view.values()]
     bounds += [b for view in body["one_run"].values() for run in view for b in run.values()]
-    assert len(rows) == len(bounds) == 2 * 2 + RUNS * 2 * 3  # pooled (2 methods) and one-run (3) per view
+    assert len(rows) == len(bounds) == 2 * 3 + RUNS * 2 * 4  # pooled (3 methods: R > 1) and one-run (4) per view
     cells = [" ".join(parse_html(r).text) for r in rows]
     for b in bounds:
         assert any(format_down(b["epsilon"]) in c and b["proves"] in c for c in cells), b
     assert sum("(verdict)" in c for c in cells) == 1 and sum("(verdict's twin)" in c for c in cells) == 1
-    assert sum("run 1" in c for c in cells) == sum("run 2" in c for c in cells) == 6
+    assert sum("run 1" in c for c in cells) == sum("run 2" in c for c in cells) == 8
     planned = [b for b in bounds if b.get("selection") == "planned"]  # the one-run proof's guess counts (whitebox.plan)
     assert planned and sum("planned from the claim before any score was seen" in c for c in cells) == len(planned)
     text = " ".join(parse_html(html).text)
