@@ -20,7 +20,8 @@ function of the claim and the layout, so no correction is paid for it; or the Ga
 :mod:`dpaudit.audit.gauss_pair`) when its planned figure is strictly larger. All are computed and shown in both views.
 
 Every other bound (Steinke; the Gaussian f-DP reading; Clopper-Pearson (epsilon, delta); the last
-iterate's) is reported beside them at the same confidence, as evidence, not as the verdict.
+iterate's; with R > 1 runs, the order statistics over every run's canaries as one game, its released count planned
+for R x m canaries) is reported beside them at the same confidence, as evidence, not as the verdict.
 
 Rejecting the claimed curve (the claim's own scale rejected) shows that the trainer is not the mechanism its
 ``privacy.json`` states: a bug in clipping, noise, sampling or accounting, or a mechanism of another form. It
