@@ -21,7 +21,8 @@ function of the claim and the layout, so no correction is paid for it; or the Ga
 
 Every other bound (Steinke; the Gaussian f-DP reading; Clopper-Pearson (epsilon, delta); the last
 iterate's; with R > 1 runs, the order statistics over every run's canaries as one game, its released count planned
-for R x m canaries) is reported beside them at the same confidence, as evidence, not as the verdict.
+for R x m canaries, which needs no independence between canaries: each canary sits in one run, so the R runs together
+are f-DP for it as its own run is) is reported beside them at the same confidence, as evidence, not as the verdict.
 
 Rejecting the claimed curve (the claim's own scale rejected) shows that the trainer is not the mechanism its
 ``privacy.json`` states: a bug in clipping, noise, sampling or accounting, or a mechanism of another form. It
@@ -261,8 +262,9 @@ def analyse(evidence: Sequence[RunEvidence], *, confidence: float = 0.95, full: 
         total = sum(run.layout.size for run in evidence)
 
         def pooled_order(view: str, vs: ViewScores) -> Bound:
-            # the order statistics on every run's canaries as one game (the pooled bounds' independence), its released
-            # count planned for R x m canaries: evidence beside the verdict's pooled bound, at the same confidence
+            # the order statistics on every run's canaries as one game, its released count planned for R x m canaries:
+            # a proof without the Clopper-Pearson points' independence (each canary sits in one run, so the R runs
+            # together are f-DP for it as its own run is); evidence beside the verdict's bounds, at the same confidence
             plan = planned_order_stats(claim, layout0.unit, layout0.partners, total, 1 - level, view)
             return order_stats_bounds(*vs.pooled(), claim, confidence=level, r=plan.r, center=plan.center)[
                 "order_stats"
