@@ -371,33 +371,6 @@ def mia_model(mia_data, tmp_path_factory):
     return _built_once(tmp_path_factory, "mia-model", build) / "model"
 
 
-@pytest.fixture(scope="session")
-def mia_noisy_model(mia_data, tmp_path_factory):
-    """:func:`mia_model`'s recipe trained with DP-SGD at noise multiplier 20 for 12 steps (noise fixed by seed)."""
-    import dataclasses
-
-    from dpaudit.trainers.jax_bert.config import JaxBertConfig
-
-    noise_seed = ["--noise-seed", "0"] if "noise_seed" in {f.name for f in dataclasses.fields(JaxBertConfig)} else []
-
-    def build(folder: Path) -> None:
-        _cli(
-            "train",
-            *MIA_TRAIN,
-            "--steps",
-            "12",
-            "--noise-multiplier",
-            "20",
-            *noise_seed,
-            "--data",
-            str(mia_data),
-            "--out",
-            str(folder / "noisy"),
-        )
-
-    return _built_once(tmp_path_factory, "mia-noisy", build) / "noisy"
-
-
 #: Tiny torch runs on :func:`data_dir`: 96 rows, batch 16 -> 6 steps, one epoch (a few seconds each on one thread).
 TORCH_TINY = [
     "--epochs",

@@ -130,8 +130,9 @@ def test_shadow_cache_is_reused(mia_run, mia_model, mia_data, capfd):
     assert again["shadow"]["examples"].auc == pytest.approx(results["shadow"]["examples"].auc)
 
 
-def test_large_noise_keeps_every_bound_below_the_claim(mia_noisy_model, mia_data):
-    results = dpaudit.attack(mia_noisy_model, mia_data, ["loss"], progress=False)
+def test_large_noise_keeps_every_bound_below_the_claim(noisy_canary_model, canary_data):
+    """The shared DP run (conftest ``noisy_canary_model``: noise multiplier 50), attacked with the loss attack."""
+    results = dpaudit.attack(noisy_canary_model, canary_data, ["loss"], progress=False)
     claimed = results.claimed.epsilon
     assert claimed is not None and np.isfinite(claimed)
     for task in results["loss"].tasks:

@@ -161,22 +161,22 @@ def test_rerun_of_a_finished_torch_run_returns_it_by_any_path_to_the_same_data(
 
 
 def test_rerun_of_a_finished_jax_bert_run_returns_it_by_a_relative_path(
-    mia_noisy_model, mia_data, tmp_path, monkeypatch
+    noisy_canary_model, canary_data, tmp_path, monkeypatch
 ):
-    """The shared session run (conftest ``mia_noisy_model``), rerun with its own settings through the API."""
+    """The shared session run (conftest ``noisy_canary_model``), rerun with its own settings through the API."""
     from dpaudit.trainers.jax_bert.config import JaxBertConfig
     from dpaudit.trainers.jax_bert.trainer import JaxBertTrainer
 
     out = tmp_path / "run"
-    shutil.copytree(mia_noisy_model, out)
+    shutil.copytree(noisy_canary_model, out)
     manifest = json.loads((out / "manifest.json").read_text())
     fields = {f.name for f in dataclasses.fields(JaxBertConfig)}
     stored = {k: v for k, v in manifest["config"].items() if k in fields}
     config = JaxBertConfig(**{**stored, "noise_seed": 0})  # the secret seed is redacted in the manifest
     before = tree(out)
-    monkeypatch.chdir(mia_data.parent)
+    monkeypatch.chdir(canary_data.parent)
     start = time.perf_counter()
-    result = JaxBertTrainer().train(Path(mia_data.name), out, config, seed=manifest["seed"])
+    result = JaxBertTrainer().train(Path(canary_data.name), out, config, seed=manifest["seed"])
     assert time.perf_counter() - start < 10
     assert tree(out) == before
     assert (
