@@ -74,8 +74,16 @@ def _launch(script: Path, data_dir: Path, out: Path, *, port: int, process_id: i
     return proc
 
 
+@pytest.fixture(scope="module")
+def reference(data_dir, tmp_path_factory, tiny_config):
+    """The in-process run both tests compare with (the tiny settings, seed 5, two local devices), trained once: its
+    folder (read-only) and its result."""
+    out = tmp_path_factory.mktemp("multihost") / "reference"
+    return out, JaxBertTrainer().train(data_dir, out, tiny_config(), seed=5)
+
+
 @pytest.mark.slow  # two processes that each import jax and compile the run: ~50 s of CPU on the 2-core machine
-def test_two_process_run_matches_two_device_run_and_only_process_0_writes(data_dir, tmp_path, tiny_config):
+def test_two_process_run_matches_two_device_run_and_only_process_0_writes(data_dir, tmp_path, reference):
     assert jax.device_count() == 2  # tests/conftest.py: the in-process reference uses two local devices
     script = tmp_path / "train_one_process.py"
     script.write_text(_SCRIPT, encoding="utf-8")
@@ -93,9 +101,9 @@ def test_two_process_run_matches_two_device_run_and_only_process_0_writes(data_d
                 proc.kill()
                 proc.wait()
             proc.log_handle.close()
-    # The in-process reference runs afterwards: overlapping three compiling processes on two cores
+    # The in-process reference ran before (the fixture): overlapping three compiling processes on two cores
     # is slower than running them in turn.
-    reference = JaxBertTrainer().train(data_dir, tmp_path / "reference", tiny_config(), seed=5)
+    reference_dir, reference = reference
     outputs = [log.read_text(encoding="utf-8") for log in logs]
     for i, (proc, text) in enumerate(zip(procs, outputs)):
         assert proc.returncode == 0, f"process {i} exited {proc.returncode}:\n{text[-4000:]}"
@@ -111,8 +119,8 @@ def test_two_process_run_matches_two_device_run_and_only_process_0_writes(data_d
     assert results[0]["final_loss"] == results[1]["final_loss"]
 
     # One run directory, written once, complete, and nothing else next to it.
-    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["multi", "reference"]
-    assert sorted(p.name for p in shared_out.iterdir()) == sorted(p.name for p in (tmp_path / "reference").iterdir())
+    assert sorted(p.name for p in tmp_path.iterdir() if p.is_dir()) == ["multi"]
+    assert sorted(p.name for p in shared_out.iterdir()) == sorted(p.name for p in reference_dir.iterdir())
     manifest = json.loads((shared_out / "manifest.json").read_text(encoding="utf-8"))
     assert manifest["steps"] == 6 and manifest["summary"]["devices"] == 2
     assert not (shared_out / "checkpoints").exists()  # deleted at the end (secret noise state), by process 0
@@ -121,17 +129,17 @@ def test_two_process_run_matches_two_device_run_and_only_process_0_writes(data_d
     assert "eval_loss" in rows[-1]
 
     multi = load_file(str(shared_out / "model" / "model.safetensors"))
-    single = load_file(str(tmp_path / "reference" / "model" / "model.safetensors"))
+    single = load_file(str(reference_dir / "model" / "model.safetensors"))
     assert multi.keys() == single.keys()
     for name in single:
         np.testing.assert_allclose(multi[name], single[name], rtol=1e-5, atol=1e-6, err_msg=name)
-    ref_rows = [json.loads(line) for line in (tmp_path / "reference" / "metrics.jsonl").read_text().splitlines()]
+    ref_rows = [json.loads(line) for line in (reference_dir / "metrics.jsonl").read_text().splitlines()]
     np.testing.assert_allclose(rows[-1]["eval_loss"], ref_rows[-1]["eval_loss"], rtol=1e-5)
 
 
-def test_a_non_zero_process_writes_nothing(data_dir, tmp_path, tiny_config, monkeypatch):
+def test_a_non_zero_process_writes_nothing(data_dir, tmp_path, tiny_config, monkeypatch, reference):
     """The write guard on its own, in-process: as process 1 the trainer computes the run and writes no file."""
-    reference = JaxBertTrainer().train(data_dir, tmp_path / "reference", tiny_config(), seed=5)
+    _, reference = reference
     monkeypatch.setattr(jax, "process_index", lambda *args, **kwargs: 1)
     out = tmp_path / "as_process_1"
     result = JaxBertTrainer().train(data_dir, out, tiny_config(), seed=5)
