@@ -317,7 +317,8 @@ DEFAULT_REPORT, QUICK_REPORT = Path("reports/demo/index.html"), Path("reports/de
     is_flag=True,
     help="Also train and attack GPT-2-shaped causal LMs on the same canaries (edp-sgd --task clm, needs "
     "torch): pretrained on the public utterances, then non-private and DP-SGD at epsilon 8; exposure, "
-    "greedy extraction from the prefix, loss, zlib and Min-K%++ (about 2 more minutes with --quick).",
+    "greedy extraction from the prefix, loss, zlib, Min-K%++ and the training-free attacks against the public "
+    "start (base-ratio, error-zone, min-k++-base) (about 2 more minutes with --quick).",
 )
 @click.option(
     "--report",
