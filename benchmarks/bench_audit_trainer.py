@@ -145,7 +145,7 @@ def main() -> None:
     args = parser.parse_args()
     epsilons = [float(e) for e in args.epsilons.split(",")]
     print(
-        f"| trainer | mode | claim eps | m | q | steps | one-run order stats (r) | order stats min / mean of {args.runs} | "
+        f"| trainer | mode | claim eps | m | q | steps | one-run order stats (r) | order stats min / mean / max of {args.runs} | "
         f"last iterate order stats (r) | last iterate order stats min / mean | gauss pair all iterates (projection) | "
         f"gauss pair min / mean | gauss pair last iterate | one-run f-DP | one-run Steinke | last iterate f-DP | one-run pooled | "
         f"{args.runs} runs pooled | {args.runs} runs pooled order stats | verdict one-run | ceiling | s/run |"
@@ -207,7 +207,7 @@ def main() -> None:
                 print(
                     f"| {name} | {mode or '-'} | {format_up(claim)} | {m} | {q:.2f} | {analysis.claim.steps} | "
                     f"{down(order[0])} ({first['order_stats'].guesses}) | {down(min(order))} / "
-                    f"{down(sum(order) / len(order))} | {down(order_last.epsilon / claim)} ({order_last.guesses}) | "
+                    f"{down(sum(order) / len(order))} / {down(max(order))} | {down(order_last.epsilon / claim)} ({order_last.guesses}) | "
                     f"{down(min(lasts))} / {down(sum(lasts) / len(lasts))} | {down(gauss[0])} ({projection}) | "
                     f"{down(min(gauss))} / {down(sum(gauss) / len(gauss))} | {down(gauss_last)} | "
                     f"{down(first['claim_family'].epsilon / claim)} | {down(first['steinke'].epsilon / claim)} | "
