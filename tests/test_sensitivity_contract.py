@@ -55,6 +55,10 @@ CASES = [
     ("rgp", "mlm", {}),
     ("rgp", "clm", {}),  # GPT-2: the causal loss reads only the example's own tokens
     ("opacus", "classify", {}),  # Opacus's own per-example hooks and flat clipping
+    # JAX Privacy's split_and_pad_global_batch and clipped_grad over padded minibatches of 4 rows (--physical-batch 4:
+    # padding and accumulation; the default, one padded minibatch of the expected batch, is the same code and
+    # another compile)
+    ("jax-privacy", "mlm", {"physical_batch": "4"}),
 ]
 
 
@@ -181,6 +185,37 @@ def _opacus_sums(data_dir: Path, task: str) -> tuple[float, dict[str, np.ndarray
     return CLIP, sums
 
 
+def _jax_privacy_sums(data_dir: Path, task: str, settings: dict) -> tuple[float, dict[str, np.ndarray]]:
+    """jax-privacy: the trainer's own rows (its tokenizer and content-keyed MLM masking, :func:`_masked_rows`, run
+    afresh on each neighbouring dataset's texts) and its step's clipped sum (:func:`clipped_batch_sum`: JAX Privacy's
+    ``split_and_pad_global_batch`` and ``clipped_grad``, jitted once per loss and clip norm; the privatizer's noise
+    comes after it)."""
+    import jax
+    import jax.numpy as jnp
+
+    from dpaudit.inject_dir.reader import TRAIN
+    from dpaudit.trainers.jax_bert.trainer import load_inject_dir
+    from dpaudit.trainers.jax_privacy.loop import _clipped_sum, clipped_batch_sum
+    from dpaudit.trainers.jax_privacy.trainer import _inject_setup, _masked_rows
+
+    config = load_trainer("jax-privacy").tiny_config(clip_norm=CLIP, noise_seed=3)
+    built = _inject_setup(data_dir, config, seed=5)
+    texts = list(load_inject_dir(data_dir).split(TRAIN).texts)
+    params = built.setup.params
+    clipped_sum = _clipped_sum(built.setup.loss, CLIP)
+    zeros = jax.tree.map(jnp.zeros_like, params)
+    sums = {}
+    for variant, rows in {"S": BASE, **NEIGHBOURS}.items():
+        data = _masked_rows([texts[i] for i in rows], built.tokenizer, built.bert_config, config, seed=5)
+        # every row predicts a token: its gradient is nonzero, so clipped to CLIP (the bound is tight)
+        assert np.all(data["masked_weights"].sum(axis=1) > 0)
+        total, _ = clipped_batch_sum(
+            clipped_sum, params, data, np.arange(len(rows)), int(settings["physical_batch"]), zeros
+        )
+        sums[variant] = np.asarray(jnp.concatenate([jnp.ravel(leaf) for leaf in jax.tree.leaves(total)]), np.float64)
+    return float(config.clip_norm), sums  # clipped_grad's bound on one example: its l2_clip_norm
+
+
 @pytest.mark.parametrize(
     ("name", "task", "settings"), CASES, ids=[f"{n}-{t}-{'-'.join(s.values()) or 'default'}" for n, t, s in CASES]
 )
@@ -191,6 +226,8 @@ def test_one_example_moves_the_clipped_sum_by_at_most_the_claimed_sensitivity(
         sensitivity, sums = _jax_sums(data_dir, tmp_path / "out", task, settings)
     elif name == "opacus":
         sensitivity, sums = _opacus_sums(data_dir, task)
+    elif name == "jax-privacy":
+        sensitivity, sums = _jax_privacy_sums(data_dir, task, settings)
     else:
         sensitivity, sums = _torch_sums(data_dir, tmp_path / "out", name, task, settings, monkeypatch)
     ratios = {variant: float(np.linalg.norm(sums[variant] - sums["S"])) / CLIP for variant in NEIGHBOURS}

@@ -32,7 +32,7 @@ import numpy as np
 
 from dpaudit.trainers.jax_privacy.canary import CANARY_KEY, with_canaries
 
-__all__ = ["JaxPrivacyRun", "JaxSetup", "Settings", "library_epsilon", "run_jax_privacy"]
+__all__ = ["JaxPrivacyRun", "JaxSetup", "Settings", "clipped_batch_sum", "library_epsilon", "run_jax_privacy"]
 
 #: The NoiseSource purpose of the privatizer's key (hashed_words) and the numpy stream of the batch selection.
 _NOISE_PURPOSE = "jax-privacy"
@@ -170,6 +170,27 @@ def _clipped_sum(loss: Any, clip_norm: float) -> Any:
     return jax.jit(lambda params, batch, pad: grad(params, batch, is_padding_example=pad))
 
 
+def clipped_batch_sum(
+    clipped_sum: Any, params: Any, data: dict[str, np.ndarray], indices: np.ndarray, minibatch: int, zeros: Any
+) -> tuple[Any, list[tuple[np.ndarray, np.ndarray, np.ndarray]]]:
+    """The clipped gradient sum of one logical batch (``indices``, before the noise) as JAX Privacy's documentation
+    builds it: ``split_and_pad_global_batch`` cuts it into padded minibatches of ``minibatch`` rows (padding: row 0
+    flagged ``is_padding_example``, which ``clipped_grad`` zeroes), each summed by ``clipped_sum`` (:func:`_clipped_sum`)
+    and accumulated onto ``zeros``. Returns the sum and, per minibatch, (its per-example loss values, its rows, its
+    padding flags). The sensitivity contract (``docs/privacy.md``, "One example's contribution") drives this."""
+    from jax_privacy import batch_selection
+
+    total, parts = zeros, []
+    for part in batch_selection.split_and_pad_global_batch(np.asarray(indices), minibatch):
+        pad = part < 0
+        rows = np.where(pad, 0, part)
+        chunk = {k: jnp.asarray(v[rows]) for k, v in data.items()}
+        grads, aux = clipped_sum(params, chunk, jnp.asarray(pad))
+        total = jax.tree.map(jnp.add, total, grads)
+        parts.append((np.asarray(aux.values), rows, pad))
+    return total, parts
+
+
 def run_jax_privacy(
     setup: JaxSetup, settings: Settings, *, gains: np.ndarray | None = None, batch_size: int | None = None
 ) -> JaxPrivacyRun:
@@ -213,15 +234,11 @@ def run_jax_privacy(
     updates = 0
     rng = source.numpy_generator(_SAMPLING_STREAM)
     for indices in strategy.batch_iterator(n, rng=rng):
-        total, values = zeros, []
-        for part in batch_selection.split_and_pad_global_batch(np.asarray(indices), minibatch):
-            pad = part < 0
-            rows = np.where(pad, 0, part)
-            chunk = {k: jnp.asarray(v[rows]) for k, v in data.items()}
-            grads, aux = clipped_sum(params, chunk, jnp.asarray(pad))
-            total = jax.tree.map(jnp.add, total, grads)
-            real = ~pad if gains is None else ~pad & (data[CANARY_KEY][rows] == 0)
-            values.append(np.asarray(aux.values)[real])  # the real rows' losses (not the canary terms)
+        total, parts = clipped_batch_sum(clipped_sum, params, data, indices, minibatch, zeros)
+        values = [  # the real rows' losses (not the canary terms)
+            part_values[~pad if gains is None else ~pad & (data[CANARY_KEY][rows] == 0)]
+            for part_values, rows, pad in parts
+        ]
         noisy, noise_state = privatizer.update(total, noise_state)
         gradient = jax.tree.map(lambda x: x / normalizer, noisy)
         updates += 1

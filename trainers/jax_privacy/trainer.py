@@ -36,6 +36,8 @@ SCHEMA = "dpaudit.train/1"
 TINY_SETTINGS: dict[str, Any] = {"noise_multiplier": 1.2, "batch_size": 16, "steps": 4, "max_length": 16}
 #: The masked-LM recipe of the inject path (BERT's: 15% of the tokens, at most this many per row).
 MASK_PROB, MAX_PREDICTIONS = 0.15, 4
+#: Rows masked per call of the compiled masking function (:func:`_masked_rows`).
+MASK_BLOCK = 256
 
 
 @dataclass
@@ -63,39 +65,77 @@ def _mlm_loss(bert_config: Any) -> Any:
 def _inject_setup(data_dir: Path, config: JaxPrivacyConfig, seed: int) -> _Built:
     """jax-bert's Flax BERT masked LM of ``config.preset`` on the inject directory's training rows."""
     import jax
-    import jax.numpy as jnp
 
     from dpaudit.inject_dir.reader import TRAIN
-    from dpaudit.trainers.jax_bert.data import encode_texts, mask_tokens
     from dpaudit.trainers.jax_bert.model import init_params, preset_config
     from dpaudit.trainers.jax_bert.trainer import load_inject_dir
-    from dpaudit.training.tokenizer import special_token_ids, train_wordpiece
+    from dpaudit.training.tokenizer import train_wordpiece
 
     data = load_inject_dir(Path(data_dir))
     tokenizer = train_wordpiece(data.public_texts, vocab_size=config.vocab_size)
     bert = preset_config(
         config.preset, vocab_size=tokenizer.get_vocab_size(), max_position_embeddings=config.max_length
     )
-    encoded = encode_texts(tokenizer, list(data.split(TRAIN).texts), max_length=config.max_length)
-    specials = special_token_ids(tokenizer)
-    # each row's mask keyed by its own content (jax-bert's content keys), never by its index: one row joining or
-    # leaving must not change another row's mask (docs/privacy.md, "One example's contribution")
-    base = jax.random.fold_in(jax.random.PRNGKey(seed), 1)
-    words = jnp.asarray(encoded["content_key"], jnp.uint32)
-    keys = jax.vmap(lambda w: jax.random.fold_in(jax.random.fold_in(base, w[0]), w[1]))(words)
-    mask = functools.partial(
-        mask_tokens,
-        mask_token_id=specials["mask"],
-        vocab_size=bert.vocab_size,
-        special_ids=jnp.asarray(sorted(specials.values()), jnp.int32),
-        mask_prob=MASK_PROB,
-        max_predictions=min(MAX_PREDICTIONS, config.max_length),
-    )
-    masked = jax.vmap(mask)(keys, jnp.asarray(encoded["input_ids"]), jnp.asarray(encoded["attention_mask"]))
-    rows = {k: np.asarray(v) for k, v in masked.items()}
+    rows = _masked_rows(list(data.split(TRAIN).texts), tokenizer, bert, config, seed)
     params = init_params(bert, jax.random.fold_in(jax.random.PRNGKey(seed), 0), seq_len=config.max_length)
     setup = JaxSetup(loss=_mlm_loss(bert), params=params, data=rows, batch_size=config.batch_size)
     return _Built(setup, tokenizer, bert, dict(data.inputs))
+
+
+def _masked_rows(
+    texts: list[str], tokenizer: Any, bert: Any, config: JaxPrivacyConfig, seed: int
+) -> dict[str, np.ndarray]:
+    """The training rows as the loss reads them: ``texts`` tokenized, each masked once (BERT's recipe) by a key of
+    the public ``seed`` and the row's own content (jax-bert's content keys), never by its index: one row joining or
+    leaving must not change another row's mask (docs/privacy.md, "One example's contribution"). The rows are masked
+    in blocks of :data:`MASK_BLOCK` (the last one padded, its padding dropped) by one compiled function, so any
+    number of rows compiles once."""
+    import jax
+    import jax.numpy as jnp
+
+    from dpaudit.trainers.jax_bert.data import encode_texts
+    from dpaudit.training.tokenizer import special_token_ids
+
+    encoded = encode_texts(tokenizer, texts, max_length=config.max_length)
+    specials = special_token_ids(tokenizer)
+    mask = _mask_block(
+        specials["mask"], bert.vocab_size, tuple(sorted(specials.values())), min(MAX_PREDICTIONS, config.max_length)
+    )
+    base = jax.random.fold_in(jax.random.PRNGKey(seed), 1)
+    inputs = [np.asarray(encoded[k]) for k in ("content_key", "input_ids", "attention_mask")]
+    n = len(inputs[0])
+    blocks: list[dict[str, np.ndarray]] = []
+    for start in range(0, max(n, 1), MASK_BLOCK):  # no rows: one empty block (the fields keep their shapes)
+        block = [x[start : start + MASK_BLOCK] for x in inputs]
+        padded = [np.pad(x, [(0, MASK_BLOCK - len(x))] + [(0, 0)] * (x.ndim - 1)) for x in block]
+        out = mask(base, *(jnp.asarray(x) for x in padded))
+        blocks.append({k: np.asarray(v)[: len(block[0])] for k, v in out.items()})
+    return {k: np.concatenate([b[k] for b in blocks]) for k in blocks[0]}
+
+
+@functools.lru_cache(maxsize=8)
+def _mask_block(mask_id: int, vocab_size: int, special_ids: tuple[int, ...], max_predictions: int) -> Any:
+    """jax-bert's ``mask_tokens`` vmapped over a block of rows, each keyed by ``base`` and its content key, jitted
+    once per tokenizer and recipe (eager, its hundreds of small operations compiled one by one took seconds)."""
+    import jax
+    import jax.numpy as jnp
+
+    from dpaudit.trainers.jax_bert.data import mask_tokens
+
+    mask = functools.partial(
+        mask_tokens,
+        mask_token_id=mask_id,
+        vocab_size=vocab_size,
+        special_ids=jnp.asarray(special_ids, jnp.int32),
+        mask_prob=MASK_PROB,
+        max_predictions=max_predictions,
+    )
+
+    def block(base: Any, words: Any, ids: Any, attention: Any) -> Any:
+        keys = jax.vmap(lambda w: jax.random.fold_in(jax.random.fold_in(base, w[0]), w[1]))(words.astype(jnp.uint32))
+        return jax.vmap(mask)(keys, ids, attention)
+
+    return jax.jit(block)
 
 
 def _sigma(config: JaxPrivacyConfig, rows: int, batch: int, delta: float) -> float:
