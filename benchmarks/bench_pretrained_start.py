@@ -135,7 +135,7 @@ def main() -> int:
         runs: list[tuple[str, list[str]]] = []
         if not args.no_sgd:
             runs.append(("sgd", ["--mode", "sgd", "--learning-rate", full_lr]))
-        for eps in args.epsilons.split(","):
+        for eps in filter(None, args.epsilons.split(",")):
             runs.append(
                 (f"dp-sgd eps {eps}", ["--mode", "dp-sgd", "--target-epsilon", eps, "--learning-rate", full_lr])
             )
