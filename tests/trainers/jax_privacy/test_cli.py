@@ -1,9 +1,9 @@
-"""``dpaudit audit-trainer --trainer jax-privacy --setup FILE.py:build``: the audit of a user's own JAX Privacy
-training, and the one-line refusals of a setup file that cannot be trained (exit 2, no audit directory left)."""
+"""``dpaudit audit-trainer --trainer jax-privacy --setup FILE.py:build``: the one-line refusals of a setup file that
+cannot be trained (exit 2, no audit directory left). The audit of a user's own setup through this command is in
+test_gradient_path.py, beside the audits whose claim (and its seconds of accounting) it shares."""
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import pytest
@@ -19,25 +19,6 @@ def _audit(out: Path, setup: str, *extra: str):
         cli,
         ["audit-trainer", "--trainer", "jax-privacy", "--setup", setup, "--out", str(out), "--canaries", "500", *extra],
     )
-
-
-def test_the_audit_of_a_users_setup_names_the_path_the_library_and_both_claims(tmp_path):
-    out = tmp_path / "audit"
-    # sigma 1.43 as in test_gradient_path.py: the same claim, so that its plan and curves are computed once per worker
-    result = _audit(
-        out, f"{SETUP}:build", "--seed", "1", "--set", "noise_multiplier=1.43", "--set", "target_epsilon=none"
-    )
-    assert result.exit_code == 0, result.output
-    assert "jax_privacy 2.0.0: its PLD accountant claims epsilon 4.0" in result.output
-    assert "through the real gradient path" in result.output and "verdict: consistent" in result.output
-    body = json.loads((out / "whitebox.json").read_text())
-    settings = body["settings"]
-    assert settings["canary_path"] == "gradient-path" and settings["canary_paths"] == {"gradient-path": 500}
-    assert settings["library"] == "jax_privacy" and settings["library_version"] == "2.0.0"
-    assert settings["claims_agree"] and settings["library_claim"]["accountant"] == "pld"
-    assert settings["dpaudit_claim"]["accountant"] == "pld" and settings["dpaudit_claim"]["steps"] == 4
-    assert body["claim"]["epsilon"] == pytest.approx(settings["library_claim"]["epsilon"])  # the library's, tested
-    assert (out / "index.html").is_file() and (out / "scores" / "whitebox.jsonl").is_file()
 
 
 BAD_SETUPS = {

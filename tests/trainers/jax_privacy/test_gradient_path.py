@@ -137,3 +137,29 @@ def test_correct_jax_privacy_is_never_flagged_beyond_the_stated_five_percent(mon
     flags = _verdicts(None, VALIDITY_SEEDS, monkeypatch)
     # At most 5% false alarms are allowed; over 10 seeds 3 or more alarms has probability 1.2% at exactly 5%.
     assert sum(flags) <= 2, flags
+
+
+def test_the_audit_of_a_users_setup_names_the_path_the_library_and_both_claims(tmp_path):
+    """``dpaudit audit-trainer --trainer jax-privacy --setup tiny_setup.py:build`` (here, not in test_cli.py: the same
+    claim as the audits above, so that its plan, curves and ceilings are computed once in a test worker)."""
+    from pathlib import Path
+
+    from click.testing import CliRunner
+
+    from dpaudit.cli import cli
+
+    out, setup = tmp_path / "audit", Path(__file__).with_name("tiny_setup.py")
+    args = ["audit-trainer", "--trainer", "jax-privacy", "--setup", f"{setup}:build", "--out", str(out)]
+    extra = ["--canaries", str(CANARIES), "--seed", "1", "--set", f"noise_multiplier={SIGMA}"]
+    result = CliRunner().invoke(cli, [*args, *extra, "--set", "target_epsilon=none"])
+    assert result.exit_code == 0, result.output
+    assert "jax_privacy 2.0.0: its PLD accountant claims epsilon 4.0" in result.output
+    assert "through the real gradient path" in result.output and "verdict: consistent" in result.output
+    body = json.loads((out / "whitebox.json").read_text())
+    settings = body["settings"]
+    assert settings["canary_path"] == "gradient-path" and settings["canary_paths"] == {"gradient-path": 500}
+    assert settings["library"] == "jax_privacy" and settings["library_version"] == "2.0.0"
+    assert settings["claims_agree"] and settings["library_claim"]["accountant"] == "pld"
+    assert settings["dpaudit_claim"]["accountant"] == "pld" and settings["dpaudit_claim"]["steps"] == 4
+    assert body["claim"]["epsilon"] == pytest.approx(settings["library_claim"]["epsilon"])  # the library's, tested
+    assert (out / "index.html").is_file() and (out / "scores" / "whitebox.jsonl").is_file()
