@@ -20,9 +20,9 @@ from dpaudit.whitebox.layout import CANARY_GAIN
 from tests.trainers.jax_privacy.faults import CANARIES, DELTA, FAULTS, SIGMA, LightHost, planted, tiny_setup
 
 POWER_SEEDS = 10
-#: Each correct audit costs about a second of claim accounting (the epsilon of the scale its bound found); 10 seeds
-#: with at most 2 alarms keep the test's own false-failure rate at a true 5% below 1.2% (20 with at most 3: 1.6%).
-VALIDITY_SEEDS = 10
+#: The validity count runs over at least 20 seeds per library (docs/auditing.md); each correct audit costs about a
+#: second of claim accounting.
+VALIDITY_SEEDS = 20
 
 
 def _verdicts(fault: str | None, seeds: int, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
@@ -135,8 +135,8 @@ def test_a_planted_library_fault_is_flagged_in_one_run(fault, monkeypatch):
 
 def test_correct_jax_privacy_is_never_flagged_beyond_the_stated_five_percent(monkeypatch):
     flags = _verdicts(None, VALIDITY_SEEDS, monkeypatch)
-    # At most 5% false alarms are allowed; over 10 seeds 3 or more alarms has probability 1.2% at exactly 5%.
-    assert sum(flags) <= 2, flags
+    # At most 5% false alarms are allowed; over 20 seeds 4 or more alarms has probability 1.6% at exactly 5%.
+    assert sum(flags) <= 3, flags
 
 
 def test_the_audit_of_a_users_setup_names_the_path_the_library_and_both_claims(tmp_path):
