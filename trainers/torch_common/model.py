@@ -161,7 +161,7 @@ def build_llama_model(*, preset: str, vocab_size: int, max_length: int, specials
     """A randomly initialized Llama-style ``LlamaForCausalLM`` of ``preset`` (Touvron et al. 2023: pre-RMSNorm, rotary
     positions, a SwiGLU feed-forward, no biases): the output layer tied to the word embeddings as in GPT-2 (and
     Llama 3.2's small models), no dropout, eager attention, init seeded by the public ``--seed``. Its norms are
-    ``LlamaRMSNorm``, which the ghost engine covers (docs/trainers.md, "Clipping engines")."""
+    ``LlamaRMSNorm``, which the ghost engine covers (docs/trainers.md, "edp-sgd")."""
     from transformers import LlamaConfig, LlamaForCausalLM
 
     shape = dict(LLAMA_PRESETS[preset])
