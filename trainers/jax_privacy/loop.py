@@ -37,9 +37,10 @@ __all__ = ["JaxPrivacyRun", "JaxSetup", "Settings", "clipped_batch_sum", "librar
 #: The NoiseSource purpose of the privatizer's key (hashed_words) and the numpy stream of the batch selection.
 _NOISE_PURPOSE = "jax-privacy"
 _SAMPLING_STREAM = 0
-#: XLA's backend (LLVM) optimization level for the run's two compiled programs: a run executes each only a few times,
-#: so compiling dominates, and level 0 compiles them faster (about 2 s less for a tiny BERT run on CPU). The same HLO
-#: (the same operations, float32 without fast-math), only less optimised machine code: the mechanism is unchanged.
+#: XLA's backend (LLVM) optimization level of the noisy step (:func:`_noisy_step`): elementwise work that costs little
+#: to run at any size but seconds to compile for a model's many leaves, so level 0 (the same HLO, float32 without
+#: fast-math, only less optimised machine code: the mechanism is unchanged). The clipped gradient, where a real run
+#: spends its time, keeps XLA's default.
 _QUICK = {"xla_backend_optimization_level": 0}
 
 
@@ -171,7 +172,7 @@ def _clipped_sum(loss: Any, clip_norm: float) -> Any:
     grad = jax_privacy.clipped_grad(
         loss, l2_clip_norm=clip_norm, batch_argnums=1, keep_batch_dim=True, return_values=True
     )
-    return jax.jit(lambda params, batch, pad: grad(params, batch, is_padding_example=pad), compiler_options=_QUICK)
+    return jax.jit(lambda params, batch, pad: grad(params, batch, is_padding_example=pad))
 
 
 def clipped_batch_sum(
