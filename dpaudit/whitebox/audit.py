@@ -260,9 +260,6 @@ def write_audit(
 
     # Secrets (a noise seed given by --noise-seed or --set noise_seed=N) never reach a written file.
     config, settings = redact_config(dict(config)), redact_config(dict(settings))
-    # The manifest records the command's settings as given: a rerun of the same command compares them and returns
-    # the finished audit. The path label below describes the canaries and goes to whitebox.json only.
-    given = dict(settings)
     if "canary_path" not in settings:  # every canary kind names its path (the gradient path's settings carry theirs)
         settings["canary_path"] = PATH_COOPERATIVE
         settings["canary_paths"] = {PATH_COOPERATIVE: sum(run.layout.size for run in evidence)}
@@ -301,7 +298,7 @@ def write_audit(
             stage,
             build_manifest(
                 schema=SCHEMA,
-                config={"trainer": trainer, **given},
+                config={"trainer": trainer, **settings},
                 seed=settings.get("seed"),
                 inputs={},
                 outputs=file_hashes(stage, names),
