@@ -592,9 +592,13 @@ def finished_audit(out: Path, identity: dict[str, Any]) -> dict[str, Any] | None
     import json
 
     from dpaudit.files.run_dirs import finished_output, same_json
+    from dpaudit.whitebox.audit import PATH_LABELS
 
     manifest = finished_output(out, schema_prefix="dpaudit.whitebox/")
-    if manifest is None or not same_json(manifest.get("config"), identity):
+    recorded = manifest.get("config") if manifest is not None else None
+    if isinstance(recorded, dict):  # the canary-path label describes the canaries, not the command
+        recorded = {key: value for key, value in recorded.items() if key not in PATH_LABELS}
+    if manifest is None or not same_json(recorded, identity):
         return None
     try:
         return json.loads((out / "whitebox.json").read_text(encoding="utf-8"))

@@ -32,12 +32,15 @@ from dpaudit.whitebox.harness import (
 #: The fleet runner of one audit run (:func:`dpaudit.whitebox.harness.run_job`).
 RUNNER = "dpaudit.whitebox.harness:run_job"
 
-__all__ = ["PATH_COOPERATIVE", "SCHEMA", "RegisteredRuns", "audit_trainer", "run_config", "write_audit"]
+__all__ = ["PATH_COOPERATIVE", "PATH_LABELS", "SCHEMA", "RegisteredRuns", "audit_trainer", "run_config", "write_audit"]
 
 SCHEMA = "dpaudit.whitebox/1"
 #: ``whitebox.json``'s ``settings.canary_path`` of the cooperative audit: the trainer's own audit block writes each
 #: canary's clipped gradient onto its reserved coordinate (the gradient path writes ``"gradient-path"``).
 PATH_COOPERATIVE = "cooperative"
+#: The settings :func:`write_audit` adds that describe the canaries' path, not the command that ran: a rerun of the
+#: same command compares the manifest's settings without them.
+PATH_LABELS = ("canary_path", "canary_paths")
 
 
 @dataclass(frozen=True)
