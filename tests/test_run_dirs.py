@@ -120,3 +120,28 @@ def test_current_directory_is_refused_as_an_output(tmp_path, monkeypatch):
         with pytest.raises(UserInputError, match="is the current directory"):
             _make_run(out, overwrite=True)
     assert (tmp_path / "keep.txt").read_text() == "mine"
+
+
+def test_a_stale_lock_is_removed_and_a_held_one_is_not(tmp_path):
+    """A lock file no process holds (a worker killed mid-run) is removed; one a live holder has locked stays."""
+    import fcntl
+    import os
+
+    from dpaudit.files.run_dirs import lock_path, remove_stale_lock, run_dir_lock
+
+    out = tmp_path / "run"
+    stale = lock_path(out)
+    stale.write_text("12345 elsewhere train\n")  # left behind: nobody holds it
+    assert remove_stale_lock(out) and not stale.exists()
+    assert not remove_stale_lock(out)  # nothing to remove
+    with run_dir_lock(out, stage="train"):  # held by this process's own lock: never removed under it
+        assert not remove_stale_lock(out) and stale.exists()
+    assert not stale.exists()
+    stale.write_text("")
+    fd = os.open(stale, os.O_RDWR)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)  # another holder (its own open file description)
+        assert not remove_stale_lock(out) and stale.exists()
+    finally:
+        os.close(fd)
+    assert remove_stale_lock(out) and not stale.exists()

@@ -329,6 +329,32 @@ def _read_holder(fd: int, *, wait_s: float = 1.0) -> str:
     )
 
 
+def remove_stale_lock(out: str | os.PathLike[str]) -> bool:
+    """Delete ``out``'s lock file when no process holds it (a worker killed, or interrupted between creating the
+    file and entering :func:`run_dir_lock`'s cleanup, leaves it behind); True when it was removed. The file is
+    locked here first, so a lock some live process holds is never removed."""
+    path = lock_path(out)
+    try:
+        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return False  # held: a live process is using it
+        try:
+            same = os.stat(path).st_ino == os.fstat(fd).st_ino
+        except FileNotFoundError:
+            return False
+        if same and path not in _HELD:
+            os.unlink(path)  # while locked, as run_dir_lock unlinks: a waiting process re-checks the inode
+            return True
+        return False
+    finally:
+        os.close(fd)
+
+
 def remove_stale_staging(out: str | os.PathLike[str]) -> list[Path]:
     """Delete ``.NAME.staging-*`` and ``.NAME.old-*`` folders that a killed stage left beside ``out``.
 

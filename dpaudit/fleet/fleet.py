@@ -817,6 +817,7 @@ def _run_ray(
     """A Ray task per job, at most ``workers`` at once, a worker process replaced after ``models_per_worker``."""
     ray = importlib.import_module("ray")
     started = False
+    cancelled: list[FleetJob] = []
     if not ray.is_initialized():
         quiet = {"logging_level": logging.ERROR, "log_to_driver": False, "configure_logging": True}
         if ray_address is None:
@@ -874,9 +875,16 @@ def _run_ray(
             if running:
                 with contextlib.suppress(Exception):
                     ray.wait(list(running), num_returns=len(running), timeout=_CANCEL_GRACE_S)
+                cancelled.extend(job for _, job in running.values())
     finally:
         if started:
             ray.shutdown()
+        if cancelled:
+            from dpaudit.files.run_dirs import remove_stale_lock
+
+            for job in cancelled:  # a worker interrupted mid-lock, or killed at shutdown after the grace
+                with contextlib.suppress(Exception):
+                    remove_stale_lock(job.out_dir)
 
 
 # -- progress -------------------------------------------------------------------------------------------
