@@ -58,21 +58,6 @@ def _start_path(init_from: Any) -> Path | None:
     return Path(path) if isinstance(path, str) and path else None
 
 
-def _changed_weights(model_dir: Path, recorded: Any) -> str | None:
-    """The first recorded weight file whose sha256 differs now (or that is gone); None when all match."""
-    from dpaudit.files.run_dirs import sha256_file
-
-    if not isinstance(recorded, dict) or not recorded:
-        return "privacy.json records no weight hash"
-    for name, digest in sorted(recorded.items()):
-        path = model_dir / name
-        if not path.is_file():
-            return f"{name} is gone"
-        if sha256_file(path) != digest:
-            return f"{name} no longer has the sha256 privacy.json recorded"
-    return None
-
-
 def _signature(path: Path | None) -> tuple[tuple[str, int, int], ...]:
     """(name, size, mtime) of the files of a model directory (and of its ``model/``): a changed directory is resolved
     again."""
@@ -105,6 +90,7 @@ def resolve_base(options: Any, source: Any) -> Base:
 
 def _resolve(given: str | None, source: Any) -> Base:
     from dpaudit.scoring import resolve_model
+    from dpaudit.scoring.adapters import changed_weights
 
     if given:
         return Base(
@@ -130,7 +116,7 @@ def _resolve(given: str | None, source: Any) -> Base:
         checked = resolve_model(start, option="--init-from")
     except UserInputError as err:  # a run directory changed since (its manifest no longer verifies), a damaged model
         return Base(why=f"its public start cannot be used ({err})", option="--init-from")
-    changed = _changed_weights(
+    changed = changed_weights(
         checked.model_dir, init_from.get("weights_sha256") if isinstance(init_from, dict) else None
     )
     if changed is not None:

@@ -75,18 +75,19 @@ class SharedBase:
 
 
 def changed_weights(model_dir: Path, recorded: Any) -> str | None:
-    """The first recorded weight file of ``model_dir`` whose sha256 differs now (or that is gone), in words; None when
-    every one matches."""
+    """The first weight file of ``model_dir`` whose sha256 differs now from what ``privacy.json`` recorded (or that is
+    gone), in words; None when every one matches. A run's public start (``init_from``) and a LoRA run's base
+    (``details.trained.base``) are checked by it alike."""
     from dpaudit.files.run_dirs import sha256_file
 
     if not isinstance(recorded, dict) or not recorded:
-        return "no weight hash was recorded"
+        return "privacy.json records no weight hash"
     for name, digest in sorted(recorded.items()):
         path = model_dir / name
         if not path.is_file():
             return f"{name} is gone"
         if sha256_file(path) != digest:
-            return f"{name} no longer has the sha256 recorded"
+            return f"{name} no longer has the sha256 privacy.json recorded"
     return None
 
 
