@@ -60,11 +60,18 @@ def _checked(built: Any, where: str) -> JaxSetup:
         )
     try:
         one = {k: v[:1] for k, v in arrays.items()}
-        value = jax.eval_shape(jax.grad(loss), params, one)  # shapes only: nothing runs
-        del value
+        grads = jax.eval_shape(jax.grad(loss), params, one)  # shapes only: nothing runs
     except Exception as err:  # noqa: BLE001 - the user's loss
         raise UserInputError(
             f"{where}: JAX cannot differentiate loss(params, one row) ({first_line(err)}); return a scalar loss of "
             "params and a batch dict."
         ) from None
+    # JAX Privacy's gaussian_privatizer draws its noise in the gradient's dtype; the record's noise-tail figure is
+    # float32's (privacy.NOISE_SAMPLER): a bfloat16 draw reaches far fewer sigma, a float64 one more
+    dtypes = sorted({str(g.dtype) for g in jax.tree_util.tree_leaves(grads)} - {"float32"})
+    if dtypes:
+        raise UserInputError(
+            f"{where}: the gradient of params has dtype {dtypes[0]}; JAX Privacy draws its noise in the gradient's "
+            "dtype and dpaudit's claim counts float32's noise tail: return float32 params."
+        )
     return JaxSetup(loss=loss, params=params, data=arrays, batch_size=batch, optimizer=optimizer)

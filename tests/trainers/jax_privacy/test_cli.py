@@ -31,6 +31,15 @@ BAD_SETUPS = {
         "    return {'loss': lambda p, b: b['x'] @ p, 'params': np.zeros(3, np.float32), 'data': data, 'batch_size': 8}\n",
         "JAX cannot differentiate loss(params, one row)",
     ),
+    "dtype": (
+        "import jax.numpy as jnp\n"
+        "import numpy as np\n"
+        "def build():\n"
+        "    data = {'x': np.zeros((16, 4), np.float32)}\n"
+        "    params = jnp.zeros(4, jnp.bfloat16)\n"
+        "    return {'loss': lambda p, b: jnp.sum(b['x'] @ p), 'params': params, 'data': data, 'batch_size': 8}\n",
+        "the gradient of params has dtype bfloat16",
+    ),
 }
 
 
