@@ -129,10 +129,20 @@ def build_library_record(
     :data:`dpaudit.accounting.noise_tail.SAMPLERS` entry of the library's noise (None: not characterised, a note
     says its tail is not counted); its tail figure is counted inside delta as every dpaudit trainer's is
     (:func:`dpaudit.accounting.noise_tail.split_delta`, refused when it alone reaches delta unless
-    ``accept_noise_tail``)."""
+    ``accept_noise_tail``).
+
+    Raises:
+        ValueError: the batches were sampled neither by Poisson sampling nor as fixed-size batches (the library's
+            flagged ``non-poisson``): no claim is accounted for a sampler dpaudit does not account.
+    """
     from dpaudit import accounting
     from dpaudit.accounting import noise_tail
 
+    if run.sampling not in SAMPLING_WORDS:  # no claim for a sampler dpaudit does not account (not Poisson's instead)
+        raise ValueError(
+            f"{display}'s batches were {run.sampling}-sampled: dpaudit accounts Poisson or fixed-size sampling only, "
+            "so no privacy claim is written for this run."
+        )
     fixed = run.sampling == "fixed"
     segment = Segment(steps=run.updates, sampling_probability=run.sample_rate, noise_multiplier=run.noise_multiplier)
     tail_segment = Segment(

@@ -92,6 +92,27 @@ def test_privacy_json_flags_an_accountant_that_counts_micro_steps(tmp_path, monk
     assert ran.steps == 4 and said.steps == 128 and said.epsilon < ran.epsilon / 2
 
 
+def test_no_claim_is_written_for_batches_that_were_not_poisson_sampled():
+    import dataclasses
+
+    from dpaudit.trainers.opacus.loop import PrivacySettings, run_opacus
+    from dpaudit.trainers.opacus.privacy import build_record, mismatches
+
+    settings = PrivacySettings(noise_multiplier=1.43, clip_norm=1.0, steps=2, delta=1e-5, noise_seed=1)
+    run = dataclasses.replace(run_opacus(tiny_setup(), settings), poisson=False)  # a sampler Opacus did not swap
+    assert any("not Poisson-sampled" in m for m in mismatches(run))
+    with pytest.raises(ValueError, match="no privacy claim is written"):  # never a Poisson claim in its place
+        build_record(
+            run,
+            delta=1e-5,
+            accountant="prv",
+            grad_sample_mode="hooks",
+            clipping="flat",
+            target_epsilon=None,
+            noise_seed_explicit=True,
+        )
+
+
 def test_gradient_accumulation_with_batch_memory_manager_is_one_update_per_logical_batch():
     """Opacus's BatchMemoryManager splits each Poisson batch into physical ones: the canary still adds exactly C once
     per update, the hook counts updates (not physical batches) and Opacus's accountant agrees."""
