@@ -188,6 +188,11 @@ def build_library_record(
             f"sigma); its tail figure {format_up(tail, 2)} is counted inside delta here, and not by {display}'s own "
             f"accountant, whose epsilon is at delta {delta:g}."
         )
+    if target_epsilon is not None and epsilon > target_epsilon:  # the target was met by the library's accounting only
+        said.append(
+            f"target: sigma was calibrated by {display}'s accountant for epsilon {target_epsilon:g}; dpaudit's "
+            f"accounting of what ran gives {format_up(epsilon)}, above that target."
+        )
     sampled = (
         f"fixed-size batches of {run.batch_size} sampled without replacement (q = {run.sample_rate:g})"
         if fixed
