@@ -62,8 +62,13 @@ METHOD_WORDS = {
     ("pooled", "order_stats"): "claimed curve: order statistics over every run's canaries (Xiang et al. 2025)",
 }
 PROOF_WORDS = (
-    "for this one training run: the f-DP recursion on its coin-flip canaries, which assumes nothing about "
-    "how the trainer treats them"
+    "for this one training run: a test of its coin-flip canaries (the method named above), which assumes nothing "
+    "about how the trainer treats them"
+)
+#: The one-run verdict bound that is not a proof: the Gaussian-pair fit holds only for Gaussian-pair projections.
+FIT_WORDS = (
+    "for this one training run: a Gaussian-pair fit of its coin-flip canaries' projections, valid when those "
+    "projections are independent Gaussian pairs (a full-batch Gaussian mechanism's), not a proof for other forms"
 )
 
 
@@ -86,9 +91,9 @@ def _method(kind: str, method: str) -> str:
     return METHOD_WORDS.get((kind, method), method)
 
 
-def _kind_words(kind: str, run: WhiteboxRun) -> str:
+def _kind_words(kind: str, run: WhiteboxRun, method: str) -> str:
     if kind == "one-run":
-        return PROOF_WORDS
+        return FIT_WORDS if method == "gauss_pair" else PROOF_WORDS
     runs = f"{run.runs} run{'s' if run.runs != 1 else ''}"
     return (
         f"over {runs} × {run.canaries} canaries, valid when the trainer treats the canaries as independent "
@@ -104,7 +109,8 @@ class WhiteboxVerdict:
     """The headline of one audit: the strongest valid white-box bound against the claim.
 
     ``claimed`` is rounded up and ``bound`` down; ``proof`` says whether the bound is the one-run proof
-    (else the pooled bound, valid under its independence assumption)."""
+    (else the pooled bound, valid under its independence assumption, or the one-run Gaussian-pair fit, valid for
+    Gaussian-pair projections)."""
 
     label: str
     trainer: str
@@ -140,13 +146,19 @@ def _verdict(run: WhiteboxRun) -> WhiteboxVerdict:
     if twins:
         k, b = twins[0]
         twin = (
-            f"the one-run proof (run 1): epsilon ≥ {_down(b.epsilon)}"
+            f"the one-run {'Gaussian-pair fit' if b.method == 'gauss_pair' else 'proof'} (run 1): epsilon ≥ "
+            f"{_down(b.epsilon)}"
             if k == "one-run"
             else f"the pooled bound: epsilon ≥ {_down(b.epsilon)}"
         )
     view = VIEW_WORDS.get(run.primary_view, run.primary_view)
+    fit = figure.method == "gauss_pair"  # a one-run bound for Gaussian-pair projections only, not a proof
     what = (
-        "the one-run proof" if kind == "one-run" else "the pooled bound, valid if the canaries are independent trials"
+        "the pooled bound, valid if the canaries are independent trials"
+        if kind != "one-run"
+        else "the one-run Gaussian-pair fit"
+        if fit
+        else "the one-run proof"
     )
     ceiling = run.ceilings.get(kind)
     if run.refuted:
@@ -186,8 +198,8 @@ def _verdict(run: WhiteboxRun) -> WhiteboxVerdict:
         steps=claim.steps,
         bound=bound,
         kind=kind,
-        kind_words=_kind_words(kind, run),
-        proof=kind == "one-run",
+        kind_words=_kind_words(kind, run, figure.method),
+        proof=kind == "one-run" and not fit,
         method=_method(kind, figure.method),
         proves=figure.proves,
         view=view,
@@ -233,6 +245,8 @@ def _row(run: WhiteboxRun, scope: str, kind: str, view: str, bound: Bound, *, ve
             evidence += f" ({bound.selection[len('planned: ') :]}; that count fixed from the claim before the run)"
         elif bound.selection:
             evidence += f" (guess counts: {bound.selection})"
+    elif bound.selection and bound.selection.startswith("planned: "):  # no guesses: the Gaussian pair's projection
+        evidence = f"{bound.selection[len('planned: ') :]} (the projection fixed from the claim before the run)"
     if bound.scale is not None:
         evidence = ("" if evidence == "–" else evidence + "; ") + f"rejects sigma × {bound.scale:.3g}"
     if bound.ceiling is not None:

@@ -106,7 +106,7 @@ class WhiteboxRun:
     mechanism_refuted: bool = False
     any_mechanism: Bound | None = None
     ceilings: dict[str, float] = dataclasses.field(default_factory=dict)
-    #: The one-run bound the verdict rests on (planned from the claim): "claim_family" or "order_stats".
+    #: The one-run bound the verdict rests on (planned from the claim): "claim_family", "order_stats" or "gauss_pair".
     one_run_method: str = "claim_family"
     one_run: dict[str, tuple[dict[str, Bound], ...]]
     pooled: dict[str, dict[str, Bound]]

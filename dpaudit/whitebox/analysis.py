@@ -93,7 +93,7 @@ class Analysis:
     #: The verdict bounds' ceilings ("one-run", "pooled"): their values for a perfect attack at these sizes.
     ceilings: dict[str, float] = field(default_factory=dict)
     #: Which one-run bound of the first run (all iterates) the verdict rests on, planned from the claim:
-    #: "claim_family" (the f-DP recursion) or "order_stats" (:func:`dpaudit.whitebox.plan.planned_one_run`).
+    #: "claim_family" (the f-DP recursion), "order_stats" or "gauss_pair" (:func:`dpaudit.whitebox.plan.planned_one_run`).
     one_run_method: str = "claim_family"
 
     @property

@@ -45,6 +45,7 @@ from dpaudit.audit.one_run import epsilon_lower_bound_one_run, epsilon_lower_bou
 from dpaudit.audit.thresholds import BonferroniThresholds, GuessGrid
 from dpaudit.audit.tradeoff import TradeOff
 from dpaudit.claim import Claim
+from dpaudit.common.figures import format_down
 
 __all__ = ["Bound", "gauss_pair_bound", "multi_run_bounds", "one_run_bounds", "order_stats_bounds"]
 
@@ -250,7 +251,7 @@ def gauss_pair_bound(
         epsilon=found.epsilon,
         confidence=confidence,
         capped=found.capped,
-        selection=f"planned: {projection} projection, mu >= {found.mu:.4f}",
+        selection=f"planned: {projection} projection, mu >= {format_down(found.mu, 4)}",  # a lower bound: down
         ceiling=gauss_pair.ceiling(delta=claim.delta),
         canaries_needed=gauss_pair.canaries_needed(claim.epsilon, delta=claim.delta, confidence=confidence),
     )

@@ -248,3 +248,24 @@ def test_a_refuted_curve_within_the_claim_reads_mechanism_refuted(audit_dir: Pat
     assert "MECHANISM REFUTED" in verdict and "not the mechanism" in verdict
     assert "CLAIM REFUTED" not in verdict and "The claim is REFUTED" not in verdict
     assert format_down(claim * 0.4) in verdict and format_down(claim * 1.2) not in verdict
+
+
+def test_a_gaussian_pair_verdict_is_named_a_fit_not_a_proof(audit_dir: Path) -> None:
+    """When the planned one-run test is the Gaussian pair (valid for Gaussian-pair projections only), the verdict
+    calls it a fit, never "proof ... assumes nothing", and its row shows the planned projection with mu rounded down."""
+    import dataclasses
+
+    from dpaudit.report.whitebox import _row, _verdict
+    from dpaudit.report.whitebox_load import load_whitebox
+
+    run = load_whitebox(audit_dir)
+    gauss = run.one_run["all_iterates"][0]["gauss_pair"]
+    fit = dataclasses.replace(
+        run, one_run_method="gauss_pair", primary_kind="one-run", primary=gauss, mechanism_refuted=False
+    )
+    v = _verdict(fit)
+    assert not v.proof and "Gaussian-pair fit" in v.kind_words and "assumes nothing" not in v.kind_words
+    assert "the one-run Gaussian-pair fit" in v.sentence and "one-run proof" not in v.sentence
+    assert _verdict(run).proof == (run.primary_kind == "one-run")  # the other tests stay proofs
+    row = _row(fit, "run 1", "one-run", "all_iterates", gauss, verdict=True)
+    assert "projection, mu >= " in row.evidence and "fixed from the claim before the run" in row.evidence
