@@ -20,6 +20,7 @@ References:
 
 from __future__ import annotations
 
+import importlib.util
 import inspect
 import json
 import warnings
@@ -104,13 +105,16 @@ def _base_dir(given: str, run_dir: Path) -> Path | None:
 
 def shared_base(run_dirs: Sequence[str | Path]) -> tuple[SharedBase | None, str]:
     """The base every run in ``run_dirs`` adapts, when all are LoRA runs over the same base (the same state sha256)
-    whose weight files are here and still hash to what the runs recorded; else None and why, in words."""
+    whose weight files are here and still hash to what the runs recorded, and peft is installed to add their adapters
+    to it; else None and why, in words."""
     from dpaudit.common.errors import UserInputError
     from dpaudit.scoring import resolve_model
 
     records = [lora_record(p) for p in run_dirs]
     if not run_dirs or any(r is None for r in records):
         return None, "not every model is a --peft lora run with its adapter"
+    if importlib.util.find_spec("peft") is None:  # the merged models need no peft to be scored
+        return None, "peft is not installed here: each model's merged weights are loaded"
     states = {(r or {}).get("base", {}).get("state_sha256") for r in records}
     if len(states) != 1 or None in states:
         return None, "the models adapt different bases"

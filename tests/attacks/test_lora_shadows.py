@@ -102,6 +102,20 @@ def test_a_lora_targets_shadows_are_adapters_over_its_base_scored_over_one_copy(
     assert not np.allclose(first, adapters[1].example_losses(texts), atol=1e-6)
 
 
+def test_lora_runs_are_scored_merged_where_peft_is_not_installed(lora_target, monkeypatch):
+    """Adapters over one base need peft; the merged models (model/) do not: without peft, no shared base."""
+    import importlib.util
+
+    from dpaudit.scoring import adapters
+
+    _, target = lora_target
+    assert adapters.shared_base([target])[0] is not None
+    find_spec = importlib.util.find_spec
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "peft" else find_spec(name, *a))
+    found, why = adapters.shared_base([target])
+    assert found is None and "peft is not installed" in why
+
+
 def test_a_lora_targets_changed_base_is_refused_before_any_shadow_trains(lora_target):
     from dpaudit.attacks.shadow_models import check_lora_base, target_recipe
     from dpaudit.scoring import resolve_model
