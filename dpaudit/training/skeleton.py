@@ -219,6 +219,7 @@ class RunSkeleton:
         state, path = self.resume_state, _after_setup(self.resume_path, "resume_path")  # set with resume_state
         self.start_step = self.plugin.restore(path)
         self.stopped_at_budget = bool(state.get("stopped_at_budget"))
+        self.start_eval = dict(state.get("start_eval") or {})
         try:
             self.sampler.restore(state.get("sampler"))
         except (ValueError, TypeError, KeyError) as err:
@@ -369,6 +370,7 @@ class RunSkeleton:
             "sampler": self.sampler.state(),
             "ledger": self.ledger.to_json() if self.ledger is not None else None,
             "stopped_at_budget": self.stopped_at_budget,
+            "start_eval": self.start_eval or None,  # evaluated before step 0 only: a resumed run keeps it
             **self.plugin.extra_state(),
         }
 

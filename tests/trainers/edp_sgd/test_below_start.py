@@ -67,3 +67,20 @@ def test_a_private_run_from_a_start_records_the_start_s_figure_and_warns_exactly
     start, end = summary["start_eval"]["next_token_accuracy"], summary["next_token_accuracy"]
     assert 0.0 <= start <= 1.0 and summary["start_eval"]["heldout_rows_evaluated"] == 8
     assert ("ends below its public start" in result.output) == (end < start)
+
+
+def test_a_run_resumed_from_a_checkpoint_keeps_its_start_s_figure(
+    data_dir, tiny_causal_dir, tmp_path, edp_config, killed_after_checkpoint
+):
+    """The start is evaluated before step 0 only: the checkpoint carries the figure to the resumed run's summary."""
+    from dpaudit.trainers.edp_sgd.trainer import EdpSgdTrainer
+
+    config = edp_config(
+        task="clm", mode="dp-sgd", init_from=str(tiny_causal_dir), vocab_size=None, epochs=1, checkpoint_every=2
+    )
+    straight = EdpSgdTrainer().train(data_dir, tmp_path / "straight", config, seed=5)
+    killed_after_checkpoint(lambda: EdpSgdTrainer().train(data_dir, tmp_path / "resumed", config, seed=5), step=2)
+    resumed = EdpSgdTrainer().train(data_dir, tmp_path / "resumed", config, seed=5)
+    assert resumed.summary["resumed_from_step"] == 2
+    assert resumed.summary["start_eval"] == straight.summary["start_eval"]
+    assert straight.summary["start_eval"]["heldout_rows_evaluated"] == config.eval_examples
