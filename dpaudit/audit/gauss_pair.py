@@ -49,6 +49,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from dpaudit.audit.checks import _check_unit, _scores
 from dpaudit.audit.gdp import gdp_epsilon
+from dpaudit.audit.order_stats import fewest_on_grid
 
 __all__ = [
     "GUARANTEE_GAUSS_PAIR",
@@ -190,14 +191,4 @@ def canaries_needed(
     def proves(n: int) -> bool:
         return epsilon_of(expected_mu(mu, n - n // 2, n // 2, alpha), delta) >= epsilon
 
-    grid = sorted({int(round(2 ** (k / 4))) for k in range(8, int(4 * math.log2(most)) + 1)})
-    if not proves(grid[-1]):
-        return None
-    lo, hi = -1, len(grid) - 1
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if proves(grid[mid]):
-            hi = mid
-        else:
-            lo = mid
-    return grid[hi]
+    return fewest_on_grid(proves, smallest=4, most=most)

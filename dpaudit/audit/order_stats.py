@@ -65,6 +65,7 @@ __all__ = [
     "curve_profile",
     "dp_profile",
     "family_bound",
+    "fewest_on_grid",
     "gdp_profile",
     "order_stats_bound",
     "pvalue",
@@ -345,7 +346,14 @@ def canaries_needed(null: Profile, *, confidence: float, fraction: float, most: 
         r = max(1, min(n, round(fraction * n)))
         return bool(pvalue(null, n, r, [0])[0] < alpha)
 
-    grid = sorted({int(round(2 ** (k / 4))) for k in range(4, int(4 * math.log2(most)) + 1)})
+    return fewest_on_grid(proves, smallest=2, most=most)
+
+
+def fewest_on_grid(proves: Callable[[int], bool], *, smallest: int, most: int) -> int | None:
+    """The fewest canaries n on the grid 2^(k/4) from ``smallest`` to ``most`` for which ``proves(n)`` (a monotone
+    test, bisected), None when even ``most`` do not: the canaries-needed search of every one-run bound."""
+    start = int(round(4 * math.log2(smallest)))
+    grid = sorted({int(round(2 ** (k / 4))) for k in range(start, int(4 * math.log2(most)) + 1)})
     if not proves(grid[-1]):
         return None
     lo, hi = -1, len(grid) - 1
