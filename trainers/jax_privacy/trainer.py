@@ -224,6 +224,7 @@ class JaxPrivacyTrainer:
     def _run(
         self, data_dir: Path | None, out: Path, config: JaxPrivacyConfig, *, seed: int, gains: np.ndarray | None
     ) -> tuple[JaxPrivacyRun, Any]:
+        from dpaudit.accounting.guarantees import default_delta
         from dpaudit.files.run_dirs import (
             atomic_write_json,
             build_manifest,
@@ -263,7 +264,7 @@ class JaxPrivacyTrainer:
                 f"--batch-size {batch} is larger than the {rows} training rows; choose a smaller batch size."
             )
         expected = batch if batch is not None else max(1, round(built.setup.batch_size / n_real * rows))
-        delta = config.delta if config.delta is not None else min(1e-5, 1.0 / (10 * rows))
+        delta = config.delta if config.delta is not None else default_delta(rows)
         settings = Settings(
             noise_multiplier=_sigma(config, rows, expected, delta),
             clip_norm=config.clip_norm,

@@ -164,6 +164,7 @@ class OpacusTrainer:
     def _run(
         self, data_dir: Path | None, out: Path, config: OpacusConfig, *, seed: int, gains: np.ndarray | None
     ) -> tuple[OpacusRun, Any]:
+        from dpaudit.accounting.guarantees import default_delta
         from dpaudit.files.run_dirs import (
             atomic_write_json,
             build_manifest,
@@ -205,7 +206,7 @@ class OpacusTrainer:
         q_user = (built.setup.loader.batch_size or 1) / max(1, built.rows)
         expected = batch if batch is not None else max(1, round(q_user * rows))
         sample_rate = 1.0 / math.ceil(rows / expected)
-        delta = config.delta if config.delta is not None else min(1e-5, 1.0 / (10 * rows))
+        delta = config.delta if config.delta is not None else default_delta(rows)
         sigma = _sigma(config, sample_rate, delta)
         settings = PrivacySettings(
             noise_multiplier=sigma,
