@@ -969,10 +969,10 @@ def _probe_estimate(
     workers = getattr(options, "workers", None) or 1
     if first.fresh_from is not None or first.steps is None or workers > 1 or getattr(options, "ray_address", None):
         return None
-    config, need = shadow_cost.probe_config(first.config, len(first.rows_in))
     home = cache / f".probe-{first.home.name}"
     shadow_cost.remove_probe(home)
     try:
+        config, need = shadow_cost.probe_config(first.config, len(first.rows_in))  # a Config may refuse it: no probe
         private_dir(home)
         write_shadow_data(
             home / "data",

@@ -160,3 +160,38 @@ def test_adapters_over_one_base_score_as_the_merged_model(data_dir, tmp_path, ta
     labels = None if task == "mlm" else [i % len(source.labels) for i in range(len(texts))]
     a, m = (s.example_losses(texts, labels, seed=0) for s in (adapter, merged))
     assert np.allclose(a, m, atol=1e-5)
+
+
+def test_the_probe_trains_in_a_private_folder_of_the_cache_and_is_removed(lora_target, data_dir, tmp_path, capfd):
+    """The estimate's probe (forced here: the tiny models are priced by the table) writes its rows under the shadow
+    cache only, in a folder readable by this user alone, and removes it; the estimate says it was measured."""
+    import stat
+
+    import dpaudit
+    from dpaudit.attacks import shadow_cost
+
+    _, target = lora_target
+    cache, seen = tmp_path / "shadows", []
+    real = shadow_cost.probe_cost
+
+    def probe_cost(trainer, config, data, out, **kwargs):
+        home = data.parent
+        seen.append((home.parent, stat.S_IMODE(home.stat().st_mode), (data / "train.jsonl").is_file()))
+        return real(trainer, config, data, out, **kwargs)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(shadow_cost, "worth_probing", lambda *a: True)
+        patch.setattr(shadow_cost, "probe_cost", probe_cost)
+        dpaudit.attack(
+            target,
+            data_dir,
+            ["lira"],
+            progress=False,
+            shadow_models=2,
+            shadow_cache=cache,
+            mia_examples=16,
+            blind_baseline=False,
+        )
+    assert seen == [(cache, 0o700, True)]
+    assert not list(cache.glob(".probe-*"))  # removed
+    assert "-step probe of the first one's recipe" in capfd.readouterr().err
