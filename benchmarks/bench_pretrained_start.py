@@ -154,10 +154,14 @@ def main() -> int:
             rows.append((start, name, out, seconds))
             s = summary(out)
             print(f"  -> {s.get('eval_accuracy'):.4f} (start {(s.get('start_eval') or {}).get('eval_accuracy')})")
+    records = [
+        json.loads(p.read_text(encoding="utf-8")) for *_, out, _ in rows if (p := out / "privacy.json").is_file()
+    ]
+    deltas = sorted({repr(r["delta"]) for r in records if r.get("private")})  # as the runs state it, never rounded
     print(
         f"\nSNIPS intent classification (edp-sgd trainer): {args.train_size} private rows (+10 canary rows), "
         f"{args.public_size} public, {args.heldout_size} held-out evaluated; batch {args.batch_size}, "
-        f"{args.epochs} epochs, max length {args.max_length}; delta 1e-5 (add/remove, N public)"
+        f"{args.epochs} epochs, max length {args.max_length}; delta {' / '.join(deltas) or '-'} (add/remove, N public)"
     )
     print(f"  {'start':<14} {'run':<36} {'held-out':>9} {'baseline':>9} {'start acc':>9} {'x sgd':>6} {'wall s':>7}")
     reference: dict[str, float] = {}
