@@ -31,7 +31,6 @@ from dpaudit.training.api import TrainResult
 
 __all__ = ["JaxPrivacyTrainer"]
 
-SCHEMA = "dpaudit.train/1"
 #: The contract suite's run: a 2-layer Flax BERT masked LM, 4 updates of 16-example batches.
 TINY_SETTINGS: dict[str, Any] = {"noise_multiplier": 1.2, "batch_size": 16, "steps": 4, "max_length": 16}
 #: The masked-LM recipe of the inject path (BERT's: 15% of the tokens, at most this many per row).
@@ -225,16 +224,9 @@ class JaxPrivacyTrainer:
         self, data_dir: Path | None, out: Path, config: JaxPrivacyConfig, *, seed: int, gains: np.ndarray | None
     ) -> tuple[JaxPrivacyRun, Any]:
         from dpaudit.accounting.guarantees import default_delta
-        from dpaudit.files.run_dirs import (
-            atomic_write_json,
-            build_manifest,
-            file_hashes,
-            prepare_output_dir,
-            staged_directory,
-            write_jsonl,
-            write_manifest,
-        )
+        from dpaudit.files.run_dirs import prepare_output_dir, staged_directory, write_jsonl
         from dpaudit.trainers.jax_privacy.privacy import build_record
+        from dpaudit.training.train_dir import finish_run
 
         prepare_output_dir(out, overwrite=False)  # a bad --out is refused before anything trains
         if config.dataset_size is not None:
@@ -297,18 +289,7 @@ class JaxPrivacyTrainer:
         with staged_directory(out, overwrite=False) as stage:
             _save_model(stage / "model", built, run.params)
             write_jsonl(stage / "metrics.jsonl", [{"step": i + 1, "loss": v} for i, v in enumerate(run.losses)])
-            atomic_write_json(stage / "privacy.json", record.to_json())
-            names = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file())
-            write_manifest(
-                stage,
-                build_manifest(
-                    schema=SCHEMA,
-                    config={"trainer": self.name, **public},
-                    seed=seed,
-                    inputs=built.inputs or {},
-                    outputs=file_hashes(stage, names),
-                ),
-            )
+            finish_run(stage, trainer=self.name, config=public, seed=seed, inputs=built.inputs or {}, record=record)
         return run, record
 
 

@@ -29,7 +29,6 @@ from dpaudit.training.api import TrainResult
 
 __all__ = ["OpacusTrainer"]
 
-SCHEMA = "dpaudit.train/1"
 #: The contract suite's run: a 2-layer BERT classifier, 4 updates of 16-example batches.
 TINY_SETTINGS: dict[str, Any] = {"noise_multiplier": 1.0, "batch_size": 16, "steps": 4, "max_length": 16}
 
@@ -165,16 +164,9 @@ class OpacusTrainer:
         self, data_dir: Path | None, out: Path, config: OpacusConfig, *, seed: int, gains: np.ndarray | None
     ) -> tuple[OpacusRun, Any]:
         from dpaudit.accounting.guarantees import default_delta
-        from dpaudit.files.run_dirs import (
-            atomic_write_json,
-            build_manifest,
-            file_hashes,
-            prepare_output_dir,
-            staged_directory,
-            write_jsonl,
-            write_manifest,
-        )
+        from dpaudit.files.run_dirs import prepare_output_dir, staged_directory, write_jsonl
         from dpaudit.trainers.opacus.privacy import build_record
+        from dpaudit.training.train_dir import finish_run
 
         prepare_output_dir(out, overwrite=False)  # a bad --out is refused before anything trains
         if config.dataset_size is not None:
@@ -254,16 +246,5 @@ class OpacusTrainer:
         with staged_directory(out, overwrite=False) as stage:
             _save_model(stage / "model", run.model, built.tokenizer)
             write_jsonl(stage / "metrics.jsonl", [{"step": i + 1, "loss": v} for i, v in enumerate(run.losses)])
-            atomic_write_json(stage / "privacy.json", record.to_json())
-            names = sorted(str(p.relative_to(stage)) for p in stage.rglob("*") if p.is_file())
-            write_manifest(
-                stage,
-                build_manifest(
-                    schema=SCHEMA,
-                    config={"trainer": self.name, **public},
-                    seed=seed,
-                    inputs=built.inputs or {},
-                    outputs=file_hashes(stage, names),
-                ),
-            )
+            finish_run(stage, trainer=self.name, config=public, seed=seed, inputs=built.inputs or {}, record=record)
         return run, record
