@@ -3,9 +3,9 @@
 Typed view objects built from :class:`~dpaudit.report.whitebox_load.WhiteboxRun`; the templates only
 format them. The verdict leads: the claimed epsilon (rounded up) against the verdict's bound (rounded
 down), the kind of that bound and what it proves, REFUTED or consistent, and the ratio bound / claim.
-The verdict's bound is the larger of two bounds fixed before the audit ran (the one-run f-DP proof
-and the pooled bound, both testing the claimed mechanism's own curve, all iterates, each at half the
-risk), so it holds at the verdict's confidence; every other bound is shown beside them, at its own
+The verdict's bound is the larger of two bounds fixed before the audit ran (the one-run test planned
+from the claim: the f-DP recursion or the order statistics, both testing the claimed mechanism's own curve, or the
+Gaussian-pair fit; and the pooled bound on the claimed curve; all iterates, each at half the risk), so it holds at the verdict's confidence; every other bound is shown beside them, at its own
 confidence, as evidence (the largest of all of them is not a bound at any stated confidence).
 
 Then every bound (one-run per run and pooled, both views), the canary score distributions of members
@@ -471,8 +471,8 @@ def limits(run: WhiteboxRun) -> tuple[str, ...]:
         "being parametric it has no ceiling below its search's cap."
     )
     out.append(
-        f"Only the verdict's two bounds (the one-run claimed curve of run 1 and the pooled claimed curve, all "
-        f"iterates) were fixed before the audit; they hold together at {_pct(run.confidence)}. Every other row "
+        f"Only the verdict's two bounds (the one-run test of run 1 planned from the claim and the pooled claimed "
+        f"curve, all iterates) were fixed before the audit; they hold together at {_pct(run.confidence)}. Every other row "
         f"holds at its own confidence ({_pct(run.bound_confidence)}) and is evidence: the largest of all rows is "
         "not a bound at any stated confidence."
     )
