@@ -34,6 +34,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -213,43 +214,18 @@ def _jax_sigma(epsilon: float, accountant: str, rows: int, batch: int) -> float:
     )
 
 
-class _JaxHost:
-    """The light JAX Privacy host of the tests with a chosen sigma, accountant, optimizer and minibatch, and a fresh
-    secret noise seed per run (the runs must be independent trials)."""
-
-    library = "jax_privacy"
-
-    def __init__(self, sigma: float, accountant: str, optimizer: str, physical: int | None, first_seed: int) -> None:
-        self.sigma, self.accountant, self.optimizer, self.physical = sigma, accountant, optimizer, physical
-        self.seeds = iter(range(first_seed, first_seed + 10_000))
-
-    def train_with_gradient_canaries(self, data_dir, out_dir, config, *, gains, seed):  # noqa: ANN001
-        import json
-
-        from dpaudit.trainers.jax_privacy.loop import Settings, run_jax_privacy
-        from dpaudit.trainers.jax_privacy.privacy import build_record
-        from tests.trainers.jax_privacy.faults import tiny_setup
-
-        settings = Settings(
-            noise_multiplier=self.sigma,
-            clip_norm=1.0,
-            steps=4,
-            delta=1e-5,
-            accountant=self.accountant,
-            noise_seed=next(self.seeds),
-            physical_batch=self.physical,
-            optimizer=self.optimizer,
-            learning_rate=1e-3 if self.optimizer == "adam" else 0.05,
-        )
-        run = run_jax_privacy(tiny_setup(), settings, gains=gains)
-        record = build_record(run, delta=1e-5, accountant=self.accountant, target_epsilon=None, accept_noise_tail=True)
-        Path(out_dir).mkdir(parents=True)
-        (Path(out_dir) / "privacy.json").write_text(json.dumps(record.to_json()))
-        return run.observations, run.final
-
-
 def jax_correct_configurations(canaries: int, runs: int, epsilons: list[float]) -> None:
     from dpaudit.whitebox.gradient_path import audit_gradient_path
+    from tests.trainers.jax_privacy.faults import LightHost
+
+    class _Fresh(LightHost):  # a fresh secret noise seed per run (the runs must be independent trials)
+        def __init__(self, first_seed: int, **kwargs: Any) -> None:
+            super().__init__(noise_seed=first_seed, **kwargs)
+            self.seeds = iter(range(first_seed, first_seed + 10_000))
+
+        def train_with_gradient_canaries(self, *args: Any, **kwargs: Any) -> Any:
+            self.noise_seed = next(self.seeds)
+            return super().train_with_gradient_canaries(*args, **kwargs)
 
     rows = 64 + canaries
     batch = round(0.5 * rows)
@@ -273,7 +249,9 @@ def jax_correct_configurations(canaries: int, runs: int, epsilons: list[float]) 
             sigma = _jax_sigma(epsilon, accountant, rows, batch)
             # each row its own secret noise seeds and coins: equal seeds would repeat one row's canary observations
             trial = 100 * c + 10 * e
-            host = _JaxHost(sigma, accountant, optimizer, physical, first_seed=1000 + 1000 * trial)
+            host = _Fresh(
+                1000 + 1000 * trial, sigma=sigma, accountant=accountant, optimizer=optimizer, physical_batch=physical
+            )
             analysis, _ = audit_gradient_path(
                 host, None, None, canaries=canaries, runs=runs, seed=7 + trial, full=False
             )

@@ -56,8 +56,18 @@ class LightHost:
 
     library = "jax_privacy"
 
-    def __init__(self, *, noise_seed: int, sigma: float = SIGMA, accountant: str = "pld", sampling: str = "poisson"):
+    def __init__(
+        self,
+        *,
+        noise_seed: int,
+        sigma: float = SIGMA,
+        accountant: str = "pld",
+        sampling: str = "poisson",
+        optimizer: str = "sgd",
+        physical_batch: int | None = None,
+    ):
         self.noise_seed, self.sigma, self.accountant, self.sampling = noise_seed, sigma, accountant, sampling
+        self.optimizer, self.physical_batch = optimizer, physical_batch
 
     def train_with_gradient_canaries(
         self, data_dir: Any, out_dir: Path, config: Any, *, gains: np.ndarray, seed: int
@@ -70,6 +80,9 @@ class LightHost:
             accountant=self.accountant,
             sampling=self.sampling,
             noise_seed=self.noise_seed,
+            physical_batch=self.physical_batch,
+            optimizer=self.optimizer,
+            learning_rate=1e-3 if self.optimizer == "adam" else 0.05,
         )
         run = run_jax_privacy(tiny_setup(), settings, gains=gains)
         record = build_record(run, delta=DELTA, accountant=self.accountant, target_epsilon=None, accept_noise_tail=True)
