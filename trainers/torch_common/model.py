@@ -25,10 +25,9 @@ same at any padding width and the padding rows get an exactly zero output gradie
 
 from __future__ import annotations
 
-import contextlib
 import json
 import re
-from collections.abc import Iterator, Sequence
+from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
@@ -37,6 +36,7 @@ import torch.nn.functional as F
 from tokenizers import Tokenizer
 
 from dpaudit.common.errors import UserInputError
+from dpaudit.scoring.architecture import _quiet_transformers  # its load report of missing and unexpected keys
 from dpaudit.scoring.source import CAUSAL_LM, architecture_kind
 from dpaudit.training.presets import CAUSAL_PRESETS, LLAMA_PRESETS, PRESETS
 from dpaudit.training.tokenizer import special_token_ids
@@ -237,19 +237,6 @@ def load_model(
     except (OSError, ValueError, RuntimeError, KeyError) as err:
         raise UserInputError(f"{option}: cannot load it with transformers ({_first_line(err)}).") from None
     return model.eval(), tokenizer, head
-
-
-@contextlib.contextmanager
-def _quiet_transformers() -> Iterator[None]:
-    """transformers' logging at error level inside the block (its load report of missing and unexpected keys)."""
-    from transformers.utils import logging as hf_logging
-
-    level = hf_logging.get_verbosity()
-    hf_logging.set_verbosity_error()
-    try:
-        yield
-    finally:
-        hf_logging.set_verbosity(level)
 
 
 def _from_pretrained(path: Path, task: str, *, label_names: list[str] | None, seed: int) -> tuple[Any, str | None]:
