@@ -16,7 +16,6 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
-import secrets
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -144,8 +143,9 @@ def run_opacus(
     from opacus import PrivacyEngine
 
     from dpaudit.trainers.torch_common.noise import keyed_generator
+    from dpaudit.training.noise_source import NoiseSource
 
-    seed = settings.noise_seed if settings.noise_seed is not None else secrets.randbits(128)
+    seed = NoiseSource.resolve(settings.noise_seed).seed  # the given --noise-seed, or 128 bits of OS entropy
     # full mt19937 states keyed by the whole seed: torch's manual_seed keeps 32 bits, a guessable key
     sampling_rng, noise_rng = keyed_generator(int(seed), 0), keyed_generator(int(seed), 1)
     model, loader = setup.model, setup.loader
