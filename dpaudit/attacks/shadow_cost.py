@@ -158,28 +158,16 @@ def probe_cost(
     """Train the probe (``config`` from :func:`probe_config`, data written by the caller) and measure it; None when
     its metrics hold too few per-step windows. With ``real`` (the models' Config) and ``real_rows``, the models' own
     privacy plan is made now and timed (:func:`_plan_now`)."""
-    from dpaudit.training import skeleton
+    from dpaudit.training.privacy_plan import observed_plans, plan_privacy
 
     if getattr(config, "peft", None) == "lora" and importlib.util.find_spec("peft") is not None:
         import peft  # noqa: F401 - imported once per process: a cost the probe must not count as every model's
 
-    calls: list[tuple[dict[str, Any], float]] = []
-    original = skeleton.plan_privacy
-
-    def timed(**kwargs: Any) -> Any:
-        start = time.perf_counter()
-        try:
-            return original(**kwargs)
-        finally:
-            calls.append((kwargs, time.perf_counter() - start))
-
     wall0, cpu0 = time.perf_counter(), time.process_time()
-    skeleton.plan_privacy = timed  # the probe's plan (its own q and steps) is timed apart: not the models' cost
-    try:
+    # the probe's plan (its own q and steps) is timed apart: not the models' cost
+    with observed_plans() as calls:
         with contextlib.redirect_stdout(io.StringIO()), contextlib.redirect_stderr(io.StringIO()):  # as the fleet's
             trainer.train(data_dir, out_dir, config, seed=seed)
-    finally:
-        skeleton.plan_privacy = original
     wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
     windows = _read_windows(out_dir)
     if len(windows) < 3:
@@ -190,7 +178,9 @@ def probe_cost(
     # the first step's excess over a steady one (compiling the step: shared by every model of the same shapes in this
     # process, as jax-bert's) is the probe's alone, and so is its privacy plan
     fixed = max(0.0, wall - windows[0] - step * (len(windows) - 1) - evaluation - sum(t for _, t in calls))
-    planning = _plan_now(original, calls[0][0], real, real_rows) if calls and real is not None and real_rows else None
+    planning = (
+        _plan_now(plan_privacy, calls[0][0], real, real_rows) if calls and real is not None and real_rows else None
+    )
     return ProbeCost(
         step=step, evaluation=evaluation, fixed=fixed, wall=wall, cpu=cpu, steps=len(windows), planning=planning
     )

@@ -55,8 +55,12 @@ References:
 
 from __future__ import annotations
 
+import contextlib
+import contextvars
 import dataclasses
-from collections.abc import Callable, Sequence
+import functools
+import time
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -74,6 +78,7 @@ __all__ = [
     "decay_schedule",
     "declared_size_warning",
     "new_ledger",
+    "observed_plans",
     "plan_privacy",
     "truncate_stages",
 ]
@@ -306,6 +311,41 @@ class PrivacyPlan:
         }
 
 
+#: The lists :func:`observed_plans` opened in this context: each :func:`plan_privacy` call appends (request, seconds).
+_OBSERVERS: contextvars.ContextVar[tuple[list[tuple[dict[str, Any], float]], ...]] = contextvars.ContextVar(
+    "dpaudit_plan_observers", default=()
+)
+
+
+@contextlib.contextmanager
+def observed_plans() -> Iterator[list[tuple[dict[str, Any], float]]]:
+    """The privacy plans made inside the block, each as (its keyword arguments, its seconds): how a cost probe tells
+    the accountant's calibration apart from the training it times, whichever trainer calls :func:`plan_privacy`."""
+    seen: list[tuple[dict[str, Any], float]] = []
+    token = _OBSERVERS.set((*_OBSERVERS.get(), seen))
+    try:
+        yield seen
+    finally:
+        _OBSERVERS.reset(token)
+
+
+def _observed(plan: Callable[..., PrivacyPlan]) -> Callable[..., PrivacyPlan]:
+    @functools.wraps(plan)
+    def call(**request: Any) -> PrivacyPlan:
+        observers = _OBSERVERS.get()
+        if not observers:
+            return plan(**request)
+        start = time.perf_counter()
+        try:
+            return plan(**request)
+        finally:
+            for seen in observers:
+                seen.append((request, time.perf_counter() - start))
+
+    return call
+
+
+@_observed
 def plan_privacy(
     *,
     dataset_size: int,

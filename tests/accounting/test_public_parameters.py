@@ -94,3 +94,21 @@ def test_jax_float32_normal_reach_is_measured_on_jax_itself():
     assert bool(jnp.all(transform(bits) == jax.random.normal(key, (4096,), jnp.float32)))
     low, high = (float(v) for v in transform(jnp.array([0, 0xFFFFFFFF], jnp.uint32)))
     assert min(-low, high) == pytest.approx(A.NOISE_SAMPLERS["jax-float32"][1], abs=1e-3)
+
+
+def test_observed_plans_see_every_plan_made_in_their_block_and_nothing_outside():
+    """A cost probe times the accountant apart from its training through ``observed_plans`` (whichever trainer calls
+    ``plan_privacy``); nested blocks each see the plans made inside them."""
+    from dpaudit.training import privacy_plan
+
+    request = dict(
+        dataset_size=100, stages=[(4, 10)], non_private=False, noise_multiplier=1.0, target_epsilon=None, delta=1e-5
+    )
+    privacy_plan.plan_privacy(**request)
+    with privacy_plan.observed_plans() as outer:
+        privacy_plan.plan_privacy(**request)
+        with privacy_plan.observed_plans() as inner:
+            plan = privacy_plan.plan_privacy(**request)
+    privacy_plan.plan_privacy(**request)
+    assert len(outer) == 2 and len(inner) == 1
+    assert inner[0][0] == request and inner[0][1] >= 0 and plan.sigmas == (1.0,)
