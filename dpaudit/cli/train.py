@@ -334,7 +334,7 @@ def below_start_warning(summary: dict[str, Any], keys: tuple[str, ...], name: st
     worse, so the recipe (steps, learning rate, batch, trained parameters) needs choosing again on public data."""
     start = summary.get("start_eval") or {}
     before = next((start[k] for k in keys if start.get(k) is not None), None)
-    if before is None or value >= before:
+    if before is None or round(value, 4) >= round(before, 4):  # a drop the printed figures show
         return None
     return (
         f"warning: this private run ends below its public start: {name} {value:.4f} < the start's {before:.4f} on "

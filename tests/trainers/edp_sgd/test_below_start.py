@@ -19,7 +19,7 @@ def test_a_final_figure_below_the_start_s_is_a_warning_and_one_at_or_above_it_is
     assert lines[0].startswith("held-out accuracy 0.6100")
     assert lines[1].startswith("warning: this private run ends below its public start: held-out accuracy 0.6100 < ")
     assert "the start's 0.7000" in lines[1] and "--data-split public" in lines[1]
-    for start in ({"eval_accuracy": 0.61}, {"eval_accuracy": 0.5}, {}, None):
+    for start in ({"eval_accuracy": 0.61}, {"eval_accuracy": 0.61004}, {"eval_accuracy": 0.5}, {}, None):
         assert len(utility_lines({**summary, "start_eval": start})) == 1
     assert len(utility_lines({k: v for k, v in summary.items() if k != "start_eval"})) == 1
     # Each figure against its own kind: a causal LM's next-token accuracy.

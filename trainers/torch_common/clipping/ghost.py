@@ -1,8 +1,10 @@
-"""Clipped sums in ONE backward pass: ghost norms and book-keeping for BERT and GPT-2 (per example or per micro-batch).
+"""Clipped sums in ONE backward pass: ghost norms and book-keeping for BERT, GPT-2 and Llama-style models (per example or
+per micro-batch).
 
 The clippers of :mod:`.per_example` and :mod:`.microbatch` materialize a gradient per example (``torch.func.vmap``) or per
 micro-batch before clipping; on a 2-core CPU that costs 1.5-1.9x a non-private step, mostly memory
-traffic. A BERT is made of ``nn.Linear``, ``nn.LayerNorm`` and ``nn.Embedding`` only, and the gradient
+traffic. A BERT is made of ``nn.Linear``, ``nn.LayerNorm`` and ``nn.Embedding`` only (a Llama-style model has RMSNorm in
+place of LayerNorm, covered the same way), and the gradient
 of each is a sum over rows (tokens) of a per-row term built from the module's input ``a`` and output
 gradient ``g``. So one ordinary backward pass, asked only for the modules' output gradients (autograd
 then skips every weight gradient), gives everything needed (Li et al. 2022, "Large language models can
@@ -144,7 +146,7 @@ _MATRIX = (torch.nn.Linear, Conv1D)  # weight gradients x^T g (Linear: stored as
 
 
 def _supported_uses(model: torch.nn.Module) -> dict[int, list[tuple[str, torch.nn.Module, str]]]:
-    """Each trainable parameter's uses as (module name, module, role) by Linear, LayerNorm and Embedding
+    """Each trainable parameter's uses as (module name, module, role) by Linear, LayerNorm, RMSNorm and Embedding
     modules; refuses a parameter held only by another kind of module (HF's MLM head also registers the
     decoder's bias on itself: that alias is fine)."""
     uses: dict[int, list[tuple[str, torch.nn.Module, str]]] = {}
