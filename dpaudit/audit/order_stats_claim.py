@@ -99,7 +99,8 @@ def planned_last_iterate_test(claim: StatedMechanism, m: int, alpha: float) -> s
     member, nonmember = _last_iterate_scores(claim, LAST_ITERATE_PLAN_CANARIES)
     order = planned_last_iterate_order(claim, m, alpha)
     pair = planned_last_iterate_pair(claim, m, alpha)
-    return "order_stats" if order_beats_pair(claim, member, nonmember, m, order, pair, alpha) else "pair"
+    order_wins, _ = order_beats_pair(claim, member, nonmember, m, order, pair, alpha)
+    return "order_stats" if order_wins else "pair"
 
 
 def order_beats_pair(
@@ -110,15 +111,16 @@ def order_beats_pair(
     order: tuple[int, int],
     pair: tuple[int, int],
     alpha: float,
-) -> bool:
+) -> tuple[bool, float | None]:
     """Whether the planned order-statistics test ``order`` = (r, mistakes) rejects a less private scaled claim than
     the f-DP recursion's planned guess-count ``pair`` does on the simulated ``member`` / ``nonmember`` scores (ties: the
-    order statistics). The one choice between the two one-run tests, black-box and white-box alike."""
+    order statistics), and the winner's smallest rejected scale (None: neither rejects any). The one choice between
+    the two one-run tests, black-box and white-box alike."""
     r, v = _expected_counts(member, nonmember, np.sort(np.concatenate([member, nonmember])), m, *pair)
     tests: list[Callable[[TradeOff], bool]] = [order_test(m, *order, alpha)]
     tests.append(_rejects(m, r, v, alpha) if v > 0 else (lambda curve: False))
-    best, _ = best_test(claim, tests)
-    return best != 1
+    best, scale = best_test(claim, tests)
+    return best != 1, scale
 
 
 def _record(

@@ -42,7 +42,7 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpaudit.audit import gauss_pair
-from dpaudit.audit.claim_family import _expected_counts, _rejects, candidate_pairs, planned_pair
+from dpaudit.audit.claim_family import candidate_pairs, planned_pair
 from dpaudit.audit.order_stats_claim import order_beats_pair, order_test, planned_mistakes
 from dpaudit.claim import Claim
 from dpaudit.whitebox.layout import CanaryLayout
@@ -169,15 +169,6 @@ def planned_gauss_pair(
     return GaussPairPlan("sum", summed) if summed > ratio else GaussPairPlan("ratio", ratio)
 
 
-def _planned_pair_epsilon(claim: Claim, unit: str, partners: int, m: int, alpha: float) -> float:
-    """The claim-family epsilon the f-DP recursion's planned pair rejects on the simulation (0: none)."""
-    member, nonmember = _simulated_scores(claim, unit, partners, _plan_size(claim))
-    pooled = np.sort(np.concatenate([member, nonmember]))
-    r, v = _expected_counts(member, nonmember, pooled, m, *planned_guesses(claim, unit, partners, m, alpha))
-    _, scale = claim.best_test([_rejects(m, r, v, alpha)]) if v > 0 else (None, None)
-    return claim.epsilon_at(scale) if scale is not None else 0.0
-
-
 @functools.lru_cache(maxsize=64)
 def planned_one_run(claim: Claim, unit: str, partners: int, m: int, alpha: float) -> str:
     """Which one-run test the verdict runs on the first run's canaries (all iterates): "order_stats" or
@@ -187,11 +178,8 @@ def planned_one_run(claim: Claim, unit: str, partners: int, m: int, alpha: float
     order = planned_order_stats(claim, unit, partners, m, alpha)
     member, nonmember = _simulated_scores(claim, unit, partners, _plan_size(claim))
     pair = planned_guesses(claim, unit, partners, m, alpha)
-    chosen = order_beats_pair(claim, member, nonmember, m, (order.r, order.mistakes), pair, alpha)
-    if chosen:
-        best = claim.epsilon_at(order.scale) if order.scale is not None else 0.0
-    else:
-        best = _planned_pair_epsilon(claim, unit, partners, m, alpha)
+    chosen, scale = order_beats_pair(claim, member, nonmember, m, (order.r, order.mistakes), pair, alpha)
+    best = claim.epsilon_at(scale) if scale is not None else 0.0  # the winner's planned figure
     if planned_gauss_pair(claim, unit, partners, m, alpha).epsilon > best:
         return "gauss_pair"
     return "order_stats" if chosen else "claim_family"
