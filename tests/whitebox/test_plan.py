@@ -111,3 +111,33 @@ def test_the_gaussian_pair_plan_is_a_function_of_the_claim_and_picks_the_stronge
     assert 0.8 * AUDIT_DESIGN.epsilon < design.epsilon < AUDIT_DESIGN.epsilon
     assert planned_gauss_pair(AUDIT_DESIGN, "example", 0, 100_000, 0.025, "last_iterate").projection == "final"
     assert planned_one_run(AUDIT_DESIGN, "example", 0, 100_000, 0.025) == "order_stats"  # planned 0.96 of the claim
+
+
+@pytest.mark.parametrize("noise", [1.0, 0.5], ids=["the-claim", "half-the-noise"])
+def test_a_gaussian_pair_verdict_carries_its_ceiling_and_a_refutation_prints_an_any_mechanism_figure(
+    noise, monkeypatch
+):
+    """The verdict path of a planned Gaussian pair (rarely planned: the order statistics usually plan higher), forced:
+    the one-run verdict bound is the Gaussian pair with its cap as ceiling; on the claimed Gaussian itself it stays
+    within the claim, and with half the noise it rejects it, so the figure printed is a bound for any mechanism."""
+    from dpaudit.audit import gauss_pair
+    from dpaudit.whitebox import analysis as wa
+    from dpaudit.whitebox.harness import RunEvidence
+
+    monkeypatch.setattr(wa, "planned_one_run", lambda *args: "gauss_pair")
+    rng = np.random.default_rng(5)
+    m = 2000
+    q, std = GAUSSIAN.per_step()
+    member = rng.integers(0, 2, m).astype(bool)
+    y = (member[None, :] & (rng.random((q.size, m)) < q[:, None])) * GAUSSIAN.clip_norm
+    y = y + rng.standard_normal((q.size, m)) * (noise * std)[:, None]
+    evidence = RunEvidence(CanaryLayout(member=member, unit="example"), GAUSSIAN, y, -y.sum(axis=0))
+    for full in (False, True):
+        a = wa.analyse([evidence], confidence=0.95, full=full)
+        one = a.one_run["all_iterates"][0]["gauss_pair"]
+        assert a.one_run_method == "gauss_pair" and a.ceilings["one-run"] == gauss_pair.ceiling(delta=GAUSSIAN.delta)
+        if noise == 1.0:
+            assert one.epsilon <= GAUSSIAN.epsilon and not a.alarm and a.figure.epsilon <= GAUSSIAN.epsilon
+        else:
+            assert one.epsilon > GAUSSIAN.epsilon and a.mechanism_refuted
+            assert a.figure is a.any_mechanism and a.figure.method in ("steinke", "clopper_pearson")
