@@ -20,7 +20,7 @@ from dpaudit.accounting.segment import Segment
 from dpaudit.claim.record import PrivacyRecord
 from dpaudit.common.figures import format_up
 
-__all__ = ["LibraryRun", "build_library_record", "library_mismatches", "ran_history"]
+__all__ = ["LibraryRun", "build_library_record", "library_mismatches", "ran_history", "tail_figure"]
 
 _RTOL = 1e-9
 #: What each sampling kind is called in the words of a record.
@@ -106,6 +106,16 @@ def library_mismatches(run: LibraryRun, *, name: str | None = None) -> list[str]
     return found
 
 
+def tail_figure(*, steps: int, sample_rate: float, noise_multiplier: float, sampling: str, noise_sampler: str) -> float:
+    """The tail figure of ``noise_sampler`` (:data:`dpaudit.accounting.noise_tail.SAMPLERS`) over the run's steps
+    (fixed-size sampling at sigma / 2: replace-one doubles the sensitivity), what is counted inside delta."""
+    from dpaudit.accounting import noise_tail
+
+    sigma = noise_multiplier / (2.0 if sampling == "fixed" else 1.0)
+    segment = Segment(steps=steps, sampling_probability=sample_rate, noise_multiplier=sigma)
+    return noise_tail.tail_figure([segment], noise_tail.sampler_reach(noise_sampler))
+
+
 def build_library_record(
     run: LibraryRun,
     *,
@@ -145,15 +155,16 @@ def build_library_record(
         )
     fixed = run.sampling == "fixed"
     segment = Segment(steps=run.updates, sampling_probability=run.sample_rate, noise_multiplier=run.noise_multiplier)
-    tail_segment = Segment(
-        steps=run.updates,
-        sampling_probability=run.sample_rate,
-        noise_multiplier=run.noise_multiplier / (2.0 if fixed else 1.0),
-    )
     tail = (
         None
         if noise_sampler is None
-        else noise_tail.tail_figure([tail_segment], noise_tail.sampler_reach(noise_sampler))
+        else tail_figure(
+            steps=run.updates,
+            sample_rate=run.sample_rate,
+            noise_multiplier=run.noise_multiplier,
+            sampling=run.sampling,
+            noise_sampler=noise_sampler,
+        )
     )
     split = noise_tail.split_delta(delta, tail or 0.0, accept=accept_noise_tail)
     if fixed:

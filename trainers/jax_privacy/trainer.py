@@ -298,14 +298,17 @@ def _check_tail(settings: Settings, q: float, accept: bool, option: str) -> None
     reaches delta, unless accepted (JAX Privacy's float32 noise reaches only 5.22 sigma: at epsilon 4 over a few
     steps at q = 0.25 its figure is already about delta = 1e-5)."""
     from dpaudit.accounting import noise_tail
-    from dpaudit.accounting.segment import Segment
     from dpaudit.trainers.jax_privacy.privacy import NOISE_SAMPLER
+    from dpaudit.trainers.library_record import tail_figure
 
-    sigma = settings.noise_multiplier / (2.0 if settings.sampling == "fixed" else 1.0)
+    sigma = settings.noise_multiplier
     if not (math.isfinite(sigma) and sigma > 0):
-        raise UserInputError(f"--noise-multiplier must be > 0 for a private run, got {settings.noise_multiplier:g}.")
-    tail = noise_tail.tail_figure(
-        [Segment(steps=settings.steps, sampling_probability=q, noise_multiplier=sigma)],
-        noise_tail.sampler_reach(NOISE_SAMPLER),
+        raise UserInputError(f"--noise-multiplier must be > 0 for a private run, got {sigma:g}.")
+    tail = tail_figure(
+        steps=settings.steps,
+        sample_rate=q,
+        noise_multiplier=sigma,
+        sampling=settings.sampling,
+        noise_sampler=NOISE_SAMPLER,
     )
     noise_tail.split_delta(settings.delta, tail, accept=accept, option=option)
