@@ -18,9 +18,9 @@ from typing import Any
 
 from dpaudit.claim.record import PrivacyRecord
 from dpaudit.trainers.jax_privacy.loop import JaxPrivacyRun
-from dpaudit.trainers.library_record import LibraryRun, build_library_record, library_mismatches
+from dpaudit.trainers.library_record import LibraryRun, build_library_record
 
-__all__ = ["NOISE_SAMPLER", "build_record", "library_run", "mismatches"]
+__all__ = ["NOISE_SAMPLER", "build_record", "library_run"]
 
 #: JAX Privacy's noise: ``jax.random.normal`` float32 (what its ``gaussian_privatizer`` draws with).
 NOISE_SAMPLER = "jax-float32"
@@ -44,11 +44,6 @@ def library_run(run: JaxPrivacyRun, accountant: str) -> LibraryRun:
         library_sampling=run.library_sampling,
         batch_size=run.batch_size,
     )
-
-
-def mismatches(run: JaxPrivacyRun, accountant: str = "pld") -> list[str]:
-    """How JAX Privacy's accounted mechanism differs from the one that ran (empty: they agree)."""
-    return library_mismatches(library_run(run, accountant), name="JAX Privacy")
 
 
 def build_record(
