@@ -111,6 +111,10 @@ def test_the_gaussian_pair_plan_is_a_function_of_the_claim_and_picks_the_stronge
     assert 0.8 * AUDIT_DESIGN.epsilon < design.epsilon < AUDIT_DESIGN.epsilon
     assert planned_gauss_pair(AUDIT_DESIGN, "example", 0, 100_000, 0.025, "last_iterate").projection == "final"
     assert planned_one_run(AUDIT_DESIGN, "example", 0, 100_000, 0.025) == "order_stats"  # planned 0.96 of the claim
+    # the verdict rests on the Gaussian pair only where the claim is of its form: every step samples every canary
+    from dpaudit.whitebox.plan import _gauss_pair_form
+
+    assert _gauss_pair_form(GAUSSIAN) and not _gauss_pair_form(AUDIT_DESIGN)
 
 
 @pytest.mark.parametrize("noise", [1.0, 0.5], ids=["the-claim", "half-the-noise"])
