@@ -199,19 +199,11 @@ def cost(canaries: int, mode: str = "hooks") -> None:
 
 
 def _jax_sigma(epsilon: float, accountant: str, rows: int, batch: int) -> float:
-    from jax_privacy import accounting
+    """JAX Privacy's calibrated sigma for ``epsilon`` over 4 Poisson updates, as the jax-privacy trainer calibrates it."""
+    from dpaudit.trainers.jax_privacy.trainer import JaxPrivacyTrainer, _sigma
 
-    inner = accounting.PldAccountantConfig() if accountant == "pld" else accounting.RdpAccountantConfig()
-    return float(
-        accounting.calibrate_noise_multiplier(
-            target_epsilon=epsilon,
-            accountant=accounting.DpsgdTrainingAccountant(inner),
-            batch_sizes=batch,
-            num_updates=4,
-            num_samples=rows,
-            target_delta=1e-5,
-        )
-    )
+    config = JaxPrivacyTrainer().tiny_config(target_epsilon=epsilon, accountant=accountant, steps=4)
+    return _sigma(config, rows, batch, 1e-5)
 
 
 def jax_correct_configurations(canaries: int, runs: int, epsilons: list[float]) -> None:
