@@ -20,7 +20,14 @@ from dpaudit.accounting.segment import Segment
 from dpaudit.claim.record import PrivacyRecord
 from dpaudit.common.figures import format_up
 
-__all__ = ["LibraryRun", "build_library_record", "library_mismatches", "ran_history", "tail_figure"]
+__all__ = [
+    "LibraryRun",
+    "build_library_record",
+    "library_mismatches",
+    "ran_history",
+    "refuse_unsupported_options",
+    "tail_figure",
+]
 
 _RTOL = 1e-9
 #: What each sampling kind is called in the words of a record.
@@ -57,6 +64,23 @@ class LibraryRun:
     library_sampling: str = "poisson"
     batch_size: int | None = None
     extra: dict[str, Any] = field(default_factory=dict)
+
+
+def refuse_unsupported_options(config: Any, *, trainer: str, library: str, takes_q: str) -> None:
+    """The options a library trainer cannot honour, refused in one line before anything trains: ``--dataset-size``
+    (the library takes q from the real rows, ``takes_q`` says how) and a ``--target-epsilon`` beside a
+    ``--noise-multiplier`` (the library calibrates the target or runs the sigma given; it never stops at a budget)."""
+    from dpaudit.common.errors import UserInputError
+
+    if config.dataset_size is not None:
+        raise UserInputError(
+            f"--dataset-size {config.dataset_size}: {takes_q}; drop --dataset-size for the {trainer} trainer."
+        )
+    if config.noise_multiplier is not None and config.target_epsilon is not None:
+        raise UserInputError(
+            f"--target-epsilon with --noise-multiplier: the {trainer} trainer does not stop at a budget; give one of "
+            f"them (the target alone is calibrated by {library})."
+        )
 
 
 def _merged(rows: list[tuple[float, float, int]]) -> list[tuple[float, float, int]]:

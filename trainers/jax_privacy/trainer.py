@@ -226,19 +226,16 @@ class JaxPrivacyTrainer:
         from dpaudit.accounting.guarantees import default_delta
         from dpaudit.files.run_dirs import prepare_output_dir, staged_directory, write_jsonl
         from dpaudit.trainers.jax_privacy.privacy import build_record
+        from dpaudit.trainers.library_record import refuse_unsupported_options
         from dpaudit.training.train_dir import finish_run
 
         prepare_output_dir(out, overwrite=False)  # a bad --out is refused before anything trains
-        if config.dataset_size is not None:
-            raise UserInputError(
-                f"--dataset-size {config.dataset_size}: JAX Privacy's accountant takes N from the real rows "
-                "(q = batch / N); drop --dataset-size for the jax-privacy trainer."
-            )
-        if config.noise_multiplier is not None and config.target_epsilon is not None:
-            raise UserInputError(
-                "--target-epsilon with --noise-multiplier: the jax-privacy trainer does not stop at a budget; give "
-                "one of them (the target alone is calibrated by JAX Privacy)."
-            )
+        refuse_unsupported_options(
+            config,
+            trainer="jax-privacy",
+            library="JAX Privacy",
+            takes_q="JAX Privacy's accountant takes N from the real rows (q = batch / N)",
+        )
         if config.setup is not None:
             from dpaudit.trainers.jax_privacy.setup_file import load_setup
 

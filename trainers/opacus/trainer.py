@@ -165,20 +165,17 @@ class OpacusTrainer:
     ) -> tuple[OpacusRun, Any]:
         from dpaudit.accounting.guarantees import default_delta
         from dpaudit.files.run_dirs import prepare_output_dir, staged_directory, write_jsonl
+        from dpaudit.trainers.library_record import refuse_unsupported_options
         from dpaudit.trainers.opacus.privacy import build_record
         from dpaudit.training.train_dir import finish_run
 
         prepare_output_dir(out, overwrite=False)  # a bad --out is refused before anything trains
-        if config.dataset_size is not None:
-            raise UserInputError(
-                f"--dataset-size {config.dataset_size}: Opacus takes q from the real rows (1 / batches per epoch); "
-                "drop --dataset-size for the opacus trainer."
-            )
-        if config.noise_multiplier is not None and config.target_epsilon is not None:
-            raise UserInputError(
-                "--target-epsilon with --noise-multiplier: the opacus trainer does not stop at a budget; give one "
-                "of them (the target alone is calibrated by Opacus)."
-            )
+        refuse_unsupported_options(
+            config,
+            trainer="opacus",
+            library="Opacus",
+            takes_q="Opacus takes q from the real rows (1 / batches per epoch)",
+        )
         if config.setup is not None:
             from dpaudit.trainers.opacus.setup_file import load_setup
 

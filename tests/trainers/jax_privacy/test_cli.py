@@ -61,3 +61,20 @@ def test_fixed_size_sampling_is_refused_by_the_gradient_path_audit_in_one_line(t
     assert result.exit_code == 2, result.output
     assert "sampling=fixed: the gradient-path audit tests a Poisson-sampled claim" in result.output
     assert not out.exists()
+
+
+@pytest.mark.parametrize(
+    ("settings", "fix"),
+    [
+        (("dataset_size=1000", "noise_multiplier=1.43", "target_epsilon=none"), "drop --dataset-size"),
+        (("noise_multiplier=1.43",), "give one of them"),  # beside the audit's --target-epsilon
+    ],
+    ids=["dataset-size", "sigma-and-target"],
+)
+def test_an_option_the_library_cannot_honour_is_one_line_exit_2(settings, fix, tmp_path):
+    out = tmp_path / "audit"
+    result = _audit(out, f"{SETUP}:build", *(arg for s in settings for arg in ("--set", s)))
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and fix in errors[0], result.output
+    assert not out.exists()

@@ -64,3 +64,20 @@ def test_a_setup_file_that_cannot_train_is_one_line_exit_2_and_leaves_nothing(ki
     line = result.output.strip().splitlines()[-1]
     assert line.startswith(f"Error: --setup {tmp_path / 'my_setup.py'}:build: ") and words in line, line
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["my_setup.py"]
+
+
+@pytest.mark.parametrize(
+    ("settings", "fix"),
+    [
+        (("dataset_size=1000", "noise_multiplier=1.43", "target_epsilon=none"), "drop --dataset-size"),
+        (("noise_multiplier=1.43",), "give one of them"),  # beside the audit's --target-epsilon
+    ],
+    ids=["dataset-size", "sigma-and-target"],
+)
+def test_an_option_the_library_cannot_honour_is_one_line_exit_2(settings, fix, tmp_path):
+    out = tmp_path / "audit"
+    result = _audit(out, f"{SETUP}:build", *(arg for s in settings for arg in ("--set", s)))
+    assert result.exit_code == 2, result.output
+    errors = [line for line in result.output.splitlines() if line.startswith("Error: ")]
+    assert len(errors) == 1 and fix in errors[0], result.output
+    assert not out.exists()
