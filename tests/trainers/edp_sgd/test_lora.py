@@ -3,8 +3,9 @@
 The ghost engine over the adapters against the vmap engines (its oracle) on BERT, GPT-2 and a Llama-style
 causal LM; runs from tiny random starts saved to a temp dir (only the adapters and a classifier's head change;
 privacy.json names them and the base's hashes; the merged model and the adapter read back by peft give the same
-logits); the refusals (a start trained on this run's private data, peft missing, a target the model lacks).
-The sensitivity contract of LoRA runs is in tests/test_sensitivity_contract.py.
+logits); the refusals (a start trained on this run's private data, peft missing, a target the model lacks);
+the white-box audit hosting its canaries in a LoRA run of every task (classify, mlm, clm), within its claim.
+The sensitivity contract of LoRA runs (every task, dp-sgd and edp-sgd) is in tests/test_sensitivity_contract.py.
 """
 
 from __future__ import annotations
@@ -279,21 +280,24 @@ def test_lora_options_without_peft_lora_and_an_unknown_target_are_refused(starts
 # -- the white-box audit hosts its canaries in a LoRA run ------------------------------------------------
 
 
-def test_audit_trainer_hosts_its_canaries_in_a_lora_run(tmp_path):
-    """A causal LM's micro-batch run (the harder unit: canaries clipped with their partners); classify and
-    dp-sgd take the same path (the audit block is the last trained tensor after the adapters)."""
-    mode, task = "edp-sgd", "clm"
+@pytest.mark.parametrize("task", ["clm", "classify", "mlm"])
+def test_audit_trainer_hosts_its_canaries_in_a_lora_run_of_every_task(task, tmp_path):
+    """The white-box audit of a LoRA run, each task, in micro-batch mode (the harder unit: canaries clipped with
+    their partners; dp-sgd takes the same path, the audit block being the last trained tensor after the adapters):
+    the canaries reach the noisy update (a bound above 0) and the bound stays within the claim. The three runs
+    share one claim (same rows, q, steps), so its analysis plan is computed once (cached)."""
     out = tmp_path / "audit"
     result = CliRunner().invoke(
         cli,
-        ["audit-trainer", "--trainer", "edp-sgd", "--set", "peft=lora", "--set", f"mode={mode}", "--set",
-         f"task={task}", "--set", "micro_batches=200", "--target-epsilon", "4", "--canaries", "200", "--steps", "2", "--seed", "3",
-         "--noise-seed", "11", "--out", str(out)],
+        ["audit-trainer", "--trainer", "edp-sgd", "--set", "peft=lora", "--set", "mode=edp-sgd", "--set",
+         f"task={task}", "--set", "micro_batches=200", "--target-epsilon", "4", "--canaries", "200", "--steps", "2",
+         "--seed", "3", "--noise-seed", "11", "--out", str(out)],
         catch_exceptions=False,
     )  # fmt: skip
     assert result.exit_code == 0, result.output[-2000:]
     body = json.loads((out / "whitebox.json").read_text())
     assert body["config"]["peft"] == "lora" and body["config"]["task"] == task
+    assert body["settings"]["canary_paths"] == {"cooperative": 200}
     assert body["unit"] == "micro-batch"
     assert body["claim"]["epsilon"] == pytest.approx(4.0, abs=0.01)
     assert 0.0 < body["primary"]["epsilon"] <= body["claim"]["epsilon"] and not body["refuted"]
