@@ -24,24 +24,41 @@ was trained up. The one-run bounds are valid for any score fixed before the coin
 
 The score is fixed by the design before any model is seen: nothing is chosen on the scores audited.
 
+The Gaussian-pair fit (coin-flip canaries; ``info["gauss_pair"]`` of the canaries task in ``results.json``, and
+:func:`fit_lines` for the terminal): the member and non-member scores fitted as a pair of Gaussians and read as the
+pair's mu-GDP epsilon at the claim's delta, with the estimation error of the means and spreads paid
+(:func:`dpaudit.audit.gauss_pair.gauss_pair_bound`; Agrawal et al. 2026). It is evidence, a *fit*, not a bound for
+any mechanism nor for the claimed one: in the white box the fitted values are projections of the noisy sum, which are
+a Gaussian pair when the mechanism is the claimed Gaussian one; here they are a trained model's pseudo-log-likelihoods,
+whose tails are not Gaussian (the fit extrapolates means and spreads to the tails that an epsilon at small delta is
+about) and whose canaries interfere with one another (the intervals assume independent scores). So it never drives
+the headline, which keeps the one-run proof (:mod:`dpaudit.verdict.headline`); it is computed per audit at the
+attack's confidence, not corrected for the run's other audits. Beside it: its ceiling (a perfect attack's figure:
+the separation cap), the canaries a perfect attack would need for the claim, and, at the scores' own separation, the
+most the fit could read with unlimited canaries and the canaries it would need for the claim (docs/auditing.md,
+"Gaussian pair").
+
 References:
   Panda, Tang, Nasr, Choquette-Choo & Mittal 2025, "Privacy Auditing of Large Language Models".
   Steinke, Nasr & Jagielski 2023, "Privacy Auditing with One (1) Training Run".
   Salazar, Liang, Nguyen & Kirchhoff 2020, "Masked Language Model Scoring" (pseudo-log-likelihood).
   Carlini et al. 2019, "The Secret Sharer" (exposure).
+  Agrawal et al. 2026, "Let's Ask Gauss: Improved One-Run Privacy Auditing", arXiv 2606.12733 (Gaussian pair).
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import dataclasses
+import math
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, ClassVar
 
 import numpy as np
 
 from dpaudit.attacks.base import AttackContext, AttackOutcome, BaseAttack
 from dpaudit.attacks.exposure import ExposureConfig, causal_exposure_intervals
-from dpaudit.attacks.mia import audit_tasks, canary_task
-from dpaudit.attacks.results import RESULT_CLASSES
+from dpaudit.attacks.mia import audit_tasks, canary_task, scores_file
+from dpaudit.attacks.results import RESULT_CLASSES, MiaResult
 from dpaudit.common.errors import UserInputError
 from dpaudit.scoring.source import CAUSAL_LM, MASKED_LM
 
@@ -159,6 +176,108 @@ class CanaryAttack(BaseAttack):
             )
             return AttackOutcome(result)
         scores = dict(zip((c.id for c in context.canaries), score_fn(context).tolist()))
-        return audit_tasks(
+        outcome = audit_tasks(
             context, self.name, [(task, np.asarray([scores[i] for i in task.ids]))], parameters=parameters
         )
+        return with_gauss_pair_fit(outcome, self.name, confidence=context.options.level)
+
+
+#: What the black-box Gaussian-pair figure holds for (module docstring).
+FIT_HOLDS_FOR = (
+    "evidence, not a bound: a Gaussian pair fitted to the canary scores (estimation error paid), which holds only if "
+    "the scores were Gaussian and independent across canaries; a trained model's scores are neither"
+)
+
+
+def gauss_pair_fit(
+    member: Sequence[float] | np.ndarray,
+    nonmember: Sequence[float] | np.ndarray,
+    *,
+    delta: float,
+    confidence: float,
+    claimed: float | None,
+) -> dict[str, Any]:
+    """The Gaussian-pair fit of one audit's scores (higher = member), as ``info["gauss_pair"]`` stores it.
+
+    ``epsilon`` (rounded down) and ``mu`` are :func:`dpaudit.audit.gauss_pair.gauss_pair_bound`'s; ``mu_point`` is the
+    separation of the sample moments (difference of means over the larger standard deviation), ``asymptote`` the
+    figure a pair of that separation reads with unlimited canaries; ``ceiling`` the most the fit reads (a perfect
+    attack); ``canaries_needed`` the canaries a perfect attack needs to reach ``claimed``, and
+    ``canaries_needed_at_mu_point`` those a pair of separation ``mu_point`` needs (None: more than 10^8, or no claim)."""
+    from dpaudit.audit import gauss_pair
+
+    m, n = np.asarray(member, dtype=np.float64), np.asarray(nonmember, dtype=np.float64)
+    found = gauss_pair.gauss_pair_bound(m, n, delta=delta, confidence=confidence)
+    std = math.sqrt(max(float(m.var(ddof=1)), float(n.var(ddof=1))))
+    gap = float(m.mean() - n.mean())
+    mu_point = 0.0 if gap <= 0 else gauss_pair.MAX_MU if std <= 0 else min(gap / std, gauss_pair.MAX_MU)
+    needed = needed_here = None
+    if claimed is not None:
+        needed = gauss_pair.canaries_needed(claimed, delta=delta, confidence=confidence)
+        if mu_point > 0:
+            needed_here = gauss_pair.canaries_needed(claimed, delta=delta, confidence=confidence, mu=mu_point)
+    return {
+        "method": "gauss_pair",
+        "epsilon": found.epsilon,
+        "mu": found.mu,
+        "mu_point": mu_point,
+        "asymptote": gauss_pair.epsilon_of(mu_point, delta),
+        "delta": delta,
+        "confidence": confidence,
+        "corrected": False,
+        "n_members": found.n_members,
+        "n_nonmembers": found.n_nonmembers,
+        "claimed_epsilon": claimed,
+        "ceiling": gauss_pair.ceiling(delta=delta),
+        "canaries_needed": needed,
+        "canaries_needed_at_mu_point": needed_here,
+        "holds_for": FIT_HOLDS_FOR,
+    }
+
+
+def with_gauss_pair_fit(outcome: AttackOutcome, attack: str, *, confidence: float) -> AttackOutcome:
+    """``outcome`` with :func:`gauss_pair_fit` in the ``info`` of each coin-flip task of at least 2 members and 2
+    non-members, fitted to the scores exactly as audited (``scores/mia_<attack>.jsonl``'s rows: non-finite scores
+    already set to the lowest)."""
+    result = outcome.result
+    if not isinstance(result, MiaResult):
+        return outcome
+    rows = outcome.score_files.get(scores_file(attack), ())
+    tasks = []
+    for t in result.tasks:
+        if t.coin_flip and t.n_members >= 2 and t.n_nonmembers >= 2:
+            mine = [r for r in rows if r["task"] == t.task]
+            member = [float(r["score"]) for r in mine if r["member"]]
+            nonmember = [float(r["score"]) for r in mine if not r["member"]]
+            fit = gauss_pair_fit(member, nonmember, delta=t.delta, confidence=confidence, claimed=t.claimed_epsilon)
+            t = dataclasses.replace(t, info={**t.info, "gauss_pair": fit})
+        tasks.append(t)
+    return dataclasses.replace(outcome, result=dataclasses.replace(result, tasks=tuple(tasks)))
+
+
+def _fit_text(fit: dict[str, Any]) -> str:
+    """One fit in words (figures rounded down, the claim up)."""
+    from dpaudit.common.figures import format_down, format_up
+
+    claim, needed, here = fit["claimed_epsilon"], fit["canaries_needed"], fit["canaries_needed_at_mu_point"]
+    ratio = f" ({format_down(fit['epsilon'] / claim)} of the claimed {format_up(claim)})" if claim else ""
+    perfect = f", {needed:,} canaries for the claim" if needed else ""
+    reach = "" if not claim else f", the claim with {here:,} canaries" if here else ", never the claim"
+    return (
+        f"epsilon {format_down(fit['epsilon'])}{ratio} at {fit['confidence']:.0%} for this audit alone (mu "
+        f"{format_down(fit['mu'])}); ceiling {format_down(fit['ceiling'])} (a perfect attack{perfect}); at these "
+        f"scores' separation (mu {format_down(fit['mu_point'])}) at most {format_down(fit['asymptote'])} with unlimited "
+        f"canaries{reach}: {fit['holds_for']}"
+    )
+
+
+def fit_lines(attacks: Iterable[Any]) -> list[str]:
+    """One terminal line per audit that carries a Gaussian-pair fit (``dpaudit attack``'s summary), its ceiling and
+    what it holds for beside it; [] when none does."""
+    lines = []
+    for result in attacks:
+        for t in getattr(result, "tasks", ()):
+            fit = (getattr(t, "info", None) or {}).get("gauss_pair")
+            if fit:
+                lines.append(f"  Gaussian-pair fit, {result.attack}/{t.task}: {_fit_text(fit)}.")
+    return lines

@@ -5,6 +5,7 @@ separating members from non-members where digit canaries inserted once barely do
 from __future__ import annotations
 
 import json
+import math
 
 import numpy as np
 import pytest
@@ -184,13 +185,16 @@ def designed_and_digits(tmp_path_factory):
     """Run folders (data/, model/, attack/) of new-token canaries (default attacks) and of digit canaries (the canary
     attack scores them by exposure)."""
     out = {}
-    for name, design, attacks in (
-        ("new-tokens", ["--design", "new-tokens:8"], []),
-        ("digits", ["--format", "digits:4", "--template", "code {secret}"], ["--attacks", "canary"]),
+    # Both models get one vocabulary size (300 learned tokens for the digits; 260 learned plus the 40 new tokens for
+    # the designed canaries; the corpus has 340): one shape, so the second training loads every XLA program the
+    # first compiled from the suite's compilation cache instead of compiling its own.
+    for name, design, attacks, vocab in (
+        ("new-tokens", ["--design", "new-tokens:8"], [], "260"),
+        ("digits", ["--format", "digits:4", "--template", "code {secret}"], ["--attacks", "canary"], "300"),
     ):
         root = tmp_path_factory.mktemp(name.replace("-", ""))
         _cli(*INJECT, *design, "--out", str(root / "data"))
-        _cli(*TRAIN, "--data", str(root / "data"), "--out", str(root / "model"))
+        _cli(*TRAIN, "--vocab-size", vocab, "--data", str(root / "data"), "--out", str(root / "model"))
         _cli(
             "attack",
             "--model",
@@ -202,11 +206,17 @@ def designed_and_digits(tmp_path_factory):
             *attacks,
         )
         out[name] = root
+    vocab = {
+        name: json.loads((root / "model" / "model" / "config.json").read_text())["vocab_size"]
+        for name, root in out.items()
+    }
+    assert vocab == {"new-tokens": 300, "digits": 300}, vocab  # one shape for both (see above)
     return out
 
 
 @pytest.mark.slow  # two tiny trainings and attacks: ~24 s on an idle 2-core CPU
 def test_new_token_canaries_are_told_apart_where_digit_canaries_barely_are(designed_and_digits):
+    from dpaudit.attacks.canary import fit_lines
     from dpaudit.attacks.run import read_attack_dir
     from dpaudit.verdict.headline import headline_of
 
@@ -226,6 +236,10 @@ def test_new_token_canaries_are_told_apart_where_digit_canaries_barely_are(desig
     )
     digits = read_attack_dir(designed_and_digits["digits"] / "attack")["canary"]["canaries"]
     assert digits.auc < task.auc - 0.2, digits.auc  # one insertion of a digit canary is barely memorized
+    fit = task.info["gauss_pair"]  # the Gaussian-pair fit beside the proof, in results.json, never the headline
+    assert fit["epsilon"] > head.best.epsilon and fit["claimed_epsilon"] is None and fit["n_members"] == task.n_members
+    lines = fit_lines(designed.attacks)
+    assert len(lines) == 1 and "canary/canaries" in lines[0] and "not a bound" in lines[0], lines
 
 
 @pytest.mark.slow  # two tiny trainings and attacks: ~24 s on an idle 2-core CPU
@@ -240,3 +254,30 @@ def test_a_model_without_the_new_tokens_is_refused(designed_and_digits, tmp_path
     assert not (tmp_path / "a").exists()
     manifest = json.loads((data / "manifest.json").read_text())
     assert len(manifest["new_tokens"]) == 40
+
+
+def test_the_gauss_pair_fit_reads_gaussian_scores_and_is_labelled_evidence_not_a_bound():
+    """The black-box Gaussian-pair fit: on Gaussian scores of separation 0.75 (about the AUC 0.70 of the epsilon-4
+    audit) it stays below the pair's own epsilon and its separation below the sample's; its ceiling and canaries are
+    the fit's; and on scores that are not Gaussian (randomized response at epsilon 1) it reads above the mechanism's
+    own epsilon, which is why it is printed as evidence, never as a bound (dpaudit.attacks.canary)."""
+    from dpaudit.attacks.canary import FIT_HOLDS_FOR, gauss_pair_fit
+    from dpaudit.audit import gauss_pair
+
+    rng = np.random.default_rng(7)
+    fit = gauss_pair_fit(rng.normal(0.75, 1, 500), rng.normal(0, 1, 500), delta=1e-5, confidence=0.95, claimed=4.0)
+    truth = gauss_pair.epsilon_of(0.75, 1e-5)
+    assert 0 < fit["epsilon"] < truth and fit["mu"] < fit["mu_point"], fit
+    assert abs(fit["asymptote"] - truth) < 0.6 and fit["asymptote"] < 4.0, fit
+    assert fit["canaries_needed_at_mu_point"] is None  # a pair of this separation never reads epsilon 4
+    assert fit["ceiling"] == gauss_pair.ceiling(delta=1e-5) and fit["canaries_needed"] < 100
+    assert fit["holds_for"] == FIT_HOLDS_FOR and "not a bound" in FIT_HOLDS_FOR and fit["corrected"] is False
+    p = math.e / (1 + math.e)  # randomized response, epsilon 1: a member's bit is 1 with probability e / (1 + e)
+    bits = gauss_pair_fit(
+        (rng.random(5000) < p).astype(float),
+        (rng.random(5000) < 1 - p).astype(float),
+        delta=1e-5,
+        confidence=0.95,
+        claimed=None,
+    )
+    assert bits["epsilon"] > 1.0 and bits["canaries_needed"] is None, bits
