@@ -5,8 +5,10 @@ format them. The verdict leads: the claimed epsilon (rounded up) against the ver
 down), the kind of that bound and what it proves, REFUTED or consistent, and the ratio bound / claim.
 The verdict's bound is the larger of two bounds fixed before the audit ran (the one-run test planned
 from the claim: the f-DP recursion or the order statistics, both testing the claimed mechanism's own curve, or the
-Gaussian-pair fit; and the pooled bound on the claimed curve; all iterates, each at half the risk), so it holds at the verdict's confidence; every other bound is shown beside them, at its own
-confidence, as evidence (the largest of all of them is not a bound at any stated confidence).
+Gaussian-pair fit; and the pooled test of the claimed curve planned from the claim, m and R: the order statistics
+or the Clopper-Pearson points; all iterates, each at half the risk), so it holds at the verdict's confidence; every
+other bound is shown beside them, at its own confidence, as evidence (the largest of all of them is not a bound at
+any stated confidence).
 
 Then every bound (one-run per run and pooled, both views), the canary score distributions of members
 and non-members per view, the AUC, the claimed mechanism, the clipping unit and partners, the limits
@@ -95,6 +97,11 @@ def _kind_words(kind: str, run: WhiteboxRun, method: str) -> str:
     if kind == "one-run":
         return FIT_WORDS if method == "gauss_pair" else PROOF_WORDS
     runs = f"{run.runs} run{'s' if run.runs != 1 else ''}"
+    if method in ("order_stats", "order_stats_dp"):
+        return (
+            f"over {runs} × {run.canaries} canaries as one game, the test planned from the claim and the run count: "
+            "valid whatever the trainer does with the canaries (each canary sits in one run)"
+        )
     return (
         f"over {runs} × {run.canaries} canaries, valid when the trainer treats the canaries as independent "
         "trials, as a correct DP-SGD does with Dirac canaries on their own coordinates; a heuristic otherwise"
@@ -149,12 +156,15 @@ def _verdict(run: WhiteboxRun) -> WhiteboxVerdict:
             f"the one-run {'Gaussian-pair fit' if b.method == 'gauss_pair' else 'proof'} (run 1): epsilon ≥ "
             f"{_down(b.epsilon)}"
             if k == "one-run"
-            else f"the pooled bound: epsilon ≥ {_down(b.epsilon)}"
+            else f"the pooled {'order statistics' if b.method == 'order_stats' else 'bound'}: epsilon ≥ "
+            f"{_down(b.epsilon)}"
         )
     view = VIEW_WORDS.get(run.primary_view, run.primary_view)
     fit = figure.method == "gauss_pair"  # a one-run bound for Gaussian-pair projections only, not a proof
     what = (
-        "the pooled bound, valid if the canaries are independent trials"
+        "the pooled order statistics, valid for any trainer"
+        if kind != "one-run" and figure.method in ("order_stats", "order_stats_dp")
+        else "the pooled bound, valid if the canaries are independent trials"
         if kind != "one-run"
         else "the one-run Gaussian-pair fit"
         if fit
@@ -285,7 +295,7 @@ def bound_rows(run: WhiteboxRun) -> tuple[BoundRow, ...]:
                     "pooled",
                     view,
                     bound,
-                    verdict=view == "all_iterates" and method == "claim_family",
+                    verdict=view == "all_iterates" and method == run.pooled_method,
                 )
             )
     views = [v for v in VIEWS if v in run.one_run] + sorted(v for v in run.one_run if v not in VIEWS)
@@ -435,12 +445,19 @@ def limits(run: WhiteboxRun) -> tuple[str, ...]:
     out = []
     runs = f"{run.runs} run{'s' if run.runs != 1 else ''}"
     out.append(
-        f"The pooled bound assumes independent canaries: it treats the {runs} × {run.canaries} canaries as "
-        "independent trials. Across runs that holds; within a run it holds for Dirac canaries on their own "
+        f"The pooled bound assumes independent canaries when it is a Clopper-Pearson bound: it treats the {runs} × "
+        f"{run.canaries} canaries as independent trials. Across runs that holds; within a run it holds for Dirac canaries on their own "
         "coordinates under per-example Poisson sampling and coordinate-wise noise, which is what a correct "
         "DP-SGD does. A trainer that couples canaries (shared clipping, correlated noise) breaks it; the one-run "
-        "proof does not need it."
+        "proof and the pooled order statistics (each canary sits in one run) do not need it."
     )
+    if run.runs > 1:
+        chosen = "the order statistics" if run.pooled_method == "order_stats" else "the Clopper-Pearson points"
+        out.append(
+            f"The verdict's pooled bound is {chosen}: of the two pooled tests of the claimed curve, the one whose "
+            f"planned counts, simulated from the claim for {runs} × {run.canaries} canaries before any score was seen, "
+            "reject the less private scaled claim; the other is evidence."
+        )
     ceiling = _steinke_ceiling(run)
     cap = (
         f" With these {run.canaries} canaries even a perfect attack cannot lift Steinke et al.'s one-run bound above "
@@ -471,8 +488,8 @@ def limits(run: WhiteboxRun) -> tuple[str, ...]:
         "being parametric it has no ceiling below its search's cap."
     )
     out.append(
-        f"Only the verdict's two bounds (the one-run test of run 1 planned from the claim and the pooled claimed "
-        f"curve, all iterates) were fixed before the audit; they hold together at {_pct(run.confidence)}. Every other row "
+        f"Only the verdict's two bounds (the one-run test of run 1 and the pooled test, both planned from the claim, "
+        f"all iterates) were fixed before the audit; they hold together at {_pct(run.confidence)}. Every other row "
         f"holds at its own confidence ({_pct(run.bound_confidence)}) and is evidence: the largest of all rows is "
         "not a bound at any stated confidence."
     )

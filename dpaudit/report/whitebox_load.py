@@ -108,6 +108,8 @@ class WhiteboxRun:
     ceilings: dict[str, float] = dataclasses.field(default_factory=dict)
     #: The one-run bound the verdict rests on (planned from the claim): "claim_family", "order_stats" or "gauss_pair".
     one_run_method: str = "claim_family"
+    #: The pooled bound the verdict rests on (planned from the claim, m and R): "claim_family" or "order_stats".
+    pooled_method: str = "claim_family"
     one_run: dict[str, tuple[dict[str, Bound], ...]]
     pooled: dict[str, dict[str, Bound]]
     scores: WhiteboxScores | None
@@ -131,13 +133,13 @@ class WhiteboxRun:
     @property
     def verdict_bounds(self) -> tuple[tuple[str, Bound], ...]:
         """The verdict's two bounds, fixed before the audit ran: (kind, bound) of the one-run claimed
-        curve of the first run and of the pooled claimed curve, all iterates."""
+        curve of the first run and the pooled test planned from the claim, all iterates."""
         out = []
         method = self.one_run_method
         if self.one_run.get("all_iterates") and method in self.one_run["all_iterates"][0]:
             out.append(("one-run", self.one_run["all_iterates"][0][method]))
-        if "claim_family" in self.pooled.get("all_iterates", {}):
-            out.append(("pooled", self.pooled["all_iterates"]["claim_family"]))
+        if self.pooled_method in self.pooled.get("all_iterates", {}):
+            out.append(("pooled", self.pooled["all_iterates"][self.pooled_method]))
         return tuple(out)
 
 
@@ -208,6 +210,7 @@ def _fields(raw: Mapping[str, Any]) -> dict[str, Any]:
         "any_mechanism": None if raw.get("any_mechanism") is None else _bound(raw["any_mechanism"]),
         "ceilings": {str(k): float(v) for k, v in (raw.get("ceilings") or {}).items()},
         "one_run_method": raw.get("one_run_method", "claim_family"),
+        "pooled_method": raw.get("pooled_method", "claim_family"),
         "auc": dict(raw["auc"]),
         "one_run": {str(view): tuple(_bounds(run) for run in runs) for view, runs in raw["one_run"].items()},
         "pooled": {str(view): _bounds(bounds) for view, bounds in raw["pooled"].items()},

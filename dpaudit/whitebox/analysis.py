@@ -7,11 +7,14 @@ larger of them holds at ``confidence`` (Bonferroni):
 - ``one-run``: the f-DP recursion on the first run's coin-flip canaries (Mahloujifar et al. 2024): a
   proof that assumes nothing about the trainer; its guess counts are planned from the claim and the
   layout before any score is seen (:mod:`dpaudit.whitebox.plan`), so it needs no Bonferroni correction;
-- ``pooled``: Clopper-Pearson points below the curve over every canary of every run: valid when the
-  trainer treats the canaries as independent trials, as DP-SGD does with Dirac canaries on their own
-  coordinates (independent Poisson sampling per row, noise independent per coordinate,
-  coordinate-wise optimizers); across runs it is the classic many-run audit. It is much stronger:
-  a one-run proof pays for not knowing how the canaries interact.
+- ``pooled``: ONE test over every canary of every run, planned from the claim, m and R before any score is seen
+  (:func:`dpaudit.whitebox.plan.planned_pooled`): with R > 1 runs, the order statistics over the R x m canaries as one
+  game (Xiang et al. 2025; a proof that needs no independence between canaries: each canary sits in one run, so the R
+  runs together are f-DP for it as its own run is) or the Clopper-Pearson points below the curve (valid when the
+  trainer treats the canaries as independent trials, as DP-SGD does with Dirac canaries on their own coordinates:
+  independent Poisson sampling per row, noise independent per coordinate, coordinate-wise optimizers), whichever's
+  planned counts reject the less private scaled claim; with one run, the Clopper-Pearson points. Across runs it is
+  the classic many-run audit, stronger than one run's: a one-run proof pays for its m canaries alone.
 
 The one-run verdict bound is ONE planned test (:func:`dpaudit.whitebox.plan.planned_one_run`): the order-statistics
 test of Xiang et al. (2025; ``order_stats``, its released count planned from the claim) or the f-DP recursion
@@ -20,16 +23,16 @@ function of the claim and the layout, so no correction is paid for it; or the Ga
 :mod:`dpaudit.audit.gauss_pair`) when its planned figure is strictly larger. All are computed and shown in both views.
 
 Every other bound (Steinke; the Gaussian f-DP reading; Clopper-Pearson (epsilon, delta); the last
-iterate's; with R > 1 runs, the order statistics over every run's canaries as one game, its released count planned
-for R x m canaries, which needs no independence between canaries: each canary sits in one run, so the R runs together
-are f-DP for it as its own run is) is reported beside them at the same confidence, as evidence, not as the verdict.
+iterate's; the pooled test the plan did not choose) is reported beside them at the same confidence, as evidence,
+not as the verdict.
 
 Rejecting the claimed curve (the claim's own scale rejected) shows that the trainer is not the mechanism its
 ``privacy.json`` states: a bug in clipping, noise, sampling or accounting, or a mechanism of another form. It
 does not show that the (epsilon, delta) envelope fails (a full-batch Gaussian within the claim's epsilon is
 rejected by a subsampled claim's curve), so the epsilon figure printed then is the bound of the same test that
-holds for any mechanism: Steinke's on the first run's guesses (one-run) or Clopper-Pearson (epsilon, delta) on
-the pooled canaries, at the same confidence (``any_mechanism``); only it can say that the claimed epsilon is
+holds for any mechanism: the order statistics' own (epsilon, delta) reading or Steinke's on the first run's guesses
+(one-run), the pooled order statistics' (epsilon, delta) reading or Clopper-Pearson (epsilon, delta) on the pooled
+canaries, at the same confidence (``any_mechanism``); only it can say that the claimed epsilon is
 false. Each bound carries its ceiling: the bound a perfect attack would reach at the audit's sizes.
 """
 
@@ -55,7 +58,13 @@ from dpaudit.whitebox.bounds import (
     order_stats_bounds,
 )
 from dpaudit.whitebox.harness import RunEvidence
-from dpaudit.whitebox.plan import planned_gauss_pair, planned_guesses, planned_one_run, planned_order_stats
+from dpaudit.whitebox.plan import (
+    planned_gauss_pair,
+    planned_guesses,
+    planned_one_run,
+    planned_order_stats,
+    planned_pooled,
+)
 from dpaudit.whitebox.scores import checked_scores, last_iterate_scores
 
 __all__ = ["VIEWS", "Analysis", "analyse"]
@@ -95,6 +104,9 @@ class Analysis:
     #: Which one-run bound of the first run (all iterates) the verdict rests on, planned from the claim:
     #: "claim_family" (the f-DP recursion), "order_stats" or "gauss_pair" (:func:`dpaudit.whitebox.plan.planned_one_run`).
     one_run_method: str = "claim_family"
+    #: Which pooled bound (all iterates) the verdict rests on, planned from the claim, m and R: "claim_family" (the
+    #: Clopper-Pearson points) or "order_stats" (:func:`dpaudit.whitebox.plan.planned_pooled`).
+    pooled_method: str = "claim_family"
 
     @property
     def _claimed_epsilon(self) -> float:
@@ -115,7 +127,7 @@ class Analysis:
     def primary(self) -> tuple[str, Bound]:
         """The larger of the two verdict bounds: ("one-run" | "pooled", its bound)."""
         one = self.one_run["all_iterates"][0][self.one_run_method]
-        pooled = self.pooled["all_iterates"]["claim_family"]
+        pooled = self.pooled["all_iterates"][self.pooled_method]
         return ("pooled", pooled) if pooled.epsilon > one.epsilon else ("one-run", one)
 
     @property
@@ -155,32 +167,41 @@ def _any_mechanism(
     claim: Claim,
     level: float,
     one_run: dict[str, Bound] | None = None,
+    pooled_order: dict[str, Bound] | None = None,
 ) -> Bound:
     """The bound of the verdict's ``kind`` of test valid for any mechanism: the order-statistics test's own
-    (epsilon, delta) reading or Steinke's on the first run (one-run), or Clopper-Pearson (epsilon, delta) on the
-    pooled canaries, at ``level``."""
+    (epsilon, delta) reading or Steinke's on the first run (one-run), or the pooled order statistics' (epsilon, delta)
+    reading or Clopper-Pearson (epsilon, delta) on the pooled canaries, at ``level``."""
     if kind == "one-run" and one_run is not None and "order_stats_dp" in one_run:
         return one_run["order_stats_dp"]
     if kind == "one-run":
         return one_run_bounds(*first, claim, confidence=level)["steinke"]
+    if pooled_order is not None:
+        return pooled_order["order_stats_dp"]
     return multi_run_bounds(*pooled, claim, confidence=level)["clopper_pearson"]
 
 
 def _ceilings(
-    claim: Claim, sizes: list[tuple[int, int]], plan: tuple[int, int], level: float, one_run: Bound | None = None
+    claim: Claim,
+    sizes: list[tuple[int, int]],
+    plan: tuple[int, int],
+    level: float,
+    one_run: Bound | None = None,
+    pooled_bound: Bound | None = None,
 ) -> dict[str, float]:
-    """The verdict bounds for a perfect attack (every member above every non-member) at these sizes (the one-run
-    bound's own when it carries its ceiling)."""
+    """The verdict bounds for a perfect attack (every member above every non-member) at these sizes (each bound's own
+    when it carries its ceiling)."""
     first = (np.ones(sizes[0][0]), np.zeros(sizes[0][1]))
     pooled = (np.ones(sum(m for m, _ in sizes)), np.zeros(sum(n for _, n in sizes)))
     if one_run is not None and one_run.ceiling is not None:
         one = one_run.ceiling
     else:
         one = one_run_family(*first, claim, confidence=level, planned=plan, min_scale=CEILING_MIN_SCALE).epsilon
-    return {
-        "one-run": one,
-        "pooled": multi_run_family(*pooled, claim, confidence=level, min_scale=CEILING_MIN_SCALE).epsilon,
-    }
+    if pooled_bound is not None and pooled_bound.ceiling is not None:
+        many = pooled_bound.ceiling
+    else:
+        many = multi_run_family(*pooled, claim, confidence=level, min_scale=CEILING_MIN_SCALE).epsilon
+    return {"one-run": one, "pooled": many}
 
 
 def _same_claim(evidence: Sequence[RunEvidence]) -> Claim:
@@ -218,6 +239,19 @@ def analyse(evidence: Sequence[RunEvidence], *, confidence: float = 0.95, full: 
         planned_guesses(claim, run.layout.unit, run.layout.partners, run.layout.size, 1 - level) for run in evidence
     ]  # from the claim and the layout alone: fixed before any score is seen
     method = planned_one_run(claim, layout0.unit, layout0.partners, layout0.size, 1 - level)
+    total = sum(run.layout.size for run in evidence)
+    pooled_method = (  # the planned sizes: R runs of the first run's m canaries (every run has the same layout)
+        planned_pooled(claim, layout0.unit, layout0.partners, layout0.size, len(evidence), 1 - level)
+        if len(evidence) > 1
+        else "claim_family"
+    )
+
+    def pooled_order(view: str, vs: ViewScores) -> dict[str, Bound]:
+        # the order statistics on every run's canaries as one game, its released count planned for R x m canaries:
+        # a proof without the Clopper-Pearson points' independence (each canary sits in one run, so the R runs
+        # together are f-DP for it as its own run is)
+        plan = planned_order_stats(claim, layout0.unit, layout0.partners, total, 1 - level, view)
+        return order_stats_bounds(*vs.pooled(), claim, confidence=level, r=plan.r, center=plan.center)
 
     def order(view: str, m: np.ndarray, n: np.ndarray, run: RunEvidence) -> dict[str, Bound]:
         plan = planned_order_stats(claim, run.layout.unit, run.layout.partners, run.layout.size, 1 - level, view)
@@ -234,6 +268,7 @@ def analyse(evidence: Sequence[RunEvidence], *, confidence: float = 0.95, full: 
     m0, n0 = first.member[0], first.nonmember[0]
     verdict_order = order("all_iterates", m0, n0, evidence[0]) if method == "order_stats" else {}
     verdict_gauss = {"gauss_pair": gauss("all_iterates", m0, n0, evidence[0])} if method == "gauss_pair" else {}
+    verdict_pooled = pooled_order("all_iterates", first) if pooled_method == "order_stats" else {}
     if full:
         # per run and view: Steinke, the planned f-DP recursion and the order statistics against the claimed curve
         # (the Gaussian f-DP reading is left out: Gaussian mechanisms only; the order statistics' own (epsilon, delta)
@@ -259,21 +294,18 @@ def analyse(evidence: Sequence[RunEvidence], *, confidence: float = 0.95, full: 
             ]
             for view, vs in scores.items()
         }
-        total = sum(run.layout.size for run in evidence)
-
-        def pooled_order(view: str, vs: ViewScores) -> Bound:
-            # the order statistics on every run's canaries as one game, its released count planned for R x m canaries:
-            # a proof without the Clopper-Pearson points' independence (each canary sits in one run, so the R runs
-            # together are f-DP for it as its own run is); evidence beside the verdict's bounds, at the same confidence
-            plan = planned_order_stats(claim, layout0.unit, layout0.partners, total, 1 - level, view)
-            return order_stats_bounds(*vs.pooled(), claim, confidence=level, r=plan.r, center=plan.center)[
-                "order_stats"
-            ]
-
         pooled = {
             view: {
                 **multi_run_bounds(*vs.pooled(), claim, confidence=level),
-                **({"order_stats": pooled_order(view, vs)} if len(evidence) > 1 else {}),
+                **(
+                    {
+                        "order_stats": (
+                            verdict_pooled if verdict_pooled and view == "all_iterates" else pooled_order(view, vs)
+                        )["order_stats"]
+                    }
+                    if len(evidence) > 1
+                    else {}
+                ),
             }
             for view, vs in scores.items()
         }
@@ -287,7 +319,9 @@ def analyse(evidence: Sequence[RunEvidence], *, confidence: float = 0.95, full: 
             ]
         }
         pooled = {
-            "all_iterates": {
+            "all_iterates": {"order_stats": verdict_pooled["order_stats"]}
+            if verdict_pooled
+            else {
                 "claim_family": multi_run_family(*first.pooled(), claim, confidence=level, min_scale=CEILING_MIN_SCALE)
             }
         }
@@ -298,6 +332,7 @@ def analyse(evidence: Sequence[RunEvidence], *, confidence: float = 0.95, full: 
         plans[0],
         level,
         one_run["all_iterates"][0][method],
+        pooled["all_iterates"][pooled_method],
     )
     analysis = Analysis(
         claim=claim,
@@ -308,11 +343,18 @@ def analyse(evidence: Sequence[RunEvidence], *, confidence: float = 0.95, full: 
         auc=auc,
         ceilings=ceilings,
         one_run_method=method,
+        pooled_method=pooled_method,
     )
     if analysis.mechanism_refuted:  # the figure printed must then hold for any mechanism
         kind = analysis.primary[0]
         bound = _any_mechanism(
-            kind, (first.member[0], first.nonmember[0]), first.pooled(), claim, level, verdict_order or None
+            kind,
+            (first.member[0], first.nonmember[0]),
+            first.pooled(),
+            claim,
+            level,
+            verdict_order or None,
+            verdict_pooled or None,
         )
         analysis = dataclasses.replace(analysis, any_mechanism=bound)
     return analysis
@@ -328,6 +370,7 @@ def summary(analysis: Analysis) -> dict[str, Any]:
         "bound_confidence": analysis.bound_confidence,
         "primary": {"kind": kind, "view": "all_iterates", **primary.to_json()},
         "one_run_method": analysis.one_run_method,
+        "pooled_method": analysis.pooled_method,
         "refuted": analysis.refuted,
         "mechanism_refuted": analysis.mechanism_refuted,
         "any_mechanism": None if analysis.any_mechanism is None else analysis.any_mechanism.to_json(),

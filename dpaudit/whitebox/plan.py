@@ -33,18 +33,27 @@ projection (all iterates: the likelihood ratio or the sum of the canary's observ
 value) and its planned figure, the bound the simulated population's moments give at m canaries. It joins the choice
 of the verdict's one test (:func:`planned_one_run`) when the claim is of its form (every step samples every canary,
 q = 1) and its planned figure is strictly the largest.
+
+With R > 1 runs the pooled verdict bound is planned too (:func:`planned_pooled`), from the claim, m and R alone: the
+order statistics over the R x m canaries as one game (valid for any trainer: each canary sits in one run, so the R
+runs together are f-DP for it as its own run is) or the Clopper-Pearson points below the claimed curve (valid when the
+canaries are independent trials), whichever's planned counts reject the less private scaled claim (ties: the order
+statistics). One test, so the pooled bound pays no correction for the choice.
 """
 
 from __future__ import annotations
 
 import functools
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from dpaudit.audit import gauss_pair
-from dpaudit.audit.claim_family import candidate_pairs, planned_pair
+from dpaudit.audit.bounds import _cp_upper
+from dpaudit.audit.claim_family import PLAN_SPREAD, candidate_pairs, planned_pair
 from dpaudit.audit.order_stats_claim import order_beats_pair, order_test, planned_mistakes
+from dpaudit.audit.tradeoff import TradeOff
 from dpaudit.claim import Claim
 from dpaudit.whitebox.layout import CanaryLayout
 from dpaudit.whitebox.scores import all_iterates_scores
@@ -57,6 +66,7 @@ __all__ = [
     "planned_guesses",
     "planned_one_run",
     "planned_order_stats",
+    "planned_pooled",
 ]
 
 #: Simulated observations per class (members, non-members; canaries x steps) the plan estimates the score
@@ -192,3 +202,47 @@ def planned_one_run(claim: Claim, unit: str, partners: int, m: int, alpha: float
     if _gauss_pair_form(claim) and planned_gauss_pair(claim, unit, partners, m, alpha).epsilon > best:
         return "gauss_pair"
     return "order_stats" if chosen else "claim_family"
+
+
+#: Thresholds at which the pooled Clopper-Pearson points are planned: quantiles of the simulated scores.
+POOLED_PLAN_THRESHOLDS = 2_000
+
+
+def _planned_points_test(
+    member: np.ndarray, nonmember: np.ndarray, n_m: int, n_n: int, alpha: float
+) -> Callable[[TradeOff], bool]:
+    """The pooled Clopper-Pearson points' test (:func:`dpaudit.whitebox.bounds.multi_run_family`) on planned counts:
+    at quantiles of the simulated scores, the expected false positives and false negatives of n_n non-members and n_m
+    members plus :data:`~dpaudit.audit.claim_family.PLAN_SPREAD` binomial standard deviations, each bounded at
+    ``alpha`` / 2 / n as the real test bounds them."""
+    pooled = np.concatenate([member, nonmember])
+    thresholds = np.unique(np.quantile(pooled, np.linspace(0.0, 1.0, POOLED_PLAN_THRESHOLDS)))
+    fpr = 1 - np.searchsorted(nonmember, thresholds, side="left") / nonmember.size  # non-members scoring >= t
+    fnr = np.searchsorted(member, thresholds, side="left") / member.size  # members scoring < t
+
+    def planned(rate: np.ndarray, n: int) -> np.ndarray:
+        return np.minimum(n, np.ceil(n * rate + PLAN_SPREAD * np.sqrt(n * rate * (1 - rate))))
+
+    fpr_up = _cp_upper(planned(fpr, n_n), n_n, alpha / 2 / n_n)
+    fnr_up = _cp_upper(planned(fnr, n_m), n_m, alpha / 2 / n_m)
+    keep = (fpr_up < 1) & (fnr_up < 1)
+    fpr_up, fnr_up = fpr_up[keep], fnr_up[keep]
+    return lambda curve: bool(fpr_up.size and np.any(fnr_up < curve(fpr_up)))
+
+
+@functools.lru_cache(maxsize=64)
+def planned_pooled(claim: Claim, unit: str, partners: int, m: int, runs: int, alpha: float) -> str:
+    """Which pooled test the verdict runs on R = ``runs`` runs of m canaries each (all iterates): "order_stats" (over
+    the R x m canaries as one game, its released count :func:`planned_order_stats` of R x m) or "claim_family" (the
+    Clopper-Pearson points below the claimed curve), whichever's planned counts reject the less private scaled claim
+    (ties: the order statistics, which need no independence between canaries). A function of the claim, the layout,
+    m and R alone."""
+    total = m * runs
+    order = planned_order_stats(claim, unit, partners, total, alpha)
+    member, nonmember = _simulated_scores(claim, unit, partners, _plan_size(claim))
+    tests = [
+        order_test(total, order.r, order.mistakes, alpha),
+        _planned_points_test(member, nonmember, total - total // 2, total // 2, alpha),
+    ]
+    best, _ = claim.best_test(tests)
+    return "claim_family" if best == 1 else "order_stats"

@@ -73,12 +73,13 @@ def test_page_leads_with_the_verdict_and_its_numbers(audit_dir: Path, parse_html
     assert f"epsilon = {format_up(claim)} at delta = {format_up(body['claim']['delta'], 2)}" in verdict
     assert f"epsilon ≥ {format_down(primary['epsilon'])} ({primary['kind']}, all iterates;" in verdict
     assert f"the bound is {format_down(primary['epsilon'] / claim, 2)} of the claim" in verdict
-    # the kind: the pooled bound with its assumption, or the one-run proof
-    assert (
-        "pooled: over 2 runs × 2000 canaries, valid when the trainer treats the canaries as independent trials"
-        if primary["kind"] == "pooled"
-        else "proof: for this one training run"
-    ) in verdict
+    # the kind: the pooled test planned from the claim (the order statistics need no assumption), or the one-run proof
+    pooled_words = (
+        "pooled: over 2 runs × 2000 canaries as one game"
+        if body["pooled_method"] == "order_stats"
+        else "pooled: over 2 runs × 2000 canaries, valid when the trainer treats the canaries as independent trials"
+    )
+    assert (pooled_words if primary["kind"] == "pooled" else "proof: for this one training run") in verdict
     assert "CLAIM REFUTED" not in html and 'class="alarm"' not in html
 
 
