@@ -28,7 +28,7 @@ def _claims_text(settings: dict[str, Any]) -> list[str]:
     library, ours = settings["library_claim"], settings["dpaudit_claim"]
     lines = [
         f"{settings['library']} {settings['library_version']}: its {str(library['accountant']).upper()} accountant "
-        f"claims epsilon {format_up(float(library['epsilon']))}; dpaudit (PLD) recomputes "
+        f"claims epsilon {format_up(float(library['epsilon']))}; dpaudit ({str(ours['accountant']).upper()}) recomputes "
         f"{format_up(float(ours['epsilon']))} from what ran ({ours['steps']} updates).",
         f"canaries: {sum(settings['canary_paths'].values())} through the real gradient path "
         f"({settings['canary_path']}: the library's own per-example gradients and clipping).",

@@ -15,6 +15,16 @@ differences, both needed because the library, not dpaudit, states the claim:
   a canary whose observations differ from one update to the next by exactly 0 or the clip norm saw the SAME noise
   each time (noise drawn once and reused), which the likelihood ratio of independent noise cannot see (reused noise
   only makes its sum noisier). Under fresh Gaussian noise the test never fires (probability below 1e-9 per canary).
+
+Fixed-size batches (sampling without replacement) are claimed under replace-one adjacency. Their canaries are signed
+(:func:`signed_gains`): every canary is a training row, and the auditor's coin chooses its gradient, +C or -C along its
+direction: the two datasets differ in one row replaced by another, the claimed adjacency. Each step's observation is
+then (1 - q) N(0, s^2) + q N(+-C, s^2), and the score is the likelihood ratio of + against -
+(:func:`signed_scores`). This pair is at least as private as the library's claim (fixed-size steps accounted as
+Poisson-subsampled Gaussian steps of sigma / 2: replace-one doubles the sensitivity): per step its trade-off curve
+lies above the claim's symmetrised curve, so the audit of a correct run stays valid; it is also the strongest pair
+whose gradients are clipped to C on a direction no other row touches (the worst case, a shift of 2C from a common
+base, needs every other row to push -C along the canary's direction). See ``docs/auditing.md``.
 """
 
 from __future__ import annotations
@@ -48,8 +58,15 @@ __all__ = [
     "analyse_path",
     "audit_gradient_path",
     "library_claim",
+    "path_adjacency",
     "path_scores",
+    "signed_gains",
+    "signed_scores",
 ]
+
+#: The adjacency of a run's claim (``privacy.json``'s ``adjacency``) that the signed canaries test.
+REPLACE_ONE = "replace_one"
+ADD_REMOVE = "add_remove"
 
 #: Added to a canary's score when its observations sit on the lattice {z, z + C} (reused noise): above any
 #: likelihood ratio of a few updates, finite so that sorting and ties behave.
@@ -65,6 +82,15 @@ class PathRun:
     evidence: RunEvidence
     ran: Claim
     record: PrivacyRecord
+    #: Signed canaries (replace-one): a member's gradient is +C along its direction, a non-member's -C.
+    signed: bool = False
+    #: The (q_t, noise std_t) the canaries are scored under, when ``ran`` states no Poisson segments (fixed-size
+    #: batches); None: ``ran.per_step()``.
+    steps: tuple[np.ndarray, np.ndarray] | None = None
+
+    def scoring(self) -> tuple[np.ndarray, np.ndarray]:
+        """(q_t, noise std_t on the clipped sum) of the mechanism that ran, every update."""
+        return self.steps if self.steps is not None else self.ran.per_step()
 
 
 def library_claim(record: PrivacyRecord, *, where: str = "privacy.json") -> Claim:
@@ -125,6 +151,39 @@ def path_scores(
     return scores + LATTICE_BONUS * lattice_hits(observations, shift)
 
 
+def signed_scores(observations: np.ndarray, q: np.ndarray, std: np.ndarray, shift: float) -> np.ndarray:
+    """The log-likelihood ratio of each signed canary's T observations ((T, m)): its gradient +``shift`` (a member)
+    against -``shift``, each step sampled with probability q_t under noise std_t."""
+    y = np.asarray(observations, dtype=np.float64)
+    q = np.asarray(q, dtype=np.float64)[:, None]
+    s = np.maximum(np.asarray(std, dtype=np.float64), 1e-300)[:, None]
+    if y.ndim != 2 or y.shape[0] != q.shape[0]:
+        raise ValueError(f"observations must be (steps={q.shape[0]}, canaries), got {y.shape}.")
+    base = np.log1p(-np.minimum(q, 1.0 - 1e-16)) - 0.5 * (y / s) ** 2
+    with np.errstate(divide="ignore"):
+        log_q = np.log(q)
+    plus = np.logaddexp(base, log_q - 0.5 * ((y - shift) / s) ** 2)
+    minus = np.logaddexp(base, log_q - 0.5 * ((y + shift) / s) ** 2)
+    return np.asarray((plus - minus).sum(axis=0))
+
+
+def signed_gains(member: np.ndarray, gain: float = CANARY_GAIN) -> np.ndarray:
+    """The canaries' gains under replace-one: +``gain`` for a member, -``gain`` for a non-member (both train)."""
+    return np.where(np.asarray(member, dtype=bool), gain, -gain)
+
+
+def path_adjacency(host: object, config: Any) -> str:
+    """The adjacency ``host`` will claim for ``config`` (its ``gradient_path_adjacency(config)`` where it has one:
+    replace-one for fixed-size batches), :data:`ADD_REMOVE` otherwise."""
+    ask = getattr(host, "gradient_path_adjacency", None)
+    found = str(ask(config)) if callable(ask) else ADD_REMOVE
+    if found not in (ADD_REMOVE, REPLACE_ONE):
+        raise ValueError(
+            f"the trainer claims adjacency {found!r}; the gradient-path audit tests add_remove or replace_one."
+        )
+    return found
+
+
 def analyse_path(
     runs: Sequence[PathRun], *, confidence: float = 0.95, full: bool = True, min_scale: float | None = None
 ) -> Analysis:
@@ -134,7 +193,8 @@ def analyse_path(
 
     ``min_scale`` (with ``full=False``): the verdict bounds' search stops at that scale of the claim; 1.0 gives the
     verdict (whether the claim's own curve is rejected: :attr:`Analysis.mechanism_refuted`) without the figure of a
-    far smaller scale, whose accounting is the slow part of a broken library's audit (the power tests use it)."""
+    far smaller scale, whose accounting is the slow part of a broken library's audit (the power tests use it), and
+    no ceilings."""
     if not runs:
         raise ValueError("no runs to analyse.")
     claim = runs[0].evidence.claim
@@ -146,8 +206,13 @@ def analyse_path(
     nonmembers: dict[str, list[np.ndarray]] = {"all_iterates": [], "last_iterate": []}
     for run in runs:
         ev = run.evidence
-        q, std = run.ran.per_step()
-        views = {"all_iterates": path_scores(ev.observations, ev.layout, q, std, run.ran.clip_norm)}
+        q, std = run.scoring()
+        if run.signed:
+            lattice = LATTICE_BONUS * lattice_hits(ev.observations, run.ran.clip_norm)
+            score = signed_scores(ev.observations, q, std, run.ran.clip_norm) + lattice
+        else:
+            score = path_scores(ev.observations, ev.layout, q, std, run.ran.clip_norm)
+        views = {"all_iterates": score}
         if full:
             views["last_iterate"] = last_iterate_scores(ev.final)
         for view, s in views.items():
@@ -189,12 +254,18 @@ def analyse_path(
     sizes = [(m.size, n.size) for m, n in zip(first.member, first.nonmember)]
     perfect_first = (np.ones(sizes[0][0]), np.zeros(sizes[0][1]))
     perfect_pooled = (np.ones(sum(m for m, _ in sizes)), np.zeros(sum(n for _, n in sizes)))
-    ceilings = {
-        "one-run": one_run_family(
-            *perfect_first, claim, confidence=level, planned=plans[0], min_scale=CEILING_MIN_SCALE
-        ).epsilon,
-        "pooled": multi_run_family(*perfect_pooled, claim, confidence=level, min_scale=CEILING_MIN_SCALE).epsilon,
-    }
+    # The ceilings (a perfect attack at these sizes) are reported beside the bounds; a verdict-only analysis
+    # (``min_scale``) reports none: each costs a search of the claim's scales at this run's member count.
+    ceilings = (
+        {}
+        if min_scale is not None
+        else {
+            "one-run": one_run_family(
+                *perfect_first, claim, confidence=level, planned=plans[0], min_scale=CEILING_MIN_SCALE
+            ).epsilon,
+            "pooled": multi_run_family(*perfect_pooled, claim, confidence=level, min_scale=CEILING_MIN_SCALE).epsilon,
+        }
+    )
     analysis = Analysis(
         claim=claim, confidence=confidence, scores=scores, one_run=one_run, pooled=pooled, auc=auc, ceilings=ceilings
     )
@@ -229,9 +300,11 @@ def audit_gradient_path(
     min_scale: float | None = None,
 ) -> tuple[Analysis, list[PathRun]]:
     """``runs`` trainings of ``host`` with ``canaries`` fair-coin canaries through the real gradient path each, and
-    their analysis (:func:`analyse_path`). The runs train in ``workdir`` (a temporary folder when None, removed)."""
+    their analysis (:func:`analyse_path`). The runs train in ``workdir`` (a temporary folder when None, removed).
+    A host that claims replace-one for ``config`` (:func:`path_adjacency`) gets signed canaries (:func:`signed_gains`)."""
     if canaries < 2:
         raise ValueError(f"an audit needs at least 2 canaries, got {canaries}.")
+    signed = path_adjacency(host, config) == REPLACE_ONE
     own = workdir is None
     base = Path(tempfile.mkdtemp(prefix="dpaudit-gradient-path-")) if workdir is None else Path(workdir)
     try:
@@ -242,27 +315,51 @@ def audit_gradient_path(
             layout = CanaryLayout(member=member, unit=UNIT_EXAMPLE)
             out = base / f"run-{r}"
             shutil.rmtree(out, ignore_errors=True)
-            gains = np.where(member, CANARY_GAIN, 0.0)
+            gains = signed_gains(member) if signed else np.where(member, CANARY_GAIN, 0.0)
             observations, final = host.train_with_gradient_canaries(data_dir, out, config, gains=gains, seed=0)
             record = read_privacy_record(out / "privacy.json")
+            if (record.adjacency == REPLACE_ONE) != signed:
+                raise RuntimeError(
+                    f"the trainer said its claim would be {'replace-one' if signed else 'add/remove'}; its "
+                    f"privacy.json says {record.adjacency}: the canaries test another adjacency than the claim's."
+                )
             ran = claim_of_record(record)
+            steps = None if ran.segments else _record_steps(record)
             claim = library_claim(record, where=str(out / "privacy.json"))
             observations = np.asarray(observations, dtype=np.float64)
-            if observations.shape != (ran.steps, canaries):
+            updates = ran.steps if steps is None else steps[0].size
+            if observations.shape != (updates, canaries):
                 raise RuntimeError(
-                    f"the trainer observed {observations.shape} canary updates; {ran.steps} updates of {canaries} "
+                    f"the trainer observed {observations.shape} canary updates; {updates} updates of {canaries} "
                     "canaries ran."
                 )
             evidence = RunEvidence(
                 layout=layout, claim=claim, observations=observations, final=np.asarray(final, dtype=np.float64)
             )
-            done.append(PathRun(evidence=evidence, ran=ran, record=record))
+            done.append(PathRun(evidence=evidence, ran=ran, record=record, signed=signed, steps=steps))
             if progress is not None:
                 progress(r + 1, runs)
         return analyse_path(done, confidence=confidence, full=full, min_scale=min_scale), done
     finally:
         if own:
             shutil.rmtree(base, ignore_errors=True)
+
+
+def _record_steps(record: PrivacyRecord) -> tuple[np.ndarray, np.ndarray]:
+    """(q_t, noise std_t) of every update from the record's stated segments (fixed-size batches: q = B / N each
+    update, noise sigma C on the clipped sum), where its event is not Poisson-subsampled Gaussian steps."""
+    from dpaudit.accounting.segment import Segment
+
+    clip = float(record.clip_norm or 1.0)
+    q: list[np.ndarray] = []
+    std: list[np.ndarray] = []
+    for raw in record.segments:
+        seg = Segment.from_json({k: v for k, v in dict(raw).items() if k != "expected_batch_size"})
+        q.append(np.full(seg.steps, seg.sampling_probability))
+        std.append(np.full(seg.steps, seg.noise_multiplier * clip))
+    if not q:
+        raise RuntimeError("privacy.json states no segments: the updates that ran are unknown.")
+    return np.concatenate(q), np.concatenate(std)
 
 
 def path_settings(runs: Sequence[PathRun]) -> dict[str, Any]:
@@ -273,6 +370,7 @@ def path_settings(runs: Sequence[PathRun]) -> dict[str, Any]:
     ran = runs[0].ran
     return {
         "canary_path": PATH_GRADIENT,
+        "canary_signs": "signed (+C or -C: replace-one)" if runs[0].signed else "present or zeroed (add/remove)",
         "canary_paths": {PATH_GRADIENT: sum(run.evidence.layout.size for run in runs)},
         "library": library.get("name"),
         "library_version": library.get("version"),

@@ -206,16 +206,16 @@ class JaxPrivacyTrainer:
             summary={"library_epsilon": run.library_epsilon, "claims_agree": record.details["library"]["agrees"]},
         )
 
+    def gradient_path_adjacency(self, config: Any) -> str:
+        """The adjacency this run will claim: replace-one for fixed-size batches (the audit then signs its canaries,
+        :func:`dpaudit.whitebox.gradient_path.signed_gains`), add/remove for Poisson sampling."""
+        return "replace_one" if config.sampling == "fixed" else "add_remove"
+
     def train_with_gradient_canaries(
         self, data_dir: Path | None, out_dir: Path, config: Any, *, gains: np.ndarray, seed: int
     ) -> tuple[np.ndarray, np.ndarray]:
-        """One run hosting canaries through JAX Privacy's own gradient path (:mod:`.canary`)."""
-        if config.sampling != "poisson":
-            raise UserInputError(
-                "--set sampling=fixed: the gradient-path audit tests a Poisson-sampled claim; JAX Privacy's "
-                "fixed-size claim is replace-one, which these canaries (present or zeroed) do not test. Audit "
-                "sampling=poisson; dpaudit train --trainer jax-privacy --sampling fixed states both claims."
-            )
+        """One run hosting canaries through JAX Privacy's own gradient path (:mod:`.canary`); a canary of negative gain
+        is clipped to -C along its row (the signed canaries of a fixed-size run)."""
         run, _ = self._run(data_dir, Path(out_dir), config, seed=seed, gains=np.asarray(gains, dtype=np.float64))
         assert run.observations is not None and run.final is not None
         return run.observations, run.final

@@ -69,6 +69,9 @@ class LightHost:
         self.noise_seed, self.sigma, self.accountant, self.sampling = noise_seed, sigma, accountant, sampling
         self.optimizer, self.physical_batch = optimizer, physical_batch
 
+    def gradient_path_adjacency(self, config: Any) -> str:
+        return "replace_one" if self.sampling == "fixed" else "add_remove"
+
     def train_with_gradient_canaries(
         self, data_dir: Any, out_dir: Path, config: Any, *, gains: np.ndarray, seed: int
     ) -> tuple[np.ndarray, np.ndarray]:

@@ -55,14 +55,6 @@ def test_a_setup_file_that_cannot_train_is_one_line_exit_2_and_leaves_nothing(ki
     assert not out.exists() and sorted(p.name for p in tmp_path.iterdir()) == ["my_setup.py"]
 
 
-def test_fixed_size_sampling_is_refused_by_the_gradient_path_audit_in_one_line(tmp_path):
-    out = tmp_path / "audit"
-    result = _audit(out, f"{SETUP}:build", "--set", "sampling=fixed")
-    assert result.exit_code == 2, result.output
-    assert "sampling=fixed: the gradient-path audit tests a Poisson-sampled claim" in result.output
-    assert not out.exists()
-
-
 @pytest.mark.parametrize(
     ("settings", "fix"),
     [

@@ -168,3 +168,39 @@ def test_the_audit_of_a_users_setup_names_the_path_the_library_and_both_claims(t
     assert settings["dpaudit_claim"]["accountant"] == "pld" and settings["dpaudit_claim"]["steps"] == 4
     assert body["claim"]["epsilon"] == pytest.approx(settings["library_claim"]["epsilon"])  # the library's, tested
     assert (out / "index.html").is_file() and (out / "scores" / "whitebox.jsonl").is_file()
+
+
+def test_a_fixed_size_run_is_audited_with_signed_canaries_through_the_library(monkeypatch):
+    """Fixed-size batches claim replace-one, so the audit signs its canaries (every canary trains; the coin chooses +C
+    or -C): JAX Privacy's own clipping brings a sampled canary to exactly +C or -C on its row; the library's claim
+    (sigma 2.86 accounted as Poisson steps of sigma / 2 = 1.43 at q = 282 / 564: the claim of the audits above) is not
+    flagged on a correct run, and is flagged when the noise is the one meant for the mean."""
+    from dpaudit.trainers.jax_privacy.loop import Settings, run_jax_privacy
+    from dpaudit.whitebox.gradient_path import signed_gains
+
+    member = np.random.default_rng(0).integers(0, 2, size=CANARIES).astype(bool)
+    settings = Settings(
+        noise_multiplier=1e-4, clip_norm=0.7, steps=3, delta=DELTA, accountant="rdp", sampling="fixed", noise_seed=1
+    )
+    y = run_jax_privacy(tiny_setup(), settings, gains=signed_gains(member)).observations
+    assert y is not None
+    sign = np.where(member, 1.0, -1.0)
+    sampled = np.abs(y - 0.7 * sign) < 1e-3
+    assert np.all(sampled | (np.abs(y) < 1e-3)) and 0.3 < sampled.mean() < 0.7
+
+    verdicts = {}
+    for fault in (None, "noise_for_mean"):
+        with planted(fault, monkeypatch):
+            analysis, done = audit_gradient_path(
+                LightHost(noise_seed=77, sampling="fixed", sigma=2 * SIGMA),
+                None,
+                None,
+                canaries=CANARIES,
+                seed=5,
+                full=False,
+                min_scale=1.0,
+            )
+        assert done[0].signed and done[0].record.adjacency == "replace_one"
+        assert analysis.claim.epsilon == pytest.approx(4.0, abs=0.01)  # the library's claim, tested
+        verdicts[fault] = analysis.alarm
+    assert verdicts == {None: False, "noise_for_mean": True}, verdicts
