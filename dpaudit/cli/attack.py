@@ -267,8 +267,11 @@ def attack(
         from dpaudit.fleet.fleet import check_ray_address
 
         values["ray_address"] = check_ray_address(values["ray_address"])
+    from dpaudit.attacks.attack_cost import announce
     from dpaudit.attacks.run import AttackWarning, FinishedAttack
     from dpaudit.stages.attack import attack as run_attack
+
+    announce(model, data, attack_names, values, lambda line: click.echo(line, err=True))  # what the passes will cost
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", AttackWarning)

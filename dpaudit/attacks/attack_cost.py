@@ -1,0 +1,345 @@
+"""What the scoring attacks will cost, estimated before they start: their forward passes, priced on this model.
+
+An attack on a model of a real size (GPT-2 small, BERT base) spends nearly all its time in the model's forward passes,
+and how many it runs follows from the data and the options alone:
+
+- exposure on a causal LM, exact (|R| up to ``--exposure-limit``): the canary's context once, then a prefix tree over
+  the alphabet's tokens, sum_{k=1}^{L-1} |A|^k tree nodes of one token each on top of their parent's key/value cache,
+  ``NODE_BATCH`` nodes per pass (:func:`dpaudit.scoring.causal_secrets.prefix_tree_scores`); sampled: the context,
+  then the secret and ``--exposure-samples`` candidates of L tokens on its cache (:func:`candidate_scores`); a secret
+  whose symbols are not single tokens: every candidate's whole text;
+- extraction: greedy decoding and a beam search of ``--beam-width``, each step running every live beam's whole text
+  (no cache) in passes of ``--batch-size`` rows (:func:`dpaudit.scoring.causal_secrets.beam_decode`);
+- the membership scores of a text (loss, zlib, Min-K%, Min-K%++ on a causal LM; loss on a masked LM or classifier):
+  one pass over each text of each membership task, cut to 128 tokens, ``--batch-size`` texts per pass; each attack
+  scores them again;
+- exposure and reconstruction on a masked LM: one pass over each canary.
+
+A pass of ``n`` tokens is priced ``per_call + n x per_token``, both measured on the loaded model just before the attacks
+start (:func:`measure_forward_cost`: a full batch of texts at the tasks' length, and a pass of one token), so the
+estimate holds the model's size, the device and the machine's load of the moment. Everything else (loading the model,
+bootstrap intervals, the report) is left out: on a model of 100M parameters it is seconds; on a tiny model it is most
+of the run, and the estimate says only what the passes cost. Shadow and reference models are priced when they start
+(:mod:`dpaudit.attacks.shadow_cost`); the other attacks (the canary attack's one-run audit, the blind baseline, the
+attacks against the base) are named as not estimated. ``benchmarks/bench_attack_cost.py`` measures the attacks at the
+presets' sizes against this estimate.
+"""
+
+from __future__ import annotations
+
+import copy
+import functools
+import math
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from dpaudit.common.cost_model import format_minutes
+
+__all__ = [
+    "AttackWork",
+    "ForwardCost",
+    "attack_work",
+    "estimate_lines",
+    "measure_forward_cost",
+    "tree_work",
+]
+
+#: The membership attacks whose score is one pass over each text of each task (:mod:`dpaudit.attacks.causal_mia`,
+#: :mod:`dpaudit.attacks.loss`).
+TEXT_SCORES = frozenset({"loss", "zlib", "min-k", "min-k++"})
+#: The clock the forward passes are priced on: wall seconds (a test prices them in CPU seconds, which the load of a
+#: shared machine moves less).
+CLOCK = time.perf_counter
+#: The options the estimate reads (:func:`attack_work`).
+OPTIONS = ("batch_size", "beam_width", "exposure_limit", "exposure_samples")
+#: Tokens of a membership text (``dpaudit.scoring.scorer.EXAMPLE_MAX_LENGTH``).
+TEXT_TOKENS = 128
+
+
+@dataclass(frozen=True)
+class ForwardCost:
+    """Seconds of one forward pass of ``n`` tokens: ``per_call + n x per_token``.
+
+    Attributes:
+        per_call: a pass of one token (the fixed cost of a call: Python, kernel launches, the vocabulary projection of
+            one position).
+        per_token: each further token, from a full batch of ``rows`` x ``length``.
+        rows, length: the measured batch.
+    """
+
+    per_call: float
+    per_token: float
+    rows: int
+    length: int
+
+    def seconds(self, calls: int, tokens: int) -> float:
+        return calls * self.per_call + tokens * self.per_token
+
+
+@dataclass(frozen=True)
+class AttackWork:
+    """The forward passes one attack will run: ``calls`` passes of ``tokens`` tokens in all; ``what`` in words."""
+
+    attack: str
+    calls: int
+    tokens: int
+    what: str
+
+
+def tree_work(alphabet: int, length: int, node_batch: int) -> tuple[int, int]:
+    """(passes, tokens) of :func:`dpaudit.scoring.causal_secrets.prefix_tree_scores` below the context: the passes of
+    its depth-first expansion, counted chunk by chunk as it runs them (``node_batch // |A|`` parents per pass)."""
+    per = max(1, node_batch // alphabet)
+
+    @functools.lru_cache(maxsize=None)
+    def expand(parents: int, remaining: int) -> tuple[int, int]:
+        if remaining == 0:
+            return 0, 0
+        calls, tokens = 0, 0
+        full, rest = divmod(parents, per)
+        for count, times in ((per, full), (rest, 1 if rest else 0)):
+            if times:
+                below = expand(count * alphabet, remaining - 1)
+                calls += times * (1 + below[0])
+                tokens += times * (count * alphabet + below[1])
+        return calls, tokens
+
+    return expand(1, length - 1)
+
+
+def _batched(lengths: Sequence[int], batch: int, *, by_length: bool = True) -> tuple[int, int]:
+    """(passes, tokens) of rows of these lengths, ``batch`` per pass, each pass padded to its longest row; sorted by
+    length first (as the text scorers batch them) or, without ``by_length``, in the order given (beam decoding)."""
+    ordered = sorted(lengths) if by_length else list(lengths)
+    chunks = [ordered[i : i + batch] for i in range(0, len(ordered), batch)]
+    return len(chunks), sum(len(c) * max(c) for c in chunks)
+
+
+def attack_work(
+    name: str,
+    *,
+    kind: str,
+    canaries: Sequence[tuple[int, int]],
+    canary_tokens: Sequence[int],
+    space: tuple[int, int, int] | None,
+    single_tokens: bool,
+    texts: Sequence[int],
+    options: Mapping[str, Any],
+    node_batch: int,
+) -> AttackWork | None:
+    """The forward passes of attack ``name`` (module docstring); None for an attack not estimated here.
+
+    Args:
+        kind: the model's kind (``"causal-lm"``, ``"masked-lm"``, ``"classifier"``).
+        canaries: each canary's (context tokens, secret tokens) on a causal LM.
+        canary_tokens: each canary's whole text in tokens.
+        space: the secret space's (|A|, L, |R|), or None for phrases.
+        single_tokens: every symbol of the space is one token in context (the exact methods apply).
+        texts: the tokens of every text the membership tasks score (each already cut to :data:`TEXT_TOKENS`).
+        options: ``batch_size``, ``beam_width``, ``exposure_limit``, ``exposure_samples``.
+        node_batch: tree nodes per pass (``dpaudit.scoring.causal_secrets.NODE_BATCH``).
+    """
+    batch = int(options["batch_size"])
+    n = len(canaries) if kind == "causal-lm" else len(canary_tokens)
+    if name in TEXT_SCORES:
+        calls, tokens = _batched(texts, batch)
+        return AttackWork(name, calls, tokens, f"{len(texts):,} texts")
+    if kind != "causal-lm" and name in ("exposure", "reconstruction"):
+        calls, tokens = _batched(canary_tokens, batch)
+        return AttackWork(name, calls, tokens, f"{n:,} canaries, one pass each")
+    if kind != "causal-lm" or not canaries:
+        return None
+    contexts = sum(c for c, _ in canaries)
+    if name == "exposure":
+        if space is not None and single_tokens and space[2] <= int(options["exposure_limit"]):
+            calls, tokens = tree_work(space[0], space[1], node_batch)
+            return AttackWork(
+                name, n * (1 + calls), contexts + n * tokens, f"{n:,} canaries, every one of |R| = {space[2]:,} scored"
+            )
+        m = int(options["exposure_samples"]) + 1
+        if space is not None and single_tokens:
+            calls = n * (1 + math.ceil(m / node_batch))
+            return AttackWork(
+                name, calls, contexts + n * m * space[1], f"{n:,} canaries, {m - 1:,} sampled candidates each"
+            )
+        calls, tokens = _batched([t for t in canary_tokens for _ in range(m)], batch)
+        return AttackWork(name, calls, tokens, f"{n:,} canaries, {m - 1:,} sampled candidates each (whole texts)")
+    if name == "extraction":
+        calls, tokens = 0, 0
+        for width in (1, int(options["beam_width"])):
+            steps = max((s for _, s in canaries), default=0)
+            for step in range(steps):
+                beams = min(width, (space[0] if space is not None and single_tokens else 10**9) ** step)
+                rows = [c + step for c, s in canaries if step < s for _ in range(beams)]
+                c, t = _batched(rows, batch, by_length=False)
+                calls, tokens = calls + c, tokens + t
+        return AttackWork(name, calls, tokens, f"{n:,} canaries, greedy and {int(options['beam_width'])} beams")
+    return None
+
+
+def measure_forward_cost(
+    model: Any, *, device: str, rows: int, length: int, vocab: int, repeats: int = 2
+) -> ForwardCost:
+    """Time the model's forward pass on random tokens: a batch of ``rows`` x ``length``, and a pass of one token on top
+    of a key/value cache (the prefix tree's and the sampled candidates' passes), each the fastest of ``repeats`` after
+    a warm-up (the least disturbed by other work on a shared machine)."""
+    import torch
+
+    gen = torch.Generator().manual_seed(0)
+    full = torch.randint(0, vocab, (rows, length), generator=gen).to(device)
+
+    def timed(call: Callable[[], Any]) -> float:
+        best = math.inf
+        with torch.inference_mode():
+            call()
+            for _ in range(repeats):
+                if device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                start = CLOCK()
+                call()
+                if device.startswith("cuda"):
+                    torch.cuda.synchronize()
+                best = min(best, CLOCK() - start)
+        return best
+
+    with torch.inference_mode():
+        cache = model(input_ids=full[:1], use_cache=True).past_key_values
+    one = full[:1, :1]
+    try:
+        per_call = timed(lambda: model(input_ids=one, past_key_values=copy.deepcopy(cache), use_cache=True))
+        per_call -= timed(lambda: copy.deepcopy(cache))
+    except Exception:  # noqa: BLE001 - a model without a cache (a masked LM, a classifier): a pass of one token
+        per_call = timed(lambda: model(input_ids=one, attention_mask=torch.ones_like(one)))
+    per_token = max(timed(lambda: model(input_ids=full, attention_mask=torch.ones_like(full))) - per_call, 0.0)
+    return ForwardCost(per_call=max(per_call, 0.0), per_token=per_token / (rows * length - 1), rows=rows, length=length)
+
+
+def estimate_lines(works: Sequence[AttackWork], cost: ForwardCost, skipped: Sequence[str]) -> list[str]:
+    """The estimate as ``dpaudit attack`` prints it: a head line with the measured prices, one line per attack, the
+    total, and the attacks left out."""
+    lines = [
+        f"estimate before the attacks start (their forward passes only, priced on this model just now: "
+        f"{cost.per_token * 1e3:.3g} ms per token, {cost.per_call * 1e3:.3g} ms per pass):"
+    ]
+    total = 0.0
+    for w in works:
+        seconds = cost.seconds(w.calls, w.tokens)
+        total += seconds
+        lines.append(
+            f"  {w.attack}: {w.what}: {w.tokens:,} tokens in {w.calls:,} pass{'' if w.calls == 1 else 'es'}, "
+            f"about {format_minutes(seconds)}"
+        )
+    lines.append(f"  total: about {format_minutes(total)}")
+    if skipped:
+        lines.append(f"  not estimated here: {', '.join(skipped)}")
+    return lines
+
+
+def _token_lengths(tokenizer: Any, texts: Sequence[str], limit: int) -> list[int]:
+    if not texts:
+        return []
+    ids = tokenizer(list(texts), add_special_tokens=True, truncation=False, verbose=False)["input_ids"]
+    return [min(len(r), limit) for r in ids]
+
+
+def announce(
+    model: Any, data: Any, attack_names: str, values: Mapping[str, Any], echo: Callable[[str], None]
+) -> list[float] | None:
+    """Print the estimate of ``dpaudit attack`` (``echo``, one call per line) before the attacks start; returns each
+    estimated attack's seconds (in the printed order), or None when nothing was estimated.
+
+    Never raises: input the run will refuse (a missing model, bad options, a data directory without canaries) makes
+    no estimate, and the run itself then says what is wrong, in one line.
+    """
+    try:
+        return _announce(model, data, attack_names, values, echo)
+    except Exception:  # noqa: BLE001 - an estimate is never worth a failed run; the run reports bad input itself
+        return None
+
+
+def _announce(
+    model: Any, data: Any, attack_names: str, values: Mapping[str, Any], echo: Callable[[str], None]
+) -> list[float] | None:
+    from dpaudit.attacks.mia import canary_task, coin_flip_mode, example_options, example_task
+    from dpaudit.attacks.registry import AttackOptions, default_attacks, prop, resolve_attacks
+    from dpaudit.common.errors import UserInputError
+    from dpaudit.inject_dir.reader import load_inject_run
+    from dpaudit.scoring import causal_secrets as cs
+    from dpaudit.scoring import load, resolve_model
+
+    options = AttackOptions(**values)
+    run = load_inject_run(data)
+    source = resolve_model(model)
+    names = default_attacks(
+        attack_names.split(","), coin_flip=coin_flip_mode(run), model_kind=source.kind, able=lambda cls: False
+    )
+    classes = resolve_attacks(names, source.kind, model=str(model), blind=options.blind_baseline)
+    design = (run.manifest.get("secret_space") or {}).get("kind")
+    for cls in classes:  # the run's own checks before anything is loaded: input it refuses gets no estimate
+        designs = prop(cls, "designs")
+        if designs is not None and design not in designs:
+            return None
+        prop(cls, "check")(options, source, run)
+    if options.reveal and (run.space is None or options.reveal >= run.space.length):
+        return None
+    if any(prop(c, "scores_canaries") for c in classes) and not run.canaries:
+        return None
+    scorer = load(source, batch_size=options.batch_size, device=None, progress=False)
+    tokenizer, space = scorer.tokenizer, run.space
+    canaries: list[Any] = list(run.canaries)  # (records the scoring protocols read)
+    whole = [c.prefix + c.secret + c.suffix for c in canaries]
+    canary_tokens = _token_lengths(tokenizer, whole, scorer.max_length)
+    located: list[tuple[int, int]] = []
+    single = False
+    triple = None
+    if space is not None and getattr(space, "alphabet", None) is not None:
+        triple = (len(space.alphabet), int(space.length), int(space.size))
+    if source.kind == "causal-lm" and canaries:
+        secrets = None
+        if triple is not None:
+            try:
+                secrets, _ = cs.alphabet_secrets(tokenizer, canaries, space, max_length=scorer.max_length)
+                single = True
+            except UserInputError:
+                secrets = None
+        if secrets is None:
+            secrets = cs.span_secrets(tokenizer, canaries, max_length=scorer.max_length)
+        located = [(len(s.context), len(s.secret)) for s in secrets]
+    texts: list[int] = []
+    if any(c.name in TEXT_SCORES for c in classes):
+        label_set = source.label_set()
+        tasks = [example_task(run, label_set=label_set, **example_options(options))]
+        task = canary_task(run, label_set=label_set)
+        tasks += [task] if task is not None else []
+        texts = [n for t in tasks for n in _token_lengths(tokenizer, list(t.texts), TEXT_TOKENS)]
+    works, skipped = [], []
+    for cls in classes:
+        if prop(cls, "baseline"):
+            continue  # the blind baseline never runs the model
+        work = attack_work(
+            cls.name,
+            kind=source.kind,
+            canaries=located,
+            canary_tokens=canary_tokens,
+            space=triple,
+            single_tokens=single,
+            texts=texts,
+            options={key: getattr(options, key) for key in OPTIONS},
+            node_batch=cs.NODE_BATCH,
+        )
+        (works.append(work) if work is not None else skipped.append(cls.name))
+    if not works:
+        return None
+    length = max(8, min(TEXT_TOKENS, sorted(texts or canary_tokens or [32])[len(texts or canary_tokens or [32]) // 2]))
+    cost = measure_forward_cost(
+        scorer.model,
+        device=scorer.device,
+        rows=min(8, options.batch_size),
+        length=min(length, scorer.max_length),
+        vocab=int(getattr(scorer.model.config, "vocab_size", 100)),
+    )
+    for line in estimate_lines(works, cost, skipped):
+        echo(line)
+    return [cost.seconds(w.calls, w.tokens) for w in works]
