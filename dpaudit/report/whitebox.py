@@ -24,6 +24,7 @@ References:
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import os
@@ -312,7 +313,35 @@ def bound_rows(run: WhiteboxRun) -> tuple[BoundRow, ...]:
                         verdict=r == 0 and view == "all_iterates" and method == run.one_run_method,
                     )
                 )
-    return tuple(rows)
+    return _label_evidence(run, rows)
+
+
+def _label_evidence(run: WhiteboxRun, rows: list[BoundRow]) -> tuple[BoundRow, ...]:
+    """Every row but the verdict's two labelled as what it is: one of n figures each at its own confidence, with no
+    correction for the n shown. At a claim that is exactly tight about n x (1 - its confidence) of them are expected
+    above the claim, so an evidence row above the claim is told apart from a refutation (never shown in bold as the
+    verdict's would be); only the verdict's pair is corrected (docs/auditing.md, "The white-box verdict")."""
+    n = sum(not row.verdict for row in rows)
+    expected = n * (1 - run.bound_confidence)
+    out = []
+    for row in rows:
+        if row.verdict:
+            out.append(row)
+            continue
+        evidence = row.evidence
+        if row.above:
+            note = (
+                f"above the claim in this row alone: one of {n} evidence rows, each at {row.confidence} with no "
+                f"correction for the {n}; about {expected:.2g} are expected above a claim that is exactly tight, "
+                "so this is not a refutation"
+            )
+            evidence = note if evidence == "–" else f"{evidence}; {note}"
+        out.append(
+            dataclasses.replace(
+                row, confidence=f"{row.confidence} alone (evidence, uncorrected)", evidence=evidence, above=False
+            )
+        )
+    return tuple(out)
 
 
 # -- scores, mechanism, limits, provenance ---------------------------------------------------------

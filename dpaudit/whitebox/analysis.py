@@ -294,9 +294,18 @@ def analyse(evidence: Sequence[RunEvidence], *, confidence: float = 0.95, full: 
             ]
             for view, vs in scores.items()
         }
+        # the pooled claimed-curve points' ceiling: the same test on a perfect attack at these sizes (both views)
+        perfect = (np.ones(first.pooled()[0].size), np.zeros(first.pooled()[1].size))
+        points_ceiling = multi_run_family(*perfect, claim, confidence=level, min_scale=CEILING_MIN_SCALE).epsilon
+
+        def points(view: str, vs: ViewScores) -> dict[str, Bound]:
+            out = multi_run_bounds(*vs.pooled(), claim, confidence=level)
+            out["claim_family"] = dataclasses.replace(out["claim_family"], ceiling=points_ceiling)
+            return out
+
         pooled = {
             view: {
-                **multi_run_bounds(*vs.pooled(), claim, confidence=level),
+                **points(view, vs),
                 **(
                     {
                         "order_stats": (
@@ -380,4 +389,21 @@ def summary(analysis: Analysis) -> dict[str, Any]:
             view: [{k: b.to_json() for k, b in run.items()} for run in runs] for view, runs in analysis.one_run.items()
         },
         "pooled": {view: {k: b.to_json() for k, b in bounds.items()} for view, bounds in analysis.pooled.items()},
+        "evidence": _evidence(analysis),
+    }
+
+
+def _evidence(analysis: Analysis) -> dict[str, Any]:
+    """How the bounds beside the verdict's two are to be read: each at its own confidence, with no correction for how
+    many are shown, so about (count) x (1 - confidence) of them can exceed a claim that is exactly tight."""
+    count = sum(len(run) for runs in analysis.one_run.values() for run in runs)
+    count += sum(len(bounds) for bounds in analysis.pooled.values())
+    count -= 2  # the verdict's one-run and pooled bounds
+    return {
+        "bounds": count,
+        "confidence_each": analysis.bound_confidence,
+        "corrected": False,
+        "expected_above_a_tight_claim": count * (1 - analysis.bound_confidence),
+        "note": "every bound but the verdict's two is evidence at its own confidence, not corrected for the others "
+        "shown: the largest of them is not a bound at any stated confidence",
     }

@@ -56,6 +56,7 @@ def test_a_correct_trainer_is_refuted_in_at_most_5_percent_of_20_runs(layout, tm
     claims = {round(a.claim.epsilon, 6) for a in results}
     assert len(claims) == 1 and abs(claims.pop() - CLAIM) < 0.01  # the claim never depends on the coins
     refuted = sum(a.alarm for a in results)
+    print(f"correct trainer, {len(results)} runs: {refuted} alarms")  # pytest -s prints the count measured
     # At most 5% in expectation: a count of 20 that the one-sided 99% Clopper-Pearson interval places above 5% fails
     # (5 or more). Measured: seeds 0-59 (per-example) 2 alarms, 0-69 (micro-batch) 2, both in seeds 0-19; the ideal
     # mechanism through the same analysis: 1 of 60.
@@ -86,6 +87,7 @@ def test_a_correct_trainer_is_refuted_in_at_most_5_percent_of_20_runs(layout, tm
 def test_a_broken_trainer_is_flagged_in_one_run_in_9_of_10_seeds(broken, layout, tmp_path):
     results = [_audit(broken, layout, seed, tmp_path) for seed in range(10)]
     flagged = [a.alarm for a in results]
+    print(f"{broken.__name__}: flagged in {sum(flagged)} of {len(results)} seeds")
     assert sum(flagged) >= 9, [round(a.primary[1].epsilon, 3) for a in results]
 
 
@@ -98,4 +100,5 @@ def test_noise_at_eight_tenths_of_sigma_is_flagged_in_one_run_in_8_of_10_seeds(t
     released count planned from the claim) flags it on the tight layout (measured: 10 of 10; the correct trainer on
     the same layout: 0 of 10, bound 0.76-0.98 of the claim)."""
     results = [_audit(NoiseEightTenths, TIGHT, seed, tmp_path) for seed in range(10)]
+    print(f"NoiseEightTenths: flagged in {sum(a.alarm for a in results)} of {len(results)} seeds")
     assert sum(a.alarm for a in results) >= 8, [round(a.primary[1].epsilon, 3) for a in results]
