@@ -74,6 +74,8 @@ class Row:
     tpr_at_1: float
     bound: float
     steinke: float
+    any_mechanism: float
+    fit: float
     claim: float | None
     wall_s: float
 
@@ -178,16 +180,7 @@ def train(data: Path, out: Path, *, private: bool, noise_seed: int, recipe: Reci
     return out
 
 
-def attack(
-    model: Path, data: Path, out: Path, attacks: str | None
-) -> list[tuple[str, float, float, float, float, float | None]]:
-    """(attack, AUC, TPR at 1% FPR, headline bound, Steinke's bound, claim) of each attack's canaries task; Steinke's
-    at the headline's corrected confidence (the headline's own bound for a claim without a mechanism)."""
-    from dpaudit.attacks.results import MiaResult
-    from dpaudit.attacks.run import read_attack_dir
-    from dpaudit.audit.one_run import epsilon_lower_bound_one_run
-    from dpaudit.verdict.headline import headline_of
-
+def _attack(model: Path, data: Path, out: Path, attacks: str | None) -> None:
     dpaudit(
         "attack",
         "--model",
@@ -199,6 +192,36 @@ def attack(
         "--overwrite",
         *(["--attacks", attacks] if attacks else []),
     )
+
+
+@dataclass(frozen=True)
+class Scored:
+    """One canaries audit: AUC, TPR at 1% FPR, the headline bound, Steinke's, the planned test's bound valid for any
+    mechanism (the order statistics' (epsilon, delta) reading of the headline's own guesses where it ran them, else
+    Steinke's), the Gaussian-pair fit (evidence), the claim."""
+
+    attack: str
+    auc: float
+    tpr_at_1: float
+    bound: float
+    steinke: float
+    any_mechanism: float
+    fit: float
+    claim: float | None
+
+
+def attack(model: Path, data: Path, out: Path, attacks: str | None, *, reuse: bool = False) -> list[Scored]:
+    """Each attack's canaries audit; Steinke's bound and the order statistics' (epsilon, delta) reading at the
+    headline's corrected confidence, the Gaussian-pair fit at the attack's own (evidence, not a bound). ``reuse``: an
+    attack folder that already holds ``results.json`` is read, not attacked again."""
+    from dpaudit.attacks.results import MiaResult
+    from dpaudit.attacks.run import read_attack_dir
+    from dpaudit.audit.one_run import epsilon_lower_bound_one_run
+    from dpaudit.audit.order_stats_claim import METHOD_ORDER_CLAIM, order_stats_any_mechanism
+    from dpaudit.verdict.headline import headline_of
+
+    if not (reuse and (out / "results.json").is_file()):
+        _attack(model, data, out, attacks)
     results = read_attack_dir(out)
     head = headline_of(results)
     rows = []
@@ -213,13 +236,42 @@ def attack(
             steinke = epsilon_lower_bound_one_run(
                 member, nonmember, delta=shown.bound.delta, confidence=shown.bound.confidence
             ).epsilon
+            order_dp = steinke  # the planned order statistics' (epsilon, delta) reading where the proof ran them
+            if shown.bound.method == METHOD_ORDER_CLAIM and shown.bound.guesses:
+                order_dp = order_stats_any_mechanism(
+                    member,
+                    nonmember,
+                    r=int(shown.bound.guesses),
+                    delta=shown.bound.delta,
+                    confidence=shown.bound.confidence,
+                ).epsilon
+            fit = (t.info or {}).get("gauss_pair") or {}
             tpr = next(x["tpr"] for x in t.tpr_at if abs(x["fpr"] - 0.01) < 1e-12)
-            rows.append((r.attack, t.auc, tpr, shown.epsilon, steinke, head.claim.epsilon))
+            rows.append(
+                Scored(
+                    attack=r.attack,
+                    auc=t.auc,
+                    tpr_at_1=tpr,
+                    bound=shown.epsilon,
+                    steinke=steinke,
+                    any_mechanism=order_dp,
+                    fit=fit.get("epsilon", math.nan),
+                    claim=head.claim.epsilon,
+                )
+            )
     return rows
 
 
 def run_one(
-    work: Path, design: str, *, private: bool, seed: int, canaries: int, attacks: str | None, recipe: Recipe
+    work: Path,
+    design: str,
+    *,
+    private: bool,
+    seed: int,
+    canaries: int,
+    attacks: str | None,
+    recipe: Recipe,
+    reuse: bool = False,
 ) -> list[Row]:
     start = time.perf_counter()
     name = design.replace(":", "")
@@ -231,28 +283,107 @@ def run_one(
         noise_seed=seed,
         recipe=recipe,
     )
-    scored = attack(model, data, work / f"attack-{name}-{'eps4' if private else 'np'}-s{seed}", attacks)
+    scored = attack(model, data, work / f"attack-{name}-{'eps4' if private else 'np'}-s{seed}", attacks, reuse=reuse)
     wall = time.perf_counter() - start
     label = f"eps {EPSILON:g}" if private else "non-private"
     return [
         Row(
             design=design,
             model=label,
-            score=a,
+            score=x.attack,
             seed=seed,
-            auc=auc,
-            tpr_at_1=tpr,
-            bound=bound,
-            steinke=steinke,
-            claim=claim,
+            auc=x.auc,
+            tpr_at_1=x.tpr_at_1,
+            bound=x.bound,
+            steinke=x.steinke,
+            any_mechanism=x.any_mechanism,
+            fit=x.fit,
+            claim=x.claim,
             wall_s=wall,
         )
-        for a, auc, tpr, bound, steinke, claim in scored
+        for x in scored
     ]
 
 
+#: Released shares r / m of the any-mechanism order-statistics test that :func:`ceilings` tries (each its own test).
+ANY_SHARES = (0.003, 0.01, 0.03, 0.1, 0.3)
+
+
+def _claim_at(canaries: int, recipe: Recipe, corpus_rows: int = 2100, delta: float = 1e-5):  # noqa: ANN202
+    """The epsilon-4 claim of the recipe on the demo's inject directory with ``canaries`` coin-flip canaries (half
+    inserted: ``corpus_rows`` + canaries / 2 training rows, the built-in corpus' 3,000 less held-out and public rows),
+    sigma calibrated as the trainer does (PLD, the float sampler's tail left out: it is below 1e-27 here)."""
+    from dpaudit.accounting.accountants import epsilon
+    from dpaudit.accounting.calibration import calibrate_noise
+    from dpaudit.accounting.events import dpsgd_event
+    from dpaudit.accounting.segment import Segment
+    from dpaudit.claim.claim import Claim
+
+    q = recipe.batch_size / (corpus_rows + canaries // 2)
+    sigma = calibrate_noise(
+        lambda s: dpsgd_event(noise_multiplier=s, sampling_probability=q, steps=recipe.steps), EPSILON, delta
+    )
+    eps = epsilon(dpsgd_event(noise_multiplier=sigma, sampling_probability=q, steps=recipe.steps), delta)
+    segment = Segment(steps=recipe.steps, sampling_probability=q, noise_multiplier=sigma)
+    return Claim(known=True, private=True, epsilon=eps, delta=delta, accountant="pld", segments=(segment,))
+
+
+def ceilings(counts: list[int], recipe: Recipe, *, draws: int, aucs: tuple[float, ...] = (0.70, 0.73)) -> None:
+    """From the claim alone, per canary count: the last iterate's largest separation q sqrt(T) / sigma (a member's
+    share of the summed updates in noise standard deviations, and its AUC), the headline's planned proof for a perfect
+    attack and on Gaussian scores at each AUC (mean and range of ``draws`` draws), the Gaussian-pair fit a pair at the
+    first AUC expects, and the any-mechanism order-statistics bound ((epsilon, delta) family) on the same Gaussian
+    scores at each share of :data:`ANY_SHARES` (mean of ``draws``; the best share shown, which a real audit would
+    have to plan) with that share's perfect-attack ceiling."""
+    import numpy as np
+    from scipy.stats import norm
+
+    from dpaudit.audit import gauss_pair, order_stats
+    from dpaudit.audit.order_stats_claim import order_stats_any_mechanism
+    from dpaudit.verdict.headline import PROOF, _bound_of, _ceiling
+
+    rng = np.random.default_rng(0)
+    print(
+        f"From the claim alone (epsilon {EPSILON:g}, delta 1e-5, {recipe.steps} steps of {recipe.batch_size}, 95%, "
+        f"{draws} draws of Gaussian scores per cell; mu = sqrt(2) Phi^-1(AUC)):"
+    )
+    for n in counts:
+        claim = _claim_at(n, recipe)
+        segment = claim.segments[0]
+        reach = segment.sampling_probability * math.sqrt(recipe.steps) / segment.noise_multiplier
+        perfect = _ceiling(PROOF, n // 2, n - n // 2, delta=1e-5, confidence=0.95, mechanism=claim)
+        cells, anys = [], []
+        for auc in aucs:
+            mu = math.sqrt(2) * float(norm.ppf(auc))
+            scores = [(rng.normal(mu, 1, n // 2), rng.normal(0, 1, n - n // 2)) for _ in range(draws)]
+            got = [_bound_of(PROOF, m, o, delta=1e-5, confidence=0.95, mechanism=claim).epsilon for m, o in scores]
+            cells.append(f"AUC {auc:.2f}: {_down(sum(got) / draws)} ({_down(min(got))}-{_down(max(got))})")
+            best = (-1.0, 0.0, 0.0)
+            for share in ANY_SHARES:
+                r = max(1, round(share * n))
+                mean = (
+                    sum(order_stats_any_mechanism(m, o, r=r, delta=1e-5, confidence=0.95).epsilon for m, o in scores)
+                    / draws
+                )
+                top = order_stats.ceiling(n, r, family=order_stats.FAMILY_DP, delta=1e-5, confidence=0.95)
+                best = max(best, (mean, share, top))
+            anys.append(f"AUC {auc:.2f}: {_down(best[0])} at r/m {best[1]:g} (perfect {_down(best[2])})")
+        fit = gauss_pair.epsilon_of(
+            gauss_pair.expected_mu(math.sqrt(2) * float(norm.ppf(aucs[0])), n // 2, n - n // 2, 0.05), 1e-5
+        )
+        print(
+            f"  {n:>6,} canaries: q {segment.sampling_probability:.3f}, sigma {segment.noise_multiplier:.3f}, "
+            f"q sqrt(T) / sigma {reach:.3f} (AUC {float(norm.cdf(reach / math.sqrt(2))):.3f}); headline proof: "
+            f"perfect {_down(perfect)}, {', '.join(cells)}; Gaussian-pair fit at AUC {aucs[0]:.2f}: {_down(fit)}; "
+            f"any mechanism: {', '.join(anys)}",
+            flush=True,
+        )
+
+
 def _down(x: float) -> str:
-    """A lower bound (or its ratio to the claim) rounded down to 3 decimals, as dpaudit prints bounds."""
+    """A lower bound (or its ratio to the claim) rounded down to 3 decimals, as dpaudit prints bounds ("-": none)."""
+    if not math.isfinite(x):
+        return "-"
     return f"{math.floor(x * 1000) / 1000:.3f}"
 
 
@@ -265,26 +396,42 @@ def main() -> int:
     )
     parser.add_argument("--canaries", type=int, default=1000, help="Coin-flip canaries per inject directory.")
     parser.add_argument("--no-baseline", action="store_true", help="Skip the digits:4 baseline (today's canaries).")
+    parser.add_argument("--private-only", action="store_true", help="Skip every non-private run (the epsilon-4 rows).")
+    parser.add_argument(
+        "--ceilings",
+        default=None,
+        help="Comma-separated canary counts: print the ceilings from the claim alone (no training) and stop.",
+    )
+    parser.add_argument("--draws", type=int, default=4, help="Gaussian draws per cell of --ceilings.")
+    parser.add_argument(
+        "--reuse",
+        action="store_true",
+        help="With --workdir: read the attack folders already there (inject and train folders are always reused).",
+    )
     parser.add_argument("--workdir", type=Path, default=None, help="Folder for the runs (default: a temporary one).")
     parser.add_argument("--keep", action="store_true", help="Keep the run folder.")
     parser.add_argument("--steps", type=int, default=None, help="Training steps (default: the demo's audit recipe).")
     parser.add_argument("--batch-size", type=int, default=None, help="Expected batch size (default: the demo's).")
     parser.add_argument("--lr-decay", choices=("quadratic", "none"), default=None, help="Default: the demo's.")
     args = parser.parse_args()
-    work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-designed-"))
-    work.mkdir(parents=True, exist_ok=True)
-    designs = [d.strip() for d in args.designs.split(",") if d.strip()]
-    jobs = []
-    if not args.no_baseline:
-        jobs.append(dict(design="digits:4", private=False, seed=0, attacks="loss,canary"))
-    jobs += [dict(design=d, private=False, seed=0, attacks=None) for d in designs]  # None: the default attacks
-    jobs += [dict(design=d, private=True, seed=s, attacks="canary") for d in designs for s in range(args.seeds)]
     demo = Recipe.demo()
     recipe = Recipe(
         steps=args.steps or demo.steps,
         batch_size=args.batch_size or demo.batch_size,
         lr_decay=args.lr_decay or demo.lr_decay,
     )
+    if args.ceilings:
+        ceilings([int(c) for c in args.ceilings.split(",")], recipe, draws=args.draws)
+        return 0
+    work = args.workdir or Path(tempfile.mkdtemp(prefix="bench-designed-"))
+    work.mkdir(parents=True, exist_ok=True)
+    designs = [d.strip() for d in args.designs.split(",") if d.strip()]
+    jobs = []
+    if not args.no_baseline and not args.private_only:
+        jobs.append(dict(design="digits:4", private=False, seed=0, attacks="loss,canary"))
+    if not args.private_only:
+        jobs += [dict(design=d, private=False, seed=0, attacks=None) for d in designs]  # None: the default attacks
+    jobs += [dict(design=d, private=True, seed=s, attacks="canary") for d in designs for s in range(args.seeds)]
     start = time.perf_counter()
     for job in jobs:  # every inject directory first: two jobs of one seed share theirs
         inject(
@@ -294,7 +441,9 @@ def main() -> int:
             canaries=args.canaries,
         )
     with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
-        futures = [pool.submit(run_one, work, canaries=args.canaries, recipe=recipe, **job) for job in jobs]
+        futures = [
+            pool.submit(run_one, work, canaries=args.canaries, recipe=recipe, reuse=args.reuse, **job) for job in jobs
+        ]
         rows = [row for f in futures for row in f.result()]
     total = time.perf_counter() - start
     print(
@@ -305,20 +454,26 @@ def main() -> int:
     )
     print(
         f"{'design':<15} {'model':<12} {'score':<7} {'seed':>4} {'AUC':>6} {'TPR@1%FPR':>10} {'bound':>7} {'Steinke':>7} "
-        f"{'claim':>6} {'ratio':>6} {'wall s':>7}"
+        f"{'any-mech':>8} {'GP fit':>7} {'claim':>6} {'ratio':>6} {'wall s':>7}"
     )
     for r in rows:
         claim = "-" if r.claim is None else format_up(r.claim)  # a claim rounded up, as dpaudit prints claims
         ratio = "-" if r.claim is None else _down(r.bound / r.claim)
         print(
             f"{r.design:<15} {r.model:<12} {r.score:<7} {r.seed:>4} {r.auc:>6.3f} {r.tpr_at_1:>10.1%} "
-            f"{_down(r.bound):>7} {_down(r.steinke):>7} {claim:>6} {ratio:>6} {r.wall_s:>7.0f}"
+            f"{_down(r.bound):>7} {_down(r.steinke):>7} {_down(r.any_mechanism):>8} {_down(r.fit):>7} {claim:>6} "
+            f"{ratio:>6} {r.wall_s:>7.0f}"
         )
     for design in designs:
         private = [r for r in rows if r.design == design and r.claim is not None]
         if private:
             n = len(private)
-            for label, values in (("bound", [r.bound for r in private]), ("Steinke", [r.steinke for r in private])):
+            for label, values in (
+                ("bound (headline: mechanisms of the claimed form)", [r.bound for r in private]),
+                ("Steinke (any mechanism)", [r.steinke for r in private]),
+                ("order statistics (epsilon, delta) (any mechanism)", [r.any_mechanism for r in private]),
+                ("Gaussian-pair fit (evidence, not a bound)", [r.fit for r in private]),
+            ):
                 above = sum(v > r.claim for v, r in zip(values, private))
                 print(
                     f"{design} at epsilon {EPSILON:g}, {n} seeds, {label}: mean {_down(sum(values) / n)} (ratio "
