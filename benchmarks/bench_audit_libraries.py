@@ -209,7 +209,7 @@ def _jax_sigma(epsilon: float, accountant: str, rows: int, batch: int, sampling:
     return _sigma(config, rows, batch, 1e-5)
 
 
-def jax_correct_configurations(canaries: int, runs: int, epsilons: list[float]) -> None:
+def jax_correct_configurations(canaries: int, runs: int, epsilons: list[float], only: str = "") -> None:
     from dpaudit.whitebox.gradient_path import audit_gradient_path
     from tests.trainers.jax_privacy.faults import LightHost
 
@@ -241,6 +241,8 @@ def jax_correct_configurations(canaries: int, runs: int, epsilons: list[float]) 
             ("PLD, fixed-size batches", "pld", "sgd", None, "fixed"),
         )
     ):
+        if only and not any(word.strip() and word.strip() in name for word in only.split(",")):
+            continue
         for e, epsilon in enumerate(epsilons):
             start = time.perf_counter()
             sigma = _jax_sigma(epsilon, accountant, rows, batch, sampling)
@@ -345,6 +347,11 @@ def main() -> None:
     parser.add_argument("--skip", default="", help="comma-separated parts to skip: configs, faults, cost")
     parser.add_argument("--libraries", default="opacus,jax-privacy", help="comma-separated: opacus, jax-privacy")
     parser.add_argument(
+        "--configs",
+        default="",
+        help="JAX Privacy configurations whose name contains one of these comma-separated words",
+    )
+    parser.add_argument(
         "--cost-mode",
         default="hooks",
         help="Opacus grad_sample_mode of the cost part: hooks (a B x (m + 1) per-example gradient of the canary "
@@ -369,7 +376,7 @@ def main() -> None:
                 cost(args.canaries, args.cost_mode)
         if "jax-privacy" in libraries:
             if "configs" not in skip:
-                jax_correct_configurations(args.canaries, args.runs, epsilons)
+                jax_correct_configurations(args.canaries, args.runs, epsilons, args.configs)
             if "faults" not in skip:
                 jax_planted_faults()
             if "cost" not in skip:
