@@ -47,7 +47,14 @@ from dpaudit.audit.tradeoff import TradeOff
 from dpaudit.claim import Claim
 from dpaudit.common.figures import format_down
 
-__all__ = ["Bound", "gauss_pair_bound", "multi_run_bounds", "one_run_bounds", "order_stats_bounds"]
+__all__ = [
+    "Bound",
+    "gauss_pair_bound",
+    "multi_run_bounds",
+    "one_run_bounds",
+    "order_stats_bounds",
+    "points_canaries_needed",
+]
 
 PROOF_DP = "(epsilon, delta)-DP, any mechanism"
 PROOF_GDP = "mu-GDP (Gaussian mechanisms), read at delta"
@@ -139,6 +146,24 @@ def multi_run_family(
         return bool(fpr_up.size and np.any(fnr_up < curve(fpr_up)))
 
     return _family(claim.lower_bound(rejects, min_scale=min_scale), confidence)
+
+
+def points_canaries_needed(claim: Claim, *, confidence: float, most: int = 10**8) -> int | None:
+    """The fewest pooled canaries (half members) whose perfect attack (no false positive, no false negative) puts a
+    Clopper-Pearson point of :func:`multi_run_family` below the claimed curve, on the grid 2^(k/4); None when even
+    ``most`` do not."""
+    alpha = 1 - confidence
+    curve = claim.curve(1.0)
+
+    def proves(n: int) -> bool:
+        n_m, n_n = n - n // 2, n // 2
+        if n_n < 1:
+            return False
+        fpr_up = _cp_upper(np.zeros(1), n_n, alpha / 2 / n_n)
+        fnr_up = _cp_upper(np.zeros(1), n_m, alpha / 2 / n_m)
+        return bool(fpr_up[0] < 1 and fnr_up[0] < 1 and fnr_up[0] < curve(fpr_up)[0])
+
+    return order_stats.fewest_on_grid(proves, smallest=2, most=most)
 
 
 def one_run_bounds(

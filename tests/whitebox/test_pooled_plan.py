@@ -23,6 +23,7 @@ from dpaudit.accounting.events import Segment
 from dpaudit.audit import order_stats as ost
 from dpaudit.audit.gdp import gdp_epsilon
 from dpaudit.claim import Claim
+from dpaudit.whitebox.bounds import multi_run_family, points_canaries_needed
 from dpaudit.whitebox.layout import CanaryLayout
 from dpaudit.whitebox.plan import (
     _plan_size,
@@ -125,3 +126,15 @@ def test_the_plan_is_a_function_of_the_claim_m_and_r_and_picks_the_stronger_test
     half = RUNS * M // 2
     _, points = SUBSAMPLED.best_test([_planned_points_test(member, nonmember, half, half, ALPHA)])
     assert order.scale is not None and points is not None and order.scale < points
+
+
+def test_the_pooled_points_canaries_needed_is_the_fewest_whose_perfect_attack_rejects_the_claim():
+    needed = points_canaries_needed(SUBSAMPLED, confidence=1 - ALPHA)
+    assert needed is not None
+    fewer = int(round(needed / 2 ** (1 / 4)))  # the grid's previous point
+    found, short = (
+        multi_run_family(np.ones(n - n // 2), np.zeros(n // 2), SUBSAMPLED, confidence=1 - ALPHA, min_scale=1.0)
+        for n in (needed, fewer)
+    )
+    assert found.scale is not None and found.scale <= 1.0  # the claim itself rejected
+    assert short.scale is None or short.scale > 1.0
