@@ -10,7 +10,11 @@ as ``dpaudit attack`` trains them (:func:`dpaudit.attacks.shadow_models.train_sh
 shadow trains) are read back. Printed per configuration:
 
 - the estimate: CPU seconds and wall seconds as printed (:mod:`dpaudit.attacks.shadow_cost`: measured on a probe of
-  the first model's recipe; the measured table of :mod:`dpaudit.common.cost_model` when no probe can run);
+  the first model's recipe), beside the two tables' for the same models: the in-process table
+  (:func:`dpaudit.attacks.shadow_cost.in_process_lines`, what the attack prints for models it does not probe) and the
+  measured table of :mod:`dpaudit.common.cost_model` (fitted on ``dpaudit`` subprocesses: what ``--workers`` get);
+- per configuration, each model's CPU, the probe's step, evaluation and fixed seconds, and what a LoRA shadow pays to
+  have its base (loading the start from disk and hashing its state, the fastest of 3) against its wall time;
 - measured: the k models' own wall seconds (each model's ``trained in X s`` line, what the estimate is of) and the
   whole call's (the probe, the data folders, the models), and the ratio estimate / measured (the goal: within
   [1/1.3, 1.3]);
@@ -23,6 +27,17 @@ Example:
     nice -n 10 python benchmarks/bench_lora_shadows.py --presets tiny,mini --tasks classify,mlm,clm --shadows 2
 
 Measured on the shared 2-core machine at load 9-11 (``nice -n 10``), DP-SGD at epsilon 8, 2 shadows each:
+
+- the in-process table (fitted on the first two runs below, checked on the third; load 14-17): tiny shadows at 24
+  steps (``--presets tiny --tasks classify,mlm,clm``, 363 rows) took 0.58-1.2 CPU s a model and at 72 steps
+  (``--epochs 6``) 1.38-3.22; ``--epochs 4 --rows 600`` (450 rows, 75 steps, not fitted on): its CPU estimate /
+  measured 0.94-1.08 (5 configurations; the sixth's model CPU is not measurable here: the first configuration's
+  privacy plan, timed in wall seconds, is larger than the call's CPU at that load), its wall 0.50-1.12, the probe's
+  wall 0.64-1.12, the measured table's CPU 3.1-4.9 and wall 1.40-4.94. The wall is the CPU at the current load
+  (:func:`dpaudit.common.resources.wall_seconds`); under ``nice -n 10`` at load 15-17 the models got less than that
+  share (12.6 wall s per CPU s for the clm LoRA shadows, 5.8 by the load), so both estimates' wall is short there.
+- a LoRA shadow's base: loading it and hashing its state took 0.03-0.24 s of its 3.9-38 s wall (tiny, load 14-17):
+  1-3% of a model, so training each over one copy of the base in memory would save at most that.
 
 - ``--presets tiny --tasks classify,mlm,clm`` (363 rows, 24 steps a shadow): the probe's estimate / measured wall
   0.92-1.04 (CPU 0.87-1.03); the measured table's 5.6-9.7 (CPU 4.5-7.2), and the attack prints the table's here
@@ -95,6 +110,25 @@ def train_target(data: Path, out: Path, **config) -> Path:
     return out
 
 
+def base_seconds(start: Path, task: str) -> float:
+    """What each LoRA shadow pays to have its base: loading the start from disk (``from_pretrained``) and the sha256 of
+    its state (the trainer's record of the base), the fastest of 3 (the files are in the page cache, as for the
+    shadows after the first)."""
+    import transformers
+
+    from dpaudit.trainers.torch_common.lora import state_sha256
+
+    auto = {"clm": transformers.AutoModelForCausalLM, "mlm": transformers.AutoModelForMaskedLM}.get(
+        task, transformers.AutoModelForSequenceClassification
+    )
+    times = []
+    for _ in range(3):
+        t0 = time.perf_counter()
+        state_sha256(auto.from_pretrained(start / "model", local_files_only=True, use_safetensors=True))
+        times.append(time.perf_counter() - t0)
+    return min(times)
+
+
 def shadows_of(target: Path, data: Path, cache: Path, k: int) -> dict[str, float]:
     """Train k shadows like ``target`` as the attack does; the printed estimate and the measured cost."""
     from dpaudit.attacks import shadow_cost
@@ -122,6 +156,10 @@ def shadows_of(target: Path, data: Path, cache: Path, k: int) -> dict[str, float
     fixed = {"labels": list(source.labels)} if source.labels is not None else None
     config, _, steps = plan_config(load_trainer(recipe.trainer), recipe, train_size=n_in, fixed=fixed)
     table_cpu, table_wall = parse_estimate("\n".join(shadow_lines(recipe.trainer, asdict(config), steps, todo=k)))
+    # what the attack prints for models it does not probe, trained one after the other in this process
+    in_process = shadow_cost.in_process_lines(recipe.trainer, asdict(config), steps, todo=k)
+    assert in_process is not None, "no in-process rate for these models"
+    inproc_cpu, inproc_wall = parse_estimate("\n".join(in_process))
     one = training_work(recipe.trainer, asdict(config), steps)
     table_ref = k * RATES[one.kind].per_unit * one.units  # as train_shadows decides
     real, real_probe = shadow_cost.worth_probing, shadow_cost.probe_cost
@@ -153,6 +191,8 @@ def shadows_of(target: Path, data: Path, cache: Path, k: int) -> dict[str, float
         "est_wall": est_wall,
         "table_cpu": table_cpu,
         "table_wall": table_wall,
+        "inproc_cpu": inproc_cpu,
+        "inproc_wall": inproc_wall,
         "probed_by_default": real(table_ref, source.model_dir),
         "wall": sum(trained),  # the k models' own training, as the attack prints it (the estimate's scope)
         "total": wall,  # the whole call: the probe, the data folders, the k models
@@ -161,6 +201,11 @@ def shadows_of(target: Path, data: Path, cache: Path, k: int) -> dict[str, float
         "load": load,
         "steps": float(models[0].steps or 0),
         "rows": float(n_in),
+        "kind": one.kind,
+        "units": float(one.units),
+        "probe_fixed": probe.fixed,
+        "probe_step": probe.step,
+        "probe_eval": probe.evaluation,
         "lines": lines,
     }
 
@@ -210,6 +255,7 @@ def main() -> None:
                     before = uptime()
                     got = shadows_of(target, data, root / f"{name}-cache", args.shadows)
                     got.update(preset=preset, task=task, peft=peft, before=before, after=uptime())
+                    got["base_s"] = base_seconds(start, task)
                     rows.append(got)
                     print(
                         f"{preset:5s} {task:8s} {peft:4s}: {int(got['rows'])} rows, {int(got['steps'])} steps/shadow; "
@@ -221,20 +267,30 @@ def main() -> None:
                     )
                     for line in got["lines"]:
                         print("    " + line.strip())
+                    print(
+                        f"    {got['kind']}: {got['units']:.0f} units (tokens) a model, CPU a model "
+                        f"{got['models_cpu'] / args.shadows:.2f} s; the probe: {got['probe_step'] * 1000:.1f} ms a "
+                        f"step, {got['probe_eval']:.2f} s an evaluation, {got['probe_fixed']:.2f} s fixed; loading the base and "
+                        f"hashing it: {got['base_s']:.3f} s of {got['wall'] / args.shadows:.2f} s a model's wall",
+                        flush=True,
+                    )
                     print(f"    {got['before']}\n    {got['after']}", flush=True)
     print()
     print(
-        "| preset | task | shadows | steps | load | wall s | probe est. | ratio | table est. | ratio | CPU s | "
-        "probe est. | ratio | table est. | ratio | probed by default | shadows/h |"
+        "| preset | task | shadows | steps | load | wall s | probe est. | ratio | table est. | ratio | in-process est. | "
+        "ratio | CPU s | probe est. | ratio | table est. | ratio | in-process est. | ratio | probed by default | "
+        "shadows/h |"
     )
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("|---" * 21 + "|")
     for r in rows:
         per_hour = 3600 * args.shadows / r["wall"]
         print(
             f"| {r['preset']} | {r['task']} | {r['peft']} | {int(r['steps'])} | {r['load']:.1f} | {r['wall']:.1f} | "
             f"{r['est_wall']:.1f} | {r['est_wall'] / r['wall']:.2f} | {r['table_wall']:.0f} | "
-            f"{r['table_wall'] / r['wall']:.2f} | {r['models_cpu']:.1f} | {r['est_cpu']:.1f} | "
+            f"{r['table_wall'] / r['wall']:.2f} | {r['inproc_wall']:.1f} | {r['inproc_wall'] / r['wall']:.2f} | "
+            f"{r['models_cpu']:.1f} | {r['est_cpu']:.1f} | "
             f"{r['est_cpu'] / r['models_cpu']:.2f} | {r['table_cpu']:.0f} | {r['table_cpu'] / r['models_cpu']:.2f} | "
+            f"{r['inproc_cpu']:.1f} | {r['inproc_cpu'] / r['models_cpu']:.2f} | "
             f"{'yes' if r['probed_by_default'] else 'no'} | {per_hour:.0f} |"
         )
     print()
@@ -249,8 +305,10 @@ def main() -> None:
     for key, measured, what in (
         ("est_wall", "wall", "the probe's wall"),
         ("table_wall", "wall", "the measured table's wall"),
+        ("inproc_wall", "wall", "the in-process table's wall (the attack's for models it does not probe)"),
         ("est_cpu", "models_cpu", "the probe's CPU"),
         ("table_cpu", "models_cpu", "the measured table's CPU"),
+        ("inproc_cpu", "models_cpu", "the in-process table's CPU"),
     ):
         ratios = np.array([r[key] / r[measured] for r in rows])
         print(f"{what} estimate / measured: {ratios.min():.2f}-{ratios.max():.2f} over {len(rows)} configurations")

@@ -25,9 +25,19 @@ probe:
 
 A model of ``steps`` steps and ``e`` evaluations is then ``fixed + steps x step + e x evaluation``; ``k`` models are k
 of them, one after the other. CPU is the same figure times the probe's CPU / wall. The probe's folder is removed; its
-cost is said beside the estimate. Models whose steps the table prices under a CPU-minute (the tiny shadows above, a
-few seconds each) get the table's figure: a probe would cost about as much as they do. When a probe cannot run (a recipe started from a fresh copy of a model trained
-elsewhere, parallel ``--workers``, a trainer error), the measured table's estimate is printed as before.
+cost is said beside the estimate.
+
+Models whose steps the table prices under a CPU-minute (the tiny shadows above, a few seconds each; a probe would cost
+about as much as they do) are priced by :data:`IN_PROCESS`, a table of shadow models trained as the attack trains them,
+one after the other in this process: the measured table's kinds were fitted on ``dpaudit`` subprocesses (a demo stage),
+whose fixed cost (importing torch and transformers, building the tokenizer, the start-up of a process: 0.5-2 CPU s of
+the table's, plus 1.4 s a shadow model) a model trained in a process that has all of that loaded does not pay. Its
+``fixed`` (building the model from its start, writing its data folder, evaluating, exporting: 0.14-0.20 CPU s) and
+``per_unit`` (CPU seconds per token seen) are fitted on ``benchmarks/bench_lora_shadows.py``'s tiny DP shadows at 24 and
+72 steps (2 and 6 epochs of 363 rows, batch 32, 32 tokens), each model's CPU measured apart from the probe's
+(:func:`in_process_lines`). When a probe cannot run (a recipe started from a fresh copy of a model trained elsewhere,
+a trainer error) the same table prices them; parallel ``--workers`` (a process per model) get the measured table's
+estimate, start-up included.
 """
 
 from __future__ import annotations
@@ -44,14 +54,18 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from dpaudit.common.cost_model import format_minutes
+from dpaudit.common import resources
+from dpaudit.common.cost_model import RATES, format_minutes, training_work
 
 __all__ = [
+    "IN_PROCESS",
     "PROBE_STEPS",
     "ProbeCost",
     "model_seconds",
     "probe_config",
     "probe_cost",
+    "in_process_cpu",
+    "in_process_lines",
     "probe_lines",
     "worth_probing",
 ]
@@ -66,6 +80,77 @@ PROBE_ABOVE_CPU_S = 60.0
 #: ... or when the target's weights are larger than this: the table was fitted on the demo's tiny models (under 2 MB of
 #: weights), and its price of a token does not grow with the model.
 PROBE_ABOVE_WEIGHT_BYTES = 10 * 2**20
+
+
+@dataclass(frozen=True)
+class InProcessRate:
+    """CPU seconds on the reference machine of one model trained in this process: ``fixed + per_unit x tokens``
+    (``tokens``: :func:`dpaudit.common.cost_model.training_work`'s units), its steps x ``lora`` for a ``--peft lora``
+    model (its frozen weights get no gradient)."""
+
+    fixed: float
+    per_unit: float
+    lora: float
+
+
+#: The measured table's kinds (:func:`dpaudit.common.cost_model.training_work`; edp-sgd's masked LMs fall under
+#: ``classifier``) -> the in-process rate (module docstring). The DP kinds are fitted; a non-private kind is its DP
+#: kind's fit x the measured table's non-private / DP per-token ratio (not measured on shadows).
+IN_PROCESS: dict[str, InProcessRate] = {
+    "classifier-dp": InProcessRate(fixed=0.17, per_unit=2.5e-5, lora=0.66),
+    "causal-dp": InProcessRate(fixed=0.17, per_unit=3.9e-5, lora=0.77),
+}
+IN_PROCESS["classifier"] = dataclasses.replace(
+    IN_PROCESS["classifier-dp"],
+    per_unit=IN_PROCESS["classifier-dp"].per_unit * RATES["classifier"].per_unit / RATES["classifier-dp"].per_unit,
+)
+IN_PROCESS["causal"] = dataclasses.replace(
+    IN_PROCESS["causal-dp"],
+    per_unit=IN_PROCESS["causal-dp"].per_unit * RATES["causal"].per_unit / RATES["causal-dp"].per_unit,
+)
+
+
+def in_process_cpu(trainer: str, config: dict[str, Any], steps: int | None) -> tuple[float, str] | None:
+    """CPU seconds on the reference machine of one model trained in this process (:data:`IN_PROCESS`) and its kind's
+    title; None for a kind the table does not hold (jax-bert's: compiling its step is a per-process cost it prices
+    already)."""
+    one = training_work(trainer, config, steps)
+    rate = IN_PROCESS.get(one.kind)
+    if rate is None:
+        return None
+    per_unit = rate.per_unit * (rate.lora if config.get("peft") == "lora" else 1.0)
+    return rate.fixed + per_unit * one.units, RATES[one.kind].title
+
+
+def in_process_lines(
+    trainer: str,
+    config: dict[str, Any],
+    steps: int | None,
+    *,
+    todo: int,
+    speed: float | None = None,
+    load: float | None = None,
+    cores: int | None = None,
+) -> list[str] | None:
+    """The estimate's two lines for ``todo`` models trained one after the other in this process (:data:`IN_PROCESS`
+    x this machine's speed, :func:`dpaudit.common.resources.speed_factor`; the wall time at the current load,
+    :func:`dpaudit.common.resources.wall_seconds`); None when :func:`in_process_cpu` has no rate for them."""
+    priced = in_process_cpu(trainer, config, steps)
+    if priced is None:
+        return None
+    one, title = priced
+    speed = resources.speed_factor() if speed is None else speed
+    load = resources.current_load() if load is None else load
+    cores = resources.available_cores() if cores is None else cores
+    cpu = todo * one * speed
+    wall = resources.wall_seconds(cpu, threads=1.0, load=load, cores=cores)
+    plural = "s" if todo > 1 else ""
+    return [
+        f"estimated CPU time of {todo} shadow model{plural}: {_seconds(cpu)} ({_seconds(cpu / todo)} each: a "
+        f"{title} in this process, from the table of shadow models, x{speed:.2g} for this machine's speed on "
+        "a 0.5 s probe)",
+        f"estimated wall time at the current load ({load:.1f} on {cores} cores): about {_seconds(wall)}",
+    ]
 
 
 def worth_probing(table_cpu: float, model_dir: Path | None) -> bool:

@@ -100,3 +100,38 @@ def test_a_probe_runs_for_costly_or_large_models_only(tmp_path):
     with open(large / "model.safetensors", "wb") as f:
         f.truncate(shadow_cost.PROBE_ABOVE_WEIGHT_BYTES + 1)  # sparse: no bytes written
     assert shadow_cost.worth_probing(5.0, large)
+
+
+def test_models_trained_in_this_process_pay_no_process_start_up():
+    """The in-process table: fixed + per token (x LoRA's factor), x speed, k models one after the other; none of the
+    measured table's per-process start-up (a few CPU seconds a model, more than a tiny shadow's whole training)."""
+    from dpaudit.common.cost_model import RATES, training_work
+
+    config = {"task": "clm", "mode": "dp-sgd", "batch_size": 32, "max_length": 32}
+    one = training_work("edp-sgd", config, 24)
+    rate = shadow_cost.IN_PROCESS["causal-dp"]
+    cpu, _ = shadow_cost.in_process_cpu("edp-sgd", config, 24)
+    assert cpu == pytest.approx(rate.fixed + rate.per_unit * one.units)
+    lora, _ = shadow_cost.in_process_cpu("edp-sgd", {**config, "peft": "lora"}, 24)
+    assert lora - rate.fixed == pytest.approx(rate.lora * (cpu - rate.fixed)) and lora < cpu
+    private, _ = shadow_cost.in_process_cpu("edp-sgd", {**config, "mode": "sgd"}, 24)
+    assert private < cpu  # sgd: no per-example clipping
+    assert cpu < RATES["causal-dp"].fixed + RATES["shadow"].fixed  # under the table's start-up alone
+    assert shadow_cost.in_process_cpu("jax-bert", {"batch_size": 32, "max_length": 32}, 24) is None
+
+    def seconds(line: str) -> float:
+        figure = line.split(": ")[1].split(" (")[0] if "CPU" in line else line.rsplit("about ", 1)[1]
+        number, unit = figure.split()
+        return float(number) * (60 if unit.startswith("min") else 1)
+
+    each = cpu  # about a second: the lines say it to a tenth (rounded up)
+    one_line = shadow_cost.in_process_lines("edp-sgd", config, 24, todo=1, speed=2.0, load=0.0, cores=2)
+    four = shadow_cost.in_process_lines("edp-sgd", config, 24, todo=4, speed=2.0, load=0.0, cores=2)
+    assert one_line is not None and four is not None
+    assert seconds(one_line[0]) == pytest.approx(2 * each, abs=0.1) and seconds(four[0]) == pytest.approx(
+        8 * each, rel=0.02
+    )
+    assert seconds(four[1]) == pytest.approx(seconds(four[0]), abs=0.1)  # a free machine: one core, wall = CPU
+    loaded = shadow_cost.in_process_lines("edp-sgd", config, 24, todo=4, speed=2.0, load=10.0, cores=2)
+    assert loaded is not None and seconds(loaded[1]) > 2 * seconds(four[1])  # shared cores: longer
+    assert "training in this process" in four[0] and "(10.0 on 2 cores)" in loaded[1]
