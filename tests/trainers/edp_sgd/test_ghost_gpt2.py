@@ -94,3 +94,35 @@ def test_padding_width_changes_no_example_loss(gpt2_batch):
             model, {k: v[4:5, :n] if v.dim() == 2 else v[4:5, ..., :n] for k, v in batch.items()}
         )
     assert float(alone[0]) == pytest.approx(float(together[4]), rel=1e-5)
+
+
+def test_unpadded_rows_skip_the_row_copy_and_still_equal_vmap(gpt2_batch, monkeypatch):
+    """Every token real (rows packed to the full width) and per-example units: the rows grouped by unit are all rows
+    in order, so the engine reads the captures in place instead of copying them; the sum is still the oracle's."""
+    from dpaudit.trainers.torch_common.clipping import ghost as ghost_module
+
+    model, padded = gpt2_batch
+    ids = padded["input_ids"].clone()
+    ids[ids == 0] = 7
+    mask = torch.ones_like(ids)
+    batch = {"input_ids": ids, "next_weights": mask.float(), "mask4": additive_mask(mask)}
+    _, params = trainable(model)
+    select, in_place = ghost_module._Units._select, []
+
+    def spy(self, t, r, seq):
+        out = select(self, t, r, seq)
+        in_place.append(out is t)
+        return out
+
+    monkeypatch.setattr(ghost_module._Units, "_select", spy)
+    want = PerExampleClipper(model, per_example_losses, clip_norm=1e-3, physical_batch=6).clipped_sum(batch)
+    got = GhostClipper(model, per_example_losses, bounds=[1e-3], param_groups=[0] * len(params)).clipped_sum(
+        batch, np.arange(6), 6
+    )
+    assert in_place and all(in_place)
+    assert _max_error(got.grads, want.grads) < 1e-5 and int(got.clipped) == int(want.clipped) == 6
+    in_place.clear()  # padded rows: the real ones are copied out, as before
+    GhostClipper(model, per_example_losses, bounds=[1e-3], param_groups=[0] * len(params)).clipped_sum(
+        padded, np.arange(6), 6
+    )
+    assert in_place and not any(in_place)
