@@ -36,8 +36,13 @@ Measured on the shared 2-core machine at load 9-11 (``nice -n 10``), DP-SGD at e
   wall 0.64-1.12, the measured table's CPU 3.1-4.9 and wall 1.40-4.94. The wall is the CPU at the current load
   (:func:`dpaudit.common.resources.wall_seconds`); under ``nice -n 10`` at load 15-17 the models got less than that
   share (12.6 wall s per CPU s for the clm LoRA shadows, 5.8 by the load), so both estimates' wall is short there.
-- a LoRA shadow's base: loading it and hashing its state took 0.03-0.24 s of its 3.9-38 s wall (tiny, load 14-17):
-  1-3% of a model, so training each over one copy of the base in memory would save at most that.
+- ``--presets mini --tasks clm --rows 300 --public 900 --epochs 2`` (273 rows, 18 steps, load 15-19; probed by
+  default): the probe's estimate / measured wall 0.99-1.00, CPU 0.84-0.99; the measured table's CPU 0.93-1.33; the
+  in-process table's CPU 0.19-0.22 (fitted on tiny models, its price of a token does not grow with the model: the
+  attack uses it only for models it does not probe). LoRA / full shadows per hour 2.66x.
+- a LoRA shadow's base: loading it and hashing its state took 0.03-0.24 s of its 3.9-38 s wall (tiny, load 14-17) and
+  0.18-0.34 s of 20-54 s (mini): 1-3% of a model, so training each over one copy of the base in memory would save at
+  most that.
 
 - ``--presets tiny --tasks classify,mlm,clm`` (363 rows, 24 steps a shadow): the probe's estimate / measured wall
   0.92-1.04 (CPU 0.87-1.03); the measured table's 5.6-9.7 (CPU 4.5-7.2), and the attack prints the table's here

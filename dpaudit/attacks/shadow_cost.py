@@ -35,9 +35,12 @@ the table's, plus 1.4 s a shadow model) a model trained in a process that has al
 ``fixed`` (building the model from its start, writing its data folder, evaluating, exporting: 0.14-0.20 CPU s) and
 ``per_unit`` (CPU seconds per token seen) are fitted on ``benchmarks/bench_lora_shadows.py``'s tiny DP shadows at 24 and
 72 steps (2 and 6 epochs of 363 rows, batch 32, 32 tokens), each model's CPU measured apart from the probe's
-(:func:`in_process_lines`). When a probe cannot run (a recipe started from a fresh copy of a model trained elsewhere,
-a trainer error) the same table prices them; parallel ``--workers`` (a process per model) get the measured table's
-estimate, start-up included.
+(:func:`in_process_lines`). It holds for small models only: on ``mini`` shadows (4 x 256, 18 steps) it read 0.19-0.22x
+their CPU (its price of a token does not grow with the model), and those are probed (larger than
+:data:`PROBE_ABOVE_WEIGHT_BYTES`). On tiny shadows it was not fitted on (75 steps of 450 rows) it read 0.94-1.08x their
+CPU. When a model that should be probed cannot be (a recipe started from a fresh copy of a model trained elsewhere, a
+trainer error), and for parallel ``--workers`` (a process per model), the measured table's estimate is printed,
+start-up included.
 """
 
 from __future__ import annotations

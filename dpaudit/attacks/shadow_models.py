@@ -858,11 +858,12 @@ def train_shadows(
         lines = None
         one = training_work(recipe.trainer, config, first.steps)
         steps_cpu = todo * RATES[one.kind].per_unit * one.units  # their steps' CPU in the table, reference machine
-        if shadow_cost.worth_probing(steps_cpu, getattr(source, "model_dir", None)):
+        probing = shadow_cost.worth_probing(steps_cpu, getattr(source, "model_dir", None))
+        if probing:
             private_dir(cache)
             lines = _probe_estimate(trainer, first, todo, public, pool, run, cache, options)
         parallel = (getattr(options, "workers", None) or 1) > 1 or getattr(options, "ray_address", None) is not None
-        if lines is None and not parallel:  # trained in this process: no process start-up each
+        if lines is None and not parallel and not probing:  # small models trained here: no process start-up each
             lines = shadow_cost.in_process_lines(recipe.trainer, config, first.steps, todo=todo)
         if lines is None:  # the measured table, scaled to this machine and load
             # priced as the models that will train (their config and steps: a halved batch, other epochs); the
