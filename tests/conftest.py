@@ -286,7 +286,11 @@ def noisy_canary_model(canary_data, tmp_path_factory):
 #: The membership-inference run shared by the MIA tests: a small corpus (124 training rows, 64 heldout,
 #: 64 public) and 8 coin-flip canaries (each inserted once iff its fair coin says so), on which a tiny
 #: BERT trained non-privately for 200 steps (~50 epochs) overfits: its loss separates members from
-#: heldout rows (AUC ~0.67 with seed 3).
+#: heldout rows (AUC ~0.67 with seed 3). ``--physical-batch 64`` (a memory knob) packs the target's Poisson batch of
+#: ~32 and its shadow models' batch of 12 (24 rows) alike into one micro-step of 64 slots, so that the shadows can load
+#: the programs the target compiled from the suite's XLA cache (with 32 slots the target took two micro-steps per
+#: chunk and the shadows one: two shapes). The attacks' AUCs are unchanged to 3 decimals; test_mia + test_demo_cost
+#: took 117.6 s of CPU instead of 122.6 s (side by side, load 14-19).
 MIA_INJECT = [
     "--corpus",
     "builtin:assistant",
@@ -316,7 +320,7 @@ MIA_TRAIN = [
     "--batch-size",
     "32",
     "--physical-batch",
-    "32",
+    "64",
     "--max-length",
     "16",
     "--learning-rate",
