@@ -30,6 +30,16 @@ def _rows(sizes: DemoSizes, corpus: int, frequencies: tuple[int, ...]) -> tuple[
     return train, corpus - int(TRAIN_SHARE * corpus), sizes.per_frequency * (len(frequencies) + 1)
 
 
+def _causal_rows(sizes: DemoSizes) -> tuple[int, int, int]:
+    """:func:`_rows` of the causal LMs' inject directory: their own (``causal_corpus_size``, its held-out rows and
+    canaries per insertion count) or the masked LMs'."""
+    if not sizes.causal_corpus_size:
+        return _rows(sizes, sizes.corpus_size, sizes.frequencies)
+    per = sizes.causal_per_frequency or sizes.per_frequency
+    held = sizes.causal_heldout_size or sizes.causal_corpus_size - int(TRAIN_SHARE * sizes.causal_corpus_size)
+    return sizes.causal_corpus_size - held + per * sum(sizes.frequencies), held, per * (len(sizes.frequencies) + 1)
+
+
 def stage_work(stage: Stage, sizes: DemoSizes) -> Work:
     """The kind and units of one stage (by its name, as :func:`dpaudit.demo.plan.build_plan` names them)."""
     name = stage.name
@@ -37,12 +47,15 @@ def stage_work(stage: Stage, sizes: DemoSizes) -> Work:
     mlm_train, mlm_held, mlm_canaries = _rows(sizes, sizes.corpus_size, sizes.frequencies)
     clf_train, clf_held, _ = _rows(sizes, sizes.classifier_corpus_size, sizes.classifier_frequencies)
     exposure = mlm_train + mlm_held + mlm_canaries * _secrets(sizes)
+    clm_train, clm_held, clm_canaries = _causal_rows(sizes)
     if name == "report":
         return Work("report", units=len(stage.inputs))
     if name == "inject":
         return Work("inject", units=sizes.corpus_size + sizes.public_size)
     if name == "inject-classifier":
         return Work("inject", units=sizes.classifier_corpus_size + sizes.classifier_public_size)
+    if name == "inject-causal":
+        return Work("inject", units=sizes.causal_corpus_size + sizes.public_size)
     if name == "inject-audit":
         return Work("inject", units=sizes.corpus_size + sizes.audit_canaries)
     if name == "train-public":
@@ -55,7 +68,7 @@ def stage_work(stage: Stage, sizes: DemoSizes) -> Work:
     if name.startswith("train-clf-"):
         return Work("classifier-dp" if private else "classifier", units=sizes.classifier_epochs * clf_train * tokens)
     if name.startswith("train-clm-"):
-        return Work("causal-dp" if private else "causal", units=sizes.causal_epochs * mlm_train * tokens)
+        return Work("causal-dp" if private else "causal", units=sizes.causal_epochs * clm_train * tokens)
     if name.startswith("train-") and name.endswith(AUDIT_SUFFIX):
         steps = sizes.audit_steps or sizes.steps
         return Work("audit", units=steps * (sizes.audit_batch_size or sizes.batch_size) * tokens)
@@ -75,6 +88,8 @@ def stage_work(stage: Stage, sizes: DemoSizes) -> Work:
         )
     if name.startswith("attack-") and name.endswith(AUDIT_SUFFIX):
         return Work("attack", units=sizes.corpus_size + sizes.audit_canaries)
+    if name.startswith("attack-clm-"):
+        return Work("attack", units=clm_train + clm_held + clm_canaries * _secrets(sizes))
     if name.startswith("attack-"):
         return Work("attack", units=exposure)
     raise ValueError(f"no cost model for the demo stage {name!r}")

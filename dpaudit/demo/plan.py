@@ -56,6 +56,31 @@ their own smaller inject directory: intent labels come with the built-in corpus,
 a random intent, and the torch trainer is the slower one. The classifiers declare their label set
 (``--labels``: the corpus grammar's intents, public): a released model's labels never come from its
 private rows, and a public split that happened to miss an intent cannot make the demo refuse a row.
+
+The causal LMs (``--causal``) at the full size get their own inject directory too (``causal_corpus_size``: 900
+members beside 555 canary rows, 400 held-out rows, 20,000 public rows of their own), a public causal LM trained 3
+epochs on those public rows, and 20 fine-tuning epochs. On the masked LMs' directory (2,700 members, a public causal
+LM of 1 epoch, 8 fine-tuning epochs) the tiny 2 x 64 model barely memorized its rows, and no membership attack
+measured anything at 1% false positives (``benchmarks/bench_demo_causal_mia.py``: 2-5%). The recipe was chosen on
+public rows only: the masked LMs' ``public.jsonl`` drawn at random into pseudo-members, 1,000 pseudo-non-members and
+16,300 public rows (``dpaudit inject --train/--heldout/--public``, the demo's canaries), the public causal LM and the
+non-private one trained on them with the demo's commands, every text's per-token log-likelihoods under both scored
+(TPR at 1% FPR over all 1,000 pseudo-non-members, shared 2-core machine):
+
+==========================================  ==============  ====================
+pseudo-members, public epochs, fine-tuning  loss AUC / TPR  base-ratio AUC / TPR
+==========================================  ==============  ====================
+2,700, 1, 8 (the old recipe)                0.627 / 0.025   0.720 / 0.086
+2,700, 1, 20                                0.794 / 0.094   0.879 / 0.210
+2,700, 3, 8                                 0.663 / 0.050   0.783 / 0.103
+900, 3, 11                                  0.850 / 0.220   0.937 / 0.408
+900, 3, 16                                  0.911 / 0.347   0.963 / 0.549
+900, 3, 24                                  0.969 / 0.632   0.990 / 0.806
+==========================================  ==============  ====================
+
+Fewer members, each seen more often, is what makes the tiny model memorize; the ratio to the base beats the loss
+attack at every point, by 1.3-3.4x at 1% FPR, less as memorization grows (the loss attack's easy non-members stop
+hiding the members once they are memorized). 20 epochs is between the two points that bracket 60% for base-ratio.
 """
 
 from __future__ import annotations
@@ -110,6 +135,13 @@ class DemoSizes:
         dp_steps: jax-bert steps of the epsilon-8 masked LM (None: ``steps``, as the demo runs it). A test-sized
             plan may shorten it: its epsilon is accounted for the steps it runs, and what the test asserts of it
             (its canaries within the guarantee's scope, every lower bound below the claim) holds at any length.
+        causal_public_epochs: edp-sgd epochs of the public causal LM (``--data-split public``); 0: none.
+        causal_epochs: fine-tuning epochs of the causal LMs.
+        causal_corpus_size: utterances of the causal LMs' own inject directory (``data-causal``, its own canaries
+            and ``public_size`` public rows); 0: they train on the masked LMs' directory.
+        causal_heldout_size: held-out rows (the membership attacks' non-members) of that directory (0: inject's
+            10%): enough of them that a 1% false-positive rate is a few rows, not a fraction of one.
+        causal_per_frequency: canaries per insertion count there (0: ``per_frequency``).
     """
 
     corpus_size: int
@@ -140,6 +172,9 @@ class DemoSizes:
     dp_steps: int | None = None
     causal_public_epochs: int = 1
     causal_epochs: int = 8
+    causal_corpus_size: int = 0
+    causal_heldout_size: int = 0
+    causal_per_frequency: int = 0
     causal_batch_size: int = 64
     causal_learning_rate: float = 3e-3
     causal_dp_learning_rate: float = 1e-3
@@ -186,6 +221,11 @@ class DemoSizes:
         for name in ("causal_epochs", "causal_batch_size"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, got {getattr(self, name)}.")
+        for name in ("causal_corpus_size", "causal_heldout_size", "causal_per_frequency"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"{name} must be >= 0, got {getattr(self, name)}.")
+        if self.causal_corpus_size and self.causal_heldout_size >= self.causal_corpus_size:
+            raise ValueError("causal_heldout_size must leave training members in causal_corpus_size.")
         if self.causal_public_epochs < 0:
             raise ValueError(f"causal_public_epochs must be >= 0, got {self.causal_public_epochs}.")
         if self.causal_public_epochs and not self.public_size:
@@ -228,6 +268,11 @@ FULL = DemoSizes(
     audit_steps=63,
     audit_batch_size=1024,
     audit_lr_decay="none",
+    causal_corpus_size=1300,
+    causal_heldout_size=400,
+    causal_per_frequency=5,
+    causal_public_epochs=3,
+    causal_epochs=20,
 )
 QUICK = DemoSizes(
     corpus_size=1000,
@@ -297,8 +342,12 @@ def _inject(
     seed: int,
     what: str,
     public_size: int = 0,
+    *,
+    heldout_size: int = 0,
+    per_frequency: int = 0,
 ) -> Stage:
-    public = ("--public-size", str(public_size)) if public_size else ()
+    public: tuple[str, ...] = ("--public-size", str(public_size)) if public_size else ()
+    public += ("--heldout-size", str(heldout_size)) if heldout_size else ()
     title = f"inject canaries into {corpus_size} built-in utterances" + (
         f", {public_size} public ones beside them" if public_size else ""
     )
@@ -322,7 +371,7 @@ def _inject(
             "--frequencies",
             ",".join(map(str, frequencies)),
             "--per-frequency",
-            str(sizes.per_frequency),
+            str(per_frequency or sizes.per_frequency),
             *public,
             "--overwrite",
         ),
@@ -736,7 +785,8 @@ CAUSAL_MODES = (
 
 
 def _public_causal(out: Path, data: Path, sizes: DemoSizes, seed: int) -> Stage:
-    """The public causal LM, on the masked LMs' inject directory's ``public.jsonl``."""
+    """The public causal LM, on its inject directory's ``public.jsonl`` (the causal LMs' own when the sizes give them
+    one, else the masked LMs')."""
     return _public_edp_sgd(
         out,
         data,
@@ -755,7 +805,7 @@ def _public_causal(out: Path, data: Path, sizes: DemoSizes, seed: int) -> Stage:
 def _causal(
     out: Path, data: Path, sizes: DemoSizes, seed: int, noise_seed: int | None, start: Path | None = None
 ) -> list[Model]:
-    """The causal LMs: trained on the masked LMs' inject directory (the same digit canaries, 1, 10 and 100
+    """The causal LMs: trained on ``data`` (their own inject directory, or the masked LMs'; digit canaries 1, 10 and 100
     times), non-private and with DP-SGD at epsilon 8, attacked with exposure (the Secret Sharer's own setting),
     greedy extraction of each secret from its prefix and the causal membership attacks."""
     models = []
@@ -893,11 +943,27 @@ def build_plan(
             clf_start = publics[-1].output
         models += _classifiers(out, clf_data, sizes, seed, noise_seed, clf_start)
     if causal:
-        causal_start = None
+        causal_start, clm_data = None, data
+        if sizes.causal_corpus_size:
+            clm_data = out / "data-causal"
+            injects.append(
+                _inject(
+                    "inject-causal",
+                    clm_data,
+                    sizes.causal_corpus_size,
+                    sizes.frequencies,
+                    sizes,
+                    seed,
+                    "causal LMs",
+                    sizes.public_size,
+                    heldout_size=sizes.causal_heldout_size,
+                    per_frequency=sizes.causal_per_frequency,
+                )
+            )
         if sizes.causal_public_epochs:
-            publics.append(_with_noise_seed(_public_causal(out, data, sizes, seed), noise_seed))
+            publics.append(_with_noise_seed(_public_causal(out, clm_data, sizes, seed), noise_seed))
             causal_start = publics[-1].output
-        models += _causal(out, data, sizes, seed, noise_seed, causal_start)
+        models += _causal(out, clm_data, sizes, seed, noise_seed, causal_start)
     attacks = [m.attack.output for m in models]
     report_stage = Stage(
         name="report",

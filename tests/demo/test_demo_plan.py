@@ -180,8 +180,10 @@ def test_sizes_are_validated():
 
 @pytest.mark.parametrize("sizes", [FULL, QUICK], ids=["full", "quick"])
 def test_causal_stages_train_gpt2_shaped_models_on_the_same_canaries(sizes, tmp_path):
-    """--causal: a public causal LM on public.jsonl, then a non-private and an epsilon-8 one from it, on
-    the masked LMs' inject directory (the same 1x/10x/100x canaries), attacked with the causal attacks."""
+    """--causal: a public causal LM on public.jsonl, then a non-private and an epsilon-8 one from it, on the causal
+    LMs' own inject directory when the sizes give one (full: fewer members, enough held-out rows for a 1% false-positive
+    rate, its own public rows) or else the masked LMs' (quick), 1x/10x/100x canaries, attacked with the causal
+    attacks."""
     demo = tmp_path / "demo"
     plan = build_plan(demo, sizes, seed=3, report=tmp_path / "r.html", classifiers=False, causal=True)
     names = [s.name for s in plan.stages]
@@ -193,22 +195,38 @@ def test_causal_stages_train_gpt2_shaped_models_on_the_same_canaries(sizes, tmp_
         "report",
     ]
     assert [s.name for s in plan.public_models] == ["train-public", "train-clm-public"]
-    (demo / "data").mkdir(parents=True)
+    data = demo / ("data-causal" if sizes.causal_corpus_size else "data")
+    data.mkdir(parents=True)
     stages = {s.name: s for s in plan.stages}
+    if sizes.causal_corpus_size:
+        inject = list(stages["inject-causal"].args)
+        assert inject[inject.index("--out") + 1] == str(data)
+        for option, value in (
+            ("--corpus-size", sizes.causal_corpus_size),
+            ("--heldout-size", sizes.causal_heldout_size),
+            ("--per-frequency", sizes.causal_per_frequency),
+            ("--public-size", sizes.public_size),
+        ):
+            assert inject[inject.index(option) + 1] == str(value)
+        command = cli.get_command(click.Context(cli), "inject")
+        with command.make_context("dpaudit inject", inject[1:], resilient_parsing=False):
+            pass
+    else:
+        assert "inject-causal" not in stages
     for name in ("train-clm-public", "train-clm-nonprivate", "attack-clm-nonprivate", "train-clm-dp-eps8"):
         args = stages[name].args
         command = cli.get_command(click.Context(cli), args[0])
         with command.make_context(f"dpaudit {args[0]}", list(args[1:]), resilient_parsing=False):
             pass
         if args[0] == "train":
-            assert args[args.index("--task") + 1] == "clm" and args[args.index("--data") + 1] == str(demo / "data")
+            assert args[args.index("--task") + 1] == "clm" and args[args.index("--data") + 1] == str(data)
     public = stages["train-clm-public"].args
     assert public[public.index("--data-split") + 1] == "public" and "--non-private" in public
     for label, mode in (("clm-nonprivate", "sgd"), ("clm-dp-eps8", "dp-sgd")):
         args = stages[f"train-{label}"].args
         assert args[args.index("--mode") + 1] == mode
         assert args[args.index("--init-from") + 1] == str(demo / "model-clm-public")
-        assert stages[f"train-{label}"].inputs == (demo / "data", demo / "model-clm-public")
+        assert stages[f"train-{label}"].inputs == (data, demo / "model-clm-public")
         attack = stages[f"attack-{label}"].args
         assert attack[attack.index("--attacks") + 1].split(",")[:2] == ["exposure", "extraction"]
     assert "--target-epsilon" in stages["train-clm-dp-eps8"].args
