@@ -1,27 +1,44 @@
 """The demo's non-private causal LM against the training-free attacks: the issue's goal measured on the demo itself.
 
 Runs only the stages of ``dpaudit demo --causal`` the causal LM needs, with the demo's own commands (built by
-:func:`dpaudit.demo.plan.build_plan` for ``--quick`` or the full sizes, printed as they run): the inject, the public
-causal LM (``public.jsonl`` only) and the non-private causal LM fine-tuned from it; ``--epochs N`` replaces the demo's
-fine-tuning epochs (to see how memorization moves the figures; the demo's own recipe when omitted). Then each
-membership attack runs alone on the examples task (members: the non-canary ``train.jsonl`` rows; non-members: the
-``heldout.jsonl`` rows, the same distribution) and is timed (wall, this machine, model loading included): ``loss``
-(with the blind baseline beside it, read from the same run), ``base-ratio``, ``error-zone`` and ``min-k++-base``.
-Printed: AUC [95% CI], TPR at 1% FPR [95% CI] and wall seconds, and the goal's checks (the best training-free attack
-at >= 60% TPR at 1% FPR and >= 2x the loss attack's, in under 2 minutes, its AUC interval above the blind baseline's).
+:func:`dpaudit.demo.plan.build_plan` for ``--quick`` or the full sizes, printed as they run): the inject (the causal
+LMs' own at the full size), the public causal LM (``public.jsonl`` only) and the non-private causal LM fine-tuned from
+it; ``--epochs N`` replaces the demo's fine-tuning epochs (to see how memorization moves the figures; the demo's own
+recipe when omitted). Then each membership attack runs alone on the examples task (members: the non-canary
+``train.jsonl`` rows; non-members: the ``heldout.jsonl`` rows, the same distribution) and is timed (wall, this
+machine, model loading included): ``loss`` (with the blind baseline beside it, read from the same run),
+``base-ratio``, ``error-zone`` and ``min-k++-base``. Printed: AUC [95% CI], TPR at 1% FPR [95% CI] and wall seconds,
+and the goal's checks (the best training-free attack at >= 60% TPR at 1% FPR and >= 2x the loss attack's, in under 2
+minutes, its AUC interval above the blind baseline's).
 
 Example:
     nice -n 10 python benchmarks/bench_demo_causal_mia.py --size full [--epochs 20] [--keep DIR]
 
-Measured (shared 2-core machine, load 8-10, ``nice -n 10``), ``--size full`` (the demo's recipe: 2,700 non-canary
-train rows, 8 epochs; 293 non-members after duplicates): loss AUC 0.622, TPR at 1% FPR 0.027; base-ratio 0.716 /
-0.020; error-zone 0.709 / 0.038; min-k++-base 0.697 [0.657, 0.735] / 0.048, 17.9 s; blind 0.510 [0.467, 0.552]. The
-goal's 60% is not reached: the demo's tiny causal LM (2 x 64) barely memorizes its rows (members' mean token
-log-likelihood -1.27 against -1.48 for held-out rows; held-out next-token accuracy 0.56). With the same stages run by
-hand: 20 epochs at full size, base-ratio 0.881 / 0.242 against loss 0.799 / 0.109; ``--quick`` sizes (900 members,
-100 non-members) at 8 epochs base-ratio 0.860 / 0.41 against loss 0.747 / 0.04, at 24 epochs 0.962 / 0.67 against
-0.951 / 0.41 (each training draws its batches from OS entropy: the figures move between runs, 0.754 / 0.068 for
-base-ratio in another 8-epoch full run).
+Measured (shared 2-core machine, load 12-19, ``nice -n 10``), ``nice -n 10 python benchmarks/bench_demo_causal_mia.py
+--size full`` with the demo's recipe (its own inject directory: 900 non-canary members beside 555 canary rows, 396
+non-members after duplicates, 20,000 public rows; the public causal LM 3 epochs, 746.8 s; 20 fine-tuning epochs,
+237.3 s):
+
+============  ====================  =====================  ======
+attack        AUC [95% CI]          TPR at 1% FPR [CI]     wall s
+============  ====================  =====================  ======
+loss          0.961 [0.949, 0.973]  0.449 [0.356, 0.561]   38.7
+blind         0.479 [0.442, 0.520]  0.013 [0.000, 0.033]   n/a
+base-ratio    0.986 [0.980, 0.992]  0.717 [0.629, 0.866]   29.9
+error-zone    0.954 [0.941, 0.966]  0.379 [0.210, 0.583]   26.2
+min-k++-base  0.968 [0.957, 0.979]  0.439 [0.199, 0.672]   21.2
+============  ====================  =====================  ======
+
+The goal: base-ratio >= 60% TPR at 1% FPR (yes, 71.7%), in under 2 minutes (yes), its AUC interval above the blind
+baseline's (yes); >= 2x the loss attack's TPR: no, 1.6x. The recipe was chosen on public rows (the table in
+:mod:`dpaudit.demo.plan`'s docstring): there, as here, the ratio to the base beats the loss attack by less as the
+model memorizes more (3.4x at 8.6% TPR, 1.85x at 41%, 1.6x at 55%, 1.3x at 81%), and no recipe tried reached both
+60% and 2x; dividing each token's ratio by the base's own spread of log p at that position (a Min-K%++-style
+calibration, not an attack of dpaudit) moved the pseudo figures little (0.48 vs 0.41 at 11 epochs, 0.54 vs 0.55 at 16,
+0.85 vs 0.81 at 24). Before (the masked LMs' directory: 2,700 members, 293 non-members, a 1-epoch public LM, 8
+epochs, load 8-10): loss 0.622 / 0.027, base-ratio 0.716 / 0.020, error-zone 0.709 / 0.038, min-k++-base 0.697 /
+0.048, the tiny 2 x 64 model barely memorizing its rows. Each training draws its batches from OS entropy: the figures
+move between runs.
 """
 
 from __future__ import annotations
@@ -73,8 +90,9 @@ def main() -> None:
         train = list(stages["train-clm-nonprivate"].args)
         if args.epochs is not None:
             train[train.index("--epochs") + 1] = str(args.epochs)
-        for cmd in (stages["inject"].args, stages["train-clm-public"].args, tuple(train)):
-            run(list(cmd))
+        inject = stages["inject-causal" if "inject-causal" in stages else "inject"]  # the causal LMs' own, if any
+        for cmd in (inject.args, stages["train-clm-public"].args, tuple(train)):
+            print(f"  {run(list(cmd)):.1f} s", flush=True)
         model, data = Path(train[train.index("--out") + 1]), Path(train[train.index("--data") + 1])
         rows = {}
         for attack in ATTACKS:
