@@ -168,7 +168,7 @@ def planted_faults(canaries: int) -> None:
         print(f"{name:<28} flagged {sum(flags):>2}/{seeds}   ({time.perf_counter() - start:.0f} s)", flush=True)
 
 
-def cost(canaries: int, mode: str = "hooks") -> None:
+def cost(canaries: int, mode: str = "hooks", physical: int | None = None) -> None:
     from click.testing import CliRunner
 
     from dpaudit.cli import cli
@@ -178,6 +178,11 @@ def cost(canaries: int, mode: str = "hooks") -> None:
     print(
         f"\n3. Cost: the opacus trainer's BERT-tiny classifier, 4 updates, q = 0.5, {canaries} canaries, "
         f"grad_sample_mode {mode}"
+        + (
+            ""
+            if physical is None
+            else f", physical batches of {physical} (canary-only ones feed the model their first position only)"
+        )
     )
     trainer = OpacusTrainer()
     with tempfile.TemporaryDirectory() as scratch:
@@ -186,7 +191,13 @@ def cost(canaries: int, mode: str = "hooks") -> None:
         from dpaudit.cli.audit_trainer import _train_rows
 
         rows = _train_rows(data)
-        same = {"noise_multiplier": 1.0, "steps": 4, "noise_seed": 1, "grad_sample_mode": mode}
+        same = {
+            "noise_multiplier": 1.0,
+            "steps": 4,
+            "noise_seed": 1,
+            "grad_sample_mode": mode,
+            "physical_batch": physical,
+        }
         plain_cfg = trainer.tiny_config(batch_size=rows // 2, **same)
         audit_cfg = trainer.tiny_config(batch_size=(rows + canaries) // 2, **same)
         trainer.train(data, Path(scratch) / "warm", plain_cfg, seed=0)  # imports and first-call costs
@@ -357,6 +368,13 @@ def main() -> None:
         help="Opacus grad_sample_mode of the cost part: hooks (a B x (m + 1) per-example gradient of the canary "
         "table) or ghost (its per-example norms only: the table costs O(B + m))",
     )
+    parser.add_argument(
+        "--cost-physical",
+        type=int,
+        default=None,
+        help="Opacus BatchMemoryManager physical batch of the cost part (Poisson samples are sorted, so the canary rows "
+        "fill physical batches of their own, which the trainer runs at the first position only)",
+    )
     args = parser.parse_args()
     import torch
 
@@ -373,7 +391,7 @@ def main() -> None:
             if "faults" not in skip:
                 planted_faults(500)
             if "cost" not in skip:
-                cost(args.canaries, args.cost_mode)
+                cost(args.canaries, args.cost_mode, args.cost_physical)
         if "jax-privacy" in libraries:
             if "configs" not in skip:
                 jax_correct_configurations(args.canaries, args.runs, epsilons, args.configs)

@@ -17,7 +17,7 @@ count N (and so q) does not depend on the auditor's coins.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -78,14 +78,23 @@ class CanaryLayer(nn.Module):
 class AuditedModel(nn.Module):
     """The audited model with the canary layer beside it: ``forward(canary, *inputs)`` returns (the model's output,
     the canary terms). A canary row's output is still computed (shapes stay per-example for the library's hooks);
-    the loss multiplies its model loss by 0, so no gradient of it reaches the model."""
+    the loss multiplies its model loss by 0, so no gradient of it reaches the model.
 
-    def __init__(self, model: nn.Module, canaries: CanaryLayer) -> None:
+    ``shorten``: what a batch of canary rows only feeds the model instead of its inputs (e.g. token sequences cut to
+    their first position). Its output is multiplied by 0 all the same, so every gradient, clipped sum and update is
+    the same; only the model's own passes over canary rows get cheaper. Opacus's ``BatchMemoryManager`` splits its
+    sorted Poisson sample in row order (real rows first, canaries after), so at most one physical batch per update
+    is mixed and runs at full length (``docs/auditing.md``, "Canaries through the real gradient path")."""
+
+    def __init__(self, model: nn.Module, canaries: CanaryLayer, shorten: Callable[..., tuple[Any, ...]] | None = None):
         super().__init__()
         self.model = model
         self.canaries = canaries
+        self.shorten = shorten
 
     def forward(self, canary: torch.Tensor, *inputs: Any, **kwargs: Any) -> tuple[Any, torch.Tensor]:
+        if self.shorten is not None and canary.numel() and bool((canary != 0).all()):
+            inputs = tuple(self.shorten(*inputs))
         return self.model(*inputs, **kwargs), self.canaries(canary)
 
 

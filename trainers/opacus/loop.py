@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import functools
 import math
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +39,9 @@ class LibrarySetup:
     optimizer: torch.optim.Optimizer
     loader: torch.utils.data.DataLoader  # type: ignore[type-arg]
     criterion: Any = None
+    #: What a physical batch of canary rows only feeds the model (:class:`.canary_layer.AuditedModel`'s ``shorten``;
+    #: None: the rows as they are).
+    canary_inputs: Callable[..., tuple[Any, ...]] | None = None
 
 
 @dataclass(frozen=True)
@@ -155,7 +159,7 @@ def run_opacus(
     layer: CanaryLayer | None = None
     if gains is not None:
         layer = CanaryLayer(gains, layers=canary_layers)
-        model = AuditedModel(model, layer)
+        model = AuditedModel(model, layer, setup.canary_inputs)
         dataset: Any = CanaryDataset(base, len(gains))
         defaults = {k: v for k, v in setup.optimizer.defaults.items() if k != "params"}
         setup.optimizer.add_param_group({**defaults, "params": list(layer.parameters()), "weight_decay": 0.0})

@@ -74,7 +74,13 @@ def _inject_setup(data_dir: Path, config: OpacusConfig, seed: int) -> _Built:
         model = with_lora(model, config.lora_rank)
     cls = torch.optim.Adam if config.optimizer == "adam" else torch.optim.SGD
     optimizer = cls([p for p in model.parameters() if p.requires_grad], lr=config.learning_rate)
-    return _Built(LibrarySetup(model, optimizer, loader), tokenizer, dict(data.inputs), len(dataset))
+    setup = LibrarySetup(model, optimizer, loader, canary_inputs=_first_position)
+    return _Built(setup, tokenizer, dict(data.inputs), len(dataset))
+
+
+def _first_position(input_ids: torch.Tensor, attention_mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """Token ids and attention mask cut to their first position (a canary-only batch's model inputs)."""
+    return input_ids[:, :1].contiguous(), attention_mask[:, :1].contiguous()
 
 
 def with_lora(model: Any, rank: int) -> Any:

@@ -163,3 +163,54 @@ def test_lora_adapters_through_opacus_train_and_the_canary_still_adds_c(tmp_path
     from safetensors.torch import load_file
 
     assert not any("lora" in k for k in load_file(tmp_path / "model" / "model.safetensors"))
+
+
+def test_canary_only_physical_batches_cut_to_the_first_position_change_no_update():
+    """A physical batch of canary rows only feeds the model their first position (the cost of a large audit): their
+    model loss is multiplied by 0, so Opacus's ghost clipping releases the same noisy canary updates and the model
+    trains to the same weights as with the rows at full length."""
+    import torch
+
+    from dpaudit.trainers.opacus.loop import LibrarySetup, PrivacySettings, run_opacus
+    from dpaudit.trainers.opacus.trainer import _first_position
+    from dpaudit.trainers.torch_common.model import build_model
+
+    cut = []
+
+    def first_position(ids: torch.Tensor, mask: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+        cut.append(len(ids))
+        return _first_position(ids, mask)
+
+    g = torch.Generator().manual_seed(0)
+    rows = torch.utils.data.TensorDataset(
+        torch.randint(5, 60, (16, 8), generator=g), torch.ones(16, 8, dtype=torch.long), torch.randint(0, 2, (16,))
+    )
+    gains = np.where(np.random.default_rng(0).integers(0, 2, size=64) == 1, CANARY_GAIN, 0.0)
+    settings = PrivacySettings(
+        noise_multiplier=0.5,
+        clip_norm=0.7,
+        steps=2,
+        delta=1e-5,
+        accountant="rdp",
+        noise_seed=4,
+        grad_sample_mode="ghost",
+        physical_batch=16,
+    )
+    runs = []
+    for shorten in (None, first_position):
+        model = build_model("classify", preset="tiny", vocab_size=60, max_length=8, label_names=["a", "b"], seed=0)
+        for p in model.bert.embeddings.parameters():  # as the opacus trainer trains BERT (Opacus's tutorial)
+            p.requires_grad_(False)
+        for module in model.modules():
+            if isinstance(module, torch.nn.Dropout):
+                module.p = 0.0
+        optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+        loader = torch.utils.data.DataLoader(rows, batch_size=8)
+        runs.append(run_opacus(LibrarySetup(model, optimizer, loader, canary_inputs=shorten), settings, gains=gains))
+    full, short = runs
+    assert cut and all(n <= 16 for n in cut)  # canary-only physical batches took the short path
+    assert full.observations is not None and short.observations is not None
+    np.testing.assert_allclose(short.observations, full.observations, rtol=1e-5, atol=1e-5)
+    assert full.model is not None and short.model is not None
+    for (name, a), b in zip(full.model.named_parameters(), short.model.parameters()):
+        torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
