@@ -270,6 +270,45 @@ def test_a_third_party_plugin_runs_on_the_skeleton_with_a_correct_privacy_record
     assert again.steps == 6 and again.epsilon == straight.epsilon
 
 
+def test_a_damaged_checkpoint_is_refused_before_the_model_is_built(data_dir, tmp_path):
+    """Truncated arrays whose recorded hash was rewritten to match, or a garbled privacy ledger: a one-line error
+    naming the file, raised before ``init_model`` (a real trainer would initialize and compile first)."""
+    import hashlib
+    from pathlib import Path
+
+    from dpaudit.training import RunSkeleton
+
+    def killed_run(name: str) -> Path:
+        with pytest.raises(_Killed):  # checkpoints at steps 2 and 4
+            RunSkeleton(_linear_plugin(data_dir, noise_seed=11, die_at=4), tmp_path / name).execute()
+        return sorted((tmp_path / name / "checkpoints").glob("step_*"))[-1]
+
+    def resume(name: str) -> None:
+        plugin = _linear_plugin(data_dir, noise_seed=11)
+
+        def built(resume_state):
+            raise AssertionError("the model was built before the damaged checkpoint was refused")
+
+        plugin.init_model = built
+        RunSkeleton(plugin, tmp_path / name).execute()
+
+    latest = killed_run("truncated")
+    arrays, state_path = latest / "arrays.safetensors", latest / "state.json"
+    arrays.write_bytes(arrays.read_bytes()[: arrays.stat().st_size // 2])
+    state = json.loads(state_path.read_text())
+    state_path.write_text(json.dumps({**state, "arrays_sha256": hashlib.sha256(arrays.read_bytes()).hexdigest()}))
+    with pytest.raises(UserInputError, match="unreadable checkpoint arrays") as refused:
+        resume("truncated")
+    assert str(refused.value).startswith(f"{arrays}: ") and f"delete {latest}" in str(refused.value)
+
+    latest = killed_run("ledger")
+    state_path = latest / "state.json"
+    state_path.write_text(json.dumps({**json.loads(state_path.read_text()), "ledger": "garbage"}))
+    with pytest.raises(UserInputError, match="damaged privacy ledger") as refused:
+        resume("ledger")
+    assert str(refused.value).startswith(f"{state_path}: ") and f"delete {latest}" in str(refused.value)
+
+
 def test_a_sequential_sampler_never_restarts_its_stream_on_resume():
     """A resumed run without the generator's saved state would redraw the batches of the steps already
     taken (correlated, not independent Poisson samples): refused, not silently restarted."""

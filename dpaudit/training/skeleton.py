@@ -8,7 +8,8 @@ In order (docs/trainers.md, "The run skeleton"; docs/run-directories.md):
    this run's private data is refused here, :func:`dpaudit.training.starting_point.refuse_private_start`); a
    finished run of this very
    command is returned as it is; a checkpoint is resumed only when its identity (trainer, settings,
-   seed, data) is this run's, and the staging folders of a killed checkpoint write are removed;
+   seed, data) is this run's and its arrays and privacy ledger are intact (checked before the model is
+   built), and the staging folders of a killed checkpoint write are removed;
 2. the secret noise source (OS entropy unless ``--noise-seed``; restored from a checkpoint);
 3. model init and the clipped-sum step, whose sensitivity the plan reads
    (:func:`dpaudit.training.privacy_plan.plan_privacy`): sigma given or calibrated, the ledger certifies it;
@@ -50,6 +51,7 @@ from dpaudit.training.train_dir import (
     CHECKPOINT_DIR,
     CHECKPOINT_STATE,
     MetricsLog,
+    check_checkpoint_arrays,
     check_out_dir,
     check_resume,
     finish_run,
@@ -88,6 +90,7 @@ class RunSkeleton:
         self.finished: dict[str, Any] | None = None
         self.resume_path: Path | None = None
         self.resume_state: dict[str, Any] | None = None
+        self.resumed_ledger: PrivacyLedger | None = None  # read with resume_state, before the model is built
         self.noise_source: NoiseSource | None = None
         self.step_fn: Any = None
         self.plan: Any = None
@@ -151,6 +154,10 @@ class RunSkeleton:
             self.resume_state = plugin.read_state(self.resume_path)
             self.has_checkpoint = True
             self._check_resume(self.resume_state, self.resume_path)
+            # Before the model is built: a damaged checkpoint is refused without an init or a compile.
+            check_checkpoint_arrays(self.resume_path, self.resume_state)
+            if self.resume_state.get("ledger") is not None:  # only a private run writes one
+                self.resumed_ledger = self._stored_ledger(self.resume_state, self.resume_path)
         self.noise_source = plugin.share_source(self._source())
         plugin.init_model(self.resume_state)
         self.step_fn = plugin.make_step(data.size, self.resume_state)
@@ -229,18 +236,25 @@ class RunSkeleton:
             ) from None
         if not self.plan.private:
             return
-        try:  # the ledger keeps its plan certificate: recording the rest costs no accountant call
-            self.ledger = PrivacyLedger.from_json(state.get("ledger"))
+        # the ledger keeps its plan certificate: recording the rest costs no accountant call
+        ledger = self.resumed_ledger if self.resumed_ledger is not None else self._stored_ledger(state, path)
+        self.ledger = ledger
+        if ledger.steps != self.start_step:
+            raise UserInputError(
+                f"{path}: its privacy ledger holds {self.ledger.steps} steps, not {self.start_step}; "
+                "the checkpoint is damaged, delete it to resume from an older one."
+            )
+
+    @staticmethod
+    def _stored_ledger(state: Mapping[str, Any], path: Path) -> PrivacyLedger:
+        """The privacy ledger checkpoint ``path`` holds, or a one-line error that says it is damaged."""
+        try:
+            return PrivacyLedger.from_json(state.get("ledger"))
         except (UserInputError, KeyError, TypeError, ValueError, AttributeError) as err:
             raise UserInputError(
                 f"{path / CHECKPOINT_STATE}: damaged privacy ledger ({err}); delete {path} to resume "
                 "from an older checkpoint."
             ) from None
-        if self.ledger.steps != self.start_step:
-            raise UserInputError(
-                f"{path}: its privacy ledger holds {self.ledger.steps} steps, not {self.start_step}; "
-                "the checkpoint is damaged, delete it to resume from an older one."
-            )
 
     # -- the loop ----------------------------------------------------------------------------
 

@@ -49,6 +49,7 @@ __all__ = [
     "KEEP_CHECKPOINTS_WARNING",
     "TRAIN_SCHEMA",
     "MetricsLog",
+    "check_checkpoint_arrays",
     "check_out_dir",
     "check_resume",
     "finish_run",
@@ -140,6 +141,35 @@ def write_checkpoint(
     for _, old in list_checkpoints(directory)[:-keep]:
         shutil.rmtree(old, ignore_errors=True)
     return final
+
+
+def check_checkpoint_arrays(path: Path, state: Mapping[str, Any]) -> None:
+    """Refuse checkpoint ``path`` when its arrays are not the ones :func:`write_checkpoint` committed.
+
+    Two checks, neither of which loads an array: the file's sha256 against the one recorded in
+    ``state``, and the safetensors header against the file (a truncated file whose recorded hash was
+    rewritten to match is caught here). A resume runs them before the model is built, so a damaged
+    checkpoint fails in a second instead of after the model's initialization and the step's compile
+    (docs/run-directories.md). The trainer's own restore still checks names, shapes and dtypes.
+    """
+    from safetensors import SafetensorError, safe_open
+
+    arrays = path / CHECKPOINT_ARRAYS
+    try:
+        digest = sha256_file(arrays)
+    except OSError as err:
+        raise UserInputError(
+            f"{arrays}: unreadable checkpoint arrays ({err}); delete {path} to resume from an older one."
+        ) from None
+    if digest != state.get("arrays_sha256"):
+        raise UserInputError(f"{arrays} does not match its state.json hash; delete {path} to resume from an older one.")
+    try:
+        with safe_open(str(arrays), framework="numpy"):  # parses and checks the header only
+            pass
+    except (SafetensorError, OSError) as err:
+        raise UserInputError(
+            f"{arrays}: unreadable checkpoint arrays ({err}); delete {path} to resume from an older one."
+        ) from None
 
 
 def check_out_dir(out: Path, *, trainer: str, resumable: bool) -> None:
