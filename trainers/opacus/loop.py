@@ -127,6 +127,18 @@ def _output(out: Any) -> Any:
     return out.logits if hasattr(out, "logits") else out
 
 
+def _empty_batch_gradients(optimizer: Any, *, ghost: bool) -> None:
+    """Set what Opacus's optimizer reads after a backward pass over no rows: an empty batch is a real outcome of
+    Poisson sampling (probability (1 - q)^N), and DP-SGD's update is then the noise alone. Opacus handles zero
+    per-example gradients itself, but a Hugging Face model cannot run a forward pass over zero rows, so none is run:
+    the hooks path gets per-example gradients of length 0 (clipped sum 0), the ghost path a zero gradient."""
+    for p in optimizer.params:
+        if ghost:
+            p.grad = torch.zeros_like(p)
+        else:
+            p.grad_sample = torch.zeros((0, *p.shape), dtype=p.dtype, device=p.device)
+
+
 def run_opacus(
     setup: LibrarySetup,
     settings: PrivacySettings,
@@ -233,6 +245,11 @@ def run_opacus(
                     if updates >= settings.steps:
                         break
                     optimizer.zero_grad()
+                    if len(row[-1]) == 0:  # Poisson sampling drew no row: the update is the noise alone
+                        _empty_batch_gradients(optimizer, ghost=ghost)
+                        losses.append(0.0)
+                        optimizer.step()
+                        continue
                     if layer is not None:
                         canary, *inputs, label = row
                         out, term = module(canary, *inputs)

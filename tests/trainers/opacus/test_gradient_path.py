@@ -214,3 +214,37 @@ def test_canary_only_physical_batches_cut_to_the_first_position_change_no_update
     assert full.model is not None and short.model is not None
     for (name, a), b in zip(full.model.named_parameters(), short.model.parameters()):
         torch.testing.assert_close(a, b, rtol=1e-5, atol=1e-6, msg=name)
+
+
+@pytest.mark.parametrize("mode", ["hooks", "ghost"])
+def test_an_empty_poisson_batch_is_a_noise_only_update(mode, monkeypatch):
+    """Poisson sampling draws no row with probability (1 - q)^N; a Hugging Face BERT cannot run a forward pass over
+    zero rows (it crashed the run), so the loop runs none and Opacus's step adds the noise alone: every update runs."""
+    import torch
+
+    from dpaudit.trainers.opacus import loop
+    from dpaudit.trainers.torch_common.model import build_model
+
+    empty = []
+    original = loop._empty_batch_gradients
+    monkeypatch.setattr(
+        loop, "_empty_batch_gradients", lambda opt, ghost: (empty.append(1), original(opt, ghost=ghost))
+    )
+    g = torch.Generator().manual_seed(0)
+    rows = torch.utils.data.TensorDataset(
+        torch.randint(5, 60, (40, 8), generator=g), torch.ones(40, 8, dtype=torch.long), torch.randint(0, 2, (40,))
+    )
+    model = build_model("classify", preset="tiny", vocab_size=60, max_length=8, label_names=["a", "b"], seed=0)
+    for p in model.bert.embeddings.parameters():  # as the opacus trainer trains BERT (Opacus's tutorial)
+        p.requires_grad_(False)
+    head = model.classifier.weight.detach().clone()
+    optimizer = torch.optim.SGD([p for p in model.parameters() if p.requires_grad], lr=0.5)
+    settings = loop.PrivacySettings(
+        noise_multiplier=1.0, clip_norm=1.0, steps=8, delta=1e-5, accountant="rdp", noise_seed=3, grad_sample_mode=mode
+    )
+    run = loop.run_opacus(
+        loop.LibrarySetup(model, optimizer, torch.utils.data.DataLoader(rows, batch_size=1)), settings
+    )
+    assert run.updates == 8 and len(run.history) == 1 and run.history[0][2] == 8
+    assert empty, "no empty batch was drawn: choose another noise seed"
+    assert not torch.equal(model.classifier.weight.detach(), head)  # the noise moved the weights
