@@ -83,11 +83,13 @@ def small_corpus(d: Path, lines: int = 300) -> str:
     return str(path)
 
 
-def _child_env() -> dict[str, str]:
+def _child_env(devices: int = 1) -> dict[str, str]:
+    """This process's environment for a child ``dpaudit``: ``devices`` CPU devices (this process has two: a child
+    with two compiles the same programs as an in-process run, so it loads them from the session's XLA cache)."""
     env = dict(
         os.environ,
         TOKENIZERS_PARALLELISM="false",
-        XLA_FLAGS="--xla_force_host_platform_device_count=1",
+        XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
         PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]).rstrip(os.pathsep),
     )
     env.pop("JAX_COORDINATOR_ADDRESS", None)
@@ -115,8 +117,11 @@ class Outcome:
     text: str  # what the user saw (stdout + stderr)
 
 
-def run_cli(args: list[str], *, subprocess_with: Limits | None = None, cwd: Path | None = None) -> Outcome:
-    """``dpaudit ARGS`` in this process (CliRunner), or in a child process under ``subprocess_with``.
+def run_cli(
+    args: list[str], *, subprocess_with: Limits | None = None, cwd: Path | None = None, devices: int = 1
+) -> Outcome:
+    """``dpaudit ARGS`` in this process (CliRunner), or in a child process under ``subprocess_with`` with ``devices``
+    CPU devices.
 
     The child applies the limits to itself and then execs ``python -m dpaudit`` (like ``ulimit -f N; dpaudit``):
     no ``preexec_fn``, which would fork this multithreaded (JAX) process.
@@ -132,7 +137,7 @@ def run_cli(args: list[str], *, subprocess_with: Limits | None = None, cwd: Path
         str(int(subprocess_with.drop_root_overrides)),
     ]
     proc = subprocess.run(
-        [*launcher, *args], cwd=cwd or REPO_ROOT, env=_child_env(), capture_output=True, text=True, timeout=300
+        [*launcher, *args], cwd=cwd or REPO_ROOT, env=_child_env(devices), capture_output=True, text=True, timeout=300
     )
     return Outcome(proc.returncode, proc.stdout + proc.stderr)
 

@@ -212,37 +212,19 @@ def test_bad_input_is_one_line_exit_2_and_leaves_nothing(name, scratch, data_dir
 
 
 @pytest.mark.slow
-def test_train_under_a_file_size_limit_is_one_line_and_leaves_no_finished_or_staged_output(data_dir, scratch):
+def test_train_under_a_file_size_limit_is_one_line_and_leaves_no_finished_or_staged_output(
+    data_dir, scratch, trained_run
+):
     """Disk full while writing a checkpoint (safetensors raises its own error type). The run directory
-    keeps only what a rerun resumes or restarts from: no model, no manifest, no half-written checkpoint."""
+    keeps only what a rerun resumes or restarts from: no model, no manifest, no half-written checkpoint.
+    The child runs ``trained_run``'s command on as many devices (its first checkpoint at step 3): the programs it
+    needs are already in the session's XLA cache, so it loads them instead of compiling."""
+    del trained_run  # built (and compiled) first
     base = scratch / "train_fsize"
     base.mkdir()
     out = base / "model"
-    args = [
-        "train",
-        "--trainer",
-        "jax-bert",
-        "--data",
-        str(data_dir),
-        "--out",
-        str(out),
-        "--non-private",
-        "--preset",
-        "tiny",
-        "--max-length",
-        "16",
-        "--vocab-size",
-        "128",
-        "--physical-batch",
-        "8",
-        "--eval-examples",
-        "0",
-        "--steps",
-        "2",
-        "--batch-size",
-        "16",
-    ]
-    outcome = run_cli(args, subprocess_with=_file_size_limit(4096), cwd=base)
+    args = _train_args(data_dir, out)
+    outcome = run_cli(args, subprocess_with=_file_size_limit(4096), cwd=base, devices=2)
     assert_one_line_error(
         outcome,
         f"{out / 'checkpoints'}",
