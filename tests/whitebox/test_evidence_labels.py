@@ -9,7 +9,11 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+from dpaudit.accounting.events import Segment
+from dpaudit.claim import Claim
 from dpaudit.report.whitebox import BoundRow, _label_evidence
+from dpaudit.whitebox.analysis import Analysis, _evidence
+from dpaudit.whitebox.bounds import Bound
 
 
 def _row(*, verdict: bool, above: bool, evidence: str = "–") -> BoundRow:
@@ -39,3 +43,27 @@ def test_an_evidence_row_above_the_claim_is_labelled_and_the_verdicts_are_not():
     assert "one of 40 evidence rows" in out[1].evidence and "about 1 are expected" in out[1].evidence
     assert out[1].evidence.startswith("9 of 10; ") and "not a refutation" in out[1].evidence
     assert all("refutation" not in r.evidence for r in out[2:])
+
+
+def test_whitebox_json_counts_the_uncorrected_evidence_bounds():
+    claim = Claim(
+        known=True,
+        private=True,
+        segments=(Segment(steps=4, sampling_probability=0.9, noise_multiplier=3.67),),
+        delta=1e-5,
+        epsilon=2.0,
+        clip_norm=1.0,
+        sensitivity_factor=1.0,
+    )
+    bound = Bound(method="order_stats", proves="the claimed curve", epsilon=1.9, confidence=0.975)
+    two = {"order_stats": bound, "steinke": bound}
+    analysis = Analysis(
+        claim=claim,
+        confidence=0.95,
+        scores={},
+        one_run={"all_iterates": [two, two], "last_iterate": [two, two]},
+        pooled={"all_iterates": {"claim_family": bound, "order_stats": bound}},
+    )
+    evidence = _evidence(analysis)  # 8 one-run and 2 pooled bounds, less the verdict's two
+    assert evidence["bounds"] == 8 and evidence["corrected"] is False and evidence["confidence_each"] == 0.975
+    assert abs(evidence["expected_above_a_tight_claim"] - 0.2) < 1e-9
