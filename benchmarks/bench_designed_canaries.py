@@ -29,20 +29,25 @@ Measured on this 2-core VM, shared (load 11-16 throughout; a run took 4-6 min, ~
 1,000 canaries: ``nice -n 10 python benchmarks/bench_designed_canaries.py --seeds 5 --jobs 1 --private-only
 --canaries 1000 --workdir W --keep`` (15:05-15:28 UTC), then ``--seeds 10 ... --reuse`` (same folder: seeds 5-9
 trained, 0-4 read back; 15:28-15:49 UTC); 2,000 canaries with ``--canaries 2000``: seed 0 from a ``--seeds 10`` run
-stopped after it (14:53-15:05 UTC), then ``--seeds 4 --reuse`` (15:49-16:01 UTC):
+stopped after it (14:53-15:05 UTC), then ``--seeds 4 --reuse`` (15:49-16:01 UTC); 4,000 canaries ``--seeds 2
+--canaries 4000`` (16:02-16:10 UTC, load 8-13):
 
     canaries seeds AUC         TPR@1%FPR headline (claimed form)   Steinke (any)     any-mech (planned) GP fit (evid.)
     1,000    0-9   0.675-0.713 1.8-8.6%  2.610 (0.652) 2.188-2.983 0.898 (0.224)     0.726 (0.181)     1.931 (0.482)
                                          above the claim 0/10      0.570-1.389, 0/10 0.573-0.914, 0/10 1.454-2.197, 0/10
     2,000    0-3   0.666-0.703 1.8-5.3%  2.438 (0.609) 2.113-2.730 0.913 (0.228)     0.714 (0.178)     1.969 (0.492)
                                          0/4                       0.740-1.000, 0/4  0.550-0.927, 0/4  1.759-2.267, 0/4
+    4,000    0-1   0.676-0.681 4.6-5.9%  2.503 (0.625) 2.405-2.601 1.085 (0.271)     0.761 (0.190)     2.127 (0.531)
+                                         0/2                       1.064-1.107, 0/2  0.735-0.787, 0/2  2.065-2.189, 0/2
 
 (mean (ratio to the claim, 4.00 in every run), range, runs above the claim.)
 
 Per seed, headline / claim: 1,000 canaries 0.745 0.630 0.646 0.692 0.667 0.580 0.638 0.644 0.547 0.734; 2,000
 canaries (same seeds 0-3) 0.528 0.574 0.682 0.653 against 0.745 0.630 0.646 0.692: twice the canaries lowered the
 score's AUC (0.684 against 0.704 on seeds 0-3; each new-token score is normalized over every declared new token, twice
-as many) and the mean bound; no lift, so the demo keeps 1,000.
+as many) and the mean bound; 4,000 canaries (seeds 0-1: 0.650 0.601 against 0.745 0.630, AUC 0.678) likewise, though
+Steinke's any-mechanism bound rose to 0.271 of the claim (0.224 at 1,000 over 10 seeds). No lift of the headline, so
+the demo keeps 1,000 (its test time would grow with more).
 
 Ceilings from the claim alone (``python benchmarks/bench_designed_canaries.py --ceilings 1000,2000,4000,8000 --draws
 8``, 15:25-15:28 UTC, load 15; mean (range) of 8 draws; any mechanism: the best of the released shares r/m 0.003-0.3,
