@@ -112,6 +112,9 @@ def _summary(results) -> str:  # noqa: ANN001
                     f"  {m.attack:>12} {t.task:>17} {t.auc:>6.3f} {'[' + _fmt(t.auc_ci[0], '.3f') + ', ' + _fmt(t.auc_ci[1], '.3f') + ']':>15} "
                     f"{tpr.get(0.001, '-'):>9} {tpr.get(0.01, '-'):>8} {lb:>9} {ceiling:>8} {vs:>7}{flag}"
                 )
+        from dpaudit.attacks.canary import fit_lines
+
+        lines.extend(fit_lines(mia))  # the coin-flip audits' Gaussian-pair fits: evidence beside the bounds
         for m in mia:  # which tokens leak (the attacks against the target's base)
             leaks = getattr(m, "token_leaks", None)
             if leaks is not None and leaks.top_members:

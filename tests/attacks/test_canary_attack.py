@@ -195,7 +195,7 @@ def designed_and_digits(tmp_path_factory):
         root = tmp_path_factory.mktemp(name.replace("-", ""))
         _cli(*INJECT, *design, "--out", str(root / "data"))
         _cli(*TRAIN, "--vocab-size", vocab, "--data", str(root / "data"), "--out", str(root / "model"))
-        _cli(
+        printed = _cli(
             "attack",
             "--model",
             str(root / "model"),
@@ -205,6 +205,7 @@ def designed_and_digits(tmp_path_factory):
             str(root / "attack"),
             *attacks,
         )
+        (root / "attack-summary.txt").write_text(printed)  # what dpaudit attack printed
         out[name] = root
     vocab = {
         name: json.loads((root / "model" / "model" / "config.json").read_text())["vocab_size"]
@@ -240,6 +241,7 @@ def test_new_token_canaries_are_told_apart_where_digit_canaries_barely_are(desig
     assert fit["epsilon"] > head.best.epsilon and fit["claimed_epsilon"] is None and fit["n_members"] == task.n_members
     lines = fit_lines(designed.attacks)
     assert len(lines) == 1 and "canary/canaries" in lines[0] and "not a bound" in lines[0], lines
+    assert lines[0] in (designed_and_digits["new-tokens"] / "attack-summary.txt").read_text()  # printed by attack
 
 
 @pytest.mark.slow  # two tiny trainings and attacks: ~24 s on an idle 2-core CPU
