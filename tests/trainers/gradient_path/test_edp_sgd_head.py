@@ -22,7 +22,6 @@ import numpy as np
 import torch
 import torch.nn.functional as F
 
-from dpaudit.accounting.segment import Segment
 from dpaudit.claim import Claim
 from dpaudit.trainers.torch_common.clipped import Clipped
 from dpaudit.trainers.torch_common.clipping.per_example import PerExampleClipper
@@ -32,6 +31,7 @@ from dpaudit.training.gradient_canaries import UNIT_EXAMPLE
 from dpaudit.whitebox.gradient_path import PathRun, analyse_path
 from dpaudit.whitebox.harness import RunEvidence
 from dpaudit.whitebox.layout import CANARY_GAIN, CanaryLayout
+from tests.claims import poisson_claim
 
 LABELS, HIDDEN = 8, 64  # the tiny preset: 8 x 64 head coordinates, one canary each
 CANARIES = LABELS * HIDDEN
@@ -144,20 +144,8 @@ def _run(
 
 
 def _claim() -> Claim:
-    from dpaudit import accounting
-
-    segment = Segment(steps=STEPS, sampling_probability=Q, noise_multiplier=SIGMA)
-    epsilon = float(accounting.epsilon(accounting.schedule_event([segment]), DELTA))
-    return Claim(
-        known=True,
-        private=True,
-        source="stated",
-        epsilon=epsilon,
-        delta=DELTA,
-        accountant="pld",
-        clip_norm=CLIP,
-        sampling="poisson",
-        segments=(segment,),
+    return poisson_claim(
+        Q, STEPS, SIGMA, delta=DELTA, clip_norm=CLIP, source="stated", accountant="pld", sampling="poisson"
     )
 
 

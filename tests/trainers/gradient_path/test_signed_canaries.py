@@ -14,12 +14,12 @@ from __future__ import annotations
 
 import numpy as np
 
-from dpaudit.accounting.segment import Segment
 from dpaudit.claim import Claim
 from dpaudit.training.gradient_canaries import UNIT_EXAMPLE
 from dpaudit.whitebox.gradient_path import PathRun, analyse_path, signed_gains, signed_scores
 from dpaudit.whitebox.harness import RunEvidence
 from dpaudit.whitebox.layout import CanaryLayout
+from tests.claims import poisson_claim
 
 CANARIES, ROWS, BATCH, STEPS, SIGMA, CLIP, DELTA = 1000, 1200, 600, 4, 4.0, 1.0, 1e-5
 Q = BATCH / ROWS
@@ -27,20 +27,8 @@ Q = BATCH / ROWS
 
 def _library_claim() -> Claim:
     """What a library states for the run: Poisson-subsampled Gaussian steps of sigma / 2 (its replace-one reduction)."""
-    from dpaudit import accounting
-
-    segment = Segment(steps=STEPS, sampling_probability=Q, noise_multiplier=SIGMA / 2)
-    epsilon = float(accounting.epsilon(accounting.schedule_event([segment]), DELTA))
-    return Claim(
-        known=True,
-        private=True,
-        source="stated",
-        epsilon=epsilon,
-        delta=DELTA,
-        accountant="pld",
-        clip_norm=CLIP,
-        sampling="poisson",
-        segments=(segment,),
+    return poisson_claim(
+        Q, STEPS, SIGMA / 2, delta=DELTA, clip_norm=CLIP, source="stated", accountant="pld", sampling="poisson"
     )
 
 
