@@ -127,7 +127,7 @@ UTC, load 1-3; the 10-run figures (eps 1 from ``--runs 10 --epsilons 1``) rounde
 The pooled verdict planned from the claim, m and R (dpaudit.whitebox.plan.planned_pooled; the order statistics over
 the R x m canaries as one game, chosen over the Clopper-Pearson points in every cell), with the noise-scale search's
 last grid step refined to 2^(1/256) (``OMP_NUM_THREADS=1 nice -n 10 python benchmarks/bench_audit_trainer.py --runs 10
---trainers T --epsilons E``, one command per cell; this 2-core VM shared with six other sessions, load 0-16, 15:10-16:28
+--trainers T --epsilons E``, one command per cell; this 2-core VM shared with six other sessions, load 0-16, 15:10-16:33
 UTC; 23-170 s per run). Bound / claim, rounded down: the verdict's pooled bound over 10 runs x 100,000 canaries, the
 Clopper-Pearson points beside it (the previous verdict), the one-run order statistics of the 10 runs (first; least /
 mean / most), and how many of the 30 one-run evidence bounds (order statistics in both views, Gaussian pair) were
@@ -149,16 +149,19 @@ above the claim:
 | edp-sgd edp-sgd | 4 | 0.993 | 0.978 | 0.975 | 0.957 / 0.974 / 0.993 | 0 of 30 | 29 |
 | jax-bert | 4 | 0.981 | 0.969 | 0.960 | 0.954 / 0.963 / 0.981 | 0 of 30 | 32 |
 | rgp | 8 | 0.996 | 0.983 | 0.983 | 0.980 / 0.987 / 0.996 | 0 of 30 | 29 |
+| edp-sgd dp-sgd | 8 | 0.993 | 0.980 | 0.980 | 0.970 / 0.983 / 0.990 | 0 of 30 | 23 |
+| edp-sgd edp-sgd | 8 | 0.996 | 0.984 | 0.980 | 0.974 / 0.984 / 0.993 | 0 of 30 | 24 |
+| jax-bert | 8 | 0.990 | 0.980 | 0.983 | 0.967 / 0.979 / 0.993 | 0 of 30 | 25 |
 
-The pooled verdict reached 0.97 of the claim in all but one measurement: jax-bert at eps 1, 0.948 on one 10-run audit
+All 16 cells measured; the pooled verdict reached 0.97 of the claim in every cell but one of its two measurements: jax-bert at eps 1, 0.948 on one 10-run audit
 and 0.970 on the next (same coins, new noise; 0.988 in the previous session's). Its pooled ceiling is 2.149 x the
 claim, so it is not the canaries' count: the same audit's ten one-run bounds were low too (mean 0.902 against 0.928
 on the repeat), so the pooled order statistics, which count the mistakes of all ten runs' canaries, read the same
 draw. At 10^6 canaries one grid step of the noise scale is 1.2% of epsilon, and the refined search (0.3%) is what
 lifts a bound that lies between two grid steps; the plan at this design (q 0.9, 4 steps, 10^6 canaries, eps 2) expects
 the order statistics to reject sigma x 1.011 on its coarse grid, 0.988 of the claim's epsilon, so a spread of +-0.02
-between audits reaches both sides of 0.97. Evidence above the claim: 3 of the 420 one-run bounds printed (each at 97.5%, not
-corrected for the others; about 10 expected at a claim that is exactly tight); no verdict bound (first run's one-run
+between audits reaches both sides of 0.97. Evidence above the claim: 3 of the 510 one-run bounds printed (each at 97.5%, not
+corrected for the others; about 13 expected at a claim that is exactly tight); no verdict bound (first run's one-run
 test, 10-run pooled test) was above the claim.
 """
 
