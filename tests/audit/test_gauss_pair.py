@@ -23,10 +23,10 @@ import pytest
 import scipy.special
 import scipy.stats
 
-from dpaudit.accounting.events import Segment
 from dpaudit.audit import gauss_pair as gp
 from dpaudit.audit.gdp import gdp_epsilon
 from dpaudit.claim import Claim
+from tests.claims import poisson_claim
 
 ALPHA = 0.05
 DELTA = 1e-5
@@ -34,15 +34,7 @@ TRIALS = 500
 
 
 def _claim(q: float, steps: int, sigma: float) -> Claim:
-    return Claim(
-        known=True,
-        private=True,
-        segments=(Segment(steps=steps, sampling_probability=q, noise_multiplier=sigma),),
-        delta=DELTA,
-        epsilon=1.0,  # not read: the truth is the curve's own
-        clip_norm=1.0,
-        sensitivity_factor=1.0,
-    )
+    return poisson_claim(q, steps, sigma, epsilon=1.0, delta=DELTA)  # epsilon not read: the truth is the curve's own
 
 
 MU = 2.0

@@ -23,10 +23,10 @@ import pytest
 import scipy.special
 import scipy.stats
 
-from dpaudit.accounting.events import Segment
 from dpaudit.audit import order_stats as ost
 from dpaudit.audit.gdp import gdp_epsilon
 from dpaudit.claim import Claim
+from tests.claims import poisson_claim
 
 ALPHA = 0.05
 DELTA = 1e-5
@@ -36,15 +36,7 @@ RELEASED = (100, 300, N)
 
 
 def _claim(q: float, steps: int, sigma: float) -> Claim:
-    return Claim(
-        known=True,
-        private=True,
-        segments=(Segment(steps=steps, sampling_probability=q, noise_multiplier=sigma),),
-        delta=DELTA,
-        epsilon=1.0,  # not read by these tests: the truth is each curve's own
-        clip_norm=1.0,
-        sensitivity_factor=1.0,
-    )
+    return poisson_claim(q, steps, sigma, epsilon=1.0, delta=DELTA)  # epsilon not read: the truth is each curve's own
 
 
 MU = 2.0

@@ -9,25 +9,17 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpaudit.accounting.events import Segment
 from dpaudit.audit.tradeoff import one_run_margin
 from dpaudit.claim import Claim
 from dpaudit.whitebox.bounds import one_run_family
 from dpaudit.whitebox.layout import CanaryLayout
 from dpaudit.whitebox.plan import candidate_pairs, planned_guesses
 from dpaudit.whitebox.scores import all_iterates_scores
+from tests.claims import poisson_claim
 
 
 def _claim(q: float, steps: int, sigma: float, epsilon: float) -> Claim:
-    return Claim(
-        known=True,
-        private=True,
-        segments=(Segment(steps=steps, sampling_probability=q, noise_multiplier=sigma),),
-        delta=1e-5,
-        epsilon=epsilon,
-        clip_norm=1.0,
-        sensitivity_factor=1.0,
-    )
+    return poisson_claim(q, steps, sigma, epsilon=epsilon)
 
 
 #: A Gaussian mechanism (q = 1, one step) at epsilon 2 (delta 1e-5): sigma 1.995 (dp_accounting's PLD).

@@ -19,7 +19,6 @@ import numpy as np
 import scipy.special
 import scipy.stats
 
-from dpaudit.accounting.events import Segment
 from dpaudit.audit import order_stats as ost
 from dpaudit.audit.gdp import gdp_epsilon
 from dpaudit.claim import Claim
@@ -33,6 +32,7 @@ from dpaudit.whitebox.plan import (
     planned_pooled,
 )
 from dpaudit.whitebox.scores import all_iterates_scores
+from tests.claims import poisson_claim
 
 ALPHA = 0.025  # each verdict bound's significance at the verdict's 95%
 TRIALS = 500
@@ -40,15 +40,7 @@ RUNS, M = 10, 50
 
 
 def _claim(q: float, steps: int, sigma: float, epsilon: float) -> Claim:
-    return Claim(
-        known=True,
-        private=True,
-        segments=(Segment(steps=steps, sampling_probability=q, noise_multiplier=sigma),),
-        delta=1e-5,
-        epsilon=epsilon,
-        clip_norm=1.0,
-        sensitivity_factor=1.0,
-    )
+    return poisson_claim(q, steps, sigma, epsilon=epsilon)
 
 
 GAUSSIAN = _claim(1.0, 1, 1.0, gdp_epsilon(1.0, 1e-5))  # mu-GDP with mu = 1
