@@ -45,15 +45,11 @@ def _tensors(path):
     return load_file(str(path))
 
 
-def test_a_lora_targets_shadows_are_adapters_over_its_base_scored_over_one_copy(lora_target, data_dir, tmp_path):
+def _lira(target, data_dir, cache):
+    """LiRA with two shadows (cached under ``cache``) against ``target``, no blind baseline."""
     import dpaudit
-    from dpaudit.scoring import load, resolve_model
-    from dpaudit.scoring.adapters import load_adapter_scorers, shared_base
 
-    start, target = lora_target
-    trained = json.loads((target / "privacy.json").read_text())["details"]["trained"]
-    cache = tmp_path / "shadows"
-    results = dpaudit.attack(
+    return dpaudit.attack(
         target,
         data_dir,
         ["lira"],
@@ -63,6 +59,16 @@ def test_a_lora_targets_shadows_are_adapters_over_its_base_scored_over_one_copy(
         mia_examples=16,
         blind_baseline=False,
     )
+
+
+def test_a_lora_targets_shadows_are_adapters_over_its_base_scored_over_one_copy(lora_target, data_dir, tmp_path):
+    from dpaudit.scoring import load, resolve_model
+    from dpaudit.scoring.adapters import load_adapter_scorers, shared_base
+
+    start, target = lora_target
+    trained = json.loads((target / "privacy.json").read_text())["details"]["trained"]
+    cache = tmp_path / "shadows"
+    results = _lira(target, data_dir, cache)
     lira = results["lira"]
     info = lira.shadow_models
     assert info.target_lora["rank"] == 4 and info.target_lora["targets"] == trained["targets"]
@@ -167,7 +173,6 @@ def test_the_probe_trains_in_a_private_folder_of_the_cache_and_is_removed(lora_t
     cache only, in a folder readable by this user alone, and removes it; the estimate says it was measured."""
     import stat
 
-    import dpaudit
     from dpaudit.attacks import shadow_cost
 
     _, target = lora_target
@@ -182,16 +187,7 @@ def test_the_probe_trains_in_a_private_folder_of_the_cache_and_is_removed(lora_t
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(shadow_cost, "worth_probing", lambda *a: True)
         patch.setattr(shadow_cost, "probe_cost", probe_cost)
-        dpaudit.attack(
-            target,
-            data_dir,
-            ["lira"],
-            progress=False,
-            shadow_models=2,
-            shadow_cache=cache,
-            mia_examples=16,
-            blind_baseline=False,
-        )
+        _lira(target, data_dir, cache)
     assert seen == [(cache, 0o700, True)]
     assert not list(cache.glob(".probe-*"))  # removed
     assert "-step probe of the first one's recipe" in capfd.readouterr().err
