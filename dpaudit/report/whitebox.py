@@ -259,7 +259,10 @@ def _row(run: WhiteboxRun, scope: str, kind: str, view: str, bound: Bound, *, ve
     elif bound.selection and bound.selection.startswith("planned: "):  # no guesses: the Gaussian pair's projection
         evidence = f"{bound.selection[len('planned: ') :]} (the projection fixed from the claim before the run)"
     if bound.scale is not None:
-        evidence = ("" if evidence == "–" else evidence + "; ") + f"rejects sigma × {bound.scale:.3g}"
+        # a rejected scale rounds DOWN (a smaller one is rejected too) to 4 digits: the search's sub-steps are 0.27%
+        # of sigma, so sigma x 1.0027 never reads as the claim's own sigma (docs/auditing.md)
+        scale = format_down(bound.scale, 4)
+        evidence = ("" if evidence == "–" else evidence + "; ") + f"rejects sigma × {scale}"
     if bound.ceiling is not None:
         evidence = ("" if evidence == "–" else evidence + "; ") + f"ceiling {_down(bound.ceiling)} (a perfect attack)"
         if bound.canaries_needed is not None:

@@ -270,3 +270,18 @@ def test_a_gaussian_pair_verdict_is_named_a_fit_not_a_proof(audit_dir: Path) -> 
     assert _verdict(run).proof == (run.primary_kind == "one-run")  # the other tests stay proofs
     row = _row(fit, "run 1", "one-run", "all_iterates", gauss, verdict=True)
     assert "projection, mu >= " in row.evidence and "fixed from the claim before the run" in row.evidence
+
+
+def test_a_rejected_scale_just_above_the_claim_is_printed_rounded_down(audit_dir: Path) -> None:
+    """A refined search rejects sigma x 2^(1/256) = 1.0027: the row must not read "rejects sigma x 1" (the claim's own
+    scale, a refutation it did not make), nor any scale above the one rejected."""
+    import dataclasses
+
+    from dpaudit.report.whitebox import _row
+    from dpaudit.report.whitebox_load import load_whitebox
+
+    run = load_whitebox(audit_dir)
+    bound = dataclasses.replace(run.one_run["all_iterates"][0]["claim_family"], scale=2.0 ** (1 / 256))
+    assert "rejects sigma × 1.002" in _row(run, "run 1", "one-run", "all_iterates", bound, verdict=False).evidence
+    bound = dataclasses.replace(bound, scale=0.99999)
+    assert "rejects sigma × 0.9999" in _row(run, "run 1", "one-run", "all_iterates", bound, verdict=False).evidence
