@@ -31,6 +31,7 @@ __all__ = [
     "best_test",
     "curve",
     "epsilon_at",
+    "first_true",
     "lower_bound",
     "per_step",
     "scaled_event",
@@ -162,21 +163,22 @@ def lower_bound(
         return FamilyBound(epsilon=0.0, scale=None)
     if rejected(lo):
         return FamilyBound(epsilon=_optimistic_epsilon(segments, delta, SCALES[lo]), scale=SCALES[lo], capped=True)
-    while hi - lo > 1:  # SCALES[lo] is not rejected, SCALES[hi] is
+    hi = first_true(rejected, lo, hi)  # SCALES[hi - 1] is not rejected, SCALES[hi] is
+    fine = [SCALES[hi - 1] * 2.0 ** (j / (64 * REFINE)) for j in range(1, REFINE)] + [SCALES[hi]]
+    b = first_true(lambda j: rejected_at(fine[j]), -1, len(fine) - 1)  # -1: SCALES[hi - 1], not rejected
+    return FamilyBound(epsilon=_optimistic_epsilon(segments, delta, fine[b]), scale=fine[b])
+
+
+def first_true(holds: Callable[[int], bool], lo: int, hi: int) -> int:
+    """The least index in (``lo``, ``hi``] at which the monotone ``holds`` is true, given that it is false at ``lo``
+    (-1: before the range, untested) and true at ``hi``: a bisection, the one of every monotone search here."""
+    while hi - lo > 1:
         mid = (lo + hi) // 2
-        if rejected(mid):
+        if holds(mid):
             hi = mid
         else:
             lo = mid
-    fine = [SCALES[lo] * 2.0 ** (j / (64 * REFINE)) for j in range(1, REFINE)] + [SCALES[hi]]
-    a, b = -1, len(fine) - 1  # fine[a] (SCALES[lo] at -1) is not rejected, fine[b] is
-    while b - a > 1:
-        mid = (a + b) // 2
-        if rejected_at(fine[mid]):
-            b = mid
-        else:
-            a = mid
-    return FamilyBound(epsilon=_optimistic_epsilon(segments, delta, fine[b]), scale=fine[b])
+    return hi
 
 
 def best_test(

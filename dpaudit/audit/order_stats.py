@@ -47,7 +47,7 @@ import scipy.special
 from numpy.typing import ArrayLike, NDArray
 
 from dpaudit.audit.checks import _check_unit, _scores
-from dpaudit.audit.claim_curves import FamilyBound, StatedMechanism, lower_bound
+from dpaudit.audit.claim_curves import FamilyBound, StatedMechanism, first_true, lower_bound
 from dpaudit.audit.gdp import gdp_epsilon
 from dpaudit.audit.tradeoff import TradeOff
 
@@ -356,11 +356,4 @@ def fewest_on_grid(proves: Callable[[int], bool], *, smallest: int, most: int) -
     grid = sorted({int(round(2 ** (k / 4))) for k in range(start, int(4 * math.log2(most)) + 1)})
     if not proves(grid[-1]):
         return None
-    lo, hi = -1, len(grid) - 1
-    while hi - lo > 1:
-        mid = (lo + hi) // 2
-        if proves(grid[mid]):
-            hi = mid
-        else:
-            lo = mid
-    return grid[hi]
+    return grid[first_true(lambda i: proves(grid[i]), -1, len(grid) - 1)]
