@@ -9,11 +9,10 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
-from dpaudit.accounting.events import Segment
-from dpaudit.claim import Claim
 from dpaudit.report.whitebox import BoundRow, _label_evidence
 from dpaudit.whitebox.analysis import Analysis, _evidence
 from dpaudit.whitebox.bounds import Bound
+from tests.claims import poisson_claim
 
 
 def _row(*, verdict: bool, above: bool, evidence: str = "–") -> BoundRow:
@@ -46,15 +45,7 @@ def test_an_evidence_row_above_the_claim_is_labelled_and_the_verdicts_are_not():
 
 
 def test_whitebox_json_counts_the_uncorrected_evidence_bounds():
-    claim = Claim(
-        known=True,
-        private=True,
-        segments=(Segment(steps=4, sampling_probability=0.9, noise_multiplier=3.67),),
-        delta=1e-5,
-        epsilon=2.0,
-        clip_norm=1.0,
-        sensitivity_factor=1.0,
-    )
+    claim = poisson_claim(0.9, 4, 3.67, epsilon=2.0)
     bound = Bound(method="order_stats", proves="the claimed curve", epsilon=1.9, confidence=0.975)
     two = {"order_stats": bound, "steinke": bound}
     analysis = Analysis(

@@ -9,11 +9,10 @@ import numpy as np
 import pytest
 
 from dpaudit import accounting
-from dpaudit.accounting.events import Segment
 from dpaudit.audit.gdp import gdp_delta
 from dpaudit.audit.one_run import _fdp_mu
 from dpaudit.audit.tradeoff import TradeOff, one_run_margin, point_rejects
-from dpaudit.claim import Claim
+from tests.claims import poisson_claim
 
 _N = statistics.NormalDist()
 
@@ -50,15 +49,7 @@ def test_privacy_profile_is_dp_accountings_and_a_point_below_the_curve_rejects()
 
 
 def test_the_family_bound_is_the_claim_epsilon_exactly_when_the_claim_is_the_weakest_rejected():
-    claim = Claim(
-        known=True,
-        private=True,
-        segments=(Segment(steps=20, sampling_probability=0.2, noise_multiplier=1.5),),
-        delta=1e-5,
-        epsilon=0.0,
-        clip_norm=1.0,
-        sensitivity_factor=1.0,
-    )
+    claim = poisson_claim(0.2, 20, 1.5, epsilon=0.0)
     at_claim = claim.curve(1.0)
     found = claim.lower_bound(lambda curve: curve(0.1) >= at_claim(0.1) - 1e-12)  # rejects s >= 1 only
     assert found.scale == pytest.approx(1.0) and found.epsilon <= claim.epsilon_at(1.0) + 1e-9
@@ -67,15 +58,7 @@ def test_the_family_bound_is_the_claim_epsilon_exactly_when_the_claim_is_the_wea
 
 
 def test_best_test_finds_the_test_that_rejects_the_least_private_scaling():
-    claim = Claim(
-        known=True,
-        private=True,
-        segments=(Segment(steps=1, sampling_probability=1.0, noise_multiplier=2.0),),
-        delta=1e-5,
-        epsilon=0.0,
-        clip_norm=1.0,
-        sensitivity_factor=1.0,
-    )
+    claim = poisson_claim(1.0, 1, 2.0, epsilon=0.0)
     # test j rejects a scaled claim when its f(0.1) reaches that of scale s_j: every scale >= s_j
     thresholds = [float(claim.curve(s)(0.1)) for s in (2.0, 0.8, 1.3)]
     tests = [lambda curve, t=t: curve(0.1) >= t - 1e-12 for t in thresholds]
