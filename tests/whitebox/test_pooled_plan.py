@@ -32,6 +32,7 @@ from dpaudit.whitebox.plan import (
     planned_pooled,
 )
 from dpaudit.whitebox.scores import all_iterates_scores
+from tests.audit.test_order_stats import _fixed_point
 from tests.claims import poisson_claim
 
 ALPHA = 0.025  # each verdict bound's significance at the verdict's 95%
@@ -45,14 +46,6 @@ def _claim(q: float, steps: int, sigma: float, epsilon: float) -> Claim:
 
 GAUSSIAN = _claim(1.0, 1, 1.0, gdp_epsilon(1.0, 1e-5))  # mu-GDP with mu = 1
 SUBSAMPLED = _claim(0.5, 4, 1.0, 3.0)
-
-
-def _fixed_point(curve) -> float:
-    lo, hi = 0.0, 0.5
-    for _ in range(60):
-        mid = (lo + hi) / 2
-        lo, hi = (mid, hi) if curve(mid) > mid else (lo, mid)
-    return lo
 
 
 def _scores(claim: Claim, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
