@@ -144,26 +144,13 @@ def correct_configurations(canaries: int, runs: int, epsilons: list[float]) -> N
 def planted_faults(canaries: int) -> None:
     import pytest
 
-    from dpaudit.whitebox.gradient_path import audit_gradient_path
-    from tests.trainers.opacus.faults import FAULTS, SCALE_ONLY, LightHost, clipping_of, planted
+    from tests.trainers.opacus.faults import FAULTS, SCALE_ONLY, verdicts
 
     print(f"\n2. Planted library faults (epsilon 4 claimed): flagged in one run ({canaries} canaries each)")
     patch = pytest.MonkeyPatch()
     for fault, seeds in ((None, 20), *((f, 10) for f in (*FAULTS, SCALE_ONLY))):
         start = time.perf_counter()
-        flags = []
-        with planted(fault, patch):
-            for seed in range(seeds):
-                analysis, _ = audit_gradient_path(
-                    LightHost(noise_seed=10_000 + seed, clipping=clipping_of(fault)),
-                    None,
-                    None,
-                    canaries=canaries,
-                    seed=seed,
-                    full=False,
-                    min_scale=1.0,
-                )
-                flags.append(analysis.alarm)
+        flags = verdicts(fault, seeds, patch, canaries=canaries)
         name = fault or "none (Opacus as installed)"
         print(f"{name:<28} flagged {sum(flags):>2}/{seeds}   ({time.perf_counter() - start:.0f} s)", flush=True)
 

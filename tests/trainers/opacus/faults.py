@@ -159,6 +159,27 @@ def clipping_of(fault: str | None) -> str:
     return "per_layer" if fault == "per_layer_flat" else "flat"
 
 
+def verdicts(fault: str | None, seeds: int, monkeypatch: pytest.MonkeyPatch, *, canaries: int) -> list[bool]:
+    """Whether each of ``seeds`` one-run verdict audits (:class:`LightHost`, ``canaries`` canaries) of Opacus with
+    ``fault`` planted (None: as installed) raised the alarm."""
+    from dpaudit.whitebox.gradient_path import audit_gradient_path
+
+    flags = []
+    with planted(fault, monkeypatch):
+        for seed in range(seeds):
+            analysis, _ = audit_gradient_path(
+                LightHost(noise_seed=10_000 + seed, clipping=clipping_of(fault)),
+                None,
+                None,
+                canaries=canaries,
+                seed=seed,
+                full=False,
+                min_scale=1.0,
+            )
+            flags.append(analysis.alarm)
+    return flags
+
+
 def expected_sigma_share() -> float:
     """How much of the claimed noise the per-layer fault leaves: C_max / sqrt(sum C_l^2)."""
     norms = [0.01, 0.01] + [1.0 / math.sqrt(CANARY_TABLES)] * CANARY_TABLES

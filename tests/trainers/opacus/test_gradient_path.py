@@ -12,30 +12,13 @@ from __future__ import annotations
 import numpy as np
 import pytest
 
-from dpaudit.whitebox.gradient_path import audit_gradient_path, lattice_hits
+from dpaudit.whitebox.gradient_path import lattice_hits
 from dpaudit.whitebox.layout import CANARY_GAIN
-from tests.trainers.opacus.faults import FAULTS, LightHost, clipping_of, planted, tiny_setup
+from tests.trainers.opacus.faults import FAULTS, LightHost, planted, tiny_setup, verdicts
 
 CANARIES = 500
 POWER_SEEDS = 10
 VALIDITY_SEEDS = 20
-
-
-def _verdicts(fault: str | None, seeds: int, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    flags = []
-    with planted(fault, monkeypatch):
-        for seed in range(seeds):
-            analysis, _ = audit_gradient_path(
-                LightHost(noise_seed=10_000 + seed, clipping=clipping_of(fault)),
-                None,
-                None,
-                canaries=CANARIES,
-                seed=seed,
-                full=False,
-                min_scale=1.0,
-            )
-            flags.append(analysis.alarm)
-    return flags
 
 
 @pytest.mark.parametrize("mode", ["hooks", "functorch", "ghost"])
@@ -66,12 +49,12 @@ def test_the_lattice_test_never_fires_on_fresh_noise_and_fires_on_reused_noise()
 
 @pytest.mark.parametrize("fault", FAULTS)
 def test_a_planted_library_fault_is_flagged_in_one_run(fault, monkeypatch):
-    flags = _verdicts(fault, POWER_SEEDS, monkeypatch)
+    flags = verdicts(fault, POWER_SEEDS, monkeypatch, canaries=CANARIES)
     assert sum(flags) >= 9, (fault, flags)
 
 
 def test_correct_opacus_is_never_flagged_beyond_the_stated_five_percent(monkeypatch):
-    flags = _verdicts(None, VALIDITY_SEEDS, monkeypatch)
+    flags = verdicts(None, VALIDITY_SEEDS, monkeypatch, canaries=CANARIES)
     # At most 5% false alarms are allowed; over 20 seeds 4 or more alarms has probability 1.6% at exactly 5%.
     assert sum(flags) <= 3, flags
 
