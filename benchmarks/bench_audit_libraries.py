@@ -97,6 +97,8 @@ class _Host:
 
 
 def correct_configurations(canaries: int, runs: int, epsilons: list[float]) -> None:
+    from dpaudit.common.figures import format_down as down
+    from dpaudit.common.figures import format_up as up
     from dpaudit.whitebox.gradient_path import audit_gradient_path
 
     print(f"\n1. Correct Opacus configurations: {canaries} canaries x {runs} runs, q = 0.5, 4 updates, delta 1e-5")
@@ -135,8 +137,9 @@ def correct_configurations(canaries: int, runs: int, epsilons: list[float]) -> N
             verdict = "FLAGGED" if analysis.alarm else "ok"
             ceil_one, ceil_multi = analysis.ceilings["one-run"], analysis.ceilings["pooled"]
             print(
-                f"{name:<28}{epsilon:>5g}{sigma:>8.3f}{claim:>8.2f}{one:>9.2f}{ceil_one:>7.2f}{one / claim:>8.2f}"
-                f"{multi:>11.2f}{ceil_multi:>7.2f}{multi / claim:>8.2f}  {verdict:<9}{time.perf_counter() - start:>6.0f}",
+                f"{name:<28}{epsilon:>5g}{sigma:>8.3f}{up(claim):>8}{down(one):>9}{down(ceil_one):>7}"
+                f"{down(one / claim):>8}{down(multi):>11}{down(ceil_multi):>7}{down(multi / claim):>8}  {verdict:<9}"
+                f"{time.perf_counter() - start:>6.0f}",
                 flush=True,
             )
 
@@ -208,6 +211,8 @@ def _jax_sigma(epsilon: float, accountant: str, rows: int, batch: int, sampling:
 
 
 def jax_correct_configurations(canaries: int, runs: int, epsilons: list[float], only: str = "") -> None:
+    from dpaudit.common.figures import format_down as down
+    from dpaudit.common.figures import format_up as up
     from dpaudit.whitebox.gradient_path import audit_gradient_path
     from tests.trainers.jax_privacy.faults import LightHost
 
@@ -263,9 +268,9 @@ def jax_correct_configurations(canaries: int, runs: int, epsilons: list[float], 
             verdict = "FLAGGED" if analysis.alarm else "ok"
             ceil_one, ceil_multi = analysis.ceilings["one-run"], analysis.ceilings["pooled"]
             print(
-                f"{name:<34}{epsilon:>5g}{sigma:>8.3f}{claim:>8.2f}{analysis.claim.delta:>9.2g}{one:>9.2f}"
-                f"{ceil_one:>7.2f}{one / claim:>8.2f}{multi:>11.2f}{ceil_multi:>7.2f}{multi / claim:>8.2f}  "
-                f"{verdict:<9}{time.perf_counter() - start:>6.0f}",
+                f"{name:<34}{epsilon:>5g}{sigma:>8.3f}{up(claim):>8}{up(analysis.claim.delta, 2):>9}{down(one):>9}"
+                f"{down(ceil_one):>7}{down(one / claim):>8}{down(multi):>11}{down(ceil_multi):>7}"
+                f"{down(multi / claim):>8}  {verdict:<9}{time.perf_counter() - start:>6.0f}",
                 flush=True,
             )
 
