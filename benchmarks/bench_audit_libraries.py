@@ -278,8 +278,7 @@ def jax_correct_configurations(canaries: int, runs: int, epsilons: list[float], 
 def jax_planted_faults() -> None:
     import pytest
 
-    from dpaudit.whitebox.gradient_path import audit_gradient_path
-    from tests.trainers.jax_privacy.faults import CANARIES, FAULTS, LightHost, planted
+    from tests.trainers.jax_privacy.faults import CANARIES, FAULTS, one_run_audits
 
     print(f"\n2j. JAX Privacy's planted faults (epsilon 4 claimed): flagged in one run ({CANARIES} canaries each)")
     patch = pytest.MonkeyPatch()
@@ -287,20 +286,10 @@ def jax_planted_faults() -> None:
         start = time.perf_counter()
         flags, mismatched = [], 0
         sampling = "fixed" if fault == "fixed_as_poisson" else "poisson"
-        with planted(fault, patch):
-            for seed in range(seeds):
-                # fixed-size batches: signed canaries test the library's claim (here one for Poisson sampling)
-                analysis, done = audit_gradient_path(
-                    LightHost(noise_seed=10_000 + seed, sampling=sampling),
-                    None,
-                    None,
-                    canaries=CANARIES,
-                    seed=seed,
-                    full=False,
-                    min_scale=1.0,
-                )
-                flags.append(analysis.alarm)
-                mismatched += not done[0].record.details["library"]["agrees"]
+        # fixed-size batches: signed canaries test the library's claim (here one for Poisson sampling)
+        for analysis, done in one_run_audits(fault, seeds, patch, sampling=sampling):
+            flags.append(analysis.alarm)
+            mismatched += not done[0].record.details["library"]["agrees"]
         name = fault or "none (JAX Privacy as installed)"
         audit = f"flagged {sum(flags):>2}/{seeds}"
         print(

@@ -137,3 +137,26 @@ def planted(fault: str | None, monkeypatch: pytest.MonkeyPatch) -> Iterator[None
         elif fault is not None:
             raise ValueError(fault)
         yield
+
+
+def one_run_audits(
+    fault: str | None, seeds: int, monkeypatch: pytest.MonkeyPatch, *, sampling: str = "poisson"
+) -> list[tuple[Any, list[Any]]]:
+    """``seeds`` one-run verdict audits (:class:`LightHost`, :data:`CANARIES` canaries) of JAX Privacy with ``fault``
+    planted (None: as installed): each audit's (analysis, runs). Fixed-size ``sampling``: signed canaries test the
+    library's claim."""
+    from dpaudit.whitebox.gradient_path import audit_gradient_path
+
+    with planted(fault, monkeypatch):
+        return [
+            audit_gradient_path(
+                LightHost(noise_seed=10_000 + seed, sampling=sampling),
+                None,
+                None,
+                canaries=CANARIES,
+                seed=seed,
+                full=False,
+                min_scale=1.0,
+            )
+            for seed in range(seeds)
+        ]

@@ -17,23 +17,21 @@ import pytest
 
 from dpaudit.whitebox.gradient_path import audit_gradient_path
 from dpaudit.whitebox.layout import CANARY_GAIN
-from tests.trainers.jax_privacy.faults import CANARIES, DELTA, FAULTS, SIGMA, LightHost, planted, tiny_setup
+from tests.trainers.jax_privacy.faults import (
+    CANARIES,
+    DELTA,
+    FAULTS,
+    SIGMA,
+    LightHost,
+    one_run_audits,
+    planted,
+    tiny_setup,
+)
 
 POWER_SEEDS = 10
 #: The validity count runs over at least 20 seeds per library (docs/auditing.md); each correct audit costs about a
 #: second of claim accounting.
 VALIDITY_SEEDS = 20
-
-
-def _verdicts(fault: str | None, seeds: int, monkeypatch: pytest.MonkeyPatch) -> list[bool]:
-    flags = []
-    with planted(fault, monkeypatch):
-        for seed in range(seeds):
-            analysis, _ = audit_gradient_path(
-                LightHost(noise_seed=10_000 + seed), None, None, canaries=CANARIES, seed=seed, full=False, min_scale=1.0
-            )
-            flags.append(analysis.alarm)
-    return flags
 
 
 @pytest.mark.parametrize("sampling", ["poisson", "fixed"])
@@ -134,12 +132,12 @@ SUITE_FAULTS = [f for f in FAULTS if f != "micro_steps"]
 
 @pytest.mark.parametrize("fault", SUITE_FAULTS)
 def test_a_planted_library_fault_is_flagged_in_one_run(fault, monkeypatch):
-    flags = _verdicts(fault, POWER_SEEDS, monkeypatch)
+    flags = [analysis.alarm for analysis, _ in one_run_audits(fault, POWER_SEEDS, monkeypatch)]
     assert sum(flags) >= 9, (fault, flags)
 
 
 def test_correct_jax_privacy_is_never_flagged_beyond_the_stated_five_percent(monkeypatch):
-    flags = _verdicts(None, VALIDITY_SEEDS, monkeypatch)
+    flags = [analysis.alarm for analysis, _ in one_run_audits(None, VALIDITY_SEEDS, monkeypatch)]
     # At most 5% false alarms are allowed; over 20 seeds 4 or more alarms has probability 1.6% at exactly 5%.
     assert sum(flags) <= 3, flags
 
