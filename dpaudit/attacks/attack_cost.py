@@ -204,13 +204,13 @@ def measure_forward_cost(
                 best = min(best, CLOCK() - start)
         return best
 
-    with torch.inference_mode():
-        cache = model(input_ids=full[:1], use_cache=True).past_key_values
+    with torch.inference_mode():  # a masked LM's or a classifier's output has no cache: a pass of one token alone
+        cache = getattr(model(input_ids=full[:1], use_cache=True), "past_key_values", None)
     one = full[:1, :1]
-    try:
+    if cache is not None:
         per_call = timed(lambda: model(input_ids=one, past_key_values=copy.deepcopy(cache), use_cache=True))
         per_call -= timed(lambda: copy.deepcopy(cache))
-    except Exception:  # noqa: BLE001 - a model without a cache (a masked LM, a classifier): a pass of one token
+    else:
         per_call = timed(lambda: model(input_ids=one, attention_mask=torch.ones_like(one)))
     per_token = max(timed(lambda: model(input_ids=full, attention_mask=torch.ones_like(full))) - per_call, 0.0)
     return ForwardCost(per_call=max(per_call, 0.0), per_token=per_token / (rows * length - 1), rows=rows, length=length)

@@ -147,3 +147,15 @@ def test_dpaudit_attack_prints_the_estimate_first_within_the_stated_factor(tmp_p
     for name, estimate in zip(("exposure", "extraction"), seconds):
         print(f"{name}: estimate {estimate:.4f} s, passes measured {measured[name]:.4f} s CPU")
         assert measured[name] / FACTOR <= estimate <= measured[name] * FACTOR, (name, estimate, measured[name])
+
+
+def test_a_masked_lm_gets_its_estimate_too(canary_model, canary_data):
+    """A masked LM's output has no key/value cache: the price of a pass is measured without one, and the estimate is
+    printed (it was silently left out, the missing cache raising inside the never-raising announce)."""
+    from dpaudit.attacks.attack_cost import announce
+
+    lines: list[str] = []
+    seconds = announce(canary_model, canary_data, "exposure,reconstruction", {}, lines.append)
+    assert seconds is not None and len(seconds) == 2 and all(s > 0 for s in seconds), lines
+    assert lines[0].startswith("estimate before the attacks start")
+    assert lines[1].startswith("  exposure: ") and lines[2].startswith("  reconstruction: ")
