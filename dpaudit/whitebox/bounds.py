@@ -33,6 +33,7 @@ the classic audit without that reading.
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -54,6 +55,7 @@ __all__ = [
     "one_run_bounds",
     "order_stats_bounds",
     "points_canaries_needed",
+    "points_test",
 ]
 
 PROOF_DP = "(epsilon, delta)-DP, any mechanism"
@@ -133,35 +135,34 @@ def multi_run_family(
     :class:`~dpaudit.audit.thresholds.BonferroniThresholds`); a curve is rejected when some point is below it."""
     member, nonmember = np.sort(np.asarray(member, float)), np.sort(np.asarray(nonmember, float))
     n_m, n_n = member.size, nonmember.size
-    alpha = 1 - confidence
     thresholds = np.unique(np.concatenate([member, nonmember]))
-    tp = n_m - np.searchsorted(member, thresholds, side="left")  # members scoring >= t
-    fp = n_n - np.searchsorted(nonmember, thresholds, side="left")
+    fn = np.searchsorted(member, thresholds, side="left")  # members scoring < t
+    fp = n_n - np.searchsorted(nonmember, thresholds, side="left")  # non-members scoring >= t
+    rejects = points_test(fp, n_n, fn, n_m, 1 - confidence)
+    return _family(claim.lower_bound(rejects, min_scale=min_scale), confidence)
+
+
+def points_test(fp: np.ndarray, n_n: int, fn: np.ndarray, n_m: int, alpha: float) -> Callable[[TradeOff], bool]:
+    """The pooled Clopper-Pearson points' test: at each threshold, upper bounds on the FPR (``fp`` of ``n_n``
+    non-members) and the FNR (``fn`` of ``n_m`` members), each count at ``alpha`` / 2 / n (uniform over all
+    thresholds, see :class:`~dpaudit.audit.thresholds.BonferroniThresholds`); a curve is rejected when some point lies
+    below it. The one test of :func:`multi_run_family`, its plan and its canaries needed."""
     fpr_up = _cp_upper(fp, n_n, alpha / 2 / n_n)
-    fnr_up = _cp_upper(n_m - tp, n_m, alpha / 2 / n_m)
+    fnr_up = _cp_upper(fn, n_m, alpha / 2 / n_m)
     keep = (fpr_up < 1) & (fnr_up < 1)
     fpr_up, fnr_up = fpr_up[keep], fnr_up[keep]
-
-    def rejects(curve: TradeOff) -> bool:
-        return bool(fpr_up.size and np.any(fnr_up < curve(fpr_up)))
-
-    return _family(claim.lower_bound(rejects, min_scale=min_scale), confidence)
+    return lambda curve: bool(fpr_up.size and np.any(fnr_up < curve(fpr_up)))
 
 
 def points_canaries_needed(claim: Claim, *, confidence: float, most: int = 10**8) -> int | None:
     """The fewest pooled canaries (half members) whose perfect attack (no false positive, no false negative) puts a
     Clopper-Pearson point of :func:`multi_run_family` below the claimed curve, on the grid 2^(k/4); None when even
     ``most`` do not."""
-    alpha = 1 - confidence
     curve = claim.curve(1.0)
 
     def proves(n: int) -> bool:
         n_m, n_n = n - n // 2, n // 2
-        if n_n < 1:
-            return False
-        fpr_up = _cp_upper(np.zeros(1), n_n, alpha / 2 / n_n)
-        fnr_up = _cp_upper(np.zeros(1), n_m, alpha / 2 / n_m)
-        return bool(fpr_up[0] < 1 and fnr_up[0] < 1 and fnr_up[0] < curve(fpr_up)[0])
+        return n_n >= 1 and points_test(np.zeros(1), n_n, np.zeros(1), n_m, 1 - confidence)(curve)
 
     return order_stats.fewest_on_grid(proves, smallest=2, most=most)
 

@@ -50,11 +50,11 @@ from dataclasses import dataclass
 import numpy as np
 
 from dpaudit.audit import gauss_pair
-from dpaudit.audit.bounds import _cp_upper
 from dpaudit.audit.claim_family import PLAN_SPREAD, candidate_pairs, planned_pair
 from dpaudit.audit.order_stats_claim import order_beats_pair, order_test, planned_mistakes
 from dpaudit.audit.tradeoff import TradeOff
 from dpaudit.claim import Claim
+from dpaudit.whitebox.bounds import points_test
 from dpaudit.whitebox.layout import CanaryLayout
 from dpaudit.whitebox.scores import all_iterates_scores
 
@@ -223,11 +223,7 @@ def _planned_points_test(
     def planned(rate: np.ndarray, n: int) -> np.ndarray:
         return np.minimum(n, np.ceil(n * rate + PLAN_SPREAD * np.sqrt(n * rate * (1 - rate))))
 
-    fpr_up = _cp_upper(planned(fpr, n_n), n_n, alpha / 2 / n_n)
-    fnr_up = _cp_upper(planned(fnr, n_m), n_m, alpha / 2 / n_m)
-    keep = (fpr_up < 1) & (fnr_up < 1)
-    fpr_up, fnr_up = fpr_up[keep], fnr_up[keep]
-    return lambda curve: bool(fpr_up.size and np.any(fnr_up < curve(fpr_up)))
+    return points_test(planned(fpr, n_n), n_n, planned(fnr, n_m), n_m, alpha)
 
 
 @functools.lru_cache(maxsize=64)
