@@ -30,6 +30,7 @@ from __future__ import annotations
 import copy
 import functools
 import math
+import statistics
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
@@ -332,7 +333,7 @@ def _announce(
         (works.append(work) if work is not None else skipped.append(cls.name))
     if not works:
         return None
-    length = max(8, min(TEXT_TOKENS, sorted(texts or canary_tokens or [32])[len(texts or canary_tokens or [32]) // 2]))
+    length = max(8, min(TEXT_TOKENS, statistics.median_high(texts or canary_tokens or [32])))
     cost = measure_forward_cost(
         scorer.model,
         device=scorer.device,
