@@ -98,7 +98,8 @@ def test_padding_width_changes_no_example_loss(gpt2_batch):
 
 def test_unpadded_rows_skip_the_row_copy_and_still_equal_vmap(gpt2_batch, monkeypatch):
     """Every token real (rows packed to the full width) and per-example units: the rows grouped by unit are all rows
-    in order, so the engine reads the captures in place instead of copying them; the sum is still the oracle's."""
+    in order, so the engine reads the captures in place instead of copying them; the sum is still the oracle's, and
+    bit for bit the one the copied rows give."""
     from dpaudit.trainers.torch_common.clipping import ghost as ghost_module
 
     model, padded = gpt2_batch
@@ -121,6 +122,18 @@ def test_unpadded_rows_skip_the_row_copy_and_still_equal_vmap(gpt2_batch, monkey
     )
     assert in_place and all(in_place)
     assert _max_error(got.grads, want.grads) < 1e-5 and int(got.clipped) == int(want.clipped) == 6
+
+    def copy(self, t, r, seq):  # the rows copied out as for padded rows (the index_select path)
+        self._rows(r, seq)
+        self._identity.clear()
+        return select(self, t, r, seq)
+
+    monkeypatch.setattr(ghost_module._Units, "_select", copy)
+    copied = GhostClipper(model, per_example_losses, bounds=[1e-3], param_groups=[0] * len(params)).clipped_sum(
+        batch, np.arange(6), 6
+    )
+    assert all(torch.equal(a, b) for a, b in zip(got.grads, copied.grads, strict=True))  # bit-identical to a copy
+    monkeypatch.setattr(ghost_module._Units, "_select", spy)
     in_place.clear()  # padded rows: the real ones are copied out, as before
     GhostClipper(model, per_example_losses, bounds=[1e-3], param_groups=[0] * len(params)).clipped_sum(
         padded, np.arange(6), 6
