@@ -40,12 +40,8 @@ TRIALS = 500
 RUNS, M = 10, 50
 
 
-def _claim(q: float, steps: int, sigma: float, epsilon: float) -> Claim:
-    return poisson_claim(q, steps, sigma, epsilon=epsilon)
-
-
-GAUSSIAN = _claim(1.0, 1, 1.0, gdp_epsilon(1.0, 1e-5))  # mu-GDP with mu = 1
-SUBSAMPLED = _claim(0.5, 4, 1.0, 3.0)
+GAUSSIAN = poisson_claim(1.0, 1, 1.0, epsilon=gdp_epsilon(1.0, 1e-5))  # mu-GDP with mu = 1
+SUBSAMPLED = poisson_claim(0.5, 4, 1.0, epsilon=3.0)
 
 
 def _scores(claim: Claim, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
@@ -98,7 +94,7 @@ def test_the_pooled_test_exceeds_the_truth_in_at_most_5_percent_of_500_audits():
 def test_the_count_can_fail():
     """Half the claimed noise is rejected in most audits: the count above is not vacuous."""
     rng = np.random.default_rng(7)
-    assert _exceedances(SUBSAMPLED, *_scores(_claim(0.5, 4, 0.5, 3.0), rng)) > TRIALS // 2
+    assert _exceedances(SUBSAMPLED, *_scores(poisson_claim(0.5, 4, 0.5, epsilon=3.0), rng)) > TRIALS // 2
 
 
 def test_the_plan_is_a_function_of_the_claim_m_and_r_and_picks_the_stronger_test():
