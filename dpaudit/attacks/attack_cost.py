@@ -297,6 +297,12 @@ def _announce(
     triple = None
     if space is not None and getattr(space, "alphabet", None) is not None:
         triple = (len(space.alphabet), int(space.length), int(space.size))
+    if source.kind != "causal-lm" and canaries and triple is not None:
+        from dpaudit.scoring.targets import locate_secrets
+
+        # the masked-LM attacks locate each secret first: a secret the tokenizer splits is refused (one line), so
+        # it gets no estimate printed above the refusal
+        locate_secrets(tokenizer, canaries, space, max_length=scorer.max_length)
     if source.kind == "causal-lm" and canaries:
         secrets = None
         if triple is not None:
