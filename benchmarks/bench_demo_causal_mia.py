@@ -90,8 +90,9 @@ def main() -> None:
         train = list(stages["train-clm-nonprivate"].args)
         if args.epochs is not None:
             train[train.index("--epochs") + 1] = str(args.epochs)
-        inject = stages["inject-causal" if "inject-causal" in stages else "inject"]  # the causal LMs' own, if any
-        for cmd in (inject.args, stages["train-clm-public"].args, tuple(train)):
+        # the masked LMs' inject, then the causal LMs' own (drawn disjoint from it: --exclude its splits), if any
+        injects = [stages[name].args for name in ("inject", "inject-causal") if name in stages]
+        for cmd in (*injects, stages["train-clm-public"].args, tuple(train)):
             print(f"  {run(list(cmd)):.1f} s", flush=True)
         model, data = Path(train[train.index("--out") + 1]), Path(train[train.index("--data") + 1])
         rows = {}

@@ -53,6 +53,7 @@ class InjectOptions:
     encoding_errors: str = "strict"
     resplit: bool = False
     resplit_seed: int | None = None
+    exclude: tuple[str, ...] = ()
 
 
 _SPLITTING = {
@@ -116,6 +117,11 @@ def check_sources(o: InjectOptions) -> None:
                 f"{splitting[0]} splits --corpus; with --train/--heldout the files are the splits: "
                 f"remove {splitting[0]}."
             )
+    if o.exclude and o.corpus != BUILTIN_ASSISTANT:
+        raise UserInputError(
+            f"--exclude applies to --corpus {BUILTIN_ASSISTANT} (its generator skips those rows); remove it, or drop "
+            "the rows from your own files before inject."
+        )
     if o.corpus == BUILTIN_ASSISTANT:
         for name, flag in (("text_column", "--text-column"), ("label_column", "--label-column")):
             if getattr(o, name) is not None:
@@ -200,6 +206,7 @@ def inject_config(o: InjectOptions) -> InjectConfig:
             frequencies_from_size=from_size,
             resplit=o.resplit,
             resplit_seed=o.resplit_seed,
+            exclude=tuple(o.exclude),
         )
     except ValueError as err:
         raise UserInputError(f"dpaudit inject: {err}") from None

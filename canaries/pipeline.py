@@ -65,6 +65,7 @@ from dpaudit.common import resources
 from dpaudit.common.errors import UserInputError
 from dpaudit.common.progress import progress_bar
 from dpaudit.corpus import BUILTIN_ASSISTANT, CorpusReader, assistant
+from dpaudit.corpus.near_duplicates import normalize
 from dpaudit.corpus.readers import NO_LABELS, Label
 from dpaudit.files.run_dirs import (
     build_manifest,
@@ -140,6 +141,9 @@ class InjectConfig:
         canaries: False writes no canary (``--no-canaries``): a membership audit of the rows alone.
         frequencies_from_size: the schedule's frequencies were not given: :func:`default_frequencies` picks them
             from the number of members (the resolved ones are recorded in ``schedule``).
+        exclude: for ``builtin:assistant``: files whose rows are never drawn (``--exclude``; each file's sha256 is
+            an input of the run): no generated utterance, private or public, equals one of their texts after
+            :func:`dpaudit.corpus.near_duplicates.normalize` (:func:`excluded_texts`).
     """
 
     corpus: str | None = None
@@ -163,6 +167,7 @@ class InjectConfig:
     frequencies_from_size: bool = False
     resplit: bool = False
     resplit_seed: int | None = None
+    exclude: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if (self.corpus is None) == (self.train is None):
@@ -183,6 +188,11 @@ class InjectConfig:
             )
         if self.resplit_seed is not None and (not self.resplit or self.resplit_seed < 0):
             raise ValueError(f"resplit_seed needs resplit and must be >= 0, got {self.resplit_seed}.")
+        if self.exclude and not self.builtin:
+            raise ValueError(
+                f"--exclude applies to --corpus {BUILTIN_ASSISTANT} (its generator skips those rows); remove it "
+                "or drop the rows from your files yourself."
+            )
 
     @property
     def resplit_seed_value(self) -> int:
@@ -219,6 +229,7 @@ _LATER_FIELDS = {
     "frequencies_from_size": False,
     "resplit": False,
     "resplit_seed": None,
+    "exclude": (),
 }
 
 
@@ -262,6 +273,22 @@ def generated_public(config: InjectConfig) -> int:
     return public_beyond(config.corpus_size or DEFAULT_CORPUS_SIZE, config.splits)
 
 
+def excluded_texts(config: InjectConfig) -> tuple[frozenset[str], dict[str, str]]:
+    """The normalized texts of ``config.exclude``'s files, and each file's sha256 (an input of the run).
+
+    Any text-bearing corpus file is read (an inject directory's ``train.jsonl``, ``heldout.jsonl`` and
+    ``public.jsonl`` among them), labels ignored; a missing or unreadable file is the reader's one-line error,
+    naming ``--exclude``.
+    """
+    texts: set[str] = set()
+    inputs: dict[str, str] = {}
+    for path in config.exclude:
+        reader = CorpusReader(path, errors=config.encoding_errors, option="--exclude", label_column=NO_LABELS)  # type: ignore[arg-type]
+        texts.update(normalize(row.text) for row in reader)
+        inputs[path] = sha256_file(path)
+    return frozenset(texts), inputs
+
+
 def load_corpus(config: InjectConfig, *, forbidden: dict[str, int] | None = None, more_public: int = 0) -> LoadedCorpus:
     """Read (or generate) the corpus into memory once.
 
@@ -275,6 +302,8 @@ def load_corpus(config: InjectConfig, *, forbidden: dict[str, int] | None = None
     label_ids: list[int] = []
     label_index: dict[Label, int] = {}
     labelled: bool | None = None
+    exclude: frozenset[str] = frozenset()
+    exclude_inputs: dict[str, str] = {}
     if config.builtin:
         size = config.corpus_size or DEFAULT_CORPUS_SIZE
         if size > assistant.max_size():
@@ -286,9 +315,11 @@ def load_corpus(config: InjectConfig, *, forbidden: dict[str, int] | None = None
                 f"--public-size {more_public}: builtin:assistant can make at most {assistant.max_more(size)} public "
                 f"utterances beside --corpus-size {size}; lower --public-size or --corpus-size."
             )
-        generated = assistant.generate(size, config.seed)
+        exclude, exclude_inputs = excluded_texts(config)
+        generated = assistant.generate(size, config.seed, exclude=exclude)
         if more_public:
-            generated = itertools.chain(generated, assistant.generate_more(more_public, config.seed, after=size))
+            more = assistant.generate_more(more_public, config.seed, after=size, exclude=exclude)
+            generated = itertools.chain(generated, more)
         rows = ((i + 1, r["text"], r["label"]) for i, r in enumerate(generated))
         total, stats = size + more_public, None
         input_value = assistant.describe(size, config.seed, more=more_public)
@@ -322,11 +353,14 @@ def load_corpus(config: InjectConfig, *, forbidden: dict[str, int] | None = None
         what = "generated nothing" if config.builtin else "has no examples (empty or only blank lines)"
         raise UserInputError(f"--corpus {config.corpus} {what}; pass a corpus with at least one non-blank example.")
     info: dict[str, Any] = {"source": config.corpus, "rows": len(texts), "labelled": bool(labelled)}
+    if config.exclude:
+        info["excluded"] = {"files": list(config.exclude), "texts": len(exclude)}
     if stats is not None:
         info.update(
             format=stats.format, blank_skipped=stats.stats.blank_skipped, replaced_lines=stats.stats.replaced_lines
         )
-    return _finish(texts, label_ids if labelled else None, label_index, inputs={config.corpus: input_value}, info=info)  # type: ignore[dict-item]
+    inputs = {config.corpus: input_value, **exclude_inputs}
+    return _finish(texts, label_ids if labelled else None, label_index, inputs=inputs, info=info)  # type: ignore[dict-item]
 
 
 def _finish(

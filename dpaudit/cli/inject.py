@@ -207,6 +207,16 @@ _EPILOG = (
     show_default=True,
     help="Undecodable UTF-8: strict stops with the line number; replace substitutes U+FFFD.",
 )
+@click.option(
+    "--exclude",
+    "exclude",
+    multiple=True,
+    metavar="FILE",
+    help="With builtin:assistant: rows never to draw (repeatable): no generated row, private or public, equals a "
+    "row of FILE after normalization (case, punctuation, spacing), e.g. another inject directory's train.jsonl, "
+    "heldout.jsonl and public.jsonl, so that two experiments drawn with one seed share no row. Rows one slot value "
+    "apart (near duplicates) may remain, as between one directory's own splits. Each FILE's sha256 is recorded.",
+)
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists and is not empty.")
 @click.option(
     "--force",
@@ -242,6 +252,7 @@ def inject(
     encoding_errors: str,
     resplit: bool,
     resplit_seed: int | None,
+    exclude: tuple[str, ...],
     overwrite: bool,
     force: bool,
     as_json: bool,
@@ -292,6 +303,7 @@ def inject(
             encoding_errors=encoding_errors,
             resplit=resplit,
             resplit_seed=resplit_seed,
+            exclude=exclude,
         )
     )
     summary = run_inject(config, out, overwrite=overwrite, force=force)

@@ -14,7 +14,10 @@ utterance picks a template (weighted by the square root of its number of combina
 uniform slot values, redrawing repeats. Keeping every intent at most half full keeps redraws rare.
 
 :func:`generate_more` makes further utterances beside a generated corpus, none equal to any of its own,
-from a random stream of their own (``dpaudit inject``'s public rows beyond ``--corpus-size``).
+from a random stream of their own (``dpaudit inject``'s public rows beyond ``--corpus-size``). Both take an
+``exclude`` set of normalized texts (``dpaudit inject --exclude``): an utterance equal to one of them after
+:func:`dpaudit.corpus.near_duplicates.normalize` is redrawn like a repeat, so that two inject directories drawn
+from one seed can be disjoint by construction (docs/canaries.md, "Splits, labels and randomness").
 
 References:
     Dupuy, Arava, Gupta, Rumshisky. "An Efficient DP-Federated Learning Mechanism ..." (2021);
@@ -27,11 +30,13 @@ import bisect
 import hashlib
 import math
 import string
-from collections.abc import Iterator, Sequence
+from collections.abc import Collection, Iterator, Sequence
 from dataclasses import dataclass
 from functools import cache
 
 import numpy as np
+
+from dpaudit.corpus.near_duplicates import normalize
 
 #: Version of the grammar; bump it whenever an edit changes the utterances a seed produces.
 GENERATOR_VERSION = 1
@@ -864,21 +869,24 @@ def _key(text: str) -> bytes:
     return hashlib.blake2b(text.encode("utf-8"), digest_size=8).digest()
 
 
-def generate(n: int, seed: int) -> Iterator[dict[str, str]]:
+def generate(n: int, seed: int, *, exclude: Collection[str] = frozenset()) -> Iterator[dict[str, str]]:
     """Yield ``n`` distinct utterances as ``{"text": ..., "label": intent}``, deterministically.
 
     Args:
         n: how many utterances, at most :func:`max_size`.
-        seed: non-negative seed; the same ``(n, seed)`` always yields the same sequence.
+        seed: non-negative seed; the same ``(n, seed, exclude)`` always yields the same sequence (an empty
+            ``exclude`` the sequence of ``(n, seed)`` alone).
+        exclude: normalized texts (:func:`~dpaudit.corpus.near_duplicates.normalize`) never to yield: an
+            utterance equal to one after normalization is redrawn like a repeat.
 
     Raises:
         ValueError: if ``n`` or ``seed`` is out of range.
     """
     rng = _rng(seed)
-    return _draw(intent_quotas(n), rng, set())
+    return _draw(intent_quotas(n), rng, set(), exclude)
 
 
-def generate_more(n: int, seed: int, *, after: int) -> Iterator[dict[str, str]]:
+def generate_more(n: int, seed: int, *, after: int, exclude: Collection[str] = frozenset()) -> Iterator[dict[str, str]]:
     """Yield ``n`` further utterances, distinct from each other and from every one of ``generate(after, seed)``.
 
     For a split that must be disjoint from a generated corpus (``dpaudit inject``'s public rows beyond
@@ -886,17 +894,22 @@ def generate_more(n: int, seed: int, *, after: int) -> Iterator[dict[str, str]]:
     from a random stream of their own, so ``generate(after, seed)`` itself is unchanged by them. Intents
     get equal shares of ``n`` (:func:`more_quotas`).
 
+    ``exclude`` applies to both: the corpus is regenerated with it, and no further utterance is in it either.
+
     Raises:
         ValueError: if ``n``, ``after`` or ``seed`` is out of range (at most :func:`max_more` of ``after``).
     """
     quotas = more_quotas(n, after=after)
     rng = _rng(seed, _MORE_STREAM)
-    seen = {_key(row["text"]) for row in generate(after, seed)}
-    return _draw(quotas, rng, seen)
+    seen = {_key(row["text"]) for row in generate(after, seed, exclude=exclude)}
+    return _draw(quotas, rng, seen, exclude)
 
 
-def _draw(quotas: dict[str, int], rng: np.random.Generator, seen: set[bytes]) -> Iterator[dict[str, str]]:
-    """The utterances of ``quotas`` in a shuffled intent order, none of whose keys is in ``seen``."""
+def _draw(
+    quotas: dict[str, int], rng: np.random.Generator, seen: set[bytes], exclude: Collection[str] = frozenset()
+) -> Iterator[dict[str, str]]:
+    """The utterances of ``quotas`` in a shuffled intent order, none of whose keys is in ``seen`` and none whose
+    normalized text is in ``exclude``."""
     n = sum(quotas.values())
     order = np.repeat(np.arange(len(INTENTS), dtype=np.int16), [quotas[i.name] for i in INTENTS])
     rng.shuffle(order)
@@ -908,7 +921,7 @@ def _draw(quotas: dict[str, int], rng: np.random.Generator, seen: set[bytes]) ->
             for _ in range(10_000):
                 text = sampler.draw(u)
                 key = _key(text)
-                if key not in seen:
+                if key not in seen and not (exclude and normalize(text) in exclude):
                     seen.add(key)
                     break
                 u = rng.random(1 + _MAX_SLOTS).tolist()  # a repeat: redraw this one utterance

@@ -59,7 +59,12 @@ private rows, and a public split that happened to miss an intent cannot make the
 
 The causal LMs (``--causal``) at the full size get their own inject directory too (``causal_corpus_size``: 900
 members beside 555 canary rows, 400 held-out rows, 20,000 public rows of their own), a public causal LM trained 3
-epochs on those public rows, and 20 fine-tuning epochs. On the masked LMs' directory (2,700 members, a public causal
+epochs on those public rows, and 20 fine-tuning epochs. It is drawn from the same built-in corpus and seed as the
+masked LMs' with ``--exclude`` of all three of their splits: no row of one directory, private or public, is a row of
+the other (equal after normalization), so no private row of one experiment is trained on without DP by the other,
+and the rows the recipe below was chosen on (the masked LMs' public ones) are none of the causal LMs' private rows.
+Drawn without it, 43 of the causal LMs' 1,300 private rows were masked public rows and 89 of the masked LMs' 3,000
+corpus rows were causal public rows. On the masked LMs' directory (2,700 members, a public causal
 LM of 1 epoch, 8 fine-tuning epochs) the tiny 2 x 64 model barely memorized its rows, and no membership attack
 measured anything at 1% false positives (``benchmarks/bench_demo_causal_mia.py``: 2-5%). The recipe was chosen on
 public rows only: the masked LMs' ``public.jsonl`` drawn at random into pseudo-members, 1,000 pseudo-non-members and
@@ -352,9 +357,14 @@ def _inject(
     *,
     heldout_size: int = 0,
     per_frequency: int = 0,
+    exclude_from: Path | None = None,
 ) -> Stage:
     public: tuple[str, ...] = ("--public-size", str(public_size)) if public_size else ()
     public += ("--heldout-size", str(heldout_size)) if heldout_size else ()
+    # Another inject directory's rows, never drawn here (docs/canaries.md, "Splits, labels and randomness").
+    exclude = (
+        () if exclude_from is None else tuple(a for f in EXCLUDED_SPLITS for a in ("--exclude", str(exclude_from / f)))
+    )
     title = f"inject canaries into {corpus_size} built-in utterances" + (
         f", {public_size} public ones beside them" if public_size else ""
     )
@@ -380,8 +390,10 @@ def _inject(
             "--per-frequency",
             str(per_frequency or sizes.per_frequency),
             *public,
+            *exclude,
             "--overwrite",
         ),
+        inputs=() if exclude_from is None else (exclude_from,),
     )
 
 
@@ -784,6 +796,10 @@ def _classifiers(
 #: --attacks when it has one: two forward passes per text, no shadow training.
 BASE_ATTACKS = ("base-ratio", "error-zone", "min-k++-base")
 
+#: The splits of the masked LMs' inject directory that the causal LMs' own excludes (``dpaudit inject --exclude``):
+#: all of them, so that neither experiment's private rows are the other's public ones.
+EXCLUDED_SPLITS = ("train.jsonl", "heldout.jsonl", "public.jsonl")
+
 #: The causal LMs: (mode, label, title, private).
 CAUSAL_MODES = (
     ("sgd", "clm-nonprivate", "GPT-2-shaped causal LM, non-private", False),
@@ -904,8 +920,9 @@ def build_plan(
     public classifier when ``sizes.classifier_public_epochs``; ``sizes.audit_canaries`` the one-run audit: its inject
     directory and the two masked LMs trained on it from random weights (the public model's tokenizer lacks the audit's
     new tokens, and the audit proves the recipe's leakage, not its utility), attacked with the canary attack;
-    ``causal`` the GPT-2-shaped causal LMs (edp-sgd ``--task clm``, needs torch) on the masked LMs' inject directory,
-    from a public causal LM when ``sizes.causal_public_epochs``.
+    ``causal`` the GPT-2-shaped causal LMs (edp-sgd ``--task clm``, needs torch) on their own inject directory when
+    ``sizes.causal_corpus_size`` (drawn with ``--exclude`` of the masked LMs' splits: the two share no row), else on the
+    masked LMs', from a public causal LM when ``sizes.causal_public_epochs``.
     """
     data, clf_data, audit_data = out / "data", out / "data-classifier", out / "data-audit"
     injects = [
@@ -965,6 +982,7 @@ def build_plan(
                     sizes.public_size,
                     heldout_size=sizes.causal_heldout_size,
                     per_frequency=sizes.causal_per_frequency,
+                    exclude_from=data,
                 )
             )
         if sizes.causal_public_epochs:
