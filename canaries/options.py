@@ -8,6 +8,8 @@ own ``--heldout`` file, ``--frequencies`` with ``--no-canaries``) is told from a
 
 from __future__ import annotations
 
+import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
@@ -74,6 +76,13 @@ _CANARY_OPTIONS = {
     "holdout": "--holdout",
     "coin_flip": "--coin-flip",
 }
+
+
+def _paths(files: str | os.PathLike[str] | Iterable[str | os.PathLike[str]]) -> tuple[str, ...]:
+    """``--exclude``'s files as strings: one path (``dpaudit.inject(exclude="a.jsonl")``) or several."""
+    if isinstance(files, (str, os.PathLike)):
+        return (os.fspath(files),)
+    return tuple(os.fspath(f) for f in files)
 
 
 def _given(options: InjectOptions, names: dict[str, str]) -> list[str]:
@@ -206,7 +215,7 @@ def inject_config(o: InjectOptions) -> InjectConfig:
             frequencies_from_size=from_size,
             resplit=o.resplit,
             resplit_seed=o.resplit_seed,
-            exclude=tuple(o.exclude),
+            exclude=_paths(o.exclude),
         )
     except ValueError as err:
         raise UserInputError(f"dpaudit inject: {err}") from None

@@ -126,3 +126,16 @@ def test_bad_exclude_is_one_line_exit_2(tmp_path, monkeypatch, extra, message):
     lines = [line for line in result.output.splitlines() if line.strip()]
     assert len(lines) == 1 and message in lines[0], result.output
     assert not Path("out").exists()
+
+
+def test_the_python_api_takes_one_path_or_several(small, tmp_path):
+    import dpaudit
+
+    _, out = small
+    masked = _rows(out / "data")
+    common = dict(corpus="builtin:assistant", corpus_size=200, public_size=2000, heldout_size=40, frequencies="1")
+    one = dpaudit.inject(tmp_path / "one", exclude=out / "data" / "public.jsonl", **common)
+    both = dpaudit.inject(tmp_path / "both", exclude=[out / "data" / s for s in EXCLUDED_SPLITS], **common)
+    rows = {name: set().union(*_rows(result.path).values()) for name, result in (("one", one), ("both", both))}
+    assert not rows["one"] & masked["public"] and rows["one"] & (masked["train"] | masked["heldout"])
+    assert not rows["both"] & set().union(*masked.values())
