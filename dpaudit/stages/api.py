@@ -100,7 +100,8 @@ def inject(
             ``public``, ``corpus_format``, ``text_column``, ``label_column``, ``corpus_size``, ``seed``,
             ``secret_format`` (``--format``), ``design``, ``template``, ``word_list``, ``phrase_corpus``,
             ``per_frequency``, ``holdout``, ``coin_flip``, ``no_canaries``, ``heldout_fraction``,
-            ``public_fraction``, ``heldout_size``, ``public_size``, ``encoding_errors``, ``resplit``, ``resplit_seed``, ``exclude``.
+            ``public_fraction``, ``heldout_size``, ``public_size``, ``encoding_errors``, ``resplit``, ``resplit_seed``,
+            ``exclude``.
 
     Raises:
         UserInputError: bad input, naming the option; nothing is written.
