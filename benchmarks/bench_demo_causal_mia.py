@@ -1,8 +1,8 @@
 """The demo's non-private causal LM against the training-free attacks: the issue's goal measured on the demo itself.
 
 Runs only the stages of ``dpaudit demo --causal`` the causal LM needs, with the demo's own commands (built by
-:func:`dpaudit.demo.plan.build_plan` for ``--quick`` or the full sizes, printed as they run): the inject (the causal
-LMs' own at the full size), the public causal LM (``public.jsonl`` only) and the non-private causal LM fine-tuned from
+:func:`dpaudit.demo.plan.build_plan` for ``--quick`` or the full sizes, printed as they run): the inject (at the full size
+the masked LMs', then the causal LMs' own, drawn with ``--exclude`` of its splits), the public causal LM (``public.jsonl`` only) and the non-private causal LM fine-tuned from
 it; ``--epochs N`` replaces the demo's fine-tuning epochs (to see how memorization moves the figures; the demo's own
 recipe when omitted). Then each membership attack runs alone on the examples task (members: the non-canary
 ``train.jsonl`` rows; non-members: the ``heldout.jsonl`` rows, the same distribution) and is timed (wall, this
@@ -29,20 +29,20 @@ error-zone    0.945 [0.931, 0.959]  0.332 [0.123, 0.600]   13.3
 min-k++-base  0.966 [0.956, 0.976]  0.625 [0.537, 0.728]   13.6
 ============  ====================  =====================  ======
 
-The goal: base-ratio >= 60% TPR at 1% FPR (yes, 68.3%, its interval reaching down to 41.8%), in under 2 minutes
-(yes), its AUC interval above the blind baseline's (yes); >= 2x the loss attack's TPR: no, 1.5x. The same command on
-the earlier draw (the causal directory then shared 43 private rows with the masked LMs' public ones, and 89 public
-rows with their private ones; load 12-19; public LM 746.8 s, fine-tuning 237.3 s): loss 0.961 / 0.449, blind 0.479 /
-0.013, base-ratio 0.986 / 0.717, error-zone 0.954 / 0.379, min-k++-base 0.968 / 0.439 (1.6x); every interval of the two runs overlaps its counterpart. The recipe was
-chosen on public rows (the table in :mod:`dpaudit.demo.plan`'s docstring: the masked LMs' ``public.jsonl``, none of
-whose rows the causal directory may now hold, so it was not re-run): there, as here, the ratio to the base beats the loss attack by less as the
-model memorizes more (3.4x at 8.6% TPR, 1.85x at 41%, 1.6x at 55%, 1.3x at 81%), and no recipe tried reached both
-60% and 2x; dividing each token's ratio by the base's own spread of log p at that position (a Min-K%++-style
-calibration, not an attack of dpaudit) moved the pseudo figures little (0.48 vs 0.41 at 11 epochs, 0.54 vs 0.55 at 16,
-0.85 vs 0.81 at 24). Before (the masked LMs' directory: 2,700 members, 293 non-members, a 1-epoch public LM, 8
-epochs, load 8-10): loss 0.622 / 0.027, base-ratio 0.716 / 0.020, error-zone 0.709 / 0.038, min-k++-base 0.697 /
-0.048, the tiny 2 x 64 model barely memorizing its rows. Each training draws its batches from OS entropy: the figures
-move between runs.
+The goal: base-ratio >= 60% TPR at 1% FPR (yes, 68.3%, its interval reaching down to 41.8%), in under 2 minutes (yes),
+its AUC interval above the blind baseline's (yes); >= 2x the loss attack's TPR: no, 1.5x. The same command on the
+earlier draw (the causal directory then shared 43 private rows with the masked LMs' public ones, and 89 public rows with
+their private ones; load 12-19; public LM 746.8 s, fine-tuning 237.3 s): loss 0.961 / 0.449, blind 0.479 / 0.013,
+base-ratio 0.986 / 0.717, error-zone 0.954 / 0.379, min-k++-base 0.968 / 0.439 (1.6x); every interval of the two runs
+overlaps its counterpart. The recipe was chosen on public rows (the table in :mod:`dpaudit.demo.plan`'s docstring: the
+masked LMs' ``public.jsonl``, none of whose rows the causal directory may now hold, so it was not re-run): there, as
+here, the ratio to the base beats the loss attack by less as the model memorizes more (3.4x at 8.6% TPR, 1.85x at 41%,
+1.6x at 55%, 1.3x at 81%), and no recipe tried reached both 60% and 2x; dividing each token's ratio by the base's own
+spread of log p at that position (a Min-K%++-style calibration, not an attack of dpaudit) moved the pseudo figures
+little (0.48 vs 0.41 at 11 epochs, 0.54 vs 0.55 at 16, 0.85 vs 0.81 at 24). Before (the masked LMs' directory: 2,700
+members, 293 non-members, a 1-epoch public LM, 8 epochs, load 8-10): loss 0.622 / 0.027, base-ratio 0.716 / 0.020,
+error-zone 0.709 / 0.038, min-k++-base 0.697 / 0.048, the tiny 2 x 64 model barely memorizing its rows. Each training
+draws its batches from OS entropy: the figures move between runs.
 """
 
 from __future__ import annotations
