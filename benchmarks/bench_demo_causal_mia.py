@@ -1,15 +1,15 @@
 """The demo's non-private causal LM against the training-free attacks: the issue's goal measured on the demo itself.
 
 Runs only the stages of ``dpaudit demo --causal`` the causal LM needs, with the demo's own commands (built by
-:func:`dpaudit.demo.plan.build_plan` for ``--quick`` or the full sizes, printed as they run): the inject (at the full size
-the masked LMs', then the causal LMs' own, drawn with ``--exclude`` of its splits), the public causal LM (``public.jsonl`` only) and the non-private causal LM fine-tuned from
-it; ``--epochs N`` replaces the demo's fine-tuning epochs (to see how memorization moves the figures; the demo's own
-recipe when omitted). Then each membership attack runs alone on the examples task (members: the non-canary
-``train.jsonl`` rows; non-members: the ``heldout.jsonl`` rows, the same distribution) and is timed (wall, this
-machine, model loading included): ``loss`` (with the blind baseline beside it, read from the same run),
-``base-ratio``, ``error-zone`` and ``min-k++-base``. Printed: AUC [95% CI], TPR at 1% FPR [95% CI] and wall seconds,
-and the goal's checks (the best training-free attack at >= 60% TPR at 1% FPR and >= 2x the loss attack's, in under 2
-minutes, its AUC interval above the blind baseline's).
+:func:`dpaudit.demo.plan.build_plan` for ``--quick`` or the full sizes, printed as they run): the inject (at the full
+size the masked LMs', then the causal LMs' own, drawn with ``--exclude`` of its splits), the public causal LM
+(``public.jsonl`` only) and the non-private causal LM fine-tuned from it; ``--epochs N`` replaces the demo's fine-tuning
+epochs (to see how memorization moves the figures; the demo's own recipe when omitted). Then each membership attack runs
+alone on the examples task (members: the non-canary ``train.jsonl`` rows; non-members: the ``heldout.jsonl`` rows, the
+same distribution) and is timed (wall, this machine, model loading included): ``loss`` (with the blind baseline beside
+it, read from the same run), ``base-ratio``, ``error-zone`` and ``min-k++-base``. Printed: AUC [95% CI], TPR at 1% FPR
+[95% CI] and wall seconds, and the goal's checks (the best training-free attack at >= 60% TPR at 1% FPR and >= 2x the
+loss attack's, in under 2 minutes, its AUC interval above the blind baseline's).
 
 Example:
     nice -n 10 python benchmarks/bench_demo_causal_mia.py --size full [--epochs 20] [--keep DIR]
