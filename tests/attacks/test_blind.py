@@ -95,6 +95,33 @@ def test_scores_are_seeded_and_tiny_tasks_are_skipped_with_a_note():
     assert [x.task for x in result.tasks] == ["examples"] and any("too few" in w for w in result.warnings)
 
 
+def test_the_fit_on_the_used_columns_scores_as_the_fit_on_all_hashed_columns():
+    """blind_scores fits on the hashed columns some text has; the oracle here fits on all 2^18 of them, with the same
+    folds, labels and standardized lengths. Dropped columns have weight exactly 0, so the scores agree up to the BLAS
+    dot products' summation order (~1e-13), and their order and AUC are the same."""
+    from scipy.sparse import csr_matrix, hstack
+    from sklearn.linear_model import LogisticRegression
+    from sklearn.model_selection import StratifiedKFold
+
+    from dpaudit.attacks import blind
+
+    rng = np.random.default_rng(6)
+    t = task(texts(rng, 30, 6, 16), texts(rng, 30, 3, 12), [int(x) for x in rng.integers(0, 3, 60)])
+    ours = blind_scores(t.texts, t.labels, t.member, seed=2, folds=3)
+    full_text = blind._text_features(t.texts)
+    assert full_text.shape[1] == 2**18 and len(np.unique(full_text.indices)) < 2**18 // 50  # most columns unused
+    label_x, length = blind._label_features(t.labels, 60), blind._length_features(t.texts)
+    oracle = np.empty(60)
+    for fit_rows, score_rows in StratifiedKFold(n_splits=3, shuffle=True, random_state=2).split(np.zeros(60), t.member):
+        mean, std = length[fit_rows].mean(0), length[fit_rows].std(0)
+        x = hstack([full_text, label_x, csr_matrix((length - mean) / np.where(std > 0, std, 1.0))]).tocsr()
+        model = LogisticRegression(C=blind.C, solver="liblinear", max_iter=1000).fit(x[fit_rows], t.member[fit_rows])
+        oracle[score_rows] = model.decision_function(x[score_rows])
+    assert np.abs(ours - oracle).max() < 1e-9 * max(1.0, np.abs(oracle).max()), np.abs(ours - oracle).max()
+    assert np.array_equal(np.argsort(ours, kind="stable"), np.argsort(oracle, kind="stable"))
+    assert roc_curve(ours[t.member], ours[~t.member]).auc() == roc_curve(oracle[t.member], oracle[~t.member]).auc()
+
+
 def test_coin_flip_canaries_get_no_one_run_bound_and_nothing_meets_the_claim():
     rng = np.random.default_rng(5)
     t = task(texts(rng, 40, 8, 16), texts(rng, 40, 2, 6))  # very separable
