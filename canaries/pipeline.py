@@ -21,6 +21,7 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
+import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -68,6 +69,7 @@ from dpaudit.corpus import BUILTIN_ASSISTANT, CorpusReader, assistant
 from dpaudit.corpus.near_duplicates import normalize
 from dpaudit.corpus.readers import NO_LABELS, Label
 from dpaudit.files.run_dirs import (
+    MANIFEST_NAME,
     build_manifest,
     dumps_jsonl_line,
     file_hashes,
@@ -78,7 +80,9 @@ from dpaudit.files.run_dirs import (
     write_manifest,
 )
 from dpaudit.inject_dir.reader import NEW_TOKENS as NEW_TOKENS_KEY
+from dpaudit.inject_dir.reader import PUBLIC as PUBLIC_SPLIT
 from dpaudit.inject_dir.reader import REQUEST_KEY, SUMMARY_KEYS, finished_inject, label_order
+from dpaudit.inject_dir.reader import SCHEMA_PREFIX as INJECT_SCHEMA_PREFIX
 from dpaudit.inject_dir.secret_spaces import (
     CONTEXT_FREE_KINDS,
     DESIGN_FORMAT,
@@ -273,15 +277,41 @@ def generated_public(config: InjectConfig) -> int:
     return public_beyond(config.corpus_size or DEFAULT_CORPUS_SIZE, config.splits)
 
 
+def refuse_private_exclude(path: str) -> None:
+    """Refuse an ``--exclude`` file that is a private output of an inject directory (its ``train.jsonl``,
+    ``heldout.jsonl`` or ``canaries.jsonl``, as the ``manifest.json`` beside it lists them).
+
+    The directory drawn with ``--exclude`` is a function of the excluded rows (which rows were redrawn shows which
+    were excluded), so every model trained on it, a public model released without DP among them, would depend on
+    another experiment's private rows: only public files (``public.jsonl``) may be excluded (docs/canaries.md,
+    "Splits, labels and randomness"). A copy of a private file elsewhere, with no manifest beside it, is not
+    recognized.
+    """
+    file = Path(path)
+    try:
+        manifest = json.loads((file.parent / MANIFEST_NAME).read_text(encoding="utf-8"))
+        inject_dir = str(manifest["schema"]).startswith(INJECT_SCHEMA_PREFIX) and file.name in manifest["outputs"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return  # not an inject directory's file (or not one it lists)
+    if inject_dir and file.name != PUBLIC_SPLIT:
+        raise UserInputError(
+            f"--exclude {path} is a private split of the inject directory {file.parent} (its manifest.json lists "
+            f"it): the new directory would depend on those rows; exclude only public rows ({PUBLIC_SPLIT}), or keep "
+            "two experiments apart with different --seed values."
+        )
+
+
 def excluded_texts(config: InjectConfig) -> tuple[frozenset[str], dict[str, str]]:
     """The normalized texts of ``config.exclude``'s files, and each file's sha256 (an input of the run).
 
-    Any text-bearing corpus file is read (an inject directory's ``train.jsonl``, ``heldout.jsonl`` and
-    ``public.jsonl`` among them), labels ignored; a missing or unreadable file is the reader's one-line error,
-    naming ``--exclude``.
+    Any text-bearing corpus file is read, labels ignored, except an inject directory's private split
+    (:func:`refuse_private_exclude`); a missing or unreadable file is the reader's one-line error, naming
+    ``--exclude``.
     """
     texts: set[str] = set()
     inputs: dict[str, str] = {}
+    for path in config.exclude:
+        refuse_private_exclude(path)
     for path in config.exclude:
         reader = CorpusReader(path, errors=config.encoding_errors, option="--exclude", label_column=NO_LABELS)  # type: ignore[arg-type]
         texts.update(normalize(row.text) for row in reader)

@@ -213,9 +213,12 @@ _EPILOG = (
     multiple=True,
     metavar="FILE",
     help="With builtin:assistant: rows never to draw (repeatable): no generated row, private or public, equals a "
-    "row of FILE after normalization (case, punctuation, spacing), e.g. another inject directory's train.jsonl, "
-    "heldout.jsonl and public.jsonl, so that two experiments drawn with one seed share no row. Rows one slot value "
-    "apart (near duplicates) may remain, as between one directory's own splits. Each FILE's sha256 is recorded.",
+    "row of FILE after normalization (case, punctuation, spacing), e.g. another inject directory's public.jsonl, so "
+    "that your private rows are none of the rows you chose a recipe on. The new directory is then a function of FILE "
+    "(which rows were redrawn shows which were excluded), and so is every model trained on it: exclude only files "
+    "you may use (public ones), never another experiment's private rows; an inject directory's train.jsonl, "
+    "heldout.jsonl or canaries.jsonl is refused. Rows one slot value apart (near duplicates) may remain. Each "
+    "FILE's sha256 is recorded.",
 )
 @click.option("--overwrite", is_flag=True, help="Replace --out if it exists and is not empty.")
 @click.option(

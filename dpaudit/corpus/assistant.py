@@ -16,8 +16,9 @@ uniform slot values, redrawing repeats. Keeping every intent at most half full k
 :func:`generate_more` makes further utterances beside a generated corpus, none equal to any of its own,
 from a random stream of their own (``dpaudit inject``'s public rows beyond ``--corpus-size``). Both take an
 ``exclude`` set of normalized texts (``dpaudit inject --exclude``): an utterance equal to one of them after
-:func:`dpaudit.corpus.near_duplicates.normalize` is redrawn like a repeat, so that two inject directories drawn
-from one seed can be disjoint by construction (docs/canaries.md, "Splits, labels and randomness").
+:func:`dpaudit.corpus.near_duplicates.normalize` is redrawn like a repeat, so that no row drawn is a row of a public
+file (another inject directory's ``public.jsonl``). The draw is then a function of the excluded texts: exclude public
+rows only (docs/canaries.md, "Splits, labels and randomness").
 
 References:
     Dupuy, Arava, Gupta, Rumshisky. "An Efficient DP-Federated Learning Mechanism ..." (2021);

@@ -59,12 +59,21 @@ private rows, and a public split that happened to miss an intent cannot make the
 
 The causal LMs (``--causal``) at the full size get their own inject directory too (``causal_corpus_size``: 900
 members beside 555 canary rows, 400 held-out rows, 20,000 public rows of their own), a public causal LM trained 3
-epochs on those public rows, and 20 fine-tuning epochs. It is drawn from the same built-in corpus and seed as the
-masked LMs' with ``--exclude`` of all three of their splits: no row of one directory, private or public, is a row of
-the other (equal after normalization), so no private row of one experiment is trained on without DP by the other,
-and the rows the recipe below was chosen on (the masked LMs' public ones) are none of the causal LMs' private rows.
-Drawn without it, 43 of the causal LMs' 1,300 private rows were masked public rows and 89 of the masked LMs' 3,000
-corpus rows were causal public rows. On the masked LMs' directory (2,700 members, a public causal
+epochs on those public rows, and 20 fine-tuning epochs. It is drawn from the same built-in corpus with a seed of its
+own (:func:`causal_inject_seed`: a fixed public function of the demo's ``--seed``), so the draw is independent of
+the masked LMs', and with ``--exclude`` of their ``public.jsonl`` only: the rows the recipe below was chosen on are
+none of the causal LMs' private rows, and excluding public rows makes the causal directory depend on public data
+only. Their private rows are not excluded: the causal directory, and the public causal LM trained on it without DP
+and released, would then be a function of them (which rows were redrawn shows which were excluded). Measured at the
+full size with ``--seed 0`` (normalized texts): 0 of the causal LMs' 1,315 distinct private texts are masked public
+rows, by construction; 91 of the masked LMs' 3,030 distinct private texts (84 members, 7 held-out) are causal public
+rows, and 9 are causal private ones. Those are coincidences of the grammar between independent draws (the same draw
+without ``--exclude`` shares 72 and 9, and 35 causal private texts with the masked public rows), not copies: the
+causal directory is a function of its seed and the masked ``public.jsonl``, which is generated beside the masked
+corpus (none of its rows, members and held-out alike) before the split, so it is drawn the same whichever rows the
+masked LMs were trained on, and nothing trained on it tells which they were. With the demo's seed for both (the
+earlier design) the two draws were one random stream and shared 5,441 public rows (43 causal private texts were masked
+public rows, 89 masked private texts causal public rows). On the masked LMs' directory (2,700 members, a public causal
 LM of 1 epoch, 8 fine-tuning epochs) the tiny 2 x 64 model barely memorized its rows, and no membership attack
 measured anything at 1% false positives (``benchmarks/bench_demo_causal_mia.py``: 2-5%). The recipe was chosen on
 public rows only: the masked LMs' ``public.jsonl`` drawn at random into pseudo-members, 1,000 pseudo-non-members and
@@ -102,6 +111,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+import numpy as np
 
 from dpaudit.corpus.assistant import INTENTS
 
@@ -364,7 +375,8 @@ def _inject(
 ) -> Stage:
     public: tuple[str, ...] = ("--public-size", str(public_size)) if public_size else ()
     public += ("--heldout-size", str(heldout_size)) if heldout_size else ()
-    # Another inject directory's rows, never drawn here (docs/canaries.md, "Splits, labels and randomness").
+    # Another inject directory's public rows, never drawn here; never its private ones, or this directory would be a
+    # function of them (docs/canaries.md, "Splits, labels and randomness").
     exclude = (
         () if exclude_from is None else tuple(a for f in EXCLUDED_SPLITS for a in ("--exclude", str(exclude_from / f)))
     )
@@ -800,8 +812,27 @@ def _classifiers(
 BASE_ATTACKS = ("base-ratio", "error-zone", "min-k++-base")
 
 #: The splits of the masked LMs' inject directory that the causal LMs' own excludes (``dpaudit inject --exclude``):
-#: all of them, so that neither experiment's private rows are the other's public ones.
-EXCLUDED_SPLITS = ("train.jsonl", "heldout.jsonl", "public.jsonl")
+#: the public one only. The causal recipe was chosen on those rows, so none of them may be a causal private row;
+#: excluding the masked private rows too would make the causal directory (and the public causal LM, trained on it
+#: without DP and released) a function of them.
+EXCLUDED_SPLITS = ("public.jsonl",)
+
+#: The spawn key of the causal LMs' inject seed (:func:`causal_inject_seed`).
+CAUSAL_SEED_KEY = 1
+
+
+def causal_inject_seed(seed: int) -> int:
+    """The ``--seed`` of the causal LMs' inject directory: a fixed public function of the demo's ``seed``, so that its
+    draw is independent of the masked LMs' (drawn with ``seed`` itself).
+
+    The repository's rule for a stream derived from one seed, numpy's ``SeedSequence(seed, spawn_key=(k,))`` (as
+    ``dpaudit inject`` splits its own seed), here with ``k =`` :data:`CAUSAL_SEED_KEY`: its first 64-bit word shifted
+    right once, an integer in [0, 2^63) as every ``--seed`` takes. With the demo's seed itself the two draws were one
+    random stream, and the rows they shared that stream's, not the grammar's chance.
+    """
+    state = np.random.SeedSequence(seed, spawn_key=(CAUSAL_SEED_KEY,)).generate_state(1, np.uint64)[0]
+    return int(state >> np.uint64(1))
+
 
 #: The causal LMs: (mode, label, title, private).
 CAUSAL_MODES = (
@@ -924,8 +955,8 @@ def build_plan(
     directory and the two masked LMs trained on it from random weights (the public model's tokenizer lacks the audit's
     new tokens, and the audit proves the recipe's leakage, not its utility), attacked with the canary attack;
     ``causal`` the GPT-2-shaped causal LMs (edp-sgd ``--task clm``, needs torch) on their own inject directory when
-    ``sizes.causal_corpus_size`` (drawn with ``--exclude`` of the masked LMs' splits: the two share no row), else on the
-    masked LMs', from a public causal LM when ``sizes.causal_public_epochs``.
+    ``sizes.causal_corpus_size`` (its own seed, :func:`causal_inject_seed`, and ``--exclude`` of the masked LMs'
+    ``public.jsonl`` only), else on the masked LMs', from a public causal LM when ``sizes.causal_public_epochs``.
     """
     data, clf_data, audit_data = out / "data", out / "data-classifier", out / "data-audit"
     injects = [
@@ -980,7 +1011,7 @@ def build_plan(
                     sizes.causal_corpus_size,
                     sizes.frequencies,
                     sizes,
-                    seed,
+                    causal_inject_seed(seed),
                     "causal LMs",
                     sizes.public_size,
                     heldout_size=sizes.causal_heldout_size,
