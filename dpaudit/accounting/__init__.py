@@ -39,8 +39,9 @@ Mechanisms (the honest-accounting rules):
 Speed: one PLD evaluation of a 20K-step run at the default discretization costs seconds, most of it
 building the single-step privacy loss distribution in a Python loop over ~160K grid points. That
 loop is the one place where dp_accounting's formulas are restated here, as numpy array operations
-(:class:`_VectorizedGaussianPrivacyLoss`), and tests check that the distribution it yields is
-bit-identical to the library's. :func:`epsilon` composes the same ``dp_accounting`` objects as
+(:class:`_VectorizedGaussianPrivacyLoss`; the optimistic privacy-buckets walk the white-box bounds read their
+epsilon from, :func:`optimistic_subsampled_gaussian_pld`, reuses it), and tests check that the distributions they
+yield are bit-identical to the library's. :func:`epsilon` composes the same ``dp_accounting`` objects as
 ``PLDAccountant`` (bit-identical results) and caches single steps,
 self-composed segments and composed prefixes, and memoizes results. :func:`calibrate_noise` and
 the reverse searches walk a ladder of accountants, cheap to exact (RDP on a few orders, PLD at a
@@ -117,6 +118,7 @@ if TYPE_CHECKING:  # the names, for type checkers; at run time each is imported 
         PLD_MIN_DELTA,
         PldGridTooLargeError,
         clear_caches,
+        optimistic_subsampled_gaussian_pld,
         privacy_profile,
         subsampled_gaussian_pld,
     )
@@ -184,6 +186,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {  # name -> (module of this package, its
     "PLD_MIN_DELTA": ("pld", "PLD_MIN_DELTA"),
     "PldGridTooLargeError": ("pld", "PldGridTooLargeError"),
     "clear_caches": ("pld", "clear_caches"),
+    "optimistic_subsampled_gaussian_pld": ("pld", "optimistic_subsampled_gaussian_pld"),
     "privacy_profile": ("pld", "privacy_profile"),
     "subsampled_gaussian_pld": ("pld", "subsampled_gaussian_pld"),
     "event_from_json": ("serialization", "event_from_json"),
@@ -241,6 +244,7 @@ __all__ = [
     "max_batch_size",
     "max_steps",
     "microbatch_sensitivity_factor",
+    "optimistic_subsampled_gaussian_pld",
     "NOISE_SAMPLERS",
     "BM96_REACH",
     "DeltaSplit",

@@ -276,6 +276,90 @@ def subsampled_gaussian_pld(
     return pld_lib.PrivacyLossDistribution(pmf(plm.AdjacencyType.REMOVE), pmf(plm.AdjacencyType.ADD))
 
 
+#: The largest PMF dp_accounting keeps sparse (``pld_pmf.create_pmf``); larger ones are dense arrays.
+_MAX_SPARSE: int = getattr(pld_pmf, "_MAX_PMF_SPARSE_SIZE", 1000)
+
+
+def optimistic_subsampled_gaussian_pld(
+    noise_multiplier: float, sampling_probability: float, discretization: float = PLD_DISCRETIZATION
+) -> pld_lib.PrivacyLossDistribution:
+    """``pld_lib.from_gaussian_mechanism(sigma, sampling_prob=q, pessimistic_estimate=False,
+    use_connect_dots=False)`` (add/remove, the privacy-buckets rounding down: a LOWER estimate of every delta), bit
+    for bit, its grid's inverse privacy losses computed in one array operation (:func:`_privacy_buckets_pmf`)."""
+    sigma, q = float(noise_multiplier), float(sampling_probability)
+    if q == 1.0 or _CREATE_PMF is None:
+        return pld_lib.from_gaussian_mechanism(
+            standard_deviation=sigma,
+            pessimistic_estimate=False,
+            value_discretization_interval=discretization,
+            sampling_prob=q,
+            use_connect_dots=False,
+            neighboring_relation=_ADD_OR_REMOVE,
+        )
+    create = _CREATE_PMF
+
+    def pmf(adjacency: plm.AdjacencyType) -> pld_pmf.PLDPmf:
+        loss = _VectorizedGaussianPrivacyLoss(
+            sigma, pessimistic_estimate=False, sampling_prob=q, adjacency_type=adjacency
+        )
+        built = _privacy_buckets_pmf(loss, discretization)
+        if built is None:  # a grid the library's own loop walks (an edge of the range): its code, its result
+            return create(
+                loss, pessimistic_estimate=False, value_discretization_interval=discretization, use_connect_dots=False
+            )
+        return built
+
+    return pld_lib.PrivacyLossDistribution(pmf(plm.AdjacencyType.REMOVE), pmf(plm.AdjacencyType.ADD))
+
+
+def _privacy_buckets_pmf(loss: _VectorizedGaussianPrivacyLoss, discretization: float) -> pld_pmf.PLDPmf | None:
+    """dp_accounting 0.6's privacy-buckets PMF of ``loss`` rounded down (``_create_pld_pmf_from_monotone_privacy_loss``
+    with ``pessimistic_estimate=False, use_connect_dots=False``), restated: the library walks the grid of losses
+    ``d x r`` (r = floor(loss(lower_x) / d), r - 1, ...) one scalar ``inverse_privacy_loss`` at a time until a
+    cutoff reaches ``upper_x``; here every cutoff of that walk is computed at once (the same floating-point operations,
+    :meth:`_VectorizedGaussianPrivacyLoss._inverse_privacy_losses`) and the walk's stop is found in the array. The
+    masses go into the same dictionary in the same order. None where the walk is not the plain one (an empty
+    range, a loss outside the mechanism's range): the caller lets the library build it."""
+    add = loss.adjacency_type == plm.AdjacencyType.ADD
+    d = discretization
+    tail = loss.privacy_loss_tail()
+    lower_x, upper_x = tail.lower_x_truncation, tail.upper_x_truncation
+    if not lower_x < upper_x:
+        return None
+    masses: collections.defaultdict[int, float] = collections.defaultdict(lambda: 0)
+    infinity_mass = tail.tail_probability_mass_function.get(math.inf, 0)
+    for privacy_loss, mass in tail.tail_probability_mass_function.items():
+        if privacy_loss != math.inf:
+            masses[math.floor(privacy_loss / d)] += mass
+    first = math.floor(loss.privacy_loss(lower_x) / d)
+    upper_loss = loss.privacy_loss(upper_x)
+    last = math.floor(upper_loss / d)  # the walk's last r: the first with d x r <= loss(upper_x), where x = upper_x
+    while d * (last + 1) <= upper_loss:
+        last += 1
+    while d * last > upper_loss:
+        last -= 1
+    rounded = np.arange(first, min(last, first) - 1, -1, dtype=np.int64)
+    cutoffs = np.empty(rounded.size)
+    cutoffs[-1] = upper_x
+    try:
+        cutoffs[:-1] = loss._inverse_privacy_losses(d * rounded[:-1].astype(np.float64), add)  # noqa: SLF001
+    except ValueError:
+        return None
+    stop = int(np.flatnonzero(~(cutoffs < upper_x))[0])  # the walk ends at the first cutoff not below upper_x
+    cdf = np.asarray(loss.mu_upper_cdf(np.concatenate(([lower_x], cutoffs[: stop + 1]))), dtype=np.float64)
+    keys, grid_masses = rounded[: stop + 1], cdf[1:] - cdf[:-1]  # the walk's key is floor(r + 0.5) = r
+    top, bottom = int(keys[0]), int(keys[-1])
+    if keys.size > _MAX_SPARSE and all(bottom <= k <= top for k in masses):
+        # create_pmf's dense branch: the masses on keys bottom..top (contiguous), each tail mass added first
+        probs = grid_masses.copy()
+        for k, mass in masses.items():
+            probs[top - k] = mass + probs[top - k]
+        return pld_pmf.DensePLDPmf(d, bottom, np.ascontiguousarray(probs[::-1]), infinity_mass, False)
+    for r, mass in zip(keys.tolist(), grid_masses):
+        masses[r] += mass
+    return pld_pmf.create_pmf(dict(masses), d, infinity_mass, pessimistic_estimate=False)
+
+
 def _chernoff_range(probs: NDArray[np.float64], count: int, tail_mass: float) -> int:
     """Length of the range ``pld_common.compute_self_convolve_bounds`` keeps when self-composing `probs`
     `count` times (same orders and bound, all orders in one array operation)."""

@@ -237,13 +237,9 @@ def _optimistic_epsilon(segments: tuple[Segment, ...], delta: float, scale: floa
     from dp_accounting.pld import privacy_loss_distribution as pld_lib
 
     total: pld_lib.PrivacyLossDistribution | None = None
-    for seg in segments:
-        step = pld_lib.from_gaussian_mechanism(
-            standard_deviation=seg.noise_multiplier * scale,
-            sampling_prob=seg.sampling_probability,
-            pessimistic_estimate=False,
-            use_connect_dots=False,
-            value_discretization_interval=EPSILON_DISCRETIZATION,
+    for seg in segments:  # dp_accounting's optimistic privacy-buckets PLD, built bit for bit on whole arrays
+        step = accounting.optimistic_subsampled_gaussian_pld(
+            seg.noise_multiplier * scale, seg.sampling_probability, EPSILON_DISCRETIZATION
         ).self_compose(seg.steps)
         total = step if total is None else total.compose(step)
     if total is None:

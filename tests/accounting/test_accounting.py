@@ -92,6 +92,37 @@ def test_single_step_pld_falls_back_to_the_library_build(monkeypatch):
         assert probs.tobytes() == probs_ref.tobytes()
 
 
+@pytest.mark.parametrize(
+    "sigma,q,discretization",
+    [
+        (1.1, 0.128, 1e-4),  # a white-box audit's claim, at the bound's own discretization
+        (0.3, 0.05, 1e-3),  # small sigma: the widest loss range
+        (5.0, 1e-6, 1e-3),  # tiny q: a two-point (sparse) PMF
+        (2.0, 0.999, 1e-3),  # q near 1
+        (20.0, 0.5, 1e-2),  # a coarse grid: a sparse PMF of 50 points
+        (1.0, 1.0, 1e-3),  # q = 1: the library's own build
+    ],
+)
+def test_optimistic_single_step_pld_is_bit_identical_to_dp_accounting(sigma, q, discretization):
+    """The optimistic (privacy-buckets, rounded down) PLD the white-box bounds read their epsilon from: the same
+    PMF types, keys and probabilities, bit for bit, as dp_accounting's scalar walk builds."""
+    ours = A.optimistic_subsampled_gaussian_pld(sigma, q, discretization)
+    theirs = pld.privacy_loss_distribution.from_gaussian_mechanism(
+        sigma,
+        sampling_prob=q,
+        value_discretization_interval=discretization,
+        pessimistic_estimate=False,
+        use_connect_dots=False,
+    )
+    for side in ("_pmf_remove", "_pmf_add"):
+        assert type(getattr(ours, side)) is type(getattr(theirs, side))
+        lower, infinity, probs = _dense_parts(getattr(ours, side))
+        lower_ref, infinity_ref, probs_ref = _dense_parts(getattr(theirs, side))
+        assert (lower, infinity) == (lower_ref, infinity_ref)
+        assert probs.tobytes() == probs_ref.tobytes()
+    assert ours.self_compose(20).get_epsilon_for_delta(1e-5) == theirs.self_compose(20).get_epsilon_for_delta(1e-5)
+
+
 def test_known_configuration_golden_value():
     # q = 0.01, sigma = 1.0, 100 steps, delta = 1e-5: the textbook DP-SGD setting.
     event = A.dpsgd_event(noise_multiplier=1.0, sampling_probability=0.01, steps=100)
