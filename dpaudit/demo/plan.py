@@ -95,16 +95,18 @@ pseudo-members, public epochs, fine-tuning  loss AUC / TPR  base-ratio AUC / TPR
 Fewer members, each seen more often, is what makes the tiny model memorize; the ratio to the base beats the loss
 attack at every point, by 1.3-3.4x at 1% FPR, less as memorization grows (the loss attack's easy non-members stop
 hiding the members once they are memorized). 20 epochs is between the two points that bracket 60% for base-ratio.
-On the demo itself, drawn disjoint from the masked LMs' rows (``nice -n 10 python
-benchmarks/bench_demo_causal_mia.py --size full``, 397 non-members, shared 2-core machine at load 4-8): base-ratio
-AUC 0.979 and 68.3% TPR at 1% FPR in 14.0 s, the loss attack 0.946 and 46.3% (1.5x, short of the 2x aimed at; 1.6x
-on the earlier, overlapping draw: 0.986 and 71.7% against 0.961 and 44.9%), the blind baseline 0.502. The recipe
-table was not re-run: its rows are the masked LMs' ``public.jsonl``, unchanged, and none of them can be a row of the
-causal directory now. The recipe costs more: the public causal LM 3 epochs (253 s at load 4-8; 747 s at load 12-19)
-and each causal LM 20 epochs of 1,455 rows (74 s non-private, 79 s at epsilon 8, load 4-8) against 1 and 8 epochs
-of 3,810 before. The non-private model memorizes at a price: its held-out next-token accuracy, 52.2%, is below its
-public start's 56.6% and the epsilon-8 model's 56.4% (the most frequent token: 8.3%); it overfits, which is what a
-membership attack detects.
+On the demo itself, the causal directory drawn with its own seed (``nice -n 10 python
+benchmarks/bench_demo_causal_mia.py --size full``, 397 non-members, shared 2-core machine at load 7-9): base-ratio
+AUC 0.985 and 82.9% TPR at 1% FPR in 16.7 s, the loss attack 0.963 and 60.5% (1.4x, short of the 2x aimed at), the
+blind baseline 0.485. On the earlier draws (the demo's seed for both directories) the same command measured 0.979 /
+68.3% against 0.946 / 46.3% (1.5x, with ``--exclude`` of all three masked splits) and 0.986 / 71.7% against 0.961 /
+44.9% (1.6x, without); each training draws its batches from OS entropy. The recipe table was not re-run: its rows are
+the masked LMs' ``public.jsonl``, unchanged, and none of them can be a causal private row. The recipe costs more: the
+public causal LM 3 epochs (152 s at load 7-9; 253 s at load 4-8, 747 s at load 12-19) and each causal LM 20 epochs of
+1,455 rows (82 s non-private, 99 s at epsilon 8, load 7-9) against 1 and 8 epochs of 3,810 before. The non-private
+model memorizes at a price: its held-out next-token accuracy, 52.1%, is below its public start's 57.5% and the
+epsilon-8 model's 56.1% (the most frequent token: 8.1%; the demo's remaining causal stages run by hand on the same
+directories); it overfits, which is what a membership attack detects.
 """
 
 from __future__ import annotations
