@@ -90,7 +90,8 @@ def _jax_sums(data_dir: Path, out: Path, task: str, settings: dict) -> tuple[flo
         run.train_enc = enc
         acc, stats = engine._zeros(run.params), engine.zero_stats()
         for batch, mask in run._chunks(0, np.arange(len(rows))):
-            acc, stats = engine._accumulate(run.params, acc, stats, batch, mask)
+            # C as the step passes it (a traced scalar)
+            acc, stats = engine._accumulate(run.params, acc, stats, batch, mask, *engine._clip_args)
         assert float(stats.n_clipped) == len(rows)  # every example clipped: the bound is tight
         sums[name] = np.asarray(jnp.concatenate([jnp.ravel(leaf) for leaf in jax.tree.leaves(acc)]), np.float64)
     return float(engine.sensitivity), sums

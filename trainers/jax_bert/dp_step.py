@@ -40,6 +40,7 @@ from typing import Any, NamedTuple
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from jax.sharding import Mesh
 
@@ -76,6 +77,10 @@ class ChunkStats(NamedTuple):
     batch_size: jax.Array
     n_clipped: jax.Array
 
+
+#: ``fn(params, batch [S, m, ...], mask [S, m], clip_norm=None) -> (clipped_sum, ChunkStats)``: a clipped-sum
+#: engine (:func:`make_clipped_sum_fn`, the ghost engine), its optional ``clip_norm`` a traced float32 ``C``.
+ClippedSumFn = Callable[..., tuple[PyTree, ChunkStats]]
 
 StepFn = Callable[
     [PyTree, optax.OptState, Sequence[Chunk], jax.Array, Any, Any],
@@ -120,9 +125,14 @@ def per_example_global_norms(grads: PyTree) -> jax.Array:
     return jnp.sqrt(sq)
 
 
-def clip_factors(norms: jax.Array, clip_norm: float) -> jax.Array:
-    """min(1, C / norm) per example; exactly 1 when C = inf or norm = 0 (no 0/0, no inf/inf)."""
-    if math.isinf(clip_norm):
+def clip_factors(norms: jax.Array, clip_norm: float | jax.Array) -> jax.Array:
+    """min(1, C / norm) per example; exactly 1 when C = inf or norm = 0 (no 0/0, no inf/inf).
+
+    ``clip_norm`` is a host float or a traced float32 scalar (the clipped-sum functions' ``clip_norm``
+    argument): the same float32 operations either way. For a traced ``C = inf`` no norm exceeds it, so every
+    factor is the ``1.0`` branch, as the host float's shortcut gives.
+    """
+    if isinstance(clip_norm, float) and math.isinf(clip_norm):
         return jnp.ones_like(norms)
     safe = jnp.where(norms > clip_norm, norms, clip_norm)
     return jnp.where(norms > clip_norm, clip_norm / safe, 1.0)
@@ -131,9 +141,10 @@ def clip_factors(norms: jax.Array, clip_norm: float) -> jax.Array:
 def clip_rule(clip_norm: float) -> Callable[[jax.Array], jax.Array]:
     """``norms -> clip_factors(norms, clip_norm)``: the clipping rule a clipped-sum function applies.
 
-    Each engine clips with the function it carries as ``clipped_sum.clip_factors``, and the white-box
-    audit (:func:`audit_clipped_sum`) clips its Dirac canaries with that same attribute, so the audit
-    follows the engine's rule even if an engine's rule changes (Nasr et al. 2023 audit the code that runs).
+    Each engine carries its rule as ``clipped_sum.clip_factors`` (it clips its rows with
+    :func:`clip_factors` at the same ``C``, given to it as a traced scalar), and the white-box audit
+    (:func:`audit_clipped_sum`) clips its Dirac canaries with that attribute, so the audit follows the
+    engine's rule even if an engine's rule changes (Nasr et al. 2023 audit the code that runs).
     """
     clip_norm = check_clip_norm(clip_norm)
 
@@ -254,14 +265,17 @@ def _regroup(batch: PyTree, mask: jax.Array, vmap_size: int) -> tuple[PyTree, ja
 
 def make_clipped_sum_fn(
     loss_fn: LossFn, *, clip_norm: float, vmap_size: int | None = DEFAULT_VMAP_SIZE
-) -> Callable[[PyTree, PyTree, jax.Array], tuple[PyTree, ChunkStats]]:
-    """Returns ``fn(params, batch [S, m, ...], mask [S, m]) -> (clipped_sum, ChunkStats)``.
+) -> ClippedSumFn:
+    """Returns ``fn(params, batch [S, m, ...], mask [S, m], clip_norm=None) -> (clipped_sum, ChunkStats)``.
 
     A ``lax.scan`` over the ``S`` micro-steps of ``vmap(grad)`` on ``m`` examples; each example's
     gradient is clipped to norm ``clip_norm`` and weighted by its mask (0 for padding), and the sum
     over all ``S * m`` slots is returned in float32 with the structure of ``params``.
     ``clip_norm = inf`` means no clipping. The function is pure and not jitted (jit or shard it).
     ``fn.sensitivity`` is the L2 sensitivity of ``clipped_sum`` under add/remove of one example.
+    ``fn``'s optional ``clip_norm`` argument is ``C`` as a traced float32 scalar (the engine passes its own
+    ``C`` so; omitted: the host float, compiled in as a constant): one compiled program then serves every
+    ``C`` (:func:`clip_factors`).
 
     ``vmap_size`` is a performance knob that does not change the result: each micro-step's ``m``
     examples are vectorized ``k`` at a time (``k`` the largest divisor of ``m`` up to ``vmap_size``),
@@ -269,22 +283,25 @@ def make_clipped_sum_fn(
     for BERT-mini) must be materialized; on CPU small groups keep that buffer small and hot in
     cache (``None``: 1 on CPU, 32 on GPU/TPU).
     """
-    clip_norm = check_clip_norm(clip_norm)
+    default_clip_norm = check_clip_norm(clip_norm)
     vmap_size = _resolve_vmap_size(vmap_size)
-    factors_of = clip_rule(clip_norm)
+    factors_of = clip_rule(default_clip_norm)
 
-    def clipped_sum(params: PyTree, batch: PyTree, mask: jax.Array) -> tuple[PyTree, ChunkStats]:
+    def clipped_sum(
+        params: PyTree, batch: PyTree, mask: jax.Array, clip_norm: jax.Array | None = None
+    ) -> tuple[PyTree, ChunkStats]:
         check_chunk(batch, mask)
         mask = jnp.asarray(mask, jnp.float32)
+        c = default_clip_norm if clip_norm is None else clip_norm
 
         def micro_step(carry: tuple[PyTree, ChunkStats], xs: tuple[PyTree, jax.Array]):
             acc, stats = carry
             step_batch, step_mask = xs
             grads, loss, aux = _value_and_grad_per_example(loss_fn, params, step_batch)
             norms = per_example_global_norms(grads)
-            weights = step_mask * factors_of(norms)
+            weights = step_mask * clip_factors(norms, c)
             acc = tree_add(acc, _weighted_sum(weights, grads))
-            n_clipped = jnp.sum(step_mask * (norms > clip_norm))
+            n_clipped = jnp.sum(step_mask * (norms > c))
             stats = tree_add(stats, step_stats(loss, aux, step_mask, n_clipped))
             return acc, stats
 
@@ -295,7 +312,7 @@ def make_clipped_sum_fn(
         )
         return acc, stats
 
-    clipped_sum.sensitivity = clip_norm  # type: ignore[attr-defined]
+    clipped_sum.sensitivity = default_clip_norm  # type: ignore[attr-defined]
     clipped_sum.clip_factors = factors_of  # type: ignore[attr-defined]
     return clipped_sum
 
@@ -498,8 +515,12 @@ class _Engine:
         donate_state: bool,
         sensitivity: float | None,
         audit_finish: Callable[..., Any] | None = None,
+        clip_norm: float | None = None,
     ) -> None:
         self._mesh = mesh
+        # C reaches the jitted accumulation as an argument (a float32 scalar), not as a constant compiled into
+        # it: steps that differ in C only (a sweep, the tests' clipping regimes) share one compiled program.
+        self._clip_args: tuple[np.float32, ...] = () if clip_norm is None else (np.float32(clip_norm),)
         #: L2 sensitivity of the summed gradient under add/remove of one example (None: not private).
         self.sensitivity = sensitivity
         clip_factors_of = getattr(sum_fn, "clip_factors", None)  # read before shard_over_data wraps it
@@ -512,8 +533,8 @@ class _Engine:
             self._zeros = jax.jit(zeros_f32)
             self.zero_stats = jax.jit(zero_stats)
 
-        def accumulate(params, acc, stats, batch, mask):
-            s, st = sum_fn(params, batch, mask)
+        def accumulate(params, acc, stats, batch, mask, *clip_args):
+            s, st = sum_fn(params, batch, mask, *clip_args)
             return tree_add(acc, s), tree_add(stats, st)
 
         self._accumulate = jax.jit(accumulate, donate_argnums=(1, 2))
@@ -553,7 +574,7 @@ class _Engine:
         for batch, mask in chunks:
             if self._mesh is not None:
                 batch, mask = parallel.place_chunk(self._mesh, batch, mask)
-            acc, stats = self._accumulate(params, acc, stats, batch, mask)
+            acc, stats = self._accumulate(params, acc, stats, batch, mask, *self._clip_args)
         return acc, stats
 
     def __call__(
@@ -639,7 +660,7 @@ def make_dp_train_step(
     mesh: Mesh | None = None,
     donate_state: bool = False,
     vmap_size: int | None = DEFAULT_VMAP_SIZE,
-    clipped_sum_fn: Callable[[PyTree, PyTree, jax.Array], tuple[PyTree, ChunkStats]] | None = None,
+    clipped_sum_fn: ClippedSumFn | None = None,
 ) -> StepFn:
     """Returns ``step(params, opt_state, chunks, key, noise_multiplier, expected_batch_size)``.
 
@@ -653,7 +674,8 @@ def make_dp_train_step(
     the update (saves memory; the caller must not use them after the call). ``vmap_size`` is the
     performance knob of :func:`make_clipped_sum_fn` (examples per vmap(grad) call).
     ``clipped_sum_fn`` replaces the generic vmap clipped sum by an equivalent one (e.g. ghost norms,
-    :mod:`trainers.jax_bert.ghost_clipping`); its ``sensitivity`` must equal ``clip_norm``.
+    :mod:`trainers.jax_bert.ghost_clipping`); its ``sensitivity`` must equal ``clip_norm``, and it takes ``C`` as
+    its optional fourth argument (the step passes ``clip_norm`` so, as a float32 scalar).
     """
     clip_norm = check_clip_norm(clip_norm)
     if clipped_sum_fn is None:
@@ -682,7 +704,9 @@ def make_dp_train_step(
         metrics = _dp_metrics((acc, block_acc), z, noise_std, stats)
         return new_params, new_opt_state, AuditBlock(new_values, new_block_state), metrics, noisy[1]
 
-    return _Engine(clipped_sum, finish, mesh, donate_state, float(clipped_sum.sensitivity), audit_finish)
+    return _Engine(
+        clipped_sum, finish, mesh, donate_state, float(clipped_sum.sensitivity), audit_finish, clip_norm=clip_norm
+    )
 
 
 def make_nonprivate_train_step(

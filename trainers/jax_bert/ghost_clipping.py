@@ -29,7 +29,6 @@ References:
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 import jax
@@ -199,21 +198,23 @@ def _weighted_sums(
     return out
 
 
-def make_ghost_clipped_sum_fn(
-    model: FlaxBertForMaskedLM, *, clip_norm: float
-) -> Callable[[PyTree, PyTree, jax.Array], tuple[PyTree, dp_step.ChunkStats]]:
+def make_ghost_clipped_sum_fn(model: FlaxBertForMaskedLM, *, clip_norm: float) -> dp_step.ClippedSumFn:
     """Drop-in for ``make_clipped_sum_fn(example_mlm_loss)`` on a BERT masked LM (deterministic, no
-    dropout): same signature, same result, same ``sensitivity``; no per-example gradient is formed.
+    dropout): same signature (``C`` its optional traced fourth argument), same result, same ``sensitivity``; no
+    per-example gradient is formed.
 
     Each micro-step runs one batched forward and one backward pass to the layer outputs, computes
     per-example norms from Gram matrices, and adds the clipped sum with one matmul per layer.
     """
-    clip_norm = dp_step.check_clip_norm(clip_norm)
-    factors_of = dp_step.clip_rule(clip_norm)
+    default_clip_norm = dp_step.check_clip_norm(clip_norm)
+    factors_of = dp_step.clip_rule(default_clip_norm)
 
-    def clipped_sum(params: PyTree, batch: PyTree, mask: jax.Array) -> tuple[PyTree, dp_step.ChunkStats]:
+    def clipped_sum(
+        params: PyTree, batch: PyTree, mask: jax.Array, clip_norm: jax.Array | None = None
+    ) -> tuple[PyTree, dp_step.ChunkStats]:
         dp_step.check_chunk(batch, mask)
         mask = jnp.asarray(mask, jnp.float32)
+        c = default_clip_norm if clip_norm is None else clip_norm
         params_flat = traverse_util.flatten_dict(params)
 
         def forward(step_batch: PyTree, perturbations: PyTree | None, mutable: list[str]):
@@ -248,10 +249,10 @@ def make_ghost_clipped_sum_fn(
             recorded = _Tape(tape, grads, step_batch, m)
             sq_norms, small = _ghost_terms(recorded, params_flat)
             norms = jnp.sqrt(sq_norms)
-            weights = step_mask * factors_of(norms)
+            weights = step_mask * dp_step.clip_factors(norms, c)
             sums = traverse_util.unflatten_dict(_weighted_sums(recorded, weights, small, params_flat))
             acc = dp_step.tree_add(acc, sums)
-            n_clipped = jnp.sum(step_mask * (norms > clip_norm))
+            n_clipped = jnp.sum(step_mask * (norms > c))
             stats = dp_step.tree_add(stats, dp_step.step_stats(loss, aux, step_mask, n_clipped))
             return acc, stats
 
@@ -260,6 +261,6 @@ def make_ghost_clipped_sum_fn(
         )
         return acc, stats
 
-    clipped_sum.sensitivity = clip_norm  # type: ignore[attr-defined]
+    clipped_sum.sensitivity = default_clip_norm  # type: ignore[attr-defined]
     clipped_sum.clip_factors = factors_of  # type: ignore[attr-defined]  (the audit's clipping rule too)
     return clipped_sum

@@ -188,22 +188,26 @@ def sync_processes(name: str) -> None:
 
 
 def shard_over_data(fn: Callable[..., Any], mesh: Mesh) -> Callable[..., Any]:
-    """Wraps ``fn(params, batch [S, m, ...], mask [S, m]) -> pytree of sums`` to run data parallel.
+    """Wraps ``fn(params, batch [S, m, ...], mask [S, m], *extra) -> pytree of sums`` to run data parallel.
 
     Each device applies ``fn`` to its slots of the micro-batch axis; the outputs (sums over
     examples) are ``psum``-ed over the mesh, so the wrapped function returns exactly the single-device
-    sums, replicated. Only sums may be returned by ``fn``; means would be averaged wrongly.
+    sums, replicated. Only sums may be returned by ``fn``; means would be averaged wrongly. ``extra``
+    arguments (a clipped sum's traced clip norm) are replicated.
     """
 
-    def local(params: Any, batch: Any, mask: jax.Array) -> Any:
-        return jax.lax.psum(fn(params, batch, mask), DATA_AXIS)
+    def local(params: Any, batch: Any, mask: jax.Array, *extra: Any) -> Any:
+        return jax.lax.psum(fn(params, batch, mask, *extra), DATA_AXIS)
 
-    return jax.shard_map(
-        local,
-        mesh=mesh,
-        in_specs=(P(), P(None, DATA_AXIS), P(None, DATA_AXIS)),
-        out_specs=P(),
-        # The scan carries of ``fn`` start as (unvarying) zeros and become device-varying; the psum
-        # makes the output replicated, which is all the type check would verify.
-        check_vma=False,
-    )
+    def sharded(params: Any, batch: Any, mask: jax.Array, *extra: Any) -> Any:
+        return jax.shard_map(
+            local,
+            mesh=mesh,
+            in_specs=(P(), P(None, DATA_AXIS), P(None, DATA_AXIS), *(P() for _ in extra)),
+            out_specs=P(),
+            # The scan carries of ``fn`` start as (unvarying) zeros and become device-varying; the psum
+            # makes the output replicated, which is all the type check would verify.
+            check_vma=False,
+        )(params, batch, mask, *extra)
+
+    return sharded

@@ -86,10 +86,23 @@ def bert_data(n: int = 12, seed: int = 0):
     }
 
 
+@functools.lru_cache(maxsize=None)
+def _jitted_example_grad(loss_fn):
+    """One batch-size-1 gradient per model, jitted once and shared by the oracles."""
+    return jax.jit(jax.grad(lambda p, ex: loss_fn(p, ex)[0]))
+
+
 def loop_grads(loss_fn, params, data, n):
     """Oracle: a Python loop of batch-size-1 gradients."""
-    grad = jax.jit(jax.grad(lambda p, ex: loss_fn(p, ex)[0]))
+    grad = _jitted_example_grad(loss_fn)
     return [grad(params, {k: v[i] for k, v in data.items()}) for i in range(n)]
+
+
+@functools.lru_cache(maxsize=None)
+def _jitted_per_example_grads(loss_fn):
+    """``dp_step.per_example_grads`` for one model, jitted once: run eagerly, a BERT's vmapped backward pass
+    compiled each of its hundreds of primitives on its own."""
+    return jax.jit(functools.partial(dp_step.per_example_grads, loss_fn))
 
 
 def tree_norm(tree) -> float:
@@ -147,7 +160,7 @@ def test_vmap_per_example_grads_equal_loop_oracle(case) -> None:
     loss_fn, params, data = case
     n = 8
     batch = gather(data, np.arange(n))
-    got = jax.jit(functools.partial(dp_step.per_example_grads, loss_fn))(params, batch)
+    got = _jitted_per_example_grads(loss_fn)(params, batch)
     for i, want in enumerate(loop_grads(loss_fn, params, batch, n)):
         assert_trees_close(jax.tree.map(lambda g, i=i: g[i], got), want, rtol=1e-4, atol=1e-6)
 
@@ -158,8 +171,8 @@ def test_clipped_norms_bounded_and_clipped_sum_equals_loop_oracle(clip_case) -> 
     batch = gather(data, np.arange(n))
     want, norms = oracle_clipped_sum(loss_fn, params, data, np.arange(n), clip)
     assert 0 < np.sum(norms > clip) < n  # some examples are clipped, some are not
-    clipped, got_norms = dp_step.clip_by_global_norm_per_example(
-        dp_step.per_example_grads(loss_fn, params, batch), clip
+    clipped, got_norms = jax.jit(dp_step.clip_by_global_norm_per_example, static_argnums=1)(
+        _jitted_per_example_grads(loss_fn)(params, batch), clip
     )
     np.testing.assert_allclose(np.asarray(got_norms), norms, rtol=1e-4)
     for i in range(n):
