@@ -316,6 +316,28 @@ def test_noise_and_batch_size_are_traced_not_recompiled() -> None:
     assert step._accumulate._cache_size() == 1
 
 
+def test_the_clip_norm_is_traced_one_program_for_every_c_and_bit_identical_to_a_compiled_in_c() -> None:
+    """The step passes C to its jitted accumulation as a float32 argument: steps that differ in C only lower to
+    the same program (one compile), and a traced C gives bit for bit the sums of C compiled in as a constant
+    (C = 5 clips some of these examples, C = inf none)."""
+    params, data = mlp_params(), mlp_data()
+    idx, mask = sampling.pack_microsteps(np.arange(7), M, S)[0]
+    batch = gather(data, idx)
+    programs = set()
+    for clip in (0.5, 5.0, float("inf")):
+        step = dp_step.make_dp_train_step(mlp_loss, optax.sgd(1.0), clip_norm=clip)
+        args = (params, step._zeros(params), step.zero_stats(), batch, mask, *step._clip_args)
+        programs.add(step._accumulate.lower(*args).as_text())
+    assert len(programs) == 1
+    for clip, n_clipped in ((5.0, (1, 6)), (float("inf"), (0, 0))):
+        fn = dp_step.make_clipped_sum_fn(mlp_loss, clip_norm=clip)
+        constant, constant_stats = jax.jit(fn)(params, batch, mask)
+        traced, traced_stats = jax.jit(fn)(params, batch, mask, np.float32(clip))
+        assert_trees_close(traced, constant, rtol=0, atol=0)
+        assert traced_stats == constant_stats
+        assert n_clipped[0] <= float(traced_stats.n_clipped) <= n_clipped[1]
+
+
 def test_division_by_expected_not_realized_batch_size() -> None:
     params, data = mlp_params(), mlp_data()
     step = dp_step.make_dp_train_step(mlp_loss, optax.sgd(1.0), clip_norm=1.0)
