@@ -120,6 +120,7 @@ if TYPE_CHECKING:  # the names, for type checkers; at run time each is imported 
         clear_caches,
         optimistic_subsampled_gaussian_pld,
         privacy_profile,
+        self_compose,
         subsampled_gaussian_pld,
     )
     from dpaudit.accounting.serialization import (
@@ -188,6 +189,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {  # name -> (module of this package, its
     "clear_caches": ("pld", "clear_caches"),
     "optimistic_subsampled_gaussian_pld": ("pld", "optimistic_subsampled_gaussian_pld"),
     "privacy_profile": ("pld", "privacy_profile"),
+    "self_compose": ("pld", "self_compose"),
     "subsampled_gaussian_pld": ("pld", "subsampled_gaussian_pld"),
     "event_from_json": ("serialization", "event_from_json"),
     "event_to_json": ("serialization", "event_to_json"),
@@ -258,6 +260,7 @@ __all__ = [
     "tail_figure",
     "parse_batch_schedule",
     "schedule_event",
+    "self_compose",
     "sliced_microbatch_sensitivity_factor",
     "subsampled_gaussian_pld",
     "tan_epsilon",

@@ -238,9 +238,12 @@ def _optimistic_epsilon(segments: tuple[Segment, ...], delta: float, scale: floa
 
     total: pld_lib.PrivacyLossDistribution | None = None
     for seg in segments:  # dp_accounting's optimistic privacy-buckets PLD, built bit for bit on whole arrays
-        step = accounting.optimistic_subsampled_gaussian_pld(
-            seg.noise_multiplier * scale, seg.sampling_probability, EPSILON_DISCRETIZATION
-        ).self_compose(seg.steps)
+        step = accounting.self_compose(
+            accounting.optimistic_subsampled_gaussian_pld(
+                seg.noise_multiplier * scale, seg.sampling_probability, EPSILON_DISCRETIZATION
+            ),
+            seg.steps,
+        )
         total = step if total is None else total.compose(step)
     if total is None:
         raise ValueError("a claim without segments states no mechanism to account.")

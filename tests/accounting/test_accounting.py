@@ -8,6 +8,7 @@ import re
 import warnings
 
 import dp_accounting
+import numpy as np
 import pytest
 from dp_accounting import pld, rdp
 from dp_accounting.privacy_accountant import NeighboringRelation
@@ -121,6 +122,52 @@ def test_optimistic_single_step_pld_is_bit_identical_to_dp_accounting(sigma, q, 
         assert (lower, infinity) == (lower_ref, infinity_ref)
         assert probs.tobytes() == probs_ref.tobytes()
     assert ours.self_compose(20).get_epsilon_for_delta(1e-5) == theirs.self_compose(20).get_epsilon_for_delta(1e-5)
+
+
+@pytest.mark.parametrize(
+    "sigma,q,discretization,count",
+    [
+        (1.1, 0.128, 1e-4, 20),  # a white-box audit's claim at the bound's discretization
+        (0.76, 3.03e-3, 1e-3, 1000),  # many steps: the Chernoff range cuts the support
+        (5.0, 1e-6, 1e-3, 10),  # a sparse PMF: the library's own composition
+        (1.0, 1.0, 1e-3, 7),  # q = 1: one symmetric PMF
+    ],
+)
+def test_self_composition_is_bit_identical_to_dp_accounting(sigma, q, discretization, count):
+    """accounting.self_compose (the Chernoff truncation range in fewer array passes) gives the PLD dp_accounting's
+    self_compose gives, bit for bit, pessimistic and optimistic."""
+    for single in (
+        A.subsampled_gaussian_pld(sigma, q, discretization),
+        A.optimistic_subsampled_gaussian_pld(sigma, q, discretization),
+    ):
+        ours, theirs = A.self_compose(single, count), single.self_compose(count)
+        for side in ("_pmf_remove", "_pmf_add"):
+            assert type(getattr(ours, side)) is type(getattr(theirs, side))
+            lower, infinity, probs = _dense_parts(getattr(ours, side))
+            lower_ref, infinity_ref, probs_ref = _dense_parts(getattr(theirs, side))
+            assert (lower, infinity) == (lower_ref, infinity_ref)
+            assert probs.tobytes() == probs_ref.tobytes()
+
+
+def test_self_convolve_bounds_equal_dp_accounting_on_odd_arrays():
+    """The truncation range on arrays a PLD can hold: zeros at either end, a single point, round-off below zero
+    (logsumexp's own branch), all zeros."""
+    from dp_accounting.pld import common
+
+    rng = np.random.default_rng(0)
+    arrays = [
+        np.r_[np.zeros(5), rng.random(100), np.zeros(7)],
+        np.r_[np.zeros(3), 1.0, np.zeros(4)],
+        np.array([1.0]),
+        np.r_[-1e-18, rng.random(50), -1e-19],
+        np.zeros(10),
+        rng.random(3000) ** 8,
+    ]
+    for probs in arrays:
+        for count in (1, 4, 1000):
+            assert pld_module._self_convolve_bounds(probs, count, 1e-15) == common.compute_self_convolve_bounds(
+                probs, count, 1e-15
+            )
 
 
 def test_known_configuration_golden_value():
