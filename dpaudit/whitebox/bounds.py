@@ -150,8 +150,23 @@ def points_test(fp: np.ndarray, n_n: int, fn: np.ndarray, n_m: int, alpha: float
     fpr_up = _cp_upper(fp, n_n, alpha / 2 / n_n)
     fnr_up = _cp_upper(fn, n_m, alpha / 2 / n_m)
     keep = (fpr_up < 1) & (fnr_up < 1)
-    fpr_up, fnr_up = fpr_up[keep], fnr_up[keep]
+    fpr_up, fnr_up = _lower_left(fpr_up[keep], fnr_up[keep])
     return lambda curve: bool(fpr_up.size and np.any(fnr_up < curve(fpr_up)))
+
+
+def _lower_left(fpr: np.ndarray, fnr: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """The points no other point is below and to the left of (fpr and fnr both at most its own), which decide the
+    test alone: a trade-off curve evaluated in floating point is non-increasing (each of its lines is), so a point
+    (x, y) below it, y < f(x), makes every point (x', y') with x' <= x and y' <= y below it too. A run of thresholds
+    that moves one count only (members or non-members) is one point here, so each curve of a search is evaluated on
+    a fraction of the thresholds; the verdict is the same boolean."""
+    if fpr.size < 2 or np.isnan(fpr).any() or np.isnan(fnr).any():
+        return fpr, fnr
+    order = np.lexsort((fnr, fpr))  # by fpr, then fnr
+    fpr, fnr = fpr[order], fnr[order]
+    least = np.minimum.accumulate(fnr)
+    kept = np.concatenate(([True], fnr[1:] < least[:-1]))  # strictly below every point to its left
+    return fpr[kept], fnr[kept]
 
 
 def points_canaries_needed(claim: Claim, *, confidence: float, most: int = 10**8) -> int | None:

@@ -68,3 +68,33 @@ def test_best_test_finds_the_test_that_rejects_the_least_private_scaling():
     fine = claim.lower_bound(tests[1]).scale
     assert fine is not None and 0.8 <= fine < 0.8 * 2 ** (1 / 256) and fine <= scale
     assert claim.best_test([lambda curve: False]) == (None, None)
+
+
+def test_the_pooled_points_test_on_its_lower_left_points_decides_as_on_every_threshold():
+    """points_test keeps only the thresholds no other is below and to the left of: on pooled scores (ties included)
+    and Gaussian curves from far too private to far too weak, its verdict is the one every threshold gives, and both
+    verdicts occur."""
+    from dpaudit.whitebox.bounds import _cp_upper, points_test
+
+    rng = np.random.default_rng(3)
+    eps = np.linspace(0, 12, 400)
+    verdicts = set()
+    for shift, ties in ((0.5, False), (1.5, True)):
+        member = rng.normal(shift, 1.0, 3000)
+        nonmember = rng.normal(0.0, 1.0, 3000)
+        if ties:
+            member, nonmember = np.round(member, 1), np.round(nonmember, 1)
+        member, nonmember = np.sort(member), np.sort(nonmember)
+        thresholds = np.unique(np.concatenate([member, nonmember]))
+        fn = np.searchsorted(member, thresholds, side="left")
+        fp = nonmember.size - np.searchsorted(nonmember, thresholds, side="left")
+        test = points_test(fp, nonmember.size, fn, member.size, 0.05)
+        fpr_up = _cp_upper(fp, nonmember.size, 0.05 / 2 / nonmember.size)
+        fnr_up = _cp_upper(fn, member.size, 0.05 / 2 / member.size)
+        keep = (fpr_up < 1) & (fnr_up < 1)
+        for mu in np.linspace(0.05, 3.0, 40):
+            curve = TradeOff(eps, gdp_delta(eps, mu))
+            every = bool(np.any(fnr_up[keep] < curve(fpr_up[keep])))
+            assert test(curve) == every, (shift, mu)
+            verdicts.add(every)
+    assert verdicts == {True, False}
