@@ -256,28 +256,7 @@ def subsampled_gaussian_pld(
 ) -> pld_lib.PrivacyLossDistribution:
     """``pld_lib.from_gaussian_mechanism(sigma, sampling_prob=q)`` (add/remove, connect-the-dots,
     pessimistic), bit for bit, built with :class:`_VectorizedGaussianPrivacyLoss`."""
-    sigma, q = float(noise_multiplier), float(sampling_probability)
-    if q == 1.0 or _CREATE_PMF is None:
-        return pld_lib.from_gaussian_mechanism(
-            standard_deviation=sigma,
-            value_discretization_interval=discretization,
-            sampling_prob=q,
-            neighboring_relation=_ADD_OR_REMOVE,
-        )
-
-    create = _CREATE_PMF
-
-    def pmf(adjacency: plm.AdjacencyType) -> pld_pmf.PLDPmf:
-        loss = _VectorizedGaussianPrivacyLoss(sigma, sampling_prob=q, adjacency_type=adjacency)
-        return create(
-            loss, pessimistic_estimate=True, value_discretization_interval=discretization, use_connect_dots=True
-        )
-
-    return pld_lib.PrivacyLossDistribution(pmf(plm.AdjacencyType.REMOVE), pmf(plm.AdjacencyType.ADD))
-
-
-#: The largest PMF dp_accounting keeps sparse (``pld_pmf.create_pmf``); larger ones are dense arrays.
-_MAX_SPARSE: int = getattr(pld_pmf, "_MAX_PMF_SPARSE_SIZE", 1000)
+    return _gaussian_pld(noise_multiplier, sampling_probability, discretization, pessimistic=True)
 
 
 def optimistic_subsampled_gaussian_pld(
@@ -286,30 +265,48 @@ def optimistic_subsampled_gaussian_pld(
     """``pld_lib.from_gaussian_mechanism(sigma, sampling_prob=q, pessimistic_estimate=False,
     use_connect_dots=False)`` (add/remove, the privacy-buckets rounding down: a LOWER estimate of every delta), bit
     for bit, its grid's inverse privacy losses computed in one array operation (:func:`_privacy_buckets_pmf`)."""
+    return _gaussian_pld(noise_multiplier, sampling_probability, discretization, pessimistic=False)
+
+
+def _gaussian_pld(
+    noise_multiplier: float, sampling_probability: float, discretization: float, *, pessimistic: bool
+) -> pld_lib.PrivacyLossDistribution:
+    """The two builds above: dp_accounting's ``from_gaussian_mechanism`` with ``pessimistic_estimate`` and
+    ``use_connect_dots`` both ``pessimistic``; q = 1, or a dp_accounting without the private PMF hook, is the
+    library's own build."""
     sigma, q = float(noise_multiplier), float(sampling_probability)
     if q == 1.0 or _CREATE_PMF is None:
         return pld_lib.from_gaussian_mechanism(
             standard_deviation=sigma,
-            pessimistic_estimate=False,
+            pessimistic_estimate=pessimistic,
             value_discretization_interval=discretization,
             sampling_prob=q,
-            use_connect_dots=False,
+            use_connect_dots=pessimistic,
             neighboring_relation=_ADD_OR_REMOVE,
         )
     create = _CREATE_PMF
 
     def pmf(adjacency: plm.AdjacencyType) -> pld_pmf.PLDPmf:
         loss = _VectorizedGaussianPrivacyLoss(
-            sigma, pessimistic_estimate=False, sampling_prob=q, adjacency_type=adjacency
+            sigma, pessimistic_estimate=pessimistic, sampling_prob=q, adjacency_type=adjacency
         )
-        built = _privacy_buckets_pmf(loss, discretization)
-        if built is None:  # a grid the library's own loop walks (an edge of the range): its code, its result
-            return create(
-                loss, pessimistic_estimate=False, value_discretization_interval=discretization, use_connect_dots=False
-            )
-        return built
+        # the optimistic grid's walk on whole arrays; None (an edge of the range) and the pessimistic build: the
+        # library's own construction over the vectorized loss
+        built = None if pessimistic else _privacy_buckets_pmf(loss, discretization)
+        if built is not None:
+            return built
+        return create(
+            loss,
+            pessimistic_estimate=pessimistic,
+            value_discretization_interval=discretization,
+            use_connect_dots=pessimistic,
+        )
 
     return pld_lib.PrivacyLossDistribution(pmf(plm.AdjacencyType.REMOVE), pmf(plm.AdjacencyType.ADD))
+
+
+#: The largest PMF dp_accounting keeps sparse (``pld_pmf.create_pmf``); larger ones are dense arrays.
+_MAX_SPARSE: int = getattr(pld_pmf, "_MAX_PMF_SPARSE_SIZE", 1000)
 
 
 def _privacy_buckets_pmf(loss: _VectorizedGaussianPrivacyLoss, discretization: float) -> pld_pmf.PLDPmf | None:
@@ -444,18 +441,8 @@ def _self_convolve_bounds(probs: NDArray[np.float64], count: int, tail_mass_trun
 
 def _chernoff_range(probs: NDArray[np.float64], count: int, tail_mass: float) -> int:
     """Length of the range ``pld_common.compute_self_convolve_bounds`` keeps when self-composing `probs`
-    `count` times (same orders and bound, all orders in one array operation)."""
-    n = len(probs)
-    orders = np.concatenate((np.arange(-20, 0), np.arange(1, 21))) / n
-    with np.errstate(divide="ignore"):
-        log_probs = np.log(np.asarray(probs, dtype=float))
-    exponents = orders[:, None] * np.arange(n)[None, :] + log_probs[None, :]
-    peak = exponents.max(axis=1, keepdims=True)
-    log_mgf = (peak + np.log(np.exp(exponents - peak).sum(axis=1, keepdims=True)))[:, 0]
-    with np.errstate(over="ignore", invalid="ignore"):
-        bounds = (count * log_mgf + math.log(2.0 / tail_mass)) / orders
-    upper: int = min([(n - 1) * count, *(math.ceil(b) for b, o in zip(bounds, orders) if o > 0 and math.isfinite(b))])
-    lower: int = max([0, *(math.floor(b) for b, o in zip(bounds, orders) if o < 0 and math.isfinite(b))])
+    `count` times (:func:`_self_convolve_bounds`)."""
+    lower, upper = _self_convolve_bounds(probs, count, tail_mass)
     return upper - lower + 1
 
 

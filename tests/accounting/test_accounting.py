@@ -57,6 +57,16 @@ def _dense_parts(pld_pmf):
     return dense._lower_loss, dense._infinity_mass, dense._probs
 
 
+def _assert_same_pld(ours, theirs):
+    """Both sides' PMFs alike bit for bit: the PMF type, lowest key, infinity mass and every probability."""
+    for side in ("_pmf_remove", "_pmf_add"):
+        assert type(getattr(ours, side)) is type(getattr(theirs, side))
+        lower, infinity, probs = _dense_parts(getattr(ours, side))
+        lower_ref, infinity_ref, probs_ref = _dense_parts(getattr(theirs, side))
+        assert (lower, infinity) == (lower_ref, infinity_ref)
+        assert probs.tobytes() == probs_ref.tobytes()
+
+
 @pytest.mark.parametrize(
     "sigma,q,discretization",
     [
@@ -72,11 +82,7 @@ def test_vectorized_single_step_pld_is_bit_identical_to_dp_accounting(sigma, q, 
     theirs = pld.privacy_loss_distribution.from_gaussian_mechanism(
         sigma, sampling_prob=q, value_discretization_interval=discretization
     )
-    for side in ("_pmf_remove", "_pmf_add"):
-        lower, infinity, probs = _dense_parts(getattr(ours, side))
-        lower_ref, infinity_ref, probs_ref = _dense_parts(getattr(theirs, side))
-        assert (lower, infinity) == (lower_ref, infinity_ref)
-        assert probs.tobytes() == probs_ref.tobytes()
+    _assert_same_pld(ours, theirs)
 
 
 def test_single_step_pld_falls_back_to_the_library_build(monkeypatch):
@@ -86,11 +92,7 @@ def test_single_step_pld_falls_back_to_the_library_build(monkeypatch):
     theirs = pld.privacy_loss_distribution.from_gaussian_mechanism(
         1.0, sampling_prob=0.01, value_discretization_interval=1e-3
     )
-    for side in ("_pmf_remove", "_pmf_add"):
-        lower, infinity, probs = _dense_parts(getattr(ours, side))
-        lower_ref, infinity_ref, probs_ref = _dense_parts(getattr(theirs, side))
-        assert (lower, infinity) == (lower_ref, infinity_ref)
-        assert probs.tobytes() == probs_ref.tobytes()
+    _assert_same_pld(ours, theirs)
 
 
 @pytest.mark.parametrize(
@@ -115,12 +117,7 @@ def test_optimistic_single_step_pld_is_bit_identical_to_dp_accounting(sigma, q, 
         pessimistic_estimate=False,
         use_connect_dots=False,
     )
-    for side in ("_pmf_remove", "_pmf_add"):
-        assert type(getattr(ours, side)) is type(getattr(theirs, side))
-        lower, infinity, probs = _dense_parts(getattr(ours, side))
-        lower_ref, infinity_ref, probs_ref = _dense_parts(getattr(theirs, side))
-        assert (lower, infinity) == (lower_ref, infinity_ref)
-        assert probs.tobytes() == probs_ref.tobytes()
+    _assert_same_pld(ours, theirs)
     assert ours.self_compose(20).get_epsilon_for_delta(1e-5) == theirs.self_compose(20).get_epsilon_for_delta(1e-5)
 
 
@@ -141,12 +138,7 @@ def test_self_composition_is_bit_identical_to_dp_accounting(sigma, q, discretiza
         A.optimistic_subsampled_gaussian_pld(sigma, q, discretization),
     ):
         ours, theirs = A.self_compose(single, count), single.self_compose(count)
-        for side in ("_pmf_remove", "_pmf_add"):
-            assert type(getattr(ours, side)) is type(getattr(theirs, side))
-            lower, infinity, probs = _dense_parts(getattr(ours, side))
-            lower_ref, infinity_ref, probs_ref = _dense_parts(getattr(theirs, side))
-            assert (lower, infinity) == (lower_ref, infinity_ref)
-            assert probs.tobytes() == probs_ref.tobytes()
+        _assert_same_pld(ours, theirs)
 
 
 def test_self_convolve_bounds_equal_dp_accounting_on_odd_arrays():
