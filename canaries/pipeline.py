@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import dataclasses
 import itertools
-import json
 import sys
 from collections.abc import Sequence
 from dataclasses import dataclass, field
@@ -69,10 +68,10 @@ from dpaudit.corpus import BUILTIN_ASSISTANT, CorpusReader, assistant
 from dpaudit.corpus.near_duplicates import normalize
 from dpaudit.corpus.readers import NO_LABELS, Label
 from dpaudit.files.run_dirs import (
-    MANIFEST_NAME,
     build_manifest,
     dumps_jsonl_line,
     file_hashes,
+    load_manifest,
     prepare_output_dir,
     run_dir_lock,
     sha256_file,
@@ -289,9 +288,9 @@ def refuse_private_exclude(path: str) -> None:
     """
     file = Path(path)
     try:
-        manifest = json.loads((file.parent / MANIFEST_NAME).read_text(encoding="utf-8"))
+        manifest = load_manifest(file.parent)
         inject_dir = str(manifest["schema"]).startswith(INJECT_SCHEMA_PREFIX) and file.name in manifest["outputs"]
-    except (OSError, ValueError, KeyError, TypeError):
+    except (UserInputError, OSError, KeyError, TypeError):
         return  # not an inject directory's file (or not one it lists)
     if inject_dir and file.name != PUBLIC_SPLIT:
         raise UserInputError(
