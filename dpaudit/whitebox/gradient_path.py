@@ -38,18 +38,31 @@ from typing import Any
 
 import numpy as np
 
-from dpaudit.audit.claim_curves import CEILING_MIN_SCALE
 from dpaudit.audit.roc import roc_curve
 from dpaudit.claim import Claim, claim_of_record, read_privacy_record
 from dpaudit.claim.record import PrivacyRecord
 from dpaudit.common.errors import UserInputError
 from dpaudit.training.gradient_canaries import UNIT_EXAMPLE
 from dpaudit.training.gradient_path import PATH_GRADIENT, GradientPathHost
-from dpaudit.whitebox.analysis import Analysis, ViewScores, curve_rejected
-from dpaudit.whitebox.bounds import multi_run_bounds, multi_run_family, one_run_bounds, one_run_family
+from dpaudit.whitebox.analysis import Analysis, ViewScores, _any_mechanism, _ceilings, curve_rejected
+from dpaudit.whitebox.bounds import (
+    Bound,
+    gauss_pair_bound,
+    multi_run_bounds,
+    multi_run_family,
+    one_run_bounds,
+    one_run_family,
+    order_stats_bounds,
+)
 from dpaudit.whitebox.harness import RunEvidence
 from dpaudit.whitebox.layout import CANARY_GAIN, CanaryLayout
-from dpaudit.whitebox.plan import planned_guesses
+from dpaudit.whitebox.plan import (
+    planned_gauss_pair,
+    planned_guesses,
+    planned_one_run,
+    planned_order_stats,
+    planned_pooled,
+)
 from dpaudit.whitebox.scores import all_iterates_scores, last_iterate_scores
 
 __all__ = [
@@ -188,13 +201,13 @@ def analyse_path(
     runs: Sequence[PathRun], *, confidence: float = 0.95, full: bool = True, min_scale: float | None = None
 ) -> Analysis:
     """Scores (under what ran) and bounds (against the library's claim) of every run; the verdict as in
-    :func:`dpaudit.whitebox.analysis.analyse`: the larger of the one-run f-DP proof and the pooled bound, each at
-    half the risk.
+    :func:`dpaudit.whitebox.analysis.analyse`: the larger of the planned one-run test and the planned pooled test
+    (:mod:`dpaudit.whitebox.plan`), each at half the risk.
 
-    ``min_scale`` (with ``full=False``): the verdict bounds' search stops at that scale of the claim; 1.0 gives the
-    verdict (whether the claim's own curve is rejected: :attr:`Analysis.mechanism_refuted`) without the figure of a
-    far smaller scale, whose accounting is the slow part of a broken library's audit (the power tests use it), and
-    no ceilings."""
+    ``min_scale`` (with ``full=False``): the f-DP recursion's and the Clopper-Pearson points' search stops at that
+    scale of the claim (the order statistics' stops at half the noise); 1.0 gives the verdict (whether the claim's own
+    curve is rejected: :attr:`Analysis.mechanism_refuted`) without the figure of a far smaller scale, whose accounting
+    is the slow part of a broken library's audit (the power tests use it), and no ceilings."""
     if not runs:
         raise ValueError("no runs to analyse.")
     claim = runs[0].evidence.claim
@@ -219,8 +232,37 @@ def analyse_path(
             members[view].append(s[ev.layout.member])
             nonmembers[view].append(s[~ev.layout.member])
     scores = {view: ViewScores(tuple(members[view]), tuple(nonmembers[view])) for view in members if members[view]}
-    plans = [planned_guesses(claim, UNIT_EXAMPLE, 0, run.evidence.layout.size, 1 - level) for run in runs]
+    # The verdict's two tests are planned as the cooperative audit's are (:func:`dpaudit.whitebox.analysis.analyse`),
+    # from the library's claim, m and R alone, before any score is seen: the one-run test (order statistics, the f-DP
+    # recursion or the Gaussian pair: :func:`~dpaudit.whitebox.plan.planned_one_run`) and the pooled one (order
+    # statistics over the R x m canaries or the Clopper-Pearson points: :func:`~dpaudit.whitebox.plan.planned_pooled`).
+    m0, alpha = runs[0].evidence.layout.size, 1 - level
+    plans = [planned_guesses(claim, UNIT_EXAMPLE, 0, run.evidence.layout.size, alpha) for run in runs]
+    method = planned_one_run(claim, UNIT_EXAMPLE, 0, m0, alpha)
+    pooled_method = planned_pooled(claim, UNIT_EXAMPLE, 0, m0, len(runs), alpha) if len(runs) > 1 else "claim_family"
     first = scores["all_iterates"]
+    total = sum(run.evidence.layout.size for run in runs)
+
+    def order(view: str, member: np.ndarray, nonmember: np.ndarray, m: int) -> dict[str, Bound]:
+        plan = planned_order_stats(claim, UNIT_EXAMPLE, 0, m, alpha, view)
+        return order_stats_bounds(member, nonmember, claim, confidence=level, r=plan.r, center=plan.center)
+
+    def gauss(run: PathRun) -> dict[str, Bound]:
+        plan = planned_gauss_pair(claim, UNIT_EXAMPLE, 0, run.evidence.layout.size, alpha)
+        member = run.evidence.layout.member
+        if plan.projection == "sum":  # the canary's summed observations (a signed non-member's sum is shifted down)
+            summed = np.asarray(run.evidence.observations, dtype=np.float64).sum(axis=0)
+            m, n = summed[member], summed[~member]
+        else:
+            m, n = first.member[0], first.nonmember[0]
+        return {"gauss_pair": gauss_pair_bound(m, n, claim, confidence=level, projection=plan.projection)}
+
+    verdict_one: dict[str, Bound] = {}
+    if method == "order_stats":
+        verdict_one = order("all_iterates", first.member[0], first.nonmember[0], m0)
+    elif method == "gauss_pair":
+        verdict_one = gauss(runs[0])
+    verdict_pooled = order("all_iterates", *first.pooled(), total) if pooled_method == "order_stats" else {}
     if full:
         one_run = {
             view: [
@@ -230,10 +272,21 @@ def analyse_path(
             for view, vs in scores.items()
         }
         pooled = {view: multi_run_bounds(*vs.pooled(), claim, confidence=level) for view, vs in scores.items()}
+        for view, vs in scores.items():  # the order statistics beside them, as the cooperative audit shows them
+            for i, (m, n) in enumerate(zip(vs.member, vs.nonmember)):
+                found = verdict_one if view == "all_iterates" and i == 0 and method == "order_stats" else {}
+                one_run[view][i]["order_stats"] = (found or order(view, m, n, m.size + n.size))["order_stats"]
+            if len(runs) > 1:
+                found = verdict_pooled if view == "all_iterates" else order(view, *vs.pooled(), total)
+                pooled[view]["order_stats"] = found["order_stats"]
+        if method == "gauss_pair":
+            one_run["all_iterates"][0]["gauss_pair"] = verdict_one["gauss_pair"]
     else:
         one_run = {
             "all_iterates": [
-                {
+                {method: verdict_one[method]}
+                if verdict_one
+                else {
                     "claim_family": one_run_family(
                         first.member[0],
                         first.nonmember[0],
@@ -246,36 +299,44 @@ def analyse_path(
             ]
         }
         pooled = {
-            "all_iterates": {
-                "claim_family": multi_run_family(*first.pooled(), claim, confidence=level, min_scale=min_scale)
-            }
+            "all_iterates": {"order_stats": verdict_pooled["order_stats"]}
+            if verdict_pooled
+            else {"claim_family": multi_run_family(*first.pooled(), claim, confidence=level, min_scale=min_scale)}
         }
     auc = {view: float(roc_curve(*vs.pooled()).auc()) for view, vs in scores.items()}
     sizes = [(m.size, n.size) for m, n in zip(first.member, first.nonmember)]
-    perfect_first = (np.ones(sizes[0][0]), np.zeros(sizes[0][1]))
-    perfect_pooled = (np.ones(sum(m for m, _ in sizes)), np.zeros(sum(n for _, n in sizes)))
     # The ceilings (a perfect attack at these sizes) are reported beside the bounds; a verdict-only analysis
     # (``min_scale``) reports none: each costs a search of the claim's scales at this run's member count.
     ceilings = (
         {}
         if min_scale is not None
-        else {
-            "one-run": one_run_family(
-                *perfect_first, claim, confidence=level, planned=plans[0], min_scale=CEILING_MIN_SCALE
-            ).epsilon,
-            "pooled": multi_run_family(*perfect_pooled, claim, confidence=level, min_scale=CEILING_MIN_SCALE).epsilon,
-        }
+        else _ceilings(
+            claim, sizes, plans[0], level, one_run["all_iterates"][0][method], pooled["all_iterates"][pooled_method]
+        )
     )
     analysis = Analysis(
-        claim=claim, confidence=confidence, scores=scores, one_run=one_run, pooled=pooled, auc=auc, ceilings=ceilings
+        claim=claim,
+        confidence=confidence,
+        scores=scores,
+        one_run=one_run,
+        pooled=pooled,
+        auc=auc,
+        ceilings=ceilings,
+        one_run_method=method,
+        pooled_method=pooled_method,
     )
     kind, primary = analysis.primary
     assert claim.epsilon is not None
     if curve_rejected(primary, claim.epsilon) and min_scale is None:  # the printed figure must hold for any mechanism
-        if kind == "one-run":
-            bound = one_run_bounds(first.member[0], first.nonmember[0], claim, confidence=level)["steinke"]
-        else:
-            bound = multi_run_bounds(*first.pooled(), claim, confidence=level)["clopper_pearson"]
+        bound = _any_mechanism(
+            kind,
+            (first.member[0], first.nonmember[0]),
+            first.pooled(),
+            claim,
+            level,
+            verdict_one if method == "order_stats" else None,
+            verdict_pooled or None,
+        )
         analysis = dataclasses.replace(analysis, any_mechanism=bound)
     return analysis
 
