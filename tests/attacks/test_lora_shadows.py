@@ -10,6 +10,7 @@ merged models). A base changed since the target adapted it is refused before any
 from __future__ import annotations
 
 import dataclasses
+import importlib.util
 import json
 
 import numpy as np
@@ -17,7 +18,9 @@ import pytest
 
 from dpaudit.common.errors import UserInputError
 
-pytest.importorskip("peft")
+# Skipped where peft is not installed; checked without importing it (peft takes ~2 s to import, which every
+# pytest-xdist worker would pay at collection whether or not it runs this module).
+pytestmark = pytest.mark.skipif(importlib.util.find_spec("peft") is None, reason="peft is not installed")
 
 
 @pytest.fixture(scope="module")
@@ -110,8 +113,6 @@ def test_a_lora_targets_shadows_are_adapters_over_its_base_scored_over_one_copy(
 
 def test_lora_runs_are_scored_merged_where_peft_is_not_installed(lora_target, monkeypatch):
     """Adapters over one base need peft; the merged models (model/) do not: without peft, no shared base."""
-    import importlib.util
-
     from dpaudit.scoring import adapters
 
     _, target = lora_target
