@@ -3,12 +3,14 @@
 Clopper-Pearson intervals on TPR and FPR become epsilon >= log((TPR_low - delta) / FPR_high). It treats
 every score as an independent trial of the mechanism: a proof when each score comes from its own
 training run, the customary but heuristic audit on the examples of ONE model. The one-run bounds
-(:mod:`.one_run`) return the same :class:`EpsilonBound` record.
+(:mod:`.one_run`) return the same :class:`EpsilonBound` record. Its ceiling (:func:`clopper_pearson_ceiling`) and
+the canaries a perfect attack needs (:func:`clopper_pearson_canaries_needed`) say what the bound could show.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
@@ -19,6 +21,7 @@ from numpy.typing import ArrayLike, NDArray
 
 from dpaudit.audit.checks import _check_unit, _float_or_none, _json_float, _json_number, _scores, _unjson_float
 from dpaudit.audit.counts import _counts, _pool
+from dpaudit.audit.order_stats import MOST_CANARIES, fewest_on_grid
 from dpaudit.audit.thresholds import BonferroniThresholds, FixedThreshold, SplitThreshold
 
 if TYPE_CHECKING:
@@ -129,6 +132,35 @@ def _cp_eps(
             rev = np.where(tnr_low > delta, np.log(np.maximum(tnr_low - delta, 1e-300)) - np.log(fnr_up), -np.inf)
             eps = np.maximum(eps, rev)
     return eps, tpr_low, fpr_up
+
+
+def clopper_pearson_ceiling(
+    n_members: int, n_nonmembers: int, *, delta: float, confidence: float, one_sided: bool = True
+) -> float:
+    """The Clopper-Pearson bound over every threshold (:class:`BonferroniThresholds`) of a perfect attack: every
+    member scored above every non-member, so the threshold between them counts all ``n_members`` as true positives
+    and no false positive (every other threshold reads less). The most that bound proves at these sizes."""
+    alpha = 1 - confidence
+    eps, _, _ = _cp_eps(
+        n_members, 0, n_members, n_nonmembers, alpha / 2 / n_members, alpha / 2 / n_nonmembers, delta, one_sided
+    )
+    return max(0.0, float(eps))
+
+
+@functools.lru_cache(maxsize=256)
+def clopper_pearson_canaries_needed(
+    epsilon: float, *, delta: float, confidence: float, one_sided: bool = True, most: int = MOST_CANARIES
+) -> int | None:
+    """The fewest canaries (half members, on the grid 2^(k/4) of
+    :func:`~dpaudit.audit.order_stats.fewest_on_grid`, walked up: no smaller grid point does) whose perfect attack's
+    :func:`clopper_pearson_ceiling` is above ``epsilon``: rejects (``epsilon``, ``delta``)-DP; None when none up to
+    ``most`` does. Memoized."""
+
+    def proves(n: int) -> bool:
+        perfect = clopper_pearson_ceiling(n - n // 2, n // 2, delta=delta, confidence=confidence, one_sided=one_sided)
+        return perfect > epsilon
+
+    return fewest_on_grid(proves, smallest=2, most=most, monotone=False)
 
 
 def _count_at(member: NDArray[np.float64], nonmember: NDArray[np.float64], t: float) -> tuple[int, int]:

@@ -6,6 +6,10 @@
 - :func:`epsilon_lower_bound_one_run_fdp`: the f-DP analysis of the same guessing game by
   Mahloujifar, Melis & Chaudhuri (2024), tighter, reported against the Gaussian-DP family: it refutes
   mu-GDP (Gaussian mechanisms only), not an (epsilon, delta) claim.
+
+Each has its ceiling (:func:`steinke_ceiling`, :func:`fdp_ceiling`: the bound of a perfect attack at the audit's
+sizes) and the canaries a perfect attack needs to reject a claim (:func:`steinke_canaries_needed`,
+:func:`fdp_canaries_needed`; docs/auditing.md, "The white-box verdict").
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ from numpy.typing import ArrayLike, NDArray
 from dpaudit.audit.bounds import GUARANTEE_DP, GUARANTEE_GDP, EpsilonBound
 from dpaudit.audit.checks import _check_unit, _scores
 from dpaudit.audit.gdp import gdp_epsilon, gdp_mu
+from dpaudit.audit.order_stats import MOST_CANARIES, fewest_on_grid
 from dpaudit.audit.thresholds import FixedGuesses, GuessGrid, SplitGuesses, _partition
 from dpaudit.audit.tradeoff import one_run_margin
 
@@ -61,9 +66,35 @@ def _steinke_pvalue(eps: float, m: int, r: int, v: int, delta: float) -> float:
     beta = float(scipy.special.bdtrc(v - 1, r, q))  # = binom.sf(v - 1, r, q), without scipy.stats' overhead
     if delta == 0.0:
         return min(beta, 1.0)
-    i = np.arange(1, v + 1)
-    tail = (scipy.special.bdtrc(v - i - 1, r, q) - beta) / i  # bdtrc(k < 0) = 1 = sf
-    return min(beta + 2 * m * delta * float(np.max(tail, initial=0.0)), 1.0)
+    return min(beta + 2 * m * delta * _steinke_tail(r, v, q, beta), 1.0)
+
+
+def _steinke_tail(r: int, v: int, q: float, beta: float) -> float:
+    """max(0, max over i = 1..v of (f(v - i) - beta) / i), f(k) = P[Binomial(r, q) >= k] and beta = f(v): the delta
+    term's maximum, exact (the same floats as over all v terms at once) in O(sqrt(r)) terms instead of O(v), so that
+    a perfect attack on 10^8 canaries reads its p-value in milliseconds.
+
+    The terms are read on a window around the bulk of the misses (f(v - i) = P[at most r - v + i misses]), then the
+    window is shown to hold the maximum: a term beyond it is at most (1 - beta) / i (f <= 1), so the window grows up
+    until its best term reaches (1 - beta) / (its end + 1); a term before it is at most f(v - (start - 1)) - beta
+    (f grows with i, and i >= 1), read once; when that is not below half the best term (a margin against rounding),
+    every term before the window is read too."""
+    misses, spread = r * (1.0 - q), math.sqrt(r * q * (1.0 - q))
+    centre = misses - (r - v)  # the i at which r - v + i misses is the mean
+    lo = int(min(v, max(1.0, math.floor(centre - 12.0 * spread - 16.0))))
+    hi = int(min(v, max(lo + 1023.0, math.ceil(centre + 12.0 * spread + 16.0))))
+
+    def largest(a: int, b: int) -> float:
+        i = np.arange(a, b + 1)
+        return float(np.max((scipy.special.bdtrc(v - i - 1, r, q) - beta) / i))  # bdtrc(k < 0) = 1 = sf
+
+    best = max(0.0, largest(lo, hi))
+    while hi < v and best < (1.0 - beta) / (hi + 1):
+        end = min(v, 2 * hi)
+        best, hi = max(best, largest(hi + 1, end)), end
+    if lo > 1 and float(scipy.special.bdtrc(v - lo, r, q)) - beta > 0.5 * best:
+        best = max(best, largest(1, lo - 1))
+    return best
 
 
 def _steinke_epsilons(m: int, counts: NDArray[np.int64], delta: float, alpha: float) -> NDArray[np.float64]:
@@ -101,6 +132,56 @@ def _steinke_epsilon(m: int, r: int, v: int, delta: float, alpha: float) -> floa
     while margin(hi) > 0:
         lo, hi = hi, 2 * hi
     return float(scipy.optimize.brentq(margin, lo, hi, xtol=1e-12, rtol=1e-13))
+
+
+@functools.lru_cache(maxsize=4096)
+def steinke_ceiling(members: int, nonmembers: int, *, delta: float, confidence: float) -> float:
+    """Steinke et al.'s bound of a perfect attack on ``members`` + ``nonmembers`` coin-flip canaries: the most
+    :func:`epsilon_lower_bound_one_run` (its default :class:`GuessGrid`) proves at these sizes. The perfect outcome
+    is every member scored 1 and every non-member 0: each cut then falls on a tie, so the grid's pairs that guess both
+    ways guess every canary, each right (the strongest outcome of the test; distinct scores in the same order guess
+    no more). Memoized: a pure function of four numbers."""
+    return epsilon_lower_bound_one_run(
+        np.ones(members), np.zeros(nonmembers), delta=delta, confidence=confidence
+    ).epsilon
+
+
+@functools.lru_cache(maxsize=4096)
+def fdp_ceiling(members: int, nonmembers: int, *, delta: float, confidence: float) -> float:
+    """The f-DP (mu-GDP) reading's bound of the same perfect attack (:func:`steinke_ceiling`): the most
+    :func:`epsilon_lower_bound_one_run_fdp` proves at these sizes. Memoized."""
+    return epsilon_lower_bound_one_run_fdp(
+        np.ones(members), np.zeros(nonmembers), delta=delta, confidence=confidence
+    ).epsilon
+
+
+@functools.lru_cache(maxsize=256)
+def steinke_canaries_needed(
+    epsilon: float, *, delta: float, confidence: float, most: int = MOST_CANARIES
+) -> int | None:
+    """The fewest canaries (half members, on the grid 2^(k/4)) whose perfect attack (:func:`steinke_ceiling`: all n
+    guessed, all right, at the default grid's Bonferroni share of the risk) rejects (``epsilon``, ``delta``)-DP at
+    ``confidence``; None when no grid point up to ``most`` does. Not monotone in n: the delta term 2 n delta grows
+    with the canaries, so a perfect attack's bound peaks (4.87 at delta 1e-5 and 97.5%, near 1,500 canaries)
+    and falls beyond; the grid is walked up, so no smaller grid point rejects the claim. Memoized."""
+    alpha = 1 - confidence
+
+    def proves(n: int) -> bool:
+        return _steinke_pvalue(epsilon, n, n, n, delta) < alpha / len(GuessGrid().resolve(n))
+
+    return fewest_on_grid(proves, smallest=2, most=most, monotone=False)
+
+
+@functools.lru_cache(maxsize=256)
+def fdp_canaries_needed(epsilon: float, *, delta: float, confidence: float, most: int = MOST_CANARIES) -> int | None:
+    """The fewest canaries (as :func:`steinke_canaries_needed`) whose perfect attack's f-DP reading rejects the
+    mu-GDP whose epsilon at ``delta`` is ``epsilon``; None when no grid point up to ``most`` does. Memoized."""
+    alpha, mu = 1 - confidence, gdp_mu(epsilon, delta)
+
+    def proves(n: int) -> bool:
+        return _fdp_margin(mu, n, n, n, alpha / len(GuessGrid().resolve(n))) > 0
+
+    return fewest_on_grid(proves, smallest=2, most=most, monotone=False)
 
 
 def _phi(x: float) -> float:

@@ -56,6 +56,7 @@ __all__ = [
     "FAMILY_DP",
     "FAMILY_GDP",
     "GUARANTEE_CLAIM_ORDER",
+    "MOST_CANARIES",
     "QUADRATURE",
     "DpProfile",
     "ErrorProfile",
@@ -76,6 +77,8 @@ __all__ = [
 QUADRATURE = 2048
 #: Points of a curve's error profile (type I errors a, geometric from the fixed point down to 1e-15 of it).
 PROFILE_POINTS = 3000
+#: The most canaries a canaries-needed search tries (None beyond: "no perfect attack on up to this many proves it").
+MOST_CANARIES = 10**8
 #: A fixed seed for breaking ties in confidence (the order of the canaries' arrays must not decide: it holds the coins).
 TIE_SEED = 20250910
 
@@ -336,7 +339,7 @@ def ceiling(
     return eps
 
 
-def canaries_needed(null: Profile, *, confidence: float, fraction: float, most: int = 10**8) -> int | None:
+def canaries_needed(null: Profile, *, confidence: float, fraction: float, most: int = MOST_CANARIES) -> int | None:
     """The fewest canaries n (on a grid of 2^(k/4)) whose perfect attack, releasing ``fraction`` of them, rejects the
     ``null`` channel (the claim's: its (epsilon, delta), its mu, or its curve) at ``confidence``; None when even
     ``most`` do not."""
@@ -349,11 +352,17 @@ def canaries_needed(null: Profile, *, confidence: float, fraction: float, most: 
     return fewest_on_grid(proves, smallest=2, most=most)
 
 
-def fewest_on_grid(proves: Callable[[int], bool], *, smallest: int, most: int) -> int | None:
-    """The fewest canaries n on the grid 2^(k/4) from ``smallest`` to ``most`` for which ``proves(n)`` (a monotone
-    test, bisected), None when even ``most`` do not: the canaries-needed search of every one-run bound."""
+def fewest_on_grid(proves: Callable[[int], bool], *, smallest: int, most: int, monotone: bool = True) -> int | None:
+    """The fewest canaries n on the grid 2^(k/4) from ``smallest`` to ``most`` for which ``proves(n)``, None when no
+    grid point up to ``most`` does: the canaries-needed search of every bound. A ``monotone`` test (false, then true
+    from some n on) is bisected: its answer proves and the grid point below it does not. Otherwise the grid is walked
+    up from ``smallest``: the answer proves and no smaller grid point does (for a test that is cheap per point, or not
+    monotone: Steinke et al.'s perfect attack, whose delta term grows with the canaries, proves a claim on a range of
+    sizes and none beyond it)."""
     start = int(round(4 * math.log2(smallest)))
     grid = sorted({int(round(2 ** (k / 4))) for k in range(start, int(4 * math.log2(most)) + 1)})
+    if not monotone:
+        return next((n for n in grid if proves(n)), None)
     if not proves(grid[-1]):
         return None
     return grid[first_true(lambda i: proves(grid[i]), -1, len(grid) - 1)]

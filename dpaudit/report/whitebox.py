@@ -33,6 +33,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from dpaudit.audit.order_stats import MOST_CANARIES
 from dpaudit.common.figures import format_down, format_up
 from dpaudit.report import plots
 from dpaudit.report.sections import Stage, redact_config, stage_view
@@ -246,6 +247,22 @@ class BoundRow:
     capped: bool
 
 
+def _ceiling_words(run: WhiteboxRun, kind: str, bound: Bound) -> str:
+    """A row's ceiling and the canaries a perfect attack needs, in one sentence; a ceiling at or below the claim says
+    that this row's test could not have refuted it (the verdict's words, docs/auditing.md "The white-box verdict")."""
+    assert bound.ceiling is not None
+    ceiling, claimed = _down(bound.ceiling), format_up(run.claimed_epsilon)
+    words = (
+        f"this row's test could not have refuted {claimed}: its ceiling (a perfect attack at these sizes) is {ceiling}"
+        if bound.ceiling <= run.claimed_epsilon
+        else f"ceiling {ceiling} (a perfect attack)"
+    )
+    canaries = "canaries over all runs" if kind == "pooled" else "canaries"
+    if bound.canaries_needed is not None:
+        return f"{words}; a perfect attack needs {bound.canaries_needed:,} {canaries} to reject the claim"
+    return f"{words}; no perfect attack on up to {MOST_CANARIES:,} {canaries} rejects the claim"
+
+
 def _row(run: WhiteboxRun, scope: str, kind: str, view: str, bound: Bound, *, verdict: bool) -> BoundRow:
     evidence = "–"
     if bound.guesses is not None and bound.correct is not None:
@@ -264,9 +281,7 @@ def _row(run: WhiteboxRun, scope: str, kind: str, view: str, bound: Bound, *, ve
         scale = format_down(bound.scale, 4)
         evidence = ("" if evidence == "–" else evidence + "; ") + f"rejects sigma × {scale}"
     if bound.ceiling is not None:
-        evidence = ("" if evidence == "–" else evidence + "; ") + f"ceiling {_down(bound.ceiling)} (a perfect attack)"
-        if bound.canaries_needed is not None:
-            evidence += f"; a perfect attack needs {bound.canaries_needed:,} canaries to reject the claim"
+        evidence = ("" if evidence == "–" else evidence + "; ") + _ceiling_words(run, kind, bound)
     primary = verdict and kind == run.primary_kind
     return BoundRow(
         scope=scope,
@@ -454,7 +469,12 @@ def _mechanism(run: WhiteboxRun) -> Mechanism:
 
 
 def _steinke_ceiling(run: WhiteboxRun) -> float | None:
-    """Steinke et al.'s one-run bound of a perfect attack on run 1's canaries (its ceiling at this m)."""
+    """Steinke et al.'s one-run bound of a perfect attack on run 1's canaries (its ceiling at this m): the row's own
+    (all iterates), or recomputed from the scores for a file written before the row carried it."""
+    first_run = run.one_run.get("all_iterates") or ()
+    stored = first_run[0].get("steinke") if first_run else None
+    if stored is not None and stored.ceiling is not None:
+        return stored.ceiling
     if run.scores is None:
         return None
     import numpy as np

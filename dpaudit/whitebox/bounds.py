@@ -24,6 +24,12 @@ Every bound comes with what it proves:
   mechanisms whose canary projections are Gaussian pairs (DP-SGD's, by the fit's validity tests, at the claim's own
   form); its ceiling is the search's cap (a parametric bound extrapolates).
 
+Every bound carries its ceiling, the same test's bound for a perfect attack at the audit's sizes and confidence (for
+the guess and threshold tests: every member scored 1 and every non-member 0, so each cut falls on a tie and every
+guess is right), and ``canaries_needed``, the fewest canaries (half members, on the grid 2^(k/4)) whose perfect attack would
+reject the claim with the same test (docs/auditing.md, "The white-box verdict"), so that "0.9 of the claim" and "0.9
+of what this audit can prove" are told apart.
+
 The pooled many-run bounds treat the R x m canaries as independent trials: true across runs, and
 within a run for Dirac canaries on disjoint coordinates under per-example Poisson sampling and
 coordinate-wise noise, which is what a correct DP-SGD trainer does; R runs of one canary each make it
@@ -33,18 +39,31 @@ the classic audit without that reading.
 from __future__ import annotations
 
 import dataclasses
+import functools
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
 
 from dpaudit.audit import gauss_pair, order_stats
-from dpaudit.audit.bounds import _cp_upper, epsilon_lower_bound_clopper_pearson
+from dpaudit.audit.bounds import (
+    _cp_upper,
+    clopper_pearson_canaries_needed,
+    clopper_pearson_ceiling,
+    epsilon_lower_bound_clopper_pearson,
+)
 from dpaudit.audit.claim_curves import CEILING_MIN_SCALE, FamilyBound
 from dpaudit.audit.claim_family import claim_family_test
-from dpaudit.audit.one_run import epsilon_lower_bound_one_run, epsilon_lower_bound_one_run_fdp
+from dpaudit.audit.one_run import (
+    epsilon_lower_bound_one_run,
+    epsilon_lower_bound_one_run_fdp,
+    fdp_canaries_needed,
+    fdp_ceiling,
+    steinke_canaries_needed,
+    steinke_ceiling,
+)
 from dpaudit.audit.thresholds import BonferroniThresholds, GuessGrid
-from dpaudit.audit.tradeoff import TradeOff
+from dpaudit.audit.tradeoff import TradeOff, one_run_margin
 from dpaudit.claim import Claim
 from dpaudit.common.figures import format_down
 
@@ -53,6 +72,9 @@ __all__ = [
     "gauss_pair_bound",
     "multi_run_bounds",
     "one_run_bounds",
+    "guess_form",
+    "one_run_family_canaries_needed",
+    "one_run_family_ceiling",
     "order_stats_bounds",
     "points_canaries_needed",
     "points_test",
@@ -81,8 +103,9 @@ class Bound:
     selection: str | None = None
     #: The same test's bound for a perfect attack at these sizes (None: not computed for this bound).
     ceiling: float | None = None
-    #: The fewest canaries whose perfect attack would reject the claim with this test (None: not computed, or more
-    #: than 10^8).
+    #: The fewest canaries whose perfect attack would reject the claim with this test (None: not computed, or none up
+    #: to :data:`~dpaudit.audit.order_stats.MOST_CANARIES`, 10^8, when ``ceiling`` is given: every bound that carries
+    #: a ceiling carries this too).
     canaries_needed: int | None = None
 
     def to_json(self) -> dict:
@@ -182,6 +205,51 @@ def points_canaries_needed(claim: Claim, *, confidence: float, most: int = 10**8
     return order_stats.fewest_on_grid(proves, smallest=2, most=most)
 
 
+@functools.lru_cache(maxsize=1024)
+def one_run_family_ceiling(
+    claim: Claim, members: int, nonmembers: int, *, confidence: float, planned: tuple[int, int] | None
+) -> float:
+    """The one-run claim-family bound of a perfect attack at these sizes: :func:`one_run_family` on every member
+    scored 1 and every non-member 0 (each cut falls on a tie: every member is guessed, every non-member too by a pair
+    that guesses both ways, each guess right), the scales searched down to :data:`~dpaudit.audit.claim_curves.CEILING_MIN_SCALE`. Memoized."""
+    perfect = np.ones(members), np.zeros(nonmembers)
+    return one_run_family(*perfect, claim, confidence=confidence, planned=planned, min_scale=CEILING_MIN_SCALE).epsilon
+
+
+#: The guess designs of a one-run claim-family bound, as a perfect attack meets them: a Bonferroni grid (with pairs
+#: that guess both ways), or one planned pair guessing "member" only or both ways.
+GUESS_FORMS = ("grid", "member", "both")
+
+
+def guess_form(planned: tuple[int, int] | None) -> str:
+    """The :data:`GUESS_FORMS` entry of a one-run claim-family bound's guesses (``planned``: its pair, None: the grid)."""
+    return "grid" if planned is None else ("both" if planned[1] > 0 else "member")
+
+
+@functools.lru_cache(maxsize=256)
+def one_run_family_canaries_needed(
+    claim: Claim, *, confidence: float, form: str, most: int = order_stats.MOST_CANARIES
+) -> int | None:
+    """The fewest canaries n (half members; on the grid of :func:`~dpaudit.audit.order_stats.fewest_on_grid`, walked
+    up: no smaller grid point does) whose perfect attack rejects the claimed curve itself with the f-DP recursion.
+
+    A perfect attack (:func:`one_run_family_ceiling`'s outcome) on guesses of ``form`` (:data:`GUESS_FORMS`): "both",
+    one planned pair guessing both ways, guesses all n canaries, all right, at the full risk; "member", one planned
+    pair guessing "member" only, guesses the n - n // 2 members, all right; "grid", the default Bonferroni guess grid,
+    guesses all n at the grid's share of the risk. A plan's pair changes with n, its form is what a perfect attack
+    reads. None when no grid point up to ``most`` rejects the claim. Memoized."""
+    if form not in GUESS_FORMS:
+        raise ValueError(f"form must be one of {GUESS_FORMS}, got {form!r}.")
+    curve, alpha = claim.curve(1.0), 1 - confidence
+
+    def proves(n: int) -> bool:
+        each = alpha / len(GuessGrid().resolve(n)) if form == "grid" else alpha
+        right = n - n // 2 if form == "member" else n
+        return one_run_margin(curve.blow_up_inverse, n, right, right, each) > 0
+
+    return order_stats.fewest_on_grid(proves, smallest=2, most=most, monotone=False)
+
+
 def one_run_bounds(
     member: np.ndarray,
     nonmember: np.ndarray,
@@ -191,10 +259,13 @@ def one_run_bounds(
     planned: tuple[int, int] | None = None,
 ) -> dict[str, Bound]:
     """Steinke, the Gaussian f-DP reading and the claim family (on the ``planned`` guesses when given), on one
-    run's coin-flip canaries."""
-    assert claim.delta is not None  # an audited claim states its mechanism (harness._audited_claim)
-    steinke = epsilon_lower_bound_one_run(member, nonmember, delta=claim.delta, confidence=confidence)
-    gdp = epsilon_lower_bound_one_run_fdp(member, nonmember, delta=claim.delta, confidence=confidence)
+    run's coin-flip canaries, each with its ceiling (a perfect attack's bound at these sizes) and the canaries a
+    perfect attack would need to reject the claim."""
+    assert claim.delta is not None and claim.epsilon is not None  # an audited claim states its mechanism
+    delta, sizes = claim.delta, (int(np.size(member)), int(np.size(nonmember)))
+    steinke = epsilon_lower_bound_one_run(member, nonmember, delta=delta, confidence=confidence)
+    gdp = epsilon_lower_bound_one_run_fdp(member, nonmember, delta=delta, confidence=confidence)
+    family = one_run_family(member, nonmember, claim, confidence=confidence, planned=planned)
     return {
         "steinke": Bound(
             method="steinke",
@@ -203,6 +274,8 @@ def one_run_bounds(
             confidence=confidence,
             guesses=steinke.guesses,
             correct=steinke.correct,
+            ceiling=steinke_ceiling(*sizes, delta=delta, confidence=confidence),
+            canaries_needed=steinke_canaries_needed(claim.epsilon, delta=delta, confidence=confidence),
         ),
         "fdp_gaussian": Bound(
             method="fdp_gaussian",
@@ -211,19 +284,37 @@ def one_run_bounds(
             confidence=confidence,
             guesses=gdp.guesses,
             correct=gdp.correct,
+            ceiling=fdp_ceiling(*sizes, delta=delta, confidence=confidence),
+            canaries_needed=fdp_canaries_needed(claim.epsilon, delta=delta, confidence=confidence),
         ),
-        "claim_family": one_run_family(member, nonmember, claim, confidence=confidence, planned=planned),
+        "claim_family": dataclasses.replace(
+            family,
+            ceiling=one_run_family_ceiling(claim, *sizes, confidence=confidence, planned=planned),
+            canaries_needed=one_run_family_canaries_needed(claim, confidence=confidence, form=guess_form(planned)),
+        ),
     }
 
 
 def multi_run_bounds(member: np.ndarray, nonmember: np.ndarray, claim: Claim, *, confidence: float) -> dict[str, Bound]:
-    """Clopper-Pearson (epsilon, delta) and the claim family on pooled trials."""
-    assert claim.delta is not None  # an audited claim states its mechanism (harness._audited_claim)
+    """Clopper-Pearson (epsilon, delta), with its ceiling and the canaries a perfect attack would need to reject the
+    claim, and the claim family on pooled trials."""
+    assert claim.delta is not None and claim.epsilon is not None  # an audited claim states its mechanism
     cp = epsilon_lower_bound_clopper_pearson(
         member, nonmember, delta=claim.delta, confidence=confidence, selection=BonferroniThresholds(), one_sided=False
     )
+    ceiling = clopper_pearson_ceiling(
+        int(np.size(member)), int(np.size(nonmember)), delta=claim.delta, confidence=confidence, one_sided=False
+    )
+    needed = clopper_pearson_canaries_needed(claim.epsilon, delta=claim.delta, confidence=confidence, one_sided=False)
     return {
-        "clopper_pearson": Bound(method="clopper_pearson", proves=PROOF_DP, epsilon=cp.epsilon, confidence=confidence),
+        "clopper_pearson": Bound(
+            method="clopper_pearson",
+            proves=PROOF_DP,
+            epsilon=cp.epsilon,
+            confidence=confidence,
+            ceiling=ceiling,
+            canaries_needed=needed,
+        ),
         "claim_family": multi_run_family(member, nonmember, claim, confidence=confidence),
     }
 

@@ -285,3 +285,25 @@ def test_a_rejected_scale_just_above_the_claim_is_printed_rounded_down(audit_dir
     assert "rejects sigma × 1.002" in _row(run, "run 1", "one-run", "all_iterates", bound, verdict=False).evidence
     bound = dataclasses.replace(bound, scale=0.99999)
     assert "rejects sigma × 0.9999" in _row(run, "run 1", "one-run", "all_iterates", bound, verdict=False).evidence
+
+
+def test_every_row_shows_its_ceiling_and_the_canaries_a_perfect_attack_needs(audit_dir: Path, parse_html) -> None:
+    """whitebox.json gives every bound (pooled and one-run, both views) a ceiling and a canaries-needed field, and each
+    row of the page shows both; a row whose ceiling is at or below the claim says it could not have refuted it."""
+    body = _body(audit_dir)
+    claim = body["claim"]["epsilon"]
+    bounds = [b for view in body["pooled"].values() for b in view.values()]
+    bounds += [b for view in body["one_run"].values() for run in view for b in run.values()]
+    for b in bounds:
+        assert isinstance(b["ceiling"], float) and b["ceiling"] >= b["epsilon"] - 1e-9, b
+        assert "canaries_needed" in b and (b["canaries_needed"] is None or b["canaries_needed"] >= 2), b
+    html = (audit_dir / "index.html").read_text(encoding="utf-8")
+    table = html[html.index('<table class="bounds">') :]
+    rows = re.findall(r"<tr[^>]*>(.*?)</tr>", table[table.index("<tbody>") : table.index("</table>")], flags=re.DOTALL)
+    cells = [" ".join(parse_html(r).text) for r in rows]
+    assert len(cells) == len(bounds)
+    assert all("(a perfect attack" in c and ("rejects the claim" in c or "to reject the claim" in c) for c in cells)
+    low = sum(b["ceiling"] <= claim for b in bounds)
+    assert sum("could not have refuted" in c for c in cells) == low
+    methods = {b["method"] for b in bounds}
+    assert {"steinke", "clopper_pearson", "claim_family", "order_stats", "gauss_pair"} <= methods
