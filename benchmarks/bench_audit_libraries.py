@@ -2,14 +2,19 @@
 faults, and cost.
 
 Run: ``nice python benchmarks/bench_audit_libraries.py [--canaries 1000] [--runs 4] [--epsilons 1,4,8]
-[--libraries opacus,jax-privacy] [--skip configs,faults,cost]``.
+[--libraries opacus,jax-privacy] [--configs default,Adam] [--skip plan,configs,faults,cost]``.
 
 What it measures (everything printed is measured in this run, with the command and the machine's load):
 
+0. What the plan (:mod:`dpaudit.whitebox.plan`) expects of the verdict's two tests at this design (m canaries x R
+   runs) for a correct run of each accountant's claim, before any training: the share of the claim the planned counts
+   reject, beside the claim's own ceiling (dpaudit's epsilon of the mechanism that ran / the library's claim: an RDP
+   claim over-states its mechanism, so no audit reads all of it).
 1. Correct configurations of Opacus as installed (its default PRV accountant with SGD and hooks; its RDP accountant;
    Adam; its ghost clipping), each calibrated by Opacus's own ``get_noise_multiplier`` to epsilon 1, 4 and 8 (q = 0.5,
-   4 updates, delta 1e-5): the one-run bound (the first run's canaries, the f-DP proof) and the multi-run bound (all
-   runs' canaries pooled) as shares of Opacus's claimed epsilon, and the verdict. A tiny linear model (``tests/trainers/opacus/faults.py``):
+   4 updates, delta 1e-5): the verdict's one-run bound (the first run's canaries) and multi-run bound (all runs'
+   canaries pooled), each the test the plan chose (named in the last column), as shares of Opacus's claimed epsilon,
+   and the verdict. A tiny linear model (``tests/trainers/opacus/faults.py``):
    the canaries' clipped gradients do not depend on the model.
 2. Opacus as installed over 20 seeds and the planted library faults of the power tests over 10: how many are flagged
    in one run (and a scale-only fault no audit of this kind is expected to see).
@@ -96,7 +101,7 @@ class _Host:
         return run.observations, run.final
 
 
-def correct_configurations(canaries: int, runs: int, epsilons: list[float]) -> None:
+def correct_configurations(canaries: int, runs: int, epsilons: list[float], only: str = "") -> None:
     from dpaudit.common.figures import format_down as down
     from dpaudit.common.figures import format_up as up
     from dpaudit.whitebox.gradient_path import audit_gradient_path
@@ -104,7 +109,7 @@ def correct_configurations(canaries: int, runs: int, epsilons: list[float]) -> N
     print(f"\n1. Correct Opacus configurations: {canaries} canaries x {runs} runs, q = 0.5, 4 updates, delta 1e-5")
     print(
         f"{'configuration':<28}{'eps':>5}{'sigma':>8}{'claim':>8}{'one-run':>9}{'ceil':>7}{'/claim':>8}{'multi-run':>11}"
-        f"{'ceil':>7}{'/claim':>8}  verdict   seconds"
+        f"{'ceil':>7}{'/claim':>8}  verdict   seconds  tests (one-run, multi-run)"
     )
     for c, (name, accountant, optimizer, mode) in enumerate(
         (
@@ -114,6 +119,8 @@ def correct_configurations(canaries: int, runs: int, epsilons: list[float]) -> N
             ("PRV, ghost clipping", "prv", "sgd", "ghost"),
         )
     ):
+        if only and not any(word.strip() and word.strip() in name for word in only.split(",")):
+            continue
         for e, epsilon in enumerate(epsilons):
             start = time.perf_counter()
             sigma = _sigma(epsilon, accountant)
@@ -132,16 +139,92 @@ def correct_configurations(canaries: int, runs: int, epsilons: list[float]) -> N
                 _Fresh(), None, None, canaries=canaries, runs=runs, seed=7 + 100 * c + 10 * e, full=False
             )
             claim = float(analysis.claim.epsilon)
-            one = analysis.one_run["all_iterates"][0]["claim_family"].epsilon
-            multi = analysis.pooled["all_iterates"]["claim_family"].epsilon
+            one, multi = _verdict_bounds(analysis)
             verdict = "FLAGGED" if analysis.alarm else "ok"
             ceil_one, ceil_multi = analysis.ceilings["one-run"], analysis.ceilings["pooled"]
             print(
                 f"{name:<28}{epsilon:>5g}{sigma:>8.3f}{up(claim):>8}{down(one):>9}{down(ceil_one):>7}"
                 f"{down(one / claim):>8}{down(multi):>11}{down(ceil_multi):>7}{down(multi / claim):>8}  {verdict:<9}"
-                f"{time.perf_counter() - start:>6.0f}",
+                f"{time.perf_counter() - start:>6.0f}  {_methods(analysis)}",
                 flush=True,
             )
+
+
+def _verdict_bounds(analysis: Any) -> tuple[float, float]:
+    """The verdict's one-run and multi-run bounds (the tests :mod:`dpaudit.whitebox.plan` planned from the claim, m
+    and R), not the other bounds shown beside them as evidence."""
+    one = analysis.one_run["all_iterates"][0][analysis.one_run_method].epsilon
+    return one, analysis.pooled["all_iterates"][analysis.pooled_method].epsilon
+
+
+def _methods(analysis: Any) -> str:
+    return f"{analysis.one_run_method}, {analysis.pooled_method}"
+
+
+def planned_shares(canaries: int, runs: int, epsilons: list[float], libraries: set[str]) -> None:
+    """What the plan expects of the verdict's two tests for a correct run at this design, before any training: the
+    share of the claim the planned counts reject (:mod:`dpaudit.whitebox.plan`; counts one binomial standard deviation
+    worse than expected), beside the f-DP recursion's and the Clopper-Pearson points' (the tests the gradient-path
+    verdict ran before it was planned)."""
+    from dpaudit.accounting.segment import Segment
+    from dpaudit.audit.claim_family import _expected_counts, _rejects
+    from dpaudit.audit.order_stats_claim import order_test
+    from dpaudit.claim import Claim
+    from dpaudit.whitebox import plan as wp
+
+    alpha = 0.025  # each verdict bound's significance at the verdict's 95%
+    print(
+        f"\n0. Planned shares of the claim (no training): {canaries} canaries x {runs} runs, q = 0.5, 4 updates (truth: "
+        "dpaudit's epsilon of the mechanism that ran / the claim, the most any audit can read)"
+    )
+    print(
+        f"{'claim':<34}{'eps':>5}{'sigma':>8}{'truth':>7}{'f-DP rec.':>11}{'one-run':>9}{'CP points':>11}{'multi-run':>11}  tests"
+    )
+    rows = []
+    if "opacus" in libraries:
+        rows += [(f"Opacus {acc.upper()}", acc, e, _sigma(e, acc)) for acc in ("prv", "rdp") for e in epsilons]
+    if "jax-privacy" in libraries:
+        rows += [
+            (f"JAX Privacy {acc.upper()}", acc, e, _jax_sigma(e, acc, 64 + canaries, round(0.5 * (64 + canaries))))
+            for acc in ("pld", "rdp")
+            for e in epsilons
+        ]
+    for name, accountant, epsilon, sigma in rows:
+        claim = Claim(
+            known=True,
+            private=True,
+            epsilon=epsilon,
+            delta=1e-5,
+            clip_norm=1.0,
+            sampling="poisson",
+            segments=(Segment(steps=4, sampling_probability=0.5, noise_multiplier=sigma),),
+            accountant=accountant,
+        )
+        member, nonmember = wp._simulated_scores(claim, "example", 0, wp._plan_size(claim))
+        pooled = np.sort(np.concatenate([member, nonmember]))
+
+        def share(test: Any, claim: Claim = claim) -> float:
+            _, scale = claim.best_test([test])
+            return 0.0 if scale is None else claim.epsilon_at(scale) / epsilon
+
+        pair = wp.planned_guesses(claim, "example", 0, canaries, alpha)
+        recursion = share(_rejects(canaries, *_expected_counts(member, nonmember, pooled, canaries, *pair), alpha))
+        order = wp.planned_order_stats(claim, "example", 0, canaries, alpha)
+        total = canaries * runs
+        points = share(wp._planned_points_test(member, nonmember, total - total // 2, total // 2, alpha))
+        pooled_order = wp.planned_order_stats(claim, "example", 0, total, alpha)
+        one = {"claim_family": recursion, "order_stats": share(order_test(canaries, order.r, order.mistakes, alpha))}
+        multi = {
+            "claim_family": points,
+            "order_stats": share(order_test(total, pooled_order.r, pooled_order.mistakes, alpha)),
+        }
+        method = wp.planned_one_run(claim, "example", 0, canaries, alpha)
+        pooled_method = wp.planned_pooled(claim, "example", 0, canaries, runs, alpha) if runs > 1 else "claim_family"
+        print(
+            f"{name:<34}{epsilon:>5g}{sigma:>8.3f}{claim.epsilon_at(1.0) / epsilon:>7.2f}{recursion:>11.2f}{one.get(method, float('nan')):>9.2f}"
+            f"{points:>11.2f}{multi[pooled_method]:>11.2f}  {method}, {pooled_method}",
+            flush=True,
+        )
 
 
 def planted_faults(canaries: int) -> None:
@@ -233,7 +316,7 @@ def jax_correct_configurations(canaries: int, runs: int, epsilons: list[float], 
     )
     print(
         f"{'configuration':<34}{'eps':>5}{'sigma':>8}{'claim':>8}{'delta':>9}{'one-run':>9}{'ceil':>7}{'/claim':>8}"
-        f"{'multi-run':>11}{'ceil':>7}{'/claim':>8}  verdict   seconds"
+        f"{'multi-run':>11}{'ceil':>7}{'/claim':>8}  verdict   seconds  tests (one-run, multi-run)"
     )
     for c, (name, accountant, optimizer, physical, sampling) in enumerate(
         (
@@ -263,14 +346,13 @@ def jax_correct_configurations(canaries: int, runs: int, epsilons: list[float], 
                 host, None, None, canaries=canaries, runs=runs, seed=7 + trial, full=False
             )
             claim = float(analysis.claim.epsilon)
-            one = analysis.one_run["all_iterates"][0]["claim_family"].epsilon
-            multi = analysis.pooled["all_iterates"]["claim_family"].epsilon
+            one, multi = _verdict_bounds(analysis)
             verdict = "FLAGGED" if analysis.alarm else "ok"
             ceil_one, ceil_multi = analysis.ceilings["one-run"], analysis.ceilings["pooled"]
             print(
                 f"{name:<34}{epsilon:>5g}{sigma:>8.3f}{up(claim):>8}{up(analysis.claim.delta, 2):>9}{down(one):>9}"
                 f"{down(ceil_one):>7}{down(one / claim):>8}{down(multi):>11}{down(ceil_multi):>7}"
-                f"{down(multi / claim):>8}  {verdict:<9}{time.perf_counter() - start:>6.0f}",
+                f"{down(multi / claim):>8}  {verdict:<9}{time.perf_counter() - start:>6.0f}  {_methods(analysis)}",
                 flush=True,
             )
 
@@ -336,12 +418,12 @@ def main() -> None:
     parser.add_argument("--canaries", type=int, default=1000)
     parser.add_argument("--runs", type=int, default=4)
     parser.add_argument("--epsilons", default="1,4,8")
-    parser.add_argument("--skip", default="", help="comma-separated parts to skip: configs, faults, cost")
+    parser.add_argument("--skip", default="", help="comma-separated parts to skip: plan, configs, faults, cost")
     parser.add_argument("--libraries", default="opacus,jax-privacy", help="comma-separated: opacus, jax-privacy")
     parser.add_argument(
         "--configs",
         default="",
-        help="JAX Privacy configurations whose name contains one of these comma-separated words",
+        help="only the configurations (Opacus and JAX Privacy) whose name contains one of these comma-separated words",
     )
     parser.add_argument(
         "--cost-mode",
@@ -366,9 +448,11 @@ def main() -> None:
     libraries = set(filter(None, args.libraries.split(",")))
     epsilons = [float(e) for e in args.epsilons.split(",")]
     with contextlib.suppress(KeyboardInterrupt):
+        if "plan" not in skip:
+            planned_shares(args.canaries, args.runs, epsilons, libraries)
         if "opacus" in libraries:
             if "configs" not in skip:
-                correct_configurations(args.canaries, args.runs, epsilons)
+                correct_configurations(args.canaries, args.runs, epsilons, args.configs)
             if "faults" not in skip:
                 planted_faults(500)
             if "cost" not in skip:
