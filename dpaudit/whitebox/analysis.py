@@ -56,7 +56,6 @@ from dpaudit.whitebox.bounds import (
     one_run_bounds,
     one_run_family,
     order_stats_bounds,
-    points_canaries_needed,
 )
 from dpaudit.whitebox.harness import RunEvidence
 from dpaudit.whitebox.plan import (
@@ -295,21 +294,10 @@ def analyse(evidence: Sequence[RunEvidence], *, confidence: float = 0.95, full: 
             ]
             for view, vs in scores.items()
         }
-        # the pooled claimed-curve points' ceiling: the same test on a perfect attack at these sizes (both views)
-        perfect = (np.ones(first.pooled()[0].size), np.zeros(first.pooled()[1].size))
-        points_ceiling = multi_run_family(*perfect, claim, confidence=level, min_scale=CEILING_MIN_SCALE).epsilon
-        points_needed = points_canaries_needed(claim, confidence=level)
-
-        def points(view: str, vs: ViewScores) -> dict[str, Bound]:
-            out = multi_run_bounds(*vs.pooled(), claim, confidence=level)
-            out["claim_family"] = dataclasses.replace(
-                out["claim_family"], ceiling=points_ceiling, canaries_needed=points_needed
-            )
-            return out
-
+        # every row carries its ceiling and the canaries a perfect attack needs (whitebox.bounds)
         pooled = {
             view: {
-                **points(view, vs),
+                **multi_run_bounds(*vs.pooled(), claim, confidence=level),
                 **(
                     {
                         "order_stats": (

@@ -77,6 +77,7 @@ __all__ = [
     "one_run_family_ceiling",
     "order_stats_bounds",
     "points_canaries_needed",
+    "points_ceiling",
     "points_test",
 ]
 
@@ -192,6 +193,15 @@ def _lower_left(fpr: np.ndarray, fnr: np.ndarray) -> tuple[np.ndarray, np.ndarra
     return fpr[kept], fnr[kept]
 
 
+@functools.lru_cache(maxsize=256)
+def points_ceiling(claim: Claim, members: int, nonmembers: int, *, confidence: float) -> float:
+    """The pooled Clopper-Pearson points' bound of a perfect attack at these sizes: :func:`multi_run_family` on every
+    member scored 1 and every non-member 0, the scales searched down to
+    :data:`~dpaudit.audit.claim_curves.CEILING_MIN_SCALE`. Memoized (both views pool the same sizes)."""
+    perfect = np.ones(members), np.zeros(nonmembers)
+    return multi_run_family(*perfect, claim, confidence=confidence, min_scale=CEILING_MIN_SCALE).epsilon
+
+
 def points_canaries_needed(claim: Claim, *, confidence: float, most: int = 10**8) -> int | None:
     """The fewest pooled canaries (half members) whose perfect attack (no false positive, no false negative) puts a
     Clopper-Pearson point of :func:`multi_run_family` below the claimed curve, on the grid 2^(k/4); None when even
@@ -296,26 +306,29 @@ def one_run_bounds(
 
 
 def multi_run_bounds(member: np.ndarray, nonmember: np.ndarray, claim: Claim, *, confidence: float) -> dict[str, Bound]:
-    """Clopper-Pearson (epsilon, delta), with its ceiling and the canaries a perfect attack would need to reject the
-    claim, and the claim family on pooled trials."""
+    """Clopper-Pearson (epsilon, delta) and the claim family (the Clopper-Pearson points) on pooled trials, each with
+    its ceiling and the canaries a perfect attack would need to reject the claim."""
     assert claim.delta is not None and claim.epsilon is not None  # an audited claim states its mechanism
+    sizes = int(np.size(member)), int(np.size(nonmember))
     cp = epsilon_lower_bound_clopper_pearson(
         member, nonmember, delta=claim.delta, confidence=confidence, selection=BonferroniThresholds(), one_sided=False
     )
-    ceiling = clopper_pearson_ceiling(
-        int(np.size(member)), int(np.size(nonmember)), delta=claim.delta, confidence=confidence, one_sided=False
-    )
-    needed = clopper_pearson_canaries_needed(claim.epsilon, delta=claim.delta, confidence=confidence, one_sided=False)
     return {
         "clopper_pearson": Bound(
             method="clopper_pearson",
             proves=PROOF_DP,
             epsilon=cp.epsilon,
             confidence=confidence,
-            ceiling=ceiling,
-            canaries_needed=needed,
+            ceiling=clopper_pearson_ceiling(*sizes, delta=claim.delta, confidence=confidence, one_sided=False),
+            canaries_needed=clopper_pearson_canaries_needed(
+                claim.epsilon, delta=claim.delta, confidence=confidence, one_sided=False
+            ),
         ),
-        "claim_family": multi_run_family(member, nonmember, claim, confidence=confidence),
+        "claim_family": dataclasses.replace(
+            multi_run_family(member, nonmember, claim, confidence=confidence),
+            ceiling=points_ceiling(claim, *sizes, confidence=confidence),
+            canaries_needed=points_canaries_needed(claim, confidence=confidence),
+        ),
     }
 
 

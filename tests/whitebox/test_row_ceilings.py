@@ -1,11 +1,11 @@
 """Every white-box bound row carries its ceiling and the canaries a perfect attack needs (:mod:`dpaudit.whitebox.bounds`).
 
 Synthetic scores, no training. The rows of :func:`one_run_bounds` (Steinke, the f-DP mu-GDP reading, the f-DP recursion
-against the claimed curve) and :func:`multi_run_bounds` (Clopper-Pearson (epsilon, delta)) carry as ceiling the row's
-own bound on a perfect outcome (every member scored 1, every non-member 0: every canary guessed, every guess right) at
-the row's sizes. The claimed-curve recursion's canaries needed, m*, is the first grid point (2^(k/4), walked up) whose
-perfect attack rejects the claimed curve itself: it does at m* and not at the grid point below; m* grows with the
-claimed epsilon. The page's words for a row whose ceiling is at or below the claim say that it could not refute it.
+against the claimed curve) and :func:`multi_run_bounds` (Clopper-Pearson (epsilon, delta), the Clopper-Pearson points)
+carry as ceiling the row's own bound on a perfect outcome (every member scored 1, every non-member 0: every guess
+right) at the row's sizes. The claimed-curve recursion's canaries needed, m*, is the first grid point (2^(k/4), walked
+up) whose perfect attack rejects the claimed curve itself: it does at m* and not at the grid point below; m* grows with
+the claimed epsilon. The page's words for a row whose ceiling is at or below the claim say that it could not refute it.
 """
 
 from __future__ import annotations
@@ -29,9 +29,11 @@ from dpaudit.whitebox.bounds import (
     Bound,
     guess_form,
     multi_run_bounds,
+    multi_run_family,
     one_run_bounds,
     one_run_family,
     one_run_family_canaries_needed,
+    points_canaries_needed,
 )
 from tests.claims import poisson_claim
 
@@ -64,12 +66,16 @@ def test_each_one_run_and_pooled_row_carries_its_own_bound_on_a_perfect_outcome(
         assert family.canaries_needed == one_run_family_canaries_needed(
             DESIGN, confidence=LEVEL, form="grid" if planned is None else "both"
         )
-    pooled = multi_run_bounds(member, nonmember, DESIGN, confidence=LEVEL)["clopper_pearson"]
+    rows = multi_run_bounds(member, nonmember, DESIGN, confidence=LEVEL)
+    pooled, points = rows["clopper_pearson"], rows["claim_family"]
     kw = dict(delta=delta, confidence=LEVEL, selection=BonferroniThresholds(), one_sided=False)
     assert pooled.ceiling == epsilon_lower_bound_clopper_pearson(*perfect, **kw).epsilon >= pooled.epsilon
     assert pooled.canaries_needed == clopper_pearson_canaries_needed(
         2.0, delta=delta, confidence=LEVEL, one_sided=False
     )
+    on_perfect = multi_run_family(*perfect, DESIGN, confidence=LEVEL, min_scale=CEILING_MIN_SCALE)
+    assert points.ceiling == on_perfect.epsilon >= points.epsilon  # the gradient path's rows are these too
+    assert points.canaries_needed == points_canaries_needed(DESIGN, confidence=LEVEL)
 
 
 def test_the_claimed_curve_recursion_needs_the_fewest_grid_canaries_and_more_for_a_larger_claim():
