@@ -212,6 +212,74 @@ def config_for(
     return trainer.tiny_config(**kw)
 
 
+def ideal_pooled(claim, unit: str, partners: int, total: int, confidence: float, draws: int) -> list[float]:
+    """The pooled verdict's order statistics (planned as the audit plans them) on ``draws`` simulated audits of
+    ``total`` canaries (half members) whose observations are exactly the claimed mechanism's: what a correct trainer's
+    R x m pooled audit reads at best, as fractions of the claimed epsilon. Each draw its own seed (never the plan's)."""
+    import numpy as np
+
+    from dpaudit.whitebox.bounds import order_stats_bounds
+    from dpaudit.whitebox.layout import CanaryLayout
+    from dpaudit.whitebox.plan import planned_order_stats
+    from dpaudit.whitebox.scores import all_iterates_scores
+
+    plan = planned_order_stats(claim, unit, partners, total, 1 - confidence)
+    q, std = claim.per_step()
+    n = total // 2
+    layout = CanaryLayout(member=np.zeros(n, dtype=bool), unit=unit, partners=partners)
+    shifts, inside, outside = layout.mixtures(q, claim.clip_norm)
+    out = []
+    for draw in range(draws):
+        rng = np.random.default_rng([7, draw])
+        scores = []
+        for weights in (inside, outside):
+            cumulative = np.cumsum(weights, axis=1)
+            component = (rng.random((q.size, n))[:, :, None] >= cumulative[:, None, :]).sum(axis=2)
+            y = shifts[component.clip(0, shifts.size - 1)] + rng.standard_normal((q.size, n)) * std[:, None]
+            scores.append(all_iterates_scores(y, layout, q, std, claim.clip_norm))
+        bound = order_stats_bounds(*scores, claim, confidence=confidence, r=plan.r, center=plan.center)
+        out.append(bound["order_stats"].epsilon / claim.epsilon)
+    return out
+
+
+def _down(x: float) -> str:
+    """A lower bound's share of the claim, rounded down as dpaudit prints bounds."""
+    return f"{math.floor(x * 1000) / 1000:.3f}"
+
+
+def print_ideal(claim, unit: str, partners: int, runs: int, m: int, confidence: float, draws: int) -> None:
+    """One line: the spread of :func:`ideal_pooled`'s verdicts (R x m canaries)."""
+    ideal = ideal_pooled(claim, unit, partners, m * runs, confidence, draws)
+    mean = sum(ideal) / len(ideal)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in ideal) / max(1, len(ideal) - 1))
+    print(
+        f"ideal mechanism (claim eps {format_up(claim.epsilon)}, sigma {claim.segments[0].noise_multiplier:.3f}), "
+        f"{draws} simulated pooled audits of {runs} x {m} canaries: verdict / claim mean {mean:.3f}, sd {sd:.3f}, "
+        f"least {_down(min(ideal))}, most {_down(max(ideal))}; below 0.97 in {sum(x < 0.97 for x in ideal)}, "
+        f"above the claim in {sum(x > 1 for x in ideal)}",
+        flush=True,
+    )
+
+
+def ideal_only(args, trainer, data: Path, config, name: str, eps: float, m: int, partners: int, work: Path) -> None:
+    """``--ideal-only``: one run of the cell trained only to read the claim it makes (the claim depends on the
+    trainer's rows and delta, not on the coins), then :func:`print_ideal` at the cell's sizes."""
+    import numpy as np
+
+    from dpaudit.whitebox.harness import run_with_canaries
+
+    evidence = run_with_canaries(
+        lambda out: trainer.Plugin(data, out, config, seed=0),
+        work / f"ideal-{name}-{eps}",
+        canaries=m,
+        partners=max(partners, 1),
+        rng=np.random.default_rng(int(eps * 100) + args.seed_offset),
+    )
+    level = 1 - (1 - 0.95) / 2  # each bound of the audit's 95% verdict (dpaudit.whitebox.analysis)
+    layout = evidence.layout
+    print_ideal(evidence.claim, layout.unit, layout.partners, args.runs, m, level, args.ideal_draws)
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--runs", type=int, default=5)
@@ -231,6 +299,25 @@ def main() -> None:
         help="jax-bert's learning-rate decay: none (this benchmark's design: every step weighed alike in the last "
         "iterate) or quadratic (the trainer's default: the last iterate weighs step 1 sixteen times step 4)",
     )
+    parser.add_argument(
+        "--seed-offset",
+        type=int,
+        default=0,
+        help="added to each cell's coin seed (100 x epsilon): a repeated cell draws new coins (the noise is new in "
+        "every run whatever the seed)",
+    )
+    parser.add_argument(
+        "--ideal-draws",
+        type=int,
+        default=0,
+        help="after each cell, simulate this many pooled audits of the same sizes (R x m canaries) on the claimed "
+        "mechanism itself and print their verdicts' spread (no training)",
+    )
+    parser.add_argument(
+        "--ideal-only",
+        action="store_true",
+        help="with --ideal-draws: train one run per cell only to read its claim (no analysis), then simulate",
+    )
     args = parser.parse_args()
     epsilons = [float(e) for e in args.epsilons.split(",")]
     print(
@@ -238,9 +325,10 @@ def main() -> None:
         f"last iterate order stats (r) | last iterate order stats min / mean | gauss pair all iterates (projection) | "
         f"gauss pair min / mean | gauss pair last iterate | one-run f-DP | one-run Steinke | last iterate f-DP | one-run pooled | "
         f"{args.runs} runs pooled | {args.runs} runs pooled order stats | verdict one-run | ceiling | "
-        f"verdict pooled (planned test) | pooled ceiling | one-run bounds above the claim (order stats in both views, Gaussian pair) | s/run |"
+        f"verdict pooled (planned test) | pooled ceiling | one-run bounds above the claim (order stats in both views, Gaussian pair) | s/run | "
+        f"coin seed | one-run order stats per run |"
     )
-    print("|---" * 25 + "|")
+    print("|---" * 27 + "|")
     with tempfile.TemporaryDirectory() as work:
         data = Path(work) / "data"
         _inject(data)
@@ -262,13 +350,16 @@ def main() -> None:
                     microbatches=args.microbatches,
                     lr_decay=args.lr_decay,
                 )
+                if args.ideal_only:
+                    ideal_only(args, trainer, data, config, name, eps, m, partners, Path(work))
+                    continue
                 start = time.perf_counter()
-                analysis, _ = audit_trainer(
+                analysis, evidence = audit_trainer(
                     lambda out: trainer.Plugin(data, out, config, seed=0),
                     canaries=m,
                     runs=args.runs,
                     partners=max(partners, 1),
-                    seed=int(eps * 100),
+                    seed=int(eps * 100) + args.seed_offset,
                     workdir=Path(work) / f"{name}-{mode}-{eps}",
                 )
                 per_run = (time.perf_counter() - start) / args.runs
@@ -306,9 +397,21 @@ def main() -> None:
                     f"{analysis.one_run_method} | {down(analysis.ceilings['one-run'] / claim)} | "
                     f"{down(analysis.pooled['all_iterates'][analysis.pooled_method].epsilon / claim)} "
                     f"({analysis.pooled_method}) | {down(analysis.ceilings['pooled'] / claim)} | "
-                    f"{sum(x > 1 for x in order + lasts + gauss)} of {3 * len(order)} | {per_run:.1f} |",
+                    f"{sum(x > 1 for x in order + lasts + gauss)} of {3 * len(order)} | {per_run:.1f} | "
+                    f"{int(eps * 100) + args.seed_offset} | {' '.join(down(x) for x in order)} |",
                     flush=True,
                 )
+                if args.ideal_draws:
+                    layout = evidence[0].layout
+                    print_ideal(
+                        analysis.claim,
+                        layout.unit,
+                        layout.partners,
+                        args.runs,
+                        m,
+                        analysis.bound_confidence,
+                        args.ideal_draws,
+                    )
 
 
 if __name__ == "__main__":
