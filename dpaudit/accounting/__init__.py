@@ -38,10 +38,12 @@ Mechanisms (the honest-accounting rules):
 
 Speed: one PLD evaluation of a 20K-step run at the default discretization costs seconds, most of it
 building the single-step privacy loss distribution in a Python loop over ~160K grid points. That
-loop is the one place where dp_accounting's formulas are restated here, as numpy array operations
-(:class:`_VectorizedGaussianPrivacyLoss`; the optimistic privacy-buckets walk the white-box bounds read their
-epsilon from, :func:`optimistic_subsampled_gaussian_pld`, reuses it), and tests check that the distributions they
-yield are bit-identical to the library's. :func:`epsilon` composes the same ``dp_accounting`` objects as
+loop is restated here as numpy array operations (:class:`_VectorizedGaussianPrivacyLoss`; the optimistic
+privacy-buckets walk the white-box bounds read their epsilon from, :func:`optimistic_subsampled_gaussian_pld`, reuses
+it), and tests check that the distributions they yield are bit-identical to the library's. Two more of its loops are
+restated for the white-box bounds' optimistic PLDs only, each checked bit for bit: the composition's truncation range
+(:func:`self_compose`) and the walk that reads epsilon at delta (:func:`epsilon_for_delta`, also the extent of a
+claim curve's grid); a claim's own epsilon is composed and read by the library. :func:`epsilon` composes the same ``dp_accounting`` objects as
 ``PLDAccountant`` (bit-identical results) and caches single steps,
 self-composed segments and composed prefixes, and memoizes results. :func:`calibrate_noise` and
 the reverse searches walk a ladder of accountants, cheap to exact (RDP on a few orders, PLD at a
@@ -118,6 +120,7 @@ if TYPE_CHECKING:  # the names, for type checkers; at run time each is imported 
         PLD_MIN_DELTA,
         PldGridTooLargeError,
         clear_caches,
+        epsilon_for_delta,
         optimistic_subsampled_gaussian_pld,
         privacy_profile,
         self_compose,
@@ -187,6 +190,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {  # name -> (module of this package, its
     "PLD_MIN_DELTA": ("pld", "PLD_MIN_DELTA"),
     "PldGridTooLargeError": ("pld", "PldGridTooLargeError"),
     "clear_caches": ("pld", "clear_caches"),
+    "epsilon_for_delta": ("pld", "epsilon_for_delta"),
     "optimistic_subsampled_gaussian_pld": ("pld", "optimistic_subsampled_gaussian_pld"),
     "privacy_profile": ("pld", "privacy_profile"),
     "self_compose": ("pld", "self_compose"),
@@ -234,6 +238,7 @@ __all__ = [
     "delta_warning",
     "dpsgd_event",
     "epsilon",
+    "epsilon_for_delta",
     "epsilon_replace_one",
     "event_from_json",
     "event_to_json",

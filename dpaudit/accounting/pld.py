@@ -376,6 +376,75 @@ def self_compose(
     return pld_lib.PrivacyLossDistribution(remove, one(pld._pmf_add))  # noqa: SLF001
 
 
+def epsilon_for_delta(pld: pld_lib.PrivacyLossDistribution, delta: float) -> float:
+    """``pld.get_epsilon_for_delta(delta)``, bit for bit, a dense PMF's walk done on whole arrays
+    (:func:`_dense_epsilon_for_delta`); a sparse PMF, or a dp_accounting without the dense layout, is walked by the
+    library itself. Used for the optimistic PLDs the white-box bounds read their epsilon from and for the extent of a
+    claim curve's grid (:func:`privacy_profile`); the epsilon a claim states is read by the library."""
+
+    def one(pmf: pld_pmf.PLDPmf) -> float:
+        if isinstance(pmf, pld_pmf.DensePLDPmf) and hasattr(pmf, "_probs"):
+            return _dense_epsilon_for_delta(pmf, delta)
+        return float(pmf.get_epsilon_for_delta(delta))
+
+    remove = one(pld._pmf_remove)  # noqa: SLF001
+    if pld._symmetric:  # noqa: SLF001
+        return remove
+    return max(remove, one(pld._pmf_add))  # noqa: SLF001
+
+
+#: Losses :func:`_dense_epsilon_for_delta` reads at once (the walk usually stops long before the end of the PMF).
+_WALK_CHUNK = 1 << 15
+
+
+def _dense_epsilon_for_delta(pmf: pld_pmf.DensePLDPmf, delta: float) -> float:
+    """dp_accounting 0.6's ``DensePLDPmf.get_epsilon_for_delta`` (``pld_pmf._get_epsilon_for_delta`` over the losses
+    from the largest down), the same floats from whole arrays: the loop's running sums are sequential cumulative
+    sums (``np.cumsum`` adds in order, as the loop does), its losses the same repeated subtraction
+    (``itertools.count`` with a float step), each ``exp(-loss)`` the loop's own ``math.exp``, and its stopping test
+    ``log((upper - delta) / lower) >= loss`` found among the candidates numpy's ``log`` marks (a margin of ~1e-12
+    relative, far beyond the ulps numpy and libm may differ by) and decided by ``math.log`` in loop order."""
+    infinity_mass = float(pmf._infinity_mass)  # noqa: SLF001
+    if infinity_mass > delta:
+        return math.inf
+    d = pmf._discretization  # noqa: SLF001
+    probs = np.flip(np.asarray(pmf._probs, dtype=np.float64))  # noqa: SLF001
+    n = probs.size
+    loss = (pmf._lower_loss + n - 1) * d  # noqa: SLF001 - the first (largest) loss, as the library computes it
+    upper, lower = infinity_mass, 0.0
+    for start in range(0, n, _WALK_CHUNK):
+        p = probs[start : start + _WALK_CHUNK]
+        k = p.size
+        losses = np.cumsum(np.concatenate([[loss], np.full(k - 1, -d)])) if k > 1 else np.array([loss])
+        try:
+            weights = np.fromiter(map(math.exp, (-losses).tolist()), dtype=np.float64, count=k) * p
+        except OverflowError:  # a loss below -709: the library's own walk, which raises only if it reaches one
+            return float(pmf.get_epsilon_for_delta(delta))
+        uppers = np.cumsum(np.concatenate([[upper], p]))  # uppers[i]: before item i; uppers[k]: after the chunk
+        lowers = np.cumsum(np.concatenate([[lower], weights]))
+        # the stopping test before item i (upper > delta, lower > 0, log((upper - delta) / lower) >= loss)
+        live = (uppers[:-1] > delta) & (lowers[:-1] > 0)
+        with np.errstate(divide="ignore", invalid="ignore", over="ignore"):
+            ratio = np.where(live, (uppers[:-1] - delta) / np.where(live, lowers[:-1], 1.0), 1.0)
+            near = live & (np.log(ratio) >= losses - 1e-12 * np.maximum(1.0, np.abs(losses)))
+        stop = next(
+            (i for i in np.flatnonzero(near).tolist() if math.log(float(ratio[i])) >= float(losses[i])),
+            None,
+        )
+        # the return after item i: upper >= delta while lower is still 0 (exp(-loss) underflowed)
+        zero = np.flatnonzero((uppers[1:] >= delta) & (lowers[1:] == 0.0))
+        end = k if stop is None else stop
+        if zero.size and int(zero[0]) < end:
+            return float(max(0, float(losses[int(zero[0])])))
+        upper, lower = float(uppers[end]), float(lowers[end])
+        if stop is not None:
+            break
+        loss = float(losses[-1]) - d
+    if upper <= lower + delta:
+        return 0.0
+    return math.log((upper - delta) / lower)
+
+
 def _dense_self_compose(pmf: pld_pmf.DensePLDPmf, count: int, tail_mass_truncation: float) -> pld_pmf.DensePLDPmf:
     """dp_accounting 0.6's ``DensePLDPmf.self_compose`` and ``common.self_convolve``, restated with
     :func:`_self_convolve_bounds`: the same FFT, the same truncation, the same infinity mass."""
@@ -619,7 +688,7 @@ def privacy_profile(
         return np.zeros(1), np.ones(1)
     _check_grid(noisy, discretization)
     pld = _composed_pld(tuple(noisy), discretization)
-    top = min(3.0 * float(pld.get_epsilon_for_delta(reach_delta)) + 4.0, 700.0)  # e^700 is still a finite double
+    top = min(3.0 * epsilon_for_delta(pld, reach_delta) + 4.0, 700.0)  # e^700 is still a finite double
     grid = np.unique(np.concatenate([np.linspace(0.0, top, points), np.geomspace(1e-3, top, max(points // 4, 2))]))
     try:
         deltas = np.maximum(_hockey_stick(pld._pmf_remove, grid), _hockey_stick(pld._pmf_add, grid))  # noqa: SLF001

@@ -247,4 +247,4 @@ def _optimistic_epsilon(segments: tuple[Segment, ...], delta: float, scale: floa
         total = step if total is None else total.compose(step)
     if total is None:
         raise ValueError("a claim without segments states no mechanism to account.")
-    return float(max(0.0, total.get_epsilon_for_delta(delta)))
+    return float(max(0.0, accounting.epsilon_for_delta(total, delta)))  # dp_accounting's walk, bit for bit

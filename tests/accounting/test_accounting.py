@@ -162,6 +162,42 @@ def test_self_convolve_bounds_equal_dp_accounting_on_odd_arrays():
             )
 
 
+def _same_epsilon(ours: float, theirs: float) -> bool:
+    return ours == theirs or (math.isinf(ours) and math.isinf(theirs))
+
+
+@pytest.mark.parametrize("chunk", [1 << 15, 7])  # the default, and chunk boundaries inside the walk
+def test_epsilon_for_delta_is_bit_identical_to_dp_accounting(chunk, monkeypatch):
+    """accounting.epsilon_for_delta (the walk from the largest loss down on whole arrays) reads the epsilon
+    dp_accounting's get_epsilon_for_delta reads, bit for bit: composed optimistic and pessimistic PLDs, deltas from
+    1e-10 to above the largest hockey stick (0) and below the infinity mass (inf), and dense PMFs that stop early,
+    run to the end, carry infinite mass or lose exp(-loss) to underflow (the library's early return)."""
+    monkeypatch.setattr(pld_module, "_WALK_CHUNK", chunk)
+    plds = []
+    if chunk > 7:  # PLDs of ~10^4 points: at the default chunk only (a chunk of 7 walks them slowly)
+        for sigma, q, steps in ((1.1, 0.128, 20), (0.8, 0.5, 4), (3.0, 0.01, 300)):
+            for single in (
+                A.optimistic_subsampled_gaussian_pld(sigma, q, 1e-3),
+                A.subsampled_gaussian_pld(sigma, q, 1e-3),
+            ):
+                plds += [single, A.self_compose(single, steps)]
+    rng = np.random.default_rng(0)
+    for k in range(24):
+        n, infinity = int(rng.integers(1, 60)), (0.004 if k % 3 == 0 else 0.0)
+        probs = rng.dirichlet(np.ones(n)) * (1 - infinity)
+        # every fourth: losses from 750 up, where exp(-loss) underflows to 0
+        lower, step = (int(rng.integers(-40, 40)), float(rng.choice([1e-2, 0.5]))) if k % 4 else (250, 3.0)
+        dense = pld.pld_pmf.DensePLDPmf(step, lower, probs, infinity, bool(k % 2))
+        plds.append(pld.privacy_loss_distribution.PrivacyLossDistribution(dense))
+    early_returns = 0
+    for distribution in plds:
+        for delta in (1e-10, 1e-5, 1e-3, 0.003, 0.2, 0.7, 0.999):
+            ours, theirs = A.epsilon_for_delta(distribution, delta), distribution.get_epsilon_for_delta(delta)
+            assert _same_epsilon(ours, theirs), (ours, theirs, delta)
+            early_returns += ours > 700
+    assert early_returns > 0  # the underflow branch was reached
+
+
 def test_known_configuration_golden_value():
     # q = 0.01, sigma = 1.0, 100 steps, delta = 1e-5: the textbook DP-SGD setting.
     event = A.dpsgd_event(noise_multiplier=1.0, sampling_probability=0.01, steps=100)
