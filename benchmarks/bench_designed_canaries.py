@@ -100,8 +100,34 @@ bound then Steinke's): eps 4 mean 0.309, 0.164-0.442 (ratio <= 0.111), AUC 0.571
 
 Rare tokens (``--designs rare-tokens``, the old recipe): AUC 0.547, TPR 1.0%, bound 0: rare public words still
 occur in other rows and share their word pieces; only tokens that exist nowhere else are memorized from one
-insertion. Longer new-token canaries were not measured: a canary is one new token written 24 times in a 32-token
-window, and the score is already near the reach (AUC 0.70 of 0.73).
+insertion.
+
+Longer new-token canaries and rare-token canaries on the demo's recipe, 1,000 canaries, seeds 0-2 (``nice -n 10 python
+benchmarks/bench_designed_canaries.py --private-only --no-baseline --designs
+new-tokens,new-tokens:30,rare-tokens,rare-tokens:8 --seeds 3 --jobs 1 --canaries 1000 --workdir W --keep --reuse``;
+this 2-core VM shared, load 4-5.7, 21:03-21:24 UTC; the ``new-tokens`` (L = 24) rows read back from the 1,000-canary
+folder above, trained 15:05-15:28 UTC; an attack of ``new-tokens:30`` seed 1 was run again at 21:24 after a failure
+of another session's unfinished edit). The recipe's window is 32 tokens ([CLS], [SEP] and 30 more), so L = 30 is the
+longest new-token canary that is not cut (L = 48 would be truncated to 30). Same seed, same coins, tokens and noise:
+the designs are paired.
+
+    design         seed  AUC    TPR@1%FPR  headline (ratio)  Steinke  any-mech  GP fit
+    new-tokens:24  0     0.710  5.9%       2.983 (0.745)     1.134    0.914     2.188
+                   1     0.694  4.9%       2.521 (0.630)     0.876    0.649     1.832
+                   2     0.697  6.6%       2.585 (0.646)     0.699    0.662     1.866
+                   mean  0.700  5.8%       2.696 (0.674)     0.903    0.742     1.962
+    new-tokens:30  0     0.710  5.3%       2.917 (0.729)     1.198    0.894     2.182
+                   1     0.692  5.8%       2.521 (0.630)     0.903    0.649     1.813
+                   2     0.698  6.6%       2.755 (0.688)     0.699    0.702     1.884
+                   mean  0.700  5.9%       2.731 (0.682)     0.933    0.748     1.959
+    rare-tokens:4  0-2   0.514-0.520  0.0-2.1%  0 (0)      0        0         0
+    rare-tokens:8  0-2   0.490-0.527  0.2-0.6%  0 (0)      0        0         0
+
+No bound above the claim (4.00) in any row. Thirty copies instead of 24 do not lift the last iterate: the same mean AUC
+(0.700), headline 0.682 against 0.674 of the claim, lower on seed 0 (0.729 against 0.745), equal on seed 1, higher on
+seed 2 (0.688 against 0.646); the any-mechanism bounds move by at most 0.07 (0.02 of the claim; Steinke's mean 0.233
+against 0.225 of the claim). Rare-token canaries are not memorized at this recipe (AUC 0.49-0.53, every
+bound 0), with 4 or 8 words. The demo's design (``new-tokens``, L = 24) stays.
 
 Usage:
     python benchmarks/bench_designed_canaries.py [--seeds 10] [--jobs 2] [--designs new-tokens,rare-tokens]
