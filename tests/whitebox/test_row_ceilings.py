@@ -40,7 +40,7 @@ from tests.claims import poisson_claim
 LEVEL = 0.975
 #: The benchmark's design at epsilon 2 (q = 0.9, 4 steps, sigma 3.67), and the same with more and less noise.
 CLAIMS = [poisson_claim(0.9, 4, 3.67 * s, epsilon=e) for s, e in ((0.6, 4.0), (1.0, 2.0), (1.6, 1.1))]
-DESIGN = CLAIMS[1]
+AUDITED = CLAIMS[1]
 
 
 def _perfect(members: int, nonmembers: int) -> tuple[np.ndarray, np.ndarray]:
@@ -51,31 +51,31 @@ def test_each_one_run_and_pooled_row_carries_its_own_bound_on_a_perfect_outcome(
     rng = np.random.default_rng(0)
     members, nonmembers = 213, 187  # a coin's split of 400 canaries
     member, nonmember = rng.normal(0.8, 1.0, members), rng.normal(0.0, 1.0, nonmembers)
-    perfect, delta = _perfect(members, nonmembers), DESIGN.delta
+    perfect, delta = _perfect(members, nonmembers), AUDITED.delta
     pair = candidate_pairs(400)[-1]
     for planned in (pair, None):
-        rows = one_run_bounds(member, nonmember, DESIGN, confidence=LEVEL, planned=planned)
+        rows = one_run_bounds(member, nonmember, AUDITED, confidence=LEVEL, planned=planned)
         steinke, fdp, family = rows["steinke"], rows["fdp_gaussian"], rows["claim_family"]
         assert steinke.ceiling == epsilon_lower_bound_one_run(*perfect, delta=delta, confidence=LEVEL).epsilon
         assert fdp.ceiling == epsilon_lower_bound_one_run_fdp(*perfect, delta=delta, confidence=LEVEL).epsilon
-        on_perfect = one_run_family(*perfect, DESIGN, confidence=LEVEL, planned=planned, min_scale=CEILING_MIN_SCALE)
+        on_perfect = one_run_family(*perfect, AUDITED, confidence=LEVEL, planned=planned, min_scale=CEILING_MIN_SCALE)
         assert on_perfect.guesses == on_perfect.correct == 400 and family.ceiling == on_perfect.epsilon  # both ways
         assert family.ceiling >= family.epsilon and steinke.ceiling >= steinke.epsilon and fdp.ceiling >= fdp.epsilon
         assert steinke.canaries_needed == steinke_canaries_needed(2.0, delta=delta, confidence=LEVEL)
         assert fdp.canaries_needed == fdp_canaries_needed(2.0, delta=delta, confidence=LEVEL)
         assert family.canaries_needed == one_run_family_canaries_needed(
-            DESIGN, confidence=LEVEL, form="grid" if planned is None else "both"
+            AUDITED, confidence=LEVEL, form="grid" if planned is None else "both"
         )
-    rows = multi_run_bounds(member, nonmember, DESIGN, confidence=LEVEL)
+    rows = multi_run_bounds(member, nonmember, AUDITED, confidence=LEVEL)
     pooled, points = rows["clopper_pearson"], rows["claim_family"]
     kw = dict(delta=delta, confidence=LEVEL, selection=BonferroniThresholds(), one_sided=False)
     assert pooled.ceiling == epsilon_lower_bound_clopper_pearson(*perfect, **kw).epsilon >= pooled.epsilon
     assert pooled.canaries_needed == clopper_pearson_canaries_needed(
         2.0, delta=delta, confidence=LEVEL, one_sided=False
     )
-    on_perfect = multi_run_family(*perfect, DESIGN, confidence=LEVEL, min_scale=CEILING_MIN_SCALE)
+    on_perfect = multi_run_family(*perfect, AUDITED, confidence=LEVEL, min_scale=CEILING_MIN_SCALE)
     assert points.ceiling == on_perfect.epsilon >= points.epsilon  # the gradient path's rows are these too
-    assert points.canaries_needed == points_canaries_needed(DESIGN, confidence=LEVEL)
+    assert points.canaries_needed == points_canaries_needed(AUDITED, confidence=LEVEL)
 
 
 def test_the_claimed_curve_recursion_needs_the_fewest_grid_canaries_and_more_for_a_larger_claim():
@@ -88,7 +88,7 @@ def test_the_claimed_curve_recursion_needs_the_fewest_grid_canaries_and_more_for
             needed = one_run_family_canaries_needed(claim, confidence=LEVEL, form=form)
             assert needed is not None
             found[form, claim.epsilon] = needed
-            if claim is not DESIGN:  # the row's own function at m* and below: on the design (curves cost ~0.5 s each)
+            if claim is not AUDITED:  # the row's own function at m* and below: on the design (curves cost ~0.5 s each)
                 continue
             fewer = int(round(needed / 2 ** (1 / 4)))  # the grid's point below
             for n, rejected in ((needed, True), (fewer, False)):
