@@ -210,14 +210,16 @@ statistics, and how many of the 30 one-run evidence bounds were above the claim:
 | rgp | 400,000 | 4100 | 21:26-21:32, 3.2-5.3 | 0.988 | 0.988 | 0.988 0.954 0.968 0.959 0.965 0.985 0.940 0.948 0.945 0.991 | 0.940 / 0.964 / 0.991 | 0 of 30 | 34.9 |
 | edp-sgd dp-sgd | 400,000 | 4200 | 21:32-21:38, 5.3-6.1 | 0.991 | 0.954 | 0.954 0.988 0.962 0.956 0.968 0.954 0.951 0.959 0.954 0.968 | 0.951 / 0.961 / 0.988 | 0 of 30 | 31.5 |
 | jax-bert | 400,000 | 4300 | 21:38-21:46, 5.6-6.1 | 0.991 | 0.970 | 0.970 0.959 0.959 0.956 0.968 0.940 0.954 0.940 0.973 0.942 | 0.940 / 0.956 / 0.973 | 0 of 30 | 45.2 |
+| rgp | 400,000 (default) | 5100 | 21:56-22:01, 0.3-3.9 | 0.982 | 0.968 | 0.968 0.948 0.970 0.923 0.970 0.985 0.954 0.937 0.954 0.954 | 0.923 / 0.956 / 0.985 | 0 of 30 | 26.3 |
+| edp-sgd dp-sgd | 400,000 (default) | 5200 | 22:01-22:05, 2.5-3.9 | 0.988 | 0.940 | 0.940 0.965 0.988 0.962 0.962 0.954 0.951 0.979 0.954 0.929 | 0.929 / 0.958 / 0.988 | 0 of 30 | 26.0 |
 
 (The first 400,000 row also ran ``--ideal-draws 5``: mean 0.991, sd 0.004, least 0.985.) At 10 x 100,000 and
 10 x 200,000 jax-bert read 0.964 and 0.967, as the ideal draws expect at those sizes (means 0.968 and 0.976); at
-10 x 400,000 the pooled verdict reached 0.97 in all four audits (0.988, 0.988, 0.991, 0.991; jax-bert, rgp and edp-sgd
-dp-sgd; edp-sgd mode at 400,000 micro-batches, 6.8 million audit rows per run, was not measured). With the earlier 17
-audits (16 cells and jax-bert's repeat), these make 23 audits of correct trainers at R = 10: no verdict bound above
-the claim (pooled: 0 of 23, most 0.996; first-run one-run verdicts: 0 of 23, most 0.990); evidence rows (97.5% each
-alone, not corrected): 3 of 690 above (about 17 expected at a claim that is exactly tight).
+10 x 400,000 the pooled verdict reached 0.97 in all six audits (0.982-0.991: jax-bert twice, rgp and edp-sgd dp-sgd
+twice each, the last two rows without ``--canaries``, the default since; edp-sgd mode at 400,000 micro-batches,
+6.8 million audit rows per run, was not measured). With the earlier 17 audits (16 cells and jax-bert's repeat), these
+make 25 audits of correct trainers at R = 10: no verdict bound above the claim (pooled: 0 of 25, most 0.996; first-run one-run verdicts: 0 of 25, most 0.990); evidence rows (97.5% each
+alone, not corrected): 3 of 750 above (about 19 expected at a claim that is exactly tight).
 """
 
 from __future__ import annotations
