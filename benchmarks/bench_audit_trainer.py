@@ -218,8 +218,9 @@ statistics, and how many of the 30 one-run evidence bounds were above the claim:
 10 x 400,000 the pooled verdict reached 0.97 in all six audits (0.982-0.991: jax-bert twice, rgp and edp-sgd dp-sgd
 twice each, the last two rows without ``--canaries``, the default since; edp-sgd mode at 400,000 micro-batches,
 6.8 million audit rows per run, was not measured). With the earlier 17 audits (16 cells and jax-bert's repeat), these
-make 25 audits of correct trainers at R = 10: no verdict bound above the claim (pooled: 0 of 25, most 0.996; first-run one-run verdicts: 0 of 25, most 0.990); evidence rows (97.5% each
-alone, not corrected): 3 of 750 above (about 19 expected at a claim that is exactly tight).
+make 25 audits of correct trainers at R = 10: no verdict bound above the claim (pooled: 0 of 25, most 0.996;
+first-run one-run verdicts: 0 of 25, most 0.990); evidence rows (97.5% each alone, not corrected): 3 of 750 above
+(about 19 expected at a claim that is exactly tight).
 """
 
 from __future__ import annotations
