@@ -40,7 +40,8 @@ Speed: one PLD evaluation of a 20K-step run at the default discretization costs 
 building the single-step privacy loss distribution in a Python loop over ~160K grid points. That
 loop is restated here as numpy array operations (:class:`_VectorizedGaussianPrivacyLoss`; the optimistic
 privacy-buckets walk the white-box bounds read their epsilon from, :func:`optimistic_subsampled_gaussian_pld`, reuses
-it), and tests check that the distributions they yield are bit-identical to the library's. Two more of its loops are
+it, and so does the replace-one step, :func:`replace_one_gaussian_pld`), and tests check that the distributions they
+yield are bit-identical to the library's. Two more of its loops are
 restated for the white-box bounds' optimistic PLDs only, each checked bit for bit: the composition's truncation range
 (:func:`self_compose`) and the walk that reads epsilon at delta (:func:`epsilon_for_delta`, also the extent of a
 claim curve's grid); a claim's own epsilon is composed and read by the library. :func:`epsilon` composes the same ``dp_accounting`` objects as
@@ -123,6 +124,7 @@ if TYPE_CHECKING:  # the names, for type checkers; at run time each is imported 
         epsilon_for_delta,
         optimistic_subsampled_gaussian_pld,
         privacy_profile,
+        replace_one_gaussian_pld,
         self_compose,
         subsampled_gaussian_pld,
     )
@@ -193,6 +195,7 @@ _EXPORTS: dict[str, tuple[str, str]] = {  # name -> (module of this package, its
     "epsilon_for_delta": ("pld", "epsilon_for_delta"),
     "optimistic_subsampled_gaussian_pld": ("pld", "optimistic_subsampled_gaussian_pld"),
     "privacy_profile": ("pld", "privacy_profile"),
+    "replace_one_gaussian_pld": ("pld", "replace_one_gaussian_pld"),
     "self_compose": ("pld", "self_compose"),
     "subsampled_gaussian_pld": ("pld", "subsampled_gaussian_pld"),
     "event_from_json": ("serialization", "event_from_json"),
@@ -223,6 +226,7 @@ __all__ = [
     "PLD_MIN_DELTA",
     "PldGridTooLargeError",
     "privacy_profile",
+    "replace_one_gaussian_pld",
     "SIMULATION_LABEL",
     "Segment",
     "TAN_VALID_ABOVE",

@@ -26,6 +26,7 @@ from dpaudit.accounting.pld import (
     _pld_value,
     _PldItem,
     _ResultKey,
+    replace_one_epsilon,
 )
 from dpaudit.accounting.segment import _require_real
 from dpaudit.accounting.serialization import _event_key
@@ -197,6 +198,8 @@ def _pld_replace_one(event: DpEvent, delta: float) -> float:
         _check_grid(items, PLD_DISCRETIZATION / 2)
     except _NotFlat:
         pass
+    else:  # the accountant's own composition, its single steps built on whole arrays (bit for bit)
+        return replace_one_epsilon(items, delta, PLD_DISCRETIZATION)
     accountant = PLDAccountant(_REPLACE_ONE, value_discretization_interval=PLD_DISCRETIZATION)
     if not accountant.supports(event):
         raise UserInputError("the PLD accountant cannot account for this event under replace-one adjacency.")

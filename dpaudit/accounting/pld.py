@@ -198,9 +198,14 @@ class _VectorizedGaussianPrivacyLoss(plm.GaussianPrivacyLoss):
     def get_delta_for_epsilon(self, epsilon: float | Sequence[float]) -> float | Sequence[float]:  # as the parent
         q = self.sampling_prob
         add = self.adjacency_type == plm.AdjacencyType.ADD
-        if q == 1.0 or not (add or self.adjacency_type == plm.AdjacencyType.REMOVE) or np.ndim(epsilon) != 1:
+        replace = self.adjacency_type == plm.AdjacencyType.REPLACE
+        if q == 1.0 or not (add or replace or self.adjacency_type == plm.AdjacencyType.REMOVE) or np.ndim(epsilon) != 1:
             return super().get_delta_for_epsilon(epsilon)
         epsilons = np.asarray(epsilon, dtype=float)
+        if replace:  # every epsilon is inverted (the parent's REPLACE branch)
+            cutoffs = self._inverse_replace_losses(epsilons)
+            deltas = self.mu_upper_cdf(cutoffs) - np.exp(epsilons + self.mu_lower_log_cdf(cutoffs))
+            return cast("Sequence[float]", np.clip(deltas, 0, 1))
         deltas = np.zeros_like(epsilons)
         if add:
             inverse = epsilons < -math.log1p(-q)
@@ -212,6 +217,19 @@ class _VectorizedGaussianPrivacyLoss(plm.GaussianPrivacyLoss):
         deltas[inverse] = self.mu_upper_cdf(cutoffs) - np.exp(eps + self.mu_lower_log_cdf(cutoffs))
         # an array, as the parent returns for list-like epsilons (its annotation says Sequence)
         return cast("Sequence[float]", np.clip(deltas, 0, 1))
+
+    def _inverse_replace_losses(self, losses: NDArray[np.float64]) -> NDArray[np.float64]:
+        """dp_accounting 0.6's ``_inverse_privacy_loss_replace`` (with ``common.log_sinh`` and ``common.asinh_exp``)
+        for every loss at once: its libm calls (``math.exp``, ``math.log1p``) per loss, its numpy ``logaddexp`` on
+        the array."""
+        q, std, sensitivity = self.sampling_prob, self._standard_deviation, self.sensitivity
+        log_alpha = 0.5 * (sensitivity / std) ** 2 + math.log1p(-q) - math.log(q)
+        half = (np.abs(losses) / 2).tolist()
+        log_sinh = np.array([a + math.log1p(-math.exp(-2 * a)) - math.log(2) if a != 0 else 0.0 for a in half])
+        a = log_alpha + log_sinh
+        sign = np.where(losses >= 0, 1.0, -1.0)  # asinh_exp(a, -sign): |b| = 1, so log|b| + a = a
+        asinh = -sign * np.logaddexp(0.5 * np.logaddexp(0, 2 * a), a)
+        return np.where(losses == 0, 0.0, std**2 / sensitivity * (asinh - losses / 2))
 
     def _inverse_privacy_losses(self, losses: NDArray[np.float64], add: bool) -> NDArray[np.float64]:
         q = self.sampling_prob
@@ -303,6 +321,54 @@ def _gaussian_pld(
         )
 
     return pld_lib.PrivacyLossDistribution(pmf(plm.AdjacencyType.REMOVE), pmf(plm.AdjacencyType.ADD))
+
+
+def replace_one_gaussian_pld(
+    noise_multiplier: float, sampling_probability: float, discretization: float = PLD_DISCRETIZATION
+) -> pld_lib.PrivacyLossDistribution:
+    """``pld_lib.from_gaussian_mechanism(sigma, sampling_prob=q, neighboring_relation=REPLACE_ONE)`` (one symmetric
+    PMF, connect-the-dots, pessimistic), bit for bit, its grid's inverse privacy losses computed on whole arrays
+    (:class:`_VectorizedGaussianPrivacyLoss`); q = 1, or a dp_accounting without the private PMF hook, is the library's
+    own build."""
+    sigma, q = float(noise_multiplier), float(sampling_probability)
+    if q == 1.0 or _CREATE_PMF is None:
+        return pld_lib.from_gaussian_mechanism(
+            standard_deviation=sigma,
+            value_discretization_interval=discretization,
+            sampling_prob=q,
+            neighboring_relation=_REPLACE_ONE,
+        )
+    loss = _VectorizedGaussianPrivacyLoss(
+        sigma, pessimistic_estimate=True, sampling_prob=q, adjacency_type=plm.AdjacencyType.REPLACE
+    )
+    pmf = _CREATE_PMF(
+        loss, pessimistic_estimate=True, value_discretization_interval=discretization, use_connect_dots=True
+    )
+    return pld_lib.PrivacyLossDistribution(pmf)
+
+
+def replace_one_epsilon(items: Sequence[_PldItem], delta: float, discretization: float) -> float:
+    """``PLDAccountant(REPLACE_ONE)``'s epsilon at ``delta`` of the event whose items (:func:`_flatten_for_pld`) are
+    ``items``: the same PLDs composed in the same order by the library (its ``self_compose`` and ``compose``) and read
+    by the library, each Poisson step built by :func:`replace_one_gaussian_pld` (bit for bit, 5x sooner)."""
+    if any(item[0] == "nonprivate" for item in items):
+        return math.inf  # the accountant's answer for an event with a non-private step
+    pld = pld_lib.identity(value_discretization_interval=discretization)
+    for item in items:
+        if item[0] == "gaussian":
+            _, sigma, count = item
+            step = pld_lib.from_gaussian_mechanism(
+                standard_deviation=sigma / math.sqrt(count),
+                value_discretization_interval=discretization,
+                neighboring_relation=_REPLACE_ONE,
+            )
+        elif item[0] == "poisson":
+            _, q, sigma, count = item
+            step = replace_one_gaussian_pld(sigma, q, discretization).self_compose(count)
+        else:  # pragma: no cover - excluded above
+            continue
+        pld = pld.compose(step)
+    return float(pld.get_epsilon_for_delta(delta))
 
 
 #: The largest PMF dp_accounting keeps sparse (``pld_pmf.create_pmf``); larger ones are dense arrays.

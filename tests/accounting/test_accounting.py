@@ -162,6 +162,38 @@ def test_self_convolve_bounds_equal_dp_accounting_on_odd_arrays():
             )
 
 
+@pytest.mark.parametrize("sigma,q", [(1.1, 0.128), (0.6, 0.9), (5.0, 0.01), (2.0, 0.5)])
+def test_replace_one_single_step_pld_is_bit_identical_to_dp_accounting(sigma, q):
+    """The replace-one PLD of one Poisson-subsampled Gaussian step (the inverse privacy loss on whole arrays) is the
+    PMF dp_accounting's from_gaussian_mechanism(neighboring_relation=REPLACE_ONE) builds, bit for bit."""
+    theirs = pld.privacy_loss_distribution.from_gaussian_mechanism(
+        sigma, sampling_prob=q, value_discretization_interval=1e-3, neighboring_relation=NeighboringRelation.REPLACE_ONE
+    )
+    _assert_same_pld(pld_module.replace_one_gaussian_pld(sigma, q, 1e-3), theirs)
+
+
+def test_replace_one_epsilon_equals_the_pld_accountants_exactly():
+    """epsilon_replace_one composes what PLDAccountant(REPLACE_ONE) composes, in its order, with the library: the
+    same float for a run, a batch schedule, a Gaussian without sampling and a run with a non-private step (inf)."""
+    from dp_accounting.pld.pld_privacy_accountant import PLDAccountant
+
+    events = [
+        A.dpsgd_event(noise_multiplier=2.0, sampling_probability=0.25, steps=6),
+        A.schedule_event(
+            A.batch_schedule_segments(dataset_size=10_000, schedule=[(40, 20), (60, 50)], noise_multiplier=2.0)
+        ),
+        dp_accounting.SelfComposedDpEvent(dp_accounting.GaussianDpEvent(3.0), 4),
+        dp_accounting.ComposedDpEvent(
+            [dp_accounting.NonPrivateDpEvent(), A.dpsgd_event(noise_multiplier=2.0, sampling_probability=0.5, steps=3)]
+        ),
+    ]
+    for event in events:
+        accountant = PLDAccountant(NeighboringRelation.REPLACE_ONE, value_discretization_interval=A.PLD_DISCRETIZATION)
+        accountant.compose(event)
+        pld_module.clear_caches()
+        assert A.epsilon_replace_one(event, 1e-5) == accountant.get_epsilon(1e-5)
+
+
 def _same_epsilon(ours: float, theirs: float) -> bool:
     return ours == theirs or (math.isinf(ours) and math.isinf(theirs))
 
