@@ -58,6 +58,7 @@ from dpaudit.whitebox.bounds import (
     order_stats_bounds,
 )
 from dpaudit.whitebox.harness import RunEvidence
+from dpaudit.whitebox.layout import CanaryLayout
 from dpaudit.whitebox.plan import (
     planned_gauss_pair,
     planned_guesses,
@@ -181,6 +182,34 @@ def _any_mechanism(
     return multi_run_bounds(*pooled, claim, confidence=level)["clopper_pearson"]
 
 
+def planned_order_bounds(
+    claim: Claim,
+    layout: CanaryLayout,
+    canaries: int,
+    view: str,
+    member: np.ndarray,
+    nonmember: np.ndarray,
+    level: float,
+) -> dict[str, Bound]:
+    """The order statistics on ``member``/``nonmember`` with the released count and centre planned from the claim,
+    ``layout``'s clipping unit and ``canaries`` (one run's m, or R x m pooled) before any score is seen."""
+    plan = planned_order_stats(claim, layout.unit, layout.partners, canaries, 1 - level, view)
+    return order_stats_bounds(member, nonmember, claim, confidence=level, r=plan.r, center=plan.center)
+
+
+def planned_gauss_bound(
+    claim: Claim, view: str, member: np.ndarray, nonmember: np.ndarray, run: RunEvidence, level: float
+) -> Bound:
+    """The Gaussian pair on ``run``'s canaries with the projection planned from the claim and its layout: the view's
+    scores, or the canaries' summed observations (members shifted up as in the ratio)."""
+    layout = run.layout
+    plan = planned_gauss_pair(claim, layout.unit, layout.partners, layout.size, 1 - level, view)
+    if plan.projection == "sum":
+        summed = np.asarray(run.observations, dtype=np.float64).sum(axis=0)
+        member, nonmember = summed[layout.member], summed[~layout.member]
+    return gauss_pair_bound(member, nonmember, claim, confidence=level, projection=plan.projection)
+
+
 def _ceilings(
     claim: Claim,
     sizes: list[tuple[int, int]],
@@ -250,19 +279,13 @@ def analyse(evidence: Sequence[RunEvidence], *, confidence: float = 0.95, full: 
         # the order statistics on every run's canaries as one game, its released count planned for R x m canaries:
         # a proof without the Clopper-Pearson points' independence (each canary sits in one run, so the R runs
         # together are f-DP for it as its own run is)
-        plan = planned_order_stats(claim, layout0.unit, layout0.partners, total, 1 - level, view)
-        return order_stats_bounds(*vs.pooled(), claim, confidence=level, r=plan.r, center=plan.center)
+        return planned_order_bounds(claim, layout0, total, view, *vs.pooled(), level)
 
     def order(view: str, m: np.ndarray, n: np.ndarray, run: RunEvidence) -> dict[str, Bound]:
-        plan = planned_order_stats(claim, run.layout.unit, run.layout.partners, run.layout.size, 1 - level, view)
-        return order_stats_bounds(m, n, claim, confidence=level, r=plan.r, center=plan.center)
+        return planned_order_bounds(claim, run.layout, run.layout.size, view, m, n, level)
 
     def gauss(view: str, m: np.ndarray, n: np.ndarray, run: RunEvidence) -> Bound:
-        plan = planned_gauss_pair(claim, run.layout.unit, run.layout.partners, run.layout.size, 1 - level, view)
-        if plan.projection == "sum":  # the canary's summed observations, members shifted up as in the ratio
-            summed = np.asarray(run.observations, dtype=np.float64).sum(axis=0)
-            m, n = summed[run.layout.member], summed[~run.layout.member]
-        return gauss_pair_bound(m, n, claim, confidence=level, projection=plan.projection)
+        return planned_gauss_bound(claim, view, m, n, run, level)
 
     first = scores["all_iterates"]
     m0, n0 = first.member[0], first.nonmember[0]

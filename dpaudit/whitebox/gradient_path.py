@@ -44,23 +44,27 @@ from dpaudit.claim.record import PrivacyRecord
 from dpaudit.common.errors import UserInputError
 from dpaudit.training.gradient_canaries import UNIT_EXAMPLE
 from dpaudit.training.gradient_path import PATH_GRADIENT, GradientPathHost
-from dpaudit.whitebox.analysis import Analysis, ViewScores, _any_mechanism, _ceilings, curve_rejected
+from dpaudit.whitebox.analysis import (
+    Analysis,
+    ViewScores,
+    _any_mechanism,
+    _ceilings,
+    curve_rejected,
+    planned_gauss_bound,
+    planned_order_bounds,
+)
 from dpaudit.whitebox.bounds import (
     Bound,
-    gauss_pair_bound,
     multi_run_bounds,
     multi_run_family,
     one_run_bounds,
     one_run_family,
-    order_stats_bounds,
 )
 from dpaudit.whitebox.harness import RunEvidence
 from dpaudit.whitebox.layout import CANARY_GAIN, CanaryLayout
 from dpaudit.whitebox.plan import (
-    planned_gauss_pair,
     planned_guesses,
     planned_one_run,
-    planned_order_stats,
     planned_pooled,
 )
 from dpaudit.whitebox.scores import all_iterates_scores, last_iterate_scores
@@ -244,18 +248,11 @@ def analyse_path(
     total = sum(run.evidence.layout.size for run in runs)
 
     def order(view: str, member: np.ndarray, nonmember: np.ndarray, m: int) -> dict[str, Bound]:
-        plan = planned_order_stats(claim, UNIT_EXAMPLE, 0, m, alpha, view)
-        return order_stats_bounds(member, nonmember, claim, confidence=level, r=plan.r, center=plan.center)
+        return planned_order_bounds(claim, runs[0].evidence.layout, m, view, member, nonmember, level)
 
     def gauss(run: PathRun) -> dict[str, Bound]:
-        plan = planned_gauss_pair(claim, UNIT_EXAMPLE, 0, run.evidence.layout.size, alpha)
-        member = run.evidence.layout.member
-        if plan.projection == "sum":  # the canary's summed observations (a signed non-member's sum is shifted down)
-            summed = np.asarray(run.evidence.observations, dtype=np.float64).sum(axis=0)
-            m, n = summed[member], summed[~member]
-        else:
-            m, n = first.member[0], first.nonmember[0]
-        return {"gauss_pair": gauss_pair_bound(m, n, claim, confidence=level, projection=plan.projection)}
+        bound = planned_gauss_bound(claim, "all_iterates", first.member[0], first.nonmember[0], run.evidence, level)
+        return {"gauss_pair": bound}
 
     verdict_one: dict[str, Bound] = {}
     if method == "order_stats":
