@@ -351,10 +351,11 @@ def replace_one_epsilon(items: Sequence[_PldItem], delta: float, discretization:
     """``PLDAccountant(REPLACE_ONE)``'s epsilon at ``delta`` of the event whose items (:func:`_flatten_for_pld`) are
     ``items``: the same PLDs composed in the same order by the library (its ``self_compose`` and ``compose``) and read
     by the library, each Poisson step built by :func:`replace_one_gaussian_pld` (bit for bit, 5x sooner)."""
-    if any(item[0] == "nonprivate" for item in items):
+    noisy = _noisy(items)
+    if noisy is None:
         return math.inf  # the accountant's answer for an event with a non-private step
     pld = pld_lib.identity(value_discretization_interval=discretization)
-    for item in items:
+    for item in noisy:
         if item[0] == "gaussian":
             _, sigma, count = item
             step = pld_lib.from_gaussian_mechanism(
@@ -362,11 +363,9 @@ def replace_one_epsilon(items: Sequence[_PldItem], delta: float, discretization:
                 value_discretization_interval=discretization,
                 neighboring_relation=_REPLACE_ONE,
             )
-        elif item[0] == "poisson":
+        else:
             _, q, sigma, count = item
             step = replace_one_gaussian_pld(sigma, q, discretization).self_compose(count)
-        else:  # pragma: no cover - excluded above
-            continue
         pld = pld.compose(step)
     return float(pld.get_epsilon_for_delta(delta))
 
