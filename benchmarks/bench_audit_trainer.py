@@ -277,24 +277,13 @@ def ideal_pooled(claim, unit: str, partners: int, total: int, confidence: float,
     import numpy as np
 
     from dpaudit.whitebox.bounds import order_stats_bounds
-    from dpaudit.whitebox.layout import CanaryLayout
-    from dpaudit.whitebox.plan import planned_order_stats
-    from dpaudit.whitebox.scores import all_iterates_scores
+    from dpaudit.whitebox.plan import planned_order_stats, simulated_scores
 
     plan = planned_order_stats(claim, unit, partners, total, 1 - confidence)
-    q, std = claim.per_step()
-    n = total // 2
-    layout = CanaryLayout(member=np.zeros(n, dtype=bool), unit=unit, partners=partners)
-    shifts, inside, outside = layout.mixtures(q, claim.clip_norm)
     out = []
     for draw in range(draws):
         rng = np.random.default_rng([7, draw])
-        scores = []
-        for weights in (inside, outside):
-            cumulative = np.cumsum(weights, axis=1)
-            component = (rng.random((q.size, n))[:, :, None] >= cumulative[:, None, :]).sum(axis=2)
-            y = shifts[component.clip(0, shifts.size - 1)] + rng.standard_normal((q.size, n)) * std[:, None]
-            scores.append(all_iterates_scores(y, layout, q, std, claim.clip_norm))
+        scores = simulated_scores(claim, unit, partners, total // 2, rng)
         bound = order_stats_bounds(*scores, claim, confidence=confidence, r=plan.r, center=plan.center)
         out.append(bound["order_stats"].epsilon / claim.epsilon)
     return out
@@ -457,8 +446,7 @@ def main() -> None:
                 gauss_last = analysis.one_run["last_iterate"][0]["gauss_pair"].epsilon / claim
                 projection = (first["gauss_pair"].selection or "").split(": ")[-1].split(" projection")[0]
 
-                def down(x: float) -> str:  # a lower bound's share of the claim, rounded down as dpaudit prints bounds
-                    return f"{math.floor(x * 1000) / 1000:.3f}"
+                down = _down
 
                 print(
                     f"| {name} | {mode or '-'} | {format_up(claim)} | {m} | {q:.2f} | {analysis.claim.steps} | "

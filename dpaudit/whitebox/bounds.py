@@ -202,7 +202,7 @@ def points_ceiling(claim: Claim, members: int, nonmembers: int, *, confidence: f
     return multi_run_family(*perfect, claim, confidence=confidence, min_scale=CEILING_MIN_SCALE).epsilon
 
 
-def points_canaries_needed(claim: Claim, *, confidence: float, most: int = 10**8) -> int | None:
+def points_canaries_needed(claim: Claim, *, confidence: float, most: int = order_stats.MOST_CANARIES) -> int | None:
     """The fewest pooled canaries (half members) whose perfect attack (no false positive, no false negative) puts a
     Clopper-Pearson point of :func:`multi_run_family` below the claimed curve, on the grid 2^(k/4); None when even
     ``most`` do not."""

@@ -67,6 +67,7 @@ __all__ = [
     "planned_one_run",
     "planned_order_stats",
     "planned_pooled",
+    "simulated_scores",
 ]
 
 #: Simulated observations per class (members, non-members; canaries x steps) the plan estimates the score
@@ -79,16 +80,15 @@ PLAN_CANARIES = 250_000
 PLAN_SEED = 20240527
 
 
-@functools.lru_cache(maxsize=16)
-def _simulated_scores(
-    claim: Claim, unit: str, partners: int, n: int, view: str = "all_iterates"
+def simulated_scores(
+    claim: Claim, unit: str, partners: int, n: int, rng: np.random.Generator, view: str = "all_iterates"
 ) -> tuple[np.ndarray, np.ndarray]:
-    """Scores of n simulated member and n non-member canaries of the claimed mechanism (sorted): the all-iterates
-    likelihood ratio, or (``view="last_iterate"``) the sum of the canary's observations (its final value's move)."""
+    """Scores of n simulated member and n non-member canaries of the claimed mechanism, drawn from ``rng`` (sorted):
+    the all-iterates likelihood ratio, or (``view="last_iterate"``) the sum of the canary's observations (its final
+    value's move). What a correct trainer's canaries read: the plan's input, and a benchmark's ideal audit."""
     q, std = claim.per_step()
     layout = CanaryLayout(member=np.zeros(n, dtype=bool), unit=unit, partners=partners)
     shifts, inside, outside = layout.mixtures(q, claim.clip_norm)
-    rng = np.random.default_rng(PLAN_SEED)
     out = []
     for weights in (inside, outside):
         cumulative = np.cumsum(weights, axis=1)  # (T, K)
@@ -100,6 +100,14 @@ def _simulated_scores(
         else:
             out.append(np.sort(all_iterates_scores(y, layout, q, std, claim.clip_norm)))
     return out[0], out[1]
+
+
+@functools.lru_cache(maxsize=16)
+def _simulated_scores(
+    claim: Claim, unit: str, partners: int, n: int, view: str = "all_iterates"
+) -> tuple[np.ndarray, np.ndarray]:
+    """:func:`simulated_scores` drawn with the plan's own seed (the plan is a fixed function of the claim)."""
+    return simulated_scores(claim, unit, partners, n, np.random.default_rng(PLAN_SEED), view)
 
 
 def _plan_size(claim: Claim) -> int:
