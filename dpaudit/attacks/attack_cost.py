@@ -11,13 +11,16 @@ and how many it runs follows from the data and the options alone:
 - extraction: greedy decoding and a beam search of ``--beam-width``, each step running every live beam's whole text
   (no cache) in passes of ``--batch-size`` rows (:func:`dpaudit.scoring.causal_secrets.beam_decode`);
 - the membership scores of a text (loss, zlib, Min-K%, Min-K%++ on a causal LM; loss on a masked LM or classifier):
-  one pass over each text of each membership task, cut to 128 tokens, ``--batch-size`` texts per pass; each attack
-  scores them again;
-- exposure and reconstruction on a masked LM: one pass over each canary.
+  one pass over each text of each membership task, cut to 128 tokens, ``--batch-size`` texts per pass (sorted by
+  length on a causal LM, in the task's order otherwise, each pass padded to its longest text); each attack scores them
+  again;
+- exposure and reconstruction on a masked LM: one pass over each canary, every secret token masked; the two read the
+  same passes (:func:`shared_passes`), which run once.
 
-A pass of ``n`` tokens is priced ``per_call + n x per_token``, both measured on the loaded model just before the attacks
-start (:func:`measure_forward_cost`: a full batch of texts at the tasks' length, and a pass of one token), so the
-estimate holds the model's size, the device and the machine's load of the moment. Everything else (loading the model,
+A pass of ``n`` tokens is priced ``per_call + n x per_token``, both measured on the model the attacks use, once the run
+has loaded it and just before the first attack starts (:func:`measure_forward_cost`: a full batch of texts at the
+tasks' length, and a pass of one token; a masked LM's encoder alone, :func:`forward_model`), so the estimate holds the
+model's size, the device and the machine's load of the moment. Everything else (loading the model,
 bootstrap intervals, the report) is left out: on a model of 100M parameters it is seconds; on a tiny model it is most
 of the run, and the estimate says only what the passes cost. Shadow and reference models are priced when they start
 (:mod:`dpaudit.attacks.shadow_cost`); the other attacks (the canary attack's one-run audit, the blind baseline, the
@@ -41,9 +44,12 @@ from dpaudit.common.cost_model import format_minutes
 __all__ = [
     "AttackWork",
     "ForwardCost",
+    "announce",
     "attack_work",
     "estimate_lines",
+    "forward_model",
     "measure_forward_cost",
+    "shared_passes",
     "tree_work",
 ]
 
@@ -126,7 +132,7 @@ def attack_work(
     canary_tokens: Sequence[int],
     space: tuple[int, int, int] | None,
     single_tokens: bool,
-    texts: Sequence[int],
+    texts: Sequence[Sequence[int]],
     options: Mapping[str, Any],
     node_batch: int,
 ) -> AttackWork | None:
@@ -138,17 +144,20 @@ def attack_work(
         canary_tokens: each canary's whole text in tokens.
         space: the secret space's (|A|, L, |R|), or None for phrases.
         single_tokens: every symbol of the space is one token in context (the exact methods apply).
-        texts: the tokens of every text the membership tasks score (each already cut to :data:`TEXT_TOKENS`).
+        texts: the tokens of every text the membership tasks score (each already cut to :data:`TEXT_TOKENS`), task
+            by task in the task's order: a causal LM's scorer sorts a task's texts by length before batching them,
+            a masked LM's and a classifier's batch them in that order.
         options: ``batch_size``, ``beam_width``, ``exposure_limit``, ``exposure_samples``.
         node_batch: tree nodes per pass (``dpaudit.scoring.causal_secrets.NODE_BATCH``).
     """
     batch = int(options["batch_size"])
     n = len(canaries) if kind == "causal-lm" else len(canary_tokens)
     if name in TEXT_SCORES:
-        calls, tokens = _batched(texts, batch)
-        return AttackWork(name, calls, tokens, f"{len(texts):,} texts")
+        counted = [_batched(t, batch, by_length=kind == "causal-lm") for t in texts if t]
+        calls, tokens = sum(c for c, _ in counted), sum(t for _, t in counted)
+        return AttackWork(name, calls, tokens, f"{sum(map(len, texts)):,} texts")
     if kind != "causal-lm" and name in ("exposure", "reconstruction"):
-        calls, tokens = _batched(canary_tokens, batch)
+        calls, tokens = _batched(canary_tokens, batch, by_length=False)
         return AttackWork(name, calls, tokens, f"{n:,} canaries, one pass each")
     if kind != "causal-lm" or not canaries:
         return None
@@ -245,51 +254,52 @@ def _token_lengths(tokenizer: Any, texts: Sequence[str], limit: int) -> list[int
     return [min(len(r), limit) for r in ids]
 
 
-def announce(
-    model: Any, data: Any, attack_names: str, values: Mapping[str, Any], echo: Callable[[str], None]
-) -> list[float] | None:
+def announce(context: Any, classes: Sequence[Any], echo: Callable[[str], None]) -> list[float] | None:
     """Print the estimate of ``dpaudit attack`` (``echo``, one call per line) before the attacks start; returns each
     estimated attack's seconds (in the printed order), or None when nothing was estimated.
 
-    Never raises: input the run will refuse (a missing model, bad options, a data directory without canaries) makes
-    no estimate, and the run itself then says what is wrong, in one line.
+    Called by the run (:func:`dpaudit.attacks.run.attack`'s ``before_attacks``) once its checks have passed and the
+    model is loaded, with the attacks' context (:class:`~dpaudit.attacks.base.AttackContext`: the loaded model, the
+    canaries, the options) and the attack classes that will run: the estimate is priced on the model the attacks
+    then use (never a second copy of it), and a rerun that finds the attack finished runs nothing and prints nothing.
+
+    Never raises: what the attacks themselves will refuse (a secret the tokenizer splits) makes no estimate, and the
+    attack then says what is wrong, in one line.
     """
     try:
-        return _announce(model, data, attack_names, values, echo)
+        return _announce(context, classes, echo)
     except Exception:  # noqa: BLE001 - an estimate is never worth a failed run; the run reports bad input itself
         return None
 
 
-def _announce(
-    model: Any, data: Any, attack_names: str, values: Mapping[str, Any], echo: Callable[[str], None]
-) -> list[float] | None:
-    from dpaudit.attacks.mia import canary_task, coin_flip_mode, example_options, example_task
-    from dpaudit.attacks.registry import AttackOptions, default_attacks, prop, resolve_attacks
-    from dpaudit.common.errors import UserInputError
-    from dpaudit.inject_dir.reader import load_inject_run
-    from dpaudit.scoring import causal_secrets as cs
-    from dpaudit.scoring import load, resolve_model
+def shared_passes(works: Sequence[AttackWork], kind: str, phrases: bool) -> list[AttackWork]:
+    """The works with the passes that one attack's run leaves for the next counted once: on a masked LM, exposure
+    and reconstruction of a ``digits:N``/``words:N`` space read the same masked-secret log-probabilities
+    (:attr:`dpaudit.attacks.base.AttackContext.masked_log_probs`, computed on first use), so the second of them
+    runs no pass."""
+    if kind == "causal-lm" or phrases:
+        return list(works)
+    out: list[AttackWork] = []
+    first = None
+    for w in works:
+        if w.attack in ("exposure", "reconstruction"):
+            if first is not None:
+                w = AttackWork(w.attack, 0, 0, f"{w.what.split(',')[0]}, {first}'s passes")
+            first = first or w.attack
+        out.append(w)
+    return out
 
-    options = AttackOptions(**values)
-    run = load_inject_run(data)
-    source = resolve_model(model)
-    names = default_attacks(
-        attack_names.split(","), coin_flip=coin_flip_mode(run), model_kind=source.kind, able=lambda cls: False
-    )
-    classes = resolve_attacks(names, source.kind, model=str(model), blind=options.blind_baseline)
-    design = (run.manifest.get("secret_space") or {}).get("kind")
-    for cls in classes:  # the run's own checks before anything is loaded: input it refuses gets no estimate
-        designs = prop(cls, "designs")
-        if designs is not None and design not in designs:
-            return None
-        prop(cls, "check")(options, source, run)
-    if options.reveal and (run.space is None or options.reveal >= run.space.length):
-        return None
-    if any(prop(c, "scores_canaries") for c in classes) and not run.canaries:
-        return None
-    scorer = load(source, batch_size=options.batch_size, device=None, progress=False)
-    tokenizer, space = scorer.tokenizer, run.space
-    canaries: list[Any] = list(run.canaries)  # (records the scoring protocols read)
+
+def _announce(context: Any, classes: Sequence[Any], echo: Callable[[str], None]) -> list[float] | None:
+    from dpaudit.attacks.mia import canary_task, example_options, example_task
+    from dpaudit.attacks.registry import prop
+    from dpaudit.common.errors import UserInputError
+    from dpaudit.scoring import causal_secrets as cs
+
+    scorer, run, options, space = context.scorer, context.data, context.options, context.space
+    source = scorer.source
+    tokenizer = scorer.tokenizer
+    canaries: list[Any] = list(context.canaries)  # (records the scoring protocols read)
     whole = [c.prefix + c.secret + c.suffix for c in canaries]
     canary_tokens = _token_lengths(tokenizer, whole, scorer.max_length)
     located: list[tuple[int, int]] = []
@@ -314,13 +324,13 @@ def _announce(
         if secrets is None:
             secrets = cs.span_secrets(tokenizer, canaries, max_length=scorer.max_length)
         located = [(len(s.context), len(s.secret)) for s in secrets]
-    texts: list[int] = []
+    texts: list[list[int]] = []
     if any(c.name in TEXT_SCORES for c in classes):
         label_set = source.label_set()
         tasks = [example_task(run, label_set=label_set, **example_options(options))]
         task = canary_task(run, label_set=label_set)
         tasks += [task] if task is not None else []
-        texts = [n for t in tasks for n in _token_lengths(tokenizer, list(t.texts), TEXT_TOKENS)]
+        texts = [_token_lengths(tokenizer, list(t.texts), TEXT_TOKENS) for t in tasks]
     works, skipped = [], []
     for cls in classes:
         if prop(cls, "baseline"):
@@ -339,9 +349,11 @@ def _announce(
         (works.append(work) if work is not None else skipped.append(cls.name))
     if not works:
         return None
-    length = max(8, min(TEXT_TOKENS, statistics.median_high(texts or canary_tokens or [32])))
+    works = shared_passes(works, source.kind, phrases=triple is None)
+    lengths = [n for t in texts for n in t]
+    length = max(8, min(TEXT_TOKENS, statistics.median_high(lengths or canary_tokens or [32])))
     cost = measure_forward_cost(
-        scorer.model,
+        forward_model(scorer),
         device=scorer.device,
         rows=min(8, options.batch_size),
         length=min(length, scorer.max_length),
@@ -350,3 +362,11 @@ def _announce(
     for line in estimate_lines(works, cost, skipped):
         echo(line)
     return [cost.seconds(w.calls, w.tokens) for w in works]
+
+
+def forward_model(scorer: Any) -> Any:
+    """The module whose passes the attacks run: a masked LM's encoder alone where the scorer runs the output layer on
+    the masked positions only (:meth:`dpaudit.scoring.Scorer._masked_logits`; on BERT-base the output layer over
+    every position is a fifth of the pass), else the whole model."""
+    encoder = getattr(scorer, "_encoder", None)
+    return scorer.model if encoder is None else encoder

@@ -67,6 +67,8 @@ CANARY_CSV = "scores/canaries.csv"
 #: Renders extra files of the attack directory (the report's ``index.html``) from the staged directory,
 #: the results and the manifest as a reader of ``manifest.json`` will see it: name -> text.
 PageWriter = Callable[[Path, AttackResults, Mapping[str, Any]], Mapping[str, str]]
+#: What :func:`attack` calls before the first attack: (the attacks' context, the attack classes that will run).
+BeforeAttacks = Callable[[AttackContext, Sequence[Any]], None]
 
 
 class AttackWarning(UserWarning):
@@ -138,6 +140,7 @@ def attack(
     progress: bool = True,
     command: list[str] | None = None,
     pages: PageWriter | None = None,
+    before_attacks: BeforeAttacks | None = None,
     **options: Any,
 ) -> AttackResults:
     """Run canary attacks on a model and (with ``out``) write the attack directory.
@@ -153,6 +156,9 @@ def attack(
         progress: progress bars on stderr.
         command: the command line recorded in the manifest.
         pages: extra files rendered into ``out`` before its manifest (see :func:`write_attack_dir`).
+        before_attacks: called once the model is loaded, with the attacks' context and classes, before the first
+            attack runs; never for a finished attack a rerun returns (``dpaudit attack`` prints its cost estimate
+            there, priced on the model the attacks then use: :func:`dpaudit.attacks.attack_cost.announce`).
         options: the attacks' options by field name (``batch_size``, ``seed``, ``shadow_models``, ``min_k``, ...):
             the fields of :class:`~dpaudit.attacks.options.RunOptions` and of the Config of each attack run
             (:class:`~dpaudit.attacks.registry.AttackOptions`), as ``dpaudit attack --attacks NAME --help`` lists them.
@@ -183,6 +189,7 @@ def attack(
                     progress=progress,
                     command=command,
                     pages=pages,
+                    before_attacks=before_attacks,
                     **{**options, "shadow_cache": temporary},
                 )
         from dpaudit.attacks.shadow_models import default_cache
@@ -199,6 +206,7 @@ def attack(
         progress=progress,
         command=command,
         pages=pages,
+        before_attacks=before_attacks,
         **options,
     )
     if out is None:
@@ -218,6 +226,7 @@ def _attack(
     progress: bool,
     command: list[str] | None,
     pages: PageWriter | None = None,
+    before_attacks: BeforeAttacks | None = None,
     **values: Any,
 ) -> AttackResults:
     from dpaudit.inject_dir.reader import load_inject_run
@@ -296,6 +305,8 @@ def _attack(
         notes.append(cut)
         warnings.warn(cut, AttackWarning, stacklevel=2)
     context = AttackContext(scorer=scorer, canaries=canaries, space=space, options=options, data=run)
+    if before_attacks is not None:
+        before_attacks(context, classes)
     utility = None
     if source.manifest is None:  # a model trained elsewhere: no train run logged its held-out figure; measure it here
         from dpaudit.attacks.utility import measure_heldout_utility

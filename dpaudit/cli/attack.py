@@ -274,7 +274,8 @@ def attack(
     from dpaudit.attacks.run import AttackWarning, FinishedAttack
     from dpaudit.stages.attack import attack as run_attack
 
-    announce(model, data, attack_names, values, lambda line: click.echo(line, err=True))  # what the passes will cost
+    def estimate(context: Any, classes: Any) -> None:  # what the passes will cost, once the model is loaded
+        announce(context, classes, lambda line: click.echo(line, err=True))
 
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always", AttackWarning)
@@ -285,6 +286,7 @@ def attack(
             out=out,
             overwrite=overwrite,
             command=["dpaudit", *sys.argv[1:]],
+            before_attacks=estimate,
             **values,
         )
     for w in caught:

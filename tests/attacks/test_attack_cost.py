@@ -1,6 +1,7 @@
 """The attacks' cost estimate (:mod:`dpaudit.attacks.attack_cost`): its pass and token counts are those the scoring
 functions run (counted on a tiny GPT-2), and ``dpaudit attack`` prints it before the attacks start, within a stated
-factor of the forward passes' measured time."""
+factor of the forward passes' measured time, priced on the model the attacks use (loaded once), and only for work
+that will run (a rerun over a finished attack prints none)."""
 
 from __future__ import annotations
 
@@ -79,12 +80,24 @@ def test_beam_decoding_runs_the_passes_and_tokens_attack_work_counts(gpt2):
 
 def test_attacks_the_estimate_does_not_price_are_named_not_counted():
     options = dict(batch_size=8, beam_width=5, exposure_limit=10, exposure_samples=10)
-    kw = dict(canaries=[(5, 3)], canary_tokens=[9], space=(10, 3, 1000), single_tokens=True, texts=[30, 40])
+    kw = dict(canaries=[(5, 3)], canary_tokens=[9], space=(10, 3, 1000), single_tokens=True, texts=[[30, 40]])
     assert attack_work("lira", kind="causal-lm", options=options, node_batch=64, **kw) is None
     sampled = attack_work("exposure", kind="causal-lm", options=options, node_batch=64, **kw)
     assert (sampled.calls, sampled.tokens) == (2, 5 + 11 * 3)  # |R| above the limit: the secret and 10 samples
     loss = attack_work("loss", kind="masked-lm", options=options, node_batch=64, **kw)
     assert (loss.calls, loss.tokens) == (1, 2 * 40)
+
+
+def test_text_passes_are_counted_task_by_task_in_the_order_each_scorer_batches_them():
+    """A causal LM's scorer sorts a task's texts by length (short ones padded together), a masked LM's batches them in
+    the task's order; no pass mixes two tasks (each task is scored by its own call)."""
+    options = dict(batch_size=2, beam_width=5, exposure_limit=10, exposure_samples=10)
+    kw = dict(canaries=[], canary_tokens=[], space=None, single_tokens=False, options=options, node_batch=64)
+    texts = [[10, 50, 12, 52, 11], [5, 60]]
+    causal = attack_work("loss", kind="causal-lm", texts=texts, **kw)
+    masked = attack_work("loss", kind="masked-lm", texts=texts, **kw)
+    assert (causal.calls, causal.tokens) == (3 + 1, 2 * 11 + 2 * 50 + 52 + 2 * 60)  # [10 11] [12 50] [52] | [5 60]
+    assert (masked.calls, masked.tokens) == (3 + 1, 2 * 50 + 2 * 52 + 11 + 2 * 60)  # [10 50] [12 52] [11] | [5 60]
 
 
 def test_dpaudit_attack_prints_the_estimate_first_within_the_stated_factor(tmp_path, monkeypatch):
@@ -124,6 +137,16 @@ def test_dpaudit_attack_prints_the_estimate_first_within_the_stated_factor(tmp_p
             return out
 
         monkeypatch.setattr(cls, "run", timed_run)
+    import dpaudit.scoring
+
+    loads: list[str] = []
+    real_load = dpaudit.scoring.load
+
+    def counting_load(source, *args, **kwargs):
+        loads.append(str(source.path))
+        return real_load(source, *args, **kwargs)
+
+    monkeypatch.setattr(dpaudit.scoring, "load", counting_load)
     estimated: list[list[float] | None] = []
     announce = attack_cost.announce
     monkeypatch.setattr(attack_cost, "announce", lambda *a, **k: estimated.append(announce(*a, **k)) or estimated[-1])
@@ -147,15 +170,35 @@ def test_dpaudit_attack_prints_the_estimate_first_within_the_stated_factor(tmp_p
     for name, estimate in zip(("exposure", "extraction"), seconds):
         print(f"{name}: estimate {estimate:.4f} s, passes measured {measured[name]:.4f} s CPU")
         assert measured[name] / FACTOR <= estimate <= measured[name] * FACTOR, (name, estimate, measured[name])
+    assert loads == [str(model_dir)]  # the estimate is priced on the model the attacks use: loaded once
+
+    # the same command again: the attack is finished, nothing runs, and no estimate of work that will not run
+    again = CliRunner().invoke(cli, args, catch_exceptions=False)
+    assert again.exit_code == 0, again.output
+    assert any(line.startswith("note: ") for line in again.output.splitlines()), again.output
+    assert "estimate before the attacks start" not in again.output, again.output
+    assert len(estimated) == 1 and loads == [str(model_dir)]
 
 
 def test_a_masked_lm_gets_its_estimate_too(canary_model, canary_data):
-    """A masked LM's output has no key/value cache: the price of a pass is measured without one, and the estimate is
-    printed (it was silently left out, the missing cache raising inside the never-raising announce)."""
-    from dpaudit.attacks.attack_cost import announce
+    """A masked LM's output has no key/value cache: the price of a pass is measured without one (on its encoder, the
+    part the scorer runs at every position), and the estimate is printed (it was silently left out, the missing
+    cache raising inside the never-raising announce); reconstruction reads exposure's passes and costs none."""
+    from dpaudit.attacks.attack_cost import announce, forward_model
+    from dpaudit.attacks.base import AttackContext
+    from dpaudit.attacks.registry import AttackOptions, attack_class
+    from dpaudit.inject_dir.reader import load_inject_run
+    from dpaudit.scoring import load, resolve_model
 
+    run = load_inject_run(canary_data)
+    scorer = load(resolve_model(canary_model), batch_size=32, device="cpu", progress=False)
+    assert forward_model(scorer) is not scorer.model  # the encoder, without the output layer over every position
+    context = AttackContext(
+        scorer=scorer, canaries=list(run.canaries), space=run.space, options=AttackOptions(), data=run
+    )
     lines: list[str] = []
-    seconds = announce(canary_model, canary_data, "exposure,reconstruction", {}, lines.append)
-    assert seconds is not None and len(seconds) == 2 and all(s > 0 for s in seconds), lines
+    seconds = announce(context, [attack_class("exposure"), attack_class("reconstruction")], lines.append)
+    assert seconds is not None and len(seconds) == 2 and seconds[0] > 0 and seconds[1] == 0, lines
     assert lines[0].startswith("estimate before the attacks start")
     assert lines[1].startswith("  exposure: ") and lines[2].startswith("  reconstruction: ")
+    assert "exposure's passes" in lines[2] and "0 tokens in 0 passes" in lines[2], lines
