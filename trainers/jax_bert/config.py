@@ -29,6 +29,7 @@ Preset = Literal["tiny", "mini", "small", "base", "large"]
 Sampling = Literal["poisson", "shuffle"]
 ClipEngine = Literal["ghost", "vmap"]
 LrDecay = Literal["quadratic", "none"]
+Freeze = Literal["none", "embeddings"]
 
 #: Tokenizer vocabulary used when ``--vocab-size`` is not given (tiny models learn fast on small vocabularies).
 DEFAULT_VOCAB_SIZE: dict[str, int] = {"tiny": 2000, "mini": 8000, "small": 8000, "base": 30522, "large": 30522}
@@ -132,6 +133,15 @@ class JaxBertConfig(DpOptions):
             "How the per-example clipped sum is computed; both give the same sum and guarantee. ghost: "
             "Gram-matrix norms and book-keeping, no per-example gradients (~1.1x a non-private step); "
             "vmap: per-example gradients by jax.vmap (~2.4x on CPU; the reference). Formerly --clipping."
+        ),
+    )
+    freeze: Freeze = field(
+        default="none",
+        metadata=_help(
+            "Parameters left untrained: none, or embeddings (the word, position and token-type tables; the word "
+            "table is tied to the MLM decoder, whose bias stays trained). Frozen parameters get no gradient, no noise "
+            "and no update; the trained ones are clipped to C together, so the sensitivity and epsilon are unchanged. "
+            "Under DP a table of mostly rare tokens gets sparse gradients but dense noise."
         ),
     )
     non_private: bool = field(

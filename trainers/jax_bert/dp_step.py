@@ -88,6 +88,52 @@ StepFn = Callable[
 ]
 
 
+#: A parameter's path in the parameter tree, e.g. ``("bert", "embeddings", "word_embeddings", "embedding")``.
+Key = tuple[str, ...]
+
+
+def _path_key(path: Sequence[Any]) -> Key:
+    return tuple(str(getattr(part, "key", part)) for part in path)
+
+
+def check_frozen(params: PyTree, frozen: frozenset[Key]) -> None:
+    """A ValueError unless every frozen key names a parameter of ``params`` (a typo would train it silently)."""
+    present = {_path_key(path) for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]}
+    missing = sorted("/".join(key) for key in frozen - present)
+    if missing:
+        raise ValueError(f"frozen parameters {missing} are not parameters of the model.")
+
+
+def freeze_loss(loss_fn: LossFn, frozen: frozenset[Key]) -> LossFn:
+    """``loss_fn`` with ``stop_gradient`` on the frozen parameters: their gradient is exactly 0, so a per-example
+    gradient's norm (and its clipping) is the trained parameters' alone (docs/trainers.md, "Frozen parameters")."""
+    if not frozen:
+        return loss_fn
+
+    def loss(params: PyTree, example: PyTree) -> tuple[jax.Array, dict[str, jax.Array]]:
+        held = jax.tree_util.tree_map_with_path(
+            lambda path, p: jax.lax.stop_gradient(p) if _path_key(path) in frozen else p, params
+        )
+        return loss_fn(held, example)
+
+    return loss
+
+
+def zero_frozen(tree: PyTree, frozen: frozenset[Key]) -> PyTree:
+    """``tree`` with its frozen leaves replaced by zeros (a frozen parameter gets no gradient and no noise)."""
+    if not frozen:
+        return tree
+    return jax.tree_util.tree_map_with_path(lambda path, x: jnp.zeros_like(x) if _path_key(path) in frozen else x, tree)
+
+
+def keep_frozen(new: PyTree, old: PyTree, frozen: frozenset[Key]) -> PyTree:
+    """``new`` with its frozen leaves taken from ``old``: a frozen parameter is never updated (no weight decay
+    either), bit for bit."""
+    if not frozen:
+        return new
+    return jax.tree_util.tree_map_with_path(lambda path, n, o: o if _path_key(path) in frozen else n, new, old)
+
+
 def check_clip_norm(clip_norm: float) -> float:
     """C as a float; a ValueError unless C > 0 (inf allowed: no clipping)."""
     clip_norm = float(clip_norm)
@@ -661,6 +707,7 @@ def make_dp_train_step(
     donate_state: bool = False,
     vmap_size: int | None = DEFAULT_VMAP_SIZE,
     clipped_sum_fn: ClippedSumFn | None = None,
+    frozen: frozenset[Key] = frozenset(),
 ) -> StepFn:
     """Returns ``step(params, opt_state, chunks, key, noise_multiplier, expected_batch_size)``.
 
@@ -676,30 +723,43 @@ def make_dp_train_step(
     ``clipped_sum_fn`` replaces the generic vmap clipped sum by an equivalent one (e.g. ghost norms,
     :mod:`trainers.jax_bert.ghost_clipping`); its ``sensitivity`` must equal ``clip_norm``, and it takes ``C`` as
     its optional fourth argument (the step passes ``clip_norm`` so, as a float32 scalar).
+
+    ``frozen`` (paths of parameters, :data:`Key`) are not trained: their per-example gradients are 0 before the
+    norm is taken (so the clipped sum of the trained parameters alone has sensitivity ``C``, as before), the
+    noise on them is dropped and the optimizer's result for them is discarded (bit-identical after any number of
+    steps). The noise on the trained parameters is the draw an unfrozen step makes for them, and the mechanism the
+    accountant composes (one Gaussian of std ``sigma * C`` on a sum of sensitivity ``C``) is unchanged.
+    ``clipped_sum_fn`` must then carry the same ``frozen`` set (its ``frozen`` attribute).
     """
     clip_norm = check_clip_norm(clip_norm)
+    frozen = frozenset(frozen)
     if clipped_sum_fn is None:
-        clipped_sum = make_clipped_sum_fn(loss_fn, clip_norm=clip_norm, vmap_size=vmap_size)
+        clipped_sum = make_clipped_sum_fn(freeze_loss(loss_fn, frozen), clip_norm=clip_norm, vmap_size=vmap_size)
     else:
         clipped_sum = clipped_sum_fn
         if getattr(clipped_sum, "sensitivity", None) != clip_norm:
             raise ValueError(
                 f"clipped_sum_fn.sensitivity must equal clip_norm={clip_norm}, got {getattr(clipped_sum, 'sensitivity', None)}."
             )
+        if frozenset(getattr(clipped_sum, "frozen", frozenset())) != frozen:
+            raise ValueError("clipped_sum_fn.frozen must be the step's frozen parameters.")
 
     def finish(params, opt_state, acc, stats, key, noise_std, expected_batch_size):
         noisy, z = _add_noise(acc, key, noise_std)
+        noisy, z = zero_frozen(noisy, frozen), zero_frozen(z, frozen)
         grads = jax.tree.map(lambda g: g / expected_batch_size, noisy)
         new_params, new_opt_state = _apply(optimizer, params, opt_state, grads)
-        return new_params, new_opt_state, _dp_metrics(acc, z, noise_std, stats)
+        return keep_frozen(new_params, params, frozen), new_opt_state, _dp_metrics(acc, z, noise_std, stats)
 
     def audit_finish(params, opt_state, block, acc, block_acc, stats, key, noise_std, expected_batch_size):
         # The block is one more trained leaf, the last: the one noise draw covers (model, block), and as a
         # number of the draw depends on its position only (_gaussian_like), the model's noise is the one a
         # canary-free run draws.
         noisy, z = _add_noise((acc, block_acc), key, noise_std)
+        noisy, z = (zero_frozen(noisy[0], frozen), noisy[1]), (zero_frozen(z[0], frozen), z[1])
         grads, block_grads = jax.tree.map(lambda g: g / expected_batch_size, noisy)
         new_params, new_opt_state = _apply(optimizer, params, opt_state, grads)
+        new_params = keep_frozen(new_params, params, frozen)
         new_values, new_block_state = _apply(optimizer, block.values, block.opt_state, block_grads)
         metrics = _dp_metrics((acc, block_acc), z, noise_std, stats)
         return new_params, new_opt_state, AuditBlock(new_values, new_block_state), metrics, noisy[1]
@@ -715,20 +775,24 @@ def make_nonprivate_train_step(
     *,
     mesh: Mesh | None = None,
     donate_state: bool = False,
+    frozen: frozenset[Key] = frozenset(),
 ) -> StepFn:
     """Non-private baseline with the same signature: mean gradient over the real examples.
 
     ``key``, ``noise_multiplier`` and ``expected_batch_size`` are accepted and ignored (its
     ``sensitivity`` is None: nothing bounds it); the gradient sum is
     divided by the realized batch size. ``clipped_sum_norm`` reports the (unclipped) sum's norm.
+    ``frozen`` parameters are not trained, as in :func:`make_dp_train_step`.
     """
-    grad_sum = _make_grad_sum_fn(loss_fn)
+    frozen = frozenset(frozen)
+    grad_sum = _make_grad_sum_fn(freeze_loss(loss_fn, frozen))
 
     def finish(params, opt_state, acc, stats, key, noise_std, expected_batch_size):
         del key, noise_std, expected_batch_size
         n = jnp.maximum(stats.batch_size, 1.0)
         grads = jax.tree.map(lambda g: g / n, acc)
         new_params, new_opt_state = _apply(optimizer, params, opt_state, grads)
+        new_params = keep_frozen(new_params, params, frozen)
         zero = jnp.zeros((), jnp.float32)
         metrics = StepMetrics(
             clipped_sum_norm=_global_norm(acc),

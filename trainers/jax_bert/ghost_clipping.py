@@ -45,6 +45,12 @@ _HIGHEST = jax.lax.Precision.HIGHEST
 _EMBEDDINGS: Key = ("bert", "embeddings")
 _HEAD: Key = ("cls", "predictions")
 
+#: The three embedding tables (``--freeze embeddings``). The word table is tied to the MLM decoder, so freezing it
+#: freezes the output projection too (the decoder's bias stays trained).
+EMBEDDING_TABLES: frozenset[Key] = frozenset(
+    _EMBEDDINGS + (table, "embedding") for table in ("word_embeddings", "position_embeddings", "token_type_embeddings")
+)
+
 
 def _einsum(spec: str, *operands: jax.Array) -> jax.Array:
     return jnp.einsum(spec, *operands, precision=_HIGHEST)
@@ -112,10 +118,14 @@ class _Tape:
         return _flat3(self.grads[module + (name,)], self.m)
 
 
-def _ghost_terms(tape: _Tape, params_flat: dict[Key, jax.Array]) -> tuple[jax.Array, dict[Key, jax.Array]]:
+def _ghost_terms(
+    tape: _Tape, params_flat: dict[Key, jax.Array], tables_frozen: bool = False
+) -> tuple[jax.Array, dict[Key, jax.Array]]:
     """Squared norm of each example's whole gradient, and the per-example gradients of every small
     parameter (biases, LayerNorm scales: [m, size] each), which the weighted sums reuse.
 
+    ``tables_frozen``: the embedding tables (:data:`EMBEDDING_TABLES`) are not trained, so their terms are left out
+    of the norm (their gradient is 0, as ``stop_gradient`` makes it in the vmap engine).
     Raises if some parameter is not covered (a module added to the model without ghost support).
     """
     m = tape.m
@@ -134,6 +144,8 @@ def _ghost_terms(tape: _Tape, params_flat: dict[Key, jax.Array]) -> tuple[jax.Ar
     small[_HEAD + ("bias",)] = jnp.sum(logits_grad, axis=1)
     for value in small.values():
         sq = sq + _sq(value)
+    if tables_frozen:
+        return _checked(jnp.maximum(sq, 0.0), small, tape, params_flat)
     e = tape.grad(_EMBEDDINGS, "embedding_sum")  # [m, L, H]
     decoder_in = tape.taped(_HEAD, "decoder_inputs")  # [m, P, H]
     ids = tape.batch["input_ids"]
@@ -146,19 +158,18 @@ def _ghost_terms(tape: _Tape, params_flat: dict[Key, jax.Array]) -> tuple[jax.Ar
         _einsum("mpv,mqv->mpq", logits_grad, logits_grad) * _einsum("mpd,mqd->mpq", decoder_in, decoder_in), axis=(1, 2)
     )
     sq = sq + 2.0 * jnp.sum(_einsum("mld,mpd->mpl", e, decoder_in) * g_at_ids, axis=(1, 2))
-    covered = (
-        set(small)
-        | {module + ("kernel",) for module in tape.dense}
-        | {
-            _EMBEDDINGS + ("word_embeddings", "embedding"),
-            _EMBEDDINGS + ("position_embeddings", "embedding"),
-            _EMBEDDINGS + ("token_type_embeddings", "embedding"),
-        }
-    )
+    return _checked(jnp.maximum(sq, 0.0), small, tape, params_flat)
+
+
+def _checked(
+    sq: jax.Array, small: dict[Key, jax.Array], tape: _Tape, params_flat: dict[Key, jax.Array]
+) -> tuple[jax.Array, dict[Key, jax.Array]]:
+    """``(sq, small)`` once every parameter is known to be covered (trained, or a frozen embedding table)."""
+    covered = set(small) | {module + ("kernel",) for module in tape.dense} | EMBEDDING_TABLES
     missing = set(params_flat) - covered
     if missing:
         raise ValueError(f"ghost clipping does not cover parameters {sorted('/'.join(k) for k in missing)}.")
-    return jnp.maximum(sq, 0.0), small
+    return sq, small
 
 
 def _token_types(batch: PyTree) -> jax.Array:
@@ -167,13 +178,18 @@ def _token_types(batch: PyTree) -> jax.Array:
 
 
 def _weighted_sums(
-    tape: _Tape, weights: jax.Array, small: dict[Key, jax.Array], params_flat: dict[Key, jax.Array]
+    tape: _Tape,
+    weights: jax.Array,
+    small: dict[Key, jax.Array],
+    params_flat: dict[Key, jax.Array],
+    tables_frozen: bool = False,
 ) -> dict[Key, jax.Array]:
     """sum_i weights_i * grad_i for every parameter, without forming any per-example gradient.
 
     The weight of example i is applied to whichever factor of its gradient is smallest (the
     narrower of a dense layer's input and output gradient; the decoder's inputs rather than its
-    [P, vocabulary] logit gradients; the small per-example gradients directly).
+    [P, vocabulary] logit gradients; the small per-example gradients directly). Frozen embedding tables
+    (``tables_frozen``) get zeros.
     """
     out = {key: _einsum("m,mk->k", weights, value) for key, value in small.items()}
     w = weights[:, None, None]
@@ -184,6 +200,8 @@ def _weighted_sums(
         else:
             g = g * w
         out[module + ("kernel",)] = _einsum("mtd,mte->de", x, g)
+    if tables_frozen:
+        return out | {key: jnp.zeros(params_flat[key].shape, jnp.float32) for key in EMBEDDING_TABLES}
     e = tape.grad(_EMBEDDINGS, "embedding_sum") * w
     hidden = e.shape[-1]
     ids, types = tape.batch["input_ids"], _token_types(tape.batch)
@@ -198,14 +216,22 @@ def _weighted_sums(
     return out
 
 
-def make_ghost_clipped_sum_fn(model: FlaxBertForMaskedLM, *, clip_norm: float) -> dp_step.ClippedSumFn:
+def make_ghost_clipped_sum_fn(
+    model: FlaxBertForMaskedLM, *, clip_norm: float, frozen: frozenset[Key] = frozenset()
+) -> dp_step.ClippedSumFn:
     """Drop-in for ``make_clipped_sum_fn(example_mlm_loss)`` on a BERT masked LM (deterministic, no
     dropout): same signature (``C`` its optional traced fourth argument), same result, same ``sensitivity``; no
     per-example gradient is formed.
 
     Each micro-step runs one batched forward and one backward pass to the layer outputs, computes
     per-example norms from Gram matrices, and adds the clipped sum with one matmul per layer.
+    ``frozen``: no parameter, or exactly :data:`EMBEDDING_TABLES` (the result then equals the vmap engine's with
+    ``dp_step.freeze_loss``: the tables' gradients are 0 and out of every norm).
     """
+    frozen = frozenset(frozen)
+    if frozen not in (frozenset(), EMBEDDING_TABLES):
+        raise ValueError("the ghost engine freezes no parameter or exactly the embedding tables; use the vmap engine.")
+    tables_frozen = bool(frozen)
     default_clip_norm = dp_step.check_clip_norm(clip_norm)
     factors_of = dp_step.clip_rule(default_clip_norm)
 
@@ -247,10 +273,10 @@ def make_ghost_clipped_sum_fn(model: FlaxBertForMaskedLM, *, clip_norm: float) -
 
             grads, (loss, aux, tape) = jax.grad(summed_loss, has_aux=True)(zeros)
             recorded = _Tape(tape, grads, step_batch, m)
-            sq_norms, small = _ghost_terms(recorded, params_flat)
+            sq_norms, small = _ghost_terms(recorded, params_flat, tables_frozen)
             norms = jnp.sqrt(sq_norms)
             weights = step_mask * dp_step.clip_factors(norms, c)
-            sums = traverse_util.unflatten_dict(_weighted_sums(recorded, weights, small, params_flat))
+            sums = traverse_util.unflatten_dict(_weighted_sums(recorded, weights, small, params_flat, tables_frozen))
             acc = dp_step.tree_add(acc, sums)
             n_clipped = jnp.sum(step_mask * (norms > c))
             stats = dp_step.tree_add(stats, dp_step.step_stats(loss, aux, step_mask, n_clipped))
@@ -263,4 +289,5 @@ def make_ghost_clipped_sum_fn(model: FlaxBertForMaskedLM, *, clip_norm: float) -
 
     clipped_sum.sensitivity = default_clip_norm  # type: ignore[attr-defined]
     clipped_sum.clip_factors = factors_of  # type: ignore[attr-defined]  (the audit's clipping rule too)
+    clipped_sum.frozen = frozen  # type: ignore[attr-defined]
     return clipped_sum

@@ -85,7 +85,7 @@ from dpaudit.trainers.jax_bert import checkpoint as ckpt
 from dpaudit.trainers.jax_bert import cpu_runtime, dp_step, hf_io, parallel, sampling
 from dpaudit.trainers.jax_bert.config import TINY_SETTINGS, JaxBertConfig
 from dpaudit.trainers.jax_bert.data import encode_texts, mask_tokens
-from dpaudit.trainers.jax_bert.ghost_clipping import make_ghost_clipped_sum_fn
+from dpaudit.trainers.jax_bert.ghost_clipping import EMBEDDING_TABLES, make_ghost_clipped_sum_fn
 from dpaudit.trainers.jax_bert.model import (
     FlaxBertForMaskedLM,
     example_mlm_loss,
@@ -225,6 +225,28 @@ class _Compiled:
     eval_sums: Any  # jit: (params, batch [B, ...], weights [B]) -> [loss_sum, n_correct, n_predictions]
 
 
+def frozen_parameters(freeze: str) -> frozenset[dp_step.Key]:
+    """The parameter paths ``--freeze`` leaves untrained (none, or the three embedding tables)."""
+    return EMBEDDING_TABLES if freeze == "embeddings" else frozenset()
+
+
+def trained_parameters(params: Any, freeze: str) -> dict[str, Any]:
+    """What the run trains, for privacy.json's mechanism and the summary: ``--freeze`` and the trained and frozen
+    parameter counts."""
+    frozen = frozen_parameters(freeze)
+    sizes = {
+        tuple(str(getattr(p, "key", p)) for p in path): int(np.prod(leaf.shape))
+        for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
+    }
+    frozen_count = sum(n for key, n in sizes.items() if key in frozen)
+    return {
+        "freeze": freeze,
+        "trained_parameters": sum(sizes.values()) - frozen_count,
+        "frozen_parameters": frozen_count,
+        "frozen": sorted("/".join(key) for key in frozen),
+    }
+
+
 @functools.lru_cache(maxsize=8)
 def compiled_functions(
     bert_config: Any,
@@ -241,6 +263,7 @@ def compiled_functions(
     special_ids: tuple[int, ...],
     mask_prob: float,
     max_predictions: int,
+    freeze: str = "none",
 ) -> _Compiled:
     """The model, optimizer, step, masking and evaluation functions of one configuration.
 
@@ -255,13 +278,16 @@ def compiled_functions(
         learning_rate=learning_rate, warmup_steps=warmup_steps, weight_decay=weight_decay, decay=lr_decay
     )
     loss_fn = functools.partial(example_mlm_loss, model=model)
+    frozen = frozen_parameters(freeze)
     if private:
-        clipped_sum = make_ghost_clipped_sum_fn(model, clip_norm=clip_norm) if clipping == "ghost" else None
+        clipped_sum = (
+            make_ghost_clipped_sum_fn(model, clip_norm=clip_norm, frozen=frozen) if clipping == "ghost" else None
+        )
         step = dp_step.make_dp_train_step(
-            loss_fn, optimizer, clip_norm=clip_norm, mesh=mesh, clipped_sum_fn=clipped_sum
+            loss_fn, optimizer, clip_norm=clip_norm, mesh=mesh, clipped_sum_fn=clipped_sum, frozen=frozen
         )
     else:
-        step = dp_step.make_nonprivate_train_step(loss_fn, optimizer, mesh=mesh)
+        step = dp_step.make_nonprivate_train_step(loss_fn, optimizer, mesh=mesh, frozen=frozen)
     mask_one = functools.partial(
         mask_tokens,
         mask_token_id=mask_token_id,
@@ -549,7 +575,9 @@ class _Plugin(TrainerPlugin):
             special_ids=tuple(sorted(set(specials.values()))),
             mask_prob=config.mask_prob,
             max_predictions=config.resolved_max_predictions,
+            freeze=config.freeze,
         )
+        dp_step.check_frozen(self.params, frozen_parameters(config.freeze))
         self._setup_eval()
 
     def _train_tokenizer(self, resume_state: Mapping[str, Any] | None) -> None:
@@ -769,6 +797,13 @@ class _Plugin(TrainerPlugin):
             f"C = {config.clip_norm:g} (sensitivity C under add/remove of one example); Gaussian noise of std "
             f"sigma * C added once to the clipped sum per step; {steps} steps."
         )
+        if config.freeze != "none":
+            trained = trained_parameters(self.params, config.freeze)
+            mechanism += (
+                f" Trained parameters: {trained['trained_parameters']:,} (clipped together, noised); frozen "
+                f"(--freeze {config.freeze}; no gradient, noise or update): {', '.join(trained['frozen'])} "
+                f"({trained['frozen_parameters']:,})."
+            )
         delta_rule = (
             "given by --delta"
             if config.delta is not None
@@ -800,6 +835,7 @@ class _Plugin(TrainerPlugin):
             "devices": 1 if self.mesh is None else int(self.mesh.devices.size),
             "cpu_runtime_tuning": self.runtime_tuning,
             "checkpoints_kept": bool(self.config.keep_checkpoints),
+            "trained": trained_parameters(self.params, self.config.freeze),
             **({"baselines": {MLM_BASELINE_KEY: MLM_BASELINE_RULE}} if self.eval_batches else {}),
         }
 

@@ -1,0 +1,123 @@
+"""``--freeze embeddings`` (jax-bert): the embedding tables get no gradient, no noise and no update, bit for bit; the
+trained parameters change; the ghost engine equals the vmap oracle with the tables frozen; one example still moves
+the clipped sum by at most C; privacy.json and the summary say what was trained."""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import jax
+import numpy as np
+import pytest
+from flax import traverse_util
+
+from dpaudit.trainers.jax_bert import dp_step, ghost_clipping, model, optimizer
+from dpaudit.trainers.jax_bert.config import JaxBertConfig
+from tests.trainers.jax_bert.test_ghost_clipping import batch, case
+
+FROZEN = ghost_clipping.EMBEDDING_TABLES
+
+
+@functools.lru_cache(maxsize=1)
+def frozen_engines():
+    """The vmap oracle (``stop_gradient`` on the tables) and the ghost engine, both with the tables frozen."""
+    net, _ = case()
+    loss_fn = dp_step.freeze_loss(functools.partial(model.example_mlm_loss, model=net), FROZEN)
+    vmap = jax.jit(dp_step.make_clipped_sum_fn(loss_fn, clip_norm=1.0, vmap_size=4))
+    return vmap, jax.jit(ghost_clipping.make_ghost_clipped_sum_fn(net, clip_norm=1.0, frozen=FROZEN))
+
+
+def _norm(tree) -> float:
+    return float(np.sqrt(sum(float(np.sum(np.square(np.asarray(x)))) for x in jax.tree.leaves(tree))))
+
+
+def test_ghost_equals_the_vmap_oracle_with_the_tables_frozen_and_their_sums_are_zero():
+    _, params = case()
+    data, mask = batch(1)
+    vmap, ghost = frozen_engines()
+    ref, ref_stats = vmap(params, data, mask, np.float32(0.3))
+    got, got_stats = ghost(params, data, mask, np.float32(0.3))
+    flat_ref, flat_got = traverse_util.flatten_dict(ref), traverse_util.flatten_dict(got)
+    assert flat_ref.keys() == flat_got.keys()
+    scale = max(float(np.max(np.abs(v))) for v in flat_ref.values())
+    for key in flat_ref:
+        if key in FROZEN:
+            assert not np.any(np.asarray(flat_ref[key])) and not np.any(np.asarray(flat_got[key])), key
+        else:
+            np.testing.assert_allclose(
+                flat_got[key], flat_ref[key], rtol=1e-4, atol=1e-5 * scale, err_msg="/".join(key)
+            )
+    assert 0 < float(got_stats.n_clipped) == float(ref_stats.n_clipped)  # clipping is active on both
+
+
+def test_removing_one_example_moves_the_frozen_sum_by_at_most_c():
+    _, params = case()
+    data, mask = batch(2)
+    _, ghost = frozen_engines()
+    full, _ = ghost(params, data, mask, np.float32(0.05))
+    fewer = mask.copy()
+    fewer[0, 1] = 0.0
+    less, _ = ghost(params, data, fewer, np.float32(0.05))
+    diff = _norm(jax.tree.map(lambda a, b: a - b, full, less))
+    assert 0.05 * 0.99 <= diff <= 0.05 * (1 + 1e-5)
+
+
+def test_frozen_tables_are_bit_identical_after_dp_steps_and_the_rest_is_trained():
+    """The DP step (ghost engine, weight decay on): the non-private step keeps the tables by the same
+    :func:`dp_step.keep_frozen`."""
+    net, params = case()
+    loss_fn = functools.partial(model.example_mlm_loss, model=net)
+    opt = optimizer.make_optimizer(learning_rate=1e-2, warmup_steps=0, total_steps=10, weight_decay=0.1)
+    ghost = ghost_clipping.make_ghost_clipped_sum_fn(net, clip_norm=0.5, frozen=FROZEN)
+    step = dp_step.make_dp_train_step(loss_fn, opt, clip_norm=0.5, clipped_sum_fn=ghost, frozen=FROZEN)
+    state = (params, opt.init(params))
+    for t in range(2):
+        data, mask = batch(10 + t)
+        new_params, new_opt, metrics = step(*state, [(data, mask)], jax.random.key(t), 1.0, 8.0)
+        state = (new_params, new_opt)
+    before, after = traverse_util.flatten_dict(params), traverse_util.flatten_dict(state[0])
+    for key in before:
+        if key in FROZEN:
+            assert np.array_equal(np.asarray(before[key]), np.asarray(after[key])), key  # weight decay too: none
+        else:
+            assert not np.array_equal(np.asarray(before[key]), np.asarray(after[key])), key
+    # The noise drawn for the tables is dropped: the noise norm covers the trained leaves only.
+    trained = sum(int(np.prod(v.shape)) for k, v in before.items() if k not in FROZEN)
+    assert float(metrics.noise_norm) == pytest.approx(0.5 * np.sqrt(trained), rel=0.05)
+
+
+def test_a_mismatched_frozen_set_is_refused():
+    net, params = case()
+    loss_fn = functools.partial(model.example_mlm_loss, model=net)
+    opt = optimizer.make_optimizer(learning_rate=1e-2, warmup_steps=0, total_steps=10, weight_decay=0.0)
+    with pytest.raises(ValueError, match="frozen"):
+        dp_step.make_dp_train_step(
+            loss_fn,
+            opt,
+            clip_norm=1.0,
+            clipped_sum_fn=ghost_clipping.make_ghost_clipped_sum_fn(net, clip_norm=1.0),
+            frozen=FROZEN,
+        )
+    with pytest.raises(ValueError, match="vmap engine"):
+        ghost_clipping.make_ghost_clipped_sum_fn(net, clip_norm=1.0, frozen=frozenset({("cls", "predictions", "bias")}))
+    with pytest.raises(ValueError, match="not parameters"):
+        dp_step.check_frozen(params, frozenset({("bert", "nope")}))
+    with pytest.raises(ValueError, match="--freeze must be one of none, embeddings"):
+        JaxBertConfig(freeze="all")
+
+
+def test_a_frozen_run_records_what_it_trained(data_dir, tmp_path):
+    from dpaudit.trainers.jax_bert.trainer import JaxBertTrainer
+
+    trainer = JaxBertTrainer()
+    out = tmp_path / "run"
+    trainer.train(
+        data_dir, out, trainer.tiny_config(freeze="embeddings", steps=2, eval_every=2, checkpoint_every=2), seed=0
+    )
+    summary = json.loads((out / "manifest.json").read_text(encoding="utf-8"))["summary"]
+    trained = summary["trained"]
+    assert trained["freeze"] == "embeddings" and trained["frozen_parameters"] > 0 and trained["trained_parameters"] > 0
+    assert "bert/embeddings/word_embeddings/embedding" in trained["frozen"]
+    privacy = (out / "privacy.json").read_text(encoding="utf-8")
+    assert "--freeze embeddings" in privacy and "no gradient, noise or update" in privacy
