@@ -35,6 +35,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import json
 import os
 import sys
 import tempfile
@@ -46,6 +47,14 @@ import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
+
+
+def row_trial(config: int, epsilon: float) -> int:
+    """The seed index of a table row: a function of its configuration and of its epsilon's VALUE, not of its place in
+    ``--epsilons``, so that the cells of one configuration measured by separate commands (``--epsilons 1``, then
+    ``--epsilons 4``) draw independent coins, batches and noise (a row's index in its command's list used to be the
+    seed: every single-epsilon command reran one noise draw, rescaled, and one set of coins)."""
+    return 1000 * config + round(10 * epsilon)
 
 
 def _sigma(epsilon: float, accountant: str) -> float:
@@ -121,11 +130,12 @@ def correct_configurations(canaries: int, runs: int, epsilons: list[float], only
     ):
         if only and not any(word.strip() and word.strip() in name for word in only.split(",")):
             continue
-        for e, epsilon in enumerate(epsilons):
+        for epsilon in epsilons:
             start = time.perf_counter()
             sigma = _sigma(epsilon, accountant)
             # each row its own secret noise seeds: equal seeds would repeat one row's canary observations
-            seeds = iter(range(1000 * (100 * c + 10 * e), 1000 * (100 * c + 10 * e) + 10_000))
+            trial = row_trial(c, epsilon)
+            seeds = iter(range(1000 * trial, 1000 * trial + 10_000))
             host = _Host(sigma, accountant, optimizer, noise_seed=0, mode=mode)
 
             class _Fresh:  # a fresh secret noise seed per run (the runs must be independent trials)
@@ -136,7 +146,7 @@ def correct_configurations(canaries: int, runs: int, epsilons: list[float], only
                     return host.train_with_gradient_canaries(*args, **kwargs)
 
             analysis, _ = audit_gradient_path(
-                _Fresh(), None, None, canaries=canaries, runs=runs, seed=7 + 100 * c + 10 * e, full=False
+                _Fresh(), None, None, canaries=canaries, runs=runs, seed=7 + trial, full=False
             )
             claim = float(analysis.claim.epsilon)
             one, multi = _verdict_bounds(analysis)
@@ -159,6 +169,26 @@ def _verdict_bounds(analysis: Any) -> tuple[float, float]:
 
 def _methods(analysis: Any) -> str:
     return f"{analysis.one_run_method}, {analysis.pooled_method}"
+
+
+def _planned_one_run_share(claim: Any, canaries: int, alpha: float = 0.025) -> float:
+    """The share of ``claim`` the plan expects the verdict's one-run test to reject at m = ``canaries`` (its counts one
+    binomial standard deviation worse than expected: :mod:`dpaudit.whitebox.plan`), what part 0 prints."""
+    from dpaudit.audit.claim_family import _expected_counts, _rejects
+    from dpaudit.audit.order_stats_claim import order_test
+    from dpaudit.whitebox import plan as wp
+
+    def share(test: Any) -> float:
+        _, scale = claim.best_test([test])
+        return 0.0 if scale is None else claim.epsilon_at(scale) / claim.epsilon
+
+    if wp.planned_one_run(claim, "example", 0, canaries, alpha) == "order_stats":
+        order = wp.planned_order_stats(claim, "example", 0, canaries, alpha)
+        return share(order_test(canaries, order.r, order.mistakes, alpha))
+    member, nonmember = wp._simulated_scores(claim, "example", 0, wp._plan_size(claim))
+    pooled = np.sort(np.concatenate([member, nonmember]))
+    pair = wp.planned_guesses(claim, "example", 0, canaries, alpha)
+    return share(_rejects(canaries, *_expected_counts(member, nonmember, pooled, canaries, *pair), alpha))
 
 
 def planned_shares(canaries: int, runs: int, epsilons: list[float], libraries: set[str]) -> None:
@@ -298,14 +328,36 @@ def _jax_sigma(epsilon: float, accountant: str, rows: int, batch: int, sampling:
     return _sigma(config, rows, batch, 1e-5)
 
 
-def jax_correct_configurations(canaries: int, runs: int, epsilons: list[float], only: str = "") -> None:
-    from dpaudit.common.figures import format_down as down
-    from dpaudit.common.figures import format_up as up
-    from dpaudit.whitebox.gradient_path import audit_gradient_path
+#: The JAX Privacy configurations of part 1j: (name, accountant, optimizer, physical batch, sampling).
+JAX_CONFIGS = (
+    ("default (PLD, SGD, Poisson)", "pld", "sgd", None, "poisson"),
+    ("RDP accountant", "rdp", "sgd", None, "poisson"),
+    ("PLD, Adam", "pld", "adam", None, "poisson"),
+    ("PLD, minibatches of 100", "pld", "sgd", 100, "poisson"),
+    ("PLD, fixed-size batches", "pld", "sgd", None, "fixed"),
+)
+
+
+def _chosen(name: str, only: str) -> bool:
+    return not only or any(word.strip() and word.strip() in name for word in only.split(","))
+
+
+def mechanism_epsilon(record: Any, delta: float) -> float:
+    """dpaudit's epsilon of the mechanism that ran (the record's event, by the record's accountant) at ``delta``, the
+    delta the library's claim is tested at: the most any audit of a correct run can read there (rounded up when
+    printed). Where the float32 noise's tail figure raised that delta above the library's (epsilon 8 here), this is
+    below the library's claimed epsilon."""
+    from dpaudit import accounting
+
+    return float(accounting.epsilon(accounting.event_from_json(record.event), delta, record.accountant))
+
+
+def _jax_host(first_seed: int, **kwargs: Any) -> Any:
+    """A light JAX Privacy host with a fresh secret noise seed per run (the runs must be independent trials)."""
     from tests.trainers.jax_privacy.faults import LightHost
 
-    class _Fresh(LightHost):  # a fresh secret noise seed per run (the runs must be independent trials)
-        def __init__(self, first_seed: int, **kwargs: Any) -> None:
+    class _Fresh(LightHost):
+        def __init__(self) -> None:
             super().__init__(noise_seed=first_seed, **kwargs)
             self.seeds = iter(range(first_seed, first_seed + 10_000))
 
@@ -313,33 +365,35 @@ def jax_correct_configurations(canaries: int, runs: int, epsilons: list[float], 
             self.noise_seed = next(self.seeds)
             return super().train_with_gradient_canaries(*args, **kwargs)
 
+    return _Fresh()
+
+
+def jax_correct_configurations(canaries: int, runs: int, epsilons: list[float], only: str = "") -> None:
+    from dpaudit.common.figures import format_down as down
+    from dpaudit.common.figures import format_up as up
+    from dpaudit.whitebox.gradient_path import audit_gradient_path
+
     rows = 64 + canaries
     batch = round(0.5 * rows)
     print(
         f"\n1j. Correct JAX Privacy configurations: {canaries} canaries x {runs} runs, q = 0.5, 4 updates, delta 1e-5 "
-        "(ceil: the same bound for a perfect attack at these sizes; fixed-size batches: signed canaries, replace-one)"
+        "(ceil: the same bound for a perfect attack at these sizes; mech: dpaudit's epsilon of what ran at the tested "
+        "delta, the most any audit reads, and each bound's share of it; fixed-size batches: signed canaries, replace-one)"
     )
     print(
-        f"{'configuration':<34}{'eps':>5}{'sigma':>8}{'claim':>8}{'delta':>9}{'one-run':>9}{'ceil':>7}{'/claim':>8}"
-        f"{'multi-run':>11}{'ceil':>7}{'/claim':>8}  verdict   seconds  tests (one-run, multi-run)"
+        f"{'configuration':<30}{'eps':>4}{'sigma':>7}{'claim':>7}{'delta':>9}{'mech':>7}{'one-run':>9}{'ceil':>7}"
+        f"{'/claim':>8}{'/mech':>7}{'multi-run':>11}{'ceil':>7}{'/claim':>8}{'/mech':>7}  verdict  seconds  tests "
+        "(one-run, multi-run)"
     )
-    for c, (name, accountant, optimizer, physical, sampling) in enumerate(
-        (
-            ("default (PLD, SGD, Poisson)", "pld", "sgd", None, "poisson"),
-            ("RDP accountant", "rdp", "sgd", None, "poisson"),
-            ("PLD, Adam", "pld", "adam", None, "poisson"),
-            ("PLD, minibatches of 100", "pld", "sgd", 100, "poisson"),
-            ("PLD, fixed-size batches", "pld", "sgd", None, "fixed"),
-        )
-    ):
-        if only and not any(word.strip() and word.strip() in name for word in only.split(",")):
+    for c, (name, accountant, optimizer, physical, sampling) in enumerate(JAX_CONFIGS):
+        if not _chosen(name, only):
             continue
-        for e, epsilon in enumerate(epsilons):
+        for epsilon in epsilons:
             start = time.perf_counter()
             sigma = _jax_sigma(epsilon, accountant, rows, batch, sampling)
             # each row its own secret noise seeds and coins: equal seeds would repeat one row's canary observations
-            trial = 100 * c + 10 * e
-            host = _Fresh(
+            trial = row_trial(c, epsilon)
+            host = _jax_host(
                 1000 + 1000 * trial,
                 sigma=sigma,
                 accountant=accountant,
@@ -347,17 +401,97 @@ def jax_correct_configurations(canaries: int, runs: int, epsilons: list[float], 
                 physical_batch=physical,
                 sampling=sampling,
             )
-            analysis, _ = audit_gradient_path(
+            analysis, done = audit_gradient_path(
                 host, None, None, canaries=canaries, runs=runs, seed=7 + trial, full=False
             )
             claim = float(analysis.claim.epsilon)
+            mech = mechanism_epsilon(done[0].record, float(analysis.claim.delta))
             one, multi = _verdict_bounds(analysis)
             verdict = "FLAGGED" if analysis.alarm else "ok"
             ceil_one, ceil_multi = analysis.ceilings["one-run"], analysis.ceilings["pooled"]
             print(
-                f"{name:<34}{epsilon:>5g}{sigma:>8.3f}{up(claim):>8}{up(analysis.claim.delta, 2):>9}{down(one):>9}"
-                f"{down(ceil_one):>7}{down(one / claim):>8}{down(multi):>11}{down(ceil_multi):>7}"
-                f"{down(multi / claim):>8}  {verdict:<9}{time.perf_counter() - start:>6.0f}  {_methods(analysis)}",
+                f"{name:<30}{epsilon:>4g}{sigma:>7.3f}{up(claim):>7}{up(analysis.claim.delta, 2):>9}{up(mech):>7}"
+                f"{down(one):>9}{down(ceil_one):>7}{down(one / claim):>8}{down(one / mech):>7}{down(multi):>11}"
+                f"{down(ceil_multi):>7}{down(multi / claim):>8}{down(multi / mech):>7}  {verdict:<8}"
+                f"{time.perf_counter() - start:>6.0f}  {_methods(analysis)}",
+                flush=True,
+            )
+
+
+class _IdealHost:
+    """A host whose canaries read exactly the claimed mechanism, drawn by numpy (Poisson sampling with the run's q,
+    the clip norm C on a member's row when sampled, Gaussian noise of std sigma C), with the ``privacy.json`` of a real
+    run of the same configuration: the same audit code then gives what a correct run reads at this design, for
+    comparison with the library's real runs."""
+
+    library = "jax_privacy"
+
+    def __init__(
+        self, record_text: str, q: float, std: float, clip: float, steps: int, rng: np.random.Generator
+    ) -> None:
+        self.record_text, self.q, self.std, self.clip, self.steps, self.rng = record_text, q, std, clip, steps, rng
+
+    def train_with_gradient_canaries(self, data_dir, out_dir, config, *, gains, seed):  # noqa: ANN001
+        member = np.asarray(gains) > 0
+        sampled = self.rng.random((self.steps, member.size)) < self.q
+        observations = self.clip * (sampled & member) + self.rng.standard_normal((self.steps, member.size)) * self.std
+        Path(out_dir).mkdir(parents=True)
+        (Path(out_dir) / "privacy.json").write_text(self.record_text)
+        return observations, observations.sum(axis=0)
+
+
+def jax_one_run_spread(canaries: int, seeds: int, epsilons: list[float], only: str = "") -> None:
+    """The one-run bound's spread over ``seeds`` independent real runs of each (Poisson) JAX Privacy configuration,
+    beside as many ideal runs (:class:`_IdealHost`: the claimed mechanism drawn by numpy, the same audit code) and the
+    plan's expected share (:mod:`dpaudit.whitebox.plan`, its counts one binomial standard deviation worse than
+    expected): whether the real runs read more than a correct mechanism allows. ``> claim``: the runs whose bound is
+    above the claim (the validity count: at most 5% of them for a correct run)."""
+    from dpaudit.common.figures import format_up as up
+    from dpaudit.whitebox.gradient_path import audit_gradient_path
+
+    rows = 64 + canaries
+    batch = round(0.5 * rows)
+    print(
+        f"\n1s. One-run spread: {seeds} independent one-run audits of JAX Privacy ({canaries} canaries, q = 0.5, "
+        f"4 updates) and {seeds} ideal ones (the claimed mechanism drawn by numpy, the same audit code), share of the "
+        "claim: mean, standard deviation, least, most; > claim: the runs whose bound exceeds the claim"
+    )
+    print(
+        f"{'configuration':<30}{'eps':>4}{'claim':>7}{'plan':>6}{'real mean':>11}{'sd':>7}{'min':>7}{'max':>7}"
+        f"{'> claim':>9}{'ideal mean':>12}{'sd':>7}{'min':>7}{'max':>7}{'> claim':>9}  seconds"
+    )
+    for c, (name, accountant, optimizer, physical, sampling) in enumerate(JAX_CONFIGS):
+        if not _chosen(name, only) or sampling != "poisson":
+            continue
+        for epsilon in epsilons:
+            start = time.perf_counter()
+            sigma = _jax_sigma(epsilon, accountant, rows, batch, sampling)
+            # seeds of their own, apart from the tables' (row_trial's 1000 + 1000 x trial and 7 + trial)
+            trial = 10_000_000 + 1000 * row_trial(c, epsilon)
+            real, ideal = [], []
+            for s in range(seeds):
+                host = _jax_host(
+                    trial + s, sigma=sigma, accountant=accountant, optimizer=optimizer, physical_batch=physical
+                )
+                analysis, done = audit_gradient_path(host, None, None, canaries=canaries, seed=trial + s, full=False)
+                real.append(_verdict_bounds(analysis)[0] / float(analysis.claim.epsilon))
+            claim = analysis.claim
+            assert claim.epsilon is not None
+            record_text = json.dumps(done[0].record.to_json())
+            q, std = claim.per_step()
+            for s in range(seeds):
+                rng = np.random.default_rng((trial, s))
+                ideal_host = _IdealHost(record_text, float(q[0]), float(std[0]), float(claim.clip_norm), q.size, rng)
+                analysis, _ = audit_gradient_path(
+                    ideal_host, None, None, canaries=canaries, seed=50_000_000 + trial + s, full=False
+                )
+                ideal.append(_verdict_bounds(analysis)[0] / float(claim.epsilon))
+            plan = _planned_one_run_share(claim, canaries)
+            r, i = np.asarray(real), np.asarray(ideal)
+            print(
+                f"{name:<30}{epsilon:>4g}{up(float(claim.epsilon)):>7}{plan:>6.2f}{r.mean():>11.3f}{r.std(ddof=1):>7.3f}"
+                f"{r.min():>7.3f}{r.max():>7.3f}{int((r > 1).sum()):>6}/{seeds:<2}{i.mean():>12.3f}{i.std(ddof=1):>7.3f}"
+                f"{i.min():>7.3f}{i.max():>7.3f}{int((i > 1).sum()):>6}/{seeds:<2}{time.perf_counter() - start:>7.0f}",
                 flush=True,
             )
 
@@ -443,6 +577,13 @@ def main() -> None:
         help="Opacus BatchMemoryManager physical batch of the cost part (Poisson samples are sorted, so the canary rows "
         "fill physical batches of their own, which the trainer runs at the first position only)",
     )
+    parser.add_argument(
+        "--spread",
+        type=int,
+        default=0,
+        help="JAX Privacy only: this many independent one-run audits per configuration and epsilon, beside as many "
+        "ideal ones (part 1s; 0: skip)",
+    )
     args = parser.parse_args()
     import torch
 
@@ -465,6 +606,8 @@ def main() -> None:
         if "jax-privacy" in libraries:
             if "configs" not in skip:
                 jax_correct_configurations(args.canaries, args.runs, epsilons, args.configs)
+            if args.spread > 0:
+                jax_one_run_spread(args.canaries, args.spread, epsilons, args.configs)
             if "faults" not in skip:
                 jax_planted_faults()
             if "cost" not in skip:
