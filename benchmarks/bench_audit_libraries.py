@@ -2,7 +2,7 @@
 faults, and cost.
 
 Run: ``nice python benchmarks/bench_audit_libraries.py [--canaries 1000] [--runs 4] [--epsilons 1,4,8]
-[--libraries opacus,jax-privacy] [--configs default,Adam] [--skip plan,configs,faults,cost]``.
+[--libraries opacus,jax-privacy] [--configs default,Adam] [--skip plan,configs,faults,cost] [--spread S]``.
 
 What it measures (everything printed is measured in this run, with the command and the machine's load):
 
@@ -28,7 +28,15 @@ calibrated by JAX Privacy's own ``calibrate_noise_multiplier``; JAX Privacy as i
 20 seeds and its planted faults over 10 (the privacy.json mismatch flag counted beside the audit's); the cost on
 jax-bert's Flax BERT masked LM of the jax-privacy trainer. JAX Privacy's noise is ``jax.random.normal`` float32
 (reach 5.22 sigma): where its tail figure alone reaches delta (epsilon 8 here) the run states delta plus the figure
-(``accept_noise_tail``), and the library's claim is tested at that larger delta (printed).
+(``accept_noise_tail``), and the library's claim is tested at that larger delta (printed), where the mechanism that
+ran has a smaller epsilon than the claim: each JAX row prints it (``mech``, dpaudit's accounting of what ran at the
+tested delta) and each bound's share of it beside its share of the claim. With ``--spread S`` (part 1s), each Poisson
+JAX configuration is audited in S independent one-run audits and S ideal ones (the claimed mechanism's canary
+observations drawn by numpy, audited by the same code): the spread of the one-run share, how many runs read above the
+claim (the validity count) and the plan's expected share, which is one binomial standard deviation pessimistic.
+
+Each row's seeds (coins, batches, noise) are a function of its configuration and its epsilon's value
+(:func:`row_trial`), so cells measured by separate single-epsilon commands are independent measurements.
 """
 
 from __future__ import annotations
@@ -440,12 +448,14 @@ class _IdealHost:
         return observations, observations.sum(axis=0)
 
 
-def jax_one_run_spread(canaries: int, seeds: int, epsilons: list[float], only: str = "") -> None:
+def jax_one_run_spread(canaries: int, seeds: int, epsilons: list[float], only: str = "", runs: int = 1) -> None:
     """The one-run bound's spread over ``seeds`` independent real runs of each (Poisson) JAX Privacy configuration,
     beside as many ideal runs (:class:`_IdealHost`: the claimed mechanism drawn by numpy, the same audit code) and the
     plan's expected share (:mod:`dpaudit.whitebox.plan`, its counts one binomial standard deviation worse than
     expected): whether the real runs read more than a correct mechanism allows. ``> claim``: the runs whose bound is
-    above the claim (the validity count: at most 5% of them for a correct run)."""
+    above the claim (the validity count: at most 5% of them for a correct run). With ``runs`` R > 1 the ideal audits
+    pool R runs each, and their multi-run share is printed too (the real multi-run audits are part 1j's, one per row:
+    R real runs cost R times a one-run audit, the ideal ones little)."""
     from dpaudit.common.figures import format_up as up
     from dpaudit.whitebox.gradient_path import audit_gradient_path
 
@@ -455,10 +465,13 @@ def jax_one_run_spread(canaries: int, seeds: int, epsilons: list[float], only: s
         f"\n1s. One-run spread: {seeds} independent one-run audits of JAX Privacy ({canaries} canaries, q = 0.5, "
         f"4 updates) and {seeds} ideal ones (the claimed mechanism drawn by numpy, the same audit code), share of the "
         "claim: mean, standard deviation, least, most; > claim: the runs whose bound exceeds the claim"
+        + (f"; ideal multi-run: {seeds} ideal audits of {runs} runs pooled" if runs > 1 else "")
     )
     print(
         f"{'configuration':<30}{'eps':>4}{'claim':>7}{'plan':>6}{'real mean':>11}{'sd':>7}{'min':>7}{'max':>7}"
-        f"{'> claim':>9}{'ideal mean':>12}{'sd':>7}{'min':>7}{'max':>7}{'> claim':>9}  seconds"
+        f"{'> claim':>9}{'ideal mean':>12}{'sd':>7}{'min':>7}{'max':>7}{'> claim':>9}"
+        + (f"{'multi mean':>12}{'sd':>7}{'min':>7}{'max':>7}{'> claim':>9}" if runs > 1 else "")
+        + "  seconds"
     )
     for c, (name, accountant, optimizer, physical, sampling) in enumerate(JAX_CONFIGS):
         if not _chosen(name, only) or sampling != "poisson":
@@ -468,7 +481,7 @@ def jax_one_run_spread(canaries: int, seeds: int, epsilons: list[float], only: s
             sigma = _jax_sigma(epsilon, accountant, rows, batch, sampling)
             # seeds of their own, apart from the tables' (row_trial's 1000 + 1000 x trial and 7 + trial)
             trial = 10_000_000 + 1000 * row_trial(c, epsilon)
-            real, ideal = [], []
+            real, ideal, pooled = [], [], []
             for s in range(seeds):
                 host = _jax_host(
                     trial + s, sigma=sigma, accountant=accountant, optimizer=optimizer, physical_batch=physical
@@ -483,15 +496,23 @@ def jax_one_run_spread(canaries: int, seeds: int, epsilons: list[float], only: s
                 rng = np.random.default_rng((trial, s))
                 ideal_host = _IdealHost(record_text, float(q[0]), float(std[0]), float(claim.clip_norm), q.size, rng)
                 analysis, _ = audit_gradient_path(
-                    ideal_host, None, None, canaries=canaries, seed=50_000_000 + trial + s, full=False
+                    ideal_host, None, None, canaries=canaries, runs=runs, seed=50_000_000 + trial + s, full=False
                 )
-                ideal.append(_verdict_bounds(analysis)[0] / float(claim.epsilon))
+                one, multi = _verdict_bounds(analysis)
+                ideal.append(one / float(claim.epsilon))
+                pooled.append(multi / float(claim.epsilon))
             plan = _planned_one_run_share(claim, canaries)
-            r, i = np.asarray(real), np.asarray(ideal)
+            r, i, p = np.asarray(real), np.asarray(ideal), np.asarray(pooled)
+            more = (
+                f"{p.mean():>12.3f}{p.std(ddof=1):>7.3f}{p.min():>7.3f}{p.max():>7.3f}{int((p > 1).sum()):>6}/{seeds:<2}"
+                if runs > 1
+                else ""
+            )
             print(
                 f"{name:<30}{epsilon:>4g}{up(float(claim.epsilon)):>7}{plan:>6.2f}{r.mean():>11.3f}{r.std(ddof=1):>7.3f}"
                 f"{r.min():>7.3f}{r.max():>7.3f}{int((r > 1).sum()):>6}/{seeds:<2}{i.mean():>12.3f}{i.std(ddof=1):>7.3f}"
-                f"{i.min():>7.3f}{i.max():>7.3f}{int((i > 1).sum()):>6}/{seeds:<2}{time.perf_counter() - start:>7.0f}",
+                f"{i.min():>7.3f}{i.max():>7.3f}{int((i > 1).sum()):>6}/{seeds:<2}{more}"
+                f"{time.perf_counter() - start:>7.0f}",
                 flush=True,
             )
 
@@ -582,7 +603,7 @@ def main() -> None:
         type=int,
         default=0,
         help="JAX Privacy only: this many independent one-run audits per configuration and epsilon, beside as many "
-        "ideal ones (part 1s; 0: skip)",
+        "ideal ones (part 1s; 0: skip); with --runs R > 1 the ideal ones pool R runs and print their multi-run share too",
     )
     args = parser.parse_args()
     import torch
@@ -607,7 +628,7 @@ def main() -> None:
             if "configs" not in skip:
                 jax_correct_configurations(args.canaries, args.runs, epsilons, args.configs)
             if args.spread > 0:
-                jax_one_run_spread(args.canaries, args.spread, epsilons, args.configs)
+                jax_one_run_spread(args.canaries, args.spread, epsilons, args.configs, args.runs)
             if "faults" not in skip:
                 jax_planted_faults()
             if "cost" not in skip:
