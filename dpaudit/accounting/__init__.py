@@ -42,8 +42,8 @@ loop is restated here as numpy array operations (:class:`_VectorizedGaussianPriv
 privacy-buckets walk the white-box bounds read their epsilon from, :func:`optimistic_subsampled_gaussian_pld`, reuses
 it, and so does the replace-one step, :func:`replace_one_gaussian_pld`), and tests check that the distributions they
 yield are bit-identical to the library's. Two more of its loops are
-restated for the white-box bounds' optimistic PLDs only, each checked bit for bit: the composition's truncation range
-(:func:`self_compose`) and the walk that reads epsilon at delta (:func:`epsilon_for_delta`, also the extent of a
+restated for the audits only, each checked bit for bit: the composition's truncation range
+(:func:`self_compose`: the white-box bounds' optimistic PLDs and the claim curves of :func:`privacy_profile`) and the walk that reads epsilon at delta (:func:`epsilon_for_delta`, also the extent of a
 claim curve's grid); a claim's own epsilon is composed and read by the library. :func:`epsilon` composes the same ``dp_accounting`` objects as
 ``PLDAccountant`` (bit-identical results) and caches single steps,
 self-composed segments and composed prefixes, and memoizes results. :func:`calibrate_noise` and

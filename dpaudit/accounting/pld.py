@@ -126,12 +126,12 @@ _RESULTS: _Lru[_ResultKey, float] = _Lru(512)  # result key -> float
 _SINGLE_STEP_PLDS: _Lru[tuple[float, float, float], pld_lib.PrivacyLossDistribution] = _Lru(32)
 
 
-#: (q, sigma, count, discretization) -> PLD of `count` steps
-_SEGMENT_PLDS: _Lru[tuple[float, float, int, float], pld_lib.PrivacyLossDistribution] = _Lru(16)
+#: (q, sigma, count, discretization, composed by the restated self_compose) -> PLD of `count` steps
+_SEGMENT_PLDS: _Lru[tuple[float, float, int, float, bool], pld_lib.PrivacyLossDistribution] = _Lru(16)
 
 
-#: (tuple of items, discretization) -> composed PLD
-_PREFIX_PLDS: _Lru[tuple[tuple[_NoisyItem, ...], float], pld_lib.PrivacyLossDistribution] = _Lru(8)
+#: (tuple of items, discretization, composed by the restated self_compose) -> composed PLD
+_PREFIX_PLDS: _Lru[tuple[tuple[_NoisyItem, ...], float, bool], pld_lib.PrivacyLossDistribution] = _Lru(8)
 
 
 #: item -> its privacy-loss span (no PLD built; see _item_loss_span)
@@ -659,7 +659,9 @@ def _check_grid(items: Sequence[_PldItem], discretization: float) -> None:
             raise PldGridTooLargeError(total, discretization, sigma)
 
 
-def _item_pld(item: _NoisyItem, discretization: float) -> pld_lib.PrivacyLossDistribution:
+def _item_pld(item: _NoisyItem, discretization: float, restated: bool = False) -> pld_lib.PrivacyLossDistribution:
+    """One item's PLD; a Poisson segment's ``count`` steps composed by dp_accounting (the claim's epsilon) or, with
+    ``restated``, by :func:`self_compose` (the same PMF bit for bit, for the audits' claim curves)."""
     if item[0] == "gaussian":
         _, sigma, count = item
         return pld_lib.from_gaussian_mechanism(
@@ -668,7 +670,7 @@ def _item_pld(item: _NoisyItem, discretization: float) -> pld_lib.PrivacyLossDis
             neighboring_relation=_ADD_OR_REMOVE,
         )
     _, q, sigma, count = item
-    key = (q, sigma, count, discretization)
+    key = (q, sigma, count, discretization, restated)
     composed = _SEGMENT_PLDS.get(key)
     if composed is None:
         single = _SINGLE_STEP_PLDS.get((q, sigma, discretization))
@@ -676,8 +678,9 @@ def _item_pld(item: _NoisyItem, discretization: float) -> pld_lib.PrivacyLossDis
             single = subsampled_gaussian_pld(sigma, q, discretization)
             _SINGLE_STEP_PLDS.put((q, sigma, discretization), single)
         # The claim's own composition is dp_accounting's: an epsilon the tool states comes from the library's
-        # code; the restated :func:`self_compose` (bit for bit on the tested PMFs) serves the audits' lower bounds.
-        composed = single.self_compose(count)
+        # code; the restated :func:`self_compose` (bit for bit on the tested PMFs) serves the audits' lower bounds
+        # and claim curves, cached apart.
+        composed = self_compose(single, count) if restated else single.self_compose(count)
         _SEGMENT_PLDS.put(key, composed)
     return composed
 
@@ -688,20 +691,23 @@ def _noisy(items: Sequence[_PldItem]) -> list[_NoisyItem] | None:
     return noisy if len(noisy) == len(items) else None
 
 
-def _composed_pld(items: tuple[_NoisyItem, ...], discretization: float) -> pld_lib.PrivacyLossDistribution:
-    """identity.compose(item_1).compose(item_2)... exactly as PLDAccountant does, reusing prefixes."""
+def _composed_pld(
+    items: tuple[_NoisyItem, ...], discretization: float, restated: bool = False
+) -> pld_lib.PrivacyLossDistribution:
+    """identity.compose(item_1).compose(item_2)... exactly as PLDAccountant does, reusing prefixes (``restated``:
+    each segment's steps composed by :func:`self_compose`, see :func:`_item_pld`)."""
     start, pld = 0, None
     for end in range(len(items), 0, -1):
-        pld = _PREFIX_PLDS.get((items[:end], discretization))
+        pld = _PREFIX_PLDS.get((items[:end], discretization, restated))
         if pld is not None:
             start = end
             break
     if pld is None:
         pld = pld_lib.identity(value_discretization_interval=discretization)
     for end in range(start + 1, len(items) + 1):
-        pld = pld.compose(_item_pld(items[end - 1], discretization))
+        pld = pld.compose(_item_pld(items[end - 1], discretization, restated))
         if end >= len(items) - 1:  # keep the full run and the run minus its last segment (ledger growth)
-            _PREFIX_PLDS.put((items[:end], discretization), pld)
+            _PREFIX_PLDS.put((items[:end], discretization, restated), pld)
     return pld
 
 
@@ -729,7 +735,7 @@ def _pld_value(event: DpEvent, kind: str, value: float, discretization: float) -
     noisy = _noisy(items)
     if noisy is None:
         return math.inf if kind == "epsilon" else 1.0
-    if _PREFIX_PLDS.get((tuple(noisy), discretization)) is None:
+    if _PREFIX_PLDS.get((tuple(noisy), discretization, False)) is None:
         _check_grid(noisy, discretization)
     pld = _composed_pld(tuple(noisy), discretization)
     return float(pld.get_epsilon_for_delta(value) if kind == "epsilon" else pld.get_delta_for_epsilon(value))
@@ -742,7 +748,9 @@ def privacy_profile(
     from 0 to 3 x epsilon(reach_delta) + 4 (linear, plus a geometric part near 0).
 
     The PLD is dp_accounting's pessimistic estimate, so every delta is an upper bound on the true
-    hockey-stick divergence at any discretization: a coarser one is faster and only looser. The
+    hockey-stick divergence at any discretization: a coarser one is faster and only looser. Each segment's steps are
+    composed by :func:`self_compose` (dp_accounting's PMF bit for bit, its truncation range found faster: an audit
+    builds hundreds of these curves), cached apart from the PLDs a claim's epsilon is read from. The
     trade-off curve built from these points (:class:`dpaudit.audit.tradeoff.TradeOff`) is then never
     above the mechanism's own, which is what an audit that tests the claim needs.
     """
@@ -752,7 +760,7 @@ def privacy_profile(
     if noisy is None:
         return np.zeros(1), np.ones(1)
     _check_grid(noisy, discretization)
-    pld = _composed_pld(tuple(noisy), discretization)
+    pld = _composed_pld(tuple(noisy), discretization, restated=True)
     top = min(3.0 * epsilon_for_delta(pld, reach_delta) + 4.0, 700.0)  # e^700 is still a finite double
     grid = np.unique(np.concatenate([np.linspace(0.0, top, points), np.geomspace(1e-3, top, max(points // 4, 2))]))
     try:

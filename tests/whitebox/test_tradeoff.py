@@ -48,6 +48,39 @@ def test_privacy_profile_is_dp_accountings_and_a_point_below_the_curve_rejects()
     assert not point_rejects(curve, 0.01, float(curve(0.01)) + 1e-6)
 
 
+@pytest.mark.parametrize(
+    "segments",
+    [
+        [(1.1, 0.128, 20)],  # a white-box audit's claim
+        [(0.76, 3.03e-3, 1000)],  # many steps: the Chernoff range cuts the support
+        [(2.0, 0.05, 30), (1.3, 0.2, 7)],  # a batch schedule: two segments
+        [(5.0, 1e-6, 10)],  # a sparse PMF
+    ],
+)
+def test_the_profiles_restated_composition_gives_the_librarys_curve_bit_for_bit(segments):
+    """A claim curve's segments are composed by accounting.self_compose (the audits' fast path, cached apart from the
+    claim's own epsilon): its grid and deltas are exactly those of the PLD composed by dp_accounting's self_compose."""
+    from dpaudit.accounting import pld as pld_module
+
+    event = dp_accounting.ComposedDpEvent(
+        [accounting.dpsgd_event(noise_multiplier=s, sampling_probability=q, steps=t) for s, q, t in segments]
+    )
+    discretization = 1e-3
+    accounting.clear_caches()
+    grid, deltas = accounting.privacy_profile(event, reach_delta=1e-5, discretization=discretization)
+    cached = [*pld_module._PREFIX_PLDS.data, *pld_module._SEGMENT_PLDS.data]
+    assert cached and all(key[-1] is True for key in cached)  # a claim's epsilon never reads the restated PLDs
+    items: list = []
+    pld_module._flatten_for_pld(event, 1, items)
+    library = pld_module._composed_pld(tuple(items), discretization)  # each segment by the library's self_compose
+    top = min(3.0 * accounting.epsilon_for_delta(library, 1e-5) + 4.0, 700.0)
+    assert grid.max() == top
+    expected = np.maximum(
+        pld_module._hockey_stick(library._pmf_remove, grid), pld_module._hockey_stick(library._pmf_add, grid)
+    )
+    assert np.array_equal(deltas, np.clip(expected, 0.0, 1.0))
+
+
 def test_the_family_bound_is_the_claim_epsilon_exactly_when_the_claim_is_the_weakest_rejected():
     claim = poisson_claim(0.2, 20, 1.5, epsilon=0.0)
     at_claim = claim.curve(1.0)
