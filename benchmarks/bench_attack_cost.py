@@ -1,12 +1,16 @@
 """The cost of each attack at the presets' sizes, and how far the estimate ``dpaudit attack`` prints is from it.
 
-A causal LM of a preset's shapes (``gpt2-small``: GPT-2's own 12 x 768, vocabulary 50,257; random weights: the cost
-does not depend on them) with the trainer's WordPiece tokenizer learned on public.jsonl and padded to the family's
-vocabulary (as ``bench_finetune_sizes.py`` does; one token per digit), and an inject directory of the built-in corpus
-with ``--canaries`` digit canaries (half inserted once, half controls; ``--format``, default the inject default
-digits:10) and ``--examples`` membership examples (half members, half held out).
+A model of a preset's shapes (random weights: the cost does not depend on them): a causal LM (``gpt2-small``: GPT-2's
+own 12 x 768, vocabulary 50,257; ``llama-100m``: Llama-style 12 x 768, RMSNorm, rotary positions, SwiGLU, vocabulary
+32,000) or a masked LM (``bert-base``: BERT's own 12 x 768, vocabulary 30,522), with the trainer's WordPiece tokenizer
+learned on public.jsonl and padded to the family's vocabulary (as ``bench_finetune_sizes.py`` does; one token per
+digit), and an inject directory of the built-in corpus with ``--canaries`` digit canaries (half inserted once, half
+controls; ``--format``, default the inject default digits:10) and ``--examples`` membership examples (half members,
+half held out).
 
-For exposure, extraction, loss and Min-K%++ (:mod:`dpaudit.attacks.attack_cost`):
+For exposure, extraction, loss and Min-K%++ on a causal LM, and exposure, reconstruction and loss on a masked LM
+(:mod:`dpaudit.attacks.attack_cost`; on a masked LM reconstruction runs after exposure on the same context and reads
+its passes, as in ``dpaudit attack``):
 
 - ``full``: the forward passes and tokens the attack runs at the full size (``--canaries``, ``--examples``), and the
   estimate of their time, priced by :func:`~dpaudit.attacks.attack_cost.measure_forward_cost` on this model now;
@@ -18,29 +22,53 @@ For exposure, extraction, loss and Min-K%++ (:mod:`dpaudit.attacks.attack_cost`)
   With ``--clock cpu`` both the prices and the measured subset are process CPU seconds (the load of a shared machine
   moves wall seconds by several times; the estimate ``dpaudit attack`` prints is in wall seconds).
 
-Threads: torch uses OMP_NUM_THREADS (2 unless set). The load is printed before and after (``uptime``).
+Threads: as ``dpaudit attack`` sets them (:mod:`dpaudit.scoring.threads`: the cores free, or ``DPAUDIT_THREADS``);
+printed once the model is loaded. On the shared 2-core machine at load 8-10 two torch threads made a pass of
+Llama-100M cost 2-18x the CPU of one thread (a one-token pass 0.75 s against 0.04 s: each thread waits for the other
+at every parallel region), so the CPU-clock figures below are with ``DPAUDIT_THREADS=1``. The load is printed before
+and after (``uptime``).
 
-Example (about 5 minutes on 2 shared cores at load ~10):
-    OMP_NUM_THREADS=2 nice -n 10 python benchmarks/bench_attack_cost.py --preset gpt2-small
+``--shadow-check``: the shadow and reference models' estimate instead (:mod:`dpaudit.attacks.shadow_cost`, printed by
+``dpaudit attack`` before the first model trains) against what they took, end to end: for each ``--shadow-tasks``
+task (``classify``, ``clm``) a tiny public start (edp-sgd, non-private, on public.jsonl) and DP-SGD targets at epsilon
+8 fine-tuned from it, in full and with ``--peft lora`` (``--shadow-peft``), each attacked by ``dpaudit.attack(...,
+["lira", "rmia"], shadow_models=--shadows)``; every call that trains models (``train_shadows``) is timed (wall and
+process CPU) with its printed estimate read back: estimate / measured, wall (the models' own ``trained in`` seconds,
+what the estimate is of) and CPU (the whole call's).
+
+Measured (``DPAUDIT_THREADS=1 nice -n 10 python benchmarks/bench_attack_cost.py --shadow-check --shadows 4``, tiny
+targets, 4 models a call, load 8.1-10.3; then twice more with ``--shadow-tasks clm``): the CPU estimate / measured was
+0.84-1.03 for every call (classifier and causal LM, full and LoRA) except LiRA's on the causal LMs, 0.59-0.66 in all
+six (full and LoRA, three runs): the first call to train causal shadows in the process, whose first models took
+longer than the next ones (7.3, 5.6, 4.4, 2.1 s wall), while RMIA's models right after it held 0.84-1.03 (and the
+privacy plans made in those calls took 0.0-0.1 s: not the accountant). Wall: 0.52-2.08 (the wall time under
+``nice -n 10`` at load 8-10 moved by 2x between identical calls).
+
+Examples (a few minutes each on 2 shared cores):
+    DPAUDIT_THREADS=1 nice -n 10 python benchmarks/bench_attack_cost.py --shadow-check --shadows 4
+    DPAUDIT_THREADS=1 nice -n 10 python benchmarks/bench_attack_cost.py --preset gpt2-small --subset-canaries 1 --clock cpu
+    DPAUDIT_THREADS=1 nice -n 10 python benchmarks/bench_attack_cost.py --preset llama-100m --subset-canaries 1 --clock cpu
+    DPAUDIT_THREADS=1 nice -n 10 python benchmarks/bench_attack_cost.py --preset bert-base --subset-canaries 100 --clock cpu
 """
 
 from __future__ import annotations
 
+import argparse
+import json
 import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
 
-for _var in ("OMP_NUM_THREADS", "MKL_NUM_THREADS"):
-    os.environ.setdefault(_var, "2")
-
-import argparse  # noqa: E402
-import json  # noqa: E402
-import subprocess  # noqa: E402
-import sys  # noqa: E402
-import tempfile  # noqa: E402
-import time  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-#: Vocabulary of each causal preset's family.
-VOCAB = {"gpt2-small": 50257, "mini": 50257, "tiny": 300}
+#: Vocabulary of each preset's family.
+VOCAB = {"gpt2-small": 50257, "mini": 50257, "tiny": 300, "llama-100m": 32000, "llama-tiny": 300, "bert-base": 30522}
+#: The masked-LM presets (the others are causal).
+MASKED = frozenset({"bert-base"})
+#: The attacks measured on a causal LM.
+NAMES = ("exposure", "extraction", "loss", "min-k++")
 
 
 def uptime() -> str:
@@ -59,7 +87,7 @@ def build(root: Path, *, preset: str, canaries: int, examples: int, secret_forma
 
     from dpaudit.cli import cli
     from dpaudit.trainers.torch_common.hf_export import save_hf
-    from dpaudit.trainers.torch_common.model import build_causal_model
+    from dpaudit.trainers.torch_common.model import build_causal_model, build_model
     from dpaudit.training.tokenizer import special_token_ids, train_wordpiece
 
     half = canaries // 2
@@ -78,9 +106,14 @@ def build(root: Path, *, preset: str, canaries: int, examples: int, secret_forma
     tok = train_wordpiece(texts, vocab_size=3000, new_tokens=(*digits, *extra))
     ids = special_token_ids(tok)
     specials = {"cls": ids["cls"], "sep": ids["sep"], "pad": ids["pad"]}
-    model = build_causal_model(
-        preset=preset, vocab_size=tok.get_vocab_size(), max_length=128, specials=specials, seed=0
-    ).eval()
+    if preset in MASKED:
+        model = build_model(
+            "mlm", preset=preset, vocab_size=tok.get_vocab_size(), max_length=128, label_names=None, seed=0
+        ).eval()
+    else:
+        model = build_causal_model(
+            preset=preset, vocab_size=tok.get_vocab_size(), max_length=128, specials=specials, seed=0
+        ).eval()
     save_hf(root / "model", model, tok)
     return root / "data", root / "model"
 
@@ -102,7 +135,13 @@ def main(argv: list[str] | None = None) -> int:
         help="price the passes and compare in wall seconds (what dpaudit attack prints) or in process CPU seconds "
         "(which the load of a shared machine moves less)",
     )
+    parser.add_argument("--shadow-check", action="store_true", help="measure the shadow models' estimate instead")
+    parser.add_argument("--shadows", type=int, default=4)
+    parser.add_argument("--shadow-tasks", default="classify,clm")
+    parser.add_argument("--shadow-peft", default="none,lora")
     args = parser.parse_args(argv)
+    if args.shadow_check:
+        return shadow_check(args, argv)
 
     import torch
 
@@ -116,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
 
     if args.clock == "cpu":
         attack_cost.CLOCK = time.process_time
-    print(f"load before: {uptime()}; torch threads {torch.get_num_threads()}; clock {args.clock}")
+    print(f"load before: {uptime()}; clock {args.clock}")
     print(f"command: python benchmarks/bench_attack_cost.py {' '.join(sys.argv[1:] if argv is None else argv)}")
     with tempfile.TemporaryDirectory(prefix="bench-attack-cost-") as tmp:
         data, model_dir = build(
@@ -129,50 +168,70 @@ def main(argv: list[str] | None = None) -> int:
         run = load_inject_run(data)
         scorer = load(resolve_model(model_dir), batch_size=args.batch_size, device="cpu", progress=False)
         params = sum(p.numel() for p in scorer.model.parameters())
+        print(f"torch threads: {torch.get_num_threads()}")
+        kind = scorer.kind
         canaries = list(run.canaries)
         space = run.space
-        secrets, _ = cs.alphabet_secrets(scorer.tokenizer, canaries, space, max_length=scorer.max_length)
-        located = [(len(s.context), len(s.secret)) for s in secrets]
         triple = (len(space.alphabet), int(space.length), int(space.size))
+        whole = [c.prefix + c.secret + c.suffix for c in canaries]
+        canary_tokens = attack_cost._token_lengths(scorer.tokenizer, whole, scorer.max_length)
+        located: list[tuple[int, int]] = []
+        if kind == "causal-lm":
+            secrets, _ = cs.alphabet_secrets(scorer.tokenizer, canaries, space, max_length=scorer.max_length)
+            located = [(len(s.context), len(s.secret)) for s in secrets]
 
-        def texts_of(mia_examples: int) -> list[int]:
+        def texts_of(mia_examples: int) -> list[list[int]]:
             options = AttackOptions(mia_examples=mia_examples // 2)
             tasks = [example_task(run, **example_options(options))]
             task = canary_task(run)
             tasks += [task] if task is not None else []
-            return [n for t in tasks for n in attack_cost._token_lengths(scorer.tokenizer, list(t.texts), 128)]
+            return [attack_cost._token_lengths(scorer.tokenizer, list(t.texts), 128) for t in tasks]
 
+        lengths = [n for t in texts_of(args.examples) for n in t]
+        length = max(8, min(attack_cost.TEXT_TOKENS, statistics.median_high(lengths)))  # as dpaudit attack prices
         cost = attack_cost.measure_forward_cost(
-            scorer.model, device="cpu", rows=8, length=32, vocab=scorer.model.config.vocab_size
+            attack_cost.forward_model(scorer),
+            device="cpu",
+            rows=attack_cost.price_rows(kind, args.batch_size),
+            length=length,
+            vocab=scorer.model.config.vocab_size,
         )
         print(
-            f"model: {args.preset} ({params / 1e6:.1f}M parameters, vocabulary {scorer.model.config.vocab_size:,}); "
-            f"{len(canaries)} canaries of {args.secret_format} (|R| = {space.size:,}); "
-            f"forward cost measured now: {cost.per_token * 1e3:.2f} ms per token, {cost.per_call * 1e3:.1f} ms per pass"
+            f"model: {args.preset} ({kind}, {params / 1e6:.1f}M parameters, vocabulary "
+            f"{scorer.model.config.vocab_size:,}); {len(canaries)} canaries of {args.secret_format} "
+            f"(|R| = {space.size:,}); forward cost measured now at {attack_cost.price_rows(kind, args.batch_size)} x {length} tokens: "
+            f"{cost.per_token * 1e3:.3f} ms per token, {cost.per_call * 1e3:.1f} ms per pass"
         )
         options = dict(batch_size=args.batch_size, beam_width=5, exposure_limit=10**5, exposure_samples=1000)
+        names = ("exposure", "reconstruction", "loss") if kind == "masked-lm" else NAMES
 
-        def work(name: str, indices: list[int], examples: int, samples: int = 1000) -> attack_cost.AttackWork:
-            texts = texts_of(examples) if name in attack_cost.TEXT_SCORES else []
-            out = attack_cost.attack_work(
-                name, kind="causal-lm", canaries=[located[i] for i in indices], canary_tokens=[], space=triple,
-                single_tokens=True, texts=texts, options={**options, "exposure_samples": samples},
-                node_batch=cs.NODE_BATCH,
-            )  # fmt: skip
-            assert out is not None
-            return out
+        def works(indices: list[int], examples: int, samples: int = 1000) -> list[attack_cost.AttackWork]:
+            out = []
+            for name in names:
+                texts = texts_of(examples) if name in attack_cost.TEXT_SCORES else []
+                work = attack_cost.attack_work(
+                    name, kind=kind, canaries=[located[i] for i in indices] if located else [],
+                    canary_tokens=[canary_tokens[i] for i in indices], space=triple, single_tokens=True, texts=texts,
+                    options={**options, "exposure_samples": samples}, node_batch=cs.NODE_BATCH,
+                )  # fmt: skip
+                assert work is not None, name
+                out.append(work)
+            return attack_cost.shared_passes(out, kind, phrases=False)
 
+        k = args.subset_canaries
+        inserted = [i for i, c in enumerate(canaries) if c.frequency > 0][: (k + 1) // 2]
+        indices = inserted + [i for i, c in enumerate(canaries) if c.frequency == 0][: k // 2]
+        everyone = list(range(len(canaries)))
+        full_works = works(everyone, args.examples)
+        subset_canary_works = works(indices, args.subset_examples, args.subset_samples)
+        subset_text_works = works(everyone, args.subset_examples, args.subset_samples)
+        shared_context = None  # masked LM: reconstruction runs on exposure's context, as in dpaudit attack
         rows = []
-        for name in ("exposure", "extraction", "loss", "min-k++"):
+        for i, name in enumerate(names):
             membership = name in attack_cost.TEXT_SCORES
-            full = work(name, list(range(len(canaries))), args.examples)
+            full = full_works[i]
             full_s = cost.seconds(full.calls, full.tokens)
-            k = args.subset_canaries
-            inserted = [i for i, c in enumerate(canaries) if c.frequency > 0][: (k + 1) // 2]
-            indices = inserted + [i for i, c in enumerate(canaries) if c.frequency == 0][: k // 2]
-            subset = work(
-                name, list(range(len(canaries))) if membership else indices, args.subset_examples, args.subset_samples
-            )
+            subset = (subset_text_works if membership else subset_canary_works)[i]
             sub_s = cost.seconds(subset.calls, subset.tokens)
             opts = AttackOptions(
                 batch_size=args.batch_size,
@@ -182,26 +241,138 @@ def main(argv: list[str] | None = None) -> int:
             )
             chosen = canaries if membership else [canaries[i] for i in indices]
             context = AttackContext(scorer=scorer, canaries=chosen, space=space, options=opts, data=run)
+            if kind == "masked-lm" and name == "reconstruction" and shared_context is not None:
+                context = shared_context
+            if kind == "masked-lm" and name == "exposure":
+                shared_context = context
             wall, cpu = time.perf_counter(), time.process_time()
             attack_class(name)().run(context)
             wall, cpu = time.perf_counter() - wall, time.process_time() - cpu
-            ratio = (wall if args.clock == "wall" else cpu) / sub_s
-            rows.append((name, full, full_s, subset.what, sub_s, wall, cpu, ratio))
+            got = wall if args.clock == "wall" else cpu
+            ratio = got / sub_s if sub_s > 0 else None
+            rows.append((name, full, full_s, subset.what, sub_s, got, ratio))
+            said = "-" if ratio is None else f"{ratio:.2f}"
             print(
-                f"{name:>10}: full: {full.what}: {full.tokens:,} tokens in {full.calls:,} passes, estimate "
-                f"{full_s / 60:.1f} min | subset ({subset.what}): estimate {sub_s:.1f} s, measured {wall:.1f} s wall "
-                f"({cpu:.1f} s CPU), measured ({args.clock}) / estimate {ratio:.2f} -> full size about {full_s * ratio / 60:.1f} min",
+                f"{name:>14}: full: {full.what}: {full.tokens:,} tokens in {full.calls:,} passes, estimate "
+                f"{full_s / 60:.2f} min | subset ({subset.what}): estimate {sub_s:.2f} s, measured {wall:.2f} s wall "
+                f"({cpu:.2f} s CPU), measured ({args.clock}) / estimate {said}"
+                + ("" if ratio is None else f" -> full size about {full_s * ratio / 60:.2f} min"),
                 flush=True,
             )
         print(f"load after: {uptime()}")
         print("\n| attack | full size: work | estimate | subset measured / estimate | full size projected |")
         print("|---|---|---|---|---|")
-        for name, full, full_s, what, sub_s, wall, cpu, ratio in rows:
+        for name, full, full_s, what, sub_s, got, ratio in rows:
+            said = f"{got:.1f} s / {sub_s:.1f} s = " + ("-" if ratio is None else f"{ratio:.2f}")
+            projected = "-" if ratio is None else f"{full_s * ratio / 60:.2f} min"
             print(
-                f"| {name} | {full.what}: {full.tokens:,} tokens, {full.calls:,} passes | {full_s / 60:.1f} min | "
-                f"{wall if args.clock == 'wall' else cpu:.1f} s / {sub_s:.1f} s = {ratio:.2f} ({what}) | "
-                f"{full_s * ratio / 60:.1f} min |"
+                f"| {name} | {full.what}: {full.tokens:,} tokens, {full.calls:,} passes | {full_s / 60:.2f} min | "
+                f"{said} ({what}) | {projected} |"
             )
+    return 0
+
+
+def _estimate_of(text: str) -> tuple[float, float] | None:
+    """(CPU, wall) seconds of the shadow estimate in a call's output; None when it printed none (all cached)."""
+    import re
+
+    def seconds(figure: str) -> float:
+        number, unit = figure.split()
+        return float(number) * (60.0 if unit.startswith("min") else 1.0)
+
+    cpu = re.search(r"estimated CPU time of \d+ shadow models?: ([\d.]+ (?:s|min))", text)
+    wall = re.search(r"estimated wall time at the current load \([^)]*\): about ([\d.]+ (?:s|min))", text)
+    return None if cpu is None or wall is None else (seconds(cpu.group(1)), seconds(wall.group(1)))
+
+
+def shadow_check(args: argparse.Namespace, argv: list[str] | None) -> int:
+    """The ``--shadow-check`` run (module docstring)."""
+    import contextlib
+    import io
+    import re
+
+    sys.path.insert(0, str(Path(__file__).resolve().parent))
+    from bench_lora_shadows import make_data, train_target
+
+    import dpaudit
+    from dpaudit.attacks import lira, shadow_models
+    from dpaudit.training.privacy_plan import observed_plans
+
+    print(f"load before: {uptime()}")
+    print(f"command: python benchmarks/bench_attack_cost.py {' '.join(sys.argv[1:] if argv is None else argv)}")
+    real = shadow_models.train_shadows
+    calls: list[dict[str, object]] = []
+
+    def timed(*a: object, **kw: object) -> object:
+        err = io.StringIO()
+        wall, cpu = time.perf_counter(), time.process_time()
+        with contextlib.redirect_stderr(err), observed_plans() as plans:
+            out = real(*a, **kw)
+        text = err.getvalue()
+        calls.append(
+            dict(
+                attack=kw.get("attack"),
+                wall=time.perf_counter() - wall,
+                cpu=time.process_time() - cpu,
+                text=text,
+                plans=sum(t for _, t in plans),
+            )
+        )
+        return out
+
+    lira.train_shadows = shadow_models.train_shadows = timed  # type: ignore[assignment]
+    rows = []
+    with tempfile.TemporaryDirectory(prefix="bench-shadow-cost-") as tmp:
+        root = Path(tmp)
+        data = make_data(root, 400, 1200)
+        for task in args.shadow_tasks.split(","):
+            common: dict[str, object] = dict(task=task, preset="tiny", max_length=32, batch_size=32)
+            if task == "classify":
+                common["labels"] = None
+            start = train_target(
+                data, root / f"{task}-start", data_split="public", non_private=True, epochs=1, **common
+            )
+            for peft in args.shadow_peft.split(","):
+                lora = {"peft": "lora", "lora_rank": 8} if peft == "lora" else {}
+                name = f"{task}-{peft}"
+                target = train_target(
+                    data, root / name, init_from=str(start), mode="dp-sgd", target_epsilon=8.0, epochs=2,
+                    noise_seed=1, **lora, **common,
+                )  # fmt: skip
+                calls.clear()
+                load = os.getloadavg()[0]
+                dpaudit.attack(
+                    target, data, ["lira", "rmia"], out=root / f"{name}-attack", shadow_models=args.shadows,
+                    shadow_cache=str(root / f"{name}-cache"), progress=False,
+                )  # fmt: skip
+                for call in calls:
+                    text = str(call["text"])
+                    got = _estimate_of(text)
+                    trained = [float(x) for x in re.findall(r"trained in ([\d.]+) s", text)]
+                    line = next((x for x in text.splitlines() if "estimated CPU time" in x), "(all cached)")
+                    print(f"{name} {call['attack']}: {line.strip()}", flush=True)
+                    if got is None or not trained:
+                        continue
+                    est_cpu, est_wall = got
+                    wall, cpu = sum(trained), float(call["cpu"])  # type: ignore[arg-type]
+                    rows.append((name, call["attack"], len(trained), load, est_wall, wall, est_cpu, cpu))
+                    print(
+                        f"{name} {call['attack']}: {len(trained)} models: estimate wall {est_wall:.1f} s, CPU "
+                        f"{est_cpu:.1f} s; measured: the models' wall {wall:.1f} s (the call's {call['wall']:.1f} s), "
+                        f"the call's CPU {cpu:.1f} s; estimate / measured: wall {est_wall / wall:.2f}, CPU "
+                        f"{est_cpu / cpu:.2f} (load {load:.1f}); privacy plans made in the call: "
+                        f"{float(call['plans']):.1f} s wall; each model's wall: "
+                        + ", ".join(f"{t:.1f} s" for t in trained),
+                        flush=True,
+                    )
+    print(f"load after: {uptime()}")
+    print("\n| target | attack | models | load | wall: estimate / measured | CPU: estimate / measured |")
+    print("|---|---|---|---|---|---|")
+    for name, attack, k, load, est_wall, wall, est_cpu, cpu in rows:
+        print(
+            f"| {name} | {attack} | {k} | {load:.1f} | {est_wall:.1f} s / {wall:.1f} s = {est_wall / wall:.2f} | "
+            f"{est_cpu:.1f} s / {cpu:.1f} s = {est_cpu / cpu:.2f} |"
+        )
     return 0
 
 

@@ -49,6 +49,7 @@ __all__ = [
     "estimate_lines",
     "forward_model",
     "measure_forward_cost",
+    "price_rows",
     "shared_passes",
     "tree_work",
 ]
@@ -63,6 +64,17 @@ CLOCK = time.perf_counter
 OPTIONS = ("batch_size", "beam_width", "exposure_limit", "exposure_samples")
 #: Tokens of a membership text (``dpaudit.scoring.scorer.EXAMPLE_MAX_LENGTH``).
 TEXT_TOKENS = 128
+#: Rows of the batch the price of a token is measured on (fewer when ``--batch-size`` is smaller), by the model's
+#: kind: the passes the attacks run, as far as one batch can stand for them. A masked LM's and a classifier's passes
+#: are full batches of texts (32 rows by default): priced at 32 rows (BERT-base at 8 rows of 16 tokens, two torch
+#: threads at load 6 on 2 cores: 0.69 ms a token against the 2.8 ms its loss passes took; 16 rows: 2.1 ms). A causal
+#: LM's are mostly small (extraction's few beams, exposure's candidates on a cache): priced at 8 rows (at 32 rows, two
+#: threads at load 9, extraction read 5.6-6.1x its estimate on GPT-2 small and Llama-100M). With one thread (what
+#: ``dpaudit attack`` takes on a loaded 2-core machine) a token of Llama-100M cost 2.1 ms at 8 x 16 and 1.8 ms at
+#: 32 x 28 (``benchmarks/bench_attack_cost.py`` for the estimate against the attacks).
+ROWS = {"causal-lm": 8}
+#: ... and for the other kinds.
+ROWS_DEFAULT = 32
 
 
 @dataclass(frozen=True)
@@ -190,21 +202,23 @@ def attack_work(
 
 
 def measure_forward_cost(
-    model: Any, *, device: str, rows: int, length: int, vocab: int, repeats: int = 2
+    model: Any, *, device: str, rows: int, length: int, vocab: int, repeats: int = 3
 ) -> ForwardCost:
-    """Time the model's forward pass on random tokens: a batch of ``rows`` x ``length``, and a pass of one token on top
-    of a key/value cache (the prefix tree's and the sampled candidates' passes), each the fastest of ``repeats`` after
-    a warm-up (the least disturbed by other work on a shared machine)."""
+    """Time the model's forward pass on random tokens: a batch of ``rows`` x ``length``, the fastest of ``repeats``
+    after a warm-up (the least disturbed by other work on a shared machine), and a pass of one token on top of a
+    key/value cache (the prefix tree's and the sampled candidates' passes), the fastest of ``repeats + 3`` (it is
+    cheap, and one slow repeat of it, subtracted from the batch's time, would take most of the price of a token: on
+    BERT-base at load 6 on 2 cores a one-token pass measured 400 ms, 90 ms, 35 ms)."""
     import torch
 
     gen = torch.Generator().manual_seed(0)
     full = torch.randint(0, vocab, (rows, length), generator=gen).to(device)
 
-    def timed(call: Callable[[], Any]) -> float:
+    def timed(call: Callable[[], Any], times: int = repeats) -> float:
         best = math.inf
         with torch.inference_mode():
             call()
-            for _ in range(repeats):
+            for _ in range(times):
                 if device.startswith("cuda"):
                     torch.cuda.synchronize()
                 start = CLOCK()
@@ -218,10 +232,12 @@ def measure_forward_cost(
         cache = getattr(model(input_ids=full[:1], use_cache=True), "past_key_values", None)
     one = full[:1, :1]
     if cache is not None:
-        per_call = timed(lambda: model(input_ids=one, past_key_values=copy.deepcopy(cache), use_cache=True))
-        per_call -= timed(lambda: copy.deepcopy(cache))
+        per_call = timed(
+            lambda: model(input_ids=one, past_key_values=copy.deepcopy(cache), use_cache=True), repeats + 3
+        )
+        per_call -= timed(lambda: copy.deepcopy(cache), repeats + 3)
     else:
-        per_call = timed(lambda: model(input_ids=one, attention_mask=torch.ones_like(one)))
+        per_call = timed(lambda: model(input_ids=one, attention_mask=torch.ones_like(one)), repeats + 3)
     per_token = max(timed(lambda: model(input_ids=full, attention_mask=torch.ones_like(full))) - per_call, 0.0)
     return ForwardCost(per_call=max(per_call, 0.0), per_token=per_token / (rows * length - 1), rows=rows, length=length)
 
@@ -355,13 +371,18 @@ def _announce(context: Any, classes: Sequence[Any], echo: Callable[[str], None])
     cost = measure_forward_cost(
         forward_model(scorer),
         device=scorer.device,
-        rows=min(8, options.batch_size),
+        rows=price_rows(source.kind, options.batch_size),
         length=min(length, scorer.max_length),
         vocab=int(getattr(scorer.model.config, "vocab_size", 100)),
     )
     for line in estimate_lines(works, cost, skipped):
         echo(line)
     return [cost.seconds(w.calls, w.tokens) for w in works]
+
+
+def price_rows(kind: str, batch_size: int) -> int:
+    """Rows of the batch a token is priced on (:data:`ROWS`)."""
+    return max(1, min(ROWS.get(kind, ROWS_DEFAULT), batch_size))
 
 
 def forward_model(scorer: Any) -> Any:
