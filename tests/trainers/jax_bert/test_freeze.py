@@ -5,7 +5,6 @@ the clipped sum by at most C; privacy.json and the summary say what was trained.
 from __future__ import annotations
 
 import functools
-import json
 
 import jax
 import numpy as np
@@ -104,20 +103,32 @@ def test_a_mismatched_frozen_set_is_refused():
     with pytest.raises(ValueError, match="not parameters"):
         dp_step.check_frozen(params, frozenset({("bert", "nope")}))
     with pytest.raises(ValueError, match="--freeze must be one of none, embeddings"):
-        JaxBertConfig(freeze="all")
+        JaxBertConfig(freeze="all", noise_multiplier=1.0)
 
 
-def test_a_frozen_run_records_what_it_trained(data_dir, tmp_path):
-    from dpaudit.trainers.jax_bert.trainer import JaxBertTrainer
+def test_what_a_frozen_run_records_in_privacy_json_and_the_summary():
+    """The trainer's record of what it trained (the summary's ``trained``, privacy.json's mechanism), from the real
+    functions on real parameters; a whole run costs ~18 s of compilation and is left to the benchmark's runs."""
+    from types import SimpleNamespace
 
-    trainer = JaxBertTrainer()
-    out = tmp_path / "run"
-    trainer.train(
-        data_dir, out, trainer.tiny_config(freeze="embeddings", steps=2, eval_every=2, checkpoint_every=2), seed=0
+    from dpaudit.trainers.jax_bert.trainer import _Plugin, trained_parameters
+
+    _, params = case()
+    flat = traverse_util.flatten_dict(params)
+    frozen = sum(int(np.prod(flat[key].shape)) for key in FROZEN)
+    total = sum(int(np.prod(v.shape)) for v in flat.values())
+    assert trained_parameters(params, "embeddings") == {
+        "freeze": "embeddings",
+        "trained_parameters": total - frozen,
+        "frozen_parameters": frozen,
+        "frozen": sorted("/".join(key) for key in FROZEN),
+    }
+    assert trained_parameters(params, "none")["frozen_parameters"] == 0
+    run = SimpleNamespace(
+        config=JaxBertConfig(freeze="embeddings", noise_multiplier=1.0), params=params, _tokenizer_note=lambda: "t"
     )
-    summary = json.loads((out / "manifest.json").read_text(encoding="utf-8"))["summary"]
-    trained = summary["trained"]
-    assert trained["freeze"] == "embeddings" and trained["frozen_parameters"] > 0 and trained["trained_parameters"] > 0
-    assert "bert/embeddings/word_embeddings/embedding" in trained["frozen"]
-    privacy = (out / "privacy.json").read_text(encoding="utf-8")
-    assert "--freeze embeddings" in privacy and "no gradient, noise or update" in privacy
+    mechanism = _Plugin.record_parts(run, None, 5).mechanism  # type: ignore[arg-type]
+    assert f"Trained parameters: {total - frozen:,}" in mechanism and "--freeze embeddings" in mechanism
+    assert "bert/embeddings/word_embeddings/embedding" in mechanism and f"({frozen:,})" in mechanism
+    unfrozen = SimpleNamespace(config=JaxBertConfig(noise_multiplier=1.0), params=params, _tokenizer_note=lambda: "t")
+    assert "Trained parameters" not in _Plugin.record_parts(unfrozen, None, 5).mechanism  # type: ignore[arg-type]
