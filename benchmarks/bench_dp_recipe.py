@@ -13,9 +13,10 @@ Each candidate (learning rate; steps and expected batch size: Anil et al. 2021's
 the mean gradient scales like sigma C / B; the trained parameters, where the trainer has such an option) is trained
 at epsilon 8 from the pseudo start on the pseudo-private rows, and the one with the best pseudo-held-out figure is
 the recipe. Then, on the real data: the public start, the non-private model from it, and the chosen recipe with
-``--seeds`` seeds (sampling, masking and noise seeds), each private run's start evaluated on the same held-out rows
-before its first step (``start_eval``: what ``dpaudit train`` compares against when it warns that a private run ended
-below its start). Printed: the start, the non-private model, the DP runs (each, their mean and spread), the trivial
+``--seeds`` noise seeds (``--noise-seed``: the Poisson sampling and the noise; ``--seed 0`` for every run, so every
+run, its start and the non-private model are scored on the same held-out masks), each private run's start evaluated
+on the same held-out rows before its first step (``start_eval``: what ``dpaudit train`` compares against when it
+warns that a private run ended below its start). Printed: the start, the non-private model, the DP runs (each, their mean and spread), the trivial
 baseline (the most frequent token), the ratio to the non-private model, the margin above the start, and whether
 that margin exceeds the seeds' spread (max - min). Goals at epsilon 8: above the start by a measured margin and
 >= 0.85x the non-private model from the same start.
@@ -24,6 +25,7 @@ Usage (every command is printed before it runs; ``nice -n 10`` on a shared machi
 
     python benchmarks/bench_dp_recipe.py --task mlm [--workdir W] [--seeds 3] [--smoke]
     python benchmarks/bench_dp_recipe.py --task clm [--workdir W] [--seeds 3] [--smoke]
+        [--search-default] (also search the demo's recipe) [--default-seeds N] (run it on the real rows too)
 
 ``--task mlm``: jax-bert masked LM, the demo's directory (``inject --corpus builtin:assistant --corpus-size 3000
 --public-size 20000``, digit canaries 1, 10 and 100 times, 10 per group) and the demo's public start (1,000 steps of
