@@ -35,8 +35,9 @@ start (3 epochs of 64 at 3e-3). ``--smoke`` shrinks every run (a check that the 
 Runs are cached in ``--workdir`` (a finished run directory is reused), so a rerun with more ``--seeds`` only trains
 the new seeds.
 
-Measured (session of 2026-11-30, the shared 2-core machine at load 8-10 throughout, ``uptime`` printed by the
-script; every figure one run unless said; OS threads shared with two other sessions, so no wall times are given)::
+Measured (session of 2026-11-30, the shared 2-core machine at load 8-10, the former recipes' rows
+(``--default-seeds``) at load 2-5, ``uptime`` printed by the script; every figure one run unless said; the cores
+shared with two other sessions, so no wall times are given)::
 
     nice -n 10 python benchmarks/bench_dp_recipe.py --task mlm --workdir W --seeds 3
 
