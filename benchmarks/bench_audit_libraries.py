@@ -34,6 +34,9 @@ tested delta) and each bound's share of it beside its share of the claim. With `
 JAX configuration is audited in S independent one-run audits and S ideal ones (the claimed mechanism's canary
 observations drawn by numpy, audited by the same code): the spread of the one-run share, how many runs read above the
 claim (the validity count) and the plan's expected share, which is one binomial standard deviation pessimistic.
+For Opacus, ``--spread S`` (part 1o) runs S independent one-run audits of its default (PRV, SGD) under hooks and
+under ghost clipping on the same seeds: the validity count of each, and on how many seeds the two modes read the same
+bound.
 
 Each row's seeds (coins, batches, noise) are a function of its configuration and its epsilon's value
 (:func:`row_trial`), so cells measured by separate single-epsilon commands are independent measurements.
@@ -166,6 +169,37 @@ def correct_configurations(canaries: int, runs: int, epsilons: list[float], only
                 f"{time.perf_counter() - start:>6.0f}  {_methods(analysis)}",
                 flush=True,
             )
+
+
+def opacus_one_run_spread(canaries: int, seeds: int, epsilons: list[float]) -> None:
+    """The one-run bound's spread over ``seeds`` independent correct Opacus runs (PRV, SGD) under hooks and under ghost
+    clipping, each seed's coins and noise the same in both modes: the validity count (bounds above the claim, at most
+    the stated 5%) and whether the two clipping modes read the same bound on the same draw."""
+    from dpaudit.whitebox.gradient_path import audit_gradient_path
+
+    print(
+        f"\n1o. One-run spread: {seeds} independent one-run audits of correct Opacus runs ({canaries} canaries, q = 0.5, "
+        "4 updates), hooks and ghost clipping on the same seeds, share of the claim: mean, sd, least, most; > claim"
+    )
+    for epsilon in epsilons:
+        sigma = _sigma(epsilon, "prv")
+        shares: dict[str, list[float]] = {}
+        for mode in ("hooks", "ghost"):
+            start = time.perf_counter()
+            got = shares.setdefault(mode, [])
+            for s in range(seeds):
+                trial = 20_000_000 + 1000 * round(10 * epsilon) + s  # apart from the tables' seeds
+                host = _Host(sigma, "prv", "sgd", noise_seed=trial, mode=mode)
+                analysis, _ = audit_gradient_path(host, None, None, canaries=canaries, runs=1, seed=trial, full=False)
+                got.append(_verdict_bounds(analysis)[0] / float(analysis.claim.epsilon))
+            a = np.asarray(got)
+            print(
+                f"{mode:<8}{epsilon:>4g}  mean {a.mean():.3f}  sd {a.std(ddof=1):.3f}  least {a.min():.3f}  most "
+                f"{a.max():.3f}  > claim {int((a > 1).sum())}/{seeds}  ({time.perf_counter() - start:.0f} s)",
+                flush=True,
+            )
+        same = sum(h == g for h, g in zip(shares["hooks"], shares["ghost"]))
+        print(f"        hooks and ghost clipping read the same bound on {same} of {seeds} seeds", flush=True)
 
 
 def _verdict_bounds(analysis: Any) -> tuple[float, float]:
@@ -602,8 +636,9 @@ def main() -> None:
         "--spread",
         type=int,
         default=0,
-        help="JAX Privacy only: this many independent one-run audits per configuration and epsilon, beside as many "
-        "ideal ones (part 1s; 0: skip); with --runs R > 1 the ideal ones pool R runs and print their multi-run share too",
+        help="this many independent one-run audits per JAX Privacy configuration and epsilon, beside as many ideal ones "
+        "(part 1s; with --runs R > 1 the ideal ones pool R runs and print their multi-run share too), and of Opacus's "
+        "default under hooks and ghost clipping on the same seeds (part 1o); 0: skip",
     )
     args = parser.parse_args()
     import torch
@@ -620,6 +655,8 @@ def main() -> None:
         if "opacus" in libraries:
             if "configs" not in skip:
                 correct_configurations(args.canaries, args.runs, epsilons, args.configs)
+            if args.spread > 0:
+                opacus_one_run_spread(args.canaries, args.spread, epsilons)
             if "faults" not in skip:
                 planted_faults(500)
             if "cost" not in skip:
