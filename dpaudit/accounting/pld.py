@@ -287,11 +287,16 @@ def optimistic_subsampled_gaussian_pld(
 
 
 def _gaussian_pld(
-    noise_multiplier: float, sampling_probability: float, discretization: float, *, pessimistic: bool
+    noise_multiplier: float,
+    sampling_probability: float,
+    discretization: float,
+    *,
+    pessimistic: bool,
+    replace_one: bool = False,
 ) -> pld_lib.PrivacyLossDistribution:
-    """The two builds above: dp_accounting's ``from_gaussian_mechanism`` with ``pessimistic_estimate`` and
-    ``use_connect_dots`` both ``pessimistic``; q = 1, or a dp_accounting without the private PMF hook, is the
-    library's own build."""
+    """The builds above: dp_accounting's ``from_gaussian_mechanism`` with ``pessimistic_estimate`` and
+    ``use_connect_dots`` both ``pessimistic``, add/remove-one (a remove and an add PMF) or ``replace_one`` (one
+    symmetric PMF); q = 1, or a dp_accounting without the private PMF hook, is the library's own build."""
     sigma, q = float(noise_multiplier), float(sampling_probability)
     if q == 1.0 or _CREATE_PMF is None:
         return pld_lib.from_gaussian_mechanism(
@@ -300,7 +305,7 @@ def _gaussian_pld(
             value_discretization_interval=discretization,
             sampling_prob=q,
             use_connect_dots=pessimistic,
-            neighboring_relation=_ADD_OR_REMOVE,
+            neighboring_relation=_REPLACE_ONE if replace_one else _ADD_OR_REMOVE,
         )
     create = _CREATE_PMF
 
@@ -320,6 +325,8 @@ def _gaussian_pld(
             use_connect_dots=pessimistic,
         )
 
+    if replace_one:
+        return pld_lib.PrivacyLossDistribution(pmf(plm.AdjacencyType.REPLACE))
     return pld_lib.PrivacyLossDistribution(pmf(plm.AdjacencyType.REMOVE), pmf(plm.AdjacencyType.ADD))
 
 
@@ -328,23 +335,20 @@ def replace_one_gaussian_pld(
 ) -> pld_lib.PrivacyLossDistribution:
     """``pld_lib.from_gaussian_mechanism(sigma, sampling_prob=q, neighboring_relation=REPLACE_ONE)`` (one symmetric
     PMF, connect-the-dots, pessimistic), bit for bit, its grid's inverse privacy losses computed on whole arrays
-    (:class:`_VectorizedGaussianPrivacyLoss`); q = 1, or a dp_accounting without the private PMF hook, is the library's
-    own build."""
-    sigma, q = float(noise_multiplier), float(sampling_probability)
-    if q == 1.0 or _CREATE_PMF is None:
-        return pld_lib.from_gaussian_mechanism(
-            standard_deviation=sigma,
-            value_discretization_interval=discretization,
-            sampling_prob=q,
-            neighboring_relation=_REPLACE_ONE,
-        )
-    loss = _VectorizedGaussianPrivacyLoss(
-        sigma, pessimistic_estimate=True, sampling_prob=q, adjacency_type=plm.AdjacencyType.REPLACE
+    (:class:`_VectorizedGaussianPrivacyLoss`)."""
+    return _gaussian_pld(noise_multiplier, sampling_probability, discretization, pessimistic=True, replace_one=True)
+
+
+def _gaussian_steps_pld(
+    noise_multiplier: float, count: int, discretization: float, relation: NeighboringRelation
+) -> pld_lib.PrivacyLossDistribution:
+    """``count`` Gaussian steps of noise multiplier sigma on sensitivity 1, composed: one Gaussian of std
+    sigma / sqrt(count), as the library's accountant composes a ``GaussianDpEvent`` repeated ``count`` times."""
+    return pld_lib.from_gaussian_mechanism(
+        standard_deviation=noise_multiplier / math.sqrt(count),
+        value_discretization_interval=discretization,
+        neighboring_relation=relation,
     )
-    pmf = _CREATE_PMF(
-        loss, pessimistic_estimate=True, value_discretization_interval=discretization, use_connect_dots=True
-    )
-    return pld_lib.PrivacyLossDistribution(pmf)
 
 
 def replace_one_epsilon(items: Sequence[_PldItem], delta: float, discretization: float) -> float:
@@ -358,11 +362,7 @@ def replace_one_epsilon(items: Sequence[_PldItem], delta: float, discretization:
     for item in noisy:
         if item[0] == "gaussian":
             _, sigma, count = item
-            step = pld_lib.from_gaussian_mechanism(
-                standard_deviation=sigma / math.sqrt(count),
-                value_discretization_interval=discretization,
-                neighboring_relation=_REPLACE_ONE,
-            )
+            step = _gaussian_steps_pld(sigma, count, discretization, _REPLACE_ONE)
         else:
             _, q, sigma, count = item
             step = replace_one_gaussian_pld(sigma, q, discretization).self_compose(count)
@@ -664,11 +664,7 @@ def _item_pld(item: _NoisyItem, discretization: float, restated: bool = False) -
     ``restated``, by :func:`self_compose` (the same PMF bit for bit, for the audits' claim curves)."""
     if item[0] == "gaussian":
         _, sigma, count = item
-        return pld_lib.from_gaussian_mechanism(
-            standard_deviation=sigma / math.sqrt(count),
-            value_discretization_interval=discretization,
-            neighboring_relation=_ADD_OR_REMOVE,
-        )
+        return _gaussian_steps_pld(sigma, count, discretization, _ADD_OR_REMOVE)
     _, q, sigma, count = item
     key = (q, sigma, count, discretization, restated)
     composed = _SEGMENT_PLDS.get(key)
