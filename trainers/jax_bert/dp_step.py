@@ -92,13 +92,14 @@ StepFn = Callable[
 Key = tuple[str, ...]
 
 
-def _path_key(path: Sequence[Any]) -> Key:
+def path_key(path: Sequence[Any]) -> Key:
+    """A parameter's :data:`Key` from its path in ``jax.tree_util.tree_flatten_with_path``."""
     return tuple(str(getattr(part, "key", part)) for part in path)
 
 
 def check_frozen(params: PyTree, frozen: frozenset[Key]) -> None:
     """A ValueError unless every frozen key names a parameter of ``params`` (a typo would train it silently)."""
-    present = {_path_key(path) for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]}
+    present = {path_key(path) for path, _ in jax.tree_util.tree_flatten_with_path(params)[0]}
     missing = sorted("/".join(key) for key in frozen - present)
     if missing:
         raise ValueError(f"frozen parameters {missing} are not parameters of the model.")
@@ -112,7 +113,7 @@ def freeze_loss(loss_fn: LossFn, frozen: frozenset[Key]) -> LossFn:
 
     def loss(params: PyTree, example: PyTree) -> tuple[jax.Array, dict[str, jax.Array]]:
         held = jax.tree_util.tree_map_with_path(
-            lambda path, p: jax.lax.stop_gradient(p) if _path_key(path) in frozen else p, params
+            lambda path, p: jax.lax.stop_gradient(p) if path_key(path) in frozen else p, params
         )
         return loss_fn(held, example)
 
@@ -123,7 +124,7 @@ def zero_frozen(tree: PyTree, frozen: frozenset[Key]) -> PyTree:
     """``tree`` with its frozen leaves replaced by zeros (a frozen parameter gets no gradient and no noise)."""
     if not frozen:
         return tree
-    return jax.tree_util.tree_map_with_path(lambda path, x: jnp.zeros_like(x) if _path_key(path) in frozen else x, tree)
+    return jax.tree_util.tree_map_with_path(lambda path, x: jnp.zeros_like(x) if path_key(path) in frozen else x, tree)
 
 
 def keep_frozen(new: PyTree, old: PyTree, frozen: frozenset[Key]) -> PyTree:
@@ -131,7 +132,7 @@ def keep_frozen(new: PyTree, old: PyTree, frozen: frozenset[Key]) -> PyTree:
     either), bit for bit."""
     if not frozen:
         return new
-    return jax.tree_util.tree_map_with_path(lambda path, n, o: o if _path_key(path) in frozen else n, new, old)
+    return jax.tree_util.tree_map_with_path(lambda path, n, o: o if path_key(path) in frozen else n, new, old)
 
 
 def check_clip_norm(clip_norm: float) -> float:

@@ -235,7 +235,7 @@ def trained_parameters(params: Any, freeze: str) -> dict[str, Any]:
     parameter counts."""
     frozen = frozen_parameters(freeze)
     sizes = {
-        tuple(str(getattr(p, "key", p)) for p in path): int(np.prod(leaf.shape))
+        dp_step.path_key(path): int(np.prod(leaf.shape))
         for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
     }
     frozen_count = sum(n for key, n in sizes.items() if key in frozen)
