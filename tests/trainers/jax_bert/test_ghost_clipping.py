@@ -16,8 +16,9 @@ VOCAB, LENGTH, N_PRED = 53, 12, 4
 
 
 @functools.lru_cache(maxsize=1)
-def case():
-    cfg = model.preset_config("tiny", vocab_size=VOCAB, max_position_embeddings=16)
+def case(**overrides):
+    """The tiny masked LM (``overrides``: of its preset config) and its parameters."""
+    cfg = model.preset_config("tiny", vocab_size=VOCAB, max_position_embeddings=16, **overrides)
     net = model.FlaxBertForMaskedLM(cfg)
     params = model.init_params(cfg, jax.random.key(0), seq_len=LENGTH)
     # Train a little so the LayerNorm scales/biases and the output bias are not at their init values.
@@ -81,15 +82,22 @@ def test_clipped_sum_equals_vmap_oracle_leaf_by_leaf(clip_norm, token_types):
         assert total <= 7 * clip_norm * (1 + 1e-5)
 
 
-def test_removing_one_example_moves_the_sum_by_at_most_c():
-    _, params = case()
+def removal_move(ghost, params) -> float:
+    """How far removing one example (from the middle of :func:`batch` 2) moves ``ghost``'s clipped sum at C = 0.05."""
     data, mask = batch(2)
-    _, ghost = engines()
     full, _ = ghost(params, data, mask, np.float32(0.05))
     fewer = mask.copy()
     fewer[0, 1] = 0.0
     less, _ = ghost(params, data, fewer, np.float32(0.05))
-    diff = np.sqrt(sum(float(np.sum(np.square(a - b))) for a, b in zip(jax.tree.leaves(full), jax.tree.leaves(less))))
+    return float(
+        np.sqrt(sum(float(np.sum(np.square(a - b))) for a, b in zip(jax.tree.leaves(full), jax.tree.leaves(less))))
+    )
+
+
+def test_removing_one_example_moves_the_sum_by_at_most_c():
+    _, params = case()
+    _, ghost = engines()
+    diff = removal_move(ghost, params)
     assert 0.05 * 0.99 <= diff <= 0.05 * (1 + 1e-5)  # the removed example was clipped, so the bound is met
 
 
