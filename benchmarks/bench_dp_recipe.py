@@ -134,6 +134,8 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from dpaudit.files.run_dirs import read_jsonl, write_jsonl
+
 EPSILON = "8"
 
 
@@ -184,7 +186,7 @@ KEYS = (
 
 
 def figure(run: Path) -> Figure:
-    rows = [json.loads(line) for line in (run / "metrics.jsonl").read_text(encoding="utf-8").splitlines() if line]
+    rows = list(read_jsonl(run / "metrics.jsonl"))
     summary = json.loads((run / "manifest.json").read_text(encoding="utf-8"))["summary"]
     start_eval = summary.get("start_eval") or {}
     for key, base_key in KEYS:
@@ -203,24 +205,14 @@ class Recipe:
     args: tuple[str, ...]
 
 
-def read_texts(path: Path) -> list[dict[str, object]]:
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
-
-
-def write_jsonl(path: Path, rows: list[dict[str, object]]) -> None:
-    tmp = path.with_suffix(".tmp")
-    tmp.write_text("".join(json.dumps({"text": r["text"]}) + "\n" for r in rows), encoding="utf-8")
-    os.replace(tmp, path)
-
-
 def pseudo_directory(real: Path, root: Path, heldout: int) -> Path:
     """The search's inject directory, from the real ``public.jsonl`` only: pseudo-private rows (as many as the real
     train.jsonl), ``heldout`` pseudo-held-out rows and the rest as pseudo-public rows, drawn at random (seed 0)."""
     pseudo = root / "pseudo-data"
     if (pseudo / "manifest.json").is_file():
         return pseudo
-    rows = read_texts(real / "public.jsonl")
-    n_train = len(read_texts(real / "train.jsonl"))
+    rows = [{"text": r["text"]} for r in read_jsonl(real / "public.jsonl")]
+    n_train = sum(1 for _ in read_jsonl(real / "train.jsonl"))
     if n_train + heldout >= len(rows):
         raise SystemExit(f"{real / 'public.jsonl'}: {len(rows)} public rows cannot hold {n_train} + {heldout} rows")
     random.Random(0).shuffle(rows)
@@ -360,7 +352,7 @@ def search(task: Task, root: Path, real: Path, names: list[str] | None, search_d
         scored.append((recipe, figure(run)))
     start_value = scored[0][1].start
     print(
-        f"\nsearch ({task.name}, PUBLIC rows only: pseudo-private {len(read_texts(pseudo / 'train.jsonl'))} rows, "
+        f"\nsearch ({task.name}, PUBLIC rows only: pseudo-private {sum(1 for _ in read_jsonl(pseudo / 'train.jsonl'))} rows, "
         f"{task.search_eval_rows} pseudo-held-out), epsilon {EPSILON}, one seed each"
     )
     print(f"  {'recipe':<34} {'held-out':>9} {'- start':>8} {'x non-private':>14}")
