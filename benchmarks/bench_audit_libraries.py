@@ -174,7 +174,9 @@ def correct_configurations(canaries: int, runs: int, epsilons: list[float], only
 def opacus_one_run_spread(canaries: int, seeds: int, epsilons: list[float]) -> None:
     """The one-run bound's spread over ``seeds`` independent correct Opacus runs (PRV, SGD) under hooks and under ghost
     clipping, each seed's coins and noise the same in both modes: the validity count (bounds above the claim, at most
-    the stated 5%) and whether the two clipping modes read the same bound on the same draw."""
+    the stated 5%) and whether the two clipping modes read the same bound on the same draw. Shares of a lower bound
+    print rounded down."""
+    from dpaudit.common.figures import format_down as down
     from dpaudit.whitebox.gradient_path import audit_gradient_path
 
     print(
@@ -194,8 +196,8 @@ def opacus_one_run_spread(canaries: int, seeds: int, epsilons: list[float]) -> N
                 got.append(_verdict_bounds(analysis)[0] / float(analysis.claim.epsilon))
             a = np.asarray(got)
             print(
-                f"{mode:<8}{epsilon:>4g}  mean {a.mean():.3f}  sd {a.std(ddof=1):.3f}  least {a.min():.3f}  most "
-                f"{a.max():.3f}  > claim {int((a > 1).sum())}/{seeds}  ({time.perf_counter() - start:.0f} s)",
+                f"{mode:<8}{epsilon:>4g}  mean {down(a.mean())}  sd {a.std(ddof=1):.3f}  least {down(a.min())}  most "
+                f"{down(a.max())}  > claim {int((a > 1).sum())}/{seeds}  ({time.perf_counter() - start:.0f} s)",
                 flush=True,
             )
         same = sum(h == g for h, g in zip(shares["hooks"], shares["ghost"]))
@@ -490,6 +492,7 @@ def jax_one_run_spread(canaries: int, seeds: int, epsilons: list[float], only: s
     above the claim (the validity count: at most 5% of them for a correct run). With ``runs`` R > 1 the ideal audits
     pool R runs each, and their multi-run share is printed too (the real multi-run audits are part 1j's, one per row:
     R real runs cost R times a one-run audit, the ideal ones little)."""
+    from dpaudit.common.figures import format_down as down
     from dpaudit.common.figures import format_up as up
     from dpaudit.whitebox.gradient_path import audit_gradient_path
 
@@ -538,14 +541,14 @@ def jax_one_run_spread(canaries: int, seeds: int, epsilons: list[float], only: s
             plan = _planned_one_run_share(claim, canaries)
             r, i, p = np.asarray(real), np.asarray(ideal), np.asarray(pooled)
             more = (
-                f"{p.mean():>12.3f}{p.std(ddof=1):>7.3f}{p.min():>7.3f}{p.max():>7.3f}{int((p > 1).sum()):>6}/{seeds:<2}"
+                f"{down(p.mean()):>12}{p.std(ddof=1):>7.3f}{down(p.min()):>7}{down(p.max()):>7}{int((p > 1).sum()):>6}/{seeds:<2}"
                 if runs > 1
                 else ""
             )
             print(
-                f"{name:<30}{epsilon:>4g}{up(float(claim.epsilon)):>7}{plan:>6.2f}{r.mean():>11.3f}{r.std(ddof=1):>7.3f}"
-                f"{r.min():>7.3f}{r.max():>7.3f}{int((r > 1).sum()):>6}/{seeds:<2}{i.mean():>12.3f}{i.std(ddof=1):>7.3f}"
-                f"{i.min():>7.3f}{i.max():>7.3f}{int((i > 1).sum()):>6}/{seeds:<2}{more}"
+                f"{name:<30}{epsilon:>4g}{up(float(claim.epsilon)):>7}{plan:>6.2f}{down(r.mean()):>11}{r.std(ddof=1):>7.3f}"
+                f"{down(r.min()):>7}{down(r.max()):>7}{int((r > 1).sum()):>6}/{seeds:<2}{down(i.mean()):>12}"
+                f"{i.std(ddof=1):>7.3f}{down(i.min()):>7}{down(i.max()):>7}{int((i > 1).sum()):>6}/{seeds:<2}{more}"
                 f"{time.perf_counter() - start:>7.0f}",
                 flush=True,
             )
