@@ -68,6 +68,7 @@ __all__ = [
     "probe_config",
     "probe_cost",
     "in_process_cpu",
+    "in_process_evaluations",
     "in_process_lines",
     "probe_lines",
     "worth_probing",
@@ -87,21 +88,29 @@ PROBE_ABOVE_WEIGHT_BYTES = 10 * 2**20
 
 @dataclass(frozen=True)
 class InProcessRate:
-    """CPU seconds on the reference machine of one model trained in this process: ``fixed + per_unit x tokens``
-    (``tokens``: :func:`dpaudit.common.cost_model.training_work`'s units), its steps x ``lora`` for a ``--peft lora``
-    model (its frozen weights get no gradient)."""
+    """CPU seconds on the reference machine of one model trained in this process: ``fixed + per_unit x tokens +
+    evaluation x held-out tokens`` (``tokens``: :func:`dpaudit.common.cost_model.training_work`'s units; held-out
+    tokens: :func:`in_process_evaluations`' evaluations x rows x ``max_length``), its steps x ``lora`` for a ``--peft
+    lora`` model (its frozen weights get no gradient; its evaluations are priced as a full model's: 1.03-1.14x measured,
+    the forward pass crosses the base either way)."""
 
     fixed: float
     per_unit: float
     lora: float
+    evaluation: float
 
 
 #: The measured table's kinds (:func:`dpaudit.common.cost_model.training_work`; edp-sgd's masked LMs fall under
 #: ``classifier``) -> the in-process rate (module docstring). The DP kinds are fitted; a non-private kind is its DP
-#: kind's fit x the measured table's non-private / DP per-token ratio (not measured on shadows).
+#: kind's fit x the measured table's non-private / DP per-token ratio (not measured on shadows), and its evaluations
+#: cost the same (no clipping in a forward pass). ``evaluation``: the CPU of one held-out evaluation of tiny edp-sgd
+#: models at ``max_length`` 32, 64 and 512 rows, over its rows x 32 (classify 3.0-3.5e-6, masked LM 4.0-4.5e-6, causal
+#: LM 8.8-9.6e-6, full and LoRA, at load 8). The fits of ``fixed`` and ``per_unit`` held the evaluations of their
+#: models (3 and 7 of 40 rows): priced apart now, they are taken out (the causal fit's 0.17 and 3.9e-5 less 0.012 s
+#: and 9.4e-7 a token; the classifier's change is under the figures' last digit).
 IN_PROCESS: dict[str, InProcessRate] = {
-    "classifier-dp": InProcessRate(fixed=0.17, per_unit=2.5e-5, lora=0.66),
-    "causal-dp": InProcessRate(fixed=0.17, per_unit=3.9e-5, lora=0.77),
+    "classifier-dp": InProcessRate(fixed=0.17, per_unit=2.5e-5, lora=0.66, evaluation=3.6e-6),
+    "causal-dp": InProcessRate(fixed=0.16, per_unit=3.8e-5, lora=0.77, evaluation=9.0e-6),
 }
 IN_PROCESS["classifier"] = dataclasses.replace(
     IN_PROCESS["classifier-dp"],
@@ -113,16 +122,44 @@ IN_PROCESS["causal"] = dataclasses.replace(
 )
 
 
-def in_process_cpu(trainer: str, config: dict[str, Any], steps: int | None) -> tuple[float, str] | None:
+def _positive(config: dict[str, Any], key: str) -> int | None:
+    value = config.get(key)
+    return value if isinstance(value, int) and not isinstance(value, bool) and value > 0 else None
+
+
+def in_process_evaluations(config: dict[str, Any], heldout_rows: int) -> tuple[int, int]:
+    """(evaluations, rows each) of one model of a torch trainer (a Config counted in ``epochs``) whose held-out split
+    has ``heldout_rows`` rows: one evaluation at each epoch's end (the loop's ``eval_every`` is an epoch's steps; the
+    last is the final one), one more before the first step when a private run starts from ``init_from`` (the start's
+    held-out utility on the same rows), each of the first ``eval_examples`` rows. The held-out split is each model's
+    own: an attack's models evaluate the rows of its pool they did not train on unless the target's held-out rows
+    stand for them (:func:`dpaudit.attacks.shadow_models.train_shadows`), so LiRA's causal and masked-LM shadows
+    evaluate up to ``eval_examples`` rows of the audit universe (on labelled data, whose held-out rows carry labels
+    their unlabelled pool does not) where RMIA's evaluate the target's held-out rows. ``eval_examples`` 0: none."""
+    epochs = _positive(config, "epochs") or 1
+    private = training_work("edp-sgd", config, None).kind.endswith("-dp")
+    start = 1 if private and config.get("init_from") else 0
+    cap = config.get("eval_examples")
+    rows = max(0, heldout_rows)
+    if isinstance(cap, int) and not isinstance(cap, bool):
+        rows = min(rows, max(0, cap))
+    return (epochs + start, rows) if rows else (0, 0)
+
+
+def in_process_cpu(
+    trainer: str, config: dict[str, Any], steps: int | None, *, heldout_rows: int = 0
+) -> tuple[float, str] | None:
     """CPU seconds on the reference machine of one model trained in this process (:data:`IN_PROCESS`) and its kind's
     title; None for a kind the table does not hold (jax-bert's: compiling its step is a per-process cost it prices
-    already)."""
+    already). ``heldout_rows``: the model's held-out rows (:func:`in_process_evaluations`; 0 prices no evaluation)."""
     one = training_work(trainer, config, steps)
     rate = IN_PROCESS.get(one.kind)
     if rate is None:
         return None
     per_unit = rate.per_unit * (rate.lora if config.get("peft") == "lora" else 1.0)
-    return rate.fixed + per_unit * one.units, RATES[one.kind].title
+    evaluations, rows = in_process_evaluations(config, heldout_rows)
+    evaluated = evaluations * rows * (_positive(config, "max_length") or 128)
+    return rate.fixed + per_unit * one.units + rate.evaluation * evaluated, RATES[one.kind].title
 
 
 def in_process_lines(
@@ -131,17 +168,21 @@ def in_process_lines(
     steps: int | None,
     *,
     todo: int,
+    heldout_rows: int = 0,
     speed: float | None = None,
     load: float | None = None,
     cores: int | None = None,
 ) -> list[str] | None:
     """The estimate's two lines for ``todo`` models trained one after the other in this process (:data:`IN_PROCESS`
     x this machine's speed, :func:`dpaudit.common.resources.speed_factor`; the wall time at the current load,
-    :func:`dpaudit.common.resources.wall_seconds`); None when :func:`in_process_cpu` has no rate for them."""
-    priced = in_process_cpu(trainer, config, steps)
+    :func:`dpaudit.common.resources.wall_seconds`), each evaluating its ``heldout_rows`` held-out rows
+    (:func:`in_process_evaluations`); None when :func:`in_process_cpu` has no rate for them."""
+    priced = in_process_cpu(trainer, config, steps, heldout_rows=heldout_rows)
     if priced is None:
         return None
     one, title = priced
+    evaluations, rows = in_process_evaluations(config, heldout_rows)
+    evaluated = f" and {evaluations} held-out evaluations of {rows} rows" if evaluations else ""
     speed = resources.speed_factor() if speed is None else speed
     load = resources.current_load() if load is None else load
     cores = resources.available_cores() if cores is None else cores
@@ -150,8 +191,8 @@ def in_process_lines(
     plural = "s" if todo > 1 else ""
     return [
         f"estimated CPU time of {todo} shadow model{plural}: {_seconds(cpu)} ({_seconds(cpu / todo)} each: a "
-        f"{title} in this process, from the table of shadow models, x{speed:.2g} for this machine's speed on "
-        "a 0.5 s probe)",
+        f"{title}{evaluated} in this process, from the table of shadow models, x{speed:.2g} for this machine's "
+        "speed on a 0.5 s probe)",
         f"estimated wall time at the current load ({load:.1f} on {cores} cores): about {_seconds(wall)}",
     ]
 
@@ -209,10 +250,14 @@ def probe_config(config: Any, rows: int) -> tuple[Any, int]:
 
 
 def evaluations(config: Any, steps: int) -> int:
-    """Held-out evaluations a run of ``steps`` steps makes besides the last one (``eval_every``; the skeleton's
-    ``_after_step``)."""
+    """Held-out evaluations a run of ``steps`` steps makes besides the last one (the skeleton's ``_after_step``):
+    every ``eval_every`` steps (jax-bert), or at each epoch's end for a Config counted in ``epochs`` with no
+    ``eval_every`` (the torch trainers: their loop evaluates every epoch's steps)."""
     every = getattr(config, "eval_every", None)
-    return max(0, (steps - 1) // every) if isinstance(every, int) and every > 0 else 0
+    if isinstance(every, int) and every > 0:
+        return max(0, (steps - 1) // every)
+    epochs = getattr(config, "epochs", None)
+    return epochs - 1 if isinstance(epochs, int) and not isinstance(epochs, bool) and epochs > 1 else 0
 
 
 def _read_windows(model_dir: Path) -> list[float]:

@@ -864,7 +864,9 @@ def train_shadows(
             lines = _probe_estimate(trainer, first, todo, public, pool, run, cache, options)
         parallel = (getattr(options, "workers", None) or 1) > 1 or getattr(options, "ray_address", None) is not None
         if lines is None and not parallel and not probing:  # small models trained here: no process start-up each
-            lines = shadow_cost.in_process_lines(recipe.trainer, config, first.steps, todo=todo)
+            lines = shadow_cost.in_process_lines(
+                recipe.trainer, config, first.steps, todo=todo, heldout_rows=len(first.rows_out)
+            )
         if lines is None:  # the measured table, scaled to this machine and load
             # priced as the models that will train (their config and steps: a halved batch, other epochs); the
             # target's measured training stands for one only when they run its steps at its batch

@@ -9,6 +9,7 @@ bench_lora_shadows.py's to say.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -60,7 +61,10 @@ def test_the_estimate_is_linear_in_steps_and_models_and_prices_evaluations():
     probe = ProbeCost(step=0.5, evaluation=3.0, fixed=10.0, wall=20.0, cpu=30.0, steps=PROBE_STEPS)
     config = EpochConfig()
     one, two = model_seconds(probe, config, 100), model_seconds(probe, config, 200)
-    assert one == pytest.approx(10.0 + 50.0 + 3.0) and two - one == pytest.approx(100 * 0.5)
+    # a Config counted in epochs evaluates at each epoch's end (the torch loop's eval_every is an epoch's steps)
+    assert one == pytest.approx(10.0 + 50.0 + 3 * 3.0) and two - one == pytest.approx(100 * 0.5)
+    no_eval_every = dataclasses.make_dataclass("TorchConfig", [("epochs", int), ("batch_size", int)])(2, 32)
+    assert model_seconds(probe, no_eval_every, 100) == pytest.approx(10.0 + 50.0 + 2 * 3.0)
     assert model_seconds(probe, StepConfig(), 500) == pytest.approx(10.0 + 250.0 + 5 * 3.0)  # 4 more evaluations
 
     def seconds(line: str) -> float:
@@ -68,14 +72,14 @@ def test_the_estimate_is_linear_in_steps_and_models_and_prices_evaluations():
         number, unit = figure.split()
         return float(number) * (60 if unit.startswith("min") else 1)
 
-    small = ProbeCost(step=0.1, evaluation=1.0, fixed=2.0, wall=4.0, cpu=6.0, steps=PROBE_STEPS)  # 13 s a model
+    small = ProbeCost(step=0.1, evaluation=1.0, fixed=2.0, wall=4.0, cpu=6.0, steps=PROBE_STEPS)  # 15 s a model
     lines1, lines4 = (probe_lines(small, config, 100, todo=k) for k in (1, 4))
-    assert seconds(lines1[1]) == 13 and seconds(lines4[1]) == 52  # wall: k models, one after the other
-    assert seconds(lines1[0]) == 20  # CPU: the wall times the probe's CPU / wall (19.5, rounded up)
+    assert seconds(lines1[1]) == 15 and seconds(lines4[1]) == 60  # wall: k models, one after the other
+    assert seconds(lines1[0]) == 23  # CPU: the wall times the probe's CPU / wall (22.5, rounded up)
     tenth = probe_lines(
         ProbeCost(step=0.01, evaluation=0.1, fixed=1.0, wall=2.0, cpu=2.0, steps=6), config, 100, todo=1
     )
-    assert seconds(tenth[1]) == pytest.approx(2.1)  # below 10 s: to a tenth, rounded up
+    assert seconds(tenth[1]) == pytest.approx(2.3)  # below 10 s: to a tenth, rounded up
     assert "6-step probe" in lines1[0] and "100 ms a step" in lines1[0]
 
 
@@ -135,3 +139,19 @@ def test_models_trained_in_this_process_pay_no_process_start_up():
     loaded = shadow_cost.in_process_lines("edp-sgd", config, 24, todo=4, speed=2.0, load=10.0, cores=2)
     assert loaded is not None and seconds(loaded[1]) > 2 * seconds(four[1])  # shared cores: longer
     assert "training in this process" in four[0] and "(10.0 on 2 cores)" in loaded[1]
+
+
+def test_in_process_models_are_priced_their_held_out_evaluations():
+    """One evaluation per epoch, one more before a private run from a start; each of up to ``eval_examples`` rows;
+    priced per held-out token by the kind's rate (tests/attacks/test_shadow_evaluations.py counts them on real runs)."""
+    config = {"task": "clm", "mode": "dp-sgd", "batch_size": 32, "max_length": 32, "epochs": 2, "eval_examples": 512}
+    assert shadow_cost.in_process_evaluations(config, 918) == (2, 512)
+    assert shadow_cost.in_process_evaluations({**config, "init_from": "start"}, 40) == (3, 40)
+    assert shadow_cost.in_process_evaluations({**config, "init_from": "start", "mode": "sgd"}, 40) == (2, 40)
+    assert shadow_cost.in_process_evaluations({**config, "eval_examples": 0}, 40) == (0, 0)
+    assert shadow_cost.in_process_evaluations(config, 0) == (0, 0)
+    cpu, _ = shadow_cost.in_process_cpu("edp-sgd", config, 24)
+    with_rows, _ = shadow_cost.in_process_cpu("edp-sgd", config, 24, heldout_rows=918)
+    assert with_rows - cpu == pytest.approx(shadow_cost.IN_PROCESS["causal-dp"].evaluation * 2 * 512 * 32)
+    lines = shadow_cost.in_process_lines("edp-sgd", config, 24, todo=4, heldout_rows=918, speed=1.0, load=0.0, cores=2)
+    assert lines is not None and "2 held-out evaluations of 512 rows" in lines[0]
