@@ -32,15 +32,19 @@ about as much as they do) are priced by :data:`IN_PROCESS`, a table of shadow mo
 one after the other in this process: the measured table's kinds were fitted on ``dpaudit`` subprocesses (a demo stage),
 whose fixed cost (importing torch and transformers, building the tokenizer, the start-up of a process: 0.5-2 CPU s of
 the table's, plus 1.4 s a shadow model) a model trained in a process that has all of that loaded does not pay. Its
-``fixed`` (building the model from its start, writing its data folder, evaluating, exporting: 0.14-0.20 CPU s) and
-``per_unit`` (CPU seconds per token seen) are fitted on ``benchmarks/bench_lora_shadows.py``'s tiny DP shadows at 24 and
-72 steps (2 and 6 epochs of 363 rows, batch 32, 32 tokens), each model's CPU measured apart from the probe's
-(:func:`in_process_lines`). It holds for small models only: on ``mini`` shadows (4 x 256, 18 steps) it read 0.19-0.22x
-their CPU (its price of a token does not grow with the model), and those are probed (larger than
-:data:`PROBE_ABOVE_WEIGHT_BYTES`). On tiny shadows it was not fitted on (75 steps of 450 rows) it read 0.94-1.08x their
-CPU. When a model that should be probed cannot be (a recipe started from a fresh copy of a model trained elsewhere, a
-trainer error), and for parallel ``--workers`` (a process per model), the measured table's estimate is printed,
-start-up included.
+``fixed`` (building the model from its start, writing its data folder, exporting: 0.14-0.20 CPU s) and ``per_unit`` (CPU
+seconds per token seen) are fitted on ``benchmarks/bench_lora_shadows.py``'s tiny DP shadows at 24 and 72 steps (2 and 6
+epochs of 363 rows, batch 32, 32 tokens), each model's CPU measured apart from the probe's (:func:`in_process_lines`).
+It holds for small models only: on ``mini`` shadows (4 x 256, 18 steps) it read 0.19-0.22x their CPU (its price of a
+token does not grow with the model), and those are probed (larger than :data:`PROBE_ABOVE_WEIGHT_BYTES`). On tiny
+shadows it was not fitted on (75 steps of 450 rows) it read 0.94-1.08x their CPU. Its ``evaluation`` prices each model's
+held-out evaluations (:func:`in_process_evaluations`) apart, by the rows that model evaluates: LiRA's shadows of a
+causal or masked LM on labelled data evaluate up to 512 rows of the audit universe, three times (a third of a tiny
+causal shadow's CPU), where RMIA's evaluate the target's held-out rows (40 at the benchmark's size); without it the
+estimate read 0.59-0.72x the CPU of LiRA's causal shadows, with it 0.92-1.00x (0.78-1.11x over every attack and target:
+``benchmarks/bench_attack_cost.py --shadow-check``). When a model that should be probed cannot be (a recipe started from
+a fresh copy of a model trained elsewhere, a trainer error), and for parallel ``--workers`` (a process per model), the
+measured table's estimate is printed, start-up included.
 """
 
 from __future__ import annotations
