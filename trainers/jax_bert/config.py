@@ -29,7 +29,10 @@ Preset = Literal["tiny", "mini", "small", "base", "large"]
 Sampling = Literal["poisson", "shuffle"]
 ClipEngine = Literal["ghost", "vmap"]
 LrDecay = Literal["quadratic", "none"]
-Freeze = Literal["none", "embeddings"]
+Freeze = Literal["none", "embeddings", "below-top", "weights"]
+
+#: The --freeze choices the ghost clipping engine computes (the others take --clip-engine vmap).
+GHOST_FREEZES: tuple[str, ...] = ("none", "embeddings")
 
 #: Tokenizer vocabulary used when ``--vocab-size`` is not given (tiny models learn fast on small vocabularies).
 DEFAULT_VOCAB_SIZE: dict[str, int] = {"tiny": 2000, "mini": 8000, "small": 8000, "base": 30522, "large": 30522}
@@ -138,10 +141,14 @@ class JaxBertConfig(DpOptions):
     freeze: Freeze = field(
         default="none",
         metadata=_help(
-            "Parameters left untrained: none, or embeddings (the word, position and token-type tables; the word "
-            "table is tied to the MLM decoder, whose bias stays trained). Frozen parameters get no gradient, no noise "
+            "Parameters left untrained: none; embeddings (the word, position and token-type tables; the word "
+            "table is tied to the MLM decoder, whose bias stays trained); below-top (everything below the top "
+            "encoder layer: the embeddings with their LayerNorm and every lower layer; the top layer and the MLM head "
+            "train); weights (every weight matrix and table: "
+            "only the biases and LayerNorm parameters train, BitFit). Frozen parameters get no gradient, no noise "
             "and no update; the trained ones are clipped to C together, so the sensitivity and epsilon are unchanged. "
-            "Under DP a table of mostly rare tokens gets sparse gradients but dense noise."
+            "Under DP a table of mostly rare tokens gets sparse gradients but dense noise. below-top and weights "
+            "take --clip-engine vmap in a private run."
         ),
     )
     non_private: bool = field(
@@ -196,6 +203,11 @@ class JaxBertConfig(DpOptions):
             value = getattr(self, name)
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"--{name.replace('_', '-')} must be an integer >= 0, got {value!r}.")
+        if self.private and self.freeze not in GHOST_FREEZES and self.clip_engine == "ghost":
+            raise ValueError(
+                f"--freeze {self.freeze} needs --clip-engine vmap: the ghost engine freezes no parameter or the "
+                "embedding tables only."
+            )
         if self.max_length < 8:
             raise ValueError(f"--max-length must be >= 8, got {self.max_length}.")
         if self.max_length > MAX_POSITIONS:

@@ -225,15 +225,35 @@ class _Compiled:
     eval_sums: Any  # jit: (params, batch [B, ...], weights [B]) -> [loss_sum, n_correct, n_predictions]
 
 
-def frozen_parameters(freeze: str) -> frozenset[dp_step.Key]:
-    """The parameter paths ``--freeze`` leaves untrained (none, or the three embedding tables)."""
-    return EMBEDDING_TABLES if freeze == "embeddings" else frozenset()
+def parameter_keys(params: Any) -> frozenset[dp_step.Key]:
+    """Every parameter's path in ``params`` (arrays or shapes)."""
+    return frozenset(dp_step.path_key(path) for path, _ in jax.tree_util.tree_flatten_with_path(params)[0])
+
+
+def frozen_parameters(freeze: str, keys: frozenset[dp_step.Key]) -> frozenset[dp_step.Key]:
+    """The parameter paths ``--freeze`` leaves untrained among the model's parameter paths ``keys``: none; the three
+    embedding tables; ``below-top``: everything below the top encoder layer (the embeddings, their LayerNorm and
+    every lower layer; the top layer and the MLM head train); ``weights``: every weight matrix and table, so only
+    the biases and LayerNorm parameters train (BitFit, Ben Zaken et al. 2022; under DP, Bu et al. 2022,
+    "Differentially Private Bias-Term only Fine-tuning"). docs/trainers.md, "Frozen parameters"."""
+    if freeze == "none":
+        return frozenset()
+    if freeze == "embeddings":
+        return EMBEDDING_TABLES
+    if freeze == "weights":
+        return frozenset(key for key in keys if key[-1] not in ("bias", "scale"))
+    if freeze == "below-top":
+        layers = [key for key in keys if key[:3] == ("bert", "encoder", "layer")]
+        top = str(max(int(key[3]) for key in layers))
+        below = {key for key in layers if key[3] != top}
+        return frozenset(below | {key for key in keys if key[:2] == ("bert", "embeddings")})
+    raise ValueError(f"--freeze {freeze!r} is not one of none, embeddings, below-top, weights.")
 
 
 def trained_parameters(params: Any, freeze: str) -> dict[str, Any]:
     """What the run trains, for privacy.json's mechanism and the summary: ``--freeze`` and the trained and frozen
     parameter counts."""
-    frozen = frozen_parameters(freeze)
+    frozen = frozen_parameters(freeze, parameter_keys(params))
     sizes = {
         dp_step.path_key(path): int(np.prod(leaf.shape))
         for path, leaf in jax.tree_util.tree_flatten_with_path(params)[0]
@@ -278,7 +298,8 @@ def compiled_functions(
         learning_rate=learning_rate, warmup_steps=warmup_steps, weight_decay=weight_decay, decay=lr_decay
     )
     loss_fn = functools.partial(example_mlm_loss, model=model)
-    frozen = frozen_parameters(freeze)
+    shapes = jax.eval_shape(lambda: init_params(bert_config, jax.random.key(0)))
+    frozen = frozen_parameters(freeze, parameter_keys(shapes))
     if private:
         clipped_sum = (
             make_ghost_clipped_sum_fn(model, clip_norm=clip_norm, frozen=frozen) if clipping == "ghost" else None
@@ -577,7 +598,7 @@ class _Plugin(TrainerPlugin):
             max_predictions=config.resolved_max_predictions,
             freeze=config.freeze,
         )
-        dp_step.check_frozen(self.params, frozen_parameters(config.freeze))
+        dp_step.check_frozen(self.params, frozen_parameters(config.freeze, parameter_keys(self.params)))
         self._setup_eval()
 
     def _train_tokenizer(self, resume_state: Mapping[str, Any] | None) -> None:
