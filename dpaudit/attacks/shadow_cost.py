@@ -75,6 +75,7 @@ __all__ = [
     "in_process_evaluations",
     "in_process_lines",
     "probe_lines",
+    "timed_speed",
     "worth_probing",
 ]
 
@@ -166,6 +167,29 @@ def in_process_cpu(
     return rate.fixed + per_unit * one.units + rate.evaluation * evaluated, RATES[one.kind].title
 
 
+#: The least share of a core :func:`timed_speed` reports (a probe descheduled for nearly all of its wall time is an
+#: outlier, not a rate to divide by).
+MIN_SHARE = 0.05
+
+
+def timed_speed() -> tuple[float, float]:
+    """This machine's speed factor and the share of one core this process gets now, from one speed probe
+    (:func:`dpaudit.common.resources.probe_seconds`): its CPU seconds against the reference machine's
+    (:func:`dpaudit.common.resources.speed_factor`), and its CPU / wall seconds (at most 1, at least :data:`MIN_SHARE`).
+
+    Why measured: on the shared 2-core machine the load average (6-10, counting threads that do not compete all the
+    time) gave models run under ``nice -n 10`` 0.25-0.35 of a core by :func:`dpaudit.common.resources.wall_seconds`,
+    which took 0.55-0.8 (their wall 1.2-1.8x their CPU in 18 of 24 calls of ``benchmarks/bench_attack_cost.py
+    --shadow-check``). The probe, timed in this process at its own priority, followed such work: 8 probes at load 5-5.5,
+    each followed by 3 CPU s of single-thread matrix products, saw 0.89-1.00 of a core where the products got
+    0.79-1.00 (and 0.34 where they got 0.63); the load's share was 0.43-0.46."""
+    wall0, cpu0 = time.perf_counter(), time.process_time()
+    probe = resources.probe_seconds()
+    wall, cpu = time.perf_counter() - wall0, time.process_time() - cpu0
+    share = cpu / wall if wall > 0 else 1.0
+    return resources.speed_factor(probe), min(1.0, max(MIN_SHARE, share))
+
+
 def in_process_lines(
     trainer: str,
     config: dict[str, Any],
@@ -174,30 +198,41 @@ def in_process_lines(
     todo: int,
     heldout_rows: int = 0,
     speed: float | None = None,
+    share: float | None = None,
     load: float | None = None,
     cores: int | None = None,
 ) -> list[str] | None:
     """The estimate's two lines for ``todo`` models trained one after the other in this process (:data:`IN_PROCESS`
-    x this machine's speed, :func:`dpaudit.common.resources.speed_factor`; the wall time at the current load,
-    :func:`dpaudit.common.resources.wall_seconds`), each evaluating its ``heldout_rows`` held-out rows
-    (:func:`in_process_evaluations`); None when :func:`in_process_cpu` has no rate for them."""
+    x this machine's speed), each evaluating its ``heldout_rows`` held-out rows (:func:`in_process_evaluations`); None
+    when :func:`in_process_cpu` has no rate for them.
+
+    The wall time is the CPU over ``share``, the share of a core this process gets; with ``speed``, ``share`` and
+    ``load`` all None both are measured now on one speed probe (:func:`timed_speed`). Given a ``load`` and no
+    ``share``, the wall time is the CPU at that load (:func:`dpaudit.common.resources.wall_seconds`)."""
     priced = in_process_cpu(trainer, config, steps, heldout_rows=heldout_rows)
     if priced is None:
         return None
     one, title = priced
     evaluations, rows = in_process_evaluations(config, heldout_rows)
     evaluated = f" and {evaluations} held-out evaluations of {rows} rows" if evaluations else ""
-    speed = resources.speed_factor() if speed is None else speed
+    if speed is None:
+        speed, measured = timed_speed()
+        share = measured if share is None and load is None else share
     load = resources.current_load() if load is None else load
     cores = resources.available_cores() if cores is None else cores
     cpu = todo * one * speed
-    wall = resources.wall_seconds(cpu, threads=1.0, load=load, cores=cores)
+    if share is not None:
+        wall = cpu / min(1.0, max(MIN_SHARE, share))
+        where = f"{load:.1f} on {cores} cores; this process got {share:.2f} of a core on the speed probe"
+    else:
+        wall = resources.wall_seconds(cpu, threads=1.0, load=load, cores=cores)
+        where = f"{load:.1f} on {cores} cores"
     plural = "s" if todo > 1 else ""
     return [
         f"estimated CPU time of {todo} shadow model{plural}: {_seconds(cpu)} ({_seconds(cpu / todo)} each: a "
         f"{title}{evaluated} in this process, from the table of shadow models, x{speed:.2g} for this machine's "
         "speed on a 0.5 s probe)",
-        f"estimated wall time at the current load ({load:.1f} on {cores} cores): about {_seconds(wall)}",
+        f"estimated wall time at the current load ({where}): about {_seconds(wall)}",
     ]
 
 

@@ -155,3 +155,32 @@ def test_in_process_models_are_priced_their_held_out_evaluations():
     assert with_rows - cpu == pytest.approx(shadow_cost.IN_PROCESS["causal-dp"].evaluation * 2 * 512 * 32)
     lines = shadow_cost.in_process_lines("edp-sgd", config, 24, todo=4, heldout_rows=918, speed=1.0, load=0.0, cores=2)
     assert lines is not None and "2 held-out evaluations of 512 rows" in lines[0]
+
+
+def test_the_in_process_wall_time_is_the_cpu_over_the_share_of_a_core_measured_on_the_speed_probe(monkeypatch):
+    """Given a share, the wall time is the CPU over it (the load average then only said); with nothing given, the
+    speed and the share come from one timed speed probe (:func:`shadow_cost.timed_speed`)."""
+    config = {"task": "clm", "mode": "dp-sgd", "batch_size": 32, "max_length": 32, "epochs": 2}
+
+    def figure(text: str) -> float:
+        number, unit = text.split()
+        return float(number) * (60 if unit.startswith("min") else 1)
+
+    def wall(lines: list[str]) -> float:
+        return figure(lines[1].rsplit("about ", 1)[1])
+
+    def cpu(lines: list[str]) -> float:
+        return figure(lines[0].split(": ")[1].split(" (")[0])
+
+    half = shadow_cost.in_process_lines("edp-sgd", config, 24, todo=8, speed=1.0, share=0.5, load=9.0, cores=2)
+    assert half is not None and wall(half) == pytest.approx(2 * cpu(half), rel=0.05)
+    assert "0.50 of a core" in half[1] and "(9.0 on 2 cores" in half[1]
+    from dpaudit.common import resources
+
+    monkeypatch.setattr(resources, "probe_seconds", lambda: 2 * resources.REFERENCE_PROBE_SECONDS)  # no work: instant
+    speed, share = shadow_cost.timed_speed()
+    assert speed == pytest.approx(2.0) and shadow_cost.MIN_SHARE <= share <= 1.0
+    monkeypatch.setattr(shadow_cost, "timed_speed", lambda: (2.0, 0.25))
+    measured = shadow_cost.in_process_lines("edp-sgd", config, 24, todo=8, cores=2)
+    assert measured is not None and "x2 for this machine's speed" in measured[0] and "0.25 of a core" in measured[1]
+    assert wall(measured) == pytest.approx(4 * cpu(measured), rel=0.05)
