@@ -38,22 +38,24 @@ estimate / measured, wall (the models' own ``trained in`` seconds, what the esti
 call's).
 
 Measured (``DPAUDIT_THREADS=1 nice -n 10 python benchmarks/bench_attack_cost.py --shadow-check --shadows 4``, tiny
-targets, 4 models a call, load 7.1-8.3; then with ``--shadow-attacks rmia,lira`` at load 9.7-10.3, and with
-``--shadow-tasks mlm,clm`` at load 8.6-9.6): the CPU estimate / measured was 0.78-1.11 in all 24 calls (classifier,
-masked and causal LM, full and LoRA, LiRA and RMIA, either first); LiRA's causal shadows 0.92-1.00 (six calls), the
-masked LMs' LoRA models the lowest (0.78-0.82: the in-process table prices a masked LM as a classifier; on 3 RMIA models
-of 24 steps a classifier's took 0.80 and 0.69 CPU s each, full and LoRA, a masked LM's 0.91 and 0.73). LiRA's causal
-shadows had read 0.59-0.72 in all eight calls of the previous version: each of them evaluated 512 held-out rows three
-times (the start's utility before the first step, then each of 2 epochs), 0.49 of its 1.5 CPU s (``time.process_time``
-around the trainer's ``evaluate``), where RMIA's models of the same recipe evaluated the target's 40 held-out rows (0.05
-s): a causal or masked LM's pool has no labels, so on labelled data the target's held-out rows do not stand in for a
-LiRA shadow's and it evaluates the audit universe's rows it did not train on (918 here, up to ``eval_examples``).
-Training, data and steps were the same (363 rows, 24 steps each). The in-process table now prices each model's
-evaluations by its own held-out rows (:func:`dpaudit.attacks.shadow_cost.in_process_evaluations`). Wall: 0.91-2.92,
-above 1.3 in 19 of 24 calls: the estimate's wall is the CPU at the load average's share
-(:func:`dpaudit.common.resources.wall_seconds`: 2.9-4.0x the CPU at load 7.1-10.3 on 2 cores), and the models' wall was
-1.2-1.8x the call's CPU in 18 of 24 calls under ``nice -n 10``, 2.3-4.6x in the others (the same call's wall moved by
-2-3x with the other work on the machine).
+targets, 4 models a call; then with ``--shadow-attacks rmia,lira``, and with ``--shadow-tasks mlm,clm``; the three run
+twice: at load 7.1-8.3, 9.7-10.3 and 8.6-9.6 with the wall time from the load average, then at load 5.0-6.4, 7.4-7.8 and
+7.4-7.6 with the wall time from the share of a core measured on the speed probe): the CPU estimate / measured was
+0.78-1.14 in all 48 calls (classifier, masked and causal LM, full and LoRA, LiRA and RMIA, either first); LiRA's causal
+shadows 0.91-1.04 (12 calls), the masked LMs' LoRA models the lowest (0.78-0.84: the in-process table prices a masked LM
+as a classifier; on 3 RMIA models of 24 steps a classifier's took 0.80 and 0.69 CPU s each, full and LoRA, a masked LM's
+0.91 and 0.73). LiRA's causal shadows had read 0.59-0.72 in all eight calls of the previous version: each of them
+evaluated 512 held-out rows three times (the start's utility before the first step, then each of 2 epochs), 0.49 of its
+1.5 CPU s (``time.process_time`` around the trainer's ``evaluate``), where RMIA's models of the same recipe evaluated
+the target's 40 held-out rows (0.05 s): a causal or masked LM's pool has no labels, so on labelled data the target's
+held-out rows do not stand in for a LiRA shadow's and it evaluates the audit universe's rows it did not train on (918
+here, up to ``eval_examples``). Training, data and steps were the same (363 rows, 24 steps each). The in-process table
+now prices each model's evaluations by its own held-out rows
+(:func:`dpaudit.attacks.shadow_cost.in_process_evaluations`). Wall: from the load average's share
+(:func:`dpaudit.common.resources.wall_seconds`: 2.9-4.0x the CPU at load 7.1-10.3 on 2 cores) 0.91-2.92, above 1.3 in 19
+of 24 calls, where the models' wall was 1.2-1.8x the call's CPU in 18 of 24 calls under ``nice -n 10`` and 2.3-4.6x in
+the others; from the share measured on the speed probe (:func:`dpaudit.attacks.shadow_cost.timed_speed`) 0.83-1.33,
+above 1.3 in one call of 24 (1.33, a classifier's LiRA shadows at load 7.4).
 
 Examples (a few minutes each on 2 shared cores):
     DPAUDIT_THREADS=1 nice -n 10 python benchmarks/bench_attack_cost.py --shadow-check --shadows 4

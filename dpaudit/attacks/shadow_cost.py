@@ -41,10 +41,12 @@ shadows it was not fitted on (75 steps of 450 rows) it read 0.94-1.08x their CPU
 held-out evaluations (:func:`in_process_evaluations`) apart, by the rows that model evaluates: LiRA's shadows of a
 causal or masked LM on labelled data evaluate up to 512 rows of the audit universe, three times (a third of a tiny
 causal shadow's CPU), where RMIA's evaluate the target's held-out rows (40 at the benchmark's size); without it the
-estimate read 0.59-0.72x the CPU of LiRA's causal shadows, with it 0.92-1.00x (0.78-1.11x over every attack and target:
-``benchmarks/bench_attack_cost.py --shadow-check``). When a model that should be probed cannot be (a recipe started from
-a fresh copy of a model trained elsewhere, a trainer error), and for parallel ``--workers`` (a process per model), the
-measured table's estimate is printed, start-up included.
+estimate read 0.59-0.72x the CPU of LiRA's causal shadows, with it 0.91-1.04x (0.78-1.14x over every attack and target:
+``benchmarks/bench_attack_cost.py --shadow-check``). Their wall time is that CPU over the share of a core this process
+got on the speed probe (:func:`timed_speed`): 0.83-1.33x the models' wall there, where the load average's share
+(:func:`dpaudit.common.resources.wall_seconds`) read 0.91-2.92x. When a model that should be probed cannot be (a recipe
+started from a fresh copy of a model trained elsewhere, a trainer error), and for parallel ``--workers`` (a process per
+model), the measured table's estimate is printed, start-up included.
 """
 
 from __future__ import annotations
