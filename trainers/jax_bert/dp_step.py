@@ -539,6 +539,8 @@ def audit_clipped_sum(block_size: int, clip_factors_of: Callable[[jax.Array], ja
 def _add_noise(acc: PyTree, draw: jax.Array, noise_std: jax.Array) -> tuple[PyTree, PyTree]:
     """``(acc + noise_std * z, z)`` with ``z`` the step's one noise draw (``draw``, flat: :func:`wide_normal` of
     :func:`_tree_size` numbers) cut into ``acc``'s leaves, as :func:`_gaussian_like` cuts it."""
+    if draw.shape != (_tree_size(acc),):  # static shapes: checked once, when the finish is traced
+        raise ValueError(f"the noise draw holds {draw.shape} numbers, the clipped sum {_tree_size(acc)}.")
     z = _split_like(draw, acc)
     noisy = jax.tree.map(lambda s, n: s + noise_std * n, acc, z)
     return noisy, z
