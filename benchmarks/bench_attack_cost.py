@@ -51,7 +51,9 @@ the target's 40 held-out rows (0.05 s): a causal or masked LM's pool has no labe
 held-out rows do not stand in for a LiRA shadow's and it evaluates the audit universe's rows it did not train on (918
 here, up to ``eval_examples``). Training, data and steps were the same (363 rows, 24 steps each). The in-process table
 now prices each model's evaluations by its own held-out rows
-(:func:`dpaudit.attacks.shadow_cost.in_process_evaluations`). Wall: from the load average's share
+(:func:`dpaudit.attacks.shadow_cost.in_process_evaluations`), and since these figures were measured a language model's
+shadows evaluate the target's held-out texts they did not train on, as the target did (RMIA's rows), not the
+universe's (:func:`dpaudit.attacks.shadow_models.train_shadows`). Wall: from the load average's share
 (:func:`dpaudit.common.resources.wall_seconds`: 2.9-4.0x the CPU at load 7.1-10.3 on 2 cores) 0.91-2.92, above 1.3 in 19
 of 24 calls, where the models' wall was 1.2-1.8x the call's CPU in 18 of 24 calls under ``nice -n 10`` and 2.3-4.6x in
 the others; from the share measured on the speed probe (:func:`dpaudit.attacks.shadow_cost.timed_speed`) 0.83-1.33,

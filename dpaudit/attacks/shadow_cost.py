@@ -39,9 +39,9 @@ It holds for small models only: on ``mini`` shadows (4 x 256, 18 steps) it read 
 token does not grow with the model), and those are probed (larger than :data:`PROBE_ABOVE_WEIGHT_BYTES`). On tiny
 shadows it was not fitted on (75 steps of 450 rows) it read 0.94-1.08x their CPU. Its ``evaluation`` prices each model's
 held-out evaluations (:func:`in_process_evaluations`) apart, by the rows that model evaluates: LiRA's shadows of a
-causal or masked LM on labelled data evaluate up to 512 rows of the audit universe, three times (a third of a tiny
-causal shadow's CPU), where RMIA's evaluate the target's held-out rows (40 at the benchmark's size); without it the
-estimate read 0.59-0.72x the CPU of LiRA's causal shadows, with it 0.91-1.04x (0.78-1.14x over every attack and target:
+causal or masked LM on labelled data then evaluated up to 512 rows of the audit universe, three times (a third of a
+tiny causal shadow's CPU), where RMIA's evaluated the target's held-out rows (40 at the benchmark's size); without it
+the estimate read 0.59-0.72x the CPU of LiRA's causal shadows, with it 0.91-1.04x (0.78-1.14x over every attack and target:
 ``benchmarks/bench_attack_cost.py --shadow-check``). Their wall time is that CPU over the share of a core this process
 got on the speed probe (:func:`timed_speed`): 0.83-1.33x the models' wall there, where the load average's share
 (:func:`dpaudit.common.resources.wall_seconds`) read 0.91-2.92x. When a model that should be probed cannot be (a recipe
@@ -139,10 +139,9 @@ def in_process_evaluations(config: dict[str, Any], heldout_rows: int) -> tuple[i
     has ``heldout_rows`` rows: one evaluation at each epoch's end (the loop's ``eval_every`` is an epoch's steps; the
     last is the final one), one more before the first step when a private run starts from ``init_from`` (the start's
     held-out utility on the same rows), each of the first ``eval_examples`` rows. The held-out split is each model's
-    own: an attack's models evaluate the rows of its pool they did not train on unless the target's held-out rows
-    stand for them (:func:`dpaudit.attacks.shadow_models.train_shadows`), so LiRA's causal and masked-LM shadows
-    evaluate up to ``eval_examples`` rows of the audit universe (on labelled data, whose held-out rows carry labels
-    their unlabelled pool does not) where RMIA's evaluate the target's held-out rows. ``eval_examples`` 0: none."""
+    own: the target's held-out rows it did not train on (a language model's: their texts), the rows of its pool it
+    did not train on when none is left (:func:`dpaudit.attacks.shadow_models.train_shadows`). ``eval_examples`` 0:
+    none."""
     epochs = _positive(config, "epochs") or 1
     private = training_work("edp-sgd", config, None).kind.endswith("-dp")
     start = 1 if private and config.get("init_from") else 0

@@ -1,10 +1,12 @@
 """The shadow estimate prices the held-out evaluations each shadow model really runs (dpaudit.attacks.shadow_cost).
 
-LiRA's shadows of a causal LM on labelled data evaluate the rows of the audit universe they did not train on (up to
-``eval_examples``), not the target's few held-out rows: at the benchmark's size that was a third of each tiny
-shadow's CPU, missing from the estimate. Here LiRA's own ``run`` trains two shadows of a tiny DP causal LM (in
-process, under a second each); a wrapper around the trainers' real ``evaluate`` counts each
-shadow's evaluations and rows, and the estimate's own count (what ``train_shadows`` handed it) must be the same.
+A shadow evaluates its held-out rows once before its first step (a private run from ``init_from``) and once per epoch:
+the estimate prices them. LiRA's shadows of a causal LM on labelled data once evaluated up to ``eval_examples`` rows
+of the audit universe they did not train on (a third of each tiny shadow's CPU, missing from the estimate); they now
+evaluate the target's own held-out texts they did not train on, as the target did. Here LiRA's own ``run`` trains two
+shadows of a tiny DP causal LM (in process, under a second each); a wrapper around the trainers' real ``evaluate``
+counts each shadow's evaluations and rows, and the estimate's own count (what ``train_shadows`` handed it) must be
+the same.
 """
 
 from __future__ import annotations
@@ -71,9 +73,12 @@ def test_the_estimate_counts_the_evaluations_lira_causal_shadows_run(causal_targ
     assert len(priced) == 1 and len(ran) == 2, (priced, ran)
     config, heldout_rows = priced[0]
     evaluations, rows = shadow_cost.in_process_evaluations(config, heldout_rows)
-    # the start's utility, then one per epoch; more rows than the target's 24 held-out ones, capped at eval_examples
-    assert (evaluations, rows) == (3, 30)
-    assert all(each == [rows] * evaluations for each in ran.values()), ran
+    # the start's utility, then one per epoch, on the target's held-out rows the shadow did not train on (LiRA's
+    # shadows train on about half of the universe: train and held-out rows)
+    heldout = len(run.split("heldout.jsonl").texts)
+    assert evaluations == 3 and 0 < rows < heldout == 24, (evaluations, rows)
+    assert list(ran.values())[0] == [rows] * evaluations, ran
+    assert all(len(set(each)) == 1 and 0 < each[0] < heldout for each in ran.values()), ran
     priced_cpu = shadow_cost.in_process_cpu("edp-sgd", config, None, heldout_rows=heldout_rows)
     unpriced_cpu = shadow_cost.in_process_cpu("edp-sgd", config, None)
     assert priced_cpu is not None and unpriced_cpu is not None
