@@ -76,6 +76,7 @@ __all__ = [
     "in_process_cpu",
     "in_process_evaluations",
     "in_process_lines",
+    "load_share",
     "probe_lines",
     "timed_speed",
     "worth_probing",
@@ -191,6 +192,12 @@ def timed_speed() -> tuple[float, float]:
     return resources.speed_factor(probe), min(1.0, max(MIN_SHARE, share))
 
 
+def load_share(load: float, cores: int) -> float:
+    """The share of one core a single-threaded process gets at ``load`` on ``cores``, by the load average
+    (:func:`dpaudit.common.resources.wall_seconds`)."""
+    return 1.0 / resources.wall_seconds(1.0, threads=1.0, load=load, cores=cores)
+
+
 def in_process_lines(
     trainer: str,
     config: dict[str, Any],
@@ -208,23 +215,31 @@ def in_process_lines(
     when :func:`in_process_cpu` has no rate for them.
 
     The wall time is the CPU over ``share``, the share of a core this process gets; with ``speed``, ``share`` and
-    ``load`` all None both are measured now on one speed probe (:func:`timed_speed`). Given a ``load`` and no
-    ``share``, the wall time is the CPU at that load (:func:`dpaudit.common.resources.wall_seconds`)."""
+    ``load`` all None both are measured now on one speed probe (:func:`timed_speed`), the share no lower than the load
+    average's (:func:`load_share`: on a quiet machine a probe preempted once read 0.64 of a core and the estimate
+    1.36x the wall). Given a ``load`` and no ``share``, the wall time is the CPU at that load
+    (:func:`dpaudit.common.resources.wall_seconds`)."""
     priced = in_process_cpu(trainer, config, steps, heldout_rows=heldout_rows)
     if priced is None:
         return None
     one, title = priced
     evaluations, rows = in_process_evaluations(config, heldout_rows)
     evaluated = f" and {evaluations} held-out evaluations of {rows} rows" if evaluations else ""
+    measure_share = share is None and load is None
     if speed is None:
         speed, measured = timed_speed()
-        share = measured if share is None and load is None else share
+        share = measured if measure_share else share
     load = resources.current_load() if load is None else load
     cores = resources.available_cores() if cores is None else cores
+    if measure_share and share is not None:
+        # Both readings err low, never high: a 0.5 s probe that another process preempted for a moment, and a load
+        # average that counts threads which do not compete all the time. The larger is the better reading.
+        share = max(share, load_share(load, cores))
     cpu = todo * one * speed
     if share is not None:
         wall = cpu / min(1.0, max(MIN_SHARE, share))
-        where = f"{load:.1f} on {cores} cores; this process got {share:.2f} of a core on the speed probe"
+        how = "the larger of the speed probe's share and the load average's" if measure_share else "given"
+        where = f"{load:.1f} on {cores} cores; this process gets {share:.2f} of a core: {how}"
     else:
         wall = resources.wall_seconds(cpu, threads=1.0, load=load, cores=cores)
         where = f"{load:.1f} on {cores} cores"

@@ -181,6 +181,11 @@ def test_the_in_process_wall_time_is_the_cpu_over_the_share_of_a_core_measured_o
     speed, share = shadow_cost.timed_speed()
     assert speed == pytest.approx(2.0) and shadow_cost.MIN_SHARE <= share <= 1.0
     monkeypatch.setattr(shadow_cost, "timed_speed", lambda: (2.0, 0.25))
+    monkeypatch.setattr(resources, "current_load", lambda: 20.0)  # the load average's share is lower: the probe's
     measured = shadow_cost.in_process_lines("edp-sgd", config, 24, todo=8, cores=2)
     assert measured is not None and "x2 for this machine's speed" in measured[0] and "0.25 of a core" in measured[1]
     assert wall(measured) == pytest.approx(4 * cpu(measured), rel=0.05)
+    # a quiet machine (load 0.3) where the probe was preempted: the load average's share, a whole core, is taken
+    monkeypatch.setattr(resources, "current_load", lambda: 0.3)
+    quiet = shadow_cost.in_process_lines("edp-sgd", config, 24, todo=8, cores=2)
+    assert quiet is not None and "1.00 of a core" in quiet[1] and wall(quiet) == pytest.approx(cpu(quiet), rel=0.05)
