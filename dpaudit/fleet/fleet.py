@@ -803,6 +803,22 @@ def _run_processes(
             child.stop(deadline)
 
 
+def local_ray_options(cpus: int) -> dict[str, Any]:
+    """``ray.init``'s options for the local Ray instance a fleet starts: ``cpus`` CPUs, no dashboard, a small object
+    store, and workers at this process's own priority (``worker_niceness`` 0).
+
+    Why the priority: Ray starts its worker processes 15 nice levels below the driver by default (to keep its own
+    services responsive), so on a shared machine every other process outranked the models: at load 5 on the 2-core
+    machine, four tiny LoRA shadow models took 68-229 s in two workers where the same models took 3-4 s in the
+    attack's own process (``benchmarks/bench_attack_cost.py --shadow-check --shadow-workers 2``)."""
+    return {
+        "num_cpus": cpus,
+        "include_dashboard": False,
+        "object_store_memory": 100 << 20,
+        "_system_config": {"worker_niceness": 0},
+    }
+
+
 def _run_ray(
     todo: list[tuple[int, FleetJob]],
     *,
@@ -822,7 +838,7 @@ def _run_ray(
         quiet = {"logging_level": logging.ERROR, "log_to_driver": False, "configure_logging": True}
         if ray_address is None:
             n_local = _local_workers(workers, len(todo), memory_gb, note)
-            ray.init(num_cpus=n_local, include_dashboard=False, object_store_memory=100 << 20, **quiet)
+            ray.init(**local_ray_options(n_local), **quiet)
         else:
             try:
                 ray.init(address=ray_address, **quiet)

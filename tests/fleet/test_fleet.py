@@ -28,11 +28,22 @@ class Killed(BaseException):
 def local_ray():
     """A local Ray instance with 2 CPUs, shared by the module; run_fleet uses it (and leaves it running)."""
     ray = pytest.importorskip("ray")  # the `fleet` extra (in `all`, so CI has it)
-    ray.init(
-        num_cpus=2, include_dashboard=False, logging_level="ERROR", log_to_driver=False, object_store_memory=100 << 20
-    )
+    from dpaudit.fleet.fleet import local_ray_options
+
+    ray.init(**local_ray_options(2), logging_level="ERROR", log_to_driver=False)
     yield ray
     ray.shutdown()
+
+
+def test_the_local_ray_workers_run_at_the_callers_priority(local_ray):
+    """Ray's default puts its workers 15 nice levels below the driver: on a shared machine anything else then
+    outranks the models. The fleet's local instance keeps them at this process's priority."""
+
+    @local_ray.remote
+    def niceness() -> int:
+        return os.nice(0)
+
+    assert local_ray.get(niceness.remote()) == os.nice(0)
 
 
 def _job(data_dir: Path, out: Path, seed: int, label: str, **overrides) -> FleetJob:
