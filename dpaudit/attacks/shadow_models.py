@@ -871,7 +871,16 @@ def train_shadows(
             # target's measured training stands for one only when they run its steps at its batch
             same = first.steps == recipe.steps and config.get("batch_size") == recipe.batch_size
             model_dir = getattr(source, "model_dir", None) if same else None
-            lines = shadow_lines(recipe.trainer, config, first.steps, todo=todo, model_dir=model_dir)
+            workers = (getattr(options, "workers", None) or 1) if parallel else 1
+            fleet_module = _fleet() if parallel else None
+            start = 0.0
+            if fleet_module is not None:
+                start = fleet_module.start_wall_seconds(workers, todo, getattr(options, "ray_address", None))
+            speed, share = shadow_cost.timed_speed() if workers > 1 else (None, None)
+            lines = shadow_lines(
+                recipe.trainer, config, first.steps, todo=todo, model_dir=model_dir, workers=workers,
+                start_wall=start, speed=speed, share=share,
+            )  # fmt: skip
         for line in lines:
             print(f"{attack}: {line}", file=sys.stderr, flush=True)
         private_dir(cache)

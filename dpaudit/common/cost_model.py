@@ -35,6 +35,7 @@ Measured spread of one stage across runs: 10-25% (DP training 50.4-54.6 s, the a
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 from collections.abc import Mapping, Sequence
@@ -228,14 +229,45 @@ def measured_training(model_dir: str | Path) -> float | None:
 
 
 def shadow_lines(
-    trainer: str, config: Mapping[str, Any], steps: int | None, *, todo: int, model_dir: str | Path | None = None
+    trainer: str,
+    config: Mapping[str, Any],
+    steps: int | None,
+    *,
+    todo: int,
+    model_dir: str | Path | None = None,
+    workers: int = 1,
+    start_wall: float = 0.0,
+    speed: float | None = None,
+    share: float | None = None,
 ) -> list[str]:
     """What training ``todo`` shadow models like the target will cost, before the first: each one training of the
     target's recipe (its demo stage's measured CPU when the target's folder records it, else the table) plus a
-    model's start-up."""
+    model's start-up.
+
+    ``workers``: models trained at once, each in a one-thread worker process of its own (:mod:`dpaudit.fleet.fleet`):
+    the wall time is the CPU spread over ``min(workers, todo)`` threads sharing the cores with the threads already
+    running: the load average's count (:func:`dpaudit.common.resources.wall_seconds`), or fewer when ``share``, the
+    share of a core a speed probe got, says so (on C cores shared fairly one more thread gets C / (others + 1)). Priced as one thread, two workers'
+    estimate read 1.41-1.65x the wall of four tiny shadows at load 5.7 on 2 cores; each worker given the probe's
+    share of a core, 0.69-0.83x at load 5.3-6.7 (``benchmarks/bench_attack_cost.py --shadow-check --shadow-workers
+    2``). ``start_wall``: wall seconds before the first model starts (a local Ray instance:
+    :func:`dpaudit.fleet.fleet.start_wall_seconds`), added to the wall. ``speed``: this machine's speed factor when
+    already measured (:func:`estimate`)."""
     measured = measured_training(model_dir) if model_dir is not None else None
     one = training_work(trainer, config, steps, measured=measured)
-    est = estimate([Work("shadow-models", shadows=todo, trains=one)])
+    est = estimate([Work("shadow-models", shadows=todo, trains=one)], speed=speed)
+    parallel = min(max(1, workers), todo)
+    if parallel > 1:
+        # The workers share the C cores with the threads already running: the load average's count of them
+        # (weighted as in resources.wall_seconds), or fewer when a speed probe got more of a core than that count
+        # leaves (both err high, never low: dpaudit.attacks.shadow_cost.in_process_lines): on C cores shared
+        # fairly one more thread gets s = C / (others + 1), so others = C / s - 1.
+        others = resources.LOAD_WEIGHT * max(est.load, 0.0)
+        if share is not None and share > 0:
+            others = min(others, max(0.0, est.cores / share - 1.0))
+        usable = min(float(parallel), float(est.cores), parallel * est.cores / (others + parallel))
+        est = dataclasses.replace(est, wall=est.cpu / usable)
+    est = dataclasses.replace(est, wall=est.wall + max(0.0, start_wall))
     source = (
         "the target's own training as its demo measured it, plus a start-up"
         if measured is not None
@@ -245,6 +277,8 @@ def shadow_lines(
     return [
         f"estimated CPU time of {todo} shadow model{'s' if todo > 1 else ''}: {format_minutes(est.cpu)} "
         f"({format_minutes(est.cpu / todo)} each: {source})",
-        f"estimated wall time at the current load ({est.load:.1f} on {est.cores} cores): about "
-        f"{format_minutes(est.wall)}",
+        f"estimated wall time at the current load ({est.load:.1f} on {est.cores} cores"
+        + (f", {parallel} models at once" if parallel > 1 else "")
+        + (f", {format_minutes(start_wall)} to start Ray" if start_wall > 0 else "")
+        + f"): about {format_minutes(est.wall)}",
     ]

@@ -24,7 +24,8 @@ Ray's ``max_calls``, the pool's ``maxtasksperchild``), one after the other as th
 ``train_shadows`` always did (a trainer keeps no state between runs), and is then replaced by a fresh
 one, at once when its peak RSS passed half its memory bound; ``models_per_worker=1`` gives a fresh
 process to every model. Each worker uses one thread (``OMP_NUM_THREADS``, ``MKL_NUM_THREADS`` and
-``torch.set_num_threads(1)``): the fleet's parallelism is across models.
+``torch.set_num_threads(1)``): the fleet's parallelism is across models. Workers run at the caller's priority (a local
+Ray instance is started with ``worker_niceness`` 0: :func:`local_ray_options`).
 
 Memory per worker is bounded by ``worker_memory_gb`` (default :data:`WORKER_MEMORY_GB`, about 3x the
 peak RSS measured of a shipped trainer's worker at the demo's sizes; ``$DPAUDIT_WORKER_MEMORY_GB`` sets
@@ -817,6 +818,19 @@ def local_ray_options(cpus: int) -> dict[str, Any]:
         "object_store_memory": 100 << 20,
         "_system_config": {"worker_niceness": 0},
     }
+
+
+#: Wall seconds a fleet spends starting a local Ray instance before its first model starts (``ray.init`` and two
+#: workers' first task): 7.0-8.7 s at load 7 on the 2-core machine. Starting the process pool's workers costs what each
+#: model's start-up in the measured table already prices (importing torch and dpaudit: 5-9 s for two at load 7).
+LOCAL_RAY_START_WALL_S = 8.0
+
+
+def start_wall_seconds(workers: int | None, pending: int, ray_address: str | None) -> float:
+    """Wall seconds :func:`run_fleet` (engine ``"auto"``) spends before its first model starts: starting a local Ray
+    instance when it will (:data:`LOCAL_RAY_START_WALL_S`), else 0 (a cluster is already up; inline needs nothing)."""
+    engine = _choose_engine("auto", workers, pending, ray_address)
+    return LOCAL_RAY_START_WALL_S if engine == "ray" and ray_address is None else 0.0
 
 
 def _run_ray(

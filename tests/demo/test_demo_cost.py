@@ -99,3 +99,31 @@ def test_attack_says_what_its_shadow_models_cost_before_training_them(
     err = capfd.readouterr().err
     assert "shadow: estimated CPU time of 2 shadow models: " in err and "non-private MLM training" in err
     assert "shadow: estimated wall time at the current load" in err
+
+
+def test_parallel_workers_spread_the_shadow_models_wall_time(monkeypatch):
+    """``--workers N``: N one-thread model processes at once; the wall is the CPU over min(N, models, free cores)."""
+    monkeypatch.setattr(resources, "probe_seconds", lambda chunks=4: resources.REFERENCE_PROBE_SECONDS)
+    monkeypatch.setattr(resources, "current_load", lambda: 0.0)
+    monkeypatch.setattr(resources, "available_cores", lambda: 2)
+    config = {"trainer": "edp-sgd", "task": "clm", "mode": "dp-sgd", "batch_size": 32, "max_length": 32, "epochs": 2}
+
+    def minutes(line: str) -> float:
+        number, unit = line.rsplit("about ", 1)[1].split()
+        return float(number) * (1 if unit.startswith("min") else 1 / 60)
+
+    one = shadow_lines("edp-sgd", config, 24, todo=4)
+    two = shadow_lines("edp-sgd", config, 24, todo=4, workers=2)
+    assert one[0] == two[0] and "2 models at once" in two[1] and "at once" not in one[1]
+    assert minutes(two[1]) == pytest.approx(minutes(one[1]) / 2, rel=0.1)
+    assert shadow_lines("edp-sgd", config, 24, todo=1, workers=4)[1] == shadow_lines("edp-sgd", config, 24, todo=1)[1]
+    # at load 20 the load average counts many competing threads; a speed probe that got a whole core of 2 says at
+    # most one competes: the two workers then share 2 cores with 1 other, 4/3 of a core in all
+    monkeypatch.setattr(resources, "current_load", lambda: 20.0)
+    busy = shadow_lines("edp-sgd", config, 24, todo=4, workers=2)
+    probed = shadow_lines("edp-sgd", config, 24, todo=4, workers=2, share=1.0)
+    assert minutes(probed[1]) == pytest.approx(minutes(two[1]) * 2 / (4 / 3), rel=0.15)
+    assert minutes(busy[1]) > 3 * minutes(two[1])
+    monkeypatch.setattr(resources, "current_load", lambda: 0.0)
+    ray = shadow_lines("edp-sgd", config, 24, todo=4, workers=2, start_wall=8.0)
+    assert "8 s to start Ray" in ray[1] and minutes(ray[1]) == pytest.approx(minutes(two[1]) + 8 / 60, rel=0.1)

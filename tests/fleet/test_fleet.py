@@ -188,3 +188,13 @@ def test_a_worker_that_aborts_past_its_memory_bound_is_still_named_as_past_it(da
         r"exit code -6\)$",
     ):
         run_fleet([job], workers=1, engine="process", progress=False, worker_memory_gb=1.0)
+
+
+def test_the_fleet_says_what_starting_it_costs_before_the_first_model():
+    """A shadow estimate adds the local Ray instance's start to the models' wall time; inline and a cluster add 0."""
+    pytest.importorskip("ray")
+    from dpaudit.fleet.fleet import LOCAL_RAY_START_WALL_S, start_wall_seconds
+
+    assert start_wall_seconds(2, 4, None) == LOCAL_RAY_START_WALL_S > 0
+    assert start_wall_seconds(1, 4, None) == 0.0 and start_wall_seconds(2, 1, None) == 0.0  # inline
+    assert start_wall_seconds(2, 4, "127.0.0.1:6379") == 0.0
