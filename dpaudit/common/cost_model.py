@@ -245,14 +245,14 @@ def shadow_lines(
     model's start-up.
 
     ``workers``: models trained at once, each in a one-thread worker process of its own (:mod:`dpaudit.fleet.fleet`):
-    the wall time is the CPU spread over ``min(workers, todo)`` threads sharing the cores with the threads already
-    running: the load average's count (:func:`dpaudit.common.resources.wall_seconds`), or fewer when ``share``, the
-    share of a core a speed probe got, says so (on C cores shared fairly one more thread gets C / (others + 1)). Priced as one thread, two workers'
-    estimate read 1.41-1.65x the wall of four tiny shadows at load 5.7 on 2 cores; each worker given the probe's
-    share of a core, 0.69-0.83x at load 5.3-6.7 (``benchmarks/bench_attack_cost.py --shadow-check --shadow-workers
-    2``). ``start_wall``: wall seconds before the first model starts (a local Ray instance:
+    the wall time is the CPU spread over ``min(workers, todo)`` threads that share the cores with the threads already
+    running, counted by the load average (:func:`dpaudit.common.resources.wall_seconds`' weight), or fewer when
+    ``share``, the share of a core a speed probe got, says so (on C cores shared fairly one more thread gets
+    C / (others + 1)). ``start_wall``: wall seconds before the first model starts (a local Ray instance:
     :func:`dpaudit.fleet.fleet.start_wall_seconds`), added to the wall. ``speed``: this machine's speed factor when
-    already measured (:func:`estimate`)."""
+    already measured (:func:`estimate`). Two workers, four tiny shadows, 2 cores (``benchmarks/bench_attack_cost.py
+    --shadow-check --shadow-workers 2``): this rule 0.87-1.14x the call's wall at load 4.9-8.3; priced as one thread,
+    1.41-1.79x at load 5.0-5.8; each worker given the probe's whole share, 0.69-0.83x at load 5.3-6.7."""
     measured = measured_training(model_dir) if model_dir is not None else None
     one = training_work(trainer, config, steps, measured=measured)
     est = estimate([Work("shadow-models", shadows=todo, trains=one)], speed=speed)
