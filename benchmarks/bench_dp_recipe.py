@@ -28,11 +28,16 @@ seeds beat the start. The seeds vary only what DP randomizes, so the interval sa
 start on these held-out rows; the held-out rows' own sampling error (about 1 point on 300 rows) is not in it.
 
 SNIPS (``--snips DIR``, read in place: ``train.tsv`` split at random into ``--public-size`` public rows and the
-private rows, ``test.tsv`` the held-out set; the split's two parts are written to the workdir only): its 6,000 public
-rows cannot hold a pseudo split at the real N (~8,800 rows with the canaries), so ``--recipe NAME`` runs a recipe
-chosen on the built-in corpus's public rows (public data too) without a search. The masked LM's SNIPS start trains
-3,000 public steps (1,000 leave it undertrained); the causal LM's keeps 900 member rows and 5 canaries per group,
-so its N (1,454) and sigma are those of its built-in search.
+private rows, ``test.tsv`` the held-out set; the split's two parts are written to the workdir only): every private row
+is a member (7,694, with 1,110 canary rows N = 8,804), as a user with SNIPS would train on all of them. Its 6,000
+public rows cannot hold a pseudo split at that N, so without ``--recipe`` the search runs on the built-in corpus's
+public rows (public data too; their own inject directory, ``builtin-data``, in the workdir) split at SNIPS's N: 8,804
+pseudo-private, 1,000 pseudo-held-out and 10,196 pseudo-public rows, so q = B / N and sigma at epsilon 8 are the real
+run's. A search at a larger N tries the task's large-N candidates (``Task.large_n``: larger batches, fewer epochs)
+and trains the causal LM's non-private model for 5 epochs (20 epochs of 64 would be 2,750 steps); ``--search-n N``
+runs such a search for the built-in task at any N. The masked LM's SNIPS start trains 3,000 public steps (1,000
+leave it undertrained), the pseudo start too. The former SNIPS causal setting (900 members and 5 canaries per group,
+N = 1,454 as in the built-in search) is ``--snips-members 900 --per-frequency 5``.
 
 Usage (every command is printed before it runs; ``nice -n 10`` on a shared machine)::
 
@@ -40,7 +45,9 @@ Usage (every command is printed before it runs; ``nice -n 10`` on a shared machi
     python benchmarks/bench_dp_recipe.py --task clm [--workdir W] [--seeds 6] [--smoke]
         [--search-default] (also search the demo's recipe) [--default-seeds N] (run it on the real rows too)
         [--only NAME] (search only these candidates) [--search-only] [--recipe NAME] (no search)
-    python benchmarks/bench_dp_recipe.py --task mlm|clm --snips ../shared/data/snips --recipe NAME [--seeds 6]
+        [--search-n N] (search at N pseudo-private rows with the large-N candidates)
+    python benchmarks/bench_dp_recipe.py --task mlm|clm --snips ../shared/data/snips [--recipe NAME] [--seeds 6]
+        [--snips-members N --per-frequency K] (fewer members / canaries)
 
 ``--task mlm``: jax-bert masked LM, the demo's directory (``inject --corpus builtin:assistant --corpus-size 3000
 --public-size 20000``, digit canaries 1, 10 and 100 times, 10 per group) and the demo's public start (1,000 steps of
@@ -130,15 +137,78 @@ clipped at C = 1 (clip fraction 1.0), so C 0.1 only rescales Adam's input: the s
         margin
       the old recipe (20 ep x 64, ``--default-seeds 3``): 56.85%, 57.54%, 57.23% (mean -0.18)
 
-    SNIPS (--snips ../shared/data/snips --recipe "lr 1e-3, 20 ep x 256": 899 members + 555 canary rows, 693
-    held-out rows, 5,917 public rows; public start 3 epochs)
+    SNIPS, the former setting (--snips ../shared/data/snips --snips-members 900 --per-frequency 5 --recipe
+    "lr 1e-3, 20 ep x 256": 899 members + 555 canary rows, 693 held-out rows, 5,917 public rows; start 3 epochs)
       trivial baseline 8.27%, public start 26.74%, non-private from it 24.44% (it overfits)
       DP: 25.28, 25.56, 25.70, 24.69, 24.37, 24.72% (-1.69, half-width 0.56, 0 of 6 above: below the start);
         1.03x non-private
 
+SNIPS at its own N (every private row a member), each recipe searched on the built-in corpus's PUBLIC rows split at
+SNIPS's N (8,804 pseudo-private, 1,000 pseudo-held-out, 10,196 pseudo-public rows), epsilon 8, noise seed 0, one run
+per candidate; then 6 noise seeds on SNIPS (7,694 members + 1,110 canary rows, 683 held-out rows of test.tsv, 5,834
+public rows); load 5-9 (four jobs of three sessions on the 2 cores)::
+
+    nice -n 10 python benchmarks/bench_dp_recipe.py --task clm --snips ../shared/data/snips --workdir S3 --seeds 6
+
+      recipe (causal LM, edp-sgd --mode dp-sgd)   held-out  - start  x non-private  sigma
+      pseudo start (3 epochs, public)               56.41%
+      non-private from it (5 ep x 64, 3e-3)         57.60%
+      lr 1e-3, 5 ep x 256                           57.61%   +1.20%   1.00           0.633
+      lr 3e-3, 5 ep x 256                           57.51%   +1.10%   1.00           0.633
+      lr 1e-3, 10 ep x 512  (chosen)                57.84%   +1.43%   1.00           0.822
+      lr 3e-3, 10 ep x 1024                         57.81%   +1.40%   1.00           0.987
+      LoRA r8, lr 3e-3, 5 ep x 256                  57.49%   +1.08%   1.00           0.633
+    real SNIPS: trivial baseline 8.23%, public start 25.10%, non-private from it (5 ep x 64) 29.80%
+      DP lr 1e-3, 10 ep x 512, noise seeds 0-5: 26.87, 27.15, 27.24, 26.92, 27.19, 26.80%
+        (+1.77, +2.05, +2.14, +1.82, +2.09, +1.70 points); mean 27.03%, 0.91x non-private (goal met)
+      margin: mean +1.93, 95% t half-width 0.20 over 6 seeds (mean - half-width +1.73), 6 of 6 above: a measured
+        margin
+      the task's 20-epoch non-private schedule from the same start (run by hand, same options with --epochs 20):
+        30.18% at the end (0.90x), 31.33% at its best epoch (9; 0.86x); its held-out loss is lowest at epoch 5
+        and rises after it (3.75 -> 4.17): it overfits, which is why the large-N non-private trains 5 epochs
+
+    nice -n 10 python benchmarks/bench_dp_recipe.py --task mlm --snips ../shared/data/snips --workdir S4 --seeds 6
+
+      recipe (masked LM, jax-bert)                held-out  - start  x non-private
+      pseudo start (3,000 steps, public)            69.48%
+      non-private from it (1000 x 64, 3e-3)         69.86%
+      lr 3e-4, 250 x 64, warm-up 25                 68.91%   -0.57%   0.99
+      lr 3e-4, 250 x 256, warm-up 25                69.18%   -0.30%   0.99
+      lr 1e-3, 250 x 256, warm-up 25                69.29%   -0.19%   0.99
+      lr 1e-3, 125 x 1024, warm-up 12  (chosen)     69.64%   +0.16%   1.00
+      lr 3e-4, 500 x 256, warm-up 50                68.99%   -0.49%   0.99
+      lr 1e-3, 500 x 256, warm-up 50                68.99%   -0.49%   0.99
+      lr 3e-4, 1000 x 256, warm-up 100              68.94%   -0.54%   0.99
+    real SNIPS: trivial baseline 4.88%, public start 36.01%, non-private from it 38.62%
+      DP lr 1e-3, 125 x 1024, warm-up 12, noise seeds 0-5: 35.86, 36.65, 36.69, 36.46, 36.50, 36.01%
+        (-0.15, +0.64, +0.68, +0.45, +0.49, +0.00 points); mean 36.36%, 0.94x non-private (goal met)
+      margin: mean +0.35, 95% t half-width 0.36 over 6 seeds (mean - half-width -0.01), 4 of 6 above (1 equal):
+        NOT a measured margin, by 0.01 points (the former choice, 250 x 64 at 3e-4 with warm-up: +0.11, 0.12)
+
+Reading: at SNIPS's N the causal LM's search moved to larger batches and fewer epochs (10 epochs of 512: 172 steps,
+sigma 0.82, against 20 epochs of 256 at N = 1,454), and on SNIPS it beats its start by 1.7-2.1 points on every seed.
+The masked LM's search is weak evidence: 3,000 public steps nearly saturate the built-in corpus (the pseudo start's
+non-private model adds 0.38 points; SNIPS's adds 2.6), so its candidates differ by less than a point on one seed each;
+its choice (125 steps of 1024) doubles the former recipe's mean margin on SNIPS but not past the interval's half-width.
+
+LoRA on the causal LM, the built-in corpus (``--lora``: the task's LoRA candidates only, N = 1,455)::
+
+    nice -n 10 python benchmarks/bench_dp_recipe.py --task clm --workdir W --lora --seeds 6
+
+      LoRA r8, lr 3e-3, 20 ep x 64     57.13%  +0.01%      LoRA r8, lr 3e-3, 20 ep x 256 (chosen)  57.24%  +0.12%
+      LoRA r8, lr 1e-2, 20 ep x 256    57.03%  -0.08%      LoRA r16, lr 1e-2, 20 ep x 256          57.11%  -0.01%
+    real data (the built-in causal rows above): public start 57.39%, non-private 52.83%
+      DP LoRA r8, lr 3e-3, 20 ep x 256, noise seeds 0-5: 56.05, 56.01, 55.98, 56.26, 55.55, 55.97% (mean -1.42,
+        half-width 0.24, 0 of 6 above: BELOW the start; 1.06x the overfitting non-private model)
+
+The chosen LoRA recipe was within 0.12 points of its pseudo start in the search and ends 1.1-1.8 points below the
+real start on every seed, a difference the pseudo split did not show. One difference between the two: the
+pseudo-private rows hold no canaries, while 555 of the real 1,455 members are canary rows (a possible cause, not
+tested). Full fine-tuning at the same batch beats the same start (+0.26 above).
+
 The demo trains its epsilon-8 causal LM with the chosen causal recipe (``causal_dp_batch_size``). Not measured: LoRA
-on the masked LM (jax-bert has none), DP-SGD with momentum (jax-bert's optimizer is AdamW), more than one seed per
-search row.
+on the masked LM (jax-bert has none; edp-sgd ``--task mlm --peft lora`` would need a torch public start, a Task not
+written), DP-SGD with momentum (jax-bert's optimizer is AdamW), more than one seed per search row.
 """
 
 from __future__ import annotations
@@ -227,18 +297,20 @@ class Recipe:
     args: tuple[str, ...]
 
 
-def pseudo_directory(real: Path, root: Path, heldout: int) -> Path:
-    """The search's inject directory, from the real ``public.jsonl`` only: pseudo-private rows (as many as the real
-    train.jsonl), ``heldout`` pseudo-held-out rows and the rest as pseudo-public rows, drawn at random (seed 0)."""
-    pseudo = root / "pseudo-data"
+def pseudo_directory(real: Path, root: Path, heldout: int, n_train: int | None = None, prefix: str = "pseudo") -> Path:
+    """The search's inject directory, from the real ``public.jsonl`` only: pseudo-private rows (``n_train``, default
+    as many as the real train.jsonl), ``heldout`` pseudo-held-out rows and the rest as pseudo-public rows, drawn at
+    random (seed 0). ``prefix`` names its folders in ``root`` (a search at another N keeps its own split)."""
+    pseudo = root / f"{prefix}-data"
     if (pseudo / "manifest.json").is_file():
         return pseudo
     rows = [{"text": r["text"]} for r in read_jsonl(real / "public.jsonl")]
-    n_train = sum(1 for _ in read_jsonl(real / "train.jsonl"))
+    if n_train is None:
+        n_train = sum(1 for _ in read_jsonl(real / "train.jsonl"))
     if n_train + heldout >= len(rows):
         raise SystemExit(f"{real / 'public.jsonl'}: {len(rows)} public rows cannot hold {n_train} + {heldout} rows")
     random.Random(0).shuffle(rows)
-    src = root / "pseudo-src"
+    src = root / f"{prefix}-src"
     src.mkdir(parents=True, exist_ok=True)
     write_jsonl(src / "train.jsonl", rows[:n_train])
     write_jsonl(src / "heldout.jsonl", rows[n_train : n_train + heldout])
@@ -275,6 +347,23 @@ class Task:
     candidates: tuple[Recipe, ...]
     eval_rows: str
     search_eval_rows: str
+    #: Candidates for a search at a larger N (``--search-n``, or SNIPS's N): Anil et al.'s larger batches and fewer
+    #: epochs; the built-in search keeps ``candidates`` (its printed commands unchanged).
+    large_n: tuple[Recipe, ...] = ()
+    #: The non-private model's options at a larger N (20 epochs of 64 is 2,750 steps at N = 8,804); empty: the same.
+    large_n_nonprivate: tuple[str, ...] = ()
+    #: LoRA candidates (``--lora``: a search over these alone, with the built-in search's N and non-private model).
+    lora: tuple[Recipe, ...] = ()
+
+
+def at_large_n(task: Task) -> Task:
+    """The task searched at another corpus's (larger) N: its large-N candidates and non-private schedule."""
+    return replace(task, candidates=task.large_n, nonprivate=task.large_n_nonprivate or task.nonprivate)
+
+
+def named_recipes(task: Task) -> list[Recipe]:
+    """Every recipe ``--recipe`` may name: the demo's, the built-in search's and the large-N search's."""
+    return [task.default, *task.candidates, *task.large_n, *task.lora]
 
 
 def mlm_task(smoke: bool) -> Task:
@@ -342,6 +431,21 @@ def mlm_task(smoke: bool) -> Task:
         ),
         eval_rows="512",
         search_eval_rows="1000",
+        large_n=tuple(
+            Recipe(
+                f"lr {lr}, {n} x {b}, warm-up {w}",
+                ("--steps", steps(n), "--batch-size", str(b), "--learning-rate", lr, "--warmup-steps", steps(w)),
+            )
+            for lr, n, b, w in (
+                ("3e-4", 250, 64, 25),
+                ("3e-4", 250, 256, 25),
+                ("1e-3", 250, 256, 25),
+                ("1e-3", 125, 1024, 12),
+                ("3e-4", 500, 256, 50),
+                ("1e-3", 500, 256, 50),
+                ("3e-4", 1000, 256, 100),
+            )
+        ),
     )
 
 
@@ -376,18 +480,53 @@ def clm_task(smoke: bool) -> Task:
         ),
         eval_rows="400",
         search_eval_rows="1000",
+        large_n=(
+            *(
+                Recipe(
+                    f"lr {lr}, {ep} ep x {b}",
+                    ("--mode", "dp-sgd", "--epochs", epochs(ep), "--batch-size", str(b), "--learning-rate", lr),
+                )
+                for lr, ep, b in (
+                    ("1e-3", 5, 256),
+                    ("3e-3", 5, 256),
+                    ("1e-3", 10, 512),
+                    ("3e-3", 10, 1024),
+                )
+            ),
+            Recipe(
+                "LoRA r8, lr 3e-3, 5 ep x 256",
+                ("--mode", "dp-sgd", "--epochs", epochs(5), "--batch-size", "256", "--learning-rate", "3e-3")
+                + ("--peft", "lora", "--lora-rank", "8"),
+            ),
+        ),
+        lora=tuple(
+            Recipe(
+                f"LoRA r{r}, lr {lr}, 20 ep x {b}",
+                ("--mode", "dp-sgd", "--epochs", epochs(20), "--batch-size", str(b), "--learning-rate", lr)
+                + ("--peft", "lora", "--lora-rank", str(r)),
+            )
+            for r, lr, b in ((8, "3e-3", 64), (8, "3e-3", 256), (8, "1e-2", 256), (16, "1e-2", 256))
+        ),
+        large_n_nonprivate=("--mode", "sgd", "--non-private", "--epochs", epochs(5), "--batch-size", "64")
+        + ("--learning-rate", "3e-3"),
     )
 
 
-def snips_task(kind: str, smoke: bool) -> Task:
+def snips_task(kind: str, smoke: bool, members: int | None = None) -> Task:
     """A task on SNIPS: the built-in corpus's (its common, non-private and candidate options) with SNIPS's own inject
     sizes and all of SNIPS's held-out utterances scored. The masked LM's public start trains 3,000 steps (1,000 leave
     it undertrained on SNIPS: README, "The same recipes on SNIPS"); the causal LM keeps the built-in corpus's
-    public start (3 epochs) and its members (900 rows and 5 canaries per group: N and so q and sigma as in its
-    search)."""
+    public start (3 epochs). ``members``: the private rows kept (None: all of them, as a user with SNIPS would
+    train on; the causal LM's non-private model then trains its large-N schedule, 5 epochs, not 20 epochs of
+    2,750 steps; 900: the former causal setting, N and so q and sigma as in the built-in search)."""
     if kind == "clm":
+        clm = clm_task(smoke)
         return replace(
-            clm_task(smoke), name="edp-sgd causal LM on SNIPS", inject=(), eval_rows="100" if smoke else "700"
+            clm,
+            name="edp-sgd causal LM on SNIPS",
+            inject=(),
+            eval_rows="100" if smoke else "700",
+            nonprivate=clm.nonprivate if members is not None else clm.large_n_nonprivate,
         )
     mlm = mlm_task(smoke)
     steps = (lambda n: str(max(2, n // 50))) if smoke else str
@@ -450,23 +589,33 @@ def snips_directory(
 
 
 def search(
-    task: Task, root: Path, real: Path, names: list[str] | None, search_default: bool, ceilings: bool = False
+    task: Task,
+    root: Path,
+    real: Path,
+    names: list[str] | None,
+    search_default: bool,
+    ceilings: bool = False,
+    n_train: int | None = None,
 ) -> Recipe:
     """Train every candidate at epsilon 8 on the pseudo split; return the best by pseudo-held-out figure.
 
-    ``ceilings``: also train each candidate's schedule without clipping or noise (``--non-private`` with the same
-    steps, batch, learning rate and trained parameters): how far that schedule could move the start at all."""
-    pseudo = pseudo_directory(real, root, int(task.search_eval_rows))
+    ``real``: the inject directory whose ``public.jsonl`` is split. ``n_train``: the pseudo-private rows (default:
+    as many as ``real``'s train.jsonl; another corpus's N for a search at its q and sigma); its runs and split are
+    kept apart in ``root`` (``pseudo-n{N}-...``). ``ceilings``: also train each candidate's schedule without
+    clipping or noise (``--non-private`` with the same steps, batch, learning rate and trained parameters): how far
+    that schedule could move the start at all."""
+    prefix = "pseudo" if n_train is None else f"pseudo-n{n_train}"
+    pseudo = pseudo_directory(real, root, int(task.search_eval_rows), n_train, prefix)
     base = ("--data", str(pseudo), "--seed", "0", *task.common, "--eval-examples", task.search_eval_rows)
-    start = train(root / "pseudo-public", *base, *task.public)
-    nonprivate = figure(train(root / "pseudo-nonprivate", *base, "--init-from", str(start), *task.nonprivate))
+    start = train(root / f"{prefix}-public", *base, *task.public)
+    nonprivate = figure(train(root / f"{prefix}-nonprivate", *base, "--init-from", str(start), *task.nonprivate))
     candidates = [*([task.default] if search_default else []), *task.candidates]
     if names:
         candidates = [c for c in candidates if c.name in names] or candidates
     scored = []
     for recipe in candidates:
         run = train(
-            root / f"pseudo-dp-{slug(recipe.name)}",
+            root / f"{prefix}-dp-{slug(recipe.name)}",
             *base,
             "--init-from",
             str(start),
@@ -480,7 +629,9 @@ def search(
         if ceilings:
             free = tuple(a for a in recipe.args if a not in ("--mode", "dp-sgd"))
             ceiling = figure(
-                train(root / f"pseudo-np-{slug(recipe.name)}", *base, "--init-from", str(start), "--non-private", *free)
+                train(
+                    root / f"{prefix}-np-{slug(recipe.name)}", *base, "--init-from", str(start), "--non-private", *free
+                )
             )
         scored.append((recipe, figure(run), ceiling))
     start_value = scored[0][1].start
@@ -491,7 +642,7 @@ def search(
     head = f"  {'recipe':<44} {'held-out':>9} {'- start':>8} {'x non-private':>14}"
     print(head + (f" {'same schedule, non-private: - start':>37}" if ceilings else ""))
     print(f"  {'pseudo start':<44} {start_value if start_value is not None else float('nan'):>9.2%}")
-    print(f"  {'non-private from it':<44} {nonprivate.value:>9.2%}")
+    print(f"  {'non-private from it':<44} {nonprivate.value:>9.2%}   ({shlex.join(task.nonprivate)})")
     for recipe, fig, ceiling in scored:
         margin = fig.value - fig.start if fig.start is not None else float("nan")
         line = f"  {recipe.name:<44} {fig.value:>9.2%} {margin:>+8.2%} {fig.value / nonprivate.value:>14.2f}"
@@ -542,7 +693,10 @@ def real_runs(task: Task, root: Path, real: Path, recipe: Recipe, seeds: int, de
         f"  {'trivial baseline (most frequent token)':<40} {baseline if baseline is not None else float('nan'):>9.2%}"
     )
     print(f"  {'public start (its own eval)':<40} {start_fig.value:>9.2%}")
-    print(f"  {'non-private from the start':<40} {nonprivate.value:>9.2%} {'':>18} {'':>8} {1.0:>14.2f}")
+    print(
+        f"  {'non-private from the start':<40} {nonprivate.value:>9.2%} {'':>18} {'':>8} {1.0:>14.2f}"
+        f"   ({shlex.join(task.nonprivate)})"
+    )
     for label, figs, rec in (("chosen", chosen, recipe), ("demo default", default, task.default)):
         for s, fig in enumerate(figs):
             margin = fig.value - fig.start if fig.start is not None else float("nan")
@@ -617,45 +771,82 @@ def main() -> int:
         "--snips",
         type=Path,
         default=None,
-        help="Folder with SNIPS train.tsv and test.tsv (read in place): the task on SNIPS, with --recipe.",
+        help="Folder with SNIPS train.tsv and test.tsv (read in place): the task on SNIPS, its recipe searched on the "
+        "built-in corpus's public rows at SNIPS's N (see --search-n) or named by --recipe.",
     )
     parser.add_argument("--public-size", type=int, default=6000, help="With --snips: public rows of train.tsv.")
     parser.add_argument(
+        "--snips-members",
+        type=int,
+        default=None,
+        help="With --snips: keep only the first N private rows of train.tsv as members (default: all of them, as a "
+        "user with SNIPS would; 900 with --per-frequency 5 is the former causal setting, the built-in search's N).",
+    )
+    parser.add_argument(
+        "--per-frequency",
+        type=int,
+        default=10,
+        help="With --snips: canaries per frequency group (1, 10 and 100 copies); default 10.",
+    )
+    parser.add_argument(
+        "--search-n",
+        type=int,
+        default=None,
+        help="Search with N pseudo-private rows of the built-in corpus's public rows (another corpus's N, so q and "
+        "sigma at epsilon 8 are its run's) and the task's large-N candidates. With --snips and no --recipe the search "
+        "runs at SNIPS's N (its train.jsonl's rows, canaries included) unless this overrides it.",
+    )
+    parser.add_argument(
         "--recipe",
         default=None,
-        help="Run this candidate (by name) on the real rows without a search: one chosen on another corpus's public "
-        "rows (required with --snips, whose 6,000 public rows cannot hold a pseudo split at its real N).",
+        help="Run this candidate (by name) on the real rows without a search: e.g. one chosen on another corpus's "
+        "public rows by an earlier run.",
+    )
+    parser.add_argument(
+        "--lora",
+        action="store_true",
+        help="Search the task's LoRA candidates (edp-sgd --peft lora; the causal LM only) instead of its others.",
     )
     parser.add_argument("--smoke", action="store_true", help="Tiny sizes: a check that the script runs.")
     args = parser.parse_args()
-    if args.snips is not None and args.recipe is None:
-        parser.error("--snips takes --recipe NAME (a recipe chosen on the built-in corpus's public rows)")
-    task = snips_task(args.task, args.smoke) if args.snips is not None else TASKS[args.task](args.smoke)
+    for option, value in (("--snips-members", args.snips_members), ("--search-n", args.search_n)):
+        if value is not None and value < 1:
+            parser.error(f"{option} {value}: give a positive number of rows")
+    builtin = TASKS[args.task](args.smoke)
+    if args.lora and not builtin.lora:
+        parser.error(f"--lora: the {args.task} task has no LoRA candidates (--task clm has)")
+    task = snips_task(args.task, args.smoke, args.snips_members) if args.snips is not None else builtin
     recipe = None
     if args.recipe is not None:  # checked before any run starts
-        named = [c for c in (task.default, *task.candidates) if c.name == args.recipe]
+        named = [c for c in named_recipes(task) if c.name == args.recipe]
         if not named:
-            parser.error(f"--recipe {args.recipe!r}: not one of {[c.name for c in (task.default, *task.candidates)]}")
+            parser.error(f"--recipe {args.recipe!r}: not one of {[c.name for c in named_recipes(task)]}")
         recipe = named[0]
     root = args.workdir or Path(tempfile.mkdtemp(prefix="bench-dp-recipe-"))
     root.mkdir(parents=True, exist_ok=True)
+    # The search reads the built-in corpus's public rows only: its own directory, or (with --snips) one beside SNIPS's.
+    builtin_dir = root / ("builtin-data" if args.snips is not None else "data")
+    if (args.snips is None or recipe is None) and not (builtin_dir / "manifest.json").is_file():
+        dpaudit("inject", *builtin.inject, "--out", str(builtin_dir), "--seed", "0", "--overwrite")
+    real = builtin_dir
     if args.snips is not None:
-        clm = args.task == "clm"
         real = snips_directory(
             args.snips,
             root,
             args.public_size,
-            private_size=900 if clm else None,
-            per_frequency=5 if clm else 10,
+            private_size=args.snips_members,
+            per_frequency=args.per_frequency,
             smoke=args.smoke,
         )
-    else:
-        real = root / "data"
-        if not (real / "manifest.json").is_file():
-            dpaudit("inject", *task.inject, "--out", str(real), "--seed", "0", "--overwrite")
+    search_n = args.search_n
+    if search_n is None and args.snips is not None and recipe is None:
+        search_n = sum(1 for _ in read_jsonl(real / "train.jsonl"))
     print(f"uptime at start: {os.getloadavg()}", flush=True)
     if recipe is None:
-        recipe = search(task, root, real, args.only, args.search_default, args.ceilings)
+        searched = at_large_n(task) if search_n is not None else task
+        if args.lora:
+            searched = replace(searched, candidates=task.lora)
+        recipe = search(searched, root, builtin_dir, args.only, args.search_default, args.ceilings, search_n)
     if not args.search_only:
         real_runs(task, root, real, recipe, args.seeds, args.default_seeds)
     return 0
