@@ -70,6 +70,10 @@ models' own ``trained in`` seconds; since 2026-11-30 against the call's wall (mo
     DPAUDIT_THREADS=1 nice -n 10 python benchmarks/bench_attack_cost.py --shadow-check --shadows 4 --shadow-tasks mlm,clm
         load 5.6-6.3 (8 calls, the larger share): wall 0.51-1.05 (one below 0.83: mlm LoRA LiRA, 2.7 s estimated, 5.2 s
         taken), CPU 0.90-1.02
+    DPAUDIT_THREADS=1 nice -n 10 python benchmarks/bench_attack_cost.py --shadow-check --shadows 4
+        load 2.6-2.8: wall 0.93-1.21, CPU 0.95-1.24; load 6.1-7.7 with the test suite running at nice 5 (a higher
+        priority than the models'): wall 0.34-0.58, CPU 0.77-1.01 (the probe and the load average do not see
+        priorities)
     DPAUDIT_THREADS=1 nice -n 10 python benchmarks/bench_attack_cost.py --shadow-check --shadows 4 --shadow-workers 2
         (two workers, Ray: the measured table's estimate, only the wall compared)
         Ray's workers at nice +15 (Ray's default, before 97c3a33), load 3.2-5.6: 1.07-1.63, and 0.22-0.65 for the
