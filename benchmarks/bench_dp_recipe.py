@@ -205,8 +205,8 @@ LoRA on the causal LM, the built-in corpus (``--lora``: the task's LoRA candidat
 
 The chosen LoRA recipe was within 0.12 points of its pseudo start in the search and ends 1.1-1.8 points below the
 real start on every seed, a difference the pseudo split did not show. One difference between the two: the
-pseudo-private rows hold no canaries, while 555 of the real 1,455 members are canary rows (a possible cause, not
-tested). Full fine-tuning at the same batch beats the same start (+0.26 above).
+pseudo-private rows hold no canaries, while 555 of the real 1,455 members are canary rows (the cause: "The
+canaries, checked by hand" below). Full fine-tuning at the same batch beats the same start (+0.26 above).
 
 LoRA on the masked LM, the built-in corpus (``--task mlm-torch``: edp-sgd ``--task mlm``, its own torch public start;
 3,810 rows, 300 held-out rows; load 1-4)::
@@ -231,9 +231,18 @@ LoRA on the masked LM, the built-in corpus (``--task mlm-torch``: edp-sgd ``--ta
 Reading: on the pseudo split every LoRA candidate gained 1.2-1.6 points and full fine-tuning 2.0; on the real rows
 the held-out figure after the first epoch is 56.4-58.8% in all 12 runs against the start's 61.05% (the pseudo runs':
 57.6-57.8% against 57.08%), and it climbs back over the next 19 epochs: full fine-tuning to the start and a little
-above, LoRA not all the way. The real members hold 1,110 canary rows (29%), the pseudo-private rows none (a possible
-cause, not tested); edp-sgd has no warm-up option (jax-bert's 25 warm-up steps raised its built-in margin from +0.42
+above, LoRA not all the way. The real members hold 1,110 canary rows (29%), the pseudo-private rows none (the
+cause, checked below); edp-sgd has no warm-up option (jax-bert's 25 warm-up steps raised its built-in margin from +0.42
 to +0.57).
+
+The canaries, checked by hand (two noise seeds each, 1000 and 1001, the same start, held-out and public rows; the
+same inject commands with ``--no-canaries`` instead of the canary options, so N is the members alone and sigma is
+higher): ``dpaudit inject --corpus builtin:assistant --corpus-size 1300 --public-size 20000 --heldout-size 400
+--no-canaries`` and the causal LoRA run above: -0.28 and +0.00 points against -1.34 and -1.37 with the canaries;
+``--corpus-size 3000 --public-size 20000 --no-canaries`` and the masked LoRA run above: +0.20 and +0.31 against -0.80
+and -0.90, their first epoch at 62.0 and 62.1% (above the start, no dip). So the canary rows (1, 10 and 100 copies
+of digit strings, 29-38% of the members) are what pull these runs below their start; the pseudo split has none. The
+canaries are synthetic (no private row is read to make them), so a search could hold them too: not done here.
 
 The demo trains its epsilon-8 causal LM with the chosen causal recipe (``causal_dp_batch_size``). Not measured:
 DP-SGD with momentum (jax-bert's optimizer is AdamW), more than one seed per search row, LoRA recipes on SNIPS beyond
