@@ -67,6 +67,8 @@ models' own ``trained in`` seconds; since 2026-11-30 against the call's wall (mo
     DPAUDIT_THREADS=1 python benchmarks/bench_attack_cost.py --shadow-check --shadows 4 [--shadow-tasks mlm,clm]
         load 0.7-2.0 (16 calls, the probe's share alone): wall 0.88-1.36, CPU 0.94-1.22; the 1.36 (a probe preempted
         once: 0.64 of a core at load 0.7) reads 0.85 with the load average's share, the larger, as now
+    DPAUDIT_THREADS=1 python benchmarks/bench_attack_cost.py --shadow-check --shadows 4 [--shadow-tasks mlm,clm]
+        load 1.0-1.2 (16 calls, the larger share): wall 0.96-1.25, CPU 0.93-1.23
     DPAUDIT_THREADS=1 nice -n 10 python benchmarks/bench_attack_cost.py --shadow-check --shadows 4 --shadow-tasks mlm,clm
         load 5.6-6.3 (8 calls, the larger share): wall 0.51-1.05 (one below 0.83: mlm LoRA LiRA, 2.7 s estimated, 5.2 s
         taken), CPU 0.90-1.02

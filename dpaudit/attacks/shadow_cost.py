@@ -43,15 +43,16 @@ causal or masked LM on labelled data then evaluated up to 512 rows of the audit 
 tiny causal shadow's CPU), where RMIA's evaluated the target's held-out rows (40 at the benchmark's size); without it
 the estimate read 0.59-0.72x the CPU of LiRA's causal shadows, with it 0.91-1.04x (0.78-1.14x over every attack and target:
 ``benchmarks/bench_attack_cost.py --shadow-check``). Their wall time is that CPU over the share of a core this process
-gets: the share it got on the speed probe (:func:`timed_speed`) or the load average's (:func:`load_share`), the larger,
-as both err low. Against the whole call's wall (what a user waits for, the work around each model included; the CPU
-is compared with the call's too): 0.88-1.36x on a nearly quiet machine (load 0.7-2.0, 16 calls by the probe's share
-alone; the 1.36, a probe preempted once, reads 0.85 by the larger share), 0.93-1.21x at load 2.6-2.8 and 0.51-1.05x
-at load 5.6-6.3 (8 calls each; the 0.51: a probe that got a whole core where the models then got half); 0.34-0.58x
-at load 6-8 from work of a higher priority than the attack's (neither reading sees priorities). When a model that should be
-probed cannot be (a recipe started from a fresh copy of a model trained elsewhere, a trainer error), and for parallel
-``--workers`` (a process per model), the measured table's estimate is printed, start-up included, its wall time spread
-over the workers and a local Ray instance's start added (:func:`dpaudit.common.cost_model.shadow_lines`).
+gets: the share it got on the speed probe (:func:`timed_speed`) or the load average's (:func:`load_share`), the
+larger, as both err low. Against the whole call's wall (what a user waits for, the work around each model included;
+the CPU is compared with the call's too): 0.96-1.25x at load 1.0-1.2 (16 calls; by the probe's share alone 0.88-1.36x
+at load 0.7-2.0, the 1.36 a probe preempted once, which reads 0.85 by the larger share), 0.93-1.21x at load 2.6-2.8
+and 0.51-1.05x at load 5.6-6.3 (8 calls each; the 0.51: a probe that got a whole core where the models then got half);
+0.34-0.58x at load 6-8 from work of a higher priority than the attack's (neither reading sees priorities). When a
+model that should be probed cannot be (a recipe started from a fresh copy of a model trained elsewhere, a trainer
+error), and for parallel ``--workers`` (a process per model), the measured table's estimate is printed, start-up
+included, its wall time spread over the workers and a local Ray instance's start added
+(:func:`dpaudit.common.cost_model.shadow_lines`).
 """
 
 from __future__ import annotations
