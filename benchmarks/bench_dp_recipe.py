@@ -599,20 +599,16 @@ def torch_mlm_task(smoke: bool) -> Task:
     masked LM's inject directory and masking (30%, 32 tokens), its own public start (3 epochs of 64 at 3e-3, as the
     causal LM's), the non-private model 20 epochs of 64 at 3e-3; full fine-tuning (20 epochs of 256 at 1e-3, the
     causal LM's recipe) is the default, the LoRA candidates the search (``--lora``)."""
-    mlm, epochs = mlm_task(smoke), (lambda n: "1") if smoke else str
+    mlm, clm, epochs = mlm_task(smoke), clm_task(smoke), (lambda n: "1") if smoke else str
+    causal_recipe = next(r for r in clm.candidates if r.name == "lr 1e-3, 20 ep x 256")
     return replace(
         mlm,
         name="edp-sgd masked LM",
         common=("--trainer", "edp-sgd", "--task", "mlm", "--preset", "tiny", "--max-length", "32")
         + ("--mask-prob", "0.3"),
-        public=("--mode", "sgd", "--data-split", "public", "--non-private", "--epochs", epochs(3))
-        + ("--batch-size", "64", "--learning-rate", "3e-3"),
-        nonprivate=("--mode", "sgd", "--non-private", "--epochs", epochs(20), "--batch-size", "64")
-        + ("--learning-rate", "3e-3"),
-        default=Recipe(
-            "full, lr 1e-3, 20 ep x 256",
-            ("--mode", "dp-sgd", "--epochs", epochs(20), "--batch-size", "256", "--learning-rate", "1e-3"),
-        ),
+        public=clm.public,
+        nonprivate=clm.nonprivate,
+        default=Recipe("full, lr 1e-3, 20 ep x 256", causal_recipe.args),
         candidates=(),
         large_n=(),
         lora=tuple(
