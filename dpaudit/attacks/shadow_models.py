@@ -861,7 +861,11 @@ def train_shadows(
         if probing:
             private_dir(cache)
             lines = _probe_estimate(trainer, first, todo, public, pool, run, cache, options)
-        parallel = (getattr(options, "workers", None) or 1) > 1 or getattr(options, "ray_address", None) is not None
+        # parallel workers only through the fleet: without it the models train one after the other here
+        fleet_module = _fleet()
+        parallel = fleet_module is not None and (
+            (getattr(options, "workers", None) or 1) > 1 or getattr(options, "ray_address", None) is not None
+        )
         if lines is None and not parallel and not probing:  # small models trained here: no process start-up each
             lines = shadow_cost.in_process_lines(
                 recipe.trainer, config, first.steps, todo=todo, heldout_rows=len(first.rows_out)
@@ -871,14 +875,13 @@ def train_shadows(
             # target's measured training stands for one only when they run its steps at its batch
             same = first.steps == recipe.steps and config.get("batch_size") == recipe.batch_size
             model_dir = getattr(source, "model_dir", None) if same else None
-            workers = (getattr(options, "workers", None) or 1) if parallel else 1
-            fleet_module = _fleet() if parallel else None
-            start = 0.0
-            if fleet_module is not None:
-                start = fleet_module.start_wall_seconds(workers, todo, getattr(options, "ray_address", None))
-            speed, share = shadow_cost.timed_speed() if workers > 1 else (None, None)
+            at_once, start = 1, 0.0
+            if parallel and fleet_module is not None:
+                at_once = getattr(options, "workers", None) or 1
+                start = fleet_module.start_wall_seconds(at_once, todo, getattr(options, "ray_address", None))
+            speed, share = shadow_cost.timed_speed() if at_once > 1 else (None, None)
             lines = shadow_lines(
-                recipe.trainer, config, first.steps, todo=todo, model_dir=model_dir, workers=workers,
+                recipe.trainer, config, first.steps, todo=todo, model_dir=model_dir, workers=at_once,
                 start_wall=start, speed=speed, share=share,
             )  # fmt: skip
         for line in lines:

@@ -99,6 +99,19 @@ def test_attack_says_what_its_shadow_models_cost_before_training_them(
     err = capfd.readouterr().err
     assert "shadow: estimated CPU time of 2 shadow models: " in err and "non-private MLM training" in err
     assert "shadow: estimated wall time at the current load" in err
+    # --workers 2 prices two models at once and Ray's start through the fleet; without the fleet the models train one
+    # after the other in this process, and are priced so
+    pytest.importorskip("ray")
+    for fleet, at_once in ((shadow_models._fleet(), True), (None, False)):
+        monkeypatch.setattr(shadow_models, "_fleet", lambda fleet=fleet: fleet)
+        with pytest.raises(Stop):
+            dpaudit.attack(
+                mia_model, mia_data, ["shadow"], out=tmp_path / f"w{at_once}", shadow_models=2,
+                shadow_cache=str(tmp_path / "c"), progress=False, workers=2,
+            )  # fmt: skip
+        wall = next(line for line in capfd.readouterr().err.splitlines() if "estimated wall time" in line)
+        assert ("2 models at once" in wall and "to start Ray" in wall) == at_once, wall
+        assert at_once or "at once" not in wall
 
 
 def test_parallel_workers_spread_the_shadow_models_wall_time(monkeypatch):
