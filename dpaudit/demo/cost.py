@@ -73,12 +73,7 @@ def stage_work(stage: Stage, sizes: DemoSizes) -> Work:
         steps = sizes.audit_steps or sizes.steps
         return Work("audit", units=steps * (sizes.audit_batch_size or sizes.batch_size) * tokens)
     if name.startswith("train-"):
-        if not private:
-            steps = sizes.steps
-        elif sizes.public_steps:  # fine-tuning the public model: the epsilon-8 recipe's steps
-            steps = sizes.masked_dp_run_steps
-        else:
-            steps = sizes.dp_steps if sizes.dp_steps is not None else sizes.steps
+        steps = sizes.masked_dp_run_steps if private else sizes.steps
         return Work("mlm-dp" if private else "mlm", units=steps * sizes.batch_size * tokens)
     if name.startswith("attack-clf-"):
         trains = stage_work(

@@ -300,9 +300,11 @@ class DemoSizes:
 
     @property
     def masked_dp_run_steps(self) -> int:
-        """The steps the epsilon-8 masked LM runs from the public model: ``dp_steps``, else ``masked_dp_steps``,
-        else ``steps``."""
-        return self.dp_steps if self.dp_steps is not None else (self.masked_dp_steps or self.steps)
+        """The steps the epsilon-8 masked LM runs: ``dp_steps``, else ``masked_dp_steps`` when it fine-tunes the
+        public model (the recipe was chosen for that), else ``steps``."""
+        if self.dp_steps is not None:
+            return self.dp_steps
+        return (self.masked_dp_steps if self.public_steps else 0) or self.steps
 
 
 FULL = DemoSizes(
@@ -1012,7 +1014,6 @@ def build_plan(
     if sizes.public_steps:
         publics.append(_with_noise_seed(_public_mlm(out, data, sizes, seed), noise_seed))
         start = publics[-1].output
-    recipe = start is not None  # the masked recipe was chosen for fine-tuning the public model
     models = _jax_bert(
         out,
         data,
@@ -1020,9 +1021,9 @@ def build_plan(
         seed,
         noise_seed,
         start=start,
-        dp_steps=sizes.masked_dp_run_steps if recipe else sizes.dp_steps,
-        dp_rate=(sizes.masked_dp_learning_rate or None) if recipe else None,
-        dp_warmup_steps=sizes.masked_dp_warmup_steps if recipe else 0,
+        dp_steps=sizes.masked_dp_run_steps,
+        dp_rate=sizes.masked_dp_learning_rate or None,  # used from the public model only, as the recipe was chosen
+        dp_warmup_steps=sizes.masked_dp_warmup_steps if start is not None else 0,
     )
     if sizes.audit_canaries:
         injects.append(_audit_inject(audit_data, sizes, seed))
