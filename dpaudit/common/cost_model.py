@@ -262,11 +262,11 @@ def shadow_lines(
         # (weighted as in resources.wall_seconds), or fewer when a speed probe got more of a core than that count
         # leaves (both err high, never low: dpaudit.attacks.shadow_cost.in_process_lines): on C cores shared
         # fairly one more thread gets s = C / (others + 1), so others = C / s - 1.
-        others = resources.LOAD_WEIGHT * max(est.load, 0.0)
+        load = est.load
         if share is not None and share > 0:
-            others = min(others, max(0.0, est.cores / share - 1.0))
-        usable = min(float(parallel), float(est.cores), parallel * est.cores / (others + parallel))
-        est = dataclasses.replace(est, wall=est.cpu / usable)
+            load = min(load, max(0.0, est.cores / share - 1.0) / resources.LOAD_WEIGHT)
+        wall = resources.wall_seconds(est.cpu, threads=float(parallel), load=load, cores=est.cores)
+        est = dataclasses.replace(est, wall=wall)
     est = dataclasses.replace(est, wall=est.wall + max(0.0, start_wall))
     source = (
         "the target's own training as its demo measured it, plus a start-up"
