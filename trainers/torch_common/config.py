@@ -146,6 +146,14 @@ class TorchTrainConfig(DpOptions):
         default=None, metadata=help_text("Adam learning rate. Default 2e-3 for private modes, 1e-3 for sgd.")
     )
     weight_decay: float = field(default=0.0, metadata=help_text("Decoupled (AdamW) weight decay; 0 = Adam."))
+    lr_warmup_steps: int = field(
+        default=0,
+        metadata=help_text(
+            "Linear learning-rate warm-up: step t (from 0) takes --learning-rate x (t + 1) / N for t < N, the full "
+            "rate after; 0 = the full rate from the first step. Fixed in advance, so it changes no guarantee; it must "
+            "be shorter than the run (epochs x ceil(rows / batch-size) steps)."
+        ),
+    )
     noise_decay: Decay = field(
         default="none",
         metadata=help_text(
@@ -204,6 +212,7 @@ class TorchTrainConfig(DpOptions):
             "batch_size": 1,
             "physical_batch": 1,
             "eval_examples": 0,
+            "lr_warmup_steps": 0,
             "checkpoint_every": 1,
             "log_every": 1,
         }

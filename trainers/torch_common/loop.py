@@ -19,7 +19,7 @@ and appends the audit rows' clipped block gradient, and :meth:`TorchPlugin.step`
 noisy clipped sum to ``canaries.observe``. Without canaries nothing of this runs.
 
 The Config of a trainer built on this loop has the fields the loop reads (task, init_from, data_split, preset,
-max_length, epochs, batch_size, learning_rate, weight_decay, noise_multiplier, target_epsilon,
+max_length, epochs, batch_size, learning_rate, weight_decay, lr_warmup_steps, noise_multiplier, target_epsilon,
 delta, noise_decay, decay_rate, sigma_min, noise_seed, mask_prob, eval_examples, checkpoint_every,
 log_every, keep_checkpoints, dataset_size) and the properties ``mode``, ``private`` and ``resolved_vocab_size``.
 """
@@ -73,6 +73,20 @@ from dpaudit.training.tokenizer import missing_new_tokens, special_token_ids, tr
 
 _MASK_STREAM, _EVAL_STREAM = 11, 12  # public --seed streams (masking is not part of the mechanism; each
 # example's mask is keyed by its content hash and these: data.mask_tokens)
+
+
+def warmup_learning_rate(step: int, peak: float, warmup_steps: int) -> float:
+    """The learning rate of step ``step`` (from 0) under ``--lr-warmup-steps``: ``peak * (step + 1) / warmup_steps``
+    while the warm-up lasts, ``peak`` after it (and always, with ``warmup_steps`` 0).
+
+    The linear warm-up jax-bert's ``--warmup-steps`` climbs (Anil et al. 2021 warm up their DP BERT; a DP step
+    from a public start moves the model by noise before its Adam moments settle, and the first epochs are where the
+    masked LMs' held-out figure dipped). A function of the step alone: a resumed run takes the rate the straight
+    one did, and nothing about the data sets it.
+    """
+    if warmup_steps and step < warmup_steps:
+        return peak * (step + 1) / warmup_steps
+    return peak
 
 
 def _seeded(seed: int, stream: int, step: int) -> torch.Generator:
@@ -382,6 +396,12 @@ class TorchPlugin(TrainerPlugin):
         n = self.real_rows + (self.canaries.rows if self.canaries is not None else 0)
         size = config.dataset_size if config.dataset_size is not None else n
         self.steps_per_epoch = math.ceil(size / config.batch_size)
+        total = self.steps_per_epoch * config.epochs
+        if config.lr_warmup_steps >= total:
+            raise UserInputError(
+                f"--lr-warmup-steps {config.lr_warmup_steps} is not shorter than the run's {total} steps "
+                f"({config.epochs} epochs of {self.steps_per_epoch}); give fewer warm-up steps."
+            )
         # (data.inputs is hashed here, once: the manifest needs it at the end, when --data may be gone.)
         # (--init-from passes the one model directory check here, against transformers' tensors for its config.json.)
         inputs, identity, frequencies, self.starting_point = run_inputs(
@@ -612,12 +632,20 @@ class TorchPlugin(TrainerPlugin):
         scale = 1.0 / (expected_batch if expected_batch is not None else self.plan.batch_at(step))
         for p, a in zip(self.params, grad_sum):
             p.grad = a.mul_(scale)
+        rate = warmup_learning_rate(step, self.config.learning_rate, self.config.lr_warmup_steps)
+        for group in self.optimizer.param_groups:
+            group["lr"] = rate
         self.optimizer.step()
         for p in self.params:
             p.grad = None
         # Loss and accuracy telemetry average over the real rows (audit rows have no loss).
         rows = len(indices) if self.audit is None else int(np.count_nonzero(indices < self.real_rows))
-        return {"stats": stats, "batch_size": rows, "sigma": self._sigma(step, sigma) if self.plan.private else None}
+        return {
+            "stats": stats,
+            "batch_size": rows,
+            "sigma": self._sigma(step, sigma) if self.plan.private else None,
+            "learning_rate": rate,
+        }
 
     def fetch(self, pending: Sequence[tuple[int, Any]]) -> list[dict[str, Any]]:
         """Metric rows of the pending steps: their statistics fetched in one copy (the loop's only host sync)."""
@@ -645,6 +673,7 @@ class TorchPlugin(TrainerPlugin):
             "loss": loss_sum / n if n else None,
             "train_accuracy": correct_sum / n if n else None,
             "batch_size": n,
+            "learning_rate": metrics.get("learning_rate"),
             "clip_fraction": clipped / units if (self.clipper is not None and units) else None,
             "sigma": metrics["sigma"],
             "clipped_sum_norm": sum_norm,
