@@ -179,7 +179,7 @@ def test_an_older_checkpoint_config_upgrades_through_the_base(name):
     config = load_trainer(name).tiny_config(noise_seed=5)
     stored = config.to_dict()
     assert stored["noise_seed"] == "<given: secret>"
-    old = {key: value for key, value in stored.items() if key not in DpOptions.ADDED_FIELDS} | {"noise_seed": 5}
+    old = {key: value for key, value in stored.items() if key not in type(config).ADDED_FIELDS} | {"noise_seed": 5}
     old = {({v: k for k, v in type(config).RENAMED_FIELDS.items()}).get(key, key): value for key, value in old.items()}
     assert type(config).upgrade_stored(old) == stored
     assert config.mismatches(old) == []

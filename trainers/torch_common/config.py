@@ -76,6 +76,8 @@ class TorchTrainConfig(DpOptions):
     #: Former field names -> current ones: ``dpaudit train`` still takes the old option (hidden, with a
     #: deprecation warning) and --config key; :meth:`~DpOptions.upgrade_stored` renames it in a checkpoint's config.
     RENAMED_FIELDS: ClassVar[Mapping[str, str]] = {"model": "init_from"}
+    #: A run checkpointed before --lr-warmup-steps existed took the full rate from its first step.
+    ADDED_FIELDS: ClassVar[Mapping[str, Any]] = {**DpOptions.ADDED_FIELDS, "lr_warmup_steps": 0}
     #: A run without noise also refuses a noise decay and its floor.
     PRIVATE_ONLY_FIELDS: ClassVar[tuple[str, ...]] = (*DpOptions.PRIVATE_ONLY_FIELDS, "sigma_min", "noise_decay")
 
