@@ -50,13 +50,18 @@ Usage (every command is printed before it runs; ``nice -n 10`` on a shared machi
         [--snips-members N --per-frequency K] (fewer members / canaries)
     python benchmarks/bench_dp_recipe.py --task clm|mlm-torch --lora [--search-default] [--seeds 6] (LoRA candidates)
         [--search-canaries] (the pseudo-private rows hold the real run's canaries too)
+    python benchmarks/bench_dp_recipe.py --task clm|mlm-torch --snips ../shared/data/snips --lora --search-canaries
+        [--seeds 6] (the task's large-N LoRA candidates, searched at SNIPS's N)
 
 ``--task mlm``: jax-bert masked LM, the demo's directory (``inject --corpus builtin:assistant --corpus-size 3000
 --public-size 20000``, digit canaries 1, 10 and 100 times, 10 per group) and the demo's public start (1,000 steps of
 64, learning rate 3e-3, 30% masking, 32 tokens). ``--task clm``: edp-sgd ``--task clm`` (GPT-2-shaped tiny causal LM),
 the demo's causal directory sizes (1,300 rows, 400 held-out, 5 canaries per group, 20,000 public rows) and its public
 start (3 epochs of 64 at 3e-3). ``--task mlm-torch``: edp-sgd ``--task mlm`` (torch, so LoRA can train it), the
-masked LM's directory and masking, a public start and non-private model as the causal LM's. ``--smoke`` shrinks
+masked LM's directory and masking, a public start and non-private model as the causal LM's (on SNIPS: a public
+start of 30 epochs of 64, fixed in advance as near the jax masked LM's 3,000 steps, and the causal LM's 5-epoch
+large-N non-private schedule). ``--lora`` at a larger N (SNIPS's, or ``--search-n``) searches the task's large-N
+LoRA candidates (``Task.large_n_lora``), else its 20-epoch ones. ``--smoke`` shrinks
 every run (a check that the script runs, not a measurement). Runs are cached in ``--workdir`` (a finished run directory is reused), so a rerun with more ``--seeds`` only trains
 the new seeds.
 
@@ -283,6 +288,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
 
@@ -436,6 +442,8 @@ class Task:
     large_n_nonprivate: tuple[str, ...] = ()
     #: LoRA candidates (``--lora``: a search over these alone, with the built-in search's N and non-private model).
     lora: tuple[Recipe, ...] = ()
+    #: LoRA candidates at a larger N (``--lora`` with ``--search-n`` or SNIPS's N): larger batches, fewer epochs.
+    large_n_lora: tuple[Recipe, ...] = ()
 
 
 def at_large_n(task: Task) -> Task:
@@ -445,7 +453,20 @@ def at_large_n(task: Task) -> Task:
 
 def named_recipes(task: Task) -> list[Recipe]:
     """Every recipe ``--recipe`` may name: the demo's, the built-in search's and the large-N search's."""
-    return [task.default, *task.candidates, *task.large_n, *task.lora]
+    return [task.default, *task.candidates, *task.large_n, *task.lora, *task.large_n_lora]
+
+
+def lora_recipes(epochs: Callable[[int], str], grid: tuple[tuple[int, str, int, int], ...]) -> tuple[Recipe, ...]:
+    """edp-sgd LoRA candidates ``LoRA r{rank}, lr {lr}, {epochs} ep x {batch}`` from (rank, lr, epochs, batch) rows;
+    ``epochs``: the task's epoch count as a train option (1 under ``--smoke``)."""
+    return tuple(
+        Recipe(
+            f"LoRA r{r}, lr {lr}, {ep} ep x {b}",
+            ("--mode", "dp-sgd", "--epochs", epochs(ep), "--batch-size", str(b), "--learning-rate", lr)
+            + ("--peft", "lora", "--lora-rank", str(r)),
+        )
+        for r, lr, ep, b in grid
+    )
 
 
 def mlm_task(smoke: bool) -> Task:
@@ -591,6 +612,13 @@ def clm_task(smoke: bool) -> Task:
         ),
         large_n_nonprivate=("--mode", "sgd", "--non-private", "--epochs", epochs(5), "--batch-size", "64")
         + ("--learning-rate", "3e-3"),
+        # Fixed before any run at SNIPS's N: the former large-N LoRA candidate, its rate 3x, and 10 epochs of 512
+        # (the full fine-tuning's choice there) at r8 and r16, r16 also at batch 1024 (sigma grows slower than B).
+        large_n_lora=lora_recipes(
+            epochs,
+            ((8, "3e-3", 5, 256), (8, "1e-2", 5, 256), (8, "1e-2", 10, 512), (16, "1e-2", 10, 512))
+            + ((16, "1e-2", 10, 1024),),
+        ),
     )
 
 
@@ -598,7 +626,8 @@ def torch_mlm_task(smoke: bool) -> Task:
     """The masked LM trained by edp-sgd (``--task mlm``, torch): what LoRA needs (jax-bert has none). The built-in
     masked LM's inject directory and masking (30%, 32 tokens), its own public start (3 epochs of 64 at 3e-3, as the
     causal LM's), the non-private model 20 epochs of 64 at 3e-3; full fine-tuning (20 epochs of 256 at 1e-3, the
-    causal LM's recipe) is the default, the LoRA candidates the search (``--lora``)."""
+    causal LM's recipe) is the default, the LoRA candidates the search (``--lora``). At a larger N (SNIPS's): the
+    causal LM's full large-N candidates and 5-epoch non-private schedule, and large-N LoRA candidates."""
     mlm, clm, epochs = mlm_task(smoke), clm_task(smoke), (lambda n: "1") if smoke else str
     causal_recipe = next(r for r in clm.candidates if r.name == "lr 1e-3, 20 ep x 256")
     return replace(
@@ -610,7 +639,6 @@ def torch_mlm_task(smoke: bool) -> Task:
         nonprivate=clm.nonprivate,
         default=Recipe("full, lr 1e-3, 20 ep x 256", causal_recipe.args),
         candidates=(),
-        large_n=(),
         lora=tuple(
             Recipe(
                 f"LoRA r{r}, lr {lr}, 20 ep x 256",
@@ -619,16 +647,28 @@ def torch_mlm_task(smoke: bool) -> Task:
             )
             for r, lr in ((8, "3e-3"), (8, "1e-2"), (16, "3e-3"))
         ),
+        # At a larger N (SNIPS's): the causal LM's full candidates and non-private schedule; LoRA fixed before any
+        # run: r16 (the best with the canaries at N = 3,810) at its rate over 5 epochs of 256 and 10 of 512, and 3x
+        # that rate over 10 of 512.
+        large_n=tuple(r for r in clm.large_n if "--peft" not in r.args),
+        large_n_nonprivate=clm.large_n_nonprivate,
+        large_n_lora=lora_recipes(epochs, ((16, "3e-3", 5, 256), (16, "3e-3", 10, 512), (16, "1e-2", 10, 512))),
     )
+
+
+#: The torch masked LM's public start on SNIPS, in epochs of 64 (fixed in advance, before any run: 30 epochs of
+#: SNIPS's 5,834 public rows are 2,760 steps, near the jax masked LM's 3,000; 3 epochs would be 274).
+SNIPS_TORCH_START = 30
 
 
 def snips_task(kind: str, smoke: bool, members: int | None = None) -> Task:
     """A task on SNIPS: the built-in corpus's (its common, non-private and candidate options) with SNIPS's own inject
     sizes and all of SNIPS's held-out utterances scored. The masked LM's public start trains 3,000 steps (1,000 leave
-    it undertrained on SNIPS: README, "The same recipes on SNIPS"); the causal LM keeps the built-in corpus's
-    public start (3 epochs). ``members``: the private rows kept (None: all of them, as a user with SNIPS would
+    it undertrained on SNIPS: README, "The same recipes on SNIPS"), the torch masked LM's (``mlm-torch``)
+    ``SNIPS_TORCH_START`` epochs of 64; the causal LM keeps the built-in corpus's public start (3 epochs). ``members``: the private rows kept (None: all of them, as a user with SNIPS would
     train on; the causal LM's non-private model then trains its large-N schedule, 5 epochs, not 20 epochs of
-    2,750 steps; 900: the former causal setting, N and so q and sigma as in the built-in search)."""
+    2,750 steps, and the torch masked LM's too; 900: the former causal setting, N and so q and sigma as in the
+    built-in search)."""
     if kind == "clm":
         clm = clm_task(smoke)
         return replace(
@@ -637,6 +677,17 @@ def snips_task(kind: str, smoke: bool, members: int | None = None) -> Task:
             inject=(),
             eval_rows="100" if smoke else "700",
             nonprivate=clm.nonprivate if members is not None else clm.large_n_nonprivate,
+        )
+    if kind == "mlm-torch":
+        torch_mlm, epochs = torch_mlm_task(smoke), (lambda n: "1") if smoke else str
+        return replace(
+            torch_mlm,
+            name="edp-sgd masked LM on SNIPS",
+            inject=(),
+            public=("--mode", "sgd", "--data-split", "public", "--non-private", "--epochs", epochs(SNIPS_TORCH_START))
+            + ("--batch-size", "64", "--learning-rate", "3e-3"),
+            eval_rows="100" if smoke else "700",
+            nonprivate=torch_mlm.nonprivate if members is not None else torch_mlm.large_n_nonprivate,
         )
     mlm = mlm_task(smoke)
     steps = (lambda n: str(max(2, n // 50))) if smoke else str
@@ -670,7 +721,7 @@ def snips_directory(
     if private_size is not None:
         private = private[:private_size]
     if smoke:
-        private = private[:1000]
+        private = private[:2000]  # the canary rows (1,110 with 10 per group) stay under half of train.jsonl
     src = root / "snips-src"
     src.mkdir(parents=True, exist_ok=True)
     (src / "public.tsv").write_text("\n".join([header, *public]) + "\n", encoding="utf-8")
@@ -871,7 +922,8 @@ def main() -> int:
         "--task",
         choices=["mlm", "clm", "mlm-torch"],
         default="mlm",
-        help="mlm: jax-bert masked LM; clm: edp-sgd causal LM; mlm-torch: edp-sgd masked LM (with --lora: LoRA).",
+        help="mlm: jax-bert masked LM; clm: edp-sgd causal LM; mlm-torch: edp-sgd masked LM (with --lora: LoRA); "
+        "each also on SNIPS (--snips).",
     )
     parser.add_argument("--workdir", type=Path, default=None)
     parser.add_argument("--seeds", type=int, default=3, help="Seeds of the chosen recipe on the real data.")
@@ -922,7 +974,8 @@ def main() -> int:
     parser.add_argument(
         "--lora",
         action="store_true",
-        help="Search the task's LoRA candidates (edp-sgd --peft lora; clm and mlm-torch) instead of its others.",
+        help="Search the task's LoRA candidates (edp-sgd --peft lora; clm and mlm-torch) instead of its others: at a "
+        "larger N (--snips, --search-n) its large-N LoRA candidates, else its 20-epoch ones.",
     )
     parser.add_argument(
         "--search-canaries",
@@ -938,8 +991,6 @@ def main() -> int:
     builtin = TASKS[args.task](args.smoke)
     if args.lora and not builtin.lora:
         parser.error(f"--lora: the {args.task} task has no LoRA candidates (--task clm and mlm-torch have)")
-    if args.snips is not None and args.task == "mlm-torch":
-        parser.error("--snips: use --task mlm or clm (mlm-torch runs on the built-in corpus)")
     task = snips_task(args.task, args.smoke, args.snips_members) if args.snips is not None else builtin
     recipe = None
     if args.recipe is not None:  # checked before any run starts
@@ -970,7 +1021,7 @@ def main() -> int:
     if recipe is None:
         searched = at_large_n(task) if search_n is not None else task
         if args.lora:
-            searched = replace(searched, candidates=task.lora)
+            searched = replace(searched, candidates=task.large_n_lora if search_n is not None else task.lora)
         canaries = canary_options(real) if args.search_canaries else None
         recipe = search(searched, root, builtin_dir, args.only, args.search_default, args.ceilings, search_n, canaries)
     if not args.search_only:
