@@ -63,8 +63,9 @@ masked LM's directory and masking, a public start and non-private model as the c
 start of 30 epochs of 64, fixed in advance as near the jax masked LM's 3,000 steps, and the causal LM's 5-epoch
 large-N non-private schedule). ``--lora`` at a larger N (SNIPS's, or ``--search-n``) searches the task's large-N
 LoRA candidates (``Task.large_n_lora``), else its 20-epoch ones. ``--smoke`` shrinks
-every run (a check that the script runs, not a measurement). Runs are cached in ``--workdir`` (a finished run directory is reused), so a rerun with more ``--seeds`` only trains
-the new seeds.
+every run (a check that the script runs, not a measurement). Runs are cached in ``--workdir`` (a finished run
+directory made with the same options is reused; one made with other options stops the bench), so a rerun with more
+``--seeds`` only trains the new seeds.
 
 Measured (2026-11-30, the shared 2-core machine at load 5-10, ``uptime`` printed by the script; every search figure
 one run; the cores shared with other sessions, so no wall times are given)::
@@ -474,12 +475,35 @@ def finished(run: Path) -> bool:
     return (run / "manifest.json").is_file() and (run / "metrics.jsonl").is_file()
 
 
+def reusable(out: Path, done: bool, args: tuple[str, ...]) -> bool:
+    """Whether the finished output ``out`` (``done``) may stand for a command with these ``args``: the options it was
+    made with are recorded beside it (``<out>.args.json``), and a finished output of other options stops the bench in
+    one line rather than standing for the new command (``--corpus-size`` in a workdir of another size, a task's
+    changed schedule). An output from before the record is reused as before."""
+    if not done:
+        return False
+    record = out.with_name(f"{out.name}.args.json")
+    if record.is_file():
+        made_with = json.loads(record.read_text(encoding="utf-8"))
+        if made_with != list(args):
+            raise SystemExit(
+                f"{out}: made with other options ({shlex.join(made_with)}); give another --workdir or remove it"
+            )
+    return True
+
+
+def record_args(out: Path, args: tuple[str, ...]) -> None:
+    """Record beside ``out`` the options it was made with (what :func:`reusable` checks)."""
+    out.with_name(f"{out.name}.args.json").write_text(json.dumps(list(args)), encoding="utf-8")
+
+
 def train(run: Path, *args: str) -> Path:
-    """``dpaudit train ... --out run`` unless ``run`` already holds a finished run (the cache)."""
-    if finished(run):
+    """``dpaudit train ... --out run`` unless ``run`` already holds a finished run of these options (the cache)."""
+    if reusable(run, finished(run), args):
         print(f"(cached) {run}", flush=True)
         return run
     dpaudit("train", *args, "--out", str(run))
+    record_args(run, args)
     return run
 
 
@@ -1192,8 +1216,12 @@ def main() -> int:
     root.mkdir(parents=True, exist_ok=True)
     # The search reads the built-in corpus's public rows only: its own directory, or (with --snips) one beside SNIPS's.
     builtin_dir = root / ("builtin-data" if args.snips is not None else "data")
-    if (args.snips is None or recipe is None) and not (builtin_dir / "manifest.json").is_file():
-        dpaudit("inject", *builtin.inject, "--out", str(builtin_dir), "--seed", "0", "--overwrite")
+    inject = (*builtin.inject, "--seed", "0")
+    if (args.snips is None or recipe is None) and not reusable(
+        builtin_dir, (builtin_dir / "manifest.json").is_file(), inject
+    ):
+        dpaudit("inject", *inject, "--out", str(builtin_dir), "--overwrite")
+        record_args(builtin_dir, inject)
     real = builtin_dir
     if args.snips is not None:
         real = snips_directory(
