@@ -669,7 +669,7 @@ def _jax_bert(
             "512",
             *privacy,
         ]
-        if label.startswith("dp") and dp_warmup_steps:
+        if label.startswith("dp") and dp_warmup_steps and start is not None:  # the recipe's, like its rate
             train += ["--warmup-steps", str(dp_warmup_steps)]
         if noise_seed is not None:
             train += ["--noise-seed", str(noise_seed)]
@@ -1022,8 +1022,8 @@ def build_plan(
         noise_seed,
         start=start,
         dp_steps=sizes.masked_dp_run_steps,
-        dp_rate=sizes.masked_dp_learning_rate or None,  # used from the public model only, as the recipe was chosen
-        dp_warmup_steps=sizes.masked_dp_warmup_steps if start is not None else 0,
+        dp_rate=sizes.masked_dp_learning_rate or None,  # rate and warm-up: used from the public model only, as the
+        dp_warmup_steps=sizes.masked_dp_warmup_steps,  # recipe was chosen (the steps: DemoSizes.masked_dp_run_steps)
     )
     if sizes.audit_canaries:
         injects.append(_audit_inject(audit_data, sizes, seed))
