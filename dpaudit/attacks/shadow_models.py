@@ -876,7 +876,7 @@ def train_shadows(
             same = first.steps == recipe.steps and config.get("batch_size") == recipe.batch_size
             model_dir = getattr(source, "model_dir", None) if same else None
             at_once, start = 1, 0.0
-            if parallel and fleet_module is not None:
+            if parallel:  # (through the fleet: parallel says it is installed)
                 at_once = getattr(options, "workers", None) or 1
                 start = fleet_module.start_wall_seconds(at_once, todo, getattr(options, "ray_address", None))
             speed, share = shadow_cost.timed_speed() if at_once > 1 else (None, None)

@@ -673,7 +673,7 @@ class TorchPlugin(TrainerPlugin):
             "loss": loss_sum / n if n else None,
             "train_accuracy": correct_sum / n if n else None,
             "batch_size": n,
-            "learning_rate": metrics.get("learning_rate"),
+            "learning_rate": metrics["learning_rate"],
             "clip_fraction": clipped / units if (self.clipper is not None and units) else None,
             "sigma": metrics["sigma"],
             "clipped_sum_norm": sum_norm,

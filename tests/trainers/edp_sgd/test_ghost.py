@@ -130,7 +130,7 @@ def test_grad_snr_is_the_clipped_sum_norm_over_the_noise_norm(data_dir, tmp_path
     assert values[2:4] == [1.0, 1.0]  # one unit, clipped
     assert values[4] == pytest.approx(clip, rel=1e-4)
     assert values[5] == pytest.approx(sigma * clip * z_norm, rel=1e-5)
-    row = run._telemetry({"batch_size": 1, "sigma": sigma}, values)
+    row = run._telemetry({"batch_size": 1, "sigma": sigma, "learning_rate": 1e-3}, values)
     assert row["grad_snr"] == pytest.approx(1.0 / (sigma * z_norm), rel=1e-4)
     assert row["grad_snr"] == pytest.approx(1.0 / (sigma * math.sqrt(dim)), rel=5 / math.sqrt(2 * dim))
     assert all(g.device.type == device for g in grads)
