@@ -862,10 +862,10 @@ def snips_task(kind: str, smoke: bool, members: int | None = None) -> Task:
     """A task on SNIPS: the built-in corpus's (its common, non-private and candidate options) with SNIPS's own inject
     sizes and all of SNIPS's held-out utterances scored. The masked LM's public start trains 3,000 steps (1,000 leave
     it undertrained on SNIPS: README, "The same recipes on SNIPS"), the torch masked LM's (``mlm-torch``)
-    ``SNIPS_TORCH_START`` epochs of 64; the causal LM keeps the built-in corpus's public start (3 epochs). ``members``: the private rows kept (None: all of them, as a user with SNIPS would
-    train on; the causal LM's non-private model then trains its large-N schedule, 5 epochs, not 20 epochs of
-    2,750 steps, and the torch masked LM's too; 900: the former causal setting, N and so q and sigma as in the
-    built-in search)."""
+    ``SNIPS_TORCH_START`` epochs of 64; the causal LM keeps the built-in corpus's public start (3 epochs).
+    ``members``: the private rows kept (None: all of them, as a user with SNIPS would train on; the causal LM's
+    non-private model then trains its large-N schedule, 5 epochs, not 20 epochs of 2,750 steps, and the torch masked
+    LM's too; 900: the former causal setting, N and so q and sigma as in the built-in search)."""
     if kind == "clm":
         clm = clm_task(smoke)
         return replace(
