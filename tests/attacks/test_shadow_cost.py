@@ -157,9 +157,10 @@ def test_in_process_models_are_priced_their_held_out_evaluations():
     assert lines is not None and "2 held-out evaluations of 512 rows" in lines[0]
 
 
-def test_the_in_process_wall_time_is_the_cpu_over_the_share_of_a_core_measured_on_the_speed_probe(monkeypatch):
+def test_the_in_process_wall_time_is_the_cpu_over_the_share_of_a_core_between_the_probes_and_the_loads(monkeypatch):
     """Given a share, the wall time is the CPU over it (the load average then only said); with nothing given, the
-    speed and the share come from one timed speed probe (:func:`shadow_cost.timed_speed`)."""
+    speed comes from one timed speed probe (:func:`shadow_cost.timed_speed`), "about" from the larger of its share
+    and the load average's and "up to" from the smaller, when they differ by more than 10%."""
     config = {"task": "clm", "mode": "dp-sgd", "batch_size": 32, "max_length": 32, "epochs": 2}
 
     def figure(text: str) -> float:
@@ -183,9 +184,22 @@ def test_the_in_process_wall_time_is_the_cpu_over_the_share_of_a_core_measured_o
     monkeypatch.setattr(shadow_cost, "timed_speed", lambda: (2.0, 0.25))
     monkeypatch.setattr(resources, "current_load", lambda: 20.0)  # the load average's share is lower: the probe's
     measured = shadow_cost.in_process_lines("edp-sgd", config, 24, todo=8, cores=2)
-    assert measured is not None and "x2 for this machine's speed" in measured[0] and "0.25 of a core" in measured[1]
-    assert wall(measured) == pytest.approx(4 * cpu(measured), rel=0.05)
-    # a quiet machine (load 0.3) where the probe was preempted: the load average's share, a whole core, is taken
+    assert measured is not None and "x2 for this machine's speed" in measured[0]
+    assert "got 0.25 of a core on the speed probe, the load average leaves it 0.1" in measured[1]
+    about, up_to = measured[1].rsplit("about ", 1)[1].split(", up to ")
+    assert figure(about) == pytest.approx(4 * cpu(measured), rel=0.05)
+    # the smaller share (the load average's: 2 cores among 0.67 x 20 threads and this one) gives the "up to"
+    assert up_to.endswith("if it gets only the load average's share")
+    share = shadow_cost.load_share(20.0, 2)
+    assert figure(" ".join(up_to.split()[:2])) == pytest.approx(cpu(measured) / share, rel=0.05)
+    # a quiet machine (load 0.3) where the probe was preempted: the load average's share, a whole core, is "about",
+    # and the probe's the "up to"
     monkeypatch.setattr(resources, "current_load", lambda: 0.3)
     quiet = shadow_cost.in_process_lines("edp-sgd", config, 24, todo=8, cores=2)
-    assert quiet is not None and "1.00 of a core" in quiet[1] and wall(quiet) == pytest.approx(cpu(quiet), rel=0.05)
+    assert quiet is not None and "the load average leaves it 1.00" in quiet[1]
+    about, up_to = quiet[1].rsplit("about ", 1)[1].split(", up to ")
+    assert figure(about) == pytest.approx(cpu(quiet), rel=0.05) and up_to.endswith("only the probe's share")
+    # two readings within 10% of each other: one figure
+    monkeypatch.setattr(shadow_cost, "timed_speed", lambda: (2.0, 0.97))
+    agreed = shadow_cost.in_process_lines("edp-sgd", config, 24, todo=8, cores=2)
+    assert agreed is not None and "up to" not in agreed[1] and wall(agreed) == pytest.approx(cpu(agreed), rel=0.05)
