@@ -93,6 +93,10 @@ models' own ``trained in`` seconds; since 2026-11-30 against the call's wall (mo
             1.37-1.71; each worker given the probe's share, load 5.3-6.7: 0.69-0.83
         sharing the cores with the threads the load average counts, or fewer when the probe got more of a core than
             that count leaves, plus Ray's start (the shipped rule), load 4.9-8.3: 0.87-1.14 (8 calls)
+        the same rule as "about" and the other reading as "up to": beside another session's bench (load 3.4-4.1):
+            about 0.69-0.87, up to 0.86-1.17, within [about / 1.3, up to x 1.3] in 8 of 8; beside the test suite at
+            nice 5 in this session (load 5.6-8.1): about 0.21-0.33, up to 0.39-0.67, within in 0 of 5; after it
+            ended (load 6.0-7.4): about 0.76-0.95, up to 1.10-1.91, within in 3 of 3
 
 Examples (a few minutes each on 2 shared cores):
     DPAUDIT_THREADS=1 nice -n 10 python benchmarks/bench_attack_cost.py --shadow-check --shadows 4

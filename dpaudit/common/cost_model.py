@@ -252,20 +252,34 @@ def shadow_lines(
     :func:`dpaudit.fleet.fleet.start_wall_seconds`), added to the wall. ``speed``: this machine's speed factor when
     already measured (:func:`estimate`). Two workers, four tiny shadows, 2 cores (``benchmarks/bench_attack_cost.py
     --shadow-check --shadow-workers 2``): this rule 0.87-1.14x the call's wall at load 4.9-8.3; priced as one thread,
-    1.41-1.79x at load 5.0-5.8; each worker given the probe's whole share, 0.69-0.83x at load 5.3-6.7."""
+    1.41-1.79x at load 5.0-5.8; each worker given the probe's whole share, 0.69-0.83x at load 5.3-6.7. The other
+    reading (the load average's count where the probe's was taken, the probe's where it was not) gives "up to", as
+    for models trained in this process (:func:`dpaudit.attacks.shadow_cost.in_process_lines`): the call's wall was
+    within [about / 1.3, up to x 1.3] in 8 of 8 calls beside another session's work (load 3.4-4.1) and in 3 of 3
+    after a test suite ended, but not beside that suite running at ``nice -n 5`` in the same session (5 calls, load
+    5.6-8.1: "up to" 0.39-0.67x the wall; the workers got about 0.05 of a core each, less than the probe did)."""
     measured = measured_training(model_dir) if model_dir is not None else None
     one = training_work(trainer, config, steps, measured=measured)
     est = estimate([Work("shadow-models", shadows=todo, trains=one)], speed=speed)
     parallel = min(max(1, workers), todo)
+    upper = ""
     if parallel > 1:
         # The workers share the C cores with the threads already running: the load average's count of them
         # (weighted as in resources.wall_seconds), or fewer when a speed probe got more of a core than that count
         # leaves (both err high, never low: dpaudit.attacks.shadow_cost.in_process_lines): on C cores shared
         # fairly one more thread gets s = C / (others + 1), so others = C / s - 1.
-        load = est.load
+        # The other reading gives "up to" (the probe reads low beside busier work of a higher priority, which the
+        # load average does not weigh: shadow_cost.in_process_lines).
+        load = most = est.load
+        other = "the load average's"
         if share is not None and share > 0:
-            load = min(load, max(0.0, est.cores / share - 1.0) / resources.LOAD_WEIGHT)
+            probed = max(0.0, est.cores / share - 1.0) / resources.LOAD_WEIGHT
+            load, most = min(load, probed), max(load, probed)
+            other = "the load average's" if probed < est.load else "the speed probe's"
         wall = resources.wall_seconds(est.cpu, threads=float(parallel), load=load, cores=est.cores)
+        longest = resources.wall_seconds(est.cpu, threads=float(parallel), load=most, cores=est.cores)
+        if longest > 1.1 * wall:
+            upper = f", up to {format_minutes(longest + max(0.0, start_wall))} if the workers get only {other} share"
         est = dataclasses.replace(est, wall=wall)
     est = dataclasses.replace(est, wall=est.wall + max(0.0, start_wall))
     source = (
@@ -280,5 +294,5 @@ def shadow_lines(
         f"estimated wall time at the current load ({est.load:.1f} on {est.cores} cores"
         + (f", {parallel} models at once" if parallel > 1 else "")
         + (f", {format_minutes(start_wall)} to start Ray" if start_wall > 0 else "")
-        + f"): about {format_minutes(est.wall)}",
+        + f"): about {format_minutes(est.wall)}{upper}",
     ]

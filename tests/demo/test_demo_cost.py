@@ -122,7 +122,11 @@ def test_parallel_workers_spread_the_shadow_models_wall_time(monkeypatch):
     config = {"trainer": "edp-sgd", "task": "clm", "mode": "dp-sgd", "batch_size": 32, "max_length": 32, "epochs": 2}
 
     def minutes(line: str) -> float:
-        number, unit = line.rsplit("about ", 1)[1].split()
+        number, unit = line.rsplit("about ", 1)[1].split(", up to ")[0].split()
+        return float(number) * (1 if unit.startswith("min") else 1 / 60)
+
+    def up_to(line: str) -> float:
+        number, unit = line.split(", up to ")[1].split()[:2]
         return float(number) * (1 if unit.startswith("min") else 1 / 60)
 
     one = shadow_lines("edp-sgd", config, 24, todo=4)
@@ -137,6 +141,16 @@ def test_parallel_workers_spread_the_shadow_models_wall_time(monkeypatch):
     probed = shadow_lines("edp-sgd", config, 24, todo=4, workers=2, share=1.0)
     assert minutes(probed[1]) == pytest.approx(minutes(two[1]) * 2 / (4 / 3), rel=0.15)
     assert minutes(busy[1]) > 3 * minutes(two[1])
+    # the other reading, the load average's, is the "up to"; one reading alone has none
+    assert "up to" not in busy[1] and up_to(probed[1]) == pytest.approx(minutes(busy[1]), rel=0.1)
+    assert probed[1].endswith("if the workers get only the load average's share")
+    # a probe that got a fifth of a core on an idle-looking machine (work of a higher priority): "about" the load
+    # average's, "up to" the probe's (on 2 cores, 9 others beside the 2 workers: 2 x 2 / 11 of a core in all)
+    monkeypatch.setattr(resources, "current_load", lambda: 0.0)
+    starved = shadow_lines("edp-sgd", config, 24, todo=4, workers=2, share=0.2)
+    assert minutes(starved[1]) == pytest.approx(minutes(two[1]), rel=0.1)
+    assert up_to(starved[1]) == pytest.approx(minutes(two[1]) * 2 / (4 / 11), rel=0.15)
+    assert starved[1].endswith("if the workers get only the speed probe's share")
     monkeypatch.setattr(resources, "current_load", lambda: 0.0)
     ray = shadow_lines("edp-sgd", config, 24, todo=4, workers=2, start_wall=8.0)
     assert "8 s to start Ray" in ray[1] and minutes(ray[1]) == pytest.approx(minutes(two[1]) + 8 / 60, rel=0.1)
