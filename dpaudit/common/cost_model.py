@@ -257,7 +257,8 @@ def shadow_lines(
     for models trained in this process (:func:`dpaudit.attacks.shadow_cost.in_process_lines`): the call's wall was
     within [about / 1.3, up to x 1.3] in 8 of 8 calls beside another session's work (load 3.4-4.1) and in 3 of 3
     after a test suite ended, but not beside that suite running at ``nice -n 5`` in the same session (5 calls, load
-    5.6-8.1: "up to" 0.39-0.67x the wall; the workers got about 0.05 of a core each, less than the probe did)."""
+    5.6-8.1: "up to" 0.39-0.67x the wall; each model took 33-44 s in its worker for about 3 CPU s, a smaller share
+    than the probe got)."""
     measured = measured_training(model_dir) if model_dir is not None else None
     one = training_work(trainer, config, steps, measured=measured)
     est = estimate([Work("shadow-models", shadows=todo, trains=one)], speed=speed)
