@@ -82,8 +82,8 @@ models' own ``trained in`` seconds; since 2026-11-30 against the call's wall (mo
         beside another session's bench (load 3.8-4.1; probe 0.95-1.00, load average 0.54-0.57, the models 0.96-0.98):
             about 0.67-0.86, up to 1.16-1.57, CPU 0.70-0.89; the wall within [about / 1.3, up to x 1.3] in 8 of 8
         beside the test suite at nice 5 in this session (load 6.1-8.5; probe 0.05-0.23, load average 0.29-0.39, the
-            models 0.08-0.17): about 0.17-0.35, up to 0.39-1.58, CPU 0.66-0.82; within in 7 of 10 (after the suite ended, load 4.9-5.6: about
-            0.67-0.88, up to 1.54-2.00, within in 6 of 6): 21 of 24 in all
+            models 0.08-0.17): about 0.17-0.35, up to 0.39-1.58, CPU 0.66-0.82; within in 7 of 10 (after the
+            suite ended, load 4.9-5.6: about 0.67-0.88, up to 1.54-2.00, within in 6 of 6): 21 of 24 in all
     DPAUDIT_THREADS=1 nice -n 10 python benchmarks/bench_attack_cost.py --shadow-check --shadows 4 --shadow-workers 2
         (two workers, Ray: the measured table's estimate, only the wall compared)
         Ray's workers at nice +15 (Ray's default, before 97c3a33), load 3.2-5.6: 1.07-1.63, and 0.22-0.65 for the
@@ -480,7 +480,8 @@ def shadow_check(args: argparse.Namespace, argv: list[str] | None) -> int:
         inside += held
         print(
             f"| {name} | {attack} | {k} | {load:.1f} | {est_wall:.1f} s / {wall:.1f} s = {est_wall / wall:.2f} | "
-            f"{upper:.1f} s / {wall:.1f} s = {upper / wall:.2f} | {'yes' if held else 'NO'} | {est_cpu:.1f} s / {versus} |"
+            f"{upper:.1f} s / {wall:.1f} s = {upper / wall:.2f} | {'yes' if held else 'NO'} | "
+            f"{est_cpu:.1f} s / {versus} |"
         )
     print(f"measured wall within [about / 1.3, up to x 1.3] in {inside} of {len(rows)} calls")
     return 0

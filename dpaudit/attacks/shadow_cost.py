@@ -44,23 +44,21 @@ tiny causal shadow's CPU), where RMIA's evaluated the target's held-out rows (40
 the estimate read 0.59-0.72x the CPU of LiRA's causal shadows, with it 0.91-1.04x (0.78-1.14x over every attack and target:
 ``benchmarks/bench_attack_cost.py --shadow-check``). Their wall time is that CPU over the share of a core this process
 gets, which neither reading available before the models train predicts alone: the share it got on the speed probe
-(:func:`timed_speed`) and the load average's (:func:`load_share`). Measured on the 2-core machine (the call's CPU
-over its wall; the bench also splits the wall by ``/proc/self/task/*/schedstat`` into CPU and waiting for a core):
-beside another session's work the probe read 0.95-1.0 of a core and the load average 0.5 where the models got
-0.71-0.99 (the scheduler shares the cores between sessions before threads, which the load average's count does not
-see); beside a test suite at ``nice -n 5`` in the attack's own session (the attack at 10) the probe read 0.05-0.23 and
-the load average 0.29-0.39 where the models got 0.08-0.17 (the load average does not see priorities either); on a
-quiet machine both read about a whole core, and once a probe preempted for a moment read 0.64. So the estimate says
-both: "about" the CPU over the larger share, "up to" the CPU over the smaller, when they differ by more than 10%. The
-measured wall fell within [about / 1.3, up to x 1.3] in 21 of 24 calls at load 3.8-8.5 (the three outside, under the test
-suite: "up to" 0.39, 0.71 and 0.72x the wall); "about" alone read 0.17-0.35x under the test suite and 0.67-0.88x beside
-other sessions (where the CPU estimate read 0.66-0.89x), and 0.96-1.25x at load 1.0-1.2, 0.93-1.21x at load 2.6-2.8
-(16 and 8 calls of the former rule, the larger share, which "about" keeps).
-When a
-model that should be probed cannot be (a recipe started from a fresh copy of a model trained elsewhere, a trainer
-error), and for parallel ``--workers`` (a process per model), the measured table's estimate is printed, start-up
-included, its wall time spread over the workers and a local Ray instance's start added
-(:func:`dpaudit.common.cost_model.shadow_lines`).
+(:func:`timed_speed`) and the load average's (:func:`load_share`). Measured on the 2-core machine (the call's CPU over
+its wall; the bench also splits the wall by ``/proc/self/task/*/schedstat`` into CPU and waiting for a core): beside
+another session's work the probe read 0.95-1.0 of a core and the load average 0.5 where the models got 0.71-0.99 (the
+scheduler shares the cores between sessions before threads, which the load average's count does not see); beside a test
+suite at ``nice -n 5`` in the attack's own session (the attack at 10) the probe read 0.05-0.23 and the load average
+0.29-0.39 where the models got 0.08-0.17 (the load average does not see priorities); on a quiet machine both read about
+a whole core, and once a probe preempted for a moment read 0.64. So the estimate says both: "about" the CPU over the
+larger share, "up to" the CPU over the smaller, when they differ by more than 10%. The measured wall fell within [about
+/ 1.3, up to x 1.3] in 21 of 24 calls at load 3.8-8.5 (the three outside, under the test suite: "up to" 0.39, 0.71 and
+0.72x the wall); "about" alone read 0.17-0.35x under the test suite and 0.67-0.88x beside other sessions (where the CPU
+estimate read 0.66-0.89x), and 0.96-1.25x at load 1.0-1.2, 0.93-1.21x at load 2.6-2.8 (16 and 8 calls of the former
+rule, the larger share, which "about" keeps). When a model that should be probed cannot be (a recipe started from a
+fresh copy of a model trained elsewhere, a trainer error), and for parallel ``--workers`` (a process per model), the
+measured table's estimate is printed, start-up included, its wall time spread over the workers and a local Ray
+instance's start added (:func:`dpaudit.common.cost_model.shadow_lines`).
 """
 
 from __future__ import annotations
@@ -248,18 +246,18 @@ def in_process_lines(
     cpu = todo * one * speed
     upper = ""
     if measure_share and share is not None:
-        # The two readings bracket what the models will get: a 0.5 s probe reads high beside other work that keeps
-        # changing (it ran while that work paused, or ahead of it: a thread that has just woken is run first) and low
-        # when preempted for a moment; the load average counts threads that do not compete all the time (or, with
-        # the scheduler's session groups, compete as one group). The larger share gives "about", the smaller "up to".
+        # The two readings bracket what the models got in every measured case but a few (module docstring): the
+        # probe read low beside work of a higher priority where the load average read high, and high beside other
+        # sessions' work where the load average read low. The larger share gives "about", the smaller "up to".
         probe, counted = share, load_share(load, cores)
         share, least = max(probe, counted), min(probe, counted)
         where = (
             f"{load:.1f} on {cores} cores; this process got {probe:.2f} of a core on the speed probe, the load "
             f"average leaves it {counted:.2f}"
         )
-        if cpu / least > 1.1 * cpu / share:
-            upper = f", up to {_seconds(cpu / least)} if it gets only the {'load average' if counted < probe else 'probe'}'s share"
+        if share > 1.1 * least:
+            which = "load average" if counted < probe else "probe"
+            upper = f", up to {_seconds(cpu / least)} if it gets only the {which}'s share"
         wall = cpu / min(1.0, max(MIN_SHARE, share))
     elif share is not None:
         wall = cpu / min(1.0, max(MIN_SHARE, share))

@@ -267,10 +267,8 @@ def shadow_lines(
     if parallel > 1:
         # The workers share the C cores with the threads already running: the load average's count of them
         # (weighted as in resources.wall_seconds), or fewer when a speed probe got more of a core than that count
-        # leaves (both err high, never low: dpaudit.attacks.shadow_cost.in_process_lines): on C cores shared
-        # fairly one more thread gets s = C / (others + 1), so others = C / s - 1.
-        # The other reading gives "up to" (the probe reads low beside busier work of a higher priority, which the
-        # load average does not weigh: shadow_cost.in_process_lines).
+        # leaves (on C cores shared fairly one more thread gets s = C / (others + 1), so others = C / s - 1). The
+        # other count gives "up to": neither reading holds alone (dpaudit.attacks.shadow_cost's module docstring).
         load = most = est.load
         other = "the load average's"
         if share is not None and share > 0:
