@@ -291,6 +291,7 @@ def shadow_lines(
         f"estimated CPU time of {todo} shadow model{'s' if todo > 1 else ''}: {format_minutes(est.cpu)} "
         f"({format_minutes(est.cpu / todo)} each: {source})",
         f"estimated wall time at the current load ({est.load:.1f} on {est.cores} cores"
+        + (f", the speed probe got {share:.2f} of a core" if parallel > 1 and share is not None else "")
         + (f", {parallel} models at once" if parallel > 1 else "")
         + (f", {format_minutes(start_wall)} to start Ray" if start_wall > 0 else "")
         + f"): about {format_minutes(est.wall)}{upper}",

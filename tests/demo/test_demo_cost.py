@@ -151,6 +151,7 @@ def test_parallel_workers_spread_the_shadow_models_wall_time(monkeypatch):
     assert minutes(starved[1]) == pytest.approx(minutes(two[1]), rel=0.1)
     assert up_to(starved[1]) == pytest.approx(minutes(two[1]) * 2 / (4 / 11), rel=0.15)
     assert starved[1].endswith("if the workers get only the speed probe's share")
+    assert "the speed probe got 0.20 of a core, 2 models at once" in starved[1] and "probe got" not in two[1]
     monkeypatch.setattr(resources, "current_load", lambda: 0.0)
     ray = shadow_lines("edp-sgd", config, 24, todo=4, workers=2, start_wall=8.0)
     assert "8 s to start Ray" in ray[1] and minutes(ray[1]) == pytest.approx(minutes(two[1]) + 8 / 60, rel=0.1)
