@@ -84,6 +84,8 @@ models' own ``trained in`` seconds; since 2026-11-30 against the call's wall (mo
         beside the test suite at nice 5 in this session (load 6.1-8.5; probe 0.05-0.23, load average 0.29-0.39, the
             models 0.08-0.17): about 0.17-0.35, up to 0.39-1.58, CPU 0.66-0.82; within in 7 of 10 (after the
             suite ended, load 4.9-5.6: about 0.67-0.88, up to 1.54-2.00, within in 6 of 6): 21 of 24 in all
+        quiet (load 0.8-1.0; both readings 1.00, one figure): 0.65-1.00, within in 7 of 8 (the one outside: its CPU
+            estimate read 0.64)
     DPAUDIT_THREADS=1 nice -n 10 python benchmarks/bench_attack_cost.py --shadow-check --shadows 4 --shadow-workers 2
         (two workers, Ray: the measured table's estimate, only the wall compared)
         Ray's workers at nice +15 (Ray's default, before 97c3a33), load 3.2-5.6: 1.07-1.63, and 0.22-0.65 for the

@@ -55,10 +55,11 @@ larger share, "up to" the CPU over the smaller, when they differ by more than 10
 / 1.3, up to x 1.3] in 21 of 24 calls at load 3.8-8.5 (the three outside, under the test suite: "up to" 0.39, 0.71 and
 0.72x the wall); "about" alone read 0.17-0.35x under the test suite and 0.67-0.88x beside other sessions (where the CPU
 estimate read 0.66-0.89x), and 0.96-1.25x at load 1.0-1.2, 0.93-1.21x at load 2.6-2.8 (16 and 8 calls of the former
-rule, the larger share, which "about" keeps). When a model that should be probed cannot be (a recipe started from a
-fresh copy of a model trained elsewhere, a trainer error), and for parallel ``--workers`` (a process per model), the
-measured table's estimate is printed, start-up included, its wall time spread over the workers and a local Ray
-instance's start added (:func:`dpaudit.common.cost_model.shadow_lines`).
+rule, the larger share, which "about" keeps), and 0.65-1.00x on a later day at load 0.8-1.0 (8 calls, the CPU estimate
+0.64-0.99x). When a model that should be probed cannot be (a recipe started from a fresh copy of a model trained
+elsewhere, a trainer error), and for parallel ``--workers`` (a process per model), the measured table's estimate is
+printed, start-up included, its wall time spread over the workers and a local Ray instance's start added
+(:func:`dpaudit.common.cost_model.shadow_lines`).
 """
 
 from __future__ import annotations
