@@ -182,9 +182,8 @@ def test_the_in_process_wall_time_is_the_cpu_over_the_share_of_a_core_between_th
     speed, share = shadow_cost.timed_speed()
     assert speed == pytest.approx(2.0) and shadow_cost.MIN_SHARE <= share <= 1.0
     monkeypatch.setattr(shadow_cost, "timed_speed", lambda: (2.0, 0.25))
-    monkeypatch.setattr(
-        resources, "current_load", lambda: 20.0
-    )  # the load average's share is lower: "about" is the probe's
+    # the load average's share is lower: "about" is the probe's
+    monkeypatch.setattr(resources, "current_load", lambda: 20.0)
     measured = shadow_cost.in_process_lines("edp-sgd", config, 24, todo=8, cores=2)
     assert measured is not None and "x2 for this machine's speed" in measured[0]
     assert "got 0.25 of a core on the speed probe, the load average leaves it 0.1" in measured[1]
