@@ -64,8 +64,8 @@ the demo's causal directory sizes (1,300 rows, 400 held-out, 5 canaries per grou
 start (3 epochs of 64 at 3e-3). ``--task mlm-torch``: edp-sgd ``--task mlm`` (torch, so LoRA can train it), the
 masked LM's directory and masking, a public start and non-private model as the causal LM's (on SNIPS: a public
 start of 30 epochs of 64, fixed in advance as near the jax masked LM's then 3,000 steps, and as non-private model
-its chosen DP schedule without noise, 10 epochs of 512 at 1e-3; its search keeps the causal LM's 5-epoch large-N
-one). ``--lora`` at a larger N (SNIPS's, or ``--search-n``) searches the task's large-N
+the chosen recipe's schedule without clipping or noise, ``Task.nonprivate_is_recipe``; its search keeps the causal
+LM's 5-epoch large-N one). ``--lora`` at a larger N (SNIPS's, or ``--search-n``) searches the task's large-N
 LoRA candidates (``Task.large_n_lora``), else its 20-epoch ones. ``--smoke`` shrinks
 every run (a check that the script runs, not a measurement). Runs are cached in ``--workdir`` (a finished run
 directory made with the same options is reused; one made with other options stops the bench), so a rerun with more
@@ -690,6 +690,15 @@ class Task:
     lora: tuple[Recipe, ...] = ()
     #: LoRA candidates at a larger N (``--lora`` with ``--search-n`` or SNIPS's N): larger batches, fewer epochs.
     large_n_lora: tuple[Recipe, ...] = ()
+    #: The real non-private model trains the chosen recipe's schedule without clipping or noise (a torch trainer's
+    #: ``--mode sgd``, :func:`schedule_of`) rather than ``nonprivate``: the ratio then compares like with like.
+    nonprivate_is_recipe: bool = False
+
+
+def schedule_of(recipe: Recipe) -> tuple[str, ...]:
+    """The recipe's options less its DP mode (``--mode dp-sgd``): its schedule and trained parameters, which the
+    search's ceilings and a non-private model of the same schedule train with ``--non-private``."""
+    return tuple(a for a in recipe.args if a not in ("--mode", "dp-sgd"))
 
 
 def at_large_n(task: Task) -> Task:
@@ -965,13 +974,11 @@ def snips_task(kind: str, smoke: bool, members: int | None = None) -> Task:
             public=("--mode", "sgd", "--data-split", "public", "--non-private", "--epochs", epochs(SNIPS_TORCH_START))
             + ("--batch-size", "64", "--learning-rate", "3e-3"),
             eval_rows="100" if smoke else "700",
-            # At SNIPS's N the non-private model trains the chosen DP schedule (10 epochs of 512 at 1e-3) without
-            # clipping or noise, so the ratio compares like with like (the causal LM's 5 epochs of 64 added 0.70
-            # points to the SNIPS start: a weak reference).
-            nonprivate=torch_mlm.nonprivate
-            if members is not None
-            else ("--mode", "sgd", "--non-private", "--epochs", epochs(10), "--batch-size", "512")
-            + ("--learning-rate", "1e-3"),
+            # At SNIPS's N the real non-private model trains the chosen DP schedule without clipping or noise, so the
+            # ratio compares like with like (the causal LM's 5 epochs of 64 added 0.70 points to the SNIPS start: a
+            # weak reference); the search keeps the large-N one.
+            nonprivate=torch_mlm.nonprivate if members is not None else torch_mlm.large_n_nonprivate,
+            nonprivate_is_recipe=members is None,
         )
     mlm = mlm_task(smoke)
     steps = (lambda n: str(max(2, n // 50))) if smoke else str
@@ -1090,10 +1097,14 @@ def search(
         )
         ceiling = None
         if ceilings:
-            free = tuple(a for a in recipe.args if a not in ("--mode", "dp-sgd"))
             ceiling = figure(
                 train(
-                    root / f"{prefix}-np-{slug(recipe.name)}", *base, "--init-from", str(start), "--non-private", *free
+                    root / f"{prefix}-np-{slug(recipe.name)}",
+                    *base,
+                    "--init-from",
+                    str(start),
+                    "--non-private",
+                    *schedule_of(recipe),
                 )
             )
         scored.append((recipe, mean_fig, ceiling))
@@ -1124,9 +1135,8 @@ def search(
 def real_runs(task: Task, root: Path, real: Path, recipe: Recipe, seeds: int, default_seeds: int) -> None:
     base = ("--data", str(real), *task.common, "--eval-examples", task.eval_rows)
     start = train(root / "real-public", *base, "--seed", "0", *task.public)
-    nonprivate = figure(
-        train(root / "real-nonprivate", *base, "--seed", "0", "--init-from", str(start), *task.nonprivate)
-    )
+    np_args = ("--mode", "sgd", "--non-private", *schedule_of(recipe)) if task.nonprivate_is_recipe else task.nonprivate
+    nonprivate = figure(train(root / "real-nonprivate", *base, "--seed", "0", "--init-from", str(start), *np_args))
 
     def dp(tag: str, chosen: Recipe, n: int) -> list[Figure]:
         # --seed 0 for every run (the held-out masks, and so the start's figure, are the non-private model's); the
@@ -1162,7 +1172,7 @@ def real_runs(task: Task, root: Path, real: Path, recipe: Recipe, seeds: int, de
     print(f"  {'public start (its own eval)':<40} {start_fig.value:>9.2%}")
     print(
         f"  {'non-private from the start':<40} {nonprivate.value:>9.2%} {'':>18} {'':>8} {1.0:>14.2f}"
-        f"   ({shlex.join(task.nonprivate)})"
+        f"   ({shlex.join(np_args)})"
     )
     for label, figs, rec in (("chosen", chosen, recipe), ("demo default", default, task.default)):
         for s, fig in enumerate(figs):
