@@ -78,7 +78,7 @@ models' own ``trained in`` seconds; since 2026-11-30 against the call's wall (mo
         priorities)
     DPAUDIT_THREADS=1 nice -n 10 python benchmarks/bench_attack_cost.py --shadow-check --shadows 4 [--shadow-tasks mlm,clm]
         the wall said as a range ("about" by the larger share, "up to" by the smaller), each call's CPU / wall (the
-        share the models got) and its wall split by /proc/self/task/*/schedstat into CPU and waiting for a core:
+        share the models got) and its threads' waiting for a core (/proc/self/task/*/schedstat):
         beside another session's bench (load 3.8-4.1; probe 0.95-1.00, load average 0.54-0.57, the models 0.96-0.98):
             about 0.67-0.86, up to 1.16-1.57, CPU 0.70-0.89; the wall within [about / 1.3, up to x 1.3] in 8 of 8
         beside the test suite at nice 5 in this session (load 6.1-8.5; probe 0.05-0.23, load average 0.29-0.39, the
@@ -338,33 +338,10 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def _estimate_of(text: str) -> tuple[float, float] | None:
-    """(CPU, wall) seconds of the shadow estimate in a call's output; None when it printed none (all cached)."""
-    import re
-
-    def seconds(figure: str) -> float:
-        number, unit = figure.split()
-        return float(number) * (60.0 if unit.startswith("min") else 1.0)
-
-    cpu = re.search(r"estimated CPU time of \d+ shadow models?: ([\d.]+ (?:s|min))", text)
-    wall = re.search(r"estimated wall time at the current load \([^)]*\): about ([\d.]+ (?:s|min))", text)
-    return None if cpu is None or wall is None else (seconds(cpu.group(1)), seconds(wall.group(1)))
-
-
-def _upper_of(text: str) -> float | None:
-    """The "up to" wall seconds of the shadow estimate in a call's output (the smaller share's); None without one."""
-    import re
-
-    up = re.search(
-        r"estimated wall time at the current load \(.*\): about [\d.]+ (?:s|min), up to ([\d.]+) (s|min)", text
-    )
-    return None if up is None else float(up.group(1)) * (60.0 if up.group(2).startswith("min") else 1.0)
-
-
 def run_queue_seconds() -> float:
     """Seconds this process's live threads have waited runnable for a core (``/proc/self/task/*/schedstat``'s second
-    field), 0 where unreadable: with the CPU, it splits a call's wall into computing, waiting for a core (what a
-    share of a core models) and neither (blocked on I/O or asleep)."""
+    field, summed over threads), 0 where unreadable: beside the CPU, how much of a call the scheduler kept its threads
+    waiting (a share of a core is what the estimate models)."""
     total = 0
     for stat in Path("/proc/self/task").glob("*/schedstat"):
         try:
@@ -381,7 +358,7 @@ def shadow_check(args: argparse.Namespace, argv: list[str] | None) -> int:
     import re
 
     sys.path.insert(0, str(Path(__file__).resolve().parent))
-    from bench_lora_shadows import make_data, train_target
+    from bench_lora_shadows import estimate_figures, make_data, train_target
 
     import dpaudit
     from dpaudit.attacks import lira, shadow_models
@@ -439,7 +416,7 @@ def shadow_check(args: argparse.Namespace, argv: list[str] | None) -> int:
                     )  # fmt: skip
                 for call in calls:
                     text = str(call["text"])
-                    got = _estimate_of(text)
+                    got = estimate_figures(text)
                     trained = [float(x) for x in re.findall(r"trained in ([\d.]+) s", text)]
                     line = next((x for x in text.splitlines() if "estimated CPU time" in x), "(all cached)")
                     print(f"{name} {call['attack']}: {line.strip()}", flush=True)
@@ -448,16 +425,16 @@ def shadow_check(args: argparse.Namespace, argv: list[str] | None) -> int:
                         print(f"{name} {call['attack']}: {wall_line.strip()}", flush=True)
                     if got is None or not trained:
                         continue
-                    est_cpu, est_wall = got
+                    est_cpu, est_wall, said_upper = got
                     wall, cpu = float(call["wall"]), float(call["cpu"])  # type: ignore[arg-type]
                     models = len(trained)
-                    upper = _upper_of(text) or est_wall
+                    upper = said_upper or est_wall
                     rows.append((name, call["attack"], models, load, est_wall, upper, wall, est_cpu, cpu))
                     versus = "n/a (spent in the workers)" if args.shadow_workers else f"{est_cpu / cpu:.2f}"
                     waited = float(call["waited"])  # type: ignore[arg-type]
                     print(
-                        f"{name} {call['attack']}: the call's wall {wall:.1f} s = CPU {cpu:.1f} s + waiting for a "
-                        f"core {waited:.1f} s + neither (blocked: I/O, sleep) {wall - cpu - waited:.1f} s",
+                        f"{name} {call['attack']}: the call's wall {wall:.1f} s; its threads' CPU {cpu:.1f} s and "
+                        f"waiting for a core {waited:.1f} s (summed over threads, so not a split of the wall)",
                         flush=True,
                     )
                     print(

@@ -98,12 +98,24 @@ def _seconds(text: str) -> float:
     return float(number) * (60.0 if unit.startswith("min") else 1.0)
 
 
-def parse_estimate(stderr: str) -> tuple[float, float]:
-    cpu = re.search(r"estimated CPU time of \d+ shadow models?: ([\d.]+ (?:s|min))", stderr)
-    wall = re.search(r"estimated wall time at the current load \([^)]*\): about ([\d.]+ (?:s|min))", stderr)
+def estimate_figures(text: str) -> tuple[float, float, float | None] | None:
+    """The shadow estimate's CPU, wall ("about") and "up to" seconds (None when it said one figure) in an attack's
+    output; None when it printed none (every model cached)."""
+    cpu = re.search(r"estimated CPU time of \d+ shadow models?: ([\d.]+ (?:s|min))", text)
+    wall = re.search(
+        r"estimated wall time at the current load \([^)]*\): about ([\d.]+ (?:s|min))(?:, up to ([\d.]+ (?:s|min)))?",
+        text,
+    )
     if cpu is None or wall is None:
+        return None
+    return _seconds(cpu.group(1)), _seconds(wall.group(1)), _seconds(wall.group(2)) if wall.group(2) else None
+
+
+def parse_estimate(stderr: str) -> tuple[float, float]:
+    figures = estimate_figures(stderr)
+    if figures is None:
         raise SystemExit(f"no estimate in the output:\n{stderr[-3000:]}")
-    return _seconds(cpu.group(1)), _seconds(wall.group(1))
+    return figures[0], figures[1]
 
 
 def train_target(data: Path, out: Path, **config) -> Path:

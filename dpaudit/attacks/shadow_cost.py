@@ -45,7 +45,7 @@ the estimate read 0.59-0.72x the CPU of LiRA's causal shadows, with it 0.91-1.04
 ``benchmarks/bench_attack_cost.py --shadow-check``). Their wall time is that CPU over the share of a core this process
 gets, which neither reading available before the models train predicts alone: the share it got on the speed probe
 (:func:`timed_speed`) and the load average's (:func:`load_share`). Measured on the 2-core machine (the call's CPU over
-its wall; the bench also splits the wall by ``/proc/self/task/*/schedstat`` into CPU and waiting for a core): beside
+its wall; the bench also prints its threads' waiting for a core, ``/proc/self/task/*/schedstat``): beside
 another session's work the probe read 0.95-1.0 of a core and the load average 0.5 where the models got 0.71-0.99 (the
 scheduler shares the cores between sessions before threads, which the load average's count does not see); beside a test
 suite at ``nice -n 5`` in the attack's own session (the attack at 10) the probe read 0.05-0.23 and the load average
@@ -246,26 +246,25 @@ def in_process_lines(
     cores = resources.available_cores() if cores is None else cores
     cpu = todo * one * speed
     upper = ""
-    if measure_share and share is not None:
-        # The two readings bracket what the models got in every measured case but a few (module docstring): the
-        # probe read low beside work of a higher priority where the load average read high, and high beside other
-        # sessions' work where the load average read low. The larger share gives "about", the smaller "up to".
-        probe, counted = share, load_share(load, cores)
-        share, least = max(probe, counted), min(probe, counted)
-        where = (
-            f"{load:.1f} on {cores} cores; this process got {probe:.2f} of a core on the speed probe, the load "
-            f"average leaves it {counted:.2f}"
-        )
-        if share > 1.1 * least:
-            which = "load average" if counted < probe else "probe"
-            upper = f", up to {_seconds(cpu / least)} if it gets only the {which}'s share"
-        wall = cpu / min(1.0, max(MIN_SHARE, share))
-    elif share is not None:
-        wall = cpu / min(1.0, max(MIN_SHARE, share))
-        where = f"{load:.1f} on {cores} cores; this process gets {share:.2f} of a core: given"
-    else:
+    if share is None:
         wall = resources.wall_seconds(cpu, threads=1.0, load=load, cores=cores)
         where = f"{load:.1f} on {cores} cores"
+    else:
+        where = f"{load:.1f} on {cores} cores; this process gets {share:.2f} of a core: given"
+        if measure_share:
+            # The two readings bracket what the models got in every measured case but a few (module docstring):
+            # the probe read low beside work of a higher priority where the load average read high, and high beside
+            # other sessions' work where the load average read low. The larger gives "about", the smaller "up to".
+            probe, counted = share, load_share(load, cores)
+            share, least = max(probe, counted), min(probe, counted)
+            where = (
+                f"{load:.1f} on {cores} cores; this process got {probe:.2f} of a core on the speed probe, the load "
+                f"average leaves it {counted:.2f}"
+            )
+            if share > 1.1 * least:
+                which = "load average" if counted < probe else "probe"
+                upper = f", up to {_seconds(cpu / least)} if it gets only the {which}'s share"
+        wall = cpu / min(1.0, max(MIN_SHARE, share))
     plural = "s" if todo > 1 else ""
     return [
         f"estimated CPU time of {todo} shadow model{plural}: {_seconds(cpu)} ({_seconds(cpu / todo)} each: a "
