@@ -51,7 +51,7 @@ search) is ``--snips-members 900 --per-frequency 5``.
 start is SNIPS-like (the built-in corpus's grammar is nearly saturated by a 4,000-step start, 69.76%, where SNIPS's
 start is 38.58%, so the candidates there differed by less than one seed's spread). Its 5,834 public rows cannot hold
 N = 8,804 pseudo-private rows, so the split is smaller (``own_split``: 700 pseudo-held-out rows, half the rest
-pseudo-private with the canaries in their real share, ``scaled_canaries``, the rest the pseudo start's, trained
+pseudo-private with the canaries in their real share, ``canary_options``, the rest the pseudo start's, trained
 nearly the real start's epochs over them) and the noise is matched instead of epsilon: every candidate runs with
 ``--noise-multiplier`` set to the sigma that epsilon 8 calibrates for its steps and batch at the real N
 (``matched_sigma``, by ``dpaudit account``), so each step adds the real run's noise to a batch of the real run's
@@ -707,24 +707,20 @@ class Recipe:
     args: tuple[str, ...]
 
 
-def canary_options(real: Path) -> tuple[tuple[str, ...], int]:
+def canary_options(real: Path, n_train: int | None = None) -> tuple[tuple[str, ...], int]:
     """The inject options that wrote ``real``'s canaries (format, frequencies, per frequency) and how many train rows
-    they are: what a pseudo split repeats with ``--search-canaries`` (canaries are synthetic: no private row is read)."""
+    they are: what a pseudo split repeats with ``--search-canaries`` (canaries are synthetic: no private row is read).
+    ``n_train``: scaled to that many pseudo-private rows, as many per frequency group as keep the real share of the
+    rows (at least one), so a smaller pseudo split holds them in the real run's share."""
     manifest = json.loads((real / "manifest.json").read_text(encoding="utf-8"))
     schedule = manifest["config"]["schedule"]
     options = ("--format", str(manifest["format"]), "--frequencies", ",".join(map(str, schedule["frequencies"])))
-    return options + ("--per-frequency", str(schedule["per_frequency"])), int(manifest["counts"]["canary_insertions"])
-
-
-def scaled_canaries(real: Path, n_train: int) -> tuple[tuple[str, ...], int]:
-    """``real``'s canaries (``canary_options``) scaled to ``n_train`` pseudo-private rows: as many per frequency group
-    as keep their share of the rows (at least one), so a smaller pseudo split holds them in the real run's share."""
-    manifest = json.loads((real / "manifest.json").read_text(encoding="utf-8"))
-    schedule = manifest["config"]["schedule"]
-    per = max(1, round(int(schedule["per_frequency"]) * n_train / int(manifest["counts"]["train_rows"])))
-    frequencies = [int(f) for f in schedule["frequencies"]]
-    options = ("--format", str(manifest["format"]), "--frequencies", ",".join(map(str, frequencies)))
-    return options + ("--per-frequency", str(per)), per * sum(frequencies)
+    if n_train is None:
+        per, rows = int(schedule["per_frequency"]), int(manifest["counts"]["canary_insertions"])
+    else:
+        per = max(1, round(int(schedule["per_frequency"]) * n_train / int(manifest["counts"]["train_rows"])))
+        rows = per * sum(int(f) for f in schedule["frequencies"])
+    return options + ("--per-frequency", str(per)), rows
 
 
 def matched_sigma(recipe: Recipe, n_real: int) -> str:
@@ -1182,7 +1178,7 @@ def own_split(
     steps scaled by the share of the public rows the held-out and pseudo-private rows leave, counting the canary rows
     among the pseudo-private ones: SNIPS's 4,000 become 1,760 steps over 2,900 rows, 38.8 epochs against the real
     start's 43.9; one given in epochs kept), and with ``canaries`` the real run's canaries in their share of the rows
-    (``scaled_canaries``). Returns the searched task, the pseudo-private rows and the canary options."""
+    (``canary_options`` with ``n_train``). Returns the searched task, the pseudo-private rows and the canary options."""
     public = sum(1 for _ in read_jsonl(real / "public.jsonl"))
     heldout = int(task.eval_rows)
     n = n_train or (public - heldout) // 2
@@ -1196,7 +1192,7 @@ def own_split(
     searched = replace(at_large_n(task), public=start, search_eval_rows=task.eval_rows)
     if lora:
         searched = replace(searched, candidates=task.large_n_lora)
-    return searched, n, scaled_canaries(real, n) if canaries else None
+    return searched, n, canary_options(real, n) if canaries else None
 
 
 def search(
