@@ -1231,6 +1231,11 @@ def search(
     scored = []
     per_seed: dict[str, list[float]] = {}
     for recipe in candidates:
+        noise = (
+            ("--target-epsilon", EPSILON)
+            if noise_at_n is None
+            else ("--noise-multiplier", matched_sigma(recipe, noise_at_n))  # once per recipe: it calibrates
+        )
         figs = [
             figure(
                 train(
@@ -1238,11 +1243,7 @@ def search(
                     *base,
                     "--init-from",
                     str(start),
-                    *(
-                        ("--target-epsilon", EPSILON)
-                        if noise_at_n is None
-                        else ("--noise-multiplier", matched_sigma(recipe, noise_at_n))
-                    ),
+                    *noise,
                     "--noise-seed",
                     str(s),
                     *recipe.args,
