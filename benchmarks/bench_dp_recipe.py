@@ -463,7 +463,8 @@ noised coordinates do not make each step less noisy). The sigma each candidate r
 0.815 for 172 x 512 at N = 8,804; the same values the real runs calibrate, checked against one real run's privacy.json).
 
 Why the annealed start resists: jax-bert's rate decays to 0 at the last step (``--lr-decay quadratic``), so its start
-ends annealed; the torch trainers' rate stays constant, and their SNIPS starts are the ones DP improves on. Tested by
+ends annealed; the torch trainers' rate stays constant, and their SNIPS starts are the ones DP ends above (so does
+more public training, the public controls below show). Tested by
 a rule written down before the run (a start at a constant rate, ``--start-lr-decay none``, the pseudo and the real one
 alike and of the same lengths; the same search, candidates and seeds; the real table reported beside the annealed
 start's whatever it showed), in a new workdir (the same splits, byte for byte; load 1.5-1.7)::
