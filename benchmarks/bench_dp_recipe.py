@@ -1398,15 +1398,8 @@ def public_control_args(recipe: Recipe, real: Path, run: Path) -> tuple[str, ...
     ``run``'s noise multiplier (its manifest's, the sigma epsilon 8 calibrated at the real N), its batch and its
     number of steps (a schedule in epochs becomes as many epochs over ``public.jsonl`` as give the same steps)."""
     sigma = json.loads((run / "manifest.json").read_text(encoding="utf-8"))["summary"]["noise_multiplier"]
-    args = list(recipe.args)
-    if "--epochs" in args:
-        batch = int(args[args.index("--batch-size") + 1])
-        per_epoch = {
-            name: -(-sum(1 for _ in read_jsonl(real / name)) // batch) for name in ("train.jsonl", "public.jsonl")
-        }
-        at = args.index("--epochs") + 1
-        steps = int(args[at]) * per_epoch["train.jsonl"]
-        args[at] = str(max(1, round(steps / per_epoch["public.jsonl"])))
+    rows = {name: sum(1 for _ in read_jsonl(real / name)) for name in ("train.jsonl", "public.jsonl")}
+    args = at_steps(recipe, real_steps(recipe, rows["train.jsonl"]), rows["public.jsonl"]).args
     return ("--data-split", "public", "--noise-multiplier", repr(float(sigma)), *args)
 
 
@@ -1464,8 +1457,8 @@ def real_runs(
         at = settle.prefix
         start = train(root / f"real-public-{at.rstrip('-')}", *base, "--seed", "0", *settle.args(start))
     np_args = ("--mode", "sgd", "--non-private", *schedule_of(recipe)) if task.nonprivate_is_recipe else task.nonprivate
-    # A non-private model of the recipe's own schedule is the recipe's (named so) from a settled start.
-    np_run = f"real-{at}nonprivate" + (f"-{slug(recipe.name)}" if at and task.nonprivate_is_recipe else "")
+    # A non-private model of the recipe's own schedule is the recipe's, and named so.
+    np_run = f"real-{at}nonprivate" + (f"-{slug(recipe.name)}" if task.nonprivate_is_recipe else "")
     nonprivate = figure(train(root / np_run, *base, "--seed", "0", "--init-from", str(start), *np_args))
 
     def dp(tag: str, chosen: Recipe, n: int) -> list[Figure]:
