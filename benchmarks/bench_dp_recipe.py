@@ -933,31 +933,27 @@ def pseudo_directory(
     if canaries is not None:
         canary_args, inserted = canaries
         n_train -= inserted
-    if n_train + heldout > len(rows) - (0 if held_intents else 1):
-        raise SystemExit(f"{real / 'public.jsonl'}: {len(rows)} public rows cannot hold {n_train} + {heldout} rows")
     random.Random(0).shuffle(rows)
     random.Random(0).shuffle(rest)
+    pseudo_public = rest if held_intents else rows[n_train + heldout :]
+    if n_train + heldout > len(rows) or not pseudo_public:
+        raise SystemExit(f"{real / 'public.jsonl'}: {len(public)} public rows cannot hold {n_train} + {heldout} rows")
     src = root / f"{prefix}-src"
     src.mkdir(parents=True, exist_ok=True)
     write_jsonl(src / "train.jsonl", rows[:n_train])
     write_jsonl(src / "heldout.jsonl", rows[n_train : n_train + heldout])
-    write_jsonl(src / "public.jsonl", rest if held_intents else rows[n_train + heldout :])
+    write_jsonl(src / "public.jsonl", pseudo_public)
+    inject_split(pseudo, src / "train.jsonl", src / "heldout.jsonl", src / "public.jsonl", canary_args)
+    return pseudo
+
+
+def inject_split(out: Path, train: Path, heldout: Path, public: Path, canary_args: tuple[str, ...]) -> None:
+    """``dpaudit inject`` of a user's split (seed 0): what every directory the bench builds from files goes through."""
     dpaudit(
         "inject",
-        "--train",
-        str(src / "train.jsonl"),
-        "--heldout",
-        str(src / "heldout.jsonl"),
-        "--public",
-        str(src / "public.jsonl"),
-        *canary_args,
-        "--out",
-        str(pseudo),
-        "--seed",
-        "0",
-        "--overwrite",
+        *("--train", str(train), "--heldout", str(heldout), "--public", str(public), *canary_args),
+        *("--out", str(out), "--seed", "0", "--overwrite"),
     )
-    return pseudo
 
 
 @dataclass(frozen=True)
@@ -1333,12 +1329,7 @@ def snips_directory(
     src = root / "snips-src"
     src.mkdir(parents=True, exist_ok=True)
     if public_intents:
-        labels = {intent_of(line) for line in rows}
-        unknown = sorted(set(public_intents) - labels)
-        if unknown or set(public_intents) == labels:
-            raise SystemExit(
-                f"--public-intents: {', '.join(unknown) or 'every intent'} (give some of {', '.join(sorted(labels))})"
-            )
+        check_intents(public_intents, {intent_of(line) for line in rows})
         candidates = [line for line in rows if intent_of(line) in public_intents]
         random.Random(0).shuffle(candidates)
         if public_size > len(candidates):
@@ -1363,26 +1354,8 @@ def snips_directory(
         private = private[:2000]  # the canary rows (1,110 with 10 per group) stay under half of train.jsonl
     (src / "public.tsv").write_text("\n".join([header, *public]) + "\n", encoding="utf-8")
     (src / "private.tsv").write_text("\n".join([header, *private]) + "\n", encoding="utf-8")
-    dpaudit(
-        "inject",
-        "--train",
-        str(src / "private.tsv"),
-        "--heldout",
-        str(heldout),
-        "--public",
-        str(src / "public.tsv"),
-        "--format",
-        "digits:4",
-        "--frequencies",
-        "1,10,100",
-        "--per-frequency",
-        str(per_frequency),
-        "--out",
-        str(real),
-        "--seed",
-        "0",
-        "--overwrite",
-    )
+    canaries = ("--format", "digits:4", "--frequencies", "1,10,100", "--per-frequency", str(per_frequency))
+    inject_split(real, src / "private.tsv", heldout, src / "public.tsv", canaries)
     return real
 
 
@@ -1402,11 +1375,7 @@ def builtin_shift_directory(root: Path, inject: tuple[str, ...], public_intents:
     corpus, public_size = int(option("--corpus-size") or 0), int(option("--public-size") or 0)
     heldout = int(option("--heldout-size") or round(corpus * 0.1))
     intents = set(assistant.intent_capacities())
-    unknown = sorted(set(public_intents) - intents)
-    if unknown or set(public_intents) == intents:
-        raise SystemExit(
-            f"--public-intents: {', '.join(unknown) or 'every intent'} (give some of {', '.join(sorted(intents))})"
-        )
+    check_intents(public_intents, intents)
     share = len(public_intents) / len(intents)
     pool = list(assistant.generate(int(2 * max(public_size / share, corpus / (1 - share))), 0))
     public = [r for r in pool if r["label"] in public_intents][:public_size]
@@ -1419,13 +1388,18 @@ def builtin_shift_directory(root: Path, inject: tuple[str, ...], public_intents:
     for name, rows in parts.items():
         lines = ["text\tlabel", *(f"{r['text']}\t{r['label']}" for r in rows)]
         (src / f"{name}.tsv").write_text("\n".join(lines) + "\n", encoding="utf-8")
-    canaries = [a for name in ("--format", "--frequencies", "--per-frequency") for a in (name, option(name) or "")]
-    dpaudit(
-        "inject",
-        *("--train", str(src / "private.tsv"), "--heldout", str(src / "heldout.tsv")),
-        *("--public", str(src / "public.tsv"), *canaries, "--out", str(real), "--seed", "0", "--overwrite"),
-    )
+    canaries = tuple(a for name in ("--format", "--frequencies", "--per-frequency") for a in (name, option(name) or ""))
+    inject_split(real, src / "private.tsv", src / "heldout.tsv", src / "public.tsv", canaries)
     return real
+
+
+def check_intents(public_intents: tuple[str, ...], labels: set[str]) -> None:
+    """``--public-intents`` names some, not all, of the corpus's intents; else one line naming them."""
+    unknown = sorted(set(public_intents) - labels)
+    if unknown or set(public_intents) == labels:
+        raise SystemExit(
+            f"--public-intents: {', '.join(unknown) or 'every intent'} (give some of {', '.join(sorted(labels))})"
+        )
 
 
 def intent_of(line: str) -> str:
