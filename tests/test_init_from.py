@@ -400,6 +400,42 @@ def test_a_bare_hugging_face_directory_is_recorded_as_such(public_runs, tmp_path
         resolve_start(tmp_path)
 
 
+def test_a_public_run_from_a_bare_hugging_face_directory_stands_as_that_directory_does(public_runs, data_dir, tmp_path):
+    """A practitioner's chain: a pretrained model from elsewhere (MiniLM), trained on public.jsonl, then privately.
+    The public runs add public rows only, so they stand as the directory does given as --init-from itself: the private
+    run passes and its claim names the directory it holds only under; the public run's summary says public.jsonl, not
+    train.jsonl. A run on train.jsonl from the same directory stays a start known to hold private rows."""
+    from dpaudit.claim import claim_of_record
+
+    bare = tmp_path / "bert"
+    shutil.copytree(public_runs["edp-sgd"] / "model", bare)
+    public = ["--trainer", "edp-sgd", *TORCH, "--data-split", "public", "--non-private", "--data", data_dir]
+    said = _train(*public, "--init-from", bare, "--out", tmp_path / "public")
+    assert "trained without DP on public.jsonl" in said and "on train.jsonl" not in said
+    _train(*public, "--init-from", tmp_path / "public", "--out", tmp_path / "again")  # a second public run on top
+    for run in ("public", "again"):
+        start = resolve_start(tmp_path / run)
+        assert (start.public_data_only, start.unrecorded_base) == (False, str(bare))
+    _train(*PRIVATE["edp-sgd"], "--init-from", tmp_path / "again", "--data", data_dir, "--out", tmp_path / "dp")
+    record = read_privacy_record(tmp_path / "dp" / "privacy.json")
+    assert record.epsilon is not None and record.init_from["unrecorded_base"] == str(bare)
+    assert "accepted_private" not in record.init_from
+    assert f"it holds only if the Hugging Face model {bare}, from which" in claim_of_record(record).text()
+    _train(
+        "--trainer",
+        "edp-sgd",
+        *TORCH,
+        "--non-private",
+        "--init-from",
+        bare,
+        "--data",
+        data_dir,
+        "--out",
+        tmp_path / "np",
+    )
+    assert resolve_start(tmp_path / "np").unrecorded_base is None  # it trained on train.jsonl: refused as before
+
+
 def test_a_privacy_record_written_before_these_fields_still_reads(started_runs):
     raw = json.loads((started_runs["rgp"] / "privacy.json").read_text())
     for name in ("data_split", "public_data_only", "init_from"):

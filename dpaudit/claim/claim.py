@@ -324,6 +324,11 @@ def claim_conditions(record: PrivacyRecord) -> tuple[str, ...]:
                 f"it does NOT cover what the --init-from start {where} learned: that start trained on {trained}, "
                 "not public data only (declared with --accept-private-start)"
             )
+        elif start.get("unrecorded_base"):
+            out.append(
+                f"it holds only if the Hugging Face model {start['unrecorded_base']}, from which the --init-from "
+                f"start {where} was trained on public.jsonl, was trained on public data only"
+            )
         elif start.get("public_data_only") is not True:
             out.append(f"it holds only if the --init-from start {where} was trained on public data only")
     if record.noise_seed_explicit:

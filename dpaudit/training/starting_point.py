@@ -90,6 +90,11 @@ class StartingPoint:
         trainer: the trainer of the start run (None for a bare directory).
         private_inputs: path -> sha256 of every ``train.jsonl`` that went into the start (its manifest's
             record, transitively); private: for the manifest and the refusal, never for privacy.json.
+        unrecorded_base: for a dpaudit run that trained on ``public.jsonl`` only, from a bare Hugging Face
+            directory (directly or through such runs): that directory's path. Nothing records what it was
+            trained on, so the run holds public data only if it does: the standing of the directory itself
+            given as ``--init-from``. None otherwise (a run on ``train.jsonl``, one known public, one from a start
+            declared private).
     """
 
     given: str
@@ -101,6 +106,7 @@ class StartingPoint:
     accepted_private: bool = False
     trainer: str | None = None
     private_inputs: Mapping[str, str] = field(default_factory=dict)
+    unrecorded_base: str | None = None
 
     @property
     def dpaudit_run(self) -> bool:
@@ -126,6 +132,7 @@ class StartingPoint:
             "trained_on": self.trained_on,
             "public_data_only": self.public_data_only,
             "requirement": PUBLIC_START_REQUIREMENT,
+            **({"unrecorded_base": self.unrecorded_base} if self.unrecorded_base else {}),
             **({"accepted_private": True} if self.accepted_private else {}),
         }
 
@@ -134,6 +141,7 @@ class StartingPoint:
         digest = next(iter(sorted(self.weights.items())), ("weights", "?"))
         what = (
             f"a dpaudit {self.trainer} run trained on {self.trained_on}"
+            + (f" from the Hugging Face model directory {self.unrecorded_base}" if self.unrecorded_base else "")
             if self.dpaudit_run
             else "a Hugging Face model directory"
         )
@@ -195,7 +203,25 @@ def resolve_start(value: str | Path, *, option: str = "--init-from", layout: Lay
         public_data_only=bool(manifest.get("public_data_only", False)),
         trainer=trainer,
         private_inputs=_recorded_private_inputs(manifest),
+        unrecorded_base=_recorded_unrecorded_base(manifest),
     )
+
+
+def _recorded_unrecorded_base(manifest: Mapping[str, Any]) -> str | None:
+    """The bare Hugging Face directory a run's public-only chain rests on (:attr:`StartingPoint.unrecorded_base`),
+    from its manifest: a run on ``public.jsonl`` whose recorded start is that directory, or a dpaudit run resting on
+    one."""
+    start = manifest.get("init_from")
+    if (
+        manifest.get("public_data_only") is True
+        or manifest.get("data_split") != "public"
+        or not isinstance(start, dict)
+    ):
+        return None
+    if start.get("dpaudit_run") is False and isinstance(start.get("path"), str):
+        return str(start["path"])
+    base = start.get("unrecorded_base")
+    return str(base) if isinstance(base, str) and not start.get("accepted_private") else None
 
 
 def _is_train_run(directory: Path) -> bool:
@@ -269,7 +295,9 @@ def refuse_private_start(
     split, or its start's, transitively: :func:`private_training_inputs`) has the same sha256, or lies
     in the same inject directory (any train split of it, an earlier ``dpaudit inject`` there included).
     A start whose manifest says it trained on ``public.jsonl`` passes; so does a bare Hugging Face
-    directory (nothing says what it saw: privacy.json states the requirement).
+    directory (nothing says what it saw: privacy.json states the requirement), and a dpaudit run that trained
+    on ``public.jsonl`` from one (:attr:`StartingPoint.unrecorded_base`: the same standing, the claim naming that
+    directory).
 
     Raises:
         UserInputError: one line naming ``option`` and why.
@@ -289,7 +317,7 @@ def refuse_private_start(
                 f"{option} {start.given}: this start was trained on {path} ({why}), this run's private data; a start "
                 "must be public (train one with --data-split public), or the guarantee would not cover that data."
             )
-    if start.dpaudit_run and start.public_data_only is not True:
+    if start.dpaudit_run and start.public_data_only is not True and start.unrecorded_base is None:
         if not accept_private:
             raise UserInputError(
                 f"{option} {start.given}: this start is a dpaudit run that did not train on public data only (it trained "
