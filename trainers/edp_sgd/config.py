@@ -11,7 +11,7 @@ settings on the same ``--out`` is refused instead of silently mixing two runs.
 Settings that change the guarantee (``mode``, ``noise_multiplier``, ``target_epsilon``, ``delta``,
 ``clip_norm``, ``epochs``, ``batch_size``, ``micro_batches``, ``noise_decay``, ``decay_rate``,
 ``sigma_min``, ``scale_from``) are kept apart in meaning from performance knobs (``physical_batch``,
-``noise_draw``, ``clip_engine``, ``device``, ``log_every``): the latter never change what is sampled,
+``ghost_chunk``, ``noise_draw``, ``clip_engine``, ``device``, ``log_every``): the latter never change what is sampled,
 clipped or noised, nor its distribution. ``batch_size``, ``epochs`` and ``learning_rate`` default by
 mode: 512 / 20 / 2e-3 for dp-sgd and edp-sgd, 32 / 3 / 1e-3 for sgd (resolved on construction).
 """
@@ -61,6 +61,15 @@ class EdpSgdConfig(TorchTrainConfig):
     physical_batch: int = field(
         default=16,
         metadata=_help("dp-sgd and edp-sgd: examples per vectorized per-example-gradient chunk (memory knob only)."),
+    )
+    ghost_chunk: int | None = field(
+        default=None,
+        metadata=_help(
+            "dp-sgd and edp-sgd with --clip-engine ghost: examples per forward and backward pass, whole units "
+            "(examples, or micro-batches) at a time; default the whole batch in one pass. Memory knob only, the same "
+            "clipped sum: a masked LM over BERT's 30,522 tokens holds [B, L, 30522] logits and their gradients, about "
+            "4 GB at B = 512 and L = 32."
+        ),
     )
     mode: Mode = field(
         default="edp-sgd",
@@ -147,6 +156,8 @@ class EdpSgdConfig(TorchTrainConfig):
         object.__setattr__(self, "non_private", self.mode == "sgd")  # one run, whichever spelling
         super().__post_init__()  # the DP options, then the torch trainers' shared fields
         check_int("micro_batches", self.micro_batches, 1)
+        if self.ghost_chunk is not None:
+            check_int("ghost_chunk", self.ghost_chunk, 1)
         if self.mode != "edp-sgd" and self.scale_from != "public":
             raise ValueError("--scale-from applies to --mode edp-sgd only.")
         self._check_lora()

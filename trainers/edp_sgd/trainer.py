@@ -313,7 +313,9 @@ class _Plugin(TorchPlugin):
             return self._with_block(grads, block), draws, stats
         if self.ghost is not None:
             valid = cpu["mask4"][rows, 0, 0, :] == 0
-            result = self.ghost.clipped_sum(sub, np.arange(len(share)), len(share), valid=valid)
+            result = self.ghost.clipped_sum(
+                sub, np.arange(len(share)), len(share), valid=valid, chunk=self.config.ghost_chunk
+            )
         else:
             result = self.clipper.clipped_sum(sub)
         return (
@@ -349,7 +351,12 @@ class _Plugin(TorchPlugin):
         on_device = to_device(rows, self.device)
         sub = {key: v[on_device] for key, v in full.items()}
         return self.ghost.clipped_sum(
-            sub, owner, len(groups), valid=cpu["mask4"][rows, 0, 0, :] == 0, extra_sq=extra_sq
+            sub,
+            owner,
+            len(groups),
+            valid=cpu["mask4"][rows, 0, 0, :] == 0,
+            extra_sq=extra_sq,
+            chunk=self.config.ghost_chunk,
         )
 
     # -- outputs -----------------------------------------------------------------------------

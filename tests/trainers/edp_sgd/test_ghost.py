@@ -15,8 +15,8 @@ from dpaudit.trainers.torch_common import distributed, noise
 from dpaudit.trainers.torch_common.clipping.ghost import GhostClipper, UnsupportedModel
 from dpaudit.trainers.torch_common.clipping.per_example import PerExampleClipper, trainable
 from dpaudit.trainers.torch_common.model import layer_groups, per_example_losses
+from tests.trainers.edp_sgd.ghost_oracle import MICROBATCHES, microbatch_sums
 from tests.trainers.edp_sgd.ghost_oracle import max_error as _max_error
-from tests.trainers.edp_sgd.ghost_oracle import microbatch_sums
 
 DEVICES = ["cpu"] + (["cuda"] if torch.cuda.is_available() else [])
 
@@ -85,6 +85,50 @@ def test_ghost_per_layer_microbatch_sum_equals_vmap(tiny_batches, task, scale, f
         assert len(tables) == 3
     if form == "direct":  # every Linear weight kept its unit gradients (2 layers x 6, pooler, head)
         assert kept[-1] == 14  # classify: + pooler and classifier; mlm: + transform and tied decoder
+
+
+@pytest.mark.parametrize("task", ["classify", "mlm"])
+def test_ghost_in_chunks_is_the_one_pass_clipped_sum(tiny_batches, task):
+    """--ghost-chunk: whole units per forward and backward pass, summed, is the one-pass sum (gradients, loss, clipped
+    count, clip factors), per example and per micro-batch (unequal, interleaved ones with a white-box block's extra
+    norms; a unit larger than the chunk runs alone)."""
+    clf, clf_batch, mlm, mlm_batch = tiny_batches
+    model, batch = (clf, clf_batch) if task == "classify" else (mlm, mlm_batch)
+    names, _ = trainable(model)
+    group_names, groups = layer_groups(names)
+    bounds = [0.02 * (i + 1) for i in range(len(group_names))]  # a different C_l per layer
+    ghost = GhostClipper(model, per_example_losses, bounds=bounds, param_groups=groups)
+    owner = np.zeros(6, dtype=np.int64)
+    for unit, members in enumerate(MICROBATCHES):
+        owner[members] = unit
+    extra = torch.rand(len(bounds), len(MICROBATCHES), generator=torch.Generator().manual_seed(0)) * 1e-3
+    for own, units, extra_sq in ((np.arange(6), 6, None), (owner, len(MICROBATCHES), extra)):
+        whole = ghost.clipped_sum(batch, own, units, extra_sq=extra_sq)
+        assert float(whole.factors.min()) < 1.0  # the factors the chunks must reproduce are not all 1
+        for chunk in (1, 2, 4):
+            got = ghost.clipped_sum(batch, own, units, extra_sq=extra_sq, chunk=chunk)
+            assert _max_error(got.grads, whole.grads) < 1e-5
+            assert float(got.loss_sum) == pytest.approx(float(whole.loss_sum), rel=1e-6)
+            assert (int(got.clipped), got.units) == (int(whole.clipped), units)
+            assert torch.allclose(got.factors, whole.factors, rtol=1e-5, atol=1e-7)
+
+
+@pytest.mark.parametrize("mode", ["dp-sgd", "edp-sgd"])
+def test_the_trainer_passes_ghost_chunk_and_its_step_is_the_same(data_dir, tmp_path, edp_config, mode, monkeypatch):
+    """--ghost-chunk reaches the ghost engine from both modes' steps, and the step it takes (clipped sum and noise)
+    is the one-pass step's."""
+    chunks = []
+    clipped_sum = GhostClipper.clipped_sum
+    monkeypatch.setattr(
+        GhostClipper, "clipped_sum", lambda self, *a, **k: chunks.append(k.get("chunk")) or clipped_sum(self, *a, **k)
+    )
+    steps = []
+    for chunk in (None, 3):
+        run = _Plugin(data_dir, tmp_path / f"out-{chunk}", edp_config(mode=mode, ghost_chunk=chunk), seed=0)
+        run._setup()
+        steps.append(run.aggregate(2, np.arange(12))[0])
+    assert chunks == [None, 3]
+    assert _max_error(steps[1], steps[0]) < 1e-5
 
 
 def test_a_layer_outside_linear_layernorm_embedding_is_refused():

@@ -261,6 +261,67 @@ class GhostClipper:
         *,
         valid: torch.Tensor | None = None,
         extra_sq: torch.Tensor | None = None,
+        chunk: int | None = None,
+    ) -> Clipped:
+        """:meth:`_clipped_sum_once` over whole units of at most ``chunk`` examples at a time (a unit larger than
+        ``chunk`` alone), summed: the same clipped sum (each unit's norm and factor depend on its own examples
+        only), in less memory. The forward and backward pass holds every captured activation and output gradient
+        of the examples it runs (a masked LM's [B, L, vocab] logits among them: 4 GB at B = 512, L = 32 and BERT's
+        30,522 tokens), so a large logical batch (Anil et al.'s) needs it. ``owner`` must list each unit's
+        examples in any order; None, or a batch of at most ``chunk`` examples: one pass."""
+        size = len(owner)
+        if chunk is None or size <= chunk or num_units <= 1:
+            return self._clipped_sum_once(batch, owner, num_units, valid=valid, extra_sq=extra_sq)
+        if valid is None:
+            valid = (batch["mask4"][:, 0, 0, :] == 0).cpu()
+        order = np.argsort(np.asarray(owner), kind="stable")  # each unit's examples together, in unit order
+        if np.any(order != np.arange(size)):
+            rows = torch.as_tensor(order)
+            batch = {key: v[rows.to(v.device)] for key, v in batch.items()}
+            valid, owner = valid[rows], np.asarray(owner)[order]
+        ends = np.searchsorted(owner, np.arange(1, num_units + 1), side="left")  # each unit's end in the batch
+        total: Clipped | None = None
+        factors: list[torch.Tensor] = []
+        first = 0  # the chunk's first unit
+        while first < num_units:
+            begin = int(ends[first - 1]) if first else 0
+            last = first + 1
+            while last < num_units and int(ends[last]) - begin <= chunk:
+                last += 1
+            end = int(ends[last - 1])
+            rows = torch.arange(begin, end)
+            on_device = rows.to(self.params[0].device)
+            part = self._clipped_sum_once(
+                {key: v[on_device] for key, v in batch.items()},
+                owner[begin:end] - first,
+                last - first,
+                valid=valid[rows],
+                extra_sq=None if extra_sq is None else extra_sq[:, first:last],
+            )
+            factors += [part.factors] if part.factors is not None else []
+            if total is None:
+                total = part
+            else:  # summed as it goes: one gradient in memory beside the chunk's
+                for g, h in zip(total.grads, part.grads):
+                    g.add_(h)
+                total.loss_sum = total.loss_sum + part.loss_sum
+                total.correct_sum = total.correct_sum + part.correct_sum
+                total.clipped = total.clipped + part.clipped
+            first = last
+        if total is None:  # unreachable: num_units >= 2
+            raise ValueError("clipped_sum: no unit")
+        total.units = num_units
+        total.factors = torch.cat(factors, dim=1) if factors else None
+        return total
+
+    def _clipped_sum_once(
+        self,
+        batch: dict[str, torch.Tensor],
+        owner: np.ndarray,
+        num_units: int,
+        *,
+        valid: torch.Tensor | None = None,
+        extra_sq: torch.Tensor | None = None,
     ) -> Clipped:
         """Clipped sum over ``num_units`` units; ``owner[i]`` is the unit of example i of ``batch``.
 
