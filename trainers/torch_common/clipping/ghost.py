@@ -267,8 +267,9 @@ class GhostClipper:
         ``chunk`` alone), summed: the same clipped sum (each unit's norm and factor depend on its own examples
         only), in less memory. The forward and backward pass holds every captured activation and output gradient
         of the examples it runs (a masked LM's [B, L, vocab] logits among them: 4 GB at B = 512, L = 32 and BERT's
-        30,522 tokens), so a large logical batch (Anil et al.'s) needs it. ``owner`` must list each unit's
-        examples in any order; None, or a batch of at most ``chunk`` examples: one pass."""
+        30,522 tokens), so a large logical batch (Anil et al.'s) needs it. ``owner`` may list the units'
+        examples in any order (they are grouped first); every unit holds at least one example, as the trainers'
+        do. ``chunk`` None, or a batch of at most ``chunk`` examples: one pass."""
         size = len(owner)
         if chunk is None or size <= chunk or num_units <= 1:
             return self._clipped_sum_once(batch, owner, num_units, valid=valid, extra_sq=extra_sq)
