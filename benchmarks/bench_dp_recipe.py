@@ -1309,7 +1309,7 @@ def base_task(task: Task, base: Path, smoke: bool) -> Task:
         common=task.common[:preset] + task.common[preset + 2 :],  # the base's own shapes
         public=("--init-from", str(base), "--mode", "sgd", "--data-split", "public", "--non-private")
         + ("--epochs", epochs(start_epochs), "--batch-size", "64", "--learning-rate", start_lr),
-        candidates=(),
+        candidates=full + lora,
         large_n=full + lora,
         large_n_nonprivate=("--mode", "sgd", "--non-private", "--epochs", epochs(3), "--batch-size", "512")
         + ("--learning-rate", "3e-4"),

@@ -349,13 +349,6 @@ NO_GUARANTEE = (
     "no privacy guarantee: trained without DP on train.jsonl, so model/ and every file of this run may "
     "reveal its rows (canaries included); treat all of them as private data."
 )
-#: What a run on public.jsonl from a start not known to be public says: its own rows need no guarantee, and the
-#: model holds public data only if the start does.
-PUBLIC_SPLIT_ONLY = (
-    "no privacy guarantee for what the start holds: trained without DP on public.jsonl (no private row, no canary) "
-    "from --init-from {start}, whose record does not show public data only; model/ holds public data only if that "
-    "start does."
-)
 #: What a public run says: nothing private went in, so there is nothing for a guarantee to cover.
 PUBLIC_ONLY = "no privacy guarantee needed: trained on public.jsonl only (no private row, no canary)."
 
@@ -368,8 +361,8 @@ def coverage_lines(record: PrivacyRecord | None) -> list[str]:
         return []
     if record.public_data_only:
         return [PUBLIC_ONLY]
-    if not record.private and record.data_split == "public" and record.init_from is not None:
-        return [PUBLIC_SPLIT_ONLY.format(start=record.init_from.get("path"))]
+    if not record.private and record.data_split == "public":  # from a start not known to be public
+        return [f"no privacy guarantee: {record.guarantee.removeprefix('none: ')}"]
     if not record.private:
         return [NO_GUARANTEE]
     return ([f"randomness: {record.randomness}"] if record.randomness else []) + [record.covers]

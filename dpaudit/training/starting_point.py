@@ -139,12 +139,11 @@ class StartingPoint:
     def describe(self) -> str:
         """One phrase naming the start, for the guarantee sentence and notes."""
         digest = next(iter(sorted(self.weights.items())), ("weights", "?"))
-        what = (
-            f"a dpaudit {self.trainer} run trained on {self.trained_on}"
-            + (f" from the Hugging Face model directory {self.unrecorded_base}" if self.unrecorded_base else "")
-            if self.dpaudit_run
-            else "a Hugging Face model directory"
-        )
+        what = "a Hugging Face model directory"
+        if self.dpaudit_run:
+            what = f"a dpaudit {self.trainer} run trained on {self.trained_on}"
+            if self.unrecorded_base:
+                what += f" from the Hugging Face model directory {self.unrecorded_base}"
         return f"--init-from {self.given} ({what}; {digest[0]} sha256 {digest[1][:16]})"
 
 

@@ -158,6 +158,11 @@ class EdpSgdConfig(TorchTrainConfig):
         check_int("micro_batches", self.micro_batches, 1)
         if self.ghost_chunk is not None:
             check_int("ghost_chunk", self.ghost_chunk, 1)
+            if self.mode == "sgd" or self.clip_engine != "ghost":
+                raise ValueError(
+                    "--ghost-chunk applies to the ghost engine of --mode dp-sgd and edp-sgd only; remove it "
+                    "(--physical-batch is the vmap engine's memory knob)."
+                )
         if self.mode != "edp-sgd" and self.scale_from != "public":
             raise ValueError("--scale-from applies to --mode edp-sgd only.")
         self._check_lora()

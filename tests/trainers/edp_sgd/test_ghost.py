@@ -129,6 +129,9 @@ def test_the_trainer_passes_ghost_chunk_and_its_step_is_the_same(data_dir, tmp_p
         steps.append(run.aggregate(2, np.arange(12))[0])
     assert chunks == [None, 3]
     assert _max_error(steps[1], steps[0]) < 1e-5
+    for where in ({"mode": "sgd"}, {"mode": mode, "clip_engine": "vmap"}):  # no ghost pass: refused, not ignored
+        with pytest.raises(ValueError, match="--ghost-chunk applies to the ghost engine"):
+            edp_config(**where, ghost_chunk=3)
 
 
 def test_a_layer_outside_linear_layernorm_embedding_is_refused():
