@@ -5,7 +5,8 @@ Runs only the stages of ``dpaudit demo --causal`` the causal LM needs, with the 
 size the masked LMs', then the causal LMs' own, drawn with a seed of its own and ``--exclude`` of the masked
 ``public.jsonl``), the public causal LM (``public.jsonl`` only) and the non-private causal LM fine-tuned from it;
 ``--epochs N`` replaces the demo's fine-tuning epochs (to see how memorization moves the figures; the demo's own recipe
-when omitted). Then each membership attack runs alone on the examples task (members: the non-canary ``train.jsonl``
+when omitted; a comma-separated list fine-tunes once per count from the same public LM), ``--seed S`` draws the
+demo's data as ``dpaudit demo --seed S`` would (0, the demo's own, by default). Then each membership attack runs alone on the examples task (members: the non-canary ``train.jsonl``
 rows; non-members: the ``heldout.jsonl`` rows, the same distribution) and is timed (wall, this machine, model loading
 included): ``loss`` (with the blind baseline beside it, read from the same run), ``base-ratio``, ``error-zone`` and
 ``min-k++-base``. Printed: AUC [95% CI], TPR at 1% FPR [95% CI] and wall seconds, and the goal's checks (the best
@@ -13,7 +14,8 @@ training-free attack at >= 60% TPR at 1% FPR and >= 2x the loss attack's, in und
 the blind baseline's).
 
 Example:
-    nice -n 10 python benchmarks/bench_demo_causal_mia.py --size full [--epochs 20] [--keep DIR]
+    nice -n 10 python benchmarks/bench_demo_causal_mia.py --size full [--epochs 20 | --epochs 12,16,20] [--seed 0]
+        [--keep DIR]
 
 Measured (shared 2-core machine, load 7-9, ``nice -n 10``), ``nice -n 10 python benchmarks/bench_demo_causal_mia.py
 --size full --keep DIR`` with the demo's recipe (its own inject directory, drawn with its own seed,
@@ -46,6 +48,29 @@ dpaudit) moved the pseudo figures little (0.48 vs 0.41 at 11 epochs, 0.54 vs 0.5
 (the masked LMs' directory: 2,700 members, 293 non-members, a 1-epoch public LM, 8 epochs, load 8-10): loss 0.622 /
 0.027, base-ratio 0.716 / 0.020, error-zone 0.709 / 0.038, min-k++-base 0.697 / 0.048, the tiny 2 x 64 model barely
 memorizing its rows.
+
+Whether any fine-tuning length meets both halves of the goal, on three other draws of the demo's data (``--seed 1``,
+``2``, ``3`` with ``--epochs 12,14,16,18,20``; load 2.5-3, three draws side by side; the best training-free attack's
+TPR at 1% FPR against the loss attack's, the mean over the draws, then the ratio of the means and each draw's):
+
+======  =========================  ===========  ========================
+epochs  best training-free (mean)  loss (mean)  ratio (draws)
+======  =========================  ===========  ========================
+12      43.9%                      25.8%        1.70x (2.03, 1.44, 1.73)
+14      45.8%                      26.8%        1.71x (4.28, 1.08, 1.89)
+16      61.2%                      41.2%        1.49x (1.64, 1.21, 1.76)
+18      74.2%                      56.3%        1.32x (1.55, 1.16, 1.31)
+20      62.1%                      43.5%        1.43x (2.08, 1.14, 1.28)
+======  =========================  ===========  ========================
+
+One of the 15 runs met both (seed 1, 20 epochs: base-ratio 69.8% against 33.5%); the means meet both at none: the
+more the model memorizes, the more the loss attack finds too. The loss attack's TPR at 1% FPR is the least stable
+figure (9.3% to 45.2% between draws at 14 epochs: 1% of 397 non-members is four texts). Other training-free scores
+from the same two passes did no better than base-ratio on the first draw (the ratio over tokens the base finds
+unlikely, at the base's or the target's error positions, weighted by surprisal or by the base's spread, the lowest or
+highest token ratios, the count of tokens newly top-1), and a neighbourhood calibration (Mattern et al. 2023: the
+ratio minus the mean ratio of the text with one token replaced by the base's next most likely) fell to a third of
+base-ratio's TPR: on a grammar's text the neighbours are texts the target has learned as well.
 """
 
 from __future__ import annotations
@@ -80,45 +105,22 @@ def examples(out: Path, attack: str) -> dict:
     return {"auc": task["auc"], "ci": task["auc_ci"], "tpr": at["tpr"], "tpr_ci": at["ci"], "n": task["n_nonmembers"]}
 
 
-def main() -> None:
-    from dpaudit.demo.plan import FULL, QUICK, build_plan
+def attack_rows(model: Path, data: Path, root: Path, seed: int) -> dict[str, dict]:
+    """Each membership attack alone on ``model`` (timed), the blind baseline read from the loss attack's run."""
+    rows = {}
+    for attack in ATTACKS:
+        out = root / f"attack-{attack}"
+        blind = [] if attack == "loss" else ["--no-blind-baseline"]
+        cmd = ["attack", "--model", str(model), "--data", str(data), "--out", str(out), "--attacks", attack]
+        wall = run([*cmd, "--seed", str(seed), "--overwrite", *blind])
+        rows[attack] = {**examples(out, attack), "wall": wall}
+        if attack == "loss":
+            rows["blind"] = {**examples(out, "blind"), "wall": None}
+    return rows
 
-    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-    parser.add_argument("--size", choices=("quick", "full"), default="full")
-    parser.add_argument("--epochs", type=int, default=None, help="Fine-tuning epochs (default: the demo's).")
-    parser.add_argument("--keep", type=Path, default=None, help="Keep the runs here (default: a temporary folder).")
-    args = parser.parse_args()
-    sizes = QUICK if args.size == "quick" else FULL
-    print("$ " + shlex.join(["python", *sys.argv]))
-    with tempfile.TemporaryDirectory(prefix="bench-demo-clm-") as tmp:
-        root = args.keep or Path(tmp)
-        plan = build_plan(root, sizes, seed=0, report=root / "report.html", classifiers=False, causal=True)
-        stages = {s.name: s for s in plan.stages}
-        train = list(stages["train-clm-nonprivate"].args)
-        if args.epochs is not None:
-            train[train.index("--epochs") + 1] = str(args.epochs)
-        # the masked LMs' inject, then the causal LMs' own (its own seed, --exclude of the masked public.jsonl), if any
-        injects = [stages[name].args for name in ("inject", "inject-causal") if name in stages]
-        for cmd in (*injects, stages["train-clm-public"].args, tuple(train)):
-            print(f"  {run(list(cmd)):.1f} s", flush=True)
-        model, data = Path(train[train.index("--out") + 1]), Path(train[train.index("--data") + 1])
-        rows = {}
-        for attack in ATTACKS:
-            out = root / f"attack-{attack}"
-            blind = [] if attack == "loss" else ["--no-blind-baseline"]
-            cmd = ["attack", "--model", str(model), "--data", str(data), "--out", str(out), "--attacks", attack]
-            wall = run([*cmd, "--seed", "0", "--overwrite", *blind])
-            rows[attack] = {**examples(out, attack), "wall": wall}
-            if attack == "loss":
-                rows["blind"] = {**examples(out, "blind"), "wall": None}
-    print(f"\n{args.size} demo sizes, fine-tuned {args.epochs or sizes.causal_epochs} epochs; examples task")
-    print("| attack | AUC [95% CI] | TPR at 1% FPR [95% CI] | wall s |\n|---|---|---|---|")
-    for name, r in rows.items():
-        wall = "-" if r["wall"] is None else f"{r['wall']:.1f}"
-        print(
-            f"| {name} | {r['auc']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}] | {r['tpr']:.3f} "
-            f"[{r['tpr_ci'][0]:.3f}, {r['tpr_ci'][1]:.3f}] | {wall} |"
-        )
+
+def verdict(rows: dict[str, dict]) -> None:
+    """The goal's checks for one fine-tuned model."""
     best = max(TRAINING_FREE, key=lambda a: rows[a]["tpr"])
     b, loss, blind = rows[best], rows["loss"], rows["blind"]
     print(f"\nnon-members: {b['n']}; best training-free attack at 1% FPR: {best}")
@@ -128,6 +130,53 @@ def main() -> None:
     print(f"  under 2 minutes: {b['wall']:.1f} s -> {'yes' if b['wall'] < 120 else 'NO'}")
     clears = b["ci"][0] > blind["ci"][1]
     print(f"  AUC CI {b['ci']} above the blind baseline's {blind['ci']}: {'yes' if clears else 'NO'}")
+
+
+def main() -> None:
+    from dpaudit.demo.plan import FULL, QUICK, build_plan
+
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--size", choices=("quick", "full"), default="full")
+    parser.add_argument(
+        "--epochs",
+        default=None,
+        help="Fine-tuning epochs, or a comma-separated list of them (each from the same public LM; default: the demo's).",
+    )
+    parser.add_argument(
+        "--seed", type=int, default=0, help="The demo's --seed: which draw of its data (default 0, the demo's own)."
+    )
+    parser.add_argument("--keep", type=Path, default=None, help="Keep the runs here (default: a temporary folder).")
+    args = parser.parse_args()
+    sizes = QUICK if args.size == "quick" else FULL
+    epochs = [int(e) for e in args.epochs.split(",")] if args.epochs else [sizes.causal_epochs]
+    print("$ " + shlex.join(["python", *sys.argv]))
+    tables = {}
+    with tempfile.TemporaryDirectory(prefix="bench-demo-clm-") as tmp:
+        root = args.keep or Path(tmp)
+        plan = build_plan(root, sizes, seed=args.seed, report=root / "report.html", classifiers=False, causal=True)
+        stages = {s.name: s for s in plan.stages}
+        # the masked LMs' inject, then the causal LMs' own (its own seed, --exclude of the masked public.jsonl), if any
+        injects = [stages[name].args for name in ("inject", "inject-causal") if name in stages]
+        for cmd in (*injects, stages["train-clm-public"].args):
+            print(f"  {run(list(cmd)):.1f} s", flush=True)
+        for count in epochs:
+            train = list(stages["train-clm-nonprivate"].args)
+            train[train.index("--epochs") + 1] = str(count)
+            if len(epochs) > 1:  # one model directory per epoch count
+                train[train.index("--out") + 1] += f"-{count}ep"
+            print(f"  {run(train):.1f} s", flush=True)
+            model, data = Path(train[train.index("--out") + 1]), Path(train[train.index("--data") + 1])
+            tables[count] = attack_rows(model, data, model.parent / f"{model.name}-attacks", args.seed)
+    for count, rows in tables.items():
+        print(f"\n{args.size} demo sizes, seed {args.seed}, fine-tuned {count} epochs; examples task")
+        print("| attack | AUC [95% CI] | TPR at 1% FPR [95% CI] | wall s |\n|---|---|---|---|")
+        for name, r in rows.items():
+            wall = "-" if r["wall"] is None else f"{r['wall']:.1f}"
+            print(
+                f"| {name} | {r['auc']:.3f} [{r['ci'][0]:.3f}, {r['ci'][1]:.3f}] | {r['tpr']:.3f} "
+                f"[{r['tpr_ci'][0]:.3f}, {r['tpr_ci'][1]:.3f}] | {wall} |"
+            )
+        verdict(rows)
 
 
 if __name__ == "__main__":
