@@ -113,6 +113,44 @@ def test_ghost_in_chunks_is_the_one_pass_clipped_sum(tiny_batches, task):
             assert torch.allclose(got.factors, whole.factors, rtol=1e-5, atol=1e-7)
 
 
+def test_the_pass_estimate_counts_each_modules_input_output_and_output_gradient():
+    """An Embedding's input is one id; a Linear's its input width; a norm's input, output and gradient are its width."""
+    from dpaudit.trainers.torch_common.clipping.ghost import _row_floats
+
+    model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
+    model[0].weight.requires_grad_(False)  # frozen modules hold their rows too (the backward runs through them)
+    assert _row_floats(model) == (1 + 2 * 4) + (4 + 2 * 3) + 3 * 3
+
+
+def test_without_ghost_chunk_a_batch_over_the_pass_budget_runs_in_passes(tiny_batches, monkeypatch):
+    """--ghost-chunk not given: passes of the most examples whose estimated activations stay within GHOST_PASS_BYTES
+    (the estimate grows with the examples and with the length), summed to the one-pass sum."""
+    from dpaudit.trainers.torch_common.clipping import ghost as ghost_module
+
+    _, _, mlm, batch = tiny_batches
+    _, params = trainable(mlm)
+    ghost = GhostClipper(mlm, per_example_losses, bounds=[0.05], param_groups=[0] * len(params))
+    length = int(batch["input_ids"].shape[1])
+    one = ghost.pass_bytes(1, length)
+    assert ghost.pass_bytes(4, length) == 4 * one and ghost.pass_bytes(1, 2 * length) == 2 * one
+    assert ghost.default_chunk(length) >= 6  # the tiny model's batch fits the default budget: one pass
+    whole = ghost.clipped_sum(batch, np.arange(6), 6, chunk=6)
+    passes = []
+    once = GhostClipper._clipped_sum_once
+    monkeypatch.setattr(
+        GhostClipper,
+        "_clipped_sum_once",
+        lambda self, part, *a, **k: passes.append(len(part["input_ids"])) or once(self, part, *a, **k),
+    )
+    monkeypatch.setattr(ghost_module, "GHOST_PASS_BYTES", 2 * one + 1)
+    got = ghost.clipped_sum(batch, np.arange(6), 6)
+    assert passes == [2, 2, 2]
+    assert _max_error(got.grads, whole.grads) < 1e-5
+    assert float(got.loss_sum) == pytest.approx(float(whole.loss_sum), rel=1e-6)
+    monkeypatch.setattr(ghost_module, "GHOST_PASS_BYTES", one // 2)  # under one example's estimate: one at a time
+    assert ghost.default_chunk(length) == 1
+
+
 @pytest.mark.parametrize("mode", ["dp-sgd", "edp-sgd"])
 def test_the_trainer_passes_ghost_chunk_and_its_step_is_the_same(data_dir, tmp_path, edp_config, mode, monkeypatch):
     """--ghost-chunk reaches the ghost engine from both modes' steps, and the step it takes (clipped sum and noise)

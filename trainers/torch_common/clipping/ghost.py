@@ -59,6 +59,7 @@ is refused (:class:`UnsupportedModel`): the trainer then uses the vmap clippers.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -74,6 +75,13 @@ from dpaudit.trainers.torch_common.clipping.per_example import trainable
 from dpaudit.trainers.torch_common.distributed import to_device
 
 _TINY = 1e-12
+
+#: What one ghost pass may hold, by estimate, when ``--ghost-chunk`` is not given: a batch whose
+#: :meth:`GhostClipper.pass_bytes` exceed it runs in passes of whole units (docs/trainers.md, "Modes"). Measured on
+#: MiniLM (6 x 384, 30,522 tokens, L = 32; 58 examples a pass), 33 Poisson steps of 256: peak 3.05 GB, where one pass
+#: peaked at 7.55 GB (3.8 GB in its first steps: the CPU allocator keeps freed blocks for reuse, and blocks of a new
+#: size each step extend the heap), in the same CPU time (256 and 255 s).
+GHOST_PASS_BYTES = 1 << 30
 
 
 class UnsupportedModel(ValueError):
@@ -165,6 +173,26 @@ def _supported_uses(model: torch.nn.Module) -> dict[int, list[tuple[str, torch.n
     return uses
 
 
+def _row_floats(model: torch.nn.Module) -> int:
+    """Floats a forward and backward pass keeps per token row for the model's Linear, Conv1D, LayerNorm, RMSNorm and
+    Embedding modules, trained or frozen: each one's input, output and output gradient (an Embedding's input is one
+    id). An upper bound where a module sees fewer rows than the sequence's tokens (a masked LM's decoder reads the
+    masked positions only)."""
+    total = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            total += module.in_features + 2 * module.out_features
+        elif isinstance(module, Conv1D):
+            total += module.weight.shape[0] + 2 * module.weight.shape[1]
+        elif isinstance(module, torch.nn.Embedding):
+            total += 1 + 2 * module.embedding_dim
+        elif isinstance(module, torch.nn.LayerNorm):
+            total += 3 * math.prod(module.normalized_shape)
+        elif _is_rms_norm(module):
+            total += 3 * module.weight.numel()
+    return total
+
+
 class GhostClipper:
     """Sum over units (examples or micro-batches) of their per-group clipped gradients, in one backward.
 
@@ -197,6 +225,7 @@ class GhostClipper:
             for name, module in model.named_modules()
             if _supported(module) and any(p.requires_grad for p in module.parameters(recurse=False))
         }
+        self._row_floats = _row_floats(model)
         prefix = getattr(model, "base_model_prefix", "")
         causal = architecture_kind(type(model).__name__) == CAUSAL_LM  # every token row: see the docstring
         self._seq_prefixes = (
@@ -237,6 +266,16 @@ class GhostClipper:
 
     # -- the clipped sum ---------------------------------------------------------------------
 
+    def pass_bytes(self, examples: int, length: int) -> int:
+        """Estimated bytes of the activations and output gradients one pass over ``examples`` rows of ``length`` tokens
+        holds (:func:`_row_floats` per token, at the parameters' precision)."""
+        return examples * length * self._row_floats * self.params[0].element_size()
+
+    def default_chunk(self, length: int) -> int:
+        """Examples per pass when ``--ghost-chunk`` is not given: the most whose :meth:`pass_bytes` stay within
+        :data:`GHOST_PASS_BYTES` (at least one)."""
+        return max(1, GHOST_PASS_BYTES // max(1, self.pass_bytes(1, length)))
+
     def _gram_entries(self, rows: list[_Row], units: _Units) -> dict[tuple[int, bool], list[tuple]]:
         """The captures whose micro-batch weight norms :meth:`_Units.gram_norms` computes together, by
         row layout (rows per example, token rows): the Embedding and Linear layers where the Gram form
@@ -269,9 +308,12 @@ class GhostClipper:
         of the examples it runs (a masked LM's [B, L, vocab] logits among them: 4 GB at B = 512, L = 32 and BERT's
         30,522 tokens), so a large logical batch (Anil et al.'s) needs it. ``owner`` may list the units'
         examples in any order (they are grouped first); every unit holds at least one example, as the trainers'
-        do. ``chunk`` None, or a batch of at most ``chunk`` examples: one pass."""
+        do. ``chunk`` None: :meth:`default_chunk` for the batch's length; a batch of at most ``chunk`` examples runs in
+        one pass."""
         size = len(owner)
-        if chunk is None or size <= chunk or num_units <= 1:
+        if chunk is None:
+            chunk = self.default_chunk(int(batch["input_ids"].shape[1]))
+        if size <= chunk or num_units <= 1:
             return self._clipped_sum_once(batch, owner, num_units, valid=valid, extra_sq=extra_sq)
         if valid is None:
             valid = (batch["mask4"][:, 0, 0, :] == 0).cpu()
