@@ -77,7 +77,7 @@ from dpaudit.trainers.torch_common.distributed import to_device
 _TINY = 1e-12
 
 #: What one ghost pass may hold, by estimate, when ``--ghost-chunk`` is not given: a batch whose
-#: :meth:`GhostClipper.pass_bytes` exceed it runs in passes of whole units (docs/trainers.md, "Modes"). Measured on
+#: :meth:`GhostClipper.pass_bytes` exceed it runs in passes of whole units (docs/trainers.md, "edp-sgd"). Measured on
 #: MiniLM (6 x 384, 30,522 tokens, L = 32; 58 examples a pass), 33 Poisson steps of 256: peak 3.05 GB, where one pass
 #: peaked at 7.55 GB (3.8 GB in its first steps: the CPU allocator keeps freed blocks for reuse, and blocks of a new
 #: size each step extend the heap), in the same CPU time (256 and 255 s).
