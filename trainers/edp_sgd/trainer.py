@@ -51,7 +51,7 @@ import torch
 from dpaudit.common.errors import UserInputError
 from dpaudit.trainers.edp_sgd import privacy
 from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
-from dpaudit.trainers.torch_common import noise, sampling
+from dpaudit.trainers.torch_common import noise, pass_size, sampling
 from dpaudit.trainers.torch_common.clipped import Clipped
 from dpaudit.trainers.torch_common.clipping.ghost import GhostClipper, UnsupportedModel
 from dpaudit.trainers.torch_common.clipping.microbatch import MicrobatchClipper, layer_clip_norms
@@ -109,6 +109,7 @@ class _Plugin(TorchPlugin):
         self.ghost: GhostClipper | None = None
         self.ghost_refused: str | None = None
         self.lora: LoraAdapters | None = None
+        self._pass_floats: int | None = None  # sgd's pass estimate (pass_size.row_floats), once the model exists
 
     def _build_model(self) -> None:
         """The start (or preset), then with --peft lora its adapters: from here on ``self.model`` trains
@@ -325,15 +326,26 @@ class _Plugin(TorchPlugin):
         )
 
     def _plain_sum(self, sub: dict[str, torch.Tensor]) -> tuple[list[torch.Tensor], tuple]:
-        """sgd: the unclipped gradient sum of the examples ``sub`` (one backward pass)."""
+        """sgd: the unclipped gradient sum of the examples ``sub``, accumulated over passes of at most
+        :func:`~dpaudit.trainers.torch_common.pass_size.examples_per_pass` examples (one pass for a batch within it):
+        the same sum, in bounded memory."""
         params = self.model_params
         for p in params:
             p.grad = None
-        losses, correct = per_example_losses(self.model, sub)
-        losses.sum().backward()
+        if self._pass_floats is None:
+            self._pass_floats = pass_size.row_floats(self.model)
+        size, length = int(sub["input_ids"].shape[0]), int(sub["input_ids"].shape[1])
+        step = pass_size.examples_per_pass(self._pass_floats, length, params[0].element_size())
+        loss_sum = correct_sum = torch.zeros((), dtype=torch.float64, device=self.device)
+        for begin in range(0, size, step):
+            part = sub if size <= step else {key: v[begin : begin + step] for key, v in sub.items()}
+            losses, correct = per_example_losses(self.model, part)
+            losses.sum().backward()  # accumulates into p.grad
+            loss_sum = loss_sum + losses.detach().sum().double()
+            correct_sum = correct_sum + correct.sum().double()
         grads = [p.grad if p.grad is not None else torch.zeros_like(p) for p in params]
         zero = torch.zeros((), dtype=torch.float64, device=self.device)
-        return grads, (losses.detach().sum().double(), correct.sum().double(), len(losses), zero)
+        return grads, (loss_sum, correct_sum, size, zero)
 
     def _ghost_sum(
         self,

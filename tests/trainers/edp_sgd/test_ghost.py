@@ -115,17 +115,17 @@ def test_ghost_in_chunks_is_the_one_pass_clipped_sum(tiny_batches, task):
 
 def test_the_pass_estimate_counts_each_modules_input_output_and_output_gradient():
     """An Embedding's input is one id; a Linear's its input width; a norm's input, output and gradient are its width."""
-    from dpaudit.trainers.torch_common.clipping.ghost import _row_floats
+    from dpaudit.trainers.torch_common.pass_size import row_floats
 
     model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
     model[0].weight.requires_grad_(False)  # frozen modules hold their rows too (the backward runs through them)
-    assert _row_floats(model) == (1 + 2 * 4) + (4 + 2 * 3) + 3 * 3
+    assert row_floats(model) == (1 + 2 * 4) + (4 + 2 * 3) + 3 * 3
 
 
 def test_without_ghost_chunk_a_batch_over_the_pass_budget_runs_in_passes(tiny_batches, monkeypatch):
-    """--ghost-chunk not given: passes of the most examples whose estimated activations stay within GHOST_PASS_BYTES
-    (the estimate grows with the examples and with the length), summed to the one-pass sum."""
-    from dpaudit.trainers.torch_common.clipping import ghost as ghost_module
+    """--ghost-chunk not given: passes of the most examples whose estimated activations stay within PASS_BYTES (the
+    estimate grows with the examples and with the length), summed to the one-pass sum."""
+    from dpaudit.trainers.torch_common import pass_size
 
     _, _, mlm, batch = tiny_batches
     _, params = trainable(mlm)
@@ -142,13 +142,40 @@ def test_without_ghost_chunk_a_batch_over_the_pass_budget_runs_in_passes(tiny_ba
         "_clipped_sum_once",
         lambda self, part, *a, **k: passes.append(len(part["input_ids"])) or once(self, part, *a, **k),
     )
-    monkeypatch.setattr(ghost_module, "GHOST_PASS_BYTES", 2 * one + 1)
+    monkeypatch.setattr(pass_size, "PASS_BYTES", 2 * one + 1)
     got = ghost.clipped_sum(batch, np.arange(6), 6)
     assert passes == [2, 2, 2]
     assert _max_error(got.grads, whole.grads) < 1e-5
     assert float(got.loss_sum) == pytest.approx(float(whole.loss_sum), rel=1e-6)
-    monkeypatch.setattr(ghost_module, "GHOST_PASS_BYTES", one // 2)  # under one example's estimate: one at a time
+    monkeypatch.setattr(pass_size, "PASS_BYTES", one // 2)  # under one example's estimate: one at a time
     assert ghost.default_chunk(length) == 1
+
+
+@pytest.mark.parametrize("task", ["classify", "mlm", "clm"])
+def test_the_non_private_sum_in_passes_is_the_one_pass_sum(data_dir, tmp_path, edp_config, task, monkeypatch):
+    """--mode sgd: a batch over the pass estimate's bound runs in passes whose gradients accumulate to the one-pass
+    gradient sum (loss and correct counts too)."""
+    from dpaudit.trainers.torch_common import pass_size
+
+    run = _Plugin(data_dir, tmp_path / "out", edp_config(mode="sgd", task=task), seed=0)
+    run._setup()
+    from dpaudit.trainers.edp_sgd import trainer as trainer_module
+
+    sizes = []
+    losses = trainer_module.per_example_losses
+    monkeypatch.setattr(
+        trainer_module,
+        "per_example_losses",
+        lambda model, part: sizes.append(len(part["input_ids"])) or losses(model, part),
+    )
+    whole, whole_stats = run.aggregate(2, np.arange(12))
+    assert sizes == [12]
+    monkeypatch.setattr(pass_size, "PASS_BYTES", 1)  # under one example's estimate: passes of one
+    sizes.clear()
+    parts, part_stats = run.aggregate(2, np.arange(12))
+    assert sizes == [1] * 12
+    assert _max_error(parts, whole) < 1e-5
+    assert torch.allclose(part_stats[:2], whole_stats[:2], rtol=1e-6)
 
 
 @pytest.mark.parametrize("mode", ["dp-sgd", "edp-sgd"])

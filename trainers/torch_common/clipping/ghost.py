@@ -59,7 +59,6 @@ is refused (:class:`UnsupportedModel`): the trainer then uses the vmap clippers.
 
 from __future__ import annotations
 
-import math
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import NamedTuple
@@ -70,18 +69,13 @@ import torch.nn.functional as F
 from transformers.pytorch_utils import Conv1D
 
 from dpaudit.scoring.source import CAUSAL_LM, architecture_kind
+from dpaudit.trainers.torch_common import pass_size
 from dpaudit.trainers.torch_common.clipped import Clipped, LossFn
 from dpaudit.trainers.torch_common.clipping.per_example import trainable
 from dpaudit.trainers.torch_common.distributed import to_device
+from dpaudit.trainers.torch_common.pass_size import is_rms_norm as _is_rms_norm
 
 _TINY = 1e-12
-
-#: What one ghost pass may hold, by estimate, when ``--ghost-chunk`` is not given: a batch whose
-#: :meth:`GhostClipper.pass_bytes` exceed it runs in passes of whole units (docs/trainers.md, "edp-sgd"). Measured on
-#: MiniLM (6 x 384, 30,522 tokens, L = 32; 58 examples a pass), 33 Poisson steps of 256: peak 3.05 GB, where one pass
-#: peaked at 7.55 GB (3.8 GB in its first steps: the CPU allocator keeps freed blocks for reuse, and blocks of a new
-#: size each step extend the heap), in the same CPU time (256 and 255 s).
-GHOST_PASS_BYTES = 1 << 30
 
 
 class UnsupportedModel(ValueError):
@@ -116,18 +110,6 @@ class _Norms:
 
 
 _KINDS = (torch.nn.Linear, Conv1D, torch.nn.LayerNorm, torch.nn.Embedding)
-
-
-def _is_rms_norm(module: torch.nn.Module) -> bool:
-    """torch's ``nn.RMSNorm`` or a Hugging Face ``*RMSNorm`` (Llama's: ``weight * x / rms(x)``, epsilon
-    ``variance_epsilon``, no bias)."""
-    if isinstance(module, torch.nn.RMSNorm):
-        return True
-    return (
-        type(module).__name__.endswith("RMSNorm")
-        and hasattr(module, "variance_epsilon")
-        and [n for n, _ in module.named_parameters(recurse=False)] == ["weight"]
-    )
 
 
 def _supported(module: torch.nn.Module) -> bool:
@@ -173,26 +155,6 @@ def _supported_uses(model: torch.nn.Module) -> dict[int, list[tuple[str, torch.n
     return uses
 
 
-def _row_floats(model: torch.nn.Module) -> int:
-    """Floats a forward and backward pass keeps per token row for the model's Linear, Conv1D, LayerNorm, RMSNorm and
-    Embedding modules, trained or frozen: each one's input, output and output gradient (an Embedding's input is one
-    id). An upper bound where a module sees fewer rows than the sequence's tokens (a masked LM's decoder reads the
-    masked positions only)."""
-    total = 0
-    for module in model.modules():
-        if isinstance(module, torch.nn.Linear):
-            total += module.in_features + 2 * module.out_features
-        elif isinstance(module, Conv1D):
-            total += module.weight.shape[0] + 2 * module.weight.shape[1]
-        elif isinstance(module, torch.nn.Embedding):
-            total += 1 + 2 * module.embedding_dim
-        elif isinstance(module, torch.nn.LayerNorm):
-            total += 3 * math.prod(module.normalized_shape)
-        elif _is_rms_norm(module):
-            total += 3 * module.weight.numel()
-    return total
-
-
 class GhostClipper:
     """Sum over units (examples or micro-batches) of their per-group clipped gradients, in one backward.
 
@@ -225,7 +187,7 @@ class GhostClipper:
             for name, module in model.named_modules()
             if _supported(module) and any(p.requires_grad for p in module.parameters(recurse=False))
         }
-        self._row_floats = _row_floats(model)
+        self._row_floats = pass_size.row_floats(model)
         prefix = getattr(model, "base_model_prefix", "")
         causal = architecture_kind(type(model).__name__) == CAUSAL_LM  # every token row: see the docstring
         self._seq_prefixes = (
@@ -268,13 +230,13 @@ class GhostClipper:
 
     def pass_bytes(self, examples: int, length: int) -> int:
         """Estimated bytes of the activations and output gradients one pass over ``examples`` rows of ``length`` tokens
-        holds (:func:`_row_floats` per token, at the parameters' precision)."""
-        return examples * length * self._row_floats * self.params[0].element_size()
+        holds (:func:`~dpaudit.trainers.torch_common.pass_size.pass_bytes`)."""
+        return pass_size.pass_bytes(self._row_floats, examples, length, self.params[0].element_size())
 
     def default_chunk(self, length: int) -> int:
-        """Examples per pass when ``--ghost-chunk`` is not given: the most whose :meth:`pass_bytes` stay within
-        :data:`GHOST_PASS_BYTES` (at least one)."""
-        return max(1, GHOST_PASS_BYTES // max(1, self.pass_bytes(1, length)))
+        """Examples per pass when ``--ghost-chunk`` is not given
+        (:func:`~dpaudit.trainers.torch_common.pass_size.examples_per_pass`)."""
+        return pass_size.examples_per_pass(self._row_floats, length, self.params[0].element_size())
 
     def _gram_entries(self, rows: list[_Row], units: _Units) -> dict[tuple[int, bool], list[tuple]]:
         """The captures whose micro-batch weight norms :meth:`_Units.gram_norms` computes together, by

@@ -1,0 +1,65 @@
+"""How many examples one forward and backward pass of a torch trainer runs: a memory bound, never a mechanism.
+
+A pass holds every module's activations and output gradients for the examples it runs, a masked LM's [B, L, vocab]
+logits among them (about 4 GB at B = 512, L = 32 and BERT's 30,522 tokens). The torch trainers' Poisson batches change
+size every step, and on CPU the allocator keeps freed blocks for reuse (:mod:`dpaudit.training.host_allocator`), so
+one pass over the whole batch also ratchets the heap up step after step (MiniLM, 33 steps of 256: from 3.8 GB to
+7.55 GB). So the ghost engine (:mod:`.clipping.ghost`) and the non-private sum run a large batch in passes of at most
+:func:`examples_per_pass` examples and add the passes' sums: the same sum, in bounded memory, at the same speed
+(docs/trainers.md, "edp-sgd" and "Performance notes").
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from transformers.pytorch_utils import Conv1D
+
+#: What one pass may hold, by the estimate of :func:`pass_bytes`, unless the user sets the pass (``--ghost-chunk``).
+#: Measured on MiniLM (6 x 384, 30,522 tokens, L = 32; 58 examples a pass), 33 Poisson steps of 256 in dp-sgd: peak
+#: 3.05 GB, where one pass peaked at 7.55 GB, in the same CPU time (256 and 255 s); non-private, 2.87 GB against 5.95 GB
+#: (252 CPU s each).
+PASS_BYTES = 1 << 30
+
+
+def is_rms_norm(module: torch.nn.Module) -> bool:
+    """torch's ``nn.RMSNorm`` or a Hugging Face ``*RMSNorm`` (Llama's: ``weight * x / rms(x)``, no bias)."""
+    if isinstance(module, torch.nn.RMSNorm):
+        return True
+    return (
+        type(module).__name__.endswith("RMSNorm")
+        and hasattr(module, "variance_epsilon")
+        and [n for n, _ in module.named_parameters(recurse=False)] == ["weight"]
+    )
+
+
+def row_floats(model: torch.nn.Module) -> int:
+    """Floats a forward and backward pass keeps per token row for the model's Linear, Conv1D, LayerNorm, RMSNorm and
+    Embedding modules, trained or frozen: each one's input, output and output gradient (an Embedding's input is one
+    id). An upper bound where a module sees fewer rows than the sequence's tokens (a masked LM's decoder reads the
+    masked positions only)."""
+    total = 0
+    for module in model.modules():
+        if isinstance(module, torch.nn.Linear):
+            total += module.in_features + 2 * module.out_features
+        elif isinstance(module, Conv1D):
+            total += module.weight.shape[0] + 2 * module.weight.shape[1]
+        elif isinstance(module, torch.nn.Embedding):
+            total += 1 + 2 * module.embedding_dim
+        elif isinstance(module, torch.nn.LayerNorm):
+            total += 3 * math.prod(module.normalized_shape)
+        elif is_rms_norm(module):  # torch's has normalized_shape, Hugging Face's a weight of that shape
+            total += 3 * math.prod(getattr(module, "normalized_shape", None) or module.get_parameter("weight").shape)
+    return total
+
+
+def pass_bytes(floats: int, examples: int, length: int, element_size: int) -> int:
+    """Estimated bytes one pass over ``examples`` rows of ``length`` tokens holds, ``floats`` (:func:`row_floats`) per
+    token at ``element_size`` bytes each."""
+    return examples * length * floats * element_size
+
+
+def examples_per_pass(floats: int, length: int, element_size: int) -> int:
+    """The most examples whose :func:`pass_bytes` stay within :data:`PASS_BYTES` (at least one)."""
+    return max(1, PASS_BYTES // max(1, pass_bytes(floats, 1, length, element_size)))
