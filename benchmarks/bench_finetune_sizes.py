@@ -23,6 +23,12 @@ apart): on a shared machine the load moves between them, so the CPU-time ratio i
 The DP children also time the clipped sum (the ghost engine's ``clipped_sum``) and the noise (``noised_total``: the
 secret Gaussian draw of every trained coordinate, added in place) inside their steps ("clip cpu", "noise cpu").
 
+The trainers run a batch in passes of about 1 GiB of estimated activations (``trainers.torch_common.pass_size``: 5
+examples of 128 tokens for gpt2-small); ``--one-pass`` runs each batch in one pass, the former default. Measured one
+after the other (load 0.9-1.9): gpt2-small full at batch 32, dp-sgd 43.3 CPU s and 4,994 MiB in passes, 45.5 s and
+12,737 MiB in one pass (non-private 41.0 and 51.3 s); at batch 8, 12.0 and 11.3 s; llama-100m at batch 32, 37.5 s and
+4,612 MiB against 39.3 s and 10,958 MiB (README, "DP fine-tuning with LoRA").
+
 Example (one preset and one of full / lora per invocation stays within ~8 minutes on 2 shared cores at load ~10):
     OMP_NUM_THREADS=2 nice -n 10 python benchmarks/bench_finetune_sizes.py --presets bert-base --runs lora
 """
@@ -124,6 +130,10 @@ def child(spec: dict) -> dict:
         return train_wordpiece(texts, vocab_size=vocab_size, new_tokens=(*new_tokens, *extra))
 
     loop.train_wordpiece = padded
+    if spec.get("one_pass"):  # the former default: the whole batch in one forward and backward pass
+        from dpaudit.trainers.torch_common import pass_size
+
+        pass_size.PASS_BYTES = 1 << 62
     options = dict(
         task=spec["task"],
         preset=spec["preset"],
@@ -207,6 +217,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument(
         "--budget-s", type=float, default=450, help="start no configuration after this many seconds (printed)"
     )
+    parser.add_argument(
+        "--one-pass",
+        action="store_true",
+        help="run each batch in one forward and backward pass (the former default) instead of trainers.torch_common."
+        "pass_size's passes",
+    )
     parser.add_argument("--child", help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
@@ -240,6 +256,7 @@ def main(argv: list[str] | None = None) -> int:
                     rank=args.rank,
                     steps=args.steps,
                     warmup=args.warmup,
+                    one_pass=args.one_pass,
                 )
                 proc = subprocess.run(
                     [sys.executable, __file__, "--child", json.dumps(spec)], capture_output=True, text=True, check=False

@@ -67,10 +67,10 @@ class EdpSgdConfig(TorchTrainConfig):
         metadata=_help(
             "dp-sgd and edp-sgd with --clip-engine ghost: examples per forward and backward pass, whole units "
             "(examples, or micro-batches) at a time; default: as many as keep the pass's estimated activations "
-            "and output gradients within 1 GiB (58 examples of 32 tokens for a 6 x 384 BERT with a 30,522-token "
-            "head, 1,027 for the tiny preset); a large N runs the batch in one pass. Memory knob only, the same "
-            "clipped sum: one pass of a masked LM over BERT's 30,522 tokens holds [B, L, 30522] logits and their "
-            "gradients, about 4 GB at B = 512 and L = 32."
+            "and output gradients within 1 GiB on the CPU, a quarter of a GPU's memory if more (58 examples of 32 "
+            "tokens for a 6 x 384 BERT with a 30,522-token head, 1,027 for the tiny preset); a large N runs the "
+            "batch in one pass. Memory knob only, the same clipped sum: one pass of a masked LM over BERT's 30,522 "
+            "tokens holds [B, L, 30522] logits and their gradients, about 4 GB at B = 512 and L = 32."
         ),
     )
     mode: Mode = field(

@@ -335,7 +335,7 @@ class _Plugin(TorchPlugin):
         if self._pass_floats is None:
             self._pass_floats = pass_size.row_floats(self.model)
         size, length = int(sub["input_ids"].shape[0]), int(sub["input_ids"].shape[1])
-        step = pass_size.examples_per_pass(self._pass_floats, length, params[0].element_size())
+        step = pass_size.examples_per_pass(self._pass_floats, length, params[0].element_size(), self.device)
         loss_sum = correct_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         for begin in range(0, size, step):
             part = sub if size <= step else {key: v[begin : begin + step] for key, v in sub.items()}

@@ -60,6 +60,14 @@ def pass_bytes(floats: int, examples: int, length: int, element_size: int) -> in
     return examples * length * floats * element_size
 
 
-def examples_per_pass(floats: int, length: int, element_size: int) -> int:
-    """The most examples whose :func:`pass_bytes` stay within :data:`PASS_BYTES` (at least one)."""
-    return max(1, PASS_BYTES // max(1, pass_bytes(floats, 1, length, element_size)))
+def pass_budget(device: torch.device | None = None) -> int:
+    """Bytes one pass may hold on ``device``: :data:`PASS_BYTES` on the CPU; on a GPU a quarter of its memory if that
+    is more (its caching allocator does not ratchet like the CPU heap, and a larger pass keeps the device busy)."""
+    if device is None or device.type != "cuda":
+        return PASS_BYTES
+    return max(PASS_BYTES, torch.cuda.get_device_properties(device).total_memory // 4)
+
+
+def examples_per_pass(floats: int, length: int, element_size: int, device: torch.device | None = None) -> int:
+    """The most examples whose :func:`pass_bytes` stay within :func:`pass_budget` (at least one)."""
+    return max(1, pass_budget(device) // max(1, pass_bytes(floats, 1, length, element_size)))

@@ -115,11 +115,14 @@ def test_ghost_in_chunks_is_the_one_pass_clipped_sum(tiny_batches, task):
 
 def test_the_pass_estimate_counts_each_modules_input_output_and_output_gradient():
     """An Embedding's input is one id; a Linear's its input width; a norm's input, output and gradient are its width."""
-    from dpaudit.trainers.torch_common.pass_size import row_floats
+    from dpaudit.trainers.torch_common.pass_size import PASS_BYTES, pass_budget, row_floats
 
     model = torch.nn.Sequential(torch.nn.Embedding(10, 4), torch.nn.Linear(4, 3), torch.nn.LayerNorm(3))
     model[0].weight.requires_grad_(False)  # frozen modules hold their rows too (the backward runs through them)
     assert row_floats(model) == (1 + 2 * 4) + (4 + 2 * 3) + 3 * 3
+    assert pass_budget(torch.device("cpu")) == pass_budget(None) == PASS_BYTES  # a GPU's is a share of its memory
+    if torch.cuda.is_available():
+        assert pass_budget(torch.device("cuda")) >= PASS_BYTES
 
 
 def test_without_ghost_chunk_a_batch_over_the_pass_budget_runs_in_passes(tiny_batches, monkeypatch):

@@ -236,7 +236,9 @@ class GhostClipper:
     def default_chunk(self, length: int) -> int:
         """Examples per pass when ``--ghost-chunk`` is not given
         (:func:`~dpaudit.trainers.torch_common.pass_size.examples_per_pass`)."""
-        return pass_size.examples_per_pass(self._row_floats, length, self.params[0].element_size())
+        return pass_size.examples_per_pass(
+            self._row_floats, length, self.params[0].element_size(), self.params[0].device
+        )
 
     def _gram_entries(self, rows: list[_Row], units: _Units) -> dict[tuple[int, bool], list[tuple]]:
         """The captures whose micro-batch weight norms :meth:`_Units.gram_norms` computes together, by
