@@ -51,7 +51,7 @@ import torch
 from dpaudit.common.errors import UserInputError
 from dpaudit.trainers.edp_sgd import privacy
 from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
-from dpaudit.trainers.torch_common import noise, pass_size, sampling
+from dpaudit.trainers.torch_common import noise, sampling
 from dpaudit.trainers.torch_common.clipped import Clipped
 from dpaudit.trainers.torch_common.clipping.ghost import GhostClipper, UnsupportedModel
 from dpaudit.trainers.torch_common.clipping.microbatch import MicrobatchClipper, layer_clip_norms
@@ -68,6 +68,7 @@ from dpaudit.trainers.torch_common.loop import (
 )
 from dpaudit.trainers.torch_common.lora import LoraAdapters, apply_lora
 from dpaudit.trainers.torch_common.model import layer_groups, per_example_losses
+from dpaudit.trainers.torch_common.pass_size import PassSize
 from dpaudit.trainers.torch_common.plugin import TorchTrainer
 from dpaudit.training import RecordParts
 from dpaudit.training.gradient_canaries import UNIT_EXAMPLE, UNIT_MICROBATCH
@@ -109,7 +110,7 @@ class _Plugin(TorchPlugin):
         self.ghost: GhostClipper | None = None
         self.ghost_refused: str | None = None
         self.lora: LoraAdapters | None = None
-        self._pass_floats: int | None = None  # sgd's pass estimate (pass_size.row_floats), once the model exists
+        self.pass_size: PassSize | None = None  # sgd's pass bound
 
     def _build_model(self) -> None:
         """The start (or preset), then with --peft lora its adapters: from here on ``self.model`` trains
@@ -180,6 +181,8 @@ class _Plugin(TorchPlugin):
         config = self.config
         self.clipper = None
         model_names = self.names[: len(self.model_params)]  # without a white-box audit's block
+        if config.mode == "sgd":  # the non-private sum's passes (the ghost engine holds its own)
+            self.pass_size = PassSize(self.model)
         if config.mode == "dp-sgd":
             self.clipper = PerExampleClipper(
                 self.model, per_example_losses, clip_norm=config.clip_norm, physical_batch=config.physical_batch
@@ -327,15 +330,12 @@ class _Plugin(TorchPlugin):
 
     def _plain_sum(self, sub: dict[str, torch.Tensor]) -> tuple[list[torch.Tensor], tuple]:
         """sgd: the unclipped gradient sum of the examples ``sub``, accumulated over passes of at most
-        :func:`~dpaudit.trainers.torch_common.pass_size.examples_per_pass` examples (one pass for a batch within it):
-        the same sum, in bounded memory."""
+        :attr:`pass_size`'s bound of examples (one pass for a batch within it): the same sum, in bounded memory."""
         params = self.model_params
         for p in params:
             p.grad = None
-        if self._pass_floats is None:
-            self._pass_floats = pass_size.row_floats(self.model)
         size, length = int(sub["input_ids"].shape[0]), int(sub["input_ids"].shape[1])
-        step = pass_size.examples_per_pass(self._pass_floats, length, params[0].element_size(), self.device)
+        step = self.pass_size.examples(length) if self.pass_size is not None else max(1, size)
         loss_sum = correct_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         for begin in range(0, size, step):
             part = sub if size <= step else {key: v[begin : begin + step] for key, v in sub.items()}

@@ -71,3 +71,20 @@ def pass_budget(device: torch.device | None = None) -> int:
 def examples_per_pass(floats: int, length: int, element_size: int, device: torch.device | None = None) -> int:
     """The most examples whose :func:`pass_bytes` stay within :func:`pass_budget` (at least one)."""
     return max(1, pass_budget(device) // max(1, pass_bytes(floats, 1, length, element_size)))
+
+
+class PassSize:
+    """One model's pass bound: :func:`row_floats` counted once, at its parameters' precision and on their device."""
+
+    def __init__(self, model: torch.nn.Module) -> None:
+        first = next(model.parameters())
+        self.floats = row_floats(model)
+        self.element_size, self.device = first.element_size(), first.device
+
+    def bytes(self, examples: int, length: int) -> int:
+        """:func:`pass_bytes` of ``examples`` rows of ``length`` tokens."""
+        return pass_bytes(self.floats, examples, length, self.element_size)
+
+    def examples(self, length: int) -> int:
+        """:func:`examples_per_pass` at ``length`` tokens."""
+        return examples_per_pass(self.floats, length, self.element_size, self.device)

@@ -134,9 +134,9 @@ def test_without_ghost_chunk_a_batch_over_the_pass_budget_runs_in_passes(tiny_ba
     _, params = trainable(mlm)
     ghost = GhostClipper(mlm, per_example_losses, bounds=[0.05], param_groups=[0] * len(params))
     length = int(batch["input_ids"].shape[1])
-    one = ghost.pass_bytes(1, length)
-    assert ghost.pass_bytes(4, length) == 4 * one and ghost.pass_bytes(1, 2 * length) == 2 * one
-    assert ghost.default_chunk(length) >= 6  # the tiny model's batch fits the default budget: one pass
+    one = ghost.pass_size.bytes(1, length)
+    assert ghost.pass_size.bytes(4, length) == 4 * one and ghost.pass_size.bytes(1, 2 * length) == 2 * one
+    assert ghost.pass_size.examples(length) >= 6  # the tiny model's batch fits the default budget: one pass
     whole = ghost.clipped_sum(batch, np.arange(6), 6, chunk=6)
     passes = []
     once = GhostClipper._clipped_sum_once
@@ -151,7 +151,7 @@ def test_without_ghost_chunk_a_batch_over_the_pass_budget_runs_in_passes(tiny_ba
     assert _max_error(got.grads, whole.grads) < 1e-5
     assert float(got.loss_sum) == pytest.approx(float(whole.loss_sum), rel=1e-6)
     monkeypatch.setattr(pass_size, "PASS_BYTES", one // 2)  # under one example's estimate: one at a time
-    assert ghost.default_chunk(length) == 1
+    assert ghost.pass_size.examples(length) == 1
 
 
 @pytest.mark.parametrize("task", ["classify", "mlm", "clm"])

@@ -69,10 +69,10 @@ import torch.nn.functional as F
 from transformers.pytorch_utils import Conv1D
 
 from dpaudit.scoring.source import CAUSAL_LM, architecture_kind
-from dpaudit.trainers.torch_common import pass_size
 from dpaudit.trainers.torch_common.clipped import Clipped, LossFn
 from dpaudit.trainers.torch_common.clipping.per_example import trainable
 from dpaudit.trainers.torch_common.distributed import to_device
+from dpaudit.trainers.torch_common.pass_size import PassSize
 from dpaudit.trainers.torch_common.pass_size import is_rms_norm as _is_rms_norm
 
 _TINY = 1e-12
@@ -187,7 +187,7 @@ class GhostClipper:
             for name, module in model.named_modules()
             if _supported(module) and any(p.requires_grad for p in module.parameters(recurse=False))
         }
-        self._row_floats = pass_size.row_floats(model)
+        self.pass_size = PassSize(model)  # --ghost-chunk's default
         prefix = getattr(model, "base_model_prefix", "")
         causal = architecture_kind(type(model).__name__) == CAUSAL_LM  # every token row: see the docstring
         self._seq_prefixes = (
@@ -228,18 +228,6 @@ class GhostClipper:
 
     # -- the clipped sum ---------------------------------------------------------------------
 
-    def pass_bytes(self, examples: int, length: int) -> int:
-        """Estimated bytes of the activations and output gradients one pass over ``examples`` rows of ``length`` tokens
-        holds (:func:`~dpaudit.trainers.torch_common.pass_size.pass_bytes`)."""
-        return pass_size.pass_bytes(self._row_floats, examples, length, self.params[0].element_size())
-
-    def default_chunk(self, length: int) -> int:
-        """Examples per pass when ``--ghost-chunk`` is not given
-        (:func:`~dpaudit.trainers.torch_common.pass_size.examples_per_pass`)."""
-        return pass_size.examples_per_pass(
-            self._row_floats, length, self.params[0].element_size(), self.params[0].device
-        )
-
     def _gram_entries(self, rows: list[_Row], units: _Units) -> dict[tuple[int, bool], list[tuple]]:
         """The captures whose micro-batch weight norms :meth:`_Units.gram_norms` computes together, by
         row layout (rows per example, token rows): the Embedding and Linear layers where the Gram form
@@ -272,11 +260,11 @@ class GhostClipper:
         of the examples it runs (a masked LM's [B, L, vocab] logits among them: 4 GB at B = 512, L = 32 and BERT's
         30,522 tokens), so a large logical batch (Anil et al.'s) needs it. ``owner`` may list the units'
         examples in any order (they are grouped first); every unit holds at least one example, as the trainers'
-        do. ``chunk`` None: :meth:`default_chunk` for the batch's length; a batch of at most ``chunk`` examples runs in
-        one pass."""
+        do. ``chunk`` None: :attr:`pass_size`'s bound at the batch's length; a batch of at most ``chunk`` examples
+        runs in one pass."""
         size = len(owner)
         if chunk is None:
-            chunk = self.default_chunk(int(batch["input_ids"].shape[1]))
+            chunk = self.pass_size.examples(int(batch["input_ids"].shape[1]))
         if size <= chunk or num_units <= 1:
             return self._clipped_sum_once(batch, owner, num_units, valid=valid, extra_sq=extra_sq)
         if valid is None:
