@@ -778,6 +778,14 @@ second core, the bench then reading every run from its cache), load 2-4::
       causal LM, LoRA r8 (c_attn), lr 1e-2, 10 ep x 512 (sigma 0.698)
                                                  19.81%   36.08% (+16.27, 0.50, 6 of 6)    20.25%   +15.83 (1.61)
         per seed 36.49, 35.67, 35.77, 36.79, 35.63, 36.12%; controls 21.14, 19.87, 19.74%; 0.53x (33% kept)
+      masked LM (torch), full, lr 1e-3, 30 ep x 512 (sigma 0.872; 3 noise seeds, 2 controls, for time)
+                                                 20.17%   58.95% (+38.78, 3 of 3)          20.88%   +38.07 (0.86)
+        per seed 58.95, 58.95, 58.95% (0.589505, 0.589514, 0.589502: three different models, their held-out losses
+        1.867, 1.875, 1.876; one epoch before 58.36, 59.21, 59.11%); controls 20.95, 20.81%; non-private (20 ep x
+        64 at 3e-3) 77.55%: 0.76x (68% kept)
+
+    nice -n 10 python benchmarks/bench_dp_recipe.py --task mlm-torch --public-intents $J --corpus-size 20000 \
+        --workdir I6 --recipe "lr 1e-3, 30 ep x 512" --seeds 3 --public-controls 2
 
 The demo trains its epsilon-8 causal LM with the chosen causal recipe (``causal_dp_batch_size``). Not measured:
 DP-SGD with momentum (jax-bert's optimizer is AdamW); more than one seed per search row except in the SNIPS jax masked
