@@ -774,7 +774,7 @@ second core, the bench then reading every run from its cache), load 2-4::
       causal LM, full, lr 1e-3, 30 ep x 512 (sigma 0.860)
                                                  19.81%   62.27% (+42.46, 0.26, 6 of 6)    20.98%   +41.29 (1.34)
         per seed 62.43, 61.87, 62.26, 62.16, 62.34, 62.58%; controls 21.67, 20.64, 20.63%; non-private (20 ep x 64
-        at 3e-3) 68.59%: 0.91x (87% of its gain over the start kept, against 19% at N = 1,455)
+        at 3e-3) 68.59%: 0.91x (87% of its gain over the start kept; 19% at N = 1,455 with 20 ep x 256)
       causal LM, LoRA r8 (c_attn), lr 1e-2, 10 ep x 512 (sigma 0.698)
                                                  19.81%   36.08% (+16.27, 0.50, 6 of 6)    20.25%   +15.83 (1.61)
         per seed 36.49, 35.67, 35.77, 36.79, 35.63, 36.12%; controls 21.14, 19.87, 19.74%; 0.53x (33% kept)
