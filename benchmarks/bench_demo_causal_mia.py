@@ -182,7 +182,12 @@ def main() -> None:
         if args.public_epochs < 1:
             parser.error(f"--public-epochs {args.public_epochs}: give a positive number")
         sizes = dataclasses.replace(sizes, causal_public_epochs=args.public_epochs)
-    epochs = [int(e) for e in args.epochs.split(",")] if args.epochs else [sizes.causal_epochs]
+    try:
+        epochs = [int(e) for e in args.epochs.split(",")] if args.epochs else [sizes.causal_epochs]
+    except ValueError:
+        parser.error(f"--epochs {args.epochs}: give a positive number or a comma-separated list of them")
+    if min(epochs) < 1:
+        parser.error(f"--epochs {args.epochs}: give a positive number or a comma-separated list of them")
     print("$ " + shlex.join(["python", *sys.argv]))
     tables = {}
     with tempfile.TemporaryDirectory(prefix="bench-demo-clm-") as tmp:

@@ -334,8 +334,9 @@ class _Plugin(TorchPlugin):
         params = self.model_params
         for p in params:
             p.grad = None
+        assert self.pass_size is not None, "sgd builds its pass bound in _setup_mechanism"
         size, length = int(sub["input_ids"].shape[0]), int(sub["input_ids"].shape[1])
-        step = self.pass_size.examples(length) if self.pass_size is not None else max(1, size)
+        step = self.pass_size.examples(length)
         loss_sum = correct_sum = torch.zeros((), dtype=torch.float64, device=self.device)
         for begin in range(0, size, step):
             part = sub if size <= step else {key: v[begin : begin + step] for key, v in sub.items()}

@@ -5,7 +5,7 @@ logits among them (about 4 GB at B = 512, L = 32 and BERT's 30,522 tokens). The 
 size every step, and on CPU the allocator keeps freed blocks for reuse (:mod:`dpaudit.training.host_allocator`), so
 one pass over the whole batch also ratchets the heap up step after step (MiniLM, 33 steps of 256: from 3.8 GB to
 7.55 GB). So the ghost engine (:mod:`.clipping.ghost`) and the non-private sum run a large batch in passes of at most
-:func:`examples_per_pass` examples and add the passes' sums: the same sum, in bounded memory, at the same speed
+:meth:`PassSize.examples` examples and add the passes' sums: the same sum, in bounded memory, at the same speed
 (docs/trainers.md, "edp-sgd" and "Performance notes").
 """
 
@@ -16,7 +16,7 @@ import math
 import torch
 from transformers.pytorch_utils import Conv1D
 
-#: What one pass may hold, by the estimate of :func:`pass_bytes`, unless the user sets the pass (``--ghost-chunk``).
+#: What one pass may hold, by the estimate of :meth:`PassSize.bytes`, unless the user sets the pass (``--ghost-chunk``).
 #: Measured on MiniLM (6 x 384, 30,522 tokens, L = 32; 58 examples a pass), 33 Poisson steps of 256 in dp-sgd: peak
 #: 3.05 GB, where one pass peaked at 7.55 GB, in the same CPU time (256 and 255 s); non-private, 2.87 GB against 5.95 GB
 #: (252 CPU s each).
@@ -54,23 +54,12 @@ def row_floats(model: torch.nn.Module) -> int:
     return total
 
 
-def pass_bytes(floats: int, examples: int, length: int, element_size: int) -> int:
-    """Estimated bytes one pass over ``examples`` rows of ``length`` tokens holds, ``floats`` (:func:`row_floats`) per
-    token at ``element_size`` bytes each."""
-    return examples * length * floats * element_size
-
-
 def pass_budget(device: torch.device | None = None) -> int:
     """Bytes one pass may hold on ``device``: :data:`PASS_BYTES` on the CPU; on a GPU a quarter of its memory if that
     is more (its caching allocator does not ratchet like the CPU heap, and a larger pass keeps the device busy)."""
     if device is None or device.type != "cuda":
         return PASS_BYTES
     return max(PASS_BYTES, torch.cuda.get_device_properties(device).total_memory // 4)
-
-
-def examples_per_pass(floats: int, length: int, element_size: int, device: torch.device | None = None) -> int:
-    """The most examples whose :func:`pass_bytes` stay within :func:`pass_budget` (at least one)."""
-    return max(1, pass_budget(device) // max(1, pass_bytes(floats, 1, length, element_size)))
 
 
 class PassSize:
@@ -82,9 +71,10 @@ class PassSize:
         self.element_size, self.device = first.element_size(), first.device
 
     def bytes(self, examples: int, length: int) -> int:
-        """:func:`pass_bytes` of ``examples`` rows of ``length`` tokens."""
-        return pass_bytes(self.floats, examples, length, self.element_size)
+        """Estimated bytes one pass over ``examples`` rows of ``length`` tokens holds."""
+        return examples * length * self.floats * self.element_size
 
     def examples(self, length: int) -> int:
-        """:func:`examples_per_pass` at ``length`` tokens."""
-        return examples_per_pass(self.floats, length, self.element_size, self.device)
+        """The most examples of ``length`` tokens whose :meth:`bytes` stay within :func:`pass_budget` (at least
+        one); the budget is read at each call, so a changed :data:`PASS_BYTES` takes effect."""
+        return max(1, pass_budget(self.device) // max(1, self.bytes(1, length)))

@@ -72,8 +72,7 @@ from dpaudit.scoring.source import CAUSAL_LM, architecture_kind
 from dpaudit.trainers.torch_common.clipped import Clipped, LossFn
 from dpaudit.trainers.torch_common.clipping.per_example import trainable
 from dpaudit.trainers.torch_common.distributed import to_device
-from dpaudit.trainers.torch_common.pass_size import PassSize
-from dpaudit.trainers.torch_common.pass_size import is_rms_norm as _is_rms_norm
+from dpaudit.trainers.torch_common.pass_size import PassSize, is_rms_norm
 
 _TINY = 1e-12
 
@@ -113,12 +112,12 @@ _KINDS = (torch.nn.Linear, Conv1D, torch.nn.LayerNorm, torch.nn.Embedding)
 
 
 def _supported(module: torch.nn.Module) -> bool:
-    return isinstance(module, _KINDS) or _is_rms_norm(module)
+    return isinstance(module, _KINDS) or is_rms_norm(module)
 
 
 def _kind(module: torch.nn.Module) -> str:
     """The module's kind as the clipper groups them (every RMSNorm class is one kind)."""
-    return "RMSNorm" if _is_rms_norm(module) else type(module).__name__
+    return "RMSNorm" if is_rms_norm(module) else type(module).__name__
 
 
 def _normalized(module: torch.nn.Module, x: torch.Tensor) -> torch.Tensor:
