@@ -788,7 +788,7 @@ core, the bench then reading every run from its cache), load 2-4::
       the same, N = 20,155 (sigma 0.860)
                                                  19.81%   62.27% (+42.46, 0.26, 6 of 6)    20.98%   +41.29 (1.34)
         per seed 62.43, 61.87, 62.26, 62.16, 62.34, 62.58%; controls 21.67, 20.64, 20.63%; non-private 68.59%:
-        0.91x (87% kept)
+        0.91x (87% kept); the same schedule without clipping or noise (one run) 69.18%: 0.90x of it
       causal LM, LoRA r8 (c_attn), lr 1e-2, 10 ep x 512, N = 20,155 (sigma 0.698)
                                                  19.81%   36.08% (+16.27, 0.50, 6 of 6)    20.25%   +15.83 (1.61)
         per seed 36.49, 35.67, 35.77, 36.79, 35.63, 36.12%; controls 21.14, 19.87, 19.74%; 0.53x (33% kept); the
