@@ -783,7 +783,7 @@ core, the bench then reading every run from its cache), load 2-4::
       the same, N = 6,755 (sigma 1.189)
                                                  20.54%   54.69% (+34.15, 0.36, 6 of 6)    20.44%   +34.24 (0.37)
         per seed 54.97, 54.50, 54.50, 54.64, 55.22, 54.28%; controls 20.49, 20.32, 20.52%; non-private 68.64%:
-        0.80x (71% kept; SNIPS's searched causal cell at its 6,786 rows: 70%); the same schedule without
+        0.80x (71% kept; SNIPS's searched causal cell at its 6,786 rows: 69-70%); the same schedule without
         clipping or noise (one run) 67.37%: 0.81x of it
       the same, N = 20,155 (sigma 0.860)
                                                  19.81%   62.27% (+42.46, 0.26, 6 of 6)    20.98%   +41.29 (1.34)
