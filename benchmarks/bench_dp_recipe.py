@@ -760,11 +760,11 @@ A real pretrained start does not lift the ratio at this budget (3 epochs: a step
 22.7M parameters); the tiny start's searched masked LM ended higher (34.89%, 30 epochs of 512).
 
 At a larger N, the same shift on the built-in corpus (``--corpus-size 6600`` and ``20000``: 6,200 or 19,600 members
-+ 555 canary rows, N = 6,755 or 20,155; the same public rows, 400 held-out rows), and the same schedule at the demo's
-N = 1,455 to separate N from the schedule. A rule written first (2026-12-01): the recipes fixed before any run, 30
-epochs of 512 at 1e-3 (both SNIPS searches under the shift chose it) and the SNIPS causal LoRA cell's; 6 noise seeds,
-3 public controls; two to four runs at a time (the bench's own ``train`` and options in small drivers on the second
-core, the bench then reading every run from its cache), load 2-4::
+and 555 canary rows, N = 6,755 or 20,155; the same public rows, 400 held-out rows), and the same schedule at the
+demo's N = 1,455 to separate N from the schedule. A rule written first (2026-12-01): the recipes fixed before any
+run, 30 epochs of 512 at 1e-3 (both SNIPS searches under the shift chose it) and the SNIPS causal LoRA cell's; 6
+noise seeds, 3 public controls; two to four runs at a time (the bench's own ``train`` and options in small drivers on
+the second core, the bench then reading every run from its cache), load 2-4::
 
     for size in 1300 6600 20000; do
       nice -n 10 python benchmarks/bench_dp_recipe.py --task clm --public-intents $J --corpus-size $size \
