@@ -184,9 +184,9 @@ def main() -> None:
         sizes = dataclasses.replace(sizes, causal_public_epochs=args.public_epochs)
     try:
         epochs = [int(e) for e in args.epochs.split(",")] if args.epochs else [sizes.causal_epochs]
+        if min(epochs) < 1:
+            raise ValueError(args.epochs)
     except ValueError:
-        parser.error(f"--epochs {args.epochs}: give a positive number or a comma-separated list of them")
-    if min(epochs) < 1:
         parser.error(f"--epochs {args.epochs}: give a positive number or a comma-separated list of them")
     print("$ " + shlex.join(["python", *sys.argv]))
     tables = {}

@@ -1053,6 +1053,9 @@ class Task:
     #: The real non-private model trains the chosen recipe's schedule without clipping or noise (a torch trainer's
     #: ``--mode sgd``, :func:`schedule_of`) rather than ``nonprivate``: the ratio then compares like with like.
     nonprivate_is_recipe: bool = False
+    #: Recipes ``--recipe`` may name that no search tries (each fixed by a rule before its runs), so adding one leaves
+    #: every documented search's candidates, and with them its choice, as they were.
+    named_only: tuple[Recipe, ...] = ()
 
 
 def schedule_of(recipe: Recipe) -> tuple[str, ...]:
@@ -1067,8 +1070,8 @@ def at_large_n(task: Task) -> Task:
 
 
 def named_recipes(task: Task) -> list[Recipe]:
-    """Every recipe ``--recipe`` may name: the demo's, the built-in search's and the large-N search's."""
-    return [task.default, *task.candidates, *task.large_n, *task.lora, *task.large_n_lora]
+    """Every recipe ``--recipe`` may name: the demo's, every search's candidates and the named-only ones."""
+    return [task.default, *task.candidates, *task.large_n, *task.lora, *task.large_n_lora, *task.named_only]
 
 
 def lora_recipes(
@@ -1274,10 +1277,10 @@ def clm_task(smoke: bool) -> Task:
             epochs,
             ((8, "3e-3", 5, 256), (8, "1e-2", 5, 256), (8, "1e-2", 10, 512), (16, "1e-2", 10, 512))
             + ((16, "1e-2", 10, 1024),),
-        )
-        # Added at N = 20,155 before its runs: the chosen r8 schedule with more trained parameters (r32 on every
+        ),
+        # Fixed at N = 20,155 before its runs: the chosen r8 schedule with more trained parameters (r32 on every
         # linear layer, the rank and targets of the built-in LoRA search's choice), nothing else changed.
-        + lora_recipes(epochs, ((32, "1e-2", 10, 512),), all_linear="c_attn,c_proj,c_fc"),
+        named_only=lora_recipes(epochs, ((32, "1e-2", 10, 512),), all_linear="c_attn,c_proj,c_fc"),
     )
 
 
