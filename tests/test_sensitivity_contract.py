@@ -51,6 +51,11 @@ CASES = [
         for task in ("classify", "mlm", "clm")
         for mode in ("dp-sgd", "edp-sgd")
     ],
+    *[  # ... and with the token embeddings trained in full beside them, tied to the output layer (one tensor, two uses)
+        ("edp-sgd", task, {"peft": "lora", "mode": mode, "clip_engine": "ghost", "lora_modules_to_save": saved})
+        for task, saved in (("mlm", "word_embeddings"), ("clm", "wte,wpe"))
+        for mode in ("dp-sgd", "edp-sgd")
+    ],
     ("rgp", "classify", {}),
     ("rgp", "mlm", {}),
     ("rgp", "clm", {}),  # GPT-2: the causal loss reads only the example's own tokens

@@ -209,8 +209,12 @@ def load_adapter_scorers(
         if bar_was_on:
             hf_logging.enable_progress_bar()
     names = [f"model{i}" for i in range(len(sources))]
-    with warnings.catch_warnings():  # peft asks transformers a deprecated question; nothing for the user to do
+    with warnings.catch_warnings():  # nothing for the user to do about either warning
+        # peft asks transformers a deprecated question, and warns that the embeddings an adapter trained in full
+        # (and their tied output layer, saved beside them with equal values) are loaded as two tensors: the same
+        # function for scoring (docs/trainers.md, "LoRA adapters")
         warnings.filterwarnings("ignore", message=".*is_gradient_checkpointing.*", category=FutureWarning)
+        warnings.filterwarnings("ignore", message=".*tie_word_embeddings.*")
         wrapped = peft.PeftModel.from_pretrained(
             model, str(first.model_dir / ADAPTER_DIR), adapter_name=names[0], is_trainable=False
         )

@@ -111,6 +111,36 @@ def test_a_lora_targets_shadows_are_adapters_over_its_base_scored_over_one_copy(
     assert not np.allclose(first, adapters[1].example_losses(texts), atol=1e-6)
 
 
+def test_shadows_of_a_lora_target_with_embeddings_trained_in_full_keep_them(lora_target, data_dir, tmp_path):
+    """--lora-modules-to-save wte,wpe: the shadows train the same modules in full (the layout says so), and scored as
+    adapters over the one base they give their merged models' losses (the tied output layer included)."""
+    from dpaudit.scoring import load, resolve_model
+    from dpaudit.scoring.adapters import load_adapter_scorers, shared_base
+    from dpaudit.trainers.edp_sgd.config import EdpSgdConfig
+    from dpaudit.trainers.edp_sgd.trainer import EdpSgdTrainer
+
+    start, _ = lora_target
+    target = tmp_path / "target"
+    config = EdpSgdConfig(
+        task="clm", init_from=str(start), epochs=2, learning_rate=3e-3, peft="lora", lora_rank=4,
+        lora_modules_to_save="wte,wpe", preset="tiny", mode="sgd", batch_size=16, max_length=16, vocab_size=128,
+        eval_examples=8, noise_seed=1,
+    )  # fmt: skip
+    EdpSgdTrainer().train(data_dir, target, config, seed=0)
+    lira = _lira(target, data_dir, tmp_path / "shadows")["lira"]
+    info = lira.shadow_models
+    assert info.target_lora["modules_trained_in_full"] == ["lm_head", "wpe", "wte"]
+    assert all(m.lora == info.target_lora for m in info.models) and info.scored_as_adapters
+    runs = [tmp_path / "shadows" / m.path.split("/")[-2] / "model" for m in info.models]
+    found, why = shared_base(runs)
+    assert found is not None, why
+    sources = [resolve_model(r) for r in runs]
+    texts = ["set an alarm at 7 am", "play some jazz in the kitchen", "turn off the hallway lights"]
+    for a, source in zip(load_adapter_scorers(found, sources, batch_size=8, device="cpu"), sources):
+        merged = load(source, batch_size=8, device="cpu", progress=False)
+        assert np.allclose(a.example_losses(texts), merged.example_losses(texts), atol=1e-5)
+
+
 def test_lora_runs_are_scored_merged_where_peft_is_not_installed(lora_target, monkeypatch):
     """Adapters over one base need peft; the merged models (model/) do not: without peft, no shared base."""
     from dpaudit.scoring import adapters

@@ -136,6 +136,15 @@ class EdpSgdConfig(TorchTrainConfig):
             "q_proj,v_proj). Default: peft's choice for the model type."
         ),
     )
+    lora_modules_to_save: str | list[str] | None = field(
+        default=None,
+        metadata=_help(
+            "--peft lora: modules trained in full beside the adapters (peft's modules_to_save), by name, "
+            "comma-separated: e.g. wte,wpe (GPT-2's token and position embeddings), word_embeddings (BERT's), "
+            "embed_tokens (Llama's). An output layer tied to the embeddings stays tied (trained with them). "
+            "Default: none."
+        ),
+    )
 
     #: A run checkpointed before --peft existed trained every parameter: it resumes as --peft none.
     ADDED_FIELDS: ClassVar[Mapping[str, Any]] = {
@@ -144,6 +153,7 @@ class EdpSgdConfig(TorchTrainConfig):
         "lora_rank": None,
         "lora_alpha": None,
         "lora_targets": None,
+        "lora_modules_to_save": None,
     }
 
     #: The refusals name --mode sgd (--non-private is its other spelling, which --mode dp-sgd contradicts).
@@ -172,7 +182,7 @@ class EdpSgdConfig(TorchTrainConfig):
     def _check_lora(self) -> None:
         """Resolve --lora-* to their values under --peft lora (stored, so the manifest holds what ran); refuse
         them without it, and --peft lora without the peft library (one line naming the extra)."""
-        names = ("lora_rank", "lora_alpha", "lora_targets")
+        names = ("lora_rank", "lora_alpha", "lora_targets", "lora_modules_to_save")
         if self.peft != "lora":
             for name in names:
                 if getattr(self, name) is not None:
@@ -185,14 +195,16 @@ class EdpSgdConfig(TorchTrainConfig):
                 object.__setattr__(self, name, value)
         check_int("lora_rank", self.lora_rank, 1)
         check_real("lora_alpha", self.lora_alpha, low=0.0, low_open=True)
-        if self.lora_targets is not None:
-            targets = self.lora_targets
-            parts = [str(t).strip() for t in (targets if isinstance(targets, list) else targets.split(","))]
+        for name in ("lora_targets", "lora_modules_to_save"):
+            given = getattr(self, name)
+            if given is None:
+                continue
+            parts = [str(t).strip() for t in (given if isinstance(given, list) else given.split(","))]
             if not parts or any(not t for t in parts):
                 raise ValueError(
-                    f"--lora-targets {targets!r} has an empty module name; list names separated by commas."
+                    f"{option_name(name)} {given!r} has an empty module name; list names separated by commas."
                 )
-            object.__setattr__(self, "lora_targets", sorted(set(parts)))
+            object.__setattr__(self, name, sorted(set(parts)))
 
     @property
     def private(self) -> bool:

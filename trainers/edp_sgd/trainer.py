@@ -135,6 +135,7 @@ class _Plugin(TorchPlugin):
             targets=config.lora_targets,
             seed=self.seed,
             base_name=str(start.model_dir) if start is not None else None,  # what from_pretrained loads
+            modules_to_save=config.lora_modules_to_save or (),
         )
         self.model = self.lora.model
 

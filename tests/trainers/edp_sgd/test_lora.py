@@ -4,7 +4,9 @@ The ghost engine over the adapters against the vmap engines (its oracle) on BERT
 causal LM; runs from tiny random starts saved to a temp dir (only the adapters and a classifier's head change;
 privacy.json names them and the base's hashes; the merged model and the adapter read back by peft give the same
 logits); the refusals (a start trained on this run's private data, peft missing, a target the model lacks);
-the white-box audit hosting its canaries in a LoRA run of every task (classify, mlm, clm), within its claim.
+the white-box audit hosting its canaries in a LoRA run of every task (classify, mlm, clm), within its claim;
+the token embeddings trained in full beside the adapters (``--lora-modules-to-save``), kept tied to the output
+layer through training, the merge and the adapter.
 The sensitivity contract of LoRA runs (every task, dp-sgd and edp-sgd) is in tests/test_sensitivity_contract.py.
 """
 
@@ -74,7 +76,7 @@ def starts(data_dir, tmp_path_factory):
 # -- the ghost engine over the adapters, the vmap engines as its oracle -----------------------------
 
 
-def _lora_model(kind: str, task: str):
+def _lora_model(kind: str, task: str, saved: tuple[str, ...] = ()):
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from dpaudit.trainers.torch_common.lora import apply_lora
@@ -98,7 +100,7 @@ def _lora_model(kind: str, task: str):
         config._attn_implementation = "eager"
         model = LlamaForCausalLM(config).eval()
     targets = {"llama": ["q_proj", "v_proj", "down_proj"]}.get(kind)
-    lora = apply_lora(model, task=task, rank=4, alpha=8, targets=targets, seed=0)
+    lora = apply_lora(model, task=task, rank=4, alpha=8, targets=targets, seed=0, modules_to_save=saved)
     with torch.no_grad():  # B starts at zero: give the adapters a non-trivial gradient path
         for name, p in lora.model.named_parameters():
             if "lora_B" in name:
@@ -128,16 +130,29 @@ def _batch(task: str) -> dict[str, torch.Tensor]:
     return batch
 
 
-@pytest.mark.parametrize(("kind", "task"), [("bert", "classify"), ("bert", "mlm"), ("gpt2", "clm"), ("llama", "clm")])
-def test_ghost_clipping_over_the_adapters_equals_the_vmap_engines(kind, task):
+@pytest.mark.parametrize(
+    ("kind", "task", "saved"),
+    [
+        ("bert", "classify", ()),
+        ("bert", "mlm", ()),
+        ("gpt2", "clm", ()),
+        ("llama", "clm", ()),
+        # token embeddings trained in full: one tensor used twice (input and tied output embeddings)
+        ("bert", "mlm", ("word_embeddings",)),
+        ("gpt2", "clm", ("wte", "wpe", "ln_f")),
+        ("llama", "clm", ("embed_tokens", "norm")),
+    ],
+)
+def test_ghost_clipping_over_the_adapters_equals_the_vmap_engines(kind, task, saved):
     from dpaudit.trainers.torch_common.clipping.ghost import GhostClipper
     from dpaudit.trainers.torch_common.clipping.microbatch import MicrobatchClipper
     from dpaudit.trainers.torch_common.clipping.per_example import PerExampleClipper, trainable
     from dpaudit.trainers.torch_common.model import layer_groups, per_example_losses
 
-    model = _lora_model(kind, task)
+    model = _lora_model(kind, task, saved)
     names, params = trainable(model)
     assert names and all("lora_" in n or "modules_to_save" in n for n in names), names
+    assert len([n for n in names if "modules_to_save" in n]) >= len(saved), names
     batch = _batch(task)
     # Per example (dp-sgd), C small enough that every example is clipped.
     ghost = GhostClipper(model, per_example_losses, bounds=[0.01], param_groups=[0] * len(params))
@@ -226,6 +241,39 @@ def test_a_lora_run_trains_only_the_adapters_and_exports_the_merged_model_and_th
     assert not torch.allclose(_logits(load(str(base_dir)).eval(), ids), _logits(merged, ids))
 
 
+@pytest.mark.parametrize(
+    ("start", "task", "saved", "in_full"),
+    [
+        ("gpt2", "clm", "wte,wpe", ["lm_head", "wpe", "wte"]),
+        ("bert", "mlm", "word_embeddings", ["cls.predictions.decoder", "word_embeddings"]),
+    ],
+)
+def test_embeddings_trained_in_full_stay_tied_to_the_output_layer_in_training_merge_and_adapter(
+    start, task, saved, in_full, starts, data_dir, tmp_path
+):
+    """--lora-modules-to-save with the token embeddings: peft wraps them and their tied output layer in copies of
+    their own; the run trains them as one tensor (as the base ties them), and both exports load as that model."""
+    from peft import PeftModel
+    from transformers import AutoModelForCausalLM, AutoModelForMaskedLM
+
+    base_dir, out = starts / start, tmp_path / "run"
+    _train(data_dir, out, task=task, mode="dp-sgd", init_from=str(base_dir), epochs=1, noise_multiplier=1.0,
+           lora_modules_to_save=saved)  # fmt: skip
+    trained = json.loads((out / "privacy.json").read_text())["details"]["trained"]
+    assert trained["modules_trained_in_full"] == in_full
+    assert trained["parameters"] == f"LoRA adapters (peft) and modules trained in full ({', '.join(in_full)})"
+    load = AutoModelForCausalLM.from_pretrained if task == "clm" else AutoModelForMaskedLM.from_pretrained
+    base, merged = load(str(base_dir)).eval(), load(str(out / "model")).eval()
+    embeddings = merged.get_input_embeddings().weight
+    assert merged.get_output_embeddings().weight is embeddings  # tied, as the base
+    assert not torch.equal(embeddings, base.get_input_embeddings().weight)  # trained
+    if task == "mlm":  # the decoder's bias is tied to the prediction head's, not trained in full: unchanged
+        torch.testing.assert_close(merged.cls.predictions.bias, base.cls.predictions.bias, rtol=0, atol=0)
+    reread = PeftModel.from_pretrained(load(str(base_dir)), str(out / "model" / "adapter")).eval()
+    ids = torch.randint(5, 200, (3, 10), generator=torch.Generator().manual_seed(0))
+    torch.testing.assert_close(_logits(reread, ids), _logits(merged, ids), rtol=1e-4, atol=1e-5)
+
+
 def test_a_killed_lora_run_resumes_to_the_same_model(data_dir, tmp_path, killed_after_checkpoint, assert_same_model):
     """Checkpoints hold the adapters (the trained tensors) and Adam's state; the frozen base is rebuilt from the
     public --seed, the adapters' A from the same seed, then restored."""
@@ -281,13 +329,24 @@ def test_lora_options_without_peft_lora_and_an_unknown_target_are_refused(starts
     errors = [line for line in lines if line.startswith("Error:")]  # (transformers' loading bar precedes it)
     assert code == 2 and len(errors) == 1 and "named qkv; choose among" in errors[0], lines
     assert not (tmp_path / "b").exists() or not any((tmp_path / "b").iterdir())
+    for saved, says in (("wte,nosuch", "named nosuch; choose among"), ("c_attn", "c_attn is also in --lora-targets")):
+        out = tmp_path / f"c-{saved}"
+        code, lines = _cli(
+            "--data", data_dir, "--task", "clm", "--peft", "lora", "--lora-modules-to-save", saved,
+            "--init-from", starts / "gpt2", "--max-length", "16", "--noise-multiplier", "1", "--out", out,
+        )  # fmt: skip
+        errors = [line for line in lines if line.startswith("Error:")]
+        assert code == 2 and len(errors) == 1 and "--lora-modules-to-save" in errors[0] and says in errors[0], lines
+        assert not out.exists() or not any(out.iterdir())
+    code, lines = _cli("--data", data_dir, "--lora-modules-to-save", "wte", "--noise-multiplier", "1", "--out", out)
+    assert code == 2 and len(lines) == 1 and "--lora-modules-to-save applies to --peft lora only" in lines[0], lines
 
 
 # -- the white-box audit hosts its canaries in a LoRA run ------------------------------------------------
 
 
-@pytest.mark.parametrize("task", ["clm", "classify", "mlm"])
-def test_audit_trainer_hosts_its_canaries_in_a_lora_run_of_every_task(task, tmp_path):
+@pytest.mark.parametrize(("task", "saved"), [("clm", None), ("classify", None), ("mlm", None), ("clm", "wte,wpe")])
+def test_audit_trainer_hosts_its_canaries_in_a_lora_run_of_every_task(task, saved, tmp_path):
     """The white-box audit of a LoRA run, each task, in micro-batch mode (the harder unit: canaries clipped with
     their partners; dp-sgd takes the same path, the audit block being the last trained tensor after the adapters):
     the canaries reach the noisy update (a bound above 0) and the bound stays within the claim. The three runs
@@ -297,12 +356,14 @@ def test_audit_trainer_hosts_its_canaries_in_a_lora_run_of_every_task(task, tmp_
         cli,
         ["audit-trainer", "--trainer", "edp-sgd", "--set", "peft=lora", "--set", "mode=edp-sgd", "--set",
          f"task={task}", "--set", "micro_batches=200", "--target-epsilon", "4", "--canaries", "200", "--steps", "2",
-         "--seed", "3", "--noise-seed", "11", "--out", str(out)],
+         "--seed", "3", "--noise-seed", "11", "--out", str(out),
+         *(["--set", f"lora_modules_to_save={saved}"] if saved else [])],
         catch_exceptions=False,
     )  # fmt: skip
     assert result.exit_code == 0, result.output[-2000:]
     body = json.loads((out / "whitebox.json").read_text())
     assert body["config"]["peft"] == "lora" and body["config"]["task"] == task
+    assert body["config"]["lora_modules_to_save"] == (saved.split(",")[::-1] if saved else None)
     assert body["settings"]["canary_paths"] == {"cooperative": 200}
     assert body["unit"] == "micro-batch"
     assert body["claim"]["epsilon"] == pytest.approx(4.0, abs=0.01)
