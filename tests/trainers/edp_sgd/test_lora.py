@@ -274,10 +274,15 @@ def test_embeddings_trained_in_full_stay_tied_to_the_output_layer_in_training_me
     torch.testing.assert_close(_logits(reread, ids), _logits(merged, ids), rtol=1e-4, atol=1e-5)
 
 
-def test_a_killed_lora_run_resumes_to_the_same_model(data_dir, tmp_path, killed_after_checkpoint, assert_same_model):
-    """Checkpoints hold the adapters (the trained tensors) and Adam's state; the frozen base is rebuilt from the
-    public --seed, the adapters' A from the same seed, then restored."""
+@pytest.mark.parametrize("saved", [None, "word_embeddings"])
+def test_a_killed_lora_run_resumes_to_the_same_model(
+    saved, data_dir, tmp_path, killed_after_checkpoint, assert_same_model
+):
+    """Checkpoints hold the adapters (the trained tensors, the embeddings trained in full and tied to the decoder
+    among them) and Adam's state; the frozen base is rebuilt from the public --seed, the adapters' A from the same
+    seed, then restored."""
     settings = dict(task="mlm", mode="edp-sgd", epochs=1, checkpoint_every=2, noise_multiplier=1.0)
+    settings.update({"lora_modules_to_save": saved} if saved else {})
     straight = _train(data_dir, tmp_path / "straight", **settings)
     killed_after_checkpoint(lambda: _train(data_dir, tmp_path / "resumed", **settings), step=4)
     resumed = _train(data_dir, tmp_path / "resumed", **settings)
