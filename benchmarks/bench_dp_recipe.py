@@ -1170,6 +1170,15 @@ def lora_recipes(
     )
 
 
+def with_embeddings(recipes: tuple[Recipe, ...], modules: str) -> tuple[Recipe, ...]:
+    """The LoRA ``all linear`` recipes with the model's token and position embeddings (``modules``) trained in full
+    beside the adapters (``--lora-modules-to-save``), named ``... all linear + embeddings, ...``."""
+    return tuple(
+        Recipe(r.name.replace("all linear,", "all linear + embeddings,"), (*r.args, "--lora-modules-to-save", modules))
+        for r in recipes
+    )
+
+
 def mlm_task(smoke: bool) -> Task:
     steps = (lambda n: str(max(2, n // 50))) if smoke else str
     warm = (lambda n: "1") if smoke else str  # a warm-up shorter than --smoke's 2 steps
@@ -1363,12 +1372,8 @@ def clm_task(smoke: bool) -> Task:
         # diagnostic without noise pointed at: the docstring's "LoRA's reach").
         named_only=(
             *lora_recipes(epochs, ((32, "1e-2", 10, 512),), all_linear="c_attn,c_proj,c_fc"),
-            *(
-                Recipe(
-                    r.name.replace("all linear,", "all linear + embeddings,"),
-                    (*r.args, "--lora-modules-to-save", "wte,wpe"),
-                )
-                for r in lora_recipes(epochs, ((32, "1e-2", 10, 512),), all_linear="c_attn,c_proj,c_fc")
+            *with_embeddings(
+                lora_recipes(epochs, ((32, "1e-2", 10, 512),), all_linear="c_attn,c_proj,c_fc"), "wte,wpe"
             ),
         ),
     )
@@ -1409,14 +1414,9 @@ def torch_mlm_task(smoke: bool) -> Task:
         # Fixed at N = 20,155 before its runs: the causal LM's LoRA + embeddings recipe, this model's names; then its
         # schedule chosen on public rows only (benchmarks/bench_lora_reach.py --dp-schedules, two noise seeds each:
         # 10 ep x 512, 20 x 1024, 30 x 2048 and 30 x 1024, all at 1e-2; the last won).
-        named_only=tuple(
-            Recipe(
-                r.name.replace("all linear,", "all linear + embeddings,"),
-                (*r.args, "--lora-modules-to-save", "word_embeddings,position_embeddings"),
-            )
-            for r in lora_recipes(
-                epochs, ((32, "1e-2", 10, 512), (32, "1e-2", 30, 1024)), all_linear="query,key,value,dense"
-            )
+        named_only=with_embeddings(
+            lora_recipes(epochs, ((32, "1e-2", 10, 512), (32, "1e-2", 30, 1024)), all_linear="query,key,value,dense"),
+            "word_embeddings,position_embeddings",
         ),
     )
 

@@ -60,6 +60,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import statistics
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -225,7 +226,7 @@ def main() -> int:
     if args.dp:
         dp = ("--init-from", str(start), "--mode", "dp-sgd", "--target-epsilon", EPSILON)
         for schedule in args.dp_schedules:
-            # The first schedule's seed-0 folder keeps its former name, so a cached run is read again.
+            # The default schedule's seed-0 folder keeps its former name, so a cached run is read again.
             folder = "lora-emb-dp" if schedule == DP_SCHEDULE else f"lora-emb-dp-{schedule.tag}"
             dp_runs[f"LoRA r32 all linear + embeddings, {schedule}, epsilon {EPSILON}"] = [
                 train(
@@ -250,7 +251,7 @@ def main() -> int:
         print(f"  {name:<62} {trained_parameters(run):>15} {value:>8.2%} {value / full:>6.2f}")
     for name, seeds in dp_runs.items():
         values = [figure(run).value for run in seeds]
-        mean = sum(values) / len(values)
+        mean = statistics.mean(values)
         each = ", ".join(f"{v:.2%}" for v in values)
         print(f"  {name:<62} {trained_parameters(seeds[0]):>15} {mean:>8.2%} {mean / full:>6.2f}"
               f"  (noise seeds 0-{len(seeds) - 1}: {each})")  # fmt: skip
