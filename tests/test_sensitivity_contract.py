@@ -56,6 +56,16 @@ CASES = [
         for task, saved in (("mlm", "word_embeddings"), ("clm", "wte,wpe"))
         for mode in ("dp-sgd", "edp-sgd")
     ],
+    *[  # --mask-draws: an example's K maskings are K rows of one clipping unit (their mean is what is clipped)
+        ("edp-sgd", "mlm", {**settings, "mask_draws": 3})
+        for settings in (
+            {"mode": "dp-sgd", "clip_engine": "ghost"},
+            {"mode": "dp-sgd", "clip_engine": "vmap"},
+            {"mode": "edp-sgd", "clip_engine": "ghost"},
+            {"mode": "edp-sgd", "clip_engine": "vmap"},
+            {"peft": "lora", "mode": "dp-sgd", "clip_engine": "ghost", "lora_modules_to_save": "word_embeddings"},
+        )
+    ],
     ("rgp", "classify", {}),
     ("rgp", "mlm", {}),
     ("rgp", "clm", {}),  # GPT-2: the causal loss reads only the example's own tokens
@@ -223,7 +233,9 @@ def _jax_privacy_sums(data_dir: Path, task: str, settings: dict) -> tuple[float,
 
 
 @pytest.mark.parametrize(
-    ("name", "task", "settings"), CASES, ids=[f"{n}-{t}-{'-'.join(s.values()) or 'default'}" for n, t, s in CASES]
+    ("name", "task", "settings"),
+    CASES,
+    ids=[f"{n}-{t}-{'-'.join(map(str, s.values())) or 'default'}" for n, t, s in CASES],
 )
 def test_one_example_moves_the_clipped_sum_by_at_most_the_claimed_sensitivity(
     name, task, settings, data_dir, tmp_path, monkeypatch

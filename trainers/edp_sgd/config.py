@@ -116,6 +116,14 @@ class EdpSgdConfig(TorchTrainConfig):
             "materialized per-example gradients (torch.func). ghost falls back to vmap for unsupported layers."
         ),
     )
+    mask_draws: int = field(
+        default=1,
+        metadata=_help(
+            "--task mlm: maskings of each sampled example per step, its gradient the mean over the K before it is "
+            "clipped (augmentation multiplicity, De et al. 2022): the same sampling, sensitivity and epsilon, a "
+            "stronger signal per clipped example, K times the compute. Default 1."
+        ),
+    )
 
     peft: Peft = field(
         default="none",
@@ -154,6 +162,7 @@ class EdpSgdConfig(TorchTrainConfig):
         "lora_alpha": None,
         "lora_targets": None,
         "lora_modules_to_save": None,
+        "mask_draws": 1,
     }
 
     #: The refusals name --mode sgd (--non-private is its other spelling, which --mode dp-sgd contradicts).
@@ -175,6 +184,9 @@ class EdpSgdConfig(TorchTrainConfig):
                     "--ghost-chunk applies to the ghost engine of --mode dp-sgd and edp-sgd only; remove it "
                     "(--physical-batch is the vmap engine's memory knob)."
                 )
+        check_int("mask_draws", self.mask_draws, 1)
+        if self.mask_draws > 1 and self.task != "mlm":
+            raise ValueError(f"--mask-draws applies to --task mlm only (this run is --task {self.task}); remove it.")
         if self.mode != "edp-sgd" and self.scale_from != "public":
             raise ValueError("--scale-from applies to --mode edp-sgd only.")
         self._check_lora()

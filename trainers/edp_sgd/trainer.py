@@ -186,7 +186,11 @@ class _Plugin(TorchPlugin):
             self.pass_size = PassSize(self.model)
         if config.mode == "dp-sgd":
             self.clipper = PerExampleClipper(
-                self.model, per_example_losses, clip_norm=config.clip_norm, physical_batch=config.physical_batch
+                self.model,
+                per_example_losses,
+                clip_norm=config.clip_norm,
+                physical_batch=config.physical_batch,
+                draws=config.mask_draws,
             )
         elif config.mode == "edp-sgd":
             k = config.micro_batches
@@ -239,7 +243,7 @@ class _Plugin(TorchPlugin):
         # Mask the whole batch identically on every process: each example's mask is keyed by its own
         # content hash, the public seed and the step (never its position: docs/privacy.md, "One example's contribution").
         gen = _seeded(self.seed, _MASK_STREAM, step)
-        cpu = self._batch("train", indices, generator=gen) if len(indices) else None
+        cpu = self._batch("train", indices, generator=gen, draws=self.config.mask_draws) if len(indices) else None
         full = self._on_device(cpu) if cpu is not None else None
         share = self._microbatch_share if self.config.mode == "edp-sgd" else self._example_share
         grad_sum, draws, stats = share(step, indices, audit_rows, sigma, cpu, full)
@@ -266,7 +270,9 @@ class _Plugin(TorchPlugin):
         ``audit_rows`` (a white-box audit's) join their slots' micro-batches before these are clipped."""
         config, world = self.config, self.world
         k = config.micro_batches
-        groups = sampling.split_microbatches(np.arange(len(indices)), self.slots[indices], k)
+        groups = [
+            self._draw_rows(g) for g in sampling.split_microbatches(np.arange(len(indices)), self.slots[indices], k)
+        ]
         mine = [j for j in range(k) if j % world.size == world.rank]
         std_each = sigma * self.clipper.sensitivity / math.sqrt(k)
         draws: list[noise.Draw] = []
@@ -311,7 +317,8 @@ class _Plugin(TorchPlugin):
         share = np.array_split(np.arange(len(indices)), world.size)[world.rank] if len(indices) else np.arange(0)
         if not len(share):
             return self._with_block(None, block), draws, self._no_stats()
-        rows = torch.as_tensor(share)
+        k = self.config.mask_draws
+        rows = torch.as_tensor(self._draw_rows(share))
         sub = {key: v[to_device(rows, self.device)] for key, v in full.items()}
         if mode != "dp-sgd":
             grads, stats = self._plain_sum(sub)
@@ -319,7 +326,12 @@ class _Plugin(TorchPlugin):
         if self.ghost is not None:
             valid = cpu["mask4"][rows, 0, 0, :] == 0
             result = self.ghost.clipped_sum(
-                sub, np.arange(len(share)), len(share), valid=valid, chunk=self.config.ghost_chunk
+                sub,
+                np.arange(len(share) * k) // k,  # an example's K draw rows are one unit
+                len(share),
+                valid=valid,
+                chunk=self.config.ghost_chunk,
+                group=k,
             )
         else:
             result = self.clipper.clipped_sum(sub)
@@ -328,6 +340,14 @@ class _Plugin(TorchPlugin):
             draws,
             (result.loss_sum, result.correct_sum, result.units, result.clipped),
         )
+
+    def _draw_rows(self, examples: np.ndarray) -> np.ndarray:
+        """The batch rows of the batch positions ``examples``: example i's --mask-draws K rows are i K .. i K + K - 1
+        (:meth:`TorchPlugin._batch`); the positions themselves when K = 1."""
+        k = self.config.mask_draws
+        if k == 1:
+            return examples
+        return (np.asarray(examples, dtype=np.int64)[:, None] * k + np.arange(k)).reshape(-1)
 
     def _plain_sum(self, sub: dict[str, torch.Tensor]) -> tuple[list[torch.Tensor], tuple]:
         """sgd: the unclipped gradient sum of the examples ``sub``, accumulated over passes of at most
@@ -380,6 +400,12 @@ class _Plugin(TorchPlugin):
         unaccounted: list[str] = []
         if self.lora is not None:
             details["trained"] = self.lora.record(self._lora_base())
+        if config.mask_draws > 1:
+            details["mask_draws"] = {
+                "draws": config.mask_draws,
+                "rule": "each sampled example's gradient is the mean over its K maskings before it is clipped: "
+                "the clipping unit, sensitivity and sampling are the example's, as with one masking",
+            }
         if config.mode == "edp-sgd":
             details["micro_batches"] = config.micro_batches
             details["microbatch_assignment"] = (

@@ -270,6 +270,18 @@ def example_keys(content: torch.Tensor, generator: torch.Generator) -> np.ndarra
     return _mix64(np.asarray(content.numpy(), dtype=np.int64).view(np.uint64) ^ step_key)
 
 
+def draw_contents(content: torch.Tensor, draws: np.ndarray) -> torch.Tensor:
+    """Masking keys of an example's ``--mask-draws`` copies: copy ``draws[i]`` of row i keeps its content hash
+    when 0 (so one draw masks as before) and takes ``mix(hash + draw x golden)`` otherwise. A function of the
+    example's own tokens and the public draw index only: the K maskings of one example are K independent
+    masks, and a duplicated row shares all K (docs/privacy.md, "One example's contribution")."""
+    bits = np.asarray(content.numpy(), dtype=np.int64).view(np.uint64)
+    index = np.asarray(draws, dtype=np.uint64)
+    with np.errstate(over="ignore"):
+        mixed = _mix64(bits + index * _GOLDEN)
+    return torch.from_numpy(np.where(index == 0, bits, mixed).view(np.int64))
+
+
 def additive_mask(attention_mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:
     """The 4D additive mask [B, 1, 1, T] (0 keep, finfo.min pad). transformers 5.23 BERT under torch.func
     vmap needs it pre-built: the 2D path calls ``.all()``, which vmap rejects (docs/trainers.md, "Performance notes")."""

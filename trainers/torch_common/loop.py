@@ -590,11 +590,20 @@ class TorchPlugin(TrainerPlugin):
 
     # -- batches -----------------------------------------------------------------------------
 
-    def _batch(self, split: str, indices: np.ndarray, *, generator: torch.Generator | None) -> dict[str, torch.Tensor]:
+    def _batch(
+        self, split: str, indices: np.ndarray, *, generator: torch.Generator | None, draws: int = 1
+    ) -> dict[str, torch.Tensor]:
         """Tensors of the examples ``indices`` of ``split``, masked for MLM: each example's mask is keyed by
         its own content hash and ``generator``'s public (--seed, stream, step) seed only, never by its
-        position or the other rows (:func:`~trainers.torch_common.data.mask_tokens`)."""
-        ids, mask = self.encoded[split].batch(indices)
+        position or the other rows (:func:`~trainers.torch_common.data.mask_tokens`).
+
+        ``draws`` K > 1 (MLM only, ``--mask-draws``): K rows per example, example i's at rows i K .. i K + K - 1,
+        each masked by its own draw key (:func:`~trainers.torch_common.data.draw_contents`) and weighted 1 / K
+        (``draw_weight``), so a unit's loss is the mean over its example's K maskings."""
+        if draws > 1 and self.config.task != "mlm":  # the config refuses it first
+            raise ValueError(f"{draws} mask draws: only a masked LM draws masks")
+        rows = np.repeat(indices, draws) if draws > 1 else indices
+        ids, mask = self.encoded[split].batch(rows)
         if self.config.task == "clm":  # nothing drawn: every real token after the first is predicted
             batch = {"input_ids": ids, "next_weights": mask.float()}
         elif self.config.task == "classify":
@@ -609,10 +618,19 @@ class TorchPlugin(TrainerPlugin):
                 special_ids=sorted(set(self.specials.values())),
                 mask_prob=self.config.mask_prob,
                 n_predictions=self.n_predictions,
-                content=self.encoded[split].content[torch.as_tensor(indices, dtype=torch.long)],
+                content=self._draw_contents(split, indices, draws),
             )
+            if draws > 1:
+                batch["draw_weight"] = torch.full((len(rows),), 1.0 / draws)
         batch["mask4"] = data_mod.additive_mask(mask)
         return batch
+
+    def _draw_contents(self, split: str, indices: np.ndarray, draws: int) -> torch.Tensor:
+        """The masking keys of ``indices``' rows: their content hashes, or with K draws each example's K draw keys."""
+        content = self.encoded[split].content[torch.as_tensor(indices, dtype=torch.long)]
+        if draws == 1:
+            return content
+        return data_mod.draw_contents(content.repeat_interleave(draws), np.tile(np.arange(draws), len(indices)))
 
     def _on_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``batch`` on the run's device (pinned and copied asynchronously to a GPU: no host sync)."""

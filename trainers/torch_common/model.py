@@ -337,7 +337,8 @@ def per_example_losses(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torc
     """(loss [B], correct predictions [B]) of a classification, MLM or causal-LM batch.
 
     Classification: cross-entropy of the label. MLM: mean cross-entropy over the example's masked
-    positions, with the output layer applied to the gathered hidden states of those positions only.
+    positions, with the output layer applied to the gathered hidden states of those positions only (times the
+    row's ``draw_weight`` 1 / K under ``--mask-draws`` K, so an example's K rows sum to its mean).
     CLM (a batch with ``next_weights``): :func:`causal_losses`.
     """
     if "next_weights" in batch:
@@ -354,7 +355,10 @@ def per_example_losses(model: Any, batch: dict[str, torch.Tensor]) -> tuple[torc
     weights = batch["weights"]
     count = weights.sum(1).clamp(min=1.0)
     correct = ((scores.argmax(-1) == batch["targets"]).float() * weights).sum(1)
-    return (ce * weights).sum(1) / count, correct / count
+    loss, correct = (ce * weights).sum(1) / count, correct / count
+    if "draw_weight" in batch:  # --mask-draws K: each of an example's K maskings weighs 1 / K
+        return loss * batch["draw_weight"], correct * batch["draw_weight"]
+    return loss, correct
 
 
 def causal_mask(width: int, dtype: torch.dtype = torch.float32, device: torch.device | None = None) -> torch.Tensor:

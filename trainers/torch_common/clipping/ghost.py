@@ -252,6 +252,7 @@ class GhostClipper:
         valid: torch.Tensor | None = None,
         extra_sq: torch.Tensor | None = None,
         chunk: int | None = None,
+        group: int = 1,
     ) -> Clipped:
         """:meth:`_clipped_sum_once` over whole units of at most ``chunk`` examples at a time (a unit larger than
         ``chunk`` alone), summed: the same clipped sum (each unit's norm and factor depend on its own examples
@@ -260,12 +261,13 @@ class GhostClipper:
         30,522 tokens), so a large logical batch (Anil et al.'s) needs it. ``owner`` may list the units'
         examples in any order (they are grouped first); every unit holds at least one example, as the trainers'
         do. ``chunk`` None: :attr:`pass_size`'s bound at the batch's length; a batch of at most ``chunk`` examples
-        runs in one pass."""
+        runs in one pass. ``group`` K: units of K consecutive examples (``owner == arange(B) // K``: an example's
+        ``--mask-draws`` rows), computed in the batched per-example layout."""
         size = len(owner)
         if chunk is None:
             chunk = self.pass_size.examples(int(batch["input_ids"].shape[1]))
         if size <= chunk or num_units <= 1:
-            return self._clipped_sum_once(batch, owner, num_units, valid=valid, extra_sq=extra_sq)
+            return self._clipped_sum_once(batch, owner, num_units, valid=valid, extra_sq=extra_sq, group=group)
         if valid is None:
             valid = (batch["mask4"][:, 0, 0, :] == 0).cpu()
         order = np.argsort(np.asarray(owner), kind="stable")  # each unit's examples together, in unit order
@@ -291,6 +293,7 @@ class GhostClipper:
                 last - first,
                 valid=valid[rows],
                 extra_sq=None if extra_sq is None else extra_sq[:, first:last],
+                group=group,
             )
             factors += [part.factors] if part.factors is not None else []
             if total is None:
@@ -316,6 +319,7 @@ class GhostClipper:
         *,
         valid: torch.Tensor | None = None,
         extra_sq: torch.Tensor | None = None,
+        group: int = 1,
     ) -> Clipped:
         """Clipped sum over ``num_units`` units; ``owner[i]`` is the unit of example i of ``batch``.
 
@@ -323,7 +327,8 @@ class GhostClipper:
         ``extra_sq`` [L, num_units]: squared norms per group of gradient parts the units hold outside the
         model (a white-box audit's block, :mod:`trainers.torch_common.canary_block`), added before the clip
         factors are taken and so clipped with the units (the factors are returned, ``Clipped.factors``);
-        ``owner == arange(B)`` selects the batched per-example path. Four steps: one forward and one
+        ``owner == arange(B)`` (or ``arange(B) // K``: units of K consecutive examples, ``--mask-draws``' rows) selects
+        the batched per-example path. Four steps: one forward and one
         backward pass for the modules' inputs and output gradients (:meth:`_captured_rows`), each
         unit's squared gradient norm per clipping group (:meth:`_unit_norms`), the clip factors
         (:meth:`_clip_factors`), and the factor-weighted sum of the units' gradients (:meth:`_weighted_sum`).
@@ -339,11 +344,16 @@ class GhostClipper:
                 units=0,
                 clipped=zero.clone(),
             )
-        per_example = num_units == size and bool(np.all(owner == np.arange(size)))
+        per_example = num_units * group == size and bool(np.all(owner == np.arange(size) // group))
         if valid is None:
             valid = (batch["mask4"][:, 0, 0, :] == 0).cpu()
         units = _Units(
-            torch.as_tensor(owner, dtype=torch.long), num_units, valid, per_example=per_example, device=device
+            torch.as_tensor(owner, dtype=torch.long),
+            num_units,
+            valid,
+            per_example=per_example,
+            group=group if per_example else 1,
+            device=device,
         )
         losses, correct, rows = self._captured_rows(batch, size, seq_len=int(valid.shape[1]))
         by_param: dict[int, list[int]] = {}  # trainable parameter -> the rows of the modules that use it
@@ -555,10 +565,19 @@ class _Units:
     """Which rows belong to which unit, for each row layout (rows per example ``r``; ``seq`` = token rows)."""
 
     def __init__(
-        self, owner: torch.Tensor, num_units: int, valid: torch.Tensor, *, per_example: bool, device: torch.device
+        self,
+        owner: torch.Tensor,
+        num_units: int,
+        valid: torch.Tensor,
+        *,
+        per_example: bool,
+        device: torch.device,
+        group: int = 1,
     ) -> None:
         self.owner_cpu, self.num_units, self.valid = owner, num_units, valid.bool()
-        self.per_example, self.device = per_example, device
+        #: per_example: units of ``group`` consecutive examples each (1, or --mask-draws' K rows of one example),
+        #: so a unit's rows are ``group x r`` consecutive rows and every product is one batched reshape.
+        self.per_example, self.device, self.group = per_example, device, group
         self.owner = to_device(owner, device)
         self._row_owner: dict[int, torch.Tensor] = {}
         self._membership: torch.Tensor | None = None  # [U, B]: example b is in unit u
@@ -599,8 +618,8 @@ class _Units:
         slices of units when that would exceed :data:`_KEEP_BYTES` (the Gram form of
         :meth:`gram_norms` is the cheaper one for small units of a large vocabulary)."""
         if self.per_example:
-            b = len(self.owner_cpu)
-            return _emb_sq(ids.reshape(b, r), g.reshape(b, r, -1))
+            u, rows = self.num_units, self.group * r
+            return _emb_sq(ids.reshape(u, rows), g.reshape(u, rows, -1))
         idx, counts = self._rows(r, seq)
         d = g.shape[1]
         per_slice = max(1, _KEEP_BYTES // (vocab * d * g.element_size()))
@@ -626,9 +645,9 @@ class _Units:
         d, p = x.shape[1], g.shape[1]
         key = (x.data_ptr(), tuple(x.shape), r, seq)
         if self.per_example:
-            b = len(self.owner_cpu)
-            xb, gb = x.reshape(b, r, d), g.reshape(b, r, p)
-            if not _gram_is_cheaper(r, d, p):
+            u, rows = self.num_units, self.group * r
+            xb, gb = x.reshape(u, rows, d), g.reshape(u, rows, p)
+            if not _gram_is_cheaper(rows, d, p):
                 return (xb.transpose(1, 2) @ gb).pow(2).sum((1, 2))
             if key not in self._gram:
                 self._gram[key] = xb @ xb.transpose(1, 2)
@@ -777,9 +796,9 @@ class _Units:
         micro-batch one product with the [U, B] 0/1 membership matrix. Summing each example's rows first
         reads ``term`` once in a plain reduction; the product of a [U, N] membership matrix with ``term``
         was 2.5x slower (a GEMM with 8 output rows), and a scatter-add of the rows slower still."""
-        per_example = term.reshape(len(self.owner_cpu), r, -1).sum(1)
         if self.per_example:
-            return per_example
+            return term.reshape(self.num_units, self.group * r, -1).sum(1)
+        per_example = term.reshape(len(self.owner_cpu), r, -1).sum(1)
         if self._membership is None:
             b = len(self.owner_cpu)
             member = torch.zeros((self.num_units, b), dtype=term.dtype, device=self.device)
@@ -792,8 +811,10 @@ class _Units:
         _, ids, ge, re, seq_e = emb
         _, a, gd, rd, seq_d = dec
         if self.per_example:
-            b = len(self.owner_cpu)
-            return _cross(ids.reshape(b, re), ge.reshape(b, re, -1), a.reshape(b, rd, -1), gd.reshape(b, rd, -1))
+            u, k = self.num_units, self.group
+            return _cross(
+                ids.reshape(u, k * re), ge.reshape(u, k * re, -1), a.reshape(u, k * rd, -1), gd.reshape(u, k * rd, -1)
+            )
         (ie, ce), (_, cd) = self._rows(re, seq_e), self._rows(rd, seq_d)
         # The rows grouped by unit: the copies the Gram norms made already (cached), else made here.
         ge, a, gd = self._select(ge, re, seq_e), self._select(a, rd, seq_d), self._select(gd, rd, seq_d)

@@ -6,8 +6,10 @@ example can move it — and the step multiplies its noise by exactly that (jax_p
 
 :class:`PerExampleClipper`: per-example gradients by ``torch.func.vmap(grad(...))`` over chunks of
 ``physical_batch`` examples (no Python loop over examples), each clipped to C, summed: sensitivity C
-(Abadi et al. 2016). :class:`~.ghost.GhostClipper` computes the same sum in one backward pass; this
-one is its oracle in the tests and the fallback for models the ghost clipper refuses.
+(Abadi et al. 2016). With ``draws`` K (``--mask-draws``) an example is K rows, K maskings of it, and its
+gradient is their weighted sum, the mean, before it is clipped (augmentation multiplicity: De et al. 2022).
+:class:`~.ghost.GhostClipper` computes the same sum in one backward pass; this one is its oracle in the tests
+and the fallback for models the ghost clipper refuses.
 """
 
 from __future__ import annotations
@@ -31,10 +33,14 @@ def trainable(model: torch.nn.Module) -> tuple[list[str], list[torch.nn.Paramete
 class PerExampleClipper:
     """Sum of per-example gradients, each clipped to L2 norm ``clip_norm``. Sensitivity: C."""
 
-    def __init__(self, model: torch.nn.Module, loss_fn: LossFn, *, clip_norm: float, physical_batch: int) -> None:
+    def __init__(
+        self, model: torch.nn.Module, loss_fn: LossFn, *, clip_norm: float, physical_batch: int, draws: int = 1
+    ) -> None:
         self.model, self.loss_fn = model, loss_fn
         self.clip_norm = float(clip_norm)
         self.physical_batch = physical_batch
+        #: Rows per example (``--mask-draws``): example i's at rows i K .. i K + K - 1, its gradient their sum.
+        self.draws = int(draws)
         self.names, self.params = trainable(model)
         self.sensitivity_factor = 1.0
         self.sensitivity = self.clip_norm
@@ -42,9 +48,11 @@ class PerExampleClipper:
         wrapper = LossModule(model, loss_fn)
 
         def loss_one(params: dict[str, torch.Tensor], example: dict[str, torch.Tensor]):
-            batch = {k: v.unsqueeze(0) for k, v in example.items()}
+            # one row, or an example's K rows (their losses carry the 1 / K weights: the sum is the mean)
+            batch = {k: v.unsqueeze(0) for k, v in example.items()} if self.draws == 1 else example
             loss, correct = functional_call(wrapper, params, (batch,), tie_weights=True, strict=False)
-            return loss[0], (loss[0].detach(), correct[0])
+            loss, correct = loss.sum(), correct.sum()
+            return loss, (loss.detach(), correct)
 
         self._per_example = vmap(grad(loss_one, has_aux=True), in_dims=(None, 0))
 
@@ -56,7 +64,10 @@ class PerExampleClipper:
         return {n[len("model.") :]: g for n, g in grads.items()}, losses, correct
 
     def clipped_sum(self, batch: dict[str, torch.Tensor]) -> Clipped:
+        """Each example's gradient clipped to C, summed; with K draws the batch's rows are K per example."""
         acc = [torch.zeros_like(p) for p in self.params]
+        if self.draws > 1:  # [B K, ...] -> [B, K, ...]: vmap over examples, each example's K rows together
+            batch = {k: v.reshape(v.shape[0] // self.draws, self.draws, *v.shape[1:]) for k, v in batch.items()}
         size = batch["input_ids"].shape[0]
         loss_sum = correct_sum = clipped = torch.zeros((), dtype=torch.float64, device=acc[0].device)
         for start in range(0, size, self.physical_batch):
