@@ -53,6 +53,22 @@ the highest mean chosen (the two processes of two schedules each shared one work
 
 ``bench_dp_recipe.py`` names the chosen one "LoRA r32 all linear + embeddings, lr 1e-2, 30 ep x 1024"
 (``--task mlm-torch``). README, "DP fine-tuning with LoRA", has the cells this chose on the real rows.
+
+Then the number of maskings per example and step (``--mask-draws K``: edp-sgd's augmentation multiplicity, the
+example's gradient the mean over its K maskings before it is clipped, the same epsilon) for that schedule, by a rule
+written before the runs: K = 1, 2 and 4, two noise seeds each, the highest mean adopted only if at least 1.0 point
+above K = 1's, a tie (within 0.3) to the smaller K. Measured on 2026-12-02 on a third machine of the same kind, all
+in one workdir (pseudo start 8.94% there; full 82.68%; two or three runs at a time, load 2-3)::
+
+    python benchmarks/bench_lora_reach.py --workdir R --task mlm-torch --dp --dp-schedules 30x1024@1e-2 \
+        --dp-seeds 2 [--mask-draws 2|4]
+
+      masked LM, LoRA r32 + embeddings, 30 ep x 1024 at 1e-2, epsilon 8    noise seeds 0, 1    mean     x full   s/run
+      1 mask draw                                                          56.02%, 56.15%      56.09%   0.68     100
+      2 mask draws                                                         59.09%, 59.48%      59.28%   0.72     192
+      4 mask draws (adopted)                                               61.15%, 61.70%      61.42%   0.74     382
+
+``bench_dp_recipe.py`` names it "LoRA r32 all linear + embeddings, lr 1e-2, 30 ep x 1024, 4 mask draws".
 """
 
 from __future__ import annotations
@@ -193,6 +209,12 @@ def main() -> int:
         help="With --dp: noise seeds per schedule (0 to K - 1); their mean is printed.",
     )
     parser.add_argument(
+        "--mask-draws",
+        type=int,
+        default=1,
+        help="With --dp and --task mlm-torch: edp-sgd's --mask-draws K for the epsilon-8 runs (default 1).",
+    )
+    parser.add_argument(
         "--task", choices=sorted(MODELS), default="clm", help="clm: the causal LM; mlm-torch: edp-sgd's masked LM."
     )
     args = parser.parse_args()
@@ -200,6 +222,8 @@ def main() -> int:
         parser.error("--start-rows and --rows: give positive numbers")
     if args.dp_seeds < 1:
         parser.error("--dp-seeds: give a positive number")
+    if args.mask_draws < 1 or (args.mask_draws > 1 and args.task != "mlm-torch"):
+        parser.error("--mask-draws: give a positive number, above 1 with --task mlm-torch only")
     model = MODELS[args.task]
     root = args.workdir or Path(tempfile.mkdtemp(prefix="bench-lora-reach-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -228,7 +252,11 @@ def main() -> int:
         for schedule in args.dp_schedules:
             # The default schedule's seed-0 folder keeps its former name, so a cached run is read again.
             folder = "lora-emb-dp" if schedule == DP_SCHEDULE else f"lora-emb-dp-{schedule.tag}"
-            dp_runs[f"LoRA r32 all linear + embeddings, {schedule}, epsilon {EPSILON}"] = [
+            draws: tuple[str, ...] = ()
+            if args.mask_draws > 1:
+                folder, draws = f"{folder}-k{args.mask_draws}", ("--mask-draws", str(args.mask_draws))
+            k = f", {args.mask_draws} mask draws" if draws else ""
+            dp_runs[f"LoRA r32 all linear + embeddings, {schedule}{k}, epsilon {EPSILON}"] = [
                 train(
                     at / (folder if seed == 0 else f"{folder}-noise{seed}"),
                     *base,
@@ -238,6 +266,7 @@ def main() -> int:
                     *schedule.args,
                     *lora_targets,
                     *embeddings,
+                    *draws,
                 )
                 for seed in range(args.dp_seeds)
             ]
