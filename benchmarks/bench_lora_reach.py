@@ -67,6 +67,7 @@ in one workdir (pseudo start 8.94% there; full 82.68%; two or three runs at a ti
       1 mask draw                                                          56.02%, 56.15%      56.09%   0.68     100
       2 mask draws                                                         59.09%, 59.48%      59.28%   0.72     192
       4 mask draws (adopted)                                               61.15%, 61.70%      61.42%   0.74     382
+      8 mask draws (after the choice, outside the rule; load 1-2)          63.51%, 62.64%      63.07%   0.76     795
 
 ``bench_dp_recipe.py`` names it "LoRA r32 all linear + embeddings, lr 1e-2, 30 ep x 1024, 4 mask draws".
 """
