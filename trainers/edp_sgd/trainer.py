@@ -331,7 +331,6 @@ class _Plugin(TorchPlugin):
                 len(share),
                 valid=valid,
                 chunk=self.config.ghost_chunk,
-                group=k,
             )
         else:
             result = self.clipper.clipped_sum(sub)

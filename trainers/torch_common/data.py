@@ -270,16 +270,15 @@ def example_keys(content: torch.Tensor, generator: torch.Generator) -> np.ndarra
     return _mix64(np.asarray(content.numpy(), dtype=np.int64).view(np.uint64) ^ step_key)
 
 
-def draw_contents(content: torch.Tensor, draws: np.ndarray) -> torch.Tensor:
-    """Masking keys of an example's ``--mask-draws`` copies: copy ``draws[i]`` of row i keeps its content hash
-    when 0 (so one draw masks as before) and takes ``mix(hash + draw x golden)`` otherwise. A function of the
-    example's own tokens and the public draw index only: the K maskings of one example are K independent
-    masks, and a duplicated row shares all K (docs/privacy.md, "One example's contribution")."""
+def draw_contents(content: torch.Tensor, draws: int) -> torch.Tensor:
+    """[B x ``draws``] masking keys of each example's ``--mask-draws`` copies, example i's at i K .. i K + K - 1:
+    draw 0 keeps its content hash (so one draw masks as before), draw d > 0 is number d of its SplitMix64 stream 0
+    (:func:`_draws`: ``mix(hash + d x golden)``). A function of the example's own tokens and the public draw index
+    only: the K maskings of one example are K independent masks, and a duplicated row shares all K
+    (docs/privacy.md, "One example's contribution")."""
     bits = np.asarray(content.numpy(), dtype=np.int64).view(np.uint64)
-    index = np.asarray(draws, dtype=np.uint64)
-    with np.errstate(over="ignore"):
-        mixed = _mix64(bits + index * _GOLDEN)
-    return torch.from_numpy(np.where(index == 0, bits, mixed).view(np.int64))
+    keys = np.concatenate([bits[:, None], _draws(bits, 0, draws - 1)], axis=1)
+    return torch.from_numpy(keys.reshape(-1).view(np.int64))
 
 
 def additive_mask(attention_mask: torch.Tensor, dtype: torch.dtype = torch.float32) -> torch.Tensor:

@@ -609,6 +609,7 @@ class TorchPlugin(TrainerPlugin):
         elif self.config.task == "classify":
             batch = {"input_ids": ids, "labels": self.labels[split][torch.as_tensor(indices, dtype=torch.long)]}
         else:
+            content = self.encoded[split].content[torch.as_tensor(indices, dtype=torch.long)]
             batch = data_mod.mask_tokens(
                 ids,
                 mask,
@@ -618,19 +619,12 @@ class TorchPlugin(TrainerPlugin):
                 special_ids=sorted(set(self.specials.values())),
                 mask_prob=self.config.mask_prob,
                 n_predictions=self.n_predictions,
-                content=self._draw_contents(split, indices, draws),
+                content=content if draws == 1 else data_mod.draw_contents(content, draws),
             )
             if draws > 1:
                 batch["draw_weight"] = torch.full((len(rows),), 1.0 / draws)
         batch["mask4"] = data_mod.additive_mask(mask)
         return batch
-
-    def _draw_contents(self, split: str, indices: np.ndarray, draws: int) -> torch.Tensor:
-        """The masking keys of ``indices``' rows: their content hashes, or with K draws each example's K draw keys."""
-        content = self.encoded[split].content[torch.as_tensor(indices, dtype=torch.long)]
-        if draws == 1:
-            return content
-        return data_mod.draw_contents(content.repeat_interleave(draws), np.tile(np.arange(draws), len(indices)))
 
     def _on_device(self, batch: dict[str, torch.Tensor]) -> dict[str, torch.Tensor]:
         """``batch`` on the run's device (pinned and copied asynchronously to a GPU: no host sync)."""

@@ -290,7 +290,7 @@ def test_batched_gram_norms_equal_each_units_gradient_norm(monkeypatch):
         (2, False, x_wide, gs[2]),
         (3, True, ids, gs[3]),
     ]
-    units = _Units(torch.tensor(owner), 4, valid, per_example=False, device=torch.device("cpu"))
+    units = _Units(torch.tensor(owner), 4, valid, group=None, device=torch.device("cpu"))
     got, bias = units.gram_norms(entries, r, True)
     assert sorted(bias) == [0, 1, 2]  # a bias norm for each Linear capture
     row_unit = torch.tensor(owner).repeat_interleave(r)

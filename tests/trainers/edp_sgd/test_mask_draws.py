@@ -32,10 +32,10 @@ def _examples() -> tuple[torch.Tensor, torch.Tensor]:
 def _masked(ids: torch.Tensor, mask: torch.Tensor, draws: int) -> dict[str, torch.Tensor]:
     """The batch the trainer builds (``TorchPlugin._batch``): each example's ``draws`` rows together, each masked by
     its draw key and weighted 1 / draws."""
-    ids, mask = ids.repeat_interleave(draws, 0), mask.repeat_interleave(draws, 0)
     content = content_hashes(ids, mask.sum(1))
     if draws > 1:
-        content = draw_contents(content, np.tile(np.arange(draws), len(ids) // draws))
+        content = draw_contents(content, draws)
+    ids, mask = ids.repeat_interleave(draws, 0), mask.repeat_interleave(draws, 0)
     batch = mask_tokens(
         ids,
         mask,
@@ -94,7 +94,7 @@ def test_both_engines_clip_the_mean_over_an_examples_draws(saved, clip):
     vmap = PerExampleClipper(model, per_example_losses, clip_norm=clip, physical_batch=3, draws=K).clipped_sum(batch)
     ghost = GhostClipper(model, per_example_losses, bounds=[clip], param_groups=[0] * len(params))
     owner = np.arange(4 * K) // K
-    for got in (vmap, *(ghost.clipped_sum(batch, owner, 4, chunk=c, group=K) for c in (None, K))):
+    for got in (vmap, *(ghost.clipped_sum(batch, owner, 4, chunk=c) for c in (None, K))):
         assert got.units == 4
         assert int(got.clipped) == (4 if clip < 1 else 0)
         for g, w, n in zip(got.grads, want, names):
@@ -115,8 +115,9 @@ def test_draw_zero_masks_as_one_draw_and_the_other_draws_differ():
     assert all(differs), differs
     # a function of the example's own tokens and the public draw index: the same row gets the same K keys anywhere
     content = content_hashes(ids, mask.sum(1))
-    keys = draw_contents(content.repeat_interleave(K), np.tile(np.arange(K), 4)).reshape(4, K)
-    again = draw_contents(content[[2, 2]].repeat_interleave(K), np.tile(np.arange(K), 2)).reshape(2, K)
+    keys = draw_contents(content, K).reshape(4, K)
+    again = draw_contents(content[[2, 2]], K).reshape(2, K)
+    assert torch.equal(keys[:, 0], content)  # draw 0: the content hash itself
     assert torch.equal(again[0], keys[2]) and torch.equal(again[1], keys[2])
     assert len(set(keys.reshape(-1).tolist())) == 4 * K
 

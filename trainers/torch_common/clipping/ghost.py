@@ -252,7 +252,6 @@ class GhostClipper:
         valid: torch.Tensor | None = None,
         extra_sq: torch.Tensor | None = None,
         chunk: int | None = None,
-        group: int = 1,
     ) -> Clipped:
         """:meth:`_clipped_sum_once` over whole units of at most ``chunk`` examples at a time (a unit larger than
         ``chunk`` alone), summed: the same clipped sum (each unit's norm and factor depend on its own examples
@@ -261,13 +260,12 @@ class GhostClipper:
         30,522 tokens), so a large logical batch (Anil et al.'s) needs it. ``owner`` may list the units'
         examples in any order (they are grouped first); every unit holds at least one example, as the trainers'
         do. ``chunk`` None: :attr:`pass_size`'s bound at the batch's length; a batch of at most ``chunk`` examples
-        runs in one pass. ``group`` K: units of K consecutive examples (``owner == arange(B) // K``: an example's
-        ``--mask-draws`` rows), computed in the batched per-example layout."""
+        runs in one pass."""
         size = len(owner)
         if chunk is None:
             chunk = self.pass_size.examples(int(batch["input_ids"].shape[1]))
         if size <= chunk or num_units <= 1:
-            return self._clipped_sum_once(batch, owner, num_units, valid=valid, extra_sq=extra_sq, group=group)
+            return self._clipped_sum_once(batch, owner, num_units, valid=valid, extra_sq=extra_sq)
         if valid is None:
             valid = (batch["mask4"][:, 0, 0, :] == 0).cpu()
         order = np.argsort(np.asarray(owner), kind="stable")  # each unit's examples together, in unit order
@@ -293,7 +291,6 @@ class GhostClipper:
                 last - first,
                 valid=valid[rows],
                 extra_sq=None if extra_sq is None else extra_sq[:, first:last],
-                group=group,
             )
             factors += [part.factors] if part.factors is not None else []
             if total is None:
@@ -319,7 +316,6 @@ class GhostClipper:
         *,
         valid: torch.Tensor | None = None,
         extra_sq: torch.Tensor | None = None,
-        group: int = 1,
     ) -> Clipped:
         """Clipped sum over ``num_units`` units; ``owner[i]`` is the unit of example i of ``batch``.
 
@@ -327,11 +323,12 @@ class GhostClipper:
         ``extra_sq`` [L, num_units]: squared norms per group of gradient parts the units hold outside the
         model (a white-box audit's block, :mod:`trainers.torch_common.canary_block`), added before the clip
         factors are taken and so clipped with the units (the factors are returned, ``Clipped.factors``);
-        ``owner == arange(B)`` (or ``arange(B) // K``: units of K consecutive examples, ``--mask-draws``' rows) selects
-        the batched per-example path. Four steps: one forward and one
-        backward pass for the modules' inputs and output gradients (:meth:`_captured_rows`), each
-        unit's squared gradient norm per clipping group (:meth:`_unit_norms`), the clip factors
-        (:meth:`_clip_factors`), and the factor-weighted sum of the units' gradients (:meth:`_weighted_sum`).
+        ``owner == arange(B) // K`` (units of K consecutive examples: one example each at K = 1, an example's
+        ``--mask-draws`` rows at K > 1, or micro-batches that happen to be so laid out: the same sums) selects the
+        batched layout. Four steps: one forward and one backward pass for the modules' inputs and output gradients
+        (:meth:`_captured_rows`), each unit's squared gradient norm per clipping group (:meth:`_unit_norms`), the
+        clip factors (:meth:`_clip_factors`), and the factor-weighted sum of the units' gradients
+        (:meth:`_weighted_sum`).
         """
         device = self.params[0].device
         size = len(owner)
@@ -344,16 +341,12 @@ class GhostClipper:
                 units=0,
                 clipped=zero.clone(),
             )
-        per_example = num_units * group == size and bool(np.all(owner == np.arange(size) // group))
+        group = size // num_units  # the batched layout: units of ``group`` consecutive examples each
+        batched = size == group * num_units and bool(np.all(owner == np.arange(size) // group))
         if valid is None:
             valid = (batch["mask4"][:, 0, 0, :] == 0).cpu()
         units = _Units(
-            torch.as_tensor(owner, dtype=torch.long),
-            num_units,
-            valid,
-            per_example=per_example,
-            group=group if per_example else 1,
-            device=device,
+            torch.as_tensor(owner, dtype=torch.long), num_units, valid, group=group if batched else None, device=device
         )
         losses, correct, rows = self._captured_rows(batch, size, seq_len=int(valid.shape[1]))
         by_param: dict[int, list[int]] = {}  # trainable parameter -> the rows of the modules that use it
@@ -399,7 +392,7 @@ class GhostClipper:
 
     def _unit_norms(self, rows: list[_Row], by_param: dict[int, list[int]], units: _Units) -> _Norms:
         """Each unit's squared gradient norm per clipping group, summed over the parameters of the group:
-        the Gram form batched over units for the layers where it is cheaper (micro-batches only), else
+        the Gram form batched over units for the layers where it is cheaper (outside the batched layout), else
         per capture by its kind (Embedding, Linear weight, bias or LayerNorm weight), plus the cross term
         of a tied weight. Also what :meth:`_weighted_sum` reuses: the biases whose norms came from their
         weight's Gram matrices and the per-unit gradients of biases and LayerNorm weights."""
@@ -407,7 +400,7 @@ class GhostClipper:
         sq = torch.zeros((len(self.bounds), num_units), dtype=torch.float32, device=device)  # [L, U]
         gram_sq: dict[int, torch.Tensor] = {}
         gram_bias: dict[int, torch.Tensor] = {}  # capture -> [U] bias norms, from the weight's Gram matrices
-        if not units.per_example:
+        if not units.batched:
             for (r, seq), entries in self._gram_entries(rows, units).items():
                 weights, biases = units.gram_norms(entries, r, seq)
                 gram_sq.update(weights)
@@ -570,14 +563,14 @@ class _Units:
         num_units: int,
         valid: torch.Tensor,
         *,
-        per_example: bool,
+        group: int | None,
         device: torch.device,
-        group: int = 1,
     ) -> None:
         self.owner_cpu, self.num_units, self.valid = owner, num_units, valid.bool()
-        #: per_example: units of ``group`` consecutive examples each (1, or --mask-draws' K rows of one example),
-        #: so a unit's rows are ``group x r`` consecutive rows and every product is one batched reshape.
-        self.per_example, self.device, self.group = per_example, device, group
+        #: ``group`` K: the batched layout, units of K consecutive examples each (one example at K = 1, an example's
+        #: --mask-draws rows at K > 1), so a unit's rows are K x r consecutive rows and every product is one batched
+        #: reshape; None: units of any examples (micro-batches), grouped by index.
+        self.batched, self.device, self.group = group is not None, device, group or 1
         self.owner = to_device(owner, device)
         self._row_owner: dict[int, torch.Tensor] = {}
         self._membership: torch.Tensor | None = None  # [U, B]: example b is in unit u
@@ -617,7 +610,7 @@ class _Units:
         trick; per micro-batch by forming the units' gradient tables ([U, vocab, d], one scatter), in
         slices of units when that would exceed :data:`_KEEP_BYTES` (the Gram form of
         :meth:`gram_norms` is the cheaper one for small units of a large vocabulary)."""
-        if self.per_example:
+        if self.batched:
             u, rows = self.num_units, self.group * r
             return _emb_sq(ids.reshape(u, rows), g.reshape(u, rows, -1))
         idx, counts = self._rows(r, seq)
@@ -644,7 +637,7 @@ class _Units:
         (the cheaper); the input's rows and Gram matrices are cached, as q, k and v share one input."""
         d, p = x.shape[1], g.shape[1]
         key = (x.data_ptr(), tuple(x.shape), r, seq)
-        if self.per_example:
+        if self.batched:
             u, rows = self.num_units, self.group * r
             xb, gb = x.reshape(u, rows, d), g.reshape(u, rows, p)
             if not _gram_is_cheaper(rows, d, p):
@@ -796,7 +789,7 @@ class _Units:
         micro-batch one product with the [U, B] 0/1 membership matrix. Summing each example's rows first
         reads ``term`` once in a plain reduction; the product of a [U, N] membership matrix with ``term``
         was 2.5x slower (a GEMM with 8 output rows), and a scatter-add of the rows slower still."""
-        if self.per_example:
+        if self.batched:
             return term.reshape(self.num_units, self.group * r, -1).sum(1)
         per_example = term.reshape(len(self.owner_cpu), r, -1).sum(1)
         if self._membership is None:
@@ -810,7 +803,7 @@ class _Units:
     def cross(self, emb: tuple, dec: tuple) -> torch.Tensor:
         _, ids, ge, re, seq_e = emb
         _, a, gd, rd, seq_d = dec
-        if self.per_example:
+        if self.batched:
             u, k = self.num_units, self.group
             return _cross(
                 ids.reshape(u, k * re), ge.reshape(u, k * re, -1), a.reshape(u, k * rd, -1), gd.reshape(u, k * rd, -1)
