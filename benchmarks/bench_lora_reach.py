@@ -216,6 +216,12 @@ def main() -> int:
         help="With --dp and --task mlm-torch: edp-sgd's --mask-draws K for the epsilon-8 runs (default 1).",
     )
     parser.add_argument(
+        "--ema-decay",
+        type=float,
+        default=None,
+        help="With --dp: the trainers' --ema-decay D for the epsilon-8 runs (parameter averaging; default none).",
+    )
+    parser.add_argument(
         "--task", choices=sorted(MODELS), default="clm", help="clm: the causal LM; mlm-torch: edp-sgd's masked LM."
     )
     args = parser.parse_args()
@@ -225,6 +231,8 @@ def main() -> int:
         parser.error("--dp-seeds: give a positive number")
     if args.mask_draws < 1 or (args.mask_draws > 1 and args.task != "mlm-torch"):
         parser.error("--mask-draws: give a positive number, above 1 with --task mlm-torch only")
+    if args.ema_decay is not None and not 0 < args.ema_decay < 1:
+        parser.error("--ema-decay: give a number in (0, 1)")
     model = MODELS[args.task]
     root = args.workdir or Path(tempfile.mkdtemp(prefix="bench-lora-reach-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -257,6 +265,9 @@ def main() -> int:
             if args.mask_draws > 1:
                 folder, draws = f"{folder}-k{args.mask_draws}", ("--mask-draws", str(args.mask_draws))
             k = f", {args.mask_draws} mask draws" if draws else ""
+            if args.ema_decay is not None:
+                folder, draws = f"{folder}-ema{args.ema_decay:g}", (*draws, "--ema-decay", f"{args.ema_decay:g}")
+                k = f"{k}, EMA {args.ema_decay:g}"
             dp_runs[f"LoRA r32 all linear + embeddings, {schedule}{k}, epsilon {EPSILON}"] = [
                 train(
                     at / (folder if seed == 0 else f"{folder}-noise{seed}"),

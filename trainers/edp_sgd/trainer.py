@@ -147,10 +147,10 @@ class _Plugin(TorchPlugin):
             return {"init_from": start.given, "weights_sha256": dict(sorted(start.weights.items()))}
         return {"preset": self.config.preset, "random_init_seed": self.seed}
 
-    def export(self, model_dir: Path) -> None:
+    def _write_model(self, model_dir: Path) -> None:
         """model/ (the merged model, Hugging Face layout) and, with --peft lora, model/adapter/ (peft's layout)."""
         if self.lora is None:
-            super().export(model_dir)
+            super()._write_model(model_dir)
             return
         start = self.starting_point.model_dir if self.starting_point is not None else None
         save_hf(model_dir, self.lora.merged(), self.tokenizer, start_dir=start, adapter=self.lora.peft_model)

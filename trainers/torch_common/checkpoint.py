@@ -37,9 +37,13 @@ def save_checkpoint(
     optimizer: torch.optim.Optimizer,
     state: dict[str, Any],
     keep: int = 2,
+    average: list[torch.Tensor] | None = None,
 ) -> Path:
-    """Write checkpoint ``step`` atomically and keep only the newest ``keep`` (:func:`write_checkpoint`)."""
+    """Write checkpoint ``step`` atomically and keep only the newest ``keep`` (:func:`write_checkpoint`);
+    ``average``: the parameter average of the first tensors of ``names`` (--ema-decay), stored beside them."""
     arrays = {f"params/{n}": p.detach().cpu().contiguous() for n, p in zip(names, params)}
+    for n, a in zip(names, average or ()):
+        arrays[f"average/{n}"] = a.detach().cpu().contiguous()
     opt = optimizer.state_dict()
     for index, slots in opt["state"].items():
         for key, value in slots.items():
@@ -61,7 +65,12 @@ def read_state(path: Path) -> dict[str, Any]:
 
 
 def restore_checkpoint(
-    path: Path, *, names: list[str], params: list[torch.Tensor], optimizer: torch.optim.Optimizer
+    path: Path,
+    *,
+    names: list[str],
+    params: list[torch.Tensor],
+    optimizer: torch.optim.Optimizer,
+    average: list[torch.Tensor] | None = None,
 ) -> dict[str, Any]:
     """Load parameters and optimizer state in place; returns the JSON state. The arrays' sha256 and header were
     checked by the run skeleton before the model was built (:func:`dpaudit.training.train_dir.check_checkpoint_arrays`):
@@ -82,6 +91,13 @@ def restore_checkpoint(
                     f"{path}: {n} has shape {list(arrays[f'params/{n}'].shape)}, expected {list(p.shape)}."
                 )
             p.copy_(arrays[f"params/{n}"])
+        for n, a in zip(names, average or ()):
+            if f"average/{n}" not in arrays:
+                raise UserInputError(
+                    f"{path}: the checkpoint holds no parameter average (--ema-decay) for {n}; resume with the "
+                    "run's own options or use a new --out."
+                )
+            a.copy_(arrays[f"average/{n}"])
     opt_state: dict[int, dict[str, torch.Tensor]] = {}
     for key, value in arrays.items():
         if key.startswith("opt/"):

@@ -76,8 +76,9 @@ class TorchTrainConfig(DpOptions):
     #: Former field names -> current ones: ``dpaudit train`` still takes the old option (hidden, with a
     #: deprecation warning) and --config key; :meth:`~DpOptions.upgrade_stored` renames it in a checkpoint's config.
     RENAMED_FIELDS: ClassVar[Mapping[str, str]] = {"model": "init_from"}
-    #: A run checkpointed before --lr-warmup-steps existed took the full rate from its first step.
-    ADDED_FIELDS: ClassVar[Mapping[str, Any]] = {**DpOptions.ADDED_FIELDS, "lr_warmup_steps": 0}
+    #: A run checkpointed before --lr-warmup-steps (--ema-decay) existed took the full rate from its first step
+    #: (exported its last iterate).
+    ADDED_FIELDS: ClassVar[Mapping[str, Any]] = {**DpOptions.ADDED_FIELDS, "lr_warmup_steps": 0, "ema_decay": None}
     #: A run without noise also refuses a noise decay and its floor.
     PRIVATE_ONLY_FIELDS: ClassVar[tuple[str, ...]] = (*DpOptions.PRIVATE_ONLY_FIELDS, "sigma_min", "noise_decay")
 
@@ -148,6 +149,14 @@ class TorchTrainConfig(DpOptions):
         default=None, metadata=help_text("Adam learning rate. Default 2e-3 for private modes, 1e-3 for sgd.")
     )
     weight_decay: float = field(default=0.0, metadata=help_text("Decoupled (AdamW) weight decay; 0 = Adam."))
+    ema_decay: float | None = field(
+        default=None,
+        metadata=help_text(
+            "Parameter averaging: evaluate and export an exponential moving average of the trained tensors, decay "
+            "min(D, (1 + t) / (10 + t)) at step t (De et al. 2022), instead of the last iterate. Post-processing "
+            "of the noised updates: the same epsilon. In (0, 1), e.g. 0.95; default: the last iterate."
+        ),
+    )
     lr_warmup_steps: int = field(
         default=0,
         metadata=help_text(
@@ -226,6 +235,8 @@ class TorchTrainConfig(DpOptions):
         check_real("weight_decay", self.weight_decay, low=0.0, low_open=False)
         check_real("decay_rate", self.decay_rate, low=0.0, low_open=False)
         check_real("mask_prob", self.mask_prob, low=0.0, low_open=True, high=1.0)
+        if self.ema_decay is not None:
+            check_real("ema_decay", self.ema_decay, low=0.0, low_open=True, high=1.0)
         if self.sigma_min is not None:  # a floor of the noise multiplier: its range
             check_noise_multiplier(self.sigma_min, option_name("sigma_min"), no_noise=self.NO_NOISE)
         if self.noise_decay == "none" and self.decay_rate != 0.0:

@@ -26,9 +26,10 @@ log_every, keep_checkpoints, dataset_size) and the properties ``mode``, ``privat
 
 from __future__ import annotations
 
+import contextlib
 import math
 import sys
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
@@ -41,6 +42,7 @@ from dpaudit.scoring.architecture import transformers_layout
 from dpaudit.trainers.torch_common import checkpoint as ckpt
 from dpaudit.trainers.torch_common import data as data_mod
 from dpaudit.trainers.torch_common import distributed, noise, privacy, sampling
+from dpaudit.trainers.torch_common.averaging import WARMUP_RULE, ParameterAverage
 from dpaudit.trainers.torch_common.canary_block import AuditBlock
 from dpaudit.trainers.torch_common.distributed import to_device
 from dpaudit.trainers.torch_common.model import (
@@ -210,6 +212,7 @@ class TorchPlugin(TrainerPlugin):
         self.canaries: GradientCanaries | None = None
         self.real_rows = 0
         self.audit: AuditBlock | None = None
+        self.average: ParameterAverage | None = None  # --ema-decay (init_model)
         self.skeleton = RunSkeleton(self, Path(out_dir))
 
     # -- the skeleton's state, read by the mechanism -------------------------------------------
@@ -460,6 +463,20 @@ class TorchPlugin(TrainerPlugin):
         self.optimizer = torch.optim.AdamW(
             self.params, lr=config.learning_rate, weight_decay=config.weight_decay, foreach=True
         )
+        # --ema-decay: the model's trained tensors averaged over the iterates (the audit block reads its own
+        # noised sums, never an average).
+        decay = getattr(config, "ema_decay", None)
+        self.average = ParameterAverage(self.model_params, decay) if decay is not None else None
+
+    @contextlib.contextmanager
+    def _averaged(self) -> Iterator[None]:
+        """The model as evaluated and exported: the parameter average inside the block under --ema-decay, the
+        last iterate otherwise."""
+        if self.average is None:
+            yield
+            return
+        with self.average.swapped():
+            yield
 
     def _build_model(self) -> None:
         config = self.config
@@ -531,18 +548,33 @@ class TorchPlugin(TrainerPlugin):
         return state
 
     def restore(self, path: Path) -> int:
-        state = ckpt.restore_checkpoint(path, names=self.names, params=self.params, optimizer=self.optimizer)
+        average = self.average.average if self.average is not None else None
+        state = ckpt.restore_checkpoint(
+            path, names=self.names, params=self.params, optimizer=self.optimizer, average=average
+        )
         return int(state["step"])
 
     def save(self, directory: Path, step: int, state: Mapping[str, Any]) -> None:
         ckpt.save_checkpoint(
-            directory, step=step, names=self.names, params=self.params, optimizer=self.optimizer, state=dict(state)
+            directory,
+            step=step,
+            names=self.names,
+            params=self.params,
+            optimizer=self.optimizer,
+            state=dict(state),
+            average=self.average.average if self.average is not None else None,
         )
 
     def extra_state(self) -> dict[str, Any]:
         return {"world_size": self.world.size}
 
     def export(self, model_dir: Path) -> None:
+        """model/: the trained model (the parameter average under --ema-decay) in Hugging Face's layout."""
+        with self._averaged():
+            self._write_model(model_dir)
+
+    def _write_model(self, model_dir: Path) -> None:
+        """Write the model as it stands (a trainer with more to write overrides this)."""
         from dpaudit.trainers.torch_common.hf_export import save_hf
 
         start = self.starting_point.model_dir if self.starting_point is not None else None
@@ -586,6 +618,14 @@ class TorchPlugin(TrainerPlugin):
                 "fixed_in_advance": True,
             }
             details["noise_generator"] = noise.describe()
+        if self.average is not None:
+            details["parameter_average"] = {
+                "kind": "ema",
+                "decay": self.average.decay,
+                "warmup": WARMUP_RULE,
+                "rule": "the evaluated and exported model is the average of the iterates: post-processing of the "
+                "noised updates, covered by the same epsilon",
+            }
         return self._mechanism_parts(plan, steps, details)
 
     # -- batches -----------------------------------------------------------------------------
@@ -650,6 +690,8 @@ class TorchPlugin(TrainerPlugin):
         self.optimizer.step()
         for p in self.params:
             p.grad = None
+        if self.average is not None:
+            self.average.update(step)
         # Loss and accuracy telemetry average over the real rows (audit rows have no loss).
         rows = len(indices) if self.audit is None else int(np.count_nonzero(indices < self.real_rows))
         return {
@@ -705,10 +747,11 @@ class TorchPlugin(TrainerPlugin):
         gen = _seeded(self.seed, _EVAL_STREAM, 0)
         loss_sum = correct = 0.0
         batches = [self._batch("heldout", rows[start : start + 64], generator=gen) for start in range(0, n, 64)]
-        for cpu in batches:
-            losses, right = per_example_losses(self.model, self._on_device(cpu))
-            loss_sum += float(losses.sum())
-            correct += float(right.sum())
+        with self._averaged():
+            for cpu in batches:
+                losses, right = per_example_losses(self.model, self._on_device(cpu))
+                loss_sum += float(losses.sum())
+                correct += float(right.sum())
         if self.eval_baseline is None:  # the same rows and masks every evaluation: computed once
             self.eval_baseline = self._baseline(batches)
         key = {"classify": "eval_accuracy", "clm": "next_token_accuracy"}.get(self.config.task, "mlm_accuracy")

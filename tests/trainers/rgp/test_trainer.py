@@ -224,3 +224,17 @@ def test_bad_options_exit_2_with_one_line(data_dir, tmp_path, args, message):
     assert result.exit_code == 2, result.output
     assert message in result.output
     assert not (tmp_path / "x").exists()
+
+
+def test_parameter_averaging_is_post_processing_of_the_same_steps(data_dir, tmp_path, rgp_config):
+    """--ema-decay under rgp (the torch loop's averaging, tested in full with edp-sgd): the same steps and claim,
+    another exported model."""
+    runs = {}
+    for name, extra in (("last", {}), ("ema", {"ema_decay": 0.8})):
+        config = rgp_config(noise_seed=SECRET_SEED, noise_multiplier=1.3, clip_norm=0.7, **extra)
+        RgpTrainer().train(data_dir, tmp_path / name, config, seed=3)
+        runs[name] = json.loads((tmp_path / name / "privacy.json").read_text())
+    average = runs["ema"]["details"].pop("parameter_average")
+    assert average["decay"] == 0.8 and runs["ema"] == runs["last"]
+    last, ema = (load_file(str(tmp_path / name / "model" / "model.safetensors")) for name in ("last", "ema"))
+    assert last.keys() == ema.keys() and any(not torch.equal(last[k], ema[k]) for k in last)
