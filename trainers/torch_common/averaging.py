@@ -32,6 +32,8 @@ class ParameterAverage:
     Args:
         params: the tensors to average; the average starts at their current values (the run's start).
         decay: D in (0, 1): the largest weight the average keeps per step (about 1 / (1 - D) recent steps).
+
+    Memory: one more copy of the trained tensors, on their device.
     """
 
     def __init__(self, params: Sequence[torch.Tensor], decay: float) -> None:
@@ -39,7 +41,7 @@ class ParameterAverage:
             raise ValueError(f"the average's decay must be in (0, 1), got {decay}")
         self.params = list(params)
         self.decay = float(decay)
-        self.average = [p.detach().clone() for p in self.params]
+        self.tensors = [p.detach().clone() for p in self.params]
 
     def decay_at(self, step: int) -> float:
         """The decay applied after step ``step`` (from 0): the warm-up's, capped at D."""
@@ -48,22 +50,16 @@ class ParameterAverage:
     @torch.no_grad()
     def update(self, step: int) -> None:
         """Fold the iterate after step ``step`` into the average."""
-        torch._foreach_lerp_(self.average, [p.detach() for p in self.params], 1.0 - self.decay_at(step))
+        torch._foreach_lerp_(self.tensors, [p.detach() for p in self.params], 1.0 - self.decay_at(step))
 
     @contextmanager
     def swapped(self) -> Iterator[None]:
         """The model holds the average inside the block (evaluation, export) and its iterate again after it."""
         with torch.no_grad():
             iterate = [p.detach().clone() for p in self.params]
-            torch._foreach_copy_([p.detach() for p in self.params], self.average)
+            torch._foreach_copy_([p.detach() for p in self.params], self.tensors)
         try:
             yield
         finally:
             with torch.no_grad():
                 torch._foreach_copy_([p.detach() for p in self.params], iterate)
-
-    def load(self, tensors: Sequence[torch.Tensor]) -> None:
-        """Set the average from a checkpoint's tensors (same order and shapes as ``params``)."""
-        with torch.no_grad():
-            for a, t in zip(self.average, tensors, strict=True):
-                a.copy_(t)

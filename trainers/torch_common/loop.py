@@ -465,8 +465,8 @@ class TorchPlugin(TrainerPlugin):
         )
         # --ema-decay: the model's trained tensors averaged over the iterates (the audit block reads its own
         # noised sums, never an average).
-        decay = getattr(config, "ema_decay", None)
-        self.average = ParameterAverage(self.model_params, decay) if decay is not None else None
+        if config.ema_decay is not None:
+            self.average = ParameterAverage(self.model_params, config.ema_decay)
 
     @contextlib.contextmanager
     def _averaged(self) -> Iterator[None]:
@@ -548,7 +548,7 @@ class TorchPlugin(TrainerPlugin):
         return state
 
     def restore(self, path: Path) -> int:
-        average = self.average.average if self.average is not None else None
+        average = self.average.tensors if self.average is not None else None
         state = ckpt.restore_checkpoint(
             path, names=self.names, params=self.params, optimizer=self.optimizer, average=average
         )
@@ -562,7 +562,7 @@ class TorchPlugin(TrainerPlugin):
             params=self.params,
             optimizer=self.optimizer,
             state=dict(state),
-            average=self.average.average if self.average is not None else None,
+            average=self.average.tensors if self.average is not None else None,
         )
 
     def extra_state(self) -> dict[str, Any]:

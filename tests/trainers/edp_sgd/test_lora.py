@@ -373,3 +373,30 @@ def test_audit_trainer_hosts_its_canaries_in_a_lora_run_of_every_task(task, save
     assert body["unit"] == "micro-batch"
     assert body["claim"]["epsilon"] == pytest.approx(4.0, abs=0.01)
     assert 0.0 < body["primary"]["epsilon"] <= body["claim"]["epsilon"] and not body["refuted"]
+
+
+def test_a_lora_run_exports_its_averaged_adapters_in_both_layouts(starts, data_dir, tmp_path):
+    """--peft lora with --ema-decay (tests/trainers/edp_sgd/test_parameter_average.py has the rest): model/ (merged)
+    and model/adapter/ (peft's) both hold the average, and agree with each other."""
+    from peft import PeftModel
+    from safetensors.torch import load_file
+    from transformers import AutoModelForMaskedLM
+
+    trainer, base_dir = load_trainer("edp-sgd"), starts / "bert"
+    adapters = {}
+    for name, extra in (("last", {}), ("ema", {"ema_decay": 0.8})):
+        config = trainer.tiny_config(
+            peft="lora", lora_rank=4, task="mlm", mode="dp-sgd", init_from=str(base_dir), epochs=1,
+            noise_multiplier=1.0, noise_seed=7, **extra,
+        )  # fmt: skip
+        trainer.train(data_dir, tmp_path / name, config, seed=0)
+        adapters[name] = load_file(str(tmp_path / name / "model" / "adapter" / "adapter_model.safetensors"))
+    assert adapters["last"].keys() == adapters["ema"].keys()
+    assert any(not torch.equal(adapters["last"][k], adapters["ema"][k]) for k in adapters["last"])
+    out = tmp_path / "ema" / "model"
+    ids = torch.randint(5, 200, (3, 10), generator=torch.Generator().manual_seed(0))
+    merged = AutoModelForMaskedLM.from_pretrained(str(out)).eval()
+    reread = PeftModel.from_pretrained(AutoModelForMaskedLM.from_pretrained(str(base_dir)), str(out / "adapter")).eval()
+    with torch.no_grad():
+        logits = [m(input_ids=ids, attention_mask=torch.ones_like(ids)).logits for m in (reread, merged)]
+    torch.testing.assert_close(logits[0], logits[1], rtol=1e-4, atol=1e-5)

@@ -28,8 +28,8 @@ def test_the_average_follows_its_warmed_up_decay_and_the_swap_restores_the_itera
         average.update(t)
         d = min(0.5, (1 + t) / (10 + t))
         expected_a, expected_b = d * expected_a + (1 - d) * x, d * expected_b + (1 - d) * y
-    torch.testing.assert_close(average.average[0], expected_a)
-    torch.testing.assert_close(average.average[1], expected_b)
+    torch.testing.assert_close(average.tensors[0], expected_a)
+    torch.testing.assert_close(average.tensors[1], expected_b)
     with average.swapped():
         torch.testing.assert_close(a, expected_a)
         torch.testing.assert_close(b, expected_b)
