@@ -91,7 +91,8 @@ load 1-2)::
       lr 3e-2                                                              29.24%, 29.65%      29.45%   0.36
 
 Neither adopted: the average gains 0.4-0.5 points (the curve still rises 0.3-0.5 points an epoch at epoch 30, and
-an average lags a rising curve; the last iterates jitter by about 0.3), and 2e-2 peaks by epoch 13-20 (49.3-49.7%) and falls.
+an average lags a rising curve; the last iterates jitter by about 0.3), and 2e-2 peaks by epoch 13-20 (49.3-49.7%)
+and falls.
 """
 
 from __future__ import annotations
@@ -283,14 +284,15 @@ def main() -> int:
         for schedule in args.dp_schedules:
             # The default schedule's seed-0 folder keeps its former name, so a cached run is read again.
             folder = "lora-emb-dp" if schedule == DP_SCHEDULE else f"lora-emb-dp-{schedule.tag}"
-            draws: tuple[str, ...] = ()
+            levers: tuple[str, ...] = ()  # --mask-draws and --ema-decay: their options, folder tags and names
+            named = ""
             if args.mask_draws > 1:
-                folder, draws = f"{folder}-k{args.mask_draws}", ("--mask-draws", str(args.mask_draws))
-            k = f", {args.mask_draws} mask draws" if draws else ""
+                folder, levers = f"{folder}-k{args.mask_draws}", ("--mask-draws", str(args.mask_draws))
+                named = f", {args.mask_draws} mask draws"
             if args.ema_decay is not None:
-                folder, draws = f"{folder}-ema{args.ema_decay:g}", (*draws, "--ema-decay", f"{args.ema_decay:g}")
-                k = f"{k}, EMA {args.ema_decay:g}"
-            dp_runs[f"LoRA r32 all linear + embeddings, {schedule}{k}, epsilon {EPSILON}"] = [
+                folder, levers = f"{folder}-ema{args.ema_decay:g}", (*levers, "--ema-decay", f"{args.ema_decay:g}")
+                named = f"{named}, EMA {args.ema_decay:g}"
+            dp_runs[f"LoRA r32 all linear + embeddings, {schedule}{named}, epsilon {EPSILON}"] = [
                 train(
                     at / (folder if seed == 0 else f"{folder}-noise{seed}"),
                     *base,
@@ -300,7 +302,7 @@ def main() -> int:
                     *schedule.args,
                     *lora_targets,
                     *embeddings,
-                    *draws,
+                    *levers,
                 )
                 for seed in range(args.dp_seeds)
             ]

@@ -64,6 +64,7 @@ from dpaudit.trainers.torch_common.loop import (
     StepNoise,
     TorchPlugin,
     _seeded,
+    draw_rows,
     noised_total,
 )
 from dpaudit.trainers.torch_common.lora import LoraAdapters, apply_lora
@@ -271,7 +272,8 @@ class _Plugin(TorchPlugin):
         config, world = self.config, self.world
         k = config.micro_batches
         groups = [
-            self._draw_rows(g) for g in sampling.split_microbatches(np.arange(len(indices)), self.slots[indices], k)
+            draw_rows(g, config.mask_draws)
+            for g in sampling.split_microbatches(np.arange(len(indices)), self.slots[indices], k)
         ]
         mine = [j for j in range(k) if j % world.size == world.rank]
         std_each = sigma * self.clipper.sensitivity / math.sqrt(k)
@@ -318,7 +320,7 @@ class _Plugin(TorchPlugin):
         if not len(share):
             return self._with_block(None, block), draws, self._no_stats()
         k = self.config.mask_draws
-        rows = torch.as_tensor(self._draw_rows(share))
+        rows = torch.as_tensor(draw_rows(share, k))
         sub = {key: v[to_device(rows, self.device)] for key, v in full.items()}
         if mode != "dp-sgd":
             grads, stats = self._plain_sum(sub)
@@ -339,14 +341,6 @@ class _Plugin(TorchPlugin):
             draws,
             (result.loss_sum, result.correct_sum, result.units, result.clipped),
         )
-
-    def _draw_rows(self, examples: np.ndarray) -> np.ndarray:
-        """The batch rows of the batch positions ``examples``: example i's --mask-draws K rows are i K .. i K + K - 1
-        (:meth:`TorchPlugin._batch`); the positions themselves when K = 1."""
-        k = self.config.mask_draws
-        if k == 1:
-            return examples
-        return (np.asarray(examples, dtype=np.int64)[:, None] * k + np.arange(k)).reshape(-1)
 
     def _plain_sum(self, sub: dict[str, torch.Tensor]) -> tuple[list[torch.Tensor], tuple]:
         """sgd: the unclipped gradient sum of the examples ``sub``, accumulated over passes of at most

@@ -91,6 +91,15 @@ def warmup_learning_rate(step: int, peak: float, warmup_steps: int) -> float:
     return peak
 
 
+def draw_rows(positions: np.ndarray, draws: int) -> np.ndarray:
+    """The rows of a batch built by :meth:`TorchPlugin._batch` with ``draws`` K (``--mask-draws``) that hold the
+    examples at batch ``positions``: example i's K maskings are rows i K .. i K + K - 1 (``np.repeat``'s layout);
+    the positions themselves when K = 1."""
+    if draws == 1:
+        return positions
+    return (np.asarray(positions, dtype=np.int64)[:, None] * draws + np.arange(draws)).reshape(-1)
+
+
 def _seeded(seed: int, stream: int, step: int) -> torch.Generator:
     return torch.Generator().manual_seed(sampling.derived_seed(seed, stream, step))
 
@@ -637,9 +646,9 @@ class TorchPlugin(TrainerPlugin):
         its own content hash and ``generator``'s public (--seed, stream, step) seed only, never by its
         position or the other rows (:func:`~trainers.torch_common.data.mask_tokens`).
 
-        ``draws`` K > 1 (MLM only, ``--mask-draws``): K rows per example, example i's at rows i K .. i K + K - 1,
-        each masked by its own draw key (:func:`~trainers.torch_common.data.draw_contents`) and weighted 1 / K
-        (``draw_weight``), so a unit's loss is the mean over its example's K maskings."""
+        ``draws`` K > 1 (MLM only, ``--mask-draws``): K rows per example, example i's at rows i K .. i K + K - 1
+        (:func:`draw_rows`), each masked by its own draw key (:func:`~trainers.torch_common.data.draw_contents`) and
+        weighted 1 / K (``draw_weight``), so a unit's loss is the mean over its example's K maskings."""
         if draws > 1 and self.config.task != "mlm":  # the config refuses it first
             raise ValueError(f"{draws} mask draws: only a masked LM draws masks")
         rows = np.repeat(indices, draws) if draws > 1 else indices

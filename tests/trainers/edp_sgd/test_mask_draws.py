@@ -145,3 +145,35 @@ def test_a_run_with_mask_draws_records_them_at_the_same_epsilon(data_dir, tmp_pa
     assert two["details"]["mask_draws"]["draws"] == 2
     for key in ("epsilon", "delta", "noise_multipliers", "sensitivity_factor", "clip_norm", "privacy_unit"):
         assert two[key] == one[key], key
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [
+        {"mode": "dp-sgd", "clip_engine": "ghost"},
+        {"mode": "dp-sgd", "clip_engine": "vmap"},
+        {"mode": "edp-sgd", "clip_engine": "ghost", "micro_batches": 4},
+        {"mode": "edp-sgd", "clip_engine": "vmap", "micro_batches": 4},
+    ],
+    ids=lambda s: f"{s['mode']}-{s['clip_engine']}",
+)
+def test_the_step_sums_every_draw_row_of_the_batch_once(settings, data_dir, tmp_path):
+    """The trainer's own step (its batch, the rows it hands each engine: ``draw_rows``, the units' owners): with no
+    example clipped and no noise, its sum is the plain gradient of the whole batch's losses, each of the K draws of
+    each example weighted 1 / K. (A wrong row selection keeps every unit one row's, so the sensitivity contract alone
+    would not see it.)"""
+    from dpaudit.trainers.edp_sgd.trainer import _MASK_STREAM, _seeded
+    from dpaudit.training.api import load_trainer
+
+    trainer = load_trainer("edp-sgd")
+    config = trainer.tiny_config(task="mlm", clip_norm=1e6, noise_seed=3, mask_draws=K, **settings)
+    run = trainer.Plugin(data_dir, tmp_path / "out", config, seed=5)
+    run._setup()
+    indices = np.arange(12)
+    got, _ = run.aggregate(0, indices, 0.0)
+    batch = run._batch("train", indices, generator=_seeded(run.seed, _MASK_STREAM, 0), draws=K)
+    assert len(batch["input_ids"]) == 12 * K
+    losses, _ = per_example_losses(run.model, run._on_device(batch))
+    want = torch.autograd.grad(losses.sum(), run.params)
+    for g, w, n in zip(got, want, run.names):
+        torch.testing.assert_close(g, w, rtol=1e-4, atol=1e-7, msg=n)
