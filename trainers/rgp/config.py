@@ -87,6 +87,11 @@ class RgpConfig(TorchTrainConfig):
         super().__post_init__()  # the DP options, then the torch trainers' shared fields
         for name, minimum in (("rank", 1), ("power_iters", 1), ("warmup_steps", 0)):
             check_int(name, getattr(self, name), minimum)
+        if self.adambc_floor is not None:  # the noise reaches W through the carriers: not Phi per coordinate
+            raise ValueError(
+                "--adambc-floor applies to --trainer edp-sgd: rgp's noise reaches each weight through its gradient "
+                "carriers (L g_R + g_L R), so its variance is not one Phi per coordinate; remove it."
+            )
 
     def private_run_words(self) -> str:
         return "--trainer rgp"

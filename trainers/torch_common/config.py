@@ -76,11 +76,21 @@ class TorchTrainConfig(DpOptions):
     #: Former field names -> current ones: ``dpaudit train`` still takes the old option (hidden, with a
     #: deprecation warning) and --config key; :meth:`~DpOptions.upgrade_stored` renames it in a checkpoint's config.
     RENAMED_FIELDS: ClassVar[Mapping[str, str]] = {"model": "init_from"}
-    #: A run checkpointed before --lr-warmup-steps (--ema-decay) existed took the full rate from its first step
-    #: (exported its last iterate).
-    ADDED_FIELDS: ClassVar[Mapping[str, Any]] = {**DpOptions.ADDED_FIELDS, "lr_warmup_steps": 0, "ema_decay": None}
-    #: A run without noise also refuses a noise decay and its floor.
-    PRIVATE_ONLY_FIELDS: ClassVar[tuple[str, ...]] = (*DpOptions.PRIVATE_ONLY_FIELDS, "sigma_min", "noise_decay")
+    #: A run checkpointed before --lr-warmup-steps (--ema-decay, --adambc-floor) existed took the full rate from its
+    #: first step (exported its last iterate, stepped with AdamW).
+    ADDED_FIELDS: ClassVar[Mapping[str, Any]] = {
+        **DpOptions.ADDED_FIELDS,
+        "lr_warmup_steps": 0,
+        "ema_decay": None,
+        "adambc_floor": None,
+    }
+    #: A run without noise also refuses a noise decay and its floor, and a correction for the noise.
+    PRIVATE_ONLY_FIELDS: ClassVar[tuple[str, ...]] = (
+        *DpOptions.PRIVATE_ONLY_FIELDS,
+        "sigma_min",
+        "noise_decay",
+        "adambc_floor",
+    )
 
     task: Task = field(
         default="classify",
@@ -155,6 +165,15 @@ class TorchTrainConfig(DpOptions):
             "Parameter averaging: evaluate and export an exponential moving average of the trained tensors, decay "
             "min(D, (1 + t) / (10 + t)) at step t (De et al. 2022), instead of the last iterate. Post-processing "
             "of the noised updates: the same epsilon. In (0, 1), e.g. 0.95; default: the last iterate."
+        ),
+    )
+    adambc_floor: float | None = field(
+        default=None,
+        metadata=help_text(
+            "DP-AdamBC (Tang et al. 2024): take the noise's known variance Phi = (sigma x sensitivity / batch-size)^2 "
+            "out of Adam's second moment, floored at R x Phi, so Adam keeps its per-coordinate scaling instead of "
+            "becoming SGD under the noise. Public inputs only: the same epsilon. R > 0, e.g. 0.1; default: AdamW. "
+            "Private runs, edp-sgd only."
         ),
     )
     lr_warmup_steps: int = field(
@@ -237,6 +256,8 @@ class TorchTrainConfig(DpOptions):
         check_real("mask_prob", self.mask_prob, low=0.0, low_open=True, high=1.0)
         if self.ema_decay is not None:
             check_real("ema_decay", self.ema_decay, low=0.0, low_open=True, high=1.0)
+        if self.adambc_floor is not None:
+            check_real("adambc_floor", self.adambc_floor, low=0.0, low_open=True)
         if self.sigma_min is not None:  # a floor of the noise multiplier: its range
             check_noise_multiplier(self.sigma_min, option_name("sigma_min"), no_noise=self.NO_NOISE)
         if self.noise_decay == "none" and self.decay_rate != 0.0:

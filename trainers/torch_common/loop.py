@@ -51,6 +51,7 @@ from dpaudit.trainers.torch_common.model import (
     per_example_losses,
     special_ids,
 )
+from dpaudit.trainers.torch_common.noise_corrected_adam import ADAMBC_RULE, NoiseCorrectedAdamW
 from dpaudit.training import ClippedSumStep, RecordParts, RunData, RunSettings, RunSkeleton, TrainerPlugin
 from dpaudit.training.api import TrainResult
 from dpaudit.training.baselines import (
@@ -469,9 +470,14 @@ class TorchPlugin(TrainerPlugin):
         if self.canaries is not None:  # the audit block: trained, noised and decayed like the model's tensors
             self.audit = AuditBlock(self.canaries, self.real_rows, groups=self._audit_groups(), device=self.device)
             self.names, self.params = [*self.names, AuditBlock.NAME], [*self.params, self.audit.param]
-        self.optimizer = torch.optim.AdamW(
-            self.params, lr=config.learning_rate, weight_decay=config.weight_decay, foreach=True
-        )
+        if config.adambc_floor is not None:  # DP-AdamBC: Phi_t handed to each step (step)
+            self.optimizer = NoiseCorrectedAdamW(
+                self.params, lr=config.learning_rate, weight_decay=config.weight_decay, floor=config.adambc_floor
+            )
+        else:
+            self.optimizer = torch.optim.AdamW(
+                self.params, lr=config.learning_rate, weight_decay=config.weight_decay, foreach=True
+            )
         # --ema-decay: the model's trained tensors averaged over the iterates (the audit block reads its own
         # noised sums, never an average).
         if config.ema_decay is not None:
@@ -627,6 +633,14 @@ class TorchPlugin(TrainerPlugin):
                 "fixed_in_advance": True,
             }
             details["noise_generator"] = noise.describe()
+        if config.adambc_floor is not None:
+            details["optimizer"] = {
+                "kind": "DP-AdamBC (Tang et al. 2024)",
+                "floor": config.adambc_floor,
+                "rule": ADAMBC_RULE,
+                "why_post_processing": "Phi_t is computed from sigma, the sensitivity and the expected batch size, "
+                "public values fixed before the run; the moments read the noised gradients only",
+            }
         if self.average is not None:
             details["parameter_average"] = {
                 "kind": "ema",
@@ -696,7 +710,13 @@ class TorchPlugin(TrainerPlugin):
         rate = warmup_learning_rate(step, self.config.learning_rate, self.config.lr_warmup_steps)
         for group in self.optimizer.param_groups:
             group["lr"] = rate
-        self.optimizer.step()
+        if isinstance(self.optimizer, NoiseCorrectedAdamW):
+            # The noise's variance per coordinate of p.grad: the std drawn on the sum (sigma x sensitivity, however
+            # the engines split the draws) over the same public divisor.
+            std = self._sigma(step, sigma) * self.clipper.sensitivity * scale
+            self.optimizer.step(noise_variance=std * std)
+        else:
+            self.optimizer.step()
         for p in self.params:
             p.grad = None
         if self.average is not None:
