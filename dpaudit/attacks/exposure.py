@@ -87,6 +87,17 @@ def tree_rank(scores: np.ndarray, secret_index: int, *, tolerance: float) -> Ran
     return RankInterval(better=better, tied=at_least - better - 1, space_size=int(scores.size), method="enumerate")
 
 
+def tie_secret_draws(scores: np.ndarray, rows: np.ndarray) -> np.ndarray:
+    """``scores`` (the secret's first, then the sampled candidates') with every draw of the secret itself scored
+    exactly as the secret: a uniform sample of R contains the secret about M / |R| times, and the same text scored in
+    another batch (other padding, another thread count) differs by float noise, which would put it on either side
+    of the secret's score at random, not tie it. ``rows``: the candidates' symbol indices, the secret's first."""
+    tied = np.array(scores, dtype=np.float64)
+    same = np.all(rows[1:] == rows[0], axis=1)
+    tied[1:][same] = tied[0]
+    return tied
+
+
 def causal_exposure_intervals(context: AttackContext) -> tuple[list[RankInterval], list[float], str | None]:
     """Each canary's exposure rank interval on a causal LM, its skew-normal exposure estimate (NaN when exact),
     and a note saying why the ranks were sampled (None when exact): :func:`_causal_exposure_intervals`, computed
@@ -152,6 +163,7 @@ def _causal_exposure_intervals(context: AttackContext) -> tuple[list[RankInterva
                 for r in rows.tolist()
             ]
             scores = scorer.secret_log_likelihoods(texts)  # the scorer's own: each secret's tokens given its prefix
+        scores = tie_secret_draws(scores, rows)
         intervals.append(
             sampled_exposure(scores[0], scores[1:], size, method="interpolation", tolerance=options.tolerance)
         )

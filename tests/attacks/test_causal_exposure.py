@@ -7,7 +7,7 @@ from types import SimpleNamespace
 import numpy as np
 import pytest
 
-from dpaudit.attacks.exposure import tree_rank
+from dpaudit.attacks.exposure import tie_secret_draws, tree_rank
 from dpaudit.attacks.exposure_rank import sampled_exposure
 from dpaudit.common.errors import UserInputError
 from dpaudit.inject_dir.secret_spaces import ProductSpace
@@ -109,9 +109,26 @@ def test_a_space_whose_symbols_split_is_sampled_from_the_texts(tiny, tiny_causal
     own = cs.sequence_log_likelihoods(
         model, tokenizer, cs.span_secrets(tokenizer, canaries[:1], max_length=64), device="cpu", batch_size=1
     )[0]
-    expected = sampled_exposure(own, refs, 9, tolerance=1e-6)
+    # A draw of the secret itself ties with it by identity (the attack's rule), whatever the batches' float noise.
+    refs = np.where(np.all(references == np.asarray(space.index_of("quick dog")), axis=1), own, refs)
+    assert np.count_nonzero(refs == own) >= 2  # the secret was drawn (9 candidates, 50 draws): the case is exercised
+    expected = sampled_exposure(own, refs, 9, tolerance=1e-9)
     got = outcome.canary_fields["w0"]
     assert (got["rank_low"], got["rank_high"]) == (expected.rank_low, expected.rank_high)
+
+
+def test_draws_of_the_secret_itself_tie_with_it_whatever_the_float_noise():
+    """The same text scored in another batch differs by float noise; a sampled draw of the secret is the secret, so
+    it ties with it (rank interval over both sides), never lands on one side by that noise."""
+    rows = np.array([[0, 2], [1, 1], [0, 2], [2, 0], [0, 2]])
+    scores = np.array([-5.0, -4.0, -5.0 + 3e-7, -6.0, -5.0 - 3e-7])
+    tied = tie_secret_draws(scores, rows)
+    assert tied.tolist() == [-5.0, -4.0, -5.0, -6.0, -5.0] and scores[2] != -5.0  # a copy: the input is unchanged
+    interval = sampled_exposure(tied[0], tied[1:], 9, tolerance=1e-9)
+    exact = sampled_exposure(-5.0, np.array([-4.0, -5.0, -6.0, -5.0]), 9, tolerance=1e-9)
+    assert (interval.rank_low, interval.rank_high) == (exact.rank_low, exact.rank_high)
+    noisy = sampled_exposure(scores[0], scores[1:], 9, tolerance=1e-9)
+    assert (noisy.rank_low, noisy.rank_high) != (interval.rank_low, interval.rank_high)  # what the noise did before
 
 
 def test_a_byte_level_bpe_without_bos_gets_its_in_context_alphabet():
