@@ -114,6 +114,18 @@ Not adopted. Why, read from the (3e-3, 0.1) run's last checkpoint (the same run 
 56.32% again): the bias-corrected second moment is within noise of Phi almost everywhere (median v_hat / Phi 1.005;
 below Phi on 48% of the 123,264 coordinates, above 2 Phi on 0.2%), so the floor binds on 80% of them, where the step
 is 1 / sqrt(R) of DP-Adam's: at a gradient SNR of 0.07-0.08 (``grad_snr``) the correction scales up noise, not signal.
+
+That reading (nearly every trained coordinate's update a random walk) suggested AdamW's decoupled weight decay, which
+bounds a random walk's spread (its pull is toward the start for LoRA's B; the embeddings feed a LayerNorm); a rule
+amended before its runs, the same criterion and reference (two runs at a time, load 2-5)::
+
+    python benchmarks/bench_lora_reach.py --workdir R --task mlm-torch --dp --dp-schedules 30x1024@1e-2 --dp-seeds 2 \
+        --weight-decay 0.1|0.5
+
+      AdamW, lr 1e-2, weight decay 0.1                                     59.41%, 57.10%      58.25%   0.70
+      AdamW, lr 1e-2, weight decay 0.5                                     58.17%, 56.07%      57.12%   0.69
+
+Not adopted (-0.38 and -1.51 against the reference's 58.63%).
 """
 
 from __future__ import annotations
@@ -272,6 +284,12 @@ def main() -> int:
         help="With --dp: edp-sgd's --adambc-floor R for the epsilon-8 runs (DP-AdamBC; default AdamW).",
     )
     parser.add_argument(
+        "--weight-decay",
+        type=float,
+        default=None,
+        help="With --dp: the trainers' --weight-decay W (AdamW's decoupled decay) for the epsilon-8 runs (default 0).",
+    )
+    parser.add_argument(
         "--task", choices=sorted(MODELS), default="clm", help="clm: the causal LM; mlm-torch: edp-sgd's masked LM."
     )
     args = parser.parse_args()
@@ -285,6 +303,8 @@ def main() -> int:
         parser.error("--ema-decay: give a number in (0, 1)")
     if args.adambc_floor is not None and not args.adambc_floor > 0:
         parser.error("--adambc-floor: give a positive number")
+    if args.weight_decay is not None and not args.weight_decay > 0:
+        parser.error("--weight-decay: give a positive number")
     model = MODELS[args.task]
     root = args.workdir or Path(tempfile.mkdtemp(prefix="bench-lora-reach-"))
     root.mkdir(parents=True, exist_ok=True)
@@ -313,7 +333,7 @@ def main() -> int:
         for schedule in args.dp_schedules:
             # The default schedule's seed-0 folder keeps its former name, so a cached run is read again.
             folder = "lora-emb-dp" if schedule == DP_SCHEDULE else f"lora-emb-dp-{schedule.tag}"
-            levers: tuple[str, ...] = ()  # --mask-draws, --ema-decay, --adambc-floor: options, folder tags, names
+            levers: tuple[str, ...] = ()  # the levers given: their options, folder tags and names
             named = ""
             if args.mask_draws > 1:
                 folder, levers = f"{folder}-k{args.mask_draws}", ("--mask-draws", str(args.mask_draws))
@@ -325,6 +345,10 @@ def main() -> int:
                 floor = f"{args.adambc_floor:g}"
                 folder, levers = f"{folder}-bc{floor}", (*levers, "--adambc-floor", floor)
                 named = f"{named}, DP-AdamBC {floor}"
+            if args.weight_decay is not None:
+                decay = f"{args.weight_decay:g}"
+                folder, levers = f"{folder}-wd{decay}", (*levers, "--weight-decay", decay)
+                named = f"{named}, weight decay {decay}"
             dp_runs[f"LoRA r32 all linear + embeddings, {schedule}{named}, epsilon {EPSILON}"] = [
                 train(
                     at / (folder if seed == 0 else f"{folder}-noise{seed}"),
