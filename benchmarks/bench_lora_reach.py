@@ -330,25 +330,22 @@ def main() -> int:
     dp_runs: dict[str, list[Path]] = {}
     if args.dp:
         dp = ("--init-from", str(start), "--mode", "dp-sgd", "--target-epsilon", EPSILON)
+        # The levers given: (folder tag, the trainers' options, the name printed), each formatted once.
+        k = args.mask_draws
+        given = [(f"k{k}", ("--mask-draws", str(k)), f"{k} mask draws")] if k > 1 else []
+        for value, tag, flag, name in (
+            (args.ema_decay, "ema", "--ema-decay", "EMA"),
+            (args.adambc_floor, "bc", "--adambc-floor", "DP-AdamBC"),
+            (args.weight_decay, "wd", "--weight-decay", "weight decay"),
+        ):
+            if value is not None:
+                given.append((f"{tag}{value:g}", (flag, f"{value:g}"), f"{name} {value:g}"))
         for schedule in args.dp_schedules:
             # The default schedule's seed-0 folder keeps its former name, so a cached run is read again.
             folder = "lora-emb-dp" if schedule == DP_SCHEDULE else f"lora-emb-dp-{schedule.tag}"
-            levers: tuple[str, ...] = ()  # the levers given: their options, folder tags and names
-            named = ""
-            if args.mask_draws > 1:
-                folder, levers = f"{folder}-k{args.mask_draws}", ("--mask-draws", str(args.mask_draws))
-                named = f", {args.mask_draws} mask draws"
-            if args.ema_decay is not None:
-                folder, levers = f"{folder}-ema{args.ema_decay:g}", (*levers, "--ema-decay", f"{args.ema_decay:g}")
-                named = f"{named}, EMA {args.ema_decay:g}"
-            if args.adambc_floor is not None:
-                floor = f"{args.adambc_floor:g}"
-                folder, levers = f"{folder}-bc{floor}", (*levers, "--adambc-floor", floor)
-                named = f"{named}, DP-AdamBC {floor}"
-            if args.weight_decay is not None:
-                decay = f"{args.weight_decay:g}"
-                folder, levers = f"{folder}-wd{decay}", (*levers, "--weight-decay", decay)
-                named = f"{named}, weight decay {decay}"
+            folder += "".join(f"-{tag}" for tag, _, _ in given)
+            levers = tuple(a for _, options, _ in given for a in options)
+            named = "".join(f", {name}" for _, _, name in given)
             dp_runs[f"LoRA r32 all linear + embeddings, {schedule}{named}, epsilon {EPSILON}"] = [
                 train(
                     at / (folder if seed == 0 else f"{folder}-noise{seed}"),

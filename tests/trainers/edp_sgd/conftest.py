@@ -49,3 +49,19 @@ def tiny_batches(token_batches):
     clf = build_model("classify", preset="tiny", vocab_size=100, max_length=16, label_names=["a", "b", "c"], seed=0)
     mlm = build_model("mlm", preset="tiny", vocab_size=100, max_length=16, label_names=None, seed=0)
     return clf, token_batches["classify"], mlm, token_batches["mlm"]
+
+
+@pytest.fixture
+def assert_resume_equals_straight(data_dir, tmp_path, killed_after_checkpoint, assert_same_model):
+    """Checker: an edp-sgd run of ``config`` killed after checkpoint ``step`` and resumed exports the model of the
+    same run trained straight through, bit for bit (state a checkpoint must carry: moments, averages, counters)."""
+    from dpaudit.trainers.edp_sgd.trainer import EdpSgdTrainer
+
+    def check(config, *, step: int = 4, seed: int = 5) -> None:
+        EdpSgdTrainer().train(data_dir, tmp_path / "straight", config, seed=seed)
+        resumed = tmp_path / "resumed"
+        killed_after_checkpoint(lambda: EdpSgdTrainer().train(data_dir, resumed, config, seed=seed), step=step)
+        EdpSgdTrainer().train(data_dir, resumed, config, seed=seed)
+        assert_same_model(tmp_path / "straight", resumed, atol=0, rtol=0)
+
+    return check

@@ -146,15 +146,9 @@ def test_the_claim_is_the_same_run_s_and_names_the_optimizer(corrected_runs, ass
         assert_same_model(corrected_runs["adamw"], corrected_runs["dp-sgd"], atol=1e-6, rtol=0)
 
 
-def test_a_resumed_run_equals_the_straight_one(
-    data_dir, tmp_path, edp_config, killed_after_checkpoint, assert_same_model
-):
+def test_a_resumed_run_equals_the_straight_one(edp_config, assert_resume_equals_straight):
     """The step count and the noise's running average live in the checkpoint's parameter groups."""
-    config = edp_config(mode="dp-sgd", epochs=1, checkpoint_every=2, adambc_floor=0.1)
-    EdpSgdTrainer().train(data_dir, tmp_path / "straight", config, seed=5)
-    killed_after_checkpoint(lambda: EdpSgdTrainer().train(data_dir, tmp_path / "resumed", config, seed=5), step=4)
-    EdpSgdTrainer().train(data_dir, tmp_path / "resumed", config, seed=5)
-    assert_same_model(tmp_path / "straight", tmp_path / "resumed", atol=0, rtol=0)
+    assert_resume_equals_straight(edp_config(mode="dp-sgd", epochs=1, checkpoint_every=2, adambc_floor=0.1))
 
 
 @pytest.mark.parametrize(

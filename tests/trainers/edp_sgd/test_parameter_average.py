@@ -97,14 +97,9 @@ def test_the_claim_is_the_same_run_s_and_names_the_average(averaged_runs):
     assert average["kind"] == "ema" and average["decay"] == 0.8 and "post-processing" in average["rule"]
 
 
-def test_a_resumed_averaged_run_equals_the_straight_one(
-    data_dir, tmp_path, edp_config, killed_after_checkpoint, assert_same_model
-):
-    config = edp_config(mode="dp-sgd", epochs=1, checkpoint_every=2, ema_decay=0.8)
-    EdpSgdTrainer().train(data_dir, tmp_path / "straight", config, seed=5)
-    killed_after_checkpoint(lambda: EdpSgdTrainer().train(data_dir, tmp_path / "resumed", config, seed=5), step=4)
-    EdpSgdTrainer().train(data_dir, tmp_path / "resumed", config, seed=5)
-    assert_same_model(tmp_path / "straight", tmp_path / "resumed", atol=0, rtol=0)  # the average restored too
+def test_a_resumed_averaged_run_equals_the_straight_one(edp_config, assert_resume_equals_straight):
+    # the average restored too
+    assert_resume_equals_straight(edp_config(mode="dp-sgd", epochs=1, checkpoint_every=2, ema_decay=0.8))
 
 
 @pytest.mark.parametrize("value", ["1", "0", "-0.5", "nan"])
